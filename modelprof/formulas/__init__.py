@@ -1,0 +1,7 @@
+"""Cost formulas, one module per family; importing this package fills ``REGISTRY``."""
+from __future__ import annotations
+
+from . import attention, conv, matmul, memory, norm, pointwise, pool, rnn, torchstat  # noqa: F401
+from .registry import REGISTRY, Cost, FormulaRegistry, register_formula
+
+__all__ = ["Cost", "FormulaRegistry", "REGISTRY", "register_formula"]

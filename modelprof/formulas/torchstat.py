@@ -1,0 +1,36 @@
+"""Module formulas for ``to_dataframe(style="torchstat")``: torchstat's "Flops" column for the
+layers where its convention differs from ``flops - macs`` (a contraction counted once, every
+other op at its per-element cost), which is the default for every other module type.
+
+torchstat's conventions, reproduced (its ``resnet18`` table is the reference):
+    Linear:            in_features * out_features per sample, bias ignored.
+    BatchNorm:         numel, doubled when affine.
+    pooling (max/avg, fixed and adaptive): numel of the input.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from torch import nn
+
+from .registry import register_formula
+
+__all__: list[str] = []
+
+
+@register_formula(nn.Linear)
+def _linear(module, input_shapes, output_shapes):
+    tokens = prod(input_shapes[0][:-1]) if input_shapes else 0
+    return {"Flops": tokens * module.in_features * module.out_features}
+
+
+@register_formula(nn.modules.batchnorm._NormBase)
+def _batch_norm(module, input_shapes, output_shapes):
+    numel = prod(input_shapes[0]) if input_shapes else 0
+    return {"Flops": numel * (2 if module.affine else 1)}
+
+
+@register_formula(nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd,
+                  nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)
+def _pool(module, input_shapes, output_shapes):
+    return {"Flops": prod(input_shapes[0]) if input_shapes else 0}

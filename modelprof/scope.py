@@ -1,0 +1,138 @@
+"""Module scope: which module call is running, from forward pre/post hooks, and one
+``CallRecord`` per module *call* (a module run twice gives two records)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from .formulas.registry import REGISTRY, FormulaRegistry
+from .inputs import iter_tensors, tensor_bytes
+
+__all__ = ["CallRecord", "Tracker"]
+
+
+def _shapes(obj: Any) -> list[tuple[int, ...]]:
+    return [tuple(t.shape) for t in iter_tensors(obj)]
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class CallRecord:
+    """One module call. Cost fields are *exclusive*: ops this call ran itself, not its children."""
+
+    index: int
+    name: str
+    type: str
+    call: int
+    depth: int
+    parent: int | None
+    has_submodules: bool
+    input_shapes: list[tuple[int, ...]]
+    input_bytes: int
+    param_bytes: int          # bytes of the parameters the module owns directly (read per call)
+    params: int               # parameters charged to this call: owned directly, first use only
+    children: list[int] = dataclasses.field(default_factory=list)
+    output_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    output_bytes: int = 0
+    macs: int = 0
+    flops: int = 0
+    madd: int = 0
+    op_read_bytes: int = 0
+    op_write_bytes: int = 0
+    torchstat: dict[str, int] | None = None   # torchstat-view overrides from a module formula
+    peak_memory_bytes: int | None = None
+    finished: bool = False
+
+    @property
+    def collect_op_bytes(self) -> bool:
+        return self.has_submodules
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.name, self.call)
+
+
+class Tracker:
+    """Keeps the stack of running module calls and the list of finished and running records."""
+
+    def __init__(self, names: dict[nn.Module, str],
+                 registry: FormulaRegistry | None = None,
+                 memory_stats: tuple | None = None) -> None:
+        self.names = names
+        self.registry = REGISTRY if registry is None else registry
+        self.records: list[CallRecord] = []
+        self.stack: list[CallRecord] = []
+        self._calls: dict[nn.Module, int] = {}
+        self._seen_params: set[int] = set()
+        self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
+        # (max_memory_allocated, reset_peak_memory_stats) on CUDA, else None
+        self._memory = memory_stats
+
+    @property
+    def current(self) -> CallRecord | None:
+        return self.stack[-1] if self.stack else None
+
+    def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        call = self._calls.get(module, 0) + 1
+        self._calls[module] = call
+        params = param_bytes = 0
+        for p in module._parameters.values():
+            if p is None:
+                continue
+            param_bytes += p.numel() * p.element_size()
+            if id(p) not in self._seen_params:
+                self._seen_params.add(id(p))
+                params += p.numel()
+        parent = self.stack[-1] if self.stack else None
+        inputs = (args, kwargs) if kwargs else args
+        record = CallRecord(
+            index=len(self.records), name=self.names.get(module, type(module).__name__),
+            type=type(module).__name__, call=call, depth=len(self.stack),
+            parent=parent.index if parent is not None else None,
+            has_submodules=self._has_children.get(module, False),
+            input_shapes=_shapes(inputs), input_bytes=tensor_bytes(inputs),
+            param_bytes=param_bytes, params=params)
+        if parent is not None:
+            parent.children.append(record.index)
+        if self._memory is not None:
+            self._memory_enter(record)
+        self.records.append(record)
+        self.stack.append(record)
+
+    def post(self, module: nn.Module, output: Any) -> None:
+        record = self.stack.pop()
+        record.output_shapes = _shapes(output)
+        record.output_bytes = tensor_bytes(output)
+        record.finished = True
+        formula = self.registry.module_formula(type(module))
+        if formula is not None:
+            record.torchstat = formula(module, record.input_shapes, record.output_shapes)
+        if self._memory is not None:
+            self._memory_exit(record)
+
+    # -- CUDA allocator peak per call, nesting-safe -------------------------------------------
+    def _memory_enter(self, record: CallRecord) -> None:
+        max_allocated, reset = self._memory
+        if self.stack:  # fold the peak so far into the running parent before resetting
+            parent = self.stack[-1]
+            parent.peak_memory_bytes = max(parent.peak_memory_bytes or 0, max_allocated())
+        reset()
+        record.peak_memory_bytes = 0
+
+    def _memory_exit(self, record: CallRecord) -> None:
+        max_allocated, _ = self._memory
+        record.peak_memory_bytes = max(record.peak_memory_bytes or 0, max_allocated())
+        if self.stack:
+            parent = self.stack[-1]
+            parent.peak_memory_bytes = max(parent.peak_memory_bytes or 0,
+                                           record.peak_memory_bytes)
+
+
+def cuda_memory_stats(device: torch.device) -> tuple | None:
+    """Allocator peak functions for ``device`` when it is a CUDA device, else None."""
+    if device.type != "cuda":
+        return None
+    return (lambda: torch.cuda.max_memory_allocated(device),
+            lambda: torch.cuda.reset_peak_memory_stats(device))

@@ -1,0 +1,116 @@
+"""The static pass: one forward under module hooks (scope) and the op counter (cost).
+
+The model comes back as it went in: the same parameters and buffers (none added, none changed,
+also in train mode), the same per-module ``training`` flags, no hooks left, nothing patched —
+also when the forward raises or is interrupted.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import torch
+from torch import nn
+
+from .counter import OpCounter, OpStats
+from .errors import ModelProfError
+from .formulas.registry import FormulaRegistry
+from .hooks import module_hooks, module_names
+from .inputs import ModelInputs, model_placement, shape_str
+from .scope import CallRecord, Tracker, cuda_memory_stats
+
+__all__ = ["StaticResult", "analyze", "forward_context"]
+
+
+@dataclasses.dataclass
+class StaticResult:
+    records: list[CallRecord]
+    unsupported: Counter
+    by_op: dict[str, OpStats]
+    model_params: int          # every distinct parameter of the model, used or not
+    output: Any = None
+
+
+@contextlib.contextmanager
+def forward_context(model: nn.Module, *, training: bool, no_grad: bool):
+    """Set the model's mode (and grad mode) for a forward; restore every module's flag after."""
+    flags = {m: m.training for m in model.modules()}
+    try:
+        model.train(training)
+        with torch.no_grad() if no_grad else contextlib.nullcontext():
+            yield
+    finally:
+        for m, flag in flags.items():
+            m.training = flag
+
+
+def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
+               dtype_requested: torch.dtype | None) -> dict[str, torch.Tensor] | None:
+    """Parameters/buffers to run with instead of the model's own, or None to run it as it is.
+
+    Needed when the requested device/dtype differ from the model's (converted copies; on the
+    meta device free of memory) and in train mode (buffers cloned so that batch-norm running
+    statistics of the user's model are not updated).
+    """
+    device, dtype = model_placement(model)
+    convert = inputs.device != device or (dtype_requested is not None and dtype_requested != dtype)
+    if not convert and not training:
+        return None
+
+    def conv(t: torch.Tensor) -> torch.Tensor:
+        cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) else None
+        return t.to(device=inputs.device, dtype=cast)
+
+    state: dict[str, torch.Tensor] = {}
+    if convert:
+        for name, p in model.named_parameters(remove_duplicate=False):
+            state[name] = conv(p)
+    for name, b in model.named_buffers(remove_duplicate=False):
+        state[name] = conv(b) if convert else b.clone()
+    return state
+
+
+def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
+            no_grad: bool = True, dtype_requested: torch.dtype | None = None,
+            registry: FormulaRegistry | None = None) -> StaticResult:
+    """Run one forward of ``model`` on ``inputs`` and return one record per module call."""
+    names = module_names(model)
+    tracker = Tracker(names, registry, memory_stats=cuda_memory_stats(inputs.device))
+    counter = OpCounter(tracker, registry)
+    state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested)
+    try:
+        with forward_context(model, training=training, no_grad=no_grad), \
+                module_hooks(model, tracker.pre, tracker.post, names), counter:
+            if state is None:
+                output = model(*inputs.args, **inputs.kwargs)
+            else:
+                output = torch.func.functional_call(model, state, inputs.args, inputs.kwargs,
+                                                    strict=False, tie_weights=True)
+    except ModelProfError:
+        raise
+    except Exception as e:
+        raise _forward_error(e, tracker, inputs) from e
+    distinct = {id(p): p.numel() for p in model.parameters()}
+    return StaticResult(tracker.records, counter.unsupported, counter.by_op,
+                        sum(distinct.values()), output)
+
+
+def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
+    running = tracker.stack
+    done = [r for r in tracker.records if r.finished]
+    where = "before any module ran"
+    if running:
+        inner = running[-1]
+        shapes = ", ".join("x".join(map(str, s)) for s in inner.input_shapes) or "no tensors"
+        path = " > ".join(r.name or "(root)" for r in running)
+        where = (f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); "
+                 f"running: {path}")
+    before = ", ".join(r.name or "(root)" for r in done[-8:])
+    more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
+    ran = f"; modules that ran before it: {more}{before}" if done else \
+        "; no module finished before it"
+    return ModelProfError(f"the forward pass failed {where}{ran}. Inputs were "
+                          f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
+                          f"{type(e).__name__}: {e}")

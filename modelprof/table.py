@@ -1,0 +1,172 @@
+"""From call records to table rows, and the two table styles (modelprof, torchstat).
+
+Rows come in execution order, one per module call. A parent's numbers aggregate its subtree.
+Ops a parent runs itself (a residual add in a ResNet block, ViT's class token concat) go to a
+pseudo-child row ``<parent>.(self)`` placed after the parent's last child, so that the *leaf*
+rows (calls that called no other module, and the ``(self)`` rows) add up to the totals.
+
+Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
+(torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .scope import CallRecord
+
+__all__ = ["ADDITIVE", "COLUMNS", "TORCHSTAT_COLUMNS", "Row", "build_rows", "modelprof_frame",
+           "torchstat_frame", "totals_of"]
+
+ADDITIVE = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
+COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE)
+TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
+TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "memory(MB)",
+                     "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "duration[%]", "MemR+W(B)")
+SELF_SUFFIX = "(self)"
+
+
+@dataclasses.dataclass(slots=True)
+class Row:
+    module: str
+    type: str
+    call: int
+    depth: int
+    leaf: bool
+    input_shapes: list
+    output_shapes: list
+    params: int
+    macs: int
+    flops: int
+    madd: int
+    output_bytes: int
+    read_bytes: int
+    write_bytes: int
+    torchstat_flops: int
+    torchstat_madd: int
+    record: int            # index of the call record
+    is_self: bool = False  # the (self) pseudo-row of record ``record``
+    peak_memory_bytes: float = float("nan")
+    latency_ms: float = float("nan")
+    latency_std_ms: float = float("nan")
+    latency_pct: float = float("nan")
+
+
+def _self_name(name: str) -> str:
+    return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
+
+
+def build_rows(records: Sequence[CallRecord]) -> list[Row]:
+    n = len(records)
+    inc = np.zeros((n, 6), dtype=object)  # params, macs, flops, madd, read, write (python ints)
+    ts = np.zeros((n, 2), dtype=object)   # torchstat flops, madd
+    own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
+    for r in reversed(records):
+        if r.children:
+            self_part = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes)
+            own[r.index] = self_part
+            total = list(self_part)
+            self_ts = (r.flops - r.macs, r.madd)
+            ts_total = list(self_ts)
+            for c in r.children:
+                total = [a + b for a, b in zip(total, inc[c])]
+                ts_total = [a + b for a, b in zip(ts_total, ts[c])]
+            inc[r.index] = total
+            ts[r.index] = ts_total
+        else:
+            inc[r.index] = (r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
+                            r.output_bytes)
+            over = r.torchstat or {}
+            ts[r.index] = (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
+
+    end = list(range(n))  # last descendant index of each record's subtree
+    for r in reversed(records):
+        if r.parent is not None:
+            end[r.parent] = max(end[r.parent], end[r.index])
+
+    rows: list[Row] = []
+    for r in records:
+        params, macs, flops, madd, read, write = inc[r.index]
+        rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
+                        r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
+                        ts[r.index][0], ts[r.index][1], r.index,
+                        peak_memory_bytes=float("nan") if r.peak_memory_bytes is None
+                        else float(r.peak_memory_bytes)))
+        a: int | None = r.index
+        while a is not None and end[a] == r.index:
+            part = own[a]
+            if part is not None and any(part):
+                pr = records[a]
+                params, macs, flops, madd, read, write = part
+                rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
+                                [], params, macs, flops, madd, write, read, write,
+                                flops - macs, madd, a, is_self=True))
+            a = records[a].parent
+    return rows
+
+
+def totals_of(rows: Sequence[Row]) -> dict[str, int]:
+    """Sums over the leaf rows: each parameter, op and byte counted exactly once."""
+    return {k: int(sum(getattr(r, k) for r in rows if r.leaf)) for k in ADDITIVE}
+
+
+def _shape(s: tuple) -> str:
+    return "x".join(map(str, s)) if s else "()"
+
+
+def _shapes(shapes: list, drop_batch: bool = False) -> str:
+    if drop_batch:
+        return _shape(tuple(shapes[0][1:])) if shapes else ""
+    return ", ".join(_shape(tuple(s)) for s in shapes)
+
+
+def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
+    data = {
+        "module": [r.module for r in rows],
+        "type": [r.type for r in rows],
+        "call": [r.call for r in rows],
+        "depth": [r.depth for r in rows],
+        "leaf": [r.leaf for r in rows],
+        "input_shape": [_shapes(r.input_shapes) for r in rows],
+        "output_shape": [_shapes(r.output_shapes) for r in rows],
+    }
+    for k in ADDITIVE:
+        data[k] = [int(getattr(r, k)) for r in rows]
+    df = pd.DataFrame(data)
+    for k in ADDITIVE + ("call", "depth"):
+        df[k] = df[k].astype("int64")
+    df["leaf"] = df["leaf"].astype(bool)
+    if timed:
+        for k in TIMING_COLUMNS:
+            df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
+    return df
+
+
+def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
+    """torchstat's table: one row per leaf call, batch dropped from shapes, a correct total."""
+    leaves = [r for r in rows if r.leaf]
+    names = [r.module if r.call == 1 or r.is_self else f"{r.module} ({r.call})" for r in leaves]
+    df = pd.DataFrame({
+        "module name": names,
+        "input shape": [_shapes(r.input_shapes, drop_batch=True) for r in leaves],
+        "output shape": [_shapes(r.output_shapes, drop_batch=True) for r in leaves],
+        "params": [int(r.params) for r in leaves],
+        "memory(MB)": [r.output_bytes / 2**20 for r in leaves],
+        "MAdd": [int(r.torchstat_madd) for r in leaves],
+        "Flops": [int(r.torchstat_flops) for r in leaves],
+        "MemRead(B)": [int(r.read_bytes) for r in leaves],
+        "MemWrite(B)": [int(r.write_bytes) for r in leaves],
+        "duration[%]": [r.latency_pct if timed else float("nan") for r in leaves],
+        "MemR+W(B)": [int(r.read_bytes + r.write_bytes) for r in leaves],
+    })
+    total = {c: df[c].sum() for c in TORCHSTAT_COLUMNS[3:]}
+    if not timed:
+        total["duration[%]"] = float("nan")
+    total.update({"module name": "total", "input shape": "", "output shape": ""})
+    df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    for c in ("params", "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "MemR+W(B)"):
+        df[c] = df[c].astype("int64")
+    return df[list(TORCHSTAT_COLUMNS)]
