@@ -1,20 +1,33 @@
-"""Attach forward pre/post hooks to every module of a model, and always take them off again.
+"""Observe every module call of a model, and always stop observing afterwards.
 
 Both the static analyser (scope of each op) and the per-layer timer (timestamps) use this, so
 the rule "nothing is left on the user's model" lives in one place.
+
+The hooks are *global* module hooks filtered to the model's own modules, not hooks registered
+on each module: PyTorch's fused fast paths refuse to run when a module carries hooks
+(``nn.TransformerEncoderLayer`` checks ``_forward_hooks`` of its whole subtree), so per-module
+hooks would profile a different code path than the one the user runs. The global hooks are
+removed in ``finally``, also when the forward raises or is interrupted.
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import nn
+from torch.nn.modules import module as _module
 
 __all__ = ["module_hooks", "module_names"]
 
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
-PostHook = Callable[[nn.Module, Any], None]
+PostHook = Callable[..., None]
+
+# Global forward hooks see the call's kwargs from torch 2.3 on; pre-hooks never do.
+_GLOBAL_POST_KWARGS = "with_kwargs" in inspect.signature(
+    _module.register_module_forward_hook).parameters
+_NO_KWARGS: dict[str, Any] = {}
 
 
 def module_names(model: nn.Module) -> dict[nn.Module, str]:
@@ -27,26 +40,36 @@ def module_names(model: nn.Module) -> dict[nn.Module, str]:
 
 @contextlib.contextmanager
 def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
-                 modules: dict[nn.Module, str] | None = None) -> Iterator[dict[nn.Module, str]]:
-    """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after every
-    module's forward, for the duration of the ``with`` block. Yields the module->name map.
-
-    The hooks are prepended so that they run before (pre) any hook of the user's and are
-    removed in ``finally``, also when the forward raises or is interrupted.
+                 modules: dict[nn.Module, str] | None = None, *,
+                 post_with_inputs: bool = False) -> Iterator[dict[nn.Module, str]]:
+    """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
+    of every module of ``model``, for the duration of the ``with`` block; yields the
+    module->name map. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to global
+    pre-hooks); with ``post_with_inputs`` the post hook is ``post(module, args, kwargs, output)``.
     """
     names = module_names(model) if modules is None else modules
+
+    def _pre(module: nn.Module, args: tuple) -> None:
+        if module in names:
+            pre(module, args, _NO_KWARGS)
+
+    if post_with_inputs:
+        def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
+            if module in names:
+                kwargs, output = rest if len(rest) == 2 else (_NO_KWARGS, rest[0])
+                post(module, args, kwargs, output)
+    else:
+        def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
+            if module in names:
+                post(module, rest[-1])
+
     handles = []
-
-    def _pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        pre(module, args, kwargs)
-
-    def _post(module: nn.Module, args: tuple, output: Any) -> None:
-        post(module, output)
-
     try:
-        for module in names:
-            handles.append(module.register_forward_pre_hook(_pre, with_kwargs=True, prepend=True))
-            handles.append(module.register_forward_hook(_post))
+        handles.append(_module.register_module_forward_pre_hook(_pre))
+        if _GLOBAL_POST_KWARGS and post_with_inputs:
+            handles.append(_module.register_module_forward_hook(_post, with_kwargs=True))
+        else:
+            handles.append(_module.register_module_forward_hook(_post))
         yield names
     finally:
         for h in handles:

@@ -91,10 +91,10 @@ class Report:
 
     def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof") -> str | Path:
         """GitHub Markdown table with human units (``1.82 G``, ``3.06 MiB``) and a totals line."""
-        from .render.markdown import frame_to_markdown
-        text = frame_to_markdown(self._display_frame(style), style=_check_style(style),
-                                 totals=self.totals if style == "modelprof" else None)
-        return _write(text, path)
+        from .render.markdown import to_markdown
+        style = _check_style(style)
+        return to_markdown(self.to_dataframe(style),
+                           self.totals if style == "modelprof" else None, path=path)
 
     def _display_frame(self, style: str) -> pd.DataFrame:
         return self.to_dataframe(style)

@@ -64,6 +64,7 @@ class Tracker:
         self.registry = REGISTRY if registry is None else registry
         self.records: list[CallRecord] = []
         self.stack: list[CallRecord] = []
+        self.finished: list[CallRecord] = []  # in completion order
         self._calls: dict[nn.Module, int] = {}
         self._seen_params: set[int] = set()
         self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
@@ -101,16 +102,38 @@ class Tracker:
         self.records.append(record)
         self.stack.append(record)
 
-    def post(self, module: nn.Module, output: Any) -> None:
+    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         record = self.stack.pop()
+        if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
+            record.input_shapes = _shapes((args, kwargs))
+            record.input_bytes = tensor_bytes((args, kwargs))
         record.output_shapes = _shapes(output)
         record.output_bytes = tensor_bytes(output)
         record.finished = True
+        self.finished.append(record)
+        if not record.children and record.has_submodules:
+            self._charge_subtree(module, record)
         formula = self.registry.module_formula(type(module))
         if formula is not None:
             record.torchstat = formula(module, record.input_shapes, record.output_shapes)
         if self._memory is not None:
             self._memory_exit(record)
+
+    def _charge_subtree(self, module: nn.Module, record: CallRecord) -> None:
+        """A fused kernel ran the children's work without calling them (the
+        ``nn.TransformerEncoderLayer`` fast path): the call read the whole subtree's weights."""
+        seen: set[int] = {id(p) for p in module._parameters.values() if p is not None}
+        for sub in module.modules():
+            if sub is module:
+                continue
+            for p in sub._parameters.values():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                record.param_bytes += p.numel() * p.element_size()
+                if id(p) not in self._seen_params:
+                    self._seen_params.add(id(p))
+                    record.params += p.numel()
 
     # -- CUDA allocator peak per call, nesting-safe -------------------------------------------
     def _memory_enter(self, record: CallRecord) -> None:

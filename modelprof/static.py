@@ -82,7 +82,8 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested)
     try:
         with forward_context(model, training=training, no_grad=no_grad), \
-                module_hooks(model, tracker.pre, tracker.post, names), counter:
+                module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
+                counter:
             if state is None:
                 output = model(*inputs.args, **inputs.kwargs)
             else:
@@ -99,7 +100,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
 
 def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running = tracker.stack
-    done = [r for r in tracker.records if r.finished]
+    done = tracker.finished
     where = "before any module ran"
     if running:
         inner = running[-1]

@@ -57,6 +57,13 @@ class FormulaRegistry:
         self.ops: dict[Any, OpFormula] = {}
         self.modules: dict[type, ModuleFormula] = {}
 
+    def copy(self) -> FormulaRegistry:
+        """An independent registry with the same formulas (to extend without global effect)."""
+        new = FormulaRegistry()
+        new.ops = dict(self.ops)
+        new.modules = dict(self.modules)
+        return new
+
     # -- registration -------------------------------------------------------------------------
     def add(self, keys: tuple, fn: Callable, *, replace: bool = False) -> None:
         if not callable(fn):
@@ -148,9 +155,4 @@ def register_formula(*keys: Any, replace: bool = False,
 
 def optional_ops(*names: str) -> list:
     """The aten ops among ``names`` that exist in the running torch (old and new releases)."""
-    found = []
-    for name in names:
-        packet = getattr(torch.ops.aten, name, None) if hasattr(torch.ops.aten, name) else None
-        if packet is not None:
-            found.append(packet)
-    return found
+    return [getattr(torch.ops.aten, n) for n in names if hasattr(torch.ops.aten, n)]

@@ -1,0 +1,71 @@
+"""Cost of the static analysis: ``profile(..., timing=False)`` over ``FlopCounterMode``.
+
+    python benchmarks/static_speed.py [--reps 7]
+
+Both run one forward of the same model on the same input, in the same process, interleaved, on
+the CPU (batch 1, eval, no_grad); the printed ratio (medians) must stay <= 1.5, aim 1.0. A bare
+forward is timed too, to show what each costs on top of the compute.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+import torchvision
+from torch.utils.flop_counter import FlopCounterMode
+
+from modelprof import profile
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench(name: str, reps: int) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(torchvision.models, name)().eval()
+    x = torch.randn(1, 3, 224, 224)
+
+    def bare():
+        with torch.no_grad():
+            model(x)
+
+    def flop_counter():
+        with torch.no_grad(), FlopCounterMode(display=False):
+            model(x)
+
+    def modelprof():
+        profile(model, inputs=x, timing=False)
+
+    for fn in (bare, flop_counter, modelprof):  # warm-up: lazy init, allocator, oneDNN
+        fn()
+    times: dict[str, list[float]] = {"bare": [], "flop_counter": [], "modelprof": []}
+    for _ in range(reps):
+        for key, fn in (("bare", bare), ("flop_counter", flop_counter), ("modelprof", modelprof)):
+            times[key].append(_time(fn))
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    ratio = med["modelprof"] / med["flop_counter"]
+    print(f"{name:10s} bare forward {med['bare']:8.1f} ms | FlopCounterMode "
+          f"{med['flop_counter']:8.1f} ms | modelprof {med['modelprof']:8.1f} ms | "
+          f"modelprof / FlopCounterMode = {ratio:.2f} | modelprof / bare = "
+          f"{med['modelprof'] / med['bare']:.2f}")
+    return ratio
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.reps}")
+    worst = max(bench(n, args.reps) for n in ("resnet50", "vit_b_16"))
+    print(f"worst ratio {worst:.2f} (limit 1.5): {'PASS' if worst <= 1.5 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
