@@ -1,18 +1,21 @@
 """``profile``: static cost and measured time of a model, joined in one ``Report``."""
 from __future__ import annotations
 
+import copy
+import inspect
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from .errors import ModelProfError
 from .formulas.registry import FormulaRegistry
-from .inputs import make_inputs, parse_dtype
+from .inputs import ModelInputs, make_inputs, moved_model, parse_dtype
 from .report import Report
 from .static import analyze
-from .table import build_rows
+from .table import Row, build_rows
 
 __all__ = ["ModelProfWarning", "profile"]
 
@@ -50,8 +53,69 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                       f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
                       "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
     rows = build_rows(static.records)
+    from .env import collect_env
+    flags = {"training": training, "no_grad": no_grad, **timing_options}
+    env = collect_env(mi.device, mi.dtype, mi.batch_size, **flags)
+    latency = layers = overhead = coverage = None
+    if timing:
+        latency, layers = _measure(model, mi, dtype_requested, training, no_grad, timing_options)
+        overhead, coverage = _join_timing(rows, static.records, latency, layers)
     return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
                   batch_size=mi.batch_size, device=str(mi.device),
                   dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
-                  by_op=static.by_op, model_params=static.model_params,
-                  options={"training": training, "no_grad": no_grad})
+                  by_op=static.by_op, model_params=static.model_params, env=env,
+                  latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
+                  coverage=coverage, options=flags)
+
+
+def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
+             no_grad: bool, options: dict[str, Any]):
+    """The clean end-to-end measurement, then the separate instrumented per-layer passes."""
+    from .timing import measure_latency, time_layers
+
+    if mi.device.type == "meta":
+        raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
+                             "alone, or a real device to time")
+    known = set(inspect.signature(measure_latency).parameters) - {
+        "fn_or_model", "inputs", "input_size", "batch_size", "device", "dtype", "eval_mode",
+        "no_grad"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ModelProfError(f"unknown timing option(s) {unknown}; profile() accepts "
+                             f"{sorted(known)}")
+    runner = moved_model(model, mi.device, dtype)
+    if training and runner is model:  # train-mode passes update buffers: time a copy
+        runner = copy.deepcopy(model)
+    call_inputs = mi.kwargs if mi.kwargs else mi.args
+    latency = measure_latency(runner, call_inputs, batch_size=mi.batch_size,
+                              eval_mode=not training, no_grad=no_grad, **options)
+    layer_keys = set(inspect.signature(time_layers).parameters)
+    layer_opts = {k: v for k, v in options.items() if k in layer_keys}
+    layers = time_layers(runner, mi, eval_mode=not training, no_grad=no_grad, **layer_opts)
+    return latency, layers
+
+
+def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:
+    """Per-row median/std latency from the instrumented passes; a ``(self)`` row's time is its
+    parent's minus its children's, pass by pass. Returns (overhead, coverage)."""
+    samples = layers.samples
+    total = float(np.median(layers.passes_ms))
+    leaf_sum = 0.0
+    for row in rows:
+        record = records[row.record]
+        s = samples.get(record.key)
+        if s is None:
+            continue
+        if row.is_self:
+            s = s.copy()
+            for c in record.children:
+                child = samples.get(records[c].key)
+                if child is not None:
+                    s = s - child
+            s = np.clip(s, 0.0, None)
+        row.latency_ms = float(np.median(s))
+        row.latency_std_ms = float(s.std(ddof=1)) if s.size > 1 else 0.0
+        row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")
+        if row.leaf:
+            leaf_sum += row.latency_ms
+    return layers.overhead(latency), leaf_sum / latency.median_ms
