@@ -437,3 +437,46 @@ def test_csv_round_trip_and_markdown(tmp_path, resnet18_report, style):
     md = resnet18_report.to_markdown(style=style)
     assert md.count("\n") >= len(df)
     assert "layer1.0.conv1" in md
+
+
+def test_peak_memory_nesting_with_fake_allocator_stats():
+    """The CUDA allocator peak per call, driven by fake stats: a child's reset must not lose
+    the parent's peak (CUDA itself is exercised by the cuda-marked test below)."""
+    from modelprof.hooks import module_names
+    from modelprof.scope import Tracker
+
+    state = {"current": 100, "peak": 100}
+
+    def max_allocated():
+        return state["peak"]
+
+    def reset():
+        state["peak"] = state["current"]
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    tracker = Tracker(module_names(model), memory_stats=(max_allocated, reset))
+    tracker.pre(model, (), {})
+    state["peak"] = 500                       # the parent allocates before any child
+    tracker.pre(model[0], (), {})
+    state["peak"] = 300                       # child 0 peaks at 300
+    tracker.post(model[0], (), {}, None)
+    tracker.pre(model[1], (), {})
+    state["peak"] = 200                       # child 1 peaks at 200
+    tracker.post(model[1], (), {}, None)
+    tracker.post(model, (), {}, None)
+    root, first, second = tracker.records
+    assert (first.peak_memory_bytes, second.peak_memory_bytes) == (300, 200)
+    assert root.peak_memory_bytes == 500      # max(500 before child 0, 300, 200)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_model_analysed_on_cuda_cpu_and_meta_alike():
+    model = tv("resnet18").cuda()
+    on_cuda = profile(model, (3, 224, 224), timing=False)
+    on_cpu = profile(model, (3, 224, 224), device="cpu", timing=False)
+    on_meta = profile(model, (3, 224, 224), device="meta", timing=False)
+    assert on_cuda.totals == on_cpu.totals == on_meta.totals
+    peaks = [r.peak_memory_bytes for r in on_cuda.rows if not r.is_self]
+    assert all(p > 0 for p in peaks)
+    assert next(model.parameters()).device.type == "cuda"
