@@ -139,8 +139,9 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     for k in ADDITIVE + ("call", "depth"):
         df[k] = df[k].astype("int64")
     df["leaf"] = df["leaf"].astype(bool)
-    if timed:
-        for k in TIMING_COLUMNS:
+    measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
+    for k in TIMING_COLUMNS:
+        if timed or (k == "peak_memory_bytes" and measured_memory):
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
     return df
 
