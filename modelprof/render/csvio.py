@@ -1,0 +1,183 @@
+"""CSV export of the raw numbers, and a reader that gives the same DataFrame back.
+
+CSV carries no types, so :func:`read_csv` reads every field as text first (an empty field stays
+``""``; the root module's name is ``""``, not NaN) and then types each column: the columns of the
+modelprof, torchstat and roofline views by their known dtype, others by what their values parse as
+(all integers -> int64, all numbers -> float64 with empty fields as NaN, all ``True``/``False`` ->
+bool, else text). Floats are written with ``repr`` precision, so they read back bit for bit.
+No totals row is written: a CSV file is data, the totals are the sum of the leaf rows.
+"""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
+from modelprof.render.views import _with_index, select_columns, select_rows
+
+__all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
+
+_TEXT = "str"
+KNOWN_DTYPES: dict[str, str] = {
+    # modelprof view
+    "module": _TEXT, "type": _TEXT, "call": "int64", "depth": "int64", "leaf": "bool",
+    "input_shape": _TEXT, "output_shape": _TEXT,
+    "params": "int64", "macs": "int64", "flops": "int64", "madd": "int64",
+    "output_bytes": "int64", "read_bytes": "int64", "write_bytes": "int64",
+    "latency_ms": "float64", "latency_std_ms": "float64", "latency_pct": "float64",
+    "peak_memory_bytes": "float64",
+    # roofline
+    "achieved_gflops": "float64", "achieved_gbps": "float64", "intensity": "float64",
+    "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",
+    # torchstat view
+    "module name": _TEXT, "input shape": _TEXT, "output shape": _TEXT, "memory(MB)": "float64",
+    "MAdd": "int64", "Flops": "int64", "MemRead(B)": "int64", "MemWrite(B)": "int64",
+    "duration[%]": "float64", "MemR+W(B)": "int64",
+}
+"""dtype of each known column when read back (text columns use pandas' default string dtype)."""
+
+# Text columns where an empty field is a missing value (a roofline row without work has no bound);
+# elsewhere an empty field is the empty string (the root module's name).
+_EMPTY_IS_MISSING = frozenset({"bound"})
+
+_TRUE, _FALSE = "True", "False"
+
+
+def _text_series(values: list[str | None], name: str) -> pd.Series:
+    # pandas' default inference for Python strings: "str" on pandas >= 3, object before.
+    return pd.Series(values, name=name, dtype=pd.Series(["x"]).dtype)
+
+
+def _as_int(values: list[str], name: str) -> pd.Series:
+    try:
+        return pd.Series([int(v) for v in values], name=name, dtype="int64")
+    except ValueError as e:
+        raise ModelProfError(f"column {name!r} should hold integers: {e}") from e
+
+
+def _as_float(values: list[str], name: str) -> pd.Series:
+    try:
+        return pd.Series(
+            [float("nan") if v == "" else float(v) for v in values], name=name, dtype="float64"
+        )
+    except ValueError as e:
+        raise ModelProfError(f"column {name!r} should hold numbers: {e}") from e
+
+
+def _as_bool(values: list[str], name: str) -> pd.Series:
+    bad = [v for v in values if v not in (_TRUE, _FALSE)]
+    if bad:
+        raise ModelProfError(f"column {name!r} should hold True/False, found {bad[0]!r}")
+    return pd.Series([v == _TRUE for v in values], name=name, dtype="bool")
+
+
+def _parses(values: list[str], kind: type) -> bool:
+    try:
+        for v in values:
+            kind(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _infer(values: list[str], name: str) -> pd.Series:
+    filled = [v for v in values if v != ""]
+    if not filled:
+        return _as_float(values, name) if values else _text_series(values, name)
+    if len(filled) == len(values) and all(v in (_TRUE, _FALSE) for v in values):
+        return _as_bool(values, name)
+    if len(filled) == len(values) and _parses(filled, int):
+        return _as_int(values, name)
+    if _parses(filled, float):
+        return _as_float(values, name)
+    return _text_series(values, name)
+
+
+def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
+    if dtype is None:
+        return _infer(values, name)
+    if dtype == _TEXT:
+        if name in _EMPTY_IS_MISSING:
+            return _text_series([None if v == "" else v for v in values], name)  # type: ignore[misc]
+        return _text_series(values, name)
+    if dtype == "bool":
+        return _as_bool(values, name)
+    if dtype.startswith("int"):
+        return _as_int(values, name).astype(dtype)
+    if dtype.startswith("float"):
+        return _as_float(values, name).astype(dtype)
+    try:
+        return pd.Series(values, name=name).astype(dtype)
+    except (TypeError, ValueError) as e:
+        raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
+
+
+def to_csv(
+    df: pd.DataFrame,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    columns: Iterable[str] | None = None,
+    depth: int | None = None,
+    leaf_only: bool = False,
+    top_k: int | None = None,
+    sort_by: str | None = None,
+) -> str | Path:
+    """The table as CSV, raw numbers. A meaningful index (compare results keyed by model name) is
+    written as the first column; row labels of a default or filtered index are not. Returns the
+    text or writes ``path`` and returns it."""
+    if not isinstance(df, pd.DataFrame):
+        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    if depth is not None or leaf_only or top_k is not None or sort_by is not None:
+        df = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
+    df = select_columns(df, columns)
+    out = _with_index(df).copy()
+    for name in out.columns:
+        col = out[name]
+        if pd.api.types.is_float_dtype(col.dtype):
+            # repr() is the shortest text that reads back to the same float.
+            out[name] = pd.Series(
+                ["" if np.isnan(v) else repr(float(v)) for v in col], index=col.index, dtype=object
+            )
+    return emit(out.to_csv(index=False, lineterminator="\n"), path)
+
+
+def read_csv(
+    source: str | os.PathLike[str],
+    *,
+    dtypes: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """Read a CSV written by :func:`to_csv` back into an equal DataFrame.
+
+    ``source`` is a path, or the CSV text itself (a string containing a newline). ``dtypes``
+    overrides the dtype of named columns (``{"my_col": "float64"}``; ``"str"`` for text).
+    """
+    if isinstance(source, str) and "\n" in source:
+        buffer: Any = io.StringIO(source)
+        where = "CSV text"
+    else:
+        buffer = os.fspath(source)
+        where = buffer
+        if not Path(buffer).is_file():
+            raise ModelProfError(f"no CSV file at {where!r}")
+    try:
+        raw = pd.read_csv(buffer, dtype=object, keep_default_na=False, na_filter=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ModelProfError(f"cannot read {where!r} as CSV: {e}") from e
+    overrides = dict(dtypes or {})
+    unknown = [c for c in overrides if c not in raw.columns]
+    if unknown:
+        raise ModelProfError(f"dtypes names column(s) {unknown} not in {list(raw.columns)}")
+    columns = {}
+    for name in raw.columns:
+        values = [str(v) for v in raw[name]]
+        dtype = overrides.get(name, KNOWN_DTYPES.get(name))
+        columns[name] = _typed(values, dtype, name)
+    if not columns:
+        return pd.DataFrame(index=pd.RangeIndex(len(raw)))
+    return pd.DataFrame(columns)

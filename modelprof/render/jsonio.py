@@ -1,0 +1,210 @@
+"""JSON export that reads back to an equal DataFrame (values, column order, dtypes, index).
+
+Document layout (``"format": "modelprof", "version": 1``)::
+
+    {"format": "modelprof", "version": 1,
+     "columns": [...], "dtypes": [...],          # str(dtype) per column, e.g. "int64", "str"
+     "index": null | {"name": ..., "dtype": ..., "values": [...]},   # null: default RangeIndex
+     "data": [[row 0 values], ...],
+     "totals": {...} | null, "env": {...} | null}
+
+Strict JSON: NaN is written as ``null`` and infinities as the strings ``"inf"``/``"-inf"``;
+float columns turn them back into floats. Floats are written with ``repr`` precision, so they read
+back bit for bit.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
+from modelprof.render.views import select_columns, select_rows
+
+__all__ = ["FORMAT", "VERSION", "to_json", "read_json"]
+
+FORMAT = "modelprof"
+VERSION = 1
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A JSON-ready version of a totals/env value (numpy scalars, paths, torch dtypes/devices)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, np.generic):
+        return _plain(value.item(), where)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    module = type(value).__module__
+    if module.startswith("torch") and type(value).__name__ in ("dtype", "device"):
+        return str(value)
+    raise ModelProfError(
+        f"{where} = {value!r} ({type(value).__name__}) cannot be written as JSON"
+    )
+
+
+def _encode_column(series: pd.Series, name: str) -> list[Any]:
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype) and not pd.api.types.is_object_dtype(dtype):
+        return [None if pd.isna(v) else bool(v) for v in series]
+    if pd.api.types.is_integer_dtype(dtype):
+        return [None if pd.isna(v) else int(v) for v in series]
+    if pd.api.types.is_float_dtype(dtype):
+        return [_plain(float(v), f"column {name!r}") if not pd.isna(v) else None for v in series]
+    out = []
+    for i, v in enumerate(series):
+        if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+            out.append(None)
+        else:
+            out.append(_plain(v, f"column {name!r} row {i}"))
+    return out
+
+
+def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
+    try:
+        target = pd.api.types.pandas_dtype(dtype)
+    except TypeError as e:
+        raise ModelProfError(f"column {name!r} has an unknown dtype {dtype!r}") from e
+    if pd.api.types.is_float_dtype(target):
+        values = [float("nan") if v is None else float(v) for v in values]
+    try:
+        return pd.Series(values, dtype=target, name=name)
+    except (TypeError, ValueError) as e:
+        raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
+
+
+def _is_default_index(index: pd.Index) -> bool:
+    return (
+        isinstance(index, pd.RangeIndex)
+        and index.name is None
+        and index.start == 0
+        and index.step == 1
+    )
+
+
+def to_json(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    indent: int | None = 2,
+    columns: Iterable[str] | None = None,
+    depth: int | None = None,
+    leaf_only: bool = False,
+    top_k: int | None = None,
+    sort_by: str | None = None,
+) -> str | Path:
+    """The table (raw numbers), the totals and the environment as one JSON document.
+
+    Row/column selection options work as in the other exporters; the selected rows keep their
+    index. Returns the text or writes ``path`` and returns it.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    if depth is not None or leaf_only or top_k is not None or sort_by is not None:
+        df = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
+    df = select_columns(df, columns)
+    if isinstance(df.columns, pd.MultiIndex):
+        raise ModelProfError("to_json cannot write a table with MultiIndex columns")
+    names = [str(c) for c in df.columns]
+    if len(set(names)) != len(names):
+        raise ModelProfError(f"duplicate column names in {names}")
+    encoded = [_encode_column(df.iloc[:, i], names[i]) for i in range(len(names))]
+    index: dict[str, Any] | None = None
+    if not _is_default_index(df.index):
+        if isinstance(df.index, pd.MultiIndex):
+            raise ModelProfError("to_json cannot write a table with a MultiIndex")
+        idx = pd.Series(df.index, dtype=df.index.dtype)
+        index = {
+            "name": df.index.name,
+            "dtype": str(df.index.dtype),
+            "values": _encode_column(idx, "<index>"),
+        }
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "columns": names,
+        "dtypes": [str(df.dtypes.iloc[i]) for i in range(len(names))],
+        "index": index,
+        "data": [list(row) for row in zip(*encoded)] if names else [[] for _ in range(len(df))],
+        "totals": None if totals is None else _plain(dict(totals), "totals"),
+        "env": None if env is None else _plain(dict(env), "env"),
+    }
+    return emit(_dumps(document, indent) + "\n", path)
+
+
+def _dumps(document: dict[str, Any], indent: int | None) -> str:
+    """JSON text with the column lists on one line and one line per table row (fully indented,
+    a table would take one line per value)."""
+    dump = lambda v: json.dumps(v, ensure_ascii=False, allow_nan=False)  # noqa: E731
+    if indent is None:
+        return dump(document)
+    compact = ("columns", "dtypes")
+    marks = {key: f"\x00{key}\x00" for key in (*compact, "data")}
+    text = json.dumps({**document, **marks}, indent=indent, ensure_ascii=False, allow_nan=False)
+    pad = " " * indent
+    for key in compact:
+        text = text.replace(dump(marks[key]), dump(document[key]), 1)
+    rows = ",\n".join(f"{pad}{pad}{dump(row)}" for row in document["data"])
+    table = f"[\n{rows}\n{pad}]" if rows else "[]"
+    return text.replace(dump(marks["data"]), table, 1)
+
+
+def read_json(
+    source: str | os.PathLike[str],
+) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
+    """Read what :func:`to_json` wrote: ``(df, totals, env)``. ``source`` is a path, or the JSON
+    text itself (a string starting with ``{``)."""
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        text, where = source, "JSON text"
+    else:
+        where = os.fspath(source)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ModelProfError(f"cannot read {where!r}: {e}") from e
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ModelProfError(f"{where!r} is not valid JSON: {e}") from e
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ModelProfError(f"{where!r} is not a modelprof JSON document")
+    if document.get("version") != VERSION:
+        raise ModelProfError(
+            f"{where!r} has modelprof JSON version {document.get('version')!r}; "
+            f"this modelprof reads version {VERSION}"
+        )
+    names: list[str] = document["columns"]
+    dtypes: list[str] = document["dtypes"]
+    rows: list[list[Any]] = document["data"]
+    if len(dtypes) != len(names) or any(len(r) != len(names) for r in rows):
+        raise ModelProfError(f"{where!r}: rows, columns and dtypes have different lengths")
+    columns = {
+        name: _decode_column([r[i] for r in rows], dtypes[i], name) for i, name in enumerate(names)
+    }
+    index_doc = document.get("index")
+    if index_doc is None:
+        index: pd.Index = pd.RangeIndex(len(rows))
+    else:
+        values = _decode_column(index_doc["values"], index_doc["dtype"], "<index>")
+        index = pd.Index(values, dtype=values.dtype, name=index_doc["name"])
+    df = pd.DataFrame(columns) if names else pd.DataFrame(index=pd.RangeIndex(len(rows)))
+    df.index = index
+    return df, document.get("totals"), document.get("env")

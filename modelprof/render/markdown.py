@@ -1,0 +1,63 @@
+"""GitHub Markdown (pipe) tables, laid out by ``tabulate``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
+from modelprof.render.views import Table, prepare_table
+
+__all__ = ["to_markdown", "markdown_table"]
+
+
+def _escape(cell: str) -> str:
+    # A literal pipe would end the cell; GitHub reads "\|" as the character.
+    return cell.replace("|", "\\|")
+
+
+def markdown_table(table: Table) -> str:
+    """Lay out a prepared :class:`Table` as a pipe table (numbers right-aligned), no trailing newline."""
+    try:
+        from tabulate import tabulate
+    except ImportError as e:  # pragma: no cover - exercised only without the extra installed
+        raise ModelProfError(
+            "Markdown output needs tabulate: pip install modelprof[markdown]"
+        ) from e
+    rows = [list(map(_escape, r)) for r in table.cells]
+    if table.totals is not None:
+        rows.append(list(map(_escape, table.totals)))
+    align = ["right" if n else "left" for n in table.numeric]
+    return tabulate(
+        rows,
+        headers=[_escape(h) for h in table.headers],
+        tablefmt="pipe",
+        disable_numparse=True,
+        colalign=align,
+    )
+
+
+def to_markdown(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    units: str = "human",
+    columns: Iterable[str] | None = None,
+    depth: int | None = None,
+    leaf_only: bool = False,
+    top_k: int | None = None,
+    sort_by: str | None = None,
+    show_totals: bool = True,
+) -> str | Path:
+    """A GitHub pipe table of ``df`` with a totals row (options as in
+    :func:`modelprof.render.views.prepare_table`). Returns the text, or writes ``path`` and
+    returns it. The text ends with a newline."""
+    table = prepare_table(
+        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
+        sort_by=sort_by, units=units, show_totals=show_totals,
+    )
+    return emit(markdown_table(table) + "\n", path)

@@ -1,0 +1,87 @@
+"""Plain-text tables for ``repr`` and terminals (no optional dependency)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
+from modelprof.render.views import Table, prepare_table
+
+__all__ = ["to_text", "text_table"]
+
+_GAP = "  "
+
+
+def _pad(cell: str, width: int, right: bool) -> str:
+    return cell.rjust(width) if right else cell.ljust(width)
+
+
+def _line(cells: Sequence[str], widths: Sequence[int], numeric: Sequence[bool]) -> str:
+    return _GAP.join(_pad(c, w, r) for c, w, r in zip(cells, widths, numeric)).rstrip()
+
+
+def text_table(table: Table, *, max_rows: int | None = None, title: str | None = None) -> str:
+    """Lay out a prepared :class:`Table`: header, rule, rows, rule, totals line.
+
+    With ``max_rows`` a longer table keeps its first and last rows around a ``... n more rows``
+    line (the totals line always shows). No trailing newline.
+    """
+    if max_rows is not None and (isinstance(max_rows, bool) or max_rows < 2):
+        raise ModelProfError(f"max_rows must be an integer >= 2 or None, got {max_rows!r}")
+    rows: list[tuple[str, ...]] = list(table.cells)
+    skipped = 0
+    head_n = len(rows)
+    if max_rows is not None and len(rows) > max_rows:
+        head_n = (max_rows + 1) // 2
+        tail_n = max_rows - head_n
+        skipped = len(rows) - max_rows
+        rows = rows[:head_n] + (rows[len(rows) - tail_n:] if tail_n else [])
+    everything = [table.headers, *rows] + ([table.totals] if table.totals is not None else [])
+    widths = [max(len(r[i]) for r in everything) for i in range(len(table.headers))]
+    numeric = table.numeric
+    rule = _GAP.join("-" * w for w in widths)
+
+    out: list[str] = []
+    if title:
+        out.append(title)
+    out.append(_line(table.headers, widths, numeric))
+    out.append(rule)
+    for i, r in enumerate(rows):
+        if skipped and i == head_n:
+            out.append(f"... {skipped} more rows ...")
+        out.append(_line(r, widths, numeric))
+    if skipped and head_n == len(rows):
+        out.append(f"... {skipped} more rows ...")
+    if table.totals is not None:
+        out.append(rule)
+        out.append(_line(table.totals, widths, numeric))
+    return "\n".join(out)
+
+
+def to_text(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    title: str | None = None,
+    max_rows: int | None = None,
+    units: str = "human",
+    columns: Iterable[str] | None = None,
+    depth: int | None = None,
+    leaf_only: bool = False,
+    top_k: int | None = None,
+    sort_by: str | None = None,
+    show_totals: bool = True,
+) -> str | Path:
+    """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals. Returns the text
+    (no trailing newline) or writes ``path`` (with one) and returns it."""
+    table = prepare_table(
+        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
+        sort_by=sort_by, units=units, show_totals=show_totals,
+    )
+    text = text_table(table, max_rows=max_rows, title=title)
+    return emit(text if path is None else text + "\n", path)

@@ -1,0 +1,155 @@
+"""Human units for rendered tables: the one place where numbers become text.
+
+Conventions (stated once, used by every renderer):
+
+- **Counts** (params, MACs, FLOPs, MAdd) use decimal SI prefixes ``K M G T P`` (powers of 1000)
+  with 2 decimals and a space: ``1.82 G``, ``11.69 M``; below 1000 an integer prints as is (``512``).
+- **Byte sizes** use binary IEC prefixes ``KiB MiB GiB TiB`` (powers of 1024) with 2 decimals:
+  ``3.06 MiB``; below 1024 they print as ``512 B``. torchstat's ``memory(MB)`` was MiB too; the
+  ``i`` is always written so the unit is never ambiguous.
+- **Rates** (FLOP/s, bytes/s) use decimal SI prefixes, as vendors quote peaks: ``1.20 TB/s``.
+- **Times** are given in milliseconds and print with 3 significant figures in the unit that puts
+  the mantissa in [1, 1000): ``3.10 ms``, ``850 µs``, ``1.25 s``.
+- **Percentages** print with 2 decimals: ``12.48%``.
+
+Every formatter returns ``"-"`` for a missing value (``None`` or NaN).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from modelprof.errors import ModelProfError
+
+__all__ = [
+    "MISSING",
+    "SI_PREFIXES",
+    "IEC_PREFIXES",
+    "TIME_UNITS",
+    "format_count",
+    "format_bytes",
+    "format_rate",
+    "format_time_ms",
+    "format_percent",
+    "pick_scale",
+]
+
+MISSING = "-"
+"""What every formatter prints for ``None`` or NaN."""
+
+SI_PREFIXES: tuple[tuple[float, str], ...] = (
+    (1.0, ""), (1e3, "K"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P"),
+)
+IEC_PREFIXES: tuple[tuple[float, str], ...] = (
+    (1.0, "B"), (1024.0, "KiB"), (1024.0**2, "MiB"), (1024.0**3, "GiB"), (1024.0**4, "TiB"),
+)
+# (milliseconds per unit, symbol), largest first.
+TIME_UNITS: tuple[tuple[float, str], ...] = ((1e3, "s"), (1.0, "ms"), (1e-3, "µs"), (1e-6, "ns"))
+
+
+def _missing(value: object) -> bool:
+    if value is None:
+        return True
+    try:
+        return math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ModelProfError(f"cannot format {value!r} as a number") from None
+
+
+def _is_whole(value: float) -> bool:
+    return math.isfinite(value) and float(value).is_integer()
+
+
+def _scaled(value: float, prefixes: Sequence[tuple[float, str]], decimals: int) -> tuple[str, str]:
+    """Mantissa text and prefix symbol, choosing the prefix *after* rounding (999.999 K -> 1.00 M)."""
+    if not math.isfinite(value):
+        return ("inf" if value > 0 else "-inf"), prefixes[0][1]
+    base_scale, base_symbol = prefixes[0]
+    step = prefixes[1][0] / base_scale
+    if abs(value) < step and _is_whole(value):
+        return str(int(value)), base_symbol
+    for i, (scale, symbol) in enumerate(prefixes):
+        mantissa = round(value / scale, decimals)
+        last = i == len(prefixes) - 1
+        if abs(mantissa) < step or last:
+            return f"{mantissa:.{decimals}f}", symbol
+    raise AssertionError("unreachable")
+
+
+def format_count(value: float | int | None, *, decimals: int = 2, unit: str = "") -> str:
+    """``1814073344 -> "1.81 G"``, ``512 -> "512"``; ``unit`` is appended to the prefix (``"1.81 GFLOP"``)."""
+    if _missing(value):
+        return MISSING
+    text, prefix = _scaled(float(value), SI_PREFIXES, decimals)  # type: ignore[arg-type]
+    suffix = f"{prefix}{unit}"
+    return f"{text} {suffix}" if suffix else text
+
+
+def format_bytes(value: float | int | None, *, decimals: int = 2) -> str:
+    """``3211264 -> "3.06 MiB"``, ``512 -> "512 B"`` (binary IEC prefixes)."""
+    if _missing(value):
+        return MISSING
+    text, unit = _scaled(float(value), IEC_PREFIXES, decimals)  # type: ignore[arg-type]
+    return f"{text} {unit}"
+
+
+def format_rate(per_second: float | int | None, unit: str, *, decimals: int = 2) -> str:
+    """A rate with decimal SI prefixes: ``format_rate(1.2e12, "B/s") -> "1.20 TB/s"``."""
+    if _missing(per_second):
+        return MISSING
+    text, prefix = _scaled(float(per_second), SI_PREFIXES, decimals)  # type: ignore[arg-type]
+    return f"{text} {prefix}{unit}"
+
+
+def _three_significant(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def _fixed_for_significant(x: float) -> str:
+    """Format ``x`` (already rounded to 3 significant figures) keeping trailing zeros: 3.1 -> 3.10."""
+    if x == 0:
+        return "0"
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def format_time_ms(ms: float | int | None) -> str:
+    """A duration given in milliseconds: ``3.1 -> "3.10 ms"``, ``0.85 -> "850 µs"``, ``1250 -> "1.25 s"``."""
+    if _missing(ms):
+        return MISSING
+    value = float(ms)  # type: ignore[arg-type]
+    if value == 0:
+        return "0 ms"
+    if not math.isfinite(value):
+        return f"{'inf' if value > 0 else '-inf'} ms"
+    for i, (scale, symbol) in enumerate(TIME_UNITS):
+        mantissa = _three_significant(value / scale)
+        if abs(mantissa) >= 1 or i == len(TIME_UNITS) - 1:
+            return f"{_fixed_for_significant(mantissa)} {symbol}"
+    raise AssertionError("unreachable")
+
+
+def format_percent(percent: float | int | None, *, decimals: int = 2) -> str:
+    """A value already in percent: ``12.4816 -> "12.48%"``."""
+    if _missing(percent):
+        return MISSING
+    return f"{float(percent):.{decimals}f}%"  # type: ignore[arg-type]
+
+
+def pick_scale(
+    values: Sequence[float], prefixes: Sequence[tuple[float, str]]
+) -> tuple[float, str]:
+    """The largest ``(scale, symbol)`` not exceeding the largest magnitude in ``values``.
+
+    Used for fixed per-column units (``params (M)``): the biggest entry gets a mantissa >= 1.
+    Missing values are ignored; when every scale is too large (an all-zero or empty column, or
+    sub-nanosecond times) the smallest scale is used. ``prefixes`` may be in any order.
+    """
+    finite = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v))]
+    top = max(finite, default=0.0)
+    ordered = sorted(prefixes, key=lambda p: p[0])
+    chosen = ordered[0]
+    for scale, symbol in ordered:
+        if top >= scale:
+            chosen = (scale, symbol)
+    return chosen

@@ -1,0 +1,504 @@
+"""Table options shared by every exporter: which rows, which columns, which units.
+
+The DataFrame handed in stays numeric; :func:`prepare_table` turns a selection of it into a
+:class:`Table` of display strings (or raw number strings) that the Markdown, LaTeX, HTML and text
+writers lay out. Three unit modes:
+
+- ``"human"``: every cell carries its unit (``1.82 G``, ``3.06 MiB``, ``3.10 ms``, ``12.48%``),
+  conventions in :mod:`modelprof.render.units`.
+- ``"fixed"``: one unit per column, chosen from the column's largest value and named in the header
+  (``params (M)``, ``output (MiB)``, ``latency (ms)``); cells are bare numbers with 2 decimals. The
+  usual choice for a paper table.
+- ``"raw"``: the stored numbers, full precision, headers are the column names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.render.units import (
+    IEC_PREFIXES,
+    MISSING,
+    SI_PREFIXES,
+    TIME_UNITS,
+    format_bytes,
+    format_count,
+    format_percent,
+    format_rate,
+    format_time_ms,
+    pick_scale,
+)
+
+__all__ = [
+    "UNITS",
+    "ADDITIVE_COLUMNS",
+    "COMPACT_COLUMNS",
+    "ROOT_LABEL",
+    "TOTAL_LABEL",
+    "Table",
+    "ColumnSpec",
+    "column_spec",
+    "select_rows",
+    "select_columns",
+    "compact_columns",
+    "default_totals",
+    "prepare_table",
+]
+
+Units = Literal["human", "fixed", "raw"]
+UNITS: tuple[str, ...] = ("human", "fixed", "raw")
+
+ADDITIVE_COLUMNS: tuple[str, ...] = (
+    "params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes",
+)
+"""Columns whose leaf rows add up to the model total (used when no totals are given)."""
+
+COMPACT_COLUMNS: tuple[str, ...] = (
+    "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
+    "latency_ms", "latency_pct",
+)
+"""A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
+
+ROOT_LABEL = "(root)"
+"""How human-readable tables show the root module, whose qualified name is ``""``."""
+TOTAL_LABEL = "total"
+
+# kind: how a column is formatted.
+#   text, int, bool            as they are
+#   count                      SI-prefixed count (params, MACs, FLOPs)
+#   bytes                      IEC-prefixed byte size
+#   time_ms                    a duration stored in milliseconds
+#   percent                    a value already in percent
+#   ratio                      a fraction shown as percent (efficiency 0.45 -> 45.00%)
+#   float                      a plain number, 2 decimals
+#   gflops, gbps               rates stored in GFLOP/s and GB/s (1e9 units)
+#   multiple                   a ratio to a baseline (compare's *_x columns): 0.61 -> 0.61×
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How one column is shown: its human header and its formatting kind."""
+
+    header: str
+    kind: str
+
+
+_SPECS: dict[str, ColumnSpec] = {
+    # modelprof view
+    "module": ColumnSpec("module", "text"),
+    "type": ColumnSpec("type", "text"),
+    "call": ColumnSpec("call", "int"),
+    "depth": ColumnSpec("depth", "int"),
+    "leaf": ColumnSpec("leaf", "bool"),
+    "input_shape": ColumnSpec("input shape", "text"),
+    "output_shape": ColumnSpec("output shape", "text"),
+    "params": ColumnSpec("params", "count"),
+    "macs": ColumnSpec("MACs", "count"),
+    "flops": ColumnSpec("FLOPs", "count"),
+    "madd": ColumnSpec("MAdd", "count"),
+    "output_bytes": ColumnSpec("output", "bytes"),
+    "read_bytes": ColumnSpec("read", "bytes"),
+    "write_bytes": ColumnSpec("write", "bytes"),
+    "latency_ms": ColumnSpec("latency", "time_ms"),
+    "latency_std_ms": ColumnSpec("latency std", "time_ms"),
+    "latency_pct": ColumnSpec("latency share", "percent"),
+    "peak_memory_bytes": ColumnSpec("peak memory", "bytes"),
+    # roofline columns (modelprof.roofline.add_roofline)
+    "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
+    "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),
+    "intensity": ColumnSpec("intensity (FLOP/B)", "float"),
+    "roofline_ms": ColumnSpec("roofline", "time_ms"),
+    "bound": ColumnSpec("bound", "text"),
+    "efficiency": ColumnSpec("efficiency", "ratio"),
+    # torchstat view
+    "module name": ColumnSpec("module name", "text"),
+    "input shape": ColumnSpec("input shape", "text"),
+    "output shape": ColumnSpec("output shape", "text"),
+    "memory(MB)": ColumnSpec("memory (MiB)", "float"),
+    "MAdd": ColumnSpec("MAdd", "count"),
+    "Flops": ColumnSpec("Flops", "count"),
+    "MemRead(B)": ColumnSpec("MemRead", "bytes"),
+    "MemWrite(B)": ColumnSpec("MemWrite", "bytes"),
+    "duration[%]": ColumnSpec("duration", "percent"),
+    "MemR+W(B)": ColumnSpec("MemR+W", "bytes"),
+    # compare / throughput columns
+    "fps": ColumnSpec("FPS", "float"),
+    "samples_per_s": ColumnSpec("samples/s", "float"),
+    "batch_size": ColumnSpec("batch size", "int"),
+    "throughput_samples_per_s": ColumnSpec("throughput (samples/s)", "float"),
+    "throughput_batch_size": ColumnSpec("throughput batch", "int"),
+}
+
+_SUFFIX_KINDS: tuple[tuple[str, str], ...] = (
+    ("_ms", "time_ms"), ("_bytes", "bytes"), ("_pct", "percent"), ("_x", "multiple"),
+)
+_NUMERIC_KINDS = frozenset(
+    {"int", "count", "bytes", "time_ms", "percent", "ratio", "float", "gflops", "gbps", "multiple"}
+)
+
+
+def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
+    """The display spec of a column: known names first, then unit suffixes, then the dtype."""
+    if name in _SPECS:
+        return _SPECS[name]
+    for suffix, kind in _SUFFIX_KINDS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            base = name[: -len(suffix)].replace("_", " ")
+            return ColumnSpec(f"{base} ratio" if kind == "multiple" else base, kind)
+    header = str(name).replace("_", " ")
+    if series is not None:
+        if pd.api.types.is_bool_dtype(series.dtype):
+            return ColumnSpec(header, "bool")
+        if pd.api.types.is_integer_dtype(series.dtype):
+            return ColumnSpec(header, "int")
+        if pd.api.types.is_float_dtype(series.dtype):
+            return ColumnSpec(header, "float")
+    return ColumnSpec(header, "text")
+
+
+# ---------------------------------------------------------------------------------- selection
+
+
+def _check_frame(df: object) -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame):
+        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    return df
+
+
+def _require(df: pd.DataFrame, column: str, option: str) -> None:
+    if column not in df.columns:
+        raise ModelProfError(
+            f"{option} needs a {column!r} column; the table has {list(map(str, df.columns))}"
+        )
+
+
+def _default_sort_column(df: pd.DataFrame) -> str:
+    if "latency_ms" in df.columns and df["latency_ms"].notna().any():
+        return "latency_ms"
+    for name in ("flops", "Flops", "macs"):
+        if name in df.columns:
+            return name
+    raise ModelProfError(
+        f"top_k needs sort_by= (no latency_ms or flops column in {list(map(str, df.columns))})"
+    )
+
+
+def select_rows(
+    df: pd.DataFrame,
+    depth: int | None = None,
+    leaf_only: bool = False,
+    top_k: int | None = None,
+    sort_by: str | None = None,
+    *,
+    ascending: bool = False,
+) -> pd.DataFrame:
+    """Rows to show, in execution order unless sorting is asked for.
+
+    - ``depth=k`` keeps modules at depth <= k. Parents already aggregate their children, so this
+      collapses the tree to k levels.
+    - ``leaf_only=True`` keeps the leaves: without ``depth``, rows with ``leaf`` true; with
+      ``depth=k``, the leaves of the collapsed tree (rows at depth k, and true leaves above it),
+      so the kept rows still add up to the totals.
+    - ``sort_by=col`` sorts by that column, largest first (``ascending=True`` for smallest first),
+      missing values last; ``top_k=n`` then keeps the first n. ``top_k`` without ``sort_by`` ranks
+      by ``latency_ms`` when measured, else by ``flops``. Combine with ``leaf_only=True`` for
+      "the n most expensive layers" (the root always ranks first otherwise).
+    """
+    df = _check_frame(df)
+    out = df
+    if depth is not None:
+        if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 0:
+            raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
+        _require(df, "depth", "depth=")
+        if leaf_only:
+            _require(df, "leaf", "leaf_only=True")
+            keep = (out["depth"] == depth) | (out["leaf"].astype(bool) & (out["depth"] < depth))
+        else:
+            keep = out["depth"] <= depth
+        out = out[keep]
+    elif leaf_only:
+        _require(df, "leaf", "leaf_only=True")
+        out = out[out["leaf"].astype(bool)]
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ModelProfError(f"top_k must be a positive integer, got {top_k!r}")
+        if sort_by is None:
+            sort_by = _default_sort_column(out)
+    if sort_by is not None:
+        _require(df, sort_by, f"sort_by={sort_by!r}")
+        out = out.sort_values(sort_by, ascending=ascending, kind="stable", na_position="last")
+    if top_k is not None:
+        out = out.head(int(top_k))
+    return out.copy()
+
+
+def select_columns(df: pd.DataFrame, columns: Iterable[str] | None) -> pd.DataFrame:
+    """The given columns in the given order; ``None`` keeps them all. Unknown names are an error."""
+    df = _check_frame(df)
+    if columns is None:
+        return df
+    if isinstance(columns, str):
+        columns = [columns]
+    wanted = list(columns)
+    unknown = [c for c in wanted if c not in df.columns]
+    if unknown:
+        raise ModelProfError(
+            f"unknown column(s) {unknown}; available: {list(map(str, df.columns))}"
+        )
+    if len(set(wanted)) != len(wanted):
+        dupes = sorted({c for c in wanted if wanted.count(c) > 1})
+        raise ModelProfError(f"column(s) {dupes} asked for more than once")
+    return df[wanted]
+
+
+def compact_columns(df: pd.DataFrame) -> list[str]:
+    """The :data:`COMPACT_COLUMNS` that ``df`` has (an untimed report has no latency columns)."""
+    return [c for c in COMPACT_COLUMNS if c in df.columns]
+
+
+def default_totals(df: pd.DataFrame) -> dict[str, float] | None:
+    """Totals derived from the leaf rows for the additive columns, or None without a ``leaf`` column.
+
+    Only a fallback: the Report's own totals count shared parameters once and should be preferred.
+    """
+    if "leaf" not in df.columns:
+        return None
+    leaves = df[df["leaf"].astype(bool)]
+    return {c: leaves[c].sum().item() for c in ADDITIVE_COLUMNS if c in df.columns}
+
+
+# ---------------------------------------------------------------------------------- formatting
+
+
+@dataclass(frozen=True)
+class Table:
+    """A selection of a report rendered to strings, ready for a layout (Markdown, LaTeX, ...).
+
+    ``frame`` keeps the selected rows with *all* their numeric columns (for bars and indentation);
+    ``cells`` holds one tuple of strings per row, in ``columns`` order.
+    """
+
+    columns: tuple[str, ...]
+    headers: tuple[str, ...]
+    kinds: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
+    totals: tuple[str, ...] | None
+    units: str
+    frame: pd.DataFrame = field(repr=False, compare=False)
+
+    @property
+    def numeric(self) -> tuple[bool, ...]:
+        """Per column: right-align it (numbers) or not (text)."""
+        return tuple(k in _NUMERIC_KINDS for k in self.kinds)
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _raw_cell(value: Any) -> str:
+    if _is_missing(value):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def _human_formatter(kind: str) -> Callable[[Any], str]:
+    def text(v: Any) -> str:
+        return MISSING if _is_missing(v) else str(v)
+
+    def integer(v: Any) -> str:
+        if _is_missing(v):
+            return MISSING
+        f = float(v)
+        return str(int(f)) if f.is_integer() else f"{f:.2f}"
+
+    def boolean(v: Any) -> str:
+        return MISSING if _is_missing(v) else ("yes" if bool(v) else "no")
+
+    def plain(v: Any) -> str:
+        return MISSING if _is_missing(v) else f"{float(v):.2f}"
+
+    table: dict[str, Callable[[Any], str]] = {
+        "text": text,
+        "int": integer,
+        "bool": boolean,
+        "count": format_count,
+        "bytes": format_bytes,
+        "time_ms": format_time_ms,
+        "percent": format_percent,
+        "ratio": lambda v: MISSING if _is_missing(v) else format_percent(float(v) * 100.0),
+        "float": plain,
+        "gflops": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "FLOP/s"),
+        "gbps": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "B/s"),
+        "multiple": lambda v: MISSING if _is_missing(v) else f"{float(v):.2f}×",
+    }
+    return table[kind]
+
+
+def _fixed_formatter(kind: str, header: str, values: Sequence[Any]) -> tuple[str, Callable[[Any], str]]:
+    """Header with the column's unit and a formatter printing bare numbers in that unit."""
+
+    def scaled(scale: float) -> Callable[[Any], str]:
+        return lambda v: MISSING if _is_missing(v) else f"{float(v) / scale:.2f}"
+
+    if kind not in _NUMERIC_KINDS:
+        return header, _human_formatter(kind)
+    numbers = [float(v) for v in values if not _is_missing(v)]
+    if kind == "count":
+        scale, prefix = pick_scale(numbers, SI_PREFIXES)
+        if scale == 1.0:
+            return header, _human_formatter("int")
+        return f"{header} ({prefix})", scaled(scale)
+    if kind == "bytes":
+        scale, unit = pick_scale(numbers, IEC_PREFIXES)
+        if scale == 1.0:
+            return f"{header} (B)", _human_formatter("int")
+        return f"{header} ({unit})", scaled(scale)
+    if kind == "time_ms":
+        scale, unit = pick_scale(numbers, TIME_UNITS)
+        return f"{header} ({unit})", scaled(scale)
+    if kind == "percent":
+        return f"{header} (%)", scaled(1.0)
+    if kind == "ratio":
+        return f"{header} (%)", scaled(0.01)
+    if kind == "multiple":
+        return f"{header} (×)", scaled(1.0)
+    if kind in ("gflops", "gbps"):
+        base = header.replace("FLOP/s", "").replace("B/s", "").strip() or "achieved"
+        unit = "FLOP/s" if kind == "gflops" else "B/s"
+        scale, prefix = pick_scale([v * 1e9 for v in numbers], SI_PREFIXES)
+        return f"{base} ({prefix}{unit})", scaled(scale / 1e9)
+    return header, _human_formatter(kind)
+
+
+def _check_units(units: str) -> str:
+    if units not in UNITS:
+        raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
+    return units
+
+
+def _with_index(df: pd.DataFrame) -> pd.DataFrame:
+    """Show a meaningful index (compare results keyed by model name) as the first column."""
+    index = df.index
+    if isinstance(index, pd.RangeIndex) and index.name is None:
+        return df
+    if (index.name is None and not isinstance(index, pd.MultiIndex)
+            and pd.api.types.is_integer_dtype(index.dtype)):
+        return df  # a filtered/sorted RangeIndex: just row labels
+    return df.reset_index()
+
+
+def _module_labels(modules: pd.Series, calls: pd.Series | None) -> list[str]:
+    """Display names: the root as ``(root)``, and ``relu #2`` for a repeated call when the ``call``
+    column is not shown."""
+    labels = [ROOT_LABEL if m == "" else str(m) for m in modules]
+    if calls is not None:
+        labels = [f"{m} #{int(c)}" if int(c) > 1 else m for m, c in zip(labels, calls)]
+    return labels
+
+
+def _label_column(columns: Sequence[str], kinds: Sequence[str], totals: Mapping[str, Any]) -> int | None:
+    for i, (name, kind) in enumerate(zip(columns, kinds)):
+        if kind == "text" and name not in totals:
+            return i
+    for i, name in enumerate(columns):
+        if name not in totals:
+            return i
+    return None
+
+
+def prepare_table(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    columns: Iterable[str] | None = None,
+    depth: int | None = None,
+    leaf_only: bool = False,
+    top_k: int | None = None,
+    sort_by: str | None = None,
+    units: str = "human",
+    show_totals: bool = True,
+) -> Table:
+    """Select rows and columns of ``df`` and render the cells, plus a totals row.
+
+    ``totals`` maps column names to the model totals (``Report.totals``, optionally with
+    ``latency_ms`` for the end-to-end latency); without it the totals of the additive columns are
+    summed from the leaf rows of the *whole* table (before any row selection), and a table without
+    a ``leaf`` column (torchstat view, compare results) gets no totals row.
+    """
+    df = _check_frame(df)
+    units = _check_units(units)
+    if totals is None:
+        totals = default_totals(df)
+    totals = dict(totals) if (totals is not None and show_totals) else None
+    rows = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
+    rows = _with_index(rows)
+    shown = select_columns(rows, columns)
+    names = [str(c) for c in shown.columns]
+    specs = [column_spec(n, shown[n]) for n in names]
+    kinds = [s.kind for s in specs]
+
+    headers: list[str] = []
+    formatters: list[Callable[[Any], str]] = []
+    for name, spec in zip(names, specs):
+        if units == "raw":
+            headers.append(name)
+            formatters.append(_raw_cell)
+        elif units == "human":
+            headers.append(spec.header)
+            formatters.append(_human_formatter(spec.kind))
+        else:
+            values = list(shown[name])
+            if totals is not None and name in totals:
+                values.append(totals[name])
+            header, fmt = _fixed_formatter(spec.kind, spec.header, values)
+            headers.append(header)
+            formatters.append(fmt)
+
+    columns_data = [list(shown[n]) for n in names]
+    if units != "raw" and "module" in names:
+        columns_data[names.index("module")] = _module_labels(
+            shown["module"], rows["call"] if "call" in rows.columns and "call" not in names else None
+        )
+    cells = tuple(
+        tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
+    )
+
+    totals_cells: tuple[str, ...] | None = None
+    if totals is not None:
+        label_at = _label_column(names, kinds, totals)
+        out = []
+        for i, (name, fmt) in enumerate(zip(names, formatters)):
+            if i == label_at:
+                out.append(TOTAL_LABEL)
+            elif name in totals:
+                out.append(fmt(totals[name]))
+            else:
+                out.append("")
+        totals_cells = tuple(out)
+
+    return Table(
+        columns=tuple(names),
+        headers=tuple(headers),
+        kinds=tuple(kinds),
+        cells=cells,
+        totals=totals_cells,
+        units=units,
+        frame=rows,
+    )
+

@@ -1,0 +1,156 @@
+"""Figures: built without pyplot, saved as PNG/SVG, errors that name the missing piece."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("matplotlib")
+from matplotlib.figure import Figure  # noqa: E402
+
+from modelprof.errors import ModelProfError  # noqa: E402
+from modelprof.plots import (  # noqa: E402
+    plot_compare,
+    plot_flops,
+    plot_latency,
+    plot_roofline,
+    plot_throughput,
+)
+from modelprof.roofline import Peaks  # noqa: E402
+from test_render_fixture import report_frame  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Peaks chosen so the fixture's layers sit on both sides of the ridge (1e9 / 1e9 = 1 FLOP/B):
+# conv1 at 13824 / 2224 = 6.2 FLOP/B is compute bound, layer1.0 at 1152 / 1576 = 0.73 memory bound.
+PEAKS = Peaks(peak_flops=1e9, peak_bytes=1e9, source="user", device="toy", dtype="float32")
+
+
+def _compare() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"params": [11_689_512, 5_483_032], "flops": [3.63e9, 0.44e9],
+         "latency_median_ms": [3.1, 1.9], "output_bytes": [2**20, 2**19]},
+        index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"),
+    )
+
+
+def _curve() -> pd.DataFrame:
+    return pd.DataFrame({"batch_size": [1, 2, 4, 8, 16], "samples_per_s": [100.0, 180, 300, 320, 310]})
+
+
+def _bar_labels(fig: Figure) -> list[str]:
+    return [t.get_text() for t in fig.axes[0].get_yticklabels()]
+
+
+def test_plot_latency_top_k_slowest_leaves_first(tmp_path: Path) -> None:
+    fig = plot_latency(report_frame(), top_k=3, save=tmp_path / "lat.png")
+    assert isinstance(fig, Figure)
+    # leaves by latency: conv1 0.3, layer1.0 0.2, then bn1 / layer1.(self) at 0.1 (bn1 first)
+    assert _bar_labels(fig) == ["conv1", "layer1.0", "bn1"]
+    assert (tmp_path / "lat.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_plot_flops_svg_and_repeated_calls_are_labelled(tmp_path: Path) -> None:
+    fig = plot_flops(report_frame(), top_k=None, save=tmp_path / "sub" / "flops.svg")
+    labels = _bar_labels(fig)
+    assert labels[0] == "conv1" and "relu #2" in labels and len(labels) == 7  # all 7 leaves
+    assert "<svg" in (tmp_path / "sub" / "flops.svg").read_text(encoding="utf-8")
+
+
+def test_plot_flops_of_another_column() -> None:
+    fig = plot_flops(report_frame(), top_k=1, column="params")
+    assert _bar_labels(fig) == ["conv1"]  # 108 params
+    assert fig.axes[0].get_xlabel() == "params"
+
+
+def test_plot_roofline_places_timed_leaves(tmp_path: Path) -> None:
+    fig = plot_roofline(report_frame(), PEAKS, save=tmp_path / "roof.png")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    points = sum(len(c.get_offsets()) for c in ax.collections)
+    assert points == 7  # every leaf has FLOPs, bytes and a latency
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "compute bound" in legend and "memory bound" in legend
+    # the roof: flat at 1e9 FLOP/s right of the ridge
+    roof = ax.lines[0].get_ydata()
+    assert roof.max() == pytest.approx(1e9)
+    assert (tmp_path / "roof.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_plot_roofline_needs_timing() -> None:
+    with pytest.raises(ModelProfError, match="latency_ms"):
+        plot_roofline(report_frame(timed=False), PEAKS)
+    df = report_frame()
+    df["latency_ms"] = np.nan
+    with pytest.raises(ModelProfError, match="no timed row"):
+        plot_roofline(df, PEAKS)
+    with pytest.raises(ModelProfError, match="Peaks"):
+        plot_roofline(report_frame(), None)
+
+
+def test_plot_throughput_marks_the_best_point(tmp_path: Path) -> None:
+    fig = plot_throughput(_curve(), save=tmp_path / "tp.svg")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    assert "320.0/s at batch size 8" in ax.get_legend().get_texts()[0].get_text()
+    assert "<svg" in (tmp_path / "tp.svg").read_text(encoding="utf-8")
+
+
+def test_plot_throughput_errors() -> None:
+    with pytest.raises(ModelProfError, match="samples_per_s"):
+        plot_throughput(pd.DataFrame({"batch_size": [1]}))
+    with pytest.raises(ModelProfError, match="no points"):
+        plot_throughput(pd.DataFrame({"batch_size": [1], "fps": [np.nan]}))
+
+
+def test_plot_compare_one_panel_per_metric(tmp_path: Path) -> None:
+    fig = plot_compare(_compare(), metrics=["params", "latency_median_ms", "output_bytes"],
+                       save=tmp_path / "cmp.png")
+    assert len(fig.axes) == 3
+    assert [a.get_title() for a in fig.axes] == ["params", "latency median", "output"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["resnet18", "mobilenet_v3_large"]
+    annotations = [t.get_text() for t in fig.axes[1].texts]
+    assert annotations == ["3.10 ms", "1.90 ms"]
+    assert (tmp_path / "cmp.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_plot_compare_names_missing_metrics() -> None:
+    with pytest.raises(ModelProfError, match=r"\['latency_ms'\]"):
+        plot_compare(_compare(), metrics=["params", "latency_ms"])
+
+
+def test_save_rejects_unknown_formats(tmp_path: Path) -> None:
+    with pytest.raises(ModelProfError, match="plot.bmp"):
+        plot_latency(report_frame(), save=tmp_path / "plot.bmp")
+
+
+def test_plot_latency_without_timing_says_so() -> None:
+    with pytest.raises(ModelProfError, match="timing=True"):
+        plot_latency(report_frame(timed=False))
+
+
+def test_missing_matplotlib_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
+    with pytest.raises(ModelProfError, match=r"pip install modelprof\[plot\]"):
+        plot_flops(report_frame())
+
+
+def test_no_pyplot_state_is_created() -> None:
+    before = set(sys.modules)
+    plot_flops(report_frame())
+    if "matplotlib.pyplot" not in before:
+        assert "matplotlib.pyplot" not in sys.modules
+    else:
+        import matplotlib.pyplot as plt
+
+        n = len(plt.get_fignums())
+        plot_flops(report_frame())
+        assert len(plt.get_fignums()) == n
+
+
+def test_plot_compare_default_metrics_are_those_present() -> None:
+    fig = plot_compare(_compare())
+    # params, flops and latency_median_ms are in the frame; throughput_samples_per_s is not
+    assert [a.get_title() for a in fig.axes] == ["params", "FLOPs", "latency median"]

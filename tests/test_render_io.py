@@ -1,0 +1,178 @@
+"""JSON and CSV exporters: what is written reads back to an equal DataFrame, dtypes included."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modelprof.errors import ModelProfError
+from modelprof.render import read_csv, read_json, to_csv, to_json
+from test_render_fixture import report_frame, report_totals
+
+ENV = {"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32", "batch_size": 1,
+       "torch_version": "2.14.1", "threads": 2}
+
+
+def _tricky(df: pd.DataFrame) -> pd.DataFrame:
+    """Floats that only survive with full precision, a NaN, an infinity, text with CSV quoting."""
+    df = df.copy()
+    df.loc[1, "latency_ms"] = 0.1 + 0.2  # 0.30000000000000004
+    df.loc[2, "latency_ms"] = 1 / 3
+    df.loc[3, "latency_std_ms"] = 1e-300
+    df.loc[4, "latency_std_ms"] = math.inf
+    df.loc[5, "latency_pct"] = math.nan
+    df.loc[6, "type"] = 'Weird, "quoted"\ttype'
+    return df
+
+
+# ------------------------------------------------------------------------------------------ JSON
+
+
+def test_json_round_trip_is_exact(tmp_path: Path) -> None:
+    df = _tricky(report_frame())
+    path = to_json(df, report_totals(), ENV, path=tmp_path / "out" / "report.json")
+    assert path == tmp_path / "out" / "report.json"
+    back, totals, env = read_json(path)
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    assert back["module"].iloc[0] == ""  # the root's name is not NaN
+    assert math.isinf(back["latency_std_ms"].iloc[4]) and math.isnan(back["latency_pct"].iloc[5])
+    assert totals == report_totals()
+    assert env == ENV
+
+
+def test_json_is_strict_json_with_dtypes() -> None:
+    text = to_json(report_frame(), report_totals(), ENV)
+    doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert doc["format"] == "modelprof" and doc["version"] == 1
+    assert doc["columns"][:5] == ["module", "type", "call", "depth", "leaf"]
+    assert doc["dtypes"][2:5] == ["int64", "int64", "bool"]
+    assert doc["data"][0][-1] is None  # peak_memory_bytes NaN -> null
+    assert read_json(text)[0].equals(report_frame())  # the JSON text itself is accepted
+
+
+def test_json_keeps_a_named_index_and_numpy_values_in_env() -> None:
+    cmp = pd.DataFrame({"params": [11_689_512, 5_483_032], "latency_median_ms": [3.1, np.nan]},
+                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    env = {"threads": np.int64(2), "clock_mhz": np.float64(1980.0), "flags": (True, None)}
+    back, totals, env_back = read_json(to_json(cmp, None, env))
+    pd.testing.assert_frame_equal(back, cmp, check_exact=True)
+    assert totals is None
+    assert env_back == {"threads": 2, "clock_mhz": 1980.0, "flags": [True, None]}
+
+
+def test_json_selection_options() -> None:
+    back, _, _ = read_json(to_json(report_frame(), depth=0, columns=["module", "flops"]))
+    assert back["flops"].tolist() == [16640] and list(back.columns) == ["module", "flops"]
+
+
+def test_json_rejects_values_it_cannot_write() -> None:
+    with pytest.raises(ModelProfError, match=r"env\['model'\]"):
+        to_json(report_frame(), env={"model": object()})
+
+
+def test_read_json_errors_name_the_source(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    with pytest.raises(ModelProfError, match="not a modelprof JSON"):
+        read_json(other)
+    newer = tmp_path / "newer.json"
+    doc = json.loads(to_json(report_frame()))
+    doc["version"] = 99
+    newer.write_text(json.dumps(doc))
+    with pytest.raises(ModelProfError, match="version 99"):
+        read_json(newer)
+    with pytest.raises(ModelProfError, match="missing.json"):
+        read_json(tmp_path / "missing.json")
+
+
+# ------------------------------------------------------------------------------------------- CSV
+
+
+def test_csv_round_trip_is_exact(tmp_path: Path) -> None:
+    df = _tricky(report_frame())
+    path = to_csv(df, path=tmp_path / "a" / "report.csv")
+    back = read_csv(path)
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    assert back["module"].iloc[0] == ""  # not NaN
+    assert back["leaf"].dtype == bool and back["leaf"].tolist()[:2] == [False, True]
+    assert back["peak_memory_bytes"].dtype == np.float64  # an all-NaN column stays float
+
+
+def test_csv_has_raw_numbers_and_no_totals_row() -> None:
+    text = to_csv(report_frame())
+    lines = text.splitlines()
+    assert lines[0].split(",")[:3] == ["module", "type", "call"]
+    assert lines[1].startswith(",Net,1,0,False,")  # root: empty name
+    assert len(lines) == 1 + 9  # header + 9 rows, no totals
+    assert "total" not in text
+
+
+def test_csv_round_trip_of_an_untimed_report() -> None:
+    df = report_frame(timed=False)
+    pd.testing.assert_frame_equal(read_csv(to_csv(df)), df, check_exact=True)
+
+
+def test_csv_round_trip_of_the_torchstat_view() -> None:
+    ts = pd.DataFrame({
+        "module name": ["conv1", "avgpool", "total"], "input shape": ["3x224x224", "512x7x7", ""],
+        "output shape": ["64x112x112", "512x1x1", ""], "params": [9408, 0, 9408],
+        "memory(MB)": [3.06, 0.0, 3.06], "MAdd": [235225088, 0, 235225088],
+        "Flops": [118013952, 0, 118013952], "MemRead(B)": [639744, 0, 639744],
+        "MemWrite(B)": [3211264, 0, 3211264], "duration[%]": [12.0, 0.0, 12.0],
+        "MemR+W(B)": [3851008, 0, 3851008],
+    })
+    pd.testing.assert_frame_equal(read_csv(to_csv(ts)), ts, check_exact=True)
+
+
+def test_csv_infers_unknown_columns_and_honours_overrides() -> None:
+    df = pd.DataFrame({"n": [1, 2], "x": [0.5, np.nan], "flag": [True, False], "code": ["007", "8"]})
+    back = read_csv(to_csv(df))
+    assert back["n"].dtype == np.int64 and back["x"].dtype == np.float64
+    assert back["flag"].dtype == bool
+    assert back["code"].tolist() == [7, 8]  # digits only: inferred as integers...
+    kept = read_csv(to_csv(df), dtypes={"code": "str"})
+    pd.testing.assert_frame_equal(kept, df, check_exact=True)  # ...unless told it is text
+
+
+def test_csv_writes_a_named_index_as_a_column() -> None:
+    cmp = pd.DataFrame({"params": [1, 2]}, index=pd.Index(["a", "b"], name="model"))
+    back = read_csv(to_csv(cmp))
+    assert list(back.columns) == ["model", "params"] and back["model"].tolist() == ["a", "b"]
+
+
+def test_read_csv_errors() -> None:
+    with pytest.raises(ModelProfError, match="no CSV file at 'nowhere.csv'"):
+        read_csv("nowhere.csv")
+    bad = to_csv(report_frame()).replace(",False,", ",maybe,", 1)
+    with pytest.raises(ModelProfError, match="'leaf'.*'maybe'"):
+        read_csv(bad)
+    with pytest.raises(ModelProfError, match="'nope'"):
+        read_csv(to_csv(report_frame()), dtypes={"nope": "str"})
+
+
+def test_roofline_columns_round_trip_including_a_missing_bound() -> None:
+    from modelprof.roofline import Peaks, add_roofline
+
+    df = add_roofline(report_frame(), Peaks(1e9, 1e9))
+    df.loc[3, "bound"] = None  # a row without work has no bound
+    assert df["bound"].isna().sum() == 1
+    pd.testing.assert_frame_equal(read_json(to_json(df))[0], df, check_exact=True)
+    pd.testing.assert_frame_equal(read_csv(to_csv(df)), df, check_exact=True)
+
+
+def test_empty_tables_round_trip() -> None:
+    empty = report_frame().head(0)
+    pd.testing.assert_frame_equal(read_json(to_json(empty))[0], empty)
+    assert list(read_csv(to_csv(empty)).columns) == list(empty.columns)
+
+
+def test_json_writes_one_line_per_row() -> None:
+    lines = to_json(report_frame()).splitlines()
+    rows = [line for line in lines if line.startswith('    ["')]
+    assert len(rows) == 9  # one per module call
+    assert any(line.startswith('  "columns": ["module", "type"') for line in lines)
+    assert to_json(report_frame(), indent=None).count("\n") == 1  # compact: one line

@@ -1,0 +1,208 @@
+"""Row/column selection and unit modes shared by every exporter (modelprof.render.views)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modelprof.errors import ModelProfError
+from modelprof.render.views import (
+    ROOT_LABEL,
+    column_spec,
+    compact_columns,
+    default_totals,
+    prepare_table,
+    select_columns,
+    select_rows,
+)
+from test_render_fixture import ADDITIVE, report_frame, report_totals
+
+
+def _names(df: pd.DataFrame) -> list[str]:
+    return [f"{m}#{c}" for m, c in zip(df["module"], df["call"])]
+
+
+def test_depth_collapses_to_the_upper_levels() -> None:
+    df = report_frame()
+    assert _names(select_rows(df, depth=0)) == ["#1"]
+    # depth <= 1: root, conv1, bn1, relu#1, layer1, relu#2 (layer1's three children dropped)
+    assert _names(select_rows(df, depth=1)) == [
+        "#1", "conv1#1", "bn1#1", "relu#1", "layer1#1", "relu#2",
+    ]
+    assert len(select_rows(df, depth=5)) == len(df)
+
+
+def test_leaf_only_rows_add_up_to_the_totals() -> None:
+    leaves = select_rows(report_frame(), leaf_only=True)
+    assert len(leaves) == 7  # conv1, bn1, relu x2, layer1.0, layer1.1, layer1.(self)
+    assert leaves[ADDITIVE].sum().to_dict() == report_totals()
+
+
+def test_depth_with_leaf_only_keeps_the_frontier_of_the_collapsed_tree() -> None:
+    frontier = select_rows(report_frame(), depth=1, leaf_only=True)
+    # depth-1 rows (the leaves of the tree cut at depth 1): layer1 stands for its children
+    assert _names(frontier) == ["conv1#1", "bn1#1", "relu#1", "layer1#1", "relu#2"]
+    assert frontier[ADDITIVE].sum().to_dict() == report_totals()
+
+
+def test_top_k_ranks_by_latency_by_default() -> None:
+    top = select_rows(report_frame(), leaf_only=True, top_k=2)
+    assert _names(top) == ["conv1#1", "layer1.0#1"]  # 0.3 ms and 0.2 ms
+
+
+def test_top_k_ranks_by_flops_without_timing() -> None:
+    top = select_rows(report_frame(timed=False), leaf_only=True, top_k=2)
+    assert _names(top) == ["conv1#1", "layer1.0#1"]  # 13824 and 1152 FLOPs
+    assert top["flops"].tolist() == [13824, 1152]
+
+
+def test_sort_by_keeps_ties_in_execution_order() -> None:
+    rows = select_rows(report_frame(), leaf_only=True, sort_by="params", ascending=True)
+    # params 0 for relu#1, layer1.1, layer1.(self), relu#2 (in that order), then 8, 10, 108
+    assert _names(rows) == [
+        "relu#1", "layer1.1#1", "layer1.(self)#1", "relu#2", "bn1#1", "layer1.0#1", "conv1#1",
+    ]
+
+
+def test_selection_does_not_modify_the_input() -> None:
+    df = report_frame()
+    before = df.copy()
+    select_rows(df, depth=1, leaf_only=True, top_k=2, sort_by="flops")
+    pd.testing.assert_frame_equal(df, before)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"depth": -1}, "-1"),
+        ({"depth": "1"}, "'1'"),
+        ({"depth": True}, "True"),
+        ({"top_k": 0}, "0"),
+        ({"sort_by": "nope"}, "'nope'"),
+    ],
+)
+def test_bad_row_options_name_the_value(kwargs: dict, fragment: str) -> None:
+    with pytest.raises(ModelProfError, match=fragment):
+        select_rows(report_frame(), **kwargs)
+
+
+def test_depth_on_a_table_without_depth_is_an_error() -> None:
+    with pytest.raises(ModelProfError, match="'depth'"):
+        select_rows(pd.DataFrame({"model": ["a"], "flops": [1]}), depth=1)
+
+
+def test_select_columns_keeps_the_order_given_and_names_unknown_columns() -> None:
+    df = report_frame()
+    assert list(select_columns(df, ["flops", "module"]).columns) == ["flops", "module"]
+    assert select_columns(df, None) is df
+    with pytest.raises(ModelProfError, match=r"\['nope', 'latency'\]"):
+        select_columns(df, ["module", "nope", "latency"])
+    with pytest.raises(ModelProfError, match="'flops'"):
+        select_columns(df, ["flops", "flops"])
+
+
+def test_compact_columns_skip_latency_when_untimed() -> None:
+    assert "latency_ms" in compact_columns(report_frame())
+    assert compact_columns(report_frame(timed=False)) == [
+        "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
+    ]
+
+
+def test_default_totals_sum_the_leaf_rows() -> None:
+    assert default_totals(report_frame()) == report_totals()
+    assert default_totals(pd.DataFrame({"flops": [1]})) is None  # no leaf column
+
+
+def test_human_table_headers_cells_and_totals() -> None:
+    totals = {**report_totals(), "latency_ms": 1.0}
+    t = prepare_table(report_frame(), totals, columns=["module", "params", "flops", "read_bytes",
+                                                       "latency_ms", "latency_pct", "leaf"])
+    assert t.headers == ("module", "params", "FLOPs", "read", "latency", "latency share", "leaf")
+    assert t.cells[0] == (ROOT_LABEL, "126", "16.64 K", "6.24 KiB", "1.00 ms", "100.00%", "no")
+    # conv1: 13824 -> 13.82 K; 1200 B / 1024 = 1.17 KiB; 0.3 ms -> 300 µs; 0.3 / 1.0 = 30%
+    assert t.cells[1] == ("conv1", "108", "13.82 K", "1.17 KiB", "300 µs", "30.00%", "yes")
+    assert t.totals == ("total", "126", "16.64 K", "6.24 KiB", "1.00 ms", "", "")
+    assert t.numeric == (False, True, True, True, True, True, False)
+
+
+def test_raw_table_keeps_the_stored_numbers() -> None:
+    t = prepare_table(report_frame(), report_totals(), units="raw",
+                      columns=["module", "flops", "latency_ms", "peak_memory_bytes"])
+    assert t.headers == ("module", "flops", "latency_ms", "peak_memory_bytes")
+    assert t.cells[0] == ("", "16640", "1.0", "")  # root keeps its empty name; NaN is empty
+    assert t.totals == ("total", "16640", "", "")
+
+
+def test_fixed_units_put_one_unit_per_column_in_the_header() -> None:
+    t = prepare_table(report_frame(), report_totals(), units="fixed",
+                      columns=["module", "params", "flops", "read_bytes", "latency_ms", "latency_pct"])
+    # params max 126 -> no prefix; flops max 16640 -> K; bytes max 6392 -> KiB; latency max 1 ms
+    assert t.headers == ("module", "params", "FLOPs (K)", "read (KiB)", "latency (ms)", "latency share (%)")
+    # conv1: 13824/1e3 = 13.82; 1200/1024 = 1.17; 0.3 ms; 30 %
+    assert t.cells[1] == ("conv1", "108", "13.82", "1.17", "0.30", "30.00")
+    assert t.totals == ("total", "126", "16.64", "6.24", "", "")
+
+
+def test_unknown_units_mode_is_an_error() -> None:
+    with pytest.raises(ModelProfError, match="'pretty'"):
+        prepare_table(report_frame(), units="pretty")
+
+
+def test_totals_row_options() -> None:
+    df = report_frame()
+    assert prepare_table(df).totals is not None  # derived from the leaf rows
+    assert prepare_table(df, report_totals(), show_totals=False).totals is None
+    # The totals stay the model's totals when rows are filtered.
+    t = prepare_table(df, leaf_only=True, top_k=1, columns=["module", "flops"])
+    assert t.cells == (("conv1", "13.82 K"),)
+    assert t.totals == ("total", "16.64 K")
+
+
+def test_torchstat_view_headers_and_no_derived_totals() -> None:
+    ts = pd.DataFrame({
+        "module name": ["conv1", "total"], "input shape": ["3x224x224", ""],
+        "output shape": ["64x112x112", ""], "params": [9408, 9408], "memory(MB)": [3.06, 3.06],
+        "MAdd": [235225088, 235225088], "Flops": [118013952, 118013952],
+        "MemRead(B)": [639744, 639744], "MemWrite(B)": [3211264, 3211264],
+        "duration[%]": [12.48, 12.48], "MemR+W(B)": [3851008, 3851008],
+    })
+    t = prepare_table(ts)
+    assert t.totals is None  # no leaf column: the torchstat view carries its own total row
+    assert t.headers[4] == "memory (MiB)" and t.headers[7] == "MemRead"
+    # 235225088 -> 235.23 M; 639744 B / 1024 = 624.75 KiB; 3851008 / 2**20 = 3.67 MiB
+    assert t.cells[0][5] == "235.23 M" and t.cells[0][7] == "624.75 KiB"
+    assert t.cells[0][10] == "3.67 MiB" and t.cells[0][9] == "12.48%"
+
+
+def test_a_named_index_becomes_the_first_column() -> None:
+    cmp = pd.DataFrame({"params": [11_689_512, 5_483_032], "latency_ms": [3.1, np.nan]},
+                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    t = prepare_table(cmp)
+    assert t.columns == ("model", "params", "latency_ms")
+    assert t.cells == (("resnet18", "11.69 M", "3.10 ms"), ("mobilenet_v3_large", "5.48 M", "-"))
+    assert t.totals is None
+
+
+def test_column_spec_falls_back_on_suffixes_and_dtypes() -> None:
+    assert column_spec("median_ms").kind == "time_ms" and column_spec("median_ms").header == "median"
+    assert column_spec("weights_bytes").kind == "bytes"
+    assert column_spec("share_pct").kind == "percent"
+    assert column_spec("n", pd.Series([1, 2])).kind == "int"
+    assert column_spec("x", pd.Series([1.5])).kind == "float"
+    assert column_spec("name", pd.Series(["a"])).kind == "text"
+
+
+def test_compare_ratio_and_throughput_columns() -> None:
+    cmp = pd.DataFrame({"latency_median_ms": [3.1, 1.9], "latency_x": [1.0, 0.6129],
+                        "throughput_samples_per_s": [322.58, 526.3]},
+                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    t = prepare_table(cmp)
+    assert t.headers == ("model", "latency median", "latency ratio", "throughput (samples/s)")
+    assert t.cells[1] == ("mobilenet_v3_large", "1.90 ms", "0.61×", "526.30")
+    fixed = prepare_table(cmp, units="fixed")
+    assert fixed.headers[2] == "latency ratio (×)" and fixed.cells[1][2] == "0.61"
+
+
+def test_an_empty_selection_still_renders() -> None:
+    t = prepare_table(report_frame().head(0), report_totals(), columns=["module", "flops"])
+    assert t.cells == () and t.totals == ("total", "16.64 K")
