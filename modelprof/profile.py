@@ -27,7 +27,7 @@ class ModelProfWarning(UserWarning):
 def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             batch_size: int | None = None, device: torch.device | str | None = None,
             dtype: torch.dtype | str | None = None, timing: bool = True,
-            training: bool = False, no_grad: bool = True,
+            training: bool = False, no_grad: bool = True, roofline: Any = None,
             registry: FormulaRegistry | None = None, **timing_options: Any) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
@@ -37,6 +37,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     default to the model's (``device="meta"`` analyses shapes alone, no memory or compute).
     The model runs in eval mode under ``torch.no_grad()`` unless ``training``/``no_grad`` say
     otherwise, and comes back exactly as it went in.
+
+    ``roofline``: ``None`` (default) adds the roofline columns when timing, from a short
+    measured probe of the device's peak FLOP/s and bandwidth; ``False`` skips it; a
+    ``modelprof.roofline.Peaks`` uses those peaks. ``timing_options`` go to the timer
+    (``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``cuda_graph``, ...; see
+    ``measure_latency``).
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
@@ -56,16 +62,36 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     from .env import collect_env
     flags = {"training": training, "no_grad": no_grad, **timing_options}
     env = collect_env(mi.device, mi.dtype, mi.batch_size, **flags)
-    latency = layers = overhead = coverage = None
+    latency = layers = overhead = coverage = peaks = None
     if timing:
         latency, layers = _measure(model, mi, dtype_requested, training, no_grad, timing_options)
         overhead, coverage = _join_timing(rows, static.records, latency, layers)
+    if roofline is not False and (timing or roofline not in (None, True)):
+        peaks = _peaks(roofline, mi, env)
     return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
                   batch_size=mi.batch_size, device=str(mi.device),
                   dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
                   by_op=static.by_op, model_params=static.model_params, env=env,
                   latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
-                  coverage=coverage, options=flags)
+                  coverage=coverage, options=flags, peaks=peaks)
+
+
+def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
+    """The peaks for the roofline columns, and both the probe and the table in ``env``."""
+    import dataclasses
+
+    from .roofline import Peaks, lookup_peaks, probe_peaks
+
+    if isinstance(roofline, Peaks):
+        peaks = roofline
+    elif roofline in (None, True):
+        peaks = probe_peaks(mi.device, mi.dtype)
+    else:
+        raise ModelProfError(f"roofline={roofline!r} must be None, True, False or a Peaks")
+    table = lookup_peaks(str(env.get("device_name", "")), mi.dtype)
+    env["roofline_peaks"] = dataclasses.asdict(peaks)
+    env["roofline_table_peaks"] = dataclasses.asdict(table) if table is not None else None
+    return peaks
 
 
 def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,

@@ -2,11 +2,11 @@
 views (DataFrames in two styles, per-operator counts) and exporters."""
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from .counter import OpStats
@@ -32,7 +32,8 @@ class Report:
                  model_params: int, env: dict[str, Any] | None = None,
                  latency: Any = None, layer_timing: Any = None,
                  instrumentation_overhead: float | None = None,
-                 coverage: float | None = None, options: dict[str, Any] | None = None) -> None:
+                 coverage: float | None = None, options: dict[str, Any] | None = None,
+                 peaks: Any = None) -> None:
         self.rows = list(rows)
         self.model_name = model_name
         self.input_shape = input_shape
@@ -48,6 +49,7 @@ class Report:
         self.instrumentation_overhead = instrumentation_overhead
         self.coverage = coverage
         self.options = dict(options or {})
+        self.peaks = peaks
         self.totals = totals_of(self.rows)
 
     @property
@@ -56,11 +58,20 @@ class Report:
 
     # -- views ----------------------------------------------------------------------------------
     def to_dataframe(self, style: str = "modelprof") -> pd.DataFrame:
-        """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``)."""
+        """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``).
+
+        With measured peaks (``profile(..., roofline=True)``, the default when timing) the
+        modelprof view carries the roofline columns: achieved_gflops, achieved_gbps, intensity,
+        roofline_ms, bound, efficiency.
+        """
         style = _check_style(style)
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
-        return modelprof_frame(self.rows, self.timed)
+        df = modelprof_frame(self.rows, self.timed)
+        if self.peaks is not None:
+            from .roofline import add_roofline
+            df = add_roofline(df, self.peaks)
+        return df
 
     def by_operator(self) -> pd.DataFrame:
         """Per aten op: calls, macs, flops, madd, and whether a formula counted it."""
@@ -84,22 +95,95 @@ class Report:
         return out.sort_values("flops", ascending=False)
 
     # -- exporters ------------------------------------------------------------------------------
-    def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof") -> str | Path:
-        """CSV of the table with raw numbers (no units); returns the text or writes ``path``."""
-        text = self.to_dataframe(style).to_csv(index=False)
-        return _write(text, path)
-
-    def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof") -> str | Path:
-        """GitHub Markdown table with human units (``1.82 G``, ``3.06 MiB``) and a totals line."""
-        from .render.markdown import to_markdown
+    # Every table exporter takes the same view options: style, columns, depth (collapse to
+    # modules at depth <= k), leaf_only, top_k and sort_by.
+    def _table(self, style: str) -> tuple[pd.DataFrame, dict[str, Any] | None]:
         style = _check_style(style)
-        return to_markdown(self.to_dataframe(style),
-                           self.totals if style == "modelprof" else None, path=path)
+        df = self.to_dataframe(style)
+        if style == "torchstat":  # carries its own total row
+            return df, None
+        totals: dict[str, Any] = dict(self.totals)
+        if self.latency is not None:
+            totals["latency_ms"] = self.latency.median_ms
+        return df, totals
 
-    def _display_frame(self, style: str) -> pd.DataFrame:
-        return self.to_dataframe(style)
+    def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
+               **view: Any) -> str | Path:
+        """CSV with raw numbers (no units), read back exactly by ``modelprof.render.read_csv``."""
+        from .render.csvio import to_csv
+        return to_csv(self._table(style)[0], path=path, **view)
+
+    def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
+                    **view: Any) -> str | Path:
+        """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals row."""
+        from .render.markdown import to_markdown
+        return to_markdown(*self._table(style), path=path, **view)
+
+    def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
+                 units: str = "fixed", **view: Any) -> str | Path:
+        """A booktabs table for papers: one unit per column, named in the header."""
+        from .render.latex import to_latex
+        from .render.views import compact_columns
+        df, totals = self._table(style)
+        if style == "modelprof":
+            view.setdefault("columns", compact_columns(df))
+        return to_latex(df, totals, path=path, units=units, **view)
+
+    def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
+                **view: Any) -> str | Path:
+        """A styled HTML table (the notebook display), human units and latency-share bars."""
+        from .render.html import to_html
+        view.setdefault("caption", self._title())
+        return to_html(*self._table(style), path=path, **view)
+
+    def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
+                **view: Any) -> str | Path:
+        """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
+        from .render.jsonio import to_json
+        df, _ = self._table(style)
+        env = {**self.env, "latency": self.latency.to_dict(samples=True)
+               if self.latency is not None else None,
+               "instrumentation_overhead": self.instrumentation_overhead,
+               "coverage": self.coverage, "unsupported": self.unsupported}
+        return to_json(df, self.totals, env, path=path, **view)
+
+    def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
+                **view: Any) -> str:
+        """A plain-text table for terminals."""
+        from .render.text import to_text
+        from .render.views import compact_columns
+        df, totals = self._table(style)
+        if style == "modelprof":
+            view.setdefault("columns", compact_columns(df))
+        return str(to_text(df, totals, title=self._title(), max_rows=max_rows, **view))
+
+    # -- plots ----------------------------------------------------------------------------------
+    def plot_latency(self, top_k: int = 20, **kw: Any):
+        """Bar chart of the slowest leaf calls (needs ``timing=True``)."""
+        from .plots import plot_latency
+        if not self.timed:
+            raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
+        return plot_latency(self.to_dataframe(), top_k, **kw)
+
+    def plot_flops(self, top_k: int = 20, **kw: Any):
+        """Bar chart of the leaf calls with the most FLOPs."""
+        from .plots import plot_flops
+        return plot_flops(self.to_dataframe(), top_k, **kw)
+
+    def plot_roofline(self, peaks: Any = None, **kw: Any):
+        """Each leaf call as a point under the device's roofline (measured peaks by default)."""
+        from .plots import plot_roofline
+        peaks = peaks or self.peaks
+        if peaks is None:
+            from .roofline import probe_peaks
+            peaks = probe_peaks(self.device if self.device != "meta" else "cpu", self.dtype)
+        return plot_roofline(self.to_dataframe(), peaks, **kw)
 
     # -- display --------------------------------------------------------------------------------
+    def _title(self) -> str:
+        return (f"{self.model_name}, input {self.input_shape}, {self.dtype} on "
+                f"{self.env.get('device_name', self.device)}")
+
     def summary(self) -> str:
         t = self.totals
         lines = [f"{self.model_name} on input {self.input_shape} ({self.dtype}, {self.device}, "
@@ -110,15 +194,26 @@ class Report:
             lines.append(f"({self.model_params - t['params']:,} of the model's "
                          f"{self.model_params:,} parameters were not used by this forward)")
         if self.latency is not None:
-            lines.append(f"latency median {self.latency.median_ms:.3f} ms, "
-                         f"{self.latency.fps:.1f} samples/s")
+            lines.append(f"latency median {self.latency.median_ms:.3f} ms "
+                         f"(p90 {self.latency.p90_ms:.3f}, n={self.latency.n}), "
+                         f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
+                         f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
+                         f"{100 * self.coverage:.1f}%")
         if self.unsupported:
             ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.unsupported.items()))
             lines.append(f"ops with no formula (counted as 0 FLOPs): {ops}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"<modelprof.Report {self.summary()}>"
+        return self.summary() + "\n" + self.to_text(max_rows=60)
+
+    def _repr_html_(self) -> str:
+        from .render.views import compact_columns
+        df, totals = self._table("modelprof")
+        from .render.html import to_html
+        summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
+        return f"<div><p>{summary}</p>" + str(to_html(df, totals, columns=compact_columns(df),
+                                                     caption=self._title())) + "</div>"
 
 
 def _check_style(style: str) -> str:
@@ -126,15 +221,3 @@ def _check_style(style: str) -> str:
         raise ModelProfError(f"style={style!r} is not one of {_STYLES}")
     return style
 
-
-def _write(text: str, path: str | Path | None) -> str | Path:
-    if path is None:
-        return text
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
-    return p
-
-
-def _nan_to_none(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
