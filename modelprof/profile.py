@@ -110,8 +110,9 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
         raise ModelProfError(f"unknown timing option(s) {unknown}; profile() accepts "
                              f"{sorted(known)}")
     runner = moved_model(model, mi.device, dtype)
-    if training and runner is model:  # train-mode passes update buffers: time a copy
-        runner = copy.deepcopy(model)
+    if training:  # train-mode passes update buffers: time a copy, in train mode
+        runner = copy.deepcopy(model) if runner is model else runner
+        runner.train()
     call_inputs = mi.kwargs if mi.kwargs else mi.args
     latency = measure_latency(runner, call_inputs, batch_size=mi.batch_size,
                               eval_mode=not training, no_grad=no_grad, **options)

@@ -20,6 +20,7 @@ from .formulas.registry import FormulaRegistry
 from .hooks import module_hooks, module_names
 from .inputs import ModelInputs, model_placement, shape_str
 from .scope import CallRecord, Tracker, cuda_memory_stats
+from .timing.modes import grad_context, model_state
 
 __all__ = ["StaticResult", "analyze", "forward_context"]
 
@@ -36,14 +37,9 @@ class StaticResult:
 @contextlib.contextmanager
 def forward_context(model: nn.Module, *, training: bool, no_grad: bool):
     """Set the model's mode (and grad mode) for a forward; restore every module's flag after."""
-    flags = {m: m.training for m in model.modules()}
-    try:
+    with model_state(model, eval_mode=False), grad_context(no_grad):
         model.train(training)
-        with torch.no_grad() if no_grad else contextlib.nullcontext():
-            yield
-    finally:
-        for m, flag in flags.items():
-            m.training = flag
+        yield
 
 
 def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
