@@ -70,10 +70,35 @@ class Tracker:
         self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
         # (max_memory_allocated, reset_peak_memory_stats) on CUDA, else None
         self._memory = memory_stats
+        self._outside: CallRecord | None = None
 
     @property
     def current(self) -> CallRecord | None:
-        return self.stack[-1] if self.stack else None
+        """The innermost running call; ops before any call (a TorchScript module, whose calls
+        fire no Python hooks) go to a root record kept aside for that case."""
+        if self.stack:
+            return self.stack[-1]
+        if self._outside is None:
+            self._outside = CallRecord(index=0, name="", type="", call=1, depth=0, parent=None,
+                                       has_submodules=False, input_shapes=[], input_bytes=0,
+                                       param_bytes=0, params=0)
+        return self._outside
+
+    def opaque_root(self, model: nn.Module, args: tuple, kwargs: dict,
+                    output: Any) -> CallRecord:
+        """The one record of a model whose inner calls could not be seen: its ops, inputs,
+        outputs and all of its parameters."""
+        record = self.current
+        record.type = type(model).__name__
+        record.input_shapes = _shapes((args, kwargs))
+        record.input_bytes = tensor_bytes((args, kwargs))
+        record.output_shapes = _shapes(output)
+        record.output_bytes = tensor_bytes(output)
+        distinct = {id(p): p for p in model.parameters()}
+        record.params = sum(p.numel() for p in distinct.values())
+        record.param_bytes = sum(p.numel() * p.element_size() for p in distinct.values())
+        record.finished = True
+        return record
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         call = self._calls.get(module, 0) + 1

@@ -72,6 +72,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             no_grad: bool = True, dtype_requested: torch.dtype | None = None,
             registry: FormulaRegistry | None = None) -> StaticResult:
     """Run one forward of ``model`` on ``inputs`` and return one record per module call."""
+    model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
     names = module_names(model)
     tracker = Tracker(names, registry, memory_stats=cuda_memory_stats(inputs.device))
     counter = OpCounter(tracker, registry)
@@ -89,8 +90,11 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         raise
     except Exception as e:
         raise _forward_error(e, tracker, inputs) from e
+    records = tracker.records
+    if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
+        records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
     distinct = {id(p): p.numel() for p in model.parameters()}
-    return StaticResult(tracker.records, counter.unsupported, counter.by_op,
+    return StaticResult(records, counter.unsupported, counter.by_op,
                         sum(distinct.values()), output)
 
 

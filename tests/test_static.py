@@ -480,3 +480,20 @@ def test_cuda_model_analysed_on_cuda_cpu_and_meta_alike():
     peaks = [r.peak_memory_bytes for r in on_cuda.rows if not r.is_self]
     assert all(p > 0 for p in peaks)
     assert next(model.parameters()).device.type == "cuda"
+
+
+def test_torchscript_module_is_one_opaque_row_not_zeros():
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 3), nn.ReLU()))
+    r = profile(scripted, (4,), timing=False)
+    # no Python hook fires inside TorchScript: one row holds the whole call.
+    # linear 4*3 = 12 MACs -> 24 flops + 3 bias adds, relu 3: 30 flops; params 15
+    assert len(r.rows) == 1
+    assert (r.totals["macs"], r.totals["flops"], r.totals["params"]) == (12, 30, 15)
+
+
+def test_compiled_module_is_costed_through_the_original():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    compiled = torch.compile(model, backend="eager")
+    r = profile(compiled, (4,), timing=False)
+    assert list(r.to_dataframe()["module"]) == ["", "0", "1"]
+    assert r.totals["macs"] == 12  # 4 * 3
