@@ -1,0 +1,218 @@
+"""Where time is read: one clock per device kind, and nowhere else in modelprof.
+
+* CUDA: ``torch.cuda.Event(enable_timing=True)`` recorded on the current stream around each timed
+  part, pre-allocated for a whole chunk of samples; ONE synchronize per chunk, elapsed times read
+  afterwards (the ``triton.testing.do_bench`` recipe). Never a host timer around asynchronous work.
+* CPU: ``time.perf_counter_ns``.
+* Any other device (mps, xpu, ...): the device's synchronize, then the host clock.
+* ``HostSyncClock`` on CUDA (``clock="host"``) is for callables whose GPU work runs on streams torch
+  does not know (a TensorRT engine on its own stream): device-wide synchronize + host clock.
+
+Each clock times a *step* made of one or more *phases* (the transfer-inclusive run has three:
+H2D, compute, D2H), and hands per-layer hooks a ``StampBuffer`` to record points in time.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "Clock",
+    "CpuClock",
+    "CudaEventClock",
+    "HostSyncClock",
+    "StampBuffer",
+    "clock_for",
+    "device_synchronize",
+]
+
+Phase = Callable[[], Any]
+
+
+def device_synchronize(device: torch.device) -> None:
+    """Wait for all work queued on ``device`` (a no-op on CPU)."""
+    kind = device.type
+    if kind == "cpu" or kind == "meta":
+        return
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+        return
+    mod = getattr(torch, kind, None)
+    sync = getattr(mod, "synchronize", None)
+    if sync is not None:
+        try:
+            sync(device)
+        except TypeError:
+            sync()
+        return
+    torch.accelerator.synchronize(device)
+
+
+class StampBuffer:
+    """``size`` pre-allocated points in time that hooks ``record(i)``; read after ``sync()``."""
+
+    def record(self, i: int) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait until every recorded stamp has its value (one synchronize)."""
+
+    def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
+        """Milliseconds from stamp ``starts[i]`` to stamp ``ends[i]``, for each i."""
+        raise NotImplementedError
+
+
+class _HostStamps(StampBuffer):
+    def __init__(self, size: int, device: torch.device | None = None) -> None:
+        self.ns = [0] * size
+        self._device = device
+        clock = time.perf_counter_ns
+        ns = self.ns
+        if device is None or device.type == "cpu":
+            def record(i: int) -> None:
+                ns[i] = clock()
+        else:
+            def record(i: int) -> None:
+                device_synchronize(device)
+                ns[i] = clock()
+        self.record = record  # type: ignore[method-assign]
+
+    def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
+        ns = np.asarray(self.ns, dtype=np.int64)
+        return (ns[np.asarray(ends, dtype=np.int64)]
+                - ns[np.asarray(starts, dtype=np.int64)]) / 1e6
+
+
+class _EventStamps(StampBuffer):
+    def __init__(self, size: int) -> None:
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(size)]
+        events = self.events
+
+        def record(i: int) -> None:
+            events[i].record()
+        self.record = record  # type: ignore[method-assign]
+
+    def sync(self) -> None:
+        # Events complete in stream order on one stream; waiting for the whole device also
+        # covers stamps recorded by hooks on other streams.
+        torch.cuda.synchronize()
+
+    def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
+        ev = self.events
+        return np.array([ev[s].elapsed_time(ev[e]) for s, e in zip(starts, ends)],
+                        dtype=np.float64)
+
+
+class Clock:
+    """Times ``n`` samples of a step; returns an ``(n, len(phases))`` array of milliseconds."""
+
+    kind = "abstract"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def time(self, phases: Sequence[Phase], n: int,
+             between: Phase | None = None) -> np.ndarray:
+        """Run ``between`` (untimed) then each phase in turn, ``n`` times; per-phase durations."""
+        raise NotImplementedError
+
+    def stamps(self, size: int) -> StampBuffer:
+        """A pre-allocated buffer of ``size`` stamps for hooks (per-layer timing)."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        device_synchronize(self.device)
+
+
+class CpuClock(Clock):
+    """``time.perf_counter_ns`` around synchronous work."""
+
+    kind = "perf_counter_ns"
+
+    def time(self, phases: Sequence[Phase], n: int,
+             between: Phase | None = None) -> np.ndarray:
+        p = len(phases)
+        ns = np.zeros((n, p + 1), dtype=np.int64)
+        clock = time.perf_counter_ns
+        for i in range(n):
+            if between is not None:
+                between()
+            row = ns[i]
+            row[0] = clock()
+            for k in range(p):
+                phases[k]()
+                row[k + 1] = clock()
+        return np.diff(ns, axis=1) / 1e6
+
+    def stamps(self, size: int) -> StampBuffer:
+        return _HostStamps(size)
+
+
+class HostSyncClock(Clock):
+    """The device's synchronize before every host clock read (mps, xpu, or CUDA with
+    ``clock="host"``)."""
+
+    kind = "synchronize+perf_counter_ns"
+
+    def time(self, phases: Sequence[Phase], n: int,
+             between: Phase | None = None) -> np.ndarray:
+        p = len(phases)
+        ns = np.zeros((n, p + 1), dtype=np.int64)
+        clock = time.perf_counter_ns
+        sync = self.sync
+        for i in range(n):
+            if between is not None:
+                between()
+            sync()
+            row = ns[i]
+            row[0] = clock()
+            for k in range(p):
+                phases[k]()
+                sync()
+                row[k + 1] = clock()
+        return np.diff(ns, axis=1) / 1e6
+
+    def stamps(self, size: int) -> StampBuffer:
+        return _HostStamps(size, self.device)
+
+
+class CudaEventClock(Clock):
+    """CUDA events between phases, pre-allocated per chunk; one synchronize per chunk."""
+
+    kind = "cuda_event"
+
+    def time(self, phases: Sequence[Phase], n: int,
+             between: Phase | None = None) -> np.ndarray:
+        p = len(phases)
+        events = [[torch.cuda.Event(enable_timing=True) for _ in range(p + 1)]
+                  for _ in range(n)]
+        for i in range(n):
+            if between is not None:
+                between()            # queued before the start event: outside the timed span
+            row = events[i]
+            row[0].record()
+            for k in range(p):
+                phases[k]()
+                row[k + 1].record()
+        torch.cuda.synchronize(self.device)
+        return np.array([[row[k].elapsed_time(row[k + 1]) for k in range(p)] for row in events],
+                        dtype=np.float64).reshape(n, p)
+
+    def stamps(self, size: int) -> StampBuffer:
+        return _EventStamps(size)
+
+
+def clock_for(device: torch.device, mode: str = "auto") -> Clock:
+    """The clock for ``device``: events on CUDA, perf_counter on CPU, sync + host elsewhere.
+
+    ``mode="host"`` forces synchronize + host clock (for work on streams torch does not see).
+    """
+    if device.type == "cuda":
+        return HostSyncClock(device) if mode == "host" else CudaEventClock(device)
+    if device.type == "cpu":
+        return CpuClock(device)
+    return HostSyncClock(device)

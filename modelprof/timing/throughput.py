@@ -1,0 +1,266 @@
+"""``measure_throughput``: the batch size with the most samples per second, and the whole curve.
+
+The search doubles the batch (1, 2, 4, ...) and measures each point with a short adaptive
+measurement. It stops when the batch stops helping — ``patience`` (2) points in a row that do not
+beat the best samples/s so far by ``gain`` (5 %) — at ``max_batch``, or at the first out-of-memory
+error: then memory is freed (``gc.collect`` + ``torch.cuda.empty_cache``) and the largest batch that
+fits is found by binary search between the last batch that ran and the first that failed.
+samples/s of a point = batches x batch size / total measured time (all its samples).
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..env import collect_env
+from ..errors import ModelProfError
+from ..inputs import model_placement, moved_model, parse_device, parse_dtype
+from .layers import is_oom
+from .latency import measure_latency
+from .measurement import Measurement, _ms
+from .sampler import _check_int
+
+__all__ = ["PATIENCE", "THROUGHPUT_GAIN", "Throughput", "ThroughputPoint", "measure_throughput",
+           "search_batches"]
+
+THROUGHPUT_GAIN = 0.05
+PATIENCE = 2
+
+
+@dataclasses.dataclass
+class ThroughputPoint:
+    """One batch size: median latency, samples/s over all its samples, allocator peak (CUDA)."""
+
+    batch_size: int
+    latency_ms: float
+    samples_per_s: float
+    peak_memory_bytes: int | None = None
+    measurement: Measurement | None = dataclasses.field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "latency_ms": self.latency_ms,
+                "samples_per_s": self.samples_per_s, "peak_memory_bytes": self.peak_memory_bytes}
+
+
+@dataclasses.dataclass(eq=False)
+class Throughput:
+    """The measured curve (sorted by batch size), its best point and how the search ended.
+
+    ``stop_reason``: ``"no_improvement"``, ``"oom"`` (then ``max_fit_batch`` is the largest batch
+    that ran and ``oom_batch`` the smallest that did not) or ``"max_batch"``.
+    """
+
+    points: list[ThroughputPoint]
+    stop_reason: str
+    device: str = "cpu"
+    max_fit_batch: int | None = None
+    oom_batch: int | None = None
+    memory_before_bytes: int | None = None
+    memory_after_bytes: int | None = None
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def best(self) -> ThroughputPoint:
+        return max(self.points, key=lambda p: p.samples_per_s)
+
+    @property
+    def best_batch_size(self) -> int:
+        return self.best.batch_size
+
+    @property
+    def best_samples_per_s(self) -> float:
+        return self.best.samples_per_s
+
+    @property
+    def memory_restored(self) -> bool | None:
+        """On CUDA: the GPU holds after the search exactly the memory it held before."""
+        if self.memory_before_bytes is None or self.memory_after_bytes is None:
+            return None
+        return self.memory_after_bytes <= self.memory_before_bytes
+
+    def to_dataframe(self) -> Any:
+        import pandas as pd
+        return pd.DataFrame([p.to_dict() for p in self.points],
+                            columns=["batch_size", "latency_ms", "samples_per_s",
+                                     "peak_memory_bytes"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "stop_reason": self.stop_reason,
+                "best_batch_size": self.best_batch_size,
+                "best_samples_per_s": self.best_samples_per_s,
+                "max_fit_batch": self.max_fit_batch, "oom_batch": self.oom_batch,
+                "memory_before_bytes": self.memory_before_bytes,
+                "memory_after_bytes": self.memory_after_bytes,
+                "memory_restored": self.memory_restored,
+                "points": [p.to_dict() for p in self.points], "env": self.env}
+
+    def __repr__(self) -> str:
+        b = self.best
+        lines = [f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s at batch "
+                 f"{b.batch_size} ({_ms(b.latency_ms)}/batch), stop={self.stop_reason}"]
+        for p in self.points:
+            mem = f", peak {p.peak_memory_bytes / 2**20:,.0f} MiB" \
+                if p.peak_memory_bytes is not None else ""
+            lines.append(f"  batch {p.batch_size:>5}: {_ms(p.latency_ms):>9}, "
+                         f"{p.samples_per_s:,.1f} samples/s{mem}")
+        if self.memory_before_bytes is not None:
+            lines.append(f"  memory before {self.memory_before_bytes:,} B, after "
+                         f"{self.memory_after_bytes:,} B")
+        return "\n".join(lines)
+
+
+def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
+                   gain: float = THROUGHPUT_GAIN, patience: int = PATIENCE,
+                   free: Callable[[], None] = lambda: None,
+                   on_point: Callable[[ThroughputPoint], None] | None = None
+                   ) -> tuple[list[ThroughputPoint], str, int | None, int | None]:
+    """Doubling then (after an out-of-memory error) binary search; see the module docstring.
+
+    Returns ``(points sorted by batch, stop_reason, max_fit_batch, oom_batch)``.
+    """
+    points: dict[int, ThroughputPoint] = {}
+
+    def attempt(b: int) -> ThroughputPoint | None:
+        failed = False
+        try:
+            p = measure(b)
+        except Exception as e:
+            if not is_oom(e) and not (e.__cause__ is not None and is_oom(e.__cause__)):
+                raise
+            failed = True
+        if failed:       # outside the except block, so the traceback's tensors can be freed
+            free()
+            return None
+        points[b] = p
+        if on_point is not None:
+            on_point(p)
+        return p
+
+    b, best_sps, stale, last_ok = 1, 0.0, 0, None
+    reason, oom = "max_batch", None
+    while True:
+        p = attempt(b)
+        if p is None:
+            oom = b
+            break
+        last_ok = b
+        if p.samples_per_s >= best_sps * (1.0 + gain):
+            stale = 0
+        else:
+            stale += 1
+        best_sps = max(best_sps, p.samples_per_s)
+        if stale >= patience:
+            reason = "no_improvement"
+            break
+        if b >= max_batch:
+            break
+        b = min(2 * b, max_batch)
+    if oom is not None:
+        if last_ok is None:
+            raise ModelProfError("batch_size=1 does not fit in memory; nothing to search")
+        lo, hi = last_ok, oom
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if attempt(mid) is None:
+                hi = mid
+            else:
+                lo = mid
+        reason, last_ok, oom = "oom", lo, hi
+    return [points[k] for k in sorted(points)], reason, last_ok, oom
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_throughput(
+    model: nn.Module | Callable[..., Any],
+    input_size: Any,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    max_batch: int = 1024,
+    budget_s: float = 1.0,
+    precision: float = 0.02,
+    min_samples: int = 5,
+    warmup_s: float = 0.25,
+    gain: float = THROUGHPUT_GAIN,
+    patience: int = PATIENCE,
+    progress: bool = False,
+    **latency_kwargs: Any,
+) -> Throughput:
+    """Measure samples/s at batch 1, 2, 4, ... (``budget_s`` per point) and return the curve.
+
+    ``input_size`` excludes the batch dimension. Other keyword arguments (``amp``,
+    ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) go to
+    ``measure_latency`` for every point. With ``progress=True`` a tqdm bar shows the points.
+    """
+    max_batch = _check_int("max_batch", max_batch, 1)
+    patience = _check_int("patience", patience, 1)
+    if not isinstance(gain, (int, float)) or not 0 <= gain < 10:
+        raise ModelProfError(f"gain={gain!r} must be a fraction >= 0, e.g. 0.05 for 5 %")
+    for bad in ("inputs", "batch_size", "input_size"):
+        if bad in latency_kwargs:
+            raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
+    dev = parse_device(device)
+    dt = parse_dtype(dtype)
+    target: Any = model
+    if isinstance(model, nn.Module):
+        dev = dev or model_placement(model)[0]
+        target = moved_model(model, dev, dt)      # once, not per point
+    dev = dev or torch.device("cpu")
+
+    cuda = dev.type == "cuda"
+    mem_before = None
+    if cuda:
+        _free(dev)
+        mem_before = torch.cuda.memory_allocated(dev)
+
+    def measure(b: int) -> ThroughputPoint:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(dev)
+        m = measure_latency(target, input_size=input_size, batch_size=b, device=dev, dtype=dt,
+                            budget_s=budget_s, precision=precision, min_samples=min_samples,
+                            warmup_s=warmup_s, warn=False, **latency_kwargs)
+        peak = int(torch.cuda.max_memory_allocated(dev)) if cuda else None
+        sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
+        return ThroughputPoint(b, m.median_ms, sps, peak, m)
+
+    bar = None
+    if progress:
+        try:
+            from tqdm.auto import tqdm
+            bar = tqdm(desc="throughput", unit="point")
+        except ImportError:
+            bar = None
+
+    def on_point(p: ThroughputPoint) -> None:
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
+
+    try:
+        points, reason, fit, oom = search_batches(measure, max_batch, gain, patience,
+                                                  free=lambda: _free(dev), on_point=on_point)
+    finally:
+        if bar is not None:
+            bar.close()
+    mem_after = None
+    if cuda:
+        _free(dev)
+        mem_after = torch.cuda.memory_allocated(dev)
+    best = max(points, key=lambda p: p.samples_per_s)
+    env = collect_env(dev, dtype=dt or (best.measurement.env.get("dtype") if best.measurement
+                                        else None),
+                      batch_size=best.batch_size, max_batch=max_batch, gain=gain,
+                      patience=patience, budget_s_per_point=budget_s,
+                      **{k: v for k, v in latency_kwargs.items()})
+    return Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
+                      memory_before_bytes=mem_before, memory_after_bytes=mem_after, env=env)

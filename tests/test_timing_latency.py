@@ -1,0 +1,238 @@
+"""measure_latency on CPU: known durations, exact counts, warm-up per shape, modes, errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.timing import Measurement, measure_latency
+from modelprof.timing.calibration import spin, spin_model
+from modelprof.timing.modes import CPU_FLUSH_BYTES, CacheFlusher, last_level_cache_bytes
+
+FAST = dict(warmup_s=0.05, budget_s=2.0)
+# microsecond callables with a handful of samples are noisy by nature; one test checks the warning
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+
+
+ATTEMPTS = 3  # other jobs on a shared 2-core machine only ever lengthen a spin: retry afresh
+
+
+def _reads(measure, expected_ms: float) -> Measurement:
+    for _ in range(ATTEMPTS):
+        m = measure()
+        if m.median_ms == pytest.approx(expected_ms, rel=0.03):
+            break
+    return m
+
+
+def test_callable_spinning_3ms_reads_3ms():
+    m = _reads(lambda: measure_latency(lambda: spin(3.0), **FAST), 3.0)
+    assert isinstance(m, Measurement)
+    assert m.median_ms == pytest.approx(3.0, rel=0.03)
+    assert 3.0 <= m.min_ms <= 3.0 * 1.03                  # never short; the fastest barely long
+    assert m.device == "cpu" and m.n >= 10
+
+
+def test_spin_model_end_to_end_reads_sum_of_layers():
+    model = spin_model((2.0, 5.0, 10.0))
+    m = _reads(lambda: measure_latency(model, torch.zeros(1, 4), **FAST), 17.0)
+    assert m.median_ms == pytest.approx(17.0, rel=0.03)   # 2 + 5 + 10
+    assert 17.0 <= m.min_ms <= 17.0 * 1.03
+
+
+def test_fixed_recipe_calls_exactly_warmup_plus_repeat():
+    calls = []
+    m = measure_latency(lambda x: calls.append(x.shape), torch.zeros(2), warmup=7, repeat=11)
+    assert len(calls) == 18                                # 7 + 11
+    assert (m.warmup, m.n, m.stop_reason) == (7, 11, "repeat")
+    assert m.precision is None
+
+
+def test_warmup_again_when_the_shape_changes():
+    calls: dict[tuple, int] = {}
+
+    def fn(x: torch.Tensor) -> None:
+        calls[tuple(x.shape)] = calls.get(tuple(x.shape), 0) + 1
+
+    a, b = torch.zeros(2, 3), torch.zeros(5, 3)
+    opts = dict(warmup_s=0.0, repeat=2)
+    # new shape: >= 3 warm-up calls; seen shape: a 1-call refresher
+    assert measure_latency(fn, a, **opts).warmup == 3
+    assert measure_latency(fn, a, **opts).warmup == 1
+    assert measure_latency(fn, b, **opts).warmup == 3
+    assert measure_latency(fn, b, **opts).warmup == 1
+    assert calls == {(2, 3): (3 + 2) + (1 + 2), (5, 3): (3 + 2) + (1 + 2)}
+
+
+def test_input_forms_tensor_tuple_dict_and_size():
+    seen = []
+
+    def fn(*args, **kwargs):
+        seen.append(([tuple(a.shape) for a in args],
+                     {k: tuple(v.shape) for k, v in kwargs.items()}))
+
+    opts = dict(warmup=0, repeat=1)
+    measure_latency(fn, torch.zeros(3), **opts)
+    measure_latency(fn, (torch.zeros(1), torch.zeros(2)), **opts)
+    measure_latency(fn, {"x": torch.zeros(4)}, **opts)
+    m = measure_latency(fn, input_size=(3, 8), batch_size=5, **opts)
+    assert seen == [([(3,)], {}), ([(1,), (2,)], {}), ([], {"x": (4,)}), ([(5, 3, 8)], {})]
+    assert m.batch_size == 5 and m.device == "cpu"
+    # fps = batch / median (s)
+    assert m.fps == pytest.approx(5 / (m.median_ms / 1e3))
+
+
+def test_callable_without_inputs_is_called_with_nothing():
+    got = []
+    measure_latency(lambda *a, **k: got.append((a, k)), warmup=1, repeat=2)
+    assert got == [((), {})] * 3
+
+
+def test_module_runs_in_eval_no_grad_and_flags_are_restored():
+    class Probe(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+            self.seen: list[tuple[bool, bool]] = []
+
+        def forward(self, x):
+            self.seen.append((self.training, torch.is_grad_enabled()))
+            return self.inner(x)
+
+    model = Probe().train()
+    model.inner.eval()                                     # a mixed state must survive
+    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2)
+    assert set(model.seen) == {(False, False)}
+    assert model.training is True and model.inner.training is False
+    model.seen.clear()
+    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, eval_mode=False,
+                    no_grad=False)
+    assert set(model.seen) == {(True, True)}
+
+
+def test_training_flag_restored_when_forward_raises():
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("kaboom")
+
+    model = nn.Sequential(nn.Linear(2, 2), Boom()).train()
+    with pytest.raises(RuntimeError, match="kaboom"):
+        measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=1)
+    assert all(mod.training for mod in model.modules())
+
+
+def test_amp_autocasts_the_call():
+    dtypes = []
+    lin = nn.Linear(4, 4)
+
+    def fn(x):
+        y = lin(x)
+        dtypes.append(y.dtype)
+        return y
+    measure_latency(fn, torch.zeros(2, 4), warmup=1, repeat=1, amp=torch.bfloat16)
+    assert dtypes == [torch.bfloat16] * 2
+    assert lin.weight.dtype == torch.float32
+
+
+def test_channels_last_converts_a_copy_and_the_inputs():
+    class Conv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.layouts: list[bool] = []
+
+        def forward(self, x):
+            self.layouts.append(x.is_contiguous(memory_format=torch.channels_last))
+            return self.conv(x)
+
+    model = Conv()
+    weight = model.conv.weight
+    measure_latency(model, input_size=(3, 8, 8), warmup=1, repeat=1, channels_last=True)
+    assert model.layouts == []                            # the copy ran, not the user's model
+    assert model.conv.weight is weight
+    assert not weight.is_contiguous(memory_format=torch.channels_last)
+    layouts = []
+    measure_latency(lambda x: layouts.append(x.is_contiguous(memory_format=torch.channels_last)),
+                    input_size=(3, 8, 8), warmup=0, repeat=2, channels_last=True)
+    assert layouts == [True, True]
+
+
+def test_cold_cache_flush_is_outside_the_timed_span():
+    flusher = CacheFlusher(torch.device("cpu"))
+    llc = last_level_cache_bytes() or 0
+    assert flusher.nbytes >= max(2 * llc, CPU_FLUSH_BYTES)
+    # writing >= 64 MiB takes several ms; a 1 ms spin must still read 1 ms
+    m = measure_latency(lambda: spin(1.0), cold_cache=True, warmup=2, repeat=15)
+    assert 1.0 <= m.min_ms < 1.1
+    assert m.median_ms < 2.0
+    assert m.env["mode"]["cold_cache"] is True
+
+
+def test_compile_reports_compile_time_apart():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    m = measure_latency(model, torch.zeros(2, 8), compile=True,
+                        compile_kwargs={"backend": "eager"}, warmup=2, repeat=5)
+    assert m.compile_ms is not None and m.compile_ms > 0
+    assert m.n == 5 and m.env["mode"]["compile"] == "default"
+    assert isinstance(model, nn.Sequential)               # the user's model is not replaced
+
+
+def test_result_carries_env_and_exports_json():
+    m = measure_latency(lambda: None, warmup=1, repeat=3, label="noop")
+    d = json.loads(json.dumps(m.to_dict()))
+    assert d["label"] == "noop" and d["n"] == 3
+    assert d["env"]["torch_version"] == torch.__version__
+    assert d["env"]["mode"]["transfer"] is False
+    assert "noop" in repr(m)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(repeat=-5), "repeat=-5"),
+    (dict(precision=2.0), "precision=2.0"),
+    (dict(precision=0.0), "precision=0.0"),
+    (dict(warmup=-1), "warmup=-1"),
+    (dict(transfer=True), "transfer=True needs a CUDA device"),
+    (dict(cuda_graph=True), "cuda_graph=True needs a CUDA device"),
+    (dict(amp=torch.float32), "amp=torch.float32"),
+    (dict(compile="fastest"), "compile='fastest'"),
+    (dict(clock="wall"), "clock='wall'"),
+    (dict(device="nonsense"), "device='nonsense'"),
+])
+def test_bad_options_raise_modelprof_error_naming_the_value(kwargs, needle):
+    calls = []
+    with pytest.raises(ModelProfError, match=needle.replace("(", r"\(")):
+        measure_latency(lambda x: calls.append(1), torch.zeros(1), **kwargs)
+    assert calls == []                                    # rejected before any call
+
+
+def test_not_callable_is_rejected():
+    with pytest.raises(ModelProfError, match="int"):
+        measure_latency(3)
+
+
+def test_noisy_run_warns_once():
+    rng = np.random.default_rng(0)
+    durations = iter(rng.choice([0.3, 1.0], size=10_000))
+
+    with pytest.warns(UserWarning, match="noisy timing"):
+        m = measure_latency(lambda: spin(next(durations)), warmup=0, repeat=40)
+    assert m.noisy
+
+
+def test_model_inputs_are_used_as_given():
+    from modelprof.inputs import make_inputs
+    seen = []
+    model = nn.Linear(3, 2)
+    mi = make_inputs(model, inputs={"input": torch.zeros(4, 3)})
+
+    def fn(**kwargs):
+        seen.append({k: tuple(v.shape) for k, v in kwargs.items()})
+    m = measure_latency(fn, mi, warmup=0, repeat=1)
+    assert seen == [{"input": (4, 3)}] and m.batch_size == 4
+    with pytest.raises(ModelProfError, match="not both"):
+        measure_latency(fn, mi, input_size=(3,))

@@ -1,0 +1,136 @@
+"""Throughput search: doubling, plateau stop, out-of-memory binary search, the curve."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.timing import Throughput, ThroughputPoint, measure_throughput
+from modelprof.timing.calibration import spin
+from modelprof.timing.layers import is_oom
+from modelprof.timing.throughput import search_batches
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+
+
+def fake_measure(sps_of, limit: int | None = None, error=torch.OutOfMemoryError):
+    """A measure(b) whose samples/s is ``sps_of(b)``; batches above ``limit`` run out of memory."""
+    tried: list[int] = []
+
+    def measure(b: int) -> ThroughputPoint:
+        tried.append(b)
+        if limit is not None and b > limit:
+            raise error(f"CUDA out of memory. Tried to allocate {b} MiB")
+        sps = float(sps_of(b))
+        return ThroughputPoint(b, 1e3 * b / sps, sps)
+    return measure, tried
+
+
+def test_stops_when_samples_per_s_plateau():
+    # sps = 100 * min(b, 16): 1..16 each double it; 32 and 64 give no >= 5 % gain -> stop after 64
+    measure, tried = fake_measure(lambda b: 100 * min(b, 16))
+    points, reason, fit, oom = search_batches(measure, max_batch=1024)
+    assert tried == [1, 2, 4, 8, 16, 32, 64]
+    assert reason == "no_improvement" and oom is None and fit == 64
+    assert max(points, key=lambda p: p.samples_per_s).batch_size == 16
+
+
+def test_small_gain_counts_as_no_improvement():
+    # +4 % per doubling after 8 is below the 5 % threshold: 16 and 32 are stale -> stop at 32
+    measure, tried = fake_measure(lambda b: b if b <= 8 else 8 * 1.04 ** (b.bit_length() - 4))
+    _, reason, _, _ = search_batches(measure, max_batch=1024, gain=0.05, patience=2)
+    assert tried == [1, 2, 4, 8, 16, 32] and reason == "no_improvement"
+
+
+def test_stops_at_max_batch_even_when_not_a_power_of_two():
+    measure, tried = fake_measure(lambda b: b)
+    _, reason, fit, _ = search_batches(measure, max_batch=12)
+    assert tried == [1, 2, 4, 8, 12] and reason == "max_batch" and fit == 12
+
+
+def test_oom_binary_search_finds_the_largest_batch_that_fits():
+    frees = []
+    measure, tried = fake_measure(lambda b: b, limit=37)
+    points, reason, fit, oom = search_batches(measure, max_batch=1024,
+                                              free=lambda: frees.append(1))
+    # 64 fails; then between 32 (ran) and 64: 48 x, 40 x, 36 ok, 38 x, 37 ok
+    assert tried == [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 38, 37]
+    assert (reason, fit, oom) == ("oom", 37, 38)
+    assert len(frees) == 4                                   # 64, 48, 40, 38
+    assert [p.batch_size for p in points] == [1, 2, 4, 8, 16, 32, 36, 37]
+
+
+def test_runtime_error_saying_out_of_memory_counts_as_oom():
+    measure, _ = fake_measure(lambda b: b, limit=5, error=RuntimeError)
+    _, reason, fit, _ = search_batches(measure, max_batch=64)
+    assert (reason, fit) == ("oom", 5)
+    assert is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB"))
+    assert not is_oom(RuntimeError("shape mismatch"))
+
+
+def test_other_errors_propagate():
+    measure, _ = fake_measure(lambda b: b, limit=3, error=ValueError)
+    with pytest.raises(ValueError):
+        search_batches(measure, max_batch=64)
+
+
+def test_batch_one_out_of_memory_is_a_modelprof_error():
+    measure, _ = fake_measure(lambda b: b, limit=0)
+    with pytest.raises(ModelProfError, match="batch_size=1"):
+        search_batches(measure, max_batch=64)
+
+
+class OomAbove(nn.Module):
+    """Spins a fixed 0.2 ms per call whatever the batch (so samples/s grows with it) and runs
+    'out of memory' above ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        if x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} GiB")
+        spin(0.2)
+        return x
+
+
+def test_measure_throughput_finds_the_memory_limit_of_a_model():
+    model = OomAbove(limit=21)
+    tp = measure_throughput(model, (2,), budget_s=0.03, warmup_s=0.0, min_samples=3)
+    assert isinstance(tp, Throughput)
+    # 1..16 ran, 32 failed; 24 x, 20 ok, 22 x, 21 ok
+    assert (tp.stop_reason, tp.max_fit_batch, tp.oom_batch) == ("oom", 21, 22)
+    assert [p.batch_size for p in tp.points] == [1, 2, 4, 8, 16, 20, 21]
+    assert tp.best_batch_size == 21                      # fixed time per call: biggest wins
+    for p in tp.points:
+        m = p.measurement
+        # samples/s = batches x batch / total measured time
+        assert p.samples_per_s == pytest.approx(p.batch_size * m.n / (m.samples_ms.sum() / 1e3))
+        assert p.latency_ms == m.median_ms
+    df = tp.to_dataframe()
+    assert list(df.columns) == ["batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes"]
+    assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
+    assert tp.memory_before_bytes is None and tp.memory_restored is None   # CPU
+    d = json.loads(json.dumps(tp.to_dict()))
+    assert d["best_batch_size"] == 21 and d["env"]["batch_size"] == 21
+    assert "samples/s" in repr(tp)
+    assert model.training                                 # flag restored
+
+
+def test_measure_throughput_rejects_bad_options():
+    with pytest.raises(ModelProfError, match="max_batch=0"):
+        measure_throughput(nn.Linear(2, 2), (2,), max_batch=0)
+    with pytest.raises(ModelProfError, match="batch_size="):
+        measure_throughput(nn.Linear(2, 2), (2,), batch_size=4)
+
+
+def test_progress_bar_does_not_break_the_search(capsys):
+    tp = measure_throughput(OomAbove(limit=2), (2,), budget_s=0.02, warmup_s=0.0, min_samples=3,
+                            progress=True)
+    assert tp.max_fit_batch == 2
