@@ -1,0 +1,351 @@
+"""The ``modelprof`` command line: ``profile``, ``compare`` and ``throughput`` subcommands.
+
+    modelprof profile resnet18 --no-timing --style torchstat --out reports --format csv,md
+    modelprof compare resnet18 mobilenet_v3_large efficientnet_b0 --budget 1
+    modelprof throughput resnet18 --max-batch 64
+
+Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr, no
+traceback), 1 anything unexpected (with its traceback, since that is a bug).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .errors import ModelProfError
+
+__all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_size_arg"]
+
+PROG = "modelprof"
+FORMATS: tuple[str, ...] = ("csv", "md", "tex", "html", "json", "png")
+_FORMAT_ALIASES = {"markdown": "md", "latex": "tex", "htm": "html"}
+_DEFAULT_FORMATS = ("csv", "md")
+
+
+# --- argument parsing ----------------------------------------------------------------------------
+
+def parse_input_size_arg(text: str) -> tuple[int, ...]:
+    """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)`` (batch excluded)."""
+    parts = [p for p in re.split(r"[,x×\s]+", text.strip()) if p]
+    try:
+        size = tuple(int(p) for p in parts)
+    except ValueError:
+        size = ()
+    if not size or any(d <= 0 for d in size):
+        raise ModelProfError(f"--input-size {text!r} must be positive integers such as "
+                             "3,224,224 (batch excluded)")
+    return size
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``"csv,md"`` -> ``("csv", "md")``, checked against :data:`FORMATS`, order kept."""
+    chosen: list[str] = []
+    for part in (p.strip().lower().lstrip(".") for p in text.split(",")):
+        if not part:
+            continue
+        fmt = _FORMAT_ALIASES.get(part, part)
+        if fmt not in FORMATS:
+            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}")
+        if fmt not in chosen:
+            chosen.append(fmt)
+    if not chosen:
+        raise ModelProfError(f"--format {text!r} names no format; use some of {', '.join(FORMATS)}")
+    return tuple(chosen)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser for all subcommands."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency "
+                    "of PyTorch models.",
+        epilog="MODEL is a torchvision name (resnet18), torchvision:NAME, timm:NAME, "
+               "path/to/file.py:factory or a saved module (.pt/.pth with --trust-pickle, .pt2). "
+               "Weights are never downloaded.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--input-size", action="append", metavar="C,H,W", type=str,
+                        help="input shape without the batch dimension, e.g. 3,224,224; repeat "
+                             "for a model with several inputs (default: the model's own)")
+    common.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cpu)")
+    common.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
+                        help="cast the model and inputs (default: the model's dtype)")
+    common.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write reports into DIR (default formats: csv,md)")
+    common.add_argument("--format", default=None, metavar="LIST",
+                        help=f"comma-separated formats to write: {','.join(FORMATS)} "
+                             "(implies --out . when --out is not given)")
+    common.add_argument("--trust-pickle", action="store_true",
+                        help="allow loading a whole pickled module from .pt/.pth "
+                             "(unpickling can run arbitrary code)")
+    common.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="timing budget per model (per batch size for throughput)")
+    common.add_argument("--progress", action="store_true",
+                        help="show progress bars even when stderr is not a terminal")
+
+    table = argparse.ArgumentParser(add_help=False)
+    table.add_argument("--batch-size", type=int, default=None, metavar="N")
+    table.add_argument("--no-timing", action="store_true",
+                       help="static analysis only (params, MACs, FLOPs, bytes); fast")
+
+    p = sub.add_parser("profile", parents=[common, table], help="per-layer table of one model",
+                       description="Profile one model: a per-layer table and totals.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--style", choices=["modelprof", "torchstat"], default="modelprof",
+                   help="table columns: modelprof's, or torchstat's (MAdd, MemRead, ...)")
+    p.add_argument("--depth", type=int, default=None, metavar="K",
+                   help="show modules down to nesting depth K (default: all)")
+    p.set_defaults(run=_run_profile)
+
+    c = sub.add_parser("compare", parents=[common, table], help="several models side by side",
+                       description="Compare models: one row each, ratios to a baseline.")
+    c.add_argument("models", nargs="+", metavar="MODEL")
+    c.add_argument("--baseline", default=None, metavar="NAME",
+                   help="the model ratios are taken against (default: the first)")
+    c.add_argument("--throughput", action="store_true",
+                   help="also search each model's best-throughput batch size")
+    c.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="largest batch size the throughput search tries")
+    c.set_defaults(run=_run_compare)
+
+    t = sub.add_parser("throughput", parents=[common], help="best batch size and samples/s",
+                       description="Search the batch size that maximises samples per second.")
+    t.add_argument("models", nargs="+", metavar="MODEL")
+    t.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="largest batch size to try")
+    t.set_defaults(run=_run_throughput)
+    return parser
+
+
+# --- shared helpers ------------------------------------------------------------------------------
+
+class _Context:
+    """Parsed options every subcommand shares, converted once at the boundary."""
+
+    def __init__(self, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> None:
+        from .inputs import parse_device, parse_dtype
+
+        self.args = args
+        self.stdout, self.stderr = stdout, stderr
+        self.device = parse_device(args.device)
+        if self.device is not None and self.device.type == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ModelProfError(f"--device {args.device!r}: CUDA is not available here")
+        self.dtype = parse_dtype(args.dtype)
+        sizes = [parse_input_size_arg(s) for s in args.input_size or []]
+        self.input_size: Any = None if not sizes else sizes[0] if len(sizes) == 1 else sizes
+        if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
+            raise ModelProfError(f"--batch-size {args.batch_size} must be >= 1")
+        if args.budget is not None and args.budget <= 0:
+            raise ModelProfError(f"--budget {args.budget} must be > 0 seconds")
+        if getattr(args, "max_batch", None) is not None and args.max_batch < 1:
+            raise ModelProfError(f"--max-batch {args.max_batch} must be >= 1")
+        self.formats = parse_formats(args.format) if args.format else ()
+        if self.formats or args.out is not None:
+            self.out: Path | None = args.out or Path(".")
+            self.formats = self.formats or _DEFAULT_FORMATS
+        else:
+            self.out = None
+        self.progress = bool(args.progress or _isatty(stderr))
+
+    def load(self, spec: str) -> tuple[Any, str, Any]:
+        from .models import load_model
+
+        model, name, default = load_model(spec, trust_pickle=self.args.trust_pickle)
+        return model, name, self.input_size if self.input_size is not None else default
+
+    def path(self, stem: str, ext: str) -> Path:
+        assert self.out is not None
+        self.out.mkdir(parents=True, exist_ok=True)
+        return self.out / f"{_slug(stem)}.{ext}"
+
+    def wrote(self, path: Path) -> None:
+        print(f"wrote {path}", file=self.stderr)
+
+    def timing_options(self) -> dict[str, Any]:
+        return {} if self.args.budget is None else {"budget_s": self.args.budget}
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _slug(name: str) -> str:
+    """A file-name-safe version of a model name (``timm:org/x`` -> ``timm_org_x``)."""
+    return re.sub(r"[^\w.+-]+", "_", name).strip("_") or "model"
+
+
+def _save_figure(ctx: _Context, fig: Any, stem: str) -> None:
+    path = ctx.path(stem, "png")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    ctx.wrote(path)
+
+
+def _shape_text(size: Any) -> str:
+    from .inputs import parse_input_size
+
+    return ", ".join("x".join(map(str, s)) for s in parse_input_size(size))
+
+
+# --- profile -------------------------------------------------------------------------------------
+
+def _run_profile(ctx: _Context) -> None:
+    from .profile import profile
+
+    args = ctx.args
+    if args.depth is not None and args.depth < 0:
+        raise ModelProfError(f"--depth {args.depth} must be >= 0")
+    model, name, size = ctx.load(args.model)
+    if ctx.progress:
+        what = "analysing" if args.no_timing else "profiling and timing"
+        print(f"{what} {name} ({_shape_text(size)}) ...", file=ctx.stderr, flush=True)
+    report = profile(model, size, batch_size=args.batch_size, device=ctx.device,
+                     dtype=ctx.dtype, timing=not args.no_timing, **ctx.timing_options())
+    view: dict[str, Any] = {"style": args.style}
+    if args.depth is not None:
+        view["depth"] = args.depth
+    print(report.to_text(**view), file=ctx.stdout)  # compact columns; the files get them all
+    print(f"\n{report.summary()}", file=ctx.stdout)
+    if ctx.out is None:
+        return
+    stem = name if args.style == "modelprof" else f"{name}_torchstat"
+    writers = {"csv": report.to_csv, "md": report.to_markdown, "tex": report.to_latex,
+               "html": report.to_html}
+    for fmt in ctx.formats:
+        if fmt in writers:
+            path = ctx.path(stem, fmt)
+            writers[fmt](path, **view)
+            ctx.wrote(path)
+        elif fmt == "json":  # the whole report, independent of the table's style
+            path = ctx.path(name, "json")
+            report.to_json(path)
+            ctx.wrote(path)
+        elif fmt == "png":  # cost always; time and roofline when measured
+            _save_figure(ctx, report.plot_flops(), f"{name}_flops")
+            if report.timed:
+                _save_figure(ctx, report.plot_latency(), f"{name}_latency")
+                _save_figure(ctx, report.plot_roofline(), f"{name}_roofline")
+
+
+# --- compare -------------------------------------------------------------------------------------
+
+def _run_compare(ctx: _Context) -> None:
+    from .compare import compare, env_caption, unique_name
+    from .plots import plot_compare
+    from .render import to_markdown
+
+    args = ctx.args
+    models: dict[str, Any] = {}
+    sizes: dict[str, Any] = {}
+    for spec in args.models:
+        model, name, size = ctx.load(spec)
+        name = unique_name(name, models)
+        models[name], sizes[name] = model, size
+    df = compare(models, sizes, baseline=args.baseline, batch_size=args.batch_size,
+                 device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
+                 throughput=args.throughput, throughput_options=_throughput_options(args),
+                 progress=ctx.progress, **ctx.timing_options())
+    env = df.attrs.get("env") or {}
+    caption = f"baseline {df.attrs['baseline']}; {env_caption(env)}"
+    print(f"# comparison ({caption})\n", file=ctx.stdout)
+    print(to_markdown(df), file=ctx.stdout)
+    if ctx.out is None:
+        return
+    _write_frame(ctx, df, "comparison", caption=caption, env=env)
+    if "png" in ctx.formats:
+        _save_figure(ctx, plot_compare(df, title=env_caption(env)), "comparison")
+
+
+def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
+                 env: dict[str, Any] | None) -> None:
+    """Every chosen table format of ``df``: raw numbers in csv/json, human units elsewhere."""
+    from . import render
+
+    writers = {
+        "csv": lambda p: render.to_csv(df, path=p),
+        "md": lambda p: render.to_markdown(df, path=p),
+        "tex": lambda p: render.to_latex(df, path=p, units="fixed",
+                                         caption=render.escape_latex(caption)),
+        "html": lambda p: render.to_html(df, path=p, caption=caption),
+        "json": lambda p: render.to_json(df, env=env, path=p),
+    }
+    for fmt in ctx.formats:
+        if fmt in writers:
+            path = ctx.path(stem, fmt)
+            writers[fmt](path)
+            ctx.wrote(path)
+
+
+# --- throughput ----------------------------------------------------------------------------------
+
+def _run_throughput(ctx: _Context) -> None:
+    from .plots import plot_throughput
+    from .render import to_markdown
+    from .timing import measure_throughput
+
+    args = ctx.args
+    options = _throughput_options(args)
+    for spec in args.models:
+        model, name, size = ctx.load(spec)
+        result = measure_throughput(model, size, device=ctx.device, dtype=ctx.dtype,
+                                    progress=ctx.progress, **options)
+        best, curve = result.best, result.to_dataframe()
+        print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
+        print(to_markdown(curve), file=ctx.stdout)
+        print(f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}\n",
+              file=ctx.stdout)
+        if ctx.out is not None:
+            stem = f"{name}_throughput"
+            _write_frame(ctx, curve, stem, caption=f"{name} throughput", env=result.env)
+            if "png" in ctx.formats:
+                _save_figure(ctx, plot_throughput(curve, title=f"{name} throughput"), stem)
+
+
+def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``measure_throughput`` options from ``--max-batch`` and ``--budget`` (per batch size)."""
+    options: dict[str, Any] = {}
+    if args.max_batch is not None:
+        options["max_batch"] = args.max_batch
+    if args.budget is not None:
+        options["budget_s"] = args.budget
+    return options
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 bug)."""
+    parser = build_parser()
+    stdout, stderr = sys.stdout, sys.stderr
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    try:
+        args.run(_Context(args, stdout, stderr))
+    except ModelProfError as e:
+        print(f"{PROG}: error: {e}", file=stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - a bug: show everything
+        print(f"{PROG}: internal error (please report it):", file=stderr)
+        traceback.print_exc(file=stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Several architectures side by side: one row per model with its totals, its timing and its
+ratios to a baseline, all measured with one shared device, dtype and batch size.
+
+The result is a pandas DataFrame (numeric, units in the column names); its notebook view and the
+``modelprof.render`` exporters humanise the numbers, ``modelprof.plots.plot_compare`` draws them.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from .errors import ModelProfError
+from .inputs import parse_input_size, shape_str
+
+__all__ = ["Comparison", "compare", "env_caption", "unique_name"]
+
+_TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
+# ratio column -> the column it divides by the baseline's value
+_RATIOS = {
+    "params_x": "params",
+    "macs_x": "macs",
+    "flops_x": "flops",
+    "output_bytes_x": "output_bytes",
+    "latency_x": "latency_median_ms",
+    "throughput_x": "throughput_samples_per_s",
+}
+
+
+class Comparison(pd.DataFrame):
+    """The DataFrame :func:`compare` returns; it only adds a humanised notebook view.
+
+    Every pandas operation on it returns a plain ``DataFrame`` (``attrs`` included), so it
+    behaves exactly like one.
+    """
+
+    def _repr_html_(self) -> str:
+        from .render.html import to_html
+
+        caption = env_caption(self.attrs.get("env") or {}) or None
+        return str(to_html(self, caption=caption))
+
+
+def compare(
+    models: Mapping[str, nn.Module | str] | Sequence[nn.Module | str],
+    input_size: Any = None,
+    *,
+    baseline: str | None = None,
+    inputs: Any = None,
+    batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    timing: bool = True,
+    throughput: bool = False,
+    throughput_options: Mapping[str, Any] | None = None,
+    progress: bool = False,
+    **profile_options: Any,
+) -> Comparison:
+    """Profile every model the same way; return one row per model (index: its name).
+
+    ``models`` maps names to modules, or lists modules (named by class) or specs such as
+    ``"resnet18"`` (built by :func:`modelprof.models.load_model`, named by the spec).
+    ``input_size`` (batch excluded) is one shape for all, a mapping ``name -> shape``, or
+    ``None``: each spec then runs at its own evaluation size (inception_v3 at 299), which the
+    ``input_shape`` column records. ``baseline`` (default: the first model) is the row the
+    ``*_x`` ratio columns divide by: ``macs_x = macs / baseline macs``.
+
+    Columns: ``params, macs, flops, madd, output_bytes, read_bytes, write_bytes`` (the report
+    totals), with ``timing`` ``latency_median_ms, latency_p90_ms, latency_std_ms, fps``, with
+    ``throughput`` ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``,
+    given ``throughput_options``), then the ratios. ``attrs["env"]`` holds the environment
+    (recorded once), ``attrs["baseline"]`` the baseline's name. Extra keyword arguments go to
+    :func:`modelprof.profile`.
+    """
+    from .profile import profile  # late: profile imports the whole analysis stack
+
+    named = _name_models(models)
+    sizes = _input_sizes(named, input_size, inputs)
+    if baseline is None:
+        baseline = next(iter(named))
+    elif baseline not in named:
+        raise ModelProfError(f"baseline={baseline!r} is not one of the models: {list(named)}")
+    if throughput and inputs is not None:
+        raise ModelProfError("throughput=True searches batch sizes, so it needs input_size, "
+                             "not inputs=")
+
+    rows: dict[str, dict[str, Any]] = {}
+    env: dict[str, Any] = {}
+    bar = _progress_bar(len(named), progress)
+    try:
+        for name, model in named.items():
+            bar.set_description(name)
+            size = sizes[name]
+            try:
+                report = profile(model, size, inputs=inputs,
+                                 batch_size=batch_size, device=device, dtype=dtype,
+                                 timing=timing, **profile_options)
+                row = _report_row(report, size, inputs, batch_size)
+                if throughput:
+                    row.update(_throughput_row(model, size, device, dtype, progress,
+                                               throughput_options or {}))
+            except ModelProfError as e:
+                raise ModelProfError(f"model {name!r}: {e}") from e
+            env = env or dict(report.env)
+            rows[name] = row
+            bar.update(1)
+    finally:
+        bar.close()
+
+    df = Comparison.from_dict(rows, orient="index")
+    df.index.name = "model"
+    base = df.loc[baseline]
+    for ratio, column in _RATIOS.items():
+        if column in df.columns:
+            df[ratio] = df[column] / base[column] if base[column] else math.nan
+    df.attrs["env"] = env
+    df.attrs["baseline"] = baseline
+    return df
+
+
+def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
+    """``{name: module}``, building specs; a spec's entry carries its default input size."""
+    from .models import load_model
+
+    if isinstance(models, Mapping):
+        items = [(str(k), v) for k, v in models.items()]
+    elif isinstance(models, Sequence) and not isinstance(models, (str, bytes)):
+        items = [(None, v) for v in models]
+    else:
+        raise ModelProfError(f"models of type {type(models).__name__} must be a dict "
+                             "{name: module} or a list of modules or model names")
+    if not items:
+        raise ModelProfError("models is empty; pass at least one model")
+    named: dict[str, Any] = {}
+    for name, value in items:
+        if isinstance(value, str):
+            module, spec_name, default = load_model(value)
+            entry: Any = (module, default)
+            name = name or spec_name
+        elif isinstance(value, nn.Module):
+            entry = value
+            name = name or type(value).__name__
+        else:
+            raise ModelProfError(f"model {name or value!r} of type {type(value).__name__} is "
+                                 "neither a torch.nn.Module nor a model name")
+        named[unique_name(name, named)] = entry
+    return named
+
+
+def unique_name(name: str, taken: Any) -> str:
+    """``name``, or ``name (2)``, ``name (3)``... whichever is not in ``taken`` yet."""
+    unique, i = name, 2
+    while unique in taken:
+        unique, i = f"{name} ({i})", i + 1
+    return unique
+
+
+def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> dict[str, Any]:
+    """Each model's input size (``None`` where ``inputs`` is used); unwraps ``named``'s specs."""
+    if input_size is not None and inputs is not None:
+        raise ModelProfError("pass input_size or inputs=, not both")
+    sizes: dict[str, Any] = {}
+    for name, entry in list(named.items()):
+        default = None
+        if isinstance(entry, tuple):
+            named[name], default = entry
+        if inputs is not None:
+            sizes[name] = None
+            continue
+        size = input_size.get(name) if isinstance(input_size, Mapping) else input_size
+        if size is None:
+            size = default
+        if size is None:
+            raise ModelProfError(f"model {name!r} needs an input size: pass input_size= "
+                                 "(e.g. (3, 224, 224)), a dict of them, or inputs=")
+        sizes[name] = size
+    return sizes
+
+
+def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> dict[str, Any]:
+    totals = report.totals
+    row: dict[str, Any] = {"input_shape": _input_shape(size, inputs, batch_size)}
+    row.update({c: totals[c] for c in _TOTAL_COLUMNS if c in totals})
+    latency = report.latency
+    if latency is not None:
+        row.update(latency_median_ms=latency.median_ms, latency_p90_ms=latency.p90_ms,
+                   latency_std_ms=latency.std_ms, fps=latency.fps)
+    return row
+
+
+def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
+    """``1x3x224x224`` (batch first); several inputs comma-separated."""
+    if size is None:
+        return shape_str(inputs)
+    b = 1 if batch_size is None else batch_size
+    return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
+
+
+def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, progress: bool,
+                    options: Mapping[str, Any]) -> dict[str, Any]:
+    from .timing import measure_throughput
+
+    result = measure_throughput(model, size, device=device, dtype=dtype, progress=progress,
+                                **options)
+    best = result.best
+    return {"throughput_samples_per_s": best.samples_per_s,
+            "throughput_batch_size": best.batch_size}
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    """A tqdm bar on stderr when asked for (and tqdm is installed); a no-op otherwise."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, unit="model", leave=False, disable=not enabled)
+
+
+class _NoBar:
+    def set_description(self, _: str) -> None: ...
+    def update(self, _: int) -> None: ...
+    def close(self) -> None: ...
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+def env_caption(env: Mapping[str, Any]) -> str:
+    """``cpu (AMD EPYC), float32, batch 1, torch 2.x`` from whatever keys the env has."""
+    parts = []
+    device = env.get("device")
+    name = env.get("device_name")
+    if device is not None:
+        parts.append(f"{device} ({name})" if name and name != device else str(device))
+    elif name:
+        parts.append(str(name))
+    for key, label in (("dtype", ""), ("batch_size", "batch "), ("torch_version", "torch ")):
+        if env.get(key) is not None:
+            parts.append(f"{label}{str(env[key]).removeprefix('torch.')}")
+    return ", ".join(parts)

@@ -1,0 +1,251 @@
+"""Turn a model *spec* from the command line (``resnet18``, ``timm:convnext_tiny``,
+``net.py:build``, ``model.pt``) into an ``nn.Module``, a name and a default input size.
+
+Weights are never downloaded: every architecture is built with ``weights=None`` /
+``pretrained=False``. Profiling needs the architecture, not trained values.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import inspect
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import ModelProfError
+
+__all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "load_model"]
+
+InputSize = tuple[Any, ...]
+"""One shape without the batch dimension, ``(3, 224, 224)``, or a tuple of such shapes."""
+
+DEFAULT_INPUT_SIZE: tuple[int, ...] = (3, 224, 224)
+_VIDEO_FRAMES = 16  # the clip length torchvision's published video ``_ops`` are counted at
+_FILE_SUFFIXES = (".pt", ".pth", ".pt2")
+
+
+def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str, InputSize]:
+    """Build the model named by ``spec``; return ``(model in eval mode, name, input_size)``.
+
+    ``spec`` is one of
+
+    - a torchvision model name, ``resnet18``, or ``torchvision:resnet18``;
+    - ``timm:NAME`` (needs ``pip install timm``);
+    - ``path/to/file.py:factory``: the file is imported by path and ``factory()`` must return an
+      ``nn.Module``; a module-level ``INPUT_SIZE`` in the file sets the default input size;
+    - a ``.pt``/``.pth`` file holding a whole pickled module. Unpickling a module can run
+      arbitrary code, so it needs ``trust_pickle=True`` (``--trust-pickle``); a bare
+      ``state_dict`` is refused, since it lacks the architecture;
+    - a ``.pt2`` file written by ``torch.export.save``.
+
+    ``input_size`` excludes the batch dimension: the evaluation crop of the model's torchvision
+    weights (``(3, 299, 299)`` for inception_v3), the timm default config, or ``(3, 224, 224)``.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelProfError(f"model spec {spec!r} must be a non-empty string such as 'resnet18'")
+    spec = spec.strip()
+    prefix, _, rest = spec.partition(":")
+    if prefix == "torchvision" and rest:
+        return _load_torchvision(rest)
+    if prefix == "timm" and rest:
+        return _load_timm(rest)
+    path_part, sep, factory = spec.rpartition(":")
+    if sep and path_part.endswith(".py"):
+        return _load_factory(Path(path_part), factory)
+    if spec.endswith(".py"):
+        raise ModelProfError(f"model spec {spec!r} names a Python file but no factory; "
+                             f"write it as '{spec}:FUNCTION', a function returning an nn.Module")
+    if spec.endswith(_FILE_SUFFIXES):
+        return _load_file(Path(spec), trust_pickle=trust_pickle)
+    return _load_torchvision(spec)
+
+
+# --- torchvision ---------------------------------------------------------------------------------
+
+def _load_torchvision(name: str) -> tuple[nn.Module, str, InputSize]:
+    try:
+        from torchvision import models as tvm
+    except ImportError as e:
+        raise ModelProfError(f"model {name!r} looks like a torchvision name, but torchvision is "
+                             "not installed; pip install torchvision") from e
+    available = tvm.list_models()
+    if name not in available:
+        close = difflib.get_close_matches(name, available, n=4, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else (
+            "; see torchvision.models.list_models() for the names, or use timm:NAME, "
+            "file.py:factory or a .pt file")
+        raise ModelProfError(f"unknown model {name!r}{hint}")
+
+    builder = tvm.get_model_builder(name)
+    weights = _default_weights(tvm, name)
+    kind, crop, resize = _weights_geometry(weights)
+    kwargs = _builder_kwargs(builder, crop)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torchvision's init-scheme notices
+        model = builder(weights=None, **kwargs)
+    return model.eval(), name, _default_input_size(kind, crop, resize)
+
+
+def _default_weights(tvm: Any, name: str) -> Any:
+    """The weights enum entry whose published numbers (crop size, ``_ops``) describe ``name``."""
+    try:
+        return tvm.get_model_weights(name).DEFAULT
+    except (ValueError, AttributeError, KeyError):
+        return None
+
+
+def _weights_geometry(weights: Any) -> tuple[str, int | None, int | None]:
+    """``(transform class name, crop size, resize size)`` of ``weights``' evaluation transform."""
+    if weights is None:
+        return "", None, None
+    try:
+        transform = weights.transforms()
+    except Exception:  # noqa: BLE001 - a transform we can't build just means "no hint"
+        return "", None, None
+    crop = getattr(transform, "crop_size", None)
+    resize = getattr(transform, "resize_size", None)
+    first = lambda v: int(v[0]) if v else None  # noqa: E731 - [224] or [224, 224]
+    return type(transform).__name__, first(crop), first(resize)
+
+
+def _builder_kwargs(builder: Any, crop: int | None) -> dict[str, Any]:
+    """Keyword arguments that build ``builder``'s model as its default weights expect it.
+
+    torchvision sets these itself only when it loads weights, which we never do.
+    """
+    params = inspect.signature(builder).parameters
+    kwargs: dict[str, Any] = {}
+    if "weights_backbone" in params:
+        kwargs["weights_backbone"] = None  # its default would download a backbone
+    family = builder.__module__.rsplit(".", 1)[-1]
+    if crop is not None and family == "vision_transformer":
+        kwargs["image_size"] = crop  # the position embedding is sized for it (vit_h_14: 518)
+    elif crop is not None and family == "maxvit":
+        kwargs["input_size"] = (crop, crop)
+    elif family in ("inception", "googlenet"):
+        kwargs["init_weights"] = False  # as when weights are loaded; skips a slow scipy init
+    return kwargs
+
+
+def _default_input_size(kind: str, crop: int | None, resize: int | None) -> InputSize:
+    if kind == "ImageClassification" and crop:
+        return (3, crop, crop)
+    if kind == "VideoClassification" and crop:
+        return (3, _VIDEO_FRAMES, crop, crop)
+    if kind == "SemanticSegmentation" and resize:
+        return (3, resize, resize)
+    if kind == "OpticalFlow":
+        return (DEFAULT_INPUT_SIZE, DEFAULT_INPUT_SIZE)  # two frames
+    return DEFAULT_INPUT_SIZE
+
+
+# --- timm ----------------------------------------------------------------------------------------
+
+def _load_timm(name: str) -> tuple[nn.Module, str, InputSize]:
+    try:
+        import timm
+    except ImportError as e:
+        raise ModelProfError(f"model 'timm:{name}' needs timm, which is not installed; "
+                             "pip install timm") from e
+    try:
+        model = timm.create_model(name, pretrained=False)
+    except RuntimeError as e:
+        if "Unknown model" not in str(e):
+            raise
+        close = difflib.get_close_matches(name, timm.list_models(), n=4, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ModelProfError(f"unknown timm model {name!r}{hint}") from e
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
+    size = tuple(int(d) for d in cfg.get("input_size", DEFAULT_INPUT_SIZE))
+    return model.eval(), name, size
+
+
+# --- file.py:factory -----------------------------------------------------------------------------
+
+def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
+    if not path.is_file():
+        raise ModelProfError(f"model file {str(path)!r} does not exist")
+    if not factory.isidentifier():
+        raise ModelProfError(f"factory {factory!r} in '{path}:{factory}' is not a Python name")
+    module_name = f"_modelprof_user_{path.stem}_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ModelProfError(f"model file {str(path)!r} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(module_name, None)
+        raise ModelProfError(f"importing model file {str(path)!r} failed: "
+                             f"{type(e).__name__}: {e}") from e
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                 and getattr(v, "__module__", None) == module_name]
+        raise ModelProfError(f"{str(path)!r} has no callable {factory!r}"
+                             + (f"; it defines {', '.join(sorted(found))}" if found else ""))
+    try:
+        model = fn()
+    except Exception as e:
+        raise ModelProfError(f"{path}:{factory}() raised {type(e).__name__}: {e}") from e
+    if not isinstance(model, nn.Module):
+        raise ModelProfError(f"{path}:{factory}() returned {type(model).__name__}, "
+                             "not a torch.nn.Module")
+    size = getattr(module, "INPUT_SIZE", DEFAULT_INPUT_SIZE)
+    return model.eval(), factory, tuple(size)
+
+
+# --- saved files ---------------------------------------------------------------------------------
+
+def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, InputSize]:
+    if not path.is_file():
+        raise ModelProfError(f"model file {str(path)!r} does not exist")
+    if path.suffix == ".pt2":
+        try:
+            model = torch.export.load(path).module()
+        except Exception as e:
+            raise ModelProfError(f"{str(path)!r} is not a torch.export archive: "
+                                 f"{type(e).__name__}: {e}") from e
+        return model, path.stem, DEFAULT_INPUT_SIZE
+    if _is_torchscript(path):
+        raise ModelProfError(f"{str(path)!r} is a TorchScript archive; modelprof profiles eager "
+                             "modules (hooks cannot see inside scripted code). Save the module "
+                             "with torch.save(model) or torch.export.save, or pass file.py:factory")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - the weights-only unpickler refuses classes this way
+        if not trust_pickle:
+            raise ModelProfError(
+                f"{str(path)!r} holds pickled Python objects (a whole module?), and unpickling "
+                "them can run arbitrary code. If you trust the file, pass --trust-pickle "
+                "(trust_pickle=True); otherwise give the architecture as file.py:factory"
+            ) from e
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e2:
+            raise ModelProfError(f"loading {str(path)!r} failed: {type(e2).__name__}: {e2}; a "
+                                 "pickled module needs its class importable under the name it "
+                                 "was saved with") from e2
+    if isinstance(obj, nn.Module):
+        return obj.eval(), path.stem, DEFAULT_INPUT_SIZE
+    if isinstance(obj, dict):
+        raise ModelProfError(
+            f"{str(path)!r} holds a state_dict ({len(obj)} entries), not a model: weights "
+            "without the architecture cannot be profiled. Pass the architecture instead "
+            "(a torchvision name, timm:NAME or file.py:factory), or save the whole module with "
+            "torch.save(model) and use --trust-pickle")
+    raise ModelProfError(f"{str(path)!r} holds a {type(obj).__name__}, not a torch.nn.Module")
+
+
+def _is_torchscript(path: Path) -> bool:
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return any(n.endswith("/constants.pkl") for n in z.namelist())

@@ -1,0 +1,218 @@
+"""The ``modelprof`` command line, run in-process through ``main([...])``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from modelprof import cli
+from modelprof.cli import main, parse_formats, parse_input_size_arg
+from modelprof.errors import ModelProfError
+
+
+@pytest.fixture
+def nets(tmp_path: Path) -> Path:
+    """A model file with two MLPs of closed-form cost on a (10,) input."""
+    f = tmp_path / "nets.py"
+    f.write_text(textwrap.dedent("""
+        from torch import nn
+        INPUT_SIZE = (10,)
+        def narrow():
+            return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
+        def wide():
+            return nn.Sequential(nn.Linear(10, 40), nn.ReLU())
+        def broken():
+            return nn.Sequential(nn.Linear(11, 40))
+    """))
+    return f
+
+
+def _row(markdown: str, name: str) -> str:
+    """The table line of model ``name``."""
+    return next(line for line in markdown.splitlines() if line.startswith(f"| {name} "))
+
+
+def test_profile_prints_table_and_totals(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{nets}:narrow", "--no-timing"]) == 0
+    out = capsys.readouterr().out
+    assert "input 1x10" in out  # the model file's INPUT_SIZE (10,), batch 1
+    assert "Linear" in out and "ReLU" in out
+    # Linear(10, 20): 10*20 + 20 = 220 params, 200 MACs
+    assert "params 220  MACs 200" in out  # the summary line
+
+
+def test_profile_writes_every_format(nets: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture) -> None:
+    out_dir = tmp_path / "out"
+    code = main(["profile", f"{nets}:wide", "--no-timing", "--out", str(out_dir),
+                 "--format", "csv,md,tex,html,json,png"])
+    assert code == 0, capsys.readouterr().err
+    names = sorted(p.name for p in out_dir.iterdir())
+    # untimed: the FLOPs chart only (latency and roofline plots need measured time)
+    assert names == ["wide.csv", "wide.html", "wide.json", "wide.md", "wide.tex",
+                     "wide_flops.png"]
+    table = pd.read_csv(out_dir / "wide.csv")
+    # one row per module call: the Sequential, its Linear and its ReLU
+    assert len(table) == 3
+    assert table["macs"].max() == 400  # 10*40
+    assert "|" in (out_dir / "wide.md").read_text()
+    assert "tabular" in (out_dir / "wide.tex").read_text()
+    assert "<table" in (out_dir / "wide.html").read_text()
+    json.loads((out_dir / "wide.json").read_text())
+    err = capsys.readouterr().err
+    assert f"wrote {out_dir / 'wide.csv'}" in err
+
+
+def test_profile_torchstat_style_file_names(nets: Path, tmp_path: Path) -> None:
+    assert main(["profile", f"{nets}:wide", "--no-timing", "--style", "torchstat",
+                 "--out", str(tmp_path), "--format", "csv"]) == 0
+    table = pd.read_csv(tmp_path / "wide_torchstat.csv")
+    assert "MAdd" in table.columns and "MemRead(B)" in table.columns
+
+
+def test_out_alone_writes_the_default_formats(nets: Path, tmp_path: Path) -> None:
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.glob("narrow.*")} == {"narrow.csv", "narrow.md"}
+
+
+def test_profile_torchvision_model(capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", "resnet18", "--no-timing", "--depth", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "input 1x3x224x224" in out  # resnet18's crop size, batch 1
+    assert "layer1 " in out and "layer1.0" not in out  # --depth 1 collapses the blocks
+    # torchvision publishes 1.814 GMACs for resnet18 (1,814,073,344 counted)
+    assert "MACs 1,814,073,344" in out
+
+
+def test_unknown_model_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", "resnet1800", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("modelprof: error: unknown model 'resnet1800'; did you mean resnet18,")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["profile", "resnet18", "--format", "xls"], "--format 'xls'"),
+    (["profile", "resnet18", "--input-size", "3,a"], "--input-size '3,a'"),
+    (["profile", "resnet18", "--batch-size", "0"], "--batch-size 0"),
+    (["profile", "resnet18", "--budget", "-1"], "--budget -1"),
+    (["profile", "resnet18", "--depth", "-1"], "--depth -1"),
+])
+def test_bad_options_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile"]) == 2
+    assert main(["frobnicate"]) == 2
+    assert main(["profile", "resnet18", "--style", "fancy"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cuda_without_cuda(capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", "resnet18", "--device", "cuda", "--no-timing"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_model_errors_exit_2(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{nets}:broken", "--no-timing"]) == 2  # Linear(11, ..) on 10
+    err = capsys.readouterr().err
+    assert err.startswith("modelprof: error:") and "Traceback" not in err
+
+
+def test_unexpected_errors_exit_1_with_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    def bug(ctx: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "_run_profile", bug)
+    assert main(["profile", "resnet18"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" in err and "Traceback" in err and "RuntimeError: a bug" in err
+
+
+def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing",
+                 "--out", str(tmp_path), "--format", "csv,md,json"])
+    assert code == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "baseline narrow" in out
+    assert "2.00" in _row(out, "wide")
+    table = pd.read_csv(tmp_path / "comparison.csv", index_col="model")
+    # 10*40 / (10*20) = 2.0
+    assert table.loc["wide", "macs_x"] == 2.0
+    assert table.loc["narrow", "macs"] == 200
+    assert "2.00" in _row((tmp_path / "comparison.md").read_text(encoding="utf-8"), "wide")
+    from modelprof.render import read_json
+
+    frame, _, env = read_json(tmp_path / "comparison.json")
+    assert frame.loc["wide", "macs"] == 400
+    assert env is not None and env["device"] == "cpu"
+
+
+def test_compare_baseline_option(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing",
+                 "--baseline", "wide"]) == 0
+    assert "0.50" in _row(capsys.readouterr().out, "narrow")  # macs_x = 200 / 400
+    assert main(["compare", f"{nets}:narrow", "--no-timing", "--baseline", "nope"]) == 2
+    assert "baseline='nope' is not one of the models" in capsys.readouterr().err
+
+
+def test_compare_same_model_twice_gets_two_rows(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["compare", f"{nets}:narrow", f"{nets}:narrow", "--no-timing"]) == 0
+    assert "narrow (2)" in capsys.readouterr().out
+
+
+def test_parse_helpers() -> None:
+    assert parse_input_size_arg("3,224,224") == (3, 224, 224)
+    assert parse_input_size_arg("3x32x32") == (3, 32, 32)
+    assert parse_formats("CSV, markdown,csv,.png") == ("csv", "md", "png")
+    for bad in ("", "0,3", "3;4"):
+        with pytest.raises(ModelProfError):
+            parse_input_size_arg(bad)
+    with pytest.raises(ModelProfError):
+        parse_formats(",")
+
+
+def test_python_dash_m_help() -> None:
+    done = subprocess.run([sys.executable, "-m", "modelprof", "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0
+    assert "usage: modelprof" in done.stdout
+    for command in ("profile", "compare", "throughput"):
+        assert command in done.stdout
+
+
+def test_throughput_writes_the_curve(nets: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture) -> None:
+    code = main(["throughput", f"{nets}:narrow", "--max-batch", "4", "--budget", "0.05",
+                 "--out", str(tmp_path), "--format", "csv,png"])
+    assert code == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "best:" in out and "samples/s at batch size" in out
+    curve = pd.read_csv(tmp_path / "narrow_throughput.csv")
+    # batch sizes double from 1 and never pass --max-batch 4
+    assert list(curve["batch_size"])[:2] == [1, 2]
+    assert curve["batch_size"].max() <= 4
+    assert (curve["samples_per_s"] > 0).all()
+    assert (tmp_path / "narrow_throughput.png").stat().st_size > 0
+
+
+def test_profile_with_timing_plots_time(nets: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture) -> None:
+    out_dir = tmp_path / "plots"
+    code = main(["profile", f"{nets}:narrow", "--budget", "0.05", "--out", str(out_dir),
+                 "--format", "png"])
+    assert code == 0, capsys.readouterr().err
+    assert "latency median" in capsys.readouterr().out
+    assert {p.name for p in out_dir.iterdir()} == {
+        "narrow_flops.png", "narrow_latency.png", "narrow_roofline.png"}

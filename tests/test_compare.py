@@ -1,0 +1,167 @@
+"""``compare``: one row per model, closed-form totals, ratios to the baseline, rendering."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from modelprof.compare import Comparison, compare, env_caption
+from modelprof.errors import ModelProfError
+
+
+def _pair() -> dict[str, nn.Module]:
+    return {"narrow": nn.Linear(10, 20), "wide": nn.Linear(10, 40)}
+
+
+def test_closed_form_totals_and_ratios() -> None:
+    df = compare(_pair(), (10,), timing=False)
+    assert isinstance(df, pd.DataFrame)
+    assert list(df.index) == ["narrow", "wide"]
+    # Linear(10, n) on one sample: n outputs, 10 MACs each -> 10*20 = 200 and 10*40 = 400
+    assert df.loc["narrow", "macs"] == 200
+    assert df.loc["wide", "macs"] == 400
+    # params: 10*n weights + n biases -> 220 and 440
+    assert df.loc["narrow", "params"] == 220
+    assert df.loc["wide", "params"] == 440
+    # output: 1 x n float32 -> 20*4 = 80 B and 40*4 = 160 B
+    assert df.loc["narrow", "output_bytes"] == 80
+    assert df.loc["wide", "output_bytes"] == 160
+    # baseline = first model: macs_x = 400 / 200 = 2.0, params_x = 440 / 220 = 2.0
+    assert df.attrs["baseline"] == "narrow"
+    assert df.loc["wide", "macs_x"] == 2.0
+    assert df.loc["wide", "params_x"] == 2.0
+    assert df.loc["narrow", "macs_x"] == 1.0
+    assert df.loc["narrow", "input_shape"] == "1x10"
+    # no timing asked: no latency columns at all (rather than a column of NaN)
+    assert not any(c.startswith("latency") for c in df.columns)
+
+
+def test_named_baseline() -> None:
+    df = compare(_pair(), (10,), baseline="wide", timing=False)
+    # 200 / 400 = 0.5
+    assert df.loc["narrow", "macs_x"] == 0.5
+    assert df.loc["wide", "macs_x"] == 1.0
+
+
+def test_unknown_baseline_names_the_choices() -> None:
+    with pytest.raises(ModelProfError, match=r"baseline='huge'.*narrow"):
+        compare(_pair(), (10,), baseline="huge", timing=False)
+
+
+def test_batch_size_is_shared() -> None:
+    df = compare(_pair(), (10,), batch_size=4, timing=False)
+    # 4 samples: 4*200 = 800 MACs; output 4*20 floats = 320 B
+    assert df.loc["narrow", "macs"] == 800
+    assert df.loc["narrow", "output_bytes"] == 320
+    assert df.loc["narrow", "input_shape"] == "4x10"
+    assert df.attrs["env"]["batch_size"] == 4
+
+
+def test_list_of_modules_is_named_by_class_without_collisions() -> None:
+    df = compare([nn.Linear(10, 20), nn.Linear(10, 30), nn.Identity()], (10,), timing=False)
+    assert list(df.index) == ["Linear", "Linear (2)", "Identity"]
+    # 10*30 / (10*20) = 1.5
+    assert df.loc["Linear (2)", "macs_x"] == 1.5
+
+
+def test_inputs_instead_of_input_size() -> None:
+    df = compare(_pair(), inputs=torch.randn(3, 10), timing=False)
+    # 3 samples: 3*10*40 = 1200 MACs
+    assert df.loc["wide", "macs"] == 1200
+    assert df.loc["wide", "input_shape"] == "3x10"
+
+
+def test_input_size_per_model() -> None:
+    models = {"a": nn.Linear(10, 20), "b": nn.Conv1d(1, 2, 3)}
+    df = compare(models, {"a": (10,), "b": (1, 12)}, timing=False)
+    # Conv1d(1, 2, 3) on length 12: 10 outputs x 2 channels x 3 taps = 60 MACs
+    assert df.loc["b", "macs"] == 60
+    # 60 / 200 = 0.3
+    assert df.loc["b", "macs_x"] == pytest.approx(0.3)
+
+
+def test_specs_run_at_their_own_input_size(tmp_path: Path) -> None:
+    f = tmp_path / "nets.py"
+    f.write_text("from torch import nn\nINPUT_SIZE = (6,)\n"
+                 "def small():\n    return nn.Linear(6, 5)\n")
+    df = compare([f"{f}:small", nn.Linear(10, 20)],
+                 {"small": None, "Linear": (10,)}, timing=False)
+    # the spec's INPUT_SIZE (6,) is used: 6*5 = 30 MACs
+    assert df.loc["small", "macs"] == 30
+    assert df.loc["small", "input_shape"] == "1x6"
+
+
+def test_missing_input_size_names_the_model() -> None:
+    with pytest.raises(ModelProfError, match="model 'narrow' needs an input size"):
+        compare(_pair(), timing=False)
+
+
+def test_errors_name_the_model() -> None:
+    with pytest.raises(ModelProfError, match="model 'wide'"):
+        compare({"narrow": nn.Linear(10, 20), "wide": nn.Linear(11, 40)}, (10,), timing=False)
+
+
+@pytest.mark.parametrize("models", [[], {}, "resnet18", 3])
+def test_bad_models_argument(models: object) -> None:
+    with pytest.raises(ModelProfError):
+        compare(models, (10,), timing=False)  # type: ignore[arg-type]
+
+
+def test_rendering_humanises_but_keeps_numbers() -> None:
+    from modelprof.render import to_markdown
+
+    df = compare(_pair(), (10,), timing=False)
+    text = str(to_markdown(df))
+    assert "| wide " in text and "160 B" in text  # output_bytes of wide, with its unit
+    assert df.loc["wide", "output_bytes"] == 160  # the frame itself stays numeric
+    assert isinstance(df, Comparison)
+    html = df._repr_html_()
+    assert "<table" in html and "160 B" in html
+    assert env_caption(df.attrs["env"]) in html  # the environment is the caption
+    # derived frames are plain DataFrames that keep attrs
+    sub = df[["macs", "macs_x"]]
+    assert type(sub) is pd.DataFrame and sub.attrs["baseline"] == "narrow"
+
+
+def test_env_caption() -> None:
+    env = {"device": "cuda:0", "device_name": "NVIDIA H100", "dtype": "float16",
+           "batch_size": 8, "torch_version": "2.14.1", "other": 1}
+    assert env_caption(env) == "cuda:0 (NVIDIA H100), float16, batch 8, torch 2.14.1"
+    assert env_caption({}) == ""
+
+
+def test_plots_of_a_comparison() -> None:
+    pytest.importorskip("matplotlib")
+    from modelprof.plots import plot_compare
+
+    df = compare(_pair(), (10,), timing=False)
+    fig = plot_compare(df)
+    # no timing: the params and FLOPs panels, one bar per model
+    assert [ax.get_title() for ax in fig.axes] == ["params", "FLOPs"]
+    assert len(fig.axes[0].patches) == 2
+
+
+def test_timing_columns_and_latency_ratio() -> None:
+    df = compare(_pair(), (10,), timing=True, budget_s=0.1, warmup_s=0.05)
+    for column in ("latency_median_ms", "latency_p90_ms", "latency_std_ms", "fps", "latency_x"):
+        assert column in df.columns
+    assert (df["latency_median_ms"] > 0).all()
+    assert df.loc["narrow", "latency_x"] == 1.0
+    # fps = batch / median seconds
+    assert df.loc["wide", "fps"] == pytest.approx(1000.0 / df.loc["wide", "latency_median_ms"])
+    assert df.loc["wide", "latency_x"] == pytest.approx(
+        df.loc["wide", "latency_median_ms"] / df.loc["narrow", "latency_median_ms"])
+    assert df.attrs["env"]  # recorded once for the whole frame
+
+
+def test_throughput_columns() -> None:
+    df = compare(_pair(), (10,), timing=False, throughput=True,
+                 throughput_options={"max_batch": 2, "budget_s": 0.05})
+    assert set(df["throughput_batch_size"]) <= {1, 2}  # the search stops at max_batch=2
+    assert (df["throughput_samples_per_s"] > 0).all()
+    assert df.loc["narrow", "throughput_x"] == 1.0
+    with pytest.raises(ModelProfError, match="needs input_size"):
+        compare(_pair(), inputs=torch.randn(1, 10), timing=False, throughput=True)
