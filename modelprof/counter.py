@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .formulas.memory import VIEW
 from .formulas.registry import REGISTRY, FormulaRegistry
+from .inputs import tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats"]
 
@@ -32,7 +33,7 @@ class OpStats:
 
 def _bytes(obj: Any) -> int:
     if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
+        return tensor_nbytes(obj) if obj.is_nested else obj.numel() * obj.element_size()
     if isinstance(obj, (list, tuple)):
         return sum(_bytes(o) for o in obj)
     return 0
@@ -59,12 +60,23 @@ class OpCounter(TorchDispatchMode):
         self._formulas[func] = formula
         return formula
 
+    def _charge_params(self, args: tuple) -> None:
+        """A parameter read by an op of a call that does not own it (``F.linear`` on another
+        module's weight, ``module.forward`` called directly) is charged to that call."""
+        pending = self.tracker.pending_params
+        record = self.tracker.current
+        for a in args:
+            if isinstance(a, torch.Tensor) and id(a) in pending and record is not None:
+                record.params += self.tracker.charge(a)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         formula = self._formulas.get(func)
         if formula is None:
             formula = self._resolve(func)
+        if self.tracker.pending_params:
+            self._charge_params(args)
         if formula is VIEW:
             return out
         name = func.__name__  # e.g. "convolution.default"

@@ -24,9 +24,10 @@ __all__ = ["module_hooks", "module_names"]
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 PostHook = Callable[..., None]
 
-# Global forward hooks see the call's kwargs from torch 2.3 on; pre-hooks never do.
-_GLOBAL_POST_KWARGS = "with_kwargs" in inspect.signature(
-    _module.register_module_forward_hook).parameters
+# Global forward hooks see the call's kwargs (and can be called when the forward raises) in
+# recent torch; pre-hooks never see kwargs.
+_GLOBAL_POST_PARAMS = inspect.signature(_module.register_module_forward_hook).parameters
+_GLOBAL_POST_KWARGS = "with_kwargs" in _GLOBAL_POST_PARAMS and "always_call" in _GLOBAL_POST_PARAMS
 _NO_KWARGS: dict[str, Any] = {}
 
 
@@ -45,7 +46,10 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
     """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
     of every module of ``model``, for the duration of the ``with`` block; yields the
     module->name map. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to global
-    pre-hooks); with ``post_with_inputs`` the post hook is ``post(module, args, kwargs, output)``.
+    pre-hooks). With ``post_with_inputs`` the post hook is
+    ``post(module, args, kwargs, output, raised)`` and is also called, with ``raised=True``,
+    when the module's forward raises (so a caller that catches the exception keeps a correct
+    call stack).
     """
     names = module_names(model) if modules is None else modules
 
@@ -56,8 +60,10 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
     if post_with_inputs:
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
             if module in names:
-                kwargs, output = rest if len(rest) == 2 else (_NO_KWARGS, rest[0])
-                post(module, args, kwargs, output)
+                if len(rest) == 2:
+                    post(module, args, rest[0], rest[1], False)
+                else:  # torch calls always-call hooks without kwargs only when forward raised
+                    post(module, args, _NO_KWARGS, rest[0], _GLOBAL_POST_KWARGS)
     else:
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
             if module in names:
@@ -67,10 +73,13 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
     try:
         handles.append(_module.register_module_forward_pre_hook(_pre))
         if _GLOBAL_POST_KWARGS and post_with_inputs:
-            handles.append(_module.register_module_forward_hook(_post, with_kwargs=True))
+            handles.append(_module.register_module_forward_hook(_post, with_kwargs=True,
+                                                                always_call=True))
         else:
             handles.append(_module.register_module_forward_hook(_post))
         yield names
     finally:
         for h in handles:
             h.remove()
+            # RemovableHandle does not clear the with_kwargs registry of global hooks
+            getattr(_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)

@@ -27,6 +27,7 @@ __all__ = [
     "parse_input_size",
     "shape_str",
     "tensor_bytes",
+    "tensor_shape",
 ]
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -68,12 +69,16 @@ def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
 
 def parse_device(device: torch.device | str | int | None) -> torch.device | None:
     """``None``, a ``torch.device``, ``"cuda:0"``, ``"cpu"``, ``"meta"`` or a CUDA index."""
-    if device is None or isinstance(device, torch.device):
-        return device
+    if device is None:
+        return None
     try:
-        return torch.device(device)
+        dev = device if isinstance(device, torch.device) else torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ModelProfError(f"device={device!r} is not a device: {e}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelProfError(f"device={device!r}: CUDA is not available on this machine "
+                             "(use 'cpu', or 'meta' to analyse shapes alone)")
+    return dev
 
 
 def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
@@ -173,7 +178,10 @@ def make_inputs(
         shapes = parse_input_size(input_size)
         b = 1 if batch_size is None else batch_size
         make_dtype = dt or model_dtype
-        args = tuple(torch.randn((b, *s), device=dev, dtype=make_dtype) for s in shapes)
+        # a private generator: reproducible inputs, and the user's global RNG is not advanced
+        gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
+        args = tuple(torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen)
+                     for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
     move = lambda t: _to(t, dev, dt)  # noqa: E731
@@ -225,9 +233,27 @@ def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
             yield from iter_tensors(getattr(obj, f.name, None))
 
 
+def tensor_shape(t: torch.Tensor) -> tuple[int, ...]:
+    """The shape; a nested (ragged) tensor's is its components' stacked, the ragged dimension
+    summed: ``[(5, 8), (3, 8)] -> (2, 8, 8)``."""
+    if getattr(t, "is_nested", False):
+        parts = [tuple(c.shape) for c in t.unbind()]
+        if not parts:
+            return (0,)
+        return (len(parts), *(sum(d) if len(set(d)) > 1 else d[0] for d in zip(*parts)))
+    return tuple(t.shape)
+
+
+def tensor_nbytes(t: torch.Tensor) -> int:
+    """Bytes of the elements (a nested tensor: of all its components)."""
+    if getattr(t, "is_nested", False):
+        return sum(c.numel() for c in t.unbind()) * t.element_size()
+    return t.numel() * t.element_size()
+
+
 def shape_str(obj: Any) -> str:
     """Shapes of the tensors in ``obj``, ``x``-joined, comma-separated: ``1x3x224x224, 1x10``."""
-    return ", ".join("x".join(str(d) for d in t.shape) if t.dim() else "()"
+    return ", ".join("x".join(str(d) for d in tensor_shape(t)) if t.dim() else "()"
                      for t in iter_tensors(obj))
 
 
@@ -238,7 +264,7 @@ def tensor_bytes(obj: Any) -> int:
     for t in iter_tensors(obj):
         if id(t) not in seen:
             seen.add(id(t))
-            total += t.numel() * t.element_size()
+            total += tensor_nbytes(t)
     return total
 
 

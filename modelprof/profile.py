@@ -47,6 +47,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
                              "use measure_latency() to time any callable")
+    for name, value in (("timing", timing), ("training", training), ("no_grad", no_grad)):
+        if not isinstance(value, bool):
+            raise ModelProfError(f"{name}={value!r} must be True or False")
+    if registry is not None and not isinstance(registry, FormulaRegistry):
+        raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
+    _check_timing_options(timing_options)
     dtype_requested = parse_dtype(dtype)
     mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                      dtype=dtype_requested)
@@ -102,13 +108,6 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
                              "alone, or a real device to time")
-    known = set(inspect.signature(measure_latency).parameters) - {
-        "fn_or_model", "inputs", "input_size", "batch_size", "device", "dtype", "eval_mode",
-        "no_grad"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ModelProfError(f"unknown timing option(s) {unknown}; profile() accepts "
-                             f"{sorted(known)}")
     runner = moved_model(model, mi.device, dtype)
     if training:  # train-mode passes update buffers: time a copy, in train mode
         runner = copy.deepcopy(model) if runner is model else runner
@@ -120,6 +119,19 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     layer_opts = {k: v for k, v in options.items() if k in layer_keys}
     layers = time_layers(runner, mi, eval_mode=not training, no_grad=no_grad, **layer_opts)
     return latency, layers
+
+
+def _check_timing_options(options: dict[str, Any]) -> None:
+    """Misspelt options fail loudly, also with timing=False (where they would do nothing)."""
+    from .timing import measure_latency
+
+    known = set(inspect.signature(measure_latency).parameters) - {
+        "fn_or_model", "inputs", "input_size", "batch_size", "device", "dtype", "eval_mode",
+        "no_grad"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ModelProfError(f"unknown option(s) {unknown}; profile() takes the timing options "
+                             f"{sorted(known)}")
 
 
 def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:

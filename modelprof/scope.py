@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from .formulas.registry import REGISTRY, FormulaRegistry
-from .inputs import iter_tensors, tensor_bytes
+from .inputs import iter_tensors, tensor_bytes, tensor_shape
 
 __all__ = ["CallRecord", "Tracker"]
 
 
 def _shapes(obj: Any) -> list[tuple[int, ...]]:
-    return [tuple(t.shape) for t in iter_tensors(obj)]
+    return [tensor_shape(t) for t in iter_tensors(obj)]
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -44,6 +44,7 @@ class CallRecord:
     torchstat: dict[str, int] | None = None   # torchstat-view overrides from a module formula
     peak_memory_bytes: int | None = None
     finished: bool = False
+    module_id: int = 0
 
     @property
     def collect_op_bytes(self) -> bool:
@@ -65,6 +66,10 @@ class Tracker:
         self.records: list[CallRecord] = []
         self.stack: list[CallRecord] = []
         self.finished: list[CallRecord] = []  # in completion order
+        # where the innermost raising call was, kept until execution goes on (caught) or fails
+        self.failure: tuple[list[CallRecord], list[CallRecord]] | None = None
+        # parameters not yet charged to any call, by id (used by ops that read them directly)
+        self.pending_params: dict[int, torch.Tensor] = {}
         self._calls: dict[nn.Module, int] = {}
         self._seen_params: set[int] = set()
         self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
@@ -78,6 +83,8 @@ class Tracker:
         fire no Python hooks) go to a root record kept aside for that case."""
         if self.stack:
             return self.stack[-1]
+        if self.records:  # after the root returned: the user's forward hooks on the root
+            return self.records[0]
         if self._outside is None:
             self._outside = CallRecord(index=0, name="", type="", call=1, depth=0, parent=None,
                                        has_submodules=False, input_shapes=[], input_bytes=0,
@@ -101,6 +108,9 @@ class Tracker:
         return record
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not self.records:  # the root call: every parameter as the forward will see it
+            self.pending_params = {id(p): p for p in module.parameters()}
+        self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls.get(module, 0) + 1
         self._calls[module] = call
         params = param_bytes = 0
@@ -108,9 +118,7 @@ class Tracker:
             if p is None:
                 continue
             param_bytes += p.numel() * p.element_size()
-            if id(p) not in self._seen_params:
-                self._seen_params.add(id(p))
-                params += p.numel()
+            params += self.charge(p)
         parent = self.stack[-1] if self.stack else None
         inputs = (args, kwargs) if kwargs else args
         record = CallRecord(
@@ -119,7 +127,7 @@ class Tracker:
             parent=parent.index if parent is not None else None,
             has_submodules=self._has_children.get(module, False),
             input_shapes=_shapes(inputs), input_bytes=tensor_bytes(inputs),
-            param_bytes=param_bytes, params=params)
+            param_bytes=param_bytes, params=params, module_id=id(module))
         if parent is not None:
             parent.children.append(record.index)
         if self._memory is not None:
@@ -127,7 +135,27 @@ class Tracker:
         self.records.append(record)
         self.stack.append(record)
 
-    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def charge(self, p: torch.Tensor) -> int:
+        """Elements of ``p`` to charge to the call that uses it: all of them the first time."""
+        if id(p) in self._seen_params:
+            return 0
+        self._seen_params.add(id(p))
+        self.pending_params.pop(id(p), None)
+        return p.numel()
+
+    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
+             raised: bool = False) -> None:
+        if not any(r.module_id == id(module) for r in self.stack):
+            return
+        if raised:
+            if self.failure is None:
+                self.failure = (list(self.stack), list(self.finished))
+            while self.stack[-1].module_id != id(module):  # calls that raised inside it
+                self.stack.pop()
+            self.stack.pop()
+            return
+        while self.stack[-1].module_id != id(module):
+            self.stack.pop()
         record = self.stack.pop()
         if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
             record.input_shapes = _shapes((args, kwargs))
@@ -156,9 +184,7 @@ class Tracker:
                     continue
                 seen.add(id(p))
                 record.param_bytes += p.numel() * p.element_size()
-                if id(p) not in self._seen_params:
-                    self._seen_params.add(id(p))
-                    record.params += p.numel()
+                record.params += self.charge(p)
 
     # -- CUDA allocator peak per call, nesting-safe -------------------------------------------
     def _memory_enter(self, record: CallRecord) -> None:

@@ -55,16 +55,21 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
     if not convert and not training:
         return None
 
-    def conv(t: torch.Tensor) -> torch.Tensor:
-        cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) else None
-        return t.to(device=inputs.device, dtype=cast)
+    done: dict[int, torch.Tensor] = {}  # one converted tensor per original: ties stay tied
+
+    def conv(t: torch.Tensor, clone: bool = False) -> torch.Tensor:
+        if id(t) not in done:
+            cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) \
+                else None
+            done[id(t)] = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
+        return done[id(t)]
 
     state: dict[str, torch.Tensor] = {}
     if convert:
         for name, p in model.named_parameters(remove_duplicate=False):
             state[name] = conv(p)
     for name, b in model.named_buffers(remove_duplicate=False):
-        state[name] = conv(b) if convert else b.clone()
+        state[name] = conv(b)
     return state
 
 
@@ -73,11 +78,17 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             registry: FormulaRegistry | None = None) -> StaticResult:
     """Run one forward of ``model`` on ``inputs`` and return one record per module call."""
     model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
+    lazy = [n for n, p in model.named_parameters()
+            if isinstance(p, nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise ModelProfError(f"the model has uninitialised lazy parameters ({lazy[0]!r}"
+                             f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
+                             "so that profiling does not materialise them in your model")
     names = module_names(model)
     tracker = Tracker(names, registry, memory_stats=cuda_memory_stats(inputs.device))
     counter = OpCounter(tracker, registry)
-    state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested)
     try:
+        state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested)
         with forward_context(model, training=training, no_grad=no_grad), \
                 module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
                 counter:
@@ -99,8 +110,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
 
 
 def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
-    running = tracker.stack
-    done = tracker.finished
+    running, done = tracker.failure or (tracker.stack, tracker.finished)
     where = "before any module ran"
     if running:
         inner = running[-1]

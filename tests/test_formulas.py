@@ -32,9 +32,10 @@ def test_conv2d(bias):
     t = totals(conv, torch.randn(2, 3, 5, 5))
     # out 2x8x5x5 = 400 outputs, each a dot product of 3*3*3 = 27: 400*27 = 10800 MACs
     assert t["macs"] == 10800
-    # flops 2*10800 (+ 400 bias adds); madd = (2*27 - 1)*400 = 21200 (torchstat, bias ignored)
+    # flops 2*10800 (+ 400 bias adds); madd = (2*27 - 1)*400 = 21200 (+ 400 for a bias, as
+    # torchstat's conv MAdd counts it)
     assert t["flops"] == 21600 + (400 if bias else 0)
-    assert t["madd"] == 21200
+    assert t["madd"] == 21200 + (400 if bias else 0)
     assert t["params"] == 8 * 27 + (8 if bias else 0)
 
 
@@ -231,3 +232,35 @@ def test_residual_add_is_charged_to_the_parent():
     assert bool(self_row["leaf"])
     # fc: 3*4*4 = 48 MACs -> 96 flops, plus the add's 12
     assert r.totals["flops"] == 96 + 12
+
+
+def test_lstm_flops_do_not_depend_on_the_kernel():
+    lstm = nn.LSTM(4, 6)
+    x = torch.randn(5, 3, 4)
+    fused = profile(lstm, inputs=x, timing=False)          # oneDNN: one op per layer
+    shapes = profile(lstm, inputs=x, timing=False, device="meta")  # per-step addmm path
+    assert fused.totals["macs"] == shapes.totals["macs"] == 15 * 4 * 6 * (4 + 6)  # 3600
+    assert fused.totals["flops"] == shapes.totals["flops"]
+
+
+def test_bilinear_and_addbmm():
+    # nn.Bilinear(3, 4, 5) on 2 samples: 2 * 5 * 3 * 4 = 120 MACs
+    t = totals(nn.Bilinear(3, 4, 5, bias=False), torch.randn(2, 3), torch.randn(2, 4))
+    assert t["macs"] == 120
+    b, m, k, n = 3, 2, 4, 5
+    t = totals(Fn(torch.addbmm), torch.randn(m, n), torch.randn(b, m, k), torch.randn(b, k, n))
+    # one dot product of length b*k = 12 per output, 10 outputs: 120 MACs; madd (2*12 - 1)*10
+    assert (t["macs"], t["madd"]) == (120, 230)
+
+
+def test_padded_transformer_encoder_runs_as_ragged_sequences():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2).eval()
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True  # the second sequence has 3 real tokens
+    r = profile(enc, inputs={"src": torch.randn(2, 5, 8), "src_key_padding_mask": mask},
+                timing=False)
+    # the fast path drops padding: sequences of 5 and 3 tokens, per layer
+    #   projections 4*L*8*8 = 256 L, attention 2*L*L*8 = 16 L^2, feed-forward 2*L*8*16 = 256 L
+    #   L=5: 1280 + 400 + 1280 = 2960; L=3: 768 + 144 + 768 = 1680; two layers: 9280
+    assert r.totals["macs"] == 9280

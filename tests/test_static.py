@@ -497,3 +497,110 @@ def test_compiled_module_is_costed_through_the_original():
     r = profile(compiled, (4,), timing=False)
     assert list(r.to_dataframe()["module"]) == ["", "0", "1"]
     assert r.totals["macs"] == 12  # 4 * 3
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(self.emb(x))
+
+
+@pytest.mark.parametrize("kw", [{"device": "meta"}, {"dtype": "bf16"}, {"training": True}])
+def test_tied_weights_survive_conversion(kw):
+    r = profile(Tied(), inputs=torch.tensor([[1, 2, 3]]), timing=False, **kw)
+    # 40 shared parameters once; head: 3 tokens x 4 x 10 = 120 MACs
+    assert (r.totals["params"], r.totals["macs"]) == (40, 120)
+
+
+def test_ops_in_user_hooks_on_the_root_are_counted():
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    handle = m.register_forward_hook(lambda mod, i, o: o * 2 + 1)
+    r = profile(m, (4,), timing=False)
+    handle.remove()
+    # linear 2*16 + 4 bias = 36, relu 4, the hook's mul 4 and add 4: 48
+    assert r.totals["flops"] == 48 == int(r.by_operator()["flops"].sum())
+
+
+def test_parameters_used_without_calling_their_module():
+    class Direct(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(self.a.forward(x))  # a's forward without __call__: no hook for a
+
+    r = profile(Direct(), (4,), timing=False)
+    assert r.totals["params"] == r.model_params == 40  # 2 x (16 + 4)
+    df = r.to_dataframe().set_index("module")
+    assert df.loc["(self)", "params"] == 20  # charged to the call whose ops read them
+
+
+def test_exception_caught_by_a_parent_keeps_the_call_tree():
+    class Bad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.lin(x)
+            raise ValueError("no fast path")
+
+    class Fallback(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fast, self.slow, self.out = Bad(), nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            try:
+                x = self.fast(x)
+            except ValueError:
+                x = self.slow(x)
+            return self.out(x)
+
+    df = profile(Fallback(), (4,), timing=False).to_dataframe().set_index("module")
+    assert (df.loc["slow", "depth"], df.loc["out", "depth"]) == (1, 1)
+    assert df.loc["", "output_shape"] == "1x2"
+
+
+def test_lazy_modules_are_refused_before_anything_changes():
+    model = nn.Sequential(nn.LazyLinear(5))
+    with pytest.raises(ModelProfError, match="uninitialised lazy parameters"):
+        profile(model, (4,), timing=False)
+    assert isinstance(model[0].weight, nn.parameter.UninitializedParameter)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"dtpye": "fp16"}, "dtpye"), ({"training": "yes"}, "training='yes'"),
+    ({"registry": 5}, "registry=5"),
+])
+def test_bad_options_fail_loudly_without_timing(kw, needle):
+    with pytest.raises(ModelProfError) as info:
+        profile(nn.Linear(4, 4), (4,), timing=False, **kw)
+    assert needle in str(info.value)
+
+
+def test_profile_leaves_the_global_rng_and_hook_registries_alone():
+    model = nn.Linear(4, 4)  # built first: its initialisation draws from the global RNG
+    state = torch.random.get_rng_state()
+    kwargs_registry = dict(module_mod._global_forward_hooks_with_kwargs)
+    profile(model, (4,), timing=False)
+    assert torch.equal(state, torch.random.get_rng_state())
+    assert dict(module_mod._global_forward_hooks_with_kwargs) == kwargs_registry
+
+
+def test_torchstat_view_madd_for_biased_conv_softmax_and_plain_batchnorm():
+    model = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3, affine=False), nn.Softmax(1))
+    ts = profile(model, (2, 5, 5), timing=False).to_dataframe("torchstat").set_index(
+        "module name")
+    # conv: 27 outputs (3x3x3) of (2*18 - 1) + 1 bias = 36: 972 (torchstat's compute_madd)
+    assert ts.loc["0", "MAdd"] == 972
+    assert ts.loc["1", "MAdd"] == 4 * 27  # torchstat: 4 per element, affine or not
+    # softmax over 3 channels at 9 positions: 9 * (3*3 - 1) = 72
+    assert ts.loc["2", "MAdd"] == 72

@@ -117,12 +117,19 @@ def _encoder_layer(args, kwargs, out) -> Cost:
     #  ffn_weight_1 [F, E], ffn_bias_1, ffn_weight_2 [E, F], ffn_bias_2, mask, mask_type)
     src = args[0]
     embed, heads = int(args[1]), int(args[2])
-    batch, length = (src.shape[0], src.shape[1]) if src.dim() == 3 else (1, src.shape[0])
     mask = args[18] if len(args) > 18 else kwargs.get("mask")
-    attn = multi_head_attention_cost(batch, length, length, embed, heads, has_bias=True,
-                                     masked=isinstance(mask, torch.Tensor))
+    if getattr(src, "is_nested", False):  # padded batch as ragged sequences: each on its own
+        lengths = [c.shape[0] for c in src.unbind()]
+    else:
+        batch, length = (src.shape[0], src.shape[1]) if src.dim() == 3 else (1, src.shape[0])
+        lengths = [length] * batch
+    per_seq = [multi_head_attention_cost(1, n, n, embed, heads, has_bias=True,
+                                         masked=isinstance(mask, torch.Tensor))
+               for n in lengths]
+    attn = Cost(sum(c.macs for c in per_seq), flops=sum(c.resolved()[1] for c in per_seq),
+                madd=sum(c.resolved()[2] for c in per_seq))
     hidden = args[14].shape[0]
-    tokens = batch * length
+    tokens = sum(lengths)
     ffn_macs = 2 * tokens * embed * hidden  # E->F and F->E
     ffn_out = tokens * (hidden + embed)
     # two affine layer norms, the activation over F, two residual adds over E, ffn biases

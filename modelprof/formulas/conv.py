@@ -29,8 +29,8 @@ def _conv_cost(x, w, bias, out, transposed: bool) -> Cost:
     macs = conv_macs(x.shape, w.shape, out.shape, transposed)
     n_out = out.numel()
     bias_adds = n_out if bias is not None else 0
-    # madd: torchstat's (2k - 1) per output of a length-k dot product, bias ignored.
-    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out)
+    # madd: torchstat's (2k - 1) per output of a length-k dot product, + 1 for a bias
+    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds)
 
 
 @register_formula(aten.convolution, aten._convolution, aten.convolution_overrideable)
@@ -49,12 +49,18 @@ def _convolution(args, kwargs, out) -> Cost:
 def _backend_convolution(args, kwargs, out) -> Cost:
     # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter.
     o = out[0] if isinstance(out, (tuple, list)) else out
-    bias = args[2] if len(args) > 2 and isinstance(args[2], torch.Tensor) else None
-    return _conv_cost(args[0], args[1], bias, o, False)
+    return _conv_cost(args[0], args[1], _bias(args), o, False)
 
 
 @register_formula(*optional_ops("cudnn_convolution_transpose", "miopen_convolution_transpose",
                                 "slow_conv_transpose2d", "slow_conv_transpose3d"))
 def _backend_convolution_transpose(args, kwargs, out) -> Cost:
-    bias = args[2] if len(args) > 2 and isinstance(args[2], torch.Tensor) else None
-    return _conv_cost(args[0], args[1], bias, out, True)
+    return _conv_cost(args[0], args[1], _bias(args), out, True)
+
+
+def _bias(args) -> torch.Tensor | None:
+    """The bias of a backend convolution: a 1-D tensor in slot 2 or, after kernel_size, 3."""
+    for a in args[2:4]:
+        if isinstance(a, torch.Tensor) and a.dim() == 1:
+            return a
+    return None

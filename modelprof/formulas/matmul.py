@@ -50,9 +50,18 @@ def _baddbmm(args, kwargs, out) -> Cost:
 
 @register_formula(aten.addbmm)
 def _addbmm(args, kwargs, out) -> Cost:
-    # c + sum_b [b, m, k] @ [b, k, n] -> [m, n]: the batch sum adds (b-1)*m*n, counted as MAC adds
+    # c + sum_b [b, m, k] @ [b, k, n] -> [m, n]: one dot product of length b*k per output
     (b, m, k), n = args[1].shape, args[2].shape[2]
-    return matmul_cost(b, m, k, n, bias_adds=m * n)
+    return matmul_cost(1, m, b * k, n, bias_adds=m * n)
+
+
+@register_formula(aten._trilinear)
+def _trilinear(args, kwargs, out) -> Cost:
+    # nn.Bilinear: y[b, o] = sum_ij x1[b, i] W[o, i, j] x2[b, j]: b*o*i*j MACs
+    x1, w = args[0], args[1]
+    tokens = x1.numel() // x1.shape[-1] if x1.dim() else 1
+    macs = tokens * w.numel()
+    return Cost(macs, flops=2 * macs, madd=2 * macs - out.numel())
 
 
 @register_formula(aten.mv)

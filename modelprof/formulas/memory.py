@@ -59,6 +59,8 @@ register_formula(*optional_ops(
     "tril_indices", "triu_indices", "randn", "randn_like", "rand", "rand_like", "randint",
     "randint_like", "randperm", "normal", "normal_", "uniform_", "random_", "exponential_",
     "multinomial", "_efficientzerotensor", "tensor_split",
+    # packing of variable-length sequences
+    "_pack_padded_sequence", "_pad_packed_sequence",
 ))(_zero)
 
 

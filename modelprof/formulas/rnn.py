@@ -22,10 +22,11 @@ def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: 
              directions_layers: int, has_biases: bool) -> Cost:
     """``tokens`` = steps x batch. Every step multiplies the layer input and the hidden state by
     the gate matrices: per token, sum(numel of 2-D weights) MACs — for an LSTM layer
-    4*h*(in + h) per step and batch element. Biases: 2 adds per gate unit when present."""
+    4*h*(in + h) per step and batch element. Per gate unit, 1 add joins W_ih x and W_hh h and
+    2 more add the biases when present (as the per-step addmm path computes it)."""
     macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
     gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
-    bias_adds = tokens * 2 * gate_units if has_biases else 0
+    bias_adds = tokens * gate_units * (3 if has_biases else 1)
     cell = tokens * directions_layers * hidden_per_direction * _CELL_ELEMENTWISE[kind]
     # madd: (2k - 1) per gate output of each product, plus the elementwise work
     n_out = tokens * sum(s[0] for s in weight_shapes if len(s) == 2)

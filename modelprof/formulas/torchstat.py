@@ -4,8 +4,9 @@ other op at its per-element cost), which is the default for every other module t
 
 torchstat's conventions, reproduced (its ``resnet18`` table is the reference):
     Linear:            in_features * out_features per sample, bias ignored.
-    BatchNorm:         numel, doubled when affine.
-    pooling (max/avg, fixed and adaptive): numel of the input.
+    BatchNorm:         Flops numel, doubled when affine; MAdd 4 * numel, affine or not.
+    pooling (max/avg, fixed and adaptive): Flops = numel of the input.
+    Softmax:           MAdd 3n - 1 per softmax of length n (n exp, n - 1 adds, n divides).
 """
 from __future__ import annotations
 
@@ -27,10 +28,19 @@ def _linear(module, input_shapes, output_shapes):
 @register_formula(nn.modules.batchnorm._NormBase)
 def _batch_norm(module, input_shapes, output_shapes):
     numel = prod(input_shapes[0]) if input_shapes else 0
-    return {"Flops": numel * (2 if module.affine else 1)}
+    return {"Flops": numel * (2 if module.affine else 1), "MAdd": 4 * numel}
 
 
 @register_formula(nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd,
                   nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)
 def _pool(module, input_shapes, output_shapes):
     return {"Flops": prod(input_shapes[0]) if input_shapes else 0}
+
+
+@register_formula(nn.Softmax)
+def _softmax(module, input_shapes, output_shapes):
+    shape = input_shapes[0] if input_shapes else ()
+    if not shape:
+        return {}
+    n = shape[module.dim if module.dim is not None else -1]
+    return {"MAdd": (prod(shape) // n) * (3 * n - 1)}
