@@ -10,8 +10,8 @@ Conventions (stated once, here):
            bias adds are not MACs.
     flops  2 * macs + every other arithmetic op at its documented per-element cost.
     madd   torchstat's "MAdd": multiplications + additions; a length-k dot product is k
-           multiplications and k-1 additions, bias adds ignored (torchstat's formulas); for
-           every non-contraction op madd == flops.
+           multiplications and k-1 additions, + 1 for a convolution's bias (a linear layer's
+           bias is ignored: torchstat's formulas); for every non-contraction op madd == flops.
 """
 from __future__ import annotations
 
