@@ -2,15 +2,16 @@
 PyTorch models, in one table."""
 from __future__ import annotations
 
-from .compare import compare
+from .compare import Comparison, compare
 from .errors import ModelProfError
 from .formulas import Cost, register_formula
+from .models import load_model
 from .profile import ModelProfWarning, profile
 from .report import Report
 from .timing import Measurement, Throughput, measure_latency, measure_throughput
 
 __version__ = "0.1.0"
 
-__all__ = ["Cost", "Measurement", "ModelProfError", "ModelProfWarning", "Report", "Throughput",
-           "__version__", "compare", "measure_latency", "measure_throughput", "profile",
-           "register_formula"]
+__all__ = ["Comparison", "Cost", "Measurement", "ModelProfError", "ModelProfWarning", "Report",
+           "Throughput", "__version__", "compare", "load_model", "measure_latency",
+           "measure_throughput", "profile", "register_formula"]

@@ -1,0 +1,223 @@
+"""Write the example notebooks from the cells below, without outputs.
+
+    python notebooks/build_notebooks.py
+
+Edit the notebooks here, not in Jupyter, so they stay reviewable and reproducible;
+``tests/test_notebooks.py`` executes the written files. Timing budgets are small so that each
+notebook runs in seconds on a 2-core CPU.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+__all__ = ["NOTEBOOKS", "build", "main"]
+
+HERE = Path(__file__).resolve().parent
+
+
+def _cells(*blocks: tuple[str, str]) -> list[nbformat.NotebookNode]:
+    make = {"md": new_markdown_cell, "code": new_code_cell}
+    return [make[kind](textwrap.dedent(src).strip()) for kind, src in blocks]
+
+
+QUICKSTART = _cells(
+    ("md", """
+        # modelprof quickstart
+
+        Profile a torchvision ResNet-18 on the CPU: the per-layer table of what it *costs*
+        (parameters, MACs, FLOPs, memory traffic) joined with what it *takes* (measured latency),
+        then the totals, the exports and a plot. No weights are downloaded: profiling needs the
+        architecture, not trained values.
+    """),
+    ("code", """
+        %matplotlib inline
+        import torchvision
+
+        from modelprof import profile
+
+        model = torchvision.models.resnet18(weights=None).eval()
+    """),
+    ("md", """
+        One call. `(3, 224, 224)` is the input size *without* the batch dimension (batch 1 by
+        default). `budget_s` bounds the time spent timing, so this stays quick; use a few
+        seconds for numbers you want to quote.
+    """),
+    ("code", """
+        report = profile(model, (3, 224, 224), device="cpu", budget_s=0.5)
+        report
+    """),
+    ("md", """
+        ## The table
+
+        `to_dataframe()` is a plain, numeric pandas DataFrame: one row per module *call* (the
+        `relu` of a BasicBlock runs twice, so it has two rows), parents aggregating their
+        children. Counts are raw numbers and units are in the column names, so it sorts,
+        filters and plots like any other frame.
+    """),
+    ("code", """
+        df = report.to_dataframe()
+        df.head(12)
+    """),
+    ("md", "The leaf layers that cost the most FLOPs:"),
+    ("code", """
+        leaves = df[df["leaf"]]
+        leaves.sort_values("flops", ascending=False).head(5)
+    """),
+    ("md", """
+        ## Totals and latency
+
+        `totals` sums the leaf rows. `macs` matches torchvision's published 1.814 GMACs for
+        ResNet-18; `flops` is `2 * macs` plus the arithmetic of the other ops. `latency` keeps
+        the raw samples and derives median, p90, spread and FPS from them.
+    """),
+    ("code", """
+        {name: f"{value:,}" for name, value in report.totals.items()}
+    """),
+    ("code", """
+        lat = report.latency
+        print(f"median {lat.median_ms:.2f} ms, p90 {lat.p90_ms:.2f} ms, "
+              f"std {lat.std_ms:.2f} ms, {lat.fps:.1f} images/s")
+    """),
+    ("md", """
+        The same run in torchstat's layout (`MAdd`, `MemRead(B)`, `MemWrite(B)`, ...), for
+        anyone comparing with an older table:
+    """),
+    ("code", """
+        report.to_dataframe(style="torchstat").head()
+    """),
+    ("md", """
+        ## Export
+
+        CSV keeps raw numbers; Markdown humanises them (`1.81 G`, `3.06 MiB`) for a README or
+        a paper draft. The files go into `out/` next to the notebook. Every exporter takes the
+        same view options: `depth=` collapses the tree, `columns=` picks columns, `top_k=` and
+        `leaf_only=` pick rows.
+    """),
+    ("code", """
+        from pathlib import Path
+
+        out = Path("out")
+        out.mkdir(exist_ok=True)
+        report.to_csv(out / "resnet18.csv")
+        report.to_markdown(out / "resnet18.md")
+        columns = ["module", "type", "params", "macs", "latency_ms"]
+        print(report.to_markdown(depth=1, columns=columns))
+    """),
+    ("md", """
+        ## A plot
+
+        Where the time goes, layer by layer. `plot_*` methods return a matplotlib Figure, to
+        show or save.
+    """),
+    ("code", """
+        fig = report.plot_latency()
+        fig.savefig(out / "resnet18_latency.png", dpi=120, bbox_inches="tight")
+        fig
+    """),
+)
+
+
+COMPARE = _cells(
+    ("md", """
+        # Comparing architectures
+
+        `compare` profiles several models the same way (one device, dtype and batch size) and
+        returns one row per model with its totals, its latency and its ratio to a baseline.
+        The result is an ordinary pandas DataFrame; it only displays with human units.
+    """),
+    ("code", """
+        %matplotlib inline
+        import torchvision
+
+        from modelprof.compare import compare
+        from modelprof.plots import plot_compare
+
+        names = ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]
+        models = {name: torchvision.models.get_model(name, weights=None).eval() for name in names}
+    """),
+    ("md", """
+        All three are evaluated at 224 x 224. The first model (resnet18) is the baseline of the
+        `*_x` ratio columns unless `baseline=` names another. A short timing budget per model
+        keeps this fast; raise it to a few seconds for numbers you want to quote.
+    """),
+    ("code", """
+        df = compare(models, (3, 224, 224), device="cpu", budget_s=0.3)
+        df
+    """),
+    ("md", """
+        ## Ratios
+
+        `macs_x = macs / macs of the baseline`, likewise `params_x` and `latency_x`.
+        Fewer MACs do not always mean proportionally less time: depthwise convolutions and
+        small layers do little arithmetic per byte moved.
+    """),
+    ("code", """
+        df[["macs_x", "params_x", "latency_x"]].round(2)
+    """),
+    ("code", """
+        # achieved arithmetic rate: MACs per second of measured latency
+        (df["macs"] / (df["latency_median_ms"] / 1e3) / 1e9).rename("GMAC/s").round(2)
+    """),
+    ("md", "## Charts"),
+    ("code", """
+        plot_compare(df, ["macs", "params", "latency_median_ms"])
+    """),
+    ("code", """
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.scatter(df["macs"] / 1e9, df["latency_median_ms"])
+        for name, row in df.iterrows():
+            ax.annotate(name, (row["macs"] / 1e9, row["latency_median_ms"]), fontsize=8,
+                        xytext=(4, 2), textcoords="offset points")
+        ax.set_xlabel("GMACs")
+        ax.set_ylabel("median latency (ms)")
+        ax.set_title("cost vs. time")
+        ax.grid(alpha=0.3)
+    """),
+    ("md", """
+        ## Where it ran
+
+        The environment is recorded once for the whole comparison.
+    """),
+    ("code", """
+        df.attrs["env"]
+    """),
+    ("code", """
+        from pathlib import Path
+
+        Path("out").mkdir(exist_ok=True)
+        df.to_csv("out/comparison.csv")
+    """),
+)
+
+NOTEBOOKS: dict[str, list[nbformat.NotebookNode]] = {
+    "quickstart.ipynb": QUICKSTART,
+    "compare_architectures.ipynb": COMPARE,
+}
+
+
+def build(name: str) -> nbformat.NotebookNode:
+    """The notebook ``name``, without outputs."""
+    nb = new_notebook(cells=NOTEBOOKS[name])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+def main() -> None:
+    for name in NOTEBOOKS:
+        nb = build(name)
+        for i, cell in enumerate(nb.cells):
+            cell["id"] = f"cell-{i:02d}"  # stable ids: rebuilding changes no line by itself
+        nbformat.validate(nb)
+        nbformat.write(nb, HERE / name)
+
+
+if __name__ == "__main__":
+    main()
