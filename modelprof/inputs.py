@@ -20,6 +20,7 @@ __all__ = [
     "ModelInputs",
     "iter_tensors",
     "make_inputs",
+    "map_tensors",
     "model_placement",
     "moved_model",
     "parse_device",
@@ -131,15 +132,16 @@ def _to(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> tor
     return t.to(device=device, dtype=cast)
 
 
-def _map_tensors(obj: Any, fn) -> Any:
+def map_tensors(obj: Any, fn) -> Any:
+    """``obj`` with every tensor replaced by ``fn(tensor)`` (tuples, lists, dicts, namedtuples)."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_map_tensors(o, fn) for o in obj))
+        return type(obj)(*(map_tensors(o, fn) for o in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(o, fn) for o in obj)
+        return type(obj)(map_tensors(o, fn) for o in obj)
     if isinstance(obj, Mapping):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+        return {k: map_tensors(v, fn) for k, v in obj.items()}
     return obj
 
 
@@ -191,11 +193,11 @@ def make_inputs(
         bad = [k for k in inputs if not isinstance(k, str)]
         if bad:
             raise ModelProfError(f"inputs dict keys must be argument names; got {bad[0]!r}")
-        args, kwargs = (), _map_tensors(dict(inputs), move)
+        args, kwargs = (), map_tensors(dict(inputs), move)
     elif isinstance(inputs, tuple):
-        args, kwargs = _map_tensors(inputs, move), {}
+        args, kwargs = map_tensors(inputs, move), {}
     elif isinstance(inputs, list):
-        args, kwargs = (_map_tensors(inputs, move),), {}
+        args, kwargs = (map_tensors(inputs, move),), {}
     else:
         raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
                              "tensor, a tuple of positional arguments or a dict of keyword "

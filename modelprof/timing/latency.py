@@ -13,7 +13,7 @@ from torch import nn
 
 from ..env import collect_env
 from ..errors import ModelProfError
-from ..inputs import (ModelInputs, _map_tensors, iter_tensors, make_inputs, model_placement,
+from ..inputs import (ModelInputs, map_tensors, iter_tensors, make_inputs, model_placement,
                       moved_model, parse_device, parse_dtype)
 from .clock import clock_for, device_synchronize
 from .measurement import Measurement
@@ -74,7 +74,7 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
-        mi = ModelInputs(_map_tensors(given.args, move), _map_tensors(given.kwargs, move), dev,
+        mi = ModelInputs(map_tensors(given.args, move), map_tensors(given.kwargs, move), dev,
                          dt or given.dtype, batch_size or given.batch_size)
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs((), {}, dev, parse_dtype(dtype) or torch.get_default_dtype(),
@@ -114,7 +114,7 @@ class _Transfer:
             h = t.detach().to("cpu", copy=True)
             return h.pin_memory() if pin else h
         self.pin = pin
-        host_inputs = _map_tensors((mi.args, mi.kwargs), host)
+        host_inputs = map_tensors((mi.args, mi.kwargs), host)
         self.pairs = list(zip(iter_tensors(host_inputs), iter_tensors((mi.args, mi.kwargs))))
         self.call = call
         self.out: Any = None

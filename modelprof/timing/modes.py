@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelProfError
-from ..inputs import _map_tensors, parse_dtype
+from ..inputs import map_tensors, parse_dtype
 
 __all__ = [
     "COMPILE_MODES",
@@ -112,7 +112,7 @@ def to_channels_last(obj: Any) -> Any:
         if t.dim() == 4:
             return t.clone(memory_format=torch.channels_last)
         return t
-    return _map_tensors(obj, conv)
+    return map_tensors(obj, conv)
 
 
 def capture_cuda_graph(step: Callable[[], Any], side_warmup: int = 3

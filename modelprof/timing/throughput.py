@@ -83,6 +83,11 @@ class Throughput:
             return None
         return self.memory_after_bytes <= self.memory_before_bytes
 
+    @property
+    def curve(self) -> Any:
+        """The measured points as a DataFrame (same as ``to_dataframe()``)."""
+        return self.to_dataframe()
+
     def to_dataframe(self) -> Any:
         import pandas as pd
         return pd.DataFrame([p.to_dict() for p in self.points],
@@ -220,7 +225,15 @@ def measure_throughput(
     cuda = dev.type == "cuda"
     mem_before = None
     if cuda:
-        _free(dev)
+        # What a first call creates for the rest of the process (cuBLAS workspace, handles) is
+        # made before the baseline, so the before/after check sees only what the search holds.
+        try:
+            measure_latency(target, input_size=input_size, batch_size=1, device=dev, dtype=dt,
+                            warmup=0, repeat=1, warn=False, **latency_kwargs)
+        except Exception as e:
+            if not is_oom(e):       # out of memory at batch 1: the search will say so
+                raise
+        _free(dev)                  # after the except block: its traceback holds tensors
         mem_before = torch.cuda.memory_allocated(dev)
 
     def measure(b: int) -> ThroughputPoint:
