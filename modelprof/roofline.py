@@ -20,7 +20,6 @@ for bytes/s) or from the table of datasheet values :data:`KNOWN_DEVICES` (:func:
 from __future__ import annotations
 
 import math
-import platform
 import re
 import time
 from contextlib import contextmanager, nullcontext
@@ -31,7 +30,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from modelprof.env import cpu_name
 from modelprof.errors import ModelProfError
+from modelprof.timing.clock import device_synchronize
 
 __all__ = [
     "Peaks",
@@ -247,23 +248,7 @@ def _device(device: torch.device | str | None) -> torch.device:
 def _device_name(dev: torch.device) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    if dev.type == "cpu":
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as fh:
-                for line in fh:
-                    if line.lower().startswith("model name"):
-                        return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-        return platform.processor() or platform.machine() or "cpu"
-    return str(dev)
-
-
-def _synchronize(dev: torch.device) -> None:
-    backend = getattr(torch, dev.type, None)
-    sync = getattr(backend, "synchronize", None)
-    if callable(sync):
-        sync()
+    return cpu_name() if dev.type == "cpu" else str(dev)
 
 
 def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
@@ -276,10 +261,10 @@ def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3
-    _synchronize(dev)
+    device_synchronize(dev)
     t0 = time.perf_counter_ns()
     fn()
-    _synchronize(dev)
+    device_synchronize(dev)
     return (time.perf_counter_ns() - t0) / 1e9
 
 
