@@ -1,0 +1,100 @@
+"""Report's exporters, views, notebook display and plots, on a real profiled model."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from modelprof import ModelProfError, profile
+from modelprof.render.csvio import read_csv
+from modelprof.render.jsonio import read_json
+from modelprof.roofline import Peaks
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    def forward(self, x):
+        return self.head(self.features(x) + 1)
+
+
+@pytest.fixture(scope="module")
+def timed():
+    # fixed peaks keep the roofline columns deterministic: 1 TFLOP/s, 100 GB/s
+    return profile(Net(), (3, 16, 16), repeat=5, warmup=1, roofline=Peaks(1e12, 1e11))
+
+
+@pytest.fixture(scope="module")
+def static():
+    return profile(Net(), (3, 16, 16), timing=False)
+
+
+@pytest.mark.parametrize("style", ["modelprof", "torchstat"])
+def test_csv_and_json_read_back_into_the_same_dataframe(tmp_path, timed, static, style):
+    for report in (timed, static):
+        df = report.to_dataframe(style)
+        back = read_csv(report.to_csv(tmp_path / f"{style}.csv", style=style))
+        pd.testing.assert_frame_equal(back, df)
+        back_df, totals, env = read_json(report.to_json(tmp_path / f"{style}.json", style=style))
+        pd.testing.assert_frame_equal(back_df, df)
+        assert totals == report.totals
+        assert env["device_name"] == report.env["device_name"]
+
+
+def test_roofline_columns_follow_the_peaks(timed):
+    df = timed.to_dataframe().set_index("module")
+    conv = df.loc["features.0"]
+    # conv: 8x16x16 outputs x 27 = 55296 MACs -> 110592 flops + 2048 bias = 112640 flops;
+    # bytes: input 3x16x16x4 = 3072, weights 224x4 = 896, output 8x16x16x4 = 8192 -> 12160
+    assert conv["flops"] == 112640 and conv["read_bytes"] + conv["write_bytes"] == 12160
+    # roofline time = max(112640 / 1e12, 12160 / 1e11) s = 1.216e-7 s -> memory bound
+    assert conv["roofline_ms"] == pytest.approx(1.216e-4)
+    assert conv["bound"] == "memory"
+    assert conv["intensity"] == pytest.approx(112640 / 12160)
+    assert conv["efficiency"] == pytest.approx(conv["roofline_ms"] / conv["latency_ms"])
+
+
+def test_view_options_reach_every_exporter(timed):
+    md = timed.to_markdown(depth=1, columns=["module", "params", "macs"])
+    header = md.splitlines()[0]
+    assert "features.0" not in md and "| features |" in md
+    assert [c.strip() for c in header.split("|")[1:-1]] == ["module", "params", "MACs"]
+    top = timed.to_markdown(leaf_only=True, top_k=2, sort_by="flops")
+    assert top.count("\n") < 8
+    tex = timed.to_latex(caption="Net", label="tab:net")
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "tab:net" in tex
+    with pytest.raises(ModelProfError, match="nope"):
+        timed.to_markdown(columns=["module", "nope"])
+
+
+def test_notebook_and_terminal_display(timed, static):
+    html = timed._repr_html_()
+    assert html.startswith("<div>") and "<table" in html and "features.0" in html
+    assert "latency median" in html
+    text = repr(static)
+    assert "params" in text and "features.0" in text
+    assert "latency" not in static.summary()
+
+
+def test_plots_return_figures_and_save(tmp_path, timed, static):
+    fig = timed.plot_latency(save=tmp_path / "lat.png")
+    assert (tmp_path / "lat.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert fig.axes
+    static.plot_flops(save=tmp_path / "flops.svg")
+    assert "<svg" in (tmp_path / "flops.svg").read_text()
+    timed.plot_roofline(save=tmp_path / "roof.png")
+    with pytest.raises(ModelProfError, match="timing=True"):
+        static.plot_latency()
+
+
+def test_json_is_strict_and_carries_the_measurement(tmp_path, timed):
+    text = timed.to_json()
+    doc = json.loads(text)  # strict JSON: no NaN literals
+    assert "NaN" not in text
+    assert isinstance(doc, dict)
