@@ -66,7 +66,7 @@ class OpCounter(TorchDispatchMode):
         pending = self.tracker.pending_params
         record = self.tracker.current
         for a in args:
-            if isinstance(a, torch.Tensor) and id(a) in pending and record is not None:
+            if isinstance(a, torch.Tensor) and id(a) in pending:
                 record.params += self.tracker.charge(a)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -92,11 +92,10 @@ class OpCounter(TorchDispatchMode):
             stats.macs += macs
             stats.flops += flops
             stats.madd += madd
-            if record is not None:
-                record.macs += macs
-                record.flops += flops
-                record.madd += madd
-        if record is not None and record.collect_op_bytes:
+            record.macs += macs
+            record.flops += flops
+            record.madd += madd
+        if record.collect_op_bytes:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
             record.op_read_bytes += _bytes(args) + _bytes(list(kwargs.values()))
             record.op_write_bytes += _bytes(out)

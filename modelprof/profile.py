@@ -145,8 +145,7 @@ def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, floa
         s = samples.get(record.key)
         if s is None:
             continue
-        if row.is_self:
-            s = s.copy()
+        if row.is_self:  # new arrays: the parent's samples stay as they are
             for c in record.children:
                 child = samples.get(records[c].key)
                 if child is not None:

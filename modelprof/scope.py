@@ -71,14 +71,13 @@ class Tracker:
         # parameters not yet charged to any call, by id (used by ops that read them directly)
         self.pending_params: dict[int, torch.Tensor] = {}
         self._calls: dict[nn.Module, int] = {}
-        self._seen_params: set[int] = set()
         self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
         # (max_memory_allocated, reset_peak_memory_stats) on CUDA, else None
         self._memory = memory_stats
         self._outside: CallRecord | None = None
 
     @property
-    def current(self) -> CallRecord | None:
+    def current(self) -> CallRecord:
         """The innermost running call; ops before any call (a TorchScript module, whose calls
         fire no Python hooks) go to a root record kept aside for that case."""
         if self.stack:
@@ -137,11 +136,7 @@ class Tracker:
 
     def charge(self, p: torch.Tensor) -> int:
         """Elements of ``p`` to charge to the call that uses it: all of them the first time."""
-        if id(p) in self._seen_params:
-            return 0
-        self._seen_params.add(id(p))
-        self.pending_params.pop(id(p), None)
-        return p.numel()
+        return p.numel() if self.pending_params.pop(id(p), None) is not None else 0
 
     def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
              raised: bool = False) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import Counter
-from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +30,6 @@ class StaticResult:
     unsupported: Counter
     by_op: dict[str, OpStats]
     model_params: int          # every distinct parameter of the model, used or not
-    output: Any = None
 
 
 @contextlib.contextmanager
@@ -57,7 +55,7 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
 
     done: dict[int, torch.Tensor] = {}  # one converted tensor per original: ties stay tied
 
-    def conv(t: torch.Tensor, clone: bool = False) -> torch.Tensor:
+    def conv(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in done:
             cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) \
                 else None
@@ -105,8 +103,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
     distinct = {id(p): p.numel() for p in model.parameters()}
-    return StaticResult(records, counter.unsupported, counter.by_op,
-                        sum(distinct.values()), output)
+    return StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
 
 
 def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:

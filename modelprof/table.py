@@ -61,8 +61,8 @@ def _self_name(name: str) -> str:
 
 def build_rows(records: Sequence[CallRecord]) -> list[Row]:
     n = len(records)
-    inc = np.zeros((n, 6), dtype=object)  # params, macs, flops, madd, read, write (python ints)
-    ts = np.zeros((n, 2), dtype=object)   # torchstat flops, madd
+    inc: list[list[int]] = [[]] * n       # params, macs, flops, madd, read, write (inclusive)
+    ts: list[list[int]] = [[]] * n        # torchstat flops, madd (inclusive)
     own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
     for r in reversed(records):
         if r.children:
@@ -77,10 +77,10 @@ def build_rows(records: Sequence[CallRecord]) -> list[Row]:
             inc[r.index] = total
             ts[r.index] = ts_total
         else:
-            inc[r.index] = (r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
-                            r.output_bytes)
+            inc[r.index] = [r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
+                            r.output_bytes]
             over = r.torchstat or {}
-            ts[r.index] = (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
+            ts[r.index] = [over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd)]
 
     end = list(range(n))  # last descendant index of each record's subtree
     for r in reversed(records):
