@@ -32,7 +32,7 @@ import torch
 
 from modelprof.env import cpu_name
 from modelprof.errors import ModelProfError
-from modelprof.timing.clock import device_synchronize
+from modelprof.device import device_synchronize
 
 __all__ = [
     "Peaks",
