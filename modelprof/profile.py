@@ -19,7 +19,7 @@ from .static import analyze
 from .table import Row, build_rows
 from .timing.options import TimingOptions
 
-__all__ = ["ModelProfWarning", "profile"]
+__all__ = ["ModelProfWarning", "profile", "timing_runner"]
 
 
 class ModelProfWarning(UserWarning):
@@ -123,6 +123,18 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     return peaks
 
 
+def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
+                  opts: TimingOptions) -> nn.Module:
+    """What the timed passes call: the model itself, or a converted copy (device, dtype,
+    channels_last), or in train mode a copy (train-mode passes update buffers)."""
+    layout = torch.channels_last if opts.channels_last else None
+    runner = moved_model(model, mi.device, dtype, memory_format=layout)
+    if training:
+        runner = copy.deepcopy(model) if runner is model else runner
+        runner.train()
+    return runner
+
+
 def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
              no_grad: bool, opts: TimingOptions) -> tuple[Any, Any, list[str]]:
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
@@ -132,11 +144,7 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
                              "alone, or a real device to time")
-    layout = torch.channels_last if opts.channels_last else None
-    runner = moved_model(model, mi.device, dtype, memory_format=layout)
-    if training:  # train-mode passes update buffers: time a copy, in train mode
-        runner = copy.deepcopy(model) if runner is model else runner
-        runner.train()
+    runner = timing_runner(model, mi, dtype, training, opts)
     eager = getattr(runner, "_orig_mod", runner)   # a torch.compile'd module fires no hooks
     notes: list[str] = []
     hidden = list(opts.end_to_end_only)

@@ -209,14 +209,16 @@ def test_block_size_follows_the_wall_time_of_a_call():
 
 
 def test_a_step_between_blocks_widens_the_interval():
-    # blocks of 20 samples at 10 ms, then blocks at 12 ms: within-block noise is zero, so the
-    # pooled order-statistic interval is the point 10 or 12; the between-block t interval of
-    # the medians [10, 10, 10, 12, 12, 12] (sd 1.095, t(5) 2.571) is ±1.15 around the median
+    # blocks of 20 samples at 10 ms, then blocks at 12 ms: the pooled order-statistic interval
+    # of the 120 values is [10, 12] around the median 11 (±1/11 = 9.1 %); the between-block t
+    # interval on the log scale of the medians [10, 10, 10, 12, 12, 12] is
+    # 11 * exp(±t(5) sd(log m) / sqrt(6)), t(5) = 2.5706, which is wider
     samples = np.repeat([10.0, 10.0, 10.0, 12.0, 12.0, 12.0], 20)
     blocks = np.repeat(np.arange(6), 20)
-    assert relative_ci(samples) == 0.0 or relative_ci(samples) < 0.1
-    med = float(np.median(samples))                  # 11.0: the middle of 120 values
-    expected = 2.5706 * np.std([10, 10, 10, 12, 12, 12], ddof=1) / np.sqrt(6) / med
+    assert relative_ci(samples) == pytest.approx(1.0 / 11.0)
+    half = 2.5706 * np.std(np.log([10, 10, 10, 12, 12, 12]), ddof=1) / np.sqrt(6)
+    expected = (np.exp(half) - np.exp(-half)) / 2.0          # (hi - lo) / 2 / median
+    assert expected > 1.0 / 11.0
     assert relative_ci(samples, blocks) == pytest.approx(expected, rel=1e-3)
 
 

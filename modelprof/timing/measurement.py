@@ -183,7 +183,7 @@ class Measurement:
 
     @functools.cached_property
     def between_ci_ms(self) -> tuple[float, float] | None:
-        """``median ± t sd(block medians) / sqrt(blocks)``; None with one block."""
+        """``median * exp(± t sd(log block medians) / sqrt(blocks))``; None with one block."""
         return between_block_ci(self.median_ms, self.block_medians_ms, self.confidence)
 
     @functools.cached_property
@@ -203,7 +203,7 @@ class Measurement:
             return 0.0, False
         ids = self._block_medians[0]
         times = np.array([float(self.timestamps_s[self.blocks == b].mean()) for b in ids])
-        return drift(times, self.block_medians_ms, self.median_ms)
+        return drift(times, self.block_medians_ms)
 
     @property
     def drift_pct(self) -> float:

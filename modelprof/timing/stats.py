@@ -9,13 +9,14 @@ every sample were independent (the order-statistic interval of the pooled median
 the interval of the median is the wider of
 
 * the distribution-free order-statistic interval of the pooled samples (variation *within*), and
-* ``median ± t(B-1) * sd(block medians) / sqrt(B)`` (variation *between* blocks, which includes
-  whatever drifted during the measurement window),
+* ``median * exp(± t(B-1) * sd(log block medians) / sqrt(B))`` (variation *between* blocks,
+  which includes whatever drifted during the measurement window; on the log scale, as latency
+  noise is multiplicative and an interval of a duration must stay positive),
 
 so a user reading ``±x %`` can quote it for the window the measurement covered. A run is *unstable*
 when its block medians follow a trend that is both significant (two-sided 99 %, a t-test on the
-least-squares slope against time) and larger than that interval; ``drift_pct`` is the trend's change
-over the window, in percent of the median.
+least-squares slope of the log block medians against time) and larger than that interval;
+``drift_pct`` is the trend's change over the window, in percent.
 """
 from __future__ import annotations
 
@@ -143,12 +144,14 @@ def block_medians(samples: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, 
 
 def between_block_ci(center: float, medians: np.ndarray,
                      confidence: float) -> tuple[float, float] | None:
-    """``center ± t(B-1) sd(medians) / sqrt(B)``; None with fewer than two blocks."""
+    """``center * exp(± t(B-1) sd(log medians) / sqrt(B))``; None with fewer than two blocks
+    (or a non-positive median, where no log exists)."""
     b = int(medians.size)
-    if b < 2:
+    if b < 2 or center <= 0 or (medians <= 0).any():
         return None
-    half = t_quantile(0.5 + confidence / 2.0, b - 1) * float(medians.std(ddof=1)) / math.sqrt(b)
-    return center - half, center + half
+    logs = np.log(medians)
+    half = t_quantile(0.5 + confidence / 2.0, b - 1) * float(logs.std(ddof=1)) / math.sqrt(b)
+    return center * math.exp(-half), center * math.exp(half)
 
 
 def combined_ci(center: float, within: tuple[float, float],
@@ -159,22 +162,23 @@ def combined_ci(center: float, within: tuple[float, float],
     return min(within[0], between[0]), max(within[1], between[1])
 
 
-def drift(times_s: np.ndarray, medians: np.ndarray, center: float,
+def drift(times_s: np.ndarray, medians: np.ndarray,
           confidence: float = DRIFT_CONFIDENCE) -> tuple[float, bool]:
-    """Least-squares trend of block medians against block times: ``(change over the window in %
-    of center, whether the slope differs from 0 at confidence)``. Needs three blocks."""
+    """Least-squares trend of the log block medians against block times: ``(change over the
+    window in %, whether the slope differs from 0 at confidence)``. Needs three blocks."""
     b = int(medians.size)
-    if b < 3 or center <= 0:
+    if b < 3 or (medians <= 0).any():
         return 0.0, False
     t = np.asarray(times_s, dtype=np.float64)
     t = t - t.mean()
     sxx = float((t * t).sum())
     if sxx <= 0:
         return 0.0, False
-    y = medians - medians.mean()
+    logs = np.log(medians)
+    y = logs - logs.mean()
     slope = float((t * y).sum()) / sxx
     window = float(t.max() - t.min())
-    pct = 100.0 * slope * window / center
+    pct = 100.0 * math.expm1(slope * window)
     resid = y - slope * t
     dof = b - 2
     se = math.sqrt(float((resid * resid).sum()) / dof / sxx) if dof > 0 else math.inf
