@@ -150,30 +150,6 @@ def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
         t[:, kids] *= factor[:, None]
 
 
-class _CallPlan:
-    """The module calls of one forward: keys, parents and the module object of each call."""
-
-    def __init__(self, names: dict[nn.Module, str]) -> None:
-        self.names = names
-        self.keys: list[Key] = []
-        self.modules: list[nn.Module] = []
-        self.parents: dict[Key, Key | None] = {}
-        self._counts: dict[nn.Module, int] = {}
-        self.stack: list[int] = []
-
-    def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        c = self._counts.get(module, 0) + 1
-        self._counts[module] = c
-        key = (self.names[module], c)
-        self.parents[key] = self.keys[self.stack[-1]] if self.stack else None
-        self.stack.append(len(self.keys))
-        self.keys.append(key)
-        self.modules.append(module)
-
-    def post(self, module: nn.Module, output: Any) -> None:
-        self.stack.pop()
-
-
 
 
 @dataclasses.dataclass(frozen=True)

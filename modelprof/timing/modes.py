@@ -5,14 +5,12 @@ on it is restored in ``finally``.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
 from ..errors import ModelProfError
 from ..execution import amp_context, grad_context, model_state, parse_amp, to_channels_last
