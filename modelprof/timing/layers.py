@@ -182,9 +182,10 @@ class HookCost:
 
     ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (both hooks,
     the hooked call path, the stamps, and what they do to the speed of the ops around them):
-    in ``time_layers``, (instrumented pass - plain pass) / calls, from passes of the model itself
-    interleaved block by block. ``self_ms``: the part inside a call's own span (after its start
-    stamp, before its end stamp), calibrated on a chain of empty modules (``calibrate_hooks``).
+    in ``time_layers``, (fastest instrumented pass - fastest plain pass) / calls, from passes of
+    the model itself interleaved block by block. ``self_ms``: the part inside a call's own span
+    (after its start stamp, before its end stamp), calibrated on a chain of empty modules
+    (``calibrate_hooks``).
 
     A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` for each call
     nested in it; where a parent's children still add up to more than the parent (the
@@ -502,7 +503,11 @@ def time_layers(
     raw = np.vstack(inst.rows)
     plain = np.concatenate(inst.plain)
     if calibrated is not None:       # the model's own cost per call, the inside part calibrated
-        per_call = max(0.0, float(np.median(sampled.samples_ms) - np.median(plain))) / len(keys)
+        # From the fastest pass of each kind: on a loaded machine preemption only ever lengthens
+        # a pass, and the longer instrumented pass collects more of it, so a difference of
+        # medians overstates the cost (2-20x, measured on this loaded 2-core VM) and the
+        # children fitted into an over-corrected parent read short.
+        per_call = max(0.0, float(sampled.samples_ms.min() - plain.min())) / len(keys)
         hook_cost = HookCost(per_call, min(calibrated.self_ms, per_call), applied=True)
     corrected = raw if hook_cost is None else hook_cost.correct(raw, plan.nested_counts(),
                                                                 plan.parent_index)
