@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from modelprof.timing.measurement import (Measurement, NoisyMeasurementWarning,
-                                          median_ci_ranks)
+from modelprof.timing.measurement import (DriftWarning, FewSamplesWarning, Measurement,
+                                          NoisyMeasurementWarning, median_ci_ranks)
 
 ONE_TO_NINE = np.arange(1.0, 10.0)
 
@@ -138,3 +138,141 @@ def test_from_dict_round_trips():
     assert back.h2d is not None and back.h2d.median_ms == 1.5 and back.env == {"a": 1}
     with pytest.raises(ValueError):
         Measurement.from_dict(m.to_dict(samples=False))
+
+
+# -- blocks: the interval widens for what varies between blocks, drift is flagged ------------
+
+T975_5, T975_9 = 2.570582, 2.262157        # Student's t(0.975, 5) and t(0.975, 9), from tables
+
+
+def _blocked(levels, per_block: int = 20) -> Measurement:
+    """Constant samples at ``levels[b]`` in block b, block b taken at t = b seconds (each
+    sample 1 ms after the one before it, so every block's mean time is b + const)."""
+    levels = np.asarray(levels, dtype=float)
+    samples = np.repeat(levels, per_block)
+    blocks = np.repeat(np.arange(levels.size), per_block)
+    stamps = blocks + np.tile(np.arange(per_block) * 1e-3, levels.size)
+    return Measurement(samples, blocks=blocks, timestamps_s=stamps, label="drifty",
+                       stop_reason="precision", min_samples=10)
+
+
+def test_a_step_change_widens_the_interval_beyond_the_pooled_one():
+    # 3 blocks at 10 ms then 3 at 12 ms (120 samples): the pooled median is 11 and its
+    # order-statistic interval (ranks 50..71 of 120) is [10, 12]; the log medians have
+    # sd (ddof 1) = sqrt(6 (h/2)^2 / 5), h = ln 1.2, so the between-block interval is
+    # 11 exp(± t(0.975, 5) sd / sqrt(6)) = [9.2667, 13.0576], which the reported one takes
+    m = _blocked([10, 10, 10, 12, 12, 12])
+    assert m.n_blocks == 6 and m.block_medians_ms.tolist() == [10, 10, 10, 12, 12, 12]
+    assert m.within_ci_ms == (10.0, 12.0)
+    half = T975_5 * math.sqrt(6 * (math.log(1.2) / 2) ** 2 / 5) / math.sqrt(6)
+    assert m.between_ci_ms == pytest.approx((11 * math.exp(-half), 11 * math.exp(half)),
+                                            rel=1e-6)
+    assert m.median_ci_ms == m.between_ci_ms
+    assert m.relative_ci == pytest.approx(math.sinh(half), rel=1e-6)     # (hi - lo) / 2 / 11
+
+
+def test_interval_covers_a_drifting_sample_and_the_drift_is_flagged():
+    # levels 10 * 1.02^b in blocks b = 0..9 of 20: the pooled median is the mean of the 100th
+    # and 101st values, (L4 + L5) / 2, and the pooled interval (ranks 86..115) is [L4, L5]: it
+    # leaves out every level but those two. The log medians rise by ln 1.02 per block, sd
+    # ln(1.02) sd(0..9) = 0.0198 * 3.02765, so the block interval is median * exp(±h),
+    # h = t(0.975, 9) * 0.0599547 / sqrt(10) = 0.042889: it covers L3 .. L6, the middle 40 % of
+    # the window
+    levels = 10.0 * 1.02 ** np.arange(10)
+    m = _blocked(levels)
+    assert m.median_ms == pytest.approx((levels[4] + levels[5]) / 2)
+    assert m.within_ci_ms == (levels[4], levels[5])
+    h = T975_9 * math.log(1.02) * np.std(np.arange(10), ddof=1) / math.sqrt(10)
+    lo, hi = m.median_ci_ms
+    assert (lo, hi) == pytest.approx((m.median_ms * math.exp(-h), m.median_ms * math.exp(h)),
+                                     rel=1e-6)
+    assert lo <= levels[3] and levels[6] <= hi                 # covered: 10.612 .. 11.262
+    assert not lo <= levels[2] and not levels[7] <= hi         # 10.404 and 11.487 are not
+    # the trend 1.02^9 - 1 = +19.5 % exceeds the interval's ±sinh(h) = ±4.29 %: unstable
+    assert m.drift_pct == pytest.approx(100 * (1.02 ** 9 - 1), rel=1e-9)
+    assert m.relative_ci == pytest.approx(math.sinh(h), rel=1e-6)
+    assert m.stable is False
+    with pytest.warns(DriftWarning) as rec:
+        assert m.warn_if_noisy() is True
+        assert m.warn_if_noisy() is False                      # once per measurement
+    assert len(rec) == 1
+    text = str(rec[0].message)
+    assert "+19.5 %" in text and "10 blocks" in text and "±4.3%" in text and "drifty" in text
+    assert "UNSTABLE" in repr(m)
+    d = m.stats()
+    assert d["stable"] is False and d["n_blocks"] == 10
+    assert d["drift_pct"] == pytest.approx(19.509, abs=1e-3)
+
+
+def test_stationary_noise_is_not_flagged():
+    # 10 blocks of 30 samples of 2 % multiplicative noise, no trend: flagged only when the
+    # slope is significant at 99 % (about 1 seed in 100) AND larger than the interval; over
+    # 100 seeds at most 2 (Binomial(100, 0.01): P(> 2) = 0.08 even before the second test)
+    unstable = 0
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        samples = 10.0 * np.exp(rng.normal(0.0, 0.02, 300))
+        blocks = np.repeat(np.arange(10), 30)
+        m = Measurement(samples, blocks=blocks, timestamps_s=blocks * 0.1)
+        assert abs(m.drift_pct) < 5.0                          # the trend estimate is small
+        unstable += not m.stable
+    assert unstable <= 2
+
+
+def test_a_trend_in_noise_is_flagged_every_time():
+    # the same noise on a 2 %/block trend over 10 blocks (19.5 % over the window)
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        blocks = np.repeat(np.arange(10), 30)
+        samples = 10.0 * 1.02 ** blocks * np.exp(rng.normal(0.0, 0.02, 300))
+        m = Measurement(samples, blocks=blocks, timestamps_s=blocks * 0.1)
+        assert not m.stable, seed
+        assert 15.0 < m.drift_pct < 25.0, (seed, m.drift_pct)
+
+
+def test_no_drift_without_timestamps_or_with_few_blocks():
+    levels = 10.0 * 1.02 ** np.arange(10)
+    no_times = Measurement(np.repeat(levels, 5), blocks=np.repeat(np.arange(10), 5))
+    assert (no_times.drift_pct, no_times.stable) == (0.0, True)
+    two = _blocked([10.0, 12.0])
+    assert (two.drift_pct, two.stable) == (0.0, True)          # a trend needs 3 blocks
+    assert ", drift " not in repr(two) and ", drift +" in repr(_blocked([10.0, 11.0, 12.0]))
+
+
+def test_a_budget_stop_below_min_samples_warns_once_naming_n():
+    m = Measurement([50.0, 51.0, 52.0], stop_reason="budget", min_samples=10, label="slow")
+    assert m.undersampled
+    with pytest.warns(FewSamplesWarning) as rec:
+        assert m.warn_if_noisy() is True
+        assert m.warn_if_noisy() is False
+    assert len(rec) == 1
+    assert "n=3 samples" in str(rec[0].message) and "min_samples=10" in str(rec[0].message)
+    assert "UNDERSAMPLED (min 10)" in repr(m)
+    assert m.stats()["undersampled"] is True
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(stop_reason="repeat", min_samples=None),      # repeat= asked for 3 on purpose
+    dict(stop_reason="budget", min_samples=3),         # the budget left enough
+    dict(stop_reason="precision", min_samples=10),     # not a budget stop
+])
+def test_few_samples_on_purpose_do_not_warn(kwargs):
+    m = Measurement([50.0, 50.0, 50.0], **kwargs)
+    assert not m.undersampled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert m.warn_if_noisy() is False
+
+
+def test_block_fields_round_trip_and_are_checked():
+    m = _blocked([10.0, 11.0, 12.0], per_block=4)
+    back = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert back.blocks.tolist() == m.blocks.tolist()
+    assert back.timestamps_s.tolist() == pytest.approx(m.timestamps_s.tolist())
+    assert back.min_samples == 10 and back.drift_pct == pytest.approx(m.drift_pct)
+    with pytest.raises(ValueError, match="blocks has 2 entries for 3 samples"):
+        Measurement([1.0, 2.0, 3.0], blocks=[0, 1])
+    with pytest.raises(ValueError, match="timestamps_s has 1 entries"):
+        Measurement([1.0, 2.0], timestamps_s=[0.0])
+    one = Measurement([1.0, 2.0, 3.0])                           # no blocks given: one block
+    assert one.n_blocks == 1 and one.between_ci_ms is None

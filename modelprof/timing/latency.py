@@ -54,6 +54,9 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
     if given is not None:  # already normalised (by profile): used as they are
         if input_size is not None:
             raise ModelProfError("pass either ModelInputs or input_size, not both")
+        if batch_size is not None and batch_size != given.batch_size:
+            raise ModelProfError(f"batch_size={batch_size!r} contradicts the given inputs, whose "
+                                 f"batch is {given.batch_size}; leave batch_size out")
         dev = dev or given.device
     is_module = isinstance(fn_or_model, nn.Module)
     if dev is None:
@@ -71,7 +74,7 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
         mi = ModelInputs(map_tensors(given.args, move), map_tensors(given.kwargs, move), dev,
-                         dt or given.dtype, batch_size or given.batch_size)
+                         dt or given.dtype, given.batch_size)
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs((), {}, dev, parse_dtype(dtype) or torch.get_default_dtype(),
                          batch_size or 1)
