@@ -158,8 +158,10 @@ class HookCost:
 
     ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (both hooks,
     the hooked call path, the stamps, and what they do to the speed of the ops around them):
-    in ``time_layers``, (fastest instrumented pass - fastest plain pass) / calls, from passes of
-    the model itself interleaved block by block. ``self_ms``: the part inside a call's own span
+    in ``time_layers``, from passes of the model itself interleaved block by block with plain
+    ones: on the CPU the median over blocks of (instrumented - plain block median) / calls,
+    bounded by the difference in thread CPU time; elsewhere (fastest instrumented - fastest
+    plain pass) / calls. ``self_ms``: the part inside a call's own span
     (after its start stamp, before its end stamp), calibrated on a chain of empty modules
     (``calibrate_hooks``).
 
@@ -488,16 +490,22 @@ def time_layers(
     raw = np.vstack(inst.rows)
     plain = np.concatenate(inst.plain)
     if calibrated is not None:       # the model's own cost per call, the inside part calibrated
-        # From the fastest pass of each kind: on a loaded machine preemption only ever lengthens
-        # a pass, and the longer instrumented pass collects more of it, so a difference of
-        # medians overstates the cost (2-20x, measured on this loaded 2-core VM) and the
-        # children fitted into an over-corrected parent read short. Where no instrumented pass
-        # escaped preemption (passes longer than a time slice on a busy machine) the fastest
-        # overstates it too: on the CPU the thread CPU time, which time descheduled does not
-        # enter, bounds it (it can only understate it, for work that waits on the wall clock).
-        per_call = float(sampled.samples_ms.min() - plain.min())
+        # On a loaded machine preemption only ever lengthens a pass, and the longer instrumented
+        # pass collects more of it, so a difference of medians overstates the cost (2-20x,
+        # measured on this loaded 2-core VM). On the CPU the thread CPU time, which time spent
+        # descheduled does not enter, bounds it; under that bound the paired difference of the
+        # block medians (instrumented vs plain passes of the same block) is the estimate: on a
+        # quiet VM it puts the corrected pass within 1-3 % of the plain one, where the difference
+        # of the fastest passes scattered it by +-10 % (the instrumented pass's spread enters it).
+        # Elsewhere (CUDA events) the fastest passes of each kind give it.
         if inst.cpu_ms is not None:
-            per_call = min(per_call, (inst.cpu_ms[0] - inst.cpu_ms[1]) / sampled.n)
+            blocks = sampled.blocks
+            paired = [np.median(sampled.samples_ms[blocks == b]) - np.median(plain[blocks == b])
+                      for b in np.unique(blocks)]
+            per_call = min(float(np.median(paired)),
+                           (inst.cpu_ms[0] - inst.cpu_ms[1]) / sampled.n)
+        else:
+            per_call = float(sampled.samples_ms.min() - plain.min())
         per_call = max(0.0, per_call) / len(keys)
         hook_cost = HookCost(per_call, min(calibrated.self_ms, per_call), applied=True)
     corrected = raw if hook_cost is None else hook_cost.correct(raw, plan.nested_counts(),
