@@ -172,6 +172,35 @@ def _sdpa_backward(args, kwargs, out) -> Cost:
     return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1])
 
 
+@register_present(*optional_ops("_flash_attention_backward"))
+def _flash_attention_backward(args, kwargs, out) -> Cost:
+    # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, ...)
+    q, k, v = args[1], args[2], args[3]
+    cum_q, cum_k = args[6], args[7]
+    if cum_q is None or q.dim() == 4:  # dense: q [B, L, H, E]
+        b, l_q, h, d = q.shape
+        return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
+    pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0],
+                               k.shape[0])
+    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1])
+    return Cost(cost.macs, flops=cost.flops, note=note)
+
+
+@register_present(*optional_ops("_efficient_attention_backward"))
+def _efficient_attention_backward(args, kwargs, out) -> Cost:
+    # (grad_out, query, key, value, bias, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    #  max_seqlen_k, ...): q [B, L, H, E], packed [1, total_q, H, E]
+    q, k, v = args[1], args[2], args[3]
+    cu_q, cu_k = args[6], args[7]
+    if cu_q is None:
+        b, l_q, h, d = q.shape
+        return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
+    pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3],
+                               k.shape[-3])
+    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1])
+    return Cost(cost.macs, flops=cost.flops, note=note)
+
+
 # -- flex_attention (a higher-order operator) ---------------------------------------------------
 _MOD_NOT_COSTED = ("score_mod/mask_mod could not be run on one score to cost it: "
                    "their per-score work is not counted")
