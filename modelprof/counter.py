@@ -169,8 +169,7 @@ class OpCounter(TorchDispatchMode):
 
     def _charge_params(self, args: tuple) -> None:
         """A parameter read by an op of a call that does not own it (``F.linear`` on another
-        module's weight, ``module.forward`` called directly) is charged to that call; so are
-        the packed weights of a quantized op (they are no ``nn.Parameter``)."""
+        module's weight, ``module.forward`` called directly) is charged to that call."""
         pending = self.tracker.pending_params
         record = self.tracker.current
         for a in args:
@@ -178,6 +177,8 @@ class OpCounter(TorchDispatchMode):
                 record.params += self.tracker.charge(a)
 
     def _charge_packed(self, args: tuple) -> None:
+        """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
+        the call that uses them: elements once, bytes read at every call."""
         from .formulas.quantized import packed_weights
         record = self.tracker.current
         for a in args:
@@ -284,7 +285,9 @@ class OpCounter(TorchDispatchMode):
     # -- higher-order operators -----------------------------------------------------------------
     def _through_subgraphs(self, func, name: str, args: tuple, kwargs: dict) -> Any:
         """Run a higher-order operator with its subgraphs counted. ``cond`` whose predicate has
-        no value (meta device) is charged its costlier branch, with a note."""
+        no value (meta device) is charged its costlier branch, with a note. An operator that
+        refuses the wrapped subgraphs is run again as it is, uncounted, and listed unsupported
+        (a genuine error in the subgraph raises again there)."""
         if func is torch.ops.higher_order.cond and not _known_predicate(args[0]):
             return self._cond_bound(func, name, args, kwargs)
         wrap = functools.partial(_wrap_subgraphs, counter=self)

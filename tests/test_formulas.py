@@ -514,3 +514,29 @@ def test_nested_tensor_conversions_are_data_movement_not_unsupported():
     assert ops.loc["aten.to_padded_tensor.default", "flops"] == 0
     # sequences of 5 and 3 tokens: 1280 + 400 + 1280 = 2960 and 768 + 144 + 768 = 1680
     assert r.totals["macs"] == 2960 + 1680
+
+
+def test_quantized_layers_match_their_float_closed_forms():
+    import torch.ao.nn.quantized as nnq
+
+    class Quantized(nn.Module):
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            q = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8)
+            return self.layer(q).dequantize()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = totals(Quantized(nnq.ConvTranspose2d(4, 6, 3, stride=2)), torch.randn(1, 4, 5, 5))
+        # as test_transposed_conv: 100 input positions x 6*9 = 5400; weight 4*6*9 + bias 6
+        assert (t["macs"], t["params"]) == (5400, 222)
+        t = totals(Quantized(nnq.Conv3d(2, 4, 3)), torch.randn(1, 2, 5, 5, 5))
+        assert (t["macs"], t["params"]) == (5832, 4 * 2 * 27 + 4)  # as test_conv1d_and_conv3d
+        lstm = torch.ao.quantization.quantize_dynamic(nn.LSTM(4, 6), {nn.LSTM},
+                                                      dtype=torch.qint8)
+        t = totals(lstm, torch.randn(5, 3, 4))
+    # 15 tokens x 4 gates x 6 x (4 + 6) = 3600, as the float LSTM; params 4*6*(4+6) + 2*24
+    assert (t["macs"], t["params"]) == (3600, 288)
