@@ -3,7 +3,8 @@
     python benchmarks/static_speed.py [--reps 7]
 
 Both run one forward of the same model on the same input, in the same process, interleaved, on
-the CPU (batch 1, eval, no_grad); the printed ratio (medians) must stay <= 1.5, aim 1.0. A bare
+the CPU (batch 1, eval, no_grad); the printed ratio (medians) must stay <= 1.0 — modelprof's
+decomposition fallback, higher-order-operator handling and per-call records included. A bare
 forward is timed too, to show what each costs on top of the compute.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
 from modelprof import profile
+
+LIMIT = 1.0  # modelprof / FlopCounterMode, medians
 
 
 def _time(fn) -> float:
@@ -64,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.reps}")
     worst = max(bench(n, args.reps) for n in ("resnet50", "vit_b_16"))
-    print(f"worst ratio {worst:.2f} (limit 1.5): {'PASS' if worst <= 1.5 else 'FAIL'}")
+    print(f"worst ratio {worst:.2f} (limit {LIMIT}): {'PASS' if worst <= LIMIT else 'FAIL'}")
 
 
 if __name__ == "__main__":

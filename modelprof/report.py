@@ -76,16 +76,26 @@ class Report:
         return df
 
     def by_operator(self) -> pd.DataFrame:
-        """Per aten op: calls, macs, flops, madd, and whether a formula counted it."""
+        """Per op, keyed by its full name (``aten.convolution.default``,
+        ``torchvision.nms.default``): calls, macs, flops, madd, whether a formula counted it,
+        and how many calls were counted inexactly, e.g. at a bound (see ``notes``)."""
         names = sorted(self._by_op, key=lambda k: (-self._by_op[k].flops, k))
         return pd.DataFrame({
-            "op": [f"aten.{n}" for n in names],
+            "op": names,
             "calls": [self._by_op[n].calls for n in names],
             "macs": [self._by_op[n].macs for n in names],
             "flops": [self._by_op[n].flops for n in names],
             "madd": [self._by_op[n].madd for n in names],
-            "supported": [f"aten.{n}" not in self.unsupported for n in names],
-        }).astype({"calls": "int64", "macs": "int64", "flops": "int64", "madd": "int64"})
+            "supported": [n not in self.unsupported for n in names],
+            "inexact_calls": [sum((self._by_op[n].notes or {}).values()) for n in names],
+        }).astype({"calls": "int64", "macs": "int64", "flops": "int64", "madd": "int64",
+                   "inexact_calls": "int64"})
+
+    @property
+    def notes(self) -> dict[str, dict[str, int]]:
+        """Ops whose count is not exact, with why and for how many calls: e.g. a grouped matmul
+        on the meta device, whose group offsets have no values, counted at its upper bound."""
+        return {n: dict(s.notes) for n, s in sorted(self._by_op.items()) if s.notes}
 
     def by_module_type(self) -> pd.DataFrame:
         """Leaf rows grouped by module type: calls and the additive columns."""
@@ -206,6 +216,9 @@ class Report:
         if self.unsupported:
             ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.unsupported.items()))
             lines.append(f"ops with no formula (counted as 0 FLOPs): {ops}")
+        for op, notes in self.notes.items():
+            for note, calls in notes.items():
+                lines.append(f"{op} x{calls}: {note}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from torch import nn
 
 from .counter import OpCounter, OpStats
 from .errors import ModelProfError
+from .formulas.quantized import packed_weights
 from .formulas.registry import FormulaRegistry
 from .hooks import module_hooks, module_names
 from .inputs import ModelInputs, model_placement, shape_str
@@ -121,7 +122,21 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
     distinct = {id(p): p.numel() for p in model.parameters()}
+    distinct.update(packed_parameters(model))
     return StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
+
+
+def packed_parameters(model: nn.Module) -> dict[int, int]:
+    """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes,
+    no ``nn.Parameter``), by object id: they are the model's parameters too."""
+    found: dict[int, int] = {}
+    for module in model.modules():
+        for value in vars(module).values():
+            if isinstance(value, torch.ScriptObject) and id(value) not in found:
+                tensors = packed_weights(value)
+                if tensors:
+                    found[id(value)] = sum(t.numel() for t in tensors)
+    return found
 
 
 def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:

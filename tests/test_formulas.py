@@ -1,12 +1,15 @@
 """Closed-form counts for every formula family, derived by hand beside each assertion."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
+import torchvision
 from torch import nn
 
-from modelprof import profile
+from modelprof import ModelProfWarning, profile
 
 
 def totals(model: nn.Module, *args, **kw):
@@ -264,3 +267,276 @@ def test_padded_transformer_encoder_runs_as_ragged_sequences():
     #   projections 4*L*8*8 = 256 L, attention 2*L*L*8 = 16 L^2, feed-forward 2*L*8*16 = 256 L
     #   L=5: 1280 + 400 + 1280 = 2960; L=3: 768 + 144 + 768 = 1680; two layers: 9280
     assert r.totals["macs"] == 9280
+
+
+# -- grouped matmul (mixture of experts) --------------------------------------------------------
+def _ops_of(report):
+    return report.by_operator().set_index("op")
+
+
+def test_grouped_mm_every_layout_from_the_offsets():
+    gmm = Fn(lambda a, b, offs: torch._grouped_mm(a, b, offs))
+    offs = torch.tensor([2, 6, 10], dtype=torch.int32)  # groups of 2, 4 and 4
+    # a [M_total=11, K=8] @ b [G=3, K=8, N=12]: rows 0..9 in groups, row 10 unused
+    t = totals(gmm, torch.randn(11, 8), torch.randn(3, 8, 12), offs)
+    # (2 + 4 + 4) rows x 8 x 12 = 960 MACs; madd (2*8 - 1) per output of the 10*12 computed
+    assert (t["macs"], t["madd"]) == (960, 2 * 960 - 120)
+    # a [G=3, M=5, K=8] @ b [K=8, N_total=16], column groups 4, 4, 4 (cols 12..15 unused)
+    t = totals(gmm, torch.randn(3, 5, 8), torch.randn(8, 16),
+               torch.tensor([4, 8, 12], dtype=torch.int32))
+    assert t["macs"] == 5 * 8 * 12  # M x K x (4 + 4 + 4) = 480
+    # a [M=5, K_total=16] @ b [K_total=16, N=12], K split 4, 4, 4 -> out [3, 5, 12]
+    t = totals(gmm, torch.randn(5, 16), torch.randn(16, 12),
+               torch.tensor([4, 8, 12], dtype=torch.int32))
+    assert t["macs"] == 5 * 12 * 12  # M x N x (4 + 4 + 4) = 720
+    assert t["madd"] == 2 * 720 - 3 * 5 * 12  # 3*5*12 outputs
+    # batched: a [3, 5, 8] @ b [3, 8, 12], no offsets: 3*5*8*12 = 1440
+    t = totals(Fn(lambda a, b: torch._grouped_mm(a, b)), torch.randn(3, 5, 8),
+               torch.randn(3, 8, 12))
+    assert t["macs"] == 1440
+
+
+def test_grouped_mm_in_a_mixture_of_experts_layer():
+    class Experts(nn.Module):
+        """Tokens sorted by expert, one grouped matmul per projection (Mixtral-style)."""
+
+        def __init__(self, experts=4, d=16, hidden=32):
+            super().__init__()
+            self.w_in = nn.Parameter(torch.randn(experts, d, hidden, dtype=torch.bfloat16))
+            self.w_out = nn.Parameter(torch.randn(experts, hidden, d, dtype=torch.bfloat16))
+
+        def forward(self, x, offs):
+            h = F.silu(F.grouped_mm(x, self.w_in, offs=offs))
+            return F.grouped_mm(h, self.w_out, offs=offs)
+
+    model = Experts()
+    x = torch.randn(24, 16, dtype=torch.bfloat16)
+    offs = torch.tensor([5, 5, 17, 24], dtype=torch.int32)  # 5, 0, 12 and 7 tokens
+    r = profile(model, inputs=(x, offs), timing=False)
+    # each of the 24 routed tokens: 16*32 in + 32*16 out = 1024 MACs -> 24576
+    assert r.totals["macs"] == 24 * 1024
+    assert r.totals["params"] == 2 * 4 * 16 * 32
+    assert _ops_of(r).loc["aten._grouped_mm.default", "calls"] == 2
+
+
+def test_scaled_grouped_mm_formulas_share_the_layouts():
+    from modelprof.formulas.matmul import (_scaled_grouped_mm, _scaled_grouped_mm_v2,
+                                           grouped_mm_cost)
+    a, b = torch.randn(11, 8), torch.randn(3, 8, 12)
+    offs = torch.tensor([2, 6, 10], dtype=torch.int32)
+    scale = torch.ones(1)
+    v1 = _scaled_grouped_mm((a, b, scale, scale, offs), {}, None)
+    v2 = _scaled_grouped_mm_v2((a, b, [scale], [0], [0], [scale], [0], [0], offs), {}, None)
+    assert v1.macs == v2.macs == grouped_mm_cost(a, b, offs, False).macs == 960
+
+
+# -- variable-length fused attention (CUDA kernels: formulas called on CPU tensors) ----------------
+def test_flash_attention_varlen_counts_each_sequence():
+    from modelprof.formulas.attention import _flash_attention_forward
+    heads, d = 4, 16
+    lengths = [3, 5, 8, 2]  # a 4-sequence packed batch of 18 tokens
+    cum = torch.tensor([0, 3, 8, 16, 18], dtype=torch.int32)
+    q = k = v = torch.randn(18, heads, d)
+    c = _flash_attention_forward((q, k, v, cum, cum, 8, 8, 0.0, False, False), {}, None)
+    pairs = sum(n * n for n in lengths)  # 9 + 25 + 64 + 4 = 102 query-key pairs per head
+    assert c.macs == heads * pairs * (d + d) == 13056
+    assert c.note is None
+    # as one sequence of 18 tokens it would be 18*18 = 324 pairs: 3.2x too many
+    dense = _flash_attention_forward((torch.randn(1, 18, heads, d),) * 3 +
+                                     (None, None, 18, 18, 0.0, False, False), {}, None)
+    assert dense.macs == heads * 324 * 32
+    # per-sequence closed form = the sum of dense single-sequence counts (PyTorch's oracle)
+    per_seq = sum(_flash_attention_forward((torch.randn(1, n, heads, d),) * 3 +
+                                           (None, None, n, n, 0.0, False, False), {}, None).macs
+                  for n in lengths)
+    assert per_seq == c.macs
+
+
+def test_flash_attention_varlen_cross_lengths_and_kv_cache():
+    from modelprof.formulas.attention import _flash_attention_forward
+    cum_q = torch.tensor([0, 1, 3], dtype=torch.int32)        # 1 and 2 queries
+    cum_k = torch.tensor([0, 10, 16], dtype=torch.int32)      # 10 and 6 keys
+    q, k, v = torch.randn(3, 2, 8), torch.randn(16, 2, 8), torch.randn(16, 2, 4)
+    c = _flash_attention_forward((q, k, v, cum_q, cum_k, 2, 10, 0.0, False, False), {}, None)
+    # pairs 1*10 + 2*6 = 22 per head, 2 heads, 8 + 4 MACs per pair: 528
+    assert c.macs == 22 * 2 * 12 == 528
+    used = torch.tensor([7, 3], dtype=torch.int32)            # seqused_k: keys really attended
+    c = _flash_attention_forward((q, k, v, cum_q, cum_k, 2, 10, 0.0, False, False),
+                                 {"seqused_k": used}, None)
+    assert c.macs == (1 * 7 + 2 * 3) * 2 * 12  # 13 pairs per head: 312
+
+
+def test_efficient_attention_varlen_and_dense():
+    from modelprof.formulas.attention import _efficient_attention_forward
+    cum = torch.tensor([0, 4, 10], dtype=torch.int32)  # lengths 4 and 6
+    q = k = v = torch.randn(1, 10, 2, 8)                # packed as [1, total, H, E]
+    c = _efficient_attention_forward((q, k, v, None, cum, cum, 6, 6, 0.0, 0), {}, None)
+    assert c.macs == (16 + 36) * 2 * 16  # 52 pairs per head, 2 heads, 16 MACs: 1664
+    dense = _efficient_attention_forward((torch.randn(2, 6, 2, 8),) * 3 +
+                                         (None, None, None, None, None, 0.0, 0), {}, None)
+    assert dense.macs == 2 * 2 * 6 * 6 * 16  # B*H*L*S*(E+Ev) = 2304
+
+
+def test_varlen_attention_without_values_is_a_bound_that_says_so():
+    from modelprof.formulas.attention import _flash_attention_forward
+    cum = torch.tensor([0, 30, 60, 90, 123], dtype=torch.int32)
+    exact = _flash_attention_forward((torch.randn(123, 4, 16),) * 3 +
+                                     (cum, cum, 40, 40, 0.0, False, False), {}, None)
+    # 3*30*30 + 33*33 = 3789 pairs per head; 4 heads x 32 MACs
+    assert exact.macs == 3789 * 4 * 32 and exact.note is None
+    meta = torch.empty(123, 4, 16, device="meta")
+    bound = _flash_attention_forward((meta, meta, meta, cum.to("meta"), cum.to("meta"), 40, 40,
+                                      0.0, False, False), {}, None)
+    # min(n*max^2 = 4*1600, total_q*max_k = 123*40 = 4920, total_k*max_q = 4920) = 4920
+    assert bound.macs == 4920 * 4 * 32
+    assert bound.note is not None and "bound" in bound.note
+    assert bound.macs >= exact.macs
+
+
+# -- backward kernels ----------------------------------------------------------------------------
+def test_sdpa_backward_recomputes_the_scores():
+    from modelprof.counter import count_ops
+    q, k, v = (torch.randn(2, 3, 8, 4, requires_grad=True) for _ in range(3))
+
+    def step():
+        F.scaled_dot_product_attention(q, k, v).sum().backward()
+
+    c = count_ops(step)
+    fwd = c.by_op["aten._scaled_dot_product_flash_attention_for_cpu.default"].macs
+    bwd = c.by_op["aten._scaled_dot_product_flash_attention_for_cpu_backward.default"].macs
+    # forward 2*3*8*8 = 384 scores x (4 + 4) = 3072; backward 384 x (3*4 + 2*4) = 7680
+    assert (fwd, bwd) == (3072, 7680)
+
+
+def test_convolution_backward_by_output_mask():
+    from modelprof.counter import count_ops
+    conv = nn.Conv2d(3, 4, 3, bias=True)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    c = count_ops(lambda: conv(x).sum().backward())
+    fwd = c.by_op["aten.convolution.default"].macs
+    bwd = c.by_op["aten.convolution_backward.default"]
+    # forward: out 2x4x4x4 = 128 outputs x 27 = 3456; grad_input and grad_weight each as much;
+    # grad_bias sums the 128 grad_output elements
+    assert fwd == 3456 and bwd.macs == 2 * 3456
+    assert bwd.flops == 4 * 3456 + 128
+    x.requires_grad_(False)
+    c = count_ops(lambda: conv(x).sum().backward())
+    assert c.by_op["aten.convolution_backward.default"].macs == 3456  # grad_weight only
+
+
+# -- pairwise distances ----------------------------------------------------------------------------
+def test_cdist_both_kernels_count_the_same_macs():
+    a, b = torch.randn(2, 5, 3), torch.randn(2, 7, 3)
+    small = profile(Fn(torch.cdist), inputs=(a, b), timing=False)  # direct kernel
+    assert "aten._cdist_forward.default" in set(small.by_operator()["op"])
+    # 2*5*7 = 70 pairs x 3 = 210 MACs; + 70*3 subtractions + 70 square roots
+    assert (small.totals["macs"], small.totals["flops"]) == (210, 420 + 210 + 70)
+    a, b = torch.randn(1, 30, 3), torch.randn(1, 40, 3)  # > 25 rows: the matmul kernel
+    mm = profile(Fn(torch.cdist), inputs=(a, b), timing=False)
+    assert "aten._euclidean_dist.default" in set(mm.by_operator()["op"])
+    # 1200 pairs x 3 = 3600 MACs; squared norms 2*(90 + 120) = 420; 5 per pair = 6000
+    assert (mm.totals["macs"], mm.totals["flops"]) == (3600, 7200 + 420 + 6000)
+    t = totals(Fn(lambda a, b: torch.cdist(a, b, p=1)), torch.randn(4, 3), torch.randn(6, 3))
+    assert (t["macs"], t["flops"]) == (0, 3 * 24 * 3)  # 24 pairs x 3 dims x 3 (sub, abs, add)
+
+
+# -- quantized models ------------------------------------------------------------------------------
+def test_dynamic_quantized_linear_counts_and_shows_its_packed_weights():
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    r = profile(q, (16,), timing=False)
+    assert r.unsupported == {}
+    # 16*32 + 32*4 = 640 MACs; flops 1280 + 36 bias adds + 32 ReLU
+    assert (r.totals["macs"], r.totals["flops"]) == (640, 1348)
+    # packed weights are the parameters: 16*32 + 32 + 32*4 + 4 = 676
+    assert r.totals["params"] == r.model_params == 676
+    df = r.to_dataframe().set_index("module")
+    assert (df.loc["0", "params"], df.loc["2", "params"]) == (544, 132)
+    # read: the 1x16 float input (64 B) + int8 weight 512 B + float bias 128 B
+    assert df.loc["0", "read_bytes"] == 64 + 512 + 128
+
+
+def _quantized_resnet18():
+    from torchvision.models.quantization import resnet18
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = resnet18(weights=None, quantize=False).eval()
+        model.fuse_model()
+        model.qconfig = torch.ao.quantization.get_default_qconfig("fbgemm")
+        torch.ao.quantization.prepare(model, inplace=True)
+        model(torch.randn(2, 3, 64, 64))  # calibration
+        torch.ao.quantization.convert(model, inplace=True)
+    return model
+
+
+def test_static_quantized_resnet18_counts_as_its_float_twin():
+    q = _quantized_resnet18()
+    r = profile(q, (3, 224, 224), timing=False)
+    assert r.unsupported == {}
+    assert r.totals["macs"] == 1_814_073_344  # the float model's count: same convolutions
+    # conv weights and fused-BN biases + fc: the float model's 11,689,512 less the 20 batch
+    # norms' weight+bias (2*C each) plus one bias of C per conv that absorbed one: 4,800 fewer
+    float_model = torchvision.models.resnet18()
+    bn_channels = sum(m.num_features for m in float_model.modules()
+                      if isinstance(m, nn.BatchNorm2d))
+    assert bn_channels == 4800
+    assert r.totals["params"] == r.model_params == 11_689_512 - bn_channels
+    ops = set(r.by_operator()["op"])
+    assert {"quantized.conv2d_relu.new", "quantized.add_relu.default",
+            "quantized.linear.default", "aten.quantize_per_tensor.default"} <= ops
+
+
+def test_int8_and_weight_only_matmuls():
+    a, b = torch.randint(-8, 8, (32, 64), dtype=torch.int8), \
+        torch.randint(-8, 8, (64, 16), dtype=torch.int8)
+    assert totals(Fn(torch._int_mm), a, b)["macs"] == 32 * 64 * 16  # 32768
+    x, w = torch.randn(4, 64), torch.randint(-8, 8, (16, 64), dtype=torch.int8)
+    t = totals(Fn(lambda x, w: torch.ops.aten._weight_int8pack_mm(x, w, torch.ones(16))), x, w)
+    assert t["macs"] == 4 * 64 * 16  # 4096
+
+
+# -- nested-tensor conversions --------------------------------------------------------------------
+def test_nested_tensor_conversions_are_data_movement_not_unsupported():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 1).eval()
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, message=".*nested tensors.*")
+        r = profile(enc, inputs={"src": torch.randn(2, 5, 8), "src_key_padding_mask": mask},
+                    timing=False)
+    assert r.unsupported == {}
+    ops = _ops_of(r)
+    assert ops.loc["aten._nested_tensor_from_mask.default", "flops"] == 0
+    assert ops.loc["aten.to_padded_tensor.default", "flops"] == 0
+    # sequences of 5 and 3 tokens: 1280 + 400 + 1280 = 2960 and 768 + 144 + 768 = 1680
+    assert r.totals["macs"] == 2960 + 1680
+
+
+def test_quantized_layers_match_their_float_closed_forms():
+    import torch.ao.nn.quantized as nnq
+
+    class Quantized(nn.Module):
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            q = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8)
+            return self.layer(q).dequantize()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = totals(Quantized(nnq.ConvTranspose2d(4, 6, 3, stride=2)), torch.randn(1, 4, 5, 5))
+        # as test_transposed_conv: 100 input positions x 6*9 = 5400; weight 4*6*9 + bias 6
+        assert (t["macs"], t["params"]) == (5400, 222)
+        t = totals(Quantized(nnq.Conv3d(2, 4, 3)), torch.randn(1, 2, 5, 5, 5))
+        assert (t["macs"], t["params"]) == (5832, 4 * 2 * 27 + 4)  # as test_conv1d_and_conv3d
+        lstm = torch.ao.quantization.quantize_dynamic(nn.LSTM(4, 6), {nn.LSTM},
+                                                      dtype=torch.qint8)
+        t = totals(lstm, torch.randn(5, 3, 4))
+    # 15 tokens x 4 gates x 6 x (4 + 6) = 3600, as the float LSTM; params 4*6*(4+6) + 2*24
+    assert (t["macs"], t["params"]) == (3600, 288)

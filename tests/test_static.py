@@ -444,6 +444,7 @@ def test_csv_round_trip_and_markdown(tmp_path, resnet18_report, style):
 def test_peak_memory_nesting_with_fake_allocator_stats():
     """The CUDA allocator peak per call, driven by fake stats: a child's reset must not lose
     the parent's peak (CUDA itself is exercised by the cuda-marked test below)."""
+    from modelprof.device import MemoryStats
     from modelprof.hooks import module_names
     from modelprof.scope import Tracker
 
@@ -456,7 +457,7 @@ def test_peak_memory_nesting_with_fake_allocator_stats():
         state["peak"] = state["current"]
 
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
-    tracker = Tracker(module_names(model), memory_stats=(max_allocated, reset))
+    tracker = Tracker(module_names(model), memory_stats=MemoryStats(max_allocated, reset))
     tracker.pre(model, (), {})
     state["peak"] = 500                       # the parent allocates before any child
     tracker.pre(model[0], (), {})

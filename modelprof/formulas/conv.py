@@ -1,11 +1,11 @@
-"""Convolutions of every dimension, grouped and transposed."""
+"""Convolutions of every dimension, grouped and transposed, and their backward."""
 from __future__ import annotations
 
 from math import prod
 
 import torch
 
-from .registry import Cost, optional_ops, register_formula
+from .registry import Cost, optional_ops, register_formula, register_present
 
 __all__ = ["conv_macs"]
 
@@ -40,7 +40,7 @@ def _convolution(args, kwargs, out) -> Cost:
     return _conv_cost(args[0], args[1], args[2] if len(args) > 2 else None, out, bool(transposed))
 
 
-@register_formula(*optional_ops("cudnn_convolution", "mkldnn_convolution", "miopen_convolution",
+@register_present(*optional_ops("cudnn_convolution", "mkldnn_convolution", "miopen_convolution",
                                 "_slow_conv2d_forward", "thnn_conv2d", "slow_conv3d",
                                 "slow_conv_dilated2d", "slow_conv_dilated3d",
                                 "_nnpack_spatial_convolution", "cudnn_convolution_relu",
@@ -52,7 +52,7 @@ def _backend_convolution(args, kwargs, out) -> Cost:
     return _conv_cost(args[0], args[1], _bias(args), o, False)
 
 
-@register_formula(*optional_ops("cudnn_convolution_transpose", "miopen_convolution_transpose",
+@register_present(*optional_ops("cudnn_convolution_transpose", "miopen_convolution_transpose",
                                 "slow_conv_transpose2d", "slow_conv_transpose3d"))
 def _backend_convolution_transpose(args, kwargs, out) -> Cost:
     return _conv_cost(args[0], args[1], _bias(args), out, True)
@@ -64,3 +64,17 @@ def _bias(args) -> torch.Tensor | None:
         if isinstance(a, torch.Tensor) and a.dim() == 1:
             return a
     return None
+
+
+@register_formula(aten.convolution_backward)
+def _convolution_backward(args, kwargs, out) -> Cost:
+    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    #  output_padding, groups, output_mask): grad_input is a (transposed) convolution of
+    #  grad_output with the weight, grad_weight one of the input with grad_output; each has
+    #  the forward's MACs. grad_bias sums grad_output: 1 per element.
+    grad_out, x, w = args[0], args[1], args[2]
+    transposed, mask = bool(args[7]), args[10]
+    forward = conv_macs(x.shape, w.shape, grad_out.shape, transposed)
+    macs = forward * (int(bool(mask[0])) + int(bool(mask[1])))
+    bias_sum = grad_out.numel() if mask[2] else 0
+    return Cost(macs, flops=2 * macs + bias_sum)

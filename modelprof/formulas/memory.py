@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .registry import ZERO, optional_ops, register_formula
+from .registry import ZERO, optional_ops, register_formula, register_present
 
 __all__ = ["VIEW"]
 
@@ -27,14 +27,21 @@ register_formula(torch.Tag.inplace_view, *optional_ops(
     "_assert_scalar", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
     "_nested_tensor_size", "_nested_tensor_strides", "_functional_assert_async",
     "_make_dep_token", "record_stream", "_has_same_storage_numel", "is_same_size",
-    "_shape_as_tensor", "_assert_tensor_metadata", "lift"))(VIEW)
+    "_shape_as_tensor", "_assert_tensor_metadata", "lift",
+    # queries that return a number, not data
+    "_fused_sdp_choice", "_nested_tensor_from_mask_left_aligned",
+    # nested tensors: views of a buffer and their metadata
+    "_nested_view_from_buffer", "_nested_view_from_jagged", "_nested_get_values",
+    "_nested_get_offsets", "_nested_get_lengths", "_nested_get_ragged_idx",
+    "_nested_get_min_seqlen", "_nested_get_max_seqlen", "_nested_get_jagged_dummy",
+    "_nested_compute_contiguous_strides_offsets", "_nested_tensor_storage_offsets"))(VIEW)
 
 
 def _zero(args, kwargs, out):
     return ZERO
 
 
-register_formula(*optional_ops(
+register_present(*optional_ops(
     # copies and layout changes
     "clone", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous",
     "lift_fresh_copy", "alias_copy", "detach_copy", "view_copy", "permute_copy",
@@ -59,12 +66,14 @@ register_formula(*optional_ops(
     "tril_indices", "triu_indices", "randn", "randn_like", "rand", "rand_like", "randint",
     "randint_like", "randperm", "normal", "normal_", "uniform_", "random_", "exponential_",
     "multinomial", "_efficientzerotensor", "tensor_split",
-    # packing of variable-length sequences
-    "_pack_padded_sequence", "_pad_packed_sequence",
+    # packing of variable-length sequences; padded <-> nested-tensor conversions (copies)
+    "_pack_padded_sequence", "_pad_packed_sequence", "_nested_tensor_from_mask",
+    "to_padded_tensor", "_nested_from_padded", "_nested_from_padded_and_nested_example",
+    "_nested_tensor_from_tensor_list", "_nested_from_padded_tensor",
 ))(_zero)
 
 
-@register_formula(*optional_ops("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"))
+@register_present(*optional_ops("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"))
 def _embedding_bag(args, kwargs, out):
     # (weight [V, D], indices [n], offsets, ...): sum/mean of the bag's rows, 1 add per element
     from .registry import Cost

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .registry import Cost, optional_ops, register_formula
+from .registry import Cost, optional_ops, register_formula, register_present
 
 __all__ = ["NORM_FLOPS_PER_ELEMENT", "norm_cost"]
 
@@ -42,13 +42,13 @@ def _batch_norm(args, kwargs, out) -> Cost:
     return norm_cost(args[0].numel(), training or no_stats, _n_affine(args[1], args[2]))
 
 
-@register_formula(*optional_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))
+@register_present(*optional_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))
 def _batch_norm_eval(args, kwargs, out) -> Cost:
     # (input, weight, bias, running_mean, running_var, momentum, eps): statistics are given
     return norm_cost(args[0].numel(), False, _n_affine(args[1], args[2]))
 
 
-@register_formula(*optional_ops("_batch_norm_with_update", "_batch_norm_with_update_functional"))
+@register_present(*optional_ops("_batch_norm_with_update", "_batch_norm_with_update_functional"))
 def _batch_norm_update(args, kwargs, out) -> Cost:
     return norm_cost(args[0].numel(), True, _n_affine(args[1], args[2]))
 
@@ -65,7 +65,7 @@ def _group_norm(args, kwargs, out) -> Cost:
     return norm_cost(args[0].numel(), True, _n_affine(args[1], args[2]))
 
 
-@register_formula(*optional_ops("_fused_rms_norm", "rms_norm"))
+@register_present(*optional_ops("_fused_rms_norm", "rms_norm"))
 def _rms_norm(args, kwargs, out) -> Cost:
     # (input, normalized_shape, weight, eps): mean of squares (2), scale (1), weight (1)
     weight = args[2] if len(args) > 2 else kwargs.get("weight")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .registry import Cost, optional_ops, register_formula
+from .registry import Cost, optional_ops, register_formula, register_present
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "elementwise", "reduction"]
 
@@ -52,7 +52,7 @@ def reduction(per_input: int = 1):
 register_formula(torch.Tag.pointwise)(elementwise(1))
 
 # Activations whose in-place or out-of-place overloads carry no pointwise tag.
-register_formula(*optional_ops("hardswish", "hardswish_", "hardsigmoid_", "hardtanh", "hardtanh_",
+register_present(*optional_ops("hardswish", "hardswish_", "hardsigmoid_", "hardtanh", "hardtanh_",
                                "relu6", "leaky_relu_", "elu", "elu_", "selu", "selu_", "celu",
                                "celu_", "glu", "prelu", "_prelu_kernel", "rrelu_with_noise",
                                "softplus", "softshrink", "hardshrink", "threshold", "threshold_",
@@ -62,10 +62,21 @@ register_formula(*optional_ops("hardswish", "hardswish_", "hardsigmoid_", "hardt
                                "logical_not_", "index_add", "index_add_", "scatter_add",
                                "scatter_add_", "scatter_reduce", "scatter_reduce_", "lerp_",
                                "addcmul_", "addcdiv_", "_foreach_add", "_foreach_mul",
-                               "dropout", "native_dropout", "bernoulli", "bernoulli_",
+                               "bernoulli", "bernoulli_",
                                "tril", "triu", "tril_", "triu_"))(elementwise(1))
 
-register_formula(*optional_ops("_softmax", "_log_softmax", "_safe_softmax", "softmax",
+@register_present(*optional_ops("dropout", "native_dropout"))
+def _dropout(args, kwargs, out) -> Cost:
+    # (input, p, train): in eval the op returns its input (0 flops, as when it is not run at
+    # all); in training 3 per element — draw the mask, scale by 1/(1-p), multiply — as the
+    # unfused path (bernoulli_, div_, mul) counts it
+    train = args[2] if len(args) > 2 else kwargs.get("train", True)
+    if train is False:
+        return Cost(0, flops=0)
+    return elementwise(3)(args, kwargs, out)
+
+
+register_present(*optional_ops("_softmax", "_log_softmax", "_safe_softmax", "softmax",
                                "log_softmax", "special_softmax"))(
     elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
 
@@ -84,12 +95,12 @@ def _interpolation(neighbours: int):
     return elementwise(2 * neighbours - 1 if neighbours > 1 else 0)
 
 
-register_formula(*optional_ops("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+register_present(*optional_ops("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
                                "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
                                "_upsample_nearest_exact3d"))(_interpolation(1))
-register_formula(*optional_ops("upsample_linear1d"))(_interpolation(2))
-register_formula(*optional_ops("upsample_bilinear2d", "_upsample_bilinear2d_aa",
+register_present(*optional_ops("upsample_linear1d"))(_interpolation(2))
+register_present(*optional_ops("upsample_bilinear2d", "_upsample_bilinear2d_aa",
                                "grid_sampler_2d", "cudnn_grid_sampler"))(_interpolation(4))
-register_formula(*optional_ops("upsample_trilinear3d", "grid_sampler_3d"))(_interpolation(8))
-register_formula(*optional_ops("upsample_bicubic2d", "_upsample_bicubic2d_aa"))(
+register_present(*optional_ops("upsample_trilinear3d", "grid_sampler_3d"))(_interpolation(8))
+register_present(*optional_ops("upsample_bicubic2d", "_upsample_bicubic2d_aa"))(
     _interpolation(16))

@@ -11,7 +11,7 @@ from math import ceil, floor, prod
 
 import torch
 
-from .registry import Cost, optional_ops, register_formula
+from .registry import Cost, optional_ops, register_present
 
 __all__ = ["adaptive_window_sum", "pool_cost"]
 
@@ -51,7 +51,7 @@ for _kind, _dims, _names in (
     ("avg", 2, ("avg_pool2d", "mkldnn_avg_pool2d")),
     ("avg", 3, ("avg_pool3d",)),
 ):
-    register_formula(*optional_ops(*_names))(_fixed(_kind, _dims))
+    register_present(*optional_ops(*_names))(_fixed(_kind, _dims))
 
 
 def adaptive_window_sum(in_size: int, out_size: int) -> int:
@@ -77,8 +77,8 @@ def _adaptive(kind: str):
     return formula
 
 
-register_formula(*optional_ops("_adaptive_avg_pool2d", "adaptive_avg_pool1d",
+register_present(*optional_ops("_adaptive_avg_pool2d", "adaptive_avg_pool1d",
                                "_adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d"))(
     _adaptive("avg"))
-register_formula(*optional_ops("adaptive_max_pool1d", "adaptive_max_pool2d",
+register_present(*optional_ops("adaptive_max_pool1d", "adaptive_max_pool2d",
                                "adaptive_max_pool3d"))(_adaptive("max"))

@@ -1,9 +1,12 @@
 """The one registry of cost formulas, filled by ``register_formula``.
 
-Keys are aten ops (``torch.ops.aten.convolution`` — an overload packet — or one overload such as
-``torch.ops.aten.add.Tensor``), a ``torch.Tag`` for a whole family (``torch.Tag.pointwise``), or
-an ``nn.Module`` subclass for the torchstat view. Lookup for an op goes overload, then packet,
-then tag; an op found nowhere is *unsupported* and reported, never counted as zero silently.
+Keys are ops of any namespace (``torch.ops.aten.convolution`` — an overload packet — or one
+overload such as ``torch.ops.aten.add.Tensor``, ``torch.ops.quantized.linear``), a higher-order
+operator (``flex_attention``), a ``torch.Tag`` for a whole family (``torch.Tag.pointwise``), or an
+``nn.Module`` subclass for the torchstat view. Lookup for an op goes overload, packet, tag, then
+the functional form of an in-place op (``addmm_`` is costed as ``addmm``; ``out=`` overloads share
+their packet). An op found nowhere is counted through its decomposition where it has one (see
+``counter.py``), else it is *unsupported* and reported, never counted as zero silently.
 
 Conventions (stated once, here):
     macs   multiply-accumulates of contractions (conv, linear/matmul, attention, RNN gates);
@@ -26,7 +29,8 @@ from ..errors import ModelProfError
 
 __all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula"]
 
-OpKey = Union[torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch.Tag]
+HigherOrderOperator = torch._ops.HigherOrderOperator
+OpKey = Union[torch._ops.OpOverload, torch._ops.OpOverloadPacket, HigherOrderOperator, torch.Tag]
 OpFormula = Callable[[tuple, dict, Any], "Cost"]
 ModuleFormula = Callable[[nn.Module, list, list], dict]
 
@@ -35,11 +39,17 @@ TORCHSTAT_COLUMNS = ("Flops", "MAdd")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Cost:
-    """What one op call costs. ``flops`` defaults to ``2 * macs``; ``madd`` to ``flops``."""
+    """What one op call costs. ``flops`` defaults to ``2 * macs``; ``madd`` to ``flops``.
+
+    ``note`` says when the count is not exact, e.g. an upper bound because the values it needs
+    (the offsets of a variable-length batch) are unknown on the meta device; the report lists
+    every note with its call count (``Report.notes``).
+    """
 
     macs: int = 0
     flops: int | None = None
     madd: int | None = None
+    note: str | None = None
 
     def resolved(self) -> tuple[int, int, int]:
         flops = 2 * self.macs if self.flops is None else self.flops
@@ -80,10 +90,12 @@ class FormulaRegistry:
             (self.modules if isinstance(key, type) else self.ops)[key] = fn
 
     # -- lookup --------------------------------------------------------------------------------
-    def lookup(self, func: torch._ops.OpOverload) -> OpFormula | None:
-        """Formula for one op overload: exact overload, its packet, then its tags."""
+    def lookup(self, func: Any) -> OpFormula | None:
+        """Formula for one op overload: exact overload, its packet, its tags, then (for an
+        in-place op such as ``addmm_``) the formula of its functional form. A higher-order
+        operator is looked up by itself only."""
         fn = self.ops.get(func)
-        if fn is not None:
+        if fn is not None or isinstance(func, HigherOrderOperator):
             return fn
         fn = self.ops.get(func.overloadpacket)
         if fn is not None:
@@ -92,7 +104,8 @@ class FormulaRegistry:
             fn = self.ops.get(tag)
             if fn is not None:
                 return fn
-        return None
+        functional = functional_form(func)
+        return self.lookup(functional) if functional is not None else None
 
     def module_formula(self, module_type: type) -> ModuleFormula | None:
         for klass in module_type.__mro__:
@@ -102,16 +115,31 @@ class FormulaRegistry:
         return None
 
 
+def functional_form(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The out-of-place op of an in-place one (``aten.addmm_.default`` -> ``aten.addmm.default``):
+    same arguments, same arithmetic; None for an op that is not in-place."""
+    name = func._schema.name.split("::")[-1]
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, func.namespace), name[:-1], None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return None
+    overload = getattr(packet, func._overloadname, None)
+    return overload if overload is not None else getattr(packet, "default", None)
+
+
 def _resolve_key(key: Any) -> Any:
-    if isinstance(key, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch.Tag)):
+    if isinstance(key, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch.Tag,
+                        HigherOrderOperator)):
         return key
     if isinstance(key, type) and issubclass(key, nn.Module):
         return key
     if isinstance(key, str):
         return _op_from_name(key)
-    raise ModelProfError(f"cannot register a formula for {key!r}: a key is an aten op "
-                         "(torch.ops.aten.NAME or torch.ops.aten.NAME.OVERLOAD, or the string "
-                         "'aten.NAME'), a torch.Tag, or an nn.Module subclass")
+    raise ModelProfError(f"cannot register a formula for {key!r}: a key is an op "
+                         "(torch.ops.aten.NAME or torch.ops.aten.NAME.OVERLOAD, any namespace, "
+                         "or the string 'aten.NAME'), a higher-order operator, a torch.Tag, or "
+                         "an nn.Module subclass")
 
 
 def _op_from_name(name: str) -> Any:
@@ -153,6 +181,32 @@ def register_formula(*keys: Any, replace: bool = False,
     return deco
 
 
-def optional_ops(*names: str) -> list:
-    """The aten ops among ``names`` that exist in the running torch (old and new releases)."""
-    return [getattr(torch.ops.aten, n) for n in names if hasattr(torch.ops.aten, n)]
+def register_present(*keys: Any) -> Callable[[Callable], Callable]:
+    """``register_formula`` for keys that may not exist in the running torch (``optional_ops``):
+    registers nothing when none does, so the package imports on old and new releases alike."""
+    if keys:
+        return register_formula(*keys)
+    return lambda fn: fn
+
+
+def optional_hops(*names: str) -> list:
+    """The higher-order operators among ``names`` that exist in the running torch."""
+    found = []
+    for n in names:
+        try:
+            found.append(getattr(torch.ops.higher_order, n))
+        except (AttributeError, RuntimeError):
+            continue
+    return found
+
+
+def optional_ops(*names: str, namespace: str = "aten") -> list:
+    """The ops among ``names`` that exist in the running torch (old and new releases)."""
+    ns = getattr(torch.ops, namespace)
+    found = []
+    for n in names:
+        try:
+            found.append(getattr(ns, n))
+        except (AttributeError, RuntimeError):
+            continue
+    return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .registry import Cost, optional_ops, register_formula
+from .registry import Cost, optional_ops, register_formula, register_present
 
 __all__ = ["rnn_cost"]
 
@@ -40,7 +40,7 @@ def _tokens(x: torch.Tensor) -> int:
     return x.numel() // x.shape[-1] if x.dim() else 0
 
 
-@register_formula(*optional_ops("mkldnn_rnn_layer"))
+@register_present(*optional_ops("mkldnn_rnn_layer"))
 def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
     # (input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size,
     #  num_layers, has_biases, bidirectional, batch_first, train): one layer, one direction
@@ -50,7 +50,7 @@ def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
                     1, has_biases)
 
 
-@register_formula(*optional_ops("_cudnn_rnn", "miopen_rnn"))
+@register_present(*optional_ops("_cudnn_rnn", "miopen_rnn"))
 def _cudnn_rnn(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
     #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
@@ -83,7 +83,7 @@ register_formula(aten.gru.input)(_composite("gru"))
 register_formula(aten.rnn_tanh.input, aten.rnn_relu.input)(_composite("rnn"))
 
 
-@register_formula(*optional_ops("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"))
+@register_present(*optional_ops("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"))
 def _fused_cell(args, kwargs, out) -> Cost:
     # (input_gates [B, G*h], hidden_gates [B, G*h], cx/hx, ...): the gate matmuls ran as
     # addmm before; here only the elementwise cell (about 3 flops per gate unit)

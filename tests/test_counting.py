@@ -1,0 +1,308 @@
+"""How ops are counted when they have no formula of their own: decompositions (in every grad mode,
+``torch.inference_mode()`` included), in-place and ``out=`` variants, higher-order operators,
+op names that keep their namespace, and the notes of counts that are bounds."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from modelprof import ModelProfWarning, profile, register_formula
+from modelprof.counter import count_ops
+from modelprof.formulas import REGISTRY, Cost
+
+
+def tv(name: str, **kw) -> nn.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(torchvision.models, name)(weights=None, **kw).eval()
+
+
+class Fn(nn.Module):
+    """Wraps a function so that functional code runs inside a module call."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def quiet_profile(model, *args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return profile(model, *args, timing=False, **kw)
+
+
+# -- decompositions: inference mode and every grad mode -----------------------------------------
+def test_resnet18_under_inference_mode_is_counted_in_full():
+    model = tv("resnet18")
+    with torch.inference_mode():
+        r = profile(model, (3, 224, 224), timing=False)
+    # torchvision's published 1.814 GMACs; the exact count as in every other mode
+    assert r.totals["macs"] == 1_814_073_344
+    assert r.unsupported == {}
+    ops = set(r.by_operator()["op"])
+    # conv2d / batch_norm / adaptive_avg_pool2d reached the dispatcher whole and were counted
+    # through their parts (the pool to 1x1 is a mean)
+    assert {"aten.convolution.default", "aten.mean.dim"} <= ops
+    assert not ops & {"aten.conv2d.default", "aten.batch_norm.default"}
+
+
+@pytest.mark.parametrize("name,size", [("vit_b_16", 224), ("mobilenet_v3_small", 96),
+                                       ("swin_t", 64), ("efficientnet_b0", 64)])
+def test_every_grad_mode_gives_the_same_table(name, size):
+    model = tv(name)
+    plain = quiet_profile(model, (3, size, size))
+    with torch.inference_mode():
+        inference = quiet_profile(model, (3, size, size))
+    grad = quiet_profile(model, (3, size, size), no_grad=False)
+    assert inference.unsupported == {} == plain.unsupported
+    for key in ("macs", "flops", "madd", "params"):
+        assert plain.totals[key] == inference.totals[key] == grad.totals[key], key
+    # row by row too: the same module calls carry the same costs
+    cols = ["module", "call", "macs", "flops"]
+    assert plain.to_dataframe()[cols].equals(inference.to_dataframe()[cols])
+
+
+def test_eval_dropout_costs_nothing_in_any_mode():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).eval()
+    x = torch.randn(2, 4)
+    with torch.inference_mode():  # dropout reaches the dispatcher, with train=False
+        t = quiet_profile(model, inputs=x).totals
+    # 2*4*4 = 32 MACs -> 64 flops + 8 bias adds; the eval dropout adds nothing
+    assert (t["macs"], t["flops"]) == (32, 72)
+    # training: 3 per element (draw the mask, scale, multiply) whether the kernel is fused
+    # (native_dropout) or not (bernoulli_, div_, mul): 72 + 3*8 = 96
+    assert quiet_profile(model, inputs=x, training=True).totals["flops"] == 96
+    with torch.inference_mode():
+        assert quiet_profile(model, inputs=x, training=True).totals["flops"] == 96
+    c = count_ops(lambda: torch.ops.aten.native_dropout(x, 0.5, True))
+    assert c.tracker.current.flops == 3 * 8
+
+
+def test_torch_decomp_table_is_used_for_ops_without_formula():
+    # aten.mse_loss has no formula and no composite kernel; torch._decomp decomposes it into
+    # sub, pow and mean: 3 flops per element of the 4x5 input = 60
+    c = count_ops(lambda: F.mse_loss(torch.randn(4, 5), torch.randn(4, 5)))
+    assert c.tracker.current.flops == 60
+    assert c.decomposed == {"aten.mse_loss.default": 1} and not c.unsupported
+
+
+def test_decomposition_failure_falls_back_to_unsupported():
+    reg = REGISTRY.copy()
+    x = torch.randn(3, 4)
+
+    # a decomposition that cannot run: the op runs as it is and is listed, nothing half-counted
+    from modelprof import counter as counter_mod
+
+    def broken(*args, **kwargs):
+        torch.mm(torch.randn(2, 2), torch.randn(2, 2))  # counted tentatively, then dropped
+        raise RuntimeError("does not apply")
+
+    how = counter_mod._How("table", broken)
+    c = counter_mod.OpCounter(counter_mod._Probe(), reg)
+    c._ops[torch.ops.aten.mse_loss.default] = (how, "aten.mse_loss.default", False)
+    with c:
+        out = F.mse_loss(x, x)
+    assert float(out) == 0.0
+    assert c.unsupported == {"aten.mse_loss.default": 1}
+    assert c.tracker.current.macs == 0 and "aten.mm.default" not in c.by_op
+
+
+# -- in-place and out= variants of contractions ------------------------------------------------
+@pytest.mark.parametrize("fn,expected_macs", [
+    (lambda: torch.randn(3, 5).addmm_(torch.randn(3, 4), torch.randn(4, 5)), 3 * 4 * 5),
+    (lambda: torch.randn(2, 3, 5).baddbmm_(torch.randn(2, 3, 4), torch.randn(2, 4, 5)),
+     2 * 3 * 4 * 5),
+    (lambda: torch.randn(3, 5).addbmm_(torch.randn(2, 3, 4), torch.randn(2, 4, 5)),
+     2 * 3 * 4 * 5),
+    (lambda: torch.randn(3).addmv_(torch.randn(3, 4), torch.randn(4)), 3 * 4),
+    (lambda: torch.mm(torch.randn(3, 4), torch.randn(4, 5), out=torch.empty(3, 5)), 3 * 4 * 5),
+    (lambda: torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5), out=torch.empty(2, 3, 5)),
+     2 * 3 * 4 * 5),
+    (lambda: torch.baddbmm(torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5),
+                           out=torch.empty(2, 3, 5)), 2 * 3 * 4 * 5),
+])
+def test_in_place_and_out_variants_of_contractions(fn, expected_macs):
+    c = count_ops(fn)
+    assert c.tracker.current.macs == expected_macs
+    assert not c.unsupported
+
+
+def test_in_place_addmm_keeps_its_bias_adds():
+    c = count_ops(lambda: torch.randn(3, 5).addmm_(torch.randn(3, 4), torch.randn(4, 5)))
+    # as addmm: 60 MACs -> 120 flops + 15 adds of the input
+    assert c.tracker.current.flops == 135
+    assert set(c.by_op) == {"aten.addmm_.default", "aten.randn.default"}
+
+
+# -- names keep their namespace ------------------------------------------------------------------
+def test_namespaces_are_kept_and_never_merged():
+    torch.library.define("modelprof_test_a::nms", "(Tensor x) -> Tensor")
+    torch.library.impl("modelprof_test_a::nms", "cpu")(lambda x: x * 2)
+    boxes = torch.rand(6, 4)
+    boxes[:, 2:] += boxes[:, :2]
+    scores = torch.rand(6)
+
+    def both(b, s):
+        keep = torchvision.ops.nms(b, s, 0.5)                  # torchvision::nms
+        return keep, torch.ops.modelprof_test_a.nms(s)         # modelprof_test_a::nms
+
+    with pytest.warns(ModelProfWarning, match=r"modelprof_test_a\.nms\.default"):
+        r = profile(Fn(both), inputs=(boxes, scores), timing=False)
+    assert r.unsupported == {"torchvision.nms.default": 1, "modelprof_test_a.nms.default": 1}
+    ops = r.by_operator().set_index("op")
+    assert ops.loc["torchvision.nms.default", "calls"] == 1
+    assert ops.loc["modelprof_test_a.nms.default", "calls"] == 1
+    assert not any(o.startswith("aten.nms") for o in ops.index)
+
+    reg = REGISTRY.copy()
+    register_formula(torch.ops.modelprof_test_a.nms, registry=reg)(
+        lambda a, k, o: Cost(0, flops=o.numel()))
+    r = quiet_profile(Fn(both), inputs=(boxes, scores), registry=reg)
+    assert r.unsupported == {"torchvision.nms.default": 1}
+    assert r.by_operator().set_index("op").loc["modelprof_test_a.nms.default", "flops"] == 6
+
+
+# -- higher-order operators ---------------------------------------------------------------------
+class Cond(nn.Module):
+    def forward(self, pred, x):
+        from torch._higher_order_ops.cond import cond
+        return cond(pred, lambda x: x @ x, lambda x: x + 1, (x,))
+
+
+def test_cond_runs_through_the_branch_taken():
+    x = torch.randn(3, 3)
+    taken = quiet_profile(Cond(), inputs=(torch.tensor(True), x))
+    assert (taken.totals["macs"], taken.totals["flops"]) == (27, 54)  # 3*3*3 = 27 MACs
+    other = quiet_profile(Cond(), inputs=(torch.tensor(False), x))
+    assert (other.totals["macs"], other.totals["flops"]) == (0, 9)   # x + 1: 9 adds
+    assert "higher_order.cond" in set(taken.by_operator()["op"])
+    assert taken.unsupported == {} == other.unsupported
+
+
+def test_cond_on_meta_is_charged_its_costlier_branch_with_a_note():
+    r = quiet_profile(Cond(), inputs=(torch.tensor(False), torch.randn(3, 3)), device="meta")
+    assert r.totals["macs"] == 27  # the x @ x branch, although the predicate says False
+    assert list(r.notes) == ["higher_order.cond"]
+    assert "upper bound" in next(iter(r.notes["higher_order.cond"]))
+    assert r.by_operator().set_index("op").loc["higher_order.cond", "inexact_calls"] == 1
+
+
+def test_while_loop_and_invoke_subgraph_run_through_their_subgraphs():
+    from torch._higher_order_ops.invoke_subgraph import invoke_subgraph
+    from torch._higher_order_ops.while_loop import while_loop
+    x = torch.randn(3, 3)
+    loop = Fn(lambda i, x: while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x @ x), (i, x)))
+    r = quiet_profile(loop, inputs=(torch.tensor(0), x))
+    assert r.totals["macs"] == 3 * 27  # three iterations of a 3x3 @ 3x3
+    assert r.unsupported == {}
+    sub = Fn(lambda x: invoke_subgraph(lambda y: y @ y, "modelprof_sub", x))
+    assert quiet_profile(sub, inputs=x).totals["macs"] == 27
+
+
+def test_higher_order_operator_that_cannot_be_entered_runs_uncounted_and_is_listed():
+    from torch._C import DispatchKey
+    from torch._ops import HigherOrderOperator
+
+    class Strict(HigherOrderOperator):
+        def __init__(self):
+            super().__init__("modelprof_strict")
+
+        def __call__(self, fn, x):
+            return super().__call__(fn, x)
+
+    strict = Strict()
+
+    @strict.py_impl(DispatchKey.CompositeExplicitAutograd)
+    def _(fn, x):
+        if type(fn).__name__ != "function":  # refuses anything but a plain function
+            raise TypeError("a plain function, please")
+        return fn(x)
+
+    strict.py_autograd_impl(lambda fn, x: strict(fn, x))
+    x = torch.randn(3, 3)
+    r = quiet_profile(Fn(lambda x: strict(lambda y: y @ y, x)), inputs=x)
+    assert r.unsupported == {"higher_order.modelprof_strict": 1}
+    assert r.totals["macs"] == 0  # nothing half-counted from the refused attempt
+
+
+def test_hop_without_subgraphs_is_listed_or_costed_by_formula():
+    x = torch.randn(3, 3)
+    mm_out = Fn(lambda x: torch.ops.higher_order.out_dtype(torch.ops.aten.mm.default,
+                                                           torch.float32, x, x))
+    assert quiet_profile(mm_out, inputs=x).totals["macs"] == 27  # out_dtype(mm): as mm
+
+
+# -- flex_attention -------------------------------------------------------------------------------
+flex = pytest.importorskip("torch.nn.attention.flex_attention")
+
+
+def _qkv(b=1, hq=2, hkv=2, lq=8, s=8, e=4, ev=4):
+    return torch.randn(b, hq, lq, e), torch.randn(b, hkv, s, e), torch.randn(b, hkv, s, ev)
+
+
+def test_flex_attention_plain_matches_sdpa():
+    q, k, v = _qkv()
+    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v)), inputs=(q, k, v))
+    # scores 1*2*8*8 = 128; QK^T 128*4 + AV 128*4 = 1024 MACs
+    assert r.totals["macs"] == 1024
+    ops = r.by_operator().set_index("op")
+    # per score 1 (scale) + 5 (softmax) on top of 2*1024: the same as SDPA's count
+    assert ops.loc["higher_order.flex_attention", "flops"] == 2048 + 128 * 6
+    sdpa = quiet_profile(Fn(F.scaled_dot_product_attention), inputs=(q, k, v))
+    assert sdpa.totals["flops"] == 2048 + 128 * 6
+    import torch.nn.attention.flex_attention as fa
+    assert fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is False  # torch's switch is restored
+
+
+def test_flex_attention_score_mod_and_mask_work():
+    q, k, v = _qkv()
+
+    def bias(score, b, h, q_idx, kv_idx):
+        return score + (q_idx - kv_idx)  # 2 flops per score
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx  # 1 flop per score, + 1 to apply the mask
+
+    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v, score_mod=bias)),
+                      inputs=(q, k, v))
+    ops = r.by_operator().set_index("op")
+    assert ops.loc["higher_order.flex_attention", "flops"] == 2048 + 128 * (6 + 2)
+    mask = flex.create_block_mask(causal, 1, 2, 8, 8, device="cpu")
+    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v, block_mask=mask)),
+                      inputs=(q, k, v))
+    ops = r.by_operator().set_index("op")
+    # the mask does not change the MACs (counted fully, as SDPA's causal mask is)
+    assert ops.loc["higher_order.flex_attention", "macs"] == 1024
+    assert ops.loc["higher_order.flex_attention", "flops"] == 2048 + 128 * (6 + 1 + 1)
+
+
+def test_flex_attention_grouped_query_heads():
+    q, k, v = _qkv(hq=4, hkv=2, lq=8, s=16, e=8, ev=4)
+    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v, enable_gqa=True)),
+                      inputs=(q, k, v))
+    ops = r.by_operator().set_index("op")
+    # every query head: 1*4*8*16 = 512 scores x (8 + 4) = 6144 MACs
+    assert ops.loc["higher_order.flex_attention", "macs"] == 6144
+
+
+# -- bounds are said --------------------------------------------------------------------------
+def test_notes_reach_the_report_and_its_summary():
+    moe = Fn(lambda x, w, offs: F.grouped_mm(x, w, offs=offs))
+    x, w = torch.randn(12, 8, dtype=torch.bfloat16), torch.randn(3, 8, 8, dtype=torch.bfloat16)
+    offs = torch.tensor([3, 7, 10], dtype=torch.int32)
+    exact = quiet_profile(moe, inputs=(x, w, offs))
+    assert exact.notes == {}
+    assert exact.totals["macs"] == 10 * 8 * 8  # rows up to offs[-1] = 10, K = 8, N = 8: 640
+    bound = quiet_profile(moe, inputs=(x, w, offs), device="meta")
+    assert bound.totals["macs"] == 12 * 8 * 8  # all 12 rows: 768, an upper bound
+    (op, notes), = bound.notes.items()
+    assert op == "aten._grouped_mm.default" and list(notes.values()) == [1]
+    assert "upper bound" in bound.summary()
