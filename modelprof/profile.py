@@ -1,7 +1,6 @@
 """``profile``: static cost and measured time of a model, joined in one ``Report``."""
 from __future__ import annotations
 
-import copy
 import inspect
 import warnings
 from typing import Any
@@ -12,8 +11,10 @@ from torch import nn
 
 from .errors import ModelProfError
 from .formulas.registry import FormulaRegistry
-from .inputs import ModelInputs, make_inputs, moved_model, parse_dtype
+from .failure import forward_failure
+from .inputs import ModelInputs, copy_model, make_inputs, moved_model, parse_dtype
 from .report import Report
+from .state import preserved_state
 from .static import analyze
 from .table import Row, build_rows
 
@@ -54,32 +55,35 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     _check_timing_options(timing_options)
     dtype_requested = parse_dtype(dtype)
-    mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
-                     dtype=dtype_requested)
-    static = analyze(model, mi, training=training, no_grad=no_grad,
-                     dtype_requested=dtype_requested, registry=registry)
-    if static.unsupported:
-        ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
-                        for k, v in sorted(static.unsupported.items()))
-        warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
-                      f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
-                      "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
-    rows = build_rows(static.records)
-    from .env import collect_env
-    flags = {"training": training, "no_grad": no_grad, **timing_options}
-    env = collect_env(mi.device, mi.dtype, mi.batch_size, **flags)
-    latency = layers = overhead = coverage = peaks = None
-    if timing:
-        latency, layers = _measure(model, mi, dtype_requested, training, no_grad, timing_options)
-        overhead, coverage = _join_timing(rows, static.records, latency, layers)
-    if roofline is not False and (timing or roofline not in (None, True)):
-        peaks = _peaks(roofline, mi, env)
-    return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
-                  batch_size=mi.batch_size, device=str(mi.device),
-                  dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
-                  by_op=static.by_op, model_params=static.model_params, env=env,
-                  latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
-                  coverage=coverage, options=flags, peaks=peaks)
+    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py)
+    with preserved_state(model):
+        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
+                         dtype=dtype_requested)
+        static = analyze(model, mi, training=training, no_grad=no_grad,
+                         dtype_requested=dtype_requested, registry=registry)
+        if static.unsupported:
+            ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
+                            for k, v in sorted(static.unsupported.items()))
+            warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
+                          f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
+                          "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
+        rows = build_rows(static.records)
+        from .env import collect_env
+        flags = {"training": training, "no_grad": no_grad, **timing_options}
+        env = collect_env(mi.device, mi.dtype, mi.batch_size, **flags)
+        latency = layers = overhead = coverage = peaks = None
+        if timing:
+            latency, layers = _measure(model, mi, dtype_requested, training, no_grad,
+                                       timing_options)
+            overhead, coverage = _join_timing(rows, static.records, latency, layers)
+        if roofline is not False and (timing or roofline not in (None, True)):
+            peaks = _peaks(roofline, mi, env)
+        return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
+                      batch_size=mi.batch_size, device=str(mi.device),
+                      dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
+                      by_op=static.by_op, model_params=static.model_params, env=env,
+                      latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
+                      coverage=coverage, options=flags, peaks=peaks)
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
@@ -110,11 +114,12 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
                              "alone, or a real device to time")
     runner = moved_model(model, mi.device, dtype)
     if training:  # train-mode passes update buffers: time a copy, in train mode
-        runner = copy.deepcopy(model) if runner is model else runner
+        runner = copy_model(model, "time it in train mode") if runner is model else runner
         runner.train()
     call_inputs = mi.kwargs if mi.kwargs else mi.args
-    latency = measure_latency(runner, call_inputs, batch_size=mi.batch_size,
-                              eval_mode=not training, no_grad=no_grad, **options)
+    with forward_failure(runner, "the end-to-end timing", call_inputs):
+        latency = measure_latency(runner, call_inputs, batch_size=mi.batch_size,
+                                  eval_mode=not training, no_grad=no_grad, **options)
     layer_keys = set(inspect.signature(time_layers).parameters)
     layer_opts = {k: v for k, v in options.items() if k in layer_keys}
     layers = time_layers(runner, mi, eval_mode=not training, no_grad=no_grad, **layer_opts)
