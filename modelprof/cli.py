@@ -10,6 +10,7 @@ traceback), 1 anything unexpected (with its traceback, since that is a bug).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import traceback
@@ -152,26 +153,56 @@ class _Context:
         if self.formats or args.out is not None:
             self.out: Path | None = args.out or Path(".")
             self.formats = self.formats or _DEFAULT_FORMATS
+            _prepare_out(self.out)  # before any work: a bad --out fails in a second
         else:
             self.out = None
         self.progress = bool(args.progress or _isatty(stderr))
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
-        from .models import load_model
+        loaded = self.load_spec(spec)
+        return loaded.model, loaded.name, self.input_size if self.input_size is not None \
+            else loaded.input_size
 
-        model, name, default = load_model(spec, trust_pickle=self.args.trust_pickle)
-        return model, name, self.input_size if self.input_size is not None else default
+    def load_spec(self, spec: str) -> Any:
+        from .models import load_spec
+
+        return load_spec(spec, trust_pickle=self.args.trust_pickle)
 
     def path(self, stem: str, ext: str) -> Path:
         assert self.out is not None
-        self.out.mkdir(parents=True, exist_ok=True)
+        _prepare_out(self.out)
         return self.out / f"{_slug(stem)}.{ext}"
+
+    def write(self, path: Path, writer: Any) -> None:
+        """Run ``writer(path)``; a file that cannot be written is the user's --out, named."""
+        try:
+            writer(path)
+        except OSError as e:
+            raise ModelProfError(f"--out {str(self.args.out or '.')!r}: cannot write {str(path)!r}"
+                                 f" ({e.strerror or e})") from e
+        self.wrote(path)
 
     def wrote(self, path: Path) -> None:
         print(f"wrote {path}", file=self.stderr)
 
     def timing_options(self) -> dict[str, Any]:
         return {} if self.args.budget is None else {"budget_s": self.args.budget}
+
+
+def _prepare_out(out: Path) -> None:
+    """Create the ``--out`` directory; refuse one under a file or where nothing can be written."""
+    for parent in (out, *out.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ModelProfError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a directory")
+        if parent.exists():
+            break
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelProfError(f"--out {str(out)!r}: cannot create the directory "
+                             f"({e.strerror or e})") from e
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ModelProfError(f"--out {str(out)!r}: the directory is not writable")
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -187,9 +218,7 @@ def _slug(name: str) -> str:
 
 
 def _save_figure(ctx: _Context, fig: Any, stem: str) -> None:
-    path = ctx.path(stem, "png")
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    ctx.wrote(path)
+    ctx.write(ctx.path(stem, "png"), lambda p: fig.savefig(p, dpi=150, bbox_inches="tight"))
 
 
 def _shape_text(size: Any) -> str:
@@ -206,12 +235,24 @@ def _run_profile(ctx: _Context) -> None:
     args = ctx.args
     if args.depth is not None and args.depth < 0:
         raise ModelProfError(f"--depth {args.depth} must be >= 0")
-    model, name, size = ctx.load(args.model)
+    loaded = ctx.load_spec(args.model)
+    model, name = loaded.model, loaded.name
+    size = ctx.input_size if ctx.input_size is not None else loaded.input_size
+    given: dict[str, Any] = {}
+    if ctx.input_size is None and args.batch_size is None and loaded.example_args is not None:
+        # a .pt2 archive's recorded inputs: their batch and dtypes are what the program takes
+        recorded = loaded.example_kwargs if not loaded.example_args else loaded.example_args
+        if loaded.example_args and loaded.example_kwargs:
+            recorded = None  # both kinds: fall back to the recorded shapes
+        if recorded is not None:
+            given = {"inputs": recorded}
     if ctx.progress:
         what = "analysing" if args.no_timing else "profiling and timing"
-        print(f"{what} {name} ({_shape_text(size)}) ...", file=ctx.stderr, flush=True)
-    report = profile(model, size, batch_size=args.batch_size, device=ctx.device,
-                     dtype=ctx.dtype, timing=not args.no_timing, **ctx.timing_options())
+        shapes = _shape_text(size) if not given else "recorded inputs"
+        print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
+    report = profile(model, None if given else size, batch_size=args.batch_size,
+                     device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
+                     **given, **ctx.timing_options())
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
@@ -224,13 +265,9 @@ def _run_profile(ctx: _Context) -> None:
                "html": report.to_html}
     for fmt in ctx.formats:
         if fmt in writers:
-            path = ctx.path(stem, fmt)
-            writers[fmt](path, **view)
-            ctx.wrote(path)
+            ctx.write(ctx.path(stem, fmt), lambda p, w=writers[fmt]: w(p, **view))
         elif fmt == "json":  # the whole report, independent of the table's style
-            path = ctx.path(name, "json")
-            report.to_json(path)
-            ctx.wrote(path)
+            ctx.write(ctx.path(name, "json"), report.to_json)
         elif fmt == "png":  # cost always; time and roofline when measured
             _save_figure(ctx, report.plot_flops(), f"{name}_flops")
             if report.timed:
@@ -282,9 +319,7 @@ def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
     }
     for fmt in ctx.formats:
         if fmt in writers:
-            path = ctx.path(stem, fmt)
-            writers[fmt](path)
-            ctx.wrote(path)
+            ctx.write(ctx.path(stem, fmt), writers[fmt])
 
 
 # --- throughput ----------------------------------------------------------------------------------
@@ -340,6 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=stderr)
         return 130
+    except SystemExit as e:  # the user's model code called sys.exit(): nothing was profiled
+        print(f"{PROG}: error: the model's code called sys.exit({e.code!r}) before profiling "
+              "finished", file=stderr)
+        return 2
     except Exception:  # noqa: BLE001 - a bug: show everything
         print(f"{PROG}: internal error (please report it):", file=stderr)
         traceback.print_exc(file=stderr)

@@ -14,6 +14,7 @@ from torch import nn
 
 from .errors import ModelProfError
 from .inputs import map_tensors, parse_dtype
+from .state import set_training
 
 __all__ = ["amp_context", "grad_context", "model_state", "parse_amp", "to_channels_last"]
 
@@ -28,7 +29,7 @@ def model_state(model: Any, eval_mode: bool) -> Iterator[None]:
     flags = [(m, m.training) for m in model.modules()]
     try:
         if eval_mode:
-            model.eval()
+            set_training(model, False)  # model.eval(), also for torch.export modules
         yield
     finally:
         for m, flag in flags:

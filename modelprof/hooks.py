@@ -8,18 +8,31 @@ on each module: PyTorch's fused fast paths refuse to run when a module carries h
 (``nn.TransformerEncoderLayer`` checks ``_forward_hooks`` of its whole subtree), so per-module
 hooks would profile a different code path than the one the user runs. The global hooks are
 removed in ``finally``, also when the forward raises or is interrupted.
+
+Global hooks fire in every thread. Only calls from the thread that installed them are passed
+on; a call of one of the model's modules from another thread (the same model serving requests
+while it is profiled) is counted in ``HookSession.foreign_calls``, so a pass can say that the
+model ran elsewhere meanwhile, and any other call returns after one thread-id comparison.
+
+Hooks add a frame or two to every nesting level of the forward; a model that nests deep enough
+to run plain near Python's recursion limit would hit it only under the hooks, so the limit is
+raised by that much while they are installed (and put back after).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import nn
 from torch.nn.modules import module as _module
 
-__all__ = ["module_hooks", "module_names"]
+__all__ = ["HookSession", "count_foreign_calls", "module_hooks", "module_names",
+           "recursion_headroom"]
 
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 PostHook = Callable[..., None]
@@ -30,6 +43,11 @@ _GLOBAL_POST_PARAMS = inspect.signature(_module.register_module_forward_hook).pa
 _GLOBAL_POST_KWARGS = "with_kwargs" in _GLOBAL_POST_PARAMS and "always_call" in _GLOBAL_POST_PARAMS
 _NO_KWARGS: dict[str, Any] = {}
 
+# Frames the hooks add per module nesting level (``_call_impl``'s ``inner`` closure and the
+# hook itself), and a margin for the hook bodies and the op counter at the innermost level.
+_FRAMES_PER_LEVEL = 3
+_FRAMES_MARGIN = 200
+
 
 def module_names(model: nn.Module) -> dict[nn.Module, str]:
     """Each distinct module object with its first qualified name; the root is ``""``."""
@@ -39,47 +57,117 @@ def module_names(model: nn.Module) -> dict[nn.Module, str]:
     return names
 
 
+@dataclasses.dataclass(eq=False)
+class HookSession:
+    """What ``module_hooks`` yields: the module->name map, the thread whose calls are observed,
+    and how many calls of the model's modules other threads made meanwhile."""
+
+    names: dict[nn.Module, str]
+    thread_id: int
+    foreign_calls: int = 0
+
+    @property
+    def ran_elsewhere(self) -> bool:
+        """True when another thread called one of the model's modules while hooked."""
+        return self.foreign_calls > 0
+
+
+def _nesting_depth(names: dict[nn.Module, str]) -> int:
+    return max((n.count(".") + 1 for n in names.values() if n), default=0) + 1
+
+
+# sys.setrecursionlimit is process-wide: concurrent requests (threads) share one raise
+_limit_lock = threading.Lock()
+_limit_requests: list[int] = []
+_limit_base: list[int] = []  # [the limit before the first request, the limit we set]
+
+
+@contextlib.contextmanager
+def recursion_headroom(extra_frames: int) -> Iterator[None]:
+    """Raise Python's recursion limit by ``extra_frames`` for the block; put it back after
+    (unless someone else changed it meanwhile)."""
+    if extra_frames <= 0:
+        yield
+        return
+    with _limit_lock:
+        if not _limit_requests:
+            _limit_base[:] = [sys.getrecursionlimit(), 0]
+        _limit_requests.append(extra_frames)
+        _limit_base[1] = _limit_base[0] + max(_limit_requests)
+        sys.setrecursionlimit(_limit_base[1])
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            _limit_requests.remove(extra_frames)
+            base, ours = _limit_base
+            if sys.getrecursionlimit() == ours:
+                target = base + max(_limit_requests, default=0)
+                sys.setrecursionlimit(target)
+                _limit_base[1] = target
+
+
 @contextlib.contextmanager
 def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
                  modules: dict[nn.Module, str] | None = None, *,
-                 post_with_inputs: bool = False) -> Iterator[dict[nn.Module, str]]:
+                 post_with_inputs: bool = False) -> Iterator[HookSession]:
     """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
-    of every module of ``model``, for the duration of the ``with`` block; yields the
-    module->name map. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to global
-    pre-hooks). With ``post_with_inputs`` the post hook is
+    of every module of ``model`` run by *this* thread, for the duration of the ``with`` block;
+    yields a :class:`HookSession`. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to
+    global pre-hooks). With ``post_with_inputs`` the post hook is
     ``post(module, args, kwargs, output, raised)`` and is also called, with ``raised=True``,
     when the module's forward raises (so a caller that catches the exception keeps a correct
     call stack).
     """
     names = module_names(model) if modules is None else modules
+    session = HookSession(names, threading.get_ident())
+    owner = session.thread_id
+    get_ident = threading.get_ident
 
     def _pre(module: nn.Module, args: tuple) -> None:
-        if module in names:
+        if get_ident() != owner:
+            if module in names:
+                session.foreign_calls += 1
+        elif module in names:
             pre(module, args, _NO_KWARGS)
 
     if post_with_inputs:
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
-            if module in names:
+            if module in names and get_ident() == owner:
                 if len(rest) == 2:
                     post(module, args, rest[0], rest[1], False)
                 else:  # torch calls always-call hooks without kwargs only when forward raised
                     post(module, args, _NO_KWARGS, rest[0], _GLOBAL_POST_KWARGS)
     else:
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
-            if module in names:
+            if module in names and get_ident() == owner:
                 post(module, rest[-1])
 
     handles = []
-    try:
-        handles.append(_module.register_module_forward_pre_hook(_pre))
-        if _GLOBAL_POST_KWARGS and post_with_inputs:
-            handles.append(_module.register_module_forward_hook(_post, with_kwargs=True,
-                                                                always_call=True))
-        else:
-            handles.append(_module.register_module_forward_hook(_post))
-        yield names
-    finally:
-        for h in handles:
-            h.remove()
-            # RemovableHandle does not clear the with_kwargs registry of global hooks
-            getattr(_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
+    with recursion_headroom(_FRAMES_PER_LEVEL * _nesting_depth(names) + _FRAMES_MARGIN):
+        try:
+            handles.append(_module.register_module_forward_pre_hook(_pre))
+            if _GLOBAL_POST_KWARGS and post_with_inputs:
+                handles.append(_module.register_module_forward_hook(_post, with_kwargs=True,
+                                                                    always_call=True))
+            else:
+                handles.append(_module.register_module_forward_hook(_post))
+            yield session
+        finally:
+            for h in handles:
+                h.remove()
+                # RemovableHandle does not clear the with_kwargs registry of global hooks
+                getattr(_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
+
+
+def _ignore(*_: Any) -> None:
+    return None
+
+
+def count_foreign_calls(model: nn.Module,
+                        modules: dict[nn.Module, str] | None = None
+                        ) -> contextlib.AbstractContextManager[HookSession]:
+    """Only count the calls other threads make to the model's modules during the block
+    (``session.foreign_calls``). It installs global hooks, so each module call of this thread
+    pays one hook call too: use it around passes whose timing that does not distort."""
+    return module_hooks(model, _ignore, _ignore, modules)

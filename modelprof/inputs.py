@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -19,6 +22,9 @@ from .errors import ModelProfError
 
 __all__ = [
     "ModelInputs",
+    "available_memory_bytes",
+    "check_input_bytes",
+    "copy_model",
     "iter_tensors",
     "make_inputs",
     "map_tensors",
@@ -80,13 +86,38 @@ def parse_device(device: torch.device | str | int | None) -> torch.device | None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelProfError(f"device={device!r}: CUDA is not available on this machine "
                              "(use 'cpu', or 'meta' to analyse shapes alone)")
+    if dev.type not in ("cpu", "cuda", "meta") and not _backend_available(dev):
+        raise ModelProfError(f"device={device!r}: the {dev.type!r} backend is not available "
+                             "on this machine (use 'cpu', or 'meta' to analyse shapes alone)")
     return normalize_device(dev)
+
+
+def _backend_available(dev: torch.device) -> bool:
+    """Whether torch can place a tensor on ``dev`` here (mps, xpu, a privateuse backend, ...)."""
+    module = getattr(torch, dev.type, None)
+    probe = getattr(module, "is_available", None)
+    if callable(probe):
+        try:
+            if not probe():
+                return False
+        except Exception:  # noqa: BLE001 - a backend that cannot even answer is not available
+            return False
+    try:
+        torch.empty(0, device=dev)
+    except Exception:  # noqa: BLE001 - NotImplementedError, RuntimeError: not usable here
+        return False
+    return True
 
 
 def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
     """One shape (``(3, 224, 224)``) or several (``[(3, 224, 224), (10,)]``), batch excluded."""
     if isinstance(input_size, torch.Size):
         input_size = tuple(input_size)
+    if isinstance(input_size, np.ndarray) and input_size.ndim in (1, 2):
+        input_size = input_size.tolist()  # (3, 224, 224) or one row per input
+    elif isinstance(input_size, (list, tuple)) and any(isinstance(s, np.ndarray)
+                                                        for s in input_size):
+        input_size = [s.tolist() if isinstance(s, np.ndarray) else s for s in input_size]
     if not isinstance(input_size, Sequence) or isinstance(input_size, (str, bytes)):
         raise ModelProfError(f"input_size={input_size!r} must be a tuple of ints such as "
                              "(3, 224, 224), or a list of such tuples")
@@ -105,7 +136,8 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
 
 
 def _is_int(d: Any) -> bool:
-    return isinstance(d, int) and not isinstance(d, bool)
+    """A Python or numpy integer (``np.int64(224)`` from an array), not a bool."""
+    return isinstance(d, numbers.Integral) and not isinstance(d, (bool, np.bool_))
 
 
 def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
@@ -172,6 +204,8 @@ def make_inputs(
     dt = parse_dtype(dtype)
     if batch_size is not None and (not _is_int(batch_size) or batch_size < 1):
         raise ModelProfError(f"batch_size={batch_size!r} must be a positive int")
+    if batch_size is not None:
+        batch_size = int(batch_size)
 
     if (input_size is None) == (inputs is None):
         raise ModelProfError("pass exactly one of input_size (e.g. (3, 224, 224)) or inputs= "
@@ -181,6 +215,7 @@ def make_inputs(
         shapes = parse_input_size(input_size)
         b = 1 if batch_size is None else batch_size
         make_dtype = dt or model_dtype
+        check_input_bytes(input_size, shapes, b, make_dtype, dev)
         # a private generator: reproducible inputs, and the user's global RNG is not advanced
         gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
         args = tuple(torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen)
@@ -214,6 +249,53 @@ def make_inputs(
     in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
                       else model_dtype)
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Memory that new tensors on ``device`` can take now: free GPU memory on CUDA, the
+    kernel's MemAvailable on the CPU; None where unknown (and on ``meta``, which needs none)."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except Exception:  # noqa: BLE001 - unknown is fine: the allocator will still say so
+            return None
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def check_input_bytes(input_size: Any, shapes: list[tuple[int, ...]], batch_size: int,
+                      dtype: torch.dtype, device: torch.device) -> int:
+    """Bytes the random inputs for ``shapes`` will take; refuses, before anything is
+    allocated, inputs that cannot exist (over 2**63 elements) or do not fit in the memory
+    available on ``device``. The error's cause is an ``OutOfMemoryError``, so a batch-size
+    search treats it as the out-of-memory it prevents."""
+    itemsize = torch.empty((), dtype=dtype, device="meta").element_size()
+    numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
+    nbytes = sum(numels) * itemsize
+    what = (f"input_size={input_size!r} at batch_size {batch_size} needs {_gb(nbytes)} "
+            f"({str(dtype).removeprefix('torch.')}) for the input tensors alone")
+    if max(numels) >= 2**63:
+        raise ModelProfError(f"{what}: more elements than a tensor can hold")
+    available = None if device.type == "meta" else available_memory_bytes(device)
+    if available is not None and nbytes > available:
+        msg = f"{what}, more than the {_gb(available)} available on {device}"
+        raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
+    return nbytes
 
 
 def _infer_batch(args: tuple, kwargs: dict) -> int:
@@ -292,6 +374,84 @@ def moved_model(model: nn.Module, device: torch.device, dtype: torch.dtype | Non
     same = same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
     if same and (memory_format is None or _in_format(model, memory_format)):
         return model
-    clone = copy.deepcopy(model)
-    # one conversion: no intermediate copy in the old dtype on the new device
-    return clone.to(device=device, dtype=dtype, memory_format=memory_format)
+    changes = (("device", device if not same_device(cur_device, device) else None),
+               ("dtype", dtype if dtype is not None and cur_dtype != dtype else None),
+               ("memory format", memory_format))
+    wanted = ", ".join(f"{k} {v}" for k, v in changes if v is not None)
+    clone = copy_model(model, f"convert it to {wanted}")
+    try:
+        # one conversion: no intermediate copy in the old dtype on the new device
+        clone.to(device=device, dtype=dtype, memory_format=memory_format)
+    except NotImplementedError as e:  # a torch.export module: its graph cannot be converted
+        raise ModelProfError(f"cannot {wanted} a copy of {type(model).__name__}: "
+                             f"{type(e).__name__}: {e}. Export it again on that device/dtype, "
+                             "or profile it as it is") from e
+    return clone
+
+
+_REGISTRIES = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+               "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+               "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+               "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def copy_model(model: nn.Module, why: str) -> nn.Module:
+    """A copy of ``model`` whose conversion or train-mode passes leave the original untouched.
+
+    ``copy.deepcopy`` first; a model that cannot be deep-copied (it holds a ``threading.Lock``,
+    a file, a CUDA stream, or nests too deep for the copier's recursion) gets a *structural*
+    copy instead: every module and its registries copied, parameters re-wrapped (converting
+    them then makes new tensors), buffers cloned; other attributes (the lock) are shared with
+    the original. ``why`` says what the copy is for, for the error if neither works.
+    """
+    try:
+        return copy.deepcopy(model)
+    except Exception as e:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...
+        deep_error = e
+    try:
+        return _structural_copy(model)
+    except Exception as e:  # noqa: BLE001
+        raise ModelProfError(
+            f"cannot copy the model ({type(model).__name__}) to {why}: copy.deepcopy failed "
+            f"({type(deep_error).__name__}: {deep_error}) and so did a module-by-module copy "
+            f"({type(e).__name__}: {e}). Convert the model yourself (model.to(...)) and "
+            "profile it as it is") from deep_error
+
+
+def _structural_copy(model: nn.Module) -> nn.Module:
+    modules: dict[int, nn.Module] = {}
+    tensors: dict[int, torch.Tensor] = {}
+
+    def tensor(t: torch.Tensor, is_param: bool) -> torch.Tensor:
+        if id(t) not in tensors:  # one copy per original: tied weights stay tied
+            if is_param:
+                tensors[id(t)] = nn.Parameter(t.detach(), requires_grad=t.requires_grad)
+            else:
+                tensors[id(t)] = t.detach().clone()
+        return tensors[id(t)]
+
+    todo = [model]
+    while todo:  # iterative: any nesting depth
+        m = todo.pop()
+        if id(m) in modules:
+            continue
+        new = m.__class__.__new__(m.__class__)
+        state = dict(m.__dict__)
+        for key in _REGISTRIES:
+            if key in state:
+                state[key] = state[key].copy()
+        new.__dict__.update(state)
+        modules[id(m)] = new
+        todo.extend(c for c in m._modules.values() if c is not None)
+    for new in modules.values():
+        for key, p in new._parameters.items():
+            if p is not None:
+                new._parameters[key] = tensor(p, True)
+        for key, b in new._buffers.items():
+            if b is not None:
+                new._buffers[key] = tensor(b, False)
+        for key, c in new._modules.items():
+            if c is not None:
+                new._modules[key] = modules[id(c)]
+    return modules[id(model)]

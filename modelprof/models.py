@@ -6,13 +6,20 @@ Weights are never downloaded: every architecture is built with ``weights=None`` 
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import difflib
 import importlib.util
 import inspect
+import io
+import json
+import logging
+import pickle
 import sys
 import warnings
 import zipfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,7 +27,7 @@ from torch import nn
 
 from .errors import ModelProfError
 
-__all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "load_model"]
+__all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
 
 InputSize = tuple[Any, ...]
 """One shape without the batch dimension, ``(3, 224, 224)``, or a tuple of such shapes."""
@@ -28,6 +35,21 @@ InputSize = tuple[Any, ...]
 DEFAULT_INPUT_SIZE: tuple[int, ...] = (3, 224, 224)
 _VIDEO_FRAMES = 16  # the clip length torchvision's published video ``_ops`` are counted at
 _FILE_SUFFIXES = (".pt", ".pth", ".pt2")
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A model built from a spec, with the input it should be profiled on.
+
+    ``input_size`` excludes the batch dimension. ``example_args``/``example_kwargs`` are the
+    inputs a ``.pt2`` archive recorded (batch included, real dtypes), or None.
+    """
+
+    model: nn.Module
+    name: str
+    input_size: InputSize
+    example_args: tuple[Any, ...] | None = None
+    example_kwargs: dict[str, Any] | None = None
 
 
 def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str, InputSize]:
@@ -42,28 +64,40 @@ def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str
     - a ``.pt``/``.pth`` file holding a whole pickled module. Unpickling a module can run
       arbitrary code, so it needs ``trust_pickle=True`` (``--trust-pickle``); a bare
       ``state_dict`` is refused, since it lacks the architecture;
-    - a ``.pt2`` file written by ``torch.export.save``.
+    - a ``.pt2`` file written by ``torch.export.save``. Its weights and recorded inputs load
+      without running code; an archive holding anything that only full unpickling (or a
+      compiled library) can load needs ``trust_pickle=True`` too. The input size is the one
+      the archive recorded.
 
     ``input_size`` excludes the batch dimension: the evaluation crop of the model's torchvision
-    weights (``(3, 299, 299)`` for inception_v3), the timm default config, or ``(3, 224, 224)``.
+    weights (``(3, 299, 299)`` for inception_v3), the timm default config, the shapes a ``.pt2``
+    recorded, or ``(3, 224, 224)``.
     """
+    loaded = load_spec(spec, trust_pickle=trust_pickle)
+    return loaded.model, loaded.name, loaded.input_size
+
+
+def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
+    """Like :func:`load_model`, with the inputs a ``.pt2`` archive recorded."""
     if not isinstance(spec, str) or not spec.strip():
         raise ModelProfError(f"model spec {spec!r} must be a non-empty string such as 'resnet18'")
     spec = spec.strip()
     prefix, _, rest = spec.partition(":")
     if prefix == "torchvision" and rest:
-        return _load_torchvision(rest)
+        return LoadedModel(*_load_torchvision(rest))
     if prefix == "timm" and rest:
-        return _load_timm(rest)
+        return LoadedModel(*_load_timm(rest))
     path_part, sep, factory = spec.rpartition(":")
     if sep and path_part.endswith(".py"):
-        return _load_factory(Path(path_part), factory)
+        return LoadedModel(*_load_factory(Path(path_part), factory))
     if spec.endswith(".py"):
         raise ModelProfError(f"model spec {spec!r} names a Python file but no factory; "
                              f"write it as '{spec}:FUNCTION', a function returning an nn.Module")
+    if spec.endswith(".pt2"):
+        return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
-        return _load_file(Path(spec), trust_pickle=trust_pickle)
-    return _load_torchvision(spec)
+        return LoadedModel(*_load_file(Path(spec), trust_pickle=trust_pickle))
+    return LoadedModel(*_load_torchvision(spec))
 
 
 # --- torchvision ---------------------------------------------------------------------------------
@@ -181,7 +215,7 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
     sys.modules[module_name] = module  # dataclasses and pickling look the module up here
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() in the file is a failure, not a result
         sys.modules.pop(module_name, None)
         raise ModelProfError(f"importing model file {str(path)!r} failed: "
                              f"{type(e).__name__}: {e}") from e
@@ -193,8 +227,9 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
                              + (f"; it defines {', '.join(sorted(found))}" if found else ""))
     try:
         model = fn()
-    except Exception as e:
-        raise ModelProfError(f"{path}:{factory}() raised {type(e).__name__}: {e}") from e
+    except (Exception, SystemExit) as e:  # SystemExit(0) must not exit 0 with nothing profiled
+        raise ModelProfError(f"{path}:{factory}() raised {type(e).__name__}({e!s}) instead of "
+                             "returning a model") from e
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"{path}:{factory}() returned {type(model).__name__}, "
                              "not a torch.nn.Module")
@@ -205,15 +240,7 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
 # --- saved files ---------------------------------------------------------------------------------
 
 def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, InputSize]:
-    if not path.is_file():
-        raise ModelProfError(f"model file {str(path)!r} does not exist")
-    if path.suffix == ".pt2":
-        try:
-            model = torch.export.load(path).module()
-        except Exception as e:
-            raise ModelProfError(f"{str(path)!r} is not a torch.export archive: "
-                                 f"{type(e).__name__}: {e}") from e
-        return model, path.stem, DEFAULT_INPUT_SIZE
+    _check_file(path)
     if _is_torchscript(path):
         raise ModelProfError(f"{str(path)!r} is a TorchScript archive; modelprof profiles eager "
                              "modules (hooks cannot see inside scripted code). Save the module "
@@ -221,6 +248,10 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler refuses classes this way
+        if not _needs_full_unpickling(e):
+            raise ModelProfError(f"{str(path)!r} is corrupt or not a file torch.save wrote "
+                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                                 ")") from e
         if not trust_pickle:
             raise ModelProfError(
                 f"{str(path)!r} holds pickled Python objects (a whole module?), and unpickling "
@@ -242,6 +273,162 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
             "(a torchvision name, timm:NAME or file.py:factory), or save the whole module with "
             "torch.save(model) and use --trust-pickle")
     raise ModelProfError(f"{str(path)!r} holds a {type(obj).__name__}, not a torch.nn.Module")
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise ModelProfError(f"model file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ModelProfError(f"model file {str(path)!r} is not a file")
+    if path.stat().st_size == 0:
+        raise ModelProfError(f"model file {str(path)!r} is empty (0 bytes)")
+
+
+def _needs_full_unpickling(e: BaseException) -> bool:
+    """The weights-only unpickler refused a class (a whole module), as opposed to a file that
+    is not a readable pickle at all."""
+    return isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in str(e)
+
+
+def _loads_weights_only(data: bytes) -> bool:
+    """Whether ``data`` (a torch.save payload) loads with the weights-only unpickler, i.e.
+    without running any code; then a full unpickler would construct the same objects."""
+    if not data:
+        return True
+    try:
+        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - refused or unreadable: either way not provably safe
+        return False
+    return True
+
+
+# --- torch.export archives (.pt2) ----------------------------------------------------------------
+
+def _pt2_layout() -> dict[str, str]:
+    try:
+        from torch.export.pt2_archive import constants as c
+
+        return {"aoti": c.AOTINDUCTOR_DIR, "samples": c.SAMPLE_INPUTS_DIR,
+                "weights": c.WEIGHTS_DIR, "constants": c.CONSTANTS_DIR,
+                "custom": c.CUSTOM_OBJ_FILENAME_PREFIX, "opaque": c.OPAQUE_OBJ_FILENAME_PREFIX}
+    except (ImportError, AttributeError):  # the layout of torch 2.8+ archives
+        return {"aoti": "data/aotinductor/", "samples": "data/sample_inputs/",
+                "weights": "data/weights/", "constants": "data/constants/",
+                "custom": "custom_obj_", "opaque": "opaque_obj_"}
+
+
+def _pt2_unsafe_members(archive: zipfile.ZipFile) -> list[str]:
+    """Members of a ``torch.export`` archive that loading it would unpickle with the full
+    unpickler (``torch.export.load`` falls back to ``weights_only=False``) or run as native
+    code (AOTInductor libraries): everything that could run code. Empty for a plain program."""
+    layout = _pt2_layout()
+    names = archive.namelist()
+    root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
+    if not all(n.startswith(root) for n in names):
+        root = ""
+    unsafe: list[str] = []
+    for full in names:
+        rel = full[len(root):]
+        if rel.startswith(layout["aoti"]):
+            unsafe.append(f"{rel} (compiled code)")
+        elif rel.startswith(layout["samples"]) or rel.endswith((".pt", ".pkl", ".pickle")):
+            if not _loads_weights_only(archive.read(full)):
+                unsafe.append(rel)
+        elif rel.startswith((layout["weights"], layout["constants"])) and rel.endswith(".json"):
+            base = layout["weights"] if rel.startswith(layout["weights"]) else layout["constants"]
+            try:
+                config = json.loads(archive.read(full)).get("config", {})
+            except (ValueError, AttributeError):
+                unsafe.append(f"{rel} (unreadable)")
+                continue
+            for fqn, meta in config.items():
+                member = str(meta.get("path_name", "")) if isinstance(meta, dict) else ""
+                if member.startswith((layout["custom"], layout["opaque"])):
+                    unsafe.append(f"{base}{member} (pickled object {fqn!r})")
+                elif isinstance(meta, dict) and meta.get("use_pickle"):
+                    data = archive.read(root + base + member) if root + base + member in names \
+                        else b"x"
+                    if not _loads_weights_only(data):
+                        unsafe.append(f"{base}{member} (pickled tensor {fqn!r})")
+    return unsafe
+
+
+@contextlib.contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    """torch.export.load logs tracebacks (before trying an older format, after falling back to
+    full unpickling): modelprof reports instead. The loggers are put back as they were."""
+    loggers = [logging.getLogger(n) for n in names]
+    before = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, flag in zip(loggers, before):
+            lg.disabled = flag
+
+
+def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
+    _check_file(path)
+    data = path.read_bytes()  # read once: what is checked is what is loaded
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise ModelProfError(f"{str(path)!r} is corrupt or not a torch.export archive "
+                             "(not a zip file)")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unsafe = _pt2_unsafe_members(archive)
+    except (zipfile.BadZipFile, OSError, KeyError) as e:
+        raise ModelProfError(f"{str(path)!r} is a corrupt torch.export archive: {e}") from e
+    if unsafe and not trust_pickle:
+        more = f" and {len(unsafe) - 1} more" if len(unsafe) > 1 else ""
+        raise ModelProfError(
+            f"{str(path)!r} holds {unsafe[0]}{more}, which only full unpickling (or loading a "
+            "compiled library) can read, and that can run arbitrary code. If you trust the "
+            "file, pass --trust-pickle (trust_pickle=True)")
+    try:
+        with _quiet_loggers("torch.export", "torch._export.serde.serialize"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.load(io.BytesIO(data))
+    except Exception as e:  # noqa: BLE001 - any failure here means the archive is unusable
+        raise ModelProfError(f"{str(path)!r} is corrupt or not a torch.export archive: "
+                             f"{type(e).__name__}: {e}") from e
+    args, kwargs = _recorded_inputs(program, path)
+    try:
+        model = torch.export.unflatten(program)  # the module hierarchy: one row per layer
+    except Exception:  # noqa: BLE001 - some programs cannot be unflattened: one flat graph
+        model = program.module()
+    sizes = tuple(tuple(t.shape[1:]) for t in args if isinstance(t, torch.Tensor))
+    size: InputSize = sizes[0] if len(sizes) == 1 else sizes or DEFAULT_INPUT_SIZE
+    return LoadedModel(model, path.stem, size, args, kwargs)
+
+
+def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The example inputs the archive recorded; else inputs made from the recorded shapes and
+    dtypes of the graph's user inputs (random floats, zero integers)."""
+    example = getattr(program, "example_inputs", None)
+    if example:
+        args, kwargs = example
+        return tuple(args), dict(kwargs)
+    by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    made = []
+    gen = torch.Generator().manual_seed(0)  # the user's global RNG is not advanced
+    for name in program.graph_signature.user_inputs:
+        value = by_name[name].meta.get("val") if name in by_name else None
+        if not isinstance(value, torch.Tensor):
+            raise ModelProfError(f"{str(path)!r} records no example inputs and input {name!r} "
+                                 "is not a tensor; pass --input-size")
+        try:
+            shape = [int(d) for d in value.shape]
+        except (TypeError, ValueError) as e:  # a dynamic dimension with no hint
+            raise ModelProfError(f"{str(path)!r} records no example inputs and input {name!r} "
+                                 f"has a dynamic shape {tuple(value.shape)}; pass --input-size"
+                                 ) from e
+        if value.dtype.is_floating_point:
+            made.append(torch.randn(shape, dtype=value.dtype, generator=gen))
+        else:
+            made.append(torch.zeros(shape, dtype=value.dtype))
+    return tuple(made), {}
 
 
 def _is_torchscript(path: Path) -> bool:

@@ -13,8 +13,9 @@ from .env import collect_env
 from .errors import ModelProfError
 from .execution import to_channels_last
 from .formulas.registry import FormulaRegistry
-from .inputs import ModelInputs, make_inputs, moved_model, parse_dtype
+from .inputs import ModelInputs, copy_model, make_inputs, moved_model, parse_dtype
 from .report import Report
+from .state import preserved_state
 from .static import analyze
 from .table import Row, build_rows
 from .timing.options import TimingOptions
@@ -58,43 +59,45 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
     dtype_requested = parse_dtype(dtype)
-    mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
-                     dtype=dtype_requested)
-    if timing:
-        opts.check_device(mi.device)
-    layout = torch.channels_last if opts.channels_last else None
-    counted = _with_layout(mi, layout)
-    static = analyze(model, counted, training=training, no_grad=no_grad,
-                     dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
-                     memory_format=layout)
-    if static.unsupported:
-        ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
-                        for k, v in sorted(static.unsupported.items()))
-        warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
-                      f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
-                      "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
-    rows = build_rows(static.records)
-    flags = {"training": training, "no_grad": no_grad,
-             **opts.flags(eval_mode=not training, no_grad=no_grad)}
-    latency = layers = overhead = coverage = peaks = None
-    notes: list[str] = []
-    if timing:
-        latency, layers, notes = _measure(model, counted, dtype_requested, training, no_grad,
-                                          opts)
-        overhead, coverage = _join_timing(rows, static.records, latency, layers)
-        _use_warm_peaks(rows, static.records, layers)
-    env = collect_env(mi.device, opts.amp or mi.dtype, mi.batch_size, **flags)  # after timing
-    if layers is not None and layers.hook_cost is not None:
-        env["hook_cost"] = layers.hook_cost.to_dict()
-    if roofline is not False and (timing or roofline not in (None, True)):
-        peaks = _peaks(roofline, mi, env)
-    return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
-                  batch_size=mi.batch_size, device=str(mi.device),
-                  dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
-                  by_op=static.by_op, model_params=static.model_params, env=env,
-                  latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
-                  coverage=coverage, options={**flags, **opts.as_kwargs()}, peaks=peaks,
-                  timing_notes=notes)
+    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py)
+    with preserved_state(model):
+        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
+                         dtype=dtype_requested)
+        if timing:
+            opts.check_device(mi.device)
+        layout = torch.channels_last if opts.channels_last else None
+        counted = _with_layout(mi, layout)
+        static = analyze(model, counted, training=training, no_grad=no_grad,
+                         dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
+                         memory_format=layout)
+        if static.unsupported:
+            ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
+                            for k, v in sorted(static.unsupported.items()))
+            warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
+                          f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
+                          "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
+        rows = build_rows(static.records)
+        flags = {"training": training, "no_grad": no_grad,
+                 **opts.flags(eval_mode=not training, no_grad=no_grad)}
+        latency = layers = overhead = coverage = peaks = None
+        notes: list[str] = []
+        if timing:
+            latency, layers, notes = _measure(model, counted, dtype_requested, training, no_grad,
+                                              opts)
+            overhead, coverage = _join_timing(rows, static.records, latency, layers)
+            _use_warm_peaks(rows, static.records, layers)
+        env = collect_env(mi.device, opts.amp or mi.dtype, mi.batch_size, **flags)  # after timing
+        if layers is not None and layers.hook_cost is not None:
+            env["hook_cost"] = layers.hook_cost.to_dict()
+        if roofline is not False and (timing or roofline not in (None, True)):
+            peaks = _peaks(roofline, mi, env)
+        return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
+                      batch_size=mi.batch_size, device=str(mi.device),
+                      dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
+                      by_op=static.by_op, model_params=static.model_params, env=env,
+                      latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
+                      coverage=coverage, options={**flags, **opts.as_kwargs()}, peaks=peaks,
+                      timing_notes=notes)
 
 
 def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelInputs:
@@ -130,7 +133,7 @@ def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, 
     layout = torch.channels_last if opts.channels_last else None
     runner = moved_model(model, mi.device, dtype, memory_format=layout)
     if training:
-        runner = copy.deepcopy(model) if runner is model else runner
+        runner = copy_model(model, "time it in train mode") if runner is model else runner
         runner.train()
     return runner
 

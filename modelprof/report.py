@@ -11,7 +11,7 @@ import pandas as pd
 
 from .counter import OpStats
 from .errors import ModelProfError
-from .table import Row, modelprof_frame, torchstat_frame, totals_of
+from .table import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Report"]
 
@@ -82,14 +82,13 @@ class Report:
         names = sorted(self._by_op, key=lambda k: (-self._by_op[k].flops, k))
         return pd.DataFrame({
             "op": names,
-            "calls": [self._by_op[n].calls for n in names],
-            "macs": [self._by_op[n].macs for n in names],
-            "flops": [self._by_op[n].flops for n in names],
-            "madd": [self._by_op[n].madd for n in names],
+            "calls": count_column([self._by_op[n].calls for n in names]),
+            "macs": count_column([self._by_op[n].macs for n in names]),
+            "flops": count_column([self._by_op[n].flops for n in names]),
+            "madd": count_column([self._by_op[n].madd for n in names]),
             "supported": [n not in self.unsupported for n in names],
             "inexact_calls": [sum((self._by_op[n].notes or {}).values()) for n in names],
-        }).astype({"calls": "int64", "macs": "int64", "flops": "int64", "madd": "int64",
-                   "inexact_calls": "int64"})
+        }).astype({"inexact_calls": "int64"})
 
     @property
     def notes(self) -> dict[str, dict[str, int]]:

@@ -12,6 +12,7 @@ from collections import Counter
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from .counter import OpCounter, OpStats
 from .errors import ModelProfError
@@ -22,6 +23,7 @@ from .inputs import ModelInputs, model_placement, shape_str
 from .device import MemoryStats, same_device
 from .execution import amp_context, grad_context, model_state
 from .scope import CallRecord, Tracker
+from .state import preserved_state, set_training
 
 __all__ = ["StaticResult", "analyze", "forward_context"]
 
@@ -38,7 +40,7 @@ class StaticResult:
 def forward_context(model: nn.Module, *, training: bool, no_grad: bool):
     """Set the model's mode (and grad mode) for a forward; restore every module's flag after."""
     with model_state(model, eval_mode=False), grad_context(no_grad):
-        model.train(training)
+        set_training(model, training)
         yield
 
 
@@ -93,31 +95,31 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
                              "real devices only): count on 'cpu' with amp=, or pass dtype= to "
                              "count the whole model in that dtype")
     model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
-    lazy = [n for n, p in model.named_parameters()
-            if isinstance(p, nn.parameter.UninitializedParameter)]
-    if lazy:
-        raise ModelProfError(f"the model has uninitialised lazy parameters ({lazy[0]!r}"
-                             f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
-                             "so that profiling does not materialise them in your model")
+    _refuse_lazy(model)
     names = module_names(model)
     tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     counter = OpCounter(tracker, registry)
-    try:
-        state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested,
-                           memory_format=memory_format)
-        with forward_context(model, training=training, no_grad=no_grad), \
-                amp_context(inputs.device, amp), \
-                module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
-                counter:
-            if state is None:
-                output = model(*inputs.args, **inputs.kwargs)
-            else:
-                output = torch.func.functional_call(model, state, inputs.args, inputs.kwargs,
-                                                    strict=False, tie_weights=True)
-    except ModelProfError:
-        raise
-    except Exception as e:
-        raise _forward_error(e, tracker, inputs) from e
+    # the guard is the caller's when profile() holds one; its write watch is entered before
+    # (outside) the counter, so that its copies are not counted as the model's ops
+    with preserved_state(model) as guard:
+        try:
+            state = _state_for(model, inputs, training=training,
+                               dtype_requested=dtype_requested, memory_format=memory_format)
+            with forward_context(model, training=training, no_grad=no_grad), \
+                    amp_context(inputs.device, amp), \
+                    module_hooks(model, tracker.pre, tracker.post, names,
+                                 post_with_inputs=True), \
+                    guard.watch_writes(), counter:
+                if state is None:
+                    output = model(*inputs.args, **inputs.kwargs)
+                else:
+                    output = torch.func.functional_call(model, state, inputs.args,
+                                                        inputs.kwargs, strict=False,
+                                                        tie_weights=True)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise _forward_error(e, tracker, inputs) from e
     records = tracker.records
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
@@ -139,13 +141,26 @@ def packed_parameters(model: nn.Module) -> dict[int, int]:
     return found
 
 
+def _refuse_lazy(model: nn.Module) -> None:
+    """A forward would materialise lazy parameters *and buffers* in the user's model."""
+    lazy = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if is_lazy(t)]
+    if lazy:
+        raise ModelProfError(f"the model has uninitialised lazy parameters or buffers "
+                             f"({lazy[0]!r}{' and more' if len(lazy) > 1 else ''}): run one "
+                             "forward first, so that profiling does not materialise them in "
+                             "your model")
+
+
 def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
     where = "before any module ran"
     if running:
         inner = running[-1]
         shapes = ", ".join("x".join(map(str, s)) for s in inner.input_shapes) or "no tensors"
-        path = " > ".join(r.name or "(root)" for r in running)
+        shown = [r.name or "(root)" for r in running]
+        if len(shown) > 6:  # a deeply nested model: the ends of the path say enough
+            shown = [*shown[:2], f"... {len(shown) - 5} more", *shown[-3:]]
+        path = " > ".join(shown)
         where = (f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); "
                  f"running: {path}")
     before = ", ".join(r.name or "(root)" for r in done[-8:])

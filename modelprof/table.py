@@ -18,8 +18,8 @@ import pandas as pd
 
 from .scope import CallRecord
 
-__all__ = ["ADDITIVE", "COLUMNS", "TORCHSTAT_COLUMNS", "Row", "build_rows", "modelprof_frame",
-           "torchstat_frame", "totals_of"]
+__all__ = ["ADDITIVE", "COLUMNS", "TORCHSTAT_COLUMNS", "Row", "build_rows", "count_column",
+           "modelprof_frame", "torchstat_frame", "totals_of"]
 
 ADDITIVE = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
 COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE)
@@ -53,6 +53,16 @@ class Row:
     latency_ms: float = float("nan")
     latency_std_ms: float = float("nan")
     latency_pct: float = float("nan")
+
+
+def count_column(values: Sequence[int]) -> np.ndarray:
+    """A column of exact counts: int64, or float64 when a count does not fit in int64 (above
+    2**63 - 1, e.g. the FLOPs of a huge model at a huge batch): the column stays numeric, and
+    the exact integers remain in ``Report.totals`` and the rows."""
+    ints = [int(v) for v in values]
+    if all(-2**63 <= v < 2**63 for v in ints):
+        return np.array(ints, dtype="int64")
+    return np.array([float(v) for v in ints], dtype="float64")
 
 
 def _self_name(name: str) -> str:
@@ -133,11 +143,9 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         "input_shape": [_shapes(r.input_shapes) for r in rows],
         "output_shape": [_shapes(r.output_shapes) for r in rows],
     }
-    for k in ADDITIVE:
-        data[k] = [int(getattr(r, k)) for r in rows]
-    df = pd.DataFrame(data)
     for k in ADDITIVE + ("call", "depth"):
-        df[k] = df[k].astype("int64")
+        data[k] = count_column([getattr(r, k) for r in rows])
+    df = pd.DataFrame(data)
     df["leaf"] = df["leaf"].astype(bool)
     measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
     for k in TIMING_COLUMNS:
@@ -150,24 +158,28 @@ def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     """torchstat's table: one row per leaf call, batch dropped from shapes, a correct total."""
     leaves = [r for r in rows if r.leaf]
     names = [r.module if r.call == 1 or r.is_self else f"{r.module} ({r.call})" for r in leaves]
-    df = pd.DataFrame({
-        "module name": names,
-        "input shape": [_shapes(r.input_shapes, drop_batch=True) for r in leaves],
-        "output shape": [_shapes(r.output_shapes, drop_batch=True) for r in leaves],
+    counts = {
         "params": [int(r.params) for r in leaves],
-        "memory(MB)": [r.output_bytes / 2**20 for r in leaves],
         "MAdd": [int(r.torchstat_madd) for r in leaves],
         "Flops": [int(r.torchstat_flops) for r in leaves],
         "MemRead(B)": [int(r.read_bytes) for r in leaves],
         "MemWrite(B)": [int(r.write_bytes) for r in leaves],
-        "duration[%]": [r.latency_pct if timed else float("nan") for r in leaves],
         "MemR+W(B)": [int(r.read_bytes + r.write_bytes) for r in leaves],
+    }
+    memory = [r.output_bytes / 2**20 for r in leaves]
+    duration = [r.latency_pct if timed else float("nan") for r in leaves]
+    # the total row, summed in Python integers (a numpy int64 sum wraps around silently)
+    names.append("total")
+    for values in counts.values():
+        values.append(sum(values))
+    memory.append(float(np.nansum(memory)))
+    duration.append(float(np.nansum(duration)) if timed else float("nan"))
+    df = pd.DataFrame({
+        "module name": names,
+        "input shape": [_shapes(r.input_shapes, drop_batch=True) for r in leaves] + [""],
+        "output shape": [_shapes(r.output_shapes, drop_batch=True) for r in leaves] + [""],
+        "memory(MB)": np.array(memory, dtype="float64"),
+        "duration[%]": np.array(duration, dtype="float64"),
+        **{c: count_column(v) for c, v in counts.items()},
     })
-    total = {c: df[c].sum() for c in TORCHSTAT_COLUMNS[3:]}
-    if not timed:
-        total["duration[%]"] = float("nan")
-    total.update({"module name": "total", "input shape": "", "output shape": ""})
-    df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
-    for c in ("params", "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "MemR+W(B)"):
-        df[c] = df[c].astype("int64")
     return df[list(TORCHSTAT_COLUMNS)]

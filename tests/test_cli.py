@@ -216,3 +216,96 @@ def test_profile_with_timing_plots_time(nets: Path, tmp_path: Path,
     assert "latency median" in capsys.readouterr().out
     assert {p.name for p in out_dir.iterdir()} == {
         "narrow_flops.png", "narrow_latency.png", "narrow_roofline.png"}
+
+
+# -- user errors: one line, exit 2, the value named, no traceback --------------------------------
+def _one_line_error(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("modelprof: error:") and err.count("\n") == 1, err
+    assert "Traceback" not in err and "internal error" not in err
+    return err
+
+
+def test_input_size_too_large_is_refused_before_allocating(
+        nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{nets}:narrow", "--input-size", "3,100000,100000",
+                 "--no-timing"]) == 2
+    err = _one_line_error(capsys)
+    # 3 * 100000 * 100000 float32 values = 1.2e11 bytes
+    assert "input_size=(3, 100000, 100000)" in err and "120.0 GB" in err
+
+
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="checks the no-MPS message")
+def test_device_this_machine_lacks(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{nets}:narrow", "--device", "mps", "--no-timing"]) == 2
+    assert "device='mps'" in _one_line_error(capsys)
+
+
+def test_out_under_an_existing_file(nets: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "report.txt"
+    blocker.write_text("not a directory")
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out",
+                 str(blocker / "sub")]) == 2
+    err = _one_line_error(capsys)
+    assert f"--out '{blocker / 'sub'}'" in err and "is a file, not a directory" in err
+    assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")
+def test_out_where_nothing_can_be_created(nets: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out",
+                 "/proc/modelprof-out"]) == 2  # procfs refuses new directories, even to root
+    assert "--out '/proc/modelprof-out': cannot create" in _one_line_error(capsys)
+
+
+def test_write_failure_names_out(nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture) -> None:
+    from modelprof.report import Report
+
+    def full_disk(self: object, path: object = None, **kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Report, "to_csv", full_disk)
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 2
+    err = _one_line_error(capsys)
+    assert f"cannot write '{tmp_path / 'narrow.csv'}' (No space left on device)" in err
+
+
+def test_factory_calling_sys_exit_does_not_exit_0(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "quits.py"
+    f.write_text("import sys\ndef build():\n    sys.exit(0)\n")
+    assert main(["profile", f"{f}:build", "--no-timing"]) == 2
+    assert "SystemExit(0)" in _one_line_error(capsys)
+
+
+def test_forward_calling_sys_exit_does_not_exit_0(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "quits_late.py"
+    f.write_text(textwrap.dedent("""
+        import sys
+        from torch import nn
+        INPUT_SIZE = (3,)
+        class Quit(nn.Module):
+            def forward(self, x):
+                sys.exit(0)
+        def build():
+            return Quit()
+    """))
+    assert main(["profile", f"{f}:build", "--no-timing"]) == 2
+    assert "sys.exit(0)" in _one_line_error(capsys)
+
+
+def test_profile_pt2_uses_the_recorded_inputs(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    from torch import nn
+
+    path = tmp_path / "mlp.pt2"
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU())
+    torch.export.save(torch.export.export(model, (torch.randn(3, 6),)), path)
+    assert main(["profile", str(path), "--no-timing"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "input 3x6" in out  # the archive's (3, 6), not (1, 3, 224, 224)
+    # Linear(6, 5) on 3 rows: 3*6*5 = 90 MACs; 6*5 + 5 = 35 parameters
+    assert "params 35  MACs 90" in out

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.models import DEFAULT_INPUT_SIZE, load_model
+from modelprof.models import DEFAULT_INPUT_SIZE, load_model, load_spec
 
 pytest.importorskip("torchvision")
 
@@ -154,9 +154,121 @@ def test_torch_export_archive(tmp_path: Path) -> None:
     path = tmp_path / "exported.pt2"
     program = torch.export.export(_tiny(), (torch.randn(2, 4),))
     torch.export.save(program, path)
-    model, name, _ = load_model(str(path))
+    model, name, size = load_model(str(path))
     assert name == "exported"
+    assert size == (4,)  # the recorded (2, 4) input without its batch, not (3, 224, 224)
     assert model(torch.ones(2, 4)).shape == (2, 3)
+
+
+def test_torch_export_archive_profiles_on_its_recorded_inputs(tmp_path: Path) -> None:
+    from modelprof import profile
+
+    path = tmp_path / "exported.pt2"
+    torch.export.save(torch.export.export(_tiny(), (torch.randn(5, 4),)), path)
+    loaded = load_spec(str(path))
+    assert [tuple(t.shape) for t in loaded.example_args] == [(5, 4)]
+    assert loaded.example_kwargs == {}
+    report = profile(loaded.model, inputs=loaded.example_args, timing=False)
+    # the unflattened program keeps the module hierarchy: root, Linear "0", ReLU "1"
+    assert [r.module for r in report.rows] == ["", "0", "1"]
+    # Linear(4, 3) on 5 rows: 5*4*3 = 60 MACs; 4*3 + 3 = 15 parameters
+    assert report.totals["macs"] == 60 and report.totals["params"] == 15
+
+
+def test_exported_module_profiles_with_timing() -> None:
+    from modelprof import profile
+
+    module = torch.export.export(_tiny(), (torch.randn(2, 4),)).module()
+    with pytest.raises(NotImplementedError):
+        module.eval()  # what made profile() fail: the flag is set directly instead
+    report = profile(module, inputs=(torch.randn(2, 4),), repeat=3, warmup=1, roofline=False)
+    assert report.totals["macs"] == 24  # 2*4*3
+    assert report.latency is not None and report.latency.n == 3
+
+
+class _RunsCode:
+    """Unpickling this touches ``marker`` (the proof that code ran) and returns valid inputs."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        source = (f"__import__('pathlib').Path({str(self.marker)!r}).touch() "
+                  "or ((__import__('torch').ones(2, 4),), {})")
+        return (eval, (source,))
+
+
+def _crafted_archive(tmp_path: Path, marker: Path) -> Path:
+    """A real torch.export archive whose pickled sample inputs run code when unpickled."""
+    import io
+    import zipfile
+
+    good = tmp_path / "good.pt2"
+    torch.export.save(torch.export.export(_tiny(), (torch.randn(2, 4),)), good)
+    payload = io.BytesIO()
+    torch.save(_RunsCode(marker), payload)
+    crafted = tmp_path / "crafted.pt2"
+    replaced = 0
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(crafted, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if "/data/sample_inputs/" in item.filename:
+                data, replaced = payload.getvalue(), replaced + 1
+            dst.writestr(item, data)
+    assert replaced == 1
+    return crafted
+
+
+def test_pt2_whose_pickled_inputs_run_code_needs_trust_and_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "code-ran"
+    crafted = _crafted_archive(tmp_path, marker)
+    with pytest.raises(ModelProfError, match=r"sample_inputs/model\.pt.*--trust-pickle"):
+        load_model(str(crafted))
+    assert not marker.exists()  # nothing was unpickled
+    # the same archive, trusted, does run the code: the check above is what prevented it
+    load_model(str(crafted), trust_pickle=True)
+    assert marker.exists()
+
+
+def test_pt2_with_compiled_code_needs_trust(tmp_path: Path) -> None:
+    import zipfile
+
+    good = tmp_path / "good.pt2"
+    torch.export.save(torch.export.export(_tiny(), (torch.randn(2, 4),)), good)
+    with zipfile.ZipFile(good, "a") as z:
+        root = z.namelist()[0].split("/")[0]
+        z.writestr(f"{root}/data/aotinductor/model/model.so", b"\x7fELF")
+    with pytest.raises(ModelProfError, match=r"aotinductor/model/model\.so \(compiled code\)"):
+        load_model(str(good))
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".pth", ".pt2"])
+def test_empty_and_corrupt_files_are_called_corrupt(tmp_path: Path, suffix: str) -> None:
+    empty = tmp_path / f"empty{suffix}"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelProfError, match="is empty") as e:
+        load_model(str(empty))
+    assert "trust-pickle" not in str(e.value)
+    good = tmp_path / f"good{suffix}"
+    if suffix == ".pt2":
+        torch.export.save(torch.export.export(_tiny(), (torch.randn(2, 4),)), good)
+    else:
+        torch.save(_tiny().state_dict(), good)
+    truncated = tmp_path / f"truncated{suffix}"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ModelProfError, match="corrupt") as e:
+        load_model(str(truncated))
+    assert "trust-pickle" not in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["factory", "import"])
+def test_sys_exit_in_the_model_file_is_an_error(tmp_path: Path, where: str) -> None:
+    f = tmp_path / "quits.py"
+    body = "import sys\nfrom torch import nn\n"
+    body += "def build():\n    sys.exit(0)\n" if where == "factory" else "sys.exit(0)\n"
+    f.write_text(body)
+    with pytest.raises(ModelProfError, match=r"SystemExit\(0\)|SystemExit: 0"):
+        load_model(f"{f}:build")
 
 
 def test_missing_and_foreign_files(tmp_path: Path) -> None:

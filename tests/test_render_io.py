@@ -176,3 +176,96 @@ def test_json_writes_one_line_per_row() -> None:
     assert len(rows) == 9  # one per module call
     assert any(line.startswith('  "columns": ["module", "type"') for line in lines)
     assert to_json(report_frame(), indent=None).count("\n") == 1  # compact: one line
+
+
+# ------------------------------------------------------------- hostile names, huge counts, bad input
+
+
+def _named(names: list[str]) -> pd.DataFrame:
+    df = report_frame().head(len(names)).copy()
+    df["module"] = names
+    return df
+
+
+def test_csv_round_trips_names_with_carriage_returns_and_newlines() -> None:
+    names = ["a\rb", "c\nd", "e\r\nf", 'q"x', "", "tab\there", "plain"]
+    df = _named(names)
+    back = read_csv(to_csv(df))
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    assert back["module"].tolist() == names
+
+
+def test_text_and_markdown_keep_one_line_per_row() -> None:
+    from modelprof.render import to_markdown, to_text
+
+    df = _named(["a\nb", "c\rd", "x|y", "ok", "w", "v", "u"])
+    for text in (to_text(df), to_markdown(df)):
+        lines = text.rstrip("\n").split("\n")
+        assert "\r" not in text
+        # header + rule + 7 rows + totals (text: a rule and the totals line)
+        assert len(lines) == (11 if text.startswith("module") else 10), text
+        assert any("a\\nb" in line for line in lines) and any("c\\rd" in line for line in lines)
+    assert "x\\|y" in to_markdown(df)  # the pipe is escaped where it would end the cell
+
+
+def test_counts_above_int64_make_a_float_column_and_round_trip() -> None:
+    import torch
+    from torch import nn
+
+    from modelprof import Cost, profile
+    from modelprof.formulas import REGISTRY
+
+    registry = REGISTRY.copy()
+    huge = 2**64 + 7  # above int64's 2**63 - 1
+    registry.add((torch.ops.aten.addmm,), lambda args, kwargs, out: Cost(macs=huge), replace=True)
+    report = profile(nn.Linear(2, 2), (2,), registry=registry, timing=False)
+    assert report.totals["macs"] == huge  # exact in the totals
+    df = report.to_dataframe()
+    assert df["macs"].dtype == np.float64 and df["macs"].max() == float(huge)
+    assert df["params"].dtype == np.int64  # columns that fit stay int64
+    ts = report.to_dataframe(style="torchstat")  # torchstat's Linear formula: small counts
+    assert ts["params"].tolist() == [6, 6]  # 2*2 + 2, and the total row
+    pd.testing.assert_frame_equal(read_csv(to_csv(df)), df, check_exact=True)
+    pd.testing.assert_frame_equal(read_json(to_json(df))[0], df, check_exact=True)
+
+
+def test_torchstat_total_row_does_not_wrap_around() -> None:
+    from modelprof.table import Row, torchstat_frame
+
+    big = 2**62  # two of these overflow int64 if summed in numpy
+    rows = [Row(f"m{i}", "X", 1, 1, True, [], [], 0, 0, 0, big, 0, 0, 0, 0, big, i)
+            for i in range(2)]
+    df = torchstat_frame(rows, timed=False)
+    assert df["MAdd"].tolist() == [big, big, 2 * big]  # 2**63: float64, not -2**63
+    assert df["MAdd"].dtype == np.float64
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.pop("columns"), "has no 'columns' field"),
+    (lambda d: d.__setitem__("columns", 3), "'columns' must be a list"),
+    (lambda d: d.__setitem__("data", {"a": 1}), "'data' must be a list"),
+    (lambda d: d["data"].__setitem__(0, {"a": 1}), "every row of 'data' must be a list"),
+    (lambda d: d["data"][0].__setitem__(8, "many"), "column 'macs' cannot be read as 'int64'"),
+    (lambda d: d["data"][0].__setitem__(4, "yes"), "column 'leaf' cannot be read as 'bool'"),
+    (lambda d: d["data"][0].__setitem__(14, "slow"), "column 'latency_ms' cannot be read"),
+    (lambda d: d["data"][0].__setitem__(8, 2**70), "column 'macs' cannot be read as 'int64'"),
+    (lambda d: d["dtypes"].__setitem__(0, "no-such-dtype"), "unknown dtype 'no-such-dtype'"),
+    (lambda d: d["dtypes"].__setitem__(0, 5), "dtypes must be strings"),
+    (lambda d: d.__setitem__("index", [1, 2]), "'index' must be null or an object"),
+    (lambda d: d.__setitem__("index", {"dtype": "int64"}), "has no 'values' field"),
+    (lambda d: d.__setitem__("index", {"dtype": "int64", "values": [1], "name": None}),
+     "the index has 1 values for"),
+    (lambda d: d.__setitem__("index", {"dtype": "int64", "values": list(range(len(d["data"]))),
+                                       "name": ["unhashable"]}), "malformed"),
+    (lambda d: d.__setitem__("totals", [1]), "'totals' must be null or an object"),
+])
+def test_malformed_json_is_a_modelprof_error(mutate, message: str) -> None:
+    document = json.loads(to_json(report_frame(), report_totals(), ENV))
+    mutate(document)
+    with pytest.raises(ModelProfError, match=message.replace("(", r"\(")):
+        read_json(json.dumps(document))
+
+
+def test_json_text_that_is_not_an_object() -> None:
+    with pytest.raises(ModelProfError, match="not a modelprof JSON document"):
+        read_json("[1, 2]")

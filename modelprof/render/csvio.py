@@ -9,6 +9,7 @@ No totals row is written: a CSV file is data, the totals are the sum of the leaf
 """
 from __future__ import annotations
 
+import csv
 import io
 import os
 from pathlib import Path
@@ -55,10 +56,17 @@ def _text_series(values: list[str | None], name: str) -> pd.Series:
 
 
 def _as_int(values: list[str], name: str) -> pd.Series:
+    """int64; a count column that ``to_dataframe`` had to write as float64 (counts above
+    2**63 - 1) reads back as float64, as it was written."""
     try:
-        return pd.Series([int(v) for v in values], name=name, dtype="int64")
+        ints = [int(v) for v in values]
     except ValueError as e:
+        if values and _parses(values, float):
+            return _as_float(values, name)
         raise ModelProfError(f"column {name!r} should hold integers: {e}") from e
+    if all(-2**63 <= v < 2**63 for v in ints):
+        return pd.Series(ints, name=name, dtype="int64")
+    return pd.Series([float(v) for v in ints], name=name, dtype="float64")
 
 
 def _as_float(values: list[str], name: str) -> pd.Series:
@@ -108,13 +116,14 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
         return _text_series(values, name)
     if dtype == "bool":
         return _as_bool(values, name)
-    if dtype.startswith("int"):
-        return _as_int(values, name).astype(dtype)
-    if dtype.startswith("float"):
-        return _as_float(values, name).astype(dtype)
     try:
+        if dtype.startswith("int"):
+            column = _as_int(values, name)
+            return column if column.dtype.kind == "f" else column.astype(dtype)
+        if dtype.startswith("float"):
+            return _as_float(values, name).astype(dtype)
         return pd.Series(values, name=name).astype(dtype)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
 
 
@@ -144,7 +153,14 @@ def to_csv(
             out[name] = pd.Series(
                 ["" if np.isnan(v) else repr(float(v)) for v in col], index=col.index, dtype=object
             )
-    return emit(out.to_csv(index=False, lineterminator="\n"), path)
+    # Python's csv writer quotes a field holding "\n" but not one holding only "\r", which
+    # every CSV reader takes for a line break: then every text field is quoted
+    bare_cr = any(isinstance(v, str) and "\r" in v
+                  for name in out.columns if out[name].dtype == object or
+                  pd.api.types.is_string_dtype(out[name].dtype) for v in out[name])
+    bare_cr = bare_cr or any("\r" in str(c) for c in out.columns)
+    quoting = csv.QUOTE_NONNUMERIC if bare_cr else csv.QUOTE_MINIMAL
+    return emit(out.to_csv(index=False, lineterminator="\n", quoting=quoting), path)
 
 
 def read_csv(

@@ -79,14 +79,31 @@ def _encode_column(series: pd.Series, name: str) -> list[Any]:
 def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
     try:
         target = pd.api.types.pandas_dtype(dtype)
-    except TypeError as e:
-        raise ModelProfError(f"column {name!r} has an unknown dtype {dtype!r}") from e
-    if pd.api.types.is_float_dtype(target):
-        values = [float("nan") if v is None else float(v) for v in values]
-    try:
-        return pd.Series(values, dtype=target, name=name)
     except (TypeError, ValueError) as e:
+        raise ModelProfError(f"column {name!r} has an unknown dtype {dtype!r}") from e
+    try:
+        if pd.api.types.is_float_dtype(target):
+            values = [float("nan") if v is None else _float(v) for v in values]
+        elif pd.api.types.is_bool_dtype(target):
+            bad = [v for v in values if not isinstance(v, bool)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not true/false")
+        elif pd.api.types.is_integer_dtype(target):
+            bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not an integer")
+        return pd.Series(values, dtype=target, name=name)
+    except (TypeError, ValueError, OverflowError) as e:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
+
+
+def _float(v: Any) -> float:
+    """A JSON number, or the strings to_json writes for infinities (also "nan")."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(f"{v!r} is not a number")
+    if isinstance(v, str) and v not in ("inf", "-inf", "nan"):
+        raise ValueError(f"{v!r} is not a number")
+    return float(v)
 
 
 def _is_default_index(index: pd.Index) -> bool:
@@ -172,7 +189,7 @@ def read_json(
 ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
     """Read what :func:`to_json` wrote: ``(df, totals, env)``. ``source`` is a path, or the JSON
     text itself (a string starting with ``{``)."""
-    if isinstance(source, str) and source.lstrip().startswith("{"):
+    if isinstance(source, str) and source.lstrip().startswith(("{", "[")):
         text, where = source, "JSON text"
     else:
         where = os.fspath(source)
@@ -191,9 +208,36 @@ def read_json(
             f"{where!r} has modelprof JSON version {document.get('version')!r}; "
             f"this modelprof reads version {VERSION}"
         )
-    names: list[str] = document["columns"]
-    dtypes: list[str] = document["dtypes"]
-    rows: list[list[Any]] = document["data"]
+    try:
+        return _decode_document(document, where)
+    except ModelProfError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
+        raise ModelProfError(f"{where!r} is a malformed modelprof JSON document "
+                             f"({type(e).__name__}: {e})") from e
+
+
+def _field(document: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in document:
+        raise ModelProfError(f"{where!r} has no {key!r} field")
+    value = document[key]
+    if not isinstance(value, kind):
+        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ModelProfError(f"{where!r}: {key!r} must be a {names}, "
+                             f"got {type(value).__name__}")
+    return value
+
+
+def _decode_document(
+    document: dict[str, Any], where: str
+) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
+    names: list[str] = _field(document, "columns", list, where)
+    dtypes: list[str] = _field(document, "dtypes", list, where)
+    rows: list[list[Any]] = _field(document, "data", list, where)
+    if not all(isinstance(n, str) for n in names) or not all(isinstance(d, str) for d in dtypes):
+        raise ModelProfError(f"{where!r}: column names and dtypes must be strings")
+    if not all(isinstance(r, list) for r in rows):
+        raise ModelProfError(f"{where!r}: every row of 'data' must be a list")
     if len(dtypes) != len(names) or any(len(r) != len(names) for r in rows):
         raise ModelProfError(f"{where!r}: rows, columns and dtypes have different lengths")
     columns = {
@@ -203,8 +247,19 @@ def read_json(
     if index_doc is None:
         index: pd.Index = pd.RangeIndex(len(rows))
     else:
-        values = _decode_column(index_doc["values"], index_doc["dtype"], "<index>")
-        index = pd.Index(values, dtype=values.dtype, name=index_doc["name"])
+        if not isinstance(index_doc, dict):
+            raise ModelProfError(f"{where!r}: 'index' must be null or an object")
+        values = _field(index_doc, "values", list, f"{where} index")
+        if len(values) != len(rows):
+            raise ModelProfError(f"{where!r}: the index has {len(values)} values for "
+                                 f"{len(rows)} rows")
+        decoded = _decode_column(values, _field(index_doc, "dtype", str, f"{where} index"),
+                                 "<index>")
+        index = pd.Index(decoded, dtype=decoded.dtype, name=index_doc.get("name"))
+    totals, env = document.get("totals"), document.get("env")
+    for key, value in (("totals", totals), ("env", env)):
+        if value is not None and not isinstance(value, dict):
+            raise ModelProfError(f"{where!r}: {key!r} must be null or an object")
     df = pd.DataFrame(columns) if names else pd.DataFrame(index=pd.RangeIndex(len(rows)))
     df.index = index
-    return df, document.get("totals"), document.get("env")
+    return df, totals, env

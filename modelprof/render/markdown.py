@@ -9,14 +9,16 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.text import escape_control
 from modelprof.render.views import Table, prepare_table
 
 __all__ = ["to_markdown", "markdown_table"]
 
 
 def _escape(cell: str) -> str:
-    # A literal pipe would end the cell; GitHub reads "\|" as the character.
-    return cell.replace("|", "\\|")
+    # A literal pipe would end the cell (GitHub reads "\|" as the character); a newline would
+    # end the row: control characters are written as escapes.
+    return escape_control(cell).replace("|", "\\|")
 
 
 def markdown_table(table: Table) -> str:

@@ -11,9 +11,20 @@ from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.views import Table, prepare_table
 
-__all__ = ["to_text", "text_table"]
+__all__ = ["escape_control", "to_text", "text_table"]
 
 _GAP = "  "
+
+# C0 control characters and DEL, shown as escapes: a raw newline in a module name would split
+# its row in two, a carriage return would overwrite it on a terminal
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def escape_control(cell: str) -> str:
+    """``cell`` with control characters written as escapes (``"a\\nb"`` for a newline), so
+    that one table row stays one line."""
+    return cell.translate(_CONTROL)
 
 
 def _pad(cell: str, width: int, right: bool) -> str:
@@ -32,7 +43,7 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     """
     if max_rows is not None and (isinstance(max_rows, bool) or max_rows < 2):
         raise ModelProfError(f"max_rows must be an integer >= 2 or None, got {max_rows!r}")
-    rows: list[tuple[str, ...]] = list(table.cells)
+    rows: list[tuple[str, ...]] = [tuple(map(escape_control, r)) for r in table.cells]
     skipped = 0
     head_n = len(rows)
     if max_rows is not None and len(rows) > max_rows:
@@ -40,7 +51,9 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         tail_n = max_rows - head_n
         skipped = len(rows) - max_rows
         rows = rows[:head_n] + (rows[len(rows) - tail_n:] if tail_n else [])
-    everything = [table.headers, *rows] + ([table.totals] if table.totals is not None else [])
+    headers = tuple(map(escape_control, table.headers))
+    totals = tuple(map(escape_control, table.totals)) if table.totals is not None else None
+    everything = [headers, *rows] + ([totals] if totals is not None else [])
     widths = [max(len(r[i]) for r in everything) for i in range(len(table.headers))]
     numeric = table.numeric
     rule = _GAP.join("-" * w for w in widths)
@@ -48,7 +61,7 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     out: list[str] = []
     if title:
         out.append(title)
-    out.append(_line(table.headers, widths, numeric))
+    out.append(_line(headers, widths, numeric))
     out.append(rule)
     for i, r in enumerate(rows):
         if skipped and i == head_n:
@@ -56,9 +69,9 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         out.append(_line(r, widths, numeric))
     if skipped and head_n == len(rows):
         out.append(f"... {skipped} more rows ...")
-    if table.totals is not None:
+    if totals is not None:
         out.append(rule)
-        out.append(_line(table.totals, widths, numeric))
+        out.append(_line(totals, widths, numeric))
     return "\n".join(out)
 
 

@@ -19,6 +19,7 @@ from torch import nn
 from ..device import device_synchronize, is_oom
 from ..env import collect_env
 from ..errors import ModelProfError
+from ..failure import forward_failure
 from ..execution import amp_context, grad_context, model_state, to_channels_last
 from ..inputs import (ModelInputs, iter_tensors, make_inputs, map_tensors, model_placement,
                       moved_model, parse_device, parse_dtype)
@@ -196,6 +197,14 @@ class TimedCall:
         except Exception as e:
             if is_oom(e):
                 raise
+            try:  # from inside a module's forward: name the module and the inputs
+                with forward_failure(self.target, "the end-to-end timing",
+                                     self.mi.kwargs or self.mi.args):
+                    raise
+            except ModelProfError:
+                raise
+            except Exception:  # noqa: BLE001 - not from inside the model: say what failed
+                pass
             raise ModelProfError(f"{self.label} failed while timing it end to end on {self.dev}: "
                                  f"{type(e).__name__}: {e}") from e
 
