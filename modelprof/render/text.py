@@ -40,7 +40,7 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         tail_n = max_rows - head_n
         skipped = len(rows) - max_rows
         rows = rows[:head_n] + (rows[len(rows) - tail_n:] if tail_n else [])
-    everything = [table.headers, *rows] + ([table.totals] if table.totals is not None else [])
+    everything = [table.headers, *rows, *table.footer]
     widths = [max(len(r[i]) for r in everything) for i in range(len(table.headers))]
     numeric = table.numeric
     rule = _GAP.join("-" * w for w in widths)
@@ -56,9 +56,9 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         out.append(_line(r, widths, numeric))
     if skipped and head_n == len(rows):
         out.append(f"... {skipped} more rows ...")
-    if table.totals is not None:
+    if table.footer:
         out.append(rule)
-        out.append(_line(table.totals, widths, numeric))
+        out += [_line(r, widths, numeric) for r in table.footer]
     return "\n".join(out)
 
 
@@ -66,11 +66,12 @@ def to_text(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
     *,
+    end_to_end: Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     title: str | None = None,
     max_rows: int | None = None,
     units: str = "human",
-    columns: Iterable[str] | None = None,
+    columns: Iterable[str] | str | None = None,
     depth: int | None = None,
     leaf_only: bool = False,
     top_k: int | None = None,
@@ -80,7 +81,7 @@ def to_text(
     """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals. Returns the text
     (no trailing newline) or writes ``path`` (with one) and returns it."""
     table = prepare_table(
-        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
+        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
         sort_by=sort_by, units=units, show_totals=show_totals,
     )
     text = text_table(table, max_rows=max_rows, title=title)
