@@ -87,8 +87,10 @@ class OpCounter(TorchDispatchMode):
         record = self.tracker.current
         if formula is _UNSUPPORTED:
             self.unsupported[f"aten.{name}"] += 1
+            record.ops.setdefault(name, 0)
         else:
             macs, flops, madd = formula(args, kwargs, out).resolved()
+            record.ops[name] = record.ops.get(name, 0) + flops
             stats.macs += macs
             stats.flops += flops
             stats.madd += madd
