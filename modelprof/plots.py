@@ -1,6 +1,6 @@
 """Figures of a report: per-layer latency and FLOPs, the roofline, throughput curves, comparisons.
 
-matplotlib is optional (``pip install modelprof[plot]``) and imported inside each function. Figures
+matplotlib is optional (``pip install matplotlib``, or the ``plot``/``all`` extra) and imported inside each function. Figures
 are built with ``matplotlib.figure.Figure`` directly, never through pyplot, so no global state is
 touched and any backend (or none) works. Every function returns the Figure; ``save=path`` also
 writes it, the format taken from the extension (.png, .svg, .pdf).
@@ -38,7 +38,9 @@ def _figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
-        raise ModelProfError("plotting needs matplotlib: pip install modelprof[plot]") from e
+        raise ModelProfError(
+            "plotting needs matplotlib: pip install matplotlib (in a clone of modelprof: "
+            "pip install -e '.[all]')") from e
     return Figure
 
 

@@ -25,7 +25,8 @@ def markdown_table(table: Table) -> str:
         from tabulate import tabulate
     except ImportError as e:  # pragma: no cover - exercised only without the extra installed
         raise ModelProfError(
-            "Markdown output needs tabulate: pip install modelprof[markdown]"
+            "Markdown output needs tabulate: pip install tabulate (in a clone of modelprof: "
+            "pip install -e '.[all]')"
         ) from e
     rows = [list(map(_escape, r)) for r in table.cells]
     rows += [list(map(_escape, r)) for r in table.footer]
