@@ -231,13 +231,17 @@ def plot_roofline(
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {peaks.source})")
     ax.grid(which="both", alpha=0.25)
-    legend = ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                       borderaxespad=0.0, title="roofs and layers", title_fontsize=8)
+    # Outside the axes, as figure legends the constrained layout makes room for: no label can
+    # cover a point, and nothing is cut off however the figure is shown or saved.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7.5,
+               title="roofs and layers", title_fontsize=8)
     if key:
-        ax.add_artist(legend)
-        ax.text(1.02, 0.0, "slowest layers\n" + "\n".join(key), transform=ax.transAxes,
-                fontsize=7.5, va="bottom", ha="left", family="monospace",
-                bbox={"boxstyle": "round,pad=0.4", "fc": "white", "ec": "0.7", "lw": 0.6})
+        from matplotlib.lines import Line2D
+
+        blank = [Line2D([], [], linestyle="none")] * len(key)
+        fig.legend(blank, key, loc="outside right lower", fontsize=7.5, handlelength=0,
+                   handletextpad=0, title="slowest layers", title_fontsize=8,
+                   prop={"family": "monospace", "size": 7.5})
     _save(fig, save)
     return fig
 

@@ -124,12 +124,10 @@ class Report:
             data["latency_pct"] = [r.latency_pct for r in leaves]
         frame = pd.DataFrame(data)
         out = frame.groupby("layer_type", sort=False).sum(min_count=1)
-        out["params"] = [sum(r.params for r, k in zip(leaves, kinds) if k == kind)
-                         for kind in out.index]
-        order = {k: i for i, k in enumerate(LAYER_TYPES)}
-        out = out.iloc[sorted(range(len(out)), key=lambda i: (-int(out["flops"].iloc[i]),
-                                                             order.get(out.index[i], 99)))]
-        return out.astype({c: "int64" for c in ["calls", *cols]})
+        # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
+        out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
+        out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
+        return out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]})
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options: style, group_by, columns, depth (collapse
