@@ -123,7 +123,8 @@ def _trim(png: Path, margin: int = 24) -> None:
     background = Image.new("RGB", rgb.size, rgb.getpixel((rgb.width - 1, rgb.height - 1)))
     box = ImageChops.difference(rgb, background).getbbox()
     if box is not None:
-        rgb.crop((0, 0, rgb.width, min(rgb.height, box[3] + margin))).save(png)
+        rgb = rgb.crop((0, 0, rgb.width, min(rgb.height, box[3] + margin)))
+    rgb.save(png, optimize=True)  # full colour: a palette would merge the plots' colours
 
 
 def html_page(report) -> None:
