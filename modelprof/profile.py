@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import warnings
 from typing import Any
 
@@ -10,14 +9,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from .env import collect_env
 from .errors import ModelProfError
+from .execution import to_channels_last
 from .formulas.registry import FormulaRegistry
 from .inputs import ModelInputs, make_inputs, moved_model, parse_dtype
 from .report import Report
 from .static import analyze
 from .table import Row, build_rows
+from .timing.options import TimingOptions
 
-__all__ = ["ModelProfWarning", "profile"]
+__all__ = ["ModelProfWarning", "profile", "timing_runner"]
 
 
 class ModelProfWarning(UserWarning):
@@ -28,7 +30,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             batch_size: int | None = None, device: torch.device | str | None = None,
             dtype: torch.dtype | str | None = None, timing: bool = True,
             training: bool = False, no_grad: bool = True, roofline: Any = None,
-            registry: FormulaRegistry | None = None, **timing_options: Any) -> Report:
+            registry: FormulaRegistry | None = None, options: TimingOptions | None = None,
+            **timing_options: Any) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
@@ -40,9 +43,10 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
 
     ``roofline``: ``None`` (default) adds the roofline columns when timing, from a short
     measured probe of the device's peak FLOP/s and bandwidth; ``False`` skips it; a
-    ``modelprof.roofline.Peaks`` uses those peaks. ``timing_options`` go to the timer
-    (``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``cuda_graph``, ...; see
-    ``measure_latency``).
+    ``modelprof.roofline.Peaks`` uses those peaks. Timing options (``options=TimingOptions(...)``
+    or keywords: ``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``channels_last``,
+    ``cuda_graph``, ``compile``...; see ``modelprof.timing.options``) are parsed once and apply to
+    every pass: ``amp`` and ``channels_last`` to the counted forward too.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
@@ -52,12 +56,17 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
-    _check_timing_options(timing_options)
+    opts = TimingOptions.parse(options, **timing_options)
     dtype_requested = parse_dtype(dtype)
     mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                      dtype=dtype_requested)
-    static = analyze(model, mi, training=training, no_grad=no_grad,
-                     dtype_requested=dtype_requested, registry=registry)
+    if timing:
+        opts.check_device(mi.device)
+    layout = torch.channels_last if opts.channels_last else None
+    counted = _with_layout(mi, layout)
+    static = analyze(model, counted, training=training, no_grad=no_grad,
+                     dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
+                     memory_format=layout)
     if static.unsupported:
         ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
                         for k, v in sorted(static.unsupported.items()))
@@ -65,13 +74,18 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                       f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
                       "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
     rows = build_rows(static.records)
-    from .env import collect_env
-    flags = {"training": training, "no_grad": no_grad, **timing_options}
-    env = collect_env(mi.device, mi.dtype, mi.batch_size, **flags)
+    flags = {"training": training, "no_grad": no_grad,
+             **opts.flags(eval_mode=not training, no_grad=no_grad)}
     latency = layers = overhead = coverage = peaks = None
+    notes: list[str] = []
     if timing:
-        latency, layers = _measure(model, mi, dtype_requested, training, no_grad, timing_options)
+        latency, layers, notes = _measure(model, counted, dtype_requested, training, no_grad,
+                                          opts)
         overhead, coverage = _join_timing(rows, static.records, latency, layers)
+        _use_warm_peaks(rows, static.records, layers)
+    env = collect_env(mi.device, opts.amp or mi.dtype, mi.batch_size, **flags)  # after timing
+    if layers is not None and layers.hook_cost is not None:
+        env["hook_cost"] = layers.hook_cost.to_dict()
     if roofline is not False and (timing or roofline not in (None, True)):
         peaks = _peaks(roofline, mi, env)
     return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
@@ -79,7 +93,16 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                   dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
                   by_op=static.by_op, model_params=static.model_params, env=env,
                   latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
-                  coverage=coverage, options=flags, peaks=peaks)
+                  coverage=coverage, options={**flags, **opts.as_kwargs()}, peaks=peaks,
+                  timing_notes=notes)
+
+
+def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelInputs:
+    """``mi`` with its 4-D tensors in ``layout`` (channels_last), or ``mi`` itself."""
+    if layout is None:
+        return mi
+    return ModelInputs(to_channels_last(mi.args), to_channels_last(mi.kwargs), mi.device,
+                       mi.dtype, mi.batch_size)
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
@@ -100,45 +123,70 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     return peaks
 
 
+def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
+                  opts: TimingOptions) -> nn.Module:
+    """What the timed passes call: the model itself, or a converted copy (device, dtype,
+    channels_last), or in train mode a copy (train-mode passes update buffers)."""
+    layout = torch.channels_last if opts.channels_last else None
+    runner = moved_model(model, mi.device, dtype, memory_format=layout)
+    if training:
+        runner = copy.deepcopy(model) if runner is model else runner
+        runner.train()
+    return runner
+
+
 def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
-             no_grad: bool, options: dict[str, Any]):
-    """The clean end-to-end measurement, then the separate instrumented per-layer passes."""
+             no_grad: bool, opts: TimingOptions) -> tuple[Any, Any, list[str]]:
+    """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
+    under ``opts``; and the notes that say how the per-layer columns were measured."""
     from .timing import measure_latency, time_layers
 
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
                              "alone, or a real device to time")
-    runner = moved_model(model, mi.device, dtype)
-    if training:  # train-mode passes update buffers: time a copy, in train mode
-        runner = copy.deepcopy(model) if runner is model else runner
-        runner.train()
-    call_inputs = mi.kwargs if mi.kwargs else mi.args
-    latency = measure_latency(runner, call_inputs, batch_size=mi.batch_size,
-                              eval_mode=not training, no_grad=no_grad, **options)
-    layer_keys = set(inspect.signature(time_layers).parameters)
-    layer_opts = {k: v for k, v in options.items() if k in layer_keys}
-    layers = time_layers(runner, mi, eval_mode=not training, no_grad=no_grad, **layer_opts)
-    return latency, layers
+    runner = timing_runner(model, mi, dtype, training, opts)
+    eager = getattr(runner, "_orig_mod", runner)   # a torch.compile'd module fires no hooks
+    notes: list[str] = []
+    hidden = list(opts.end_to_end_only)
+    if eager is not runner:
+        hidden.insert(0, "the model is torch.compile'd")
+    if hidden:
+        notes.append(f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
+                     "to end only: hooks cannot see inside it); the latency total is measured "
+                     "with it, so coverage and overhead compare the two regimes")
+    latency = measure_latency(runner, mi, eval_mode=not training, no_grad=no_grad, options=opts)
+    layer_opts = opts.replace(compile=False, cuda_graph=False, transfer=False)
+    layers = time_layers(eager, mi, eval_mode=not training, no_grad=no_grad, options=layer_opts)
+    cost = layers.hook_cost
+    if cost is not None and cost.applied:
+        notes.append(f"per-layer times are corrected for the instrument's measured cost: "
+                     f"{cost.per_call_ms * 1e3:.2f} us per hooked call "
+                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)")
+    else:
+        notes.append("per-layer times are as read (correct_overhead=False): they include the "
+                     "instrument's own cost")
+    return latency, layers, notes
 
 
-def _check_timing_options(options: dict[str, Any]) -> None:
-    """Misspelt options fail loudly, also with timing=False (where they would do nothing)."""
-    from .timing import measure_latency
-
-    known = set(inspect.signature(measure_latency).parameters) - {
-        "fn_or_model", "inputs", "input_size", "batch_size", "device", "dtype", "eval_mode",
-        "no_grad"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ModelProfError(f"unknown option(s) {unknown}; profile() takes the timing options "
-                             f"{sorted(known)}")
+def _use_warm_peaks(rows: list[Row], records, layers) -> None:
+    """Per-call allocator peaks from the warm memory pass (after timing) replace the cold ones of
+    the static pass (which include autotuning and first-call workspace allocations)."""
+    peaks = getattr(layers, "peak_memory_bytes", None)
+    if not peaks:
+        return
+    for row in rows:
+        value = peaks.get(records[row.record].key)
+        if value is not None and not row.is_self:
+            row.peak_memory_bytes = value
 
 
 def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:
     """Per-row median/std latency from the instrumented passes; a ``(self)`` row's time is its
-    parent's minus its children's, pass by pass. Returns (overhead, coverage)."""
+    parent's minus its children's, pass by pass. Returns (overhead, coverage): instrumented over
+    plain passes, and the leaf rows' sum over the plain pass (interleaved with the instrumented
+    ones, so drift between the clean run and the per-layer passes does not enter)."""
     samples = layers.samples
-    total = float(np.median(layers.passes_ms))
+    total = float(np.median(layers.corrected_passes_ms))
     leaf_sum = 0.0
     for row in rows:
         record = records[row.record]
@@ -156,4 +204,6 @@ def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, floa
         row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")
         if row.leaf:
             leaf_sum += row.latency_ms
-    return layers.overhead(latency), leaf_sum / latency.median_ms
+    plain = layers.plain_ms
+    reference = float(np.median(plain)) if plain is not None and plain.size else latency.median_ms
+    return layers.overhead(latency), leaf_sum / reference

@@ -39,7 +39,7 @@ class Report:
                  latency: Any = None, layer_timing: Any = None,
                  instrumentation_overhead: float | None = None,
                  coverage: float | None = None, options: dict[str, Any] | None = None,
-                 peaks: Any = None) -> None:
+                 peaks: Any = None, timing_notes: Sequence[str] = ()) -> None:
         self.rows = list(rows)
         self.model_name = model_name
         self.input_shape = input_shape
@@ -56,6 +56,8 @@ class Report:
         self.coverage = coverage
         self.options = dict(options or {})
         self.peaks = peaks
+        #: how the timing columns were measured where that is not the plain recipe
+        self.timing_notes = list(timing_notes)
         self.totals = totals_of(self.rows)
 
     @property
@@ -231,7 +233,8 @@ class Report:
         env = {**self.env, "latency": self.latency.to_dict(samples=True)
                if self.latency is not None else None,
                "instrumentation_overhead": self.instrumentation_overhead,
-               "coverage": self.coverage, "unsupported": self.unsupported}
+               "coverage": self.coverage, "unsupported": self.unsupported,
+               "timing_notes": self.timing_notes}
         return to_json(args.pop("df"), self.totals, env, path=path, **args)
 
     def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
@@ -283,6 +286,7 @@ class Report:
                          f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
                          f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
                          f"{100 * self.coverage:.1f}%")
+            lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.unsupported:
             ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.unsupported.items()))
             lines.append(f"ops with no formula (counted as 0 FLOPs): {ops}")
