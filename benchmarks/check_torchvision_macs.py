@@ -19,6 +19,7 @@ import torchvision
 from torchvision.models import get_model, get_model_weights, list_models
 
 from modelprof import profile
+from modelprof.progress import progress_bar
 
 
 def cases(names: list[str]):
@@ -42,12 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--device", default="meta")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty(),
+                    help="a progress bar with an ETA on stderr (default: when stderr is a terminal)")
     args = ap.parse_args(argv)
     names = args.names or list_models(module=torchvision.models)
     lines = ["| model | weights | crop | published GMACs | modelprof GMACs | match |",
              "| --- | --- | --- | ---: | ---: | --- |"]
     failures = 0
-    for name, w, crop, kwargs in cases(names):
+    todo = list(cases(names))
+    bar = progress_bar(len(todo), enabled=args.progress, desc="torchvision MACs", unit="model")
+    say = getattr(bar, "write", print)  # tqdm.write keeps the bar below the lines
+    for name, w, crop, kwargs in todo:
+        bar.set_description(name)
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -58,10 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         failures += not ok
         lines.append(f"| {name} | {w.name} | {crop} | {w.meta['_ops']:.3f} | {gmacs:.3f} | "
                      f"{'yes' if ok else 'NO'} |")
-        print(f"{name:24s} {w.name:28s} {crop:4d} published {w.meta['_ops']:9.3f} "
-              f"modelprof {gmacs:9.3f} {'ok' if ok else 'MISMATCH'} "
-              f"({time.perf_counter() - t:.1f} s)", flush=True)
+        say(f"{name:24s} {w.name:28s} {crop:4d} published {w.meta['_ops']:9.3f} "
+            f"modelprof {gmacs:9.3f} {'ok' if ok else 'MISMATCH'} "
+            f"({time.perf_counter() - t:.1f} s)")
+        bar.update(1)
         del model
+    bar.close()
     summary = (f"{len(lines) - 2 - failures} of {len(lines) - 2} match "
                f"(device {args.device}, torch {torch.__version__}, "
                f"torchvision {torchvision.__version__})")

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +27,9 @@ PROG = "modelprof"
 FORMATS: tuple[str, ...] = ("csv", "md", "tex", "html", "json", "png")
 _FORMAT_ALIASES = {"markdown": "md", "latex": "tex", "htm": "html"}
 _DEFAULT_FORMATS = ("csv", "md")
+MODEL_HELP = ("a torchvision name (resnet18), torchvision:NAME, timm:NAME (needs timm), "
+              "path/to/file.py:factory, or a saved module (.pt/.pth with --trust-pickle, .pt2); "
+              "built with random weights, never downloaded")
 
 
 # --- argument parsing ----------------------------------------------------------------------------
@@ -59,15 +63,41 @@ def parse_formats(text: str) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to an option's help when the default is a real value; options
+    whose default is None/False say in words what they do by default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("(default" in text or default is None or default is False
+                or default is argparse.SUPPRESS or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _version() -> str:
+    """``modelprof 0.1.0 (torch 2.x, Python 3.x)``, without importing torch."""
+    from importlib import metadata
+
+    from . import __version__
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return (f"{PROG} {__version__} (torch {torch_version}, "
+            f"Python {sys.version_info.major}.{sys.version_info.minor})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for all subcommands."""
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=PROG, formatter_class=_HelpFormatter,
         description="Per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency "
                     "of PyTorch models.",
-        epilog="MODEL is a torchvision name (resnet18), torchvision:NAME, timm:NAME, "
-               "path/to/file.py:factory or a saved module (.pt/.pth with --trust-pickle, .pt2). "
-               "Weights are never downloaded.")
+        epilog=f"MODEL is {MODEL_HELP}. Run '{PROG} COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -78,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                         help="cast the model and inputs (default: the model's dtype)")
     common.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="write reports into DIR (default formats: csv,md)")
+                        help="write reports into DIR (default: print only; with --out and no "
+                             "--format, csv,md are written)")
     common.add_argument("--format", default=None, metavar="LIST",
                         help=f"comma-separated formats to write: {','.join(FORMATS)} "
                              "(implies --out . when --out is not given)")
@@ -86,18 +117,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="allow loading a whole pickled module from .pt/.pth "
                              "(unpickling can run arbitrary code)")
     common.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                        help="timing budget per model (per batch size for throughput)")
+                        help="most time one latency measurement may take; it stops earlier once "
+                             "the median is known to +-1%% (default: 5 s per measurement; "
+                             "throughput: 1 s per batch size)")
     common.add_argument("--progress", action="store_true",
-                        help="show progress bars even when stderr is not a terminal")
+                        help="show progress bars even when stderr is not a terminal "
+                             "(default: only on a terminal; needs tqdm)")
 
     table = argparse.ArgumentParser(add_help=False)
-    table.add_argument("--batch-size", type=int, default=None, metavar="N")
+    table.add_argument("--batch-size", type=int, default=None, metavar="N",
+                       help="samples per forward pass, prepended to --input-size (default: 1)")
     table.add_argument("--no-timing", action="store_true",
                        help="static analysis only (params, MACs, FLOPs, bytes); fast")
 
     p = sub.add_parser("profile", parents=[common, table], help="per-layer table of one model",
-                       description="Profile one model: a per-layer table and totals.")
-    p.add_argument("model", metavar="MODEL")
+                       description="Profile one model: a per-layer table and totals.",
+                       formatter_class=_HelpFormatter)
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--style", choices=["modelprof", "torchstat"], default="modelprof",
                    help="table columns: modelprof's, or torchstat's (MAdd, MemRead, ...)")
     p.add_argument("--depth", type=int, default=None, metavar="K",
@@ -105,21 +141,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_run_profile)
 
     c = sub.add_parser("compare", parents=[common, table], help="several models side by side",
-                       description="Compare models: one row each, ratios to a baseline.")
-    c.add_argument("models", nargs="+", metavar="MODEL")
+                       description="Compare models: one row each, ratios to a baseline.",
+                       formatter_class=_HelpFormatter)
+    c.add_argument("models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}")
     c.add_argument("--baseline", default=None, metavar="NAME",
                    help="the model ratios are taken against (default: the first)")
     c.add_argument("--throughput", action="store_true",
                    help="also search each model's best-throughput batch size")
     c.add_argument("--max-batch", type=int, default=None, metavar="N",
-                   help="largest batch size the throughput search tries")
+                   help="largest batch size the throughput search tries (default: 1024)")
     c.set_defaults(run=_run_compare)
 
     t = sub.add_parser("throughput", parents=[common], help="best batch size and samples/s",
-                       description="Search the batch size that maximises samples per second.")
-    t.add_argument("models", nargs="+", metavar="MODEL")
+                       description="Search the batch size that maximises samples per second.",
+                       formatter_class=_HelpFormatter)
+    t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
     t.add_argument("--max-batch", type=int, default=None, metavar="N",
-                   help="largest batch size to try")
+                   help="largest batch size to try (default: 1024)")
     t.set_defaults(run=_run_throughput)
     return parser
 
@@ -359,6 +397,26 @@ def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
 
 # --- entry point ---------------------------------------------------------------------------------
 
+class _one_line_warnings(warnings.catch_warnings):
+    """Show each warning as ``modelprof: warning: <message> (<Category>)``: a command-line user
+    has no use for the library's file, line number and source line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def __enter__(self) -> Any:
+        out = super().__enter__()
+        stream = self._stream
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+            print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
+
+        warnings.showwarning = show
+        return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 bug)."""
     parser = build_parser()
@@ -368,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     try:
-        args.run(_Context(args, stdout, stderr))
+        with _one_line_warnings(stderr):
+            args.run(_Context(args, stdout, stderr))
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2

@@ -16,6 +16,7 @@ from torch import nn
 
 from .errors import ModelProfError
 from .inputs import parse_input_size, shape_str
+from .progress import progress_bar
 from .timing.interleave import Candidate, measure_interleaved
 from .timing.latency import resolve_call
 from .timing.options import OPTION_NAMES, TimingOptions
@@ -35,17 +36,58 @@ _RATIOS = {
 
 
 class Comparison(pd.DataFrame):
-    """The DataFrame :func:`compare` returns; it only adds a humanised notebook view.
+    """The DataFrame :func:`compare` returns, with a humanised notebook view and a report's
+    exporters (rendering in :mod:`modelprof.render.comparison`).
 
-    Every pandas operation on it returns a plain ``DataFrame`` (``attrs`` included), so it
-    behaves exactly like one.
+    ``to_markdown``, ``to_latex``, ``to_html`` and ``to_text`` humanise the numbers (``11.69 M``,
+    ``3.10 ms``, ``0.0312×``) and show the compact columns unless ``columns=`` says otherwise
+    (``"all"`` for every one); ``to_csv`` and ``to_json`` keep the raw numbers of every column
+    and read back with ``modelprof.render.read_csv`` / ``read_json``. They take the view options
+    of a report's exporters (``columns``, ``top_k``, ``sort_by``, ``units``...). Every other pandas
+    operation returns a plain ``DataFrame`` (``attrs`` included), so it behaves exactly like one;
+    ``pd.DataFrame(comparison).to_csv()`` gives pandas' own exporters.
     """
 
     def _repr_html_(self) -> str:
-        from .render.html import to_html
+        from .render.comparison import comparison_to_html
 
-        caption = env_caption(self.attrs.get("env") or {}) or None
-        return str(to_html(self, caption=caption))
+        return str(comparison_to_html(self, standalone=False))
+
+    def to_markdown(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
+        """A GitHub Markdown table in human units; returns the text or writes ``path``."""
+        from .render.comparison import comparison_to_markdown
+
+        return comparison_to_markdown(self, path, **view)
+
+    def to_latex(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
+        """A booktabs table for papers (one unit per column, fitted to ``width=``)."""
+        from .render.comparison import comparison_to_latex
+
+        return comparison_to_latex(self, path, **view)
+
+    def to_html(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
+        """A complete HTML page (``standalone=False``: a fragment)."""
+        from .render.comparison import comparison_to_html
+
+        return comparison_to_html(self, path, **view)
+
+    def to_csv(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
+        """CSV with raw numbers, every column, the model name first."""
+        from .render.comparison import comparison_to_csv
+
+        return comparison_to_csv(self, path, **view)
+
+    def to_json(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
+        """The table and the environment as JSON."""
+        from .render.comparison import comparison_to_json
+
+        return comparison_to_json(self, path, **view)
+
+    def to_text(self, **view: Any) -> str:
+        """A plain-text table for terminals, titled with the baseline and environment."""
+        from .render.comparison import comparison_to_text
+
+        return comparison_to_text(self, **view)
 
 
 def compare(
@@ -103,7 +145,8 @@ def compare(
     rows: dict[str, dict[str, Any]] = {}
     env: dict[str, Any] = {}
     candidates: list[Candidate] = []
-    bar = _progress_bar(len(named) + (1 if timing else 0), opts.progress)
+    bar = progress_bar(len(named) + (1 if timing else 0), enabled=opts.progress, desc="compare",
+                       unit="model")
     try:
         for name, model in named.items():
             bar.set_description(name)
@@ -262,21 +305,6 @@ def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, opts: 
     best = result.best
     return {"throughput_samples_per_s": best.samples_per_s,
             "throughput_batch_size": best.batch_size}
-
-
-def _progress_bar(total: int, enabled: bool) -> Any:
-    """A tqdm bar on stderr when asked for (and tqdm is installed); a no-op otherwise."""
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, unit="model", leave=False, disable=not enabled)
-
-
-class _NoBar:
-    def set_description(self, _: str) -> None: ...
-    def update(self, _: int) -> None: ...
-    def close(self) -> None: ...
 
 
 # --- rendering -----------------------------------------------------------------------------------

@@ -226,8 +226,10 @@ class OpCounter(TorchDispatchMode):
         stats.calls += 1
         if cost is None:
             self.unsupported[name] += 1
+            record.ops.setdefault(name, 0)
         else:
             macs, flops, madd = cost.resolved()
+            record.ops[name] = record.ops.get(name, 0) + flops
             stats.macs += macs
             stats.flops += flops
             stats.madd += madd
@@ -371,6 +373,7 @@ class _Probe:
         self.current = self
         self.macs = self.flops = self.madd = self.params = self.param_bytes = 0
         self.collect_op_bytes = False
+        self.ops: dict[str, int] = {}
 
 
 def count_ops(fn: Any, *args: Any, registry: FormulaRegistry | None = None) -> OpCounter:

@@ -1,6 +1,6 @@
 """Figures of a report: per-layer latency and FLOPs, the roofline, throughput curves, comparisons.
 
-matplotlib is optional (``pip install modelprof[plot]``) and imported inside each function. Figures
+matplotlib is optional (``pip install matplotlib``, or the ``plot``/``all`` extra) and imported inside each function. Figures
 are built with ``matplotlib.figure.Figure`` directly, never through pyplot, so no global state is
 touched and any backend (or none) works. Every function returns the Figure; ``save=path`` also
 writes it, the format taken from the extension (.png, .svg, .pdf).
@@ -32,14 +32,15 @@ __all__ = [
 ]
 
 _SAVE_FORMATS = (".png", ".svg", ".pdf")
-_BOUND_COLOURS = {"compute": "tab:orange", "memory": "tab:blue"}
 
 
 def _figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
-        raise ModelProfError("plotting needs matplotlib: pip install modelprof[plot]") from e
+        raise ModelProfError(
+            "plotting needs matplotlib: pip install matplotlib (in a clone of modelprof: "
+            "pip install -e '.[all]')") from e
     return Figure
 
 
@@ -143,6 +144,9 @@ def plot_flops(
     return fig
 
 
+_LEVEL_COLOURS = ("tab:green", "tab:purple", "tab:olive", "tab:blue", "tab:cyan")
+
+
 def plot_roofline(
     df: pd.DataFrame,
     peaks: Peaks,
@@ -152,9 +156,11 @@ def plot_roofline(
     title: str | None = None,
     save: str | os.PathLike[str] | None = None,
 ) -> Figure:
-    """Log-log roofline: each timed layer at (intensity, achieved FLOP/s), coloured by its bound,
-    under the roofs min(peak FLOP/s, intensity x peak bytes/s). The ``annotate`` slowest layers
-    are labelled. ``df`` is the modelprof view; roofline columns are added when missing."""
+    """Log-log roofline: one roof per memory level (``min(peak FLOP/s, intensity x the level's
+    bandwidth)``) and each timed layer at (intensity, achieved FLOP/s), coloured like the roof it
+    is judged against (its ``memory_level``). The ``annotate`` slowest layers are numbered and
+    named in a key beside the plot, so no label covers a point or another label. ``df`` is the
+    modelprof view; roofline columns are (re)computed from ``peaks``."""
     from modelprof.roofline import Peaks as PeaksClass
     from modelprof.roofline import add_roofline
 
@@ -171,36 +177,88 @@ def plot_roofline(
         raise ModelProfError("plot_roofline: no timed row with both FLOPs and bytes to place")
 
     figure_cls = _figure_class()
-    fig = figure_cls(figsize=(7.5, 5.0), layout="constrained")
+    fig = figure_cls(figsize=(9.0, 5.2), layout="constrained")
     ax = fig.add_subplot()
     x = data["intensity"].to_numpy(dtype=float)
     y = data["achieved_gflops"].to_numpy(dtype=float) * 1e9
-    ridge = peaks.ridge_intensity
-    lo = min(x.min(), ridge) / 4
-    hi = max(x.max(), ridge) * 4
+    levels = peaks.memory_levels
+    ridges = [peaks.peak_flops / lv.bandwidth for lv in levels]
+    lo = min(x.min(), *ridges) / 4
+    hi = max(x.max(), *ridges) * 4
     xs = np.geomspace(lo, hi, 256)
-    ax.plot(xs, np.minimum(peaks.peak_flops, xs * peaks.peak_bytes), color="k", lw=1.5,
-            label=f"roof ({format_count(peaks.peak_flops, unit='FLOP/s')}, "
-                  f"{format_count(peaks.peak_bytes, unit='B/s')})")
-    ax.axvline(ridge, color="0.6", ls=":", lw=1)
-    for bound, colour in _BOUND_COLOURS.items():
-        mask = (data["bound"] == bound).to_numpy(dtype=bool)
+    # levels with the same bandwidth share one roof line (and one colour)
+    roofs: list[list[Any]] = []
+    for lv in levels:
+        if roofs and roofs[-1][0][-1].bandwidth == lv.bandwidth:
+            roofs[-1][0].append(lv)
+        else:
+            roofs.append([[lv], _LEVEL_COLOURS[len(roofs) % len(_LEVEL_COLOURS)]])
+    for group, colour in reversed(roofs):  # slowest first
+        name = group[0].name if len(group) == 1 else f"{group[0].name}-{group[-1].name}"
+        cap = group[-1].capacity_bytes
+        size = "" if cap is None else f", up to {format_bytes(cap, decimals=0)}"
+        ax.plot(xs, np.minimum(peaks.peak_flops, xs * group[0].bandwidth), color=colour, lw=1.4,
+                label=f"{name} roof: {format_count(group[0].bandwidth, unit='B/s')}{size}")
+    ax.axhline(peaks.peak_flops, color="k", lw=1.6,
+               label=f"compute roof: {format_count(peaks.peak_flops, unit='FLOP/s')}")
+    names = data["memory_level"].astype(object).to_numpy()
+    for group, colour in roofs:
+        mask = np.isin(names, [lv.name for lv in group])
         if mask.any():
-            ax.scatter(x[mask], y[mask], s=18, color=colour, label=f"{bound} bound", zorder=3)
+            judged = sorted({str(n) for n in names[mask]}, key=[lv.name for lv in levels].index)
+            ax.scatter(x[mask], y[mask], s=20, color=colour, edgecolors="k", linewidths=0.4,
+                       zorder=3, label=f"layers judged at {', '.join(judged)}")
+    key: list[str] = []
     if annotate:
         slowest = data.sort_values("latency_ms", ascending=False, kind="stable").head(annotate)
-        for label, (_, row) in zip(_labels(slowest), slowest.iterrows()):
-            ax.annotate(label, (row["intensity"], row["achieved_gflops"] * 1e9), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+        groups = _group_close(slowest["intensity"].to_numpy(dtype=float),
+                              slowest["achieved_gflops"].to_numpy(dtype=float) * 1e9)
+        labels = _labels(slowest)
+        for members in groups:
+            first = members[0]
+            ax.annotate(",".join(str(m + 1) for m in members),
+                        (slowest["intensity"].iloc[first],
+                         slowest["achieved_gflops"].iloc[first] * 1e9),
+                        fontsize=7, xytext=(4, 4), textcoords="offset points", zorder=4,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5})
+        for i, (label, ms) in enumerate(zip(labels, slowest["latency_ms"])):
+            key.append(f"{i + 1}  {label} ({format_time_ms(ms)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {peaks.source})")
     ax.grid(which="both", alpha=0.25)
-    ax.legend(fontsize=8, loc="lower right")
+    # Outside the axes, as figure legends the constrained layout makes room for: no label can
+    # cover a point, and nothing is cut off however the figure is shown or saved.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7.5,
+               title="roofs and layers", title_fontsize=8)
+    if key:
+        from matplotlib.lines import Line2D
+
+        blank = [Line2D([], [], linestyle="none")] * len(key)
+        fig.legend(blank, key, loc="outside right lower", fontsize=7.5, handlelength=0,
+                   handletextpad=0, title="slowest layers", title_fontsize=8,
+                   prop={"family": "monospace", "size": 7.5})
     _save(fig, save)
     return fig
+
+
+def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:
+    """Indices of points grouped when they lie within ``factor`` of each other on both log axes,
+    so coincident points share one number label instead of overprinting."""
+    groups: list[list[int]] = []
+    for i in range(len(x)):
+        for g in groups:
+            j = g[0]
+            if max(x[i], x[j]) / min(x[i], x[j]) < factor and max(y[i], y[j]) / min(y[i], y[j]) < factor:
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
 
 
 _THROUGHPUT_COLUMNS = ("samples_per_s", "throughput", "fps", "samples_per_sec")

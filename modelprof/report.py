@@ -2,6 +2,7 @@
 views (DataFrames in two styles, per-operator counts) and exporters."""
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,11 @@ from .table import Row, count_column, modelprof_frame, torchstat_frame, totals_o
 __all__ = ["Report"]
 
 _STYLES = ("modelprof", "torchstat")
+_GROUPS = ("layer_type", "module_type")
+# LaTeX keeps these longest when a table must lose columns to fit (most important first)
+_LATEX_PRIORITY = ("module", "layer_type", "params", "macs", "latency_ms", "calls", "flops",
+                   "latency_pct", "type", "output_shape", "output_bytes", "read_bytes",
+                   "write_bytes")
 
 
 class Report:
@@ -97,7 +103,8 @@ class Report:
         return {n: dict(s.notes) for n, s in sorted(self._by_op.items()) if s.notes}
 
     def by_module_type(self) -> pd.DataFrame:
-        """Leaf rows grouped by module type: calls and the additive columns."""
+        """Leaf rows grouped by module class: calls and the additive columns. A ``(self)`` row
+        carries its parent's class; :meth:`by_layer_type` types it by what it does instead."""
         df = self.to_dataframe()
         leaves = df[df["leaf"]]
         cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
@@ -105,69 +112,146 @@ class Report:
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
         return out.sort_values("flops", ascending=False)
 
+    def by_layer_type(self) -> pd.DataFrame:
+        """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
+        ``activation``, ``pool``, ``elementwise``, ... see :mod:`modelprof.layer_types`).
+
+        Built on the leaf rows, so the sums equal :attr:`totals` (each shared parameter once);
+        ``(self)`` rows are typed by the ops they ran (a residual add is ``elementwise``).
+        Columns: ``calls`` (leaf calls), the additive costs and, when timed, ``latency_ms`` (sum
+        of the leaves' instrumented latencies) and ``latency_pct`` (its share of the
+        instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first.
+        """
+        from .layer_types import LAYER_TYPES, layer_type
+
+        leaves = [r for r in self.rows if r.leaf]
+        kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
+        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
+        data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
+        for c in cols:
+            data[c] = [int(getattr(r, c)) for r in leaves]
+        if self.timed:
+            data["latency_ms"] = [r.latency_ms for r in leaves]
+            data["latency_pct"] = [r.latency_pct for r in leaves]
+        frame = pd.DataFrame(data)
+        out = frame.groupby("layer_type", sort=False).sum(min_count=1)
+        # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
+        out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
+        out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
+        return out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]})
+
     # -- exporters ------------------------------------------------------------------------------
-    # Every table exporter takes the same view options: style, columns, depth (collapse to
-    # modules at depth <= k), leaf_only, top_k and sort_by.
-    def _table(self, style: str) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    # Every table exporter takes the same view options: style, group_by, columns, depth (collapse
+    # to modules at depth <= k), leaf_only, top_k and sort_by; see the README.
+    def _table(self, style: str, group_by: str | None = None, depth: int | None = None
+               ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
+        """The frame to render, its totals row (the leaf sums) and its end-to-end row."""
         style = _check_style(style)
-        df = self.to_dataframe(style)
+        end_to_end = ({"latency_ms": self.latency.median_ms} if self.latency is not None
+                      else None)
+        if group_by is not None:
+            if group_by not in _GROUPS:
+                raise ModelProfError(f"group_by={group_by!r} is not one of {list(_GROUPS)}")
+            if style != "modelprof":
+                raise ModelProfError(f"group_by={group_by!r} sums the modelprof view; "
+                                     f"drop style={style!r}")
+            if depth is not None:
+                raise ModelProfError(f"group_by={group_by!r} sums the leaf rows; depth= "
+                                     "does not apply")
+            df = (self.by_layer_type() if group_by == "layer_type"
+                  else self.by_module_type()).reset_index()
+            return df, _display_totals(self.totals), end_to_end
         if style == "torchstat":  # carries its own total row
-            return df, None
-        totals: dict[str, Any] = dict(self.totals)
-        if self.latency is not None:
-            totals["latency_ms"] = self.latency.median_ms
-        return df, totals
+            return self._torchstat_frame(depth), None, None
+        return self.to_dataframe(), _display_totals(self.totals), end_to_end
+
+    def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
+        """torchstat's leaf table; with ``depth=k`` the leaves of the tree collapsed to depth k
+        (each row then sums its subtree), so the rows still add up to the total."""
+        if depth is None:
+            return self.to_dataframe("torchstat")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
+        from .table import torchstat_frame
+
+        rows = [dataclasses.replace(r, leaf=True) for r in self.rows
+                if r.depth == depth or (r.leaf and r.depth < depth)]
+        return torchstat_frame(rows, self.timed)
+
+    def _view(self, style: str, view: dict[str, Any], *, compact: bool) -> dict[str, Any]:
+        """The frame, totals and view options for a human-readable exporter. ``compact`` gives
+        the modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns``
+        is given."""
+        from .render.views import compact_columns
+
+        group_by = view.pop("group_by", None)
+        depth = view.get("depth")
+        df, totals, end_to_end = self._table(style, group_by, depth)
+        if style == "torchstat" or group_by is not None:
+            view.pop("depth", None)  # already applied (torchstat) or refused (group_by)
+        if compact and style == "modelprof" and group_by is None:
+            view.setdefault("columns", compact_columns(df))
+        return {"df": df, "totals": totals, "end_to_end": end_to_end, **view}
 
     def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
                **view: Any) -> str | Path:
-        """CSV with raw numbers (no units), read back exactly by ``modelprof.render.read_csv``."""
+        """CSV with raw numbers (no units, every column), read back exactly by
+        ``modelprof.render.read_csv``."""
         from .render.csvio import to_csv
-        return to_csv(self._table(style)[0], path=path, **view)
+        args = self._view(style, view, compact=False)
+        args.pop("totals"), args.pop("end_to_end")
+        return to_csv(args.pop("df"), path=path, **args)
 
     def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
                     **view: Any) -> str | Path:
-        """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals row."""
+        """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
+        rows. The compact columns by default (``columns="all"`` for every one)."""
         from .render.markdown import to_markdown
-        return to_markdown(*self._table(style), path=path, **view)
+        args = self._view(style, view, compact=True)
+        return to_markdown(args.pop("df"), path=path, **args)
 
     def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
-                 units: str = "fixed", **view: Any) -> str | Path:
-        """A booktabs table for papers: one unit per column, named in the header."""
-        from .render.latex import to_latex
-        from .render.views import compact_columns
-        df, totals = self._table(style)
-        if style == "modelprof":
-            view.setdefault("columns", compact_columns(df))
-        return to_latex(df, totals, path=path, units=units, **view)
+                 caption: str | None = None, **view: Any) -> str | Path:
+        """A booktabs table for papers: one unit per column, named in the header; fitted to
+        ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
+        (``fit="columns"``), scaling (``"scale"``) or both; a ``longtable`` when long. The
+        caption defaults to the report's title (model, input, dtype, device); ``label=``."""
+        from .render.latex import escape_latex, to_latex
+        args = self._view(style, view, compact=True)
+        args.setdefault("priority", _LATEX_PRIORITY)
+        if caption is None:
+            caption = escape_latex(self._title())
+        return to_latex(args.pop("df"), path=path, caption=caption, **args)
 
     def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
-                **view: Any) -> str | Path:
-        """A styled HTML table (the notebook display), human units and latency-share bars."""
+                standalone: bool = True, **view: Any) -> str | Path:
+        """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
+        full), or with ``standalone=False`` the fragment the notebook displays."""
         from .render.html import to_html
-        view.setdefault("caption", self._title())
-        return to_html(*self._table(style), path=path, **view)
+        args = self._view(style, view, compact=True)
+        args.setdefault("caption", self._title())
+        return to_html(args.pop("df"), path=path, standalone=standalone,
+                       summary=self.summary().splitlines(), **args)
 
     def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
                 **view: Any) -> str | Path:
         """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
         from .render.jsonio import to_json
-        df, _ = self._table(style)
+        args = self._view(style, view, compact=False)
+        args.pop("totals"), args.pop("end_to_end")
         env = {**self.env, "latency": self.latency.to_dict(samples=True)
                if self.latency is not None else None,
                "instrumentation_overhead": self.instrumentation_overhead,
                "coverage": self.coverage, "unsupported": self.unsupported,
                "timing_notes": self.timing_notes}
-        return to_json(df, self.totals, env, path=path, **view)
+        return to_json(args.pop("df"), self.totals, env, path=path, **args)
 
     def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
                 **view: Any) -> str:
-        """A plain-text table for terminals."""
+        """A plain-text table for terminals (the compact columns by default)."""
         from .render.text import to_text
-        from .render.views import compact_columns
-        df, totals = self._table(style)
-        if style == "modelprof":
-            view.setdefault("columns", compact_columns(df))
-        return str(to_text(df, totals, title=self._title(), max_rows=max_rows, **view))
+        args = self._view(style, view, compact=True)
+        return str(to_text(args.pop("df"), title=self._title(), max_rows=max_rows, **args))
 
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
@@ -224,12 +308,18 @@ class Report:
         return self.summary() + "\n" + self.to_text(max_rows=60)
 
     def _repr_html_(self) -> str:
-        from .render.views import compact_columns
-        df, totals = self._table("modelprof")
+        """The notebook display: the summary and the compact table, every row shown (the
+        notebook scrolls a long output itself)."""
         from .render.html import to_html
         summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
-        return f"<div><p>{summary}</p>" + str(to_html(df, totals, columns=compact_columns(df),
-                                                     caption=self._title())) + "</div>"
+        table = to_html(**self._view("modelprof", {}, compact=True), caption=self._title())
+        return f"<div><p>{summary}</p>" + str(table) + "</div>"
+
+
+def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
+    """The totals a table's footer shows: the leaf sums, without ``output_bytes`` (every leaf's
+    output summed is every activation written, which ``write_bytes`` already says)."""
+    return {k: v for k, v in totals.items() if k != "output_bytes"}
 
 
 def _check_style(style: str) -> str:

@@ -5,26 +5,41 @@ Per row, :func:`add_roofline` derives
 - ``achieved_gflops`` = flops / latency, in GFLOP/s (1e9 FLOP/s)
 - ``achieved_gbps``   = (read_bytes + write_bytes) / latency, in GB/s (1e9 B/s)
 - ``intensity``       = flops / (read_bytes + write_bytes), FLOP per byte
-- ``roofline_ms``     = max(flops / peak_flops, bytes / peak_bytes), the least time the device
-  needs for that row's work, in ms
+- ``memory_level``    = the level of the memory hierarchy the row is judged against (``L1``,
+  ``L2``, ``L3``, ``DRAM``): the smallest whose capacity holds the row's working set
+  (read + write bytes), or a faster one when the row's measured bandwidth proves its data came
+  from there (it beats the roof of the level it fits in)
+- ``roofline_ms``     = max(flops / peak_flops, bytes / that level's bandwidth), the least time
+  the device needs for that row's work, in ms
 - ``bound``           = ``"compute"`` when the FLOP term is the larger (or equal) one, else ``"memory"``
 - ``efficiency``      = roofline_ms / latency_ms (1.0 = at the roof)
 
 ``intensity``, ``roofline_ms`` and ``bound`` need no timing; the achieved rates and the efficiency
-are NaN on rows without a positive latency. A row with no bytes has NaN intensity; a row with
-neither FLOPs nor bytes has no bound (missing).
+are NaN on rows without a positive latency. A row with no bytes has NaN intensity and no level; a
+row with neither FLOPs nor bytes has no bound (missing).
 
-Peaks come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, a large copy
-for bytes/s) or from the table of datasheet values :data:`KNOWN_DEVICES` (:func:`lookup_peaks`).
+Memory is a hierarchy: a layer whose data sits in a cache moves it faster than DRAM, so judging it
+against the DRAM roof makes it look impossibly efficient. The probe therefore measures a roof per
+level, the way cache-aware roofline models do: copies whose working set fits each cache level (and
+one far larger than the last level, for DRAM), each level's bandwidth taken as the best copy that
+fits it and no lower than the next slower level's.
+
+Peaks come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies for the
+bandwidth of each memory level) or from the table of datasheet values :data:`KNOWN_DEVICES`
+(:func:`lookup_peaks`, DRAM only). The probe draws its random operands from a private
+``torch.Generator``, so it leaves the global RNG where it was.
 """
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -35,6 +50,7 @@ from modelprof.errors import ModelProfError
 from modelprof.device import device_synchronize, tf32_enabled
 
 __all__ = [
+    "MemoryLevel",
     "Peaks",
     "DeviceSpec",
     "KNOWN_DEVICES",
@@ -43,20 +59,47 @@ __all__ = [
     "lookup_peaks",
     "match_device",
     "add_roofline",
+    "cache_levels",
+    "judged_levels",
 ]
 
 ROOFLINE_COLUMNS: tuple[str, ...] = (
-    "achieved_gflops", "achieved_gbps", "intensity", "roofline_ms", "bound", "efficiency",
+    "achieved_gflops", "achieved_gbps", "intensity", "memory_level", "roofline_ms", "bound",
+    "efficiency",
 )
 _SOURCES = ("probe", "table", "user")
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of the memory hierarchy: its name (``L1``, ``L2``, ``L3``, ``DRAM``), how many
+    bytes it holds for the threads in use (``None``: unbounded, main memory) and its bandwidth
+    in bytes/s (read + write traffic)."""
+
+    name: str
+    capacity_bytes: int | None
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        if (not isinstance(self.bandwidth, (int, float)) or not math.isfinite(self.bandwidth)
+                or self.bandwidth <= 0):
+            raise ModelProfError(f"MemoryLevel {self.name!r}: bandwidth must be a positive number, "
+                                 f"got {self.bandwidth!r}")
+        if self.capacity_bytes is not None and (isinstance(self.capacity_bytes, bool)
+                                                or not isinstance(self.capacity_bytes, int)
+                                                or self.capacity_bytes <= 0):
+            raise ModelProfError(f"MemoryLevel {self.name!r}: capacity_bytes must be a positive "
+                                 f"integer or None, got {self.capacity_bytes!r}")
 
 
 @dataclass(frozen=True)
 class Peaks:
     """A device's peak compute and memory bandwidth at one dtype.
 
-    ``peak_flops`` in FLOP/s, ``peak_bytes`` in bytes/s (read + write traffic), ``source`` says
-    where they came from (``"probe"``, ``"table"`` or ``"user"``).
+    ``peak_flops`` in FLOP/s, ``peak_bytes`` in bytes/s (read + write traffic) of main memory,
+    ``levels`` the memory hierarchy from the smallest cache to main memory (the probe fills it;
+    empty means main memory only), ``source`` says where they came from (``"probe"``,
+    ``"table"`` or ``"user"``).
     """
 
     peak_flops: float
@@ -64,6 +107,7 @@ class Peaks:
     source: str = "user"
     device: str = ""
     dtype: str = "float32"
+    levels: tuple[MemoryLevel, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes"):
@@ -72,6 +116,25 @@ class Peaks:
                 raise ModelProfError(f"Peaks.{name} must be a positive number, got {value!r}")
         if self.source not in _SOURCES:
             raise ModelProfError(f"Peaks.source must be one of {list(_SOURCES)}, got {self.source!r}")
+        levels = tuple(self.levels)
+        object.__setattr__(self, "levels", levels)
+        if levels:
+            if any(not isinstance(lv, MemoryLevel) for lv in levels):
+                raise ModelProfError("Peaks.levels must hold modelprof.roofline.MemoryLevel items")
+            caps = [lv.capacity_bytes for lv in levels]
+            if caps[-1] is not None or any(c is None for c in caps[:-1]):
+                raise ModelProfError("Peaks.levels: only the last level (main memory) may be "
+                                     "unbounded (capacity_bytes=None), and it must be")
+            if any(a >= b for a, b in zip(caps[:-2], caps[1:-1])):
+                raise ModelProfError(f"Peaks.levels must grow in capacity, got {caps}")
+            if levels[-1].bandwidth != self.peak_bytes:
+                raise ModelProfError(f"Peaks.peak_bytes ({self.peak_bytes!r}) must be the last "
+                                     f"level's bandwidth ({levels[-1].bandwidth!r})")
+
+    @property
+    def memory_levels(self) -> tuple[MemoryLevel, ...]:
+        """``levels``, or main memory alone (``DRAM`` at ``peak_bytes``) when none were given."""
+        return self.levels or (MemoryLevel("DRAM", None, self.peak_bytes),)
 
     @property
     def ridge_intensity(self) -> float:
@@ -269,10 +332,12 @@ def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
 
 
 def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s: float) -> float:
-    """Fastest of up to ``repeats`` timed calls (at least one), stopping when ``budget_s`` is spent."""
+    """Fastest of the timed calls that fit in ``budget_s``: at least one, ``repeats`` when the
+    budget allows, and more (up to 10x ``repeats``) while it lasts. On a shared machine the
+    fastest of many short runs is the one least disturbed by other work."""
     deadline = time.perf_counter() + budget_s
     best = math.inf
-    for i in range(repeats):
+    for i in range(10 * repeats):
         best = min(best, _time_once(fn, dev))
         if time.perf_counter() > deadline:
             break
@@ -310,9 +375,13 @@ def _probe_matmul(dev: torch.device, dtype: torch.dtype, size: int | None,
     from 256 while a call fits half the per-run budget, up to 1024 on CPU (2048 on other devices)."""
     per_run = budget_s / (repeats + 2)
 
+    # a private generator: the probe must not advance the user's global RNG
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(0)
+
     def make(n: int) -> Callable[[], object]:
-        a = torch.randn(n, n, device=dev).to(dtype)
-        b = torch.randn(n, n, device=dev).to(dtype)
+        a = torch.randn(n, n, device=dev, generator=gen).to(dtype)
+        b = torch.randn(n, n, device=dev, generator=gen).to(dtype)
         out = torch.empty(n, n, device=dev, dtype=dtype)
         return lambda: torch.matmul(a, b, out=out)
 
@@ -341,18 +410,151 @@ def _probe_matmul(dev: torch.device, dtype: torch.dtype, size: int | None,
     return 2.0 * n**3 / seconds
 
 
-def _probe_copy(dev: torch.device, nbytes: int | None, repeats: int, budget_s: float) -> float:
-    """Bytes/s of a device-to-device copy, counting the read and the write (2 x size)."""
+def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
+    """Linux: data/unified cache levels of CPU 0 as (name, bytes available to ``threads``
+    threads): the per-instance size times the instances those threads spread over."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    found: dict[int, int] = {}
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            def read(name: str) -> str:
+                with open(os.path.join(root, entry, name), encoding="ascii") as fh:
+                    return fh.read().strip()
+
+            if read("type") == "Instruction":
+                continue
+            level = int(read("level"))
+            size = _parse_size(read("size"))
+            sharing = _count_cpus(read("shared_cpu_list"))
+        except (OSError, ValueError):
+            continue
+        instances = max(1, -(-threads // max(sharing, 1)))  # ceil(threads / cpus per instance)
+        found[level] = max(found.get(level, 0), size * instances)
+    return [(f"L{level}", found[level]) for level in sorted(found)]
+
+
+def _parse_size(text: str) -> int:
+    """``"32K"`` -> 32768, ``"8192K"`` -> 8 MiB, ``"1M"``, or plain bytes."""
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def _count_cpus(text: str) -> int:
+    """Number of CPUs in a list such as ``"0-3,8-11"``."""
+    n = 0
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            n += int(hi) - int(lo) + 1
+        elif part:
+            n += 1
+    return n
+
+
+def _sysctl_caches() -> list[tuple[str, int]]:
+    """macOS: per-core L1d/L2 and the L3 when present (``sysctl hw.l*cachesize``)."""
+    out = []
+    for level, key in ((1, "hw.l1dcachesize"), (2, "hw.l2cachesize"), (3, "hw.l3cachesize")):
+        try:
+            value = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True,
+                                   timeout=2, check=False).stdout.strip()
+            size = int(value)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            continue
+        if size > 0:
+            out.append((f"L{level}", size))
+    return out
+
+
+def cache_levels(device: torch.device | str | None = None) -> list[tuple[str, int]]:
+    """The caches in front of ``device``'s main memory, smallest first, as (name, bytes).
+
+    CPU: L1 data, L2, L3 from ``/sys`` (Linux) or ``sysctl`` (macOS), each sized for the threads
+    torch uses (two cores with private 512 KiB L2s hold 1 MiB between them). CUDA: the L2
+    (``L2_cache_size``). Empty when unknown, which leaves main memory as the only level.
+    """
+    dev = _device(device)
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        size = int(getattr(props, "L2_cache_size", 0) or 0)
+        return [("L2", size)] if size > 0 else []
+    if dev.type != "cpu":
+        return []
+    threads = torch.get_num_threads()
+    caches = _sysfs_caches(threads) if sys.platform.startswith("linux") else _sysctl_caches()
+    # keep growing capacities only (a bogus report must not make the levels overlap)
+    out: list[tuple[str, int]] = []
+    for name, size in caches:
+        if size > 0 and (not out or size > out[-1][1]):
+            out.append((name, size))
+    return out
+
+
+def _copy_rate(dev: torch.device, working_set: int, repeats: int, deadline: float) -> float:
+    """Bytes/s of a device-to-device copy of ``working_set / 2`` bytes (read + write traffic:
+    ``working_set``), best of ``repeats`` blocks; a block repeats small copies until it lasts
+    about 0.5 ms, so the clock's resolution does not limit small working sets."""
+    n = max(1, working_set // 2)
+    src = torch.empty(n, dtype=torch.uint8, device=dev).fill_(1)
+    dst = torch.empty_like(src)
+    once = _time_once(lambda: dst.copy_(src), dev)  # warm-up: page faults on first touch
+    once = min(once, _time_once(lambda: dst.copy_(src), dev))
+    k = max(1, min(10_000, int(0.5e-3 / max(once, 1e-9))))
+
+    def block() -> None:
+        for _ in range(k):
+            dst.copy_(src)
+
+    best = math.inf
+    for _ in range(repeats):
+        best = min(best, _time_once(block, dev) / k)
+        if time.perf_counter() > deadline:
+            break
+    return 2.0 * n / best
+
+
+def _probe_levels(dev: torch.device, nbytes: int | None, repeats: int,
+                  budget_s: float) -> tuple[MemoryLevel, ...]:
+    """The memory hierarchy of ``dev`` with a measured bandwidth per level.
+
+    Working sets double from 16 KiB; one is assigned to the cache level it fits in with room to
+    spare (at most half its capacity, above half the previous level's), the largest ones (over
+    twice the last cache, at least ``nbytes``: 64 MiB on CPU, 256 MiB on CUDA) to DRAM. A level's
+    bandwidth is the best of its working sets, and never below the next slower level's (a cache
+    is at least as fast as the memory behind it; tiny copies are limited by the per-call
+    overhead, not the cache).
+    """
     if nbytes is None:
         nbytes = (256 if dev.type == "cuda" else 64) * 2**20
     if nbytes < 1:
         raise ModelProfError(f"copy_bytes must be positive, got {nbytes!r}")
-    src = torch.empty(nbytes, dtype=torch.uint8, device=dev).fill_(1)
-    dst = torch.empty_like(src)
-    run = lambda: dst.copy_(src)  # noqa: E731
-    _time_once(run, dev)  # warm-up: page faults on first touch
-    seconds = _best_of(run, dev, repeats, budget_s)
-    return 2.0 * nbytes / seconds
+    caches = cache_levels(dev)
+    dram_ws = max(2 * nbytes, 4 * caches[-1][1] if caches else 0)
+    deadline = time.perf_counter() + budget_s
+    best: dict[int, float] = {}
+    # DRAM first: it sets the floor and must be measured even when the budget runs short
+    best[len(caches)] = _copy_rate(dev, dram_ws, repeats, deadline)
+    ws, lower = 16 * 1024, 0
+    for i, (_, capacity) in enumerate(caches):
+        while ws <= capacity // 2 and time.perf_counter() < deadline:
+            if ws > lower:
+                best[i] = max(best.get(i, 0.0), _copy_rate(dev, ws, repeats, deadline))
+            ws *= 2
+        lower = capacity // 2
+    levels: list[MemoryLevel] = []
+    floor = best[len(caches)]
+    for i in range(len(caches), -1, -1):  # slowest first: each level at least the one behind it
+        floor = max(floor, best.get(i, 0.0))
+        name, capacity = caches[i] if i < len(caches) else ("DRAM", None)
+        levels.append(MemoryLevel(name, capacity, floor))
+    return tuple(reversed(levels))
 
 
 def probe_peaks(
@@ -364,14 +566,17 @@ def probe_peaks(
     matmul_size: int | None = None,
     copy_bytes: int | None = None,
 ) -> Peaks:
-    """Measure peak FLOP/s (an n x n matmul at ``dtype``) and bytes/s (a large copy) on ``device``.
+    """Measure peak FLOP/s (an n x n matmul at ``dtype``) and the bandwidth of each memory
+    level (copies sized to each cache, and one for DRAM) on ``device``.
 
     Best of ``repeats`` timed runs after a warm-up; CUDA events on CUDA, ``perf_counter_ns``
-    elsewhere. Sizes: 4096^2 matmul and a 256 MiB copy on CUDA; on CPU the matmul size grows from
-    256 to at most 1024 within the budget (slow dtypes such as CPU float16 stay smaller), and the
-    copy is 64 MiB. ``budget_s`` (default 1 s on
-    CPU, 5 s elsewhere) bounds the timed repetitions. ``dtype="tf32"`` times a float32 matmul with
-    TF32 enabled for the probe only; float32 on CUDA reports ``"tf32"`` when TF32 is already on.
+    elsewhere. Sizes: 4096^2 matmul on CUDA; on CPU the matmul size grows from 256 to at most
+    1024 within the budget (slow dtypes such as CPU float16 stay smaller). The DRAM copy moves at
+    least ``copy_bytes`` (default 64 MiB on CPU, 256 MiB on CUDA) and four times the last cache.
+    ``budget_s`` (default 1 s on CPU, 5 s elsewhere) bounds the timed repetitions: 60 % for the
+    matmul, 40 % for the copies. ``dtype="tf32"`` times a float32 matmul with TF32 enabled for the
+    probe only; float32 on CUDA reports ``"tf32"`` when TF32 is already on. The operands come
+    from a private generator: the global RNG is left as it was.
     """
     dev = _device(device)
     name = _dtype_name(dtype)
@@ -387,11 +592,10 @@ def probe_peaks(
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
         if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
             name = "tf32"
-        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.7 * budget_s)
-        bandwidth = _probe_copy(dev, copy_bytes, repeats, 0.3 * budget_s)
-    return Peaks(
-        peak_flops=flops, peak_bytes=bandwidth, source="probe", device=_device_name(dev), dtype=name
-    )
+        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.6 * budget_s)
+        levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
+    return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
+                 device=_device_name(dev), dtype=name, levels=levels)
 
 
 # ------------------------------------------------------------------------------- per-row roofline
@@ -423,19 +627,52 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     safe_latency = np.where(timed, latency, 1.0)
     has_bytes = traffic > 0
 
+    # bytes / ms * 1e3 = bytes/s
+    achieved_bps = np.where(timed, traffic / safe_latency * 1e3, np.nan)
+    level_index = judged_levels(traffic, achieved_bps, peaks.memory_levels)
+    levels = peaks.memory_levels
+    bandwidth = np.array([levels[i].bandwidth if i >= 0 else peaks.peak_bytes
+                          for i in level_index])
     compute_ms = flops / peaks.peak_flops * 1e3
-    memory_ms = traffic / peaks.peak_bytes * 1e3
+    memory_ms = traffic / bandwidth * 1e3
     roofline_ms = np.maximum(compute_ms, memory_ms)
     working = (flops > 0) | has_bytes
     bound = np.where(compute_ms >= memory_ms, "compute", "memory").astype(object)
     bound[~working] = None
+    text = pd.Series(["x"]).dtype
 
     out = df.drop(columns=[c for c in ROOFLINE_COLUMNS if c in df.columns])
     # flops / (ms * 1e-3) / 1e9 = flops / ms / 1e6
     out["achieved_gflops"] = np.where(timed, flops / safe_latency / 1e6, np.nan)
-    out["achieved_gbps"] = np.where(timed, traffic / safe_latency / 1e6, np.nan)
+    out["achieved_gbps"] = achieved_bps / 1e9
     out["intensity"] = np.where(has_bytes, flops / np.where(has_bytes, traffic, 1.0), np.nan)
+    out["memory_level"] = pd.Series([levels[i].name if i >= 0 else None for i in level_index],
+                                    index=df.index, dtype=text)
     out["roofline_ms"] = roofline_ms
-    out["bound"] = pd.Series(list(bound), index=df.index, dtype=pd.Series(["x"]).dtype)
+    out["bound"] = pd.Series(list(bound), index=df.index, dtype=text)
     out["efficiency"] = np.where(timed, roofline_ms / safe_latency, np.nan)
+    return out
+
+
+def judged_levels(traffic_bytes: np.ndarray, achieved_bps: np.ndarray,
+                  levels: tuple[MemoryLevel, ...]) -> list[int]:
+    """Per row, the index into ``levels`` of the level it is judged against (-1: no traffic).
+
+    The smallest level whose capacity holds the row's working set (its read + write bytes);
+    then, while the row's measured bandwidth beats that level's roof, the next faster level:
+    data a row moved faster than a level allows came from a faster one (a working set slightly
+    larger than a cache still finds most of its data there). Only when even the fastest level's
+    roof is beaten does a row stay above its roof (the probe under-measured: re-probe on a quiet
+    machine).
+    """
+    out: list[int] = []
+    for ws, rate in zip(traffic_bytes, achieved_bps):
+        if not ws > 0:
+            out.append(-1)
+            continue
+        i = next(k for k, lv in enumerate(levels)
+                 if lv.capacity_bytes is None or ws <= lv.capacity_bytes)
+        while i > 0 and math.isfinite(rate) and rate > levels[i].bandwidth:
+            i -= 1
+        out.append(i)
     return out

@@ -44,6 +44,9 @@ class CallRecord:
     op_write_bytes: int = 0
     torchstat: dict[str, int] | None = None   # torchstat-view overrides from a module formula
     peak_memory_bytes: int | None = None
+    # FLOPs of the ops this call ran itself, by op name ("convolution.default"); an op without
+    # FLOPs (a concat) is listed with 0. Types a row by what it does (Report.by_layer_type).
+    ops: dict[str, int] = dataclasses.field(default_factory=dict)
     finished: bool = False
     module_id: int = 0
 

@@ -53,6 +53,9 @@ class Row:
     latency_ms: float = float("nan")
     latency_std_ms: float = float("nan")
     latency_pct: float = float("nan")
+    # FLOPs by aten op of the ops this row ran itself (a leaf: all of its ops; a (self) row: its
+    # parent's own ops; a parent row: none), to type a row by what it does
+    ops: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
@@ -104,7 +107,8 @@ def build_rows(records: Sequence[CallRecord]) -> list[Row]:
                         r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
                         ts[r.index][0], ts[r.index][1], r.index,
                         peak_memory_bytes=float("nan") if r.peak_memory_bytes is None
-                        else float(r.peak_memory_bytes)))
+                        else float(r.peak_memory_bytes),
+                        ops=dict(r.ops) if not r.children else {}))
         a: int | None = r.index
         while a is not None and end[a] == r.index:
             part = own[a]
@@ -113,7 +117,7 @@ def build_rows(records: Sequence[CallRecord]) -> list[Row]:
                 params, macs, flops, madd, read, write = part
                 rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
                                 [], params, macs, flops, madd, write, read, write,
-                                flops - macs, madd, a, is_self=True))
+                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops)))
             a = records[a].parent
     return rows
 

@@ -68,6 +68,14 @@ QUICKSTART = _cells(
         leaves.sort_values("flops", ascending=False).head(5)
     """),
     ("md", """
+        By kind of layer: the leaf rows summed per type (`conv`, `norm`, `activation`, `pool`,
+        `linear`, ...). The residual adds that a BasicBlock runs itself are `elementwise`, not
+        `BasicBlock`; the sums equal the totals.
+    """),
+    ("code", """
+        report.by_layer_type()
+    """),
+    ("md", """
         ## Totals and latency
 
         `totals` sums the leaf rows. `macs` matches torchvision's published 1.814 GMACs for
@@ -104,8 +112,17 @@ QUICKSTART = _cells(
         out.mkdir(exist_ok=True)
         report.to_csv(out / "resnet18.csv")
         report.to_markdown(out / "resnet18.md")
+        report.to_html(out / "resnet18.html")  # a standalone page
         columns = ["module", "type", "params", "macs", "latency_ms"]
         print(report.to_markdown(depth=1, columns=columns))
+    """),
+    ("md", """
+        For a paper: a booktabs table with one unit per column, fitted to `\\columnwidth` or
+        `\\textwidth`, a `longtable` when long; its first line names the LaTeX packages it needs.
+    """),
+    ("code", """
+        print(report.to_latex(depth=2, width="columnwidth", caption="ResNet-18 on the CPU.",
+                              label="tab:resnet18"))
     """),
     ("md", """
         ## A plot
@@ -117,6 +134,13 @@ QUICKSTART = _cells(
         fig = report.plot_latency()
         fig.savefig(out / "resnet18_latency.png", dpi=120, bbox_inches="tight")
         fig
+    """),
+    ("md", """
+        The roofline: each layer against the roof of the memory level its data fits in (the
+        probe measures L1, L2, L3 and DRAM bandwidth), and the compute roof.
+    """),
+    ("code", """
+        report.plot_roofline()
     """),
 )
 
@@ -187,11 +211,19 @@ COMPARE = _cells(
     ("code", """
         df.attrs["env"]
     """),
+    ("md", """
+        ## Export
+
+        The comparison has a report's exporters: humanised Markdown, LaTeX and HTML (the
+        compact columns unless `columns="all"`), CSV and JSON with the raw numbers.
+    """),
     ("code", """
         from pathlib import Path
 
         Path("out").mkdir(exist_ok=True)
         df.to_csv("out/comparison.csv")
+        df.to_html("out/comparison.html")
+        print(df.to_markdown())
     """),
 )
 

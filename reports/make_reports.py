@@ -7,6 +7,7 @@ Writes, into a folder named after the device it ran on (``reports/cpu-<model>/``
 ``reports/nvidia-h100-80gb-hbm3/``):
 
 - ``resnet18.{md,csv}`` and ``resnet18_torchstat.{md,csv}``: the per-layer table in both styles;
+- ``resnet18_layer_types.md``: its leaf rows summed per kind of layer;
 - ``resnet18_latency.png``, ``resnet18_roofline.png``: where resnet18's time goes;
 - ``comparison.{md,csv,png}`` and ``comparison_cost_vs_latency.png``: several torchvision
   architectures side by side, each at its evaluation crop size;
@@ -40,7 +41,6 @@ from modelprof.env import cpu_name  # noqa: E402
 from modelprof.models import load_model  # noqa: E402
 from modelprof.plots import plot_compare  # noqa: E402
 from modelprof.profile import profile  # noqa: E402
-from modelprof.render import to_csv, to_markdown  # noqa: E402
 
 __all__ = ["COMPARED", "device_label", "main"]
 
@@ -91,6 +91,9 @@ def profile_resnet18(out: Path, device: torch.device, budget_s: float) -> Any:
             path = out / f"{stem}.{ext}"
             writer(path, style=style)
             _log(f"  wrote {path}")
+    path = out / f"{name}_layer_types.md"
+    report.to_markdown(path, group_by="layer_type")
+    _log(f"  wrote {path}")
     _save(report.plot_latency(), out / f"{name}_latency.png")
     _save(report.plot_roofline(), out / f"{name}_roofline.png")
     return report
@@ -105,11 +108,11 @@ def compare_architectures(out: Path, names: Sequence[str], device: torch.device,
     _log(f"comparing {', '.join(models)} on {device} ...")
     df = compare(models, sizes, device=device, budget_s=budget_s, progress=True)
     title = env_caption(df.attrs["env"])
-    to_csv(df, path=out / "comparison.csv")
+    df.to_csv(out / "comparison.csv")
     _log(f"  wrote {out / 'comparison.csv'}")
     (out / "comparison.md").write_text(
-        f"Comparison on {title}, baseline {df.attrs['baseline']}.\n\n" + to_markdown(df),
-        encoding="utf-8")
+        f"Comparison on {title}, baseline {df.attrs['baseline']}.\n\n"
+        + df.to_markdown(columns="all"), encoding="utf-8")
     _log(f"  wrote {out / 'comparison.md'}")
     _save(plot_compare(df, ["macs", "params", "latency_median_ms"], title=title),
           out / "comparison.png")
@@ -139,7 +142,8 @@ Numbers of cost (params, MACs, FLOPs, bytes) do not depend on the device; latenc
 
 | file | what |
 | --- | --- |
-| `resnet18.md`, `resnet18.csv` | resnet18's per-layer table, modelprof columns |
+| `resnet18.md`, `resnet18.csv` | resnet18's per-layer table, modelprof columns (Markdown: the compact ones) |
+| `resnet18_layer_types.md` | the same leaf rows summed per kind of layer (conv, norm, activation, ...) |
 | `resnet18_torchstat.md`, `resnet18_torchstat.csv` | the same in torchstat's columns |
 | `resnet18_latency.png`, `resnet18_roofline.png` | resnet18's per-layer time and roofline |
 | `comparison.md`, `comparison.csv` | {', '.join(names)} side by side |

@@ -1,6 +1,8 @@
 """``compare``: one row per model, closed-form totals, ratios to the baseline, rendering."""
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pandas as pd
@@ -119,7 +121,10 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     assert df.loc["wide", "output_bytes"] == 160  # the frame itself stays numeric
     assert isinstance(df, Comparison)
     html = df._repr_html_()
-    assert "<table" in html and "160 B" in html
+    # the notebook shows the compact columns: params 440 of wide and its ratio 440 / 220 = 2
+    assert "<table" in html and "<td class=\"r\">440</td>" in html and "2.00×" in html
+    assert "160 B" not in html  # output bytes: with columns="all"
+    assert "160 B" in str(df.to_html(columns="all", standalone=False))
     assert env_caption(df.attrs["env"]) in html  # the environment is the caption
     # derived frames are plain DataFrames that keep attrs
     sub = df[["macs", "macs_x"]]
@@ -168,3 +173,26 @@ def test_throughput_columns() -> None:
     assert df.loc["narrow", "throughput_x"] == 1.0
     with pytest.raises(ModelProfError, match="needs input_size"):
         compare(_pair(), inputs=torch.randn(1, 10), timing=False, throughput=True)
+
+
+def test_comparison_exporters_match_a_reports(tmp_path) -> None:
+    from modelprof.render import read_csv, read_json
+
+    df = compare(_pair(), (10,), timing=False)
+    md = df.to_markdown()
+    lines = md.splitlines()
+    assert lines[0].split("|")[1].strip() == "model"
+    # wide: params 440, MACs 400, macs ratio 400 / 200 = 2; no pandas float like 2.000000
+    assert re.search(r"\| wide +\| 1x10 +\| +440 \| +400 \|", md) and "2.00×" in md
+    assert "madd" not in md.lower()  # compact columns unless columns="all"
+    assert "MAdd" in df.to_markdown(columns="all")
+    tex = df.to_latex(label="tab:cmp")
+    assert tex.startswith("% modelprof table") and r"\label{tab:cmp}" in tex
+    assert "baseline narrow" in tex  # the caption names the baseline
+    page = df.to_html()
+    assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
+    assert "baseline narrow" in df.to_text().splitlines()[0]
+    back = read_csv(df.to_csv(tmp_path / "c.csv"))
+    assert list(back["model"]) == ["narrow", "wide"] and list(back["macs"]) == [200, 400]
+    table, _, env = read_json(df.to_json(tmp_path / "c.json"))
+    assert env["baseline"] == "narrow" and list(table["macs_x"]) == [1.0, 2.0]

@@ -71,12 +71,56 @@ def test_plot_roofline_places_timed_leaves(tmp_path: Path) -> None:
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     points = sum(len(c.get_offsets()) for c in ax.collections)
     assert points == 7  # every leaf has FLOPs, bytes and a latency
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "compute bound" in legend and "memory bound" in legend
-    # the roof: flat at 1e9 FLOP/s right of the ridge
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    # Peaks without levels: main memory is the only roof, and every layer is judged against it
+    assert legend == ["DRAM roof: 1.00 GB/s", "compute roof: 1.00 GFLOP/s",
+                      "layers judged at DRAM"]
+    # the memory roof: flat at 1e9 FLOP/s right of the ridge
     roof = ax.lines[0].get_ydata()
     assert roof.max() == pytest.approx(1e9)
     assert (tmp_path / "roof.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap() -> None:
+    from modelprof.roofline import MemoryLevel
+
+    levels = (MemoryLevel("L1", 64 * 1024, 8e9), MemoryLevel("L2", 1 << 20, 8e9),
+              MemoryLevel("L3", 8 << 20, 4e9), MemoryLevel("DRAM", None, 1e9))
+    peaks = Peaks(peak_flops=1e9, peak_bytes=1e9, source="user", device="toy", levels=levels)
+    fig = plot_roofline(report_frame(), peaks, annotate=7)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    # L1 and L2 share one bandwidth, so one line: three memory roofs and the compute roof
+    assert [t for t in legend if "roof" in t] == [
+        "DRAM roof: 1.00 GB/s", "L3 roof: 4.00 GB/s, up to 8 MiB",
+        "L1-L2 roof: 8.00 GB/s, up to 1 MiB", "compute roof: 1.00 GFLOP/s"]
+    # the fixture's working sets are all < 64 KiB: judged at L1, named in the legend
+    assert "layers judged at L1" in legend
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_text()]  # the numbers next to the points
+    key = [t.get_text() for t in fig.legends[1].get_texts()]
+    # slowest first: conv1 0.3 ms, layer1.0 0.2 ms
+    assert fig.legends[1].get_title().get_text() == "slowest layers"
+    assert key[:2] == ["1  conv1 (300 µs)", "2  layer1.0 (200 µs)"]
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    boxes += [legend.get_window_extent(renderer) for legend in fig.legends]
+    # both legends sit outside the axes and inside the figure: nothing covers a point or is cut
+    axes_box = ax.get_window_extent(renderer)
+    figure_box = fig.bbox
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        assert box.x0 >= axes_box.x1 and box.x1 <= figure_box.x1 + 0.5
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not _overlaps(boxes[i], boxes[j]), (i, j)
 
 
 def test_plot_roofline_needs_timing() -> None:
@@ -133,7 +177,8 @@ def test_plot_latency_without_timing_says_so() -> None:
 
 def test_missing_matplotlib_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
-    with pytest.raises(ModelProfError, match=r"pip install modelprof\[plot\]"):
+    # the hint works for a clone too (modelprof is not on the registry under that name)
+    with pytest.raises(ModelProfError, match=r"pip install matplotlib .*pip install -e '\.\[all\]'"):
         plot_flops(report_frame())
 
 

@@ -19,7 +19,8 @@ from modelprof.render.views import compact_columns
 from test_render_fixture import report_frame, report_totals
 
 GOLDEN = Path(__file__).parent / "golden"
-TOTALS = {**report_totals(), "latency_ms": 1.0}  # Report.totals + end-to-end median latency
+TOTALS = {k: v for k, v in report_totals().items() if k != "output_bytes"}  # as a Report shows
+E2E = {"latency_ms": 1.0}  # the clean end-to-end median, in its own footer row
 
 
 def _check_golden(name: str, text: str) -> None:
@@ -32,7 +33,7 @@ def _check_golden(name: str, text: str) -> None:
 
 def test_markdown_golden() -> None:
     df = report_frame()
-    text = to_markdown(df, TOTALS, columns=compact_columns(df))
+    text = to_markdown(df, TOTALS, end_to_end=E2E, columns=compact_columns(df))
     _check_golden("render_markdown.md", text)
 
 
@@ -44,7 +45,7 @@ def test_markdown_raw_golden() -> None:
 
 def test_latex_golden() -> None:
     text = to_latex(
-        report_frame(), TOTALS, units="fixed", depth=1,
+        report_frame(), TOTALS, end_to_end=E2E, units="fixed", depth=1,
         columns=["module", "type", "params", "macs", "flops", "output_bytes", "latency_ms", "latency_pct"],
         caption="Per-layer cost of the fixture model.", label="tab:fixture", position="t",
     )
@@ -53,7 +54,8 @@ def test_latex_golden() -> None:
 
 def test_text_golden() -> None:
     df = report_frame()
-    text = to_text(df, TOTALS, columns=compact_columns(df), title="Net (1x3x8x8, float32)")
+    text = to_text(df, TOTALS, end_to_end=E2E, columns=compact_columns(df),
+                   title="Net (1x3x8x8, float32)")
     _check_golden("render_text.txt", text)
 
 
@@ -77,19 +79,21 @@ def test_markdown_escapes_pipes_in_names() -> None:
 def test_latex_escapes_specials_and_uses_booktabs() -> None:
     df = report_frame()
     df.loc[1, "module"] = "blocks_1 & 50% #2"
-    text = to_latex(df, TOTALS, columns=["module", "latency_pct"])
+    text = to_latex(df, TOTALS, columns=["module", "flops", "latency_pct"], units="human")
     assert r"blocks\_1 \& 50\% \#2" in text
     assert r"30.00\%" in text  # conv1: 0.3 ms of 1.0 ms
     order = [text.index(k) for k in (r"\toprule", r"\midrule", "total", r"\bottomrule")]
     assert order == sorted(order)
     assert text.count(r"\midrule") == 2  # under the header and above the totals
-    assert r"\begin{tabular}{lr}" in text
-    assert r"\begin{table}" in text and r"\caption" not in text
+    assert r"\begin{tabular}{lrr}" in text
+    # width="textwidth" (the default) spans both columns of a two-column paper
+    assert r"\begin{table*}" in text and r"\caption" not in text
+    assert text.startswith(r"% modelprof table: needs \usepackage{booktabs}")
 
 
 def test_latex_without_float_environment_and_micro_sign() -> None:
     text = to_latex(report_frame(), columns=["module", "latency_ms"], float_env=False,
-                    caption="ignored without a float")
+                    caption="ignored without a float", units="human")
     assert r"\begin{table}" not in text and r"\caption" not in text
     assert r"300 \textmu{}s" in text  # conv1: 0.3 ms = 300 µs
     assert "µ" not in text
@@ -104,14 +108,17 @@ def test_escape_latex_covers_every_special() -> None:
 def test_html_is_escaped_styled_and_has_a_share_bar() -> None:
     df = report_frame()
     df.loc[1, "module"] = "<script>alert(1)</script>"
-    text = to_html(df, TOTALS, caption="A & B")
+    text = to_html(df, TOTALS, end_to_end=E2E, caption="A & B")
     assert "<script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<caption>A &amp; B</caption>" in text
-    assert "position: sticky" in text
+    assert "max-height" not in text  # shown in full: no scroll box that clips the rows
+    assert "max-height: 20em" in to_html(df, max_height="20em")  # unless asked for
+    assert not text.startswith("<!DOCTYPE")  # a fragment unless standalone=True
     # conv1's latency share is 30% of end to end: the bar fills 30% of its cell
     assert "rgba(66, 133, 244, 0.30) 30.00%, transparent 30.00%" in text
     assert re.search(r"<tfoot><tr><td class=\"l\">total</td>", text)
+    assert '<tr><td class="l">end-to-end (clean run)</td>' in text
     # depth 2 rows are indented: 0.6 + 1.2 * 2 = 3.0 em
     assert 'style="padding-left: 3.0em;">layer1.0</td>' in text
 
@@ -169,3 +176,24 @@ def test_exporters_accept_a_compare_frame() -> None:
     assert md.splitlines()[0].split("|")[1].strip() == "model"
     assert "11.69 M" in md and "3.63 G" in md and "total" not in md
     assert "mobilenet\\_v3\\_large" in to_latex(cmp)
+
+
+def test_html_standalone_page_is_a_complete_document() -> None:
+    text = to_html(report_frame(), TOTALS, standalone=True, title="Net <1>",
+                   summary=["params 126", "a & b"])
+    assert text.startswith("<!DOCTYPE html>\n<html lang=\"en\">")
+    assert '<meta charset="utf-8">' in text and "<title>Net &lt;1&gt;</title>" in text
+    assert "<h1>Net &lt;1&gt;</h1>" in text and "a &amp; b" in text
+    assert text.rstrip().endswith("</html>") and text.count("<table>") == 1
+
+
+def test_text_and_markdown_show_the_end_to_end_row() -> None:
+    md = to_markdown(report_frame(), TOTALS, end_to_end=E2E, columns=["module", "flops", "latency_ms"])
+    lines = md.splitlines()
+    # the sum of latencies means nothing (parents include children): the totals cell is empty
+    assert re.fullmatch(r"\| total +\| +16\.64 K \| +\|", lines[-2])
+    assert re.fullmatch(r"\| end-to-end \(clean run\) +\| +\| +1\.00 ms \|", lines[-1])
+    text = to_text(report_frame(), TOTALS, end_to_end=E2E, columns=["module", "latency_ms"])
+    # no total of latencies, so only the end-to-end row follows the rule
+    assert text.splitlines()[-1].split() == ["end-to-end", "(clean", "run)", "1.00", "ms"]
+    assert not any(line.startswith("total") for line in text.splitlines())

@@ -115,3 +115,13 @@ def test_pick_scale() -> None:
     # TIME_UNITS is largest first; order does not matter: 0.5 ms -> µs (1e-3 ms <= 0.5 < 1 ms)
     assert pick_scale([0.5], TIME_UNITS) == (1e-3, "µs")
     assert pick_scale([1e-9], TIME_UNITS) == (1e-6, "ns")  # below every unit: the smallest
+
+
+@pytest.mark.parametrize("value, text", [
+    (1, "1.00×"), (0.5, "0.500×"), (0.0328, "0.0328×"), (0.00328, "0.00328×"),
+    (12.5, "12.50×"), (150.2, "150×"), (0, "0×"), (None, "-"), (float("nan"), "-"),
+])
+def test_format_multiple_keeps_three_significant_figures(value, text) -> None:
+    from modelprof.render.units import format_multiple
+
+    assert format_multiple(value) == text

@@ -7,6 +7,8 @@ import pytest
 
 from modelprof.errors import ModelProfError
 from modelprof.render.views import (
+    END_TO_END_LABEL,
+    TOTAL_LABEL,
     ROOT_LABEL,
     column_spec,
     compact_columns,
@@ -109,8 +111,26 @@ def test_compact_columns_skip_latency_when_untimed() -> None:
 
 
 def test_default_totals_sum_the_leaf_rows() -> None:
-    assert default_totals(report_frame()) == report_totals()
+    # every additive total but output_bytes: all leaf outputs summed is just write_bytes again
+    expected = {k: v for k, v in report_totals().items() if k != "output_bytes"}
+    assert default_totals(report_frame()) == expected
     assert default_totals(pd.DataFrame({"flops": [1]})) is None  # no leaf column
+
+
+def test_footer_has_a_labelled_end_to_end_row_apart_from_the_sums() -> None:
+    t = prepare_table(report_frame(), report_totals(), end_to_end={"latency_ms": 1.25},
+                      columns=["module", "flops", "output_bytes", "latency_ms"])
+    # the sums: FLOPs 16640 -> 16.64 K; output_bytes given in the totals -> shown; no latency sum
+    assert t.footer[0] == (TOTAL_LABEL, "16.64 K", "5.00 KiB", "")
+    # the clean end-to-end median sits in its own row, only in the latency column
+    assert t.footer[1] == (END_TO_END_LABEL, "", "", "1.25 ms")
+    assert t.totals == t.footer[0]
+    # without the latency column the end-to-end row would be a bare label: it is left out
+    no_latency = prepare_table(report_frame(), report_totals(), end_to_end={"latency_ms": 1.25},
+                               columns=["module", "flops"])
+    assert len(no_latency.footer) == 1
+    assert prepare_table(report_frame(), end_to_end={"latency_ms": 1.0},
+                         show_totals=False).footer == ()
 
 
 def test_human_table_headers_cells_and_totals() -> None:
@@ -141,6 +161,32 @@ def test_fixed_units_put_one_unit_per_column_in_the_header() -> None:
     # conv1: 13824/1e3 = 13.82; 1200/1024 = 1.17; 0.3 ms; 30 %
     assert t.cells[1] == ("conv1", "108", "13.82", "1.17", "0.30", "30.00")
     assert t.totals == ("total", "126", "16.64", "6.24", "", "")
+
+
+def test_fixed_units_never_print_zero_for_a_non_zero_value() -> None:
+    df = pd.DataFrame({"module": ["net", "conv", "bn", "relu", "fc"],
+                       "params": [11_689_512, 9_408, 128, 0, 513_000],
+                       "macs": [1_814_073_344, 118_013_952, 0, 0, 512_000]})
+    t = prepare_table(df, units="fixed", show_totals=False)
+    # params: M keeps 11.69 (K would need 5 digits: 11689.51); 128 / 1e6 rounds to 0.00 -> "<0.01"
+    # macs: G would print fc's 512000 as 0.00, M prints it as 0.51 and the top as 1814.07
+    assert t.headers == ("module", "params (M)", "MACs (M)")
+    assert [c[1] for c in t.cells] == ["11.69", "0.01", "<0.01", "0", "0.51"]
+    assert [c[2] for c in t.cells] == ["1814.07", "118.01", "0", "0", "0.51"]
+
+
+def test_readable_scale_choices() -> None:
+    from modelprof.render.units import SI_PREFIXES, TIME_UNITS
+    from modelprof.render.views import readable_scale
+
+    assert readable_scale([11_689_512, 128], SI_PREFIXES) == (1e6, "M")  # K: 11689.51 > 4 digits
+    assert readable_scale([1_814e6, 512e3], SI_PREFIXES) == (1e6, "M")  # 1814.07 and 0.51
+    assert readable_scale([9_999, 6], SI_PREFIXES) == (1e3, "K")  # 10.00 and 0.006 -> 0.01
+    assert readable_scale([9_999, 4], SI_PREFIXES) == (1.0, "")  # 0.004 K would print 0.00
+    # 30 ms in µs needs 5 digits (30000), so ms stays and 4 µs prints "<0.01"
+    assert readable_scale([30.0, 0.004], TIME_UNITS) == (1.0, "ms")
+    assert readable_scale([], SI_PREFIXES) == (1.0, "")
+    assert readable_scale([0, 0], SI_PREFIXES) == (1.0, "")
 
 
 def test_unknown_units_mode_is_an_error() -> None:
@@ -198,7 +244,7 @@ def test_compare_ratio_and_throughput_columns() -> None:
                        index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
     t = prepare_table(cmp)
     assert t.headers == ("model", "latency median", "latency ratio", "throughput (samples/s)")
-    assert t.cells[1] == ("mobilenet_v3_large", "1.90 ms", "0.61×", "526.30")
+    assert t.cells[1] == ("mobilenet_v3_large", "1.90 ms", "0.613×", "526.30")  # 3 significant
     fixed = prepare_table(cmp, units="fixed")
     assert fixed.headers[2] == "latency ratio (×)" and fixed.cells[1][2] == "0.61"
 

@@ -98,3 +98,72 @@ def test_json_is_strict_and_carries_the_measurement(tmp_path, timed):
     doc = json.loads(text)  # strict JSON: no NaN literals
     assert "NaN" not in text
     assert isinstance(doc, dict)
+
+
+def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
+    md = timed.to_markdown()
+    header = [c.strip() for c in md.splitlines()[0].split("|")[1:-1]]
+    assert header == ["module", "type", "output shape", "params", "MACs", "FLOPs", "output",
+                      "latency", "latency share"]
+    assert max(len(line) for line in md.splitlines()) < 160  # readable, not 24 columns wide
+    lines = md.splitlines()
+    assert lines[-2].startswith("| total ") and lines[-1].startswith("| end-to-end (clean run) ")
+    # the end-to-end cell is the clean median, not the instrumented (root) row above it
+    from modelprof.render.units import format_time_ms
+    assert format_time_ms(timed.latency.median_ms) in lines[-1]
+    every = timed.to_markdown(columns="all")
+    assert "MAdd" in every and "achieved FLOP/s" in every and "memory level" in every
+
+
+def test_group_by_layer_type_in_every_exporter(tmp_path, timed):
+    table = timed.by_layer_type()
+    assert {"conv", "norm", "activation", "pool", "linear", "elementwise"} <= set(table.index)
+    assert int(table["flops"].sum()) == timed.totals["flops"]
+    assert "latency_ms" in table.columns
+    md = timed.to_markdown(group_by="layer_type")
+    assert md.splitlines()[0].split("|")[1].strip() == "layer type"
+    assert "| elementwise " in md  # the residual "+ 1" of Net.forward, its (self) row
+    tex = timed.to_latex(group_by="layer_type", width="columnwidth")
+    assert "layer type" in tex and r"\begin{table}" in tex
+    back = read_csv(timed.to_csv(tmp_path / "types.csv", group_by="layer_type"))
+    assert list(back["layer_type"]) == list(table.index)
+    with pytest.raises(ModelProfError, match="'kind'"):
+        timed.to_markdown(group_by="kind")
+    with pytest.raises(ModelProfError, match="depth="):
+        timed.to_markdown(group_by="layer_type", depth=1)
+
+
+def test_torchstat_style_takes_a_depth(static):
+    full = static.to_dataframe("torchstat")
+    collapsed = static._torchstat_frame(1)
+    names = list(collapsed["module name"])
+    # depth 1: the leaves above depth 1 and the depth-1 modules themselves, then the total
+    assert names == ["features", "head", "(self)", "total"]
+    # the total row is unchanged by collapsing (each row sums its subtree), except torchstat's
+    # memory(MB), which sums the outputs of the rows shown
+    keep = ["params", "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "MemR+W(B)"]
+    pd.testing.assert_series_equal(collapsed.iloc[-1][keep], full.iloc[-1][keep],
+                                   check_names=False)
+    text = static.to_text(style="torchstat", depth=1)
+    assert "features" in text and "features.0" not in text
+
+
+def test_html_export_is_a_page_and_the_notebook_view_is_not_clipped(tmp_path, timed):
+    path = timed.to_html(tmp_path / "r.html")
+    page = path.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
+    assert "<title>Net, input 1x3x16x16" in page and "latency median" in page
+    assert "max-height" not in page
+    fragment = timed._repr_html_()
+    assert "max-height" not in fragment and "<!DOCTYPE" not in fragment
+    assert "head.2" in fragment  # the last row is there: nothing cut off
+
+
+def test_latex_defaults_fit_the_page_and_name_the_packages(timed):
+    tex = timed.to_latex(label="tab:net")
+    assert tex.startswith(r"% modelprof table: needs \usepackage{booktabs}")
+    assert r"\caption{Net, input 1x3x16x16, float32 on" in tex and r"\label{tab:net}" in tex
+    assert r"\begin{table*}" in tex
+    assert "end-to-end (clean run)" in tex
+    d1 = timed.to_latex(depth=1)
+    assert "features.0" not in d1 and "features &" in d1

@@ -14,8 +14,11 @@ from modelprof.errors import ModelProfError
 from modelprof.roofline import (
     KNOWN_DEVICES,
     ROOFLINE_COLUMNS,
+    MemoryLevel,
     Peaks,
     add_roofline,
+    cache_levels,
+    judged_levels,
     lookup_peaks,
     match_device,
     probe_peaks,
@@ -217,3 +220,104 @@ def test_probe_peaks_on_cuda_is_below_the_datasheet() -> None:
         # a measurement cannot beat the datasheet by much, and a healthy GPU reaches a fair share
         assert 0.2 * table.peak_flops < peaks.peak_flops < 1.1 * table.peak_flops
         assert 0.3 * table.peak_bytes < peaks.peak_bytes < 1.1 * table.peak_bytes
+
+
+# --------------------------------------------------------------------------- memory levels
+
+LEVELS = (MemoryLevel("L1", 64 * 1024, 400e9), MemoryLevel("L2", 1 << 20, 200e9),
+          MemoryLevel("L3", 8 << 20, 100e9), MemoryLevel("DRAM", None, 10e9))
+LEVEL_PEAKS = Peaks(peak_flops=1e12, peak_bytes=10e9, levels=LEVELS)
+
+
+def _level_rows() -> pd.DataFrame:
+    return pd.DataFrame({
+        "module": ["l1", "l2", "l3", "dram", "fast_l3", "untimed", "nothing"],
+        "flops": [1000, 1000, 1000, 1000, 1000, 1000, 0],
+        # working sets (read + write): 32 KiB, 512 KiB, 4 MiB, 64 MiB, 4 MiB, 512 KiB, 0
+        "read_bytes": [16 << 10, 256 << 10, 2 << 20, 32 << 20, 2 << 20, 256 << 10, 0],
+        "write_bytes": [16 << 10, 256 << 10, 2 << 20, 32 << 20, 2 << 20, 256 << 10, 0],
+        # fast_l3 moves 4 MiB in 0.02 ms = 210 GB/s: more than L3 allows (100 GB/s)
+        "latency_ms": [1.0, 1.0, 1.0, 100.0, 0.02, np.nan, 1.0],
+    })
+
+
+def test_each_row_is_judged_against_the_level_its_working_set_fits_in() -> None:
+    out = add_roofline(_level_rows(), LEVEL_PEAKS).set_index("module")
+    assert list(out["memory_level"][["l1", "l2", "l3", "dram", "untimed"]]) == [
+        "L1", "L2", "L3", "DRAM", "L2"]
+    assert pd.isna(out.loc["nothing", "memory_level"])  # no traffic: no level
+    # l3: 4 MiB = 4194304 B at 100 GB/s = 0.0419 ms (compute 1000 / 1e12 s is negligible)
+    assert out.loc["l3", "roofline_ms"] == pytest.approx(4194304 / 100e9 * 1e3)
+    # dram: 64 MiB = 67108864 B at 10 GB/s = 6.71 ms
+    assert out.loc["dram", "roofline_ms"] == pytest.approx(67108864 / 10e9 * 1e3)
+    assert out.loc["l1", "roofline_ms"] == pytest.approx(32768 / 400e9 * 1e3)
+
+
+def test_a_row_faster_than_its_level_is_judged_against_a_faster_one() -> None:
+    out = add_roofline(_level_rows(), LEVEL_PEAKS).set_index("module")
+    # fast_l3 reached 4194304 B / 0.02 ms = 209.7 GB/s > L3's 100 and L2's 200 -> L1 (400)
+    assert out.loc["fast_l3", "memory_level"] == "L1"
+    assert out.loc["fast_l3", "roofline_ms"] == pytest.approx(4194304 / 400e9 * 1e3)
+    # no timed row is above the roof it is judged against
+    assert (out["efficiency"].dropna() <= 1.0).all()
+
+
+def test_judged_levels_directly() -> None:
+    traffic = np.array([0.0, 1000.0, 2e6, 1e9])
+    rate = np.array([np.nan, 1e9, 150e9, np.nan])
+    # 0 B: -1; 1000 B fits L1; 2 MB fits L3 but 150 GB/s beats L3 -> L2 (200); 1 GB: DRAM
+    assert judged_levels(traffic, rate, LEVELS) == [-1, 0, 1, 3]
+
+
+def test_peaks_without_levels_judge_everything_against_main_memory() -> None:
+    out = add_roofline(_level_rows(), PEAKS)
+    assert set(out["memory_level"].dropna()) == {"DRAM"}
+    assert PEAKS.memory_levels == (MemoryLevel("DRAM", None, 1e11),)
+
+
+@pytest.mark.parametrize("levels, fragment", [
+    ((MemoryLevel("L1", 1024, 1e9),), "only the last level"),
+    ((MemoryLevel("L2", 2048, 1e9), MemoryLevel("L1", 1024, 1e9), MemoryLevel("DRAM", None, 1e9)),
+     "grow in capacity"),
+    ((MemoryLevel("DRAM", None, 5e9),), "last level's bandwidth"),
+])
+def test_peaks_reject_inconsistent_levels(levels, fragment: str) -> None:
+    with pytest.raises(ModelProfError, match=fragment):
+        Peaks(peak_flops=1e12, peak_bytes=1e9, levels=levels)
+
+
+def test_memory_level_rejects_bad_values() -> None:
+    with pytest.raises(ModelProfError, match="bandwidth"):
+        MemoryLevel("L1", 1024, 0.0)
+    with pytest.raises(ModelProfError, match="capacity_bytes"):
+        MemoryLevel("L1", -5, 1e9)
+
+
+def test_probe_measures_every_cache_level_and_keeps_them_ordered() -> None:
+    peaks = probe_peaks("cpu", torch.float32, budget_s=0.5)
+    levels = peaks.levels
+    assert levels[-1].name == "DRAM" and levels[-1].capacity_bytes is None
+    assert levels[-1].bandwidth == peaks.peak_bytes
+    assert [lv.name for lv in levels[:-1]] == [name for name, _ in cache_levels("cpu")]
+    # a cache is never slower than the memory behind it (the envelope the probe applies)
+    rates = [lv.bandwidth for lv in levels]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_sysfs_cache_sizes_scale_with_the_threads_sharing_them() -> None:
+    from modelprof.roofline import _count_cpus, _parse_size
+
+    assert _parse_size("32K") == 32768 and _parse_size("8192K") == 8 << 20
+    assert _parse_size("1M") == 1 << 20 and _parse_size("512") == 512
+    assert _count_cpus("0-3,8-11") == 8 and _count_cpus("5") == 1
+
+
+def test_probe_leaves_the_global_rng_alone() -> None:
+    cpu_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    probe_peaks("cpu", torch.float32, matmul_size=64, copy_bytes=1 << 20, repeats=1, budget_s=0.2)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    if cuda_states is not None:
+        probe_peaks("cuda", torch.float32, matmul_size=64, copy_bytes=1 << 20, repeats=1)
+        after = torch.cuda.get_rng_state_all()
+        assert all(torch.equal(a, b) for a, b in zip(after, cuda_states))

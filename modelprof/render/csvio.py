@@ -35,7 +35,7 @@ KNOWN_DTYPES: dict[str, str] = {
     "peak_memory_bytes": "float64",
     # roofline
     "achieved_gflops": "float64", "achieved_gbps": "float64", "intensity": "float64",
-    "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",
+    "memory_level": _TEXT, "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",
     # torchstat view
     "module name": _TEXT, "input shape": _TEXT, "output shape": _TEXT, "memory(MB)": "float64",
     "MAdd": "int64", "Flops": "int64", "MemRead(B)": "int64", "MemWrite(B)": "int64",
@@ -45,7 +45,7 @@ KNOWN_DTYPES: dict[str, str] = {
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
-_EMPTY_IS_MISSING = frozenset({"bound"})
+_EMPTY_IS_MISSING = frozenset({"bound", "memory_level"})
 
 _TRUE, _FALSE = "True", "False"
 

@@ -1,9 +1,13 @@
-"""Self-contained styled HTML tables for Jupyter (``Report._repr_html_``) and compare results.
+"""Self-contained styled HTML tables for Jupyter (``Report._repr_html_``), compare results and
+standalone pages.
 
-One ``<div>`` holding a scoped ``<style>`` and a ``<table>``: sticky header inside a scrolling box,
-numbers right-aligned in tabular figures, module names indented by depth, a bar behind each
-percentage cell (latency share, efficiency) whose CSS width is the value, totals in ``<tfoot>``.
-Every cell and header is HTML-escaped.
+:func:`html_table` gives one ``<div>`` holding a scoped ``<style>`` and a ``<table>``: numbers
+right-aligned in tabular figures, module names indented by depth, a bar behind each percentage
+cell (latency share, efficiency) whose CSS width is the value, footer rows (totals, end-to-end) in
+``<tfoot>``. The box scrolls sideways when the table is wider than the page; it is only limited in
+height (with a sticky header) when ``max_height`` is given. :func:`html_page` wraps fragments in a
+complete document (doctype, UTF-8 charset, title) that a browser shows as a page. Every cell and
+header is HTML-escaped.
 """
 from __future__ import annotations
 
@@ -19,13 +23,13 @@ import pandas as pd
 from modelprof.render._output import emit
 from modelprof.render.views import Table, prepare_table
 
-__all__ = ["to_html", "html_table"]
+__all__ = ["to_html", "html_page", "html_table"]
 
 _BAR_KINDS = frozenset({"percent", "ratio"})
 _BAR_COLOUR = "rgba(66, 133, 244, 0.30)"
 
 _STYLE = """\
-#{id} {{ max-height: {max_height}; overflow: auto; }}
+#{id} {{ {box} overflow-x: auto; }}
 #{id} table {{ border-collapse: collapse; font-size: 0.9em; font-variant-numeric: tabular-nums; }}
 #{id} caption {{ caption-side: top; text-align: left; font-weight: bold; padding: 4px 0; }}
 #{id} th, #{id} td {{ padding: 2px 10px; white-space: nowrap; text-align: left; }}
@@ -33,7 +37,28 @@ _STYLE = """\
 #{id} thead th {{ position: sticky; top: 0; z-index: 1; border-bottom: 1px solid #888;
   background: var(--jp-layout-color0, var(--vscode-editor-background, #fff)); }}
 #{id} tbody tr:hover {{ background: rgba(127, 127, 127, 0.12); }}
-#{id} tfoot td {{ font-weight: bold; border-top: 1px solid #888; }}"""
+#{id} tfoot td {{ font-weight: bold; }}
+#{id} tfoot tr:first-child td {{ border-top: 1px solid #888; }}"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="modelprof">
+<title>{title}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em 2em;
+  color: #222; background: #fff; }}
+h1 {{ font-size: 1.3em; margin: 0 0 0.4em; }}
+.modelprof-summary {{ margin: 0 0 1em; line-height: 1.45; }}
+</style>
+</head>
+<body>
+{body}
+</body>
+</html>
+"""
 
 
 def _bar_width(kind: str, value: Any) -> float | None:
@@ -50,14 +75,16 @@ def _bar_width(kind: str, value: Any) -> float | None:
 
 
 def _table_id(table: Table, caption: str | None) -> str:
-    digest = hashlib.sha1(repr((table.headers, table.cells, table.totals, caption)).encode())
+    digest = hashlib.sha1(repr((table.headers, table.cells, table.footer, caption)).encode())
     return "modelprof-" + digest.hexdigest()[:10]
 
 
 def html_table(
-    table: Table, *, caption: str | None = None, max_height: str = "36em", table_id: str | None = None
+    table: Table, *, caption: str | None = None, max_height: str | None = None,
+    table_id: str | None = None
 ) -> str:
-    """Lay out a prepared :class:`Table` as a styled, self-contained HTML fragment."""
+    """Lay out a prepared :class:`Table` as a styled, self-contained HTML fragment. With
+    ``max_height`` (a CSS length such as ``"36em"``) the rows scroll under a sticky header."""
     tid = table_id or _table_id(table, caption)
     numeric = table.numeric
     frame = table.frame
@@ -67,7 +94,8 @@ def html_table(
         return "r" if numeric[i] else "l"
 
     out = [f'<div class="modelprof" id="{html.escape(tid)}">']
-    out.append("<style>\n" + _STYLE.format(id=tid, max_height=max_height) + "\n</style>")
+    box = f"max-height: {max_height}; overflow-y: auto;" if max_height else ""
+    out.append("<style>\n" + _STYLE.format(id=tid, box=box) + "\n</style>")
     out.append("<table>")
     if caption is not None:
         out.append(f"<caption>{html.escape(caption)}</caption>")
@@ -94,36 +122,57 @@ def html_table(
             tds.append(f'<td class="{cls(i)}"{attr}>{html.escape(cell)}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</tbody>")
-    if table.totals is not None:
-        out.append(
-            "<tfoot><tr>"
-            + "".join(f'<td class="{cls(i)}">{html.escape(c)}</td>' for i, c in enumerate(table.totals))
-            + "</tr></tfoot>"
-        )
+    if table.footer:
+        out.append("<tfoot>" + "".join(
+            "<tr>" + "".join(f'<td class="{cls(i)}">{html.escape(c)}</td>' for i, c in enumerate(row))
+            + "</tr>" for row in table.footer) + "</tfoot>")
     out.append("</table>")
     out.append("</div>")
     return "\n".join(out) + "\n"
+
+
+def html_page(body: str, *, title: str, heading: str | None = None,
+              summary: Iterable[str] = ()) -> str:
+    """A complete HTML document around ``body`` (fragments from :func:`html_table`): doctype,
+    UTF-8 charset, ``title``, an ``<h1>`` (``heading``, default the title) and the ``summary``
+    lines as a paragraph (escaped here)."""
+    lines = [html.escape(line) for line in summary]
+    parts = [f"<h1>{html.escape(heading if heading is not None else title)}</h1>"]
+    if lines:
+        parts.append('<p class="modelprof-summary">' + "<br>\n".join(lines) + "</p>")
+    parts.append(body.rstrip("\n"))
+    return _PAGE.format(title=html.escape(title), body="\n".join(parts))
 
 
 def to_html(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
     *,
+    end_to_end: Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     caption: str | None = None,
-    max_height: str = "36em",
+    max_height: str | None = None,
+    standalone: bool = False,
+    title: str | None = None,
+    summary: Iterable[str] = (),
     units: str = "human",
-    columns: Iterable[str] | None = None,
+    columns: Iterable[str] | str | None = None,
     depth: int | None = None,
     leaf_only: bool = False,
     top_k: int | None = None,
     sort_by: str | None = None,
     show_totals: bool = True,
 ) -> str | Path:
-    """A styled HTML table of ``df`` with a totals row, for notebooks (``_repr_html_``) and files.
-    Returns the fragment, or writes ``path`` and returns it."""
+    """A styled HTML table of ``df`` with its footer rows, for notebooks (``_repr_html_``) and
+    files: a fragment, or with ``standalone=True`` a complete page titled ``title`` (default:
+    the caption) with the ``summary`` lines above the table. Returns the text, or writes ``path``
+    and returns it."""
     table = prepare_table(
-        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
-        sort_by=sort_by, units=units, show_totals=show_totals,
+        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only,
+        top_k=top_k, sort_by=sort_by, units=units, show_totals=show_totals,
     )
-    return emit(html_table(table, caption=caption, max_height=max_height), path)
+    fragment = html_table(table, caption=None if standalone else caption, max_height=max_height)
+    if standalone:
+        page_title = title or caption or "modelprof report"
+        fragment = html_page(fragment, title=page_title, summary=summary)
+    return emit(fragment, path)

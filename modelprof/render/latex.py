@@ -1,16 +1,45 @@
-"""LaTeX ``booktabs`` tables for papers, written directly (no pandas Styler, no jinja2)."""
+"""LaTeX ``booktabs`` tables for papers, written directly (no pandas Styler, no jinja2).
+
+A table has to fit the page it goes on. ``width`` names the target (``"textwidth"`` or
+``"columnwidth"``) and ``fit`` says how to get there:
+
+- ``"columns"`` drops the least important columns (never the first) until the table's estimated
+  width fits a nominal target: 345 pt for ``\\textwidth`` (article, 10 pt, one column: the
+  narrowest common text block) and 229.5 pt for ``\\columnwidth`` (article, two columns). The
+  estimate uses Computer Modern's glyph widths at the chosen font size plus 5 %.
+- ``"scale"`` shrinks the table to the real width with ``\\resizebox`` when, and only when, it is
+  wider (needs ``graphicx``); it never enlarges a narrow table.
+- ``"both"`` drops columns until the table needs at most a 1.5x shrink, then scales.
+- ``None`` leaves the table at its natural width.
+
+A table longer than :data:`LONG_ROWS` rows becomes a ``longtable`` (it breaks across pages, with
+the header repeated) unless ``long=False``; a ``longtable`` cannot be scaled, so it fits by
+columns. The first lines are a comment naming the packages the table needs.
+"""
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
+from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.views import Table, prepare_table
 
-__all__ = ["to_latex", "latex_table", "escape_latex"]
+__all__ = [
+    "FITS",
+    "FONT_SIZES",
+    "LONG_ROWS",
+    "NOMINAL_WIDTH_PT",
+    "escape_latex",
+    "estimate_width_pt",
+    "latex_table",
+    "to_latex",
+]
 
 _LATEX_SPECIALS = {
     "\\": r"\textbackslash{}",
@@ -23,14 +52,142 @@ _LATEX_SPECIALS = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
     "µ": r"\textmu{}",
     "×": r"$\times$",
+}
+
+FITS: tuple[str | None, ...] = ("columns", "scale", "both", None)
+WIDTHS: tuple[str | None, ...] = ("textwidth", "columnwidth", None)
+NOMINAL_WIDTH_PT: dict[str, float] = {"textwidth": 345.0, "columnwidth": 229.5}
+"""The widths ``fit="columns"`` aims at: article class, 10 pt, one column / two columns."""
+FONT_SIZES: dict[str, float] = {
+    "normalsize": 10.0, "small": 9.0, "footnotesize": 8.0, "scriptsize": 7.0,
+}
+"""Font sizes (pt, in a 10 pt document) a table may be set in."""
+LONG_ROWS = 40
+"""Above this many rows (header and footer included) a table becomes a ``longtable``."""
+_MAX_SHRINK = 1.5   # fit="both": drop columns until scaling by at most this much fits
+_TABCOLSEP_PT = 6.0  # LaTeX's default \tabcolsep, on each side of every column
+_SAFETY = 1.05
+_UNIT_RE = re.compile(r"^(.+?) \(([^()]+)\)$")
+
+# Computer Modern Roman glyph widths in thousandths of an em (cmr10.tfm); unknown glyphs count
+# as an "m" so the estimate errs on the wide side.
+_CMR_WIDTHS: dict[str, int] = {
+    **dict.fromkeys("0123456789", 500),
+    " ": 333, ".": 278, ",": 278, ":": 278, ";": 278, "(": 389, ")": 389, "[": 278, "]": 278,
+    "-": 333, "/": 500, "%": 833, "#": 833, "_": 500, "+": 778, "=": 778, "<": 778, ">": 778,
+    "×": 778, "µ": 576, "'": 278, "*": 500, "&": 778, "!": 278, "?": 472,
+    "a": 500, "b": 556, "c": 444, "d": 556, "e": 444, "f": 306, "g": 500, "h": 556, "i": 278,
+    "j": 306, "k": 528, "l": 278, "m": 833, "n": 556, "o": 500, "p": 556, "q": 528, "r": 392,
+    "s": 394, "t": 389, "u": 556, "v": 528, "w": 722, "x": 528, "y": 528, "z": 444,
+    "A": 750, "B": 708, "C": 722, "D": 764, "E": 681, "F": 653, "G": 785, "H": 750, "I": 361,
+    "J": 514, "K": 778, "L": 625, "M": 917, "N": 750, "O": 778, "P": 681, "Q": 778, "R": 736,
+    "S": 556, "T": 722, "U": 750, "V": 750, "W": 1028, "X": 750, "Y": 750, "Z": 611,
 }
 
 
 def escape_latex(text: str) -> str:
     """Escape the characters LaTeX treats specially: ``layer_1 & 50%`` -> ``layer\\_1 \\& 50\\%``."""
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def _text_width_pt(text: str, font_pt: float) -> float:
+    return sum(_CMR_WIDTHS.get(ch, 833) for ch in text) * font_pt / 1000.0
+
+
+def _label_span(row: Sequence[str]) -> int:
+    """How many columns a footer row's label spans: itself and the empty cells right of it."""
+    span = 1
+    while span < len(row) and row[span] == "":
+        span += 1
+    return span
+
+
+def _header_lines(headers: Sequence[str]) -> list[tuple[str, ...]]:
+    """Headers as one line, or as two when some carry a unit: ``params (M)`` becomes ``params``
+    over ``(M)``, so a unit does not make a narrow column of numbers wide."""
+    split = [_UNIT_RE.match(h) for h in headers]
+    if not any(split):
+        return [tuple(headers)]
+    names = tuple(m.group(1) if m else h for m, h in zip(split, headers))
+    units = tuple(f"({m.group(2)})" if m else "" for m in split)
+    return [names, units]
+
+
+def _column_widths_pt(table: Table, font_pt: float) -> list[float]:
+    """Natural width of each column: its widest cell plus the column separation. A footer
+    label spans the empty cells right of it (:func:`_label_span`); when it is wider than those
+    columns together, LaTeX widens the last of them, and so does this estimate."""
+    rows = [*_header_lines(table.headers), *table.cells]
+    widths = [max([_text_width_pt(r[i], font_pt) for r in rows]
+                  + [_text_width_pt(f[i], font_pt) for f in table.footer if i > 0 or not f[0]])
+              + 2 * _TABCOLSEP_PT for i in range(len(table.columns))]
+    for f in table.footer:
+        span = _label_span(f)
+        need = _text_width_pt(f[0], font_pt) + 2 * _TABCOLSEP_PT - sum(widths[:span])
+        if need > 0:
+            widths[span - 1] += need
+    return widths
+
+
+def estimate_width_pt(table: Table, font_size: str = "small") -> float:
+    """The estimated natural width of ``table`` in points, set in ``font_size`` (5 % margin)."""
+    return sum(_column_widths_pt(table, _font_pt(font_size))) * _SAFETY
+
+
+def _font_pt(font_size: str) -> float:
+    if font_size not in FONT_SIZES:
+        raise ModelProfError(f"font_size={font_size!r} is not one of {list(FONT_SIZES)}")
+    return FONT_SIZES[font_size]
+
+
+def _drop_until_fits(table: Table, limit_pt: float, font_size: str, priority: Sequence[str]) -> Table:
+    """Drop columns, least important first, until the estimate is within ``limit_pt``; the
+    first column is never dropped. ``priority`` lists column names most important first; the
+    rest go first, rightmost first."""
+    font_pt = _font_pt(font_size)
+    keep = list(range(len(table.columns)))
+    rank = {name: i for i, name in enumerate(priority)}
+    unranked = [i for i in reversed(keep[1:]) if table.columns[i] not in rank]
+    ranked = sorted((i for i in keep[1:] if table.columns[i] in rank),
+                    key=lambda i: -rank[table.columns[i]])
+    candidates = unranked + ranked
+    widths = _column_widths_pt(table, font_pt)
+    for i in candidates:
+        if sum(widths[j] for j in keep) * _SAFETY <= limit_pt:
+            break
+        keep.remove(i)
+    return _subset(table, keep)
+
+
+def _subset(table: Table, keep: Sequence[int]) -> Table:
+    def pick(row: Sequence[str]) -> tuple[str, ...]:
+        return tuple(row[i] for i in keep)
+
+    # a footer row left with nothing but its label (the end-to-end row without the latency
+    # column) says nothing: drop it
+    footer = tuple(pick(r) for r in table.footer if any(pick(r)[1:]))
+    return Table(columns=pick(table.columns), headers=pick(table.headers), kinds=pick(table.kinds),
+                 cells=tuple(pick(r) for r in table.cells), footer=footer, units=table.units,
+                 frame=table.frame)
+
+
+def _line(cells: Iterable[str]) -> str:
+    return " & ".join(escape_latex(c) for c in cells) + r" \\"
+
+
+def _footer_line(row: Sequence[str]) -> str:
+    """A footer row whose label spans the empty cells right of it, so a long label such as
+    "end-to-end (clean run)" does not widen the first column."""
+    span = _label_span(row)
+    if span == 1:
+        return _line(row)
+    label = f"\\multicolumn{{{span}}}{{l}}{{{escape_latex(row[0])}}}"
+    return " & ".join([label, *(escape_latex(c) for c in row[span:])]) + r" \\"
 
 
 def latex_table(
@@ -40,37 +197,79 @@ def latex_table(
     label: str | None = None,
     position: str | None = None,
     float_env: bool = True,
+    width: str | None = "textwidth",
+    fit: str | None = "columns",
+    long: bool | None = None,
+    font_size: str = "small",
+    priority: Sequence[str] = (),
 ) -> str:
-    """Lay out a prepared :class:`Table` as a booktabs ``tabular``, inside a ``table`` float unless
-    ``float_env=False``. ``caption`` and ``label`` are inserted verbatim (they are LaTeX)."""
+    """Lay out a prepared :class:`Table` as booktabs rules in a ``table`` float (``table*`` for
+    ``width="textwidth"``, so it spans both columns of a two-column paper), a ``longtable``, or a
+    bare ``tabular`` (``float_env=False``). ``caption`` and ``label`` are inserted verbatim (they
+    are LaTeX). See the module docstring for ``width``, ``fit`` and ``long``."""
+    if fit not in FITS:
+        raise ModelProfError(f"fit={fit!r} is not one of {list(FITS)}")
+    if width not in WIDTHS:
+        raise ModelProfError(f"width={width!r} is not one of {list(WIDTHS)}")
+    _font_pt(font_size)  # validates
+    n_lines = len(table.cells) + len(table.footer) + 1
+    if long is None:
+        long = float_env and n_lines > LONG_ROWS
+    if long and not float_env:
+        raise ModelProfError("long=True makes a longtable, which is its own environment; "
+                             "drop float_env=False")
+    if long and fit in ("scale", "both"):
+        raise ModelProfError(f"fit={fit!r}: a longtable cannot be scaled; use fit='columns', "
+                             "fewer rows (depth=, top_k=) or long=False")
+    if width is not None and fit is not None:
+        target = NOMINAL_WIDTH_PT[width]
+        if fit == "columns":
+            table = _drop_until_fits(table, target, font_size, priority)
+        elif fit == "both":
+            table = _drop_until_fits(table, target * _MAX_SHRINK, font_size, priority)
+    scale = width is not None and fit in ("scale", "both")
     spec = "".join("r" if n else "l" for n in table.numeric)
+    head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
+    body = [_line(r) for r in table.cells]
+    if table.footer:
+        body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
 
-    def line(cells: Iterable[str]) -> str:
-        return " & ".join(escape_latex(c) for c in cells) + r" \\"
-
-    body = [
-        f"\\begin{{tabular}}{{{spec}}}",
-        r"\toprule",
-        line(table.headers),
-        r"\midrule",
-        *(line(r) for r in table.cells),
-    ]
-    if table.totals is not None:
-        body += [r"\midrule", line(table.totals)]
-    body += [r"\bottomrule", r"\end{tabular}"]
-
-    out = [r"% requires \usepackage{booktabs}"]
-    if float_env:
-        out.append(r"\begin{table}" + (f"[{position}]" if position else ""))
-        out.append(r"\centering")
+    packages = ["booktabs"] + (["longtable"] if long else []) + (["graphicx"] if scale else [])
+    out = [f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble",
+           f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
+           f"\\{font_size} ({len(table.columns)} columns)"]
+    if long:
+        n = len(table.columns)
+        first = [*head, r"\endfirsthead"]
         if caption is not None:
-            out.append(f"\\caption{{{caption}}}")
-        if label is not None:
-            out.append(f"\\label{{{label}}}")
-        out += body
-        out.append(r"\end{table}")
-    else:
-        out += body
+            first.insert(0, f"\\caption{{{caption}}}" + (f"\\label{{{label}}}" if label else "")
+                         + r" \\")
+        elif label is not None:
+            first.insert(0, f"\\label{{{label}}}" + r" \\")
+        out += [r"\begingroup", f"\\{font_size}", f"\\begin{{longtable}}{{{spec}}}", *first,
+                f"\\multicolumn{{{n}}}{{l}}{{\\emph{{(continued)}}}} \\\\", *head, r"\endhead",
+                r"\midrule", f"\\multicolumn{{{n}}}{{r}}{{\\emph{{continued on the next page}}}} \\\\",
+                r"\endfoot", r"\bottomrule", r"\endlastfoot", *body, r"\end{longtable}",
+                r"\endgroup"]
+        return "\n".join(out) + "\n"
+
+    tabular = [f"\\begin{{tabular}}{{{spec}}}", *head, *body, r"\bottomrule", r"\end{tabular}"]
+    if scale:
+        length = f"\\{width}"
+        # shrink to the width only when wider: \width is the natural width inside \resizebox
+        tabular = [f"\\resizebox{{\\ifdim\\width>{length}{length}\\else\\width\\fi}}{{!}}{{%",
+                   *tabular[:-1], tabular[-1] + "}"]
+    if not float_env:
+        return "\n".join(out + [f"{{\\{font_size}", *tabular, "}"]) + "\n"
+    env = "table*" if width == "textwidth" else "table"
+    out.append(f"\\begin{{{env}}}" + (f"[{position}]" if position else ""))
+    out += [r"\centering", f"\\{font_size}"]
+    if caption is not None:
+        out.append(f"\\caption{{{caption}}}")
+    if label is not None:
+        out.append(f"\\label{{{label}}}")
+    out += tabular
+    out.append(f"\\end{{{env}}}")
     return "\n".join(out) + "\n"
 
 
@@ -78,24 +277,34 @@ def to_latex(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
     *,
+    end_to_end: Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     caption: str | None = None,
     label: str | None = None,
     position: str | None = None,
     float_env: bool = True,
-    units: str = "human",
-    columns: Iterable[str] | None = None,
+    width: str | None = "textwidth",
+    fit: str | None = "columns",
+    long: bool | None = None,
+    font_size: str = "small",
+    priority: Sequence[str] = (),
+    units: str = "fixed",
+    columns: Iterable[str] | str | None = None,
     depth: int | None = None,
     leaf_only: bool = False,
     top_k: int | None = None,
     sort_by: str | None = None,
     show_totals: bool = True,
 ) -> str | Path:
-    """A booktabs table of ``df`` with a totals row. ``units="fixed"`` puts one unit per column in
-    the header (``params (M)``), the usual layout in papers. Returns the text or writes ``path``."""
+    """A booktabs table of ``df`` with its footer rows, fitted to ``width`` (see the module
+    docstring). ``units="fixed"`` (the default) puts one unit per column in the header
+    (``params (M)``), the usual layout in papers. ``priority`` names the columns to keep longest
+    when ``fit`` drops some. Returns the text or writes ``path``."""
     table = prepare_table(
-        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
-        sort_by=sort_by, units=units, show_totals=show_totals,
+        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only,
+        top_k=top_k, sort_by=sort_by, units=units, show_totals=show_totals,
     )
-    text = latex_table(table, caption=caption, label=label, position=position, float_env=float_env)
+    text = latex_table(table, caption=caption, label=label, position=position,
+                       float_env=float_env, width=width, fit=fit, long=long, font_size=font_size,
+                       priority=priority)
     return emit(text, path)

@@ -27,11 +27,11 @@ def markdown_table(table: Table) -> str:
         from tabulate import tabulate
     except ImportError as e:  # pragma: no cover - exercised only without the extra installed
         raise ModelProfError(
-            "Markdown output needs tabulate: pip install modelprof[markdown]"
+            "Markdown output needs tabulate: pip install tabulate (in a clone of modelprof: "
+            "pip install -e '.[all]')"
         ) from e
     rows = [list(map(_escape, r)) for r in table.cells]
-    if table.totals is not None:
-        rows.append(list(map(_escape, table.totals)))
+    rows += [list(map(_escape, r)) for r in table.footer]
     align = ["right" if n else "left" for n in table.numeric]
     return tabulate(
         rows,
@@ -46,9 +46,10 @@ def to_markdown(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
     *,
+    end_to_end: Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     units: str = "human",
-    columns: Iterable[str] | None = None,
+    columns: Iterable[str] | str | None = None,
     depth: int | None = None,
     leaf_only: bool = False,
     top_k: int | None = None,
@@ -59,7 +60,7 @@ def to_markdown(
     :func:`modelprof.render.views.prepare_table`). Returns the text, or writes ``path`` and
     returns it. The text ends with a newline."""
     table = prepare_table(
-        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
+        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
         sort_by=sort_by, units=units, show_totals=show_totals,
     )
     return emit(markdown_table(table) + "\n", path)

@@ -52,8 +52,8 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         skipped = len(rows) - max_rows
         rows = rows[:head_n] + (rows[len(rows) - tail_n:] if tail_n else [])
     headers = tuple(map(escape_control, table.headers))
-    totals = tuple(map(escape_control, table.totals)) if table.totals is not None else None
-    everything = [headers, *rows] + ([totals] if totals is not None else [])
+    footer = [tuple(map(escape_control, r)) for r in table.footer]
+    everything = [headers, *rows, *footer]
     widths = [max(len(r[i]) for r in everything) for i in range(len(table.headers))]
     numeric = table.numeric
     rule = _GAP.join("-" * w for w in widths)
@@ -69,9 +69,9 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         out.append(_line(r, widths, numeric))
     if skipped and head_n == len(rows):
         out.append(f"... {skipped} more rows ...")
-    if totals is not None:
+    if footer:
         out.append(rule)
-        out.append(_line(totals, widths, numeric))
+        out += [_line(r, widths, numeric) for r in footer]
     return "\n".join(out)
 
 
@@ -79,11 +79,12 @@ def to_text(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
     *,
+    end_to_end: Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     title: str | None = None,
     max_rows: int | None = None,
     units: str = "human",
-    columns: Iterable[str] | None = None,
+    columns: Iterable[str] | str | None = None,
     depth: int | None = None,
     leaf_only: bool = False,
     top_k: int | None = None,
@@ -93,7 +94,7 @@ def to_text(
     """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals. Returns the text
     (no trailing newline) or writes ``path`` (with one) and returns it."""
     table = prepare_table(
-        df, totals, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
+        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
         sort_by=sort_by, units=units, show_totals=show_totals,
     )
     text = text_table(table, max_rows=max_rows, title=title)

@@ -11,6 +11,8 @@ Conventions (stated once, used by every renderer):
 - **Times** are given in milliseconds and print with 3 significant figures in the unit that puts
   the mantissa in [1, 1000): ``3.10 ms``, ``850 µs``, ``1.25 s``.
 - **Percentages** print with 2 decimals: ``12.48%``.
+- **Multiples** (ratios to a baseline) print with 3 significant figures, at least 2 decimals,
+  and a ``×``: ``1.00×``, ``0.500×``, ``0.0328×``, ``12.50×``, ``150×``.
 
 Every formatter returns ``"-"`` for a missing value (``None`` or NaN).
 """
@@ -31,6 +33,7 @@ __all__ = [
     "format_rate",
     "format_time_ms",
     "format_percent",
+    "format_multiple",
     "pick_scale",
 ]
 
@@ -134,6 +137,22 @@ def format_percent(percent: float | int | None, *, decimals: int = 2) -> str:
     if _missing(percent):
         return MISSING
     return f"{float(percent):.{decimals}f}%"  # type: ignore[arg-type]
+
+
+def format_multiple(ratio: float | int | None) -> str:
+    """A ratio to a baseline: ``1 -> "1.00×"``, ``0.0328 -> "0.0328×"``, ``150.2 -> "150×"``."""
+    if _missing(ratio):
+        return MISSING
+    value = float(ratio)  # type: ignore[arg-type]
+    size = abs(value)
+    if size == 0:
+        return "0×"
+    if not math.isfinite(value):
+        return f"{'inf' if value > 0 else '-inf'}×"
+    if size >= 100:
+        return f"{value:.0f}×"
+    decimals = 2 if size >= 1 else min(8, 2 - math.floor(math.log10(size)))
+    return f"{value:.{decimals}f}×"
 
 
 def pick_scale(

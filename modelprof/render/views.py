@@ -6,13 +6,16 @@ writers lay out. Three unit modes:
 
 - ``"human"``: every cell carries its unit (``1.82 G``, ``3.06 MiB``, ``3.10 ms``, ``12.48%``),
   conventions in :mod:`modelprof.render.units`.
-- ``"fixed"``: one unit per column, chosen from the column's largest value and named in the header
-  (``params (M)``, ``output (MiB)``, ``latency (ms)``); cells are bare numbers with 2 decimals. The
-  usual choice for a paper table.
+- ``"fixed"``: one unit per column, named in the header (``params (M)``, ``output (KiB)``,
+  ``latency (ms)``); cells are bare numbers with 2 decimals. The unit is chosen per column so that
+  no number needs more than 4 digits before the point and, where possible, no non-zero value
+  rounds to ``0.00``; a non-zero value too small for the column's unit prints ``<0.01``, a zero
+  prints ``0``. The usual choice for a paper table.
 - ``"raw"``: the stored numbers, full precision, headers are the column names.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
@@ -27,6 +30,7 @@ from modelprof.render.units import (
     TIME_UNITS,
     format_bytes,
     format_count,
+    format_multiple,
     format_percent,
     format_rate,
     format_time_ms,
@@ -39,6 +43,7 @@ __all__ = [
     "COMPACT_COLUMNS",
     "ROOT_LABEL",
     "TOTAL_LABEL",
+    "END_TO_END_LABEL",
     "Table",
     "ColumnSpec",
     "column_spec",
@@ -47,15 +52,18 @@ __all__ = [
     "compact_columns",
     "default_totals",
     "prepare_table",
+    "readable_scale",
 ]
 
 Units = Literal["human", "fixed", "raw"]
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = (
-    "params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes",
+    "params", "macs", "flops", "madd", "read_bytes", "write_bytes",
 )
-"""Columns whose leaf rows add up to the model total (used when no totals are given)."""
+"""Columns whose leaf rows add up to a meaningful model total (used when no totals are given).
+``output_bytes`` is not one: the outputs of all leaves summed is every activation written, which
+``write_bytes`` already says; the totals row leaves it empty."""
 
 COMPACT_COLUMNS: tuple[str, ...] = (
     "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
@@ -66,6 +74,10 @@ COMPACT_COLUMNS: tuple[str, ...] = (
 ROOT_LABEL = "(root)"
 """How human-readable tables show the root module, whose qualified name is ``""``."""
 TOTAL_LABEL = "total"
+"""The footer row of sums over the leaf rows (each shared parameter once)."""
+END_TO_END_LABEL = "end-to-end (clean run)"
+"""The footer row of the end-to-end measurement: the median of the clean (uninstrumented) runs,
+which differs from the ``(root)`` row's latency, measured in the instrumented pass."""
 
 # kind: how a column is formatted.
 #   text, int, bool            as they are
@@ -111,6 +123,7 @@ _SPECS: dict[str, ColumnSpec] = {
     "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
     "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),
     "intensity": ColumnSpec("intensity (FLOP/B)", "float"),
+    "memory_level": ColumnSpec("memory level", "text"),
     "roofline_ms": ColumnSpec("roofline", "time_ms"),
     "bound": ColumnSpec("bound", "text"),
     "efficiency": ColumnSpec("efficiency", "ratio"),
@@ -131,6 +144,11 @@ _SPECS: dict[str, ColumnSpec] = {
     "batch_size": ColumnSpec("batch size", "int"),
     "throughput_samples_per_s": ColumnSpec("throughput (samples/s)", "float"),
     "throughput_batch_size": ColumnSpec("throughput batch", "int"),
+    "latency_median_ms": ColumnSpec("latency median", "time_ms"),
+    "latency_p90_ms": ColumnSpec("latency p90", "time_ms"),
+    # per-layer-type / per-module-type summaries (Report.by_layer_type, by_module_type)
+    "layer_type": ColumnSpec("layer type", "text"),
+    "calls": ColumnSpec("calls", "int"),
 }
 
 _SUFFIX_KINDS: tuple[tuple[str, str], ...] = (
@@ -147,8 +165,12 @@ def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
         return _SPECS[name]
     for suffix, kind in _SUFFIX_KINDS:
         if name.endswith(suffix) and len(name) > len(suffix):
-            base = name[: -len(suffix)].replace("_", " ")
-            return ColumnSpec(f"{base} ratio" if kind == "multiple" else base, kind)
+            stem = name[: -len(suffix)]
+            if kind == "multiple":  # macs_x -> "MACs ratio"; latency_x -> "latency ratio"
+                known = _SPECS.get(stem) or _SPECS.get(stem + "_bytes")
+                return ColumnSpec(f"{known.header if known else stem.replace('_', ' ')} ratio",
+                                  kind)
+            return ColumnSpec(stem.replace("_", " "), kind)
     header = str(name).replace("_", " ")
     if series is not None:
         if pd.api.types.is_bool_dtype(series.dtype):
@@ -236,10 +258,11 @@ def select_rows(
     return out.copy()
 
 
-def select_columns(df: pd.DataFrame, columns: Iterable[str] | None) -> pd.DataFrame:
-    """The given columns in the given order; ``None`` keeps them all. Unknown names are an error."""
+def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.DataFrame:
+    """The given columns in the given order; ``None`` or ``"all"`` keeps them all. Unknown names
+    are an error."""
     df = _check_frame(df)
-    if columns is None:
+    if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
     if isinstance(columns, str):
         columns = [columns]
@@ -286,9 +309,14 @@ class Table:
     headers: tuple[str, ...]
     kinds: tuple[str, ...]
     cells: tuple[tuple[str, ...], ...]
-    totals: tuple[str, ...] | None
+    footer: tuple[tuple[str, ...], ...]
     units: str
     frame: pd.DataFrame = field(repr=False, compare=False)
+
+    @property
+    def totals(self) -> tuple[str, ...] | None:
+        """The first footer row (the sums), or None without a footer."""
+        return self.footer[0] if self.footer else None
 
     @property
     def numeric(self) -> tuple[bool, ...]:
@@ -345,32 +373,78 @@ def _human_formatter(kind: str) -> Callable[[Any], str]:
         "float": plain,
         "gflops": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "FLOP/s"),
         "gbps": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "B/s"),
-        "multiple": lambda v: MISSING if _is_missing(v) else f"{float(v):.2f}×",
+        "multiple": format_multiple,
     }
     return table[kind]
 
 
+TINY = "<0.01"
+"""What a fixed-unit cell shows for a non-zero value that rounds to 0.00 in its column's unit."""
+_MAX_FIXED = 1e4  # a fixed-unit column keeps at most 4 digits before the decimal point
+
+
+def _scaled_cell(scale: float) -> Callable[[Any], str]:
+    """Bare number in units of ``scale`` with 2 decimals; ``0`` for zero, ``<0.01`` for a
+    non-zero value that would print as 0.00."""
+
+    def fmt(v: Any) -> str:
+        if _is_missing(v):
+            return MISSING
+        x = float(v) / scale
+        if x == 0:
+            return "0"
+        text = f"{x:.2f}"
+        if float(text) == 0:
+            return TINY if x > 0 else "-" + TINY
+        return text
+
+    return fmt
+
+
+def readable_scale(values: Sequence[float], prefixes: Sequence[tuple[float, str]],
+                   max_mantissa: float = _MAX_FIXED) -> tuple[float, str]:
+    """One unit for a column of numbers: among the units that keep the largest value below
+    ``max_mantissa`` (and at or above 1 where possible), the largest one under which every
+    non-zero value still shows as at least 0.01; failing that, the smallest such unit.
+
+    ``[11_689_512, 128]`` with SI prefixes -> M (``11.69``; 128 shows ``<0.01``: K would need
+    ``11689.51``), ``[1_814e6, 512e3]`` -> M (``1814.07``, ``0.51``), ``[]`` -> the smallest unit.
+    """
+    finite = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v))]
+    nonzero = [v for v in finite if v > 0]
+    ordered = sorted(prefixes, key=lambda p: p[0])
+    if not nonzero:
+        return pick_scale(finite, prefixes)
+    top, low = max(nonzero), min(nonzero)
+    top_scale = pick_scale([top], prefixes)[0]  # largest unit with the top value >= 1
+    fitting = [p for p in ordered if p[0] <= top_scale and top / p[0] < max_mantissa]
+    if not fitting:  # even the smallest unit leaves > 4 digits: take the largest one not above top
+        return pick_scale([top], prefixes)
+    for scale, symbol in reversed(fitting):  # largest unit first
+        if round(low / scale, 2) > 0:
+            return scale, symbol
+    return fitting[0]
+
+
 def _fixed_formatter(kind: str, header: str, values: Sequence[Any]) -> tuple[str, Callable[[Any], str]]:
     """Header with the column's unit and a formatter printing bare numbers in that unit."""
-
-    def scaled(scale: float) -> Callable[[Any], str]:
-        return lambda v: MISSING if _is_missing(v) else f"{float(v) / scale:.2f}"
+    scaled = _scaled_cell
 
     if kind not in _NUMERIC_KINDS:
         return header, _human_formatter(kind)
     numbers = [float(v) for v in values if not _is_missing(v)]
     if kind == "count":
-        scale, prefix = pick_scale(numbers, SI_PREFIXES)
+        scale, prefix = readable_scale(numbers, SI_PREFIXES)
         if scale == 1.0:
             return header, _human_formatter("int")
         return f"{header} ({prefix})", scaled(scale)
     if kind == "bytes":
-        scale, unit = pick_scale(numbers, IEC_PREFIXES)
+        scale, unit = readable_scale(numbers, IEC_PREFIXES)
         if scale == 1.0:
             return f"{header} (B)", _human_formatter("int")
         return f"{header} ({unit})", scaled(scale)
     if kind == "time_ms":
-        scale, unit = pick_scale(numbers, TIME_UNITS)
+        scale, unit = readable_scale(numbers, TIME_UNITS)
         return f"{header} ({unit})", scaled(scale)
     if kind == "percent":
         return f"{header} (%)", scaled(1.0)
@@ -381,7 +455,7 @@ def _fixed_formatter(kind: str, header: str, values: Sequence[Any]) -> tuple[str
     if kind in ("gflops", "gbps"):
         base = header.replace("FLOP/s", "").replace("B/s", "").strip() or "achieved"
         unit = "FLOP/s" if kind == "gflops" else "B/s"
-        scale, prefix = pick_scale([v * 1e9 for v in numbers], SI_PREFIXES)
+        scale, prefix = readable_scale([v * 1e9 for v in numbers], SI_PREFIXES)
         return f"{base} ({prefix}{unit})", scaled(scale / 1e9)
     return header, _human_formatter(kind)
 
@@ -426,7 +500,8 @@ def prepare_table(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
     *,
-    columns: Iterable[str] | None = None,
+    end_to_end: Mapping[str, Any] | None = None,
+    columns: Iterable[str] | str | None = None,
     depth: int | None = None,
     leaf_only: bool = False,
     top_k: int | None = None,
@@ -434,18 +509,22 @@ def prepare_table(
     units: str = "human",
     show_totals: bool = True,
 ) -> Table:
-    """Select rows and columns of ``df`` and render the cells, plus a totals row.
+    """Select rows and columns of ``df`` and render the cells, plus footer rows.
 
-    ``totals`` maps column names to the model totals (``Report.totals``, optionally with
-    ``latency_ms`` for the end-to-end latency); without it the totals of the additive columns are
-    summed from the leaf rows of the *whole* table (before any row selection), and a table without
-    a ``leaf`` column (torchstat view, compare results) gets no totals row.
+    Footer rows: ``total`` (:data:`TOTAL_LABEL`) from ``totals``, which maps column names to
+    model totals (``Report.totals``); without it the totals of :data:`ADDITIVE_COLUMNS` are summed
+    from the leaf rows of the *whole* table (before any row selection), and a table without a
+    ``leaf`` column (torchstat view, compare results) gets none. A column absent from the totals
+    stays empty in that row. ``end_to_end`` (``{"latency_ms": ...}``) adds a row labelled
+    :data:`END_TO_END_LABEL` for the clean end-to-end measurement. ``show_totals=False`` drops
+    both.
     """
     df = _check_frame(df)
     units = _check_units(units)
     if totals is None:
         totals = default_totals(df)
     totals = dict(totals) if (totals is not None and show_totals) else None
+    end_to_end = dict(end_to_end) if (end_to_end and show_totals) else None
     rows = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
     rows = _with_index(rows)
     shown = select_columns(rows, columns)
@@ -464,8 +543,9 @@ def prepare_table(
             formatters.append(_human_formatter(spec.kind))
         else:
             values = list(shown[name])
-            if totals is not None and name in totals:
-                values.append(totals[name])
+            for extra in (totals, end_to_end):
+                if extra is not None and name in extra:
+                    values.append(extra[name])
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
             headers.append(header)
             formatters.append(fmt)
@@ -479,25 +559,27 @@ def prepare_table(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
 
-    totals_cells: tuple[str, ...] | None = None
-    if totals is not None:
-        label_at = _label_column(names, kinds, totals)
+    footer: list[tuple[str, ...]] = []
+    for label, values in ((TOTAL_LABEL, totals), (END_TO_END_LABEL, end_to_end)):
+        if values is None or not set(values) & set(names):
+            continue  # a footer row with none of its columns shown would be a bare label
+        label_at = _label_column(names, kinds, {**(totals or {}), **(end_to_end or {})})
         out = []
         for i, (name, fmt) in enumerate(zip(names, formatters)):
             if i == label_at:
-                out.append(TOTAL_LABEL)
-            elif name in totals:
-                out.append(fmt(totals[name]))
+                out.append(label)
+            elif name in values:
+                out.append(fmt(values[name]))
             else:
                 out.append("")
-        totals_cells = tuple(out)
+        footer.append(tuple(out))
 
     return Table(
         columns=tuple(names),
         headers=tuple(headers),
         kinds=tuple(kinds),
         cells=cells,
-        totals=totals_cells,
+        footer=tuple(footer),
         units=units,
         frame=rows,
     )

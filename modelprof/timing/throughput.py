@@ -21,6 +21,7 @@ from ..env import collect_env
 from ..errors import ModelProfError
 from ..inputs import model_placement, moved_model, parse_device, parse_dtype
 from ..device import is_oom
+from ..progress import progress_bar
 from .latency import measure_latency
 from .measurement import Measurement, _ms
 from .options import TimingOptions
@@ -252,25 +253,22 @@ def measure_throughput(
         sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
         return ThroughputPoint(b, m.median_ms, sps, peak, m)
 
-    bar = None
-    if opts.progress:
-        try:
-            from tqdm.auto import tqdm
-            bar = tqdm(desc="throughput", unit="point")
-        except ImportError:
-            bar = None
+    # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
+    # out-of-memory error adds a few; the bar then counts past its total)
+    bar = progress_bar(max_batch.bit_length(), enabled=opts.progress, desc="throughput",
+                       unit="point")
 
     def on_point(p: ThroughputPoint) -> None:
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
+        if bar.total is not None and bar.n >= bar.total:
+            bar.total = bar.n + 1
+        bar.update(1)
+        bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
 
     try:
         points, reason, fit, oom = search_batches(measure, max_batch, gain, patience,
                                                   free=lambda: _free(dev), on_point=on_point)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     mem_after = None
     if cuda:
         _free(dev)

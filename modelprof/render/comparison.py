@@ -1,0 +1,118 @@
+"""Rendering of a comparison (``modelprof.compare``): which columns a readable table shows, its
+caption, and the exporters the ``Comparison`` result exposes as methods.
+
+The comparison stays a numeric DataFrame (one row per model, ``*_x`` ratios to the baseline); these
+functions humanise it the way a report's exporters do (``11.69 M``, ``3.10 ms``, ``0.0312×``).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = [
+    "COMPACT_COMPARE_COLUMNS",
+    "compact_compare_columns",
+    "compare_caption",
+    "comparison_to_csv",
+    "comparison_to_html",
+    "comparison_to_json",
+    "comparison_to_latex",
+    "comparison_to_markdown",
+    "comparison_to_text",
+]
+
+COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
+    "model", "input_shape", "params", "macs", "flops", "latency_median_ms", "fps",
+    "throughput_samples_per_s", "params_x", "macs_x", "latency_x", "throughput_x",
+)
+"""What a readable comparison shows by default (the index ``model`` first); the rest
+(MAdd, bytes, p90, std, the other ratios) with ``columns="all"``."""
+
+# LaTeX keeps these longest when a comparison must lose columns to fit the page
+_LATEX_PRIORITY = ("model", "params", "macs", "latency_median_ms", "latency_x", "macs_x",
+                   "params_x", "fps", "throughput_samples_per_s", "throughput_x", "flops")
+
+
+def compact_compare_columns(df: pd.DataFrame) -> list[str]:
+    """The :data:`COMPACT_COMPARE_COLUMNS` that ``df`` has (the index counts as ``model``)."""
+    present = set(map(str, df.columns)) | {str(df.index.name)}
+    return [c for c in COMPACT_COMPARE_COLUMNS if c in present]
+
+
+def compare_caption(attrs: Mapping[str, Any]) -> str:
+    """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``."""
+    from modelprof.compare import env_caption
+
+    env = env_caption(attrs.get("env") or {})
+    baseline = attrs.get("baseline")
+    parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
+    return "; ".join(parts)
+
+
+def _columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> Any:
+    return compact_compare_columns(df) if columns is None else columns
+
+
+def comparison_to_markdown(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
+                           columns: Iterable[str] | str | None = None, **view: Any) -> str | Path:
+    """A GitHub Markdown table in human units, the compact columns unless ``columns`` says."""
+    from modelprof.render.markdown import to_markdown
+
+    return to_markdown(df, path=path, columns=_columns(df, columns), **view)
+
+
+def comparison_to_text(df: pd.DataFrame, *, columns: Iterable[str] | str | None = None,
+                       **view: Any) -> str:
+    """A plain-text table with the caption as its title."""
+    from modelprof.render.text import to_text
+
+    view.setdefault("title", compare_caption(df.attrs) or None)
+    return str(to_text(df, columns=_columns(df, columns), **view))
+
+
+def comparison_to_latex(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
+                        columns: Iterable[str] | str | None = None, caption: str | None = None,
+                        **view: Any) -> str | Path:
+    """A booktabs table with one unit per column, fitted to the page like a report's; the
+    caption defaults to the baseline and environment."""
+    from modelprof.render.latex import escape_latex, to_latex
+
+    if caption is None:
+        caption = escape_latex(compare_caption(df.attrs)) or None
+    view.setdefault("priority", _LATEX_PRIORITY)
+    return to_latex(df, path=path, columns=_columns(df, columns), caption=caption, **view)
+
+
+def comparison_to_html(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
+                       columns: Iterable[str] | str | None = None, standalone: bool = True,
+                       **view: Any) -> str | Path:
+    """A complete HTML page (``standalone=False``: the fragment the notebook shows)."""
+    from modelprof.render.html import to_html
+
+    caption = compare_caption(df.attrs) or None
+    view.setdefault("caption", caption)
+    view.setdefault("title", "modelprof comparison")
+    return to_html(df, path=path, columns=_columns(df, columns), standalone=standalone, **view)
+
+
+def comparison_to_csv(df: pd.DataFrame, path: str | os.PathLike[str] | None = None,
+                      **view: Any) -> str | Path:
+    """Every column with raw numbers (the index as the ``model`` column), read back by
+    ``modelprof.render.read_csv``."""
+    from modelprof.render.csvio import to_csv
+
+    return to_csv(df, path=path, **view)
+
+
+def comparison_to_json(df: pd.DataFrame, path: str | os.PathLike[str] | None = None,
+                       **view: Any) -> str | Path:
+    """The table and the environment (``attrs``) as JSON, read back by
+    ``modelprof.render.read_json``."""
+    from modelprof.render.jsonio import to_json
+
+    env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
+    return to_json(df, None, env, path=path, **view)

@@ -1,0 +1,90 @@
+"""Layer types for the per-layer-type summary: by torch.nn class, else by the dominant op; and
+Report.by_layer_type on real models (leaf sums equal the totals; (self) rows typed by their ops)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from modelprof import profile
+from modelprof.layer_types import LAYER_TYPES, layer_type, op_layer_type
+
+
+@pytest.mark.parametrize("op, kind", [
+    ("convolution.default", "conv"),
+    ("aten.addmm.default", "linear"),
+    ("bmm", "matmul"),
+    ("_scaled_dot_product_flash_attention_for_cpu.default", "attention"),
+    ("native_layer_norm.default", "norm"),
+    ("relu_.default", "activation"),
+    ("_softmax.default", "activation"),
+    ("max_pool2d_with_indices.default", "pool"),
+    ("add_.Tensor", "elementwise"),     # not in the table: its pointwise tag says so
+    ("mul.Tensor", "elementwise"),
+    ("cat.default", "data movement"),
+    ("mean.dim", "reduction"),
+    ("embedding.default", "embedding"),
+    ("no_such_op.default", "other"),
+])
+def test_op_layer_types(op: str, kind: str) -> None:
+    assert op_layer_type(op) == kind
+    assert kind in LAYER_TYPES
+
+
+def test_module_class_first_then_ops() -> None:
+    assert layer_type("Conv2d", {"convolution.default": 10}) == "conv"
+    assert layer_type("BatchNorm2d", {"empty.memory_format": 0, "native_batch_norm.default": 4}) == "norm"
+    # a (self) row carries its parent's class: typed by its ops (a residual add)
+    assert layer_type("BasicBlock", {"add_.Tensor": 16384}, is_self=True) == "elementwise"
+    # the op with the most FLOPs wins; allocations say nothing
+    assert layer_type("MyBlock", {"empty.memory_format": 0, "bmm.default": 100,
+                                  "add.Tensor": 5}) == "matmul"
+    assert layer_type("MyBlock", {"empty.memory_format": 0}) == "other"
+    assert layer_type("MyBlock", {}) == "other"
+    # a user class that happens to have no known name and ran an attention kernel
+    assert layer_type("Attention", {"scaled_dot_product_attention.default": 1}) == "attention"
+
+
+class Block(nn.Module):
+    """Attention written by hand with SDPA, a residual add and a concat in its own forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        y = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1))
+        return self.norm(x + y.squeeze(1))
+
+
+def test_by_layer_type_sums_leaves_and_types_self_rows_by_their_ops() -> None:
+    model = Block().eval()
+    report = profile(model, (4, 8), timing=False)
+    table = report.by_layer_type()
+    # the Block's own ops (SDPA, the add) are its (self) row: typed attention by its biggest op
+    assert set(table.index) == {"linear", "attention", "norm"}
+    # leaf sums equal the model totals (each shared parameter once)
+    for column in ("params", "macs", "flops", "read_bytes", "write_bytes"):
+        assert int(table[column].sum()) == report.totals[column], column
+    # qkv: 4 tokens x 24 outputs x 8 inputs = 768 MACs; SDPA: QK^T 4x4x8 + AV 4x4x8 = 256 MACs
+    assert table.loc["linear", "macs"] == 768
+    assert table.loc["attention", "macs"] == 256
+    assert table.loc["linear", "params"] == 8 * 24 + 24  # 216
+    assert table.loc["norm", "params"] == 16  # weight + bias of LayerNorm(8)
+    assert list(table.columns) == ["calls", "params", "macs", "flops", "madd", "read_bytes",
+                                   "write_bytes"]  # untimed: no latency columns
+
+
+def test_resnet_residual_adds_are_elementwise_not_basicblock() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    report = profile(torchvision.models.resnet18(), (3, 32, 32), device="meta", timing=False)
+    table = report.by_layer_type()
+    # 8 BasicBlocks, one residual add each; 20 convs (17 + 3 downsample), 20 BNs, 17 ReLU calls
+    assert table.loc["elementwise", "calls"] == 8
+    assert table.loc["conv", "calls"] == 20 and table.loc["norm", "calls"] == 20
+    assert table.loc["activation", "calls"] == 17
+    assert "BasicBlock" not in table.index
+    assert int(table["macs"].sum()) == report.totals["macs"]

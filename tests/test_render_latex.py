@@ -1,0 +1,161 @@
+"""LaTeX tables for papers: fitting a width (columns, scale, both), longtable, two-line headers,
+footer labels that span empty cells, and the package comment. A real pdflatex run, when one is
+installed, checks that the tables compile without overfull boxes."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from modelprof.errors import ModelProfError
+from modelprof.render.latex import (
+    LONG_ROWS,
+    NOMINAL_WIDTH_PT,
+    estimate_width_pt,
+    latex_table,
+    to_latex,
+)
+from modelprof.render.views import prepare_table
+from test_render_fixture import report_frame, report_totals
+
+TOTALS = {k: v for k, v in report_totals().items() if k != "output_bytes"}
+E2E = {"latency_ms": 1.0}
+
+
+def _wide_frame(rows: int = 8) -> pd.DataFrame:
+    """A table far wider than a page: long names and many numeric columns."""
+    data: dict[str, list] = {"module": [f"encoder.layers.{i}.self_attention.out_proj" for i in range(rows)]}
+    for j in range(12):
+        data[f"metric_{j}_ms"] = [1.5 + i + j for i in range(rows)]
+    return pd.DataFrame(data)
+
+
+def test_fixed_units_get_a_second_header_line() -> None:
+    text = to_latex(report_frame(), TOTALS, columns=["module", "params", "flops", "latency_ms"],
+                    fit=None)
+    lines = text.splitlines()
+    top = lines.index(r"\toprule")
+    # "FLOPs (K)" -> "FLOPs" over "(K)": the unit does not widen a column of short numbers
+    assert lines[top + 1] == r"module & params & FLOPs & latency \\"
+    assert lines[top + 2] == r" &  & (K) & (ms) \\"
+
+
+def test_footer_labels_span_the_empty_cells_to_their_right() -> None:
+    text = to_latex(report_frame(), TOTALS, end_to_end=E2E,
+                    columns=["module", "type", "flops", "output_bytes", "latency_ms"], fit=None)
+    # total: type is empty -> spans 2; output_bytes has no total (every activation summed
+    # again), latency has none either (parents include children)
+    assert r"\multicolumn{2}{l}{total} & 16.64 &  &  \\" in text
+    # end-to-end: everything left of the latency is empty -> spans 4
+    assert r"\multicolumn{4}{l}{end-to-end (clean run)} & 1.00 \\" in text
+
+
+def test_fit_columns_drops_the_least_important_first_and_keeps_the_first() -> None:
+    df = _wide_frame()
+    natural = estimate_width_pt(prepare_table(df, units="fixed"))
+    assert natural > NOMINAL_WIDTH_PT["textwidth"]  # the premise: it does not fit as it is
+    priority = ("module", "metric_11_ms", "metric_0_ms")
+    df["module"] = [f"enc.{i}.attn" for i in range(len(df))]  # short names: a few columns fit
+    text = to_latex(df, width="columnwidth", fit="columns", priority=priority)
+    header = next(line for line in text.splitlines() if line.startswith("module &"))
+    kept = [c.strip() for c in header.rstrip("\\ ").split("&")]
+    # the first column and the prioritised ones survive, in the table's own order
+    assert kept[0] == "module" and "metric 0" in kept and "metric 11" in kept
+    assert kept.index("metric 0") < kept.index("metric 11")
+    width = float(re.search(r"estimated natural width (\d+) pt", text).group(1))
+    assert width <= NOMINAL_WIDTH_PT["columnwidth"]
+    assert 3 <= len(kept) < 13
+    # the unprioritised columns went rightmost first: those kept are the leftmost ones
+    rest = [c for c in kept[1:] if c not in ("metric 0", "metric 11")]
+    assert rest == [f"metric {j}" for j in range(1, len(rest) + 1)]
+
+
+def test_fit_scale_shrinks_only_a_wider_table() -> None:
+    text = to_latex(_wide_frame(), fit="scale", width="columnwidth")
+    # all 13 columns kept; \resizebox to the column width only when the natural width is larger
+    assert r"\begin{tabular}{l" + "r" * 12 + "}" in text
+    assert r"\resizebox{\ifdim\width>\columnwidth\columnwidth\else\width\fi}{!}{%" in text
+    assert text.startswith(r"% modelprof table: needs \usepackage{booktabs,graphicx}")
+    assert r"\begin{table}" in text and r"\begin{table*}" not in text  # one column wide
+
+
+def test_fit_both_drops_to_a_readable_shrink_then_scales() -> None:
+    df = _wide_frame()
+    both = to_latex(df, fit="both", width="columnwidth")
+    scaled = to_latex(df, fit="scale", width="columnwidth")
+    columns = to_latex(df, fit="columns", width="columnwidth")
+    n = [t.count("&", 0, t.index(r"\\")) for t in (columns, both, scaled)]
+    assert n[0] < n[1] < n[2]  # both keeps more than columns alone, fewer than scale alone
+    assert r"\resizebox" in both
+
+
+def test_long_tables_become_longtables_with_a_repeated_header() -> None:
+    df = _wide_frame(rows=LONG_ROWS + 5)
+    text = to_latex(df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long")
+    assert r"\begin{longtable}{lr}" in text and r"\end{longtable}" in text
+    assert text.startswith(r"% modelprof table: needs \usepackage{booktabs,longtable}")
+    assert r"\caption{Long}\label{tab:long} \\" in text
+    for marker in (r"\endfirsthead", r"\endhead", r"\endfoot", r"\endlastfoot"):
+        assert text.count(marker) == 1
+    assert r"\begin{table" not in text
+    short = to_latex(df.head(5), columns=["module", "metric_0_ms"])
+    assert r"\begin{longtable}" not in short and r"\begin{table*}" in short
+    forced = to_latex(df, columns=["module", "metric_0_ms"], long=False)
+    assert r"\begin{longtable}" not in forced
+
+
+def test_longtable_cannot_be_scaled_and_bad_options_are_named() -> None:
+    df = _wide_frame(rows=LONG_ROWS + 5)
+    with pytest.raises(ModelProfError, match="longtable cannot be scaled"):
+        to_latex(df, fit="scale")
+    with pytest.raises(ModelProfError, match="'squeeze'"):
+        to_latex(df, fit="squeeze")
+    with pytest.raises(ModelProfError, match="'pagewidth'"):
+        to_latex(df, width="pagewidth")
+    with pytest.raises(ModelProfError, match="'tiny'"):
+        to_latex(df, font_size="tiny")
+
+
+def test_tiny_values_never_print_as_zero() -> None:
+    df = pd.DataFrame({"module": ["net", "bn"], "params": [11_689_512, 128]})
+    text = to_latex(df, fit=None)
+    # M keeps the total readable; BN's 128 params would be 0.00 M: printed "<0.01"
+    assert r"bn & \textless{}0.01 \\" in text and r"net & 11.69 \\" in text
+
+
+def test_latex_table_without_a_float() -> None:
+    t = prepare_table(report_frame(), TOTALS, columns=["module", "flops"], units="fixed")
+    text = latex_table(t, float_env=False, caption="unused")
+    assert r"\begin{table" not in text and r"\caption" not in text
+    assert "{\\small\n\\begin{tabular}{lr}" in text
+
+
+PDFLATEX = shutil.which("pdflatex")
+
+
+@pytest.mark.skipif(PDFLATEX is None, reason="pdflatex is not installed")
+def test_tables_compile_without_overfull_boxes(tmp_path: Path) -> None:
+    df = _wide_frame()
+    tables = {
+        "columns": to_latex(df, width="textwidth"),
+        "column": to_latex(df, width="columnwidth", fit="both"),
+        "long": to_latex(_wide_frame(rows=LONG_ROWS + 30), columns=["module", "metric_0_ms",
+                                                                     "metric_1_ms"]),
+        "fixture": to_latex(report_frame(), TOTALS, end_to_end=E2E),
+    }
+    body = "\n".join(f"\\input{{{name}}}\n\\clearpage" for name in tables)
+    for name, text in tables.items():
+        (tmp_path / f"{name}.tex").write_text(text, encoding="utf-8")
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass[10pt]{article}\n\\usepackage{booktabs,longtable,graphicx}\n"
+        f"\\begin{{document}}\n{body}\n\\end{{document}}\n", encoding="utf-8")
+    for _ in range(2):  # longtable settles its column widths on the second run
+        run = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout[-3000:]
+    log = (tmp_path / "doc.log").read_text(encoding="latin-1")
+    assert "Overfull" not in log and "Float too large" not in log
