@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--batch-size", type=int, default=None, metavar="N")
     table.add_argument("--no-timing", action="store_true",
                        help="static analysis only (params, MACs, FLOPs, bytes); fast")
+    table.add_argument("--backward", action="store_true",
+                       help="profile a training step: forward, loss (sum of the outputs), "
+                            "backward per layer")
+    table.add_argument("--optimizer", default=None, metavar="NAME",
+                       help="with --backward, also the optimizer step (sgd, adam, adamw, ...)")
 
     p = sub.add_parser("profile", parents=[common, table], help="per-layer table of one model",
                        description="Profile one model: a per-layer table and totals.")
@@ -173,6 +178,14 @@ class _Context:
     def timing_options(self) -> dict[str, Any]:
         return {} if self.args.budget is None else {"budget_s": self.args.budget}
 
+    def step_options(self) -> dict[str, Any]:
+        """``backward``/``optimizer`` for profile() and compare(), when asked for."""
+        if getattr(self.args, "optimizer", None) is not None and not self.args.backward:
+            raise ModelProfError("--optimizer needs --backward (it times a training step)")
+        if not getattr(self.args, "backward", False):
+            return {}
+        return {"backward": True, "optimizer": self.args.optimizer}
+
 
 def _isatty(stream: TextIO) -> bool:
     try:
@@ -211,7 +224,8 @@ def _run_profile(ctx: _Context) -> None:
         what = "analysing" if args.no_timing else "profiling and timing"
         print(f"{what} {name} ({_shape_text(size)}) ...", file=ctx.stderr, flush=True)
     report = profile(model, size, batch_size=args.batch_size, device=ctx.device,
-                     dtype=ctx.dtype, timing=not args.no_timing, **ctx.timing_options())
+                     dtype=ctx.dtype, timing=not args.no_timing, **ctx.timing_options(),
+                     **ctx.step_options())
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
@@ -255,7 +269,7 @@ def _run_compare(ctx: _Context) -> None:
     df = compare(models, sizes, baseline=args.baseline, batch_size=args.batch_size,
                  device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
                  throughput=args.throughput, throughput_options=_throughput_options(args),
-                 progress=ctx.progress, **ctx.timing_options())
+                 progress=ctx.progress, **ctx.timing_options(), **ctx.step_options())
     env = df.attrs.get("env") or {}
     caption = f"baseline {df.attrs['baseline']}; {env_caption(env)}"
     print(f"# comparison ({caption})\n", file=ctx.stdout)

@@ -19,7 +19,8 @@ from .inputs import parse_input_size, shape_str
 
 __all__ = ["Comparison", "compare", "env_caption", "unique_name"]
 
-_TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
+_TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes",
+                  "backward_macs", "backward_flops", "saved_bytes")
 # ratio column -> the column it divides by the baseline's value
 _RATIOS = {
     "params_x": "params",
@@ -27,6 +28,8 @@ _RATIOS = {
     "flops_x": "flops",
     "output_bytes_x": "output_bytes",
     "latency_x": "latency_median_ms",
+    "backward_flops_x": "backward_flops",
+    "backward_latency_x": "backward_latency_median_ms",
     "throughput_x": "throughput_samples_per_s",
 }
 
@@ -189,6 +192,11 @@ def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> 
     if latency is not None:
         row.update(latency_median_ms=latency.median_ms, latency_p90_ms=latency.p90_ms,
                    latency_std_ms=latency.std_ms, fps=latency.fps)
+    step = getattr(report, "training_step", None)
+    if step is not None and step.timing is not None:  # profile(..., backward=True)
+        row["backward_latency_median_ms"] = step.timing.backward.median_ms
+        if step.timing.optimizer is not None:
+            row["optimizer_latency_median_ms"] = step.timing.optimizer.median_ms
     return row
 
 

@@ -33,7 +33,7 @@ class Report:
                  latency: Any = None, layer_timing: Any = None,
                  instrumentation_overhead: float | None = None,
                  coverage: float | None = None, options: dict[str, Any] | None = None,
-                 peaks: Any = None) -> None:
+                 peaks: Any = None, training_step: Any = None) -> None:
         self.rows = list(rows)
         self.model_name = model_name
         self.input_shape = input_shape
@@ -50,11 +50,17 @@ class Report:
         self.coverage = coverage
         self.options = dict(options or {})
         self.peaks = peaks
+        self.training_step = training_step  # modelprof.step_table.TrainingStep (backward=True)
         self.totals = totals_of(self.rows)
 
     @property
     def timed(self) -> bool:
         return self.latency is not None
+
+    @property
+    def backward_latency(self) -> Any:
+        """The clean end-to-end backward ``Measurement`` (``backward=True`` and timed), else None."""
+        return None if self.training_step is None else self.training_step.backward_latency
 
     # -- views ----------------------------------------------------------------------------------
     def to_dataframe(self, style: str = "modelprof") -> pd.DataFrame:
@@ -73,15 +79,22 @@ class Report:
             df = add_roofline(df, self.peaks)
         return df
 
-    def by_operator(self) -> pd.DataFrame:
-        """Per aten op: calls, macs, flops, madd, and whether a formula counted it."""
-        names = sorted(self._by_op, key=lambda k: (-self._by_op[k].flops, k))
+    def by_operator(self, direction: str = "forward") -> pd.DataFrame:
+        """Per aten op: calls, macs, flops, madd, and whether a formula counted it; of the
+        forward (the loss's included), or with ``direction="backward"`` of the backward."""
+        if direction not in ("forward", "backward"):
+            raise ModelProfError(f"direction={direction!r} must be 'forward' or 'backward'")
+        if direction == "backward" and self.training_step is None:
+            raise ModelProfError("by_operator(direction='backward') needs "
+                                 "profile(..., backward=True)")
+        by_op = self._by_op if direction == "forward" else self.training_step.cost.by_op
+        names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
         return pd.DataFrame({
             "op": [f"aten.{n}" for n in names],
-            "calls": [self._by_op[n].calls for n in names],
-            "macs": [self._by_op[n].macs for n in names],
-            "flops": [self._by_op[n].flops for n in names],
-            "madd": [self._by_op[n].madd for n in names],
+            "calls": [by_op[n].calls for n in names],
+            "macs": [by_op[n].macs for n in names],
+            "flops": [by_op[n].flops for n in names],
+            "madd": [by_op[n].madd for n in names],
             "supported": [f"aten.{n}" not in self.unsupported for n in names],
         }).astype({"calls": "int64", "macs": "int64", "flops": "int64", "madd": "int64"})
 
@@ -105,6 +118,8 @@ class Report:
         totals: dict[str, Any] = dict(self.totals)
         if self.latency is not None:
             totals["latency_ms"] = self.latency.median_ms
+        if self.backward_latency is not None:
+            totals["backward_latency_ms"] = self.backward_latency.median_ms
         return df, totals
 
     def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
@@ -144,7 +159,9 @@ class Report:
         env = {**self.env, "latency": self.latency.to_dict(samples=True)
                if self.latency is not None else None,
                "instrumentation_overhead": self.instrumentation_overhead,
-               "coverage": self.coverage, "unsupported": self.unsupported}
+               "coverage": self.coverage, "unsupported": self.unsupported,
+               "training_step": self.training_step.to_dict()
+               if self.training_step is not None else None}
         return to_json(df, self.totals, env, path=path, **view)
 
     def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
@@ -199,6 +216,8 @@ class Report:
                          f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
                          f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
                          f"{100 * self.coverage:.1f}%")
+        if self.training_step is not None:
+            lines.append(self.training_step.summary())
         if self.unsupported:
             ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.unsupported.items()))
             lines.append(f"ops with no formula (counted as 0 FLOPs): {ops}")

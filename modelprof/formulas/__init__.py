@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import attention, conv, matmul, memory, norm, pointwise, pool, rnn, torchstat  # noqa: F401
+from . import backward, loss, optim  # noqa: F401
 from .registry import REGISTRY, Cost, FormulaRegistry, register_formula
 
 __all__ = ["Cost", "FormulaRegistry", "REGISTRY", "register_formula"]

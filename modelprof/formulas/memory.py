@@ -29,6 +29,11 @@ register_formula(torch.Tag.inplace_view, *optional_ops(
     "_make_dep_token", "record_stream", "_has_same_storage_numel", "is_same_size",
     "_shape_as_tensor", "_assert_tensor_metadata", "lift"))(VIEW)
 
+# profiler bookkeeping (torch.optim wraps every step in record_function): no work
+register_formula(*[getattr(torch.ops.profiler, n) for n in (
+    "_record_function_enter", "_record_function_enter_new", "_record_function_exit")
+    if hasattr(torch.ops.profiler, n)])(VIEW)
+
 
 def _zero(args, kwargs, out):
     return ZERO

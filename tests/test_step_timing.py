@@ -1,0 +1,182 @@
+"""The training step timed on CPU: a backward that spins a known time reads it back in its own
+row, one synchronize per instrumented pass, the CUDA peak-memory path with fake allocator
+statistics, and a model whose control flow changes."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from modelprof import profile
+from modelprof.backward import count_step
+from modelprof.errors import ModelProfError
+from modelprof.inputs import make_inputs
+from modelprof.step import StepSpec
+from modelprof.timing import MemoryStats
+from modelprof.timing import backward as step_timer
+from modelprof.timing.clock import CpuClock, StampBuffer
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+
+SPIN_MS = 4.0
+
+
+def spin(ms: float) -> None:
+    """Busy-wait ``ms`` milliseconds without any tensor op."""
+    end = time.perf_counter_ns() + int(ms * 1e6)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+class SpinBackward(torch.autograd.Function):
+    """Identity forward; the backward spins, then passes the gradient on untouched."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        spin(SPIN_MS)
+        return grad
+
+
+class SpinLayer(nn.Module):
+    def forward(self, x):
+        return SpinBackward.apply(x)
+
+
+def spin_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), SpinLayer(), nn.Linear(4, 4))
+
+
+def plain_spin_ms(n: int = 25) -> float:
+    """The median of the same spin called in a plain loop, in this process, now."""
+    got = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        spin(SPIN_MS)
+        got.append((time.perf_counter_ns() - t) / 1e6)
+    return float(np.median(got))
+
+
+def test_spinning_backward_reads_back_in_its_layer():
+    report = profile(spin_model(), (4,), backward=True, repeat=25, warmup=3, roofline=False)
+    plain = plain_spin_ms()
+    df = report.to_dataframe().set_index(["module", "call"])
+    row = df.loc[("1", 1)]
+    # the spin layer's backward holds the spin (and only its own node's few microseconds)
+    assert row["backward_latency_ms"] == pytest.approx(plain, rel=0.10)
+    # no other leaf row comes near it: the spin is charged to its layer and nowhere else
+    others = df[df["leaf"]].drop(index=("1", 1))["backward_latency_ms"]
+    assert (others < 0.5 * row["backward_latency_ms"]).all()
+    # the clean backward contains the spin
+    assert report.backward_latency.median_ms >= 0.99 * plain
+    # the forward of that layer is a clone of 4 floats, not a spin
+    assert row["latency_ms"] < 0.5 * plain
+    timing = report.training_step.timing
+    # every instrumented pass is partitioned among the calls and the loss, nothing lost
+    np.testing.assert_allclose(timing.calls_ms.sum(axis=1), timing.passes_ms)
+    assert report.backward_latency.n == 25 and timing.passes_ms.size == 25  # repeat=25 each
+
+
+class _CountingStamps(StampBuffer):
+    """Host stamps that count how often they are synchronised."""
+
+    syncs = 0
+
+    def __init__(self, inner: StampBuffer) -> None:
+        self.inner = inner
+        self.record = inner.record
+
+    def sync(self) -> None:
+        type(self).syncs += 1
+        self.inner.sync()
+
+    def elapsed_ms(self, starts, ends):
+        return self.inner.elapsed_ms(starts, ends)
+
+
+class _CountingClock(CpuClock):
+    def stamps(self, size: int) -> StampBuffer:
+        return _CountingStamps(super().stamps(size))
+
+
+def _setup(model: nn.Module, **spec):
+    mi = make_inputs(model, (4,), batch_size=2)
+    step_spec = StepSpec.parse(**spec)
+    static, _ = count_step(model, mi, step_spec)
+    return mi, step_spec, len(static.records)
+
+
+def test_one_synchronize_per_instrumented_pass(monkeypatch):
+    model = spin_model()
+    mi, spec, n_calls = _setup(model)
+    monkeypatch.setattr(step_timer, "clock_for", lambda device, mode="auto": _CountingClock(device))
+    _CountingStamps.syncs = 0
+    timing = step_timer.time_step(model, mi, spec, n_calls, repeat=5, warmup=2)
+    # 2 instrumented warm-up passes + 5 timed ones, one synchronize each and no other
+    assert _CountingStamps.syncs == 2 + 5
+    assert timing.calls_ms.shape == (5, n_calls + 1)  # + the loss's column
+
+
+def test_step_peak_memory_with_fake_allocator_statistics():
+    model = spin_model()
+    mi, spec, n_calls = _setup(model, optimizer=torch.optim.SGD)
+    calls = {"reset": 0, "read": 0}
+
+    def reset() -> None:
+        calls["reset"] += 1
+
+    def read() -> int:
+        calls["read"] += 1
+        return 123_456
+
+    timing = step_timer.time_step(model, mi, spec, n_calls, repeat=3, warmup=1,
+                                  memory_stats=MemoryStats(read, reset))
+    # one dedicated step: the peak reset once before it, read once after it
+    assert calls == {"reset": 1, "read": 1}
+    assert timing.peak_memory_bytes == 123_456
+    assert timing.optimizer is not None and timing.optimizer.n == 3
+    # on the CPU, without statistics given, there is no peak
+    assert step_timer.time_step(model, mi, spec, n_calls, repeat=2,
+                                warmup=1).peak_memory_bytes is None
+
+
+class Flaky(nn.Module):
+    """Calls its extra layer on every other forward: the control flow changes between passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.extra = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.n = 0
+
+    def forward(self, x):
+        self.n += 1
+        x = self.a(x)
+        return self.extra(x) if self.n % 2 else x
+
+
+def test_control_flow_that_changes_is_refused():
+    model = Flaky()
+    mi, spec, n_calls = _setup(model)
+    with pytest.raises(ModelProfError, match="control flow changes"):
+        step_timer.time_step(model, mi, spec, n_calls, repeat=3, warmup=1)
+
+
+def test_optimizer_timed_as_its_own_row():
+    model = spin_model()
+    report = profile(model, (4,), backward=True, optimizer=torch.optim.Adam, repeat=5, warmup=1,
+                     roofline=False)
+    df = report.to_dataframe().set_index("module")
+    timing = report.training_step.timing
+    assert df.loc["(optimizer)", "latency_ms"] == timing.optimizer.median_ms
+    # the step is the sum of its phases, sample by sample
+    parts = [timing.forward, timing.loss, timing.backward, timing.optimizer]
+    np.testing.assert_allclose(timing.step.samples_ms, sum(m.samples_ms for m in parts))
+    assert report.to_dataframe()["backward_latency_pct"].notna().all()
