@@ -8,10 +8,12 @@ from .formulas import Cost, register_formula
 from .models import load_model
 from .profile import ModelProfWarning, profile
 from .report import Report
-from .timing import Measurement, Throughput, measure_latency, measure_throughput
+from .timing import (LatencyComparison, Measurement, Throughput, TimingOptions, measure_latencies,
+                     measure_latency, measure_throughput)
 
 __version__ = "0.1.0"
 
-__all__ = ["Comparison", "Cost", "Measurement", "ModelProfError", "ModelProfWarning", "Report",
-           "Throughput", "__version__", "compare", "load_model", "measure_latency",
-           "measure_throughput", "profile", "register_formula"]
+__all__ = ["Comparison", "Cost", "LatencyComparison", "Measurement", "ModelProfError",
+           "ModelProfWarning", "Report", "Throughput", "TimingOptions", "__version__", "compare",
+           "load_model", "measure_latencies", "measure_latency", "measure_throughput", "profile",
+           "register_formula"]

@@ -30,7 +30,9 @@ from torch import nn
 
 from .autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from .counter import OpCounter, OpStats
+from .device import MemoryStats, same_device
 from .errors import ModelProfError
+from .execution import amp_context
 from .formulas.optim import OptimizerCost, optimizer_cost
 from .formulas.registry import FormulaRegistry
 from .hooks import module_hooks, module_names
@@ -38,7 +40,6 @@ from .inputs import ModelInputs, iter_tensors, map_tensors, model_placement, ten
 from .scope import CallRecord, Tracker
 from .static import StaticResult, _forward_error, forward_context
 from .step import StepSpec
-from .timing.modes import amp_context
 
 __all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "count_step", "grad_leaves",
            "move_target", "step_guard", "step_state", "storage_key", "trainable_check"]
@@ -164,13 +165,14 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None
+def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
+               memory_format: torch.memory_format | None = None
                ) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
     """Parameters (aliases needing grad as the originals) and buffers (copies) to run ``model``
-    with, on ``device``/``dtype``; and the map ``id(parameter) -> its alias``. Tied tensors stay
-    tied (one alias per original)."""
+    with, on ``device``/``dtype`` (4-D ones in ``memory_format``); and the map
+    ``id(parameter) -> its alias``. Tied tensors stay tied (one alias per original)."""
     model_device, model_dtype = model_placement(model)
-    convert = device != model_device or (dtype is not None and dtype != model_dtype)
+    convert = not same_device(device, model_device) or (dtype is not None and dtype != model_dtype)
     done: dict[int, torch.Tensor] = {}
 
     def alias(t: torch.Tensor, param: bool) -> torch.Tensor:
@@ -178,7 +180,10 @@ def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None
             cast = dtype if (dtype is not None and t.is_floating_point()) else None
             with torch.no_grad():
                 if param:
-                    new = (t.to(device=device, dtype=cast) if convert else t).detach()
+                    new = t.to(device=device, dtype=cast) if convert else t
+                    if memory_format is not None and new.dim() == 4:
+                        new = new.contiguous(memory_format=memory_format)
+                    new = new.detach()
                     new.requires_grad_(t.requires_grad)
                 else:
                     new = t.to(device=device, dtype=cast, copy=True)
@@ -244,17 +249,23 @@ def _check_materialised(model: nn.Module) -> None:
 
 def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, training: bool = True,
                dtype_requested: torch.dtype | None = None,
-               registry: FormulaRegistry | None = None,
-               amp: torch.dtype | None = None) -> tuple[StaticResult, StepCost]:
-    """Run one training step of ``model`` on ``inputs``, counting it; see the module doc."""
+               registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
+               memory_format: torch.memory_format | None = None
+               ) -> tuple[StaticResult, StepCost]:
+    """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
+    ``amp`` and ``memory_format`` as the static pass (``static.analyze``)."""
+    if amp is not None and inputs.device.type == "meta":
+        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
+                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
+                             "count the whole model in that dtype")
     model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
     model_name = type(model).__name__
     names = module_names(model)
-    tracker = _StepTracker(names, registry)
+    tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     counter = OpCounter(tracker, registry)
-    state, copy_of = step_state(model, inputs.device, dtype_requested)
+    state, copy_of = step_state(model, inputs.device, dtype_requested, memory_format)
     skip = {storage_key(t)[0] for t in state.values()}
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
     target = move_target(spec.target, inputs.device, dtype_requested)

@@ -16,6 +16,9 @@ from torch import nn
 
 from .errors import ModelProfError
 from .inputs import parse_input_size, shape_str
+from .timing.interleave import Candidate, measure_interleaved
+from .timing.latency import resolve_call
+from .timing.options import OPTION_NAMES, TimingOptions
 
 __all__ = ["Comparison", "compare", "env_caption", "unique_name"]
 
@@ -29,7 +32,6 @@ _RATIOS = {
     "output_bytes_x": "output_bytes",
     "latency_x": "latency_median_ms",
     "backward_flops_x": "backward_flops",
-    "backward_latency_x": "backward_latency_median_ms",
     "throughput_x": "throughput_samples_per_s",
 }
 
@@ -60,7 +62,6 @@ def compare(
     timing: bool = True,
     throughput: bool = False,
     throughput_options: Mapping[str, Any] | None = None,
-    progress: bool = False,
     **profile_options: Any,
 ) -> Comparison:
     """Profile every model the same way; return one row per model (index: its name).
@@ -73,10 +74,18 @@ def compare(
     ``*_x`` ratio columns divide by: ``macs_x = macs / baseline macs``.
 
     Columns: ``params, macs, flops, madd, output_bytes, read_bytes, write_bytes`` (the report
-    totals), with ``timing`` ``latency_median_ms, latency_p90_ms, latency_std_ms, fps``, with
-    ``throughput`` ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``,
-    given ``throughput_options``), then the ratios. ``attrs["env"]`` holds the environment
-    (recorded once), ``attrs["baseline"]`` the baseline's name. Extra keyword arguments go to
+    totals); with ``timing``, ``latency_median_ms`` with its 95 % interval
+    (``latency_ci_low_ms``, ``latency_ci_high_ms``), ``latency_p90_ms, latency_std_ms, fps,
+    latency_stable``; with ``throughput`` ``throughput_samples_per_s, throughput_batch_size``
+    (``measure_throughput``, given ``throughput_options``); then the ratios.
+
+    The models are timed *interleaved*: after each one's warm-up, rounds take one block of
+    samples of every model in a shuffled order, so drift of the machine reaches all alike;
+    ``latency_x`` is the paired estimate of latency / baseline latency from the per-round block
+    medians (not the quotient of the two medians), with its interval in ``latency_x_ci_low``
+    and ``latency_x_ci_high``. ``budget_s`` is per model. ``attrs["env"]`` holds the
+    environment (recorded once), ``attrs["baseline"]`` the baseline's name. Other keyword
+    arguments are timing options (``modelprof.timing.options``) or go to
     :func:`modelprof.profile`.
     """
     from .profile import profile  # late: profile imports the whole analysis stack
@@ -91,25 +100,54 @@ def compare(
         raise ModelProfError("throughput=True searches batch sizes, so it needs input_size, "
                              "not inputs=")
 
+    timing_keys = set(OPTION_NAMES) & set(profile_options)
+    opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
+    # profile()'s defaults: a training step runs in train mode with grad, a forward in eval
+    backward = profile_options.get("backward", False) is True
+    training = profile_options.get("training")
+    training = backward if training is None else bool(training)
+    no_grad = profile_options.get("no_grad")
+    no_grad = (not backward) if no_grad is None else bool(no_grad)
+    steps: dict[str, Any] = {}
     rows: dict[str, dict[str, Any]] = {}
     env: dict[str, Any] = {}
-    bar = _progress_bar(len(named), progress)
+    candidates: list[Candidate] = []
+    bar = _progress_bar(len(named) + (1 if timing else 0), opts.progress)
     try:
         for name, model in named.items():
             bar.set_description(name)
             size = sizes[name]
             try:
-                report = profile(model, size, inputs=inputs,
-                                 batch_size=batch_size, device=device, dtype=dtype,
-                                 timing=timing, **profile_options)
+                report = profile(model, size, inputs=inputs, batch_size=batch_size,
+                                 device=device, dtype=dtype, timing=False, options=opts,
+                                 **profile_options)
                 row = _report_row(report, size, inputs, batch_size)
+                if timing:
+                    candidates.append(_candidate(name, model, size, inputs, batch_size, device,
+                                                 dtype, opts, {**profile_options,
+                                                               "training": training}))
+                    if backward:
+                        steps[name] = _step_timer(name, model, candidates[-1], dtype, opts,
+                                                  training, profile_options)
                 if throughput:
-                    row.update(_throughput_row(model, size, device, dtype, progress,
+                    row.update(_throughput_row(model, size, device, dtype, opts,
                                                throughput_options or {}))
             except ModelProfError as e:
                 raise ModelProfError(f"model {name!r}: {e}") from e
             env = env or dict(report.env)
             rows[name] = row
+            bar.update(1)
+        if timing:
+            bar.set_description("interleaved timing")
+            with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
+                result = measure_interleaved(candidates, opts, baseline=baseline,
+                                             eval_mode=not training, no_grad=no_grad)
+            for name in rows:
+                rows[name].update(_latency_columns(result, name))
+            if steps:
+                bar.set_description("interleaved training steps")
+                _step_columns(rows, steps, baseline, opts)
+            env = dict(result.measurements[baseline].env) or env
             bar.update(1)
     finally:
         bar.close()
@@ -118,6 +156,8 @@ def compare(
     df.index.name = "model"
     base = df.loc[baseline]
     for ratio, column in _RATIOS.items():
+        if ratio in df.columns:          # measured as a ratio (latency_x: paired, interleaved)
+            continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
     df.attrs["env"] = env
@@ -188,16 +228,69 @@ def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> 
     totals = report.totals
     row: dict[str, Any] = {"input_shape": _input_shape(size, inputs, batch_size)}
     row.update({c: totals[c] for c in _TOTAL_COLUMNS if c in totals})
-    latency = report.latency
-    if latency is not None:
-        row.update(latency_median_ms=latency.median_ms, latency_p90_ms=latency.p90_ms,
-                   latency_std_ms=latency.std_ms, fps=latency.fps)
-    step = getattr(report, "training_step", None)
-    if step is not None and step.timing is not None:  # profile(..., backward=True)
-        row["backward_latency_median_ms"] = step.timing.backward.median_ms
-        if step.timing.optimizer is not None:
-            row["optimizer_latency_median_ms"] = step.timing.optimizer.median_ms
     return row
+
+
+def _candidate(name: str, model: nn.Module, size: Any, inputs: Any, batch_size: int | None,
+               device: Any, dtype: Any, opts: TimingOptions,
+               profile_options: Mapping[str, Any]) -> Candidate:
+    """What the interleaved timing calls for one model, prepared like ``profile``'s clean run."""
+    from .inputs import make_inputs, parse_dtype
+    from .profile import timing_runner
+
+    dt = parse_dtype(dtype)
+    mi = make_inputs(model, size, inputs=inputs, batch_size=batch_size, device=device, dtype=dt)
+    if mi.device.type == "meta":
+        raise ModelProfError("device='meta' has no clock: pass timing=False to compare costs "
+                             "alone, or a real device to time")
+    runner = timing_runner(model, mi, dt, bool(profile_options.get("training", False)), opts)
+    target, mi = resolve_call(runner, mi, channels_last=opts.channels_last)
+    return Candidate(name, model, target, mi)
+
+
+def _step_timer(name: str, model: nn.Module, candidate: Candidate, dtype: Any,
+                opts: TimingOptions, training: bool, profile_options: Mapping[str, Any]) -> Any:
+    """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
+    from .inputs import parse_dtype
+    from .step import StepSpec
+    from .timing.backward import StepTimer
+
+    spec = StepSpec.parse(loss_fn=profile_options.get("loss_fn"),
+                          target=profile_options.get("target"),
+                          optimizer=profile_options.get("optimizer"))
+    mi = candidate.inputs
+    return StepTimer(model, mi, spec, training=training, dtype=parse_dtype(dtype), options=opts,
+                     label=name)
+
+
+def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str,
+                  opts: TimingOptions) -> None:
+    """Backward (and optimizer) medians of every model's training step, timed interleaved, and
+    the paired backward ratio to the baseline with its interval."""
+    from .timing.backward import compare_steps
+
+    order = [baseline] + [n for n in steps if n != baseline]
+    got, ratios = compare_steps([steps[n] for n in order], opts)
+    for name, m, (ratio, lo, hi) in zip(order, got, ratios):
+        b = m["backward"]
+        low, high = b.median_ci_ms
+        rows[name].update(backward_latency_median_ms=b.median_ms, backward_latency_ci_low_ms=low,
+                          backward_latency_ci_high_ms=high, backward_latency_x=ratio,
+                          backward_latency_x_ci_low=lo, backward_latency_x_ci_high=hi)
+        if "optimizer" in m:
+            rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
+        rows[name]["step_latency_median_ms"] = m["step"].median_ms
+
+
+def _latency_columns(result: Any, name: str) -> dict[str, Any]:
+    """A model's latency statistics from the interleaved run, with its paired ratio."""
+    m = result.measurements[name]
+    lo, hi = m.median_ci_ms
+    ratio, rlo, rhi = result.ratios[name]
+    return {"latency_median_ms": m.median_ms, "latency_ci_low_ms": lo,
+            "latency_ci_high_ms": hi, "latency_p90_ms": m.p90_ms, "latency_std_ms": m.std_ms,
+            "fps": m.fps, "latency_stable": m.stable, "latency_x": ratio,
+            "latency_x_ci_low": rlo, "latency_x_ci_high": rhi}
 
 
 def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
@@ -208,12 +301,13 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
     return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
 
 
-def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, progress: bool,
+def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, opts: TimingOptions,
                     options: Mapping[str, Any]) -> dict[str, Any]:
     from .timing import measure_throughput
 
-    result = measure_throughput(model, size, device=device, dtype=dtype, progress=progress,
-                                **options)
+    options = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last,
+               **options}
+    result = measure_throughput(model, size, device=device, dtype=dtype, **options)
     best = result.best
     return {"throughput_samples_per_s": best.samples_per_s,
             "throughput_batch_size": best.batch_size}

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .device import tf32_enabled
+
 __all__ = ["collect_env", "cpu_name", "gpu_state"]
 
 _NVSMI_FIELDS = ("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "temperature.gpu",
@@ -62,14 +64,28 @@ def _read(fn: Any) -> Any:
         return None
 
 
-def gpu_state(index: int = 0, timeout_s: float = 2.0) -> dict[str, Any]:
-    """Clocks (MHz), temperature (C), power (W), P-state of GPU ``index`` via pynvml, else
-    ``nvidia-smi``; empty when neither answers."""
+def gpu_uuid(index: int) -> str | None:
+    """The UUID (``GPU-...``) of CUDA device ``index`` as torch numbers it, or None.
+
+    NVML and nvidia-smi number GPUs by PCI order, not by ``CUDA_VISIBLE_DEVICES``: only the
+    UUID names the same GPU in both."""
+    try:
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:
+        return None
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -> dict[str, Any]:
+    """Clocks (MHz), temperature (C), power (W), P-state of a GPU via pynvml, else
+    ``nvidia-smi``; empty when neither answers. The GPU is found by ``uuid`` (as
+    ``gpu_uuid(torch_index)`` gives it), else by NVML's own ``index``."""
     try:
         import pynvml  # type: ignore[import-not-found]
         pynvml.nvmlInit()
         try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            h = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid is not None
+                 else pynvml.nvmlDeviceGetHandleByIndex(index))
             out: dict[str, Any] = {
                 "source": "pynvml",
                 "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
@@ -87,7 +103,8 @@ def gpu_state(index: int = 0, timeout_s: float = 2.0) -> dict[str, Any]:
         pass
     try:
         res = subprocess.run(
-            ["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(_NVSMI_FIELDS)}",
+            ["nvidia-smi", f"--id={uuid if uuid is not None else index}",
+             f"--query-gpu={','.join(_NVSMI_FIELDS)}",
              "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=timeout_s, check=True)
         values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
@@ -130,8 +147,8 @@ def collect_env(device: torch.device | str | None = None, dtype: Any = None,
         "cudnn_enabled": _read(lambda: torch.backends.cudnn.enabled),
         "cudnn_benchmark": _read(lambda: torch.backends.cudnn.benchmark),
         "cudnn_deterministic": _read(lambda: torch.backends.cudnn.deterministic),
-        "tf32_matmul": _read(lambda: torch.backends.cuda.matmul.allow_tf32),
-        "tf32_cudnn": _read(lambda: torch.backends.cudnn.allow_tf32),
+        "tf32_matmul": tf32_enabled("matmul"),
+        "tf32_cudnn": tf32_enabled("conv"),
         "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
         "mode": _jsonable(mode_flags),
     }
@@ -148,7 +165,9 @@ def collect_env(device: torch.device | str | None = None, dtype: Any = None,
         })
         if props:
             env.update(props)
-        env["gpu_state"] = _read(lambda: gpu_state(idx)) or {}
+        uuid = gpu_uuid(idx)
+        env["gpu_uuid"] = uuid
+        env["gpu_state"] = _read(lambda: gpu_state(idx, uuid=uuid)) or {}
     else:
         env["device_name"] = dev.type
     return env

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .device import normalize_device, same_device
 from .errors import ModelProfError
 
 __all__ = [
@@ -79,7 +80,7 @@ def parse_device(device: torch.device | str | int | None) -> torch.device | None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelProfError(f"device={device!r}: CUDA is not available on this machine "
                              "(use 'cpu', or 'meta' to analyse shapes alone)")
-    return dev
+    return normalize_device(dev)
 
 
 def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
@@ -203,8 +204,13 @@ def make_inputs(
                              "tensor, a tuple of positional arguments or a dict of keyword "
                              "arguments")
     first = next(iter_tensors((args, kwargs)), None)
-    if batch_size is None:
-        batch_size = _infer_batch(args, kwargs)
+    inferred = _infer_batch(args, kwargs)
+    if batch_size is not None and first is not None and batch_size != inferred:
+        raise ModelProfError(
+            f"batch_size={batch_size} contradicts inputs= whose batch is {inferred} (first "
+            f"tensor of shape {tuple(first.shape)}); leave batch_size out with inputs=, or pass "
+            "tensors of that batch")
+    batch_size = inferred if batch_size is None else batch_size
     in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
                       else model_dtype)
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
@@ -270,6 +276,12 @@ def tensor_bytes(obj: Any) -> int:
     return total
 
 
+def _in_format(model: nn.Module, memory_format: torch.memory_format) -> bool:
+    """Every 4-D parameter and buffer of ``model`` is already laid out in ``memory_format``."""
+    return all(t.dim() != 4 or t.is_contiguous(memory_format=memory_format)
+               for t in _model_tensors(model))
+
+
 def moved_model(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
                 memory_format: torch.memory_format | None = None) -> nn.Module:
     """``model`` itself when it already lives on ``device``/``dtype``; otherwise a converted copy.
@@ -277,13 +289,9 @@ def moved_model(model: nn.Module, device: torch.device, dtype: torch.dtype | Non
     The user's model is never converted in place.
     """
     cur_device, cur_dtype = model_placement(model)
-    same = cur_device == device and (dtype is None or cur_dtype == dtype)
-    if same and memory_format is None:
+    same = same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
+    if same and (memory_format is None or _in_format(model, memory_format)):
         return model
     clone = copy.deepcopy(model)
-    clone.to(device=device)
-    if dtype is not None:
-        clone.to(dtype=dtype)
-    if memory_format is not None:
-        clone.to(memory_format=memory_format)
-    return clone
+    # one conversion: no intermediate copy in the old dtype on the new device
+    return clone.to(device=device, dtype=dtype, memory_format=memory_format)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import warnings
 from typing import Any
 
@@ -11,14 +10,17 @@ import torch
 from torch import nn
 
 from .counter import OpStats
+from .env import collect_env
 from .errors import ModelProfError
+from .execution import to_channels_last
 from .formulas.registry import FormulaRegistry
 from .inputs import ModelInputs, make_inputs, moved_model, parse_dtype
 from .report import Report
 from .static import analyze
 from .table import Row, build_rows
+from .timing.options import TimingOptions
 
-__all__ = ["ModelProfWarning", "profile"]
+__all__ = ["ModelProfWarning", "profile", "timing_runner"]
 
 
 class ModelProfWarning(UserWarning):
@@ -29,9 +31,9 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             batch_size: int | None = None, device: torch.device | str | None = None,
             dtype: torch.dtype | str | None = None, timing: bool = True,
             training: bool | None = None, no_grad: bool | None = None, roofline: Any = None,
-            registry: FormulaRegistry | None = None, backward: bool = False,
-            loss_fn: Any = None, target: Any = None, optimizer: Any = None,
-            **timing_options: Any) -> Report:
+            registry: FormulaRegistry | None = None, options: TimingOptions | None = None,
+            backward: bool = False, loss_fn: Any = None, target: Any = None,
+            optimizer: Any = None, **timing_options: Any) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
@@ -43,9 +45,10 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
 
     ``roofline``: ``None`` (default) adds the roofline columns when timing, from a short
     measured probe of the device's peak FLOP/s and bandwidth; ``False`` skips it; a
-    ``modelprof.roofline.Peaks`` uses those peaks. ``timing_options`` go to the timer
-    (``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``cuda_graph``, ...; see
-    ``measure_latency``).
+    ``modelprof.roofline.Peaks`` uses those peaks. Timing options (``options=TimingOptions(...)``
+    or keywords: ``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``channels_last``,
+    ``cuda_graph``, ``compile``...; see ``modelprof.timing.options``) are parsed once and apply to
+    every pass: ``amp`` and ``channels_last`` to the counted forward too.
 
     ``backward=True`` profiles a training step (train mode unless ``training=False``, grad on):
     the loss (``loss_fn(output)`` or ``loss_fn(output, target)``; default the sum of the floating
@@ -59,7 +62,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                              "use measure_latency() to time any callable")
     if not isinstance(backward, bool):
         raise ModelProfError(f"backward={backward!r} must be True or False")
-    step_spec = _step_spec(backward, loss_fn, target, optimizer, no_grad, timing_options)
+    if backward and no_grad is True:
+        raise ModelProfError("no_grad=True contradicts backward=True (the backward needs grad)")
     training = backward if training is None else training
     no_grad = not backward if no_grad is None else no_grad
     for name, value in (("timing", timing), ("training", training), ("no_grad", no_grad)):
@@ -67,22 +71,27 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
-    _check_timing_options(timing_options)
+    opts = TimingOptions.parse(options, **timing_options)
+    step_spec = _step_spec(backward, loss_fn, target, optimizer, opts)
     dtype_requested = parse_dtype(dtype)
     mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                      dtype=dtype_requested)
+    if timing:
+        opts.check_device(mi.device)
+    layout = torch.channels_last if opts.channels_last else None
+    counted = _with_layout(mi, layout)
     step_cost = None
     if step_spec is not None:
         from .backward import count_step
-        from .timing.modes import parse_amp
-        static, step_cost = count_step(model, mi, step_spec, training=training,
+        static, step_cost = count_step(model, counted, step_spec, training=training,
                                        dtype_requested=dtype_requested, registry=registry,
-                                       amp=parse_amp(timing_options.get("amp")))
+                                       amp=opts.amp, memory_format=layout)
         static.unsupported.update(step_cost.unsupported)
         _merge_ops(static.by_op, step_cost.loss_by_op)
     else:
-        static = analyze(model, mi, training=training, no_grad=no_grad,
-                         dtype_requested=dtype_requested, registry=registry)
+        static = analyze(model, counted, training=training, no_grad=no_grad,
+                         dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
+                         memory_format=layout)
     if static.unsupported:
         ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
                         for k, v in sorted(static.unsupported.items()))
@@ -90,25 +99,29 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                       f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
                       "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
     rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
-    from .env import collect_env
-    flags = {"training": training, "no_grad": no_grad, **timing_options}
+    flags = {"training": training, "no_grad": no_grad,
+             **opts.flags(eval_mode=not training, no_grad=no_grad)}
     if step_spec is not None:
         flags.update(backward=True, loss=step_spec.loss_name, optimizer=step_spec.optimizer_name)
-    env = collect_env(mi.device, mi.dtype, mi.batch_size, **flags)
     latency = layers = overhead = coverage = peaks = training_step = None
+    notes: list[str] = []
     if timing:
         with torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else []):
-            latency, layers = _measure(model, mi, dtype_requested, training, no_grad,
-                                       timing_options)
+            latency, layers, notes = _measure(model, counted, dtype_requested, training,
+                                              no_grad, opts)
         overhead, coverage = _join_timing(rows, static.records, latency, layers)
+        _use_warm_peaks(rows, static.records, layers)
     if step_cost is not None:
         from .step_table import join_step
         step_timing = None
         if timing:
             from .timing.backward import time_step
-            step_timing = time_step(model, mi, step_spec, len(static.records), training=training,
-                                    dtype=dtype_requested, **_step_timer_options(timing_options))
+            step_timing = time_step(model, mi, step_spec, len(static.records),
+                                    training=training, dtype=dtype_requested, options=opts)
         training_step = join_step(rows, static.records, step_cost, step_timing)
+    env = collect_env(mi.device, opts.amp or mi.dtype, mi.batch_size, **flags)  # after timing
+    if layers is not None and layers.hook_cost is not None:
+        env["hook_cost"] = layers.hook_cost.to_dict()
     if roofline is not False and (timing or roofline not in (None, True)):
         peaks = _peaks(roofline, mi, env)
     return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
@@ -116,14 +129,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                   dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
                   by_op=static.by_op, model_params=static.model_params, env=env,
                   latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
-                  coverage=coverage, options=flags, peaks=peaks, training_step=training_step)
+                  coverage=coverage, options={**flags, **opts.as_kwargs()}, peaks=peaks,
+                  timing_notes=notes, training_step=training_step)
 
 
-_NO_STEP_OPTIONS = ("transfer", "cuda_graph", "compile", "compile_kwargs", "pin_memory")
-
-
-def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any, no_grad: Any,
-               options: dict[str, Any]):
+def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
+               opts: TimingOptions) -> Any:
     """The checked training-step options, or None with ``backward=False`` (then none is given)."""
     from .step import StepSpec
 
@@ -134,30 +145,14 @@ def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any, no_gra
             raise ModelProfError(f"{', '.join(given)} given with backward=False; pass "
                                  "backward=True to profile a training step")
         return None
-    if no_grad is True:
-        raise ModelProfError("no_grad=True contradicts backward=True (the backward needs grad)")
-    bad = [k for k in _NO_STEP_OPTIONS if options.get(k) not in (None, False)]
-    if bad:
-        raise ModelProfError(f"{bad[0]}={options[bad[0]]!r} is not supported with backward=True "
+    if opts.end_to_end_only:
+        raise ModelProfError(f"{opts.end_to_end_only[0]} is not supported with backward=True "
                              "(training steps are timed eagerly, inputs already on the device)")
     return StepSpec.parse(loss_fn=loss_fn, target=target, optimizer=optimizer)
 
 
-_STEP_TIMER_OPTIONS = ("warmup", "warmup_s", "repeat", "precision", "budget_s", "min_samples",
-                       "max_samples", "clock", "channels_last", "cold_cache")
-
-
-def _step_timer_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The timing options that apply to a training step (the others were refused or do not
-    apply), with ``amp`` parsed."""
-    from .timing.modes import parse_amp
-
-    picked = {k: v for k, v in options.items() if k in _STEP_TIMER_OPTIONS}
-    picked["amp"] = parse_amp(options.get("amp"))
-    return picked
-
-
 def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
+    """Add the per-op counts ``more`` into ``into``."""
     for name, stats in more.items():
         mine = into.get(name)
         if mine is None:
@@ -166,6 +161,14 @@ def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
         mine.macs += stats.macs
         mine.flops += stats.flops
         mine.madd += stats.madd
+
+
+def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelInputs:
+    """``mi`` with its 4-D tensors in ``layout`` (channels_last), or ``mi`` itself."""
+    if layout is None:
+        return mi
+    return ModelInputs(to_channels_last(mi.args), to_channels_last(mi.kwargs), mi.device,
+                       mi.dtype, mi.batch_size)
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
@@ -186,45 +189,70 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     return peaks
 
 
+def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
+                  opts: TimingOptions) -> nn.Module:
+    """What the timed passes call: the model itself, or a converted copy (device, dtype,
+    channels_last), or in train mode a copy (train-mode passes update buffers)."""
+    layout = torch.channels_last if opts.channels_last else None
+    runner = moved_model(model, mi.device, dtype, memory_format=layout)
+    if training:
+        runner = copy.deepcopy(model) if runner is model else runner
+        runner.train()
+    return runner
+
+
 def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
-             no_grad: bool, options: dict[str, Any]):
-    """The clean end-to-end measurement, then the separate instrumented per-layer passes."""
+             no_grad: bool, opts: TimingOptions) -> tuple[Any, Any, list[str]]:
+    """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
+    under ``opts``; and the notes that say how the per-layer columns were measured."""
     from .timing import measure_latency, time_layers
 
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
                              "alone, or a real device to time")
-    runner = moved_model(model, mi.device, dtype)
-    if training:  # train-mode passes update buffers: time a copy, in train mode
-        runner = copy.deepcopy(model) if runner is model else runner
-        runner.train()
-    call_inputs = mi.kwargs if mi.kwargs else mi.args
-    latency = measure_latency(runner, call_inputs, batch_size=mi.batch_size,
-                              eval_mode=not training, no_grad=no_grad, **options)
-    layer_keys = set(inspect.signature(time_layers).parameters)
-    layer_opts = {k: v for k, v in options.items() if k in layer_keys}
-    layers = time_layers(runner, mi, eval_mode=not training, no_grad=no_grad, **layer_opts)
-    return latency, layers
+    runner = timing_runner(model, mi, dtype, training, opts)
+    eager = getattr(runner, "_orig_mod", runner)   # a torch.compile'd module fires no hooks
+    notes: list[str] = []
+    hidden = list(opts.end_to_end_only)
+    if eager is not runner:
+        hidden.insert(0, "the model is torch.compile'd")
+    if hidden:
+        notes.append(f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
+                     "to end only: hooks cannot see inside it); the latency total is measured "
+                     "with it, so coverage and overhead compare the two regimes")
+    latency = measure_latency(runner, mi, eval_mode=not training, no_grad=no_grad, options=opts)
+    layer_opts = opts.replace(compile=False, cuda_graph=False, transfer=False)
+    layers = time_layers(eager, mi, eval_mode=not training, no_grad=no_grad, options=layer_opts)
+    cost = layers.hook_cost
+    if cost is not None and cost.applied:
+        notes.append(f"per-layer times are corrected for the instrument's measured cost: "
+                     f"{cost.per_call_ms * 1e3:.2f} us per hooked call "
+                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)")
+    else:
+        notes.append("per-layer times are as read (correct_overhead=False): they include the "
+                     "instrument's own cost")
+    return latency, layers, notes
 
 
-def _check_timing_options(options: dict[str, Any]) -> None:
-    """Misspelt options fail loudly, also with timing=False (where they would do nothing)."""
-    from .timing import measure_latency
-
-    known = set(inspect.signature(measure_latency).parameters) - {
-        "fn_or_model", "inputs", "input_size", "batch_size", "device", "dtype", "eval_mode",
-        "no_grad"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ModelProfError(f"unknown option(s) {unknown}; profile() takes the timing options "
-                             f"{sorted(known)}")
+def _use_warm_peaks(rows: list[Row], records, layers) -> None:
+    """Per-call allocator peaks from the warm memory pass (after timing) replace the cold ones of
+    the static pass (which include autotuning and first-call workspace allocations)."""
+    peaks = getattr(layers, "peak_memory_bytes", None)
+    if not peaks:
+        return
+    for row in rows:
+        value = peaks.get(records[row.record].key)
+        if value is not None and not row.is_self:
+            row.peak_memory_bytes = value
 
 
 def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:
     """Per-row median/std latency from the instrumented passes; a ``(self)`` row's time is its
-    parent's minus its children's, pass by pass. Returns (overhead, coverage)."""
+    parent's minus its children's, pass by pass. Returns (overhead, coverage): instrumented over
+    plain passes, and the leaf rows' sum over the plain pass (interleaved with the instrumented
+    ones, so drift between the clean run and the per-layer passes does not enter)."""
     samples = layers.samples
-    total = float(np.median(layers.passes_ms))
+    total = float(np.median(layers.corrected_passes_ms))
     leaf_sum = 0.0
     for row in rows:
         record = records[row.record]
@@ -242,4 +270,6 @@ def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, floa
         row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")
         if row.leaf:
             leaf_sum += row.latency_ms
-    return layers.overhead(latency), leaf_sum / latency.median_ms
+    plain = layers.plain_ms
+    reference = float(np.median(plain)) if plain is not None and plain.size else latency.median_ms
+    return layers.overhead(latency), leaf_sum / reference

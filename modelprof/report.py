@@ -33,7 +33,8 @@ class Report:
                  latency: Any = None, layer_timing: Any = None,
                  instrumentation_overhead: float | None = None,
                  coverage: float | None = None, options: dict[str, Any] | None = None,
-                 peaks: Any = None, training_step: Any = None) -> None:
+                 peaks: Any = None, timing_notes: Sequence[str] = (),
+                 training_step: Any = None) -> None:
         self.rows = list(rows)
         self.model_name = model_name
         self.input_shape = input_shape
@@ -50,6 +51,8 @@ class Report:
         self.coverage = coverage
         self.options = dict(options or {})
         self.peaks = peaks
+        #: how the timing columns were measured where that is not the plain recipe
+        self.timing_notes = list(timing_notes)
         self.training_step = training_step  # modelprof.step_table.TrainingStep (backward=True)
         self.totals = totals_of(self.rows)
 
@@ -160,6 +163,7 @@ class Report:
                if self.latency is not None else None,
                "instrumentation_overhead": self.instrumentation_overhead,
                "coverage": self.coverage, "unsupported": self.unsupported,
+               "timing_notes": self.timing_notes,
                "training_step": self.training_step.to_dict()
                if self.training_step is not None else None}
         return to_json(df, self.totals, env, path=path, **view)
@@ -216,6 +220,7 @@ class Report:
                          f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
                          f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
                          f"{100 * self.coverage:.1f}%")
+            lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
             lines.append(self.training_step.summary())
         if self.unsupported:

@@ -32,7 +32,7 @@ import torch
 
 from modelprof.env import cpu_name
 from modelprof.errors import ModelProfError
-from modelprof.timing.clock import device_synchronize
+from modelprof.device import device_synchronize, tf32_enabled
 
 __all__ = [
     "Peaks",
@@ -281,8 +281,20 @@ def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s
 
 @contextmanager
 def _matmul_precision(tf32: bool) -> Iterator[None]:
+    """TF32 float32 matmuls for the block. Through the newer ``fp32_precision`` setting where
+    this torch has it (the legacy getters raise once a user has set it), else the legacy one;
+    the previous value is restored either way."""
     if not tf32:
         yield
+        return
+    backend = torch.backends.cuda.matmul
+    if isinstance(getattr(backend, "fp32_precision", None), str):
+        previous = backend.fp32_precision
+        backend.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            backend.fp32_precision = previous
         return
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
@@ -373,7 +385,7 @@ def probe_peaks(
     # Events record on the current device's stream: make the probed GPU the current one.
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
-        if name == "float32" and dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
             name = "tf32"
         flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.7 * budget_s)
         bandwidth = _probe_copy(dev, copy_bytes, repeats, 0.3 * budget_s)

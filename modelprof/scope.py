@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .device import MemoryStats, PeakTracker
 from .formulas.registry import REGISTRY, FormulaRegistry
 from .inputs import iter_tensors, tensor_bytes, tensor_shape
 
@@ -60,7 +61,7 @@ class Tracker:
 
     def __init__(self, names: dict[nn.Module, str],
                  registry: FormulaRegistry | None = None,
-                 memory_stats: tuple | None = None) -> None:
+                 memory_stats: MemoryStats | None = None) -> None:
         self.names = names
         self.registry = REGISTRY if registry is None else registry
         self.records: list[CallRecord] = []
@@ -72,8 +73,8 @@ class Tracker:
         self.pending_params: dict[int, torch.Tensor] = {}
         self._calls: dict[nn.Module, int] = {}
         self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
-        # (max_memory_allocated, reset_peak_memory_stats) on CUDA, else None
-        self._memory = memory_stats
+        # the allocator peak of each call (CUDA), else None
+        self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
         self._outside: CallRecord | None = None
 
     @property
@@ -130,7 +131,7 @@ class Tracker:
         if parent is not None:
             parent.children.append(record.index)
         if self._memory is not None:
-            self._memory_enter(record)
+            self._memory.enter(record.index)
         self.records.append(record)
         self.stack.append(record)
 
@@ -164,8 +165,13 @@ class Tracker:
         formula = self.registry.module_formula(type(module))
         if formula is not None:
             record.torchstat = formula(module, record.input_shapes, record.output_shapes)
-        if self._memory is not None:
-            self._memory_exit(record)
+        memory = self._memory
+        if memory is not None:
+            while memory.stack and memory.stack[-1] != record.index:
+                memory.exit()          # calls that raised inside this one
+            if memory.stack:
+                memory.exit()
+                record.peak_memory_bytes = memory.peak[record.index]
 
     def _charge_subtree(self, module: nn.Module, record: CallRecord) -> None:
         """A fused kernel ran the children's work without calling them (the
@@ -180,28 +186,3 @@ class Tracker:
                 seen.add(id(p))
                 record.param_bytes += p.numel() * p.element_size()
                 record.params += self.charge(p)
-
-    # -- CUDA allocator peak per call, nesting-safe -------------------------------------------
-    def _memory_enter(self, record: CallRecord) -> None:
-        max_allocated, reset = self._memory
-        if self.stack:  # fold the peak so far into the running parent before resetting
-            parent = self.stack[-1]
-            parent.peak_memory_bytes = max(parent.peak_memory_bytes or 0, max_allocated())
-        reset()
-        record.peak_memory_bytes = 0
-
-    def _memory_exit(self, record: CallRecord) -> None:
-        max_allocated, _ = self._memory
-        record.peak_memory_bytes = max(record.peak_memory_bytes or 0, max_allocated())
-        if self.stack:
-            parent = self.stack[-1]
-            parent.peak_memory_bytes = max(parent.peak_memory_bytes or 0,
-                                           record.peak_memory_bytes)
-
-
-def cuda_memory_stats(device: torch.device) -> tuple | None:
-    """Allocator peak functions for ``device`` when it is a CUDA device, else None."""
-    if device.type != "cuda":
-        return None
-    return (lambda: torch.cuda.max_memory_allocated(device),
-            lambda: torch.cuda.reset_peak_memory_stats(device))

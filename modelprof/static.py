@@ -18,8 +18,9 @@ from .errors import ModelProfError
 from .formulas.registry import FormulaRegistry
 from .hooks import module_hooks, module_names
 from .inputs import ModelInputs, model_placement, shape_str
-from .scope import CallRecord, Tracker, cuda_memory_stats
-from .timing.modes import grad_context, model_state
+from .device import MemoryStats, same_device
+from .execution import amp_context, grad_context, model_state
+from .scope import CallRecord, Tracker
 
 __all__ = ["StaticResult", "analyze", "forward_context"]
 
@@ -41,7 +42,9 @@ def forward_context(model: nn.Module, *, training: bool, no_grad: bool):
 
 
 def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
-               dtype_requested: torch.dtype | None) -> dict[str, torch.Tensor] | None:
+               dtype_requested: torch.dtype | None,
+               memory_format: torch.memory_format | None = None
+               ) -> dict[str, torch.Tensor] | None:
     """Parameters/buffers to run with instead of the model's own, or None to run it as it is.
 
     Needed when the requested device/dtype differ from the model's (converted copies; on the
@@ -49,7 +52,8 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
     statistics of the user's model are not updated).
     """
     device, dtype = model_placement(model)
-    convert = inputs.device != device or (dtype_requested is not None and dtype_requested != dtype)
+    convert = (not same_device(inputs.device, device) or memory_format is not None
+               or (dtype_requested is not None and dtype_requested != dtype))
     if not convert and not training:
         return None
 
@@ -59,7 +63,10 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
         if id(t) not in done:
             cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) \
                 else None
-            done[id(t)] = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
+            new = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
+            if memory_format is not None and new.dim() == 4:
+                new = new.contiguous(memory_format=memory_format)
+            done[id(t)] = new
         return done[id(t)]
 
     state: dict[str, torch.Tensor] = {}
@@ -73,8 +80,17 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
 
 def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             no_grad: bool = True, dtype_requested: torch.dtype | None = None,
-            registry: FormulaRegistry | None = None) -> StaticResult:
-    """Run one forward of ``model`` on ``inputs`` and return one record per module call."""
+            registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
+            memory_format: torch.memory_format | None = None) -> StaticResult:
+    """Run one forward of ``model`` on ``inputs`` and return one record per module call.
+
+    ``amp`` (an autocast dtype) and ``memory_format`` (channels_last) make the counted forward
+    the one the timed passes run: the kernels and bytes follow the dtype and layout that run.
+    """
+    if amp is not None and inputs.device.type == "meta":
+        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
+                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
+                             "count the whole model in that dtype")
     model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
     lazy = [n for n, p in model.named_parameters()
             if isinstance(p, nn.parameter.UninitializedParameter)]
@@ -83,11 +99,13 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
                              f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
                              "so that profiling does not materialise them in your model")
     names = module_names(model)
-    tracker = Tracker(names, registry, memory_stats=cuda_memory_stats(inputs.device))
+    tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     counter = OpCounter(tracker, registry)
     try:
-        state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested)
+        state = _state_for(model, inputs, training=training, dtype_requested=dtype_requested,
+                           memory_format=memory_format)
         with forward_context(model, training=training, no_grad=no_grad), \
+                amp_context(inputs.device, amp), \
                 module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
                 counter:
             if state is None:

@@ -120,7 +120,7 @@ class Ints(nn.Module):
     ({"optimizer": lambda p: 3}, lambda: nn.Linear(4, 3), "returned a int, not a"),
     ({"optimizer": 3}, lambda: nn.Linear(4, 3), "optimizer=3 must be"),
     ({"no_grad": True}, lambda: nn.Linear(4, 3), "no_grad=True contradicts backward=True"),
-    ({"cuda_graph": True}, lambda: nn.Linear(4, 3), "cuda_graph=True is not supported"),
+    ({"cuda_graph": True}, lambda: nn.Linear(4, 3), "cuda_graph is not supported with backward=True"),
 ])
 def test_bad_step_options_name_the_value(kwargs, model, match):
     with pytest.raises(ModelProfError, match=match):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.timing.sampler import (StopRule, WarmRegistry, WarmupPolicy, collect,
+from modelprof.timing.sampler import (BLOCK_S, MAX_BLOCK, StopRule, WarmRegistry,
+                                      WarmupPolicy, block_size, collect, collect_interleaved,
                                       input_signature, relative_ci, warm_up)
 
 
@@ -36,50 +37,63 @@ def chunker(values, clock: FakeTime | None = None):
     return chunk, calls
 
 
-def test_constant_samples_stop_at_min_samples_for_precision():
-    # a constant sample has a zero-width CI, so the first check after min_samples stops
-    chunk, _ = chunker([2.0])
-    samples, reason, _ = collect(chunk, StopRule(min_samples=12), est_ms=2.0)
-    assert reason == "precision"
-    assert samples.size == 12
+def test_constant_samples_stop_once_min_samples_and_min_blocks_are_reached():
+    # a constant sample has a zero-width interval: it stops at the first check where
+    # n >= min_samples and blocks >= min_blocks. The first block is small (ceil(12 / 3) = 4
+    # samples: the estimate may miss per-sample costs), then 0.1 s / 2 ms = 50 per block
+    chunk, calls = chunker([2.0])
+    s = collect(chunk, StopRule(min_samples=12, min_blocks=3), est_ms=2.0)
+    assert s.stop_reason == "precision"
+    assert calls == [4, 50, 50]
+    assert s.samples_ms.size == 104
+    assert s.blocks.tolist() == [0] * 4 + [1] * 50 + [2] * 50
+    # each sample starts where the one before it ended: 2 ms apart within a block
+    assert np.diff(s.timestamps_s[4:54]) == pytest.approx(np.full(49, 0.002))
 
 
 def test_repeat_takes_exactly_that_many_samples():
     chunk, calls = chunker([1.0, 5.0, 3.0])
-    samples, reason, _ = collect(chunk, StopRule(repeat=1234), est_ms=0.01)
-    assert reason == "repeat"
-    assert samples.size == 1234 and sum(calls) == 1234
-    assert max(calls) <= 1000                        # chunked: one synchronize per chunk on CUDA
+    s = collect(chunk, StopRule(repeat=1234), est_ms=0.01)
+    assert s.stop_reason == "repeat"
+    assert s.samples_ms.size == 1234 and sum(calls) == 1234
+    assert max(calls) <= MAX_BLOCK                   # blocks: one synchronize per block on CUDA
+    # first block from the estimate: 0.1 s / 0.01 ms = 10,000, capped at 1000; then from what
+    # the samples read (median 3 ms): 0.1 s / 3 ms = 33 per block; 1000 + 7 x 33 + 3 = 1234
+    assert calls == [1000] + [33] * 7 + [3]
 
 
 def test_max_samples_bounds_an_imprecise_run():
     # alternating 1 / 2: the median CI always spans [1, 2] -> ±0.5/1.5 = 33 % > 0.1 %
     chunk, _ = chunker([1.0, 2.0])
-    samples, reason, _ = collect(chunk, StopRule(precision=0.001, max_samples=57, budget_s=1e9),
-                                 est_ms=1e-3)
-    assert reason == "max_samples"
-    assert samples.size == 57
+    s = collect(chunk, StopRule(precision=0.001, max_samples=57, budget_s=1e9), est_ms=1e-3)
+    assert s.stop_reason == "max_samples"
+    assert s.samples_ms.size == 57
 
 
-def test_budget_wins_over_min_samples_for_slow_calls():
-    # 300 ms per call, 1 s budget: 0.3, 0.6, 0.9 s; a 4th would end at 1.2 s > 1 s -> 3 samples
+def test_budget_stops_below_min_samples_for_slow_calls_and_says_so():
+    # 300 ms per call, 1 s budget: 0.3, 0.6, 0.9 s; a 4th would end at 1.2 s > 1 s -> 3 samples,
+    # one per block (a block is at most ~0.1 s, at least one call)
     clock = FakeTime()
-    chunk, _ = chunker([300.0], clock)
-    samples, reason, wall = collect(chunk, StopRule(budget_s=1.0, min_samples=10), est_ms=300.0,
-                                    now=clock)
-    assert reason == "budget"
-    assert samples.size == 3
-    assert wall == pytest.approx(0.9)
+    chunk, calls = chunker([300.0], clock)
+    s = collect(chunk, StopRule(budget_s=1.0, min_samples=10), est_ms=300.0, now=clock)
+    assert s.stop_reason == "budget"
+    assert s.samples_ms.size == 3 and calls == [1, 1, 1]
+    assert s.wall_s == pytest.approx(0.9)
+    from modelprof.timing.measurement import FewSamplesWarning, Measurement
+    m = Measurement(s.samples_ms, stop_reason=s.stop_reason, min_samples=10, blocks=s.blocks,
+                    timestamps_s=s.timestamps_s, label="slow")
+    assert m.undersampled
+    with pytest.warns(FewSamplesWarning, match="n=3 samples"):
+        assert m.warn_if_noisy()
 
 
 def test_budget_stops_an_imprecise_run_without_overshoot():
     clock = FakeTime()
     chunk, _ = chunker([10.0, 20.0], clock)
-    samples, reason, wall = collect(chunk, StopRule(precision=0.001, budget_s=2.0),
-                                    est_ms=15.0, now=clock)
-    assert reason == "budget"
-    assert wall <= 2.0 + 0.020                       # at most one sample past the budget
-    assert wall + 0.010 > 2.0 - 0.020                # and it did use the budget
+    s = collect(chunk, StopRule(precision=0.001, budget_s=2.0), est_ms=15.0, now=clock)
+    assert s.stop_reason == "budget"
+    assert s.wall_s <= 2.0 + 0.020                   # at most one sample past the budget
+    assert s.wall_s + 0.010 > 2.0 - 0.020            # and it did use the budget
 
 
 def test_no_estimate_takes_one_sample_first():
@@ -93,11 +107,14 @@ def test_precision_stop_reaches_the_precision():
     rng = np.random.default_rng(3)
     values = rng.normal(10.0, 1.0, 100_000)
     chunk, _ = chunker(values)
-    samples, reason, _ = collect(chunk, StopRule(precision=0.01, budget_s=1e9), est_ms=1e-3)
-    assert reason == "precision"
-    assert relative_ci(samples) <= 0.01
-    # std 1 / median 10: about (1.96 * 1.2533 * 0.1 / 0.01)^2 ~ 600 samples; far fewer than max
-    assert 200 < samples.size < 5000
+    s = collect(chunk, StopRule(precision=0.01, budget_s=1e9), est_ms=1e-3)
+    assert s.stop_reason == "precision"
+    assert relative_ci(s.samples_ms, s.blocks) <= 0.01
+    # independent samples, std 1 / median 10: about (1.96 * 1.2533 * 0.1 / 0.01)^2 ~ 600
+    # samples; the samples claim 10 ms each, so blocks hold 0.1 s / 10 ms = 10 of them, and
+    # the between-block part needs sd(median of 10) ~ 0.40 -> (1.98 * 0.40 / 0.1)^2 ~ 63
+    # blocks: several hundred samples, far fewer than max_samples
+    assert 600 <= s.samples_ms.size <= 5000
 
 
 def test_exact_warmup_count():
@@ -178,8 +195,52 @@ def test_budget_counts_untimed_overhead_between_samples():
     def chunk(k: int) -> np.ndarray:
         clock.t += 0.011 * k
         return np.array([next(values) for _ in range(k)])
-    samples, reason, wall = collect(chunk, StopRule(precision=0.001, budget_s=1.0),
-                                    est_ms=1.0, now=clock)
-    assert reason == "budget"
-    assert 1.0 - 0.011 < wall <= 1.0 + 0.011
-    assert samples.size == pytest.approx(wall / 0.011)
+    s = collect(chunk, StopRule(precision=0.001, budget_s=1.0), est_ms=1.0, now=clock)
+    assert s.stop_reason == "budget"
+    assert 1.0 - 0.011 < s.wall_s <= 1.0 + 0.011
+    assert s.samples_ms.size == pytest.approx(s.wall_s / 0.011)
+
+
+def test_block_size_follows_the_wall_time_of_a_call():
+    assert block_size(None) == 1                      # unknown duration: one call first
+    assert block_size(2.0) == int(BLOCK_S * 1e3 / 2.0) == 50
+    assert block_size(500.0) == 1                     # slower than a block: one call
+    assert block_size(1e-6) == MAX_BLOCK
+
+
+def test_a_step_between_blocks_widens_the_interval():
+    # blocks of 20 samples at 10 ms, then blocks at 12 ms: the pooled order-statistic interval
+    # of the 120 values is [10, 12] around the median 11 (±1/11 = 9.1 %); the between-block t
+    # interval on the log scale of the medians [10, 10, 10, 12, 12, 12] is
+    # 11 * exp(±t(5) sd(log m) / sqrt(6)), t(5) = 2.5706, which is wider
+    samples = np.repeat([10.0, 10.0, 10.0, 12.0, 12.0, 12.0], 20)
+    blocks = np.repeat(np.arange(6), 20)
+    assert relative_ci(samples) == pytest.approx(1.0 / 11.0)
+    half = 2.5706 * np.std(np.log([10, 10, 10, 12, 12, 12]), ddof=1) / np.sqrt(6)
+    expected = (np.exp(half) - np.exp(-half)) / 2.0          # (hi - lo) / 2 / median
+    assert expected > 1.0 / 11.0
+    assert relative_ci(samples, blocks) == pytest.approx(expected, rel=1e-3)
+
+
+def test_interleaved_rounds_shuffle_and_pair_blocks():
+    clock = FakeTime()
+    order = []
+
+    def sampler(name, value):
+        def take(k):
+            order.append(name)
+            clock.t += value * k / 1e3
+            return np.full(k, value)
+        return take
+    rule = StopRule(min_samples=4, min_blocks=5, budget_s=100.0)
+    got = collect_interleaved([sampler("a", 2.0), sampler("b", 4.0)], rule, [2.0, 4.0],
+                              np.random.default_rng(0), now=clock)
+    # constant values: exact intervals and ratios -> stops after min_blocks = 5 rounds
+    assert [s.stop_reason for s in got] == ["precision", "precision"]
+    assert got[0].blocks.max() == got[1].blocks.max() == 4
+    assert len(order) == 10 and sorted(order) == ["a"] * 5 + ["b"] * 5
+    rounds = [tuple(order[i:i + 2]) for i in range(0, 10, 2)]
+    assert ("a", "b") in rounds and ("b", "a") in rounds  # the order is shuffled per round
+    # round 0: a small first block, ceil(4 / 5) = 1 call each; then blocks of 0.1 s:
+    # 50 calls of 2 ms, 25 calls of 4 ms -> 1 + 4 x 50 = 201 and 1 + 4 x 25 = 101
+    assert got[0].samples_ms.size == 201 and got[1].samples_ms.size == 101

@@ -1,22 +1,31 @@
 """The dynamic half of modelprof: end-to-end and per-layer latency, and throughput.
 
-The recipe (warm-up, adaptive stop) lives in ``sampler``, the clocks in ``clock``, the modes
-(AMP, channels_last, compile, CUDA graphs, cold cache) in ``modes``.
+The options are parsed once (``options``); the recipe (warm-up, blocks, adaptive stop) lives in
+``sampler``, its statistics in ``stats``, the clocks in ``clock``, the modes (compile, CUDA graphs,
+cold cache) in ``modes``, interleaved comparisons in ``interleave``.
 """
 from __future__ import annotations
 
+from .interleave import LatencyComparison, measure_latencies
 from .latency import measure_latency
-from .layers import LayerTiming, MemoryStats, time_layers
-from .measurement import Measurement, NoisyMeasurementWarning
+from .layers import HookCost, LayerTiming, MemoryStats, time_layers
+from .measurement import DriftWarning, FewSamplesWarning, Measurement, NoisyMeasurementWarning
+from .options import TimingOptions
 from .throughput import Throughput, ThroughputPoint, measure_throughput
 
 __all__ = [
+    "DriftWarning",
+    "FewSamplesWarning",
+    "HookCost",
+    "LatencyComparison",
     "LayerTiming",
     "Measurement",
     "MemoryStats",
     "NoisyMeasurementWarning",
     "Throughput",
     "ThroughputPoint",
+    "TimingOptions",
+    "measure_latencies",
     "measure_latency",
     "measure_throughput",
     "time_layers",

@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import functools
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,19 +34,21 @@ from torch import nn
 
 from ..autograd_scope import LOSS, SeqMarks, tag_graph
 from ..backward import grad_leaves, move_target, step_guard
+from ..device import MemoryStats
 from ..env import collect_env
 from ..errors import ModelProfError
+from ..execution import amp_context, to_channels_last
 from ..hooks import module_hooks, module_names
 from ..inputs import ModelInputs, iter_tensors, moved_model
 from ..step import StepSpec
 from .clock import StampBuffer, clock_for
-from .layers import MemoryStats
 from .measurement import Measurement
-from .modes import CacheFlusher, amp_context, to_channels_last
-from .sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_SAMPLES,
-                      DEFAULT_PRECISION, WARMUP_S, StopRule, WarmupPolicy, collect, warm_up)
+from .modes import CacheFlusher
+from .options import TimingOptions
+from .sampler import Sampled, collect, collect_interleaved, warm_up
+from .stats import block_medians, paired_ratio
 
-__all__ = ["PHASES", "StepTiming", "time_step"]
+__all__ = ["PHASES", "StepTimer", "StepTiming", "compare_steps", "time_step"]
 
 PHASES = ("forward", "loss", "backward", "optimizer")
 _BACKWARD = PHASES.index("backward")
@@ -229,121 +232,191 @@ class _Instrumented:
         return np.array([self.one() for _ in range(k)], dtype=np.float64)
 
 
-def time_step(
-    model: nn.Module,
-    inputs: ModelInputs,
-    spec: StepSpec,
-    n_calls: int,
-    *,
-    training: bool = True,
-    dtype: torch.dtype | None = None,
-    amp: torch.dtype | None = None,
-    warmup: int | None = None,
-    warmup_s: float = WARMUP_S,
-    repeat: int | None = None,
-    precision: float = DEFAULT_PRECISION,
-    budget_s: float = DEFAULT_BUDGET_S,
-    min_samples: int = DEFAULT_MIN_SAMPLES,
-    max_samples: int = DEFAULT_MAX_SAMPLES,
-    clock: str = "auto",
-    channels_last: bool = False,
-    cold_cache: bool = False,
-    memory_stats: MemoryStats | bool | None = None,
-) -> StepTiming:
+class StepTimer:
+    """Training steps of one model (on a copy), ready to be warmed up and sampled block by block,
+    alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
+    context manager: grad on, RNG forked, the CUDA device current."""
+
+    def __init__(self, model: nn.Module, inputs: ModelInputs, spec: StepSpec, *,
+                 training: bool = True, dtype: torch.dtype | None = None,
+                 options: TimingOptions | None = None, label: str | None = None) -> None:
+        opts = TimingOptions.parse(options)
+        dev = inputs.device
+        if dev.type == "meta":
+            raise ModelProfError("device='meta' has no clock: pass timing=False to count the "
+                                 "step from shapes alone, or a real device to time it")
+        self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, training
+        self.base = getattr(model, "_orig_mod", model)
+        self.label = label or type(self.base).__name__
+        layout = torch.channels_last if opts.channels_last else None
+        runner = moved_model(self.base, dev, dtype, memory_format=layout)
+        if runner is self.base:  # train-mode steps change buffers, .grad and parameters
+            runner = copy.deepcopy(self.base)
+        runner.train(training)
+        self.runner = runner
+        self.copy_of = {id(p): q for (_, p), (_, q) in zip(
+            self.base.named_parameters(remove_duplicate=False),
+            runner.named_parameters(remove_duplicate=False))}
+        self.params = list({id(p): p for p in runner.parameters()}.values())
+        args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
+        if opts.channels_last:
+            args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+        self.leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
+        self.args, self.kwargs = args, kwargs
+        self.target = move_target(spec.target, dev, dtype)
+        self.clock = clock_for(dev, opts.clock)
+        self.flusher = CacheFlusher(dev) if opts.cold_cache else None
+        self.step: _Step | None = None
+        self.parts: list[np.ndarray] = []
+        self.warmup_calls = 0
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> StepTimer:
+        dev = self.inputs.device
+        if dev.type == "cuda":
+            self._stack.enter_context(torch.cuda.device(dev))
+        self._stack.enter_context(step_guard(dev))
+        optimizer = self.spec.make_optimizer(self.params, self.copy_of)
+        self.step = _Step(self.runner, self.args, self.kwargs, self.target, self.spec, dev,
+                          self.opts.amp, optimizer, self.params, self.leaves)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+    def _guarded(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise ModelProfError(f"a training step of {self.label} failed while timing it: "
+                                 f"{type(e).__name__}: {e}") from e
+
+    def _between(self) -> None:
+        self.step.clear()
+        if self.flusher is not None:
+            self.flusher()
+
+    # -- clean passes ---------------------------------------------------------------------
+    def warm(self) -> float | None:
+        """The warm-up (whole steps); the median wall ms of one, to size the blocks."""
+        calls, est = self._guarded(lambda: warm_up(self.step.run, self.opts.warmup, False,
+                                                   self.clock.sync))
+        self.warmup_calls = calls
+        return est
+
+    def sample_block(self, k: int) -> np.ndarray:
+        """``k`` clean steps back to back (parameters reset first); their backward ms."""
+        step = self.step
+        step.restore()
+        got = self._guarded(lambda: self.clock.time(step.phases(), k, self._between))
+        self.parts.append(got)
+        return got[:, _BACKWARD]
+
+    def measurements(self, sampled: Sampled, t_begin: float) -> dict[str, Measurement]:
+        """forward, loss, backward, (optimizer) and step Measurements of the clean passes."""
+        opts, mi = self.opts, self.inputs
+        env = collect_env(mi.device, dtype=opts.amp or mi.dtype, batch_size=mi.batch_size,
+                          clock=self.clock.kind, backward=True, training=self.training,
+                          loss=self.spec.loss_name, optimizer=self.spec.optimizer_name,
+                          **opts.flags(eval_mode=not self.training, no_grad=False))
+        stop = opts.stop
+        common = dict(device=str(mi.device), batch_size=mi.batch_size, warmup=self.warmup_calls,
+                      stop_reason=sampled.stop_reason,
+                      precision=None if stop.repeat is not None else stop.precision,
+                      min_samples=None if stop.repeat is not None else stop.min_samples,
+                      blocks=sampled.blocks, timestamps_s=sampled.timestamps_s, env=env)
+        table = np.concatenate(self.parts, axis=0)
+        names = list(PHASES[:table.shape[1]])
+        out = {name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
+               for i, name in enumerate(names)}
+        out["step"] = Measurement(table.sum(axis=1), label=f"{self.label} step",
+                                  wall_s=time.perf_counter() - t_begin, **common)
+        return out
+
+    # -- instrumented passes and memory ---------------------------------------------------
+    def instrumented(self, n_calls: int) -> tuple[_Instrumented, Sampled]:
+        """Per-call backward times over separate instrumented passes (same stop rule)."""
+        inst = _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
+        self.step.restore()
+        _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True,
+                                               self.clock.sync))
+        inst.rows.clear()
+        sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est))
+        return inst, sampled
+
+    def peak_memory(self, stats: MemoryStats) -> int:
+        """The allocator peak over one whole step (its statistics reset just before)."""
+        step = self.step
+
+        def one() -> int:
+            step.restore()
+            step.clear()
+            self.clock.sync()
+            stats.reset_peak()
+            for phase in step.phases():
+                phase()
+            self.clock.sync()
+            return int(stats.max_allocated())
+        return self._guarded(one)
+
+
+def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: int, *,
+              training: bool = True, dtype: torch.dtype | None = None,
+              options: TimingOptions | None = None,
+              memory_stats: MemoryStats | bool | None = None,
+              **timing_options: Any) -> StepTiming:
     """Time training steps of (a copy of) ``model`` on ``inputs``; see the module doc.
 
     ``n_calls`` is the number of module calls the counted pass saw (``count_step``): the
     instrumented passes check they make the same calls, in the same order. The clean and the
     instrumented passes each stop by the timer's rule (``repeat``, or ``precision`` within
-    ``budget_s``). ``memory_stats``: ``None`` = the CUDA allocator on CUDA, none elsewhere;
-    ``False`` = off; or a ``MemoryStats`` (its peak is reset).
+    ``budget_s``; ``options``/keywords as ``modelprof.timing.options``). ``memory_stats``:
+    ``None`` = the CUDA allocator on CUDA, none elsewhere; ``False`` = off; or a
+    ``MemoryStats`` (its peak is reset).
     """
     t_begin = time.perf_counter()
-    policy = WarmupPolicy.parse(warmup, warmup_s)
-    rule = StopRule.parse(repeat, precision, budget_s, min_samples, max_samples)
-    dev = inputs.device
-    if dev.type == "meta":
-        raise ModelProfError("device='meta' has no clock: pass timing=False to count the step "
-                             "from shapes alone, or a real device to time it")
+    opts = TimingOptions.parse(options, **timing_options)
     if memory_stats is None:
-        memory_stats = MemoryStats.cuda(dev) if dev.type == "cuda" else False
+        memory_stats = MemoryStats.for_device(inputs.device) or False
     if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
         raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
-    base = getattr(model, "_orig_mod", model)
-    runner = moved_model(base, dev, dtype,
-                         memory_format=torch.channels_last if channels_last else None)
-    if runner is base:  # train-mode steps change buffers, .grad and parameters: a copy
-        runner = copy.deepcopy(base)
-    runner.train(training)
-    copy_of = {id(p): q for (_, p), (_, q) in zip(base.named_parameters(remove_duplicate=False),
-                                                  runner.named_parameters(remove_duplicate=False))}
-    params = list({id(p): p for p in runner.parameters()}.values())
-    args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
-    if channels_last:
-        args, kwargs = to_channels_last(args), to_channels_last(kwargs)
-    leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
-    target = move_target(spec.target, dev, dtype)
-    tclock = clock_for(dev, clock)
-    flusher = CacheFlusher(dev) if cold_cache else None
-    peak: int | None = None
-
-    with contextlib.ExitStack() as stack:
-        if dev.type == "cuda":
-            stack.enter_context(torch.cuda.device(dev))
-        stack.enter_context(step_guard(dev))
-        optimizer = spec.make_optimizer(params, copy_of)
-        step = _Step(runner, args, kwargs, target, spec, dev, amp, optimizer, params, leaves)
-        phases = step.phases()
-
-        def between() -> None:
-            step.clear()
-            if flusher is not None:
-                flusher()
-
-        try:
-            n_warm, est = warm_up(step.run, policy, False, tclock.sync)
-            parts: list[np.ndarray] = []
-
-            def clean_chunk(k: int) -> np.ndarray:
-                step.restore()
-                got = tclock.time(phases, k, between)
-                parts.append(got)
-                return got[:, _BACKWARD]
-
-            _, reason, _ = collect(clean_chunk, rule, est)
-            inst = _Instrumented(step, module_names(runner), n_calls, tclock)
-            step.restore()
-            n_inst, est_inst = warm_up(inst.one, policy, True, tclock.sync)
-            inst.rows.clear()
-            passes, inst_reason, _ = collect(inst.chunk, rule, est_inst)
-            if memory_stats is not False:
-                step.restore()
-                step.clear()
-                tclock.sync()
-                memory_stats.reset_peak()
-                for phase in phases:
-                    phase()
-                tclock.sync()
-                peak = int(memory_stats.max_allocated())
-        except ModelProfError:
-            raise
-        except Exception as e:
-            raise ModelProfError(f"a training step of {type(base).__name__} failed while timing "
-                                 f"it: {type(e).__name__}: {e}") from e
-
-    table = np.concatenate(parts, axis=0)
-    env = collect_env(dev, dtype=amp or inputs.dtype, batch_size=inputs.batch_size,
-                      clock=tclock.kind, backward=True, training=training, loss=spec.loss_name,
-                      optimizer=spec.optimizer_name, amp=amp, channels_last=channels_last,
-                      cold_cache=cold_cache, instrumented_stop_reason=inst_reason)
-    common = dict(device=str(dev), batch_size=inputs.batch_size, warmup=n_warm,
-                  stop_reason=reason, precision=None if rule.repeat is not None else rule.precision,
-                  env=env)
-    names = ["forward", "loss", "backward"] + (["optimizer"] if optimizer is not None else [])
-    got = {name: Measurement(table[:, i], label=name, **common) for i, name in enumerate(names)}
-    step_m = Measurement(table.sum(axis=1), label="step",
-                         wall_s=time.perf_counter() - t_begin, **common)
+    with StepTimer(model, inputs, spec, training=training, dtype=dtype, options=opts) as timer:
+        est = timer.warm()
+        sampled = timer._guarded(lambda: collect(timer.sample_block, opts.stop, est))
+        inst, inst_sampled = timer.instrumented(n_calls)
+        peak = timer.peak_memory(memory_stats) if memory_stats is not False else None
+    got = timer.measurements(sampled, t_begin)
+    if opts.warn:
+        got["backward"].warn_if_noisy()
     return StepTiming(forward=got["forward"], loss=got["loss"], backward=got["backward"],
-                      optimizer=got.get("optimizer"), step=step_m,
-                      calls_ms=np.vstack(inst.rows), passes_ms=np.asarray(passes, dtype=np.float64),
-                      peak_memory_bytes=peak, nodes=inst.nodes, env=env)
+                      optimizer=got.get("optimizer"), step=got["step"],
+                      calls_ms=np.vstack(inst.rows), passes_ms=inst_sampled.samples_ms,
+                      peak_memory_bytes=peak, nodes=inst.nodes, env=got["step"].env)
+
+
+def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions
+                  ) -> tuple[list[dict[str, Measurement]], list[tuple[float, float, float]]]:
+    """Clean steps of several models, interleaved in rounds of one block each (the first is the
+    baseline): every model's phase Measurements, and each one's paired backward ratio to the
+    baseline with its interval."""
+    t_begin = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        for t in timers:
+            stack.enter_context(t)
+        ests = [t.warm() for t in timers]
+        rng = np.random.default_rng(opts.seed)
+        sampled = collect_interleaved([t.sample_block for t in timers], opts.stop, ests, rng)
+    got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
+    base = got[0]["backward"]
+    _, base_med = block_medians(base.samples_ms, base.blocks)
+    ratios = [(1.0, 1.0, 1.0)]
+    for m in got[1:]:
+        _, med = block_medians(m["backward"].samples_ms, m["backward"].blocks)
+        k = min(med.size, base_med.size)
+        ratios.append(paired_ratio(med[:k], base_med[:k], m["backward"].confidence))
+    if opts.warn:
+        for m in got:
+            m["backward"].warn_if_noisy()
+    return got, ratios

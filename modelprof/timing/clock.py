@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..device import device_synchronize
+
 __all__ = [
     "Clock",
     "CpuClock",
@@ -31,25 +33,6 @@ __all__ = [
 ]
 
 Phase = Callable[[], Any]
-
-
-def device_synchronize(device: torch.device) -> None:
-    """Wait for all work queued on ``device`` (a no-op on CPU)."""
-    kind = device.type
-    if kind == "cpu" or kind == "meta":
-        return
-    if kind == "cuda":
-        torch.cuda.synchronize(device)
-        return
-    mod = getattr(torch, kind, None)
-    sync = getattr(mod, "synchronize", None)
-    if sync is not None:
-        try:
-            sync(device)
-        except TypeError:
-            sync()
-        return
-    torch.accelerator.synchronize(device)
 
 
 class StampBuffer:
@@ -88,18 +71,20 @@ class _HostStamps(StampBuffer):
 
 
 class _EventStamps(StampBuffer):
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, device: torch.device) -> None:
+        self.device = device
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(size)]
         events = self.events
 
         def record(i: int) -> None:
-            events[i].record()
+            # the measured device's current stream, whichever device is current in the caller
+            events[i].record(torch.cuda.current_stream(device))
         self.record = record  # type: ignore[method-assign]
 
     def sync(self) -> None:
         # Events complete in stream order on one stream; waiting for the whole device also
         # covers stamps recorded by hooks on other streams.
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(self.device)
 
     def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
         ev = self.events
@@ -190,20 +175,21 @@ class CudaEventClock(Clock):
         p = len(phases)
         events = [[torch.cuda.Event(enable_timing=True) for _ in range(p + 1)]
                   for _ in range(n)]
+        stream = torch.cuda.current_stream(self.device)
         for i in range(n):
             if between is not None:
                 between()            # queued before the start event: outside the timed span
             row = events[i]
-            row[0].record()
+            row[0].record(stream)
             for k in range(p):
                 phases[k]()
-                row[k + 1].record()
+                row[k + 1].record(stream)
         torch.cuda.synchronize(self.device)
         return np.array([[row[k].elapsed_time(row[k + 1]) for k in range(p)] for row in events],
                         dtype=np.float64).reshape(n, p)
 
     def stamps(self, size: int) -> StampBuffer:
-        return _EventStamps(size)
+        return _EventStamps(size, self.device)
 
 
 def clock_for(device: torch.device, mode: str = "auto") -> Clock:

@@ -1,5 +1,10 @@
 """``measure_latency``: end-to-end latency of any callable, by the recipe of ``sampler`` and the
-clock of ``clock``."""
+clock of ``clock``, under the modes of one ``TimingOptions``.
+
+``TimedCall`` is one callable made ready for timing (converted copy, modes entered, compiled or
+captured, transfer buffers): it warms up and takes blocks of samples. ``measure_latency`` runs one;
+``modelprof.timing.interleave`` runs several in interleaved rounds.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -11,28 +16,19 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..device import device_synchronize, is_oom
 from ..env import collect_env
 from ..errors import ModelProfError
-from ..inputs import (ModelInputs, map_tensors, iter_tensors, make_inputs, model_placement,
+from ..execution import amp_context, grad_context, model_state, to_channels_last
+from ..inputs import (ModelInputs, iter_tensors, make_inputs, map_tensors, model_placement,
                       moved_model, parse_device, parse_dtype)
-from .clock import clock_for, device_synchronize
+from .clock import clock_for
 from .measurement import Measurement
-from .modes import (CacheFlusher, amp_context, capture_cuda_graph, compile_callable,
-                    grad_context, model_state, parse_amp, parse_compile, to_channels_last)
-from .sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_SAMPLES,
-                      DEFAULT_PRECISION, WARMED, WARMUP_S, StopRule, WarmupPolicy, collect,
-                      input_signature, warm_up)
+from .modes import CacheFlusher, capture_cuda_graph, compile_callable
+from .options import TimingOptions
+from .sampler import WARMED, Sampled, collect, input_signature, warm_up
 
-__all__ = ["measure_latency", "resolve_call", "timing_flags"]
-
-CLOCK_MODES = ("auto", "host")
-
-
-def _needs_cuda(option: str, value: Any, device: torch.device) -> None:
-    if device.type != "cuda":
-        raise ModelProfError(
-            f"{option}={value!r} needs a CUDA device, but the model runs on {device}; "
-            f"pass device='cuda' (with a GPU) or leave {option} off")
+__all__ = ["TimedCall", "measure_latency", "resolve_call"]
 
 
 def _has_tensors(model: nn.Module) -> bool:
@@ -88,17 +84,6 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
     return target, mi
 
 
-def timing_flags(*, transfer: bool = False, pin_memory: bool = True, cuda_graph: bool = False,
-                 amp: torch.dtype | None = None, channels_last: bool = False,
-                 cold_cache: bool = False, compile: str | None = None, eval_mode: bool = True,
-                 no_grad: bool = True) -> dict[str, Any]:
-    """The mode flags of a timed run: part of the warm-up signature and of ``env["mode"]``."""
-    return dict(transfer=bool(transfer), pin_memory=bool(pin_memory) if transfer else None,
-                cuda_graph=bool(cuda_graph), amp=amp, channels_last=bool(channels_last),
-                cold_cache=bool(cold_cache), compile=compile, eval_mode=bool(eval_mode),
-                no_grad=bool(no_grad))
-
-
 def _label(fn: Any) -> str:
     if isinstance(fn, nn.Module):
         return type(getattr(fn, "_orig_mod", fn)).__name__
@@ -141,6 +126,156 @@ class _Transfer:
         self.d2h()
 
 
+class TimedCall:
+    """One callable ready to be timed under ``opts``: ``with TimedCall(...) as tc: tc.warm();
+    tc.sample_block(k)``. Entering sets the modes (eval/no_grad, autocast, the CUDA device),
+    compiles, and allocates transfer buffers; leaving restores every flag."""
+
+    def __init__(self, fn_or_model: Any, target: Callable[..., Any], mi: ModelInputs,
+                 opts: TimingOptions, *, eval_mode: bool = True, no_grad: bool = True,
+                 label: str | None = None) -> None:
+        opts.check_device(mi.device)
+        self.user_fn, self.target, self.mi, self.opts = fn_or_model, target, mi, opts
+        self.eval_mode, self.no_grad = eval_mode, no_grad
+        self.dev = mi.device
+        self.clock = clock_for(self.dev, opts.clock)
+        self.flags = opts.flags(eval_mode=eval_mode, no_grad=no_grad)
+        self.signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
+        # a fresh converted copy or a freshly compiled wrapper has never been warmed
+        self.already_warm = (target is fn_or_model and opts.compile is None
+                             and WARMED.seen(fn_or_model, self.signature))
+        self.label = label if label is not None else _label(fn_or_model)
+        self.compile_ms: float | None = None
+        self.warmup_calls = 0
+        self.parts_ms: list[np.ndarray] = []
+        self._stack = contextlib.ExitStack()
+        self._phases: list[Callable[[], Any]] = []
+
+    # -- set-up -----------------------------------------------------------------------------
+    def __enter__(self) -> TimedCall:
+        stack, dev, opts = self._stack, self.dev, self.opts
+        try:
+            if dev.type == "cuda":
+                stack.enter_context(torch.cuda.device(dev))
+            stack.enter_context(model_state(self.target, self.eval_mode))
+            stack.enter_context(grad_context(self.no_grad))
+            stack.enter_context(amp_context(dev, opts.amp, cache_enabled=not opts.cuda_graph))
+            fn = self.target
+            if opts.compile is not None:
+                fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
+            args, kwargs = self.mi.args, self.mi.kwargs
+            self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
+            if opts.compile is not None:
+                device_synchronize(dev)
+                t0 = time.perf_counter()
+                self._guarded(self.call)          # the first call compiles
+                device_synchronize(dev)
+                self.compile_ms = (time.perf_counter() - t0) * 1e3
+            self.between = CacheFlusher(dev) if opts.cold_cache else None
+            self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
+        except BaseException:
+            stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+        if exc[0] is None:
+            WARMED.add(self.user_fn, self.signature)
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn``; a failure of the user's code becomes a ModelProfError naming the callable
+        (an out-of-memory error stays as it is, for the throughput search)."""
+        try:
+            return fn()
+        except ModelProfError:
+            raise
+        except Exception as e:
+            if is_oom(e):
+                raise
+            raise ModelProfError(f"{self.label} failed while timing it end to end on {self.dev}: "
+                                 f"{type(e).__name__}: {e}") from e
+
+    # -- warm-up ------------------------------------------------------------------------------
+    def warm(self) -> float | None:
+        """Warm up per the options; returns the wall ms of one call (sizes the blocks)."""
+        opts, xfer, sync = self.opts, self.xfer, self.clock.sync
+        if opts.cuda_graph:
+            step = self._capture_graph()
+            est = None
+        else:
+            n, est = warm_up(lambda: self._guarded(xfer.step if xfer else self.call),
+                             opts.warmup, self.already_warm, sync)
+            self.warmup_calls += n
+            step = self.call
+        if xfer is not None:
+            xfer.call = step
+            if xfer.out is None:              # no warm-up call ran: make the output buffers
+                self._guarded(xfer.step)
+                sync()
+            self._phases = [xfer.h2d, xfer.compute, xfer.d2h]
+        else:
+            self._phases = [step]
+        return est
+
+    def _capture_graph(self) -> Callable[[], Any]:
+        """Warm up on a side stream (at least one call, whatever ``warmup`` says: capture needs
+        the lazy initialisation done), capture once, replay three times."""
+        side = torch.cuda.Stream(self.dev)
+        side.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(side):
+            n, _ = warm_up(lambda: self._guarded(self.call), self.opts.warmup,
+                           self.already_warm, self.clock.sync)
+            if n == 0:
+                self._guarded(self.call)
+                n = 1
+        torch.cuda.current_stream(self.dev).wait_stream(side)
+        self.warmup_calls += n
+        try:
+            graph, static_out = capture_cuda_graph(self.call, side_warmup=0)
+            for _ in range(3):
+                graph.replay()
+        except Exception as e:
+            if is_oom(e):
+                raise
+            raise ModelProfError(f"cuda_graph=True: capturing {self.label} into a CUDA graph "
+                                 f"failed ({type(e).__name__}: {e}); graphs need static shapes, "
+                                 "no host synchronisation and no CPU tensors in the forward; "
+                                 "time it without cuda_graph") from e
+
+        def replay() -> Any:
+            graph.replay()
+            return static_out
+        return replay
+
+    # -- sampling -----------------------------------------------------------------------------
+    def sample_block(self, k: int) -> np.ndarray:
+        """``k`` back-to-back timed calls; their total ms each (parts kept for transfer runs)."""
+        got = self._guarded(lambda: self.clock.time(self._phases, k, self.between))
+        self.parts_ms.append(got)
+        return got.sum(axis=1)
+
+    def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
+        """The Measurement of what was sampled, with the environment read after timing."""
+        opts, mi = self.opts, self.mi
+        env = collect_env(self.dev, dtype=opts.amp or mi.dtype, batch_size=mi.batch_size,
+                          clock=self.clock.kind, **self.flags)
+        stop = opts.stop
+        common = dict(device=str(self.dev), batch_size=mi.batch_size, warmup=self.warmup_calls,
+                      stop_reason=sampled.stop_reason,
+                      precision=None if stop.repeat is not None else stop.precision,
+                      min_samples=None if stop.repeat is not None else stop.min_samples,
+                      blocks=sampled.blocks, timestamps_s=sampled.timestamps_s)
+        parts: dict[str, Measurement] = {}
+        if self.xfer is not None:
+            stacked = np.concatenate(self.parts_ms, axis=0)
+            for i, part in enumerate(("h2d", "compute", "d2h")):
+                parts[part] = Measurement(stacked[:, i], label=f"{self.label} {part}", **common)
+        return Measurement(sampled.samples_ms, compile_ms=self.compile_ms,
+                           wall_s=time.perf_counter() - t_begin, label=self.label, env=env,
+                           **common, **parts)
+
+
 def measure_latency(
     fn_or_model: Callable[..., Any],
     inputs: Any = None,
@@ -149,26 +284,11 @@ def measure_latency(
     batch_size: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
-    warmup: int | None = None,
-    warmup_s: float = WARMUP_S,
-    repeat: int | None = None,
-    precision: float = DEFAULT_PRECISION,
-    budget_s: float = DEFAULT_BUDGET_S,
-    min_samples: int = DEFAULT_MIN_SAMPLES,
-    max_samples: int = DEFAULT_MAX_SAMPLES,
-    transfer: bool = False,
-    pin_memory: bool = True,
-    cuda_graph: bool = False,
-    amp: torch.dtype | str | None = None,
-    channels_last: bool = False,
-    cold_cache: bool = False,
-    compile: bool | str = False,
-    compile_kwargs: dict[str, Any] | None = None,
     eval_mode: bool = True,
     no_grad: bool = True,
-    clock: str = "auto",
     label: str | None = None,
-    warn: bool = True,
+    options: TimingOptions | None = None,
+    **timing_options: Any,
 ) -> Measurement:
     """Time ``fn_or_model(*args, **kwargs)`` end to end and return every sample.
 
@@ -177,117 +297,21 @@ def measure_latency(
     for a callable that takes no arguments. A module runs under ``eval()`` and ``no_grad`` unless
     ``eval_mode``/``no_grad`` say otherwise; its flags are restored afterwards.
 
-    Warm-up: ``warmup=None`` runs >= 3 calls and >= ``warmup_s`` seconds (a short refresher for a
-    callable/shape already warmed); ``warmup=N`` exactly N calls. Sampling: ``repeat=N`` exactly N
-    samples; else until the 95 % CI of the median is within ``±precision`` (after ``min_samples``),
-    within ``budget_s`` seconds of sampling and ``max_samples`` samples.
-
-    Modes: ``transfer`` (CUDA: time H2D + compute + D2H, parts reported; host inputs pinned when
-    ``pin_memory``), ``cuda_graph`` (capture once, time replays), ``amp`` (autocast dtype),
-    ``channels_last`` (on a converted copy), ``cold_cache`` (flush L2/LLC between samples, untimed),
-    ``compile`` (``True`` or a torch.compile mode; compile time = first call, in ``compile_ms``).
-    ``clock="host"`` on CUDA uses synchronize + host clock for work on streams torch cannot see.
+    Timing options (``options=TimingOptions(...)`` or keywords, see
+    ``modelprof.timing.options``): ``warmup``/``warmup_s``; ``repeat`` or the adaptive stop
+    (``precision``, ``budget_s``, ``min_samples``, ``min_blocks``, ``max_samples``); the modes
+    ``transfer``/``pin_memory``, ``cuda_graph``, ``amp``, ``channels_last``, ``cold_cache``,
+    ``compile``/``compile_kwargs``, ``clock``; ``warn``.
     """
     t_begin = time.perf_counter()
-    warmup_policy = WarmupPolicy.parse(warmup, warmup_s)
-    rule = StopRule.parse(repeat, precision, budget_s, min_samples, max_samples)
-    amp_dtype = parse_amp(amp)
-    compile_mode = parse_compile(compile)
-    if clock not in CLOCK_MODES:
-        raise ModelProfError(f"clock={clock!r} must be one of {CLOCK_MODES}")
+    opts = TimingOptions.parse(options, **timing_options)
     target, mi = resolve_call(fn_or_model, inputs, input_size=input_size, batch_size=batch_size,
-                              device=device, dtype=dtype, channels_last=channels_last)
-    dev = mi.device
-    if transfer:
-        _needs_cuda("transfer", transfer, dev)
-    if cuda_graph:
-        _needs_cuda("cuda_graph", cuda_graph, dev)
-        if compile_mode is not None:
-            raise ModelProfError(f"cuda_graph=True with compile={compile!r}: use "
-                                 "compile='reduce-overhead' for compiled CUDA graphs instead")
-    flags = timing_flags(transfer=transfer, pin_memory=pin_memory, cuda_graph=cuda_graph,
-                         amp=amp_dtype, channels_last=channels_last, cold_cache=cold_cache,
-                         compile=compile_mode, eval_mode=eval_mode, no_grad=no_grad)
-    signature = input_signature(mi.args, mi.kwargs, device=str(dev), **flags)
-    # A fresh converted copy or a freshly compiled wrapper has never been warmed.
-    already_warm = (target is fn_or_model and compile_mode is None
-                    and WARMED.seen(fn_or_model, signature))
-    tclock = clock_for(dev, clock)
-    args, kwargs = mi.args, mi.kwargs
-    compile_ms: float | None = None
-
-    with contextlib.ExitStack() as stack:
-        if dev.type == "cuda":
-            stack.enter_context(torch.cuda.device(dev))
-        stack.enter_context(model_state(target, eval_mode))
-        stack.enter_context(grad_context(no_grad))
-        stack.enter_context(amp_context(dev, amp_dtype, cache_enabled=not cuda_graph))
-
-        fn = target
-        if compile_mode is not None:
-            fn = compile_callable(target, compile_mode, compile_kwargs)
-            device_synchronize(dev)
-            t0 = time.perf_counter()
-            fn(*args, **kwargs)                 # the first call compiles
-            device_synchronize(dev)
-            compile_ms = (time.perf_counter() - t0) * 1e3
-
-        def call() -> Any:
-            return fn(*args, **kwargs)
-
-        between = CacheFlusher(dev) if cold_cache else None
-        xfer = _Transfer(mi, call, bool(pin_memory)) if transfer else None
-
-        if cuda_graph:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                n_warm, est = warm_up(call, warmup_policy, already_warm, tclock.sync)
-            torch.cuda.current_stream().wait_stream(side)
-            graph, static_out = capture_cuda_graph(call, side_warmup=0)
-            for _ in range(3):
-                graph.replay()
-
-            def replay() -> Any:
-                graph.replay()
-                return static_out
-            if xfer is not None:
-                xfer.call = replay
-            step_call: Callable[[], Any] = replay
-        else:
-            n_warm, est = warm_up(xfer.step if xfer else call, warmup_policy, already_warm,
-                                  tclock.sync)
-            step_call = call
-
-        if xfer is not None:
-            if xfer.out is None:                # no warm-up call ran: make the output buffers
-                xfer.step()
-                tclock.sync()
-            phases = [xfer.h2d, xfer.compute, xfer.d2h]
-        else:
-            phases = [step_call]
-        parts_ms: list[Any] = []
-
-        def sample_chunk(k: int) -> Any:
-            got = tclock.time(phases, k, between)
-            parts_ms.append(got)
-            return got.sum(axis=1)
-
-        total, reason, _ = collect(sample_chunk, rule, est)
-    WARMED.add(fn_or_model, signature)
-
-    env = collect_env(dev, dtype=amp_dtype or mi.dtype, batch_size=mi.batch_size,
-                      clock=tclock.kind, **flags)
-    common = dict(device=str(dev), batch_size=mi.batch_size, warmup=n_warm, stop_reason=reason,
-                  precision=None if rule.repeat is not None else rule.precision)
-    name = label if label is not None else _label(fn_or_model)
-    parts: dict[str, Measurement] = {}
-    if xfer is not None:
-        stacked = np.concatenate(parts_ms, axis=0)
-        for i, part in enumerate(("h2d", "compute", "d2h")):
-            parts[part] = Measurement(stacked[:, i], label=f"{name} {part}", **common)
-    m = Measurement(total, compile_ms=compile_ms, wall_s=time.perf_counter() - t_begin,
-                    label=name, env=env, **common, **parts)
-    if warn:
+                              device=device, dtype=dtype, channels_last=opts.channels_last)
+    with TimedCall(fn_or_model, target, mi, opts, eval_mode=eval_mode, no_grad=no_grad,
+                   label=label) as tc:
+        est = tc.warm()
+        sampled = collect(tc.sample_block, opts.stop, est)
+    m = tc.measurement(sampled, t_begin)
+    if opts.warn:
         m.warn_if_noisy()
     return m

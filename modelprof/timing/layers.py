@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,78 +21,31 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..device import MemoryStats, PeakTracker, is_oom
 from ..env import collect_env
 from ..errors import ModelProfError
+from ..execution import amp_context, grad_context, model_state, to_channels_last
 from ..hooks import module_hooks, module_names
-from ..inputs import ModelInputs
-from .clock import clock_for
-from .latency import CLOCK_MODES, timing_flags
+from ..inputs import ModelInputs, moved_model
+from .clock import Clock, clock_for
 from .measurement import Measurement
-from .modes import grad_context, model_state
-from .sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_SAMPLES,
-                      DEFAULT_PRECISION, WARMED, WARMUP_S, StopRule, WarmupPolicy, collect,
-                      input_signature, warm_up)
+from .options import TimingOptions
+from .sampler import WARMED, collect, input_signature, warm_up
 
-__all__ = ["Key", "LayerTiming", "MemoryStats", "PeakTracker", "is_oom", "time_layers"]
+__all__ = ["HookCost", "Key", "LayerTiming", "MemoryStats", "PeakTracker", "calibrate_hooks",
+           "is_oom", "time_layers"]
 
 Key = tuple[str, int]
 
 
-def is_oom(e: BaseException) -> bool:
-    """An out-of-memory error: ``torch.OutOfMemoryError`` or a RuntimeError saying so."""
-    if isinstance(e, torch.OutOfMemoryError):
-        return True
-    if isinstance(e, RuntimeError):
-        msg = str(e).lower()
-        return any(s in msg for s in ("out of memory", "can't allocate", "cannot allocate",
-                                      "alloc_failed"))
-    return False
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryStats:
-    """Reads and resets the allocator peak; injectable so the nesting logic is testable on CPU."""
-
-    max_allocated: Callable[[], int]
-    reset_peak: Callable[[], None]
-
-    @classmethod
-    def cuda(cls, device: torch.device) -> MemoryStats:
-        return cls(lambda: torch.cuda.max_memory_allocated(device),
-                   lambda: torch.cuda.reset_peak_memory_stats(device))
-
-
-class PeakTracker:
-    """Allocator peak of each (nested) call. Entering a call reads the peak so far into the
-    enclosing call before resetting it; leaving a call hands its peak up to its parent, so a
-    child's reset never loses the parent's peak."""
-
-    def __init__(self, stats: MemoryStats, n_calls: int) -> None:
-        self.stats = stats
-        self.peak = [0] * n_calls
-        self.stack: list[int] = []
-
-    def enter(self, i: int) -> None:
-        stats, stack, peak = self.stats, self.stack, self.peak
-        if stack:
-            top = stack[-1]
-            peak[top] = max(peak[top], stats.max_allocated())
-        stats.reset_peak()
-        peak[i] = stats.max_allocated()      # right after a reset: memory in use at the start
-        stack.append(i)
-
-    def exit(self, i: int) -> None:
-        stack, peak = self.stack, self.peak
-        peak[i] = max(peak[i], self.stats.max_allocated())
-        stack.pop()
-        if stack:
-            top = stack[-1]
-            peak[top] = max(peak[top], peak[i])
-
-
 @dataclasses.dataclass(eq=False)
 class LayerTiming:
-    """Per-call inclusive durations (ms) of the instrumented passes, aligned by pass."""
+    """Per-call inclusive durations (ms) of the instrumented passes, aligned by pass.
+
+    ``samples`` are corrected for the hooks' own cost (``hook_cost``, when applied);
+    ``raw_samples`` are the stamps' differences as read. ``passes_ms`` is the instrumented pass,
+    as read, from outside the model call.
+    """
 
     samples: dict[Key, np.ndarray]
     order: list[Key]
@@ -103,6 +57,11 @@ class LayerTiming:
     warmup: int = 0
     stop_reason: str = "repeat"
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    raw_samples: dict[Key, np.ndarray] | None = None
+    hook_cost: HookCost | None = None
+    blocks: np.ndarray | None = None
+    timestamps_s: np.ndarray | None = None
+    plain_ms: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -121,18 +80,33 @@ class LayerTiming:
 
     @property
     def end_to_end(self) -> Measurement:
-        """The instrumented end-to-end passes as a Measurement."""
+        """The instrumented end-to-end passes (as read) as a Measurement."""
         return Measurement(self.passes_ms, device=self.device, batch_size=self.batch_size,
                            warmup=self.warmup, stop_reason=self.stop_reason,
-                           label="instrumented", env=self.env)
+                           label="instrumented", env=self.env, blocks=self.blocks,
+                           timestamps_s=self.timestamps_s)
+
+    @property
+    def corrected_passes_ms(self) -> np.ndarray:
+        """Each instrumented pass less the hooks' calibrated cost (``passes_ms`` if none)."""
+        cost = self.hook_cost
+        if cost is None or not cost.applied:
+            return self.passes_ms
+        return np.clip(self.passes_ms - len(self.order) * cost.per_call_ms, 0.0, None)
 
     def coverage(self) -> float:
-        """Sum of the leaf calls' medians over the median instrumented pass."""
+        """Sum of the leaf calls' medians over the median (corrected) instrumented pass."""
         med = self.median_ms()
-        return sum(med[k] for k in self.leaves()) / float(np.median(self.passes_ms))
+        return sum(med[k] for k in self.leaves()) / float(np.median(self.corrected_passes_ms))
 
-    def overhead(self, clean: Measurement) -> float:
-        """Instrumented / clean end-to-end median (1.02 = hooks cost 2 %)."""
+    def overhead(self, clean: Measurement | None = None) -> float:
+        """Instrumented / plain pass median (1.02 = hooks cost 2 %): against the plain passes
+        interleaved with the instrumented ones when there are, else against ``clean``."""
+        plain = self.plain_ms
+        if plain is not None and plain.size:
+            return float(np.median(self.passes_ms)) / float(np.median(plain))
+        if clean is None:
+            raise ValueError("overhead() needs the clean Measurement: no plain passes were kept")
         return float(np.median(self.passes_ms)) / clean.median_ms
 
     def __repr__(self) -> str:
@@ -161,6 +135,60 @@ class LayerTiming:
         return pd.DataFrame(rows)
 
 
+def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
+    """In place, pass by pass: scale the children of each call down to fit inside it (calls in
+    pre-order, so a parent is final before its children are looked at)."""
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        if p is not None:
+            children.setdefault(p, []).append(i)
+    for p in sorted(children):
+        kids = children[p]
+        total = t[:, kids].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.where(total > t[:, p], t[:, p] / total, 1.0)
+        t[:, kids] *= factor[:, None]
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class HookCost:
+    """What the per-layer instrument adds to a pass, measured in this process.
+
+    ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (both hooks,
+    the hooked call path, the stamps, and what they do to the speed of the ops around them):
+    in ``time_layers``, (instrumented pass - plain pass) / calls, from passes of the model itself
+    interleaved block by block. ``self_ms``: the part inside a call's own span (after its start
+    stamp, before its end stamp), calibrated on a chain of empty modules (``calibrate_hooks``).
+
+    A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` for each call
+    nested in it; where a parent's children still add up to more than the parent (the
+    instrument slows the ops it surrounds), the children are scaled down to fit it, pass by
+    pass, so no ``(self)`` row goes negative and the leaf rows add up to the corrected pass.
+    """
+
+    per_call_ms: float
+    self_ms: float
+    applied: bool = True
+
+    def correct(self, raw: np.ndarray, nested: np.ndarray,
+                parents: list[int | None] | None = None) -> np.ndarray:
+        """``raw`` (passes x calls, ms) less the cost, per call: ``nested[i]`` calls inside i;
+        with ``parents`` (the parent index of each call, in call order) children are fitted
+        into their parent."""
+        if not self.applied:
+            return raw
+        out = np.clip(raw - self.self_ms - nested[None, :] * self.per_call_ms, 0.0, None)
+        if parents is not None:
+            _fit_children(out, parents)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"per_call_us": self.per_call_ms * 1e3, "self_us": self.self_ms * 1e3,
+                "applied": self.applied}
+
+
 class _CallPlan:
     """The module calls of one forward: keys, parents and the module object of each call."""
 
@@ -169,6 +197,7 @@ class _CallPlan:
         self.keys: list[Key] = []
         self.modules: list[nn.Module] = []
         self.parents: dict[Key, Key | None] = {}
+        self.parent_index: list[int | None] = []
         self._counts: dict[nn.Module, int] = {}
         self.stack: list[int] = []
 
@@ -176,13 +205,165 @@ class _CallPlan:
         c = self._counts.get(module, 0) + 1
         self._counts[module] = c
         key = (self.names[module], c)
-        self.parents[key] = self.keys[self.stack[-1]] if self.stack else None
+        parent = self.stack[-1] if self.stack else None
+        self.parents[key] = self.keys[parent] if parent is not None else None
+        self.parent_index.append(parent)
         self.stack.append(len(self.keys))
         self.keys.append(key)
         self.modules.append(module)
 
     def post(self, module: nn.Module, output: Any) -> None:
         self.stack.pop()
+
+    def nested_counts(self) -> np.ndarray:
+        """For each call, how many calls ran inside it (all depths)."""
+        nested = np.zeros(len(self.keys), dtype=np.int64)
+        for i, parent in enumerate(self.parent_index):
+            while parent is not None:
+                nested[parent] += 1
+                parent = self.parent_index[parent]
+        return nested
+
+
+class _Instrument:
+    """Hooks that only write a stamp (after checking that the calls come in the order the
+    discovery pass saw), and one instrumented pass that reads them back."""
+
+    def __init__(self, model: nn.Module, plan: _CallPlan, clock: Clock,
+                 forward: Callable[[], Any]) -> None:
+        n = len(plan.keys)
+        self.model, self.plan, self.n, self.forward = model, plan, n, forward
+        self.clock = clock
+        self.plain: list[np.ndarray] = []      # plain passes, interleaved with the instrumented
+        self.stamps = clock.stamps(2 * n + 2)
+        self.open_calls: list[int] = []
+        self.counter = 0
+        self.starts = list(range(n)) + [2 * n]
+        self.ends = list(range(n, 2 * n)) + [2 * n + 1]
+        self.rows: list[np.ndarray] = []
+        self.passes: list[float] = []
+
+    def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
+        i, n, expected = self.counter, self.n, self.plan.modules
+        if i >= n or expected[i] is not module:
+            keys = self.plan.keys
+            saw = f"module {keys[i][0]!r}" if i < n else f"only {n} calls"
+            raise ModelProfError(
+                f"module '{self.plan.names.get(module, '?')}' ran as call {i + 1} of the "
+                f"forward, but the discovery pass saw {saw} there; the model's control flow "
+                "changes between passes, so its layers cannot be timed by position")
+        self.counter = i + 1
+        self.open_calls.append(i)
+        self.stamps.record(i)
+
+    def post(self, module: nn.Module, output: Any) -> None:
+        self.stamps.record(self.n + self.open_calls.pop())
+
+    def run(self) -> None:
+        """One instrumented pass (stamps recorded, not read)."""
+        n, record = self.n, self.stamps.record
+        self.counter = 0
+        self.open_calls.clear()
+        record(2 * n)
+        self.forward()
+        record(2 * n + 1)
+        if self.counter != n:
+            raise ModelProfError(f"the forward made {self.counter} module calls, the discovery "
+                                 f"pass {n}; the model's control flow changes between passes")
+
+    def hooked(self) -> contextlib.AbstractContextManager:
+        return module_hooks(self.model, self.pre, self.post, self.plan.names)
+
+    def warm_step(self) -> None:
+        """One instrumented and one plain pass (what a block does, untimed)."""
+        with self.hooked():
+            self.run()
+        self.forward()
+
+    def sample_block(self, k: int) -> np.ndarray:
+        """``k`` instrumented passes, each followed by its one synchronize, then ``k`` plain
+        passes of the same model (so the instrument's cost is measured under the same load);
+        returns the instrumented pass durations (ms)."""
+        out = np.empty(k)
+        n = self.n
+        with self.hooked():
+            for p in range(k):
+                self.run()
+                self.stamps.sync()                      # the one synchronize of this pass
+                d = self.stamps.elapsed_ms(self.starts, self.ends)
+                self.rows.append(d[:n])
+                out[p] = d[n]
+        self.plain.append(self.clock.time([self.forward], k)[:, 0])
+        return out
+
+
+def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
+    """Run one forward with counting hooks: the calls it makes, in order, into ``plan``."""
+    with module_hooks(model, plan.pre, plan.post, plan.names):
+        forward()
+    if not plan.keys:
+        raise ModelProfError(f"no hooked module of {type(model).__name__} ran in a forward "
+                             "pass; nothing to time per layer")
+    return plan
+
+
+_CALIBRATION_CALLS = 64
+
+
+class _Empty(nn.Module):
+    """Returns its input: a call whose body is as short as a module call can be."""
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+def _chain() -> nn.Module:
+    return nn.Sequential(*(_Empty() for _ in range(_CALIBRATION_CALLS)))
+
+
+def calibrate_hooks(clock: Clock, passes: int = 40) -> HookCost:
+    """Measure the instrument's own cost on a chain of empty modules, in this process.
+
+    ``per_call_ms`` = (instrumented pass - plain pass) / calls, the passes interleaved so that
+    load on the machine reaches both alike; ``self_ms`` = an empty call's measured span less
+    its plain cost. Medians of ``passes`` passes each. On CUDA this returns zeros, not applied:
+    the events time the GPU's work, on which the host-side cost inside a span does not show
+    (``time_layers`` still measures the whole per-call cost on the model itself).
+    """
+    if clock.device.type != "cpu":
+        return HookCost(0.0, 0.0, applied=False)
+    chain = _chain()
+    x = torch.zeros(1)
+    names = module_names(chain)
+
+    def forward() -> Any:
+        return chain(x)
+    plan = discover(chain, forward, _CallPlan(names))
+    inst = _Instrument(chain, plan, clock, forward)
+    perf = time.perf_counter_ns
+    body = []
+    empty = nn.Sequential()
+    for _ in range(3):
+        inst.warm_step()
+    inst.rows.clear()
+    instrumented = []
+    for _ in range(passes):
+        t0 = perf()
+        chain(x)
+        t1 = perf()
+        empty(x)
+        t2 = perf()
+        body.append(((t1 - t0) - (t2 - t1)) / 1e6 / _CALIBRATION_CALLS)
+        instrumented.append(float(inst.sample_block(1)[0]))
+    plain = np.concatenate(inst.plain)
+    raw = np.vstack(inst.rows)
+    k = len(plan.keys)
+    per_call = (float(np.median(instrumented)) - float(np.median(plain))) / k
+    leaf_span = float(np.median(raw[:, 1:]))           # the empty calls (0 is the chain)
+    self_ms = leaf_span - max(float(np.median(body)), 0.0)
+    per_call = max(per_call, 0.0)
+    self_ms = min(max(self_ms, 0.0), per_call)
+    return HookCost(per_call, self_ms, applied=True)
 
 
 def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
@@ -192,158 +373,124 @@ def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
     return f"module '{name}'" + (f" (call {call})" if call > 1 else "")
 
 
+def _memory_pass(model: nn.Module, plan: _CallPlan, stats: MemoryStats,
+                 forward: Callable[[], Any], names: dict[nn.Module, str],
+                 live: list[list[int]]) -> dict[Key, int]:
+    """One forward reading the allocator peak of every call (warm: after the timed passes)."""
+    tracker = PeakTracker(stats)
+    live[0] = tracker.stack
+    idx = 0
+
+    def pre(module: nn.Module, a: tuple, k: dict) -> None:
+        nonlocal idx
+        tracker.enter(idx)
+        idx += 1
+
+    def post(module: nn.Module, output: Any) -> None:
+        tracker.exit()
+
+    with module_hooks(model, pre, post, names):
+        forward()
+    keys = plan.keys
+    return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
+
+
 def time_layers(
     model: nn.Module,
     model_inputs: ModelInputs,
     *,
-    repeat: int | None = None,
-    warmup: int | None = None,
-    warmup_s: float = WARMUP_S,
-    precision: float = DEFAULT_PRECISION,
-    budget_s: float = DEFAULT_BUDGET_S,
-    min_samples: int = DEFAULT_MIN_SAMPLES,
-    max_samples: int = DEFAULT_MAX_SAMPLES,
     modules: dict[nn.Module, str] | None = None,
     memory_stats: MemoryStats | bool | None = None,
     eval_mode: bool = True,
     no_grad: bool = True,
-    clock: str = "auto",
+    hook_cost: HookCost | None = None,
+    options: TimingOptions | None = None,
+    **timing_options: Any,
 ) -> LayerTiming:
     """Inclusive latency of every module call, over instrumented forward passes.
 
-    The passes stop like ``measure_latency``'s samples (``repeat`` exactly, else the median of
-    the instrumented pass within ``±precision`` inside ``budget_s``). ``warmup`` counts the
-    instrumented warm-up passes; one discovery pass (and with memory statistics one memory pass)
-    come on top and are counted in ``LayerTiming.warmup``. ``memory_stats``: ``None`` = the CUDA
-    allocator on CUDA, none elsewhere; ``False`` = off; or a ``MemoryStats``. The memory pass
-    resets the device's peak-memory statistics. ``modules`` (module -> name, as from
+    The passes stop like ``measure_latency``'s samples and run under the same options (autocast,
+    channels_last); ``warmup`` counts the instrumented warm-up passes, and one discovery pass (and
+    with memory statistics one memory pass) come on top, counted in ``LayerTiming.warmup``.
+    Times are corrected for the hooks' cost (``calibrate_hooks``, or ``hook_cost`` when given)
+    unless ``correct_overhead=False``. ``memory_stats``: ``None`` = the CUDA allocator on CUDA,
+    none elsewhere; ``False`` = off; or a ``MemoryStats``. ``modules`` (module -> name, as from
     ``modelprof.hooks.module_names``) limits and names the hooked modules.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
-    policy = WarmupPolicy.parse(warmup, warmup_s)
-    rule = StopRule.parse(repeat, precision, budget_s, min_samples, max_samples)
-    if clock not in CLOCK_MODES:
-        raise ModelProfError(f"clock={clock!r} must be one of {CLOCK_MODES}")
+    opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
     if memory_stats is None:
-        memory_stats = MemoryStats.cuda(dev) if dev.type == "cuda" else False
+        memory_stats = MemoryStats.for_device(dev) or False
     if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
         raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
-    names = module_names(model) if modules is None else modules
     args, kwargs = model_inputs.args, model_inputs.kwargs
-    tclock = clock_for(dev, clock)
-    signature = input_signature(args, kwargs, device=str(dev),
-                                **timing_flags(eval_mode=eval_mode, no_grad=no_grad))
+    if opts.channels_last:
+        model = moved_model(model, dev, None, memory_format=torch.channels_last)
+        args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+    names = module_names(model) if modules is None else modules
+    clock = clock_for(dev, opts.clock)
+    flags = opts.flags(eval_mode=eval_mode, no_grad=no_grad)
+    flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
+    signature = input_signature(args, kwargs, device=str(dev), **flags)
     already_warm = WARMED.seen(model, signature)
-
-    plan = _CallPlan(names)
-    keys = plan.keys
-    live: list[int] = plan.stack  # the stack of open calls of the pass running now (for errors)
+    calibrated = None
+    if hook_cost is None and opts.correct_overhead:
+        calibrated = calibrate_hooks(clock)
 
     def forward() -> Any:
         return model(*args, **kwargs)
 
+    live: list[list[int]] = [[]]     # the stack of open calls of the pass running now (errors)
+    plan: _CallPlan | None = None
     with contextlib.ExitStack() as stack:
         if dev.type == "cuda":
             stack.enter_context(torch.cuda.device(dev))
         stack.enter_context(model_state(model, eval_mode))
         stack.enter_context(grad_context(no_grad))
+        stack.enter_context(amp_context(dev, opts.amp))
         try:
-            with module_hooks(model, plan.pre, plan.post, names):
-                forward()
-            n = len(keys)
-            if n == 0:
-                raise ModelProfError(f"no hooked module of {type(model).__name__} ran in a forward "
-                                     "pass; nothing to time per layer")
-            expected = plan.modules
-            root = keys.index(("", 1)) if ("", 1) in keys else None
-            stamps = tclock.stamps(2 * n + 2)
-            record = stamps.record
-            open_calls: list[int] = []
-            live = open_calls
-            counter = 0
-
-            def pre(module: nn.Module, a: tuple, k: dict) -> None:
-                nonlocal counter
-                i = counter
-                if i >= n or expected[i] is not module:
-                    saw = f"module {keys[i][0]!r}" if i < n else f"only {n} calls"
-                    raise ModelProfError(
-                        f"module '{names.get(module, '?')}' ran as call {i + 1} of the forward, "
-                        f"but the discovery pass saw {saw} there; the model's control flow "
-                        "changes between passes, so its layers cannot be timed by position")
-                counter = i + 1
-                open_calls.append(i)
-                record(i)
-
-            def post(module: nn.Module, output: Any) -> None:
-                record(n + open_calls.pop())
-
-            def instrumented() -> None:
-                nonlocal counter
-                counter = 0
-                open_calls.clear()
-                record(2 * n)
-                forward()
-                record(2 * n + 1)
-                if counter != n:
-                    raise ModelProfError(f"the forward made {counter} module calls, the discovery "
-                                         f"pass {n}; the model's control flow changes between "
-                                         "passes")
-
-            starts = list(range(n)) + [2 * n]
-            ends = list(range(n, 2 * n)) + [2 * n + 1]
-            rows: list[np.ndarray] = []
-
-            def chunk(k: int) -> np.ndarray:
-                out = np.empty(k)
-                for p in range(k):
-                    instrumented()
-                    stamps.sync()                      # the one synchronize of this pass
-                    d = stamps.elapsed_ms(starts, ends)
-                    rows.append(d[:n])
-                    out[p] = d[root] if root is not None else d[n]
-                return out
-
-            with module_hooks(model, pre, post, names):
-                n_warm, est = warm_up(instrumented, policy, already_warm, tclock.sync)
-                passes, reason, _ = collect(chunk, rule, est)
+            plan = _CallPlan(names)
+            live[0] = plan.stack
+            discover(model, forward, plan)
+            inst = _Instrument(model, plan, clock, forward)
+            live[0] = inst.open_calls
+            n_warm, est = warm_up(inst.warm_step, opts.warmup, already_warm, clock.sync)
+            sampled = collect(inst.sample_block, opts.stop, est)
             n_warm += 1
-
-            peaks: dict[Key, int] | None = None
+            peaks = None
             if memory_stats is not False:
-                tracker = PeakTracker(memory_stats, n)
-                live = tracker.stack
-                idx = 0
-
-                def mem_pre(module: nn.Module, a: tuple, k: dict) -> None:
-                    nonlocal idx
-                    tracker.enter(idx)
-                    idx += 1
-
-                def mem_post(module: nn.Module, output: Any) -> None:
-                    tracker.exit(tracker.stack[-1])
-
-                with module_hooks(model, mem_pre, mem_post, names):
-                    forward()
+                peaks = _memory_pass(model, plan, memory_stats, forward, names, live)
                 n_warm += 1
-                peaks = {keys[i]: int(tracker.peak[i]) for i in range(min(idx, n))}
         except ModelProfError:
             raise
         except Exception as e:
             if is_oom(e):
                 raise
+            keys = plan.keys if plan is not None else []
             raise ModelProfError(f"forward of {type(model).__name__} failed in "
-                                 f"{_running(live, keys, model)} while timing layers: "
+                                 f"{_running(live[0], keys, model)} while timing layers: "
                                  f"{type(e).__name__}: {e}") from e
     WARMED.add(model, signature)
 
-    table = np.vstack(rows)
-    samples = {key: table[:, i].copy() for i, key in enumerate(keys)}
-    env = collect_env(dev, dtype=model_inputs.dtype, batch_size=model_inputs.batch_size,
-                      clock=tclock.kind, layers=True, eval_mode=eval_mode, no_grad=no_grad)
-    return LayerTiming(samples=samples, order=list(keys), passes_ms=np.asarray(passes),
+    keys = plan.keys
+    raw = np.vstack(inst.rows)
+    plain = np.concatenate(inst.plain)
+    if calibrated is not None:       # the model's own cost per call, the inside part calibrated
+        per_call = max(0.0, float(np.median(sampled.samples_ms) - np.median(plain))) / len(keys)
+        hook_cost = HookCost(per_call, min(calibrated.self_ms, per_call), applied=True)
+    corrected = raw if hook_cost is None else hook_cost.correct(raw, plan.nested_counts(),
+                                                                plan.parent_index)
+    env = collect_env(dev, dtype=opts.amp or model_inputs.dtype,
+                      batch_size=model_inputs.batch_size, clock=clock.kind, **flags)
+    if hook_cost is not None:
+        env["hook_cost"] = hook_cost.to_dict()
+    return LayerTiming(samples={k: corrected[:, i].copy() for i, k in enumerate(keys)},
+                       order=list(keys), passes_ms=np.asarray(sampled.samples_ms),
                        parents=dict(plan.parents), peak_memory_bytes=peaks, device=str(dev),
-                       batch_size=model_inputs.batch_size, warmup=n_warm, stop_reason=reason,
-                       env=env)
+                       batch_size=model_inputs.batch_size, warmup=n_warm,
+                       stop_reason=sampled.stop_reason, env=env,
+                       raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
+                       hook_cost=hook_cost, blocks=sampled.blocks,
+                       timestamps_s=sampled.timestamps_s, plain_ms=plain)

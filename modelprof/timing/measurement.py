@@ -5,9 +5,14 @@ Conventions, stated once:
 * samples are milliseconds, one per timed call (``samples_ms``), kept in the order taken;
 * percentiles (median, p90/p95/p99, quartiles) use numpy's default linear interpolation;
 * ``std_ms`` is the sample standard deviation (``ddof=1``), ``cv = std_ms / mean_ms``;
-* the confidence interval of the median is distribution-free: the order statistics
-  ``[x_(j), x_(n-j+1)]`` with the largest ``j`` whose coverage ``1 - 2 P(B <= j-1)``,
-  ``B ~ Binomial(n, 1/2)``, is at least the requested confidence (95 %);
+* samples come in time-separated blocks (``blocks``: the block of each sample, ``timestamps_s``:
+  when each sample started, from the first one); the confidence interval of the median is the
+  wider of the distribution-free order-statistic interval of all samples and the between-block
+  t interval of the block medians (``modelprof.timing.stats`` says why), so it covers what drifted
+  during the measurement window; ``stable`` is False when the block medians follow a significant
+  trend larger than that interval (``drift_pct``: the trend over the window, in %);
+* a time budget may stop sampling below ``min_samples``: ``undersampled`` says so, and one warning
+  names n;
 * outliers are counted by Tukey's fences (outside ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``) and kept;
 * ``fps = batch_size / (median_ms / 1000)``.
 """
@@ -20,9 +25,13 @@ import warnings
 from typing import Any
 
 import numpy as np
-import torch
+
+from .stats import (between_block_ci, block_medians, combined_ci, drift, median_ci_ranks,
+                    within_ci)
 
 __all__ = [
+    "DriftWarning",
+    "FewSamplesWarning",
     "Measurement",
     "NoisyMeasurementWarning",
     "NOISY_CV",
@@ -42,26 +51,12 @@ class NoisyMeasurementWarning(UserWarning):
     """Issued once per measurement whose spread makes its median less trustworthy."""
 
 
-@functools.lru_cache(maxsize=4096)
-def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
-    """1-based ranks ``(j, k)`` of the order statistics bounding the median, and their coverage.
+class DriftWarning(NoisyMeasurementWarning):
+    """Issued once per measurement whose blocks drift beyond its confidence interval."""
 
-    ``P(x_(j) <= median <= x_(k)) = 1 - 2 P(B <= j - 1)``, ``B ~ Binomial(n, 1/2)``,
-    ``k = n - j + 1``.
-    When even ``(min, max)`` covers less than ``confidence`` (n <= 5 at 95 %), that is returned.
-    """
-    if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
-    alpha_half = (1.0 - confidence) / 2.0
-    i = torch.arange(0, n // 2 + 1, dtype=torch.float64)
-    log_pmf = (math.lgamma(n + 1) - torch.lgamma(i + 1) - torch.lgamma(n - i + 1)
-               - n * math.log(2.0))
-    cdf = torch.cumsum(torch.exp(log_pmf), 0).numpy()
-    ok = np.nonzero(cdf <= alpha_half)[0]          # m with P(B <= m) <= alpha/2
-    j = int(ok[-1]) + 1 if ok.size else 1          # j - 1 = the largest such m
-    j = min(j, (n + 1) // 2)
-    k = n - j + 1
-    return j, k, 1.0 - 2.0 * float(cdf[j - 1])
+
+class FewSamplesWarning(NoisyMeasurementWarning):
+    """Issued once per measurement that a time budget stopped below its minimum sample count."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -87,12 +82,25 @@ class Measurement:
     compute: Measurement | None = None
     d2h: Measurement | None = None
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    blocks: np.ndarray | None = None
+    timestamps_s: np.ndarray | None = None
+    min_samples: int | None = None
     _warned: bool = dataclasses.field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.samples_ms = np.asarray(self.samples_ms, dtype=np.float64).reshape(-1)
         if self.samples_ms.size == 0:
             raise ValueError("a Measurement needs at least one sample")
+        n = self.samples_ms.size
+        if self.blocks is None:          # no block structure known: one block
+            self.blocks = np.zeros(n, dtype=np.int64)
+        self.blocks = np.asarray(self.blocks, dtype=np.int64).reshape(-1)
+        if self.timestamps_s is not None:
+            self.timestamps_s = np.asarray(self.timestamps_s, dtype=np.float64).reshape(-1)
+        for name in ("blocks", "timestamps_s"):
+            v = getattr(self, name)
+            if v is not None and v.size != n:
+                raise ValueError(f"{name} has {v.size} entries for {n} samples")
 
     # -- order statistics ---------------------------------------------------------------------
     @functools.cached_property
@@ -154,16 +162,66 @@ class Measurement:
     def cv(self) -> float:
         return self.std_ms / self.mean_ms if self.mean_ms > 0 else float("nan")
 
+    # -- blocks, interval and drift -----------------------------------------------------------
+    @functools.cached_property
+    def _block_medians(self) -> tuple[np.ndarray, np.ndarray]:
+        return block_medians(self.samples_ms, self.blocks)
+
+    @property
+    def n_blocks(self) -> int:
+        return int(self._block_medians[0].size)
+
+    @property
+    def block_medians_ms(self) -> np.ndarray:
+        """Median of each block, in the order the blocks were taken."""
+        return self._block_medians[1]
+
+    @functools.cached_property
+    def within_ci_ms(self) -> tuple[float, float]:
+        """Distribution-free interval of the median as if all samples were independent."""
+        return within_ci(self._sorted, self.confidence)
+
+    @functools.cached_property
+    def between_ci_ms(self) -> tuple[float, float] | None:
+        """``median * exp(± t sd(log block medians) / sqrt(blocks))``; None with one block."""
+        return between_block_ci(self.median_ms, self.block_medians_ms, self.confidence)
+
     @functools.cached_property
     def median_ci_ms(self) -> tuple[float, float]:
-        """Distribution-free ``confidence`` interval of the median (order statistics)."""
-        j, k, _ = median_ci_ranks(self.n, self.confidence)
-        return float(self._sorted[j - 1]), float(self._sorted[k - 1])
+        """``confidence`` interval of the median: the hull of the within-sample and the
+        between-block intervals, so drift during the window widens it."""
+        return combined_ci(self.median_ms, self.within_ci_ms, self.between_ci_ms)
 
     @property
     def median_ci_coverage(self) -> float:
-        """Actual coverage of ``median_ci_ms`` (>= confidence unless n is tiny)."""
+        """Coverage of the within-sample part of the interval (>= confidence unless n is tiny)."""
         return median_ci_ranks(self.n, self.confidence)[2]
+
+    @functools.cached_property
+    def _drift(self) -> tuple[float, bool]:
+        if self.timestamps_s is None or self.n_blocks < 3:
+            return 0.0, False
+        ids = self._block_medians[0]
+        times = np.array([float(self.timestamps_s[self.blocks == b].mean()) for b in ids])
+        return drift(times, self.block_medians_ms)
+
+    @property
+    def drift_pct(self) -> float:
+        """The trend of the block medians over the measurement window, in % of the median
+        (0 with fewer than three blocks)."""
+        return self._drift[0]
+
+    @property
+    def stable(self) -> bool:
+        """False when the blocks drift significantly and by more than the interval's half-width."""
+        pct, significant = self._drift
+        return not (significant and abs(pct) / 100.0 > self.relative_ci)
+
+    @property
+    def undersampled(self) -> bool:
+        """The time budget stopped sampling below ``min_samples``."""
+        return (self.stop_reason == "budget" and self.min_samples is not None
+                and self.n < self.min_samples)
 
     @property
     def ci_half_width_ms(self) -> float:
@@ -194,8 +252,28 @@ class Measurement:
         return self.iqr_ms / self.median_ms > NOISY_IQR_FRACTION or self.cv > NOISY_CV
 
     def warn_if_noisy(self) -> bool:
-        """``warnings.warn`` once (per Measurement) when the run is noisy; True if it warned."""
-        if self._warned or not self.noisy:
+        """``warnings.warn`` once (per Measurement) when the run has too few samples, drifts or is
+        noisy (in that order of importance); True if it warned."""
+        if self._warned:
+            return False
+        what = f"{self.label or 'the callable'} on {self.device}"
+        if self.undersampled:
+            self._warned = True
+            warnings.warn(
+                f"timing of {what}: the time budget allowed only n={self.n} sample"
+                f"{'s' if self.n != 1 else ''} (min_samples={self.min_samples}); its interval is "
+                "wide. Raise budget_s, or pass repeat= to ask for a fixed count",
+                FewSamplesWarning, stacklevel=3)
+            return True
+        if not self.stable:
+            self._warned = True
+            warnings.warn(
+                f"timing of {what} drifted by {self.drift_pct:+.1f} % over its "
+                f"{self.n_blocks} blocks, beyond its ±{self.relative_ci:.1%} interval; the machine "
+                "changed speed while measuring (other load, thermal or frequency changes)",
+                DriftWarning, stacklevel=3)
+            return True
+        if not self.noisy:
             return False
         self._warned = True
         warnings.warn(
@@ -223,7 +301,8 @@ class Measurement:
             "iqr_ms": self.iqr_ms, "cv": self.cv, "median_ci_low_ms": lo,
             "median_ci_high_ms": hi, "median_ci_coverage": self.median_ci_coverage,
             "relative_ci": self.relative_ci, "outliers": self.outliers, "fps": self.fps,
-            "noisy": self.noisy,
+            "noisy": self.noisy, "n_blocks": self.n_blocks, "drift_pct": self.drift_pct,
+            "stable": self.stable, "undersampled": self.undersampled,
         }
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
@@ -232,7 +311,7 @@ class Measurement:
             "label": self.label, "device": self.device, "batch_size": self.batch_size,
             "warmup": self.warmup, "stop_reason": self.stop_reason, "precision": self.precision,
             "confidence": self.confidence, "compile_ms": self.compile_ms, "wall_s": self.wall_s,
-            **self.stats(),
+            "min_samples": self.min_samples, **self.stats(),
         }
         if self.parts:
             d["parts"] = {k: m.to_dict(samples=samples) for k, m in self.parts.items()}
@@ -240,6 +319,9 @@ class Measurement:
             d["env"] = self.env
         if samples:
             d["samples_ms"] = self.samples_ms.tolist()
+            d["blocks"] = self.blocks.tolist()
+            if self.timestamps_s is not None:
+                d["timestamps_s"] = self.timestamps_s.tolist()
         return d
 
     @classmethod
@@ -262,8 +344,12 @@ class Measurement:
             f"±{self.relative_ci:.2%}), mean {_ms(self.mean_ms)} ± {_ms(self.std_ms)}",
             f"  min {_ms(self.min_ms)}, p90 {_ms(self.p90_ms)}, p99 {_ms(self.p99_ms)}, "
             f"max {_ms(self.max_ms)}, IQR {_ms(self.iqr_ms)}, CV {self.cv:.1%}",
-            f"  n={self.n} after {self.warmup} warm-up, stop={self.stop_reason}, "
+            f"  n={self.n} in {self.n_blocks} block{'s' if self.n_blocks != 1 else ''} after "
+            f"{self.warmup} warm-up, stop={self.stop_reason}, "
             f"{self.outliers} outlier{'s' if self.outliers != 1 else ''}, {self.fps:,.1f} fps"
+            + (f", drift {self.drift_pct:+.1f} %" if self.n_blocks >= 3 else "")
+            + (", UNSTABLE" if not self.stable else "")
+            + (f", UNDERSAMPLED (min {self.min_samples})" if self.undersampled else "")
             + (", NOISY" if self.noisy else ""),
         ]
         if self.compile_ms is not None:

@@ -5,17 +5,15 @@ on it is restored in ``finally``.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
 from ..errors import ModelProfError
-from ..inputs import map_tensors, parse_dtype
+from ..execution import amp_context, grad_context, model_state, parse_amp, to_channels_last
 
 __all__ = [
     "COMPILE_MODES",
@@ -36,51 +34,6 @@ __all__ = [
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 #: Lower bound of the cold-cache flush buffer (the CPU default when the LLC size is unknown).
 CPU_FLUSH_BYTES = 64 * 2**20
-
-
-@contextlib.contextmanager
-def model_state(model: Any, eval_mode: bool) -> Iterator[None]:
-    """``model.eval()`` for the block (when asked); every submodule's own ``training`` flag is
-    restored afterwards, also when the block raises."""
-    if not isinstance(model, nn.Module):
-        yield
-        return
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        if eval_mode:
-            model.eval()
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
-
-
-def grad_context(no_grad: bool) -> contextlib.AbstractContextManager:
-    """``torch.no_grad()`` when asked, else leave grad mode as the caller has it."""
-    return torch.no_grad() if no_grad else contextlib.nullcontext()
-
-
-def parse_amp(amp: Any) -> torch.dtype | None:
-    """``None``, or ``torch.float16`` / ``torch.bfloat16`` (names accepted) for autocast."""
-    if amp is None or amp is False:
-        return None
-    try:
-        dt = parse_dtype(amp)
-    except ModelProfError:
-        dt = None
-    if dt not in (torch.float16, torch.bfloat16):
-        raise ModelProfError(f"amp={amp!r} must be torch.float16 or torch.bfloat16 "
-                             "(or 'fp16'/'bf16')")
-    return dt
-
-
-def amp_context(device: torch.device, amp: torch.dtype | None,
-                cache_enabled: bool = True) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` on ``device`` at ``amp``, or nothing. CUDA-graph capture needs
-    ``cache_enabled=False`` (cast weights must be made inside the graph)."""
-    if amp is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=amp, cache_enabled=cache_enabled)
 
 
 def parse_compile(compile: Any) -> str | None:
@@ -104,15 +57,6 @@ def compile_callable(fn: Callable[..., Any], mode: str,
     if mode != "default":
         opts.setdefault("mode", mode)
     return torch.compile(run, **opts)
-
-
-def to_channels_last(obj: Any) -> Any:
-    """A copy of ``obj`` with every 4-D tensor in channels_last layout (others untouched)."""
-    def conv(t: torch.Tensor) -> torch.Tensor:
-        if t.dim() == 4:
-            return t.clone(memory_format=torch.channels_last)
-        return t
-    return map_tensors(obj, conv)
 
 
 def capture_cuda_graph(step: Callable[[], Any], side_warmup: int = 3

@@ -8,12 +8,15 @@ and GPU clocks to ramp up. The registry ``WARMED`` remembers, per callable, the 
 (``REWARM_ITERS`` = 1 call and ``min(warmup_s, REWARM_S)`` = 0.1 s), a new one — a changed input
 shape — the full warm-up again. ``warmup=<int>`` runs exactly that many calls, always.
 
-Sampling (``collect``): ``repeat=<int>`` takes exactly that many samples. Otherwise samples come in
-chunks until the distribution-free 95 % CI of the median is within ``±precision`` of the median
-(after at least ``min_samples``), bounded by ``budget_s`` of sampling time (warm-up and compilation
-not included; the budget wins over ``min_samples`` for calls slower than ``budget_s / min_samples``)
-and by ``max_samples``. Chunks last at most ``CHUNK_S`` so that the stop is checked often; on CUDA
-each chunk costs exactly one synchronize.
+Sampling (``collect``): samples come in *blocks* of back-to-back calls, each about ``BLOCK_S``
+(0.1 s) of wall time (at most ``MAX_BLOCK`` calls); on CUDA a block costs exactly one synchronize.
+``repeat=<int>`` takes exactly that many samples. Otherwise blocks come until the block-aware 95 %
+interval of the median (``modelprof.timing.stats``) is within ``±precision`` of the median, after at
+least ``min_samples`` samples in at least ``min_blocks`` blocks; bounded by ``budget_s`` of
+sampling time (warm-up and compilation not included) and by ``max_samples``. A budget that ends
+sampling below ``min_samples`` is reported by the Measurement (``undersampled``, one warning); only
+``repeat=`` asks for fewer samples on purpose. ``collect_interleaved`` measures several callables
+in rounds of one block each, in a shuffled order per round.
 """
 from __future__ import annotations
 
@@ -22,17 +25,24 @@ import inspect
 import math
 import time
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import ModelProfError
 from ..inputs import iter_tensors
-from .measurement import median_ci_ranks
+from .stats import between_block_ci, block_medians, combined_ci, paired_ratio, within_ci
 
 __all__ = [
-    "CHUNK_S",
+    "BLOCK_S",
+    "BlockLog",
+    "DEFAULT_MIN_BLOCKS",
+    "MAX_BLOCK",
+    "Sampled",
+    "block_size",
+    "collect_interleaved",
+    "relative_ci",
     "DEFAULT_BUDGET_S",
     "DEFAULT_MAX_SAMPLES",
     "DEFAULT_MIN_SAMPLES",
@@ -58,8 +68,9 @@ DEFAULT_PRECISION = 0.01
 DEFAULT_BUDGET_S = 5.0
 DEFAULT_MIN_SAMPLES = 10
 DEFAULT_MAX_SAMPLES = 100_000
-CHUNK_S = 0.2
-MAX_CHUNK = 1000
+DEFAULT_MIN_BLOCKS = 6
+BLOCK_S = 0.1
+MAX_BLOCK = 1000
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -107,11 +118,13 @@ class StopRule:
     min_samples: int = DEFAULT_MIN_SAMPLES
     max_samples: int = DEFAULT_MAX_SAMPLES
     confidence: float = 0.95
+    min_blocks: int = DEFAULT_MIN_BLOCKS
 
     @classmethod
     def parse(cls, repeat: int | None = None, precision: float = DEFAULT_PRECISION,
               budget_s: float = DEFAULT_BUDGET_S, min_samples: int = DEFAULT_MIN_SAMPLES,
-              max_samples: int = DEFAULT_MAX_SAMPLES) -> StopRule:
+              max_samples: int = DEFAULT_MAX_SAMPLES,
+              min_blocks: int = DEFAULT_MIN_BLOCKS) -> StopRule:
         rep = None if repeat is None else _check_int("repeat", repeat, 1)
         ok = (isinstance(precision, (int, float)) and not isinstance(precision, bool)
               and math.isfinite(precision) and 0 < precision < 1)
@@ -123,69 +136,190 @@ class StopRule:
         hi = _check_int("max_samples", max_samples, 1)
         if hi < lo:
             raise ModelProfError(f"max_samples={hi} is below min_samples={lo}")
-        return cls(rep, float(precision), budget, lo, hi)
+        blocks = _check_int("min_blocks", min_blocks, 1)
+        return cls(rep, float(precision), budget, lo, hi, 0.95, blocks)
 
 
-def relative_ci(samples: np.ndarray, confidence: float = 0.95) -> float:
-    """Half-width of the median's CI over the median (``inf`` when the median is 0)."""
+@dataclasses.dataclass
+class Sampled:
+    """What sampling produced: samples (ms) with their block and start time, and why it ended."""
+
+    samples_ms: np.ndarray
+    blocks: np.ndarray
+    timestamps_s: np.ndarray
+    stop_reason: str
+    wall_s: float
+
+    @property
+    def n(self) -> int:
+        return int(self.samples_ms.size)
+
+
+class BlockLog:
+    """Samples as they arrive, one block at a time, with the block's start on the host clock."""
+
+    def __init__(self, origin: float) -> None:
+        self.origin = origin
+        self._samples: list[np.ndarray] = []
+        self._blocks: list[np.ndarray] = []
+        self._times: list[np.ndarray] = []
+        self.n = 0
+        self.n_blocks = 0
+        self.wall_ms: float | None = None     # wall time per sample, overheads included
+
+    def add(self, got: np.ndarray, started: float, ended: float, block: int | None = None) -> None:
+        got = np.asarray(got, dtype=np.float64).reshape(-1)
+        if got.size == 0:
+            return
+        b = self.n_blocks if block is None else block
+        self._samples.append(got)
+        self._blocks.append(np.full(got.size, b, dtype=np.int64))
+        offsets = np.concatenate(([0.0], np.cumsum(got[:-1]) / 1e3))
+        self._times.append(started - self.origin + offsets)
+        self.n += got.size
+        self.n_blocks += 1
+        self.wall_ms = max((ended - started) * 1e3 / got.size, float(np.median(got)), 1e-6)
+
+    def samples(self) -> np.ndarray:
+        return np.concatenate(self._samples) if self._samples else np.empty(0)
+
+    def blocks(self) -> np.ndarray:
+        return np.concatenate(self._blocks) if self._blocks else np.empty(0, dtype=np.int64)
+
+    def times(self) -> np.ndarray:
+        return np.concatenate(self._times) if self._times else np.empty(0)
+
+    def relative_ci(self, confidence: float) -> float:
+        """Half-width of the block-aware interval of the median, over the median."""
+        return relative_ci(self.samples(), self.blocks(), confidence)
+
+    def result(self, reason: str, wall_s: float) -> Sampled:
+        return Sampled(self.samples(), self.blocks(), self.times(), reason, wall_s)
+
+
+def relative_ci(samples: np.ndarray, blocks: np.ndarray | None = None,
+                confidence: float = 0.95) -> float:
+    """Half-width of the median's block-aware interval over the median (``inf`` for median 0)."""
     s = np.sort(samples)
-    j, k, _ = median_ci_ranks(s.size, confidence)
     med = float(np.median(s))
-    return (float(s[k - 1]) - float(s[j - 1])) / 2.0 / med if med > 0 else math.inf
+    if med <= 0:
+        return math.inf
+    between = None
+    if blocks is not None:
+        between = between_block_ci(med, block_medians(samples, blocks)[1], confidence)
+    lo, hi = combined_ci(med, within_ci(s, confidence), between)
+    return (hi - lo) / 2.0 / med
 
 
-def collect(sample_chunk: Callable[[int], np.ndarray], rule: StopRule,
+def block_size(wall_ms: float | None, block_s: float = BLOCK_S) -> int:
+    """Samples in one block: about ``block_s`` of wall time, at least 1, at most ``MAX_BLOCK``."""
+    if wall_ms is None or wall_ms <= 0:
+        return 1
+    return max(1, min(MAX_BLOCK, int(block_s * 1e3 / wall_ms + 1e-6)))
+
+
+def _first_block(rule: StopRule, est_ms: float | None) -> int:
+    """The first block is small: the estimate (from warm-up) may miss what a sample costs
+    besides the call (a cache flush, the hooks), and the budget must not be overshot by a
+    whole block sized on it."""
+    return min(block_size(est_ms), max(1, math.ceil(rule.min_samples / rule.min_blocks)))
+
+
+def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
             est_ms: float | None = None,
-            now: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, str, float]:
-    """Call ``sample_chunk(k)`` (which takes ``k`` samples, returns their ms) until ``rule`` says
-    stop. Returns ``(samples_ms, stop_reason, sampling_wall_s)``."""
+            now: Callable[[], float] = time.perf_counter) -> Sampled:
+    """Call ``sample_block(k)`` (which takes ``k`` samples back to back and returns their ms)
+    block after block until ``rule`` says stop (see the module docstring)."""
     t0 = now()
-    chunks: list[np.ndarray] = []
-    n = 0
-    wall_ms = est_ms  # wall time per sample, overheads (flush, hooks, sync) included
+    log = BlockLog(t0)
+    log.wall_ms = est_ms
 
-    def take(k: int) -> np.ndarray:
-        nonlocal n, wall_ms
+    def take(k: int) -> None:
         t = now()
-        got = np.asarray(sample_chunk(k), dtype=np.float64).reshape(-1)
-        wall_ms = max((now() - t) * 1e3 / max(got.size, 1), float(np.median(got)), 1e-6)
-        chunks.append(got)
-        n += got.size
-        return got
-
-    def cap() -> int:
-        if wall_ms is None or wall_ms <= 0:
-            return MAX_CHUNK
-        return max(1, min(MAX_CHUNK, int(CHUNK_S * 1e3 / wall_ms)))
+        got = sample_block(k)
+        log.add(got, t, now())
 
     if rule.repeat is not None:
-        while n < rule.repeat:
-            take(min(rule.repeat - n, cap()))
-        return np.concatenate(chunks), "repeat", now() - t0
+        while log.n < rule.repeat:
+            take(min(rule.repeat - log.n, block_size(log.wall_ms)))
+        return log.result("repeat", now() - t0)
 
-    need = rule.min_samples
     while True:
-        elapsed = now() - t0
+        left_ms = (rule.budget_s - (now() - t0)) * 1e3
         # without an estimate of a call's duration, one sample first: it may be slow
-        fit = (rule.budget_s - elapsed) * 1e3 / wall_ms if wall_ms else 1.0
-        k = max(1, min(need, int(fit), cap(), rule.max_samples - n))
-        take(k)
-        samples = np.concatenate(chunks)
-        rel = relative_ci(samples, rule.confidence)
-        if n >= rule.min_samples and rel <= rule.precision:
+        fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
+        k = block_size(log.wall_ms) if log.n_blocks else _first_block(rule, log.wall_ms)
+        take(max(1, min(k, fit, rule.max_samples - log.n)))
+        rel = log.relative_ci(rule.confidence)
+        if log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks and rel <= rule.precision:
             reason = "precision"
-        elif n >= rule.max_samples:
+        elif log.n >= rule.max_samples:
             reason = "max_samples"
-        elif (now() - t0) * 1e3 + wall_ms > rule.budget_s * 1e3:
+        elif (now() - t0) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3:
             reason = "budget"
         else:
-            if n < rule.min_samples:
-                need = rule.min_samples - n
-            else:  # the CI half-width shrinks like 1/sqrt(n)
-                want = math.ceil(n * (rel / rule.precision) ** 2) if math.isfinite(rel) else 2 * n
-                need = max(want - n, math.ceil(0.1 * n), 1)
             continue
-        return samples, reason, now() - t0
+        return log.result(reason, now() - t0)
+
+
+def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: StopRule,
+                        est_ms: Sequence[float | None],
+                        rng: np.random.Generator | None = None,
+                        now: Callable[[], float] = time.perf_counter) -> list[Sampled]:
+    """Sample several callables in rounds: each round takes one block of every candidate, in a
+    freshly shuffled order, so slow drift of the machine reaches all of them alike.
+
+    Stops when every candidate has ``min_samples`` in ``min_blocks`` rounds and both its own
+    interval and its paired ratio to the first candidate are within ``precision``; bounded by
+    ``budget_s`` per candidate (``budget_s * len(samplers)`` in all) and ``max_samples``. Block
+    ``r`` of every candidate is round ``r``, which pairs them for the ratio.
+    """
+    m = len(samplers)
+    if m == 0:
+        return []
+    rng = rng if rng is not None else np.random.default_rng()
+    t0 = now()
+    logs = [BlockLog(t0) for _ in range(m)]
+    for log, est in zip(logs, est_ms):
+        log.wall_ms = est
+    budget_ms = rule.budget_s * 1e3 * m
+    fixed = rule.repeat
+    r = 0
+    while True:
+        round_start = now()
+        for i in rng.permutation(m):
+            log = logs[i]
+            k = block_size(log.wall_ms) if r or fixed is not None else _first_block(rule, log.wall_ms)
+            k = min(k, (fixed if fixed is not None else rule.max_samples) - log.n)
+            if k <= 0:
+                continue
+            t = now()
+            got = samplers[i](k)
+            log.add(got, t, now(), block=r)
+        round_s = now() - round_start
+        r += 1
+        if fixed is not None:
+            if all(log.n >= fixed for log in logs):
+                return [log.result("repeat", now() - t0) for log in logs]
+            continue
+        done = all(log.n >= rule.min_samples for log in logs) and r >= rule.min_blocks
+        if done:
+            done = all(log.relative_ci(rule.confidence) <= rule.precision for log in logs)
+        if done and m > 1:
+            base = logs[0]
+            _, base_med = block_medians(base.samples(), base.blocks())
+            for log in logs[1:]:
+                _, med = block_medians(log.samples(), log.blocks())
+                ratio, lo, hi = paired_ratio(med, base_med, rule.confidence)
+                if not (math.isfinite(lo) and (hi - lo) / 2.0 / ratio <= rule.precision):
+                    done = False
+                    break
+        if done:
+            return [log.result("precision", now() - t0) for log in logs]
+        if all(log.n >= rule.max_samples for log in logs):
+            return [log.result("max_samples", now() - t0) for log in logs]
+        if (now() - t0 + round_s) * 1e3 > budget_ms:
+            return [log.result("budget", now() - t0) for log in logs]
 
 
 def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,

@@ -20,9 +20,10 @@ from torch import nn
 from ..env import collect_env
 from ..errors import ModelProfError
 from ..inputs import model_placement, moved_model, parse_device, parse_dtype
-from .layers import is_oom
+from ..device import is_oom
 from .latency import measure_latency
 from .measurement import Measurement, _ms
+from .options import TimingOptions
 from .sampler import _check_int
 
 __all__ = ["PATIENCE", "THROUGHPUT_GAIN", "Throughput", "ThroughputPoint", "measure_throughput",
@@ -135,7 +136,7 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
         try:
             p = measure(b)
         except Exception as e:
-            if not is_oom(e) and not (e.__cause__ is not None and is_oom(e.__cause__)):
+            if not is_oom(e):
                 raise
             failed = True
         if failed:       # outside the except block, so the traceback's tensors can be freed
@@ -185,6 +186,11 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+#: Per-point defaults of the search (shorter than a single measurement's): each can be overridden.
+POINT_DEFAULTS = {"budget_s": 1.0, "precision": 0.02, "min_samples": 5, "min_blocks": 3,
+                  "warmup_s": 0.25}
+
+
 def measure_throughput(
     model: nn.Module | Callable[..., Any],
     input_size: Any,
@@ -192,34 +198,35 @@ def measure_throughput(
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
     max_batch: int = 1024,
-    budget_s: float = 1.0,
-    precision: float = 0.02,
-    min_samples: int = 5,
-    warmup_s: float = 0.25,
     gain: float = THROUGHPUT_GAIN,
     patience: int = PATIENCE,
-    progress: bool = False,
-    **latency_kwargs: Any,
+    options: TimingOptions | None = None,
+    **timing_options: Any,
 ) -> Throughput:
-    """Measure samples/s at batch 1, 2, 4, ... (``budget_s`` per point) and return the curve.
+    """Measure samples/s at batch 1, 2, 4, ... and return the curve.
 
-    ``input_size`` excludes the batch dimension. Other keyword arguments (``amp``,
-    ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) go to
-    ``measure_latency`` for every point. With ``progress=True`` a tqdm bar shows the points.
+    ``input_size`` excludes the batch dimension. Timing options (``TimingOptions`` or keywords:
+    ``amp``, ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) apply to
+    every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
+    (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points.
     """
     max_batch = _check_int("max_batch", max_batch, 1)
     patience = _check_int("patience", patience, 1)
     if not isinstance(gain, (int, float)) or not 0 <= gain < 10:
         raise ModelProfError(f"gain={gain!r} must be a fraction >= 0, e.g. 0.05 for 5 %")
     for bad in ("inputs", "batch_size", "input_size"):
-        if bad in latency_kwargs:
+        if bad in timing_options:
             raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
+    if options is None:
+        timing_options = {**POINT_DEFAULTS, **timing_options}
+    opts = TimingOptions.parse(options, **timing_options).replace(warn=False)
     dev = parse_device(device)
     dt = parse_dtype(dtype)
     target: Any = model
     if isinstance(model, nn.Module):
         dev = dev or model_placement(model)[0]
-        target = moved_model(model, dev, dt)      # once, not per point
+        fmt = torch.channels_last if opts.channels_last else None
+        target = moved_model(model, dev, dt, memory_format=fmt)      # once, not per point
     dev = dev or torch.device("cpu")
 
     cuda = dev.type == "cuda"
@@ -229,7 +236,7 @@ def measure_throughput(
         # made before the baseline, so the before/after check sees only what the search holds.
         try:
             measure_latency(target, input_size=input_size, batch_size=1, device=dev, dtype=dt,
-                            warmup=0, repeat=1, warn=False, **latency_kwargs)
+                            options=opts.replace(warmup=0, repeat=1))
         except Exception as e:
             if not is_oom(e):       # out of memory at batch 1: the search will say so
                 raise
@@ -240,14 +247,13 @@ def measure_throughput(
         if cuda:
             torch.cuda.reset_peak_memory_stats(dev)
         m = measure_latency(target, input_size=input_size, batch_size=b, device=dev, dtype=dt,
-                            budget_s=budget_s, precision=precision, min_samples=min_samples,
-                            warmup_s=warmup_s, warn=False, **latency_kwargs)
+                            options=opts)
         peak = int(torch.cuda.max_memory_allocated(dev)) if cuda else None
         sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
         return ThroughputPoint(b, m.median_ms, sps, peak, m)
 
     bar = None
-    if progress:
+    if opts.progress:
         try:
             from tqdm.auto import tqdm
             bar = tqdm(desc="throughput", unit="point")
@@ -273,7 +279,7 @@ def measure_throughput(
     env = collect_env(dev, dtype=dt or (best.measurement.env.get("dtype") if best.measurement
                                         else None),
                       batch_size=best.batch_size, max_batch=max_batch, gain=gain,
-                      patience=patience, budget_s_per_point=budget_s,
-                      **{k: v for k, v in latency_kwargs.items()})
+                      patience=patience, budget_s_per_point=opts.stop.budget_s,
+                      **opts.flags())
     return Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
                       memory_before_bytes=mem_before, memory_after_bytes=mem_after, env=env)

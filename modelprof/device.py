@@ -1,0 +1,182 @@
+"""What modelprof needs to know about a device, in one low module that every pass imports:
+canonical device names, synchronisation, out-of-memory detection, the allocator-peak tracker and
+the TF32 flags that decide which peak a float32 kernel runs at.
+
+Nothing here measures time (that is ``modelprof.timing.clock``); the static pass, the roofline and
+the timer all import from here, never from each other.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "MemoryStats",
+    "PeakTracker",
+    "device_synchronize",
+    "is_oom",
+    "normalize_device",
+    "same_device",
+    "tf32_enabled",
+]
+
+#: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN workspaces,
+#: the CPU allocator, the caching allocator of older torch).
+_OOM_MESSAGES = ("out of memory", "can't allocate", "cannot allocate", "alloc_failed",
+                 "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
+                 "failed to allocate")
+
+
+def normalize_device(device: torch.device | str | int) -> torch.device:
+    """A device with its index spelt out: ``cuda`` -> ``cuda:<current>``, so two spellings of
+    one GPU compare equal (``torch.device("cuda") != torch.device("cuda:0")``)."""
+    dev = device if isinstance(device, torch.device) else torch.device(device)
+    if dev.index is None and dev.type not in ("cpu", "meta"):
+        mod = getattr(torch, dev.type, None)
+        current = getattr(mod, "current_device", None)
+        if current is not None:
+            try:
+                return torch.device(dev.type, int(current()))
+            except Exception:  # no such backend initialised: keep the name as given
+                return dev
+    return dev
+
+
+def same_device(a: torch.device | str, b: torch.device | str) -> bool:
+    """``a`` and ``b`` name the same device (``cuda`` and ``cuda:0`` do when 0 is current)."""
+    return normalize_device(a) == normalize_device(b)
+
+
+def device_synchronize(device: torch.device) -> None:
+    """Wait for all work queued on ``device`` (a no-op on CPU and meta)."""
+    kind = device.type
+    if kind in ("cpu", "meta"):
+        return
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+        return
+    mod = getattr(torch, kind, None)
+    sync = getattr(mod, "synchronize", None)
+    if sync is not None:
+        try:
+            sync(device)
+        except TypeError:
+            sync()
+        return
+    torch.accelerator.synchronize(device)
+
+
+def _oom_type() -> tuple[type[BaseException], ...]:
+    """``torch.OutOfMemoryError`` (torch >= 2.5) and/or ``torch.cuda.OutOfMemoryError``."""
+    kinds = [getattr(torch, "OutOfMemoryError", None),
+             getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)]
+    return tuple(k for k in kinds if isinstance(k, type))
+
+
+def is_oom(e: BaseException | None) -> bool:
+    """An allocation failure anywhere in ``e``'s chain (``__cause__`` and ``__context__``):
+    an ``OutOfMemoryError`` of any torch version, or a RuntimeError/MemoryError saying so
+    (cuBLAS/cuDNN workspace allocation failures included)."""
+    seen: set[int] = set()
+    kinds = _oom_type()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if kinds and isinstance(e, kinds):
+            return True
+        if isinstance(e, MemoryError):
+            return True
+        if isinstance(e, RuntimeError):
+            msg = str(e).lower()
+            if any(s in msg for s in _OOM_MESSAGES):
+                return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryStats:
+    """Reads and resets the allocator peak; injectable so the nesting logic is testable on CPU."""
+
+    max_allocated: Callable[[], int]
+    reset_peak: Callable[[], None]
+
+    @classmethod
+    def cuda(cls, device: torch.device) -> MemoryStats:
+        return cls(lambda: torch.cuda.max_memory_allocated(device),
+                   lambda: torch.cuda.reset_peak_memory_stats(device))
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> MemoryStats | None:
+        """The CUDA allocator's statistics on a CUDA device, else None (no allocator peak)."""
+        return cls.cuda(device) if device.type == "cuda" else None
+
+
+class PeakTracker:
+    """Allocator peak of each (nested) call, by call index. Entering a call folds the peak so
+    far into the enclosing call before resetting; leaving a call hands its peak up to its parent,
+    so a child's reset never loses the parent's peak. A call's peak starts at the memory in use
+    when it begins."""
+
+    def __init__(self, stats: MemoryStats) -> None:
+        self.stats = stats
+        self.peak: dict[int, int] = {}
+        self.stack: list[int] = []
+
+    def enter(self, i: int) -> None:
+        stats, stack, peak = self.stats, self.stack, self.peak
+        if stack:
+            top = stack[-1]
+            peak[top] = max(peak.get(top, 0), stats.max_allocated())
+        stats.reset_peak()
+        peak[i] = max(peak.get(i, 0), stats.max_allocated())
+        stack.append(i)
+
+    def exit(self) -> int:
+        """Close the innermost open call; returns its index."""
+        stack, peak = self.stack, self.peak
+        i = stack.pop()
+        peak[i] = max(peak.get(i, 0), self.stats.max_allocated())
+        if stack:
+            top = stack[-1]
+            peak[top] = max(peak.get(top, 0), peak[i])
+        return i
+
+
+def _fp32_precision(backend: Any) -> str | None:
+    """The newer ``fp32_precision`` setting of a backend ("tf32", "ieee", "none"), if any."""
+    value = getattr(backend, "fp32_precision", None)
+    return value if isinstance(value, str) else None
+
+
+def tf32_enabled(kind: str) -> bool:
+    """Whether float32 ``"matmul"`` (cuBLAS) or ``"conv"`` (cuDNN) kernels may use TF32.
+
+    Reads the newer ``fp32_precision`` API where the user set it (the legacy ``allow_tf32``
+    getters raise once it is used), else the legacy flags; never raises.
+    """
+    try:
+        if kind == "matmul":
+            backend = torch.backends.cuda.matmul
+            new = _fp32_precision(backend)
+            if new not in (None, "none"):
+                return new == "tf32"
+            try:
+                return bool(backend.allow_tf32)
+            except Exception:
+                return torch.get_float32_matmul_precision() != "highest"
+        if kind == "conv":
+            cudnn = torch.backends.cudnn
+            for backend in (getattr(cudnn, "conv", None), cudnn):
+                new = _fp32_precision(backend) if backend is not None else None
+                if new not in (None, "none"):
+                    return new == "tf32"
+            try:
+                return bool(cudnn.allow_tf32)
+            except Exception:
+                return False
+    except Exception:
+        return False
+    raise ValueError(f"kind={kind!r} must be 'matmul' or 'conv'")

@@ -1,0 +1,168 @@
+"""Comparisons measured the fair way: several callables timed in interleaved rounds.
+
+Measuring candidates one after another lets slow drift of the machine (another job starting,
+thermal or frequency changes) land on one of them: on a shared 2-core VM, three copies of one
+resnet18 measured sequentially compare up to 20 % apart. Here every round takes one block of
+samples of each candidate, in a freshly shuffled order (Google Benchmark's random interleaving),
+so drift reaches them alike; each ratio to the baseline comes from the per-round ratios of block
+medians (paired), with its own t interval on the log scale.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelProfError
+from .latency import TimedCall, resolve_call
+from .measurement import Measurement, _ms
+from .options import TimingOptions
+from .sampler import collect_interleaved
+from .stats import block_medians, paired_ratio
+
+__all__ = ["Candidate", "LatencyComparison", "measure_interleaved", "measure_latencies"]
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One callable of a comparison: the user's object, what is called, and its inputs."""
+
+    name: str
+    fn: Any
+    target: Callable[..., Any]
+    inputs: Any                      # a ModelInputs
+
+
+@dataclasses.dataclass(eq=False)
+class LatencyComparison:
+    """Interleaved measurements of several callables and their latency ratios to a baseline.
+
+    ``ratios[name] = (ratio, low, high)``: the paired estimate of ``latency(name) /
+    latency(baseline)`` and its interval at the measurements' confidence (NaN bounds with a
+    single round).
+    """
+
+    measurements: dict[str, Measurement]
+    baseline: str
+    ratios: dict[str, tuple[float, float, float]]
+    rounds: int = 0
+    wall_s: float | None = None
+
+    def __getitem__(self, name: str) -> Measurement:
+        return self.measurements[name]
+
+    def to_dataframe(self) -> Any:
+        """One row per candidate: latency statistics, the ratio and its interval, stability."""
+        import pandas as pd
+        rows = {}
+        for name, m in self.measurements.items():
+            lo, hi = m.median_ci_ms
+            ratio, rlo, rhi = self.ratios[name]
+            rows[name] = {"latency_median_ms": m.median_ms, "latency_ci_low_ms": lo,
+                          "latency_ci_high_ms": hi, "latency_std_ms": m.std_ms,
+                          "latency_p90_ms": m.p90_ms, "fps": m.fps, "n": m.n,
+                          "latency_x": ratio, "latency_x_ci_low": rlo, "latency_x_ci_high": rhi,
+                          "stable": m.stable}
+        df = pd.DataFrame.from_dict(rows, orient="index")
+        df.index.name = "name"
+        return df
+
+    def __repr__(self) -> str:
+        lines = [f"LatencyComparison({len(self.measurements)} candidates, {self.rounds} "
+                 f"interleaved rounds, baseline {self.baseline!r})"]
+        for name, m in self.measurements.items():
+            ratio, lo, hi = self.ratios[name]
+            ci = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else ""
+            lines.append(f"  {name:<24} {_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
+                         f"x{ratio:.3f}{ci}" + ("" if m.stable else "  UNSTABLE"))
+        return "\n".join(lines)
+
+
+def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
+                        baseline: str | None = None, eval_mode: bool = True,
+                        no_grad: bool = True,
+                        progress: Callable[[str], None] | None = None) -> LatencyComparison:
+    """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``)."""
+    if not candidates:
+        raise ModelProfError("nothing to compare: pass at least one candidate")
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise ModelProfError(f"candidate names must be unique, got {names}")
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in names:
+        raise ModelProfError(f"baseline={baseline!r} is not one of the candidates: {names}")
+    order = [baseline] + [n for n in names if n != baseline]
+    by_name = {c.name: c for c in candidates}
+    t_begin = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        calls: list[TimedCall] = []
+        ests: list[float | None] = []
+        for name in order:
+            c = by_name[name]
+            if progress is not None:
+                progress(f"warming up {name}")
+            tc = stack.enter_context(TimedCall(c.fn, c.target, c.inputs, opts,
+                                               eval_mode=eval_mode, no_grad=no_grad, label=name))
+            ests.append(tc.warm())
+            calls.append(tc)
+        if progress is not None:
+            progress("interleaved rounds")
+        rng = np.random.default_rng(opts.seed)
+        sampled = collect_interleaved([tc.sample_block for tc in calls], opts.stop, ests, rng)
+    measurements = {name: tc.measurement(s, t_begin)
+                    for name, tc, s in zip(order, calls, sampled)}
+    base = measurements[baseline]
+    _, base_med = block_medians(base.samples_ms, base.blocks)
+    ratios: dict[str, tuple[float, float, float]] = {}
+    for name, m in measurements.items():
+        if name == baseline:
+            ratios[name] = (1.0, 1.0, 1.0)
+            continue
+        _, med = block_medians(m.samples_ms, m.blocks)
+        k = min(med.size, base_med.size)
+        ratios[name] = paired_ratio(med[:k], base_med[:k], m.confidence)
+    if opts.warn:
+        for m in measurements.values():
+            m.warn_if_noisy()
+    result = LatencyComparison({n: measurements[n] for n in names}, baseline,
+                               {n: ratios[n] for n in names}, rounds=int(base.n_blocks),
+                               wall_s=time.perf_counter() - t_begin)
+    return result
+
+
+def measure_latencies(
+    candidates: Mapping[str, Callable[..., Any]],
+    inputs: Any = None,
+    *,
+    input_size: Any = None,
+    batch_size: int | None = None,
+    device: Any = None,
+    dtype: Any = None,
+    baseline: str | None = None,
+    eval_mode: bool = True,
+    no_grad: bool = True,
+    options: TimingOptions | None = None,
+    **timing_options: Any,
+) -> LatencyComparison:
+    """Time several callables on the same inputs, interleaved, e.g.
+    ``measure_latencies({"eager": model, "compiled": torch.compile(model)}, x)``.
+
+    Takes the inputs and timing options of :func:`measure_latency`; ``budget_s`` is per
+    candidate. ``baseline`` (default: the first) is what ``latency_x`` divides by.
+    """
+    if not isinstance(candidates, Mapping) or not candidates:
+        raise ModelProfError(f"candidates={candidates!r} must be a non-empty dict "
+                             "{name: callable}")
+    opts = TimingOptions.parse(options, **timing_options)
+    prepared = []
+    for name, fn in candidates.items():
+        target, mi = resolve_call(fn, inputs, input_size=input_size, batch_size=batch_size,
+                                  device=device, dtype=dtype, channels_last=opts.channels_last)
+        prepared.append(Candidate(str(name), fn, target, mi))
+    return measure_interleaved(prepared, opts, baseline=baseline, eval_mode=eval_mode,
+                               no_grad=no_grad)

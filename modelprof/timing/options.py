@@ -1,0 +1,171 @@
+"""``TimingOptions``: every timing option, parsed and checked once at the boundary.
+
+``measure_latency``, ``measure_latencies``, the per-layer passes, ``measure_throughput``,
+``compare`` and ``profile`` all take the same keyword options (or a ``TimingOptions``) and hand the
+parsed object down, so no pass can disagree with another about what the options are.
+
+| option | meaning |
+| --- | --- |
+| ``warmup``, ``warmup_s`` | exact warm-up calls, or (``None``) >= 3 calls and >= ``warmup_s`` s |
+| ``repeat`` | exactly this many samples (no adaptive stop) |
+| ``precision``, ``budget_s`` | stop when the median's 95 % interval is within ±precision, or after budget_s s of sampling |
+| ``min_samples``, ``min_blocks``, ``max_samples`` | bounds of the adaptive stop |
+| ``amp`` | autocast dtype (float16/bfloat16), in every pass, the static one included |
+| ``channels_last`` | 4-D inputs and weights in channels_last, in every pass |
+| ``compile`` | ``torch.compile`` the end-to-end run (per-layer passes stay eager, and say so) |
+| ``cuda_graph`` | replay a captured CUDA graph end to end (per-layer passes stay eager, and say so) |
+| ``transfer``, ``pin_memory`` | end to end including H2D/D2H copies, reported separately (CUDA) |
+| ``cold_cache`` | flush L2/LLC between samples (untimed) |
+| ``clock`` | ``"auto"`` (events on CUDA) or ``"host"`` (synchronize + host clock) |
+| ``correct_overhead`` | subtract the calibrated cost of the per-layer hooks from layer times |
+| ``warn``, ``progress`` | one warning per noisy/drifting/undersampled measurement; a progress bar |
+| ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..errors import ModelProfError
+from ..execution import parse_amp
+from .modes import parse_compile
+from .sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_BLOCKS,
+                      DEFAULT_MIN_SAMPLES, DEFAULT_PRECISION, WARMUP_S, StopRule, WarmupPolicy)
+
+__all__ = ["CLOCK_MODES", "OPTION_NAMES", "TimingOptions"]
+
+CLOCK_MODES = ("auto", "host")
+
+#: The keyword names every timing entry point accepts, with their defaults.
+OPTION_DEFAULTS: dict[str, Any] = {
+    "warmup": None, "warmup_s": WARMUP_S, "repeat": None, "precision": DEFAULT_PRECISION,
+    "budget_s": DEFAULT_BUDGET_S, "min_samples": DEFAULT_MIN_SAMPLES,
+    "min_blocks": DEFAULT_MIN_BLOCKS, "max_samples": DEFAULT_MAX_SAMPLES, "transfer": False,
+    "pin_memory": True, "cuda_graph": False, "amp": None, "channels_last": False,
+    "cold_cache": False, "compile": False, "compile_kwargs": None, "clock": "auto",
+    "correct_overhead": True, "warn": True, "progress": False, "seed": None,
+}
+OPTION_NAMES = tuple(OPTION_DEFAULTS)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ModelProfError(f"{name}={value!r} must be True or False")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingOptions:
+    """The parsed timing options (see the module docstring for each one)."""
+
+    warmup: WarmupPolicy = WarmupPolicy()
+    stop: StopRule = StopRule()
+    transfer: bool = False
+    pin_memory: bool = True
+    cuda_graph: bool = False
+    amp: torch.dtype | None = None
+    channels_last: bool = False
+    cold_cache: bool = False
+    compile: str | None = None
+    compile_kwargs: dict[str, Any] | None = dataclasses.field(default=None, compare=False)
+    clock: str = "auto"
+    correct_overhead: bool = True
+    warn: bool = True
+    progress: bool = False
+    seed: int | None = None
+
+    @classmethod
+    def parse(cls, options: TimingOptions | None = None, **kwargs: Any) -> TimingOptions:
+        """``options`` (or the defaults) updated by keyword options; unknown names, bad values
+        and contradictions raise ``ModelProfError`` naming them."""
+        if options is not None and not isinstance(options, TimingOptions):
+            raise ModelProfError(f"options={options!r} must be a modelprof TimingOptions")
+        unknown = sorted(set(kwargs) - set(OPTION_NAMES))
+        if unknown:
+            raise ModelProfError(f"unknown timing option(s) {unknown}; the options are "
+                                 f"{sorted(OPTION_NAMES)}")
+        values = dict(OPTION_DEFAULTS) if options is None else options.as_kwargs()
+        values.update(kwargs)
+        clock = values["clock"]
+        if clock not in CLOCK_MODES:
+            raise ModelProfError(f"clock={clock!r} must be one of {CLOCK_MODES}")
+        compile_kwargs = values["compile_kwargs"]
+        if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
+            raise ModelProfError(f"compile_kwargs={compile_kwargs!r} must be a dict or None")
+        seed = values["seed"]
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ModelProfError(f"seed={seed!r} must be an int or None")
+        compile_mode = parse_compile(values["compile"])
+        cuda_graph = _flag("cuda_graph", values["cuda_graph"])
+        if cuda_graph and compile_mode is not None:
+            raise ModelProfError(f"cuda_graph=True with compile={values['compile']!r}: use "
+                                 "compile='reduce-overhead' for compiled CUDA graphs instead")
+        return cls(
+            warmup=WarmupPolicy.parse(values["warmup"], values["warmup_s"]),
+            stop=StopRule.parse(values["repeat"], values["precision"], values["budget_s"],
+                                values["min_samples"], values["max_samples"],
+                                values["min_blocks"]),
+            transfer=_flag("transfer", values["transfer"]),
+            pin_memory=_flag("pin_memory", values["pin_memory"]),
+            cuda_graph=cuda_graph,
+            amp=parse_amp(values["amp"]),
+            channels_last=_flag("channels_last", values["channels_last"]),
+            cold_cache=_flag("cold_cache", values["cold_cache"]),
+            compile=compile_mode,
+            compile_kwargs=dict(compile_kwargs) if compile_kwargs else None,
+            clock=clock,
+            correct_overhead=_flag("correct_overhead", values["correct_overhead"]),
+            warn=_flag("warn", values["warn"]),
+            progress=_flag("progress", values["progress"]),
+            seed=seed,
+        )
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The keyword form (``TimingOptions.parse(**o.as_kwargs()) == o``)."""
+        w, s = self.warmup, self.stop
+        return {
+            "warmup": w.count, "warmup_s": w.seconds, "repeat": s.repeat,
+            "precision": s.precision, "budget_s": s.budget_s, "min_samples": s.min_samples,
+            "min_blocks": s.min_blocks, "max_samples": s.max_samples, "transfer": self.transfer,
+            "pin_memory": self.pin_memory, "cuda_graph": self.cuda_graph, "amp": self.amp,
+            "channels_last": self.channels_last, "cold_cache": self.cold_cache,
+            "compile": self.compile or False, "compile_kwargs": self.compile_kwargs,
+            "clock": self.clock, "correct_overhead": self.correct_overhead, "warn": self.warn,
+            "progress": self.progress, "seed": self.seed,
+        }
+
+    def replace(self, **kwargs: Any) -> TimingOptions:
+        """A copy with some keyword options changed (checked like ``parse``)."""
+        return TimingOptions.parse(self, **kwargs)
+
+    def check_device(self, device: torch.device) -> None:
+        """Modes that need CUDA refuse any other device, naming the option."""
+        if device.type == "cuda":
+            return
+        for name in ("transfer", "cuda_graph"):
+            if getattr(self, name):
+                raise ModelProfError(
+                    f"{name}=True needs a CUDA device, but the model runs on {device}; "
+                    f"pass device='cuda' (with a GPU) or leave {name} off")
+
+    @property
+    def end_to_end_only(self) -> tuple[str, ...]:
+        """The modes the per-layer hooks cannot see into (they time the eager model instead)."""
+        out = []
+        if self.compile is not None:
+            out.append(f"compile={self.compile!r}")
+        if self.cuda_graph:
+            out.append("cuda_graph")
+        if self.transfer:
+            out.append("transfer")
+        return tuple(out)
+
+    def flags(self, *, eval_mode: bool = True, no_grad: bool = True) -> dict[str, Any]:
+        """The mode flags of a timed run: part of the warm-up signature and of ``env["mode"]``."""
+        return dict(transfer=self.transfer,
+                    pin_memory=self.pin_memory if self.transfer else None,
+                    cuda_graph=self.cuda_graph, amp=self.amp,
+                    channels_last=self.channels_last, cold_cache=self.cold_cache,
+                    compile=self.compile, eval_mode=bool(eval_mode), no_grad=bool(no_grad))

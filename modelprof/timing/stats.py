@@ -1,0 +1,202 @@
+"""The statistics of timing samples taken in blocks: pure functions of arrays, shared by
+``Measurement`` (what a user reads), the adaptive stop (when sampling ends) and the interleaved
+comparison (ratios with their own interval).
+
+Why blocks. On a shared or throttling machine, consecutive samples are not independent: a
+background job or a clock change moves a whole stretch of them at once. An interval computed as if
+every sample were independent (the order-statistic interval of the pooled median) then claims
+±1 % while repeated runs spread by 30 %. Samples are therefore taken in time-separated blocks, and
+the interval of the median is the wider of
+
+* the distribution-free order-statistic interval of the pooled samples (variation *within*), and
+* ``median * exp(± t(B-1) * sd(log block medians) / sqrt(B))`` (variation *between* blocks,
+  which includes whatever drifted during the measurement window; on the log scale, as latency
+  noise is multiplicative and an interval of a duration must stay positive),
+
+so a user reading ``±x %`` can quote it for the window the measurement covered. A run is *unstable*
+when its block medians follow a trend that is both significant (two-sided 99 %, a t-test on the
+least-squares slope of the log block medians against time) and larger than that interval;
+``drift_pct`` is the trend's change over the window, in percent.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+__all__ = [
+    "DRIFT_CONFIDENCE",
+    "between_block_ci",
+    "block_medians",
+    "combined_ci",
+    "drift",
+    "median_ci_ranks",
+    "paired_ratio",
+    "t_quantile",
+    "within_ci",
+]
+
+#: Confidence of the trend test that declares a run unstable.
+DRIFT_CONFIDENCE = 0.99
+
+
+@functools.lru_cache(maxsize=4096)
+def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
+    """1-based ranks ``(j, k)`` of the order statistics bounding the median, and their coverage.
+
+    ``P(x_(j) <= median <= x_(k)) = 1 - 2 P(B <= j - 1)``, ``B ~ Binomial(n, 1/2)``,
+    ``k = n - j + 1``. When even ``(min, max)`` covers less than ``confidence`` (n <= 5 at 95 %),
+    that is returned.
+    """
+    if n < 1:
+        raise ValueError(f"n={n} must be >= 1")
+    alpha_half = (1.0 - confidence) / 2.0
+    i = np.arange(0, n // 2 + 1, dtype=np.float64)
+    lg = np.vectorize(math.lgamma)
+    log_pmf = math.lgamma(n + 1) - lg(i + 1) - lg(n - i + 1) - n * math.log(2.0)
+    cdf = np.cumsum(np.exp(log_pmf))
+    ok = np.nonzero(cdf <= alpha_half)[0]          # m with P(B <= m) <= alpha/2
+    j = int(ok[-1]) + 1 if ok.size else 1          # j - 1 = the largest such m
+    j = min(j, (n + 1) // 2)
+    k = n - j + 1
+    return j, k, 1.0 - 2.0 * float(cdf[j - 1])
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta ``I_x(a, b)``."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbt = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+           + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
+
+
+def _t_cdf(t: float, df: float) -> float:
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=1024)
+def t_quantile(p: float, df: int) -> float:
+    """Quantile ``p`` (0.5 < p < 1) of Student's t with ``df`` degrees of freedom (bisection on
+    the exact CDF; ``t_quantile(0.975, 1) = 12.706``, ``t_quantile(0.975, 10) = 2.228``)."""
+    if not 0.5 < p < 1.0 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if _t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-10 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def within_ci(sorted_samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Order-statistic interval of the median of (already sorted) samples."""
+    j, k, _ = median_ci_ranks(int(sorted_samples.size), confidence)
+    return float(sorted_samples[j - 1]), float(sorted_samples[k - 1])
+
+
+def block_medians(samples: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(block ids in order of first appearance, the median of each block)``."""
+    ids, first = np.unique(blocks, return_index=True)
+    ids = ids[np.argsort(first)]
+    return ids, np.array([float(np.median(samples[blocks == b])) for b in ids])
+
+
+def between_block_ci(center: float, medians: np.ndarray,
+                     confidence: float) -> tuple[float, float] | None:
+    """``center * exp(± t(B-1) sd(log medians) / sqrt(B))``; None with fewer than two blocks
+    (or a non-positive median, where no log exists)."""
+    b = int(medians.size)
+    if b < 2 or center <= 0 or (medians <= 0).any():
+        return None
+    logs = np.log(medians)
+    half = t_quantile(0.5 + confidence / 2.0, b - 1) * float(logs.std(ddof=1)) / math.sqrt(b)
+    return center * math.exp(-half), center * math.exp(half)
+
+
+def combined_ci(center: float, within: tuple[float, float],
+                between: tuple[float, float] | None) -> tuple[float, float]:
+    """The hull of the within-sample and between-block intervals."""
+    if between is None:
+        return within
+    return min(within[0], between[0]), max(within[1], between[1])
+
+
+def drift(times_s: np.ndarray, medians: np.ndarray,
+          confidence: float = DRIFT_CONFIDENCE) -> tuple[float, bool]:
+    """Least-squares trend of the log block medians against block times: ``(change over the
+    window in %, whether the slope differs from 0 at confidence)``. Needs three blocks."""
+    b = int(medians.size)
+    if b < 3 or (medians <= 0).any():
+        return 0.0, False
+    t = np.asarray(times_s, dtype=np.float64)
+    t = t - t.mean()
+    sxx = float((t * t).sum())
+    if sxx <= 0:
+        return 0.0, False
+    logs = np.log(medians)
+    y = logs - logs.mean()
+    slope = float((t * y).sum()) / sxx
+    window = float(t.max() - t.min())
+    pct = 100.0 * math.expm1(slope * window)
+    resid = y - slope * t
+    dof = b - 2
+    se = math.sqrt(float((resid * resid).sum()) / dof / sxx) if dof > 0 else math.inf
+    if se == 0.0:
+        return pct, slope != 0.0
+    significant = abs(slope) / se > t_quantile(0.5 + confidence / 2.0, dof)
+    return pct, significant
+
+
+def paired_ratio(num: np.ndarray, den: np.ndarray,
+                 confidence: float) -> tuple[float, float, float]:
+    """Ratio of two candidates measured in interleaved rounds, from their per-round block
+    medians: the geometric mean of the per-round ratios and its t interval on the log scale.
+    Returns ``(ratio, low, high)``; with one round the interval is the point itself widened to
+    nothing (no spread can be estimated), which the caller reports as such."""
+    r = np.log(np.asarray(num, dtype=np.float64) / np.asarray(den, dtype=np.float64))
+    m = float(r.mean())
+    if r.size < 2:
+        return math.exp(m), math.nan, math.nan
+    half = t_quantile(0.5 + confidence / 2.0, r.size - 1) * float(r.std(ddof=1)) / math.sqrt(r.size)
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
