@@ -336,9 +336,14 @@ class StepTimer:
         return out
 
     # -- instrumented passes and memory ---------------------------------------------------
+    def instrument(self, n_calls: int) -> _Instrumented:
+        """The instrumented pass (``.one()`` runs one and returns its backward ms; ``.rows``
+        keeps each pass's per-call times), for callers that schedule passes themselves."""
+        return _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
+
     def instrumented(self, n_calls: int) -> tuple[_Instrumented, Sampled]:
         """Per-call backward times over separate instrumented passes (same stop rule)."""
-        inst = _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
+        inst = self.instrument(n_calls)
         self.step.restore()
         _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True,
                                                self.clock.sync))
