@@ -1,6 +1,7 @@
 """What a training step costs, and what profiling its backward costs: resnet50 and a small GPT-2.
 
-    python benchmarks/train_step.py [--budget 3] [--rounds 6] [--out reports/train_step.md]
+    python benchmarks/train_step.py [--budget 3] [--rounds 12] [--per-round 1]
+                                    [--models resnet50,gpt2] [--out reports/train_step.md]
 
 For each model (CPU, batch 1 image / batch 2 x 128 tokens, AdamW):
 
@@ -109,8 +110,10 @@ def overhead(model: nn.Module, x: Any, step: dict[str, Any], rounds: int, per_ro
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=3.0, help="profile's budget_s")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--per-round", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--per-round", type=int, default=1)
+    parser.add_argument("--models", default="resnet50,gpt2",
+                        help="comma-separated, of: resnet50, gpt2")
     parser.add_argument("--out", type=Path, default=None, help="write the table (Markdown)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
@@ -119,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
              "backward | modelprof clean / plain backward |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     worst = 0.0
-    for name, build in (("resnet50", resnet50), ("gpt2 (4x256)", gpt2_small)):
+    chosen = {m.strip() for m in args.models.split(",") if m.strip()}
+    for key, name, build in (("resnet50", "resnet50", resnet50),
+                             ("gpt2", "gpt2 (4x256)", gpt2_small)):
+        if key not in chosen:
+            continue
         built = build()
         if built is None:
             print(f"{name}: skipped (pip install transformers)", file=sys.stderr)

@@ -293,16 +293,8 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
             loss = spec.loss(output, target, model_name)
         tags = tag_graph([loss.grad_fn], tracker.marks)
         costs = [PassCost() for _ in records]
-        scope = BackwardScope(tags, costs, loss_backward)
-        backward_counter = OpCounter(scope, registry)
-        try:
-            with backward_counter:
-                torch.autograd.backward(loss)
-        except ModelProfError:
-            raise
-        except Exception as e:
-            raise ModelProfError(f"the backward pass of {model_name} failed (loss "
-                                 f"{spec.loss_name}): {type(e).__name__}: {e}") from e
+        backward_counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward),
+                                           registry, f"{model_name} (loss {spec.loss_name})")
         params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
         optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
 
@@ -310,8 +302,6 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
     unsupported.update(backward_counter.unsupported)
     unsupported.update(opt_unsupported)
     saved_by = [int(saved.by_call.get(r.index, 0)) for r in records]
-    owning = {c for c in tags.by_node.values() if c >= 0}
-    owning |= {i for i, b in enumerate(saved_by) if b}
     distinct = {id(p): p.numel() for p in model.parameters()}
     static = StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
     cost = StepCost(
@@ -321,8 +311,25 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
         loss_input_shapes=[tensor_shape(t) for t in iter_tensors(output)],
         loss_output_bytes=loss.numel() * loss.element_size(), optimizer=optimizer,
         by_op=backward_counter.by_op, loss_by_op=loss_counter.by_op, unsupported=unsupported,
-        owning_calls=owning, nodes=len(tags.nodes))
+        owning_calls={c for c in tags.by_node.values() if c >= 0}
+        | {i for i, b in enumerate(saved_by) if b},
+        nodes=len(tags.nodes))
     return static, cost
+
+
+def _count_backward(loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None,
+                    what: str) -> OpCounter:
+    """Run the backward of ``loss`` under an op counter charging ``scope``'s entries."""
+    counter = OpCounter(scope, registry)
+    try:
+        with counter:
+            torch.autograd.backward(loss)
+    except ModelProfError:
+        raise
+    except Exception as e:
+        raise ModelProfError(f"the backward pass of {what} failed: "
+                             f"{type(e).__name__}: {e}") from e
+    return counter
 
 
 def _count_optimizer(spec: StepSpec, params: list[torch.Tensor], copy_of: dict[int, torch.Tensor],

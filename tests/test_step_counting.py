@@ -322,3 +322,16 @@ def test_flop_counter_agreement_transformers(arch):
             return self.inner(x)[0]
 
     _assert_agrees(Logits(model), ids)
+
+
+@pytest.mark.parametrize("training, per_element", [(True, 13), (False, 6)])
+def test_batch_norm_backward_train_and_eval(training, per_element):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1, bias=False), nn.BatchNorm2d(4))
+    r = profile(model, (3, 2, 2), batch_size=2, backward=True, training=training, **COUNT)
+    bn = rows(r)[("1", 1)]
+    # 2x4x2x2 = 32 elements. Train (batch statistics), all gradients: x_hat 2 + input 7 +
+    # g*weight 1 + weight 2 + bias 1 = 13 per element; eval (running statistics): x_hat 2 +
+    # input 1 + weight 2 + bias 1 = 6
+    assert bn["backward_flops"] == per_element * 32
+    assert model[1].training is True  # the user's flags come back (the module was in train mode)

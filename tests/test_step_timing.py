@@ -187,3 +187,14 @@ def test_optimizer_timed_as_its_own_row():
     parts = [timing.forward, timing.loss, timing.backward, timing.optimizer]
     np.testing.assert_allclose(timing.step.samples_ms, sum(m.samples_ms for m in parts))
     assert report.to_dataframe()["backward_latency_pct"].notna().all()
+
+
+def test_amp_step_is_timed_under_autocast():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    report = profile(model, (4,), backward=True, amp=torch.bfloat16, repeat=3, warmup=1,
+                     roofline=False)
+    timing = report.training_step.timing
+    assert timing.env["mode"]["amp"] == "torch.bfloat16"
+    assert timing.backward.n == 3 and timing.calls_ms.shape[0] == 3
+    assert next(model.parameters()).dtype == torch.float32   # the model was not converted
