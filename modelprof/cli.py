@@ -129,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="samples per forward pass, prepended to --input-size (default: 1)")
     table.add_argument("--no-timing", action="store_true",
                        help="static analysis only (params, MACs, FLOPs, bytes); fast")
+    table.add_argument("--backward", action="store_true",
+                       help="profile a training step: forward, loss (sum of the outputs), "
+                            "backward per layer")
+    table.add_argument("--optimizer", default=None, metavar="NAME",
+                       help="with --backward, also the optimizer step (sgd, adam, adamw, ...)")
 
     p = sub.add_parser("profile", parents=[common, table], help="per-layer table of one model",
                        description="Profile one model: a per-layer table and totals.",
@@ -226,6 +231,14 @@ class _Context:
     def timing_options(self) -> dict[str, Any]:
         return {} if self.args.budget is None else {"budget_s": self.args.budget}
 
+    def step_options(self) -> dict[str, Any]:
+        """``backward``/``optimizer`` for profile() and compare(), when asked for."""
+        if getattr(self.args, "optimizer", None) is not None and not self.args.backward:
+            raise ModelProfError("--optimizer needs --backward (it times a training step)")
+        if not getattr(self.args, "backward", False):
+            return {}
+        return {"backward": True, "optimizer": self.args.optimizer}
+
 
 def _prepare_out(out: Path) -> None:
     """Create the ``--out`` directory; refuse one under a file or where nothing can be written."""
@@ -290,7 +303,7 @@ def _run_profile(ctx: _Context) -> None:
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
     report = profile(model, None if given else size, batch_size=args.batch_size,
                      device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
-                     **given, **ctx.timing_options())
+                     **given, **ctx.timing_options(), **ctx.step_options())
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
@@ -330,7 +343,7 @@ def _run_compare(ctx: _Context) -> None:
     df = compare(models, sizes, baseline=args.baseline, batch_size=args.batch_size,
                  device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
                  throughput=args.throughput, throughput_options=_throughput_options(args),
-                 progress=ctx.progress, **ctx.timing_options())
+                 progress=ctx.progress, **ctx.timing_options(), **ctx.step_options())
     env = df.attrs.get("env") or {}
     caption = f"baseline {df.attrs['baseline']}; {env_caption(env)}"
     print(f"# comparison ({caption})\n", file=ctx.stdout)

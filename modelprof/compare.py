@@ -23,7 +23,8 @@ from .timing.options import OPTION_NAMES, TimingOptions
 
 __all__ = ["Comparison", "compare", "env_caption", "unique_name"]
 
-_TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
+_TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes",
+                  "backward_macs", "backward_flops", "saved_bytes")
 # ratio column -> the column it divides by the baseline's value
 _RATIOS = {
     "params_x": "params",
@@ -31,6 +32,7 @@ _RATIOS = {
     "flops_x": "flops",
     "output_bytes_x": "output_bytes",
     "latency_x": "latency_median_ms",
+    "backward_flops_x": "backward_flops",
     "throughput_x": "throughput_samples_per_s",
 }
 
@@ -142,6 +144,13 @@ def compare(
 
     timing_keys = set(OPTION_NAMES) & set(profile_options)
     opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
+    # profile()'s defaults: a training step runs in train mode with grad, a forward in eval
+    backward = profile_options.get("backward", False) is True
+    training = profile_options.get("training")
+    training = backward if training is None else bool(training)
+    no_grad = profile_options.get("no_grad")
+    no_grad = (not backward) if no_grad is None else bool(no_grad)
+    steps: dict[str, Any] = {}
     rows: dict[str, dict[str, Any]] = {}
     env: dict[str, Any] = {}
     candidates: list[Candidate] = []
@@ -158,7 +167,11 @@ def compare(
                 row = _report_row(report, size, inputs, batch_size)
                 if timing:
                     candidates.append(_candidate(name, model, size, inputs, batch_size, device,
-                                                 dtype, opts, profile_options))
+                                                 dtype, opts, {**profile_options,
+                                                               "training": training}))
+                    if backward:
+                        steps[name] = _step_timer(name, model, candidates[-1], dtype, opts,
+                                                  training, profile_options)
                 if throughput:
                     row.update(_throughput_row(model, size, device, dtype, opts,
                                                throughput_options or {}))
@@ -169,12 +182,14 @@ def compare(
             bar.update(1)
         if timing:
             bar.set_description("interleaved timing")
-            training = bool(profile_options.get("training", False))
-            result = measure_interleaved(candidates, opts, baseline=baseline,
-                                         eval_mode=not training,
-                                         no_grad=bool(profile_options.get("no_grad", True)))
+            with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
+                result = measure_interleaved(candidates, opts, baseline=baseline,
+                                             eval_mode=not training, no_grad=no_grad)
             for name in rows:
                 rows[name].update(_latency_columns(result, name))
+            if steps:
+                bar.set_description("interleaved training steps")
+                _step_columns(rows, steps, baseline, opts)
             env = dict(result.measurements[baseline].env) or env
             bar.update(1)
     finally:
@@ -274,6 +289,40 @@ def _candidate(name: str, model: nn.Module, size: Any, inputs: Any, batch_size: 
     runner = timing_runner(model, mi, dt, bool(profile_options.get("training", False)), opts)
     target, mi = resolve_call(runner, mi, channels_last=opts.channels_last)
     return Candidate(name, model, target, mi)
+
+
+def _step_timer(name: str, model: nn.Module, candidate: Candidate, dtype: Any,
+                opts: TimingOptions, training: bool, profile_options: Mapping[str, Any]) -> Any:
+    """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
+    from .inputs import parse_dtype
+    from .step import StepSpec
+    from .timing.backward import StepTimer
+
+    spec = StepSpec.parse(loss_fn=profile_options.get("loss_fn"),
+                          target=profile_options.get("target"),
+                          optimizer=profile_options.get("optimizer"))
+    mi = candidate.inputs
+    return StepTimer(model, mi, spec, training=training, dtype=parse_dtype(dtype), options=opts,
+                     label=name)
+
+
+def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str,
+                  opts: TimingOptions) -> None:
+    """Backward (and optimizer) medians of every model's training step, timed interleaved, and
+    the paired backward ratio to the baseline with its interval."""
+    from .timing.backward import compare_steps
+
+    order = [baseline] + [n for n in steps if n != baseline]
+    got, ratios = compare_steps([steps[n] for n in order], opts)
+    for name, m, (ratio, lo, hi) in zip(order, got, ratios):
+        b = m["backward"]
+        low, high = b.median_ci_ms
+        rows[name].update(backward_latency_median_ms=b.median_ms, backward_latency_ci_low_ms=low,
+                          backward_latency_ci_high_ms=high, backward_latency_x=ratio,
+                          backward_latency_x_ci_low=lo, backward_latency_x_ci_high=hi)
+        if "optimizer" in m:
+            rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
+        rows[name]["step_latency_median_ms"] = m["step"].median_ms
 
 
 def _latency_columns(result: Any, name: str) -> dict[str, Any]:

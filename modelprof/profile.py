@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .counter import OpStats
 from .env import collect_env
 from .errors import ModelProfError
 from .execution import to_channels_last
@@ -30,9 +31,10 @@ class ModelProfWarning(UserWarning):
 def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             batch_size: int | None = None, device: torch.device | str | None = None,
             dtype: torch.dtype | str | None = None, timing: bool = True,
-            training: bool = False, no_grad: bool = True, roofline: Any = None,
+            training: bool | None = None, no_grad: bool | None = None, roofline: Any = None,
             registry: FormulaRegistry | None = None, options: TimingOptions | None = None,
-            **timing_options: Any) -> Report:
+            backward: bool = False, loss_fn: Any = None, target: Any = None,
+            optimizer: Any = None, **timing_options: Any) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
@@ -48,16 +50,30 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     or keywords: ``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``channels_last``,
     ``cuda_graph``, ``compile``...; see ``modelprof.timing.options``) are parsed once and apply to
     every pass: ``amp`` and ``channels_last`` to the counted forward too.
+
+    ``backward=True`` profiles a training step (train mode unless ``training=False``, grad on):
+    the loss (``loss_fn(output)`` or ``loss_fn(output, target)``; default the sum of the floating
+    outputs), the backward — ``backward_macs``, ``backward_flops``, ``saved_bytes`` and the
+    ``backward_latency_*`` columns, ``report.backward_latency`` — and, with ``optimizer=`` (a
+    class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
+    optimizer step as a row of its own. See ``modelprof.step_table``.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
                              "use measure_latency() to time any callable")
+    if not isinstance(backward, bool):
+        raise ModelProfError(f"backward={backward!r} must be True or False")
+    if backward and no_grad is True:
+        raise ModelProfError("no_grad=True contradicts backward=True (the backward needs grad)")
+    training = backward if training is None else training
+    no_grad = not backward if no_grad is None else no_grad
     for name, value in (("timing", timing), ("training", training), ("no_grad", no_grad)):
         if not isinstance(value, bool):
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
+    step_spec = _step_spec(backward, loss_fn, target, optimizer, opts)
     dtype_requested = parse_dtype(dtype)
     # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py)
     with preserved_state(model):
@@ -67,25 +83,45 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             opts.check_device(mi.device)
         layout = torch.channels_last if opts.channels_last else None
         counted = _with_layout(mi, layout)
-        static = analyze(model, counted, training=training, no_grad=no_grad,
-                         dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
-                         memory_format=layout)
+        step_cost = None
+        if step_spec is not None:
+            from .backward import count_step
+            static, step_cost = count_step(model, counted, step_spec, training=training,
+                                           dtype_requested=dtype_requested, registry=registry,
+                                           amp=opts.amp, memory_format=layout)
+            static.unsupported.update(step_cost.unsupported)
+            _merge_ops(static.by_op, step_cost.loss_by_op)
+        else:
+            static = analyze(model, counted, training=training, no_grad=no_grad,
+                             dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
+                             memory_format=layout)
         if static.unsupported:
             ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
                             for k, v in sorted(static.unsupported.items()))
             warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
                           f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
                           "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
-        rows = build_rows(static.records)
+        rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
         flags = {"training": training, "no_grad": no_grad,
                  **opts.flags(eval_mode=not training, no_grad=no_grad)}
-        latency = layers = overhead = coverage = peaks = None
+        if step_spec is not None:
+            flags.update(backward=True, loss=step_spec.loss_name, optimizer=step_spec.optimizer_name)
+        latency = layers = overhead = coverage = peaks = training_step = None
         notes: list[str] = []
         if timing:
-            latency, layers, notes = _measure(model, counted, dtype_requested, training, no_grad,
-                                              opts)
+            with torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else []):
+                latency, layers, notes = _measure(model, counted, dtype_requested, training,
+                                                  no_grad, opts)
             overhead, coverage = _join_timing(rows, static.records, latency, layers)
             _use_warm_peaks(rows, static.records, layers)
+        if step_cost is not None:
+            from .step_table import join_step
+            step_timing = None
+            if timing:
+                from .timing.backward import time_step
+                step_timing = time_step(model, mi, step_spec, len(static.records),
+                                        training=training, dtype=dtype_requested, options=opts)
+            training_step = join_step(rows, static.records, step_cost, step_timing)
         env = collect_env(mi.device, opts.amp or mi.dtype, mi.batch_size, **flags)  # after timing
         if layers is not None and layers.hook_cost is not None:
             env["hook_cost"] = layers.hook_cost.to_dict()
@@ -97,7 +133,37 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                       by_op=static.by_op, model_params=static.model_params, env=env,
                       latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
                       coverage=coverage, options={**flags, **opts.as_kwargs()}, peaks=peaks,
-                      timing_notes=notes)
+                      timing_notes=notes, training_step=training_step)
+
+
+def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
+               opts: TimingOptions) -> Any:
+    """The checked training-step options, or None with ``backward=False`` (then none is given)."""
+    from .step import StepSpec
+
+    if not backward:
+        given = [k for k, v in (("loss_fn", loss_fn), ("target", target),
+                                ("optimizer", optimizer)) if v is not None]
+        if given:
+            raise ModelProfError(f"{', '.join(given)} given with backward=False; pass "
+                                 "backward=True to profile a training step")
+        return None
+    if opts.end_to_end_only:
+        raise ModelProfError(f"{opts.end_to_end_only[0]} is not supported with backward=True "
+                             "(training steps are timed eagerly, inputs already on the device)")
+    return StepSpec.parse(loss_fn=loss_fn, target=target, optimizer=optimizer)
+
+
+def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
+    """Add the per-op counts ``more`` into ``into``."""
+    for name, stats in more.items():
+        mine = into.get(name)
+        if mine is None:
+            into[name] = mine = OpStats()
+        mine.calls += stats.calls
+        mine.macs += stats.macs
+        mine.flops += stats.flops
+        mine.madd += stats.madd
 
 
 def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelInputs:

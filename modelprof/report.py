@@ -39,7 +39,8 @@ class Report:
                  latency: Any = None, layer_timing: Any = None,
                  instrumentation_overhead: float | None = None,
                  coverage: float | None = None, options: dict[str, Any] | None = None,
-                 peaks: Any = None, timing_notes: Sequence[str] = ()) -> None:
+                 peaks: Any = None, timing_notes: Sequence[str] = (),
+                 training_step: Any = None) -> None:
         self.rows = list(rows)
         self.model_name = model_name
         self.input_shape = input_shape
@@ -58,11 +59,17 @@ class Report:
         self.peaks = peaks
         #: how the timing columns were measured where that is not the plain recipe
         self.timing_notes = list(timing_notes)
+        self.training_step = training_step  # modelprof.step_table.TrainingStep (backward=True)
         self.totals = totals_of(self.rows)
 
     @property
     def timed(self) -> bool:
         return self.latency is not None
+
+    @property
+    def backward_latency(self) -> Any:
+        """The clean end-to-end backward ``Measurement`` (``backward=True`` and timed), else None."""
+        return None if self.training_step is None else self.training_step.backward_latency
 
     # -- views ----------------------------------------------------------------------------------
     def to_dataframe(self, style: str = "modelprof") -> pd.DataFrame:
@@ -81,19 +88,28 @@ class Report:
             df = add_roofline(df, self.peaks)
         return df
 
-    def by_operator(self) -> pd.DataFrame:
+    def by_operator(self, direction: str = "forward") -> pd.DataFrame:
         """Per op, keyed by its full name (``aten.convolution.default``,
         ``torchvision.nms.default``): calls, macs, flops, madd, whether a formula counted it,
-        and how many calls were counted inexactly, e.g. at a bound (see ``notes``)."""
-        names = sorted(self._by_op, key=lambda k: (-self._by_op[k].flops, k))
+        and how many calls were counted inexactly, e.g. at a bound (see ``notes``); of the
+        forward (the loss's included), or with ``direction="backward"`` of the backward."""
+        if direction not in ("forward", "backward"):
+            raise ModelProfError(f"direction={direction!r} must be 'forward' or 'backward'")
+        if direction == "backward" and self.training_step is None:
+            raise ModelProfError("by_operator(direction='backward') needs "
+                                 "profile(..., backward=True)")
+        by_op = self._by_op if direction == "forward" else self.training_step.cost.by_op
+        unsupported = (self.unsupported if direction == "forward"
+                       else self.training_step.cost.unsupported)
+        names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
         return pd.DataFrame({
             "op": names,
-            "calls": count_column([self._by_op[n].calls for n in names]),
-            "macs": count_column([self._by_op[n].macs for n in names]),
-            "flops": count_column([self._by_op[n].flops for n in names]),
-            "madd": count_column([self._by_op[n].madd for n in names]),
-            "supported": [n not in self.unsupported for n in names],
-            "inexact_calls": [sum((self._by_op[n].notes or {}).values()) for n in names],
+            "calls": count_column([by_op[n].calls for n in names]),
+            "macs": count_column([by_op[n].macs for n in names]),
+            "flops": count_column([by_op[n].flops for n in names]),
+            "madd": count_column([by_op[n].madd for n in names]),
+            "supported": [n not in unsupported for n in names],
+            "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
         }).astype({"inexact_calls": "int64"})
 
     @property
@@ -147,8 +163,11 @@ class Report:
                ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
         """The frame to render, its totals row (the leaf sums) and its end-to-end row."""
         style = _check_style(style)
-        end_to_end = ({"latency_ms": self.latency.median_ms} if self.latency is not None
-                      else None)
+        end_to_end: dict[str, Any] | None = None
+        if self.latency is not None:
+            end_to_end = {"latency_ms": self.latency.median_ms}
+            if self.backward_latency is not None:
+                end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
         if group_by is not None:
             if group_by not in _GROUPS:
                 raise ModelProfError(f"group_by={group_by!r} is not one of {list(_GROUPS)}")
@@ -243,7 +262,9 @@ class Report:
                if self.latency is not None else None,
                "instrumentation_overhead": self.instrumentation_overhead,
                "coverage": self.coverage, "unsupported": self.unsupported,
-               "timing_notes": self.timing_notes}
+               "timing_notes": self.timing_notes,
+               "training_step": self.training_step.to_dict()
+               if self.training_step is not None else None}
         return to_json(args.pop("df"), self.totals, env, path=path, **args)
 
     def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
@@ -296,6 +317,8 @@ class Report:
                          f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
                          f"{100 * self.coverage:.1f}%")
             lines.extend(f"note: {n}" for n in self.timing_notes)
+        if self.training_step is not None:
+            lines.append(self.training_step.summary())
         if self.unsupported:
             ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.unsupported.items()))
             lines.append(f"ops with no formula (counted as 0 FLOPs): {ops}")

@@ -11,19 +11,22 @@ Bytes: a leaf call reads its inputs and the parameters it owns and writes its ou
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .scope import CallRecord
 
-__all__ = ["ADDITIVE", "COLUMNS", "TORCHSTAT_COLUMNS", "Row", "build_rows", "count_column",
-           "modelprof_frame", "torchstat_frame", "totals_of"]
+__all__ = ["ADDITIVE", "COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS",
+           "Row", "build_rows", "count_column", "modelprof_frame", "torchstat_frame", "totals_of"]
 
 ADDITIVE = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
 COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE)
 TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
+# the training step (profile(..., backward=True); see step_table.py)
+STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
+STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
 TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "memory(MB)",
                      "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "duration[%]", "MemR+W(B)")
 SELF_SUFFIX = "(self)"
@@ -56,6 +59,13 @@ class Row:
     # FLOPs by aten op of the ops this row ran itself (a leaf: all of its ops; a (self) row: its
     # parent's own ops; a parent row: none), to type a row by what it does
     ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    kind: str = "module"   # "module", or the training step's "loss" / "optimizer" row
+    backward_macs: int | None = None
+    backward_flops: int | None = None
+    saved_bytes: int | None = None
+    backward_latency_ms: float = float("nan")
+    backward_latency_std_ms: float = float("nan")
+    backward_latency_pct: float = float("nan")
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
@@ -72,7 +82,9 @@ def _self_name(name: str) -> str:
     return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
 
 
-def build_rows(records: Sequence[CallRecord]) -> list[Row]:
+def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
+    """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
+    own forward ops cost nothing (their autograd nodes do, in the backward)."""
     n = len(records)
     inc: list[list[int]] = [[]] * n       # params, macs, flops, madd, read, write (inclusive)
     ts: list[list[int]] = [[]] * n        # torchstat flops, madd (inclusive)
@@ -112,7 +124,7 @@ def build_rows(records: Sequence[CallRecord]) -> list[Row]:
         a: int | None = r.index
         while a is not None and end[a] == r.index:
             part = own[a]
-            if part is not None and any(part):
+            if part is not None and (any(part) or a in force_self):
                 pr = records[a]
                 params, macs, flops, madd, read, write = part
                 rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
@@ -124,7 +136,8 @@ def build_rows(records: Sequence[CallRecord]) -> list[Row]:
 
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:
     """Sums over the leaf rows: each parameter, op and byte counted exactly once."""
-    return {k: int(sum(getattr(r, k) for r in rows if r.leaf)) for k in ADDITIVE}
+    keys = ADDITIVE + (STEP_ADDITIVE if any(r.backward_macs is not None for r in rows) else ())
+    return {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
 
 
 def _shape(s: tuple) -> str:
@@ -147,7 +160,10 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         "input_shape": [_shapes(r.input_shapes) for r in rows],
         "output_shape": [_shapes(r.output_shapes) for r in rows],
     }
-    for k in ADDITIVE + ("call", "depth"):
+    step = any(r.backward_macs is not None for r in rows)
+    for k in ADDITIVE + (STEP_ADDITIVE if step else ()):
+        data[k] = count_column([int(getattr(r, k) or 0) for r in rows])
+    for k in ("call", "depth"):
         data[k] = count_column([getattr(r, k) for r in rows])
     df = pd.DataFrame(data)
     df["leaf"] = df["leaf"].astype(bool)
@@ -155,12 +171,15 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     for k in TIMING_COLUMNS:
         if timed or (k == "peak_memory_bytes" and measured_memory):
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
+    if any(not np.isnan(r.backward_latency_ms) for r in rows):
+        for k in STEP_TIMING_COLUMNS:
+            df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
     return df
 
 
 def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     """torchstat's table: one row per leaf call, batch dropped from shapes, a correct total."""
-    leaves = [r for r in rows if r.leaf]
+    leaves = [r for r in rows if r.leaf and r.kind == "module"]
     names = [r.module if r.call == 1 or r.is_self else f"{r.module} ({r.call})" for r in leaves]
     counts = {
         "params": [int(r.params) for r in leaves],

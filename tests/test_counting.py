@@ -87,11 +87,11 @@ def test_eval_dropout_costs_nothing_in_any_mode():
 
 
 def test_torch_decomp_table_is_used_for_ops_without_formula():
-    # aten.mse_loss has no formula and no composite kernel; torch._decomp decomposes it into
-    # sub, pow and mean: 3 flops per element of the 4x5 input = 60
-    c = count_ops(lambda: F.mse_loss(torch.randn(4, 5), torch.randn(4, 5)))
-    assert c.tracker.current.flops == 60
-    assert c.decomposed == {"aten.mse_loss.default": 1} and not c.unsupported
+    # aten.soft_margin_loss has no formula and no composite kernel; torch._decomp decomposes it
+    # into neg, mul, exp, log1p and mean: 5 flops per element of the 4x5 input = 100
+    c = count_ops(lambda: F.soft_margin_loss(torch.randn(4, 5), torch.randn(4, 5)))
+    assert c.tracker.current.flops == 100
+    assert c.decomposed == {"aten.soft_margin_loss.default": 1} and not c.unsupported
 
 
 def test_decomposition_failure_falls_back_to_unsupported():

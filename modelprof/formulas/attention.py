@@ -143,33 +143,58 @@ def _efficient_attention_forward(args, kwargs, out) -> Cost:
     return _packed_cost(q, v, pairs, note, masked=masked)
 
 
-def attention_backward_cost(batch_heads: int, l_q: int, l_k: int, d_qk: int, d_v: int) -> Cost:
+def attention_backward_cost(batch_heads: int, l_q: int, l_k: int, d_qk: int, d_v: int,
+                            masked: bool = False, out_elements: int | None = None) -> Cost:
     """Backward of a fused attention kernel, which recomputes the scores:
 
-    S = Q K^T (recomputed)             bh*l_q*l_k*d_qk MACs
-    dP = dO V^T,  dV = P^T dO          bh*l_q*l_k*d_v each
-    dQ = dS K,    dK = dS^T Q          bh*l_q*l_k*d_qk each
-    so 3*d_qk + 2*d_v MACs per score (torch.utils.flop_counter's count), plus the softmax
-    backward (dS = P * (dP - rowsum(dO * O))): 3 per score.
+    recompute  S = Q K^T                     bh*l_q*l_k*d_qk MACs
+    dV = P^T dO,  dP = dO V^T                bh*l_q*l_k*d_v each
+    dQ = dS K,    dK = dS^T Q                bh*l_q*l_k*d_qk each
+    so 3*d_qk + 2*d_v MACs per score (torch.utils.flop_counter's count). Per score: the scale
+    (1) and mask (1, when there is one) again, P = exp(S - logsumexp) (2), dS = P * (dP - D)
+    (2) and its scale (1); per output element D = rowsum(dO * O) (2). ``out_elements``: the
+    output's elements when they are not ``bh*l_q*d_v`` (packed variable-length batches).
     """
     scores = batch_heads * l_q * l_k
     macs = scores * (3 * d_qk + 2 * d_v)
-    return Cost(macs, flops=2 * macs + 3 * scores)
+    outputs = batch_heads * l_q * d_v if out_elements is None else out_elements
+    elementwise = scores * (1 + int(masked) + 2 + 2 + 1) + 2 * outputs
+    return Cost(macs, flops=2 * macs + elementwise)
 
 
-@register_present(*optional_ops("_scaled_dot_product_flash_attention_for_cpu_backward",
-                                "_scaled_dot_product_flash_attention_backward",
-                                "_scaled_dot_product_efficient_attention_backward",
-                                "_scaled_dot_product_cudnn_attention_backward",
-                                "_scaled_dot_product_fused_attention_overrideable_backward"))
-def _sdpa_backward(args, kwargs, out) -> Cost:
-    # (grad_out [B, H, L, Ev], query [B, H, L, E], key [B, Hk, S, E], value [B, Hk, S, Ev], ...)
+def _bhld_backward(args, mask) -> Cost:
+    # grad_out, query [..., L, E], key [..., S, E], value [..., S, Ev]
     q, k, v = args[1], args[2], args[3]
     *lead, l_q, d = q.shape
     bh = 1
     for s in lead:
         bh *= s
-    return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1])
+    return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1],
+                                   masked=isinstance(mask, torch.Tensor))
+
+
+@register_present(*optional_ops("_scaled_dot_product_flash_attention_for_cpu_backward"))
+def _sdpa_cpu_backward(args, kwargs, out) -> Cost:
+    # (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale)
+    return _bhld_backward(args, kwargs.get("attn_mask"))
+
+
+@register_present(*optional_ops("_scaled_dot_product_flash_attention_backward",
+                                "_scaled_dot_product_fused_attention_overrideable_backward"))
+def _sdpa_flash_backward(args, kwargs, out) -> Cost:
+    return _bhld_backward(args, None)
+
+
+@register_present(*optional_ops("_scaled_dot_product_efficient_attention_backward"))
+def _sdpa_efficient_backward(args, kwargs, out) -> Cost:
+    # (grad_out, query, key, value, attn_bias, out, logsumexp, ...)
+    return _bhld_backward(args, args[4] if len(args) > 4 else None)
+
+
+@register_present(*optional_ops("_scaled_dot_product_cudnn_attention_backward"))
+def _sdpa_cudnn_backward(args, kwargs, out) -> Cost:
+    # (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, ...)
+    return _bhld_backward(args, args[8] if len(args) > 8 else None)
 
 
 @register_present(*optional_ops("_flash_attention_backward"))
@@ -182,7 +207,8 @@ def _flash_attention_backward(args, kwargs, out) -> Cost:
         return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
     pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0],
                                k.shape[0])
-    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1])
+    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1],
+                                   out_elements=q.shape[0] * q.shape[-2] * v.shape[-1])
     return Cost(cost.macs, flops=cost.flops, note=note)
 
 
@@ -197,7 +223,8 @@ def _efficient_attention_backward(args, kwargs, out) -> Cost:
         return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
     pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3],
                                k.shape[-3])
-    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1])
+    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1],
+                                   out_elements=q.shape[-3] * q.shape[-2] * v.shape[-1])
     return Cost(cost.macs, flops=cost.flops, note=note)
 
 

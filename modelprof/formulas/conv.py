@@ -64,17 +64,3 @@ def _bias(args) -> torch.Tensor | None:
         if isinstance(a, torch.Tensor) and a.dim() == 1:
             return a
     return None
-
-
-@register_formula(aten.convolution_backward)
-def _convolution_backward(args, kwargs, out) -> Cost:
-    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
-    #  output_padding, groups, output_mask): grad_input is a (transposed) convolution of
-    #  grad_output with the weight, grad_weight one of the input with grad_output; each has
-    #  the forward's MACs. grad_bias sums grad_output: 1 per element.
-    grad_out, x, w = args[0], args[1], args[2]
-    transposed, mask = bool(args[7]), args[10]
-    forward = conv_macs(x.shape, w.shape, grad_out.shape, transposed)
-    macs = forward * (int(bool(mask[0])) + int(bool(mask[1])))
-    bias_sum = grad_out.numel() if mask[2] else 0
-    return Cost(macs, flops=2 * macs + bias_sum)

@@ -57,7 +57,7 @@ register_present(*optional_ops("hardswish", "hardswish_", "hardsigmoid_", "hardt
                                "celu_", "glu", "prelu", "_prelu_kernel", "rrelu_with_noise",
                                "softplus", "softshrink", "hardshrink", "threshold", "threshold_",
                                "log_sigmoid_forward", "mish", "mish_", "silu_", "gelu_",
-                               "_softmax_backward_data", "clamp_", "clamp_min_",
+                               "clamp_", "clamp_min_",
                                "clamp_max_", "masked_fill_", "sgn", "_conj_physical",
                                "logical_not_", "index_add", "index_add_", "scatter_add",
                                "scatter_add_", "scatter_reduce", "scatter_reduce_", "lerp_",

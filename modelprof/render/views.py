@@ -67,7 +67,7 @@ ADDITIVE_COLUMNS: tuple[str, ...] = (
 
 COMPACT_COLUMNS: tuple[str, ...] = (
     "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
-    "latency_ms", "latency_pct",
+    "latency_ms", "latency_pct", "backward_flops", "backward_latency_ms",
 )
 """A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
 
@@ -119,6 +119,10 @@ _SPECS: dict[str, ColumnSpec] = {
     "latency_std_ms": ColumnSpec("latency std", "time_ms"),
     "latency_pct": ColumnSpec("latency share", "percent"),
     "peak_memory_bytes": ColumnSpec("peak memory", "bytes"),
+    # training step (profile(..., backward=True))
+    "backward_macs": ColumnSpec("backward MACs", "count"),
+    "backward_flops": ColumnSpec("backward FLOPs", "count"),
+    "saved_bytes": ColumnSpec("saved for backward", "bytes"),
     # roofline columns (modelprof.roofline.add_roofline)
     "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
     "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),

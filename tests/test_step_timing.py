@@ -1,0 +1,200 @@
+"""The training step timed on CPU: a backward that spins a known time reads it back in its own
+row, one synchronize per instrumented pass, the CUDA peak-memory path with fake allocator
+statistics, and a model whose control flow changes."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from modelprof import profile
+from modelprof.backward import count_step
+from modelprof.errors import ModelProfError
+from modelprof.inputs import make_inputs
+from modelprof.step import StepSpec
+from modelprof.timing import MemoryStats
+from modelprof.timing import backward as step_timer
+from modelprof.timing.clock import CpuClock, StampBuffer
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+
+SPIN_MS = 4.0
+
+
+def spin(ms: float) -> None:
+    """Busy-wait ``ms`` milliseconds without any tensor op."""
+    end = time.perf_counter_ns() + int(ms * 1e6)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+class SpinBackward(torch.autograd.Function):
+    """Identity forward; the backward spins 4 ms, timing itself with a plain host clock (no
+    tensor op anywhere in it), then passes the gradient on untouched."""
+
+    durations_ms: list[float] = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        t = time.perf_counter_ns()
+        spin(SPIN_MS)
+        SpinBackward.durations_ms.append((time.perf_counter_ns() - t) / 1e6)
+        return grad
+
+
+class SpinLayer(nn.Module):
+    def forward(self, x):
+        return SpinBackward.apply(x)
+
+
+def spin_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), SpinLayer(), nn.Linear(4, 4))
+
+
+def test_spinning_backward_reads_back_in_its_layer():
+    SpinBackward.durations_ms.clear()
+    report = profile(spin_model(), (4,), backward=True, repeat=25, warmup=3, roofline=False)
+    timing = report.training_step.timing
+    # Each spin timed itself: on a loaded machine a preempted spin ends late, so the spin lasts
+    # what it lasts, pass by pass; the reference is that pass's own plain clock, not a fixed
+    # 4 ms nor a loop run at another moment. The backward ran once counted, 3 + 25 clean steps
+    # (warm-up, samples), then 3 + 25 instrumented passes.
+    own = np.asarray(SpinBackward.durations_ms)
+    assert own.size == 1 + 3 + 25 + 3 + 25
+    assert own.min() >= SPIN_MS
+    record = next(r.record for r in report.rows if r.module == "1")
+    row_passes = timing.calls_ms[:, record]
+    excess = row_passes - own[-25:]
+    # every pass: the layer's row holds its whole spin, plus only its node's own dispatch
+    assert excess.min() >= 0.0
+    assert float(np.median(excess)) < 0.1 * SPIN_MS
+    df = report.to_dataframe().set_index(["module", "call"])
+    row = df.loc[("1", 1)]
+    assert row["backward_latency_ms"] == float(np.median(row_passes))   # the column's median
+    assert row["backward_latency_ms"] == pytest.approx(float(np.median(own[-25:])), rel=0.05)
+    # the spin is charged to its layer and nowhere else: every other leaf's median is far below
+    others = df[df["leaf"]].drop(index=("1", 1))["backward_latency_ms"]
+    assert (others < 0.5 * SPIN_MS).all()
+    # each clean backward contains that step's spin; the layer's forward (a clone) does not
+    assert (report.backward_latency.samples_ms >= own[4:29]).all()
+    assert row["latency_ms"] < 0.5 * SPIN_MS
+    # every instrumented pass is partitioned among the calls and the loss, nothing lost
+    np.testing.assert_allclose(timing.calls_ms.sum(axis=1), timing.passes_ms)
+    assert report.backward_latency.n == 25 and timing.passes_ms.size == 25  # repeat=25 each
+
+
+class _CountingStamps(StampBuffer):
+    """Host stamps that count how often they are synchronised."""
+
+    syncs = 0
+
+    def __init__(self, inner: StampBuffer) -> None:
+        self.inner = inner
+        self.record = inner.record
+
+    def sync(self) -> None:
+        type(self).syncs += 1
+        self.inner.sync()
+
+    def elapsed_ms(self, starts, ends):
+        return self.inner.elapsed_ms(starts, ends)
+
+
+class _CountingClock(CpuClock):
+    def stamps(self, size: int) -> StampBuffer:
+        return _CountingStamps(super().stamps(size))
+
+
+def _setup(model: nn.Module, **spec):
+    mi = make_inputs(model, (4,), batch_size=2)
+    step_spec = StepSpec.parse(**spec)
+    static, _ = count_step(model, mi, step_spec)
+    return mi, step_spec, len(static.records)
+
+
+def test_one_synchronize_per_instrumented_pass(monkeypatch):
+    model = spin_model()
+    mi, spec, n_calls = _setup(model)
+    monkeypatch.setattr(step_timer, "clock_for", lambda device, mode="auto": _CountingClock(device))
+    _CountingStamps.syncs = 0
+    timing = step_timer.time_step(model, mi, spec, n_calls, repeat=5, warmup=2)
+    # 2 instrumented warm-up passes + 5 timed ones, one synchronize each and no other
+    assert _CountingStamps.syncs == 2 + 5
+    assert timing.calls_ms.shape == (5, n_calls + 1)  # + the loss's column
+
+
+def test_step_peak_memory_with_fake_allocator_statistics():
+    model = spin_model()
+    mi, spec, n_calls = _setup(model, optimizer=torch.optim.SGD)
+    calls = {"reset": 0, "read": 0}
+
+    def reset() -> None:
+        calls["reset"] += 1
+
+    def read() -> int:
+        calls["read"] += 1
+        return 123_456
+
+    timing = step_timer.time_step(model, mi, spec, n_calls, repeat=3, warmup=1,
+                                  memory_stats=MemoryStats(read, reset))
+    # one dedicated step: the peak reset once before it, read once after it
+    assert calls == {"reset": 1, "read": 1}
+    assert timing.peak_memory_bytes == 123_456
+    assert timing.optimizer is not None and timing.optimizer.n == 3
+    # on the CPU, without statistics given, there is no peak
+    assert step_timer.time_step(model, mi, spec, n_calls, repeat=2,
+                                warmup=1).peak_memory_bytes is None
+
+
+class Flaky(nn.Module):
+    """Calls its extra layer on every other forward: the control flow changes between passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.extra = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.n = 0
+
+    def forward(self, x):
+        self.n += 1
+        x = self.a(x)
+        return self.extra(x) if self.n % 2 else x
+
+
+def test_control_flow_that_changes_is_refused():
+    model = Flaky()
+    mi, spec, n_calls = _setup(model)
+    with pytest.raises(ModelProfError, match="control flow changes"):
+        step_timer.time_step(model, mi, spec, n_calls, repeat=3, warmup=1)
+
+
+def test_optimizer_timed_as_its_own_row():
+    model = spin_model()
+    report = profile(model, (4,), backward=True, optimizer=torch.optim.Adam, repeat=5, warmup=1,
+                     roofline=False)
+    df = report.to_dataframe().set_index("module")
+    timing = report.training_step.timing
+    assert df.loc["(optimizer)", "latency_ms"] == timing.optimizer.median_ms
+    # the step is the sum of its phases, sample by sample
+    parts = [timing.forward, timing.loss, timing.backward, timing.optimizer]
+    np.testing.assert_allclose(timing.step.samples_ms, sum(m.samples_ms for m in parts))
+    assert report.to_dataframe()["backward_latency_pct"].notna().all()
+
+
+def test_amp_step_is_timed_under_autocast():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    report = profile(model, (4,), backward=True, amp=torch.bfloat16, repeat=3, warmup=1,
+                     roofline=False)
+    timing = report.training_step.timing
+    assert timing.env["mode"]["amp"] == "torch.bfloat16"
+    assert timing.backward.n == 3 and timing.calls_ms.shape[0] == 3
+    assert next(model.parameters()).dtype == torch.float32   # the model was not converted
