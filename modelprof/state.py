@@ -31,9 +31,10 @@ Restoring touches only what changed. Nested guards on the same model in the same
 the outermost one (``analyze`` inside ``profile``), which restores once, at its end — also when
 the block raises or is interrupted (``KeyboardInterrupt``).
 
-Not covered: Python containers mutated in place (a list attribute appended to) and writes that
-bypass the dispatcher (through ``t.numpy()``); state changed by *another thread* meanwhile is
-overwritten by the restore.
+Not covered: Python containers mutated in place (a list attribute appended to), writes that
+bypass the dispatcher (through ``t.numpy()``) and writes inside the body of a higher-order
+operator (``cond``, ``flex_attention``: functional by contract; the write watch passes them
+through); state changed by *another thread* meanwhile is overwritten by the restore.
 """
 from __future__ import annotations
 
@@ -126,7 +127,13 @@ class _ModuleState:
 
 
 class _WriteWatch(TorchDispatchMode):
-    """Copies a tracked tensor just before the first op that writes it (copy on first write)."""
+    """Copies a tracked tensor just before the first op that writes it (copy on first write).
+
+    Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ...) pass through:
+    their bodies are functional (they write none of their inputs), and a mode that refused them
+    would make any model with parameters that calls one fail under ``profile``."""
+
+    supports_higher_order_operators = True
 
     def __init__(self, guard: StateGuard) -> None:
         super().__init__()
@@ -145,6 +152,8 @@ class _WriteWatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
         written = self._written(func)
         if written:
             schema_args = func._schema.arguments

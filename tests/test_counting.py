@@ -240,6 +240,40 @@ def test_hop_without_subgraphs_is_listed_or_costed_by_formula():
     assert quiet_profile(mm_out, inputs=x).totals["macs"] == 27  # out_dtype(mm): as mm
 
 
+class CondOnWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3, 3))
+
+    def forward(self, pred, x):
+        from torch._higher_order_ops.cond import cond
+        return cond(pred, lambda x: x @ self.w, lambda x: x + 1, (x,))
+
+
+class LoopOnWeight(CondOnWeight):
+    def forward(self, i, x):
+        from torch._higher_order_ops.while_loop import while_loop
+        return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x @ self.w), (i, x))
+
+
+def test_higher_order_operators_in_a_model_with_parameters():
+    # a model with parameters runs its first forward under the state guard's write watch too
+    # (modelprof/state.py): higher-order operators must pass through it, timed or not
+    x = torch.randn(3, 3)
+    cond_model = CondOnWeight()
+    r = quiet_profile(cond_model, inputs=(torch.tensor(True), x))
+    # x @ w: 3*3*3 = 27 MACs; w: 9 parameters
+    assert (r.totals["macs"], r.totals["params"], r.unsupported) == (27, 9, {})
+    r = quiet_profile(LoopOnWeight(), inputs=(torch.tensor(0), x))
+    assert r.totals["macs"] == 3 * 27  # three iterations of x @ w
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        timed = profile(cond_model, inputs=(torch.tensor(True), x), repeat=3, warmup=1,
+                        roofline=False)
+    assert timed.totals["macs"] == 27 and timed.latency is not None and timed.latency.n == 3
+    assert torch.equal(cond_model.w, torch.ones(3, 3))
+
+
 # -- flex_attention -------------------------------------------------------------------------------
 flex = pytest.importorskip("torch.nn.attention.flex_attention")
 
@@ -291,6 +325,83 @@ def test_flex_attention_grouped_query_heads():
     ops = r.by_operator().set_index("op")
     # every query head: 1*4*8*16 = 512 scores x (8 + 4) = 6144 MACs
     assert ops.loc["higher_order.flex_attention", "macs"] == 6144
+
+
+class ProjectedFlex(nn.Module):
+    """flex_attention after a projection: a model with parameters (under the write watch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, q, k, v):
+        return flex.flex_attention(self.proj(q), k, v)
+
+
+def test_flex_attention_in_a_model_with_parameters():
+    q, k, v = _qkv()
+    r = quiet_profile(ProjectedFlex(), inputs=(q, k, v))
+    # projection: 1*2*8 = 16 rows x 4*4 = 256 MACs; attention 1024 as above; 16 + 4 params
+    assert (r.totals["macs"], r.totals["params"], r.unsupported) == (256 + 1024, 20, {})
+
+
+def test_huggingface_flex_attention_counts_like_eager_and_sdpa():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    ids = torch.randint(0, 64, (1, 16))
+    reports = {}
+    for impl in ("eager", "sdpa", "flex_attention"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = transformers.LlamaForCausalLM._from_config(
+                config, attn_implementation=impl).eval()
+        reports[impl] = quiet_profile(model, inputs={"input_ids": ids})
+    # 16 tokens, hidden 32, 4 query heads of 8 and 2 key/value heads (16 wide):
+    #   q 16*32*32 = 16384, k and v 16*32*16 = 8192 each, o 16384, gate/up/down 3 x 16*32*64 =
+    #   98304, lm_head 16*32*64 = 32768: 180224; attention 4 heads x 16*16 scores x (8 + 8) =
+    #   16384 (causal: counted in full, as every kernel computes it): 196608
+    for impl, r in reports.items():
+        assert (r.totals["macs"], r.unsupported) == (196_608, {}), impl
+    ops = reports["flex_attention"].by_operator().set_index("op")
+    assert ops.loc["higher_order.flex_attention", "macs"] == 16_384
+
+
+# -- CUDA-only kernels: the whole path runs here on the meta device ------------------------------
+def test_cuda_only_kernels_reach_their_formulas_through_the_dispatcher():
+    # _scaled_grouped_mm and the fused attention kernels run only on CUDA, but have meta kernels:
+    # dispatcher -> counter -> formula runs on shapes alone. Offsets without values give the
+    # documented bound, and say so.
+    def meta(*shape, dtype=torch.float16):
+        return torch.empty(*shape, device="meta", dtype=dtype)
+
+    fp8 = torch.float8_e4m3fn
+    offs, cum = meta(4, dtype=torch.int32), meta(5, dtype=torch.int32)
+    cases = {
+        # 32 rows (all, offsets unknown) x K 16 x N 24 = 12288
+        "aten._scaled_grouped_mm.default": (lambda: torch._scaled_grouped_mm(
+            meta(32, 16, dtype=fp8), meta(4, 24, 16, dtype=fp8).transpose(-2, -1),
+            meta(32, dtype=torch.float32), meta(4, 24, dtype=torch.float32), offs=offs,
+            out_dtype=torch.bfloat16), 12_288, "upper bound"),
+        # 4 sequences, 18 tokens, max 8: min(4*8*8, 18*8, 18*8) = 144 pairs x 4 heads x (16 + 8)
+        "aten._flash_attention_forward.default": (lambda: torch.ops.aten._flash_attention_forward(
+            meta(18, 4, 16), meta(18, 4, 16), meta(18, 4, 8), cum, cum, 8, 8, 0.0, False, False),
+            144 * 4 * 24, "bound"),
+        "aten._efficient_attention_forward.default": (
+            lambda: torch.ops.aten._efficient_attention_forward(
+                meta(1, 18, 4, 16), meta(1, 18, 4, 16), meta(1, 18, 4, 8), None, cum, cum, 8, 8,
+                0.0, 0), 144 * 4 * 24, "bound"),
+    }
+    for name, (fn, macs, said) in cases.items():
+        stats = count_ops(fn).by_op[name]
+        assert stats.macs == macs, name
+        assert stats.notes is not None and said in next(iter(stats.notes)), name
+    # dense (no offsets): exact, no note; B 2 x H 4 x 8*8 scores x (16 + 8) = 12288
+    dense = count_ops(lambda: torch.ops.aten._efficient_attention_forward(
+        meta(2, 8, 4, 16), meta(2, 8, 4, 16), meta(2, 8, 4, 8), None, None, None, None, None,
+        0.0, 0)).by_op["aten._efficient_attention_forward.default"]
+    assert (dense.macs, dense.notes) == (12_288, None)
 
 
 # -- bounds are said --------------------------------------------------------------------------
