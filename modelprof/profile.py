@@ -234,6 +234,12 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     else:
         notes.append("per-layer times are as read (correct_overhead=False): they include the "
                      "instrument's own cost")
+    if layers.foreign_calls:
+        # the static table ignores other threads' calls; the times cannot: they shared the device
+        ran_elsewhere = (f"another thread called the model's modules {layers.foreign_calls} "
+                         "times while its layers were timed: the latencies include that load")
+        notes.append(ran_elsewhere)
+        warnings.warn(f"modelprof: {ran_elsewhere}", ModelProfWarning, stacklevel=3)
     return latency, layers, notes
 
 

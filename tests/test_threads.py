@@ -1,14 +1,17 @@
 """Another thread forwarding the same model while it is profiled: its module calls are not
-recorded, they are counted (so a pass can say the model ran elsewhere), and other models in
-other threads pass through untouched. Real threads, synchronised so the overlap is certain."""
+recorded, they are counted (and a timed profile says the model ran elsewhere, in a warning and
+a timing note), and other models in other threads pass through untouched. Real threads,
+synchronised so the overlap is certain."""
 from __future__ import annotations
 
 import threading
+import warnings
 
+import pytest
 import torch
 from torch import nn
 
-from modelprof import profile
+from modelprof import ModelProfWarning, profile
 from modelprof.hooks import count_foreign_calls, module_hooks
 
 FORWARDS = 5  # forwards the other thread makes while the profiling thread waits inside its pass
@@ -83,17 +86,35 @@ def test_static_table_ignores_another_threads_forwards_of_the_same_model() -> No
     assert server.forwards == 3 * FORWARDS  # the overlap really happened, every time
 
 
-def test_timed_profile_with_another_thread_forwarding() -> None:
+def test_timed_profile_with_another_thread_forwarding_says_so() -> None:
     model = _model()
     server = Server(model)
     model[1].server = server
     try:
-        report = profile(model, (8,), repeat=3, warmup=1, roofline=False)
+        with pytest.warns(ModelProfWarning, match="another thread called the model's modules"):
+            report = profile(model, (8,), repeat=3, warmup=1, roofline=False)
     finally:
         server.close()
     assert [r.module for r in report.rows] == ["", "0", "1", "2"]
-    assert report.layer_timing is not None and len(report.layer_timing.order) == 4
+    layers = report.layer_timing
+    assert layers is not None and len(layers.order) == 4
     assert server.forwards >= 3 * FORWARDS
+    # every hooked pass (discovery, warm-up and timed instrumented passes: layers.warmup +
+    # layers.n) hands over once; each of the FORWARDS other-thread forwards calls root, Linear,
+    # Gate and ReLU: 5 * 4 = 20 foreign calls per hooked pass, none from the plain passes
+    assert layers.foreign_calls == 4 * FORWARDS * (layers.warmup + layers.n)
+    note = f"another thread called the model's modules {layers.foreign_calls} times"
+    assert any(n.startswith(note) for n in report.timing_notes)
+    assert note in report.summary()
+
+
+def test_timed_profile_alone_reports_no_other_thread() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = profile(_model(), (8,), repeat=3, warmup=1, roofline=False)
+    assert report.layer_timing is not None and report.layer_timing.foreign_calls == 0
+    assert not any("another thread" in n for n in report.timing_notes)
+    assert not any("another thread" in str(w.message) for w in caught)
 
 
 def test_hook_session_counts_the_calls_other_threads_make() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,10 @@ class LayerTiming:
 
     ``samples`` are corrected for the hooks' own cost (``hook_cost``, when applied);
     ``raw_samples`` are the stamps' differences as read. ``passes_ms`` is the instrumented pass,
-    as read, from outside the model call.
+    as read, from outside the model call. ``foreign_calls`` counts the calls of the model's
+    modules that *other* threads made while the hooked passes ran (discovery, instrumented and
+    memory passes): not zero means the model ran elsewhere meanwhile and the times include
+    that load. The plain passes between them carry no hooks, so calls during those are unseen.
     """
 
     samples: dict[Key, np.ndarray]
@@ -62,6 +65,7 @@ class LayerTiming:
     blocks: np.ndarray | None = None
     timestamps_s: np.ndarray | None = None
     plain_ms: np.ndarray | None = None
+    foreign_calls: int = 0
 
     @property
     def n(self) -> int:
@@ -197,6 +201,7 @@ class _CallPlan:
 
     def __init__(self, names: dict[nn.Module, str]) -> None:
         self.names = names
+        self.foreign_calls = 0   # calls of these modules from other threads while hooked
         self.keys: list[Key] = []
         self.modules: list[nn.Module] = []
         self.parents: dict[Key, Key | None] = {}
@@ -277,8 +282,12 @@ class _Instrument:
             raise ModelProfError(f"the forward made {self.counter} module calls, the discovery "
                                  f"pass {n}; the model's control flow changes between passes")
 
-    def hooked(self) -> contextlib.AbstractContextManager:
-        return module_hooks(self.model, self.pre, self.post, self.plan.names)
+    @contextlib.contextmanager
+    def hooked(self) -> Iterator[None]:
+        """The stamping hooks; other threads' calls of the model meanwhile go to the plan."""
+        with module_hooks(self.model, self.pre, self.post, self.plan.names) as session:
+            yield
+        self.plan.foreign_calls += session.foreign_calls
 
     def warm_step(self) -> None:
         """One instrumented and one plain pass (what a block does, untimed)."""
@@ -311,8 +320,9 @@ class _Instrument:
 
 def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
     """Run one forward with counting hooks: the calls it makes, in order, into ``plan``."""
-    with module_hooks(model, plan.pre, plan.post, plan.names):
+    with module_hooks(model, plan.pre, plan.post, plan.names) as session:
         forward()
+    plan.foreign_calls += session.foreign_calls
     if not plan.keys:
         raise ModelProfError(f"no hooked module of {type(model).__name__} ran in a forward "
                              "pass; nothing to time per layer")
@@ -401,8 +411,9 @@ def _memory_pass(model: nn.Module, plan: _CallPlan, stats: MemoryStats,
     def post(module: nn.Module, output: Any) -> None:
         tracker.exit()
 
-    with module_hooks(model, pre, post, names):
+    with module_hooks(model, pre, post, names) as session:
         forward()
+    plan.foreign_calls += session.foreign_calls
     keys = plan.keys
     return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
 
@@ -521,4 +532,5 @@ def time_layers(
                        stop_reason=sampled.stop_reason, env=env,
                        raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
                        hook_cost=hook_cost, blocks=sampled.blocks,
-                       timestamps_s=sampled.timestamps_s, plain_ms=plain)
+                       timestamps_s=sampled.timestamps_s, plain_ms=plain,
+                       foreign_calls=plan.foreign_calls)
