@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import statistics
 import time
 import warnings
@@ -26,12 +27,14 @@ import warnings
 import torch
 import torchvision
 
-import modelprof.profile as profile_mod
-import modelprof.static as static_mod
 from modelprof import profile
 from modelprof.inputs import make_inputs
 from modelprof.state import StateGuard, preserved_state
 from modelprof.static import analyze
+
+# the modules themselves: ``modelprof.profile`` as an attribute is the re-exported function
+profile_mod = importlib.import_module("modelprof.profile")
+static_mod = importlib.import_module("modelprof.static")
 
 
 class _NoGuard:
