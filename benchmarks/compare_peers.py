@@ -693,6 +693,20 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(L) + "\n"
 
 
+# The section from this heading on is written by hand from tests/test_peer_suites.py (the peers'
+# own test suites re-derived as our tests), not by this script: a rerun keeps it.
+HAND_WRITTEN = "## The peer tools' own test suites as oracles"
+
+
+def keep_hand_written(text: str, previous: str | None) -> str:
+    """``text`` followed by the hand-written section of ``previous`` (the file being replaced),
+    if it has one."""
+    at = -1 if previous is None else previous.find(HAND_WRITTEN)
+    if at < 0:
+        return text
+    return text.rstrip("\n") + "\n\n" + previous[at:]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/peers.md")
@@ -739,8 +753,9 @@ def main(argv: list[str] | None = None) -> int:
             "timeout_s": args.timeout, "tools": args.tools, "model_order": args.models,
             "models": models, "runs": runs, "total_s": time.perf_counter() - t_start,
             "repeat": args.repeat, "threads": args.threads, "load_end": os.getloadavg()}
-    text = render(data)
     out = Path(args.out)
+    text = keep_hand_written(render(data),
+                             out.read_text(encoding="utf-8") if out.exists() else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     Path(args.json or out.with_suffix(".json")).write_text(
