@@ -1,6 +1,7 @@
 """``profile``: static cost and measured time of a model, joined in one ``Report``."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from typing import Any
@@ -76,9 +77,13 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     step_spec = _step_spec(backward, loss_fn, target, optimizer, opts)
     dtype_requested = parse_dtype(dtype)
     # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py)
-    with preserved_state(model):
+    with preserved_state(model), contextlib.ExitStack() as rng_scope:
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                          dtype=dtype_requested)
+        # the model's own random ops (train-mode dropout) in every pass, the static one
+        # included, draw from forked generators: the user's random state comes back as it was
+        rng_scope.enter_context(torch.random.fork_rng(
+            devices=[mi.device] if mi.device.type == "cuda" else []))
         if timing:
             opts.check_device(mi.device)
         layout = torch.channels_last if opts.channels_last else None
@@ -109,9 +114,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         latency = layers = overhead = coverage = peaks = training_step = None
         notes: list[str] = []
         if timing:
-            with torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else []):
-                latency, layers, notes = _measure(model, counted, dtype_requested, training,
-                                                  no_grad, opts)
+            latency, layers, notes = _measure(model, counted, dtype_requested, training,
+                                              no_grad, opts)
             overhead, coverage = _join_timing(rows, static.records, latency, layers)
             _use_warm_peaks(rows, static.records, layers)
         if step_cost is not None:

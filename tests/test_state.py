@@ -245,6 +245,14 @@ def test_lazy_buffers_are_refused_and_the_module_stays_lazy() -> None:
     assert isinstance(model[0].running_mean, nn.parameter.UninitializedBuffer)
 
 
+def test_train_mode_dropout_leaves_the_users_random_state_alone() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    state = torch.get_rng_state()
+    profile(model, (4,), training=True, timing=False)  # the static pass draws a dropout mask
+    profile(model, (4,), training=True, **FAST)         # so does every timed pass
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 class Locked(nn.Module):
     """Holds a lock: ``copy.deepcopy`` raises TypeError on it."""
 
