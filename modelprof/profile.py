@@ -178,7 +178,8 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     """The peaks for the roofline columns, and both the probe and the table in ``env``."""
     import dataclasses
 
-    from .roofline import Peaks, lookup_peaks, probe_peaks
+    from .device import tf32_enabled
+    from .roofline import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
     if isinstance(roofline, Peaks):
         peaks = roofline
@@ -186,7 +187,11 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
         peaks = probe_peaks(mi.device, mi.dtype)
     else:
         raise ModelProfError(f"roofline={roofline!r} must be None, True, False or a Peaks")
-    table = lookup_peaks(str(env.get("device_name", "")), mi.dtype)
+    name = str(mi.dtype).removeprefix("torch.")
+    if name == "float32" and mi.device.type == "cuda" and tf32_enabled("matmul"):
+        name = "tf32"
+    table = lookup_peaks(str(env.get("device_name", "")), name,
+                         conv_tf32=conv_uses_other_precision(mi.device, name))
     env["roofline_peaks"] = dataclasses.asdict(peaks)
     env["roofline_table_peaks"] = dataclasses.asdict(table) if table is not None else None
     return peaks

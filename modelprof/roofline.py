@@ -99,7 +99,10 @@ class Peaks:
     ``peak_flops`` in FLOP/s, ``peak_bytes`` in bytes/s (read + write traffic) of main memory,
     ``levels`` the memory hierarchy from the smallest cache to main memory (the probe fills it;
     empty means main memory only), ``source`` says where they came from (``"probe"``,
-    ``"table"`` or ``"user"``).
+    ``"table"`` or ``"user"``). ``conv_peak_flops``: the compute roof of convolutions where
+    it differs from the matmul one — float32 on CUDA, where cuDNN may use TF32 for
+    convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
+    ``None``: convolutions share ``peak_flops``.
     """
 
     peak_flops: float
@@ -108,10 +111,13 @@ class Peaks:
     device: str = ""
     dtype: str = "float32"
     levels: tuple[MemoryLevel, ...] = ()
+    conv_peak_flops: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("peak_flops", "peak_bytes"):
+        for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
             value = getattr(self, name)
+            if name == "conv_peak_flops" and value is None:
+                continue
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ModelProfError(f"Peaks.{name} must be a positive number, got {value!r}")
         if self.source not in _SOURCES:
@@ -272,11 +278,13 @@ def match_device(name: str) -> str | None:
     return None
 
 
-def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32") -> Peaks | None:
+def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
+                 conv_tf32: bool | None = None) -> Peaks | None:
     """Datasheet peaks for a known device at ``dtype``, or None when the device is not in
     :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
     ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
-    float32 rate."""
+    float32 rate. ``conv_tf32`` (float32 and tf32 only): whether cuDNN convolutions use TF32,
+    when that differs from the matmuls, sets ``conv_peak_flops``."""
     name = _dtype_name(dtype)
     key = match_device(device_name)
     if key is None:
@@ -288,7 +296,11 @@ def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32") -> Peak
              "float16": spec.float16, "bfloat16": spec.bfloat16}[name]
     if flops is None:
         return None
-    return Peaks(peak_flops=flops, peak_bytes=spec.bandwidth, source="table", device=key, dtype=name)
+    conv = None
+    if conv_tf32 is not None and name in ("float32", "tf32") and conv_tf32 != (name == "tf32"):
+        conv = (spec.tf32 or spec.float32) if conv_tf32 else spec.float32
+    return Peaks(peak_flops=flops, peak_bytes=spec.bandwidth, source="table", device=key,
+                 dtype=name, conv_peak_flops=conv if conv != flops else None)
 
 
 # ------------------------------------------------------------------------------- probe
@@ -345,24 +357,25 @@ def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s
 
 
 @contextmanager
-def _matmul_precision(tf32: bool) -> Iterator[None]:
-    """TF32 float32 matmuls for the block. Through the newer ``fp32_precision`` setting where
-    this torch has it (the legacy getters raise once a user has set it), else the legacy one;
-    the previous value is restored either way."""
-    if not tf32:
+def _matmul_precision(tf32: bool, exact: bool = False) -> Iterator[None]:
+    """TF32 float32 matmuls for the block (``exact``: plain FP32 ones, whatever the user set).
+    Through the newer ``fp32_precision`` setting where this torch has it (the legacy getters
+    raise once a user has set it), else the legacy one; the previous value is restored either
+    way. Neither flag: the block runs as the user has it."""
+    if not tf32 and not exact:
         yield
         return
     backend = torch.backends.cuda.matmul
     if isinstance(getattr(backend, "fp32_precision", None), str):
         previous = backend.fp32_precision
-        backend.fp32_precision = "tf32"
+        backend.fp32_precision = "tf32" if tf32 else "ieee"
         try:
             yield
         finally:
             backend.fp32_precision = previous
         return
     previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     try:
         yield
     finally:
@@ -589,13 +602,32 @@ def probe_peaks(
     torch_dtype = _TORCH_DTYPES[name]
     # Events record on the current device's stream: make the probed GPU the current one.
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
+    conv_tf32 = conv_uses_other_precision(dev, name)
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
         if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
             name = "tf32"
-        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.6 * budget_s)
+        share = 0.3 if conv_tf32 is not None else 0.6
+        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, share * budget_s)
         levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
+    conv = None
+    if conv_tf32 is not None:
+        # cuDNN's float32 convolutions run at the other precision: the matmul at that precision
+        # (TF32 tensor cores, or plain FP32) gives their compute roof
+        with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
+            conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
     return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
-                 device=_device_name(dev), dtype=name, levels=levels)
+                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv)
+
+
+def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:
+    """For float32 on CUDA, whether cuDNN convolutions use TF32 (True) or FP32 (False) where
+    that differs from what cuBLAS matmuls use; None where both use the same precision (or the
+    question does not arise: other dtypes, other devices)."""
+    if device.type != "cuda" or dtype_name not in ("float32", "tf32"):
+        return None
+    matmul = dtype_name == "tf32" or tf32_enabled("matmul")
+    conv = tf32_enabled("conv")
+    return conv if conv != matmul else None
 
 
 # ------------------------------------------------------------------------------- per-row roofline
@@ -633,7 +665,7 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     levels = peaks.memory_levels
     bandwidth = np.array([levels[i].bandwidth if i >= 0 else peaks.peak_bytes
                           for i in level_index])
-    compute_ms = flops / peaks.peak_flops * 1e3
+    compute_ms = flops / compute_roofs(df, peaks) * 1e3
     memory_ms = traffic / bandwidth * 1e3
     roofline_ms = np.maximum(compute_ms, memory_ms)
     working = (flops > 0) | has_bytes
@@ -652,6 +684,20 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     out["bound"] = pd.Series(list(bound), index=df.index, dtype=text)
     out["efficiency"] = np.where(timed, roofline_ms / safe_latency, np.nan)
     return out
+
+
+_CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
+
+
+def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
+    """Per row, the compute roof in FLOP/s: ``peaks.conv_peak_flops`` for convolution layers
+    (``type`` ``Conv2d``, ``ConvTranspose1d``, ...) when it is set, else ``peaks.peak_flops``."""
+    roofs = np.full(len(df), float(peaks.peak_flops))
+    if peaks.conv_peak_flops is not None and "type" in df.columns:
+        conv = np.array([isinstance(t, str) and _CONV_TYPE.match(t) is not None
+                         for t in df["type"]], dtype=bool)
+        roofs[conv] = float(peaks.conv_peak_flops)
+    return roofs
 
 
 def judged_levels(traffic_bytes: np.ndarray, achieved_bps: np.ndarray,

@@ -321,3 +321,53 @@ def test_probe_leaves_the_global_rng_alone() -> None:
         probe_peaks("cuda", torch.float32, matmul_size=64, copy_bytes=1 << 20, repeats=1)
         after = torch.cuda.get_rng_state_all()
         assert all(torch.equal(a, b) for a, b in zip(after, cuda_states))
+
+
+# -- convolutions under cuDNN TF32 ---------------------------------------------------------------
+def test_convolutions_are_judged_against_their_own_compute_roof() -> None:
+    peaks = Peaks(peak_flops=1e12, peak_bytes=1e11, conv_peak_flops=8e12)
+    df = pd.DataFrame({
+        "module": ["conv", "fc", "tconv"], "type": ["Conv2d", "Linear", "ConvTranspose3d"],
+        "flops": [16_000_000_000] * 3, "read_bytes": [1000] * 3, "write_bytes": [1000] * 3,
+        "latency_ms": [4.0] * 3,
+    })
+    out = add_roofline(df, peaks)
+    # conv: 1.6e10 / 8e12 = 2 ms (the TF32 roof); fc: 1.6e10 / 1e12 = 16 ms (the matmul roof)
+    assert out["roofline_ms"].tolist() == pytest.approx([2.0, 16.0, 2.0])
+    assert out["efficiency"].tolist() == pytest.approx([0.5, 4.0, 0.5])  # 2/4, 16/4, 2/4
+    # without a conv roof every row shares peak_flops
+    same = add_roofline(df, Peaks(peak_flops=1e12, peak_bytes=1e11))
+    assert same["roofline_ms"].tolist() == pytest.approx([16.0] * 3)
+
+
+def test_table_peaks_give_convolutions_the_tf32_rate_when_only_cudnn_uses_it() -> None:
+    # H100 SXM datasheet: FP32 67 TFLOP/s, TF32 494.7 (dense)
+    p = lookup_peaks("NVIDIA H100 80GB HBM3", "float32", conv_tf32=True)
+    assert p.peak_flops == 67e12 and p.conv_peak_flops == pytest.approx(494.7e12)
+    # matmuls in TF32 too: one roof for both
+    assert lookup_peaks("NVIDIA H100 80GB HBM3", "tf32", conv_tf32=True).conv_peak_flops is None
+    # matmuls in TF32, convolutions forced to FP32
+    q = lookup_peaks("NVIDIA H100 80GB HBM3", "tf32", conv_tf32=False)
+    assert q.peak_flops == pytest.approx(494.7e12) and q.conv_peak_flops == 67e12
+    assert lookup_peaks("NVIDIA H100 80GB HBM3", "bfloat16", conv_tf32=True).conv_peak_flops is None
+
+
+@pytest.mark.parametrize("matmul, conv, dtype, expected", [
+    (False, True, "float32", True),    # PyTorch's defaults: cuBLAS FP32, cuDNN TF32
+    (True, True, "float32", None),     # both TF32: one roof
+    (False, False, "float32", None),
+    (True, False, "float32", False),
+    (False, True, "tf32", None),       # the tf32 dtype means matmuls in TF32
+    (False, True, "bfloat16", None),   # TF32 concerns float32 only
+])
+def test_which_precision_convolutions_use(monkeypatch, matmul, conv, dtype, expected) -> None:
+    import modelprof.roofline as roofline
+
+    monkeypatch.setattr(roofline, "tf32_enabled", lambda kind: {"matmul": matmul, "conv": conv}[kind])
+    assert roofline.conv_uses_other_precision(torch.device("cuda", 0), dtype) is expected
+    assert roofline.conv_uses_other_precision(torch.device("cpu"), dtype) is None
+
+
+def test_conv_peak_must_be_positive() -> None:
+    with pytest.raises(ModelProfError, match="conv_peak_flops must be a positive number, got -1"):
+        Peaks(peak_flops=1e12, peak_bytes=1e11, conv_peak_flops=-1.0)
