@@ -303,7 +303,8 @@ def _run_profile(ctx: _Context) -> None:
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
     report = profile(model, None if given else size, batch_size=args.batch_size,
                      device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
-                     **given, **ctx.timing_options(), **ctx.step_options())
+                     progress=ctx.progress, **given, **ctx.timing_options(),
+                     **ctx.step_options())
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
