@@ -254,6 +254,10 @@ def _use_warm_peaks(rows: list[Row], records, layers) -> None:
             row.peak_memory_bytes = value
 
 
+#: No clock modelprof reads resolves less than a nanosecond.
+_RESOLUTION_MS = 1e-6
+
+
 def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:
     """Per-row median/std latency from the instrumented passes; a ``(self)`` row's time is its
     parent's minus its children's, pass by pass. Returns (overhead, coverage): instrumented over
@@ -272,7 +276,9 @@ def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, floa
                 child = samples.get(records[c].key)
                 if child is not None:
                     s = s - child
-            s = np.clip(s, 0.0, None)
+            # where the children were scaled to fit the parent (HookCost.correct), what is left
+            # is rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
+            s = np.where(s >= _RESOLUTION_MS, s, 0.0)
         row.latency_ms = float(np.median(s))
         row.latency_std_ms = float(s.std(ddof=1)) if s.size > 1 else 0.0
         row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")

@@ -24,6 +24,10 @@ level, the way cache-aware roofline models do: copies whose working set fits eac
 one far larger than the last level, for DRAM), each level's bandwidth taken as the best copy that
 fits it and no lower than the next slower level's.
 
+Probed roofs are lower bounds of what the device can do: where a row of the table ran faster,
+:func:`observed_peaks` raises the roof to what it reached, so no row sits above the roof it is
+judged against (``Peaks.raised`` names the raised roofs; datasheet and user peaks stay as given).
+
 Peaks come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies for the
 bandwidth of each memory level) or from the table of datasheet values :data:`KNOWN_DEVICES`
 (:func:`lookup_peaks`, DRAM only). The probe draws its random operands from a private
@@ -61,6 +65,7 @@ __all__ = [
     "add_roofline",
     "cache_levels",
     "judged_levels",
+    "observed_peaks",
 ]
 
 ROOFLINE_COLUMNS: tuple[str, ...] = (
@@ -102,7 +107,9 @@ class Peaks:
     ``"table"`` or ``"user"``). ``conv_peak_flops``: the compute roof of convolutions where
     it differs from the matmul one — float32 on CUDA, where cuDNN may use TF32 for
     convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
-    ``None``: convolutions share ``peak_flops``.
+    ``None``: convolutions share ``peak_flops``. ``raised``: the roofs a table's rows proved
+    higher than probed (``"compute"``, ``"conv compute"``, a level's name; see
+    :func:`observed_peaks`), empty for peaks as probed or given.
     """
 
     peak_flops: float
@@ -112,6 +119,7 @@ class Peaks:
     dtype: str = "float32"
     levels: tuple[MemoryLevel, ...] = ()
     conv_peak_flops: float | None = None
+    raised: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
@@ -136,6 +144,10 @@ class Peaks:
             if levels[-1].bandwidth != self.peak_bytes:
                 raise ModelProfError(f"Peaks.peak_bytes ({self.peak_bytes!r}) must be the last "
                                      f"level's bandwidth ({levels[-1].bandwidth!r})")
+        raised = tuple(self.raised)
+        if any(not isinstance(r, str) for r in raised):
+            raise ModelProfError(f"Peaks.raised must hold roof names, got {self.raised!r}")
+        object.__setattr__(self, "raised", raised)
 
     @property
     def memory_levels(self) -> tuple[MemoryLevel, ...]:
@@ -649,15 +661,11 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
             f"add_roofline needs column(s) {missing} (the modelprof view of the report); "
             f"the table has {list(map(str, df.columns))}"
         )
-    flops = df["flops"].to_numpy(dtype=float)
-    traffic = df["read_bytes"].to_numpy(dtype=float) + df["write_bytes"].to_numpy(dtype=float)
-    if latency_column in df.columns:
-        latency = df[latency_column].to_numpy(dtype=float)
-    else:
-        latency = np.full(len(df), np.nan)
+    flops, traffic, latency = _work(df, latency_column)
     timed = np.isfinite(latency) & (latency > 0)
     safe_latency = np.where(timed, latency, 1.0)
     has_bytes = traffic > 0
+    peaks = observed_peaks(df, peaks, latency_column=latency_column)
 
     # bytes / ms * 1e3 = bytes/s
     achieved_bps = np.where(timed, traffic / safe_latency * 1e3, np.nan)
@@ -686,17 +694,104 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     return out
 
 
+def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: FLOPs, traffic (read + write bytes) and latency in ms (NaN without the column)."""
+    flops = df["flops"].to_numpy(dtype=float)
+    traffic = df["read_bytes"].to_numpy(dtype=float) + df["write_bytes"].to_numpy(dtype=float)
+    if latency_column in df.columns:
+        latency = df[latency_column].to_numpy(dtype=float)
+    else:
+        latency = np.full(len(df), np.nan)
+    return flops, traffic, latency
+
+
+def observed_peaks(df: pd.DataFrame, peaks: Peaks, *,
+                   latency_column: str = "latency_ms") -> Peaks:
+    """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` reached
+    above it: the roofs :func:`add_roofline` judges ``df`` against.
+
+    A probe measures a lower bound of what the device can do (a short run on a shared machine,
+    copies limited by their per-call overhead); a layer that ran faster proves the device can,
+    so the roof is at least that. Each compute roof is raised by the rows judged against it
+    (:func:`compute_roofs`); a memory roof only where a row beat even the fastest level (slower
+    levels are never raised: a row faster than its level is judged against a faster one, see
+    :func:`judged_levels`). The raised roofs are named in ``Peaks.raised``. Peaks from the
+    datasheet table or the user (``source`` ``"table"``, ``"user"``) are left as given: a row
+    above them says the measurement or the given roof is wrong.
+    """
+    if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
+        return peaks
+    flops, traffic, latency = _work(df, latency_column)
+    timed = np.isfinite(latency) & (latency > 0)
+    if not timed.any():
+        return peaks
+    seconds = np.where(timed, latency, np.inf) / 1e3
+    rate_flops = flops / seconds                      # 0 on untimed rows
+    rate_bytes = traffic / seconds
+    raised: list[str] = []
+    peak_flops, conv_peak = float(peaks.peak_flops), peaks.conv_peak_flops
+    if conv_peak is None:
+        best = float(rate_flops.max())
+        if best > peak_flops:
+            peak_flops = best
+            raised.append("compute")
+    else:
+        conv, mixed = _compute_classes(df)
+        plain = ~conv & ~mixed
+        best, best_conv = rate_flops[plain].max(initial=0.0), rate_flops[conv].max(initial=0.0)
+        if best > peak_flops:
+            peak_flops = float(best)
+            raised.append("compute")
+        if best_conv > conv_peak:
+            conv_peak = float(best_conv)
+            raised.append("conv compute")
+        best_mixed = rate_flops[mixed].max(initial=0.0)
+        if best_mixed > max(peak_flops, conv_peak):  # the faster roof, which mixed rows get
+            if conv_peak >= peak_flops:
+                conv_peak = float(best_mixed)
+                raised.append("conv compute")
+            else:
+                peak_flops = float(best_mixed)
+                raised.append("compute")
+    levels = peaks.memory_levels
+    fastest = float(rate_bytes.max())
+    if fastest > levels[0].bandwidth:
+        levels = (MemoryLevel(levels[0].name, levels[0].capacity_bytes, fastest), *levels[1:])
+        raised.append(levels[0].name)
+    if not raised:
+        return peaks
+    return Peaks(peak_flops=peak_flops, peak_bytes=levels[-1].bandwidth, source=peaks.source,
+                 device=peaks.device, dtype=peaks.dtype,
+                 levels=levels if peaks.levels else (), conv_peak_flops=conv_peak,
+                 raised=(*peaks.raised, *dict.fromkeys(raised)))
+
+
 _CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 
 
-def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
-    """Per row, the compute roof in FLOP/s: ``peaks.conv_peak_flops`` for convolution layers
-    (``type`` ``Conv2d``, ``ConvTranspose1d``, ...) when it is set, else ``peaks.peak_flops``."""
-    roofs = np.full(len(df), float(peaks.peak_flops))
-    if peaks.conv_peak_flops is not None and "type" in df.columns:
+def _compute_classes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: a convolution layer (``type`` ``Conv2d``, ``ConvTranspose1d``, ...), and a parent
+    (``leaf`` False: its work may mix convolutions and other ops)."""
+    n = len(df)
+    conv = np.zeros(n, dtype=bool)
+    if "type" in df.columns:
         conv = np.array([isinstance(t, str) and _CONV_TYPE.match(t) is not None
                          for t in df["type"]], dtype=bool)
+    mixed = np.zeros(n, dtype=bool)
+    if "leaf" in df.columns:
+        mixed = ~df["leaf"].fillna(True).to_numpy(dtype=bool)
+    return conv & ~mixed, mixed
+
+
+def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
+    """Per row, the compute roof in FLOP/s: where ``peaks.conv_peak_flops`` is set, it for
+    convolution layers (``type`` ``Conv2d``, ``ConvTranspose1d``, ...) and the faster of the two
+    for parents (whose work may mix both); else ``peaks.peak_flops`` for every row."""
+    roofs = np.full(len(df), float(peaks.peak_flops))
+    if peaks.conv_peak_flops is not None:
+        conv, mixed = _compute_classes(df)
         roofs[conv] = float(peaks.conv_peak_flops)
+        roofs[mixed] = max(float(peaks.peak_flops), float(peaks.conv_peak_flops))
     return roofs
 
 
