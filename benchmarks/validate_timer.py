@@ -36,7 +36,6 @@ from modelprof.timing import measure_latency, measure_throughput, time_layers  #
 from modelprof.timing.calibration import (calibrate_cuda_sleep, sleep_model, spin,  # noqa: E402
                                           spin_model)
 
-ATTEMPTS = 3  # on a shared CPU, other jobs only ever lengthen a spin: a failed spin check retries
 
 
 @dataclasses.dataclass
@@ -65,15 +64,6 @@ def rel_err(got: float, want: float) -> float:
     return abs(got / want - 1.0)
 
 
-def retry(fn, ok, attempts: int = ATTEMPTS):
-    """Call ``fn`` until ``ok(result)`` or ``attempts`` runs; returns (result, attempts used)."""
-    for i in range(1, attempts + 1):
-        res = fn()
-        if ok(res):
-            return res, i
-    return res, attempts
-
-
 # -- CPU checks --------------------------------------------------------------------------------
 def cpu_checks(quick: bool) -> list[Check]:
     checks: list[Check] = []
@@ -84,26 +74,24 @@ def cpu_checks(quick: bool) -> list[Check]:
 
     def layers():
         return time_layers(model, mi, budget_s=budget)
-    lt, tries = retry(layers, lambda r: all(rel_err(r.median_ms()[k], v) <= 0.03
-                                            for k, v in targets.items()))
+    lt = layers()
     med = lt.median_ms()
     for key, want in targets.items():
         what = f"layer {key[0]}" if key[0] else "model, instrumented root call"
         checks.append(Check(f"cpu spin {what} ({want:g} ms), per layer",
                             rel_err(med[key], want) <= 0.03, "median within 3 %",
                             {"median_ms": med[key], "want_ms": want,
-                             "err_pct": 100 * rel_err(med[key], want), "n": lt.n,
-                             "attempts": tries}))
+                             "err_pct": 100 * rel_err(med[key], want), "n": lt.n}))
 
     def e2e():
         return measure_latency(model, mi.args[0], budget_s=budget, warn=False)
-    clean, tries = retry(e2e, lambda m: rel_err(m.median_ms, 17.0) <= 0.03)
+    clean = e2e()
     checks.append(Check("cpu spin model (2+5+10 ms), end to end",
                         rel_err(clean.median_ms, 17.0) <= 0.03, "median within 3 %",
                         {"median_ms": clean.median_ms, "want_ms": 17.0,
                          "err_pct": 100 * rel_err(clean.median_ms, 17.0),
                          "ci_pct": 100 * clean.relative_ci, "n": clean.n,
-                         "stop": clean.stop_reason, "attempts": tries}))
+                         "stop": clean.stop_reason}))
     checks.append(Check("cpu spin model, leaf coverage (sum of layers / pass)",
                         abs(lt.coverage() - 1.0) <= 0.03, "within 3 % of 1",
                         {"coverage": lt.coverage()}))
@@ -112,17 +100,17 @@ def cpu_checks(quick: bool) -> list[Check]:
         a = time_layers(model, mi, budget_s=budget)
         b = measure_latency(model, mi.args[0], budget_s=budget, warn=False)
         return a.overhead(b)
-    ov, tries = retry(overhead, lambda r: r < 1.05)
+    ov = overhead()
     checks.append(Check("cpu instrumentation overhead (instrumented / clean)", ov < 1.05,
-                        "< 1.05", {"ratio": ov, "attempts": tries}))
+                        "< 1.05", {"ratio": ov}))
 
     def callable3():
         return measure_latency(lambda: spin(3.0), budget_s=budget, warn=False)
-    m3, tries = retry(callable3, lambda m: rel_err(m.median_ms, 3.0) <= 0.03)
+    m3 = callable3()
     checks.append(Check("cpu callable spinning 3 ms", rel_err(m3.median_ms, 3.0) <= 0.03,
                         "median within 3 %", {"median_ms": m3.median_ms,
                                               "err_pct": 100 * rel_err(m3.median_ms, 3.0),
-                                              "n": m3.n, "attempts": tries}))
+                                              "n": m3.n}))
     calls: list[int] = []
     m = measure_latency(lambda: calls.append(1), warmup=7, repeat=11, warn=False)
     checks.append(Check("fixed recipe warmup=7, repeat=11", len(calls) == 18 and m.n == 11,

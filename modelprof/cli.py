@@ -196,6 +196,7 @@ class _Context:
         if self.formats or args.out is not None:
             self.out: Path | None = args.out or Path(".")
             self.formats = self.formats or _DEFAULT_FORMATS
+            _check_writers(self.formats)  # before any work: no half-written --out
             _prepare_out(self.out)  # before any work: a bad --out fails in a second
         else:
             self.out = None
@@ -238,6 +239,21 @@ class _Context:
         if not getattr(self.args, "backward", False):
             return {}
         return {"backward": True, "optimizer": self.args.optimizer}
+
+
+#: The formats that need an optional package, and the package.
+_FORMAT_NEEDS = {"md": "tabulate", "png": "matplotlib"}
+
+
+def _check_writers(formats: Sequence[str]) -> None:
+    """Refuse a format whose package is missing before anything is profiled or written."""
+    import importlib.util
+
+    for fmt in formats:
+        package = _FORMAT_NEEDS.get(fmt)
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise ModelProfError(f"--format {fmt} needs {package}: pip install {package} (in a "
+                                 "clone of modelprof: pip install -e '.[all]')")
 
 
 def _prepare_out(out: Path) -> None:
@@ -303,7 +319,8 @@ def _run_profile(ctx: _Context) -> None:
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
     report = profile(model, None if given else size, batch_size=args.batch_size,
                      device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
-                     **given, **ctx.timing_options(), **ctx.step_options())
+                     progress=ctx.progress, **given, **ctx.timing_options(),
+                     **ctx.step_options())
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth

@@ -160,15 +160,18 @@ def plot_roofline(
     bandwidth)``) and each timed layer at (intensity, achieved FLOP/s), coloured like the roof it
     is judged against (its ``memory_level``). The ``annotate`` slowest layers are numbered and
     named in a key beside the plot, so no label covers a point or another label. ``df`` is the
-    modelprof view; roofline columns are (re)computed from ``peaks``."""
+    modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
+    the ones the rows are judged against (probed roofs raised where a layer beat them:
+    ``modelprof.roofline.observed_peaks``)."""
     from modelprof.roofline import Peaks as PeaksClass
-    from modelprof.roofline import add_roofline
+    from modelprof.roofline import add_roofline, observed_peaks
 
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(f"peaks must be a modelprof.roofline.Peaks, got {type(peaks).__name__}")
     _require_columns(df, ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
                      "plot_roofline", " (profile with timing=True)")
     data = add_roofline(df, peaks)
+    peaks = observed_peaks(df, peaks)
     if leaf_only and "leaf" in data.columns:
         data = data[data["leaf"].astype(bool)]
     ok = (data["intensity"] > 0) & (data["achieved_gflops"] > 0)
@@ -229,7 +232,9 @@ def plot_roofline(
     ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {peaks.source})")
+    source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
+                             if peaks.raised else "")
+    ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
     ax.grid(which="both", alpha=0.25)
     # Outside the axes, as figure legends the constrained layout makes room for: no label can
     # cover a point, and nothing is cut off however the figure is shown or saved.

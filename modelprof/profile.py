@@ -182,7 +182,8 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     """The peaks for the roofline columns, and both the probe and the table in ``env``."""
     import dataclasses
 
-    from .roofline import Peaks, lookup_peaks, probe_peaks
+    from .device import tf32_enabled
+    from .roofline import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
     if isinstance(roofline, Peaks):
         peaks = roofline
@@ -190,7 +191,11 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
         peaks = probe_peaks(mi.device, mi.dtype)
     else:
         raise ModelProfError(f"roofline={roofline!r} must be None, True, False or a Peaks")
-    table = lookup_peaks(str(env.get("device_name", "")), mi.dtype)
+    name = str(mi.dtype).removeprefix("torch.")
+    if name == "float32" and mi.device.type == "cuda" and tf32_enabled("matmul"):
+        name = "tf32"
+    table = lookup_peaks(str(env.get("device_name", "")), name,
+                         conv_tf32=conv_uses_other_precision(mi.device, name))
     env["roofline_peaks"] = dataclasses.asdict(peaks)
     env["roofline_table_peaks"] = dataclasses.asdict(table) if table is not None else None
     return peaks
@@ -259,6 +264,10 @@ def _use_warm_peaks(rows: list[Row], records, layers) -> None:
             row.peak_memory_bytes = value
 
 
+#: No clock modelprof reads resolves less than a nanosecond.
+_RESOLUTION_MS = 1e-6
+
+
 def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:
     """Per-row median/std latency from the instrumented passes; a ``(self)`` row's time is its
     parent's minus its children's, pass by pass. Returns (overhead, coverage): instrumented over
@@ -277,7 +286,9 @@ def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, floa
                 child = samples.get(records[c].key)
                 if child is not None:
                     s = s - child
-            s = np.clip(s, 0.0, None)
+            # where the children were scaled to fit the parent (HookCost.correct), what is left
+            # is rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
+            s = np.where(s >= _RESOLUTION_MS, s, 0.0)
         row.latency_ms = float(np.median(s))
         row.latency_std_ms = float(s.std(ddof=1)) if s.size > 1 else 0.0
         row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")

@@ -24,6 +24,10 @@ level, the way cache-aware roofline models do: copies whose working set fits eac
 one far larger than the last level, for DRAM), each level's bandwidth taken as the best copy that
 fits it and no lower than the next slower level's.
 
+Probed roofs are lower bounds of what the device can do: where a row of the table ran faster,
+:func:`observed_peaks` raises the roof to what it reached, so no row sits above the roof it is
+judged against (``Peaks.raised`` names the raised roofs; datasheet and user peaks stay as given).
+
 Peaks come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies for the
 bandwidth of each memory level) or from the table of datasheet values :data:`KNOWN_DEVICES`
 (:func:`lookup_peaks`, DRAM only). The probe draws its random operands from a private
@@ -61,6 +65,7 @@ __all__ = [
     "add_roofline",
     "cache_levels",
     "judged_levels",
+    "observed_peaks",
 ]
 
 ROOFLINE_COLUMNS: tuple[str, ...] = (
@@ -99,7 +104,12 @@ class Peaks:
     ``peak_flops`` in FLOP/s, ``peak_bytes`` in bytes/s (read + write traffic) of main memory,
     ``levels`` the memory hierarchy from the smallest cache to main memory (the probe fills it;
     empty means main memory only), ``source`` says where they came from (``"probe"``,
-    ``"table"`` or ``"user"``).
+    ``"table"`` or ``"user"``). ``conv_peak_flops``: the compute roof of convolutions where
+    it differs from the matmul one — float32 on CUDA, where cuDNN may use TF32 for
+    convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
+    ``None``: convolutions share ``peak_flops``. ``raised``: the roofs a table's rows proved
+    higher than probed (``"compute"``, ``"conv compute"``, a level's name; see
+    :func:`observed_peaks`), empty for peaks as probed or given.
     """
 
     peak_flops: float
@@ -108,10 +118,14 @@ class Peaks:
     device: str = ""
     dtype: str = "float32"
     levels: tuple[MemoryLevel, ...] = ()
+    conv_peak_flops: float | None = None
+    raised: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("peak_flops", "peak_bytes"):
+        for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
             value = getattr(self, name)
+            if name == "conv_peak_flops" and value is None:
+                continue
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ModelProfError(f"Peaks.{name} must be a positive number, got {value!r}")
         if self.source not in _SOURCES:
@@ -130,6 +144,10 @@ class Peaks:
             if levels[-1].bandwidth != self.peak_bytes:
                 raise ModelProfError(f"Peaks.peak_bytes ({self.peak_bytes!r}) must be the last "
                                      f"level's bandwidth ({levels[-1].bandwidth!r})")
+        raised = tuple(self.raised)
+        if any(not isinstance(r, str) for r in raised):
+            raise ModelProfError(f"Peaks.raised must hold roof names, got {self.raised!r}")
+        object.__setattr__(self, "raised", raised)
 
     @property
     def memory_levels(self) -> tuple[MemoryLevel, ...]:
@@ -272,11 +290,13 @@ def match_device(name: str) -> str | None:
     return None
 
 
-def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32") -> Peaks | None:
+def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
+                 conv_tf32: bool | None = None) -> Peaks | None:
     """Datasheet peaks for a known device at ``dtype``, or None when the device is not in
     :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
     ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
-    float32 rate."""
+    float32 rate. ``conv_tf32`` (float32 and tf32 only): whether cuDNN convolutions use TF32,
+    when that differs from the matmuls, sets ``conv_peak_flops``."""
     name = _dtype_name(dtype)
     key = match_device(device_name)
     if key is None:
@@ -288,7 +308,11 @@ def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32") -> Peak
              "float16": spec.float16, "bfloat16": spec.bfloat16}[name]
     if flops is None:
         return None
-    return Peaks(peak_flops=flops, peak_bytes=spec.bandwidth, source="table", device=key, dtype=name)
+    conv = None
+    if conv_tf32 is not None and name in ("float32", "tf32") and conv_tf32 != (name == "tf32"):
+        conv = (spec.tf32 or spec.float32) if conv_tf32 else spec.float32
+    return Peaks(peak_flops=flops, peak_bytes=spec.bandwidth, source="table", device=key,
+                 dtype=name, conv_peak_flops=conv if conv != flops else None)
 
 
 # ------------------------------------------------------------------------------- probe
@@ -345,24 +369,25 @@ def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s
 
 
 @contextmanager
-def _matmul_precision(tf32: bool) -> Iterator[None]:
-    """TF32 float32 matmuls for the block. Through the newer ``fp32_precision`` setting where
-    this torch has it (the legacy getters raise once a user has set it), else the legacy one;
-    the previous value is restored either way."""
-    if not tf32:
+def _matmul_precision(tf32: bool, exact: bool = False) -> Iterator[None]:
+    """TF32 float32 matmuls for the block (``exact``: plain FP32 ones, whatever the user set).
+    Through the newer ``fp32_precision`` setting where this torch has it (the legacy getters
+    raise once a user has set it), else the legacy one; the previous value is restored either
+    way. Neither flag: the block runs as the user has it."""
+    if not tf32 and not exact:
         yield
         return
     backend = torch.backends.cuda.matmul
     if isinstance(getattr(backend, "fp32_precision", None), str):
         previous = backend.fp32_precision
-        backend.fp32_precision = "tf32"
+        backend.fp32_precision = "tf32" if tf32 else "ieee"
         try:
             yield
         finally:
             backend.fp32_precision = previous
         return
     previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     try:
         yield
     finally:
@@ -589,13 +614,32 @@ def probe_peaks(
     torch_dtype = _TORCH_DTYPES[name]
     # Events record on the current device's stream: make the probed GPU the current one.
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
+    conv_tf32 = conv_uses_other_precision(dev, name)
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
         if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
             name = "tf32"
-        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.6 * budget_s)
+        share = 0.3 if conv_tf32 is not None else 0.6
+        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, share * budget_s)
         levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
+    conv = None
+    if conv_tf32 is not None:
+        # cuDNN's float32 convolutions run at the other precision: the matmul at that precision
+        # (TF32 tensor cores, or plain FP32) gives their compute roof
+        with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
+            conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
     return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
-                 device=_device_name(dev), dtype=name, levels=levels)
+                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv)
+
+
+def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:
+    """For float32 on CUDA, whether cuDNN convolutions use TF32 (True) or FP32 (False) where
+    that differs from what cuBLAS matmuls use; None where both use the same precision (or the
+    question does not arise: other dtypes, other devices)."""
+    if device.type != "cuda" or dtype_name not in ("float32", "tf32"):
+        return None
+    matmul = dtype_name == "tf32" or tf32_enabled("matmul")
+    conv = tf32_enabled("conv")
+    return conv if conv != matmul else None
 
 
 # ------------------------------------------------------------------------------- per-row roofline
@@ -617,15 +661,11 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
             f"add_roofline needs column(s) {missing} (the modelprof view of the report); "
             f"the table has {list(map(str, df.columns))}"
         )
-    flops = df["flops"].to_numpy(dtype=float)
-    traffic = df["read_bytes"].to_numpy(dtype=float) + df["write_bytes"].to_numpy(dtype=float)
-    if latency_column in df.columns:
-        latency = df[latency_column].to_numpy(dtype=float)
-    else:
-        latency = np.full(len(df), np.nan)
+    flops, traffic, latency = _work(df, latency_column)
     timed = np.isfinite(latency) & (latency > 0)
     safe_latency = np.where(timed, latency, 1.0)
     has_bytes = traffic > 0
+    peaks = observed_peaks(df, peaks, latency_column=latency_column)
 
     # bytes / ms * 1e3 = bytes/s
     achieved_bps = np.where(timed, traffic / safe_latency * 1e3, np.nan)
@@ -633,7 +673,7 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     levels = peaks.memory_levels
     bandwidth = np.array([levels[i].bandwidth if i >= 0 else peaks.peak_bytes
                           for i in level_index])
-    compute_ms = flops / peaks.peak_flops * 1e3
+    compute_ms = flops / compute_roofs(df, peaks) * 1e3
     memory_ms = traffic / bandwidth * 1e3
     roofline_ms = np.maximum(compute_ms, memory_ms)
     working = (flops > 0) | has_bytes
@@ -652,6 +692,107 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     out["bound"] = pd.Series(list(bound), index=df.index, dtype=text)
     out["efficiency"] = np.where(timed, roofline_ms / safe_latency, np.nan)
     return out
+
+
+def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: FLOPs, traffic (read + write bytes) and latency in ms (NaN without the column)."""
+    flops = df["flops"].to_numpy(dtype=float)
+    traffic = df["read_bytes"].to_numpy(dtype=float) + df["write_bytes"].to_numpy(dtype=float)
+    if latency_column in df.columns:
+        latency = df[latency_column].to_numpy(dtype=float)
+    else:
+        latency = np.full(len(df), np.nan)
+    return flops, traffic, latency
+
+
+def observed_peaks(df: pd.DataFrame, peaks: Peaks, *,
+                   latency_column: str = "latency_ms") -> Peaks:
+    """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` reached
+    above it: the roofs :func:`add_roofline` judges ``df`` against.
+
+    A probe measures a lower bound of what the device can do (a short run on a shared machine,
+    copies limited by their per-call overhead); a layer that ran faster proves the device can,
+    so the roof is at least that. Each compute roof is raised by the rows judged against it
+    (:func:`compute_roofs`); a memory roof only where a row beat even the fastest level (slower
+    levels are never raised: a row faster than its level is judged against a faster one, see
+    :func:`judged_levels`). The raised roofs are named in ``Peaks.raised``. Peaks from the
+    datasheet table or the user (``source`` ``"table"``, ``"user"``) are left as given: a row
+    above them says the measurement or the given roof is wrong.
+    """
+    if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
+        return peaks
+    flops, traffic, latency = _work(df, latency_column)
+    timed = np.isfinite(latency) & (latency > 0)
+    if not timed.any():
+        return peaks
+    seconds = np.where(timed, latency, np.inf) / 1e3
+    rate_flops = flops / seconds                      # 0 on untimed rows
+    rate_bytes = traffic / seconds
+    raised: list[str] = []
+    peak_flops, conv_peak = float(peaks.peak_flops), peaks.conv_peak_flops
+    if conv_peak is None:
+        best = float(rate_flops.max())
+        if best > peak_flops:
+            peak_flops = best
+            raised.append("compute")
+    else:
+        conv, mixed = _compute_classes(df)
+        plain = ~conv & ~mixed
+        best, best_conv = rate_flops[plain].max(initial=0.0), rate_flops[conv].max(initial=0.0)
+        if best > peak_flops:
+            peak_flops = float(best)
+            raised.append("compute")
+        if best_conv > conv_peak:
+            conv_peak = float(best_conv)
+            raised.append("conv compute")
+        best_mixed = rate_flops[mixed].max(initial=0.0)
+        if best_mixed > max(peak_flops, conv_peak):  # the faster roof, which mixed rows get
+            if conv_peak >= peak_flops:
+                conv_peak = float(best_mixed)
+                raised.append("conv compute")
+            else:
+                peak_flops = float(best_mixed)
+                raised.append("compute")
+    levels = peaks.memory_levels
+    fastest = float(rate_bytes.max())
+    if fastest > levels[0].bandwidth:
+        levels = (MemoryLevel(levels[0].name, levels[0].capacity_bytes, fastest), *levels[1:])
+        raised.append(levels[0].name)
+    if not raised:
+        return peaks
+    return Peaks(peak_flops=peak_flops, peak_bytes=levels[-1].bandwidth, source=peaks.source,
+                 device=peaks.device, dtype=peaks.dtype,
+                 levels=levels if peaks.levels else (), conv_peak_flops=conv_peak,
+                 raised=(*peaks.raised, *dict.fromkeys(raised)))
+
+
+_CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
+
+
+def _compute_classes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: a convolution layer (``type`` ``Conv2d``, ``ConvTranspose1d``, ...), and a parent
+    (``leaf`` False: its work may mix convolutions and other ops)."""
+    n = len(df)
+    conv = np.zeros(n, dtype=bool)
+    if "type" in df.columns:
+        conv = np.array([isinstance(t, str) and _CONV_TYPE.match(t) is not None
+                         for t in df["type"]], dtype=bool)
+    mixed = np.zeros(n, dtype=bool)
+    if "leaf" in df.columns:
+        mixed = ~df["leaf"].fillna(True).to_numpy(dtype=bool)
+    return conv & ~mixed, mixed
+
+
+def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
+    """Per row, the compute roof in FLOP/s: where ``peaks.conv_peak_flops`` is set, it for
+    convolution layers (``type`` ``Conv2d``, ``ConvTranspose1d``, ...) and the faster of the two
+    for parents (whose work may mix both); else ``peaks.peak_flops`` for every row."""
+    roofs = np.full(len(df), float(peaks.peak_flops))
+    if peaks.conv_peak_flops is not None:
+        conv, mixed = _compute_classes(df)
+        roofs[conv] = float(peaks.conv_peak_flops)
+        roofs[mixed] = max(float(peaks.peak_flops), float(peaks.conv_peak_flops))
+    return roofs
 
 
 def judged_levels(traffic_bytes: np.ndarray, achieved_bps: np.ndarray,

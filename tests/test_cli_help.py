@@ -54,3 +54,18 @@ def test_warnings_print_as_one_line_without_a_source_line() -> None:
     assert err.getvalue() == ("modelprof: warning: noisy timing of ResNet on cpu "
                               "(NoisyMeasurementWarning)\n")
     assert warnings.showwarning is before  # restored on the way out
+
+
+@pytest.mark.parametrize("fmt, package", [("png", "matplotlib"), ("md", "tabulate")])
+def test_a_format_without_its_package_fails_before_writing_anything(
+        fmt: str, package: str, tmp_path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed
+    out = tmp_path / "out"
+    status, _, err = _run(["profile", "resnet18", "--no-timing", "--out", str(out),
+                           "--format", f"csv,{fmt}"], capsys)
+    assert status == 2
+    assert f"--format {fmt} needs {package}" in err and "pip install -e '.[all]'" in err
+    assert not out.exists()  # refused before the model was loaded or --out created

@@ -123,6 +123,20 @@ def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap(
             assert not _overlaps(boxes[i], boxes[j]), (i, j)
 
 
+def test_plot_roofline_draws_the_roofs_the_rows_are_judged_against() -> None:
+    from dataclasses import replace
+
+    # the fixture's conv1 does 13824 FLOP in 0.3 ms = 46.08 MFLOP/s: above a probed 10 MFLOP/s
+    probed = replace(PEAKS, peak_flops=1e7, source="probe")
+    fig = plot_roofline(report_frame(), probed)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "compute roof: 46.08 MFLOP/s" in legend
+    assert fig.axes[0].get_title().endswith("(float32, probe; raised to measured layers: compute)")
+    # the same peaks as given by a user stay as given
+    fig = plot_roofline(report_frame(), replace(probed, source="user"))
+    assert "compute roof: 10.00 MFLOP/s" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
 def test_plot_roofline_needs_timing() -> None:
     with pytest.raises(ModelProfError, match="latency_ms"):
         plot_roofline(report_frame(timed=False), PEAKS)

@@ -1,13 +1,23 @@
-"""progress_bar: tqdm only when asked for; a total (so an ETA); a no-op without tqdm."""
+"""Progress bars: tqdm only when asked for; a total (so an ETA); a no-op without tqdm; the
+timing passes of profile, compare and throughput each under one bar, closed when they end."""
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from torch import nn
 
-from modelprof.progress import NoProgress, progress_bar
+from modelprof import compare, measure_latency, measure_throughput, profile
+from modelprof.cli import main
+from modelprof.errors import ModelProfError
+from modelprof import progress
+from modelprof.progress import NoProgress, progress_bar, sampling_bar
+from modelprof.timing.sampler import StopRule, collect
 
 
 def test_progress_never_imports_tqdm_auto_or_notebook() -> None:
@@ -47,3 +57,165 @@ def test_missing_tqdm_gives_a_quiet_no_op(monkeypatch: pytest.MonkeyPatch) -> No
         bar.set_description("x")
         bar.set_postfix(batch=4)
     assert bar.n == 2
+
+
+# --------------------------------------------------------------------------- the timing passes
+# A fake tqdm class stands in for the real one (where progress_bar looks tqdm up, so a lookup
+# with progress off would show): it records every bar made, its total, what it was advanced by
+# and whether it was closed, and writes nothing.
+
+
+class FakeBar:
+    made: list[FakeBar] = []
+    lookups = 0
+
+    def __init__(self, total: float | None = None, desc: str | None = None, unit: str = "it",
+                 leave: bool = False, **kwargs: object) -> None:
+        self.total, self.desc, self.unit, self.kwargs = total, desc, unit, kwargs
+        self.first_desc = desc
+        self.n: float = 0
+        self.closed = False
+        FakeBar.made.append(self)
+
+    def update(self, n: float = 1) -> None:
+        assert not self.closed, "a bar advanced after it was closed"
+        self.n += n
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        self.desc = desc
+
+    def set_postfix(self, *args: object, **kwargs: object) -> None: ...
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def fake_tqdm(monkeypatch: pytest.MonkeyPatch) -> list[FakeBar]:
+    FakeBar.made = []
+    FakeBar.lookups = 0
+
+    def tqdm_class() -> type[FakeBar]:
+        FakeBar.lookups += 1
+        return FakeBar
+
+    monkeypatch.setattr(progress, "_tqdm_class", tqdm_class)
+    return FakeBar.made
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+
+
+def _by_desc(bars: list[FakeBar]) -> dict[str, FakeBar]:
+    out = {str(b.first_desc): b for b in bars}
+    assert len(out) == len(bars), [b.desc for b in bars]
+    return out
+
+
+def test_profile_times_under_bars_whose_total_is_the_budget(fake_tqdm: list[FakeBar]) -> None:
+    # precision 1e-6 is never reached, so both passes sample until their 0.2 s budget is spent
+    report = profile(_mlp(), (16,), budget_s=0.2, precision=1e-6, warmup=1, warn=False,
+                     roofline=False, progress=True)
+    bars = _by_desc(fake_tqdm)
+    assert set(bars) == {"latency Sequential", "per-layer Sequential"}
+    for bar in bars.values():
+        assert bar.total == 0.2 and bar.unit == "s"      # the budget: tqdm can show an ETA
+        assert "{remaining}" in str(bar.kwargs["bar_format"])
+        assert 0 < bar.n <= 0.2                           # seconds sampled, never past the total
+        assert bar.closed
+    assert report.latency.stop_reason == "budget"
+
+
+def test_profile_with_repeat_counts_samples_to_the_target(fake_tqdm: list[FakeBar]) -> None:
+    profile(_mlp(), (16,), repeat=4, warmup=1, warn=False, roofline=False, progress=True)
+    bars = _by_desc(fake_tqdm)
+    assert set(bars) == {"latency Sequential", "per-layer Sequential"}
+    for bar in bars.values():
+        assert (bar.total, bar.n, bar.unit, bar.closed) == (4, 4, "sample", True)
+
+
+def test_progress_off_makes_no_bar_and_writes_nothing(fake_tqdm: list[FakeBar],
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    profile(_mlp(), (16,), repeat=3, warmup=1, warn=False, roofline=False)
+    assert fake_tqdm == [] and FakeBar.lookups == 0       # tqdm not even looked up
+    assert capfd.readouterr().err == ""
+
+
+def test_profile_without_tqdm_is_quiet(monkeypatch: pytest.MonkeyPatch,
+                                       capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
+    report = profile(_mlp(), (16,), repeat=3, warmup=1, warn=False, roofline=False,
+                     progress=True)
+    assert report.latency.n == 3
+    assert capfd.readouterr().err == ""
+
+
+def test_a_failing_pass_still_closes_its_bar(fake_tqdm: list[FakeBar]) -> None:
+    calls = 0
+
+    def flaky(x: torch.Tensor) -> torch.Tensor:
+        nonlocal calls
+        calls += 1
+        if calls > 2:  # the warm-up call passes, the second sample fails
+            raise RuntimeError("boom")
+        return x
+
+    with pytest.raises(ModelProfError, match="boom"):
+        measure_latency(flaky, torch.zeros(2), warmup=1, repeat=5, progress=True)
+    assert [b.closed for b in fake_tqdm] == [True]
+
+
+def test_compare_shows_the_models_and_the_interleaved_timing(fake_tqdm: list[FakeBar]) -> None:
+    compare({"a": _mlp(), "b": _mlp()}, (16,), budget_s=0.2, precision=1e-6, warmup=1,
+            warn=False, progress=True)
+    overall, inner = fake_tqdm  # the bar over the comparison, then the one of the timing
+    # 2 models + 1 interleaved timing step (the description names the step under way)
+    assert (overall.first_desc, overall.total, overall.n, overall.closed) == ("compare", 3, 3, True)
+    # interleaved rounds: 0.2 s per candidate, 2 candidates
+    assert inner.first_desc == "interleaved timing" and inner.unit == "s"
+    assert inner.total == pytest.approx(0.4) and 0 < inner.n <= inner.total and inner.closed
+
+
+def test_throughput_shows_its_points_and_each_measurement(fake_tqdm: list[FakeBar]) -> None:
+    measure_throughput(_mlp(), (16,), max_batch=4, budget_s=0.05, warmup=1, warn=False,
+                       progress=True)
+    outer, inner = fake_tqdm[0], fake_tqdm[1:]
+    # points 1, 2, 4: 4 .bit_length() = 3
+    assert (outer.first_desc, outer.total, outer.closed) == ("throughput", 3, True)
+    assert outer.n >= 3
+    assert inner and all(b.total == 0.05 and b.closed for b in inner)
+
+
+def test_cli_profile_passes_progress_on(fake_tqdm: list[FakeBar], tmp_path: Path) -> None:
+    f = tmp_path / "net.py"
+    f.write_text("from torch import nn\nINPUT_SIZE = (16,)\n"
+                 "def build():\n    return nn.Sequential(nn.Linear(16, 16), nn.ReLU())\n")
+    assert main(["profile", f"{f}:build", "--budget", "0.1", "--progress"]) == 0
+    descs = {b.first_desc for b in fake_tqdm}
+    assert {"latency Sequential", "per-layer Sequential"} <= descs
+    assert all(b.closed and b.total == 0.1 for b in fake_tqdm if b.unit == "s")
+
+
+def test_collect_reports_each_block() -> None:
+    ticks = iter(range(1000))  # every reading of the clock is 1 ms after the previous one
+    seen: list[tuple[int, float]] = []
+    rule = StopRule.parse(repeat=5)
+    sampled = collect(lambda k: np.ones(k), rule, est_ms=50.0, now=lambda: next(ticks) / 1e3,
+                      on_block=lambda n, s: seen.append((n, s)))
+    # first block sized on the 50 ms estimate: 100 ms / 50 ms = 2 samples; then each sample
+    # took 1 ms (the samples' median; the clock saw 1 ms for 2), so 100 ms / 1 ms = 100 > the
+    # 3 left: 2 + 3 = 5
+    assert [n for n, _ in seen] == [2, 5]
+    # readings: t0 = 0 ms, block 1 from 1 to 2 ms, block 2 from 3 to 4 ms (ends after t0)
+    assert [s for _, s in seen] == pytest.approx([0.002, 0.004])
+    assert sampled.n == 5
+
+
+def test_sampling_bar_never_runs_past_its_total(fake_tqdm: list[FakeBar]) -> None:
+    with sampling_bar(StopRule.parse(budget_s=2.0), enabled=True, desc="x") as bar:
+        bar(10, 1.5)
+        bar(20, 1.0)   # an earlier reading never moves it back
+        bar(30, 7.0)   # the last block ends past the budget: the bar stops at its total
+    (made,) = fake_tqdm
+    assert (made.total, made.n, made.closed) == (2.0, 2.0, True)

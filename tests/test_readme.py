@@ -161,3 +161,55 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
     written = {p.name for p in (tmp_path / "out").iterdir()}
     # --format csv,md,tex,html,json,png on resnet18 (ResNet's files are named after the spec)
     assert {"resnet18.md", "resnet18.json", "resnet18_flops.png"} <= written
+
+
+def test_every_view_option_is_documented() -> None:
+    """Each keyword a user can pass to an exporter has a line in the README's options table."""
+    import inspect
+
+    from modelprof.render.html import to_html
+    from modelprof.render.latex import to_latex
+    from modelprof.render.markdown import to_markdown
+    from modelprof.render.text import to_text
+    from modelprof.report import Report
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Views and exporters"):text.index("## How precise")]
+    functions = (to_html, to_latex, to_markdown, to_text, Report.to_csv, Report.to_html,
+                 Report.to_json, Report.to_latex, Report.to_markdown, Report.to_text)
+    options = {p.name for f in functions for p in inspect.signature(f).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    # filled in by the Report from the model (the page's title and summary lines, the clean
+    # run's footer row) or by the exporter itself; path is the first argument
+    internal = {"path", "end_to_end", "title", "summary"}
+    options = (options - internal) | {"group_by"}  # group_by: taken by Report's **view
+    assert {"columns", "depth", "top_k", "caption", "label", "units"} <= options
+    missing = sorted(o for o in options if f"`{o}=" not in section)
+    assert not missing, f"view options not in the README's table: {missing}"
+
+
+def test_the_readme_tour_imports_only_what_its_install_gives() -> None:
+    """Every module a README Python block imports comes with the first install command."""
+    import ast
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    first = next(c for _, body in _blocks() for c in _commands(body) if c[:2] == ["pip", "install"])
+    extras = next(a for a in first if a.startswith(".["))[2:-1].split(",")
+    given = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
+    given |= {re.split(r"[<>=\[ ]", d)[0] for e in extras for d in
+              project["optional-dependencies"][e]}
+    imported = set()
+    for lang, body in _blocks():
+        if lang != "python":
+            continue
+        for node in ast.walk(ast.parse(body)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+    stdlib = {m for m in imported if m in sys.stdlib_module_names}
+    third_party = imported - stdlib - {"modelprof"}
+    assert {"torch", "torchvision"} <= third_party  # what the tour imports today
+    assert third_party <= given, f"imported by the README, not installed by {first}: " \
+                                 f"{sorted(third_party - given)}"

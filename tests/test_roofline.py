@@ -18,9 +18,11 @@ from modelprof.roofline import (
     Peaks,
     add_roofline,
     cache_levels,
+    compute_roofs,
     judged_levels,
     lookup_peaks,
     match_device,
+    observed_peaks,
     probe_peaks,
 )
 from test_render_fixture import report_frame
@@ -321,3 +323,153 @@ def test_probe_leaves_the_global_rng_alone() -> None:
         probe_peaks("cuda", torch.float32, matmul_size=64, copy_bytes=1 << 20, repeats=1)
         after = torch.cuda.get_rng_state_all()
         assert all(torch.equal(a, b) for a, b in zip(after, cuda_states))
+
+
+# -- convolutions under cuDNN TF32 ---------------------------------------------------------------
+def test_convolutions_are_judged_against_their_own_compute_roof() -> None:
+    peaks = Peaks(peak_flops=1e12, peak_bytes=1e11, conv_peak_flops=8e12)
+    df = pd.DataFrame({
+        "module": ["conv", "fc", "tconv"], "type": ["Conv2d", "Linear", "ConvTranspose3d"],
+        "flops": [16_000_000_000] * 3, "read_bytes": [1000] * 3, "write_bytes": [1000] * 3,
+        "latency_ms": [4.0] * 3,
+    })
+    out = add_roofline(df, peaks)
+    # conv: 1.6e10 / 8e12 = 2 ms (the TF32 roof); fc: 1.6e10 / 1e12 = 16 ms (the matmul roof)
+    assert out["roofline_ms"].tolist() == pytest.approx([2.0, 16.0, 2.0])
+    assert out["efficiency"].tolist() == pytest.approx([0.5, 4.0, 0.5])  # 2/4, 16/4, 2/4
+    # without a conv roof every row shares peak_flops
+    same = add_roofline(df, Peaks(peak_flops=1e12, peak_bytes=1e11))
+    assert same["roofline_ms"].tolist() == pytest.approx([16.0] * 3)
+
+
+def test_table_peaks_give_convolutions_the_tf32_rate_when_only_cudnn_uses_it() -> None:
+    # H100 SXM datasheet: FP32 67 TFLOP/s, TF32 494.7 (dense)
+    p = lookup_peaks("NVIDIA H100 80GB HBM3", "float32", conv_tf32=True)
+    assert p.peak_flops == 67e12 and p.conv_peak_flops == pytest.approx(494.7e12)
+    # matmuls in TF32 too: one roof for both
+    assert lookup_peaks("NVIDIA H100 80GB HBM3", "tf32", conv_tf32=True).conv_peak_flops is None
+    # matmuls in TF32, convolutions forced to FP32
+    q = lookup_peaks("NVIDIA H100 80GB HBM3", "tf32", conv_tf32=False)
+    assert q.peak_flops == pytest.approx(494.7e12) and q.conv_peak_flops == 67e12
+    assert lookup_peaks("NVIDIA H100 80GB HBM3", "bfloat16", conv_tf32=True).conv_peak_flops is None
+
+
+@pytest.mark.parametrize("matmul, conv, dtype, expected", [
+    (False, True, "float32", True),    # PyTorch's defaults: cuBLAS FP32, cuDNN TF32
+    (True, True, "float32", None),     # both TF32: one roof
+    (False, False, "float32", None),
+    (True, False, "float32", False),
+    (False, True, "tf32", None),       # the tf32 dtype means matmuls in TF32
+    (False, True, "bfloat16", None),   # TF32 concerns float32 only
+])
+def test_which_precision_convolutions_use(monkeypatch, matmul, conv, dtype, expected) -> None:
+    import modelprof.roofline as roofline
+
+    monkeypatch.setattr(roofline, "tf32_enabled", lambda kind: {"matmul": matmul, "conv": conv}[kind])
+    assert roofline.conv_uses_other_precision(torch.device("cuda", 0), dtype) is expected
+    assert roofline.conv_uses_other_precision(torch.device("cpu"), dtype) is None
+
+
+def test_conv_peak_must_be_positive() -> None:
+    with pytest.raises(ModelProfError, match="conv_peak_flops must be a positive number, got -1"):
+        Peaks(peak_flops=1e12, peak_bytes=1e11, conv_peak_flops=-1.0)
+
+
+# ------------------------------------------------------------- probed roofs raised by the rows
+
+PROBED = Peaks(peak_flops=1e12, peak_bytes=10e9, source="probe", levels=LEVELS)
+
+
+def _fast_rows() -> pd.DataFrame:
+    return pd.DataFrame({
+        "module": ["fast_compute", "fast_l1", "slow", "parent"],
+        "type": ["Linear", "ReLU", "Linear", "Sequential"],
+        "leaf": [True, True, True, False],
+        # fast_compute: 3e9 FLOP in 1 ms = 3e12 FLOP/s, 3x the probed 1e12
+        # fast_l1: 32 KiB = 32768 B in 0.5e-4 ms = 655.36e9 B/s, over L1's 400e9
+        # parent: 4e9 FLOP in 2 ms = 2e12 FLOP/s, under the raised roof
+        "flops": [3_000_000_000, 0, 1_000_000, 4_000_000_000],
+        "read_bytes": [1000, 16 << 10, 1000, 1000],
+        "write_bytes": [1000, 16 << 10, 1000, 1000],
+        "latency_ms": [1.0, 0.5e-4, 1.0, 2.0],
+    })
+
+
+def test_probed_roofs_rise_to_what_a_row_achieved() -> None:
+    df = _fast_rows()
+    seen = observed_peaks(df, PROBED)
+    assert seen.raised == ("compute", "L1")
+    assert seen.peak_flops == pytest.approx(3e12)             # 3e9 FLOP / 1e-3 s
+    assert seen.levels[0].bandwidth == pytest.approx(32768 / 0.5e-7)  # 655.36e9 B/s
+    assert seen.levels[1:] == LEVELS[1:] and seen.peak_bytes == PROBED.peak_bytes
+    out = add_roofline(df, PROBED).set_index("module")
+    # the rows that set a roof sit on it; the others are judged against the raised roofs
+    assert out.loc["fast_compute", "efficiency"] == pytest.approx(1.0)
+    assert out.loc["fast_l1", ["memory_level", "efficiency"]].tolist() == ["L1", pytest.approx(1.0)]
+    # slow: 1e6 FLOP / 3e12 = 3.33e-7 s (its 2000 B at L1: 3.05e-9 s) -> 3.33e-4 ms of 1 ms
+    assert out.loc["slow", "efficiency"] == pytest.approx(1e6 / 3e12 * 1e3 / 1.0)
+    # parent: 4e9 / 3e12 = 1.33 ms of 2 ms
+    assert out.loc["parent", "efficiency"] == pytest.approx(4e9 / 3e12 * 1e3 / 2.0)
+    # a parent faster than every leaf raises the roof too: 4e9 FLOP in 1 ms = 4e12
+    faster = df.assign(latency_ms=[1.0, 0.5e-4, 1.0, 1.0])
+    assert observed_peaks(faster, PROBED).peak_flops == pytest.approx(4e12)
+    assert (add_roofline(faster, PROBED)["efficiency"] <= 1 + 1e-12).all()
+
+
+def test_given_roofs_are_left_as_given() -> None:
+    df = _fast_rows()
+    for source in ("user", "table"):
+        peaks = Peaks(peak_flops=1e12, peak_bytes=10e9, source=source, levels=LEVELS)
+        assert observed_peaks(df, peaks) is peaks
+        out = add_roofline(df, peaks).set_index("module")
+        # a row above a datasheet or user roof shows it: 3e12 achieved over a 1e12 roof
+        assert out.loc["fast_compute", "efficiency"] == pytest.approx(3.0)
+
+
+def test_a_probed_convolution_roof_rises_on_its_own() -> None:
+    peaks = Peaks(peak_flops=1e12, peak_bytes=10e9, source="probe", conv_peak_flops=2e12)
+    df = pd.DataFrame({"module": ["block", "conv", "mm"], "type": ["Block", "Conv2d", "Linear"],
+                       "leaf": [False, True, True],
+                       "flops": [5_500_000_000, 5_000_000_000, 500_000_000],
+                       "read_bytes": [2000, 1000, 1000], "write_bytes": [2000, 1000, 1000],
+                       "latency_ms": [2.0, 1.0, 1.0]})
+    # conv: 5e9 FLOP in 1 ms = 5e12 over its 2e12 roof; mm: 5e11 under 1e12, left alone;
+    # block (conv + mm): 5.5e9 in 2 ms = 2.75e12, judged against the faster roof (5e12)
+    assert list(compute_roofs(df, peaks)) == [2e12, 2e12, 1e12]
+    seen = observed_peaks(df, peaks)
+    assert seen.raised == ("conv compute",)
+    assert (seen.conv_peak_flops, seen.peak_flops) == (pytest.approx(5e12), 1e12)
+    assert (add_roofline(df, peaks)["efficiency"] <= 1 + 1e-12).all()
+    # a parent above both roofs raises the faster one: 5.5e9 in 0.5 ms = 1.1e13
+    fast_block = df.assign(latency_ms=[0.5, 1.0, 1.0])
+    seen = observed_peaks(fast_block, peaks)
+    assert (seen.conv_peak_flops, seen.peak_flops) == (pytest.approx(1.1e13), 1e12)
+    assert observed_peaks(df.assign(latency_ms=np.nan), peaks) is peaks  # untimed: as probed
+
+
+@pytest.mark.slow
+def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None:
+    import torchvision
+
+    from modelprof import profile
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # noisy/drifting timing on a loaded VM: not the point
+        report = profile(torchvision.models.resnet18(), (3, 224, 224), budget_s=0.3)
+    df = report.to_dataframe()
+    roofs = observed_peaks(df, report.peaks)
+    assert report.peaks.source == "probe"
+    bandwidth = {lv.name: lv.bandwidth for lv in roofs.memory_levels}
+    timed = df[df["latency_ms"] > 0]
+    assert len(timed) > 60  # resnet18: 68 leaf calls (some (self) rows may read 0) + parents
+    # a latency is a measured time, or 0 where the hook correction left no time: never a
+    # rounding residue (which made a (self) row 1e13 x its roof)
+    assert not ((df["latency_ms"] > 0) & (df["latency_ms"] < 1e-6)).any()
+    # every timed row with traffic is judged against a named level of the probe's hierarchy,
+    # and neither its bandwidth nor its FLOP/s is above that level's roof or the compute roof
+    assert timed["memory_level"].isin(list(bandwidth)).all()
+    level_bw = timed["memory_level"].map(bandwidth).to_numpy(dtype=float)
+    assert (timed["achieved_gbps"].to_numpy() * 1e9 <= level_bw * (1 + 1e-9)).all()
+    assert (timed["achieved_gflops"].to_numpy() * 1e9 <= roofs.peak_flops * (1 + 1e-9)).all()
+    assert (timed["efficiency"] <= 1 + 1e-9).all()
+    assert timed["efficiency"].gt(0).all()

@@ -40,6 +40,7 @@ from ..errors import ModelProfError
 from ..execution import amp_context, to_channels_last
 from ..hooks import module_hooks, module_names
 from ..inputs import ModelInputs, iter_tensors, moved_model
+from ..progress import sampling_bar
 from ..step import StepSpec
 from .clock import StampBuffer, clock_for
 from .measurement import Measurement
@@ -348,7 +349,10 @@ class StepTimer:
         _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True,
                                                self.clock.sync))
         inst.rows.clear()
-        sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est))
+        with sampling_bar(self.opts.stop, enabled=self.opts.progress,
+                          desc="per-layer training step") as bar:
+            sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est,
+                                                    on_block=bar))
         return inst, sampled
 
     def peak_memory(self, stats: MemoryStats) -> int:
@@ -389,7 +393,9 @@ def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: in
         raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
     with StepTimer(model, inputs, spec, training=training, dtype=dtype, options=opts) as timer:
         est = timer.warm()
-        sampled = timer._guarded(lambda: collect(timer.sample_block, opts.stop, est))
+        with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
+            sampled = timer._guarded(lambda: collect(timer.sample_block, opts.stop, est,
+                                                     on_block=bar))
         inst, inst_sampled = timer.instrumented(n_calls)
         peak = timer.peak_memory(memory_stats) if memory_stats is not False else None
     got = timer.measurements(sampled, t_begin)
@@ -412,7 +418,10 @@ def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions
             stack.enter_context(t)
         ests = [t.warm() for t in timers]
         rng = np.random.default_rng(opts.seed)
-        sampled = collect_interleaved([t.sample_block for t in timers], opts.stop, ests, rng)
+        with sampling_bar(opts.stop, enabled=opts.progress,
+                          desc="interleaved training steps", candidates=len(timers)) as bar:
+            sampled = collect_interleaved([t.sample_block for t in timers], opts.stop, ests,
+                                          rng, on_round=bar)
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
     base = got[0]["backward"]
     _, base_med = block_medians(base.samples_ms, base.blocks)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelProfError
+from ..progress import sampling_bar
 from .latency import TimedCall, resolve_call
 from .measurement import Measurement, _ms
 from .options import TimingOptions
@@ -113,7 +114,10 @@ def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
         if progress is not None:
             progress("interleaved rounds")
         rng = np.random.default_rng(opts.seed)
-        sampled = collect_interleaved([tc.sample_block for tc in calls], opts.stop, ests, rng)
+        with sampling_bar(opts.stop, enabled=opts.progress, desc="interleaved timing",
+                          candidates=len(calls)) as bar:
+            sampled = collect_interleaved([tc.sample_block for tc in calls], opts.stop, ests,
+                                          rng, on_round=bar)
     measurements = {name: tc.measurement(s, t_begin)
                     for name, tc, s in zip(order, calls, sampled)}
     base = measurements[baseline]

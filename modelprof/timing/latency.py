@@ -20,6 +20,7 @@ from ..device import device_synchronize, is_oom
 from ..env import collect_env
 from ..errors import ModelProfError
 from ..failure import forward_failure
+from ..progress import sampling_bar
 from ..execution import amp_context, grad_context, model_state, to_channels_last
 from ..inputs import (ModelInputs, iter_tensors, make_inputs, map_tensors, model_placement,
                       moved_model, parse_device, parse_dtype)
@@ -322,7 +323,8 @@ def measure_latency(
     with TimedCall(fn_or_model, target, mi, opts, eval_mode=eval_mode, no_grad=no_grad,
                    label=label) as tc:
         est = tc.warm()
-        sampled = collect(tc.sample_block, opts.stop, est)
+        with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
+            sampled = collect(tc.sample_block, opts.stop, est, on_block=bar)
     m = tc.measurement(sampled, t_begin)
     if opts.warn:
         m.warn_if_noisy()

@@ -27,6 +27,7 @@ from ..errors import ModelProfError
 from ..execution import amp_context, grad_context, model_state, to_channels_last
 from ..hooks import module_hooks, module_names
 from ..inputs import ModelInputs, moved_model
+from ..progress import sampling_bar
 from .clock import Clock, clock_for
 from .measurement import Measurement
 from .options import TimingOptions
@@ -480,7 +481,9 @@ def time_layers(
             inst = _Instrument(model, plan, clock, forward)
             live[0] = inst.open_calls
             n_warm, est = warm_up(inst.warm_step, opts.warmup, already_warm, clock.sync)
-            sampled = collect(inst.sample_block, opts.stop, est)
+            with sampling_bar(opts.stop, enabled=opts.progress,
+                              desc=f"per-layer {type(model).__name__}") as bar:
+                sampled = collect(inst.sample_block, opts.stop, est, on_block=bar)
             n_warm += 1
             peaks = None
             if memory_stats is not False:

@@ -227,9 +227,11 @@ def _first_block(rule: StopRule, est_ms: float | None) -> int:
 
 def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
             est_ms: float | None = None,
-            now: Callable[[], float] = time.perf_counter) -> Sampled:
+            now: Callable[[], float] = time.perf_counter,
+            on_block: Callable[[int, float], None] | None = None) -> Sampled:
     """Call ``sample_block(k)`` (which takes ``k`` samples back to back and returns their ms)
-    block after block until ``rule`` says stop (see the module docstring)."""
+    block after block until ``rule`` says stop (see the module docstring). ``on_block(samples
+    so far, seconds of sampling so far)`` is called after each block (a progress bar)."""
     t0 = now()
     log = BlockLog(t0)
     log.wall_ms = est_ms
@@ -237,7 +239,10 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
     def take(k: int) -> None:
         t = now()
         got = sample_block(k)
-        log.add(got, t, now())
+        t_end = now()
+        log.add(got, t, t_end)
+        if on_block is not None:
+            on_block(log.n, t_end - t0)
 
     if rule.repeat is not None:
         while log.n < rule.repeat:
@@ -265,14 +270,16 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
 def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: StopRule,
                         est_ms: Sequence[float | None],
                         rng: np.random.Generator | None = None,
-                        now: Callable[[], float] = time.perf_counter) -> list[Sampled]:
+                        now: Callable[[], float] = time.perf_counter,
+                        on_round: Callable[[int, float], None] | None = None) -> list[Sampled]:
     """Sample several callables in rounds: each round takes one block of every candidate, in a
     freshly shuffled order, so slow drift of the machine reaches all of them alike.
 
     Stops when every candidate has ``min_samples`` in ``min_blocks`` rounds and both its own
     interval and its paired ratio to the first candidate are within ``precision``; bounded by
     ``budget_s`` per candidate (``budget_s * len(samplers)`` in all) and ``max_samples``. Block
-    ``r`` of every candidate is round ``r``, which pairs them for the ratio.
+    ``r`` of every candidate is round ``r``, which pairs them for the ratio. ``on_round(fewest
+    samples of a candidate, seconds so far)`` is called after each round (a progress bar).
     """
     m = len(samplers)
     if m == 0:
@@ -298,6 +305,8 @@ def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: S
             log.add(got, t, now(), block=r)
         round_s = now() - round_start
         r += 1
+        if on_round is not None:
+            on_round(min(log.n for log in logs), now() - t0)
         if fixed is not None:
             if all(log.n >= fixed for log in logs):
                 return [log.result("repeat", now() - t0) for log in logs]
