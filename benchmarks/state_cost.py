@@ -38,9 +38,8 @@ static_mod = importlib.import_module("modelprof.static")
 
 
 class _NoGuard:
-    @contextlib.contextmanager
-    def watch_writes(self):
-        yield
+    def write_hook(self):
+        return None
 
 
 @contextlib.contextmanager

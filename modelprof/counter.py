@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -123,9 +124,13 @@ class OpCounter(TorchDispatchMode):
 
     supports_higher_order_operators = True
 
-    def __init__(self, tracker, registry: FormulaRegistry | None = None) -> None:
+    def __init__(self, tracker, registry: FormulaRegistry | None = None,
+                 before_op: Callable[[Any, tuple, dict], None] | None = None) -> None:
         super().__init__()
         self.tracker = tracker
+        # called with (func, args, kwargs) before each op runs, outside the counted work (the
+        # state guard's copy on first write: modelprof.state.StateGuard.write_hook)
+        self.before_op = before_op
         self.registry = REGISTRY if registry is None else registry
         self.unsupported: Counter[str] = Counter()
         self.decomposed: Counter[str] = Counter()   # ops counted through their decomposition
@@ -196,6 +201,8 @@ class OpCounter(TorchDispatchMode):
         if entry is None:
             entry = self._resolve(func)
         formula, name, packed = entry
+        if self.before_op is not None:
+            self.before_op(func, args, kwargs)
         if self.tracker.pending_params:
             self._charge_params(args)
         if formula is VIEW:

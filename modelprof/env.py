@@ -46,6 +46,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+@functools.lru_cache(maxsize=1)
 def _modelprof_version() -> str:
     try:
         from importlib.metadata import version

@@ -16,7 +16,15 @@ __all__ = ["CallRecord", "Tracker"]
 
 
 def _shapes(obj: Any) -> list[tuple[int, ...]]:
+    if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
+        return [tuple(obj.shape)]
     return [tensor_shape(t) for t in iter_tensors(obj)]
+
+
+def _bytes(obj: Any) -> int:
+    if type(obj) is torch.Tensor and not obj.is_nested:
+        return obj.numel() * obj.element_size()
+    return tensor_bytes(obj)
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -123,13 +131,13 @@ class Tracker:
             param_bytes += p.numel() * p.element_size()
             params += self.charge(p)
         parent = self.stack[-1] if self.stack else None
-        inputs = (args, kwargs) if kwargs else args
+        inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
         record = CallRecord(
             index=len(self.records), name=self.names.get(module, type(module).__name__),
             type=type(module).__name__, call=call, depth=len(self.stack),
             parent=parent.index if parent is not None else None,
             has_submodules=self._has_children.get(module, False),
-            input_shapes=_shapes(inputs), input_bytes=tensor_bytes(inputs),
+            input_shapes=_shapes(inputs), input_bytes=_bytes(inputs),
             param_bytes=param_bytes, params=params, module_id=id(module))
         if parent is not None:
             parent.children.append(record.index)
@@ -160,7 +168,7 @@ class Tracker:
             record.input_shapes = _shapes((args, kwargs))
             record.input_bytes = tensor_bytes((args, kwargs))
         record.output_shapes = _shapes(output)
-        record.output_bytes = tensor_bytes(output)
+        record.output_bytes = _bytes(output)
         record.finished = True
         self.finished.append(record)
         if not record.children and record.has_submodules:

@@ -19,8 +19,9 @@ only what is cheap or known to be written:
     default 64 MiB: batch-norm statistics, counters, masks) — buffers are where forwards keep
     state, and some ops write them without saying so in their schema (``native_batch_norm``);
   * everything else (parameters, large buffers, gradients) is copied *on first write*, by
-    :meth:`StateGuard.watch_writes`, a dispatch mode the static pass runs under (the first
-    forward of ``profile``; it already runs under the op counter's mode). It sees every op
+    :meth:`StateGuard.write_hook`, which the op counter calls before every op of the static
+    pass (the first forward of ``profile``; :meth:`StateGuard.watch_writes` is the same as a
+    dispatch mode of its own). It sees every op
     whose schema writes an argument (``add_``, ``copy_``, ``out=``, also through ``.data`` or a
     view, matched by storage) and the batch-norm ops that write their running statistics, and
     clones the tensor just before the first write. The timed passes run the same forward on the
@@ -63,23 +64,21 @@ _SLOTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
           "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
           "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
-# ops whose schema does not say that they write their running statistics (argument positions)
-_UNDECLARED_WRITES: dict[str, tuple[int, ...]] = {
-    "aten::native_batch_norm": (3, 4),
-    "aten::batch_norm": (3, 4),
-    "aten::_batch_norm_impl_index": (3, 4),
-    "aten::cudnn_batch_norm": (3, 4),
-    "aten::miopen_batch_norm": (3, 4),
-    "aten::instance_norm": (3, 4),
-}
+# ops whose schema does not say that they write their running statistics: arguments 3 and 4,
+# written when argument 5 (``training`` / ``use_input_stats``) is true
+_UNDECLARED_WRITES = frozenset({
+    "aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
+    "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::instance_norm",
+})
+_RUNNING_STATS = (3, 4)
 
 _active = threading.local()  # id(model) -> the outermost StateGuard of this thread
 
 
-def _storage_key(t: torch.Tensor) -> int | None:
+def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
     """The address of ``t``'s storage, or None where there is none to protect (meta and fake
     tensors, wrapper subclasses without a storage)."""
-    if t.device.type == "meta" or isinstance(t, FakeTensor):
+    if (device or t.device).type == "meta" or isinstance(t, FakeTensor):
         return None
     try:
         ptr = t.untyped_storage().data_ptr()
@@ -91,10 +90,11 @@ def _storage_key(t: torch.Tensor) -> int | None:
 def _layout(t: torch.Tensor) -> tuple:
     """Storage, shape, strides, offset, dtype, device: what ``p.data = other`` changes."""
     try:
-        geometry: tuple = (tuple(t.shape), t.stride(), t.storage_offset())
+        geometry: tuple = (t.shape, t.stride(), t.storage_offset())
     except (RuntimeError, NotImplementedError, TypeError):
         geometry = ()  # nested and wrapper tensors: no strides to compare
-    return (_storage_key(t), geometry, t.dtype, t.device)
+    device = t.device
+    return (_storage_key(t, device), geometry, t.dtype, device)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -104,7 +104,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class _Tracked:
     """One distinct tensor of the model as it was on entry."""
 
@@ -118,7 +118,7 @@ class _Tracked:
     seen_write: bool = False            # the first-write watch copied it before a write
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class _ModuleState:
     module: nn.Module
     cls: type
@@ -126,35 +126,37 @@ class _ModuleState:
     slots: dict[str, Any]
 
 
-class _WriteWatch(TorchDispatchMode):
-    """Copies a tracked tensor just before the first op that writes it (copy on first write).
+class _WriteHook:
+    """Called before every op of the first forward: copies a tracked tensor just before the
+    first op that writes it (copy on first write). The op counter calls it from its own
+    ``__torch_dispatch__`` (one Python dispatch mode for both, not two stacked: a second mode
+    costs about 20 % of a resnet50 static pass); :class:`_WriteWatch` wraps it as a mode of its
+    own for use without the counter.
 
     Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ...) pass through:
-    their bodies are functional (they write none of their inputs), and a mode that refused them
-    would make any model with parameters that calls one fail under ``profile``."""
-
-    supports_higher_order_operators = True
+    their bodies are functional (they write none of their inputs)."""
 
     def __init__(self, guard: StateGuard) -> None:
-        super().__init__()
         self.guard = guard
         self._writes: dict[Any, tuple[int, ...]] = {}
 
     def _written(self, func: Any) -> tuple[int, ...]:
         found = self._writes.get(func)
         if found is None:
-            schema = func._schema
-            found = tuple(i for i, a in enumerate(schema.arguments)
-                          if a.alias_info is not None and a.alias_info.is_write)
-            found = found or _UNDECLARED_WRITES.get(schema.name, ())
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                found = ()
+            else:
+                schema = func._schema
+                found = tuple(i for i, a in enumerate(schema.arguments)
+                              if a.alias_info is not None and a.alias_info.is_write)
+                found = found or (_RUNNING_STATS if schema.name in _UNDECLARED_WRITES else ())
             self._writes[func] = found
         return found
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if isinstance(func, torch._ops.HigherOrderOperator):
-            return func(*args, **kwargs)
+    def __call__(self, func: Any, args: tuple, kwargs: dict) -> None:
         written = self._written(func)
+        if written is _RUNNING_STATS and len(args) > 5 and args[5] is False:
+            return  # a batch/instance norm using its running statistics: it writes none
         if written:
             schema_args = func._schema.arguments
             for i in written:
@@ -163,6 +165,21 @@ class _WriteWatch(TorchDispatchMode):
                 else:
                     value = kwargs.get(schema_args[i].name)
                 self.guard._before_write(value)
+
+
+class _WriteWatch(TorchDispatchMode):
+    """:class:`_WriteHook` as a dispatch mode of its own (a mode that refused higher-order
+    operators would make any model with parameters that calls one fail under ``profile``)."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, hook: _WriteHook) -> None:
+        super().__init__()
+        self.hook = hook
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.hook(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -182,8 +199,12 @@ class StateGuard:
         buffers: list[_Tracked] = []
         for prefix, m in model.named_modules(remove_duplicate=True):
             attrs = dict(m.__dict__)
-            slots = {k: (attrs[k].copy() if isinstance(attrs[k], (dict, set)) else attrs[k])
-                     for k in _SLOTS if k in attrs}
+            # the registries' contents (most are empty hook dicts: nothing to copy)
+            slots = {}
+            for k in _SLOTS:
+                v = attrs.get(k)
+                if v:
+                    slots[k] = v.copy() if isinstance(v, (dict, set)) else v
             self.modules.append(_ModuleState(m, type(m), attrs, slots))
             for kind, table in (("param", m._parameters), ("buffer", m._buffers)):
                 for key, t in table.items():
@@ -198,7 +219,7 @@ class StateGuard:
                         if t.grad is not None and id(t.grad) not in seen:
                             seen[id(t.grad)] = self._track(f"{tr.name}.grad", t.grad)
         total = sum(b.tensor.numel() * b.tensor.element_size() for b in buffers
-                    if _storage_key(b.tensor) is not None)
+                    if b.layout[0] is not None)
         if total <= buffer_copy_limit_bytes:
             for b in buffers:
                 self._snapshot(b)
@@ -213,9 +234,8 @@ class StateGuard:
 
     @staticmethod
     def _snapshot(tr: _Tracked) -> None:
-        if tr.snapshot is None and _storage_key(tr.tensor) is not None:
-            with torch.no_grad():
-                tr.snapshot = tr.alias.clone()
+        if tr.snapshot is None and tr.layout[0] is not None:  # it had a storage on entry
+            tr.snapshot = tr.alias.clone()  # the alias is detached: the clone records no graph
 
     def _before_write(self, value: Any) -> None:
         if isinstance(value, (list, tuple)):
@@ -231,15 +251,22 @@ class StateGuard:
             self._snapshot(tr)
             tr.seen_write = True
 
+    def write_hook(self) -> _WriteHook | None:
+        """Copy-on-first-write as a callable ``hook(func, args, kwargs)`` to call before each op
+        of the first forward (the op counter takes it: ``OpCounter(..., before_op=hook)``), or
+        None when nothing is tracked."""
+        return _WriteHook(self) if self._by_storage else None
+
     @contextlib.contextmanager
     def watch_writes(self) -> Iterator[None]:
-        """Copy-on-first-write for the block: run the first forward under it (see module doc).
+        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc).
         Enter it *outside* other dispatch modes (before them), so that its copies are not
         counted as the model's ops."""
-        if not self._by_storage:
+        hook = self.write_hook()
+        if hook is None:
             yield
             return
-        with _WriteWatch(self):
+        with _WriteWatch(hook):
             yield
 
     # -- checking and restoring ---------------------------------------------------------------
@@ -272,20 +299,29 @@ class StateGuard:
         m = ms.module
         if type(m) is not ms.cls:
             m.__class__ = ms.cls
-        current = m.__dict__
-        for k in [k for k in current if k not in ms.attrs]:
-            del current[k]
-        for k, v in ms.attrs.items():
+        current, attrs = m.__dict__, ms.attrs
+        if len(current) != len(attrs) or current.keys() != attrs.keys():
+            for k in [k for k in current if k not in attrs]:
+                del current[k]
+        for k, v in attrs.items():
             if current.get(k, _MISSING) is not v:
                 current[k] = v
-        for k, saved in ms.slots.items():
-            live = current[k]
-            if isinstance(saved, set):
+        slots = ms.slots
+        for k in _SLOTS:
+            live = current.get(k)
+            if not isinstance(live, (dict, set)):
+                continue
+            saved = slots.get(k)
+            if saved is None:          # empty on entry
+                if live:
+                    live.clear()
+            elif isinstance(saved, set):
                 if live != saved:
                     live.clear()
                     live.update(saved)
             elif isinstance(saved, dict):
-                if live.keys() != saved.keys() or any(live[n] is not v for n, v in saved.items()):
+                if len(live) != len(saved) or any(live.get(n, _MISSING) is not v
+                                                  for n, v in saved.items()):
                     live.clear()
                     live.update(saved)
 

@@ -98,18 +98,17 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     _refuse_lazy(model)
     names = module_names(model)
     tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
-    counter = OpCounter(tracker, registry)
-    # the guard is the caller's when profile() holds one; its write watch is entered before
-    # (outside) the counter, so that its copies are not counted as the model's ops
+    # the guard is the caller's when profile() holds one; the counter calls its copy on first
+    # write before each op, from inside its own dispatch (the copies are not counted)
     with preserved_state(model) as guard:
+        counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
             state = _state_for(model, inputs, training=training,
                                dtype_requested=dtype_requested, memory_format=memory_format)
             with forward_context(model, training=training, no_grad=no_grad), \
                     amp_context(inputs.device, amp), \
                     module_hooks(model, tracker.pre, tracker.post, names,
-                                 post_with_inputs=True), \
-                    guard.watch_writes(), counter:
+                                 post_with_inputs=True), counter:
                 if state is None:
                     output = model(*inputs.args, **inputs.kwargs)
                 else:
