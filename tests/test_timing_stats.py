@@ -127,7 +127,8 @@ def test_drift_is_significant_for_a_trend_in_noise():
 
 
 def test_paired_ratio_of_constructed_rounds():
-    # per-round log ratios ln 2 + [e, -e, e, -e]: mean ln 2 -> ratio exactly 2; sd (ddof 1) =
+    # per-round log ratios ln 2 + [e, -e, e, -e]: four rounds, 20 % trimming drops none
+    # (g = int(0.8) = 0), so the trimmed mean is the mean ln 2 -> ratio exactly 2; sd (ddof 1) =
     # sqrt(4 e^2 / 3) = 2e / sqrt(3); half-width t(0.975, 3) * sd / sqrt(4) on the log scale
     e = 0.05
     den = np.array([3.0, 5.0, 4.0, 6.0])
@@ -137,6 +138,22 @@ def test_paired_ratio_of_constructed_rounds():
     assert ratio == pytest.approx(2.0, rel=1e-12)
     assert lo == pytest.approx(2.0 * math.exp(-half), rel=1e-6)    # 1.8245
     assert hi == pytest.approx(2.0 * math.exp(half), rel=1e-6)     # 2.1924
+
+
+def test_paired_ratio_trims_rounds_hit_by_other_load():
+    # ten rounds, sorted log ratios below; two outliers (-0.3, +0.4): a round where another
+    # process hit one candidate's block. 20 % trimming drops g = 2 from each end, keeping
+    # [-0.01, -0.01, 0, 0, 0.01, 0.01]: mean 0 -> ratio exactly 1 (the plain mean would be
+    # 0.1 / 10 = 0.01 -> 1.01005). Yuen: winsorized values [-0.01 x4, 0 x2, 0.01 x4], variance
+    # (ddof 1) 8e-4 / 9; h = 6 kept; se = sqrt(9 * (8e-4 / 9) / (6 * 5)) = sqrt(8e-4 / 30);
+    # half-width t(0.975, 5) * se = 2.570582 * 0.0051640 = 0.013275 on the log scale
+    r = np.array([-0.3, -0.02, -0.01, -0.01, 0.0, 0.0, 0.01, 0.01, 0.02, 0.4])
+    den = np.linspace(3.0, 7.0, r.size)
+    ratio, lo, hi = paired_ratio(den * np.exp(r), den, 0.95)
+    half = T975[5] * math.sqrt(8e-4 / 30)
+    assert ratio == pytest.approx(1.0, abs=1e-12)
+    assert lo == pytest.approx(math.exp(-half), rel=1e-7)     # 0.98681
+    assert hi == pytest.approx(math.exp(half), rel=1e-7)      # 1.01336
 
 
 def test_paired_ratio_cancels_what_both_candidates_share():

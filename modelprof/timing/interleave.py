@@ -5,7 +5,7 @@ thermal or frequency changes) land on one of them: on a shared 2-core VM, three 
 resnet18 measured sequentially compare up to 20 % apart. Here every round takes one block of
 samples of each candidate, in a freshly shuffled order (Google Benchmark's random interleaving),
 so drift reaches them alike; each ratio to the baseline comes from the per-round ratios of block
-medians (paired), with its own t interval on the log scale.
+medians (paired): their logs' 20 %-trimmed mean, with Yuen's t interval (``stats.paired_ratio``).
 """
 from __future__ import annotations
 
