@@ -123,7 +123,9 @@ class _ModuleState:
     module: nn.Module
     cls: type
     attrs: dict[str, Any]
-    slots: dict[str, Any]
+    slots: dict[str, Any]          # the registries that held something, copied
+    ids: tuple[int, ...] = ()      # id() of every attribute value, in order: the fast check
+    empty: tuple[str, ...] = ()    # the registries that were empty
 
 
 class _WriteHook:
@@ -201,11 +203,15 @@ class StateGuard:
             attrs = dict(m.__dict__)
             # the registries' contents (most are empty hook dicts: nothing to copy)
             slots = {}
+            empty = []
             for k in _SLOTS:
                 v = attrs.get(k)
                 if v:
                     slots[k] = v.copy() if isinstance(v, (dict, set)) else v
-            self.modules.append(_ModuleState(m, type(m), attrs, slots))
+                elif isinstance(v, (dict, set)):
+                    empty.append(k)
+            self.modules.append(_ModuleState(m, type(m), attrs, slots,
+                                             tuple(map(id, attrs.values())), tuple(empty)))
             for kind, table in (("param", m._parameters), ("buffer", m._buffers)):
                 for key, t in table.items():
                     if t is None or id(t) in seen or is_lazy(t):
@@ -300,22 +306,23 @@ class StateGuard:
         if type(m) is not ms.cls:
             m.__class__ = ms.cls
         current, attrs = m.__dict__, ms.attrs
-        if len(current) != len(attrs) or current.keys() != attrs.keys():
-            for k in [k for k in current if k not in attrs]:
-                del current[k]
-        for k, v in attrs.items():
-            if current.get(k, _MISSING) is not v:
-                current[k] = v
-        slots = ms.slots
-        for k in _SLOTS:
-            live = current.get(k)
-            if not isinstance(live, (dict, set)):
-                continue
-            saved = slots.get(k)
-            if saved is None:          # empty on entry
-                if live:
-                    live.clear()
-            elif isinstance(saved, set):
+        # the same attribute objects under the same names (the originals are alive in
+        # ``attrs``, so their ids cannot have been reused): only the registries' contents to check
+        unchanged = tuple(map(id, current.values())) == ms.ids and tuple(current) == tuple(attrs)
+        if not unchanged:
+            if len(current) != len(attrs) or current.keys() != attrs.keys():
+                for k in [k for k in current if k not in attrs]:
+                    del current[k]
+            for k, v in attrs.items():
+                if current.get(k, _MISSING) is not v:
+                    current[k] = v
+        # the registry objects are the originals now; their contents as on entry
+        if any(map(current.get, ms.empty)):
+            for k in ms.empty:
+                current[k].clear()
+        for k, saved in ms.slots.items():
+            live = current[k]
+            if isinstance(saved, set):
                 if live != saved:
                     live.clear()
                     live.update(saved)
