@@ -65,12 +65,16 @@ def test_the_hook_correction_removes_microseconds_not_the_layers_work(spin_timin
 def test_leaves_cover_each_pass(spin_timing):
     _, lt = spin_timing
     assert lt.leaves() == list(SPIN_MS)
-    # pass by pass, the leaves' share of the (corrected) instrumented pass: preemption inside a
-    # leaf lengthens both, so the share only drops by what lands between the leaves (the
-    # Sequential's loop, microseconds) -> the median share is within 3 % of 1
+    # pass by pass, the leaves' share of the (corrected) instrumented pass: what is not in a
+    # leaf is the Sequential's loop and the hooks outside the spans (microseconds), and any
+    # preemption that lands there (on a 2-core VM at load 5, in most passes: the median share
+    # read 0.968). Preemption only lengthens a pass, so the fastest quarter of the passes are
+    # the least hit: their median share is within 3 % of 1
     leaves = sum(lt.samples[k] for k in SPIN_MS)
-    share = leaves / lt.corrected_passes_ms
-    assert np.median(share) == pytest.approx(1.0, abs=0.03)
+    passes = lt.corrected_passes_ms
+    share = leaves / passes
+    fastest = passes <= np.quantile(passes, 0.25)
+    assert np.median(share[fastest]) == pytest.approx(1.0, abs=0.03)
 
 
 def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):

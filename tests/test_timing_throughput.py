@@ -107,7 +107,10 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
     # 1..16 ran, 32 failed; 24 x, 20 ok, 22 x, 21 ok
     assert (tp.stop_reason, tp.max_fit_batch, tp.oom_batch) == ("oom", 21, 22)
     assert [p.batch_size for p in tp.points] == [1, 2, 4, 8, 16, 20, 21]
-    assert tp.best_batch_size == 21                      # fixed time per call: biggest wins
+    # the best batch is the point with the most samples/s (a fixed time per call makes that the
+    # biggest on a quiet machine; under load one preempted sample can decide it, so the
+    # choice is checked, not which batch wins)
+    assert tp.best_batch_size == max(tp.points, key=lambda p: p.samples_per_s).batch_size
     for p in tp.points:
         m = p.measurement
         # samples/s = batches x batch / total measured time
@@ -118,7 +121,7 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
     assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
     assert tp.memory_before_bytes is None and tp.memory_restored is None   # CPU
     d = json.loads(json.dumps(tp.to_dict()))
-    assert d["best_batch_size"] == 21 and d["env"]["batch_size"] == 21
+    assert d["best_batch_size"] == tp.best_batch_size and d["env"]["batch_size"] == 21
     assert "samples/s" in repr(tp)
     assert model.training                                 # flag restored
 
