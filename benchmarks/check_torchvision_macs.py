@@ -53,24 +53,26 @@ def main(argv: list[str] | None = None) -> int:
     todo = list(cases(names))
     bar = progress_bar(len(todo), enabled=args.progress, desc="torchvision MACs", unit="model")
     say = getattr(bar, "write", print)  # tqdm.write keeps the bar below the lines
-    for name, w, crop, kwargs in todo:
-        bar.set_description(name)
-        t = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = get_model(name, weights=None, **kwargs).eval()
-            r = profile(model, (3, crop, crop), device=args.device, timing=False)
-        gmacs = r.totals["macs"] / 1e9
-        ok = round(gmacs, 3) == round(w.meta["_ops"], 3)
-        failures += not ok
-        lines.append(f"| {name} | {w.name} | {crop} | {w.meta['_ops']:.3f} | {gmacs:.3f} | "
-                     f"{'yes' if ok else 'NO'} |")
-        say(f"{name:24s} {w.name:28s} {crop:4d} published {w.meta['_ops']:9.3f} "
-            f"modelprof {gmacs:9.3f} {'ok' if ok else 'MISMATCH'} "
-            f"({time.perf_counter() - t:.1f} s)")
-        bar.update(1)
-        del model
-    bar.close()
+    try:  # the bar is closed also when a model fails or the run is interrupted
+        for name, w, crop, kwargs in todo:
+            bar.set_description(name)
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = get_model(name, weights=None, **kwargs).eval()
+                r = profile(model, (3, crop, crop), device=args.device, timing=False)
+            gmacs = r.totals["macs"] / 1e9
+            ok = round(gmacs, 3) == round(w.meta["_ops"], 3)
+            failures += not ok
+            lines.append(f"| {name} | {w.name} | {crop} | {w.meta['_ops']:.3f} | {gmacs:.3f} | "
+                         f"{'yes' if ok else 'NO'} |")
+            say(f"{name:24s} {w.name:28s} {crop:4d} published {w.meta['_ops']:9.3f} "
+                f"modelprof {gmacs:9.3f} {'ok' if ok else 'MISMATCH'} "
+                f"({time.perf_counter() - t:.1f} s)")
+            bar.update(1)
+            del model
+    finally:
+        bar.close()
     summary = (f"{len(lines) - 2 - failures} of {len(lines) - 2} match "
                f"(device {args.device}, torch {torch.__version__}, "
                f"torchvision {torchvision.__version__})")

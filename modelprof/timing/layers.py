@@ -523,9 +523,6 @@ def time_layers(
             pooled = float(np.median(sampled.samples_ms) - np.median(plain))
             per_call = min(float(np.median(paired)), pooled,
                            (inst.cpu_ms[0] - inst.cpu_ms[1]) / sampled.n)
-            import os
-            if os.environ.get("MP_DEBUG"):
-                print("DEBUG paired %.4f cpu %.4f" % (float(np.median(paired)), (inst.cpu_ms[0] - inst.cpu_ms[1]) / sampled.n), end=" ")
         else:
             per_call = float(sampled.samples_ms.min() - plain.min())
         per_call = max(0.0, per_call) / len(keys)
