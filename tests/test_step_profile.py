@@ -213,3 +213,26 @@ def test_cli_backward(tmp_path: Path, capsys: pytest.CaptureFixture):
     assert "optimizer FLOPs 3,080" in out
     assert main(["profile", f"{f}:narrow", "--no-timing", "--optimizer", "adamw"]) == 2
     assert "--optimizer needs --backward" in capsys.readouterr().err
+
+
+def test_step_in_another_dtype_counts_the_same_and_saves_twice_the_bytes():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    before = _snapshot(model)
+    r32 = profile(model, (8,), batch_size=2, backward=True, **COUNT)
+    r64 = profile(model, (8,), batch_size=2, backward=True, dtype=torch.float64, **FAST)
+    # backward MACs (batch 2): the first Linear's input needs no grad, so only its weight
+    # gradient, 2 x 8 x 16 = 256; the second Linear's input and weight gradients, 2 x (2 x 16 x 4)
+    # = 256 -> 512 whatever the dtype
+    assert r32.totals["backward_macs"] == r64.totals["backward_macs"] == 512
+    assert r64.dtype == "float64" and r64.backward_latency is not None
+    saved32 = r32.to_dataframe().set_index("module")["saved_bytes"]
+    saved64 = r64.to_dataframe().set_index("module")["saved_bytes"]
+    # the first Linear keeps its input (2 x 8 values), ReLU its output (2 x 16), which the second
+    # Linear shares: 64 and 128 bytes in float32, twice that in float64
+    assert (saved32["0"], saved32["1"], saved32["2"]) == (64, 128, 0)
+    assert (saved64["0"], saved64["1"], saved64["2"]) == (128, 256, 0)
+    # the user's model: still float32, the same values, no grads
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict(keep_vars=True).items())
+    assert all(p.grad is None for p in model.parameters())
