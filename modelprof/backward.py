@@ -38,7 +38,7 @@ from .formulas.registry import FormulaRegistry
 from .hooks import module_hooks, module_names
 from .inputs import ModelInputs, iter_tensors, map_tensors, model_placement, tensor_shape
 from .scope import CallRecord, Tracker
-from .static import StaticResult, _forward_error, forward_context
+from .static import StaticResult, _forward_error, counted_module, forward_context
 from .step import StepSpec
 
 __all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "count_step", "grad_leaves",
@@ -255,11 +255,7 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
                ) -> tuple[StaticResult, StepCost]:
     """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
     ``amp`` and ``memory_format`` as the static pass (``static.analyze``)."""
-    if amp is not None and inputs.device.type == "meta":
-        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
-                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
-                             "count the whole model in that dtype")
-    model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
+    model = counted_module(model, inputs, amp)
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
     model_name = type(model).__name__

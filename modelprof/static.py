@@ -25,7 +25,7 @@ from .execution import amp_context, grad_context, model_state
 from .scope import CallRecord, Tracker
 from .state import preserved_state, set_training
 
-__all__ = ["StaticResult", "analyze", "forward_context"]
+__all__ = ["StaticResult", "analyze", "counted_module", "forward_context"]
 
 
 @dataclasses.dataclass
@@ -81,6 +81,16 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
     return state
 
 
+def counted_module(model: nn.Module, inputs: ModelInputs, amp: torch.dtype | None) -> nn.Module:
+    """The module a counting pass runs (a ``torch.compile``'d model's original), after refusing
+    ``amp`` on the meta device (autocast acts on real devices only)."""
+    if amp is not None and inputs.device.type == "meta":
+        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
+                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
+                             "count the whole model in that dtype")
+    return getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
+
+
 def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             no_grad: bool = True, dtype_requested: torch.dtype | None = None,
             registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
@@ -90,11 +100,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     ``amp`` (an autocast dtype) and ``memory_format`` (channels_last) make the counted forward
     the one the timed passes run: the kernels and bytes follow the dtype and layout that run.
     """
-    if amp is not None and inputs.device.type == "meta":
-        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
-                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
-                             "count the whole model in that dtype")
-    model = getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
+    model = counted_module(model, inputs, amp)
     _refuse_lazy(model)
     names = module_names(model)
     tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
