@@ -237,12 +237,19 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     layers = time_layers(eager, mi, eval_mode=not training, no_grad=no_grad, options=layer_opts)
     cost = layers.hook_cost
     if cost is not None and cost.applied:
+        where = ("" if cost.source != "chain" else
+                 f", measured on a chain of empty modules: {layers.n} passes of the model were "
+                 "too few to measure it there")
         notes.append(f"per-layer times are corrected for the instrument's measured cost: "
                      f"{cost.per_call_ms * 1e3:.2f} us per hooked call "
-                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)")
+                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span{where})")
     else:
         notes.append("per-layer times are as read (correct_overhead=False): they include the "
                      "instrument's own cost")
+    if layers.undersampled:            # time_layers warned, naming n
+        notes.append(f"the time budget allowed only {layers.n} per-layer pass"
+                     f"{'es' if layers.n != 1 else ''} (min_samples={layers.min_samples}): "
+                     "the per-layer medians rest on that many; raise budget_s")
     if layers.foreign_calls:
         # the static table ignores other threads' calls; the times cannot: they shared the device
         ran_elsewhere = (f"another thread called the model's modules {layers.foreign_calls} "

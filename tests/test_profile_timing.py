@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, profile
+from modelprof.timing import FewSamplesWarning
 from modelprof.timing.calibration import Spin, spin, spin_model
 
 pytestmark = pytest.mark.filterwarnings(
@@ -162,6 +163,19 @@ def test_leaf_rows_add_up_to_the_plain_forward(make, thread_cpu_clock):
     for p, cs in kids.items():
         assert (lt.samples[p] - sum(lt.samples[c] for c in cs) >= -1e-9).all(), p
     assert any("corrected for the instrument's measured cost" in n for n in r.timing_notes)
+
+
+def test_a_budget_too_small_for_the_per_layer_passes_is_said_in_the_report():
+    # a 20 ms spin layer with budget_s=0.05: the per-layer passes stop after one or two, below
+    # min_samples=10; the report's notes name n and where the hooks' cost then came from
+    model = spin_model((20.0,))
+    with pytest.warns(FewSamplesWarning, match="per-layer"):
+        r = profile(model, (4,), warmup=1, budget_s=0.05)
+    lt = r.layer_timing
+    assert lt.undersampled and lt.n < 10
+    notes = " ".join(r.timing_notes)
+    assert f"allowed only {lt.n} per-layer pass" in notes and "min_samples=10" in notes
+    assert "chain of empty modules" in notes and lt.hook_cost.source == "chain"
 
 
 def test_contradicting_batch_size_with_inputs_is_an_error_naming_both():

@@ -3,6 +3,8 @@ correction in closed form and on spins, keys and call indices, no hooks left, pe
 with fake allocator statistics."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.inputs import make_inputs
-from modelprof.timing import LayerTiming, MemoryStats, time_layers
+from modelprof.timing import FewSamplesWarning, LayerTiming, MemoryStats, time_layers
 from modelprof.timing.calibration import spin_model
 from modelprof.timing.clock import CpuClock
 from modelprof.timing.layers import HookCost, calibrate_hooks
@@ -326,3 +328,38 @@ def test_peak_memory_nesting_with_fake_allocator():
         ("b", 1): 1150,       # 1100 + 50
     }
     assert lt.warmup == 1 + 1 + 1                             # discovery + warm-up + memory pass
+
+
+def test_a_budget_that_stops_the_passes_early_warns_and_takes_the_chain_cost(monkeypatch):
+    # a 20 ms spin with a 0.05 s budget: one or two instrumented passes (each with a plain pass
+    # beside it), far below min_samples=10. A difference of so few passes is noise (under load
+    # it once read 205 us per call where the instrument costs ~9 us), so the hooks' cost comes
+    # from the calibration chain, given here: per call 7 us, 2 us of it inside a span.
+    chain = HookCost(per_call_ms=0.007, self_ms=0.002, source="chain")
+    monkeypatch.setattr("modelprof.timing.layers.calibrate_hooks", lambda clock: chain)
+    model = spin_model((20.0,))
+    with pytest.warns(FewSamplesWarning) as rec:
+        lt = time_layers(model, make_inputs(model, (4,)), warmup=1, budget_s=0.05)
+    assert lt.stop_reason == "budget" and lt.n < 10
+    assert lt.undersampled and lt.min_samples == 10
+    few = [w for w in rec if issubclass(w.category, FewSamplesWarning)]
+    assert len(few) == 1 and f"n={lt.n} sample" in str(few[0].message)
+    assert lt.hook_cost.source == "chain"
+    assert lt.hook_cost.per_call_ms == pytest.approx(0.007, rel=1e-12)
+    assert lt.hook_cost.self_ms == pytest.approx(0.002, rel=1e-12)
+    assert lt.env["hook_cost"]["source"] == "chain"
+
+
+def test_enough_passes_measure_the_hook_cost_on_the_model_and_do_not_warn(monkeypatch):
+    # 30 passes (>= 10): the cost is the model's own; repeat= asks for the count, so there is
+    # no minimum to fall short of
+    chain = HookCost(per_call_ms=0.007, self_ms=0.002, source="chain")
+    monkeypatch.setattr("modelprof.timing.layers.calibrate_hooks", lambda clock: chain)
+    model = spin_model((0.2, 0.3))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=30)
+    assert lt.n == 30
+    assert lt.hook_cost.source == "model" and not lt.undersampled and lt.min_samples is None
+    assert lt.hook_cost.self_ms <= lt.hook_cost.per_call_ms
+    assert not [w for w in rec if issubclass(w.category, FewSamplesWarning)]
