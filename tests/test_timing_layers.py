@@ -3,6 +3,7 @@ correction in closed form and on spins, keys and call indices, no hooks left, pe
 with fake allocator statistics."""
 from __future__ import annotations
 
+import gc
 import warnings
 
 import numpy as np
@@ -363,3 +364,46 @@ def test_enough_passes_measure_the_hook_cost_on_the_model_and_do_not_warn(monkey
     assert lt.hook_cost.source == "model" and not lt.undersampled and lt.min_samples is None
     assert lt.hook_cost.self_ms <= lt.hook_cost.per_call_ms
     assert not [w for w in rec if issubclass(w.category, FewSamplesWarning)]
+
+
+class _SeesGc(nn.Module):
+    """Records, per forward, whether Python's cyclic collector was on; raises on call ``fail``."""
+
+    def __init__(self, fail: int | None = None) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+        self.fail = fail
+
+    def forward(self, x):
+        self.seen.append(gc.isenabled())
+        if self.fail is not None and len(self.seen) == self.fail:
+            raise RuntimeError("boom")
+        return x
+
+
+def test_the_collector_is_paused_while_passes_are_sampled_and_restored_after():
+    # discovery + 1 warm-up step (one instrumented, one plain pass) run with it on; the 20
+    # sampled instrumented passes and their 20 plain passes with it off; no memory pass here
+    inner = _SeesGc()
+    model = nn.Sequential(inner)
+    assert gc.isenabled()
+    time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=20, correct_overhead=False)
+    assert gc.isenabled()
+    assert inner.seen[:3] == [True] * 3 and len(inner.seen) == 3 + 2 * 20
+    assert not any(inner.seen[3:])
+    # a forward that raises mid-sampling: the collector comes back on all the same
+    failing = _SeesGc(fail=5)
+    model = nn.Sequential(failing)
+    with pytest.raises(ModelProfError, match="boom"):
+        time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=20, correct_overhead=False)
+    assert gc.isenabled() and failing.seen[-1] is False
+
+
+def test_a_collector_the_user_turned_off_stays_off():
+    model = nn.Sequential(_SeesGc())
+    gc.disable()
+    try:
+        time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=3, correct_overhead=False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

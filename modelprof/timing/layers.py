@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -311,25 +312,29 @@ class _Instrument:
         self.forward()
 
     def sample_block(self, k: int) -> np.ndarray:
-        """``k`` instrumented passes, each followed by its one synchronize, then ``k`` plain
-        passes of the same model (so the instrument's cost is measured under the same load);
+        """``k`` instrumented passes, each followed by its one synchronize and then by one plain
+        pass of the same model (so the instrument's cost is measured under the same load, pass
+        beside pass: a change of the machine's pace within a block reaches both kinds alike);
         returns the instrumented pass durations (ms)."""
         out = np.empty(k)
+        plain = np.empty(k)
         n, cpu, cpu_ms = self.n, time.thread_time_ns, self.cpu_ms
-        with self.hooked():
-            for p in range(k):
+        forward, time_plain = [self.forward], self.clock.time
+        for p in range(k):
+            with self.hooked():
                 c0 = cpu()
                 self.run()
                 if cpu_ms is not None:
                     cpu_ms[0] += (cpu() - c0) / 1e6
                 self.stamps.sync()                      # the one synchronize of this pass
-                d = self.stamps.elapsed_ms(self.starts, self.ends)
-                self.rows.append(d[:n])
-                out[p] = d[n]
-        c0 = cpu()
-        self.plain.append(self.clock.time([self.forward], k)[:, 0])
-        if cpu_ms is not None:
-            cpu_ms[1] += (cpu() - c0) / 1e6
+            d = self.stamps.elapsed_ms(self.starts, self.ends)
+            self.rows.append(d[:n])
+            out[p] = d[n]
+            c0 = cpu()
+            plain[p] = time_plain(forward, 1)[0, 0]
+            if cpu_ms is not None:
+                cpu_ms[1] += (cpu() - c0) / 1e6
+        self.plain.append(plain)
         return out
 
 
@@ -404,6 +409,22 @@ def calibrate_hooks(clock: Clock, passes: int = 40) -> HookCost:
     per_call = max(per_call, 0.0)
     self_ms = min(max(self_ms, 0.0), per_call)
     return HookCost(per_call, self_ms, applied=True, source="chain")
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic collector off while the instrumented and plain passes alternate (as
+    ``timeit`` does): the hooks allocate, so its pauses land on the instrumented passes more
+    often, and one pause costs more the larger the process's heap (a gen-2 collection in a
+    test process holding millions of objects: tens of ms), all of it charged to the layers and
+    to the instrument's cost. Reference counting still frees everything acyclic meanwhile."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
@@ -500,7 +521,8 @@ def time_layers(
             n_warm, est = warm_up(inst.warm_step, opts.warmup, already_warm, clock.sync)
             with sampling_bar(opts.stop, enabled=opts.progress,
                               desc=f"per-layer {type(model).__name__}") as bar:
-                sampled = collect(inst.sample_block, opts.stop, est, on_block=bar)
+                with gc_paused():
+                    sampled = collect(inst.sample_block, opts.stop, est, on_block=bar)
             n_warm += 1
             peaks = None
             if memory_stats is not False:
