@@ -33,7 +33,8 @@ def model_state(model: Any, eval_mode: bool) -> Iterator[None]:
         yield
     finally:
         for m, flag in flags:
-            m.training = flag
+            if m.training is not flag:   # nn.Module.__setattr__ is slow: only what changed
+                m.training = flag
 
 
 def grad_context(no_grad: bool) -> contextlib.AbstractContextManager:

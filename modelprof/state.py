@@ -87,8 +87,20 @@ def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | N
     return ptr or None
 
 
+_PLAIN = (torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else \
+    (torch.Tensor, nn.Parameter)
+
+
 def _layout(t: torch.Tensor) -> tuple:
     """Storage, shape, strides, offset, dtype, device: what ``p.data = other`` changes."""
+    if type(t) in _PLAIN:      # dense tensors, the common case (called twice per tensor): direct
+        device = t.device
+        if device.type != "meta":
+            try:
+                return (t.untyped_storage().data_ptr() or None,
+                        (t.shape, t.stride(), t.storage_offset()), t.dtype, device)
+            except (RuntimeError, NotImplementedError, TypeError):
+                pass           # nested tensors (no strides): as below
     try:
         geometry: tuple = (t.shape, t.stride(), t.storage_offset())
     except (RuntimeError, NotImplementedError, TypeError):
@@ -197,6 +209,12 @@ class StateGuard:
         self._grads: list[tuple[nn.Parameter, torch.Tensor | None]] = []
         self.unrestored: list[str] = []
         self.restored: list[str] = []
+        #: what the walk saw on the way, for callers that would otherwise walk the model again:
+        #: the lazy (uninitialised) parameters and buffers by name, and the distinct tensors in
+        #: parameter slots (as ``model.parameters()``, lazy ones left out)
+        self.lazy: list[str] = []
+        self.parameters: list[torch.Tensor] = []
+        params_seen: set[int] = set()
         seen: dict[int, _Tracked] = {}
         buffers: list[_Tracked] = []
         for prefix, m in model.named_modules(remove_duplicate=True):
@@ -214,8 +232,16 @@ class StateGuard:
                                              tuple(map(id, attrs.values())), tuple(empty)))
             for kind, table in (("param", m._parameters), ("buffer", m._buffers)):
                 for key, t in table.items():
-                    if t is None or id(t) in seen or is_lazy(t):
-                        continue  # lazy: no values yet (the slot itself is restored)
+                    if t is None:
+                        continue
+                    if is_lazy(t):  # no values yet (the slot itself is restored)
+                        self.lazy.append(f"{prefix}.{key}" if prefix else key)
+                        continue
+                    if kind == "param" and id(t) not in params_seen:
+                        params_seen.add(id(t))
+                        self.parameters.append(t)
+                    if id(t) in seen:
+                        continue
                     tr = self._track(f"{prefix}.{key}" if prefix else key, t)
                     seen[id(t)] = tr
                     if kind == "buffer":
@@ -384,7 +410,10 @@ def preserved_state(model: Any, **options: Any) -> Iterator[StateGuard | None]:
 def set_training(model: nn.Module, mode: bool) -> None:
     """``model.train(mode)``; where the model refuses it (a ``torch.export`` module raises
     NotImplementedError: its graph is fixed, the flag changes nothing it computes), the flags
-    are set directly, as ``nn.Module.train`` would."""
+    are set directly, as ``nn.Module.train`` would. Nothing is called when every module is
+    in that mode already (the common eval case; ``train()`` recurses in Python)."""
+    if all(m.training is mode for m in model.modules()):
+        return
     try:
         model.train(mode)
     except NotImplementedError:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import Counter
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parameter import is_lazy
 
 from .counter import OpCounter, OpStats
 from .errors import ModelProfError
@@ -101,12 +102,13 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     the one the timed passes run: the kernels and bytes follow the dtype and layout that run.
     """
     model = counted_module(model, inputs, amp)
-    _refuse_lazy(model)
     names = module_names(model)
     tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     # the guard is the caller's when profile() holds one; the counter calls its copy on first
-    # write before each op, from inside its own dispatch (the copies are not counted)
+    # write before each op, from inside its own dispatch (the copies are not counted). Its walk
+    # of the model also gives the lazy tensors and the parameters (one walk, not three).
     with preserved_state(model) as guard:
+        _refuse_lazy(guard.lazy)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
             state = _state_for(model, inputs, training=training,
@@ -128,27 +130,29 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     records = tracker.records
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
-    distinct = {id(p): p.numel() for p in model.parameters()}
-    distinct.update(packed_parameters(model))
+    distinct = {id(p): p.numel() for p in guard.parameters}
+    distinct.update(packed_parameters(ms.attrs for ms in guard.modules))
     return StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
 
 
-def packed_parameters(model: nn.Module) -> dict[int, int]:
+def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
     """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes,
-    no ``nn.Parameter``), by object id: they are the model's parameters too."""
+    no ``nn.Parameter``), by object id: they are the model's parameters too. ``attributes``:
+    each module's ``__dict__`` (as the state guard keeps them)."""
     found: dict[int, int] = {}
-    for module in model.modules():
-        for value in vars(module).values():
-            if isinstance(value, torch.ScriptObject) and id(value) not in found:
+    script_object = torch.ScriptObject
+    for attrs in attributes:
+        for value in attrs.values():
+            if isinstance(value, script_object) and id(value) not in found:
                 tensors = packed_weights(value)
                 if tensors:
                     found[id(value)] = sum(t.numel() for t in tensors)
     return found
 
 
-def _refuse_lazy(model: nn.Module) -> None:
-    """A forward would materialise lazy parameters *and buffers* in the user's model."""
-    lazy = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if is_lazy(t)]
+def _refuse_lazy(lazy: list[str]) -> None:
+    """A forward would materialise lazy parameters *and buffers* (these names) in the user's
+    model."""
     if lazy:
         raise ModelProfError(f"the model has uninitialised lazy parameters or buffers "
                              f"({lazy[0]!r}{' and more' if len(lazy) > 1 else ''}): run one "
