@@ -171,12 +171,11 @@ class HookCost:
 
     ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (both hooks,
     the hooked call path, the stamps, and what they do to the speed of the ops around them):
-    in ``time_layers``, from passes of the model itself interleaved block by block with plain
-    ones: on the CPU the smaller of the median over blocks of (instrumented - plain block
-    median) and the pooled (instrumented - plain median), per call, bounded by the difference
-    in thread CPU time; elsewhere (fastest instrumented - fastest plain pass) / calls. With
-    fewer than ten instrumented passes (a time budget that stopped them early) a difference of
-    one or two passes is mostly noise, and the calibration chain's per-call cost stands in
+    in ``time_layers``, from passes of the model itself, each followed by a plain pass:
+    (median instrumented - median plain pass) / calls, on the CPU bounded by the same
+    difference in thread CPU time. With fewer than ten instrumented passes (a time budget that
+    stopped them early) a difference of one or two passes is mostly noise, and the calibration
+    chain's per-call cost stands in
     (``source="chain"``). ``self_ms``: the part inside a call's own span
     (after its start stamp, before its end stamp), calibrated on a chain of empty modules
     (``calibrate_hooks``).
@@ -266,9 +265,10 @@ class _Instrument:
         self.ends = list(range(n, 2 * n)) + [2 * n + 1]
         self.rows: list[np.ndarray] = []
         self.passes: list[float] = []
-        # on the CPU, the thread CPU time of all instrumented and all plain passes, in ms: time
+        # on the CPU, the thread CPU time of each instrumented and each plain pass, in ms: time
         # spent descheduled does not enter it (see time_layers' hook cost)
-        self.cpu_ms: list[float] | None = [0.0, 0.0] if clock.device.type == "cpu" else None
+        self.cpu_ms: tuple[list[float], list[float]] | None = (
+            ([], []) if clock.device.type == "cpu" else None)
 
     def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
         i, n, expected = self.counter, self.n, self.plan.modules
@@ -319,21 +319,29 @@ class _Instrument:
         out = np.empty(k)
         plain = np.empty(k)
         n, cpu, cpu_ms = self.n, time.thread_time_ns, self.cpu_ms
-        forward, time_plain = [self.forward], self.clock.time
+        forward, time_plain, perf = self.forward, self.clock.time, time.perf_counter_ns
         for p in range(k):
             with self.hooked():
                 c0 = cpu()
                 self.run()
-                if cpu_ms is not None:
-                    cpu_ms[0] += (cpu() - c0) / 1e6
+                c1 = cpu()
                 self.stamps.sync()                      # the one synchronize of this pass
             d = self.stamps.elapsed_ms(self.starts, self.ends)
             self.rows.append(d[:n])
             out[p] = d[n]
-            c0 = cpu()
-            plain[p] = time_plain(forward, 1)[0, 0]
-            if cpu_ms is not None:
-                cpu_ms[1] += (cpu() - c0) / 1e6
+            if cpu_ms is None:
+                plain[p] = time_plain([forward], 1)[0, 0]
+                continue
+            # the CPU clock's reading inline, so that the thread CPU time beside it spans the
+            # same work as the instrumented pass's (run(): its two stamps and the forward)
+            c2 = cpu()
+            t0 = perf()
+            forward()
+            t1 = perf()
+            c3 = cpu()
+            plain[p] = (t1 - t0) / 1e6
+            cpu_ms[0].append((c1 - c0) / 1e6)
+            cpu_ms[1].append((c3 - c2) / 1e6)
         self.plain.append(plain)
         return out
 
@@ -366,7 +374,7 @@ def _chain() -> nn.Module:
     return nn.Sequential(*(_Empty() for _ in range(_CALIBRATION_CALLS)))
 
 
-def calibrate_hooks(clock: Clock, passes: int = 40) -> HookCost:
+def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
     """Measure the instrument's own cost on a chain of empty modules, in this process.
 
     ``per_call_ms`` = (instrumented pass - plain pass) / calls, the passes interleaved so that
@@ -543,32 +551,24 @@ def time_layers(
     raw = np.vstack(inst.rows)
     plain = np.concatenate(inst.plain)
     if calibrated is not None:       # the model's own cost per call, the inside part calibrated
-        # On a loaded machine preemption only ever lengthens a pass, and the longer instrumented
-        # pass collects more of it, so a difference of medians overstates the cost (2-20x,
-        # measured on this loaded 2-core VM). On the CPU the thread CPU time, which time spent
-        # descheduled does not enter, bounds it; under that bound the smaller of two differences
-        # of medians is the estimate: paired by block (instrumented vs plain passes of the same
-        # block) and pooled over all blocks. Both overstate the cost when noise lands on the
-        # instrumented passes (with ten-odd blocks the paired median alone was 30 % high in 2 of
-        # 16 runs on a VM whose pace changed within blocks); their minimum put the corrected pass
-        # within 0.996-1.08 of the plain one in 16 of 16 runs there, where the difference of the
-        # fastest passes scattered it by +-10 % (the instrumented pass's spread enters it).
-        # Elsewhere (CUDA events) the fastest passes of each kind give it.
-        blocks = sampled.blocks
+        # Each instrumented pass is followed by its plain pass, so a change of the machine's
+        # pace reaches both kinds alike; the estimate is (median instrumented - median plain),
+        # the difference that makes the corrected pass's median the plain pass's. On a loaded
+        # machine preemption lands more often on the longer, instrumented pass and overstates
+        # it, so on the CPU the same difference of thread CPU time (which time spent
+        # descheduled does not enter) bounds it. Medians of blocks of k instrumented then k
+        # plain passes, with a bound from the mean CPU time, put the corrected leaf sum of 200
+        # Linear(16, 16) at 0.78-1.08 of the plain pass on this project's VM; this, 0.94-0.99
+        # (benchmarks/leaf_sum.py). With fewer than ten passes the difference is mostly noise
+        # (one pass pair under load read 205 us per call where the hooks cost ~5, and zeroed 16
+        # rows of resnet18): the calibration chain's cost stands in.
         if sampled.n < _MIN_COST_PASSES:
-            # A difference of one or two passes is mostly noise: under load it once read 205 us
-            # per call (the chain's ~9 us), and the over-correction zeroed 16 rows. The empty
-            # chain's cost, measured over its own 40 interleaved passes, stands in for it.
             per_call, source = calibrated.per_call_ms * len(keys), "chain"
-        elif inst.cpu_ms is not None:
-            paired = [np.median(sampled.samples_ms[blocks == b]) - np.median(plain[blocks == b])
-                      for b in np.unique(blocks)]
-            pooled = float(np.median(sampled.samples_ms) - np.median(plain))
-            per_call = min(float(np.median(paired)), pooled,
-                           (inst.cpu_ms[0] - inst.cpu_ms[1]) / sampled.n)
-            source = "model"
         else:
-            per_call, source = float(sampled.samples_ms.min() - plain.min()), "model"
+            per_call, source = float(np.median(sampled.samples_ms) - np.median(plain)), "model"
+            if inst.cpu_ms is not None:
+                cpu_inst, cpu_plain = inst.cpu_ms
+                per_call = min(per_call, float(np.median(cpu_inst) - np.median(cpu_plain)))
         per_call = max(0.0, per_call) / len(keys)
         hook_cost = HookCost(per_call, min(calibrated.self_ms, per_call), applied=True,
                              source=source)
