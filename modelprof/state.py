@@ -17,7 +17,8 @@ only what is cheap or known to be written:
 
   * buffers are cloned up front when they are small in total (``BUFFER_COPY_LIMIT_BYTES``,
     default 64 MiB: batch-norm statistics, counters, masks) — buffers are where forwards keep
-    state, and some ops write them without saying so in their schema (``native_batch_norm``);
+    state, and the timed passes, which are not watched, may write one the first pass did not.
+    ``profile(timing=False)`` (one forward, every op watched) passes a limit of 0;
   * everything else (parameters, large buffers, gradients) is copied *on first write*, by
     :meth:`StateGuard.write_hook`, which the op counter calls before every op of the static
     pass (the first forward of ``profile``; :meth:`StateGuard.watch_writes` is the same as a

@@ -323,3 +323,23 @@ def test_guard_costs_no_copy_of_parameters() -> None:
         warnings.simplefilter("error")
         guard.restore()
     assert guard.restored == []
+
+
+def test_a_static_profile_copies_only_what_its_one_watched_forward_writes(monkeypatch) -> None:
+    # timing=False runs one forward, every op of it watched: the buffer it increments is copied
+    # just before the write (copy on first write), the batch-norm statistics it does not write
+    # (eval mode) are not copied at all — and the model comes back as it went in
+    built: list[StateGuard] = []
+    real_init = StateGuard.__init__
+
+    def spy(self, *a, **k):
+        real_init(self, *a, **k)
+        built.append(self)
+    monkeypatch.setattr(StateGuard, "__init__", spy)
+    calls = CallCount()
+    model = nn.Sequential(Counting(calls), nn.BatchNorm1d(4)).eval()
+    profile(model, (4,), timing=False)
+    assert calls.n == 1 and model[0].n.item() == 0
+    (guard,) = built
+    copied = {t.name for t in guard.tracked if t.snapshot is not None}
+    assert copied == {"0.n"} and guard.restored == ["0.n"]
