@@ -1,11 +1,12 @@
 """Cost of the static analysis: ``profile(..., timing=False)`` over ``FlopCounterMode``.
 
-    python benchmarks/static_speed.py [--reps 7]
+    python benchmarks/static_speed.py [--reps 21]
 
 Both run one forward of the same model on the same input, in the same process, interleaved, on
-the CPU (batch 1, eval, no_grad); the printed ratio (medians) must stay <= 1.0 — modelprof's
-decomposition fallback, higher-order-operator handling and per-call records included. A bare
-forward is timed too, to show what each costs on top of the compute.
+the CPU (batch 1, eval, no_grad); the printed ratio (paired by round, with its 95 % interval)
+must stay <= 1.0 — modelprof's decomposition fallback, higher-order-operator handling, per-call
+records and the state guard included. A bare forward is timed too, to show what each costs on
+top of the compute.
 """
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
 from modelprof import profile
+from modelprof.timing.stats import paired_ratio
 
 LIMIT = 1.0  # modelprof / FlopCounterMode, medians
 
@@ -55,17 +58,19 @@ def bench(name: str, reps: int) -> tuple[float, str]:
         for key, fn in (("bare", bare), ("flop_counter", flop_counter), ("modelprof", modelprof)):
             times[key].append(_time(fn))
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    # paired: each round's modelprof / FlopCounterMode, run back to back (drift cancels)
-    ratio = statistics.median(m / f for m, f in zip(times["modelprof"], times["flop_counter"]))
+    # paired: each round's modelprof / FlopCounterMode, run back to back (drift cancels); the
+    # estimator compare() uses (20 %-trimmed mean of the per-round log ratios, Yuen's interval)
+    ratio, low, high = paired_ratio(np.array(times["modelprof"]),
+                                    np.array(times["flop_counter"]), 0.95)
     return ratio, (f"{name:10s} bare forward {med['bare']:8.1f} ms | FlopCounterMode "
                    f"{med['flop_counter']:8.1f} ms | modelprof {med['modelprof']:8.1f} ms | "
-                   f"modelprof / FlopCounterMode = {ratio:.2f} | modelprof / bare = "
-                   f"{med['modelprof'] / med['bare']:.2f}")
+                   f"modelprof / FlopCounterMode = {ratio:.3f} (95 % CI {low:.3f}-{high:.3f}) | "
+                   f"modelprof / bare = {med['modelprof'] / med['bare']:.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--out", default=None, help="also write static_speed.txt to this directory")
     args = ap.parse_args()
     lines: list[str] = []
@@ -75,7 +80,7 @@ def main() -> None:
         print(text, flush=True)
 
     say(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.reps} "
-        f"(ratio: median of the paired per-round ratios); load average before "
+        f"(ratio: trimmed mean of the paired per-round log ratios); load average before "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ratios = []
     for name in ("resnet50", "vit_b_16"):
@@ -83,7 +88,7 @@ def main() -> None:
         ratios.append(ratio)
         say(line)
     worst = max(ratios)
-    say(f"worst ratio {worst:.2f} (limit {LIMIT}): {'PASS' if worst <= LIMIT else 'FAIL'}; "
+    say(f"worst ratio {worst:.3f} (limit {LIMIT}): {'PASS' if worst <= LIMIT else 'FAIL'}; "
         f"load average after {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.out:
         out = Path(args.out)
