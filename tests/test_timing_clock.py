@@ -136,3 +136,6 @@ def test_layer_events_sync_once_per_forward_pass(fake_cuda, monkeypatch):
     raw = lt.raw_samples
     assert (raw[("0", 1)] >= 0.5 - 1e-6).all() and (raw[("1", 1)] >= 1.0 - 1e-6).all()
     assert (raw[("", 1)] >= raw[("0", 1)] + raw[("1", 1)]).all()   # the parent spans both
+    # the empty-module chain is a host-side calibration, not run on CUDA: even 6 passes (below
+    # the 10 that make the CPU fall back to it) measure the hooks' cost on the model
+    assert lt.hook_cost.applied and lt.hook_cost.source == "model"

@@ -174,8 +174,9 @@ class HookCost:
     in ``time_layers``, from passes of the model itself, each followed by a plain pass:
     (median instrumented - median plain pass) / calls, on the CPU bounded by the same
     difference in thread CPU time. With fewer than ten instrumented passes (a time budget that
-    stopped them early) a difference of one or two passes is mostly noise, and the calibration
-    chain's per-call cost stands in
+    stopped them early) a difference of one or two passes is mostly noise, and on the CPU the
+    calibration chain's per-call cost stands in (on CUDA the chain is not run: the model's
+    passes are all there is)
     (``source="chain"``). ``self_ms``: the part inside a call's own span
     (after its start stamp, before its end stamp), calibrated on a chain of empty modules
     (``calibrate_hooks``).
@@ -562,7 +563,7 @@ def time_layers(
         # (benchmarks/leaf_sum.py). With fewer than ten passes the difference is mostly noise
         # (one pass pair under load read 205 us per call where the hooks cost ~5, and zeroed 16
         # rows of resnet18): the calibration chain's cost stands in.
-        if sampled.n < _MIN_COST_PASSES:
+        if sampled.n < _MIN_COST_PASSES and calibrated.applied:   # (CUDA: no chain to ask)
             per_call, source = calibrated.per_call_ms * len(keys), "chain"
         else:
             per_call, source = float(np.median(sampled.samples_ms) - np.median(plain)), "model"
