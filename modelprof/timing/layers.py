@@ -175,10 +175,9 @@ class HookCost:
     (median instrumented - median plain pass) / calls, on the CPU bounded by the same
     difference in thread CPU time. With fewer than ten instrumented passes (a time budget that
     stopped them early) a difference of one or two passes is mostly noise, and on the CPU the
-    calibration chain's per-call cost stands in (on CUDA the chain is not run: the model's
-    passes are all there is)
-    (``source="chain"``). ``self_ms``: the part inside a call's own span
-    (after its start stamp, before its end stamp), calibrated on a chain of empty modules
+    calibration chain's per-call cost stands in (``source="chain"``; on CUDA the chain is not
+    run and the model's passes are all there is). ``self_ms``: the part inside a call's own
+    span (after its start stamp, before its end stamp), calibrated on a chain of empty modules
     (``calibrate_hooks``).
 
     A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` for each call
