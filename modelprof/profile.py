@@ -17,7 +17,7 @@ from .execution import to_channels_last
 from .formulas.registry import FormulaRegistry
 from .inputs import ModelInputs, copy_model, make_inputs, moved_model, parse_dtype
 from .report import Report
-from .state import BUFFER_COPY_LIMIT_BYTES, preserved_state
+from .state import preserved_state
 from .static import analyze
 from .table import Row, build_rows
 from .timing.options import TimingOptions
@@ -76,12 +76,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     opts = TimingOptions.parse(options, **timing_options)
     step_spec = _step_spec(backward, loss_fn, target, optimizer, opts)
     dtype_requested = parse_dtype(dtype)
-    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py).
-    # Small buffers are copied up front for the timed passes, which are not watched; a static
-    # pass alone is one forward with every op watched (copy on first write), so it needs none
-    copy_limit = BUFFER_COPY_LIMIT_BYTES if timing or step_spec is not None else 0
-    with preserved_state(model, buffer_copy_limit_bytes=copy_limit), \
-            contextlib.ExitStack() as rng_scope:
+    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py)
+    with preserved_state(model), contextlib.ExitStack() as rng_scope:
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                          dtype=dtype_requested)
         # the model's own random ops (train-mode dropout) in every pass, the static one

@@ -17,8 +17,7 @@ only what is cheap or known to be written:
 
   * buffers are cloned up front when they are small in total (``BUFFER_COPY_LIMIT_BYTES``,
     default 64 MiB: batch-norm statistics, counters, masks) — buffers are where forwards keep
-    state, and the timed passes, which are not watched, may write one the first pass did not.
-    ``profile(timing=False)`` (one forward, every op watched) passes a limit of 0;
+    state, and some ops write them without saying so in their schema (``native_batch_norm``);
   * everything else (parameters, large buffers, gradients) is copied *on first write*, by
     :meth:`StateGuard.write_hook`, which the op counter calls before every op of the static
     pass (the first forward of ``profile``; :meth:`StateGuard.watch_writes` is the same as a
@@ -408,12 +407,16 @@ def preserved_state(model: Any, **options: Any) -> Iterator[StateGuard | None]:
         guard.restore()
 
 
+_MODULE_TRAIN = nn.Module.train
+
+
 def set_training(model: nn.Module, mode: bool) -> None:
     """``model.train(mode)``; where the model refuses it (a ``torch.export`` module raises
     NotImplementedError: its graph is fixed, the flag changes nothing it computes), the flags
     are set directly, as ``nn.Module.train`` would. Nothing is called when every module is
-    in that mode already (the common eval case; ``train()`` recurses in Python)."""
-    if all(m.training is mode for m in model.modules()):
+    in that mode already and none overrides ``train`` (the common eval case; ``train()``
+    recurses in Python, and an override may do more than set flags: freeze a batch norm)."""
+    if all(m.training is mode and type(m).train is _MODULE_TRAIN for m in model.modules()):
         return
     try:
         model.train(mode)

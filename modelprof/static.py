@@ -106,9 +106,8 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     # the guard is the caller's when profile() holds one; the counter calls its copy on first
     # write before each op, from inside its own dispatch (the copies are not counted). Its walk
-    # of the model also gives the lazy tensors and the parameters (one walk, not three). Every
-    # op of this one forward is watched, so no buffer needs copying up front.
-    with preserved_state(model, buffer_copy_limit_bytes=0) as guard:
+    # of the model also gives the lazy tensors and the parameters (one walk, not three).
+    with preserved_state(model) as guard:
         _refuse_lazy(guard.lazy)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
