@@ -241,8 +241,8 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
                  f", measured on a chain of empty modules: {layers.n} passes of the model were "
                  "too few to measure it there")
         notes.append(f"per-layer times are corrected for the instrument's measured cost: "
-                     f"{cost.per_call_ms * 1e3:.2f} us per hooked call "
-                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span{where})")
+                     f"{cost.per_call_ms * 1e3:.2f} us per hooked call{where} "
+                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)")
     else:
         notes.append("per-layer times are as read (correct_overhead=False): they include the "
                      "instrument's own cost")

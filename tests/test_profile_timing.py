@@ -130,7 +130,7 @@ def test_leaf_rows_add_up_to_the_plain_forward(make, thread_cpu_clock):
     # uncorrected, the instrumented pass of 200 Linear(16, 16) takes ~1.7-2x the plain one and
     # its leaf spans add up to ~1.2-1.3x it: each leaf holds part of the hooks' cost and the
     # slowdown they cause around them. The reference is the plain passes interleaved with the
-    # instrumented ones, block by block (the same process, the same clock, the same moments).
+    # instrumented ones, pass beside pass (the same process, the same clock, the same moments).
     # Pass by pass, the corrected leaf spans must add up to it within 10 % (benchmarks/
     # leaf_sum.py: 0.948-0.996 in 24 runs on a noisy 2-core VM).
     torch.manual_seed(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.inputs import make_inputs
 from modelprof.timing import FewSamplesWarning, LayerTiming, MemoryStats, time_layers
-from modelprof.timing.calibration import spin_model
+from modelprof.timing.calibration import Spin, spin_model
 from modelprof.timing.clock import CpuClock
 from modelprof.timing.layers import HookCost, calibrate_hooks
 
@@ -407,3 +408,52 @@ def test_a_collector_the_user_turned_off_stays_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class _MakesCycles(nn.Module):
+    """Each forward leaves one reference cycle behind (freed only by the cyclic collector) and
+    records how many of them are alive at that moment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spin = Spin(2.0)
+        self.alive: weakref.WeakSet = weakref.WeakSet()
+        self.counts: list[int] = []
+
+    def forward(self, x):
+        node = _Node()
+        node.me = node
+        self.alive.add(node)
+        self.counts.append(len(self.alive))
+        return self.spin(x)
+
+
+class _Node:
+    me: object = None
+
+
+def test_cycles_made_by_the_forward_do_not_pile_up_while_the_collector_is_paused():
+    # 40 instrumented + 40 plain passes of ~2 ms come in blocks of ~0.1 s: the youngest
+    # generation is collected after each block, so at most the cycles of one block (2 per
+    # pass: instrumented and plain) plus those of the discovery and warm-up passes (3, made
+    # while the collector ran, perhaps not yet collected) are alive at once, not all 80
+    model = _MakesCycles()
+    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=40,
+                     correct_overhead=False)
+    largest_block = int(np.bincount(lt.blocks).max())
+    assert np.unique(lt.blocks).size >= 2          # several blocks, so the bound bites
+    assert max(model.counts) <= 2 * largest_block + 3 + 1
+
+
+def test_without_a_fine_thread_clock_the_cost_is_the_difference_of_median_passes(monkeypatch):
+    # where the thread CPU clock is coarse (Windows: 15.6 ms ticks) its median difference reads
+    # 0 and would zero the correction: no bound is taken from it, and the per-call cost is
+    # (median instrumented - median plain pass) / calls exactly
+    import modelprof.timing.layers as layers_module
+
+    monkeypatch.setattr(layers_module, "_THREAD_TIME_FINE", False)
+    model = spin_model((0.2, 0.3))
+    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=20)
+    expected = max(0.0, float(np.median(lt.passes_ms) - np.median(lt.plain_ms))) / len(lt.order)
+    assert lt.hook_cost.source == "model"
+    assert lt.hook_cost.per_call_ms == pytest.approx(expected, rel=1e-12, abs=1e-15)

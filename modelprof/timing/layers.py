@@ -174,7 +174,8 @@ class HookCost:
     in ``time_layers``, from passes of the model itself, each followed by a plain pass:
     (median instrumented - median plain pass) / calls, on the CPU bounded by the same
     difference in thread CPU time. With fewer than ten instrumented passes (a time budget that
-    stopped them early) a difference of one or two passes is mostly noise, and on the CPU the
+    stopped them early, or ``repeat=``/``max_samples=`` below ten) a difference of so few
+    passes is mostly noise, and on the CPU the
     calibration chain's per-call cost stands in (``source="chain"``; on CUDA the chain is not
     run and the model's passes are all there is). ``self_ms``: the part inside a call's own
     span (after its start stamp, before its end stamp), calibrated on a chain of empty modules
@@ -266,9 +267,10 @@ class _Instrument:
         self.rows: list[np.ndarray] = []
         self.passes: list[float] = []
         # on the CPU, the thread CPU time of each instrumented and each plain pass, in ms: time
-        # spent descheduled does not enter it (see time_layers' hook cost)
+        # spent descheduled does not enter it (see time_layers' hook cost). Where that clock
+        # ticks coarsely (15.6 ms on Windows) a median of it is 0: no bound from it there
         self.cpu_ms: tuple[list[float], list[float]] | None = (
-            ([], []) if clock.device.type == "cpu" else None)
+            ([], []) if clock.device.type == "cpu" and _THREAD_TIME_FINE else None)
 
     def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
         i, n, expected = self.counter, self.n, self.plan.modules
@@ -361,6 +363,8 @@ _CALIBRATION_CALLS = 64
 #: Fewer instrumented passes than this and the hooks' cost is taken from the calibration chain
 #: rather than from the model's own passes.
 _MIN_COST_PASSES = 10
+#: Whether the thread CPU clock resolves a microsecond (Linux, macOS: 1 ns; Windows: 15.6 ms).
+_THREAD_TIME_FINE = time.get_clock_info("thread_time").resolution <= 1e-6
 
 
 class _Empty(nn.Module):
@@ -420,16 +424,24 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[Callable[[], None]]:
     """Python's cyclic collector off while the instrumented and plain passes alternate (as
     ``timeit`` does): the hooks allocate, so its pauses land on the instrumented passes more
     often, and one pause costs more the larger the process's heap (a gen-2 collection in a
     test process holding millions of objects: tens of ms), all of it charged to the layers and
-    to the instrument's cost. Reference counting still frees everything acyclic meanwhile."""
+    to the instrument's cost. Reference counting still frees everything acyclic meanwhile; the
+    callable it yields collects the youngest generation, where the cycles a block of passes
+    made still are (call it between blocks, outside their timing), so that a forward that
+    makes reference cycles does not pile them up for the whole budget. Both do nothing when
+    the collector was off already (the user's choice)."""
     was = gc.isenabled()
     gc.disable()
+
+    def between_blocks() -> None:
+        if was:
+            gc.collect(0)
     try:
-        yield
+        yield between_blocks
     finally:
         if was:
             gc.enable()
@@ -529,8 +541,12 @@ def time_layers(
             n_warm, est = warm_up(inst.warm_step, opts.warmup, already_warm, clock.sync)
             with sampling_bar(opts.stop, enabled=opts.progress,
                               desc=f"per-layer {type(model).__name__}") as bar:
-                with gc_paused():
-                    sampled = collect(inst.sample_block, opts.stop, est, on_block=bar)
+                with gc_paused() as between_blocks:
+                    def block(k: int) -> np.ndarray:
+                        out = inst.sample_block(k)
+                        between_blocks()
+                        return out
+                    sampled = collect(block, opts.stop, est, on_block=bar)
             n_warm += 1
             peaks = None
             if memory_stats is not False:
