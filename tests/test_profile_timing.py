@@ -132,7 +132,7 @@ def test_leaf_rows_add_up_to_the_plain_forward(make, thread_cpu_clock):
     # slowdown they cause around them. The reference is the plain passes interleaved with the
     # instrumented ones, pass beside pass (the same process, the same clock, the same moments).
     # Pass by pass, the corrected leaf spans must add up to it within 10 % (benchmarks/
-    # leaf_sum.py: 0.948-0.996 in 24 runs on a noisy 2-core VM).
+    # leaf_sum.py: 0.948-0.996 in 36 runs on a noisy 2-core VM).
     torch.manual_seed(0)
     model = make().eval()
     x = torch.randn(1, 16)

@@ -574,7 +574,7 @@ def time_layers(
         # it, so on the CPU the same difference of thread CPU time (which time spent
         # descheduled does not enter) bounds it. Medians of blocks of k instrumented then k
         # plain passes, with a bound from the mean CPU time, put the corrected leaf sum of 200
-        # Linear(16, 16) at 0.78-1.08 of the plain pass on this project's VM; this, 0.94-0.99
+        # Linear(16, 16) at 0.78-1.08 of the plain pass on this project's VM; this, 0.95-1.00
         # (benchmarks/leaf_sum.py). With fewer than ten passes the difference is mostly noise
         # (one pass pair under load read 205 us per call where the hooks cost ~5, and zeroed 16
         # rows of resnet18): the calibration chain's cost stands in.
