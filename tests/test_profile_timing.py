@@ -31,7 +31,7 @@ def _rows(report) -> dict[str, dict]:
 
 def test_known_durations_read_back_per_layer_and_end_to_end():
     model = spin_model((0.5, 1.0, 2.0))
-    r = profile(model, (4,), repeat=40, **QUICK)
+    r = profile(model, (4,), repeat=100, **QUICK)
     rows = _rows(r)
     lt = r.layer_timing
     for name, ms in (("0", 0.5), ("1", 1.0), ("2", 2.0)):
@@ -77,7 +77,7 @@ class SpinningParent(nn.Module):
 
 
 def test_self_row_gets_the_parents_own_time():
-    r = profile(SpinningParent(), (4,), repeat=40, **QUICK)
+    r = profile(SpinningParent(), (4,), repeat=100, **QUICK)
     rows = _rows(r)
     lt = r.layer_timing
     # the (self) row is the parent's corrected span less its children's, pass by pass
