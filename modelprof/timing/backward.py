@@ -326,7 +326,7 @@ class StepTimer:
         common = dict(device=str(mi.device), batch_size=mi.batch_size, warmup=self.warmup_calls,
                       stop_reason=sampled.stop_reason,
                       precision=None if stop.repeat is not None else stop.precision,
-                      min_samples=None if stop.repeat is not None else stop.min_samples,
+                      min_samples=stop.promised_min,
                       blocks=sampled.blocks, timestamps_s=sampled.timestamps_s, env=env)
         table = np.concatenate(self.parts, axis=0)
         names = list(PHASES[:table.shape[1]])

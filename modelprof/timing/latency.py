@@ -277,7 +277,7 @@ class TimedCall:
         common = dict(device=str(self.dev), batch_size=mi.batch_size, warmup=self.warmup_calls,
                       stop_reason=sampled.stop_reason,
                       precision=None if stop.repeat is not None else stop.precision,
-                      min_samples=None if stop.repeat is not None else stop.min_samples,
+                      min_samples=stop.promised_min,
                       blocks=sampled.blocks, timestamps_s=sampled.timestamps_s)
         parts: dict[str, Measurement] = {}
         if self.xfer is not None:

@@ -175,11 +175,10 @@ class HookCost:
     (median instrumented - median plain pass) / calls, on the CPU bounded by the same
     difference in thread CPU time. With fewer than ten instrumented passes (a time budget that
     stopped them early, or ``repeat=``/``max_samples=`` below ten) a difference of so few
-    passes is mostly noise, and on the CPU the
-    calibration chain's per-call cost stands in (``source="chain"``; on CUDA the chain is not
-    run and the model's passes are all there is). ``self_ms``: the part inside a call's own
-    span (after its start stamp, before its end stamp), calibrated on a chain of empty modules
-    (``calibrate_hooks``).
+    passes is mostly noise, and on the CPU the calibration chain's per-call cost stands in
+    (``source="chain"``; on CUDA the chain is not run and the model's passes are all there
+    is). ``self_ms``: the part inside a call's own span (after its start stamp, before its end
+    stamp), calibrated on a chain of empty modules (``calibrate_hooks``).
 
     A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` for each call
     nested in it; where a parent's children still add up to more than the parent (the
@@ -603,8 +602,7 @@ def time_layers(
                          hook_cost=hook_cost, blocks=sampled.blocks,
                          timestamps_s=sampled.timestamps_s, plain_ms=plain,
                          foreign_calls=plan.foreign_calls,
-                         min_samples=None if opts.stop.repeat is not None
-                         else opts.stop.min_samples)
+                         min_samples=opts.stop.promised_min)
     if opts.warn and timing.undersampled:
         timing.end_to_end.warn_if_noisy()      # names n and min_samples
     return timing

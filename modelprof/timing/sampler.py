@@ -120,6 +120,12 @@ class StopRule:
     confidence: float = 0.95
     min_blocks: int = DEFAULT_MIN_BLOCKS
 
+    @property
+    def promised_min(self) -> int | None:
+        """The sample count a Measurement falls short of when a budget stops it early
+        (``undersampled``): ``min_samples``, or None when ``repeat`` asked for a count."""
+        return None if self.repeat is not None else self.min_samples
+
     @classmethod
     def parse(cls, repeat: int | None = None, precision: float = DEFAULT_PRECISION,
               budget_s: float = DEFAULT_BUDGET_S, min_samples: int = DEFAULT_MIN_SAMPLES,
