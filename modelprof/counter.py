@@ -135,8 +135,9 @@ class OpCounter(TorchDispatchMode):
         self.unsupported: Counter[str] = Counter()
         self.decomposed: Counter[str] = Counter()   # ops counted through their decomposition
         self.by_op: dict[str, OpStats] = {}
-        # op -> (formula or _How, qualified name, whether it takes packed quantized weights)
-        self._ops: dict[Any, tuple[Any, str, bool]] = {}
+        # op -> (formula or _How, qualified name, whether it takes packed quantized weights,
+        # whether before_op is called for it)
+        self._ops: dict[Any, tuple[Any, str, bool, bool]] = {}
         self._packed_seen: dict[int, Any] = {}
         # charges of a tentative run (a decomposition, a subgraph) that may be rolled back
         self._staged: list | None = None
@@ -159,7 +160,7 @@ class OpCounter(TorchDispatchMode):
                 _eager_flex_attention(self._flex_debug)
 
     # -- resolution, once per op --------------------------------------------------------------
-    def _resolve(self, func) -> tuple[Any, str, bool]:
+    def _resolve(self, func) -> tuple[Any, str, bool, bool]:
         name = op_name(func)
         packed = False
         if isinstance(func, HigherOrderOperator):
@@ -169,7 +170,12 @@ class OpCounter(TorchDispatchMode):
         else:
             formula = self.registry.lookup(func) or _decomposition(func) or _UNSUPPORTED
             packed = any("PackedParams" in str(a.type) for a in func._schema.arguments)
-        entry = self._ops[func] = (formula, name, packed)
+        # whether ``before_op`` wants to see this op (a hook may say which ops it watches:
+        # the state guard's, only those that write an argument)
+        hook = self.before_op
+        watches = getattr(hook, "watches", None)
+        watch = hook is not None and (watches is None or bool(watches(func)))
+        entry = self._ops[func] = (formula, name, packed, watch)
         return entry
 
     def _charge_params(self, args: tuple) -> None:
@@ -196,14 +202,18 @@ class OpCounter(TorchDispatchMode):
 
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        # the hot path: every op of the forward (a few hundred per model) comes through here,
+        # between the model's own kernels; it does as little as it can
         entry = self._ops.get(func)
         if entry is None:
             entry = self._resolve(func)
-        formula, name, packed = entry
-        if self.before_op is not None:
+        formula, name, packed, watch = entry
+        if kwargs is None:
+            kwargs = {}
+        if watch:
             self.before_op(func, args, kwargs)
-        if self.tracker.pending_params:
+        pending = self.tracker.pending_params
+        if pending and not pending.keys().isdisjoint(map(id, args)):
             self._charge_params(args)
         if formula is VIEW:
             return func(*args, **kwargs)

@@ -14,6 +14,8 @@ from .inputs import iter_tensors, tensor_bytes, tensor_shape
 
 __all__ = ["CallRecord", "Tracker"]
 
+_UNKNOWN = object()
+
 
 def _shapes(obj: Any) -> list[tuple[int, ...]]:
     if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
@@ -72,7 +74,8 @@ class Tracker:
 
     def __init__(self, names: dict[nn.Module, str],
                  registry: FormulaRegistry | None = None,
-                 memory_stats: MemoryStats | None = None) -> None:
+                 memory_stats: MemoryStats | None = None,
+                 has_children: dict[nn.Module, bool] | None = None) -> None:
         self.names = names
         self.registry = REGISTRY if registry is None else registry
         self.records: list[CallRecord] = []
@@ -83,10 +86,13 @@ class Tracker:
         # parameters not yet charged to any call, by id (used by ops that read them directly)
         self.pending_params: dict[int, torch.Tensor] = {}
         self._calls: dict[nn.Module, int] = {}
-        self._has_children = {m: next(iter(m.children()), None) is not None for m in names}
+        # whether each module has submodules (given by a caller that walked the model already)
+        self._has_children = has_children if has_children is not None else \
+            {m: next(iter(m.children()), None) is not None for m in names}
         # the allocator peak of each call (CUDA), else None
         self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
         self._outside: CallRecord | None = None
+        self._module_formulas: dict[type, Any] = {}  # torchstat module formula by type, or None
 
     @property
     def current(self) -> CallRecord:
@@ -119,32 +125,39 @@ class Tracker:
         return record
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if not self.records:  # the root call: every parameter as the forward will see it
+        # called at every module call, between the model's kernels: kept lean
+        records, stack = self.records, self.stack
+        if not records:  # the root call: every parameter as the forward will see it
             self.pending_params = {id(p): p for p in module.parameters()}
         self.failure = None  # running on: an exception inside an earlier call was caught
-        call = self._calls.get(module, 0) + 1
-        self._calls[module] = call
+        call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = 0
+        pending = self.pending_params
         for p in module._parameters.values():
             if p is None:
                 continue
-            param_bytes += p.numel() * p.element_size()
-            params += self.charge(p)
-        parent = self.stack[-1] if self.stack else None
+            n = p.numel()
+            param_bytes += n * p.element_size()
+            if pending.pop(id(p), None) is not None:  # charged to its first use
+                params += n
+        parent = stack[-1] if stack else None
         inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
+        if type(inputs) is torch.Tensor and not inputs.is_nested:  # the common case
+            shapes, nbytes = [tuple(inputs.shape)], inputs.numel() * inputs.element_size()
+        else:
+            shapes, nbytes = _shapes(inputs), tensor_bytes(inputs)
+        index = len(records)
         record = CallRecord(
-            index=len(self.records), name=self.names.get(module, type(module).__name__),
-            type=type(module).__name__, call=call, depth=len(self.stack),
-            parent=parent.index if parent is not None else None,
-            has_submodules=self._has_children.get(module, False),
-            input_shapes=_shapes(inputs), input_bytes=_bytes(inputs),
-            param_bytes=param_bytes, params=params, module_id=id(module))
+            index, self.names.get(module, type(module).__name__), type(module).__name__, call,
+            len(stack), parent.index if parent is not None else None,
+            self._has_children.get(module, False), shapes, nbytes, param_bytes, params,
+            module_id=id(module))
         if parent is not None:
-            parent.children.append(record.index)
+            parent.children.append(index)
         if self._memory is not None:
-            self._memory.enter(record.index)
-        self.records.append(record)
-        self.stack.append(record)
+            self._memory.enter(index)
+        records.append(record)
+        stack.append(record)
 
     def charge(self, p: torch.Tensor) -> int:
         """Elements of ``p`` to charge to the call that uses it: all of them the first time."""
@@ -152,28 +165,39 @@ class Tracker:
 
     def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
              raised: bool = False) -> None:
-        if not any(r.module_id == id(module) for r in self.stack):
-            return
+        stack = self.stack
+        key = id(module)
+        if not stack or stack[-1].module_id != key:  # not the innermost call: search
+            if not any(r.module_id == key for r in stack):
+                return
+            if not raised:
+                while stack[-1].module_id != key:  # calls that raised inside it
+                    stack.pop()
         if raised:
             if self.failure is None:
-                self.failure = (list(self.stack), list(self.finished))
-            while self.stack[-1].module_id != id(module):  # calls that raised inside it
-                self.stack.pop()
-            self.stack.pop()
+                self.failure = (list(stack), list(self.finished))
+            while stack[-1].module_id != key:  # calls that raised inside it
+                stack.pop()
+            stack.pop()
             return
-        while self.stack[-1].module_id != id(module):
-            self.stack.pop()
-        record = self.stack.pop()
+        record = stack.pop()
         if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
             record.input_shapes = _shapes((args, kwargs))
             record.input_bytes = tensor_bytes((args, kwargs))
-        record.output_shapes = _shapes(output)
-        record.output_bytes = _bytes(output)
+        if type(output) is torch.Tensor and not output.is_nested:  # the common case
+            record.output_shapes = [tuple(output.shape)]
+            record.output_bytes = output.numel() * output.element_size()
+        else:
+            record.output_shapes = _shapes(output)
+            record.output_bytes = tensor_bytes(output)
         record.finished = True
         self.finished.append(record)
         if not record.children and record.has_submodules:
             self._charge_subtree(module, record)
-        formula = self.registry.module_formula(type(module))
+        kind = type(module)
+        formula = self._module_formulas.get(kind, _UNKNOWN)
+        if formula is _UNKNOWN:
+            formula = self._module_formulas[kind] = self.registry.module_formula(kind)
         if formula is not None:
             record.torchstat = formula(module, record.input_shapes, record.output_shapes)
         memory = self._memory

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from .counter import OpCounter, OpStats
 from .errors import ModelProfError
 from .formulas.quantized import packed_weights
 from .formulas.registry import FormulaRegistry
-from .hooks import module_hooks, module_names
+from .hooks import module_hooks
 from .inputs import ModelInputs, model_placement, shape_str
 from .device import MemoryStats, same_device
 from .execution import amp_context, grad_context, model_state
@@ -102,13 +103,15 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     the one the timed passes run: the kernels and bytes follow the dtype and layout that run.
     """
     model = counted_module(model, inputs, amp)
-    names = module_names(model)
-    tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     # the guard is the caller's when profile() holds one; the counter calls its copy on first
     # write before each op, from inside its own dispatch (the copies are not counted). Its walk
-    # of the model also gives the lazy tensors and the parameters (one walk, not three).
+    # of the model also gives the module names, the lazy tensors, the parameters and the packed
+    # weights (one walk, not five).
     with preserved_state(model) as guard:
         _refuse_lazy(guard.lazy)
+        names = guard.names
+        tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
+                          has_children=guard.has_children)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
             state = _state_for(model, inputs, training=training,
@@ -130,9 +133,10 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     records = tracker.records
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
-    distinct = {id(p): p.numel() for p in guard.parameters}
-    distinct.update(packed_parameters(ms.attrs for ms in guard.modules))
-    return StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
+    # the guard's parameters are distinct already; packed weights are no tensors
+    model_params = sum(map(torch.Tensor.numel, guard.parameters)) + \
+        sum(packed_parameters(guard.script_attrs).values())
+    return StaticResult(records, counter.unsupported, counter.by_op, model_params)
 
 
 def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
@@ -142,6 +146,8 @@ def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
     found: dict[int, int] = {}
     script_object = torch.ScriptObject
     for attrs in attributes:
+        if not any(map(isinstance, attrs.values(), repeat(script_object))):
+            continue  # nearly every module: one pass in C
         for value in attrs.values():
             if isinstance(value, script_object) and id(value) not in found:
                 tensors = packed_weights(value)

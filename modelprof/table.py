@@ -86,26 +86,34 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
     """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
     own forward ops cost nothing (their autograd nodes do, in the backward)."""
     n = len(records)
-    inc: list[list[int]] = [[]] * n       # params, macs, flops, madd, read, write (inclusive)
-    ts: list[list[int]] = [[]] * n        # torchstat flops, madd (inclusive)
+    inc: list[tuple] = [()] * n           # params, macs, flops, madd, read, write (inclusive)
+    ts: list[tuple] = [()] * n            # torchstat flops, madd (inclusive)
     own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
     for r in reversed(records):
         if r.children:
-            self_part = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes)
-            own[r.index] = self_part
-            total = list(self_part)
-            self_ts = (r.flops - r.macs, r.madd)
-            ts_total = list(self_ts)
+            own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes,
+                            r.op_write_bytes)
+            params, macs, flops, madd, read, write = own[r.index]
+            ts_flops, ts_madd = flops - macs, madd
             for c in r.children:
-                total = [a + b for a, b in zip(total, inc[c])]
-                ts_total = [a + b for a, b in zip(ts_total, ts[c])]
-            inc[r.index] = total
-            ts[r.index] = ts_total
+                c_params, c_macs, c_flops, c_madd, c_read, c_write = inc[c]
+                params += c_params
+                macs += c_macs
+                flops += c_flops
+                madd += c_madd
+                read += c_read
+                write += c_write
+                c_ts_flops, c_ts_madd = ts[c]
+                ts_flops += c_ts_flops
+                ts_madd += c_ts_madd
+            inc[r.index] = (params, macs, flops, madd, read, write)
+            ts[r.index] = (ts_flops, ts_madd)
         else:
-            inc[r.index] = [r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
-                            r.output_bytes]
-            over = r.torchstat or {}
-            ts[r.index] = [over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd)]
+            inc[r.index] = (r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
+                            r.output_bytes)
+            over = r.torchstat
+            ts[r.index] = (r.flops - r.macs, r.madd) if over is None else \
+                (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
 
     end = list(range(n))  # last descendant index of each record's subtree
     for r in reversed(records):
@@ -113,16 +121,20 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
             end[r.parent] = max(end[r.parent], end[r.index])
 
     rows: list[Row] = []
+    nan = float("nan")
     for r in records:
-        params, macs, flops, madd, read, write = inc[r.index]
+        i = r.index
+        params, macs, flops, madd, read, write = inc[i]
+        ts_flops, ts_madd = ts[i]
+        peak = r.peak_memory_bytes
         rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
                         r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
-                        ts[r.index][0], ts[r.index][1], r.index,
-                        peak_memory_bytes=float("nan") if r.peak_memory_bytes is None
-                        else float(r.peak_memory_bytes),
+                        ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
                         ops=dict(r.ops) if not r.children else {}))
-        a: int | None = r.index
-        while a is not None and end[a] == r.index:
+        if end[i] != i:
+            continue  # its subtree ends later: no (self) row closes here
+        a: int | None = i
+        while a is not None and end[a] == i:
             part = own[a]
             if part is not None and (any(part) or a in force_self):
                 pr = records[a]
