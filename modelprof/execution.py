@@ -20,16 +20,18 @@ __all__ = ["amp_context", "grad_context", "model_state", "parse_amp", "to_channe
 
 
 @contextlib.contextmanager
-def model_state(model: Any, eval_mode: bool) -> Iterator[None]:
+def model_state(model: Any, eval_mode: bool,
+                modules: list[nn.Module] | None = None) -> Iterator[None]:
     """``model.eval()`` for the block (when asked); every submodule's own ``training`` flag is
-    restored afterwards, also when the block raises."""
+    restored afterwards, also when the block raises. ``modules``: ``list(model.modules())``
+    where the caller has it already."""
     if not isinstance(model, nn.Module):
         yield
         return
-    flags = [(m, m.training) for m in model.modules()]
+    flags = [(m, m.training) for m in (model.modules() if modules is None else modules)]
     try:
         if eval_mode:
-            set_training(model, False)  # model.eval(), also for torch.export modules
+            set_training(model, False, modules)  # model.eval(), also for torch.export modules
         yield
     finally:
         for m, flag in flags:

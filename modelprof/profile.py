@@ -76,8 +76,9 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     opts = TimingOptions.parse(options, **timing_options)
     step_spec = _step_spec(backward, loss_fn, target, optimizer, opts)
     dtype_requested = parse_dtype(dtype)
-    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py)
-    with preserved_state(model), contextlib.ExitStack() as rng_scope:
+    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py);
+    # inside a guard the caller holds, its view of the model is read again (it may be older)
+    with preserved_state(model, rescan=True), contextlib.ExitStack() as rng_scope:
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                          dtype=dtype_requested)
         # the model's own random ops (train-mode dropout) in every pass, the static one

@@ -75,7 +75,8 @@ class Tracker:
     def __init__(self, names: dict[nn.Module, str],
                  registry: FormulaRegistry | None = None,
                  memory_stats: MemoryStats | None = None,
-                 has_children: dict[nn.Module, bool] | None = None) -> None:
+                 has_children: dict[nn.Module, bool] | None = None,
+                 parameters: list[torch.Tensor] | None = None) -> None:
         self.names = names
         self.registry = REGISTRY if registry is None else registry
         self.records: list[CallRecord] = []
@@ -93,6 +94,9 @@ class Tracker:
         self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
         self._outside: CallRecord | None = None
         self._module_formulas: dict[type, Any] = {}  # torchstat module formula by type, or None
+        #: the root's distinct parameters as the forward will see them (given by a caller that
+        #: walked the model already), else None: read at the root call
+        self.root_parameters = parameters
 
     @property
     def current(self) -> CallRecord:
@@ -128,7 +132,9 @@ class Tracker:
         # called at every module call, between the model's kernels: kept lean
         records, stack = self.records, self.stack
         if not records:  # the root call: every parameter as the forward will see it
-            self.pending_params = {id(p): p for p in module.parameters()}
+            given = self.root_parameters
+            self.pending_params = {id(p): p for p in (module.parameters() if given is None
+                                                      else given)}
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = 0

@@ -32,16 +32,24 @@ Restoring touches only what changed. Nested guards on the same model in the same
 the outermost one (``analyze`` inside ``profile``), which restores once, at its end — also when
 the block raises or is interrupted (``KeyboardInterrupt``).
 
-Not covered: Python containers mutated in place (a list attribute appended to), writes that
-bypass the dispatcher (through ``t.numpy()``) and writes inside the body of a higher-order
-operator (``cond``, ``flex_attention``: functional by contract; the write watch passes them
-through); state changed by *another thread* meanwhile is overwritten by the restore.
+Not covered: Python containers mutated in place (a list attribute appended to); writes that no
+version counter sees (through ``.data`` or ``t.numpy()``) to a tensor that has no copy (a
+parameter the first pass did not write, a buffer when all of them exceed the copy limit): those
+are neither restored nor named; writes inside the body of a higher-order operator (``cond``,
+``flex_attention``: functional by contract; the write watch passes them through); state changed
+by *another thread* meanwhile is overwritten by the restore.
+
+The guard's walk also hands callers what they would otherwise walk the model for (module names,
+parameters, lazy tensors, packed weights); a nested ``preserved_state(model, rescan=True)`` reads
+those again, since the model may have changed since the outer guard began.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import operator
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -99,6 +107,7 @@ _DTYPE = operator.attrgetter("dtype")
 _LAYOUT = operator.attrgetter("layout")
 _NESTED = operator.attrgetter("is_nested")
 _META = operator.attrgetter("is_meta")
+_QUANTIZED = operator.attrgetter("is_quantized")
 _GRAD = operator.attrgetter("grad")
 
 # The guard reads a few attributes of every tensor of the model twice per profile; for dense
@@ -107,24 +116,33 @@ _GRAD = operator.attrgetter("grad")
 
 
 def _dense(ts: list[torch.Tensor]) -> bool:
-    """Every tensor of ``ts`` is a plain strided tensor with memory (no subclass, nested, sparse
-    or meta tensor): its address, sizes and strides can be read for all at once."""
+    """:func:`_plain_dense` of every tensor of ``ts``, read for all at once."""
     return (set(map(type, ts)) <= _PLAIN and set(map(_LAYOUT, ts)) <= _STRIDED
-            and not any(map(_NESTED, ts)) and not any(map(_META, ts)))
+            and not any(map(_NESTED, ts)) and not any(map(_META, ts))
+            and not any(map(_QUANTIZED, ts)) and not any(map(_T.is_conj, ts))
+            and not any(map(_T.is_neg, ts)))
+
+
+def _plain_dense(t: torch.Tensor) -> bool:
+    """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
+    to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
+    bit): it can be rebuilt from its storage after a ``.data`` swap."""
+    return (type(t) in _PLAIN and t.layout is torch.strided and not t.is_nested
+            and not t.is_meta and not t.is_quantized and not t.is_conj() and not t.is_neg())
 
 
 def _fingerprint(t: torch.Tensor) -> tuple:
     """What ``p.data = other`` changes: address, sizes, strides, dtype, device index (for a
     dense tensor exactly the tuple :func:`_fingerprints` builds for it; its address tells the
     device type apart, since the old storage is kept alive)."""
-    if type(t) in _PLAIN and t.layout is torch.strided and not t.is_nested and not t.is_meta:
+    if _plain_dense(t):
         return (t.data_ptr(), t.size(), t.stride(), t.dtype, t.get_device())
     try:
         geometry: tuple = (t.shape, t.stride(), t.storage_offset())
     except (RuntimeError, NotImplementedError, TypeError):
         geometry = ()  # nested and wrapper tensors: no strides to compare
     device = t.device
-    return (_storage_key(t, device), geometry, t.dtype, device)
+    return (_storage_key(t, device), geometry, t.dtype, device, t.is_conj(), t.is_neg())
 
 
 def _fingerprints(ts: list[torch.Tensor]) -> list[tuple]:
@@ -136,8 +154,12 @@ def _fingerprints(ts: list[torch.Tensor]) -> list[tuple]:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values (NaN equal to NaN: an untouched NaN buffer is unchanged)."""
     try:
-        return bool(torch.equal(a, b))
+        if torch.equal(a, b):
+            return True
+        return (a.is_floating_point() or a.is_complex()) and a.shape == b.shape and \
+            bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
     except (RuntimeError, NotImplementedError, TypeError):
         return False
 
@@ -147,9 +169,10 @@ def _copied(registry: Any) -> Any:
 
 
 def _same_items(live: dict, saved: dict) -> bool:
-    """The same keys bound to the same objects (identity, never ``==``: tensors)."""
+    """The same keys, in the same order, bound to the same objects (identity, never ``==``:
+    tensors)."""
     return (len(live) == len(saved) and all(map(operator.is_, live.values(), saved.values()))
-            and live.keys() == saved.keys())
+            and all(map(operator.eq, live, saved)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -232,54 +255,18 @@ class StateGuard:
         self.model = model
         self.unrestored: list[str] = []
         self.restored: list[str] = []
-        #: what the walk saw on the way, for callers that would otherwise walk the model again:
-        #: the lazy (uninitialised) parameters and buffers by name, the distinct tensors in
-        #: parameter slots (as ``model.parameters()``, lazy ones left out)
-        self.lazy: list[str] = []
-        self.parameters: list[torch.Tensor] = []
         # per module: (module, class, attributes, non-empty registries, their copies, prefix)
         self._modules: list[tuple[nn.Module, type, dict, tuple[str, ...], tuple, str]] = []
-        #: each module with its first qualified name (``hooks.module_names``), whether it has
-        #: submodules, and the attributes of those holding a ``torch.ScriptObject`` (the packed
-        #: weights of quantized layers): read while the walk has them at hand
-        self.names: dict[nn.Module, str] = {}
-        self.has_children: dict[nn.Module, bool] = {}
-        self.script_attrs: list[dict[str, Any]] = []
-        params: list[Any] = []
-        buffers: list[Any] = []
-        script_object = torch.ScriptObject
-        for prefix, m in model.named_modules(remove_duplicate=True):
-            d = m.__dict__
-            attrs = d.copy()
-            keys = tuple(compress(_SLOTS, map(d.get, _SLOTS)))  # registries holding something
-            self._modules.append((m, type(m), attrs, keys,
-                                  tuple(map(_copied, map(d.__getitem__, keys))), prefix))
-            self.names[m] = prefix
-            children = d.get("_modules")
-            self.has_children[m] = bool(children) and any(
-                map(operator.is_not, children.values(), repeat(None)))
-            if any(map(isinstance, attrs.values(), repeat(script_object))):
-                self.script_attrs.append(attrs)
-            params.extend(m._parameters.values())
-            buffers.extend(m._buffers.values())
-        # distinct tensors by identity, in order (None slots dropped); all at once, in C
-        by_id = dict(zip(map(id, params), params))
-        by_id.pop(id(None), None)
-        buffer_ids = dict(zip(map(id, buffers), buffers))
-        buffer_ids.pop(id(None), None)
-        if any(issubclass(tp, UninitializedTensorMixin)
-               for tp in {*map(type, by_id.values()), *map(type, buffer_ids.values())}):
-            self._drop_lazy(by_id, buffer_ids)
-        self.parameters = list(by_id.values())
+        ordered, buffer_ids = self._walk(record=True)
         grad_params = list(compress(self.parameters,
                                     map(isinstance, self.parameters, repeat(nn.Parameter))))
         self._grad_params = grad_params
         self._grads = list(map(_GRAD, grad_params))
-        for grad in self._grads:
-            if grad is not None:
-                by_id.setdefault(id(grad), grad)
-        for key in buffer_ids.keys() - by_id.keys():  # a buffer also held as a parameter: once
-            by_id[key] = buffer_ids[key]
+        if any(map(operator.is_not, self._grads, repeat(None))):  # each after its parameter
+            grads = {id(p): g for p, g in zip(grad_params, self._grads) if g is not None}
+            ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads
+                                                     else (t,))]
+        by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
         ts = self._tensors = list(by_id.values())
         self._names: list[str] | None = None       # found when first needed (see _name)
         self._versions = list(map(_VERSION, ts))
@@ -293,18 +280,81 @@ class StateGuard:
             keys = [ptr or None for ptr in map(torch.UntypedStorage.data_ptr, self._anchors)]
         else:
             self._layouts = [_fingerprint(t) for t in ts]
-            self._anchors = [t.detach() for t in ts]
-            self._offsets = [0] * len(ts)
+            self._anchors = [t.untyped_storage() if _plain_dense(t) else t.detach()
+                             for t in ts]
+            self._offsets = [t.storage_offset() if _plain_dense(t) else 0 for t in ts]
             keys = [_storage_key(t) for t in ts]
         self._keys = keys                 # storage address, None where there is none
         self._by_storage: dict[int, list[int]] | None = None   # built at the first write
         self._snapshots: dict[int, torch.Tensor] = {}  # index -> its values on entry
         self._written: set[int] = set()   # indices the first-write watch copied before a write
         index = {id(t): i for i, t in enumerate(ts)}
-        copy = [index[key] for key in buffer_ids if keys[index[key]] is not None]
+        params = {id(p) for p in self.parameters}
+        copy = [index[key] for key in buffer_ids
+                if key not in params and keys[index[key]] is not None]
         if sum(ts[i].numel() * ts[i].element_size() for i in copy) <= buffer_copy_limit_bytes:
             with torch.no_grad():     # nothing swapped yet: each tensor is its own alias
                 self._snapshots = dict(zip(copy, map(_T.clone, map(ts.__getitem__, copy))))
+
+    def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
+        """One walk of the model: sets what callers read from the guard (``names``,
+        ``has_children``, ``script_attrs``, ``lazy``, ``parameters``) and, with ``record``, each
+        module's state to restore. Returns the parameters and buffers in model order (each
+        module's parameters, then its buffers; lazy and None slots left out) and the buffers by
+        id."""
+        #: each module with its first qualified name (``hooks.module_names``), whether it has
+        #: submodules, the attributes of modules holding a ``torch.ScriptObject`` (the packed
+        #: weights of quantized layers), the lazy (uninitialised) parameters and buffers by
+        #: name and the distinct tensors in parameter slots (as ``model.parameters()``, lazy
+        #: ones left out): read while the walk has them at hand, so that callers need not walk
+        #: the model again. They describe the model as it was when the guard began (see
+        #: ``rescan``).
+        self.names: dict[nn.Module, str] = {}
+        self.has_children: dict[nn.Module, bool] = {}
+        self.script_attrs: list[dict[str, Any]] = []
+        self.lazy: list[str] = []
+        params: list[Any] = []
+        buffers: list[Any] = []
+        ordered: list[Any] = []
+        script_object = torch.ScriptObject
+        for prefix, m in self.model.named_modules(remove_duplicate=True):
+            d = m.__dict__
+            if record:
+                attrs = d.copy()
+                keys = tuple(compress(_SLOTS, map(d.get, _SLOTS)))  # registries holding some
+                self._modules.append((m, type(m), attrs, keys,
+                                      tuple(map(_copied, map(d.__getitem__, keys))), prefix))
+            else:
+                attrs = d
+            self.names[m] = prefix
+            children = d.get("_modules")
+            self.has_children[m] = bool(children) and any(
+                map(operator.is_not, children.values(), repeat(None)))
+            if any(map(isinstance, attrs.values(), repeat(script_object))):
+                self.script_attrs.append(attrs)
+            params.extend(m._parameters.values())
+            buffers.extend(m._buffers.values())
+            ordered.extend(m._parameters.values())
+            ordered.extend(m._buffers.values())
+        by_id = dict(zip(map(id, params), params))  # distinct by identity, in order, in C
+        by_id.pop(id(None), None)
+        buffer_ids = dict(zip(map(id, buffers), buffers))
+        buffer_ids.pop(id(None), None)
+        types = {*map(type, by_id.values()), *map(type, buffer_ids.values())}
+        if any(issubclass(tp, UninitializedTensorMixin) for tp in types):
+            self._drop_lazy(by_id, buffer_ids)
+            ordered = [t for t in ordered if t is not None and not is_lazy(t)]
+        else:
+            ordered = [t for t in ordered if t is not None] \
+                if any(map(operator.is_, ordered, repeat(None))) else ordered
+        self.parameters: list[torch.Tensor] = list(by_id.values())
+        return ordered, buffer_ids
+
+    def rescan(self) -> None:
+        """Read ``names``, ``has_children``, ``script_attrs``, ``lazy`` and ``parameters`` from
+        the model as it is now (a guard held by the caller may have begun before the model
+        changed); what is restored stays as it was on entry."""
+        self._walk(record=False)
 
     def _drop_lazy(self, *tables: dict[int, Any]) -> None:
         """Name the lazy parameters and buffers (``self.lazy``) and leave them out: they have
@@ -422,14 +472,15 @@ class StateGuard:
         """Put back everything that changed. Records ``restored`` and ``unrestored`` names."""
         for m, cls, attrs, keys, copies, _ in self._modules:
             _restore_module(m, cls, attrs, keys, copies)
+        with torch.no_grad():
+            for i in self._suspects():
+                self._restore_tensor(i)
+        # gradients after the tensors: a gradient only fits its tensor's entry shape
         params, grads = self._grad_params, self._grads
         if not all(map(operator.is_, map(_GRAD, params), grads)):
             for p, grad in zip(params, grads):
                 if p.grad is not grad:
                     p.grad = grad
-        with torch.no_grad():
-            for i in self._suspects():
-                self._restore_tensor(i)
         if self.unrestored:
             from .profile import ModelProfWarning
 
@@ -437,31 +488,44 @@ class StateGuard:
                 f"modelprof: the model's forward changed {', '.join(self.unrestored[:5])}"
                 f"{' and more' if len(self.unrestored) > 5 else ''} in place during timing, "
                 "but not in the first (static) pass, so no copy was kept to restore it",
-                ModelProfWarning, stacklevel=4)
+                ModelProfWarning, stacklevel=_user_stacklevel())
 
     def _restore_tensor(self, i: int) -> None:
         t = self._tensors[i]
+        swapped = _fingerprint(t) != self._layouts[i]
+        alias = self._alias(i)
+        if swapped:  # first: requires_grad and the values apply to the entry dtype and shape
+            t.data = alias
         requires_grad = self._requires_grad[i]
         if t.requires_grad != requires_grad and t.is_leaf:
             t.requires_grad_(requires_grad)
-        swapped = _fingerprint(t) != self._layouts[i]
-        alias = self._alias(i)
         snapshot = self._snapshots.get(i)
-        # the version counter misses writes through ``.data`` (a fresh counter): the watch saw
-        # those, and a small up-front copy is compared by value
-        written = (t._version != self._versions[i] or i in self._written
-                   or (snapshot is not None and not _same(alias, snapshot)))
-        if not swapped and not written:
-            return
-        if swapped:
-            t.data = alias
-        if written:
-            if snapshot is None:
-                if self._keys[i] is not None:
-                    self.unrestored.append(self._name(i))
-                return
-            alias.copy_(snapshot)
-        self.restored.append(self._name(i))
+        if snapshot is not None:
+            # the copy says whether the values differ (views of one storage share a version
+            # counter, and the version counter misses writes through ``.data``)
+            written = not _same(alias, snapshot)
+            if written:
+                alias.copy_(snapshot)
+        else:
+            written = t._version != self._versions[i] or i in self._written
+            if written and self._keys[i] is not None:
+                self.unrestored.append(self._name(i))
+            written = False
+        if swapped or written:
+            self.restored.append(self._name(i))
+
+
+def _user_stacklevel() -> int:
+    """The ``warnings.warn`` stacklevel, for its caller, of the first frame outside modelprof
+    and contextlib: the user's line that profiled or held the guard."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _restore_module(m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[str, ...],
@@ -497,11 +561,14 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def preserved_state(model: Any, **options: Any) -> Iterator[StateGuard | None]:
+def preserved_state(model: Any, rescan: bool = False,
+                    **options: Any) -> Iterator[StateGuard | None]:
     """Restore ``model`` on leaving the block (also on an exception or ``KeyboardInterrupt``).
 
     Re-entrant: inside an active guard for the same model in the same thread, yields that guard
-    and restores nothing (the outermost one does). Yields None for a non-module.
+    and restores nothing (the outermost one does); with ``rescan`` its walk of the model is
+    read again first (:meth:`StateGuard.rescan`: the model may have changed since that guard
+    began). Yields None for a non-module.
     """
     if not isinstance(model, nn.Module):
         yield None
@@ -509,6 +576,8 @@ def preserved_state(model: Any, **options: Any) -> Iterator[StateGuard | None]:
     guards: dict[int, StateGuard] = _active.__dict__.setdefault("guards", {})
     outer = guards.get(id(model))
     if outer is not None and outer.model is model:
+        if rescan:
+            outer.rescan()
         yield outer
         return
     guard = StateGuard(model, **options)
@@ -523,13 +592,15 @@ def preserved_state(model: Any, **options: Any) -> Iterator[StateGuard | None]:
 _MODULE_TRAIN = nn.Module.train
 
 
-def set_training(model: nn.Module, mode: bool) -> None:
+def set_training(model: nn.Module, mode: bool, modules: list[nn.Module] | None = None) -> None:
     """``model.train(mode)``; where the model refuses it (a ``torch.export`` module raises
     NotImplementedError: its graph is fixed, the flag changes nothing it computes), the flags
     are set directly, as ``nn.Module.train`` would. Nothing is called when every module is
     in that mode already and none overrides ``train`` (the common eval case; ``train()``
-    recurses in Python, and an override may do more than set flags: freeze a batch norm)."""
-    if all(m.training is mode and type(m).train is _MODULE_TRAIN for m in model.modules()):
+    recurses in Python, and an override may do more than set flags: freeze a batch norm).
+    ``modules``: ``list(model.modules())`` where the caller has it already."""
+    if all(m.training is mode and type(m).train is _MODULE_TRAIN
+           for m in (model.modules() if modules is None else modules)):
         return
     try:
         model.train(mode)

@@ -39,10 +39,12 @@ class StaticResult:
 
 
 @contextlib.contextmanager
-def forward_context(model: nn.Module, *, training: bool, no_grad: bool):
-    """Set the model's mode (and grad mode) for a forward; restore every module's flag after."""
-    with model_state(model, eval_mode=False), grad_context(no_grad):
-        set_training(model, training)
+def forward_context(model: nn.Module, *, training: bool, no_grad: bool,
+                    modules: list[nn.Module] | None = None):
+    """Set the model's mode (and grad mode) for a forward; restore every module's flag after.
+    ``modules``: ``list(model.modules())`` where the caller has it already."""
+    with model_state(model, eval_mode=False, modules=modules), grad_context(no_grad):
+        set_training(model, training, modules)
         yield
 
 
@@ -111,12 +113,15 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         _refuse_lazy(guard.lazy)
         names = guard.names
         tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
-                          has_children=guard.has_children)
+                          has_children=guard.has_children, parameters=guard.parameters)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
             state = _state_for(model, inputs, training=training,
                                dtype_requested=dtype_requested, memory_format=memory_format)
-            with forward_context(model, training=training, no_grad=no_grad), \
+            if state is not None:  # the forward sees converted copies, not these parameters
+                tracker.root_parameters = None
+            with forward_context(model, training=training, no_grad=no_grad,
+                                 modules=list(names)), \
                     amp_context(inputs.device, amp), \
                     module_hooks(model, tracker.pre, tracker.post, names,
                                  post_with_inputs=True), counter:

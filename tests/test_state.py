@@ -353,3 +353,94 @@ def test_a_train_override_is_called_even_when_every_flag_already_reads_the_mode(
     # eval-mode batch norm: no num_batches_tracked += 1 (aten.add_) in the counted ops
     assert not any(op.startswith("aten.add_") for op in report.by_operator()["op"])
     assert model.bn.training is True        # the user's flags come back as they were
+
+
+class SwapNames(nn.Module):
+    """Exchanges two parameters, two submodules and two attributes through del and re-assignment:
+    the same names and the same objects, in other slots."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(2))
+        self.b = nn.Parameter(torch.ones(2))
+        self.f, self.g = nn.ReLU(), nn.Tanh()
+        self.s, self.t = "S", "T"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for u, v in (("a", "b"), ("f", "g"), ("s", "t")):
+            first, second = getattr(self, u), getattr(self, v)
+            delattr(self, u)
+            setattr(self, v, first)
+            setattr(self, u, second)
+        return x
+
+
+def test_names_exchanged_through_del_are_put_back() -> None:
+    model = SwapNames()
+    a, b, f, g = model.a, model.b, model.f, model.g
+    with preserved_state(model):
+        model(torch.ones(1))
+        assert model.a is b and model.s == "T"      # the forward did exchange them
+    assert (model.a, model.b, model.f, model.g, model.s, model.t) == (a, b, f, g, "S", "T")
+    assert list(model._parameters) == ["a", "b"]     # the registries' order too
+
+
+def test_a_conjugate_view_pointed_elsewhere_comes_back_with_its_conjugate_bit() -> None:
+    model = nn.Module()
+    base = torch.tensor([1 + 2j, 3 - 4j])
+    model.register_buffer("z", base.conj())              # a lazy conjugate view of base
+    with preserved_state(model):
+        model.z.data = torch.zeros(2, dtype=torch.cfloat)
+    assert model.z.is_conj() and model.z.tolist() == [1 - 2j, 3 + 4j]
+    assert base.tolist() == [1 + 2j, 3 - 4j]           # the storage it views is untouched
+
+
+def test_a_reshaped_parameter_gets_its_shape_back_before_its_gradient() -> None:
+    model = nn.Linear(2, 4)
+    grad = torch.ones(4)
+    model.bias.grad = grad
+    with preserved_state(model) as guard:
+        model.bias.grad = None
+        model.bias.data = model.bias.data.view(2, 2)     # the entry gradient no longer fits
+    assert model.bias.shape == (4,) and model.bias.grad is grad
+    assert guard.restored == ["bias"]
+
+
+def test_an_untouched_nan_buffer_is_not_reported_as_restored() -> None:
+    model = nn.Module()
+    model.register_buffer("buf", torch.tensor([float("nan"), 1.0]))
+    with preserved_state(model) as guard:
+        pass
+    assert guard.restored == [] and guard.unrestored == []
+
+
+def test_profile_inside_a_guard_of_the_caller_sees_the_model_as_it_is_now() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with preserved_state(model):
+        model.add_module("2", nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2)))
+        report = profile(model, (4,), timing=False)
+    assert [r.module for r in report.rows] == ["", "0", "1", "2", "2.0", "2.1"]
+    # Linear(4,4) + Linear(4,8) + Linear(8,2): 20 + 40 + 18
+    assert report.totals["params"] == report.model_params == 78
+
+
+class LateWriter(nn.Module):
+    """Writes its parameter in place from its second call on: in the timed passes only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+        self.calls = CallCount()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.n += 1
+        if self.calls.n > 1:
+            with torch.no_grad():
+                self.w.add_(1.0)
+        return x * self.w
+
+
+def test_the_unrestorable_write_warning_points_at_the_line_that_profiled() -> None:
+    with pytest.warns(ModelProfWarning, match="changed w in place") as caught:
+        profile(LateWriter(), (4,), **FAST)
+    assert [w.filename for w in caught if "changed w" in str(w.message)] == [__file__]

@@ -267,6 +267,8 @@ def test_dtype_and_device_conversion_leave_the_model_alone():
     r32 = profile(model, (8,), timing=False)
     # float64: reads input 8*8 B + params 36*8 B = 352, float32 half of that: 176
     assert (r64.totals["read_bytes"], r32.totals["read_bytes"]) == (352, 176)
+    # the converted copies' parameters are the ones charged: Linear(8, 4) has 8*4 + 4 = 36
+    assert r64.totals["params"] == r32.totals["params"] == 36
     assert r_meta.totals == r32.totals
     assert r64.dtype == "float64"
     assert all(v.dtype == torch.float32 for v in model.state_dict().values())
