@@ -10,7 +10,7 @@ from torch import nn
 
 from .device import MemoryStats, PeakTracker
 from .formulas.registry import REGISTRY, FormulaRegistry
-from .inputs import iter_tensors, tensor_bytes, tensor_shape
+from .inputs import iter_tensors, tensor_nbytes, tensor_shape
 
 __all__ = ["CallRecord", "Tracker"]
 
@@ -23,10 +23,14 @@ def _shapes(obj: Any) -> list[tuple[int, ...]]:
     return [tensor_shape(t) for t in iter_tensors(obj)]
 
 
-def _bytes(obj: Any) -> int:
-    if type(obj) is torch.Tensor and not obj.is_nested:
-        return obj.numel() * obj.element_size()
-    return tensor_bytes(obj)
+def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
+    """The shape of every tensor in ``obj`` and the bytes of the distinct ones, in one walk."""
+    if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
+        return [tuple(obj.shape)], obj.numel() * obj.element_size()
+    tensors = list(iter_tensors(obj))
+    distinct = {id(t): t for t in tensors}
+    return ([tensor_shape(t) for t in tensors],
+            sum(tensor_nbytes(t) for t in distinct.values()))
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -118,10 +122,8 @@ class Tracker:
         outputs and all of its parameters."""
         record = self.current
         record.type = type(model).__name__
-        record.input_shapes = _shapes((args, kwargs))
-        record.input_bytes = tensor_bytes((args, kwargs))
-        record.output_shapes = _shapes(output)
-        record.output_bytes = tensor_bytes(output)
+        record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
+        record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
         distinct = {id(p): p for p in model.parameters()}
         record.params = sum(p.numel() for p in distinct.values())
         record.param_bytes = sum(p.numel() * p.element_size() for p in distinct.values())
@@ -148,13 +150,11 @@ class Tracker:
                 params += n
         parent = stack[-1] if stack else None
         inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
-        if type(inputs) is torch.Tensor and not inputs.is_nested:  # the common case
-            shapes, nbytes = [tuple(inputs.shape)], inputs.numel() * inputs.element_size()
-        else:
-            shapes, nbytes = _shapes(inputs), tensor_bytes(inputs)
+        shapes, nbytes = _shapes_and_bytes(inputs)
         index = len(records)
+        kind = type(module).__name__
         record = CallRecord(
-            index, self.names.get(module, type(module).__name__), type(module).__name__, call,
+            index, self.names.get(module, kind), kind, call,
             len(stack), parent.index if parent is not None else None,
             self._has_children.get(module, False), shapes, nbytes, param_bytes, params,
             module_id=id(module))
@@ -188,14 +188,8 @@ class Tracker:
             return
         record = stack.pop()
         if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
-            record.input_shapes = _shapes((args, kwargs))
-            record.input_bytes = tensor_bytes((args, kwargs))
-        if type(output) is torch.Tensor and not output.is_nested:  # the common case
-            record.output_shapes = [tuple(output.shape)]
-            record.output_bytes = output.numel() * output.element_size()
-        else:
-            record.output_shapes = _shapes(output)
-            record.output_bytes = tensor_bytes(output)
+            record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
+        record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
         record.finished = True
         self.finished.append(record)
         if not record.children and record.has_submodules:
