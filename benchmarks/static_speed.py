@@ -1,6 +1,6 @@
 """Cost of the static analysis: ``profile(..., timing=False)`` over ``FlopCounterMode``.
 
-    python benchmarks/static_speed.py [--reps 21]
+    python benchmarks/static_speed.py [--reps 41]
 
 Both run one forward of the same model on the same input, in the same process, interleaved, on
 the CPU (batch 1, eval, no_grad); the printed ratio (paired by round, with its 95 % interval)
@@ -70,7 +70,7 @@ def bench(name: str, reps: int) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--reps", type=int, default=41)
     ap.add_argument("--out", default=None, help="also write static_speed.txt to this directory")
     args = ap.parse_args()
     lines: list[str] = []

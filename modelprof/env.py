@@ -122,6 +122,21 @@ def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _fixed_env() -> dict[str, Any]:
+    """What cannot change within a process: read once."""
+    return {
+        "cpu_name": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": _read(torch.backends.cudnn.version),
+        "modelprof_version": _modelprof_version(),
+    }
+
+
 def collect_env(device: torch.device | str | None = None, dtype: Any = None,
                 batch_size: int | None = None, **mode_flags: Any) -> dict[str, Any]:
     """Device name, versions, dtype, batch size, threads, cuDNN/TF32 flags, ``mode_flags`` and
@@ -133,14 +148,7 @@ def collect_env(device: torch.device | str | None = None, dtype: Any = None,
     env: dict[str, Any] = {
         "device": str(dev),
         "device_type": dev.type,
-        "cpu_name": cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python_version": platform.python_version(),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "cudnn_version": _read(torch.backends.cudnn.version),
-        "modelprof_version": _modelprof_version(),
+        **_fixed_env(),
         "dtype": _jsonable(dtype),
         "batch_size": batch_size,
         "torch_num_threads": _read(torch.get_num_threads),
