@@ -28,6 +28,7 @@ import torch
 import torchvision
 
 from modelprof import profile
+from modelprof.hooks import module_names
 from modelprof.inputs import make_inputs
 from modelprof.state import StateGuard, preserved_state
 from modelprof.static import analyze
@@ -38,13 +39,23 @@ static_mod = importlib.import_module("modelprof.static")
 
 
 class _NoGuard:
+    """Restores nothing; walks the model for what the static pass reads from a guard (without
+    a guard, analyze would have to walk it itself)."""
+
+    def __init__(self, model) -> None:
+        self.names = module_names(model)
+        self.has_children = {m: next(iter(m.children()), None) is not None for m in self.names}
+        self.parameters = list(model.parameters())
+        self.lazy: list[str] = []
+        self.script_attrs: list[dict] = []
+
     def write_hook(self):
         return None
 
 
 @contextlib.contextmanager
-def _no_state(model, **_):
-    yield _NoGuard()
+def _no_state(model, *_, **__):
+    yield _NoGuard(model)
 
 
 @contextlib.contextmanager

@@ -80,7 +80,8 @@ class Tracker:
                  registry: FormulaRegistry | None = None,
                  memory_stats: MemoryStats | None = None,
                  has_children: dict[nn.Module, bool] | None = None,
-                 parameters: list[torch.Tensor] | None = None) -> None:
+                 parameters: list[torch.Tensor] | None = None,
+                 root: nn.Module | None = None) -> None:
         self.names = names
         self.registry = REGISTRY if registry is None else registry
         self.records: list[CallRecord] = []
@@ -98,9 +99,10 @@ class Tracker:
         self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
         self._outside: CallRecord | None = None
         self._module_formulas: dict[type, Any] = {}  # torchstat module formula by type, or None
-        #: the root's distinct parameters as the forward will see them (given by a caller that
-        #: walked the model already), else None: read at the root call
+        #: the distinct parameters of ``root`` as the forward will see them (given by a caller
+        #: that walked the model already), else None: read from the first call's module
         self.root_parameters = parameters
+        self._root = root
 
     @property
     def current(self) -> CallRecord:
@@ -134,7 +136,7 @@ class Tracker:
         # called at every module call, between the model's kernels: kept lean
         records, stack = self.records, self.stack
         if not records:  # the root call: every parameter as the forward will see it
-            given = self.root_parameters
+            given = self.root_parameters if module is self._root else None
             self.pending_params = {id(p): p for p in (module.parameters() if given is None
                                                       else given)}
         self.failure = None  # running on: an exception inside an earlier call was caught

@@ -328,8 +328,11 @@ class StateGuard:
                 attrs = d
             self.names[m] = prefix
             children = d.get("_modules")
-            self.has_children[m] = bool(children) and any(
-                map(operator.is_not, children.values(), repeat(None)))
+            if children is None:  # kept elsewhere (a traced TorchScript module): ask the module
+                self.has_children[m] = next(iter(m.children()), None) is not None
+            else:
+                self.has_children[m] = bool(children) and any(
+                    map(operator.is_not, children.values(), repeat(None)))
             if any(map(isinstance, attrs.values(), repeat(script_object))):
                 self.script_attrs.append(attrs)
             params.extend(m._parameters.values())

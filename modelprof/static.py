@@ -113,7 +113,8 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         _refuse_lazy(guard.lazy)
         names = guard.names
         tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
-                          has_children=guard.has_children, parameters=guard.parameters)
+                          has_children=guard.has_children, parameters=guard.parameters,
+                          root=model)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
             state = _state_for(model, inputs, training=training,

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torchvision
 from torch import nn
+from torch.nn import functional as F
 from torch.nn.modules import module as module_mod
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -494,6 +495,42 @@ def test_torchscript_module_is_one_opaque_row_not_zeros():
     # linear 4*3 = 12 MACs -> 24 flops + 3 bias adds, relu 3: 30 flops; params 15
     assert len(r.rows) == 1
     assert (r.totals["macs"], r.totals["flops"], r.totals["params"]) == (12, 30, 15)
+
+
+def test_a_traced_module_reads_its_submodules_weights():
+    traced = torch.jit.trace(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4)), torch.ones(2, 8))
+    r = profile(traced, inputs=torch.ones(2, 8), timing=False)
+    # one row (the traced graph runs no Python hook inside); it reads its input, 2*8 float32 =
+    # 64 B, and its submodules' weights, (8*8 + 8 + 8*4 + 4) * 4 B = 432 B
+    assert len(r.rows) == 1
+    assert (r.totals["params"], r.totals["read_bytes"]) == (108, 64 + 432)
+
+
+class _CallsForwardItself(nn.Module):
+    """A root whose ``__call__`` runs ``forward`` directly: no hook fires for it, its children's
+    do, and the first of them is where the parameters start to be charged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(8, 8))
+        self.l, self.k = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, x):
+        return self.k(self.l(x) @ self.w + F.linear(x, self.k.weight))
+
+
+def test_parameters_are_charged_alike_whether_or_not_the_model_is_converted():
+    model = _CallsForwardItself()
+    same = profile(model, (8,), timing=False)
+    converted = profile(model, (8,), timing=False, dtype=torch.float64)
+    # the root's call is never seen, so the parameters to charge are those of the first call
+    # seen, l (8*8 + 8 = 72), in both paths (the converted one runs copies of the parameters)
+    assert [(r.module, r.params) for r in same.rows] == \
+        [(r.module, r.params) for r in converted.rows] == [("l", 72), ("k", 0)]
+    assert same.model_params == converted.model_params == 64 + 2 * 72  # w, l, k
 
 
 def test_compiled_module_is_costed_through_the_original():
