@@ -382,6 +382,10 @@ class StateGuard:
                         for k, t in table.items():
                             if t is not None:
                                 found.setdefault(id(t), f"{prefix}.{k}" if prefix else k)
+            if any(id(t) not in found for t in self._tensors):  # registries kept elsewhere
+                for name, t in (*self.model.named_parameters(remove_duplicate=False),
+                                *self.model.named_buffers(remove_duplicate=False)):
+                    found.setdefault(id(t), name)       # (a traced TorchScript module)
             for p, grad in zip(self._grad_params, self._grads):
                 if grad is not None and id(p) in found:
                     found.setdefault(id(grad), f"{found[id(p)]}.grad")

@@ -444,3 +444,11 @@ def test_the_unrestorable_write_warning_points_at_the_line_that_profiled() -> No
     with pytest.warns(ModelProfWarning, match="changed w in place") as caught:
         profile(LateWriter(), (4,), **FAST)
     assert [w.filename for w in caught if "changed w" in str(w.message)] == [__file__]
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit.trace's deprecation notice
+def test_a_traced_models_tensors_are_named_like_the_modules_they_sit_in() -> None:
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).eval()
+    traced = torch.jit.trace(net, torch.ones(3, 2))
+    names = [t.name for t in StateGuard(traced).tracked]
+    assert names[:5] == ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean"]
