@@ -222,18 +222,11 @@ class OpCounter(TorchDispatchMode):
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
         out = func(*args, **kwargs)
-        cost = formula(args, kwargs, out)
-        record = self.tracker.current
-        if self._staged is None and not record.collect_op_bytes:
-            self._apply(name, cost, record, None)  # the common case, one call deep
-        else:
-            self._charge(name, cost, args, kwargs, out, record)
+        self._charge(name, formula(args, kwargs, out), args, kwargs, out)
         return out
 
-    def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any,
-                record: Any = None) -> None:
-        if record is None:
-            record = self.tracker.current
+    def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any) -> None:
+        record = self.tracker.current
         op_bytes = None
         if record.collect_op_bytes:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
@@ -252,10 +245,7 @@ class OpCounter(TorchDispatchMode):
             self.unsupported[name] += 1
             record.ops.setdefault(name, 0)
         else:
-            # Cost.resolved(), inline (every op comes through here)
-            macs = int(cost.macs)
-            flops = 2 * macs if cost.flops is None else int(cost.flops)
-            madd = flops if cost.madd is None else int(cost.madd)
+            macs, flops, madd = cost.resolved()
             record.ops[name] = record.ops.get(name, 0) + flops
             stats.macs += macs
             stats.flops += flops

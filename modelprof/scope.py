@@ -17,12 +17,6 @@ __all__ = ["CallRecord", "Tracker"]
 _UNKNOWN = object()
 
 
-def _shapes(obj: Any) -> list[tuple[int, ...]]:
-    if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
-        return [tuple(obj.shape)]
-    return [tensor_shape(t) for t in iter_tensors(obj)]
-
-
 def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
     """The shape of every tensor in ``obj`` and the bytes of the distinct ones, in one walk."""
     if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
@@ -142,14 +136,11 @@ class Tracker:
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = 0
-        pending = self.pending_params
         for p in module._parameters.values():
             if p is None:
                 continue
-            n = p.numel()
-            param_bytes += n * p.element_size()
-            if pending.pop(id(p), None) is not None:  # charged to its first use
-                params += n
+            param_bytes += p.numel() * p.element_size()
+            params += self.charge(p)
         parent = stack[-1] if stack else None
         inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
         shapes, nbytes = _shapes_and_bytes(inputs)
@@ -175,20 +166,16 @@ class Tracker:
              raised: bool = False) -> None:
         stack = self.stack
         key = id(module)
-        if not stack or stack[-1].module_id != key:  # not the innermost call: search
-            if not any(r.module_id == key for r in stack):
-                return
-            if not raised:
-                while stack[-1].module_id != key:  # calls that raised inside it
-                    stack.pop()
-        if raised:
-            if self.failure is None:
-                self.failure = (list(stack), list(self.finished))
-            while stack[-1].module_id != key:  # calls that raised inside it
-                stack.pop()
-            stack.pop()
+        if (not stack or stack[-1].module_id != key) and \
+                not any(r.module_id == key for r in stack):  # (the innermost call: no search)
             return
+        if raised and self.failure is None:
+            self.failure = (list(stack), list(self.finished))
+        while stack[-1].module_id != key:  # calls that raised inside it
+            stack.pop()
         record = stack.pop()
+        if raised:
+            return
         if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
             record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
         record.output_shapes, record.output_bytes = _shapes_and_bytes(output)

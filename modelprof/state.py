@@ -279,10 +279,10 @@ class StateGuard:
             self._offsets: list[int] = list(map(_T.storage_offset, ts))
             keys = [ptr or None for ptr in map(torch.UntypedStorage.data_ptr, self._anchors)]
         else:
+            plain = [_plain_dense(t) for t in ts]
             self._layouts = [_fingerprint(t) for t in ts]
-            self._anchors = [t.untyped_storage() if _plain_dense(t) else t.detach()
-                             for t in ts]
-            self._offsets = [t.storage_offset() if _plain_dense(t) else 0 for t in ts]
+            self._anchors = [t.untyped_storage() if p else t.detach() for t, p in zip(ts, plain)]
+            self._offsets = [t.storage_offset() if p else 0 for t, p in zip(ts, plain)]
             keys = [_storage_key(t) for t in ts]
         self._keys = keys                 # storage address, None where there is none
         self._by_storage: dict[int, list[int]] | None = None   # built at the first write

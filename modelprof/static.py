@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable
-from itertools import repeat
 from typing import Any
 
 import torch
@@ -148,12 +147,10 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
 def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
     """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes,
     no ``nn.Parameter``), by object id: they are the model's parameters too. ``attributes``:
-    each module's ``__dict__`` (as the state guard keeps them)."""
+    module ``__dict__``s, e.g. those of the modules holding one (``StateGuard.script_attrs``)."""
     found: dict[int, int] = {}
     script_object = torch.ScriptObject
     for attrs in attributes:
-        if not any(map(isinstance, attrs.values(), repeat(script_object))):
-            continue  # nearly every module: one pass in C
         for value in attrs.values():
             if isinstance(value, script_object) and id(value) not in found:
                 tensors = packed_weights(value)

@@ -131,8 +131,6 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
                         r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
                         ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
                         ops=dict(r.ops) if not r.children else {}))
-        if end[i] != i:
-            continue  # its subtree ends later: no (self) row closes here
         a: int | None = i
         while a is not None and end[a] == i:
             part = own[a]
