@@ -19,7 +19,7 @@ import torchvision
 from torchvision.models import get_model, get_model_weights, list_models
 
 from modelprof import profile
-from modelprof.progress import progress_bar
+from modelprof.runtime.progress import progress_bar
 
 
 def cases(names: list[str]):

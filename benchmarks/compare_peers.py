@@ -434,7 +434,7 @@ def environment() -> dict[str, Any]:
                                   "aten._native_multi_head_attention", "aten.mkldnn_rnn_layer",
                                   "aten._scaled_dot_product_flash_attention")}
     try:
-        from modelprof.env import cpu_name
+        from modelprof.runtime.env import cpu_name
         env["cpu"] = cpu_name()
     except Exception:  # noqa: BLE001
         env["cpu"] = platform.processor()

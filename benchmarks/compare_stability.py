@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from modelprof import compare  # noqa: E402
-from modelprof.env import collect_env  # noqa: E402
+from modelprof.runtime.env import collect_env  # noqa: E402
 
 TOLERANCE = 0.03
 

@@ -17,7 +17,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from modelprof.env import collect_env  # noqa: E402
+from modelprof.runtime.env import collect_env  # noqa: E402
 from modelprof.timing import measure_latency  # noqa: E402
 from modelprof.timing.sampler import WARMED  # noqa: E402
 

@@ -34,10 +34,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from modelprof import profile
-from modelprof.backward import count_step
-from modelprof.inputs import make_inputs
-from modelprof.step import StepSpec
-from modelprof.timing.backward import StepTimer
+from modelprof.step.count import count_step
+from modelprof.runtime.inputs import make_inputs
+from modelprof.step.spec import StepSpec
+from modelprof.step.timing import StepTimer
 
 LIMIT = 1.10
 

@@ -30,11 +30,10 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from modelprof.env import collect_env  # noqa: E402
-from modelprof.inputs import make_inputs  # noqa: E402
+from modelprof.runtime.env import collect_env  # noqa: E402
+from modelprof.runtime.inputs import make_inputs  # noqa: E402
 from modelprof.timing import measure_latency, measure_throughput, time_layers  # noqa: E402
-from modelprof.timing.calibration import (calibrate_cuda_sleep, sleep_model, spin,  # noqa: E402
-                                          spin_model)
+from modelprof.timing.calibration import calibrate_cuda_sleep, sleep_model, spin, spin_model
 
 
 

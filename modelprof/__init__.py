@@ -2,14 +2,14 @@
 PyTorch models, in one table."""
 from __future__ import annotations
 
-from .compare import Comparison, compare
-from .errors import ModelProfError
-from .formulas import Cost, register_formula
-from .models import load_model
-from .profile import ModelProfWarning, profile
-from .report import Report
-from .timing import (LatencyComparison, Measurement, Throughput, TimingOptions, measure_latencies,
-                     measure_latency, measure_throughput)
+from modelprof.compare import Comparison, compare
+from modelprof.errors import ModelProfError
+from modelprof.counting.formulas import Cost, register_formula
+from modelprof.models import load_model
+from modelprof.errors import ModelProfWarning
+from modelprof.profile import profile
+from modelprof.report.report import Report
+from modelprof.timing import (LatencyComparison, Measurement, Throughput, TimingOptions, measure_latencies, measure_latency, measure_throughput)
 
 __version__ = "0.1.0"
 

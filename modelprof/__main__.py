@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+from modelprof.cli import main
 
 __all__: list[str] = []
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .errors import ModelProfError
+from modelprof.errors import ModelProfError
 
 __all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_size_arg"]
 
@@ -80,7 +80,7 @@ def _version() -> str:
     """``modelprof 0.1.0 (torch 2.x, Python 3.x)``, without importing torch."""
     from importlib import metadata
 
-    from . import __version__
+    from modelprof import __version__
 
     try:
         torch_version = metadata.version("torch")
@@ -173,7 +173,7 @@ class _Context:
     """Parsed options every subcommand shares, converted once at the boundary."""
 
     def __init__(self, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> None:
-        from .inputs import parse_device, parse_dtype
+        from modelprof.runtime.inputs import parse_device, parse_dtype
 
         self.args = args
         self.stdout, self.stderr = stdout, stderr
@@ -208,7 +208,7 @@ class _Context:
             else loaded.input_size
 
     def load_spec(self, spec: str) -> Any:
-        from .models import load_spec
+        from modelprof.models import load_spec
 
         return load_spec(spec, trust_pickle=self.args.trust_pickle)
 
@@ -289,7 +289,7 @@ def _save_figure(ctx: _Context, fig: Any, stem: str) -> None:
 
 
 def _shape_text(size: Any) -> str:
-    from .inputs import parse_input_size
+    from modelprof.runtime.inputs import parse_input_size
 
     return ", ".join("x".join(map(str, s)) for s in parse_input_size(size))
 
@@ -297,7 +297,7 @@ def _shape_text(size: Any) -> str:
 # --- profile -------------------------------------------------------------------------------------
 
 def _run_profile(ctx: _Context) -> None:
-    from .profile import profile
+    from modelprof.profile import profile
 
     args = ctx.args
     if args.depth is not None and args.depth < 0:
@@ -346,9 +346,9 @@ def _run_profile(ctx: _Context) -> None:
 # --- compare -------------------------------------------------------------------------------------
 
 def _run_compare(ctx: _Context) -> None:
-    from .compare import compare, env_caption, unique_name
-    from .plots import plot_compare
-    from .render import to_markdown
+    from modelprof.compare import compare, env_caption, unique_name
+    from modelprof.report.plots import plot_compare
+    from modelprof.render import to_markdown
 
     args = ctx.args
     models: dict[str, Any] = {}
@@ -375,7 +375,7 @@ def _run_compare(ctx: _Context) -> None:
 def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
                  env: dict[str, Any] | None) -> None:
     """Every chosen table format of ``df``: raw numbers in csv/json, human units elsewhere."""
-    from . import render
+    from modelprof import render
 
     writers = {
         "csv": lambda p: render.to_csv(df, path=p),
@@ -393,9 +393,9 @@ def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
 # --- throughput ----------------------------------------------------------------------------------
 
 def _run_throughput(ctx: _Context) -> None:
-    from .plots import plot_throughput
-    from .render import to_markdown
-    from .timing import measure_throughput
+    from modelprof.report.plots import plot_throughput
+    from modelprof.render import to_markdown
+    from modelprof.timing import measure_throughput
 
     args = ctx.args
     options = _throughput_options(args)

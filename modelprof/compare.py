@@ -2,7 +2,7 @@
 ratios to a baseline, all measured with one shared device, dtype and batch size.
 
 The result is a pandas DataFrame (numeric, units in the column names); its notebook view and the
-``modelprof.render`` exporters humanise the numbers, ``modelprof.plots.plot_compare`` draws them.
+``modelprof.render`` exporters humanise the numbers, ``modelprof.report.plots.plot_compare`` draws them.
 """
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .errors import ModelProfError
-from .inputs import parse_input_size, shape_str
-from .progress import progress_bar
-from .timing.interleave import Candidate, measure_interleaved
-from .timing.latency import resolve_call
-from .timing.options import OPTION_NAMES, TimingOptions
+from modelprof.errors import ModelProfError
+from modelprof.runtime.inputs import parse_input_size
+from modelprof.runtime.tensors import shape_str
+from modelprof.runtime.progress import progress_bar
+from modelprof.timing.interleave import Candidate, measure_interleaved
+from modelprof.timing.latency import resolve_call
+from modelprof.timing.options import OPTION_NAMES, TimingOptions
 
 __all__ = ["Comparison", "compare", "env_caption", "unique_name"]
 
@@ -51,43 +52,43 @@ class Comparison(pd.DataFrame):
     """
 
     def _repr_html_(self) -> str:
-        from .render.comparison import comparison_to_html
+        from modelprof.render.comparison import comparison_to_html
 
         return str(comparison_to_html(self, standalone=False))
 
     def to_markdown(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
         """A GitHub Markdown table in human units; returns the text or writes ``path``."""
-        from .render.comparison import comparison_to_markdown
+        from modelprof.render.comparison import comparison_to_markdown
 
         return comparison_to_markdown(self, path, **view)
 
     def to_latex(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
         """A booktabs table for papers (one unit per column, fitted to ``width=``)."""
-        from .render.comparison import comparison_to_latex
+        from modelprof.render.comparison import comparison_to_latex
 
         return comparison_to_latex(self, path, **view)
 
     def to_html(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
         """A complete HTML page (``standalone=False``: a fragment)."""
-        from .render.comparison import comparison_to_html
+        from modelprof.render.comparison import comparison_to_html
 
         return comparison_to_html(self, path, **view)
 
     def to_csv(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
         """CSV with raw numbers, every column, the model name first."""
-        from .render.comparison import comparison_to_csv
+        from modelprof.render.comparison import comparison_to_csv
 
         return comparison_to_csv(self, path, **view)
 
     def to_json(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
         """The table and the environment as JSON."""
-        from .render.comparison import comparison_to_json
+        from modelprof.render.comparison import comparison_to_json
 
         return comparison_to_json(self, path, **view)
 
     def to_text(self, **view: Any) -> str:
         """A plain-text table for terminals, titled with the baseline and environment."""
-        from .render.comparison import comparison_to_text
+        from modelprof.render.comparison import comparison_to_text
 
         return comparison_to_text(self, **view)
 
@@ -130,7 +131,7 @@ def compare(
     arguments are timing options (``modelprof.timing.options``) or go to
     :func:`modelprof.profile`.
     """
-    from .profile import profile  # late: profile imports the whole analysis stack
+    from modelprof.profile import profile  # late: profile imports the whole analysis stack
 
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
@@ -210,7 +211,7 @@ def compare(
 
 def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
     """``{name: module}``, building specs; a spec's entry carries its default input size."""
-    from .models import load_model
+    from modelprof.models import load_model
 
     if isinstance(models, Mapping):
         items = [(str(k), v) for k, v in models.items()]
@@ -278,8 +279,8 @@ def _candidate(name: str, model: nn.Module, size: Any, inputs: Any, batch_size: 
                device: Any, dtype: Any, opts: TimingOptions,
                profile_options: Mapping[str, Any]) -> Candidate:
     """What the interleaved timing calls for one model, prepared like ``profile``'s clean run."""
-    from .inputs import make_inputs, parse_dtype
-    from .profile import timing_runner
+    from modelprof.runtime.inputs import make_inputs, parse_dtype
+    from modelprof.profile import timing_runner
 
     dt = parse_dtype(dtype)
     mi = make_inputs(model, size, inputs=inputs, batch_size=batch_size, device=device, dtype=dt)
@@ -294,9 +295,9 @@ def _candidate(name: str, model: nn.Module, size: Any, inputs: Any, batch_size: 
 def _step_timer(name: str, model: nn.Module, candidate: Candidate, dtype: Any,
                 opts: TimingOptions, training: bool, profile_options: Mapping[str, Any]) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
-    from .inputs import parse_dtype
-    from .step import StepSpec
-    from .timing.backward import StepTimer
+    from modelprof.runtime.inputs import parse_dtype
+    from modelprof.step.spec import StepSpec
+    from modelprof.step.timing import StepTimer
 
     spec = StepSpec.parse(loss_fn=profile_options.get("loss_fn"),
                           target=profile_options.get("target"),
@@ -310,7 +311,7 @@ def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseli
                   opts: TimingOptions) -> None:
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
     the paired backward ratio to the baseline with its interval."""
-    from .timing.backward import compare_steps
+    from modelprof.step.timing import compare_steps
 
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
@@ -346,7 +347,7 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 
 def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, opts: TimingOptions,
                     options: Mapping[str, Any]) -> dict[str, Any]:
-    from .timing import measure_throughput
+    from modelprof.timing import measure_throughput
 
     options = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last,
                **options}

@@ -1,8 +1,28 @@
-"""The one exception type modelprof raises for anything the user can cause."""
+"""The one exception type modelprof raises for anything the user can cause, and its warnings.
+
+Every module may import this one; it imports nothing of modelprof's, so no import can close a
+cycle through it."""
 from __future__ import annotations
 
-__all__ = ["ModelProfError"]
+__all__ = ["DriftWarning", "FewSamplesWarning", "ModelProfError", "ModelProfWarning",
+           "NoisyMeasurementWarning"]
 
 
 class ModelProfError(Exception):
     """A bad argument, input or model. The message names the offending value."""
+
+
+class ModelProfWarning(UserWarning):
+    """Something the numbers do not cover (ops with no formula), said once per profile."""
+
+
+class NoisyMeasurementWarning(UserWarning):
+    """Issued once per measurement whose spread makes its median less trustworthy."""
+
+
+class DriftWarning(NoisyMeasurementWarning):
+    """Issued once per measurement whose blocks drift beyond its confidence interval."""
+
+
+class FewSamplesWarning(NoisyMeasurementWarning):
+    """Issued once per measurement that a time budget stopped below its minimum sample count."""

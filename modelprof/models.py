@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ModelProfError
+from modelprof.errors import ModelProfError
 
 __all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import warnings
 from typing import Any
 
@@ -10,23 +9,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from .counter import OpStats
-from .env import collect_env
-from .errors import ModelProfError
-from .execution import to_channels_last
-from .formulas.registry import FormulaRegistry
-from .inputs import ModelInputs, copy_model, make_inputs, moved_model, parse_dtype
-from .report import Report
-from .state import preserved_state
-from .static import analyze
-from .table import Row, build_rows
-from .timing.options import TimingOptions
+from modelprof.counting.counter import OpStats
+from modelprof.runtime.env import collect_env
+from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import to_channels_last
+from modelprof.counting.formulas.registry import FormulaRegistry
+from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype
+from modelprof.runtime.placement import copy_model, moved_model
+from modelprof.report.report import Report
+from modelprof.runtime.guard import preserved_state
+from modelprof.counting.forward import analyze
+from modelprof.report.rows import Row, build_rows
+from modelprof.timing.options import TimingOptions
+from modelprof.errors import ModelProfWarning
 
-__all__ = ["ModelProfWarning", "profile", "timing_runner"]
-
-
-class ModelProfWarning(UserWarning):
-    """Something the numbers do not cover (ops with no formula), said once per profile."""
+__all__ = ["profile", "timing_runner"]
 
 
 def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
@@ -47,7 +44,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
 
     ``roofline``: ``None`` (default) adds the roofline columns when timing, from a short
     measured probe of the device's peak FLOP/s and bandwidth; ``False`` skips it; a
-    ``modelprof.roofline.Peaks`` uses those peaks. Timing options (``options=TimingOptions(...)``
+    ``modelprof.timing.peaks.Peaks`` uses those peaks. Timing options (``options=TimingOptions(...)``
     or keywords: ``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``channels_last``,
     ``cuda_graph``, ``compile``...; see ``modelprof.timing.options``) are parsed once and apply to
     every pass: ``amp`` and ``channels_last`` to the counted forward too.
@@ -57,7 +54,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     outputs), the backward — ``backward_macs``, ``backward_flops``, ``saved_bytes`` and the
     ``backward_latency_*`` columns, ``report.backward_latency`` — and, with ``optimizer=`` (a
     class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
-    optimizer step as a row of its own. See ``modelprof.step_table``.
+    optimizer step as a row of its own. See ``modelprof.step.table``.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
@@ -91,7 +88,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         counted = _with_layout(mi, layout)
         step_cost = None
         if step_spec is not None:
-            from .backward import count_step
+            from modelprof.step.count import count_step
             static, step_cost = count_step(model, counted, step_spec, training=training,
                                            dtype_requested=dtype_requested, registry=registry,
                                            amp=opts.amp, memory_format=layout)
@@ -120,10 +117,10 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             overhead, coverage = _join_timing(rows, static.records, latency, layers)
             _use_warm_peaks(rows, static.records, layers)
         if step_cost is not None:
-            from .step_table import join_step
+            from modelprof.step.table import join_step
             step_timing = None
             if timing:
-                from .timing.backward import time_step
+                from modelprof.step.timing import time_step
                 step_timing = time_step(model, mi, step_spec, len(static.records),
                                         training=training, dtype=dtype_requested, options=opts)
             training_step = join_step(rows, static.records, step_cost, step_timing)
@@ -144,7 +141,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
 def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
                opts: TimingOptions) -> Any:
     """The checked training-step options, or None with ``backward=False`` (then none is given)."""
-    from .step import StepSpec
+    from modelprof.step.spec import StepSpec
 
     if not backward:
         given = [k for k, v in (("loss_fn", loss_fn), ("target", target),
@@ -183,8 +180,8 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     """The peaks for the roofline columns, and both the probe and the table in ``env``."""
     import dataclasses
 
-    from .device import tf32_enabled
-    from .roofline import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
+    from modelprof.runtime.device import tf32_enabled
+    from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
     if isinstance(roofline, Peaks):
         peaks = roofline
@@ -218,7 +215,7 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
              no_grad: bool, opts: TimingOptions) -> tuple[Any, Any, list[str]]:
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
     under ``opts``; and the notes that say how the per-layer columns were measured."""
-    from .timing import measure_latency, time_layers
+    from modelprof.timing import measure_latency, time_layers
 
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "

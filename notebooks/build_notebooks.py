@@ -203,7 +203,7 @@ COMPARE = _cells(
         import torchvision
 
         from modelprof.compare import compare
-        from modelprof.plots import plot_compare
+        from modelprof.report.plots import plot_compare
 
         names = ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]
         models = {name: torchvision.models.get_model(name, weights=None).eval() for name in names}

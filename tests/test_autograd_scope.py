@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.autograd_scope import LOSS, SeqMarks, graph_nodes, is_accumulate, tag_graph
+from modelprof.step.autograd_scope import LOSS, SeqMarks, graph_nodes, is_accumulate, tag_graph
 
 
 def test_marks_give_each_node_the_call_running_when_it_was_made():

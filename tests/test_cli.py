@@ -261,7 +261,7 @@ def test_out_where_nothing_can_be_created(nets: Path, capsys: pytest.CaptureFixt
 
 def test_write_failure_names_out(nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture) -> None:
-    from modelprof.report import Report
+    from modelprof.report.report import Report
 
     def full_disk(self: object, path: object = None, **kw: object) -> None:
         raise OSError(28, "No space left on device")

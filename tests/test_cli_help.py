@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from modelprof import __version__, cli
-from modelprof.timing import NoisyMeasurementWarning
+from modelprof.errors import NoisyMeasurementWarning
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -140,7 +140,7 @@ def test_env_caption() -> None:
 
 def test_plots_of_a_comparison() -> None:
     pytest.importorskip("matplotlib")
-    from modelprof.plots import plot_compare
+    from modelprof.report.plots import plot_compare
 
     df = compare(_pair(), (10,), timing=False)
     fig = plot_compare(df)

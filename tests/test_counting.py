@@ -12,8 +12,8 @@ import torchvision
 from torch import nn
 
 from modelprof import ModelProfWarning, profile, register_formula
-from modelprof.counter import count_ops
-from modelprof.formulas import REGISTRY, Cost
+from modelprof.counting.counter import count_ops
+from modelprof.counting.formulas import REGISTRY, Cost
 
 
 def tv(name: str, **kw) -> nn.Module:
@@ -99,7 +99,7 @@ def test_decomposition_failure_falls_back_to_unsupported():
     x = torch.randn(3, 4)
 
     # a decomposition that cannot run: the op runs as it is and is listed, nothing half-counted
-    from modelprof import counter as counter_mod
+    from modelprof.counting import counter as counter_mod
 
     def broken(*args, **kwargs):
         torch.mm(torch.randn(2, 2), torch.randn(2, 2))  # counted tentatively, then dropped

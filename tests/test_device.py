@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-import modelprof.inputs as inputs_mod
-from modelprof.device import (MemoryStats, PeakTracker, device_synchronize, is_oom,
-                              normalize_device, same_device)
+import modelprof.runtime.placement as placement_mod
+from modelprof.runtime.device import (MemoryStats, PeakTracker, device_synchronize, is_oom, normalize_device, same_device)
 from modelprof.errors import ModelProfError
-from modelprof.inputs import moved_model, parse_device
+from modelprof.runtime.placement import moved_model
+from modelprof.runtime.inputs import parse_device
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_a_model_already_on_the_device_is_not_copied(monkeypatch, current_cuda):
     # itself: no deep copy (that doubled GPU memory, at every batch point of a throughput search)
     current_cuda["index"] = 0
     model = nn.Linear(3, 3)
-    monkeypatch.setattr(inputs_mod, "model_placement",
+    monkeypatch.setattr(placement_mod, "model_placement",
                         lambda m: (torch.device("cuda", 0), torch.float32))
 
     def no_copy(obj, memo=None):

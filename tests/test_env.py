@@ -6,8 +6,8 @@ import subprocess
 
 import torch
 
-from modelprof import env as env_mod
-from modelprof.env import collect_env, gpu_state
+from modelprof.runtime import env as env_mod
+from modelprof.runtime.env import collect_env, gpu_state
 
 
 def test_env_is_json_and_has_the_promised_keys():
@@ -107,7 +107,7 @@ def test_gpu_uuid_reads_torchs_device_properties(monkeypatch):
 
 
 def test_tf32_flags_read_the_newer_api_without_raising(monkeypatch):
-    from modelprof.device import tf32_enabled
+    from modelprof.runtime.device import tf32_enabled
 
     class Legacy:
         @property
@@ -131,7 +131,7 @@ def test_tf32_flags_read_the_newer_api_without_raising(monkeypatch):
 
 
 def test_tf32_flags_fall_back_to_the_legacy_flags(monkeypatch):
-    from modelprof.device import tf32_enabled
+    from modelprof.runtime.device import tf32_enabled
 
     class OldMatmul:
         allow_tf32 = False

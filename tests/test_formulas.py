@@ -320,8 +320,7 @@ def test_grouped_mm_in_a_mixture_of_experts_layer():
 
 
 def test_scaled_grouped_mm_formulas_share_the_layouts():
-    from modelprof.formulas.matmul import (_scaled_grouped_mm, _scaled_grouped_mm_v2,
-                                           grouped_mm_cost)
+    from modelprof.counting.formulas.matmul import (_scaled_grouped_mm, _scaled_grouped_mm_v2, grouped_mm_cost)
     a, b = torch.randn(11, 8), torch.randn(3, 8, 12)
     offs = torch.tensor([2, 6, 10], dtype=torch.int32)
     scale = torch.ones(1)
@@ -332,7 +331,7 @@ def test_scaled_grouped_mm_formulas_share_the_layouts():
 
 # -- variable-length fused attention (CUDA kernels: formulas called on CPU tensors) ----------------
 def test_flash_attention_varlen_counts_each_sequence():
-    from modelprof.formulas.attention import _flash_attention_forward
+    from modelprof.counting.formulas.attention import _flash_attention_forward
     heads, d = 4, 16
     lengths = [3, 5, 8, 2]  # a 4-sequence packed batch of 18 tokens
     cum = torch.tensor([0, 3, 8, 16, 18], dtype=torch.int32)
@@ -353,7 +352,7 @@ def test_flash_attention_varlen_counts_each_sequence():
 
 
 def test_flash_attention_varlen_cross_lengths_and_kv_cache():
-    from modelprof.formulas.attention import _flash_attention_forward
+    from modelprof.counting.formulas.attention import _flash_attention_forward
     cum_q = torch.tensor([0, 1, 3], dtype=torch.int32)        # 1 and 2 queries
     cum_k = torch.tensor([0, 10, 16], dtype=torch.int32)      # 10 and 6 keys
     q, k, v = torch.randn(3, 2, 8), torch.randn(16, 2, 8), torch.randn(16, 2, 4)
@@ -367,7 +366,7 @@ def test_flash_attention_varlen_cross_lengths_and_kv_cache():
 
 
 def test_efficient_attention_varlen_and_dense():
-    from modelprof.formulas.attention import _efficient_attention_forward
+    from modelprof.counting.formulas.attention import _efficient_attention_forward
     cum = torch.tensor([0, 4, 10], dtype=torch.int32)  # lengths 4 and 6
     q = k = v = torch.randn(1, 10, 2, 8)                # packed as [1, total, H, E]
     c = _efficient_attention_forward((q, k, v, None, cum, cum, 6, 6, 0.0, 0), {}, None)
@@ -378,7 +377,7 @@ def test_efficient_attention_varlen_and_dense():
 
 
 def test_varlen_attention_without_values_is_a_bound_that_says_so():
-    from modelprof.formulas.attention import _flash_attention_forward
+    from modelprof.counting.formulas.attention import _flash_attention_forward
     cum = torch.tensor([0, 30, 60, 90, 123], dtype=torch.int32)
     exact = _flash_attention_forward((torch.randn(123, 4, 16),) * 3 +
                                      (cum, cum, 40, 40, 0.0, False, False), {}, None)
@@ -395,7 +394,7 @@ def test_varlen_attention_without_values_is_a_bound_that_says_so():
 
 # -- backward kernels ----------------------------------------------------------------------------
 def test_sdpa_backward_recomputes_the_scores():
-    from modelprof.counter import count_ops
+    from modelprof.counting.counter import count_ops
     q, k, v = (torch.randn(2, 3, 8, 4, requires_grad=True) for _ in range(3))
 
     def step():
@@ -409,7 +408,7 @@ def test_sdpa_backward_recomputes_the_scores():
 
 
 def test_convolution_backward_by_output_mask():
-    from modelprof.counter import count_ops
+    from modelprof.counting.counter import count_ops
     conv = nn.Conv2d(3, 4, 3, bias=True)
     x = torch.randn(2, 3, 6, 6, requires_grad=True)
     c = count_ops(lambda: conv(x).sum().backward())

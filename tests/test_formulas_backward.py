@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modelprof.formulas.attention import attention_backward_cost
-from modelprof.formulas.backward import norm_backward_cost
-from modelprof.formulas.optim import optimizer_cost
-from modelprof.formulas.registry import REGISTRY
+from modelprof.counting.formulas.attention import attention_backward_cost
+from modelprof.counting.formulas.backward import norm_backward_cost
+from modelprof.counting.formulas.optim import optimizer_cost
+from modelprof.counting.formulas.registry import REGISTRY
 
 aten = torch.ops.aten
 

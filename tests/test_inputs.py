@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, profile
-from modelprof.inputs import check_input_bytes, make_inputs, parse_device, parse_input_size
+from modelprof.runtime.inputs import check_input_bytes, make_inputs, parse_device, parse_input_size
 
 
 def test_numpy_integers_are_input_sizes() -> None:

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from modelprof import profile
-from modelprof.layer_types import LAYER_TYPES, layer_type, op_layer_type
+from modelprof.report.layer_types import LAYER_TYPES, layer_type, op_layer_type
 
 
 @pytest.mark.parametrize("op, kind", [

@@ -19,8 +19,8 @@ from torch import nn
 from torch.nn.modules import module as module_mod
 
 from modelprof import profile, register_formula
-from modelprof.counter import count_ops
-from modelprof.formulas import REGISTRY, Cost
+from modelprof.counting.counter import count_ops
+from modelprof.counting.formulas import REGISTRY, Cost
 
 T = torch.randn
 
@@ -228,7 +228,7 @@ def test_pt_sdpa_nested_tensor():
     # PyTorch: a jagged batch counts like the sum of its sequences run one by one, forward and
     # backward (flash and mem-efficient kernels). Here the same identity on those kernels'
     # formulas (CUDA-only kernels, called with CPU tensors).
-    from modelprof.formulas import attention as att
+    from modelprof.counting.formulas import attention as att
     heads, d = 8, 64
 
     def dense(kernel, lq, lk, backward):
@@ -277,7 +277,7 @@ def test_pt_nested_attention_fake_tensors():
     # head: 4*4920*32 = 629760 MACs — still >= the exact 3*30^2 + 33^2 = 3789 pairs.
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from modelprof.formulas.attention import _flash_attention_forward
+    from modelprof.counting.formulas.attention import _flash_attention_forward
     x, offsets = T(123, 4, 16), torch.tensor([0, 30, 60, 90, 123])
     with FakeTensorMode() as mode:
         fx, fo = mode.from_tensor(x), mode.from_tensor(offsets)

@@ -12,14 +12,8 @@ pytest.importorskip("matplotlib")
 from matplotlib.figure import Figure  # noqa: E402
 
 from modelprof.errors import ModelProfError  # noqa: E402
-from modelprof.plots import (  # noqa: E402
-    plot_compare,
-    plot_flops,
-    plot_latency,
-    plot_roofline,
-    plot_throughput,
-)
-from modelprof.roofline import Peaks  # noqa: E402
+from modelprof.report.plots import (plot_compare, plot_flops, plot_latency, plot_roofline, plot_throughput)
+from modelprof.timing.peaks import Peaks  # noqa: E402
 from test_render_fixture import report_frame  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -86,7 +80,7 @@ def _overlaps(a, b) -> bool:
 
 
 def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap() -> None:
-    from modelprof.roofline import MemoryLevel
+    from modelprof.timing.peaks import MemoryLevel
 
     levels = (MemoryLevel("L1", 64 * 1024, 8e9), MemoryLevel("L2", 1 << 20, 8e9),
               MemoryLevel("L3", 8 << 20, 4e9), MemoryLevel("DRAM", None, 1e9))

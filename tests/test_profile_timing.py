@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, profile
-from modelprof.timing import FewSamplesWarning
+from modelprof.errors import FewSamplesWarning
 from modelprof.timing.calibration import Spin, spin, spin_model
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 QUICK = dict(roofline=False, warmup=2)
 

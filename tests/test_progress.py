@@ -15,8 +15,8 @@ from torch import nn
 from modelprof import compare, measure_latency, measure_throughput, profile
 from modelprof.cli import main
 from modelprof.errors import ModelProfError
-from modelprof import progress
-from modelprof.progress import NoProgress, progress_bar, sampling_bar
+from modelprof.runtime import progress
+from modelprof.runtime.progress import NoProgress, progress_bar, sampling_bar
 from modelprof.timing.sampler import StopRule, collect
 
 

@@ -171,7 +171,7 @@ def test_every_view_option_is_documented() -> None:
     from modelprof.render.latex import to_latex
     from modelprof.render.markdown import to_markdown
     from modelprof.render.text import to_text
-    from modelprof.report import Report
+    from modelprof.report.report import Report
 
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Views and exporters"):text.index("## How precise")]

@@ -155,7 +155,8 @@ def test_read_csv_errors() -> None:
 
 
 def test_roofline_columns_round_trip_including_a_missing_bound() -> None:
-    from modelprof.roofline import Peaks, add_roofline
+    from modelprof.timing.peaks import Peaks
+    from modelprof.report.roofline import add_roofline
 
     df = add_roofline(report_frame(), Peaks(1e9, 1e9))
     df.loc[3, "bound"] = None  # a row without work has no bound
@@ -213,7 +214,7 @@ def test_counts_above_int64_make_a_float_column_and_round_trip() -> None:
     from torch import nn
 
     from modelprof import Cost, profile
-    from modelprof.formulas import REGISTRY
+    from modelprof.counting.formulas import REGISTRY
 
     registry = REGISTRY.copy()
     huge = 2**64 + 7  # above int64's 2**63 - 1
@@ -230,7 +231,7 @@ def test_counts_above_int64_make_a_float_column_and_round_trip() -> None:
 
 
 def test_torchstat_total_row_does_not_wrap_around() -> None:
-    from modelprof.table import Row, torchstat_frame
+    from modelprof.report.rows import Row, torchstat_frame
 
     big = 2**62  # two of these overflow int64 if summed in numpy
     rows = [Row(f"m{i}", "X", 1, 1, True, [], [], 0, 0, 0, big, 0, 0, 0, 0, big, i)

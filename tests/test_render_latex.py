@@ -12,13 +12,7 @@ import pandas as pd
 import pytest
 
 from modelprof.errors import ModelProfError
-from modelprof.render.latex import (
-    LONG_ROWS,
-    NOMINAL_WIDTH_PT,
-    estimate_width_pt,
-    latex_table,
-    to_latex,
-)
+from modelprof.render.latex import (LONG_ROWS, NOMINAL_WIDTH_PT, estimate_width_pt, latex_table, to_latex)
 from modelprof.render.views import prepare_table
 from test_render_fixture import report_frame, report_totals
 

@@ -6,17 +6,7 @@ import pandas as pd
 import pytest
 
 from modelprof.errors import ModelProfError
-from modelprof.render.views import (
-    END_TO_END_LABEL,
-    TOTAL_LABEL,
-    ROOT_LABEL,
-    column_spec,
-    compact_columns,
-    default_totals,
-    prepare_table,
-    select_columns,
-    select_rows,
-)
+from modelprof.render.views import (END_TO_END_LABEL, TOTAL_LABEL, ROOT_LABEL, column_spec, compact_columns, default_totals, prepare_table, select_columns, select_rows)
 from test_render_fixture import ADDITIVE, report_frame, report_totals
 
 

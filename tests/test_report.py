@@ -11,7 +11,7 @@ from torch import nn
 from modelprof import ModelProfError, profile
 from modelprof.render.csvio import read_csv
 from modelprof.render.jsonio import read_json
-from modelprof.roofline import Peaks
+from modelprof.timing.peaks import Peaks
 
 
 class Net(nn.Module):

@@ -11,20 +11,8 @@ import pytest
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.roofline import (
-    KNOWN_DEVICES,
-    ROOFLINE_COLUMNS,
-    MemoryLevel,
-    Peaks,
-    add_roofline,
-    cache_levels,
-    compute_roofs,
-    judged_levels,
-    lookup_peaks,
-    match_device,
-    observed_peaks,
-    probe_peaks,
-)
+from modelprof.timing.peaks import KNOWN_DEVICES, MemoryLevel, Peaks, cache_levels, lookup_peaks, match_device, probe_peaks
+from modelprof.report.roofline import ROOFLINE_COLUMNS, add_roofline, compute_roofs, judged_levels, observed_peaks
 from test_render_fixture import report_frame
 
 PEAKS = Peaks(peak_flops=1e12, peak_bytes=1e11, source="user", device="toy", dtype="float32")
@@ -307,7 +295,7 @@ def test_probe_measures_every_cache_level_and_keeps_them_ordered() -> None:
 
 
 def test_sysfs_cache_sizes_scale_with_the_threads_sharing_them() -> None:
-    from modelprof.roofline import _count_cpus, _parse_size
+    from modelprof.timing.peaks import _count_cpus, _parse_size
 
     assert _parse_size("32K") == 32768 and _parse_size("8192K") == 8 << 20
     assert _parse_size("1M") == 1 << 20 and _parse_size("512") == 512
@@ -363,7 +351,7 @@ def test_table_peaks_give_convolutions_the_tf32_rate_when_only_cudnn_uses_it() -
     (False, True, "bfloat16", None),   # TF32 concerns float32 only
 ])
 def test_which_precision_convolutions_use(monkeypatch, matmul, conv, dtype, expected) -> None:
-    import modelprof.roofline as roofline
+    import modelprof.timing.peaks as roofline
 
     monkeypatch.setattr(roofline, "tf32_enabled", lambda kind: {"matmul": matmul, "conv": conv}[kind])
     assert roofline.conv_uses_other_precision(torch.device("cuda", 0), dtype) is expected

@@ -14,8 +14,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from modelprof import ModelProfError, ModelProfWarning, profile
-from modelprof import inputs as inputs_mod
-from modelprof.state import StateGuard, preserved_state
+from modelprof.runtime import placement as placement_mod
+from modelprof.runtime.guard import StateGuard, preserved_state
 
 # a few samples are enough: these tests check state, not timing
 FAST = dict(repeat=5, warmup=1, roofline=False)
@@ -284,7 +284,7 @@ def test_a_model_that_cannot_be_copied_at_all_gets_a_clear_error(monkeypatch) ->
     def fail(model: nn.Module) -> nn.Module:
         raise RuntimeError("no copy either")
 
-    monkeypatch.setattr(inputs_mod, "_structural_copy", fail)
+    monkeypatch.setattr(placement_mod, "_structural_copy", fail)
     with pytest.raises(ModelProfError, match=r"cannot copy the model \(Locked\) to convert it "
                                              r"to dtype torch.float64: copy.deepcopy failed "
                                              r"\(TypeError: cannot pickle '_thread.lock'"):

@@ -18,8 +18,8 @@ from torch.nn.modules import module as module_mod
 from torch.utils.flop_counter import FlopCounterMode
 
 from modelprof import ModelProfError, ModelProfWarning, Report, profile, register_formula
-from modelprof.formulas import REGISTRY, Cost
-from modelprof.table import ADDITIVE, COLUMNS, TORCHSTAT_COLUMNS
+from modelprof.counting.formulas import REGISTRY, Cost
+from modelprof.report.rows import ADDITIVE, COLUMNS, TORCHSTAT_COLUMNS
 
 # torchstat's own table for resnet18, a copy of shared/reference/torchstat_resnet18.csv (see
 # shared/reference/README.md), kept in the repository so that any clone can run this test
@@ -447,9 +447,9 @@ def test_csv_round_trip_and_markdown(tmp_path, resnet18_report, style):
 def test_peak_memory_nesting_with_fake_allocator_stats():
     """The CUDA allocator peak per call, driven by fake stats: a child's reset must not lose
     the parent's peak (CUDA itself is exercised by the cuda-marked test below)."""
-    from modelprof.device import MemoryStats
-    from modelprof.hooks import module_names
-    from modelprof.scope import Tracker
+    from modelprof.runtime.device import MemoryStats
+    from modelprof.runtime.hooks import module_names
+    from modelprof.counting.scope import Tracker
 
     state = {"current": 100, "peak": 100}
 

@@ -13,7 +13,7 @@ from modelprof.timing.calibration import calibrate_cuda_sleep
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-    pytest.mark.filterwarnings("ignore::modelprof.timing.measurement.NoisyMeasurementWarning"),
+    pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning"),
 ]
 
 SLEEP_MS = 4.0

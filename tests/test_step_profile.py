@@ -16,7 +16,7 @@ from modelprof.cli import main
 from modelprof.errors import ModelProfError
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 FAST = dict(repeat=3, warmup=1, roofline=False)
 COUNT = dict(timing=False, roofline=False)

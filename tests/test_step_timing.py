@@ -11,16 +11,16 @@ import torch
 from torch import nn
 
 from modelprof import profile
-from modelprof.backward import count_step
+from modelprof.step.count import count_step
 from modelprof.errors import ModelProfError
-from modelprof.inputs import make_inputs
-from modelprof.step import StepSpec
+from modelprof.runtime.inputs import make_inputs
+from modelprof.step.spec import StepSpec
 from modelprof.timing import MemoryStats
-from modelprof.timing import backward as step_timer
+from modelprof.step import timing as step_timer
 from modelprof.timing.clock import CpuClock, StampBuffer
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 SPIN_MS = 4.0
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfWarning, profile
-from modelprof.hooks import count_foreign_calls, module_hooks
+from modelprof.runtime.hooks import count_foreign_calls, module_hooks
 
 FORWARDS = 5  # forwards the other thread makes while the profiling thread waits inside its pass
 

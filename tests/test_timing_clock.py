@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from modelprof.inputs import make_inputs
+from modelprof.runtime.inputs import make_inputs
 from modelprof.timing import layers as layers_mod
 from modelprof.timing import time_layers
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.clock import CpuClock, CudaEventClock, HostSyncClock, clock_for
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 class FakeStream:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from modelprof.inputs import make_inputs
+from modelprof.runtime.inputs import make_inputs
 from modelprof.timing import measure_latency, measure_throughput, time_layers
 from modelprof.timing.calibration import calibrate_cuda_sleep, sleep_model
 from modelprof.timing.clock import CudaEventClock, clock_for
@@ -15,7 +15,7 @@ from modelprof.timing.clock import CudaEventClock, clock_for
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-    pytest.mark.filterwarnings("ignore::modelprof.timing.measurement.NoisyMeasurementWarning"),
+    pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning"),
 ]
 
 

@@ -11,14 +11,15 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.timing import FewSamplesWarning, Measurement, measure_latency
+from modelprof.errors import FewSamplesWarning
+from modelprof.timing import Measurement, measure_latency
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.modes import CPU_FLUSH_BYTES, CacheFlusher, last_level_cache_bytes
 
 FAST = dict(warmup_s=0.05, budget_s=1.0)
 # microsecond callables with a handful of samples are noisy by nature; one test checks the warning
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def test_callable_spinning_1ms_is_never_short_and_its_fastest_sample_exact():
@@ -231,7 +232,7 @@ def test_noisy_run_warns_once():
 
 
 def test_model_inputs_are_used_as_given():
-    from modelprof.inputs import make_inputs
+    from modelprof.runtime.inputs import make_inputs
     seen = []
     model = nn.Linear(3, 2)
     mi = make_inputs(model, inputs={"input": torch.zeros(4, 3)})
@@ -278,7 +279,7 @@ def test_fps_uses_the_batch_that_ran():
 
 
 def test_model_inputs_with_a_contradicting_batch_size_are_refused():
-    from modelprof.inputs import make_inputs
+    from modelprof.runtime.inputs import make_inputs
     mi = make_inputs(nn.Linear(3, 2), (3,), batch_size=4)
     calls = []
     with pytest.raises(ModelProfError, match="batch_size=8.*4"):

@@ -13,14 +13,15 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.inputs import make_inputs
-from modelprof.timing import FewSamplesWarning, LayerTiming, MemoryStats, time_layers
+from modelprof.runtime.inputs import make_inputs
+from modelprof.errors import FewSamplesWarning
+from modelprof.timing import LayerTiming, MemoryStats, time_layers
 from modelprof.timing.calibration import Spin, spin_model
 from modelprof.timing.clock import CpuClock
 from modelprof.timing.layers import HookCost, calibrate_hooks
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def _hooks_left(model: nn.Module) -> int:

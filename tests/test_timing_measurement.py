@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from modelprof.timing.measurement import (DriftWarning, FewSamplesWarning, Measurement,
-                                          NoisyMeasurementWarning, median_ci_ranks)
+from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
+from modelprof.timing.measurement import Measurement, median_ci_ranks
 
 ONE_TO_NINE = np.arange(1.0, 10.0)
 

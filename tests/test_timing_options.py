@@ -7,11 +7,10 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, profile
-from modelprof.inputs import make_inputs
+from modelprof.runtime.inputs import make_inputs
 from modelprof.timing import TimingOptions, measure_latency, measure_throughput, time_layers
 from modelprof.timing.options import OPTION_NAMES
-from modelprof.timing.sampler import (DEFAULT_BUDGET_S, DEFAULT_MIN_SAMPLES, StopRule,
-                                      WarmupPolicy)
+from modelprof.timing.sampler import DEFAULT_BUDGET_S, DEFAULT_MIN_SAMPLES, StopRule, WarmupPolicy
 
 
 def test_defaults_and_keyword_round_trip():

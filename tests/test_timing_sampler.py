@@ -8,9 +8,7 @@ import pytest
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.timing.sampler import (BLOCK_S, MAX_BLOCK, StopRule, WarmRegistry,
-                                      WarmupPolicy, block_size, collect, collect_interleaved,
-                                      input_signature, relative_ci, warm_up)
+from modelprof.timing.sampler import (BLOCK_S, MAX_BLOCK, StopRule, WarmRegistry, WarmupPolicy, block_size, collect, collect_interleaved, input_signature, relative_ci, warm_up)
 
 
 class FakeTime:
@@ -79,7 +77,8 @@ def test_budget_stops_below_min_samples_for_slow_calls_and_says_so():
     assert s.stop_reason == "budget"
     assert s.samples_ms.size == 3 and calls == [1, 1, 1]
     assert s.wall_s == pytest.approx(0.9)
-    from modelprof.timing.measurement import FewSamplesWarning, Measurement
+    from modelprof.errors import FewSamplesWarning
+    from modelprof.timing.measurement import Measurement
     m = Measurement(s.samples_ms, stop_reason=s.stop_reason, min_samples=10, blocks=s.blocks,
                     timestamps_s=s.timestamps_s, label="slow")
     assert m.undersampled

@@ -14,7 +14,7 @@ from modelprof.timing.layers import is_oom
 from modelprof.timing.throughput import search_batches
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.timing.measurement.NoisyMeasurementWarning")
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def fake_measure(sps_of, limit: int | None = None, error=torch.OutOfMemoryError):

@@ -23,19 +23,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
-from modelprof.render.units import (
-    IEC_PREFIXES,
-    MISSING,
-    SI_PREFIXES,
-    TIME_UNITS,
-    format_bytes,
-    format_count,
-    format_multiple,
-    format_percent,
-    format_rate,
-    format_time_ms,
-    pick_scale,
-)
+from modelprof.render.units import (IEC_PREFIXES, MISSING, SI_PREFIXES, TIME_UNITS, format_bytes, format_count, format_multiple, format_percent, format_rate, format_time_ms, pick_scale)
 
 __all__ = [
     "UNITS",
@@ -123,7 +111,7 @@ _SPECS: dict[str, ColumnSpec] = {
     "backward_macs": ColumnSpec("backward MACs", "count"),
     "backward_flops": ColumnSpec("backward FLOPs", "count"),
     "saved_bytes": ColumnSpec("saved for backward", "bytes"),
-    # roofline columns (modelprof.roofline.add_roofline)
+    # roofline columns (modelprof.timing.peaks.add_roofline)
     "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
     "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),
     "intensity": ColumnSpec("intensity (FLOP/B)", "float"),

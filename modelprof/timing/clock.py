@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..device import device_synchronize
+from modelprof.runtime.device import device_synchronize
 
 __all__ = [
     "Clock",

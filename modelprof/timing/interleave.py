@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelProfError
-from ..progress import sampling_bar
-from .latency import TimedCall, resolve_call
-from .measurement import Measurement, _ms
-from .options import TimingOptions
-from .sampler import collect_interleaved
-from .stats import block_medians, paired_ratio
+from modelprof.errors import ModelProfError
+from modelprof.runtime.progress import sampling_bar
+from modelprof.timing.latency import TimedCall, resolve_call
+from modelprof.timing.measurement import Measurement, _ms
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import collect_interleaved
+from modelprof.timing.stats import block_medians, paired_ratio
 
 __all__ = ["Candidate", "LatencyComparison", "measure_interleaved", "measure_latencies"]
 

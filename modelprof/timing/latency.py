@@ -16,19 +16,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..device import device_synchronize, is_oom
-from ..env import collect_env
-from ..errors import ModelProfError
-from ..failure import forward_failure
-from ..progress import sampling_bar
-from ..execution import amp_context, grad_context, model_state, to_channels_last
-from ..inputs import (ModelInputs, iter_tensors, make_inputs, map_tensors, model_placement,
-                      moved_model, parse_device, parse_dtype)
-from .clock import clock_for
-from .measurement import Measurement
-from .modes import CacheFlusher, capture_cuda_graph, compile_callable
-from .options import TimingOptions
-from .sampler import WARMED, Sampled, collect, input_signature, warm_up
+from modelprof.runtime.device import device_synchronize, is_oom
+from modelprof.runtime.env import collect_env
+from modelprof.errors import ModelProfError
+from modelprof.runtime.failure import forward_failure
+from modelprof.runtime.progress import sampling_bar
+from modelprof.runtime.execution import amp_context, grad_context, model_state, to_channels_last
+from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
+from modelprof.runtime.tensors import iter_tensors, map_tensors
+from modelprof.runtime.placement import model_placement, moved_model
+from modelprof.timing.clock import clock_for
+from modelprof.timing.measurement import Measurement
+from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import WARMED, Sampled, collect, input_signature, warm_up
 
 __all__ = ["TimedCall", "measure_latency", "resolve_call"]
 

@@ -22,17 +22,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..device import MemoryStats, PeakTracker, is_oom
-from ..env import collect_env
-from ..errors import ModelProfError
-from ..execution import amp_context, grad_context, model_state, to_channels_last
-from ..hooks import module_hooks, module_names
-from ..inputs import ModelInputs, moved_model
-from ..progress import sampling_bar
-from .clock import Clock, clock_for
-from .measurement import Measurement
-from .options import TimingOptions
-from .sampler import WARMED, collect, input_signature, warm_up
+from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
+from modelprof.runtime.env import collect_env
+from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import amp_context, grad_context, model_state, to_channels_last
+from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.placement import moved_model
+from modelprof.runtime.progress import sampling_bar
+from modelprof.timing.clock import Clock, clock_for
+from modelprof.timing.measurement import Measurement
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import WARMED, collect, input_signature, warm_up
 
 __all__ = ["HookCost", "Key", "LayerTiming", "MemoryStats", "PeakTracker", "calibrate_hooks",
            "is_oom", "time_layers"]
@@ -496,7 +497,7 @@ def time_layers(
     Times are corrected for the hooks' cost (``calibrate_hooks``, or ``hook_cost`` when given)
     unless ``correct_overhead=False``. ``memory_stats``: ``None`` = the CUDA allocator on CUDA,
     none elsewhere; ``False`` = off; or a ``MemoryStats``. ``modules`` (module -> name, as from
-    ``modelprof.hooks.module_names``) limits and names the hooked modules.
+    ``modelprof.runtime.hooks.module_names``) limits and names the hooked modules.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")

@@ -26,14 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .stats import (between_block_ci, block_medians, combined_ci, drift, median_ci_ranks,
-                    within_ci)
+from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
+from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, drift, median_ci_ranks, within_ci)
 
 __all__ = [
-    "DriftWarning",
-    "FewSamplesWarning",
     "Measurement",
-    "NoisyMeasurementWarning",
     "NOISY_CV",
     "NOISY_IQR_FRACTION",
     "median_ci_ranks",
@@ -44,19 +41,8 @@ NOISY_IQR_FRACTION = 0.10
 #: ... or when the coefficient of variation (std / mean) exceeds this one.
 NOISY_CV = 0.25
 
+
 STOP_REASONS = ("precision", "budget", "repeat", "max_samples")
-
-
-class NoisyMeasurementWarning(UserWarning):
-    """Issued once per measurement whose spread makes its median less trustworthy."""
-
-
-class DriftWarning(NoisyMeasurementWarning):
-    """Issued once per measurement whose blocks drift beyond its confidence interval."""
-
-
-class FewSamplesWarning(NoisyMeasurementWarning):
-    """Issued once per measurement that a time budget stopped below its minimum sample count."""
 
 
 @dataclasses.dataclass(eq=False)

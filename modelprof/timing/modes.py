@@ -1,6 +1,6 @@
 """How the timed callable runs: eval/no_grad, AMP, channels_last, torch.compile, CUDA graphs and the
 cold-cache flush. Each mode is a small function or context manager; the user's model is never
-changed in place (converted copies come from ``modelprof.inputs.moved_model``) and every flag set
+changed in place (converted copies come from ``modelprof.runtime.inputs.moved_model``) and every flag set
 on it is restored in ``finally``.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelProfError
-from ..execution import amp_context, grad_context, model_state, parse_amp, to_channels_last
+from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import (amp_context, grad_context, model_state, parse_amp, to_channels_last)
 
 __all__ = [
     "COMPILE_MODES",

@@ -28,11 +28,10 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelProfError
-from ..execution import parse_amp
-from .modes import parse_compile
-from .sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_BLOCKS,
-                      DEFAULT_MIN_SAMPLES, DEFAULT_PRECISION, WARMUP_S, StopRule, WarmupPolicy)
+from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import parse_amp
+from modelprof.timing.modes import parse_compile
+from modelprof.timing.sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_BLOCKS, DEFAULT_MIN_SAMPLES, DEFAULT_PRECISION, WARMUP_S, StopRule, WarmupPolicy)
 
 __all__ = ["CLOCK_MODES", "OPTION_NAMES", "TimingOptions"]
 

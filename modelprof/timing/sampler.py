@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelProfError
-from ..inputs import iter_tensors
-from .stats import between_block_ci, block_medians, combined_ci, paired_ratio, within_ci
+from modelprof.errors import ModelProfError
+from modelprof.runtime.tensors import iter_tensors
+from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, paired_ratio, within_ci)
 
 __all__ = [
     "BLOCK_S",

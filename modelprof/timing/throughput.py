@@ -17,15 +17,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..env import collect_env
-from ..errors import ModelProfError
-from ..inputs import model_placement, moved_model, parse_device, parse_dtype
-from ..device import is_oom
-from ..progress import progress_bar
-from .latency import measure_latency
-from .measurement import Measurement, _ms
-from .options import TimingOptions
-from .sampler import _check_int
+from modelprof.runtime.env import collect_env
+from modelprof.errors import ModelProfError
+from modelprof.runtime.placement import model_placement, moved_model
+from modelprof.runtime.inputs import parse_device, parse_dtype
+from modelprof.runtime.device import is_oom
+from modelprof.runtime.progress import progress_bar
+from modelprof.timing.latency import measure_latency
+from modelprof.timing.measurement import Measurement, _ms
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import _check_int
 
 __all__ = ["PATIENCE", "THROUGHPUT_GAIN", "Throughput", "ThroughputPoint", "measure_throughput",
            "search_batches"]

@@ -1,0 +1,409 @@
+"""The op-level counter: a dispatch mode that sees every op a forward runs and charges its cost
+to the innermost module call that is running (the scope, kept by ``scope.Tracker``).
+
+Fused kernels (``scaled_dot_product_attention``, the ``nn.MultiheadAttention`` fast path) and
+functional code (``x + identity``, ``torch.matmul`` inside a custom block) are counted like any
+other op, because they all reach the dispatcher. How an op is costed, in order:
+
+1. its formula (registry lookup: overload, packet, tag, functional form of an in-place op);
+2. its decomposition — the op's CompositeImplicitAutograd kernel (what autograd would have
+   run: composite ops reach the dispatcher whole under ``torch.inference_mode()``), else a
+   ``torch._decomp`` decomposition — whose ops are counted in its place, in every grad mode;
+3. otherwise it is *unsupported*: run as it is, listed with its call count, never a silent 0.
+
+Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ``invoke_subgraph``, ...)
+are costed by a formula where one is registered, else through their subgraphs, whose ops are
+counted as they run; one whose subgraphs cannot be entered runs uncounted and is listed
+unsupported. None of them can make the counter raise.
+"""
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from modelprof.counting.formulas.memory import VIEW
+from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
+from modelprof.counting.formulas.values import has_values
+from modelprof.runtime.tensors import tensor_nbytes
+
+__all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
+
+HigherOrderOperator = torch._ops.HigherOrderOperator
+
+
+class _How:
+    """How an op without a formula of its own is costed (a sentinel in the formula cache)."""
+
+    __slots__ = ("kind", "fn")
+
+    def __init__(self, kind: str, fn: Any = None) -> None:
+        self.kind = kind
+        self.fn = fn
+
+
+_UNSUPPORTED = _How("unsupported")
+_SUBGRAPHS = _How("subgraphs")
+
+
+class OpStats:
+    """Per-op totals over the whole forward: calls, macs, flops, madd, and the notes of calls
+    whose count is not exact (note -> calls)."""
+
+    __slots__ = ("calls", "macs", "flops", "madd", "notes")
+
+    def __init__(self) -> None:
+        self.calls = self.macs = self.flops = self.madd = 0
+        self.notes: Counter[str] | None = None
+
+
+def _bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return tensor_nbytes(obj) if obj.is_nested else obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_bytes(o) for o in obj)
+    return 0
+
+
+def op_name(func: Any) -> str:
+    """``namespace.name.overload`` (``aten.convolution.default``, ``torchvision.nms.default``,
+    ``higher_order.cond``): op names keep their namespace everywhere."""
+    if isinstance(func, HigherOrderOperator):
+        return f"{func.namespace}.{func.name()}"
+    return str(func)
+
+
+def _decomposition(func: torch._ops.OpOverload) -> _How | None:
+    """The decomposition an op without a formula is counted through, if it has one."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return _How("composite", func.decompose)
+    from torch._decomp import decomposition_table
+    fn = decomposition_table.get(func)
+    return _How("table", fn) if fn is not None else None
+
+
+def _plain_tensors(args: tuple, kwargs: dict) -> bool:
+    """A ``torch._decomp`` decomposition is written for plain strided dense tensors."""
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor) and (t.layout is not torch.strided or t.is_quantized
+                                                or t.is_nested):
+                return False
+    return True
+
+
+class _Subgraph:
+    """A subgraph of a higher-order operator, run with the counter active so that its ops are
+    counted; attribute reads reach the wrapped callable (``_boxed_call`` and the like)."""
+
+    def __init__(self, fn: Any, counter: OpCounter) -> None:
+        self._fn = fn
+        self._counter = counter
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._counter:
+            return self._fn(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_fn", "_counter"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self._fn, name)
+
+
+def _is_subgraph(obj: Any) -> bool:
+    return callable(obj) and not isinstance(obj, (torch.Tensor, torch._ops.OpOverload,
+                                                  torch._ops.OpOverloadPacket, type))
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts every op; ``tracker.current`` is the record the op is charged to."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, tracker, registry: FormulaRegistry | None = None,
+                 before_op: Callable[[Any, tuple, dict], None] | None = None) -> None:
+        super().__init__()
+        self.tracker = tracker
+        # called with (func, args, kwargs) before each op runs, outside the counted work (the
+        # state guard's copy on first write: modelprof.runtime.guard.StateGuard.write_hook)
+        self.before_op = before_op
+        self.registry = REGISTRY if registry is None else registry
+        self.unsupported: Counter[str] = Counter()
+        self.decomposed: Counter[str] = Counter()   # ops counted through their decomposition
+        self.by_op: dict[str, OpStats] = {}
+        # op -> (formula or _How, qualified name, whether it takes packed quantized weights,
+        # whether before_op is called for it)
+        self._ops: dict[Any, tuple[Any, str, bool, bool]] = {}
+        self._packed_seen: dict[int, Any] = {}
+        # charges of a tentative run (a decomposition, a subgraph) that may be rolled back
+        self._staged: list | None = None
+        self._depth = 0
+        self._flex_debug: Any = None
+
+    # -- entering: flex_attention runs eagerly under the counter ---------------------------------
+    def __enter__(self):
+        if self._depth == 0:
+            self._flex_debug = _eager_flex_attention(True)
+        self._depth += 1
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                _eager_flex_attention(self._flex_debug)
+
+    # -- resolution, once per op --------------------------------------------------------------
+    def _resolve(self, func) -> tuple[Any, str, bool, bool]:
+        name = op_name(func)
+        packed = False
+        if isinstance(func, HigherOrderOperator):
+            formula = self.registry.lookup(func) or _SUBGRAPHS
+        elif func.is_view:
+            formula = VIEW
+        else:
+            formula = self.registry.lookup(func) or _decomposition(func) or _UNSUPPORTED
+            packed = any("PackedParams" in str(a.type) for a in func._schema.arguments)
+        # whether ``before_op`` wants to see this op (a hook may say which ops it watches:
+        # the state guard's, only those that write an argument)
+        hook = self.before_op
+        watches = getattr(hook, "watches", None)
+        watch = hook is not None and (watches is None or bool(watches(func)))
+        entry = self._ops[func] = (formula, name, packed, watch)
+        return entry
+
+    def _charge_params(self, args: tuple) -> None:
+        """A parameter read by an op of a call that does not own it (``F.linear`` on another
+        module's weight, ``module.forward`` called directly) is charged to that call."""
+        pending = self.tracker.pending_params
+        record = self.tracker.current
+        for a in args:
+            if isinstance(a, torch.Tensor) and id(a) in pending:
+                record.params += self.tracker.charge(a)
+
+    def _charge_packed(self, args: tuple) -> None:
+        """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
+        the call that uses them: elements once, bytes read at every call."""
+        from modelprof.counting.formulas.quantized import packed_weights
+        record = self.tracker.current
+        for a in args:
+            if isinstance(a, torch.ScriptObject):
+                tensors = packed_weights(a)
+                record.param_bytes += sum(t.numel() * t.element_size() for t in tensors)
+                if id(a) not in self._packed_seen:
+                    self._packed_seen[id(a)] = a  # kept alive: its id stays unique meanwhile
+                    record.params += sum(t.numel() for t in tensors)
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # the hot path: every op of the forward (a few hundred per model) comes through here,
+        # between the model's own kernels; it does as little as it can
+        entry = self._ops.get(func)
+        if entry is None:
+            entry = self._resolve(func)
+        formula, name, packed, watch = entry
+        if kwargs is None:
+            kwargs = {}
+        if watch:
+            self.before_op(func, args, kwargs)
+        pending = self.tracker.pending_params
+        if pending and not pending.keys().isdisjoint(map(id, args)):
+            self._charge_params(args)
+        if formula is VIEW:
+            return func(*args, **kwargs)
+        if packed:
+            self._charge_packed(args)
+        if type(formula) is _How:
+            return self._without_formula(func, formula, name, args, kwargs)
+        out = func(*args, **kwargs)
+        self._charge(name, formula(args, kwargs, out), args, kwargs, out)
+        return out
+
+    def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any) -> None:
+        record = self.tracker.current
+        op_bytes = None
+        if record.collect_op_bytes:
+            # ops a parent module runs itself (a residual add): inputs read, outputs written
+            op_bytes = (_bytes(args) + _bytes(list(kwargs.values())), _bytes(out))
+        if self._staged is not None:
+            self._staged.append((name, cost, record, op_bytes))
+        else:
+            self._apply(name, cost, record, op_bytes)
+
+    def _apply(self, name: str, cost: Cost | None, record, op_bytes) -> None:
+        stats = self.by_op.get(name)
+        if stats is None:
+            stats = self.by_op[name] = OpStats()
+        stats.calls += 1
+        if cost is None:
+            self.unsupported[name] += 1
+            record.ops.setdefault(name, 0)
+        else:
+            macs, flops, madd = cost.resolved()
+            record.ops[name] = record.ops.get(name, 0) + flops
+            stats.macs += macs
+            stats.flops += flops
+            stats.madd += madd
+            record.macs += macs
+            record.flops += flops
+            record.madd += madd
+            if cost.note is not None:
+                if stats.notes is None:
+                    stats.notes = Counter()
+                stats.notes[cost.note] += 1
+        if op_bytes is not None:
+            record.op_read_bytes += op_bytes[0]
+            record.op_write_bytes += op_bytes[1]
+
+    # -- ops without a formula ------------------------------------------------------------------
+    def _without_formula(self, func, how: _How, name: str, args: tuple, kwargs: dict) -> Any:
+        if how is _UNSUPPORTED:
+            out = func(*args, **kwargs)
+            self._charge(name, None, args, kwargs, out)
+            return out
+        if how is _SUBGRAPHS:
+            return self._through_subgraphs(func, name, args, kwargs)
+        if how.kind == "composite":  # what the op does when autograd is on: exact
+            self.decomposed[name] += 1
+            with self:
+                return how.fn(*args, **kwargs)
+        if not _plain_tensors(args, kwargs):
+            return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
+        ok, out = self._tentatively(lambda: how.fn(*args, **kwargs))
+        if not ok:  # the decomposition does not hold for these inputs: run the op itself
+            return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
+        self.decomposed[name] += 1
+        return out
+
+    def _tentatively(self, run) -> tuple[bool, Any]:
+        """Run ``run()`` with the counter active, keeping its charges only if it succeeds."""
+        outer, self._staged = self._staged, []
+        try:
+            with self:
+                out = run()
+        except Exception:  # noqa: BLE001 - the caller falls back to running the op itself
+            self._staged = outer
+            return False, None
+        staged, self._staged = self._staged, outer
+        self._commit(staged)
+        return True, out
+
+    def _commit(self, staged: list) -> None:
+        if self._staged is not None:
+            self._staged.extend(staged)
+        else:
+            for entry in staged:
+                self._apply(*entry)
+
+    # -- higher-order operators -----------------------------------------------------------------
+    def _through_subgraphs(self, func, name: str, args: tuple, kwargs: dict) -> Any:
+        """Run a higher-order operator with its subgraphs counted. ``cond`` whose predicate has
+        no value (meta device) is charged its costlier branch, with a note. An operator that
+        refuses the wrapped subgraphs is run again as it is, uncounted, and listed unsupported
+        (a genuine error in the subgraph raises again there)."""
+        if func is torch.ops.higher_order.cond and not _known_predicate(args[0]):
+            return self._cond_bound(func, name, args, kwargs)
+        wrap = functools.partial(_wrap_subgraphs, counter=self)
+        w_args, w_kwargs = wrap(args), {k: wrap(v) for k, v in kwargs.items()}
+        if w_args is args and all(w_kwargs[k] is v for k, v in kwargs.items()):  # no subgraph
+            return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
+        outer, self._staged = self._staged, []
+        try:
+            out = func(*w_args, **w_kwargs)
+        except Exception:  # noqa: BLE001 - run it as it is, uncounted, and say so
+            self._staged = outer
+            return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
+        staged, self._staged = self._staged, outer
+        self._commit(staged)
+        self._apply_calls(name)
+        return out
+
+    def _cond_bound(self, func, name: str, args: tuple, kwargs: dict) -> Any:
+        pred, true_fn, false_fn, operands = args[:4]
+        runs = []
+        for branch in (true_fn, false_fn):
+            outer, self._staged = self._staged, []
+            with self:
+                out = branch(*operands)
+            runs.append((self._staged, out))
+            self._staged = outer
+        costs = [sum(c.resolved()[1] for _, c, _, _ in staged if c is not None)
+                 for staged, _ in runs]
+        staged, _ = runs[0] if costs[0] >= costs[1] else runs[1]
+        self._commit(staged)
+        self._apply_calls(name, note="predicate unknown (no values): charged the costlier "
+                                     "branch, an upper bound")
+        return runs[0][1]
+
+    def _apply_calls(self, name: str, note: str | None = None) -> None:
+        stats = self.by_op.get(name)
+        if stats is None:
+            stats = self.by_op[name] = OpStats()
+        stats.calls += 1
+        if note is not None:
+            if stats.notes is None:
+                stats.notes = Counter()
+            stats.notes[note] += 1
+
+
+def _known_predicate(pred: Any) -> bool:
+    return not isinstance(pred, torch.Tensor) or has_values(pred)
+
+
+def _wrap_subgraphs(obj: Any, counter: OpCounter) -> Any:
+    if _is_subgraph(obj) and not isinstance(obj, _Subgraph):
+        return _Subgraph(obj, counter)
+    if type(obj) in (tuple, list):
+        wrapped = [_wrap_subgraphs(o, counter) for o in obj]
+        if all(w is o for w, o in zip(wrapped, obj)):
+            return obj
+        return type(obj)(wrapped)
+    return obj
+
+
+def _eager_flex_attention(value: Any) -> Any:
+    """Set torch's switch that makes ``flex_attention`` call its operator directly instead of
+    through an internal ``torch.compile`` (which refuses to run under a dispatch mode); returns
+    the previous value. Scoped to the counted forward by ``OpCounter.__enter__/__exit__``."""
+    try:
+        import torch.nn.attention.flex_attention as fa
+    except ImportError:  # torch without flex_attention
+        return None
+    if not hasattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG") or value is None:
+        return None
+    previous = fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = value
+    return previous
+
+
+class _Probe:
+    """A stand-in for ``scope.Tracker`` that charges everything to one record (itself)."""
+
+    def __init__(self) -> None:
+        self.pending_params: dict = {}
+        self.current = self
+        self.macs = self.flops = self.madd = self.params = self.param_bytes = 0
+        self.collect_op_bytes = False
+        self.ops: dict[str, int] = {}
+
+
+def count_ops(fn: Any, *args: Any, registry: FormulaRegistry | None = None) -> OpCounter:
+    """Run ``fn(*args)`` under a counter of its own and return it: ``counter.by_op`` per op,
+    ``counter.tracker.current.macs/flops/madd`` in total. Counts whatever ``fn`` runs — a
+    ``score_mod`` on one score, or a forward and ``backward()`` of a training step."""
+    counter = OpCounter(_Probe(), registry)
+    with counter:
+        fn(*args)
+    return counter
+
+
+def probe_cost(fn: Any, *args: Any, registry: FormulaRegistry | None = None) -> Cost:
+    """Total cost of running ``fn(*args)`` once (raises whatever ``fn`` raises)."""
+    total = count_ops(fn, *args, registry=registry).tracker.current
+    return Cost(total.macs, flops=total.flops, madd=total.madd)

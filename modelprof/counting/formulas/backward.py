@@ -1,0 +1,276 @@
+"""Backward ops: the gradients autograd computes, counted by the conventions of the forward.
+
+Contractions (MACs), per gradient asked for by the op's ``output_mask``:
+    convolution_backward  grad_input = a transposed convolution with the forward's weight, and
+                          grad_weight = a convolution of the input with grad_output: each the
+                          forward's MACs (``conv_macs``); grad_bias sums grad_output (1 flop per
+                          element). So a layer whose input and weight need grad costs 2x its
+                          forward MACs; the first layer (input needs no grad) 1x; frozen 0x.
+    fused attention       the flash/efficient/cuDNN/CPU kernels keep no attention matrix: they
+                          recompute the scores Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K,
+                          dK = dS^T Q: ``bh*l_q*l_k*(3*d_qk + 2*d_v)`` MACs, as
+                          ``torch.utils.flop_counter`` counts them (2.5x the forward when
+                          d_qk == d_v); counted in ``attention.py`` (variable-length batches
+                          sequence by sequence). The math path's backward runs as bmm's.
+    fused RNN layers      oneDNN and cuDNN compute the data gradients (layer input and hidden
+                          state, through W_ih and W_hh) and the weight gradients: 2x the
+                          forward's gate MACs (1x when cuDNN is asked for no weight gradient).
+Per element (flops):
+    normalisation         x_hat = (x - mean) * rstd recomputed: 2 (for the weight gradient, and
+                          for the input gradient with batch statistics);
+                          grad_input with batch statistics (train batch norm, layer, group norm):
+                          rstd * (g - mean(g) - x_hat * mean(g * x_hat)) = 7, + 1 for g * weight;
+                          grad_input with known statistics (eval batch norm): g * (weight * rstd) = 1;
+                          grad_weight = sum(g * x_hat): 2; grad_bias = sum(g): 1.
+                          RMS norm: x_hat 1, grad_input 5 (+1 weight), grad_weight 2.
+    softmax, log_softmax  y * (g - sum(g * y)) and g - exp(y) * sum(g): 4 per element.
+    activations           1 per element, as their forward (the pointwise tag covers relu's
+                          threshold_backward, gelu, silu, sigmoid, tanh; the rest are listed here).
+    pooling               max: grad_output scattered to the winners, 1 per grad_output element;
+                          avg: k per grad_output element of a k-window (as the forward);
+                          adaptive avg: the sum of the window sizes (as the forward).
+    embedding             every looked-up row's gradient added into the weight gradient: 1 per
+                          element of grad_output.
+    RNN cells             the elementwise cell backward is counted at twice its forward count;
+                          each bias gradient sums the gate gradients over the tokens.
+    select/slice/...      the gradient written into zeros: 0 flops (a copy).
+"""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from modelprof.counting.formulas.conv import conv_macs
+from modelprof.counting.formulas.pool import adaptive_window_sum
+from modelprof.counting.formulas.registry import ZERO, Cost, optional_ops, register_formula
+from modelprof.counting.formulas.rnn import _CELL_ELEMENTWISE, _MODE
+
+__all__ = ["NORM_BACKWARD_FLOPS_PER_ELEMENT", "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
+           "norm_backward_cost"]
+
+aten = torch.ops.aten
+
+NORM_BACKWARD_FLOPS_PER_ELEMENT = {"x_hat": 2, "input_stats": 7, "input_known": 1,
+                                   "input_weight": 1, "weight": 2, "bias": 1}
+SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT = 4
+
+
+def _mask(mask, n: int) -> list[bool]:
+    """An op's ``output_mask`` (which gradients it computes); all of them when absent."""
+    if mask is None:
+        return [True] * n
+    return [bool(m) for m in mask]
+
+
+# -- convolution ------------------------------------------------------------------------------
+@register_formula(aten.convolution_backward)
+def _convolution_backward(args, kwargs, out) -> Cost:
+    # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    #  output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+    g, x, w = args[0], args[1], args[2]
+    transposed = bool(args[7]) if len(args) > 7 else bool(kwargs.get("transposed", False))
+    grad_input, grad_weight, grad_bias = _mask(args[10] if len(args) > 10
+                                               else kwargs.get("output_mask"), 3)
+    forward = conv_macs(x.shape, w.shape, g.shape, transposed)
+    macs = forward * (int(grad_input) + int(grad_weight))
+    bias = g.numel() if grad_bias else 0  # sum of grad_output over all but the channels
+    return Cost(macs, flops=2 * macs + bias)
+
+
+# -- normalisation ----------------------------------------------------------------------------
+def norm_backward_cost(numel: int, batch_stats: bool, has_weight: bool,
+                       grad_input: bool, grad_weight: bool, grad_bias: bool,
+                       per: dict[str, int] | None = None) -> Cost:
+    """Flops of a normalisation's backward over ``numel`` input elements (see the module doc)."""
+    per = NORM_BACKWARD_FLOPS_PER_ELEMENT if per is None else per
+    f = 0
+    if grad_weight or (grad_input and batch_stats):
+        f += per["x_hat"]
+    if grad_input:
+        f += per["input_stats"] if batch_stats else per["input_known"]
+        if has_weight and batch_stats:
+            f += per["input_weight"]
+    if grad_weight and has_weight:
+        f += per["weight"]
+    if grad_bias:
+        f += per["bias"]
+    return Cost(0, flops=f * numel)
+
+
+@register_formula(aten.native_batch_norm_backward)
+def _batch_norm_backward(args, kwargs, out) -> Cost:
+    # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+    #  output_mask)
+    x, weight = args[1], args[2]
+    train = bool(args[7])
+    gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
+    has_weight = isinstance(weight, torch.Tensor)
+    return norm_backward_cost(x.numel(), train, has_weight, gi, gw and has_weight,
+                              gb and has_weight)
+
+
+@register_formula(*optional_ops("batch_norm_backward"))
+def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
+    # (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
+    #  output_mask, reserve): batch statistics unless it ran in eval (no saved statistics)
+    x, save_mean = args[1], args[5]
+    gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
+    stats = isinstance(save_mean, torch.Tensor) and save_mean.numel() > 0
+    return norm_backward_cost(x.numel(), stats, True, gi, gw, gb)
+
+
+@register_formula(*optional_ops("cudnn_batch_norm_backward", "miopen_batch_norm_backward"))
+def _backend_batch_norm_backward(args, kwargs, out) -> Cost:
+    # (input, grad_output, weight, ...): train mode, every gradient
+    return norm_backward_cost(args[0].numel(), True, True, True, True, True)
+
+
+@register_formula(aten.native_layer_norm_backward)
+def _layer_norm_backward(args, kwargs, out) -> Cost:
+    # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+    x, weight, bias = args[1], args[5], args[6]
+    gi, gw, gb = _mask(args[7] if len(args) > 7 else kwargs.get("output_mask"), 3)
+    return norm_backward_cost(x.numel(), True, isinstance(weight, torch.Tensor), gi,
+                              gw and isinstance(weight, torch.Tensor),
+                              gb and isinstance(bias, torch.Tensor))
+
+
+@register_formula(aten.native_group_norm_backward)
+def _group_norm_backward(args, kwargs, out) -> Cost:
+    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
+    x, weight = args[1], args[4]
+    gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
+    has_weight = isinstance(weight, torch.Tensor)
+    return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight,
+                              gb and has_weight)
+
+
+_RMS_BACKWARD = {"x_hat": 1, "input_stats": 5, "input_known": 5, "input_weight": 1,
+                 "weight": 2, "bias": 0}
+
+
+@register_formula(*optional_ops("_fused_rms_norm_backward"))
+def _rms_norm_backward(args, kwargs, out) -> Cost:
+    # (grad_out, input, normalized_shape, rstd, weight, output_mask) -> (grad_input, grad_weight)
+    x, weight = args[1], args[4]
+    gi, gw = _mask(args[5] if len(args) > 5 else kwargs.get("output_mask"), 2)
+    has_weight = isinstance(weight, torch.Tensor)
+    return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight, False,
+                              per=_RMS_BACKWARD)
+
+
+# -- softmax and activations ------------------------------------------------------------------
+def _per_grad_element(per: int):
+    def formula(args, kwargs, out) -> Cost:
+        return Cost(0, flops=per * args[0].numel())
+    return formula
+
+
+register_formula(*optional_ops("_softmax_backward_data", "_log_softmax_backward_data",
+                               "_masked_softmax_backward"))(
+    _per_grad_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT))
+
+# activation backwards without the pointwise tag: 1 per element of grad_output, as the forward
+register_formula(*optional_ops("hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
+                               "leaky_relu_backward", "elu_backward", "softplus_backward",
+                               "mish_backward", "log_sigmoid_backward", "softshrink_backward",
+                               "hardshrink_backward", "rrelu_with_noise_backward",
+                               "glu_backward", "_prelu_kernel_backward"))(_per_grad_element(1))
+
+# gradients written into zeros at the selected positions: copies, 0 flops
+register_formula(*optional_ops("select_backward", "slice_backward", "diagonal_backward",
+                               "unfold_backward", "index_select_backward"))(
+    lambda args, kwargs, out: ZERO)
+
+
+# -- pooling ----------------------------------------------------------------------------------
+@register_formula(*optional_ops("max_pool2d_with_indices_backward",
+                                "max_pool3d_with_indices_backward", "adaptive_max_pool2d_backward",
+                                "adaptive_max_pool3d_backward"))
+def _max_pool_backward(args, kwargs, out) -> Cost:
+    # (grad_output, input, ..., indices): each gradient added at its winner's position
+    return Cost(0, flops=args[0].numel())
+
+
+def _window(kernel, dims: int) -> int:
+    k = [kernel] if isinstance(kernel, int) else list(kernel)
+    return prod(k * dims if len(k) == 1 else k)
+
+
+@register_formula(*optional_ops("avg_pool2d_backward"))
+def _avg_pool2d_backward(args, kwargs, out) -> Cost:
+    # (grad_output, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
+    return Cost(0, flops=args[0].numel() * _window(args[2], 2))
+
+
+@register_formula(*optional_ops("avg_pool3d_backward"))
+def _avg_pool3d_backward(args, kwargs, out) -> Cost:
+    return Cost(0, flops=args[0].numel() * _window(args[2], 3))
+
+
+@register_formula(*optional_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"))
+def _adaptive_avg_pool_backward(args, kwargs, out) -> Cost:
+    # (grad_output [N, C, *out], input [N, C, *in]): the forward's windows, walked back
+    g, x = args[0], args[1]
+    dims = g.dim() - 2 if g.dim() > 2 else 1
+    spatial_in, spatial_out = x.shape[-dims:], g.shape[-dims:]
+    lead = x.numel() // prod(spatial_in) if prod(spatial_in) else 0
+    windows = prod(adaptive_window_sum(i, o) for i, o in zip(spatial_in, spatial_out))
+    return Cost(0, flops=lead * windows)
+
+
+# -- embedding --------------------------------------------------------------------------------
+@register_formula(*optional_ops("embedding_dense_backward", "embedding_backward"))
+def _embedding_backward(args, kwargs, out) -> Cost:
+    # (grad_output [..., D], indices, num_weights, padding_idx, scale_grad_by_freq)
+    return Cost(0, flops=args[0].numel())
+
+
+# -- recurrent layers -------------------------------------------------------------------------
+def _rnn_backward_cost(tokens: int, weight_shapes: list, hidden: int, kind: str,
+                       directions_layers: int, n_biases: int, weight_grads: bool) -> Cost:
+    forward = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
+    macs = forward * (2 if weight_grads else 1)
+    gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
+    bias = tokens * gate_units * n_biases
+    cell = 2 * tokens * directions_layers * hidden * _CELL_ELEMENTWISE[kind]
+    return Cost(macs, flops=2 * macs + bias + cell)
+
+
+@register_formula(*optional_ops("mkldnn_rnn_layer_backward"))
+def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
+    # (input, w_ih, w_hh, b_ih, b_hh, hx, cx, output, hy, cy, grad_output, grad_hy, grad_cy,
+    #  reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, ...)
+    x, w_ih, w_hh = args[0], args[1], args[2]
+    mode, hidden, has_biases = int(args[14]), int(args[15]), bool(args[17])
+    tokens = x.numel() // x.shape[-1] if x.dim() else 0
+    return _rnn_backward_cost(tokens, [tuple(w_ih.shape), tuple(w_hh.shape)], hidden,
+                              _MODE[mode], 1, 2 if has_biases else 0, True)
+
+
+@register_formula(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
+def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
+    # (input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
+    #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
+    #  bidirectional, batch_sizes, dropout_state, reserve, output_mask)
+    x, weights = args[0], args[1]
+    mode, hidden, num_layers, bidirectional = int(args[10]), int(args[11]), int(args[13]), \
+        bool(args[17])
+    mask = _mask(args[21] if len(args) > 21 else kwargs.get("output_mask"), 4)
+    shapes = [tuple(w.shape) for w in weights]
+    has_biases = any(len(s) == 1 for s in shapes)
+    tokens = x.numel() // x.shape[-1] if x.dim() else 0
+    return _rnn_backward_cost(tokens, shapes, hidden, _MODE[mode],
+                              num_layers * (2 if bidirectional else 1),
+                              2 if has_biases and mask[3] else 0, mask[3])
+
+
+@register_formula(*optional_ops("_thnn_fused_lstm_cell_backward_impl",
+                                "_thnn_fused_gru_cell_backward"))
+def _fused_cell_backward(args, kwargs, out) -> Cost:
+    # the gate matmuls' gradients run as mm; here the cell (2x its forward's 3 per gate unit)
+    # and, with biases, the bias gradient (a sum of the gate gradients over the batch)
+    grad_gates = out[0]
+    has_bias = bool(args[-1])
+    return Cost(0, flops=(6 + int(has_bias)) * grad_gates.numel())

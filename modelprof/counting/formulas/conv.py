@@ -1,0 +1,66 @@
+"""Convolutions of every dimension, grouped and transposed, and their backward."""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+
+__all__ = ["conv_macs"]
+
+aten = torch.ops.aten
+
+
+def conv_macs(x_shape, w_shape, out_shape, transposed: bool = False) -> int:
+    """MACs of one convolution.
+
+    Normal:     w = [C_out, C_in/g, *k]; every output position of every output channel is a
+                dot product of length C_in/g * prod(k): N * C_out * prod(out_spatial) * C_in/g * prod(k).
+    Transposed: w = [C_in, C_out/g, *k]; every *input* position scatters into C_out/g * prod(k)
+                outputs: N * C_in * prod(in_spatial) * C_out/g * prod(k).
+    Either way: N * prod(w.shape) * prod(spatial of the side the kernel slides over).
+    """
+    spatial = (x_shape if transposed else out_shape)[2:]
+    return x_shape[0] * prod(w_shape) * prod(spatial)
+
+
+def _conv_cost(x, w, bias, out, transposed: bool) -> Cost:
+    macs = conv_macs(x.shape, w.shape, out.shape, transposed)
+    n_out = out.numel()
+    bias_adds = n_out if bias is not None else 0
+    # madd: torchstat's (2k - 1) per output of a length-k dot product, + 1 for a bias
+    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds)
+
+
+@register_formula(aten.convolution, aten._convolution, aten.convolution_overrideable)
+def _convolution(args, kwargs, out) -> Cost:
+    # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
+    transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
+    return _conv_cost(args[0], args[1], args[2] if len(args) > 2 else None, out, bool(transposed))
+
+
+@register_present(*optional_ops("cudnn_convolution", "mkldnn_convolution", "miopen_convolution",
+                                "_slow_conv2d_forward", "thnn_conv2d", "slow_conv3d",
+                                "slow_conv_dilated2d", "slow_conv_dilated3d",
+                                "_nnpack_spatial_convolution", "cudnn_convolution_relu",
+                                "cudnn_convolution_add_relu", "miopen_depthwise_convolution",
+                                "_conv_depthwise2d"))
+def _backend_convolution(args, kwargs, out) -> Cost:
+    # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter.
+    o = out[0] if isinstance(out, (tuple, list)) else out
+    return _conv_cost(args[0], args[1], _bias(args), o, False)
+
+
+@register_present(*optional_ops("cudnn_convolution_transpose", "miopen_convolution_transpose",
+                                "slow_conv_transpose2d", "slow_conv_transpose3d"))
+def _backend_convolution_transpose(args, kwargs, out) -> Cost:
+    return _conv_cost(args[0], args[1], _bias(args), out, True)
+
+
+def _bias(args) -> torch.Tensor | None:
+    """The bias of a backend convolution: a 1-D tensor in slot 2 or, after kernel_size, 3."""
+    for a in args[2:4]:
+        if isinstance(a, torch.Tensor) and a.dim() == 1:
+            return a
+    return None

@@ -1,0 +1,229 @@
+"""Matrix products: mm, addmm, bmm, baddbmm, matrix-vector, dot (``linear``, ``matmul``,
+``einsum`` and ``@`` reach the dispatcher as these; in-place and ``out=`` variants share these
+formulas), grouped matmuls of mixture-of-experts layers, and pairwise distances (``cdist``)."""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+from modelprof.counting.formulas.values import has_values
+
+__all__ = ["grouped_mm_cost", "matmul_cost"]
+
+aten = torch.ops.aten
+
+
+def matmul_cost(batch: int, m: int, k: int, n: int, bias_adds: int = 0) -> Cost:
+    """[batch, m, k] @ [batch, k, n] -> [batch, m, n]: batch*m*k*n MACs; madd (2k-1) per output."""
+    macs = batch * m * k * n
+    n_out = batch * m * n
+    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out)
+
+
+@register_formula(aten.mm)
+def _mm(args, kwargs, out) -> Cost:
+    # [m, k] @ [k, n] -> [m, n]
+    (m, k), n = args[0].shape, args[1].shape[1]
+    return matmul_cost(1, m, k, n)
+
+
+@register_formula(aten.addmm)
+def _addmm(args, kwargs, out) -> Cost:
+    # bias + [m, k] @ [k, n] -> [m, n]; the bias add is one flop per output (not a MAC)
+    (m, k), n = args[1].shape, args[2].shape[1]
+    return matmul_cost(1, m, k, n, bias_adds=m * n)
+
+
+@register_formula(aten.bmm)
+def _bmm(args, kwargs, out) -> Cost:
+    # [b, m, k] @ [b, k, n] -> [b, m, n]
+    (b, m, k), n = args[0].shape, args[1].shape[2]
+    return matmul_cost(b, m, k, n)
+
+
+@register_formula(aten.baddbmm)
+def _baddbmm(args, kwargs, out) -> Cost:
+    # c + [b, m, k] @ [b, k, n] -> [b, m, n]
+    (b, m, k), n = args[1].shape, args[2].shape[2]
+    return matmul_cost(b, m, k, n, bias_adds=b * m * n)
+
+
+@register_formula(aten.addbmm)
+def _addbmm(args, kwargs, out) -> Cost:
+    # c + sum_b [b, m, k] @ [b, k, n] -> [m, n]: one dot product of length b*k per output
+    (b, m, k), n = args[1].shape, args[2].shape[2]
+    return matmul_cost(1, m, b * k, n, bias_adds=m * n)
+
+
+@register_formula(aten._trilinear)
+def _trilinear(args, kwargs, out) -> Cost:
+    # nn.Bilinear: y[b, o] = sum_ij x1[b, i] W[o, i, j] x2[b, j]: b*o*i*j MACs
+    x1, w = args[0], args[1]
+    tokens = x1.numel() // x1.shape[-1] if x1.dim() else 1
+    macs = tokens * w.numel()
+    return Cost(macs, flops=2 * macs, madd=2 * macs - out.numel())
+
+
+@register_formula(aten.mv)
+def _mv(args, kwargs, out) -> Cost:
+    # [m, k] @ [k] -> [m]
+    m, k = args[0].shape
+    return matmul_cost(1, m, k, 1)
+
+
+@register_formula(aten.addmv)
+def _addmv(args, kwargs, out) -> Cost:
+    m, k = args[1].shape
+    return matmul_cost(1, m, k, 1, bias_adds=m)
+
+
+@register_formula(aten.dot, aten.vdot)
+def _dot(args, kwargs, out) -> Cost:
+    # [k] . [k] -> scalar
+    return matmul_cost(1, 1, args[0].shape[0], 1)
+
+
+@register_present(*optional_ops("linear", "mkldnn_linear"))
+def _linear(args, kwargs, out) -> Cost:
+    # linear(x[..., k], w[n, k], bias) when a backend keeps it whole -> [..., n]
+    x, w = args[0], args[1]
+    bias = args[2] if len(args) > 2 and isinstance(args[2], torch.Tensor) else None
+    m, k, n = prod(x.shape[:-1]), x.shape[-1], w.shape[0]
+    return matmul_cost(1, m, k, n, bias_adds=m * n if bias is not None else 0)
+
+
+@register_present(*optional_ops("_addmm_activation"))
+def _addmm_activation(args, kwargs, out) -> Cost:
+    # activation(bias + [m, k] @ [k, n]): addmm plus one flop per output for the activation
+    (m, k), n = args[1].shape, args[2].shape[1]
+    return matmul_cost(1, m, k, n, bias_adds=2 * m * n)
+
+
+@register_present(*optional_ops("_scaled_mm"))
+def _scaled_mm(args, kwargs, out) -> Cost:
+    (m, k), n = args[0].shape, args[1].shape[1]
+    return matmul_cost(1, m, k, n)
+
+
+@register_present(*optional_ops("_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm",
+                                "_weight_int4pack_mm_for_cpu",
+                                "_weight_int4pack_mm_with_scales_and_zeros"))
+def _low_precision_mm(args, kwargs, out) -> Cost:
+    # int8 / weight-only int8 and int4 matmuls: x [m, k] @ W -> [m, n] (W packed or [n, k]):
+    # every output a length-k dot product; the per-channel/group scales are not counted
+    k = args[0].shape[-1]
+    n_out = out.numel()
+    return Cost(n_out * k, madd=(2 * k - 1) * n_out)
+
+
+@register_present(*optional_ops("_dyn_quant_matmul_4bit"))
+def _dyn_quant_matmul_4bit(args, kwargs, out) -> Cost:
+    # (inp [m, in_features], packed_weights, block_size, in_features, out_features)
+    k = int(args[3])
+    n_out = out.numel()
+    return Cost(n_out * k, madd=(2 * k - 1) * n_out)
+
+
+# -- grouped matmul (mixture-of-experts) -------------------------------------------------------
+_OFFSETS_UNKNOWN = ("group offsets unknown (no tensor values, e.g. on the meta device): "
+                    "counted as if every row of the jagged dimension belonged to a group, "
+                    "an upper bound")
+
+
+def grouped_mm_cost(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None,
+                    has_bias: bool) -> Cost:
+    """``_grouped_mm`` in each layout it accepts (G groups, ``offs`` the cumulative ends of the
+    groups along the jagged dimension; entries past ``offs[-1]`` are not computed):
+
+        a [M_total, K] @ b [G, K, N]  -> [M_total, N]   group g: rows_g x K x N
+        a [G, M, K]    @ b [K, N_total] -> [M, N_total]  group g: M x K x cols_g
+        a [M, K_total] @ b [K_total, N] -> [G, M, N]     group g: M x k_g x N
+        a [G, M, K]    @ b [G, K, N]  -> [G, M, N]       (no offsets) G x M x K x N
+
+    so the MACs are (sum over groups of the jagged extent) x the two fixed extents, i.e.
+    ``offs[-1]`` x the fixed extents. Without values the jagged extent is the whole dimension.
+    """
+    if a.dim() == 3 and b.dim() == 3:  # batched: one matmul per group
+        g, m, k = a.shape
+        n = b.shape[-1]
+        return matmul_cost(g, m, k, n, bias_adds=g * m * n if has_bias else 0)
+    if a.dim() == 2 and b.dim() == 3:    # rows of a are grouped; an output row holds N dots
+        jagged, fixed, dots_per_unit = a.shape[0], a.shape[1] * b.shape[-1], b.shape[-1]
+    elif a.dim() == 3 and b.dim() == 2:  # columns of b are grouped; an output column holds M
+        jagged, fixed, dots_per_unit = b.shape[1], a.shape[1] * a.shape[2], a.shape[1]
+    else:                                # K is grouped: G x M x N outputs, whatever the split
+        jagged, fixed, dots_per_unit = a.shape[1], a.shape[0] * b.shape[1], 0
+    note = None
+    if offs is not None and has_values(offs):
+        ends = offs.detach().reshape(-1)
+        jagged = int(ends[-1]) if ends.numel() else 0
+    elif offs is not None:
+        note = _OFFSETS_UNKNOWN
+    macs = jagged * fixed
+    groups = offs.shape[0] if offs is not None else 1
+    n_out = jagged * dots_per_unit if dots_per_unit else groups * fixed
+    bias_adds = n_out if has_bias else 0
+    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds, note=note)
+
+
+def _arg(args: tuple, kwargs: dict, pos: int, name: str):
+    if len(args) > pos:
+        return args[pos]
+    return kwargs.get(name)
+
+
+@register_present(*optional_ops("_grouped_mm"))
+def _grouped_mm(args, kwargs, out) -> Cost:
+    # (self, mat2, offs=None, bias=None, out_dtype=None)
+    offs, bias = _arg(args, kwargs, 2, "offs"), _arg(args, kwargs, 3, "bias")
+    return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
+
+
+@register_present(*optional_ops("_scaled_grouped_mm"))
+def _scaled_grouped_mm(args, kwargs, out) -> Cost:
+    # (self, mat2, scale_a, scale_b, offs=None, bias=None, scale_result=None, out_dtype, ...)
+    offs, bias = _arg(args, kwargs, 4, "offs"), _arg(args, kwargs, 5, "bias")
+    return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
+
+
+@register_present(*optional_ops("_scaled_grouped_mm_v2"))
+def _scaled_grouped_mm_v2(args, kwargs, out) -> Cost:
+    # (self, mat2, scale_a[], recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs=None,
+    #  bias=None, out_dtype=None, contraction_dim=[], use_fast_accum=False)
+    offs, bias = _arg(args, kwargs, 8, "offs"), _arg(args, kwargs, 9, "bias")
+    return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
+
+
+# -- pairwise distances -------------------------------------------------------------------------
+@register_present(*optional_ops("_euclidean_dist"))
+def _euclidean_dist(args, kwargs, out) -> Cost:
+    # cdist p=2 through a matmul: x1 [.., P, M], x2 [.., R, M] -> [.., P, R]
+    #   dot products x1 @ x2^T: batch*P*R*M MACs; squared norms of the rows of x1 and x2:
+    #   2 per input element (square, add); per output -2*dot + |a|^2 + |b|^2, clamp, sqrt: 5
+    x1, x2 = args[0], args[1]
+    m = x1.shape[-1]
+    pairs = out.numel()
+    macs = pairs * m
+    elementwise = 2 * (x1.numel() + x2.numel()) + 5 * pairs
+    return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - pairs + elementwise)
+
+
+@register_present(*optional_ops("_cdist_forward"))
+def _cdist_forward(args, kwargs, out) -> Cost:
+    # (x1 [.., P, M], x2 [.., R, M], p, compute_mode) -> [.., P, R], pair by pair:
+    #   p = 2: M squared differences summed per pair = M MACs (as the matmul path counts them)
+    #          + M subtractions + 1 square root;
+    #   p = 0, 1, inf: subtract, abs (or !=), accumulate: 3 per element pair;
+    #   other p: subtract, abs, pow, accumulate: 4 per element pair, + 1 root per pair.
+    x1, p = args[0], float(_arg(args, kwargs, 2, "p"))
+    m = x1.shape[-1]
+    pairs = out.numel()
+    if p == 2.0:
+        macs = pairs * m
+        elementwise = pairs * m + pairs
+        return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - pairs + elementwise)
+    if p in (0.0, 1.0, float("inf")):
+        return Cost(0, flops=3 * pairs * m)
+    return Cost(0, flops=4 * pairs * m + pairs)

@@ -1,0 +1,72 @@
+"""Normalisations: batch (eval and train), layer, group, instance (via batch norm), RMS.
+
+Per element (documented convention):
+    statistics computed from the input (train-mode batch norm, layer/group norm):
+        3 flops — 1 add for the mean, 1 subtract + 1 multiply-add folded as 2 for the variance
+    normalise with known statistics (eval batch norm: (x - mean) * inv_std):  2 flops
+    affine (weight and bias):  2 flops (1 multiply, 1 add); 1 each when only one is present
+So eval BatchNorm with affine costs 4 per element — torchstat's MAdd for BatchNorm2d.
+RMS norm: 2 for the mean of squares, 1 to scale, 1 per affine weight.
+"""
+from __future__ import annotations
+
+import torch
+
+from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+
+__all__ = ["NORM_FLOPS_PER_ELEMENT", "norm_cost"]
+
+aten = torch.ops.aten
+
+NORM_FLOPS_PER_ELEMENT = {"stats": 3, "normalize": 2, "affine": 2}
+
+
+def norm_cost(numel: int, computes_stats: bool, n_affine: int) -> Cost:
+    """``n_affine`` is how many of weight/bias are present (0, 1 or 2)."""
+    per = NORM_FLOPS_PER_ELEMENT["normalize"] + n_affine
+    if computes_stats:
+        per += NORM_FLOPS_PER_ELEMENT["stats"]
+    return Cost(0, flops=per * numel)
+
+
+def _n_affine(*tensors) -> int:
+    return sum(isinstance(t, torch.Tensor) for t in tensors)
+
+
+@register_formula(aten.native_batch_norm, *optional_ops("cudnn_batch_norm", "miopen_batch_norm",
+                                                        "_native_batch_norm_legit"))
+def _batch_norm(args, kwargs, out) -> Cost:
+    # (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    training = bool(args[5]) if len(args) > 5 else bool(kwargs.get("training", False))
+    no_stats = args[3] is None or not isinstance(args[3], torch.Tensor)
+    return norm_cost(args[0].numel(), training or no_stats, _n_affine(args[1], args[2]))
+
+
+@register_present(*optional_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))
+def _batch_norm_eval(args, kwargs, out) -> Cost:
+    # (input, weight, bias, running_mean, running_var, momentum, eps): statistics are given
+    return norm_cost(args[0].numel(), False, _n_affine(args[1], args[2]))
+
+
+@register_present(*optional_ops("_batch_norm_with_update", "_batch_norm_with_update_functional"))
+def _batch_norm_update(args, kwargs, out) -> Cost:
+    return norm_cost(args[0].numel(), True, _n_affine(args[1], args[2]))
+
+
+@register_formula(aten.native_layer_norm)
+def _layer_norm(args, kwargs, out) -> Cost:
+    # (input, normalized_shape, weight, bias, eps)
+    return norm_cost(args[0].numel(), True, _n_affine(args[2], args[3]))
+
+
+@register_formula(aten.native_group_norm)
+def _group_norm(args, kwargs, out) -> Cost:
+    # (input, weight, bias, N, C, HxW, group, eps)
+    return norm_cost(args[0].numel(), True, _n_affine(args[1], args[2]))
+
+
+@register_present(*optional_ops("_fused_rms_norm", "rms_norm"))
+def _rms_norm(args, kwargs, out) -> Cost:
+    # (input, normalized_shape, weight, eps): mean of squares (2), scale (1), weight (1)
+    weight = args[2] if len(args) > 2 else kwargs.get("weight")
+    return Cost(0, flops=(3 + _n_affine(weight)) * args[0].numel())

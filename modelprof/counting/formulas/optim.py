@@ -1,0 +1,141 @@
+"""What one optimizer step costs, per element of every parameter it updates (stated once, here).
+
+Counted in steady state (after the first step, which only initialises the state), as the
+single-tensor implementation in ``torch.optim`` computes it; the foreach and fused kernels do the
+same arithmetic. Scalar bookkeeping per tensor (step counters, bias corrections) is not counted.
+A parameter without a gradient (frozen, or unused by the forward) is skipped, as the optimizer
+skips it.
+
+    SGD     update      p += -lr * g                                  2
+            weight decay g += wd * p                                  +2
+            momentum    b = mu * b + (1 - dampening) * g              +3   (state: b)
+            nesterov    g += mu * b                                   +2
+    Adam    m = lerp(m, g, 1 - beta1)        sub, mul, add            3
+            v = beta2 * v + (1 - beta2) * g * g                       4
+            denom = sqrt(v) / bias_correction2 + eps                  3
+            p += -step_size * m / denom      div, mul, add            3    = 13   (states: m, v)
+            maximize g = -g +1; amsgrad v_max = max(v_max, v) +1 (state: v_max);
+            weight decay: L2 (Adam) g += wd * p +2, decoupled (AdamW) p *= 1 - lr * wd +1
+    AdamW   Adam with decoupled weight decay (default 0.01): 14
+
+Memory traffic per element: read the parameter, its gradient and every state; write the
+parameter and every state.
+
+Other optimizers are counted op by op as they run one steady-state step (the forward's formulas
+and conventions, unsupported ops reported); ``register_optimizer_formula`` adds a formula.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["OPTIMIZER_FORMULAS", "OptimizerCost", "optimizer_cost", "optimizer_formula",
+           "register_optimizer_formula"]
+
+# group options -> (flops per element, state tensors per parameter)
+GroupFormula = Callable[[dict[str, Any]], tuple[int, int]]
+
+OPTIMIZER_FORMULAS: dict[type, GroupFormula] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerCost:
+    """One optimizer step: elements updated, flops, bytes read and written."""
+
+    name: str
+    elements: int
+    flops: int
+    read_bytes: int
+    write_bytes: int
+    counted_by: str  # "formula" (per element, above) or "ops" (counted as it ran)
+
+
+def register_optimizer_formula(*classes: type, replace: bool = False
+                               ) -> Callable[[GroupFormula], GroupFormula]:
+    """Decorator: ``fn(param_group) -> (flops per element, state tensors per parameter)`` for
+    exactly these optimizer classes (a subclass may change ``step``, so it is not matched)."""
+    def deco(fn: GroupFormula) -> GroupFormula:
+        for cls in classes:
+            if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+                raise ModelProfError(f"{cls!r} is not a torch.optim.Optimizer subclass")
+            if cls in OPTIMIZER_FORMULAS and not replace:
+                raise ModelProfError(f"an optimizer formula for {cls.__qualname__} is already "
+                                     "registered; pass replace=True to replace it")
+            OPTIMIZER_FORMULAS[cls] = fn
+        return fn
+    return deco
+
+
+def optimizer_formula(optimizer_type: type) -> GroupFormula | None:
+    return OPTIMIZER_FORMULAS.get(optimizer_type)
+
+
+def _nonzero(group: dict[str, Any], key: str) -> bool:
+    value = group.get(key, 0)
+    return bool(float(value) != 0.0) if value is not None else False
+
+
+@register_optimizer_formula(torch.optim.SGD)
+def _sgd(group: dict[str, Any]) -> tuple[int, int]:
+    flops, states = 2, 0
+    if _nonzero(group, "weight_decay"):
+        flops += 2
+    if _nonzero(group, "momentum"):
+        flops += 3
+        states = 1
+        if group.get("nesterov", False):
+            flops += 2
+    return flops, states
+
+
+@register_optimizer_formula(torch.optim.Adam)
+def _adam(group: dict[str, Any]) -> tuple[int, int]:
+    flops, states = 13, 2
+    if group.get("maximize", False):
+        flops += 1
+    if group.get("amsgrad", False):
+        flops += 1
+        states += 1
+    if _nonzero(group, "weight_decay"):
+        flops += 1 if group.get("decoupled_weight_decay", False) else 2
+    return flops, states
+
+
+@register_optimizer_formula(torch.optim.AdamW)
+def _adamw(group: dict[str, Any]) -> tuple[int, int]:
+    return _adam({"decoupled_weight_decay": True, **group})
+
+
+def optimizer_cost(optimizer: torch.optim.Optimizer,
+                   has_grad: Callable[[torch.Tensor], bool]) -> OptimizerCost | None:
+    """The step's cost by formula, or ``None`` when this optimizer class has none."""
+    formula = optimizer_formula(type(optimizer))
+    if formula is None:
+        return None
+    elements = flops = read = write = 0
+    for group in optimizer.param_groups:
+        per, states = formula(group)
+        for p in _distinct(group["params"]):
+            if not has_grad(p):
+                continue
+            n, size = p.numel(), p.element_size()
+            elements += n
+            flops += per * n
+            read += (2 + states) * n * size
+            write += (1 + states) * n * size
+    return OptimizerCost(type(optimizer).__name__, elements, flops, read, write, "formula")
+
+
+def _distinct(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out

@@ -1,0 +1,84 @@
+"""Pooling, fixed and adaptive, max and average, 1-3 d.
+
+    max pool: k - 1 comparisons per output of a k-element window.
+    avg pool: k - 1 additions + 1 division = k per output (torchstat's MAdd for pooling).
+Adaptive pools use the exact window of each output, start = floor(i*In/Out),
+end = ceil((i+1)*In/Out), so the counts stay exact when In is not a multiple of Out.
+"""
+from __future__ import annotations
+
+from math import ceil, floor, prod
+
+import torch
+
+from modelprof.counting.formulas.registry import Cost, optional_ops, register_present
+
+__all__ = ["adaptive_window_sum", "pool_cost"]
+
+aten = torch.ops.aten
+
+
+def pool_cost(n_out: int, window: int, kind: str) -> Cost:
+    per = window - 1 if kind == "max" else window
+    return Cost(0, flops=n_out * per)
+
+
+def _kernel(args, dims: int) -> int:
+    k = args[1]
+    k = [k] if isinstance(k, int) else list(k)
+    if len(k) == 1:
+        k = k * dims
+    return prod(k)
+
+
+def _out(out) -> torch.Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _fixed(kind: str, dims: int):
+    def formula(args, kwargs, out) -> Cost:
+        # (input, kernel_size, stride, padding, ...)
+        return pool_cost(_out(out).numel(), _kernel(args, dims), kind)
+    return formula
+
+
+for _kind, _dims, _names in (
+    ("max", 1, ("max_pool1d", "max_pool1d_with_indices", "quantized_max_pool1d")),
+    ("max", 2, ("max_pool2d", "max_pool2d_with_indices", "mkldnn_max_pool2d",
+                "quantized_max_pool2d")),
+    ("max", 3, ("max_pool3d", "max_pool3d_with_indices", "mkldnn_max_pool3d")),
+    ("avg", 1, ("avg_pool1d",)),
+    ("avg", 2, ("avg_pool2d", "mkldnn_avg_pool2d")),
+    ("avg", 3, ("avg_pool3d",)),
+):
+    register_present(*optional_ops(*_names))(_fixed(_kind, _dims))
+
+
+def adaptive_window_sum(in_size: int, out_size: int) -> int:
+    """Sum over the outputs of one dimension of their window lengths."""
+    return sum(ceil((i + 1) * in_size / out_size) - floor(i * in_size / out_size)
+               for i in range(out_size))
+
+
+def _adaptive(kind: str):
+    def formula(args, kwargs, out) -> Cost:
+        # (input [N, C, *in], output_size); windows multiply across dims
+        x, o = args[0], _out(out)
+        size = args[1]
+        dims = 1 if isinstance(size, int) else len(size)
+        spatial_in = x.shape[-dims:]
+        spatial_out = o.shape[-dims:]
+        lead = x.numel() // prod(spatial_in) if prod(spatial_in) else 0
+        windows = prod(adaptive_window_sum(i, s) for i, s in zip(spatial_in, spatial_out))
+        total_window = lead * windows  # sum over outputs of their window sizes
+        if kind == "avg":
+            return Cost(0, flops=total_window)
+        return Cost(0, flops=total_window - o.numel())
+    return formula
+
+
+register_present(*optional_ops("_adaptive_avg_pool2d", "adaptive_avg_pool1d",
+                               "_adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d"))(
+    _adaptive("avg"))
+register_present(*optional_ops("adaptive_max_pool1d", "adaptive_max_pool2d",
+                               "adaptive_max_pool3d"))(_adaptive("max"))

@@ -1,0 +1,209 @@
+"""Quantized (int8) ops: the ``quantized::`` convolutions and linear layers, whose weights are
+packed in a ``torch.ScriptObject`` (no ``nn.Parameter``), their fused add/ReLU forms, the
+quantized elementwise, normalisation, pooling and embedding ops, and quantize/dequantize.
+
+Conventions (the float ones, applied to the integer arithmetic):
+    conv / linear / matmul  MACs of the product, from the unpacked weight's shape; + 1 per
+                            output for a bias and for each fused add or ReLU. The scale
+                            conversions inside the kernel (requantising the int32 accumulators,
+                            quantising a dynamic op's float input) are not counted.
+    quantize / dequantize   1 per element (a scale and shift); dynamic range: + 1 per element.
+    elementwise, norms, pools, softmax: as their float counterparts.
+The packed weights are the layer's parameters: the counter charges them (``params``, and their
+bytes to ``read_bytes``) to the call that uses them, once each.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import torch
+
+from modelprof.counting.formulas.conv import conv_macs
+from modelprof.counting.formulas.matmul import matmul_cost
+from modelprof.counting.formulas.norm import norm_cost
+from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
+from modelprof.counting.formulas.pool import pool_cost
+from modelprof.counting.formulas.registry import (REGISTRY, ZERO, Cost, optional_hops, optional_ops, register_present)
+
+__all__ = ["packed_weights"]
+
+
+def _ops(*names: str) -> list:
+    return optional_ops(*names, namespace="quantized")
+
+
+def packed_weights(obj: Any) -> list[torch.Tensor]:
+    """The tensors (weight, bias) a packed-params object holds; [] if it cannot say."""
+    try:
+        unpacked = obj.unpack()
+    except Exception:  # noqa: BLE001 - not a packed-params object of a known kind
+        return []
+    if isinstance(unpacked, torch.Tensor):
+        return [unpacked]
+    found: list[torch.Tensor] = []
+    for item in unpacked if isinstance(unpacked, (tuple, list)) else ():
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (tuple, list)):  # (weight, bias) nested in a tuple
+            found.extend(t for t in item if isinstance(t, torch.Tensor))
+    return found
+
+
+def _packed(args: tuple) -> Any:
+    return next(a for a in args if isinstance(a, torch.ScriptObject))
+
+
+def _weight_bias(packed: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    weight, bias = packed.unpack()[:2]
+    return weight, bias if isinstance(bias, torch.Tensor) else None
+
+
+def _out(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+# -- convolutions -------------------------------------------------------------------------------
+def _conv(fused_per_output: int):
+    def formula(args, kwargs, out) -> Cost:
+        # (qx, [qaccum,] packed_weight, ...): weight [C_out, C_in/g, *k] (transposed:
+        # [C_in, C_out/g, *k]); the packed params know whether they are transposed
+        packed = _packed(args)
+        weight, bias = _weight_bias(packed)
+        transposed = bool(packed.transpose()) if hasattr(packed, "transpose") else False
+        o = _out(out)
+        macs = conv_macs(args[0].shape, weight.shape, o.shape, transposed)
+        n_out = o.numel()
+        extra = n_out * (fused_per_output + (1 if bias is not None else 0))
+        return Cost(macs, flops=2 * macs + extra, madd=2 * macs - n_out + extra)
+    return formula
+
+
+_CONV = {0: [], 1: [], 2: []}  # names by fused per-output work
+for _d in ("1d", "2d", "3d"):
+    _CONV[0] += [f"conv{_d}", f"conv{_d}_dynamic", f"conv_transpose{_d}",
+                 f"conv_transpose{_d}_dynamic"]
+    _CONV[1] += [f"conv{_d}_relu", f"conv{_d}_add"]
+    _CONV[2] += [f"conv{_d}_add_relu"]
+for _fused, _names in _CONV.items():
+    register_present(*_ops(*_names))(_conv(_fused))
+
+
+# -- linear and matmul ----------------------------------------------------------------------------
+def _linear(fused_per_output: int):
+    def formula(args, kwargs, out) -> Cost:
+        # (X [..., in], packed W [out, in] (or a plain weight tensor), ...) -> [..., out]
+        x = next(a for a in args if isinstance(a, torch.Tensor))
+        if any(isinstance(a, torch.ScriptObject) for a in args):
+            weight, bias = _weight_bias(_packed(args))
+        else:  # linear_dynamic_fp16_unpacked_weight(X, weight, bias)
+            weight, bias = args[1], args[2] if len(args) > 2 else None
+        tokens = x.numel() // x.shape[-1] if x.dim() else 1
+        n, k = weight.shape[0], weight.shape[1]
+        extra = tokens * n * (fused_per_output + (1 if isinstance(bias, torch.Tensor) else 0))
+        return matmul_cost(1, tokens, k, n, bias_adds=extra)
+    return formula
+
+
+register_present(*_ops("linear", "linear_dynamic", "linear_dynamic_fp16",
+                       "linear_dynamic_fp16_unpacked_weight",
+                       "linear_with_input_q_dq_qweight_dq_output_fp32"))(_linear(0))
+register_present(*_ops("linear_relu", "linear_relu_dynamic", "linear_relu_dynamic_fp16",
+                       "linear_leaky_relu", "linear_tanh",
+                       "linear_with_input_q_dq_qweight_dq_relu_output_fp32"))(_linear(1))
+
+
+@register_present(*_ops("matmul"))
+def _matmul(args, kwargs, out) -> Cost:
+    # (qa [..., m, k], qb [..., k, n], scale, zero_point): every output a length-k dot product
+    k = args[0].shape[-1]
+    n_out = out.numel()
+    return Cost(n_out * k, madd=(2 * k - 1) * n_out)
+
+
+# -- elementwise, norms, pools, embeddings ------------------------------------------------------
+register_present(*_ops("add", "add_out", "add_scalar", "add_scalar_out", "mul", "mul_out",
+                       "mul_scalar", "mul_scalar_out", "relu6", "sigmoid", "hardswish", "elu",
+                       "celu", "leaky_relu", "threshold", "clamp", "prelu"))(elementwise(1))
+register_present(*_ops("add_relu", "add_relu_out", "add_scalar_relu", "add_scalar_relu_out",
+                       "mul_relu", "mul_relu_out", "mul_scalar_relu", "mul_scalar_relu_out"))(
+    elementwise(2))
+register_present(*_ops("softmax"))(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
+register_present(*_ops("cat", "cat_out", "dropout"))(lambda args, kwargs, out: ZERO)
+register_present(*_ops("cat_relu", "cat_relu_out"))(elementwise(1))
+
+
+def _batch_norm(fused_per_output: int):
+    def formula(args, kwargs, out) -> Cost:
+        # (qx, weight, bias, mean, var, eps, output_scale, output_zero_point): known statistics
+        n_affine = sum(isinstance(t, torch.Tensor) for t in args[1:3])
+        cost = norm_cost(args[0].numel(), False, n_affine)
+        return Cost(0, flops=cost.resolved()[1] + fused_per_output * args[0].numel())
+    return formula
+
+
+register_present(*_ops("batch_norm", "batch_norm1d", "batch_norm2d", "batch_norm3d"))(
+    _batch_norm(0))
+register_present(*_ops("batch_norm_relu", "batch_norm1d_relu", "batch_norm2d_relu",
+                       "batch_norm3d_relu"))(_batch_norm(1))
+
+
+@register_present(*_ops("layer_norm", "group_norm", "instance_norm"))
+def _stat_norm(args, kwargs, out) -> Cost:
+    # statistics computed from the input; weight and bias are the tensors among the arguments
+    n_affine = sum(isinstance(t, torch.Tensor) for t in args[1:]) if len(args) > 1 else 0
+    return norm_cost(args[0].numel(), True, min(n_affine, 2))
+
+
+@register_present(*_ops("max_pool1d", "max_pool2d"))
+def _max_pool(args, kwargs, out) -> Cost:
+    # (qx, kernel_size, stride, padding, dilation, ceil_mode)
+    kernel = list(args[1]) if not isinstance(args[1], int) else [args[1]]
+    return pool_cost(_out(out).numel(), prod(kernel), "max")
+
+
+@register_present(*_ops("embedding_bag_byte", "embedding_bag_4bit", "embedding_bag_2bit",
+                        "embedding_bag_byte_rowwise_offsets", "embedding_bag_4bit_rowwise_offsets",
+                        "embedding_bag_2bit_rowwise_offsets"))
+def _embedding_bag(args, kwargs, out) -> Cost:
+    # (weight, indices, offsets, ...): each looked-up row of width D is added into its bag
+    return Cost(0, flops=args[1].numel() * _out(out).shape[-1])
+
+
+register_present(*_ops(
+    "embedding_byte", "embedding_4bit", "conv_prepack", "conv_unpack", "conv1d_prepack",
+    "conv1d_unpack", "conv2d_prepack", "conv2d_unpack", "conv2d_unpack_sizes", "conv3d_prepack",
+    "conv3d_unpack", "conv_transpose1d_prepack", "conv_transpose1d_unpack",
+    "conv_transpose2d_prepack", "conv_transpose2d_unpack", "conv_transpose3d_prepack",
+    "conv_transpose3d_unpack", "linear_prepack", "linear_prepack_fp16",
+    "linear_prepack_legacy", "linear_prepack_fp16_legacy", "linear_unpack", "linear_unpack_fp16",
+    "embedding_bag_prepack", "embedding_bag_unpack", "make_quantized_cell_params",
+    "make_quantized_cell_params_dynamic", "make_quantized_cell_params_fp16",
+    *(f"conv{d}_{a}" for d in ("2d", "3d", "_transpose2d", "_transpose3d")
+      for a in ("stride", "padding", "dilation", "groups", "output_padding", "transpose")),
+))(lambda args, kwargs, out: ZERO)
+
+
+# -- quantize / dequantize (aten) ----------------------------------------------------------------
+register_present(*optional_ops("quantize_per_tensor", "quantize_per_channel", "dequantize",
+                               "fake_quantize_per_tensor_affine",
+                               "fake_quantize_per_channel_affine"))(elementwise(1))
+register_present(*optional_ops("quantize_per_tensor_dynamic"))(elementwise(2))
+register_present(*optional_ops("q_scale", "q_zero_point", "q_per_channel_scales",
+                               "q_per_channel_zero_points", "q_per_channel_axis", "qscheme",
+                               "int_repr", "_make_per_tensor_quantized_tensor",
+                               "_make_per_channel_quantized_tensor"))(
+    lambda args, kwargs, out: ZERO)
+
+
+# -- higher-order operators of quantization flows -------------------------------------------------
+@register_present(*optional_hops("out_dtype"))
+def _out_dtype(args, kwargs, out) -> Cost:
+    # out_dtype(op, output_dtype, *op_args): the op, accumulating in another dtype (int8 mm)
+    formula = REGISTRY.lookup(args[0])
+    if formula is None:
+        return Cost(0, flops=0, note=f"out_dtype around {args[0]}, which has no formula: 0")
+    return formula(tuple(args[2:]), kwargs, out)
+
+
+register_present(*optional_hops("print"))(lambda args, kwargs, out: ZERO)

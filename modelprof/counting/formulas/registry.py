@@ -1,0 +1,212 @@
+"""The one registry of cost formulas, filled by ``register_formula``.
+
+Keys are ops of any namespace (``torch.ops.aten.convolution`` — an overload packet — or one
+overload such as ``torch.ops.aten.add.Tensor``, ``torch.ops.quantized.linear``), a higher-order
+operator (``flex_attention``), a ``torch.Tag`` for a whole family (``torch.Tag.pointwise``), or an
+``nn.Module`` subclass for the torchstat view. Lookup for an op goes overload, packet, tag, then
+the functional form of an in-place op (``addmm_`` is costed as ``addmm``; ``out=`` overloads share
+their packet). An op found nowhere is counted through its decomposition where it has one (see
+``counter.py``), else it is *unsupported* and reported, never counted as zero silently.
+
+Conventions (stated once, here):
+    macs   multiply-accumulates of contractions (conv, linear/matmul, attention, RNN gates);
+           bias adds are not MACs.
+    flops  2 * macs + every other arithmetic op at its documented per-element cost.
+    madd   torchstat's "MAdd": multiplications + additions; a length-k dot product is k
+           multiplications and k-1 additions, + 1 for a convolution's bias (a linear layer's
+           bias is ignored: torchstat's formulas); for every non-contraction op madd == flops.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Union
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula"]
+
+HigherOrderOperator = torch._ops.HigherOrderOperator
+OpKey = Union[torch._ops.OpOverload, torch._ops.OpOverloadPacket, HigherOrderOperator, torch.Tag]
+OpFormula = Callable[[tuple, dict, Any], "Cost"]
+ModuleFormula = Callable[[nn.Module, list, list], dict]
+
+TORCHSTAT_COLUMNS = ("Flops", "MAdd")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cost:
+    """What one op call costs. ``flops`` defaults to ``2 * macs``; ``madd`` to ``flops``.
+
+    ``note`` says when the count is not exact, e.g. an upper bound because the values it needs
+    (the offsets of a variable-length batch) are unknown on the meta device; the report lists
+    every note with its call count (``Report.notes``).
+    """
+
+    macs: int = 0
+    flops: int | None = None
+    madd: int | None = None
+    note: str | None = None
+
+    def resolved(self) -> tuple[int, int, int]:
+        flops = 2 * self.macs if self.flops is None else self.flops
+        madd = flops if self.madd is None else self.madd
+        return int(self.macs), int(flops), int(madd)
+
+
+ZERO = Cost(0, 0, 0)
+
+
+class FormulaRegistry:
+    """Op formulas (keyed by overload, packet or tag) and torchstat module formulas (by type)."""
+
+    def __init__(self) -> None:
+        self.ops: dict[Any, OpFormula] = {}
+        self.modules: dict[type, ModuleFormula] = {}
+
+    def copy(self) -> FormulaRegistry:
+        """An independent registry with the same formulas (to extend without global effect)."""
+        new = FormulaRegistry()
+        new.ops = dict(self.ops)
+        new.modules = dict(self.modules)
+        return new
+
+    # -- registration -------------------------------------------------------------------------
+    def add(self, keys: tuple, fn: Callable, *, replace: bool = False) -> None:
+        if not callable(fn):
+            raise ModelProfError(f"formula {fn!r} is not callable")
+        if not keys:
+            raise ModelProfError("register_formula needs at least one op, tag or module type")
+        resolved = [_resolve_key(k) for k in keys]
+        for key in resolved:
+            table = self.modules if isinstance(key, type) else self.ops
+            if key in table and not replace:
+                raise ModelProfError(f"a formula for {_key_name(key)} is already registered; "
+                                     "pass replace=True to replace it")
+        for key in resolved:
+            (self.modules if isinstance(key, type) else self.ops)[key] = fn
+
+    # -- lookup --------------------------------------------------------------------------------
+    def lookup(self, func: Any) -> OpFormula | None:
+        """Formula for one op overload: exact overload, its packet, its tags, then (for an
+        in-place op such as ``addmm_``) the formula of its functional form. A higher-order
+        operator is looked up by itself only."""
+        fn = self.ops.get(func)
+        if fn is not None or isinstance(func, HigherOrderOperator):
+            return fn
+        fn = self.ops.get(func.overloadpacket)
+        if fn is not None:
+            return fn
+        for tag in func.tags:
+            fn = self.ops.get(tag)
+            if fn is not None:
+                return fn
+        functional = functional_form(func)
+        return self.lookup(functional) if functional is not None else None
+
+    def module_formula(self, module_type: type) -> ModuleFormula | None:
+        for klass in module_type.__mro__:
+            fn = self.modules.get(klass)
+            if fn is not None:
+                return fn
+        return None
+
+
+def functional_form(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The out-of-place op of an in-place one (``aten.addmm_.default`` -> ``aten.addmm.default``):
+    same arguments, same arithmetic; None for an op that is not in-place."""
+    name = func._schema.name.split("::")[-1]
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, func.namespace), name[:-1], None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return None
+    overload = getattr(packet, func._overloadname, None)
+    return overload if overload is not None else getattr(packet, "default", None)
+
+
+def _resolve_key(key: Any) -> Any:
+    if isinstance(key, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch.Tag,
+                        HigherOrderOperator)):
+        return key
+    if isinstance(key, type) and issubclass(key, nn.Module):
+        return key
+    if isinstance(key, str):
+        return _op_from_name(key)
+    raise ModelProfError(f"cannot register a formula for {key!r}: a key is an op "
+                         "(torch.ops.aten.NAME or torch.ops.aten.NAME.OVERLOAD, any namespace, "
+                         "or the string 'aten.NAME'), a higher-order operator, a torch.Tag, or "
+                         "an nn.Module subclass")
+
+
+def _op_from_name(name: str) -> Any:
+    parts = name.replace("::", ".").split(".")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ModelProfError(f"op name {name!r} is not of the form 'aten.NAME[.OVERLOAD]'")
+    try:
+        op = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return getattr(op, parts[2]) if len(parts) == 3 else op
+    except (AttributeError, RuntimeError) as e:
+        raise ModelProfError(f"no op named {name!r} exists in this torch") from e
+
+
+def _key_name(key: Any) -> str:
+    return key.__qualname__ if isinstance(key, type) else str(key)
+
+
+REGISTRY = FormulaRegistry()
+
+
+def register_formula(*keys: Any, replace: bool = False,
+                     registry: FormulaRegistry | None = None) -> Callable[[Callable], Callable]:
+    """Decorator adding (or, with ``replace=True``, replacing) the formula for ``keys``.
+
+    An op formula is ``fn(args, kwargs, out) -> Cost``; it sees the op's real arguments (on the
+    meta device too, so use shapes only). A module formula (torchstat view) is
+    ``fn(module, input_shapes, output_shapes) -> {"Flops": int, "MAdd": int}`` (either key).
+
+    >>> @register_formula(torch.ops.aten.my_op)
+    ... def _(args, kwargs, out):
+    ...     return Cost(macs=args[0].numel())
+    """
+    target = REGISTRY if registry is None else registry
+
+    def deco(fn: Callable) -> Callable:
+        target.add(keys, fn, replace=replace)
+        return fn
+
+    return deco
+
+
+def register_present(*keys: Any) -> Callable[[Callable], Callable]:
+    """``register_formula`` for keys that may not exist in the running torch (``optional_ops``):
+    registers nothing when none does, so the package imports on old and new releases alike."""
+    if keys:
+        return register_formula(*keys)
+    return lambda fn: fn
+
+
+def optional_hops(*names: str) -> list:
+    """The higher-order operators among ``names`` that exist in the running torch."""
+    found = []
+    for n in names:
+        try:
+            found.append(getattr(torch.ops.higher_order, n))
+        except (AttributeError, RuntimeError):
+            continue
+    return found
+
+
+def optional_ops(*names: str, namespace: str = "aten") -> list:
+    """The ops among ``names`` that exist in the running torch (old and new releases)."""
+    ns = getattr(torch.ops, namespace)
+    found = []
+    for n in names:
+        try:
+            found.append(getattr(ns, n))
+        except (AttributeError, RuntimeError):
+            continue
+    return found

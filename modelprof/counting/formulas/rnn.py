@@ -1,0 +1,90 @@
+"""Recurrent layers: RNN/LSTM/GRU gate matmuls, whether the backend runs them as one fused op
+(cuDNN, oneDNN) or they reach the dispatcher as per-step ``addmm``s (then matmul.py counts them).
+"""
+from __future__ import annotations
+
+import torch
+
+from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+
+__all__ = ["rnn_cost"]
+
+aten = torch.ops.aten
+
+# gates per cell and elementwise flops per hidden unit per step (after the gate matmuls):
+#   LSTM: 4 gates; 3 sigmoid + 2 tanh + c = f*c + i*g (3) + h = o*tanh(c) (1)  -> 9
+#   GRU:  3 gates; 2 sigmoid + 1 tanh + r*(W_hn h + b_hn) (1) + (1-z)*n + z*h (4) -> 8
+#   RNN:  1 gate;  tanh or relu                                                  -> 1
+_CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
+
+
+def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: str,
+             directions_layers: int, has_biases: bool) -> Cost:
+    """``tokens`` = steps x batch. Every step multiplies the layer input and the hidden state by
+    the gate matrices: per token, sum(numel of 2-D weights) MACs — for an LSTM layer
+    4*h*(in + h) per step and batch element. Per gate unit, 1 add joins W_ih x and W_hh h and
+    2 more add the biases when present (as the per-step addmm path computes it)."""
+    macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
+    gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
+    bias_adds = tokens * gate_units * (3 if has_biases else 1)
+    cell = tokens * directions_layers * hidden_per_direction * _CELL_ELEMENTWISE[kind]
+    # madd: (2k - 1) per gate output of each product, plus the elementwise work
+    n_out = tokens * sum(s[0] for s in weight_shapes if len(s) == 2)
+    return Cost(macs, flops=2 * macs + bias_adds + cell, madd=2 * macs - n_out + cell)
+
+
+_MODE = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
+
+
+def _tokens(x: torch.Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.dim() else 0
+
+
+@register_present(*optional_ops("mkldnn_rnn_layer"))
+def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
+    # (input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size,
+    #  num_layers, has_biases, bidirectional, batch_first, train): one layer, one direction
+    x, w_ih, w_hh = args[0], args[1], args[2]
+    mode, hidden, has_biases = int(args[9]), int(args[10]), bool(args[12])
+    return rnn_cost(_tokens(x), [tuple(w_ih.shape), tuple(w_hh.shape)], hidden, _MODE[mode],
+                    1, has_biases)
+
+
+@register_present(*optional_ops("_cudnn_rnn", "miopen_rnn"))
+def _cudnn_rnn(args, kwargs, out) -> Cost:
+    # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
+    #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
+    x, weights = args[0], args[1]
+    mode, hidden, num_layers = int(args[6]), int(args[7]), int(args[9])
+    bidirectional = bool(args[13])
+    shapes = [tuple(w.shape) for w in weights]
+    has_biases = any(len(s) == 1 for s in shapes)
+    return rnn_cost(_tokens(x), shapes, hidden, _MODE[mode],
+                    num_layers * (2 if bidirectional else 1), has_biases)
+
+
+def _composite(kind: str):
+    def formula(args, kwargs, out) -> Cost:
+        # (input, hx, params[], has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        x, params = args[0], args[2]
+        has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
+        if kind == "lstm":
+            hidden = args[1][0].shape[-1]
+        else:
+            hidden = args[1].shape[-1]
+        shapes = [tuple(p.shape) for p in params]
+        return rnn_cost(_tokens(x), shapes, hidden, kind,
+                        num_layers * (2 if bidirectional else 1), has_biases)
+    return formula
+
+
+register_formula(aten.lstm.input)(_composite("lstm"))
+register_formula(aten.gru.input)(_composite("gru"))
+register_formula(aten.rnn_tanh.input, aten.rnn_relu.input)(_composite("rnn"))
+
+
+@register_present(*optional_ops("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"))
+def _fused_cell(args, kwargs, out) -> Cost:
+    # (input_gates [B, G*h], hidden_gates [B, G*h], cx/hx, ...): the gate matmuls ran as
+    # addmm before; here only the elementwise cell (about 3 flops per gate unit)
+    return Cost(0, flops=3 * args[0].numel())

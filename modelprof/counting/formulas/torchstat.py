@@ -1,0 +1,46 @@
+"""Module formulas for ``to_dataframe(style="torchstat")``: torchstat's "Flops" column for the
+layers where its convention differs from ``flops - macs`` (a contraction counted once, every
+other op at its per-element cost), which is the default for every other module type.
+
+torchstat's conventions, reproduced (its ``resnet18`` table is the reference):
+    Linear:            in_features * out_features per sample, bias ignored.
+    BatchNorm:         Flops numel, doubled when affine; MAdd 4 * numel, affine or not.
+    pooling (max/avg, fixed and adaptive): Flops = numel of the input.
+    Softmax:           MAdd 3n - 1 per softmax of length n (n exp, n - 1 adds, n divides).
+"""
+from __future__ import annotations
+
+from math import prod
+
+from torch import nn
+
+from modelprof.counting.formulas.registry import register_formula
+
+__all__: list[str] = []
+
+
+@register_formula(nn.Linear)
+def _linear(module, input_shapes, output_shapes):
+    tokens = prod(input_shapes[0][:-1]) if input_shapes else 0
+    return {"Flops": tokens * module.in_features * module.out_features}
+
+
+@register_formula(nn.modules.batchnorm._NormBase)
+def _batch_norm(module, input_shapes, output_shapes):
+    numel = prod(input_shapes[0]) if input_shapes else 0
+    return {"Flops": numel * (2 if module.affine else 1), "MAdd": 4 * numel}
+
+
+@register_formula(nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd,
+                  nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)
+def _pool(module, input_shapes, output_shapes):
+    return {"Flops": prod(input_shapes[0]) if input_shapes else 0}
+
+
+@register_formula(nn.Softmax)
+def _softmax(module, input_shapes, output_shapes):
+    shape = input_shapes[0] if input_shapes else ()
+    if not shape:
+        return {}
+    n = shape[module.dim if module.dim is not None else -1]
+    return {"MAdd": (prod(shape) // n) * (3 * n - 1)}

@@ -1,0 +1,192 @@
+"""The static pass: one forward under module hooks (scope) and the op counter (cost).
+
+The model comes back as it went in: the same parameters and buffers (none added, none changed,
+also in train mode), the same per-module ``training`` flags, no hooks left, nothing patched —
+also when the forward raises or is interrupted.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.counting.counter import OpCounter, OpStats
+from modelprof.errors import ModelProfError
+from modelprof.counting.formulas.quantized import packed_weights
+from modelprof.counting.formulas.registry import FormulaRegistry
+from modelprof.runtime.hooks import module_hooks
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.placement import model_placement
+from modelprof.runtime.tensors import shape_str
+from modelprof.runtime.device import MemoryStats, same_device
+from modelprof.runtime.execution import amp_context, grad_context, model_state
+from modelprof.counting.scope import CallRecord, Tracker
+from modelprof.runtime.guard import preserved_state, set_training
+
+__all__ = ["StaticResult", "analyze", "counted_module", "forward_context"]
+
+
+@dataclasses.dataclass
+class StaticResult:
+    records: list[CallRecord]
+    unsupported: Counter
+    by_op: dict[str, OpStats]
+    model_params: int          # every distinct parameter of the model, used or not
+
+
+@contextlib.contextmanager
+def forward_context(model: nn.Module, *, training: bool, no_grad: bool,
+                    modules: list[nn.Module] | None = None):
+    """Set the model's mode (and grad mode) for a forward; restore every module's flag after.
+    ``modules``: ``list(model.modules())`` where the caller has it already."""
+    with model_state(model, eval_mode=False, modules=modules), grad_context(no_grad):
+        set_training(model, training, modules)
+        yield
+
+
+def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
+               dtype_requested: torch.dtype | None,
+               memory_format: torch.memory_format | None = None
+               ) -> dict[str, torch.Tensor] | None:
+    """Parameters/buffers to run with instead of the model's own, or None to run it as it is.
+
+    Needed when the requested device/dtype differ from the model's (converted copies; on the
+    meta device free of memory) and in train mode (buffers cloned so that batch-norm running
+    statistics of the user's model are not updated).
+    """
+    device, dtype = model_placement(model)
+    convert = (not same_device(inputs.device, device) or memory_format is not None
+               or (dtype_requested is not None and dtype_requested != dtype))
+    if not convert and not training:
+        return None
+
+    done: dict[int, torch.Tensor] = {}  # one converted tensor per original: ties stay tied
+
+    def conv(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in done:
+            cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) \
+                else None
+            new = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
+            if memory_format is not None and new.dim() == 4:
+                new = new.contiguous(memory_format=memory_format)
+            done[id(t)] = new
+        return done[id(t)]
+
+    state: dict[str, torch.Tensor] = {}
+    if convert:
+        for name, p in model.named_parameters(remove_duplicate=False):
+            state[name] = conv(p)
+    for name, b in model.named_buffers(remove_duplicate=False):
+        state[name] = conv(b)
+    return state
+
+
+def counted_module(model: nn.Module, inputs: ModelInputs, amp: torch.dtype | None) -> nn.Module:
+    """The module a counting pass runs (a ``torch.compile``'d model's original), after refusing
+    ``amp`` on the meta device (autocast acts on real devices only)."""
+    if amp is not None and inputs.device.type == "meta":
+        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
+                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
+                             "count the whole model in that dtype")
+    return getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
+
+
+def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
+            no_grad: bool = True, dtype_requested: torch.dtype | None = None,
+            registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
+            memory_format: torch.memory_format | None = None) -> StaticResult:
+    """Run one forward of ``model`` on ``inputs`` and return one record per module call.
+
+    ``amp`` (an autocast dtype) and ``memory_format`` (channels_last) make the counted forward
+    the one the timed passes run: the kernels and bytes follow the dtype and layout that run.
+    """
+    model = counted_module(model, inputs, amp)
+    # the guard is the caller's when profile() holds one; the counter calls its copy on first
+    # write before each op, from inside its own dispatch (the copies are not counted). Its walk
+    # of the model also gives the module names, the lazy tensors, the parameters and the packed
+    # weights (one walk, not five).
+    with preserved_state(model) as guard:
+        _refuse_lazy(guard.lazy)
+        names = guard.names
+        tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
+                          has_children=guard.has_children, parameters=guard.parameters,
+                          root=model)
+        counter = OpCounter(tracker, registry, before_op=guard.write_hook())
+        try:
+            state = _state_for(model, inputs, training=training,
+                               dtype_requested=dtype_requested, memory_format=memory_format)
+            if state is not None:  # the forward sees converted copies, not these parameters
+                tracker.root_parameters = None
+            with forward_context(model, training=training, no_grad=no_grad,
+                                 modules=list(names)), \
+                    amp_context(inputs.device, amp), \
+                    module_hooks(model, tracker.pre, tracker.post, names,
+                                 post_with_inputs=True), counter:
+                if state is None:
+                    output = model(*inputs.args, **inputs.kwargs)
+                else:
+                    output = torch.func.functional_call(model, state, inputs.args,
+                                                        inputs.kwargs, strict=False,
+                                                        tie_weights=True)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise _forward_error(e, tracker, inputs) from e
+    records = tracker.records
+    if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
+        records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
+    # the guard's parameters are distinct already; packed weights are no tensors
+    model_params = sum(map(torch.Tensor.numel, guard.parameters)) + \
+        sum(packed_parameters(guard.script_attrs).values())
+    return StaticResult(records, counter.unsupported, counter.by_op, model_params)
+
+
+def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
+    """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes,
+    no ``nn.Parameter``), by object id: they are the model's parameters too. ``attributes``:
+    module ``__dict__``s, e.g. those of the modules holding one (``StateGuard.script_attrs``)."""
+    found: dict[int, int] = {}
+    script_object = torch.ScriptObject
+    for attrs in attributes:
+        for value in attrs.values():
+            if isinstance(value, script_object) and id(value) not in found:
+                tensors = packed_weights(value)
+                if tensors:
+                    found[id(value)] = sum(t.numel() for t in tensors)
+    return found
+
+
+def _refuse_lazy(lazy: list[str]) -> None:
+    """A forward would materialise lazy parameters *and buffers* (these names) in the user's
+    model."""
+    if lazy:
+        raise ModelProfError(f"the model has uninitialised lazy parameters or buffers "
+                             f"({lazy[0]!r}{' and more' if len(lazy) > 1 else ''}): run one "
+                             "forward first, so that profiling does not materialise them in "
+                             "your model")
+
+
+def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
+    running, done = tracker.failure or (tracker.stack, tracker.finished)
+    where = "before any module ran"
+    if running:
+        inner = running[-1]
+        shapes = ", ".join("x".join(map(str, s)) for s in inner.input_shapes) or "no tensors"
+        shown = [r.name or "(root)" for r in running]
+        if len(shown) > 6:  # a deeply nested model: the ends of the path say enough
+            shown = [*shown[:2], f"... {len(shown) - 5} more", *shown[-3:]]
+        path = " > ".join(shown)
+        where = (f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); "
+                 f"running: {path}")
+    before = ", ".join(r.name or "(root)" for r in done[-8:])
+    more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
+    ran = f"; modules that ran before it: {more}{before}" if done else \
+        "; no module finished before it"
+    return ModelProfError(f"the forward pass failed {where}{ran}. Inputs were "
+                          f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
+                          f"{type(e).__name__}: {e}")

@@ -1,0 +1,212 @@
+"""Module scope: which module call is running, from forward pre/post hooks, and one
+``CallRecord`` per module *call* (a module run twice gives two records)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.runtime.device import MemoryStats, PeakTracker
+from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
+from modelprof.runtime.tensors import iter_tensors, tensor_nbytes, tensor_shape
+
+__all__ = ["CallRecord", "Tracker"]
+
+_UNKNOWN = object()
+
+
+def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
+    """The shape of every tensor in ``obj`` and the bytes of the distinct ones, in one walk."""
+    if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
+        return [tuple(obj.shape)], obj.numel() * obj.element_size()
+    tensors = list(iter_tensors(obj))
+    distinct = {id(t): t for t in tensors}
+    return ([tensor_shape(t) for t in tensors],
+            sum(tensor_nbytes(t) for t in distinct.values()))
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class CallRecord:
+    """One module call. Cost fields are *exclusive*: ops this call ran itself, not its children."""
+
+    index: int
+    name: str
+    type: str
+    call: int
+    depth: int
+    parent: int | None
+    has_submodules: bool
+    input_shapes: list[tuple[int, ...]]
+    input_bytes: int
+    param_bytes: int          # bytes of the parameters the module owns directly (read per call)
+    params: int               # parameters charged to this call: owned directly, first use only
+    children: list[int] = dataclasses.field(default_factory=list)
+    output_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
+    output_bytes: int = 0
+    macs: int = 0
+    flops: int = 0
+    madd: int = 0
+    op_read_bytes: int = 0
+    op_write_bytes: int = 0
+    torchstat: dict[str, int] | None = None   # torchstat-view overrides from a module formula
+    peak_memory_bytes: int | None = None
+    # FLOPs of the ops this call ran itself, by op name ("convolution.default"); an op without
+    # FLOPs (a concat) is listed with 0. Types a row by what it does (Report.by_layer_type).
+    ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    finished: bool = False
+    module_id: int = 0
+
+    @property
+    def collect_op_bytes(self) -> bool:
+        return self.has_submodules
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.name, self.call)
+
+
+class Tracker:
+    """Keeps the stack of running module calls and the list of finished and running records."""
+
+    def __init__(self, names: dict[nn.Module, str],
+                 registry: FormulaRegistry | None = None,
+                 memory_stats: MemoryStats | None = None,
+                 has_children: dict[nn.Module, bool] | None = None,
+                 parameters: list[torch.Tensor] | None = None,
+                 root: nn.Module | None = None) -> None:
+        self.names = names
+        self.registry = REGISTRY if registry is None else registry
+        self.records: list[CallRecord] = []
+        self.stack: list[CallRecord] = []
+        self.finished: list[CallRecord] = []  # in completion order
+        # where the innermost raising call was, kept until execution goes on (caught) or fails
+        self.failure: tuple[list[CallRecord], list[CallRecord]] | None = None
+        # parameters not yet charged to any call, by id (used by ops that read them directly)
+        self.pending_params: dict[int, torch.Tensor] = {}
+        self._calls: dict[nn.Module, int] = {}
+        # whether each module has submodules (given by a caller that walked the model already)
+        self._has_children = has_children if has_children is not None else \
+            {m: next(iter(m.children()), None) is not None for m in names}
+        # the allocator peak of each call (CUDA), else None
+        self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
+        self._outside: CallRecord | None = None
+        self._module_formulas: dict[type, Any] = {}  # torchstat module formula by type, or None
+        #: the distinct parameters of ``root`` as the forward will see them (given by a caller
+        #: that walked the model already), else None: read from the first call's module
+        self.root_parameters = parameters
+        self._root = root
+
+    @property
+    def current(self) -> CallRecord:
+        """The innermost running call; ops before any call (a TorchScript module, whose calls
+        fire no Python hooks) go to a root record kept aside for that case."""
+        if self.stack:
+            return self.stack[-1]
+        if self.records:  # after the root returned: the user's forward hooks on the root
+            return self.records[0]
+        if self._outside is None:
+            self._outside = CallRecord(index=0, name="", type="", call=1, depth=0, parent=None,
+                                       has_submodules=False, input_shapes=[], input_bytes=0,
+                                       param_bytes=0, params=0)
+        return self._outside
+
+    def opaque_root(self, model: nn.Module, args: tuple, kwargs: dict,
+                    output: Any) -> CallRecord:
+        """The one record of a model whose inner calls could not be seen: its ops, inputs,
+        outputs and all of its parameters."""
+        record = self.current
+        record.type = type(model).__name__
+        record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
+        record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
+        distinct = {id(p): p for p in model.parameters()}
+        record.params = sum(p.numel() for p in distinct.values())
+        record.param_bytes = sum(p.numel() * p.element_size() for p in distinct.values())
+        record.finished = True
+        return record
+
+    def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        # called at every module call, between the model's kernels: kept lean
+        records, stack = self.records, self.stack
+        if not records:  # the root call: every parameter as the forward will see it
+            given = self.root_parameters if module is self._root else None
+            self.pending_params = {id(p): p for p in (module.parameters() if given is None
+                                                      else given)}
+        self.failure = None  # running on: an exception inside an earlier call was caught
+        call = self._calls[module] = self._calls.get(module, 0) + 1
+        params = param_bytes = 0
+        for p in module._parameters.values():
+            if p is None:
+                continue
+            param_bytes += p.numel() * p.element_size()
+            params += self.charge(p)
+        parent = stack[-1] if stack else None
+        inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
+        shapes, nbytes = _shapes_and_bytes(inputs)
+        index = len(records)
+        kind = type(module).__name__
+        record = CallRecord(
+            index, self.names.get(module, kind), kind, call,
+            len(stack), parent.index if parent is not None else None,
+            self._has_children.get(module, False), shapes, nbytes, param_bytes, params,
+            module_id=id(module))
+        if parent is not None:
+            parent.children.append(index)
+        if self._memory is not None:
+            self._memory.enter(index)
+        records.append(record)
+        stack.append(record)
+
+    def charge(self, p: torch.Tensor) -> int:
+        """Elements of ``p`` to charge to the call that uses it: all of them the first time."""
+        return p.numel() if self.pending_params.pop(id(p), None) is not None else 0
+
+    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
+             raised: bool = False) -> None:
+        stack = self.stack
+        key = id(module)
+        if (not stack or stack[-1].module_id != key) and \
+                not any(r.module_id == key for r in stack):  # (the innermost call: no search)
+            return
+        if raised and self.failure is None:
+            self.failure = (list(stack), list(self.finished))
+        while stack[-1].module_id != key:  # calls that raised inside it
+            stack.pop()
+        record = stack.pop()
+        if raised:
+            return
+        if kwargs:  # global pre-hooks never see kwargs: complete the inputs now
+            record.input_shapes, record.input_bytes = _shapes_and_bytes((args, kwargs))
+        record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
+        record.finished = True
+        self.finished.append(record)
+        if not record.children and record.has_submodules:
+            self._charge_subtree(module, record)
+        kind = type(module)
+        formula = self._module_formulas.get(kind, _UNKNOWN)
+        if formula is _UNKNOWN:
+            formula = self._module_formulas[kind] = self.registry.module_formula(kind)
+        if formula is not None:
+            record.torchstat = formula(module, record.input_shapes, record.output_shapes)
+        memory = self._memory
+        if memory is not None:
+            while memory.stack and memory.stack[-1] != record.index:
+                memory.exit()          # calls that raised inside this one
+            if memory.stack:
+                memory.exit()
+                record.peak_memory_bytes = memory.peak[record.index]
+
+    def _charge_subtree(self, module: nn.Module, record: CallRecord) -> None:
+        """A fused kernel ran the children's work without calling them (the
+        ``nn.TransformerEncoderLayer`` fast path): the call read the whole subtree's weights."""
+        seen: set[int] = {id(p) for p in module._parameters.values() if p is not None}
+        for sub in module.modules():
+            if sub is module:
+                continue
+            for p in sub._parameters.values():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                record.param_bytes += p.numel() * p.element_size()
+                record.params += self.charge(p)

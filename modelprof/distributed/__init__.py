@@ -1,0 +1,1 @@
+"""Models under a process group: per-rank cost, collectives, gathered reports, sweeps."""

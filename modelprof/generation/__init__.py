@@ -1,0 +1,1 @@
+"""Language models as they are run: prefill and decode, the KV cache, tokens per second."""

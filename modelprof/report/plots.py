@@ -1,0 +1,379 @@
+"""Figures of a report: per-layer latency and FLOPs, the roofline, throughput curves, comparisons.
+
+matplotlib is optional (``pip install matplotlib``, or the ``plot``/``all`` extra) and imported inside each function. Figures
+are built with ``matplotlib.figure.Figure`` directly, never through pyplot, so no global state is
+touched and any backend (or none) works. Every function returns the Figure; ``save=path`` also
+writes it, the format taken from the extension (.png, .svg, .pdf).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
+from modelprof.render.views import ROOT_LABEL, column_spec, select_rows
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from modelprof.timing.peaks import Peaks
+
+__all__ = [
+    "plot_latency",
+    "plot_flops",
+    "plot_roofline",
+    "plot_throughput",
+    "plot_compare",
+]
+
+_SAVE_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _figure_class() -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ModelProfError(
+            "plotting needs matplotlib: pip install matplotlib (in a clone of modelprof: "
+            "pip install -e '.[all]')") from e
+    return Figure
+
+
+def _save(fig: Any, save: str | os.PathLike[str] | None) -> None:
+    if save is None:
+        return
+    path = Path(save)
+    if path.suffix.lower() not in _SAVE_FORMATS:
+        raise ModelProfError(
+            f"save={str(save)!r}: the extension must be one of {list(_SAVE_FORMATS)}"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format=path.suffix.lower()[1:], bbox_inches="tight", dpi=150)
+
+
+def _require_columns(df: pd.DataFrame, columns: Sequence[str], what: str, hint: str = "") -> None:
+    if not isinstance(df, pd.DataFrame):
+        raise ModelProfError(f"{what} expects a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ModelProfError(
+            f"{what} needs column(s) {missing}{hint}; the table has {list(map(str, df.columns))}"
+        )
+
+
+def _labels(df: pd.DataFrame) -> list[str]:
+    """Row labels: module name (root shown as "(root)") plus the call index when > 1."""
+    names = [ROOT_LABEL if m == "" else str(m) for m in df["module"]]
+    if "call" in df.columns:
+        names = [n if int(c) <= 1 else f"{n} #{int(c)}" for n, c in zip(names, df["call"])]
+    return names
+
+
+def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool) -> pd.DataFrame:
+    rows = select_rows(df, leaf_only=leaf_only and "leaf" in df.columns)
+    rows = rows[rows[column].notna()]
+    if rows.empty:
+        raise ModelProfError(f"no row has a value in column {column!r} to plot")
+    return select_rows(rows, top_k=top_k, sort_by=column) if top_k else select_rows(rows, sort_by=column)
+
+
+def _barh(rows: pd.DataFrame, column: str, *, title: str, xlabel: str, error: str | None = None,
+          formatter: Any = None, figsize: tuple[float, float] | None = None) -> Any:
+    figure_cls = _figure_class()
+    n = len(rows)
+    fig = figure_cls(figsize=figsize or (8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
+    ax = fig.add_subplot()
+    y = np.arange(n)
+    values = rows[column].to_numpy(dtype=float)
+    xerr = None
+    if error is not None and error in rows.columns:
+        xerr = np.nan_to_num(rows[error].to_numpy(dtype=float))
+    ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
+    ax.set_yticks(y, _labels(rows) if "module" in rows.columns else [str(i) for i in rows.index])
+    ax.invert_yaxis()  # largest on top
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    if formatter is not None:
+        from matplotlib.ticker import FuncFormatter
+
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: formatter(v)))
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def plot_latency(
+    df: pd.DataFrame,
+    top_k: int | None = 20,
+    *,
+    leaf_only: bool = True,
+    title: str | None = None,
+    save: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """Horizontal bars of per-layer latency (``latency_ms``, error bars from ``latency_std_ms``),
+    the ``top_k`` slowest first; ``leaf_only`` skips the parents that aggregate them."""
+    _require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
+    rows = _top_rows(df, "latency_ms", top_k, leaf_only)
+    fig = _barh(rows, "latency_ms", title=title or "Latency per layer", xlabel="latency (ms)",
+                error="latency_std_ms")
+    _save(fig, save)
+    return fig
+
+
+def plot_flops(
+    df: pd.DataFrame,
+    top_k: int | None = 20,
+    *,
+    column: str = "flops",
+    leaf_only: bool = True,
+    title: str | None = None,
+    save: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """Horizontal bars of a per-layer cost column (``flops`` by default; ``macs``, ``params``,
+    ``read_bytes``...), the ``top_k`` largest first, axis in SI units."""
+    _require_columns(df, ["module", column], "plot_flops")
+    rows = _top_rows(df, column, top_k, leaf_only)
+    spec = column_spec(column, df[column])
+    fig = _barh(rows, column, title=title or f"{spec.header} per layer", xlabel=spec.header,
+                formatter=_value_formatter(spec.kind))
+    _save(fig, save)
+    return fig
+
+
+_LEVEL_COLOURS = ("tab:green", "tab:purple", "tab:olive", "tab:blue", "tab:cyan")
+
+
+def plot_roofline(
+    df: pd.DataFrame,
+    peaks: Peaks,
+    *,
+    leaf_only: bool = True,
+    annotate: int = 5,
+    title: str | None = None,
+    save: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """Log-log roofline: one roof per memory level (``min(peak FLOP/s, intensity x the level's
+    bandwidth)``) and each timed layer at (intensity, achieved FLOP/s), coloured like the roof it
+    is judged against (its ``memory_level``). The ``annotate`` slowest layers are numbered and
+    named in a key beside the plot, so no label covers a point or another label. ``df`` is the
+    modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
+    the ones the rows are judged against (probed roofs raised where a layer beat them:
+    ``modelprof.timing.peaks.observed_peaks``)."""
+    from modelprof.timing.peaks import Peaks as PeaksClass
+    from modelprof.report.roofline import add_roofline, observed_peaks
+
+    if not isinstance(peaks, PeaksClass):
+        raise ModelProfError(f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}")
+    _require_columns(df, ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
+                     "plot_roofline", " (profile with timing=True)")
+    data = add_roofline(df, peaks)
+    peaks = observed_peaks(df, peaks)
+    if leaf_only and "leaf" in data.columns:
+        data = data[data["leaf"].astype(bool)]
+    ok = (data["intensity"] > 0) & (data["achieved_gflops"] > 0)
+    data = data[ok.fillna(False)]
+    if data.empty:
+        raise ModelProfError("plot_roofline: no timed row with both FLOPs and bytes to place")
+
+    figure_cls = _figure_class()
+    fig = figure_cls(figsize=(9.0, 5.2), layout="constrained")
+    ax = fig.add_subplot()
+    x = data["intensity"].to_numpy(dtype=float)
+    y = data["achieved_gflops"].to_numpy(dtype=float) * 1e9
+    levels = peaks.memory_levels
+    ridges = [peaks.peak_flops / lv.bandwidth for lv in levels]
+    lo = min(x.min(), *ridges) / 4
+    hi = max(x.max(), *ridges) * 4
+    xs = np.geomspace(lo, hi, 256)
+    # levels with the same bandwidth share one roof line (and one colour)
+    roofs: list[list[Any]] = []
+    for lv in levels:
+        if roofs and roofs[-1][0][-1].bandwidth == lv.bandwidth:
+            roofs[-1][0].append(lv)
+        else:
+            roofs.append([[lv], _LEVEL_COLOURS[len(roofs) % len(_LEVEL_COLOURS)]])
+    for group, colour in reversed(roofs):  # slowest first
+        name = group[0].name if len(group) == 1 else f"{group[0].name}-{group[-1].name}"
+        cap = group[-1].capacity_bytes
+        size = "" if cap is None else f", up to {format_bytes(cap, decimals=0)}"
+        ax.plot(xs, np.minimum(peaks.peak_flops, xs * group[0].bandwidth), color=colour, lw=1.4,
+                label=f"{name} roof: {format_count(group[0].bandwidth, unit='B/s')}{size}")
+    ax.axhline(peaks.peak_flops, color="k", lw=1.6,
+               label=f"compute roof: {format_count(peaks.peak_flops, unit='FLOP/s')}")
+    names = data["memory_level"].astype(object).to_numpy()
+    for group, colour in roofs:
+        mask = np.isin(names, [lv.name for lv in group])
+        if mask.any():
+            judged = sorted({str(n) for n in names[mask]}, key=[lv.name for lv in levels].index)
+            ax.scatter(x[mask], y[mask], s=20, color=colour, edgecolors="k", linewidths=0.4,
+                       zorder=3, label=f"layers judged at {', '.join(judged)}")
+    key: list[str] = []
+    if annotate:
+        slowest = data.sort_values("latency_ms", ascending=False, kind="stable").head(annotate)
+        groups = _group_close(slowest["intensity"].to_numpy(dtype=float),
+                              slowest["achieved_gflops"].to_numpy(dtype=float) * 1e9)
+        labels = _labels(slowest)
+        for members in groups:
+            first = members[0]
+            ax.annotate(",".join(str(m + 1) for m in members),
+                        (slowest["intensity"].iloc[first],
+                         slowest["achieved_gflops"].iloc[first] * 1e9),
+                        fontsize=7, xytext=(4, 4), textcoords="offset points", zorder=4,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5})
+        for i, (label, ms) in enumerate(zip(labels, slowest["latency_ms"])):
+            key.append(f"{i + 1}  {label} ({format_time_ms(ms)})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
+                             if peaks.raised else "")
+    ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
+    ax.grid(which="both", alpha=0.25)
+    # Outside the axes, as figure legends the constrained layout makes room for: no label can
+    # cover a point, and nothing is cut off however the figure is shown or saved.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7.5,
+               title="roofs and layers", title_fontsize=8)
+    if key:
+        from matplotlib.lines import Line2D
+
+        blank = [Line2D([], [], linestyle="none")] * len(key)
+        fig.legend(blank, key, loc="outside right lower", fontsize=7.5, handlelength=0,
+                   handletextpad=0, title="slowest layers", title_fontsize=8,
+                   prop={"family": "monospace", "size": 7.5})
+    _save(fig, save)
+    return fig
+
+
+def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:
+    """Indices of points grouped when they lie within ``factor`` of each other on both log axes,
+    so coincident points share one number label instead of overprinting."""
+    groups: list[list[int]] = []
+    for i in range(len(x)):
+        for g in groups:
+            j = g[0]
+            if max(x[i], x[j]) / min(x[i], x[j]) < factor and max(y[i], y[j]) / min(y[i], y[j]) < factor:
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+_THROUGHPUT_COLUMNS = ("samples_per_s", "throughput", "fps", "samples_per_sec")
+
+
+def plot_throughput(
+    curve_df: pd.DataFrame,
+    *,
+    x: str = "batch_size",
+    y: str | None = None,
+    title: str | None = None,
+    save: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """Samples/s against batch size (log2 x axis), the best point marked. ``y`` defaults to the
+    first of ``samples_per_s``, ``throughput``, ``fps``, ``samples_per_sec`` present."""
+    if y is None:
+        found = [c for c in _THROUGHPUT_COLUMNS if isinstance(curve_df, pd.DataFrame) and c in curve_df.columns]
+        y = found[0] if found else _THROUGHPUT_COLUMNS[0]
+    _require_columns(curve_df, [x, y], "plot_throughput")
+    data = curve_df[[x, y]].dropna().sort_values(x)
+    if data.empty:
+        raise ModelProfError("plot_throughput: the curve has no points")
+    figure_cls = _figure_class()
+    fig = figure_cls(figsize=(6.5, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    xs = data[x].to_numpy(dtype=float)
+    ys = data[y].to_numpy(dtype=float)
+    ax.plot(xs, ys, marker="o", color="tab:blue")
+    best = int(np.argmax(ys))
+    ax.scatter([xs[best]], [ys[best]], s=80, facecolors="none", edgecolors="tab:red", zorder=3,
+               label=f"best: {ys[best]:.1f}/s at {x.replace('_', ' ')} {xs[best]:g}")
+    if (xs > 0).all():
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel("samples/s" if y != "fps" else "FPS")
+    ax.set_title(title or "Throughput")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, save)
+    return fig
+
+
+_COMPARE_METRICS = ("params", "flops", "latency_median_ms", "throughput_samples_per_s")
+
+
+def _model_labels(df: pd.DataFrame) -> list[str]:
+    for name in ("model", "name"):
+        if name in df.columns:
+            return [str(v) for v in df[name]]
+    return [str(v) for v in df.index]
+
+
+def plot_compare(
+    compare_df: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    *,
+    title: str | None = None,
+    save: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """One bar panel per metric, one bar per model (labels from a ``model``/``name`` column, else
+    the index). ``metrics`` defaults to those of ``params, flops, latency_median_ms,
+    throughput_samples_per_s`` that the table has; a metric named but missing is an error."""
+    if metrics is None:
+        metrics = [c for c in _COMPARE_METRICS if isinstance(compare_df, pd.DataFrame)
+                   and c in compare_df.columns]
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    metrics = list(metrics)
+    if not metrics:
+        raise ModelProfError("plot_compare needs at least one metric")
+    _require_columns(compare_df, metrics, "plot_compare")
+    figure_cls = _figure_class()
+    labels = _model_labels(compare_df)
+    fig = figure_cls(figsize=(max(4.0, 3.2 * len(metrics)), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    pos = np.arange(len(labels))
+    for ax, metric in zip(axes, metrics):
+        spec = column_spec(metric, compare_df[metric])
+        values = compare_df[metric].to_numpy(dtype=float)
+        ax.bar(pos, values, color="tab:blue")
+        ax.set_xticks(pos, labels, rotation=30, ha="right")
+        ax.set_title(spec.header)
+        fmt = _value_formatter(spec.kind)
+        for p, v in zip(pos, values):
+            if np.isfinite(v):
+                ax.annotate(fmt(v), (p, v), ha="center", va="bottom", fontsize=7,
+                            xytext=(0, 2), textcoords="offset points")
+        ax.yaxis.set_major_formatter(_tick_formatter(fmt))
+        ax.margins(y=0.12)  # room for the value labels above the bars
+        ax.grid(axis="y", alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    _save(fig, save)
+    return fig
+
+
+def _value_formatter(kind: str) -> Any:
+    """Short tick/annotation text for a column kind (see modelprof.render.views)."""
+    if kind == "time_ms":
+        return format_time_ms
+    if kind == "bytes":
+        return lambda v: format_bytes(v, decimals=1)
+    if kind == "percent":
+        return lambda v: format_percent(v, decimals=1)
+    if kind == "count":
+        return lambda v: format_count(v, decimals=1)
+    return lambda v: f"{v:.3g}"
+
+
+def _tick_formatter(fmt: Any) -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: fmt(v))

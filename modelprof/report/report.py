@@ -1,0 +1,352 @@
+"""``Report``: the result of ``profile`` — per-call rows, totals, timing and environment, with
+views (DataFrames in two styles, per-operator counts) and exporters."""
+from __future__ import annotations
+
+import dataclasses
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from modelprof.counting.counter import OpStats
+from modelprof.errors import ModelProfError
+from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
+
+__all__ = ["Report"]
+
+_STYLES = ("modelprof", "torchstat")
+_GROUPS = ("layer_type", "module_type")
+# LaTeX keeps these longest when a table must lose columns to fit (most important first)
+_LATEX_PRIORITY = ("module", "layer_type", "params", "macs", "latency_ms", "calls", "flops",
+                   "latency_pct", "type", "output_shape", "output_bytes", "read_bytes",
+                   "write_bytes")
+
+
+class Report:
+    """Static cost and measured time of one model on one input, one row per module call.
+
+    ``totals`` sums the leaf rows (each shared parameter once); ``unsupported`` maps ops that
+    have no formula to their call counts; ``latency`` is the clean end-to-end measurement
+    (``None`` with ``timing=False``).
+    """
+
+    def __init__(self, rows: Sequence[Row], *, model_name: str, input_shape: str,
+                 batch_size: int, device: str, dtype: str,
+                 unsupported: Mapping[str, int], by_op: Mapping[str, OpStats],
+                 model_params: int, env: dict[str, Any] | None = None,
+                 latency: Any = None, layer_timing: Any = None,
+                 instrumentation_overhead: float | None = None,
+                 coverage: float | None = None, options: dict[str, Any] | None = None,
+                 peaks: Any = None, timing_notes: Sequence[str] = (),
+                 training_step: Any = None) -> None:
+        self.rows = list(rows)
+        self.model_name = model_name
+        self.input_shape = input_shape
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.unsupported = dict(unsupported)
+        self._by_op = dict(by_op)
+        self.model_params = model_params
+        self.env = dict(env or {})
+        self.latency = latency
+        self.layer_timing = layer_timing
+        self.instrumentation_overhead = instrumentation_overhead
+        self.coverage = coverage
+        self.options = dict(options or {})
+        self.peaks = peaks
+        #: how the timing columns were measured where that is not the plain recipe
+        self.timing_notes = list(timing_notes)
+        self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
+        self.totals = totals_of(self.rows)
+
+    @property
+    def timed(self) -> bool:
+        return self.latency is not None
+
+    @property
+    def backward_latency(self) -> Any:
+        """The clean end-to-end backward ``Measurement`` (``backward=True`` and timed), else None."""
+        return None if self.training_step is None else self.training_step.backward_latency
+
+    # -- views ----------------------------------------------------------------------------------
+    def to_dataframe(self, style: str = "modelprof") -> pd.DataFrame:
+        """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``).
+
+        With measured peaks (``profile(..., roofline=True)``, the default when timing) the
+        modelprof view carries the roofline columns: achieved_gflops, achieved_gbps, intensity,
+        roofline_ms, bound, efficiency.
+        """
+        style = _check_style(style)
+        if style == "torchstat":
+            return torchstat_frame(self.rows, self.timed)
+        df = modelprof_frame(self.rows, self.timed)
+        if self.peaks is not None:
+            from modelprof.report.roofline import add_roofline
+            df = add_roofline(df, self.peaks)
+        return df
+
+    def by_operator(self, direction: str = "forward") -> pd.DataFrame:
+        """Per op, keyed by its full name (``aten.convolution.default``,
+        ``torchvision.nms.default``): calls, macs, flops, madd, whether a formula counted it,
+        and how many calls were counted inexactly, e.g. at a bound (see ``notes``); of the
+        forward (the loss's included), or with ``direction="backward"`` of the backward."""
+        if direction not in ("forward", "backward"):
+            raise ModelProfError(f"direction={direction!r} must be 'forward' or 'backward'")
+        if direction == "backward" and self.training_step is None:
+            raise ModelProfError("by_operator(direction='backward') needs "
+                                 "profile(..., backward=True)")
+        by_op = self._by_op if direction == "forward" else self.training_step.cost.by_op
+        unsupported = (self.unsupported if direction == "forward"
+                       else self.training_step.cost.unsupported)
+        names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
+        return pd.DataFrame({
+            "op": names,
+            "calls": count_column([by_op[n].calls for n in names]),
+            "macs": count_column([by_op[n].macs for n in names]),
+            "flops": count_column([by_op[n].flops for n in names]),
+            "madd": count_column([by_op[n].madd for n in names]),
+            "supported": [n not in unsupported for n in names],
+            "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
+        }).astype({"inexact_calls": "int64"})
+
+    @property
+    def notes(self) -> dict[str, dict[str, int]]:
+        """Ops whose count is not exact, with why and for how many calls: e.g. a grouped matmul
+        on the meta device, whose group offsets have no values, counted at its upper bound."""
+        return {n: dict(s.notes) for n, s in sorted(self._by_op.items()) if s.notes}
+
+    def by_module_type(self) -> pd.DataFrame:
+        """Leaf rows grouped by module class: calls and the additive columns. A ``(self)`` row
+        carries its parent's class; :meth:`by_layer_type` types it by what it does instead."""
+        df = self.to_dataframe()
+        leaves = df[df["leaf"]]
+        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
+        out = leaves.groupby("type", sort=False)[cols].sum()
+        out.insert(0, "calls", leaves.groupby("type", sort=False).size())
+        return out.sort_values("flops", ascending=False)
+
+    def by_layer_type(self) -> pd.DataFrame:
+        """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
+        ``activation``, ``pool``, ``elementwise``, ... see :mod:`modelprof.report.layer_types`).
+
+        Built on the leaf rows, so the sums equal :attr:`totals` (each shared parameter once);
+        ``(self)`` rows are typed by the ops they ran (a residual add is ``elementwise``).
+        Columns: ``calls`` (leaf calls), the additive costs and, when timed, ``latency_ms`` (sum
+        of the leaves' instrumented latencies) and ``latency_pct`` (its share of the
+        instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first.
+        """
+        from modelprof.report.layer_types import LAYER_TYPES, layer_type
+
+        leaves = [r for r in self.rows if r.leaf]
+        kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
+        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
+        data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
+        for c in cols:
+            data[c] = [int(getattr(r, c)) for r in leaves]
+        if self.timed:
+            data["latency_ms"] = [r.latency_ms for r in leaves]
+            data["latency_pct"] = [r.latency_pct for r in leaves]
+        frame = pd.DataFrame(data)
+        out = frame.groupby("layer_type", sort=False).sum(min_count=1)
+        # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
+        out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
+        out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
+        return out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]})
+
+    # -- exporters ------------------------------------------------------------------------------
+    # Every table exporter takes the same view options: style, group_by, columns, depth (collapse
+    # to modules at depth <= k), leaf_only, top_k and sort_by; see the README.
+    def _table(self, style: str, group_by: str | None = None, depth: int | None = None
+               ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
+        """The frame to render, its totals row (the leaf sums) and its end-to-end row."""
+        style = _check_style(style)
+        end_to_end: dict[str, Any] | None = None
+        if self.latency is not None:
+            end_to_end = {"latency_ms": self.latency.median_ms}
+            if self.backward_latency is not None:
+                end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
+        if group_by is not None:
+            if group_by not in _GROUPS:
+                raise ModelProfError(f"group_by={group_by!r} is not one of {list(_GROUPS)}")
+            if style != "modelprof":
+                raise ModelProfError(f"group_by={group_by!r} sums the modelprof view; "
+                                     f"drop style={style!r}")
+            if depth is not None:
+                raise ModelProfError(f"group_by={group_by!r} sums the leaf rows; depth= "
+                                     "does not apply")
+            df = (self.by_layer_type() if group_by == "layer_type"
+                  else self.by_module_type()).reset_index()
+            return df, _display_totals(self.totals), end_to_end
+        if style == "torchstat":  # carries its own total row
+            return self._torchstat_frame(depth), None, None
+        return self.to_dataframe(), _display_totals(self.totals), end_to_end
+
+    def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
+        """torchstat's leaf table; with ``depth=k`` the leaves of the tree collapsed to depth k
+        (each row then sums its subtree), so the rows still add up to the total."""
+        if depth is None:
+            return self.to_dataframe("torchstat")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
+        from modelprof.report.rows import torchstat_frame
+
+        rows = [dataclasses.replace(r, leaf=True) for r in self.rows
+                if r.depth == depth or (r.leaf and r.depth < depth)]
+        return torchstat_frame(rows, self.timed)
+
+    def _view(self, style: str, view: dict[str, Any], *, compact: bool) -> dict[str, Any]:
+        """The frame, totals and view options for a human-readable exporter. ``compact`` gives
+        the modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns``
+        is given."""
+        from modelprof.render.views import compact_columns
+
+        group_by = view.pop("group_by", None)
+        depth = view.get("depth")
+        df, totals, end_to_end = self._table(style, group_by, depth)
+        if style == "torchstat" or group_by is not None:
+            view.pop("depth", None)  # already applied (torchstat) or refused (group_by)
+        if compact and style == "modelprof" and group_by is None:
+            view.setdefault("columns", compact_columns(df))
+        return {"df": df, "totals": totals, "end_to_end": end_to_end, **view}
+
+    def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
+               **view: Any) -> str | Path:
+        """CSV with raw numbers (no units, every column), read back exactly by
+        ``modelprof.render.read_csv``."""
+        from modelprof.render.csvio import to_csv
+        args = self._view(style, view, compact=False)
+        args.pop("totals"), args.pop("end_to_end")
+        return to_csv(args.pop("df"), path=path, **args)
+
+    def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
+                    **view: Any) -> str | Path:
+        """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
+        rows. The compact columns by default (``columns="all"`` for every one)."""
+        from modelprof.render.markdown import to_markdown
+        args = self._view(style, view, compact=True)
+        return to_markdown(args.pop("df"), path=path, **args)
+
+    def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
+                 caption: str | None = None, **view: Any) -> str | Path:
+        """A booktabs table for papers: one unit per column, named in the header; fitted to
+        ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
+        (``fit="columns"``), scaling (``"scale"``) or both; a ``longtable`` when long. The
+        caption defaults to the report's title (model, input, dtype, device); ``label=``."""
+        from modelprof.render.latex import escape_latex, to_latex
+        args = self._view(style, view, compact=True)
+        args.setdefault("priority", _LATEX_PRIORITY)
+        if caption is None:
+            caption = escape_latex(self._title())
+        return to_latex(args.pop("df"), path=path, caption=caption, **args)
+
+    def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
+                standalone: bool = True, **view: Any) -> str | Path:
+        """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
+        full), or with ``standalone=False`` the fragment the notebook displays."""
+        from modelprof.render.html import to_html
+        args = self._view(style, view, compact=True)
+        args.setdefault("caption", self._title())
+        return to_html(args.pop("df"), path=path, standalone=standalone,
+                       summary=self.summary().splitlines(), **args)
+
+    def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
+                **view: Any) -> str | Path:
+        """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
+        from modelprof.render.jsonio import to_json
+        args = self._view(style, view, compact=False)
+        args.pop("totals"), args.pop("end_to_end")
+        env = {**self.env, "latency": self.latency.to_dict(samples=True)
+               if self.latency is not None else None,
+               "instrumentation_overhead": self.instrumentation_overhead,
+               "coverage": self.coverage, "unsupported": self.unsupported,
+               "timing_notes": self.timing_notes,
+               "training_step": self.training_step.to_dict()
+               if self.training_step is not None else None}
+        return to_json(args.pop("df"), self.totals, env, path=path, **args)
+
+    def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
+                **view: Any) -> str:
+        """A plain-text table for terminals (the compact columns by default)."""
+        from modelprof.render.text import to_text
+        args = self._view(style, view, compact=True)
+        return str(to_text(args.pop("df"), title=self._title(), max_rows=max_rows, **args))
+
+    # -- plots ----------------------------------------------------------------------------------
+    def plot_latency(self, top_k: int = 20, **kw: Any):
+        """Bar chart of the slowest leaf calls (needs ``timing=True``)."""
+        from modelprof.report.plots import plot_latency
+        if not self.timed:
+            raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
+        return plot_latency(self.to_dataframe(), top_k, **kw)
+
+    def plot_flops(self, top_k: int = 20, **kw: Any):
+        """Bar chart of the leaf calls with the most FLOPs."""
+        from modelprof.report.plots import plot_flops
+        return plot_flops(self.to_dataframe(), top_k, **kw)
+
+    def plot_roofline(self, peaks: Any = None, **kw: Any):
+        """Each leaf call as a point under the device's roofline (measured peaks by default)."""
+        from modelprof.report.plots import plot_roofline
+        peaks = peaks or self.peaks
+        if peaks is None:
+            from modelprof.timing.peaks import probe_peaks
+            peaks = probe_peaks(self.device if self.device != "meta" else "cpu", self.dtype)
+        return plot_roofline(self.to_dataframe(), peaks, **kw)
+
+    # -- display --------------------------------------------------------------------------------
+    def _title(self) -> str:
+        return (f"{self.model_name}, input {self.input_shape}, {self.dtype} on "
+                f"{self.env.get('device_name', self.device)}")
+
+    def summary(self) -> str:
+        t = self.totals
+        lines = [f"{self.model_name} on input {self.input_shape} ({self.dtype}, {self.device}, "
+                 f"batch {self.batch_size})",
+                 f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
+                 f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B"]
+        if self.model_params != t["params"]:
+            lines.append(f"({self.model_params - t['params']:,} of the model's "
+                         f"{self.model_params:,} parameters were not used by this forward)")
+        if self.latency is not None:
+            lines.append(f"latency median {self.latency.median_ms:.3f} ms "
+                         f"(p90 {self.latency.p90_ms:.3f}, n={self.latency.n}), "
+                         f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
+                         f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
+                         f"{100 * self.coverage:.1f}%")
+            lines.extend(f"note: {n}" for n in self.timing_notes)
+        if self.training_step is not None:
+            lines.append(self.training_step.summary())
+        if self.unsupported:
+            ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.unsupported.items()))
+            lines.append(f"ops with no formula (counted as 0 FLOPs): {ops}")
+        for op, notes in self.notes.items():
+            for note, calls in notes.items():
+                lines.append(f"{op} x{calls}: {note}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary() + "\n" + self.to_text(max_rows=60)
+
+    def _repr_html_(self) -> str:
+        """The notebook display: the summary and the compact table, every row shown (the
+        notebook scrolls a long output itself)."""
+        from modelprof.render.html import to_html
+        summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
+        table = to_html(**self._view("modelprof", {}, compact=True), caption=self._title())
+        return f"<div><p>{summary}</p>" + str(table) + "</div>"
+
+
+def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
+    """The totals a table's footer shows: the leaf sums, without ``output_bytes`` (every leaf's
+    output summed is every activation written, which ``write_bytes`` already says)."""
+    return {k: v for k, v in totals.items() if k != "output_bytes"}
+
+
+def _check_style(style: str) -> str:
+    if style not in _STYLES:
+        raise ModelProfError(f"style={style!r} is not one of {_STYLES}")
+    return style
+

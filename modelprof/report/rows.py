@@ -1,0 +1,218 @@
+"""From call records to table rows, and the two table styles (modelprof, torchstat).
+
+Rows come in execution order, one per module call. A parent's numbers aggregate its subtree.
+Ops a parent runs itself (a residual add in a ResNet block, ViT's class token concat) go to a
+pseudo-child row ``<parent>.(self)`` placed after the parent's last child, so that the *leaf*
+rows (calls that called no other module, and the ``(self)`` rows) add up to the totals.
+
+Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
+(torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Sequence
+
+import numpy as np
+import pandas as pd
+
+from modelprof.counting.scope import CallRecord
+
+__all__ = ["ADDITIVE", "COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS",
+           "Row", "build_rows", "count_column", "modelprof_frame", "torchstat_frame", "totals_of"]
+
+ADDITIVE = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
+COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE)
+TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
+# the training step (profile(..., backward=True); see step_table.py)
+STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
+STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
+TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "memory(MB)",
+                     "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "duration[%]", "MemR+W(B)")
+SELF_SUFFIX = "(self)"
+
+
+@dataclasses.dataclass(slots=True)
+class Row:
+    module: str
+    type: str
+    call: int
+    depth: int
+    leaf: bool
+    input_shapes: list
+    output_shapes: list
+    params: int
+    macs: int
+    flops: int
+    madd: int
+    output_bytes: int
+    read_bytes: int
+    write_bytes: int
+    torchstat_flops: int
+    torchstat_madd: int
+    record: int            # index of the call record
+    is_self: bool = False  # the (self) pseudo-row of record ``record``
+    peak_memory_bytes: float = float("nan")
+    latency_ms: float = float("nan")
+    latency_std_ms: float = float("nan")
+    latency_pct: float = float("nan")
+    # FLOPs by aten op of the ops this row ran itself (a leaf: all of its ops; a (self) row: its
+    # parent's own ops; a parent row: none), to type a row by what it does
+    ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    kind: str = "module"   # "module", or the training step's "loss" / "optimizer" row
+    backward_macs: int | None = None
+    backward_flops: int | None = None
+    saved_bytes: int | None = None
+    backward_latency_ms: float = float("nan")
+    backward_latency_std_ms: float = float("nan")
+    backward_latency_pct: float = float("nan")
+
+
+def count_column(values: Sequence[int]) -> np.ndarray:
+    """A column of exact counts: int64, or float64 when a count does not fit in int64 (above
+    2**63 - 1, e.g. the FLOPs of a huge model at a huge batch): the column stays numeric, and
+    the exact integers remain in ``Report.totals`` and the rows."""
+    ints = [int(v) for v in values]
+    if all(-2**63 <= v < 2**63 for v in ints):
+        return np.array(ints, dtype="int64")
+    return np.array([float(v) for v in ints], dtype="float64")
+
+
+def _self_name(name: str) -> str:
+    return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
+
+
+def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
+    """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
+    own forward ops cost nothing (their autograd nodes do, in the backward)."""
+    n = len(records)
+    inc: list[tuple] = [()] * n           # params, macs, flops, madd, read, write (inclusive)
+    ts: list[tuple] = [()] * n            # torchstat flops, madd (inclusive)
+    own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
+    for r in reversed(records):
+        if r.children:
+            own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes,
+                            r.op_write_bytes)
+            params, macs, flops, madd, read, write = own[r.index]
+            ts_flops, ts_madd = flops - macs, madd
+            for c in r.children:
+                c_params, c_macs, c_flops, c_madd, c_read, c_write = inc[c]
+                params += c_params
+                macs += c_macs
+                flops += c_flops
+                madd += c_madd
+                read += c_read
+                write += c_write
+                c_ts_flops, c_ts_madd = ts[c]
+                ts_flops += c_ts_flops
+                ts_madd += c_ts_madd
+            inc[r.index] = (params, macs, flops, madd, read, write)
+            ts[r.index] = (ts_flops, ts_madd)
+        else:
+            inc[r.index] = (r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
+                            r.output_bytes)
+            over = r.torchstat
+            ts[r.index] = (r.flops - r.macs, r.madd) if over is None else \
+                (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
+
+    end = list(range(n))  # last descendant index of each record's subtree
+    for r in reversed(records):
+        if r.parent is not None:
+            end[r.parent] = max(end[r.parent], end[r.index])
+
+    rows: list[Row] = []
+    nan = float("nan")
+    for r in records:
+        i = r.index
+        params, macs, flops, madd, read, write = inc[i]
+        ts_flops, ts_madd = ts[i]
+        peak = r.peak_memory_bytes
+        rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
+                        r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
+                        ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
+                        ops=dict(r.ops) if not r.children else {}))
+        a: int | None = i
+        while a is not None and end[a] == i:
+            part = own[a]
+            if part is not None and (any(part) or a in force_self):
+                pr = records[a]
+                params, macs, flops, madd, read, write = part
+                rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
+                                [], params, macs, flops, madd, write, read, write,
+                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops)))
+            a = records[a].parent
+    return rows
+
+
+def totals_of(rows: Sequence[Row]) -> dict[str, int]:
+    """Sums over the leaf rows: each parameter, op and byte counted exactly once."""
+    keys = ADDITIVE + (STEP_ADDITIVE if any(r.backward_macs is not None for r in rows) else ())
+    return {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
+
+
+def _shape(s: tuple) -> str:
+    return "x".join(map(str, s)) if s else "()"
+
+
+def _shapes(shapes: list, drop_batch: bool = False) -> str:
+    if drop_batch:
+        return _shape(tuple(shapes[0][1:])) if shapes else ""
+    return ", ".join(_shape(tuple(s)) for s in shapes)
+
+
+def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
+    data = {
+        "module": [r.module for r in rows],
+        "type": [r.type for r in rows],
+        "call": [r.call for r in rows],
+        "depth": [r.depth for r in rows],
+        "leaf": [r.leaf for r in rows],
+        "input_shape": [_shapes(r.input_shapes) for r in rows],
+        "output_shape": [_shapes(r.output_shapes) for r in rows],
+    }
+    step = any(r.backward_macs is not None for r in rows)
+    for k in ADDITIVE + (STEP_ADDITIVE if step else ()):
+        data[k] = count_column([int(getattr(r, k) or 0) for r in rows])
+    for k in ("call", "depth"):
+        data[k] = count_column([getattr(r, k) for r in rows])
+    df = pd.DataFrame(data)
+    df["leaf"] = df["leaf"].astype(bool)
+    measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
+    for k in TIMING_COLUMNS:
+        if timed or (k == "peak_memory_bytes" and measured_memory):
+            df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
+    if any(not np.isnan(r.backward_latency_ms) for r in rows):
+        for k in STEP_TIMING_COLUMNS:
+            df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
+    return df
+
+
+def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
+    """torchstat's table: one row per leaf call, batch dropped from shapes, a correct total."""
+    leaves = [r for r in rows if r.leaf and r.kind == "module"]
+    names = [r.module if r.call == 1 or r.is_self else f"{r.module} ({r.call})" for r in leaves]
+    counts = {
+        "params": [int(r.params) for r in leaves],
+        "MAdd": [int(r.torchstat_madd) for r in leaves],
+        "Flops": [int(r.torchstat_flops) for r in leaves],
+        "MemRead(B)": [int(r.read_bytes) for r in leaves],
+        "MemWrite(B)": [int(r.write_bytes) for r in leaves],
+        "MemR+W(B)": [int(r.read_bytes + r.write_bytes) for r in leaves],
+    }
+    memory = [r.output_bytes / 2**20 for r in leaves]
+    duration = [r.latency_pct if timed else float("nan") for r in leaves]
+    # the total row, summed in Python integers (a numpy int64 sum wraps around silently)
+    names.append("total")
+    for values in counts.values():
+        values.append(sum(values))
+    memory.append(float(np.nansum(memory)))
+    duration.append(float(np.nansum(duration)) if timed else float("nan"))
+    df = pd.DataFrame({
+        "module name": names,
+        "input shape": [_shapes(r.input_shapes, drop_batch=True) for r in leaves] + [""],
+        "output shape": [_shapes(r.output_shapes, drop_batch=True) for r in leaves] + [""],
+        "memory(MB)": np.array(memory, dtype="float64"),
+        "duration[%]": np.array(duration, dtype="float64"),
+        **{c: count_column(v) for c, v in counts.items()},
+    })
+    return df[list(TORCHSTAT_COLUMNS)]

@@ -1,0 +1,182 @@
+"""The environment a measurement was taken in: device, versions, precision flags, clocks.
+
+``collect_env`` never fails: whatever cannot be read is left out or ``None``; every value is plain
+JSON (str, int, float, bool, None, lists and dicts of those).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import torch
+
+from modelprof.runtime.device import tf32_enabled
+
+__all__ = ["collect_env", "cpu_name", "gpu_state"]
+
+_NVSMI_FIELDS = ("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "temperature.gpu",
+                 "power.draw", "pstate", "driver_version")
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return str(v)  # torch.dtype, torch.device, enums, paths
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@functools.lru_cache(maxsize=1)
+def _modelprof_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("modelprof")
+    except Exception:
+        pkg = sys.modules.get("modelprof")
+        return str(getattr(pkg, "__version__", "unknown"))
+
+
+def _read(fn: Any) -> Any:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _jsonable(fn())
+    except Exception:
+        return None
+
+
+def gpu_uuid(index: int) -> str | None:
+    """The UUID (``GPU-...``) of CUDA device ``index`` as torch numbers it, or None.
+
+    NVML and nvidia-smi number GPUs by PCI order, not by ``CUDA_VISIBLE_DEVICES``: only the
+    UUID names the same GPU in both."""
+    try:
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:
+        return None
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -> dict[str, Any]:
+    """Clocks (MHz), temperature (C), power (W), P-state of a GPU via pynvml, else
+    ``nvidia-smi``; empty when neither answers. The GPU is found by ``uuid`` (as
+    ``gpu_uuid(torch_index)`` gives it), else by NVML's own ``index``."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+        pynvml.nvmlInit()
+        try:
+            h = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid is not None
+                 else pynvml.nvmlDeviceGetHandleByIndex(index))
+            out: dict[str, Any] = {
+                "source": "pynvml",
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "max_mem_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+            }
+            out["power_w"] = _read(lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1e3)
+            out["pstate"] = _read(lambda: f"P{pynvml.nvmlDeviceGetPerformanceState(h)}")
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    try:
+        res = subprocess.run(
+            ["nvidia-smi", f"--id={uuid if uuid is not None else index}",
+             f"--query-gpu={','.join(_NVSMI_FIELDS)}",
+             "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=timeout_s, check=True)
+        values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
+    except Exception:
+        return {}
+    keys = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "max_mem_clock_mhz",
+            "temperature_c", "power_w", "pstate", "driver_version")
+    out = {"source": "nvidia-smi"}
+    for k, v in zip(keys, values):
+        try:
+            out[k] = float(v) if k not in ("pstate", "driver_version") else v
+        except ValueError:
+            out[k] = None
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _fixed_env() -> dict[str, Any]:
+    """What cannot change within a process: read once."""
+    return {
+        "cpu_name": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": _read(torch.backends.cudnn.version),
+        "modelprof_version": _modelprof_version(),
+    }
+
+
+def collect_env(device: torch.device | str | None = None, dtype: Any = None,
+                batch_size: int | None = None, **mode_flags: Any) -> dict[str, Any]:
+    """Device name, versions, dtype, batch size, threads, cuDNN/TF32 flags, ``mode_flags`` and
+    GPU clocks/temperature when readable. Never raises for an unreadable item."""
+    try:
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+    except Exception:
+        dev = torch.device("cpu")
+    env: dict[str, Any] = {
+        "device": str(dev),
+        "device_type": dev.type,
+        **_fixed_env(),
+        "dtype": _jsonable(dtype),
+        "batch_size": batch_size,
+        "torch_num_threads": _read(torch.get_num_threads),
+        "torch_num_interop_threads": _read(torch.get_num_interop_threads),
+        "cudnn_enabled": _read(lambda: torch.backends.cudnn.enabled),
+        "cudnn_benchmark": _read(lambda: torch.backends.cudnn.benchmark),
+        "cudnn_deterministic": _read(lambda: torch.backends.cudnn.deterministic),
+        "tf32_matmul": tf32_enabled("matmul"),
+        "tf32_cudnn": tf32_enabled("conv"),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
+        "mode": _jsonable(mode_flags),
+    }
+    if dev.type == "cpu":
+        env["device_name"] = env["cpu_name"]
+    elif dev.type == "cuda":
+        idx = dev.index if dev.index is not None else _read(torch.cuda.current_device) or 0
+        env["device_name"] = _read(lambda: torch.cuda.get_device_name(idx))
+        props = _read(lambda: {
+            "capability": list(torch.cuda.get_device_capability(idx)),
+            "total_memory_bytes": torch.cuda.get_device_properties(idx).total_memory,
+            "multiprocessor_count": torch.cuda.get_device_properties(idx).multi_processor_count,
+            "l2_cache_bytes": torch.cuda.get_device_properties(idx).L2_cache_size,
+        })
+        if props:
+            env.update(props)
+        uuid = gpu_uuid(idx)
+        env["gpu_uuid"] = uuid
+        env["gpu_state"] = _read(lambda: gpu_state(idx, uuid=uuid)) or {}
+    else:
+        env["device_name"] = dev.type
+    return env

@@ -1,0 +1,77 @@
+"""How a model runs during any pass, static or timed: eval/train flags, grad mode, autocast and
+memory layout. One place, so the static pass, the clean end-to-end pass, the per-layer passes and
+the throughput search run under the same modes. Every flag set on a model is restored in
+``finally``; nothing is converted in place.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.runtime.tensors import map_tensors
+from modelprof.runtime.inputs import parse_dtype
+from modelprof.runtime.guard import set_training
+
+__all__ = ["amp_context", "grad_context", "model_state", "parse_amp", "to_channels_last"]
+
+
+@contextlib.contextmanager
+def model_state(model: Any, eval_mode: bool,
+                modules: list[nn.Module] | None = None) -> Iterator[None]:
+    """``model.eval()`` for the block (when asked); every submodule's own ``training`` flag is
+    restored afterwards, also when the block raises. ``modules``: ``list(model.modules())``
+    where the caller has it already."""
+    if not isinstance(model, nn.Module):
+        yield
+        return
+    flags = [(m, m.training) for m in (model.modules() if modules is None else modules)]
+    try:
+        if eval_mode:
+            set_training(model, False, modules)  # model.eval(), also for torch.export modules
+        yield
+    finally:
+        for m, flag in flags:
+            if m.training is not flag:   # nn.Module.__setattr__ is slow: only what changed
+                m.training = flag
+
+
+def grad_context(no_grad: bool) -> contextlib.AbstractContextManager:
+    """``torch.no_grad()`` when asked, else leave grad mode as the caller has it."""
+    return torch.no_grad() if no_grad else contextlib.nullcontext()
+
+
+def parse_amp(amp: Any) -> torch.dtype | None:
+    """``None``, or ``torch.float16`` / ``torch.bfloat16`` (names accepted) for autocast."""
+    if amp is None or amp is False:
+        return None
+    try:
+        dt = parse_dtype(amp)
+    except ModelProfError:
+        dt = None
+    if dt not in (torch.float16, torch.bfloat16):
+        raise ModelProfError(f"amp={amp!r} must be torch.float16 or torch.bfloat16 "
+                             "(or 'fp16'/'bf16')")
+    return dt
+
+
+def amp_context(device: torch.device, amp: torch.dtype | None,
+                cache_enabled: bool = True) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` on ``device`` at ``amp``, or nothing. CUDA-graph capture needs
+    ``cache_enabled=False`` (cast weights must be made inside the graph)."""
+    if amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=amp, cache_enabled=cache_enabled)
+
+
+def to_channels_last(obj: Any) -> Any:
+    """A copy of ``obj`` with every 4-D tensor in channels_last layout (others untouched)."""
+    def conv(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 4:
+            return t.clone(memory_format=torch.channels_last)
+        return t
+    return map_tensors(obj, conv)

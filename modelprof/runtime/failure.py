@@ -1,0 +1,71 @@
+"""Say where the user's forward failed, for passes that run without module hooks.
+
+The static pass and the per-layer timer know the running module from their hooks. The clean
+end-to-end timing runs the model bare (hooks would distort it), so when its forward raises,
+the module is read from the exception's traceback instead: every frame whose ``self`` is one of
+the model's modules is a call that was running. This costs nothing until something fails.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.runtime.hooks import module_names
+from modelprof.runtime.tensors import shape_str
+
+__all__ = ["forward_failure", "running_modules"]
+
+
+def running_modules(exc: BaseException, model: nn.Module,
+                    names: dict[nn.Module, str] | None = None) -> list[str]:
+    """Qualified names (root ``""``) of ``model``'s modules that were running when ``exc`` was
+    raised, outermost first; empty when the error did not come from inside the model."""
+    names = module_names(model) if names is None else names
+    found: list[str] = []
+    last: Any = None
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not last and isinstance(owner, nn.Module) and owner in names:
+            found.append(names[owner])
+            last = owner
+        tb = tb.tb_next
+    return found
+
+
+def _path(running: list[str]) -> str:
+    shown = [n or "(root)" for n in running]
+    if len(shown) > 6:
+        shown = [*shown[:2], f"... {len(shown) - 5} more", *shown[-3:]]
+    return " > ".join(shown)
+
+
+@contextlib.contextmanager
+def forward_failure(model: Any, what: str, inputs: Any = None) -> Iterator[None]:
+    """Re-raise an exception from inside ``model``'s forward as a ``ModelProfError`` naming
+    ``what`` was running (``"the end-to-end timing"``), the module and the inputs. Errors that
+    did not come from inside the model (a bug, an out-of-memory the caller handles) and
+    ``ModelProfError`` pass through unchanged."""
+    try:
+        yield
+    except ModelProfError:
+        raise
+    except Exception as e:
+        if not isinstance(model, nn.Module):
+            raise
+        names = module_names(model)
+        running = running_modules(e, model, names)
+        if not running:
+            raise
+        inner = running[-1]
+        kind = type(next(m for m, n in names.items() if n == inner)).__name__
+        shapes = shape_str(inputs) if inputs is not None else ""
+        raise ModelProfError(
+            f"the forward pass failed during {what} in module {inner or '(root)'!r} ({kind}); "
+            f"running: {_path(running)}."
+            + (f" Inputs were {shapes}." if shapes else "")
+            + f" {type(e).__name__}: {e}") from e

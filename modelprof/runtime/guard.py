@@ -1,0 +1,616 @@
+"""Give the user's model back as it went in: every parameter, buffer, gradient, submodule slot,
+attribute and ``training`` flag that a profiling pass changed is put back — cheaply.
+
+Timing runs the user's own module thousands of times, so a forward that keeps state
+(``self.n += 1``, a batch norm in train mode, an EMA of its weights) would otherwise come back
+changed. Copying every tensor up front would double the model's memory, so the guard copies
+only what is cheap or known to be written:
+
+- **Structure** (each module's parameter/buffer/submodule/hook slots, its plain attributes and
+  its class): shallow copies of a few dicts; a slot a pass *rebound* (``self.n = self.n + 1``)
+  gets its original tensor object back, which the pass never touched.
+- **Tensor metadata** (``p.data = other`` swaps storage without a version bump): each tensor's
+  storage, shape and strides are recorded with a ``detach()`` alias that keeps the original
+  storage alive; a swapped tensor is pointed back at it.
+- **Tensor values written in place**: detected by the version counter (``t._version``), which
+  every in-place aten op bumps. The value from before is taken from one of two snapshots:
+
+  * buffers are cloned up front when they are small in total (``BUFFER_COPY_LIMIT_BYTES``,
+    default 64 MiB: batch-norm statistics, counters, masks) — buffers are where forwards keep
+    state, and some ops write them without saying so in their schema (``native_batch_norm``);
+  * everything else (parameters, large buffers, gradients) is copied *on first write*, by
+    :meth:`StateGuard.write_hook`, which the op counter calls before every op of the static
+    pass (the first forward of ``profile``; :meth:`StateGuard.watch_writes` is the same as a
+    dispatch mode of its own). It sees every op
+    whose schema writes an argument (``add_``, ``copy_``, ``out=``, also through ``.data`` or a
+    view, matched by storage) and the batch-norm ops that write their running statistics, and
+    clones the tensor just before the first write. The timed passes run the same forward on the
+    same inputs, so they write the same tensors; a tensor they write that the first pass did not
+    cannot be restored and is named in a ``ModelProfWarning``.
+
+Restoring touches only what changed. Nested guards on the same model in the same thread share
+the outermost one (``analyze`` inside ``profile``), which restores once, at its end — also when
+the block raises or is interrupted (``KeyboardInterrupt``).
+
+Not covered: Python containers mutated in place (a list attribute appended to); writes that no
+version counter sees (through ``.data`` or ``t.numpy()``) to a tensor that has no copy (a
+parameter the first pass did not write, a buffer when all of them exceed the copy limit): those
+are neither restored nor named; writes inside the body of a higher-order operator (``cond``,
+``flex_attention``: functional by contract; the write watch passes them through); state changed
+by *another thread* meanwhile is overwritten by the restore.
+
+The guard's walk also hands callers what they would otherwise walk the model for (module names,
+parameters, lazy tensors, packed weights); a nested ``preserved_state(model, rescan=True)`` reads
+those again, since the model may have changed since the outer guard began.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import operator
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from itertools import compress, repeat
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.nn.parameter import UninitializedTensorMixin, is_lazy
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from modelprof.errors import ModelProfWarning
+
+__all__ = ["BUFFER_COPY_LIMIT_BYTES", "StateGuard", "preserved_state", "set_training"]
+
+BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
+"""Buffers are cloned up front when all of them together take at most this many bytes."""
+
+# nn.Module's own registries: restored by content (they are mutated in place, never rebound)
+_SLOTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+          "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+          "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+          "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+          "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+# ops whose schema does not say that they write their running statistics: arguments 3 and 4,
+# written when argument 5 (``training`` / ``use_input_stats``) is true
+_UNDECLARED_WRITES = frozenset({
+    "aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
+    "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::instance_norm",
+})
+_RUNNING_STATS = (3, 4)
+
+_active = threading.local()  # id(model) -> the outermost StateGuard of this thread
+
+
+def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
+    """The address of ``t``'s storage, or None where there is none to protect (meta and fake
+    tensors, wrapper subclasses without a storage)."""
+    if (device or t.device).type == "meta" or isinstance(t, FakeTensor):
+        return None
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+        return None
+    return ptr or None
+
+
+_PLAIN = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else
+                   (torch.Tensor, nn.Parameter))
+_STRIDED = frozenset({torch.strided})
+_T = torch.Tensor
+_VERSION = operator.attrgetter("_version")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_DTYPE = operator.attrgetter("dtype")
+_LAYOUT = operator.attrgetter("layout")
+_NESTED = operator.attrgetter("is_nested")
+_META = operator.attrgetter("is_meta")
+_QUANTIZED = operator.attrgetter("is_quantized")
+_GRAD = operator.attrgetter("grad")
+
+# The guard reads a few attributes of every tensor of the model twice per profile; for dense
+# tensors (nearly all) it reads each attribute for all of them at once with ``map`` over the C
+# getters, which costs a tenth of a Python loop (resnet50: 320 tensors, 0.1 ms instead of 1).
+
+
+def _dense(ts: list[torch.Tensor]) -> bool:
+    """:func:`_plain_dense` of every tensor of ``ts``, read for all at once."""
+    return (set(map(type, ts)) <= _PLAIN and set(map(_LAYOUT, ts)) <= _STRIDED
+            and not any(map(_NESTED, ts)) and not any(map(_META, ts))
+            and not any(map(_QUANTIZED, ts)) and not any(map(_T.is_conj, ts))
+            and not any(map(_T.is_neg, ts)))
+
+
+def _plain_dense(t: torch.Tensor) -> bool:
+    """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
+    to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
+    bit): it can be rebuilt from its storage after a ``.data`` swap."""
+    return (type(t) in _PLAIN and t.layout is torch.strided and not t.is_nested
+            and not t.is_meta and not t.is_quantized and not t.is_conj() and not t.is_neg())
+
+
+def _fingerprint(t: torch.Tensor) -> tuple:
+    """What ``p.data = other`` changes: address, sizes, strides, dtype, device index (for a
+    dense tensor exactly the tuple :func:`_fingerprints` builds for it; its address tells the
+    device type apart, since the old storage is kept alive)."""
+    if _plain_dense(t):
+        return (t.data_ptr(), t.size(), t.stride(), t.dtype, t.get_device())
+    try:
+        geometry: tuple = (t.shape, t.stride(), t.storage_offset())
+    except (RuntimeError, NotImplementedError, TypeError):
+        geometry = ()  # nested and wrapper tensors: no strides to compare
+    device = t.device
+    return (_storage_key(t, device), geometry, t.dtype, device, t.is_conj(), t.is_neg())
+
+
+def _fingerprints(ts: list[torch.Tensor]) -> list[tuple]:
+    """:func:`_fingerprint` of each tensor, read all at once where every one is dense."""
+    if _dense(ts):
+        return list(zip(map(_T.data_ptr, ts), map(_T.size, ts), map(_T.stride, ts),
+                        map(_DTYPE, ts), map(_T.get_device, ts)))
+    return [_fingerprint(t) for t in ts]
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values (NaN equal to NaN: an untouched NaN buffer is unchanged)."""
+    try:
+        if torch.equal(a, b):
+            return True
+        return (a.is_floating_point() or a.is_complex()) and a.shape == b.shape and \
+            bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def _copied(registry: Any) -> Any:
+    return registry.copy() if isinstance(registry, (dict, set)) else registry
+
+
+def _same_items(live: dict, saved: dict) -> bool:
+    """The same keys, in the same order, bound to the same objects (identity, never ``==``:
+    tensors)."""
+    return (len(live) == len(saved) and all(map(operator.is_, live.values(), saved.values()))
+            and all(map(operator.eq, live, saved)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrackedTensor:
+    """One distinct tensor of the model as the guard saw it on entry (see ``tracked``)."""
+
+    name: str
+    tensor: torch.Tensor
+    snapshot: torch.Tensor | None   # its values on entry, where a copy was taken
+
+
+class _WriteHook:
+    """Called before every op of the first forward: copies a tracked tensor just before the
+    first op that writes it (copy on first write). The op counter calls it from its own
+    ``__torch_dispatch__`` (one Python dispatch mode for both, not two stacked: a second mode
+    costs about 20 % of a resnet50 static pass); :class:`_WriteWatch` wraps it as a mode of its
+    own for use without the counter.
+
+    Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ...) pass through:
+    their bodies are functional (they write none of their inputs)."""
+
+    def __init__(self, guard: StateGuard) -> None:
+        self.guard = guard
+        self._writes: dict[Any, tuple[int, ...]] = {}
+
+    def _written(self, func: Any) -> tuple[int, ...]:
+        found = self._writes.get(func)
+        if found is None:
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                found = ()
+            else:
+                schema = func._schema
+                found = tuple(i for i, a in enumerate(schema.arguments)
+                              if a.alias_info is not None and a.alias_info.is_write)
+                found = found or (_RUNNING_STATS if schema.name in _UNDECLARED_WRITES else ())
+            self._writes[func] = found
+        return found
+
+    def watches(self, func: Any) -> bool:
+        """Whether ``func`` can write an argument (the op counter calls the hook for these only)."""
+        return bool(self._written(func))
+
+    def __call__(self, func: Any, args: tuple, kwargs: dict) -> None:
+        written = self._written(func)
+        if written is _RUNNING_STATS and len(args) > 5 and args[5] is False:
+            return  # a batch/instance norm using its running statistics: it writes none
+        if written:
+            schema_args = func._schema.arguments
+            for i in written:
+                if i < len(args):
+                    value = args[i]
+                else:
+                    value = kwargs.get(schema_args[i].name)
+                self.guard._before_write(value)
+
+
+class _WriteWatch(TorchDispatchMode):
+    """:class:`_WriteHook` as a dispatch mode of its own (a mode that refused higher-order
+    operators would make any model with parameters that calls one fail under ``profile``)."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, hook: _WriteHook) -> None:
+        super().__init__()
+        self.hook = hook
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.hook(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+class StateGuard:
+    """What the model looked like on entry, and how to put it back (see the module docstring).
+
+    Each distinct tensor is kept by index in parallel lists (read all at once where dense)."""
+
+    def __init__(self, model: nn.Module, *,
+                 buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES) -> None:
+        self.model = model
+        self.unrestored: list[str] = []
+        self.restored: list[str] = []
+        # per module: (module, class, attributes, non-empty registries, their copies, prefix)
+        self._modules: list[tuple[nn.Module, type, dict, tuple[str, ...], tuple, str]] = []
+        ordered, buffer_ids = self._walk(record=True)
+        grad_params = list(compress(self.parameters,
+                                    map(isinstance, self.parameters, repeat(nn.Parameter))))
+        self._grad_params = grad_params
+        self._grads = list(map(_GRAD, grad_params))
+        if any(map(operator.is_not, self._grads, repeat(None))):  # each after its parameter
+            grads = {id(p): g for p, g in zip(grad_params, self._grads) if g is not None}
+            ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads
+                                                     else (t,))]
+        by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
+        ts = self._tensors = list(by_id.values())
+        self._names: list[str] | None = None       # found when first needed (see _name)
+        self._versions = list(map(_VERSION, ts))
+        self._requires_grad = list(map(_REQUIRES_GRAD, ts))
+        # the original storage of each tensor, kept alive for a ``.data`` swap to be undone: the
+        # storage object itself where dense (with the offset into it), else a detached alias
+        if _dense(ts):
+            self._layouts = _fingerprints(ts)
+            self._anchors: list[Any] = list(map(_T.untyped_storage, ts))
+            self._offsets: list[int] = list(map(_T.storage_offset, ts))
+            keys = [ptr or None for ptr in map(torch.UntypedStorage.data_ptr, self._anchors)]
+        else:
+            plain = [_plain_dense(t) for t in ts]
+            self._layouts = [_fingerprint(t) for t in ts]
+            self._anchors = [t.untyped_storage() if p else t.detach() for t, p in zip(ts, plain)]
+            self._offsets = [t.storage_offset() if p else 0 for t, p in zip(ts, plain)]
+            keys = [_storage_key(t) for t in ts]
+        self._keys = keys                 # storage address, None where there is none
+        self._by_storage: dict[int, list[int]] | None = None   # built at the first write
+        self._snapshots: dict[int, torch.Tensor] = {}  # index -> its values on entry
+        self._written: set[int] = set()   # indices the first-write watch copied before a write
+        index = {id(t): i for i, t in enumerate(ts)}
+        params = {id(p) for p in self.parameters}
+        copy = [index[key] for key in buffer_ids
+                if key not in params and keys[index[key]] is not None]
+        if sum(ts[i].numel() * ts[i].element_size() for i in copy) <= buffer_copy_limit_bytes:
+            with torch.no_grad():     # nothing swapped yet: each tensor is its own alias
+                self._snapshots = dict(zip(copy, map(_T.clone, map(ts.__getitem__, copy))))
+
+    def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
+        """One walk of the model: sets what callers read from the guard (``names``,
+        ``has_children``, ``script_attrs``, ``lazy``, ``parameters``) and, with ``record``, each
+        module's state to restore. Returns the parameters and buffers in model order (each
+        module's parameters, then its buffers; lazy and None slots left out) and the buffers by
+        id."""
+        #: each module with its first qualified name (``hooks.module_names``), whether it has
+        #: submodules, the attributes of modules holding a ``torch.ScriptObject`` (the packed
+        #: weights of quantized layers), the lazy (uninitialised) parameters and buffers by
+        #: name and the distinct tensors in parameter slots (as ``model.parameters()``, lazy
+        #: ones left out): read while the walk has them at hand, so that callers need not walk
+        #: the model again. They describe the model as it was when the guard began (see
+        #: ``rescan``).
+        self.names: dict[nn.Module, str] = {}
+        self.has_children: dict[nn.Module, bool] = {}
+        self.script_attrs: list[dict[str, Any]] = []
+        self.lazy: list[str] = []
+        params: list[Any] = []
+        buffers: list[Any] = []
+        ordered: list[Any] = []
+        script_object = torch.ScriptObject
+        for prefix, m in self.model.named_modules(remove_duplicate=True):
+            d = m.__dict__
+            if record:
+                attrs = d.copy()
+                keys = tuple(compress(_SLOTS, map(d.get, _SLOTS)))  # registries holding some
+                self._modules.append((m, type(m), attrs, keys,
+                                      tuple(map(_copied, map(d.__getitem__, keys))), prefix))
+            else:
+                attrs = d
+            self.names[m] = prefix
+            children = d.get("_modules")
+            if children is None:  # kept elsewhere (a traced TorchScript module): ask the module
+                self.has_children[m] = next(iter(m.children()), None) is not None
+            else:
+                self.has_children[m] = bool(children) and any(
+                    map(operator.is_not, children.values(), repeat(None)))
+            if any(map(isinstance, attrs.values(), repeat(script_object))):
+                self.script_attrs.append(attrs)
+            params.extend(m._parameters.values())
+            buffers.extend(m._buffers.values())
+            ordered.extend(m._parameters.values())
+            ordered.extend(m._buffers.values())
+        by_id = dict(zip(map(id, params), params))  # distinct by identity, in order, in C
+        by_id.pop(id(None), None)
+        buffer_ids = dict(zip(map(id, buffers), buffers))
+        buffer_ids.pop(id(None), None)
+        types = {*map(type, by_id.values()), *map(type, buffer_ids.values())}
+        if any(issubclass(tp, UninitializedTensorMixin) for tp in types):
+            self._drop_lazy(by_id, buffer_ids)
+            ordered = [t for t in ordered if t is not None and not is_lazy(t)]
+        else:
+            ordered = [t for t in ordered if t is not None] \
+                if any(map(operator.is_, ordered, repeat(None))) else ordered
+        self.parameters: list[torch.Tensor] = list(by_id.values())
+        return ordered, buffer_ids
+
+    def rescan(self) -> None:
+        """Read ``names``, ``has_children``, ``script_attrs``, ``lazy`` and ``parameters`` from
+        the model as it is now (a guard held by the caller may have begun before the model
+        changed); what is restored stays as it was on entry."""
+        self._walk(record=False)
+
+    def _drop_lazy(self, *tables: dict[int, Any]) -> None:
+        """Name the lazy parameters and buffers (``self.lazy``) and leave them out: they have
+        no values yet (their slots are restored like any other)."""
+        for prefix, m in self.model.named_modules(remove_duplicate=True):
+            for table in (m._parameters, m._buffers):
+                for key, t in table.items():
+                    if is_lazy(t):
+                        self.lazy.append(f"{prefix}.{key}" if prefix else key)
+        for table in tables:
+            for key in [k for k, t in table.items() if is_lazy(t)]:
+                del table[key]
+
+    def _name(self, i: int) -> str:
+        """The qualified name of tensor ``i`` (its first slot on entry; ``.grad`` for a
+        gradient), found by one walk of the registries as they were on entry."""
+        if self._names is None:
+            found: dict[int, str] = {}
+            for _, _, _, keys, copies, prefix in self._modules:
+                for key, table in zip(keys, copies):
+                    if key in ("_parameters", "_buffers"):
+                        for k, t in table.items():
+                            if t is not None:
+                                found.setdefault(id(t), f"{prefix}.{k}" if prefix else k)
+            if any(id(t) not in found for t in self._tensors):  # registries kept elsewhere
+                for name, t in (*self.model.named_parameters(remove_duplicate=False),
+                                *self.model.named_buffers(remove_duplicate=False)):
+                    found.setdefault(id(t), name)       # (a traced TorchScript module)
+            for p, grad in zip(self._grad_params, self._grads):
+                if grad is not None and id(p) in found:
+                    found.setdefault(id(grad), f"{found[id(p)]}.grad")
+            self._names = [found.get(id(t), "?") for t in self._tensors]
+        return self._names[i]
+
+    @property
+    def tracked(self) -> list[TrackedTensor]:
+        """The distinct tensors guarded (parameters, buffers, gradients), with their copies."""
+        return [TrackedTensor(self._name(i), t, self._snapshots.get(i))
+                for i, t in enumerate(self._tensors)]
+
+    def _alias(self, i: int) -> torch.Tensor:
+        """Tensor ``i`` as it was on entry: its original storage, sizes and strides."""
+        anchor = self._anchors[i]
+        if isinstance(anchor, torch.Tensor):
+            return anchor
+        t = self._tensors[i]
+        if _fingerprint(t) == self._layouts[i]:
+            return t.detach()
+        _, size, stride, dtype, _ = self._layouts[i]
+        return torch.empty(0, dtype=dtype, device=anchor.device).set_(anchor, self._offsets[i],
+                                                                      size, stride)
+
+    def _snapshot(self, i: int) -> None:
+        if i not in self._snapshots and self._keys[i] is not None:  # it had a storage on entry
+            self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
+
+    def _before_write(self, value: Any) -> None:
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                self._before_write(v)
+            return
+        if not isinstance(value, torch.Tensor):
+            return
+        key = _storage_key(value)
+        if key is None:
+            return
+        if self._by_storage is None:
+            self._by_storage = {}
+            for i, k in enumerate(self._keys):
+                if k is not None:
+                    self._by_storage.setdefault(k, []).append(i)
+        for i in self._by_storage.get(key, ()):
+            self._snapshot(i)
+            self._written.add(i)
+
+    def write_hook(self) -> _WriteHook | None:
+        """Copy-on-first-write as a callable ``hook(func, args, kwargs)`` to call before each op
+        of the first forward (the op counter takes it: ``OpCounter(..., before_op=hook)``), or
+        None when nothing is tracked."""
+        return _WriteHook(self) if any(self._keys) else None
+
+    @contextlib.contextmanager
+    def watch_writes(self) -> Iterator[None]:
+        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc).
+        Enter it *outside* other dispatch modes (before them), so that its copies are not
+        counted as the model's ops."""
+        hook = self.write_hook()
+        if hook is None:
+            yield
+            return
+        with _WriteWatch(hook):
+            yield
+
+    # -- checking and restoring ---------------------------------------------------------------
+    def _suspects(self) -> list[int]:
+        """Indices of the tensors that may have changed: written (version counter, the watch,
+        or by value where a copy was taken up front), pointed elsewhere, or their
+        ``requires_grad`` flipped. Everything else is left untouched."""
+        ts = self._tensors
+        found = set(self._written)
+        for now, entry in ((list(map(_VERSION, ts)), self._versions),
+                           (_fingerprints(ts), self._layouts),
+                           (list(map(_REQUIRES_GRAD, ts)), self._requires_grad)):
+            if now != entry:
+                found.update(i for i, (a, b) in enumerate(zip(now, entry)) if a != b)
+        # writes that bypass the version counter (through ``.data`` or ``.numpy()``)
+        found.update(i for i, snap in self._snapshots.items()
+                     if i not in found and not _same(ts[i], snap))
+        return sorted(found)
+
+    def changed(self) -> list[str]:
+        """Names of tracked tensors written in place or swapped since entry."""
+        return [self._name(i) for i in self._suspects()
+                if self._tensors[i]._version != self._versions[i] or i in self._written
+                or _fingerprint(self._tensors[i]) != self._layouts[i]
+                or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))]
+
+    def restore(self) -> None:
+        """Put back everything that changed. Records ``restored`` and ``unrestored`` names."""
+        for m, cls, attrs, keys, copies, _ in self._modules:
+            _restore_module(m, cls, attrs, keys, copies)
+        with torch.no_grad():
+            for i in self._suspects():
+                self._restore_tensor(i)
+        # gradients after the tensors: a gradient only fits its tensor's entry shape
+        params, grads = self._grad_params, self._grads
+        if not all(map(operator.is_, map(_GRAD, params), grads)):
+            for p, grad in zip(params, grads):
+                if p.grad is not grad:
+                    p.grad = grad
+        if self.unrestored:
+            warnings.warn(
+                f"modelprof: the model's forward changed {', '.join(self.unrestored[:5])}"
+                f"{' and more' if len(self.unrestored) > 5 else ''} in place during timing, "
+                "but not in the first (static) pass, so no copy was kept to restore it",
+                ModelProfWarning, stacklevel=_user_stacklevel())
+
+    def _restore_tensor(self, i: int) -> None:
+        t = self._tensors[i]
+        swapped = _fingerprint(t) != self._layouts[i]
+        alias = self._alias(i)
+        if swapped:  # first: requires_grad and the values apply to the entry dtype and shape
+            t.data = alias
+        requires_grad = self._requires_grad[i]
+        if t.requires_grad != requires_grad and t.is_leaf:
+            t.requires_grad_(requires_grad)
+        snapshot = self._snapshots.get(i)
+        if snapshot is not None:
+            # the copy says whether the values differ (views of one storage share a version
+            # counter, and the version counter misses writes through ``.data``)
+            written = not _same(alias, snapshot)
+            if written:
+                alias.copy_(snapshot)
+        else:
+            written = t._version != self._versions[i] or i in self._written
+            if written and self._keys[i] is not None:
+                self.unrestored.append(self._name(i))
+            written = False
+        if swapped or written:
+            self.restored.append(self._name(i))
+
+
+def _user_stacklevel() -> int:
+    """The ``warnings.warn`` stacklevel, for its caller, of the first frame outside modelprof
+    and contextlib: the user's line that profiled or held the guard."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # modelprof/
+
+
+def _restore_module(m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[str, ...],
+                    copies: tuple) -> None:
+    """Put back a module's class, its attributes (the same objects under the same names) and
+    its registries' contents; each check is one C-level pass when nothing changed."""
+    if type(m) is not cls:
+        m.__class__ = cls
+    current = m.__dict__
+    if not _same_items(current, attrs):
+        for k in [k for k in current if k not in attrs]:
+            del current[k]
+        for k, v in attrs.items():
+            if current.get(k, _MISSING) is not v:
+                current[k] = v
+    # the registry objects are the originals now; their contents as on entry
+    if tuple(compress(_SLOTS, map(current.get, _SLOTS))) != keys:
+        for k in _SLOTS:
+            if k not in keys and current.get(k):
+                current[k].clear()
+    for k, saved in zip(keys, copies):
+        live = current[k]
+        if isinstance(saved, set):
+            if live != saved:
+                live.clear()
+                live.update(saved)
+        elif isinstance(saved, dict) and not _same_items(live, saved):
+            live.clear()
+            live.update(saved)
+
+
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def preserved_state(model: Any, rescan: bool = False,
+                    **options: Any) -> Iterator[StateGuard | None]:
+    """Restore ``model`` on leaving the block (also on an exception or ``KeyboardInterrupt``).
+
+    Re-entrant: inside an active guard for the same model in the same thread, yields that guard
+    and restores nothing (the outermost one does); with ``rescan`` its walk of the model is
+    read again first (:meth:`StateGuard.rescan`: the model may have changed since that guard
+    began). Yields None for a non-module.
+    """
+    if not isinstance(model, nn.Module):
+        yield None
+        return
+    guards: dict[int, StateGuard] = _active.__dict__.setdefault("guards", {})
+    outer = guards.get(id(model))
+    if outer is not None and outer.model is model:
+        if rescan:
+            outer.rescan()
+        yield outer
+        return
+    guard = StateGuard(model, **options)
+    guards[id(model)] = guard
+    try:
+        yield guard
+    finally:
+        del guards[id(model)]
+        guard.restore()
+
+
+_MODULE_TRAIN = nn.Module.train
+
+
+def set_training(model: nn.Module, mode: bool, modules: list[nn.Module] | None = None) -> None:
+    """``model.train(mode)``; where the model refuses it (a ``torch.export`` module raises
+    NotImplementedError: its graph is fixed, the flag changes nothing it computes), the flags
+    are set directly, as ``nn.Module.train`` would. Nothing is called when every module is
+    in that mode already and none overrides ``train`` (the common eval case; ``train()``
+    recurses in Python, and an override may do more than set flags: freeze a batch norm).
+    ``modules``: ``list(model.modules())`` where the caller has it already."""
+    if all(m.training is mode and type(m).train is _MODULE_TRAIN
+           for m in (model.modules() if modules is None else modules)):
+        return
+    try:
+        model.train(mode)
+    except NotImplementedError:
+        for m in model.modules():
+            m.training = mode

@@ -1,0 +1,256 @@
+"""Turn what the user passed (an input size, tensors, a dict) into call arguments on the right
+device and dtype, and check that they fit in memory.
+
+Shared by the static analyser, the timer and the command line, so that ``profile``,
+``measure_latency`` and ``measure_throughput`` accept exactly the same inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelprof.runtime.device import normalize_device
+from modelprof.errors import ModelProfError
+from modelprof.runtime.placement import _to, model_placement
+from modelprof.runtime.tensors import iter_tensors, map_tensors, shape_str
+
+__all__ = ["ModelInputs", "available_memory_bytes", "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size"]
+
+
+_DTYPE_NAMES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+}
+
+
+@dataclasses.dataclass
+class ModelInputs:
+    """Positional and keyword arguments for one forward call, already on ``device``."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+    batch_size: int
+
+    def shapes(self) -> str:
+        return shape_str((self.args, self.kwargs))
+
+
+def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """``None``, a ``torch.dtype`` or a name such as ``"fp16"``/``"bfloat16"``."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
+            raise ModelProfError(f"dtype={dtype} is not a floating-point dtype; "
+                                 "pass integer inputs through inputs= instead")
+        return dtype
+    if isinstance(dtype, str):
+        key = dtype.lower().removeprefix("torch.")
+        if key in _DTYPE_NAMES:
+            return _DTYPE_NAMES[key]
+    raise ModelProfError(f"dtype={dtype!r} is not understood; use one of "
+                         f"{sorted(set(_DTYPE_NAMES))} or a torch.dtype")
+
+
+def parse_device(device: torch.device | str | int | None) -> torch.device | None:
+    """``None``, a ``torch.device``, ``"cuda:0"``, ``"cpu"``, ``"meta"`` or a CUDA index."""
+    if device is None:
+        return None
+    try:
+        dev = device if isinstance(device, torch.device) else torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ModelProfError(f"device={device!r} is not a device: {e}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelProfError(f"device={device!r}: CUDA is not available on this machine "
+                             "(use 'cpu', or 'meta' to analyse shapes alone)")
+    if dev.type not in ("cpu", "cuda", "meta") and not _backend_available(dev):
+        raise ModelProfError(f"device={device!r}: the {dev.type!r} backend is not available "
+                             "on this machine (use 'cpu', or 'meta' to analyse shapes alone)")
+    return normalize_device(dev)
+
+
+def _backend_available(dev: torch.device) -> bool:
+    """Whether torch can place a tensor on ``dev`` here (mps, xpu, a privateuse backend, ...)."""
+    module = getattr(torch, dev.type, None)
+    probe = getattr(module, "is_available", None)
+    if callable(probe):
+        try:
+            if not probe():
+                return False
+        except Exception:  # noqa: BLE001 - a backend that cannot even answer is not available
+            return False
+    try:
+        torch.empty(0, device=dev)
+    except Exception:  # noqa: BLE001 - NotImplementedError, RuntimeError: not usable here
+        return False
+    return True
+
+
+def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
+    """One shape (``(3, 224, 224)``) or several (``[(3, 224, 224), (10,)]``), batch excluded."""
+    if isinstance(input_size, torch.Size):
+        input_size = tuple(input_size)
+    if isinstance(input_size, np.ndarray) and input_size.ndim in (1, 2):
+        input_size = input_size.tolist()  # (3, 224, 224) or one row per input
+    elif isinstance(input_size, (list, tuple)) and any(isinstance(s, np.ndarray)
+                                                        for s in input_size):
+        input_size = [s.tolist() if isinstance(s, np.ndarray) else s for s in input_size]
+    if not isinstance(input_size, Sequence) or isinstance(input_size, (str, bytes)):
+        raise ModelProfError(f"input_size={input_size!r} must be a tuple of ints such as "
+                             "(3, 224, 224), or a list of such tuples")
+    if all(_is_int(d) for d in input_size):
+        shapes = [tuple(input_size)]
+    elif all(isinstance(s, (Sequence, torch.Size)) and not isinstance(s, (str, bytes))
+             and all(_is_int(d) for d in s) for s in input_size) and len(input_size) > 0:
+        shapes = [tuple(s) for s in input_size]
+    else:
+        raise ModelProfError(f"input_size={input_size!r} must be a tuple of ints such as "
+                             "(3, 224, 224), or a list of such tuples")
+    for shape in shapes:
+        if any(int(d) <= 0 for d in shape):
+            raise ModelProfError(f"input_size={input_size!r} has a dimension <= 0 in {shape}")
+    return [tuple(int(d) for d in s) for s in shapes]
+
+
+def _is_int(d: Any) -> bool:
+    """A Python or numpy integer (``np.int64(224)`` from an array), not a bool."""
+    return isinstance(d, numbers.Integral) and not isinstance(d, (bool, np.bool_))
+
+
+def make_inputs(
+    model: nn.Module,
+    input_size: Any = None,
+    *,
+    inputs: Any = None,
+    batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> ModelInputs:
+    """Normalise ``input_size``/``inputs`` into call arguments for ``model``.
+
+    ``input_size`` excludes the batch dimension; random normal tensors of
+    ``(batch_size, *input_size)`` are made. ``inputs`` is a tensor (the one argument), a tuple
+    of positional arguments (which may hold lists), a list (one positional argument) or a dict
+    of keyword arguments. Floating tensors are cast to ``dtype``; all move to ``device``.
+    """
+    if isinstance(model, nn.Module):
+        model_device, model_dtype = model_placement(model)
+    elif callable(model):
+        model_device, model_dtype = torch.device("cpu"), torch.get_default_dtype()
+    else:
+        raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module or callable")
+    dev = parse_device(device) or model_device
+    dt = parse_dtype(dtype)
+    if batch_size is not None and (not _is_int(batch_size) or batch_size < 1):
+        raise ModelProfError(f"batch_size={batch_size!r} must be a positive int")
+    if batch_size is not None:
+        batch_size = int(batch_size)
+
+    if (input_size is None) == (inputs is None):
+        raise ModelProfError("pass exactly one of input_size (e.g. (3, 224, 224)) or inputs= "
+                             f"(got input_size={input_size!r}, inputs of type "
+                             f"{type(inputs).__name__})")
+    if input_size is not None:
+        shapes = parse_input_size(input_size)
+        b = 1 if batch_size is None else batch_size
+        make_dtype = dt or model_dtype
+        check_input_bytes(input_size, shapes, b, make_dtype, dev)
+        # a private generator: reproducible inputs, and the user's global RNG is not advanced
+        gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
+        args = tuple(torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen)
+                     for s in shapes)
+        return ModelInputs(args, {}, dev, make_dtype, b)
+
+    move = lambda t: _to(t, dev, dt)  # noqa: E731
+    if isinstance(inputs, torch.Tensor):
+        args, kwargs = (move(inputs),), {}
+    elif isinstance(inputs, Mapping):
+        bad = [k for k in inputs if not isinstance(k, str)]
+        if bad:
+            raise ModelProfError(f"inputs dict keys must be argument names; got {bad[0]!r}")
+        args, kwargs = (), map_tensors(dict(inputs), move)
+    elif isinstance(inputs, tuple):
+        args, kwargs = map_tensors(inputs, move), {}
+    elif isinstance(inputs, list):
+        args, kwargs = (map_tensors(inputs, move),), {}
+    else:
+        raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
+                             "tensor, a tuple of positional arguments or a dict of keyword "
+                             "arguments")
+    first = next(iter_tensors((args, kwargs)), None)
+    inferred = _infer_batch(args, kwargs)
+    if batch_size is not None and first is not None and batch_size != inferred:
+        raise ModelProfError(
+            f"batch_size={batch_size} contradicts inputs= whose batch is {inferred} (first "
+            f"tensor of shape {tuple(first.shape)}); leave batch_size out with inputs=, or pass "
+            "tensors of that batch")
+    batch_size = inferred if batch_size is None else batch_size
+    in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
+                      else model_dtype)
+    return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Memory that new tensors on ``device`` can take now: free GPU memory on CUDA, the
+    kernel's MemAvailable on the CPU; None where unknown (and on ``meta``, which needs none)."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except Exception:  # noqa: BLE001 - unknown is fine: the allocator will still say so
+            return None
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def check_input_bytes(input_size: Any, shapes: list[tuple[int, ...]], batch_size: int,
+                      dtype: torch.dtype, device: torch.device) -> int:
+    """Bytes the random inputs for ``shapes`` will take; refuses, before anything is
+    allocated, inputs that cannot exist (over 2**63 elements) or do not fit in the memory
+    available on ``device``. The error's cause is an ``OutOfMemoryError``, so a batch-size
+    search treats it as the out-of-memory it prevents."""
+    itemsize = torch.empty((), dtype=dtype, device="meta").element_size()
+    numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
+    nbytes = sum(numels) * itemsize
+    what = (f"input_size={input_size!r} at batch_size {batch_size} needs {_gb(nbytes)} "
+            f"({str(dtype).removeprefix('torch.')}) for the input tensors alone")
+    if max(numels) >= 2**63:
+        raise ModelProfError(f"{what}: more elements than a tensor can hold")
+    available = None if device.type == "meta" else available_memory_bytes(device)
+    if available is not None and nbytes > available:
+        msg = f"{what}, more than the {_gb(available)} available on {device}"
+        raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
+    return nbytes
+
+
+def _infer_batch(args: tuple, kwargs: dict) -> int:
+    """Leading dimension of the first tensor; for a list of per-sample tensors, its length."""
+    for obj in (*args, *kwargs.values()):
+        if isinstance(obj, torch.Tensor):
+            return int(obj.shape[0]) if obj.dim() > 0 else 1
+        if isinstance(obj, (list, tuple)) and obj and all(isinstance(o, torch.Tensor) for o in obj):
+            return len(obj)
+    return 1

@@ -1,0 +1,139 @@
+"""Where a model lives (device, dtype), and moving or copying it without touching the user's
+model: a deep copy where one works, a structural copy (shared tensors, fresh registries) where not.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from modelprof.runtime.device import same_device
+from modelprof.errors import ModelProfError
+
+__all__ = ["copy_model", "model_placement", "moved_model"]
+
+
+def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """The device of the model's first parameter or buffer, and its first floating dtype."""
+    device, dtype = None, None
+    for t in _model_tensors(model):
+        if device is None:
+            device = t.device
+        if dtype is None and t.is_floating_point():
+            dtype = t.dtype
+        if device is not None and dtype is not None:
+            break
+    return device or torch.device("cpu"), dtype or torch.get_default_dtype()
+
+
+def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    yield from model.parameters()
+    yield from model.buffers()
+
+
+def _to(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+    cast = dtype if (dtype is not None and t.is_floating_point()) else None
+    if t.device == device and (cast is None or t.dtype == cast):
+        return t
+    return t.to(device=device, dtype=cast)
+
+
+def _in_format(model: nn.Module, memory_format: torch.memory_format) -> bool:
+    """Every 4-D parameter and buffer of ``model`` is already laid out in ``memory_format``."""
+    return all(t.dim() != 4 or t.is_contiguous(memory_format=memory_format)
+               for t in _model_tensors(model))
+
+
+def moved_model(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
+                memory_format: torch.memory_format | None = None) -> nn.Module:
+    """``model`` itself when it already lives on ``device``/``dtype``; otherwise a converted copy.
+
+    The user's model is never converted in place.
+    """
+    cur_device, cur_dtype = model_placement(model)
+    same = same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
+    if same and (memory_format is None or _in_format(model, memory_format)):
+        return model
+    changes = (("device", device if not same_device(cur_device, device) else None),
+               ("dtype", dtype if dtype is not None and cur_dtype != dtype else None),
+               ("memory format", memory_format))
+    wanted = ", ".join(f"{k} {v}" for k, v in changes if v is not None)
+    clone = copy_model(model, f"convert it to {wanted}")
+    try:
+        # one conversion: no intermediate copy in the old dtype on the new device
+        clone.to(device=device, dtype=dtype, memory_format=memory_format)
+    except NotImplementedError as e:  # a torch.export module: its graph cannot be converted
+        raise ModelProfError(f"cannot {wanted} a copy of {type(model).__name__}: "
+                             f"{type(e).__name__}: {e}. Export it again on that device/dtype, "
+                             "or profile it as it is") from e
+    return clone
+
+
+_REGISTRIES = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+               "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+               "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+               "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def copy_model(model: nn.Module, why: str) -> nn.Module:
+    """A copy of ``model`` whose conversion or train-mode passes leave the original untouched.
+
+    ``copy.deepcopy`` first; a model that cannot be deep-copied (it holds a ``threading.Lock``,
+    a file, a CUDA stream, or nests too deep for the copier's recursion) gets a *structural*
+    copy instead: every module and its registries copied, parameters re-wrapped (converting
+    them then makes new tensors), buffers cloned; other attributes (the lock) are shared with
+    the original. ``why`` says what the copy is for, for the error if neither works.
+    """
+    try:
+        return copy.deepcopy(model)
+    except Exception as e:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...
+        deep_error = e
+    try:
+        return _structural_copy(model)
+    except Exception as e:  # noqa: BLE001
+        raise ModelProfError(
+            f"cannot copy the model ({type(model).__name__}) to {why}: copy.deepcopy failed "
+            f"({type(deep_error).__name__}: {deep_error}) and so did a module-by-module copy "
+            f"({type(e).__name__}: {e}). Convert the model yourself (model.to(...)) and "
+            "profile it as it is") from deep_error
+
+
+def _structural_copy(model: nn.Module) -> nn.Module:
+    modules: dict[int, nn.Module] = {}
+    tensors: dict[int, torch.Tensor] = {}
+
+    def tensor(t: torch.Tensor, is_param: bool) -> torch.Tensor:
+        if id(t) not in tensors:  # one copy per original: tied weights stay tied
+            if is_param:
+                tensors[id(t)] = nn.Parameter(t.detach(), requires_grad=t.requires_grad)
+            else:
+                tensors[id(t)] = t.detach().clone()
+        return tensors[id(t)]
+
+    todo = [model]
+    while todo:  # iterative: any nesting depth
+        m = todo.pop()
+        if id(m) in modules:
+            continue
+        new = m.__class__.__new__(m.__class__)
+        state = dict(m.__dict__)
+        for key in _REGISTRIES:
+            if key in state:
+                state[key] = state[key].copy()
+        new.__dict__.update(state)
+        modules[id(m)] = new
+        todo.extend(c for c in m._modules.values() if c is not None)
+    for new in modules.values():
+        for key, p in new._parameters.items():
+            if p is not None:
+                new._parameters[key] = tensor(p, True)
+        for key, b in new._buffers.items():
+            if b is not None:
+                new._buffers[key] = tensor(b, False)
+        for key, c in new._modules.items():
+            if c is not None:
+                new._modules[key] = modules[id(c)]
+    return modules[id(model)]

@@ -1,0 +1,366 @@
+"""The training step, counted: one forward (grad on), the loss and the backward, every op charged
+to a module call, and the optimizer's step.
+
+The forward is charged as in the static pass (``scope.Tracker`` + ``counter.OpCounter``); its
+module hooks also note autograd's sequence numbers (``autograd_scope``), so that every op the
+backward runs is charged to the call whose forward created the autograd node running it, with the
+same formulas and the same unsupported-op reporting (the same ``OpCounter``, whose scope asks
+autograd which node is running).
+The loss's forward and backward are charged to a ``(loss)`` entry, the optimizer's step to an
+``(optimizer)`` one (``formulas/optim.py``). ``saved_tensors_hooks`` see every tensor autograd keeps
+for the backward: their bytes are charged to the call that saved them (each storage once;
+parameters and buffers, which live in memory anyway, not counted).
+
+The user's model, inputs and optimizer are never touched: the pass runs on aliases — parameters
+as detached views of the same storage that require grad as the originals do (so ``.grad`` lands on
+the alias, never on the user's parameter), buffers as clones (train-mode batch norm updates the
+clone), inputs that require grad as detached leaves — and under a forked RNG (dropout does not
+advance the user's generator).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
+from modelprof.counting.counter import OpCounter, OpStats
+from modelprof.runtime.device import MemoryStats, same_device
+from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import amp_context
+from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
+from modelprof.counting.formulas.registry import FormulaRegistry
+from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
+from modelprof.runtime.placement import model_placement
+from modelprof.counting.scope import CallRecord, Tracker
+from modelprof.counting.forward import (StaticResult, _forward_error, counted_module, forward_context)
+from modelprof.step.spec import StepSpec
+
+__all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "count_step", "grad_leaves",
+           "move_target", "step_guard", "step_state", "storage_key", "trainable_check"]
+
+
+@dataclasses.dataclass(slots=True)
+class PassCost:
+    """One call's share of a pass (the fields ``OpCounter`` charges into)."""
+
+    macs: int = 0
+    flops: int = 0
+    madd: int = 0
+    op_read_bytes: int = 0
+    op_write_bytes: int = 0
+    collect_op_bytes: bool = False
+    ops: dict[str, int] = dataclasses.field(default_factory=dict)  # FLOPs by op
+
+
+@dataclasses.dataclass(eq=False)
+class StepCost:
+    """What the step costs beyond the forward records: per call record (exclusive, by index)
+    the backward and the saved-tensor bytes; the loss's forward and backward; the optimizer."""
+
+    backward: list[PassCost]
+    saved_bytes: list[int]
+    loss_forward: PassCost
+    loss_backward: PassCost
+    loss_saved_bytes: int
+    loss_name: str
+    loss_input_shapes: list[tuple[int, ...]]
+    loss_output_bytes: int
+    optimizer: OptimizerCost | None
+    by_op: dict[str, OpStats]          # the backward's ops (the loss's included)
+    loss_by_op: dict[str, OpStats]     # the loss's forward ops
+    unsupported: Counter               # ops with no formula: loss, backward, optimizer
+    owning_calls: set[int]             # calls that own a backward node or saved bytes
+    nodes: int                         # autograd nodes in the graph
+
+    @property
+    def backward_macs(self) -> int:
+        return sum(c.macs for c in self.backward) + self.loss_backward.macs
+
+    @property
+    def backward_flops(self) -> int:
+        return sum(c.flops for c in self.backward) + self.loss_backward.flops
+
+
+class _StepTracker(Tracker):
+    """The static pass's tracker, also noting autograd's sequence number at each call boundary."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.marks = SeqMarks()
+
+    def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        super().pre(module, args, kwargs)
+        self.marks.mark(self.stack[-1].index)
+
+    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
+             raised: bool = False) -> None:
+        super().post(module, args, kwargs, output, raised)
+        self.marks.mark(self.current.index)
+
+
+class _FixedScope:
+    """A scope whose ops all go to one ``PassCost`` (the loss's forward, the optimizer)."""
+
+    def __init__(self, cost: PassCost) -> None:
+        self.current = cost
+        self.pending_params: dict[int, torch.Tensor] = {}
+
+
+class BackwardScope:
+    """The cost entry of the call whose node autograd is running (``OpCounter``'s tracker)."""
+
+    def __init__(self, tags: NodeTags, costs: list[PassCost], loss: PassCost) -> None:
+        self.tags = tags
+        self.costs = costs
+        self.loss = loss
+        self.pending_params: dict[int, torch.Tensor] = {}
+
+    def cost_of(self, call: int) -> PassCost:
+        return self.loss if call == LOSS or not 0 <= call < len(self.costs) else self.costs[call]
+
+    @property
+    def current(self) -> PassCost:
+        node = torch._C._current_autograd_node()
+        if node is None:  # before the engine runs a node: the seed gradient of the loss
+            return self.loss
+        return self.cost_of(self.tags.call_of(node))
+
+
+def storage_key(t: torch.Tensor) -> tuple[int, int]:
+    """A key for the memory ``t`` keeps alive (its storage), and that memory's bytes."""
+    try:
+        storage = t.untyped_storage()
+        return storage._cdata, storage.nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):  # opaque/sparse/nested layouts
+        return id(t), t.numel() * t.element_size()
+
+
+class SavedBytes:
+    """Bytes of the tensors autograd saves for the backward, charged to ``call()`` at the time;
+    each storage once; the storages in ``skip`` (parameters, buffers) not at all."""
+
+    def __init__(self, skip: set[int], call: Callable[[], int]) -> None:
+        self.skip = skip
+        self.call = call
+        self.by_call: Counter[int] = Counter()
+        self._seen: set[int] = set()
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        key, nbytes = storage_key(t)
+        if key not in self._seen and key not in self.skip:
+            self._seen.add(key)
+            self.by_call[self.call()] += nbytes
+        return t
+
+    def hooks(self) -> contextlib.AbstractContextManager:
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, _unpack)
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
+               memory_format: torch.memory_format | None = None
+               ) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+    """Parameters (aliases needing grad as the originals) and buffers (copies) to run ``model``
+    with, on ``device``/``dtype`` (4-D ones in ``memory_format``); and the map
+    ``id(parameter) -> its alias``. Tied tensors stay tied (one alias per original)."""
+    model_device, model_dtype = model_placement(model)
+    convert = not same_device(device, model_device) or (dtype is not None and dtype != model_dtype)
+    done: dict[int, torch.Tensor] = {}
+
+    def alias(t: torch.Tensor, param: bool) -> torch.Tensor:
+        if id(t) not in done:
+            cast = dtype if (dtype is not None and t.is_floating_point()) else None
+            with torch.no_grad():
+                if param:
+                    new = t.to(device=device, dtype=cast) if convert else t
+                    if memory_format is not None and new.dim() == 4:
+                        new = new.contiguous(memory_format=memory_format)
+                    new = new.detach()
+                    new.requires_grad_(t.requires_grad)
+                else:
+                    new = t.to(device=device, dtype=cast, copy=True)
+            done[id(t)] = new
+        return done[id(t)]
+
+    state: dict[str, torch.Tensor] = {}
+    copy_of: dict[int, torch.Tensor] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        state[name] = copy_of[id(p)] = alias(p, True)
+    for name, b in model.named_buffers(remove_duplicate=False):
+        state[name] = alias(b, False)
+    return state, copy_of
+
+
+def grad_leaves(obj: Any) -> Any:
+    """``obj`` with every tensor that requires grad replaced by a detached leaf that does (so its
+    ``.grad`` is not the user's, and the backward stops there)."""
+    return map_tensors(obj, lambda t: t.detach().requires_grad_() if t.requires_grad else t)
+
+
+def move_target(target: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
+    """The target on ``device``; floating tensors cast to ``dtype`` when one is asked for."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        cast = dtype if (dtype is not None and t.is_floating_point()) else None
+        return t.to(device=device, dtype=cast)
+    return map_tensors(target, move)
+
+
+@contextlib.contextmanager
+def step_guard(device: torch.device) -> Iterator[None]:
+    """Grad on (also inside the caller's ``no_grad``/``inference_mode``), and the RNG of the
+    CPU and of ``device`` restored afterwards."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.inference_mode(False), \
+            torch.enable_grad():
+        yield
+
+
+def trainable_check(model: nn.Module, inputs: Any = None) -> None:
+    """A ModelProfError unless some parameter of ``model`` (or, for a model without trainable
+    parameters, some input) requires grad: else there is nothing to differentiate."""
+    params = {id(p): p for p in model.parameters()}
+    if any(p.requires_grad for p in params.values()):
+        return
+    if any(t.requires_grad for t in iter_tensors(inputs)):
+        return
+    what = (f"all {len(params)} of its parameters are frozen (requires_grad=False)"
+            if params else "it has no parameters")
+    raise ModelProfError(f"model {type(model).__name__} has no parameter that requires grad "
+                         f"({what}) and no input does: there is no training step to profile; "
+                         "unfreeze some parameters or pass backward=False")
+
+
+def _check_materialised(model: nn.Module) -> None:
+    lazy = [n for n, p in model.named_parameters()
+            if isinstance(p, nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise ModelProfError(f"the model has uninitialised lazy parameters ({lazy[0]!r}"
+                             f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
+                             "so that profiling does not materialise them in your model")
+
+
+def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, training: bool = True,
+               dtype_requested: torch.dtype | None = None,
+               registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
+               memory_format: torch.memory_format | None = None
+               ) -> tuple[StaticResult, StepCost]:
+    """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
+    ``amp`` and ``memory_format`` as the static pass (``static.analyze``)."""
+    model = counted_module(model, inputs, amp)
+    _check_materialised(model)
+    trainable_check(model, (inputs.args, inputs.kwargs))
+    model_name = type(model).__name__
+    names = module_names(model)
+    tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
+    counter = OpCounter(tracker, registry)
+    state, copy_of = step_state(model, inputs.device, dtype_requested, memory_format)
+    skip = {storage_key(t)[0] for t in state.values()}
+    args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
+    target = move_target(spec.target, inputs.device, dtype_requested)
+    saved = SavedBytes(skip, lambda: tracker.current.index)
+    loss_forward = PassCost(collect_op_bytes=True)
+    loss_backward = PassCost()
+    loss_counter = OpCounter(_FixedScope(loss_forward), registry)
+    device = inputs.device
+
+    with step_guard(device), forward_context(model, training=training, no_grad=False):
+        try:
+            with module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
+                    counter, saved.hooks(), amp_context(device, amp):
+                output = torch.func.functional_call(model, state, args, kwargs, strict=False,
+                                                    tie_weights=True)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise _forward_error(e, tracker, inputs) from e
+        records: list[CallRecord] = tracker.records or [
+            tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
+        tracker.marks.mark(LOSS)
+        saved.call = lambda: LOSS
+        with loss_counter, saved.hooks(), amp_context(device, amp):
+            loss = spec.loss(output, target, model_name)
+        tags = tag_graph([loss.grad_fn], tracker.marks)
+        costs = [PassCost() for _ in records]
+        backward_counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward),
+                                           registry, f"{model_name} (loss {spec.loss_name})")
+        params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
+        optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
+
+    unsupported = Counter(loss_counter.unsupported)
+    unsupported.update(backward_counter.unsupported)
+    unsupported.update(opt_unsupported)
+    saved_by = [int(saved.by_call.get(r.index, 0)) for r in records]
+    distinct = {id(p): p.numel() for p in model.parameters()}
+    static = StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
+    cost = StepCost(
+        backward=costs, saved_bytes=saved_by, loss_forward=loss_forward,
+        loss_backward=loss_backward, loss_saved_bytes=int(saved.by_call.get(LOSS, 0)),
+        loss_name=spec.loss_name,
+        loss_input_shapes=[tensor_shape(t) for t in iter_tensors(output)],
+        loss_output_bytes=loss.numel() * loss.element_size(), optimizer=optimizer,
+        by_op=backward_counter.by_op, loss_by_op=loss_counter.by_op, unsupported=unsupported,
+        owning_calls={c for c in tags.by_node.values() if c >= 0}
+        | {i for i, b in enumerate(saved_by) if b},
+        nodes=len(tags.nodes))
+    return static, cost
+
+
+def _count_backward(loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None,
+                    what: str) -> OpCounter:
+    """Run the backward of ``loss`` under an op counter charging ``scope``'s entries."""
+    counter = OpCounter(scope, registry)
+    try:
+        with counter:
+            torch.autograd.backward(loss)
+    except ModelProfError:
+        raise
+    except Exception as e:
+        raise ModelProfError(f"the backward pass of {what} failed: "
+                             f"{type(e).__name__}: {e}") from e
+    return counter
+
+
+def _count_optimizer(spec: StepSpec, params: list[torch.Tensor], copy_of: dict[int, torch.Tensor],
+                     registry: FormulaRegistry | None) -> tuple[OptimizerCost | None, Counter]:
+    """The step by formula; for an optimizer without one, its ops counted over one steady-state
+    step on copies of the parameters (the first step, which makes the state, is not counted)."""
+    if spec.optimizer is None:
+        return None, Counter()
+    opt = spec.make_optimizer(params, copy_of)  # built to read its options; never stepped
+    cost = optimizer_cost(opt, lambda p: p.grad is not None)
+    if cost is not None:
+        return cost, Counter()
+    clones: dict[int, torch.Tensor] = {}
+    for p in params:
+        c = p.detach().clone()
+        c.grad = None if p.grad is None else p.grad.detach().clone()
+        clones[id(p)] = c
+    clone_of = {orig: clones[id(a)] for orig, a in copy_of.items() if id(a) in clones}
+    stepping = spec.make_optimizer(list(clones.values()), clone_of)
+    entry = PassCost(collect_op_bytes=True)
+    counter = OpCounter(_FixedScope(entry), registry)
+    try:
+        with torch.no_grad():
+            stepping.step()
+            with counter:
+                stepping.step()
+    except ModelProfError:
+        raise
+    except Exception as e:
+        raise ModelProfError(f"optimizer={spec.optimizer_name} has no per-element formula and "
+                             f"its step could not be run to count it: {type(e).__name__}: {e}"
+                             ) from e
+    elements = sum(c.numel() for c in clones.values() if c.grad is not None)
+    return OptimizerCost(spec.optimizer_name or type(stepping).__name__, elements, entry.flops,
+                         entry.op_read_bytes, entry.op_write_bytes, "ops"), counter.unsupported

@@ -1,0 +1,202 @@
+"""What a profiled training step runs: the loss on the model's output, and the optimizer.
+
+``StepSpec.parse`` checks the user's ``loss_fn``, ``target`` and ``optimizer`` once, at the
+boundary. The loss defaults to the sum of the floating outputs that require grad (its gradient is
+all ones, so every output's backward runs); ``loss_fn(output)`` or, with ``target``,
+``loss_fn(output, target)`` must return a floating scalar that depends on the parameters.
+
+``optimizer`` is a ``torch.optim.Optimizer`` class (``torch.optim.AdamW``), a factory
+(``lambda params: torch.optim.SGD(params, lr=0.1)``), a name (``"adamw"``) or an optimizer
+instance, used only as a template: the same class with the same per-group options, built anew on
+modelprof's copies of the parameters. The user's optimizer, its state and its parameters are never
+read beyond their options, nor written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from modelprof.errors import ModelProfError
+from modelprof.runtime.tensors import iter_tensors
+
+__all__ = ["StepSpec", "default_loss"]
+
+_NEEDS_CLOSURE = ("LBFGS",)
+
+
+def default_loss(output: Any) -> torch.Tensor | None:
+    """The sum of every floating output tensor that requires grad, or ``None`` if there is none."""
+    parts = [t.sum() for t in iter_tensors(output) if t.is_floating_point() and t.requires_grad]
+    if not parts:
+        return None
+    return functools.reduce(operator.add, parts)
+
+
+def _describe(output: Any) -> str:
+    tensors = list(iter_tensors(output))
+    if not tensors:
+        return f"a {type(output).__name__} with no tensor"
+    kinds = ", ".join(f"{str(t.dtype).removeprefix('torch.')}"
+                      f"{'' if t.requires_grad else ' (no grad)'}" for t in tensors[:6])
+    return f"a {type(output).__name__} of {len(tensors)} tensor(s): {kinds}"
+
+
+def _name(obj: Any) -> str:
+    if isinstance(obj, torch.nn.Module):
+        return type(obj).__name__
+    if isinstance(obj, functools.partial):
+        return _name(obj.func)
+    return getattr(obj, "__name__", None) or type(obj).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """The checked step options (see the module doc)."""
+
+    loss_fn: Callable[..., Any] | None = None
+    target: Any = None
+    has_target: bool = False
+    optimizer: Any = None      # a class, a factory or a template instance; None: no step
+
+    @classmethod
+    def parse(cls, *, loss_fn: Any = None, target: Any = None,
+              optimizer: Any = None) -> StepSpec:
+        if loss_fn is not None and not callable(loss_fn):
+            raise ModelProfError(f"loss_fn={loss_fn!r} is not callable; pass a function of the "
+                                 "output (and target), e.g. torch.nn.functional.cross_entropy")
+        if target is not None and loss_fn is None:
+            raise ModelProfError("target= needs loss_fn= (the default loss, the sum of the "
+                                 "outputs, takes no target)")
+        return cls(loss_fn, target, target is not None, _parse_optimizer(optimizer))
+
+    # -- the loss ---------------------------------------------------------------------------
+    @property
+    def loss_name(self) -> str:
+        return "sum" if self.loss_fn is None else _name(self.loss_fn)
+
+    def compute_loss(self, output: Any, target: Any = None) -> Any:
+        """The loss, unchecked (the timed passes: checked once before, by ``loss``)."""
+        if self.loss_fn is None:
+            return default_loss(output)
+        return self.loss_fn(output, target) if self.has_target else self.loss_fn(output)
+
+    def loss(self, output: Any, target: Any = None, model_name: str = "the model") -> torch.Tensor:
+        """The loss, checked: a floating scalar that requires grad, or a ModelProfError."""
+        if self.loss_fn is None:
+            loss = default_loss(output)
+            if loss is None:
+                raise ModelProfError(
+                    f"the output of {model_name} is {_describe(output)}: no floating tensor that "
+                    "requires grad to make the default loss (the sum of the floating outputs); "
+                    "pass loss_fn= (and target=)")
+            return loss
+        try:
+            loss = self.compute_loss(output, target)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise ModelProfError(f"loss_fn={self.loss_name} raised on the output of "
+                                 f"{model_name} ({_describe(output)}): "
+                                 f"{type(e).__name__}: {e}") from e
+        if not isinstance(loss, torch.Tensor):
+            raise ModelProfError(f"loss_fn={self.loss_name} returned a {type(loss).__name__}, "
+                                 "not a tensor; it must return a scalar loss")
+        if loss.numel() != 1:
+            raise ModelProfError(f"loss_fn={self.loss_name} returned a tensor of shape "
+                                 f"{tuple(loss.shape)}, not a scalar; reduce it (mean or sum)")
+        if not loss.is_floating_point():
+            raise ModelProfError(f"loss_fn={self.loss_name} returned a {loss.dtype} tensor; a "
+                                 "loss must be floating point")
+        if not loss.requires_grad:
+            raise ModelProfError(f"loss_fn={self.loss_name} returned a loss that does not depend "
+                                 f"on any parameter of {model_name} (it does not require grad)")
+        return loss
+
+    # -- the optimizer ----------------------------------------------------------------------
+    @property
+    def optimizer_name(self) -> str | None:
+        opt = self.optimizer
+        if opt is None:
+            return None
+        if isinstance(opt, type):
+            return opt.__name__
+        if isinstance(opt, torch.optim.Optimizer):
+            return type(opt).__name__
+        return _name(opt)
+
+    def make_optimizer(self, params: list[torch.Tensor],
+                       copy_of: Mapping[int, torch.Tensor]) -> torch.optim.Optimizer | None:
+        """A new optimizer over ``params`` (modelprof's copies); ``copy_of`` maps ``id`` of each
+        of the user's parameters to its copy, for a template instance's param groups."""
+        opt = self.optimizer
+        if opt is None:
+            return None
+        if isinstance(opt, torch.optim.Optimizer):
+            return _from_template(opt, copy_of)
+        try:
+            made = opt(params)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise ModelProfError(f"optimizer={self.optimizer_name} could not be built on the "
+                                 f"model's parameters: {type(e).__name__}: {e}") from e
+        if not isinstance(made, torch.optim.Optimizer):
+            raise ModelProfError(f"optimizer={self.optimizer_name} returned a "
+                                 f"{type(made).__name__}, not a torch.optim.Optimizer")
+        if type(made).__name__ in _NEEDS_CLOSURE:
+            raise ModelProfError(f"optimizer={type(made).__name__} needs a closure for step(); "
+                                 "it cannot be profiled")
+        return made
+
+
+def _parse_optimizer(optimizer: Any) -> Any:
+    if optimizer is None:
+        return None
+    if isinstance(optimizer, str):
+        by_name = {k.lower(): v for k, v in vars(torch.optim).items()
+                   if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
+                   and v is not torch.optim.Optimizer}
+        found = by_name.get(optimizer.lower())
+        if found is None:
+            raise ModelProfError(f"optimizer={optimizer!r} is not a torch.optim optimizer; use "
+                                 f"one of {sorted(by_name)}, a class or a factory")
+        optimizer = found
+    name = optimizer.__name__ if isinstance(optimizer, type) else type(optimizer).__name__
+    if isinstance(optimizer, type):
+        if not issubclass(optimizer, torch.optim.Optimizer):
+            raise ModelProfError(f"optimizer={optimizer.__name__} is not a "
+                                 "torch.optim.Optimizer subclass")
+    elif not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
+        raise ModelProfError(f"optimizer={optimizer!r} must be an optimizer class "
+                             "(torch.optim.AdamW), a factory (lambda params: ...), a name or "
+                             "an optimizer to copy the options of")
+    if name in _NEEDS_CLOSURE:
+        raise ModelProfError(f"optimizer={name} needs a closure for step(); it cannot be profiled")
+    return optimizer
+
+
+def _from_template(template: torch.optim.Optimizer,
+                   copy_of: Mapping[int, torch.Tensor]) -> torch.optim.Optimizer:
+    """Same class and per-group options as ``template``, over the copies of its parameters."""
+    groups = []
+    for g in template.param_groups:
+        params = []
+        for p in g["params"]:
+            if id(p) not in copy_of:
+                raise ModelProfError(f"optimizer={type(template).__name__} holds a parameter of "
+                                     f"shape {tuple(p.shape)} that is not one of the model's")
+            params.append(copy_of[id(p)])
+        groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": params})
+    cls = type(template)
+    try:
+        return cls(groups)
+    except TypeError:  # an __init__ that requires its options: give the template's defaults
+        accepted = set(inspect.signature(cls.__init__).parameters)
+        defaults = {k: v for k, v in template.defaults.items() if k in accepted}
+        return cls(groups, **defaults)

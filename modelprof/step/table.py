@@ -1,0 +1,156 @@
+"""The training step in the table: backward columns on every row, and two rows of its own.
+
+Columns (``profile(..., backward=True)``), per row as the forward's: a parent aggregates its
+subtree, a ``(self)`` row holds what the parent's own autograd nodes did, leaf rows add up to
+``report.totals``.
+
+    backward_macs, backward_flops   the ops autograd ran for the nodes the call's forward created
+                                    (``formulas/backward.py`` for the conventions)
+    saved_bytes                     bytes of the tensors autograd kept from the call's forward
+                                    for the backward (activations; each storage once;
+                                    parameters and buffers not counted)
+    backward_latency_ms, _std_ms    median / std over the instrumented backward passes
+    backward_latency_pct            share of the median instrumented backward pass
+
+Two rows after the model's: ``(loss)`` — its forward columns are the loss function's, its backward
+columns the loss's backward (and the seed gradient); ``(optimizer)`` — its forward columns are the
+step's (flops and bytes per ``formulas/optim.py``, latency = the step's median), backward 0. Both
+are leaves, so ``totals["flops"] + totals["backward_flops"]`` is the whole training step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from modelprof.step.count import StepCost
+from modelprof.counting.scope import CallRecord
+from modelprof.report.rows import Row
+
+__all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "join_step"]
+
+LOSS_ROW = "(loss)"
+OPTIMIZER_ROW = "(optimizer)"
+_NAN = float("nan")
+
+
+@dataclasses.dataclass(eq=False)
+class TrainingStep:
+    """The counted step (``cost``) and, when timed, its measurements (``timing``)."""
+
+    cost: StepCost
+    timing: Any = None  # modelprof.step.timing.StepTiming
+
+    @property
+    def backward_latency(self) -> Any:
+        return None if self.timing is None else self.timing.backward
+
+    @property
+    def optimizer_latency(self) -> Any:
+        return None if self.timing is None else self.timing.optimizer
+
+    def summary(self) -> str:
+        c = self.cost
+        opt = c.optimizer
+        line = (f"training step (loss {c.loss_name}"
+                f"{', optimizer ' + opt.name if opt is not None else ''}): backward MACs "
+                f"{c.backward_macs:,}  FLOPs {c.backward_flops:,}  saved for backward "
+                f"{sum(c.saved_bytes) + c.loss_saved_bytes:,} B")
+        if opt is not None:
+            line += f"  optimizer FLOPs {opt.flops:,}"
+        t = self.timing
+        if t is None:
+            return line
+        parts = ", ".join(f"{k} {m.median_ms:.3f}" for k, m in t.phases().items())
+        line += (f"\nstep medians (ms): {parts}; backward instrumentation overhead "
+                 f"x{t.overhead:.3f}")
+        if t.peak_memory_bytes is not None:
+            line += f"; step peak memory {t.peak_memory_bytes:,} B"
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.cost
+        out: dict[str, Any] = {
+            "loss": c.loss_name, "backward_macs": c.backward_macs,
+            "backward_flops": c.backward_flops, "autograd_nodes": c.nodes,
+            "optimizer": dataclasses.asdict(c.optimizer) if c.optimizer is not None else None}
+        if self.timing is not None:
+            t = self.timing
+            out.update({k: m.to_dict(samples=True) for k, m in t.phases().items()})
+            out.update(backward_instrumentation_overhead=t.overhead,
+                       backward_coverage=t.coverage, step_peak_memory_bytes=t.peak_memory_bytes)
+        return out
+
+
+def _inclusive(records: Sequence[CallRecord], own: np.ndarray) -> np.ndarray:
+    """``own[..., i]`` (exclusive, per record) summed over each record's subtree."""
+    inc = np.array(own, dtype=np.float64, copy=True)
+    for r in reversed(records):
+        for c in r.children:
+            inc[..., r.index] += inc[..., c]
+    return inc
+
+
+def join_step(rows: list[Row], records: Sequence[CallRecord], cost: StepCost,
+              timing: Any = None) -> TrainingStep:
+    """Fill the backward columns of ``rows`` (in place) and append the (loss) and (optimizer)
+    rows; see the module doc."""
+    n = len(records)
+    own = np.array([[c.macs, c.flops] for c in cost.backward], dtype=np.float64).reshape(n, 2).T
+    own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
+    inc, inc_saved = _inclusive(records, own), _inclusive(records, own_saved)
+    if timing is not None:
+        calls = timing.calls_ms
+        inc_time = _inclusive(records, calls[:, :n])
+        total = float(np.median(calls.sum(axis=1)))
+    for row in rows:
+        i = row.record
+        src, saved = (own, own_saved) if row.is_self else (inc, inc_saved)
+        row.backward_macs, row.backward_flops = int(src[0, i]), int(src[1, i])
+        row.saved_bytes = int(saved[i])
+        if timing is not None:
+            s = calls[:, i] if row.is_self else inc_time[:, i]
+            _set_time(row, s, total)
+    rows.append(_loss_row(cost, timing, total if timing is not None else _NAN))
+    if cost.optimizer is not None:
+        rows.append(_optimizer_row(cost, timing))
+    return TrainingStep(cost, timing)
+
+
+def _set_time(row: Row, samples: np.ndarray, total: float) -> None:
+    med = float(np.median(samples))
+    row.backward_latency_ms = med
+    row.backward_latency_std_ms = float(samples.std(ddof=1)) if samples.size > 1 else 0.0
+    row.backward_latency_pct = 100.0 * med / total if total > 0 else _NAN
+
+
+def _loss_row(cost: StepCost, timing: Any, total: float) -> Row:
+    f = cost.loss_forward
+    row = Row(module=LOSS_ROW, type=cost.loss_name, call=1, depth=0, leaf=True,
+              input_shapes=list(cost.loss_input_shapes), output_shapes=[()], params=0,
+              macs=f.macs, flops=f.flops, madd=f.madd, output_bytes=cost.loss_output_bytes,
+              read_bytes=f.op_read_bytes, write_bytes=f.op_write_bytes,
+              torchstat_flops=f.flops - f.macs, torchstat_madd=f.madd, record=-1, kind="loss",
+              backward_macs=cost.loss_backward.macs, backward_flops=cost.loss_backward.flops,
+              saved_bytes=cost.loss_saved_bytes)
+    if timing is not None:
+        row.latency_ms = timing.loss.median_ms
+        row.latency_std_ms = timing.loss.std_ms
+        _set_time(row, timing.calls_ms[:, -1], total)
+    return row
+
+
+def _optimizer_row(cost: StepCost, timing: Any) -> Row:
+    o = cost.optimizer
+    row = Row(module=OPTIMIZER_ROW, type=o.name, call=1, depth=0, leaf=True, input_shapes=[],
+              output_shapes=[], params=0, macs=0, flops=o.flops, madd=o.flops, output_bytes=0,
+              read_bytes=o.read_bytes, write_bytes=o.write_bytes, torchstat_flops=o.flops,
+              torchstat_madd=o.flops, record=-1, kind="optimizer", backward_macs=0,
+              backward_flops=0, saved_bytes=0)
+    if timing is not None and timing.optimizer is not None:
+        row.latency_ms = timing.optimizer.median_ms
+        row.latency_std_ms = timing.optimizer.std_ms
+        row.backward_latency_ms = row.backward_latency_std_ms = row.backward_latency_pct = 0.0
+    return row

@@ -1,0 +1,438 @@
+"""The training step, timed: forward, loss, backward and optimizer step end to end, and the
+backward per module call without per-layer synchronisation.
+
+* **Clean passes** (no hook anywhere): the clock of the device times each step's phases
+  ``[forward, loss, backward, optimizer]`` back to back (``Clock.time``: CUDA events, one
+  synchronize per chunk; ``perf_counter_ns`` on CPU); gradients are reset to ``None`` between steps,
+  untimed. Warm-up and the adaptive stop are the timer's (``sampler``), the stop judged on the
+  backward. With an optimizer, the parameters go back to their first values at the start of every
+  chunk (untimed), so that thousands of steps do not drift them anywhere unusual.
+* **Instrumented passes**, separate: a forward under module hooks notes autograd's sequence numbers
+  (``autograd_scope``); before the backward, every node of the graph gets a pre-hook that records
+  one pre-allocated stamp and notes the node's call. The time from one stamp to the next belongs to
+  the call of the node that opened it (its function, its hooks, and the engine's sums of the
+  gradients it produced). One synchronize per pass; elapsed times read afterwards. The report
+  states the instrumentation overhead (instrumented / clean backward).
+* **Memory** (CUDA, or any ``MemoryStats``): the allocator's peak over one whole step.
+
+Everything runs on a copy of the model (the user's parameters, buffers, gradients and optimizer
+are never touched) and under a forked RNG.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
+from modelprof.step.count import grad_leaves, move_target, step_guard
+from modelprof.runtime.device import MemoryStats
+from modelprof.runtime.env import collect_env
+from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import amp_context, to_channels_last
+from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.tensors import iter_tensors
+from modelprof.runtime.placement import moved_model
+from modelprof.runtime.progress import sampling_bar
+from modelprof.step.spec import StepSpec
+from modelprof.timing.clock import StampBuffer, clock_for
+from modelprof.timing.measurement import Measurement
+from modelprof.timing.modes import CacheFlusher
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import Sampled, collect, collect_interleaved, warm_up
+from modelprof.timing.stats import block_medians, paired_ratio
+
+__all__ = ["PHASES", "StepTimer", "StepTiming", "compare_steps", "time_step"]
+
+PHASES = ("forward", "loss", "backward", "optimizer")
+_BACKWARD = PHASES.index("backward")
+
+
+@dataclasses.dataclass(eq=False)
+class StepTiming:
+    """Clean phase measurements and the instrumented per-call backward times of one step.
+
+    ``calls_ms[p, c]`` is the exclusive backward time of call record ``c`` in instrumented pass
+    ``p``; its last column is the loss's (and the engine's start). ``passes_ms`` is each
+    instrumented backward end to end.
+    """
+
+    forward: Measurement
+    loss: Measurement
+    backward: Measurement
+    optimizer: Measurement | None
+    step: Measurement
+    calls_ms: np.ndarray
+    passes_ms: np.ndarray
+    peak_memory_bytes: int | None = None
+    nodes: int = 0
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def overhead(self) -> float:
+        """Instrumented / clean backward median (1.03 = the hooks cost 3 %)."""
+        return float(np.median(self.passes_ms)) / self.backward.median_ms
+
+    @property
+    def coverage(self) -> float:
+        """Sum of the per-call medians over the clean backward median."""
+        return float(np.median(self.calls_ms, axis=0).sum()) / self.backward.median_ms
+
+    def phases(self) -> dict[str, Measurement]:
+        out = {"forward": self.forward, "loss": self.loss, "backward": self.backward}
+        if self.optimizer is not None:
+            out["optimizer"] = self.optimizer
+        out["step"] = self.step
+        return out
+
+
+class _Step:
+    """One training step of a copy of the model, in phases that keep what the next one needs."""
+
+    def __init__(self, model: nn.Module, args: tuple, kwargs: dict, target: Any, spec: StepSpec,
+                 device: torch.device, amp: torch.dtype | None,
+                 optimizer: torch.optim.Optimizer | None, params: list[torch.Tensor],
+                 leaves: list[torch.Tensor]) -> None:
+        self.model, self.args, self.kwargs, self.target = model, args, kwargs, target
+        self.spec, self.device, self.amp = spec, device, amp
+        self.optimizer, self.params, self.leaves = optimizer, params, leaves
+        self.snapshot = [p.detach().clone() for p in params] if optimizer is not None else None
+        self.out: Any = None
+        self.loss_value: torch.Tensor | None = None
+
+    def forward(self) -> None:
+        with amp_context(self.device, self.amp):
+            self.out = self.model(*self.args, **self.kwargs)
+
+    def loss(self) -> None:
+        with amp_context(self.device, self.amp):
+            self.loss_value = self.spec.compute_loss(self.out, self.target)
+        self.out = None
+
+    def backward(self) -> None:
+        loss, self.loss_value = self.loss_value, None
+        loss.backward()
+
+    def optimize(self) -> None:
+        self.optimizer.step()
+
+    def clear(self) -> None:
+        for t in self.params:
+            t.grad = None
+        for t in self.leaves:
+            t.grad = None
+
+    def restore(self) -> None:
+        if self.snapshot is not None:
+            with torch.no_grad():
+                for p, s in zip(self.params, self.snapshot):
+                    p.copy_(s)
+
+    def phases(self) -> list[Any]:
+        parts = [self.forward, self.loss, self.backward]
+        if self.optimizer is not None:
+            parts.append(self.optimize)
+        return parts
+
+    def run(self) -> None:
+        self.clear()
+        for phase in self.phases():
+            phase()
+
+
+class _Stamper:
+    """A node hook: one stamp, and the column (call) that the time from it on belongs to."""
+
+    __slots__ = ("record", "tags", "i")
+
+    def __init__(self, record: Any, size: int, first: int) -> None:
+        self.record = record
+        self.tags = np.zeros(size, dtype=np.int64)
+        self.tags[0] = first
+        self.i = 0
+
+    def hit(self, column: int, *_: Any) -> None:
+        i = self.i + 1
+        self.record(i)
+        self.tags[i] = column
+        self.i = i
+
+
+class _Instrumented:
+    """Instrumented passes: the forward notes sequence numbers, the backward records stamps."""
+
+    def __init__(self, step: _Step, names: dict[nn.Module, str], n_calls: int, clock: Any) -> None:
+        self.step, self.names, self.n_calls, self.clock = step, names, n_calls, clock
+        self.marks = SeqMarks()
+        self.counter = 0
+        self.stack: list[int] = []
+        self.stamps: StampBuffer | None = None
+        self.size = 0
+        self.rows: list[np.ndarray] = []
+        self.nodes = 0
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        c = self.counter
+        self.counter = c + 1
+        self.stack.append(c)
+        self.marks.mark(c)
+
+    def _post(self, module: nn.Module, output: Any) -> None:
+        if self.stack:
+            self.stack.pop()
+        self.marks.mark(self.stack[-1] if self.stack else 0)
+
+    def _column(self, call: int) -> int:
+        return self.n_calls if call == LOSS or not 0 <= call < self.n_calls else call
+
+    def one(self) -> float:
+        step = self.step
+        step.clear()
+        self.marks, self.counter = SeqMarks(), 0
+        self.stack.clear()
+        with module_hooks(step.model, self._pre, self._post, self.names):
+            step.forward()
+        if self.counter != self.n_calls and not (self.counter == 0 and self.n_calls == 1):
+            raise ModelProfError(f"the forward made {self.counter} module calls, the counted pass "
+                                 f"{self.n_calls}; the model's control flow changes between "
+                                 "passes, so its backward cannot be timed per layer")
+        self.marks.mark(LOSS)
+        step.loss()
+        tags = tag_graph([step.loss_value.grad_fn], self.marks)
+        self.nodes = len(tags.nodes)
+        need = len(tags.nodes) + 2
+        if self.stamps is None or need > self.size:
+            self.stamps, self.size = self.clock.stamps(need), need
+        stamps = self.stamps
+        stamper = _Stamper(stamps.record, need, self.n_calls)
+        column = self._column
+        hit = stamper.hit
+        handles = [node.register_prehook(functools.partial(hit, column(tags.call_of(node))))
+                   for node in tags.nodes]
+        try:
+            stamps.record(0)
+            step.backward()
+            end = stamper.i + 1
+            stamps.record(end)
+        finally:
+            for h in handles:
+                h.remove()
+        stamps.sync()                                   # the one synchronize of this pass
+        d = stamps.elapsed_ms(range(end), range(1, end + 1))
+        self.rows.append(np.bincount(stamper.tags[:end], weights=d, minlength=self.n_calls + 1))
+        return float(d.sum())
+
+    def chunk(self, k: int) -> np.ndarray:
+        return np.array([self.one() for _ in range(k)], dtype=np.float64)
+
+
+class StepTimer:
+    """Training steps of one model (on a copy), ready to be warmed up and sampled block by block,
+    alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
+    context manager: grad on, RNG forked, the CUDA device current."""
+
+    def __init__(self, model: nn.Module, inputs: ModelInputs, spec: StepSpec, *,
+                 training: bool = True, dtype: torch.dtype | None = None,
+                 options: TimingOptions | None = None, label: str | None = None) -> None:
+        opts = TimingOptions.parse(options)
+        dev = inputs.device
+        if dev.type == "meta":
+            raise ModelProfError("device='meta' has no clock: pass timing=False to count the "
+                                 "step from shapes alone, or a real device to time it")
+        self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, training
+        self.base = getattr(model, "_orig_mod", model)
+        self.label = label or type(self.base).__name__
+        layout = torch.channels_last if opts.channels_last else None
+        runner = moved_model(self.base, dev, dtype, memory_format=layout)
+        if runner is self.base:  # train-mode steps change buffers, .grad and parameters
+            runner = copy.deepcopy(self.base)
+        runner.train(training)
+        self.runner = runner
+        self.copy_of = {id(p): q for (_, p), (_, q) in zip(
+            self.base.named_parameters(remove_duplicate=False),
+            runner.named_parameters(remove_duplicate=False))}
+        self.params = list({id(p): p for p in runner.parameters()}.values())
+        args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
+        if opts.channels_last:
+            args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+        self.leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
+        self.args, self.kwargs = args, kwargs
+        self.target = move_target(spec.target, dev, dtype)
+        self.clock = clock_for(dev, opts.clock)
+        self.flusher = CacheFlusher(dev) if opts.cold_cache else None
+        self.step: _Step | None = None
+        self.parts: list[np.ndarray] = []
+        self.warmup_calls = 0
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> StepTimer:
+        dev = self.inputs.device
+        if dev.type == "cuda":
+            self._stack.enter_context(torch.cuda.device(dev))
+        self._stack.enter_context(step_guard(dev))
+        optimizer = self.spec.make_optimizer(self.params, self.copy_of)
+        self.step = _Step(self.runner, self.args, self.kwargs, self.target, self.spec, dev,
+                          self.opts.amp, optimizer, self.params, self.leaves)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+    def _guarded(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise ModelProfError(f"a training step of {self.label} failed while timing it: "
+                                 f"{type(e).__name__}: {e}") from e
+
+    def _between(self) -> None:
+        self.step.clear()
+        if self.flusher is not None:
+            self.flusher()
+
+    # -- clean passes ---------------------------------------------------------------------
+    def warm(self) -> float | None:
+        """The warm-up (whole steps); the median wall ms of one, to size the blocks."""
+        calls, est = self._guarded(lambda: warm_up(self.step.run, self.opts.warmup, False,
+                                                   self.clock.sync))
+        self.warmup_calls = calls
+        return est
+
+    def sample_block(self, k: int) -> np.ndarray:
+        """``k`` clean steps back to back (parameters reset first); their backward ms."""
+        step = self.step
+        step.restore()
+        got = self._guarded(lambda: self.clock.time(step.phases(), k, self._between))
+        self.parts.append(got)
+        return got[:, _BACKWARD]
+
+    def measurements(self, sampled: Sampled, t_begin: float) -> dict[str, Measurement]:
+        """forward, loss, backward, (optimizer) and step Measurements of the clean passes."""
+        opts, mi = self.opts, self.inputs
+        env = collect_env(mi.device, dtype=opts.amp or mi.dtype, batch_size=mi.batch_size,
+                          clock=self.clock.kind, backward=True, training=self.training,
+                          loss=self.spec.loss_name, optimizer=self.spec.optimizer_name,
+                          **opts.flags(eval_mode=not self.training, no_grad=False))
+        stop = opts.stop
+        common = dict(device=str(mi.device), batch_size=mi.batch_size, warmup=self.warmup_calls,
+                      stop_reason=sampled.stop_reason,
+                      precision=None if stop.repeat is not None else stop.precision,
+                      min_samples=stop.promised_min,
+                      blocks=sampled.blocks, timestamps_s=sampled.timestamps_s, env=env)
+        table = np.concatenate(self.parts, axis=0)
+        names = list(PHASES[:table.shape[1]])
+        out = {name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
+               for i, name in enumerate(names)}
+        out["step"] = Measurement(table.sum(axis=1), label=f"{self.label} step",
+                                  wall_s=time.perf_counter() - t_begin, **common)
+        return out
+
+    # -- instrumented passes and memory ---------------------------------------------------
+    def instrument(self, n_calls: int) -> _Instrumented:
+        """The instrumented pass (``.one()`` runs one and returns its backward ms; ``.rows``
+        keeps each pass's per-call times), for callers that schedule passes themselves."""
+        return _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
+
+    def instrumented(self, n_calls: int) -> tuple[_Instrumented, Sampled]:
+        """Per-call backward times over separate instrumented passes (same stop rule)."""
+        inst = self.instrument(n_calls)
+        self.step.restore()
+        _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True,
+                                               self.clock.sync))
+        inst.rows.clear()
+        with sampling_bar(self.opts.stop, enabled=self.opts.progress,
+                          desc="per-layer training step") as bar:
+            sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est,
+                                                    on_block=bar))
+        return inst, sampled
+
+    def peak_memory(self, stats: MemoryStats) -> int:
+        """The allocator peak over one whole step (its statistics reset just before)."""
+        step = self.step
+
+        def one() -> int:
+            step.restore()
+            step.clear()
+            self.clock.sync()
+            stats.reset_peak()
+            for phase in step.phases():
+                phase()
+            self.clock.sync()
+            return int(stats.max_allocated())
+        return self._guarded(one)
+
+
+def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: int, *,
+              training: bool = True, dtype: torch.dtype | None = None,
+              options: TimingOptions | None = None,
+              memory_stats: MemoryStats | bool | None = None,
+              **timing_options: Any) -> StepTiming:
+    """Time training steps of (a copy of) ``model`` on ``inputs``; see the module doc.
+
+    ``n_calls`` is the number of module calls the counted pass saw (``count_step``): the
+    instrumented passes check they make the same calls, in the same order. The clean and the
+    instrumented passes each stop by the timer's rule (``repeat``, or ``precision`` within
+    ``budget_s``; ``options``/keywords as ``modelprof.timing.options``). ``memory_stats``:
+    ``None`` = the CUDA allocator on CUDA, none elsewhere; ``False`` = off; or a
+    ``MemoryStats`` (its peak is reset).
+    """
+    t_begin = time.perf_counter()
+    opts = TimingOptions.parse(options, **timing_options)
+    if memory_stats is None:
+        memory_stats = MemoryStats.for_device(inputs.device) or False
+    if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
+        raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
+    with StepTimer(model, inputs, spec, training=training, dtype=dtype, options=opts) as timer:
+        est = timer.warm()
+        with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
+            sampled = timer._guarded(lambda: collect(timer.sample_block, opts.stop, est,
+                                                     on_block=bar))
+        inst, inst_sampled = timer.instrumented(n_calls)
+        peak = timer.peak_memory(memory_stats) if memory_stats is not False else None
+    got = timer.measurements(sampled, t_begin)
+    if opts.warn:
+        got["backward"].warn_if_noisy()
+    return StepTiming(forward=got["forward"], loss=got["loss"], backward=got["backward"],
+                      optimizer=got.get("optimizer"), step=got["step"],
+                      calls_ms=np.vstack(inst.rows), passes_ms=inst_sampled.samples_ms,
+                      peak_memory_bytes=peak, nodes=inst.nodes, env=got["step"].env)
+
+
+def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions
+                  ) -> tuple[list[dict[str, Measurement]], list[tuple[float, float, float]]]:
+    """Clean steps of several models, interleaved in rounds of one block each (the first is the
+    baseline): every model's phase Measurements, and each one's paired backward ratio to the
+    baseline with its interval."""
+    t_begin = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        for t in timers:
+            stack.enter_context(t)
+        ests = [t.warm() for t in timers]
+        rng = np.random.default_rng(opts.seed)
+        with sampling_bar(opts.stop, enabled=opts.progress,
+                          desc="interleaved training steps", candidates=len(timers)) as bar:
+            sampled = collect_interleaved([t.sample_block for t in timers], opts.stop, ests,
+                                          rng, on_round=bar)
+    got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
+    base = got[0]["backward"]
+    _, base_med = block_medians(base.samples_ms, base.blocks)
+    ratios = [(1.0, 1.0, 1.0)]
+    for m in got[1:]:
+        _, med = block_medians(m["backward"].samples_ms, m["backward"].blocks)
+        k = min(med.size, base_med.size)
+        ratios.append(paired_ratio(med[:k], base_med[:k], m["backward"].confidence))
+    if opts.warn:
+        for m in got:
+            m["backward"].warn_if_noisy()
+    return got, ratios

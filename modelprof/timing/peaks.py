@@ -1,0 +1,597 @@
+"""A device's peaks: FLOP/s and the bandwidth of each memory level.
+
+They come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies whose
+working set fits each cache level, and one far larger, for the bandwidth of each level) or from the
+table of datasheet values :data:`KNOWN_DEVICES` (:func:`lookup_peaks`, DRAM only). The probe draws
+its random operands from a private ``torch.Generator``, so it leaves the global RNG where it was.
+The join of these peaks with a table's rows is :mod:`modelprof.report.roofline`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from modelprof.runtime.env import cpu_name
+from modelprof.errors import ModelProfError
+from modelprof.runtime.device import device_synchronize, tf32_enabled
+
+__all__ = ["DeviceSpec", "KNOWN_DEVICES", "MemoryLevel", "Peaks", "cache_levels", "conv_uses_other_precision", "lookup_peaks", "match_device", "probe_peaks"]
+
+
+_SOURCES = ("probe", "table", "user")
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of the memory hierarchy: its name (``L1``, ``L2``, ``L3``, ``DRAM``), how many
+    bytes it holds for the threads in use (``None``: unbounded, main memory) and its bandwidth
+    in bytes/s (read + write traffic)."""
+
+    name: str
+    capacity_bytes: int | None
+    bandwidth: float
+
+    def __post_init__(self) -> None:
+        if (not isinstance(self.bandwidth, (int, float)) or not math.isfinite(self.bandwidth)
+                or self.bandwidth <= 0):
+            raise ModelProfError(f"MemoryLevel {self.name!r}: bandwidth must be a positive number, "
+                                 f"got {self.bandwidth!r}")
+        if self.capacity_bytes is not None and (isinstance(self.capacity_bytes, bool)
+                                                or not isinstance(self.capacity_bytes, int)
+                                                or self.capacity_bytes <= 0):
+            raise ModelProfError(f"MemoryLevel {self.name!r}: capacity_bytes must be a positive "
+                                 f"integer or None, got {self.capacity_bytes!r}")
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """A device's peak compute and memory bandwidth at one dtype.
+
+    ``peak_flops`` in FLOP/s, ``peak_bytes`` in bytes/s (read + write traffic) of main memory,
+    ``levels`` the memory hierarchy from the smallest cache to main memory (the probe fills it;
+    empty means main memory only), ``source`` says where they came from (``"probe"``,
+    ``"table"`` or ``"user"``). ``conv_peak_flops``: the compute roof of convolutions where
+    it differs from the matmul one — float32 on CUDA, where cuDNN may use TF32 for
+    convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
+    ``None``: convolutions share ``peak_flops``. ``raised``: the roofs a table's rows proved
+    higher than probed (``"compute"``, ``"conv compute"``, a level's name; see
+    :func:`observed_peaks`), empty for peaks as probed or given.
+    """
+
+    peak_flops: float
+    peak_bytes: float
+    source: str = "user"
+    device: str = ""
+    dtype: str = "float32"
+    levels: tuple[MemoryLevel, ...] = ()
+    conv_peak_flops: float | None = None
+    raised: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
+            value = getattr(self, name)
+            if name == "conv_peak_flops" and value is None:
+                continue
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ModelProfError(f"Peaks.{name} must be a positive number, got {value!r}")
+        if self.source not in _SOURCES:
+            raise ModelProfError(f"Peaks.source must be one of {list(_SOURCES)}, got {self.source!r}")
+        levels = tuple(self.levels)
+        object.__setattr__(self, "levels", levels)
+        if levels:
+            if any(not isinstance(lv, MemoryLevel) for lv in levels):
+                raise ModelProfError("Peaks.levels must hold modelprof.timing.peaks.MemoryLevel items")
+            caps = [lv.capacity_bytes for lv in levels]
+            if caps[-1] is not None or any(c is None for c in caps[:-1]):
+                raise ModelProfError("Peaks.levels: only the last level (main memory) may be "
+                                     "unbounded (capacity_bytes=None), and it must be")
+            if any(a >= b for a, b in zip(caps[:-2], caps[1:-1])):
+                raise ModelProfError(f"Peaks.levels must grow in capacity, got {caps}")
+            if levels[-1].bandwidth != self.peak_bytes:
+                raise ModelProfError(f"Peaks.peak_bytes ({self.peak_bytes!r}) must be the last "
+                                     f"level's bandwidth ({levels[-1].bandwidth!r})")
+        raised = tuple(self.raised)
+        if any(not isinstance(r, str) for r in raised):
+            raise ModelProfError(f"Peaks.raised must hold roof names, got {self.raised!r}")
+        object.__setattr__(self, "raised", raised)
+
+    @property
+    def memory_levels(self) -> tuple[MemoryLevel, ...]:
+        """``levels``, or main memory alone (``DRAM`` at ``peak_bytes``) when none were given."""
+        return self.levels or (MemoryLevel("DRAM", None, self.peak_bytes),)
+
+    @property
+    def ridge_intensity(self) -> float:
+        """FLOP per byte where the two roofs meet: rows below it are memory bound."""
+        return self.peak_flops / self.peak_bytes
+
+
+_DTYPE_NAMES: dict[str, str] = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "tf32": "tf32",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float64": "float64", "fp64": "float64", "double": "float64",
+}
+
+
+_TORCH_DTYPES = {
+    "float32": torch.float32, "tf32": torch.float32, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float64": torch.float64,
+}
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    """Canonical name: float32, tf32, float16, bfloat16 or float64."""
+    if isinstance(dtype, torch.dtype):
+        key = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        key = dtype.strip().lower().removeprefix("torch.")
+    else:
+        raise ModelProfError(f"dtype must be a torch.dtype or a name, got {dtype!r}")
+    if key not in _DTYPE_NAMES:
+        raise ModelProfError(
+            f"dtype {dtype!r} has no roofline peak; use one of float32, tf32, float16, bfloat16, float64"
+        )
+    return _DTYPE_NAMES[key]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Datasheet peaks of one device: dense (no 2:4 sparsity) FLOP/s per dtype and bytes/s.
+
+    ``None`` means the device has no tensor-core path for that dtype. ``tf32`` is the TF32
+    tensor-core rate used for float32 matmuls when TF32 is enabled.
+    """
+
+    float32: float
+    tf32: float | None
+    float16: float | None
+    bfloat16: float | None
+    bandwidth: float
+    source: str
+
+
+T = 1e12
+
+
+TB = 1e12
+
+
+GB = 1e9
+
+
+# NVIDIA datasheets quote tensor-core rates "with sparsity"; the dense rates below are half of
+# those. FP16 rates are with FP32 accumulate (what PyTorch uses).
+KNOWN_DEVICES: dict[str, DeviceSpec] = {
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5 / PCIe / NVL columns).
+    "H100 SXM": DeviceSpec(67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 3.35 * TB, "NVIDIA H100 datasheet"),
+    "H100 PCIe": DeviceSpec(51 * T, 378 * T, 756 * T, 756 * T, 2.0 * TB, "NVIDIA H100 datasheet"),
+    "H100 NVL": DeviceSpec(60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 3.9 * TB, "NVIDIA H100 datasheet"),
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM / NVL).
+    "H200 SXM": DeviceSpec(67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 4.8 * TB, "NVIDIA H200 datasheet"),
+    "H200 NVL": DeviceSpec(60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 4.8 * TB, "NVIDIA H200 datasheet"),
+    # NVIDIA A100 Tensor Core GPU datasheet (bandwidth differs per memory / form factor).
+    "A100 SXM 80GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 2039 * GB, "NVIDIA A100 datasheet"),
+    "A100 PCIe 80GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 1935 * GB, "NVIDIA A100 datasheet"),
+    "A100 SXM 40GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"),
+    "A100 PCIe 40GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"),
+    # NVIDIA L4 / L40S / A10 datasheets.
+    "L4": DeviceSpec(30.3 * T, 60 * T, 121 * T, 121 * T, 300 * GB, "NVIDIA L4 datasheet"),
+    "L40S": DeviceSpec(91.6 * T, 183 * T, 362 * T, 362 * T, 864 * GB, "NVIDIA L40S datasheet"),
+    "A10": DeviceSpec(31.2 * T, 62.5 * T, 125 * T, 125 * T, 600 * GB, "NVIDIA A10 datasheet"),
+    # AWS's A10G has no NVIDIA datasheet; the commonly quoted AWS G5 figures (approximate).
+    "A10G": DeviceSpec(35 * T, 35 * T, 70 * T, 70 * T, 600 * GB, "AWS G5 figures (approximate)"),
+    # Turing / Volta: no TF32 or BF16 tensor cores (float32 matmuls run on CUDA cores).
+    "T4": DeviceSpec(8.1 * T, None, 65 * T, None, 320 * GB, "NVIDIA T4 datasheet"),
+    "V100 SXM2": DeviceSpec(15.7 * T, None, 125 * T, None, 900 * GB, "NVIDIA V100 datasheet"),
+    "V100 PCIe": DeviceSpec(14 * T, None, 112 * T, None, 900 * GB, "NVIDIA V100 datasheet"),
+    "V100S PCIe": DeviceSpec(16.4 * T, None, 130 * T, None, 1134 * GB, "NVIDIA V100S datasheet"),
+    # Ada Lovelace architecture whitepaper, appendix (GeForce: FP16 with FP32 accumulate).
+    "RTX 4090": DeviceSpec(82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 1008 * GB, "NVIDIA Ada whitepaper"),
+    # Ampere GA102 whitepaper (GeForce RTX 3090).
+    "RTX 3090": DeviceSpec(35.6 * T, 35.6 * T, 71 * T, 71 * T, 936 * GB, "NVIDIA GA102 whitepaper"),
+}
+
+
+# First match wins: every token of a rule must appear among the name's tokens.
+_MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
+    (frozenset(tokens.split()), key)
+    for tokens, key in (
+        ("h100 nvl", "H100 NVL"),
+        ("h100 pcie", "H100 PCIe"),
+        ("h100", "H100 SXM"),
+        ("h200 nvl", "H200 NVL"),
+        ("h200", "H200 SXM"),
+        ("a100 pcie 40gb", "A100 PCIe 40GB"),
+        ("a100 pcie", "A100 PCIe 80GB"),
+        ("a100 80gb", "A100 SXM 80GB"),
+        ("a100", "A100 SXM 40GB"),
+        ("l40s", "L40S"),
+        ("l4", "L4"),
+        ("a10g", "A10G"),
+        ("a10", "A10"),
+        ("t4", "T4"),
+        ("v100s", "V100S PCIe"),
+        ("v100 pcie", "V100 PCIe"),
+        ("v100", "V100 SXM2"),
+        ("4090", "RTX 4090"),
+        ("3090", "RTX 3090"),
+    )
+)
+
+
+def match_device(name: str) -> str | None:
+    """The :data:`KNOWN_DEVICES` key for a device name as torch reports it, or None.
+
+    ``"NVIDIA H100 80GB HBM3" -> "H100 SXM"``, ``"NVIDIA A100-SXM4-40GB" -> "A100 SXM 40GB"``,
+    ``"Tesla T4" -> "T4"``; a key itself matches too.
+    """
+    if not isinstance(name, str):
+        raise ModelProfError(f"device name must be a string, got {name!r}")
+    if name in KNOWN_DEVICES:
+        return name
+    tokens = set(re.split(r"[\s\-_/,()]+", name.lower()))
+    # "A100 80GB PCIe" and "A100-PCIE-80GB" both carry "pcie": form factor decides first.
+    for rule, key in _MATCH_RULES:
+        if rule <= tokens:
+            return key
+    return None
+
+
+def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
+                 conv_tf32: bool | None = None) -> Peaks | None:
+    """Datasheet peaks for a known device at ``dtype``, or None when the device is not in
+    :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
+    ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
+    float32 rate. ``conv_tf32`` (float32 and tf32 only): whether cuDNN convolutions use TF32,
+    when that differs from the matmuls, sets ``conv_peak_flops``."""
+    name = _dtype_name(dtype)
+    key = match_device(device_name)
+    if key is None:
+        return None
+    spec = KNOWN_DEVICES[key]
+    if name == "float64":
+        return None
+    flops = {"float32": spec.float32, "tf32": spec.tf32 or spec.float32,
+             "float16": spec.float16, "bfloat16": spec.bfloat16}[name]
+    if flops is None:
+        return None
+    conv = None
+    if conv_tf32 is not None and name in ("float32", "tf32") and conv_tf32 != (name == "tf32"):
+        conv = (spec.tf32 or spec.float32) if conv_tf32 else spec.float32
+    return Peaks(peak_flops=flops, peak_bytes=spec.bandwidth, source="table", device=key,
+                 dtype=name, conv_peak_flops=conv if conv != flops else None)
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ModelProfError(f"unknown device {device!r}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelProfError(f"device {device!r} asked for, but CUDA is not available")
+    if dev.type == "meta":
+        raise ModelProfError("cannot probe the 'meta' device: it does not compute")
+    return dev
+
+
+def _device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return cpu_name() if dev.type == "cpu" else str(dev)
+
+
+def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
+    """Seconds for one call: CUDA events on CUDA, perf_counter_ns (after a synchronize) elsewhere."""
+    if dev.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    device_synchronize(dev)
+    t0 = time.perf_counter_ns()
+    fn()
+    device_synchronize(dev)
+    return (time.perf_counter_ns() - t0) / 1e9
+
+
+def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s: float) -> float:
+    """Fastest of the timed calls that fit in ``budget_s``: at least one, ``repeats`` when the
+    budget allows, and more (up to 10x ``repeats``) while it lasts. On a shared machine the
+    fastest of many short runs is the one least disturbed by other work."""
+    deadline = time.perf_counter() + budget_s
+    best = math.inf
+    for i in range(10 * repeats):
+        best = min(best, _time_once(fn, dev))
+        if time.perf_counter() > deadline:
+            break
+    return best
+
+
+@contextmanager
+def _matmul_precision(tf32: bool, exact: bool = False) -> Iterator[None]:
+    """TF32 float32 matmuls for the block (``exact``: plain FP32 ones, whatever the user set).
+    Through the newer ``fp32_precision`` setting where this torch has it (the legacy getters
+    raise once a user has set it), else the legacy one; the previous value is restored either
+    way. Neither flag: the block runs as the user has it."""
+    if not tf32 and not exact:
+        yield
+        return
+    backend = torch.backends.cuda.matmul
+    if isinstance(getattr(backend, "fp32_precision", None), str):
+        previous = backend.fp32_precision
+        backend.fp32_precision = "tf32" if tf32 else "ieee"
+        try:
+            yield
+        finally:
+            backend.fp32_precision = previous
+        return
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def _probe_matmul(dev: torch.device, dtype: torch.dtype, size: int | None,
+                  repeats: int, budget_s: float) -> float:
+    """FLOP/s of an n x n matmul (2 n^3 FLOP). Without ``size``: 4096 on CUDA; elsewhere n doubles
+    from 256 while a call fits half the per-run budget, up to 1024 on CPU (2048 on other devices)."""
+    per_run = budget_s / (repeats + 2)
+
+    # a private generator: the probe must not advance the user's global RNG
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(0)
+
+    def make(n: int) -> Callable[[], object]:
+        a = torch.randn(n, n, device=dev, generator=gen).to(dtype)
+        b = torch.randn(n, n, device=dev, generator=gen).to(dtype)
+        out = torch.empty(n, n, device=dev, dtype=dtype)
+        return lambda: torch.matmul(a, b, out=out)
+
+    if size is None and dev.type == "cuda":
+        size = 4096
+    max_n = 1024 if dev.type == "cpu" else 2048
+    if size is not None:
+        if size < 1:
+            raise ModelProfError(f"matmul_size must be positive, got {size!r}")
+        run = make(size)
+        _time_once(run, dev)  # warm-up: library heuristics, lazy init
+        n = size
+    else:
+        n = 256
+        run = make(n)
+        _time_once(run, dev)  # warm-up: the first call at a size pays for setup
+        last = _time_once(run, dev)
+        # Small CPU matmuls are dominated by fixed costs (thread wake-up, scheduler quanta), so
+        # time grows slower than n^3 there: double while a call takes at most half the budget.
+        while n < max_n and last * 2 <= per_run:
+            n *= 2
+            run = make(n)
+            _time_once(run, dev)
+            last = _time_once(run, dev)
+    seconds = _best_of(run, dev, repeats, budget_s)
+    return 2.0 * n**3 / seconds
+
+
+def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
+    """Linux: data/unified cache levels of CPU 0 as (name, bytes available to ``threads``
+    threads): the per-instance size times the instances those threads spread over."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    found: dict[int, int] = {}
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            def read(name: str) -> str:
+                with open(os.path.join(root, entry, name), encoding="ascii") as fh:
+                    return fh.read().strip()
+
+            if read("type") == "Instruction":
+                continue
+            level = int(read("level"))
+            size = _parse_size(read("size"))
+            sharing = _count_cpus(read("shared_cpu_list"))
+        except (OSError, ValueError):
+            continue
+        instances = max(1, -(-threads // max(sharing, 1)))  # ceil(threads / cpus per instance)
+        found[level] = max(found.get(level, 0), size * instances)
+    return [(f"L{level}", found[level]) for level in sorted(found)]
+
+
+def _parse_size(text: str) -> int:
+    """``"32K"`` -> 32768, ``"8192K"`` -> 8 MiB, ``"1M"``, or plain bytes."""
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def _count_cpus(text: str) -> int:
+    """Number of CPUs in a list such as ``"0-3,8-11"``."""
+    n = 0
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            n += int(hi) - int(lo) + 1
+        elif part:
+            n += 1
+    return n
+
+
+def _sysctl_caches() -> list[tuple[str, int]]:
+    """macOS: per-core L1d/L2 and the L3 when present (``sysctl hw.l*cachesize``)."""
+    out = []
+    for level, key in ((1, "hw.l1dcachesize"), (2, "hw.l2cachesize"), (3, "hw.l3cachesize")):
+        try:
+            value = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True,
+                                   timeout=2, check=False).stdout.strip()
+            size = int(value)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            continue
+        if size > 0:
+            out.append((f"L{level}", size))
+    return out
+
+
+def cache_levels(device: torch.device | str | None = None) -> list[tuple[str, int]]:
+    """The caches in front of ``device``'s main memory, smallest first, as (name, bytes).
+
+    CPU: L1 data, L2, L3 from ``/sys`` (Linux) or ``sysctl`` (macOS), each sized for the threads
+    torch uses (two cores with private 512 KiB L2s hold 1 MiB between them). CUDA: the L2
+    (``L2_cache_size``). Empty when unknown, which leaves main memory as the only level.
+    """
+    dev = _device(device)
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        size = int(getattr(props, "L2_cache_size", 0) or 0)
+        return [("L2", size)] if size > 0 else []
+    if dev.type != "cpu":
+        return []
+    threads = torch.get_num_threads()
+    caches = _sysfs_caches(threads) if sys.platform.startswith("linux") else _sysctl_caches()
+    # keep growing capacities only (a bogus report must not make the levels overlap)
+    out: list[tuple[str, int]] = []
+    for name, size in caches:
+        if size > 0 and (not out or size > out[-1][1]):
+            out.append((name, size))
+    return out
+
+
+def _copy_rate(dev: torch.device, working_set: int, repeats: int, deadline: float) -> float:
+    """Bytes/s of a device-to-device copy of ``working_set / 2`` bytes (read + write traffic:
+    ``working_set``), best of ``repeats`` blocks; a block repeats small copies until it lasts
+    about 0.5 ms, so the clock's resolution does not limit small working sets."""
+    n = max(1, working_set // 2)
+    src = torch.empty(n, dtype=torch.uint8, device=dev).fill_(1)
+    dst = torch.empty_like(src)
+    once = _time_once(lambda: dst.copy_(src), dev)  # warm-up: page faults on first touch
+    once = min(once, _time_once(lambda: dst.copy_(src), dev))
+    k = max(1, min(10_000, int(0.5e-3 / max(once, 1e-9))))
+
+    def block() -> None:
+        for _ in range(k):
+            dst.copy_(src)
+
+    best = math.inf
+    for _ in range(repeats):
+        best = min(best, _time_once(block, dev) / k)
+        if time.perf_counter() > deadline:
+            break
+    return 2.0 * n / best
+
+
+def _probe_levels(dev: torch.device, nbytes: int | None, repeats: int,
+                  budget_s: float) -> tuple[MemoryLevel, ...]:
+    """The memory hierarchy of ``dev`` with a measured bandwidth per level.
+
+    Working sets double from 16 KiB; one is assigned to the cache level it fits in with room to
+    spare (at most half its capacity, above half the previous level's), the largest ones (over
+    twice the last cache, at least ``nbytes``: 64 MiB on CPU, 256 MiB on CUDA) to DRAM. A level's
+    bandwidth is the best of its working sets, and never below the next slower level's (a cache
+    is at least as fast as the memory behind it; tiny copies are limited by the per-call
+    overhead, not the cache).
+    """
+    if nbytes is None:
+        nbytes = (256 if dev.type == "cuda" else 64) * 2**20
+    if nbytes < 1:
+        raise ModelProfError(f"copy_bytes must be positive, got {nbytes!r}")
+    caches = cache_levels(dev)
+    dram_ws = max(2 * nbytes, 4 * caches[-1][1] if caches else 0)
+    deadline = time.perf_counter() + budget_s
+    best: dict[int, float] = {}
+    # DRAM first: it sets the floor and must be measured even when the budget runs short
+    best[len(caches)] = _copy_rate(dev, dram_ws, repeats, deadline)
+    ws, lower = 16 * 1024, 0
+    for i, (_, capacity) in enumerate(caches):
+        while ws <= capacity // 2 and time.perf_counter() < deadline:
+            if ws > lower:
+                best[i] = max(best.get(i, 0.0), _copy_rate(dev, ws, repeats, deadline))
+            ws *= 2
+        lower = capacity // 2
+    levels: list[MemoryLevel] = []
+    floor = best[len(caches)]
+    for i in range(len(caches), -1, -1):  # slowest first: each level at least the one behind it
+        floor = max(floor, best.get(i, 0.0))
+        name, capacity = caches[i] if i < len(caches) else ("DRAM", None)
+        levels.append(MemoryLevel(name, capacity, floor))
+    return tuple(reversed(levels))
+
+
+def probe_peaks(
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str = torch.float32,
+    *,
+    budget_s: float | None = None,
+    repeats: int = 5,
+    matmul_size: int | None = None,
+    copy_bytes: int | None = None,
+) -> Peaks:
+    """Measure peak FLOP/s (an n x n matmul at ``dtype``) and the bandwidth of each memory
+    level (copies sized to each cache, and one for DRAM) on ``device``.
+
+    Best of ``repeats`` timed runs after a warm-up; CUDA events on CUDA, ``perf_counter_ns``
+    elsewhere. Sizes: 4096^2 matmul on CUDA; on CPU the matmul size grows from 256 to at most
+    1024 within the budget (slow dtypes such as CPU float16 stay smaller). The DRAM copy moves at
+    least ``copy_bytes`` (default 64 MiB on CPU, 256 MiB on CUDA) and four times the last cache.
+    ``budget_s`` (default 1 s on CPU, 5 s elsewhere) bounds the timed repetitions: 60 % for the
+    matmul, 40 % for the copies. ``dtype="tf32"`` times a float32 matmul with TF32 enabled for the
+    probe only; float32 on CUDA reports ``"tf32"`` when TF32 is already on. The operands come
+    from a private generator: the global RNG is left as it was.
+    """
+    dev = _device(device)
+    name = _dtype_name(dtype)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ModelProfError(f"repeats must be a positive integer, got {repeats!r}")
+    if budget_s is None:
+        budget_s = 1.0 if dev.type == "cpu" else 5.0
+    if not budget_s > 0:
+        raise ModelProfError(f"budget_s must be positive, got {budget_s!r}")
+    torch_dtype = _TORCH_DTYPES[name]
+    # Events record on the current device's stream: make the probed GPU the current one.
+    on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
+    conv_tf32 = conv_uses_other_precision(dev, name)
+    with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
+        if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
+            name = "tf32"
+        share = 0.3 if conv_tf32 is not None else 0.6
+        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, share * budget_s)
+        levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
+    conv = None
+    if conv_tf32 is not None:
+        # cuDNN's float32 convolutions run at the other precision: the matmul at that precision
+        # (TF32 tensor cores, or plain FP32) gives their compute roof
+        with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
+            conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
+    return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
+                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv)
+
+
+def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:
+    """For float32 on CUDA, whether cuDNN convolutions use TF32 (True) or FP32 (False) where
+    that differs from what cuBLAS matmuls use; None where both use the same precision (or the
+    question does not arise: other dtypes, other devices)."""
+    if device.type != "cuda" or dtype_name not in ("float32", "tf32"):
+        return None
+    matmul = dtype_name == "tf32" or tf32_enabled("matmul")
+    conv = tf32_enabled("conv")
+    return conv if conv != matmul else None
