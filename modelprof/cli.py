@@ -346,7 +346,8 @@ def _run_profile(ctx: _Context) -> None:
 # --- compare -------------------------------------------------------------------------------------
 
 def _run_compare(ctx: _Context) -> None:
-    from modelprof.compare import compare, env_caption, unique_name
+    from modelprof.compare import compare, unique_name
+    from modelprof.render.comparison import env_caption
     from modelprof.report.plots import plot_compare
     from modelprof.render import to_markdown
 

@@ -22,7 +22,7 @@ from modelprof.timing.interleave import Candidate, measure_interleaved
 from modelprof.timing.latency import resolve_call
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
 
-__all__ = ["Comparison", "compare", "env_caption", "unique_name"]
+__all__ = ["Comparison", "compare", "unique_name"]
 
 _TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes",
                   "backward_macs", "backward_flops", "saved_bytes")
@@ -355,20 +355,3 @@ def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, opts: 
     best = result.best
     return {"throughput_samples_per_s": best.samples_per_s,
             "throughput_batch_size": best.batch_size}
-
-
-# --- rendering -----------------------------------------------------------------------------------
-
-def env_caption(env: Mapping[str, Any]) -> str:
-    """``cpu (AMD EPYC), float32, batch 1, torch 2.x`` from whatever keys the env has."""
-    parts = []
-    device = env.get("device")
-    name = env.get("device_name")
-    if device is not None:
-        parts.append(f"{device} ({name})" if name and name != device else str(device))
-    elif name:
-        parts.append(str(name))
-    for key, label in (("dtype", ""), ("batch_size", "batch "), ("torch_version", "torch ")):
-        if env.get(key) is not None:
-            parts.append(f"{label}{str(env[key]).removeprefix('torch.')}")
-    return ", ".join(parts)

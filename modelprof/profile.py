@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -16,10 +16,11 @@ from modelprof.runtime.execution import to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype
 from modelprof.runtime.placement import copy_model, moved_model
-from modelprof.report.report import Report
+from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.counting.forward import analyze
-from modelprof.report.rows import Row, build_rows
+from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 from modelprof.errors import ModelProfWarning
 
@@ -56,6 +57,58 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
     optimizer step as a row of its own. See ``modelprof.step.table``.
     """
+    spec = _parse(model, timing, training, no_grad, registry, backward,
+                  (loss_fn, target, optimizer), options, timing_options)
+    dtype_requested = parse_dtype(dtype)
+    # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
+    # inside a guard the caller holds, its view of the model is read again (it may be older)
+    with preserved_state(model, rescan=True), contextlib.ExitStack() as rng_scope:
+        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
+                         dtype=dtype_requested)
+        # the model's own random ops (train-mode dropout) in every pass, the static one
+        # included, draw from forked generators: the user's random state comes back as it was
+        rng_scope.enter_context(torch.random.fork_rng(
+            devices=[mi.device] if mi.device.type == "cuda" else []))
+        if spec.timing:
+            spec.opts.check_device(mi.device)
+        static, step_cost = _count(model, mi, spec, dtype_requested)
+        rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
+        timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
+        step_rows: list = []
+        training_step = None
+        if step_cost is not None:
+            step_cols, step_rows, training_step = _step(model, mi, spec, dtype_requested, rows,
+                                                        static.records, step_cost)
+            columns.append(step_cols)
+        rows = join_rows(rows, columns, step_rows)
+        env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
+        layers = timed.layer_timing
+        if layers is not None and layers.hook_cost is not None:
+            env["hook_cost"] = layers.hook_cost.to_dict()
+        if roofline is not False and (spec.timing or roofline not in (None, True)):
+            timed = dataclasses.replace(timed, peaks=_peaks(roofline, mi, env))
+        run = RunInfo(type(model).__name__, mi.shapes(), mi.batch_size, str(mi.device),
+                      str(mi.dtype).removeprefix("torch."), env,
+                      {**spec.flags, **spec.opts.as_kwargs()})
+        counts = Counts(static.unsupported, static.by_op, static.model_params)
+        return Report(rows, run, counts, timed, training_step)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """profile()'s switches, checked once."""
+
+    timing: bool
+    training: bool
+    no_grad: bool
+    registry: FormulaRegistry | None
+    opts: TimingOptions
+    step: Any            # StepSpec, or None without backward
+    flags: dict
+
+
+def _parse(model: Any, timing: Any, training: Any, no_grad: Any, registry: Any, backward: Any,
+           step_args: tuple, options: Any, timing_options: dict) -> _Spec:
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
                              "use measure_latency() to time any callable")
@@ -71,71 +124,62 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
-    step_spec = _step_spec(backward, loss_fn, target, optimizer, opts)
-    dtype_requested = parse_dtype(dtype)
-    # every parameter, buffer and attribute a pass changes is put back (modelprof/state.py);
-    # inside a guard the caller holds, its view of the model is read again (it may be older)
-    with preserved_state(model, rescan=True), contextlib.ExitStack() as rng_scope:
-        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
-                         dtype=dtype_requested)
-        # the model's own random ops (train-mode dropout) in every pass, the static one
-        # included, draw from forked generators: the user's random state comes back as it was
-        rng_scope.enter_context(torch.random.fork_rng(
-            devices=[mi.device] if mi.device.type == "cuda" else []))
-        if timing:
-            opts.check_device(mi.device)
-        layout = torch.channels_last if opts.channels_last else None
-        counted = _with_layout(mi, layout)
-        step_cost = None
-        if step_spec is not None:
-            from modelprof.step.count import count_step
-            static, step_cost = count_step(model, counted, step_spec, training=training,
-                                           dtype_requested=dtype_requested, registry=registry,
-                                           amp=opts.amp, memory_format=layout)
-            static.unsupported.update(step_cost.unsupported)
-            _merge_ops(static.by_op, step_cost.loss_by_op)
-        else:
-            static = analyze(model, counted, training=training, no_grad=no_grad,
-                             dtype_requested=dtype_requested, registry=registry, amp=opts.amp,
-                             memory_format=layout)
-        if static.unsupported:
-            ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
-                            for k, v in sorted(static.unsupported.items()))
-            warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
-                          f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
-                          "modelprof.register_formula.", ModelProfWarning, stacklevel=2)
-        rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
-        flags = {"training": training, "no_grad": no_grad,
-                 **opts.flags(eval_mode=not training, no_grad=no_grad)}
-        if step_spec is not None:
-            flags.update(backward=True, loss=step_spec.loss_name, optimizer=step_spec.optimizer_name)
-        latency = layers = overhead = coverage = peaks = training_step = None
-        notes: list[str] = []
-        if timing:
-            latency, layers, notes = _measure(model, counted, dtype_requested, training,
-                                              no_grad, opts)
-            overhead, coverage = _join_timing(rows, static.records, latency, layers)
-            _use_warm_peaks(rows, static.records, layers)
-        if step_cost is not None:
-            from modelprof.step.table import join_step
-            step_timing = None
-            if timing:
-                from modelprof.step.timing import time_step
-                step_timing = time_step(model, mi, step_spec, len(static.records),
-                                        training=training, dtype=dtype_requested, options=opts)
-            training_step = join_step(rows, static.records, step_cost, step_timing)
-        env = collect_env(mi.device, opts.amp or mi.dtype, mi.batch_size, **flags)  # after timing
-        if layers is not None and layers.hook_cost is not None:
-            env["hook_cost"] = layers.hook_cost.to_dict()
-        if roofline is not False and (timing or roofline not in (None, True)):
-            peaks = _peaks(roofline, mi, env)
-        return Report(rows, model_name=type(model).__name__, input_shape=mi.shapes(),
-                      batch_size=mi.batch_size, device=str(mi.device),
-                      dtype=str(mi.dtype).removeprefix("torch."), unsupported=static.unsupported,
-                      by_op=static.by_op, model_params=static.model_params, env=env,
-                      latency=latency, layer_timing=layers, instrumentation_overhead=overhead,
-                      coverage=coverage, options={**flags, **opts.as_kwargs()}, peaks=peaks,
-                      timing_notes=notes, training_step=training_step)
+    step = _step_spec(backward, *step_args, opts)
+    flags = {"training": training, "no_grad": no_grad,
+             **opts.flags(eval_mode=not training, no_grad=no_grad)}
+    if step is not None:
+        flags.update(backward=True, loss=step.loss_name, optimizer=step.optimizer_name)
+    return _Spec(timing, training, no_grad, registry, opts, step, flags)
+
+
+def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any) -> tuple:
+    """The counted forward (and, with ``backward=True``, the counted step): (static, step cost)."""
+    layout = torch.channels_last if spec.opts.channels_last else None
+    counted = _with_layout(mi, layout)
+    step_cost = None
+    if spec.step is not None:
+        from modelprof.step.count import count_step
+        static, step_cost = count_step(model, counted, spec.step, training=spec.training,
+                                       dtype_requested=dtype_requested, registry=spec.registry,
+                                       amp=spec.opts.amp, memory_format=layout)
+        static.unsupported.update(step_cost.unsupported)
+        _merge_ops(static.by_op, step_cost.loss_by_op)
+    else:
+        static = analyze(model, counted, training=spec.training, no_grad=spec.no_grad,
+                         dtype_requested=dtype_requested, registry=spec.registry,
+                         amp=spec.opts.amp, memory_format=layout)
+    if static.unsupported:
+        ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
+                        for k, v in sorted(static.unsupported.items()))
+        warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
+                      f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
+                      "modelprof.register_formula.", ModelProfWarning, stacklevel=4)
+    return static, step_cost
+
+
+def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list,
+          records: Any) -> tuple[TimingResult, list]:
+    """The timed passes and the per-layer columns they give (none without timing)."""
+    if not spec.timing:
+        return TimingResult(), []
+    latency, layers, notes = _measure(model, _with_layout(mi, None), dtype, spec.training,
+                                      spec.no_grad, spec.opts)
+    columns, overhead, coverage = layer_columns(row_keys(rows), records, latency, layers)
+    return TimingResult(latency, layers, overhead, coverage, None, notes), [columns]
+
+
+def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list, records: Any,
+          step_cost: Any) -> tuple:
+    """The training step's columns, its (loss)/(optimizer) rows and the ``TrainingStep``."""
+    from modelprof.step.table import step_columns
+
+    step_timing = None
+    if spec.timing:
+        from modelprof.step.timing import time_step
+        step_timing = time_step(model, mi, spec.step, len(records), training=spec.training,
+                                dtype=dtype, options=spec.opts)
+    keys = [(r, s) for r, s, _ in row_keys(rows)]
+    return step_columns(keys, records, step_cost, step_timing)
 
 
 def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
@@ -255,50 +299,3 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
         notes.append(ran_elsewhere)
         warnings.warn(f"modelprof: {ran_elsewhere}", ModelProfWarning, stacklevel=3)
     return latency, layers, notes
-
-
-def _use_warm_peaks(rows: list[Row], records, layers) -> None:
-    """Per-call allocator peaks from the warm memory pass (after timing) replace the cold ones of
-    the static pass (which include autotuning and first-call workspace allocations)."""
-    peaks = getattr(layers, "peak_memory_bytes", None)
-    if not peaks:
-        return
-    for row in rows:
-        value = peaks.get(records[row.record].key)
-        if value is not None and not row.is_self:
-            row.peak_memory_bytes = value
-
-
-#: No clock modelprof reads resolves less than a nanosecond.
-_RESOLUTION_MS = 1e-6
-
-
-def _join_timing(rows: list[Row], records, latency, layers) -> tuple[float, float]:
-    """Per-row median/std latency from the instrumented passes; a ``(self)`` row's time is its
-    parent's minus its children's, pass by pass. Returns (overhead, coverage): instrumented over
-    plain passes, and the leaf rows' sum over the plain pass (interleaved with the instrumented
-    ones, so drift between the clean run and the per-layer passes does not enter)."""
-    samples = layers.samples
-    total = float(np.median(layers.corrected_passes_ms))
-    leaf_sum = 0.0
-    for row in rows:
-        record = records[row.record]
-        s = samples.get(record.key)
-        if s is None:
-            continue
-        if row.is_self:  # new arrays: the parent's samples stay as they are
-            for c in record.children:
-                child = samples.get(records[c].key)
-                if child is not None:
-                    s = s - child
-            # where the children were scaled to fit the parent (HookCost.correct), what is left
-            # is rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
-            s = np.where(s >= _RESOLUTION_MS, s, 0.0)
-        row.latency_ms = float(np.median(s))
-        row.latency_std_ms = float(s.std(ddof=1)) if s.size > 1 else 0.0
-        row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")
-        if row.leaf:
-            leaf_sum += row.latency_ms
-    plain = layers.plain_ms
-    reference = float(np.median(plain)) if plain is not None and plain.size else latency.median_ms
-    return layers.overhead(latency), leaf_sum / reference

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from modelprof.compare import Comparison, compare, env_caption
+from modelprof.compare import Comparison, compare
+from modelprof.render.comparison import env_caption
 from modelprof.errors import ModelProfError
 
 

@@ -297,23 +297,22 @@ def test_timing_a_converted_copy_leaves_the_model_alone():
 def test_a_self_row_left_with_rounding_residue_reads_zero():
     from types import SimpleNamespace as NS
 
-    from modelprof.profile import _join_timing
+    from modelprof.timing.columns import layer_columns
 
     # a parent of 0.9 ms whose children were scaled to fit it exactly (0.6 + 0.3 ms):
     # 0.9 - 0.6 - 0.3 = 5.55e-17 in floating point, a residue and not a time
     assert 0.9 - 0.6 - 0.3 == pytest.approx(5.55e-17, rel=1e-2)
     records = [NS(key=("", 1), children=[1, 2]), NS(key=("a", 1), children=[]),
                NS(key=("b", 1), children=[])]
-    rows = [NS(record=0, is_self=False, leaf=False), NS(record=0, is_self=True, leaf=True),
-            NS(record=1, is_self=False, leaf=True), NS(record=2, is_self=False, leaf=True)]
+    keys = [(0, False, False), (0, True, True), (1, False, True), (2, False, True)]
     passes = np.full(3, 0.9)
     layers = NS(samples={("", 1): passes.copy(), ("a", 1): np.full(3, 0.6),
                          ("b", 1): np.full(3, 0.3)},
                 corrected_passes_ms=passes, plain_ms=passes, overhead=lambda latency: 1.0)
-    _join_timing(rows, records, NS(median_ms=0.9), layers)
-    assert rows[1].latency_ms == 0.0 and rows[1].latency_std_ms == 0.0
-    assert rows[2].latency_ms == pytest.approx(0.6) and rows[3].latency_ms == pytest.approx(0.3)
+    cols, _, _ = layer_columns(keys, records, NS(median_ms=0.9), layers)
+    assert cols[1]["latency_ms"] == 0.0 and cols[1]["latency_std_ms"] == 0.0
+    assert cols[2]["latency_ms"] == pytest.approx(0.6) and cols[3]["latency_ms"] == pytest.approx(0.3)
     # a real own time (here 0.05 ms in every pass) is kept as it is
     layers.samples[("", 1)] = np.full(3, 0.95)
-    _join_timing(rows, records, NS(median_ms=0.95), layers)
-    assert rows[1].latency_ms == pytest.approx(0.05)
+    cols, _, _ = layer_columns(keys, records, NS(median_ms=0.95), layers)
+    assert cols[1]["latency_ms"] == pytest.approx(0.05)

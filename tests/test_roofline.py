@@ -171,10 +171,12 @@ def test_known_devices_are_consistent() -> None:
 
 
 def test_probe_peaks_on_cpu_is_short_and_plausible() -> None:
-    start = time.perf_counter()
+    # the probe's own work, not the wall clock (other processes on the machine stretch that):
+    # a ~1 s budget plus set-up on each of the intra-op threads at most
+    start = time.process_time()
     peaks = probe_peaks("cpu", torch.float32)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 3.0  # ~1 s budget plus set-up
+    cpu_s = time.process_time() - start
+    assert cpu_s < 3.0 * torch.get_num_threads()
     assert peaks.source == "probe" and peaks.dtype == "float32" and peaks.device
     # any CPU that runs the suite: between 0.1 GFLOP/s and 100 TFLOP/s, 0.1 GB/s and 10 TB/s
     assert 1e8 < peaks.peak_flops < 1e14

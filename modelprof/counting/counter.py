@@ -165,6 +165,8 @@ class OpCounter(TorchDispatchMode):
         packed = False
         if isinstance(func, HigherOrderOperator):
             formula = self.registry.lookup(func) or _SUBGRAPHS
+            if getattr(formula, "wants_probe", False):   # costs a callable it is handed
+                formula = functools.partial(formula, probe=probe_cost)
         elif func.is_view:
             formula = VIEW
         else:

@@ -136,7 +136,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         except ModelProfError:
             raise
         except Exception as e:
-            raise _forward_error(e, tracker, inputs) from e
+            raise forward_error(e, tracker, inputs) from e
     records = tracker.records
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
@@ -171,7 +171,7 @@ def _refuse_lazy(lazy: list[str]) -> None:
                              "your model")
 
 
-def _forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
+def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
     where = "before any module ran"
     if running:

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 __all__ = [
+    "env_caption",
     "COMPACT_COMPARE_COLUMNS",
     "compact_compare_columns",
     "compare_caption",
@@ -43,10 +44,23 @@ def compact_compare_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in COMPACT_COMPARE_COLUMNS if c in present]
 
 
+def env_caption(env: Mapping[str, Any]) -> str:
+    """``cpu (AMD EPYC), float32, batch 1, torch 2.x`` from whatever keys the env has."""
+    parts = []
+    device = env.get("device")
+    name = env.get("device_name")
+    if device is not None:
+        parts.append(f"{device} ({name})" if name and name != device else str(device))
+    elif name:
+        parts.append(str(name))
+    for key, label in (("dtype", ""), ("batch_size", "batch "), ("torch_version", "torch ")):
+        if env.get(key) is not None:
+            parts.append(f"{label}{str(env[key]).removeprefix('torch.')}")
+    return ", ".join(parts)
+
+
 def compare_caption(attrs: Mapping[str, Any]) -> str:
     """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``."""
-    from modelprof.compare import env_caption
-
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])

@@ -20,7 +20,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
-from modelprof.render.views import _with_index, select_columns, select_rows
+from modelprof.render.views import with_index, select_columns, select_rows
 
 __all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
 
@@ -145,7 +145,7 @@ def to_csv(
     if depth is not None or leaf_only or top_k is not None or sort_by is not None:
         df = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
     df = select_columns(df, columns)
-    out = _with_index(df).copy()
+    out = with_index(df).copy()
     for name in out.columns:
         col = out[name]
         if pd.api.types.is_float_dtype(col.dtype):

@@ -458,7 +458,7 @@ def _check_units(units: str) -> str:
     return units
 
 
-def _with_index(df: pd.DataFrame) -> pd.DataFrame:
+def with_index(df: pd.DataFrame) -> pd.DataFrame:
     """Show a meaningful index (compare results keyed by model name) as the first column."""
     index = df.index
     if isinstance(index, pd.RangeIndex) and index.name is None:
@@ -518,7 +518,7 @@ def prepare_table(
     totals = dict(totals) if (totals is not None and show_totals) else None
     end_to_end = dict(end_to_end) if (end_to_end and show_totals) else None
     rows = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
-    rows = _with_index(rows)
+    rows = with_index(rows)
     shown = select_columns(rows, columns)
     names = [str(c) for c in shown.columns]
     specs = [column_spec(n, shown[n]) for n in names]

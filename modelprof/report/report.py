@@ -14,7 +14,7 @@ from modelprof.counting.counter import OpStats
 from modelprof.errors import ModelProfError
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
-__all__ = ["Report"]
+__all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
 _STYLES = ("modelprof", "torchstat")
 _GROUPS = ("layer_type", "module_type")
@@ -22,6 +22,42 @@ _GROUPS = ("layer_type", "module_type")
 _LATEX_PRIORITY = ("module", "layer_type", "params", "macs", "latency_ms", "calls", "flops",
                    "latency_pct", "type", "output_shape", "output_bytes", "read_bytes",
                    "write_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What was profiled, where and how."""
+
+    model_name: str
+    input_shape: str
+    batch_size: int
+    device: str
+    dtype: str
+    env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """The static pass's totals beside its rows: ops with no formula, per-op counts, and the
+    model's parameter count."""
+
+    unsupported: Mapping[str, int]
+    by_op: Mapping[str, Any]
+    model_params: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingResult:
+    """The timed passes (all None without timing): the clean end-to-end ``Measurement``, the
+    per-layer ``LayerTiming``, instrumented/plain overhead, leaf coverage, peaks, notes."""
+
+    latency: Any = None
+    layer_timing: Any = None
+    instrumentation_overhead: float | None = None
+    coverage: float | None = None
+    peaks: Any = None
+    notes: Sequence[str] = ()
 
 
 class Report:
@@ -32,33 +68,27 @@ class Report:
     (``None`` with ``timing=False``).
     """
 
-    def __init__(self, rows: Sequence[Row], *, model_name: str, input_shape: str,
-                 batch_size: int, device: str, dtype: str,
-                 unsupported: Mapping[str, int], by_op: Mapping[str, OpStats],
-                 model_params: int, env: dict[str, Any] | None = None,
-                 latency: Any = None, layer_timing: Any = None,
-                 instrumentation_overhead: float | None = None,
-                 coverage: float | None = None, options: dict[str, Any] | None = None,
-                 peaks: Any = None, timing_notes: Sequence[str] = (),
-                 training_step: Any = None) -> None:
+    def __init__(self, rows: Sequence[Row], run: RunInfo, counts: Counts,
+                 timing: TimingResult | None = None, training_step: Any = None) -> None:
+        timing = TimingResult() if timing is None else timing
         self.rows = list(rows)
-        self.model_name = model_name
-        self.input_shape = input_shape
-        self.batch_size = batch_size
-        self.device = device
-        self.dtype = dtype
-        self.unsupported = dict(unsupported)
-        self._by_op = dict(by_op)
-        self.model_params = model_params
-        self.env = dict(env or {})
-        self.latency = latency
-        self.layer_timing = layer_timing
-        self.instrumentation_overhead = instrumentation_overhead
-        self.coverage = coverage
-        self.options = dict(options or {})
-        self.peaks = peaks
+        self.model_name = run.model_name
+        self.input_shape = run.input_shape
+        self.batch_size = run.batch_size
+        self.device = run.device
+        self.dtype = run.dtype
+        self.env = dict(run.env)
+        self.options = dict(run.options)
+        self.unsupported = dict(counts.unsupported)
+        self._by_op = dict(counts.by_op)
+        self.model_params = counts.model_params
+        self.latency = timing.latency
+        self.layer_timing = timing.layer_timing
+        self.instrumentation_overhead = timing.instrumentation_overhead
+        self.coverage = timing.coverage
+        self.peaks = timing.peaks
         #: how the timing columns were measured where that is not the plain recipe
-        self.timing_notes = list(timing_notes)
+        self.timing_notes = list(timing.notes)
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
         self.totals = totals_of(self.rows)
 

@@ -19,12 +19,12 @@ import pandas as pd
 from modelprof.counting.scope import CallRecord
 
 __all__ = ["ADDITIVE", "COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS",
-           "Row", "build_rows", "count_column", "modelprof_frame", "torchstat_frame", "totals_of"]
+           "Row", "build_rows", "count_column", "join_rows", "row_keys", "modelprof_frame", "torchstat_frame", "totals_of"]
 
 ADDITIVE = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
 COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE)
 TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
-# the training step (profile(..., backward=True); see step_table.py)
+# the training step (profile(..., backward=True); see modelprof/step/table.py)
 STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
 STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
 TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "memory(MB)",
@@ -32,7 +32,7 @@ TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "me
 SELF_SUFFIX = "(self)"
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, frozen=True)
 class Row:
     module: str
     type: str
@@ -142,6 +142,28 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
                                 flops - macs, madd, a, is_self=True, ops=dict(pr.ops)))
             a = records[a].parent
     return rows
+
+
+def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
+    """(record index, is a (self) row, is a leaf) of each row: what a pass that produces columns
+    needs to know of the table."""
+    return [(r.record, r.is_self, r.leaf) for r in rows]
+
+
+def join_rows(rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (),
+              extra: Sequence[dict] = ()) -> list[Row]:
+    """The table, joined once: the counted ``rows`` with each pass's columns (one dict per row,
+    in row order), then the ``extra`` rows (the training step's, given as fields)."""
+    for columns in column_sets:
+        if len(columns) != len(rows):
+            raise ValueError(f"{len(columns)} column dicts for {len(rows)} rows")
+    joined = []
+    for i, row in enumerate(rows):
+        update: dict = {}
+        for columns in column_sets:
+            update.update(columns[i])
+        joined.append(dataclasses.replace(row, **update) if update else row)
+    return joined + [Row(**fields) for fields in extra]
 
 
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:

@@ -18,7 +18,7 @@ from torch import nn
 
 from modelprof.runtime.device import normalize_device
 from modelprof.errors import ModelProfError
-from modelprof.runtime.placement import _to, model_placement
+from modelprof.runtime.placement import to_placement, model_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors, shape_str
 
 __all__ = ["ModelInputs", "available_memory_bytes", "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size"]
@@ -170,7 +170,7 @@ def make_inputs(
                      for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
-    move = lambda t: _to(t, dev, dt)  # noqa: E731
+    move = lambda t: to_placement(t, dev, dt)  # noqa: E731
     if isinstance(inputs, torch.Tensor):
         args, kwargs = (move(inputs),), {}
     elif isinstance(inputs, Mapping):

@@ -33,7 +33,7 @@ def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
     yield from model.buffers()
 
 
-def _to(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
+def to_placement(t: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> torch.Tensor:
     cast = dtype if (dtype is not None and t.is_floating_point()) else None
     if t.device == device and (cast is None or t.dtype == cast):
         return t

@@ -40,7 +40,7 @@ from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.runtime.placement import model_placement
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.counting.forward import (StaticResult, _forward_error, counted_module, forward_context)
+from modelprof.counting.forward import (StaticResult, forward_error, counted_module, forward_context)
 from modelprof.step.spec import StepSpec
 
 __all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "count_step", "grad_leaves",
@@ -283,7 +283,7 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
         except ModelProfError:
             raise
         except Exception as e:
-            raise _forward_error(e, tracker, inputs) from e
+            raise forward_error(e, tracker, inputs) from e
         records: list[CallRecord] = tracker.records or [
             tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
         tracker.marks.mark(LOSS)

@@ -27,9 +27,8 @@ import numpy as np
 
 from modelprof.step.count import StepCost
 from modelprof.counting.scope import CallRecord
-from modelprof.report.rows import Row
 
-__all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "join_step"]
+__all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "step_columns"]
 
 LOSS_ROW = "(loss)"
 OPTIMIZER_ROW = "(optimizer)"
@@ -93,64 +92,73 @@ def _inclusive(records: Sequence[CallRecord], own: np.ndarray) -> np.ndarray:
     return inc
 
 
-def join_step(rows: list[Row], records: Sequence[CallRecord], cost: StepCost,
-              timing: Any = None) -> TrainingStep:
-    """Fill the backward columns of ``rows`` (in place) and append the (loss) and (optimizer)
-    rows; see the module doc."""
+RowKey = tuple[int, bool]   # (record index, is a (self) row)
+
+
+def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: StepCost,
+                 timing: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                              TrainingStep]:
+    """The backward columns of each row (``keys``: the rows' record and (self) flag, in table
+    order), the fields of the (loss) and (optimizer) rows, and the step; see the module doc."""
     n = len(records)
     own = np.array([[c.macs, c.flops] for c in cost.backward], dtype=np.float64).reshape(n, 2).T
     own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
     inc, inc_saved = _inclusive(records, own), _inclusive(records, own_saved)
+    total = _NAN
     if timing is not None:
         calls = timing.calls_ms
         inc_time = _inclusive(records, calls[:, :n])
         total = float(np.median(calls.sum(axis=1)))
-    for row in rows:
-        i = row.record
-        src, saved = (own, own_saved) if row.is_self else (inc, inc_saved)
-        row.backward_macs, row.backward_flops = int(src[0, i]), int(src[1, i])
-        row.saved_bytes = int(saved[i])
+    columns = []
+    for i, is_self in keys:
+        src, saved = (own, own_saved) if is_self else (inc, inc_saved)
+        col = {"backward_macs": int(src[0, i]), "backward_flops": int(src[1, i]),
+               "saved_bytes": int(saved[i])}
         if timing is not None:
-            s = calls[:, i] if row.is_self else inc_time[:, i]
-            _set_time(row, s, total)
-    rows.append(_loss_row(cost, timing, total if timing is not None else _NAN))
+            col.update(_times(calls[:, i] if is_self else inc_time[:, i], total))
+        columns.append(col)
+    extra = [_loss_row(cost, timing, total)]
     if cost.optimizer is not None:
-        rows.append(_optimizer_row(cost, timing))
-    return TrainingStep(cost, timing)
+        extra.append(_optimizer_row(cost, timing))
+    return columns, extra, TrainingStep(cost, timing)
 
 
-def _set_time(row: Row, samples: np.ndarray, total: float) -> None:
+def _times(samples: np.ndarray, total: float) -> dict[str, float]:
     med = float(np.median(samples))
-    row.backward_latency_ms = med
-    row.backward_latency_std_ms = float(samples.std(ddof=1)) if samples.size > 1 else 0.0
-    row.backward_latency_pct = 100.0 * med / total if total > 0 else _NAN
+    return {"backward_latency_ms": med,
+            "backward_latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else 0.0,
+            "backward_latency_pct": 100.0 * med / total if total > 0 else _NAN}
 
 
-def _loss_row(cost: StepCost, timing: Any, total: float) -> Row:
+def _step_row(name: str, type_: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """The fields of a training-step row: a leaf at depth 0 with no record of its own."""
+    return dict(module=name, type=type_, call=1, depth=0, leaf=True, params=0, record=-1,
+                kind=kind, **fields)
+
+
+def _loss_row(cost: StepCost, timing: Any, total: float) -> dict[str, Any]:
     f = cost.loss_forward
-    row = Row(module=LOSS_ROW, type=cost.loss_name, call=1, depth=0, leaf=True,
-              input_shapes=list(cost.loss_input_shapes), output_shapes=[()], params=0,
-              macs=f.macs, flops=f.flops, madd=f.madd, output_bytes=cost.loss_output_bytes,
-              read_bytes=f.op_read_bytes, write_bytes=f.op_write_bytes,
-              torchstat_flops=f.flops - f.macs, torchstat_madd=f.madd, record=-1, kind="loss",
-              backward_macs=cost.loss_backward.macs, backward_flops=cost.loss_backward.flops,
-              saved_bytes=cost.loss_saved_bytes)
+    row = _step_row(LOSS_ROW, cost.loss_name, "loss",
+                    input_shapes=list(cost.loss_input_shapes), output_shapes=[()],
+                    macs=f.macs, flops=f.flops, madd=f.madd, output_bytes=cost.loss_output_bytes,
+                    read_bytes=f.op_read_bytes, write_bytes=f.op_write_bytes,
+                    torchstat_flops=f.flops - f.macs, torchstat_madd=f.madd,
+                    backward_macs=cost.loss_backward.macs,
+                    backward_flops=cost.loss_backward.flops, saved_bytes=cost.loss_saved_bytes)
     if timing is not None:
-        row.latency_ms = timing.loss.median_ms
-        row.latency_std_ms = timing.loss.std_ms
-        _set_time(row, timing.calls_ms[:, -1], total)
+        row.update(latency_ms=timing.loss.median_ms, latency_std_ms=timing.loss.std_ms,
+                   **_times(timing.calls_ms[:, -1], total))
     return row
 
 
-def _optimizer_row(cost: StepCost, timing: Any) -> Row:
+def _optimizer_row(cost: StepCost, timing: Any) -> dict[str, Any]:
     o = cost.optimizer
-    row = Row(module=OPTIMIZER_ROW, type=o.name, call=1, depth=0, leaf=True, input_shapes=[],
-              output_shapes=[], params=0, macs=0, flops=o.flops, madd=o.flops, output_bytes=0,
-              read_bytes=o.read_bytes, write_bytes=o.write_bytes, torchstat_flops=o.flops,
-              torchstat_madd=o.flops, record=-1, kind="optimizer", backward_macs=0,
-              backward_flops=0, saved_bytes=0)
+    row = _step_row(OPTIMIZER_ROW, o.name, "optimizer", input_shapes=[], output_shapes=[],
+                    macs=0, flops=o.flops, madd=o.flops, output_bytes=0,
+                    read_bytes=o.read_bytes, write_bytes=o.write_bytes, torchstat_flops=o.flops,
+                    torchstat_madd=o.flops, backward_macs=0, backward_flops=0, saved_bytes=0)
     if timing is not None and timing.optimizer is not None:
-        row.latency_ms = timing.optimizer.median_ms
-        row.latency_std_ms = timing.optimizer.std_ms
-        row.backward_latency_ms = row.backward_latency_std_ms = row.backward_latency_pct = 0.0
+        row.update(latency_ms=timing.optimizer.median_ms, latency_std_ms=timing.optimizer.std_ms,
+                   backward_latency_ms=0.0, backward_latency_std_ms=0.0,
+                   backward_latency_pct=0.0)
     return row

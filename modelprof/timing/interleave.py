@@ -21,7 +21,7 @@ import numpy as np
 from modelprof.errors import ModelProfError
 from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.latency import TimedCall, resolve_call
-from modelprof.timing.measurement import Measurement, _ms
+from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import collect_interleaved
 from modelprof.timing.stats import block_medians, paired_ratio
@@ -79,7 +79,7 @@ class LatencyComparison:
         for name, m in self.measurements.items():
             ratio, lo, hi = self.ratios[name]
             ci = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else ""
-            lines.append(f"  {name:<24} {_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
+            lines.append(f"  {name:<24} {format_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
                          f"x{ratio:.3f}{ci}" + ("" if m.stable else "  UNSTABLE"))
         return "\n".join(lines)
 

@@ -326,10 +326,10 @@ class Measurement:
                f"batch {self.batch_size})"
         lines = [
             head,
-            f"  median {_ms(self.median_ms)} (95% CI {_ms(lo)}..{_ms(hi)}, "
-            f"±{self.relative_ci:.2%}), mean {_ms(self.mean_ms)} ± {_ms(self.std_ms)}",
-            f"  min {_ms(self.min_ms)}, p90 {_ms(self.p90_ms)}, p99 {_ms(self.p99_ms)}, "
-            f"max {_ms(self.max_ms)}, IQR {_ms(self.iqr_ms)}, CV {self.cv:.1%}",
+            f"  median {format_ms(self.median_ms)} (95% CI {format_ms(lo)}..{format_ms(hi)}, "
+            f"±{self.relative_ci:.2%}), mean {format_ms(self.mean_ms)} ± {format_ms(self.std_ms)}",
+            f"  min {format_ms(self.min_ms)}, p90 {format_ms(self.p90_ms)}, p99 {format_ms(self.p99_ms)}, "
+            f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {self.cv:.1%}",
             f"  n={self.n} in {self.n_blocks} block{'s' if self.n_blocks != 1 else ''} after "
             f"{self.warmup} warm-up, stop={self.stop_reason}, "
             f"{self.outliers} outlier{'s' if self.outliers != 1 else ''}, {self.fps:,.1f} fps"
@@ -339,13 +339,13 @@ class Measurement:
             + (", NOISY" if self.noisy else ""),
         ]
         if self.compile_ms is not None:
-            lines.append(f"  compile {_ms(self.compile_ms)}")
+            lines.append(f"  compile {format_ms(self.compile_ms)}")
         for k, m in self.parts.items():
-            lines.append(f"  {k}: median {_ms(m.median_ms)}")
+            lines.append(f"  {k}: median {format_ms(m.median_ms)}")
         return "\n".join(lines)
 
 
-def _ms(v: float) -> str:
+def format_ms(v: float) -> str:
     """Human latency with a unit (us/ms/s), to the microsecond-ish."""
     if not math.isfinite(v):
         return str(v)

@@ -73,7 +73,7 @@ BLOCK_S = 0.1
 MAX_BLOCK = 1000
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ModelProfError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
@@ -96,7 +96,7 @@ class WarmupPolicy:
 
     @classmethod
     def parse(cls, warmup: int | None, warmup_s: float) -> WarmupPolicy:
-        count = None if warmup is None else _check_int("warmup", warmup, 0)
+        count = None if warmup is None else check_int("warmup", warmup, 0)
         return cls(count, _check_seconds("warmup_s", warmup_s, allow_zero=True))
 
     def plan(self, already_warm: bool) -> tuple[int, float, int | None]:
@@ -131,18 +131,18 @@ class StopRule:
               budget_s: float = DEFAULT_BUDGET_S, min_samples: int = DEFAULT_MIN_SAMPLES,
               max_samples: int = DEFAULT_MAX_SAMPLES,
               min_blocks: int = DEFAULT_MIN_BLOCKS) -> StopRule:
-        rep = None if repeat is None else _check_int("repeat", repeat, 1)
+        rep = None if repeat is None else check_int("repeat", repeat, 1)
         ok = (isinstance(precision, (int, float)) and not isinstance(precision, bool)
               and math.isfinite(precision) and 0 < precision < 1)
         if not ok:
             raise ModelProfError(f"precision={precision!r} must be a relative half-width in "
                                  "(0, 1), e.g. 0.01 for a median within ±1 %")
         budget = _check_seconds("budget_s", budget_s, allow_zero=False)
-        lo = _check_int("min_samples", min_samples, 1)
-        hi = _check_int("max_samples", max_samples, 1)
+        lo = check_int("min_samples", min_samples, 1)
+        hi = check_int("max_samples", max_samples, 1)
         if hi < lo:
             raise ModelProfError(f"max_samples={hi} is below min_samples={lo}")
-        blocks = _check_int("min_blocks", min_blocks, 1)
+        blocks = check_int("min_blocks", min_blocks, 1)
         return cls(rep, float(precision), budget, lo, hi, 0.95, blocks)
 
 

@@ -24,9 +24,9 @@ from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.latency import measure_latency
-from modelprof.timing.measurement import Measurement, _ms
+from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import _check_int
+from modelprof.timing.sampler import check_int
 
 __all__ = ["PATIENCE", "THROUGHPUT_GAIN", "Throughput", "ThroughputPoint", "measure_throughput",
            "search_batches"]
@@ -110,11 +110,11 @@ class Throughput:
     def __repr__(self) -> str:
         b = self.best
         lines = [f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s at batch "
-                 f"{b.batch_size} ({_ms(b.latency_ms)}/batch), stop={self.stop_reason}"]
+                 f"{b.batch_size} ({format_ms(b.latency_ms)}/batch), stop={self.stop_reason}"]
         for p in self.points:
             mem = f", peak {p.peak_memory_bytes / 2**20:,.0f} MiB" \
                 if p.peak_memory_bytes is not None else ""
-            lines.append(f"  batch {p.batch_size:>5}: {_ms(p.latency_ms):>9}, "
+            lines.append(f"  batch {p.batch_size:>5}: {format_ms(p.latency_ms):>9}, "
                          f"{p.samples_per_s:,.1f} samples/s{mem}")
         if self.memory_before_bytes is not None:
             lines.append(f"  memory before {self.memory_before_bytes:,} B, after "
@@ -212,8 +212,8 @@ def measure_throughput(
     every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
     (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points.
     """
-    max_batch = _check_int("max_batch", max_batch, 1)
-    patience = _check_int("patience", patience, 1)
+    max_batch = check_int("max_batch", max_batch, 1)
+    patience = check_int("patience", patience, 1)
     if not isinstance(gain, (int, float)) or not 0 <= gain < 10:
         raise ModelProfError(f"gain={gain!r} must be a fraction >= 0, e.g. 0.05 for 5 %")
     for bad in ("inputs", "batch_size", "input_size"):

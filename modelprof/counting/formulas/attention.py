@@ -7,7 +7,8 @@ import torch
 
 from modelprof.counting.formulas.norm import NORM_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
-from modelprof.counting.formulas.registry import (Cost, optional_hops, optional_ops, register_present)
+from modelprof.counting.formulas.registry import (Cost, optional_hops, optional_ops, register_present,
+                                                  wants_probe)
 from modelprof.counting.formulas.values import has_values, offsets_to_lengths
 
 __all__ = ["attention_backward_cost", "attention_cost", "multi_head_attention_cost",
@@ -233,26 +234,26 @@ _MOD_NOT_COSTED = ("score_mod/mask_mod could not be run on one score to cost it:
                    "their per-score work is not counted")
 
 
-def _per_score(fn, q: torch.Tensor, n_index_args: int, with_score: bool,
+def _per_score(probe, fn, q: torch.Tensor, n_index_args: int, with_score: bool,
                buffers: tuple) -> int | None:
     """Flops of one call of a score_mod/mask_mod on 0-d inputs (the eager kernel calls it once
     per score, vectorised), or None if it cannot be run that way."""
     from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
-    from modelprof.counting.counter import probe_cost
     working = torch.float64 if q.dtype == torch.float64 else torch.float32
     index = torch.zeros((), dtype=torch.int64, device=q.device)
     args = ((torch.zeros((), dtype=working, device=q.device),) if with_score else ()) + \
         (index,) * n_index_args + tuple(buffers)
     try:
         with TransformGetItemToIndex():
-            return probe_cost(fn, *args).resolved()[1]
+            return probe(fn, *args).resolved()[1]
     except Exception:  # noqa: BLE001 - data-dependent or device-specific mods
         return None
 
 
 @register_present(*optional_hops("flex_attention"))
-def _flex_attention(args, kwargs, out) -> Cost:
+@wants_probe
+def _flex_attention(args, kwargs, out, probe) -> Cost:
     # (query [B, Hq, L, E], key [Bkv, Hkv, S, E], value [Bkv, Hkv, S, Ev], score_mod,
     #  block_mask (..., mask_mod), scale, kernel_options, score_mod_other_buffers,
     #  mask_mod_other_buffers): QK^T and AV over every head of the query (GQA shares k/v),
@@ -272,8 +273,8 @@ def _flex_attention(args, kwargs, out) -> Cost:
         noop_mask = None
     masked = mask_mod is not None and mask_mod is not noop_mask
     base = attention_cost(bh, l_q, k.shape[-2], d, v.shape[-1], masked=masked)
-    score_flops = _per_score(score_mod, q, 4, True, tuple(score_buffers))
-    mask_flops = _per_score(mask_mod, q, 4, False, tuple(mask_buffers)) if masked else 0
+    score_flops = _per_score(probe, score_mod, q, 4, True, tuple(score_buffers))
+    mask_flops = _per_score(probe, mask_mod, q, 4, False, tuple(mask_buffers)) if masked else 0
     note = None
     if score_flops is None or mask_flops is None:
         note, score_flops, mask_flops = _MOD_NOT_COSTED, score_flops or 0, mask_flops or 0

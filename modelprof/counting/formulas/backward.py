@@ -44,7 +44,7 @@ import torch
 from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.pool import adaptive_window_sum
 from modelprof.counting.formulas.registry import ZERO, Cost, optional_ops, register_formula
-from modelprof.counting.formulas.rnn import _CELL_ELEMENTWISE, _MODE
+from modelprof.counting.formulas.rnn import CELL_ELEMENTWISE, GATE_MODE
 
 __all__ = ["NORM_BACKWARD_FLOPS_PER_ELEMENT", "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
            "norm_backward_cost"]
@@ -234,7 +234,7 @@ def _rnn_backward_cost(tokens: int, weight_shapes: list, hidden: int, kind: str,
     macs = forward * (2 if weight_grads else 1)
     gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
     bias = tokens * gate_units * n_biases
-    cell = 2 * tokens * directions_layers * hidden * _CELL_ELEMENTWISE[kind]
+    cell = 2 * tokens * directions_layers * hidden * CELL_ELEMENTWISE[kind]
     return Cost(macs, flops=2 * macs + bias + cell)
 
 
@@ -246,7 +246,7 @@ def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
     mode, hidden, has_biases = int(args[14]), int(args[15]), bool(args[17])
     tokens = x.numel() // x.shape[-1] if x.dim() else 0
     return _rnn_backward_cost(tokens, [tuple(w_ih.shape), tuple(w_hh.shape)], hidden,
-                              _MODE[mode], 1, 2 if has_biases else 0, True)
+                              GATE_MODE[mode], 1, 2 if has_biases else 0, True)
 
 
 @register_formula(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
@@ -261,7 +261,7 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     shapes = [tuple(w.shape) for w in weights]
     has_biases = any(len(s) == 1 for s in shapes)
     tokens = x.numel() // x.shape[-1] if x.dim() else 0
-    return _rnn_backward_cost(tokens, shapes, hidden, _MODE[mode],
+    return _rnn_backward_cost(tokens, shapes, hidden, GATE_MODE[mode],
                               num_layers * (2 if bidirectional else 1),
                               2 if has_biases and mask[3] else 0, mask[3])
 

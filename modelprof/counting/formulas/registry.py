@@ -27,7 +27,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula"]
+__all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula", "wants_probe"]
 
 HigherOrderOperator = torch._ops.HigherOrderOperator
 OpKey = Union[torch._ops.OpOverload, torch._ops.OpOverloadPacket, HigherOrderOperator, torch.Tag]
@@ -179,6 +179,15 @@ def register_formula(*keys: Any, replace: bool = False,
         return fn
 
     return deco
+
+
+def wants_probe(fn: Callable) -> Callable:
+    """Mark an op formula that costs a callable it is handed (a higher-order operator's
+    ``score_mod``): the counter then calls it as ``fn(args, kwargs, out, probe=...)``, where
+    ``probe(callable, *args)`` returns the :class:`Cost` of one call. The counting stays in the
+    mode; the formula never imports it."""
+    fn.wants_probe = True
+    return fn
 
 
 def register_present(*keys: Any) -> Callable[[Callable], Callable]:

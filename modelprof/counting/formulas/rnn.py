@@ -15,7 +15,7 @@ aten = torch.ops.aten
 #   LSTM: 4 gates; 3 sigmoid + 2 tanh + c = f*c + i*g (3) + h = o*tanh(c) (1)  -> 9
 #   GRU:  3 gates; 2 sigmoid + 1 tanh + r*(W_hn h + b_hn) (1) + (1-z)*n + z*h (4) -> 8
 #   RNN:  1 gate;  tanh or relu                                                  -> 1
-_CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
+CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
 
 
 def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: str,
@@ -27,13 +27,13 @@ def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: 
     macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
     gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
     bias_adds = tokens * gate_units * (3 if has_biases else 1)
-    cell = tokens * directions_layers * hidden_per_direction * _CELL_ELEMENTWISE[kind]
+    cell = tokens * directions_layers * hidden_per_direction * CELL_ELEMENTWISE[kind]
     # madd: (2k - 1) per gate output of each product, plus the elementwise work
     n_out = tokens * sum(s[0] for s in weight_shapes if len(s) == 2)
     return Cost(macs, flops=2 * macs + bias_adds + cell, madd=2 * macs - n_out + cell)
 
 
-_MODE = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
+GATE_MODE = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
 
 
 def _tokens(x: torch.Tensor) -> int:
@@ -46,7 +46,7 @@ def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
     #  num_layers, has_biases, bidirectional, batch_first, train): one layer, one direction
     x, w_ih, w_hh = args[0], args[1], args[2]
     mode, hidden, has_biases = int(args[9]), int(args[10]), bool(args[12])
-    return rnn_cost(_tokens(x), [tuple(w_ih.shape), tuple(w_hh.shape)], hidden, _MODE[mode],
+    return rnn_cost(_tokens(x), [tuple(w_ih.shape), tuple(w_hh.shape)], hidden, GATE_MODE[mode],
                     1, has_biases)
 
 
@@ -59,7 +59,7 @@ def _cudnn_rnn(args, kwargs, out) -> Cost:
     bidirectional = bool(args[13])
     shapes = [tuple(w.shape) for w in weights]
     has_biases = any(len(s) == 1 for s in shapes)
-    return rnn_cost(_tokens(x), shapes, hidden, _MODE[mode],
+    return rnn_cost(_tokens(x), shapes, hidden, GATE_MODE[mode],
                     num_layers * (2 if bidirectional else 1), has_biases)
 
 

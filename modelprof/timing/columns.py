@@ -1,0 +1,62 @@
+"""The per-layer timing columns of a table, from the instrumented passes.
+
+``latency_ms``/``latency_std_ms`` are the median/std of a call's samples over the passes; a
+``(self)`` row's samples are its parent's minus its children's, pass by pass; ``latency_pct`` is
+the share of the median instrumented pass. ``peak_memory_bytes`` comes from the warm memory pass
+(after timing), which replaces the static pass's cold peak (autotuning, first-call workspaces).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from modelprof.counting.scope import CallRecord
+
+__all__ = ["layer_columns"]
+
+#: No clock modelprof reads resolves less than a nanosecond.
+_RESOLUTION_MS = 1e-6
+
+
+def _samples(records: Sequence[CallRecord], samples: dict, index: int,
+             is_self: bool) -> np.ndarray | None:
+    record = records[index]
+    s = samples.get(record.key)
+    if s is None or not is_self:
+        return s
+    for c in record.children:   # new arrays: the parent's samples stay as they are
+        child = samples.get(records[c].key)
+        if child is not None:
+            s = s - child
+    # where the children were scaled to fit the parent (HookCost.correct), what is left is
+    # rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
+    return np.where(s >= _RESOLUTION_MS, s, 0.0)
+
+
+def layer_columns(keys: Sequence[tuple[int, bool, bool]], records: Sequence[CallRecord],
+                  latency: Any, layers: Any) -> tuple[list[dict[str, float]], float, float]:
+    """The timing columns of each row (``keys``: record index, is a (self) row, is a leaf, in
+    table order), and (overhead, coverage): instrumented over plain passes, and the leaf rows'
+    sum over the plain passes (interleaved with the instrumented ones, so drift between the clean
+    run and the per-layer passes does not enter)."""
+    total = float(np.median(layers.corrected_passes_ms))
+    peaks = getattr(layers, "peak_memory_bytes", None) or {}
+    columns: list[dict[str, float]] = []
+    leaf_sum = 0.0
+    for index, is_self, leaf in keys:
+        col: dict[str, float] = {}
+        s = _samples(records, layers.samples, index, is_self)
+        if s is not None:
+            med = float(np.median(s))
+            col.update(latency_ms=med, latency_std_ms=float(s.std(ddof=1)) if s.size > 1 else 0.0,
+                       latency_pct=100.0 * med / total if total > 0 else float("nan"))
+            leaf_sum += med if leaf else 0.0
+        peak = peaks.get(records[index].key)
+        if peak is not None and not is_self:
+            col["peak_memory_bytes"] = peak
+        columns.append(col)
+    plain = layers.plain_ms
+    reference = float(np.median(plain)) if plain is not None and plain.size else latency.median_ms
+    return columns, layers.overhead(latency), leaf_sum / reference
