@@ -1,19 +1,26 @@
 """modelprof: per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency of
-PyTorch models, in one table."""
+PyTorch models, in one table.
+
+The names here are what a user needs; everything else is importable from its subpackage
+(``modelprof.timing``, ``modelprof.render``, ``modelprof.models``, ...).
+"""
 from __future__ import annotations
 
-from modelprof.compare import Comparison, compare
-from modelprof.errors import ModelProfError
+from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
-from modelprof.models import load_model
-from modelprof.errors import ModelProfWarning
+from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
+                              NoisyMeasurementWarning)
 from modelprof.profile import profile
+from modelprof.render.options import ViewOptions
+from modelprof.report.comparison import Comparison
 from modelprof.report.report import Report
-from modelprof.timing import (LatencyComparison, Measurement, Throughput, TimingOptions, measure_latencies, measure_latency, measure_throughput)
+from modelprof.timing import (Measurement, TimingOptions, measure_latencies, measure_latency,
+                              measure_throughput)
+from modelprof.timing.peaks import Peaks
 
 __version__ = "0.1.0"
 
-__all__ = ["Comparison", "Cost", "LatencyComparison", "Measurement", "ModelProfError",
-           "ModelProfWarning", "Report", "Throughput", "TimingOptions", "__version__", "compare",
-           "load_model", "measure_latencies", "measure_latency", "measure_throughput", "profile",
-           "register_formula"]
+__all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "Measurement",
+           "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning", "Peaks", "Report",
+           "TimingOptions", "ViewOptions", "__version__", "compare", "measure_latencies",
+           "measure_latency", "measure_throughput", "profile", "register_formula"]

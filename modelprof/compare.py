@@ -10,11 +10,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
 import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import grad_switches
+from modelprof.report.comparison import Comparison
 from modelprof.runtime.inputs import parse_input_size
 from modelprof.runtime.tensors import shape_str
 from modelprof.runtime.progress import progress_bar
@@ -38,61 +39,6 @@ _RATIOS = {
 }
 
 
-class Comparison(pd.DataFrame):
-    """The DataFrame :func:`compare` returns, with a humanised notebook view and a report's
-    exporters (rendering in :mod:`modelprof.render.comparison`).
-
-    ``to_markdown``, ``to_latex``, ``to_html`` and ``to_text`` humanise the numbers (``11.69 M``,
-    ``3.10 ms``, ``0.0312×``) and show the compact columns unless ``columns=`` says otherwise
-    (``"all"`` for every one); ``to_csv`` and ``to_json`` keep the raw numbers of every column
-    and read back with ``modelprof.render.read_csv`` / ``read_json``. They take the view options
-    of a report's exporters (``columns``, ``top_k``, ``sort_by``, ``units``...). Every other pandas
-    operation returns a plain ``DataFrame`` (``attrs`` included), so it behaves exactly like one;
-    ``pd.DataFrame(comparison).to_csv()`` gives pandas' own exporters.
-    """
-
-    def _repr_html_(self) -> str:
-        from modelprof.render.comparison import comparison_to_html
-
-        return str(comparison_to_html(self, standalone=False))
-
-    def to_markdown(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
-        """A GitHub Markdown table in human units; returns the text or writes ``path``."""
-        from modelprof.render.comparison import comparison_to_markdown
-
-        return comparison_to_markdown(self, path, **view)
-
-    def to_latex(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
-        """A booktabs table for papers (one unit per column, fitted to ``width=``)."""
-        from modelprof.render.comparison import comparison_to_latex
-
-        return comparison_to_latex(self, path, **view)
-
-    def to_html(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
-        """A complete HTML page (``standalone=False``: a fragment)."""
-        from modelprof.render.comparison import comparison_to_html
-
-        return comparison_to_html(self, path, **view)
-
-    def to_csv(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
-        """CSV with raw numbers, every column, the model name first."""
-        from modelprof.render.comparison import comparison_to_csv
-
-        return comparison_to_csv(self, path, **view)
-
-    def to_json(self, path: Any = None, **view: Any) -> Any:  # type: ignore[override]
-        """The table and the environment as JSON."""
-        from modelprof.render.comparison import comparison_to_json
-
-        return comparison_to_json(self, path, **view)
-
-    def to_text(self, **view: Any) -> str:
-        """A plain-text table for terminals, titled with the baseline and environment."""
-        from modelprof.render.comparison import comparison_to_text
-
-        return comparison_to_text(self, **view)
-
-
 def compare(
     models: Mapping[str, nn.Module | str] | Sequence[nn.Module | str],
     input_size: Any = None,
@@ -104,7 +50,7 @@ def compare(
     dtype: torch.dtype | str | None = None,
     timing: bool = True,
     throughput: bool = False,
-    throughput_options: Mapping[str, Any] | None = None,
+    throughput_options: TimingOptions | Mapping[str, Any] | None = None,
     **profile_options: Any,
 ) -> Comparison:
     """Profile every model the same way; return one row per model (index: its name).
@@ -120,7 +66,9 @@ def compare(
     totals); with ``timing``, ``latency_median_ms`` with its 95 % interval
     (``latency_ci_low_ms``, ``latency_ci_high_ms``), ``latency_p90_ms, latency_std_ms, fps,
     latency_stable``; with ``throughput`` ``throughput_samples_per_s, throughput_batch_size``
-    (``measure_throughput``, given ``throughput_options``); then the ratios.
+    (``measure_throughput``; ``throughput_options``: a ``TimingOptions`` for every batch size, or a
+    dict of timing options and the search bounds ``max_batch``/``gain``/``patience``); then the
+    ratios.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     samples of every model in a shuffled order, so drift of the machine reaches all alike;
@@ -131,8 +79,6 @@ def compare(
     arguments are timing options (``modelprof.timing.options``) or go to
     :func:`modelprof.profile`.
     """
-    from modelprof.profile import profile  # late: profile imports the whole analysis stack
-
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
     if baseline is None:
@@ -142,60 +88,79 @@ def compare(
     if throughput and inputs is not None:
         raise ModelProfError("throughput=True searches batch sizes, so it needs input_size, "
                              "not inputs=")
-
-    timing_keys = set(OPTION_NAMES) & set(profile_options)
-    opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
-    # profile()'s defaults: a training step runs in train mode with grad, a forward in eval
-    backward = profile_options.get("backward", False) is True
-    training = profile_options.get("training")
-    training = backward if training is None else bool(training)
-    no_grad = profile_options.get("no_grad")
-    no_grad = (not backward) if no_grad is None else bool(no_grad)
-    steps: dict[str, Any] = {}
+    run = _Run(inputs, batch_size, device, dtype, profile_options)
+    search = _throughput_search(throughput_options, run.opts) if throughput else None
     rows: dict[str, dict[str, Any]] = {}
-    env: dict[str, Any] = {}
-    candidates: list[Candidate] = []
-    bar = progress_bar(len(named) + (1 if timing else 0), enabled=opts.progress, desc="compare",
-                       unit="model")
+    bar = progress_bar(len(named) + (1 if timing else 0), enabled=run.opts.progress,
+                       desc="compare", unit="model")
     try:
         for name, model in named.items():
             bar.set_description(name)
-            size = sizes[name]
             try:
-                report = profile(model, size, inputs=inputs, batch_size=batch_size,
-                                 device=device, dtype=dtype, timing=False, options=opts,
-                                 **profile_options)
-                row = _report_row(report, size, inputs, batch_size)
-                if timing:
-                    candidates.append(_candidate(name, model, size, inputs, batch_size, device,
-                                                 dtype, opts, {**profile_options,
-                                                               "training": training}))
-                    if backward:
-                        steps[name] = _step_timer(name, model, candidates[-1], dtype, opts,
-                                                  training, profile_options)
-                if throughput:
-                    row.update(_throughput_row(model, size, device, dtype, opts,
-                                               throughput_options or {}))
+                rows[name] = run.add(name, model, sizes[name], timing, search)
             except ModelProfError as e:
                 raise ModelProfError(f"model {name!r}: {e}") from e
-            env = env or dict(report.env)
-            rows[name] = row
             bar.update(1)
         if timing:
             bar.set_description("interleaved timing")
-            with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
-                result = measure_interleaved(candidates, opts, baseline=baseline,
-                                             eval_mode=not training, no_grad=no_grad)
-            for name in rows:
-                rows[name].update(_latency_columns(result, name))
-            if steps:
-                bar.set_description("interleaved training steps")
-                _step_columns(rows, steps, baseline, opts)
-            env = dict(result.measurements[baseline].env) or env
+            run.time(rows, baseline, bar)
             bar.update(1)
     finally:
         bar.close()
+    return _table(rows, baseline, run.env)
 
+
+class _Run:
+    """What every model of a comparison shares: inputs, options, the grad/eval switches, and
+    what the interleaved timing will call."""
+
+    def __init__(self, inputs: Any, batch_size: int | None, device: Any, dtype: Any,
+                 profile_options: dict[str, Any]) -> None:
+        timing_keys = set(OPTION_NAMES) & set(profile_options)
+        self.opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
+        backward = profile_options.get("backward", False)
+        self.training, self.no_grad = grad_switches(backward, profile_options.get("training"),
+                                                    profile_options.get("no_grad"))
+        self.backward = backward is True
+        self.inputs, self.batch_size, self.device, self.dtype = inputs, batch_size, device, dtype
+        self.profile_options = profile_options
+        self.candidates: list[Candidate] = []
+        self.steps: dict[str, Any] = {}
+        self.env: dict[str, Any] = {}
+
+    def add(self, name: str, model: nn.Module, size: Any, timing: bool,
+            search: tuple[TimingOptions, dict[str, Any]] | None) -> dict[str, Any]:
+        """Count ``model`` (profile without timing) and prepare its timing: its row so far."""
+        from modelprof.profile import profile  # late: profile imports the whole analysis stack
+
+        report = profile(model, size, inputs=self.inputs, batch_size=self.batch_size,
+                         device=self.device, dtype=self.dtype, timing=False, options=self.opts,
+                         **self.profile_options)
+        row = _report_row(report, size, self.inputs, self.batch_size)
+        if timing:
+            self.candidates.append(_candidate(name, model, size, self, self.training))
+            if self.backward:
+                self.steps[name] = _step_timer(name, model, self.candidates[-1], self)
+        if search is not None:
+            row.update(_throughput_row(model, size, self, *search))
+        self.env = self.env or dict(report.env)
+        return row
+
+    def time(self, rows: dict[str, dict[str, Any]], baseline: str, bar: Any) -> None:
+        """Every model's latency, interleaved, and (backward=True) its training step."""
+        with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
+            result = measure_interleaved(self.candidates, self.opts, baseline=baseline,
+                                         training=self.training, no_grad=self.no_grad)
+        for name in rows:
+            rows[name].update(_latency_columns(result, name))
+        if self.steps:
+            bar.set_description("interleaved training steps")
+            _step_columns(rows, self.steps, baseline, self.opts)
+        self.env = dict(result.measurements[baseline].env) or self.env
+
+
+def _table(rows: dict[str, dict[str, Any]], baseline: str, env: dict[str, Any]) -> Comparison:
+    """The comparison frame: one row per model, then the ratios to the baseline."""
     df = Comparison.from_dict(rows, orient="index")
     df.index.name = "model"
     base = df.loc[baseline]
@@ -207,6 +172,28 @@ def compare(
     df.attrs["env"] = env
     df.attrs["baseline"] = baseline
     return df
+
+
+#: measure_throughput's own search bounds, the rest of throughput_options being timing options
+_SEARCH_KEYS = ("max_batch", "gain", "patience")
+
+
+def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions, dict]:
+    """The points' ``TimingOptions`` and the search bounds. ``options``: a ``TimingOptions``
+    (used as it is), or a mapping of search bounds and timing options (parsed into one, over
+    ``measure_throughput``'s per-point defaults); the comparison's modes (amp, channels_last,
+    progress) carry over unless set."""
+    from modelprof.timing.throughput import POINT_DEFAULTS
+
+    if isinstance(options, TimingOptions):
+        return options, {}
+    if options is not None and not isinstance(options, Mapping):
+        raise ModelProfError(f"throughput_options={options!r} must be a TimingOptions or a "
+                             "dict of timing options and max_batch/gain/patience")
+    options = dict(options or {})
+    search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
+    carried = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last}
+    return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
 
 def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
@@ -275,36 +262,33 @@ def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> 
     return row
 
 
-def _candidate(name: str, model: nn.Module, size: Any, inputs: Any, batch_size: int | None,
-               device: Any, dtype: Any, opts: TimingOptions,
-               profile_options: Mapping[str, Any]) -> Candidate:
+def _candidate(name: str, model: nn.Module, size: Any, run: _Run, training: bool) -> Candidate:
     """What the interleaved timing calls for one model, prepared like ``profile``'s clean run."""
     from modelprof.runtime.inputs import make_inputs, parse_dtype
-    from modelprof.profile import timing_runner
+    from modelprof.timing.latency import timing_runner
 
-    dt = parse_dtype(dtype)
-    mi = make_inputs(model, size, inputs=inputs, batch_size=batch_size, device=device, dtype=dt)
+    dt = parse_dtype(run.dtype)
+    mi = make_inputs(model, size, inputs=run.inputs, batch_size=run.batch_size,
+                     device=run.device, dtype=dt)
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to compare costs "
                              "alone, or a real device to time")
-    runner = timing_runner(model, mi, dt, bool(profile_options.get("training", False)), opts)
-    target, mi = resolve_call(runner, mi, channels_last=opts.channels_last)
+    runner = timing_runner(model, mi, dt, training, run.opts)
+    target, mi = resolve_call(runner, mi, channels_last=run.opts.channels_last)
     return Candidate(name, model, target, mi)
 
 
-def _step_timer(name: str, model: nn.Module, candidate: Candidate, dtype: Any,
-                opts: TimingOptions, training: bool, profile_options: Mapping[str, Any]) -> Any:
+def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
     from modelprof.runtime.inputs import parse_dtype
     from modelprof.step.spec import StepSpec
     from modelprof.step.timing import StepTimer
 
-    spec = StepSpec.parse(loss_fn=profile_options.get("loss_fn"),
-                          target=profile_options.get("target"),
-                          optimizer=profile_options.get("optimizer"))
-    mi = candidate.inputs
-    return StepTimer(model, mi, spec, training=training, dtype=parse_dtype(dtype), options=opts,
-                     label=name)
+    o = run.profile_options
+    spec = StepSpec.parse(loss_fn=o.get("loss_fn"), target=o.get("target"),
+                          optimizer=o.get("optimizer"))
+    return StepTimer(model, candidate.inputs, spec, training=run.training,
+                     dtype=parse_dtype(run.dtype), options=run.opts, label=name)
 
 
 def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str,
@@ -345,13 +329,13 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
     return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
 
 
-def _throughput_row(model: nn.Module, size: Any, device: Any, dtype: Any, opts: TimingOptions,
-                    options: Mapping[str, Any]) -> dict[str, Any]:
+def _throughput_row(model: nn.Module, size: Any, run: _Run, opts: TimingOptions,
+                    search: dict[str, Any]) -> dict[str, Any]:
     from modelprof.timing import measure_throughput
 
-    options = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last,
-               **options}
-    result = measure_throughput(model, size, device=device, dtype=dtype, **options)
+    result = measure_throughput(model, size, device=run.device, dtype=run.dtype,
+                                training=run.training, no_grad=run.no_grad, options=opts,
+                                **search)
     best = result.best
     return {"throughput_samples_per_s": best.samples_per_s,
             "throughput_batch_size": best.batch_size}

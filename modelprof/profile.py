@@ -12,10 +12,9 @@ from torch import nn
 from modelprof.counting.counter import OpStats
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import to_channels_last
+from modelprof.runtime.execution import grad_switches, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype
-from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.counting.forward import analyze
@@ -24,7 +23,7 @@ from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 from modelprof.errors import ModelProfWarning
 
-__all__ = ["profile", "timing_runner"]
+__all__ = ["profile"]
 
 
 def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
@@ -57,7 +56,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
     optimizer step as a row of its own. See ``modelprof.step.table``.
     """
-    spec = _parse(model, timing, training, no_grad, registry, backward,
+    spec = _parse(model, timing, (training, no_grad), registry, backward,
                   (loss_fn, target, optimizer), options, timing_options)
     dtype_requested = parse_dtype(dtype)
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
@@ -107,20 +106,14 @@ class _Spec:
     flags: dict
 
 
-def _parse(model: Any, timing: Any, training: Any, no_grad: Any, registry: Any, backward: Any,
+def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: Any,
            step_args: tuple, options: Any, timing_options: dict) -> _Spec:
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
                              "use measure_latency() to time any callable")
-    if not isinstance(backward, bool):
-        raise ModelProfError(f"backward={backward!r} must be True or False")
-    if backward and no_grad is True:
-        raise ModelProfError("no_grad=True contradicts backward=True (the backward needs grad)")
-    training = backward if training is None else training
-    no_grad = not backward if no_grad is None else no_grad
-    for name, value in (("timing", timing), ("training", training), ("no_grad", no_grad)):
-        if not isinstance(value, bool):
-            raise ModelProfError(f"{name}={value!r} must be True or False")
+    training, no_grad = grad_switches(backward, *switches)
+    if not isinstance(timing, bool):
+        raise ModelProfError(f"timing={timing!r} must be True or False")
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
@@ -243,18 +236,6 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     return peaks
 
 
-def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
-                  opts: TimingOptions) -> nn.Module:
-    """What the timed passes call: the model itself, or a converted copy (device, dtype,
-    channels_last), or in train mode a copy (train-mode passes update buffers)."""
-    layout = torch.channels_last if opts.channels_last else None
-    runner = moved_model(model, mi.device, dtype, memory_format=layout)
-    if training:
-        runner = copy_model(model, "time it in train mode") if runner is model else runner
-        runner.train()
-    return runner
-
-
 def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
              no_grad: bool, opts: TimingOptions) -> tuple[Any, Any, list[str]]:
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
@@ -264,6 +245,8 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
                              "alone, or a real device to time")
+    from modelprof.timing.latency import timing_runner
+
     runner = timing_runner(model, mi, dtype, training, opts)
     eager = getattr(runner, "_orig_mod", runner)   # a torch.compile'd module fires no hooks
     notes: list[str] = []
@@ -274,9 +257,9 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
         notes.append(f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
                      "to end only: hooks cannot see inside it); the latency total is measured "
                      "with it, so coverage and overhead compare the two regimes")
-    latency = measure_latency(runner, mi, eval_mode=not training, no_grad=no_grad, options=opts)
+    latency = measure_latency(runner, mi, training=training, no_grad=no_grad, options=opts)
     layer_opts = opts.replace(compile=False, cuda_graph=False, transfer=False)
-    layers = time_layers(eager, mi, eval_mode=not training, no_grad=no_grad, options=layer_opts)
+    layers = time_layers(eager, mi, training=training, no_grad=no_grad, options=layer_opts)
     cost = layers.hook_cost
     if cost is not None and cost.applied:
         where = ("" if cost.source != "chain" else

@@ -259,16 +259,17 @@ COMPARE = _cells(
     ("md", """
         ## Export
 
-        The comparison has a report's exporters: humanised Markdown, LaTeX and HTML (the
-        compact columns unless `columns="all"`), CSV and JSON with the raw numbers.
+        The comparison is a pandas DataFrame; `df.render` has a report's exporters: humanised
+        Markdown, LaTeX and HTML (the compact columns unless `columns="all"`), CSV and JSON with
+        the raw numbers.
     """),
     ("code", """
         from pathlib import Path
 
         Path("out").mkdir(exist_ok=True)
-        df.to_csv("out/comparison.csv")
-        df.to_html("out/comparison.html")
-        print(df.to_markdown())
+        df.render.to_csv("out/comparison.csv")
+        df.render.to_html("out/comparison.html")
+        print(df.render.to_markdown())
     """),
 )
 

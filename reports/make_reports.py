@@ -109,11 +109,11 @@ def compare_architectures(out: Path, names: Sequence[str], device: torch.device,
     _log(f"comparing {', '.join(models)} on {device} ...")
     df = compare(models, sizes, device=device, budget_s=budget_s, progress=True)
     title = env_caption(df.attrs["env"])
-    df.to_csv(out / "comparison.csv")
+    df.render.to_csv(out / "comparison.csv")
     _log(f"  wrote {out / 'comparison.csv'}")
     (out / "comparison.md").write_text(
         f"Comparison on {title}, baseline {df.attrs['baseline']}.\n\n"
-        + df.to_markdown(columns="all"), encoding="utf-8")
+        + df.render.to_markdown(columns="all"), encoding="utf-8")
     _log(f"  wrote {out / 'comparison.md'}")
     _save(plot_compare(df, ["macs", "params", "latency_median_ms"], title=title),
           out / "comparison.png")

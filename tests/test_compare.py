@@ -125,7 +125,7 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     # the notebook shows the compact columns: params 440 of wide and its ratio 440 / 220 = 2
     assert "<table" in html and "<td class=\"r\">440</td>" in html and "2.00×" in html
     assert "160 B" not in html  # output bytes: with columns="all"
-    assert "160 B" in str(df.to_html(columns="all", standalone=False))
+    assert "160 B" in str(df.render.to_html(columns="all", standalone=False))
     assert env_caption(df.attrs["env"]) in html  # the environment is the caption
     # derived frames are plain DataFrames that keep attrs
     sub = df[["macs", "macs_x"]]
@@ -176,24 +176,37 @@ def test_throughput_columns() -> None:
         compare(_pair(), inputs=torch.randn(1, 10), timing=False, throughput=True)
 
 
-def test_comparison_exporters_match_a_reports(tmp_path) -> None:
+def test_comparison_render_exporters_match_a_reports(tmp_path) -> None:
     from modelprof.render import read_csv, read_json
 
     df = compare(_pair(), (10,), timing=False)
-    md = df.to_markdown()
+    md = df.render.to_markdown()
     lines = md.splitlines()
     assert lines[0].split("|")[1].strip() == "model"
     # wide: params 440, MACs 400, macs ratio 400 / 200 = 2; no pandas float like 2.000000
     assert re.search(r"\| wide +\| 1x10 +\| +440 \| +400 \|", md) and "2.00×" in md
     assert "madd" not in md.lower()  # compact columns unless columns="all"
-    assert "MAdd" in df.to_markdown(columns="all")
-    tex = df.to_latex(label="tab:cmp")
+    assert "MAdd" in df.render.to_markdown(columns="all")
+    tex = df.render.to_latex(label="tab:cmp")
     assert tex.startswith("% modelprof table") and r"\label{tab:cmp}" in tex
     assert "baseline narrow" in tex  # the caption names the baseline
-    page = df.to_html()
+    page = df.render.to_html()
     assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
-    assert "baseline narrow" in df.to_text().splitlines()[0]
-    back = read_csv(df.to_csv(tmp_path / "c.csv"))
+    assert "baseline narrow" in df.render.to_text().splitlines()[0]
+    back = read_csv(df.render.to_csv(tmp_path / "c.csv"))
     assert list(back["model"]) == ["narrow", "wide"] and list(back["macs"]) == [200, 400]
-    table, _, env = read_json(df.to_json(tmp_path / "c.json"))
+    table, _, env = read_json(df.render.to_json(tmp_path / "c.json"))
     assert env["baseline"] == "narrow" and list(table["macs_x"]) == [1.0, 2.0]
+
+
+def test_a_comparisons_pandas_methods_are_pandas(tmp_path) -> None:
+    # compare() returns a DataFrame: its own exporters do what pandas documents (raw numbers,
+    # the index written, no units); modelprof's humanised ones are under .render
+    df = compare(_pair(), (10,), timing=False)
+    plain = pd.DataFrame(df)
+    assert df.to_csv() == plain.to_csv()
+    assert df.to_json() == plain.to_json()
+    assert df.to_html() == plain.to_html()
+    assert df.to_latex() == plain.to_latex()
+    assert "×" not in df.to_csv() and "narrow,1x10" in df.to_csv().replace(" ", "")
+    assert type(df[["macs"]]) is pd.DataFrame  # a derived frame is a plain DataFrame

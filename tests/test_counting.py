@@ -14,23 +14,7 @@ from torch import nn
 from modelprof import ModelProfWarning, profile, register_formula
 from modelprof.counting.counter import count_ops
 from modelprof.counting.formulas import REGISTRY, Cost
-
-
-def tv(name: str, **kw) -> nn.Module:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return getattr(torchvision.models, name)(weights=None, **kw).eval()
-
-
-class Fn(nn.Module):
-    """Wraps a function so that functional code runs inside a module call."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from helpers import Fn, tv
 
 
 def quiet_profile(model, *args, **kw):

@@ -14,6 +14,7 @@ from modelprof.runtime.device import (MemoryStats, PeakTracker, device_synchroni
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import moved_model
 from modelprof.runtime.inputs import parse_device
+from helpers import FakeAllocator
 
 
 @pytest.fixture
@@ -149,28 +150,16 @@ def test_oom_type_of_a_torch_without_torch_out_of_memory_error(monkeypatch):
     assert not is_oom(RuntimeError("CUDA error 2"))
 
 
-def test_synchronize_is_a_no_op_on_cpu_and_meta():
-    device_synchronize(torch.device("cpu"))
-    device_synchronize(torch.device("meta"))
-
-
-class FakeAllocator:
-    """Bytes in use and the peak since the last reset, like the CUDA caching allocator."""
-
-    def __init__(self, base: int = 0) -> None:
-        self.cur = self.peak = base
-
-    def alloc(self, n: int) -> None:
-        self.cur += n
-        self.peak = max(self.peak, self.cur)
-
-    def free(self, n: int) -> None:
-        self.cur -= n
-
-    def stats(self) -> MemoryStats:
-        def reset() -> None:
-            self.peak = self.cur
-        return MemoryStats(lambda: self.peak, reset)
+def test_synchronize_is_a_no_op_on_cpu_and_meta(monkeypatch):
+    # a no-op: it asks no backend to synchronise (a CUDA call here would fail without a GPU)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append(a))
+    assert device_synchronize(torch.device("cpu")) is None
+    assert device_synchronize(torch.device("meta")) is None
+    assert calls == []
+    # the contrast, so the fake is known to be the one reached: cuda asks torch.cuda once
+    device_synchronize(torch.device("cuda", 0))
+    assert calls == [(torch.device("cuda", 0),)]
 
 
 def test_peak_tracker_hands_child_peaks_to_parents():

@@ -10,22 +10,12 @@ import torchvision
 from torch import nn
 
 from modelprof import ModelProfWarning, profile
+from helpers import Fn
 
 
 def totals(model: nn.Module, *args, **kw):
     inputs = args[0] if len(args) == 1 else tuple(args)
     return profile(model, inputs=inputs, timing=False, **kw).totals
-
-
-class Fn(nn.Module):
-    """Wraps a function so that functional code runs inside a module call."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 # -- convolutions -------------------------------------------------------------------------------

@@ -21,17 +21,9 @@ from torch.nn.modules import module as module_mod
 from modelprof import profile, register_formula
 from modelprof.counting.counter import count_ops
 from modelprof.counting.formulas import REGISTRY, Cost
+from helpers import Fn
 
 T = torch.randn
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 def pt_flops(fn, registry=None) -> int:

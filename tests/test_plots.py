@@ -207,3 +207,22 @@ def test_plot_compare_default_metrics_are_those_present() -> None:
     fig = plot_compare(_compare())
     # params, flops and latency_median_ms are in the frame; throughput_samples_per_s is not
     assert [a.get_title() for a in fig.axes] == ["params", "FLOPs", "latency median"]
+
+
+def test_a_reports_roofline_view_never_starts_a_probe(monkeypatch) -> None:
+    # a view reads what the report holds: without peaks it says how to get them, and no probe
+    # of the hardware runs behind the user's back
+    import torch.nn as nn
+
+    import modelprof.timing.peaks as peaks_module
+    from modelprof import profile
+
+    def no_probe(*a, **k):
+        raise AssertionError("plot_roofline started a probe")
+    monkeypatch.setattr(peaks_module, "probe_peaks", no_probe)
+    report = profile(nn.Linear(4, 4), (4,), repeat=3, warmup=0, roofline=False)
+    assert report.peaks is None
+    with pytest.raises(ModelProfError, match=r"no peaks .* probe_peaks\('cpu'\)"):
+        report.plot_roofline()
+    fig = report.plot_roofline(peaks=PEAKS)     # given peaks: drawn
+    assert fig.axes

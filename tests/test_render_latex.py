@@ -24,7 +24,7 @@ def _wide_frame(rows: int = 8) -> pd.DataFrame:
     """A table far wider than a page: long names and many numeric columns."""
     data: dict[str, list] = {"module": [f"encoder.layers.{i}.self_attention.out_proj" for i in range(rows)]}
     for j in range(12):
-        data[f"metric_{j}to_ms"] = [1.5 + i + j for i in range(rows)]
+        data[f"metric_{j}_ms"] = [1.5 + i + j for i in range(rows)]
     return pd.DataFrame(data)
 
 

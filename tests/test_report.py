@@ -5,7 +5,6 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 from torch import nn
 
 from modelprof import ModelProfError, profile

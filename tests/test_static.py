@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import torchvision
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.modules import module as module_mod
@@ -20,16 +19,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from modelprof import ModelProfError, ModelProfWarning, Report, profile, register_formula
 from modelprof.counting.formulas import REGISTRY, Cost
 from modelprof.report.rows import ADDITIVE, COLUMNS, TORCHSTAT_COLUMNS
+from helpers import tv
 
 # torchstat's own table for resnet18, a copy of shared/reference/torchstat_resnet18.csv (see
 # shared/reference/README.md), kept in the repository so that any clone can run this test
 REFERENCE = Path(__file__).resolve().parent / "golden" / "torchstat_resnet18.csv"
-
-
-def tv(name: str, **kw) -> nn.Module:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return getattr(torchvision.models, name)(weights=None, **kw).eval()
 
 
 @pytest.fixture(scope="module")

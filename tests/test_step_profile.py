@@ -14,6 +14,7 @@ from torch import nn
 from modelprof import compare, profile
 from modelprof.cli import main
 from modelprof.errors import ModelProfError
+from helpers import state_snapshot
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::modelprof.errors.NoisyMeasurementWarning")
@@ -37,8 +38,6 @@ class Net(nn.Module):
         return self.head(self.drop(torch.relu(self.bn(self.conv(x)))).flatten(1))
 
 
-def _snapshot(model: nn.Module) -> dict:
-    return {k: v.clone() for k, v in model.state_dict(keep_vars=True).items()}
 
 
 def _global_hooks() -> int:
@@ -52,7 +51,7 @@ def test_model_inputs_and_optimizer_come_back_untouched(timing):
     model = Net()
     model.eval()
     model.bn.train()                      # mixed flags, restored module by module
-    before = _snapshot(model)
+    before = state_snapshot(model)
     objects = {k: v for k, v in model.state_dict(keep_vars=True).items()}
     grad = torch.full_like(model.conv.weight, 0.25)
     model.conv.weight.grad = grad         # a .grad the user had: kept, same object, same values
@@ -218,7 +217,7 @@ def test_cli_backward(tmp_path: Path, capsys: pytest.CaptureFixture):
 def test_step_in_another_dtype_counts_the_same_and_saves_twice_the_bytes():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    before = _snapshot(model)
+    before = state_snapshot(model)
     r32 = profile(model, (8,), batch_size=2, backward=True, **COUNT)
     r64 = profile(model, (8,), batch_size=2, backward=True, dtype=torch.float64, **FAST)
     # backward MACs (batch 2): the first Linear's input needs no grad, so only its weight

@@ -104,8 +104,14 @@ def test_module_runs_in_eval_no_grad_and_flags_are_restored():
     assert set(model.seen) == {(False, False)}
     assert model.training is True and model.inner.training is False
     model.seen.clear()
-    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, eval_mode=False,
+    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, training=True,
                     no_grad=False)
+    assert set(model.seen) == {(True, True)}
+    model.seen.clear()
+    # the old spelling still works, and says which to use instead
+    with pytest.warns(DeprecationWarning, match=r"eval_mode=False\) is deprecated: pass training=True"):
+        measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, eval_mode=False,
+                        no_grad=False)
     assert set(model.seen) == {(True, True)}
 
 

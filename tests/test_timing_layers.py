@@ -15,10 +15,11 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.inputs import make_inputs
 from modelprof.errors import FewSamplesWarning
-from modelprof.timing import LayerTiming, MemoryStats, time_layers
+from modelprof.timing import LayerTiming, time_layers
 from modelprof.timing.calibration import Spin, spin_model
 from modelprof.timing.clock import CpuClock
 from modelprof.timing.layers import HookCost, calibrate_hooks
+from helpers import FakeAllocator
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::modelprof.errors.NoisyMeasurementWarning")
@@ -259,25 +260,6 @@ def test_bad_options_are_rejected():
         time_layers(model, mi, memory_stats="yes")
     with pytest.raises(ModelProfError, match="is not a torch.nn.Module"):
         time_layers(lambda x: x, mi)
-
-
-class FakeAllocator:
-    """Bytes in use and the peak since the last reset, like the CUDA caching allocator."""
-
-    def __init__(self, base: int) -> None:
-        self.cur = self.peak = base
-
-    def alloc(self, n: int) -> None:
-        self.cur += n
-        self.peak = max(self.peak, self.cur)
-
-    def free(self, n: int) -> None:
-        self.cur -= n
-
-    def stats(self) -> MemoryStats:
-        def reset() -> None:
-            self.peak = self.cur
-        return MemoryStats(lambda: self.peak, reset)
 
 
 class Leaf(nn.Module):

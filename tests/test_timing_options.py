@@ -2,6 +2,8 @@
 names it, and the same object accepted by every timing entry point."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -33,7 +35,7 @@ def test_keywords_update_a_given_options_object():
     r = base.replace(repeat=9)
     assert r.stop.repeat == 9 and r.amp is torch.float16
     assert base.stop.repeat == 5                          # frozen: replace makes a copy
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         base.transfer = True                              # type: ignore[misc]
 
 

@@ -13,14 +13,15 @@ import csv
 import io
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
-from modelprof.render.views import with_index, select_columns, select_rows
+from modelprof.render.options import ViewOptions
+from modelprof.render.views import selected_frame, with_index
 
 __all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
 
@@ -127,24 +128,12 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
 
 
-def to_csv(
-    df: pd.DataFrame,
-    *,
-    path: str | os.PathLike[str] | None = None,
-    columns: Iterable[str] | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-) -> str | Path:
+def to_csv(df: pd.DataFrame, *, path: str | os.PathLike[str] | None = None,
+           view: ViewOptions | None = None, **options: Any) -> str | Path:
     """The table as CSV, raw numbers. A meaningful index (compare results keyed by model name) is
     written as the first column; row labels of a default or filtered index are not. Returns the
     text or writes ``path`` and returns it."""
-    if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
-    if depth is not None or leaf_only or top_k is not None or sort_by is not None:
-        df = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
-    df = select_columns(df, columns)
+    df = selected_frame(df, ViewOptions.parse(view, **options))
     out = with_index(df).copy()
     for name in out.columns:
         col = out[name]

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from modelprof.render._output import emit
+from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, prepare_table
 
 __all__ = ["to_html", "html_page", "html_table"]
@@ -144,35 +145,19 @@ def html_page(body: str, *, title: str, heading: str | None = None,
     return _PAGE.format(title=html.escape(title), body="\n".join(parts))
 
 
-def to_html(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    caption: str | None = None,
-    max_height: str | None = None,
-    standalone: bool = False,
-    title: str | None = None,
-    summary: Iterable[str] = (),
-    units: str = "human",
-    columns: Iterable[str] | str | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-    show_totals: bool = True,
-) -> str | Path:
+def to_html(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+            end_to_end: Mapping[str, Any] | None = None,
+            path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+            **options: Any) -> str | Path:
     """A styled HTML table of ``df`` with its footer rows, for notebooks (``_repr_html_``) and
     files: a fragment, or with ``standalone=True`` a complete page titled ``title`` (default:
-    the caption) with the ``summary`` lines above the table. Returns the text, or writes ``path``
-    and returns it."""
-    table = prepare_table(
-        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only,
-        top_k=top_k, sort_by=sort_by, units=units, show_totals=show_totals,
-    )
-    fragment = html_table(table, caption=None if standalone else caption, max_height=max_height)
-    if standalone:
-        page_title = title or caption or "modelprof report"
-        fragment = html_page(fragment, title=page_title, summary=summary)
+    the caption) with the ``summary`` lines above the table (``caption``, ``max_height`` and the
+    shared view options). Returns the text, or writes ``path`` and returns it."""
+    view = ViewOptions.parse(view, **options)
+    table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
+    fragment = html_table(table, caption=None if view.standalone else view.caption,
+                          max_height=view.max_height)
+    if view.standalone:
+        page_title = view.title or view.caption or "modelprof report"
+        fragment = html_page(fragment, title=page_title, summary=view.summary)
     return emit(fragment, path)

@@ -18,14 +18,15 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
-from modelprof.render.views import select_columns, select_rows
+from modelprof.render.options import ViewOptions
+from modelprof.render.views import selected_frame
 
 __all__ = ["FORMAT", "VERSION", "to_json", "read_json"]
 
@@ -115,29 +116,17 @@ def _is_default_index(index: pd.Index) -> bool:
     )
 
 
-def to_json(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    env: Mapping[str, Any] | None = None,
-    *,
-    path: str | os.PathLike[str] | None = None,
-    indent: int | None = 2,
-    columns: Iterable[str] | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-) -> str | Path:
+def to_json(df: pd.DataFrame, totals: Mapping[str, Any] | None = None,
+            env: Mapping[str, Any] | None = None, *,
+            path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+            **options: Any) -> str | Path:
     """The table (raw numbers), the totals and the environment as one JSON document.
 
     Row/column selection options work as in the other exporters; the selected rows keep their
     index. Returns the text or writes ``path`` and returns it.
     """
-    if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
-    if depth is not None or leaf_only or top_k is not None or sort_by is not None:
-        df = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
-    df = select_columns(df, columns)
+    view = ViewOptions.parse(view, **options)
+    df = selected_frame(df, view)
     if isinstance(df.columns, pd.MultiIndex):
         raise ModelProfError("to_json cannot write a table with MultiIndex columns")
     names = [str(c) for c in df.columns]
@@ -164,7 +153,7 @@ def to_json(
         "totals": None if totals is None else _plain(dict(totals), "totals"),
         "env": None if env is None else _plain(dict(env), "env"),
     }
-    return emit(_dumps(document, indent) + "\n", path)
+    return emit(_dumps(document, view.indent) + "\n", path)
 
 
 def _dumps(document: dict[str, Any], indent: int | None) -> str:

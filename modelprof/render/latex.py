@@ -28,6 +28,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, prepare_table
 
 __all__ = [
@@ -190,32 +191,18 @@ def _footer_line(row: Sequence[str]) -> str:
     return " & ".join([label, *(escape_latex(c) for c in row[span:])]) + r" \\"
 
 
-def latex_table(
-    table: Table,
-    *,
-    caption: str | None = None,
-    label: str | None = None,
-    position: str | None = None,
-    float_env: bool = True,
-    width: str | None = "textwidth",
-    fit: str | None = "columns",
-    long: bool | None = None,
-    font_size: str = "small",
-    priority: Sequence[str] = (),
-) -> str:
+def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -> str:
     """Lay out a prepared :class:`Table` as booktabs rules in a ``table`` float (``table*`` for
     ``width="textwidth"``, so it spans both columns of a two-column paper), a ``longtable``, or a
     bare ``tabular`` (``float_env=False``). ``caption`` and ``label`` are inserted verbatim (they
     are LaTeX). See the module docstring for ``width``, ``fit`` and ``long``."""
-    if fit not in FITS:
-        raise ModelProfError(f"fit={fit!r} is not one of {list(FITS)}")
-    if width not in WIDTHS:
-        raise ModelProfError(f"width={width!r} is not one of {list(WIDTHS)}")
-    _font_pt(font_size)  # validates
+    view = ViewOptions.parse(view, **options)
+    width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
+    _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
     if long is None:
-        long = float_env and n_lines > LONG_ROWS
-    if long and not float_env:
+        long = view.float_env and n_lines > LONG_ROWS
+    if long and not view.float_env:
         raise ModelProfError("long=True makes a longtable, which is its own environment; "
                              "drop float_env=False")
     if long and fit in ("scale", "both"):
@@ -224,87 +211,79 @@ def latex_table(
     if width is not None and fit is not None:
         target = NOMINAL_WIDTH_PT[width]
         if fit == "columns":
-            table = _drop_until_fits(table, target, font_size, priority)
+            table = _drop_until_fits(table, target, font_size, view.priority)
         elif fit == "both":
-            table = _drop_until_fits(table, target * _MAX_SHRINK, font_size, priority)
+            table = _drop_until_fits(table, target * _MAX_SHRINK, font_size, view.priority)
     scale = width is not None and fit in ("scale", "both")
-    spec = "".join("r" if n else "l" for n in table.numeric)
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
     body = [_line(r) for r in table.cells]
     if table.footer:
         body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
-
     packages = ["booktabs"] + (["longtable"] if long else []) + (["graphicx"] if scale else [])
     out = [f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble",
            f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
            f"\\{font_size} ({len(table.columns)} columns)"]
     if long:
-        n = len(table.columns)
-        first = [*head, r"\endfirsthead"]
-        if caption is not None:
-            first.insert(0, f"\\caption{{{caption}}}" + (f"\\label{{{label}}}" if label else "")
-                         + r" \\")
-        elif label is not None:
-            first.insert(0, f"\\label{{{label}}}" + r" \\")
-        out += [r"\begingroup", f"\\{font_size}", f"\\begin{{longtable}}{{{spec}}}", *first,
-                f"\\multicolumn{{{n}}}{{l}}{{\\emph{{(continued)}}}} \\\\", *head, r"\endhead",
-                r"\midrule", f"\\multicolumn{{{n}}}{{r}}{{\\emph{{continued on the next page}}}} \\\\",
-                r"\endfoot", r"\bottomrule", r"\endlastfoot", *body, r"\end{longtable}",
-                r"\endgroup"]
-        return "\n".join(out) + "\n"
+        return "\n".join(out + _longtable(table, head, body, view)) + "\n"
+    return "\n".join(out + _floating(table, head, body, view, scale)) + "\n"
 
+
+def _check_layout(view: ViewOptions) -> None:
+    if view.fit not in FITS:
+        raise ModelProfError(f"fit={view.fit!r} is not one of {list(FITS)}")
+    if view.width not in WIDTHS:
+        raise ModelProfError(f"width={view.width!r} is not one of {list(WIDTHS)}")
+    _font_pt(view.font_size)  # validates
+
+
+def _longtable(table: Table, head: list[str], body: list[str], view: ViewOptions) -> list[str]:
+    """A longtable that breaks across pages, its header repeated on each."""
+    n, spec = len(table.columns), "".join("r" if n else "l" for n in table.numeric)
+    caption, label = view.caption, view.label
+    first = [*head, r"\endfirsthead"]
+    if caption is not None:
+        first.insert(0, f"\\caption{{{caption}}}" + (f"\\label{{{label}}}" if label else "")
+                     + r" \\")
+    elif label is not None:
+        first.insert(0, f"\\label{{{label}}}" + r" \\")
+    return [r"\begingroup", f"\\{view.font_size}", f"\\begin{{longtable}}{{{spec}}}", *first,
+            f"\\multicolumn{{{n}}}{{l}}{{\\emph{{(continued)}}}} \\\\", *head, r"\endhead",
+            r"\midrule",
+            f"\\multicolumn{{{n}}}{{r}}{{\\emph{{continued on the next page}}}} \\\\",
+            r"\endfoot", r"\bottomrule", r"\endlastfoot", *body, r"\end{longtable}",
+            r"\endgroup"]
+
+
+def _floating(table: Table, head: list[str], body: list[str], view: ViewOptions,
+              scale: bool) -> list[str]:
+    """A tabular, scaled to the width when asked, in a table float (or bare)."""
+    spec = "".join("r" if n else "l" for n in table.numeric)
     tabular = [f"\\begin{{tabular}}{{{spec}}}", *head, *body, r"\bottomrule", r"\end{tabular}"]
     if scale:
-        length = f"\\{width}"
+        length = f"\\{view.width}"
         # shrink to the width only when wider: \width is the natural width inside \resizebox
         tabular = [f"\\resizebox{{\\ifdim\\width>{length}{length}\\else\\width\\fi}}{{!}}{{%",
                    *tabular[:-1], tabular[-1] + "}"]
-    if not float_env:
-        return "\n".join(out + [f"{{\\{font_size}", *tabular, "}"]) + "\n"
-    env = "table*" if width == "textwidth" else "table"
-    out.append(f"\\begin{{{env}}}" + (f"[{position}]" if position else ""))
-    out += [r"\centering", f"\\{font_size}"]
-    if caption is not None:
-        out.append(f"\\caption{{{caption}}}")
-    if label is not None:
-        out.append(f"\\label{{{label}}}")
-    out += tabular
-    out.append(f"\\end{{{env}}}")
-    return "\n".join(out) + "\n"
+    if not view.float_env:
+        return [f"{{\\{view.font_size}", *tabular, "}"]
+    env = "table*" if view.width == "textwidth" else "table"
+    out = [f"\\begin{{{env}}}" + (f"[{view.position}]" if view.position else ""),
+           r"\centering", f"\\{view.font_size}"]
+    if view.caption is not None:
+        out.append(f"\\caption{{{view.caption}}}")
+    if view.label is not None:
+        out.append(f"\\label{{{view.label}}}")
+    return out + tabular + [f"\\end{{{env}}}"]
 
 
-def to_latex(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    caption: str | None = None,
-    label: str | None = None,
-    position: str | None = None,
-    float_env: bool = True,
-    width: str | None = "textwidth",
-    fit: str | None = "columns",
-    long: bool | None = None,
-    font_size: str = "small",
-    priority: Sequence[str] = (),
-    units: str = "fixed",
-    columns: Iterable[str] | str | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-    show_totals: bool = True,
-) -> str | Path:
+def to_latex(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+             end_to_end: Mapping[str, Any] | None = None,
+             path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+             **options: Any) -> str | Path:
     """A booktabs table of ``df`` with its footer rows, fitted to ``width`` (see the module
-    docstring). ``units="fixed"`` (the default) puts one unit per column in the header
+    docstring). ``units="fixed"`` (the default here) puts one unit per column in the header
     (``params (M)``), the usual layout in papers. ``priority`` names the columns to keep longest
     when ``fit`` drops some. Returns the text or writes ``path``."""
-    table = prepare_table(
-        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only,
-        top_k=top_k, sort_by=sort_by, units=units, show_totals=show_totals,
-    )
-    text = latex_table(table, caption=caption, label=label, position=position,
-                       float_env=float_env, width=width, fit=fit, long=long, font_size=font_size,
-                       priority=priority)
-    return emit(text, path)
+    view = ViewOptions.parse(view, **options)
+    table = prepare_table(df, totals, end_to_end=end_to_end, view=view, default_units="fixed")
+    return emit(latex_table(table, view), path)

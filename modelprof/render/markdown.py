@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.text import escape_control
+from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, prepare_table
 
 __all__ = ["to_markdown", "markdown_table"]
@@ -42,25 +43,12 @@ def markdown_table(table: Table) -> str:
     )
 
 
-def to_markdown(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    units: str = "human",
-    columns: Iterable[str] | str | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-    show_totals: bool = True,
-) -> str | Path:
-    """A GitHub pipe table of ``df`` with a totals row (options as in
-    :func:`modelprof.render.views.prepare_table`). Returns the text, or writes ``path`` and
-    returns it. The text ends with a newline."""
-    table = prepare_table(
-        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
-        sort_by=sort_by, units=units, show_totals=show_totals,
-    )
+def to_markdown(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+                end_to_end: Mapping[str, Any] | None = None,
+                path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+                **options: Any) -> str | Path:
+    """A GitHub pipe table of ``df`` with a totals row (view options as in
+    :class:`~modelprof.render.options.ViewOptions`, as ``view=`` or keywords). Returns the text,
+    or writes ``path`` and returns it. The text ends with a newline."""
+    table = prepare_table(df, totals, end_to_end=end_to_end, view=view, **options)
     return emit(markdown_table(table) + "\n", path)

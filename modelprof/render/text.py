@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, prepare_table
 
 __all__ = ["escape_control", "to_text", "text_table"]
@@ -75,27 +76,14 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     return "\n".join(out)
 
 
-def to_text(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    title: str | None = None,
-    max_rows: int | None = None,
-    units: str = "human",
-    columns: Iterable[str] | str | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-    show_totals: bool = True,
-) -> str | Path:
-    """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals. Returns the text
-    (no trailing newline) or writes ``path`` (with one) and returns it."""
-    table = prepare_table(
-        df, totals, end_to_end=end_to_end, columns=columns, depth=depth, leaf_only=leaf_only, top_k=top_k,
-        sort_by=sort_by, units=units, show_totals=show_totals,
-    )
-    text = text_table(table, max_rows=max_rows, title=title)
+def to_text(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+            end_to_end: Mapping[str, Any] | None = None,
+            path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+            **options: Any) -> str | Path:
+    """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals (``title``,
+    ``max_rows`` and the shared view options). Returns the text (no trailing newline) or writes
+    ``path`` (with one) and returns it."""
+    view = ViewOptions.parse(view, **options)
+    table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
+    text = text_table(table, max_rows=view.max_rows, title=view.title)
     return emit(text if path is None else text + "\n", path)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
+from modelprof.render.options import ViewOptions
 from modelprof.render.units import (IEC_PREFIXES, MISSING, SI_PREFIXES, TIME_UNITS, format_bytes, format_count, format_multiple, format_percent, format_rate, format_time_ms, pick_scale)
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "compact_columns",
     "default_totals",
     "prepare_table",
+    "selected_frame",
     "readable_scale",
 ]
 
@@ -488,19 +490,18 @@ def _label_column(columns: Sequence[str], kinds: Sequence[str], totals: Mapping[
     return None
 
 
-def prepare_table(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    columns: Iterable[str] | str | None = None,
-    depth: int | None = None,
-    leaf_only: bool = False,
-    top_k: int | None = None,
-    sort_by: str | None = None,
-    units: str = "human",
-    show_totals: bool = True,
-) -> Table:
+def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
+    """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON)."""
+    if not isinstance(df, pd.DataFrame):
+        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    if view.selects_rows():
+        df = select_rows(df, **view.selection)
+    return select_columns(df, view.columns)
+
+
+def prepare_table(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+                  end_to_end: Mapping[str, Any] | None = None, view: ViewOptions | None = None,
+                  default_units: str = "human", **options: Any) -> Table:
     """Select rows and columns of ``df`` and render the cells, plus footer rows.
 
     Footer rows: ``total`` (:data:`TOTAL_LABEL`) from ``totals``, which maps column names to
@@ -509,39 +510,21 @@ def prepare_table(
     ``leaf`` column (torchstat view, compare results) gets none. A column absent from the totals
     stays empty in that row. ``end_to_end`` (``{"latency_ms": ...}``) adds a row labelled
     :data:`END_TO_END_LABEL` for the clean end-to-end measurement. ``show_totals=False`` drops
-    both.
+    both. The view options (``view=ViewOptions(...)`` or keywords) select rows, columns and
+    units (``default_units`` where none is asked for).
     """
+    view = ViewOptions.parse(view, **options)
     df = _check_frame(df)
-    units = _check_units(units)
+    units = _check_units(view.units_or(default_units))
     if totals is None:
         totals = default_totals(df)
-    totals = dict(totals) if (totals is not None and show_totals) else None
-    end_to_end = dict(end_to_end) if (end_to_end and show_totals) else None
-    rows = select_rows(df, depth=depth, leaf_only=leaf_only, top_k=top_k, sort_by=sort_by)
-    rows = with_index(rows)
-    shown = select_columns(rows, columns)
+    totals = dict(totals) if (totals is not None and view.show_totals) else None
+    end_to_end = dict(end_to_end) if (end_to_end and view.show_totals) else None
+    rows = with_index(select_rows(df, **view.selection))
+    shown = select_columns(rows, view.columns)
     names = [str(c) for c in shown.columns]
-    specs = [column_spec(n, shown[n]) for n in names]
-    kinds = [s.kind for s in specs]
-
-    headers: list[str] = []
-    formatters: list[Callable[[Any], str]] = []
-    for name, spec in zip(names, specs):
-        if units == "raw":
-            headers.append(name)
-            formatters.append(_raw_cell)
-        elif units == "human":
-            headers.append(spec.header)
-            formatters.append(_human_formatter(spec.kind))
-        else:
-            values = list(shown[name])
-            for extra in (totals, end_to_end):
-                if extra is not None and name in extra:
-                    values.append(extra[name])
-            header, fmt = _fixed_formatter(spec.kind, spec.header, values)
-            headers.append(header)
-            formatters.append(fmt)
-
+    kinds = [column_spec(n, shown[n]).kind for n in names]
+    headers, formatters = _formatters(shown, names, units, (totals, end_to_end))
     columns_data = [list(shown[n]) for n in names]
     if units != "raw" and "module" in names:
         columns_data[names.index("module")] = _module_labels(
@@ -550,7 +533,40 @@ def prepare_table(
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
+    footer = _footer(names, kinds, formatters, totals, end_to_end)
+    return Table(columns=tuple(names), headers=tuple(headers), kinds=tuple(kinds), cells=cells,
+                 footer=tuple(footer), units=units, frame=rows)
 
+
+def _formatters(shown: pd.DataFrame, names: list[str], units: str,
+                extras: Sequence[Mapping[str, Any] | None]) -> tuple[list[str], list[Callable]]:
+    """The header and the cell formatter of each shown column in ``units``; fixed units are
+    chosen over the column's values and its footer values (``extras``)."""
+    headers: list[str] = []
+    formatters: list[Callable[[Any], str]] = []
+    for name in names:
+        spec = column_spec(name, shown[name])
+        if units == "raw":
+            headers.append(name)
+            formatters.append(_raw_cell)
+        elif units == "human":
+            headers.append(spec.header)
+            formatters.append(_human_formatter(spec.kind))
+        else:
+            values = list(shown[name])
+            for extra in extras:
+                if extra is not None and name in extra:
+                    values.append(extra[name])
+            header, fmt = _fixed_formatter(spec.kind, spec.header, values)
+            headers.append(header)
+            formatters.append(fmt)
+    return headers, formatters
+
+
+def _footer(names: list[str], kinds: list[str], formatters: list[Callable],
+            totals: Mapping[str, Any] | None,
+            end_to_end: Mapping[str, Any] | None) -> list[tuple[str, ...]]:
+    """The total and end-to-end rows, each labelled in the first column that has no value."""
     footer: list[tuple[str, ...]] = []
     for label, values in ((TOTAL_LABEL, totals), (END_TO_END_LABEL, end_to_end)):
         if values is None or not set(values) & set(names):
@@ -565,14 +581,5 @@ def prepare_table(
             else:
                 out.append("")
         footer.append(tuple(out))
-
-    return Table(
-        columns=tuple(names),
-        headers=tuple(headers),
-        kinds=tuple(kinds),
-        cells=cells,
-        footer=tuple(footer),
-        units=units,
-        frame=rows,
-    )
+    return footer
 

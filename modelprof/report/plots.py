@@ -184,14 +184,31 @@ def plot_roofline(
     ax = fig.add_subplot()
     x = data["intensity"].to_numpy(dtype=float)
     y = data["achieved_gflops"].to_numpy(dtype=float) * 1e9
-    levels = peaks.memory_levels
-    ridges = [peaks.peak_flops / lv.bandwidth for lv in levels]
-    lo = min(x.min(), *ridges) / 4
-    hi = max(x.max(), *ridges) * 4
-    xs = np.geomspace(lo, hi, 256)
-    # levels with the same bandwidth share one roof line (and one colour)
+    ridges = [peaks.peak_flops / lv.bandwidth for lv in peaks.memory_levels]
+    lo, hi = min(x.min(), *ridges) / 4, max(x.max(), *ridges) * 4
+    roofs = _draw_roofs(ax, peaks, np.geomspace(lo, hi, 256))
+    _draw_layers(ax, data, x, y, roofs, peaks)
+    key = _number_slowest(ax, data, annotate) if annotate else []
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
+                             if peaks.raised else "")
+    ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
+    ax.grid(which="both", alpha=0.25)
+    _legends(fig, ax, key)
+    _save(fig, save)
+    return fig
+
+
+def _draw_roofs(ax: Any, peaks: Peaks, xs: np.ndarray) -> list[list[Any]]:
+    """One roof per memory level (levels of equal bandwidth share a line and a colour), the
+    compute roof; returns ``[[levels], colour]`` per line."""
     roofs: list[list[Any]] = []
-    for lv in levels:
+    for lv in peaks.memory_levels:
         if roofs and roofs[-1][0][-1].bandwidth == lv.bandwidth:
             roofs[-1][0].append(lv)
         else:
@@ -204,40 +221,40 @@ def plot_roofline(
                 label=f"{name} roof: {format_count(group[0].bandwidth, unit='B/s')}{size}")
     ax.axhline(peaks.peak_flops, color="k", lw=1.6,
                label=f"compute roof: {format_count(peaks.peak_flops, unit='FLOP/s')}")
+    return roofs
+
+
+def _draw_layers(ax: Any, data: pd.DataFrame, x: np.ndarray, y: np.ndarray,
+                 roofs: list[list[Any]], peaks: Peaks) -> None:
+    """Each layer as a point, coloured like the roof it is judged against."""
     names = data["memory_level"].astype(object).to_numpy()
+    order = [lv.name for lv in peaks.memory_levels]
     for group, colour in roofs:
         mask = np.isin(names, [lv.name for lv in group])
         if mask.any():
-            judged = sorted({str(n) for n in names[mask]}, key=[lv.name for lv in levels].index)
+            judged = sorted({str(n) for n in names[mask]}, key=order.index)
             ax.scatter(x[mask], y[mask], s=20, color=colour, edgecolors="k", linewidths=0.4,
                        zorder=3, label=f"layers judged at {', '.join(judged)}")
-    key: list[str] = []
-    if annotate:
-        slowest = data.sort_values("latency_ms", ascending=False, kind="stable").head(annotate)
-        groups = _group_close(slowest["intensity"].to_numpy(dtype=float),
-                              slowest["achieved_gflops"].to_numpy(dtype=float) * 1e9)
-        labels = _labels(slowest)
-        for members in groups:
-            first = members[0]
-            ax.annotate(",".join(str(m + 1) for m in members),
-                        (slowest["intensity"].iloc[first],
-                         slowest["achieved_gflops"].iloc[first] * 1e9),
-                        fontsize=7, xytext=(4, 4), textcoords="offset points", zorder=4,
-                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5})
-        for i, (label, ms) in enumerate(zip(labels, slowest["latency_ms"])):
-            key.append(f"{i + 1}  {label} ({format_time_ms(ms)})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("achieved FLOP/s")
-    source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
-                             if peaks.raised else "")
-    ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
-    ax.grid(which="both", alpha=0.25)
-    # Outside the axes, as figure legends the constrained layout makes room for: no label can
-    # cover a point, and nothing is cut off however the figure is shown or saved.
+
+
+def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
+    """Number the ``annotate`` slowest layers on the plot; their key lines."""
+    slowest = data.sort_values("latency_ms", ascending=False, kind="stable").head(annotate)
+    gflops = slowest["achieved_gflops"].to_numpy(dtype=float) * 1e9
+    groups = _group_close(slowest["intensity"].to_numpy(dtype=float), gflops)
+    for members in groups:
+        first = members[0]
+        ax.annotate(",".join(str(m + 1) for m in members),
+                    (slowest["intensity"].iloc[first], gflops[first]),
+                    fontsize=7, xytext=(4, 4), textcoords="offset points", zorder=4,
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5})
+    return [f"{i + 1}  {label} ({format_time_ms(ms)})"
+            for i, (label, ms) in enumerate(zip(_labels(slowest), slowest["latency_ms"]))]
+
+
+def _legends(fig: Any, ax: Any, key: list[str]) -> None:
+    """Outside the axes, as figure legends the constrained layout makes room for: no label can
+    cover a point, and nothing is cut off however the figure is shown or saved."""
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7.5,
                title="roofs and layers", title_fontsize=8)
     if key:
@@ -247,8 +264,6 @@ def plot_roofline(
         fig.legend(blank, key, loc="outside right lower", fontsize=7.5, handlelength=0,
                    handletextpad=0, title="slowest layers", title_fontsize=8,
                    prop={"family": "monospace", "size": 7.5})
-    _save(fig, save)
-    return fig
 
 
 def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:

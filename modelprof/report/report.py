@@ -10,7 +10,6 @@ from typing import Any
 
 import pandas as pd
 
-from modelprof.counting.counter import OpStats
 from modelprof.errors import ModelProfError
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
@@ -187,31 +186,28 @@ class Report:
         return out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]})
 
     # -- exporters ------------------------------------------------------------------------------
-    # Every table exporter takes the same view options: style, group_by, columns, depth (collapse
-    # to modules at depth <= k), leaf_only, top_k and sort_by; see the README.
-    def _table(self, style: str, group_by: str | None = None, depth: int | None = None
-               ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
+    # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
+    # ``view=`` or keywords): style, group_by, columns, depth (collapse to modules at depth <= k),
+    # leaf_only, top_k, sort_by, units, show_totals, and the format's own; see the README.
+    def _table(self, view: Any) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
         """The frame to render, its totals row (the leaf sums) and its end-to-end row."""
-        style = _check_style(style)
         end_to_end: dict[str, Any] | None = None
         if self.latency is not None:
             end_to_end = {"latency_ms": self.latency.median_ms}
             if self.backward_latency is not None:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
-        if group_by is not None:
-            if group_by not in _GROUPS:
-                raise ModelProfError(f"group_by={group_by!r} is not one of {list(_GROUPS)}")
-            if style != "modelprof":
-                raise ModelProfError(f"group_by={group_by!r} sums the modelprof view; "
-                                     f"drop style={style!r}")
-            if depth is not None:
-                raise ModelProfError(f"group_by={group_by!r} sums the leaf rows; depth= "
+        if view.group_by is not None:
+            if view.style != "modelprof":
+                raise ModelProfError(f"group_by={view.group_by!r} sums the modelprof view; "
+                                     f"drop style={view.style!r}")
+            if view.depth is not None:
+                raise ModelProfError(f"group_by={view.group_by!r} sums the leaf rows; depth= "
                                      "does not apply")
-            df = (self.by_layer_type() if group_by == "layer_type"
+            df = (self.by_layer_type() if view.group_by == "layer_type"
                   else self.by_module_type()).reset_index()
             return df, _display_totals(self.totals), end_to_end
-        if style == "torchstat":  # carries its own total row
-            return self._torchstat_frame(depth), None, None
+        if view.style == "torchstat":  # carries its own total row
+            return self._torchstat_frame(view.depth), None, None
         return self.to_dataframe(), _display_totals(self.totals), end_to_end
 
     def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
@@ -227,67 +223,68 @@ class Report:
                 if r.depth == depth or (r.leaf and r.depth < depth)]
         return torchstat_frame(rows, self.timed)
 
-    def _view(self, style: str, view: dict[str, Any], *, compact: bool) -> dict[str, Any]:
-        """The frame, totals and view options for a human-readable exporter. ``compact`` gives
-        the modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns``
-        is given."""
+    def _view(self, style: str, view: Any, options: dict[str, Any], *, compact: bool,
+              **defaults: Any) -> tuple[pd.DataFrame, Any, Any, Any]:
+        """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
+        modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
+        given; ``defaults`` apply where neither ``view`` nor the keywords set a value."""
+        from modelprof.render.options import ViewOptions
         from modelprof.render.views import compact_columns
 
-        group_by = view.pop("group_by", None)
-        depth = view.get("depth")
-        df, totals, end_to_end = self._table(style, group_by, depth)
-        if style == "torchstat" or group_by is not None:
-            view.pop("depth", None)  # already applied (torchstat) or refused (group_by)
-        if compact and style == "modelprof" and group_by is None:
-            view.setdefault("columns", compact_columns(df))
-        return {"df": df, "totals": totals, "end_to_end": end_to_end, **view}
+        view = ViewOptions.parse(view, style=style, **options)
+        df, totals, end_to_end = self._table(view)
+        update = {k: v for k, v in defaults.items()
+                  if k not in options and getattr(view, k) in (None, ())}
+        if view.style == "torchstat" or view.group_by is not None:
+            update["depth"] = None  # already applied (torchstat) or refused (group_by)
+        if compact and view.style == "modelprof" and view.group_by is None \
+                and view.columns is None:
+            update["columns"] = compact_columns(df)
+        return df, totals, end_to_end, view.replace(**update) if update else view
 
     def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
-               **view: Any) -> str | Path:
+               view: Any = None, **options: Any) -> str | Path:
         """CSV with raw numbers (no units, every column), read back exactly by
         ``modelprof.render.read_csv``."""
         from modelprof.render.csvio import to_csv
-        args = self._view(style, view, compact=False)
-        args.pop("totals"), args.pop("end_to_end")
-        return to_csv(args.pop("df"), path=path, **args)
+        df, _, _, view = self._view(style, view, options, compact=False)
+        return to_csv(df, path=path, view=view)
 
     def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
-                    **view: Any) -> str | Path:
+                    view: Any = None, **options: Any) -> str | Path:
         """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
         rows. The compact columns by default (``columns="all"`` for every one)."""
         from modelprof.render.markdown import to_markdown
-        args = self._view(style, view, compact=True)
-        return to_markdown(args.pop("df"), path=path, **args)
+        df, totals, end_to_end, view = self._view(style, view, options, compact=True)
+        return to_markdown(df, totals, end_to_end=end_to_end, path=path, view=view)
 
     def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
-                 caption: str | None = None, **view: Any) -> str | Path:
+                 view: Any = None, **options: Any) -> str | Path:
         """A booktabs table for papers: one unit per column, named in the header; fitted to
         ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
         (``fit="columns"``), scaling (``"scale"``) or both; a ``longtable`` when long. The
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
         from modelprof.render.latex import escape_latex, to_latex
-        args = self._view(style, view, compact=True)
-        args.setdefault("priority", _LATEX_PRIORITY)
-        if caption is None:
-            caption = escape_latex(self._title())
-        return to_latex(args.pop("df"), path=path, caption=caption, **args)
+        df, totals, end_to_end, view = self._view(
+            style, view, options, compact=True, priority=_LATEX_PRIORITY,
+            caption=escape_latex(self._title()))
+        return to_latex(df, totals, end_to_end=end_to_end, path=path, view=view)
 
     def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
-                standalone: bool = True, **view: Any) -> str | Path:
+                standalone: bool = True, view: Any = None, **options: Any) -> str | Path:
         """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
         full), or with ``standalone=False`` the fragment the notebook displays."""
         from modelprof.render.html import to_html
-        args = self._view(style, view, compact=True)
-        args.setdefault("caption", self._title())
-        return to_html(args.pop("df"), path=path, standalone=standalone,
-                       summary=self.summary().splitlines(), **args)
+        df, totals, end_to_end, view = self._view(
+            style, view, {**options, "standalone": standalone}, compact=True,
+            caption=self._title(), summary=tuple(self.summary().splitlines()))
+        return to_html(df, totals, end_to_end=end_to_end, path=path, view=view)
 
     def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
-                **view: Any) -> str | Path:
+                view: Any = None, **options: Any) -> str | Path:
         """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
         from modelprof.render.jsonio import to_json
-        args = self._view(style, view, compact=False)
-        args.pop("totals"), args.pop("end_to_end")
+        df, _, _, view = self._view(style, view, options, compact=False)
         env = {**self.env, "latency": self.latency.to_dict(samples=True)
                if self.latency is not None else None,
                "instrumentation_overhead": self.instrumentation_overhead,
@@ -295,14 +292,14 @@ class Report:
                "timing_notes": self.timing_notes,
                "training_step": self.training_step.to_dict()
                if self.training_step is not None else None}
-        return to_json(args.pop("df"), self.totals, env, path=path, **args)
+        return to_json(df, self.totals, env, path=path, view=view)
 
-    def to_text(self, *, style: str = "modelprof", max_rows: int | None = None,
-                **view: Any) -> str:
+    def to_text(self, *, style: str = "modelprof", view: Any = None, **options: Any) -> str:
         """A plain-text table for terminals (the compact columns by default)."""
         from modelprof.render.text import to_text
-        args = self._view(style, view, compact=True)
-        return str(to_text(args.pop("df"), title=self._title(), max_rows=max_rows, **args))
+        df, totals, end_to_end, view = self._view(style, view, options, compact=True,
+                                                  title=self._title())
+        return str(to_text(df, totals, end_to_end=end_to_end, view=view))
 
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
@@ -318,12 +315,15 @@ class Report:
         return plot_flops(self.to_dataframe(), top_k, **kw)
 
     def plot_roofline(self, peaks: Any = None, **kw: Any):
-        """Each leaf call as a point under the device's roofline (measured peaks by default)."""
+        """Each leaf call as a point under the device's roofline (the report's peaks, or
+        ``peaks``). A view never measures: without peaks it says how to get them."""
         from modelprof.report.plots import plot_roofline
         peaks = peaks or self.peaks
         if peaks is None:
-            from modelprof.timing.peaks import probe_peaks
-            peaks = probe_peaks(self.device if self.device != "meta" else "cpu", self.dtype)
+            raise ModelProfError(
+                "this report has no peaks to draw the roofline against: profile with timing "
+                "(roofline=None probes the device), or pass peaks=modelprof.timing.peaks."
+                f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', {self.dtype!r})")
         return plot_roofline(self.to_dataframe(), peaks, **kw)
 
     # -- display --------------------------------------------------------------------------------
@@ -365,7 +365,9 @@ class Report:
         notebook scrolls a long output itself)."""
         from modelprof.render.html import to_html
         summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
-        table = to_html(**self._view("modelprof", {}, compact=True), caption=self._title())
+        df, totals, end_to_end, view = self._view("modelprof", None, {}, compact=True,
+                                                  caption=self._title())
+        table = to_html(df, totals, end_to_end=end_to_end, view=view)
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
 
 

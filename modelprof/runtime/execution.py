@@ -6,6 +6,7 @@ the throughput search run under the same modes. Every flag set on a model is res
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,8 @@ from modelprof.runtime.tensors import map_tensors
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.guard import set_training
 
-__all__ = ["amp_context", "grad_context", "model_state", "parse_amp", "to_channels_last"]
+__all__ = ["amp_context", "grad_context", "grad_switches", "legacy_eval_mode", "model_state", "parse_amp",
+           "to_channels_last"]
 
 
 @contextlib.contextmanager
@@ -38,6 +40,35 @@ def model_state(model: Any, eval_mode: bool,
         for m, flag in flags:
             if m.training is not flag:   # nn.Module.__setattr__ is slow: only what changed
                 m.training = flag
+
+
+def grad_switches(backward: bool, training: Any = None,
+                  no_grad: Any = None) -> tuple[bool, bool]:
+    """``(training, no_grad)`` as ``profile`` and ``compare`` default them: a training step runs
+    in train mode with grad, a forward in eval mode under ``no_grad``; checked."""
+    if not isinstance(backward, bool):
+        raise ModelProfError(f"backward={backward!r} must be True or False")
+    if backward and no_grad is True:
+        raise ModelProfError("no_grad=True contradicts backward=True (the backward needs grad)")
+    training = backward if training is None else training
+    no_grad = not backward if no_grad is None else no_grad
+    for name, value in (("training", training), ("no_grad", no_grad)):
+        if not isinstance(value, bool):
+            raise ModelProfError(f"{name}={value!r} must be True or False")
+    return training, no_grad
+
+
+def legacy_eval_mode(training: bool, options: dict[str, Any], where: str) -> bool:
+    """``training``, or ``not eval_mode`` where a caller still passes the old spelling (popped
+    from ``options``, with a ``DeprecationWarning``): one name for the switch everywhere."""
+    if "eval_mode" not in options:
+        return training
+    eval_mode = options.pop("eval_mode")
+    if not isinstance(eval_mode, bool):
+        raise ModelProfError(f"eval_mode={eval_mode!r} must be True or False")
+    warnings.warn(f"{where}(eval_mode={eval_mode}) is deprecated: pass "
+                  f"training={not eval_mode}", DeprecationWarning, stacklevel=3)
+    return not eval_mode
 
 
 def grad_context(no_grad: bool) -> contextlib.AbstractContextManager:

@@ -95,19 +95,26 @@ class StepTiming:
         return out
 
 
+@dataclasses.dataclass(eq=False)
 class _Step:
     """One training step of a copy of the model, in phases that keep what the next one needs."""
 
-    def __init__(self, model: nn.Module, args: tuple, kwargs: dict, target: Any, spec: StepSpec,
-                 device: torch.device, amp: torch.dtype | None,
-                 optimizer: torch.optim.Optimizer | None, params: list[torch.Tensor],
-                 leaves: list[torch.Tensor]) -> None:
-        self.model, self.args, self.kwargs, self.target = model, args, kwargs, target
-        self.spec, self.device, self.amp = spec, device, amp
-        self.optimizer, self.params, self.leaves = optimizer, params, leaves
-        self.snapshot = [p.detach().clone() for p in params] if optimizer is not None else None
-        self.out: Any = None
-        self.loss_value: torch.Tensor | None = None
+    model: nn.Module
+    args: tuple
+    kwargs: dict
+    target: Any
+    spec: StepSpec
+    device: torch.device
+    amp: torch.dtype | None
+    optimizer: torch.optim.Optimizer | None
+    params: list[torch.Tensor]
+    leaves: list[torch.Tensor]
+    out: Any = None
+    loss_value: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self.snapshot = ([p.detach().clone() for p in self.params]
+                         if self.optimizer is not None else None)
 
     def forward(self) -> None:
         with amp_context(self.device, self.amp):

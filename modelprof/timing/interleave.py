@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.execution import legacy_eval_mode
 from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
@@ -85,7 +86,7 @@ class LatencyComparison:
 
 
 def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
-                        baseline: str | None = None, eval_mode: bool = True,
+                        baseline: str | None = None, training: bool = False,
                         no_grad: bool = True,
                         progress: Callable[[str], None] | None = None) -> LatencyComparison:
     """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``)."""
@@ -108,7 +109,7 @@ def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
             if progress is not None:
                 progress(f"warming up {name}")
             tc = stack.enter_context(TimedCall(c.fn, c.target, c.inputs, opts,
-                                               eval_mode=eval_mode, no_grad=no_grad, label=name))
+                                               eval_mode=not training, no_grad=no_grad, label=name))
             ests.append(tc.warm())
             calls.append(tc)
         if progress is not None:
@@ -148,7 +149,7 @@ def measure_latencies(
     device: Any = None,
     dtype: Any = None,
     baseline: str | None = None,
-    eval_mode: bool = True,
+    training: bool = False,
     no_grad: bool = True,
     options: TimingOptions | None = None,
     **timing_options: Any,
@@ -162,11 +163,12 @@ def measure_latencies(
     if not isinstance(candidates, Mapping) or not candidates:
         raise ModelProfError(f"candidates={candidates!r} must be a non-empty dict "
                              "{name: callable}")
+    training = legacy_eval_mode(training, timing_options, "measure_latencies")
     opts = TimingOptions.parse(options, **timing_options)
     prepared = []
     for name, fn in candidates.items():
         target, mi = resolve_call(fn, inputs, input_size=input_size, batch_size=batch_size,
                                   device=device, dtype=dtype, channels_last=opts.channels_last)
         prepared.append(Candidate(str(name), fn, target, mi))
-    return measure_interleaved(prepared, opts, baseline=baseline, eval_mode=eval_mode,
+    return measure_interleaved(prepared, opts, baseline=baseline, training=training,
                                no_grad=no_grad)

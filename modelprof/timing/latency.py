@@ -21,17 +21,17 @@ from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.progress import sampling_bar
-from modelprof.runtime.execution import amp_context, grad_context, model_state, to_channels_last
+from modelprof.runtime.execution import legacy_eval_mode, amp_context, grad_context, model_state, to_channels_last
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
 from modelprof.runtime.tensors import iter_tensors, map_tensors
-from modelprof.runtime.placement import model_placement, moved_model
+from modelprof.runtime.placement import copy_model, model_placement, moved_model
 from modelprof.timing.clock import clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import WARMED, Sampled, collect, input_signature, warm_up
 
-__all__ = ["TimedCall", "measure_latency", "resolve_call"]
+__all__ = ["TimedCall", "measure_latency", "resolve_call", "timing_runner"]
 
 
 def _has_tensors(model: nn.Module) -> bool:
@@ -298,7 +298,7 @@ def measure_latency(
     batch_size: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
-    eval_mode: bool = True,
+    training: bool = False,
     no_grad: bool = True,
     label: str | None = None,
     options: TimingOptions | None = None,
@@ -309,7 +309,7 @@ def measure_latency(
     ``inputs``: a tensor (the one argument), a tuple (positional arguments) or a dict (keyword
     arguments); or ``input_size`` (batch excluded) + ``batch_size`` for random inputs; or neither
     for a callable that takes no arguments. A module runs under ``eval()`` and ``no_grad`` unless
-    ``eval_mode``/``no_grad`` say otherwise; its flags are restored afterwards.
+    ``training``/``no_grad`` say otherwise; its flags are restored afterwards.
 
     Timing options (``options=TimingOptions(...)`` or keywords, see
     ``modelprof.timing.options``): ``warmup``/``warmup_s``; ``repeat`` or the adaptive stop
@@ -318,10 +318,11 @@ def measure_latency(
     ``compile``/``compile_kwargs``, ``clock``; ``warn``.
     """
     t_begin = time.perf_counter()
+    training = legacy_eval_mode(training, timing_options, "measure_latency")
     opts = TimingOptions.parse(options, **timing_options)
     target, mi = resolve_call(fn_or_model, inputs, input_size=input_size, batch_size=batch_size,
                               device=device, dtype=dtype, channels_last=opts.channels_last)
-    with TimedCall(fn_or_model, target, mi, opts, eval_mode=eval_mode, no_grad=no_grad,
+    with TimedCall(fn_or_model, target, mi, opts, eval_mode=not training, no_grad=no_grad,
                    label=label) as tc:
         est = tc.warm()
         with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
@@ -330,3 +331,15 @@ def measure_latency(
     if opts.warn:
         m.warn_if_noisy()
     return m
+
+
+def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
+                  opts: TimingOptions) -> nn.Module:
+    """What the timed passes call: the model itself, or a converted copy (device, dtype,
+    channels_last), or in train mode a copy (train-mode passes update buffers)."""
+    layout = torch.channels_last if opts.channels_last else None
+    runner = moved_model(model, mi.device, dtype, memory_format=layout)
+    if training:
+        runner = copy_model(model, "time it in train mode") if runner is model else runner
+        runner.train()
+    return runner

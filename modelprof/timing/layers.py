@@ -25,7 +25,7 @@ from torch import nn
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import amp_context, grad_context, model_state, to_channels_last
+from modelprof.runtime.execution import legacy_eval_mode, amp_context, grad_context, model_state, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
@@ -483,7 +483,7 @@ def time_layers(
     *,
     modules: dict[nn.Module, str] | None = None,
     memory_stats: MemoryStats | bool | None = None,
-    eval_mode: bool = True,
+    training: bool = False,
     no_grad: bool = True,
     hook_cost: HookCost | None = None,
     options: TimingOptions | None = None,
@@ -497,10 +497,12 @@ def time_layers(
     Times are corrected for the hooks' cost (``calibrate_hooks``, or ``hook_cost`` when given)
     unless ``correct_overhead=False``. ``memory_stats``: ``None`` = the CUDA allocator on CUDA,
     none elsewhere; ``False`` = off; or a ``MemoryStats``. ``modules`` (module -> name, as from
-    ``modelprof.runtime.hooks.module_names``) limits and names the hooked modules.
+    ``modelprof.runtime.hooks.module_names``) limits and names the hooked modules. The model
+    runs in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
+    training = legacy_eval_mode(training, timing_options, "time_layers")
     opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
     if memory_stats is None:
@@ -511,99 +513,133 @@ def time_layers(
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
         args, kwargs = to_channels_last(args), to_channels_last(kwargs)
-    names = module_names(model) if modules is None else modules
-    clock = clock_for(dev, opts.clock)
-    flags = opts.flags(eval_mode=eval_mode, no_grad=no_grad)
-    flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
-    signature = input_signature(args, kwargs, device=str(dev), **flags)
-    already_warm = WARMED.seen(model, signature)
+    run = _LayerRun(model, (args, kwargs), dev,
+                    module_names(model) if modules is None else modules,
+                    clock_for(dev, opts.clock), opts, (training, no_grad))
     calibrated = None
     if hook_cost is None and opts.correct_overhead:
-        calibrated = calibrate_hooks(clock)
+        calibrated = calibrate_hooks(run.clock)
+    run.execute(memory_stats)
+    if calibrated is not None:
+        hook_cost = _measured_hook_cost(run, calibrated)
+    return run.result(model_inputs, hook_cost)
 
-    def forward() -> Any:
-        return model(*args, **kwargs)
 
-    live: list[list[int]] = [[]]     # the stack of open calls of the pass running now (errors)
-    plan: _CallPlan | None = None
-    with contextlib.ExitStack() as stack:
-        if dev.type == "cuda":
-            stack.enter_context(torch.cuda.device(dev))
-        stack.enter_context(model_state(model, eval_mode))
-        stack.enter_context(grad_context(no_grad))
-        stack.enter_context(amp_context(dev, opts.amp))
-        try:
-            plan = _CallPlan(names)
-            live[0] = plan.stack
-            discover(model, forward, plan)
-            inst = _Instrument(model, plan, clock, forward)
-            live[0] = inst.open_calls
-            n_warm, est = warm_up(inst.warm_step, opts.warmup, already_warm, clock.sync)
-            with sampling_bar(opts.stop, enabled=opts.progress,
-                              desc=f"per-layer {type(model).__name__}") as bar:
-                with gc_paused() as between_blocks:
-                    def block(k: int) -> np.ndarray:
-                        out = inst.sample_block(k)
-                        between_blocks()
-                        return out
-                    sampled = collect(block, opts.stop, est, on_block=bar)
-            n_warm += 1
-            peaks = None
-            if memory_stats is not False:
-                peaks = _memory_pass(model, plan, memory_stats, forward, names, live)
-                n_warm += 1
-        except ModelProfError:
-            raise
-        except Exception as e:
-            if is_oom(e):
+
+class _LayerRun:
+    """One ``time_layers`` call: the passes under the run's modes, then their result."""
+
+    def __init__(self, model: nn.Module, call: tuple[tuple, dict], dev: torch.device,
+                 names: dict[nn.Module, str], clock: Any, opts: TimingOptions,
+                 switches: tuple[bool, bool]) -> None:
+        self.model, (self.args, self.kwargs), self.dev = model, call, dev
+        self.names, self.clock, self.opts = names, clock, opts
+        self.training, self.no_grad = switches
+        training, no_grad = switches
+        args, kwargs = call
+        self.flags = opts.flags(eval_mode=not training, no_grad=no_grad)
+        self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
+        self.signature = input_signature(args, kwargs, device=str(dev), **self.flags)
+        self.live: list[list[int]] = [[]]   # the open calls of the pass running now (errors)
+        self.plan: _CallPlan | None = None
+        self.peaks = None
+
+    def forward(self) -> Any:
+        return self.model(*self.args, **self.kwargs)
+
+    def execute(self, memory_stats: Any) -> None:
+        """Discovery, warm-up, the sampled instrumented/plain passes and the memory pass."""
+        model, live = self.model, self.live
+        already_warm = WARMED.seen(model, self.signature)
+        with contextlib.ExitStack() as stack:
+            if self.dev.type == "cuda":
+                stack.enter_context(torch.cuda.device(self.dev))
+            stack.enter_context(model_state(model, not self.training))
+            stack.enter_context(grad_context(self.no_grad))
+            stack.enter_context(amp_context(self.dev, self.opts.amp))
+            try:
+                self.plan = plan = _CallPlan(self.names)
+                live[0] = plan.stack
+                discover(model, self.forward, plan)
+                self.inst = inst = _Instrument(model, plan, self.clock, self.forward)
+                live[0] = inst.open_calls
+                self.n_warm, est = warm_up(inst.warm_step, self.opts.warmup, already_warm,
+                                           self.clock.sync)
+                self.sampled = self._sample(inst, est)
+                self.n_warm += 1
+                if memory_stats is not False:
+                    self.peaks = _memory_pass(model, plan, memory_stats, self.forward,
+                                              self.names, live)
+                    self.n_warm += 1
+            except ModelProfError:
                 raise
-            keys = plan.keys if plan is not None else []
-            raise ModelProfError(f"forward of {type(model).__name__} failed in "
-                                 f"{_running(live[0], keys, model)} while timing layers: "
-                                 f"{type(e).__name__}: {e}") from e
-    WARMED.add(model, signature)
+            except Exception as e:
+                if is_oom(e):
+                    raise
+                keys = self.plan.keys if self.plan is not None else []
+                raise ModelProfError(f"forward of {type(model).__name__} failed in "
+                                     f"{_running(live[0], keys, model)} while timing layers: "
+                                     f"{type(e).__name__}: {e}") from e
+        WARMED.add(model, self.signature)
 
-    keys = plan.keys
-    raw = np.vstack(inst.rows)
+    def _sample(self, inst: Any, est: Any) -> Any:
+        with sampling_bar(self.opts.stop, enabled=self.opts.progress,
+                          desc=f"per-layer {type(self.model).__name__}") as bar:
+            with gc_paused() as between_blocks:
+                def block(k: int) -> np.ndarray:
+                    out = inst.sample_block(k)
+                    between_blocks()
+                    return out
+                return collect(block, self.opts.stop, est, on_block=bar)
+
+    def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
+        plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
+        keys = plan.keys
+        raw = np.vstack(inst.rows)
+        corrected = raw if hook_cost is None else hook_cost.correct(raw, plan.nested_counts(),
+                                                                    plan.parent_index)
+        env = collect_env(self.dev, dtype=opts.amp or model_inputs.dtype,
+                          batch_size=model_inputs.batch_size, clock=self.clock.kind,
+                          **self.flags)
+        if hook_cost is not None:
+            env["hook_cost"] = hook_cost.to_dict()
+        timing = LayerTiming(
+            samples={k: corrected[:, i].copy() for i, k in enumerate(keys)},
+            order=list(keys), passes_ms=np.asarray(sampled.samples_ms),
+            parents=dict(plan.parents), peak_memory_bytes=self.peaks, device=str(self.dev),
+            batch_size=model_inputs.batch_size, warmup=self.n_warm,
+            stop_reason=sampled.stop_reason, env=env,
+            raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
+            hook_cost=hook_cost, blocks=sampled.blocks, timestamps_s=sampled.timestamps_s,
+            plain_ms=np.concatenate(inst.plain), foreign_calls=plan.foreign_calls,
+            min_samples=opts.stop.promised_min)
+        if opts.warn and timing.undersampled:
+            timing.end_to_end.warn_if_noisy()      # names n and min_samples
+        return timing
+
+
+def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
+    """The model's own cost per hooked call, the inside part calibrated.
+
+    Each instrumented pass is followed by its plain pass, so a change of the machine's pace
+    reaches both kinds alike; the estimate is (median instrumented - median plain), the
+    difference that makes the corrected pass's median the plain pass's. On a loaded machine
+    preemption lands more often on the longer, instrumented pass and overstates it, so on the CPU
+    the same difference of thread CPU time (which time spent descheduled does not enter) bounds
+    it. Medians of blocks of k instrumented then k plain passes, with a bound from the mean CPU
+    time, put the corrected leaf sum of 200 Linear(16, 16) at 0.78-1.08 of the plain pass on this
+    project's VM; this, 0.95-1.00 (benchmarks/leaf_sum.py). With fewer than ten passes the
+    difference is mostly noise (one pass pair under load read 205 us per call where the hooks
+    cost ~5, and zeroed 16 rows of resnet18): the calibration chain's cost stands in.
+    """
+    keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
-    if calibrated is not None:       # the model's own cost per call, the inside part calibrated
-        # Each instrumented pass is followed by its plain pass, so a change of the machine's
-        # pace reaches both kinds alike; the estimate is (median instrumented - median plain),
-        # the difference that makes the corrected pass's median the plain pass's. On a loaded
-        # machine preemption lands more often on the longer, instrumented pass and overstates
-        # it, so on the CPU the same difference of thread CPU time (which time spent
-        # descheduled does not enter) bounds it. Medians of blocks of k instrumented then k
-        # plain passes, with a bound from the mean CPU time, put the corrected leaf sum of 200
-        # Linear(16, 16) at 0.78-1.08 of the plain pass on this project's VM; this, 0.95-1.00
-        # (benchmarks/leaf_sum.py). With fewer than ten passes the difference is mostly noise
-        # (one pass pair under load read 205 us per call where the hooks cost ~5, and zeroed 16
-        # rows of resnet18): the calibration chain's cost stands in.
-        if sampled.n < _MIN_COST_PASSES and calibrated.applied:   # (CUDA: no chain to ask)
-            per_call, source = calibrated.per_call_ms * len(keys), "chain"
-        else:
-            per_call, source = float(np.median(sampled.samples_ms) - np.median(plain)), "model"
-            if inst.cpu_ms is not None:
-                cpu_inst, cpu_plain = inst.cpu_ms
-                per_call = min(per_call, float(np.median(cpu_inst) - np.median(cpu_plain)))
-        per_call = max(0.0, per_call) / len(keys)
-        hook_cost = HookCost(per_call, min(calibrated.self_ms, per_call), applied=True,
-                             source=source)
-    corrected = raw if hook_cost is None else hook_cost.correct(raw, plan.nested_counts(),
-                                                                plan.parent_index)
-    env = collect_env(dev, dtype=opts.amp or model_inputs.dtype,
-                      batch_size=model_inputs.batch_size, clock=clock.kind, **flags)
-    if hook_cost is not None:
-        env["hook_cost"] = hook_cost.to_dict()
-    timing = LayerTiming(samples={k: corrected[:, i].copy() for i, k in enumerate(keys)},
-                         order=list(keys), passes_ms=np.asarray(sampled.samples_ms),
-                         parents=dict(plan.parents), peak_memory_bytes=peaks, device=str(dev),
-                         batch_size=model_inputs.batch_size, warmup=n_warm,
-                         stop_reason=sampled.stop_reason, env=env,
-                         raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
-                         hook_cost=hook_cost, blocks=sampled.blocks,
-                         timestamps_s=sampled.timestamps_s, plain_ms=plain,
-                         foreign_calls=plan.foreign_calls,
-                         min_samples=opts.stop.promised_min)
-    if opts.warn and timing.undersampled:
-        timing.end_to_end.warn_if_noisy()      # names n and min_samples
-    return timing
+    if sampled.n < _MIN_COST_PASSES and calibrated.applied:   # (CUDA: no chain to ask)
+        per_call, source = calibrated.per_call_ms * len(keys), "chain"
+    else:
+        per_call, source = float(np.median(sampled.samples_ms) - np.median(plain)), "model"
+        if inst.cpu_ms is not None:
+            cpu_inst, cpu_plain = inst.cpu_ms
+            per_call = min(per_call, float(np.median(cpu_inst) - np.median(cpu_plain)))
+    per_call = max(0.0, per_call) / len(keys)
+    return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)

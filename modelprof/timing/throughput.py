@@ -202,6 +202,8 @@ def measure_throughput(
     max_batch: int = 1024,
     gain: float = THROUGHPUT_GAIN,
     patience: int = PATIENCE,
+    training: bool = False,
+    no_grad: bool = True,
     options: TimingOptions | None = None,
     **timing_options: Any,
 ) -> Throughput:
@@ -210,7 +212,8 @@ def measure_throughput(
     ``input_size`` excludes the batch dimension. Timing options (``TimingOptions`` or keywords:
     ``amp``, ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) apply to
     every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
-    (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points.
+    (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points. A module runs
+    in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
     """
     max_batch = check_int("max_batch", max_batch, 1)
     patience = check_int("patience", patience, 1)
@@ -222,38 +225,10 @@ def measure_throughput(
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
     opts = TimingOptions.parse(options, **timing_options).replace(warn=False)
-    dev = parse_device(device)
-    dt = parse_dtype(dtype)
-    target: Any = model
-    if isinstance(model, nn.Module):
-        dev = dev or model_placement(model)[0]
-        fmt = torch.channels_last if opts.channels_last else None
-        target = moved_model(model, dev, dt, memory_format=fmt)      # once, not per point
-    dev = dev or torch.device("cpu")
-
-    cuda = dev.type == "cuda"
-    mem_before = None
-    if cuda:
-        # What a first call creates for the rest of the process (cuBLAS workspace, handles) is
-        # made before the baseline, so the before/after check sees only what the search holds.
-        try:
-            measure_latency(target, input_size=input_size, batch_size=1, device=dev, dtype=dt,
-                            options=opts.replace(warmup=0, repeat=1))
-        except Exception as e:
-            if not is_oom(e):       # out of memory at batch 1: the search will say so
-                raise
-        _free(dev)                  # after the except block: its traceback holds tensors
-        mem_before = torch.cuda.memory_allocated(dev)
-
-    def measure(b: int) -> ThroughputPoint:
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(dev)
-        m = measure_latency(target, input_size=input_size, batch_size=b, device=dev, dtype=dt,
-                            options=opts)
-        peak = int(torch.cuda.max_memory_allocated(dev)) if cuda else None
-        sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
-        return ThroughputPoint(b, m.median_ms, sps, peak, m)
-
+    target, dev = _placed(model, parse_device(device), parse_dtype(dtype), opts)
+    point = _Point(target, input_size, dev, parse_dtype(dtype), opts,
+                   {"training": training, "no_grad": no_grad})
+    mem_before = point.baseline_memory()
     # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
     # out-of-memory error adds a few; the bar then counts past its total)
     bar = progress_bar(max_batch.bit_length(), enabled=opts.progress, desc="throughput",
@@ -266,19 +241,69 @@ def measure_throughput(
         bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
 
     try:
-        points, reason, fit, oom = search_batches(measure, max_batch, gain, patience,
+        points, reason, fit, oom = search_batches(point.measure, max_batch, gain, patience,
                                                   free=lambda: _free(dev), on_point=on_point)
     finally:
         bar.close()
-    mem_after = None
-    if cuda:
-        _free(dev)
-        mem_after = torch.cuda.memory_allocated(dev)
+    mem_after = point.memory_now()
     best = max(points, key=lambda p: p.samples_per_s)
-    env = collect_env(dev, dtype=dt or (best.measurement.env.get("dtype") if best.measurement
-                                        else None),
+    env = collect_env(dev, dtype=point.dtype or (best.measurement.env.get("dtype")
+                                                 if best.measurement else None),
                       batch_size=best.batch_size, max_batch=max_batch, gain=gain,
                       patience=patience, budget_s_per_point=opts.stop.budget_s,
-                      **opts.flags())
+                      **opts.flags(eval_mode=not training, no_grad=no_grad))
     return Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
                       memory_before_bytes=mem_before, memory_after_bytes=mem_after, env=env)
+
+
+def _placed(model: Any, dev: torch.device | None, dt: torch.dtype | None,
+            opts: TimingOptions) -> tuple[Any, torch.device]:
+    """What every point calls (a module moved once, not per point) and the device."""
+    target: Any = model
+    if isinstance(model, nn.Module):
+        dev = dev or model_placement(model)[0]
+        fmt = torch.channels_last if opts.channels_last else None
+        target = moved_model(model, dev, dt, memory_format=fmt)
+    return target, dev or torch.device("cpu")
+
+
+class _Point:
+    """One batch size's measurement, and the device memory around the search."""
+
+    def __init__(self, target: Any, input_size: Any, dev: torch.device, dtype: Any,
+                 opts: TimingOptions, switches: dict[str, bool]) -> None:
+        self.target, self.input_size, self.dev, self.dtype = target, input_size, dev, dtype
+        self.opts, self.switches = opts, switches
+        self.cuda = dev.type == "cuda"
+
+    def _latency(self, batch: int, opts: TimingOptions) -> Measurement:
+        return measure_latency(self.target, input_size=self.input_size, batch_size=batch,
+                               device=self.dev, dtype=self.dtype, options=opts,
+                               **self.switches)
+
+    def baseline_memory(self) -> int | None:
+        """The allocated memory before the search (CUDA). What a first call creates for the
+        rest of the process (cuBLAS workspace, handles) is made first, so the before/after
+        check sees only what the search holds."""
+        if not self.cuda:
+            return None
+        try:
+            self._latency(1, self.opts.replace(warmup=0, repeat=1))
+        except Exception as e:
+            if not is_oom(e):       # out of memory at batch 1: the search will say so
+                raise
+        return self.memory_now()    # after the except block: its traceback holds tensors
+
+    def memory_now(self) -> int | None:
+        if not self.cuda:
+            return None
+        _free(self.dev)
+        return torch.cuda.memory_allocated(self.dev)
+
+    def measure(self, b: int) -> ThroughputPoint:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.dev)
+        m = self._latency(b, self.opts)
+        peak = int(torch.cuda.max_memory_allocated(self.dev)) if self.cuda else None
+        sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
+        return ThroughputPoint(b, m.median_ms, sps, peak, m)

@@ -1,0 +1,114 @@
+"""``ViewOptions``: every exporter's options in one frozen object, parsed once at the boundary
+(as ``TimingOptions`` is for the timers).
+
+Selection (which rows and columns), units and footer apply to every format; the rest belongs to
+one format and is ignored by the others (listed in :data:`FORMAT_OPTIONS`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["FORMAT_OPTIONS", "ViewOptions"]
+
+#: the options each format reads beside the shared ones
+FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
+    "latex": ("caption", "label", "position", "float_env", "width", "fit", "long", "font_size",
+              "priority"),
+    "html": ("caption", "max_height", "standalone", "title", "summary"),
+    "text": ("title", "max_rows"),
+    "json": ("indent",),
+}
+_STYLES = ("modelprof", "torchstat")
+_GROUPS = ("layer_type", "module_type")
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewOptions:
+    """How a table is shown.
+
+    ``style``: the modelprof view or torchstat's; ``group_by``: ``"layer_type"`` or
+    ``"module_type"`` sums of the leaf rows; ``columns``: names, or ``"all"``/``"compact"``;
+    ``depth``: the tree collapsed to modules at depth <= k; ``leaf_only``; ``top_k`` rows by
+    ``sort_by``; ``units``: ``"human"`` (``1.82 G``), ``"fixed"`` (one unit per column header,
+    the default in LaTeX) or ``"raw"``; ``show_totals``: the total and end-to-end footer rows.
+    The format-specific options are listed in :data:`FORMAT_OPTIONS`.
+    """
+
+    style: str = "modelprof"
+    group_by: str | None = None
+    columns: tuple[str, ...] | str | None = None
+    depth: int | None = None
+    leaf_only: bool = False
+    top_k: int | None = None
+    sort_by: str | None = None
+    units: str | None = None          # None: the format's own default
+    show_totals: bool = True
+    # LaTeX
+    caption: str | None = None
+    label: str | None = None
+    position: str | None = None
+    float_env: bool = True
+    width: str | None = "textwidth"
+    fit: str | None = "columns"
+    long: bool | None = None
+    font_size: str = "small"
+    priority: tuple[str, ...] = ()
+    # HTML
+    max_height: str | None = None
+    standalone: bool = False
+    title: str | None = None
+    summary: tuple[str, ...] = ()
+    # text
+    max_rows: int | None = None
+    # JSON
+    indent: int | None = 2
+
+    @classmethod
+    def parse(cls, view: ViewOptions | None = None, **options: Any) -> ViewOptions:
+        """``view`` (or the defaults) with ``options`` applied and checked; an unknown name is a
+        ``ModelProfError`` that lists the valid ones."""
+        if view is not None and not isinstance(view, ViewOptions):
+            raise ModelProfError(f"view={view!r} is not a ViewOptions")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise ModelProfError(f"unknown view option(s) {unknown}; valid: {sorted(names)}")
+        for key in ("columns", "priority", "summary"):
+            value = options.get(key)
+            if value is not None and not isinstance(value, str) and isinstance(value, Iterable):
+                options[key] = tuple(value)
+        out = dataclasses.replace(view or cls(), **options)
+        out._check()
+        return out
+
+    def _check(self) -> None:
+        if self.style not in _STYLES:
+            raise ModelProfError(f"style={self.style!r} is not one of {list(_STYLES)}")
+        if self.group_by is not None and self.group_by not in _GROUPS:
+            raise ModelProfError(f"group_by={self.group_by!r} is not one of {list(_GROUPS)}")
+        for name in ("leaf_only", "show_totals", "float_env", "standalone"):
+            if not isinstance(getattr(self, name), bool):
+                raise ModelProfError(f"{name}={getattr(self, name)!r} must be True or False")
+
+    def replace(self, **options: Any) -> ViewOptions:
+        """A copy with ``options`` changed (checked as in :meth:`parse`)."""
+        return ViewOptions.parse(self, **options)
+
+    @property
+    def selection(self) -> dict[str, Any]:
+        """The row selection, as :func:`modelprof.render.views.select_rows` takes it."""
+        return {"depth": self.depth, "leaf_only": self.leaf_only, "top_k": self.top_k,
+                "sort_by": self.sort_by}
+
+    def selects_rows(self) -> bool:
+        return (self.depth is not None or self.leaf_only or self.top_k is not None
+                or self.sort_by is not None)
+
+    def units_or(self, default: str) -> str:
+        """The units to render in: the ones asked for, else the format's ``default``."""
+        return default if self.units is None else self.units
+

@@ -1,0 +1,55 @@
+"""Helpers shared by the test files, defined once (import them: ``from helpers import Fn``)."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from modelprof.timing.layers import MemoryStats
+
+__all__ = ["FakeAllocator", "Fn", "state_snapshot", "tv"]
+
+
+class Fn(nn.Module):
+    """Wraps a function so that functional code runs inside a module call."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def tv(name: str, **kw) -> nn.Module:
+    """A torchvision model with random weights, in eval mode."""
+    import torchvision
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(torchvision.models, name)(weights=None, **kw).eval()
+
+
+class FakeAllocator:
+    """Bytes in use and the peak since the last reset, like the CUDA caching allocator."""
+
+    def __init__(self, base: int = 0) -> None:
+        self.cur = self.peak = base
+
+    def alloc(self, n: int) -> None:
+        self.cur += n
+        self.peak = max(self.peak, self.cur)
+
+    def free(self, n: int) -> None:
+        self.cur -= n
+
+    def stats(self) -> MemoryStats:
+        def reset() -> None:
+            self.peak = self.cur
+        return MemoryStats(lambda: self.peak, reset)
+
+
+def state_snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every parameter and buffer, by name (compare with ``torch.equal``)."""
+    return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
