@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import warnings
 from typing import Any
 
@@ -17,6 +18,7 @@ from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
+from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
 from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.timing.columns import layer_columns
@@ -62,8 +64,13 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
     # inside a guard the caller holds, its view of the model is read again (it may be older)
     with preserved_state(model, rescan=True), contextlib.ExitStack() as rng_scope:
+        # what the user passes beside the model comes back too: a loss module as the model
+        # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
+        rng_scope.enter_context(preserved_state(_loss_module(loss_fn)))
+        passed = rng_scope.enter_context(snapshot_of(inputs, target))
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                          dtype=dtype_requested)
+        passed.add(mi.args, mi.kwargs)   # moved or made copies: each pass sees them as made
         # the model's own random ops (train-mode dropout) in every pass, the static one
         # included, draw from forked generators: the user's random state comes back as it was
         rng_scope.enter_context(torch.random.fork_rng(
@@ -71,6 +78,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         if spec.timing:
             spec.opts.check_device(mi.device)
         static, step_cost = _count(model, mi, spec, dtype_requested)
+        # the passes that follow see the inputs as the first one did (None: it changed none)
+        mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
         timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
         step_rows: list = []
@@ -193,6 +202,14 @@ def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
     return StepSpec.parse(loss_fn=loss_fn, target=target, optimizer=optimizer)
 
 
+def _loss_module(loss_fn: Any) -> nn.Module | None:
+    """The module a ``loss_fn`` is, or whose bound method or partial it is; else None."""
+    while isinstance(loss_fn, functools.partial):
+        loss_fn = loss_fn.func
+    owner = getattr(loss_fn, "__self__", loss_fn)
+    return owner if isinstance(owner, nn.Module) else None
+
+
 def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
     """Add the per-op counts ``more`` into ``into``."""
     for name, stats in more.items():
@@ -210,7 +227,7 @@ def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelIn
     if layout is None:
         return mi
     return ModelInputs(to_channels_last(mi.args), to_channels_last(mi.kwargs), mi.device,
-                       mi.dtype, mi.batch_size)
+                       mi.dtype, mi.batch_size, mi.reset)
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):

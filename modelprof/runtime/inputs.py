@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,10 @@ class ModelInputs:
     device: torch.device
     dtype: torch.dtype
     batch_size: int
+    #: what puts the inputs back as they went in before each further pass (set by ``profile``
+    #: after the first pass, from a ``modelprof.runtime.snapshot.Snapshot``); None when a pass changes
+    #: nothing in them, so that nothing runs between passes
+    reset: Callable[[], Any] | None = None
 
     def shapes(self) -> str:
         return shape_str((self.args, self.kwargs))

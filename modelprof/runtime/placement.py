@@ -78,7 +78,7 @@ _REGISTRIES = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_s
                "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
-def copy_model(model: nn.Module, why: str) -> nn.Module:
+def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> nn.Module:
     """A copy of ``model`` whose conversion or train-mode passes leave the original untouched.
 
     ``copy.deepcopy`` first; a model that cannot be deep-copied (it holds a ``threading.Lock``,
@@ -86,13 +86,15 @@ def copy_model(model: nn.Module, why: str) -> nn.Module:
     copy instead: every module and its registries copied, parameters re-wrapped (converting
     them then makes new tensors), buffers cloned; other attributes (the lock) are shared with
     the original. ``why`` says what the copy is for, for the error if neither works.
+    ``own_parameters``: the structural copy's parameters get their own memory too (a copy that
+    is trained: an optimizer step writes its parameters in place).
     """
     try:
         return copy.deepcopy(model)
     except Exception as e:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...
         deep_error = e
     try:
-        return _structural_copy(model)
+        return _structural_copy(model, own_parameters)
     except Exception as e:  # noqa: BLE001
         raise ModelProfError(
             f"cannot copy the model ({type(model).__name__}) to {why}: copy.deepcopy failed "
@@ -101,14 +103,15 @@ def copy_model(model: nn.Module, why: str) -> nn.Module:
             "profile it as it is") from deep_error
 
 
-def _structural_copy(model: nn.Module) -> nn.Module:
+def _structural_copy(model: nn.Module, own_parameters: bool = False) -> nn.Module:
     modules: dict[int, nn.Module] = {}
     tensors: dict[int, torch.Tensor] = {}
 
     def tensor(t: torch.Tensor, is_param: bool) -> torch.Tensor:
         if id(t) not in tensors:  # one copy per original: tied weights stay tied
             if is_param:
-                tensors[id(t)] = nn.Parameter(t.detach(), requires_grad=t.requires_grad)
+                data = t.detach().clone() if own_parameters else t.detach()
+                tensors[id(t)] = nn.Parameter(data, requires_grad=t.requires_grad)
             else:
                 tensors[id(t)] = t.detach().clone()
         return tensors[id(t)]

@@ -33,6 +33,7 @@ from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import amp_context
+from modelprof.runtime.guard import preserved_state
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -209,10 +210,11 @@ def grad_leaves(obj: Any) -> Any:
 
 
 def move_target(target: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
-    """The target on ``device``; floating tensors cast to ``dtype`` when one is asked for."""
+    """The target on ``device``; floating tensors cast to ``dtype`` when one is asked for.
+    Detached: a target is data, so no gradient flows into it (nor onto the user's tensor)."""
     def move(t: torch.Tensor) -> torch.Tensor:
         cast = dtype if (dtype is not None and t.is_floating_point()) else None
-        return t.to(device=device, dtype=cast)
+        return t.detach().to(device=device, dtype=cast)
     return map_tensors(target, move)
 
 
@@ -260,10 +262,25 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
     model = counted_module(model, inputs, amp)
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
+    spec = spec.isolated()          # the loss's own parameters and buffers: a copy's
+    with preserved_state(model) as guard:   # the caller's, when profile() holds one
+        # the forward's in-place writes of the parameters (``weight.data.clamp_``, an
+        # ``Embedding(max_norm=)``) reach the user's storage through the aliases: the guard
+        # copies each such tensor before its first write, as in the static pass
+        return _count_step(model, inputs, spec, guard, training=training,
+                           dtype_requested=dtype_requested, registry=registry, amp=amp,
+                           memory_format=memory_format)
+
+
+def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: Any, *,
+                training: bool, dtype_requested: torch.dtype | None,
+                registry: FormulaRegistry | None, amp: torch.dtype | None,
+                memory_format: torch.memory_format | None) -> tuple[StaticResult, StepCost]:
+    """``count_step``'s pass, its state guard held."""
     model_name = type(model).__name__
     names = module_names(model)
     tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
-    counter = OpCounter(tracker, registry)
+    counter = OpCounter(tracker, registry, before_op=guard.write_hook())
     state, copy_of = step_state(model, inputs.device, dtype_requested, memory_format)
     skip = {storage_key(t)[0] for t in state.values()}
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)

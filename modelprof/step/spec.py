@@ -17,12 +17,14 @@ import dataclasses
 import functools
 import inspect
 import operator
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import iter_tensors
 
 __all__ = ["StepSpec", "default_loss"]
@@ -118,6 +120,16 @@ class StepSpec:
                                  f"on any parameter of {model_name} (it does not require grad)")
         return loss
 
+    def isolated(self) -> StepSpec:
+        """This spec with its loss module (a ``loss_fn`` that is a module, or a bound method or
+        partial of one) replaced by a copy with its own parameters and buffers: a step's
+        gradients and buffer updates land on the copy, never on the user's loss module."""
+        owner, rebuild = _loss_owner(self.loss_fn)
+        if owner is None:
+            return self
+        twin = copy_model(owner, "run the loss on a copy", own_parameters=True)
+        return dataclasses.replace(self, loss_fn=rebuild(twin))
+
     # -- the optimizer ----------------------------------------------------------------------
     @property
     def optimizer_name(self) -> str | None:
@@ -149,10 +161,40 @@ class StepSpec:
         if not isinstance(made, torch.optim.Optimizer):
             raise ModelProfError(f"optimizer={self.optimizer_name} returned a "
                                  f"{type(made).__name__}, not a torch.optim.Optimizer")
+        _check_holds(made, params, self.optimizer_name)
         if type(made).__name__ in _NEEDS_CLOSURE:
             raise ModelProfError(f"optimizer={type(made).__name__} needs a closure for step(); "
                                  "it cannot be profiled")
         return made
+
+
+def _check_holds(made: torch.optim.Optimizer, params: list[torch.Tensor], name: Any) -> None:
+    """Refuse an optimizer that holds a tensor it was not given (a factory that ignores its
+    ``params`` and takes ``model.parameters()`` would step the user's own weights)."""
+    given = set(map(id, params))
+    for g, group in enumerate(made.param_groups):
+        for p in group["params"]:
+            if id(p) not in given:
+                raise ModelProfError(
+                    f"optimizer={name} holds a tensor of shape {tuple(p.shape)} (param group "
+                    f"{g}) that is not one of the parameters it was given: a factory must build "
+                    "the optimizer on its argument (lambda params: torch.optim.SGD(params, "
+                    "lr=0.1)), not on model.parameters(), or it would step your model's weights")
+
+
+def _loss_owner(loss_fn: Any) -> tuple[torch.nn.Module | None, Callable[[Any], Any]]:
+    """The module ``loss_fn`` is (or whose bound method it is, also inside a
+    ``functools.partial``), and how to make the same loss function on another module."""
+    if isinstance(loss_fn, torch.nn.Module):
+        return loss_fn, lambda twin: twin
+    if isinstance(loss_fn, functools.partial):
+        owner, rebuild = _loss_owner(loss_fn.func)
+        return owner, lambda twin: functools.partial(rebuild(twin), *loss_fn.args,
+                                                     **loss_fn.keywords)
+    owner = getattr(loss_fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and isinstance(loss_fn, types.MethodType):
+        return owner, lambda twin: types.MethodType(loss_fn.__func__, twin)
+    return None, lambda twin: loss_fn
 
 
 def _parse_optimizer(optimizer: Any) -> Any:

@@ -21,7 +21,6 @@ are never touched) and under a forked RNG.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import time
@@ -41,7 +40,7 @@ from modelprof.runtime.execution import amp_context, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors
-from modelprof.runtime.placement import moved_model
+from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.progress import sampling_bar
 from modelprof.step.spec import StepSpec
 from modelprof.timing.clock import StampBuffer, clock_for
@@ -109,6 +108,7 @@ class _Step:
     optimizer: torch.optim.Optimizer | None
     params: list[torch.Tensor]
     leaves: list[torch.Tensor]
+    reset: Any = None     # puts back the inputs and target a step writes (None: none does)
     out: Any = None
     loss_value: torch.Tensor | None = None
 
@@ -133,6 +133,8 @@ class _Step:
         self.optimizer.step()
 
     def clear(self) -> None:
+        if self.reset is not None:
+            self.reset()
         for t in self.params:
             t.grad = None
         for t in self.leaves:
@@ -255,13 +257,14 @@ class StepTimer:
         if dev.type == "meta":
             raise ModelProfError("device='meta' has no clock: pass timing=False to count the "
                                  "step from shapes alone, or a real device to time it")
+        spec = spec.isolated()      # the loss's own parameters and buffers: a copy's
         self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, training
         self.base = getattr(model, "_orig_mod", model)
         self.label = label or type(self.base).__name__
         layout = torch.channels_last if opts.channels_last else None
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
         if runner is self.base:  # train-mode steps change buffers, .grad and parameters
-            runner = copy.deepcopy(self.base)
+            runner = copy_model(self.base, "time its training step", own_parameters=True)
         runner.train(training)
         self.runner = runner
         self.copy_of = {id(p): q for (_, p), (_, q) in zip(
@@ -288,7 +291,7 @@ class StepTimer:
         self._stack.enter_context(step_guard(dev))
         optimizer = self.spec.make_optimizer(self.params, self.copy_of)
         self.step = _Step(self.runner, self.args, self.kwargs, self.target, self.spec, dev,
-                          self.opts.amp, optimizer, self.params, self.leaves)
+                          self.opts.amp, optimizer, self.params, self.leaves, self.inputs.reset)
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -77,7 +77,7 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
         mi = ModelInputs(map_tensors(given.args, move), map_tensors(given.kwargs, move), dev,
-                         dt or given.dtype, given.batch_size)
+                         dt or given.dtype, given.batch_size, given.reset)
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs((), {}, dev, parse_dtype(dtype) or torch.get_default_dtype(),
                          batch_size or 1)
@@ -86,7 +86,7 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
                          batch_size=batch_size, device=dev, dtype=dtype)
     if channels_last:
         mi = ModelInputs(to_channels_last(mi.args), to_channels_last(mi.kwargs), mi.device,
-                         mi.dtype, mi.batch_size)
+                         mi.dtype, mi.batch_size, mi.reset)
     return target, mi
 
 
@@ -94,6 +94,18 @@ def _label(fn: Any) -> str:
     if isinstance(fn, nn.Module):
         return type(getattr(fn, "_orig_mod", fn)).__name__
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _chain(*steps: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """One callable running each of ``steps`` that is not None in turn; None if none is."""
+    given = [s for s in steps if s is not None]
+    if len(given) <= 1:
+        return given[0] if given else None
+
+    def run() -> None:
+        for step in given:
+            step()
+    return run
 
 
 class _Transfer:
@@ -171,13 +183,17 @@ class TimedCall:
                 fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
             args, kwargs = self.mi.args, self.mi.kwargs
             self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
+            reset = self.mi.reset        # puts back inputs a pass writes (None: none does)
+            # untimed calls (warm-up, compile) start from the same inputs as the timed ones
+            self.fresh_call = self.call if reset is None else (
+                lambda: (reset(), fn(*args, **kwargs))[1])
             if opts.compile is not None:
                 device_synchronize(dev)
                 t0 = time.perf_counter()
-                self._guarded(self.call)          # the first call compiles
+                self._guarded(self.fresh_call)    # the first call compiles
                 device_synchronize(dev)
                 self.compile_ms = (time.perf_counter() - t0) * 1e3
-            self.between = CacheFlusher(dev) if opts.cold_cache else None
+            self.between = _chain(reset, CacheFlusher(dev) if opts.cold_cache else None)
             self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
         except BaseException:
             stack.close()
@@ -218,7 +234,8 @@ class TimedCall:
             step = self._capture_graph()
             est = None
         else:
-            n, est = warm_up(lambda: self._guarded(xfer.step if xfer else self.call),
+            warm = _chain(self.mi.reset, xfer.step) if xfer else self.fresh_call
+            n, est = warm_up(lambda: self._guarded(warm),
                              opts.warmup, self.already_warm, sync)
             self.warmup_calls += n
             step = self.call
@@ -238,10 +255,10 @@ class TimedCall:
         side = torch.cuda.Stream(self.dev)
         side.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(side):
-            n, _ = warm_up(lambda: self._guarded(self.call), self.opts.warmup,
+            n, _ = warm_up(lambda: self._guarded(self.fresh_call), self.opts.warmup,
                            self.already_warm, self.clock.sync)
             if n == 0:
-                self._guarded(self.call)
+                self._guarded(self.fresh_call)
                 n = 1
         torch.cuda.current_stream(self.dev).wait_stream(side)
         self.warmup_calls += n

@@ -254,9 +254,10 @@ class _Instrument:
     discovery pass saw), and one instrumented pass that reads them back."""
 
     def __init__(self, model: nn.Module, plan: _CallPlan, clock: Clock,
-                 forward: Callable[[], Any]) -> None:
+                 forward: Callable[[], Any], reset: Callable[[], Any] | None = None) -> None:
         n = len(plan.keys)
         self.model, self.plan, self.n, self.forward = model, plan, n, forward
+        self.reset = reset   # run before each pass, outside its timed span (None: nothing)
         self.clock = clock
         self.plain: list[np.ndarray] = []      # plain passes, interleaved with the instrumented
         self.stamps = clock.stamps(2 * n + 2)
@@ -309,8 +310,11 @@ class _Instrument:
 
     def warm_step(self) -> None:
         """One instrumented and one plain pass (what a block does, untimed)."""
+        reset = self.reset or _nothing
+        reset()
         with self.hooked():
             self.run()
+        reset()
         self.forward()
 
     def sample_block(self, k: int) -> np.ndarray:
@@ -322,7 +326,10 @@ class _Instrument:
         plain = np.empty(k)
         n, cpu, cpu_ms = self.n, time.thread_time_ns, self.cpu_ms
         forward, time_plain, perf = self.forward, self.clock.time, time.perf_counter_ns
+        reset = self.reset
         for p in range(k):
+            if reset is not None:
+                reset()
             with self.hooked():
                 c0 = cpu()
                 self.run()
@@ -332,8 +339,10 @@ class _Instrument:
             self.rows.append(d[:n])
             out[p] = d[n]
             if cpu_ms is None:
-                plain[p] = time_plain([forward], 1)[0, 0]
+                plain[p] = time_plain([forward], 1, reset)[0, 0]
                 continue
+            if reset is not None:
+                reset()
             # the CPU clock's reading inline, so that the thread CPU time beside it spans the
             # same work as the instrumented pass's (run(): its two stamps and the forward)
             c2 = cpu()
@@ -346,6 +355,10 @@ class _Instrument:
             cpu_ms[1].append((c3 - c2) / 1e6)
         self.plain.append(plain)
         return out
+
+
+def _nothing() -> None:
+    return None
 
 
 def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
@@ -516,6 +529,7 @@ def time_layers(
     run = _LayerRun(model, (args, kwargs), dev,
                     module_names(model) if modules is None else modules,
                     clock_for(dev, opts.clock), opts, (training, no_grad))
+    run.reset = model_inputs.reset
     calibrated = None
     if hook_cost is None and opts.correct_overhead:
         calibrated = calibrate_hooks(run.clock)
@@ -543,8 +557,17 @@ class _LayerRun:
         self.live: list[list[int]] = [[]]   # the open calls of the pass running now (errors)
         self.plan: _CallPlan | None = None
         self.peaks = None
+        #: puts back the inputs a pass writes, before each pass (``ModelInputs.reset``; None:
+        #: no pass writes them)
+        self.reset: Callable[[], Any] | None = None
 
     def forward(self) -> Any:
+        return self.model(*self.args, **self.kwargs)
+
+    def fresh_forward(self) -> Any:
+        """An untimed pass, on the inputs every pass sees."""
+        if self.reset is not None:
+            self.reset()
         return self.model(*self.args, **self.kwargs)
 
     def execute(self, memory_stats: Any) -> None:
@@ -560,15 +583,15 @@ class _LayerRun:
             try:
                 self.plan = plan = _CallPlan(self.names)
                 live[0] = plan.stack
-                discover(model, self.forward, plan)
-                self.inst = inst = _Instrument(model, plan, self.clock, self.forward)
+                discover(model, self.fresh_forward, plan)
+                self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
                 live[0] = inst.open_calls
                 self.n_warm, est = warm_up(inst.warm_step, self.opts.warmup, already_warm,
                                            self.clock.sync)
                 self.sampled = self._sample(inst, est)
                 self.n_warm += 1
                 if memory_stats is not False:
-                    self.peaks = _memory_pass(model, plan, memory_stats, self.forward,
+                    self.peaks = _memory_pass(model, plan, memory_stats, self.fresh_forward,
                                               self.names, live)
                     self.n_warm += 1
             except ModelProfError:
