@@ -6,6 +6,7 @@ The result is a pandas DataFrame (numeric, units in the column names); its noteb
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from modelprof.report.comparison import Comparison
 from modelprof.runtime.inputs import parse_input_size
 from modelprof.runtime.tensors import shape_str
 from modelprof.runtime.progress import progress_bar
+from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.timing.interleave import Candidate, measure_interleaved
 from modelprof.timing.latency import resolve_call
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
@@ -93,7 +95,9 @@ def compare(
     rows: dict[str, dict[str, Any]] = {}
     bar = progress_bar(len(named) + (1 if timing else 0), enabled=run.opts.progress,
                        desc="compare", unit="model")
+    held = contextlib.ExitStack()
     try:
+        run.passed = _hold(held, named, inputs, run.profile_options)
         for name, model in named.items():
             bar.set_description(name)
             try:
@@ -106,7 +110,10 @@ def compare(
             run.time(rows, baseline, bar)
             bar.update(1)
     finally:
-        bar.close()
+        try:
+            held.close()          # the models, inputs, target and loss module put back
+        finally:
+            bar.close()
     return _table(rows, baseline, run.env)
 
 
@@ -127,6 +134,7 @@ class _Run:
         self.candidates: list[Candidate] = []
         self.steps: dict[str, Any] = {}
         self.env: dict[str, Any] = {}
+        self.passed: Snapshot | None = None     # the inputs and target as they went in
 
     def add(self, name: str, model: nn.Module, size: Any, timing: bool,
             search: tuple[TimingOptions, dict[str, Any]] | None) -> dict[str, Any]:
@@ -262,8 +270,25 @@ def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> 
     return row
 
 
+def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any,
+          profile_options: Mapping[str, Any]) -> Snapshot:
+    """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
+    interleaved timing runs the models again) and what is passed beside them: the loss module,
+    and a snapshot of the inputs and the target, which is returned."""
+    from modelprof.runtime.guard import preserved_state
+    from modelprof.step.spec import loss_module
+
+    for entry in named.values():
+        model = entry[0] if isinstance(entry, tuple) else entry
+        held.enter_context(preserved_state(model))
+    held.enter_context(preserved_state(loss_module(profile_options.get("loss_fn"))))
+    return held.enter_context(snapshot_of(inputs, profile_options.get("target")))
+
+
 def _candidate(name: str, model: nn.Module, size: Any, run: _Run, training: bool) -> Candidate:
-    """What the interleaved timing calls for one model, prepared like ``profile``'s clean run."""
+    """What the interleaved timing calls for one model, prepared like ``profile``'s clean run;
+    every pass sees the inputs (shared by all the models) as they went in: ``run.passed`` puts
+    back what a pass changed, before the next."""
     from modelprof.runtime.inputs import make_inputs, parse_dtype
     from modelprof.timing.latency import timing_runner
 
@@ -274,7 +299,10 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run, training: bool
         raise ModelProfError("device='meta' has no clock: pass timing=False to compare costs "
                              "alone, or a real device to time")
     runner = timing_runner(model, mi, dt, training, run.opts)
+    run.passed.add(mi.args, mi.kwargs)
     target, mi = resolve_call(runner, mi, channels_last=run.opts.channels_last)
+    run.passed.add(mi.args, mi.kwargs)       # channels_last copies, where made
+    mi.reset = run.passed.reset
     return Candidate(name, model, target, mi)
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import warnings
 from typing import Any
 
@@ -21,6 +20,7 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
 from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.step.spec import loss_module
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 from modelprof.errors import ModelProfWarning
@@ -66,7 +66,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     with preserved_state(model, rescan=True), contextlib.ExitStack() as rng_scope:
         # what the user passes beside the model comes back too: a loss module as the model
         # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
-        rng_scope.enter_context(preserved_state(_loss_module(loss_fn)))
+        rng_scope.enter_context(preserved_state(loss_module(loss_fn)))
         passed = rng_scope.enter_context(snapshot_of(inputs, target))
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
                          dtype=dtype_requested)
@@ -200,14 +200,6 @@ def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
         raise ModelProfError(f"{opts.end_to_end_only[0]} is not supported with backward=True "
                              "(training steps are timed eagerly, inputs already on the device)")
     return StepSpec.parse(loss_fn=loss_fn, target=target, optimizer=optimizer)
-
-
-def _loss_module(loss_fn: Any) -> nn.Module | None:
-    """The module a ``loss_fn`` is, or whose bound method or partial it is; else None."""
-    while isinstance(loss_fn, functools.partial):
-        loss_fn = loss_fn.func
-    owner = getattr(loss_fn, "__self__", loss_fn)
-    return owner if isinstance(owner, nn.Module) else None
 
 
 def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:

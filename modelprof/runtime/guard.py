@@ -104,6 +104,21 @@ _PLAIN = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffe
 _STRIDED = frozenset({torch.strided})
 _T = torch.Tensor
 _VERSION = operator.attrgetter("_version")
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """``t._version``; None for an inference tensor, which has no version counter (made under
+    ``torch.inference_mode()``: it cannot be written outside that mode, and a write inside it
+    is seen by the first-write watch or the up-front copy alone)."""
+    return None if t.is_inference() else t._version
+
+
+def _versions(ts: list[torch.Tensor]) -> list[int | None]:
+    """:func:`_version` of each tensor, read all at once where none is an inference tensor."""
+    try:
+        return list(map(_VERSION, ts))
+    except RuntimeError:   # "Inference tensors do not track version counter"
+        return list(map(_version, ts))
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _DTYPE = operator.attrgetter("dtype")
 _LAYOUT = operator.attrgetter("layout")
@@ -271,7 +286,7 @@ class StateGuard:
         by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
         ts = self._tensors = list(by_id.values())
         self._names: list[str] | None = None       # found when first needed (see _name)
-        self._versions = list(map(_VERSION, ts))
+        self._versions = _versions(ts)
         self._requires_grad = list(map(_REQUIRES_GRAD, ts))
         # the original storage of each tensor, kept alive for a ``.data`` swap to be undone: the
         # storage object itself where dense (with the offset into it), else a detached alias
@@ -460,7 +475,7 @@ class StateGuard:
         ``requires_grad`` flipped. Everything else is left untouched."""
         ts = self._tensors
         found = set(self._written)
-        for now, entry in ((list(map(_VERSION, ts)), self._versions),
+        for now, entry in ((_versions(ts), self._versions),
                            (_fingerprints(ts), self._layouts),
                            (list(map(_REQUIRES_GRAD, ts)), self._requires_grad)):
             if now != entry:
@@ -473,7 +488,7 @@ class StateGuard:
     def changed(self) -> list[str]:
         """Names of tracked tensors written in place or swapped since entry."""
         return [self._name(i) for i in self._suspects()
-                if self._tensors[i]._version != self._versions[i] or i in self._written
+                if _version(self._tensors[i]) != self._versions[i] or i in self._written
                 or _fingerprint(self._tensors[i]) != self._layouts[i]
                 or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))]
 
@@ -512,9 +527,10 @@ class StateGuard:
             # counter, and the version counter misses writes through ``.data``)
             written = not _same(alias, snapshot)
             if written:
-                alias.copy_(snapshot)
+                with torch.inference_mode(t.is_inference()):  # only there can one be written
+                    alias.copy_(snapshot)
         else:
-            written = t._version != self._versions[i] or i in self._written
+            written = _version(t) != self._versions[i] or i in self._written
             if written and self._keys[i] is not None:
                 self.unrestored.append(self._name(i))
             written = False

@@ -9,10 +9,15 @@ reachable from what was passed (shallow copies: no tensor data), each tensor's v
 layout and gradient, and a copy of each tensor's values (the inputs of one call: small beside a
 model's weights and activations). :meth:`Snapshot.restore` puts back only what differs.
 
-Between passes, :meth:`Snapshot.between` is a callable that puts back what the first pass was
-seen to change, or ``None`` when it changed nothing (ordinary inputs: nothing runs between
-passes, so timing costs what it did). A later pass that writes what the first did not is still
-put back at the end.
+Between passes, :meth:`Snapshot.reset` puts back what a pass changed (identities and version
+counters compared: microseconds, run outside the timed spans). ``profile`` asks
+:meth:`Snapshot.between_passes` after its first pass: ``None`` when that pass changed nothing
+(ordinary inputs: nothing at all runs between the timed passes, so timing costs what it did);
+a later pass that writes what the first did not is still put back at the end. ``compare``, whose
+models share the inputs, resets before every pass.
+
+Not seen: modules reachable from the inputs (the state guard's, ``modelprof.runtime.guard``),
+writes no version counter sees into an object graph of more than ``MAX_OBJECTS`` objects.
 """
 from __future__ import annotations
 
@@ -221,15 +226,16 @@ class Snapshot:
             t.grad = s.grad
         s.version = _version(t)    # the copy bumped it: this is the entry state now
 
-    def between(self) -> Callable[[], Any] | None:
-        """After a first pass (call it then): what to run before each further pass, or None
-        when that pass changed nothing here (then nothing needs to run)."""
-        if not self.restore(values=True):
-            return None
-        return self._between
-
-    def _between(self) -> None:
+    def reset(self) -> None:
+        """The quick :meth:`restore` to run between passes: version counters and identities
+        are compared, values only of tensors found written without a version bump before."""
         self.restore(values=False)
+
+    def between_passes(self) -> Callable[[], Any] | None:
+        """Call after the first pass: puts back what it changed and returns what to run before
+        each further pass (:meth:`reset`), or None when it changed nothing here (ordinary
+        inputs: nothing needs to run between passes)."""
+        return self.reset if self.restore(values=True) else None
 
 
 def _same_items(live: dict, saved: dict) -> bool:

@@ -172,8 +172,9 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
 def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
                memory_format: torch.memory_format | None = None
                ) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
-    """Parameters (aliases needing grad as the originals) and buffers (copies) to run ``model``
-    with, on ``device``/``dtype`` (4-D ones in ``memory_format``); and the map
+    """Parameters (aliases needing grad as the originals; copies of inference tensors) and
+    buffers (copies) to run ``model`` with, on ``device``/``dtype`` (4-D ones in
+    ``memory_format``); and the map
     ``id(parameter) -> its alias``. Tied tensors stay tied (one alias per original)."""
     model_device, model_dtype = model_placement(model)
     convert = not same_device(device, model_device) or (dtype is not None and dtype != model_dtype)
@@ -187,7 +188,9 @@ def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None
                     new = t.to(device=device, dtype=cast) if convert else t
                     if memory_format is not None and new.dim() == 4:
                         new = new.contiguous(memory_format=memory_format)
-                    new = new.detach()
+                    # an inference tensor (made under inference_mode) cannot require grad: a
+                    # copy of it can (no write of the forward reaches it either way)
+                    new = new.clone() if new.is_inference() else new.detach()
                     new.requires_grad_(t.requires_grad)
                 else:
                     new = t.to(device=device, dtype=cast, copy=True)

@@ -27,7 +27,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import iter_tensors
 
-__all__ = ["StepSpec", "default_loss"]
+__all__ = ["StepSpec", "default_loss", "loss_module"]
 
 _NEEDS_CLOSURE = ("LBFGS",)
 
@@ -180,6 +180,12 @@ def _check_holds(made: torch.optim.Optimizer, params: list[torch.Tensor], name: 
                     f"{g}) that is not one of the parameters it was given: a factory must build "
                     "the optimizer on its argument (lambda params: torch.optim.SGD(params, "
                     "lr=0.1)), not on model.parameters(), or it would step your model's weights")
+
+
+def loss_module(loss_fn: Any) -> torch.nn.Module | None:
+    """The module a ``loss_fn`` is, or whose bound method (or a partial of one) it is; else
+    None (a plain function, or a closure: what it holds is not seen)."""
+    return _loss_owner(loss_fn)[0]
 
 
 def _loss_owner(loss_fn: Any) -> tuple[torch.nn.Module | None, Callable[[Any], Any]]:
