@@ -63,7 +63,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     dtype_requested = parse_dtype(dtype)
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
     # inside a guard the caller holds, its view of the model is read again (it may be older)
-    with preserved_state(model, rescan=True), contextlib.ExitStack() as rng_scope:
+    with preserved_state(model, rescan=True) as guard, contextlib.ExitStack() as rng_scope:
         # what the user passes beside the model comes back too: a loss module as the model
         # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
         rng_scope.enter_context(preserved_state(loss_module(loss_fn)))
@@ -81,10 +81,14 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
+        if spec.timing:   # a write the guard cannot put back is named with its pass
+            guard.begin("the timed forward passes")
         timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
         step_rows: list = []
         training_step = None
         if step_cost is not None:
+            if spec.timing:
+                guard.begin("the timed training steps")
             step_cols, step_rows, training_step = _step(model, mi, spec, dtype_requested, rows,
                                                         static.records, step_cost)
             columns.append(step_cols)
@@ -284,10 +288,4 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
         notes.append(f"the time budget allowed only {layers.n} per-layer pass"
                      f"{'es' if layers.n != 1 else ''} (min_samples={layers.min_samples}): "
                      "the per-layer medians rest on that many; raise budget_s")
-    if layers.foreign_calls:
-        # the static table ignores other threads' calls; the times cannot: they shared the device
-        ran_elsewhere = (f"another thread called the model's modules {layers.foreign_calls} "
-                         "times while its layers were timed: the latencies include that load")
-        notes.append(ran_elsewhere)
-        warnings.warn(f"modelprof: {ran_elsewhere}", ModelProfWarning, stacklevel=3)
     return latency, layers, notes

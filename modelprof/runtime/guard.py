@@ -270,7 +270,7 @@ class StateGuard:
     def __init__(self, model: nn.Module, *,
                  buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES) -> None:
         self.model = model
-        self.unrestored: list[str] = []
+        self.unrestored: list[tuple[str, str]] = []   # (tensor name, the pass that wrote it)
         self.restored: list[str] = []
         # per module: (module, class, attributes, non-empty registries, their copies, prefix)
         self._modules: list[tuple[nn.Module, type, dict, tuple[str, ...], tuple, str]] = []
@@ -287,6 +287,9 @@ class StateGuard:
         ts = self._tensors = list(by_id.values())
         self._names: list[str] | None = None       # found when first needed (see _name)
         self._versions = _versions(ts)
+        # (what ran from then on, the version counters then): names the pass of a write that
+        # could not be restored (see ``begin``)
+        self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", self._versions)]
         self._requires_grad = list(map(_REQUIRES_GRAD, ts))
         # the original storage of each tensor, kept alive for a ``.data`` swap to be undone: the
         # storage object itself where dense (with the offset into it), else a detached alias
@@ -506,11 +509,31 @@ class StateGuard:
                 if p.grad is not grad:
                     p.grad = grad
         if self.unrestored:
+            names = [name for name, _ in self.unrestored]
+            phases = sorted({p for _, p in self.unrestored}, key=self._phase_order)
             warnings.warn(
-                f"modelprof: the model's forward changed {', '.join(self.unrestored[:5])}"
-                f"{' and more' if len(self.unrestored) > 5 else ''} in place during timing, "
-                "but not in the first (static) pass, so no copy was kept to restore it",
+                f"modelprof: the model changed {', '.join(names[:5])}"
+                f"{' and more' if len(names) > 5 else ''} in place during "
+                f"{' and '.join(phases)}, where the first-write watch of the counted forward "
+                "could not see it, so no copy was kept to restore it",
                 ModelProfWarning, stacklevel=_user_stacklevel())
+
+    def begin(self, phase: str) -> None:
+        """Say that ``phase`` (``"the timed passes"``) runs from now on: a write that cannot be
+        restored is reported as made during the phase in which its version counter moved."""
+        self._phases.append((phase, _versions(self._tensors)))
+
+    def _phase_of(self, i: int) -> str:
+        """The phase during which tensor ``i``'s version counter first moved (the last one if
+        none did: a write no counter saw)."""
+        ends = [v for _, v in self._phases[1:]] + [_versions(self._tensors)]
+        for (phase, start), end in zip(self._phases, ends):
+            if start[i] != end[i]:
+                return phase
+        return self._phases[-1][0]
+
+    def _phase_order(self, phase: str) -> int:
+        return next(k for k, (p, _) in enumerate(self._phases) if p == phase)
 
     def _restore_tensor(self, i: int) -> None:
         t = self._tensors[i]
@@ -532,7 +555,7 @@ class StateGuard:
         else:
             written = _version(t) != self._versions[i] or i in self._written
             if written and self._keys[i] is not None:
-                self.unrestored.append(self._name(i))
+                self.unrestored.append((self._name(i), self._phase_of(i)))
             written = False
         if swapped or written:
             self.restored.append(self._name(i))

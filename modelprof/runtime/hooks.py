@@ -10,9 +10,14 @@ hooks would profile a different code path than the one the user runs. The global
 removed in ``finally``, also when the forward raises or is interrupted.
 
 Global hooks fire in every thread. Only calls from the thread that installed them are passed
-on; a call of one of the model's modules from another thread (the same model serving requests
-while it is profiled) is counted in ``HookSession.foreign_calls``, so a pass can say that the
-model ran elsewhere meanwhile, and any other call returns after one thread-id comparison.
+on; a call of one of the model's modules from another thread (the same model trained or serving
+requests while it is profiled) is counted in ``HookSession.foreign_calls``, and any other call
+returns after one thread-id comparison. A model must not be used elsewhere while it is profiled:
+profiling sets its mode (eval, no_grad) and puts its state back at the end, over whatever the
+other thread changed, and that thread's steps share the device with the timed ones. So when the
+block ends, calls seen from another thread raise a ``ModelProfError`` that says so (in the
+profiling thread: the other thread's forward itself is never interrupted); ``exclusive=False``
+(``count_foreign_calls``) only counts them.
 
 Hooks add a frame or two to every nesting level of the forward; a model that nests deep enough
 to run plain near Python's recursion limit would hit it only under the hooks, so the limit is
@@ -30,6 +35,8 @@ from typing import Any
 
 from torch import nn
 from torch.nn.modules import module as _module
+
+from modelprof.errors import ModelProfError
 
 __all__ = ["HookSession", "count_foreign_calls", "module_hooks", "module_names",
            "recursion_headroom"]
@@ -110,14 +117,15 @@ def recursion_headroom(extra_frames: int) -> Iterator[None]:
 @contextlib.contextmanager
 def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
                  modules: dict[nn.Module, str] | None = None, *,
-                 post_with_inputs: bool = False) -> Iterator[HookSession]:
+                 post_with_inputs: bool = False, exclusive: bool = True) -> Iterator[HookSession]:
     """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
     of every module of ``model`` run by *this* thread, for the duration of the ``with`` block;
     yields a :class:`HookSession`. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to
     global pre-hooks). With ``post_with_inputs`` the post hook is
     ``post(module, args, kwargs, output, raised)`` and is also called, with ``raised=True``,
     when the module's forward raises (so a caller that catches the exception keeps a correct
-    call stack).
+    call stack). With ``exclusive`` (the default), calls of the model's modules from another
+    thread during the block raise a ``ModelProfError`` when it ends (see the module doc).
     """
     names = module_names(model) if modules is None else modules
     session = HookSession(names, threading.get_ident())
@@ -158,6 +166,13 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
                 h.remove()
                 # RemovableHandle does not clear the with_kwargs registry of global hooks
                 getattr(_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
+    if exclusive and session.foreign_calls:
+        raise ModelProfError(
+            f"another thread called the modules of {type(model).__name__} "
+            f"{session.foreign_calls} times while modelprof profiled it: a model must not be "
+            "used elsewhere (trained, served) while it is profiled, since profiling sets its "
+            "mode and puts its state back at the end, over that thread's changes. Profile a "
+            "copy (copy.deepcopy(model)), or profile when the other thread is done")
 
 
 def _ignore(*_: Any) -> None:
@@ -170,4 +185,4 @@ def count_foreign_calls(model: nn.Module,
     """Only count the calls other threads make to the model's modules during the block
     (``session.foreign_calls``). It installs global hooks, so each module call of this thread
     pays one hook call too: use it around passes whose timing that does not distort."""
-    return module_hooks(model, _ignore, _ignore, modules)
+    return module_hooks(model, _ignore, _ignore, modules, exclusive=False)

@@ -308,13 +308,16 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
             tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
         tracker.marks.mark(LOSS)
         saved.call = lambda: LOSS
+        guard.begin("the loss")
         with loss_counter, saved.hooks(), amp_context(device, amp):
             loss = spec.loss(output, target, model_name)
         tags = tag_graph([loss.grad_fn], tracker.marks)
         costs = [PassCost() for _ in records]
+        guard.begin("the counted backward")
         backward_counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward),
                                            registry, f"{model_name} (loss {spec.loss_name})")
         params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
+        guard.begin("the counted optimizer step")
         optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
 
     unsupported = Counter(loss_counter.unsupported)

@@ -47,10 +47,8 @@ class LayerTiming:
 
     ``samples`` are corrected for the hooks' own cost (``hook_cost``, when applied);
     ``raw_samples`` are the stamps' differences as read. ``passes_ms`` is the instrumented pass,
-    as read, from outside the model call. ``foreign_calls`` counts the calls of the model's
-    modules that *other* threads made while the hooked passes ran (discovery, instrumented and
-    memory passes): not zero means the model ran elsewhere meanwhile and the times include
-    that load. The plain passes between them carry no hooks, so calls during those are unseen.
+    as read, from outside the model call. (A call of the model's modules from another thread
+    during a hooked pass raises a ``ModelProfError``: ``modelprof.runtime.hooks``.)
     """
 
     samples: dict[Key, np.ndarray]
@@ -68,7 +66,6 @@ class LayerTiming:
     blocks: np.ndarray | None = None
     timestamps_s: np.ndarray | None = None
     plain_ms: np.ndarray | None = None
-    foreign_calls: int = 0
     min_samples: int | None = None
 
     @property
@@ -217,7 +214,6 @@ class _CallPlan:
 
     def __init__(self, names: dict[nn.Module, str]) -> None:
         self.names = names
-        self.foreign_calls = 0   # calls of these modules from other threads while hooked
         self.keys: list[Key] = []
         self.modules: list[nn.Module] = []
         self.parents: dict[Key, Key | None] = {}
@@ -303,10 +299,9 @@ class _Instrument:
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
-        """The stamping hooks; other threads' calls of the model meanwhile go to the plan."""
-        with module_hooks(self.model, self.pre, self.post, self.plan.names) as session:
+        """The stamping hooks (another thread's calls of the model meanwhile raise)."""
+        with module_hooks(self.model, self.pre, self.post, self.plan.names):
             yield
-        self.plan.foreign_calls += session.foreign_calls
 
     def warm_step(self) -> None:
         """One instrumented and one plain pass (what a block does, untimed)."""
@@ -363,9 +358,8 @@ def _nothing() -> None:
 
 def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
     """Run one forward with counting hooks: the calls it makes, in order, into ``plan``."""
-    with module_hooks(model, plan.pre, plan.post, plan.names) as session:
+    with module_hooks(model, plan.pre, plan.post, plan.names):
         forward()
-    plan.foreign_calls += session.foreign_calls
     if not plan.keys:
         raise ModelProfError(f"no hooked module of {type(model).__name__} ran in a forward "
                              "pass; nothing to time per layer")
@@ -483,9 +477,8 @@ def _memory_pass(model: nn.Module, plan: _CallPlan, stats: MemoryStats,
     def post(module: nn.Module, output: Any) -> None:
         tracker.exit()
 
-    with module_hooks(model, pre, post, names) as session:
+    with module_hooks(model, pre, post, names):
         forward()
-    plan.foreign_calls += session.foreign_calls
     keys = plan.keys
     return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
 
@@ -634,7 +627,7 @@ class _LayerRun:
             stop_reason=sampled.stop_reason, env=env,
             raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
             hook_cost=hook_cost, blocks=sampled.blocks, timestamps_s=sampled.timestamps_s,
-            plain_ms=np.concatenate(inst.plain), foreign_calls=plan.foreign_calls,
+            plain_ms=np.concatenate(inst.plain),
             min_samples=opts.stop.promised_min)
         if opts.warn and timing.undersampled:
             timing.end_to_end.warn_if_noisy()      # names n and min_samples
