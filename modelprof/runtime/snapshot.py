@@ -104,7 +104,7 @@ class Snapshot:
         self._sets: list[tuple[set, set]] = []
         self._slots: list[tuple[Any, tuple[str, ...], tuple]] = []
         self._tensors: list[_Tensor] = []
-        self._written: set[int] = set()   # tensors seen written (by index) without a version bump
+        self._unseen: set[int] = set()   # tensors found written with no version bump (by index)
         self._seen: set[int] = set()
         self.truncated = False
         self.add(*objs)
@@ -153,16 +153,23 @@ class Snapshot:
 
     # -- checking and putting back ------------------------------------------------------------
     def _tensor_changed(self, i: int, values: bool) -> bool:
+        """Whether tensor ``i`` differs from its entry: by its flags, layout and version
+        counter, and by value (``values``) or else by having been found written unseen."""
         s = self._tensors[i]
         t = s.tensor
         if (_grad(t) is not s.grad or t.requires_grad != s.requires_grad
-                or _layout(t) != s.layout or i in self._written):
+                or _layout(t) != s.layout):
             return True
         version = _version(t)
         if version is not None and version != s.version:
             return True
+        if not values:
+            return i in self._unseen
         # a write no version counter sees (through ``.data``, an inference tensor)
-        return values and s.copy is not None and not _equal(t, s.copy)
+        unseen = s.copy is not None and not _equal(t, s.copy)
+        if unseen:
+            self._unseen.add(i)       # the quick check between passes copies it back always
+        return unseen
 
     def _structure_changed(self) -> bool:
         is_ = operator.is_
@@ -206,7 +213,6 @@ class Snapshot:
                     changed = True
         for i in range(len(self._tensors)):
             if self._tensor_changed(i, values):
-                self._written.add(i)
                 self._put_back(self._tensors[i])
                 changed = True
         return changed
