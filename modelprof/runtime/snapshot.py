@@ -16,8 +16,10 @@ counters compared: microseconds, run outside the timed spans). ``profile`` asks
 a later pass that writes what the first did not is still put back at the end. ``compare``, whose
 models share the inputs, resets before every pass.
 
-Not seen: modules reachable from the inputs (the state guard's, ``modelprof.runtime.guard``),
-writes no version counter sees into an object graph of more than ``MAX_OBJECTS`` objects.
+Not kept: modules reachable from the inputs (a module is the state guard's business,
+``modelprof.runtime.guard``: ``profile`` guards the model and a loss module), objects beyond the
+first ``MAX_OBJECTS`` of the graph, and what has neither attributes nor items to record (a
+numpy array written in place). Memory: one copy of the input tensors while ``profile`` runs.
 """
 from __future__ import annotations
 
