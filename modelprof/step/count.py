@@ -270,16 +270,26 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
         # the forward's in-place writes of the parameters (``weight.data.clamp_``, an
         # ``Embedding(max_norm=)``) reach the user's storage through the aliases: the guard
         # copies each such tensor before its first write, as in the static pass
-        return _count_step(model, inputs, spec, guard, training=training,
-                           dtype_requested=dtype_requested, registry=registry, amp=amp,
-                           memory_format=memory_format)
+        return _count_step(model, inputs, spec, guard,
+                           _Modes(training, dtype_requested, registry, amp, memory_format))
 
 
-def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: Any, *,
-                training: bool, dtype_requested: torch.dtype | None,
-                registry: FormulaRegistry | None, amp: torch.dtype | None,
-                memory_format: torch.memory_format | None) -> tuple[StaticResult, StepCost]:
+@dataclasses.dataclass(frozen=True)
+class _Modes:
+    """How ``count_step`` runs the step (its keyword arguments)."""
+
+    training: bool
+    dtype_requested: torch.dtype | None
+    registry: FormulaRegistry | None
+    amp: torch.dtype | None
+    memory_format: torch.memory_format | None
+
+
+def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: Any,
+                modes: _Modes) -> tuple[StaticResult, StepCost]:
     """``count_step``'s pass, its state guard held."""
+    training, dtype_requested, registry, amp, memory_format = (
+        modes.training, modes.dtype_requested, modes.registry, modes.amp, modes.memory_format)
     model_name = type(model).__name__
     names = module_names(model)
     tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
