@@ -273,6 +273,28 @@ def test_an_unrestorable_write_is_named_with_the_pass_that_made_it() -> None:
     assert "timing" not in messages[0]          # on main: "in place during timing"
 
 
+class WritesLate(nn.Module):
+    """Scales its weight in place from its second call on: the counted (first) pass does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+        self.note = lambda: None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if getattr(self.note, "seen", False):
+            with torch.no_grad():
+                self.l.weight.mul_(1.0)
+        self.note.seen = True          # on the function: the guard restores attributes only
+        return self.l(x)
+
+
+def test_a_write_only_the_timed_passes_make_is_named_with_them() -> None:
+    with pytest.warns(ModelProfWarning, match="l.weight in place during the timed forward "
+                                              "passes"):
+        profile(WritesLate(), inputs=torch.randn(2, 4), **QUICK)
+
+
 class Counts(nn.Module):
     def __init__(self) -> None:
         super().__init__()
