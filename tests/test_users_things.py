@@ -368,7 +368,7 @@ def test_a_users_optimizer_template_is_left_as_it_was() -> None:
     assert_same(before, picture((model, opt)), "the model and its optimizer")
 
 
-# -- models that cannot be deep-copied, other threads, inference tensors ----------------------------
+# -- models that cannot be deep-copied, other threads, inference tensors -----------------------
 
 class Locked(nn.Module):
     def __init__(self) -> None:

@@ -42,8 +42,8 @@ class ModelInputs:
     dtype: torch.dtype
     batch_size: int
     #: what puts the inputs back as they went in before each further pass (set by ``profile``
-    #: after the first pass, from a ``modelprof.runtime.snapshot.Snapshot``); None when a pass changes
-    #: nothing in them, so that nothing runs between passes
+    #: after the first pass, from a ``modelprof.runtime.snapshot.Snapshot``); None when a
+    #: pass changes nothing in them, so that nothing runs between passes
     reset: Callable[[], Any] | None = None
 
     def shapes(self) -> str:
