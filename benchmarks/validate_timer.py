@@ -64,9 +64,10 @@ def rel_err(got: float, want: float) -> float:
 
 
 # -- CPU checks --------------------------------------------------------------------------------
-def cpu_checks(quick: bool) -> list[Check]:
+def cpu_checks(quick: bool, budget: float | None = None) -> list[Check]:
+    """Busy-spin layers and callables of known duration, read back on the CPU clock."""
     checks: list[Check] = []
-    budget = 2.0 if quick else 5.0
+    budget = budget or (2.0 if quick else 5.0)
     targets = {("0", 1): 2.0, ("1", 1): 5.0, ("2", 1): 10.0, ("", 1): 17.0}   # root: 2+5+10
     model = spin_model((2.0, 5.0, 10.0))
     mi = make_inputs(model, (4,))
@@ -119,16 +120,26 @@ def cpu_checks(quick: bool) -> list[Check]:
 
 # -- CUDA checks -------------------------------------------------------------------------------
 def cuda_checks(dev: torch.device, quick: bool) -> tuple[list[Check], dict[str, Any]]:
-    checks: list[Check] = []
-    extra: dict[str, Any] = {}
+    """All CUDA checks: calibrated sleep layers, transfer parts, CUDA graphs."""
     cpm = calibrate_cuda_sleep(dev)
-    extra["sleep_cycles_per_ms"] = cpm
-    model = sleep_model((2.0, 5.0, 10.0), cpm).to(dev)
+    checks = sleep_checks(dev, cpm)
+    checks += transfer_checks(dev)
+    checks.append(graph_check(dev))
+    return checks, {"sleep_cycles_per_ms": cpm}
+
+
+def sleep_checks(dev: torch.device, cpm: float, ms: tuple[float, ...] = (2.0, 5.0, 10.0),
+                 callable_ms: float = 3.0, **timing: Any) -> list[Check]:
+    """``torch.cuda._sleep`` layers of ``ms`` read back per layer and end to end (within 1 %),
+    the instrumentation overhead, and a callable sleeping ``callable_ms``."""
+    checks: list[Check] = []
+    model = sleep_model(ms, cpm).to(dev)
     mi = make_inputs(model, (4,), device=dev)
-    lt = time_layers(model, mi)
+    lt = time_layers(model, mi, **timing)
     med = lt.median_ms()
-    for key, want in {("0", 1): 2.0, ("1", 1): 5.0, ("2", 1): 10.0}.items():
-        checks.append(Check(f"cuda _sleep layer {key[0]} ({want:g} ms), per layer",
+    for i, want in enumerate(ms):
+        key = (str(i), 1)
+        checks.append(Check(f"cuda _sleep layer {i} ({want:g} ms), per layer",
                             rel_err(med[key], want) <= 0.01, "median within 1 %",
                             {"median_ms": med[key], "err_pct": 100 * rel_err(med[key], want),
                              "n": lt.n}))
@@ -136,61 +147,85 @@ def cuda_checks(dev: torch.device, quick: bool) -> tuple[list[Check], dict[str, 
     checks.append(Check("cuda end to end == sum of layers (instrumented)",
                         rel_err(med[("", 1)], leaf_sum) <= 0.01, "within 1 %",
                         {"root_ms": med[("", 1)], "sum_layers_ms": leaf_sum}))
-    clean = measure_latency(model, mi.args[0], warn=False)
-    checks.append(Check("cuda _sleep model end to end (17 ms)",
-                        rel_err(clean.median_ms, 17.0) <= 0.01, "median within 1 %",
+    total = float(sum(ms))
+    clean = measure_latency(model, mi.args[0], warn=False, **timing)
+    checks.append(Check(f"cuda _sleep model end to end ({total:g} ms)",
+                        rel_err(clean.median_ms, total) <= 0.01, "median within 1 %",
                         {"median_ms": clean.median_ms, "err_pct": 100 *
-                         rel_err(clean.median_ms, 17.0), "n": clean.n}))
+                         rel_err(clean.median_ms, total), "n": clean.n}))
     checks.append(Check("cuda instrumentation overhead", lt.overhead(clean) < 1.05, "< 1.05",
                         {"ratio": lt.overhead(clean)}))
-    m3 = measure_latency(lambda: torch.cuda._sleep(int(3 * cpm)), device=dev, warn=False)
-    checks.append(Check("cuda callable sleeping 3 ms", rel_err(m3.median_ms, 3.0) <= 0.01,
-                        "median within 1 %", {"median_ms": m3.median_ms}))
+    cycles = int(callable_ms * cpm)
+    m1 = measure_latency(lambda: torch.cuda._sleep(cycles), device=dev, warn=False, **timing)
+    checks.append(Check(f"cuda callable sleeping {callable_ms:g} ms",
+                        rel_err(m1.median_ms, callable_ms) <= 0.01,
+                        "median within 1 %", {"median_ms": m1.median_ms}))
+    return checks
 
-    # transfer of a known-size copy vs a plain event-timed copy of the same size
-    nbytes = 256 * 2**20
+
+def copy_bandwidth(dev: torch.device, nbytes: int, pin: bool,
+                   repeat: int = 10) -> tuple[float, float]:
+    """(H2D, D2H) GB/s of a plain event-timed copy of ``nbytes`` (median of ``repeat``)."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+    devbuf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    ref_h2d, ref_d2h = [], []
+    for _ in range(3):
+        devbuf.copy_(host, non_blocking=pin)
+    for _ in range(repeat):
+        a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        a.record()
+        devbuf.copy_(host, non_blocking=pin)
+        b.record()
+        host.copy_(devbuf, non_blocking=pin)
+        c.record()
+        torch.cuda.synchronize(dev)
+        ref_h2d.append(a.elapsed_time(b))
+        ref_d2h.append(b.elapsed_time(c))
+    return nbytes / np.median(ref_h2d) / 1e6, nbytes / np.median(ref_d2h) / 1e6
+
+
+def transfer_checks(dev: torch.device, nbytes: int = 256 * 2**20) -> list[Check]:
+    """A transfer-inclusive run of a known-size copy against a plain event-timed copy."""
+    checks: list[Check] = []
     for pin in (True, False):
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
-        devbuf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        ref_h2d, ref_d2h = [], []
-        for _ in range(3):
-            devbuf.copy_(host, non_blocking=pin)
-        for _ in range(10):
-            a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            a.record()
-            devbuf.copy_(host, non_blocking=pin)
-            b.record()
-            host.copy_(devbuf, non_blocking=pin)
-            c.record()
-            torch.cuda.synchronize(dev)
-            ref_h2d.append(a.elapsed_time(b))
-            ref_d2h.append(b.elapsed_time(c))
-        bw_ref_h2d = nbytes / np.median(ref_h2d) / 1e6          # GB/s
-        bw_ref_d2h = nbytes / np.median(ref_d2h) / 1e6
+        bw_ref_h2d, bw_ref_d2h = copy_bandwidth(dev, nbytes, pin)
         m = measure_latency(lambda x: x, torch.empty(nbytes, dtype=torch.uint8), device=dev,
                             transfer=True, pin_memory=pin, warn=False)
         bw_h2d = nbytes / m.h2d.median_ms / 1e6
         bw_d2h = nbytes / m.d2h.median_ms / 1e6
         ok = rel_err(bw_h2d, bw_ref_h2d) <= 0.05 and rel_err(bw_d2h, bw_ref_d2h) <= 0.05
-        checks.append(Check(f"cuda transfer of 256 MiB ({'pinned' if pin else 'pageable'})", ok,
+        checks.append(Check(f"cuda transfer of {nbytes / 2**20:g} MiB "
+                            f"({'pinned' if pin else 'pageable'})", ok,
                             "H2D and D2H bandwidth within 5 % of a plain copy",
                             {"h2d_GBps": bw_h2d, "ref_h2d_GBps": bw_ref_h2d, "d2h_GBps": bw_d2h,
-                             "ref_d2h_GBps": bw_ref_d2h, "compute_ms": m.compute.median_ms}))
-        del host, devbuf
+                             "ref_d2h_GBps": bw_ref_d2h, "h2d_ms": m.h2d.median_ms,
+                             "compute_ms": m.compute.median_ms, "d2h_ms": m.d2h.median_ms}))
+    return checks
 
-    class Tiny(nn.Module):
-        def forward(self, x):
-            for _ in range(500):
-                x = x + 1
-            return x
+
+class TinyOps(nn.Module):
+    """``n`` tiny adds: launch-bound in eager mode."""
+
+    def __init__(self, n: int = 500) -> None:
+        super().__init__()
+        self.n = n
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.n):
+            x = x + 1
+        return x
+
+
+def graph_check(dev: torch.device, n_ops: int = 500) -> Check:
+    """CUDA-graph replay against eager on ``n_ops`` tiny adds (launch-bound eager)."""
     x = torch.zeros(16, device=dev)
-    eager = measure_latency(Tiny(), x, warn=False)
-    graphed = measure_latency(Tiny(), x, cuda_graph=True, warn=False)
-    checks.append(Check("cuda graph removes launch overhead (500 tiny adds)",
-                        graphed.median_ms < 0.7 * eager.median_ms, "graph < 0.7 x eager",
-                        {"eager_ms": eager.median_ms, "graph_ms": graphed.median_ms,
-                         "ratio": graphed.median_ms / eager.median_ms}))
-    return checks, extra
+    eager = measure_latency(TinyOps(n_ops), x, warn=False)
+    graphed = measure_latency(TinyOps(n_ops), x, cuda_graph=True, warn=False)
+    return Check(f"cuda graph removes launch overhead ({n_ops} tiny adds)",
+                 graphed.median_ms < 0.7 * eager.median_ms, "graph < 0.7 x eager",
+                 {"eager_ms": eager.median_ms, "graph_ms": graphed.median_ms,
+                  "ratio": graphed.median_ms / eager.median_ms,
+                  "eager_us_per_op": 1e3 * eager.median_ms / n_ops})
 
 
 # -- real models -------------------------------------------------------------------------------
