@@ -80,7 +80,7 @@ class Outcome:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def check(self, name: str, passed: bool, criterion: str, exact: bool = False,
+    def check(self, name: str, passed: bool, criterion: str, /, *, exact: bool = False,
               **figures: Any) -> None:
         self.checks.append(Check(name, bool(passed), criterion, figures, exact))
 

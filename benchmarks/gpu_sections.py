@@ -33,14 +33,15 @@ from modelprof.runtime.device import device_synchronize
 from modelprof.runtime.inputs import make_inputs
 from modelprof.timing import time_layers
 from modelprof.timing.calibration import calibrate_cuda_sleep
-from modelprof.timing.peaks import lookup_peaks, probe_peaks
+from modelprof.timing.peaks import Peaks, lookup_peaks, probe_peaks
 
 __all__ = ["SECTIONS"]
 
 
 # -- models --------------------------------------------------------------------------------------
 def vision(ctx: Ctx, name: str) -> tuple[nn.Module, tuple[int, ...]]:
-    """A torchvision model (random weights) at 224, or in a dry run a tiny stand-in at 32."""
+    """A torchvision model (random weights) at 224, or in a dry run a tiny stand-in: a ViT of
+    one layer at 32x32, a conv-bn-relu net at 16x16 for the rest."""
     import torchvision
     if not ctx.dry:
         return getattr(torchvision.models, name)(weights=None).eval(), (3, 224, 224)
@@ -48,9 +49,11 @@ def vision(ctx: Ctx, name: str) -> tuple[nn.Module, tuple[int, ...]]:
         from torchvision.models.vision_transformer import VisionTransformer
         return VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=2,
                                  hidden_dim=32, mlp_dim=64, num_classes=10).eval(), (3, 32, 32)
-    if name.startswith("mobilenet"):
-        return torchvision.models.mobilenet_v3_small(num_classes=10).eval(), (3, 32, 32)
-    return torchvision.models.resnet18(num_classes=10).eval(), (3, 32, 32)
+    width = 8 if name == "resnet18" else 12
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                         nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10)).eval(), \
+        (3, 16, 16)
 
 
 def _on(ctx: Ctx, model: nn.Module, size: tuple[int, ...], batch: int) -> torch.Tensor:
@@ -134,31 +137,59 @@ def _collect_log(ctx: Ctx, parts: list[Path]) -> str:
     return text
 
 
+STUB_TESTS = """import pytest
+
+
+def test_one():
+    assert 1 + 1 == 2
+
+
+def test_two():
+    assert sorted([2, 1]) == [1, 2]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(True, reason="needs a CUDA device")
+def test_cuda():
+    pass
+"""
+
+
+def _dry_stub(ctx: Ctx, name: str) -> Path:
+    """Dry run: a test file that imports nothing heavy, so the harness (subprocess, cap, log,
+    shards, counts) runs in seconds; the suite itself is CI's job."""
+    stub = ctx.tree / "stub_tests" / f"test_{name}.py"
+    stub.parent.mkdir(exist_ok=True)
+    stub.write_text(STUB_TESTS)
+    return stub
+
+
 def sec_cuda_tests(ctx: Ctx, o: Outcome) -> None:
-    """The ``cuda``-marked tests (all of them skip without a GPU: the dry run sees them skip)."""
+    """The ``cuda``-marked tests (in a dry run: a stub's, which skips)."""
     part = ctx.val_dir / "pytest-cuda.part"
-    args = ["-m", "cuda", "tests/"] if not ctx.dry else \
-        ["-m", "cuda", "tests/test_timing_cuda.py", "tests/test_step_cuda.py"]
-    (code,) = _wait([_pytest(args, ctx.budget_s, part, "cuda-marked tests")], ctx.budget_s)
+    target = str(_dry_stub(ctx, "cuda")) if ctx.dry else "tests/"
+    (code,) = _wait([_pytest(["-m", "cuda", target], ctx.budget_s, part, "cuda-marked tests")],
+                    ctx.budget_s)
     counts = _counts(_collect_log(ctx, [part]))
     o.info["cuda_tests"] = {"exit_code": code, **counts}
     ran = counts.get("passed", 0) if not ctx.dry else counts.get("skipped", 0)
     o.check("pytest -m cuda", code == 0 and ran > 0 and not counts.get("failed"),
-            "exit 0, no failure" + ("" if not ctx.dry else " (dry run: all skip)"),
+            "exit 0, no failure" + ("" if not ctx.dry else " (dry run: a stub that skips)"),
             exact=ctx.dry, exit_code=code, **counts)
 
 
 def sec_suite(ctx: Ctx, o: Outcome) -> None:
-    """The rest of the suite (not ``cuda``-marked), files dealt over parallel pytest processes."""
+    """The rest of the suite (not ``cuda``-marked), files dealt over parallel pytest processes
+    (in a dry run: two stub files in two shards)."""
     files = sorted((ROOT / "tests").glob("test_*.py"), key=lambda p: -p.stat().st_size)
     shards = 8
     if ctx.dry:
-        files = [ROOT / "tests" / "test_timing_options.py", ROOT / "tests" / "test_timing_stats.py"]
+        files = [_dry_stub(ctx, "a"), _dry_stub(ctx, "b")]
         shards = 2
     groups = [files[i::shards] for i in range(shards)]
     cap = max(min(ctx.budget_s, ctx.remaining() - 15) - 5, 5)   # leave time for item 10
     parts = [ctx.val_dir / f"pytest-suite-{i}.part" for i in range(len(groups))]
-    procs = [_pytest(["-m", "not cuda", *[str(f.relative_to(ROOT)) for f in g]], cap, part,
+    procs = [_pytest(["-m", "not cuda", *[str(f) for f in g]], cap, part,
                      f"suite shard {i + 1}/{len(groups)}")
              for i, (g, part) in enumerate(zip(groups, parts))]
     codes = _wait(procs, cap)
@@ -471,13 +502,13 @@ def formula_cases(ctx: Ctx) -> list[tuple[str, Callable[[], nn.Module], Any]]:
     ids = torch.randint(0, 1000, (2, 16 if small else 128))
     hid = 32 if small else 256
     bert = tf.BertConfig(vocab_size=1000, hidden_size=hid, num_hidden_layers=2,
-                         num_attention_heads=4, intermediate_size=2 * hid)
+                         num_attention_heads=4, intermediate_size=2 * hid,
+                         attn_implementation="sdpa")
     llama = tf.LlamaConfig(vocab_size=1000, hidden_size=hid, intermediate_size=2 * hid,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    cases.append(("HF BERT", lambda: tf.BertModel(bert, attn_implementation="sdpa").eval(),
-                  {"input_ids": ids}))
-    cases.append(("HF Llama", lambda: tf.LlamaModel(llama, attn_implementation="sdpa").eval(),
-                  {"input_ids": ids}))
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           attn_implementation="sdpa")
+    cases.append(("HF BERT", lambda: tf.BertModel(bert).eval(), {"input_ids": ids}))
+    cases.append(("HF Llama", lambda: tf.LlamaModel(llama).eval(), {"input_ids": ids}))
     return cases
 
 
@@ -505,29 +536,40 @@ FORMULA_OPS = re.compile(r"attention|cudnn|rnn|lstm|batch_norm|native_multi_head
 
 def sec_formulas(ctx: Ctx, o: Outcome) -> None:
     """MACs on the device (each SDPA backend, AMP) equal the CPU count of the same model."""
-    from torch.nn.attention import sdpa_kernel
     for label, build, inputs in formula_cases(ctx):
+        try:
+            _formula_case(ctx, o, label, build, inputs)
+        except Exception as e:  # noqa: BLE001 - recorded; the next model still runs
+            o.check(f"{label}: counted", False, "no error", exact=True,
+                    error=f"{type(e).__name__}: {str(e)[:300]}")
+
+
+def _formula_case(ctx: Ctx, o: Outcome, label: str, build: Callable[[], nn.Module],
+                  inputs: Any) -> None:
+    from torch.nn.attention import sdpa_kernel
+    torch.manual_seed(0)
+    ref = profile(build(), inputs=inputs, device="cpu", timing=False)
+    for vlabel, opts, backends in _variants(ctx):
+        if backends is not None and not re.search("ViT|vit|BERT|Llama", label):
+            continue
         torch.manual_seed(0)
-        ref = profile(build(), inputs=inputs, device="cpu", timing=False)
-        for vlabel, opts, backends in _variants(ctx):
-            if backends is not None and not re.search("ViT|vit|BERT|Llama", label):
-                continue
-            torch.manual_seed(0)
-            model = build()
-            ctxm = sdpa_kernel(backends) if backends else contextlib.nullcontext()
-            try:
-                with ctxm:
-                    rep = profile(model, inputs=_moved(inputs, ctx.dev), device=ctx.dev,
-                                  timing=False, **opts)
-            except Exception as e:  # noqa: BLE001 - a backend this GPU lacks: recorded
-                o.notes.append(f"{label}, {vlabel}: {type(e).__name__}: {str(e)[:200]}")
-                continue
-            ops = [op for op in rep.by_operator()["op"] if FORMULA_OPS.search(op)]
-            a, b = rep.totals, ref.totals
-            o.check(f"{label}, {vlabel}: MACs == CPU fp32 count", a["macs"] == b["macs"],
-                    "equal", exact=True, macs=a["macs"], cpu_macs=b["macs"], flops=a["flops"],
-                    cpu_flops=b["flops"], flops_diff=a["flops"] - b["flops"],
-                    unsupported=dict(rep.unsupported) or None, ops=" ".join(ops) or None)
+        model = build()
+        try:
+            with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+                rep = profile(model, inputs=_moved(inputs, ctx.dev), device=ctx.dev,
+                              timing=False, **opts)
+        except Exception as e:
+            if backends is None:
+                raise
+            # a fused backend this GPU or these shapes cannot use: recorded, not a failure
+            o.notes.append(f"{label}, {vlabel}: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        ops = [op for op in rep.by_operator()["op"] if FORMULA_OPS.search(op)]
+        a, b = rep.totals, ref.totals
+        o.check(f"{label}, {vlabel}: MACs == CPU fp32 count", a["macs"] == b["macs"],
+                "equal", exact=True, macs=a["macs"], cpu_macs=b["macs"], flops=a["flops"],
+                cpu_flops=b["flops"], flops_diff=a["flops"] - b["flops"],
+                unsupported=dict(rep.unsupported) or None, ops=" ".join(ops) or None)
 
 
 # -- 7. tables and plots -------------------------------------------------------------------------
@@ -548,19 +590,44 @@ def _save_plot(fig_fn: Callable[[], Any], path: Path, o: Outcome) -> None:
 
 
 def _peaks(ctx: Ctx) -> dict[str, dict[str, Any]]:
-    """Measured peaks per dtype (short probe) and the datasheet's beside them."""
+    """Measured peaks per dtype (short probe) and the datasheet's beside them; in a dry run
+    fixed stand-ins (the probe is slow on a loaded CPU and is tested on its own)."""
     name = ctx.env.get("device_name") or ""
     out = {}
     for dt in ("float32", "bfloat16"):
-        measured = probe_peaks(ctx.dev, dt, budget_s=0.3 if ctx.dry else 2.0)
-        sheet = lookup_peaks(name, dt)
-        out[dt] = {"measured": measured, "datasheet": sheet}
+        if ctx.dry:
+            measured = Peaks(peak_flops=1e11, peak_bytes=1e10, source="user", dtype=dt)
+        else:
+            measured = probe_peaks(ctx.dev, dt, budget_s=2.0)
+        out[dt] = {"measured": measured, "datasheet": lookup_peaks(name, dt)}
     return out
+
+
+def _model_table(ctx: Ctx, o: Outcome, peaks: dict[str, dict[str, Any]], name: str,
+                 mode: str) -> str:
+    """Profile one model in one mode; write its table, CSV and plots; its summary row."""
+    d, opts = ctx.rep_dir, MODES[mode]
+    model, size = vision(ctx, name)
+    dt = "bfloat16" if "amp" in opts else "float32"
+    rep = profile(model.to(ctx.dev), size, device=ctx.dev, roofline=peaks[dt]["measured"],
+                  **ctx.timing(1.0), **opts)
+    stem = f"{name}_{mode}"
+    rep.to_markdown(d / f"{stem}.md")
+    rep.to_csv(d / f"{stem}.csv")
+    if not ctx.dry or stem == "resnet18_fp32":   # plots are slow on a loaded CPU
+        _save_plot(lambda: rep.plot_roofline(), d / f"{stem}_roofline.png", o)
+        _save_plot(lambda: rep.plot_latency(), d / f"{stem}_latency.png", o)
+    lat = rep.latency
+    tflops = rep.totals["flops"] / (lat.median_ms / 1e3) / 1e12
+    o.check(f"{name} {mode}: table, csv and plots written", (d / f"{stem}.csv").exists(),
+            "files exist", exact=True, median_ms=lat.median_ms, fps=lat.fps)
+    return (f"| {name} | {mode} | {lat.median_ms:.3f} | {lat.fps:.1f} | "
+            f"{rep.instrumentation_overhead or float('nan'):.3f} | "
+            f"{rep.coverage or float('nan'):.1%} | {tflops:.2f} |")
 
 
 def sec_tables(ctx: Ctx, o: Outcome) -> None:
     """resnet18, resnet50, vit_b_16 in fp32, bf16 AMP and channels_last; 4 architectures."""
-    d = ctx.rep_dir
     peaks = _peaks(ctx)
     lines = ["| dtype | measured TFLOP/s | measured GB/s | datasheet TFLOP/s | datasheet GB/s |",
              "| --- | ---: | ---: | ---: | ---: |"]
@@ -574,26 +641,13 @@ def sec_tables(ctx: Ctx, o: Outcome) -> None:
                                  "datasheet_bytes": s.peak_bytes if s else None}
     table = ["| model | mode | median ms | fps | overhead | coverage | TFLOP/s achieved |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name in ("resnet18", "resnet50", "vit_b_16"):
-        for mode, opts in MODES.items():
-            model, size = vision(ctx, name)
-            dt = "bfloat16" if "amp" in opts else "float32"
-            rep = profile(model.to(ctx.dev), size, device=ctx.dev,
-                          roofline=peaks[dt]["measured"], **ctx.timing(1.0), **opts)
-            stem = f"{name}_{mode}"
-            rep.to_markdown(d / f"{stem}.md")
-            rep.to_csv(d / f"{stem}.csv")
-            _save_plot(lambda: rep.plot_roofline(), d / f"{stem}_roofline.png", o)
-            _save_plot(lambda: rep.plot_latency(), d / f"{stem}_latency.png", o)
-            lat = rep.latency
-            tflops = rep.totals["flops"] / (lat.median_ms / 1e3) / 1e12
-            table.append(f"| {name} | {mode} | {lat.median_ms:.3f} | {lat.fps:.1f} | "
-                         f"{rep.instrumentation_overhead or float('nan'):.3f} | "
-                         f"{rep.coverage or float('nan'):.1%} | {tflops:.2f} |")
-            o.check(f"{name} {mode}: table, csv and plots written", (d / f"{stem}.csv").exists(),
-                    "files exist", exact=True, median_ms=lat.median_ms, fps=lat.fps)
+    plan = [(n, m) for n in ("resnet18", "resnet50", "vit_b_16") for m in MODES]
+    if ctx.dry:   # each mode once, on a loaded 2-core CI machine
+        plan = [("resnet18", "fp32"), ("resnet18", "channels_last"), ("vit_b_16", "bf16-amp")]
+    for name, mode in plan:
+        table.append(_model_table(ctx, o, peaks, name, mode))
     _comparison(ctx, o)
-    (d / "README.md").write_text("\n".join([
+    (ctx.rep_dir / "README.md").write_text("\n".join([
         f"# {ctx.env.get('device_name')}", "",
         f"torch {ctx.env.get('torch_version')}, CUDA {ctx.env.get('cuda_version')}, cuDNN "
         f"{ctx.env.get('cudnn_version')}, driver {ctx.env.get('driver_version')}; "
@@ -660,9 +714,12 @@ def sec_step(ctx: Ctx, o: Outcome) -> None:
     rep = profile(model, (4,), device=ctx.dev, backward=True, optimizer=torch.optim.SGD,
                   roofline=False, **ctx.timing(2.0))
     got = rep.to_dataframe().set_index(["module", "call"]).loc[("1", 1), "backward_latency_ms"]
+    clock = rep.training_step.timing.env["mode"].get("clock")
+    o.check("the step is timed by CUDA events", clock == "cuda_event", "clock == cuda_event",
+            exact=True, clock=clock)
     o.check(f"backward of a {sleep_ms:g} ms _sleep read back in its layer",
             _rel(float(got), sleep_ms) <= 0.02, "within 2 %", backward_ms=float(got),
-            want_ms=sleep_ms, clock=rep.training_step.timing.env.get("clock"))
+            want_ms=sleep_ms)
     net, size = vision(ctx, "resnet18")
     net.train()
     x = _on(ctx, net, size, 2 if ctx.dry else 8)
