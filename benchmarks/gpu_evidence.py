@@ -348,8 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ctx.dry:
             from gpu_fakes import fake_cuda
-            with fake_cuda():
-                records = run_sections(ctx, SECTIONS, only)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)   # intra-op threads stall badly on a loaded CI machine
+            try:
+                with fake_cuda():
+                    records = run_sections(ctx, SECTIONS, only)
+            finally:
+                torch.set_num_threads(threads)
         else:
             records = run_sections(ctx, SECTIONS, only)
     finally:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 import validate_timer
+from gpu_fakes import FAKE_CYCLES_PER_MS
 from gpu_evidence import ROOT, Ctx, Outcome, Section, Skip, verdict
 from modelprof import compare, measure_latency, measure_throughput, profile
 from modelprof.runtime.device import device_synchronize
@@ -211,6 +212,8 @@ def sec_timer(ctx: Ctx, o: Outcome) -> None:
         o.checks += validate_timer.cpu_checks(quick=True, budget=1.0)
     cpm = calibrate_cuda_sleep(ctx.dev)
     o.info["sleep_cycles_per_ms"] = cpm
+    if ctx.dry:   # the fake's rate is exact; its calibration reads host preemption too
+        cpm = FAKE_CYCLES_PER_MS
     ms = (0.5, 1.0, 2.0) if ctx.dry else (2.0, 5.0, 10.0)
     o.checks += validate_timer.sleep_checks(ctx.dev, cpm, ms, callable_ms=ms[1],
                                             **ctx.timing(3.0))
@@ -589,6 +592,22 @@ def _save_plot(fig_fn: Callable[[], Any], path: Path, o: Outcome) -> None:
         o.notes.append(f"no plot {path.name}: {e}")
 
 
+def _markdown(write: Callable[[Path], Any], path: Path, o: Outcome,
+              text: Callable[[], str] | None = None) -> None:
+    """Markdown needs tabulate (an optional extra): without it, a plain-text table (or none),
+    and a note saying so."""
+    from modelprof import ModelProfError
+    try:
+        write(path)
+    except ModelProfError as e:
+        if "tabulate" not in str(e):
+            raise
+        if text is not None:
+            path.with_suffix(".txt").write_text(text())
+        o.notes.append(f"no {path.name} (tabulate is not installed)"
+                       + (f"; {path.with_suffix('.txt').name} instead" if text else ""))
+
+
 def _peaks(ctx: Ctx) -> dict[str, dict[str, Any]]:
     """Measured peaks per dtype (short probe) and the datasheet's beside them; in a dry run
     fixed stand-ins (the probe is slow on a loaded CPU and is tested on its own)."""
@@ -612,7 +631,8 @@ def _model_table(ctx: Ctx, o: Outcome, peaks: dict[str, dict[str, Any]], name: s
     rep = profile(model.to(ctx.dev), size, device=ctx.dev, roofline=peaks[dt]["measured"],
                   **ctx.timing(1.0), **opts)
     stem = f"{name}_{mode}"
-    rep.to_markdown(d / f"{stem}.md")
+    _markdown(lambda path: rep.to_markdown(path), d / f"{stem}.md", o,
+              lambda: rep.to_text())
     rep.to_csv(d / f"{stem}.csv")
     if not ctx.dry or stem == "resnet18_fp32":   # plots are slow on a loaded CPU
         _save_plot(lambda: rep.plot_roofline(), d / f"{stem}_roofline.png", o)
@@ -663,7 +683,7 @@ def _comparison(ctx: Ctx, o: Outcome) -> None:
         m, size = vision(ctx, n)
         models[n] = m.to(ctx.dev)
     cmp = compare(models, size, device=ctx.dev, roofline=False, **ctx.timing(1.0))
-    cmp.to_markdown(ctx.rep_dir / "comparison.md")
+    _markdown(lambda path: cmp.to_markdown(path), ctx.rep_dir / "comparison.md", o)
     cmp.to_csv(ctx.rep_dir / "comparison.csv")
     col = "latency_x" if "latency_x" in cmp.columns else None
     o.check("comparison of 4 architectures (interleaved)", len(cmp) == 4, "4 rows", exact=True,
@@ -709,7 +729,8 @@ def _saved_bytes_oracle(model: nn.Module, x: torch.Tensor) -> int:
 
 def sec_step(ctx: Ctx, o: Outcome) -> None:
     sleep_ms = 1.0 if ctx.dry else 4.0
-    SleepBackward.cycles = int(sleep_ms * calibrate_cuda_sleep(ctx.dev))
+    cpm = calibrate_cuda_sleep(ctx.dev) if not ctx.dry else FAKE_CYCLES_PER_MS
+    SleepBackward.cycles = int(sleep_ms * cpm)
     model = nn.Sequential(nn.Linear(4, 4), SleepLayer(), nn.Linear(4, 4)).to(ctx.dev)
     rep = profile(model, (4,), device=ctx.dev, backward=True, optimizer=torch.optim.SGD,
                   roofline=False, **ctx.timing(2.0))
