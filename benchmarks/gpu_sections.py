@@ -70,10 +70,16 @@ def _leaves(model: nn.Module) -> dict[nn.Module, str]:
     return {m: n for n, m in model.named_modules() if n and next(m.children(), None) is None}
 
 
+def _named(model: nn.Module) -> dict[nn.Module, str]:
+    """Every module but the root, by name."""
+    return {m: n for n, m in model.named_modules() if n}
+
+
 @contextlib.contextmanager
-def _hooks(model: nn.Module, pre: Callable[..., Any], post: Callable[..., Any]) -> Iterator[None]:
+def _hooks(model: nn.Module, pre: Callable[..., Any], post: Callable[..., Any],
+           names: dict[nn.Module, str]) -> Iterator[None]:
     handles = []
-    for m in _leaves(model):
+    for m in names:
         handles.append(m.register_forward_pre_hook(pre))
         handles.append(m.register_forward_hook(post))
     try:
@@ -235,11 +241,11 @@ def sec_timer(ctx: Ctx, o: Outcome) -> None:
 # -- 3. the hardware's own account ---------------------------------------------------------------
 def profiler_leaf_ms(ctx: Ctx, model: nn.Module, x: torch.Tensor,
                      passes: int) -> dict[tuple[str, int], float]:
-    """Per leaf call: mean over ``passes`` of the summed CUDA kernel time (CUPTI) launched
-    inside it, from ``torch.profiler`` with one ``record_function`` range per call (CPU time of
-    the range in a dry run)."""
+    """Per module call (all but the root): mean over ``passes`` of the summed CUDA kernel time
+    (CUPTI) launched inside it, from ``torch.profiler`` with one ``record_function`` range per
+    call (CPU time of the range in a dry run)."""
     from torch.profiler import ProfilerActivity
-    names = _leaves(model)
+    names = _named(model)
     count: collections.Counter = collections.Counter()
     stack: list[Any] = []
 
@@ -252,7 +258,7 @@ def profiler_leaf_ms(ctx: Ctx, model: nn.Module, x: torch.Tensor,
     def post(m: nn.Module, args: Any, out: Any) -> None:
         stack.pop().__exit__(None, None, None)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if not ctx.dry else [])
-    with torch.no_grad(), _hooks(model, pre, post):
+    with torch.no_grad(), _hooks(model, pre, post, names):
         model(x)
         device_synchronize(ctx.dev)
         with torch.profiler.profile(activities=acts) as prof:
@@ -292,7 +298,7 @@ def sync_timer_ms(ctx: Ctx, model: nn.Module, x: torch.Tensor,
         count[names[m]] += 1
         got[(names[m], count[names[m]])].append((time.perf_counter_ns() - start.pop()) / 1e6)
     pass_ms = []
-    with torch.no_grad(), _hooks(model, pre, post):
+    with torch.no_grad(), _hooks(model, pre, post, names):
         for _ in range(passes + 1):
             count.clear()
             device_synchronize(ctx.dev)
@@ -315,20 +321,20 @@ def _account(ctx: Ctx, o: Outcome, name: str, batch: int) -> None:
     lt = time_layers(model, make_inputs(model, inputs=x), **ctx.timing(4.0))
     ev = lt.median_ms()
     kern = profiler_leaf_ms(ctx, model, x, passes=3 if ctx.dry else 10)
-    keys = [k for k in lt.leaves() if k in kern]
+    keys = [k for k in lt.order if k[0] and k in kern]   # every module call but the root
     big = [k for k in keys if kern[k] > 0.05]
     errs = {k: _rel(ev[k], kern[k]) for k in big}
     worst = max(errs, key=errs.get) if errs else None
     rows = ["layer,call,events_ms,kernels_ms"] + [f"{k[0]},{k[1]},{ev[k]:.5f},{kern[k]:.5f}"
                                                   for k in keys]
     (ctx.val_dir / f"cupti_vs_events_{name}.csv").write_text("\n".join(rows) + "\n")
-    o.check(f"{name} batch {batch}: modelprof's per-layer events vs CUPTI kernel sums",
-            bool(errs) and max(errs.values()) <= 0.05, "within 5 % on every layer > 50 us",
-            layers_over_50us=len(big), within_5pct=sum(e <= 0.05 for e in errs.values()),
+    o.check(f"{name} batch {batch}: modelprof's per-module events vs CUPTI kernel sums",
+            bool(errs) and max(errs.values()) <= 0.05, "within 5 % on every module > 50 us",
+            modules_over_50us=len(big), within_5pct=sum(e <= 0.05 for e in errs.values()),
             median_err_pct=100 * float(np.median(list(errs.values()))) if errs else None,
             worst=f"{worst[0]}#{worst[1]} {100 * errs[worst]:.1f} %" if worst else None)
     sync_ms, sync_pass = sync_timer_ms(ctx, model, x, passes=3 if ctx.dry else 20)
-    skeys = [k for k in keys if k in sync_ms]
+    skeys = [k for k in lt.leaves() if k in sync_ms]
     d = np.abs(_shares(sync_ms, skeys) - _shares(ev, skeys))
     top = skeys[int(np.argmax(d))]
     sync_over = sync_pass / clean.median_ms
@@ -405,7 +411,7 @@ def sec_seed(ctx: Ctx, o: Outcome) -> None:
 
 
 def _throughput_to_oom(ctx: Ctx, o: Outcome, model: nn.Module, size: tuple[int, ...]) -> None:
-    """Grow the batch until memory runs out (capped at 6 GiB on a GPU so it comes quickly), back
+    """Grow the batch until memory runs out (capped at 3 GiB on a GPU so it comes quickly), back
     off, and compare the allocator before and after."""
     kw: dict[str, Any] = {"gain": 0.0, "patience": 64}
     if ctx.dry:
@@ -413,8 +419,8 @@ def _throughput_to_oom(ctx: Ctx, o: Outcome, model: nn.Module, size: tuple[int, 
         kw.update(max_batch=64, repeat=2, warmup=1)
     else:
         searched = model
-        cap = 6 * 2**30 / torch.cuda.get_device_properties(ctx.dev).total_memory
-        kw.update(max_batch=8192, budget_s=0.2, warmup_s=0.05)
+        cap = 3 * 2**30 / torch.cuda.get_device_properties(ctx.dev).total_memory
+        kw.update(max_batch=8192, budget_s=0.2, min_samples=3, min_blocks=1, warmup=1)
         torch.cuda.synchronize(ctx.dev)
         torch.cuda.set_per_process_memory_fraction(cap, ctx.dev)
     before = torch.cuda.memory_allocated(ctx.dev) if not ctx.dry else None
