@@ -90,12 +90,18 @@ def _hooks(model: nn.Module, pre: Callable[..., Any], post: Callable[..., Any],
 
 
 # -- 1. the test suite ---------------------------------------------------------------------------
-def _pytest(args: list[str], cap_s: float, log: Path, label: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *args]
+def _pytest(args: list[str], cap_s: float, log: Path, label: str,
+            threads: int | None = None) -> subprocess.Popen:
+    """Start pytest on ``args`` with this checkout first on the path, output into ``log``."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
+           "--durations=5", *args]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                                      os.environ.get("PYTHONPATH")])))
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     f = open(log, "w")  # noqa: SIM115 - closed by _wait
-    f.write(f"===== {label}: {' '.join(cmd[1:])} (cap {cap_s:.0f} s)\n")
+    f.write(f"===== {label}: python {' '.join(cmd[1:])} (cap {cap_s:.0f} s"
+            + (f", OMP_NUM_THREADS={threads}" if threads else "") + ")\n")
     f.flush()
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env,
                          start_new_session=True)
@@ -189,7 +195,8 @@ def sec_suite(ctx: Ctx, o: Outcome) -> None:
     """The rest of the suite (not ``cuda``-marked), files dealt over parallel pytest processes
     (in a dry run: two stub files in two shards)."""
     files = sorted((ROOT / "tests").glob("test_*.py"), key=lambda p: -p.stat().st_size)
-    shards = 8
+    # one thread per process: many processes each spinning all cores' OpenMP threads stall
+    shards = max(2, min(12, (os.cpu_count() or 2) - 2))
     if ctx.dry:
         files = [_dry_stub(ctx, "a"), _dry_stub(ctx, "b")]
         shards = 2
@@ -197,7 +204,7 @@ def sec_suite(ctx: Ctx, o: Outcome) -> None:
     cap = max(min(ctx.budget_s, ctx.remaining() - 15) - 5, 5)   # leave time for item 10
     parts = [ctx.val_dir / f"pytest-suite-{i}.part" for i in range(len(groups))]
     procs = [_pytest(["-m", "not cuda", *[str(f) for f in g]], cap, part,
-                     f"suite shard {i + 1}/{len(groups)}")
+                     f"suite shard {i + 1}/{len(groups)}", threads=1)
              for i, (g, part) in enumerate(zip(groups, parts))]
     codes = _wait(procs, cap)
     text = _collect_log(ctx, parts)
