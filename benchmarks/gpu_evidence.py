@@ -141,7 +141,7 @@ def _driver_version() -> str | None:
     import subprocess
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+                             capture_output=True, text=True, timeout=10, check=False)
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
     except (OSError, IndexError, subprocess.SubprocessError):
         return None
@@ -245,15 +245,16 @@ def _fmt(v: Any) -> str:
 
 def summary_md(ctx: Ctx, records: list[dict[str, Any]], wall_s: float) -> str:
     env = ctx.env
-    head = [f"# GPU evidence — {env.get('device_name')}", "",
-            f"- device `{env.get('device')}` ({env.get('device_name')}), driver "
-            f"{env.get('driver_version')}, CUDA {env.get('cuda_version')}, cuDNN "
-            f"{env.get('cudnn_version')}, torch {env.get('torch_version')}, Python "
-            f"{env.get('python_version')}, modelprof {env.get('modelprof_version')}",
-            f"- packages: " + ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items()),
-            f"- command: `{env.get('command')}`; wall time {wall_s:.0f} s"
-            + (" — DRY RUN: CUDA faked on the CPU, tiny models; no figure here is a GPU's"
-               if ctx.dry else ""), "",
+    versions = (f"- device `{env.get('device')}` ({env.get('device_name')}), driver "
+                f"{env.get('driver_version')}, CUDA {env.get('cuda_version')}, cuDNN "
+                f"{env.get('cudnn_version')}, torch {env.get('torch_version')}, Python "
+                f"{env.get('python_version')}, modelprof {env.get('modelprof_version')}")
+    packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
+    dry = " — DRY RUN: CUDA faked on the CPU, tiny models; no figure here is a GPU's"
+    head = [f"# GPU evidence — {env.get('device_name')}", "", versions,
+            f"- packages: {packages}",
+            f"- command: `{env.get('command')}`; wall time {wall_s:.0f} s{dry if ctx.dry else ''}",
+            "",
             "| section | verdict | checks passed | wall s (budget) |",
             "| --- | --- | ---: | ---: |"]
     for r in records:

@@ -95,8 +95,8 @@ def _pytest(args: list[str], cap_s: float, log: Path, label: str,
     """Start pytest on ``args`` with this checkout first on the path, output into ``log``."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
            "--durations=5", *args]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
-                                                                     os.environ.get("PYTHONPATH")])))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     f = open(log, "w")  # noqa: SIM115 - closed by _wait
@@ -205,7 +205,7 @@ def sec_suite(ctx: Ctx, o: Outcome) -> None:
     parts = [ctx.val_dir / f"pytest-suite-{i}.part" for i in range(len(groups))]
     procs = [_pytest(["-m", "not cuda", *[str(f) for f in g]], cap, part,
                      f"suite shard {i + 1}/{len(groups)}", threads=1)
-             for i, (g, part) in enumerate(zip(groups, parts))]
+             for i, (g, part) in enumerate(zip(groups, parts, strict=True))]
     codes = _wait(procs, cap)
     text = _collect_log(ctx, parts)
     total: collections.Counter = collections.Counter()
@@ -547,7 +547,8 @@ def _moved(inputs: Any, dev: torch.device) -> Any:
     return inputs.to(dev)
 
 
-FORMULA_OPS = re.compile(r"attention|cudnn|rnn|lstm|batch_norm|native_multi_head|sdp", re.I)
+FORMULA_OPS = re.compile(r"attention|cudnn|rnn|lstm|batch_norm|native_multi_head|sdp",
+                         re.IGNORECASE)
 
 
 def sec_formulas(ctx: Ctx, o: Outcome) -> None:
@@ -682,11 +683,11 @@ def sec_tables(ctx: Ctx, o: Outcome) -> None:
     _comparison(ctx, o)
     (ctx.rep_dir / "README.md").write_text("\n".join([
         f"# {ctx.env.get('device_name')}", "",
-        f"torch {ctx.env.get('torch_version')}, CUDA {ctx.env.get('cuda_version')}, cuDNN "
-        f"{ctx.env.get('cudnn_version')}, driver {ctx.env.get('driver_version')}; "
-        f"`{ctx.env.get('command')}`", "", "## Peaks", "", *lines, "",
-        "## Models (batch 1)", "", *table, "", "[comparison.md](comparison.md): 4 "
-        "architectures measured interleaved.", ""]))
+        (f"torch {ctx.env.get('torch_version')}, CUDA {ctx.env.get('cuda_version')}, cuDNN "
+         f"{ctx.env.get('cudnn_version')}, driver {ctx.env.get('driver_version')}; "
+         f"`{ctx.env.get('command')}`"), "", "## Peaks", "", *lines, "",
+        "## Models (batch 1)", "", *table, "",
+        "[comparison.md](comparison.md): 4 architectures measured interleaved.", ""]))
 
 
 def _comparison(ctx: Ctx, o: Outcome) -> None:

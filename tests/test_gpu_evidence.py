@@ -38,7 +38,8 @@ def test_dry_run_writes_the_files_to_commit(evidence):
                  "reports/validation/dry-run-cpu/pytest.log",
                  "reports/validation/dry-run-cpu/cupti_vs_events_resnet50.csv",
                  "reports/dry-run-cpu/README.md", "reports/dry-run-cpu/comparison.md",
-                 "reports/dry-run-cpu/resnet18_fp32.csv", "reports/dry-run-cpu/vit_b_16_bf16-amp.md",
+                 "reports/dry-run-cpu/resnet18_fp32.csv",
+                 "reports/dry-run-cpu/vit_b_16_bf16-amp.md",
                  "reports/dry-run-cpu/resnet18_channels_last.md",
                  "reports/dry-run-cpu/resnet18_fp32_roofline.png"):
         assert name in names, name
