@@ -841,13 +841,13 @@ def sec_readme(ctx: Ctx, o: Outcome) -> None:
 
 
 SECTIONS = [
-    Section("1a", "cuda-marked tests", 60, 60, sec_cuda_tests),
+    Section("1a", "cuda-marked tests", 90, 60, sec_cuda_tests),
     Section("2", "timer against known durations (validate_timer)", 75, 30, sec_timer),
     Section("3", "events vs CUPTI kernel times; per-module-sync timer", 60, 30, sec_cupti),
     Section("4", "seed recipe vs modelprof; throughput up to OOM", 50, 30, sec_seed),
     Section("5", "raw CuPy kernel with transfers", 20, 10, sec_raw_kernel),
     Section("6", "CUDA-only formulas vs the CPU count", 45, 40, sec_formulas),
-    Section("7", "tables and plots: 3 models x 3 modes, roofline, comparison", 110, 60,
+    Section("7", "tables and plots: 3 models x 3 modes, roofline, comparison", 100, 60,
             sec_tables),
     Section("8", "training step on CUDA", 25, 20, sec_step),
     Section("9", "generation and sharded models", 30, 20, sec_generation),
