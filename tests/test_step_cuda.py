@@ -48,4 +48,4 @@ def test_sleeping_backward_reads_back_in_its_layer():
     assert report.backward_latency.median_ms == pytest.approx(SLEEP_MS, rel=0.10)
     timing = report.training_step.timing
     assert timing.peak_memory_bytes is not None and timing.peak_memory_bytes > 0
-    assert timing.env["clock"] == "cuda_event"
+    assert timing.env["mode"]["clock"] == "cuda_event"
