@@ -165,25 +165,17 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
 
 def test_every_view_option_is_documented() -> None:
     """Each keyword a user can pass to an exporter has a line in the README's options table."""
-    import inspect
+    import dataclasses
 
-    from modelprof.render.html import to_html
-    from modelprof.render.latex import to_latex
-    from modelprof.render.markdown import to_markdown
-    from modelprof.render.text import to_text
-    from modelprof.report.report import Report
+    from modelprof import ViewOptions
 
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Views and exporters"):text.index("## How precise")]
-    functions = (to_html, to_latex, to_markdown, to_text, Report.to_csv, Report.to_html,
-                 Report.to_json, Report.to_latex, Report.to_markdown, Report.to_text)
-    options = {p.name for f in functions for p in inspect.signature(f).parameters.values()
-               if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    # filled in by the Report from the model (the page's title and summary lines, the clean
-    # run's footer row) or by the exporter itself; path is the first argument
-    internal = {"path", "end_to_end", "title", "summary"}
-    options = (options - internal) | {"group_by"}  # group_by: taken by Report's **view
-    assert {"columns", "depth", "top_k", "caption", "label", "units"} <= options
+    # every exporter reads its options from ViewOptions (view= or the same keywords); the
+    # page's title and summary lines are filled in by the Report from the model
+    internal = {"title", "summary"}
+    options = {f.name for f in dataclasses.fields(ViewOptions)} - internal | {"view"}
+    assert {"columns", "depth", "top_k", "caption", "label", "units", "group_by"} <= options
     missing = sorted(o for o in options if f"`{o}=" not in section)
     assert not missing, f"view options not in the README's table: {missing}"
 
