@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
+from modelprof.distributed.sweep import sweep
 from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
                               NoisyMeasurementWarning)
 from modelprof.profile import profile
@@ -23,4 +24,4 @@ __version__ = "0.1.0"
 __all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "Measurement",
            "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning", "Peaks", "Report",
            "TimingOptions", "ViewOptions", "__version__", "compare", "measure_latencies",
-           "measure_latency", "measure_throughput", "profile", "register_formula"]
+           "measure_latency", "measure_throughput", "profile", "register_formula", "sweep"]

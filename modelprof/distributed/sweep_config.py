@@ -1,0 +1,285 @@
+"""What a sweep runs: configurations (model × batch size × dtype × mode) read from a JSON or
+TOML file, a dict or a list of dicts, checked at the boundary and expanded into a fixed order.
+
+A *grid* is one mapping; each of ``models``, ``batch_sizes``, ``dtypes`` and ``modes`` is a
+value or a list (the singular spellings ``model``, ``batch_size``, ``dtype``, ``mode`` are
+accepted too), and the grid stands for every combination, models outermost. A sweep is one grid
+or a list of grids (in a file: the top-level table, or ``[[grid]]`` tables / a JSON list).
+Errors name the entry (``grid 2``) and the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["MODES", "SweepConfig", "expand_grids", "load_sweep"]
+
+#: mode -> the ``profile()`` keywords it sets. ``forward``: eval mode, no grad (profile's
+#: default); ``backward``: a training step (train mode, loss = sum of outputs, backward).
+MODES: dict[str, dict[str, Any]] = {"forward": {}, "backward": {"backward": True}}
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32",
+           "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16", "half": "float16",
+           "float64": "float64", "fp64": "float64", "double": "float64"}
+_LIST_KEYS = {"models": "model", "batch_sizes": "batch_size", "dtypes": "dtype", "modes": "mode"}
+_SCALAR_KEYS = ("timing", "device", "input_size", "options")
+_KNOWN = (*_LIST_KEYS, *_LIST_KEYS.values(), *_SCALAR_KEYS)
+_DEFAULTS = {"batch_size": [1], "dtype": ["float32"], "mode": ["forward"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """One configuration of a sweep: what one ``profile()`` call measures.
+
+    ``timing=False`` (counting only) runs on ``meta``: the model is built there, so no memory
+    or compute goes to weights. ``options`` are further ``profile()`` keywords, kept as sorted
+    ``(name, value)`` pairs so that the configuration is hashable and its key stable.
+    """
+
+    model: str
+    batch_size: int = 1
+    dtype: str = "float32"
+    mode: str = "forward"
+    timing: bool = False
+    device: str = "cpu"
+    input_size: tuple[Any, ...] | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (tuples as lists, options as a dict)."""
+        d = dataclasses.asdict(self)
+        d["input_size"] = None if self.input_size is None else _listify(self.input_size)
+        d["options"] = dict(self.options)
+        return d
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON of the configuration: what a result file is matched against."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def name(self) -> str:
+        """File-name-safe id: readable parts plus a hash of the whole configuration."""
+        digest = hashlib.sha1(self.key.encode()).hexdigest()[:10]
+        kind = "timed" if self.timing else "count"
+        stem = f"{self.model}_b{self.batch_size}_{self.dtype}_{self.mode}_{kind}"
+        return f"{re.sub(r'[^A-Za-z0-9.+-]+', '_', stem).strip('_')}_{digest}"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
+        """Inverse of :meth:`to_dict` (a result file's ``config``)."""
+        size = data.get("input_size")
+        return cls(model=data["model"], batch_size=data["batch_size"], dtype=data["dtype"],
+                   mode=data["mode"], timing=data["timing"], device=data["device"],
+                   input_size=None if size is None else _tupleify(size),
+                   options=tuple(sorted((k, _tupleify(v))
+                                        for k, v in dict(data.get("options") or {}).items())))
+
+
+def load_sweep(source: Any) -> list[SweepConfig]:
+    """The configurations of ``source``: a ``.json``/``.toml`` path, a dict (one grid) or a list
+    of dicts (several grids), in expansion order, duplicates dropped (the first kept)."""
+    if isinstance(source, (str, Path)):
+        return expand_grids(_read_file(Path(source)), origin=str(source))
+    return expand_grids(source, origin="sweep")
+
+
+def _read_file(path: Path) -> Any:
+    if not path.is_file():
+        raise ModelProfError(f"sweep config {str(path)!r} does not exist (or is not a file)")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            return json.loads(path.read_text())
+        if suffix == ".toml":
+            import tomllib
+
+            return tomllib.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, TOMLDecodeError
+        raise ModelProfError(f"sweep config {str(path)!r} is not valid {suffix[1:].upper()}: "
+                             f"{e}") from e
+    raise ModelProfError(f"sweep config {str(path)!r}: use a .json or .toml file")
+
+
+def expand_grids(data: Any, *, origin: str = "sweep") -> list[SweepConfig]:
+    """Every configuration of one grid or a list of grids (see the module docstring)."""
+    grids = _grids(data, origin)
+    configs: dict[SweepConfig, None] = {}
+    for i, grid in enumerate(grids, 1):
+        where = f"{origin}: grid {i}" if len(grids) > 1 else origin
+        for config in _expand(grid, where):
+            configs.setdefault(config, None)
+    return list(configs)
+
+
+def _grids(data: Any, origin: str) -> list[Mapping[str, Any]]:
+    if isinstance(data, Mapping) and set(data) == {"grid"}:
+        data = data["grid"]  # TOML [[grid]] tables
+    if isinstance(data, Mapping):
+        data = [data]
+    if not isinstance(data, Sequence) or isinstance(data, (str, bytes)):
+        raise ModelProfError(f"{origin}: a sweep is a dict (one grid) or a list of dicts, "
+                             f"not {type(data).__name__}")
+    if not data:
+        raise ModelProfError(f"{origin}: the sweep has no grid; give at least 'models'")
+    for i, grid in enumerate(data, 1):
+        if not isinstance(grid, Mapping):
+            raise ModelProfError(f"{origin}: grid {i} is a {type(grid).__name__}, not a dict "
+                                 "such as {'models': ['resnet18'], 'batch_sizes': [1, 8]}")
+    return list(data)
+
+
+def _expand(grid: Mapping[str, Any], where: str) -> list[SweepConfig]:
+    """The configurations of one grid, models outermost, modes innermost."""
+    for key in grid:
+        if key not in _KNOWN:
+            close = difflib.get_close_matches(str(key), _KNOWN, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(_KNOWN)}"
+            raise ModelProfError(f"{where}: unknown key {key!r}{hint}")
+    axes = {one: _axis(grid, many, one, where) for many, one in _LIST_KEYS.items()}
+    timing = grid.get("timing", False)
+    if not isinstance(timing, bool):
+        raise ModelProfError(f"{where}: timing={timing!r} must be true or false")
+    device = _device(grid.get("device", "cpu"), timing, where)
+    size = _input_size(grid.get("input_size"), where)
+    options = _options(grid.get("options", {}), where)
+    return [SweepConfig(model=m, batch_size=b, dtype=d, mode=mode, timing=timing, device=device,
+                        input_size=size, options=options)
+            for m, b, d, mode in itertools.product(axes["model"], axes["batch_size"],
+                                                   axes["dtype"], axes["mode"])]
+
+
+def _axis(grid: Mapping[str, Any], many: str, one: str, where: str) -> list[Any]:
+    if many in grid and one in grid:
+        raise ModelProfError(f"{where}: give {many!r} or {one!r}, not both")
+    key = many if many in grid else one
+    if key not in grid:
+        if one == "model":
+            raise ModelProfError(f"{where}: no 'models'; name at least one, e.g. "
+                                 "models = ['resnet18']")
+        return list(_DEFAULTS[one])
+    raw = grid[key]
+    values = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    if not values:
+        raise ModelProfError(f"{where}: {key} is empty")
+    check = {"model": _model, "batch_size": _batch, "dtype": _dtype, "mode": _mode}[one]
+    return [check(v, f"{where}: {key}") for v in values]
+
+
+def _model(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ModelProfError(f"{where}: model {value!r} must be a name such as 'resnet18', "
+                             "'timm:NAME' or 'file.py:factory'")
+    name = value.strip()
+    if ":" not in name and not name.endswith((".py", ".pt", ".pth", ".pt2")):
+        _check_torchvision_name(name, where)
+    return name
+
+
+def _check_torchvision_name(name: str, where: str) -> None:
+    """A plain name is a torchvision model: refuse a typo before hours of sweeping."""
+    try:
+        from torchvision import models as tvm
+    except ImportError:
+        return  # load_model says so, per configuration
+    available = tvm.list_models()
+    if name not in available:
+        close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ModelProfError(f"{where}: unknown model {name!r}{hint}")
+
+
+def _batch(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelProfError(f"{where}: batch size {value!r} must be an integer >= 1")
+    return value
+
+
+def _dtype(value: Any, where: str) -> str:
+    key = str(value).lower().removeprefix("torch.") if isinstance(value, str) else None
+    if key not in _DTYPES:
+        raise ModelProfError(f"{where}: dtype {value!r} is not one of "
+                             f"{', '.join(sorted(_DTYPES))}")
+    return _DTYPES[key]
+
+
+def _mode(value: Any, where: str) -> str:
+    if value not in MODES:
+        raise ModelProfError(f"{where}: mode {value!r} is not one of {', '.join(MODES)}")
+    return str(value)
+
+
+def _device(value: Any, timing: bool, where: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"(cpu|cuda|meta)(:\d+)?", value):
+        raise ModelProfError(f"{where}: device {value!r} must be 'cpu', 'cuda', 'cuda:N' "
+                             "(or 'meta' for counting only)")
+    if timing and value.startswith("meta"):
+        raise ModelProfError(f"{where}: timing=true needs a real device, not {value!r}")
+    return value
+
+
+def _input_size(value: Any, where: str) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    ok = isinstance(value, (list, tuple)) and value and (
+        all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
+        or all(isinstance(s, (list, tuple)) and s and all(isinstance(d, int) and d > 0
+                                                          for d in s) for s in value))
+    if not ok:
+        raise ModelProfError(f"{where}: input_size {value!r} must be a shape without the batch "
+                             "such as [3, 224, 224], or a list of such shapes")
+    return _tupleify(value)
+
+
+#: profile() keywords a sweep sets itself, so a grid's ``options`` may not.
+_RESERVED = ("model", "input_size", "inputs", "batch_size", "device", "dtype", "timing",
+             "backward", "progress")
+
+
+def _options(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
+    if not isinstance(value, Mapping):
+        raise ModelProfError(f"{where}: options {value!r} must be a table/dict of profile() "
+                             "keywords such as {budget_s = 1}")
+    known = _profile_keywords()
+    for name, v in value.items():
+        if name not in known:
+            close = difflib.get_close_matches(str(name), sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ModelProfError(f"{where}: options.{name} is not a profile() option{hint}")
+        if name in _RESERVED:
+            raise ModelProfError(f"{where}: options.{name} is set by the sweep itself; use the "
+                                 "grid keys (models, batch_sizes, dtypes, modes, timing, device)")
+        try:
+            json.dumps(v)
+        except TypeError as e:
+            raise ModelProfError(f"{where}: options.{name}={v!r} is not a plain value "
+                                 "(number, string, bool, list)") from e
+    return tuple(sorted((str(k), _tupleify(v)) for k, v in value.items()))
+
+
+def _profile_keywords() -> set[str]:
+    """The keywords ``profile()`` takes, its timing options included."""
+    import inspect
+
+    from modelprof.profile import profile
+    from modelprof.timing.options import OPTION_NAMES
+
+    return set(inspect.signature(profile).parameters) | set(OPTION_NAMES)
+
+
+def _tupleify(value: Any) -> Any:
+    return tuple(_tupleify(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _listify(value: Any) -> Any:
+    return [_listify(v) for v in value] if isinstance(value, (list, tuple)) else value

@@ -1,0 +1,101 @@
+"""A sweep's results on disk: one JSON file per finished configuration, written atomically
+(a temporary file in the same folder, then a rename), so a killed sweep leaves only whole files
+and a rerun skips what they hold. The combined table is written once, by rank 0."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from modelprof.distributed.sweep_config import SweepConfig
+from modelprof.errors import ModelProfError
+
+__all__ = ["ResultStore", "write_atomic"]
+
+_FORMAT = 1  # the layout of a result file; a file of another layout is run again
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class ResultStore:
+    """``out/configs/<config name>.json`` per configuration; ``out/sweep.csv`` and
+    ``out/sweep.json`` for the whole table."""
+
+    def __init__(self, out: str | os.PathLike[str]) -> None:
+        self.out = Path(out)
+        self.folder = self.out / "configs"
+        for parent in (self.out, *self.out.parents):
+            if parent.exists() and not parent.is_dir():
+                raise ModelProfError(f"out={str(self.out)!r}: {str(parent)!r} is a file, "
+                                     "not a folder")
+            if parent.exists():
+                break
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModelProfError(f"out={str(self.out)!r}: cannot create the folder "
+                                 f"({e.strerror or e})") from e
+        if not os.access(self.folder, os.W_OK | os.X_OK):
+            raise ModelProfError(f"out={str(self.out)!r}: the folder is not writable")
+
+    def path(self, config: SweepConfig) -> Path:
+        return self.folder / f"{config.name}.json"
+
+    def load(self, config: SweepConfig) -> dict[str, Any] | None:
+        """The row a finished run of ``config`` wrote, or None (never run, or another layout)."""
+        try:
+            data = json.loads(self.path(config).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if data.get("format") != _FORMAT or data.get("config") != config.to_dict():
+            return None
+        return dict(data["row"])
+
+    def save(self, config: SweepConfig, row: Mapping[str, Any]) -> None:
+        data = {"format": _FORMAT, "config": config.to_dict(), "row": _plain(row)}
+        write_atomic(self.path(config), json.dumps(data, indent=1, allow_nan=False))
+
+    def count_done(self, configs: Iterable[SweepConfig]) -> int:
+        """How many of ``configs`` have a result file (by name: cheap, for the progress bar)."""
+        names = {p.name for p in self.folder.iterdir()}
+        return sum(f"{c.name}.json" in names for c in configs)
+
+    def write_table(self, frame: pd.DataFrame) -> list[Path]:
+        """``sweep.csv`` (raw numbers) and ``sweep.json`` (records), each atomically."""
+        csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
+        write_atomic(csv_path, frame.to_csv(index=False))
+        records = [_plain(r) for r in frame.to_dict(orient="records")]
+        write_atomic(json_path, json.dumps(records, indent=1, allow_nan=False))
+        return [csv_path, json_path]
+
+
+def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON-safe values: NaN as null, numpy scalars as Python numbers."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out[str(key)] = value
+    return out

@@ -1,0 +1,152 @@
+"""The sweep runner in one process: rows equal to profile(), failures recorded, resume."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import modelprof
+from modelprof.distributed.sweep import COUNTED_COLUMNS, sweep
+from modelprof.distributed.sweep_store import ResultStore, write_atomic
+from modelprof.errors import ModelProfError
+
+NETS = """
+    import torch
+    from torch import nn
+    INPUT_SIZE = (10,)
+    def narrow():
+        return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
+    def wide():
+        return nn.Sequential(nn.Linear(10, 40), nn.ReLU())
+    def broken():
+        return nn.Sequential(nn.Linear(11, 40))
+    def needs_values():  # construction reads a value: cannot be built on meta
+        lin = nn.Linear(10, 20)
+        assert lin.weight.abs().sum().item() >= 0
+        return lin
+"""
+
+
+@pytest.fixture
+def nets(tmp_path: Path) -> Path:
+    f = tmp_path / "nets.py"
+    f.write_text(textwrap.dedent(NETS))
+    return f
+
+
+def _grid(nets: Path, *factories: str, **extra: object) -> dict:
+    return {"models": [f"{nets}:{f}" for f in factories], "batch_sizes": [1, 4],
+            "dtypes": ["float32", "bfloat16"], **extra}
+
+
+def test_rows_equal_profile_totals(nets: Path) -> None:
+    df = sweep(_grid(nets, "narrow", "wide"))
+    assert len(df) == 8 and (df["status"] == "ok").all() and (df["device"] == "meta").all()
+    assert (df["rank"] == 0).all()
+    # Linear(10, 20) at batch b: 10*20*b MACs; Linear(10, 40): 10*40*b
+    assert df["macs"].tolist() == [200, 200, 800, 800, 400, 400, 1600, 1600]
+    for row in df.itertuples():
+        model, _, size = modelprof.load_model(row.model)
+        totals = modelprof.profile(model, size, batch_size=row.batch_size, dtype=row.dtype,
+                                   timing=False).totals  # built on the CPU, counted there
+        assert {c: getattr(row, c) for c in totals} == totals
+
+
+def test_failure_is_a_row_and_the_others_go_on(nets: Path) -> None:
+    df = sweep(_grid(nets, "broken", "narrow"))
+    failed = df[df["status"] == "error"]
+    assert len(failed) == 4 and set(failed["model"]) == {f"{nets}:broken"}
+    assert failed["error"].str.contains("ModelProfError").all()
+    assert failed["macs"].isna().all()
+    assert (df.loc[df["status"] == "ok", "macs"] > 0).all() and len(df) == 8
+
+
+def test_a_model_that_needs_values_is_built_on_the_cpu(nets: Path) -> None:
+    df = sweep({"models": [f"{nets}:needs_values"]})
+    # built on the CPU after meta refused, then counted on a meta copy: 10*20 = 200 MACs
+    assert df["status"].tolist() == ["ok"] and df["macs"].tolist() == [200]
+
+
+def test_results_are_written_per_config_and_resumed(nets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = sweep(_grid(nets, "narrow"), out=out)
+    files = sorted((out / "configs").iterdir())
+    assert len(files) == 4 and sorted(p.name for p in out.iterdir()) == [
+        "configs", "sweep.csv", "sweep.json"]
+    # mark one stored row: a resumed sweep must hand it back instead of running it again
+    data = json.loads(files[0].read_text())
+    data["row"]["wall_s"] = -1.0
+    files[0].write_text(json.dumps(data))
+    again = sweep(_grid(nets, "narrow"), out=out)
+    assert (again["wall_s"] == -1.0).sum() == 1
+    assert again.drop(columns=["wall_s", "start_time"]).equals(
+        first.drop(columns=["wall_s", "start_time"]))
+    fresh = sweep(_grid(nets, "narrow"), out=out, resume=False)
+    assert (fresh["wall_s"] >= 0).all()
+    table = pd.read_csv(out / "sweep.csv")
+    assert table["macs"].tolist() == fresh["macs"].tolist()  # 200, 200, 800, 800
+
+
+def test_a_damaged_or_foreign_result_file_is_run_again(nets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sweep({"models": [f"{nets}:narrow"]}, out=out)
+    (path,) = (out / "configs").iterdir()
+    path.write_text('{"format": 1, "config": {')  # a half file (never left by write_atomic)
+    df = sweep({"models": [f"{nets}:narrow"]}, out=out)
+    assert df["macs"].tolist() == [200] and json.loads(path.read_text())["row"]["macs"] == 200
+
+
+def test_failed_configs_are_kept_unless_retried(nets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    grid = {"models": [f"{nets}:broken"]}
+    sweep(grid, out=out)
+    (path,) = (out / "configs").iterdir()
+    # the model file is fixed: a plain rerun keeps the recorded failure, a retry runs it
+    nets.write_text(textwrap.dedent(NETS).replace("nn.Linear(11, 40)", "nn.Linear(10, 40)"))
+    assert sweep(grid, out=out)["status"].tolist() == ["error"]
+    retried = sweep(grid, out=out, retry_failed=True)
+    assert retried["status"].tolist() == ["ok"] and retried["macs"].tolist() == [400]  # 10*40
+
+
+def test_write_atomic_leaves_only_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "a.json"
+    write_atomic(target, "one")
+    write_atomic(target, "two")
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"] and target.read_text() == "two"
+
+
+def test_backward_mode_and_timed_config(nets: Path) -> None:
+    df = sweep([{"models": [f"{nets}:narrow"], "modes": ["forward", "backward"]},
+                {"models": [f"{nets}:narrow"], "timing": True,
+                 "options": {"repeat": 5, "warmup": 1, "roofline": False}}])
+    fwd, bwd, timed = df.to_dict(orient="records")
+    assert pd.isna(fwd["backward_macs"])
+    # backward of Linear(10, 20) at batch 1: the input needs no gradient, so only the
+    # weight's: 1*10*20 = 200 MACs
+    assert bwd["backward_macs"] == 200
+    assert timed["device"] == "cpu" and timed["latency_median_ms"] > 0
+    assert timed["macs"] == fwd["macs"] == 200
+    assert set(COUNTED_COLUMNS[:7]) <= set(df.columns)
+
+
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ModelProfError, match="resume=1"):
+        sweep({"models": ["alexnet"]}, resume=1)  # type: ignore[arg-type]
+    with pytest.raises(ModelProfError, match="timeout_s=0"):
+        sweep({"models": ["alexnet"]}, timeout_s=0)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ModelProfError, match="is a file"):
+        sweep({"models": ["alexnet"]}, out=blocker / "out")
+
+
+def test_store_counts_only_this_sweeps_files(nets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sweep({"models": [f"{nets}:narrow"]}, out=out)
+    from modelprof.distributed.sweep_config import load_sweep
+
+    store = ResultStore(out)
+    assert store.count_done(load_sweep(_grid(nets, "narrow"))) == 1  # b1 fp32 only
