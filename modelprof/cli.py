@@ -1,8 +1,9 @@
-"""The ``modelprof`` command line: ``profile``, ``compare`` and ``throughput`` subcommands.
+"""The ``modelprof`` command line: ``profile``, ``compare``, ``throughput`` and ``sweep``.
 
     modelprof profile resnet18 --no-timing --style torchstat --out reports --format csv,md
     modelprof compare resnet18 mobilenet_v3_large efficientnet_b0 --budget 1
     modelprof throughput resnet18 --max-batch 64
+    torchrun --standalone --nproc_per_node=2 -m modelprof sweep vision.toml --out vision_sweep
 
 Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr, no
 traceback), 1 anything unexpected (with its traceback, since that is a bug).
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-batch", type=int, default=None, metavar="N",
                    help="largest batch size to try (default: 1024)")
     t.set_defaults(run=_run_throughput)
+    _add_sweep_parser(sub)
     return parser
 
 
@@ -424,6 +426,61 @@ def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.budget is not None:
         options["budget_s"] = args.budget
     return options
+
+
+# --- sweep ---------------------------------------------------------------------------------------
+
+def _add_sweep_parser(sub: Any) -> None:
+    """``modelprof sweep CONFIG``: its options are its own (the grid says models, dtypes...)."""
+    s = sub.add_parser("sweep", help="many configurations, resumable, dealt across torchrun ranks",
+                       description="Profile every configuration of a sweep file (models x batch "
+                                   "sizes x dtypes x modes) into one table. Under torchrun the "
+                                   "configurations are dealt across the ranks; rank 0 prints "
+                                   "and writes the table.",
+                       formatter_class=_HelpFormatter)
+    s.add_argument("config", metavar="CONFIG", type=Path,
+                   help="a .toml or .json sweep file: models, batch_sizes, dtypes, modes, "
+                        "timing, device, input_size, options (or several [[grid]] tables)")
+    s.add_argument("--out", dest="sweep_out", type=Path, default=None, metavar="DIR",
+                   help="folder for one result file per configuration and the combined "
+                        "sweep.csv/sweep.json (default: CONFIG's name + '_sweep' in the current "
+                        "folder)")
+    s.add_argument("--no-resume", action="store_true",
+                   help="run every configuration again, even those DIR already holds")
+    s.add_argument("--retry-failed", action="store_true",
+                   help="run the configurations that failed last time again")
+    s.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="how long a rank waits for the others before giving up")
+    s.add_argument("--progress", action="store_true",
+                   help="show rank 0's progress bar even when stderr is not a terminal "
+                        "(default: only on a terminal; needs tqdm)")
+    # what the shared _Context reads; a sweep file says these per grid
+    s.set_defaults(run=_run_sweep, input_size=None, device=None, dtype=None, out=None,
+                   format=None, trust_pickle=False, budget=None)
+
+
+#: The columns ``modelprof sweep`` prints (all of them are in the files).
+_SWEEP_SHOWN = ("model", "batch_size", "dtype", "mode", "timing", "status", "params", "macs",
+                "flops", "latency_median_ms", "rank", "wall_s")
+
+
+def _run_sweep(ctx: _Context) -> None:
+    from modelprof.distributed.sweep import sweep
+
+    args = ctx.args
+    out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
+    df = sweep(args.config, out=out, resume=not args.no_resume,
+               retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout)
+    if os.environ.get("RANK", "0") != "0":
+        return  # one voice: rank 0 prints and has written the table
+    shown = [c for c in _SWEEP_SHOWN if c in df.columns]
+    print(df[shown].to_string(index=False), file=ctx.stdout)
+    failed = int((df["status"] != "ok").sum())
+    world = os.environ.get("WORLD_SIZE", "1")
+    print(f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
+          f"{' (see the error column)' if failed else ''}; {world} rank(s)", file=ctx.stdout)
+    for name in ("sweep.csv", "sweep.json"):
+        ctx.wrote(out / name)
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -346,4 +346,8 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     tail = ["options", "warnings", "rank", "host", "start_time", "wall_s"]
     middle = [c for c in seen if c not in head and c not in tail]  # latency columns
     ordered = [c for c in (*head, *middle, *tail) if c in seen]
-    return pd.DataFrame.from_records(records, columns=ordered)
+    frame = pd.DataFrame.from_records(records, columns=ordered)
+    for column in COUNTED_COLUMNS:  # whole numbers, missing where a row has none (<NA>)
+        if column in frame.columns:
+            frame[column] = frame[column].astype("Int64")
+    return frame

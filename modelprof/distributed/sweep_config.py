@@ -72,7 +72,8 @@ class SweepConfig:
         """File-name-safe id: readable parts plus a hash of the whole configuration."""
         digest = hashlib.sha1(self.key.encode()).hexdigest()[:10]
         kind = "timed" if self.timing else "count"
-        stem = f"{self.model}_b{self.batch_size}_{self.dtype}_{self.mode}_{kind}"
+        model = re.split(r"[/\\]", self.model)[-1][-60:]  # a file spec: its file name
+        stem = f"{model}_b{self.batch_size}_{self.dtype}_{self.mode}_{kind}"
         return f"{re.sub(r'[^A-Za-z0-9.+-]+', '_', stem).strip('_')}_{digest}"
 
     @classmethod

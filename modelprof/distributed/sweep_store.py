@@ -93,7 +93,9 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
     """JSON-safe values: NaN as null, numpy scalars as Python numbers."""
     out: dict[str, Any] = {}
     for key, value in row.items():
-        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        if value is pd.NA or value is pd.NaT:
+            value = None
+        elif hasattr(value, "item") and not isinstance(value, (str, bytes)):
             value = value.item()
         if isinstance(value, float) and not math.isfinite(value):
             value = None
