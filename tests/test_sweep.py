@@ -150,3 +150,29 @@ def test_store_counts_only_this_sweeps_files(nets: Path, tmp_path: Path) -> None
 
     store = ResultStore(out)
     assert store.count_done(load_sweep(_grid(nets, "narrow"))) == 1  # b1 fp32 only
+
+
+def test_command_line_prints_the_table_and_writes_files(nets: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    from modelprof.cli import main
+
+    config = tmp_path / "grid.toml"
+    config.write_text(f'models = ["{nets}:narrow", "{nets}:broken"]\nbatch_sizes = [1, 4]\n')
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "4 configurations: 2 ok, 2 failed (see the error column)" in captured.out
+    assert f"wrote {tmp_path / 'out' / 'sweep.csv'}" in captured.err
+    table = pd.read_csv(tmp_path / "out" / "sweep.csv")
+    assert table["macs"].tolist()[:2] == [200, 800]  # 10*20*1, 10*20*4
+
+
+def test_command_line_names_the_bad_entry(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from modelprof.cli import main
+
+    config = tmp_path / "grid.toml"
+    config.write_text('[[grid]]\nmodels = ["alexnet"]\n[[grid]]\nmodels = ["alexnet"]\n'
+                      'dtypes = ["float8"]\n')
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: grid 2: dtypes: dtype 'float8' is not one of" in err
+    assert not (tmp_path / "out").exists()  # refused before anything ran or was written
