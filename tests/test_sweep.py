@@ -10,7 +10,7 @@ import pytest
 
 import modelprof
 from modelprof.distributed.sweep import COUNTED_COLUMNS, sweep
-from modelprof.distributed.sweep_store import ResultStore, write_atomic
+from modelprof.distributed.sweep_store import write_atomic
 from modelprof.errors import ModelProfError
 
 NETS = """
@@ -103,7 +103,7 @@ def test_failed_configs_are_kept_unless_retried(nets: Path, tmp_path: Path) -> N
     out = tmp_path / "out"
     grid = {"models": [f"{nets}:broken"]}
     sweep(grid, out=out)
-    (path,) = (out / "configs").iterdir()
+    assert len(list((out / "configs").iterdir())) == 1
     # the model file is fixed: a plain rerun keeps the recorded failure, a retry runs it
     nets.write_text(textwrap.dedent(NETS).replace("nn.Linear(11, 40)", "nn.Linear(10, 40)"))
     assert sweep(grid, out=out)["status"].tolist() == ["error"]
@@ -141,15 +141,6 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(ModelProfError, match="is a file"):
         sweep({"models": ["alexnet"]}, out=blocker / "out")
-
-
-def test_store_counts_only_this_sweeps_files(nets: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    sweep({"models": [f"{nets}:narrow"]}, out=out)
-    from modelprof.distributed.sweep_config import load_sweep
-
-    store = ResultStore(out)
-    assert store.count_done(load_sweep(_grid(nets, "narrow"))) == 1  # b1 fp32 only
 
 
 def test_command_line_prints_the_table_and_writes_files(nets: Path, tmp_path: Path,

@@ -3,7 +3,9 @@ dealt across ``torchrun`` ranks or run in one process, gathered into one DataFra
 
 - **Dealing.** Configuration ``i`` (in expansion order) belongs to rank ``i % world_size``.
   The deal depends on nothing but the configuration list, so every rank knows its share
-  without talking, and a rerun deals the same way.
+  without talking, and a rerun deals the same way. The ranks meet (a barrier, the gather, the
+  progress count) on torchrun's key-value store, not on a process group, so each
+  configuration is profiled exactly as in one process (:mod:`.sweep_ranks`).
 - **Counting only** (``timing=False``): the model is built on ``meta`` and counted there: no
   weights are allocated or initialised, and ranks never compete for memory.
 - **Timed configurations** run after every rank has finished counting (a barrier), each under
@@ -20,14 +22,11 @@ dealt across ``torchrun`` ranks or run in one process, gathered into one DataFra
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import socket
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,30 +34,17 @@ import pandas as pd
 import torch
 
 from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
+from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
 from modelprof.errors import ModelProfError
-from modelprof.runtime.progress import progress_bar
+from modelprof.runtime.progress import NoProgress, progress_bar
 
-__all__ = ["SweepRanks", "sweep"]
+__all__ = ["COUNTED_COLUMNS", "run_config", "sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
 COUNTED_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes",
                    "write_bytes", "backward_macs", "backward_flops", "saved_bytes")
 _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepRanks:
-    """Where this process stands: its rank among ``world_size``, its local rank, its host."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    host: str = dataclasses.field(default_factory=socket.gethostname)
-
-    def mine(self, configs: list[SweepConfig]) -> list[SweepConfig]:
-        """This rank's share: configuration ``i`` goes to rank ``i % world_size``."""
-        return [c for i, c in enumerate(configs) if i % self.world_size == self.rank]
 
 
 def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: bool = True,
@@ -70,70 +56,71 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     :mod:`modelprof.distributed.sweep_config`. ``out`` is the folder for the per-configuration
     files (what makes a sweep resumable) and the combined ``sweep.csv``/``sweep.json``;
     ``resume=False`` runs everything again. Under ``torchrun`` (``WORLD_SIZE`` > 1) the
-    configurations are dealt across the ranks over a gloo group (created here and destroyed
-    afterwards unless one is already initialised; ``timeout_s`` bounds its collectives).
+    configurations are dealt across the ranks, which meet on torchrun's store
+    (:mod:`modelprof.distributed.sweep_ranks`); ``timeout_s`` bounds every wait for another
+    rank. Every rank returns the whole frame.
 
     Columns: the configuration (``model, batch_size, dtype, mode, timing, device``),
-    ``input_shape``, ``status`` (``ok``/``error``), ``error``, ``warnings``, the counted totals
-    (:data:`COUNTED_COLUMNS`), the latency columns (and ``threads``) of timed configurations,
-    and ``rank``, ``host``, ``start_time`` (Unix seconds), ``wall_s``: who ran it, when, and for
-    how long.
+    ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
+    (:data:`COUNTED_COLUMNS`, whole numbers, ``<NA>`` where a row has none), the latency
+    columns (and ``threads``) of timed configurations, ``options``, ``warnings`` (what
+    ``profile()`` warned, which a sweep does not print), and ``rank``, ``host``, ``start_time``
+    (Unix seconds), ``wall_s``: who ran it, when, and for how long.
     """
     for name, value in (("resume", resume), ("retry_failed", retry_failed),
                         ("progress", progress)):
         if not isinstance(value, bool):
             raise ModelProfError(f"{name}={value!r} must be True or False")
-    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
     configs = load_sweep(config)
     store = ResultStore(out) if out is not None else None
-    with _process_group(timeout_s) as group:
-        ranks = _ranks(group)
-        bar = progress_bar(len(configs), enabled=progress and ranks.rank == 0, desc="sweep",
+    timed = any(c.timing for c in configs)
+    with open_ranks(float(timeout_s), timed=timed) as meeting:
+        rank = meeting.ranks.rank
+        bar = progress_bar(len(configs), enabled=progress and rank == 0, desc="sweep",
                            unit="config")
         try:
-            runner = _Runner(ranks, store, resume=resume, retry_failed=retry_failed, bar=bar,
-                             all_configs=configs)
-            rows = runner.run(ranks.mine(configs), group,
-                              timed_anywhere=any(c.timing for c in configs))
-            rows = _gather(rows, group)
-            bar.update(len(configs) - bar.n)
+            runner = _Runner(meeting, store, bar, len(configs), resume=resume,
+                             retry_failed=retry_failed, timeout_s=float(timeout_s))
+            rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
+            parts = meeting.all_gather(rows, "rows")
         finally:
             bar.close()
-    frame = _frame(configs, rows)
-    if store is not None and ranks.rank == 0:
+    frame = _frame(configs, {k: v for part in parts for k, v in part.items()})
+    if store is not None and rank == 0:
         store.write_table(frame)
     return frame
 
 
 class _Runner:
-    """Runs one rank's share: counting first, then the timed configurations, each under its
-    device's lock; every finished configuration is saved before the next one starts."""
+    """Runs one rank's share: counting first, then the timed configurations (each under its
+    device's lock); every finished configuration is saved before the next one starts."""
 
-    def __init__(self, ranks: SweepRanks, store: ResultStore | None, *, resume: bool,
-                 retry_failed: bool, bar: Any, all_configs: list[SweepConfig]) -> None:
-        self.ranks, self.store, self.bar = ranks, store, bar
-        self.resume, self.retry_failed = resume, retry_failed
-        self.all_configs = all_configs
+    def __init__(self, meeting: Any, store: ResultStore | None, bar: Any, total: int, *,
+                 resume: bool, retry_failed: bool, timeout_s: float) -> None:
+        self.meeting, self.store, self.bar, self.total = meeting, store, bar, total
+        self.resume, self.retry_failed, self.timeout_s = resume, retry_failed, timeout_s
 
-    def run(self, mine: list[SweepConfig], group: Any, *, timed_anywhere: bool) -> dict[str, Any]:
+    def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
         rows: dict[str, Any] = {}
-        self._tick(finished=False)
         for config in [c for c in mine if not c.timing]:
             rows[config.name] = self._one(config)
-        if timed_anywhere and group is not None:
-            _barrier(group)  # no rank counts while another times
+        if timed_anywhere:
+            self.meeting.barrier("counted")  # no rank counts while another times
         for config in [c for c in mine if c.timing]:
             rows[config.name] = self._one(config)
+        self._follow()
         return rows
 
     def _one(self, config: SweepConfig) -> dict[str, Any]:
         row = self._done(config)
         if row is None:
-            row = run_config(config, self.ranks)
+            row = run_config(config, self.meeting.ranks)
             if self.store is not None:
                 self.store.save(config, row)
-        self._tick(finished=True)
+        self.meeting.add_done(1)
+        self._tick()
         return row
 
     def _done(self, config: SweepConfig) -> dict[str, Any] | None:
@@ -144,17 +131,25 @@ class _Runner:
             return None
         return row
 
-    def _tick(self, *, finished: bool) -> None:
-        """Rank 0's bar: every rank's result files when there is a folder, else its own."""
-        if self.ranks.rank != 0:
+    def _tick(self) -> None:
+        """Rank 0's bar: every rank's finished configurations where the store counts them."""
+        done = self.meeting.done()
+        if done is not None and done > self.bar.n:
+            self.bar.update(min(done, self.total) - self.bar.n)
+
+    def _follow(self) -> None:
+        """Rank 0, done with its share, keeps its bar moving with the others' until all are
+        done (or the wait would time out: the gather then says why)."""
+        if self.meeting.ranks.rank != 0 or isinstance(self.bar, NoProgress):
             return
-        if self.store is not None:
-            done = self.store.count_done(self.all_configs)
-        else:
-            done = self.bar.n + int(finished)
-        done = min(done, len(self.all_configs))
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            done = self.meeting.done()
+            if done is None or done >= self.total:
+                break
+            self._tick()
+            time.sleep(0.2)
+        self._tick()
 
 
 def run_config(config: SweepConfig, ranks: SweepRanks | None = None) -> dict[str, Any]:
@@ -214,16 +209,13 @@ def _latency(prefix: str, m: Any) -> dict[str, Any]:
 def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:
     """The model of ``spec`` with its default input size, built on meta when only counted
     (a model whose construction needs real values falls back to the CPU; profile() then
-    counts a meta copy)."""
+    counts a meta copy; a spec that is wrong fails there again, with its own message)."""
     from modelprof.models import load_model
 
     if on_meta:
-        try:
-            with torch.device("meta"):
-                model, _, size = load_model(spec)
+        with contextlib.suppress(Exception), torch.device("meta"):
+            model, _, size = load_model(spec)
             return model, size
-        except Exception:  # noqa: BLE001 - e.g. an init that reads a value: build it on the CPU
-            pass  # (a spec that is wrong fails again below, with its own message)
     model, _, size = load_model(spec)
     return model, size
 
@@ -265,71 +257,6 @@ def _gpu_key(device: str) -> str:
         return f"{dev.type}-{torch.cuda.get_device_properties(dev).uuid}"
     except Exception:  # noqa: BLE001 - no CUDA here: the index is all there is
         return f"{dev.type}{dev.index or 0}"
-
-
-# --- ranks and collectives -------------------------------------------------------------------
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ModelProfError(f"environment variable {name}={value!r} is not an integer") from None
-
-
-@contextlib.contextmanager
-def _process_group(timeout_s: float) -> Iterator[Any]:
-    """The group to deal over: the initialised one (a gloo subgroup when its backend is not
-    gloo), one created from torchrun's environment (destroyed on exit), or None alone."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        if dist.get_backend() == "gloo":
-            yield dist.group.WORLD
-        else:
-            yield dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-        return
-    if _env_int("WORLD_SIZE", 1) <= 1:
-        yield None
-        return
-    if not dist.is_available():
-        raise ModelProfError("WORLD_SIZE > 1, but this torch has no torch.distributed")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
-
-
-def _ranks(group: Any) -> SweepRanks:
-    if group is None:
-        return SweepRanks(local_rank=_env_int("LOCAL_RANK", 0))
-    import torch.distributed as dist
-
-    return SweepRanks(rank=dist.get_rank(group), world_size=dist.get_world_size(group),
-                      local_rank=_env_int("LOCAL_RANK", 0))
-
-
-def _barrier(group: Any) -> None:
-    import torch.distributed as dist
-
-    dist.barrier(group=group)
-
-
-def _gather(rows: dict[str, Any], group: Any) -> dict[str, Any]:
-    """Every rank's rows, on every rank (one small all-gather of plain dicts)."""
-    if group is None:
-        return rows
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, rows, group=group)
-    merged: dict[str, Any] = {}
-    for part in gathered:
-        merged.update(part)
-    return merged
 
 
 def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:

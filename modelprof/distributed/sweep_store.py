@@ -8,7 +8,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +74,6 @@ class ResultStore:
     def save(self, config: SweepConfig, row: Mapping[str, Any]) -> None:
         data = {"format": _FORMAT, "config": config.to_dict(), "row": _plain(row)}
         write_atomic(self.path(config), json.dumps(data, indent=1, allow_nan=False))
-
-    def count_done(self, configs: Iterable[SweepConfig]) -> int:
-        """How many of ``configs`` have a result file (by name: cheap, for the progress bar)."""
-        names = {p.name for p in self.folder.iterdir()}
-        return sum(f"{c.name}.json" in names for c in configs)
 
     def write_table(self, frame: pd.DataFrame) -> list[Path]:
         """``sweep.csv`` (raw numbers) and ``sweep.json`` (records), each atomically."""

@@ -1,0 +1,188 @@
+"""How the ranks of a sweep meet: a barrier, an all-gather of rows and a shared count of
+finished configurations.
+
+Under ``torchrun`` the ranks meet on torchrun's own key-value store (``MASTER_ADDR`` /
+``MASTER_PORT``, the ``env://`` rendezvous), *not* on a process group: every configuration is
+then profiled exactly as in one process, and ``profile()`` sees no group whose ranks it would
+have to keep in step (the ranks of a sweep run different models at different times). Where the
+caller has initialised a process group already, the sweep meets on it instead (a gloo subgroup
+when its backend is not gloo), and timed configurations are refused (see :func:`open_ranks`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["Alone", "GroupRanks", "StoreRanks", "SweepRanks", "open_ranks"]
+
+_CALLS = itertools.count()  # every rank calls sweep() in the same order: the same key prefix
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRanks:
+    """Where this process stands: its rank among ``world_size``, its local rank, its host."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    host: str = dataclasses.field(default_factory=socket.gethostname)
+
+    def mine(self, items: list[Any]) -> list[Any]:
+        """This rank's share: item ``i`` goes to rank ``i % world_size``."""
+        return [c for i, c in enumerate(items) if i % self.world_size == self.rank]
+
+
+class Alone:
+    """One process: nothing to meet."""
+
+    def __init__(self) -> None:
+        self.ranks = SweepRanks(local_rank=env_int("LOCAL_RANK", 0))
+        self._done = 0
+
+    def barrier(self, name: str) -> None: ...
+
+    def all_gather(self, obj: Any, name: str) -> list[Any]:
+        return [obj]
+
+    def add_done(self, n: int) -> None:
+        self._done += n
+
+    def done(self) -> int | None:
+        return self._done
+
+
+class StoreRanks:
+    """The ranks of a torchrun job, meeting on its key-value store (no process group)."""
+
+    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float) -> None:
+        self.store, self.timeout = store, timedelta(seconds=timeout_s)
+        self.ranks = SweepRanks(rank=rank, world_size=world_size,
+                                local_rank=env_int("LOCAL_RANK", 0))
+
+    def _wait(self, keys: list[str], what: str) -> None:
+        try:
+            self.store.wait(keys, self.timeout)
+        except Exception as e:  # a peer died or is stuck: say which wait
+            raise ModelProfError(f"sweep: rank {self.ranks.rank} waited {what} for "
+                                 f"{self.timeout.total_seconds():g} s in vain ({type(e).__name__}:"
+                                 f" {e}); did a rank die? Run the sweep again to resume.") from e
+
+    def barrier(self, name: str) -> None:
+        if self.store.add(f"{name}/arrived", 1) == self.ranks.world_size:
+            self.store.set(f"{name}/go", "1")
+        self._wait([f"{name}/go"], f"at the barrier {name!r}")
+
+    def all_gather(self, obj: Any, name: str) -> list[Any]:
+        world = self.ranks.world_size
+        self.store.set(f"{name}/{self.ranks.rank}", json.dumps(obj))
+        keys = [f"{name}/{r}" for r in range(world)]
+        self._wait(keys, "for the other ranks' results")
+        parts = [json.loads(self.store.get(k)) for k in keys]
+        # rank 0 may host the store (outside torchrun's agent): it leaves only once all have read
+        self.store.add(f"{name}/read", 1)
+        if self.ranks.rank == 0:
+            self._wait_count(f"{name}/read", world)
+        return parts
+
+    def _wait_count(self, key: str, target: int) -> None:
+        deadline = time.monotonic() + self.timeout.total_seconds()
+        while self.store.add(key, 0) < target:
+            if time.monotonic() > deadline:
+                raise ModelProfError(f"sweep: rank 0 waited {self.timeout.total_seconds():g} s "
+                                     "for the other ranks to read the results")
+            time.sleep(0.02)
+
+    def add_done(self, n: int) -> None:
+        self.store.add("done", n)
+
+    def done(self) -> int | None:
+        return int(self.store.add("done", 0))
+
+
+class GroupRanks:
+    """The ranks of a process group the caller initialised (collectives over gloo)."""
+
+    def __init__(self, group: Any) -> None:
+        import torch.distributed as dist
+
+        self.group, self.dist = group, dist
+        self.ranks = SweepRanks(rank=dist.get_rank(group), world_size=dist.get_world_size(group),
+                                local_rank=env_int("LOCAL_RANK", 0))
+        self._done = 0
+
+    def barrier(self, name: str) -> None:
+        self.dist.barrier(group=self.group)
+
+    def all_gather(self, obj: Any, name: str) -> list[Any]:
+        parts: list[Any] = [None] * self.ranks.world_size
+        self.dist.all_gather_object(parts, obj, group=self.group)
+        return parts
+
+    def add_done(self, n: int) -> None:
+        self._done += n
+
+    def done(self) -> int | None:
+        return None  # only this rank's count is known here
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer environment variable (torchrun's ``RANK``, ``WORLD_SIZE``...), checked."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ModelProfError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+@contextlib.contextmanager
+def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks | GroupRanks]:
+    """Meet the other ranks: on the caller's process group if one is initialised, on
+    torchrun's store when ``WORLD_SIZE`` > 1, else alone. ``timed``: whether the sweep times
+    anything (refused under the caller's group, whose ranks ``profile()`` keeps in step)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if timed:
+            raise ModelProfError(
+                "sweep: timed configurations cannot run under an initialised process group "
+                f"(world size {dist.get_world_size()}): profile() keeps its ranks in step, "
+                "while a sweep times different models on different ranks. Call sweep() before "
+                "init_process_group (torchrun's environment is all it needs), or without it.")
+        group = None if dist.get_backend() == "gloo" else dist.new_group(
+            backend="gloo", timeout=timedelta(seconds=timeout_s))
+        yield GroupRanks(group)
+        return
+    world = env_int("WORLD_SIZE", 1)
+    if world <= 1:
+        yield Alone()
+        return
+    yield _store_ranks(world, timeout_s)
+
+
+def _store_ranks(world: int, timeout_s: float) -> StoreRanks:
+    import torch.distributed as dist
+
+    rank = env_int("RANK", -1)
+    if not 0 <= rank < world:
+        raise ModelProfError(f"WORLD_SIZE={world} but RANK={os.environ.get('RANK')!r}: launch "
+                             "the sweep with torchrun, which sets both")
+    try:
+        store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    except (ValueError, RuntimeError) as e:
+        raise ModelProfError(f"sweep: the ranks could not meet over env:// ({e}); launch with "
+                             "torchrun, or set MASTER_ADDR and MASTER_PORT") from e
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefix = f"modelprof-sweep/{attempt}/{next(_CALLS)}"
+    return StoreRanks(dist.PrefixStore(prefix, store), rank, world, timeout_s)
