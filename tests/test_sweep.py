@@ -167,3 +167,46 @@ def test_command_line_names_the_bad_entry(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert f"{config}: grid 2: dtypes: dtype 'float8' is not one of" in err
     assert not (tmp_path / "out").exists()  # refused before anything ran or was written
+
+
+def test_ranks_that_cannot_meet_fail_instead_of_hanging(monkeypatch: pytest.MonkeyPatch,
+                                                        nets: Path) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    start = time.monotonic()
+    with pytest.raises(ModelProfError, match="sweep: "):  # rank 1 never comes
+        sweep({"models": [f"{nets}:narrow"]}, timeout_s=2)
+    assert time.monotonic() - start < 60  # bounded by timeout_s, not the 30-minute default
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+    ({"WORLD_SIZE": "2", "RANK": ""}, "WORLD_SIZE=2 but RANK=''"),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2 but RANK='2'"),
+])
+def test_a_bad_launch_environment_is_named(monkeypatch: pytest.MonkeyPatch, nets: Path,
+                                           env: dict, words: str) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ModelProfError, match=words):
+        sweep({"models": [f"{nets}:narrow"]})
+
+
+def test_timed_configs_are_refused_under_a_callers_group(monkeypatch: pytest.MonkeyPatch,
+                                                         nets: Path) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    with pytest.raises(ModelProfError, match=r"timed configurations cannot run under an "
+                                             r"initialised process group \(world size 2\)"):
+        sweep({"models": [f"{nets}:narrow"], "timing": True})

@@ -20,9 +20,12 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 NETS = """
     import os, signal
+    import torch.distributed as dist
     from torch import nn
     INPUT_SIZE = (10,)
     def narrow():
+        # a sweep's configurations run as in one process: no process group around them
+        assert not dist.is_initialized(), "a process group is active"
         return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
     def wide():
         return nn.Sequential(nn.Linear(10, 40), nn.ReLU())
@@ -126,3 +129,41 @@ def test_a_killed_rank_resumes_from_its_files(tmp_path: Path) -> None:
     for name, (mtime, text) in kept.items():  # skipped, not run again
         assert (folder / name).stat().st_mtime_ns == mtime and (folder / name).read_text() == text
     assert _same(got).equals(_same(sweep(config)))
+
+
+def test_a_callers_process_group_deals_a_counting_sweep(tmp_path: Path) -> None:
+    config = _config(tmp_path, """
+        models = ["NETS:wide", "NETS:broken"]
+        batch_sizes = [1, 4]
+    """)
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        import torch.distributed as dist
+        import modelprof
+        dist.init_process_group("gloo")
+        df = modelprof.sweep({str(config)!r})
+        if dist.get_rank() == 0:
+            df.to_csv("frame.csv", index=False)
+        try:  # timing under the caller's group is refused, with the reason
+            modelprof.sweep({{"models": ["{tmp_path / 'nets.py'}:wide"], "timing": True}})
+        except modelprof.ModelProfError as e:
+            print("refused:", e)
+        dist.destroy_process_group()
+    """))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(script)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("torchrun did not finish in 150 s (deadlock?)")
+    assert proc.returncode == 0, err[-3000:]
+    got = pd.read_csv(tmp_path / "frame.csv")
+    assert list(got["rank"]) == [0, 1, 0, 1]  # configuration i on rank i % 2
+    assert _same(got).equals(_same(sweep(config)))
+    assert out.count("refused: sweep: timed configurations cannot run under an initialised "
+                     "process group (world size 2)") == 2

@@ -181,8 +181,9 @@ def _store_ranks(world: int, timeout_s: float) -> StoreRanks:
     try:
         store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
     except (ValueError, RuntimeError) as e:
-        raise ModelProfError(f"sweep: the ranks could not meet over env:// ({e}); launch with "
-                             "torchrun, or set MASTER_ADDR and MASTER_PORT") from e
+        raise ModelProfError(f"sweep: rank {rank} of {world} could not meet the others over "
+                             f"env:// ({e}); are all {world} ranks started? Launch with torchrun "
+                             "(or set MASTER_ADDR and MASTER_PORT on every rank)") from e
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     prefix = f"modelprof-sweep/{attempt}/{next(_CALLS)}"
     return StoreRanks(dist.PrefixStore(prefix, store), rank, world, timeout_s)
