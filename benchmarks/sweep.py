@@ -58,12 +58,15 @@ def _env() -> dict[str, str]:
 def run(config: Path, out: Path, ranks: int) -> tuple[float, str]:
     """Run the sweep command; return its wall time and its stderr."""
     shutil.rmtree(out, ignore_errors=True)
+    load = os.getloadavg()[0]
     start = time.perf_counter()
     done = subprocess.run(_command(config, out, ranks), env=_env(), capture_output=True,
                           text=True, timeout=1800, check=False)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"{ranks} rank(s) failed:\n{done.stderr[-4000:]}")
+    print(f"  (load average of the machine: {load:.1f} before, {os.getloadavg()[0]:.1f} after; "
+          f"{os.cpu_count()} CPUs)")
     return wall, done.stderr
 
 
