@@ -104,7 +104,9 @@ def timing_rounds(config: Path, work: Path, rounds: int) -> None:
             spans[ranks].append(span(df))
             ok = int((df["status"] == "ok").sum())
             print(f"round {r + 1}, {ranks} rank(s): command {wall:.1f} s, sweep {span(df):.1f} s, "
-                  f"{ok}/{len(df)} ok, ranks in frame {sorted(set(df['rank']))}")
+                  f"{ok}/{len(df)} ok, ranks in frame {sorted(set(df['rank']))}", flush=True)
+        print(f"round {r + 1} ratio, 2 ranks / 1 rank: command {walls[2][-1] / walls[1][-1]:.2f}, "
+              f"sweep {spans[2][-1] / spans[1][-1]:.2f}", flush=True)
         one, two = frame(work / "out1"), frame(work / "out2")
         assert len(one) == len(two) == N and same(one, two), "2 ranks differ from 1"
         check_one_voice(work / "out2", stderrs[2])
