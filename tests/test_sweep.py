@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 import modelprof
 from modelprof.distributed.sweep import COUNTED_COLUMNS, sweep
@@ -172,7 +174,6 @@ def test_command_line_names_the_bad_entry(tmp_path: Path, capsys: pytest.Capture
 def test_ranks_that_cannot_meet_fail_instead_of_hanging(monkeypatch: pytest.MonkeyPatch,
                                                         nets: Path) -> None:
     import socket
-    import time
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -210,3 +211,47 @@ def test_timed_configs_are_refused_under_a_callers_group(monkeypatch: pytest.Mon
     with pytest.raises(ModelProfError, match=r"timed configurations cannot run under an "
                                              r"initialised process group \(world size 2\)"):
         sweep({"models": [f"{nets}:narrow"], "timing": True})
+
+
+def test_cuda_means_the_local_rank_and_counting_means_meta() -> None:
+    from modelprof.distributed.sweep import _device, _gpu_key
+    from modelprof.distributed.sweep_config import SweepConfig
+    from modelprof.distributed.sweep_ranks import SweepRanks
+
+    ranks = SweepRanks(rank=3, world_size=4, local_rank=1)
+    assert _device(SweepConfig("alexnet", timing=True, device="cuda"), ranks) == "cuda:1"
+    assert _device(SweepConfig("alexnet", timing=True, device="cuda:0"), ranks) == "cuda:0"
+    assert _device(SweepConfig("alexnet", timing=False, device="cuda"), ranks) == "meta"
+    if not torch.cuda.is_available():
+        assert _gpu_key("cuda:1") == "cuda1"  # without CUDA the index is all there is
+
+
+def test_the_device_lock_admits_one_holder_at_a_time() -> None:
+    import threading
+
+    from modelprof.distributed.sweep import _device_lock
+
+    times: dict[str, float] = {}
+    b_waiting = threading.Event()
+
+    def holder() -> None:
+        with _device_lock("cpu"):
+            times["a_in"] = time.monotonic()
+            b_waiting.wait(10)
+            time.sleep(0.2)  # B is blocked on the lock meanwhile (if the lock works)
+            times["a_out"] = time.monotonic()
+
+    def waiter() -> None:
+        b_waiting.set()
+        with _device_lock("cpu"):
+            times["b_in"] = time.monotonic()
+
+    a = threading.Thread(target=holder)
+    a.start()
+    while "a_in" not in times:
+        time.sleep(0.01)
+    b = threading.Thread(target=waiter)
+    b.start()
+    a.join(30)
+    b.join(30)
+    assert times["b_in"] >= times["a_out"]  # B entered only after A left
