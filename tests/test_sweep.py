@@ -255,3 +255,14 @@ def test_the_device_lock_admits_one_holder_at_a_time() -> None:
     a.join(30)
     b.join(30)
     assert times["b_in"] >= times["a_out"]  # B entered only after A left
+
+
+def test_every_sweep_option_has_help(capsys: pytest.CaptureFixture) -> None:
+    from modelprof import cli
+
+    assert cli.main(["sweep", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    sub = next(a for a in cli.build_parser()._actions if a.dest == "command").choices["sweep"]
+    for action in sub._actions:
+        assert action.help, f"sweep: {action.option_strings or action.dest} has no help"
+    assert "(default: 1800.0)" in out and "CONFIG's name + '_sweep'" in out
