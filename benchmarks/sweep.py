@@ -59,14 +59,18 @@ def run(config: Path, out: Path, ranks: int) -> tuple[float, str]:
     """Run the sweep command; return its wall time and its stderr."""
     shutil.rmtree(out, ignore_errors=True)
     load = os.getloadavg()[0]
+    launched = time.time()
     start = time.perf_counter()
     done = subprocess.run(_command(config, out, ranks), env=_env(), capture_output=True,
                           text=True, timeout=1800, check=False)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"{ranks} rank(s) failed:\n{done.stderr[-4000:]}")
-    print(f"  (load average of the machine: {load:.1f} before, {os.getloadavg()[0]:.1f} after; "
-          f"{os.cpu_count()} CPUs)")
+    df = frame(out)
+    first, last = df["start_time"].min(), (df["start_time"] + df["wall_s"]).max()
+    print(f"  (start-up to the first configuration {first - launched:.1f} s, last configuration "
+          f"to exit {launched + wall - last:.1f} s; load average of the machine: {load:.1f} "
+          f"before, {os.getloadavg()[0]:.1f} after; {os.cpu_count()} CPUs)", flush=True)
     return wall, done.stderr
 
 
