@@ -70,6 +70,8 @@ def test_toml_and_json_files_give_the_same_configs(tmp_path: Path) -> None:
     ({"models": ["alexnet"], "options": {"budget": 1}}, ["grid 2", "options.budget",
                                                           "'budget_s'"]),
     ({"models": ["alexnet"], "options": {"dtype": "float16"}}, ["grid 2", "options.dtype"]),
+    ({"models": ["alexnet"], "options": {"compile_kwargs": {"mode": "max-autotune"}}},
+     ["grid 2", "options.compile_kwargs", "not a plain value"]),
     ({"models": ["alexnet"], "model": "vgg11"}, ["grid 2", "'models' or 'model'"]),
 ])
 def test_bad_entry_is_named(grid: dict, words: list[str]) -> None:

@@ -260,11 +260,9 @@ def _options(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
         if name in _RESERVED:
             raise ModelProfError(f"{where}: options.{name} is set by the sweep itself; use the "
                                  "grid keys (models, batch_sizes, dtypes, modes, timing, device)")
-        try:
-            json.dumps(v)
-        except TypeError as e:
+        if not _plain(v):
             raise ModelProfError(f"{where}: options.{name}={v!r} is not a plain value "
-                                 "(number, string, bool, list)") from e
+                                 "(a number, string, bool, or a list of them)")
     return tuple(sorted((str(k), _tupleify(v)) for k, v in value.items()))
 
 
@@ -276,6 +274,14 @@ def _profile_keywords() -> set[str]:
     from modelprof.timing.options import OPTION_NAMES
 
     return set(inspect.signature(profile).parameters) | set(OPTION_NAMES)
+
+
+def _plain(value: Any) -> bool:
+    """A number, string, bool or None, or a list of such: what a file can hold and a hash can
+    take (a nested table would make the configuration unhashable)."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def _tupleify(value: Any) -> Any:
