@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
-from modelprof.distributed.sweep import sweep
 from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
                               NoisyMeasurementWarning)
 from modelprof.profile import profile
 from modelprof.render.options import ViewOptions
 from modelprof.report.comparison import Comparison
 from modelprof.report.report import Report
+from modelprof.sweep import sweep
 from modelprof.timing import (Measurement, TimingOptions, measure_latencies, measure_latency,
                               measure_throughput)
 from modelprof.timing.peaks import Peaks

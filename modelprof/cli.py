@@ -465,7 +465,7 @@ _SWEEP_SHOWN = ("model", "batch_size", "dtype", "mode", "timing", "status", "par
 
 
 def _run_sweep(ctx: _Context) -> None:
-    from modelprof.distributed.sweep import sweep
+    from modelprof.sweep import sweep
 
     args = ctx.args
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")

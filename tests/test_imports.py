@@ -19,7 +19,7 @@ LAYERS = [
     {"modelprof.step", "modelprof.generation", "modelprof.distributed"},
     {"modelprof.render"},
     {"modelprof.report"},
-    {"modelprof.models", "modelprof.profile", "modelprof.compare"},
+    {"modelprof.models", "modelprof.profile", "modelprof.compare", "modelprof.sweep"},
     {"modelprof", "modelprof.cli", "modelprof.__main__"},
 ]
 

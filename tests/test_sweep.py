@@ -11,9 +11,11 @@ import pytest
 import torch
 
 import modelprof
-from modelprof.distributed.sweep import COUNTED_COLUMNS, sweep
+from modelprof import sweep
+from modelprof.distributed.sweep import COUNTED_COLUMNS
 from modelprof.distributed.sweep_store import write_atomic
 from modelprof.errors import ModelProfError
+from modelprof.models import load_model
 
 NETS = """
     import torch
@@ -51,7 +53,7 @@ def test_rows_equal_profile_totals(nets: Path) -> None:
     # Linear(10, 20) at batch b: 10*20*b MACs; Linear(10, 40): 10*40*b
     assert df["macs"].tolist() == [200, 200, 800, 800, 400, 400, 1600, 1600]
     for row in df.itertuples():
-        model, _, size = modelprof.load_model(row.model)
+        model, _, size = load_model(row.model)
         totals = modelprof.profile(model, size, batch_size=row.batch_size, dtype=row.dtype,
                                    timing=False).totals  # built on the CPU, counted there
         assert {c: getattr(row, c) for c in totals} == totals

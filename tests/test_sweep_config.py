@@ -8,6 +8,7 @@ import pytest
 
 from modelprof.distributed.sweep_config import SweepConfig, expand_grids, load_sweep
 from modelprof.errors import ModelProfError
+from modelprof.sweep import profile_keywords
 
 
 def test_grid_expands_every_combination_models_outermost() -> None:
@@ -76,7 +77,8 @@ def test_toml_and_json_files_give_the_same_configs(tmp_path: Path) -> None:
 ])
 def test_bad_entry_is_named(grid: dict, words: list[str]) -> None:
     with pytest.raises(ModelProfError) as info:
-        expand_grids([{"models": ["alexnet"]}, grid], origin="s.toml")
+        expand_grids([{"models": ["alexnet"]}, grid], origin="s.toml",
+                     options=profile_keywords())
     for word in words:
         assert word in str(info.value)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from modelprof.distributed.sweep import COUNTED_COLUMNS, sweep
+from modelprof import sweep
+from modelprof.distributed.sweep import COUNTED_COLUMNS
 
 pytestmark = pytest.mark.slow
 

@@ -1,13 +1,13 @@
-"""Sweeps: many configurations (models × batch sizes × dtypes × modes) profiled in one call,
-dealt across ``torchrun`` ranks or run in one process, gathered into one DataFrame.
+"""How a sweep runs (``modelprof.sweep`` gives it ``profile()`` as the measure): many
+configurations dealt across ``torchrun`` ranks or run in one process, gathered into one DataFrame.
 
 - **Dealing.** Configuration ``i`` (in expansion order) belongs to rank ``i % world_size``.
   The deal depends on nothing but the configuration list, so every rank knows its share
   without talking, and a rerun deals the same way. The ranks meet (a barrier, the gather, the
   progress count) on torchrun's key-value store, not on a process group, so each
   configuration is profiled exactly as in one process (:mod:`.sweep_ranks`).
-- **Counting only** (``timing=False``): the model is built on ``meta`` and counted there: no
-  weights are allocated or initialised, and ranks never compete for memory.
+- **Counting only** (``timing=False``): measured on ``meta`` (``modelprof.sweep`` builds the
+  model there): no weights are allocated or initialised, and ranks never compete for memory.
 - **Timed configurations** run after every rank has finished counting (a barrier), each under
   an exclusive lock of its device (a lock file in the host's temporary folder: ``cpu`` for the
   host's cores, one per GPU), so two timings never share a device and no counting runs beside
@@ -26,20 +26,20 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
-from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
+from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
 from modelprof.errors import ModelProfError
 from modelprof.runtime.progress import NoProgress, progress_bar
 
-__all__ = ["COUNTED_COLUMNS", "run_config", "sweep"]
+__all__ = ["COUNTED_COLUMNS", "Measure", "run_config", "run_sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
 COUNTED_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes",
@@ -47,33 +47,23 @@ COUNTED_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_byte
 _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 
 
-def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: bool = True,
-          retry_failed: bool = False, progress: bool = False,
-          timeout_s: float = 1800.0) -> pd.DataFrame:
-    """Profile every configuration of ``config``; return one row per configuration.
+#: ``measure(config, device) -> columns``: what one configuration measures (raises on failure).
+Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 
-    ``config`` is a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts: see
-    :mod:`modelprof.distributed.sweep_config`. ``out`` is the folder for the per-configuration
-    files (what makes a sweep resumable) and the combined ``sweep.csv``/``sweep.json``;
-    ``resume=False`` runs everything again. Under ``torchrun`` (``WORLD_SIZE`` > 1) the
-    configurations are dealt across the ranks, which meet on torchrun's store
-    (:mod:`modelprof.distributed.sweep_ranks`); ``timeout_s`` bounds every wait for another
-    rank. Every rank returns the whole frame.
 
-    Columns: the configuration (``model, batch_size, dtype, mode, timing, device``),
-    ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
-    (:data:`COUNTED_COLUMNS`, whole numbers, ``<NA>`` where a row has none), the latency
-    columns (and ``threads``) of timed configurations, ``options``, ``warnings`` (what
-    ``profile()`` warned, which a sweep does not print), and ``rank``, ``host``, ``start_time``
-    (Unix seconds), ``wall_s``: who ran it, when, and for how long.
-    """
+def run_sweep(configs: list[SweepConfig], measure: Measure,
+              out: str | os.PathLike[str] | None = None, *, resume: bool = True,
+              retry_failed: bool = False, progress: bool = False,
+              timeout_s: float = 1800.0) -> pd.DataFrame:
+    """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
+    frame (on every rank). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``;
+    the options are documented there."""
     for name, value in (("resume", resume), ("retry_failed", retry_failed),
                         ("progress", progress)):
         if not isinstance(value, bool):
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
-    configs = load_sweep(config)
     store = ResultStore(out) if out is not None else None
     timed = any(c.timing for c in configs)
     with open_ranks(float(timeout_s), timed=timed) as meeting:
@@ -81,7 +71,7 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
         bar = progress_bar(len(configs), enabled=progress and rank == 0, desc="sweep",
                            unit="config")
         try:
-            runner = _Runner(meeting, store, bar, len(configs), resume=resume,
+            runner = _Runner(meeting, measure, store, bar, len(configs), resume=resume,
                              retry_failed=retry_failed, timeout_s=float(timeout_s))
             rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
             parts = meeting.all_gather(rows, "rows")
@@ -97,9 +87,10 @@ class _Runner:
     """Runs one rank's share: counting first, then the timed configurations (each under its
     device's lock); every finished configuration is saved before the next one starts."""
 
-    def __init__(self, meeting: Any, store: ResultStore | None, bar: Any, total: int, *,
-                 resume: bool, retry_failed: bool, timeout_s: float) -> None:
-        self.meeting, self.store, self.bar, self.total = meeting, store, bar, total
+    def __init__(self, meeting: Any, measure: Measure, store: ResultStore | None, bar: Any,
+                 total: int, *, resume: bool, retry_failed: bool, timeout_s: float) -> None:
+        self.meeting, self.measure, self.store = meeting, measure, store
+        self.bar, self.total = bar, total
         self.resume, self.retry_failed, self.timeout_s = resume, retry_failed, timeout_s
 
     def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
@@ -116,7 +107,7 @@ class _Runner:
     def _one(self, config: SweepConfig) -> dict[str, Any]:
         row = self._done(config)
         if row is None:
-            row = run_config(config, self.meeting.ranks)
+            row = run_config(config, self.measure, self.meeting.ranks)
             if self.store is not None:
                 self.store.save(config, row)
         self.meeting.add_done(1)
@@ -152,16 +143,18 @@ class _Runner:
         self._tick()
 
 
-def run_config(config: SweepConfig, ranks: SweepRanks | None = None) -> dict[str, Any]:
-    """Profile one configuration (a timed one holding its device's lock); a failure becomes a
-    row with ``status="error"``."""
+def run_config(config: SweepConfig, measure: Measure,
+               ranks: SweepRanks | None = None) -> dict[str, Any]:
+    """One row: ``measure`` on one configuration (a timed one holding its device's lock), with
+    the configuration, who ran it, when and how long; a failure is ``status="error"``."""
     ranks = ranks or SweepRanks()
     device = _device(config, ranks)
     with _device_lock(device) if config.timing else contextlib.nullcontext():
-        return _run(config, device, ranks)
+        return _run(config, measure, device, ranks)
 
 
-def _run(config: SweepConfig, device: str, ranks: SweepRanks) -> dict[str, Any]:
+def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks
+         ) -> dict[str, Any]:
     row: dict[str, Any] = {**{k: getattr(config, k) for k in _CONFIG_COLUMNS}, "device": device}
     if config.options:
         row["options"] = repr(dict(config.options))
@@ -169,55 +162,13 @@ def _run(config: SweepConfig, device: str, ranks: SweepRanks) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            row.update(_profile_row(config, device))
+            row.update(measure(config, device))
             row.update(status="ok", error="")
         except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the sweep goes on
             row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
     row["warnings"] = "; ".join(dict.fromkeys(str(w.message) for w in caught))[:2000]
     row.update(rank=ranks.rank, host=ranks.host, wall_s=time.perf_counter() - start)
     return row
-
-
-def _profile_row(config: SweepConfig, device: str) -> dict[str, Any]:
-    """The totals (and latency) of ``profile()`` on one configuration."""
-    from modelprof.profile import profile
-
-    model, size = _build(config.model, on_meta=device == "meta")
-    size = config.input_size if config.input_size is not None else size
-    report = profile(model, size, batch_size=config.batch_size, device=device,
-                     dtype=config.dtype, timing=config.timing, progress=False,
-                     **MODES[config.mode], **dict(config.options))
-    totals = report.totals
-    row: dict[str, Any] = {"input_shape": report.input_shape}
-    row.update({c: totals[c] for c in COUNTED_COLUMNS if c in totals})
-    if report.latency is not None:
-        row["threads"] = report.env.get("torch_num_threads")
-        row.update(_latency("latency", report.latency))
-    backward = getattr(report, "backward_latency", None)
-    if backward is not None:
-        row.update(_latency("backward_latency", backward))
-    return row
-
-
-def _latency(prefix: str, m: Any) -> dict[str, Any]:
-    low, high = m.median_ci_ms
-    return {f"{prefix}_median_ms": m.median_ms, f"{prefix}_ci_low_ms": low,
-            f"{prefix}_ci_high_ms": high, f"{prefix}_p90_ms": m.p90_ms,
-            f"{prefix}_std_ms": m.std_ms, f"{prefix}_stable": m.stable}
-
-
-def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:
-    """The model of ``spec`` with its default input size, built on meta when only counted
-    (a model whose construction needs real values falls back to the CPU; profile() then
-    counts a meta copy; a spec that is wrong fails there again, with its own message)."""
-    from modelprof.models import load_model
-
-    if on_meta:
-        with contextlib.suppress(Exception), torch.device("meta"):
-            model, _, size = load_model(spec)
-            return model, size
-    model, _, size = load_model(spec)
-    return model, size
 
 
 def _device(config: SweepConfig, ranks: SweepRanks) -> str:

@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +87,13 @@ class SweepConfig:
                                         for k, v in dict(data.get("options") or {}).items())))
 
 
-def load_sweep(source: Any) -> list[SweepConfig]:
+def load_sweep(source: Any, *, options: Collection[str] | None = None) -> list[SweepConfig]:
     """The configurations of ``source``: a ``.json``/``.toml`` path, a dict (one grid) or a list
-    of dicts (several grids), in expansion order, duplicates dropped (the first kept)."""
+    of dicts (several grids), in expansion order, duplicates dropped (the first kept).
+    ``options``: the keywords a grid's ``options`` may use (None: any)."""
     if isinstance(source, (str, Path)):
-        return expand_grids(_read_file(Path(source)), origin=str(source))
-    return expand_grids(source, origin="sweep")
+        return expand_grids(_read_file(Path(source)), origin=str(source), options=options)
+    return expand_grids(source, origin="sweep", options=options)
 
 
 def _read_file(path: Path) -> Any:
@@ -112,13 +113,14 @@ def _read_file(path: Path) -> Any:
     raise ModelProfError(f"sweep config {str(path)!r}: use a .json or .toml file")
 
 
-def expand_grids(data: Any, *, origin: str = "sweep") -> list[SweepConfig]:
+def expand_grids(data: Any, *, origin: str = "sweep",
+                 options: Collection[str] | None = None) -> list[SweepConfig]:
     """Every configuration of one grid or a list of grids (see the module docstring)."""
     grids = _grids(data, origin)
     configs: dict[SweepConfig, None] = {}
     for i, grid in enumerate(grids, 1):
         where = f"{origin}: grid {i}" if len(grids) > 1 else origin
-        for config in _expand(grid, where):
+        for config in _expand(grid, where, options):
             configs.setdefault(config, None)
     return list(configs)
 
@@ -140,7 +142,8 @@ def _grids(data: Any, origin: str) -> list[Mapping[str, Any]]:
     return list(data)
 
 
-def _expand(grid: Mapping[str, Any], where: str) -> list[SweepConfig]:
+def _expand(grid: Mapping[str, Any], where: str,
+            known: Collection[str] | None) -> list[SweepConfig]:
     """The configurations of one grid, models outermost, modes innermost."""
     for key in grid:
         if key not in _KNOWN:
@@ -153,7 +156,7 @@ def _expand(grid: Mapping[str, Any], where: str) -> list[SweepConfig]:
         raise ModelProfError(f"{where}: timing={timing!r} must be true or false")
     device = _device(grid.get("device", "cpu"), timing, where)
     size = _input_size(grid.get("input_size"), where)
-    options = _options(grid.get("options", {}), where)
+    options = _options(grid.get("options", {}), where, known)
     return [SweepConfig(model=m, batch_size=b, dtype=d, mode=mode, timing=timing, device=device,
                         input_size=size, options=options)
             for m, b, d, mode in itertools.product(axes["model"], axes["batch_size"],
@@ -247,13 +250,13 @@ _RESERVED = ("model", "input_size", "inputs", "batch_size", "device", "dtype", "
              "backward", "progress")
 
 
-def _options(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
+def _options(value: Any, where: str,
+             known: Collection[str] | None) -> tuple[tuple[str, Any], ...]:
     if not isinstance(value, Mapping):
         raise ModelProfError(f"{where}: options {value!r} must be a table/dict of profile() "
                              "keywords such as {budget_s = 1}")
-    known = _profile_keywords()
     for name, v in value.items():
-        if name not in known:
+        if known is not None and name not in known:
             close = difflib.get_close_matches(str(name), sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ModelProfError(f"{where}: options.{name} is not a profile() option{hint}")
@@ -264,16 +267,6 @@ def _options(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
             raise ModelProfError(f"{where}: options.{name}={v!r} is not a plain value "
                                  "(a number, string, bool, or a list of them)")
     return tuple(sorted((str(k), _tupleify(v)) for k, v in value.items()))
-
-
-def _profile_keywords() -> set[str]:
-    """The keywords ``profile()`` takes, its timing options included."""
-    import inspect
-
-    from modelprof.profile import profile
-    from modelprof.timing.options import OPTION_NAMES
-
-    return set(inspect.signature(profile).parameters) | set(OPTION_NAMES)
 
 
 def _plain(value: Any) -> bool:

@@ -1,0 +1,95 @@
+"""``sweep``: ``profile()`` over many configurations (models × batch sizes × dtypes × modes),
+in one process or dealt across ``torchrun`` ranks, into one resumable DataFrame.
+
+The file format is :mod:`modelprof.distributed.sweep_config`, the dealing, locks, files and
+gathering :mod:`modelprof.distributed.sweep`; this module is what one configuration measures.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import torch
+
+from modelprof.distributed.sweep import COUNTED_COLUMNS, run_sweep
+from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
+from modelprof.models import load_model
+from modelprof.profile import profile
+from modelprof.timing.options import OPTION_NAMES
+
+__all__ = ["measure_config", "profile_keywords", "sweep"]
+
+
+def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: bool = True,
+          retry_failed: bool = False, progress: bool = False,
+          timeout_s: float = 1800.0) -> pd.DataFrame:
+    """Profile every configuration of ``config``; return one row per configuration.
+
+    ``config`` is a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts: see
+    :mod:`modelprof.distributed.sweep_config`. Counting-only configurations build and count
+    their model on ``meta``; timed ones run after all counting, one at a time per device.
+    ``out`` is the folder for the per-configuration files (what makes a sweep resumable) and
+    the combined ``sweep.csv``/``sweep.json`` (written by rank 0); ``resume=False`` runs
+    everything again, ``retry_failed=True`` the failed configurations. Under ``torchrun``
+    (``WORLD_SIZE`` > 1) configuration ``i`` runs on rank ``i % WORLD_SIZE``; the ranks meet on
+    torchrun's store, and ``timeout_s`` bounds every wait for another rank. Every rank returns
+    the whole frame; rank 0 alone shows the progress bar (``progress=True``).
+
+    Columns: the configuration (``model, batch_size, dtype, mode, timing, device``),
+    ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
+    (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``, in backward mode
+    ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where a row has
+    none), the latency columns (and ``threads``) of timed configurations, ``options``,
+    ``warnings`` (what ``profile()`` warned, which a sweep does not print), and ``rank``,
+    ``host``, ``start_time`` (Unix seconds), ``wall_s``: who ran it, when, and for how long.
+    """
+    configs = load_sweep(config, options=profile_keywords())
+    return run_sweep(configs, measure_config, out, resume=resume, retry_failed=retry_failed,
+                     progress=progress, timeout_s=timeout_s)
+
+
+def profile_keywords() -> set[str]:
+    """The keywords ``profile()`` takes, its timing options included (a grid's ``options``)."""
+    return set(inspect.signature(profile).parameters) | set(OPTION_NAMES)
+
+
+def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
+    """The totals (and latency) of ``profile()`` on one configuration, on ``device``."""
+    model, size = _build(config.model, on_meta=device == "meta")
+    size = config.input_size if config.input_size is not None else size
+    report = profile(model, size, batch_size=config.batch_size, device=device,
+                     dtype=config.dtype, timing=config.timing, progress=False,
+                     **MODES[config.mode], **dict(config.options))
+    totals = report.totals
+    row: dict[str, Any] = {"input_shape": report.input_shape}
+    row.update({c: totals[c] for c in COUNTED_COLUMNS if c in totals})
+    if report.latency is not None:
+        row["threads"] = report.env.get("torch_num_threads")
+        row.update(_latency("latency", report.latency))
+    backward = getattr(report, "backward_latency", None)
+    if backward is not None:
+        row.update(_latency("backward_latency", backward))
+    return row
+
+
+def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
+    low, high = m.median_ci_ms
+    return {f"{prefix}_median_ms": m.median_ms, f"{prefix}_ci_low_ms": low,
+            f"{prefix}_ci_high_ms": high, f"{prefix}_p90_ms": m.p90_ms,
+            f"{prefix}_std_ms": m.std_ms, f"{prefix}_stable": m.stable}
+
+
+def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:
+    """The model of ``spec`` with its default input size, built on meta when only counted
+    (a model whose construction needs real values falls back to the CPU; profile() then
+    counts a meta copy; a spec that is wrong fails there again, with its own message)."""
+    if on_meta:
+        with contextlib.suppress(Exception), torch.device("meta"):
+            model, _, size = load_model(spec)
+            return model, size
+    model, _, size = load_model(spec)
+    return model, size
