@@ -68,6 +68,7 @@ def test_toml_and_json_files_give_the_same_configs(tmp_path: Path) -> None:
     ({"models": []}, ["grid 2", "models is empty"]),
     ({"batch_sizes": [1]}, ["grid 2", "no 'models'"]),
     ({"models": ["alexnet"], "input_size": [3, -1]}, ["grid 2", "input_size"]),
+    ({"models": ["alexnet"], "input_size": [[3, True]]}, ["grid 2", "input_size"]),
     ({"models": ["alexnet"], "options": {"budget": 1}}, ["grid 2", "options.budget",
                                                           "'budget_s'"]),
     ({"models": ["alexnet"], "options": {"dtype": "float16"}}, ["grid 2", "options.dtype"]),

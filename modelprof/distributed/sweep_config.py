@@ -235,10 +235,12 @@ def _device(value: Any, timing: bool, where: str) -> str:
 def _input_size(value: Any, where: str) -> tuple[Any, ...] | None:
     if value is None:
         return None
-    ok = isinstance(value, (list, tuple)) and value and (
-        all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
-        or all(isinstance(s, (list, tuple)) and s and all(isinstance(d, int) and d > 0
-                                                          for d in s) for s in value))
+    def shape(s: Any) -> bool:
+        return isinstance(s, (list, tuple)) and bool(s) and all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in s)
+
+    ok = shape(value) or (isinstance(value, (list, tuple)) and bool(value)
+                          and all(shape(s) for s in value))
     if not ok:
         raise ModelProfError(f"{where}: input_size {value!r} must be a shape without the batch "
                              "such as [3, 224, 224], or a list of such shapes")
