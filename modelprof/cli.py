@@ -351,7 +351,7 @@ def _run_compare(ctx: _Context) -> None:
     from modelprof.compare import compare, unique_name
     from modelprof.render.comparison import env_caption
     from modelprof.report.plots import plot_compare
-    from modelprof.render import to_markdown
+    from modelprof.render.comparison import compare_caption, comparison_to_markdown
 
     args = ctx.args
     models: dict[str, Any] = {}
@@ -365,14 +365,34 @@ def _run_compare(ctx: _Context) -> None:
                  throughput=args.throughput, throughput_options=_throughput_options(args),
                  progress=ctx.progress, **ctx.timing_options(), **ctx.step_options())
     env = df.attrs.get("env") or {}
-    caption = f"baseline {df.attrs['baseline']}; {env_caption(env)}"
+    caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)
-    print(to_markdown(df), file=ctx.stdout)
+    print(comparison_to_markdown(df), file=ctx.stdout)
+    for note in df.attrs.get("notes") or ():
+        print(f"note: {note}", file=ctx.stdout)
     if ctx.out is None:
         return
-    _write_frame(ctx, df, "comparison", caption=caption, env=env)
+    _write_comparison(ctx, df)
     if "png" in ctx.formats:
         _save_figure(ctx, plot_compare(df, title=env_caption(env)), "comparison")
+
+
+def _write_comparison(ctx: _Context, df: Any) -> None:
+    """Every chosen format of a comparison through its own renderers: the compact columns with
+    their intervals, the caption (device, dtype, batch, torch; the ratio estimator) in every
+    human-readable one; raw numbers of every column in csv/json."""
+    from modelprof.render import comparison as render
+
+    writers = {
+        "csv": lambda p: render.comparison_to_csv(df, path=p),
+        "md": lambda p: render.comparison_to_markdown(df, path=p),
+        "tex": lambda p: render.comparison_to_latex(df, path=p),
+        "html": lambda p: render.comparison_to_html(df, path=p),
+        "json": lambda p: render.comparison_to_json(df, path=p),
+    }
+    for fmt in ctx.formats:
+        if fmt in writers:
+            ctx.write(ctx.path("comparison", fmt), writers[fmt])
 
 
 def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,

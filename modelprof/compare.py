@@ -66,17 +66,24 @@ def compare(
 
     Columns: ``params, macs, flops, madd, output_bytes, read_bytes, write_bytes`` (the report
     totals); with ``timing``, ``latency_median_ms`` with its 95 % interval
-    (``latency_ci_low_ms``, ``latency_ci_high_ms``), ``latency_p90_ms, latency_std_ms, fps,
-    latency_stable``; with ``throughput`` ``throughput_samples_per_s, throughput_batch_size``
+    (``latency_ci_low_ms``, ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
+    latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``; on
+    the CPU the CPU work beside it (``cpu_work_median_ms`` with its interval, ``cpu_work_x``
+    with its interval, ``wall_over_cpu``); ``rank`` (1 = fastest, by ``attrs["ranked_by"]``);
+    with ``throughput`` ``throughput_samples_per_s, throughput_batch_size``
     (``measure_throughput``; ``throughput_options``: a ``TimingOptions`` for every batch size, or a
     dict of timing options and the search bounds ``max_batch``/``gain``/``patience``); then the
     ratios.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     samples of every model in a shuffled order, so drift of the machine reaches all alike;
-    ``latency_x`` is the paired estimate of latency / baseline latency from the per-round block
-    medians (not the quotient of the two medians), with its interval in ``latency_x_ci_low``
-    and ``latency_x_ci_high``. ``budget_s`` is per model. ``attrs["env"]`` holds the
+    ``latency_x`` is the ratio of the model's median to the baseline's (so ratios rank as the
+    medians do), with a paired interval from the per-round ratios of block medians in
+    ``latency_x_ci_low`` and ``latency_x_ci_high`` (``attrs["ratio_estimator"]`` says it in
+    words). When the machine is loaded (wall well above CPU time, on the CPU) ``rank`` follows
+    the CPU work, ``attrs["ranked_by"] == "cpu_work"``, and ``attrs["notes"]`` says why; CPU
+    work equals latency only for a single-threaded model on an idle core. ``budget_s`` is per
+    model. ``attrs["env"]`` holds the
     environment (recorded once), ``attrs["baseline"]`` the baseline's name. Other keyword
     arguments are timing options (``modelprof.timing.options``) or go to
     :func:`modelprof.profile`.
@@ -114,7 +121,7 @@ def compare(
             held.close()          # the models, inputs, target and loss module put back
         finally:
             bar.close()
-    return _table(rows, baseline, run.env)
+    return _table(rows, baseline, run.env, run.timing_attrs)
 
 
 class _Run:
@@ -135,6 +142,7 @@ class _Run:
         self.steps: dict[str, Any] = {}
         self.env: dict[str, Any] = {}
         self.passed: Snapshot | None = None     # the inputs and target as they went in
+        self.timing_attrs: dict[str, Any] = {}
 
     def add(self, name: str, model: nn.Module, size: Any, timing: bool,
             search: tuple[TimingOptions, dict[str, Any]] | None) -> dict[str, Any]:
@@ -165,9 +173,11 @@ class _Run:
             bar.set_description("interleaved training steps")
             _step_columns(rows, self.steps, baseline, self.opts)
         self.env = dict(result.measurements[baseline].env) or self.env
+        self.timing_attrs = _timing_attrs(result)
 
 
-def _table(rows: dict[str, dict[str, Any]], baseline: str, env: dict[str, Any]) -> Comparison:
+def _table(rows: dict[str, dict[str, Any]], baseline: str, env: dict[str, Any],
+           timing_attrs: dict[str, Any]) -> Comparison:
     """The comparison frame: one row per model, then the ratios to the baseline."""
     df = Comparison.from_dict(rows, orient="index")
     df.index.name = "model"
@@ -177,8 +187,13 @@ def _table(rows: dict[str, dict[str, Any]], baseline: str, env: dict[str, Any]) 
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
+    if timing_attrs:
+        key = ("cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work"
+               else "latency_median_ms")
+        df["rank"] = df[key].rank(method="min").astype("Int64")
     df.attrs["env"] = env
     df.attrs["baseline"] = baseline
+    df.attrs.update(timing_attrs)
     return df
 
 
@@ -202,6 +217,21 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
     carried = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last}
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
+def _timing_attrs(result: Any) -> dict[str, Any]:
+    """What a comparison's table says about its timing: the ratio estimator, what it ranks by
+    and, on a loaded CPU, why it ranks by CPU work."""
+    from modelprof.timing.stats import RATIO_ESTIMATOR
+
+    out: dict[str, Any] = {"ranked_by": result.ranked_by, "ratio_estimator": RATIO_ESTIMATOR,
+                           "notes": [f"latency_x: {RATIO_ESTIMATOR}"]}
+    if result.ranked_by == "cpu_work":
+        worst = max(m.wall_over_cpu for m in result.measurements.values())
+        clock = next(iter(result.measurements.values())).cpu_clock
+        out["notes"].append(
+            f"ranked by CPU work ({clock}): the machine was loaded (wall/CPU up to {worst:.2f}), "
+            "which stretches the wall clock of whichever model it hits; CPU work equals latency "
+            "only for a single-threaded model on an idle core")
+    return out
 
 
 def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
@@ -339,14 +369,18 @@ def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseli
 
 
 def _latency_columns(result: Any, name: str) -> dict[str, Any]:
-    """A model's latency statistics from the interleaved run, with its paired ratio."""
+    """A model's latency statistics from the interleaved run, with its ratio of medians and
+    paired interval; on the CPU its CPU work beside them."""
+    from modelprof.timing.interleave import cpu_work_columns
+
     m = result.measurements[name]
     lo, hi = m.median_ci_ms
     ratio, rlo, rhi = result.ratios[name]
     return {"latency_median_ms": m.median_ms, "latency_ci_low_ms": lo,
             "latency_ci_high_ms": hi, "latency_p90_ms": m.p90_ms, "latency_std_ms": m.std_ms,
             "fps": m.fps, "latency_stable": m.stable, "latency_x": ratio,
-            "latency_x_ci_low": rlo, "latency_x_ci_high": rhi}
+            "latency_x_ci_low": rlo, "latency_x_ci_high": rhi, "latency_n": m.n,
+            **cpu_work_columns(result, name)}
 
 
 def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:

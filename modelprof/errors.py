@@ -5,7 +5,7 @@ cycle through it."""
 from __future__ import annotations
 
 __all__ = ["DriftWarning", "FewSamplesWarning", "ModelProfError", "ModelProfWarning",
-           "NoisyMeasurementWarning"]
+           "NoisyMeasurementWarning", "TimingDisagreementWarning"]
 
 
 class ModelProfError(Exception):
@@ -26,3 +26,8 @@ class DriftWarning(NoisyMeasurementWarning):
 
 class FewSamplesWarning(NoisyMeasurementWarning):
     """Issued once per measurement that a time budget stopped below its minimum sample count."""
+
+
+class TimingDisagreementWarning(ModelProfWarning):
+    """Issued once per profile whose per-layer passes and clean end-to-end runs disagree beyond
+    their intervals (the machine's load changed between them); it names the figure to quote."""

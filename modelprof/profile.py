@@ -23,7 +23,8 @@ from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.step.spec import loss_module
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
-from modelprof.errors import ModelProfWarning
+from modelprof.errors import ModelProfWarning, TimingDisagreementWarning
+from modelprof.render.views import ROUGH_MARK
 
 __all__ = ["profile"]
 
@@ -170,8 +171,31 @@ def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list
         return TimingResult(), []
     latency, layers, notes = _measure(model, _with_layout(mi, None), dtype, spec.training,
                                       spec.no_grad, spec.opts)
-    columns, overhead, coverage = layer_columns(row_keys(rows), records, latency, layers)
-    return TimingResult(latency, layers, overhead, coverage, None, notes), [columns]
+    columns, overhead, leaf_sum = layer_columns(row_keys(rows), records, latency, layers)
+    coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
+    agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
+    return (TimingResult(latency, layers, overhead, coverage, None, notes, agreement),
+            [columns])
+
+
+def _regimes(model: nn.Module, opts: TimingOptions) -> str:
+    """The modes the clean runs use and the per-layer passes cannot (empty when none)."""
+    hidden = list(opts.end_to_end_only)
+    if hasattr(model, "_orig_mod"):
+        hidden.insert(0, "torch.compile")
+    return ", ".join(hidden)
+
+
+def _judge(latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str) -> Any:
+    """Whether the per-layer window agrees with the clean runs; when not, one note and one
+    warning that say so and name the figure to quote."""
+    from modelprof.timing.agreement import corrected_passes, judge_agreement
+
+    agreement = judge_agreement(latency, corrected_passes(layers), leaf_sum, regimes=regimes)
+    if not agreement.agree:
+        notes.append(agreement.note())
+        warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)
+    return agreement
 
 
 def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list, records: Any,
@@ -284,8 +308,14 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     else:
         notes.append("per-layer times are as read (correct_overhead=False): they include the "
                      "instrument's own cost")
+    if layers.extended_s > 0:
+        notes.append(f"the per-layer passes were extended by {layers.extended_s:.1f} s (at most "
+                     f"layer_extend_s={opts.layer_extend_s:g} s) after the time budget stopped "
+                     f"them below min_samples={layers.min_samples}; they rest on {layers.n}")
     if layers.undersampled:            # time_layers warned, naming n
         notes.append(f"the time budget allowed only {layers.n} per-layer pass"
-                     f"{'es' if layers.n != 1 else ''} (min_samples={layers.min_samples}): "
-                     "the per-layer medians rest on that many; raise budget_s")
+                     f"{'es' if layers.n != 1 else ''} (min_samples={layers.min_samples}"
+                     f"{', after extending' if layers.extended_s > 0 else ''}): the per-layer "
+                     f"medians rest on that many and are marked rough ({ROUGH_MARK}, greyed) in "
+                     "every view; raise budget_s or layer_extend_s")
     return latency, layers, notes

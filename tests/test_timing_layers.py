@@ -325,7 +325,8 @@ def test_a_budget_that_stops_the_passes_early_warns_and_takes_the_chain_cost(mon
     monkeypatch.setattr("modelprof.timing.layers.calibrate_hooks", lambda clock: chain)
     model = spin_model((20.0,))
     with pytest.warns(FewSamplesWarning) as rec:
-        lt = time_layers(model, make_inputs(model, (4,)), warmup=1, budget_s=0.05)
+        lt = time_layers(model, make_inputs(model, (4,)), warmup=1, budget_s=0.05,
+                         layer_extend_s=0)
     assert lt.stop_reason == "budget" and lt.n < 10
     assert lt.undersampled and lt.min_samples == 10
     few = [w for w in rec if issubclass(w.category, FewSamplesWarning)]

@@ -233,9 +233,13 @@ def test_a_trend_in_noise_is_flagged_every_time():
 def test_no_drift_without_timestamps_or_with_few_blocks():
     levels = 10.0 * 1.02 ** np.arange(10)
     no_times = Measurement(np.repeat(levels, 5), blocks=np.repeat(np.arange(10), 5))
-    assert (no_times.drift_pct, no_times.stable) == (0.0, True)
+    # without timestamps or with two blocks no trend can be judged: stability is unknown (None),
+    # never claimed
+    assert (no_times.drift_pct, no_times.stable) == (0.0, None)
     two = _blocked([10.0, 12.0])
-    assert (two.drift_pct, two.stable) == (0.0, True)          # a trend needs 3 blocks
+    assert (two.drift_pct, two.stable) == (0.0, None)          # a trend needs 3 blocks
+    assert "needs 3 timed blocks" in two.stability_unknown_reason
+    assert "stability unknown" in repr(two)
     assert ", drift " not in repr(two) and ", drift +" in repr(_blocked([10.0, 11.0, 12.0]))
 
 
@@ -276,3 +280,53 @@ def test_block_fields_round_trip_and_are_checked():
         Measurement([1.0, 2.0], timestamps_s=[0.0])
     one = Measurement([1.0, 2.0, 3.0])                           # no blocks given: one block
     assert one.n_blocks == 1 and one.between_ci_ms is None
+
+
+def test_one_block_states_no_interval_is_undersampled_and_claims_no_stability():
+    # three samples, all in block 0: nothing says how far a second block would land
+    m = Measurement([10.0, 11.0, 12.0], blocks=[0, 0, 0], timestamps_s=[0.0, 0.01, 0.02],
+                    stop_reason="budget", min_samples=2, label="one-block")
+    assert m.n_blocks == 1 and not m.has_interval
+    lo, hi = m.median_ci_ms
+    assert math.isnan(lo) and math.isnan(hi) and math.isnan(m.relative_ci)
+    assert m.undersampled is True                     # although n=3 >= min_samples=2
+    assert m.stable is None                           # unknown, not True
+    assert "95% CI n/a" in repr(m) and "stability unknown" in repr(m)
+    with pytest.warns(FewSamplesWarning, match="no interval can be stated"):
+        m.warn_if_noisy()
+    d = json.loads(json.dumps(m.to_dict(), allow_nan=True))
+    assert d["stable"] is None and d["undersampled"] is True
+
+
+def test_a_single_sample_has_no_spread_and_no_interval():
+    m = Measurement([0.0956])
+    assert math.isnan(m.std_ms) and math.isnan(m.median_ci_ms[0])
+    assert m.undersampled and m.stable is None
+    assert "± " not in repr(m).splitlines()[1]        # no "± 0 ms" spread from one sample
+
+
+def test_an_interval_too_wide_to_judge_a_trend_does_not_claim_stability():
+    # the precision example: block medians from 349 to 6,386 ms; the median's interval spans
+    # several times the median, so even a 125 % drift sits inside it: unknown, not stable
+    medians = np.array([349.0, 6386.0, 700.0, 2500.0, 420.0, 5100.0])
+    blocks = np.repeat(np.arange(6), 3)
+    samples = np.repeat(medians, 3)
+    m = Measurement(samples, blocks=blocks, timestamps_s=blocks * 1.0)
+    assert m.has_interval and m.relative_ci > 0.5
+    assert m.stable is None
+    assert "too wide to judge" in m.stability_unknown_reason
+
+
+def test_repeat_one_gives_nan_interval_and_no_stability(recwarn):
+    from torch import nn
+    import torch
+
+    from modelprof.timing import measure_latency
+    m = measure_latency(nn.Linear(4, 4), inputs=torch.randn(1, 4), repeat=1, warmup=1)
+    assert m.n == 1
+    assert all(math.isnan(v) for v in m.median_ci_ms)
+    assert m.undersampled is True and m.stable is None
+    # repeat=2 gives two blocks of one (blocks hold at most ceil(repeat / min_blocks)): an
+    # interval from the two samples
+    two = measure_latency(nn.Linear(4, 4), inputs=torch.randn(1, 4), repeat=2, warmup=1)
+    assert two.n_blocks == 2 and two.has_interval

@@ -55,9 +55,11 @@ def test_repeat_takes_exactly_that_many_samples():
     assert s.stop_reason == "repeat"
     assert s.samples_ms.size == 1234 and sum(calls) == 1234
     assert max(calls) <= MAX_BLOCK                   # blocks: one synchronize per block on CUDA
-    # first block from the estimate: 0.1 s / 0.01 ms = 10,000, capped at 1000; then from what
-    # the samples read (median 3 ms): 0.1 s / 3 ms = 33 per block; 1000 + 7 x 33 + 3 = 1234
-    assert calls == [1000] + [33] * 7 + [3]
+    # first block from the estimate: 0.1 s / 0.01 ms = 10,000, capped at 1000 and at
+    # ceil(1234 / min_blocks 6) = 206 (repeat= still gives six blocks or more, for an interval);
+    # then from what the samples read (median 3 ms): 0.1 s / 3 ms = 33 per block;
+    # 206 + 31 x 33 + 5 = 1234
+    assert calls == [206] + [33] * 31 + [5]
 
 
 def test_max_samples_bounds_an_imprecise_run():

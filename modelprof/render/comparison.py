@@ -27,21 +27,37 @@ __all__ = [
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
-    "model", "input_shape", "params", "macs", "flops", "latency_median_ms", "fps",
-    "throughput_samples_per_s", "params_x", "macs_x", "latency_x", "throughput_x",
+    "model", "input_shape", "params", "macs", "flops", "latency_median_ms", "latency_ci_low_ms",
+    "latency_ci_high_ms", "cpu_work_median_ms", "fps", "throughput_samples_per_s", "params_x",
+    "macs_x", "latency_x", "latency_x_ci_low", "latency_x_ci_high", "cpu_work_x",
+    "cpu_work_x_ci_low", "cpu_work_x_ci_high", "throughput_x", "rank",
 )
-"""What a readable comparison shows by default (the index ``model`` first); the rest
-(MAdd, bytes, p90, std, the other ratios) with ``columns="all"``."""
+"""What a readable comparison shows by default (the index ``model`` first): the medians with
+their 95 % intervals, the ratios with theirs, and the CPU work only when the comparison ranks
+by it (a loaded CPU); the rest (MAdd, bytes, p90, std, the other ratios) with
+``columns="all"``."""
+
+_CPU_WORK_COLUMNS = frozenset({"cpu_work_median_ms", "cpu_work_x", "cpu_work_x_ci_low",
+                               "cpu_work_x_ci_high"})
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
-_LATEX_PRIORITY = ("model", "params", "macs", "latency_median_ms", "latency_x", "macs_x",
-                   "params_x", "fps", "throughput_samples_per_s", "throughput_x", "flops")
+_LATEX_PRIORITY = ("model", "params", "macs", "latency_median_ms", "latency_x",
+                   "cpu_work_median_ms", "cpu_work_x", "latency_ci_low_ms", "latency_ci_high_ms",
+                   "latency_x_ci_low", "latency_x_ci_high", "cpu_work_x_ci_low",
+                   "cpu_work_x_ci_high", "rank", "macs_x", "params_x", "fps",
+                   "throughput_samples_per_s", "throughput_x", "flops")
+
+#: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
+RATIO_NOTE = "ratios: ratio of medians, 95 % CI paired by round"
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
-    """The :data:`COMPACT_COMPARE_COLUMNS` that ``df`` has (the index counts as ``model``)."""
+    """The :data:`COMPACT_COMPARE_COLUMNS` that ``df`` has (the index counts as ``model``); the
+    CPU work columns only when the comparison ranks by them."""
     present = set(map(str, df.columns)) | {str(df.index.name)}
-    return [c for c in COMPACT_COMPARE_COLUMNS if c in present]
+    cpu = df.attrs.get("ranked_by") == "cpu_work"
+    return [c for c in COMPACT_COMPARE_COLUMNS
+            if c in present and (cpu or c not in _CPU_WORK_COLUMNS)]
 
 
 def env_caption(env: Mapping[str, Any]) -> str:
@@ -60,10 +76,19 @@ def env_caption(env: Mapping[str, Any]) -> str:
 
 
 def compare_caption(attrs: Mapping[str, Any]) -> str:
-    """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``."""
+    """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``, then how the ratios
+    are estimated and what the rank follows (when timed), or that latency was not measured."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
+    ranked_by = attrs.get("ranked_by")
+    if ranked_by is not None:
+        parts.append(RATIO_NOTE)
+        if ranked_by == "cpu_work":
+            parts.append("ranked by CPU work: the machine was loaded; CPU work equals latency "
+                         "only for a single-threaded model on an idle core")
+    elif attrs.get("baseline") is not None:
+        parts.append("latency not measured (timing off)")
     return "; ".join(parts)
 
 
@@ -98,18 +123,24 @@ def comparison_to_latex(df: pd.DataFrame, path: str | os.PathLike[str] | None = 
     if caption is None:
         caption = escape_latex(compare_caption(df.attrs)) or None
     view.setdefault("priority", _LATEX_PRIORITY)
+    view.setdefault("units", "fixed")
     return to_latex(df, path=path, columns=_columns(df, columns), caption=caption, **view)
 
 
 def comparison_to_html(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
                        columns: Iterable[str] | str | None = None, standalone: bool = True,
                        **view: Any) -> str | Path:
-    """A complete HTML page (``standalone=False``: the fragment the notebook shows)."""
+    """A complete HTML page (``standalone=False``: the fragment the notebook shows), with the
+    caption (baseline, device, dtype, batch, torch; how the ratios are estimated) above the
+    table in both, and the comparison's notes on the page."""
     from modelprof.render.html import to_html
 
     caption = compare_caption(df.attrs) or None
     view.setdefault("caption", caption)
     view.setdefault("title", "modelprof comparison")
+    if standalone:   # a page shows its summary lines, not the table's caption
+        view.setdefault("summary", [c for c in (view.get("caption"),
+                                                *(df.attrs.get("notes") or ())) if c])
     return to_html(df, path=path, columns=_columns(df, columns), standalone=standalone, **view)
 
 

@@ -33,7 +33,7 @@ KNOWN_DTYPES: dict[str, str] = {
     "params": "int64", "macs": "int64", "flops": "int64", "madd": "int64",
     "output_bytes": "int64", "read_bytes": "int64", "write_bytes": "int64",
     "latency_ms": "float64", "latency_std_ms": "float64", "latency_pct": "float64",
-    "peak_memory_bytes": "float64",
+    "peak_memory_bytes": "float64", "latency_passes": "int64", "latency_rough": "bool",
     # roofline
     "achieved_gflops": "float64", "achieved_gbps": "float64", "intensity": "float64",
     "memory_level": _TEXT, "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",

@@ -22,7 +22,7 @@ import pandas as pd
 
 from modelprof.render._output import emit
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, prepare_table
+from modelprof.render.views import Table, is_rough, prepare_table
 
 __all__ = ["to_html", "html_page", "html_table"]
 
@@ -119,8 +119,13 @@ def html_table(
                     )
             elif name in ("module", "module name") and depths is not None:
                 style = f"padding-left: {0.6 + 1.2 * int(depths[r]):.1f}em;"
-            attr = f' style="{style}"' if style else ""
-            tds.append(f'<td class="{cls(i)}"{attr}>{html.escape(cell)}</td>')
+            klass, title = cls(i), ""
+            if is_rough(table, r, name):      # greyed, and said on hover
+                klass += " rough"
+                style += " color: #999;" if style else "color: #999;"
+                title = ' title="rough: fewer per-layer passes than the stop rule promises"'
+            attr = (f' style="{style}"' if style else "") + title
+            tds.append(f'<td class="{klass}"{attr}>{html.escape(cell)}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</tbody>")
     if table.footer:

@@ -29,7 +29,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, prepare_table
+from modelprof.render.views import Table, is_rough, prepare_table
 
 __all__ = [
     "FITS",
@@ -181,6 +181,13 @@ def _line(cells: Iterable[str]) -> str:
     return " & ".join(escape_latex(c) for c in cells) + r" \\"
 
 
+def _row_line(table: Table, r: int, cells: Sequence[str]) -> str:
+    """A body row; its rough per-layer times greyed (``\\textcolor{gray}``, from xcolor)."""
+    return " & ".join(
+        f"\\textcolor{{gray}}{{{escape_latex(c)}}}" if is_rough(table, r, n) else escape_latex(c)
+        for c, n in zip(cells, table.columns)) + r" \\"
+
+
 def _footer_line(row: Sequence[str]) -> str:
     """A footer row whose label spans the empty cells right of it, so a long label such as
     "end-to-end (clean run)" does not widen the first column."""
@@ -208,6 +215,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     if long and fit in ("scale", "both"):
         raise ModelProfError(f"fit={fit!r}: a longtable cannot be scaled; use fit='columns', "
                              "fewer rows (depth=, top_k=) or long=False")
+    before = table.columns
     if width is not None and fit is not None:
         target = NOMINAL_WIDTH_PT[width]
         if fit == "columns":
@@ -216,11 +224,17 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
             table = _drop_until_fits(table, target * _MAX_SHRINK, font_size, view.priority)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
-    body = [_line(r) for r in table.cells]
+    body = [_row_line(table, i, r) for i, r in enumerate(table.cells)]
+    grey = any(is_rough(table, i, n) for i in range(len(table.cells)) for n in table.columns)
     if table.footer:
         body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
-    packages = ["booktabs"] + (["longtable"] if long else []) + (["graphicx"] if scale else [])
+
+    packages = (["booktabs"] + (["longtable"] if long else []) + (["graphicx"] if scale else [])
+                + (["xcolor"] if grey else []))
     out = [f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble",
+           *([f"% dropped to fit \\{width}: "
+              + ", ".join(c for c in before if c not in table.columns)]
+             if len(before) != len(table.columns) else []),
            f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
            f"\\{font_size} ({len(table.columns)} columns)"]
     if long:

@@ -28,6 +28,9 @@ from modelprof.render.units import (IEC_PREFIXES, MISSING, SI_PREFIXES, TIME_UNI
 
 __all__ = [
     "UNITS",
+    "ROUGH_COLUMNS",
+    "ROUGH_MARK",
+    "is_rough",
     "ADDITIVE_COLUMNS",
     "COMPACT_COLUMNS",
     "ROOT_LABEL",
@@ -60,6 +63,13 @@ COMPACT_COLUMNS: tuple[str, ...] = (
     "latency_ms", "latency_pct", "backward_flops", "backward_latency_ms",
 )
 """A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
+
+ROUGH_COLUMNS: frozenset[str] = frozenset({
+    "latency_ms", "latency_std_ms", "latency_pct", "achieved_gflops", "achieved_gbps",
+    "efficiency", "duration[%]"})
+"""Per-layer timing columns that a row marked ``latency_rough`` shows as rough."""
+ROUGH_MARK = "~"
+"""The prefix of a rough cell in every human-readable view (HTML and LaTeX also grey it)."""
 
 ROOT_LABEL = "(root)"
 """How human-readable tables show the root module, whose qualified name is ``""``."""
@@ -139,6 +149,20 @@ _SPECS: dict[str, ColumnSpec] = {
     "throughput_samples_per_s": ColumnSpec("throughput (samples/s)", "float"),
     "throughput_batch_size": ColumnSpec("throughput batch", "int"),
     "latency_median_ms": ColumnSpec("latency median", "time_ms"),
+    "latency_ci_low_ms": ColumnSpec("latency 95% CI low", "time_ms"),
+    "latency_ci_high_ms": ColumnSpec("latency 95% CI high", "time_ms"),
+    "latency_x_ci_low": ColumnSpec("latency ratio CI low", "float"),
+    "latency_x_ci_high": ColumnSpec("latency ratio CI high", "float"),
+    "latency_n": ColumnSpec("n", "int"),
+    "latency_stable": ColumnSpec("stable", "bool"),
+    "cpu_work_median_ms": ColumnSpec("CPU work median", "time_ms"),
+    "cpu_work_ci_low_ms": ColumnSpec("CPU work 95% CI low", "time_ms"),
+    "cpu_work_ci_high_ms": ColumnSpec("CPU work 95% CI high", "time_ms"),
+    "cpu_work_x": ColumnSpec("CPU work ratio", "multiple"),
+    "cpu_work_x_ci_low": ColumnSpec("CPU work ratio CI low", "float"),
+    "cpu_work_x_ci_high": ColumnSpec("CPU work ratio CI high", "float"),
+    "wall_over_cpu": ColumnSpec("wall/CPU", "float"),
+    "rank": ColumnSpec("rank", "int"),
     "latency_p90_ms": ColumnSpec("latency p90", "time_ms"),
     # per-layer-type / per-module-type summaries (Report.by_layer_type, by_module_type)
     "layer_type": ColumnSpec("layer type", "text"),
@@ -318,6 +342,19 @@ class Table:
         return tuple(k in _NUMERIC_KINDS for k in self.kinds)
 
 
+def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
+    if name not in ROUGH_COLUMNS or "latency_rough" not in frame.columns:
+        return False
+    flag = frame["latency_rough"].iloc[r]
+    return not _is_missing(flag) and bool(flag)
+
+
+def is_rough(table: Table, r: int, name: str) -> bool:
+    """Cell (row ``r``, column ``name``) of a prepared table is a rough per-layer time: its row
+    rests on fewer per-layer passes than the stop rule promises (``latency_rough``)."""
+    return table.units != "raw" and _rough(table.frame, r, name)
+
+
 def _is_missing(value: Any) -> bool:
     if value is None:
         return True
@@ -325,6 +362,21 @@ def _is_missing(value: Any) -> bool:
         return bool(pd.isna(value))
     except (TypeError, ValueError):
         return False
+
+
+UNDEFINED = "n/a"
+"""What a human-readable cell shows for an interval bound that is undefined (NaN: a single
+block, a single round), rather than the ``-`` of a value that was not measured."""
+
+
+def _is_interval_bound(name: str) -> bool:
+    return "_ci_low" in name or "_ci_high" in name
+
+
+def _undefined_as_na(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
+    def cell(v: Any) -> str:
+        return UNDEFINED if _is_missing(v) else fmt(v)
+    return cell
 
 
 def _raw_cell(value: Any) -> str:
@@ -533,6 +585,9 @@ def prepare_table(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
+    if units != "raw" and "latency_rough" in rows.columns:
+        cells = tuple(tuple(ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
+                            for c, n in zip(row, names)) for i, row in enumerate(cells))
     footer = _footer(names, kinds, formatters, totals, end_to_end)
     return Table(columns=tuple(names), headers=tuple(headers), kinds=tuple(kinds), cells=cells,
                  footer=tuple(footer), units=units, frame=rows)
@@ -560,6 +615,8 @@ def _formatters(shown: pd.DataFrame, names: list[str], units: str,
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
             headers.append(header)
             formatters.append(fmt)
+        if units != "raw" and _is_interval_bound(name):
+            formatters[-1] = _undefined_as_na(formatters[-1])
     return headers, formatters
 
 

@@ -64,6 +64,12 @@ class Comparison(pd.DataFrame):
         """modelprof's humanised exporters of this table."""
         return ComparisonRender(self)
 
+    def plot_cost_latency(self, cost: str = "macs", **kw: Any) -> Any:
+        """Cost against measured latency, one point per model with its 95 % interval
+        (:func:`modelprof.report.plots.plot_cost_latency`); ``plot`` stays pandas'."""
+        from modelprof.report.plots import plot_cost_latency
+        return plot_cost_latency(self, cost, **kw)
+
     def _repr_html_(self) -> str:
         from modelprof.render.comparison import comparison_to_html
         return str(comparison_to_html(self, standalone=False))

@@ -29,6 +29,7 @@ __all__ = [
     "plot_roofline",
     "plot_throughput",
     "plot_compare",
+    "plot_cost_latency",
 ]
 
 _SAVE_FORMATS = (".png", ".svg", ".pdf")
@@ -392,3 +393,54 @@ def _tick_formatter(fmt: Any) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: fmt(v))
+
+
+def plot_cost_latency(
+    compare_df: pd.DataFrame,
+    cost: str = "macs",
+    *,
+    latency: str | None = None,
+    title: str | None = None,
+    save: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """Each model of a comparison as a point: its cost (``cost``: ``macs``, ``flops``,
+    ``params``...) against its measured latency median, with the 95 % interval as an error bar
+    (none where it is undefined). ``latency`` defaults to what the comparison ranks by: the CPU
+    work on a loaded CPU (``attrs["ranked_by"]``), else the wall-clock latency. Log scales when
+    a quantity spans more than 10x."""
+    if latency is None:
+        latency = ("cpu_work_median_ms" if getattr(compare_df, "attrs", {}).get("ranked_by")
+                   == "cpu_work" else "latency_median_ms")
+    stem = latency.removesuffix("_median_ms")
+    _require_columns(compare_df, [cost, latency], "plot_cost_latency",
+                     hint=" (compare(..., timing=True) measures the latency)")
+    x = compare_df[cost].to_numpy(dtype=float)
+    y = compare_df[latency].to_numpy(dtype=float)
+    lows = compare_df.get(f"{stem}_ci_low_ms")
+    highs = compare_df.get(f"{stem}_ci_high_ms")
+    lo = y - lows.to_numpy(dtype=float) if lows is not None else np.full_like(y, np.nan)
+    hi = highs.to_numpy(dtype=float) - y if highs is not None else np.full_like(y, np.nan)
+    fig = _figure_class()(figsize=(5.5, 4.0), layout="constrained")
+    ax = fig.subplots()
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    ax.errorbar(x[ok], y[ok], yerr=np.vstack([lo[ok], hi[ok]]), fmt="o", color="tab:blue",
+                capsize=3, label="median, 95 % CI")
+    if (~ok).any():
+        ax.plot(x[~ok], y[~ok], "o", mfc="none", color="tab:blue", label="median (no interval)")
+    for label, xi, yi in zip(_model_labels(compare_df), x, y):
+        ax.annotate(label, (xi, yi), xytext=(4, 4), textcoords="offset points", fontsize=8)
+    for axis, values in (("x", x), ("y", y)):
+        finite = values[np.isfinite(values) & (values > 0)]
+        if finite.size and finite.max() > 10 * finite.min():
+            getattr(ax, f"set_{axis}scale")("log")
+    cost_spec, lat_spec = column_spec(cost, compare_df[cost]), column_spec(latency)
+    ax.set_xlabel(cost_spec.header)
+    ax.set_ylabel(lat_spec.header)
+    ax.xaxis.set_major_formatter(_tick_formatter(_value_formatter(cost_spec.kind)))
+    ax.yaxis.set_major_formatter(_tick_formatter(_value_formatter("time_ms")))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    if title:
+        ax.set_title(title)
+    _save(fig, save)
+    return fig

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
@@ -49,7 +50,8 @@ class Counts:
 @dataclasses.dataclass(frozen=True)
 class TimingResult:
     """The timed passes (all None without timing): the clean end-to-end ``Measurement``, the
-    per-layer ``LayerTiming``, instrumented/plain overhead, leaf coverage, peaks, notes."""
+    per-layer ``LayerTiming``, instrumented/plain overhead, leaf coverage (against the clean
+    median), peaks, notes, and whether the two windows agree."""
 
     latency: Any = None
     layer_timing: Any = None
@@ -57,6 +59,7 @@ class TimingResult:
     coverage: float | None = None
     peaks: Any = None
     notes: Sequence[str] = ()
+    agreement: Any = None    # modelprof.timing.agreement.TimingAgreement
 
 
 class Report:
@@ -89,6 +92,8 @@ class Report:
         #: how the timing columns were measured where that is not the plain recipe
         self.timing_notes = list(timing.notes)
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
+        #: the per-layer window against the clean runs (modelprof.timing.agreement)
+        self.timing_agreement = timing.agreement
         self.totals = totals_of(self.rows)
 
     @property
@@ -106,7 +111,9 @@ class Report:
 
         With measured peaks (``profile(..., roofline=True)``, the default when timing) the
         modelprof view carries the roofline columns: achieved_gflops, achieved_gbps, intensity,
-        roofline_ms, bound, efficiency.
+        roofline_ms, bound, efficiency. Timed, it carries ``latency_passes`` (the per-layer
+        passes each row's times rest on) and ``latency_rough`` (fewer than the stop rule
+        promises: ``min_samples``, or a single pass), which every human-readable view marks.
         """
         style = _check_style(style)
         if style == "torchstat":
@@ -115,7 +122,21 @@ class Report:
         if self.peaks is not None:
             from modelprof.report.roofline import add_roofline
             df = add_roofline(df, self.peaks)
+        lt = self.layer_timing
+        if lt is not None and "latency_ms" in df.columns:
+            timed_rows = df["latency_ms"].notna()
+            df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
+            df["latency_rough"] = timed_rows & self.layers_rough
         return df
+
+    @property
+    def layers_rough(self) -> bool:
+        """The per-layer rows rest on fewer passes than the stop rule promises (``min_samples``,
+        when a budget stopped them early) or on a single pass: rough, marked in every view."""
+        lt = self.layer_timing
+        if lt is None:
+            return False
+        return lt.n < 2 or (lt.min_samples is not None and lt.n < lt.min_samples)
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:
         """Per op, keyed by its full name (``aten.convolution.default``,
@@ -290,6 +311,8 @@ class Report:
                "instrumentation_overhead": self.instrumentation_overhead,
                "coverage": self.coverage, "unsupported": self.unsupported,
                "timing_notes": self.timing_notes,
+               "timing_agreement": dataclasses.asdict(self.timing_agreement)
+               if self.timing_agreement is not None else None,
                "training_step": self.training_step.to_dict()
                if self.training_step is not None else None}
         return to_json(df, self.totals, env, path=path, view=view)
@@ -341,12 +364,7 @@ class Report:
             lines.append(f"({self.model_params - t['params']:,} of the model's "
                          f"{self.model_params:,} parameters were not used by this forward)")
         if self.latency is not None:
-            lines.append(f"latency median {self.latency.median_ms:.3f} ms "
-                         f"(p90 {self.latency.p90_ms:.3f}, n={self.latency.n}), "
-                         f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
-                         f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
-                         f"{100 * self.coverage:.1f}%")
-            lines.extend(f"note: {n}" for n in self.timing_notes)
+            lines.extend(self._timing_summary())
         if self.training_step is not None:
             lines.append(self.training_step.summary())
         if self.unsupported:
@@ -356,6 +374,35 @@ class Report:
             for note, calls in notes.items():
                 lines.append(f"{op} x{calls}: {note}")
         return "\n".join(lines)
+
+    def _timing_summary(self) -> list[str]:
+        """The timing lines of the summary: the end-to-end figure with its interval, the CPU
+        work beside it on a loaded CPU, the per-layer rows against that figure, a disagreement
+        between the two windows, then the notes."""
+        m = self.latency
+        lo, hi = m.median_ci_ms
+        ci = f"95% CI {lo:.3f}-{hi:.3f}" if m.has_interval else "95% CI n/a"
+        lines = [f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
+                 f"{m.fps:.1f} samples/s (clean end-to-end runs)"]
+        if m.cpu is not None and m.loaded:
+            lines.append(f"CPU work {m.cpu.median_ms:.3f} ms ({m.cpu_clock}; wall/CPU "
+                         f"{m.wall_over_cpu:.2f}: the machine was loaded, the wall clock includes "
+                         "waiting for a core; CPU work equals latency only for a single-threaded "
+                         "model on an idle core)")
+        agreement = self.timing_agreement
+        if agreement is not None:
+            lines.append(f"per-layer rows: leaves sum to {agreement.leaf_sum_ms:.3f} ms, "
+                         f"{100 * self.coverage:.1f}% of the end-to-end median; instrumented "
+                         f"pass x{self.instrumentation_overhead:.3f} of a plain one")
+            if not agreement.agree:
+                lines.append(f"!! {agreement.note()}")
+        else:
+            lines.append(f"per-layer rows: leaf coverage {100 * self.coverage:.1f}% of the "
+                         f"end-to-end median; instrumented pass x"
+                         f"{self.instrumentation_overhead:.3f} of a plain one")
+        skip = agreement.note() if agreement is not None and not agreement.agree else None
+        lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
+        return lines
 
     def __repr__(self) -> str:
         return self.summary() + "\n" + self.to_text(max_rows=60)

@@ -126,7 +126,7 @@ def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: St
 def _times(samples: np.ndarray, total: float) -> dict[str, float]:
     med = float(np.median(samples))
     return {"backward_latency_ms": med,
-            "backward_latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else 0.0,
+            "backward_latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else _NAN,
             "backward_latency_pct": 100.0 * med / total if total > 0 else _NAN}
 
 

@@ -3,7 +3,11 @@
 * CUDA: ``torch.cuda.Event(enable_timing=True)`` recorded on the current stream around each timed
   part, pre-allocated for a whole chunk of samples; ONE synchronize per chunk, elapsed times read
   afterwards (the ``triton.testing.do_bench`` recipe). Never a host timer around asynchronous work.
-* CPU: ``time.perf_counter_ns``.
+* CPU: ``time.perf_counter_ns``, with the CPU time of each sample read beside it (see below).
+* CPU with ``clock="cpu"``: the CPU time of the work, which load on the machine cannot stretch:
+  ``time.thread_time_ns`` when torch runs one intra-op thread (all the work is on the calling
+  thread), ``time.process_time_ns`` (summed over every thread) when it runs several. It equals
+  latency only for a single-threaded model on an idle core; otherwise it is *CPU work*.
 * Any other device (mps, xpu, ...): the device's synchronize, then the host clock.
 * ``HostSyncClock`` on CUDA (``clock="host"``) is for callables whose GPU work runs on streams torch
   does not know (a TensorRT engine on its own stream): device-wide synchronize + host clock.
@@ -20,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from modelprof.errors import ModelProfError
 from modelprof.runtime.device import device_synchronize
 
 __all__ = [
@@ -28,6 +33,8 @@ __all__ = [
     "CudaEventClock",
     "HostSyncClock",
     "StampBuffer",
+    "CpuTimeClock",
+    "cpu_time_source",
     "clock_for",
     "device_synchronize",
 ]
@@ -49,11 +56,20 @@ class StampBuffer:
         raise NotImplementedError
 
 
+def cpu_time_source() -> tuple[str, Callable[[], int]]:
+    """The CPU clock for the work torch does here: ``("thread_time", time.thread_time_ns)``
+    with one intra-op thread, else ``("process_time", time.process_time_ns)``."""
+    if torch.get_num_threads() == 1:
+        return "thread_time", time.thread_time_ns
+    return "process_time", time.process_time_ns
+
+
 class _HostStamps(StampBuffer):
-    def __init__(self, size: int, device: torch.device | None = None) -> None:
+    def __init__(self, size: int, device: torch.device | None = None,
+                 now_ns: Callable[[], int] | None = None) -> None:
         self.ns = [0] * size
         self._device = device
-        clock = time.perf_counter_ns
+        clock = now_ns or time.perf_counter_ns
         ns = self.ns
         if device is None or device.type == "cpu":
             def record(i: int) -> None:
@@ -114,15 +130,56 @@ class Clock:
 
 
 class CpuClock(Clock):
-    """``time.perf_counter_ns`` around synchronous work."""
+    """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
+    (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_ms`` keeps one
+    array per ``time()`` call, ``cpu_kind`` says which clock."""
 
     kind = "perf_counter_ns"
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.now_ns: Callable[[], int] = time.perf_counter_ns
+        self.cpu_kind, self._cpu = cpu_time_source()
+        self.cpu_ms: list[np.ndarray] = []
 
     def time(self, phases: Sequence[Phase], n: int,
              between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
-        clock = time.perf_counter_ns
+        cpu = np.zeros((n, 2), dtype=np.int64)
+        clock, cpu_clock = self.now_ns, self._cpu
+        for i in range(n):
+            if between is not None:
+                between()
+            row = ns[i]
+            cpu[i, 0] = cpu_clock()
+            row[0] = clock()
+            for k in range(p):
+                phases[k]()
+                row[k + 1] = clock()
+            cpu[i, 1] = cpu_clock()
+        self.cpu_ms.append((cpu[:, 1] - cpu[:, 0]) / 1e6)
+        return np.diff(ns, axis=1) / 1e6
+
+    def stamps(self, size: int) -> StampBuffer:
+        return _HostStamps(size, now_ns=self.now_ns)
+
+
+class CpuTimeClock(Clock):
+    """``clock="cpu"``: the CPU time of the work as the clock itself (thread CPU time for one
+    intra-op thread, process CPU time for several; ``kind`` says which). Time spent waiting
+    for a core on a loaded machine does not enter it."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        name, self.now_ns = cpu_time_source()
+        self.kind = f"{name}_ns"
+
+    def time(self, phases: Sequence[Phase], n: int,
+             between: Phase | None = None) -> np.ndarray:
+        p = len(phases)
+        ns = np.zeros((n, p + 1), dtype=np.int64)
+        clock = self.now_ns
         for i in range(n):
             if between is not None:
                 between()
@@ -134,7 +191,7 @@ class CpuClock(Clock):
         return np.diff(ns, axis=1) / 1e6
 
     def stamps(self, size: int) -> StampBuffer:
-        return _HostStamps(size)
+        return _HostStamps(size, now_ns=self.now_ns)
 
 
 class HostSyncClock(Clock):
@@ -195,8 +252,14 @@ class CudaEventClock(Clock):
 def clock_for(device: torch.device, mode: str = "auto") -> Clock:
     """The clock for ``device``: events on CUDA, perf_counter on CPU, sync + host elsewhere.
 
-    ``mode="host"`` forces synchronize + host clock (for work on streams torch does not see).
+    ``mode="host"`` forces synchronize + host clock (for work on streams torch does not see);
+    ``mode="cpu"`` the CPU time of the work (CPU devices only).
     """
+    if mode == "cpu":
+        if device.type != "cpu":
+            raise ModelProfError(f"clock='cpu' reads the CPU time of the work, but the model "
+                                 f"runs on {device}; use clock='auto' there")
+        return CpuTimeClock(device)
     if device.type == "cuda":
         return HostSyncClock(device) if mode == "host" else CudaEventClock(device)
     if device.type == "cpu":

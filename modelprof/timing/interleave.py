@@ -4,8 +4,11 @@ Measuring candidates one after another lets slow drift of the machine (another j
 thermal or frequency changes) land on one of them: on a shared 2-core VM, three copies of one
 resnet18 measured sequentially compare up to 20 % apart. Here every round takes one block of
 samples of each candidate, in a freshly shuffled order (Google Benchmark's random interleaving),
-so drift reaches them alike; each ratio to the baseline comes from the per-round ratios of block
-medians (paired): their logs' 20 %-trimmed mean, with Yuen's t interval (``stats.paired_ratio``).
+so drift reaches them alike. Each ratio to the baseline is the quotient of the two medians (so
+ratios rank as the medians a table shows beside them), with a paired interval: the spread of the
+per-round ratios of block medians, their logs' Yuen t half-width (``stats.ratio_of_medians``).
+On the CPU the CPU time of every sample is read beside the wall clock; when the machine is
+loaded (wall well above CPU) the comparison ranks by that CPU work (``ranked_by``).
 """
 from __future__ import annotations
 
@@ -25,9 +28,10 @@ from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import collect_interleaved
-from modelprof.timing.stats import block_medians, paired_ratio
+from modelprof.timing.stats import block_medians, ratio_of_medians
 
-__all__ = ["Candidate", "LatencyComparison", "measure_interleaved", "measure_latencies"]
+__all__ = ["Candidate", "LatencyComparison", "cpu_work_columns", "measure_interleaved",
+           "measure_latencies"]
 
 
 @dataclasses.dataclass
@@ -44,9 +48,9 @@ class Candidate:
 class LatencyComparison:
     """Interleaved measurements of several callables and their latency ratios to a baseline.
 
-    ``ratios[name] = (ratio, low, high)``: the paired estimate of ``latency(name) /
-    latency(baseline)`` and its interval at the measurements' confidence (NaN bounds with a
-    single round).
+    ``ratios[name] = (ratio, low, high)``: ``median(name) / median(baseline)`` and its paired
+    interval at the measurements' confidence (``stats.RATIO_ESTIMATOR``; NaN bounds with a
+    single round). ``cpu_ratios``: the same for the CPU work, when the CPU time was read.
     """
 
     measurements: dict[str, Measurement]
@@ -54,6 +58,18 @@ class LatencyComparison:
     ratios: dict[str, tuple[float, float, float]]
     rounds: int = 0
     wall_s: float | None = None
+    cpu_ratios: dict[str, tuple[float, float, float]] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Any candidate's wall clock well above its CPU time: the machine was busy."""
+        return any(m.loaded for m in self.measurements.values())
+
+    @property
+    def ranked_by(self) -> str:
+        """``"cpu_work"`` when the machine was loaded and the CPU time read (load stretches
+        the wall clock, not the CPU work), else ``"latency"``."""
+        return "cpu_work" if self.loaded and self.cpu_ratios is not None else "latency"
 
     def __getitem__(self, name: str) -> Measurement:
         return self.measurements[name]
@@ -69,7 +85,7 @@ class LatencyComparison:
                           "latency_ci_high_ms": hi, "latency_std_ms": m.std_ms,
                           "latency_p90_ms": m.p90_ms, "fps": m.fps, "n": m.n,
                           "latency_x": ratio, "latency_x_ci_low": rlo, "latency_x_ci_high": rhi,
-                          "stable": m.stable}
+                          "stable": m.stable, **cpu_work_columns(self, name)}
         df = pd.DataFrame.from_dict(rows, orient="index")
         df.index.name = "name"
         return df
@@ -81,7 +97,7 @@ class LatencyComparison:
             ratio, lo, hi = self.ratios[name]
             ci = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else ""
             lines.append(f"  {name:<24} {format_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
-                         f"x{ratio:.3f}{ci}" + ("" if m.stable else "  UNSTABLE"))
+                         f"x{ratio:.3f}{ci}" + ("  UNSTABLE" if m.stable is False else ""))
         return "\n".join(lines)
 
 
@@ -122,22 +138,47 @@ def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
     measurements = {name: tc.measurement(s, t_begin)
                     for name, tc, s in zip(order, calls, sampled)}
     base = measurements[baseline]
-    _, base_med = block_medians(base.samples_ms, base.blocks)
-    ratios: dict[str, tuple[float, float, float]] = {}
-    for name, m in measurements.items():
-        if name == baseline:
-            ratios[name] = (1.0, 1.0, 1.0)
-            continue
-        _, med = block_medians(m.samples_ms, m.blocks)
-        k = min(med.size, base_med.size)
-        ratios[name] = paired_ratio(med[:k], base_med[:k], m.confidence)
+    ratios = _ratios(measurements, baseline)
+    cpu_ratios = None
+    if all(m.cpu is not None for m in measurements.values()):
+        cpu_ratios = _ratios({n: m.cpu for n, m in measurements.items()}, baseline)
     if opts.warn:
         for m in measurements.values():
             m.warn_if_noisy()
     result = LatencyComparison({n: measurements[n] for n in names}, baseline,
                                {n: ratios[n] for n in names}, rounds=int(base.n_blocks),
-                               wall_s=time.perf_counter() - t_begin)
+                               wall_s=time.perf_counter() - t_begin,
+                               cpu_ratios={n: cpu_ratios[n] for n in names}
+                               if cpu_ratios is not None else None)
     return result
+
+
+def _ratios(measurements: dict[str, Measurement],
+            baseline: str) -> dict[str, tuple[float, float, float]]:
+    """Each candidate's ratio of medians to the baseline, with its paired interval."""
+    base = measurements[baseline]
+    _, base_med = block_medians(base.samples_ms, base.blocks)
+    out: dict[str, tuple[float, float, float]] = {}
+    for name, m in measurements.items():
+        if name == baseline:
+            out[name] = (1.0, 1.0, 1.0)
+            continue
+        _, med = block_medians(m.samples_ms, m.blocks)
+        out[name] = ratio_of_medians(m.samples_ms, base.samples_ms, med, base_med, m.confidence)
+    return out
+
+
+def cpu_work_columns(result: LatencyComparison, name: str) -> dict[str, Any]:
+    """A candidate's CPU work beside its wall-clock latency: median, interval, ratio to the
+    baseline with its interval, wall over CPU (empty when the CPU time was not read)."""
+    m = result.measurements[name]
+    if m.cpu is None or result.cpu_ratios is None:
+        return {}
+    lo, hi = m.cpu.median_ci_ms
+    ratio, rlo, rhi = result.cpu_ratios[name]
+    return {"cpu_work_median_ms": m.cpu.median_ms, "cpu_work_ci_low_ms": lo,
+            "cpu_work_ci_high_ms": hi, "cpu_work_x": ratio, "cpu_work_x_ci_low": rlo,
+            "cpu_work_x_ci_high": rhi, "wall_over_cpu": m.wall_over_cpu}
 
 
 def measure_latencies(

@@ -302,9 +302,16 @@ class TimedCall:
             stacked = np.concatenate(self.parts_ms, axis=0)
             for i, part in enumerate(("h2d", "compute", "d2h")):
                 parts[part] = Measurement(stacked[:, i], label=f"{self.label} {part}", **common)
+        cpu = getattr(self.clock, "cpu_ms", None)
+        cpu_ms = np.concatenate(cpu) if cpu else None
+        if cpu_ms is not None and cpu_ms.size != sampled.samples_ms.size:
+            cpu_ms = None                  # not one reading per sample: not shown
+        cpu_kind = getattr(self.clock, "cpu_kind", None) if cpu_ms is not None else None
+        if cpu_kind is not None:
+            env["cpu_clock"] = cpu_kind
         return Measurement(sampled.samples_ms, compile_ms=self.compile_ms,
                            wall_s=time.perf_counter() - t_begin, label=self.label, env=env,
-                           **common, **parts)
+                           cpu_ms=cpu_ms, cpu_clock=cpu_kind, **common, **parts)
 
 
 def measure_latency(

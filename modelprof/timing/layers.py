@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,11 +30,11 @@ from modelprof.runtime.execution import legacy_eval_mode, amp_context, grad_cont
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
-from modelprof.runtime.progress import sampling_bar
+from modelprof.runtime.progress import progress_bar, sampling_bar
 from modelprof.timing.clock import Clock, clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, collect, input_signature, warm_up
+from modelprof.timing.sampler import WARMED, collect, extend, input_signature, warm_up
 
 __all__ = ["HookCost", "Key", "LayerTiming", "MemoryStats", "PeakTracker", "calibrate_hooks",
            "is_oom", "time_layers"]
@@ -67,6 +68,9 @@ class LayerTiming:
     timestamps_s: np.ndarray | None = None
     plain_ms: np.ndarray | None = None
     min_samples: int | None = None
+    #: seconds the passes were extended by (``layer_extend_s``) after the budget stopped them
+    #: below ``min_samples``
+    extended_s: float = 0.0
 
     @property
     def n(self) -> int:
@@ -81,7 +85,8 @@ class LayerTiming:
         return {k: float(np.median(v)) for k, v in self.samples.items()}
 
     def std_ms(self) -> dict[Key, float]:
-        return {k: float(v.std(ddof=1)) if v.size > 1 else 0.0 for k, v in self.samples.items()}
+        return {k: float(v.std(ddof=1)) if v.size > 1 else math.nan
+                for k, v in self.samples.items()}
 
     def leaves(self) -> list[Key]:
         """Calls inside which no other hooked call ran, in execution order."""
@@ -320,7 +325,8 @@ class _Instrument:
         out = np.empty(k)
         plain = np.empty(k)
         n, cpu, cpu_ms = self.n, time.thread_time_ns, self.cpu_ms
-        forward, time_plain, perf = self.forward, self.clock.time, time.perf_counter_ns
+        forward, time_plain = self.forward, self.clock.time
+        perf = getattr(self.clock, "now_ns", time.perf_counter_ns)
         reset = self.reset
         for p in range(k):
             if reset is not None:
@@ -404,7 +410,7 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
         return chain(x)
     plan = discover(chain, forward, _CallPlan(names))
     inst = _Instrument(chain, plan, clock, forward)
-    perf = time.perf_counter_ns
+    perf = getattr(clock, "now_ns", time.perf_counter_ns)
     body = []
     empty = nn.Sequential()
     for _ in range(3):
@@ -483,6 +489,27 @@ def _memory_pass(model: nn.Module, plan: _CallPlan, stats: MemoryStats,
     return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
 
 
+def _extend_passes(block: Callable[[int], np.ndarray], sampled: Any, opts: TimingOptions,
+                   name: str) -> tuple[Any, float]:
+    """Per-layer passes that the budget stopped below ``min_samples`` continue one at a time,
+    at most ``layer_extend_s`` seconds more, with a progress bar of their own (when progress is
+    on); returns the passes and the seconds added."""
+    need = opts.stop.promised_min
+    if need is None or sampled.n >= need or opts.layer_extend_s <= 0:
+        return sampled, 0.0
+    bar = progress_bar(need, enabled=opts.progress, unit="pass",
+                       desc=f"per-layer {name}: extending to {need} passes "
+                            f"(cap {opts.layer_extend_s:g} s)")
+    bar.update(sampled.n)
+
+    def shown(n: int, _elapsed: float) -> None:
+        bar.update(n - bar.n)
+    try:
+        return extend(block, sampled, need, opts.layer_extend_s, on_block=shown)
+    finally:
+        bar.close()
+
+
 def time_layers(
     model: nn.Module,
     model_inputs: ModelInputs,
@@ -553,6 +580,7 @@ class _LayerRun:
         #: puts back the inputs a pass writes, before each pass (``ModelInputs.reset``; None:
         #: no pass writes them)
         self.reset: Callable[[], Any] | None = None
+        self.extended_s = 0.0
 
     def forward(self) -> Any:
         return self.model(*self.args, **self.kwargs)
@@ -606,7 +634,10 @@ class _LayerRun:
                     out = inst.sample_block(k)
                     between_blocks()
                     return out
-                return collect(block, self.opts.stop, est, on_block=bar)
+                sampled = collect(block, self.opts.stop, est, on_block=bar)
+                sampled, self.extended_s = _extend_passes(block, sampled, self.opts,
+                                                          type(self.model).__name__)
+                return sampled
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
@@ -628,7 +659,7 @@ class _LayerRun:
             raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
             hook_cost=hook_cost, blocks=sampled.blocks, timestamps_s=sampled.timestamps_s,
             plain_ms=np.concatenate(inst.plain),
-            min_samples=opts.stop.promised_min)
+            min_samples=opts.stop.promised_min, extended_s=self.extended_s)
         if opts.warn and timing.undersampled:
             timing.end_to_end.warn_if_noisy()      # names n and min_samples
         return timing

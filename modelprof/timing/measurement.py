@@ -11,8 +11,19 @@ Conventions, stated once:
   t interval of the block medians (``modelprof.timing.stats`` says why), so it covers what drifted
   during the measurement window; ``stable`` is False when the block medians follow a significant
   trend larger than that interval (``drift_pct``: the trend over the window, in %);
-* a time budget may stop sampling below ``min_samples``: ``undersampled`` says so, and one warning
-  names n;
+* with fewer than two blocks (or fewer than two samples) no interval can be stated: the interval
+  and ``relative_ci`` are NaN (printed "n/a") and the result is ``undersampled``; a Measurement
+  built without ``blocks`` takes its samples as independent (one block, but the interval of the
+  samples stands from two samples on);
+* ``stable`` is True only when the run could judge it: three blocks or more (a trend needs them)
+  and an interval narrower than ±``JUDGE_MAX_RELATIVE_CI`` (a trend cannot exceed a wider one);
+  otherwise ``None`` (unknown, falsy), never True;
+* a time budget may stop sampling below ``min_samples``: ``undersampled`` says so too, and one
+  warning names n;
+* ``cpu_ms`` (on the CPU): the CPU time of each sample, read beside the wall clock
+  (``cpu_clock`` says which: ``"thread_time"`` for one intra-op thread, ``"process_time"`` for
+  several); ``wall_over_cpu`` and ``loaded`` say whether the machine's load stretched the wall
+  clock; ``cpu`` is that CPU work as a Measurement of its own;
 * outliers are counted by Tukey's fences (outside ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``) and kept;
 * ``fps = batch_size / (median_ms / 1000)``.
 """
@@ -33,6 +44,8 @@ __all__ = [
     "Measurement",
     "NOISY_CV",
     "NOISY_IQR_FRACTION",
+    "JUDGE_MAX_RELATIVE_CI",
+    "LOADED_WALL_OVER_CPU",
     "median_ci_ranks",
 ]
 
@@ -40,6 +53,10 @@ __all__ = [
 NOISY_IQR_FRACTION = 0.10
 #: ... or when the coefficient of variation (std / mean) exceeds this one.
 NOISY_CV = 0.25
+#: Above this relative interval (±50 %) a trend cannot be judged against it: ``stable`` is None.
+JUDGE_MAX_RELATIVE_CI = 0.5
+#: Wall over CPU time above this and the machine is "loaded": the work waited for a core.
+LOADED_WALL_OVER_CPU = 1.15
 
 
 STOP_REASONS = ("precision", "budget", "repeat", "max_samples")
@@ -71,19 +88,24 @@ class Measurement:
     blocks: np.ndarray | None = None
     timestamps_s: np.ndarray | None = None
     min_samples: int | None = None
+    cpu_ms: np.ndarray | None = None
+    cpu_clock: str | None = None
     _warned: bool = dataclasses.field(default=False, init=False, repr=False)
+    _independent: bool = dataclasses.field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.samples_ms = np.asarray(self.samples_ms, dtype=np.float64).reshape(-1)
         if self.samples_ms.size == 0:
             raise ValueError("a Measurement needs at least one sample")
         n = self.samples_ms.size
-        if self.blocks is None:          # no block structure known: one block
+        if self.blocks is None:          # no block structure known: independent samples
             self.blocks = np.zeros(n, dtype=np.int64)
+            self._independent = True
         self.blocks = np.asarray(self.blocks, dtype=np.int64).reshape(-1)
-        if self.timestamps_s is not None:
-            self.timestamps_s = np.asarray(self.timestamps_s, dtype=np.float64).reshape(-1)
-        for name in ("blocks", "timestamps_s"):
+        for name in ("timestamps_s", "cpu_ms"):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
+        for name in ("blocks", "timestamps_s", "cpu_ms"):
             v = getattr(self, name)
             if v is not None and v.size != n:
                 raise ValueError(f"{name} has {v.size} entries for {n} samples")
@@ -110,7 +132,8 @@ class Measurement:
 
     @functools.cached_property
     def std_ms(self) -> float:
-        return float(self.samples_ms.std(ddof=1)) if self.n > 1 else 0.0
+        """Sample standard deviation; NaN from one sample (no spread can be stated)."""
+        return float(self.samples_ms.std(ddof=1)) if self.n > 1 else math.nan
 
     @property
     def min_ms(self) -> float:
@@ -172,10 +195,20 @@ class Measurement:
         """``median * exp(± t sd(log block medians) / sqrt(blocks))``; None with one block."""
         return between_block_ci(self.median_ms, self.block_medians_ms, self.confidence)
 
+    @property
+    def has_interval(self) -> bool:
+        """Two samples or more in two blocks or more (or independent samples): an interval of
+        the median can be stated. With one block nothing says how far the next block would
+        be, so none is."""
+        return self.n >= 2 and (self._independent or self.n_blocks >= 2)
+
     @functools.cached_property
     def median_ci_ms(self) -> tuple[float, float]:
         """``confidence`` interval of the median: the hull of the within-sample and the
-        between-block intervals, so drift during the window widens it."""
+        between-block intervals, so drift during the window widens it; ``(nan, nan)`` without
+        :attr:`has_interval`."""
+        if not self.has_interval:
+            return math.nan, math.nan
         return combined_ci(self.median_ms, self.within_ci_ms, self.between_ci_ms)
 
     @property
@@ -198,14 +231,40 @@ class Measurement:
         return self._drift[0]
 
     @property
-    def stable(self) -> bool:
-        """False when the blocks drift significantly and by more than the interval's half-width."""
+    def stable(self) -> bool | None:
+        """False when the blocks drift significantly and by more than the interval's half-width;
+        True when they could be judged and do not; None (unknown) when they cannot be judged:
+        fewer than three blocks, no interval, or an interval wider than
+        ±``JUDGE_MAX_RELATIVE_CI`` (a 125 % drift inside a 349-6,386 ms interval is no proof
+        of stability)."""
         pct, significant = self._drift
-        return not (significant and abs(pct) / 100.0 > self.relative_ci)
+        rel = self.relative_ci
+        if significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:
+            return False
+        if (self.n_blocks < 3 or self.timestamps_s is None or not math.isfinite(rel)
+                or rel > JUDGE_MAX_RELATIVE_CI):
+            return None
+        return True
+
+    @property
+    def stability_unknown_reason(self) -> str | None:
+        """Why :attr:`stable` is None, in words (None when it is known)."""
+        if self.stable is not None:
+            return None
+        if not self.has_interval:
+            return f"no interval from {self.n} sample{'s' if self.n != 1 else ''} in " \
+                   f"{self.n_blocks} block{'s' if self.n_blocks != 1 else ''}"
+        if self.n_blocks < 3 or self.timestamps_s is None:
+            return f"a trend needs 3 timed blocks, this run has {self.n_blocks}"
+        return (f"its interval (±{self.relative_ci:.0%}) is too wide to judge a trend against "
+                f"(limit ±{JUDGE_MAX_RELATIVE_CI:.0%})")
 
     @property
     def undersampled(self) -> bool:
-        """The time budget stopped sampling below ``min_samples``."""
+        """The time budget stopped sampling below ``min_samples``, or the samples came in fewer
+        than two blocks (no interval can be stated)."""
+        if not self.has_interval:
+            return True
         return (self.stop_reason == "budget" and self.min_samples is not None
                 and self.n < self.min_samples)
 
@@ -216,8 +275,41 @@ class Measurement:
 
     @property
     def relative_ci(self) -> float:
-        """CI half-width over the median: the precision reached (0.01 = ±1 %)."""
+        """CI half-width over the median: the precision reached (0.01 = ±1 %); NaN without an
+        interval."""
+        if not self.has_interval:
+            return math.nan
         return self.ci_half_width_ms / self.median_ms if self.median_ms > 0 else float("inf")
+
+    # -- CPU work beside the wall clock -------------------------------------------------------
+    @functools.cached_property
+    def cpu(self) -> Measurement | None:
+        """The CPU time of the same samples (same blocks) as a Measurement, labelled CPU work;
+        None when it was not read."""
+        if self.cpu_ms is None:
+            return None
+        return Measurement(self.cpu_ms, device=self.device, batch_size=self.batch_size,
+                           warmup=self.warmup, stop_reason=self.stop_reason,
+                           precision=self.precision, confidence=self.confidence,
+                           label=f"{self.label or 'the callable'} CPU work ({self.cpu_clock})",
+                           blocks=None if self._independent else self.blocks,
+                           timestamps_s=self.timestamps_s, min_samples=self.min_samples)
+
+    @property
+    def wall_over_cpu(self) -> float:
+        """Median wall time over median CPU time (NaN when the CPU time was not read). About 1
+        for one thread on an idle core; above it, the work waited for a core."""
+        cpu = self.cpu
+        if cpu is None or cpu.median_ms <= 0:
+            return math.nan
+        return self.median_ms / cpu.median_ms
+
+    @property
+    def loaded(self) -> bool:
+        """Wall time well above CPU time (``> LOADED_WALL_OVER_CPU``): the machine was busy.
+        With several threads (``process_time``, summed over threads) it only catches load
+        that left the process less than one core's worth."""
+        return bool(self.wall_over_cpu > LOADED_WALL_OVER_CPU)
 
     @functools.cached_property
     def outliers(self) -> int:
@@ -243,15 +335,12 @@ class Measurement:
         if self._warned:
             return False
         what = f"{self.label or 'the callable'} on {self.device}"
-        if self.undersampled:
+        if self.undersampled and not (self.stop_reason == "repeat" and self.n < 2):
             self._warned = True
-            warnings.warn(
-                f"timing of {what}: the time budget allowed only n={self.n} sample"
-                f"{'s' if self.n != 1 else ''} (min_samples={self.min_samples}); its interval is "
-                "wide. Raise budget_s, or pass repeat= to ask for a fixed count",
-                FewSamplesWarning, stacklevel=3)
+            warnings.warn(f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning,
+                          stacklevel=3)
             return True
-        if not self.stable:
+        if self.stable is False:
             self._warned = True
             warnings.warn(
                 f"timing of {what} drifted by {self.drift_pct:+.1f} % over its "
@@ -269,6 +358,17 @@ class Measurement:
             "frequency scaling or too short a warm-up can cause this",
             NoisyMeasurementWarning, stacklevel=3)
         return True
+
+    def _few_samples_text(self) -> str:
+        s = "s" if self.n != 1 else ""
+        if not self.has_interval:
+            return (f"n={self.n} sample{s} in {self.n_blocks} block"
+                    f"{'s' if self.n_blocks != 1 else ''}: no interval can be stated (it is NaN) "
+                    "and stability cannot be judged. Raise budget_s (or repeat=) for two blocks "
+                    "or more")
+        return (f"the time budget allowed only n={self.n} sample{s} "
+                f"(min_samples={self.min_samples}); its interval is wide. Raise budget_s, or "
+                "pass repeat= to ask for a fixed count")
 
     @property
     def parts(self) -> dict[str, Measurement]:
@@ -289,6 +389,9 @@ class Measurement:
             "relative_ci": self.relative_ci, "outliers": self.outliers, "fps": self.fps,
             "noisy": self.noisy, "n_blocks": self.n_blocks, "drift_pct": self.drift_pct,
             "stable": self.stable, "undersampled": self.undersampled,
+            **({"cpu_median_ms": self.cpu.median_ms, "cpu_clock": self.cpu_clock,
+                "wall_over_cpu": self.wall_over_cpu, "loaded": self.loaded}
+               if self.cpu is not None else {}),
         }
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
@@ -305,9 +408,11 @@ class Measurement:
             d["env"] = self.env
         if samples:
             d["samples_ms"] = self.samples_ms.tolist()
-            d["blocks"] = self.blocks.tolist()
+            d["blocks"] = None if self._independent else self.blocks.tolist()
             if self.timestamps_s is not None:
                 d["timestamps_s"] = self.timestamps_s.tolist()
+            if self.cpu_ms is not None:
+                d["cpu_ms"] = self.cpu_ms.tolist()
         return d
 
     @classmethod
@@ -324,17 +429,20 @@ class Measurement:
         lo, hi = self.median_ci_ms
         head = f"Measurement({self.label + ', ' if self.label else ''}{self.device}, " \
                f"batch {self.batch_size})"
+        ci = (f"95% CI {format_ms(lo)}..{format_ms(hi)}, ±{self.relative_ci:.2%}" if self.has_interval
+              else "95% CI n/a")
+        spread = f" ± {format_ms(self.std_ms)}" if self.n > 1 else ""
         lines = [
             head,
-            f"  median {format_ms(self.median_ms)} (95% CI {format_ms(lo)}..{format_ms(hi)}, "
-            f"±{self.relative_ci:.2%}), mean {format_ms(self.mean_ms)} ± {format_ms(self.std_ms)}",
+            f"  median {format_ms(self.median_ms)} ({ci}), mean {format_ms(self.mean_ms)}{spread}",
             f"  min {format_ms(self.min_ms)}, p90 {format_ms(self.p90_ms)}, p99 {format_ms(self.p99_ms)}, "
             f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {self.cv:.1%}",
             f"  n={self.n} in {self.n_blocks} block{'s' if self.n_blocks != 1 else ''} after "
             f"{self.warmup} warm-up, stop={self.stop_reason}, "
             f"{self.outliers} outlier{'s' if self.outliers != 1 else ''}, {self.fps:,.1f} fps"
             + (f", drift {self.drift_pct:+.1f} %" if self.n_blocks >= 3 else "")
-            + (", UNSTABLE" if not self.stable else "")
+            + (", UNSTABLE" if self.stable is False else "")
+            + (", stability unknown" if self.stable is None else "")
             + (f", UNDERSAMPLED (min {self.min_samples})" if self.undersampled else "")
             + (", NOISY" if self.noisy else ""),
         ]
@@ -342,6 +450,10 @@ class Measurement:
             lines.append(f"  compile {format_ms(self.compile_ms)}")
         for k, m in self.parts.items():
             lines.append(f"  {k}: median {format_ms(m.median_ms)}")
+        if self.cpu is not None:
+            lines.append(f"  CPU work ({self.cpu_clock}): median {format_ms(self.cpu.median_ms)}, "
+                         f"wall/CPU {self.wall_over_cpu:.2f}"
+                         + (" (loaded: the work waited for a core)" if self.loaded else ""))
         return "\n".join(lines)
 
 

@@ -16,14 +16,16 @@ parsed object down, so no pass can disagree with another about what the options 
 | ``cuda_graph`` | replay a captured CUDA graph end to end (per-layer passes stay eager, and say so) |
 | ``transfer``, ``pin_memory`` | end to end including H2D/D2H copies, reported separately (CUDA) |
 | ``cold_cache`` | flush L2/LLC between samples (untimed) |
-| ``clock`` | ``"auto"`` (events on CUDA) or ``"host"`` (synchronize + host clock) |
+| ``clock`` | ``"auto"`` (events on CUDA, perf_counter on the CPU with the CPU time read beside it), ``"host"`` (synchronize + host clock) or ``"cpu"`` (the CPU time of the work: thread CPU time for one intra-op thread, process CPU time for several; CPU only) |
 | ``correct_overhead`` | subtract the calibrated cost of the per-layer hooks from layer times |
 | ``warn``, ``progress`` | one warning per noisy/drifting/undersampled measurement; a progress bar |
 | ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
+| ``layer_extend_s`` | when the budget stopped the per-layer passes below ``min_samples``, extend them (one pass at a time, with progress) by at most this many seconds (30); rows still short are marked rough in every view |
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -33,9 +35,13 @@ from modelprof.runtime.execution import parse_amp
 from modelprof.timing.modes import parse_compile
 from modelprof.timing.sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_BLOCKS, DEFAULT_MIN_SAMPLES, DEFAULT_PRECISION, WARMUP_S, StopRule, WarmupPolicy)
 
-__all__ = ["CLOCK_MODES", "OPTION_NAMES", "TimingOptions"]
+__all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
 
-CLOCK_MODES = ("auto", "host")
+#: The most seconds the per-layer passes are extended by when their budget stopped them below
+#: ``min_samples`` (a big model on a busy machine); what is still short is marked rough.
+DEFAULT_LAYER_EXTEND_S = 30.0
+
+CLOCK_MODES = ("auto", "host", "cpu")
 
 #: The keyword names every timing entry point accepts, with their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -45,8 +51,18 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "pin_memory": True, "cuda_graph": False, "amp": None, "channels_last": False,
     "cold_cache": False, "compile": False, "compile_kwargs": None, "clock": "auto",
     "correct_overhead": True, "warn": True, "progress": False, "seed": None,
+    "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
+
+
+def _extend_seconds(value: Any) -> float:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and value >= 0)
+    if not ok:
+        raise ModelProfError(f"layer_extend_s={value!r} must be a number of seconds >= 0 "
+                             "(0: never extend the per-layer passes)")
+    return float(value)
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -74,6 +90,7 @@ class TimingOptions:
     warn: bool = True
     progress: bool = False
     seed: int | None = None
+    layer_extend_s: float = DEFAULT_LAYER_EXTEND_S
 
     @classmethod
     def parse(cls, options: TimingOptions | None = None, **kwargs: Any) -> TimingOptions:
@@ -119,6 +136,7 @@ class TimingOptions:
             warn=_flag("warn", values["warn"]),
             progress=_flag("progress", values["progress"]),
             seed=seed,
+            layer_extend_s=_extend_seconds(values["layer_extend_s"]),
         )
 
     def as_kwargs(self) -> dict[str, Any]:
@@ -132,7 +150,7 @@ class TimingOptions:
             "channels_last": self.channels_last, "cold_cache": self.cold_cache,
             "compile": self.compile or False, "compile_kwargs": self.compile_kwargs,
             "clock": self.clock, "correct_overhead": self.correct_overhead, "warn": self.warn,
-            "progress": self.progress, "seed": self.seed,
+            "progress": self.progress, "seed": self.seed, "layer_extend_s": self.layer_extend_s,
         }
 
     def replace(self, **kwargs: Any) -> TimingOptions:
@@ -140,7 +158,11 @@ class TimingOptions:
         return TimingOptions.parse(self, **kwargs)
 
     def check_device(self, device: torch.device) -> None:
-        """Modes that need CUDA refuse any other device, naming the option."""
+        """Modes that need CUDA refuse any other device, and the CPU clock any device but the
+        CPU, naming the option."""
+        if self.clock == "cpu" and device.type != "cpu":
+            raise ModelProfError(f"clock='cpu' reads the CPU time of the work, but the model "
+                                 f"runs on {device}; use clock='auto' there")
         if device.type == "cuda":
             return
         for name in ("transfer", "cuda_graph"):

@@ -56,6 +56,7 @@ __all__ = [
     "WarmRegistry",
     "WarmupPolicy",
     "collect",
+    "extend",
     "input_signature",
     "warm_up",
 ]
@@ -231,6 +232,13 @@ def _first_block(rule: StopRule, est_ms: float | None) -> int:
     return min(block_size(est_ms), max(1, math.ceil(rule.min_samples / rule.min_blocks)))
 
 
+def _repeat_block(rule: StopRule) -> int:
+    """With ``repeat=N``, blocks hold at most ``ceil(N / min_blocks)`` samples: N >= 2 samples
+    then come in two blocks or more, which an interval needs."""
+    assert rule.repeat is not None
+    return max(1, math.ceil(rule.repeat / max(2, rule.min_blocks)))
+
+
 def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
             est_ms: float | None = None,
             now: Callable[[], float] = time.perf_counter,
@@ -252,7 +260,7 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
 
     if rule.repeat is not None:
         while log.n < rule.repeat:
-            take(min(rule.repeat - log.n, block_size(log.wall_ms)))
+            take(min(rule.repeat - log.n, block_size(log.wall_ms), _repeat_block(rule)))
         return log.result("repeat", now() - t0)
 
     while True:
@@ -303,6 +311,8 @@ def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: S
         for i in rng.permutation(m):
             log = logs[i]
             k = block_size(log.wall_ms) if r or fixed is not None else _first_block(rule, log.wall_ms)
+            if fixed is not None:
+                k = min(k, _repeat_block(rule))
             k = min(k, (fixed if fixed is not None else rule.max_samples) - log.n)
             if k <= 0:
                 continue
@@ -335,6 +345,34 @@ def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: S
             return [log.result("max_samples", now() - t0) for log in logs]
         if (now() - t0 + round_s) * 1e3 > budget_ms:
             return [log.result("budget", now() - t0) for log in logs]
+
+
+def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: int,
+           cap_s: float, now: Callable[[], float] = time.perf_counter,
+           on_block: Callable[[int, float], None] | None = None) -> tuple[Sampled, float]:
+    """Continue a sampling that its budget stopped below ``need`` samples: one sample per block
+    (each its own block, for the interval) until ``need`` samples, never starting one that the
+    median sample so far says would end past ``cap_s`` seconds of extension. Returns the merged
+    :class:`Sampled` (its stop reason kept) and the seconds the extension took."""
+    t0 = now()
+    samples, blocks, times = [sampled.samples_ms], [sampled.blocks], [sampled.timestamps_s]
+    n = sampled.n
+    b = int(sampled.blocks.max()) + 1 if n else 0
+    est_s = float(np.median(sampled.samples_ms)) / 1e3 if n else 0.0
+    while n < need and now() - t0 + est_s <= cap_s:
+        t = now()
+        got = np.asarray(sample_block(1), dtype=np.float64).reshape(-1)
+        samples.append(got)
+        blocks.append(np.full(got.size, b, dtype=np.int64))
+        times.append(np.full(got.size, sampled.wall_s + (t - t0)))
+        n += got.size
+        b += 1
+        if on_block is not None:
+            on_block(n, now() - t0)
+    spent = now() - t0
+    merged = Sampled(np.concatenate(samples), np.concatenate(blocks), np.concatenate(times),
+                     sampled.stop_reason, sampled.wall_s + spent)
+    return merged, spent
 
 
 def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,

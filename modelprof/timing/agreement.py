@@ -1,0 +1,122 @@
+"""Whether the per-layer passes and the clean end-to-end runs tell the same story.
+
+``profile`` times a model twice: clean end-to-end runs (the reported latency), then separate
+instrumented passes (the per-layer rows, whose corrected pass is the ``(root)`` row). On a quiet
+machine the two agree within the instrument's few percent. When the machine's load changes
+between the two windows they do not: on a loaded VM the leaf rows once summed to 6.8x the clean
+median while the coverage, taken against plain passes in the per-layer window, read 95 %.
+
+:func:`judge_agreement` compares the two medians with their intervals. They *disagree* when
+their 95 % intervals do not overlap (a side without an interval counts as its median) and the
+medians differ by more than ``tolerance`` (10 %: beyond what the instrument's correction leaves).
+The figure to quote is then the faster window's: load only ever adds time, so the faster
+window is the nearer to the model's own speed; with the CPU time read (a loaded CPU), the CPU
+work is named beside it, as the figure load cannot stretch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from modelprof.timing.measurement import Measurement
+
+__all__ = ["AGREEMENT_TOLERANCE", "TimingAgreement", "corrected_passes", "judge_agreement"]
+
+#: Medians of the two windows further apart than this (and beyond both intervals) disagree.
+AGREEMENT_TOLERANCE = 0.10
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingAgreement:
+    """The clean runs against the per-layer window: both medians (ms) and intervals, the leaf
+    rows' sum, their ratio (per-layer / clean), the verdict and the figure to quote."""
+
+    clean_ms: float
+    clean_ci_ms: tuple[float, float]
+    passes_ms: float
+    passes_ci_ms: tuple[float, float]
+    leaf_sum_ms: float
+    ratio: float
+    agree: bool
+    quote_ms: float
+    quote: str                       # "clean" or "per-layer"
+    cpu_ms: float | None = None      # the clean runs' CPU work, when read on a loaded CPU
+    cpu_clock: str | None = None
+    regimes: str | None = None       # modes the clean runs use and the per-layer passes do not
+
+    def note(self) -> str:
+        """One sentence for the summary, ``timing_notes`` and the warning."""
+        if self.agree:
+            return (f"the per-layer passes (median {_ms(self.passes_ms)}) and the clean runs "
+                    f"(median {_ms(self.clean_ms)}) agree within their intervals")
+        head = (f"the per-layer passes and the clean runs DISAGREE: the (root) pass read "
+                f"{_ms(self.passes_ms)} {_ci(self.passes_ci_ms)} and the leaf rows sum to "
+                f"{_ms(self.leaf_sum_ms)}, the clean end-to-end median {_ms(self.clean_ms)} "
+                f"{_ci(self.clean_ci_ms)}: {self.ratio:.2f}x, beyond both intervals, ")
+        if self.regimes:
+            return (f"{head}as the clean runs use {self.regimes} and the per-layer passes the "
+                    f"eager model; quote the clean end-to-end {_ms(self.clean_ms)} for the model "
+                    "as it runs, and the per-layer rows by their latency share")
+        head += "so the machine's load changed between the two"
+        if self.quote == "clean":
+            advice = (f"quote the clean end-to-end {_ms(self.quote_ms)} (the faster window: load "
+                      "only adds time) and read the per-layer rows by their latency share, not "
+                      "their ms")
+        else:
+            advice = (f"quote the (root) row's {_ms(self.quote_ms)} (the faster window: load only "
+                      "adds time; the clean runs were slowed) and the per-layer rows as measured")
+        if self.cpu_ms is not None:
+            advice += (f"; the CPU work of the clean runs, {_ms(self.cpu_ms)} ({self.cpu_clock}), "
+                       "is what load cannot stretch")
+        return f"{head}; {advice}"
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.3f} ms" if math.isfinite(v) else "n/a"
+
+
+def _ci(ci: tuple[float, float]) -> str:
+    lo, hi = ci
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "(no interval)"
+    return f"(95 % CI {lo:,.3f}-{hi:,.3f})"
+
+
+def _bounds(m: Measurement) -> tuple[float, float]:
+    lo, hi = m.median_ci_ms
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return m.median_ms, m.median_ms
+    return lo, hi
+
+
+def judge_agreement(clean: Measurement, passes: Measurement, leaf_sum_ms: float,
+                    tolerance: float = AGREEMENT_TOLERANCE,
+                    regimes: str | None = None) -> TimingAgreement:
+    """``clean``: the clean end-to-end Measurement; ``passes``: the per-layer window's corrected
+    passes as a Measurement (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum;
+    ``regimes``: the modes only the clean runs use (compile, CUDA graphs...), if any."""
+    c_lo, c_hi = _bounds(clean)
+    p_lo, p_hi = _bounds(passes)
+    ratio = passes.median_ms / clean.median_ms if clean.median_ms > 0 else math.nan
+    apart = p_lo > c_hi or p_hi < c_lo
+    far = math.isfinite(ratio) and abs(math.log(ratio)) > math.log1p(tolerance)
+    agree = not (apart and far)
+    quote = "clean" if not ratio < 1.0 else "per-layer"
+    cpu = clean.cpu
+    show_cpu = cpu is not None and clean.loaded
+    return TimingAgreement(
+        clean_ms=clean.median_ms, clean_ci_ms=clean.median_ci_ms, passes_ms=passes.median_ms,
+        passes_ci_ms=passes.median_ci_ms, leaf_sum_ms=float(leaf_sum_ms), ratio=float(ratio),
+        agree=agree, quote_ms=clean.median_ms if quote == "clean" else passes.median_ms,
+        quote=quote, cpu_ms=cpu.median_ms if show_cpu else None,
+        cpu_clock=clean.cpu_clock if show_cpu else None, regimes=regimes or None)
+
+
+def corrected_passes(layers: object) -> Measurement:
+    """The per-layer window's corrected passes (``LayerTiming``) as a Measurement."""
+    return Measurement(np.asarray(layers.corrected_passes_ms), device=layers.device,
+                       batch_size=layers.batch_size, stop_reason=layers.stop_reason,
+                       label="the per-layer passes (corrected)", blocks=layers.blocks,
+                       timestamps_s=layers.timestamps_s, min_samples=layers.min_samples)

@@ -1,0 +1,149 @@
+"""Comparisons that can be quoted: ratios that rank as the medians do (with a paired interval
+and the estimator said), intervals and the environment in every human-readable export,
+undefined intervals printed "n/a" (never "± 0"), latency in the LaTeX table or a word on why
+not, a cost-vs-latency plot, and on a loaded CPU a ranking by CPU work (a FAKE clock: no load)."""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fake_clock import VirtualSpin, install
+from torch import nn
+
+from modelprof import compare
+from modelprof.cli import main
+from modelprof.timing.stats import ratio_of_medians
+
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+
+
+def test_ratio_of_medians_ranks_as_the_medians_with_a_paired_interval():
+    # per round: a = 2 * b, except two rounds where load hit a's block (x10). The trimmed mean
+    # of per-round ratios and the ratio of pooled medians can then rank differently; the
+    # ratio shown must be the quotient of the medians shown
+    rng = np.random.default_rng(0)
+    b = 10.0 * np.exp(rng.normal(0, 0.01, 8))
+    a = 2.0 * b
+    a[[1, 5]] *= 10.0
+    ratio, lo, hi = ratio_of_medians(a, b, a, b, 0.95)
+    assert ratio == pytest.approx(float(np.median(a)) / float(np.median(b)), rel=1e-12)
+    assert lo < ratio < hi                              # centred on it (on the log scale)
+    assert math.log(hi / ratio) == pytest.approx(math.log(ratio / lo), rel=1e-9)
+    one = ratio_of_medians(a[:1], b[:1], a[:1], b[:1], 0.95)
+    assert one[0] == pytest.approx(2.0) and math.isnan(one[1]) and math.isnan(one[2])
+
+
+def test_a_loaded_cpu_ranks_identical_models_by_cpu_work(monkeypatch):
+    # two identical 1 ms models; "load" (the fake clock's wall factor) hits only the first:
+    # its wall clock reads 3x, its CPU time 1x
+    clock = install(monkeypatch)
+
+    class Loaded(VirtualSpin):
+        def forward(self, x):
+            clock.factor = 3.0
+            try:
+                return super().forward(x)
+            finally:
+                clock.factor = 1.0
+
+    models = {"hit": nn.Sequential(Loaded(clock, 1.0)),
+              "spared": nn.Sequential(VirtualSpin(clock, 1.0))}
+    df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
+    assert df.loc["spared", "latency_x"] == pytest.approx(1 / 3)      # wall: 1 ms / 3 ms
+    assert df.loc["spared", "cpu_work_x"] == pytest.approx(1.0)        # CPU: 1 ms / 1 ms
+    assert df.loc["hit", "wall_over_cpu"] == pytest.approx(3.0)
+    assert df.attrs["ranked_by"] == "cpu_work"
+    assert df["rank"].tolist() == [1, 1]                # equal CPU work: a tie, not 2nd
+    assert any("ranked by CPU work" in n and "single-threaded model on an idle core" in n
+               for n in df.attrs["notes"])
+    text = df.render.to_markdown()
+    assert "CPU work median" in text and "CPU work ratio" in text
+
+
+def test_an_idle_cpu_ranks_by_latency(monkeypatch):
+    clock = install(monkeypatch)
+    models = {"one": nn.Sequential(VirtualSpin(clock, 1.0)),
+              "two": nn.Sequential(VirtualSpin(clock, 2.0))}
+    df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
+    assert df.attrs["ranked_by"] == "latency" and df["rank"].tolist() == [1, 2]
+    assert df.loc["two", "latency_x"] == pytest.approx(2.0)
+    assert "CPU work median" not in df.render.to_markdown()   # shown only when ranked by it
+
+
+@pytest.fixture
+def spin_nets(tmp_path: Path) -> Path:
+    f = tmp_path / "spin_nets.py"
+    f.write_text(textwrap.dedent("""
+        from torch import nn
+        from modelprof.timing.calibration import Spin
+        INPUT_SIZE = (4,)
+        def slow():
+            return nn.Sequential(Spin(15.0))
+        def slower():
+            return nn.Sequential(Spin(20.0))
+    """))
+    return f
+
+
+def test_cli_compare_with_one_round_exports_no_interval_as_na(spin_nets, tmp_path, capsys):
+    # a 10 ms budget per model against 15-20 ms calls: one round (one block each), so no
+    # interval exists: "n/a" in every human-readable export, NaN in the raw ones, never "± 0"
+    out = tmp_path / "out"
+    code = main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--budget", "0.01",
+                 "--out", str(out), "--format", "csv,md,tex,html,json"])
+    assert code == 0, capsys.readouterr().err
+    texts = {p.suffix: p.read_text() for p in out.iterdir()}
+    for suffix, text in texts.items():
+        assert "± 0" not in text and "±0" not in text, suffix
+    for suffix in (".md", ".html"):
+        assert "n/a" in texts[suffix], suffix
+    csv = pd.read_csv(out / "comparison.csv")
+    assert csv["latency_ci_low_ms"].isna().all()
+    assert math.isnan(csv["latency_x_ci_low"].iloc[1])  # (the baseline's is 1.0 by definition)
+    data = json.loads(texts[".json"])
+    assert data is not None
+    # LaTeX: the latency column is there (what did not fit the width is named in a comment),
+    # and the caption carries the environment and the ratio estimator
+    tex = texts[".tex"]
+    assert "latency median" in tex and "latency ratio" in tex
+    assert "n/a" in tex or "% dropped to fit" in tex
+    assert "float32" in tex and "batch 1" in tex and "torch" in tex
+    assert "ratio of medians" in tex
+    # HTML: the device/dtype/batch/torch line and the interval columns, on the page
+    html = texts[".html"]
+    assert "float32, batch 1, torch" in html and "latency 95% CI low" in html
+    assert "ratio of medians" in html
+
+
+def test_cli_compare_without_timing_says_why_the_latex_has_no_latency(spin_nets, tmp_path,
+                                                                     capsys):
+    out = tmp_path / "out"
+    assert main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--no-timing",
+                 "--out", str(out), "--format", "tex"]) == 0
+    tex = (out / "comparison.tex").read_text()
+    assert "latency not measured (timing off)" in tex
+
+
+def test_plot_cost_latency_draws_each_model_with_its_interval(monkeypatch):
+    pytest.importorskip("matplotlib")
+    clock = install(monkeypatch)
+    models = {"one": nn.Sequential(nn.Linear(4, 4), VirtualSpin(clock, 1.0)),
+              "two": nn.Sequential(nn.Linear(4, 8), VirtualSpin(clock, 2.0))}
+    df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
+    fig = df.plot_cost_latency("macs")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "MACs" and ax.get_ylabel() == "latency median"
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["one", "two"]
+    # the points sit at (MACs, median): 4*4 = 16 and 4*8 = 32 MACs; 1 ms and 2 ms
+    # every sample exactly 1 or 2 ms: the intervals are the points, drawn as error bars
+    (bars,) = ax.containers
+    x, y = bars.lines[0].get_data()
+    assert sorted(zip(x, y)) == [(16.0, pytest.approx(1.0)), (32.0, pytest.approx(2.0))]
+    # pandas' own plot accessor is untouched
+    assert type(df).plot is pd.DataFrame.plot

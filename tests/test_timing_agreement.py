@@ -1,0 +1,120 @@
+"""The per-layer window against the clean end-to-end runs: a disagreement beyond both intervals is
+said in the summary, in ``timing_notes`` and in one warning, naming the figure to quote; coverage
+is stated against the reported end-to-end figure.
+
+No real load: a FAKE clock (virtual time, advanced only by the model's virtual spins) makes the
+clean runs read 5x (or 1/5) of what the per-layer passes read, every sample exactly."""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from fake_clock import VirtualSpin, install
+from torch import nn
+
+from modelprof import profile
+from modelprof.errors import TimingDisagreementWarning
+from modelprof.timing.agreement import judge_agreement
+from modelprof.timing.measurement import Measurement
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::modelprof.errors.NoisyMeasurementWarning")
+
+
+def _virtual(monkeypatch, clean_factor: float) -> nn.Module:
+    """Two 1 ms virtual spins; the clean end-to-end runs see the wall clock ``clean_factor`` x
+    their CPU time, the per-layer passes 1 x: the two windows disagree by construction."""
+    import modelprof.timing as timing_package
+
+    clock = install(monkeypatch)
+    real = timing_package.measure_latency
+
+    def clean(*args, **kwargs):
+        clock.factor = clean_factor
+        try:
+            return real(*args, **kwargs)
+        finally:
+            clock.factor = 1.0
+    monkeypatch.setattr(timing_package, "measure_latency", clean)
+    return nn.Sequential(VirtualSpin(clock, 1.0), VirtualSpin(clock, 1.0))
+
+
+def test_clean_runs_slower_than_the_per_layer_window_are_flagged(monkeypatch):
+    model = _virtual(monkeypatch, 5.0)
+    with pytest.warns(TimingDisagreementWarning) as rec:
+        r = profile(model, (4,), repeat=12, warmup=1, roofline=False)
+    assert len([w for w in rec if w.category is TimingDisagreementWarning]) == 1
+    a = r.timing_agreement
+    assert not a.agree
+    # clean: 2 ms of spins read 5x -> 10 ms; per-layer passes 2 ms: ratio 0.2, beyond both
+    assert r.latency.median_ms == pytest.approx(10.0)
+    assert a.passes_ms == pytest.approx(2.0) and a.ratio == pytest.approx(0.2)
+    assert a.quote == "per-layer" and a.quote_ms == pytest.approx(a.passes_ms)
+    note = a.note()
+    assert "DISAGREE" in note and "quote the (root) row's" in note
+    assert note in r.timing_notes
+    summary = r.summary()
+    assert "!! the per-layer passes and the clean runs DISAGREE" in summary
+    assert summary.count("DISAGREE") == 1             # not repeated as a note
+    # coverage against the reported end-to-end figure (the clean median), not the plain passes
+    df = r.to_dataframe()
+    leaf_sum = df[df["leaf"]]["latency_ms"].sum()
+    assert r.coverage == pytest.approx(leaf_sum / r.latency.median_ms, rel=1e-9)
+    assert r.coverage == pytest.approx(0.2)           # 2 / 10
+    assert "of the end-to-end median" in summary
+    # wall (5x) well above the CPU time of the same work (2 ms): the CPU work is named
+    assert r.latency.loaded and a.cpu_ms == pytest.approx(2.0)
+    assert r.latency.wall_over_cpu == pytest.approx(5.0)
+    assert "CPU work" in summary and "CPU work of the clean runs" in note
+    env = json.loads(r.to_json())["env"]
+    assert env["timing_agreement"]["agree"] is False
+
+
+def test_clean_runs_faster_than_the_per_layer_window_quote_the_clean_figure(monkeypatch):
+    model = _virtual(monkeypatch, 0.2)
+    with pytest.warns(TimingDisagreementWarning, match="quote the clean end-to-end"):
+        r = profile(model, (4,), repeat=12, warmup=1, roofline=False)
+    a = r.timing_agreement
+    assert not a.agree and a.ratio == pytest.approx(5.0)   # 2 ms / 0.4 ms
+    assert a.quote == "clean" and a.quote_ms == r.latency.median_ms
+    assert r.coverage == pytest.approx(5.0)
+    assert "read the per-layer rows by their latency share" in a.note()
+
+
+def _measurement(level: float, spread: float, seed: int) -> Measurement:
+    rng = np.random.default_rng(seed)
+    blocks = np.repeat(np.arange(8), 10)
+    samples = level * np.exp(rng.normal(0.0, spread, blocks.size))
+    return Measurement(samples, blocks=blocks, timestamps_s=blocks * 0.1)
+
+
+def test_agreement_needs_both_disjoint_intervals_and_a_gap_beyond_the_tolerance():
+    clean = _measurement(10.0, 0.01, 0)
+    # 3 % apart with tight intervals: disjoint, but within the 10 % tolerance -> agree
+    near = judge_agreement(clean, _measurement(10.3, 0.01, 1), leaf_sum_ms=10.0)
+    assert near.agree
+    # 30 % apart with tight intervals -> disagree
+    far = judge_agreement(clean, _measurement(13.0, 0.01, 2), leaf_sum_ms=13.0)
+    assert not far.agree and far.ratio == pytest.approx(1.3, rel=0.02)
+    # 30 % apart but one side's interval is wide enough to hold the other: no proof -> agree
+    wide = judge_agreement(clean, _measurement(13.0, 0.8, 3), leaf_sum_ms=13.0)
+    lo, hi = wide.passes_ci_ms
+    assert lo <= 10.0 * 1.01 and wide.agree
+    # one pass (no interval): its median stands for it, so a 6.8x gap is still a disagreement
+    one = Measurement([68.0], blocks=[0])
+    assert math.isnan(one.median_ci_ms[0])
+    lone = judge_agreement(clean, one, leaf_sum_ms=68.0)
+    assert not lone.agree and "(no interval)" in lone.note()
+
+
+def test_a_quiet_agreeing_profile_has_no_disagreement_warning(monkeypatch):
+    model = _virtual(monkeypatch, 1.0)               # both windows read the same 2 ms
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TimingDisagreementWarning)
+        r = profile(model, (4,), repeat=12, warmup=1, roofline=False)
+    a = r.timing_agreement
+    assert a.agree and a.ratio == pytest.approx(1.0) and r.coverage == pytest.approx(1.0)
+    assert "DISAGREE" not in r.summary() and not r.latency.loaded
