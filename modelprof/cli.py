@@ -349,9 +349,8 @@ def _run_profile(ctx: _Context) -> None:
 
 def _run_compare(ctx: _Context) -> None:
     from modelprof.compare import compare, unique_name
-    from modelprof.render.comparison import env_caption
+    from modelprof.render.comparison import compare_caption, comparison_to_markdown, env_caption
     from modelprof.report.plots import plot_compare
-    from modelprof.render.comparison import compare_caption, comparison_to_markdown
 
     args = ctx.args
     models: dict[str, Any] = {}

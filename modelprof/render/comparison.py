@@ -123,7 +123,6 @@ def comparison_to_latex(df: pd.DataFrame, path: str | os.PathLike[str] | None = 
     if caption is None:
         caption = escape_latex(compare_caption(df.attrs)) or None
     view.setdefault("priority", _LATEX_PRIORITY)
-    view.setdefault("units", "fixed")
     return to_latex(df, path=path, columns=_columns(df, columns), caption=caption, **view)
 
 
