@@ -429,8 +429,8 @@ class Measurement:
         lo, hi = self.median_ci_ms
         head = f"Measurement({self.label + ', ' if self.label else ''}{self.device}, " \
                f"batch {self.batch_size})"
-        ci = (f"95% CI {format_ms(lo)}..{format_ms(hi)}, ±{self.relative_ci:.2%}" if self.has_interval
-              else "95% CI n/a")
+        ci = (f"95% CI {format_ms(lo)}..{format_ms(hi)}, ±{self.relative_ci:.2%}"
+              if self.has_interval else "95% CI n/a")
         spread = f" ± {format_ms(self.std_ms)}" if self.n > 1 else ""
         lines = [
             head,

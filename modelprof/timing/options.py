@@ -16,11 +16,11 @@ parsed object down, so no pass can disagree with another about what the options 
 | ``cuda_graph`` | replay a captured CUDA graph end to end (per-layer passes stay eager, and say so) |
 | ``transfer``, ``pin_memory`` | end to end including H2D/D2H copies, reported separately (CUDA) |
 | ``cold_cache`` | flush L2/LLC between samples (untimed) |
-| ``clock`` | ``"auto"`` (events on CUDA, perf_counter on the CPU with the CPU time read beside it), ``"host"`` (synchronize + host clock) or ``"cpu"`` (the CPU time of the work: thread CPU time for one intra-op thread, process CPU time for several; CPU only) |
+| ``clock`` | ``"auto"`` (CUDA events; on the CPU perf_counter, CPU time read beside it), ``"host"`` (synchronize + host clock) or ``"cpu"`` (CPU time of the work: thread for one intra-op thread, process for several; CPU only) |
 | ``correct_overhead`` | subtract the calibrated cost of the per-layer hooks from layer times |
 | ``warn``, ``progress`` | one warning per noisy/drifting/undersampled measurement; a progress bar |
 | ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
-| ``layer_extend_s`` | when the budget stopped the per-layer passes below ``min_samples``, extend them (one pass at a time, with progress) by at most this many seconds (30); rows still short are marked rough in every view |
+| ``layer_extend_s`` | per-layer passes a budget stopped below ``min_samples`` go on, one at a time, for at most this many s (30); rows still short are marked rough |
 """
 from __future__ import annotations
 

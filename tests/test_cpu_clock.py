@@ -1,0 +1,58 @@
+"""The CPU-time clock: ``clock="cpu"`` (thread CPU time for one intra-op thread, process CPU time
+for several, stated which), and the CPU time read beside the wall clock by default. A FAKE clock
+(virtual time: wall 3x the CPU time, as load would make it) stands in for a loaded machine."""
+from __future__ import annotations
+
+import pytest
+import torch
+from fake_clock import VirtualSpin, install
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.timing import measure_latency
+from modelprof.timing.clock import CpuClock, CpuTimeClock, clock_for
+from modelprof.timing.options import TimingOptions
+
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+
+
+def test_the_cpu_clock_is_named_by_the_thread_count():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert clock_for(torch.device("cpu"), "cpu").kind == "thread_time_ns"
+        assert CpuClock(torch.device("cpu")).cpu_kind == "thread_time"
+        torch.set_num_threads(2)
+        assert clock_for(torch.device("cpu"), "cpu").kind == "process_time_ns"
+    finally:
+        torch.set_num_threads(threads)
+    assert isinstance(clock_for(torch.device("cpu"), "cpu"), CpuTimeClock)
+
+
+def test_the_cpu_clock_refuses_other_devices_and_bad_extension_is_named():
+    opts = TimingOptions.parse(clock="cpu")
+    with pytest.raises(ModelProfError, match="clock='cpu'.*meta"):
+        opts.check_device(torch.device("meta"))
+    with pytest.raises(ModelProfError, match="clock='cpu'"):
+        clock_for(torch.device("meta"), "cpu")
+    with pytest.raises(ModelProfError, match="layer_extend_s=-1"):
+        TimingOptions.parse(layer_extend_s=-1)
+    assert TimingOptions.parse(layer_extend_s=0).layer_extend_s == 0.0
+
+
+def test_cpu_time_beside_the_wall_clock_and_as_the_clock(monkeypatch):
+    clock = install(monkeypatch)
+    clock.factor = 3.0                       # every virtual ms of work takes 3 ms of wall time
+    model = nn.Sequential(VirtualSpin(clock, 2.0))
+    x = torch.zeros(1, 4)
+    wall = measure_latency(model, inputs=x, repeat=12, warmup=1)
+    # the wall clock reads 3 x 2 ms; the CPU time beside it the work's 2 ms
+    assert wall.median_ms == pytest.approx(6.0) and wall.cpu.median_ms == pytest.approx(2.0)
+    assert wall.wall_over_cpu == pytest.approx(3.0) and wall.loaded
+    assert wall.cpu_clock in ("thread_time", "process_time")
+    assert "CPU work" in repr(wall) and "loaded" in repr(wall)
+    assert wall.to_dict()["cpu_ms"] == pytest.approx([2.0] * 12)
+    # clock="cpu": the samples are the CPU time itself, and the env says which clock
+    cpu = measure_latency(model, inputs=x, repeat=12, warmup=1, clock="cpu")
+    assert cpu.median_ms == pytest.approx(2.0)
+    assert cpu.env["mode"]["clock"] in ("thread_time_ns", "process_time_ns")
