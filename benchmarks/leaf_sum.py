@@ -9,8 +9,8 @@ instrumented ones): 1.00 means the leaf rows add up to the clean forward. The RE
 cyclic collection costs tens of ms); ``--gc-on`` leaves the collector running during the passes
 (neither paused nor collected between blocks), to show what pausing it changes. The clocks read
 thread CPU time, as in the test: time spent descheduled then enters neither kind of pass.
-``coverage`` is the report's: the displayed per-leaf medians' sum over the plain pass (each
-median leaves out its own tail).
+``coverage`` is the report's: the displayed per-leaf medians' sum over the reported end-to-end
+median (the clean runs'; each leaf median leaves out its own tail).
 """
 from __future__ import annotations
 
