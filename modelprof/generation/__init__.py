@@ -1,1 +1,7 @@
 """Language models as they are run: prefill and decode, the KV cache, tokens per second."""
+from __future__ import annotations
+
+from modelprof.generation.profile import profile_generation
+from modelprof.generation.report import GenerationReport
+
+__all__ = ["GenerationReport", "profile_generation"]

@@ -1,0 +1,56 @@
+"""The roofline lower bound of a phase on a named device, from the datasheet table
+(``modelprof.timing.peaks.KNOWN_DEVICES``): no layer can take less than
+``max(flops / peak FLOP/s, (read + write bytes) / peak bytes/s)``. A phase's bound is the sum of
+its leaf rows' bounds (layers run one after another). It is a bound, never a measurement: the
+columns say ``bound``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
+
+__all__ = ["bound_rows", "phase_bound", "resolve_target"]
+
+
+def resolve_target(target: Any, dtype: Any) -> Peaks | None:
+    """``None``, a ``Peaks``, or a device name of the datasheet table at ``dtype``."""
+    if target is None or isinstance(target, Peaks):
+        return target
+    if not isinstance(target, str):
+        raise ModelProfError(f"target={target!r} must be a device name such as 'H100 SXM' "
+                             "or a modelprof Peaks")
+    name = str(dtype).removeprefix("torch.")
+    peaks = lookup_peaks(target, name)
+    if peaks is None:
+        raise ModelProfError(f"target={target!r} at dtype {name}: not in the datasheet table "
+                             f"(known: {sorted(KNOWN_DEVICES)}), or no {name} rate there")
+    return peaks
+
+
+def bound_rows(report: Any, peaks: Peaks) -> pd.DataFrame:
+    """The leaf rows of ``report`` with their compute, memory and roofline bound (ms)."""
+    df = report.to_dataframe()
+    leaf = df[df["leaf"]].copy()
+    traffic = leaf["read_bytes"].astype(float) + leaf["write_bytes"].astype(float)
+    leaf["compute_bound_ms"] = leaf["flops"].astype(float) / peaks.peak_flops * 1e3
+    leaf["memory_bound_ms"] = traffic / peaks.peak_bytes * 1e3
+    leaf["bound_ms"] = leaf[["compute_bound_ms", "memory_bound_ms"]].max(axis=1)
+    leaf["bound"] = (leaf["compute_bound_ms"] >= leaf["memory_bound_ms"]).map(
+        {True: "compute", False: "memory"})
+    cols = ["module", "type", "flops", "read_bytes", "write_bytes", "compute_bound_ms",
+            "memory_bound_ms", "bound_ms", "bound"]
+    return leaf[cols].reset_index(drop=True)
+
+
+def phase_bound(report: Any, peaks: Peaks) -> dict[str, float]:
+    """The phase's bound (sum of its leaf rows') and how much of it is memory bound."""
+    rows = bound_rows(report, peaks)
+    total = float(rows["bound_ms"].sum())
+    memory = float(rows.loc[rows["bound"] == "memory", "bound_ms"].sum())
+    return {"bound_ms": total, "memory_bound_share": memory / total if total > 0 else 0.0,
+            "compute_bound_ms": float(rows["compute_bound_ms"].sum()),
+            "memory_bound_ms": float(rows["memory_bound_ms"].sum())}

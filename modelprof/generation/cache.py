@@ -1,0 +1,182 @@
+"""The KV cache: its bytes per layer read from the real cache objects, the closed form they are
+checked against, and a snapshot that puts a cache back after a step (to time one step again).
+
+Closed form, per token: ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``;
+``kv_heads`` is ``num_key_value_heads`` (GQA; 1 for MQA), else ``num_attention_heads`` (MHA).
+A sliding-window layer holds at most ``sliding_window`` tokens. Caches that store something else
+(MLA's compressed latents, quantized caches) are measured from the objects; the closed form is
+then reported as not applicable rather than forced.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["KVCacheInfo", "cache_layers", "cache_length", "cache_snapshot", "check_rewound",
+           "closed_form_kv_per_token", "dtype_bytes", "kv_info", "model_dims"]
+
+
+def dtype_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def model_dims(config: Any) -> dict[str, int | None]:
+    """Layers, attention heads, KV heads, head dim, hidden size, sliding window and positions
+    of a transformers config (any naming: GPT-2's ``n_layer``/``n_head`` too)."""
+    def first(*names: str) -> Any:
+        for n in names:
+            v = getattr(config, n, None)
+            if v is not None:
+                return v
+        return None
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    config = text
+    hidden = first("hidden_size", "n_embd", "d_model")
+    heads = first("num_attention_heads", "n_head")
+    kv = first("num_key_value_heads", "n_kv_heads", "multi_query_group_num") or heads
+    if getattr(config, "multi_query", False):
+        kv = 1
+    head_dim = first("head_dim") or (hidden // heads if hidden and heads else None)
+    return {"layers": first("num_hidden_layers", "n_layer", "num_layers"), "heads": heads,
+            "kv_heads": kv, "head_dim": head_dim, "hidden": hidden,
+            "sliding_window": first("sliding_window"),
+            "max_positions": first("max_position_embeddings", "n_positions", "n_ctx")}
+
+
+def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
+    """``2 x layers x kv_heads x head_dim x dtype bytes``, or None when the config lacks one."""
+    d = model_dims(config)
+    if None in (d["layers"], d["kv_heads"], d["head_dim"]):
+        return None
+    return 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * dtype_bytes(dtype)
+
+
+def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
+    """The tensors each layer of ``cache`` holds: an HF ``Cache`` (``.layers`` with ``keys``
+    and ``values``), a legacy tuple of (key, value) per layer, or any list of per-layer
+    objects; a layer that holds nothing yet gives an empty list."""
+    if cache is None:
+        return []
+    layers = getattr(cache, "layers", None)
+    if layers is None and isinstance(cache, (list, tuple)):
+        layers = cache
+    if layers is None:
+        return [list(_tensors(cache))]
+    return [list(_tensors(layer)) for layer in layers]
+
+
+def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        if obj.numel() > 1:            # position counters are not cached states
+            yield obj
+        return
+    if depth > 3:
+        return
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o, depth + 1)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o, depth + 1)
+    elif hasattr(obj, "keys") and hasattr(obj, "values") and not callable(obj.keys):
+        for o in (obj.keys, obj.values):
+            yield from _tensors(o, depth + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class KVCacheInfo:
+    """Bytes held by a cache after ``tokens`` tokens of ``batch_size`` sequences."""
+
+    per_layer_bytes: tuple[int, ...]
+    tokens: int
+    batch_size: int
+    closed_form_per_token: int | None
+    allocated: bool = False        # a preallocated (static) cache: bytes are its capacity
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.per_layer_bytes)
+
+    @property
+    def per_token_bytes(self) -> float:
+        """Measured bytes per token of one sequence (total / (batch x tokens))."""
+        return self.total_bytes / (self.batch_size * self.tokens)
+
+    @property
+    def matches_closed_form(self) -> bool | None:
+        if self.closed_form_per_token is None or self.allocated:
+            return None
+        return self.per_token_bytes == self.closed_form_per_token
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "batch_size": self.batch_size,
+                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
+                "closed_form_per_token": self.closed_form_per_token,
+                "matches_closed_form": self.matches_closed_form, "allocated": self.allocated,
+                "per_layer_bytes": list(self.per_layer_bytes)}
+
+
+def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
+            dtype: torch.dtype) -> KVCacheInfo:
+    """What ``cache`` holds, per layer, beside the closed form of ``config``."""
+    per_layer = tuple(sum(t.numel() * t.element_size() for t in ts) for ts in cache_layers(cache))
+    static = any(type(layer).__name__.startswith("Static")
+                 for layer in getattr(cache, "layers", ()) or ())
+    closed = closed_form_kv_per_token(config, dtype) if config is not None else None
+    return KVCacheInfo(per_layer, tokens, batch_size, closed, allocated=static)
+
+
+def cache_snapshot(cache: Any) -> Callable[[], None]:
+    """A function that puts ``cache`` back as it is now, after a step appended to it.
+
+    Each layer object's attributes are restored (a ``DynamicLayer`` rebinds ``keys``/``values``
+    to the concatenation, so the old tensors are intact), and the value of every scalar tensor
+    (a ``StaticLayer``'s ``cumulative_length``, written in place). A static layer's step also
+    wrote its token into the slot after the context: outside the valid length, and written
+    again by the next step. A tuple cache (functional) is never changed by a step.
+    """
+    if cache is None or isinstance(cache, (tuple, list)) and not hasattr(cache, "layers"):
+        return lambda: None
+    objs = list(getattr(cache, "layers", None) or []) + [cache]
+    saved = []
+    for obj in objs:
+        attrs = getattr(obj, "__dict__", None)
+        if attrs is None:
+            continue
+        scalars = {k: v.clone() for k, v in attrs.items()
+                   if isinstance(v, torch.Tensor) and v.numel() <= 1}
+        saved.append((obj, {k: list(v) if type(v) is list else v for k, v in attrs.items()},
+                      scalars))
+
+    def restore() -> None:
+        for obj, attrs, scalars in saved:
+            # lists (the layers of a cache that adds them lazily) are copied back, not shared
+            obj.__dict__.update({k: list(v) if type(v) is list else v for k, v in attrs.items()})
+            for k, v in scalars.items():
+                obj.__dict__[k].copy_(v)
+    return restore
+
+
+def cache_length(cache: Any) -> int | None:
+    """Tokens in an HF cache (``get_seq_length``), or None when it cannot say."""
+    get = getattr(cache, "get_seq_length", None)
+    if get is None:
+        return None
+    try:
+        return int(get())
+    except Exception:  # noqa: BLE001 - a custom cache that cannot answer
+        return None
+
+
+def check_rewound(cache: Any, expected: int | None, what: str) -> None:
+    """After a snapshot's restore the cache must hold ``expected`` tokens again."""
+    got = cache_length(cache)
+    if expected is not None and got is not None and got != expected:
+        raise ModelProfError(f"{what}: the cache holds {got} tokens after being put back to "
+                             f"{expected}; the step changes it in a way modelprof cannot undo "
+                             "(return a new cache instead of mutating the one passed in)")

@@ -1,0 +1,215 @@
+"""One interface over the language models ``profile_generation`` runs: a HuggingFace causal LM
+(its own ``generate`` and caches), a user's ``step(tokens, cache) -> (logits, cache)``, each with
+or without a cache. The model and its config (``use_cache``, ``generation_config``) are never
+changed: ``generate`` gets a copied generation config with the run's settings."""
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.generation.spec import CacheMode
+from modelprof.runtime.inputs import ModelInputs
+
+__all__ = ["LanguageModel", "StepModule", "greedy_next", "is_hf_causal_lm", "language_model"]
+
+Stamp = Callable[[], None]
+
+
+def is_hf_causal_lm(model: Any) -> bool:
+    """A transformers model with a config and ``generate`` (no import of transformers)."""
+    return (isinstance(model, nn.Module) and hasattr(model, "config")
+            and callable(getattr(model, "generate", None))
+            and hasattr(model, "generation_config"))
+
+
+def greedy_next(logits: Any, what: str) -> torch.Tensor:
+    """The argmax token of the last position, ``(batch, 1)``; a step that returned no logits
+    tensor of shape ``(batch, [tokens,] vocab)`` is named."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() not in (2, 3):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ModelProfError(f"{what} returned logits {shape}; expected a tensor of shape "
+                             "(batch, tokens, vocab) or (batch, vocab)")
+    last = logits[:, -1] if logits.dim() == 3 else logits
+    return last.argmax(-1, keepdim=True)
+
+
+class StepModule(nn.Module):
+    """The module the counting and per-layer passes call for a step function: its child
+    ``model`` (when given) carries the hooks; ops the step runs outside it are its own."""
+
+    def __init__(self, step: Callable[..., Any], model: nn.Module | None) -> None:
+        super().__init__()
+        self._step = step
+        if model is not None:
+            self.model = model
+
+    def forward(self, tokens: torch.Tensor, cache: Any = None) -> Any:
+        out = self._step(tokens, cache)
+        self.last = out           # the counting pass keeps no output: the cache is read here
+        return out
+
+
+class LanguageModel:
+    """A model made ready for generation: ``step``, ``new_cache``, the module and inputs the
+    counting and timing passes call, and ``generate`` (one greedy run, stamped per token)."""
+
+    def __init__(self, model: nn.Module | None, step: Callable[..., Any] | None,
+                 cache: CacheMode, device: torch.device, dtype: torch.dtype) -> None:
+        self.model, self.user_step, self.cache = model, step, cache
+        self.device, self.dtype = device, dtype
+        self.hf = step is None and is_hf_causal_lm(model)
+        self.config = getattr(model, "config", None)
+        self.root: nn.Module = model if self.hf else StepModule(step, model)
+        self.name = type(model).__name__ if model is not None else \
+            getattr(step, "__qualname__", "step")
+        if self.hf:
+            params = inspect.signature(model.forward).parameters
+            self.logits_to_keep = "logits_to_keep" in params
+            if cache is not CacheMode.NONE and "past_key_values" not in params:
+                raise ModelProfError(f"cache={cache.value!r}: {self.name} takes no "
+                                     "past_key_values; pass cache=None to run it without a cache")
+            supports = getattr(model, "_supports_default_dynamic_cache", None)
+            if cache is not CacheMode.NONE and callable(supports) and not supports():
+                raise ModelProfError(f"cache={cache.value!r}: {self.name} does not support "
+                                     "transformers Cache objects; pass cache=None, or step=")
+        elif cache is CacheMode.STATIC:
+            raise ModelProfError("cache='static' is for HuggingFace models; a step function "
+                                 "keeps its own cache (cache='dynamic') or none (cache=None)")
+
+    # -- one step ---------------------------------------------------------------------------
+    def kwargs(self, tokens: torch.Tensor, cache: Any) -> dict[str, Any]:
+        """The call of the root module for one step."""
+        if not self.hf:
+            return {"tokens": tokens, "cache": cache}
+        kw: dict[str, Any] = {"input_ids": tokens, "use_cache": self.cache is not CacheMode.NONE}
+        if self.cache is not CacheMode.NONE:
+            kw["past_key_values"] = cache
+        if self.logits_to_keep:
+            kw["logits_to_keep"] = 1          # as generate() asks: logits of the last position
+        return kw
+
+    def inputs(self, tokens: torch.Tensor, cache: Any) -> ModelInputs:
+        return ModelInputs((), self.kwargs(tokens, cache), self.device, self.dtype,
+                           int(tokens.shape[0]))
+
+    def step(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """``(logits, cache)`` of one forward over ``tokens`` after ``cache``."""
+        out = self.root(**self.kwargs(tokens, cache))
+        if self.hf:
+            return out.logits, getattr(out, "past_key_values", None)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            got = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list))
+                                        else "")
+            raise ModelProfError(f"step={self.name} returned {got}; it must return "
+                                 "(logits, cache)")
+        return out[0], out[1]
+
+    def new_cache(self, batch_size: int, max_len: int) -> Any:
+        """An empty cache of the run's kind (None for a step function's first call)."""
+        if not self.hf or self.cache is CacheMode.NONE:
+            return None
+        import transformers
+        if self.cache is CacheMode.STATIC:
+            return transformers.StaticCache(config=self.config, max_cache_len=max_len)
+        return transformers.DynamicCache(config=self.config)
+
+    def tokens(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
+        """Random prompt token ids (the values change nothing counted or timed)."""
+        vocab = int(getattr(self.config, "vocab_size", 0) or 0) or 2
+        ids = torch.randint(0, vocab, (batch_size, length), generator=generator)
+        return ids.to(self.device)
+
+    def prefill(self, prompt: torch.Tensor, max_len: int) -> tuple[torch.Tensor, Any]:
+        """The prompt's forward from an empty cache."""
+        return self.step(prompt, self.new_cache(prompt.shape[0], max_len))
+
+    # -- one greedy generation -----------------------------------------------------------------
+    def generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
+        """Generate exactly ``new_tokens`` greedily; ``stamp()`` after each token is ready."""
+        if self.hf:
+            self._hf_generate(prompt, new_tokens, stamp)
+            return
+        what = f"step={self.name}"
+        if self.cache is CacheMode.NONE:
+            seq = prompt
+            for _ in range(new_tokens):
+                logits, _ = self.step(seq, None)
+                seq = torch.cat([seq, greedy_next(logits, what)], dim=1)
+                stamp()
+            return
+        logits, cache = self.step(prompt, None)
+        tok = greedy_next(logits, what)
+        stamp()
+        for _ in range(new_tokens - 1):
+            logits, cache = self.step(tok, cache)
+            tok = greedy_next(logits, what)
+            stamp()
+
+    def generation_config(self, new_tokens: int) -> Any:
+        """A copy of the model's generation config for greedy decoding of exactly
+        ``new_tokens`` (``min_new_tokens`` suppresses EOS), with the run's cache."""
+        gc = copy.deepcopy(self.model.generation_config)
+        gc.max_new_tokens = gc.min_new_tokens = new_tokens
+        gc.max_length = None
+        gc.do_sample, gc.num_beams, gc.num_return_sequences = False, 1, 1
+        for name in ("temperature", "top_p", "top_k"):
+            setattr(gc, name, None)
+        gc.use_cache = self.cache is not CacheMode.NONE
+        gc.cache_implementation = "static" if self.cache is CacheMode.STATIC else None
+        if gc.pad_token_id is None:
+            eos = gc.eos_token_id
+            gc.pad_token_id = (eos[0] if isinstance(eos, (list, tuple)) else eos) or 0
+        return gc
+
+    def _hf_generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
+        streamer = _Streamer(stamp)
+        gc = self.generation_config(new_tokens)
+        out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                  generation_config=gc, streamer=streamer)
+        made = out.shape[1] - prompt.shape[1]
+        if made != new_tokens or streamer.tokens != new_tokens:
+            raise ModelProfError(f"{self.name}.generate made {made} tokens where "
+                                 f"new_tokens={new_tokens} were asked")
+
+
+class _Streamer:
+    """``generate``'s streamer: its first ``put`` is the prompt, each later one a new token."""
+
+    def __init__(self, stamp: Stamp) -> None:
+        self.stamp, self.tokens, self.prompt_seen = stamp, 0, False
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.tokens += 1
+        self.stamp()
+
+    def end(self) -> None:
+        pass
+
+
+def language_model(model: Any, step: Any, cache: CacheMode, device: Any,
+                   dtype: Any) -> LanguageModel:
+    """Check what the user passed and wrap it."""
+    if step is not None and not callable(step):
+        raise ModelProfError(f"step={step!r} is not callable; it must be "
+                             "step(tokens, cache) -> (logits, cache)")
+    if model is not None and not isinstance(model, nn.Module):
+        raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
+    if step is None and not is_hf_causal_lm(model):
+        raise ModelProfError(f"model={type(model).__name__} is not a HuggingFace causal LM "
+                             "(no config/generate); pass step=lambda tokens, cache: "
+                             "(logits, cache) for any other model")
+    return LanguageModel(model, step, cache, device, dtype)
+
+
+def now_ns() -> int:
+    return time.perf_counter_ns()

@@ -1,0 +1,198 @@
+"""Prefill and decode, each a per-layer table with the columns of ``profile``: counted by the
+static pass (the KV-cache reads and writes are the bytes of the ops that touch the cache:
+``torch.cat`` of a dynamic cache, ``index_copy_`` of a static one, the attention's matmuls), and
+timed per layer by the instrumented passes, the cache put back after every pass so that each
+pass runs at the same context.
+
+Decode at context ``L`` is one token with ``L`` tokens in the cache; without a cache it is the
+forward over all ``L + 1`` tokens (what recomputing the prefix costs).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelprof.counting.forward import analyze
+from modelprof.generation.cache import KVCacheInfo, cache_snapshot, kv_info
+from modelprof.generation.lm import LanguageModel
+from modelprof.generation.spec import CacheMode, GenerationSpec
+from modelprof.report.report import Report
+from modelprof.report.rows import Row, build_rows
+from modelprof.runtime.hooks import module_names
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.timing.options import TimingOptions
+
+__all__ = ["Phase", "count_phases", "time_phase"]
+
+
+@dataclasses.dataclass
+class Phase:
+    """One step of generation: ``prefill`` over the prompt, or ``decode`` of one token with
+    ``context`` tokens before it; its per-layer ``report`` (the columns of ``profile``)."""
+
+    name: str
+    context: int
+    tokens: int
+    batch_size: int
+    report: Report
+    kv: KVCacheInfo | None = None        # the cache after this step
+    records: list[Any] = dataclasses.field(default_factory=list, repr=False)
+
+    @property
+    def label(self) -> str:
+        return "prefill" if self.name == "prefill" else f"decode@{self.context}"
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        return self.report.totals
+
+
+class _Rewinding(nn.Module):
+    """Calls ``root`` and then puts the cache back: every timed pass runs the same step."""
+
+    def __init__(self, root: nn.Module, restore: Any) -> None:
+        super().__init__()
+        self.root, self._restore = root, restore
+
+    def forward(self, **kwargs: Any) -> Any:
+        try:
+            return self.root(**kwargs)
+        finally:
+            self._restore()
+
+
+class _Counter:
+    """Counts (and with ``opts`` times) the steps of one batch size, carrying the cache from
+    step to step."""
+
+    def __init__(self, lm: LanguageModel, spec: GenerationSpec, batch: int,
+                 generator: torch.Generator, opts: TimingOptions | None) -> None:
+        self.lm, self.spec, self.batch, self.gen, self.opts = lm, spec, batch, generator, opts
+        self.cache: Any = None
+        self.length = 0
+
+    def _count(self, phase: str, context: int, tokens: torch.Tensor, cache: Any,
+               what: str) -> tuple[Phase, ModelInputs]:
+        mi = self.lm.inputs(tokens, cache)
+        result = analyze(self.lm.root, mi, dtype_requested=self.lm.dtype)
+        report = Report(build_rows(result.records), model_name=f"{self.lm.name} {what}",
+                        input_shape=mi.shapes(), batch_size=self.batch,
+                        device=str(self.lm.device),
+                        dtype=str(self.lm.dtype).removeprefix("torch."),
+                        unsupported=result.unsupported, by_op=result.by_op,
+                        model_params=result.model_params)
+        return Phase(phase, context, int(tokens.shape[1]), self.batch, report,
+                     records=result.records), mi
+
+    def _extend(self, length: int) -> tuple[Phase, ModelInputs, Any]:
+        """A counted forward of ``length`` new tokens after the cache (which it extends)."""
+        cache = self.cache if self.cache is not None else \
+            self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        restore = cache_snapshot(cache)
+        tokens = self.lm.tokens(self.batch, length, self.gen)
+        phase, mi = self._count("prefill", self.length, tokens, cache, "prefill")
+        self.cache = _cache_of(self.lm, mi)
+        self.length += length
+        phase.kv = self._kv(self.cache, self.length)
+        return phase, mi, restore
+
+    def prefill(self) -> Phase:
+        self.cache, self.length = None, 0
+        phase, mi, restore = self._extend(self.spec.prompt_len)
+        if self.opts is not None:           # each timed pass from the empty cache
+            restore()
+            time_phase(self.lm, phase, mi, restore, self.opts)
+            self.cache, self.length = None, 0    # rebuilt on the way to the first context
+        return phase
+
+    def decode(self, context: int) -> Phase:
+        lm = self.lm
+        if lm.cache is CacheMode.NONE:      # the whole prefix again, no cache
+            tokens = lm.tokens(self.batch, context + 1, self.gen)
+            phase, mi = self._count("decode", context, tokens, None, f"decode@{context}")
+            phase.tokens = 1
+            if self.opts is not None:
+                time_phase(lm, phase, mi, lambda: None, self.opts)
+            return phase
+        if context < self.length:           # a context before the current one: start again
+            self.cache, self.length = None, 0
+        if context > self.length:
+            self._extend(context - self.length)    # build the cache up to L (not reported)
+        restore = cache_snapshot(self.cache)
+        tokens = lm.tokens(self.batch, 1, self.gen)
+        phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
+        phase.kv = self._kv(_cache_of(lm, mi), context + 1)
+        restore()
+        if self.opts is not None:
+            time_phase(lm, phase, mi, restore, self.opts)
+        return phase
+
+    def _kv(self, cache: Any, tokens: int) -> KVCacheInfo | None:
+        if cache is None:
+            return None
+        return kv_info(cache, tokens, self.batch, self.lm.config, self.lm.dtype)
+
+
+def _cache_of(lm: LanguageModel, mi: ModelInputs) -> Any:
+    """The cache after a counted step: an HF cache object is updated in place; a step
+    function's is what it returned (kept by its module: the counting pass keeps no output)."""
+    if lm.hf:
+        return mi.kwargs.get("past_key_values")
+    out = getattr(lm.root, "last", None)
+    return out[1] if isinstance(out, (tuple, list)) and len(out) == 2 else None
+
+
+def count_phases(lm: LanguageModel, spec: GenerationSpec, batch: int, seed: int = 0,
+                 opts: TimingOptions | None = None) -> tuple[Phase, list[Phase]]:
+    """The prefill and the decode step at every context of ``spec``: counted, and with
+    ``opts`` timed per layer."""
+    counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
+    prefill = counter.prefill()
+    return prefill, [counter.decode(c) for c in spec.contexts]
+
+
+def time_phase(lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any,
+               opts: TimingOptions) -> None:
+    """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back by ``restore``
+    after each pass), joined into the phase's rows; ``report.latency`` is the plain passes
+    interleaved with the instrumented ones."""
+    from modelprof.timing.layers import time_layers
+    from modelprof.timing.measurement import Measurement
+
+    runner = _Rewinding(lm.root, restore)
+    layers = time_layers(runner, mi, modules=module_names(lm.root), options=opts)
+    report = phase.report
+    _join(report.rows, phase.records, layers)
+    plain = layers.plain_ms if layers.plain_ms is not None and layers.plain_ms.size else \
+        layers.passes_ms
+    report.latency = Measurement(plain, device=str(mi.device), batch_size=mi.batch_size,
+                                 label=f"{lm.name} {phase.label} (plain passes)")
+    report.layer_timing = layers
+    report.instrumentation_overhead = layers.overhead(report.latency)
+    leaf = sum(r.latency_ms for r in report.rows if r.leaf and np.isfinite(r.latency_ms))
+    report.coverage = leaf / report.latency.median_ms if report.latency.median_ms > 0 else None
+
+
+def _join(rows: list[Row], records: list[Any], layers: Any) -> None:
+    """Median/std per row from the instrumented passes; a ``(self)`` row is its parent's time
+    less its children's, pass by pass."""
+    samples = layers.samples
+    total = float(np.median(layers.corrected_passes_ms))
+    for row in rows:
+        record = records[row.record]
+        s = samples.get(record.key)
+        if s is None:
+            continue
+        if row.is_self:
+            for c in record.children:
+                child = samples.get(records[c].key)
+                if child is not None:
+                    s = s - child
+            s = np.where(s >= 1e-6, s, 0.0)
+        row.latency_ms = float(np.median(s))
+        row.latency_std_ms = float(s.std(ddof=1)) if s.size > 1 else 0.0
+        row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")

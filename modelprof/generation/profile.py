@@ -1,0 +1,155 @@
+"""``profile_generation``: a language model as its users run it, counted per phase and layer,
+measured end to end, its KV cache and memory, and bounded on a named device."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.generation.bound import resolve_target
+from modelprof.generation.cache import model_dims
+from modelprof.generation.lm import LanguageModel, language_model
+from modelprof.generation.memory import MemoryPlan, activation_bytes, weights_bytes
+from modelprof.generation.moe import moe_info
+from modelprof.generation.phases import count_phases
+from modelprof.generation.report import GenerationReport
+from modelprof.generation.spec import CacheMode, GenerationSpec
+from modelprof.generation.timing import measure_generation
+from modelprof.runtime.env import collect_env
+from modelprof.runtime.execution import model_state
+from modelprof.runtime.guard import preserved_state
+from modelprof.runtime.inputs import parse_device, parse_dtype
+from modelprof.runtime.placement import model_placement
+from modelprof.timing.options import TimingOptions
+
+__all__ = ["profile_generation"]
+
+
+def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
+                       new_tokens: int = 32, batch_size: int | list[int] = 1, *,
+                       step: Any = None, cache: Any = "dynamic", contexts: Any = None,
+                       device: Any = None, dtype: Any = None, timing: bool | None = None,
+                       layer_timing: bool = True, target: Any = None, seed: int = 0,
+                       options: TimingOptions | None = None,
+                       **timing_options: Any) -> GenerationReport:
+    """Profile greedy generation of exactly ``new_tokens`` after a ``prompt_len`` prompt.
+
+    ``model``: a HuggingFace causal LM (run by its own ``generate``; ``cache="dynamic"`` or
+    ``"static"`` for its caches, ``None`` to recompute the prefix every step), or with
+    ``step(tokens, cache) -> (logits, cache)`` any model (``model`` then names the module the
+    step calls, whose layers get the rows). Per batch size (one or a list): the prefill and a
+    decode step at each of ``contexts`` (default: the first, middle and last step) counted per
+    layer with the columns of ``profile``, timed per layer when ``layer_timing``; TTFT, TPOT,
+    end to end and tokens/s measured over whole generations when ``timing`` (default: on unless
+    ``device="meta"``). ``target="H100 SXM"`` adds the roofline lower bound of every row and
+    phase from the datasheet table at the model's dtype. Timing options as for ``profile``.
+    The model, its config and generation config come back as they went in.
+    """
+    opts = TimingOptions.parse(options, **timing_options)
+    dev, dt = _placement(model, device, dtype)
+    timing = dev.type != "meta" if timing is None else timing
+    if not isinstance(timing, bool) or not isinstance(layer_timing, bool):
+        raise ModelProfError(f"timing={timing!r} and layer_timing={layer_timing!r} must be "
+                             "True or False")
+    if timing and dev.type == "meta":
+        raise ModelProfError("device='meta' has no clock: pass timing=False to count from "
+                             "shapes alone (with target= for a device's roofline bound)")
+    config = getattr(model, "config", None)
+    spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, contexts, cache,
+                                max_positions=model_dims(config)["max_positions"]
+                                if config is not None else None)
+    peaks = resolve_target(target, dt)
+    lm = language_model(model, step, spec.cache, dev, dt)
+    if timing:
+        _check_runnable(model, dev, dt)
+    saved = _config_state(model)
+    guard = preserved_state(model) if model is not None else _nothing()
+    with guard, model_state(lm.root, eval_mode=True), torch.no_grad(), \
+            torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        report = _run(lm, spec, opts, timing, layer_timing, peaks, seed)
+    _check_config(model, saved)
+    return report
+
+
+def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions, timing: bool,
+         layer_timing: bool, peaks: Any, seed: int) -> GenerationReport:
+    phases, timings = {}, {}
+    for b in spec.batch_sizes:
+        pre, decode = count_phases(lm, spec, b, seed,
+                                   opts if timing and layer_timing else None)
+        phases[b] = [pre, *decode]
+        if timing:
+            timings[b] = measure_generation(lm, spec, b, opts,
+                                            torch.Generator().manual_seed(seed))
+    first = phases[spec.batch_sizes[0]]
+    kv = next((p.kv for p in reversed(first) if p.kv is not None), None)
+    memory = _memory(lm, spec, first, kv)
+    moe = None
+    if lm.hf:
+        prompt = lm.tokens(1, spec.prompt_len, torch.Generator().manual_seed(seed))
+        moe = moe_info(lm.model, prompt if lm.device.type != "meta" else None)
+    env = collect_env(lm.device, lm.dtype, spec.batch_sizes[0], cache=spec.cache.value,
+                      generation=True, **opts.flags())
+    return GenerationReport(model_name=lm.name, spec=spec, device=str(lm.device),
+                            dtype=str(lm.dtype).removeprefix("torch."), phases=phases,
+                            timings=timings, kv=kv, memory=memory, peaks=peaks, moe=moe,
+                            env=env)
+
+
+def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> MemoryPlan:
+    b = phases[0].batch_size
+    per_token = kv.per_token_bytes if kv is not None and not kv.allocated else \
+        (kv.closed_form_per_token if kv is not None and kv.closed_form_per_token else 0.0)
+    act = {"prefill": activation_bytes(phases[0].records) / b,
+           "decode": max(activation_bytes(p.records) for p in phases[1:]) / b
+           if len(phases) > 1 else 0.0}
+    return MemoryPlan(weights_bytes(lm.model, lm.dtype), float(per_token), act, b,
+                      spec.total_len)
+
+
+def _placement(model: Any, device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
+    dev, dt = parse_device(device), parse_dtype(dtype)
+    if isinstance(model, nn.Module) and next(iter(model.parameters()), None) is not None:
+        m_dev, m_dt = model_placement(model)
+        return dev or m_dev, dt or m_dt
+    return dev or torch.device("cpu"), dt or torch.get_default_dtype()
+
+
+def _check_runnable(model: Any, dev: torch.device, dt: torch.dtype) -> None:
+    """Generation is timed on the model as it is: its device and dtype."""
+    if isinstance(model, nn.Module) and next(iter(model.parameters()), None) is not None:
+        m_dev, m_dt = model_placement(model)
+        if m_dev.type != dev.type or m_dt != dt:
+            raise ModelProfError(f"device={dev}/dtype={dt} differ from the model's "
+                                 f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
+                                 "first, or pass timing=False to count on another device/dtype")
+
+
+def _config_state(model: Any) -> Any:
+    if model is None or not hasattr(model, "config"):
+        return None
+    gc = getattr(model, "generation_config", None)
+    return (getattr(model.config, "use_cache", None),
+            gc.to_dict() if gc is not None else None, gc)
+
+
+def _check_config(model: Any, saved: Any) -> None:
+    """The config and generation config are never written; a change here is a bug."""
+    if saved is None:
+        return
+    now = _config_state(model)
+    if now[0] != saved[0] or now[1] != saved[1] or now[2] is not saved[2]:
+        raise ModelProfError(f"{type(model).__name__}'s config or generation_config changed "
+                             "while profiling generation (modelprof never writes them; was it "
+                             "changed by another thread?)")
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -1,0 +1,290 @@
+"""``GenerationReport``: the phases (per-layer tables), the measured generations, the KV cache,
+memory to fit, the roofline bound and MoE routing of one ``profile_generation`` run, with
+DataFrame views, exporters and plots. The DataFrames stay numeric; nothing prints unless asked."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from modelprof.generation.bound import bound_rows, phase_bound
+from modelprof.generation.cache import KVCacheInfo
+from modelprof.generation.memory import MemoryPlan
+from modelprof.generation.moe import MoEInfo
+from modelprof.generation.phases import Phase
+from modelprof.generation.spec import GenerationSpec
+from modelprof.generation.timing import GenerationTiming
+
+__all__ = ["GenerationReport"]
+
+_GROWTH = ("macs", "flops", "read_bytes", "write_bytes")
+
+
+class GenerationReport:
+    """Everything ``profile_generation`` found, per batch size."""
+
+    def __init__(self, *, model_name: str, spec: GenerationSpec, device: str, dtype: str,
+                 phases: dict[int, list[Phase]], timings: dict[int, GenerationTiming],
+                 kv: KVCacheInfo | None, memory: MemoryPlan | None, peaks: Any = None,
+                 moe: MoEInfo | None = None, env: dict[str, Any] | None = None) -> None:
+        self.model_name, self.spec, self.device, self.dtype = model_name, spec, device, dtype
+        self._phases = phases
+        self.timings = timings
+        self.kv = kv
+        self.memory = memory
+        self.peaks = peaks
+        self.moe = moe
+        self.env = dict(env or {})
+
+    # -- access ----------------------------------------------------------------------------
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(self._phases)
+
+    def phases(self, batch_size: int | None = None) -> list[Phase]:
+        """Prefill then decode at each context, for ``batch_size`` (default: the first)."""
+        return self._phases[self._batch(batch_size)]
+
+    def prefill(self, batch_size: int | None = None) -> Phase:
+        return self.phases(batch_size)[0]
+
+    def decode(self, context: int | None = None, batch_size: int | None = None) -> Phase:
+        """The decode step at ``context`` (default: the last one profiled)."""
+        steps = self.phases(batch_size)[1:]
+        if context is None:
+            return steps[-1]
+        for p in steps:
+            if p.context == context:
+                return p
+        from modelprof.errors import ModelProfError
+        raise ModelProfError(f"context={context!r} was not profiled; the decode contexts are "
+                             f"{[p.context for p in steps]}")
+
+    def _batch(self, batch_size: int | None) -> int:
+        if batch_size is None:
+            return self.batch_sizes[0]
+        if batch_size not in self._phases:
+            from modelprof.errors import ModelProfError
+            raise ModelProfError(f"batch_size={batch_size!r} was not profiled; the batch sizes "
+                                 f"are {list(self.batch_sizes)}")
+        return batch_size
+
+    @property
+    def timing(self) -> GenerationTiming | None:
+        """The measured generations of the first batch size (None when not timed)."""
+        return self.timings.get(self.batch_sizes[0])
+
+    # -- views -------------------------------------------------------------------------------
+    def to_dataframe(self, batch_size: int | None = None) -> pd.DataFrame:
+        """Every phase's per-layer table (the columns of ``profile``) under ``phase`` and
+        ``context`` columns; with a target, ``bound_ms`` (the roofline lower bound of the row,
+        not a measurement) and ``bound`` (compute or memory)."""
+        frames = []
+        for p in self.phases(batch_size):
+            df = p.report.to_dataframe()
+            df.insert(0, "context", p.context)
+            df.insert(0, "phase", p.name)
+            if self.peaks is not None:
+                traffic = df["read_bytes"].astype(float) + df["write_bytes"].astype(float)
+                comp = df["flops"].astype(float) / self.peaks.peak_flops * 1e3
+                mem = traffic / self.peaks.peak_bytes * 1e3
+                df["bound_ms"] = np.maximum(comp, mem)
+                df["bound"] = np.where(comp >= mem, "compute", "memory")
+            frames.append(df)
+        return pd.concat(frames, ignore_index=True)
+
+    def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
+        """One row per phase: counted totals, KV bytes after it, measured median (per-layer
+        passes' plain runs) and, with a target, the bound beside it."""
+        rows = []
+        for p in self.phases(batch_size):
+            t = p.totals
+            row = {"phase": p.name, "context": p.context, "tokens": p.tokens,
+                   "batch_size": p.batch_size, "params": t["params"], "macs": t["macs"],
+                   "flops": t["flops"], "read_bytes": t["read_bytes"],
+                   "write_bytes": t["write_bytes"],
+                   "kv_cache_bytes": p.kv.total_bytes if p.kv is not None else float("nan"),
+                   "latency_ms": p.report.latency.median_ms if p.report.latency is not None
+                   else float("nan")}
+            if self.peaks is not None:
+                row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
+        """Every leaf row of every phase with its compute, memory and roofline bound (ms) on
+        the target device; a bound, not a measurement."""
+        if self.peaks is None:
+            from modelprof.errors import ModelProfError
+            raise ModelProfError("no target: pass target='H100 SXM' (or a Peaks) to "
+                                 "profile_generation for the roofline bound")
+        frames = []
+        for p in self.phases(batch_size):
+            df = bound_rows(p.report, self.peaks)
+            df.insert(0, "context", p.context)
+            df.insert(0, "phase", p.name)
+            frames.append(df)
+        return pd.concat(frames, ignore_index=True)
+
+    def growth(self, batch_size: int | None = None) -> pd.DataFrame:
+        """Decode steps against the context: counted MACs, FLOPs, bytes, the measured time of
+        the step (per-layer passes) and the bound."""
+        table = self.phase_table(batch_size)
+        return table[table["phase"] == "decode"].reset_index(drop=True)
+
+    def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
+        """Per added context token: the slope of each counted column and of the measured step
+        time (least squares over the decode contexts; over every step of the generations when
+        timed)."""
+        g = self.growth(batch_size)
+        out: dict[str, float] = {}
+        if len(g) >= 2:
+            for col in (*_GROWTH, "latency_ms"):
+                y = g[col].astype(float)
+                if y.notna().all():
+                    out[f"{col}_per_token"] = float(np.polyfit(g["context"], y, 1)[0])
+        timing = self.timings.get(self._batch(batch_size))
+        slope = timing.step_slope if timing is not None else None
+        if slope is not None:
+            out.update(step_ms_per_token=slope.ms_per_token, step_ms_per_token_ci_low=slope.ci_low,
+                       step_ms_per_token_ci_high=slope.ci_high)
+        return out
+
+    def summary(self) -> pd.DataFrame:
+        """One row per batch size: TTFT, TPOT, end to end (medians, 95 % intervals, stability)
+        and tokens/s, beside the counted prefill and last decode step."""
+        rows = []
+        for b in self.batch_sizes:
+            row: dict[str, Any] = {"batch_size": b}
+            pre, last = self.prefill(b), self.decode(batch_size=b)
+            row.update(prefill_macs=pre.totals["macs"], decode_macs=last.totals["macs"],
+                       decode_context=last.context)
+            t = self.timings.get(b)
+            if t is not None:
+                row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def kv_cache(self) -> pd.DataFrame:
+        """Bytes per layer held by the cache after the last profiled step."""
+        if self.kv is None:
+            return pd.DataFrame(columns=["layer", "bytes", "bytes_per_token"])
+        per = np.asarray(self.kv.per_layer_bytes, dtype=float)
+        return pd.DataFrame({"layer": range(per.size), "bytes": per,
+                             "bytes_per_token": per / (self.kv.batch_size * self.kv.tokens)})
+
+    # -- exporters ---------------------------------------------------------------------------
+    def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
+        """The per-layer table of every phase, raw numbers."""
+        return _write(self.to_dataframe(batch_size).to_csv(index=False), path)
+
+    def to_markdown(self, path: str | Path | None = None) -> str | None:
+        """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
+        parts = [f"# {self.model_name}: generation ({self.spec.prompt_len} prompt + "
+                 f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})", "",
+                 "## Summary", "", _md(self.summary()), "", "## Phases", "",
+                 _md(self.phase_table())]
+        if self.peaks is not None:
+            parts += ["", f"`bound_*` columns: roofline lower bound on {self.peaks.device} "
+                      f"({self.peaks.dtype}, datasheet); a bound, not a measurement."]
+        if self.kv is not None:
+            parts += ["", "## KV cache", "", _md(pd.DataFrame([self.kv.to_dict()]).drop(
+                columns=["per_layer_bytes"]))]
+        if self.moe is not None:
+            parts += ["", "## Mixture of experts", "",
+                      f"active parameters per token {self.moe.active_params:,} of "
+                      f"{self.moe.total_params:,}", "", _md(self.moe.tokens_per_expert())]
+        return _write("\n".join(parts) + "\n", path)
+
+    def to_json(self, path: str | Path | None = None) -> str | None:
+        """Everything as JSON: spec, summary, phases, per-layer rows, KV, memory, MoE."""
+        doc = {"model": self.model_name, "device": self.device, "dtype": self.dtype,
+               "spec": {"prompt_len": self.spec.prompt_len, "new_tokens": self.spec.new_tokens,
+                        "batch_sizes": list(self.spec.batch_sizes),
+                        "contexts": list(self.spec.contexts), "cache": self.spec.cache.value},
+               "summary": _records(self.summary()), "phases": _records(self.phase_table()),
+               "rows": _records(self.to_dataframe()),
+               "kv_cache": self.kv.to_dict() if self.kv is not None else None,
+               "memory": self.memory.to_dict() if self.memory is not None else None,
+               "target": None if self.peaks is None else
+               {"device": self.peaks.device, "dtype": self.peaks.dtype,
+                "peak_flops": self.peaks.peak_flops, "peak_bytes": self.peaks.peak_bytes},
+               "moe": self.moe.to_dict() if self.moe is not None else None,
+               "timing": {str(b): t.end_to_end.to_dict(samples=False) | {
+                   "ttft": t.ttft.to_dict(), "tpot": None if t.tpot is None else
+                   t.tpot.to_dict(samples=False)} for b, t in self.timings.items()}}
+        return _write(json.dumps(doc, indent=1, default=_plain), path)
+
+    # -- plots -------------------------------------------------------------------------------
+    def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
+        """Decode step time (measured, every step of the generations) and bytes (counted)
+        against the context length."""
+        from modelprof.generation.plots import plot_decode_growth
+        return plot_decode_growth(self, save=save, batch_size=batch_size)
+
+    def plot_phase_share(self, save: str | Path | None = None, batch_size: int | None = None,
+                         column: str | None = None):
+        """Per top-level layer: its share of the prefill and of a decode step."""
+        from modelprof.generation.plots import plot_phase_share
+        return plot_phase_share(self, save=save, batch_size=batch_size, column=column)
+
+    def __repr__(self) -> str:
+        lines = [f"GenerationReport({self.model_name}, prompt {self.spec.prompt_len} + "
+                 f"{self.spec.new_tokens} new tokens, cache={self.spec.cache.value}, "
+                 f"{self.device}, {self.dtype})"]
+        for b in self.batch_sizes:
+            pre, last = self.prefill(b), self.decode(batch_size=b)
+            line = (f"  batch {b}: prefill {pre.totals['macs'] / 1e9:.3g} GMACs, decode@"
+                    f"{last.context} {last.totals['macs'] / 1e9:.3g} GMACs")
+            t = self.timings.get(b)
+            if t is not None:
+                lo, hi = t.ttft.median_ci_ms
+                line += f"; TTFT {t.ttft.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
+                if t.tpot is not None:
+                    lo, hi = t.tpot.median_ci_ms
+                    line += (f", TPOT {t.tpot.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
+                             f"{'' if t.tpot.stable else ' DRIFTED'}, "
+                             f"{t.batch_tokens_per_s:,.1f} tokens/s")
+            lines.append(line)
+        if self.kv is not None:
+            lines.append(f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
+                         f"(closed form {self.kv.closed_form_per_token}), "
+                         f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens")
+        if self.moe is not None:
+            lines.append(f"  MoE: {self.moe.active_params:,} active of "
+                         f"{self.moe.total_params:,} parameters per token")
+        return "\n".join(lines)
+
+
+def _md(df: pd.DataFrame) -> str:
+    try:
+        return df.to_markdown(index=False)
+    except ImportError:
+        return df.to_string(index=False)
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(df.to_json(orient="records"))
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return None if not math.isfinite(v) else float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
+
+def _write(text: str, path: str | Path | None) -> str | None:
+    if path is None:
+        return text
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return None

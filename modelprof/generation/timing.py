@@ -1,0 +1,216 @@
+"""End to end, as a user sees it: time to first token (TTFT), time per output token (TPOT),
+the whole generation, tokens/s, and how a decode step's time grows with the context.
+
+One sample is one greedy generation of exactly ``new_tokens`` (``generate()`` for a HuggingFace
+model, stamped per token by a streamer; the step loop otherwise). Its stamps give one TTFT (call
+to first token: tokenless set-up, the prefill and the first token's selection), ``new_tokens - 1``
+decode steps (token to token) and the end-to-end time (call to return). Generations are taken in
+blocks by the recipe of ``measure_latency`` (warm-up, adaptive stop on the end-to-end interval,
+budget, ``repeat``): TTFT and TPOT are Measurements over the same blocks, so their intervals
+and drift flags follow the same rules. On CUDA each stamp synchronises the device first.
+
+``tokens_per_s`` = 1000 / median TPOT per sequence, ``batch_tokens_per_s`` that x batch size,
+``end_to_end_tokens_per_s`` = batch x new_tokens / median end-to-end (prefill included). The
+growth ``step_slope``: least squares of the per-context median step time against the context
+``L`` (``ms = a + b L``), with the 95 % t interval of ``b``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from modelprof.generation.lm import LanguageModel
+from modelprof.generation.spec import GenerationSpec
+from modelprof.runtime.device import device_synchronize
+from modelprof.timing.measurement import Measurement
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import collect, warm_up
+from modelprof.timing.stats import t_quantile
+
+__all__ = ["GenerationTiming", "Slope", "fit_slope", "generation_sampler", "measure_generation"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Slope:
+    """``ms = intercept_ms + ms_per_token x L``, with the 95 % interval of the slope."""
+
+    ms_per_token: float
+    ci_low: float
+    ci_high: float
+    intercept_ms: float
+    points: int
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def fit_slope(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> Slope | None:
+    """Ordinary least squares of ``y`` on ``x`` with the t interval of the slope (None for
+    fewer than 3 distinct points)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if np.unique(x).size < 3:
+        return None
+    b, a = np.polyfit(x, y, 1)
+    resid = y - (a + b * x)
+    dof = x.size - 2
+    sxx = float(((x - x.mean()) ** 2).sum())
+    se = math.sqrt(float((resid ** 2).sum()) / dof / sxx) if dof > 0 else math.inf
+    half = t_quantile(0.5 + confidence / 2.0, dof) * se if dof > 0 else math.inf
+    return Slope(float(b), float(b - half), float(b + half), float(a), int(x.size))
+
+
+@dataclasses.dataclass(eq=False)
+class GenerationTiming:
+    """The measured generations of one batch size (see the module docstring)."""
+
+    batch_size: int
+    prompt_len: int
+    new_tokens: int
+    end_to_end: Measurement
+    ttft: Measurement
+    tpot: Measurement | None
+    step_ms: np.ndarray          # (generations, new_tokens - 1): every decode step's time
+    contexts: np.ndarray         # the cache length L of each step column
+    peak_memory_bytes: int | None = None
+
+    @property
+    def step_slope(self) -> Slope | None:
+        """How a decode step's time grows with the context (per-context medians)."""
+        if self.step_ms.shape[1] < 3:
+            return None
+        return fit_slope(self.contexts, np.median(self.step_ms, axis=0))
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Per sequence, at the median TPOT."""
+        return 1e3 / self.tpot.median_ms if self.tpot is not None else float("nan")
+
+    @property
+    def batch_tokens_per_s(self) -> float:
+        return self.batch_size * self.tokens_per_s
+
+    @property
+    def end_to_end_tokens_per_s(self) -> float:
+        """All sequences' new tokens over the median end-to-end time (prefill included)."""
+        return self.batch_size * self.new_tokens / (self.end_to_end.median_ms / 1e3)
+
+    def summary(self) -> dict[str, Any]:
+        """One row of numbers: medians, intervals, stability, rates, slope."""
+        row: dict[str, Any] = {"batch_size": self.batch_size, "prompt_len": self.prompt_len,
+                               "new_tokens": self.new_tokens, "generations": self.end_to_end.n}
+        for name, m in (("ttft", self.ttft), ("tpot", self.tpot), ("end_to_end", self.end_to_end)):
+            if m is None:
+                row.update({f"{name}_ms": float("nan"), f"{name}_ci_low_ms": float("nan"),
+                            f"{name}_ci_high_ms": float("nan"), f"{name}_stable": None})
+                continue
+            lo, hi = m.median_ci_ms
+            row.update({f"{name}_ms": m.median_ms, f"{name}_ci_low_ms": lo,
+                        f"{name}_ci_high_ms": hi, f"{name}_stable": m.stable,
+                        f"{name}_drift_pct": m.drift_pct})
+        slope = self.step_slope
+        row.update(tokens_per_s=self.tokens_per_s, batch_tokens_per_s=self.batch_tokens_per_s,
+                   end_to_end_tokens_per_s=self.end_to_end_tokens_per_s,
+                   step_ms_per_context_token=slope.ms_per_token if slope else float("nan"),
+                   step_slope_ci_low=slope.ci_low if slope else float("nan"),
+                   step_slope_ci_high=slope.ci_high if slope else float("nan"),
+                   peak_memory_bytes=self.peak_memory_bytes)
+        return row
+
+
+class _Run:
+    """One generation, stamped: TTFT, the decode steps and the end-to-end time in ms."""
+
+    def __init__(self, lm: LanguageModel, prompt: torch.Tensor, new_tokens: int) -> None:
+        self.lm, self.prompt, self.n = lm, prompt, new_tokens
+        dev = lm.device
+        self.sync = (lambda: device_synchronize(dev)) if dev.type != "cpu" else (lambda: None)
+        self.ttft: list[float] = []
+        self.steps: list[np.ndarray] = []
+
+    def __call__(self) -> float:
+        stamps: list[int] = []
+        sync, perf = self.sync, time.perf_counter_ns
+
+        def stamp() -> None:
+            sync()
+            stamps.append(perf())
+        sync()
+        t0 = perf()
+        self.lm.generate(self.prompt, self.n, stamp)
+        sync()
+        t1 = perf()
+        marks = np.asarray([t0, *stamps], dtype=np.float64)
+        self.ttft.append((stamps[0] - t0) / 1e6)
+        self.steps.append(np.diff(marks[1:]) / 1e6)
+        return (t1 - t0) / 1e6
+
+    def block(self, k: int) -> np.ndarray:
+        return np.asarray([self() for _ in range(k)])
+
+    def clear(self) -> None:
+        self.ttft.clear()
+        self.steps.clear()
+
+
+def generation_sampler(lm: LanguageModel, spec: GenerationSpec, batch: int,
+                       generator: torch.Generator) -> _Run:
+    """A callable that runs one stamped generation (``.block(k)`` runs ``k``)."""
+    prompt = lm.tokens(batch, spec.prompt_len, generator)
+    return _Run(lm, prompt, spec.new_tokens)
+
+
+def measure_generation(lm: LanguageModel, spec: GenerationSpec, batch: int,
+                       opts: TimingOptions, generator: torch.Generator) -> GenerationTiming:
+    """Warm up, then generations in blocks until ``opts.stop`` says stop."""
+    run = generation_sampler(lm, spec, batch, generator)
+    n_warm, est = warm_up(run, opts.warmup, False, run.sync)
+    run.clear()
+    sampled = collect(run.block, opts.stop, est)
+    peak = _peak_memory(run, lm.device)
+    return timing_from(run, sampled, lm, spec, batch, opts, n_warm, peak)
+
+
+def timing_from(run: _Run, sampled: Any, lm: LanguageModel, spec: GenerationSpec, batch: int,
+                opts: TimingOptions, n_warm: int, peak: int | None = None) -> GenerationTiming:
+    """The Measurements of what ``run`` recorded over ``sampled``'s blocks."""
+    dev = str(lm.device)
+    common = dict(device=dev, batch_size=batch, warmup=n_warm, stop_reason=sampled.stop_reason,
+                  precision=None if opts.stop.repeat is not None else opts.stop.precision,
+                  min_samples=opts.stop.promised_min)
+    e2e = Measurement(sampled.samples_ms, label=f"{lm.name} generation", blocks=sampled.blocks,
+                      timestamps_s=sampled.timestamps_s, **common)
+    ttft = Measurement(np.asarray(run.ttft), label=f"{lm.name} TTFT", blocks=sampled.blocks,
+                       timestamps_s=sampled.timestamps_s, **common)
+    steps = np.vstack(run.steps) if run.steps else np.empty((0, 0))
+    tpot = None
+    if steps.size:
+        per = steps.shape[1]
+        offsets = (np.asarray(run.ttft)[:, None] + np.cumsum(steps, axis=1) - steps) / 1e3
+        tpot = Measurement(steps.reshape(-1), label=f"{lm.name} TPOT",
+                           blocks=np.repeat(sampled.blocks, per),
+                           timestamps_s=(sampled.timestamps_s[:, None] + offsets).reshape(-1),
+                           **common)
+    contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
+    if opts.warn:
+        for m in (e2e, ttft, tpot):
+            if m is not None:
+                m.warn_if_noisy()
+    return GenerationTiming(batch, spec.prompt_len, spec.new_tokens, e2e, ttft, tpot, steps,
+                            contexts, peak)
+
+
+def _peak_memory(run: _Run, dev: torch.device) -> int | None:
+    """The allocator's peak over one more generation (CUDA), else None."""
+    if dev.type != "cuda":
+        return None
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    run()
+    run.ttft.pop()
+    run.steps.pop()
+    return int(torch.cuda.max_memory_allocated(dev))
