@@ -47,12 +47,19 @@ class StepModule(nn.Module):
     def __init__(self, step: Callable[..., Any], model: nn.Module | None) -> None:
         super().__init__()
         self._step = step
+        # the counting pass keeps no output, so the last one is kept here (a box set at
+        # construction: the state guard puts back any attribute a forward adds)
+        self._last: list[Any] = [None]
         if model is not None:
             self.model = model
 
+    @property
+    def last(self) -> Any:
+        return self._last[0]
+
     def forward(self, tokens: torch.Tensor, cache: Any = None) -> Any:
         out = self._step(tokens, cache)
-        self.last = out           # the counting pass keeps no output: the cache is read here
+        self._last[0] = out
         return out
 
 
@@ -67,8 +74,8 @@ class LanguageModel:
         self.hf = step is None and is_hf_causal_lm(model)
         self.config = getattr(model, "config", None)
         self.root: nn.Module = model if self.hf else StepModule(step, model)
-        self.name = type(model).__name__ if model is not None else \
-            getattr(step, "__qualname__", "step")
+        self.name = type(model).__name__ if step is None else \
+            f"step {getattr(step, '__qualname__', type(step).__name__)}"
         if self.hf:
             params = inspect.signature(model.forward).parameters
             self.logits_to_keep = "logits_to_keep" in params
@@ -104,10 +111,14 @@ class LanguageModel:
         out = self.root(**self.kwargs(tokens, cache))
         if self.hf:
             return out.logits, getattr(out, "past_key_values", None)
+        return self.checked(out)
+
+    def checked(self, out: Any) -> tuple[torch.Tensor, Any]:
+        """A step function's output, which must be ``(logits, cache)``."""
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             got = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list))
                                         else "")
-            raise ModelProfError(f"step={self.name} returned {got}; it must return "
+            raise ModelProfError(f"{self.name} returned {got}; it must return "
                                  "(logits, cache)")
         return out[0], out[1]
 
@@ -136,7 +147,7 @@ class LanguageModel:
         if self.hf:
             self._hf_generate(prompt, new_tokens, stamp)
             return
-        what = f"step={self.name}"
+        what = self.name
         if self.cache is CacheMode.NONE:
             seq = prompt
             for _ in range(new_tokens):

@@ -18,7 +18,7 @@ from torch import nn
 
 from modelprof.counting.forward import analyze
 from modelprof.generation.cache import KVCacheInfo, cache_snapshot, kv_info
-from modelprof.generation.lm import LanguageModel
+from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Report
 from modelprof.report.rows import Row, build_rows
@@ -114,6 +114,7 @@ class _Counter:
         if lm.cache is CacheMode.NONE:      # the whole prefix again, no cache
             tokens = lm.tokens(self.batch, context + 1, self.gen)
             phase, mi = self._count("decode", context, tokens, None, f"decode@{context}")
+            _cache_of(lm, mi)                # checks a step function's output
             phase.tokens = 1
             if self.opts is not None:
                 time_phase(lm, phase, mi, lambda: None, self.opts)
@@ -142,8 +143,9 @@ def _cache_of(lm: LanguageModel, mi: ModelInputs) -> Any:
     function's is what it returned (kept by its module: the counting pass keeps no output)."""
     if lm.hf:
         return mi.kwargs.get("past_key_values")
-    out = getattr(lm.root, "last", None)
-    return out[1] if isinstance(out, (tuple, list)) and len(out) == 2 else None
+    logits, cache = lm.checked(getattr(lm.root, "last", None))
+    greedy_next(logits, lm.name)
+    return cache
 
 
 def count_phases(lm: LanguageModel, spec: GenerationSpec, batch: int, seed: int = 0,

@@ -1,0 +1,236 @@
+"""profile_generation: counted phases against closed forms, the KV cache, MoE, bad input, and
+the model/config coming back untouched. Tiny configs (2 layers, hidden 64), or shapes on meta."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from modelprof import GenerationReport, ModelProfError, profile_generation  # noqa: E402
+from modelprof.generation.cache import closed_form_kv_per_token  # noqa: E402
+
+
+def gpt2(n_layer: int = 2, d: int = 64, heads: int = 4, vocab: int = 128, positions: int = 256,
+         device: str = "cpu") -> torch.nn.Module:
+    cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=d, n_head=heads, vocab_size=vocab,
+                                  n_positions=positions, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def llama(kv_heads: int = 2, device: str = "cpu", **kw) -> torch.nn.Module:
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=kv_heads,
+                                   vocab_size=128, max_position_embeddings=128,
+                                   bos_token_id=0, eos_token_id=0, **kw)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def gpt2_weight_macs(layers: int, d: int, ff: int) -> int:
+    """Per token and layer: c_attn d x 3d, c_proj d x d, c_fc d x ff, mlp c_proj ff x d."""
+    return layers * (d * 3 * d + d * d + 2 * d * ff)
+
+
+def test_gpt2_small_shape_prefill_and_decode_macs(layers=12):
+    # GPT-2 small's width (d=768, ff=3072, vocab 50257) on meta: shapes only, no weights
+    d, ff, vocab, p, n = 768, 3072, 50257, 32, 9
+    model = gpt2(layers, d, 12, vocab, 1024, device="meta")
+    report = profile_generation(model, prompt_len=p, new_tokens=n, timing=False)
+    weights = gpt2_weight_macs(layers, d, ff)
+    # prefill: weights x P tokens + attention QK^T and AV over the full P x P scores per layer
+    # (2 x layers x P^2 x d) + the lm_head for the last position only (generate's
+    # logits_to_keep=1): d x vocab
+    assert report.prefill().totals["macs"] == weights * p + 2 * layers * p * p * d + d * vocab
+    # decode with L tokens cached: weights x 1 token + attention over L + 1 keys
+    # (2 x layers x (L + 1) x d) + lm_head d x vocab
+    for step in report.phases()[1:]:
+        L = step.context
+        assert step.totals["macs"] == weights + 2 * layers * (L + 1) * d + d * vocab
+    assert [s.context for s in report.phases()[1:]] == [p, p + (n - 2) // 2, p + n - 2]
+    # growth per cached token: 2 x layers x d MACs
+    assert report.growth_slopes()["macs_per_token"] == pytest.approx(2 * layers * d)
+
+
+def test_kv_cache_bytes_gpt2_from_the_cache_objects():
+    model = gpt2()
+    report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    kv = report.kv
+    # 2 (K, V) x 2 layers x 4 heads x 16 head_dim x 4 bytes (float32) = 1024 bytes per token
+    assert kv.closed_form_per_token == 2 * 2 * 4 * 16 * 4 == 1024
+    assert kv.per_token_bytes == 1024 and kv.matches_closed_form
+    # the last decode step (context 8 + 4 - 2 = 10) leaves 11 tokens
+    assert kv.tokens == 11 and kv.total_bytes == 11 * 1024
+    assert report.kv_cache()["bytes"].tolist() == [11 * 512, 11 * 512]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])   # MHA, GQA, MQA
+def test_llama_gqa_kv_bytes_and_decode_macs(kv_heads):
+    model = llama(kv_heads)
+    report = profile_generation(model, prompt_len=8, new_tokens=3, timing=False)
+    # 2 x 2 layers x kv_heads x head_dim 16 x 4 bytes
+    assert report.kv.per_token_bytes == 2 * 2 * kv_heads * 16 * 4
+    assert report.kv.matches_closed_form
+    d, ff, layers, vocab = 64, 96, 2, 128
+    # q, o: d x d; k, v: d x kv_heads*16; gate, up, down: 3 x d x ff
+    weights = layers * (2 * d * d + 2 * d * kv_heads * 16 + 3 * d * ff)
+    for step in report.phases()[1:]:
+        # attention over L + 1 keys for all 4 query heads: 2 x layers x (L + 1) x d
+        assert step.totals["macs"] == weights + 2 * layers * (step.context + 1) * d + d * vocab
+
+
+def test_decode_bytes_include_the_cache():
+    report = profile_generation(llama(2), prompt_len=8, new_tokens=6, timing=False)
+    g = report.growth()
+    # a cached token's K and V are 2 x 2 layers x 2 heads x 16 x 4 bytes = 512 bytes; a decode
+    # step reads them twice (DynamicCache's cat copies the cache, the attention reads it) and
+    # writes them once (the cat's new cache)
+    slopes = report.growth_slopes()
+    assert slopes["read_bytes_per_token"] == pytest.approx(2 * 512)
+    assert slopes["write_bytes_per_token"] == pytest.approx(512)
+    assert (g["kv_cache_bytes"].diff().dropna() / g["context"].diff().dropna() == 512).all()
+
+
+def test_static_cache_counts_and_holds_its_capacity():
+    report = profile_generation(llama(2), prompt_len=8, new_tokens=4, cache="static",
+                                timing=False)
+    assert report.kv.allocated and report.kv.matches_closed_form is None
+    # StaticCache is allocated for prompt + new tokens + 1 = 13 tokens: 13 x 512 bytes
+    assert report.kv.total_bytes == 13 * 512
+
+
+def test_without_cache_every_step_recomputes_the_prefix():
+    d, layers, vocab = 64, 2, 128
+    cached = profile_generation(gpt2(), prompt_len=8, new_tokens=4, timing=False)
+    none = profile_generation(gpt2(), prompt_len=8, new_tokens=4, cache=None, timing=False)
+    weights = gpt2_weight_macs(layers, d, 4 * d)
+    for step in none.phases()[1:]:
+        t = step.context + 1    # the whole sequence again: t x weights + full t x t attention
+        assert step.totals["macs"] == weights * t + 2 * layers * t * t * d + d * vocab
+        assert step.kv is None
+    assert none.decode().totals["macs"] > cached.decode().totals["macs"]
+
+
+def test_moe_active_params_and_tokens_per_expert():
+    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     num_local_experts=4, num_experts_per_tok=2,
+                                     vocab_size=128, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(cfg).eval()
+    report = profile_generation(model, prompt_len=10, new_tokens=2, timing=False)
+    moe = report.moe
+    total = sum(p.numel() for p in model.parameters())
+    # per layer the experts hold 4 x (gate_up 2*32*64 + down 64*32) = 24576; a token uses 2
+    # of 4, so half of them is inactive: 2 layers x 12288
+    assert [lay.expert_params for lay in moe.layers] == [24576, 24576]
+    assert moe.total_params == total and moe.active_params == total - 2 * 12288
+    # 10 prompt tokens x top-2 = 20 routings per layer
+    assert [int(lay.tokens_per_expert.sum()) for lay in moe.layers] == [20, 20]
+    assert moe.tokens_per_expert().shape == (2, 4)
+
+
+def test_llama_70b_shape_on_meta_is_fast_and_bounded():
+    import time
+    cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
+                                   num_hidden_layers=80, num_attention_heads=64,
+                                   num_key_value_heads=8, vocab_size=128256,
+                                   max_position_embeddings=8192)
+    t0 = time.perf_counter()
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    report = profile_generation(model, prompt_len=8064, new_tokens=128, timing=False,
+                                contexts=[8190], target="H100 SXM")
+    took = time.perf_counter() - t0
+    # KV per token: 2 x 80 layers x 8 kv heads x 128 x 2 bytes = 327,680
+    assert report.kv.per_token_bytes == closed_form_kv_per_token(cfg, torch.bfloat16) == 327680
+    decode = report.decode(8190)
+    # weights: 80 x (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672) + lm_head 8192 x 128256
+    weights = 80 * (2 * 8192 ** 2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) + 8192 * 128256
+    assert decode.totals["macs"] == weights + 2 * 80 * 8191 * 8192
+    table = report.phase_table()
+    assert (table["bound_ms"] > 0).all()
+    # a decode step at batch 1 is memory bound: at least the weights' bytes over 3.35 TB/s
+    assert table.iloc[-1]["bound_ms"] >= weights * 2 / 3.35e12 * 1e3
+    assert table.iloc[-1]["memory_bound_share"] > 0.9
+    assert took < 20          # the issue's figure (10 s) is checked by the benchmark alone
+
+
+def test_model_and_config_come_back_untouched():
+    model = gpt2()
+    state = copy.deepcopy(model.state_dict())
+    use_cache, gen = model.config.use_cache, model.generation_config.to_dict()
+    report = profile_generation(model, prompt_len=6, new_tokens=3, repeat=2, warmup=1,
+                                layer_timing=False, warn=False)
+    assert isinstance(report, GenerationReport)
+    assert model.config.use_cache == use_cache and model.generation_config.to_dict() == gen
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert not model.training or model.training  # flag unchanged below
+    model.train()
+    profile_generation(model, prompt_len=6, new_tokens=2, timing=False)
+    assert model.training
+
+
+class _NoCacheLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16)
+        self.generation_config = transformers.GenerationConfig()
+        self.lin = torch.nn.Linear(8, 16)
+
+    def forward(self, input_ids, use_cache=False):
+        return self.lin(torch.zeros(*input_ids.shape, 8))
+
+    def generate(self, *a, **k):
+        raise AssertionError("not reached")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(new_tokens=0), "new_tokens=0"),
+    (dict(prompt_len=300), "prompt_len=300"),
+    (dict(prompt_len=250, new_tokens=10), "exceeds the model's 256 positions"),
+    (dict(batch_size=[1, 0]), "batch_size"),
+    (dict(cache="paged"), "cache='paged'"),
+    (dict(target="Z9000"), "target='Z9000'"),
+    (dict(device="meta", timing=True), "device='meta' has no clock"),
+])
+def test_bad_input_names_the_value(kwargs, match):
+    args = dict(prompt_len=8, new_tokens=4, timing=False) | kwargs
+    with pytest.raises(ModelProfError, match=match.replace("(", r"\(")):
+        profile_generation(gpt2(), **args)
+
+
+def test_a_model_without_cache_support_asked_to_use_one():
+    with pytest.raises(ModelProfError, match="takes no past_key_values"):
+        profile_generation(_NoCacheLM(), prompt_len=4, new_tokens=2, timing=False)
+
+
+def test_step_function_returning_the_wrong_thing():
+    model = gpt2()
+    with pytest.raises(ModelProfError, match="must return \\(logits, cache\\)"):
+        profile_generation(model, step=lambda tokens, cache: model(tokens).logits,
+                           prompt_len=4, new_tokens=2, timing=False)
+    with pytest.raises(ModelProfError, match="returned logits"):
+        profile_generation(model, step=lambda tokens, cache: ("no", cache), prompt_len=4,
+                           new_tokens=2, repeat=1, warmup=0, layer_timing=False)
+    with pytest.raises(ModelProfError, match="not a HuggingFace causal LM"):
+        profile_generation(torch.nn.Linear(2, 2), prompt_len=4, new_tokens=2, timing=False)
+
+
+def test_step_function_counts_like_the_hf_model():
+    model = gpt2()
+
+    def step(tokens, cache):
+        out = model(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits, out.past_key_values
+    via_step = profile_generation(model, step=step, prompt_len=8, new_tokens=4, timing=False)
+    via_hf = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    for a, b in zip(via_step.phases(), via_hf.phases()):
+        assert a.totals["macs"] == b.totals["macs"]
+    # the step's module is the root; the model's rows sit under "model."
+    assert "model.transformer.h.0.attn" in set(via_step.to_dataframe()["module"])
