@@ -1,0 +1,160 @@
+"""Measured generation against known durations: a fake language model whose step spins
+``a + b x L`` ms (busy-wait on perf_counter, no tensor op), read back as TTFT, TPOT and the
+slope b, each against a plain loop over the same step in the same process (never against an
+absolute duration: a loaded machine stretches both alike).
+
+A spin can only be lengthened (preempted), never shortened, so on this shared 2-core machine the
+fastest reading of a step is its best estimate: the read-backs compare minima over the runs,
+and the reported medians are checked against their own stated intervals."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from modelprof import profile_generation
+from modelprof.timing.measurement import DriftWarning
+
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+
+A_MS, B_MS, VOCAB = 0.5, 0.05, 8
+
+
+def spin(ms: float) -> None:
+    end = time.perf_counter_ns() + int(ms * 1e6)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+class SpinBlock(nn.Module):
+    """Spins ``a + b x length`` ms: the cost of a step that attends to ``length`` tokens."""
+
+    def __init__(self, a_ms: float, b_ms: float) -> None:
+        super().__init__()
+        self.a_ms, self.b_ms = a_ms, b_ms
+        self.extra_ms = 0.0               # raised between generations to make a drift
+
+    def forward(self, tokens: torch.Tensor, length: int) -> torch.Tensor:
+        spin(self.a_ms + self.extra_ms + self.b_ms * length)
+        return tokens
+
+
+class FakeLM(nn.Module):
+    def __init__(self, a_ms: float = A_MS, b_ms: float = B_MS) -> None:
+        super().__init__()
+        self.block = SpinBlock(a_ms, b_ms)
+        self.register_buffer("logits", torch.zeros(8, 64, VOCAB))
+
+    def forward(self, tokens: torch.Tensor, cached: int) -> torch.Tensor:
+        self.block(tokens, cached + tokens.shape[1])
+        return self.logits[: tokens.shape[0], : tokens.shape[1]]
+
+
+def make_step(lm: FakeLM):
+    def step(tokens, cache):
+        cached = 0 if cache is None else cache      # the cache is the number of tokens in it
+        return lm(tokens, cached), cached + tokens.shape[1]
+    return step
+
+
+def plain_loop(step, prompt_len: int, new_tokens: int, runs: int) -> tuple[np.ndarray, np.ndarray]:
+    """TTFT and every decode step's ms, by a plain loop over the same step."""
+    ttft, steps = [], []
+    for _ in range(runs):
+        prompt = torch.zeros(1, prompt_len, dtype=torch.long)
+        t0 = time.perf_counter_ns()
+        logits, cache = step(prompt, None)
+        tok = logits[:, -1].argmax(-1, keepdim=True)
+        t1 = time.perf_counter_ns()
+        ttft.append((t1 - t0) / 1e6)
+        row = []
+        for _ in range(new_tokens - 1):
+            t0 = time.perf_counter_ns()
+            logits, cache = step(tok, cache)
+            tok = logits[:, -1].argmax(-1, keepdim=True)
+            row.append((time.perf_counter_ns() - t0) / 1e6)
+        steps.append(row)
+    return np.asarray(ttft), np.asarray(steps)
+
+
+def test_ttft_tpot_and_slope_read_back_against_a_plain_loop():
+    lm = FakeLM()
+    step = make_step(lm)
+    p, n, runs = 8, 16, 12
+    report = profile_generation(lm, step=step, prompt_len=p, new_tokens=n, repeat=runs,
+                                warmup=1, layer_timing=False)
+    ttft_plain, steps_plain = plain_loop(step, p, n, runs=runs)
+    t = report.timing
+    assert t.end_to_end.n == runs and t.step_ms.shape == (runs, n - 1)
+    # prefill spins a + b x P = 0.9 ms, decode at L spins a + b x (L + 1): 0.95 .. 1.65 ms
+    assert t.ttft.min_ms == pytest.approx(ttft_plain.min(), rel=0.1)
+    fastest, fastest_plain = t.step_ms.min(axis=0), steps_plain.min(axis=0)
+    assert float(np.median(fastest / fastest_plain)) == pytest.approx(1.0, abs=0.1)
+    contexts = p + np.arange(n - 1)
+    assert t.contexts.tolist() == contexts.tolist()
+    # the spins grow by b = 0.05 ms per cached token: read back from both loops' fastest steps
+    plain_b = np.polyfit(contexts, fastest_plain, 1)[0]
+    assert np.polyfit(contexts, fastest, 1)[0] == pytest.approx(plain_b, rel=0.2)
+    # the reported slope (of per-context medians) holds it within its stated interval (or 30 %)
+    slope = t.step_slope
+    half = max((slope.ci_high - slope.ci_low) / 2, 0.3 * plain_b)
+    assert abs(slope.ms_per_token - plain_b) <= half
+    lo, hi = t.tpot.median_ci_ms
+    assert lo <= t.tpot.median_ms <= hi
+    # rates follow from the medians: 1000 / TPOT per sequence; n tokens per end-to-end run
+    assert t.tokens_per_s == pytest.approx(1e3 / t.tpot.median_ms)
+    assert t.end_to_end_tokens_per_s == pytest.approx(n / (t.end_to_end.median_ms / 1e3))
+    # each generation's end to end holds its TTFT and its steps
+    ttft = np.asarray(report.timing.ttft.samples_ms)
+    assert (t.end_to_end.samples_ms >= ttft + t.step_ms.sum(axis=1)).all()
+
+
+def test_per_layer_decode_time_at_each_context():
+    lm = FakeLM()
+    step = make_step(lm)
+    report = profile_generation(lm, step=step, prompt_len=8, new_tokens=41, repeat=12,
+                                warmup=1, contexts=[8, 47], budget_s=1.0)
+    _, steps_plain = plain_loop(step, 8, 41, runs=8)
+    fastest = {}
+    for phase, column in ((report.decode(8), 0), (report.decode(47), 39)):
+        # the spinning block's passes at context L against the plain loop's step at L
+        fastest[column] = phase.report.layer_timing.samples[("model.block", 1)].min()
+        assert fastest[column] == pytest.approx(steps_plain[:, column].min(), rel=0.15)
+        row = phase.report.to_dataframe().set_index("module").loc["model.block"]
+        assert row["latency_ms"] >= fastest[column]
+    # 39 tokens apart the step grew by 39 x b = 1.95 ms, as in the plain loop (within 20 %)
+    plain = steps_plain[:, 39].min() - steps_plain[:, 0].min()
+    assert fastest[39] - fastest[0] == pytest.approx(plain, rel=0.2)
+
+
+def test_several_batch_sizes():
+    lm = FakeLM()
+    report = profile_generation(lm, step=make_step(lm), prompt_len=4, new_tokens=4,
+                                batch_size=[1, 4], repeat=3, warmup=1, layer_timing=False)
+    summary = report.summary().set_index("batch_size")
+    assert list(summary.index) == [1, 4]
+    for b in (1, 4):
+        t = report.timings[b]
+        assert t.batch_tokens_per_s == pytest.approx(b * t.tokens_per_s)
+        assert summary.loc[b, "tpot_ms"] == t.tpot.median_ms
+
+
+def test_a_drifting_step_is_flagged():
+    # 30 steps of >= 3 ms: each generation outlasts a 0.1 s sampling block, so every one is
+    # a block of its own and the trend over 8 blocks is seen
+    lm = FakeLM(a_ms=3.0, b_ms=0.0)
+    base = make_step(lm)
+    calls = [0]
+
+    def step(tokens, cache):
+        if cache is None:                  # each new generation runs 25 % slower
+            calls[0] += 1
+            lm.block.extra_ms = 0.25 * calls[0]
+        return base(tokens, cache)
+    with pytest.warns(DriftWarning, match="TPOT"):
+        report = profile_generation(lm, step=step, prompt_len=2, new_tokens=30, repeat=8,
+                                    warmup=0, layer_timing=False)
+    assert not report.timing.tpot.stable and report.timing.tpot.drift_pct > 0
