@@ -166,6 +166,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest batch size to try (default: 1024)")
     t.set_defaults(run=_run_throughput)
     _add_sweep_parser(sub)
+
+    g = sub.add_parser("generate", parents=[common], help="a language model's generation",
+                       description="Profile greedy generation: prefill and decode per layer, "
+                                   "TTFT, TPOT, tokens/s, the KV cache and memory to fit.",
+                       formatter_class=_HelpFormatter)
+    g.add_argument("spec", metavar="SPEC",
+                   help="a transformers config class with overrides "
+                        "(LlamaConfig:hidden_size=256,num_hidden_layers=2), a config.json, or "
+                        "file.py:FACTORY; random weights, nothing downloaded")
+    g.add_argument("--prompt-len", type=int, default=128, metavar="N", help="prompt tokens")
+    g.add_argument("--new-tokens", type=int, default=32, metavar="N",
+                   help="tokens generated, exactly (no stop at EOS)")
+    g.add_argument("--batch-size", dest="batch_sizes", default="1", metavar="LIST",
+                   help="one or more batch sizes, e.g. 1,8")
+    g.add_argument("--cache", default="dynamic", choices=["dynamic", "static", "none"],
+                   help="the KV cache (none: every step recomputes the prefix)")
+    g.add_argument("--contexts", default=None, metavar="LIST",
+                   help="decode contexts to profile per layer (default: first, middle, last "
+                        "step)")
+    g.add_argument("--target", default=None, metavar="DEVICE",
+                   help="roofline lower bound on a datasheet device, e.g. 'H100 SXM'")
+    g.add_argument("--memory", type=float, default=None, metavar="BYTES",
+                   help="also the largest batch and context that fit this many bytes")
+    g.add_argument("--no-timing", action="store_true",
+                   help="count only (the default on --device meta)")
+    g.add_argument("--no-layer-timing", action="store_true",
+                   help="time end to end only (TTFT, TPOT), not each layer")
+    g.set_defaults(run=_run_generate)
     return parser
 
 
@@ -435,6 +463,52 @@ def _run_throughput(ctx: _Context) -> None:
             _write_frame(ctx, curve, stem, caption=f"{name} throughput", env=result.env)
             if "png" in ctx.formats:
                 _save_figure(ctx, plot_throughput(curve, title=f"{name} throughput"), stem)
+
+
+def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ModelProfError(f"{flag} {text!r} must be comma-separated integers") from None
+
+
+def _run_generate(ctx: _Context) -> None:
+    from modelprof.generation import profile_generation
+    from modelprof.generation.specs import load_language_model
+
+    args = ctx.args
+    model, name = load_language_model(args.spec, ctx.device, ctx.dtype)
+    timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
+    report = profile_generation(
+        model, args.prompt_len, args.new_tokens, _int_list_arg("--batch-size", args.batch_sizes),
+        cache=None if args.cache == "none" else args.cache,
+        contexts=_int_list_arg("--contexts", args.contexts), timing=timing,
+        layer_timing=not args.no_layer_timing, target=args.target, progress=ctx.progress,
+        **ctx.timing_options())
+    print(report, file=ctx.stdout)
+    from modelprof.render import to_markdown
+    print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
+    if args.memory is not None and report.memory is not None:
+        mem = report.memory
+        print(f"\nfits {args.memory:,.0f} bytes: batch <= {mem.max_batch(args.memory)} at "
+              f"{mem.context} tokens; context <= {mem.max_context(args.memory)} tokens at batch "
+              f"{mem.batch_size}", file=ctx.stdout)
+    if ctx.out is None:
+        return
+    stem = f"{name}_generation"
+    writers = {"csv": report.to_csv, "md": report.to_markdown, "json": report.to_json}
+    for fmt in ctx.formats:
+        if fmt in writers:
+            ctx.write(ctx.path(stem, fmt), writers[fmt])
+        elif fmt == "png":
+            if timing or report.peaks is not None:
+                _save_figure(ctx, report.plot_decode_growth(), f"{stem}_decode_growth")
+            _save_figure(ctx, report.plot_phase_share(), f"{stem}_phase_share")
+    if report.peaks is not None and "csv" in ctx.formats:
+        ctx.write(ctx.path(f"{stem}_bound", "csv"),
+                  lambda p: report.bound_table().to_csv(p, index=False))
 
 
 def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:

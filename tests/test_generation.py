@@ -234,3 +234,26 @@ def test_step_function_counts_like_the_hf_model():
         assert a.totals["macs"] == b.totals["macs"]
     # the step's module is the root; the model's rows sit under "model."
     assert "model.transformer.h.0.attn" in set(via_step.to_dataframe()["module"])
+
+
+def test_memory_to_fit_and_the_largest_batch_and_context():
+    model = llama(2)
+    report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    mem = report.memory
+    weights = sum(p.numel() for p in model.parameters()) * 4 + \
+        sum(b.numel() * b.element_size() for b in model.buffers())
+    assert mem.weights_bytes == weights
+    # KV at batch 1 and 12 tokens (prompt + new): 12 x 512 bytes
+    assert mem.kv_per_token_bytes == 512 and mem.kv_bytes() == 12 * 512
+    table = mem.table().set_index("phase")
+    act = mem.activation_per_seq_bytes
+    assert table.loc["prefill", "total_bytes"] == weights + 12 * 512 + act["prefill"]
+    assert act["prefill"] > act["decode"] > 0
+    per_seq = 1000 * 512 + max(act.values())
+    budget = weights + 3 * per_seq + 1
+    assert mem.max_batch(budget, context=1000) == 3         # 3 sequences of 1000 tokens fit
+    # batch 2 in the same budget: (budget - weights - 2 x act) / (2 x 512) tokens
+    free = budget - weights - 2 * max(act.values())
+    assert mem.max_context(budget, batch=2) == int(free // (2 * 512))
+    with pytest.raises(ModelProfError, match="memory_bytes=-1"):
+        mem.max_batch(-1)

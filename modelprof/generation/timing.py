@@ -196,8 +196,8 @@ def timing_from(run: _Run, sampled: Any, lm: LanguageModel, spec: GenerationSpec
                            timestamps_s=(sampled.timestamps_s[:, None] + offsets).reshape(-1),
                            **common)
     contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
-    if opts.warn:
-        for m in (e2e, ttft, tpot):
+    if opts.warn:       # a short budget is said once (of the generations); drift and noise each
+        for m in ((e2e,) if e2e.undersampled else (ttft, tpot)):
             if m is not None:
                 m.warn_if_noisy()
     return GenerationTiming(batch, spec.prompt_len, spec.new_tokens, e2e, ttft, tpot, steps,

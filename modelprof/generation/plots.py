@@ -1,0 +1,98 @@
+"""Plots of a ``GenerationReport``: decode time and bytes against the context, and each
+layer's share of the prefill and of a decode step (matplotlib Figures, saved when asked)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from modelprof.report.plots import _figure_class, _save
+
+__all__ = ["layer_shares", "plot_decode_growth", "plot_phase_share"]
+
+
+def plot_decode_growth(report: Any, *, save: str | os.PathLike[str] | None = None,
+                       batch_size: int | None = None) -> Any:
+    """Left: a decode step's time against the context: every measured step of the
+    generations, their per-context median and fitted line, the per-layer passes' step medians,
+    and the roofline bound when there is a target. Right: the bytes a step reads and writes
+    (counted) and the KV cache it leaves."""
+    fig = _figure_class()(figsize=(11.0, 4.0), layout="constrained")
+    ax_t, ax_b = fig.subplots(1, 2)
+    g = report.growth(batch_size)
+    timing = report.timings.get(report._batch(batch_size))
+    if timing is not None and timing.step_ms.size:
+        ctx = np.broadcast_to(timing.contexts, timing.step_ms.shape)
+        ax_t.scatter(ctx.ravel(), timing.step_ms.ravel(), s=6, alpha=0.3, color="0.5",
+                     label="decode steps (generations)")
+        med = np.median(timing.step_ms, axis=0)
+        ax_t.plot(timing.contexts, med, color="tab:blue", label="median per context")
+        slope = timing.step_slope
+        if slope is not None:
+            ax_t.plot(timing.contexts, slope.intercept_ms + slope.ms_per_token * timing.contexts,
+                      "--", color="tab:blue",
+                      label=f"fit: {slope.ms_per_token:.3g} ms per token")
+    if g["latency_ms"].notna().any():
+        ax_t.plot(g["context"], g["latency_ms"], "o", color="tab:orange",
+                  label="per-layer passes (median)")
+    if "bound_ms" in g.columns:
+        ax_t.plot(g["context"], g["bound_ms"], "s-", color="tab:red",
+                  label=f"roofline bound ({report.peaks.device})")
+    ax_t.set_xlabel("context (tokens in the cache)")
+    ax_t.set_ylabel("ms per decode step")
+    ax_t.set_title("Decode step time")
+    ax_b.plot(g["context"], g["read_bytes"] / 1e6, "o-", label="read (counted)")
+    ax_b.plot(g["context"], g["write_bytes"] / 1e6, "o-", label="written (counted)")
+    if g["kv_cache_bytes"].notna().any():
+        ax_b.plot(g["context"], g["kv_cache_bytes"] / 1e6, "s--", label="KV cache after the step")
+    ax_b.set_xlabel("context (tokens in the cache)")
+    ax_b.set_ylabel("MB")
+    ax_b.set_title("Decode step bytes")
+    for ax in (ax_t, ax_b):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    _save(fig, save)
+    return fig
+
+
+def layer_shares(report: Any, batch_size: int | None = None,
+                 column: str | None = None) -> pd.DataFrame:
+    """Each block (the rows at depth 2, e.g. ``model.layers.3``, and the leaves above them:
+    embeddings, final norm, head) as a share of the prefill and of the last decode step, by
+    ``column`` (default: measured latency when timed per layer, else FLOPs)."""
+    phases = {"prefill": report.prefill(batch_size), "decode": report.decode(batch_size=batch_size)}
+    timed = all(p.report.latency is not None for p in phases.values())
+    column = column or ("latency_ms" if timed else "flops")
+    out = {}
+    for name, phase in phases.items():
+        df = phase.report.to_dataframe()
+        keep = (df["depth"] == 2) | (df["leaf"] & (df["depth"] < 2))
+        rows = df[keep].groupby("module", sort=False)[column].sum()
+        total = rows.sum()
+        out[name] = rows / total if total else rows * np.nan
+    shares = pd.DataFrame(out).fillna(0.0)
+    shares.attrs["column"] = column
+    return shares
+
+
+def plot_phase_share(report: Any, *, save: str | os.PathLike[str] | None = None,
+                     batch_size: int | None = None, column: str | None = None) -> Any:
+    """Grouped bars: each block's share of the prefill beside its share of a decode step."""
+    shares = layer_shares(report, batch_size, column)
+    n = len(shares)
+    fig = _figure_class()(figsize=(8.0, max(2.5, 0.35 * n + 1.2)), layout="constrained")
+    ax = fig.add_subplot()
+    y = np.arange(n)
+    ax.barh(y - 0.2, shares["prefill"] * 100, height=0.4, label="prefill")
+    ax.barh(y + 0.2, shares["decode"] * 100, height=0.4, label="decode")
+    ax.set_yticks(y, [m or "(root)" for m in shares.index])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"share of the phase's {shares.attrs['column']} (%)")
+    ax.set_title("Prefill vs decode, per layer")
+    ax.legend()
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, save)
+    return fig

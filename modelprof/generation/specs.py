@@ -1,0 +1,103 @@
+"""Language models from a command-line SPEC, never downloading weights: a transformers config
+class with overrides (``LlamaConfig:hidden_size=256,num_hidden_layers=2``), a ``config.json``
+path, or a factory in a Python file (``my_lm.py:build``). Config-built models get random weights,
+made directly on the device asked (``meta``: no memory at all)."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["load_language_model", "parse_overrides"]
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """``"a=1,b=x,c=[1, 2]"`` -> ``{"a": 1, "b": "x", "c": [1, 2]}`` (Python literals, else
+    strings); commas inside brackets stay inside their value."""
+    out: dict[str, Any] = {}
+    depth, item, items = 0, "", []
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            items.append(item)
+            item = ""
+        else:
+            item += ch
+    items.append(item)
+    for part in filter(None, (i.strip() for i in items)):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ModelProfError(f"override {part!r} must be NAME=VALUE (e.g. num_hidden_layers=2)")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _config(spec: str) -> Any:
+    """A transformers config from ``Class[:overrides]`` or a ``.json`` path; None otherwise."""
+    try:
+        import transformers
+    except ImportError as e:
+        raise ModelProfError(f"SPEC {spec!r} needs transformers: pip install transformers") from e
+    if spec.endswith(".json"):
+        path = Path(spec)
+        if not path.is_file():
+            raise ModelProfError(f"SPEC {spec!r}: no such config file")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ModelProfError(f"SPEC {spec!r} is not valid JSON: {e}") from e
+        kind = data.pop("model_type", None)
+        if kind is None:
+            raise ModelProfError(f"SPEC {spec!r} has no 'model_type' (e.g. \"llama\")")
+        try:
+            return transformers.AutoConfig.for_model(kind, **data)
+        except ValueError as e:
+            raise ModelProfError(f"SPEC {spec!r}: model_type {kind!r} is unknown to "
+                                 f"transformers {transformers.__version__}") from e
+    name, _, overrides = spec.partition(":")
+    if not name.endswith("Config"):
+        return None
+    cls = getattr(transformers, name, None)
+    if cls is None:
+        raise ModelProfError(f"SPEC {spec!r}: transformers has no {name} "
+                             f"(version {transformers.__version__})")
+    kwargs = parse_overrides(overrides)
+    known = cls()                      # a config keeps unknown keywords as attributes
+    unknown = [k for k in kwargs if not hasattr(known, k)]
+    if unknown:
+        raise ModelProfError(f"SPEC {spec!r}: {name} has no attribute {unknown[0]!r}")
+    return cls(**kwargs)
+
+
+def load_language_model(spec: str, device: torch.device | None = None,
+                        dtype: torch.dtype | None = None) -> tuple[nn.Module, str]:
+    """The model and a display name for ``spec`` (see the module docstring)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ModelProfError(f"SPEC {spec!r} must be a config class, a config.json or "
+                             "file.py:factory")
+    spec = spec.strip()
+    config = _config(spec)
+    if config is None:
+        from modelprof.models import load_spec
+        model = load_spec(spec).model
+        return (model.to(device=device, dtype=dtype) if device or dtype else model), spec
+    import transformers
+    with torch.device(device or "cpu"):
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        except ValueError as e:
+            raise ModelProfError(f"SPEC {spec!r}: {type(config).__name__} has no causal-LM "
+                                 f"model in transformers ({e})") from e
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.eval(), spec.partition(":")[0].removesuffix("Config") or spec
