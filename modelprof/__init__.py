@@ -10,7 +10,7 @@ from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
 from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
                               NoisyMeasurementWarning)
-from modelprof.generation import GenerationReport, profile_generation
+from modelprof.generation import GenerationReport, compare_generation, profile_generation
 from modelprof.profile import profile
 from modelprof.render.options import ViewOptions
 from modelprof.report.comparison import Comparison
@@ -25,5 +25,5 @@ __version__ = "0.1.0"
 __all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "GenerationReport",
            "Measurement", "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning",
            "Peaks", "Report", "TimingOptions", "ViewOptions", "__version__", "compare",
-           "measure_latencies", "measure_latency", "measure_throughput", "profile",
-           "profile_generation", "register_formula", "sweep"]
+           "compare_generation", "measure_latencies", "measure_latency", "measure_throughput",
+           "profile", "profile_generation", "register_formula", "sweep"]

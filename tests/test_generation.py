@@ -257,3 +257,14 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     assert mem.max_context(budget, batch=2) == int(free // (2 * 512))
     with pytest.raises(ModelProfError, match="memory_bytes=-1"):
         mem.max_batch(-1)
+
+
+def test_compare_generation_of_hf_models():
+    from modelprof import compare_generation
+    table = compare_generation({"mha": llama(4), "mqa": llama(1)}, prompt_len=4, new_tokens=3,
+                               repeat=2, warmup=0, warn=False)
+    assert list(table.index) == ["mha", "mqa"]
+    # 2 x 2 layers x kv_heads x 16 x 4 bytes
+    assert table["kv_bytes_per_token"].tolist() == [1024, 256]
+    assert table.loc["mha", "tpot_x"] == pytest.approx(1.0)
+    assert (table["generations"] == 2).all()

@@ -158,3 +158,16 @@ def test_a_drifting_step_is_flagged():
         report = profile_generation(lm, step=step, prompt_len=2, new_tokens=30, repeat=8,
                                     warmup=0, layer_timing=False)
     assert not report.timing.tpot.stable and report.timing.tpot.drift_pct > 0
+
+
+def test_compare_generation_ratios_against_known_spins():
+    from modelprof import compare_generation
+
+    fast, slow = FakeLM(a_ms=0.5, b_ms=0.0), FakeLM(a_ms=1.0, b_ms=0.0)
+    table = compare_generation({"fast": (fast, make_step(fast)), "slow": (slow, make_step(slow))},
+                               prompt_len=4, new_tokens=10, repeat=12, warmup=1)
+    # the slow model spins twice as long per step: TPOT ratio ~2 (its interval says how sure)
+    assert table.loc["slow", "tpot_x"] == pytest.approx(2.0, rel=0.25)
+    assert table.loc["fast", "tpot_x"] == pytest.approx(1.0)
+    assert table.loc["slow", "tpot_x_ci_low"] <= table.loc["slow", "tpot_x"] <= \
+        table.loc["slow", "tpot_x_ci_high"]

@@ -1,0 +1,103 @@
+"""``compare_generation``: several language models generating side by side, measured in
+interleaved rounds (one block of generations of every model per round, in a fresh random order,
+so drift of the machine reaches all alike), with TTFT and TPOT ratios to the first model and
+their 95 % intervals (trimmed mean of the per-round ratios, as ``compare``'s ``latency_x``)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from modelprof.errors import ModelProfError
+from modelprof.generation.lm import language_model
+from modelprof.generation.profile import _placement
+from modelprof.generation.spec import GenerationSpec
+from modelprof.generation.timing import generation_sampler, timing_from
+from modelprof.runtime.execution import model_state
+from modelprof.runtime.guard import preserved_state
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import collect_interleaved, warm_up
+from modelprof.timing.stats import block_medians, paired_ratio
+
+__all__ = ["compare_generation"]
+
+
+def compare_generation(models: Mapping[str, Any], prompt_len: int = 128, new_tokens: int = 32,
+                       batch_size: int = 1, *, cache: Any = "dynamic", seed: int = 0,
+                       options: TimingOptions | None = None,
+                       **timing_options: Any) -> pd.DataFrame:
+    """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
+    decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
+    with ``*_ci_low``/``*_ci_high``. ``models`` maps names to HuggingFace causal LMs."""
+    if not isinstance(models, Mapping) or len(models) < 1:
+        raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
+    opts = TimingOptions.parse(options, **timing_options)
+    lms, runs, ests, guards = [], [], [], []
+    for name, value in models.items():
+        model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+        dev, dt = _placement(model, None, None)
+        config = getattr(model, "config", None)
+        from modelprof.generation.cache import closed_form_kv_per_token, model_dims
+        spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, None, cache,
+                                    model_dims(config)["max_positions"] if config else None)
+        lm = language_model(model, step, spec.cache, dev, dt)
+        lms.append((name, lm, spec, closed_form_kv_per_token(config, dt) if config else None))
+        guards.append(preserved_state(model))
+    with _all(guards), _all([model_state(lm.root, True) for _, lm, _, _ in lms]), \
+            torch.no_grad():
+        for _, lm, spec, _ in lms:
+            run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
+            _, est = warm_up(run, opts.warmup, False, run.sync)
+            run.clear()
+            runs.append(run)
+            ests.append(est)
+        rng = np.random.default_rng(opts.seed)
+        sampled = collect_interleaved([r.block for r in runs], opts.stop, ests, rng=rng)
+    timings = [timing_from(run, s, lm, spec, batch_size, opts, 0)
+               for run, s, (_, lm, spec, _) in zip(runs, sampled, lms)]
+    return _table(lms, timings, opts.stop.confidence)
+
+
+def _round_medians(timing: Any, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    m = timing.ttft if kind == "ttft" else timing.tpot
+    return block_medians(m.samples_ms, m.blocks)
+
+
+def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
+    rows = []
+    base = timings[0]
+    for (name, lm, spec, kv), t in zip(lms, timings):
+        row = {"model": name, **{k: v for k, v in t.summary().items()
+                                 if k not in ("prompt_len", "new_tokens")},
+               "kv_bytes_per_token": kv}
+        for kind in ("ttft", "tpot"):
+            if getattr(t, kind) is None:
+                continue
+            ids, med = _round_medians(t, kind)
+            base_ids, base_med = _round_medians(base, kind)
+            common = np.intersect1d(ids, base_ids)
+            num = med[np.isin(ids, common)]
+            den = base_med[np.isin(base_ids, common)]
+            ratio, lo, hi = paired_ratio(num, den, confidence)
+            row.update({f"{kind}_x": ratio, f"{kind}_x_ci_low": lo, f"{kind}_x_ci_high": hi})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("model")
+
+
+class _all:
+    """Enter several context managers, leave them in reverse order."""
+
+    def __init__(self, managers: list) -> None:
+        self.managers = managers
+
+    def __enter__(self) -> None:
+        import contextlib
+        self.stack = contextlib.ExitStack()
+        for m in self.managers:
+            self.stack.enter_context(m)
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.stack.__exit__(*exc)
