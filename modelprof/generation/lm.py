@@ -72,6 +72,7 @@ class LanguageModel:
         self.model, self.user_step, self.cache = model, step, cache
         self.device, self.dtype = device, dtype
         self.hf = step is None and is_hf_causal_lm(model)
+        self.runs_as_is = _runs_as_is(model, device, dtype)
         self.config = getattr(model, "config", None)
         self.root: nn.Module = model if self.hf else StepModule(step, model)
         self.name = type(model).__name__ if step is None else \
@@ -188,6 +189,14 @@ class LanguageModel:
         if made != new_tokens or streamer.tokens != new_tokens:
             raise ModelProfError(f"{self.name}.generate made {made} tokens where "
                                  f"new_tokens={new_tokens} were asked")
+
+
+def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the model's own tensors are on ``device`` in ``dtype`` (or it has none)."""
+    first = next(iter(model.parameters()), None) if model is not None else None
+    if first is None:
+        return True
+    return first.device.type == device.type and first.dtype == dtype
 
 
 class _Streamer:

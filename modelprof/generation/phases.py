@@ -100,6 +100,18 @@ class _Counter:
         phase.kv = self._kv(self.cache, self.length)
         return phase, mi, restore
 
+    def _grow(self, length: int) -> None:
+        """Extend the cache by ``length`` tokens, uncounted where the model runs as it is (the
+        counter's dispatch is most of a counted forward's cost); counted otherwise (a model
+        counted on another device or dtype runs only inside the counting pass)."""
+        if not self.lm.runs_as_is:
+            self._extend(length)
+            return
+        cache = self.cache if self.cache is not None else \
+            self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        _, self.cache = self.lm.step(self.lm.tokens(self.batch, length, self.gen), cache)
+        self.length += length
+
     def prefill(self) -> Phase:
         self.cache, self.length = None, 0
         phase, mi, restore = self._extend(self.spec.prompt_len)
@@ -122,7 +134,7 @@ class _Counter:
         if context < self.length:           # a context before the current one: start again
             self.cache, self.length = None, 0
         if context > self.length:
-            self._extend(context - self.length)    # build the cache up to L (not reported)
+            self._grow(context - self.length)      # build the cache up to L (not reported)
         restore = cache_snapshot(self.cache)
         tokens = lm.tokens(self.batch, 1, self.gen)
         phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
