@@ -273,9 +273,108 @@ COMPARE = _cells(
     """),
 )
 
+GENERATION = _cells(
+    ("md", """
+        # Profiling generation
+
+        A language model runs token by token: a prefill over the prompt, then one decode step
+        per new token against a KV cache that grows. `profile_generation` counts both phases
+        per layer, measures TTFT and TPOT over whole `generate()` runs, reads the KV cache from
+        the cache objects and bounds every phase on a datasheet device. Two tiny Llama configs
+        with random weights keep this quick on a CPU: nothing is downloaded.
+    """),
+    ("code", """
+        %matplotlib inline
+        import os
+
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from modelprof import compare_generation, profile_generation
+
+        os.makedirs("out", exist_ok=True)
+        torch.manual_seed(0)
+
+
+        def llama(kv_heads):
+            config = LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=kv_heads,
+                                 vocab_size=1000, max_position_embeddings=512)
+            return LlamaForCausalLM(config).eval()
+
+
+        gqa = llama(kv_heads=1)
+    """),
+    ("md", """
+        One call: a 32-token prompt, 12 new tokens, batch sizes 1 and 4. `budget_s` bounds
+        each measurement; `target` adds the H100 roofline **bound** (never a measurement).
+    """),
+    ("code", """
+        report = profile_generation(gqa, prompt_len=32, new_tokens=12, batch_size=[1, 4],
+                                    target="H100 SXM", budget_s=0.3)
+        report
+    """),
+    ("md", """
+        ## Phases
+
+        The prefill and a decode step at three contexts (first, middle, last step): counted
+        totals, the KV cache after the step, the measured step (per-layer passes) and the
+        bound. A decode step's MACs grow by `2 x layers x hidden` per cached token.
+    """),
+    ("code", """
+        report.phase_table()
+    """),
+    ("code", """
+        report.growth_slopes()
+    """),
+    ("md", """
+        Every phase has `profile`'s per-layer table, under `phase` and `context` columns.
+    """),
+    ("code", """
+        df = report.to_dataframe()
+        df[df["leaf"] & (df["phase"] == "decode")].sort_values("read_bytes", ascending=False).head(8)
+    """),
+    ("code", """
+        report.plot_decode_growth(save="out/decode_growth.png");
+        report.plot_phase_share(save="out/phase_share.png");
+    """),
+    ("md", """
+        ## TTFT, TPOT, tokens/s; memory to fit
+
+        Medians with their 95 % intervals, whether the run drifted, and tokens per second per
+        sequence and for the batch.
+    """),
+    ("code", """
+        report.summary()[["batch_size", "ttft_ms", "ttft_ci_low_ms", "ttft_ci_high_ms",
+                          "tpot_ms", "tpot_stable", "batch_tokens_per_s"]]
+    """),
+    ("code", """
+        print(report.kv.per_token_bytes, "bytes of KV cache per token")
+        print(report.memory.table())
+        print("batch that fits 1 GB at 512 tokens:", report.memory.max_batch(1e9, context=512))
+    """),
+    ("md", """
+        ## GQA against MHA
+
+        Measured in interleaved rounds; `tpot_x` is the ratio to the first model, with its
+        interval.
+    """),
+    ("code", """
+        table = compare_generation({"gqa (1 KV head)": gqa, "mha (4 KV heads)": llama(4)},
+                                   prompt_len=32, new_tokens=8, budget_s=0.3)
+        table[["ttft_ms", "tpot_ms", "tpot_x", "tpot_x_ci_low", "tpot_x_ci_high",
+               "kv_bytes_per_token"]]
+    """),
+    ("code", """
+        report.to_markdown("out/generation.md")
+        report.to_csv("out/generation.csv")
+    """),
+)
+
 NOTEBOOKS: dict[str, list[nbformat.NotebookNode]] = {
     "quickstart.ipynb": QUICKSTART,
     "compare_architectures.ipynb": COMPARE,
+    "generation.ipynb": GENERATION,
 }
 
 

@@ -14,7 +14,8 @@ NOTEBOOKS = ROOT / "notebooks"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["quickstart.ipynb", "compare_architectures.ipynb"])
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "compare_architectures.ipynb",
+                                  "generation.ipynb"])
 def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The kernel is a fresh process: let it import this checkout even when not pip-installed.
     path = os.environ.get("PYTHONPATH")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.forward import analyze
-from modelprof.generation.cache import KVCacheInfo, cache_snapshot, kv_info
+from modelprof.generation.cache import KVCacheInfo, cache_snapshot, check_rewound, kv_info
 from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Report
@@ -140,6 +140,7 @@ class _Counter:
         phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
         phase.kv = self._kv(_cache_of(lm, mi), context + 1)
         restore()
+        check_rewound(self.cache, context, lm.name)
         if self.opts is not None:
             time_phase(lm, phase, mi, restore, self.opts)
         return phase
