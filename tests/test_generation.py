@@ -268,3 +268,33 @@ def test_compare_generation_of_hf_models():
     assert table["kv_bytes_per_token"].tolist() == [1024, 256]
     assert table.loc["mha", "tpot_x"] == pytest.approx(1.0)
     assert (table["generations"] == 2).all()
+
+
+@pytest.mark.parametrize("cache", ["static", None])
+def test_hf_caches_are_timed_per_layer_at_a_fixed_context(cache):
+    model = llama(2)
+    report = profile_generation(model, prompt_len=6, new_tokens=4, cache=cache, repeat=2,
+                                warmup=0, warn=False)
+    for phase in report.phases():
+        df = phase.report.to_dataframe().set_index("module")
+        assert df.loc["model.layers.0.self_attn", "latency_ms"] > 0
+        assert phase.report.layer_timing.n == 2
+    assert report.timing.step_ms.shape == (2, 3)
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_cache_snapshot_puts_a_cache_back_after_each_step(kind):
+    from modelprof.generation.cache import cache_snapshot
+    model = llama(2)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=12) if kind == "static" \
+        else transformers.DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=torch.zeros(1, 8, dtype=torch.long), past_key_values=cache,
+              use_cache=True)
+        restore = cache_snapshot(cache)
+        for _ in range(20):      # 20 steps: a static cache of 12 would overflow unrestored
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache,
+                  use_cache=True)
+            assert int(cache.get_seq_length()) == 9
+            restore()
+            assert int(cache.get_seq_length()) == 8

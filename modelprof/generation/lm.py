@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -230,6 +229,3 @@ def language_model(model: Any, step: Any, cache: CacheMode, device: Any,
                              "(logits, cache) for any other model")
     return LanguageModel(model, step, cache, device, dtype)
 
-
-def now_ns() -> int:
-    return time.perf_counter_ns()

@@ -2,7 +2,7 @@
 measured end to end, its KV cache and memory, and bounded on a named device."""
 from __future__ import annotations
 
-import copy
+import contextlib
 from typing import Any
 
 import torch
@@ -66,7 +66,7 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
     if timing:
         _check_runnable(model, dev, dt)
     saved = _config_state(model)
-    guard = preserved_state(model) if model is not None else _nothing()
+    guard = preserved_state(model) if model is not None else contextlib.nullcontext()
     with guard, model_state(lm.root, eval_mode=True), torch.no_grad(), \
             torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         report = _run(lm, spec, opts, timing, layer_timing, peaks, seed)
@@ -146,10 +146,3 @@ def _check_config(model: Any, saved: Any) -> None:
                              "while profiling generation (modelprof never writes them; was it "
                              "changed by another thread?)")
 
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
