@@ -173,7 +173,12 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--budget", type=float, default=10.0)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: on a shared 2-core VM two OpenMP threads "
+                         "contend with the other load; a 16-token generate of a 2-layer model "
+                         "took 11 s with 2 threads and 0.32 s with 1)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     results: dict = {"torch": torch.__version__, "transformers": transformers.__version__,
                      "threads": torch.get_num_threads()}
     if args.part in ("all", "meta70b"):

@@ -99,7 +99,8 @@ class GenerationReport:
 
     def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """One row per phase: counted totals, KV bytes after it, measured median (per-layer
-        passes' plain runs) and, with a target, the bound beside it."""
+        passes' plain runs), the per-layer instrument's cost (instrumented / plain pass) and,
+        with a target, the bound beside it."""
         rows = []
         for p in self.phases(batch_size):
             t = p.totals
@@ -109,7 +110,9 @@ class GenerationReport:
                    "write_bytes": t["write_bytes"],
                    "kv_cache_bytes": p.kv.total_bytes if p.kv is not None else float("nan"),
                    "latency_ms": p.report.latency.median_ms if p.report.latency is not None
-                   else float("nan")}
+                   else float("nan"),
+                   "instrumentation_overhead": p.report.instrumentation_overhead
+                   if p.report.instrumentation_overhead is not None else float("nan")}
             if self.peaks is not None:
                 row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
             rows.append(row)
