@@ -143,21 +143,23 @@ def test_several_batch_sizes():
 
 
 def test_a_drifting_step_is_flagged():
-    # 30 steps of >= 3 ms: each generation outlasts a 0.1 s sampling block, so every one is
-    # a block of its own and the trend over 8 blocks is seen
-    lm = FakeLM(a_ms=3.0, b_ms=0.0)
+    # 12 steps of >= 9 ms: each generation outlasts a 0.1 s sampling block, so every one is a
+    # block of its own; each generation's steps are 4 ms slower than the last, a trend no
+    # preemption on a loaded machine (a few ms now and then) can hide over 10 blocks
+    lm = FakeLM(a_ms=9.0, b_ms=0.0)
     base = make_step(lm)
     calls = [0]
 
     def step(tokens, cache):
-        if cache is None:                  # each new generation runs 25 % slower
+        if cache is None:                  # a new generation
             calls[0] += 1
-            lm.block.extra_ms = 0.25 * calls[0]
+            lm.block.extra_ms = 4.0 * calls[0]
         return base(tokens, cache)
     with pytest.warns(DriftWarning, match="TPOT"):
-        report = profile_generation(lm, step=step, prompt_len=2, new_tokens=30, repeat=8,
+        report = profile_generation(lm, step=step, prompt_len=2, new_tokens=12, repeat=10,
                                     warmup=0, layer_timing=False)
-    assert not report.timing.tpot.stable and report.timing.tpot.drift_pct > 0
+    tpot = report.timing.tpot
+    assert tpot.n_blocks == 10 and not tpot.stable and tpot.drift_pct > 0
 
 
 def test_compare_generation_ratios_against_known_spins():

@@ -16,10 +16,12 @@ LAYERS = [
     {"modelprof.runtime"},
     {"modelprof.counting"},
     {"modelprof.timing"},
-    {"modelprof.step", "modelprof.generation", "modelprof.distributed"},
+    {"modelprof.step", "modelprof.distributed"},
     {"modelprof.render"},
     {"modelprof.report"},
-    {"modelprof.models", "modelprof.profile", "modelprof.compare", "modelprof.sweep"},
+    # generation builds a Report per phase (as profile does) and loads models for its CLI
+    {"modelprof.models", "modelprof.profile", "modelprof.compare", "modelprof.sweep",
+     "modelprof.generation"},
     {"modelprof", "modelprof.cli", "modelprof.__main__"},
 ]
 

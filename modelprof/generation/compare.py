@@ -13,7 +13,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.generation.lm import language_model
-from modelprof.generation.profile import _placement
+from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.runtime.execution import model_state
@@ -38,7 +38,7 @@ def compare_generation(models: Mapping[str, Any], prompt_len: int = 128, new_tok
     lms, runs, ests, guards = [], [], [], []
     for name, value in models.items():
         model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
-        dev, dt = _placement(model, None, None)
+        dev, dt = model_device_dtype(model, None, None)
         config = getattr(model, "config", None)
         from modelprof.generation.cache import closed_form_kv_per_token, model_dims
         spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, None, cache,

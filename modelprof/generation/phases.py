@@ -20,10 +20,11 @@ from modelprof.counting.forward import analyze
 from modelprof.generation.cache import KVCacheInfo, cache_snapshot, check_rewound, kv_info
 from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
-from modelprof.report.report import Report
-from modelprof.report.rows import Row, build_rows
+from modelprof.report.report import Counts, Report, RunInfo, TimingResult
+from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
+from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 
 __all__ = ["Phase", "count_phases", "time_phase"]
@@ -41,6 +42,7 @@ class Phase:
     report: Report
     kv: KVCacheInfo | None = None        # the cache after this step
     records: list[Any] = dataclasses.field(default_factory=list, repr=False)
+    counts: Counts | None = dataclasses.field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -79,14 +81,13 @@ class _Counter:
                what: str) -> tuple[Phase, ModelInputs]:
         mi = self.lm.inputs(tokens, cache)
         result = analyze(self.lm.root, mi, dtype_requested=self.lm.dtype)
-        report = Report(build_rows(result.records), model_name=f"{self.lm.name} {what}",
-                        input_shape=mi.shapes(), batch_size=self.batch,
-                        device=str(self.lm.device),
-                        dtype=str(self.lm.dtype).removeprefix("torch."),
-                        unsupported=result.unsupported, by_op=result.by_op,
-                        model_params=result.model_params)
+        run = RunInfo(model_name=f"{self.lm.name} {what}", input_shape=mi.shapes(),
+                      batch_size=self.batch, device=str(self.lm.device),
+                      dtype=str(self.lm.dtype).removeprefix("torch."))
+        counts = Counts(result.unsupported, result.by_op, result.model_params)
+        report = Report(build_rows(result.records), run, counts)
         return Phase(phase, context, int(tokens.shape[1]), self.batch, report,
-                     records=result.records), mi
+                     records=result.records, counts=counts), mi
 
     def _extend(self, length: int) -> tuple[Phase, ModelInputs, Any]:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
@@ -173,41 +174,21 @@ def count_phases(lm: LanguageModel, spec: GenerationSpec, batch: int, seed: int 
 def time_phase(lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any,
                opts: TimingOptions) -> None:
     """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back by ``restore``
-    after each pass), joined into the phase's rows; ``report.latency`` is the plain passes
-    interleaved with the instrumented ones."""
+    after each pass), joined into the phase's rows; the report's ``latency`` is the plain
+    passes interleaved with the instrumented ones."""
     from modelprof.timing.layers import time_layers
     from modelprof.timing.measurement import Measurement
 
     runner = _Rewinding(lm.root, restore)
     layers = time_layers(runner, mi, modules=module_names(lm.root), options=opts)
-    report = phase.report
-    _join(report.rows, phase.records, layers)
     plain = layers.plain_ms if layers.plain_ms is not None and layers.plain_ms.size else \
         layers.passes_ms
-    report.latency = Measurement(plain, device=str(mi.device), batch_size=mi.batch_size,
-                                 label=f"{lm.name} {phase.label} (plain passes)")
-    report.layer_timing = layers
-    report.instrumentation_overhead = layers.overhead(report.latency)
-    leaf = sum(r.latency_ms for r in report.rows if r.leaf and np.isfinite(r.latency_ms))
-    report.coverage = leaf / report.latency.median_ms if report.latency.median_ms > 0 else None
-
-
-def _join(rows: list[Row], records: list[Any], layers: Any) -> None:
-    """Median/std per row from the instrumented passes; a ``(self)`` row is its parent's time
-    less its children's, pass by pass."""
-    samples = layers.samples
-    total = float(np.median(layers.corrected_passes_ms))
-    for row in rows:
-        record = records[row.record]
-        s = samples.get(record.key)
-        if s is None:
-            continue
-        if row.is_self:
-            for c in record.children:
-                child = samples.get(records[c].key)
-                if child is not None:
-                    s = s - child
-            s = np.where(s >= 1e-6, s, 0.0)
-        row.latency_ms = float(np.median(s))
-        row.latency_std_ms = float(s.std(ddof=1)) if s.size > 1 else 0.0
-        row.latency_pct = 100.0 * row.latency_ms / total if total > 0 else float("nan")
+    latency = Measurement(plain, device=str(mi.device), batch_size=mi.batch_size,
+                          label=f"{lm.name} {phase.label} (plain passes)")
+    old = phase.report
+    columns, overhead, coverage = layer_columns(row_keys(old.rows), phase.records, latency,
+                                                layers)
+    run = RunInfo(old.model_name, old.input_shape, old.batch_size, old.device, old.dtype)
+    phase.report = Report(join_rows(old.rows, [columns]), run,
+                          phase.counts,
+                          TimingResult(latency, layers, overhead, coverage))

@@ -8,9 +8,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.report.plots import _figure_class, _save
+from modelprof.errors import ModelProfError
 
 __all__ = ["layer_shares", "plot_decode_growth", "plot_phase_share"]
+
+
+def _figure_class() -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ModelProfError("plotting needs matplotlib: pip install matplotlib") from e
+    return Figure
+
+
+def _save(fig: Any, save: str | os.PathLike[str] | None) -> None:
+    if save is None:
+        return
+    from pathlib import Path
+    path = Path(save)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ModelProfError(f"save={str(save)!r}: the extension must be .png, .svg or .pdf")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format=path.suffix.lower()[1:], bbox_inches="tight", dpi=150)
 
 
 def plot_decode_growth(report: Any, *, save: str | os.PathLike[str] | None = None,

@@ -25,7 +25,7 @@ from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement
 from modelprof.timing.options import TimingOptions
 
-__all__ = ["profile_generation"]
+__all__ = ["model_device_dtype", "profile_generation"]
 
 
 def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
@@ -49,7 +49,7 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
     The model, its config and generation config come back as they went in.
     """
     opts = TimingOptions.parse(options, **timing_options)
-    dev, dt = _placement(model, device, dtype)
+    dev, dt = model_device_dtype(model, device, dtype)
     timing = dev.type != "meta" if timing is None else timing
     if not isinstance(timing, bool) or not isinstance(layer_timing, bool):
         raise ModelProfError(f"timing={timing!r} and layer_timing={layer_timing!r} must be "
@@ -110,7 +110,8 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
                       spec.total_len)
 
 
-def _placement(model: Any, device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
+def model_device_dtype(model: Any, device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
+    """``device``/``dtype`` as asked, else the model's (else CPU and the default dtype)."""
     dev, dt = parse_device(device), parse_dtype(dtype)
     if isinstance(model, nn.Module) and next(iter(model.parameters()), None) is not None:
         m_dev, m_dt = model_placement(model)
