@@ -298,3 +298,21 @@ def test_cache_snapshot_puts_a_cache_back_after_each_step(kind):
             assert int(cache.get_seq_length()) == 9
             restore()
             assert int(cache.get_seq_length()) == 8
+
+
+def test_sliding_window_cache_holds_the_window_and_decode_stops_growing():
+    cfg = transformers.MistralConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     vocab_size=128, sliding_window=4,
+                                     max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(cfg).eval()
+    report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    # each layer keeps sliding_window - 1 = 3 past tokens of 2 x 2 heads x 16 x 4 bytes = 256
+    assert report.kv.per_layer_bytes == (3 * 256, 3 * 256)
+    assert report.kv.closed_form_bytes == 2 * 3 * 256 and report.kv.matches_closed_form
+    # q, o 64 x 64; k, v 64 x 32; mlp 3 x 64 x 96 per layer; lm_head 64 x 128; attention over
+    # the window of 4 keys: 2 x 2 layers x 4 x 64, whatever the context
+    weights = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96) + 64 * 128
+    assert [p.totals["macs"] for p in report.phases()[1:]] == [weights + 2 * 2 * 4 * 64] * 3
+    assert report.growth_slopes()["macs_per_token"] == pytest.approx(0.0, abs=1e-6)

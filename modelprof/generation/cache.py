@@ -3,7 +3,7 @@ checked against, and a snapshot that puts a cache back after a step (to time one
 
 Closed form, per token: ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``;
 ``kv_heads`` is ``num_key_value_heads`` (GQA; 1 for MQA), else ``num_attention_heads`` (MHA).
-A sliding-window layer holds at most ``sliding_window`` tokens. Caches that store something else
+A sliding-window layer holds at most ``sliding_window - 1`` past tokens (transformers' caches). Caches that store something else
 (MLA's compressed latents, quantized caches) are measured from the objects; the closed form is
 then reported as not applicable rather than forced.
 """
@@ -18,7 +18,8 @@ import torch
 from modelprof.errors import ModelProfError
 
 __all__ = ["KVCacheInfo", "cache_layers", "cache_length", "cache_snapshot", "check_rewound",
-           "closed_form_kv_per_token", "dtype_bytes", "kv_info", "model_dims"]
+           "closed_form_kv_bytes", "closed_form_kv_per_token", "dtype_bytes", "kv_info",
+           "model_dims"]
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -54,6 +55,30 @@ def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
     if None in (d["layers"], d["kv_heads"], d["head_dim"]):
         return None
     return 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * dtype_bytes(dtype)
+
+
+def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
+                         batch_size: int) -> int | None:
+    """What a cache of ``tokens`` tokens should hold: the closed form per layer, a
+    sliding-window layer holding at most ``sliding_window - 1`` past tokens (as transformers'
+    sliding caches keep them; the new token completes the window). Layer kinds come from the
+    config's ``layer_types`` (``sliding_attention``, ``full_attention``; others hold none), else
+    every layer slides when ``sliding_window`` is set."""
+    d = model_dims(config)
+    if None in (d["layers"], d["kv_heads"], d["head_dim"]):
+        return None
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    window = d["sliding_window"]
+    kinds = getattr(text, "layer_types", None) or \
+        [("sliding_attention" if window else "full_attention")] * d["layers"]
+    per_token = 2 * d["kv_heads"] * d["head_dim"] * dtype_bytes(dtype) * batch_size
+    total = 0
+    for kind in list(kinds)[: d["layers"]]:
+        if kind == "sliding_attention" and window:
+            total += per_token * min(tokens, window - 1)
+        elif kind in ("full_attention", "chunked_attention"):
+            total += per_token * tokens
+    return total
 
 
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
@@ -97,6 +122,7 @@ class KVCacheInfo:
     batch_size: int
     closed_form_per_token: int | None
     allocated: bool = False        # a preallocated (static) cache: bytes are its capacity
+    closed_form_bytes: int | None = None   # the whole cache, sliding windows included
 
     @property
     def total_bytes(self) -> int:
@@ -109,14 +135,16 @@ class KVCacheInfo:
 
     @property
     def matches_closed_form(self) -> bool | None:
-        if self.closed_form_per_token is None or self.allocated:
+        """The bytes held equal the closed form (None for a static cache or no closed form)."""
+        if self.closed_form_bytes is None or self.allocated:
             return None
-        return self.per_token_bytes == self.closed_form_per_token
+        return self.total_bytes == self.closed_form_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "batch_size": self.batch_size,
                 "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
                 "closed_form_per_token": self.closed_form_per_token,
+                "closed_form_bytes": self.closed_form_bytes,
                 "matches_closed_form": self.matches_closed_form, "allocated": self.allocated,
                 "per_layer_bytes": list(self.per_layer_bytes)}
 
@@ -128,7 +156,9 @@ def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
     static = any(type(layer).__name__.startswith("Static")
                  for layer in getattr(cache, "layers", ()) or ())
     closed = closed_form_kv_per_token(config, dtype) if config is not None else None
-    return KVCacheInfo(per_layer, tokens, batch_size, closed, allocated=static)
+    total = closed_form_kv_bytes(config, dtype, tokens, batch_size) if config is not None else None
+    return KVCacheInfo(per_layer, tokens, batch_size, closed, allocated=static,
+                       closed_form_bytes=total)
 
 
 def cache_snapshot(cache: Any) -> Callable[[], None]:
