@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -23,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports" / "generation"
 sys.path.insert(0, str(ROOT))
 
-import transformers  # noqa: E402
+import transformers
 
-from modelprof import measure_latencies, profile_generation  # noqa: E402
+from modelprof import measure_latencies, profile_generation
 
 
 def gpt2_small() -> torch.nn.Module:

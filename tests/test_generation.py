@@ -9,8 +9,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from modelprof import GenerationReport, ModelProfError, profile_generation  # noqa: E402
-from modelprof.generation.cache import closed_form_kv_per_token  # noqa: E402
+from modelprof import GenerationReport, ModelProfError, profile_generation
+from modelprof.generation.cache import closed_form_kv_per_token
 
 
 def gpt2(n_layer: int = 2, d: int = 64, heads: int = 4, vocab: int = 128, positions: int = 256,

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from modelprof.cli import main  # noqa: E402
-from modelprof.generation.specs import parse_overrides  # noqa: E402
+from modelprof.cli import main
+from modelprof.generation.specs import parse_overrides
 
 TINY = "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2," \
        "num_attention_heads=4,num_key_value_heads=2,vocab_size=128"

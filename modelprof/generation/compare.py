@@ -99,5 +99,5 @@ class _all:
         for m in self.managers:
             self.stack.enter_context(m)
 
-    def __exit__(self, *exc: Any) -> Any:
+    def __exit__(self, *exc: object) -> Any:
         return self.stack.__exit__(*exc)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from modelprof.counting.forward import analyze
-from modelprof.generation.cache import KVCacheInfo, cache_snapshot, check_rewound, kv_info
+from modelprof.generation.cache import (
+    KVCacheInfo,
+    cache_snapshot,
+    check_rewound,
+    kv_info,
+)
 from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult

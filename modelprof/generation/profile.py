@@ -16,7 +16,7 @@ from modelprof.generation.memory import MemoryPlan, activation_bytes, weights_by
 from modelprof.generation.moe import moe_info
 from modelprof.generation.phases import count_phases
 from modelprof.generation.report import GenerationReport
-from modelprof.generation.spec import CacheMode, GenerationSpec
+from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import measure_generation
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import model_state

@@ -106,12 +106,13 @@ class GenerationTiming:
         for name, m in (("ttft", self.ttft), ("tpot", self.tpot), ("end_to_end", self.end_to_end)):
             if m is None:
                 row.update({f"{name}_ms": float("nan"), f"{name}_ci_low_ms": float("nan"),
-                            f"{name}_ci_high_ms": float("nan"), f"{name}_stable": None})
+                            f"{name}_ci_high_ms": float("nan"), f"{name}_min_ms": float("nan"),
+                            f"{name}_stable": None})
                 continue
             lo, hi = m.median_ci_ms
             row.update({f"{name}_ms": m.median_ms, f"{name}_ci_low_ms": lo,
-                        f"{name}_ci_high_ms": hi, f"{name}_stable": m.stable,
-                        f"{name}_drift_pct": m.drift_pct})
+                        f"{name}_ci_high_ms": hi, f"{name}_min_ms": m.min_ms,
+                        f"{name}_stable": m.stable, f"{name}_drift_pct": m.drift_pct})
         slope = self.step_slope
         row.update(tokens_per_s=self.tokens_per_s, batch_tokens_per_s=self.batch_tokens_per_s,
                    end_to_end_tokens_per_s=self.end_to_end_tokens_per_s,
