@@ -94,7 +94,7 @@ def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions, timing: b
     env = collect_env(lm.device, lm.dtype, spec.batch_sizes[0], cache=spec.cache.value,
                       generation=True, **opts.flags())
     return GenerationReport(model_name=lm.name, spec=spec, device=str(lm.device),
-                            dtype=str(lm.dtype).removeprefix("torch."), phases=phases,
+                            dtype=str(lm.dtype).removeprefix("torch."), phase_tables=phases,
                             timings=timings, kv=kv, memory=memory, peaks=peaks, moe=moe,
                             env=env)
 

@@ -3,6 +3,7 @@ memory to fit, the roofline bound and MoE routing of one ``profile_generation`` 
 DataFrame views, exporters and plots. The DataFrames stay numeric; nothing prints unless asked."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -24,30 +25,31 @@ __all__ = ["GenerationReport"]
 _GROWTH = ("macs", "flops", "read_bytes", "write_bytes")
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class GenerationReport:
-    """Everything ``profile_generation`` found, per batch size."""
+    """Everything ``profile_generation`` found, per batch size (``phases``: batch size ->
+    prefill then decode at each context; ``timings``: batch size -> measured generations)."""
 
-    def __init__(self, *, model_name: str, spec: GenerationSpec, device: str, dtype: str,
-                 phases: dict[int, list[Phase]], timings: dict[int, GenerationTiming],
-                 kv: KVCacheInfo | None, memory: MemoryPlan | None, peaks: Any = None,
-                 moe: MoEInfo | None = None, env: dict[str, Any] | None = None) -> None:
-        self.model_name, self.spec, self.device, self.dtype = model_name, spec, device, dtype
-        self._phases = phases
-        self.timings = timings
-        self.kv = kv
-        self.memory = memory
-        self.peaks = peaks
-        self.moe = moe
-        self.env = dict(env or {})
+    model_name: str
+    spec: GenerationSpec
+    device: str
+    dtype: str
+    phase_tables: dict[int, list[Phase]]
+    timings: dict[int, GenerationTiming]
+    kv: KVCacheInfo | None
+    memory: MemoryPlan | None
+    peaks: Any = None
+    moe: MoEInfo | None = None
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     # -- access ----------------------------------------------------------------------------
     @property
     def batch_sizes(self) -> tuple[int, ...]:
-        return tuple(self._phases)
+        return tuple(self.phase_tables)
 
     def phases(self, batch_size: int | None = None) -> list[Phase]:
         """Prefill then decode at each context, for ``batch_size`` (default: the first)."""
-        return self._phases[self._batch(batch_size)]
+        return self.phase_tables[self._batch(batch_size)]
 
     def prefill(self, batch_size: int | None = None) -> Phase:
         return self.phases(batch_size)[0]
@@ -67,7 +69,7 @@ class GenerationReport:
     def _batch(self, batch_size: int | None) -> int:
         if batch_size is None:
             return self.batch_sizes[0]
-        if batch_size not in self._phases:
+        if batch_size not in self.phase_tables:
             from modelprof.errors import ModelProfError
             raise ModelProfError(f"batch_size={batch_size!r} was not profiled; the batch sizes "
                                  f"are {list(self.batch_sizes)}")
