@@ -14,6 +14,7 @@ from modelprof.profile import profile
 from modelprof.render.options import ViewOptions
 from modelprof.report.comparison import Comparison
 from modelprof.report.report import Report
+from modelprof.runtime.inputs import token_inputs
 from modelprof.sweep import sweep
 from modelprof.timing import (Measurement, TimingOptions, measure_latencies, measure_latency,
                               measure_throughput)
@@ -24,4 +25,5 @@ __version__ = "0.1.0"
 __all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "Measurement",
            "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning", "Peaks", "Report",
            "TimingOptions", "ViewOptions", "__version__", "compare", "measure_latencies",
-           "measure_latency", "measure_throughput", "profile", "register_formula", "sweep"]
+           "measure_latency", "measure_throughput", "profile", "register_formula", "sweep",
+           "token_inputs"]

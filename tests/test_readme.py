@@ -83,7 +83,8 @@ def _shrink_cli(args: list[str]) -> list[str]:
     command = args[0] if args else ""
     if command in ("profile", "compare", "throughput") and "--no-timing" not in args:
         args += ["--budget", "0.3"]
-    if (command in ("profile", "compare", "throughput") and "--input-size" not in args
+    given_inputs = any(a in ("--input-size", "--tokens", "--input") for a in args)
+    if (command in ("profile", "compare", "throughput") and not given_inputs
             and not any(a.startswith("vit") for a in args)):
         args += ["--input-size", "3,64,64"]
     return args

@@ -346,7 +346,7 @@ class Report:
                          f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
                          f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
                          f"{100 * self.coverage:.1f}%")
-            lines.extend(f"note: {n}" for n in self.timing_notes)
+        lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
             lines.append(self.training_step.summary())
         if self.unsupported:
