@@ -262,7 +262,8 @@ class Report:
                  view: Any = None, **options: Any) -> str | Path:
         """A booktabs table for papers: one unit per column, named in the header; fitted to
         ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
-        (``fit="columns"``), scaling (``"scale"``) or both; a ``longtable`` when long. The
+        (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
+        compile in one- and two-column classes (``long=True``: a ``longtable``). The
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
         from modelprof.render.latex import escape_latex, to_latex
         df, totals, end_to_end, view = self._view(
