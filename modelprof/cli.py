@@ -529,8 +529,8 @@ def _run_throughput(ctx: _Context) -> None:
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
-        print(f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}\n",
-              file=ctx.stdout)
+        print(f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}; "
+              f"{result.stop_explanation}\n", file=ctx.stdout)
         if ctx.out is not None:
             stem = f"{name}_throughput"
             _write_frame(ctx, curve, stem, caption=f"{name} throughput", env=result.env)

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from modelprof.errors import ModelProfError
+from modelprof.report.frames import WholeFrame
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
@@ -131,7 +132,7 @@ class Report:
         unsupported = (self.unsupported if direction == "forward"
                        else self.training_step.cost.unsupported)
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
-        return pd.DataFrame({
+        return WholeFrame({
             "op": names,
             "calls": count_column([by_op[n].calls for n in names]),
             "macs": count_column([by_op[n].macs for n in names]),
@@ -155,7 +156,7 @@ class Report:
         cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
         out = leaves.groupby("type", sort=False)[cols].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
-        return out.sort_values("flops", ascending=False)
+        return WholeFrame(out.sort_values("flops", ascending=False))
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
@@ -183,7 +184,7 @@ class Report:
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]})
+        return WholeFrame(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
@@ -300,7 +301,18 @@ class Report:
         from modelprof.render.text import to_text
         df, totals, end_to_end, view = self._view(style, view, options, compact=True,
                                                   title=self._title())
-        return str(to_text(df, totals, end_to_end=end_to_end, view=view))
+        text = str(to_text(df, totals, end_to_end=end_to_end, view=view))
+        torchstat = getattr(view, "style", style) == "torchstat"
+        return text + ("\n" + self.flops_conventions() if torchstat else "")
+
+    def flops_conventions(self) -> str:
+        """One line on the two FLOP counts a torchstat view shows beside the summary."""
+        from modelprof.render.units import format_count
+
+        ts = sum(r.torchstat_flops for r in self.rows if r.leaf and r.kind == "module")
+        return (f"Flops (torchstat's formulas: one per multiply-add) = {format_count(ts)}; "
+                f"the summary's FLOPs (2 per multiply-add + every other op) = "
+                f"{format_count(self.totals['flops'])}")
 
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
@@ -308,7 +320,32 @@ class Report:
         from modelprof.report.plots import plot_latency
         if not self.timed:
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
-        return plot_latency(self.to_dataframe(), top_k, **kw)
+        return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
+
+    def _with_percentiles(self, df: pd.DataFrame, low: float = 10.0, high: float = 90.0
+                          ) -> pd.DataFrame:
+        """``df`` with ``latency_p10_ms``/``latency_p90_ms``: the spread of each row's time over
+        the instrumented passes (a ``(self)`` row: its parent's less its children's, pass by
+        pass), for error bars that, unlike median +- std, never cross zero."""
+        import numpy as np
+
+        timing = self.layer_timing
+        if timing is None or not getattr(timing, "samples", None):
+            return df
+        children: dict[Any, list[Any]] = {}
+        for key, parent in timing.parents.items():
+            children.setdefault(parent, []).append(key)
+        lo, hi = [], []
+        for row in self.rows:
+            key = (row.module.removesuffix(".(self)").removesuffix("(self)"), row.call) \
+                if row.is_self else (row.module, row.call)
+            s = timing.samples.get(key)
+            if s is not None and row.is_self:
+                s = s - sum((timing.samples[c] for c in children.get(key, ())), np.zeros_like(s))
+                s = np.clip(s, 0.0, None)
+            lo.append(float(np.percentile(s, low)) if s is not None else float("nan"))
+            hi.append(float(np.percentile(s, high)) if s is not None else float("nan"))
+        return df.assign(latency_p10_ms=lo, latency_p90_ms=hi)
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""
@@ -344,9 +381,8 @@ class Report:
         if self.latency is not None:
             lines.append(f"latency median {self.latency.median_ms:.3f} ms "
                          f"(p90 {self.latency.p90_ms:.3f}, n={self.latency.n}), "
-                         f"{self.latency.fps:.1f} samples/s; per-layer instrumentation "
-                         f"overhead x{self.instrumentation_overhead:.3f}, leaf coverage "
-                         f"{100 * self.coverage:.1f}%")
+                         f"{self.latency.fps:.1f} samples/s")
+            lines.append(self._instrument_line())
         lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
             lines.append(self.training_step.summary())
@@ -357,6 +393,19 @@ class Report:
             for note, calls in notes.items():
                 lines.append(f"{op} x{calls}: {note}")
         return "\n".join(lines)
+
+    def _instrument_line(self) -> str:
+        """What the per-layer passes cost and how much of a pass the leaf rows explain, in
+        words: a bare ``overhead x0.747`` reads as a 25 % saving."""
+        x = self.instrumentation_overhead
+        if x is None or self.coverage is None:
+            return "per-layer passes: not measured"
+        cost = (f"{100 * (x - 1):.1f} % slower than the plain passes beside them (the hooks' "
+                "cost)" if x >= 1 else
+                f"{100 * (1 - x):.1f} % faster than the plain passes beside them: the machine's "
+                "noise is larger than the hooks' cost")
+        return (f"per-layer passes: the hooked passes ran {cost}; the leaf rows add up to "
+                f"{100 * self.coverage:.1f} % of a plain pass")
 
     def __repr__(self) -> str:
         return self.summary() + "\n" + self.to_text(max_rows=60)

@@ -201,7 +201,9 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     df["leaf"] = df["leaf"].astype(bool)
     measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
     for k in TIMING_COLUMNS:
-        if timed or (k == "peak_memory_bytes" and measured_memory):
+        # peak memory comes from an allocator that keeps one (CUDA's); on the CPU it would be
+        # a column of NaNs, so it is left out
+        if (timed and k != "peak_memory_bytes") or (k == "peak_memory_bytes" and measured_memory):
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
     if any(not np.isnan(r.backward_latency_ms) for r in rows):
         for k in STEP_TIMING_COLUMNS:
