@@ -375,6 +375,9 @@ class Report:
                  f"batch {self.batch_size})",
                  f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
                  f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B"]
+        if t.get("frozen_params"):
+            lines.append(f"trainable params {t['trainable_params']:,}, frozen "
+                         f"{t['frozen_params']:,} (requires_grad=False)")
         if self.model_params != t["params"]:
             lines.append(f"({self.model_params - t['params']:,} of the model's "
                          f"{self.model_params:,} parameters were not used by this forward)")
