@@ -15,7 +15,8 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import grad_switches, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype, parse_input_size
-from modelprof.runtime.tensors import brief, holds_tensors
+from modelprof.report.memory import memory_facts
+from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
@@ -113,7 +114,9 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         run = RunInfo(type(model).__name__, mi.shapes(), mi.batch_size, str(mi.device),
                       str(mi.dtype).removeprefix("torch."), env,
                       {**spec.flags, **spec.opts.as_kwargs()})
-        counts = Counts(static.unsupported, static.by_op, static.model_params)
+        facts = memory_facts(model, tensor_bytes((mi.args, mi.kwargs)), static.records,
+                             dtype_requested)
+        counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
         return Report(rows, run, counts, timed, training_step)
 
 

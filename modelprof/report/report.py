@@ -45,6 +45,7 @@ class Counts:
     unsupported: Mapping[str, int]
     by_op: Mapping[str, Any]
     model_params: int
+    memory: Any = None   # modelprof.report.memory.MemoryFacts, for memory_estimate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Report:
         self.timing_notes = list(timing.notes)
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
         self.totals = totals_of(self.rows)
+        self.memory = counts.memory  # modelprof.report.memory.MemoryFacts (None: not known)
 
     @property
     def timed(self) -> bool:
@@ -141,6 +143,23 @@ class Report:
             "supported": [n not in unsupported for n in names],
             "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
         }).astype({"inexact_calls": "int64"})
+
+    def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
+        """Estimated memory (bytes) for inference and for a training step, per component:
+        parameters, buffers, inputs, activations, and for the step the tensors saved for the
+        backward, the gradients and the optimizer state (see :mod:`modelprof.report.memory`).
+        ``optimizer_states``: state tensors per trainable parameter when the profile ran no
+        optimizer (2 for Adam, 1 for SGD with momentum, 0 for plain SGD)."""
+        from modelprof.report.memory import estimate_memory
+
+        if self.memory is None:
+            raise ModelProfError("this report carries no memory facts (made by profile())")
+        step = self.training_step
+        saved = None if step is None else int(self.totals.get("saved_bytes", 0))
+        opt = None if step is None else step.cost.optimizer
+        return WholeFrame(estimate_memory(
+            self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
+            optimizer_state_bytes=None if opt is None else opt.state_bytes))
 
     @property
     def notes(self) -> dict[str, dict[str, int]]:
@@ -375,6 +394,13 @@ class Report:
                  f"batch {self.batch_size})",
                  f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
                  f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B"]
+        if self.memory is not None:
+            from modelprof.render.units import format_bytes
+
+            est = self.memory_estimate().loc["total"]
+            lines.append(f"estimated memory: inference {format_bytes(est['inference'])}, "
+                         f"training step {format_bytes(est['training_step'])} "
+                         "(report.memory_estimate())")
         if t.get("frozen_params"):
             lines.append(f"trainable params {t['trainable_params']:,}, frozen "
                          f"{t['frozen_params']:,} (requires_grad=False)")
