@@ -333,6 +333,74 @@ class Report:
                 f"the summary's FLOPs (2 per multiply-add + every other op) = "
                 f"{format_count(self.totals['flops'])}")
 
+    def to_trace(self, path: str | Path | None = None, *, max_passes: int | None = None
+                 ) -> str | Path:
+        """The per-layer timeline as a Chrome / Perfetto trace (JSON, the Trace Event Format):
+        one track per instrumented pass, each module call a slice nested in its parent's, its
+        MACs, FLOPs and bytes as arguments; with ``backward=True`` a second process for the
+        backward passes. Open it in https://ui.perfetto.dev or ``chrome://tracing``. See
+        :mod:`modelprof.render.trace`. ``max_passes``: the first n passes only."""
+        from modelprof.render.trace import trace_document, write_trace
+
+        processes = self._trace_timelines(max_passes)
+        meta = {"model": self.model_name, "input": self.input_shape, "device": self.device,
+                "dtype": self.dtype, "batch_size": self.batch_size,
+                "times": "microseconds from each pass's start, as the per-layer stamps read "
+                         "them (the hooks' own cost included)"}
+        return write_trace(trace_document(processes, meta), path)
+
+    def _trace_timelines(self, max_passes: int | None) -> dict[str, list[Any]]:
+        """The forward (and backward) passes as :class:`~modelprof.render.trace.PassTimeline`s."""
+        from modelprof.render.trace import PassTimeline, cost_args
+
+        timing = self.layer_timing
+        offsets = getattr(timing, "start_offsets_ms", None)
+        if timing is None or offsets is None or timing.raw_samples is None:
+            raise ModelProfError("to_trace needs the per-layer timeline of a timed report: "
+                                 "profile(..., timing=True)")
+        if max_passes is not None and (not isinstance(max_passes, int) or max_passes < 1):
+            raise ModelProfError(f"max_passes={max_passes!r} must be a positive int")
+        by_key = {(r.module, r.call): r for r in self.rows if not r.is_self and r.kind == "module"}
+        n = offsets.shape[0] if max_passes is None else min(max_passes, offsets.shape[0])
+        forward = []
+        for p in range(n):
+            t = PassTimeline(f"forward pass {p + 1}", timing.passes_ms[p])
+            for i, key in enumerate(timing.order):
+                row = by_key.get(key)
+                name = (key[0] or "(root)") + (f" #{key[1]}" if key[1] > 1 else "")
+                t.add(name, offsets[p, i], timing.raw_samples[key][p],
+                      cost_args(row) if row is not None else {})
+            forward.append(t)
+        out = {"forward": forward}
+        step = self.training_step
+        segments = getattr(getattr(step, "timing", None), "segments", None)
+        if segments:
+            by_record = {r.record: r for r in self.rows if not r.is_self and r.kind == "module"}
+            loss = next((r for r in self.rows if r.kind == "loss"), None)
+            out["backward"] = [self._backward_timeline(p, cols, ms, by_record, loss)
+                               for p, (cols, ms) in enumerate(segments[:n])]
+        return out
+
+    @staticmethod
+    def _backward_timeline(p: int, columns: Any, ms: Any, by_record: dict[int, Row],
+                           loss: Row | None) -> Any:
+        """One backward pass: each run of consecutive stretches of one call is a slice."""
+        from modelprof.render.trace import PassTimeline, cost_args
+
+        t = PassTimeline(f"backward pass {p + 1}", float(sum(ms)))
+        start, i = 0.0, 0
+        while i < len(columns):
+            j = i
+            while j + 1 < len(columns) and columns[j + 1] == columns[i]:
+                j += 1
+            dur = float(sum(ms[i:j + 1]))
+            row = by_record.get(int(columns[i]), loss)
+            name = ("(loss)" if row is loss or row is None else (row.module or "(root)")
+                    + (f" #{row.call}" if row.call > 1 else ""))
+            t.add(name, start, dur, cost_args(row) if row is not None else {})
+            start, i = start + dur, j + 1
+        return t
+
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
         """Bar chart of the slowest leaf calls (needs ``timing=True``)."""

@@ -1,0 +1,124 @@
+"""The per-layer timeline as a Chrome / Perfetto trace (the Trace Event Format that
+``chrome://tracing`` and https://ui.perfetto.dev open, and ``torch.profiler`` writes).
+
+One process per direction (``forward``, and ``backward`` for a profiled training step), one
+thread (track) per instrumented pass, each module call a complete event (``"ph": "X"``) nested in
+its parent's, with its costs as ``args`` (MACs, FLOPs, bytes read and written, params). Times
+are microseconds from the pass's start, as the per-layer stamps read them (hooks included: the
+raw stamps, not the corrected times of the table), so the passes line up for comparison. In the
+backward, autograd runs node by node, not call by call: each slice is a run of consecutive nodes
+of one call, and slices do not nest.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
+
+__all__ = ["PassTimeline", "trace_document", "validate_trace", "write_trace"]
+
+_COST_ARGS = ("macs", "flops", "read_bytes", "write_bytes", "params", "backward_macs",
+              "backward_flops", "saved_bytes")
+
+
+class PassTimeline:
+    """The slices of one instrumented pass: ``(name, start_ms, duration_ms, depth, args)``."""
+
+    def __init__(self, label: str, duration_ms: float) -> None:
+        self.label = label
+        self.duration_ms = float(duration_ms)
+        self.slices: list[tuple[str, float, float, dict[str, Any]]] = []
+
+    def add(self, name: str, start_ms: float, duration_ms: float, args: Mapping[str, Any]) -> None:
+        self.slices.append((name, float(start_ms), float(duration_ms), dict(args)))
+
+
+def _us(ms: float) -> float:
+    return round(ms * 1000.0, 3)   # microseconds, to the nanosecond
+
+
+def trace_document(processes: Mapping[str, Sequence[PassTimeline]],
+                   metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The trace as a JSON-ready dict: one process per key of ``processes`` (``forward``,
+    ``backward``), one thread per pass, a pass slice around its calls."""
+    events: list[dict[str, Any]] = []
+    for pid, (process, passes) in enumerate(processes.items(), start=1):
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                       "args": {"name": process}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                       "args": {"sort_index": pid}})
+        for tid, timeline in enumerate(passes, start=1):
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                           "args": {"name": timeline.label}})
+            events.append({"ph": "X", "name": timeline.label, "cat": "pass", "pid": pid,
+                           "tid": tid, "ts": 0.0, "dur": _us(timeline.duration_ms),
+                           "args": {"duration_ms": timeline.duration_ms}})
+            for name, start, dur, args in timeline.slices:
+                ts = _us(start)
+                end = _us(start + dur)
+                events.append({"ph": "X", "name": name, "cat": process, "pid": pid, "tid": tid,
+                               "ts": ts, "dur": round(end - ts, 3), "args": args})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": dict(metadata or {})}
+
+
+def write_trace(doc: Mapping[str, Any], path: str | os.PathLike[str] | None) -> str | Path:
+    """The trace as JSON text, or written to ``path``."""
+    return emit(json.dumps(doc, indent=None, separators=(",", ":")), path)
+
+
+def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) -> int:
+    """Check ``doc`` against the Trace Event Format as the viewers read it: a ``traceEvents``
+    list whose complete events (``"X"``) each have ``name``, ``ph``, ``ts``, ``dur`` >= 0,
+    ``pid`` and ``tid``, and, on every track of a process in ``nested`` (pids; default all),
+    slices that either nest or do not overlap. Returns the number of slices; raises
+    ``ModelProfError`` naming the first offending event."""
+    events = doc.get("traceEvents") if isinstance(doc, Mapping) else None
+    if not isinstance(events, list):
+        raise ModelProfError("trace: no 'traceEvents' list")
+    tracks: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
+    for e in events:
+        if not isinstance(e, Mapping) or "ph" not in e:
+            raise ModelProfError(f"trace: event without 'ph': {e!r}")
+        if e["ph"] != "X":
+            continue
+        missing = [k for k in ("name", "ts", "dur", "pid", "tid") if k not in e]
+        if missing:
+            raise ModelProfError(f"trace: complete event {e.get('name')!r} lacks {missing}")
+        if not (np.isfinite(e["ts"]) and np.isfinite(e["dur"]) and e["dur"] >= 0):
+            raise ModelProfError(f"trace: event {e['name']!r} has ts={e['ts']}, dur={e['dur']}")
+        tracks.setdefault((e["pid"], e["tid"]), []).append(
+            (float(e["ts"]), float(e["ts"]) + float(e["dur"]), str(e["name"])))
+    eps = 1e-6
+    count = 0
+    for (pid, tid), slices in tracks.items():
+        count += len(slices)
+        if nested is not None and pid not in nested:
+            continue
+        open_: list[tuple[float, float, str]] = []
+        for start, end, name in sorted(slices, key=lambda s: (s[0], -s[1])):
+            while open_ and start >= open_[-1][1] - eps:
+                open_.pop()
+            if open_ and end > open_[-1][1] + eps:
+                raise ModelProfError(f"trace: on pid {pid} tid {tid}, {name!r} "
+                                     f"[{start}, {end}] crosses the end of {open_[-1][2]!r} "
+                                     f"[{open_[-1][0]}, {open_[-1][1]}]")
+            open_.append((start, end, name))
+    return count
+
+
+def cost_args(row: Any) -> dict[str, Any]:
+    """A row's costs for a slice's ``args``."""
+    out: dict[str, Any] = {"module": row.module or "(root)", "type": row.type, "call": row.call}
+    for k in _COST_ARGS:
+        v = getattr(row, k, None)
+        if v is not None:
+            out[k] = int(v)
+    return out
