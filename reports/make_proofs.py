@@ -12,7 +12,9 @@ Writes
   verdict (overfull boxes, floats too large) and the commands;
 - ``reports/screenshots/``: ``resnet18_html.png``, headless Chromium's view of
   ``report.to_html()`` (``resnet18.html`` beside it), and ``quickstart_notebook.png``, the
-  executed quickstart notebook converted to HTML by nbconvert.
+  executed quickstart notebook converted to HTML by nbconvert; ``resnet18_trace.json``
+  (``report.to_trace()`` of a training step, validated by ``validate_trace``) and
+  ``resnet18_trace.png``, Chromium's view of it drawn by ``trace_html``.
 
 Every model is built with random weights (nothing is downloaded).
 """
@@ -151,6 +153,32 @@ def html_page(report) -> None:
     _trim(SHOTS_DIR / "resnet18_html.png")
 
 
+def trace() -> None:
+    """resnet18's training-step timeline as a trace, validated, and rendered by the small local
+    viewer (``modelprof.render.trace.trace_html``) in headless Chromium."""
+    import json
+
+    import torch
+    import torchvision
+
+    from modelprof import profile
+    from modelprof.render.trace import trace_html, validate_trace
+
+    torch.manual_seed(0)
+    report = profile(torchvision.models.resnet18(), (3, 112, 112), batch_size=2, backward=True,
+                     repeat=3, warmup=1, roofline=False, device="cpu")
+    SHOTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = report.to_trace(SHOTS_DIR / "resnet18_trace.json", max_passes=2)
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    slices = validate_trace(doc)
+    page = trace_html(doc, SHOTS_DIR / "resnet18_trace.html",
+                      title=f"{report.model_name} {report.input_shape}: 2 forward and 2 backward "
+                            f"passes ({slices} slices, Trace Event Format validated)")
+    _screenshot(Path(page), SHOTS_DIR / "resnet18_trace.png", 1400, 2000)
+    _trim(SHOTS_DIR / "resnet18_trace.png")
+    print(f"trace: {slices} slices valid; {SHOTS_DIR / 'resnet18_trace.png'}", file=sys.stderr)
+
+
 def notebook() -> None:
     import nbformat
     from nbclient import NotebookClient
@@ -175,13 +203,15 @@ def notebook() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["latex", "html", "notebook"], default=None)
+    ap.add_argument("--only", choices=["latex", "html", "notebook", "trace"], default=None)
     args = ap.parse_args(argv)
     report = _report() if args.only in (None, "latex", "html") else None
     if args.only in (None, "latex"):
         latex(report)
     if args.only in (None, "html"):
         html_page(report)
+    if args.only in (None, "trace"):
+        trace()
     if args.only in (None, "notebook"):
         notebook()
     return 0

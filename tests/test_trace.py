@@ -74,3 +74,16 @@ def test_validator_catches_what_viewers_reject() -> None:
 def test_untimed_report_has_no_trace() -> None:
     with pytest.raises(ModelProfError, match="timing=True"):
         profile(_model(), (8,), timing=False).to_trace()
+
+
+def test_local_html_view_draws_every_slice_by_track() -> None:
+    from modelprof.render.trace import trace_html
+
+    parent = PassTimeline("forward pass 1", 10.0)
+    parent.add("(root)", 0.5, 9.0, {"type": "Net"})
+    parent.add("fc", 1.0, 4.0, {"type": "Linear"})
+    page = trace_html(trace_document({"forward": [parent]}), width_px=1020)
+    assert page.count('class="s"') == 3                     # pass, (root), fc
+    assert "forward / forward pass 1" in page
+    # 1000 px for the 10 ms pass: fc starts at 10 + 1 ms * 100 px/ms, 400 px wide, depth 2
+    assert "left:110.0px;top:60px;width:400.0px" in page

@@ -22,7 +22,7 @@ import numpy as np
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 
-__all__ = ["PassTimeline", "trace_document", "validate_trace", "write_trace"]
+__all__ = ["PassTimeline", "trace_document", "trace_html", "validate_trace", "write_trace"]
 
 _COST_ARGS = ("macs", "flops", "read_bytes", "write_bytes", "params", "backward_macs",
               "backward_flops", "saved_bytes")
@@ -122,3 +122,53 @@ def cost_args(row: Any) -> dict[str, Any]:
         if v is not None:
             out[k] = int(v)
     return out
+
+
+def trace_html(doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
+               width_px: int = 1400, title: str = "modelprof trace") -> str | Path:
+    """A small self-contained HTML view of a trace (no script, no network): one band per track,
+    slices as boxes placed by time and stacked by nesting depth, their arguments in a tooltip.
+    For a look where Perfetto cannot be reached; the layout is computed here."""
+    import html as _html
+
+    validate_trace(doc)
+    events = doc["traceEvents"]
+    names = {(e["pid"], e.get("tid", 0)): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] in ("thread_name", "process_name")}
+    tracks: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    span = max((e["ts"] + e["dur"] for e in events if e["ph"] == "X"), default=1.0) or 1.0
+    scale = (width_px - 20) / span
+    parts, top = [], 10
+    for (pid, tid), slices in sorted(tracks.items()):
+        label = f"{names.get((pid, 0), pid)} / {names.get((pid, tid), tid)}"
+        parts.append(f'<div class="label" style="top:{top}px">{_html.escape(str(label))}</div>')
+        top += 18
+        stack: list[float] = []
+        depth_max = 0
+        for e in sorted(slices, key=lambda s: (s["ts"], -s["dur"])):
+            while stack and e["ts"] >= stack[-1] - 1e-6:
+                stack.pop()
+            depth = len(stack)
+            stack.append(e["ts"] + e["dur"])
+            depth_max = max(depth_max, depth)
+            left, w = 10 + e["ts"] * scale, max(e["dur"] * scale, 1.0)
+            tip = _html.escape(f"{e['name']}: {e['dur'] / 1000:.3f} ms "
+                               + json.dumps(e.get("args", {})))
+            hue = sum(map(ord, str(e.get("args", {}).get("type", e["name"])))) * 47 % 360
+            text = _html.escape(e["name"]) if w > 6 * len(e["name"]) else ""
+            parts.append(f'<div class="s" title="{tip}" style="left:{left:.1f}px;'
+                         f'top:{top + depth * 16}px;width:{w:.1f}px;'
+                         f'background:hsl({hue},55%,72%)">{text}</div>')
+        top += (depth_max + 1) * 16 + 14
+    scale_ms = span / 1000
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{_html.escape(title)}</title>
+<style>body{{font:12px sans-serif;margin:0}} h1{{font-size:15px;margin:8px 10px}}
+.area{{position:relative;height:{top + 10}px}} .label{{position:absolute;left:10px;font-weight:bold}}
+.s{{position:absolute;height:14px;overflow:hidden;white-space:nowrap;font-size:10px;
+border:1px solid #555;box-sizing:border-box;padding-left:2px}}</style></head><body>
+<h1>{_html.escape(title)} &mdash; full width = {scale_ms:.1f} ms</h1>
+<div class="area">{''.join(parts)}</div></body></html>"""
+    return emit(page, path)
