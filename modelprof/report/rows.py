@@ -131,10 +131,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         if r.parent is not None:
             end[r.parent] = max(end[r.parent], end[r.index])
 
-    trainable = [0] * n   # inclusive, like inc
-    for r in reversed(records):
-        trainable[r.index] = r.trainable_params + sum(trainable[c] for c in r.children)
-
+    trainable = _inclusive_trainable(records)
     rows: list[Row] = []
     nan = float("nan")
     for r in records:
@@ -181,6 +178,14 @@ def join_rows(rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (),
             update.update(columns[i])
         joined.append(dataclasses.replace(row, **update) if update else row)
     return joined + [Row(**fields) for fields in extra]
+
+
+def _inclusive_trainable(records: Sequence[CallRecord]) -> list[int]:
+    """Trainable parameters per record, a parent's including its subtree's (like ``params``)."""
+    trainable = [0] * len(records)
+    for r in reversed(records):
+        trainable[r.index] = r.trainable_params + sum(trainable[c] for c in r.children)
+    return trainable
 
 
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:
