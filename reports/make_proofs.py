@@ -104,7 +104,8 @@ def latex(report) -> list[str]:
 def _compile(pdflatex: str, pdftoppm: str, name: str, cls: str, options: str) -> str:
     """Compile table ``name`` in a document of class ``options``; its README line."""
     doc = f"{name}_{cls}_doc"
-    (LATEX_DIR / f"{doc}.tex").write_text(DOC % (options, f"{name} in [{options}]", name),
+    heading = f"{name.replace('_', chr(92) + '_')} in [{options}]"
+    (LATEX_DIR / f"{doc}.tex").write_text(DOC % (options, heading, name),
                                           encoding="utf-8")
     for _ in range(2):  # the float numbers settle on the second run
         run = subprocess.run([pdflatex, "-interaction=nonstopmode", "-halt-on-error",
