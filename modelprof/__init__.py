@@ -15,6 +15,7 @@ from modelprof.profile import profile
 from modelprof.render.options import ViewOptions
 from modelprof.report.comparison import Comparison
 from modelprof.report.report import Report
+from modelprof.runtime.inputs import token_inputs
 from modelprof.sweep import sweep
 from modelprof.timing import (Measurement, TimingOptions, measure_latencies, measure_latency,
                               measure_throughput)
@@ -26,4 +27,4 @@ __all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "Generatio
            "Measurement", "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning",
            "Peaks", "Report", "TimingOptions", "ViewOptions", "__version__", "compare",
            "compare_generation", "measure_latencies", "measure_latency", "measure_throughput",
-           "profile", "profile_generation", "register_formula", "sweep"]
+           "profile", "profile_generation", "register_formula", "sweep", "token_inputs"]

@@ -22,7 +22,8 @@ from typing import Any, TextIO
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_size_arg"]
+__all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_arg",
+           "parse_input_size_arg"]
 
 PROG = "modelprof"
 FORMATS: tuple[str, ...] = ("csv", "md", "tex", "html", "json", "png")
@@ -46,6 +47,68 @@ def parse_input_size_arg(text: str) -> tuple[int, ...]:
         raise ModelProfError(f"--input-size {text!r} must be positive integers such as "
                              "3,224,224 (batch excluded)")
     return size
+
+
+_INT_DTYPES = {"int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
+               "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool"}
+_FLOAT_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32",
+                 "float16": "float16", "fp16": "float16", "half": "float16",
+                 "bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "float64"}
+_INPUT_RE = re.compile(r"^(?P<name>[A-Za-z_]\w*):(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]"
+                       r"(?::(?P<values>.+))?$")
+_NUMBER = r"-?\d+(?:\.\d*)?(?:e-?\d+)?"
+_RANGE_RE = re.compile(rf"^(?P<low>{_NUMBER})(?:-|\.\.)(?P<high>{_NUMBER})$")
+INPUT_HELP = ("a named input NAME:DTYPE[SHAPE][:VALUES], the shape without the batch "
+              "(--batch-size is prepended): input_ids:int64[128]:0-30522 draws token ids from "
+              "0 to 30521, attention_mask:int64[128]:1 is all ones, pixel_values:float32[3,224,"
+              "224] is normal noise (floats also take a range LOW-HIGH); repeat for several "
+              "inputs, passed as keyword arguments")
+TOKENS_HELP = ("sequence length of token inputs built for a language model, as calflops does: "
+               "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
+               "(config.vocab_size or its embedding) and an all-ones attention_mask when the "
+               "forward takes one; --input adds or replaces named inputs")
+
+
+def parse_input_arg(text: str) -> Any:
+    """``"input_ids:int64[128]:0-30522"`` -> an :class:`~modelprof.runtime.inputs.InputSpec`
+    (shape without the batch; values a ``LOW-HIGH`` range, high excluded, or one constant)."""
+    import torch
+
+    from modelprof.runtime.inputs import InputSpec
+
+    m = _INPUT_RE.match(text.strip())
+    if m is None:
+        raise ModelProfError(f"--input {text!r} must look like NAME:DTYPE[SHAPE][:VALUES], e.g. "
+                             "input_ids:int64[128]:0-30522 (shape without the batch)")
+    dtype_name = m["dtype"].lower()
+    dtype_key = _INT_DTYPES.get(dtype_name) or _FLOAT_DTYPES.get(dtype_name)
+    if dtype_key is None:
+        raise ModelProfError(f"--input {text!r}: dtype {m['dtype']!r} is not one of "
+                             f"{', '.join(sorted({*_INT_DTYPES, *_FLOAT_DTYPES}))}")
+    dtype = getattr(torch, dtype_key)
+    shape = tuple(int(p) for p in re.split(r"[,x\s]+", m["shape"].strip()) if p) \
+        if re.fullmatch(r"[\d,x\s]*", m["shape"]) else None
+    if shape is None or any(d <= 0 for d in shape):
+        raise ModelProfError(f"--input {text!r}: shape [{m['shape']}] must be positive integers "
+                             "such as [128] or [3,224,224] (batch excluded)")
+    values = m["values"]
+    if values is None:
+        if not dtype.is_floating_point:
+            raise ModelProfError(f"--input {text!r}: an integer input needs its values, a range "
+                                 "such as :0-30522 (high excluded) or a constant such as :1")
+        return InputSpec(m["name"], dtype, shape)
+    r = _RANGE_RE.match(values.strip())
+    try:
+        if r is not None:
+            low, high = float(r["low"]), float(r["high"])
+            if high <= low:
+                raise ModelProfError(f"--input {text!r}: range {values} is empty (high is "
+                                     "excluded, so it must be above low)")
+            return InputSpec(m["name"], dtype, shape, low=low, high=high)
+        return InputSpec(m["name"], dtype, shape, value=float(values))
+    except ValueError:
+        raise ModelProfError(f"--input {text!r}: values {values!r} must be a range LOW-HIGH or "
+                             "a number") from None
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -128,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     table = argparse.ArgumentParser(add_help=False)
     table.add_argument("--batch-size", type=int, default=None, metavar="N",
                        help="samples per forward pass, prepended to --input-size (default: 1)")
+    table.add_argument("--input", action="append", metavar="NAME:DTYPE[SHAPE][:VALUES]",
+                       dest="inputs", type=str, help=INPUT_HELP)
+    table.add_argument("--tokens", type=int, default=None, metavar="SEQ_LEN", help=TOKENS_HELP)
     table.add_argument("--no-timing", action="store_true",
                        help="static analysis only (params, MACs, FLOPs, bytes); fast")
     table.add_argument("--backward", action="store_true",
@@ -222,6 +288,13 @@ class _Context:
             raise ModelProfError(f"--budget {args.budget} must be > 0 seconds")
         if getattr(args, "max_batch", None) is not None and args.max_batch < 1:
             raise ModelProfError(f"--max-batch {args.max_batch} must be >= 1")
+        self.input_specs = [parse_input_arg(t) for t in getattr(args, "inputs", None) or []]
+        self.tokens = getattr(args, "tokens", None)
+        if self.tokens is not None and self.tokens < 1:
+            raise ModelProfError(f"--tokens {self.tokens} must be >= 1")
+        if (self.input_specs or self.tokens is not None) and sizes:
+            raise ModelProfError("--input-size makes float inputs; --input/--tokens give the "
+                                 "inputs themselves: use one or the other")
         self.formats = parse_formats(args.format) if args.format else ()
         if self.formats or args.out is not None:
             self.out: Path | None = args.out or Path(".")
@@ -236,6 +309,27 @@ class _Context:
         loaded = self.load_spec(spec)
         return loaded.model, loaded.name, self.input_size if self.input_size is not None \
             else loaded.input_size
+
+    def named_inputs(self, models: Sequence[Any]) -> Any:
+        """The inputs ``--tokens``/``--input`` ask for (None without them), at ``--batch-size``
+        and on ``--device``; token ids drawn below the smallest vocabulary of ``models``."""
+        if not self.input_specs and self.tokens is None:
+            return None
+        from modelprof.runtime.inputs import build_inputs, token_inputs, vocab_size
+
+        batch = getattr(self.args, "batch_size", None) or 1
+        made: Any = {}
+        if self.tokens is not None:
+            vocab = min(vocab_size(m) for m in models)
+            made = token_inputs(models[0], self.tokens, batch, vocab=vocab, device=self.device)
+        if self.input_specs:
+            if isinstance(made, tuple):
+                raise ModelProfError(f"--input names keyword inputs, but "
+                                     f"{type(models[0]).__name__}.forward takes no input_ids: "
+                                     "--tokens passes the ids positionally; give every input "
+                                     "with --input instead")
+            made = {**made, **build_inputs(self.input_specs, batch, self.device)}
+        return made
 
     def load_spec(self, spec: str) -> Any:
         from modelprof.models import load_spec
@@ -336,7 +430,10 @@ def _run_profile(ctx: _Context) -> None:
     model, name = loaded.model, loaded.name
     size = ctx.input_size if ctx.input_size is not None else loaded.input_size
     given: dict[str, Any] = {}
-    if ctx.input_size is None and args.batch_size is None and loaded.example_args is not None:
+    named = ctx.named_inputs([model])
+    if named is not None:
+        given = {"inputs": named}
+    elif ctx.input_size is None and args.batch_size is None and loaded.example_args is not None:
         # a .pt2 archive's recorded inputs: their batch and dtypes are what the program takes
         recorded = loaded.example_kwargs if not loaded.example_args else loaded.example_args
         if loaded.example_args and loaded.example_kwargs:
@@ -345,12 +442,17 @@ def _run_profile(ctx: _Context) -> None:
             given = {"inputs": recorded}
     if ctx.progress:
         what = "analysing" if args.no_timing else "profiling and timing"
-        shapes = _shape_text(size) if not given else "recorded inputs"
+        shapes = _shape_text(size) if not given else "given inputs" if named is not None \
+            else "recorded inputs"
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
-    report = profile(model, None if given else size, batch_size=args.batch_size,
-                     device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
-                     progress=ctx.progress, **given, **ctx.timing_options(),
-                     **ctx.step_options())
+    try:
+        report = profile(model, None if given else size,
+                         batch_size=None if named is not None else args.batch_size,
+                         device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
+                         progress=ctx.progress, **given, **ctx.timing_options(),
+                         **ctx.step_options())
+    except ModelProfError as e:
+        raise _cli_batch_hint(e, ctx) from e.__cause__
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
@@ -373,6 +475,20 @@ def _run_profile(ctx: _Context) -> None:
                 _save_figure(ctx, report.plot_roofline(), f"{name}_roofline")
 
 
+def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
+    """``error`` with profile()'s batch hint in the command line's words (``--input-size``)."""
+    shapes = getattr(error, "batch_hint", None)
+    if not shapes or ctx.args.input_size is None:
+        return error
+    text = str(error).split("\nhint:")[0]
+    given = " ".join(f"--input-size {s}" for s in ctx.args.input_size)
+    fixed = " ".join(f"--input-size {','.join(map(str, s[1:]))}" for s in shapes)
+    return ModelProfError(f"{text}\nhint: --input-size excludes the batch dimension "
+                          f"(--batch-size sets it): {given} was taken as the size of one "
+                          f"sample; if its first number is the batch, pass {fixed} "
+                          f"--batch-size {shapes[0][0]}")
+
+
 # --- compare -------------------------------------------------------------------------------------
 
 def _run_compare(ctx: _Context) -> None:
@@ -387,7 +503,11 @@ def _run_compare(ctx: _Context) -> None:
         model, name, size = ctx.load(spec)
         name = unique_name(name, models)
         models[name], sizes[name] = model, size
-    df = compare(models, sizes, baseline=args.baseline, batch_size=args.batch_size,
+    named = ctx.named_inputs(list(models.values()))
+    if named is not None:
+        sizes = None
+    df = compare(models, sizes, inputs=named, baseline=args.baseline,
+                 batch_size=None if named is not None else args.batch_size,
                  device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
                  throughput=args.throughput, throughput_options=_throughput_options(args),
                  progress=ctx.progress, **ctx.timing_options(), **ctx.step_options())
@@ -456,8 +576,8 @@ def _run_throughput(ctx: _Context) -> None:
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
-        print(f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}\n",
-              file=ctx.stdout)
+        print(f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}; "
+              f"{result.stop_explanation}\n", file=ctx.stdout)
         if ctx.out is not None:
             stem = f"{name}_throughput"
             _write_frame(ctx, curve, stem, caption=f"{name} throughput", env=result.env)

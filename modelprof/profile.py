@@ -14,7 +14,9 @@ from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import grad_switches, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
-from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype
+from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype, parse_input_size
+from modelprof.report.memory import memory_facts
+from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
@@ -76,15 +78,25 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         # included, draw from forked generators: the user's random state comes back as it was
         rng_scope.enter_context(torch.random.fork_rng(
             devices=[mi.device] if mi.device.type == "cuda" else []))
+        meta_notes: list[str] = []
+        if spec.timing and mi.device.type == "meta":
+            # meta tensors have shapes and no values, so nothing can be timed: count only
+            spec = dataclasses.replace(spec, timing=False)
+            meta_notes.append("device='meta': counted from shapes alone, not timed (meta "
+                              "tensors have no values and run no kernels); pass a real device "
+                              "to time")
         if spec.timing:
             spec.opts.check_device(mi.device)
-        static, step_cost = _count(model, mi, spec, dtype_requested)
+        with _batch_hint(input_size, mi):
+            static, step_cost = _count(model, mi, spec, dtype_requested)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
         if spec.timing:   # a write the guard cannot put back is named with its pass
             guard.begin("the timed forward passes")
         timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
+        if meta_notes:
+            timed = dataclasses.replace(timed, notes=[*meta_notes, *timed.notes])
         step_rows: list = []
         training_step = None
         if step_cost is not None:
@@ -103,8 +115,31 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         run = RunInfo(type(model).__name__, mi.shapes(), mi.batch_size, str(mi.device),
                       str(mi.dtype).removeprefix("torch."), env,
                       {**spec.flags, **spec.opts.as_kwargs()})
-        counts = Counts(static.unsupported, static.by_op, static.model_params)
+        facts = memory_facts(model, tensor_bytes((mi.args, mi.kwargs)), static.records,
+                             dtype_requested)
+        counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
         return Report(rows, run, counts, timed, training_step)
+
+
+@contextlib.contextmanager
+def _batch_hint(input_size: Any, mi: ModelInputs):
+    """When the forward fails on inputs made from ``input_size``, say that the size excludes
+    the batch: ``(1, 3, 224, 224)`` gave the model a 1x1x3x224x224 tensor."""
+    try:
+        yield
+    except ModelProfError as e:
+        shapes = parse_input_size(input_size) if input_size is not None and not \
+            holds_tensors(input_size) else []
+        if (not any(len(s) >= 2 for s in shapes) or e.__cause__ is None
+                or isinstance(e.__cause__, ModelProfError)):
+            raise
+        drop = ", ".join(str(tuple(s[1:])) for s in shapes)
+        hinted = ModelProfError(
+            f"{e}\nhint: input_size excludes the batch dimension: {brief(input_size)} gave the "
+            f"model {mi.shapes()}; if its first dimension is the batch, pass {drop} (and "
+            f"batch_size={shapes[0][0]})")
+        hinted.batch_hint = shapes  # the command line words it for --input-size
+        raise hinted from e.__cause__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,9 +314,6 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
     under ``opts``; and the notes that say how the per-layer columns were measured."""
     from modelprof.timing import measure_latency, time_layers
 
-    if mi.device.type == "meta":
-        raise ModelProfError("device='meta' has no clock: pass timing=False to analyse shapes "
-                             "alone, or a real device to time")
     from modelprof.timing.latency import timing_runner
 
     runner = timing_runner(model, mi, dtype, training, opts)

@@ -83,7 +83,8 @@ def _shrink_cli(args: list[str]) -> list[str]:
     command = args[0] if args else ""
     if command in ("profile", "compare", "throughput") and "--no-timing" not in args:
         args += ["--budget", "0.3"]
-    if (command in ("profile", "compare", "throughput") and "--input-size" not in args
+    given_inputs = any(a in ("--input-size", "--tokens", "--input") for a in args)
+    if (command in ("profile", "compare", "throughput") and not given_inputs
             and not any(a.startswith("vit") for a in args)):
         args += ["--input-size", "3,64,64"]
     return args
@@ -108,6 +109,24 @@ def test_the_readme_has_the_examples_this_test_expects() -> None:
     text = README.read_text(encoding="utf-8")
     for title in ("## How precise are the timings?", "## What does a training step cost?"):
         assert title in text
+
+
+def test_the_readme_starts_with_the_two_commands_a_new_user_runs() -> None:
+    """The first block installs and profiles a real model; the second installs the test extras
+    and runs the tests, the same command as CI's script (.ci/run)."""
+    blocks = [body for lang, body in _blocks() if lang == "bash"]
+    assert _commands(blocks[0]) == [["pip", "install", "-e", ".[all]"],
+                                    ["modelprof", "profile", "resnet18"]]
+    test_command = _commands(blocks[1])
+    assert test_command == [["pip", "install", "-c", "constraints.txt", "-e", ".[test]"],
+                            ["python", "-m", "pytest", "-q"]]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    # CI runs the same two steps (as python3, quietly)
+    assert 'pip install -q -c constraints.txt -e ".[test]"' in ci
+    assert "python3 -m pytest -q" in ci
+    text = README.read_text(encoding="utf-8")
+    assert text.index(blocks[1]) < text.index("## A 30-second tour")
+    assert "nbconvert" in text
 
 
 def test_the_install_command_installs_what_the_readme_uses() -> None:
@@ -145,6 +164,8 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
         for command in _commands(body):
             if command[:2] == ["pip", "install"]:
                 continue  # see test_the_install_command_installs_what_the_readme_uses
+            if command[:3] == ["python", "-m", "pytest"]:
+                continue  # the suite itself: see test_the_readme_test_command_is_what_ci_runs
             assert command[0] == "modelprof", command
             args = _shrink_cli(command[1:])
             run = subprocess.run([sys.executable, "-m", "modelprof", *args], cwd=tmp_path,
@@ -153,7 +174,7 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
             assert run.stdout.strip(), f"{shlex.join(command)} printed nothing"
             assert "Traceback" not in run.stderr
             ran += 1
-    assert ran >= 9  # 2 Python blocks, modelprof --version and 6 CLI examples
+    assert ran >= 9  # the Python blocks, modelprof profile resnet18 and the CLI examples
     # what the examples promise to write
     for name in ("resnet18.csv", "resnet18.tex", "resnet18.html", "resnet18_latency.png",
                  "resnet18_roofline.png", "comparison.tex"):

@@ -87,9 +87,31 @@ def test_fit_both_drops_to_a_readable_shrink_then_scales() -> None:
     assert r"\resizebox" in both
 
 
-def test_long_tables_become_longtables_with_a_repeated_header() -> None:
+def test_long_tables_split_into_continued_floats() -> None:
+    """By default a long table is plain floats (they compile in two-column classes, where a
+    longtable cannot), each at most LONG_ROWS lines, the header repeated, one table number."""
+    df = _wide_frame(rows=2 * LONG_ROWS + 5)
+    text = to_latex(df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long",
+                    width="columnwidth")
+    assert r"\begin{longtable}" not in text and "longtable" not in text.splitlines()[0]
+    # 2*40+5 = 85 rows, 37 per float (40 lines less toprule, header, midrule): 3 floats
+    assert text.count(r"\begin{table}") == text.count(r"\end{table}") == 3
+    assert text.count(r"\toprule") == 3                      # the header in every part
+    assert text.count(r"\caption{Long}") == 1 and text.count(r"\label{tab:long}") == 1
+    assert text.count(r"\addtocounter{table}{-1}") == 2      # continued: the same number
+    assert text.count(r"\caption{Long (continued)}") == 2
+    for part in text.split(r"\begin{table}")[1:]:
+        body = part[part.index(r"\midrule"):part.index(r"\bottomrule")]
+        assert body.count(r"\\") <= LONG_ROWS
+    assert sum(text.count(f"layers.{i}.self") for i in range(len(df))) == len(df)   # each once
+    uncaptioned = to_latex(df, columns=["module", "metric_0_ms"])
+    assert uncaptioned.count(r"\emph{(continued)}") == 2
+
+
+def test_longtable_on_request_and_one_float_on_request() -> None:
     df = _wide_frame(rows=LONG_ROWS + 5)
-    text = to_latex(df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long")
+    text = to_latex(df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long",
+                    long=True)
     assert r"\begin{longtable}{lr}" in text and r"\end{longtable}" in text
     assert text.startswith(r"% modelprof table: needs \usepackage{booktabs,longtable}")
     assert r"\caption{Long}\label{tab:long} \\" in text
@@ -97,15 +119,15 @@ def test_long_tables_become_longtables_with_a_repeated_header() -> None:
         assert text.count(marker) == 1
     assert r"\begin{table" not in text
     short = to_latex(df.head(5), columns=["module", "metric_0_ms"])
-    assert r"\begin{longtable}" not in short and r"\begin{table*}" in short
+    assert r"\begin{longtable}" not in short and short.count(r"\begin{table*}") == 1
     forced = to_latex(df, columns=["module", "metric_0_ms"], long=False)
-    assert r"\begin{longtable}" not in forced
+    assert r"\begin{longtable}" not in forced and forced.count(r"\begin{table*}") == 1
 
 
 def test_longtable_cannot_be_scaled_and_bad_options_are_named() -> None:
     df = _wide_frame(rows=LONG_ROWS + 5)
     with pytest.raises(ModelProfError, match="longtable cannot be scaled"):
-        to_latex(df, fit="scale")
+        to_latex(df, fit="scale", long=True)
     with pytest.raises(ModelProfError, match="'squeeze'"):
         to_latex(df, fit="squeeze")
     with pytest.raises(ModelProfError, match="'pagewidth'"):
@@ -153,3 +175,30 @@ def test_tables_compile_without_overfull_boxes(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stdout[-3000:]
     log = (tmp_path / "doc.log").read_text(encoding="latin-1")
     assert "Overfull" not in log and "Float too large" not in log
+
+
+@pytest.mark.skipif(PDFLATEX is None, reason="pdflatex is not installed")
+@pytest.mark.parametrize("options", ["10pt", "10pt,twocolumn"])
+def test_default_long_tables_compile_in_one_and_two_columns(tmp_path: Path, options: str) -> None:
+    """The default layout of a long table (continued floats) compiles in both classes: a
+    longtable would stop a twocolumn document with "longtable not in 1-column mode"."""
+    long_df = _wide_frame(rows=2 * LONG_ROWS + 5)
+    tables = {
+        "wide": to_latex(long_df, columns=["module", "metric_0_ms", "metric_1_ms"],
+                         caption="All rows", label="tab:all"),
+        "narrow": to_latex(long_df, width="columnwidth", fit="both", caption="One column"),
+    }
+    for name, text in tables.items():
+        assert "longtable" not in text
+        (tmp_path / f"{name}.tex").write_text(text, encoding="utf-8")
+    body = "\n".join(f"\\input{{{name}}}" for name in tables)
+    (tmp_path / "doc.tex").write_text(
+        f"\\documentclass[{options}]{{article}}\n\\usepackage{{booktabs,graphicx}}\n"
+        f"\\begin{{document}}\nText.\n{body}\n\\end{{document}}\n", encoding="utf-8")
+    run = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:]
+    log = (tmp_path / "doc.log").read_text(encoding="latin-1")
+    assert "Overfull" not in log and "Float too large" not in log
+    # 85 rows in 3 floats each for both tables: 6 pages of floats at most, all placed
+    assert "Output written on doc.pdf" in run.stdout

@@ -103,7 +103,7 @@ def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
     md = timed.to_markdown()
     header = [c.strip() for c in md.splitlines()[0].split("|")[1:-1]]
     assert header == ["module", "type", "output shape", "params", "MACs", "FLOPs", "output",
-                      "latency", "latency share"]
+                      "latency", "FLOPs share", "latency share"]
     assert max(len(line) for line in md.splitlines()) < 160  # readable, not 24 columns wide
     lines = md.splitlines()
     assert lines[-2].startswith("| total ") and lines[-1].startswith("| end-to-end (clean run) ")

@@ -187,7 +187,10 @@ class OpCounter(TorchDispatchMode):
         record = self.tracker.current
         for a in args:
             if isinstance(a, torch.Tensor) and id(a) in pending:
-                record.params += self.tracker.charge(a)
+                charged = self.tracker.charge(a)
+                record.params += charged
+                if a.requires_grad:
+                    record.trainable_params += charged
 
     def _charge_packed(self, args: tuple) -> None:
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of

@@ -42,6 +42,7 @@ class CallRecord:
     input_bytes: int
     param_bytes: int          # bytes of the parameters the module owns directly (read per call)
     params: int               # parameters charged to this call: owned directly, first use only
+    trainable_params: int = 0  # of ``params``, those with requires_grad (the rest are frozen)
     children: list[int] = dataclasses.field(default_factory=list)
     output_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
     output_bytes: int = 0
@@ -122,6 +123,7 @@ class Tracker:
         record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
         distinct = {id(p): p for p in model.parameters()}
         record.params = sum(p.numel() for p in distinct.values())
+        record.trainable_params = sum(p.numel() for p in distinct.values() if p.requires_grad)
         record.param_bytes = sum(p.numel() * p.element_size() for p in distinct.values())
         record.finished = True
         return record
@@ -135,12 +137,15 @@ class Tracker:
                                                       else given)}
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
-        params = param_bytes = 0
+        params = param_bytes = trainable = 0
         for p in module._parameters.values():
             if p is None:
                 continue
             param_bytes += p.numel() * p.element_size()
-            params += self.charge(p)
+            charged = self.charge(p)
+            params += charged
+            if p.requires_grad:
+                trainable += charged
         parent = stack[-1] if stack else None
         inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
         shapes, nbytes = _shapes_and_bytes(inputs)
@@ -150,7 +155,7 @@ class Tracker:
             index, self.names.get(module, kind), kind, call,
             len(stack), parent.index if parent is not None else None,
             self._has_children.get(module, False), shapes, nbytes, param_bytes, params,
-            module_id=id(module))
+            trainable, module_id=id(module))
         if parent is not None:
             parent.children.append(index)
         if self._memory is not None:
@@ -209,4 +214,7 @@ class Tracker:
                     continue
                 seen.add(id(p))
                 record.param_bytes += p.numel() * p.element_size()
-                record.params += self.charge(p)
+                charged = self.charge(p)
+                record.params += charged
+                if p.requires_grad:
+                    record.trainable_params += charged

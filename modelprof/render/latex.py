@@ -12,9 +12,14 @@ A table has to fit the page it goes on. ``width`` names the target (``"textwidth
 - ``"both"`` drops columns until the table needs at most a 1.5x shrink, then scales.
 - ``None`` leaves the table at its natural width.
 
-A table longer than :data:`LONG_ROWS` rows becomes a ``longtable`` (it breaks across pages, with
-the header repeated) unless ``long=False``; a ``longtable`` cannot be scaled, so it fits by
-columns. The first lines are a comment naming the packages the table needs.
+A table longer than :data:`LONG_ROWS` lines is split into consecutive floats of at most that
+many lines (``long=None``, the default), each with the header repeated, the later ones captioned
+"(continued)" under the same table number: plain ``table``/``table*`` floats, so it compiles in
+one- and two-column classes alike (a ``longtable`` stops with "longtable not in 1-column mode"
+in ``\\documentclass[twocolumn]``). ``long=True`` asks for a ``longtable`` (one-column documents
+only; it breaks across pages by itself, cannot be scaled, so it fits by columns); ``long=False``
+keeps one float however long. The first lines are a comment naming the packages the table
+needs.
 """
 from __future__ import annotations
 
@@ -207,8 +212,8 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
     _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
-    if long is None:
-        long = view.float_env and n_lines > LONG_ROWS
+    split = long is None and view.float_env and n_lines > LONG_ROWS
+    long = bool(long)
     if long and not view.float_env:
         raise ModelProfError("long=True makes a longtable, which is its own environment; "
                              "drop float_env=False")
@@ -239,7 +244,8 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
            f"\\{font_size} ({len(table.columns)} columns)"]
     if long:
         return "\n".join(out + _longtable(table, head, body, view)) + "\n"
-    return "\n".join(out + _floating(table, head, body, view, scale)) + "\n"
+    parts = _split_body(table, body, LONG_ROWS - len(head)) if split else [body]
+    return "\n".join(out + _floating(table, head, parts, view, scale)) + "\n"
 
 
 def _check_layout(view: ViewOptions) -> None:
@@ -268,26 +274,58 @@ def _longtable(table: Table, head: list[str], body: list[str], view: ViewOptions
             r"\endgroup"]
 
 
-def _floating(table: Table, head: list[str], body: list[str], view: ViewOptions,
+def _floating(table: Table, head: list[str], parts: list[list[str]], view: ViewOptions,
               scale: bool) -> list[str]:
-    """A tabular, scaled to the width when asked, in a table float (or bare)."""
+    """A tabular, scaled to the width when asked, in a table float (or bare); a body in several
+    ``parts`` gives consecutive floats, the later ones "(continued)" under the same number."""
     spec = "".join("r" if n else "l" for n in table.numeric)
-    tabular = [f"\\begin{{tabular}}{{{spec}}}", *head, *body, r"\bottomrule", r"\end{tabular}"]
-    if scale:
-        length = f"\\{view.width}"
-        # shrink to the width only when wider: \width is the natural width inside \resizebox
-        tabular = [f"\\resizebox{{\\ifdim\\width>{length}{length}\\else\\width\\fi}}{{!}}{{%",
-                   *tabular[:-1], tabular[-1] + "}"]
+    scale_to = view.width if scale else None
     if not view.float_env:
-        return [f"{{\\{view.font_size}", *tabular, "}"]
+        return [f"{{\\{view.font_size}", *_tabular(spec, head, parts[0], scale_to), "}"]
     env = "table*" if view.width == "textwidth" else "table"
-    out = [f"\\begin{{{env}}}" + (f"[{view.position}]" if view.position else ""),
-           r"\centering", f"\\{view.font_size}"]
-    if view.caption is not None:
-        out.append(f"\\caption{{{view.caption}}}")
-    if view.label is not None:
-        out.append(f"\\label{{{view.label}}}")
-    return out + tabular + [f"\\end{{{env}}}"]
+    caption, label = view.caption, view.label
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        out += [f"\\begin{{{env}}}" + (f"[{view.position}]" if view.position else ""),
+                r"\centering", f"\\{view.font_size}"]
+        if i == 0 and caption is not None:
+            out.append(f"\\caption{{{caption}}}")
+        elif caption is not None:   # the same number as the first part's
+            out += [r"\addtocounter{table}{-1}", f"\\caption{{{caption} (continued)}}"]
+        if i == 0 and label is not None:
+            out.append(f"\\label{{{label}}}")
+        if i > 0 and caption is None:
+            part = [f"\\multicolumn{{{len(table.columns)}}}{{l}}{{\\emph{{(continued)}}}} \\\\",
+                    *part]
+        out += _tabular(spec, head, part, scale_to)
+        out.append(f"\\end{{{env}}}")
+    return out
+
+
+def _tabular(spec: str, head: Sequence[str], body: Sequence[str], scale_to: str | None
+             ) -> list[str]:
+    """A booktabs ``tabular``; with ``scale_to`` (``textwidth``/``columnwidth``) inside a
+    ``\\resizebox`` that shrinks it to that width only when it is wider."""
+    tabular = [f"\\begin{{tabular}}{{{spec}}}", *head, *body, r"\bottomrule", r"\end{tabular}"]
+    if scale_to is None:
+        return tabular
+    length = f"\\{scale_to}"
+    # \width is the natural width inside \resizebox
+    return [f"\\resizebox{{\\ifdim\\width>{length}{length}\\else\\width\\fi}}{{!}}{{%",
+            *tabular[:-1], tabular[-1] + "}"]
+
+
+def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[str]]:
+    """The body lines in parts of at most ``per_part`` lines; the footer (a ``\\midrule`` and
+    its rows) stays whole, in the last part."""
+    per_part = max(per_part, 5)
+    n_footer = len(table.footer) + 1 if table.footer else 0
+    rows, footer = list(body[:len(body) - n_footer]), list(body[len(body) - n_footer:])
+    parts = [rows[i:i + per_part] for i in range(0, len(rows), per_part)] or [[]]
+    if len(parts[-1]) + len(footer) > per_part:
+        parts.append([])
+    parts[-1] += footer
+    return parts
 
 
 def to_latex(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,

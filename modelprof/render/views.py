@@ -52,7 +52,8 @@ Units = Literal["human", "fixed", "raw"]
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = (
-    "params", "macs", "flops", "madd", "read_bytes", "write_bytes",
+    "params", "trainable_params", "frozen_params", "macs", "flops", "madd", "read_bytes",
+    "write_bytes",
 )
 """Columns whose leaf rows add up to a meaningful model total (used when no totals are given).
 ``output_bytes`` is not one: the outputs of all leaves summed is every activation written, which
@@ -60,7 +61,7 @@ ADDITIVE_COLUMNS: tuple[str, ...] = (
 
 COMPACT_COLUMNS: tuple[str, ...] = (
     "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
-    "latency_ms", "latency_pct", "backward_flops", "backward_latency_ms",
+    "latency_ms", "flops_pct", "latency_pct", "backward_flops", "backward_latency_ms",
 )
 """A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
 
@@ -109,7 +110,11 @@ _SPECS: dict[str, ColumnSpec] = {
     "input_shape": ColumnSpec("input shape", "text"),
     "output_shape": ColumnSpec("output shape", "text"),
     "params": ColumnSpec("params", "count"),
+    "trainable_params": ColumnSpec("trainable params", "count"),
+    "frozen_params": ColumnSpec("frozen params", "count"),
     "macs": ColumnSpec("MACs", "count"),
+    "macs_pct": ColumnSpec("MACs share", "percent"),
+    "flops_pct": ColumnSpec("FLOPs share", "percent"),
     "flops": ColumnSpec("FLOPs", "count"),
     "madd": ColumnSpec("MAdd", "count"),
     "output_bytes": ColumnSpec("output", "bytes"),

@@ -2,8 +2,11 @@
 per-layer-type summary (:meth:`modelprof.Report.by_layer_type`).
 
 A row is typed by its module class when that is a ``torch.nn`` layer this table knows (a
-``Conv2d`` is ``conv``), and otherwise by what it ran: the op with the most FLOPs among the ops the
-row executed itself. That is how a ``(self)`` row, which carries its parent's class, is typed by
+``Conv2d`` is ``conv``), and otherwise by what it ran: first by the composition of its ops (a
+reduction with an inverse square root is a ``norm``, as Llama's and T5's RMSNorm are written;
+only elementwise ops with a nonlinearity such as ``tanh``, ``erf`` or ``sigmoid`` are an
+``activation``, as GPT-2's ``NewGELUActivation`` and QuickGELU are written), else the op with
+the most FLOPs among the ops the row executed itself. That is how a ``(self)`` row, which carries its parent's class, is typed by
 what it does: a ResNet block's residual add is ``elementwise``, not ``BasicBlock``; ViT's class
 token concat is ``data movement``; a custom block's ``F.scaled_dot_product_attention`` is
 ``attention``.
@@ -125,9 +128,34 @@ def op_layer_type(op: str) -> str:
     return "other"
 
 
+# the ops that make a composition of elementwise ops an activation (cos/sin are not: rotary
+# embeddings use them), and the ones that make a reduction a normalisation
+_NONLINEAR = _names("tanh erf erfc sigmoid exp expm1 softplus clamp_min clamp hardtanh "
+                    "log_sigmoid_forward")
+_CASTS = _names("_to_copy clone contiguous copy_ alias detach")  # a dtype round trip around it
+_INV_SQRT = _names("rsqrt sqrt")
+_NORM_REDUCTIONS = _names("mean var var_mean std std_mean sum norm linalg_vector_norm")
+_CONTRACTIONS = frozenset({"conv", "linear", "matmul", "attention", "recurrent"})
+
+
+def _composite_type(ops: Mapping[str, int]) -> str | None:
+    """``norm`` or ``activation`` for a row whose ops compose one (see the module docstring),
+    else None."""
+    bases = {op.removeprefix("aten.").split(".")[0] for op in ops} - _CASTS
+    kinds = {op_layer_type(b) for b in bases}
+    if kinds & _CONTRACTIONS:
+        return None
+    if bases & _INV_SQRT and bases & _NORM_REDUCTIONS:
+        return "norm"
+    if kinds <= {"elementwise", "activation"} and (bases & _NONLINEAR or "activation" in kinds):
+        return "activation"
+    return None
+
+
 def layer_type(module_type: str, ops: Mapping[str, int], *, is_self: bool = False) -> str:
     """The layer type of a row: its ``torch.nn`` class when known (not for a ``(self)`` row,
-    which carries its parent's class), else its dominant op (most FLOPs; among ops without
+    which carries its parent's class), else the composition of its ops (a norm, an
+    activation), else its dominant op (most FLOPs; among ops without
     FLOPs, the first that is not an allocation), else ``other``."""
     if not is_self and module_type in _MODULE_TYPES:
         return _MODULE_TYPES[module_type]
@@ -136,5 +164,8 @@ def layer_type(module_type: str, ops: Mapping[str, int], *, is_self: bool = Fals
     doing = {op: f for op, f in ops.items() if op.split(".")[0] not in _FACTORIES}
     if not doing:
         return "other"
+    composite = _composite_type(doing)
+    if composite is not None:
+        return composite
     best = max(doing.items(), key=lambda kv: kv[1])[0]  # first op wins a tie (dicts keep order)
     return op_layer_type(best)

@@ -83,7 +83,8 @@ def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool)
     return select_rows(rows, top_k=top_k, sort_by=column) if top_k else select_rows(rows, sort_by=column)
 
 
-def _barh(rows: pd.DataFrame, column: str, *, title: str, xlabel: str, error: str | None = None,
+def _barh(rows: pd.DataFrame, column: str, *, title: str, xlabel: str,
+          error: tuple[str, str] | None = None,
           formatter: Any = None, figsize: tuple[float, float] | None = None) -> Any:
     figure_cls = _figure_class()
     n = len(rows)
@@ -92,8 +93,12 @@ def _barh(rows: pd.DataFrame, column: str, *, title: str, xlabel: str, error: st
     y = np.arange(n)
     values = rows[column].to_numpy(dtype=float)
     xerr = None
-    if error is not None and error in rows.columns:
-        xerr = np.nan_to_num(rows[error].to_numpy(dtype=float))
+    if error is not None and all(c in rows.columns for c in error):
+        # asymmetric bars from a low and a high percentile: they never cross zero
+        low = rows[error[0]].to_numpy(dtype=float)
+        high = rows[error[1]].to_numpy(dtype=float)
+        xerr = np.nan_to_num(np.vstack([np.clip(values - low, 0.0, None),
+                                        np.clip(high - values, 0.0, None)]))
     ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
     ax.set_yticks(y, _labels(rows) if "module" in rows.columns else [str(i) for i in rows.index])
     ax.invert_yaxis()  # largest on top
@@ -115,12 +120,16 @@ def plot_latency(
     title: str | None = None,
     save: str | os.PathLike[str] | None = None,
 ) -> Figure:
-    """Horizontal bars of per-layer latency (``latency_ms``, error bars from ``latency_std_ms``),
-    the ``top_k`` slowest first; ``leaf_only`` skips the parents that aggregate them."""
+    """Horizontal bars of per-layer latency (``latency_ms``, the median), the ``top_k`` slowest
+    first; ``leaf_only`` skips the parents that aggregate them. Error bars span the 10th to
+    90th percentile of the passes (``latency_p10_ms``, ``latency_p90_ms``, which
+    ``Report.plot_latency`` adds), so they never reach below 0 ms as median +- std can;
+    without those columns there are none."""
     _require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
     rows = _top_rows(df, "latency_ms", top_k, leaf_only)
-    fig = _barh(rows, "latency_ms", title=title or "Latency per layer", xlabel="latency (ms)",
-                error="latency_std_ms")
+    fig = _barh(rows, "latency_ms", title=title or "Latency per layer (bars: p10-p90 of the "
+                "passes)" if "latency_p10_ms" in rows.columns else title or "Latency per layer",
+                xlabel="latency (ms)", error=("latency_p10_ms", "latency_p90_ms"))
     _save(fig, save)
     return fig
 
@@ -198,9 +207,11 @@ def plot_roofline(
     ax.set_ylabel("achieved FLOP/s")
     source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
                              if peaks.raised else "")
-    ax.set_title(title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
     ax.grid(which="both", alpha=0.25)
     _legends(fig, ax, key)
+    # wrapped to the axes' width once the legends took their room: a one-line title wider
+    # than the axes ran into the legends outside them
+    _fit_title(ax, title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
     _save(fig, save)
     return fig
 
@@ -265,6 +276,22 @@ def _legends(fig: Any, ax: Any, key: list[str]) -> None:
         fig.legend(blank, key, loc="outside right lower", fontsize=7.5, handlelength=0,
                    handletextpad=0, title="slowest layers", title_fontsize=8,
                    prop={"family": "monospace", "size": 7.5})
+
+
+def _fit_title(ax: Any, text: str) -> None:
+    """``ax``'s title, wrapped at word boundaries so that no line is wider than the axes."""
+    import textwrap
+
+    fig = ax.figure
+    fig.draw_without_rendering()   # the constrained layout fixes the axes' size
+    renderer = fig._get_renderer()
+    limit = ax.get_window_extent(renderer).width
+    width = len(text)
+    while True:
+        ax.set_title(textwrap.fill(text, width=width))
+        if ax.title.get_window_extent(renderer).width <= limit or width <= 20:
+            break
+        width -= 5
 
 
 def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:

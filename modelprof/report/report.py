@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
+from modelprof.report.frames import WholeFrame
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
@@ -45,6 +46,7 @@ class Counts:
     unsupported: Mapping[str, int]
     by_op: Mapping[str, Any]
     model_params: int
+    memory: Any = None   # modelprof.report.memory.MemoryFacts, for memory_estimate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +97,7 @@ class Report:
         #: the per-layer window against the clean runs (modelprof.timing.agreement)
         self.timing_agreement = timing.agreement
         self.totals = totals_of(self.rows)
+        self.memory = counts.memory  # modelprof.report.memory.MemoryFacts (None: not known)
 
     @property
     def timed(self) -> bool:
@@ -152,7 +155,7 @@ class Report:
         unsupported = (self.unsupported if direction == "forward"
                        else self.training_step.cost.unsupported)
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
-        return pd.DataFrame({
+        return WholeFrame({
             "op": names,
             "calls": count_column([by_op[n].calls for n in names]),
             "macs": count_column([by_op[n].macs for n in names]),
@@ -161,6 +164,23 @@ class Report:
             "supported": [n not in unsupported for n in names],
             "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
         }).astype({"inexact_calls": "int64"})
+
+    def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
+        """Estimated memory (bytes) for inference and for a training step, per component:
+        parameters, buffers, inputs, activations, and for the step the tensors saved for the
+        backward, the gradients and the optimizer state (see :mod:`modelprof.report.memory`).
+        ``optimizer_states``: state tensors per trainable parameter when the profile ran no
+        optimizer (2 for Adam, 1 for SGD with momentum, 0 for plain SGD)."""
+        from modelprof.report.memory import estimate_memory
+
+        if self.memory is None:
+            raise ModelProfError("this report carries no memory facts (made by profile())")
+        step = self.training_step
+        saved = None if step is None else int(self.totals.get("saved_bytes", 0))
+        opt = None if step is None else step.cost.optimizer
+        return WholeFrame(estimate_memory(
+            self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
+            optimizer_state_bytes=None if opt is None else opt.state_bytes))
 
     @property
     def notes(self) -> dict[str, dict[str, int]]:
@@ -176,7 +196,7 @@ class Report:
         cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
         out = leaves.groupby("type", sort=False)[cols].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
-        return out.sort_values("flops", ascending=False)
+        return WholeFrame(out.sort_values("flops", ascending=False))
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
@@ -204,7 +224,7 @@ class Report:
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]})
+        return WholeFrame(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
@@ -283,7 +303,8 @@ class Report:
                  view: Any = None, **options: Any) -> str | Path:
         """A booktabs table for papers: one unit per column, named in the header; fitted to
         ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
-        (``fit="columns"``), scaling (``"scale"``) or both; a ``longtable`` when long. The
+        (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
+        compile in one- and two-column classes (``long=True``: a ``longtable``). The
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
         from modelprof.render.latex import escape_latex, to_latex
         df, totals, end_to_end, view = self._view(
@@ -322,7 +343,86 @@ class Report:
         from modelprof.render.text import to_text
         df, totals, end_to_end, view = self._view(style, view, options, compact=True,
                                                   title=self._title())
-        return str(to_text(df, totals, end_to_end=end_to_end, view=view))
+        text = str(to_text(df, totals, end_to_end=end_to_end, view=view))
+        torchstat = getattr(view, "style", style) == "torchstat"
+        return text + ("\n" + self.flops_conventions() if torchstat else "")
+
+    def flops_conventions(self) -> str:
+        """One line on the two FLOP counts a torchstat view shows beside the summary."""
+        from modelprof.render.units import format_count
+
+        ts = sum(r.torchstat_flops for r in self.rows if r.leaf and r.kind == "module")
+        return (f"Flops (torchstat's formulas: one per multiply-add) = {format_count(ts)}; "
+                f"the summary's FLOPs (2 per multiply-add + every other op) = "
+                f"{format_count(self.totals['flops'])}")
+
+    def to_trace(self, path: str | Path | None = None, *, max_passes: int | None = None
+                 ) -> str | Path:
+        """The per-layer timeline as a Chrome / Perfetto trace (JSON, the Trace Event Format):
+        one track per instrumented pass, each module call a slice nested in its parent's, its
+        MACs, FLOPs and bytes as arguments; with ``backward=True`` a second process for the
+        backward passes. Open it in https://ui.perfetto.dev or ``chrome://tracing``. See
+        :mod:`modelprof.render.trace`. ``max_passes``: the first n passes only."""
+        from modelprof.render.trace import trace_document, write_trace
+
+        processes = self._trace_timelines(max_passes)
+        meta = {"model": self.model_name, "input": self.input_shape, "device": self.device,
+                "dtype": self.dtype, "batch_size": self.batch_size,
+                "times": "microseconds from each pass's start, as the per-layer stamps read "
+                         "them (the hooks' own cost included)"}
+        return write_trace(trace_document(processes, meta), path)
+
+    def _trace_timelines(self, max_passes: int | None) -> dict[str, list[Any]]:
+        """The forward (and backward) passes as :class:`~modelprof.render.trace.PassTimeline`s."""
+        from modelprof.render.trace import PassTimeline, cost_args
+
+        timing = self.layer_timing
+        offsets = getattr(timing, "start_offsets_ms", None)
+        if timing is None or offsets is None or timing.raw_samples is None:
+            raise ModelProfError("to_trace needs the per-layer timeline of a timed report: "
+                                 "profile(..., timing=True)")
+        if max_passes is not None and (not isinstance(max_passes, int) or max_passes < 1):
+            raise ModelProfError(f"max_passes={max_passes!r} must be a positive int")
+        by_key = {(r.module, r.call): r for r in self.rows if not r.is_self and r.kind == "module"}
+        n = offsets.shape[0] if max_passes is None else min(max_passes, offsets.shape[0])
+        forward = []
+        for p in range(n):
+            t = PassTimeline(f"forward pass {p + 1}", timing.passes_ms[p])
+            for i, key in enumerate(timing.order):
+                row = by_key.get(key)
+                name = (key[0] or "(root)") + (f" #{key[1]}" if key[1] > 1 else "")
+                t.add(name, offsets[p, i], timing.raw_samples[key][p],
+                      cost_args(row) if row is not None else {})
+            forward.append(t)
+        out = {"forward": forward}
+        step = self.training_step
+        segments = getattr(getattr(step, "timing", None), "segments", None)
+        if segments:
+            by_record = {r.record: r for r in self.rows if not r.is_self and r.kind == "module"}
+            loss = next((r for r in self.rows if r.kind == "loss"), None)
+            out["backward"] = [self._backward_timeline(p, cols, ms, by_record, loss)
+                               for p, (cols, ms) in enumerate(segments[:n])]
+        return out
+
+    @staticmethod
+    def _backward_timeline(p: int, columns: Any, ms: Any, by_record: dict[int, Row],
+                           loss: Row | None) -> Any:
+        """One backward pass: each run of consecutive stretches of one call is a slice."""
+        from modelprof.render.trace import PassTimeline, cost_args
+
+        t = PassTimeline(f"backward pass {p + 1}", float(sum(ms)))
+        start, i = 0.0, 0
+        while i < len(columns):
+            j = i
+            while j + 1 < len(columns) and columns[j + 1] == columns[i]:
+                j += 1
+            dur = float(sum(ms[i:j + 1]))
+            row = by_record.get(int(columns[i]), loss)
+            name = ("(loss)" if row is loss or row is None else (row.module or "(root)")
+                    + (f" #{row.call}" if row.call > 1 else ""))
+            t.add(name, start, dur, cost_args(row) if row is not None else {})
+            start, i = start + dur, j + 1
+        return t
 
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
@@ -330,7 +430,32 @@ class Report:
         from modelprof.report.plots import plot_latency
         if not self.timed:
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
-        return plot_latency(self.to_dataframe(), top_k, **kw)
+        return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
+
+    def _with_percentiles(self, df: pd.DataFrame, low: float = 10.0, high: float = 90.0
+                          ) -> pd.DataFrame:
+        """``df`` with ``latency_p10_ms``/``latency_p90_ms``: the spread of each row's time over
+        the instrumented passes (a ``(self)`` row: its parent's less its children's, pass by
+        pass), for error bars that, unlike median +- std, never cross zero."""
+        import numpy as np
+
+        timing = self.layer_timing
+        if timing is None or not getattr(timing, "samples", None):
+            return df
+        children: dict[Any, list[Any]] = {}
+        for key, parent in timing.parents.items():
+            children.setdefault(parent, []).append(key)
+        lo, hi = [], []
+        for row in self.rows:
+            key = (row.module.removesuffix(".(self)").removesuffix("(self)"), row.call) \
+                if row.is_self else (row.module, row.call)
+            s = timing.samples.get(key)
+            if s is not None and row.is_self:
+                s = s - sum((timing.samples[c] for c in children.get(key, ())), np.zeros_like(s))
+                s = np.clip(s, 0.0, None)
+            lo.append(float(np.percentile(s, low)) if s is not None else float("nan"))
+            hi.append(float(np.percentile(s, high)) if s is not None else float("nan"))
+        return df.assign(latency_p10_ms=lo, latency_p90_ms=hi)
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""
@@ -360,11 +485,23 @@ class Report:
                  f"batch {self.batch_size})",
                  f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
                  f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B"]
+        if self.memory is not None:
+            from modelprof.render.units import format_bytes
+
+            est = self.memory_estimate().loc["total"]
+            lines.append(f"estimated memory: inference {format_bytes(est['inference'])}, "
+                         f"training step {format_bytes(est['training_step'])} "
+                         "(report.memory_estimate())")
+        if t.get("frozen_params"):
+            lines.append(f"trainable params {t['trainable_params']:,}, frozen "
+                         f"{t['frozen_params']:,} (requires_grad=False)")
         if self.model_params != t["params"]:
             lines.append(f"({self.model_params - t['params']:,} of the model's "
                          f"{self.model_params:,} parameters were not used by this forward)")
         if self.latency is not None:
             lines.extend(self._timing_summary())
+        else:       # a counting-only report still says why (device="meta": counting only)
+            lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
             lines.append(self.training_step.summary())
         if self.unsupported:
@@ -392,17 +529,28 @@ class Report:
         agreement = self.timing_agreement
         if agreement is not None:
             lines.append(f"per-layer rows: leaves sum to {agreement.leaf_sum_ms:.3f} ms, "
-                         f"{100 * self.coverage:.1f}% of the end-to-end median; instrumented "
-                         f"pass x{self.instrumentation_overhead:.3f} of a plain one")
+                         f"{100 * self.coverage:.1f}% of the end-to-end median; "
+                         f"{self._instrument_words()}")
             if not agreement.agree:
                 lines.append(f"!! {agreement.note()}")
         else:
             lines.append(f"per-layer rows: leaf coverage {100 * self.coverage:.1f}% of the "
-                         f"end-to-end median; instrumented pass x"
-                         f"{self.instrumentation_overhead:.3f} of a plain one")
+                         f"end-to-end median; {self._instrument_words()}")
         skip = agreement.note() if agreement is not None and not agreement.agree else None
         lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
         return lines
+
+    def _instrument_words(self) -> str:
+        """What the per-layer passes cost, in words: a bare ``overhead x0.747`` reads as a 25 %
+        saving."""
+        x = self.instrumentation_overhead
+        if x is None:
+            return "the hooked passes' cost was not measured"
+        if x >= 1:
+            return (f"the hooked passes ran {100 * (x - 1):.1f} % slower than the plain passes "
+                    "beside them (the hooks' cost)")
+        return (f"the hooked passes ran {100 * (1 - x):.1f} % faster than the plain passes "
+                "beside them: the machine's noise is larger than the hooks' cost")
 
     def __repr__(self) -> str:
         return self.summary() + "\n" + self.to_text(max_rows=60)

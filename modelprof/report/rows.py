@@ -18,11 +18,16 @@ import pandas as pd
 
 from modelprof.counting.scope import CallRecord
 
-__all__ = ["ADDITIVE", "COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS",
+__all__ = ["ADDITIVE", "COLUMNS", "SHARE_COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS",
            "Row", "build_rows", "count_column", "join_rows", "row_keys", "modelprof_frame", "torchstat_frame", "totals_of"]
 
-ADDITIVE = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes")
-COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE)
+ADDITIVE = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
+            "output_bytes", "read_bytes", "write_bytes")
+# each row's share of the model's total, beside the latency share (ptflops' and DeepSpeed's view)
+SHARE_COLUMNS = ("macs_pct", "flops_pct")
+COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE,
+           *SHARE_COLUMNS)
+
 TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
 # the training step (profile(..., backward=True); see modelprof/step/table.py)
 STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
@@ -66,6 +71,12 @@ class Row:
     backward_latency_ms: float = float("nan")
     backward_latency_std_ms: float = float("nan")
     backward_latency_pct: float = float("nan")
+    trainable_params: int = 0  # of ``params``, those with requires_grad
+
+    @property
+    def frozen_params(self) -> int:
+        """Of ``params``, those without requires_grad."""
+        return self.params - self.trainable_params
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
@@ -120,6 +131,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         if r.parent is not None:
             end[r.parent] = max(end[r.parent], end[r.index])
 
+    trainable = _inclusive_trainable(records)
     rows: list[Row] = []
     nan = float("nan")
     for r in records:
@@ -130,7 +142,8 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
                         r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
                         ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
-                        ops=dict(r.ops) if not r.children else {}))
+                        ops=dict(r.ops) if not r.children else {},
+                        trainable_params=trainable[i]))
         a: int | None = i
         while a is not None and end[a] == i:
             part = own[a]
@@ -139,7 +152,8 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
                 params, macs, flops, madd, read, write = part
                 rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
                                 [], params, macs, flops, madd, write, read, write,
-                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops)))
+                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops),
+                                trainable_params=pr.trainable_params))
             a = records[a].parent
     return rows
 
@@ -164,6 +178,14 @@ def join_rows(rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (),
             update.update(columns[i])
         joined.append(dataclasses.replace(row, **update) if update else row)
     return joined + [Row(**fields) for fields in extra]
+
+
+def _inclusive_trainable(records: Sequence[CallRecord]) -> list[int]:
+    """Trainable parameters per record, a parent's including its subtree's (like ``params``)."""
+    trainable = [0] * len(records)
+    for r in reversed(records):
+        trainable[r.index] = r.trainable_params + sum(trainable[c] for c in r.children)
+    return trainable
 
 
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:
@@ -199,9 +221,15 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         data[k] = count_column([getattr(r, k) for r in rows])
     df = pd.DataFrame(data)
     df["leaf"] = df["leaf"].astype(bool)
+    for share, k in zip(SHARE_COLUMNS, ("macs", "flops")):
+        total = sum(int(getattr(r, k) or 0) for r in rows if r.leaf)
+        df[share] = np.array([100.0 * int(getattr(r, k) or 0) / total if total else float("nan")
+                              for r in rows], dtype="float64")
     measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
     for k in TIMING_COLUMNS:
-        if timed or (k == "peak_memory_bytes" and measured_memory):
+        # peak memory comes from an allocator that keeps one (CUDA's); on the CPU it would be
+        # a column of NaNs, so it is left out
+        if (timed and k != "peak_memory_bytes") or (k == "peak_memory_bytes" and measured_memory):
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
     if any(not np.isnan(r.backward_latency_ms) for r in rows):
         for k in STEP_TIMING_COLUMNS:

@@ -19,9 +19,11 @@ from torch import nn
 from modelprof.runtime.device import normalize_device
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import to_placement, model_placement
-from modelprof.runtime.tensors import iter_tensors, map_tensors, shape_str
+from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, map_tensors, shape_str
 
-__all__ = ["ModelInputs", "available_memory_bytes", "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size"]
+__all__ = ["InputSpec", "ModelInputs", "available_memory_bytes", "build_inputs",
+           "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size",
+           "token_inputs", "vocab_size"]
 
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -109,7 +111,7 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
                                                         for s in input_size):
         input_size = [s.tolist() if isinstance(s, np.ndarray) else s for s in input_size]
     if not isinstance(input_size, Sequence) or isinstance(input_size, (str, bytes)):
-        raise ModelProfError(f"input_size={input_size!r} must be a tuple of ints such as "
+        raise ModelProfError(f"input_size={brief(input_size)} must be a tuple of ints such as "
                              "(3, 224, 224), or a list of such tuples")
     if all(_is_int(d) for d in input_size):
         shapes = [tuple(input_size)]
@@ -117,11 +119,11 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
              and all(_is_int(d) for d in s) for s in input_size) and len(input_size) > 0:
         shapes = [tuple(s) for s in input_size]
     else:
-        raise ModelProfError(f"input_size={input_size!r} must be a tuple of ints such as "
+        raise ModelProfError(f"input_size={brief(input_size)} must be a tuple of ints such as "
                              "(3, 224, 224), or a list of such tuples")
     for shape in shapes:
         if any(int(d) <= 0 for d in shape):
-            raise ModelProfError(f"input_size={input_size!r} has a dimension <= 0 in {shape}")
+            raise ModelProfError(f"input_size={brief(input_size)} has a dimension <= 0 in {shape}")
     return [tuple(int(d) for d in s) for s in shapes]
 
 
@@ -159,9 +161,12 @@ def make_inputs(
     if batch_size is not None:
         batch_size = int(batch_size)
 
+    if inputs is None and holds_tensors(input_size):
+        # torchinfo's and thop's habit: profile(model, x) / profile(model, {"input_ids": ids})
+        input_size, inputs = None, input_size
     if (input_size is None) == (inputs is None):
         raise ModelProfError("pass exactly one of input_size (e.g. (3, 224, 224)) or inputs= "
-                             f"(got input_size={input_size!r}, inputs of type "
+                             f"(got input_size={brief(input_size)}, inputs of type "
                              f"{type(inputs).__name__})")
     if input_size is not None:
         shapes = parse_input_size(input_size)
@@ -239,7 +244,7 @@ def check_input_bytes(input_size: Any, shapes: list[tuple[int, ...]], batch_size
     itemsize = torch.empty((), dtype=dtype, device="meta").element_size()
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
     nbytes = sum(numels) * itemsize
-    what = (f"input_size={input_size!r} at batch_size {batch_size} needs {_gb(nbytes)} "
+    what = (f"input_size={brief(input_size)} at batch_size {batch_size} needs {_gb(nbytes)} "
             f"({str(dtype).removeprefix('torch.')}) for the input tensors alone")
     if max(numels) >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
@@ -258,3 +263,108 @@ def _infer_batch(args: tuple, kwargs: dict) -> int:
         if isinstance(obj, (list, tuple)) and obj and all(isinstance(o, torch.Tensor) for o in obj):
             return len(obj)
     return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One named input to build: ``shape`` without the batch, a dtype, and values drawn
+    uniformly from ``[low, high)`` (integers: ``randint``; floats: ``rand``), or all equal to
+    ``value``, or (floats, neither given) standard normal."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    low: float | None = None
+    high: float | None = None
+    value: float | None = None
+
+    def make(self, batch_size: int, device: torch.device, gen: torch.Generator | None
+             ) -> torch.Tensor:
+        size = (batch_size, *self.shape)
+        if self.value is not None:
+            return torch.full(size, self.value, dtype=self.dtype, device=device)
+        if self.dtype.is_floating_point:
+            if self.low is None:
+                return torch.randn(size, dtype=self.dtype, device=device, generator=gen)
+            t = torch.rand(size, dtype=self.dtype, device=device, generator=gen)
+            return t * (self.high - self.low) + self.low
+        if self.low is None:
+            raise ModelProfError(f"input {self.name!r} ({str(self.dtype).removeprefix('torch.')})"
+                                 " needs a value range such as 0-30522 or a constant such as 1")
+        return torch.randint(int(self.low), int(self.high), size, dtype=self.dtype,
+                             device=device, generator=gen)
+
+
+def build_inputs(specs: Sequence[InputSpec], batch_size: int = 1,
+                 device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """Keyword inputs from ``specs`` at ``batch_size``, from a private generator (seed 0):
+    the same tensors every time, and the global random state is not advanced."""
+    dev = parse_device(device) or torch.device("cpu")
+    gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ModelProfError(f"input {dup[0]!r} is given twice")
+    return {s.name: s.make(batch_size, dev, gen) for s in specs}
+
+
+def vocab_size(model: nn.Module) -> int:
+    """The number of token ids ``model`` embeds: ``config.vocab_size`` (transformers), else its
+    input embedding's rows, else the largest ``nn.Embedding``'s."""
+    config = getattr(model, "config", None)
+    size = getattr(config, "vocab_size", None)
+    if _is_int(size) and size > 0:
+        return int(size)
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else None
+    if isinstance(emb, nn.Embedding):
+        return emb.num_embeddings
+    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
+    if not sizes:
+        raise ModelProfError(f"{type(model).__name__} has no nn.Embedding and no "
+                             "config.vocab_size to draw token ids from; give the range, "
+                             "e.g. input_ids:int64[128]:0-1000")
+    return max(sizes)
+
+
+def token_inputs(model: nn.Module, seq_len: int, batch_size: int = 1, *,
+                 vocab: int | None = None, device: torch.device | str | None = None
+                 ) -> dict[str, torch.Tensor] | tuple[torch.Tensor]:
+    """Token inputs of shape ``(batch_size, seq_len)`` as calflops builds them: ``input_ids``
+    drawn from ``[0, vocab)`` (default: :func:`vocab_size` of the model) and an all-ones
+    ``attention_mask`` when the forward takes one; a forward without an ``input_ids``
+    parameter gets the ids as its one positional argument. Pass the result as ``inputs=``."""
+    if not _is_int(seq_len) or seq_len < 1:
+        raise ModelProfError(f"seq_len={seq_len!r} must be a positive int")
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ModelProfError(f"batch_size={batch_size!r} must be a positive int")
+    vocab = vocab_size(model) if vocab is None else vocab
+    if not _is_int(vocab) or vocab < 1:
+        raise ModelProfError(f"vocab={vocab!r} must be a positive int")
+    params = _forward_parameters(model)
+    specs = [InputSpec("input_ids", torch.int64, (int(seq_len),), 0, int(vocab))]
+    if "attention_mask" in params:
+        specs.append(InputSpec("attention_mask", torch.int64, (int(seq_len),), value=1))
+    made = build_inputs(specs, int(batch_size), device)
+    if "input_ids" not in params and not _takes_kwargs(model):
+        return (made["input_ids"],)
+    return made
+
+
+def _forward_parameters(model: nn.Module) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _takes_kwargs(model: nn.Module) -> bool:
+    import inspect
+
+    try:
+        return any(p.kind is p.VAR_KEYWORD
+                   for p in inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 
-__all__ = ["iter_tensors", "map_tensors", "shape_str", "tensor_bytes", "tensor_nbytes", "tensor_shape"]
+__all__ = ["brief", "holds_tensors", "iter_tensors", "map_tensors", "shape_str", "tensor_bytes",
+           "tensor_nbytes", "tensor_shape"]
 
 
 def map_tensors(obj: Any, fn) -> Any:
@@ -74,3 +75,28 @@ def tensor_bytes(obj: Any) -> int:
             seen.add(id(t))
             total += tensor_nbytes(t)
     return total
+
+
+def holds_tensors(obj: Any) -> bool:
+    """``obj`` is a tensor, or a tuple/list/dict with a tensor somewhere inside."""
+    return next(iter_tensors(obj), None) is not None
+
+
+def brief(obj: Any, limit: int = 200) -> str:
+    """``repr(obj)`` for an error message, with every tensor shown as its shape and dtype
+    (``Tensor[2x128, int64]``) instead of its values, cut at ``limit`` characters."""
+    def show(o: Any) -> str:
+        if isinstance(o, torch.Tensor):
+            shape = "x".join(map(str, tensor_shape(o))) if o.dim() else "()"
+            return f"Tensor[{shape}, {str(o.dtype).removeprefix('torch.')}]"
+        if isinstance(o, tuple) and hasattr(o, "_fields"):
+            return f"{type(o).__name__}({', '.join(show(v) for v in o)})"
+        if isinstance(o, (list, tuple)):
+            inner = ", ".join(show(v) for v in o)
+            return f"[{inner}]" if isinstance(o, list) else f"({inner}{',' if len(o) == 1 else ''})"
+        if isinstance(o, Mapping):
+            return "{" + ", ".join(f"{k!r}: {show(v)}" for k, v in o.items()) + "}"
+        return repr(o)
+
+    text = show(obj)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -395,5 +395,8 @@ def _count_optimizer(spec: StepSpec, params: list[torch.Tensor], copy_of: dict[i
                              f"its step could not be run to count it: {type(e).__name__}: {e}"
                              ) from e
     elements = sum(c.numel() for c in clones.values() if c.grad is not None)
+    state = sum(t.numel() * t.element_size() for per_param in stepping.state.values()
+                for t in per_param.values() if isinstance(t, torch.Tensor))
     return OptimizerCost(spec.optimizer_name or type(stepping).__name__, elements, entry.flops,
-                         entry.op_read_bytes, entry.op_write_bytes, "ops"), counter.unsupported
+                         entry.op_read_bytes, entry.op_write_bytes, "ops", state), \
+        counter.unsupported

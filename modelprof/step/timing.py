@@ -75,6 +75,9 @@ class StepTiming:
     peak_memory_bytes: int | None = None
     nodes: int = 0
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: per instrumented pass, the backward in node order: (call column, ms) of each stretch
+    #: between two stamps (column ``n_calls`` is the loss's), for a timeline (Report.to_trace)
+    segments: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def overhead(self) -> float:
@@ -187,6 +190,7 @@ class _Instrumented:
         self.stamps: StampBuffer | None = None
         self.size = 0
         self.rows: list[np.ndarray] = []
+        self.segments: list[tuple[np.ndarray, np.ndarray]] = []  # per pass: (columns, ms)
         self.nodes = 0
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -238,6 +242,7 @@ class _Instrumented:
         stamps.sync()                                   # the one synchronize of this pass
         d = stamps.elapsed_ms(range(end), range(1, end + 1))
         self.rows.append(np.bincount(stamper.tags[:end], weights=d, minlength=self.n_calls + 1))
+        self.segments.append((stamper.tags[:end].copy(), np.asarray(d, dtype=np.float64)))
         return float(d.sum())
 
     def chunk(self, k: int) -> np.ndarray:
@@ -361,6 +366,7 @@ class StepTimer:
         _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True,
                                                self.clock.sync))
         inst.rows.clear()
+        inst.segments.clear()
         with sampling_bar(self.opts.stop, enabled=self.opts.progress,
                           desc="per-layer training step") as bar:
             sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est,
@@ -416,7 +422,8 @@ def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: in
     return StepTiming(forward=got["forward"], loss=got["loss"], backward=got["backward"],
                       optimizer=got.get("optimizer"), step=got["step"],
                       calls_ms=np.vstack(inst.rows), passes_ms=inst_sampled.samples_ms,
-                      peak_memory_bytes=peak, nodes=inst.nodes, env=got["step"].env)
+                      peak_memory_bytes=peak, nodes=inst.nodes, env=got["step"].env,
+                      segments=list(inst.segments))
 
 
 def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions

@@ -71,6 +71,9 @@ class LayerTiming:
     #: seconds the passes were extended by (``layer_extend_s``) after the budget stopped them
     #: below ``min_samples``
     extended_s: float = 0.0
+    #: each call's start stamp from its pass's start (passes x calls, ms, as read), for a
+    #: timeline of the passes (``Report.to_trace``)
+    start_offsets_ms: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -265,8 +268,10 @@ class _Instrument:
         self.open_calls: list[int] = []
         self.counter = 0
         self.starts = list(range(n)) + [2 * n]
+        self.pass_start = [2 * n] * n
         self.ends = list(range(n, 2 * n)) + [2 * n + 1]
         self.rows: list[np.ndarray] = []
+        self.offsets: list[np.ndarray] = []    # each call's start from the pass's start (ms)
         self.passes: list[float] = []
         # on the CPU, the thread CPU time of each instrumented and each plain pass, in ms: time
         # spent descheduled does not enter it (see time_layers' hook cost). Where that clock
@@ -338,6 +343,7 @@ class _Instrument:
                 self.stamps.sync()                      # the one synchronize of this pass
             d = self.stamps.elapsed_ms(self.starts, self.ends)
             self.rows.append(d[:n])
+            self.offsets.append(self.stamps.elapsed_ms(self.pass_start, self.starts[:n]))
             out[p] = d[n]
             if cpu_ms is None:
                 plain[p] = time_plain([forward], 1, reset)[0, 0]
@@ -659,7 +665,8 @@ class _LayerRun:
             raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
             hook_cost=hook_cost, blocks=sampled.blocks, timestamps_s=sampled.timestamps_s,
             plain_ms=np.concatenate(inst.plain),
-            min_samples=opts.stop.promised_min, extended_s=self.extended_s)
+            min_samples=opts.stop.promised_min, extended_s=self.extended_s,
+            start_offsets_ms=np.vstack(inst.offsets) if inst.offsets else None)
         if opts.warn and timing.undersampled:
             timing.end_to_end.warn_if_noisy()      # names n and min_samples
         return timing

@@ -72,6 +72,26 @@ class Throughput:
         return max(self.points, key=lambda p: p.samples_per_s)
 
     @property
+    def stop_explanation(self) -> str:
+        """Why the search stopped where it did, in a sentence (from ``stop_reason`` and the
+        search's settings in ``env``)."""
+        last = max(p.batch_size for p in self.points)
+        if self.stop_reason == "no_improvement":
+            gain, patience = self.env.get("gain"), self.env.get("patience")
+            rule = (f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else "")
+            times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
+            return (f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
+                    f"batch {self.best.batch_size}'s: the curve has flattened, a larger "
+                    "max_batch would not help")
+        if self.stop_reason == "oom":
+            return (f"stopped by out-of-memory: batch {self.oom_batch} did not fit, "
+                    f"{self.max_fit_batch} was the largest that ran")
+        if self.stop_reason == "max_batch":
+            return (f"stopped at max_batch={self.env.get('max_batch', last)}, the largest batch "
+                    "allowed: raise max_batch (--max-batch) to search further")
+        return f"stopped: {self.stop_reason}"
+
+    @property
     def best_batch_size(self) -> int:
         return self.best.batch_size
 
@@ -99,6 +119,7 @@ class Throughput:
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "stop_reason": self.stop_reason,
+                "stop_explanation": self.stop_explanation,
                 "best_batch_size": self.best_batch_size,
                 "best_samples_per_s": self.best_samples_per_s,
                 "max_fit_batch": self.max_fit_batch, "oom_batch": self.oom_batch,
@@ -110,7 +131,7 @@ class Throughput:
     def __repr__(self) -> str:
         b = self.best
         lines = [f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s at batch "
-                 f"{b.batch_size} ({format_ms(b.latency_ms)}/batch), stop={self.stop_reason}"]
+                 f"{b.batch_size} ({format_ms(b.latency_ms)}/batch); {self.stop_explanation}"]
         for p in self.points:
             mem = f", peak {p.peak_memory_bytes / 2**20:,.0f} MiB" \
                 if p.peak_memory_bytes is not None else ""

@@ -53,6 +53,7 @@ class OptimizerCost:
     read_bytes: int
     write_bytes: int
     counted_by: str  # "formula" (per element, above) or "ops" (counted as it ran)
+    state_bytes: int | None = None  # the optimizer's state tensors (m, v, momentum ...)
 
 
 def register_optimizer_formula(*classes: type, replace: bool = False
@@ -117,7 +118,7 @@ def optimizer_cost(optimizer: torch.optim.Optimizer,
     formula = optimizer_formula(type(optimizer))
     if formula is None:
         return None
-    elements = flops = read = write = 0
+    elements = flops = read = write = state = 0
     for group in optimizer.param_groups:
         per, states = formula(group)
         for p in _distinct(group["params"]):
@@ -128,7 +129,9 @@ def optimizer_cost(optimizer: torch.optim.Optimizer,
             flops += per * n
             read += (2 + states) * n * size
             write += (1 + states) * n * size
-    return OptimizerCost(type(optimizer).__name__, elements, flops, read, write, "formula")
+            state += states * n * size
+    return OptimizerCost(type(optimizer).__name__, elements, flops, read, write, "formula",
+                         state)
 
 
 def _distinct(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,0 +1,89 @@
+"""An estimate of the memory a model needs, for inference and for a training step, from what
+the static pass saw (torchinfo's "estimated total size", itemised).
+
+Inference: parameters + buffers + inputs + the activations live at the busiest moment, taken as
+the largest working set of one leaf call (its inputs and outputs, which must coexist): a lower
+bound of the true peak, which also holds whatever later calls still need.
+
+A training step adds the gradients (one per trainable parameter element), the optimizer's
+state, and the tensors autograd saves for the backward: measured by ``profile(...,
+backward=True)`` (``saved_bytes``), else estimated as every leaf call's output (torchinfo's
+forward-pass convention). Without a profiled optimizer, ``optimizer_states`` state tensors per
+trainable parameter are assumed (2: Adam's m and v; SGD with momentum 1, plain SGD 0).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+__all__ = ["MemoryFacts", "estimate_memory", "memory_facts"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryFacts:
+    """Bytes the static pass knows: the model's tensors in the profiled dtype, the inputs, the
+    largest leaf working set and the leaf outputs."""
+
+    param_bytes: int
+    trainable_param_bytes: int
+    buffer_bytes: int
+    input_bytes: int
+    working_set_bytes: int
+    leaf_output_bytes: int
+
+
+def _bytes(tensors: Iterable[torch.Tensor], dtype: torch.dtype | None) -> int:
+    """Bytes of distinct tensors, floating ones as ``dtype`` when the profile converts them."""
+    seen: dict[int, torch.Tensor] = {id(t): t for t in tensors}
+    size = lambda t: (torch.empty((), dtype=dtype).element_size()  # noqa: E731
+                      if dtype is not None and t.is_floating_point() else t.element_size())
+    return sum(t.numel() * size(t) for t in seen.values())
+
+
+def memory_facts(model: nn.Module, input_bytes: int, records: Sequence[Any],
+                 dtype: torch.dtype | None) -> MemoryFacts:
+    """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own)."""
+    params = list(model.parameters())
+    leaves = [r for r in records if not r.children]
+    return MemoryFacts(
+        param_bytes=_bytes(params, dtype),
+        trainable_param_bytes=_bytes((p for p in params if p.requires_grad), dtype),
+        buffer_bytes=_bytes(model.buffers(), dtype),
+        input_bytes=int(input_bytes),
+        working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
+        leaf_output_bytes=sum(r.output_bytes for r in leaves))
+
+
+def estimate_memory(facts: MemoryFacts, *, saved_bytes: int | None = None,
+                    optimizer_state_bytes: int | None = None, optimizer_states: int = 2
+                    ) -> pd.DataFrame:
+    """One row per component (bytes), columns ``inference`` and ``training_step`` and
+    ``how`` (where each number comes from), a ``total`` row last."""
+    saved, saved_how = ((saved_bytes, "measured: tensors autograd saved (backward=True)")
+                        if saved_bytes is not None else
+                        (facts.leaf_output_bytes, "estimated: every leaf call's output"))
+    if optimizer_state_bytes is not None:
+        state, state_how = optimizer_state_bytes, "the profiled optimizer's state tensors"
+    else:
+        state = optimizer_states * facts.trainable_param_bytes
+        state_how = f"assumed {optimizer_states} state tensor(s) per trainable parameter"
+    rows = [
+        ("parameters", facts.param_bytes, facts.param_bytes, "every distinct parameter"),
+        ("buffers", facts.buffer_bytes, facts.buffer_bytes, "every distinct buffer"),
+        ("inputs", facts.input_bytes, facts.input_bytes, "the input tensors"),
+        ("activations", facts.working_set_bytes, facts.working_set_bytes,
+         "largest leaf call's inputs + outputs (a lower bound of the peak)"),
+        ("saved for backward", 0, saved, saved_how),
+        ("gradients", 0, facts.trainable_param_bytes, "one per trainable parameter"),
+        ("optimizer state", 0, state, state_how),
+    ]
+    df = pd.DataFrame(rows, columns=["component", "inference", "training_step", "how"])
+    total = pd.DataFrame([("total", int(df["inference"].sum()), int(df["training_step"].sum()),
+                           "sum")], columns=df.columns)
+    out = pd.concat([df, total], ignore_index=True).set_index("component")
+    return out.astype({"inference": "int64", "training_step": "int64"})

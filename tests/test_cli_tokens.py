@@ -1,0 +1,92 @@
+"""Token and named inputs on the command line (issue 21, item 6): ``--tokens SEQ_LEN`` builds
+calflops-style ``input_ids``/``attention_mask``, ``--input NAME:DTYPE[SHAPE]:VALUES`` any named
+input, both at ``--batch-size``."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from modelprof import token_inputs
+from modelprof.cli import main, parse_input_arg
+from modelprof.errors import ModelProfError
+
+pytest.importorskip("transformers")
+
+FACTORY = textwrap.dedent("""
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+    def bert():
+        return BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
+                                    num_attention_heads=2, intermediate_size=64,
+                                    max_position_embeddings=64))
+
+    def gpt2():
+        return GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2,
+                                          n_positions=64))
+""")
+
+
+@pytest.fixture
+def lm(tmp_path: Path) -> Path:
+    f = tmp_path / "lm.py"
+    f.write_text(FACTORY)
+    return f
+
+
+def test_tokens_profile_a_bert_factory(lm: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{lm}:bert", "--tokens", "16", "--batch-size", "2",
+                 "--no-timing"]) == 0
+    out = capsys.readouterr().out
+    assert "on input 2x16, 2x16" in out            # input_ids and attention_mask, (2, 16)
+    # tokens b*s = 32, hidden 32, 2 heads of 16, ffn 64, one layer:
+    # q,k,v,o 4*32*32*32 = 131072; scores and context 2*(2*2*16*16*16) = 32768;
+    # ffn 2*32*32*64 = 131072; pooler (first token of 2 sequences) 2*32*32 = 2048
+    assert "MACs 296,960" in out                    # 131072 + 32768 + 131072 + 2048
+
+
+def test_named_inputs_profile_a_gpt2_factory(lm: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{lm}:gpt2", "--input", "input_ids:int64[16]:0-100",
+                 "--input", "attention_mask:int64[16]:1", "--no-timing"]) == 0
+    out = capsys.readouterr().out
+    # 16 tokens, n_embd 32: c_attn 16*32*96 = 49152, scores + context 2*(2*16*16*16) = 16384,
+    # attn proj 16*32*32 = 16384, mlp 2*16*32*128 = 131072, lm head 16*32*100 = 51200
+    assert "MACs 264,192" in out                    # 49152+16384+16384+131072+51200
+
+
+def test_token_inputs_values() -> None:
+    emb = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 2))
+    made = token_inputs(emb, 12, batch_size=3)
+    # forward(input) has no input_ids parameter: the ids go in positionally
+    assert isinstance(made, tuple) and made[0].shape == (3, 12) and made[0].dtype == torch.int64
+    assert 0 <= int(made[0].min()) and int(made[0].max()) < 50     # the embedding's 50 rows
+    assert torch.equal(made[0], token_inputs(emb, 12, batch_size=3)[0])   # seeded
+
+
+def test_parse_input_arg() -> None:
+    spec = parse_input_arg("input_ids:int64[128]:0-30522")
+    assert (spec.name, spec.dtype, spec.shape, spec.low, spec.high) == \
+        ("input_ids", torch.int64, (128,), 0, 30522)
+    assert parse_input_arg("mask:int64[4]:1").value == 1
+    assert parse_input_arg("pixels:float32[3,8,8]").low is None
+    for bad in ("input_ids:int64[128]",          # integers need their values
+                "input_ids:int64[0]:0-5",        # empty shape
+                "x:complex[3]", "x[3]", "ids:int64[4]:5-5"):
+        with pytest.raises(ModelProfError, match="--input"):
+            parse_input_arg(bad)
+
+
+def test_input_and_input_size_contradict(lm: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", f"{lm}:bert", "--tokens", "8", "--input-size", "8",
+                 "--no-timing"]) == 2
+    assert "--input-size" in capsys.readouterr().err
+
+
+def test_help_documents_tokens_and_input(capsys: pytest.CaptureFixture) -> None:
+    assert main(["profile", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--tokens SEQ_LEN" in out and "--input NAME:DTYPE[SHAPE][:VALUES]" in out
+    assert "attention_mask" in out and "input_ids:int64[128]" in out

@@ -1,0 +1,88 @@
+"""Habits users bring from torchinfo, thop and calflops (issue 21, item 5): a tensor, tuple or
+dict in ``profile``'s second position is the inputs; ``device="meta"`` alone counts; a size
+that includes the batch gets a hint."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from modelprof import profile
+from modelprof.cli import main
+from modelprof.errors import ModelProfError
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+        self.b = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + self.b(y)
+
+
+def test_tensor_in_second_position_is_the_input() -> None:
+    m = nn.Linear(4, 3)
+    x = torch.randn(5, 4)
+    r = profile(m, x, timing=False)
+    assert r.batch_size == 5 and r.input_shape == "5x4"
+    # 5 rows x 4 x 3 = 60 MACs: the tensor itself went in, not a size made from it
+    assert r.totals["macs"] == 60
+
+
+def test_tuple_and_dict_in_second_position() -> None:
+    m = TwoInputs()
+    x, y = torch.randn(2, 4), torch.randn(2, 6)
+    by_tuple = profile(m, (x, y), timing=False)
+    by_dict = profile(m, {"x": x, "y": y}, timing=False)
+    # 2*4*3 + 2*6*3 = 24 + 36 = 60
+    assert by_tuple.totals["macs"] == by_dict.totals["macs"] == 60
+
+
+def test_errors_show_shapes_not_tensor_values() -> None:
+    x = torch.arange(4000.0).reshape(1000, 4)
+    with pytest.raises(ModelProfError) as err:
+        profile(nn.Linear(4, 3), x, inputs=x, timing=False)
+    text = str(err.value)
+    assert "Tensor[1000x4, float32]" in text
+    assert "tensor(" not in text and "3999" not in text and len(text) < 400
+
+
+def test_meta_device_alone_counts_and_says_so() -> None:
+    r = profile(nn.Linear(4, 3), (4,), device="meta")   # timing left at its default
+    assert not r.timed and r.device == "meta"
+    assert r.totals["macs"] == 12                        # 4 * 3
+    assert any("meta" in n and "not timed" in n for n in r.timing_notes)
+    assert "note: device='meta'" in r.summary()
+
+
+def test_size_with_the_batch_gets_a_hint() -> None:
+    with pytest.raises(ModelProfError) as err:
+        profile(nn.Conv2d(3, 4, 3), (1, 3, 8, 8), timing=False)
+    text = str(err.value)
+    assert "excludes the batch" in text and "(3, 8, 8)" in text
+
+
+def test_cli_size_with_the_batch_gets_a_hint(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "conv.py"
+    f.write_text(textwrap.dedent("""
+        from torch import nn
+        def build():
+            return nn.Conv2d(3, 4, 3)
+    """))
+    assert main(["profile", f"{f}:build", "--input-size", "1,3,8,8", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert "conv2d" in err                                     # the model's own error stays
+    assert "pass --input-size 3,8,8 --batch-size 1" in err
+
+
+def test_no_hint_when_the_failure_is_not_about_the_batch() -> None:
+    # a 1-D size cannot hold a batch: the plain error, no hint
+    with pytest.raises(ModelProfError) as err:
+        profile(nn.Linear(5, 3), (4,), timing=False)
+    assert "hint" not in str(err.value)
