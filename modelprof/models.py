@@ -12,7 +12,6 @@ import difflib
 import importlib.util
 import inspect
 import io
-import json
 import logging
 import pickle
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.archive import inspect_pt2
 from modelprof.errors import ModelProfError
 
 __all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
@@ -290,68 +290,7 @@ def _needs_full_unpickling(e: BaseException) -> bool:
     return isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in str(e)
 
 
-def _loads_weights_only(data: bytes) -> bool:
-    """Whether ``data`` (a torch.save payload) loads with the weights-only unpickler, i.e.
-    without running any code; then a full unpickler would construct the same objects."""
-    if not data:
-        return True
-    try:
-        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - refused or unreadable: either way not provably safe
-        return False
-    return True
-
-
 # --- torch.export archives (.pt2) ----------------------------------------------------------------
-
-def _pt2_layout() -> dict[str, str]:
-    try:
-        from torch.export.pt2_archive import constants as c
-
-        return {"aoti": c.AOTINDUCTOR_DIR, "samples": c.SAMPLE_INPUTS_DIR,
-                "weights": c.WEIGHTS_DIR, "constants": c.CONSTANTS_DIR,
-                "custom": c.CUSTOM_OBJ_FILENAME_PREFIX, "opaque": c.OPAQUE_OBJ_FILENAME_PREFIX}
-    except (ImportError, AttributeError):  # the layout of torch 2.8+ archives
-        return {"aoti": "data/aotinductor/", "samples": "data/sample_inputs/",
-                "weights": "data/weights/", "constants": "data/constants/",
-                "custom": "custom_obj_", "opaque": "opaque_obj_"}
-
-
-def _pt2_unsafe_members(archive: zipfile.ZipFile) -> list[str]:
-    """Members of a ``torch.export`` archive that loading it would unpickle with the full
-    unpickler (``torch.export.load`` falls back to ``weights_only=False``) or run as native
-    code (AOTInductor libraries): everything that could run code. Empty for a plain program."""
-    layout = _pt2_layout()
-    names = archive.namelist()
-    root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
-    if not all(n.startswith(root) for n in names):
-        root = ""
-    unsafe: list[str] = []
-    for full in names:
-        rel = full[len(root):]
-        if rel.startswith(layout["aoti"]):
-            unsafe.append(f"{rel} (compiled code)")
-        elif rel.startswith(layout["samples"]) or rel.endswith((".pt", ".pkl", ".pickle")):
-            if not _loads_weights_only(archive.read(full)):
-                unsafe.append(rel)
-        elif rel.startswith((layout["weights"], layout["constants"])) and rel.endswith(".json"):
-            base = layout["weights"] if rel.startswith(layout["weights"]) else layout["constants"]
-            try:
-                config = json.loads(archive.read(full)).get("config", {})
-            except (ValueError, AttributeError):
-                unsafe.append(f"{rel} (unreadable)")
-                continue
-            for fqn, meta in config.items():
-                member = str(meta.get("path_name", "")) if isinstance(meta, dict) else ""
-                if member.startswith((layout["custom"], layout["opaque"])):
-                    unsafe.append(f"{base}{member} (pickled object {fqn!r})")
-                elif isinstance(meta, dict) and meta.get("use_pickle"):
-                    data = archive.read(root + base + member) if root + base + member in names \
-                        else b"x"
-                    if not _loads_weights_only(data):
-                        unsafe.append(f"{base}{member} (pickled tensor {fqn!r})")
-    return unsafe
-
 
 @contextlib.contextmanager
 def _quiet_loggers(*names: str) -> Iterator[None]:
@@ -374,17 +313,14 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelProfError(f"{str(path)!r} is corrupt or not a torch.export archive "
                              "(not a zip file)")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unsafe = _pt2_unsafe_members(archive)
-    except (zipfile.BadZipFile, OSError, KeyError) as e:
-        raise ModelProfError(f"{str(path)!r} is a corrupt torch.export archive: {e}") from e
+    # a zip bomb is refused even when trusted: torch.export.load would inflate every member
+    unsafe = inspect_pt2(data, repr(str(path)), sizes_only=trust_pickle)
     if unsafe and not trust_pickle:
         more = f" and {len(unsafe) - 1} more" if len(unsafe) > 1 else ""
         raise ModelProfError(
-            f"{str(path)!r} holds {unsafe[0]}{more}, which only full unpickling (or loading a "
-            "compiled library) can read, and that can run arbitrary code. If you trust the "
-            "file, pass --trust-pickle (trust_pickle=True)")
+            f"{str(path)!r} holds {unsafe[0]}{more}: loading it could run arbitrary code "
+            "(full unpickling, a compiled library, or a string torch evaluates). If you trust "
+            "the file, pass --trust-pickle (trust_pickle=True)")
     try:
         with _quiet_loggers("torch.export", "torch._export.serde.serialize"), \
                 warnings.catch_warnings():
