@@ -97,7 +97,43 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
         return LoadedModel(*_load_file(Path(spec), trust_pickle=trust_pickle))
+    _refuse_other_path(spec)
     return LoadedModel(*_load_torchvision(spec))
+
+
+def _refuse_other_path(spec: str) -> None:
+    """A spec that names a file or directory modelprof cannot load is said to be one, not
+    reported as an unknown torchvision name (torchvision names hold no dot and no slash)."""
+    path = Path(spec)
+    if not (_probe(path, "exists") or "/" in spec or "\\" in spec or path.suffix):
+        return
+    if _probe(path, "is_dir"):
+        raise ModelProfError(f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
+                             "or .pt2 file in it, or file.py:factory")
+    if path.suffix.lower() == ".onnx":
+        raise ModelProfError(f"model {spec!r} is an ONNX file: modelprof profiles PyTorch "
+                             "modules. Give the PyTorch model (a .pt2 from torch.export.save, "
+                             "file.py:factory), or time an ONNX Runtime session with "
+                             "modelprof.measure_latency")
+    if path.suffix:
+        raise ModelProfError(f"model file {spec!r}: modelprof cannot load {path.suffix!r} files;"
+                             " it loads .pt/.pth (torch.save of a module), .pt2 "
+                             "(torch.export.save) and file.py:factory")
+    if not _probe(path, "exists"):
+        raise ModelProfError(f"model file {spec!r} does not exist")
+    raise ModelProfError(f"model file {spec!r} has no suffix; modelprof loads .pt/.pth, .pt2 "
+                         "and file.py:factory")
+
+
+def _probe(path: Path, check: str) -> bool:
+    """``path.exists()``/``is_file()``/``is_dir()``, with a path the system refuses (too long,
+    a NUL byte, no permission) raised as a ModelProfError naming it."""
+    try:
+        return bool(getattr(path, check)())
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...({len(str(path))} chars)"
+        raise ModelProfError(f"model file {shown!r} cannot be read: {reason}") from e
 
 
 # --- torchvision ---------------------------------------------------------------------------------
@@ -203,7 +239,7 @@ def _load_timm(name: str) -> tuple[nn.Module, str, InputSize]:
 # --- file.py:factory -----------------------------------------------------------------------------
 
 def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
-    if not path.is_file():
+    if not _probe(path, "is_file"):
         raise ModelProfError(f"model file {str(path)!r} does not exist")
     if not factory.isidentifier():
         raise ModelProfError(f"factory {factory!r} in '{path}:{factory}' is not a Python name")
@@ -250,8 +286,7 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler refuses classes this way
         if not _needs_full_unpickling(e):
             raise ModelProfError(f"{str(path)!r} is corrupt or not a file torch.save wrote "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                                 ")") from e
+                                 f"({type(e).__name__}: {_reason(e)})") from e
         if not trust_pickle:
             raise ModelProfError(
                 f"{str(path)!r} holds pickled Python objects (a whole module?), and unpickling "
@@ -276,9 +311,9 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
 
 
 def _check_file(path: Path) -> None:
-    if not path.exists():
+    if not _probe(path, "exists"):
         raise ModelProfError(f"model file {str(path)!r} does not exist")
-    if not path.is_file():
+    if not _probe(path, "is_file"):
         raise ModelProfError(f"model file {str(path)!r} is not a file")
     if path.stat().st_size == 0:
         raise ModelProfError(f"model file {str(path)!r} is empty (0 bytes)")
@@ -286,8 +321,18 @@ def _check_file(path: Path) -> None:
 
 def _needs_full_unpickling(e: BaseException) -> bool:
     """The weights-only unpickler refused a class (a whole module), as opposed to a file that
-    is not a readable pickle at all."""
-    return isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in str(e)
+    is not a readable pickle at all (random bytes fail in the same unpickler, on an opcode)."""
+    return isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
+
+
+def _reason(e: BaseException) -> str:
+    """The line of a torch.load error that says what was wrong (not its advice)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error" in line:
+            detail = line.split("WeightsUnpickler error:", 1)[-1].strip()
+            return detail or (lines[i + 1] if i + 1 < len(lines) else line)
+    return lines[0] if lines else ""
 
 
 # --- torch.export archives (.pt2) ----------------------------------------------------------------
@@ -344,6 +389,12 @@ def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[st
     dtypes of the graph's user inputs (random floats, zero integers)."""
     example = getattr(program, "example_inputs", None)
     if example:
+        if not (isinstance(example, (tuple, list)) and len(example) == 2
+                and isinstance(example[0], (tuple, list)) and isinstance(example[1], dict)):
+            raise ModelProfError(f"{str(path)!r} records sample inputs that are not (args, "
+                                 f"kwargs) but a {type(example).__name__}"
+                                 f"{f' of {len(example)}' if isinstance(example, (tuple, list)) else ''}"
+                                 "; re-save it with torch.export.save")
         args, kwargs = example
         return tuple(args), dict(kwargs)
     by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}

@@ -181,3 +181,72 @@ def test_zip_bomb_is_refused_before_inflating_under_a_memory_limit(plain_pt2, tm
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert "MemoryError" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert "REFUSED" in run.stdout and "zip bomb" in run.stdout, run.stdout
+
+
+# --- clean errors, no tracebacks, no misleading advice ---------------------------------------------
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with _stderr(err):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("spec", ["a" * 300 + ".pt", "a" * 300 + ".pt2", "a" * 300 + ".py:build",
+                                  "/tmp/" + "b" * 300], ids=["pt", "pt2", "py", "dir"])
+def test_a_path_the_system_refuses_is_a_clean_error(spec):
+    code, err = _cli(["profile", spec, "--no-timing"])
+    assert code == 2 and "Traceback" not in err
+    assert "File name too long" in err and "chars)" in err  # the path is named, shortened
+
+
+def test_sample_inputs_that_are_not_args_kwargs_are_a_clean_error(tmp_path):
+    program = torch.export.export(_Tiny(), (torch.randn(2, 4),))
+    buffer, sample = io.BytesIO(), io.BytesIO()
+    torch.export.save(program, buffer)
+    torch.save((torch.randn(2, 4),), sample)  # one element, not (args, kwargs)
+    path = tmp_path / "odd.pt2"
+    path.write_bytes(_rewrite(buffer.getvalue(),
+                              lambda n, b: sample.getvalue() if "sample_inputs" in n else b))
+    for extra in ([], ["--trust-pickle"]):
+        code, err = _cli(["profile", str(path), "--no-timing", *extra])
+        assert code == 2 and "Traceback" not in err
+        assert "not (args, kwargs) but a tuple of 1" in err
+
+
+def test_read_json_of_a_binary_file_is_a_clean_error(tmp_path):
+    from modelprof.render import read_json
+
+    path = tmp_path / "report.json"
+    path.write_bytes(b"\xff\xfe\x00binary\x89PNG")
+    with pytest.raises(ModelProfError, match="not UTF-8 text"):
+        read_json(path)
+
+
+def test_random_bytes_in_a_pt_do_not_advise_trusting_it(tmp_path):
+    path = tmp_path / "noise.pt"
+    path.write_bytes(bytes(range(256)) * 12)
+    with pytest.raises(ModelProfError) as info:
+        load_spec(str(path))
+    assert "--trust-pickle" not in str(info.value) and "trust_pickle" not in str(info.value)
+    assert "corrupt or not a file torch.save wrote" in str(info.value)
+
+
+def test_a_pickled_module_still_asks_for_trust(tmp_path):
+    path = tmp_path / "whole.pt"
+    torch.save(_Tiny(), path)
+    with pytest.raises(ModelProfError, match="--trust-pickle"):
+        load_spec(str(path))
+
+
+def test_onnx_file_and_directory_are_not_called_unknown_torchvision_names(tmp_path):
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"\x08\x07onnx")
+    with pytest.raises(ModelProfError, match="is an ONNX file") as info:
+        load_spec(str(onnx))
+    assert "torchvision" not in str(info.value)
+    with pytest.raises(ModelProfError, match="is a directory") as info:
+        load_spec(str(tmp_path))
+    assert "torchvision" not in str(info.value)
+    with pytest.raises(ModelProfError, match="unknown model 'resnet1'; did you mean"):
+        load_spec("resnet1")  # a torchvision-like name is still looked up there
