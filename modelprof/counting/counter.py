@@ -27,6 +27,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
+from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
 from modelprof.runtime.tensors import tensor_nbytes
@@ -143,13 +144,18 @@ class OpCounter(TorchDispatchMode):
         self._staged: list | None = None
         self._depth = 0
         self._flex_debug: Any = None
+        self._outer_modes: Any = None
 
     # -- entering: flex_attention runs eagerly under the counter ---------------------------------
     def __enter__(self):
         if self._depth == 0:
+            # the stack as it was: an inner exit that fails before popping (a RecursionError
+            # inside torch) is repaired by the outermost exit
+            self._outer_modes = mode_stack_state()
             self._flex_debug = _eager_flex_attention(True)
+        entered = super().__enter__()
         self._depth += 1
-        return super().__enter__()
+        return entered
 
     def __exit__(self, *exc):
         try:
@@ -158,6 +164,8 @@ class OpCounter(TorchDispatchMode):
             self._depth -= 1
             if self._depth == 0:
                 _eager_flex_attention(self._flex_debug)
+                if mode_stack_state() != self._outer_modes:
+                    restore_mode_stack(*self._outer_modes)
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:
