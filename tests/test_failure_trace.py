@@ -199,3 +199,59 @@ def test_sdpa_on_a_jagged_nested_tensor_leaves_no_trace_at_any_stack_depth():
             assert _trace(model) == before, k
     finally:
         sys.setrecursionlimit(limit)
+
+
+# --- nested (ragged) tensors: counted per component, or refused naming the op ----------------------
+
+class _LinearReLU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided], ids=["jagged", "strided"])
+def test_nested_linear_is_counted_as_the_sum_over_components(layout):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: strided nested tensors are a prototype
+        x = torch.nested.nested_tensor([torch.randn(3, 8), torch.randn(5, 8)], layout=layout)
+    report = profile(_LinearReLU(), inputs=x, timing=False)
+    rows = (3 + 5)  # the components' rows
+    assert report.totals["macs"] == rows * 8 * 6  # 8*8*6 = 384
+    # 2 flops per MAC, 1 per bias add and 1 per ReLU output: 768 + 48 + 48 = 864
+    assert report.totals["flops"] == 2 * rows * 8 * 6 + rows * 6 + rows * 6
+    assert report.totals["params"] == 8 * 6 + 6
+    assert not report.unsupported
+
+
+def test_sdpa_on_a_jagged_nested_tensor_is_counted_per_sequence():
+    class Attention(nn.Module):
+        def forward(self, q):
+            return F.scaled_dot_product_attention(q, q, q)
+
+    heads, dim, lengths = 2, 8, (3, 5)
+    q = torch.nested.nested_tensor([torch.randn(n, heads, dim) for n in lengths],
+                                   layout=torch.jagged).transpose(1, 2)
+    report = profile(Attention(), inputs=q, timing=False)
+    # per sequence of length n: q k^T and attn v, heads * n * n * dim MACs each
+    # 2 * 2 * 8 * (3*3 + 5*5) = 1088
+    assert report.totals["macs"] == 2 * heads * dim * sum(n * n for n in lengths)
+    assert not report.unsupported
+
+
+def test_a_formula_that_fails_on_the_components_names_the_op():
+    from modelprof.errors import ModelProfError
+
+    registry = REGISTRY.copy()
+
+    def three_d_only(args, kwargs, out):
+        assert out.dim() == 3, "expects a batch"
+        raise AssertionError("never on a nested tensor")
+
+    registry.add((torch.ops.aten.relu.default,), three_d_only, replace=True)
+    x = torch.nested.nested_tensor([torch.randn(3, 8), torch.randn(5, 8)], layout=torch.jagged)
+    with pytest.raises(ModelProfError, match=r"op aten\.relu\.default on a nested tensor"):
+        profile(_LinearReLU(), inputs=x, timing=False, registry=registry)
+    assert not pd._get_current_dispatch_mode_stack()

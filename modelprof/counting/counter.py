@@ -30,6 +30,7 @@ from modelprof.counting.formulas.memory import VIEW
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
+from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
@@ -95,6 +96,69 @@ def _plain_tensors(args: tuple, kwargs: dict) -> bool:
                                                 or t.is_nested):
                 return False
     return True
+
+
+def _has_nested(args: tuple, kwargs: dict) -> bool:
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor) and t.is_nested:
+                return True
+    return False
+
+
+def _unbound(obj: Any, found: dict[int, list]) -> None:
+    """Unbind every nested tensor in ``obj`` (one level of lists), by id, into ``found``."""
+    for t in (obj if isinstance(obj, (list, tuple)) else (obj,)):
+        if isinstance(t, torch.Tensor) and t.is_nested and id(t) not in found:
+            found[id(t)] = list(t.unbind())
+
+
+def _component(obj: Any, i: int, parts: dict[int, list]) -> Any:
+    """``obj`` with each nested tensor replaced by its ``i``-th component."""
+    if isinstance(obj, torch.Tensor):
+        return parts[id(obj)][i] if id(obj) in parts else obj
+    if isinstance(obj, (list, tuple)) and any(id(t) in parts for t in obj):
+        return type(obj)(_component(t, i, parts) for t in obj)
+    return obj
+
+
+def _components(name: str, args: tuple, kwargs: dict, out: Any = None) -> list[tuple]:
+    """``(args, kwargs, out)`` of the op for each component of its nested tensors."""
+    parts: dict[int, list] = {}
+    try:
+        for obj in (*args, *kwargs.values(), out):
+            _unbound(obj, parts)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its components "
+                             f"cannot be taken apart ({type(e).__name__}: {e})") from e
+    counts = {len(p) for p in parts.values()}
+    if len(counts) > 1:
+        raise ModelProfError(f"op {name} takes nested tensors of different numbers of "
+                             f"components ({sorted(counts)}): it cannot be counted per component")
+    n = counts.pop() if counts else 0
+    return [(tuple(_component(a, i, parts) for a in args),
+             {k: _component(v, i, parts) for k, v in kwargs.items()},
+             _component(out, i, parts)) for i in range(n)]
+
+
+def _nested_cost(name: str, formula: Any, args: tuple, kwargs: dict, out: Any,
+                 error: BaseException | None = None) -> Cost:
+    """An op on nested (ragged) tensors costs the sum of its cost on each component."""
+    macs = flops = madd = 0
+    try:
+        for part_args, part_kwargs, part_out in _components(name, args, kwargs, out):
+            cost = formula(part_args, part_kwargs, part_out)
+            if cost is None:
+                continue
+            m, f, a = cost.resolved()
+            macs, flops, madd = macs + m, flops + f, madd + a
+    except ModelProfError:
+        raise
+    except Exception as e:  # noqa: BLE001 - said as the op that cannot be counted
+        raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its formula "
+                             f"fails on the components ({type(e).__name__}: {e})") from (
+                                 error or e)
+    return Cost(macs, flops=flops, madd=madd)
 
 
 class _Subgraph:
@@ -232,7 +296,16 @@ class OpCounter(TorchDispatchMode):
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
         out = func(*args, **kwargs)
-        self._charge(name, formula(args, kwargs, out), args, kwargs, out)
+        try:
+            cost = formula(args, kwargs, out)
+        except Exception as e:  # noqa: BLE001 - a formula meeting a nested tensor: per component
+            if not _has_nested(args, kwargs):
+                raise
+            cost = _nested_cost(name, formula, args, kwargs, out, e)
+        else:
+            if isinstance(out, torch.Tensor) and out.is_nested:  # shapes of a ragged tensor
+                cost = _nested_cost(name, formula, args, kwargs, out)
+        self._charge(name, cost, args, kwargs, out)
         return out
 
     def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any) -> None:
@@ -279,6 +352,8 @@ class OpCounter(TorchDispatchMode):
             return out
         if how is _SUBGRAPHS:
             return self._through_subgraphs(func, name, args, kwargs)
+        if _has_nested(args, kwargs):
+            return self._nested_decomposition(func, how, name, args, kwargs)
         if how.kind == "composite":  # what the op does when autograd is on: exact
             self.decomposed[name] += 1
             with self:
@@ -288,6 +363,22 @@ class OpCounter(TorchDispatchMode):
         ok, out = self._tentatively(lambda: how.fn(*args, **kwargs))
         if not ok:  # the decomposition does not hold for these inputs: run the op itself
             return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
+        self.decomposed[name] += 1
+        return out
+
+    def _nested_decomposition(self, func, how: _How, name: str, args: tuple,
+                              kwargs: dict) -> Any:
+        """An op without a formula on nested tensors: the op itself runs on them (the nested
+        tensor's own kernels; its decomposition on the nested tensor would dispatch the op
+        again, without end), and its decomposition is counted on each component."""
+        parts = _components(name, args, kwargs)
+        out = func(*args, **kwargs)
+        for part_args, part_kwargs, _ in parts:
+            ok, _ = self._tentatively(lambda a=part_args, k=part_kwargs: how.fn(*a, **k))
+            if not ok:
+                raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its "
+                                     "decomposition fails on the components; register a "
+                                     "formula with modelprof.register_formula")
         self.decomposed[name] += 1
         return out
 

@@ -254,7 +254,7 @@ def _infer_batch(args: tuple, kwargs: dict) -> int:
     """Leading dimension of the first tensor; for a list of per-sample tensors, its length."""
     for obj in (*args, *kwargs.values()):
         if isinstance(obj, torch.Tensor):
-            return int(obj.shape[0]) if obj.dim() > 0 else 1
+            return int(obj.size(0)) if obj.dim() > 0 else 1  # size(0): a nested tensor too
         if isinstance(obj, (list, tuple)) and obj and all(isinstance(o, torch.Tensor) for o in obj):
             return len(obj)
     return 1
