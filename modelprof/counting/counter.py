@@ -243,7 +243,8 @@ class OpCounter(TorchDispatchMode):
             formula = VIEW
         else:
             formula = self.registry.lookup(func) or _decomposition(func) or _UNSUPPORTED
-            packed = any("PackedParams" in str(a.type) for a in func._schema.arguments)
+            packed = any("PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
+                         for a in func._schema.arguments)
         # whether ``before_op`` wants to see this op (a hook may say which ops it watches:
         # the state guard's, only those that write an argument)
         hook = self.before_op
@@ -266,7 +267,9 @@ class OpCounter(TorchDispatchMode):
         the call that uses them: elements once, bytes read at every call."""
         from modelprof.counting.formulas.quantized import packed_weights
         record = self.tracker.current
-        for a in args:
+        # one object each, or a list of them (a quantized RNN: one CellParamsBase per layer)
+        objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
+        for a in objects:
             if isinstance(a, torch.ScriptObject):
                 tensors = packed_weights(a)
                 record.param_bytes += sum(t.numel() * t.element_size() for t in tensors)
