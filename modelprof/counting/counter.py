@@ -71,6 +71,20 @@ def _bytes(obj: Any) -> int:
     return 0
 
 
+def _embedding_read(args: tuple, read: int) -> int:
+    """``aten.embedding(weight, indices)`` reads the rows it gathers, not the whole table."""
+    weight, indices = args[0], args[1]
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or \
+            not isinstance(indices, torch.Tensor):
+        return read
+    size = weight.element_size()
+    return read - weight.numel() * size + indices.numel() * weight.shape[1] * size
+
+
+#: ops that gather rows of a table: their bytes read, from all argument bytes
+_GATHER_READS = {"aten.embedding.default": _embedding_read}
+
+
 def op_name(func: Any) -> str:
     """``namespace.name.overload`` (``aten.convolution.default``, ``torchvision.nms.default``,
     ``higher_order.cond``): op names keep their namespace everywhere."""
@@ -262,6 +276,20 @@ class OpCounter(TorchDispatchMode):
             if isinstance(a, torch.Tensor) and id(a) in pending:
                 record.params += self.tracker.charge(a)
 
+    def _charge_buffers(self, args: tuple) -> None:
+        """A buffer an op reads (batch-norm running statistics in eval mode, an fp8 weight held
+        in a buffer) is read by the running call: its bytes, once per call."""
+        buffers = self.tracker.buffers
+        record = self.tracker.current
+        seen = record.buffers_read
+        if seen is None:
+            seen = record.buffers_read = set()
+        for a in args:
+            key = id(a)
+            if key in buffers and key not in seen:
+                seen.add(key)
+                record.buffer_bytes += tensor_nbytes(a)
+
     def _charge_packed(self, args: tuple) -> None:
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
         the call that uses them: elements once, bytes read at every call."""
@@ -292,6 +320,9 @@ class OpCounter(TorchDispatchMode):
         pending = self.tracker.pending_params
         if pending and not pending.keys().isdisjoint(map(id, args)):
             self._charge_params(args)
+        buffers = self.tracker.buffers
+        if buffers and not buffers.keys().isdisjoint(map(id, args)):
+            self._charge_buffers(args)
         if formula is VIEW:
             return func(*args, **kwargs)
         if packed:
@@ -316,7 +347,9 @@ class OpCounter(TorchDispatchMode):
         op_bytes = None
         if record.collect_op_bytes:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
-            op_bytes = (_bytes(args) + _bytes(list(kwargs.values())), _bytes(out))
+            read = _bytes(args) + _bytes(list(kwargs.values()))
+            gather = _GATHER_READS.get(name)
+            op_bytes = (read if gather is None else gather(args, read), _bytes(out))
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:
@@ -491,6 +524,9 @@ class _Probe:
 
     def __init__(self) -> None:
         self.pending_params: dict = {}
+        self.buffers: dict = {}
+        self.buffers_read: set | None = None
+        self.buffer_bytes = 0
         self.current = self
         self.macs = self.flops = self.madd = self.params = self.param_bytes = 0
         self.collect_op_bytes = False

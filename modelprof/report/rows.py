@@ -66,6 +66,9 @@ class Row:
     backward_latency_ms: float = float("nan")
     backward_latency_std_ms: float = float("nan")
     backward_latency_pct: float = float("nan")
+    # of ``read_bytes``, the buffers the leaves of the row's subtree read: torchstat's MemRead
+    # leaves them out
+    buffer_read_bytes: int = 0
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
@@ -89,7 +92,9 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
     inc: list[tuple] = [()] * n           # params, macs, flops, madd, read, write (inclusive)
     ts: list[tuple] = [()] * n            # torchstat flops, madd (inclusive)
     own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
+    buffers = [0] * n                     # buffer bytes the leaves below read (torchstat's view)
     for r in reversed(records):
+        buffers[r.index] = sum(buffers[c] for c in r.children) if r.children else r.buffer_bytes
         if r.children:
             own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes,
                             r.op_write_bytes)
@@ -109,8 +114,10 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
             inc[r.index] = (params, macs, flops, madd, read, write)
             ts[r.index] = (ts_flops, ts_madd)
         else:
-            inc[r.index] = (r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
-                            r.output_bytes)
+            # bytes read: inputs, the parameters (an Embedding: the rows it gathers) and the
+            # buffers its ops touch
+            inc[r.index] = (r.params, r.macs, r.flops, r.madd,
+                            r.input_bytes + r.param_bytes + r.buffer_bytes, r.output_bytes)
             over = r.torchstat
             ts[r.index] = (r.flops - r.macs, r.madd) if over is None else \
                 (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
@@ -130,7 +137,8 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
                         r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
                         ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
-                        ops=dict(r.ops) if not r.children else {}))
+                        ops=dict(r.ops) if not r.children else {},
+                        buffer_read_bytes=buffers[i]))
         a: int | None = i
         while a is not None and end[a] == i:
             part = own[a]
@@ -217,9 +225,10 @@ def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         "params": [int(r.params) for r in leaves],
         "MAdd": [int(r.torchstat_madd) for r in leaves],
         "Flops": [int(r.torchstat_flops) for r in leaves],
-        "MemRead(B)": [int(r.read_bytes) for r in leaves],
+        # torchstat reads inputs and parameters (not buffers: batch-norm statistics)
+        "MemRead(B)": [int(r.read_bytes - r.buffer_read_bytes) for r in leaves],
         "MemWrite(B)": [int(r.write_bytes) for r in leaves],
-        "MemR+W(B)": [int(r.read_bytes + r.write_bytes) for r in leaves],
+        "MemR+W(B)": [int(r.read_bytes - r.buffer_read_bytes + r.write_bytes) for r in leaves],
     }
     memory = [r.output_bytes / 2**20 for r in leaves]
     duration = [r.latency_pct if timed else float("nan") for r in leaves]
