@@ -138,3 +138,60 @@ def test_a_functional_gather_in_a_parent_is_charged_per_row():
     own = df[df["module"] == "(self)"].iloc[0]
     # the parent's own op: 10 int64 indices and 10 rows of 16 float32 = 80 + 640
     assert own["read_bytes"] == 10 * 8 + 10 * 16 * 4
+
+
+# --- histc, FFTs --------------------------------------------------------------------------------------
+
+class _Router(nn.Module):
+    """A mixture-of-experts router: top-2 of 4 experts, tokens per expert by histc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(8, 4, bias=False)
+
+    def forward(self, x):
+        chosen = self.gate(x).topk(2, dim=-1).indices
+        return torch.histc(chosen.float(), bins=4, min=0, max=3)
+
+
+def test_histc_is_counted_and_not_unsupported_on_a_moe_router():
+    from modelprof.errors import ModelProfWarning
+
+    tokens = 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)  # no "op(s) have no formula" warning
+        report = profile(_Router(), inputs=torch.randn(tokens, 8), timing=False)
+    assert not report.unsupported
+    # 12 routed indices (6 tokens x top-2), 2 flops each with the range given: 24
+    expected = 2 * tokens * 2
+    ops = report.by_operator().set_index("op")
+    assert ops.loc["aten.histc.default", "flops"] == expected
+    assert ops.loc["aten.histc.default", "calls"] == 1
+
+
+def test_histc_without_a_range_also_finds_min_and_max():
+    from modelprof.counting.counter import count_ops
+
+    x = torch.randn(5, 7)
+    counter = count_ops(lambda: torch.histc(x, bins=10))
+    assert counter.by_op["aten.histc.default"].flops == (2 + 2) * 35  # 140
+
+
+@pytest.mark.parametrize("name, fn, flops", [
+    # rfft of 4 signals of 16: 4 * 16 * log2(16) = 256
+    ("rfft", lambda: torch.fft.rfft(torch.randn(4, 16)), 4 * 16 * 4),
+    # fft (complex) of 4 signals of 16: the same transforms, 256
+    ("fft", lambda: torch.fft.fft(torch.randn(4, 16, dtype=torch.complex64)), 4 * 16 * 4),
+    # irfft back to 16 real samples: the real output is the signal, 256
+    ("irfft", lambda: torch.fft.irfft(torch.randn(4, 9, dtype=torch.complex64)), 4 * 16 * 4),
+    # fft2 over 8x16 on a batch of 2: N * (log2 8 + log2 16) = 256 * 7 = 1792
+    ("fft2", lambda: torch.fft.fft2(torch.randn(2, 8, 16, dtype=torch.complex64)), 256 * 7),
+])
+def test_fft_counts_n_log2_n_per_transform(name, fn, flops):
+    from modelprof.counting.counter import count_ops
+
+    counter = count_ops(fn)
+    fft_ops = {k: v for k, v in counter.by_op.items() if "_fft_" in k}
+    assert fft_ops and not counter.unsupported, counter.by_op.keys()
+    assert sum(v.flops for v in fft_ops.values()) == flops
+    assert sum(v.macs for v in fft_ops.values()) == 0
