@@ -195,3 +195,21 @@ def test_fft_counts_n_log2_n_per_transform(name, fn, flops):
     assert fft_ops and not counter.unsupported, counter.by_op.keys()
     assert sum(v.flops for v in fft_ops.values()) == flops
     assert sum(v.macs for v in fft_ops.values()) == 0
+
+
+# --- device="meta" with a DynamicCache input ------------------------------------------------------
+
+def test_meta_with_a_dynamic_cache_says_the_cache_was_not_moved():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100,
+                                     n_positions=64, eos_token_id=0, bos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        cache = model(torch.randint(0, 100, (1, 4)), use_cache=True).past_key_values
+    inputs = {"input_ids": torch.randint(0, 100, (1, 1)), "past_key_values": cache}
+    with pytest.raises(ModelProfError, match=r"inputs\['past_key_values'\] \(DynamicCache\) "
+                                             r"holds tensors on cpu.*was not moved"):
+        profile(model, inputs=inputs, device="meta", timing=False)
+    # on the cache's own device it is profiled
+    report = profile(model, inputs=inputs, timing=False)
+    assert report.totals["macs"] > 0
