@@ -213,3 +213,47 @@ def test_meta_with_a_dynamic_cache_says_the_cache_was_not_moved():
     # on the cache's own device it is profiled
     report = profile(model, inputs=inputs, timing=False)
     assert report.totals["macs"] > 0
+
+
+# --- the docs say what the code charges ------------------------------------------------------------
+
+def test_readme_norm_cost_is_what_the_code_charges():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    x = torch.randn(2, 5, 16)
+    per_element = profile(nn.LayerNorm(16), inputs=x, timing=False).totals["flops"] // x.numel()
+    assert per_element == 7  # statistics 3 + normalise 2 + affine 2
+    assert f"layer/group norm (and train batch norm) {per_element} in all: 3 for the " \
+        "statistics, 2 to normalise, 2 for the affine" in readme
+    assert "(+3 for the statistics)" not in readme  # read as 10 per element
+
+
+def test_counting_doc_has_one_adding_a_formula_section_and_its_example_runs():
+    from pathlib import Path
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "counting.md").read_text(
+        encoding="utf-8")
+    assert text.count("## Adding a formula") == 1
+    assert "## Bytes read are the bytes the op touches" in text
+    from modelprof.counting.formulas.registry import REGISTRY
+    import modelprof
+
+    block = re.search(r"## Adding a formula\n\n```python\n(.*?)```", text, re.S).group(1)
+    registry = REGISTRY.copy()  # the example runs against a copy, not the global registry
+    code = block.replace("from modelprof import Cost, register_formula",
+                         "from modelprof import Cost\nfrom functools import partial\n"
+                         "from modelprof.counting.formulas.registry import register_formula as _r\n"
+                         "register_formula = partial(_r, registry=registry)")
+    scope = {"registry": registry}
+    exec(compile(code, "counting.md", "exec"), scope)  # noqa: S102 - the project's own docs
+    report = modelprof.profile(_Rfft(), inputs=torch.randn(3, 16), timing=False,
+                               registry=registry)
+    ops = report.by_operator().set_index("op")
+    assert ops.loc["aten._fft_r2c.default", "flops"] == int(5 * 16 * math.log2(16)) * 3  # 960
+
+
+class _Rfft(nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x).abs()
