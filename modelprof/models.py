@@ -97,16 +97,20 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
         return LoadedModel(*_load_file(Path(spec), trust_pickle=trust_pickle))
-    _refuse_other_path(spec)
-    return LoadedModel(*_load_torchvision(spec))
+    if "/" in spec or "\\" in spec or Path(spec).suffix:  # torchvision names hold neither
+        _refuse_other_path(spec)
+    try:
+        return LoadedModel(*_load_torchvision(spec))
+    except ModelProfError:
+        if _probe(Path(spec), "exists"):  # not a torchvision name, but a file or directory
+            _refuse_other_path(spec)
+        raise
 
 
 def _refuse_other_path(spec: str) -> None:
     """A spec that names a file or directory modelprof cannot load is said to be one, not
-    reported as an unknown torchvision name (torchvision names hold no dot and no slash)."""
+    reported as an unknown torchvision name."""
     path = Path(spec)
-    if not (_probe(path, "exists") or "/" in spec or "\\" in spec or path.suffix):
-        return
     if _probe(path, "is_dir"):
         raise ModelProfError(f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
                              "or .pt2 file in it, or file.py:factory")

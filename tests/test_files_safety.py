@@ -250,3 +250,12 @@ def test_onnx_file_and_directory_are_not_called_unknown_torchvision_names(tmp_pa
     assert "torchvision" not in str(info.value)
     with pytest.raises(ModelProfError, match="unknown model 'resnet1'; did you mean"):
         load_spec("resnet1")  # a torchvision-like name is still looked up there
+
+
+def test_a_directory_named_like_a_torchvision_model_does_not_shadow_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "resnet18").mkdir()     # e.g. a folder of reports
+    (tmp_path / "mynet").mkdir()
+    assert load_spec("resnet18").name == "resnet18"
+    with pytest.raises(ModelProfError, match="'mynet' is a directory"):
+        load_spec("mynet")
