@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.archive import inspect_pt2
+from modelprof.runtime.archive import inspect_pt2
 from modelprof.errors import ModelProfError
 
 __all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]

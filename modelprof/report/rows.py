@@ -85,6 +85,14 @@ def _self_name(name: str) -> str:
     return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
 
 
+def _subtree_buffer_bytes(records: Sequence[CallRecord]) -> list[int]:
+    """Buffer bytes the leaves under each call read (torchstat's MemRead leaves them out)."""
+    buffers = [0] * len(records)
+    for r in reversed(records):
+        buffers[r.index] = sum(buffers[c] for c in r.children) if r.children else r.buffer_bytes
+    return buffers
+
+
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
     """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
     own forward ops cost nothing (their autograd nodes do, in the backward)."""
@@ -92,9 +100,8 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
     inc: list[tuple] = [()] * n           # params, macs, flops, madd, read, write (inclusive)
     ts: list[tuple] = [()] * n            # torchstat flops, madd (inclusive)
     own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
-    buffers = [0] * n                     # buffer bytes the leaves below read (torchstat's view)
+    buffers = _subtree_buffer_bytes(records)
     for r in reversed(records):
-        buffers[r.index] = sum(buffers[c] for c in r.children) if r.children else r.buffer_bytes
         if r.children:
             own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes,
                             r.op_write_bytes)
@@ -114,8 +121,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
             inc[r.index] = (params, macs, flops, madd, read, write)
             ts[r.index] = (ts_flops, ts_madd)
         else:
-            # bytes read: inputs, the parameters (an Embedding: the rows it gathers) and the
-            # buffers its ops touch
+            # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
             inc[r.index] = (r.params, r.macs, r.flops, r.madd,
                             r.input_bytes + r.param_bytes + r.buffer_bytes, r.output_bytes)
             over = r.torchstat
