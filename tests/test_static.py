@@ -3,7 +3,6 @@ errors, and that the model comes back untouched."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections import Counter
 from pathlib import Path
