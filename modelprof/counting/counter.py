@@ -223,6 +223,10 @@ class OpCounter(TorchDispatchMode):
         self._depth = 0
         self._flex_debug: Any = None
         self._outer_modes: Any = None
+        # the model's buffers by id, filled by the tracker at the root call (a scope of the
+        # training step's loss or backward has none: nothing is charged)
+        buffers = getattr(tracker, "buffers", None)
+        self._buffers: dict[int, torch.Tensor] = {} if buffers is None else buffers
 
     # -- entering: flex_attention runs eagerly under the counter ---------------------------------
     def __enter__(self):
@@ -279,7 +283,7 @@ class OpCounter(TorchDispatchMode):
     def _charge_buffers(self, args: tuple) -> None:
         """A buffer an op reads (batch-norm running statistics in eval mode, an fp8 weight held
         in a buffer) is read by the running call: its bytes, once per call."""
-        buffers = self.tracker.buffers
+        buffers = self._buffers
         record = self.tracker.current
         seen = record.buffers_read
         if seen is None:
@@ -320,7 +324,7 @@ class OpCounter(TorchDispatchMode):
         pending = self.tracker.pending_params
         if pending and not pending.keys().isdisjoint(map(id, args)):
             self._charge_params(args)
-        buffers = self.tracker.buffers
+        buffers = self._buffers
         if buffers and not buffers.keys().isdisjoint(map(id, args)):
             self._charge_buffers(args)
         if formula is VIEW:

@@ -153,7 +153,8 @@ class Tracker:
             given = self.root_parameters if module is self._root else None
             self.pending_params = {id(p): p for p in (module.parameters() if given is None
                                                       else given)}
-            self.buffers = {id(b): b for b in module.buffers()}
+            self.buffers.clear()  # in place: the counter holds this dict
+            self.buffers.update((id(b), b) for b in module.buffers())
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = 0
