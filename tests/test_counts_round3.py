@@ -257,3 +257,19 @@ def test_counting_doc_has_one_adding_a_formula_section_and_its_example_runs():
 class _Rfft(nn.Module):
     def forward(self, x):
         return torch.fft.rfft(x).abs()
+
+
+def test_a_slice_of_a_buffer_reads_the_slice_not_the_buffer():
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mask", torch.ones(1024, 1024))  # 4 MiB, of which 4x4 is used
+
+        def forward(self, x):
+            n = x.shape[-1]
+            return x * self.mask[:n, :n]
+
+    x = torch.randn(4, 4)
+    report = profile(nn.Sequential(Masked()), inputs=x, timing=False)
+    # the input (16 floats) and the 4x4 slice of the mask (16 floats), not the 4 MiB mask
+    assert report.totals["read_bytes"] == 16 * 4 + 16 * 4

@@ -282,7 +282,8 @@ class OpCounter(TorchDispatchMode):
 
     def _charge_buffers(self, args: tuple) -> None:
         """A buffer an op reads (batch-norm running statistics in eval mode, an fp8 weight held
-        in a buffer) is read by the running call: its bytes, once per call."""
+        in a buffer), or a view of one (a slice of a mask), is read by the running call: its
+        bytes, once per call."""
         buffers = self._buffers
         record = self.tracker.current
         seen = record.buffers_read
@@ -326,6 +327,11 @@ class OpCounter(TorchDispatchMode):
             self._charge_params(args)
         buffers = self._buffers
         if buffers and not buffers.keys().isdisjoint(map(id, args)):
+            if formula is VIEW:  # a view reads nothing: the op that uses it reads its bytes
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor):
+                    buffers[id(out)] = out  # (held until the next pass: its id stays unique)
+                return out
             self._charge_buffers(args)
         if formula is VIEW:
             return func(*args, **kwargs)
