@@ -12,7 +12,6 @@ import difflib
 import importlib.util
 import inspect
 import io
-import json
 import logging
 import pickle
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.runtime.archive import inspect_pt2
 from modelprof.errors import ModelProfError
 
 __all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
@@ -97,7 +97,47 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
         return LoadedModel(*_load_file(Path(spec), trust_pickle=trust_pickle))
-    return LoadedModel(*_load_torchvision(spec))
+    if "/" in spec or "\\" in spec or Path(spec).suffix:  # torchvision names hold neither
+        _refuse_other_path(spec)
+    try:
+        return LoadedModel(*_load_torchvision(spec))
+    except ModelProfError:
+        if _probe(Path(spec), "exists"):  # not a torchvision name, but a file or directory
+            _refuse_other_path(spec)
+        raise
+
+
+def _refuse_other_path(spec: str) -> None:
+    """A spec that names a file or directory modelprof cannot load is said to be one, not
+    reported as an unknown torchvision name."""
+    path = Path(spec)
+    if _probe(path, "is_dir"):
+        raise ModelProfError(f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
+                             "or .pt2 file in it, or file.py:factory")
+    if path.suffix.lower() == ".onnx":
+        raise ModelProfError(f"model {spec!r} is an ONNX file: modelprof profiles PyTorch "
+                             "modules. Give the PyTorch model (a .pt2 from torch.export.save, "
+                             "file.py:factory), or time an ONNX Runtime session with "
+                             "modelprof.measure_latency")
+    if path.suffix:
+        raise ModelProfError(f"model file {spec!r}: modelprof cannot load {path.suffix!r} files;"
+                             " it loads .pt/.pth (torch.save of a module), .pt2 "
+                             "(torch.export.save) and file.py:factory")
+    if not _probe(path, "exists"):
+        raise ModelProfError(f"model file {spec!r} does not exist")
+    raise ModelProfError(f"model file {spec!r} has no suffix; modelprof loads .pt/.pth, .pt2 "
+                         "and file.py:factory")
+
+
+def _probe(path: Path, check: str) -> bool:
+    """``path.exists()``/``is_file()``/``is_dir()``, with a path the system refuses (too long,
+    a NUL byte, no permission) raised as a ModelProfError naming it."""
+    try:
+        return bool(getattr(path, check)())
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...({len(str(path))} chars)"
+        raise ModelProfError(f"model file {shown!r} cannot be read: {reason}") from e
 
 
 # --- torchvision ---------------------------------------------------------------------------------
@@ -203,7 +243,7 @@ def _load_timm(name: str) -> tuple[nn.Module, str, InputSize]:
 # --- file.py:factory -----------------------------------------------------------------------------
 
 def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
-    if not path.is_file():
+    if not _probe(path, "is_file"):
         raise ModelProfError(f"model file {str(path)!r} does not exist")
     if not factory.isidentifier():
         raise ModelProfError(f"factory {factory!r} in '{path}:{factory}' is not a Python name")
@@ -250,8 +290,7 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler refuses classes this way
         if not _needs_full_unpickling(e):
             raise ModelProfError(f"{str(path)!r} is corrupt or not a file torch.save wrote "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                                 ")") from e
+                                 f"({type(e).__name__}: {_reason(e)})") from e
         if not trust_pickle:
             raise ModelProfError(
                 f"{str(path)!r} holds pickled Python objects (a whole module?), and unpickling "
@@ -276,9 +315,9 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
 
 
 def _check_file(path: Path) -> None:
-    if not path.exists():
+    if not _probe(path, "exists"):
         raise ModelProfError(f"model file {str(path)!r} does not exist")
-    if not path.is_file():
+    if not _probe(path, "is_file"):
         raise ModelProfError(f"model file {str(path)!r} is not a file")
     if path.stat().st_size == 0:
         raise ModelProfError(f"model file {str(path)!r} is empty (0 bytes)")
@@ -286,72 +325,21 @@ def _check_file(path: Path) -> None:
 
 def _needs_full_unpickling(e: BaseException) -> bool:
     """The weights-only unpickler refused a class (a whole module), as opposed to a file that
-    is not a readable pickle at all."""
-    return isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in str(e)
+    is not a readable pickle at all (random bytes fail in the same unpickler, on an opcode)."""
+    return isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
 
 
-def _loads_weights_only(data: bytes) -> bool:
-    """Whether ``data`` (a torch.save payload) loads with the weights-only unpickler, i.e.
-    without running any code; then a full unpickler would construct the same objects."""
-    if not data:
-        return True
-    try:
-        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - refused or unreadable: either way not provably safe
-        return False
-    return True
+def _reason(e: BaseException) -> str:
+    """The line of a torch.load error that says what was wrong (not its advice)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error" in line:
+            detail = line.split("WeightsUnpickler error:", 1)[-1].strip()
+            return detail or (lines[i + 1] if i + 1 < len(lines) else line)
+    return lines[0] if lines else ""
 
 
 # --- torch.export archives (.pt2) ----------------------------------------------------------------
-
-def _pt2_layout() -> dict[str, str]:
-    try:
-        from torch.export.pt2_archive import constants as c
-
-        return {"aoti": c.AOTINDUCTOR_DIR, "samples": c.SAMPLE_INPUTS_DIR,
-                "weights": c.WEIGHTS_DIR, "constants": c.CONSTANTS_DIR,
-                "custom": c.CUSTOM_OBJ_FILENAME_PREFIX, "opaque": c.OPAQUE_OBJ_FILENAME_PREFIX}
-    except (ImportError, AttributeError):  # the layout of torch 2.8+ archives
-        return {"aoti": "data/aotinductor/", "samples": "data/sample_inputs/",
-                "weights": "data/weights/", "constants": "data/constants/",
-                "custom": "custom_obj_", "opaque": "opaque_obj_"}
-
-
-def _pt2_unsafe_members(archive: zipfile.ZipFile) -> list[str]:
-    """Members of a ``torch.export`` archive that loading it would unpickle with the full
-    unpickler (``torch.export.load`` falls back to ``weights_only=False``) or run as native
-    code (AOTInductor libraries): everything that could run code. Empty for a plain program."""
-    layout = _pt2_layout()
-    names = archive.namelist()
-    root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
-    if not all(n.startswith(root) for n in names):
-        root = ""
-    unsafe: list[str] = []
-    for full in names:
-        rel = full[len(root):]
-        if rel.startswith(layout["aoti"]):
-            unsafe.append(f"{rel} (compiled code)")
-        elif rel.startswith(layout["samples"]) or rel.endswith((".pt", ".pkl", ".pickle")):
-            if not _loads_weights_only(archive.read(full)):
-                unsafe.append(rel)
-        elif rel.startswith((layout["weights"], layout["constants"])) and rel.endswith(".json"):
-            base = layout["weights"] if rel.startswith(layout["weights"]) else layout["constants"]
-            try:
-                config = json.loads(archive.read(full)).get("config", {})
-            except (ValueError, AttributeError):
-                unsafe.append(f"{rel} (unreadable)")
-                continue
-            for fqn, meta in config.items():
-                member = str(meta.get("path_name", "")) if isinstance(meta, dict) else ""
-                if member.startswith((layout["custom"], layout["opaque"])):
-                    unsafe.append(f"{base}{member} (pickled object {fqn!r})")
-                elif isinstance(meta, dict) and meta.get("use_pickle"):
-                    data = archive.read(root + base + member) if root + base + member in names \
-                        else b"x"
-                    if not _loads_weights_only(data):
-                        unsafe.append(f"{base}{member} (pickled tensor {fqn!r})")
-    return unsafe
-
 
 @contextlib.contextmanager
 def _quiet_loggers(*names: str) -> Iterator[None]:
@@ -374,17 +362,14 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelProfError(f"{str(path)!r} is corrupt or not a torch.export archive "
                              "(not a zip file)")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            unsafe = _pt2_unsafe_members(archive)
-    except (zipfile.BadZipFile, OSError, KeyError) as e:
-        raise ModelProfError(f"{str(path)!r} is a corrupt torch.export archive: {e}") from e
+    # a zip bomb is refused even when trusted: torch.export.load would inflate every member
+    unsafe = inspect_pt2(data, repr(str(path)), sizes_only=trust_pickle)
     if unsafe and not trust_pickle:
         more = f" and {len(unsafe) - 1} more" if len(unsafe) > 1 else ""
         raise ModelProfError(
-            f"{str(path)!r} holds {unsafe[0]}{more}, which only full unpickling (or loading a "
-            "compiled library) can read, and that can run arbitrary code. If you trust the "
-            "file, pass --trust-pickle (trust_pickle=True)")
+            f"{str(path)!r} holds {unsafe[0]}{more}: loading it could run arbitrary code "
+            "(full unpickling, a compiled library, or a string torch evaluates). If you trust "
+            "the file, pass --trust-pickle (trust_pickle=True)")
     try:
         with _quiet_loggers("torch.export", "torch._export.serde.serialize"), \
                 warnings.catch_warnings():
@@ -408,6 +393,12 @@ def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[st
     dtypes of the graph's user inputs (random floats, zero integers)."""
     example = getattr(program, "example_inputs", None)
     if example:
+        if not (isinstance(example, (tuple, list)) and len(example) == 2
+                and isinstance(example[0], (tuple, list)) and isinstance(example[1], dict)):
+            raise ModelProfError(f"{str(path)!r} records sample inputs that are not (args, "
+                                 f"kwargs) but a {type(example).__name__}"
+                                 f"{f' of {len(example)}' if isinstance(example, (tuple, list)) else ''}"
+                                 "; re-save it with torch.export.save")
         args, kwargs = example
         return tuple(args), dict(kwargs)
     by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}

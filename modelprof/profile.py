@@ -12,7 +12,7 @@ from torch import nn
 from modelprof.counting.counter import OpStats
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import grad_switches, to_channels_last
+from modelprof.runtime.execution import dispatch_modes_restored, grad_switches, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype, parse_input_size
 from modelprof.report.memory import memory_facts
@@ -66,7 +66,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     dtype_requested = parse_dtype(dtype)
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
     # inside a guard the caller holds, its view of the model is read again (it may be older)
-    with preserved_state(model, rescan=True) as guard, contextlib.ExitStack() as rng_scope:
+    with dispatch_modes_restored(), preserved_state(model, rescan=True) as guard, \
+            contextlib.ExitStack() as rng_scope:
         # what the user passes beside the model comes back too: a loss module as the model
         # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
         rng_scope.enter_context(preserved_state(loss_module(loss_fn)))

@@ -3,7 +3,6 @@ errors, and that the model comes back untouched."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -372,38 +371,41 @@ def test_non_module_and_bad_style():
 
 
 # -- unsupported ops and register_formula -------------------------------------------------------
-class FFT(nn.Module):
+class QR(nn.Module):
+    """A QR decomposition: an op with no formula and no decomposition (FFTs have one now)."""
+
     def forward(self, x):
-        return torch.fft.rfft(x).abs()
+        q, _ = torch.linalg.qr(x.reshape(4, 4))
+        return q.abs()
 
 
 def test_unsupported_op_is_reported_never_silent():
-    with pytest.warns(ModelProfWarning, match=r"aten._fft_r2c.default \(1 call\)"):
-        r = profile(FFT(), (16,), timing=False)
-    assert r.unsupported == {"aten._fft_r2c.default": 1}
+    with pytest.warns(ModelProfWarning, match=r"aten.linalg_qr.default \(1 call\)"):
+        r = profile(QR(), (16,), timing=False)
+    assert r.unsupported == {"aten.linalg_qr.default": 1}
     ops = r.by_operator().set_index("op")
-    assert not ops.loc["aten._fft_r2c.default", "supported"]
+    assert not ops.loc["aten.linalg_qr.default", "supported"]
 
 
 def test_register_formula_adds_and_replaces_in_a_private_registry():
     reg = REGISTRY.copy()
 
-    @register_formula(torch.ops.aten._fft_r2c, registry=reg)
-    def _fft(args, kwargs, out):
-        n = args[0].shape[-1]
-        # radix-2 FFT: 5 n log2 n flops per transform
-        return Cost(0, flops=int(5 * n * math.log2(n)) * (args[0].numel() // n))
+    @register_formula(torch.ops.aten.linalg_qr, registry=reg)
+    def _qr(args, kwargs, out):
+        m, n = args[0].shape[-2:]
+        # Householder QR: 2 m n^2 - 2 n^3 / 3 flops
+        return Cost(0, flops=2 * m * n * n - 2 * n ** 3 // 3)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", ModelProfWarning)
-        r = profile(FFT(), (16,), timing=False, registry=reg)
-    # 5 * 16 * 4 = 320 for the FFT, plus abs over the 9 complex outputs: 329
-    assert r.totals["flops"] == 329
+        r = profile(QR(), (16,), timing=False, registry=reg)
+    # 2*4*4*4 - 2*64//3 = 128 - 42 = 86 for the QR, plus abs over the 16 outputs: 102
+    assert r.totals["flops"] == 102
     with pytest.raises(ModelProfError, match="already registered"):
-        register_formula(torch.ops.aten._fft_r2c, registry=reg)(_fft)
-    register_formula("aten._fft_r2c", registry=reg, replace=True)(lambda a, k, o: Cost(0, 1))
-    assert profile(FFT(), (16,), timing=False, registry=reg).totals["flops"] == 1 + 9
-    assert torch.ops.aten._fft_r2c not in REGISTRY.ops  # the global registry is untouched
+        register_formula(torch.ops.aten.linalg_qr, registry=reg)(_qr)
+    register_formula("aten.linalg_qr", registry=reg, replace=True)(lambda a, k, o: Cost(0, 1))
+    assert profile(QR(), (16,), timing=False, registry=reg).totals["flops"] == 1 + 16
+    assert torch.ops.aten.linalg_qr not in REGISTRY.ops  # the global registry is untouched
 
 
 @pytest.mark.parametrize("key,needle", [

@@ -27,8 +27,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
+from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
+from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
@@ -69,6 +71,20 @@ def _bytes(obj: Any) -> int:
     return 0
 
 
+def _embedding_read(args: tuple, read: int) -> int:
+    """``aten.embedding(weight, indices)`` reads the rows it gathers, not the whole table."""
+    weight, indices = args[0], args[1]
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or \
+            not isinstance(indices, torch.Tensor):
+        return read
+    size = weight.element_size()
+    return read - weight.numel() * size + indices.numel() * weight.shape[1] * size
+
+
+#: ops that gather rows of a table: their bytes read, from all argument bytes
+_GATHER_READS = {"aten.embedding.default": _embedding_read}
+
+
 def op_name(func: Any) -> str:
     """``namespace.name.overload`` (``aten.convolution.default``, ``torchvision.nms.default``,
     ``higher_order.cond``): op names keep their namespace everywhere."""
@@ -94,6 +110,69 @@ def _plain_tensors(args: tuple, kwargs: dict) -> bool:
                                                 or t.is_nested):
                 return False
     return True
+
+
+def _has_nested(args: tuple, kwargs: dict) -> bool:
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, torch.Tensor) and t.is_nested:
+                return True
+    return False
+
+
+def _unbound(obj: Any, found: dict[int, list]) -> None:
+    """Unbind every nested tensor in ``obj`` (one level of lists), by id, into ``found``."""
+    for t in (obj if isinstance(obj, (list, tuple)) else (obj,)):
+        if isinstance(t, torch.Tensor) and t.is_nested and id(t) not in found:
+            found[id(t)] = list(t.unbind())
+
+
+def _component(obj: Any, i: int, parts: dict[int, list]) -> Any:
+    """``obj`` with each nested tensor replaced by its ``i``-th component."""
+    if isinstance(obj, torch.Tensor):
+        return parts[id(obj)][i] if id(obj) in parts else obj
+    if isinstance(obj, (list, tuple)) and any(id(t) in parts for t in obj):
+        return type(obj)(_component(t, i, parts) for t in obj)
+    return obj
+
+
+def _components(name: str, args: tuple, kwargs: dict, out: Any = None) -> list[tuple]:
+    """``(args, kwargs, out)`` of the op for each component of its nested tensors."""
+    parts: dict[int, list] = {}
+    try:
+        for obj in (*args, *kwargs.values(), out):
+            _unbound(obj, parts)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its components "
+                             f"cannot be taken apart ({type(e).__name__}: {e})") from e
+    counts = {len(p) for p in parts.values()}
+    if len(counts) > 1:
+        raise ModelProfError(f"op {name} takes nested tensors of different numbers of "
+                             f"components ({sorted(counts)}): it cannot be counted per component")
+    n = counts.pop() if counts else 0
+    return [(tuple(_component(a, i, parts) for a in args),
+             {k: _component(v, i, parts) for k, v in kwargs.items()},
+             _component(out, i, parts)) for i in range(n)]
+
+
+def _nested_cost(name: str, formula: Any, args: tuple, kwargs: dict, out: Any,
+                 error: BaseException | None = None) -> Cost:
+    """An op on nested (ragged) tensors costs the sum of its cost on each component."""
+    macs = flops = madd = 0
+    try:
+        for part_args, part_kwargs, part_out in _components(name, args, kwargs, out):
+            cost = formula(part_args, part_kwargs, part_out)
+            if cost is None:
+                continue
+            m, f, a = cost.resolved()
+            macs, flops, madd = macs + m, flops + f, madd + a
+    except ModelProfError:
+        raise
+    except Exception as e:  # noqa: BLE001 - said as the op that cannot be counted
+        raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its formula "
+                             f"fails on the components ({type(e).__name__}: {e})") from (
+                                 error or e)
+    return Cost(macs, flops=flops, madd=madd)
 
 
 class _Subgraph:
@@ -143,13 +222,22 @@ class OpCounter(TorchDispatchMode):
         self._staged: list | None = None
         self._depth = 0
         self._flex_debug: Any = None
+        self._outer_modes: Any = None
+        # the model's buffers by id, filled by the tracker at the root call (a scope of the
+        # training step's loss or backward has none: nothing is charged)
+        buffers = getattr(tracker, "buffers", None)
+        self._buffers: dict[int, torch.Tensor] = {} if buffers is None else buffers
 
     # -- entering: flex_attention runs eagerly under the counter ---------------------------------
     def __enter__(self):
         if self._depth == 0:
+            # the stack as it was: an inner exit that fails before popping (a RecursionError
+            # inside torch) is repaired by the outermost exit
+            self._outer_modes = mode_stack_state()
             self._flex_debug = _eager_flex_attention(True)
+        entered = super().__enter__()
         self._depth += 1
-        return super().__enter__()
+        return entered
 
     def __exit__(self, *exc):
         try:
@@ -158,6 +246,8 @@ class OpCounter(TorchDispatchMode):
             self._depth -= 1
             if self._depth == 0:
                 _eager_flex_attention(self._flex_debug)
+                if mode_stack_state() != self._outer_modes:
+                    restore_mode_stack(*self._outer_modes)
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:
@@ -171,7 +261,8 @@ class OpCounter(TorchDispatchMode):
             formula = VIEW
         else:
             formula = self.registry.lookup(func) or _decomposition(func) or _UNSUPPORTED
-            packed = any("PackedParams" in str(a.type) for a in func._schema.arguments)
+            packed = any("PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
+                         for a in func._schema.arguments)
         # whether ``before_op`` wants to see this op (a hook may say which ops it watches:
         # the state guard's, only those that write an argument)
         hook = self.before_op
@@ -192,12 +283,29 @@ class OpCounter(TorchDispatchMode):
                 if a.requires_grad:
                     record.trainable_params += charged
 
+    def _charge_buffers(self, args: tuple) -> None:
+        """A buffer an op reads (batch-norm running statistics in eval mode, an fp8 weight held
+        in a buffer), or a view of one (a slice of a mask), is read by the running call: its
+        bytes, once per call."""
+        buffers = self._buffers
+        record = self.tracker.current
+        seen = record.buffers_read
+        if seen is None:
+            seen = record.buffers_read = set()
+        for a in args:
+            key = id(a)
+            if key in buffers and key not in seen:
+                seen.add(key)
+                record.buffer_bytes += tensor_nbytes(a)
+
     def _charge_packed(self, args: tuple) -> None:
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
         the call that uses them: elements once, bytes read at every call."""
         from modelprof.counting.formulas.quantized import packed_weights
         record = self.tracker.current
-        for a in args:
+        # one object each, or a list of them (a quantized RNN: one CellParamsBase per layer)
+        objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
+        for a in objects:
             if isinstance(a, torch.ScriptObject):
                 tensors = packed_weights(a)
                 record.param_bytes += sum(t.numel() * t.element_size() for t in tensors)
@@ -220,6 +328,14 @@ class OpCounter(TorchDispatchMode):
         pending = self.tracker.pending_params
         if pending and not pending.keys().isdisjoint(map(id, args)):
             self._charge_params(args)
+        buffers = self._buffers
+        if buffers and not buffers.keys().isdisjoint(map(id, args)):
+            if formula is VIEW:  # a view reads nothing: the op that uses it reads its bytes
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor):
+                    buffers[id(out)] = out  # (held until the next pass: its id stays unique)
+                return out
+            self._charge_buffers(args)
         if formula is VIEW:
             return func(*args, **kwargs)
         if packed:
@@ -227,7 +343,16 @@ class OpCounter(TorchDispatchMode):
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
         out = func(*args, **kwargs)
-        self._charge(name, formula(args, kwargs, out), args, kwargs, out)
+        try:
+            cost = formula(args, kwargs, out)
+        except Exception as e:  # noqa: BLE001 - a formula meeting a nested tensor: per component
+            if not _has_nested(args, kwargs):
+                raise
+            cost = _nested_cost(name, formula, args, kwargs, out, e)
+        else:
+            if isinstance(out, torch.Tensor) and out.is_nested:  # shapes of a ragged tensor
+                cost = _nested_cost(name, formula, args, kwargs, out)
+        self._charge(name, cost, args, kwargs, out)
         return out
 
     def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any) -> None:
@@ -235,7 +360,9 @@ class OpCounter(TorchDispatchMode):
         op_bytes = None
         if record.collect_op_bytes:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
-            op_bytes = (_bytes(args) + _bytes(list(kwargs.values())), _bytes(out))
+            read = _bytes(args) + _bytes(list(kwargs.values()))
+            gather = _GATHER_READS.get(name)
+            op_bytes = (read if gather is None else gather(args, read), _bytes(out))
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:
@@ -274,6 +401,8 @@ class OpCounter(TorchDispatchMode):
             return out
         if how is _SUBGRAPHS:
             return self._through_subgraphs(func, name, args, kwargs)
+        if _has_nested(args, kwargs):
+            return self._nested_decomposition(func, how, name, args, kwargs)
         if how.kind == "composite":  # what the op does when autograd is on: exact
             self.decomposed[name] += 1
             with self:
@@ -283,6 +412,22 @@ class OpCounter(TorchDispatchMode):
         ok, out = self._tentatively(lambda: how.fn(*args, **kwargs))
         if not ok:  # the decomposition does not hold for these inputs: run the op itself
             return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
+        self.decomposed[name] += 1
+        return out
+
+    def _nested_decomposition(self, func, how: _How, name: str, args: tuple,
+                              kwargs: dict) -> Any:
+        """An op without a formula on nested tensors: the op itself runs on them (the nested
+        tensor's own kernels; its decomposition on the nested tensor would dispatch the op
+        again, without end), and its decomposition is counted on each component."""
+        parts = _components(name, args, kwargs)
+        out = func(*args, **kwargs)
+        for part_args, part_kwargs, _ in parts:
+            ok, _ = self._tentatively(lambda a=part_args, k=part_kwargs: how.fn(*a, **k))
+            if not ok:
+                raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its "
+                                     "decomposition fails on the components; register a "
+                                     "formula with modelprof.register_formula")
         self.decomposed[name] += 1
         return out
 
@@ -392,6 +537,9 @@ class _Probe:
 
     def __init__(self) -> None:
         self.pending_params: dict = {}
+        self.buffers: dict = {}
+        self.buffers_read: set | None = None
+        self.buffer_bytes = 0
         self.current = self
         self.macs = self.flops = self.madd = self.params = self.param_bytes = 0
         self.collect_op_bytes = False

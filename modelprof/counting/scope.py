@@ -51,6 +51,10 @@ class CallRecord:
     madd: int = 0
     op_read_bytes: int = 0
     op_write_bytes: int = 0
+    # bytes of the model's buffers the call's own ops read (batch-norm running statistics, a
+    # weight held in a buffer), each buffer once per call; ``buffers_read`` holds their ids
+    buffer_bytes: int = 0
+    buffers_read: set[int] | None = None
     torchstat: dict[str, int] | None = None   # torchstat-view overrides from a module formula
     peak_memory_bytes: int | None = None
     # FLOPs of the ops this call ran itself, by op name ("convolution.default"); an op without
@@ -66,6 +70,18 @@ class CallRecord:
     @property
     def key(self) -> tuple[str, int]:
         return (self.name, self.call)
+
+
+def _gathered_bytes(module: nn.Module, args: tuple, kwargs: dict, whole: int) -> int:
+    """Bytes an ``Embedding``/``EmbeddingBag`` call reads of its table: the rows it gathers
+    (one per index), not the whole table ``whole``; its other parameters in full."""
+    indices = args[0] if args else kwargs.get("input")
+    weight = getattr(module, "weight", None)
+    if not isinstance(indices, torch.Tensor) or not isinstance(weight, torch.Tensor) or \
+            weight.dim() != 2:
+        return whole
+    row = weight.shape[1] * weight.element_size()
+    return whole - weight.numel() * weight.element_size() + indices.numel() * row
 
 
 class Tracker:
@@ -86,6 +102,10 @@ class Tracker:
         self.failure: tuple[list[CallRecord], list[CallRecord]] | None = None
         # parameters not yet charged to any call, by id (used by ops that read them directly)
         self.pending_params: dict[int, torch.Tensor] = {}
+        # the model's buffers as the forward sees them, by id: an op reading one charges its
+        # bytes to the running call (read at the root call, after any functional_call swap)
+        self.buffers: dict[int, torch.Tensor] = {}
+        self._gathers: dict[type, bool] = {}   # whether a module type gathers rows (Embedding)
         self._calls: dict[nn.Module, int] = {}
         # whether each module has submodules (given by a caller that walked the model already)
         self._has_children = has_children if has_children is not None else \
@@ -135,6 +155,8 @@ class Tracker:
             given = self.root_parameters if module is self._root else None
             self.pending_params = {id(p): p for p in (module.parameters() if given is None
                                                       else given)}
+            self.buffers.clear()  # in place: the counter holds this dict
+            self.buffers.update((id(b), b) for b in module.buffers())
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = trainable = 0
@@ -146,11 +168,17 @@ class Tracker:
             params += charged
             if p.requires_grad:
                 trainable += charged
+        kind = type(module)
+        gathers = self._gathers.get(kind)
+        if gathers is None:
+            gathers = self._gathers[kind] = issubclass(kind, (nn.Embedding, nn.EmbeddingBag))
+        if gathers:
+            param_bytes = _gathered_bytes(module, args, kwargs, param_bytes)
         parent = stack[-1] if stack else None
         inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
         shapes, nbytes = _shapes_and_bytes(inputs)
         index = len(records)
-        kind = type(module).__name__
+        kind = kind.__name__
         record = CallRecord(
             index, self.names.get(module, kind), kind, call,
             len(stack), parent.index if parent is not None else None,

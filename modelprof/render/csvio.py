@@ -128,13 +128,38 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
 
 
+# A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"): such a
+# text cell is written with a leading "'", which spreadsheets show as text; a text cell starting
+# with "'" gets one more, so that read_csv strips exactly one and gives every name back exactly.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def _neutral(value: Any) -> Any:
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
+def _neutralise_text(out: pd.DataFrame) -> pd.DataFrame:
+    """Text cells and column names that a spreadsheet would evaluate, made inert. Numbers are
+    written as numbers (``-5`` stays ``-5``): only strings are text cells."""
+    for name in out.columns:
+        col = out[name]
+        if col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
+            if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in col):
+                out[name] = pd.Series([_neutral(v) for v in col], index=col.index, dtype=object)
+    return out.rename(columns={c: _neutral(c) for c in out.columns if isinstance(c, str)})
+
+
+def _restore(value: str) -> str:
+    return value[1:] if value.startswith("'") else value
+
+
 def to_csv(df: pd.DataFrame, *, path: str | os.PathLike[str] | None = None,
            view: ViewOptions | None = None, **options: Any) -> str | Path:
     """The table as CSV, raw numbers. A meaningful index (compare results keyed by model name) is
     written as the first column; row labels of a default or filtered index are not. Returns the
     text or writes ``path`` and returns it."""
     df = selected_frame(df, ViewOptions.parse(view, **options))
-    out = with_index(df).copy()
+    out = _neutralise_text(with_index(df).copy())  # before the floats become text
     for name in out.columns:
         col = out[name]
         if pd.api.types.is_float_dtype(col.dtype):
@@ -175,14 +200,19 @@ def read_csv(
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ModelProfError(f"cannot read {where!r} as CSV: {e}") from e
     overrides = dict(dtypes or {})
-    unknown = [c for c in overrides if c not in raw.columns]
+    unknown = [c for c in overrides if c not in [_restore(str(r)) for r in raw.columns]]
     if unknown:
         raise ModelProfError(f"dtypes names column(s) {unknown} not in {list(raw.columns)}")
     columns = {}
-    for name in raw.columns:
-        values = [str(v) for v in raw[name]]
+    for written in raw.columns:
+        name = _restore(str(written))
+        values = [str(v) for v in raw[written]]
         dtype = overrides.get(name, KNOWN_DTYPES.get(name))
-        columns[name] = _typed(values, dtype, name)
+        column = _typed(values, dtype, name)
+        if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            column = pd.Series([v if not isinstance(v, str) else _restore(v) for v in column],
+                               name=name, dtype=column.dtype)
+        columns[name] = column
     if not columns:
         return pd.DataFrame(index=pd.RangeIndex(len(raw)))
     return pd.DataFrame(columns)

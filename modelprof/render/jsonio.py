@@ -186,10 +186,16 @@ def read_json(
             text = Path(source).read_text(encoding="utf-8")
         except OSError as e:
             raise ModelProfError(f"cannot read {where!r}: {e}") from e
+        except UnicodeDecodeError as e:  # a binary file
+            raise ModelProfError(f"{where!r} is not a modelprof JSON document (not UTF-8 text: "
+                                 f"{e.reason} at byte {e.start})") from e
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
         raise ModelProfError(f"{where!r} is not valid JSON: {e}") from e
+    except RecursionError as e:  # nested deeper than the parser goes
+        raise ModelProfError(f"{where!r} is not a modelprof JSON document (nested too deeply)"
+                             ) from e
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ModelProfError(f"{where!r} is not a modelprof JSON document")
     if document.get("version") != VERSION:

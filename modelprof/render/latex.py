@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, ModelProfWarning
 from modelprof.render._output import emit
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, is_rough, prepare_table
@@ -99,6 +100,36 @@ _CMR_WIDTHS: dict[str, int] = {
 def escape_latex(text: str) -> str:
     """Escape the characters LaTeX treats specially: ``layer_1 & 50%`` -> ``layer\\_1 \\& 50\\%``."""
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+# pdflatex's utf8 input encoding sets Latin-1 and Latin Extended-A (with T1 fonts); past that
+# (Greek, Cyrillic, CJK, emoji) it stops with "Unicode character ... not set up for use with LaTeX"
+_PDFLATEX_LAST = 0x17F
+
+
+def _unsettable(table: Table) -> list[str]:
+    """The cells holding characters pdflatex cannot set, in order, each once."""
+    found: list[str] = []
+    for row in (table.headers, *table.cells, *table.footer):
+        for cell in row:
+            if cell not in found and any(ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS
+                                         for ch in cell):
+                found.append(cell)
+    return found
+
+
+def _warn_unsettable(cells: list[str]) -> str | None:
+    """Warn once about cells pdflatex cannot set; return the header comment that says so."""
+    if not cells:
+        return None
+    chars = "".join(dict.fromkeys(ch for c in cells for ch in c
+                                  if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS))
+    more = f" and {len(cells) - 1} more" if len(cells) > 1 else ""
+    warnings.warn(f"modelprof: the LaTeX table holds characters pdflatex cannot set ({chars[:20]!r}"
+                  f" in {cells[0]!r}{more}): compile it with xelatex or lualatex and a font that "
+                  "has them (e.g. xeCJK or luatexja for CJK)", ModelProfWarning, stacklevel=3)
+    return (f"% holds characters pdflatex cannot set ({chars[:20]}): compile with xelatex or "
+            "lualatex and a font that has them")
 
 
 def _text_width_pt(text: str, font_pt: float) -> float:
@@ -242,6 +273,9 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
              if len(before) != len(table.columns) else []),
            f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
            f"\\{font_size} ({len(table.columns)} columns)"]
+    unsettable = _warn_unsettable(_unsettable(table))
+    if unsettable is not None:
+        out.append(unsettable)
     if long:
         return "\n".join(out + _longtable(table, head, body, view)) + "\n"
     parts = _split_body(table, body, LONG_ROWS - len(head)) if split else [body]

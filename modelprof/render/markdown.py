@@ -18,8 +18,12 @@ __all__ = ["to_markdown", "markdown_table"]
 
 def _escape(cell: str) -> str:
     # A literal pipe would end the cell (GitHub reads "\|" as the character); a newline would
-    # end the row: control characters are written as escapes.
-    return escape_control(cell).replace("|", "\\|")
+    # end the row: control characters are written as escapes. "<" and ">" are backslash-escaped
+    # so that a module name such as "<img onerror=...>" is shown as text, never taken for raw
+    # HTML (CommonMark: any ASCII punctuation may be escaped, and reads as itself). A backslash
+    # of the name is escaped first, or "\\<img x=\\>" would un-escape the "<" and close a tag.
+    cell = escape_control(cell.replace("\\", "\\\\"))
+    return cell.replace("|", "\\|").replace("<", "\\<").replace(">", "\\>")
 
 
 def markdown_table(table: Table) -> str:

@@ -72,6 +72,9 @@ class Row:
     backward_latency_std_ms: float = float("nan")
     backward_latency_pct: float = float("nan")
     trainable_params: int = 0  # of ``params``, those with requires_grad
+    # of ``read_bytes``, the buffers the leaves of the row's subtree read: torchstat's MemRead
+    # leaves them out
+    buffer_read_bytes: int = 0
 
     @property
     def frozen_params(self) -> int:
@@ -93,9 +96,55 @@ def _self_name(name: str) -> str:
     return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
 
 
+def _subtree_buffer_bytes(records: Sequence[CallRecord]) -> list[int]:
+    """Buffer bytes the leaves under each call read (torchstat's MemRead leaves them out)."""
+    buffers = [0] * len(records)
+    for r in reversed(records):
+        buffers[r.index] = sum(buffers[c] for c in r.children) if r.children else r.buffer_bytes
+    return buffers
+
+
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
     """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
     own forward ops cost nothing (their autograd nodes do, in the backward)."""
+    n = len(records)
+    inc, ts, own = _inclusive_costs(records)
+    buffers = _subtree_buffer_bytes(records)
+    end = list(range(n))  # last descendant index of each record's subtree
+    for r in reversed(records):
+        if r.parent is not None:
+            end[r.parent] = max(end[r.parent], end[r.index])
+
+    trainable = _inclusive_trainable(records)
+    rows: list[Row] = []
+    nan = float("nan")
+    for r in records:
+        i = r.index
+        params, macs, flops, madd, read, write = inc[i]
+        ts_flops, ts_madd = ts[i]
+        peak = r.peak_memory_bytes
+        rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
+                        r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
+                        ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
+                        ops=dict(r.ops) if not r.children else {},
+                        trainable_params=trainable[i], buffer_read_bytes=buffers[i]))
+        a: int | None = i
+        while a is not None and end[a] == i:
+            part = own[a]
+            if part is not None and (any(part) or a in force_self):
+                pr = records[a]
+                params, macs, flops, madd, read, write = part
+                rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
+                                [], params, macs, flops, madd, write, read, write,
+                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops),
+                                trainable_params=pr.trainable_params))
+            a = records[a].parent
+    return rows
+
+
+def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
+    """Per record: (params, macs, flops, madd, read, write) of its subtree, torchstat's (flops,
+    madd) of its subtree, and the (self) part of a parent (None for a leaf)."""
     n = len(records)
     inc: list[tuple] = [()] * n           # params, macs, flops, madd, read, write (inclusive)
     ts: list[tuple] = [()] * n            # torchstat flops, madd (inclusive)
@@ -120,42 +169,13 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
             inc[r.index] = (params, macs, flops, madd, read, write)
             ts[r.index] = (ts_flops, ts_madd)
         else:
-            inc[r.index] = (r.params, r.macs, r.flops, r.madd, r.input_bytes + r.param_bytes,
-                            r.output_bytes)
+            # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
+            inc[r.index] = (r.params, r.macs, r.flops, r.madd,
+                            r.input_bytes + r.param_bytes + r.buffer_bytes, r.output_bytes)
             over = r.torchstat
             ts[r.index] = (r.flops - r.macs, r.madd) if over is None else \
                 (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
-
-    end = list(range(n))  # last descendant index of each record's subtree
-    for r in reversed(records):
-        if r.parent is not None:
-            end[r.parent] = max(end[r.parent], end[r.index])
-
-    trainable = _inclusive_trainable(records)
-    rows: list[Row] = []
-    nan = float("nan")
-    for r in records:
-        i = r.index
-        params, macs, flops, madd, read, write = inc[i]
-        ts_flops, ts_madd = ts[i]
-        peak = r.peak_memory_bytes
-        rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
-                        r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
-                        ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
-                        ops=dict(r.ops) if not r.children else {},
-                        trainable_params=trainable[i]))
-        a: int | None = i
-        while a is not None and end[a] == i:
-            part = own[a]
-            if part is not None and (any(part) or a in force_self):
-                pr = records[a]
-                params, macs, flops, madd, read, write = part
-                rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
-                                [], params, macs, flops, madd, write, read, write,
-                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops),
-                                trainable_params=pr.trainable_params))
-            a = records[a].parent
-    return rows
+    return inc, ts, own
 
 
 def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
@@ -245,9 +265,10 @@ def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         "params": [int(r.params) for r in leaves],
         "MAdd": [int(r.torchstat_madd) for r in leaves],
         "Flops": [int(r.torchstat_flops) for r in leaves],
-        "MemRead(B)": [int(r.read_bytes) for r in leaves],
+        # torchstat reads inputs and parameters (not buffers: batch-norm statistics)
+        "MemRead(B)": [int(r.read_bytes - r.buffer_read_bytes) for r in leaves],
         "MemWrite(B)": [int(r.write_bytes) for r in leaves],
-        "MemR+W(B)": [int(r.read_bytes + r.write_bytes) for r in leaves],
+        "MemR+W(B)": [int(r.read_bytes - r.buffer_read_bytes + r.write_bytes) for r in leaves],
     }
     memory = [r.output_bytes / 2**20 for r in leaves]
     duration = [r.latency_pct if timed else float("nan") for r in leaves]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -205,7 +205,48 @@ def make_inputs(
     batch_size = inferred if batch_size is None else batch_size
     in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
                       else model_dtype)
+    _refuse_unmoved(args, kwargs, dev)
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
+
+
+def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Tensor]:
+    """Tensors an object other than a tensor, list, tuple or dict holds in its attributes (a
+    HuggingFace ``DynamicCache``: its layers' keys and values), a few levels deep."""
+    if id(obj) in seen or depth > 4:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _held_tensors(item, seen, depth + 1)
+    elif isinstance(obj, Mapping):
+        for item in obj.values():
+            yield from _held_tensors(item, seen, depth + 1)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, (type, nn.Module)):
+        for item in vars(obj).values():
+            yield from _held_tensors(item, seen, depth + 1)
+
+
+def _refuse_unmoved(args: tuple, kwargs: dict, device: torch.device) -> None:
+    """modelprof moves tensors (and lists, tuples, dicts of them) to ``device``; an object that
+    holds tensors elsewhere (a KV cache) is not moved: say so before the forward fails with a
+    device mismatch that does not name it."""
+    named = [(f"inputs[{i}]", a) for i, a in enumerate(args)] + \
+        [(f"inputs[{k!r}]", v) for k, v in kwargs.items()]
+    for where, value in named:
+        if isinstance(value, (torch.Tensor, list, tuple, Mapping)) or value is None or \
+                not hasattr(value, "__dict__"):
+            continue
+        for t in _held_tensors(value, set()):
+            if t.device.type != device.type or (device.index is not None
+                                                and t.device.index != device.index):
+                raise ModelProfError(
+                    f"{where} ({type(value).__name__}) holds tensors on {t.device}, and "
+                    f"modelprof moves only tensors (and lists, tuples and dicts of them) to "
+                    f"device={str(device)!r}: the {type(value).__name__} was not moved. Build "
+                    f"it on {device} (e.g. from a forward of the model there), or profile on "
+                    f"{t.device}")
 
 
 def available_memory_bytes(device: torch.device) -> int | None:
@@ -259,7 +300,7 @@ def _infer_batch(args: tuple, kwargs: dict) -> int:
     """Leading dimension of the first tensor; for a list of per-sample tensors, its length."""
     for obj in (*args, *kwargs.values()):
         if isinstance(obj, torch.Tensor):
-            return int(obj.shape[0]) if obj.dim() > 0 else 1
+            return int(obj.size(0)) if obj.dim() > 0 else 1  # size(0): a nested tensor too
         if isinstance(obj, (list, tuple)) and obj and all(isinstance(o, torch.Tensor) for o in obj):
             return len(obj)
     return 1

@@ -62,17 +62,23 @@ def _layout(t: torch.Tensor) -> tuple:
         return (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(),
                 t.dtype, t.device)
     except (RuntimeError, NotImplementedError, TypeError):  # meta, nested, sparse, subclasses
+        if t.is_nested:  # a strided nested tensor has no sizes: its components' shapes
+            return (tuple(tuple(c.shape) for c in t.unbind()), t.dtype, t.device)
         return (t.shape, t.dtype, t.device)
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal values, NaN equal to NaN (an untouched NaN input is unchanged)."""
+    """Equal values, NaN equal to NaN (an untouched NaN input is unchanged); a nested tensor
+    component by component (``torch.equal`` refuses a jagged one)."""
     try:
+        if a.is_nested or b.is_nested:
+            parts_a, parts_b = a.unbind(), b.unbind()
+            return len(parts_a) == len(parts_b) and all(map(_equal, parts_a, parts_b))
         if torch.equal(a, b):
             return True
         return (a.is_floating_point() or a.is_complex()) and a.shape == b.shape and \
             bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
-    except (RuntimeError, NotImplementedError, TypeError):
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
         return False
 
 

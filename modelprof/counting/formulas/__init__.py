@@ -1,7 +1,7 @@
 """Cost formulas, one module per family; importing this package fills ``REGISTRY``."""
 from __future__ import annotations
 
-from modelprof.counting.formulas import (attention, conv, matmul, memory, norm, pointwise, pool, quantized, rnn, torchstat)
+from modelprof.counting.formulas import (attention, conv, matmul, memory, norm, pointwise, pool, quantized, rnn, spectral, torchstat)
 from modelprof.counting.formulas import backward, loss, optim  # noqa: F401
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry, register_formula
 

@@ -24,6 +24,7 @@ from modelprof.counting.formulas.matmul import matmul_cost
 from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
 from modelprof.counting.formulas.pool import pool_cost
+from modelprof.counting.formulas.rnn import rnn_cost
 from modelprof.counting.formulas.registry import (REGISTRY, ZERO, Cost, optional_hops, optional_ops, register_present)
 
 __all__ = ["packed_weights"]
@@ -33,8 +34,24 @@ def _ops(*names: str) -> list:
     return optional_ops(*names, namespace="quantized")
 
 
+def _cell_params(obj: Any) -> list[Any] | None:
+    """The packed linear weights (input-hidden, hidden-hidden) of a dynamically quantized RNN
+    layer's ``CellParamsBase``, or None for another object. Its state is ``(kind, tensors,
+    doubles, longs, packed)``: the tensors repeat the packed biases, so only ``packed`` counts."""
+    if "CellParamsBase" not in str(getattr(obj, "_type", lambda: "")()):
+        return None
+    try:
+        state = obj.__getstate__()[0]
+        return [p for p in state[4] if isinstance(p, torch.ScriptObject)]
+    except Exception:  # noqa: BLE001 - a layout this torch does not write: nothing to count
+        return []
+
+
 def packed_weights(obj: Any) -> list[torch.Tensor]:
     """The tensors (weight, bias) a packed-params object holds; [] if it cannot say."""
+    cells = _cell_params(obj)
+    if cells is not None:
+        return [t for p in cells for t in packed_weights(p)]
     try:
         unpacked = obj.unpack()
     except Exception:  # noqa: BLE001 - not a packed-params object of a known kind
@@ -207,3 +224,27 @@ def _out_dtype(args, kwargs, out) -> Cost:
 
 
 register_present(*optional_hops("print"))(lambda args, kwargs, out: ZERO)
+
+
+# -- dynamically quantized RNNs (quantize_dynamic on nn.LSTM / nn.GRU) ---------------------------
+def _quantized_rnn(kind: str):
+    def formula(args, kwargs, out) -> Cost:
+        # (input, hx, CellParamsBase[] (one per layer and direction), has_biases, num_layers,
+        #  dropout, train, bidirectional, batch_first): the float RNN's gate matmuls, from the
+        #  unpacked weights' shapes (int8 or fp16 arithmetic, the same products)
+        x, hx, cells = args[0], args[1], args[2]
+        has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
+        hidden = (hx[0] if isinstance(hx, (list, tuple)) else hx).shape[-1]
+        shapes = [tuple(t.shape) for c in cells for t in packed_weights(c)]
+        return rnn_cost(x.numel() // x.shape[-1] if x.dim() else 0, shapes, hidden, kind,
+                        num_layers * (2 if bidirectional else 1), has_biases)
+    return formula
+
+
+def _input_overloads(*names: str) -> list:
+    """The ``.input`` overloads (padded input; ``.data`` takes a PackedSequence's data)."""
+    return [p.input for p in optional_ops(*names) if hasattr(p, "input")]
+
+
+register_present(*_input_overloads("quantized_lstm"))(_quantized_rnn("lstm"))
+register_present(*_input_overloads("quantized_gru"))(_quantized_rnn("gru"))

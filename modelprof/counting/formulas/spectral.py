@@ -1,0 +1,54 @@
+"""Fast Fourier transforms and histograms.
+
+Per transform (documented convention): a length-n FFT costs ``n log2 n`` flops (the butterflies'
+arithmetic, counted once per complex operation, as for complex multiply-adds elsewhere); the
+scaling of a normalised transform is not counted. A d-dimensional transform is d passes of 1-D
+transforms: along a dimension of length n_i there are N / n_i of them for a signal of N elements,
+so it costs ``N * sum(log2 n_i)``. The signal is the real side of an r2c (input) or c2r (output)
+transform, either side of a c2c one. Zero-padding to a longer ``n`` is its own op (a pad).
+
+``histc``: 2 flops per input element (subtract the lower edge, scale to a bin index); when the
+range is not given (``min == max``) 2 more per element find the data's minimum and maximum.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from modelprof.counting.formulas.registry import Cost, optional_ops, register_present
+
+__all__ = ["fft_flops"]
+
+HISTC_FLOPS_PER_ELEMENT = 2
+HISTC_RANGE_FLOPS_PER_ELEMENT = 2
+
+
+def fft_flops(signal_shape: tuple[int, ...], dims: list[int]) -> int:
+    """``N * sum(log2 n_i)`` over the transformed dimensions of a signal of ``signal_shape``."""
+    numel = math.prod(signal_shape)
+    if numel == 0:
+        return 0
+    return round(numel * sum(math.log2(signal_shape[d]) for d in dims if signal_shape[d] > 1))
+
+
+def _fft(signal_is_output: bool):
+    def formula(args, kwargs, out) -> Cost:
+        # (input, dim, normalization, onesided | last_dim_size | forward)
+        signal = out if signal_is_output else args[0]
+        dims = [int(d) % signal.dim() for d in args[1]] if signal.dim() else []
+        return Cost(0, flops=fft_flops(tuple(signal.shape), dims))
+    return formula
+
+
+register_present(*optional_ops("_fft_r2c", "_fft_c2c"))(_fft(False))
+register_present(*optional_ops("_fft_c2r"))(_fft(True))
+
+
+@register_present(*optional_ops("histc"))
+def _histc(args, kwargs, out) -> Cost:
+    # (input, bins=100, min=0, max=0): min == max means the data's own range
+    lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
+    hi = args[3] if len(args) > 3 else kwargs.get("max", 0)
+    per = HISTC_FLOPS_PER_ELEMENT + (HISTC_RANGE_FLOPS_PER_ELEMENT if lo == hi else 0)
+    return Cost(0, flops=per * args[0].numel())
