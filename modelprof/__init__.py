@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
+from modelprof.distributed.fake import profile_sharded
+from modelprof.distributed.gather import gather_reports
 from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
                               NoisyMeasurementWarning)
 from modelprof.generation import GenerationReport, compare_generation, profile_generation
@@ -26,5 +28,6 @@ __version__ = "0.1.0"
 __all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "GenerationReport",
            "Measurement", "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning",
            "Peaks", "Report", "TimingOptions", "ViewOptions", "__version__", "compare",
-           "compare_generation", "measure_latencies", "measure_latency", "measure_throughput",
-           "profile", "profile_generation", "register_formula", "sweep", "token_inputs"]
+           "compare_generation", "gather_reports", "measure_latencies", "measure_latency",
+           "measure_throughput", "profile", "profile_generation", "profile_sharded",
+           "register_formula", "sweep", "token_inputs"]

@@ -11,6 +11,7 @@ traceback), 1 anything unexpected (with its traceback, since that is a bug).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import sys
@@ -271,8 +272,14 @@ class _Context:
     def __init__(self, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> None:
         from modelprof.runtime.inputs import parse_device, parse_dtype
 
+        from modelprof.distributed.group import is_speaker
+
         self.args = args
-        self.stdout, self.stderr = stdout, stderr
+        # one voice under torchrun: rank 0 prints tables and progress and writes the files
+        # (MODELPROF_ALL_RANKS=1: every rank); errors still reach every rank's stderr
+        self.speaker = is_speaker()
+        self.stdout = stdout if self.speaker else io.StringIO()
+        self.stderr = stderr
         self.device = parse_device(args.device)
         if self.device is not None and self.device.type == "cuda":
             import torch
@@ -303,7 +310,7 @@ class _Context:
             _prepare_out(self.out)  # before any work: a bad --out fails in a second
         else:
             self.out = None
-        self.progress = bool(args.progress or _isatty(stderr))
+        self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
         loaded = self.load_spec(spec)
@@ -342,7 +349,10 @@ class _Context:
         return self.out / f"{_slug(stem)}.{ext}"
 
     def write(self, path: Path, writer: Any) -> None:
-        """Run ``writer(path)``; a file that cannot be written is the user's --out, named."""
+        """Run ``writer(path)``; a file that cannot be written is the user's --out, named.
+        Only the speaking rank writes (one set of files under torchrun)."""
+        if not self.speaker:
+            return
         try:
             writer(path)
         except OSError as e:
@@ -727,7 +737,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     try:
-        with _one_line_warnings(stderr):
+        from modelprof.distributed.group import is_speaker
+
+        with _one_line_warnings(stderr if is_speaker() else io.StringIO()):
             args.run(_Context(args, stdout, stderr))
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)

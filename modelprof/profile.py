@@ -21,6 +21,8 @@ from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
+from modelprof.distributed.group import is_speaker, local_device
+from modelprof.distributed.session import sharded_session
 from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.step.spec import loss_module
 from modelprof.timing.columns import layer_columns
@@ -37,7 +39,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             training: bool | None = None, no_grad: bool | None = None, roofline: Any = None,
             registry: FormulaRegistry | None = None, options: TimingOptions | None = None,
             backward: bool = False, loss_fn: Any = None, target: Any = None,
-            optimizer: Any = None, **timing_options: Any) -> Report:
+            optimizer: Any = None, view: str = "rank", **timing_options: Any) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
@@ -60,6 +62,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     ``backward_latency_*`` columns, ``report.backward_latency`` — and, with ``optimizer=`` (a
     class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
     optimizer step as a row of its own. See ``modelprof.step.table``.
+
+    Under a process group (DDP, FSDP2, tensor parallel; docs/distributed.md) every rank calls
+    ``profile``; the table is this rank's (``view="rank"``: local shards, DTensor ops on local
+    shapes) or the model as one whole (``view="global"``, equal to the unsharded model), with
+    the collectives in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
+    ``cuda:LOCAL_RANK`` under torchrun.
     """
     spec = _parse(model, timing, (training, no_grad), registry, backward,
                   (loss_fn, target, optimizer), options, timing_options)
@@ -67,13 +75,13 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
     # inside a guard the caller holds, its view of the model is read again (it may be older)
     with dispatch_modes_restored(), preserved_state(model, rescan=True) as guard, \
-            contextlib.ExitStack() as rng_scope:
+            contextlib.ExitStack() as rng_scope, sharded_session(model, view) as sharded:
         # what the user passes beside the model comes back too: a loss module as the model
         # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
         rng_scope.enter_context(preserved_state(loss_module(loss_fn)))
         passed = rng_scope.enter_context(snapshot_of(inputs, target))
-        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size, device=device,
-                         dtype=dtype_requested)
+        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size,
+                         device=local_device(device), dtype=dtype_requested)
         passed.add(mi.args, mi.kwargs)   # moved or made copies: each pass sees them as made
         # the model's own random ops (train-mode dropout) in every pass, the static one
         # included, draw from forked generators: the user's random state comes back as it was
@@ -89,7 +97,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         if spec.timing:
             spec.opts.check_device(mi.device)
         with _batch_hint(input_size, mi):
-            static, step_cost = _count(model, mi, spec, dtype_requested)
+            static, step_cost = _count(model, mi, spec, dtype_requested, sharded)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
@@ -108,6 +116,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             columns.append(step_cols)
         rows = join_rows(rows, columns, step_rows)
         env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
+        env.update(sharded.env())
         layers = timed.layer_timing
         if layers is not None and layers.hook_cost is not None:
             env["hook_cost"] = layers.hook_cost.to_dict()
@@ -167,6 +176,8 @@ def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: An
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
+    if opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
+        opts = opts.replace(progress=False)
     step = _step_spec(backward, *step_args, opts)
     flags = {"training": training, "no_grad": no_grad,
              **opts.flags(eval_mode=not training, no_grad=no_grad)}
@@ -175,16 +186,21 @@ def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: An
     return _Spec(timing, training, no_grad, registry, opts, step, flags)
 
 
-def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any) -> tuple:
-    """The counted forward (and, with ``backward=True``, the counted step): (static, step cost)."""
+def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
+           sharded: Any) -> tuple:
+    """The counted forward (and, with ``backward=True``, the counted step): (static, step cost);
+    ``sharded``: the process-group session (DDP's no_sync, the backward's collectives)."""
     layout = torch.channels_last if spec.opts.channels_last else None
     counted = _with_layout(mi, layout)
     step_cost = None
     if spec.step is not None:
         from modelprof.step.count import count_step
-        static, step_cost = count_step(model, counted, spec.step, training=spec.training,
-                                       dtype_requested=dtype_requested, registry=spec.registry,
-                                       amp=spec.opts.amp, memory_format=layout)
+        with sharded.counting_step():
+            static, step_cost = count_step(model, counted, spec.step, training=spec.training,
+                                           dtype_requested=dtype_requested,
+                                           registry=spec.registry, amp=spec.opts.amp,
+                                           memory_format=layout)
+        sharded.attach_backward_comm(static.records, step_cost)
         static.unsupported.update(step_cost.unsupported)
         _merge_ops(static.by_op, step_cost.loss_by_op)
     else:

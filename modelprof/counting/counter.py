@@ -30,6 +30,9 @@ from modelprof.counting.formulas.memory import VIEW
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
+from modelprof.distributed.collectives import (add_collective, collective_kind, collective_of,
+                                               is_comm_bookkeeping)
+from modelprof.distributed.view import ShardView, current_view, is_dtensor_type
 from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import tensor_nbytes
 
@@ -50,6 +53,12 @@ class _How:
 
 _UNSUPPORTED = _How("unsupported")
 _SUBGRAPHS = _How("subgraphs")
+_COMM = _How("collective")            # a collective: no FLOPs, its bytes to the comm columns
+_COMM_BOOKKEEPING = _How("comm-bookkeeping")  # waits, FSDP2's buffer copies: nothing counted
+_PASS = object()
+_ALLOCATIONS = frozenset(f"aten.{n}.{o}" for n, o in (
+    ("empty", "memory_format"), ("empty_strided", "default"), ("empty_like", "default"),
+    ("new_empty", "default"), ("new_empty_strided", "default")))
 
 
 class OpStats:
@@ -227,6 +236,9 @@ class OpCounter(TorchDispatchMode):
         # training step's loss or backward has none: nothing is charged)
         buffers = getattr(tracker, "buffers", None)
         self._buffers: dict[int, torch.Tensor] = {} if buffers is None else buffers
+        # a DTensor op is counted as the local ops it runs on this rank (per-rank view), or on
+        # its global shapes (global view) — modelprof.distributed.view
+        self.local_dtensor = current_view() is ShardView.RANK
 
     # -- entering: flex_attention runs eagerly under the counter ---------------------------------
     def __enter__(self):
@@ -257,6 +269,10 @@ class OpCounter(TorchDispatchMode):
             formula = self.registry.lookup(func) or _SUBGRAPHS
             if getattr(formula, "wants_probe", False):   # costs a callable it is handed
                 formula = functools.partial(formula, probe=probe_cost)
+        elif collective_kind(func) is not None:
+            formula = _COMM
+        elif is_comm_bookkeeping(func):
+            formula = _COMM_BOOKKEEPING
         elif func.is_view:
             formula = VIEW
         else:
@@ -317,6 +333,10 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # the hot path: every op of the forward (a few hundred per model) comes through here,
         # between the model's own kernels; it does as little as it can
+        if types:   # a tensor subclass takes part (plain tensors give no types)
+            handled = self._subclass_op(func, types, args, kwargs)
+            if handled is not _PASS:
+                return handled
         entry = self._ops.get(func)
         if entry is None:
             entry = self._resolve(func)
@@ -355,11 +375,38 @@ class OpCounter(TorchDispatchMode):
         self._charge(name, cost, args, kwargs, out)
         return out
 
+    def _subclass_op(self, func, types, args: tuple, kwargs: dict | None) -> Any:
+        """DTensor ops in the per-rank view: NotImplemented, so that DTensor runs them and its
+        local ops (and any redistribution's collectives) come back here on local shapes. The
+        ops DTensor's sharding propagation runs on fake global-shape tensors to infer shapes
+        are run uncounted. Anything else: ``_PASS`` (counted as usual)."""
+        if self.local_dtensor and any(map(is_dtensor_type, types)):
+            return NotImplemented
+        if getattr(func, "namespace", None) == "prim":   # a fake tensor's metadata (its device)
+            return func(*args, **(kwargs or {}))
+        if any(t.__name__ == "FakeTensor" for t in types) and _in_sharding_propagation():
+            return func(*args, **(kwargs or {}))
+        return _PASS
+
+    def _collective(self, func, name: str, args: tuple, kwargs: dict) -> Any:
+        """Run a collective; charge its call (no FLOPs) and its bytes to the current scope's
+        ``comm`` table. The buffers it moves are not the row's read/write traffic."""
+        out = func(*args, **kwargs)
+        record = self.tracker.current
+        self._apply(name, _ZERO_COST, record, None)
+        c = collective_of(func, args, kwargs, out)
+        if c is not None:
+            if record.comm is None:
+                record.comm = {}
+            add_collective(record.comm, c)
+        return out
+
     def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any) -> None:
         record = self.tracker.current
         op_bytes = None
-        if record.collect_op_bytes:
+        if record.collect_op_bytes and name not in _ALLOCATIONS:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
+            # (an allocation writes nothing: FSDP2's gather buffers, a torch.empty)
             read = _bytes(args) + _bytes(list(kwargs.values()))
             gather = _GATHER_READS.get(name)
             op_bytes = (read if gather is None else gather(args, read), _bytes(out))
@@ -395,6 +442,12 @@ class OpCounter(TorchDispatchMode):
 
     # -- ops without a formula ------------------------------------------------------------------
     def _without_formula(self, func, how: _How, name: str, args: tuple, kwargs: dict) -> Any:
+        if how is _COMM:
+            return self._collective(func, name, args, kwargs)
+        if how is _COMM_BOOKKEEPING:
+            out = func(*args, **kwargs)
+            self._apply(name, _ZERO_COST, self.tracker.current, None)
+            return out
         if how is _UNSUPPORTED:
             out = func(*args, **kwargs)
             self._charge(name, None, args, kwargs, out)
@@ -502,6 +555,22 @@ class OpCounter(TorchDispatchMode):
             stats.notes[note] += 1
 
 
+_ZERO_COST = Cost(0, 0, 0)
+
+
+def _in_sharding_propagation(limit: int = 60) -> bool:
+    """Whether DTensor's sharding propagation is running the current op (on fake tensors of
+    the global shapes, to infer the output's: not work this rank does)."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None and limit:
+        if frame.f_code.co_name == "_propagate_tensor_meta_non_cached":
+            return True
+        frame, limit = frame.f_back, limit - 1
+    return False
+
+
 def _known_predicate(pred: Any) -> bool:
     return not isinstance(pred, torch.Tensor) or has_values(pred)
 
@@ -541,6 +610,7 @@ class _Probe:
         self.buffers_read: set | None = None
         self.buffer_bytes = 0
         self.current = self
+        self.comm = None
         self.macs = self.flops = self.madd = self.params = self.param_bytes = 0
         self.collect_op_bytes = False
         self.ops: dict[str, int] = {}

@@ -25,6 +25,7 @@ from modelprof.runtime.placement import model_placement
 from modelprof.runtime.tensors import shape_str
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import amp_context, grad_context, model_state
+from modelprof.distributed.view import ParamView
 from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.runtime.guard import preserved_state, set_training
 
@@ -116,6 +117,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
                           has_children=guard.has_children, parameters=guard.parameters,
                           root=model)
+        tracker.param_view = view = ParamView.for_model(model)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook())
         try:
             state = _state_for(model, inputs, training=training,
@@ -141,7 +143,8 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
     # the guard's parameters are distinct already; packed weights are no tensors
-    model_params = sum(map(torch.Tensor.numel, guard.parameters)) + \
+    count = torch.Tensor.numel if view is None else view.count
+    model_params = sum(map(count, guard.parameters)) + \
         sum(packed_parameters(guard.script_attrs).values())
     return StaticResult(records, counter.unsupported, counter.by_op, model_params)
 

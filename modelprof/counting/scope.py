@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.distributed.view import ShardView, current_view, is_dtensor
 from modelprof.runtime.device import MemoryStats, PeakTracker
 from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
 from modelprof.runtime.tensors import iter_tensors, tensor_nbytes, tensor_shape
@@ -18,10 +19,13 @@ _UNKNOWN = object()
 
 
 def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
-    """The shape of every tensor in ``obj`` and the bytes of the distinct ones, in one walk."""
+    """The shape of every tensor in ``obj`` and the bytes of the distinct ones, in one walk
+    (a DTensor's local part in the per-rank view: what this rank holds)."""
     if type(obj) is torch.Tensor and not obj.is_nested:  # the common case, without the walk
         return [tuple(obj.shape)], obj.numel() * obj.element_size()
     tensors = list(iter_tensors(obj))
+    if any(is_dtensor(t) for t in tensors) and current_view() is ShardView.RANK:
+        tensors = [t._local_tensor if is_dtensor(t) else t for t in tensors]
     distinct = {id(t): t for t in tensors}
     return ([tensor_shape(t) for t in tensors],
             sum(tensor_nbytes(t) for t in distinct.values()))
@@ -62,6 +66,10 @@ class CallRecord:
     ops: dict[str, int] = dataclasses.field(default_factory=dict)
     finished: bool = False
     module_id: int = 0
+    # collectives this call ran itself, (kind, group size) -> CommStats (under a process group;
+    # modelprof.distributed.collectives), or None
+    comm: dict | None = None
+    backward_comm: dict | None = None   # the same, run by the backward of this call's nodes
 
     @property
     def collect_op_bytes(self) -> bool:
@@ -118,6 +126,9 @@ class Tracker:
         #: that walked the model already), else None: read from the first call's module
         self.root_parameters = parameters
         self._root = root
+        #: how a sharded model's parameters are charged (modelprof.distributed.view.ParamView),
+        #: None for a plain model
+        self.param_view = None
 
     @property
     def current(self) -> CallRecord:
@@ -160,10 +171,11 @@ class Tracker:
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = trainable = 0
+        view = self.param_view
         for p in module._parameters.values():
             if p is None:
                 continue
-            param_bytes += p.numel() * p.element_size()
+            param_bytes += p.numel() * p.element_size() if view is None else view.read_bytes(p)
             charged = self.charge(p)
             params += charged
             if p.requires_grad:
@@ -192,8 +204,13 @@ class Tracker:
         stack.append(record)
 
     def charge(self, p: torch.Tensor) -> int:
-        """Elements of ``p`` to charge to the call that uses it: all of them the first time."""
-        return p.numel() if self.pending_params.pop(id(p), None) is not None else 0
+        """Elements of ``p`` to charge to the call that uses it: all of them the first time
+        (of a sharded model: as its ``param_view`` counts them)."""
+        view = self.param_view
+        if view is None:
+            return p.numel() if self.pending_params.pop(id(p), None) is not None else 0
+        p = view.canonical(p)
+        return view.count(p) if self.pending_params.pop(id(p), None) is not None else 0
 
     def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
              raised: bool = False) -> None:
@@ -241,7 +258,8 @@ class Tracker:
                 if p is None or id(p) in seen:
                     continue
                 seen.add(id(p))
-                record.param_bytes += p.numel() * p.element_size()
+                record.param_bytes += p.numel() * p.element_size() if self.param_view is None \
+                    else self.param_view.read_bytes(p)
                 charged = self.charge(p)
                 record.params += charged
                 if p.requires_grad:

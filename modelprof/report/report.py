@@ -182,6 +182,14 @@ class Report:
             self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
             optimizer_state_bytes=None if opt is None else opt.state_bytes))
 
+    def collectives(self) -> pd.DataFrame:
+        """One row per (communication row, phase, collective kind, group size): calls, bytes
+        handed in and out, payload (``comm_bytes``) and implied traffic; empty without any
+        (see ``modelprof.distributed.collectives`` for the conventions)."""
+        from modelprof.distributed.collectives import collectives_frame
+
+        return collectives_frame(self.rows)
+
     @property
     def notes(self) -> dict[str, dict[str, int]]:
         """Ops whose count is not exact, with why and for how many calls: e.g. a grouped matmul

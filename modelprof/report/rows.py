@@ -5,6 +5,12 @@ Ops a parent runs itself (a residual add in a ResNet block, ViT's class token co
 pseudo-child row ``<parent>.(self)`` placed after the parent's last child, so that the *leaf*
 rows (calls that called no other module, and the ``(self)`` rows) add up to the totals.
 
+Communication (under a process group): the collectives a call ran itself go to a pseudo-child
+row ``<call>.(communication)`` placed after the call's subtree (and its ``(self)`` row), a leaf
+whose compute columns are 0; a parent's row aggregates the collectives of its subtree. Columns
+``comm_*`` (forward) and ``backward_comm_*`` (the backward run by the call's autograd nodes; DDP's
+gradient all-reduce on the root's row): see ``modelprof.distributed.collectives``.
+
 Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
 (torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
 """
@@ -17,9 +23,12 @@ import numpy as np
 import pandas as pd
 
 from modelprof.counting.scope import CallRecord
+from modelprof.distributed.collectives import comm_summary, merge_comm
 
-__all__ = ["ADDITIVE", "COLUMNS", "SHARE_COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS",
-           "Row", "build_rows", "count_column", "join_rows", "row_keys", "modelprof_frame", "torchstat_frame", "totals_of"]
+__all__ = ["ADDITIVE", "BACKWARD_COMM_COLUMNS", "COLUMNS", "COMM_ADDITIVE", "COMM_COLUMNS",
+           "SHARE_COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS", "Row",
+           "build_rows", "count_column", "has_comm", "join_rows", "row_keys", "modelprof_frame",
+           "torchstat_frame", "totals_of"]
 
 ADDITIVE = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
             "output_bytes", "read_bytes", "write_bytes")
@@ -32,6 +41,12 @@ TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_by
 # the training step (profile(..., backward=True); see modelprof/step/table.py)
 STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
 STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
+# collectives (under a process group; modelprof.distributed.collectives)
+COMM_COLUMNS = ("comm_calls", "comm_kind", "comm_group_size", "comm_bytes", "comm_traffic_bytes")
+BACKWARD_COMM_COLUMNS = ("backward_comm_calls", "backward_comm_bytes",
+                         "backward_comm_traffic_bytes")
+COMM_ADDITIVE = ("comm_calls", "comm_bytes", "comm_traffic_bytes", *BACKWARD_COMM_COLUMNS)
+COMM_SUFFIX = "(communication)"
 TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "memory(MB)",
                      "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "duration[%]", "MemR+W(B)")
 SELF_SUFFIX = "(self)"
@@ -80,6 +95,17 @@ class Row:
     def frozen_params(self) -> int:
         """Of ``params``, those without requires_grad."""
         return self.params - self.trainable_params
+    comm: dict | None = None            # collectives, (kind, group size) -> CommStats
+    backward_comm: dict | None = None   # the same in the backward
+
+    def comm_value(self, column: str) -> int | str:
+        """One of ``COMM_COLUMNS`` / ``BACKWARD_COMM_COLUMNS`` for this row."""
+        backward = column.startswith("backward_")
+        calls, payload, traffic, kinds, group = comm_summary(
+            self.backward_comm if backward else self.comm)
+        key = column.removeprefix("backward_")
+        return {"comm_calls": calls, "comm_bytes": payload, "comm_traffic_bytes": traffic,
+                "comm_kind": kinds, "comm_group_size": group}[key]
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
@@ -110,6 +136,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
     n = len(records)
     inc, ts, own = _inclusive_costs(records)
     buffers = _subtree_buffer_bytes(records)
+    inc_comm = _inclusive_comm(records)
     end = list(range(n))  # last descendant index of each record's subtree
     for r in reversed(records):
         if r.parent is not None:
@@ -123,21 +150,16 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         params, macs, flops, madd, read, write = inc[i]
         ts_flops, ts_madd = ts[i]
         peak = r.peak_memory_bytes
+        fwd, bwd = inc_comm[i] if r.children else (None, None)
         rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
                         r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
                         ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
                         ops=dict(r.ops) if not r.children else {},
-                        trainable_params=trainable[i], buffer_read_bytes=buffers[i]))
+                        trainable_params=trainable[i], buffer_read_bytes=buffers[i],
+                        comm=fwd, backward_comm=bwd))
         a: int | None = i
-        while a is not None and end[a] == i:
-            part = own[a]
-            if part is not None and (any(part) or a in force_self):
-                pr = records[a]
-                params, macs, flops, madd, read, write = part
-                rows.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [],
-                                [], params, macs, flops, madd, write, read, write,
-                                flops - macs, madd, a, is_self=True, ops=dict(pr.ops),
-                                trainable_params=pr.trainable_params))
+        while a is not None and end[a] == i:   # subtrees that end here: their pseudo-rows
+            rows.extend(_pseudo_rows(records[a], own[a], a in force_self))
             a = records[a].parent
     return rows
 
@@ -178,10 +200,57 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
     return inc, ts, own
 
 
+def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
+    """The ``(self)`` row (its own ops, where it has any or is forced) and the
+    ``(communication)`` row (its own collectives) of call ``pr``, placed after its subtree."""
+    out = []
+    if part is not None and (any(part) or force):
+        params, macs, flops, madd, read, write = part
+        out.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [], [],
+                       params, macs, flops, madd, write, read, write, flops - macs, madd,
+                       pr.index, is_self=True, ops=dict(pr.ops),
+                       trainable_params=pr.trainable_params))
+    if pr.comm or pr.backward_comm:
+        out.append(_comm_row(pr))
+    return out
+
+
+def _inclusive_comm(records: Sequence[CallRecord]) -> list[tuple[dict | None, dict | None]]:
+    """Each record's collectives with its subtree's (forward, backward); None where none."""
+    inc: list[tuple[dict | None, dict | None]] = [(None, None)] * len(records)
+    if not any(r.comm or r.backward_comm for r in records):
+        return inc
+    for r in reversed(records):
+        fwd: dict = {}
+        bwd: dict = {}
+        merge_comm(fwd, r.comm or {})
+        merge_comm(bwd, r.backward_comm or {})
+        for c in r.children:
+            merge_comm(fwd, inc[c][0] or {})
+            merge_comm(bwd, inc[c][1] or {})
+        inc[r.index] = (fwd or None, bwd or None)
+    return inc
+
+
+def _comm_row(r: CallRecord) -> Row:
+    """The ``(communication)`` pseudo-row of call ``r``: its own collectives, no compute."""
+    name = f"{r.name}.{COMM_SUFFIX}" if r.name else COMM_SUFFIX
+    return Row(name, COMM_SUFFIX, r.call, r.depth + 1, True, [], [], 0, 0, 0, 0, 0, 0, 0, 0, 0,
+               r.index, kind="communication", comm=r.comm, backward_comm=r.backward_comm)
+
+
+def has_comm(rows: Sequence[Row]) -> tuple[bool, bool]:
+    """Whether any row carries collectives (forward, backward)."""
+    return any(r.comm for r in rows), any(r.backward_comm for r in rows)
+
+
 def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
     """(record index, is a (self) row, is a leaf) of each row: what a pass that produces columns
-    needs to know of the table."""
-    return [(r.record, r.is_self, r.leaf) for r in rows]
+    needs to know of the table. A ``(communication)`` row's record index is negated minus one
+    (``-1 - index``): no pass's per-call columns are its (timing/columns.py gives it its
+    collectives' own time)."""
+    return [(-1 - r.record if r.kind == "communication" else r.record, r.is_self, r.leaf)
+            for r in rows]
 
 
 def join_rows(rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (),
@@ -211,7 +280,13 @@ def _inclusive_trainable(records: Sequence[CallRecord]) -> list[int]:
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:
     """Sums over the leaf rows: each parameter, op and byte counted exactly once."""
     keys = ADDITIVE + (STEP_ADDITIVE if any(r.backward_macs is not None for r in rows) else ())
-    return {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
+    out = {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
+    fwd, bwd = has_comm(rows)
+    for k in COMM_ADDITIVE if fwd or bwd else ():
+        if k.startswith("backward_") and not bwd:
+            continue
+        out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
+    return out
 
 
 def _shape(s: tuple) -> str:
@@ -239,6 +314,10 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         data[k] = count_column([int(getattr(r, k) or 0) for r in rows])
     for k in ("call", "depth"):
         data[k] = count_column([getattr(r, k) for r in rows])
+    fwd, bwd = has_comm(rows)
+    for k in (COMM_COLUMNS if fwd or bwd else ()) + (BACKWARD_COMM_COLUMNS if bwd else ()):
+        values = [r.comm_value(k) for r in rows]
+        data[k] = values if k == "comm_kind" else count_column(values)
     df = pd.DataFrame(data)
     df["leaf"] = df["leaf"].astype(bool)
     for share, k in zip(SHARE_COLUMNS, ("macs", "flops")):

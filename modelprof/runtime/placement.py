@@ -89,6 +89,13 @@ def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> n
     ``own_parameters``: the structural copy's parameters get their own memory too (a copy that
     is trained: an optimizer step writes its parameters in place).
     """
+    from modelprof.distributed.group import communicates
+
+    if communicates(model):   # a copy would share (or break) the process group's state
+        raise ModelProfError(f"cannot copy the model ({type(model).__name__}) to {why}: it is "
+                             "sharded or replicated across a process group (DDP, FSDP2, "
+                             "DTensor), and modelprof never copies such a model; prepare it "
+                             "as it should run (device, dtype) and profile it as it is")
     try:
         return copy.deepcopy(model)
     except Exception as e:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...

@@ -43,6 +43,8 @@ from modelprof.runtime.placement import model_placement
 from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.forward import (StaticResult, forward_error, counted_module, forward_context)
 from modelprof.step.spec import StepSpec
+from modelprof.distributed.group import communicates
+from modelprof.distributed.view import ParamView
 
 __all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "count_step", "grad_leaves",
            "move_target", "step_guard", "step_state", "storage_key", "trainable_check"]
@@ -59,6 +61,7 @@ class PassCost:
     op_write_bytes: int = 0
     collect_op_bytes: bool = False
     ops: dict[str, int] = dataclasses.field(default_factory=dict)  # FLOPs by op
+    comm: dict | None = None    # collectives: (kind, group size) -> CommStats
 
 
 @dataclasses.dataclass(eq=False)
@@ -255,6 +258,24 @@ def _check_materialised(model: nn.Module) -> None:
                              "so that profiling does not materialise them in your model")
 
 
+def _model_params(model: nn.Module, view: Any) -> int:
+    """Elements of the model's distinct parameters (its shards per rank, per ``view``)."""
+    return sum({id(p): p.numel() if view is None else view.count(p)
+                for p in model.parameters()}.values())
+
+
+def _own_parameters(model: nn.Module, state: dict, copy_of: dict) -> tuple[dict, dict]:
+    """For a DDP/FSDP2/DTensor model, ``state`` without the parameters and ``copy_of`` the
+    identity: the step runs on the model's own parameters (the caller's state guard puts .grad
+    back). FSDP2 adopts whatever sits in a parameter slot at its first forward as *its* sharded
+    parameter: an alias there would stay in the user's model. Other models: as given."""
+    if not communicates(model):
+        return state, copy_of
+    own = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    return ({k: v for k, v in state.items() if k not in own},
+            {id(p): p for p in model.parameters()})
+
+
 def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, training: bool = True,
                dtype_requested: torch.dtype | None = None,
                registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
@@ -293,9 +314,11 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
     model_name = type(model).__name__
     names = module_names(model)
     tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
+    tracker.param_view = view = ParamView.for_model(model)
     counter = OpCounter(tracker, registry, before_op=guard.write_hook())
     state, copy_of = step_state(model, inputs.device, dtype_requested, memory_format)
-    skip = {storage_key(t)[0] for t in state.values()}
+    state, copy_of = _own_parameters(model, state, copy_of)
+    skip = {storage_key(t)[0] for t in (*state.values(), *copy_of.values())}
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
     target = move_target(spec.target, inputs.device, dtype_requested)
     saved = SavedBytes(skip, lambda: tracker.current.index)
@@ -334,8 +357,7 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
     unsupported.update(backward_counter.unsupported)
     unsupported.update(opt_unsupported)
     saved_by = [int(saved.by_call.get(r.index, 0)) for r in records]
-    distinct = {id(p): p.numel() for p in model.parameters()}
-    static = StaticResult(records, counter.unsupported, counter.by_op, sum(distinct.values()))
+    static = StaticResult(records, counter.unsupported, counter.by_op, _model_params(model, view))
     cost = StepCost(
         backward=costs, saved_bytes=saved_by, loss_forward=loss_forward,
         loss_backward=loss_backward, loss_saved_bytes=int(saved.by_call.get(LOSS, 0)),

@@ -111,6 +111,9 @@ def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: St
         total = float(np.median(calls.sum(axis=1)))
     columns = []
     for i, is_self in keys:
+        if i < 0:   # a (communication) row (report.rows.row_keys): collectives, no compute
+            columns.append({"backward_macs": 0, "backward_flops": 0, "saved_bytes": 0})
+            continue
         src, saved = (own, own_saved) if is_self else (inc, inc_saved)
         col = {"backward_macs": int(src[0, i]), "backward_flops": int(src[1, i]),
                "saved_bytes": int(saved[i])}

@@ -35,6 +35,7 @@ from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import collect_env
+from modelprof.distributed.group import communicates
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import amp_context, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -249,6 +250,16 @@ class _Instrumented:
         return np.array([self.one() for _ in range(k)], dtype=np.float64)
 
 
+def _local_values(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(this rank's part of each parameter, a copy of its values): what an optimizer step on
+    the model itself changes."""
+    out = []
+    for p in {id(p): p for p in model.parameters()}.values():
+        local = p._local_tensor if hasattr(p, "_local_tensor") else p
+        out.append((local.detach(), local.detach().clone()))
+    return out
+
+
 class StepTimer:
     """Training steps of one model (on a copy), ready to be warmed up and sampled block by block,
     alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
@@ -268,7 +279,12 @@ class StepTimer:
         self.label = label or type(self.base).__name__
         layout = torch.channels_last if opts.channels_last else None
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
-        if runner is self.base:  # train-mode steps change buffers, .grad and parameters
+        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if runner is self.base and communicates(self.base):
+            # never copied (DDP, FSDP2, DTensor): steps run on the model itself; its values are
+            # kept here and put back on exit (the state guard puts back .grad and buffers)
+            self._saved = _local_values(self.base) if spec.optimizer is not None else []
+        elif runner is self.base:  # train-mode steps change buffers, .grad and parameters
             runner = copy_model(self.base, "time its training step", own_parameters=True)
         runner.train(training)
         self.runner = runner
@@ -300,7 +316,12 @@ class StepTimer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._stack.close()
+        try:
+            self._stack.close()
+        finally:
+            with torch.no_grad():
+                for t, saved in self._saved:
+                    t.copy_(saved)
 
     def _guarded(self, fn: Any) -> Any:
         try:

@@ -1,7 +1,9 @@
 """The per-layer timing columns of a table, from the instrumented passes.
 
 ``latency_ms``/``latency_std_ms`` are the median/std of a call's samples over the passes; a
-``(self)`` row's samples are its parent's minus its children's, pass by pass; ``latency_pct`` is
+``(self)`` row's samples are its parent's minus its children's, pass by pass; a
+``(communication)`` row's are its call's collectives' own stamps (taken out of the call's leaf or
+``(self)`` row); ``latency_pct`` is
 the share of the median instrumented pass. ``peak_memory_bytes`` comes from the warm memory pass
 (after timing), which replaces the static pass's cold peak (autotuning, first-call workspaces).
 """
@@ -20,10 +22,14 @@ __all__ = ["layer_columns"]
 _RESOLUTION_MS = 1e-6
 
 
-def _samples(records: Sequence[CallRecord], samples: dict, index: int,
-             is_self: bool) -> np.ndarray | None:
+def _samples(records: Sequence[CallRecord], samples: dict, index: int, is_self: bool,
+             leaf: bool, comm: dict) -> np.ndarray | None:
+    if index < 0:   # a (communication) row (rows.row_keys): its collectives' own stamps
+        return comm.get(records[-1 - index].key)
     record = records[index]
     s = samples.get(record.key)
+    if s is not None and comm and record.key in comm and record.comm and (is_self or leaf):
+        s = s - comm[record.key]   # the call's collectives are its (communication) row's
     if s is None or not is_self:
         return s
     for c in record.children:   # new arrays: the parent's samples stay as they are
@@ -46,16 +52,17 @@ def layer_columns(keys: Sequence[tuple[int, bool, bool]], records: Sequence[Call
     peaks = getattr(layers, "peak_memory_bytes", None) or {}
     columns: list[dict[str, float]] = []
     leaf_sum = 0.0
+    comm = getattr(layers, "comm_samples", None) or {}
     for index, is_self, leaf in keys:
         col: dict[str, float] = {}
-        s = _samples(records, layers.samples, index, is_self)
+        s = _samples(records, layers.samples, index, is_self, leaf, comm)
         if s is not None:
             med = float(np.median(s))
             col.update(latency_ms=med,
                        latency_std_ms=float(s.std(ddof=1)) if s.size > 1 else float("nan"),
                        latency_pct=100.0 * med / total if total > 0 else float("nan"))
             leaf_sum += med if leaf else 0.0
-        peak = peaks.get(records[index].key)
+        peak = peaks.get(records[index].key) if index >= 0 else None
         if peak is not None and not is_self:
             col["peak_memory_bytes"] = peak
         columns.append(col)

@@ -18,6 +18,7 @@ from torch import nn
 
 from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.env import collect_env
+from modelprof.distributed.group import communicates
 from modelprof.errors import ModelProfError
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.progress import sampling_bar
@@ -364,6 +365,8 @@ def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, 
     layout = torch.channels_last if opts.channels_last else None
     runner = moved_model(model, mi.device, dtype, memory_format=layout)
     if training:
-        runner = copy_model(model, "time it in train mode") if runner is model else runner
+        # a sharded/replicated model runs as it is (never copied): the state guard restores it
+        if runner is model and not communicates(model):
+            runner = copy_model(model, "time it in train mode")
         runner.train()
     return runner

@@ -22,7 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from modelprof.distributed.collectives import collective_kind, is_comm_bookkeeping
+from modelprof.distributed.group import communicates
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
@@ -67,6 +70,9 @@ class LayerTiming:
     blocks: np.ndarray | None = None
     timestamps_s: np.ndarray | None = None
     plain_ms: np.ndarray | None = None
+    #: per call key, the time (ms, per instrumented pass) its collectives took (CPU; models
+    #: under a process group), included in ``samples``; None where none was stamped
+    comm_samples: dict[Key, np.ndarray] | None = None
     min_samples: int | None = None
     #: seconds the passes were extended by (``layer_extend_s``) after the budget stopped them
     #: below ``min_samples``
@@ -278,6 +284,9 @@ class _Instrument:
         # ticks coarsely (15.6 ms on Windows) a median of it is 0: no bound from it there
         self.cpu_ms: tuple[list[float], list[float]] | None = (
             ([], []) if clock.device.type == "cpu" and _THREAD_TIME_FINE else None)
+        # collectives' own time per call and pass (ns), where they are stamped (_CommClock)
+        self.comm: np.ndarray | None = None
+        self.comm_rows: list[np.ndarray] = []
 
     def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
         i, n, expected = self.counter, self.n, self.plan.modules
@@ -300,6 +309,8 @@ class _Instrument:
         n, record = self.n, self.stamps.record
         self.counter = 0
         self.open_calls.clear()
+        if self.comm is not None:
+            self.comm[:] = 0
         record(2 * n)
         self.forward()
         record(2 * n + 1)
@@ -309,8 +320,10 @@ class _Instrument:
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
-        """The stamping hooks (another thread's calls of the model meanwhile raise)."""
-        with module_hooks(self.model, self.pre, self.post, self.plan.names):
+        """The stamping hooks (another thread's calls of the model meanwhile raise), and the
+        collectives' own stamps where they are taken."""
+        comm = _CommClock(self) if self.comm is not None else contextlib.nullcontext()
+        with module_hooks(self.model, self.pre, self.post, self.plan.names), comm:
             yield
 
     def warm_step(self) -> None:
@@ -344,6 +357,8 @@ class _Instrument:
             d = self.stamps.elapsed_ms(self.starts, self.ends)
             self.rows.append(d[:n])
             self.offsets.append(self.stamps.elapsed_ms(self.pass_start, self.starts[:n]))
+            if self.comm is not None:
+                self.comm_rows.append(self.comm[:n] / 1e6)
             out[p] = d[n]
             if cpu_ms is None:
                 plain[p] = time_plain([forward], 1, reset)[0, 0]
@@ -366,6 +381,27 @@ class _Instrument:
 
 def _nothing() -> None:
     return None
+
+
+class _CommClock(TorchDispatchMode):
+    """Host-clock stamps around each collective (and each wait on one) of an instrumented pass,
+    added to the innermost running call: their time goes to its ``(communication)`` row, not to
+    the layer beside it. CPU only (gloo runs a collective inside the call; on CUDA, NCCL runs
+    on its own stream and a host stamp would time the launch)."""
+
+    def __init__(self, inst: _Instrument) -> None:
+        super().__init__()
+        self.inst = inst
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if collective_kind(func) is None and not is_comm_bookkeeping(func):
+            return func(*args, **(kwargs or {}))
+        t0 = time.perf_counter_ns()
+        out = func(*args, **(kwargs or {}))
+        inst = self.inst
+        inst.comm[inst.open_calls[-1] if inst.open_calls else inst.n] += \
+            time.perf_counter_ns() - t0
+        return out
 
 
 def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
@@ -612,6 +648,8 @@ class _LayerRun:
                 live[0] = plan.stack
                 discover(model, self.fresh_forward, plan)
                 self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
+                if self.dev.type == "cpu" and communicates(model):
+                    inst.comm = np.zeros(len(plan.keys) + 1, dtype=np.int64)
                 live[0] = inst.open_calls
                 self.n_warm, est = warm_up(inst.warm_step, self.opts.warmup, already_warm,
                                            self.clock.sync)
@@ -666,7 +704,8 @@ class _LayerRun:
             hook_cost=hook_cost, blocks=sampled.blocks, timestamps_s=sampled.timestamps_s,
             plain_ms=np.concatenate(inst.plain),
             min_samples=opts.stop.promised_min, extended_s=self.extended_s,
-            start_offsets_ms=np.vstack(inst.offsets) if inst.offsets else None)
+            start_offsets_ms=np.vstack(inst.offsets) if inst.offsets else None,
+            comm_samples=_comm_samples(inst, keys))
         if opts.warn and timing.undersampled:
             timing.end_to_end.warn_if_noisy()      # names n and min_samples
         return timing
@@ -697,3 +736,11 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
             per_call = min(per_call, float(np.median(cpu_inst) - np.median(cpu_plain)))
     per_call = max(0.0, per_call) / len(keys)
     return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
+
+
+def _comm_samples(inst: _Instrument, keys: list) -> dict | None:
+    """Per call key with any, its collectives' time per instrumented pass (ms)."""
+    if not inst.comm_rows:
+        return None
+    stamped = np.vstack(inst.comm_rows)
+    return {k: stamped[:, i].copy() for i, k in enumerate(keys) if stamped[:, i].any()}

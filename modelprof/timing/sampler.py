@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from modelprof.distributed.agree import current_agreement
 from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, paired_ratio, within_ci)
@@ -249,6 +250,9 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
     t0 = now()
     log = BlockLog(t0)
     log.wall_ms = est_ms
+    agree = current_agreement()   # under a process group: every rank takes the same blocks
+    if agree is not None:
+        return _collect_agreed(sample_block, rule, log, agree, now, on_block)
 
     def take(k: int) -> None:
         t = now()
@@ -279,6 +283,41 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
         else:
             continue
         return log.result(reason, now() - t0)
+
+
+def _collect_agreed(sample_block: Callable[[int], np.ndarray], rule: StopRule, log: BlockLog,
+                    agree: Any, now: Callable[[], float],
+                    on_block: Callable[[int, float], None] | None) -> Sampled:
+    """``collect`` with every decision agreed across ranks (``modelprof.distributed.agree``):
+    the same block sizes on every rank, stop when any rank's budget or count says so or when
+    every rank has its precision. One small all-reduce per block."""
+    t0 = log.origin
+    k = agree.size(_first_block(rule, log.wall_ms) if rule.repeat is None
+                   else min(rule.repeat, block_size(log.wall_ms)))
+    while True:
+        t = now()
+        got = sample_block(k)
+        t_end = now()
+        log.add(got, t, t_end)
+        if on_block is not None:
+            on_block(log.n, t_end - t0)
+        if rule.repeat is not None:
+            left = rule.repeat - log.n
+            k, _ = agree.block(max(1, min(left, block_size(log.wall_ms))), False, left <= 0)
+            if left <= 0:
+                return log.result("repeat", now() - t0)
+            continue
+        left_ms = (rule.budget_s - (now() - t0)) * 1e3
+        fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
+        want = max(1, min(block_size(log.wall_ms), fit, rule.max_samples - log.n))
+        precise = (log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks
+                   and log.relative_ci(rule.confidence) <= rule.precision)
+        full = log.n >= rule.max_samples
+        late = (now() - t0) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3
+        k, stop = agree.block(want, precise, full or late)
+        if stop:
+            reason = "precision" if precise else "max_samples" if full else "budget"
+            return log.result(reason, now() - t0)
 
 
 def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: StopRule,
@@ -385,9 +424,13 @@ def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,
     min_calls, min_s, exact = policy.plan(already_warm)
     walls: list[float] = []
     t_start = now()
+    agree = current_agreement()   # under a process group: warm until every rank is warm
     while True:
         if exact is not None:
             if len(walls) >= exact:
+                break
+        elif agree is not None:
+            if not agree.more(len(walls) < min_calls or now() - t_start < min_s):
                 break
         elif len(walls) >= min_calls and now() - t_start >= min_s:
             break

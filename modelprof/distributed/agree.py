@@ -1,0 +1,92 @@
+"""Timing decisions agreed across ranks: under a process group every rank must run the same
+passes the same number of times, or a rank waits forever in a collective the others never run.
+
+Each decision the sampler makes on its own clock (another warm-up call? how many samples in the
+next block? stop now?) becomes one small all-reduce over the default group: the next block is the
+smallest any rank wants, sampling stops when any rank's budget is spent or when every rank has
+its precision. One all-reduce per block (per call during warm-up), on a 3-element int64 tensor.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["Agreement", "agreeing", "agreement", "current_agreement"]
+
+
+@dataclasses.dataclass
+class Agreement:
+    """Agrees decisions over ``group`` (the default group when None); counts the rounds."""
+
+    group: Any = None
+    device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
+    rounds: int = 0
+
+    def _min(self, values: list[int]) -> list[int]:
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.int64, device=self.device)
+        try:
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        except Exception as e:   # noqa: BLE001 - a peer died or timed out: say so
+            raise ModelProfError(f"the process group failed while the ranks agreed on a timing "
+                                 f"decision (round {self.rounds + 1}): {type(e).__name__}: {e}. "
+                                 "Did a rank exit, or call profile() without the others?") from e
+        self.rounds += 1
+        return [int(v) for v in t.tolist()]
+
+    def size(self, k: int) -> int:
+        """The smallest block any rank wants (the first block: before any estimate agrees)."""
+        return self._min([k])[0]
+
+    def block(self, k: int, precise: bool, stop: bool) -> tuple[int, bool]:
+        """(the next block's size, stop now) for all ranks, from this rank's wish ``k``, whether
+        its precision is reached and whether its budget says stop."""
+        k_all, precise_all, not_stop_any = self._min([k, int(precise), int(not stop)])
+        return k_all, bool(precise_all) or not not_stop_any
+
+    def more(self, wants_more: bool) -> bool:
+        """Whether any rank wants another call (a warm-up goes on until every rank is warm)."""
+        (none_wants,) = self._min([int(not wants_more)])
+        return not none_wants
+
+
+def agreement() -> Agreement | None:
+    """An :class:`Agreement` over the default group when one is active with more than one rank,
+    else None (decisions stay local)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    backend = str(dist.get_backend())
+    if backend == "fake":
+        return None   # a fake group moves nothing: there is nothing to agree with
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else \
+        torch.device("cpu")
+    return Agreement(device=device)
+
+
+_CURRENT: contextvars.ContextVar[Agreement | None] = contextvars.ContextVar(
+    "modelprof_agreement", default=None)
+
+
+def current_agreement() -> Agreement | None:
+    """The agreement the sampler must use now (set by ``profile()`` for a model whose passes
+    run collectives), or None: decide locally."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def agreeing(agreement: Agreement | None) -> Iterator[None]:
+    token = _CURRENT.set(agreement)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

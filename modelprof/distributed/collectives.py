@@ -1,0 +1,276 @@
+"""Collectives, counted: which ops communicate, what each moves, and the traffic it implies.
+
+Every collective a rank runs reaches the dispatcher as an op, whichever API issued it: the
+c10d ops (``dist.all_reduce`` -> ``c10d.allreduce_``; FSDP2's ``c10d._allgather_base_`` and
+``c10d._reduce_scatter_base_``; DDP's bucketed ``c10d.allreduce_``), the functional collectives
+(``_c10d_functional.all_reduce``: DTensor redistribution, tensor parallelism) and their autograd
+variants. :func:`collective_of` reads one such call into a :class:`Collective`.
+
+Conventions (docs/distributed.md):
+
+- ``payload_bytes`` (the ``comm_bytes`` column) is the size of the collective's whole buffer, as
+  nccl-tests calls it "size": the tensor of an all-reduce or broadcast, the gathered *output* of an
+  all-gather, the *input* of a reduce-scatter (the buffer that is reduced), the input of an
+  all-to-all, the tensor sent or received. It is the larger of the bytes handed in and out, which
+  are kept too (``in_bytes``, ``out_bytes``).
+- ``traffic_bytes`` is what the ring algorithm implies each rank sends (and receives) for it, in
+  a group of ``n`` ranks (nccl-tests' "bus bandwidth" factors): all-reduce ``2(n-1)/n * size``
+  (a reduce-scatter then an all-gather), all-gather, reduce-scatter and all-to-all
+  ``(n-1)/n * size``, broadcast and reduce ``size`` (pipelined), send/recv ``size``, gather and
+  scatter ``size`` on a non-root rank and ``(n-1)/n * size`` on the root, a barrier 0. Integer
+  bytes, rounded down. It is *implied*, not measured: NCCL may choose a tree, gloo its own
+  algorithms, and a group of one moves nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import torch
+
+__all__ = ["Collective", "CollectiveKind", "CommStats", "CommTable", "add_collective",
+           "collective_kind", "collective_of", "collectives_frame", "comm_summary", "implied_traffic",
+           "is_comm_bookkeeping", "merge_comm"]
+
+
+class CollectiveKind(str, enum.Enum):
+    """The kinds of collective a row can carry (the ``comm_kind`` column)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    SEND = "send"
+    RECV = "recv"
+    P2P = "p2p"
+    BARRIER = "barrier"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+K = CollectiveKind
+# op base names (without namespace and overload) -> kind; c10d, functional and autograd forms
+_KINDS: dict[str, CollectiveKind] = {
+    "allreduce_": K.ALL_REDUCE, "allreduce_coalesced_": K.ALL_REDUCE,
+    "all_reduce": K.ALL_REDUCE, "all_reduce_": K.ALL_REDUCE,
+    "all_reduce_coalesced": K.ALL_REDUCE, "all_reduce_coalesced_": K.ALL_REDUCE,
+    "allgather_": K.ALL_GATHER, "_allgather_base_": K.ALL_GATHER,
+    "allgather_coalesced_": K.ALL_GATHER, "allgather_into_tensor_coalesced_": K.ALL_GATHER,
+    "all_gather_into_tensor": K.ALL_GATHER, "all_gather_into_tensor_out": K.ALL_GATHER,
+    "all_gather_into_tensor_coalesced": K.ALL_GATHER,
+    "reduce_scatter_": K.REDUCE_SCATTER, "_reduce_scatter_base_": K.REDUCE_SCATTER,
+    "reduce_scatter_tensor_coalesced_": K.REDUCE_SCATTER,
+    "reduce_scatter_tensor": K.REDUCE_SCATTER, "reduce_scatter_tensor_out": K.REDUCE_SCATTER,
+    "reduce_scatter_tensor_coalesced": K.REDUCE_SCATTER,
+    "alltoall_": K.ALL_TO_ALL, "alltoall_base_": K.ALL_TO_ALL, "all_to_all_single": K.ALL_TO_ALL,
+    "broadcast_": K.BROADCAST, "broadcast": K.BROADCAST,
+    "reduce_": K.REDUCE, "gather_": K.GATHER, "gather_into_tensor_": K.GATHER,
+    "scatter_": K.SCATTER, "send": K.SEND, "isend": K.SEND,
+    "recv_": K.RECV, "recv_any_source_": K.RECV, "irecv": K.RECV,
+    "batch_p2p_ops": K.P2P, "barrier": K.BARRIER, "monitored_barrier_": K.BARRIER,
+}
+_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+# ops of the same namespaces that move nothing themselves: waiting on a collective, wrapping
+# its result for autograd, a NaN check; and FSDP2's copies into and out of its collective
+# buffers (their bytes belong to the collective they feed: not charged as the layer's traffic)
+_BOOKKEEPING = frozenset({"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"})
+_IN_NAMES = frozenset({"input", "inputs", "input_tensor", "input_tensors", "input_list"})
+_OUT_NAMES = frozenset({"output", "outputs", "output_tensor", "output_tensors", "output_lists",
+                        "out"})
+_BOTH_NAMES = frozenset({"tensor", "tensors"})
+
+
+def _split(func: Any) -> tuple[str, str]:
+    """(namespace, base name) of an op overload or packet."""
+    name = func.name() if hasattr(func, "name") else str(func)   # "c10d::allreduce_"
+    ns, _, base = name.partition("::")
+    return ns, base.split(".")[0]
+
+
+def collective_kind(func: Any) -> CollectiveKind | None:
+    """The kind of collective ``func`` is, or None for any other op."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    ns, base = _split(func)
+    return _KINDS.get(base) if ns in _NAMESPACES else None
+
+
+def is_comm_bookkeeping(func: Any) -> bool:
+    """An op that belongs to communication but moves nothing over the network itself (a
+    ``wait_tensor``; FSDP2's copy-in/copy-out of its collective buffers)."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return False
+    ns, base = _split(func)
+    return ns == "fsdp" or (ns in _NAMESPACES and base in _BOOKKEEPING)
+
+
+def _nbytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()   # a DTensor's local part never reaches here
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(o) for o in obj)
+    return 0
+
+
+def _group_size(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> int:
+    """Ranks in the collective's group: its ProcessGroup argument, its ``group_size``, or the
+    group its ``group_name`` names; 1 where none can be found (moves nothing)."""
+    import torch.distributed as dist
+
+    for i, a in enumerate(func._schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(a.name)
+        if a.name == "group_size" and isinstance(value, int):
+            return value
+        if a.name == "process_group" and isinstance(value, torch.ScriptObject):
+            return dist.ProcessGroup.unbox(value).size()
+        if a.name == "process_group" and isinstance(value, dist.ProcessGroup):
+            return value.size()
+        if a.name == "group_name":
+            if isinstance(value, dist.ProcessGroup):
+                return value.size()
+            if isinstance(value, str):
+                return dist.distributed_c10d._resolve_process_group(value).size()
+    return 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective call as this rank ran it."""
+
+    kind: CollectiveKind
+    group_size: int
+    in_bytes: int     # bytes handed in (this rank's contribution)
+    out_bytes: int    # bytes handed back (what this rank receives into)
+
+    @property
+    def payload_bytes(self) -> int:
+        """The collective's whole buffer (nccl-tests' "size"; see the module docstring)."""
+        return 0 if self.kind is K.BARRIER else max(self.in_bytes, self.out_bytes)
+
+    @property
+    def traffic_bytes(self) -> int:
+        """Bytes the ring algorithm implies this rank sends (and receives) for it."""
+        return implied_traffic(self.kind, self.payload_bytes, self.group_size,
+                               root=self.out_bytes > self.in_bytes)
+
+
+def implied_traffic(kind: CollectiveKind, size: int, n: int, *, root: bool = False) -> int:
+    """Per-rank bytes each way that ``kind`` on ``size`` bytes implies in a ring of ``n`` ranks.
+
+    >>> implied_traffic(CollectiveKind.ALL_REDUCE, 1000, 4)   # 2 * 3 / 4 * 1000
+    1500
+    """
+    if n <= 1 or kind is K.BARRIER:
+        return 0
+    if kind is K.ALL_REDUCE:
+        return 2 * (n - 1) * size // n
+    if kind in (K.ALL_GATHER, K.REDUCE_SCATTER, K.ALL_TO_ALL):
+        return (n - 1) * size // n
+    if kind in (K.GATHER, K.SCATTER) and root:
+        return (n - 1) * size // n
+    return size   # broadcast, reduce (pipelined), send/recv, p2p, gather/scatter off the root
+
+
+def collective_of(func: Any, args: tuple, kwargs: dict, out: Any) -> Collective | None:
+    """The collective ``func(*args, **kwargs) -> out`` ran, or None if ``func`` is none.
+
+    Tensors are read by the schema's argument names: ``input*`` handed in, ``output*``/``out``
+    handed back, ``tensor(s)`` both (in-place c10d ops); a functional collective hands back
+    what it returns.
+    """
+    kind = collective_kind(func)
+    if kind is None:
+        return None
+    in_bytes = out_bytes = 0
+    for i, a in enumerate(func._schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(a.name)
+        if a.name in _IN_NAMES:
+            in_bytes += _nbytes(value)
+        elif a.name in _OUT_NAMES:
+            out_bytes += _nbytes(value)
+        elif a.name in _BOTH_NAMES:
+            in_bytes += _nbytes(value)
+            out_bytes += _nbytes(value)
+    ns, _ = _split(func)
+    if ns != "c10d" and not any(a.name in _OUT_NAMES for a in func._schema.arguments):
+        out_bytes = _nbytes(out)       # functional: the result is the output buffer
+    if kind is K.SEND:
+        out_bytes = 0
+    elif kind is K.RECV:
+        in_bytes = 0
+    return Collective(kind, _group_size(func, args, kwargs), in_bytes, out_bytes)
+
+
+class CommStats:
+    """Collectives of one kind and group size charged to one row: calls and bytes."""
+
+    __slots__ = ("calls", "in_bytes", "out_bytes", "payload_bytes", "traffic_bytes")
+
+    def __init__(self) -> None:
+        self.calls = self.in_bytes = self.out_bytes = self.payload_bytes = self.traffic_bytes = 0
+
+    def add(self, c: Collective | CommStats, calls: int = 1) -> None:
+        self.calls += calls if isinstance(c, Collective) else c.calls
+        self.in_bytes += c.in_bytes
+        self.out_bytes += c.out_bytes
+        self.payload_bytes += c.payload_bytes
+        self.traffic_bytes += c.traffic_bytes
+
+
+CommTable = dict[tuple[str, int], CommStats]
+"""(kind, group size) -> CommStats: what a call record or a row carries."""
+
+
+def add_collective(table: CommTable, c: Collective) -> None:
+    """Charge ``c`` to ``table``."""
+    key = (c.kind.value, c.group_size)
+    stats = table.get(key)
+    if stats is None:
+        stats = table[key] = CommStats()
+    stats.add(c)
+
+
+def merge_comm(into: CommTable, more: CommTable) -> None:
+    """Add every entry of ``more`` into ``into``."""
+    for key, stats in more.items():
+        mine = into.get(key)
+        if mine is None:
+            mine = into[key] = CommStats()
+        mine.add(stats)
+
+
+def comm_summary(table: CommTable | None) -> tuple[int, int, int, str, int]:
+    """(calls, payload bytes, implied traffic bytes, kinds joined by '+', largest group size)
+    of a table; zeros and '' for none."""
+    if not table:
+        return 0, 0, 0, "", 0
+    kinds = list(dict.fromkeys(kind for kind, _ in table))
+    return (sum(s.calls for s in table.values()), sum(s.payload_bytes for s in table.values()),
+            sum(s.traffic_bytes for s in table.values()), "+".join(kinds),
+            max(n for _, n in table))
+
+
+_FRAME_COLUMNS = ("module", "phase", "kind", "group_size", "calls", "in_bytes", "out_bytes",
+                  "comm_bytes", "traffic_bytes")
+
+
+def collectives_frame(rows: Any) -> Any:
+    """The collectives of the leaf rows (``(communication)`` rows), one line per row, phase
+    (forward/backward), kind and group size."""
+    import pandas as pd
+
+    lines = []
+    for r in rows:
+        if not r.leaf:
+            continue
+        for phase, table in (("forward", r.comm), ("backward", r.backward_comm)):
+            for (kind, n), s in (table or {}).items():
+                lines.append((r.module, phase, kind, n, s.calls, s.in_bytes, s.out_bytes,
+                              s.payload_bytes, s.traffic_bytes))
+    return pd.DataFrame(lines, columns=list(_FRAME_COLUMNS))

@@ -1,0 +1,108 @@
+"""The per-rank table without the ranks: a fake process group in this one process.
+
+``profile_sharded(build, input_size, world_size=8, rank=3)`` starts PyTorch's fake process group
+(collectives return at once and move nothing, but every op and its shapes are those of rank 3 of
+8), calls ``build()`` under ``torch.device("meta")`` — the user's own code that makes the model
+and applies ``fully_shard`` / ``parallelize_module`` / DDP, as they would under torchrun — and
+profiles the result with ``timing=False``. FSDP2 refuses to run on meta parameters, so a model
+left on meta is materialised as *fake* tensors (``FakeTensorMode``: shapes, no memory). This is
+how a model too large for any one machine is sized per rank from a laptop.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["profile_sharded"]
+
+
+def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> None:
+    if not callable(build):
+        raise ModelProfError(f"build={build!r} must be a callable that returns the model "
+                             "(sharded or parallelised as under torchrun)")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ModelProfError(f"world_size={world_size!r} must be an int >= 1")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ModelProfError(f"rank={rank!r} must be an int in [0, {world_size})")
+    if kwargs.get("timing"):
+        raise ModelProfError("timing=True: a fake process group has no clock (its collectives "
+                             "move nothing); time the model under torchrun")
+
+
+def _plan_mismatch(caught: list) -> None:
+    """A plan entry ``parallelize_module`` skipped (it names no module of the model) is an
+    error, not a warning: the table would silently be that of another parallelisation."""
+    for w in caught:
+        text = str(w.message)
+        if "Parallelize plan key" in text and "skipping" in text:
+            raise ModelProfError(f"the parallel plan does not match the model: {text}")
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _on_meta(model: nn.Module) -> bool:
+    from modelprof.distributed.view import is_dtensor
+
+    return any((p._local_tensor if is_dtensor(p) else p).is_meta
+               for p in (*model.parameters(), *model.buffers()))
+
+
+def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, world_size: int,
+                    rank: int = 0, inputs: Any = None, device: str = "meta",
+                    **profile_options: Any) -> Any:
+    """Profile rank ``rank`` of ``world_size`` from one process (see the module docstring).
+
+    ``build()`` runs under ``torch.device(device)`` (``"meta"``: no memory; DDP, which
+    broadcasts real values when it is built, needs ``device="cpu"``). ``inputs`` may be a
+    callable, called in the same device and fake-tensor context as the model. Other options go
+    to ``profile`` (``backward=True``, ``view="global"``, ``batch_size``...).
+    """
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from modelprof.profile import profile
+
+    _check(world_size, rank, build, profile_options)
+    if dist.is_initialized():
+        raise ModelProfError("profile_sharded() starts a fake process group of its own, but one "
+                             f"is active already (backend {dist.get_backend()!r}): under a real "
+                             "group, call profile() on every rank instead")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        try:
+            with torch.device(device), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model = build()
+            _plan_mismatch(caught)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            raise ModelProfError(f"build() failed under torch.device({device!r}) with a fake "
+                                 f"group of {world_size}: {type(e).__name__}: {e}"
+                                 + (" (DDP needs real values: pass device='cpu')"
+                                    if "meta" in str(e) else "")) from e
+        if not isinstance(model, nn.Module):
+            raise ModelProfError(f"build() returned {type(model).__name__}, not a module")
+        context = contextlib.nullcontext()
+        if _on_meta(model):
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            context = FakeTensorMode(allow_non_fake_inputs=True)
+        with context:
+            run_device = device
+            if _on_meta(model):
+                model.to_empty(device="cpu")   # fake tensors: shapes on cpu, no memory
+                run_device = "cpu"
+            if callable(inputs):
+                with torch.device(run_device):
+                    inputs = inputs()
+            return profile(model, input_size, inputs=inputs, device=run_device, timing=False,
+                           **{k: v for k, v in profile_options.items() if k != "timing"})
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,48 @@
+"""Every rank's table at rank 0: one DataFrame with a ``rank`` column."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["gather_reports"]
+
+
+def gather_reports(report: Any, dst: int = 0, group: Any = None, **frame_options: Any
+                   ) -> pd.DataFrame | None:
+    """Gather ``report.to_dataframe(**frame_options)`` of every rank to rank ``dst``: returns the
+    frames stacked with a ``rank`` column first on ``dst``, None on the others. Every rank must
+    call it (it is a collective). ``frame.attrs`` holds each rank's environment
+    (``ranks``) and, where timed, ``step_latency_ms``: the slowest rank's median, which is the
+    step time of the group (the others wait for it at the next collective).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ModelProfError("gather_reports() needs an initialised process group "
+                             "(torch.distributed.init_process_group); none is active")
+    rank = dist.get_rank(group)
+    frame = report.to_dataframe(**frame_options)
+    latency = getattr(report, "latency", None)
+    mine = {"rank": dist.get_rank(), "frame": frame, "env": dict(getattr(report, "env", {}) or {}),
+            "latency_ms": None if latency is None else float(latency.median_ms)}
+    world = dist.get_world_size(group)
+    if not 0 <= dst < world:
+        raise ModelProfError(f"dst={dst!r} is not a rank of the group (world size {world})")
+    got: list[Any] | None = [None] * world if rank == dst else None
+    dist.gather_object(mine, got, dst=dst, group=group)
+    if got is None:
+        return None
+    frames = []
+    for part in sorted(got, key=lambda p: p["rank"]):
+        df = part["frame"].copy()
+        df.insert(0, "rank", part["rank"])
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["ranks"] = {p["rank"]: p["env"] for p in got}
+    times = [p["latency_ms"] for p in got if p["latency_ms"] is not None]
+    if times:
+        out.attrs["step_latency_ms"] = max(times)
+    return out

@@ -1,0 +1,133 @@
+"""Where this process runs: rank, world size, backend and host under a process group, the
+device ``"cuda"`` means under torchrun (``cuda:LOCAL_RANK``), and who speaks (one voice).
+
+Under ``torchrun`` every rank runs the same script; only rank 0 prints tables, warnings and
+progress and writes files, unless ``MODELPROF_ALL_RANKS=1`` (or ``all_ranks=True`` where an entry
+point takes it) asks every rank to.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["RankInfo", "all_ranks_speak", "communicates", "current_group", "fsdp_modules",
+           "is_ddp", "is_speaker", "local_device", "one_voice"]
+
+ALL_RANKS_ENV = "MODELPROF_ALL_RANKS"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    """This process's place in the default process group (recorded in ``Report.env``)."""
+
+    rank: int
+    world_size: int
+    backend: str
+    host: str
+    local_rank: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _initialized() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def current_group() -> RankInfo | None:
+    """The default process group as seen from this rank, or None outside one."""
+    if not _initialized():
+        return None
+    import torch.distributed as dist
+
+    local = os.environ.get("LOCAL_RANK")
+    return RankInfo(dist.get_rank(), dist.get_world_size(), str(dist.get_backend()),
+                    socket.gethostname(), int(local) if local is not None and local.isdigit()
+                    else None)
+
+
+def all_ranks_speak() -> bool:
+    """Whether ``MODELPROF_ALL_RANKS`` asks every rank to print and write."""
+    return os.environ.get(ALL_RANKS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def is_speaker(all_ranks: bool | None = None) -> bool:
+    """True where this process prints and writes: outside a process group, on rank 0, or on
+    every rank when asked (``all_ranks`` or ``MODELPROF_ALL_RANKS``)."""
+    if all_ranks if all_ranks is not None else all_ranks_speak():
+        return True
+    if _initialized():
+        import torch.distributed as dist
+
+        # a fake group (profile_sharded) is one process: it always speaks
+        return dist.get_rank() == 0 or str(dist.get_backend()) == "fake"
+    rank = os.environ.get("RANK")   # launched by torchrun, group not (yet) initialised
+    return rank is None or rank == "0"
+
+
+@contextlib.contextmanager
+def one_voice(all_ranks: bool | None = None) -> Iterator[bool]:
+    """Silence modelprof's warnings on every rank but the speaker for the block; yields whether
+    this rank speaks (callers turn progress bars and printing off where it does not)."""
+    speaker = is_speaker(all_ranks)
+    if speaker:
+        yield True
+        return
+    from modelprof.errors import ModelProfWarning, NoisyMeasurementWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ModelProfWarning)
+        warnings.simplefilter("ignore", NoisyMeasurementWarning)
+        yield False
+
+
+def local_device(device: Any) -> Any:
+    """``cuda`` without an index means ``cuda:LOCAL_RANK`` under torchrun (each rank its own
+    GPU); any other device (or value), or outside torchrun, stays as it is."""
+    if isinstance(device, str) and device.strip() == "cuda":
+        device = torch.device("cuda")
+    if not isinstance(device, torch.device) or device.type != "cuda" or device.index is not None:
+        return device
+    local = os.environ.get("LOCAL_RANK")
+    if local is None or not local.isdigit():
+        return device
+    return torch.device("cuda", int(local))
+
+
+def is_ddp(model: nn.Module) -> bool:
+    """Whether ``model`` is a DistributedDataParallel wrapper."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(model, DistributedDataParallel)
+
+
+def fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    """The ``fully_shard``-ed (FSDP2) modules of ``model``."""
+    if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        return []
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def communicates(model: nn.Module) -> bool:
+    """Whether running ``model`` issues collectives (DDP, FSDP2, DTensor parameters)."""
+    model = getattr(model, "_orig_mod", model)
+    return is_ddp(model) or bool(fsdp_modules(model)) or \
+        any(_is_dtensor(p) for p in model.parameters())
+
+
+def _is_dtensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and any(
+        c.__name__ == "DTensor" and c.__module__.startswith("torch.distributed.tensor")
+        for c in type(t).__mro__)

@@ -1,0 +1,140 @@
+"""Per-rank or global: which numbers a sharded model's table shows.
+
+Under a process group the default is this rank's view: parameters of the local shards (a
+DTensor's local part; FSDP2's shard), DTensor ops counted on their local shapes as the rank runs
+them. The global view counts the model as one logical whole (a DTensor's global shape), which
+equals the unsharded model. Communication is what this rank runs in both views.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["ParamView", "ShardView", "current_view", "is_dtensor", "is_dtensor_type", "shard_view"]
+
+
+class ShardView(str, enum.Enum):
+    RANK = "rank"
+    GLOBAL = "global"
+
+    @classmethod
+    def parse(cls, value: Any) -> ShardView:
+        try:
+            return cls(value.value if isinstance(value, cls) else value)
+        except ValueError:
+            raise ModelProfError(f"view={value!r} must be one of "
+                                 f"{', '.join(repr(v.value) for v in cls)}") from None
+
+
+_VIEW: contextvars.ContextVar[ShardView] = contextvars.ContextVar("modelprof_view",
+                                                                  default=ShardView.RANK)
+
+
+def current_view() -> ShardView:
+    return _VIEW.get()
+
+
+@contextlib.contextmanager
+def shard_view(view: ShardView) -> Iterator[None]:
+    """The view the counting passes of the block use."""
+    token = _VIEW.set(view)
+    try:
+        yield
+    finally:
+        _VIEW.reset(token)
+
+
+_DTENSOR_TYPES: dict[type, bool] = {}
+
+
+def is_dtensor_type(tp: type) -> bool:
+    """Whether ``tp`` is DTensor (or a subclass), found without importing torch.distributed."""
+    found = _DTENSOR_TYPES.get(tp)
+    if found is None:
+        found = _DTENSOR_TYPES[tp] = any(
+            c.__name__ == "DTensor" and c.__module__.startswith("torch.distributed.tensor")
+            for c in tp.__mro__)
+    return found
+
+
+def is_dtensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and is_dtensor_type(type(t))
+
+
+def _local_numel(p: torch.Tensor) -> int:
+    return p._local_tensor.numel() if is_dtensor(p) else p.numel()
+
+
+def _fsdp_params(model: nn.Module) -> list[Any]:
+    """FSDP2's ``FSDPParam`` objects of every ``fully_shard``-ed module of ``model``."""
+    if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        return []
+    from torch.distributed.fsdp import FSDPModule
+
+    found = []
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            group = m._get_fsdp_state()._fsdp_param_group
+            if group is not None:
+                found.extend(group.fsdp_params)
+    return found
+
+
+class ParamView:
+    """How the scope charges a parameter of a sharded model (see the module docstring).
+
+    FSDP2 swaps each module's sharded parameter for an unsharded one around its forward: the
+    unsharded one is charged as its sharded original (:meth:`canonical`), so a parameter is
+    counted once and by its shard.
+    """
+
+    def __init__(self, model: nn.Module, view: ShardView) -> None:
+        self.view = view
+        self._fsdp = _fsdp_params(model)
+        self._sharded = {id(fp.sharded_param) for fp in self._fsdp}
+        self._canonical: dict[int, torch.Tensor] = {}
+        self._refresh()
+
+    @classmethod
+    def for_model(cls, model: nn.Module) -> ParamView | None:
+        """A view for ``model``, or None for a model with no DTensor and no FSDP2 (the plain
+        rules apply)."""
+        if not any(is_dtensor(p) for p in model.parameters()) and \
+                not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+            return None
+        return cls(model, current_view())
+
+    def _refresh(self) -> None:
+        for fp in self._fsdp:
+            unsharded = getattr(fp, "_unsharded_param", None)
+            if unsharded is not None:
+                self._canonical[id(unsharded)] = fp.sharded_param
+
+    def canonical(self, p: torch.Tensor) -> torch.Tensor:
+        """The parameter ``p`` stands for: FSDP2's sharded original of an unsharded one."""
+        if not self._fsdp or id(p) in self._sharded:
+            return p
+        found = self._canonical.get(id(p))
+        if found is None:
+            self._refresh()
+            found = self._canonical.get(id(p), p)
+        return found
+
+    def count(self, p: torch.Tensor) -> int:
+        """Elements of ``p`` in this view: the local shard per rank, the whole globally."""
+        return _local_numel(p) if self.view is ShardView.RANK else p.numel()
+
+    def read_bytes(self, p: torch.Tensor) -> int:
+        """Bytes a call reads of ``p``: FSDP2 computes on the gathered parameter (its whole
+        size); a tensor-parallel shard is read locally (its local part per rank)."""
+        if id(p) in self._sharded or self.view is ShardView.GLOBAL:
+            return p.numel() * p.element_size()
+        return _local_numel(p) * p.element_size()

@@ -1,0 +1,103 @@
+"""Issue 18 under torchrun: 2 gloo ranks on this machine, started and stopped by the test (a
+deadlock fails on the timeout instead of hanging). tests/dist_worker.py is what each rank runs;
+the figures are derived in tests/test_distributed_fake.py and tests/dist_models.py."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+MODEL_BYTES = 3_159_552 * 4        # 12,638,208
+
+
+def run_ranks(scenario: str, tmp: Path, timeout: float, **env: str) -> list[dict]:
+    """Run ``scenario`` on 2 ranks; each rank's JSON (None for a rank that wrote none)."""
+    torchrun = shutil.which("torchrun")
+    cmd = ([torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]) + [
+        "--standalone", "--nproc_per_node=2", str(HERE / "dist_worker.py"), scenario, str(tmp)]
+    environ = {**os.environ, **env,
+               "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, env=environ, timeout=timeout, capture_output=True, text=True)
+    out = []
+    for rank in (0, 1):
+        f = tmp / f"{scenario}.{rank}.json"
+        out.append(json.loads(f.read_text()) if f.exists() else None)
+    assert out[0] is not None, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory):
+    return run_ranks("count", tmp_path_factory.mktemp("count"), timeout=240)
+
+
+def kinds(result: dict) -> dict:
+    return result["collectives"]
+
+
+def test_same_figures_under_torchrun(counted):
+    for rank, r in enumerate(counted):
+        assert r["ddp"]["env"] == {**r["ddp"]["env"], "rank": rank, "world_size": 2,
+                                   "backend": "gloo"}
+        # DDP: the gradient all-reduce, one bucket of the whole model per step
+        ddp = kinds(r["ddp"])["backward/all_reduce"]
+        assert ddp["calls"] == 1 and ddp["comm_bytes"] == MODEL_BYTES
+        # FSDP2: gathered forward (whole model out, half in), re-gathered backward (the 4
+        # blocks: 12,636,160 B), reduce-scattered 12,638,208 B in and 6,319,104 B out
+        f = kinds(r["fsdp"])
+        assert f["forward/all_gather"]["comm_bytes"] == MODEL_BYTES
+        assert f["forward/all_gather"]["in_bytes"] == 6_319_104
+        assert f["backward/all_gather"]["comm_bytes"] == 12_636_160
+        rs = f["backward/reduce_scatter"]
+        assert (rs["in_bytes"], rs["out_bytes"]) == (MODEL_BYTES, 6_319_104)
+        assert r["fsdp"]["totals"]["params"] == 1_579_776
+        # tensor parallel MLP
+        t = r["tp"]["totals"]
+        assert (t["macs"], t["params"]) == (285_212_672, 2_108_928)
+        assert kinds(r["tp"])["forward/all_reduce"]["comm_bytes"] == 524_288
+        assert kinds(r["tp"])["backward/all_reduce"]["comm_bytes"] == 524_288
+        # the global view is the unsharded model (3,159,552 params, 419,430,400 MACs)
+        for name in ("ddp", "fsdp", "tp"):
+            g = r[name + "_global"]["totals"]
+            assert (g["params"], g["macs"]) == (3_159_552, 419_430_400), name
+
+
+def test_fsdp2_trains_straight_after_profile(counted):
+    for r in counted:
+        for backward in (False, True):
+            step = r[f"fsdp_trains_after_backward={backward}"]
+            assert step == {"loss_finite": True, "same_parameters": True, "updated": True}
+
+
+def test_gather_reports_to_rank_0(counted):
+    gathered, elsewhere = counted[0]["gathered"], counted[1]["gathered"]
+    assert elsewhere is None
+    assert gathered["ranks"] == [0, 1]
+    assert gathered["macs_by_rank"] == {"0": 285_212_672, "1": 285_212_672}
+
+
+@pytest.mark.parametrize("slow_rank", [None, "1"])
+def test_backward_timing_runs_agree(tmp_path, slow_rank):
+    env = {} if slow_rank is None else {"SLOW_RANK": slow_rank}
+    r0, r1 = run_ranks("timing", tmp_path, timeout=300, **env)
+    for name in ("ddp_cnn", "tp"):
+        # every rank ran the same collectives, the same number of times
+        assert r0[name]["collective_ops"] == r1[name]["collective_ops"], name
+        assert r0[name]["backward_ms"] > 0 and r0[name]["comm_rows"] >= 1
+    assert r0["ddp_cnn"]["collective_ops"]["c10d.allreduce_.default"] > 0
+    # one voice: rank 0 warns (every pass is undersampled on purpose), rank 1 stays silent
+    assert r0["tp"]["warnings"] > 0 and r1["tp"]["warnings"] == 0
+
+
+def test_bad_runs_raise_modelprof_error(tmp_path):
+    r0, _ = run_ranks("errors", tmp_path, timeout=180)
+    assert "rank 0 but only 1 of 2 ranks joined" in r0["rank0_only"]
+    # rank 1 exits inside its forward: rank 0 stops with the module it was in and the cause
+    assert "layers.2" in r0["peer_died"] and "RuntimeError" in r0["peer_died"]
