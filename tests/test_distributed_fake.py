@@ -109,17 +109,17 @@ def test_global_view_of_local_activations(plain):
 
 def test_one_process_speaks_whatever_rank_it_plays():
     # rank 1 of a fake group is this one process: its warnings are not silenced (an op with
-    # no formula, torch.fft.fft, is named once)
-    class Spectrum(torch.nn.Module):
+    # no formula and no decomposition, a QR decomposition, is named once)
+    class WithQR(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.fc = torch.nn.Linear(8, 8)
 
         def forward(self, x):
-            return torch.fft.fft(self.fc(x)).real
+            return torch.linalg.qr(self.fc(x))[0]
 
-    with pytest.warns(ModelProfWarning, match="fft"):
-        profile_sharded(lambda: dm.ddp(Spectrum()), (8,), world_size=2, rank=1, device="cpu")
+    with pytest.warns(ModelProfWarning, match="qr"):
+        profile_sharded(lambda: dm.ddp(WithQR()), (8, 8), world_size=2, rank=1, device="cpu")
 
 
 def test_bad_input_names_it():
