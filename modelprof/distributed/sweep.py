@@ -42,8 +42,9 @@ from modelprof.runtime.progress import NoProgress, progress_bar
 __all__ = ["COUNTED_COLUMNS", "Measure", "run_config", "run_sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
-COUNTED_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes",
-                   "write_bytes", "backward_macs", "backward_flops", "saved_bytes")
+COUNTED_COLUMNS = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
+                   "output_bytes", "read_bytes", "write_bytes", "backward_macs",
+                   "backward_flops", "saved_bytes")
 _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 
 
