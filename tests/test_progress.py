@@ -203,12 +203,12 @@ def test_collect_reports_each_block() -> None:
     rule = StopRule.parse(repeat=5)
     sampled = collect(lambda k: np.ones(k), rule, est_ms=50.0, now=lambda: next(ticks) / 1e3,
                       on_block=lambda n, s: seen.append((n, s)))
-    # first block sized on the 50 ms estimate: 100 ms / 50 ms = 2 samples; then each sample
-    # took 1 ms (the samples' median; the clock saw 1 ms for 2), so 100 ms / 1 ms = 100 > the
-    # 3 left: 2 + 3 = 5
-    assert [n for n, _ in seen] == [2, 5]
-    # readings: t0 = 0 ms, block 1 from 1 to 2 ms, block 2 from 3 to 4 ms (ends after t0)
-    assert [s for _, s in seen] == pytest.approx([0.002, 0.004])
+    # repeat=N comes in blocks of at most ceil(N / max(2, min_blocks)) samples, so that even a
+    # fixed count has blocks to judge drift by: min_blocks is 6, ceil(5 / 6) = 1 sample a block
+    assert rule.min_blocks == 6
+    assert [n for n, _ in seen] == [1, 2, 3, 4, 5]
+    # readings: t0 = 0 ms, then each block reads the clock twice (start, end): 2, 4, ... 10 ms
+    assert [s for _, s in seen] == pytest.approx([0.002, 0.004, 0.006, 0.008, 0.010])
     assert sampled.n == 5
 
 
