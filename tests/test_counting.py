@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from modelprof import ModelProfWarning, profile, register_formula
+from modelprof import ModelProfError, ModelProfWarning, profile, register_formula
 from modelprof.counting.counter import count_ops
 from modelprof.counting.formulas import REGISTRY, Cost
 from helpers import Fn, tv
@@ -350,6 +350,87 @@ def test_huggingface_flex_attention_counts_like_eager_and_sdpa():
         assert (r.totals["macs"], r.unsupported) == (196_608, {}), impl
     ops = reports["flex_attention"].by_operator().set_index("op")
     assert ops.loc["higher_order.flex_attention", "macs"] == 16_384
+
+
+# -- SDPA on meta: counted as the CPU's fused kernel ---------------------------------------------
+_FUSED_CPU = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+_COUNTED = ["macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes"]
+
+
+def _q_kv(hq=4, hkv=2, lq=3, s=9, e=16, batch=2):
+    return torch.randn(batch, hq, lq, e), torch.randn(batch, hkv, s, e), \
+        torch.randn(batch, hkv, s, e)
+
+
+def _bool_mask(lq=3, s=9):
+    return torch.ones(lq, s, dtype=torch.bool).tril(s - lq)
+
+
+_SDPA_CASES = {  # name: (function, inputs, whether the CPU runs it fused)
+    "gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+            _q_kv(), True),
+    "bool-mask-positional": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+                             (*_q_kv(hkv=4), _bool_mask()), True),
+    "float-4d-mask-scale": (lambda q, k, v, m: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=m, scale=0.3, enable_gqa=True), (*_q_kv(), torch.randn(2, 1, 3, 9)),
+        True),
+    "causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+               _q_kv(hkv=4, lq=9), True),
+    "3d-bool-mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                     (*(t[0] for t in _q_kv(hkv=4)), _bool_mask()), True),
+    "dropout": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5),
+                _q_kv(hkv=4), False),
+    "key-last-dim-strided": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k[..., ::2], v), (torch.randn(2, 4, 3, 8), torch.randn(2, 4, 9, 16),
+                             torch.randn(2, 4, 9, 8)), False),
+}
+
+
+@pytest.mark.parametrize("case", list(_SDPA_CASES))
+def test_sdpa_on_meta_counts_what_the_cpu_counts(case):
+    # meta has no fused kernel (PyTorch would run the math decomposition: scaled copies, GQA
+    # heads repeated, the scores materialised); the counter runs the kernel the CPU picks,
+    # under the CPU's conditions (a call the CPU runs unfused is unfused on meta too)
+    fn, inputs, fused = _SDPA_CASES[case]
+    cpu, meta = (quiet_profile(Fn(fn), inputs=inputs, device=d) for d in ("cpu", "meta"))
+    a, b = cpu.to_dataframe(), meta.to_dataframe()
+    import pandas as pd
+    pd.testing.assert_frame_equal(a[_COUNTED], b[_COUNTED])
+    pd.testing.assert_frame_equal(cpu.by_operator(), meta.by_operator())
+    assert (_FUSED_CPU in set(meta.by_operator()["op"])) == fused
+    assert torch._C._len_torch_function_stack() == 0    # the mode is gone after the pass
+
+
+class ProjectedSDPA(nn.Module):
+    """A projection (a child) and SDPA run by the module itself: its ``(self)`` row holds the
+    SDPA op's own bytes."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(self.proj(q), k, v, enable_gqa=True)
+
+
+def test_sdpa_on_meta_reads_the_grouped_heads_once():
+    q, k, v = _q_kv()     # 4 query heads, 2 key/value heads, 3 queries, 9 keys, E = 16
+    r = quiet_profile(ProjectedSDPA(), inputs=(q, k, v), device="meta")
+    row = r.to_dataframe().set_index("module").loc["(self)"]
+    # scores 2 x 4 heads x 3 x 9 = 216, each (16 + 16) MACs = 6912
+    assert row["macs"] == 6912
+    # reads q 2*4*3*16*4 = 1536 bytes and k, v as given, 2*2*9*16*4 = 2304 each (not expanded
+    # to 4 heads): 6144; writes the output 1536 and the log-sum-exp 2*4*3*4 = 96: 1632
+    assert (row["read_bytes"], row["write_bytes"]) == (6144, 1632)
+
+
+def test_sdpa_on_meta_still_refuses_what_sdpa_refuses():
+    q, k, v = _q_kv()     # 4 query heads, 2 key/value heads, without enable_gqa
+    fn = Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v))
+    for device in ("cpu", "meta"):
+        with pytest.raises(ModelProfError, match="size of tensor"):
+            quiet_profile(fn, inputs=(q, k, v), device=device)
+    assert torch._C._len_torch_function_stack() == 0
 
 
 # -- CUDA-only kernels: the whole path runs here on the meta device ------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pandas as pd
 import pytest
 import torch
 
@@ -84,8 +85,10 @@ def test_llama_gqa_kv_bytes_and_decode_macs(kv_heads):
         assert step.totals["macs"] == weights + 2 * layers * (step.context + 1) * d + d * vocab
 
 
-def test_decode_bytes_include_the_cache():
-    report = profile_generation(llama(2), prompt_len=8, new_tokens=6, timing=False)
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_decode_bytes_include_the_cache(device):
+    report = profile_generation(llama(2, device=device), prompt_len=8, new_tokens=6,
+                                timing=False)
     g = report.growth()
     # a cached token's K and V are 2 x 2 layers x 2 heads x 16 x 4 bytes = 512 bytes; a decode
     # step reads them twice (DynamicCache's cat copies the cache, the attention reads it) and
@@ -94,6 +97,32 @@ def test_decode_bytes_include_the_cache():
     assert slopes["read_bytes_per_token"] == pytest.approx(2 * 512)
     assert slopes["write_bytes_per_token"] == pytest.approx(512)
     assert (g["kv_cache_bytes"].diff().dropna() / g["context"].diff().dropna() == 512).all()
+    # on meta too: the attention reads the 2 KV heads as cached, not expanded to the 4 query
+    # heads (which would read 2 x 512 per token in the attention alone)
+
+
+COUNTED = ["macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes"]
+
+
+@pytest.mark.parametrize("build", [lambda device: llama(2, device=device),   # GQA 4/2
+                                   lambda device: gpt2(device=device)],      # MHA
+                         ids=["llama-gqa", "gpt2-mha"])
+def test_meta_counts_what_the_cpu_counts(build):
+    # SDPA has no fused kernel on meta (PyTorch would run its math decomposition: scaled
+    # copies, GQA heads repeated, the score matrix materialised); the counter runs it as the
+    # CPU's fused kernel, so every row of every phase is the CPU's count. (A static cache is
+    # not compared: its prefill moves a host tensor to the device, two more small copies on
+    # meta, as on CUDA.)
+    reports = {dev: profile_generation(build(dev), prompt_len=8, new_tokens=4, timing=False)
+               for dev in ("cpu", "meta")}
+    fused = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    for cpu, meta in zip(reports["cpu"].phases(), reports["meta"].phases(), strict=True):
+        a, b = cpu.report.to_dataframe(), meta.report.to_dataframe()
+        assert a["module"].tolist() == b["module"].tolist()
+        pd.testing.assert_frame_equal(a[COUNTED], b[COUNTED])
+        ops_cpu, ops_meta = cpu.report.by_operator(), meta.report.by_operator()
+        pd.testing.assert_frame_equal(ops_cpu, ops_meta)
+        assert fused in set(ops_meta["op"]) and "aten.bmm.default" not in set(ops_meta["op"])
 
 
 def test_static_cache_counts_and_holds_its_capacity():

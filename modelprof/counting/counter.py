@@ -15,6 +15,10 @@ Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ``invoke_s
 are costed by a formula where one is registered, else through their subgraphs, whose ops are
 counted as they run; one whose subgraphs cannot be entered runs uncounted and is listed
 unsupported. None of them can make the counter raise.
+
+On the meta device (``meta_sdpa=True``) ``F.scaled_dot_product_attention``, which has no fused
+kernel there, runs as the fused kernel the CPU would pick (``counting.meta_sdpa``), so that a
+model costed from shapes alone counts what it counts on the CPU.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
+from modelprof.counting.meta_sdpa import FusedMetaSDPA
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
@@ -213,9 +218,14 @@ class OpCounter(TorchDispatchMode):
     supports_higher_order_operators = True
 
     def __init__(self, tracker, registry: FormulaRegistry | None = None,
-                 before_op: Callable[[Any, tuple, dict], None] | None = None) -> None:
+                 before_op: Callable[[Any, tuple, dict], None] | None = None,
+                 meta_sdpa: bool = False) -> None:
         super().__init__()
         self.tracker = tracker
+        # a forward on the meta device: SDPA counted as the CPU's fused kernel
+        # (modelprof.counting.meta_sdpa); off elsewhere, where any torch-function mode would
+        # turn off nn.MultiheadAttention's fast path
+        self.meta_sdpa = meta_sdpa
         # called with (func, args, kwargs) before each op runs, outside the counted work (the
         # state guard's copy on first write: modelprof.runtime.guard.StateGuard.write_hook)
         self.before_op = before_op
@@ -232,6 +242,7 @@ class OpCounter(TorchDispatchMode):
         self._depth = 0
         self._flex_debug: Any = None
         self._outer_modes: Any = None
+        self._meta_sdpa: tuple[int, FusedMetaSDPA] | None = None  # (stack depth below, mode)
         # the model's buffers by id, filled by the tracker at the root call (a scope of the
         # training step's loss or backward has none: nothing is charged)
         buffers = getattr(tracker, "buffers", None)
@@ -240,13 +251,16 @@ class OpCounter(TorchDispatchMode):
         # its global shapes (global view) — modelprof.distributed.view
         self.local_dtensor = current_view() is ShardView.RANK
 
-    # -- entering: flex_attention runs eagerly under the counter ---------------------------------
+    # -- entering: flex_attention runs eagerly, meta SDPA fused, under the counter --------------
     def __enter__(self):
         if self._depth == 0:
             # the stack as it was: an inner exit that fails before popping (a RecursionError
             # inside torch) is repaired by the outermost exit
             self._outer_modes = mode_stack_state()
             self._flex_debug = _eager_flex_attention(True)
+            if self.meta_sdpa:
+                self._meta_sdpa = (torch._C._len_torch_function_stack(), FusedMetaSDPA())
+                self._meta_sdpa[1].__enter__()
         entered = super().__enter__()
         self._depth += 1
         return entered
@@ -260,6 +274,9 @@ class OpCounter(TorchDispatchMode):
                 _eager_flex_attention(self._flex_debug)
                 if mode_stack_state() != self._outer_modes:
                     restore_mode_stack(*self._outer_modes)
+                if self._meta_sdpa is not None:
+                    _leave_function_mode(*self._meta_sdpa)
+                    self._meta_sdpa = None
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:
@@ -569,6 +586,15 @@ def _in_sharding_propagation(limit: int = 60) -> bool:
             return True
         frame, limit = frame.f_back, limit - 1
     return False
+
+
+def _leave_function_mode(depth: int, mode: FusedMetaSDPA) -> None:
+    """Pop ``mode``, and any function mode the forward left above it, back to ``depth``."""
+    stack = torch._C._len_torch_function_stack
+    if stack() == depth + 1 and torch.overrides._get_current_function_mode() is mode:
+        mode.__exit__(None, None, None)
+    while stack() > depth:
+        torch._C._pop_torch_function_stack()
 
 
 def _known_predicate(pred: Any) -> bool:

@@ -118,7 +118,8 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
                           has_children=guard.has_children, parameters=guard.parameters,
                           root=model)
         tracker.param_view = view = ParamView.for_model(model)
-        counter = OpCounter(tracker, registry, before_op=guard.write_hook())
+        counter = OpCounter(tracker, registry, before_op=guard.write_hook(),
+                            meta_sdpa=inputs.device.type == "meta")
         try:
             state = _state_for(model, inputs, training=training,
                                dtype_requested=dtype_requested, memory_format=memory_format)

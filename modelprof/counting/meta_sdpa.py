@@ -1,0 +1,117 @@
+"""``F.scaled_dot_product_attention`` on the meta device, counted as the fused kernel it is on
+a real device.
+
+No fused attention kernel is chosen for meta tensors: PyTorch runs SDPA's math decomposition
+there (the query and keys scaled into copies, GQA's key/value heads repeated, the whole score
+matrix and its softmax materialised), which counts other FLOPs and far more bytes than the one
+fused op the same model runs on the CPU (``aten._scaled_dot_product_flash_attention_for_cpu``)
+or a GPU. While a forward is counted, ``FusedMetaSDPA`` sends a meta SDPA call to that CPU
+kernel's meta implementation, under the conditions on which the CPU picks it (and with the
+CPU's own preparation: a boolean mask made additive, 3-D inputs given a batch of one), so a
+model counted on meta counts what it counts on the CPU. A call the CPU would run through the
+math path, or one that is invalid, runs as it is (and raises as it would).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["FusedMetaSDPA"]
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_DEFAULTS = (None, None, None, None, 0.0, False, None, False)
+#: the dtypes of the CPU's fused kernel (``use_flash_attention_cpp``)
+_FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    """SDPA's arguments by name, or None when they are not SDPA's (it then raises itself)."""
+    if len(args) > len(_NAMES) or not set(kwargs) <= set(_NAMES):
+        return None
+    bound = dict(zip(_NAMES, _DEFAULTS))
+    bound.update(zip(_NAMES, args))
+    for name, value in kwargs.items():
+        if name in _NAMES[:len(args)]:
+            return None
+        bound[name] = value
+    return bound
+
+
+def _fusable_mask(mask: Any, q: torch.Tensor) -> bool:
+    if mask is None:
+        return True
+    return (isinstance(mask, torch.Tensor) and mask.dim() in (2, 4)
+            and (mask.dtype is torch.bool or mask.dtype == q.dtype))
+
+
+def _heads_fit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> bool:
+    """Equal batches; equal heads, or with ``enable_gqa`` key/value heads dividing the
+    query's (``check_batch_size_and_num_heads_dense``, grouped-query attention allowed)."""
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        return False
+    hq, hk, hv = q.shape[1], k.shape[1], v.shape[1]
+    return hq == hk == hv or (bool(gqa) and hk == hv and hk > 0 and hq % hk == 0)
+
+
+def fused_on_cpu(b: dict[str, Any]) -> bool:
+    """Whether the CPU would run this call as its fused kernel (``use_flash_attention_cpp``:
+    flash enabled, dense 4-D tensors of one supported dtype, no dropout, one head size, last
+    dimension contiguous, non-empty sequences, a 2-D or 4-D mask not combined with
+    ``is_causal``), for meta tensors of 4 (or, given a batch of one, 3) dimensions."""
+    q, k, v = b["query"], b["key"], b["value"]
+    # plain tensors only: a subclass (DTensor, a fake or nested tensor) runs SDPA its own way
+    if not all(type(t) in _PLAIN and t.device.type == "meta" and not t.is_nested
+               and t.layout is torch.strided for t in (q, k, v)):
+        return False
+    if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)) or \
+            not _fusable_mask(b["attn_mask"], q):
+        return False
+    if q.dim() == 3 and b["attn_mask"] is not None and b["attn_mask"].dim() != 2:
+        return False
+    q4, k4, v4 = (t if t.dim() == 4 else t.unsqueeze(0) for t in (q, k, v))
+    return (torch.backends.cuda.flash_sdp_enabled()
+            and q.dtype == k.dtype == v.dtype and q.dtype in _FUSED_DTYPES
+            and b["dropout_p"] == 0.0
+            and not (b["is_causal"] and b["attn_mask"] is not None)
+            and q.shape[-1] == k.shape[-1] == v.shape[-1]
+            and all(t.stride(-1) == 1 for t in (q, k, v))
+            and q.shape[-2] > 0 and k.shape[-2] > 0
+            and _heads_fit(q4, k4, v4, b["enable_gqa"]))
+
+
+def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
+    """SDPA as the CPU runs it fused: 3-D inputs get a batch of one (a 2-D mask two leading
+    dimensions), a boolean mask becomes 0 / -inf in the query's dtype, then the fused kernel."""
+    q, k, v, mask = b["query"], b["key"], b["value"], b["attn_mask"]
+    three_d = q.dim() == 3
+    if three_d:
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+        if mask is not None:
+            mask = mask.unsqueeze(0).unsqueeze(0)
+    if mask is not None and mask.dtype is torch.bool:
+        mask = torch.where(mask, 0.0, torch.scalar_tensor(float("-inf"), dtype=q.dtype,
+                                                          device=mask.device))
+    extra = {} if mask is None else {"attn_mask": mask}
+    if b["scale"] is not None:
+        extra["scale"] = b["scale"]
+    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
+        q, k, v, float(b["dropout_p"]), bool(b["is_causal"]), **extra)[0]
+    return out.squeeze(0) if three_d else out
+
+
+class FusedMetaSDPA(TorchFunctionMode):
+    """Active around a counted forward: a meta SDPA call the CPU would fuse runs as the CPU's
+    fused kernel (whose formula the counter has); every other call passes through as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        if func is _SDPA:
+            bound = _bind(args, kwargs)
+            if bound is not None and fused_on_cpu(bound):
+                return fused_sdpa(bound)
+        return func(*args, **kwargs)
