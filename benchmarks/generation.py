@@ -132,24 +132,26 @@ def flop_counter_part() -> list[dict]:
 
 
 META_SCRIPT = r"""
-import json, resource, sys, time, torch, transformers
+import json, os, resource, sys, time, torch, transformers
 sys.path.insert(0, sys.argv[1])
 from modelprof import profile_generation
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                                num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
                                max_position_embeddings=8192, rope_theta=500000.0)
-t0 = time.perf_counter()
+load_before = os.getloadavg()
+t0, c0 = time.perf_counter(), time.process_time()
 with torch.device("meta"):
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
 report = profile_generation(model, prompt_len=8064, new_tokens=128, target="H100 SXM")
-took = time.perf_counter() - t0
+took, cpu = time.perf_counter() - t0, time.process_time() - c0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 out = sys.argv[2]
 report.phase_table().to_csv(out + "/llama3_70b_8k_h100_phases.csv", index=False)
 report.bound_table().to_csv(out + "/llama3_70b_8k_h100_bound.csv", index=False)
 report.to_markdown(out + "/llama3_70b_8k_h100.md")
-print(json.dumps({"seconds": took, "rss_before_kib": base, "rss_peak_kib": peak,
+print(json.dumps({"seconds": took, "cpu_seconds": cpu, "load_average_1_5_15": load_before,
+                  "rss_before_kib": base, "rss_peak_kib": peak,
                   "added_mib": (peak - base) / 1024, "params": report.prefill().totals["params"],
                   "kv_bytes_per_token": report.kv.per_token_bytes}))
 """
