@@ -48,12 +48,13 @@ def _fusable_mask(mask: Any, q: torch.Tensor) -> bool:
             and (mask.dtype is torch.bool or mask.dtype == q.dtype))
 
 
-def _heads_fit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> bool:
-    """Equal batches; equal heads, or with ``enable_gqa`` key/value heads dividing the
-    query's (``check_batch_size_and_num_heads_dense``, grouped-query attention allowed)."""
-    if not q.shape[0] == k.shape[0] == v.shape[0]:
+def _heads_fit(q: tuple, k: tuple, v: tuple, gqa: bool) -> bool:
+    """From 4-D shapes: equal batches; equal heads, or with ``enable_gqa`` key/value heads
+    dividing the query's (``check_batch_size_and_num_heads_dense``, grouped-query attention
+    allowed)."""
+    if not q[0] == k[0] == v[0]:
         return False
-    hq, hk, hv = q.shape[1], k.shape[1], v.shape[1]
+    hq, hk, hv = q[1], k[1], v[1]
     return hq == hk == hv or (bool(gqa) and hk == hv and hk > 0 and hq % hk == 0)
 
 
@@ -72,7 +73,7 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
         return False
     if q.dim() == 3 and b["attn_mask"] is not None and b["attn_mask"].dim() != 2:
         return False
-    q4, k4, v4 = (t if t.dim() == 4 else t.unsqueeze(0) for t in (q, k, v))
+    q4, k4, v4 = (tuple(t.shape) if t.dim() == 4 else (1, *t.shape) for t in (q, k, v))
     return (torch.backends.cuda.flash_sdp_enabled()
             and q.dtype == k.dtype == v.dtype and q.dtype in _FUSED_DTYPES
             and b["dropout_p"] == 0.0
