@@ -414,6 +414,46 @@ def test_an_untouched_nan_buffer_is_not_reported_as_restored() -> None:
     assert guard.restored == [] and guard.unrestored == []
 
 
+class _QuietWriter(nn.Module):
+    """Buffers of two dtypes (a transposed one, a 0-d one, a NaN one); the forward writes two
+    of them through ``.data``, which bumps no version counter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("a", torch.arange(4.0))
+        self.register_buffer("b", torch.tensor([[1.0, float("nan")], [3.0, 4.0]]).t())
+        self.register_buffer("n", torch.tensor(3))
+        self.register_buffer("k", torch.tensor([5, 6]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.b.data[0, 1] = 9.0      # b[0, 1] is 3.0 on entry (b is transposed)
+        self.n.data += 1
+        return x
+
+
+def test_buffers_copied_up_front_are_compared_and_put_back_per_tensor() -> None:
+    # the up-front copy is one flat tensor per dtype: a quiet write to one buffer of each
+    # group is still found, put back and named alone, a NaN left alone is not reported
+    model = _QuietWriter()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with preserved_state(model) as guard:
+        assert guard.tracked[1].snapshot.tolist()[0][1] == 3.0   # the entry values, by index
+        model(torch.zeros(1))
+        assert model.b[0, 1] == 9.0 and model.n == 4
+    for k, v in before.items():
+        assert torch.equal(model.state_dict()[k], v) or torch.allclose(
+            model.state_dict()[k], v, rtol=0.0, atol=0.0, equal_nan=True), k
+    assert not model.b.is_contiguous()    # the same tensor, put back in place
+    assert guard.restored == ["b", "n"] and guard.unrestored == []
+
+
+def test_buffers_left_alone_are_not_reported_as_restored() -> None:
+    model = _QuietWriter()
+    with preserved_state(model) as guard:
+        pass
+    assert guard.restored == [] and guard.unrestored == []
+
+
 def test_profile_inside_a_guard_of_the_caller_sees_the_model_as_it_is_now() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     with preserved_state(model):
