@@ -363,16 +363,26 @@ class OpCounter(TorchDispatchMode):
         return formula, watch
 
     def charge_call(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        """Charge ``func(*args, **kwargs) -> out`` as ``__torch_dispatch__`` would once it
-        ran (``func`` must have a formula: :meth:`formula_of`)."""
+        """Charge ``func(*args, **kwargs) -> out`` as ``__torch_dispatch__`` would (the
+        parameters and buffers it reads, then its cost); ``func`` must have a formula
+        (:meth:`formula_of`) and run on plain tensors."""
         formula, name = self._ops[func][:2]
+        self.charge_inputs(args)
         self._charge(name, formula(args, kwargs, out), args, kwargs, out)
 
     def charge_inputs(self, args: tuple) -> None:
-        """Parameters not charged yet among ``args`` go to the current call, as before an op."""
+        """Parameters not charged yet and model buffers among ``args`` go to the current call,
+        as before an op that is no view."""
         pending = self.tracker.pending_params
         if pending and not pending.keys().isdisjoint(map(id, args)):
             self._charge_params(args)
+        buffers = self._buffers
+        if buffers and not buffers.keys().isdisjoint(map(id, args)):
+            self._charge_buffers(args)
+
+    def is_buffer(self, t: Any) -> bool:
+        """Whether ``t`` is one of the model's buffers (or a view the counter made of one)."""
+        return id(t) in self._buffers
 
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -209,7 +209,7 @@ class LeafCounter:
             return
         x = args[0]
         if type(x) is not torch.Tensor or x.dtype not in _FLOATS or not x.is_cpu or \
-                x.layout is not torch.strided or not x.is_contiguous() or \
+                x.layout is not torch.strided or x.is_nested or not x.is_contiguous() or \
                 not self._quiet(module):
             return
         before = plan[0](module, x)
@@ -227,6 +227,10 @@ class LeafCounter:
             watch = self._checked[funcs] = self._check(funcs)
         if watch is _NO:               # an op without a formula of its own, or a write unplanned
             return
+        if self.tracker.param_view is not None or counter.is_buffer(x) or \
+                counter.is_buffer(getattr(module, "weight", None)) or \
+                counter.is_buffer(getattr(module, "bias", None)):
+            return                     # a sharded model; a buffer a view op would rename
         counter.charge_inputs((x,))    # another module's parameter as the input
         for op in before:
             counter.charge_call(*op)
