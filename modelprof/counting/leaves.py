@@ -116,14 +116,6 @@ def _avgpool_main(m: nn.Module, x: torch.Tensor, out: Any) -> list[Op]:
     return [(aten.mean.dim, (x, [-1, -2], True), {}, out)]
 
 
-def _no_ops_check(m: nn.Module, x: torch.Tensor) -> list[Op] | None:
-    return [] if not m.training or type(m) is nn.Identity else None
-
-
-def _no_ops(m: nn.Module, x: torch.Tensor, out: Any) -> list[Op]:
-    return []
-
-
 def _pointwise(out_of_place: Any, in_place: Any = None) -> tuple[Callable, Callable, Callable]:
     """An activation: one op on the input, in place (``inplace=True``) or not."""
 
@@ -165,8 +157,6 @@ _PLANS: dict[type, tuple[Callable, Callable, Callable]] = {
     nn.LayerNorm: (_layer_norm_check, _funcs(aten.native_layer_norm.default),
                    _layer_norm_main),
     nn.AdaptiveAvgPool2d: (_avgpool_check, _funcs(aten.mean.dim), _avgpool_main),
-    nn.Dropout: (_no_ops_check, _funcs(), _no_ops),
-    nn.Identity: (_no_ops_check, _funcs(), _no_ops),
     nn.ReLU: _pointwise(aten.relu.default, aten.relu_.default),
     nn.SiLU: _pointwise(aten.silu.default, aten.silu_.default),
     nn.Hardswish: _pointwise(aten.hardswish.default, aten.hardswish_.default),
