@@ -353,3 +353,29 @@ def test_sliding_window_cache_holds_the_window_and_decode_stops_growing():
     weights = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96) + 64 * 128
     assert [p.totals["macs"] for p in report.phases()[1:]] == [weights + 2 * 2 * 4 * 64] * 3
     assert report.growth_slopes()["macs_per_token"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["DeepseekV3", "DeepseekV2"])
+def test_mla_cache_holds_the_compressed_latent(name):
+    # DeepSeek-style MLA, dense layers (first_k_dense_replace = layers: no MoE), float32
+    cfg = getattr(transformers, f"{name}Config")(
+        hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
+        first_k_dense_replace=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+        kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+        vocab_size=128, max_position_embeddings=128, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{name}ForCausalLM")(cfg).eval()
+    report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    # transformers' DeepSeek attention calls Cache.update(kv_nope, k_rot) with the latent
+    # (kv_lora_rank 32, after kv_a_layernorm) and the shared rope key (qk_rope_head_dim 8), one
+    # "head" each, and expands them with kv_b_proj after the cache. Per token and layer:
+    # (32 + 8) x 4 bytes = 160; 2 layers: 320. The decompressed per-head form would be
+    # 2 layers x 4 heads x ((16 + 8) K + 16 V) x 4 bytes = 1280 (4x more).
+    kv = report.kv
+    assert kv.closed_form_per_token == closed_form_kv_per_token(cfg, torch.float32) \
+        == 2 * (32 + 8) * 4 == 320
+    assert kv.per_token_bytes == 320 and kv.matches_closed_form
+    # the last decode step (context 8 + 4 - 2 = 10) leaves 11 tokens: 11 x 160 per layer
+    assert kv.tokens == 11 and kv.per_layer_bytes == (11 * 160, 11 * 160)
+    assert kv.total_bytes == kv.closed_form_bytes == 11 * 320
+    assert report.kv_cache()["bytes"].tolist() == [11 * 160, 11 * 160]

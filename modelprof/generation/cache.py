@@ -3,9 +3,12 @@ checked against, and a snapshot that puts a cache back after a step (to time one
 
 Closed form, per token: ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``;
 ``kv_heads`` is ``num_key_value_heads`` (GQA; 1 for MQA), else ``num_attention_heads`` (MHA).
-A sliding-window layer holds at most ``sliding_window - 1`` past tokens (transformers' caches). Caches that store something else
-(MLA's compressed latents, quantized caches) are measured from the objects; the closed form is
-then reported as not applicable rather than forced.
+A sliding-window layer holds at most ``sliding_window - 1`` past tokens (transformers' caches).
+MLA configs (DeepSeek-V2/V3: ``kv_lora_rank`` set) cache the compressed latent instead, one
+``kv_lora_rank + qk_rope_head_dim`` vector per token and layer (what transformers' DeepSeek
+attention passes to ``Cache.update``), so their closed form is
+``layers x (kv_lora_rank + qk_rope_head_dim) x bytes per element``. Other caches (quantized
+ones) are measured from the objects; the closed form is only a comparison.
 """
 from __future__ import annotations
 
@@ -49,12 +52,27 @@ def model_dims(config: Any) -> dict[str, int | None]:
             "max_positions": first("max_position_embeddings", "n_positions", "n_ctx")}
 
 
-def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
-    """``2 x layers x kv_heads x head_dim x dtype bytes``, or None when the config lacks one."""
+def _layer_token_elements(config: Any) -> int | None:
+    """Elements one layer caches per token: the MLA latent ``kv_lora_rank + qk_rope_head_dim``
+    when the config has ``kv_lora_rank`` (its ``head_dim`` is then the rope part only, so the
+    K/V form would be wrong), else K and V ``2 x kv_heads x head_dim``; None when unknown."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    rank, rope = getattr(text, "kv_lora_rank", None), getattr(text, "qk_rope_head_dim", None)
+    if rank is not None and rope is not None:
+        return int(rank) + int(rope)
     d = model_dims(config)
-    if None in (d["layers"], d["kv_heads"], d["head_dim"]):
+    if None in (d["kv_heads"], d["head_dim"]):
         return None
-    return 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * dtype_bytes(dtype)
+    return 2 * d["kv_heads"] * d["head_dim"]
+
+
+def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
+    """``2 x layers x kv_heads x head_dim x dtype bytes`` (MLA: ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x dtype bytes``), or None when the config lacks one."""
+    layers, elements = model_dims(config)["layers"], _layer_token_elements(config)
+    if layers is None or elements is None:
+        return None
+    return layers * elements * dtype_bytes(dtype)
 
 
 def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
@@ -64,14 +82,14 @@ def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
     sliding caches keep them; the new token completes the window). Layer kinds come from the
     config's ``layer_types`` (``sliding_attention``, ``full_attention``; others hold none), else
     every layer slides when ``sliding_window`` is set."""
-    d = model_dims(config)
-    if None in (d["layers"], d["kv_heads"], d["head_dim"]):
+    d, elements = model_dims(config), _layer_token_elements(config)
+    if d["layers"] is None or elements is None:
         return None
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     window = d["sliding_window"]
     kinds = getattr(text, "layer_types", None) or \
         [("sliding_attention" if window else "full_attention")] * d["layers"]
-    per_token = 2 * d["kv_heads"] * d["head_dim"] * dtype_bytes(dtype) * batch_size
+    per_token = elements * dtype_bytes(dtype) * batch_size
     total = 0
     for kind in list(kinds)[: d["layers"]]:
         if kind == "sliding_attention" and window:
