@@ -8,7 +8,7 @@ from torch import nn
 
 from modelprof.timing.layers import MemoryStats
 
-__all__ = ["FakeAllocator", "Fn", "state_snapshot", "tv"]
+__all__ = ["FakeAllocator", "Fn", "MLP_NETS", "state_snapshot", "tv"]
 
 
 class Fn(nn.Module):
@@ -53,3 +53,17 @@ class FakeAllocator:
 def state_snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of every parameter and buffer, by name (compare with ``torch.equal``)."""
     return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+
+
+#: A model file of two MLPs of closed-form cost on a (10,) input, and one that fails on it
+#: (``Linear(11, 40)``): what the CLI and sweep tests load as ``nets.py:narrow`` etc.
+MLP_NETS = """
+from torch import nn
+INPUT_SIZE = (10,)
+def narrow():
+    return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
+def wide():
+    return nn.Sequential(nn.Linear(10, 40), nn.ReLU())
+def broken():
+    return nn.Sequential(nn.Linear(11, 40))
+"""

@@ -15,21 +15,14 @@ from modelprof import cli
 from modelprof.cli import main, parse_formats, parse_input_size_arg
 from modelprof.errors import ModelProfError
 
+from helpers import MLP_NETS
+
 
 @pytest.fixture
 def nets(tmp_path: Path) -> Path:
     """A model file with two MLPs of closed-form cost on a (10,) input."""
     f = tmp_path / "nets.py"
-    f.write_text(textwrap.dedent("""
-        from torch import nn
-        INPUT_SIZE = (10,)
-        def narrow():
-            return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
-        def wide():
-            return nn.Sequential(nn.Linear(10, 40), nn.ReLU())
-        def broken():
-            return nn.Sequential(nn.Linear(11, 40))
-    """))
+    f.write_text(MLP_NETS)
     return f
 
 

@@ -17,20 +17,13 @@ from modelprof.distributed.sweep_store import write_atomic
 from modelprof.errors import ModelProfError
 from modelprof.models import load_model
 
-NETS = """
-    import torch
-    from torch import nn
-    INPUT_SIZE = (10,)
-    def narrow():
-        return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
-    def wide():
-        return nn.Sequential(nn.Linear(10, 40), nn.ReLU())
-    def broken():
-        return nn.Sequential(nn.Linear(11, 40))
-    def needs_values():  # construction reads a value: cannot be built on meta
-        lin = nn.Linear(10, 20)
-        assert lin.weight.abs().sum().item() >= 0
-        return lin
+from helpers import MLP_NETS
+
+NETS = MLP_NETS + """
+def needs_values():  # construction reads a value: cannot be built on meta
+    lin = nn.Linear(10, 20)
+    assert lin.weight.abs().sum().item() >= 0
+    return lin
 """
 
 
