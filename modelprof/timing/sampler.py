@@ -255,12 +255,7 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
         return _collect_agreed(sample_block, rule, log, agree, now, on_block)
 
     def take(k: int) -> None:
-        t = now()
-        got = sample_block(k)
-        t_end = now()
-        log.add(got, t, t_end)
-        if on_block is not None:
-            on_block(log.n, t_end - t0)
+        _take(sample_block, k, log, now, on_block)
 
     if rule.repeat is not None:
         while log.n < rule.repeat:
@@ -273,16 +268,9 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
         fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
         k = block_size(log.wall_ms) if log.n_blocks else _first_block(rule, log.wall_ms)
         take(max(1, min(k, fit, rule.max_samples - log.n)))
-        rel = log.relative_ci(rule.confidence)
-        if log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks and rel <= rule.precision:
-            reason = "precision"
-        elif log.n >= rule.max_samples:
-            reason = "max_samples"
-        elif (now() - t0) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3:
-            reason = "budget"
-        else:
-            continue
-        return log.result(reason, now() - t0)
+        precise, full = _filled(log, rule)
+        if precise or full or _late(log, rule, now):
+            return log.result(_stop_reason(precise, full), now() - t0)
 
 
 def _collect_agreed(sample_block: Callable[[int], np.ndarray], rule: StopRule, log: BlockLog,
@@ -295,12 +283,7 @@ def _collect_agreed(sample_block: Callable[[int], np.ndarray], rule: StopRule, l
     k = agree.size(_first_block(rule, log.wall_ms) if rule.repeat is None
                    else min(rule.repeat, block_size(log.wall_ms)))
     while True:
-        t = now()
-        got = sample_block(k)
-        t_end = now()
-        log.add(got, t, t_end)
-        if on_block is not None:
-            on_block(log.n, t_end - t0)
+        _take(sample_block, k, log, now, on_block)
         if rule.repeat is not None:
             left = rule.repeat - log.n
             k, _ = agree.block(max(1, min(left, block_size(log.wall_ms))), False, left <= 0)
@@ -310,14 +293,38 @@ def _collect_agreed(sample_block: Callable[[int], np.ndarray], rule: StopRule, l
         left_ms = (rule.budget_s - (now() - t0)) * 1e3
         fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
         want = max(1, min(block_size(log.wall_ms), fit, rule.max_samples - log.n))
-        precise = (log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks
-                   and log.relative_ci(rule.confidence) <= rule.precision)
-        full = log.n >= rule.max_samples
-        late = (now() - t0) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3
-        k, stop = agree.block(want, precise, full or late)
+        precise, full = _filled(log, rule)
+        k, stop = agree.block(want, precise, full or _late(log, rule, now))
         if stop:
-            reason = "precision" if precise else "max_samples" if full else "budget"
-            return log.result(reason, now() - t0)
+            return log.result(_stop_reason(precise, full), now() - t0)
+
+
+def _take(sample_block: Callable[[int], np.ndarray], k: int, log: BlockLog,
+          now: Callable[[], float], on_block: Callable[[int, float], None] | None) -> None:
+    """One block of ``k`` samples, logged with its start and end; reported to ``on_block``."""
+    t = now()
+    got = sample_block(k)
+    t_end = now()
+    log.add(got, t, t_end)
+    if on_block is not None:
+        on_block(log.n, t_end - log.origin)
+
+
+def _filled(log: BlockLog, rule: StopRule) -> tuple[bool, bool]:
+    """(precise, full): the precision is reached with enough samples and blocks; the sample cap
+    is reached."""
+    precise = (log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks
+               and log.relative_ci(rule.confidence) <= rule.precision)
+    return precise, log.n >= rule.max_samples
+
+
+def _late(log: BlockLog, rule: StopRule, now: Callable[[], float]) -> bool:
+    """The next block would end past the budget (reads the clock)."""
+    return (now() - log.origin) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3
+
+
+def _stop_reason(precise: bool, full: bool) -> str:
+    return "precision" if precise else "max_samples" if full else "budget"
 
 
 def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: StopRule,
