@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.distributed.group import is_speaker
+from modelprof.distributed.session import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import grad_switches
 from modelprof.report.comparison import Comparison
@@ -104,6 +106,9 @@ def compare(
                        desc="compare", unit="model")
     held = contextlib.ExitStack()
     try:
+        # under torchrun: the ranks agree every timing decision (sharded models), one speaks
+        held.enter_context(agreed_timing([m[0] if isinstance(m, tuple) else m
+                                          for m in named.values()]))
         run.passed = _hold(held, named, inputs, run.profile_options)
         for name, model in named.items():
             bar.set_description(name)
@@ -132,6 +137,8 @@ class _Run:
                  profile_options: dict[str, Any]) -> None:
         timing_keys = set(OPTION_NAMES) & set(profile_options)
         self.opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
+        if self.opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
+            self.opts = self.opts.replace(progress=False)
         backward = profile_options.get("backward", False)
         self.training, self.no_grad = grad_switches(backward, profile_options.get("training"),
                                                     profile_options.get("no_grad"))

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dist_models as dm  # noqa: E402
 
-from modelprof import profile  # noqa: E402
+from modelprof import compare, profile  # noqa: E402
 from modelprof.distributed.collectives import collective_kind  # noqa: E402
 from modelprof.distributed.gather import gather_reports  # noqa: E402
 from modelprof.errors import ModelProfError  # noqa: E402
@@ -100,6 +100,17 @@ def scenario_timing(out: dict) -> None:
         out[name] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
                      "backward_ms": report.backward_latency.median_ms,
                      "comm_rows": int((report.to_dataframe().type == "(communication)").sum())}
+    # compare(): interleaved rounds, training steps and the throughput search, agreed too
+    models = {"tp_a": dm.tensor_parallel(), "tp_b": dm.tensor_parallel()}
+    if slow is not None and int(slow) == dist.get_rank():
+        models["tp_b"].register_forward_hook(lambda *a: time.sleep(0.003))
+    with CountCollectives() as seen, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = compare(models, SHAPE, batch_size=2, backward=True, throughput=True,
+                        throughput_options={"max_batch": 8, "budget_s": 0.1}, **FAST)
+    out["compare"] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
+                      "latency_n": table["latency_n"].astype(int).tolist(),
+                      "throughput_batch_size": table["throughput_batch_size"].astype(int).tolist()}
 
 
 def scenario_errors(out: dict) -> None:

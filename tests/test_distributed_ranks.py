@@ -17,8 +17,10 @@ HERE = Path(__file__).parent
 MODEL_BYTES = 3_159_552 * 4        # 12,638,208
 
 
-def run_ranks(scenario: str, tmp: Path, timeout: float, **env: str) -> list[dict]:
-    """Run ``scenario`` on 2 ranks; each rank's JSON (None for a rank that wrote none)."""
+def run_ranks(scenario: str, tmp: Path, timeout: float, writers: tuple[int, ...] = (0, 1),
+              **env: str) -> list[dict | None]:
+    """Run ``scenario`` on 2 ranks; each rank's JSON, None for a rank that wrote none. One of
+    ``writers`` that wrote none fails the test with torchrun's stderr (the rank's error)."""
     torchrun = shutil.which("torchrun")
     cmd = ([torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]) + [
         "--standalone", "--nproc_per_node=2", str(HERE / "dist_worker.py"), scenario, str(tmp)]
@@ -29,7 +31,9 @@ def run_ranks(scenario: str, tmp: Path, timeout: float, **env: str) -> list[dict
     for rank in (0, 1):
         f = tmp / f"{scenario}.{rank}.json"
         out.append(json.loads(f.read_text()) if f.exists() else None)
-    assert out[0] is not None, proc.stderr[-3000:]
+    missing = [rank for rank in writers if out[rank] is None]
+    assert not missing, (f"rank {missing} wrote no result (torchrun exit {proc.returncode}):\n"
+                         f"{proc.stderr[-4000:]}")
     return out
 
 
@@ -94,10 +98,16 @@ def test_backward_timing_runs_agree(tmp_path, slow_rank):
     assert r0["ddp_cnn"]["collective_ops"]["c10d.allreduce_.default"] > 0
     # one voice: rank 0 warns (every pass is undersampled on purpose), rank 1 stays silent
     assert r0["tp"]["warnings"] > 0 and r1["tp"]["warnings"] == 0
+    # compare(): the same rounds, blocks, steps and batch sizes on both ranks, one voice
+    c0, c1 = r0["compare"], r1["compare"]
+    assert c0["collective_ops"] == c1["collective_ops"]
+    assert c0["latency_n"] == c1["latency_n"]
+    assert c0["throughput_batch_size"] == c1["throughput_batch_size"]
+    assert c0["warnings"] > 0 and c1["warnings"] == 0
 
 
 def test_bad_runs_raise_modelprof_error(tmp_path):
-    r0, _ = run_ranks("errors", tmp_path, timeout=180)
+    r0, _ = run_ranks("errors", tmp_path, timeout=180, writers=(0,))
     assert "rank 0 but only 1 of 2 ranks joined" in r0["rank0_only"]
     # rank 1 exits inside its forward: rank 0 stops with the module it was in and the cause
     assert "layers.2" in r0["peer_died"] and "RuntimeError" in r0["peer_died"]

@@ -3,10 +3,8 @@ clear of its legend, the throughput search's stop reason, the two FLOP conventio
 the overhead line in words, summaries printed whole, no CPU peak-memory column of NaNs."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
-import torch
 from torch import nn
 
 from modelprof import profile

@@ -4,7 +4,9 @@ passes the same number of times, or a rank waits forever in a collective the oth
 Each decision the sampler makes on its own clock (another warm-up call? how many samples in the
 next block? stop now?) becomes one small all-reduce over the default group: the next block is the
 smallest any rank wants, sampling stops when any rank's budget is spent or when every rank has
-its precision. One all-reduce per block (per call during warm-up), on a 3-element int64 tensor.
+its precision. One all-reduce per block (per call during warm-up), on a 3-element int64 tensor. The same holds
+for interleaved rounds (``compare()``: the shuffled order, each candidate's block, the stop),
+the per-layer passes' extension and the throughput search's stop.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ class Agreement:
     device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
     rounds: int = 0
 
-    def _min(self, values: list[int]) -> list[int]:
+    def least(self, values: list[int]) -> list[int]:
+        """Each value's minimum over the ranks (one all-reduce)."""
         import torch.distributed as dist
 
         t = torch.tensor(values, dtype=torch.int64, device=self.device)
@@ -44,18 +47,30 @@ class Agreement:
 
     def size(self, k: int) -> int:
         """The smallest block any rank wants (the first block: before any estimate agrees)."""
-        return self._min([k])[0]
+        return self.least([k])[0]
 
     def block(self, k: int, precise: bool, stop: bool) -> tuple[int, bool]:
         """(the next block's size, stop now) for all ranks, from this rank's wish ``k``, whether
         its precision is reached and whether its budget says stop."""
-        k_all, precise_all, not_stop_any = self._min([k, int(precise), int(not stop)])
+        k_all, precise_all, not_stop_any = self.least([k, int(precise), int(not stop)])
         return k_all, bool(precise_all) or not not_stop_any
 
     def more(self, wants_more: bool) -> bool:
         """Whether any rank wants another call (a warm-up goes on until every rank is warm)."""
-        (none_wants,) = self._min([int(not wants_more)])
-        return not none_wants
+        return not self.every(not wants_more)
+
+    def every(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank."""
+        (all_true,) = self.least([int(bool(flag))])
+        return bool(all_true)
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on some rank."""
+        return not self.every(not flag)
+
+    def seed(self, seed: int) -> int:
+        """One seed for every rank (the smallest rank's wish): the same shuffled orders."""
+        return self.least([int(seed)])[0]
 
 
 def agreement() -> Agreement | None:

@@ -281,12 +281,13 @@ def _collect_agreed(sample_block: Callable[[int], np.ndarray], rule: StopRule, l
     every rank has its precision. One small all-reduce per block."""
     t0 = log.origin
     k = agree.size(_first_block(rule, log.wall_ms) if rule.repeat is None
-                   else min(rule.repeat, block_size(log.wall_ms)))
+                   else min(rule.repeat, block_size(log.wall_ms), _repeat_block(rule)))
     while True:
         _take(sample_block, k, log, now, on_block)
         if rule.repeat is not None:
             left = rule.repeat - log.n
-            k, _ = agree.block(max(1, min(left, block_size(log.wall_ms))), False, left <= 0)
+            k, _ = agree.block(max(1, min(left, block_size(log.wall_ms), _repeat_block(rule))),
+                               False, left <= 0)
             if left <= 0:
                 return log.result("repeat", now() - t0)
             continue
@@ -340,57 +341,87 @@ def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: S
     ``budget_s`` per candidate (``budget_s * len(samplers)`` in all) and ``max_samples``. Block
     ``r`` of every candidate is round ``r``, which pairs them for the ratio. ``on_round(fewest
     samples of a candidate, seconds so far)`` is called after each round (a progress bar).
+    Under a process group (``modelprof.distributed.agree``) every rank takes the same order, the
+    same blocks and stops in the same round: precision when every rank has it, the budget when
+    any rank's is spent.
     """
     m = len(samplers)
     if m == 0:
         return []
+    agree = current_agreement()
     rng = rng if rng is not None else np.random.default_rng()
+    if agree is not None:
+        rng = np.random.default_rng(agree.seed(int(rng.integers(0, 2**62))))
     t0 = now()
     logs = [BlockLog(t0) for _ in range(m)]
     for log, est in zip(logs, est_ms):
         log.wall_ms = est
-    budget_ms = rule.budget_s * 1e3 * m
-    fixed = rule.repeat
     r = 0
     while True:
         round_start = now()
+        ks = [_round_block(rule, log, r) for log in logs]
+        if agree is not None:
+            ks = agree.least(ks)
         for i in rng.permutation(m):
-            log = logs[i]
-            k = block_size(log.wall_ms) if r or fixed is not None else _first_block(rule, log.wall_ms)
-            if fixed is not None:
-                k = min(k, _repeat_block(rule))
-            k = min(k, (fixed if fixed is not None else rule.max_samples) - log.n)
-            if k <= 0:
-                continue
-            t = now()
-            got = samplers[i](k)
-            log.add(got, t, now(), block=r)
+            if ks[i] > 0:
+                t = now()
+                got = samplers[i](ks[i])
+                logs[i].add(got, t, now(), block=r)
         round_s = now() - round_start
         r += 1
         if on_round is not None:
             on_round(min(log.n for log in logs), now() - t0)
-        if fixed is not None:
-            if all(log.n >= fixed for log in logs):
-                return [log.result("repeat", now() - t0) for log in logs]
-            continue
-        done = all(log.n >= rule.min_samples for log in logs) and r >= rule.min_blocks
-        if done:
-            done = all(log.relative_ci(rule.confidence) <= rule.precision for log in logs)
-        if done and m > 1:
-            base = logs[0]
-            _, base_med = block_medians(base.samples(), base.blocks())
-            for log in logs[1:]:
-                _, med = block_medians(log.samples(), log.blocks())
-                ratio, lo, hi = paired_ratio(med, base_med, rule.confidence)
-                if not (math.isfinite(lo) and (hi - lo) / 2.0 / ratio <= rule.precision):
-                    done = False
-                    break
-        if done:
-            return [log.result("precision", now() - t0) for log in logs]
-        if all(log.n >= rule.max_samples for log in logs):
-            return [log.result("max_samples", now() - t0) for log in logs]
-        if (now() - t0 + round_s) * 1e3 > budget_ms:
-            return [log.result("budget", now() - t0) for log in logs]
+        reason = _round_stop(logs, rule, r, (now() - t0 + round_s) > rule.budget_s * m, agree)
+        if reason is not None:
+            return [log.result(reason, now() - t0) for log in logs]
+
+
+def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
+    """A candidate's block in round ``r`` (0 or less: it has its ``repeat`` already)."""
+    fixed = rule.repeat
+    k = block_size(log.wall_ms) if r or fixed is not None else _first_block(rule, log.wall_ms)
+    if fixed is not None:
+        k = min(k, _repeat_block(rule))
+    return min(k, (fixed if fixed is not None else rule.max_samples) - log.n)
+
+
+def _round_stop(logs: Sequence[BlockLog], rule: StopRule, r: int, late: bool,
+                agree: Any) -> str | None:
+    """Why the interleaved rounds stop after round ``r`` (None: go on). The sample counts are
+    the same on every rank; precision and the budget are agreed when ``agree`` is set."""
+    if rule.repeat is not None:
+        return "repeat" if all(log.n >= rule.repeat for log in logs) else None
+    precise = _rounds_precise(logs, rule, r)
+    if agree is not None:
+        precise, late = _agreed_flags(agree, precise, late)
+    if precise:
+        return "precision"
+    if all(log.n >= rule.max_samples for log in logs):
+        return "max_samples"
+    return "budget" if late else None
+
+
+def _agreed_flags(agree: Any, precise: bool, late: bool) -> tuple[bool, bool]:
+    """(every rank is precise, some rank's budget is spent), in one all-reduce."""
+    precise_all, on_time_all = agree.least([int(precise), int(not late)])
+    return bool(precise_all), not on_time_all
+
+
+def _rounds_precise(logs: Sequence[BlockLog], rule: StopRule, r: int) -> bool:
+    """Every candidate has its samples, blocks and interval, and its paired ratio to the first
+    candidate is within the precision."""
+    if not (all(log.n >= rule.min_samples for log in logs) and r >= rule.min_blocks):
+        return False
+    if not all(log.relative_ci(rule.confidence) <= rule.precision for log in logs):
+        return False
+    if len(logs) > 1:
+        _, base_med = block_medians(logs[0].samples(), logs[0].blocks())
+        for log in logs[1:]:
+            _, med = block_medians(log.samples(), log.blocks())
+            ratio, lo, hi = paired_ratio(med, base_med, rule.confidence)
+            if not (math.isfinite(lo) and (hi - lo) / 2.0 / ratio <= rule.precision):
+                return False
+    return True
 
 
 def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: int,
@@ -398,14 +429,17 @@ def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: in
            on_block: Callable[[int, float], None] | None = None) -> tuple[Sampled, float]:
     """Continue a sampling that its budget stopped below ``need`` samples: one sample per block
     (each its own block, for the interval) until ``need`` samples, never starting one that the
-    median sample so far says would end past ``cap_s`` seconds of extension. Returns the merged
+    median sample so far says would end past ``cap_s`` seconds of extension (under a process
+    group, a pass runs only when every rank would run it). Returns the merged
     :class:`Sampled` (its stop reason kept) and the seconds the extension took."""
     t0 = now()
     samples, blocks, times = [sampled.samples_ms], [sampled.blocks], [sampled.timestamps_s]
     n = sampled.n
     b = int(sampled.blocks.max()) + 1 if n else 0
     est_s = float(np.median(sampled.samples_ms)) / 1e3 if n else 0.0
-    while n < need and now() - t0 + est_s <= cap_s:
+    agree = current_agreement()   # under a process group: every rank runs the same passes
+    while (n < need and now() - t0 + est_s <= cap_s) if agree is None else \
+            agree.every(n < need and now() - t0 + est_s <= cap_s):
         t = now()
         got = np.asarray(sample_block(1), dtype=np.float64).reshape(-1)
         samples.append(got)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.distributed.agree import current_agreement
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import model_placement, moved_model
@@ -150,9 +151,12 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
                    ) -> tuple[list[ThroughputPoint], str, int | None, int | None]:
     """Doubling then (after an out-of-memory error) binary search; see the module docstring.
 
-    Returns ``(points sorted by batch, stop_reason, max_fit_batch, oom_batch)``.
+    Returns ``(points sorted by batch, stop_reason, max_fit_batch, oom_batch)``. Under a process
+    group the ranks agree: a batch size is out of memory when it is on any rank, and the search
+    stops when the batch stops helping on any rank.
     """
     points: dict[int, ThroughputPoint] = {}
+    agree = current_agreement()   # under a process group: every rank searches the same sizes
 
     def attempt(b: int) -> ThroughputPoint | None:
         failed = False
@@ -162,6 +166,8 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
             if not is_oom(e):
                 raise
             failed = True
+        if agree is not None:
+            failed = agree.any(failed)    # a batch that fits on every rank, or none
         if failed:       # outside the except block, so the traceback's tensors can be freed
             free()
             return None
@@ -183,7 +189,7 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
         else:
             stale += 1
         best_sps = max(best_sps, p.samples_per_s)
-        if stale >= patience:
+        if stale >= patience if agree is None else agree.any(stale >= patience):
             reason = "no_improvement"
             break
         if b >= max_batch:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 
 from modelprof.counting.formulas.registry import Cost, optional_ops, register_present
 
