@@ -11,13 +11,14 @@ traceback), 1 anything unexpected (with its traceback, since that is a bug).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import re
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -188,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--progress", action="store_true",
                         help="show progress bars even when stderr is not a terminal "
                              "(default: only on a terminal; needs tqdm)")
+    common.add_argument("--all-ranks", action="store_true",
+                        help="under torchrun, every rank prints its table, warnings and "
+                             "progress and writes its --out files (default: rank 0 only; "
+                             "also MODELPROF_ALL_RANKS=1)")
 
     table = argparse.ArgumentParser(add_help=False)
     table.add_argument("--batch-size", type=int, default=None, metavar="N",
@@ -728,6 +733,23 @@ class _one_line_warnings(warnings.catch_warnings):
         return out
 
 
+@contextlib.contextmanager
+def _all_ranks(on: bool) -> Iterator[None]:
+    """``--all-ranks``: MODELPROF_ALL_RANKS=1 for the command (put back after it)."""
+    from modelprof.distributed.group import ALL_RANKS_ENV
+
+    before = os.environ.get(ALL_RANKS_ENV)
+    if on:
+        os.environ[ALL_RANKS_ENV] = "1"
+    try:
+        yield
+    finally:
+        if on and before is None:
+            os.environ.pop(ALL_RANKS_ENV, None)
+        elif on:
+            os.environ[ALL_RANKS_ENV] = before
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 bug)."""
     parser = build_parser()
@@ -739,7 +761,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from modelprof.distributed.group import is_speaker
 
-        with _one_line_warnings(stderr if is_speaker() else io.StringIO()):
+        with _all_ranks(getattr(args, "all_ranks", False)), \
+                _one_line_warnings(stderr if is_speaker() else io.StringIO()):
             args.run(_Context(args, stdout, stderr))
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from modelprof.distributed.group import is_speaker
-from modelprof.distributed.session import agreed_timing
+from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import grad_switches
 from modelprof.report.comparison import Comparison

@@ -97,9 +97,13 @@ def scenario_timing(out: dict) -> None:
         with CountCollectives() as seen, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             report = profile(model, shape, batch_size=2, backward=True, **FAST)
+        df = report.to_dataframe()
+        comm = df[df.type == "(communication)"]
         out[name] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
                      "backward_ms": report.backward_latency.median_ms,
-                     "comm_rows": int((report.to_dataframe().type == "(communication)").sum())}
+                     "comm_rows": len(comm),
+                     "comm_latency": comm.set_index("module")[
+                         ["latency_ms", "backward_latency_ms"]].fillna(-1.0).to_dict("index")}
     # compare(): interleaved rounds, training steps and the throughput search, agreed too
     models = {"tp_a": dm.tensor_parallel(), "tp_b": dm.tensor_parallel()}
     if slow is not None and int(slow) == dist.get_rank():

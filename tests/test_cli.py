@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -302,3 +303,22 @@ def test_profile_pt2_uses_the_recorded_inputs(tmp_path: Path,
     assert "input 3x6" in out  # the archive's (3, 6), not (1, 3, 224, 224)
     # Linear(6, 5) on 3 rows: 3*6*5 = 90 MACs; 6*5 + 5 = 35 parameters
     assert "params 35  MACs 90" in out
+
+
+def test_all_ranks_lets_a_non_zero_rank_speak(nets: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # launched by torchrun as rank 1 (no process group initialised: RANK decides): one voice
+    # keeps rank 1 quiet and writes no files; --all-ranks makes it print and write, for this
+    # command only (MODELPROF_ALL_RANKS is put back afterwards)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("MODELPROF_ALL_RANKS", raising=False)
+    quiet, loud = tmp_path / "quiet", tmp_path / "loud"
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(quiet)]) == 0
+    assert "params 220  MACs 200" not in capsys.readouterr().out
+    assert not quiet.exists() or not any(quiet.iterdir())
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--all-ranks",
+                 "--out", str(loud)]) == 0
+    assert "params 220  MACs 200" in capsys.readouterr().out     # Linear(10, 20), as above
+    assert any(loud.iterdir())
+    assert "MODELPROF_ALL_RANKS" not in os.environ

@@ -96,6 +96,19 @@ def test_backward_timing_runs_agree(tmp_path, slow_rank):
         assert r0[name]["collective_ops"] == r1[name]["collective_ops"], name
         assert r0[name]["backward_ms"] > 0 and r0[name]["comm_rows"] >= 1
     assert r0["ddp_cnn"]["collective_ops"]["c10d.allreduce_.default"] > 0
+    for r in (r0, r1):
+        # the collectives' own time, in (communication) rows: DDP's gradient all-reduce on the
+        # root's, each TP fc1's backward all-reduce (its input's gradient) on fc1's
+        assert r["ddp_cnn"]["comm_latency"]["(communication)"]["backward_latency_ms"] > 0
+        for layer in range(4):
+            row = r["tp"]["comm_latency"][f"layers.{layer}.mlp.fc1.(communication)"]
+            assert row["backward_latency_ms"] > 0
+    if slow_rank == "1":
+        # rank 1 sleeps 3 ms after each forward, so rank 0 waits for it in the gradient
+        # all-reduce: that wait is rank 0's communication, longer than rank 1's own
+        ddp = [r["ddp_cnn"]["comm_latency"]["(communication)"]["backward_latency_ms"]
+               for r in (r0, r1)]
+        assert ddp[0] > ddp[1], ddp
     # one voice: rank 0 warns (every pass is undersampled on purpose), rank 1 stays silent
     assert r0["tp"]["warnings"] > 0 and r1["tp"]["warnings"] == 0
     # compare(): the same rounds, blocks, steps and batch sizes on both ranks, one voice

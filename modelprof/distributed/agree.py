@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch import nn
 
+from modelprof.distributed.group import communicates, current_group, one_voice
 from modelprof.errors import ModelProfError
 
-__all__ = ["Agreement", "agreeing", "agreement", "current_agreement"]
+__all__ = ["Agreement", "agreed_timing", "agreeing", "agreement", "current_agreement"]
 
 
 @dataclasses.dataclass
@@ -105,3 +107,16 @@ def agreeing(agreement: Agreement | None) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def agreed_timing(models: Any) -> Iterator[bool]:
+    """Around timing that is not one ``profile()`` (``compare()``'s interleaved rounds, its
+    training steps and throughput searches; ``measure_latencies``): when a process group is
+    active and any of ``models`` (modules; other callables are skipped) communicates, every
+    timing decision is agreed across ranks, so all ranks run the same passes; warnings come
+    from one rank. Yields whether this rank speaks."""
+    active = current_group() is not None and any(
+        communicates(m) for m in models if isinstance(m, nn.Module))
+    with agreeing(agreement() if active else None), one_voice() as speaks:
+        yield speaks

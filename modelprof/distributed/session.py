@@ -32,8 +32,8 @@ from modelprof.distributed.group import (communicates, current_group, fsdp_modul
 from modelprof.distributed.view import ShardView, shard_view
 from modelprof.errors import ModelProfError
 
-__all__ = ["DistributedSession", "agreed_timing", "communicates", "ddp_gradient_collectives",
-           "is_ddp", "sharded_session"]
+__all__ = ["DistributedSession", "communicates", "ddp_gradient_collectives", "is_ddp",
+           "sharded_session"]
 
 JOIN_TIMEOUT_ENV = "MODELPROF_JOIN_TIMEOUT_S"
 _calls = [0]   # profile() calls on communicating models in this process (the join's key)
@@ -153,13 +153,3 @@ def sharded_session(model: nn.Module, view: Any = "rank") -> Iterator[Distribute
     finally:
         session.restore_fsdp()
 
-
-@contextlib.contextmanager
-def agreed_timing(models: Any) -> Iterator[bool]:
-    """Around timing that is not one ``profile()`` (``compare()``'s interleaved rounds, its
-    training steps and throughput searches): when a process group is active and any of
-    ``models`` communicates, every timing decision is agreed across ranks, so all ranks run the
-    same passes; warnings come from one rank. Yields whether this rank speaks."""
-    active = current_group() is not None and any(communicates(m) for m in models)
-    with agreeing(agreement() if active else None), one_voice() as speaks:
-        yield speaks

@@ -9,7 +9,10 @@ subtree, a ``(self)`` row holds what the parent's own autograd nodes did, leaf r
     saved_bytes                     bytes of the tensors autograd kept from the call's forward
                                     for the backward (activations; each storage once;
                                     parameters and buffers not counted)
-    backward_latency_ms, _std_ms    median / std over the instrumented backward passes
+    backward_latency_ms, _std_ms    median / std over the instrumented backward passes; a
+                                    ``(communication)`` row's are its call's collectives' own
+                                    stamps (``modelprof.timing.comm``), taken out of the call's
+                                    leaf or ``(self)`` row
     backward_latency_pct            share of the median instrumented backward pass
 
 Two rows after the model's: ``(loss)`` — its forward columns are the loss function's, its backward
@@ -105,25 +108,46 @@ def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: St
     own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
     inc, inc_saved = _inclusive(records, own), _inclusive(records, own_saved)
     total = _NAN
+    comm = None
     if timing is not None:
         calls = timing.calls_ms
         inc_time = _inclusive(records, calls[:, :n])
         total = float(np.median(calls.sum(axis=1)))
+        comm = _comm_split(keys, timing)
     columns = []
     for i, is_self in keys:
         if i < 0:   # a (communication) row (report.rows.row_keys): collectives, no compute
-            columns.append({"backward_macs": 0, "backward_flops": 0, "saved_bytes": 0})
+            col = {"backward_macs": 0, "backward_flops": 0, "saved_bytes": 0}
+            if comm is not None:
+                col.update(_times(comm[:, -1 - i], total))
+            columns.append(col)
             continue
         src, saved = (own, own_saved) if is_self else (inc, inc_saved)
         col = {"backward_macs": int(src[0, i]), "backward_flops": int(src[1, i]),
                "saved_bytes": int(saved[i])}
         if timing is not None:
-            col.update(_times(calls[:, i] if is_self else inc_time[:, i], total))
+            s = calls[:, i] if is_self or not records[i].children else inc_time[:, i]
+            if comm is not None and (is_self or not records[i].children):
+                s = s - comm[:, i]     # the call's collectives are its (communication) row's
+            col.update(_times(s, total))
         columns.append(col)
     extra = [_loss_row(cost, timing, total)]
     if cost.optimizer is not None:
         extra.append(_optimizer_row(cost, timing))
     return columns, extra, TrainingStep(cost, timing)
+
+
+def _comm_split(keys: Sequence[RowKey], timing: Any) -> np.ndarray | None:
+    """Per pass, the collectives' ms of each call that has a ``(communication)`` row (zero
+    for the others: where no row shows it, a collective's time stays in its call's rows)."""
+    stamped = getattr(timing, "comm_ms", None)
+    if stamped is None:
+        return None
+    out = np.zeros_like(stamped)
+    for i, _ in keys:
+        if i < 0:
+            out[:, -1 - i] = stamped[:, -1 - i]
+    return out
 
 
 def _times(samples: np.ndarray, total: float) -> dict[str, float]:

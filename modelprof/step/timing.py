@@ -35,7 +35,7 @@ from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import collect_env
-from modelprof.distributed.group import communicates
+from modelprof.distributed.group import communicates, is_ddp
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import amp_context, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -45,6 +45,7 @@ from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.progress import sampling_bar
 from modelprof.step.spec import StepSpec
 from modelprof.timing.clock import StampBuffer, clock_for
+from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
@@ -79,6 +80,9 @@ class StepTiming:
     #: per instrumented pass, the backward in node order: (call column, ms) of each stretch
     #: between two stamps (column ``n_calls`` is the loss's), for a timeline (Report.to_trace)
     segments: list[tuple[np.ndarray, np.ndarray]] | None = None
+    #: a model that communicates: ``comm_ms[p, c]``, the part of ``calls_ms[p, c]`` that call
+    #: ``c``'s collectives took (``modelprof.timing.comm``); None otherwise
+    comm_ms: np.ndarray | None = None
 
     @property
     def overhead(self) -> float:
@@ -193,6 +197,13 @@ class _Instrumented:
         self.rows: list[np.ndarray] = []
         self.segments: list[tuple[np.ndarray, np.ndarray]] = []  # per pass: (columns, ms)
         self.nodes = 0
+        # a model that communicates: its collectives' own stamps (timing/comm.py), per pass
+        # and column, and the stretch after the engine's last node (the final callbacks: DDP's
+        # wait for its bucket all-reduces, FSDP2's last reduce-scatters) is the root's
+        self.comm = CommStamps(clock, self._comm_column) if communicates(step.model) else None
+        self.ddp = is_ddp(step.model)
+        self.comm_rows: list[np.ndarray] = []
+        self._stamper: _Stamper | None = None
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         c = self.counter
@@ -207,6 +218,45 @@ class _Instrumented:
 
     def _column(self, call: int) -> int:
         return self.n_calls if call == LOSS or not 0 <= call < self.n_calls else call
+
+    def _comm_column(self) -> int:
+        st = self._stamper
+        return int(st.tags[st.i]) if st is not None else self.n_calls
+
+    def _queue_final(self, hit: Any) -> Any:
+        """A pre-hook for the backward's first node: queues a callback that stamps the start
+        of the engine's final callbacks (queued first, it runs before DDP's and FSDP2's)."""
+        final = functools.partial(hit, self.n_calls + 1)
+
+        def hook(*_: Any) -> None:
+            torch.autograd.Variable._execution_engine.queue_callback(final)
+        return hook
+
+    def _split(self, tags: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """The pass's per-column ms (the final stretch folded into the root's column); the
+        collectives' ms per column into ``comm_rows``."""
+        n = self.n_calls
+        row = np.bincount(tags, weights=d, minlength=n + 2)
+        final = row[n + 1]
+        row = row[:n + 1]
+        row[0] += final
+        if self.comm is None:
+            return row
+        comm = self.comm.per_column_ms(n + 2)
+        if not self.ddp:
+            comm[0] += comm[n + 1]
+            self.comm_rows.append(comm[:n + 1])
+            return row
+        # DDP: its bucket all-reduces are counted on the root (a bucket spans modules), so
+        # their stamps move there from the call whose gradient filled the bucket; the final
+        # stretch (the reducer's finalize, which waits for them) is communication too
+        moved = comm[1:n + 1]
+        row[1:] -= moved
+        row[0] += moved.sum()
+        root = np.zeros(n + 1)
+        root[0] = comm[0] + moved.sum() + final
+        self.comm_rows.append(root)
+        return row
 
     def one(self) -> float:
         step = self.step
@@ -223,7 +273,7 @@ class _Instrumented:
         step.loss()
         tags = tag_graph([step.loss_value.grad_fn], self.marks)
         self.nodes = len(tags.nodes)
-        need = len(tags.nodes) + 2
+        need = len(tags.nodes) + 3     # + the start, the end and the final callbacks
         if self.stamps is None or need > self.size:
             self.stamps, self.size = self.clock.stamps(need), need
         stamps = self.stamps
@@ -232,18 +282,27 @@ class _Instrumented:
         hit = stamper.hit
         handles = [node.register_prehook(functools.partial(hit, column(tags.call_of(node))))
                    for node in tags.nodes]
+        comm = self.comm if self.comm is not None else contextlib.nullcontext()
+        if self.comm is not None:
+            handles.append(step.loss_value.grad_fn.register_prehook(self._queue_final(hit)))
+            self.comm.begin()
+        self._stamper = stamper
         try:
-            stamps.record(0)
-            step.backward()
-            end = stamper.i + 1
-            stamps.record(end)
+            with comm:
+                stamps.record(0)
+                step.backward()
+                end = stamper.i + 1
+                stamps.record(end)
         finally:
+            self._stamper = None
             for h in handles:
                 h.remove()
         stamps.sync()                                   # the one synchronize of this pass
         d = stamps.elapsed_ms(range(end), range(1, end + 1))
-        self.rows.append(np.bincount(stamper.tags[:end], weights=d, minlength=self.n_calls + 1))
-        self.segments.append((stamper.tags[:end].copy(), np.asarray(d, dtype=np.float64)))
+        tags = stamper.tags[:end]
+        self.rows.append(self._split(tags, d))
+        self.segments.append((np.where(tags > self.n_calls, 0, tags),
+                              np.asarray(d, dtype=np.float64)))
         return float(d.sum())
 
     def chunk(self, k: int) -> np.ndarray:
@@ -388,6 +447,7 @@ class StepTimer:
                                                self.clock.sync))
         inst.rows.clear()
         inst.segments.clear()
+        inst.comm_rows.clear()
         with sampling_bar(self.opts.stop, enabled=self.opts.progress,
                           desc="per-layer training step") as bar:
             sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est,
@@ -444,7 +504,8 @@ def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: in
                       optimizer=got.get("optimizer"), step=got["step"],
                       calls_ms=np.vstack(inst.rows), passes_ms=inst_sampled.samples_ms,
                       peak_memory_bytes=peak, nodes=inst.nodes, env=got["step"].env,
-                      segments=list(inst.segments))
+                      segments=list(inst.segments),
+                      comm_ms=np.vstack(inst.comm_rows) if inst.comm_rows else None)
 
 
 def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import legacy_eval_mode
 from modelprof.runtime.progress import sampling_bar
@@ -211,5 +212,6 @@ def measure_latencies(
         target, mi = resolve_call(fn, inputs, input_size=input_size, batch_size=batch_size,
                                   device=device, dtype=dtype, channels_last=opts.channels_last)
         prepared.append(Candidate(str(name), fn, target, mi))
-    return measure_interleaved(prepared, opts, baseline=baseline, training=training,
-                               no_grad=no_grad)
+    with agreed_timing(candidates.values()):   # sharded models under torchrun: ranks agree
+        return measure_interleaved(prepared, opts, baseline=baseline, training=training,
+                                   no_grad=no_grad)

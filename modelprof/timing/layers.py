@@ -22,9 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from modelprof.distributed.collectives import collective_kind, is_comm_bookkeeping
 from modelprof.distributed.group import communicates
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.env import collect_env
@@ -34,6 +32,7 @@ from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
 from modelprof.runtime.progress import progress_bar, sampling_bar
+from modelprof.timing.comm import CommStamps
 from modelprof.timing.clock import Clock, clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -284,8 +283,8 @@ class _Instrument:
         # ticks coarsely (15.6 ms on Windows) a median of it is 0: no bound from it there
         self.cpu_ms: tuple[list[float], list[float]] | None = (
             ([], []) if clock.device.type == "cpu" and _THREAD_TIME_FINE else None)
-        # collectives' own time per call and pass (ns), where they are stamped (_CommClock)
-        self.comm: np.ndarray | None = None
+        # collectives' own time per call and pass (ms), where they are stamped (timing/comm.py)
+        self.comm: CommStamps | None = None
         self.comm_rows: list[np.ndarray] = []
 
     def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
@@ -304,13 +303,17 @@ class _Instrument:
     def post(self, module: nn.Module, output: Any) -> None:
         self.stamps.record(self.n + self.open_calls.pop())
 
+    def comm_column(self) -> int:
+        """The call a collective issued now belongs to (``n``: outside every call)."""
+        return self.open_calls[-1] if self.open_calls else self.n
+
     def run(self) -> None:
         """One instrumented pass (stamps recorded, not read)."""
         n, record = self.n, self.stamps.record
         self.counter = 0
         self.open_calls.clear()
         if self.comm is not None:
-            self.comm[:] = 0
+            self.comm.begin()
         record(2 * n)
         self.forward()
         record(2 * n + 1)
@@ -322,7 +325,7 @@ class _Instrument:
     def hooked(self) -> Iterator[None]:
         """The stamping hooks (another thread's calls of the model meanwhile raise), and the
         collectives' own stamps where they are taken."""
-        comm = _CommClock(self) if self.comm is not None else contextlib.nullcontext()
+        comm = self.comm if self.comm is not None else contextlib.nullcontext()
         with module_hooks(self.model, self.pre, self.post, self.plan.names), comm:
             yield
 
@@ -358,7 +361,7 @@ class _Instrument:
             self.rows.append(d[:n])
             self.offsets.append(self.stamps.elapsed_ms(self.pass_start, self.starts[:n]))
             if self.comm is not None:
-                self.comm_rows.append(self.comm[:n] / 1e6)
+                self.comm_rows.append(self.comm.per_column_ms(n + 1)[:n])
             out[p] = d[n]
             if cpu_ms is None:
                 plain[p] = time_plain([forward], 1, reset)[0, 0]
@@ -381,27 +384,6 @@ class _Instrument:
 
 def _nothing() -> None:
     return None
-
-
-class _CommClock(TorchDispatchMode):
-    """Host-clock stamps around each collective (and each wait on one) of an instrumented pass,
-    added to the innermost running call: their time goes to its ``(communication)`` row, not to
-    the layer beside it. CPU only (gloo runs a collective inside the call; on CUDA, NCCL runs
-    on its own stream and a host stamp would time the launch)."""
-
-    def __init__(self, inst: _Instrument) -> None:
-        super().__init__()
-        self.inst = inst
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if collective_kind(func) is None and not is_comm_bookkeeping(func):
-            return func(*args, **(kwargs or {}))
-        t0 = time.perf_counter_ns()
-        out = func(*args, **(kwargs or {}))
-        inst = self.inst
-        inst.comm[inst.open_calls[-1] if inst.open_calls else inst.n] += \
-            time.perf_counter_ns() - t0
-        return out
 
 
 def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
@@ -648,8 +630,8 @@ class _LayerRun:
                 live[0] = plan.stack
                 discover(model, self.fresh_forward, plan)
                 self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
-                if self.dev.type == "cpu" and communicates(model):
-                    inst.comm = np.zeros(len(plan.keys) + 1, dtype=np.int64)
+                if communicates(model):
+                    inst.comm = CommStamps(self.clock, inst.comm_column)
                 live[0] = inst.open_calls
                 self.n_warm, est = warm_up(inst.warm_step, self.opts.warmup, already_warm,
                                            self.clock.sync)

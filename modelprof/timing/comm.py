@@ -1,0 +1,96 @@
+"""Collectives' own time in the instrumented passes, so that it lands in ``(communication)`` rows
+and not in the layer beside them.
+
+A collective op returns before its data has moved: gloo hands it to a worker thread, NCCL to its
+own stream. The wait comes later, in ``Work.wait()`` (no dispatched op: no mode sees it) or in a
+``wait_tensor`` wherever the result is first used, often in the next layer (the LayerNorm after
+a row-parallel linear). So in an instrumented pass :class:`CommStamps` waits for each collective
+where it is issued, between two stamps of the pass's own clock: host stamps on the CPU, CUDA
+events on the current stream on CUDA (there the span is the time the compute stream stood
+waiting for the collective). The whole collective is then inside the span, charged to the call
+(or, in the backward, the autograd node's call) that issued it; later waits find it done.
+
+This is an instrument: the per-layer passes give up the overlap of communication with compute
+that the model may have. The clean end-to-end runs keep it, so the per-layer rows can sum to
+more than the clean median by the overlap. What no dispatched op shows is not stamped: DDP's
+reducer launches its bucket all-reduces from C++ and waits for them at the end of the backward
+(``modelprof.step.timing`` stamps that wait as the root's communication).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from modelprof.distributed.collectives import collective_kind, is_comm_bookkeeping
+
+__all__ = ["CommStamps", "wait_for"]
+
+_CHUNK = 64   # collectives per stamp buffer (buffers are added as a pass needs them)
+
+
+def wait_for(func: Any, out: Any) -> None:
+    """Block (CPU) or make the current stream wait (CUDA) until collective ``func``, which
+    returned ``out``, is done: ``Work.wait()`` on a c10d op's work, ``wait_tensor`` on a
+    functional collective's outputs."""
+    functional = func.name().startswith("_c10d_functional")
+    stack = [out]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif isinstance(o, torch.Tensor):
+            if functional:
+                torch.ops._c10d_functional.wait_tensor(o)
+        elif hasattr(o, "wait"):
+            o.wait()
+
+
+class CommStamps(TorchDispatchMode):
+    """Around each collective (waited for on the spot) and each wait or FSDP2 copy of one, two
+    stamps from ``clock``; ``column()`` says which call the time belongs to. After a pass and
+    its synchronize, :meth:`per_column_ms` gives the pass's collectives' ms per column."""
+
+    def __init__(self, clock: Any, column: Callable[[], int]) -> None:
+        super().__init__()
+        self.clock, self.column = clock, column
+        self.buffers: list[Any] = []
+        self.columns: list[int] = []
+
+    def begin(self) -> None:
+        """Before a pass: no collective stamped yet."""
+        self.columns.clear()
+
+    def _record(self, j: int) -> None:
+        b, i = divmod(j, 2 * _CHUNK)
+        if b == len(self.buffers):       # grows in the warm-up passes, then is reused
+            self.buffers.append(self.clock.stamps(2 * _CHUNK))
+        self.buffers[b].record(i)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kind = collective_kind(func)
+        if kind is None and not is_comm_bookkeeping(func):
+            return func(*args, **(kwargs or {}))
+        j = 2 * len(self.columns)
+        self._record(j)
+        out = func(*args, **(kwargs or {}))
+        if kind is not None:
+            wait_for(func, out)
+        self._record(j + 1)
+        self.columns.append(self.column())
+        return out
+
+    def per_column_ms(self, n_columns: int) -> np.ndarray:
+        """This pass's collectives' ms per column (read after the pass's synchronize)."""
+        m = len(self.columns)
+        if m == 0:
+            return np.zeros(n_columns)
+        ms = np.empty(m)
+        for b in range((m + _CHUNK - 1) // _CHUNK):
+            lo, hi = b * _CHUNK, min(m, (b + 1) * _CHUNK)
+            starts = [2 * (j - lo) for j in range(lo, hi)]
+            ms[lo:hi] = self.buffers[b].elapsed_ms(starts, [s + 1 for s in starts])
+        return np.bincount(np.asarray(self.columns), weights=ms, minlength=n_columns)
