@@ -104,8 +104,10 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         if spec.timing:   # a write the guard cannot put back is named with its pass
             guard.begin("the timed forward passes")
         timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
-        if meta_notes:
-            timed = dataclasses.replace(timed, notes=[*meta_notes, *timed.notes])
+        shared = sharded.contention_note(mi.device) if spec.timing else None
+        if meta_notes or shared:
+            timed = dataclasses.replace(timed, notes=[*meta_notes, *timed.notes,
+                                                      *([shared] if shared else [])])
         step_rows: list = []
         training_step = None
         if step_cost is not None:

@@ -92,15 +92,15 @@ def fsdp() -> nn.Module:
     return fully_shard(model)
 
 
-def tensor_parallel(local_output: bool = True) -> nn.Module:
+def tensor_parallel(local_output: bool = True, device: str = "cpu") -> nn.Module:
     """Megatron-style MLP: fc1 column-wise, fc2 row-wise (its output all-reduced). With
     ``local_output=False`` the activation between them stays a DTensor (GELU runs on it)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
-    model = Transformer()
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = Transformer() if device == "cpu" else Transformer().to(device)
+    mesh = init_device_mesh(device, (dist.get_world_size(),))
     for layer in model.layers:
         parallelize_module(layer.mlp, mesh, {"fc1": ColwiseParallel(use_local_output=local_output),
                                              "fc2": RowwiseParallel()})

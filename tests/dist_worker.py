@@ -102,6 +102,8 @@ def scenario_timing(out: dict) -> None:
         out[name] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
                      "backward_ms": report.backward_latency.median_ms,
                      "comm_rows": len(comm),
+                     "shared_host_note": any("ranks timed on this host" in n
+                                             for n in report.timing_notes),
                      "comm_latency": comm.set_index("module")[
                          ["latency_ms", "backward_latency_ms"]].fillna(-1.0).to_dict("index")}
     # compare(): interleaved rounds, training steps and the throughput search, agreed too
@@ -113,8 +115,7 @@ def scenario_timing(out: dict) -> None:
         table = compare(models, SHAPE, batch_size=2, backward=True, throughput=True,
                         throughput_options={"max_batch": 8, "budget_s": 0.1}, **FAST)
     out["compare"] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
-                      "latency_n": table["latency_n"].astype(int).tolist(),
-                      "throughput_batch_size": table["throughput_batch_size"].astype(int).tolist()}
+                      "latency_n": table["latency_n"].astype(int).tolist()}
 
 
 def scenario_errors(out: dict) -> None:

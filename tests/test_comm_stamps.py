@@ -120,3 +120,25 @@ def test_a_model_that_does_not_communicate_is_not_stamped(fake_group):
     r = profile(nn.Sequential(nn.Linear(4, 4), Sums()), (4,), backward=True, repeat=3,
                 warmup=1, layer_extend_s=0, progress=False)
     assert r.training_step.timing.comm_ms is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or not dist.is_nccl_available(),
+                    reason="needs a CUDA device and NCCL")
+def test_cuda_collectives_are_stamped_with_events(tmp_path):
+    # one NCCL rank: the tensor-parallel MLP on cuda:0, timed with its backward; the stamps
+    # are CUDA events on the current stream, read after each pass's one synchronize
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    try:
+        torch.cuda.set_device(0)
+        warnings.simplefilter("ignore")
+        r = profile(dm.tensor_parallel(device="cuda"), (dm.SEQ, dm.D), batch_size=2,
+                    device="cuda", backward=True, repeat=5, warmup=2, layer_extend_s=0,
+                    progress=False)
+        t = r.training_step.timing
+        assert t.comm_ms is not None and t.comm_ms.shape == t.calls_ms.shape
+        assert np.isfinite(t.comm_ms).all() and (t.comm_ms >= 0).all()
+        assert (t.comm_ms <= t.calls_ms + 1e-9).all()   # a part of its call's stretch
+    finally:
+        dist.destroy_process_group()

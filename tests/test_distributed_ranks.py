@@ -95,6 +95,8 @@ def test_backward_timing_runs_agree(tmp_path, slow_rank):
         # every rank ran the same collectives, the same number of times
         assert r0[name]["collective_ops"] == r1[name]["collective_ops"], name
         assert r0[name]["backward_ms"] > 0 and r0[name]["comm_rows"] >= 1
+        # both ranks time on this host's 2 cores at once: the report says what that means
+        assert r0[name]["shared_host_note"] and r1[name]["shared_host_note"]
     assert r0["ddp_cnn"]["collective_ops"]["c10d.allreduce_.default"] > 0
     for r in (r0, r1):
         # the collectives' own time, in (communication) rows: DDP's gradient all-reduce on the
@@ -111,11 +113,12 @@ def test_backward_timing_runs_agree(tmp_path, slow_rank):
         assert ddp[0] > ddp[1], ddp
     # one voice: rank 0 warns (every pass is undersampled on purpose), rank 1 stays silent
     assert r0["tp"]["warnings"] > 0 and r1["tp"]["warnings"] == 0
-    # compare(): the same rounds, blocks, steps and batch sizes on both ranks, one voice
+    # compare(): the same rounds, blocks, steps and searched batch sizes on both ranks (every
+    # pass runs collectives, so equal counts mean equal passes; the best batch is each rank's
+    # own pick from the same points), one voice
     c0, c1 = r0["compare"], r1["compare"]
     assert c0["collective_ops"] == c1["collective_ops"]
     assert c0["latency_n"] == c1["latency_n"]
-    assert c0["throughput_batch_size"] == c1["throughput_batch_size"]
     assert c0["warnings"] > 0 and c1["warnings"] == 0
 
 

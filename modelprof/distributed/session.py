@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
 from modelprof.distributed.collectives import (Collective, CollectiveKind, add_collective,
@@ -64,6 +65,17 @@ class DistributedSession:
             return {}
         return {**{k: v for k, v in self.group.as_dict().items()},
                 "distributed_view": self.view.value}
+
+    def contention_note(self, device: torch.device) -> str | None:
+        """Timed on the CPU while the other ranks of this host time too (torchrun's
+        ``LOCAL_WORLD_SIZE``): what the numbers then are, for the report's notes."""
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        if not self.active or device.type != "cpu" or not local.isdigit() or int(local) < 2:
+            return None
+        return (f"{local} ranks timed on this host's CPU at once (LOCAL_WORLD_SIZE={local}): "
+                "each rank's latencies are under the others' load, the group's pace rather "
+                "than one rank's solo speed, and their intervals cover the sampling, not that "
+                "contention")
 
     def join(self) -> None:
         """Every rank of the group must enter profile() for a communicating model."""
