@@ -104,10 +104,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         if spec.timing:   # a write the guard cannot put back is named with its pass
             guard.begin("the timed forward passes")
         timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
-        shared = sharded.contention_note(mi.device) if spec.timing else None
-        if meta_notes or shared:
-            timed = dataclasses.replace(timed, notes=[*meta_notes, *timed.notes,
-                                                      *([shared] if shared else [])])
+        timed = _noted(timed, meta_notes, sharded.contention_note(mi.device) if spec.timing
+                       else None)
         step_rows: list = []
         training_step = None
         if step_cost is not None:
@@ -250,6 +248,14 @@ def _judge(latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes
         notes.append(agreement.note())
         warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)
     return agreement
+
+
+def _noted(timed: Any, before: list[str], after: str | None) -> Any:
+    """``timed`` with notes ``before`` its own and ``after`` them (where there are any)."""
+    if not before and after is None:
+        return timed
+    return dataclasses.replace(timed, notes=[*before, *timed.notes,
+                                             *([after] if after is not None else [])])
 
 
 def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list, records: Any,
