@@ -123,7 +123,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
                           has_children=guard.has_children, parameters=guard.parameters,
                           root=model)
-        tracker.param_view = view = ParamView.for_model(model)
+        tracker.param_view = view = ParamView.for_model(model, guard.parameters, names)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook(),
                             meta_sdpa=inputs.device.type == "meta")
         hooks = LeafCounter(tracker, counter, enabled=amp is None and LEAVES_FROM_CALLS)

@@ -25,6 +25,7 @@ __all__ = ["LeafCounter"]
 
 aten = torch.ops.aten
 _FLOATS = (torch.float32, torch.float64)
+_STRIDED = torch.strided
 _PLAIN = (torch.Tensor, nn.Parameter)
 _pop = torch._C._pop_torch_dispatch_stack
 _push = torch._C._push_on_torch_dispatch_stack
@@ -38,47 +39,71 @@ Op = tuple[Any, tuple, dict, Any]
 
 
 def _same_dtype(x: torch.Tensor, *tensors: torch.Tensor | None) -> bool:
-    return all(t is None or (type(t) in _PLAIN and t.dtype is x.dtype and t.device == x.device
-                             and t.layout is torch.strided) for t in tensors)
+    """Plain strided tensors of ``x``'s dtype on the CPU, where ``x`` is (None: no tensor)."""
+    dtype = x.dtype
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or t.dtype is not dtype or not t.is_cpu
+                              or t.layout is not _STRIDED):
+            return False
+    return True
+
+
+def _attr(m: nn.Module, name: str, default: Any = None) -> Any:
+    """``getattr(m, name, default)`` for a module of a type in ``_PLANS``, read where
+    ``nn.Module`` keeps it without going through ``nn.Module.__getattr__`` (ten times as long,
+    and a missing name raises inside it: this runs at every call). Exact because those classes
+    define none of the names read here (``weight``, ``bias``, ``running_mean``,
+    ``running_var``, ``inplace``; tests/test_leaves.py checks)."""
+    d = m.__dict__
+    if name in d:
+        return d[name]
+    for table in (d["_parameters"], d["_buffers"], d["_modules"]):
+        if name in table:
+            return table[name]
+    return getattr(type(m), name, default)
 
 
 # -- one plan per type: (check(module, x) -> ops before the forward, or None: not this path;
-#    funcs(module, x) -> the functions of the ops run; main(module, x, out) -> those ops,
-#    charged from the output) ---------------------------------
+#    funcs(module, x) -> the functions of all the ops run, those before the forward first (a
+#    tuple); main(module, x, out) -> the ops after the forward, charged from the output) -----
 
 def _conv2d_check(m: nn.Conv2d, x: torch.Tensor) -> list[Op] | None:
     if m.padding_mode != "zeros" or isinstance(m.padding, str) or x.dim() != 4 or \
-            not _same_dtype(x, m.weight, m.bias):
+            not _same_dtype(x, _attr(m, "weight"), _attr(m, "bias")):
         return None
     return []
 
 
 def _conv2d_main(m: nn.Conv2d, x: torch.Tensor, out: Any) -> list[Op]:
-    return [(aten.convolution.default, (x, m.weight, m.bias, list(m.stride), list(m.padding),
+    return [(aten.convolution.default, (x, _attr(m, "weight"), _attr(m, "bias"), list(m.stride),
+                                        list(m.padding),
                                         list(m.dilation), False, [0, 0], m.groups), {}, out)]
 
 
 def _linear_check(m: nn.Linear, x: torch.Tensor) -> list[Op] | None:
-    if not _same_dtype(x, m.weight, m.bias) or x.dim() not in (2, 3) or \
-            (x.dim() == 3 and m.bias is None):
+    bias = _attr(m, "bias")
+    if not _same_dtype(x, _attr(m, "weight"), bias) or x.dim() not in (2, 3) or \
+            (x.dim() == 3 and bias is None):
         return None
     return []
 
 
 def _linear_main(m: nn.Linear, x: torch.Tensor, out: Any) -> list[Op]:
-    wt = m.weight.t()
+    wt = _attr(m, "weight").t()
+    bias = _attr(m, "bias")
     if x.dim() == 2:
-        if m.bias is None:
+        if bias is None:
             return [(aten.mm.default, (x, wt), {}, out)]
-        return [(aten.addmm.default, (m.bias, x, wt), {}, out)]
+        return [(aten.addmm.default, (bias, x, wt), {}, out)]
     rows = x.shape[0] * x.shape[1]   # a 3-D input is folded to 2-D around one addmm
-    return [(aten.addmm.default, (m.bias, x.view(rows, x.shape[2]), wt), {},
+    return [(aten.addmm.default, (bias, x.view(rows, x.shape[2]), wt), {},
              out.view(rows, out.shape[2]))]
 
 
 def _bn2d_check(m: nn.BatchNorm2d, x: torch.Tensor) -> list[Op] | None:
-    if m.training or m.running_mean is None or m.running_var is None or x.dim() != 4 or \
-            not _same_dtype(x, m.weight, m.bias, m.running_mean, m.running_var):
+    mean, var = _attr(m, "running_mean"), _attr(m, "running_var")
+    if m.training or mean is None or var is None or x.dim() != 4 or \
+            not _same_dtype(x, _attr(m, "weight"), _attr(m, "bias"), mean, var):
         return None
     return [(aten.empty.memory_format, ([0],),
              {"dtype": torch.uint8, "layout": torch.strided, "device": x.device},
@@ -88,15 +113,16 @@ def _bn2d_check(m: nn.BatchNorm2d, x: torch.Tensor) -> list[Op] | None:
 def _bn2d_main(m: nn.BatchNorm2d, x: torch.Tensor, out: Any) -> list[Op]:
     momentum = 0.0 if m.momentum is None else m.momentum
     saved = _NO_STATS[x.dtype]   # what eval-mode batch norm returns beside its output
-    return [(aten.native_batch_norm.default, (x, m.weight, m.bias, m.running_mean,
-                                              m.running_var, False, momentum, m.eps), {},
+    return [(aten.native_batch_norm.default, (x, _attr(m, "weight"), _attr(m, "bias"),
+                                              _attr(m, "running_mean"), _attr(m, "running_var"),
+                                              False, momentum, m.eps), {},
              (out, saved, saved))]
 
 
 def _layer_norm_check(m: nn.LayerNorm, x: torch.Tensor) -> list[Op] | None:
     k = len(m.normalized_shape)
     if x.dim() <= k or tuple(x.shape[-k:]) != tuple(m.normalized_shape) or \
-            not _same_dtype(x, m.weight, m.bias):
+            not _same_dtype(x, _attr(m, "weight"), _attr(m, "bias")):
         return None
     return []
 
@@ -104,8 +130,8 @@ def _layer_norm_check(m: nn.LayerNorm, x: torch.Tensor) -> list[Op] | None:
 def _layer_norm_main(m: nn.LayerNorm, x: torch.Tensor, out: Any) -> list[Op]:
     k = len(m.normalized_shape)
     stats = torch.empty((*x.shape[:-k], *(1,) * k), dtype=x.dtype)
-    return [(aten.native_layer_norm.default, (x, list(m.normalized_shape), m.weight, m.bias,
-                                              m.eps), {}, (out, stats, stats))]
+    return [(aten.native_layer_norm.default, (x, list(m.normalized_shape), _attr(m, "weight"),
+                                              _attr(m, "bias"), m.eps), {}, (out, stats, stats))]
 
 
 def _avgpool_check(m: nn.AdaptiveAvgPool2d, x: torch.Tensor) -> list[Op] | None:
@@ -118,15 +144,16 @@ def _avgpool_main(m: nn.Module, x: torch.Tensor, out: Any) -> list[Op]:
 
 def _pointwise(out_of_place: Any, in_place: Any = None) -> tuple[Callable, Callable, Callable]:
     """An activation: one op on the input, in place (``inplace=True``) or not."""
+    funcs_out, funcs_in = (out_of_place,), (in_place,)
 
     def check(m: nn.Module, x: torch.Tensor) -> list[Op] | None:
-        return [] if in_place is not None or not getattr(m, "inplace", False) else None
+        return [] if in_place is not None or not _attr(m, "inplace", False) else None
 
-    def funcs(m: nn.Module, x: torch.Tensor) -> list:
-        return [in_place if getattr(m, "inplace", False) else out_of_place]
+    def funcs(m: nn.Module, x: torch.Tensor) -> tuple:
+        return funcs_in if _attr(m, "inplace", False) else funcs_out
 
     def main(m: nn.Module, x: torch.Tensor, out: Any) -> list[Op]:
-        if getattr(m, "inplace", False):
+        if _attr(m, "inplace", False):
             return [(in_place, (x,), {}, out)]
         return [(out_of_place, (x,), {}, out)]
 
@@ -143,17 +170,22 @@ _EMPTY_BYTES = torch.empty(0, dtype=torch.uint8)
 _NO_STATS = {dtype: torch.empty(0, dtype=dtype) for dtype in _FLOATS}
 
 def _funcs(*funcs: Any) -> Callable:
-    return lambda m, x: list(funcs)
+    return lambda m, x: funcs
+
+
+_MM, _ADDMM = (aten.mm.default,), (aten.addmm.default,)
 
 
 def _linear_funcs(m: nn.Linear, x: torch.Tensor) -> list:
-    return [aten.mm.default if m.bias is None else aten.addmm.default]
+    return _MM if _attr(m, "bias") is None else _ADDMM
 
 
 _PLANS: dict[type, tuple[Callable, Callable, Callable]] = {
     nn.Conv2d: (_conv2d_check, _funcs(aten.convolution.default), _conv2d_main),
     nn.Linear: (_linear_check, _linear_funcs, _linear_main),
-    nn.BatchNorm2d: (_bn2d_check, _funcs(aten.native_batch_norm.default), _bn2d_main),
+    # (its check returns the allocation charged before the forward: its func comes first)
+    nn.BatchNorm2d: (_bn2d_check, _funcs(aten.empty.memory_format,
+                                         aten.native_batch_norm.default), _bn2d_main),
     nn.LayerNorm: (_layer_norm_check, _funcs(aten.native_layer_norm.default),
                    _layer_norm_main),
     nn.AdaptiveAvgPool2d: (_avgpool_check, _funcs(aten.mean.dim), _avgpool_main),
@@ -193,33 +225,33 @@ class LeafCounter:
             _push(self.counter)
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        # called at every module call, between the model's kernels: the cheapest refusals first
         self.tracker.pre(module, args, kwargs)
         plan = _PLANS.get(type(module)) if self.enabled else None
         if plan is None or self._suspended is not None or len(args) != 1:
             return
         x = args[0]
-        if type(x) is not torch.Tensor or x.dtype not in _FLOATS or not x.is_cpu or \
-                x.layout is not torch.strided or x.is_nested or not x.is_contiguous() or \
+        if type(x) is not torch.Tensor or not x.is_cpu or x.dtype not in _FLOATS or \
+                x.layout is not _STRIDED or x.is_nested or not x.is_contiguous() or \
                 not self._quiet(module):
-            return
-        before = plan[0](module, x)
-        if before is None:
             return
         counter = self.counter
         if not counter.direct() or not _stack_len() or \
                 _stack_at(_stack_len() - 1) is not counter or _function_stack_len() or \
                 torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return
-        funcs = (*[op[0] for op in before], *plan[1](module, x)) if before else \
-            tuple(plan[1](module, x))
+        before = plan[0](module, x)
+        if before is None:
+            return
+        funcs = plan[1](module, x)     # (those of ``before`` first)
         watch = self._checked.get(funcs)
         if watch is None:
             watch = self._checked[funcs] = self._check(funcs)
         if watch is _NO:               # an op without a formula of its own, or a write unplanned
             return
         if self.tracker.param_view is not None or counter.is_buffer(x) or \
-                counter.is_buffer(getattr(module, "weight", None)) or \
-                counter.is_buffer(getattr(module, "bias", None)):
+                counter.is_buffer(_attr(module, "weight")) or \
+                counter.is_buffer(_attr(module, "bias")):
             return                     # a sharded model; a buffer a view op would rename
         counter.charge_inputs((x,))    # another module's parameter as the input
         for op in before:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -104,11 +104,18 @@ class ParamView:
         self._refresh()
 
     @classmethod
-    def for_model(cls, model: nn.Module) -> ParamView | None:
+    def for_model(cls, model: nn.Module, parameters: Iterable[torch.Tensor] | None = None,
+                  modules: Iterable[nn.Module] | None = None) -> ParamView | None:
         """A view for ``model``, or None for a model with no DTensor and no FSDP2 (the plain
-        rules apply)."""
-        if not any(is_dtensor(p) for p in model.parameters()) and \
-                not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+        rules apply). ``parameters``/``modules``: ``model.parameters()``/``model.modules()``
+        where the caller has them already (the state guard's walk); read by type, each
+        distinct type once."""
+        if parameters is None:
+            parameters = model.parameters()
+        if modules is None:
+            modules = model.modules()
+        if not any(map(is_dtensor_type, set(map(type, parameters)))) and \
+                not any(kind.__name__.startswith("FSDP") for kind in set(map(type, modules))):
             return None
         return cls(model, current_view())
 

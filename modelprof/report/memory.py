@@ -14,6 +14,7 @@ trainable parameter are assumed (2: Adam's m and v; SGD with momentum 1, plain S
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -39,10 +40,12 @@ class MemoryFacts:
 
 def _bytes(tensors: Iterable[torch.Tensor], dtype: torch.dtype | None) -> int:
     """Bytes of distinct tensors, floating ones as ``dtype`` when the profile converts them."""
-    seen: dict[int, torch.Tensor] = {id(t): t for t in tensors}
-    size = lambda t: (torch.empty((), dtype=dtype).element_size()  # noqa: E731
-                      if dtype is not None and t.is_floating_point() else t.element_size())
-    return sum(t.numel() * size(t) for t in seen.values())
+    seen = list({id(t): t for t in tensors}.values())
+    if dtype is None:   # (each getter mapped over all of them: a tenth of a Python loop)
+        return sum(map(operator.mul, map(torch.Tensor.numel, seen),
+                       map(torch.Tensor.element_size, seen)))
+    size = torch.empty((), dtype=dtype).element_size()
+    return sum(t.numel() * (size if t.is_floating_point() else t.element_size()) for t in seen)
 
 
 def memory_facts(model: nn.Module, input_bytes: int, records: Sequence[Any],

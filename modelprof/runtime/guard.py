@@ -53,7 +53,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from typing import Any
 
 import torch
@@ -162,9 +162,10 @@ def _fingerprint(t: torch.Tensor) -> tuple:
     return (_storage_key(t, device), geometry, t.dtype, device, t.is_conj(), t.is_neg())
 
 
-def _fingerprints(ts: list[torch.Tensor]) -> list[tuple]:
-    """:func:`_fingerprint` of each tensor, read all at once where every one is dense."""
-    if _dense(ts):
+def _fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tuple]:
+    """:func:`_fingerprint` of each tensor, read all at once where every one is dense
+    (``dense``: what :func:`_dense` says of ``ts``, where the caller asked it already)."""
+    if _dense(ts) if dense is None else dense:
         return list(zip(map(_T.data_ptr, ts), map(_T.size, ts), map(_T.stride, ts),
                         map(_DTYPE, ts), map(_T.get_device, ts)))
     return [_fingerprint(t) for t in ts]
@@ -294,7 +295,7 @@ class StateGuard:
         # the original storage of each tensor, kept alive for a ``.data`` swap to be undone: the
         # storage object itself where dense (with the offset into it), else a detached alias
         if _dense(ts):
-            self._layouts = _fingerprints(ts)
+            self._layouts = _fingerprints(ts, dense=True)
             self._anchors: list[Any] = list(map(_T.untyped_storage, ts))
             self._offsets: list[int] = list(map(_T.storage_offset, ts))
             keys = [ptr or None for ptr in map(torch.UntypedStorage.data_ptr, self._anchors)]
@@ -336,7 +337,7 @@ class StateGuard:
         params: list[Any] = []
         buffers: list[Any] = []
         ordered: list[Any] = []
-        script_object = torch.ScriptObject
+        attributes: list[dict[str, Any]] = []
         for prefix, m in self.model.named_modules(remove_duplicate=True):
             d = m.__dict__
             if record:
@@ -353,12 +354,18 @@ class StateGuard:
             else:
                 self.has_children[m] = bool(children) and any(
                     map(operator.is_not, children.values(), repeat(None)))
-            if any(map(isinstance, attrs.values(), repeat(script_object))):
-                self.script_attrs.append(attrs)
+            attributes.append(attrs)
             params.extend(m._parameters.values())
             buffers.extend(m._buffers.values())
             ordered.extend(m._parameters.values())
             ordered.extend(m._buffers.values())
+        # the modules holding a packed weight: isinstance on torch.ScriptObject (a pybind11 type)
+        # is slow, so it runs only where the distinct types of all attributes hold one
+        kinds = set(map(type, chain.from_iterable(map(dict.values, attributes))))
+        script_object = torch.ScriptObject
+        if any(issubclass(kind, script_object) for kind in kinds):
+            self.script_attrs = [attrs for attrs in attributes if any(
+                map(isinstance, attrs.values(), repeat(script_object)))]
         by_id = dict(zip(map(id, params), params))  # distinct by identity, in order, in C
         by_id.pop(id(None), None)
         buffer_ids = dict(zip(map(id, buffers), buffers))
