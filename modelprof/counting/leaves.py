@@ -196,6 +196,8 @@ _PLANS: dict[type, tuple[Callable, Callable, Callable]] = {
     nn.Tanh: _pointwise(aten.tanh.default),
     nn.GELU: (lambda m, x: [], _funcs(aten.gelu.default), _gelu_main),
 }
+# the types whose ops read a weight and a bias (the others read their input alone)
+_WEIGHTED = frozenset({nn.Conv2d, nn.Linear, nn.BatchNorm2d, nn.LayerNorm})
 # the ops the state guard's write watch may see here (in-place activations; batch norm, which
 # writes its running statistics in train mode): their plans make no tensor (no op under the
 # counter) when called before the forward, with the input as a stand-in output
@@ -249,9 +251,9 @@ class LeafCounter:
             watch = self._checked[funcs] = self._check(funcs)
         if watch is _NO:               # an op without a formula of its own, or a write unplanned
             return
-        if self.tracker.param_view is not None or counter.is_buffer(x) or \
-                counter.is_buffer(_attr(module, "weight")) or \
-                counter.is_buffer(_attr(module, "bias")):
+        if self.tracker.param_view is not None or counter.is_buffer(x) or (
+                type(module) in _WEIGHTED and (counter.is_buffer(_attr(module, "weight")) or
+                                               counter.is_buffer(_attr(module, "bias")))):
             return                     # a sharded model; a buffer a view op would rename
         counter.charge_inputs((x,))    # another module's parameter as the input
         for op in before:

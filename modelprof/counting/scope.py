@@ -172,11 +172,17 @@ class Tracker:
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = trainable = 0
         view = self.param_view
+        pending = self.pending_params
         for p in module._parameters.values():
             if p is None:
                 continue
-            param_bytes += p.numel() * p.element_size() if view is None else view.read_bytes(p)
-            charged = self.charge(p)
+            if view is None:   # (charge(p), inlined: this runs at every call)
+                numel = p.numel()
+                param_bytes += numel * p.element_size()
+                charged = numel if pending.pop(id(p), None) is not None else 0
+            else:
+                param_bytes += view.read_bytes(p)
+                charged = self.charge(p)
             params += charged
             if p.requires_grad:
                 trainable += charged

@@ -237,14 +237,9 @@ class _WriteHook:
         written = self._written(func)
         if written is _RUNNING_STATS and len(args) > 5 and args[5] is False:
             return  # a batch/instance norm using its running statistics: it writes none
-        if written:
-            schema_args = func._schema.arguments
-            for i in written:
-                if i < len(args):
-                    value = args[i]
-                else:
-                    value = kwargs.get(schema_args[i].name)
-                self.guard._before_write(value)
+        for i in written:   # (the schema's arguments are built anew at each read: only if needed)
+            value = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
+            self.guard._before_write(value)
 
 
 class _WriteWatch(TorchDispatchMode):
@@ -442,13 +437,19 @@ class StateGuard:
             self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
 
     def _before_write(self, value: Any) -> None:
-        if isinstance(value, (list, tuple)):
+        if type(value) in _PLAIN and not value.is_meta:  # the common case: no device object
+            try:
+                key = value.untyped_storage().data_ptr() or None
+            except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+                return
+        elif isinstance(value, (list, tuple)):
             for v in value:
                 self._before_write(v)
             return
-        if not isinstance(value, torch.Tensor):
+        elif not isinstance(value, torch.Tensor):
             return
-        key = _storage_key(value)
+        else:
+            key = _storage_key(value)
         if key is None:
             return
         if self._by_storage is None:
