@@ -37,7 +37,7 @@ def _time(fn) -> float:
     return time.perf_counter() - t
 
 
-def bench(name: str, reps: int) -> tuple[float, str]:
+def bench(name: str, reps: int, meta: bool = False) -> tuple[float, str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = getattr(torchvision.models, name)().eval()
@@ -54,11 +54,17 @@ def bench(name: str, reps: int) -> tuple[float, str]:
     def modelprof():
         profile(model, inputs=x, timing=False)
 
-    for fn in (bare, flop_counter, modelprof):  # warm-up: lazy init, allocator, oneDNN
+    def on_meta():   # the counting-only route that runs no kernels (a meta copy each call)
+        profile(model, tuple(x.shape[1:]), device="meta", timing=False)
+
+    fns = [("bare", bare), ("flop_counter", flop_counter), ("modelprof", modelprof)]
+    if meta:
+        fns.append(("meta", on_meta))
+    for _, fn in fns:  # warm-up: lazy init, allocator, oneDNN
         fn()
-    times: dict[str, list[float]] = {"bare": [], "flop_counter": [], "modelprof": []}
+    times: dict[str, list[float]] = {key: [] for key, _ in fns}
     for _ in range(reps):
-        for key, fn in (("bare", bare), ("flop_counter", flop_counter), ("modelprof", modelprof)):
+        for key, fn in fns:
             times[key].append(_time(fn))
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     # paired: each round's modelprof / FlopCounterMode, run back to back (drift cancels); the
@@ -67,11 +73,15 @@ def bench(name: str, reps: int) -> tuple[float, str]:
                                     np.array(times["flop_counter"]), 0.95)
     bare, b_low, b_high = paired_ratio(np.array(times["modelprof"]), np.array(times["bare"]),
                                        0.95)
-    return (ratio, bare), (
-        f"{name:10s} bare forward {med['bare']:8.1f} ms | FlopCounterMode "
-        f"{med['flop_counter']:8.1f} ms | modelprof {med['modelprof']:8.1f} ms | "
-        f"modelprof / FlopCounterMode = {ratio:.3f} (95 % CI {low:.3f}-{high:.3f}) | "
-        f"modelprof / bare = {bare:.3f} (95 % CI {b_low:.3f}-{b_high:.3f})")
+    line = (f"{name:10s} bare forward {med['bare']:8.1f} ms | FlopCounterMode "
+            f"{med['flop_counter']:8.1f} ms | modelprof {med['modelprof']:8.1f} ms | "
+            f"modelprof / FlopCounterMode = {ratio:.3f} (95 % CI {low:.3f}-{high:.3f}) | "
+            f"modelprof / bare = {bare:.3f} (95 % CI {b_low:.3f}-{b_high:.3f})")
+    if meta:
+        m, m_low, m_high = paired_ratio(np.array(times["meta"]), np.array(times["bare"]), 0.95)
+        line += (f" | device='meta' {med['meta']:8.1f} ms, / bare = {m:.3f} "
+                 f"(95 % CI {m_low:.3f}-{m_high:.3f})")
+    return (ratio, bare), line
 
 
 def main() -> None:
@@ -80,6 +90,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     ap.add_argument("--models", default="resnet50,vit_b_16")
     ap.add_argument("--out", default=None, help="also write static_speed.txt to this directory")
+    ap.add_argument("--meta", action="store_true",
+                    help="also time profile(..., device='meta', timing=False), the route that "
+                         "runs no kernels (not the default static pass)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lines: list[str] = []
@@ -93,7 +106,7 @@ def main() -> None:
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ratios = []
     for name in args.models.split(","):
-        ratio, line = bench(name, args.reps)
+        ratio, line = bench(name, args.reps, args.meta)
         ratios.append(ratio)
         say(line)
     worst = max(r for r, _ in ratios)

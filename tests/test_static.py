@@ -642,3 +642,18 @@ def test_torchstat_view_madd_for_biased_conv_softmax_and_plain_batchnorm():
     assert ts.loc["1", "MAdd"] == 4 * 27  # torchstat: 4 per element, affine or not
     # softmax over 3 channels at 9 positions: 9 * (3*3 - 1) = 72
     assert ts.loc["2", "MAdd"] == 72
+
+
+def test_resnet50_counted_on_meta_equals_the_real_pass_row_by_row():
+    # the route under 1.05x a bare forward (docs/development.md, Speed): a counting-only
+    # profile on meta runs no kernels; for resnet50 every row's counts equal the real pass's
+    tv = pytest.importorskip("torchvision")
+    model = tv.models.resnet50().eval()
+    cols = ["module", "type", "params", "macs", "flops", "madd", "read_bytes", "write_bytes",
+            "output_bytes"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        real = profile(model, (3, 224, 224), timing=False).to_dataframe()[cols]
+        meta = profile(model, (3, 224, 224), device="meta", timing=False).to_dataframe()[cols]
+    pd.testing.assert_frame_equal(real, meta)
+    assert int(real.macs.iloc[0]) == 4_089_184_256    # torchvision's 4.09 GMACs
