@@ -115,7 +115,8 @@ def scenario_timing(out: dict) -> None:
         table = compare(models, SHAPE, batch_size=2, backward=True, throughput=True,
                         throughput_options={"max_batch": 8, "budget_s": 0.1}, **FAST)
     out["compare"] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
-                      "latency_n": table["latency_n"].astype(int).tolist()}
+                      "latency_n": table["latency_n"].astype(int).tolist(),
+                      "throughput_batch_size": table["throughput_batch_size"].astype(int).tolist()}
 
 
 def scenario_errors(out: dict) -> None:

@@ -11,10 +11,12 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import dist_models as dm
 from modelprof import profile
 from modelprof.timing.clock import StampBuffer
+from modelprof.step.timing import _Instrumented
 from modelprof.timing.comm import CommStamps, wait_for
 
 
@@ -79,9 +81,64 @@ def test_a_collective_is_waited_for_where_it_is_issued():
     wait_for(torch.ops.c10d.allreduce_.default, ([torch.ones(2)], Work()))
     assert Work.waited == 1
     # a functional collective returns tensors: wait_tensor on each (a done one passes through)
-    t = torch.ones(3)
-    wait_for(torch.ops._c10d_functional.all_reduce.default, t)
+    class Waits(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Waits.seen.append(func)
+            return func(*args, **(kwargs or {}))
+    t, u = torch.ones(3), torch.zeros(2)
+    with Waits():
+        wait_for(torch.ops._c10d_functional.all_reduce.default, [t, u])
+    assert Waits.seen == [torch.ops._c10d_functional.wait_tensor.default] * 2
     assert torch.equal(t, torch.ones(3))
+
+
+class StubComm:
+    """per_column_ms of one pass, given."""
+
+    def __init__(self, ms):
+        self.ms = np.asarray(ms, dtype=np.float64)
+
+    def per_column_ms(self, n_columns):
+        assert n_columns == self.ms.size
+        return self.ms.copy()
+
+
+def _instrumented(n_calls: int, comm: list[float], ddp: bool) -> _Instrumented:
+    inst = _Instrumented.__new__(_Instrumented)
+    inst.n_calls, inst.comm, inst.ddp, inst.comm_rows = n_calls, StubComm(comm), ddp, []
+    return inst
+
+
+# one backward pass of 3 calls (columns 0..2), the loss (column 3) and the final callbacks
+# (column 4): stretches in node order with their column and ms
+TAGS = np.array([3, 2, 2, 1, 0, 4])
+D = np.array([0.5, 1.0, 2.0, 4.0, 0.25, 3.0])
+# per column: 0 -> 0.25, 1 -> 4.0, 2 -> 3.0, loss -> 0.5, final -> 3.0
+
+
+def test_split_of_a_backward_pass_without_ddp():
+    # collectives stamped: 1.5 ms in call 2, 1.0 ms in the final callbacks (FSDP2's last
+    # reduce-scatter), which belong to the root with the rest of the final stretch
+    inst = _instrumented(3, [0.0, 0.0, 1.5, 0.0, 1.0], ddp=False)
+    row = inst._split(TAGS, D)
+    np.testing.assert_allclose(row, [0.25 + 3.0, 4.0, 3.0, 0.5])    # the final stretch: root's
+    np.testing.assert_allclose(inst.comm_rows[0], [1.0, 0.0, 1.5, 0.0])
+    assert row.sum() == pytest.approx(D.sum())                      # nothing lost or doubled
+
+
+def test_split_of_a_ddp_backward_pass_moves_the_buckets_to_the_root():
+    # DDP: the bucket all-reduce stamped in call 1 (whose gradient filled it, 2.5 ms) moves to
+    # the root with the reducer's final wait (the whole final stretch, 3.0 ms): the root's
+    # communication is 2.5 + 3.0 = 5.5 ms; call 1 keeps 4.0 - 2.5 = 1.5 ms of compute
+    inst = _instrumented(3, [0.0, 2.5, 0.0, 0.0, 0.0], ddp=True)
+    row = inst._split(TAGS, D)
+    np.testing.assert_allclose(row, [0.25 + 3.0 + 2.5, 1.5, 3.0, 0.5])
+    np.testing.assert_allclose(inst.comm_rows[0], [5.5, 0.0, 0.0, 0.0])
+    assert row.sum() == pytest.approx(D.sum())
+    # the root's own (self) time is its column less its communication: 0.25 ms
+    assert row[0] - inst.comm_rows[0][0] == pytest.approx(0.25)
 
 
 def test_backward_collectives_get_their_own_rows_out_of_the_layer(fake_group):

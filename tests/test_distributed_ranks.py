@@ -114,11 +114,12 @@ def test_backward_timing_runs_agree(tmp_path, slow_rank):
     # one voice: rank 0 warns (every pass is undersampled on purpose), rank 1 stays silent
     assert r0["tp"]["warnings"] > 0 and r1["tp"]["warnings"] == 0
     # compare(): the same rounds, blocks, steps and searched batch sizes on both ranks (every
-    # pass runs collectives, so equal counts mean equal passes; the best batch is each rank's
-    # own pick from the same points), one voice
+    # pass runs collectives, so equal counts mean equal passes), the same best batch (the one
+    # whose slowest rank is fastest), one voice
     c0, c1 = r0["compare"], r1["compare"]
     assert c0["collective_ops"] == c1["collective_ops"]
     assert c0["latency_n"] == c1["latency_n"]
+    assert c0["throughput_batch_size"] == c1["throughput_batch_size"]
     assert c0["warnings"] > 0 and c1["warnings"] == 0
 
 

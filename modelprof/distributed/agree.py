@@ -112,11 +112,15 @@ def agreeing(agreement: Agreement | None) -> Iterator[None]:
 @contextlib.contextmanager
 def agreed_timing(models: Any) -> Iterator[bool]:
     """Around timing that is not one ``profile()`` (``compare()``'s interleaved rounds, its
-    training steps and throughput searches; ``measure_latencies``): when a process group is
-    active and any of ``models`` (modules; other callables are skipped) communicates, every
-    timing decision is agreed across ranks, so all ranks run the same passes; warnings come
-    from one rank. Yields whether this rank speaks."""
-    active = current_group() is not None and any(
+    training steps and throughput searches; ``measure_latency``, ``measure_latencies``,
+    ``measure_throughput`` called directly): when a process group is active and any of
+    ``models`` (modules; a plain callable is not looked into) communicates, every timing
+    decision is agreed across ranks, so all ranks run the same passes; an agreement already in
+    force (``profile()``'s) is kept. Warnings come from one rank. Yields whether this rank
+    speaks."""
+    outer = current_agreement()      # inside profile() or compare(): theirs stands
+    active = outer is None and current_group() is not None and any(
         communicates(m) for m in models if isinstance(m, nn.Module))
-    with agreeing(agreement() if active else None), one_voice() as speaks:
+    with agreeing(outer if outer is not None else agreement() if active else None), \
+            one_voice() as speaks:
         yield speaks

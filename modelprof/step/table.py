@@ -128,7 +128,9 @@ def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: St
         if timing is not None:
             s = calls[:, i] if is_self or not records[i].children else inc_time[:, i]
             if comm is not None and (is_self or not records[i].children):
-                s = s - comm[:, i]     # the call's collectives are its (communication) row's
+                # the call's collectives are its (communication) row's; a span on a stream
+                # of its own (FSDP2 on CUDA) may exceed the call's stretch: never below 0
+                s = np.maximum(s - comm[:, i], 0.0)
             col.update(_times(s, total))
         columns.append(col)
     extra = [_loss_row(cost, timing, total)]

@@ -29,7 +29,9 @@ def _samples(records: Sequence[CallRecord], samples: dict, index: int, is_self: 
     record = records[index]
     s = samples.get(record.key)
     if s is not None and comm and record.key in comm and record.comm and (is_self or leaf):
-        s = s - comm[record.key]   # the call's collectives are its (communication) row's
+        # the call's collectives are its (communication) row's (never below 0: a span on a
+        # stream of its own, FSDP2's on CUDA, may exceed the call's)
+        s = np.maximum(s - comm[record.key], 0.0)
     if s is None or not is_self:
         return s
     for c in record.children:   # new arrays: the parent's samples stay as they are

@@ -12,9 +12,11 @@ waiting for the collective). The whole collective is then inside the span, charg
 
 This is an instrument: the per-layer passes give up the overlap of communication with compute
 that the model may have. The clean end-to-end runs keep it, so the per-layer rows can sum to
-more than the clean median by the overlap. What no dispatched op shows is not stamped: DDP's
-reducer launches its bucket all-reduces from C++ and waits for them at the end of the backward
-(``modelprof.step.timing`` stamps that wait as the root's communication).
+more than the clean median by the overlap. DDP's reducer launches its bucket all-reduces from
+C++, but through the dispatcher (``c10d::allreduce_``), so they are stamped too, in the column
+of the call whose gradient filled the bucket; ``modelprof.step.timing`` moves them to the root
+(where they are counted) with the reducer's final wait. What reaches no dispatched op is not
+stamped.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import current_agreement
+from modelprof.distributed.agree import agreed_timing, current_agreement
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import model_placement, moved_model
@@ -67,9 +67,14 @@ class Throughput:
     memory_before_bytes: int | None = None
     memory_after_bytes: int | None = None
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the best point's batch size where it was chosen otherwise than by this process's own
+    #: samples/s (under a process group: the group's best); None: the fastest point here
+    best_batch: int | None = None
 
     @property
     def best(self) -> ThroughputPoint:
+        if self.best_batch is not None:
+            return next(p for p in self.points if p.batch_size == self.best_batch)
         return max(self.points, key=lambda p: p.samples_per_s)
 
     @property
@@ -256,31 +261,52 @@ def measure_throughput(
     point = _Point(target, input_size, dev, parse_dtype(dtype), opts,
                    {"training": training, "no_grad": no_grad})
     mem_before = point.baseline_memory()
-    # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
-    # out-of-memory error adds a few; the bar then counts past its total)
-    bar = progress_bar(max_batch.bit_length(), enabled=opts.progress, desc="throughput",
-                       unit="point")
-
-    def on_point(p: ThroughputPoint) -> None:
-        if bar.total is not None and bar.n >= bar.total:
-            bar.total = bar.n + 1
-        bar.update(1)
-        bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
-
-    try:
-        points, reason, fit, oom = search_batches(point.measure, max_batch, gain, patience,
-                                                  free=lambda: _free(dev), on_point=on_point)
-    finally:
-        bar.close()
+    points, reason, fit, oom, best_batch = _search(model, point, max_batch, (gain, patience),
+                                                   dev, opts)
     mem_after = point.memory_now()
-    best = max(points, key=lambda p: p.samples_per_s)
+    best = next(p for p in points if p.batch_size == best_batch)
     env = collect_env(dev, dtype=point.dtype or (best.measurement.env.get("dtype")
                                                  if best.measurement else None),
                       batch_size=best.batch_size, max_batch=max_batch, gain=gain,
                       patience=patience, budget_s_per_point=opts.stop.budget_s,
                       **opts.flags(eval_mode=not training, no_grad=no_grad))
     return Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
-                      memory_before_bytes=mem_before, memory_after_bytes=mem_after, env=env)
+                      memory_before_bytes=mem_before, memory_after_bytes=mem_after, env=env,
+                      best_batch=best_batch)
+
+
+def _search(model: Any, point: _Point, max_batch: int, rule: tuple[float, int],
+            dev: torch.device, opts: TimingOptions) -> tuple:
+    """``search_batches`` with its progress bar (where this rank speaks), under an agreement
+    across ranks for a sharded model; and the best point's batch (``_agreed_best``)."""
+    with agreed_timing([model]) as speaks:
+        # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
+        # out-of-memory error adds a few; the bar then counts past its total)
+        bar = progress_bar(max_batch.bit_length(), enabled=opts.progress and speaks,
+                           desc="throughput", unit="point")
+
+        def on_point(p: ThroughputPoint) -> None:
+            if bar.total is not None and bar.n >= bar.total:
+                bar.total = bar.n + 1
+            bar.update(1)
+            bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
+        try:
+            points, reason, fit, oom = search_batches(point.measure, max_batch, *rule,
+                                                      free=lambda: _free(dev),
+                                                      on_point=on_point)
+        finally:
+            bar.close()
+        return points, reason, fit, oom, _agreed_best(points)
+
+
+def _agreed_best(points: list[ThroughputPoint]) -> int:
+    """The batch with the most samples/s: this rank's, or under a process group the group's —
+    the batch whose slowest rank is fastest (every rank picks the same)."""
+    agree = current_agreement()
+    sps = [p.samples_per_s for p in points]
+    if agree is not None:     # samples/s in milli-units: the all-reduce carries int64
+        sps = agree.least([int(round(v * 1e3)) for v in sps])
+    return points[max(range(len(points)), key=lambda i: sps[i])].batch_size
 
 
 def _placed(model: Any, dev: torch.device | None, dt: torch.dtype | None,
