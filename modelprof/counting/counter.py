@@ -261,7 +261,15 @@ class OpCounter(TorchDispatchMode):
             if self.meta_sdpa:
                 self._meta_sdpa = (torch._C._len_torch_function_stack(), FusedMetaSDPA())
                 self._meta_sdpa[1].__enter__()
-        entered = super().__enter__()
+        try:
+            entered = super().__enter__()
+        except BaseException:   # (no __exit__ follows: what the outermost entry set goes back)
+            if self._depth == 0:
+                _eager_flex_attention(self._flex_debug)
+                if self._meta_sdpa is not None:
+                    _leave_function_mode(*self._meta_sdpa)
+                    self._meta_sdpa = None
+            raise
         self._depth += 1
         return entered
 
