@@ -15,6 +15,7 @@ from torch import nn
 from modelprof import profile
 from modelprof.counting import forward as forward_mod
 from modelprof.counting import leaves as leaves_mod
+from modelprof.counting.meta_route import ROUTE_ENV
 
 # the smallest input each family takes (ViT and MaxViT need their fixed image size)
 _FIXED = {"vit": 224, "maxvit": 224, "swin": 224, "inception": 75, "googlenet": 64}
@@ -31,9 +32,21 @@ def _profile(model: nn.Module, inputs, leaves: bool, monkeypatch, **kw):
         return profile(model, inputs=inputs, timing=False, **kw)
 
 
+@pytest.fixture(autouse=True)
+def _real_kernels(monkeypatch):
+    """The leaf path is the real pass's: counting-only CPU profiles here run the real kernels,
+    not the meta route (counting/meta_route.py, compared with the real pass below)."""
+    monkeypatch.setenv(ROUTE_ENV, "real")
+
+
 def _same_reports(model: nn.Module, inputs, monkeypatch, **kw) -> None:
     a = _profile(model, inputs, True, monkeypatch, **kw)
     b = _profile(model, inputs, False, monkeypatch, **kw)
+    assert a.env["static_route"] == b.env["static_route"] == "real"
+    _equal_reports(a, b)
+
+
+def _equal_reports(a, b) -> None:
     pd.testing.assert_frame_equal(a.to_dataframe(), b.to_dataframe())
     assert list(map(repr, a.rows)) == list(map(repr, b.rows))    # ops per row, NaN-safe
     assert a.by_operator().equals(b.by_operator())
@@ -70,6 +83,25 @@ def test_torchvision_zoo_same_report_with_leaves_from_calls(name: str, monkeypat
         with torch.no_grad():
             t.copy_(torch.ones_like(t) if t.is_floating_point() else torch.zeros_like(t))
     _same_reports(model, torch.randn(1, 3, _size(name), _size(name)), monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", torchvision.models.list_models(module=torchvision.models))
+def test_torchvision_zoo_same_report_counted_on_meta(name: str, monkeypatch) -> None:
+    # the counting-only route on meta (counting/meta_route.py) against the real kernels: the
+    # same report in every count column, row, op name and note, still on the CPU
+    model = _build(name, monkeypatch)
+    model.eval()
+    for t in (*model.parameters(), *model.buffers()):
+        with torch.no_grad():
+            t.copy_(torch.ones_like(t) if t.is_floating_point() else torch.zeros_like(t))
+    x = torch.randn(1, 3, _size(name), _size(name))
+    monkeypatch.delenv(ROUTE_ENV)
+    on_meta = _profile(model, x, True, monkeypatch)
+    monkeypatch.setenv(ROUTE_ENV, "real")
+    real = _profile(model, x, True, monkeypatch)
+    assert real.env["static_route"] == "real" and on_meta.device == real.device == "cpu"
+    _equal_reports(on_meta, real)
 
 
 class _Calls(nn.Module):

@@ -79,6 +79,11 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
             cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) \
                 else None
             new = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
+            if new.dtype == t.dtype and new.requires_grad != t.requires_grad and \
+                    inputs.device.type == "meta" and not torch.is_inference_mode_enabled():
+                # (on the model's device, ``to`` would have returned ``t`` itself: a meta
+                # stand-in made under no_grad keeps its trainable flag, as ``t`` would)
+                new.requires_grad_(t.requires_grad)
             if memory_format is not None and new.dim() == 4:
                 new = new.contiguous(memory_format=memory_format)
             done[id(t)] = new

@@ -10,15 +10,34 @@ kernel's meta implementation, under the conditions on which the CPU picks it (an
 CPU's own preparation: a boolean mask made additive, 3-D inputs given a batch of one), so a
 model counted on meta counts what it counts on the CPU. A call the CPU would run through the
 math path, or one that is invalid, runs as it is (and raises as it would).
+
+Counting a CPU forward on meta (``counting.meta_route``, ``as_cpu``), the mode also stands in
+for what the CPU does differently above the dispatcher:
+
+* ``t[index] = 2.0`` (a Python number, basic indexing) makes the number a CPU tensor without
+  an op on the CPU and fills the slice from it (``fill_``, or ``copy_`` into one element), where
+  a meta tensor gets an ``aten.scalar_tensor`` and an expanded ``copy_``: run as the CPU runs it;
+  with any other index it raises ``MetaUntrusted``;
+* a self-attention ``F.multi_head_attention_forward`` that reaches the mode raises
+  ``MetaUntrusted``: an ``nn.MultiheadAttention`` the route could not see took its slow path
+  here (any torch-function mode turns the fast path off), where the CPU may take the fast one;
+  any other (cross-attention: the slow path on the CPU too) runs with its SDPA call fused as
+  the CPU fuses it (a handler runs with the mode off: the call would not reach it);
+* so do the recurrent layers' ops (``torch.lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``), which
+  the CPU runs as oneDNN's ``mkldnn_rnn_layer`` and meta as their decomposition.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["FusedMetaSDPA"]
+__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -26,6 +45,29 @@ _DEFAULTS = (None, None, None, None, 0.0, False, None, False)
 #: the dtypes of the CPU's fused kernel (``use_flash_attention_cpp``)
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_MHA = torch.nn.functional.multi_head_attention_forward
+_SETITEM = torch.Tensor.__setitem__
+_RNNS = frozenset(getattr(torch._C._VariableFunctions, name)
+                  for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"))
+_NUMBERS = (int, float, bool)
+_BASIC = (int, slice)
+_STRICT = threading.local()   # .on: a meta forward counted as the CPU's (``as_cpu``)
+
+
+class MetaUntrusted(Exception):
+    """The meta forward would not count what the same forward counts on the CPU."""
+
+
+@contextlib.contextmanager
+def as_cpu() -> Iterator[None]:
+    """While active in this thread, a meta forward is counted as the CPU's: a self-attention
+    ``F.multi_head_attention_forward`` reaching ``FusedMetaSDPA`` raises ``MetaUntrusted``."""
+    before = getattr(_STRICT, "on", False)
+    _STRICT.on = True
+    try:
+        yield
+    finally:
+        _STRICT.on = before
 
 
 def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
@@ -115,4 +157,57 @@ class FusedMetaSDPA(TorchFunctionMode):
             bound = _bind(args, kwargs)
             if bound is not None and fused_on_cpu(bound):
                 return fused_sdpa(bound)
+        elif getattr(_STRICT, "on", False):
+            if func is _SETITEM and len(args) == 3 and not kwargs and \
+                    type(args[2]) in _NUMBERS and type(args[0]) is torch.Tensor:
+                return _cpu_setitem(*args)
+            if func is _MHA:
+                if len(args) >= 3 and args[0] is args[1] is args[2]:
+                    raise MetaUntrusted("a self-attention nn.MultiheadAttention ran its slow "
+                                        "path on meta; the CPU may take its fast path")
+                with _fused_inside():
+                    return func(*args, **kwargs)
+            if func in _RNNS:
+                raise MetaUntrusted(f"{func.__name__} runs oneDNN's kernel on the CPU")
         return func(*args, **kwargs)
+
+
+def _fused_or_as_is(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """SDPA as ``FusedMetaSDPA`` runs it, for a caller this mode does not see."""
+    bound = _bind(args, kwargs)
+    if bound is not None and fused_on_cpu(bound):
+        return fused_sdpa(bound)
+    return _SDPA(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _fused_inside() -> Iterator[None]:
+    """``F.multi_head_attention_forward`` runs with this mode off (a torch-function handler
+    does), so its own SDPA call would not reach the mode: for the call, the name it looks up
+    (``torch.nn.functional.scaled_dot_product_attention``) is ``_fused_or_as_is``."""
+    functional = torch.nn.functional
+    before = functional.scaled_dot_product_attention
+    functional.scaled_dot_product_attention = _fused_or_as_is
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = before
+
+
+def _cpu_setitem(t: torch.Tensor, index: Any, value: Any) -> None:
+    """``t[index] = value`` (a Python number) on a meta ``t`` with the ops the CPU runs
+    (``copy_to`` in ATen's indexing, the number made a CPU tensor outside the dispatcher): the
+    slice's views, then ``fill_`` from the 0-dim CPU tensor, or ``copy_`` where the slice is
+    one element."""
+    parts = index if type(index) is tuple else (index,)
+    if t.device.type != "meta" or not parts or \
+            not all(type(p) in _BASIC for p in parts):
+        raise MetaUntrusted("an item set on meta other than the CPU sets it")
+    with _disable_current_modes():   # the CPU's scalar_tensor_static: no op
+        src = torch.scalar_tensor(value, dtype=t.dtype)
+    torch.ops.aten.lift_fresh.default(src)
+    sliced = t[index]
+    if sliced.dim() == 0:
+        sliced.copy_(src)
+    else:
+        sliced.fill_(src)

@@ -1,0 +1,224 @@
+"""A counting-only CPU forward counted on the meta device: the same report, no kernels run.
+
+``profile(model, inputs=x, timing=False)`` on the CPU spends most of its time in the model's
+kernels, which the counts do not need: every count follows from shapes, dtypes, strides and the
+ops run. So where it can be trusted, the static pass runs the user's own module with its
+parameters and buffers swapped for meta stand-ins (``torch.func.functional_call``, as
+``device="meta"`` does: no copy of the model) on meta copies of the inputs (same shapes, dtypes
+and strides), and counts what the CPU would run:
+
+* ``F.scaled_dot_product_attention`` as the CPU's fused kernel (``counting.meta_sdpa``, also
+  inside ``nn.MultiheadAttention``'s slow path), ``t[i:j] = 2.0`` as the CPU sets an item;
+* ``nn.MultiheadAttention``'s fast path (``torch._native_multi_head_attention``), which the
+  module refuses for meta tensors and under any torch-function mode: for a self-attention call
+  the SDPA mode is taken off the stack and meta passes the module's device check
+  (``cpu_fast_paths``); a call that then still takes the slow path, or a self-attention slow
+  path the route did not see, makes the meta forward untrusted.
+
+It is tried only when nothing in reach could make the meta forward differ: plain CPU tensors
+as inputs (nested in lists, tuples and dicts beside plain scalars; none of them the model's
+own), plain strided CPU parameters and buffers, no other tensor or packed weight among the
+modules' attributes, no module with a fast path of its own that checks the device
+(``nn.TransformerEncoderLayer``, ``nn.TransformerEncoder``), no recurrent layer (oneDNN's kernel
+on the CPU) nor a subclass of ``nn.MultiheadAttention``, no deterministic algorithms
+(``F.interpolate`` decomposes off the CPU), no inference mode, eval mode under ``no_grad``, no
+amp, channels_last, registry, training step, process group, TorchScript or ``torch.compile``.
+
+The meta forward is discarded — everything it made, its warnings included (re-emitted only
+when its result is used), the modules' attributes put back — and the real pass runs as before
+when it raises because it is on meta (a data-dependent branch: ``.item()``, boolean-mask
+indexing, ``nonzero``; an op with no meta kernel; a CPU tensor met inside the forward; a
+recurrent op; an ``nn.MultiheadAttention`` on its slow path) or when a formula asked for tensor
+values (``formulas.values.has_values``: grouped-matmul offsets, a ``cond`` predicate). An
+exception the model's own code raises (the innermost frame neither torch's nor modelprof's, no
+mention of meta) is the model's, and raised as the real pass would.
+
+``MODELPROF_STATIC_ROUTE=real`` always runs the real pass; ``report.env["static_route"]`` says
+which ran (``"meta"`` or ``"real"``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import activation as _activation
+from torch.nn.modules import module as _module
+
+from modelprof.counting.formulas.values import values_asked
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, MetaUntrusted, as_cpu
+from modelprof.runtime.guard import restore_modules
+from modelprof.runtime.inputs import ModelInputs
+
+__all__ = ["ROUTE_ENV", "cpu_fast_paths", "forced_real", "meta_inputs", "model_fits", "on_meta"]
+
+#: ``real``: always count with the real kernels (the default tries meta first)
+ROUTE_ENV = "MODELPROF_STATIC_ROUTE"
+# modules whose own fast path checks the device inline (the meta forward would take another);
+# recurrent layers, which the CPU runs as oneDNN's kernel (refused in the forward too)
+_UNTRUSTED = (nn.TransformerEncoderLayer, nn.TransformerEncoder, nn.RNNBase)
+_SCALARS = (int, float, bool, str, type(None))
+_PLAIN = (torch.Tensor, nn.Parameter)
+_STRIDED = torch.strided
+_META = torch.device("meta")
+
+
+def forced_real() -> bool:
+    return os.environ.get(ROUTE_ENV, "").strip().lower() == "real"
+
+
+def model_fits(model: nn.Module, guard: Any) -> bool:
+    """Whether nothing in ``model`` (as ``guard``'s walk saw it) could make its meta forward
+    count other than its CPU forward."""
+    if hasattr(model, "_orig_mod") or isinstance(model, torch.jit.ScriptModule) or \
+            torch.are_deterministic_algorithms_enabled() or torch.is_inference_mode_enabled() \
+            or guard.lazy or guard.script_attrs:
+        return False
+    for kind in set(map(type, guard.names)):
+        if issubclass(kind, _UNTRUSTED) or (issubclass(kind, nn.MultiheadAttention)
+                                            and kind is not nn.MultiheadAttention):
+            return False
+    # a tensor (or packed weight) held outside the parameters and buffers stays on the CPU
+    if any(issubclass(kind, (torch.Tensor, torch.ScriptObject))
+           for kind in guard.attribute_types):
+        return False
+    return all(type(t) in _PLAIN and t.is_cpu and t.layout is _STRIDED and not t.is_quantized
+               for t in guard.tensors)
+
+
+def meta_inputs(mi: ModelInputs, model_tensors: Iterable[torch.Tensor]) -> ModelInputs | None:
+    """``mi`` on the meta device (each distinct tensor once, its strides kept), or None where
+    an input is no plain CPU tensor, scalar, list, tuple or dict, or is the model's own."""
+    own = set(map(id, model_tensors))
+    done: dict[int, torch.Tensor] = {}
+
+    def conv(obj: Any) -> Any:
+        kind = type(obj)
+        if kind is torch.Tensor:
+            new = done.get(id(obj))
+            if new is None:
+                if id(obj) in own or not obj.is_cpu or obj.layout is not _STRIDED or \
+                        obj.is_nested or obj.is_quantized:
+                    raise MetaUntrusted
+                new = done[id(obj)] = torch.empty_strided(obj.shape, obj.stride(),
+                                                          dtype=obj.dtype, device=_META)
+            return new
+        if kind in _SCALARS:
+            return obj
+        if kind is tuple or kind is list:
+            return kind(map(conv, obj))
+        if kind is dict:
+            return {k: conv(v) for k, v in obj.items()}
+        raise MetaUntrusted
+
+    try:
+        args, kwargs = conv(mi.args), conv(mi.kwargs)
+    except MetaUntrusted:
+        return None
+    return dataclasses.replace(mi, args=args, kwargs=kwargs, device=_META)
+
+
+def on_meta(count: Callable[[ModelInputs], Any], mi: ModelInputs, guard: Any) -> Any:
+    """``count(meta inputs)`` and its warnings re-emitted, or None (nothing it made kept, the
+    modules' attributes put back) where the meta forward raised or cannot be trusted. An
+    exception the model's own code raised (not torch's, nor modelprof's), whose message does
+    not mention meta, is the model's: the real pass would raise it too, so it is raised (a
+    second forward could differ: a model counting its calls)."""
+    meta = meta_inputs(mi, guard.tensors)
+    if meta is None:
+        return None
+    state = guard.module_state()
+    failure = result = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with as_cpu(), cpu_fast_paths(guard.names), values_asked() as asked:
+                result = count(meta)
+            if asked:   # a formula's count depends on values the meta tensors do not have
+                raise MetaUntrusted("a formula asked for tensor values")
+        except Exception as e:   # noqa: BLE001 - any failure on meta: count with the real kernels
+            failure = e
+    if failure is not None:
+        restore_modules(state)
+        if not _the_models_own(failure):
+            return None
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if failure is not None:
+        raise failure
+    return result
+
+
+# where torch's and modelprof's own code lies (an exception raised there is not the model's)
+_OURS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+         os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+
+def _the_models_own(e: BaseException) -> bool:
+    """Whether ``e`` (or what it wraps) was raised by the model's own code, not because the
+    tensors were meta."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    if isinstance(e, (MetaUntrusted, NotImplementedError)) or "meta" in str(e).lower():
+        return False
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return not tb.tb_frame.f_code.co_filename.startswith(_OURS)
+
+
+@contextlib.contextmanager
+def cpu_fast_paths(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """``nn.MultiheadAttention`` self-attention calls of ``modules`` (query, key and value one
+    positional tensor) take the fast path on meta as on the CPU: the SDPA mode off the stack
+    for the call, meta passing the device check; a call that still takes the slow path raises
+    ``MetaUntrusted`` when it returns."""
+    attention = {id(m) for m in modules if type(m) is nn.MultiheadAttention}
+    if not attention:
+        yield
+        return
+    original = _activation._check_arg_device
+    calls: list[list] = []    # per running call: [module, the popped mode, the check ran]
+
+    def check(x: Any) -> bool:
+        if calls:
+            calls[-1][2] = True
+        return original(x) or (x is not None and x.device.type == "meta")
+
+    def pre(module: nn.Module, args: tuple) -> None:
+        if id(module) in attention and len(args) >= 3 and args[0] is args[1] is args[2]:
+            mode = torch.overrides._get_current_function_mode()
+            if not isinstance(mode, FusedMetaSDPA) or torch.is_grad_enabled():
+                raise MetaUntrusted("another torch-function mode, or grad, is on")
+            calls.append([module, torch._C._pop_torch_function_stack(), False])
+
+    def post(module: nn.Module, args: tuple, output: Any) -> Any:
+        if not calls or calls[-1][0] is not module:
+            return None
+        _, mode, checked = calls.pop()
+        torch._C._push_on_torch_function_stack(mode)
+        # the fast path: the device check reached, and both projections' biases there
+        if not checked or module.in_proj_bias is None:
+            raise MetaUntrusted("nn.MultiheadAttention took its slow path on meta")
+        weights = output[1]
+        if isinstance(weights, torch.Tensor) and weights.shape == (0,):
+            # no weights asked for: the CPU kernel returns None, its meta kernel an empty tensor
+            return (output[0], None)
+        return None
+
+    handles = [_module.register_module_forward_pre_hook(pre),
+               _module.register_module_forward_hook(post, always_call=True)]
+    _activation._check_arg_device = check
+    try:
+        yield
+    finally:
+        _activation._check_arg_device = original
+        for handle in handles:
+            handle.remove()
