@@ -50,6 +50,21 @@ class FakeAllocator:
         return MemoryStats(lambda: self.peak, reset)
 
 
+def equal_reports(a, b) -> None:
+    """Two reports with the very same table, rows (ops per row), per-op totals and notes."""
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a.to_dataframe(), b.to_dataframe())
+    assert list(map(repr, a.rows)) == list(map(repr, b.rows))    # ops per row, NaN-safe
+    assert a.by_operator().equals(b.by_operator())
+
+    def ops(r):
+        return [(k, s.calls, s.macs, s.flops, s.madd, dict(s.notes or {}))
+                for k, s in r._by_op.items()]
+    assert ops(a) == ops(b)
+    assert a.unsupported == b.unsupported and a.model_params == b.model_params
+
+
 def state_snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of every parameter and buffer, by name (compare with ``torch.equal``)."""
     return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import warnings
 
-import pandas as pd
 import pytest
 import torch
 import torchvision
@@ -16,6 +15,8 @@ from modelprof import profile
 from modelprof.counting import forward as forward_mod
 from modelprof.counting import leaves as leaves_mod
 from modelprof.counting.meta_route import ROUTE_ENV
+
+from helpers import equal_reports
 
 # the smallest input each family takes (ViT and MaxViT need their fixed image size)
 _FIXED = {"vit": 224, "maxvit": 224, "swin": 224, "inception": 75, "googlenet": 64}
@@ -43,19 +44,7 @@ def _same_reports(model: nn.Module, inputs, monkeypatch, **kw) -> None:
     a = _profile(model, inputs, True, monkeypatch, **kw)
     b = _profile(model, inputs, False, monkeypatch, **kw)
     assert a.env["static_route"] == b.env["static_route"] == "real"
-    _equal_reports(a, b)
-
-
-def _equal_reports(a, b) -> None:
-    pd.testing.assert_frame_equal(a.to_dataframe(), b.to_dataframe())
-    assert list(map(repr, a.rows)) == list(map(repr, b.rows))    # ops per row, NaN-safe
-    assert a.by_operator().equals(b.by_operator())
-
-    def ops(r):
-        return [(k, s.calls, s.macs, s.flops, s.madd, dict(s.notes or {}))
-                for k, s in r._by_op.items()]
-    assert ops(a) == ops(b)
-    assert a.unsupported == b.unsupported and a.model_params == b.model_params
+    equal_reports(a, b)
 
 
 def _build(name: str, monkeypatch) -> nn.Module:
@@ -101,7 +90,7 @@ def test_torchvision_zoo_same_report_counted_on_meta(name: str, monkeypatch) -> 
     monkeypatch.setenv(ROUTE_ENV, "real")
     real = _profile(model, x, True, monkeypatch)
     assert real.env["static_route"] == "real" and on_meta.device == real.device == "cpu"
-    _equal_reports(on_meta, real)
+    equal_reports(on_meta, real)
 
 
 class _Calls(nn.Module):

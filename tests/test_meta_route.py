@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import warnings
 
-import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 from modelprof import profile
 from modelprof.counting.meta_route import ROUTE_ENV
+
+from helpers import equal_reports
 
 
 def _both(model: nn.Module, inputs, monkeypatch, **kw):
@@ -30,15 +31,7 @@ def _both(model: nn.Module, inputs, monkeypatch, **kw):
 
 
 def _equal(a, b) -> None:
-    pd.testing.assert_frame_equal(a.to_dataframe(), b.to_dataframe())
-    assert list(map(repr, a.rows)) == list(map(repr, b.rows))    # ops per row, NaN-safe
-    assert a.by_operator().equals(b.by_operator())
-
-    def ops(r):
-        return [(k, s.calls, s.macs, s.flops, s.madd, dict(s.notes or {}))
-                for k, s in r._by_op.items()]
-    assert ops(a) == ops(b)
-    assert a.unsupported == b.unsupported and a.model_params == b.model_params
+    equal_reports(a, b)
     assert a.device == b.device == "cpu" and not any("meta" in n for n in a.notes)
 
 
