@@ -17,8 +17,9 @@ from helpers import equal_reports
 
 
 def _both(model: nn.Module, inputs, monkeypatch, **kw):
-    """(the default route's report, the real pass's report, the default's warnings)."""
-    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    """(the meta route's report where it applies, the real pass's report, the first's
+    warnings)."""
+    monkeypatch.setenv(ROUTE_ENV, "meta")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = profile(model, inputs=inputs, timing=False, **kw)
@@ -180,9 +181,12 @@ def test_what_meta_cannot_be_trusted_with_runs_the_real_kernels(case: str, monke
     _equal(first, real)
 
 
-def test_the_environment_variable_forces_the_real_pass(monkeypatch) -> None:
+def test_the_meta_route_is_asked_for_by_the_environment_variable(monkeypatch) -> None:
+    # opt-in: by default (and with =real) the real kernels count
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    assert profile(model, (8,), timing=False).env["static_route"] == "real"
     monkeypatch.setenv(ROUTE_ENV, "real")
     assert profile(model, (8,), timing=False).env["static_route"] == "real"
-    monkeypatch.delenv(ROUTE_ENV)
+    monkeypatch.setenv(ROUTE_ENV, "meta")
     assert profile(model, (8,), timing=False).env["static_route"] == "meta"

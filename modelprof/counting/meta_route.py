@@ -33,7 +33,11 @@ values (``formulas.values.has_values``: grouped-matmul offsets, a ``cond`` predi
 exception the model's own code raises (the innermost frame neither torch's nor modelprof's, no
 mention of meta) is the model's, and raised as the real pass would.
 
-``MODELPROF_STATIC_ROUTE=real`` always runs the real pass; ``report.env["static_route"]`` says
+The route is opt-in, ``MODELPROF_STATIC_ROUTE=meta``: while the attempt runs, the user's module
+holds meta stand-ins for its parameters and buffers, and that is visible to every thread — another
+thread forwarding the same model at that moment would run on meta tensors and fail, where the
+real pass leaves its forwards alone (and refuses to profile, ``runtime/hooks.py``). Running it on
+a structural copy of the module instead would lift that. ``report.env["static_route"]`` says
 which ran (``"meta"`` or ``"real"``).
 """
 from __future__ import annotations
@@ -55,7 +59,7 @@ from modelprof.counting.meta_sdpa import FusedMetaSDPA, MetaUntrusted, as_cpu
 from modelprof.runtime.guard import restore_modules
 from modelprof.runtime.inputs import ModelInputs
 
-__all__ = ["ROUTE_ENV", "cpu_fast_paths", "forced_real", "meta_inputs", "model_fits", "on_meta"]
+__all__ = ["ROUTE_ENV", "cpu_fast_paths", "meta_asked", "meta_inputs", "model_fits", "on_meta"]
 
 #: ``real``: always count with the real kernels (the default tries meta first)
 ROUTE_ENV = "MODELPROF_STATIC_ROUTE"
@@ -68,8 +72,11 @@ _STRIDED = torch.strided
 _META = torch.device("meta")
 
 
-def forced_real() -> bool:
-    return os.environ.get(ROUTE_ENV, "").strip().lower() == "real"
+def meta_asked() -> bool:
+    """Whether ``MODELPROF_STATIC_ROUTE=meta`` asks for the meta route (opt-in: while the
+    attempt runs, the module's parameters are meta stand-ins for every thread, and another
+    thread's forward of the same model would see them)."""
+    return os.environ.get(ROUTE_ENV, "").strip().lower() == "meta"
 
 
 def model_fits(model: nn.Module, guard: Any) -> bool:
