@@ -18,7 +18,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -733,21 +733,13 @@ class _one_line_warnings(warnings.catch_warnings):
         return out
 
 
-@contextlib.contextmanager
-def _all_ranks(on: bool) -> Iterator[None]:
-    """``--all-ranks``: MODELPROF_ALL_RANKS=1 for the command (put back after it)."""
+def _all_ranks(on: bool) -> Any:
+    """``--all-ranks``: MODELPROF_ALL_RANKS=1 for the command (the environment put back)."""
+    from unittest import mock
+
     from modelprof.distributed.group import ALL_RANKS_ENV
 
-    before = os.environ.get(ALL_RANKS_ENV)
-    if on:
-        os.environ[ALL_RANKS_ENV] = "1"
-    try:
-        yield
-    finally:
-        if on and before is None:
-            os.environ.pop(ALL_RANKS_ENV, None)
-        elif on:
-            os.environ[ALL_RANKS_ENV] = before
+    return mock.patch.dict(os.environ, {ALL_RANKS_ENV: "1"}) if on else contextlib.nullcontext()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.distributed.group import is_speaker
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import grad_switches
@@ -137,8 +136,6 @@ class _Run:
                  profile_options: dict[str, Any]) -> None:
         timing_keys = set(OPTION_NAMES) & set(profile_options)
         self.opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
-        if self.opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
-            self.opts = self.opts.replace(progress=False)
         backward = profile_options.get("backward", False)
         self.training, self.no_grad = grad_switches(backward, profile_options.get("training"),
                                                     profile_options.get("no_grad"))

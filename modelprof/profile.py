@@ -228,8 +228,9 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
 def _meta_first(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any,
                 guard: Any) -> bool:
     """Whether to count this pass on meta first (``counting.meta_route``, asked for with
-    ``MODELPROF_STATIC_ROUTE=meta``): counting only, on the CPU, eval under no_grad, none of amp, channels_last, a registry, a training step or a
-    process group, and a model the route can trust."""
+    ``MODELPROF_STATIC_ROUTE=meta``): counting only, on the CPU, eval under no_grad, none of
+    amp, channels_last, a registry, a training step or a process group, and a model the route
+    can trust."""
     opts = spec.opts
     return (not spec.timing and mi.device.type == "cpu" and spec.step is None
             and not spec.training and spec.no_grad and opts.amp is None

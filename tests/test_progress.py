@@ -48,6 +48,19 @@ def test_enabled_progress_is_a_text_bar_with_a_total(monkeypatch: pytest.MonkeyP
     assert "<" in text.split("1/4")[1]  # "[elapsed<remaining, rate]"
 
 
+def test_a_rank_that_does_not_speak_shows_no_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    # launched by torchrun as rank 1 (RANK decides before a group exists): one voice, every bar
+    # of modelprof is a no-op there, asked for or not; with MODELPROF_ALL_RANKS=1 it shows
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("MODELPROF_ALL_RANKS", raising=False)
+    assert isinstance(progress_bar(10, enabled=True), NoProgress)
+    assert isinstance(sampling_bar(StopRule(repeat=5), enabled=True, desc="x").bar, NoProgress)
+    monkeypatch.setenv("MODELPROF_ALL_RANKS", "1")
+    bar = progress_bar(10, enabled=True)
+    assert not isinstance(bar, NoProgress)
+    bar.close()
+
+
 def test_missing_tqdm_gives_a_quiet_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
     bar = progress_bar(3, enabled=True)

@@ -57,6 +57,11 @@ class Agreement:
         k_all, precise_all, not_stop_any = self.least([k, int(precise), int(not stop)])
         return k_all, bool(precise_all) or not not_stop_any
 
+    def flags(self, precise: bool, stop: bool) -> tuple[bool, bool]:
+        """(precise on every rank, stop on some rank), in one all-reduce."""
+        precise_all, not_stop_all = self.least([int(precise), int(not stop)])
+        return bool(precise_all), not not_stop_all
+
     def more(self, wants_more: bool) -> bool:
         """Whether any rank wants another call (a warm-up goes on until every rank is warm)."""
         return not self.every(not wants_more)
@@ -110,17 +115,17 @@ def agreeing(agreement: Agreement | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def agreed_timing(models: Any) -> Iterator[bool]:
+def agreed_timing(models: Any) -> Iterator[None]:
     """Around timing that is not one ``profile()`` (``compare()``'s interleaved rounds, its
     training steps and throughput searches; ``measure_latency``, ``measure_latencies``,
     ``measure_throughput`` called directly): when a process group is active and any of
     ``models`` (modules; a plain callable is not looked into) communicates, every timing
     decision is agreed across ranks, so all ranks run the same passes; an agreement already in
-    force (``profile()``'s) is kept. Warnings come from one rank. Yields whether this rank
-    speaks."""
+    force (``profile()``'s) is kept. Warnings come from one rank (progress bars do by
+    themselves: ``runtime.progress``)."""
     outer = current_agreement()      # inside profile() or compare(): theirs stands
     active = outer is None and current_group() is not None and any(
         communicates(m) for m in models if isinstance(m, nn.Module))
     with agreeing(outer if outer is not None else agreement() if active else None), \
-            one_voice() as speaks:
-        yield speaks
+            one_voice():
+        yield

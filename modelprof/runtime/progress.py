@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from modelprof.distributed.group import is_speaker
+
 __all__ = ["NoProgress", "SamplingBar", "progress_bar", "sampling_bar"]
 
 
@@ -71,11 +73,13 @@ def progress_bar(total: float | None, *, enabled: bool, desc: str | None = None,
                  unit: str = "it", leave: bool = False, bar_format: str | None = None) -> Any:
     """A progress bar over ``total`` steps (``None`` when unknown: no ETA), or a no-op.
 
-    ``enabled=False`` returns :class:`NoProgress` without importing tqdm; so does a missing tqdm.
+    ``enabled=False`` returns :class:`NoProgress` without importing tqdm; so does a missing tqdm,
+    and so does a rank that does not speak under torchrun (one voice:
+    ``modelprof.distributed.group.is_speaker``).
     The bar writes to stderr and is removed when closed unless ``leave=True``. Use it as a context
     manager or call ``close()``. ``bar_format``: tqdm's, for totals that are not counts.
     """
-    if not enabled:
+    if not enabled or not is_speaker():
         return NoProgress()
     cls = _tqdm_class()
     if cls is None:

@@ -126,8 +126,9 @@ def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: St
         col = {"backward_macs": int(src[0, i]), "backward_flops": int(src[1, i]),
                "saved_bytes": int(saved[i])}
         if timing is not None:
-            s = calls[:, i] if is_self or not records[i].children else inc_time[:, i]
-            if comm is not None and (is_self or not records[i].children):
+            own_time = is_self or not records[i].children    # a (self) row or a leaf
+            s = calls[:, i] if own_time else inc_time[:, i]
+            if comm is not None and own_time:
                 # the call's collectives are its (communication) row's; a span on a stream
                 # of its own (FSDP2 on CUDA) may exceed the call's stretch: never below 0
                 s = np.maximum(s - comm[:, i], 0.0)

@@ -212,8 +212,6 @@ def measure_latencies(
         target, mi = resolve_call(fn, inputs, input_size=input_size, batch_size=batch_size,
                                   device=device, dtype=dtype, channels_last=opts.channels_last)
         prepared.append(Candidate(str(name), fn, target, mi))
-    with agreed_timing(candidates.values()) as speaks:   # sharded models under torchrun
-        if not speaks:
-            opts = opts.replace(progress=False)
+    with agreed_timing(candidates.values()):   # sharded models under torchrun: ranks agree
         return measure_interleaved(prepared, opts, baseline=baseline, training=training,
                                    no_grad=no_grad)

@@ -348,12 +348,11 @@ def measure_latency(
     opts = TimingOptions.parse(options, **timing_options)
     target, mi = resolve_call(fn_or_model, inputs, input_size=input_size, batch_size=batch_size,
                               device=device, dtype=dtype, channels_last=opts.channels_last)
-    with agreed_timing([fn_or_model]) as speaks, \
+    with agreed_timing([fn_or_model]), \
             TimedCall(fn_or_model, target, mi, opts, eval_mode=not training, no_grad=no_grad,
                       label=label) as tc:
         est = tc.warm()
-        with sampling_bar(opts.stop, enabled=opts.progress and speaks,
-                          desc=f"latency {tc.label}") as bar:
+        with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
             sampled = collect(tc.sample_block, opts.stop, est, on_block=bar)
     m = tc.measurement(sampled, t_begin)
     if opts.warn:

@@ -393,18 +393,12 @@ def _round_stop(logs: Sequence[BlockLog], rule: StopRule, r: int, late: bool,
         return "repeat" if all(log.n >= rule.repeat for log in logs) else None
     precise = _rounds_precise(logs, rule, r)
     if agree is not None:
-        precise, late = _agreed_flags(agree, precise, late)
+        precise, late = agree.flags(precise, late)
     if precise:
         return "precision"
     if all(log.n >= rule.max_samples for log in logs):
         return "max_samples"
     return "budget" if late else None
-
-
-def _agreed_flags(agree: Any, precise: bool, late: bool) -> tuple[bool, bool]:
-    """(every rank is precise, some rank's budget is spent), in one all-reduce."""
-    precise_all, on_time_all = agree.least([int(precise), int(not late)])
-    return bool(precise_all), not on_time_all
 
 
 def _rounds_precise(logs: Sequence[BlockLog], rule: StopRule, r: int) -> bool:
@@ -438,8 +432,10 @@ def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: in
     b = int(sampled.blocks.max()) + 1 if n else 0
     est_s = float(np.median(sampled.samples_ms)) / 1e3 if n else 0.0
     agree = current_agreement()   # under a process group: every rank runs the same passes
-    while (n < need and now() - t0 + est_s <= cap_s) if agree is None else \
-            agree.every(n < need and now() - t0 + est_s <= cap_s):
+    while True:
+        more = n < need and now() - t0 + est_s <= cap_s
+        if not (more if agree is None else agree.every(more)):
+            break
         t = now()
         got = np.asarray(sample_block(1), dtype=np.float64).reshape(-1)
         samples.append(got)

@@ -263,27 +263,27 @@ def measure_throughput(
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(model, point, max_batch, (gain, patience),
                                                    dev, opts)
-    mem_after = point.memory_now()
-    best = next(p for p in points if p.batch_size == best_batch)
-    env = collect_env(dev, dtype=point.dtype or (best.measurement.env.get("dtype")
-                                                 if best.measurement else None),
-                      batch_size=best.batch_size, max_batch=max_batch, gain=gain,
-                      patience=patience, budget_s_per_point=opts.stop.budget_s,
-                      **opts.flags(eval_mode=not training, no_grad=no_grad))
-    return Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
-                      memory_before_bytes=mem_before, memory_after_bytes=mem_after, env=env,
-                      best_batch=best_batch)
+    result = Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
+                        memory_before_bytes=mem_before, memory_after_bytes=point.memory_now(),
+                        best_batch=best_batch)
+    best = result.best
+    result.env = collect_env(dev, dtype=point.dtype or (best.measurement.env.get("dtype")
+                                                        if best.measurement else None),
+                             batch_size=best.batch_size, max_batch=max_batch, gain=gain,
+                             patience=patience, budget_s_per_point=opts.stop.budget_s,
+                             **opts.flags(eval_mode=not training, no_grad=no_grad))
+    return result
 
 
 def _search(model: Any, point: _Point, max_batch: int, rule: tuple[float, int],
             dev: torch.device, opts: TimingOptions) -> tuple:
-    """``search_batches`` with its progress bar (where this rank speaks), under an agreement
+    """``search_batches`` with its progress bar, under an agreement
     across ranks for a sharded model; and the best point's batch (``_agreed_best``)."""
-    with agreed_timing([model]) as speaks:
+    with agreed_timing([model]):
         # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
         # out-of-memory error adds a few; the bar then counts past its total)
-        bar = progress_bar(max_batch.bit_length(), enabled=opts.progress and speaks,
-                           desc="throughput", unit="point")
+        bar = progress_bar(max_batch.bit_length(), enabled=opts.progress, desc="throughput",
+                           unit="point")
 
         def on_point(p: ThroughputPoint) -> None:
             if bar.total is not None and bar.n >= bar.total:
