@@ -129,15 +129,21 @@ def test_interleaved_rounds_share_order_blocks_and_stop():
     assert [s.stop_reason for s in got] == ["budget", "budget"] and got[0].n == 4
 
 
+def linear_points(calls: list[int]) -> Callable[[int], ThroughputPoint]:
+    """A throughput point per batch ``b`` at 100 * b samples/s (every doubling helps), each
+    batch noted in ``calls``."""
+    def measure(b: int) -> ThroughputPoint:
+        calls.append(b)
+        return ThroughputPoint(batch_size=b, latency_ms=1.0, samples_per_s=100.0 * b)
+    return measure
+
+
 def test_throughput_search_agrees_on_out_of_memory_and_on_stopping():
     # this rank fits every batch; the peer runs out of memory at 4: doubling 1, 2, then 4 fails
     # there -> the binary search tries 3, which fits everywhere -> max fit 3, out of memory at 4
     calls: list[int] = []
     checked = [0]
-
-    def measure(b: int) -> ThroughputPoint:
-        calls.append(b)
-        return ThroughputPoint(batch_size=b, latency_ms=1.0, samples_per_s=100.0 * b)
+    measure = linear_points(calls)
 
     def peer(i: int, v: list[int]) -> list[int]:
         if len(calls) > checked[0]:      # the first agreement after a batch: did it fit?
@@ -158,10 +164,7 @@ def test_throughput_search_stops_when_the_peers_batches_stop_helping():
     # the peer's stop check says stop after batch 2 (its 2nd stop check): every rank stops
     calls: list[int] = []
     checks = [0]
-
-    def measure(b: int) -> ThroughputPoint:
-        calls.append(b)
-        return ThroughputPoint(batch_size=b, latency_ms=1.0, samples_per_s=100.0 * b)
+    measure = linear_points(calls)
 
     def peer(i: int, v: list[int]) -> list[int]:
         if i % 2 == 0:

@@ -63,15 +63,21 @@ def _build(name: str, monkeypatch) -> nn.Module:
             return torchvision.models.get_model(name, weights=None)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", torchvision.models.list_models(module=torchvision.models))
-def test_torchvision_zoo_same_report_with_leaves_from_calls(name: str, monkeypatch) -> None:
+def _zoo(name: str, monkeypatch) -> tuple[nn.Module, torch.Tensor]:
+    """A torchvision classification model in eval, its weights ones and integer buffers zeros
+    (no random init to wait for), and an input at its evaluation size."""
     model = _build(name, monkeypatch)
     model.eval()
     for t in (*model.parameters(), *model.buffers()):
         with torch.no_grad():
             t.copy_(torch.ones_like(t) if t.is_floating_point() else torch.zeros_like(t))
-    _same_reports(model, torch.randn(1, 3, _size(name), _size(name)), monkeypatch)
+    return model, torch.randn(1, 3, _size(name), _size(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", torchvision.models.list_models(module=torchvision.models))
+def test_torchvision_zoo_same_report_with_leaves_from_calls(name: str, monkeypatch) -> None:
+    _same_reports(*_zoo(name, monkeypatch), monkeypatch)
 
 
 @pytest.mark.slow
@@ -79,12 +85,7 @@ def test_torchvision_zoo_same_report_with_leaves_from_calls(name: str, monkeypat
 def test_torchvision_zoo_same_report_counted_on_meta(name: str, monkeypatch) -> None:
     # the counting-only route on meta (counting/meta_route.py) against the real kernels: the
     # same report in every count column, row, op name and note, still on the CPU
-    model = _build(name, monkeypatch)
-    model.eval()
-    for t in (*model.parameters(), *model.buffers()):
-        with torch.no_grad():
-            t.copy_(torch.ones_like(t) if t.is_floating_point() else torch.zeros_like(t))
-    x = torch.randn(1, 3, _size(name), _size(name))
+    model, x = _zoo(name, monkeypatch)
     monkeypatch.setenv(ROUTE_ENV, "meta")
     on_meta = _profile(model, x, True, monkeypatch)
     monkeypatch.setenv(ROUTE_ENV, "real")
