@@ -21,7 +21,7 @@ from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
-from modelprof.counting.meta_route import meta_asked, model_fits, on_meta
+from modelprof.counting.meta_route import meta_allowed, model_fits, on_meta
 from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
 from modelprof.report.rows import build_rows, join_rows, row_keys
@@ -198,8 +198,8 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
     step_cost = None
     static = None
     if _meta_first(model, mi, spec, sharded, guard):
-        static = on_meta(lambda meta: analyze(model, meta, training=False, no_grad=True,
-                                              dtype_requested=dtype_requested),
+        static = on_meta(lambda twin, meta: analyze(twin, meta, training=False, no_grad=True,
+                                                    dtype_requested=dtype_requested),
                          mi, guard)
     route = "real" if static is None else "meta"
     if spec.step is not None:
@@ -227,15 +227,15 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
 
 def _meta_first(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any,
                 guard: Any) -> bool:
-    """Whether to count this pass on meta first (``counting.meta_route``, asked for with
-    ``MODELPROF_STATIC_ROUTE=meta``): counting only, on the CPU, eval under no_grad, none of
+    """Whether to count this pass on meta first (``counting.meta_route``; never with
+    ``MODELPROF_STATIC_ROUTE=real``): counting only, on the CPU, eval under no_grad, none of
     amp, channels_last, a registry, a training step or a process group, and a model the route
     can trust."""
     opts = spec.opts
     return (not spec.timing and mi.device.type == "cpu" and spec.step is None
             and not spec.training and spec.no_grad and opts.amp is None
             and not opts.channels_last and spec.registry is None and guard is not None
-            and sharded.group is None and meta_asked() and model_fits(model, guard))
+            and sharded.group is None and meta_allowed() and model_fits(model, guard))
 
 
 def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list,

@@ -4,13 +4,15 @@ real pass wherever meta cannot be trusted, with no trace of the attempt. (The to
 tests/test_leaves.py, ``-m slow``.)"""
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from modelprof import profile
+from modelprof import ModelProfError, profile
+from modelprof.counting import meta_route
 from modelprof.counting.meta_route import ROUTE_ENV
 
 from helpers import equal_reports
@@ -181,12 +183,144 @@ def test_what_meta_cannot_be_trusted_with_runs_the_real_kernels(case: str, monke
     _equal(first, real)
 
 
-def test_the_meta_route_is_asked_for_by_the_environment_variable(monkeypatch) -> None:
-    # opt-in: by default (and with =real) the real kernels count
+def test_the_meta_route_is_the_default_and_real_turns_it_off(monkeypatch) -> None:
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
     monkeypatch.delenv(ROUTE_ENV, raising=False)
-    assert profile(model, (8,), timing=False).env["static_route"] == "real"
+    assert profile(model, (8,), timing=False).env["static_route"] == "meta"
     monkeypatch.setenv(ROUTE_ENV, "real")
     assert profile(model, (8,), timing=False).env["static_route"] == "real"
     monkeypatch.setenv(ROUTE_ENV, "meta")
     assert profile(model, (8,), timing=False).env["static_route"] == "meta"
+    # a timed profile, or one on another device, never takes it
+    monkeypatch.delenv(ROUTE_ENV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (three samples: a noisy-timing warning, maybe)
+        timed = profile(model, (8,), repeat=3, warmup=1, roofline=False)
+    assert timed.env["static_route"] == "real"
+
+
+# -- the twin: the meta forward runs on a structural copy, never on the user's module ---------
+
+class _Hooked(nn.Module):
+    """A forward hook bound to the module itself, and one registered on a child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+        self.seen: list[tuple] = []
+        self.register_forward_hook(self._hook)
+        self.a.register_forward_hook(lambda m, args, out: out * 2)
+
+    def _hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        self.seen.append((module is self, tuple(output.shape)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x).relu())
+
+
+def test_a_twin_runs_the_models_hooks_bound_to_itself(monkeypatch) -> None:
+    model = _Hooked().eval()
+    registries = {k: dict(v) for k, v in vars(model).items() if k.startswith("_") and
+                  isinstance(v, dict)}
+    first, real, caught = _both(model, torch.randn(3, 8), monkeypatch)
+    assert first.env["static_route"] == "meta" and caught == []
+    _equal(first, real)
+    # the hook ran once per pass, bound to the module that ran: the twin on meta (appending to
+    # the list both share, a plain attribute), then the model itself; a's hook's mul counted
+    assert model.seen == [(True, (3, 4)), (True, (3, 4))]
+    assert first._by_op["aten.mul.Tensor"].calls == 1
+    assert all(dict(getattr(model, k)) == v for k, v in registries.items())
+    assert all(not t.is_meta for t in model.state_dict().values())
+
+
+class _Unfollowed(nn.Module):
+    """Layers reached through a plain list, or a head that reads another module's weight
+    through a closure: what the twin does not make its own."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 8, bias=False)
+        self.fc = nn.Linear(8, 8)
+        weight = self.embed.weight
+        self.head = (lambda x: torch.nn.functional.linear(x, weight)) if how == "closure" \
+            else None
+        self.layers = [self.fc] if how == "list" else None   # (nn.Module registers no list)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc(x) if self.layers is None else self.layers[0](x)
+        return self.head(x) if self.head is not None else self.embed(x)
+
+
+@pytest.mark.parametrize("how", ["closure", "list", "control"])
+def test_what_the_twin_cannot_follow_runs_the_real_kernels(how: str, monkeypatch) -> None:
+    # a closure's CPU weight beside meta tensors, or the model's own fc called: either would
+    # be counted silently on meta (mm and addmm take a CPU operand there), so the attempt is
+    # dropped; the real pass counts both as the user's forward runs them
+    first, real, caught = _both(_Unfollowed(how).eval(), torch.randn(2, 8), monkeypatch)
+    assert first.env["static_route"] == ("meta" if how == "control" else "real")
+    assert caught == []
+    _equal(first, real)
+    # embed's 64 weights and fc's 72 charged once each, in every case: embed's to embed's
+    # call, or to the root's op that reads it
+    assert int(first.to_dataframe().params.iloc[0]) == 64 + 72
+
+
+class _Peeks(nn.Module):
+    """In the profiling thread, has a second thread forward the same model (held in a plain
+    list, as a server would hold it), and keeps what that thread saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.served: list = []   # [the model]
+        self.peer: list = []     # per forward of the other thread: what it saw, or its error
+        self.owner = threading.get_ident()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if threading.get_ident() == self.owner and self.peer == []:
+            model = self.served[0]
+
+            def other() -> None:
+                try:
+                    with torch.no_grad():
+                        out = model(torch.ones(1, 4))
+                    self.peer.append((model.fc.weight.is_meta, out))
+                except Exception as e:   # noqa: BLE001 - kept for the test to show
+                    self.peer.append(e)
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(timeout=60)
+        return self.fc(x)
+
+
+def test_another_thread_sees_the_model_as_it_is_while_meta_counts(monkeypatch) -> None:
+    # the old route swapped meta stand-ins into the user's module (functional_call), for every
+    # thread; the twin leaves it alone: the other thread's one forward runs on the real weights
+    # and gives their output, and the profile is refused as the real pass refuses it
+    # (profiling puts the model's state back at the end, over what the other thread does)
+    model = _Peeks().eval()
+    model.served.append(model)
+    expected = model.fc(torch.ones(1, 4)).detach()
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    with pytest.raises(ModelProfError, match="another thread called the modules of _Peeks "
+                                             "2 times"):
+        profile(model, (4,), timing=False)
+    assert len(model.peer) == 1, model.peer   # one forward, in the meta attempt, which it ended
+    on_meta, output = model.peer[0]
+    assert on_meta is False and torch.equal(output, expected)
+
+
+def test_a_model_that_fell_back_once_is_counted_on_the_real_kernels_next(monkeypatch) -> None:
+    model = _Branches().eval()   # (a data-dependent branch: the meta attempt falls back)
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    attempts: list = []
+    real_twin = meta_route.meta_twin
+    monkeypatch.setattr(meta_route, "meta_twin", lambda guard: attempts.append(1) or
+                        real_twin(guard))
+    reports = [profile(model, (4,), timing=False) for _ in range(3)]
+    assert [r.env["static_route"] for r in reports] == ["real"] * 3
+    assert attempts == [1]          # one attempt, then straight to the real kernels
+    assert reports[0].totals == reports[2].totals
+    other = _Branches().eval()      # another model is tried as before
+    profile(other, (4,), timing=False)
+    assert attempts == [1, 1]

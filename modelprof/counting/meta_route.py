@@ -2,10 +2,11 @@
 
 ``profile(model, inputs=x, timing=False)`` on the CPU spends most of its time in the model's
 kernels, which the counts do not need: every count follows from shapes, dtypes, strides and the
-ops run. So where it can be trusted, the static pass runs the user's own module with its
-parameters and buffers swapped for meta stand-ins (``torch.func.functional_call``, as
-``device="meta"`` does: no copy of the model) on meta copies of the inputs (same shapes, dtypes
-and strides), and counts what the CPU would run:
+ops run. So where it can be trusted, the static pass runs a *meta twin* of the user's module
+(``meta_twin``: a structural copy whose parameters and buffers are meta stand-ins, with the same
+classes, attributes, hooks and names; nothing of the user's module is changed, so another thread
+using it meanwhile sees it as it is) on meta copies of the inputs (same shapes, dtypes and
+strides), and counts what the CPU would run:
 
 * ``F.scaled_dot_product_attention`` as the CPU's fused kernel (``counting.meta_sdpa``, also
   inside ``nn.MultiheadAttention``'s slow path), ``t[i:j] = 2.0`` as the CPU sets an item;
@@ -27,25 +28,27 @@ amp, channels_last, registry, training step, process group, TorchScript or ``tor
 The meta forward is discarded — everything it made, its warnings included (re-emitted only
 when its result is used), the modules' attributes put back — and the real pass runs as before
 when it raises because it is on meta (a data-dependent branch: ``.item()``, boolean-mask
-indexing, ``nonzero``; an op with no meta kernel; a CPU tensor met inside the forward; a
-recurrent op; an ``nn.MultiheadAttention`` on its slow path) or when a formula asked for tensor
-values (``formulas.values.has_values``: grouped-matmul offsets, a ``cond`` predicate). An
-exception the model's own code raises (the innermost frame neither torch's nor modelprof's, no
-mention of meta) is the model's, and raised as the real pass would.
+indexing, ``nonzero``; an op with no meta kernel; a CPU tensor of one dimension or more met
+inside the forward, e.g. a weight a closure holds; a module of the user's model called, not its
+twin, through a reference the twin does not follow; a recurrent op; an
+``nn.MultiheadAttention`` on its slow path) or when a formula asked for tensor values
+(``formulas.values.has_values``: grouped-matmul offsets, a ``cond`` predicate). An exception the
+model's own code raises (the innermost frame neither torch's nor modelprof's, no mention of
+meta) is the model's, and raised as the real pass would. Another thread calling the model's
+modules while the twin runs is refused as the real pass refuses it (``runtime.hooks``).
 
-The route is opt-in, ``MODELPROF_STATIC_ROUTE=meta``: while the attempt runs, the user's module
-holds meta stand-ins for its parameters and buffers, and that is visible to every thread — another
-thread forwarding the same model at that moment would run on meta tensors and fail, where the
-real pass leaves its forwards alone (and refuses to profile, ``runtime/hooks.py``). Running it on
-a structural copy of the module instead would lift that. ``report.env["static_route"]`` says
-which ran (``"meta"`` or ``"real"``).
+It is the default; ``MODELPROF_STATIC_ROUTE=real`` turns it off. ``report.env["static_route"]``
+says which ran (``"meta"`` or ``"real"``).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
+import threading
+import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -56,12 +59,15 @@ from torch.nn.modules import module as _module
 
 from modelprof.counting.formulas.values import values_asked
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, MetaUntrusted, as_cpu
-from modelprof.runtime.guard import restore_modules
+from modelprof.runtime.guard import MODULE_REGISTRIES, restore_modules
+from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs
 
-__all__ = ["ROUTE_ENV", "cpu_fast_paths", "meta_asked", "meta_inputs", "model_fits", "on_meta"]
+__all__ = ["ROUTE_ENV", "cpu_fast_paths", "meta_allowed", "meta_inputs", "meta_twin", "model_fits",
+           "on_meta"]
 
-#: ``real``: always count with the real kernels (the default tries meta first)
+#: ``real``: always count with the real kernels (by default a counting-only CPU profile tries
+#: the meta route first)
 ROUTE_ENV = "MODELPROF_STATIC_ROUTE"
 # modules whose own fast path checks the device inline (the meta forward would take another);
 # recurrent layers, which the CPU runs as oneDNN's kernel (refused in the forward too)
@@ -70,13 +76,14 @@ _SCALARS = (int, float, bool, str, type(None))
 _PLAIN = (torch.Tensor, nn.Parameter)
 _STRIDED = torch.strided
 _META = torch.device("meta")
+#: the models whose meta attempt fell back: a data-dependent model (a detector's NMS) would fail
+#: again, so their next count goes straight to the real pass (the route is only a speed-up)
+_FELL_BACK: weakref.WeakSet = weakref.WeakSet()
 
 
-def meta_asked() -> bool:
-    """Whether ``MODELPROF_STATIC_ROUTE=meta`` asks for the meta route (opt-in: while the
-    attempt runs, the module's parameters are meta stand-ins for every thread, and another
-    thread's forward of the same model would see them)."""
-    return os.environ.get(ROUTE_ENV, "").strip().lower() == "meta"
+def meta_allowed() -> bool:
+    """Whether the meta route may be tried: unless ``MODELPROF_STATIC_ROUTE=real``."""
+    return os.environ.get(ROUTE_ENV, "").strip().lower() != "real"
 
 
 def model_fits(model: nn.Module, guard: Any) -> bool:
@@ -130,22 +137,90 @@ def meta_inputs(mi: ModelInputs, model_tensors: Iterable[torch.Tensor]) -> Model
     return dataclasses.replace(mi, args=args, kwargs=kwargs, device=_META)
 
 
-def on_meta(count: Callable[[ModelInputs], Any], mi: ModelInputs, guard: Any) -> Any:
-    """``count(meta inputs)`` and its warnings re-emitted, or None (nothing it made kept, the
-    modules' attributes put back) where the meta forward raised or cannot be trusted. An
-    exception the model's own code raised (not torch's, nor modelprof's), whose message does
-    not mention meta, is the model's: the real pass would raise it too, so it is raised (a
-    second forward could differ: a model counting its calls)."""
-    meta = meta_inputs(mi, guard.tensors)
+def meta_twin(guard: Any) -> tuple[nn.Module, dict[nn.Module, str]]:
+    """A structural copy of the model ``guard`` walked, on meta: (its root, its modules with
+    their names, as ``guard.names``). Each module is a new object of the same class whose
+    ``__dict__`` is a shallow copy of the original's, with its parameters and buffers meta
+    stand-ins (shapes, strides, dtypes, parameter-ness and ``requires_grad`` kept; one per
+    distinct tensor, so ties stay tied), its submodules their twins and its hook tables copied
+    (a hook bound to a module of the model bound to that module's twin: the twin's call runs
+    it). Every other attribute is the original's object: a module of the model reached through
+    one (a plain list of layers) is the user's own, which the meta forward must not call
+    (``on_meta``), and which another thread holding it sees unchanged. Nothing of the original
+    is changed."""
+    twins: dict[int, nn.Module] = {}
+    for m in guard.names:
+        twin = object.__new__(type(m))
+        object.__setattr__(twin, "__dict__", m.__dict__.copy())
+        twins[id(m)] = twin
+    stand_ins: dict[int, torch.Tensor] = {}
+
+    def tensor(t: Any) -> Any:
+        if t is None:
+            return None
+        new = stand_ins.get(id(t))
+        if new is None:
+            new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=_META)
+            if isinstance(t, nn.Parameter):
+                new = nn.Parameter(new, requires_grad=t.requires_grad)
+            elif t.requires_grad:
+                new.requires_grad_(True)
+            stand_ins[id(t)] = new
+        return new
+
+    def hook(h: Any) -> Any:
+        if isinstance(h, types.MethodType) and id(h.__self__) in twins:
+            return types.MethodType(h.__func__, twins[id(h.__self__)])
+        return h
+
+    names: dict[nn.Module, str] = {}
+    for m, name in guard.names.items():
+        twin = twins[id(m)]
+        names[twin] = name
+        d = twin.__dict__
+        for key in MODULE_REGISTRIES:
+            table = d.get(key)
+            if table is None:
+                continue
+            if key == "_parameters" or key == "_buffers":
+                d[key] = type(table)((k, tensor(v)) for k, v in table.items())
+            elif key == "_modules":
+                d[key] = type(table)((k, None if v is None else twins[id(v)])
+                                     for k, v in table.items())
+            elif isinstance(table, dict):
+                d[key] = type(table)((k, hook(v)) for k, v in table.items())
+            else:   # (a set of names; each table copied, so the twin never writes the user's)
+                d[key] = table.copy()
+    return twins[id(guard.model)], names
+
+
+def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
+            guard: Any) -> Any:
+    """``count(the model's meta twin, meta inputs)`` (``meta_twin``) and its warnings
+    re-emitted, or None (nothing it made kept) where the meta forward raised or cannot be
+    trusted: it called a module of the model itself (a reference the twin does not follow),
+    or met a CPU tensor of one dimension or more. An exception the model's own code raised (not
+    torch's, nor modelprof's), whose message does not mention meta, is the model's: the real
+    pass would raise it too, so it is raised (a second forward could differ: a model counting
+    its calls). Another thread calling the model's modules meanwhile is refused as the real
+    pass refuses it (``runtime.hooks``): profiling puts the model's state back at the end.
+    A model whose attempt fell back once is not tried again (``_FELL_BACK``)."""
+    meta = meta_inputs(mi, guard.tensors) if guard.model not in _FELL_BACK else None
     if meta is None:
         return None
-    state = guard.module_state()
+    try:
+        twin, names = meta_twin(guard)
+    except Exception:   # noqa: BLE001 - a module the copy cannot make: the real pass counts
+        _FELL_BACK.add(guard.model)
+        return None
+    state = guard.module_state()   # (what the forward may still reach of the original)
     failure = result = None
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, \
+            module_hooks(guard.model, _untrusted, _ignore, guard.names):
         warnings.simplefilter("always")
         try:
-            with as_cpu(), cpu_fast_paths(guard.names), values_asked() as asked:
-                result = count(meta)
+            with as_cpu(), cpu_fast_paths(names), values_asked() as asked:
+                result = count(twin, meta)
             if asked:   # a formula's count depends on values the meta tensors do not have
                 raise MetaUntrusted("a formula asked for tensor values")
         except Exception as e:   # noqa: BLE001 - any failure on meta: count with the real kernels
@@ -153,12 +228,22 @@ def on_meta(count: Callable[[ModelInputs], Any], mi: ModelInputs, guard: Any) ->
     if failure is not None:
         restore_modules(state)
         if not _the_models_own(failure):
+            _FELL_BACK.add(guard.model)
             return None
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if failure is not None:
         raise failure
     return result
+
+
+def _untrusted(module: nn.Module, *_: Any) -> None:
+    """A module of the model itself, not its twin, called by the meta forward in this thread."""
+    raise MetaUntrusted(f"the meta forward called the model's own {type(module).__name__}")
+
+
+def _ignore(*_: Any) -> None:
+    return None
 
 
 # where torch's and modelprof's own code lies (an exception raised there is not the model's)
@@ -193,14 +278,18 @@ def cpu_fast_paths(modules: Iterable[nn.Module]) -> Iterator[None]:
         return
     original = _activation._check_arg_device
     calls: list[list] = []    # per running call: [module, the popped mode, the check ran]
+    owner, get_ident = threading.get_ident(), threading.get_ident
 
-    def check(x: Any) -> bool:
+    def check(x: Any) -> bool:   # (patched for every thread: another's calls pass through)
+        if get_ident() != owner:
+            return original(x)
         if calls:
             calls[-1][2] = True
         return original(x) or (x is not None and x.device.type == "meta")
 
     def pre(module: nn.Module, args: tuple) -> None:
-        if id(module) in attention and len(args) >= 3 and args[0] is args[1] is args[2]:
+        if id(module) in attention and len(args) >= 3 and args[0] is args[1] is args[2] and \
+                get_ident() == owner:
             mode = torch.overrides._get_current_function_mode()
             if not isinstance(mode, FusedMetaSDPA) or torch.is_grad_enabled():
                 raise MetaUntrusted("another torch-function mode, or grad, is on")

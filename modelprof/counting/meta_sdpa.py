@@ -24,7 +24,10 @@ for what the CPU does differently above the dispatcher:
   any other (cross-attention: the slow path on the CPU too) runs with its SDPA call fused as
   the CPU fuses it (a handler runs with the mode off: the call would not reach it);
 * so do the recurrent layers' ops (``torch.lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``), which
-  the CPU runs as oneDNN's ``mkldnn_rnn_layer`` and meta as their decomposition.
+  the CPU runs as oneDNN's ``mkldnn_rnn_layer`` and meta as their decomposition;
+* a CPU tensor of one dimension or more among a call's arguments raises ``MetaUntrusted``: meta
+  kernels such as ``mm`` take one beside meta tensors, so a tensor the route did not make a
+  stand-in of (held by a closure) would be counted on, unseen.
 """
 from __future__ import annotations
 
@@ -158,6 +161,9 @@ class FusedMetaSDPA(TorchFunctionMode):
             if bound is not None and fused_on_cpu(bound):
                 return fused_sdpa(bound)
         elif getattr(_STRICT, "on", False):
+            if _cpu_tensor_in(args) or (kwargs and _cpu_tensor_in(kwargs.values())):
+                raise MetaUntrusted(f"{getattr(func, '__name__', func)} met a CPU tensor "
+                                    "on meta")
             if func is _SETITEM and len(args) == 3 and not kwargs and \
                     type(args[2]) in _NUMBERS and type(args[0]) is torch.Tensor:
                 return _cpu_setitem(*args)
@@ -170,6 +176,21 @@ class FusedMetaSDPA(TorchFunctionMode):
             if func in _RNNS:
                 raise MetaUntrusted(f"{func.__name__} runs oneDNN's kernel on the CPU")
         return func(*args, **kwargs)
+
+
+def _cpu_tensor_in(args: Any) -> bool:
+    """Whether ``args`` (or a list or tuple among them) holds a CPU tensor of one dimension or
+    more: on meta, where ops such as ``mm`` or ``conv2d`` take it beside meta tensors, it would
+    be counted, but it is no stand-in: a tensor the meta route did not see (a closure's), or one
+    the forward made without a device (a 0-dim CPU scalar is taken as on the CPU)."""
+    for a in args:
+        kind = type(a)
+        if kind in _PLAIN:
+            if a.is_cpu and a.dim():
+                return True
+        elif (kind is list or kind is tuple) and _cpu_tensor_in(a):
+            return True
+    return False
 
 
 def _fused_or_as_is(*args: Any, **kwargs: Any) -> torch.Tensor:

@@ -64,18 +64,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.errors import ModelProfWarning
 
-__all__ = ["BUFFER_COPY_LIMIT_BYTES", "StateGuard", "preserved_state", "restore_modules",
-           "set_training"]
+__all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
+           "restore_modules", "set_training"]
 
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 """Buffers are cloned up front when all of them together take at most this many bytes."""
 
-# nn.Module's own registries: restored by content (they are mutated in place, never rebound)
-_SLOTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
-          "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-          "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
-          "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
-          "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+#: nn.Module's own registries in its ``__dict__`` (tensors, submodules, hooks): restored by
+#: content (they are mutated in place, never rebound)
+MODULE_REGISTRIES = (
+    "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_forward_hooks",
+    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks",
+    "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks")
 
 # ops whose schema does not say that they write their running statistics: arguments 3 and 4,
 # written when argument 5 (``training`` / ``use_input_stats``) is true
@@ -338,7 +340,7 @@ class StateGuard:
             d = m.__dict__
             if record:
                 attrs = d.copy()
-                keys = tuple(compress(_SLOTS, map(d.get, _SLOTS)))  # registries holding some
+                keys = tuple(compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES)))  # registries holding some
                 self._modules.append((m, type(m), attrs, keys,
                                       tuple(map(_copied, map(d.__getitem__, keys))), prefix))
             else:
@@ -389,7 +391,7 @@ class StateGuard:
         state = []
         for m in self.names:
             d = m.__dict__
-            keys = tuple(compress(_SLOTS, map(d.get, _SLOTS)))
+            keys = tuple(compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES)))
             copies = tuple(map(_copied, map(d.__getitem__, keys)))
             state.append((m, type(m), d.copy(), keys, copies))
         return state
@@ -615,8 +617,8 @@ def _restore_module(m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[
             if current.get(k, _MISSING) is not v:
                 current[k] = v
     # the registry objects are the originals now; their contents as on entry
-    if tuple(compress(_SLOTS, map(current.get, _SLOTS))) != keys:
-        for k in _SLOTS:
+    if tuple(compress(MODULE_REGISTRIES, map(current.get, MODULE_REGISTRIES))) != keys:
+        for k in MODULE_REGISTRIES:
             if k not in keys and current.get(k):
                 current[k].clear()
     for k, saved in zip(keys, copies):
