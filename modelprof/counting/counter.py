@@ -31,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
+from modelprof.counting.meta_cache import run_meta
 from modelprof.counting.meta_sdpa import FusedMetaSDPA
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
@@ -425,7 +426,7 @@ class OpCounter(TorchDispatchMode):
             self._charge_packed(args)
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
-        out = func(*args, **kwargs)
+        out = run_meta(func, args, kwargs) if self.meta_sdpa else func(*args, **kwargs)
         try:
             cost = formula(args, kwargs, out)
         except Exception as e:  # noqa: BLE001 - a formula meeting a nested tensor: per component
