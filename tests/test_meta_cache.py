@@ -42,9 +42,9 @@ class Calls:
 
 @pytest.fixture(autouse=True)
 def _empty_table():
-    meta_cache._table.clear()
+    meta_cache.clear()
     yield
-    meta_cache._table.clear()
+    meta_cache.clear()
 
 
 def test_a_repeat_is_made_from_the_table_with_the_kernels_metadata() -> None:
@@ -134,7 +134,7 @@ def test_reports_on_meta_are_the_same_with_the_table_as_without(device, monkeypa
     x = torch.randn(2, 5, 16)
 
     def counted(table: bool):
-        meta_cache._table.clear()
+        meta_cache.clear()
         if not table:
             monkeypatch.setattr(counter_mod, "run_meta", lambda f, a, k: f(*a, **k))
         with warnings.catch_warnings():

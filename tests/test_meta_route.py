@@ -324,3 +324,22 @@ def test_a_model_that_fell_back_once_is_counted_on_the_real_kernels_next(monkeyp
     other = _Branches().eval()      # another model is tried as before
     profile(other, (4,), timing=False)
     assert attempts == [1, 1]
+
+
+def test_torchvision_detectors_are_not_tried(monkeypatch) -> None:
+    # their NMS (torchvision::nms) has no meta kernel and runs after the backbone: an attempt
+    # would fail late and cost about one meta forward; a module of that package is enough
+    class Head(nn.Linear):
+        pass
+
+    Head.__module__ = "torchvision.models.detection.roi_heads"
+    attempts: list = []
+    real_twin = meta_route.meta_twin
+    monkeypatch.setattr(meta_route, "meta_twin", lambda guard: attempts.append(1) or
+                        real_twin(guard))
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    detector = nn.Sequential(nn.Linear(4, 4), Head(4, 2)).eval()
+    assert profile(detector, (4,), timing=False).env["static_route"] == "real"
+    plain = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)).eval()   # (the control)
+    assert profile(plain, (4,), timing=False).env["static_route"] == "meta"
+    assert attempts == [1]

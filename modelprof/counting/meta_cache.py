@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["LIMIT", "run_meta"]
+__all__ = ["LIMIT", "clear", "run_meta"]
 
 #: entries kept before the table is emptied (each a few hundred bytes)
 LIMIT = 8192
@@ -64,6 +64,11 @@ def run_meta(func: Any, args: tuple, kwargs: dict) -> Any:
             _table.clear()
         _table[key] = made
     return out
+
+
+def clear() -> None:
+    """Empty the table (a benchmark timing a first profile; tests)."""
+    _table.clear()
 
 
 def _may_cache(func: Any) -> bool:

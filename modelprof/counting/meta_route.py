@@ -21,7 +21,8 @@ as inputs (nested in lists, tuples and dicts beside plain scalars; none of them 
 own), plain strided CPU parameters and buffers, no other tensor or packed weight among the
 modules' attributes, no module with a fast path of its own that checks the device
 (``nn.TransformerEncoderLayer``, ``nn.TransformerEncoder``), no recurrent layer (oneDNN's kernel
-on the CPU) nor a subclass of ``nn.MultiheadAttention``, no deterministic algorithms
+on the CPU) nor a subclass of ``nn.MultiheadAttention``, no module of torchvision's detectors
+(their NMS has no meta kernel: the attempt would fail late), no deterministic algorithms
 (``F.interpolate`` decomposes off the CPU), no inference mode, eval mode under ``no_grad``, no
 amp, channels_last, registry, training step, process group, TorchScript or ``torch.compile``.
 
@@ -63,8 +64,8 @@ from modelprof.runtime.guard import MODULE_REGISTRIES, restore_modules
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs
 
-__all__ = ["ROUTE_ENV", "cpu_fast_paths", "meta_allowed", "meta_inputs", "meta_twin", "model_fits",
-           "on_meta"]
+__all__ = ["ROUTE_ENV", "cpu_fast_paths", "forget", "meta_allowed", "meta_inputs", "meta_twin",
+           "model_fits", "on_meta"]
 
 #: ``real``: always count with the real kernels (by default a counting-only CPU profile tries
 #: the meta route first)
@@ -72,6 +73,10 @@ ROUTE_ENV = "MODELPROF_STATIC_ROUTE"
 # modules whose own fast path checks the device inline (the meta forward would take another);
 # recurrent layers, which the CPU runs as oneDNN's kernel (refused in the forward too)
 _UNTRUSTED = (nn.TransformerEncoderLayer, nn.TransformerEncoder, nn.RNNBase)
+# modules from packages whose models are known to fall back after most of the forward, where
+# the attempt would only add its cost: torchvision's detectors (their non-maximum suppression,
+# ``torchvision::nms``, has no meta kernel, and runs after the backbone)
+_FALLS_BACK = ("torchvision.models.detection.",)
 _SCALARS = (int, float, bool, str, type(None))
 _PLAIN = (torch.Tensor, nn.Parameter)
 _STRIDED = torch.strided
@@ -86,6 +91,11 @@ def meta_allowed() -> bool:
     return os.environ.get(ROUTE_ENV, "").strip().lower() != "real"
 
 
+def forget(model: nn.Module) -> None:
+    """Try the meta route for ``model`` again, though its attempt fell back before."""
+    _FELL_BACK.discard(model)
+
+
 def model_fits(model: nn.Module, guard: Any) -> bool:
     """Whether nothing in ``model`` (as ``guard``'s walk saw it) could make its meta forward
     count other than its CPU forward."""
@@ -95,7 +105,8 @@ def model_fits(model: nn.Module, guard: Any) -> bool:
         return False
     for kind in set(map(type, guard.names)):
         if issubclass(kind, _UNTRUSTED) or (issubclass(kind, nn.MultiheadAttention)
-                                            and kind is not nn.MultiheadAttention):
+                                            and kind is not nn.MultiheadAttention) or \
+                kind.__module__.startswith(_FALLS_BACK):
             return False
     # a tensor (or packed weight) held outside the parameters and buffers stays on the CPU
     if any(issubclass(kind, (torch.Tensor, torch.ScriptObject))
