@@ -5,10 +5,12 @@ tests/test_leaves.py, ``-m slow``.)"""
 from __future__ import annotations
 
 import threading
+import types
 import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from modelprof import ModelProfError, profile
@@ -202,35 +204,128 @@ def test_the_meta_route_is_the_default_and_real_turns_it_off(monkeypatch) -> Non
 # -- the twin: the meta forward runs on a structural copy, never on the user's module ---------
 
 class _Hooked(nn.Module):
-    """A forward hook bound to the module itself, and one registered on a child."""
+    """A forward hook bound to the module itself, keeping what it sees."""
 
     def __init__(self) -> None:
         super().__init__()
         self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
-        self.seen: list[tuple] = []
+        self.seen: list = []
         self.register_forward_hook(self._hook)
-        self.a.register_forward_hook(lambda m, args, out: out * 2)
 
     def _hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        self.seen.append((module is self, tuple(output.shape)))
+        self.seen.append(output)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.b(self.a(x).relu())
 
 
-def test_a_twin_runs_the_models_hooks_bound_to_itself(monkeypatch) -> None:
+def test_a_model_with_forward_hooks_is_counted_on_the_real_kernels(monkeypatch) -> None:
+    # the user's hook would see (and keep) meta tensors
     model = _Hooked().eval()
-    registries = {k: dict(v) for k, v in vars(model).items() if k.startswith("_") and
-                  isinstance(v, dict)}
     first, real, caught = _both(model, torch.randn(3, 8), monkeypatch)
-    assert first.env["static_route"] == "meta" and caught == []
+    assert first.env["static_route"] == "real" and caught == []
     _equal(first, real)
-    # the hook ran once per pass, bound to the module that ran: the twin on meta (appending to
-    # the list both share, a plain attribute), then the model itself; a's hook's mul counted
-    assert model.seen == [(True, (3, 4)), (True, (3, 4))]
-    assert first._by_op["aten.mul.Tensor"].calls == 1
-    assert all(dict(getattr(model, k)) == v for k, v in registries.items())
-    assert all(not t.is_meta for t in model.state_dict().values())
+    assert [t.device.type for t in model.seen] == ["cpu", "cpu"]
+
+
+class _Caches(nn.Module):
+    """Fills a dict and a list of its own in the forward (a memo of position tables)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.table: dict = {}
+        self.log: list = [[]]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        if n not in self.table:
+            self.table[n] = torch.arange(n, device=x.device, dtype=x.dtype)[:, None]
+        self.log[0].append(n)
+        return self.fc(x + self.table[n])
+
+
+def test_what_the_forward_stores_on_the_twin_stays_there(monkeypatch) -> None:
+    model = _Caches().eval()
+    x = torch.randn(3, 8)
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    assert profile(model, inputs=x, timing=False).env["static_route"] == "meta"
+    # the twin filled copies of the dict and the nested list: the user's are as they were
+    assert model.table == {} and model.log == [[]]
+    assert model(x).device.type == "cpu"
+
+
+class _Cases(nn.Module):
+    """One way each in which a meta forward would differ from the CPU's unseen."""
+
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.case = case
+        self.fc = nn.Linear(8, 8)
+        self.conv = nn.Conv2d(2, 2, 1)
+        self.bn = nn.BatchNorm1d(8)
+        self.bag = nn.EmbeddingBag(10, 8, mode="mean")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        case = self.case
+        if case == "device_branch":     # the CPU branch on the CPU
+            return self.fc(x) if x.is_cpu else self.fc(self.fc(x))
+        if case == "cpu_only":          # raises off the CPU (x.is_cpu read: not trusted)
+            if not x.is_cpu:
+                raise ValueError("this model only runs on the CPU")
+            return self.fc(x)
+        if case == "channels_last":     # the CPU's conv keeps the layout, meta's does not
+            y = self.conv(x.reshape(2, 2, 2, 4).contiguous(memory_format=torch.channels_last))
+            return self.fc(y.flatten(2).transpose(1, 2).reshape(-1, 8))
+        if case == "functional_bn":     # eval batch norm's saved statistics: empty on the CPU
+            return F.batch_norm(self.fc(x), self.bn.running_mean, self.bn.running_var)
+        if case == "scalar_to":         # on the CPU, .to(x.device) returns the tensor itself
+            return self.fc(x) * torch.tensor(2.0).to(x.device)
+        if case == "bag":
+            return self.bag(torch.arange(4, device=x.device).reshape(2, 2)).sum() + x
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("case, route", [
+    ("device_branch", "real"), ("cpu_only", "real"), ("channels_last", "real"),
+    ("functional_bn", "meta"), ("scalar_to", "meta"), ("bag", "real"), ("plain", "meta"),
+    ("slots", "real"), ("grad_input", "real"), ("inference_input", "real")])
+def test_a_meta_forward_that_could_differ_is_not_trusted(case, route, monkeypatch) -> None:
+    model, x = _Cases(case).eval(), torch.randn(4, 8)
+    if case == "slots":   # a twin copies the __dict__, not the slots
+        class Slotted(_Cases):
+            __slots__ = ("extra",)
+        model = Slotted("plain").eval()
+    elif case == "grad_input":    # a forward may branch on x.requires_grad
+        x.requires_grad_()
+    elif case == "inference_input":
+        with torch.inference_mode():
+            x = torch.randn(4, 8)
+    first, real, caught = _both(model, x, monkeypatch)
+    assert first.env["static_route"] == route and caught == []
+    _equal(first, real)   # and meta, where it ran, gave the CPU's report (bytes included)
+
+
+def test_another_threads_warnings_are_shown_while_the_twin_counts(monkeypatch) -> None:
+    class Warns(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            warnings.warn("from the model")
+            t = threading.Thread(target=lambda: warnings.warn("from another thread"))
+            t.start()
+            t.join(timeout=60)
+            return self.fc(x)
+
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        report = profile(Warns().eval(), (4,), timing=False)
+    assert report.env["static_route"] == "meta"
+    # the model's warning once (re-emitted after the count), the other thread's as it came
+    assert sorted(str(w.message) for w in seen) == ["from another thread", "from the model"]
 
 
 class _Unfollowed(nn.Module):
@@ -273,20 +368,22 @@ class _Peeks(nn.Module):
         super().__init__()
         self.fc = nn.Linear(4, 4)
         self.served: list = []   # [the model]
-        self.peer: list = []     # per forward of the other thread: what it saw, or its error
+        # per forward of the other thread: what it saw, or its error (in an object the twin
+        # shares: a list attribute of its own would be the twin's copy)
+        self.peer = types.SimpleNamespace(seen=[])
         self.owner = threading.get_ident()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if threading.get_ident() == self.owner and self.peer == []:
+        if threading.get_ident() == self.owner and self.peer.seen == []:
             model = self.served[0]
 
             def other() -> None:
                 try:
                     with torch.no_grad():
                         out = model(torch.ones(1, 4))
-                    self.peer.append((model.fc.weight.is_meta, out))
+                    self.peer.seen.append((model.fc.weight.is_meta, out))
                 except Exception as e:   # noqa: BLE001 - kept for the test to show
-                    self.peer.append(e)
+                    self.peer.seen.append(e)
             t = threading.Thread(target=other)
             t.start()
             t.join(timeout=60)
@@ -305,8 +402,8 @@ def test_another_thread_sees_the_model_as_it_is_while_meta_counts(monkeypatch) -
     with pytest.raises(ModelProfError, match="another thread called the modules of _Peeks "
                                              "2 times"):
         profile(model, (4,), timing=False)
-    assert len(model.peer) == 1, model.peer   # one forward, in the meta attempt, which it ended
-    on_meta, output = model.peer[0]
+    assert len(model.peer.seen) == 1, model.peer.seen   # one forward, in the meta attempt
+    on_meta, output = model.peer.seen[0]
     assert on_meta is False and torch.equal(output, expected)
 
 
@@ -343,3 +440,25 @@ def test_torchvision_detectors_are_not_tried(monkeypatch) -> None:
     plain = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)).eval()   # (the control)
     assert profile(plain, (4,), timing=False).env["static_route"] == "meta"
     assert attempts == [1]
+
+
+class _ChecksDevice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":   # what the route cannot see (README)
+            raise ValueError("this model only runs on the CPU")
+        return self.fc(x)
+
+
+def test_the_models_own_error_on_meta_is_raised_with_a_note_on_the_route(monkeypatch) -> None:
+    # raised as the model's (a model may count its calls: a second forward could pass), with
+    # the way out in a note; =real counts it
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    with pytest.raises(ModelProfError, match="only runs on the CPU") as e:
+        profile(_ChecksDevice().eval(), (4,), timing=False)
+    assert any("MODELPROF_STATIC_ROUTE=real" in note for note in e.value.__notes__)
+    monkeypatch.setenv(ROUTE_ENV, "real")
+    assert profile(_ChecksDevice().eval(), (4,), timing=False).totals["macs"] == 16

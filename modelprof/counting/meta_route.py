@@ -18,36 +18,43 @@ strides), and counts what the CPU would run:
 
 It is tried only when nothing in reach could make the meta forward differ: plain CPU tensors
 as inputs (nested in lists, tuples and dicts beside plain scalars; none of them the model's
-own), plain strided CPU parameters and buffers, no other tensor or packed weight among the
-modules' attributes, no module with a fast path of its own that checks the device
-(``nn.TransformerEncoderLayer``, ``nn.TransformerEncoder``), no recurrent layer (oneDNN's kernel
-on the CPU) nor a subclass of ``nn.MultiheadAttention``, no module of torchvision's detectors
-(their NMS has no meta kernel: the attempt would fail late), no deterministic algorithms
-(``F.interpolate`` decomposes off the CPU), no inference mode, eval mode under ``no_grad``, no
-amp, channels_last, registry, training step, process group, TorchScript or ``torch.compile``.
+own, none requiring grad, conjugate, negative or an inference tensor), plain strided CPU
+parameters and buffers, no other tensor or packed weight among the modules' attributes, no
+module with a fast path of its own that checks the device (``nn.TransformerEncoderLayer``,
+``nn.TransformerEncoder``), no recurrent layer (oneDNN's kernel on the CPU) nor a subclass of
+``nn.MultiheadAttention``, no module of torchvision's detectors (their NMS has no meta kernel:
+the attempt would fail late), no forward hook of the user's (it would see meta tensors), no
+``__slots__`` (a twin copies the ``__dict__``), no deterministic algorithms (``F.interpolate``
+decomposes off the CPU), no inference mode, eval mode under ``no_grad``, no amp,
+channels_last, registry, training step, process group, TorchScript or ``torch.compile``.
 
 The meta forward is discarded — everything it made, its warnings included (re-emitted only
-when its result is used), the modules' attributes put back — and the real pass runs as before
-when it raises because it is on meta (a data-dependent branch: ``.item()``, boolean-mask
-indexing, ``nonzero``; an op with no meta kernel; a CPU tensor of one dimension or more met
-inside the forward, e.g. a weight a closure holds; a module of the user's model called, not its
-twin, through a reference the twin does not follow; a recurrent op; an
-``nn.MultiheadAttention`` on its slow path) or when a formula asked for tensor values
-(``formulas.values.has_values``: grouped-matmul offsets, a ``cond`` predicate). An exception the
-model's own code raises (the innermost frame neither torch's nor modelprof's, no mention of
-meta) is the model's, and raised as the real pass would. Another thread calling the model's
-modules while the twin runs is refused as the real pass refuses it (``runtime.hooks``).
+when its result is used), the modules' attributes put back — and the real pass runs when it
+raises because it is on meta (a data-dependent branch: ``.item()``, boolean-mask indexing,
+``nonzero``; an op with no meta kernel), because ``as_cpu`` does not trust it (a CPU tensor of
+one dimension or more met inside the forward, e.g. a weight a closure holds; a channels-last
+convolution; ``embedding_bag``; the model's own code reading ``x.is_cpu``; a recurrent op; an
+``nn.MultiheadAttention`` on its slow path), or because it called a module of the user's model,
+not its twin, through a reference the twin does not follow; or when a formula asked for tensor
+values (``formulas.values.has_values``: grouped-matmul offsets, a
+``cond`` predicate). An exception the model's own code raises (the innermost frame neither
+torch's nor modelprof's, no mention of meta) is the model's, and raised as the real pass would
+(a second forward could differ: a model counting its calls), with a note on the route. Another
+thread calling the model's modules while the twin runs is refused as the real pass refuses it
+(``runtime.hooks``). A forward that branches on ``x.device.type`` itself is not seen
+(``x.device`` is read everywhere to make tensors beside ``x``): ``MODELPROF_STATIC_ROUTE=real``
+counts such a model on the CPU.
 
 It is the default; ``MODELPROF_STATIC_ROUTE=real`` turns it off. ``report.env["static_route"]``
 says which ran (``"meta"`` or ``"real"``).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
 import threading
-import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -112,13 +119,27 @@ def model_fits(model: nn.Module, guard: Any) -> bool:
     if any(issubclass(kind, (torch.Tensor, torch.ScriptObject))
            for kind in guard.attribute_types):
         return False
+    # the user's forward hooks would see meta tensors (and keep them); slots are not copied
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks or any(
+            m._forward_hooks or m._forward_pre_hooks for m in guard.names) or \
+            any(map(_has_slots, set(map(type, guard.names)))):
+        return False
     return all(type(t) in _PLAIN and t.is_cpu and t.layout is _STRIDED and not t.is_quantized
                for t in guard.tensors)
 
 
+def _has_slots(kind: type) -> bool:
+    """Whether ``kind`` (or a base) keeps attributes in ``__slots__`` (a twin copies only the
+    ``__dict__``)."""
+    return any(set(getattr(k, "__slots__", ())) - {"__dict__", "__weakref__"}
+               for k in kind.__mro__ if k is not object and "__slots__" in vars(k))
+
+
 def meta_inputs(mi: ModelInputs, model_tensors: Iterable[torch.Tensor]) -> ModelInputs | None:
     """``mi`` on the meta device (each distinct tensor once, its strides kept), or None where
-    an input is no plain CPU tensor, scalar, list, tuple or dict, or is the model's own."""
+    an input is no plain CPU tensor, scalar, list, tuple or dict, or is the model's own, or is
+    one whose ``requires_grad``, conjugate or negative bit, or inference flag a stand-in would
+    not keep."""
     own = set(map(id, model_tensors))
     done: dict[int, torch.Tensor] = {}
 
@@ -127,8 +148,10 @@ def meta_inputs(mi: ModelInputs, model_tensors: Iterable[torch.Tensor]) -> Model
         if kind is torch.Tensor:
             new = done.get(id(obj))
             if new is None:
+                # (a forward may read what a stand-in would not keep: grad, conj, inference)
                 if id(obj) in own or not obj.is_cpu or obj.layout is not _STRIDED or \
-                        obj.is_nested or obj.is_quantized:
+                        obj.is_nested or obj.is_quantized or obj.requires_grad or \
+                        obj.is_conj() or obj.is_neg() or obj.is_inference():
                     raise MetaUntrusted
                 new = done[id(obj)] = torch.empty_strided(obj.shape, obj.stride(),
                                                           dtype=obj.dtype, device=_META)
@@ -151,14 +174,13 @@ def meta_inputs(mi: ModelInputs, model_tensors: Iterable[torch.Tensor]) -> Model
 def meta_twin(guard: Any) -> tuple[nn.Module, dict[nn.Module, str]]:
     """A structural copy of the model ``guard`` walked, on meta: (its root, its modules with
     their names, as ``guard.names``). Each module is a new object of the same class whose
-    ``__dict__`` is a shallow copy of the original's, with its parameters and buffers meta
-    stand-ins (shapes, strides, dtypes, parameter-ness and ``requires_grad`` kept; one per
-    distinct tensor, so ties stay tied), its submodules their twins and its hook tables copied
-    (a hook bound to a module of the model bound to that module's twin: the twin's call runs
-    it). Every other attribute is the original's object: a module of the model reached through
-    one (a plain list of layers) is the user's own, which the meta forward must not call
-    (``on_meta``), and which another thread holding it sees unchanged. Nothing of the original
-    is changed."""
+    ``__dict__`` is a copy of the original's, with its parameters and buffers meta stand-ins
+    (shapes, strides, dtypes, parameter-ness and ``requires_grad`` kept; one per distinct
+    tensor, so ties stay tied), its submodules their twins, its registries and its lists,
+    tuples, dicts and sets copied (``_copied``: a forward filling a cache there fills the
+    twin's). Every other attribute is the original's object: a module of the model reached
+    through one is the user's own, which the meta forward must not call (``on_meta``), and
+    which another thread holding it sees unchanged. Nothing of the original is changed."""
     twins: dict[int, nn.Module] = {}
     for m in guard.names:
         twin = object.__new__(type(m))
@@ -179,30 +201,46 @@ def meta_twin(guard: Any) -> tuple[nn.Module, dict[nn.Module, str]]:
             stand_ins[id(t)] = new
         return new
 
-    def hook(h: Any) -> Any:
-        if isinstance(h, types.MethodType) and id(h.__self__) in twins:
-            return types.MethodType(h.__func__, twins[id(h.__self__)])
-        return h
-
     names: dict[nn.Module, str] = {}
+    budget = [_COPY_LIMIT]
     for m, name in guard.names.items():
         twin = twins[id(m)]
         names[twin] = name
         d = twin.__dict__
-        for key in MODULE_REGISTRIES:
-            table = d.get(key)
-            if table is None:
-                continue
+        for key, value in d.items():
             if key == "_parameters" or key == "_buffers":
-                d[key] = type(table)((k, tensor(v)) for k, v in table.items())
+                d[key] = type(value)((k, tensor(v)) for k, v in value.items())
             elif key == "_modules":
-                d[key] = type(table)((k, None if v is None else twins[id(v)])
-                                     for k, v in table.items())
-            elif isinstance(table, dict):
-                d[key] = type(table)((k, hook(v)) for k, v in table.items())
-            else:   # (a set of names; each table copied, so the twin never writes the user's)
-                d[key] = table.copy()
+                d[key] = type(value)((k, None if v is None else twins[id(v)])
+                                     for k, v in value.items())
+            elif type(value) in _CONTAINERS or key in MODULE_REGISTRIES:
+                d[key] = _copied(value, budget, 0)
     return twins[id(guard.model)], names
+
+
+# containers a twin copies (their items as they are), how deep, and how many items in all
+_CONTAINERS = (list, tuple, dict, set, collections.OrderedDict)
+_COPY_DEPTH = 4
+_COPY_LIMIT = 100_000
+
+
+def _copied(value: Any, budget: list[int], depth: int) -> Any:
+    """``value`` with its nested lists, tuples, dicts and sets copied (raises ``MetaUntrusted``
+    past ``_COPY_DEPTH`` levels or ``_COPY_LIMIT`` items: the real pass counts then)."""
+    kind = type(value)
+    if kind not in _CONTAINERS and not isinstance(value, (dict, set)):
+        return value
+    budget[0] -= len(value)
+    if depth > _COPY_DEPTH or budget[0] < 0:
+        raise MetaUntrusted("attributes too deep or too large to copy")
+    if isinstance(value, dict):
+        copy = value.copy()   # (a registry's own dict type kept)
+        for k, v in copy.items():
+            if type(v) in _CONTAINERS:
+                copy[k] = _copied(v, budget, depth + 1)
+        return copy
+    items = [_copied(v, budget, depth + 1) if type(v) in _CONTAINERS else v for v in value]
+    return kind(items)
 
 
 def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
@@ -210,12 +248,12 @@ def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
     """``count(the model's meta twin, meta inputs)`` (``meta_twin``) and its warnings
     re-emitted, or None (nothing it made kept) where the meta forward raised or cannot be
     trusted: it called a module of the model itself (a reference the twin does not follow),
-    or met a CPU tensor of one dimension or more. An exception the model's own code raised (not
-    torch's, nor modelprof's), whose message does not mention meta, is the model's: the real
-    pass would raise it too, so it is raised (a second forward could differ: a model counting
-    its calls). Another thread calling the model's modules meanwhile is refused as the real
-    pass refuses it (``runtime.hooks``): profiling puts the model's state back at the end.
-    A model whose attempt fell back once is not tried again (``_FELL_BACK``)."""
+    met a CPU tensor of one dimension or more, or anything else ``as_cpu`` refuses. An
+    exception the model's own code raised (not torch's, nor modelprof's), whose message does
+    not mention meta, is the model's, and raised (with a note on the route). Another
+    thread calling the model's modules meanwhile is refused as the real pass refuses it
+    (``runtime.hooks``): profiling puts the model's state back at the end. A model whose
+    attempt fell back once is not tried again (``_FELL_BACK``)."""
     meta = meta_inputs(mi, guard.tensors) if guard.model not in _FELL_BACK else None
     if meta is None:
         return None
@@ -226,9 +264,8 @@ def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
         return None
     state = guard.module_state()   # (what the forward may still reach of the original)
     failure = result = None
-    with warnings.catch_warnings(record=True) as caught, \
+    with _this_threads_warnings() as caught, \
             module_hooks(guard.model, _untrusted, _ignore, guard.names):
-        warnings.simplefilter("always")
         try:
             with as_cpu(), cpu_fast_paths(names), values_asked() as asked:
                 result = count(twin, meta)
@@ -244,17 +281,10 @@ def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if failure is not None:
+        failure.add_note("(modelprof counted this forward on a meta copy of the model; if it "
+                         "checks its device, MODELPROF_STATIC_ROUTE=real counts it on the CPU)")
         raise failure
     return result
-
-
-def _untrusted(module: nn.Module, *_: Any) -> None:
-    """A module of the model itself, not its twin, called by the meta forward in this thread."""
-    raise MetaUntrusted(f"the meta forward called the model's own {type(module).__name__}")
-
-
-def _ignore(*_: Any) -> None:
-    return None
 
 
 # where torch's and modelprof's own code lies (an exception raised there is not the model's)
@@ -264,7 +294,8 @@ _OURS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
 
 def _the_models_own(e: BaseException) -> bool:
     """Whether ``e`` (or what it wraps) was raised by the model's own code, not because the
-    tensors were meta."""
+    tensors were meta: the real pass would raise it too, and a second forward could differ (a
+    model counting its calls), so it is raised."""
     while e.__cause__ is not None:
         e = e.__cause__
     if isinstance(e, (MetaUntrusted, NotImplementedError)) or "meta" in str(e).lower():
@@ -275,6 +306,36 @@ def _the_models_own(e: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     return not tb.tb_frame.f_code.co_filename.startswith(_OURS)
+
+
+@contextlib.contextmanager
+def _this_threads_warnings() -> Iterator[list]:
+    """The warnings this thread raises in the block, each one (``always``: none is marked as
+    shown, so the real pass after a failed attempt shows its own), kept and not shown; another
+    thread's are shown as they come (the filters are process-wide in Python 3.11)."""
+    caught: list = []
+    owner = threading.get_ident()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if threading.get_ident() == owner:
+                caught.append(warnings.WarningMessage(message, category, filename, lineno,
+                                                      file, line))
+            else:
+                shown(message, category, filename, lineno, file, line)
+        warnings.showwarning = show
+        yield caught
+
+
+def _untrusted(module: nn.Module, *_: Any) -> None:
+    """A module of the model itself, not its twin, called by the meta forward in this thread."""
+    raise MetaUntrusted(f"the meta forward called the model's own {type(module).__name__}")
+
+
+def _ignore(*_: Any) -> None:
+    return None
 
 
 @contextlib.contextmanager

@@ -32,6 +32,8 @@ for what the CPU does differently above the dispatcher:
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -40,7 +42,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu"]
+__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "cpu_no_op", "cpu_outputs"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -53,6 +55,19 @@ _SETITEM = torch.Tensor.__setitem__
 _RNNS = frozenset(getattr(torch._C._VariableFunctions, name)
                   for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"))
 _NUMBERS = (int, float, bool)
+_F = torch.nn.functional
+_CONVS = frozenset((_F.conv2d, _F.conv3d, _F.conv_transpose2d, _F.conv_transpose3d,
+                    torch.convolution, torch._convolution))
+_BAGS = frozenset((_F.embedding_bag, torch.embedding_bag))
+#: ``Tensor.is_cpu`` and its kind: read by a model's own code, the answer on meta is not the CPU's
+_DEVICE_PROPERTIES = frozenset(getattr(torch.Tensor, name) for name in (
+    "is_cpu", "is_cuda", "is_meta", "is_mps", "is_xpu") if hasattr(torch.Tensor, name))
+_WRAPPER = type(torch.Tensor.is_cpu.__get__)   # a property read, as a torch-function mode sees it
+_TO_COPY = torch.ops.aten._to_copy.default
+_BATCH_NORM = torch.ops.aten.native_batch_norm.default
+# where torch's and modelprof's own code lies
+_OURS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+         os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 _BASIC = (int, slice)
 _STRICT = threading.local()   # .on: a meta forward counted as the CPU's (``as_cpu``)
 
@@ -175,7 +190,54 @@ class FusedMetaSDPA(TorchFunctionMode):
                     return func(*args, **kwargs)
             if func in _RNNS:
                 raise MetaUntrusted(f"{func.__name__} runs oneDNN's kernel on the CPU")
+            if func in _CONVS and _channels_last(args):
+                raise MetaUntrusted("a channels-last convolution: the CPU keeps the layout, "
+                                    "meta's kernel does not")
+            if func in _BAGS:
+                raise MetaUntrusted("embedding_bag's CPU outputs differ from meta's")
+            if type(func) is _WRAPPER and func.__self__ in _DEVICE_PROPERTIES and \
+                    _from_user_code():
+                raise MetaUntrusted("the forward asks its tensors' device")
         return func(*args, **kwargs)
+
+
+def _channels_last(args: tuple) -> bool:
+    """Whether a convolution's input or weight is channels-last and not contiguous (the CPU's
+    kernel then gives a channels-last output, meta's a contiguous one)."""
+    for t in args[:2]:
+        if type(t) in _PLAIN and t.dim() in (4, 5) and not t.is_contiguous() and (
+                t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else
+                t.is_contiguous(memory_format=torch.channels_last_3d)):
+            return True
+    return False
+
+
+def _from_user_code() -> bool:
+    """Whether the property read comes from outside torch and modelprof (a model branching on
+    ``x.is_cpu`` would take another branch on meta; torch's own reads are what the CPU runs)."""
+    caller = sys._getframe(2).f_code.co_filename
+    return not caller.startswith(_OURS)
+
+
+def cpu_no_op(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether, counting a CPU forward on meta, ``func`` is a copy of a CPU tensor to meta that
+    the CPU does not run (``t.to(x.device)`` of a 0-dim CPU tensor: on the CPU, ``to`` returns
+    ``t`` itself; ``torch.as_tensor(array, device=x.device)``): run it uncounted."""
+    if func is not _TO_COPY or not getattr(_STRICT, "on", False):
+        return False
+    t = args[0] if args else None
+    return type(t) in _PLAIN and t.is_cpu and kwargs.get("dtype") in (None, t.dtype) and \
+        kwargs.get("layout") in (None, torch.strided) and \
+        kwargs.get("memory_format") in (None, torch.preserve_format)
+
+
+def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
+    """``out`` of a meta op as the CPU (and CUDA) kernel shapes it: batch norm in eval returns
+    empty saved statistics there, ``(C,)`` ones on meta."""
+    if func is _BATCH_NORM and len(args) > 5 and not args[5] and type(out) is tuple:
+        empty = [torch.empty((0,), dtype=o.dtype, device=o.device) for o in out[1:]]
+        return (out[0], *empty)
+    return out
 
 
 def _cpu_tensor_in(args: Any) -> bool:
