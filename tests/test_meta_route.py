@@ -4,6 +4,7 @@ real pass wherever meta cannot be trusted, with no trace of the attempt. (The to
 tests/test_leaves.py, ``-m slow``.)"""
 from __future__ import annotations
 
+import collections
 import threading
 import types
 import warnings
@@ -245,6 +246,43 @@ class _Caches(nn.Module):
         return self.fc(x + self.table[n])
 
 
+class _Stores(nn.Module):
+    """Stores tensors in mutable objects the twin shares with it (not copied: a defaultdict,
+    a deque, a plain object), which another thread also changes meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.memo = collections.defaultdict(dict)
+        self.recent = collections.deque([torch.zeros(1)], maxlen=4)
+        self.state = types.SimpleNamespace(last=torch.zeros(1), steps=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        if n not in self.memo["pos"]:
+            self.memo["pos"][n] = torch.arange(n, device=x.device, dtype=x.dtype)[:, None]
+        y = self.fc(x + self.memo["pos"][n])
+        self.recent.append(y)
+        self.state.last = y
+        t = threading.Thread(target=lambda: setattr(self.state, "steps", 7))   # (another
+        t.start()                                                               # thread's)
+        t.join(timeout=60)
+        return y
+
+
+def test_what_the_twin_shares_keeps_no_meta_tensor(monkeypatch) -> None:
+    # what the attempt put there is taken out (the value before put back); what another
+    # thread changed meanwhile stays
+    model = _Stores().eval()
+    x = torch.randn(3, 8)
+    before = (model.recent[0], model.state.last)
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    assert profile(model, inputs=x, timing=False).env["static_route"] == "meta"
+    assert dict(model.memo) == {} and list(model.recent) == [before[0]]
+    assert model.state.last is before[1] and model.state.steps == 7
+    assert model(x).device.type == "cpu"
+
+
 def test_what_the_forward_stores_on_the_twin_stays_there(monkeypatch) -> None:
     model = _Caches().eval()
     x = torch.randn(3, 8)
@@ -283,12 +321,23 @@ class _Cases(nn.Module):
             return self.fc(x) * torch.tensor(2.0).to(x.device)
         if case == "bag":
             return self.bag(torch.arange(4, device=x.device).reshape(2, 2)).sum() + x
+        if case == "scalar_copy":       # copy=True: the CPU copies too
+            return self.fc(x) * torch.tensor(2.0).to(x.device, copy=True)
+        if case == "as_tensor":         # made from the data without an op on the CPU
+            return self.fc(x) * torch.as_tensor(2.0, device=x.device)
+        if case == "group_norm":        # on a channels-last tensor: the CPU keeps the layout
+            y = x.reshape(2, 2, 2, 4).contiguous(memory_format=torch.channels_last)
+            return self.fc(F.group_norm(y, 2).flatten(2).transpose(1, 2).reshape(-1, 8))
+        if case == "get_device":
+            return self.fc(x) if x.get_device() < 0 else self.fc(self.fc(x))
         return self.fc(x)
 
 
 @pytest.mark.parametrize("case, route", [
-    ("device_branch", "real"), ("cpu_only", "real"), ("channels_last", "real"),
+    ("device_branch", "real"), ("cpu_only", "real"), ("channels_last", "meta"),
     ("functional_bn", "meta"), ("scalar_to", "meta"), ("bag", "real"), ("plain", "meta"),
+    ("scalar_copy", "meta"), ("as_tensor", "meta"), ("group_norm", "real"),
+    ("get_device", "real"),
     ("slots", "real"), ("grad_input", "real"), ("inference_input", "real")])
 def test_a_meta_forward_that_could_differ_is_not_trusted(case, route, monkeypatch) -> None:
     model, x = _Cases(case).eval(), torch.randn(4, 8)
@@ -304,6 +353,32 @@ def test_a_meta_forward_that_could_differ_is_not_trusted(case, route, monkeypatc
     first, real, caught = _both(model, x, monkeypatch)
     assert first.env["static_route"] == route and caught == []
     _equal(first, real)   # and meta, where it ran, gave the CPU's report (bytes included)
+
+
+def test_the_users_warning_filters_hold_during_and_after_the_attempt(monkeypatch) -> None:
+    # another thread's warning the user filtered out stays out; the model's own warning is
+    # re-emitted under its module's name, so a module= filter holds for it too
+    class Warns(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            warnings.warn("from the model")
+            t = threading.Thread(target=lambda: warnings.warn("filtered out"))
+            t.start()
+            t.join(timeout=60)
+            return self.fc(x)
+
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    for ignore_module in (False, True):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            warnings.filterwarnings("ignore", message="filtered out")
+            if ignore_module:
+                warnings.filterwarnings("ignore", module=__name__)
+            assert profile(Warns().eval(), (4,), timing=False).env["static_route"] == "meta"
+        assert [str(w.message) for w in seen] == ([] if ignore_module else ["from the model"])
 
 
 def test_another_threads_warnings_are_shown_while_the_twin_counts(monkeypatch) -> None:

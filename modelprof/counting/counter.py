@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
 from modelprof.counting.meta_cache import run_meta
-from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_no_op, cpu_outputs
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
@@ -427,8 +427,6 @@ class OpCounter(TorchDispatchMode):
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
         if self.meta_sdpa:   # on meta: each signature's kernel once, outputs as the CPU's
-            if cpu_no_op(func, args, kwargs):
-                return func(*args, **kwargs)
             out = cpu_outputs(func, args, run_meta(func, args, kwargs))
         else:
             out = func(*args, **kwargs)

@@ -41,9 +41,11 @@ values (``formulas.values.has_values``: grouped-matmul offsets, a
 torch's nor modelprof's, no mention of meta) is the model's, and raised as the real pass would
 (a second forward could differ: a model counting its calls), with a note on the route. Another
 thread calling the model's modules while the twin runs is refused as the real pass refuses it
-(``runtime.hooks``). A forward that branches on ``x.device.type`` itself is not seen
-(``x.device`` is read everywhere to make tensors beside ``x``): ``MODELPROF_STATIC_ROUTE=real``
-counts such a model on the CPU.
+(``runtime.hooks``). What the attempt stored in mutable objects the twin shares with the
+model (a memo in a ``defaultdict``) is taken out again (``_put_back``). Not seen: a forward
+that branches on ``x.device.type`` or ``str(x.device)`` (``x.device`` is read everywhere to
+make tensors beside ``x``), and a module-level memo the forward fills (it keeps meta tensors):
+``MODELPROF_STATIC_ROUTE=real`` counts such a model on the CPU.
 
 It is the default; ``MODELPROF_STATIC_ROUTE=real`` turns it off. ``report.env["static_route"]``
 says which ran (``"meta"`` or ``"real"``).
@@ -53,8 +55,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import operator
 import os
+import sys
 import threading
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -120,7 +125,10 @@ def model_fits(model: nn.Module, guard: Any) -> bool:
            for kind in guard.attribute_types):
         return False
     # the user's forward hooks would see meta tensors (and keep them); slots are not copied
-    if _module._global_forward_hooks or _module._global_forward_pre_hooks or any(
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks or \
+            _module._global_buffer_registration_hooks or \
+            _module._global_parameter_registration_hooks or \
+            _module._global_module_registration_hooks or any(
             m._forward_hooks or m._forward_pre_hooks for m in guard.names) or \
             any(map(_has_slots, set(map(type, guard.names)))):
         return False
@@ -262,24 +270,30 @@ def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
     except Exception:   # noqa: BLE001 - a module the copy cannot make: the real pass counts
         _FELL_BACK.add(guard.model)
         return None
+    shared = _shared_state(guard)   # what the twin shares with the model, put back after
+    if shared is None:
+        _FELL_BACK.add(guard.model)
+        return None
     state = guard.module_state()   # (what the forward may still reach of the original)
     failure = result = None
-    with _this_threads_warnings() as caught, \
-            module_hooks(guard.model, _untrusted, _ignore, guard.names):
-        try:
-            with as_cpu(), cpu_fast_paths(names), values_asked() as asked:
-                result = count(twin, meta)
-            if asked:   # a formula's count depends on values the meta tensors do not have
-                raise MetaUntrusted("a formula asked for tensor values")
-        except Exception as e:   # noqa: BLE001 - any failure on meta: count with the real kernels
-            failure = e
+    try:
+        with _this_threads_warnings() as caught, \
+                module_hooks(guard.model, _untrusted, _ignore, guard.names):
+            try:
+                with as_cpu(), cpu_fast_paths(names), values_asked() as asked:
+                    result = count(twin, meta)
+                if asked:   # a formula's count depends on values the meta tensors do not have
+                    raise MetaUntrusted("a formula asked for tensor values")
+            except Exception as e:   # noqa: BLE001 - any failure on meta: the real kernels
+                failure = e
+    finally:
+        _put_back(shared)
     if failure is not None:
         restore_modules(state)
         if not _the_models_own(failure):
             _FELL_BACK.add(guard.model)
             return None
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    _reemit(caught)
     if failure is not None:
         failure.add_note("(modelprof counted this forward on a meta copy of the model; if it "
                          "checks its device, MODELPROF_STATIC_ROUTE=real counts it on the CPU)")
@@ -310,13 +324,13 @@ def _the_models_own(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def _this_threads_warnings() -> Iterator[list]:
-    """The warnings this thread raises in the block, each one (``always``: none is marked as
-    shown, so the real pass after a failed attempt shows its own), kept and not shown; another
-    thread's are shown as they come (the filters are process-wide in Python 3.11)."""
+    """The warnings this thread raises in the block, kept and not shown; another thread's are
+    shown as they come. The filters stay the user's; what the block marks as shown ("default",
+    "once") is forgotten when it ends (``catch_warnings`` resets the registries), so that the
+    real pass after a failed attempt shows its own."""
     caught: list = []
     owner = threading.get_ident()
     with warnings.catch_warnings():
-        warnings.simplefilter("always")
         shown = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
@@ -327,6 +341,103 @@ def _this_threads_warnings() -> Iterator[list]:
                 shown(message, category, filename, lineno, file, line)
         warnings.showwarning = show
         yield caught
+
+
+def _reemit(caught: list) -> None:
+    """Show the warnings a counted attempt kept, each under its module's name (for the user's
+    ``module=`` filters), as the forward would have shown them."""
+    if not caught:
+        return
+    by_file = {getattr(m, "__file__", None): name for name, m in list(sys.modules.items())}
+    for w in caught:
+        module = by_file.get(w.filename) or os.path.splitext(os.path.basename(w.filename))[0]
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module=module,
+                               source=w.source)
+
+
+# what ``_shared_state`` does not walk into: atoms, and what is handled elsewhere
+_OPAQUE = (nn.Module, torch.Tensor, type, str, bytes, int, float, complex, bool, type(None),
+           torch.dtype, torch.device, torch.memory_format, torch.layout, types.ModuleType,
+           types.FunctionType, types.BuiltinFunctionType, types.MethodType, range, slice)
+_SHARED_LIMIT = 100_000   # items walked, in all: past it, the route is not tried
+_GONE = object()
+
+
+def _shared_state(guard: Any) -> list[tuple[Any, Any]] | None:
+    """Each mutable object the twin shares with the model (reached from the modules'
+    attributes: dicts, lists, deques and sets of any class, and plain objects' ``__dict__``s,
+    however nested) with a copy of its contents, for ``_put_back``; None past ``_SHARED_LIMIT``
+    items. A forward that stores a tensor there (a memo in a ``defaultdict``, ``ns.last = y``)
+    stores a meta tensor on the meta route, which the user's next forward would meet."""
+    seen: set[int] = set()
+    found: list[tuple[Any, Any]] = []
+    budget = _SHARED_LIMIT
+    todo = [v for m in guard.names for k, v in m.__dict__.items()
+            if k not in MODULE_REGISTRIES and not isinstance(v, _OPAQUE)]
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, dict):
+            items: Any = dict(v)
+            found.append((v, items))
+            inner: Any = items.values()
+        elif isinstance(v, (list, collections.deque, set, frozenset, tuple)):
+            items = list(v)
+            if not isinstance(v, (tuple, frozenset)):
+                found.append((v, items))
+            inner = items
+        elif isinstance(getattr(v, "__dict__", None), dict):
+            items = dict(vars(v))
+            found.append((vars(v), items))
+            inner = items.values()
+        else:
+            continue
+        budget -= len(items) + 1
+        if budget < 0:
+            return None
+        todo.extend(x for x in inner if not isinstance(x, _OPAQUE))
+    return found
+
+
+def _put_back(shared: list[tuple[Any, Any]]) -> None:
+    """Take out of each object ``_shared_state`` read what the attempt put there: a meta tensor
+    (alone, or in a container) it did not hold before, the value before put back where there
+    was one. Nothing else is touched: another thread may be changing these objects."""
+    for obj, items in shared:
+        if isinstance(obj, dict):
+            for k in [k for k, v in list(obj.items()) if v is not items.get(k, _GONE) and
+                      _meta_in(v)]:
+                if k in items:
+                    obj[k] = items[k]
+                else:
+                    del obj[k]
+            continue
+        before = set(map(id, items))
+        stale = [x for x in obj if id(x) not in before and _meta_in(x)]
+        if not stale:
+            continue
+        gone = set(map(id, stale))
+        kept = [x for x in obj if id(x) not in gone]
+        if isinstance(obj, list):
+            obj[:] = kept
+        else:   # a deque or a set
+            obj.clear()
+            obj.update(kept) if isinstance(obj, set) else obj.extend(kept)
+
+
+def _meta_in(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is a meta tensor, or a container holding one (four levels down)."""
+    if isinstance(value, torch.Tensor):
+        return value.is_meta
+    if depth > 4:
+        return False
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (tuple, list, set, collections.deque)):
+        return False
+    return any(_meta_in(x, depth + 1) for x in value)
 
 
 def _untrusted(module: nn.Module, *_: Any) -> None:

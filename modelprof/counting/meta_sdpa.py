@@ -42,7 +42,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "cpu_no_op", "cpu_outputs"]
+__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "cpu_outputs"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -56,14 +56,21 @@ _RNNS = frozenset(getattr(torch._C._VariableFunctions, name)
                   for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"))
 _NUMBERS = (int, float, bool)
 _F = torch.nn.functional
-_CONVS = frozenset((_F.conv2d, _F.conv3d, _F.conv_transpose2d, _F.conv_transpose3d,
-                    torch.convolution, torch._convolution))
+# ops whose CPU kernel keeps a channels-last layout where meta's does not (checked one by one;
+# the convolution's output is made channels-last instead, ``cpu_outputs``)
+_KEEP_LAYOUT = frozenset((_F.group_norm, torch.group_norm, _F.pixel_shuffle,
+                          torch.pixel_shuffle, _F.pixel_unshuffle, torch.pixel_unshuffle,
+                          _F.pad, torch._C._nn.pad, torch.constant_pad_nd,
+                          torch._C._nn.reflection_pad2d, torch._C._nn.replication_pad2d))
+_TENSOR_TO = torch.Tensor.to
+_AS_TENSOR = torch.as_tensor
+_GET_DEVICE = torch.Tensor.get_device
+_CONVOLUTION = torch.ops.aten.convolution.default
 _BAGS = frozenset((_F.embedding_bag, torch.embedding_bag))
 #: ``Tensor.is_cpu`` and its kind: read by a model's own code, the answer on meta is not the CPU's
 _DEVICE_PROPERTIES = frozenset(getattr(torch.Tensor, name) for name in (
     "is_cpu", "is_cuda", "is_meta", "is_mps", "is_xpu") if hasattr(torch.Tensor, name))
 _WRAPPER = type(torch.Tensor.is_cpu.__get__)   # a property read, as a torch-function mode sees it
-_TO_COPY = torch.ops.aten._to_copy.default
 _BATCH_NORM = torch.ops.aten.native_batch_norm.default
 # where torch's and modelprof's own code lies
 _OURS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
@@ -190,26 +197,52 @@ class FusedMetaSDPA(TorchFunctionMode):
                     return func(*args, **kwargs)
             if func in _RNNS:
                 raise MetaUntrusted(f"{func.__name__} runs oneDNN's kernel on the CPU")
-            if func in _CONVS and _channels_last(args):
-                raise MetaUntrusted("a channels-last convolution: the CPU keeps the layout, "
-                                    "meta's kernel does not")
+            if func in _KEEP_LAYOUT and _channels_last(args):
+                raise MetaUntrusted(f"{getattr(func, '__name__', func)} on a channels-last "
+                                    "tensor: the CPU keeps the layout, meta's kernel does not")
+            if (func is _TENSOR_TO or func is _AS_TENSOR) and _no_op_on_cpu(func, args, kwargs):
+                with _disable_current_modes():   # (uncounted: the CPU runs no op here)
+                    return func(*args, **kwargs)
             if func in _BAGS:
                 raise MetaUntrusted("embedding_bag's CPU outputs differ from meta's")
-            if type(func) is _WRAPPER and func.__self__ in _DEVICE_PROPERTIES and \
-                    _from_user_code():
+            if ((type(func) is _WRAPPER and func.__self__ in _DEVICE_PROPERTIES) or
+                    func is _GET_DEVICE) and _from_user_code():
                 raise MetaUntrusted("the forward asks its tensors' device")
         return func(*args, **kwargs)
 
 
+def _is_channels_last(t: Any) -> bool:
+    """Whether ``t`` is a channels-last 4-D or 5-D tensor that is not contiguous."""
+    return type(t) in _PLAIN and t.dim() in (4, 5) and not t.is_contiguous() and (
+        t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else
+        t.is_contiguous(memory_format=torch.channels_last_3d))
+
+
 def _channels_last(args: tuple) -> bool:
-    """Whether a convolution's input or weight is channels-last and not contiguous (the CPU's
-    kernel then gives a channels-last output, meta's a contiguous one)."""
-    for t in args[:2]:
-        if type(t) in _PLAIN and t.dim() in (4, 5) and not t.is_contiguous() and (
-                t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else
-                t.is_contiguous(memory_format=torch.channels_last_3d)):
-            return True
-    return False
+    """Whether an op's input (or weight) is channels-last and not contiguous."""
+    return any(map(_is_channels_last, args[:2]))
+
+
+def _no_op_on_cpu(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``t.to(...)`` of a CPU tensor to meta (the device of the inputs: on the CPU, the
+    CPU itself) keeps its dtype and layout and asks no copy, so that the CPU returns ``t``
+    itself and runs no op; or ``torch.as_tensor(data, device=meta)``, which the CPU makes
+    without an op."""
+    if func is _AS_TENSOR:
+        device = kwargs.get("device", args[2] if len(args) > 2 else None)
+        return not isinstance(args[0], torch.Tensor) and device is not None and \
+            torch.device(device).type == "meta" and \
+            kwargs.get("dtype", args[1] if len(args) > 1 else None) is None
+    t = args[0] if args else None
+    if type(t) not in _PLAIN or not t.is_cpu or kwargs.get("copy") or len(args) > 3:
+        return False
+    try:
+        device, dtype, _, memory_format = torch._C._nn._parse_to(
+            *args[1:], **{k: v for k, v in kwargs.items() if k != "copy"})
+    except (TypeError, RuntimeError):
+        return False
+    return device is not None and device.type == "meta" and dtype in (None, t.dtype) and \
+        memory_format in (None, torch.preserve_format)
 
 
 def _from_user_code() -> bool:
@@ -219,24 +252,19 @@ def _from_user_code() -> bool:
     return not caller.startswith(_OURS)
 
 
-def cpu_no_op(func: Any, args: tuple, kwargs: dict) -> bool:
-    """Whether, counting a CPU forward on meta, ``func`` is a copy of a CPU tensor to meta that
-    the CPU does not run (``t.to(x.device)`` of a 0-dim CPU tensor: on the CPU, ``to`` returns
-    ``t`` itself; ``torch.as_tensor(array, device=x.device)``): run it uncounted."""
-    if func is not _TO_COPY or not getattr(_STRICT, "on", False):
-        return False
-    t = args[0] if args else None
-    return type(t) in _PLAIN and t.is_cpu and kwargs.get("dtype") in (None, t.dtype) and \
-        kwargs.get("layout") in (None, torch.strided) and \
-        kwargs.get("memory_format") in (None, torch.preserve_format)
-
-
 def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
     """``out`` of a meta op as the CPU (and CUDA) kernel shapes it: batch norm in eval returns
-    empty saved statistics there, ``(C,)`` ones on meta."""
+    empty saved statistics there, ``(C,)`` ones on meta; a convolution whose input or weight is
+    channels-last gives a channels-last output there (the CPU's oneDNN path), a contiguous one
+    on meta."""
     if func is _BATCH_NORM and len(args) > 5 and not args[5] and type(out) is tuple:
         empty = [torch.empty((0,), dtype=o.dtype, device=o.device) for o in out[1:]]
         return (out[0], *empty)
+    if func is _CONVOLUTION and type(out) is torch.Tensor and out.dim() in (4, 5) and \
+            _channels_last(args) and out.is_contiguous():
+        layout = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
+        return torch.empty(out.shape, dtype=out.dtype, device=out.device,
+                           memory_format=layout)
     return out
 
 
