@@ -381,6 +381,25 @@ def test_the_users_warning_filters_hold_during_and_after_the_attempt(monkeypatch
         assert [str(w.message) for w in seen] == ([] if ignore_module else ["from the model"])
 
 
+@pytest.mark.parametrize("action", ["once", "default"])
+def test_a_warning_the_filters_show_once_is_shown(action: str, monkeypatch) -> None:
+    # recorded in the attempt, it must not count as shown already when it is re-emitted
+    class Once(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            warnings.warn(f"shown {action}, from the model")
+            return self.fc(x)
+
+    monkeypatch.delenv(ROUTE_ENV, raising=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter(action)
+        assert profile(Once().eval(), (4,), timing=False).env["static_route"] == "meta"
+    assert [str(w.message) for w in seen] == [f"shown {action}, from the model"]
+
+
 def test_another_threads_warnings_are_shown_while_the_twin_counts(monkeypatch) -> None:
     class Warns(nn.Module):
         def __init__(self) -> None:

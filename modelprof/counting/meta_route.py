@@ -326,8 +326,9 @@ def _the_models_own(e: BaseException) -> bool:
 def _this_threads_warnings() -> Iterator[list]:
     """The warnings this thread raises in the block, kept and not shown; another thread's are
     shown as they come. The filters stay the user's; what the block marks as shown ("default",
-    "once") is forgotten when it ends (``catch_warnings`` resets the registries), so that the
-    real pass after a failed attempt shows its own."""
+    "once") is forgotten when it ends (``catch_warnings`` bumps the filters' version, which
+    empties every registry, the "once" one included), so that what is re-emitted, or the real
+    pass after a failed attempt, shows it."""
     caught: list = []
     owner = threading.get_ident()
     with warnings.catch_warnings():
