@@ -115,12 +115,19 @@ def test_a_failed_attempt_leaves_nothing_behind(monkeypatch) -> None:
 
 
 class _Warns(nn.Module):
-    def __init__(self) -> None:
+    """Warns ``own`` in its forward; with ``other``, has another thread warn that meanwhile."""
+
+    def __init__(self, own: str = "from the model", other: str | None = None) -> None:
         super().__init__()
         self.fc = nn.Linear(4, 4)
+        self.own, self.other = own, other
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        warnings.warn("from the model")
+        warnings.warn(self.own)
+        if self.other is not None:
+            t = threading.Thread(target=warnings.warn, args=(self.other,))
+            t.start()
+            t.join(timeout=60)
         return self.fc(x)
 
 
@@ -358,18 +365,6 @@ def test_a_meta_forward_that_could_differ_is_not_trusted(case, route, monkeypatc
 def test_the_users_warning_filters_hold_during_and_after_the_attempt(monkeypatch) -> None:
     # another thread's warning the user filtered out stays out; the model's own warning is
     # re-emitted under its module's name, so a module= filter holds for it too
-    class Warns(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            warnings.warn("from the model")
-            t = threading.Thread(target=lambda: warnings.warn("filtered out"))
-            t.start()
-            t.join(timeout=60)
-            return self.fc(x)
-
     monkeypatch.delenv(ROUTE_ENV, raising=False)
     for ignore_module in (False, True):
         with warnings.catch_warnings(record=True) as seen:
@@ -377,46 +372,27 @@ def test_the_users_warning_filters_hold_during_and_after_the_attempt(monkeypatch
             warnings.filterwarnings("ignore", message="filtered out")
             if ignore_module:
                 warnings.filterwarnings("ignore", module=__name__)
-            assert profile(Warns().eval(), (4,), timing=False).env["static_route"] == "meta"
+            report = profile(_Warns(other="filtered out").eval(), (4,), timing=False)
+            assert report.env["static_route"] == "meta"
         assert [str(w.message) for w in seen] == ([] if ignore_module else ["from the model"])
 
 
 @pytest.mark.parametrize("action", ["once", "default"])
 def test_a_warning_the_filters_show_once_is_shown(action: str, monkeypatch) -> None:
     # recorded in the attempt, it must not count as shown already when it is re-emitted
-    class Once(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            warnings.warn(f"shown {action}, from the model")
-            return self.fc(x)
-
     monkeypatch.delenv(ROUTE_ENV, raising=False)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter(action)
-        assert profile(Once().eval(), (4,), timing=False).env["static_route"] == "meta"
+        model = _Warns(f"shown {action}, from the model").eval()
+        assert profile(model, (4,), timing=False).env["static_route"] == "meta"
     assert [str(w.message) for w in seen] == [f"shown {action}, from the model"]
 
 
 def test_another_threads_warnings_are_shown_while_the_twin_counts(monkeypatch) -> None:
-    class Warns(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            warnings.warn("from the model")
-            t = threading.Thread(target=lambda: warnings.warn("from another thread"))
-            t.start()
-            t.join(timeout=60)
-            return self.fc(x)
-
     monkeypatch.delenv(ROUTE_ENV, raising=False)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        report = profile(Warns().eval(), (4,), timing=False)
+        report = profile(_Warns(other="from another thread").eval(), (4,), timing=False)
     assert report.env["static_route"] == "meta"
     # the model's warning once (re-emitted after the count), the other thread's as it came
     assert sorted(str(w.message) for w in seen) == ["from another thread", "from the model"]

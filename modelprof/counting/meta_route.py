@@ -71,7 +71,7 @@ from torch.nn.modules import activation as _activation
 from torch.nn.modules import module as _module
 
 from modelprof.counting.formulas.values import values_asked
-from modelprof.counting.meta_sdpa import FusedMetaSDPA, MetaUntrusted, as_cpu
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, MetaUntrusted, as_cpu, in_library
 from modelprof.runtime.guard import MODULE_REGISTRIES, restore_modules
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs
@@ -115,22 +115,21 @@ def model_fits(model: nn.Module, guard: Any) -> bool:
             torch.are_deterministic_algorithms_enabled() or torch.is_inference_mode_enabled() \
             or guard.lazy or guard.script_attrs:
         return False
-    for kind in set(map(type, guard.names)):
+    for kind in set(map(type, guard.names)):   # (slots: a twin copies only the __dict__)
         if issubclass(kind, _UNTRUSTED) or (issubclass(kind, nn.MultiheadAttention)
                                             and kind is not nn.MultiheadAttention) or \
-                kind.__module__.startswith(_FALLS_BACK):
+                kind.__module__.startswith(_FALLS_BACK) or _has_slots(kind):
             return False
     # a tensor (or packed weight) held outside the parameters and buffers stays on the CPU
     if any(issubclass(kind, (torch.Tensor, torch.ScriptObject))
            for kind in guard.attribute_types):
         return False
-    # the user's forward hooks would see meta tensors (and keep them); slots are not copied
+    # the user's forward hooks would see meta tensors (and keep them)
     if _module._global_forward_hooks or _module._global_forward_pre_hooks or \
             _module._global_buffer_registration_hooks or \
             _module._global_parameter_registration_hooks or \
             _module._global_module_registration_hooks or any(
-            m._forward_hooks or m._forward_pre_hooks for m in guard.names) or \
-            any(map(_has_slots, set(map(type, guard.names)))):
+            m._forward_hooks or m._forward_pre_hooks for m in guard.names):
         return False
     return all(type(t) in _PLAIN and t.is_cpu and t.layout is _STRIDED and not t.is_quantized
                for t in guard.tensors)
@@ -301,11 +300,6 @@ def on_meta(count: Callable[[nn.Module, ModelInputs], Any], mi: ModelInputs,
     return result
 
 
-# where torch's and modelprof's own code lies (an exception raised there is not the model's)
-_OURS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-         os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
-
-
 def _the_models_own(e: BaseException) -> bool:
     """Whether ``e`` (or what it wraps) was raised by the model's own code, not because the
     tensors were meta: the real pass would raise it too, and a second forward could differ (a
@@ -319,7 +313,7 @@ def _the_models_own(e: BaseException) -> bool:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return not tb.tb_frame.f_code.co_filename.startswith(_OURS)
+    return not in_library(tb.tb_frame.f_code.co_filename)
 
 
 @contextlib.contextmanager

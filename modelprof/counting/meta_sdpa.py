@@ -42,7 +42,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "cpu_outputs"]
+__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "cpu_outputs", "in_library"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -85,8 +85,9 @@ class MetaUntrusted(Exception):
 
 @contextlib.contextmanager
 def as_cpu() -> Iterator[None]:
-    """While active in this thread, a meta forward is counted as the CPU's: a self-attention
-    ``F.multi_head_attention_forward`` reaching ``FusedMetaSDPA`` raises ``MetaUntrusted``."""
+    """While active in this thread, a meta forward is counted as the CPU's: ``FusedMetaSDPA``
+    runs what the CPU does differently above the dispatcher as the CPU does it, and raises
+    ``MetaUntrusted`` where meta would count otherwise (the module doc lists both)."""
     before = getattr(_STRICT, "on", False)
     _STRICT.on = True
     try:
@@ -248,8 +249,12 @@ def _no_op_on_cpu(func: Any, args: tuple, kwargs: dict) -> bool:
 def _from_user_code() -> bool:
     """Whether the property read comes from outside torch and modelprof (a model branching on
     ``x.is_cpu`` would take another branch on meta; torch's own reads are what the CPU runs)."""
-    caller = sys._getframe(2).f_code.co_filename
-    return not caller.startswith(_OURS)
+    return not in_library(sys._getframe(2).f_code.co_filename)
+
+
+def in_library(filename: str) -> bool:
+    """Whether code in ``filename`` is torch's or modelprof's, not the model's."""
+    return filename.startswith(_OURS)
 
 
 def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
