@@ -285,3 +285,34 @@ def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
     assert set(kept) == {"input_ids"} and "all ones" in note
     # on the CPU nothing is dropped
     assert compat.meta_mask_dropped(model, ones, torch.device("cpu"))[0] is ones
+
+
+# -- nothing outside compat.py reaches for a private torch name ---------------------------------
+PRIVATE = ("torch._C._", "_python_dispatch", "torch._ops", "torch._subclasses", "torch._decomp",
+           "torch._dynamo.", "torch.overrides._")
+
+
+def test_no_private_torch_name_outside_the_compat_module() -> None:
+    import ast
+    package = os.path.join(ROOT, "modelprof")
+    found = []
+    for folder, _, files in os.walk(package):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("runtime", "compat.py")):
+                continue
+            source = open(path, encoding="utf-8").read()
+            # docstrings and comments may name them; code may not
+            code = ast.unparse(_without_docstrings(ast.parse(source)))
+            found += [f"{os.path.relpath(path, ROOT)}: {p}" for p in PRIVATE if p in code]
+    assert not found, found
+
+
+def _without_docstrings(tree: Any) -> Any:
+    import ast
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree

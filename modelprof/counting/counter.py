@@ -28,23 +28,22 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
 from modelprof.counting.meta_cache import run_meta
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
-from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
 from modelprof.distributed.collectives import (add_collective, collective_kind, collective_of,
                                                is_comm_bookkeeping)
 from modelprof.distributed.view import ShardView, current_view, is_dtensor_type
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
 
-HigherOrderOperator = torch._ops.HigherOrderOperator
+HigherOrderOperator = compat.HigherOrderOperator
 
 
 class _How:
@@ -108,12 +107,11 @@ def op_name(func: Any) -> str:
     return str(func)
 
 
-def _decomposition(func: torch._ops.OpOverload) -> _How | None:
+def _decomposition(func: compat.OpOverload) -> _How | None:
     """The decomposition an op without a formula is counted through, if it has one."""
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+    if compat.has_composite_kernel(func):
         return _How("composite", func.decompose)
-    from torch._decomp import decomposition_table
-    fn = decomposition_table.get(func)
+    fn = compat.decomposition_table().get(func)
     return _How("table", fn) if fn is not None else None
 
 
@@ -209,11 +207,11 @@ class _Subgraph:
 
 
 def _is_subgraph(obj: Any) -> bool:
-    return callable(obj) and not isinstance(obj, (torch.Tensor, torch._ops.OpOverload,
-                                                  torch._ops.OpOverloadPacket, type))
+    return callable(obj) and not isinstance(obj, (torch.Tensor, compat.OpOverload,
+                                                  compat.OpOverloadPacket, type))
 
 
-class OpCounter(TorchDispatchMode):
+class OpCounter(compat.TorchDispatchMode):
     """Counts every op; ``tracker.current`` is the record the op is charged to."""
 
     supports_higher_order_operators = True
@@ -257,10 +255,10 @@ class OpCounter(TorchDispatchMode):
         if self._depth == 0:
             # the stack as it was: an inner exit that fails before popping (a RecursionError
             # inside torch) is repaired by the outermost exit
-            self._outer_modes = mode_stack_state()
+            self._outer_modes = compat.dispatch_stack_state()
             self._flex_debug = _eager_flex_attention(True)
             if self.meta_sdpa:
-                self._meta_sdpa = (torch._C._len_torch_function_stack(), FusedMetaSDPA())
+                self._meta_sdpa = (compat.function_stack.length(), FusedMetaSDPA())
                 self._meta_sdpa[1].__enter__()
         try:
             entered = super().__enter__()
@@ -281,8 +279,8 @@ class OpCounter(TorchDispatchMode):
             self._depth -= 1
             if self._depth == 0:
                 _eager_flex_attention(self._flex_debug)
-                if mode_stack_state() != self._outer_modes:
-                    restore_mode_stack(*self._outer_modes)
+                if compat.dispatch_stack_state() != self._outer_modes:
+                    compat.restore_dispatch_stack(*self._outer_modes)
                 if self._meta_sdpa is not None:
                     _leave_function_mode(*self._meta_sdpa)
                     self._meta_sdpa = None
@@ -640,11 +638,11 @@ def _in_sharding_propagation(limit: int = 60) -> bool:
 
 def _leave_function_mode(depth: int, mode: FusedMetaSDPA) -> None:
     """Pop ``mode``, and any function mode the forward left above it, back to ``depth``."""
-    stack = torch._C._len_torch_function_stack
-    if stack() == depth + 1 and torch.overrides._get_current_function_mode() is mode:
+    stack = compat.function_stack
+    if stack.length() == depth + 1 and compat.current_function_mode() is mode:
         mode.__exit__(None, None, None)
-    while stack() > depth:
-        torch._C._pop_torch_function_stack()
+    while stack.length() > depth:
+        stack.pop()
 
 
 def _known_predicate(pred: Any) -> bool:

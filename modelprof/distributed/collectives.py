@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from modelprof.runtime import compat
+
 __all__ = ["Collective", "CollectiveKind", "CommStats", "CommTable", "add_collective",
            "collective_kind", "collective_of", "collectives_frame", "comm_summary", "implied_traffic",
            "is_comm_bookkeeping", "merge_comm"]
@@ -95,7 +97,7 @@ def _split(func: Any) -> tuple[str, str]:
 
 def collective_kind(func: Any) -> CollectiveKind | None:
     """The kind of collective ``func`` is, or None for any other op."""
-    if not isinstance(func, torch._ops.OpOverload):
+    if not isinstance(func, compat.OpOverload):
         return None
     ns, base = _split(func)
     return _KINDS.get(base) if ns in _NAMESPACES else None
@@ -104,7 +106,7 @@ def collective_kind(func: Any) -> CollectiveKind | None:
 def is_comm_bookkeeping(func: Any) -> bool:
     """An op that belongs to communication but moves nothing over the network itself (a
     ``wait_tensor``; FSDP2's copy-in/copy-out of its collective buffers)."""
-    if not isinstance(func, torch._ops.OpOverload):
+    if not isinstance(func, compat.OpOverload):
         return False
     ns, base = _split(func)
     return ns == "fsdp" or (ns in _NAMESPACES and base in _BOOKKEEPING)
@@ -118,7 +120,7 @@ def _nbytes(obj: Any) -> int:
     return 0
 
 
-def _group_size(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> int:
+def _group_size(func: compat.OpOverload, args: tuple, kwargs: dict) -> int:
     """Ranks in the collective's group: its ProcessGroup argument, its ``group_size``, or the
     group its ``group_name`` names; 1 where none can be found (moves nothing)."""
     import torch.distributed as dist

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.runtime import compat
 from modelprof.errors import ModelProfError
 
 __all__ = ["profile_sharded"]
@@ -91,9 +92,7 @@ def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, w
             raise ModelProfError(f"build() returned {type(model).__name__}, not a module")
         context = contextlib.nullcontext()
         if _on_meta(model):
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            context = FakeTensorMode(allow_non_fake_inputs=True)
+            context = compat.FakeTensorMode(allow_non_fake_inputs=True)
         with context:
             run_device = device
             if _on_meta(model):

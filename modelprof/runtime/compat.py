@@ -20,17 +20,18 @@ from typing import Any
 
 import torch
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _disable_current_modes as disable_current_modes
 
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "CACHE_ARGUMENTS", "FakeTensor", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
+    "CACHE_ARGUMENTS", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
     "decomposition_table", "disable_current_modes", "function_stack", "has_composite_kernel",
-    "is_fake", "new_hf_cache", "optional_ops", "output_cache", "parse_to", "require",
+    "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake",
+    "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "parse_to", "require",
     "torch_version", "transformers_version", "version_tuple",
 ]
 
@@ -78,10 +79,51 @@ def require(feature: str, package: str, needed: tuple[int, ...]) -> None:
 
 
 def is_fake(t: torch.Tensor) -> bool:
-    """A FakeTensor, or a functional tensor wrapping one (``torch.compile``/``export`` tracing).
-    Checked on torch 2.4-2.14."""
+    """A FakeTensor, a functional tensor, or one wrapping a fake one (``torch.compile`` and
+    ``torch.export`` tracing): no values to read. Checked on torch 2.4-2.14."""
     from torch._subclasses.fake_tensor import is_fake as _is_fake
-    return bool(_is_fake(t))
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    return bool(_is_fake(t)) or isinstance(t, FunctionalTensor)
+
+
+def getitem_to_index() -> Any:
+    """The context in which ``flex_attention``'s score functions run eagerly on 0-d tensors
+    (``t[i]`` as ``index``); torch 2.5-2.14: ``torch._dynamo._trace_wrapped_higher_order_op``."""
+    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    return TransformGetItemToIndex()
+
+
+# torch's module-level flags that a dispatch mode sets on entry and puts back on exit (the third
+# from torch 2.8; the first two 2.4-2.14)
+_MODE_FLAGS = ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode",
+               "_is_in_any_mode_without_ignore_compile_internals")
+
+
+def dispatch_stack_state() -> tuple[int, dict[str, Any]]:
+    """The depth of torch's dispatch-mode stack and its mode flags."""
+    from torch.utils import _python_dispatch as pd
+
+    return (len(pd._get_current_dispatch_mode_stack()),
+            {name: getattr(pd, name) for name in _MODE_FLAGS if hasattr(pd, name)})
+
+
+def restore_dispatch_stack(depth: int, flags: dict[str, Any]) -> None:
+    """Pop every dispatch mode above ``depth`` and put torch's mode flags back."""
+    from torch.utils import _python_dispatch as pd
+
+    while len(pd._get_current_dispatch_mode_stack()) > depth:
+        pd._pop_mode()
+    for name, value in flags.items():
+        setattr(pd, name, value)
+    setter = getattr(pd, "set_is_in_mode_without_ignore_compile_internals", None)
+    name = "_is_in_any_mode_without_ignore_compile_internals"
+    if setter is not None and name in flags:
+        setter(flags[name])
+
+
+def current_function_mode() -> Any:
+    """The innermost torch-function mode (None when none), torch 2.4-2.14."""
+    return torch.overrides._get_current_function_mode()
 
 
 def current_autograd_node() -> Any:

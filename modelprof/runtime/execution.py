@@ -14,39 +14,15 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.tensors import map_tensors
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.guard import set_training
 
 __all__ = ["amp_context", "dispatch_modes_restored", "grad_context", "grad_switches",
-           "legacy_eval_mode", "mode_stack_state", "model_state", "parse_amp", "restore_mode_stack",
+           "legacy_eval_mode", "model_state", "parse_amp",
            "to_channels_last"]
 
-# torch's module-level flags that a dispatch mode sets on entry and puts back on exit
-_MODE_FLAGS = ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode",
-               "_is_in_any_mode_without_ignore_compile_internals")
-
-
-def mode_stack_state() -> tuple[int, dict[str, Any]]:
-    """The depth of torch's dispatch-mode stack and its mode flags."""
-    from torch.utils import _python_dispatch as pd
-
-    return (len(pd._get_current_dispatch_mode_stack()),
-            {name: getattr(pd, name) for name in _MODE_FLAGS if hasattr(pd, name)})
-
-
-def restore_mode_stack(depth: int, flags: dict[str, Any]) -> None:
-    """Pop every dispatch mode above ``depth`` and put torch's mode flags back."""
-    from torch.utils import _python_dispatch as pd
-
-    while len(pd._get_current_dispatch_mode_stack()) > depth:
-        pd._pop_mode()
-    for name, value in flags.items():
-        setattr(pd, name, value)
-    setter = getattr(pd, "set_is_in_mode_without_ignore_compile_internals", None)
-    name = "_is_in_any_mode_without_ignore_compile_internals"
-    if setter is not None and name in flags:
-        setter(flags[name])
 
 
 @contextlib.contextmanager
@@ -54,12 +30,12 @@ def dispatch_modes_restored() -> Iterator[None]:
     """torch's dispatch-mode stack and mode flags as they were on entry, on every exit
     (``BaseException`` included): a mode whose ``__exit__`` failed before popping itself (a
     ``RecursionError`` inside torch) is not left to run the user's later eager code."""
-    depth, flags = mode_stack_state()
+    depth, flags = compat.dispatch_stack_state()
     try:
         yield
     finally:
-        if mode_stack_state() != (depth, flags):
-            restore_mode_stack(depth, flags)
+        if compat.dispatch_stack_state() != (depth, flags):
+            compat.restore_dispatch_stack(depth, flags)
 
 
 @contextlib.contextmanager

@@ -58,10 +58,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.nn.parameter import UninitializedTensorMixin, is_lazy
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from modelprof.runtime import compat
 from modelprof.errors import ModelProfWarning
 
 __all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
@@ -93,7 +92,7 @@ _active = threading.local()  # id(model) -> the outermost StateGuard of this thr
 def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
     """The address of ``t``'s storage, or None where there is none to protect (meta and fake
     tensors, wrapper subclasses without a storage)."""
-    if (device or t.device).type == "meta" or isinstance(t, FakeTensor):
+    if (device or t.device).type == "meta" or isinstance(t, compat.FakeTensor):
         return None
     try:
         ptr = t.untyped_storage().data_ptr()
@@ -222,7 +221,7 @@ class _WriteHook:
     def _written(self, func: Any) -> tuple[int, ...]:
         found = self._writes.get(func)
         if found is None:
-            if isinstance(func, torch._ops.HigherOrderOperator):
+            if isinstance(func, compat.HigherOrderOperator):
                 found = ()
             else:
                 schema = func._schema
@@ -245,7 +244,7 @@ class _WriteHook:
             self.guard._before_write(value)
 
 
-class _WriteWatch(TorchDispatchMode):
+class _WriteWatch(compat.TorchDispatchMode):
     """:class:`_WriteHook` as a dispatch mode of its own (a mode that refused higher-order
     operators would make any model with parameters that calls one fail under ``profile``)."""
 

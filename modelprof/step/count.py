@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.runtime import compat
 from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.runtime.device import MemoryStats, same_device
@@ -132,7 +133,7 @@ class BackwardScope:
 
     @property
     def current(self) -> PassCost:
-        node = torch._C._current_autograd_node()
+        node = compat.current_autograd_node()
         if node is None:  # before the engine runs a node: the seed gradient of the loss
             return self.loss
         return self.cost_of(self.tags.call_of(node))

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from modelprof.runtime import compat
 from modelprof.distributed.collectives import collective_kind, is_comm_bookkeeping
 
 __all__ = ["CommStamps", "wait_for"]
@@ -51,7 +51,7 @@ def wait_for(func: Any, out: Any) -> None:
             o.wait()
 
 
-class CommStamps(TorchDispatchMode):
+class CommStamps(compat.TorchDispatchMode):
     """Around each collective (waited for on the spot) and each wait or FSDP2 copy of one, two
     stamps from ``clock``; ``column()`` says which call the time belongs to. After a pass and
     its synchronize, :meth:`per_column_ms` gives the pass's collectives' ms per column."""

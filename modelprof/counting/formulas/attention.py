@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from modelprof.runtime import compat
 from modelprof.counting.formulas.norm import NORM_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.registry import (Cost, optional_hops, optional_ops, register_present,
@@ -238,14 +239,12 @@ def _per_score(probe, fn, q: torch.Tensor, n_index_args: int, with_score: bool,
                buffers: tuple) -> int | None:
     """Flops of one call of a score_mod/mask_mod on 0-d inputs (the eager kernel calls it once
     per score, vectorised), or None if it cannot be run that way."""
-    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
-
     working = torch.float64 if q.dtype == torch.float64 else torch.float32
     index = torch.zeros((), dtype=torch.int64, device=q.device)
     args = ((torch.zeros((), dtype=working, device=q.device),) if with_score else ()) + \
         (index,) * n_index_args + tuple(buffers)
     try:
-        with TransformGetItemToIndex():
+        with compat.getitem_to_index():
             return probe(fn, *args).resolved()[1]
     except Exception:  # noqa: BLE001 - data-dependent or device-specific mods
         return None

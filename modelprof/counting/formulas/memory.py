@@ -37,9 +37,8 @@ register_formula(torch.Tag.inplace_view, *optional_ops(
     "_nested_compute_contiguous_strides_offsets", "_nested_tensor_storage_offsets"))(VIEW)
 
 # profiler bookkeeping (torch.optim wraps every step in record_function): no work
-register_formula(*[getattr(torch.ops.profiler, n) for n in (
-    "_record_function_enter", "_record_function_enter_new", "_record_function_exit")
-    if hasattr(torch.ops.profiler, n)])(VIEW)
+register_present(*optional_ops("_record_function_enter", "_record_function_enter_new",
+                              "_record_function_exit", namespace="profiler"))(VIEW)
 
 
 def _zero(args, kwargs, out):

@@ -26,12 +26,13 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.compat import optional_ops
 
 __all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula", "wants_probe"]
 
-HigherOrderOperator = torch._ops.HigherOrderOperator
-OpKey = Union[torch._ops.OpOverload, torch._ops.OpOverloadPacket, HigherOrderOperator, torch.Tag]
+HigherOrderOperator = compat.HigherOrderOperator
+OpKey = Union[compat.OpOverload, compat.OpOverloadPacket, HigherOrderOperator, torch.Tag]
 OpFormula = Callable[[tuple, dict, Any], "Cost"]
 ModuleFormula = Callable[[nn.Module, list, list], dict]
 
@@ -116,21 +117,21 @@ class FormulaRegistry:
         return None
 
 
-def functional_form(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def functional_form(func: compat.OpOverload) -> compat.OpOverload | None:
     """The out-of-place op of an in-place one (``aten.addmm_.default`` -> ``aten.addmm.default``):
     same arguments, same arithmetic; None for an op that is not in-place."""
     name = func._schema.name.split("::")[-1]
     if not name.endswith("_") or name.endswith("__"):
         return None
     packet = getattr(getattr(torch.ops, func.namespace), name[:-1], None)
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
+    if not isinstance(packet, compat.OpOverloadPacket):
         return None
     overload = getattr(packet, func._overloadname, None)
     return overload if overload is not None else getattr(packet, "default", None)
 
 
 def _resolve_key(key: Any) -> Any:
-    if isinstance(key, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch.Tag,
+    if isinstance(key, (compat.OpOverload, compat.OpOverloadPacket, torch.Tag,
                         HigherOrderOperator)):
         return key
     if isinstance(key, type) and issubclass(key, nn.Module):

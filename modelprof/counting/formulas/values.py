@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import torch
 
+from modelprof.runtime import compat
+
 __all__ = ["has_values", "offsets_to_lengths", "values_asked"]
 
 _ASKED = threading.local()   # .meta: a list while ``values_asked`` is active in this thread
@@ -42,9 +44,7 @@ def has_values(t: torch.Tensor) -> bool:
         return False
     if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
         return True
-    from torch._subclasses.fake_tensor import is_fake
-    from torch._subclasses.functional_tensor import FunctionalTensor
-    return not (is_fake(t) or isinstance(t, FunctionalTensor))
+    return not compat.is_fake(t)
 
 
 def offsets_to_lengths(offsets: torch.Tensor) -> list[int]:
