@@ -57,7 +57,7 @@ def generation(kind: str) -> None:
     """A tiny causal LM's generation, counted and timed, with a dynamic cache."""
     import transformers
 
-    from modelprof import profile_generation
+    from modelprof import ModelProfError, profile_generation
     if kind == "llama":
         config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
                                           num_hidden_layers=2, num_attention_heads=4,
@@ -67,7 +67,14 @@ def generation(kind: str) -> None:
         config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256,
                                          n_positions=64)
         model = transformers.GPT2LMHeadModel(config)
-    report = profile_generation(model, prompt_len=8, new_tokens=4, budget_s=0.3)
+    try:
+        report = profile_generation(model, prompt_len=8, new_tokens=4, budget_s=0.3)
+    except ModelProfError as e:        # GPT-2 took transformers Cache objects from 4.4x on
+        if "does not support transformers Cache objects" not in str(e):
+            raise
+        print(f"refused, as it should be on this transformers: {e}\nso, without a cache:")
+        report = profile_generation(model, prompt_len=8, new_tokens=4, budget_s=0.3,
+                                    cache=None)
     assert report.timing is not None and report.prefill().totals["macs"] > 0
     print(report.phase_table().to_string()[:800])
 

@@ -85,7 +85,7 @@ def ddp(model: nn.Module | None = None) -> nn.Module:
 
 
 def fsdp() -> nn.Module:
-    from torch.distributed.fsdp import fully_shard
+    from modelprof.runtime.compat import fully_shard
     model = Transformer()
     for layer in model.layers:
         fully_shard(layer)

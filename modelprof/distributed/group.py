@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.runtime import compat
+
 __all__ = ["RankInfo", "all_ranks_speak", "communicates", "current_group", "fsdp_modules",
            "is_ddp", "is_speaker", "local_device", "one_voice"]
 
@@ -115,9 +117,8 @@ def fsdp_modules(model: nn.Module) -> list[nn.Module]:
     """The ``fully_shard``-ed (FSDP2) modules of ``model``."""
     if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
         return []
-    from torch.distributed.fsdp import FSDPModule
-
-    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+    fsdp = compat.fsdp_module_class()
+    return [m for m in model.modules() if isinstance(m, fsdp)]
 
 
 def communicates(model: nn.Module) -> bool:
@@ -128,6 +129,5 @@ def communicates(model: nn.Module) -> bool:
 
 
 def _is_dtensor(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and any(
-        c.__name__ == "DTensor" and c.__module__.startswith("torch.distributed.tensor")
-        for c in type(t).__mro__)
+    return isinstance(t, torch.Tensor) and any(compat.is_dtensor_class(c)
+                                               for c in type(t).__mro__)

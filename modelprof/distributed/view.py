@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 
 __all__ = ["ParamView", "ShardView", "current_view", "is_dtensor", "is_dtensor_type", "shard_view"]
 
@@ -59,9 +60,7 @@ def is_dtensor_type(tp: type) -> bool:
     """Whether ``tp`` is DTensor (or a subclass), found without importing torch.distributed."""
     found = _DTENSOR_TYPES.get(tp)
     if found is None:
-        found = _DTENSOR_TYPES[tp] = any(
-            c.__name__ == "DTensor" and c.__module__.startswith("torch.distributed.tensor")
-            for c in tp.__mro__)
+        found = _DTENSOR_TYPES[tp] = any(compat.is_dtensor_class(c) for c in tp.__mro__)
     return found
 
 
@@ -77,11 +76,9 @@ def _fsdp_params(model: nn.Module) -> list[Any]:
     """FSDP2's ``FSDPParam`` objects of every ``fully_shard``-ed module of ``model``."""
     if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
         return []
-    from torch.distributed.fsdp import FSDPModule
-
     found = []
     for m in model.modules():
-        if isinstance(m, FSDPModule):
+        if isinstance(m, compat.fsdp_module_class()):
             group = m._get_fsdp_state()._fsdp_param_group
             if group is not None:
                 found.extend(group.fsdp_params)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 
 __all__ = ["KVCacheInfo", "cache_layers", "cache_length", "cache_snapshot", "check_rewound",
            "closed_form_kv_bytes", "closed_form_kv_per_token", "dtype_bytes", "kv_info",
@@ -105,6 +106,9 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
     objects; a layer that holds nothing yet gives an empty list."""
     if cache is None:
         return []
+    listed = compat.cache_layer_tensors(cache)     # transformers before 4.56
+    if listed is not None:
+        return listed
     layers = getattr(cache, "layers", None)
     if layers is None and isinstance(cache, (list, tuple)):
         layers = cache

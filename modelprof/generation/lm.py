@@ -87,6 +87,9 @@ class LanguageModel:
                 names = " or ".join(compat.CACHE_ARGUMENTS)
                 raise ModelProfError(f"cache={cache.value!r}: {self.name} takes no KV cache "
                                      f"({names}); pass cache=None to run it without a cache")
+            if cache is CacheMode.STATIC:
+                compat.require("cache='static' (a StaticCache put back between measured "
+                               "steps)", "transformers", compat.STATIC_CACHE_REWINDS)
             supports = getattr(model, "_supports_default_dynamic_cache", None)
             if cache is not CacheMode.NONE and callable(supports) and not supports():
                 raise ModelProfError(f"cache={cache.value!r}: {self.name} does not support "

@@ -27,7 +27,8 @@ from torch.utils._python_dispatch import _disable_current_modes as disable_curre
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "CACHE_ARGUMENTS", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
+    "CACHE_ARGUMENTS", "DTENSOR_MODULES", "fsdp_module_class", "fully_shard",
+    "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
     "decomposition_table", "disable_current_modes", "function_stack", "has_composite_kernel",
     "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake",
@@ -192,6 +193,36 @@ def optional_ops(*names: str, namespace: str = "aten") -> list:
     return found
 
 
+# -- torch.distributed: FSDP2 and DTensor moved out of _composable / _tensor in torch 2.6 -------
+def fsdp_module_class() -> type:
+    """FSDP2's ``FSDPModule``: ``torch.distributed.fsdp`` from torch 2.6, before in
+    ``torch.distributed._composable.fsdp`` (checked on 2.4 and 2.14)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:                                 # torch < 2.6
+        from torch.distributed._composable.fsdp import FSDPModule
+    return FSDPModule
+
+
+def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
+    """FSDP2's ``fully_shard`` (the module it lives in moved as ``FSDPModule`` did)."""
+    try:
+        from torch.distributed.fsdp import fully_shard as shard
+    except ImportError:                                 # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard as shard
+    return shard(module, **kwargs)
+
+
+#: the modules DTensor is defined in: ``torch.distributed.tensor`` from 2.5,
+#: ``torch.distributed._tensor`` before
+DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
+
+
+def is_dtensor_class(cls: type) -> bool:
+    """Whether ``cls`` is DTensor itself (found without importing torch.distributed)."""
+    return cls.__name__ == "DTensor" and cls.__module__.startswith(DTENSOR_MODULES)
+
+
 # -- transformers: the cache argument, its output and its classes ------------------------------
 #: a causal LM's cache argument and output field: ``past_key_values`` up to transformers 5.23,
 #: ``cache`` from 5.24 on (checked on 4.46, 4.56, 5.17, 5.23, 5.24)
@@ -238,6 +269,23 @@ def new_hf_cache(kind: str, config: Any, batch_size: int, max_len: int,
             if name in params:
                 kw[name] = value
     return cls(**kw)
+
+
+#: the release from which a StaticCache keeps a ``cumulative_length`` per layer that a snapshot
+#: can put back; before, its length was read from the nonzero slots of its tensors
+STATIC_CACHE_REWINDS = (4, 56)
+
+
+def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
+    """The tensors per layer of a transformers cache that keeps them in ``key_cache`` and
+    ``value_cache`` lists (up to transformers 4.55; from 4.56 a cache has ``.layers``), None
+    for any other cache. Checked on 4.46."""
+    keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
+    if getattr(cache, "layers", None) is not None or not (isinstance(keys, list)
+                                                         and isinstance(values, list)):
+        return None
+    return [[t for t in (k, v) if isinstance(t, torch.Tensor) and t.numel() > 1]
+            for k, v in zip(keys, values)]
 
 
 def meta_mask_dropped(model: Any, kwargs: dict[str, Any], device: torch.device
