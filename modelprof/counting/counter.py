@@ -33,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.counting.formulas.memory import VIEW
 from modelprof.counting.meta_cache import run_meta
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
+from modelprof.runtime.dynamo_skips import forget_dynamo_skips
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
@@ -286,6 +287,8 @@ class OpCounter(TorchDispatchMode):
                 if self._meta_sdpa is not None:
                     _leave_function_mode(*self._meta_sdpa)
                     self._meta_sdpa = None
+                if any(isinstance(f, HigherOrderOperator) for f in self._ops):
+                    forget_dynamo_skips()   # torch.cond & co. run eagerly again after the pass
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:

@@ -63,6 +63,7 @@ from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.errors import ModelProfWarning
+from modelprof.runtime.dynamo_skips import forget_dynamo_skips
 
 __all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
            "restore_modules", "set_training"]
@@ -259,6 +260,13 @@ class _WriteWatch(TorchDispatchMode):
         kwargs = kwargs or {}
         self.hook(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if any(isinstance(f, torch._ops.HigherOrderOperator) for f in self.hook._writes):
+                forget_dynamo_skips()   # torch.cond & co. run eagerly again after the watch
 
 
 class StateGuard:
