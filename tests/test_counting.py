@@ -258,6 +258,35 @@ def test_higher_order_operators_in_a_model_with_parameters():
     assert torch.equal(cond_model.w, torch.ones(3, 3))
 
 
+@pytest.mark.parametrize("model, first", [(CondOnWeight(), torch.tensor(True)),
+                                          (LoopOnWeight(), torch.tensor(0))],
+                         ids=["cond", "while_loop"])
+def test_a_skip_dynamo_remembers_for_a_higher_order_wrapper_is_forgotten_after_a_count(
+        model, first):
+    # torch 2.11 leaves dynamo skipping the eager wrapper of torch.cond / while_loop after a
+    # call under a dispatch mode, and every later eager call fails
+    # (compat.forget_dynamo_skips); planted here by hand, so that any torch shows it
+    from torch._dynamo import convert_frame
+    from torch._dynamo.eval_frame import skip_code
+    x = torch.randn(3, 3)
+    with torch.no_grad():
+        want = model(first, x)   # eager: dynamo meets torch's wrapper
+    hop_dir = "_higher_order_ops"
+    wrappers = [c for c in (r() for r in convert_frame.input_codes.seen)
+                if c is not None and hop_dir in c.co_filename and c.co_name.endswith("_wrapper")]
+    assert wrappers
+    for code in wrappers:
+        skip_code(code)
+    with pytest.raises(Exception), torch.no_grad():   # the state torch 2.11 leaves behind
+        model(first, x)
+    quiet_profile(model, inputs=(first, x))   # counted: the op counter meets the operator
+    with torch.no_grad():
+        got = model(first, x)
+    assert all(torch.equal(a, b) for a, b in zip(torch.utils._pytree.tree_leaves(got),
+                                                 torch.utils._pytree.tree_leaves(want),
+                                                 strict=True))
+
+
 # -- flex_attention -------------------------------------------------------------------------------
 flex = pytest.importorskip("torch.nn.attention.flex_attention")
 
@@ -346,8 +375,13 @@ def test_huggingface_flex_attention_counts_like_eager_and_sdpa():
     #   q 16*32*32 = 16384, k and v 16*32*16 = 8192 each, o 16384, gate/up/down 3 x 16*32*64 =
     #   98304, lm_head 16*32*64 = 32768: 180224; attention 4 heads x 16*16 scores x (8 + 8) =
     #   16384 (causal: counted in full, as every kernel computes it): 196608
+    # + the rotary embedding's angles where transformers computes them as a matmul (5.17:
+    #   inv_freq (4 x 1) @ positions (1 x 16) = 4*16 = 64; 5.24: an elementwise product, 0)
     for impl, r in reports.items():
-        assert (r.totals["macs"], r.unsupported) == (196_608, {}), impl
+        rows = r.to_dataframe().set_index("module")
+        rotary = int(rows.loc["model.rotary_emb", "macs"])
+        assert rotary in (0, 64), (impl, rotary)
+        assert (r.totals["macs"], r.unsupported) == (196_608 + rotary, {}), impl
     ops = reports["flex_attention"].by_operator().set_index("op")
     assert ops.loc["higher_order.flex_attention", "macs"] == 16_384
 

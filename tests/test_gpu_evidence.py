@@ -3,8 +3,11 @@ CUDA faked, so it cannot rot between the rare runs on a lent GPU."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -45,12 +48,14 @@ def test_dry_run_writes_the_files_to_commit(evidence):
         assert name in names, name
     env = result["env"]
     assert env["dry_run"] is True and env["torch_version"] and "cuda_version" in env
+    assert env["bootstrap"]["action"] in ("nothing to install", "no wheelhouse", "installed")
 
 
 def test_every_section_runs_and_reports(evidence):
     out, _, result = evidence
     keys = [s["key"] for s in result["sections"]]
-    assert keys == ["1a", "2", "3", "4", "5", "6", "7", "8", "9", "1b", "10"]
+    # the seed's recipes first (2, 4, 5, 3), what only a GPU shows, the tests last
+    assert keys == ["2", "4", "5", "3", "6", "8", "9", "7", "1a", "1b", "10"]
     summary = (out / "summary.md").read_text()
     for s in result["sections"]:
         # no section may crash or overrun in the dry run: a traceback here is a bug in the
@@ -80,3 +85,44 @@ def test_dry_run_puts_cuda_back():
     import torch
     assert torch.cuda.Event.__module__.startswith("torch")
     assert torch.cuda.synchronize.__module__.startswith("torch")
+
+
+def _wheel(folder: Path, name: str) -> Path:
+    """A pure-Python wheel of one module ``name`` that holds ``VALUE = 42``."""
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}/__init__.py", "VALUE = 42\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\n"
+                   "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_bootstrap_installs_only_what_is_missing_from_the_wheelhouse(tmp_path, monkeypatch):
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    import gpu_evidence
+    house, target = tmp_path / "wheelhouse", tmp_path / "site"
+    house.mkdir()
+    _wheel(house, "mp_wheel_probe")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "before")
+    # present: json; missing: the probe, which only the wheelhouse has
+    rec = gpu_evidence.bootstrap({"json": "json", "mp_wheel_probe": "mp_wheel_probe"}, house,
+                                 target)
+    assert rec["missing"] == ["mp_wheel_probe"] and rec["action"] == "installed"
+    assert rec["importable"] == {"mp_wheel_probe": True}
+    assert sys.path[-1] == str(target)   # behind everything installed
+    assert os.environ["PYTHONPATH"] == os.pathsep.join(["before", str(target)])
+    # a fresh interpreter with that PYTHONPATH (as the pytest processes get it) imports it
+    out = subprocess.run([sys.executable, "-c", "import mp_wheel_probe as m; print(m.VALUE)"],
+                         capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(target)))
+    assert out.stdout.strip() == "42"
+    # nothing missing, or no wheelhouse: nothing is done
+    assert gpu_evidence.bootstrap({"json": "json"}, house, target)["action"] == \
+        "nothing to install"
+    assert gpu_evidence.bootstrap({"mp_absent_module": "x"}, tmp_path / "none",
+                                  target)["action"] == "no wheelhouse"

@@ -284,6 +284,8 @@ class OpCounter(compat.TorchDispatchMode):
                 if self._meta_sdpa is not None:
                     _leave_function_mode(*self._meta_sdpa)
                     self._meta_sdpa = None
+                if any(isinstance(f, HigherOrderOperator) for f in self._ops):
+                    compat.forget_dynamo_skips()   # torch.cond & co. run eagerly again after the pass
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:

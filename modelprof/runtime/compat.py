@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
+import sys
 from typing import Any
 
 import torch
@@ -30,7 +32,7 @@ __all__ = [
     "CACHE_ARGUMENTS", "DTENSOR_MODULES", "fsdp_module_class", "fully_shard",
     "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
-    "decomposition_table", "disable_current_modes", "function_stack", "has_composite_kernel",
+    "decomposition_table", "disable_current_modes", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
     "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake",
     "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "parse_to", "require",
     "torch_version", "transformers_version", "version_tuple",
@@ -120,6 +122,35 @@ def restore_dispatch_stack(depth: int, flags: dict[str, Any]) -> None:
     name = "_is_in_any_mode_without_ignore_compile_internals"
     if setter is not None and name in flags:
         setter(flags[name])
+
+
+def forget_dynamo_skips() -> int:
+    """Reset dynamo's state of every code object in ``torch/_higher_order_ops`` it has met;
+    the number reset (0 where dynamo never ran or this torch lacks the hooks).
+
+    ``torch.cond``, ``while_loop`` and their kin run eagerly through ``torch.compile`` of a
+    small wrapper in ``torch/_higher_order_ops``. Under a dispatch mode (the op counter, the
+    state guard's write watch) dynamo declines that wrapper's frame and, on torch 2.11, remembers
+    the refusal for the code object: every later eager call then fails (``Unsupported: torch.*
+    op returned non-Tensor``). The modes call this on their outermost exit when they saw a
+    higher-order operator. Checked: torch 2.11.0 fails without it, 2.14.1 passes either way.
+    Private names: ``torch._dynamo.convert_frame.input_codes``,
+    ``torch._C._dynamo.eval_frame.reset_code``."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    hops = sys.modules.get("torch._higher_order_ops")
+    seen = getattr(getattr(convert_frame, "input_codes", None), "seen", None)
+    if not seen or hops is None:
+        return 0
+    hop_dir = os.path.dirname(hops.__file__) + os.sep
+    try:   # a torch without dynamo's C hooks
+        from torch._C._dynamo.eval_frame import reset_code
+    except ImportError:
+        return 0
+    codes = [c for c in (ref() for ref in list(seen))
+             if c is not None and c.co_filename.startswith(hop_dir)]
+    for code in codes:
+        reset_code(code)
+    return len(codes)
 
 
 def current_function_mode() -> Any:

@@ -259,6 +259,13 @@ class _WriteWatch(compat.TorchDispatchMode):
         self.hook(func, args, kwargs)
         return func(*args, **kwargs)
 
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if any(isinstance(f, torch._ops.HigherOrderOperator) for f in self.hook._writes):
+                compat.forget_dynamo_skips()   # torch.cond & co. run eagerly again after the watch
+
 
 class StateGuard:
     """What the model looked like on entry, and how to put it back (see the module docstring).
