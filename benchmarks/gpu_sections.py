@@ -446,13 +446,14 @@ def _throughput_to_oom(ctx: Ctx, o: Outcome, model: nn.Module, size: tuple[int, 
         cap = 3 * 2**30 / torch.cuda.get_device_properties(ctx.dev).total_memory
         kw.update(max_batch=8192, budget_s=0.2, min_samples=3, min_blocks=1, warmup=1)
         torch.cuda.synchronize(ctx.dev)
-        torch.cuda.set_per_process_memory_fraction(cap, ctx.dev)
+        # the fraction takes a device index (a bare "cuda" is refused: found on an H200)
+        torch.cuda.set_per_process_memory_fraction(cap, torch.cuda.current_device())
     before = torch.cuda.memory_allocated(ctx.dev) if not ctx.dry else None
     try:
         tp = measure_throughput(searched, size, device=ctx.dev, **kw)
     finally:
         if cap is not None:
-            torch.cuda.set_per_process_memory_fraction(1.0, ctx.dev)
+            torch.cuda.set_per_process_memory_fraction(1.0, torch.cuda.current_device())
     after = torch.cuda.memory_allocated(ctx.dev) if not ctx.dry else None
     curve = ", ".join(f"{p.batch_size}:{p.samples_per_s:.0f}" for p in tp.points)
     o.info["throughput"] = tp.to_dict() | {"env": None}
