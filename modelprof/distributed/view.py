@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.tensors import is_dtensor_type
 
 __all__ = ["ParamView", "ShardView", "current_view", "is_dtensor", "is_dtensor_type", "shard_view"]
 
@@ -50,19 +51,6 @@ def shard_view(view: ShardView) -> Iterator[None]:
         yield
     finally:
         _VIEW.reset(token)
-
-
-_DTENSOR_TYPES: dict[type, bool] = {}
-
-
-def is_dtensor_type(tp: type) -> bool:
-    """Whether ``tp`` is DTensor (or a subclass), found without importing torch.distributed."""
-    found = _DTENSOR_TYPES.get(tp)
-    if found is None:
-        found = _DTENSOR_TYPES[tp] = any(
-            c.__name__ == "DTensor" and c.__module__.startswith("torch.distributed.tensor")
-            for c in tp.__mro__)
-    return found
 
 
 def is_dtensor(t: Any) -> bool:

@@ -14,12 +14,14 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = ["MemoryPlan", "activation_bytes", "weights_bytes"]
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
-    """Parameters and buffers (each tensor once), floating ones at ``dtype``."""
+    """Parameters and buffers (each tensor once), floating ones at ``dtype``, quantized ones
+    as stored."""
     if model is None:
         return 0
     seen: set[int] = set()
@@ -28,9 +30,10 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        size = torch.empty((), dtype=dtype).element_size() if t.is_floating_point() else \
-            t.element_size()
-        total += t.numel() * size
+        if t.is_floating_point() and type(t) in (torch.Tensor, nn.Parameter):
+            total += t.numel() * torch.empty((), dtype=dtype).element_size()
+        else:   # integers as they are; a quantized weight (a tensor subclass) as it is stored
+            total += tensor_nbytes(t)
     return total
 
 
