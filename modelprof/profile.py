@@ -11,6 +11,7 @@ from torch import nn
 
 from modelprof.counting.counter import OpStats
 from modelprof.runtime.env import collect_env
+from modelprof.runtime.exported import exported_layers, is_flat_export
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import dispatch_modes_restored, grad_switches, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
@@ -70,6 +71,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     the collectives in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
     ``cuda:LOCAL_RANK`` under torchrun.
     """
+    model = exported_layers(model)   # an ExportedProgram: its layers, one row each
     spec = _parse(model, timing, (training, no_grad), registry, backward,
                   (loss_fn, target, optimizer), options, timing_options)
     dtype_requested = parse_dtype(dtype)
@@ -84,17 +86,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size,
                          device=local_device(device), dtype=dtype_requested)
         passed.add(mi.args, mi.kwargs)   # moved or made copies: each pass sees them as made
+        model, guard = _layered(model, mi, rng_scope, guard)
         # the model's own random ops (train-mode dropout) in every pass, the static one
         # included, draw from forked generators: the user's random state comes back as it was
         rng_scope.enter_context(torch.random.fork_rng(
             devices=[mi.device] if mi.device.type == "cuda" else []))
-        meta_notes: list[str] = []
-        if spec.timing and mi.device.type == "meta":
-            # meta tensors have shapes and no values, so nothing can be timed: count only
-            spec = dataclasses.replace(spec, timing=False)
-            meta_notes.append("device='meta': counted from shapes alone, not timed (meta "
-                              "tensors have no values and run no kernels); pass a real device "
-                              "to time")
+        spec, meta_notes = _untimed_on_meta(spec, mi)
         if spec.timing:
             spec.opts.check_device(mi.device)
         with _batch_hint(input_size, mi):
@@ -130,6 +127,25 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                              dtype_requested)
         counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
         return Report(rows, run, counts, timed, training_step)
+
+
+def _layered(model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack,
+             guard: Any) -> tuple[nn.Module, Any]:
+    """The flat graph of ``ExportedProgram.module()`` with its layers (exported again on these
+    inputs; ``runtime.exported``), under a state guard of its own; any other model as it is."""
+    if not is_flat_export(model):
+        return model, guard
+    model = exported_layers(model, (mi.args, mi.kwargs))
+    return model, scope.enter_context(preserved_state(model, rescan=True))
+
+
+def _untimed_on_meta(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
+    """Meta tensors have shapes and no values, so nothing can be timed: count only, and say so."""
+    if not (spec.timing and mi.device.type == "meta"):
+        return spec, []
+    return dataclasses.replace(spec, timing=False), [
+        "device='meta': counted from shapes alone, not timed (meta tensors have no values and "
+        "run no kernels); pass a real device to time"]
 
 
 @contextlib.contextmanager
