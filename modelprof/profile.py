@@ -46,7 +46,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
     ``input_size`` excludes the batch (``(3, 224, 224)``); ``inputs=`` takes a tensor, a tuple
-    of positional arguments or a dict of keyword arguments instead. ``device``/``dtype``
+    of positional arguments, a dict of keyword arguments or both as ``(args, kwargs)`` instead
+    (an ``ExportedProgram`` is profiled by its layers, ``runtime.exported``). ``device``/``dtype``
     default to the model's (``device="meta"`` analyses shapes alone, no memory or compute).
     The model runs in eval mode under ``torch.no_grad()`` unless ``training``/``no_grad`` say
     otherwise, and comes back exactly as it went in.

@@ -23,7 +23,7 @@ from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, map_te
 
 __all__ = ["InputSpec", "ModelInputs", "available_memory_bytes", "build_inputs",
            "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size",
-           "token_inputs", "vocab_size"]
+           "split_inputs", "token_inputs", "vocab_size"]
 
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -145,8 +145,9 @@ def make_inputs(
 
     ``input_size`` excludes the batch dimension; random normal tensors of
     ``(batch_size, *input_size)`` are made. ``inputs`` is a tensor (the one argument), a tuple
-    of positional arguments (which may hold lists), a list (one positional argument) or a dict
-    of keyword arguments. Floating tensors are cast to ``dtype``; all move to ``device``.
+    of positional arguments (which may hold lists), a list (one positional argument), a dict
+    of keyword arguments, or both as ``(args, kwargs)`` (:func:`split_inputs`). Floating
+    tensors are cast to ``dtype``; all move to ``device``.
     """
     if isinstance(model, nn.Module):
         model_device, model_dtype = model_placement(model)
@@ -179,22 +180,9 @@ def make_inputs(
                      for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
+    args, kwargs = split_inputs(inputs)
     move = lambda t: to_placement(t, dev, dt)  # noqa: E731
-    if isinstance(inputs, torch.Tensor):
-        args, kwargs = (move(inputs),), {}
-    elif isinstance(inputs, Mapping):
-        bad = [k for k in inputs if not isinstance(k, str)]
-        if bad:
-            raise ModelProfError(f"inputs dict keys must be argument names; got {bad[0]!r}")
-        args, kwargs = (), map_tensors(dict(inputs), move)
-    elif isinstance(inputs, tuple):
-        args, kwargs = map_tensors(inputs, move), {}
-    elif isinstance(inputs, list):
-        args, kwargs = (map_tensors(inputs, move),), {}
-    else:
-        raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
-                             "tensor, a tuple of positional arguments or a dict of keyword "
-                             "arguments")
+    args, kwargs = map_tensors(args, move), map_tensors(kwargs, move)
     first = next(iter_tensors((args, kwargs)), None)
     inferred = _infer_batch(args, kwargs)
     if batch_size is not None and first is not None and batch_size != inferred:
@@ -207,6 +195,35 @@ def make_inputs(
                       else model_dtype)
     _refuse_unmoved(args, kwargs, dev)
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
+
+
+def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``inputs=`` as ``(args, kwargs)``: a tensor is the one argument; a pair of a tuple and a
+    dict is ``(args, kwargs)``, as ``torch.export.export`` takes them (``((x,), {"mask": m})``
+    for ``model(x, mask=m)``); another tuple is the positional arguments, a list one positional
+    argument, a dict the keyword arguments. (A forward whose two positional arguments are a
+    tuple and a dict takes ``(((a, b), {...}), {})``.)"""
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,), {}
+    if isinstance(inputs, Mapping):
+        return (), _keywords(inputs, "inputs")
+    if type(inputs) is tuple and len(inputs) == 2 and type(inputs[0]) is tuple and \
+            isinstance(inputs[1], Mapping):
+        return inputs[0], _keywords(inputs[1], "inputs[1]")
+    if isinstance(inputs, tuple):
+        return inputs, {}
+    if isinstance(inputs, list):
+        return (inputs,), {}
+    raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
+                         "tensor, a tuple of positional arguments, a dict of keyword arguments "
+                         "or both as (args, kwargs)")
+
+
+def _keywords(mapping: Mapping, where: str) -> dict[str, Any]:
+    bad = [k for k in mapping if not isinstance(k, str)]
+    if bad:
+        raise ModelProfError(f"{where} dict keys must be argument names; got {bad[0]!r}")
+    return dict(mapping)
 
 
 def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Tensor]:
