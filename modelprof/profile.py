@@ -26,7 +26,7 @@ from modelprof.counting.meta_route import meta_allowed, model_fits, on_meta
 from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
 from modelprof.report.rows import build_rows, join_rows, row_keys
-from modelprof.step.spec import loss_module
+from modelprof.step.spec import loss_module, refuse_scripted
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 from modelprof.errors import ModelProfWarning, TimingDisagreementWarning
@@ -197,6 +197,8 @@ def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: An
     if opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
     step = _step_spec(backward, *step_args, opts)
+    if step is not None:
+        refuse_scripted(model)
     flags = {"training": training, "no_grad": no_grad,
              **opts.flags(eval_mode=not training, no_grad=no_grad)}
     if step is not None:
