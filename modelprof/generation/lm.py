@@ -46,9 +46,11 @@ class StepModule(nn.Module):
     def __init__(self, step: Callable[..., Any], model: nn.Module | None) -> None:
         super().__init__()
         self._step = step
-        # the counting pass keeps no output, so the last one is kept here (a box set at
-        # construction: the state guard puts back any attribute a forward adds)
+        # the counting pass keeps no output, so the last one is kept here; the calls so far
+        # and the phase they belong to, for an error (boxes set at construction: the state
+        # guard puts back any attribute a forward adds)
         self._last: list[Any] = [None]
+        self._calls: list[Any] = [0, "the run"]
         if model is not None:
             self.model = model
 
@@ -56,8 +58,21 @@ class StepModule(nn.Module):
     def last(self) -> Any:
         return self._last[0]
 
+    def phase(self, label: str) -> None:
+        """Name the phase the next calls belong to (``prefill``, ``decode at context 70``)."""
+        self._calls[1] = label
+
     def forward(self, tokens: torch.Tensor, cache: Any = None) -> Any:
-        out = self._step(tokens, cache)
+        self._calls[0] += 1
+        try:
+            out = self._step(tokens, cache)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            name = getattr(self._step, "__qualname__", type(self._step).__name__)
+            raise ModelProfError(
+                f"step function {name} raised at its call {self._calls[0]} (in {self._calls[1]}"
+                f", tokens {tuple(tokens.shape)}): {type(e).__name__}: {e}") from e
         self._last[0] = out
         return out
 
@@ -101,6 +116,11 @@ class LanguageModel:
         if self.logits_to_keep:
             kw["logits_to_keep"] = 1          # as generate() asks: logits of the last position
         return kw
+
+    def phase(self, label: str) -> None:
+        """Name the phase the next step calls belong to, for a step function's error."""
+        if isinstance(self.root, StepModule):
+            self.root.phase(label)
 
     def inputs(self, tokens: torch.Tensor, cache: Any) -> ModelInputs:
         return ModelInputs((), self.kwargs(tokens, cache), self.device, self.dtype,

@@ -14,9 +14,11 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.cache import closed_form_kv_bytes, dtype_bytes, model_dims
+from modelprof.runtime.inputs import available_memory_bytes
 from modelprof.runtime.tensors import tensor_nbytes
 
-__all__ = ["MemoryPlan", "activation_bytes", "weights_bytes"]
+__all__ = ["MemoryPlan", "activation_bytes", "check_run_fits", "weights_bytes"]
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
@@ -35,6 +37,41 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
         else:   # integers as they are; a quantized weight (a tensor subclass) as it is stored
             total += tensor_nbytes(t)
     return total
+
+
+def check_run_fits(spec: Any, model: Any, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a run whose token ids (int64, the prompt and every
+    new token at the largest batch), KV cache at the full length (from the model's config) and
+    one layer's hidden states (the config's hidden size, else the model's widest embedding)
+    cannot exist or exceed the memory available on ``device`` (the token ids are drawn on the
+    CPU for ``meta``, which holds nothing else). The error's cause is an ``OutOfMemoryError``,
+    as for an ``input_size`` too large."""
+    batch = max(spec.batch_sizes)
+    tokens = batch * spec.total_len
+    parts = {"the token ids": tokens * 8}
+    config = getattr(model, "config", None)
+    if device.type != "meta":
+        hidden = model_dims(config)["hidden"] if config is not None else _widest_embedding(model)
+        parts["the KV cache"] = (closed_form_kv_bytes(config, dtype, spec.total_len, batch)
+                                 if config is not None else None) or 0
+        parts["a layer's hidden states"] = tokens * (hidden or 0) * dtype_bytes(dtype)
+    need = sum(parts.values())
+    what = (f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens} at batch_size {batch} "
+            f"needs {need / 1e9:,.1f} GB for {' and '.join(k for k, v in parts.items() if v)} "
+            "alone")
+    if tokens >= 2**63:
+        raise ModelProfError(f"{what}: more elements than a tensor can hold")
+    where = torch.device("cpu") if device.type == "meta" else device
+    available = available_memory_bytes(where)
+    if available is not None and need > available:
+        msg = f"{what}, more than the {available / 1e9:,.1f} GB available on {where}"
+        raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
+
+
+def _widest_embedding(model: Any) -> int | None:
+    dims = [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)] \
+        if isinstance(model, nn.Module) else []
+    return max(dims, default=None)
 
 
 def activation_bytes(records: list[Any]) -> int:

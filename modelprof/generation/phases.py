@@ -118,6 +118,7 @@ class _Counter:
         self.length += length
 
     def prefill(self) -> Phase:
+        self.lm.phase(f"the prefill at batch {self.batch}")
         self.cache, self.length = None, 0
         phase, mi, restore = self._extend(self.spec.prompt_len)
         if self.opts is not None:           # each timed pass from the empty cache
@@ -128,6 +129,7 @@ class _Counter:
 
     def decode(self, context: int) -> Phase:
         lm = self.lm
+        lm.phase(f"the decode step at context {context}, batch {self.batch}")
         if lm.cache is CacheMode.NONE:      # the whole prefix again, no cache
             tokens = lm.tokens(self.batch, context + 1, self.gen)
             phase, mi = self._count("decode", context, tokens, None, f"decode@{context}")
@@ -138,8 +140,10 @@ class _Counter:
             return phase
         if context < self.length:           # a context before the current one: start again
             self.cache, self.length = None, 0
-        if context > self.length:
-            self._grow(context - self.length)      # build the cache up to L (not reported)
+        if context > self.length:          # build the cache up to L (not reported)
+            lm.phase(f"building the cache to context {context}, batch {self.batch}")
+            self._grow(context - self.length)
+            lm.phase(f"the decode step at context {context}, batch {self.batch}")
         restore = cache_snapshot(self.cache)
         tokens = lm.tokens(self.batch, 1, self.gen)
         phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")

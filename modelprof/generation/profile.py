@@ -12,7 +12,8 @@ from modelprof.errors import ModelProfError
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.lm import LanguageModel, language_model
-from modelprof.generation.memory import MemoryPlan, activation_bytes, weights_bytes
+from modelprof.generation.memory import (MemoryPlan, activation_bytes, check_run_fits,
+                                         weights_bytes)
 from modelprof.generation.moe import moe_info
 from modelprof.generation.phases import count_phases
 from modelprof.generation.report import GenerationReport
@@ -61,6 +62,7 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
     spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, contexts, cache,
                                 max_positions=model_dims(config)["max_positions"]
                                 if config is not None else None)
+    check_run_fits(spec, model, dt, dev)   # prompt_len=10**9: said before it is allocated
     peaks = resolve_target(target, dt)
     lm = language_model(model, step, spec.cache, dev, dt)
     if timing:

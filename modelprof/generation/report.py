@@ -155,7 +155,9 @@ class GenerationReport:
         timing = self.timings.get(self._batch(batch_size))
         slope = timing.step_slope if timing is not None else None
         if slope is not None:
-            out.update(step_ms_per_token=slope.ms_per_token, step_ms_per_token_ci_low=slope.ci_low,
+            # NaN where the interval reaches zero: not measurable, never a negative time
+            out.update(step_ms_per_token=slope.measured_ms_per_token,
+                       step_ms_per_token_ci_low=slope.ci_low,
                        step_ms_per_token_ci_high=slope.ci_high)
         return out
 
@@ -254,6 +256,8 @@ class GenerationReport:
                     line += (f", TPOT {t.tpot.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
                              f"{'' if t.tpot.stable else ' DRIFTED'}, "
                              f"{t.batch_tokens_per_s:,.1f} tokens/s")
+                if t.step_slope is not None:
+                    line += f"; step growth {t.step_slope.describe()}"
             lines.append(line)
         if self.kv is not None:
             lines.append(f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
