@@ -141,12 +141,14 @@ def _layered(model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack,
 
 
 def _untimed_on_meta(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
-    """Meta tensors have shapes and no values, so nothing can be timed: count only, and say so."""
+    """The notes the inputs carry; meta tensors have shapes and no values, so nothing can be
+    timed there: count only, and say so."""
+    notes = list(mi.notes)
     if not (spec.timing and mi.device.type == "meta"):
-        return spec, []
+        return spec, notes
     return dataclasses.replace(spec, timing=False), [
-        "device='meta': counted from shapes alone, not timed (meta tensors have no values and "
-        "run no kernels); pass a real device to time"]
+        *notes, "device='meta': counted from shapes alone, not timed (meta tensors have no "
+        "values and run no kernels); pass a real device to time"]
 
 
 @contextlib.contextmanager

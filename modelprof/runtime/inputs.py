@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from modelprof.runtime import compat
 from modelprof.runtime.device import normalize_device
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import to_placement, model_placement
@@ -47,6 +48,8 @@ class ModelInputs:
     #: after the first pass, from a ``modelprof.runtime.snapshot.Snapshot``); None when a
     #: pass changes nothing in them, so that nothing runs between passes
     reset: Callable[[], Any] | None = None
+    #: what was done to the inputs on the way in, for the report's notes
+    notes: tuple[str, ...] = ()
 
     def shapes(self) -> str:
         return shape_str((self.args, self.kwargs))
@@ -180,9 +183,8 @@ def make_inputs(
                      for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
-    args, kwargs = split_inputs(inputs)
-    move = lambda t: to_placement(t, dev, dt)  # noqa: E731
-    args, kwargs = map_tensors(args, move), map_tensors(kwargs, move)
+    args, kwargs, notes = _call_arguments(model, inputs, dev,
+                                          lambda t: to_placement(t, dev, dt))
     first = next(iter_tensors((args, kwargs)), None)
     inferred = _infer_batch(args, kwargs)
     if batch_size is not None and first is not None and batch_size != inferred:
@@ -194,7 +196,19 @@ def make_inputs(
     in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
                       else model_dtype)
     _refuse_unmoved(args, kwargs, dev)
-    return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
+    return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
+
+
+def _call_arguments(model: Any, inputs: Any, dev: torch.device,
+                    move: Callable[[torch.Tensor], torch.Tensor]
+                    ) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
+    """``inputs`` as positional and keyword arguments on ``dev`` (:func:`split_inputs`), with
+    notes on what was done to them on the way."""
+    args, kwargs = split_inputs(inputs)
+    note = None
+    if kwargs:
+        kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
+    return map_tensors(args, move), map_tensors(kwargs, move), (note,) if note else ()
 
 
 def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
