@@ -88,9 +88,12 @@ class MemoryPlan:
     activation_per_seq_bytes: dict[str, float]   # by phase, for one sequence
     batch_size: int
     context: int
+    state_per_seq_bytes: float = 0.0   # recurrent (SSM) states of one sequence, any context
 
     def kv_bytes(self, batch: int | None = None, context: int | None = None) -> float:
-        return self.kv_per_token_bytes * (batch or self.batch_size) * (context or self.context)
+        """The cache: keys and values per token of context, states per sequence."""
+        b = batch or self.batch_size
+        return (self.kv_per_token_bytes * (context or self.context) + self.state_per_seq_bytes) * b
 
     def total_bytes(self, phase: str, batch: int | None = None,
                     context: int | None = None) -> float:
@@ -114,14 +117,15 @@ class MemoryPlan:
         _check_memory(memory_bytes)
         ctx = context or self.context
         free = memory_bytes - self.weights_bytes
-        per = self.kv_per_token_bytes * ctx + self._per_seq()
+        per = self.kv_per_token_bytes * ctx + self.state_per_seq_bytes + self._per_seq()
         return max(int(free // per), 0) if per > 0 else 0
 
     def max_context(self, memory_bytes: float, batch: int | None = None) -> int:
         """The longest context at which ``batch`` sequences fit."""
         _check_memory(memory_bytes)
         b = batch or self.batch_size
-        free = memory_bytes - self.weights_bytes - b * self._per_seq()
+        free = memory_bytes - self.weights_bytes - b * (self._per_seq() +
+                                                        self.state_per_seq_bytes)
         per = self.kv_per_token_bytes * b
         return max(int(free // per), 0) if per > 0 else 0
 
