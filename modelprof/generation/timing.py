@@ -182,7 +182,7 @@ class _Run:
 def generation_sampler(lm: LanguageModel, spec: GenerationSpec, batch: int,
                        generator: torch.Generator) -> _Run:
     """A callable that runs one stamped generation (``.block(k)`` runs ``k``)."""
-    prompt = lm.tokens(batch, spec.prompt_len, generator)
+    prompt = lm.prompt(batch, spec.prompt_len, generator)
     return _Run(lm, prompt, spec.new_tokens)
 
 
