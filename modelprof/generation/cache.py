@@ -104,12 +104,33 @@ def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
     return total
 
 
+def held_cache(cache: Any) -> Any:
+    """The cache object a step's cache value holds: the value itself, or the one cache inside
+    a tuple or list such as ``(encoder_output, EncoderDecoderCache)``."""
+    if isinstance(cache, (tuple, list)) and not hasattr(cache, "layers"):
+        found = [c for c in cache if _is_cache(c)]
+        if len(found) == 1:
+            return found[0]
+    return cache
+
+
+def cross_layers(cache: Any) -> list[list[torch.Tensor]]:
+    """The cross-attention tensors of each decoder layer (an ``EncoderDecoderCache``'s second
+    cache): the encoder's keys and values, the same at every decoder context."""
+    subs = _sub_caches(held_cache(cache))
+    return cache_layers(subs[1]) if len(subs) == 2 else []
+
+
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
     """The tensors each layer of ``cache`` holds: an HF ``Cache`` (``.layers`` with ``keys``
     and ``values``), a legacy tuple of (key, value) per layer, or any list of per-layer
     objects; a layer that holds nothing yet gives an empty list."""
     if cache is None:
         return []
+    cache = held_cache(cache)
+    subs = _sub_caches(cache)
+    if subs:     # a cache of caches (self- and cross-attention): their layers side by side
+        return [sum(ts, []) for ts in zip(*map(cache_layers, subs))]
     layers = getattr(cache, "layers", None)
     if layers is None and isinstance(cache, (list, tuple)):
         layers = cache
@@ -149,6 +170,7 @@ _STATES = ("conv_states", "recurrent_states", "ssm_states")
 def state_layers(cache: Any) -> list[list[torch.Tensor]]:
     """The recurrent-state tensors of each layer of ``cache`` (empty for an attention layer):
     a state holds the same bytes at every context, unlike keys and values."""
+    cache = held_cache(cache)
     layers = getattr(cache, "layers", None)
     if layers is not None:
         return [list(_tensors([getattr(layer, n, None) for n in _STATES])) for layer in layers]
@@ -163,8 +185,9 @@ def state_layers(cache: Any) -> list[list[torch.Tensor]]:
 @dataclasses.dataclass(frozen=True)
 class KVCacheInfo:
     """Bytes held by a cache after ``tokens`` tokens of ``batch_size`` sequences: per layer,
-    keys and values (which grow with the context) and recurrent states (a state-space or
-    linear-attention layer's conv and SSM states: the same bytes at every context)."""
+    keys and values (which grow with the context), recurrent states (a state-space or
+    linear-attention layer's conv and SSM states) and an encoder-decoder's cross-attention keys
+    and values (the encoder's): those two the same bytes at every context."""
 
     per_layer_bytes: tuple[int, ...]
     tokens: int
@@ -173,6 +196,7 @@ class KVCacheInfo:
     allocated: bool = False        # a preallocated (static) cache: bytes are its capacity
     closed_form_bytes: int | None = None   # the whole cache, sliding windows included
     per_layer_state_bytes: tuple[int, ...] = ()   # of ``per_layer_bytes``, recurrent states
+    per_layer_cross_bytes: tuple[int, ...] = ()   # of ``per_layer_bytes``, cross-attention
 
     @property
     def total_bytes(self) -> int:
@@ -184,10 +208,21 @@ class KVCacheInfo:
         return sum(self.per_layer_state_bytes)
 
     @property
+    def cross_bytes(self) -> int:
+        """Cross-attention keys and values of all layers and sequences: constant in the
+        decoder's context."""
+        return sum(self.per_layer_cross_bytes)
+
+    @property
+    def constant_bytes(self) -> int:
+        """What does not grow with the context: states and cross-attention."""
+        return self.state_bytes + self.cross_bytes
+
+    @property
     def per_token_bytes(self) -> float:
         """Measured bytes per token of one sequence of what grows with the context (keys and
-        values: (total - states) / (batch x tokens))."""
-        return (self.total_bytes - self.state_bytes) / (self.batch_size * self.tokens)
+        values: (total - constant) / (batch x tokens))."""
+        return (self.total_bytes - self.constant_bytes) / (self.batch_size * self.tokens)
 
     @property
     def matches_closed_form(self) -> bool | None:
@@ -195,13 +230,14 @@ class KVCacheInfo:
         closed form)."""
         if self.closed_form_bytes is None or self.allocated:
             return None
-        return self.total_bytes - self.state_bytes == self.closed_form_bytes
+        return self.total_bytes - self.constant_bytes == self.closed_form_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "batch_size": self.batch_size,
                 "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
-                "state_bytes": self.state_bytes,
+                "state_bytes": self.state_bytes, "cross_bytes": self.cross_bytes,
                 "per_layer_state_bytes": list(self.per_layer_state_bytes),
+                "per_layer_cross_bytes": list(self.per_layer_cross_bytes),
                 "closed_form_per_token": self.closed_form_per_token,
                 "closed_form_bytes": self.closed_form_bytes,
                 "matches_closed_form": self.matches_closed_form, "allocated": self.allocated,
@@ -210,7 +246,12 @@ class KVCacheInfo:
 
 def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
             dtype: torch.dtype) -> KVCacheInfo:
-    """What ``cache`` holds, per layer, beside the closed form of ``config``."""
+    """What ``cache`` holds, per layer, beside the closed form of ``config``. An
+    encoder-decoder cache counts its decoder's own tokens (its self-attention length), not
+    the prompt the encoder read."""
+    cross = tuple(sum(map(tensor_nbytes, ts)) for ts in cross_layers(cache))
+    if cross:
+        tokens = cache_length(_sub_caches(held_cache(cache))[0]) or tokens
     per_layer = tuple(sum(map(tensor_nbytes, ts)) for ts in cache_layers(cache))
     states = tuple(sum(map(tensor_nbytes, ts)) for ts in state_layers(cache))
     static = any(type(layer).__name__.startswith("Static")
@@ -218,7 +259,8 @@ def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
     closed = closed_form_kv_per_token(config, dtype) if config is not None else None
     total = closed_form_kv_bytes(config, dtype, tokens, batch_size) if config is not None else None
     return KVCacheInfo(per_layer, tokens, batch_size, closed, allocated=static,
-                       closed_form_bytes=total, per_layer_state_bytes=states)
+                       closed_form_bytes=total, per_layer_state_bytes=states,
+                       per_layer_cross_bytes=cross)
 
 
 def cache_snapshot(cache: Any) -> Callable[[], None]:
@@ -231,9 +273,9 @@ def cache_snapshot(cache: Any) -> Callable[[], None]:
     wrote its token into the slot after the context: outside the valid length, and written
     again by the next step. A tuple cache (functional) is never changed by a step.
     """
-    if cache is None or isinstance(cache, (tuple, list)) and not hasattr(cache, "layers"):
+    objs = _mutable_parts(cache)
+    if not objs:
         return lambda: None
-    objs = list(getattr(cache, "layers", None) or []) + [cache]
     saved = []
     for obj in objs:
         attrs = getattr(obj, "__dict__", None)
@@ -254,6 +296,35 @@ def cache_snapshot(cache: Any) -> Callable[[], None]:
             for t, v in values:
                 t.copy_(v)
     return restore
+
+
+def _is_cache(obj: Any) -> bool:
+    """An HF ``Cache`` (or one that looks like it): layers, or a sequence length to ask."""
+    return not isinstance(obj, (type, torch.Tensor)) and (
+        hasattr(obj, "layers") or callable(getattr(obj, "get_seq_length", None)))
+
+
+def _sub_caches(cache: Any) -> list[Any]:
+    """The caches a cache of caches holds (an ``EncoderDecoderCache``: self-attention, then
+    cross-attention), in attribute order; [] for any other."""
+    attrs = getattr(cache, "__dict__", None) or {}
+    return [v for v in attrs.values() if _is_cache(v)]
+
+
+def _mutable_parts(obj: Any, depth: int = 0) -> list[Any]:
+    """The objects a step may change in place inside a cache value: a cache's layers and the
+    cache, the caches inside a cache of caches, and those inside a tuple or list the step
+    returns (``(encoder_output, EncoderDecoderCache)``)."""
+    if depth > 3 or obj is None or isinstance(obj, torch.Tensor):
+        return []
+    if isinstance(obj, (tuple, list)) and not hasattr(obj, "layers"):
+        return [p for o in obj for p in _mutable_parts(o, depth + 1)]
+    if getattr(obj, "__dict__", None) is None:
+        return []
+    parts = list(getattr(obj, "layers", None) or [])
+    for sub in _sub_caches(obj):
+        parts += _mutable_parts(sub, depth + 1)
+    return parts + [obj]
 
 
 def _shallow(value: Any) -> Any:

@@ -96,6 +96,14 @@ class LanguageModel:
         self.prompt_inputs = PromptInputs()
         self.name = type(model).__name__ if step is None else \
             f"step {getattr(step, '__qualname__', type(step).__name__)}"
+        if self.hf and getattr(self.config, "is_encoder_decoder", False):
+            raise ModelProfError(
+                f"{self.name} is an encoder-decoder model: profile_generation runs a decoder-only "
+                "generate() and would give it only input_ids, not the encoder's inputs (T5's "
+                "source ids, Whisper's input_features) nor a cross-attention cache. Profile it "
+                "with step=: encode the prompt at the step's first call and decode against an "
+                "EncoderDecoderCache (the recipe is in docs/generation.md, 'Encoder-decoder "
+                "models')")
         if self.hf:
             params = inspect.signature(model.forward).parameters
             self.logits_to_keep = "logits_to_keep" in params

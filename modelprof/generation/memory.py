@@ -88,7 +88,8 @@ class MemoryPlan:
     activation_per_seq_bytes: dict[str, float]   # by phase, for one sequence
     batch_size: int
     context: int
-    state_per_seq_bytes: float = 0.0   # recurrent (SSM) states of one sequence, any context
+    # recurrent (SSM) states and cross-attention keys and values of one sequence, any context
+    state_per_seq_bytes: float = 0.0
 
     def kv_bytes(self, batch: int | None = None, context: int | None = None) -> float:
         """The cache: keys and values per token of context, states per sequence."""

@@ -116,7 +116,7 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     act = {"prefill": activation_bytes(phases[0].records) / b,
            "decode": max(activation_bytes(p.records) for p in phases[1:]) / b
            if len(phases) > 1 else 0.0}
-    states = kv.state_bytes / kv.batch_size if kv is not None else 0.0
+    states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
     return MemoryPlan(weights_bytes(lm.model, lm.dtype), float(per_token), act, b,
                       spec.total_len, state_per_seq_bytes=float(states))
 

@@ -181,11 +181,12 @@ class GenerationReport:
         if self.kv is None:
             return pd.DataFrame(columns=["layer", "bytes", "bytes_per_token"])
         per = np.asarray(self.kv.per_layer_bytes, dtype=float)
-        states = np.zeros_like(per)
+        states, cross = np.zeros_like(per), np.zeros_like(per)
         states[:len(self.kv.per_layer_state_bytes)] = self.kv.per_layer_state_bytes
-        # keys and values grow per token; a recurrent state is the same at every context
+        cross[:len(self.kv.per_layer_cross_bytes)] = self.kv.per_layer_cross_bytes
+        # keys and values grow per token; a recurrent state and cross-attention do not
         return pd.DataFrame({"layer": range(per.size), "bytes": per, "state_bytes": states,
-                             "bytes_per_token": (per - states) /
+                             "cross_bytes": cross, "bytes_per_token": (per - states - cross) /
                              (self.kv.batch_size * self.kv.tokens)})
 
     # -- exporters ---------------------------------------------------------------------------
@@ -267,9 +268,11 @@ class GenerationReport:
             lines.append(f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
                          f"(closed form {self.kv.closed_form_per_token}), "
                          f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens")
-            if self.kv.state_bytes:
-                lines[-1] += (f", of which {self.kv.state_bytes:,} bytes of recurrent state "
-                              "(the same at every context)")
+            fixed = [f"{n:,} bytes of {what}" for n, what in (
+                (self.kv.state_bytes, "recurrent state"),
+                (self.kv.cross_bytes, "cross-attention")) if n]
+            if fixed:
+                lines[-1] += f", of which {' and '.join(fixed)} (the same at every context)"
         if self.moe is not None:
             lines.append(f"  MoE: {self.moe.active_params:,} active of "
                          f"{self.moe.total_params:,} parameters per token")
