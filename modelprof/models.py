@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from modelprof.runtime.archive import inspect_pt2
+from modelprof.runtime.exported import exported_layers
 from modelprof.errors import ModelProfError
 
 __all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
@@ -380,7 +381,7 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
                              f"{type(e).__name__}: {e}") from e
     args, kwargs = _recorded_inputs(program, path)
     try:
-        model = torch.export.unflatten(program)  # the module hierarchy: one row per layer
+        model = exported_layers(program)  # the module hierarchy: one row per layer
     except Exception:  # noqa: BLE001 - some programs cannot be unflattened: one flat graph
         model = program.module()
     sizes = tuple(tuple(t.shape[1:]) for t in args if isinstance(t, torch.Tensor))

@@ -11,6 +11,7 @@ from torch import nn
 
 from modelprof.counting.counter import OpStats
 from modelprof.runtime.env import collect_env
+from modelprof.runtime.exported import exported_layers, is_flat_export
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import dispatch_modes_restored, grad_switches, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
@@ -25,7 +26,7 @@ from modelprof.counting.meta_route import meta_allowed, model_fits, on_meta
 from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
 from modelprof.report.rows import build_rows, join_rows, row_keys
-from modelprof.step.spec import loss_module
+from modelprof.step.spec import loss_module, refuse_scripted
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 from modelprof.errors import ModelProfWarning, TimingDisagreementWarning
@@ -45,7 +46,8 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
     ``input_size`` excludes the batch (``(3, 224, 224)``); ``inputs=`` takes a tensor, a tuple
-    of positional arguments or a dict of keyword arguments instead. ``device``/``dtype``
+    of positional arguments, a dict of keyword arguments or both as ``(args, kwargs)`` instead
+    (an ``ExportedProgram`` is profiled by its layers, ``runtime.exported``). ``device``/``dtype``
     default to the model's (``device="meta"`` analyses shapes alone, no memory or compute).
     The model runs in eval mode under ``torch.no_grad()`` unless ``training``/``no_grad`` say
     otherwise, and comes back exactly as it went in.
@@ -70,6 +72,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     the collectives in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
     ``cuda:LOCAL_RANK`` under torchrun.
     """
+    model = exported_layers(model)   # an ExportedProgram: its layers, one row each
     spec = _parse(model, timing, (training, no_grad), registry, backward,
                   (loss_fn, target, optimizer), options, timing_options)
     dtype_requested = parse_dtype(dtype)
@@ -84,17 +87,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size,
                          device=local_device(device), dtype=dtype_requested)
         passed.add(mi.args, mi.kwargs)   # moved or made copies: each pass sees them as made
+        model, guard = _layered(model, mi, rng_scope, guard)
         # the model's own random ops (train-mode dropout) in every pass, the static one
         # included, draw from forked generators: the user's random state comes back as it was
         rng_scope.enter_context(torch.random.fork_rng(
             devices=[mi.device] if mi.device.type == "cuda" else []))
-        meta_notes: list[str] = list(mi.notes)
-        if spec.timing and mi.device.type == "meta":
-            # meta tensors have shapes and no values, so nothing can be timed: count only
-            spec = dataclasses.replace(spec, timing=False)
-            meta_notes.append("device='meta': counted from shapes alone, not timed (meta "
-                              "tensors have no values and run no kernels); pass a real device "
-                              "to time")
+        spec, meta_notes = _untimed_on_meta(spec, mi)
         if spec.timing:
             spec.opts.check_device(mi.device)
         with _batch_hint(input_size, mi):
@@ -130,6 +128,27 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                              dtype_requested)
         counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
         return Report(rows, run, counts, timed, training_step)
+
+
+def _layered(model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack,
+             guard: Any) -> tuple[nn.Module, Any]:
+    """The flat graph of ``ExportedProgram.module()`` with its layers (exported again on these
+    inputs; ``runtime.exported``), under a state guard of its own; any other model as it is."""
+    if not is_flat_export(model):
+        return model, guard
+    model = exported_layers(model, (mi.args, mi.kwargs))
+    return model, scope.enter_context(preserved_state(model, rescan=True))
+
+
+def _untimed_on_meta(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
+    """The notes the inputs carry; meta tensors have shapes and no values, so nothing can be
+    timed there: count only, and say so."""
+    notes = list(mi.notes)
+    if not (spec.timing and mi.device.type == "meta"):
+        return spec, notes
+    return dataclasses.replace(spec, timing=False), [
+        *notes, "device='meta': counted from shapes alone, not timed (meta tensors have no "
+        "values and run no kernels); pass a real device to time"]
 
 
 @contextlib.contextmanager
@@ -180,6 +199,8 @@ def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: An
     if opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
     step = _step_spec(backward, *step_args, opts)
+    if step is not None:
+        refuse_scripted(model)
     flags = {"training": training, "no_grad": no_grad,
              **opts.flags(eval_mode=not training, no_grad=no_grad)}
     if step is not None:

@@ -2,6 +2,8 @@
 anything is allocated, devices the machine lacks refused by name."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -49,3 +51,68 @@ def test_backends_this_machine_lacks_are_refused(device: str) -> None:
         parse_device(device)
     with pytest.raises(ModelProfError, match=f"device='{device}'"):
         profile(nn.Linear(2, 2), (2,), device=device, timing=False)
+
+
+# -- inputs as (args, kwargs), the way torch.export takes them ------------------------------------
+class _Masked(nn.Module):
+    """``model(x, mask=m)``: a Linear(6, 4) whose output is multiplied by the mask if given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x, mask=None):
+        y = self.fc(x)
+        return y if mask is None else y * mask
+
+
+def _args_kwargs():
+    return (torch.randn(3, 6),), {"mask": torch.ones(3, 4)}
+
+
+def test_args_and_kwargs_together_reach_the_forward() -> None:
+    mi = make_inputs(_Masked(), inputs=_args_kwargs())
+    assert [tuple(a.shape) for a in mi.args] == [(3, 6)] and list(mi.kwargs) == ["mask"]
+    assert mi.batch_size == 3
+    report = profile(_Masked(), inputs=_args_kwargs(), timing=False)
+    # Linear(6, 4) on 3 rows: 3*6*4 = 72 MACs; flops 144 + 12 bias adds + 12 mask products
+    assert (report.totals["macs"], report.totals["flops"]) == (72, 168)
+    # without the mask: 144 + 12 = 156, so the mask did reach the forward
+    assert profile(_Masked(), inputs=(torch.randn(3, 6),), timing=False).totals["flops"] == 156
+
+
+def test_args_and_kwargs_in_compare_latency_and_the_training_step() -> None:
+    from modelprof import compare, measure_latency
+
+    table = compare({"a": _Masked(), "b": _Masked()}, inputs=_args_kwargs(), timing=False)
+    assert list(table["flops"]) == [168, 168]   # as above, mask included
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # a timing of an append is noisy, and not the point
+        m = measure_latency(lambda x, mask: calls.append((x.shape, mask.shape)),
+                            _args_kwargs(), repeat=3, warmup=1)
+    assert m.n == 3 and calls[0] == (torch.Size([3, 6]), torch.Size([3, 4]))
+    step = profile(_Masked(), inputs=_args_kwargs(), backward=True, timing=False)
+    # forward 168 as above + the default loss, the sum of the 3x4 outputs: 12
+    assert step.totals["flops"] == 168 + 12
+    # backward of the Linear: dW = dY^T x (4x3 @ 3x6) 72 MACs; the input needs no gradient
+    assert step.totals["backward_macs"] == 72
+
+
+def test_a_forward_of_a_tuple_and_a_dict_is_given_them_inside_args() -> None:
+    class TupleDict(nn.Module):
+        def forward(self, pair, scales):
+            return pair[0] * scales["a"] + pair[1]
+
+    x = torch.ones(2, 3)
+    pair, scales = (x, x), {"a": torch.full((2, 3), 2.0)}
+    mi = make_inputs(TupleDict(), inputs=((pair, scales), {}))
+    assert len(mi.args) == 2 and mi.kwargs == {}
+    # 2x3 products + 2x3 sums = 12 flops
+    assert profile(TupleDict(), inputs=((pair, scales), {}), timing=False).totals["flops"] == 12
+
+
+def test_keyword_names_must_be_strings_in_args_and_kwargs() -> None:
+    with pytest.raises(ModelProfError, match=r"inputs\[1\] dict keys must be argument names; "
+                                             r"got 3"):
+        make_inputs(_Masked(), inputs=((torch.randn(3, 6),), {3: torch.ones(3, 4)}))

@@ -171,6 +171,8 @@ def test_torch_export_archive_profiles_on_its_recorded_inputs(tmp_path: Path) ->
     report = profile(loaded.model, inputs=loaded.example_args, timing=False)
     # the unflattened program keeps the module hierarchy: root, Linear "0", ReLU "1"
     assert [r.module for r in report.rows] == ["", "0", "1"]
+    # typed as the eager modules (nn_module_stack), not as torch.export's InterpreterModule
+    assert [r.type for r in report.rows] == ["Sequential", "Linear", "ReLU"]
     # Linear(4, 3) on 5 rows: 5*4*3 = 60 MACs; 4*3 + 3 = 15 parameters
     assert report.totals["macs"] == 60 and report.totals["params"] == 15
 

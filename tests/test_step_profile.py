@@ -235,3 +235,31 @@ def test_step_in_another_dtype_counts_the_same_and_saves_twice_the_bytes():
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert all(torch.equal(before[k], v) for k, v in model.state_dict(keep_vars=True).items())
     assert all(p.grad is None for p in model.parameters())
+
+
+# -- TorchScript: the forward as one row; the training step refused before it runs -------------
+class _CountsCalls(nn.Module):
+    """An eager model around a scripted Linear, counting its own forward calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.jit.script(nn.Linear(6, 4))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.inner(x)
+
+
+def test_a_torchscript_training_step_is_refused_before_anything_runs():
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(6, 4), nn.ReLU()))
+    with pytest.raises(ModelProfError, match=r"the model is TorchScript \(RecursiveScriptModule\)"
+                                             r".*functional_call.*Profile the eager module"):
+        profile(scripted, (6,), backward=True, timing=False)
+    model = _CountsCalls()
+    with pytest.raises(ModelProfError, match=r"module 'inner' of the model is TorchScript"):
+        profile(model, (6,), backward=True, timing=False)
+    assert model.calls == 0   # refused before any forward
+    # the forward alone: one opaque row, counted in full: 6*4 = 24 MACs, 6*4 + 4 = 28 params
+    report = profile(scripted, (6,), timing=False)
+    assert (report.totals["macs"], report.totals["params"]) == (24, 28)

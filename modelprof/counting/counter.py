@@ -79,7 +79,8 @@ class OpStats:
 
 def _bytes(obj: Any) -> int:
     if isinstance(obj, torch.Tensor):
-        return tensor_nbytes(obj) if obj.is_nested else obj.numel() * obj.element_size()
+        return obj.numel() * obj.element_size() if type(obj) is torch.Tensor and \
+            not obj.is_nested else tensor_nbytes(obj)
     if isinstance(obj, (list, tuple)):
         return sum(_bytes(o) for o in obj)
     return 0
@@ -340,20 +341,19 @@ class OpCounter(compat.TorchDispatchMode):
                 seen.add(key)
                 record.buffer_bytes += tensor_nbytes(a)
 
-    def _charge_packed(self, args: tuple) -> None:
+    def _charge_packed(self, args: tuple, name: str) -> None:
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
-        the call that uses them: elements once, bytes read at every call."""
-        from modelprof.counting.formulas.quantized import packed_weights
+        the call that uses them: elements once, bytes read (as stored) at every call."""
+        from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
         record = self.tracker.current
         # one object each, or a list of them (a quantized RNN: one CellParamsBase per layer)
         objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
         for a in objects:
             if isinstance(a, torch.ScriptObject):
-                tensors = packed_weights(a)
-                record.param_bytes += sum(t.numel() * t.element_size() for t in tensors)
+                record.param_bytes += packed_nbytes(a, name)
                 if id(a) not in self._packed_seen:
                     self._packed_seen[id(a)] = a  # kept alive: its id stays unique meanwhile
-                    record.params += sum(t.numel() for t in tensors)
+                    record.params += sum(t.numel() for t in packed_weights(a))
 
     # -- charging a call from outside the dispatch (counting/leaves.py) -----------------------
     def direct(self) -> bool:
@@ -423,7 +423,7 @@ class OpCounter(compat.TorchDispatchMode):
         if formula is VIEW:
             return func(*args, **kwargs)
         if packed:
-            self._charge_packed(args)
+            self._charge_packed(args, name)
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
         if self.meta_sdpa:   # on meta: each signature's kernel once, outputs as the CPU's

@@ -155,7 +155,7 @@ class Tracker:
         distinct = {id(p): p for p in model.parameters()}
         record.params = sum(p.numel() for p in distinct.values())
         record.trainable_params = sum(p.numel() for p in distinct.values() if p.requires_grad)
-        record.param_bytes = sum(p.numel() * p.element_size() for p in distinct.values())
+        record.param_bytes = sum(map(tensor_nbytes, distinct.values()))
         record.finished = True
         return record
 
@@ -178,7 +178,8 @@ class Tracker:
                 continue
             if view is None:   # (charge(p), inlined: this runs at every call)
                 numel = p.numel()
-                param_bytes += numel * p.element_size()
+                param_bytes += numel * p.element_size() if type(p) is nn.Parameter else \
+                    tensor_nbytes(p)   # a quantized weight: what it stores
                 charged = numel if pending.pop(id(p), None) is not None else 0
             else:
                 param_bytes += view.read_bytes(p)
@@ -264,7 +265,7 @@ class Tracker:
                 if p is None or id(p) in seen:
                     continue
                 seen.add(id(p))
-                record.param_bytes += p.numel() * p.element_size() if self.param_view is None \
+                record.param_bytes += tensor_nbytes(p) if self.param_view is None \
                     else self.param_view.read_bytes(p)
                 charged = self.charge(p)
                 record.params += charged

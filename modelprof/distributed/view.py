@@ -18,6 +18,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import is_dtensor_type
 
 __all__ = ["ParamView", "ShardView", "current_view", "is_dtensor", "is_dtensor_type", "shard_view"]
 
@@ -51,17 +52,6 @@ def shard_view(view: ShardView) -> Iterator[None]:
         yield
     finally:
         _VIEW.reset(token)
-
-
-_DTENSOR_TYPES: dict[type, bool] = {}
-
-
-def is_dtensor_type(tp: type) -> bool:
-    """Whether ``tp`` is DTensor (or a subclass), found without importing torch.distributed."""
-    found = _DTENSOR_TYPES.get(tp)
-    if found is None:
-        found = _DTENSOR_TYPES[tp] = any(compat.is_dtensor_class(c) for c in tp.__mro__)
-    return found
 
 
 def is_dtensor(t: Any) -> bool:

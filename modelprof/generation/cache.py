@@ -9,6 +9,11 @@ MLA configs (DeepSeek-V2/V3: ``kv_lora_rank`` set) cache the compressed latent i
 attention passes to ``Cache.update``), so their closed form is
 ``layers x (kv_lora_rank + qk_rope_head_dim) x bytes per element``. Other caches (quantized
 ones) are measured from the objects; the closed form is only a comparison.
+
+State-space and linear-attention layers (Mamba, Mamba2, the Mamba layers of hybrids such as
+Jamba) keep a recurrent state instead: a conv state (``conv_dim x conv_kernel``) and an SSM state,
+the same bytes at every context. They are read from the cache objects too, per layer, and kept
+apart (``KVCacheInfo.per_layer_state_bytes``) so that only keys and values grow per token.
 """
 from __future__ import annotations
 
@@ -20,10 +25,11 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = ["KVCacheInfo", "cache_layers", "cache_length", "cache_snapshot", "check_rewound",
            "closed_form_kv_bytes", "closed_form_kv_per_token", "dtype_bytes", "kv_info",
-           "model_dims"]
+           "model_dims", "state_layers"]
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -69,11 +75,10 @@ def _layer_token_elements(config: Any) -> int | None:
 
 def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
     """``2 x layers x kv_heads x head_dim x dtype bytes`` (MLA: ``layers x (kv_lora_rank +
-    qk_rope_head_dim) x dtype bytes``), or None when the config lacks one."""
-    layers, elements = model_dims(config)["layers"], _layer_token_elements(config)
-    if layers is None or elements is None:
-        return None
-    return layers * elements * dtype_bytes(dtype)
+    qk_rope_head_dim) x dtype bytes``), or None when the config lacks one; the layers are those
+    that cache keys and values (a hybrid's Mamba layers hold a state instead): the cache of one
+    token, :func:`closed_form_kv_bytes`."""
+    return closed_form_kv_bytes(config, dtype, 1, 1)
 
 
 def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
@@ -100,18 +105,41 @@ def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
     return total
 
 
+def held_cache(cache: Any) -> Any:
+    """The cache object a step's cache value holds: the value itself, or the one cache inside
+    a tuple or list such as ``(encoder_output, EncoderDecoderCache)``."""
+    if isinstance(cache, (tuple, list)) and not hasattr(cache, "layers"):
+        found = [c for c in cache if _is_cache(c)]
+        if len(found) == 1:
+            return found[0]
+    return cache
+
+
+def cross_layers(cache: Any) -> list[list[torch.Tensor]]:
+    """The cross-attention tensors of each decoder layer (an ``EncoderDecoderCache``'s second
+    cache): the encoder's keys and values, the same at every decoder context."""
+    subs = _sub_caches(held_cache(cache))
+    return cache_layers(subs[1]) if len(subs) == 2 else []
+
+
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
     """The tensors each layer of ``cache`` holds: an HF ``Cache`` (``.layers`` with ``keys``
     and ``values``), a legacy tuple of (key, value) per layer, or any list of per-layer
     objects; a layer that holds nothing yet gives an empty list."""
     if cache is None:
         return []
+    cache = held_cache(cache)
+    subs = _sub_caches(cache)
+    if subs:     # a cache of caches (self- and cross-attention): their layers side by side
+        return [sum(ts, []) for ts in zip(*map(cache_layers, subs))]
     listed = compat.cache_layer_tensors(cache)     # transformers before 4.56
     if listed is not None:
         return listed
     layers = getattr(cache, "layers", None)
     if layers is None and isinstance(cache, (list, tuple)):
         layers = cache
+    if layers is None and state_layers(cache):     # an older MambaCache: its states per layer
+        return state_layers(cache)
     if layers is None:
         return [list(_tensors(cache))]
     return [list(_tensors(layer)) for layer in layers]
@@ -130,14 +158,40 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
     elif isinstance(obj, dict):
         for o in obj.values():
             yield from _tensors(o, depth + 1)
-    elif hasattr(obj, "keys") and hasattr(obj, "values") and not callable(obj.keys):
-        for o in (obj.keys, obj.values):
+    elif hasattr(obj, "keys") and hasattr(obj, "values") and not callable(obj.keys) or \
+            any(hasattr(obj, n) for n in _STATES):
+        # an attention layer's keys and values; a linear-attention (Mamba) layer's states
+        for o in (getattr(obj, n, None) for n in ("keys", "values", *_STATES)):
             yield from _tensors(o, depth + 1)
+
+
+#: where a recurrent (state-space, linear-attention) layer keeps its state: transformers'
+#: ``LinearAttentionLayer`` (a dict per state), or the per-layer lists of an older
+#: ``MambaCache``/``Mamba2Cache`` (``conv_states``, ``ssm_states``)
+_STATES = ("conv_states", "recurrent_states", "ssm_states")
+
+
+def state_layers(cache: Any) -> list[list[torch.Tensor]]:
+    """The recurrent-state tensors of each layer of ``cache`` (empty for an attention layer):
+    a state holds the same bytes at every context, unlike keys and values."""
+    cache = held_cache(cache)
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [list(_tensors([getattr(layer, n, None) for n in _STATES])) for layer in layers]
+    per_state = [getattr(cache, n, None) for n in _STATES]
+    per_state = [s for s in per_state if isinstance(s, (list, tuple, torch.Tensor))]
+    if not per_state:
+        return []
+    # an older MambaCache: one entry (or tensor row) per layer in each of its state lists
+    return [list(_tensors([s[i] for s in per_state])) for i in range(len(per_state[0]))]
 
 
 @dataclasses.dataclass(frozen=True)
 class KVCacheInfo:
-    """Bytes held by a cache after ``tokens`` tokens of ``batch_size`` sequences."""
+    """Bytes held by a cache after ``tokens`` tokens of ``batch_size`` sequences: per layer,
+    keys and values (which grow with the context), recurrent states (a state-space or
+    linear-attention layer's conv and SSM states) and an encoder-decoder's cross-attention keys
+    and values (the encoder's): those two the same bytes at every context."""
 
     per_layer_bytes: tuple[int, ...]
     tokens: int
@@ -145,26 +199,49 @@ class KVCacheInfo:
     closed_form_per_token: int | None
     allocated: bool = False        # a preallocated (static) cache: bytes are its capacity
     closed_form_bytes: int | None = None   # the whole cache, sliding windows included
+    per_layer_state_bytes: tuple[int, ...] = ()   # of ``per_layer_bytes``, recurrent states
+    per_layer_cross_bytes: tuple[int, ...] = ()   # of ``per_layer_bytes``, cross-attention
 
     @property
     def total_bytes(self) -> int:
         return sum(self.per_layer_bytes)
 
     @property
+    def state_bytes(self) -> int:
+        """Recurrent states of all layers and sequences: constant in the context."""
+        return sum(self.per_layer_state_bytes)
+
+    @property
+    def cross_bytes(self) -> int:
+        """Cross-attention keys and values of all layers and sequences: constant in the
+        decoder's context."""
+        return sum(self.per_layer_cross_bytes)
+
+    @property
+    def constant_bytes(self) -> int:
+        """What does not grow with the context: states and cross-attention."""
+        return self.state_bytes + self.cross_bytes
+
+    @property
     def per_token_bytes(self) -> float:
-        """Measured bytes per token of one sequence (total / (batch x tokens))."""
-        return self.total_bytes / (self.batch_size * self.tokens)
+        """Measured bytes per token of one sequence of what grows with the context (keys and
+        values: (total - constant) / (batch x tokens))."""
+        return (self.total_bytes - self.constant_bytes) / (self.batch_size * self.tokens)
 
     @property
     def matches_closed_form(self) -> bool | None:
-        """The bytes held equal the closed form (None for a static cache or no closed form)."""
+        """The keys and values held equal the closed form (None for a static cache or no
+        closed form)."""
         if self.closed_form_bytes is None or self.allocated:
             return None
-        return self.total_bytes == self.closed_form_bytes
+        return self.total_bytes - self.constant_bytes == self.closed_form_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "batch_size": self.batch_size,
                 "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
+                "state_bytes": self.state_bytes, "cross_bytes": self.cross_bytes,
+                "per_layer_state_bytes": list(self.per_layer_state_bytes),
+                "per_layer_cross_bytes": list(self.per_layer_cross_bytes),
                 "closed_form_per_token": self.closed_form_per_token,
                 "closed_form_bytes": self.closed_form_bytes,
                 "matches_closed_form": self.matches_closed_form, "allocated": self.allocated,
@@ -173,14 +250,21 @@ class KVCacheInfo:
 
 def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
             dtype: torch.dtype) -> KVCacheInfo:
-    """What ``cache`` holds, per layer, beside the closed form of ``config``."""
-    per_layer = tuple(sum(t.numel() * t.element_size() for t in ts) for ts in cache_layers(cache))
+    """What ``cache`` holds, per layer, beside the closed form of ``config``. An
+    encoder-decoder cache counts its decoder's own tokens (its self-attention length), not
+    the prompt the encoder read."""
+    cross = tuple(sum(map(tensor_nbytes, ts)) for ts in cross_layers(cache))
+    if cross:
+        tokens = cache_length(_sub_caches(held_cache(cache))[0]) or tokens
+    per_layer = tuple(sum(map(tensor_nbytes, ts)) for ts in cache_layers(cache))
+    states = tuple(sum(map(tensor_nbytes, ts)) for ts in state_layers(cache))
     static = any(type(layer).__name__.startswith("Static")
                  for layer in getattr(cache, "layers", ()) or ())
     closed = closed_form_kv_per_token(config, dtype) if config is not None else None
     total = closed_form_kv_bytes(config, dtype, tokens, batch_size) if config is not None else None
     return KVCacheInfo(per_layer, tokens, batch_size, closed, allocated=static,
-                       closed_form_bytes=total)
+                       closed_form_bytes=total, per_layer_state_bytes=states,
+                       per_layer_cross_bytes=cross)
 
 
 def cache_snapshot(cache: Any) -> Callable[[], None]:
@@ -188,30 +272,67 @@ def cache_snapshot(cache: Any) -> Callable[[], None]:
 
     Each layer object's attributes are restored (a ``DynamicLayer`` rebinds ``keys``/``values``
     to the concatenation, so the old tensors are intact), and the value of every scalar tensor
-    (a ``StaticLayer``'s ``cumulative_length``, written in place). A static layer's step also
+    (a ``StaticLayer``'s ``cumulative_length``, written in place) and of a recurrent layer's
+    states (written in place). A static layer's step also
     wrote its token into the slot after the context: outside the valid length, and written
     again by the next step. A tuple cache (functional) is never changed by a step.
     """
-    if cache is None or isinstance(cache, (tuple, list)) and not hasattr(cache, "layers"):
+    objs = _mutable_parts(cache)
+    if not objs:
         return lambda: None
-    objs = list(getattr(cache, "layers", None) or []) + [cache]
     saved = []
     for obj in objs:
         attrs = getattr(obj, "__dict__", None)
         if attrs is None:
             continue
-        scalars = {k: v.clone() for k, v in attrs.items()
-                   if isinstance(v, torch.Tensor) and v.numel() <= 1}
-        saved.append((obj, {k: list(v) if type(v) is list else v for k, v in attrs.items()},
-                      scalars))
+        # scalars, and a recurrent layer's states (``copy_``-ed by each step), by value
+        in_place = [t for k, v in attrs.items() for t in
+                    ((v,) if isinstance(v, torch.Tensor) and v.numel() <= 1 else
+                     _tensors(v) if k in _STATES else ())]
+        saved.append((obj, {k: _shallow(v) for k, v in attrs.items()},
+                      [(t, t.clone()) for t in in_place]))
 
     def restore() -> None:
-        for obj, attrs, scalars in saved:
-            # lists (the layers of a cache that adds them lazily) are copied back, not shared
-            obj.__dict__.update({k: list(v) if type(v) is list else v for k, v in attrs.items()})
-            for k, v in scalars.items():
-                obj.__dict__[k].copy_(v)
+        for obj, attrs, values in saved:
+            # lists and dicts (the layers of a cache that adds them lazily, a recurrent layer's
+            # states and flags) are copied back, not shared
+            obj.__dict__.update({k: _shallow(v) for k, v in attrs.items()})
+            for t, v in values:
+                t.copy_(v)
     return restore
+
+
+def _is_cache(obj: Any) -> bool:
+    """An HF ``Cache`` (or one that looks like it): layers, or a sequence length to ask."""
+    return not isinstance(obj, (type, torch.Tensor)) and (
+        hasattr(obj, "layers") or callable(getattr(obj, "get_seq_length", None)))
+
+
+def _sub_caches(cache: Any) -> list[Any]:
+    """The caches a cache of caches holds (an ``EncoderDecoderCache``: self-attention, then
+    cross-attention), in attribute order; [] for any other."""
+    attrs = getattr(cache, "__dict__", None) or {}
+    return [v for v in attrs.values() if _is_cache(v)]
+
+
+def _mutable_parts(obj: Any, depth: int = 0) -> list[Any]:
+    """The objects a step may change in place inside a cache value: a cache's layers and the
+    cache, the caches inside a cache of caches, and those inside a tuple or list the step
+    returns (``(encoder_output, EncoderDecoderCache)``)."""
+    if depth > 3 or obj is None or isinstance(obj, torch.Tensor):
+        return []
+    if isinstance(obj, (tuple, list)) and not hasattr(obj, "layers"):
+        return [p for o in obj for p in _mutable_parts(o, depth + 1)]
+    if getattr(obj, "__dict__", None) is None:
+        return []
+    parts = list(getattr(obj, "layers", None) or [])
+    for sub in _sub_caches(obj):
+        parts += _mutable_parts(sub, depth + 1)
+    return parts + [obj]
+
+
+def _shallow(value: Any) -> Any:
+    return list(value) if type(value) is list else dict(value) if type(value) is dict else value
 
 
 def cache_length(cache: Any) -> int | None:

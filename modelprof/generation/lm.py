@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import CacheMode
 from modelprof.runtime import compat
 from modelprof.runtime.inputs import ModelInputs
@@ -47,9 +48,11 @@ class StepModule(nn.Module):
     def __init__(self, step: Callable[..., Any], model: nn.Module | None) -> None:
         super().__init__()
         self._step = step
-        # the counting pass keeps no output, so the last one is kept here (a box set at
-        # construction: the state guard puts back any attribute a forward adds)
+        # the counting pass keeps no output, so the last one is kept here; the calls so far
+        # and the phase they belong to, for an error (boxes set at construction: the state
+        # guard puts back any attribute a forward adds)
         self._last: list[Any] = [None]
+        self._calls: list[Any] = [0, "the run"]
         if model is not None:
             self.model = model
 
@@ -57,8 +60,21 @@ class StepModule(nn.Module):
     def last(self) -> Any:
         return self._last[0]
 
+    def phase(self, label: str) -> None:
+        """Name the phase the next calls belong to (``prefill``, ``decode at context 70``)."""
+        self._calls[1] = label
+
     def forward(self, tokens: torch.Tensor, cache: Any = None) -> Any:
-        out = self._step(tokens, cache)
+        self._calls[0] += 1
+        try:
+            out = self._step(tokens, cache)
+        except ModelProfError:
+            raise
+        except Exception as e:
+            name = getattr(self._step, "__qualname__", type(self._step).__name__)
+            raise ModelProfError(
+                f"step function {name} raised at its call {self._calls[0]} (in {self._calls[1]}"
+                f", tokens {tuple(tokens.shape)}): {type(e).__name__}: {e}") from e
         self._last[0] = out
         return out
 
@@ -76,8 +92,18 @@ class LanguageModel:
         self.config = getattr(model, "config", None)
         self.root: nn.Module = model if self.hf else StepModule(step, model)
         self.cache_arg: str | None = None
+        #: the prompt's own ids and other inputs (a vision-language model's image), if given
+        self.prompt_inputs = PromptInputs()
         self.name = type(model).__name__ if step is None else \
             f"step {getattr(step, '__qualname__', type(step).__name__)}"
+        if self.hf and getattr(self.config, "is_encoder_decoder", False):
+            raise ModelProfError(
+                f"{self.name} is an encoder-decoder model: profile_generation runs a decoder-only "
+                "generate() and would give it only input_ids, not the encoder's inputs (T5's "
+                "source ids, Whisper's input_features) nor a cross-attention cache. Profile it "
+                "with step=: encode the prompt at the step's first call and decode against an "
+                "EncoderDecoderCache (the recipe is in docs/generation.md, 'Encoder-decoder "
+                "models')")
         if self.hf:
             params = inspect.signature(model.forward).parameters
             self.logits_to_keep = "logits_to_keep" in params
@@ -105,24 +131,34 @@ class LanguageModel:
                                  "keeps its own cache (cache='dynamic') or none (cache=None)")
 
     # -- one step ---------------------------------------------------------------------------
-    def kwargs(self, tokens: torch.Tensor, cache: Any) -> dict[str, Any]:
-        """The call of the root module for one step."""
+    def kwargs(self, tokens: torch.Tensor, cache: Any, prompt: bool = False) -> dict[str, Any]:
+        """The call of the root module for one step (``prompt``: the prompt's, with its other
+        inputs)."""
         if not self.hf:
             return {"tokens": tokens, "cache": cache}
         kw: dict[str, Any] = {"input_ids": tokens, "use_cache": self.cache is not CacheMode.NONE}
+        if prompt:
+            kw.update(self.prompt_inputs.extras_for(int(tokens.shape[0]), self.device,
+                                                    self.dtype))
         if self.cache is not CacheMode.NONE:
             kw[self.cache_arg] = cache
         if self.logits_to_keep:
             kw["logits_to_keep"] = 1          # as generate() asks: logits of the last position
         return kw
 
-    def inputs(self, tokens: torch.Tensor, cache: Any) -> ModelInputs:
-        return ModelInputs((), self.kwargs(tokens, cache), self.device, self.dtype,
+    def phase(self, label: str) -> None:
+        """Name the phase the next step calls belong to, for a step function's error."""
+        if isinstance(self.root, StepModule):
+            self.root.phase(label)
+
+    def inputs(self, tokens: torch.Tensor, cache: Any, prompt: bool = False) -> ModelInputs:
+        return ModelInputs((), self.kwargs(tokens, cache, prompt), self.device, self.dtype,
                            int(tokens.shape[0]))
 
-    def step(self, tokens: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+    def step(self, tokens: torch.Tensor, cache: Any,
+             prompt: bool = False) -> tuple[torch.Tensor, Any]:
         """``(logits, cache)`` of one forward over ``tokens`` after ``cache``."""
-        out = self.root(**self.kwargs(tokens, cache))
+        out = self.root(**self.kwargs(tokens, cache, prompt))
         if self.hf:
             return out.logits, compat.output_cache(out)
         return self.checked(out)
@@ -149,9 +185,15 @@ class LanguageModel:
         ids = torch.randint(0, vocab, (batch_size, length), generator=generator)
         return ids.to(self.device)
 
+    def prompt(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
+        """The prompt's token ids: those given in ``inputs=`` (repeated to the batch), else
+        random ones."""
+        ids = self.prompt_inputs.ids_for(batch_size)
+        return self.tokens(batch_size, length, generator) if ids is None else ids.to(self.device)
+
     def prefill(self, prompt: torch.Tensor, max_len: int) -> tuple[torch.Tensor, Any]:
         """The prompt's forward from an empty cache."""
-        return self.step(prompt, self.new_cache(prompt.shape[0], max_len))
+        return self.step(prompt, self.new_cache(prompt.shape[0], max_len), prompt=True)
 
     # -- one greedy generation -----------------------------------------------------------------
     def generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
@@ -194,8 +236,9 @@ class LanguageModel:
     def _hf_generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
         streamer = _Streamer(stamp)
         gc = self.generation_config(new_tokens)
+        extras = self.prompt_inputs.extras_for(int(prompt.shape[0]), self.device, self.dtype)
         out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                                  generation_config=gc, streamer=streamer)
+                                  generation_config=gc, streamer=streamer, **extras)
         made = out.shape[1] - prompt.shape[1]
         if made != new_tokens or streamer.tokens != new_tokens:
             raise ModelProfError(f"{self.name}.generate made {made} tokens where "

@@ -14,12 +14,16 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.cache import closed_form_kv_bytes, dtype_bytes, model_dims
+from modelprof.runtime.inputs import available_memory_bytes
+from modelprof.runtime.tensors import tensor_nbytes
 
-__all__ = ["MemoryPlan", "activation_bytes", "weights_bytes"]
+__all__ = ["MemoryPlan", "activation_bytes", "check_run_fits", "weights_bytes"]
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
-    """Parameters and buffers (each tensor once), floating ones at ``dtype``."""
+    """Parameters and buffers (each tensor once), floating ones at ``dtype``, quantized ones
+    as stored."""
     if model is None:
         return 0
     seen: set[int] = set()
@@ -28,10 +32,46 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
         if id(t) in seen:
             continue
         seen.add(id(t))
-        size = torch.empty((), dtype=dtype).element_size() if t.is_floating_point() else \
-            t.element_size()
-        total += t.numel() * size
+        if t.is_floating_point() and type(t) in (torch.Tensor, nn.Parameter):
+            total += t.numel() * torch.empty((), dtype=dtype).element_size()
+        else:   # integers as they are; a quantized weight (a tensor subclass) as it is stored
+            total += tensor_nbytes(t)
     return total
+
+
+def check_run_fits(spec: Any, model: Any, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, before anything is allocated, a run whose token ids (int64, the prompt and every
+    new token at the largest batch), KV cache at the full length (from the model's config) and
+    one layer's hidden states (the config's hidden size, else the model's widest embedding)
+    cannot exist or exceed the memory available on ``device`` (the token ids are drawn on the
+    CPU for ``meta``, which holds nothing else). The error's cause is an ``OutOfMemoryError``,
+    as for an ``input_size`` too large."""
+    batch = max(spec.batch_sizes)
+    tokens = batch * spec.total_len
+    parts = {"the token ids": tokens * 8}
+    config = getattr(model, "config", None)
+    if device.type != "meta":
+        hidden = model_dims(config)["hidden"] if config is not None else _widest_embedding(model)
+        parts["the KV cache"] = (closed_form_kv_bytes(config, dtype, spec.total_len, batch)
+                                 if config is not None else None) or 0
+        parts["a layer's hidden states"] = tokens * (hidden or 0) * dtype_bytes(dtype)
+    need = sum(parts.values())
+    what = (f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens} at batch_size {batch} "
+            f"needs {need / 1e9:,.1f} GB for {' and '.join(k for k, v in parts.items() if v)} "
+            "alone")
+    if tokens >= 2**63:
+        raise ModelProfError(f"{what}: more elements than a tensor can hold")
+    where = torch.device("cpu") if device.type == "meta" else device
+    available = available_memory_bytes(where)
+    if available is not None and need > available:
+        msg = f"{what}, more than the {available / 1e9:,.1f} GB available on {where}"
+        raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
+
+
+def _widest_embedding(model: Any) -> int | None:
+    dims = [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)] \
+        if isinstance(model, nn.Module) else []
+    return max(dims, default=None)
 
 
 def activation_bytes(records: list[Any]) -> int:
@@ -48,9 +88,13 @@ class MemoryPlan:
     activation_per_seq_bytes: dict[str, float]   # by phase, for one sequence
     batch_size: int
     context: int
+    # recurrent (SSM) states and cross-attention keys and values of one sequence, any context
+    state_per_seq_bytes: float = 0.0
 
     def kv_bytes(self, batch: int | None = None, context: int | None = None) -> float:
-        return self.kv_per_token_bytes * (batch or self.batch_size) * (context or self.context)
+        """The cache: keys and values per token of context, states per sequence."""
+        b = batch or self.batch_size
+        return (self.kv_per_token_bytes * (context or self.context) + self.state_per_seq_bytes) * b
 
     def total_bytes(self, phase: str, batch: int | None = None,
                     context: int | None = None) -> float:
@@ -74,14 +118,15 @@ class MemoryPlan:
         _check_memory(memory_bytes)
         ctx = context or self.context
         free = memory_bytes - self.weights_bytes
-        per = self.kv_per_token_bytes * ctx + self._per_seq()
+        per = self.kv_per_token_bytes * ctx + self.state_per_seq_bytes + self._per_seq()
         return max(int(free // per), 0) if per > 0 else 0
 
     def max_context(self, memory_bytes: float, batch: int | None = None) -> int:
         """The longest context at which ``batch`` sequences fit."""
         _check_memory(memory_bytes)
         b = batch or self.batch_size
-        free = memory_bytes - self.weights_bytes - b * self._per_seq()
+        free = memory_bytes - self.weights_bytes - b * (self._per_seq() +
+                                                        self.state_per_seq_bytes)
         per = self.kv_per_token_bytes * b
         return max(int(free // per), 0) if per > 0 else 0
 

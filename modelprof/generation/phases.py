@@ -82,8 +82,8 @@ class _Counter:
         self.length = 0
 
     def _count(self, phase: str, context: int, tokens: torch.Tensor, cache: Any,
-               what: str) -> tuple[Phase, ModelInputs]:
-        mi = self.lm.inputs(tokens, cache)
+               what: str, prompt: bool = False) -> tuple[Phase, ModelInputs]:
+        mi = self.lm.inputs(tokens, cache, prompt)
         result = analyze(self.lm.root, mi, dtype_requested=self.lm.dtype)
         run = RunInfo(model_name=f"{self.lm.name} {what}", input_shape=mi.shapes(),
                       batch_size=self.batch, device=str(self.lm.device),
@@ -98,8 +98,10 @@ class _Counter:
         cache = self.cache if self.cache is not None else \
             self.lm.new_cache(self.batch, self.spec.total_len + 1)
         restore = cache_snapshot(cache)
-        tokens = self.lm.tokens(self.batch, length, self.gen)
-        phase, mi = self._count("prefill", self.length, tokens, cache, "prefill")
+        first = self.length == 0            # from the empty cache: the prompt, its image too
+        tokens = self.lm.prompt(self.batch, length, self.gen) if first else \
+            self.lm.tokens(self.batch, length, self.gen)
+        phase, mi = self._count("prefill", self.length, tokens, cache, "prefill", first)
         self.cache = _cache_of(self.lm, mi)
         self.length += length
         phase.kv = self._kv(self.cache, self.length)
@@ -109,15 +111,23 @@ class _Counter:
         """Extend the cache by ``length`` tokens, uncounted where the model runs as it is (the
         counter's dispatch is most of a counted forward's cost); counted otherwise (a model
         counted on another device or dtype runs only inside the counting pass)."""
+        prompt = self.spec.prompt_len
+        if self.length == 0 and length > prompt:    # from the empty cache: the prompt first
+            self._grow(prompt)
+            length -= prompt
         if not self.lm.runs_as_is:
             self._extend(length)
             return
+        first = self.length == 0
         cache = self.cache if self.cache is not None else \
             self.lm.new_cache(self.batch, self.spec.total_len + 1)
-        _, self.cache = self.lm.step(self.lm.tokens(self.batch, length, self.gen), cache)
+        tokens = self.lm.prompt(self.batch, length, self.gen) if first else \
+            self.lm.tokens(self.batch, length, self.gen)
+        _, self.cache = self.lm.step(tokens, cache, prompt=first)
         self.length += length
 
     def prefill(self) -> Phase:
+        self.lm.phase(f"the prefill at batch {self.batch}")
         self.cache, self.length = None, 0
         phase, mi, restore = self._extend(self.spec.prompt_len)
         if self.opts is not None:           # each timed pass from the empty cache
@@ -128,9 +138,10 @@ class _Counter:
 
     def decode(self, context: int) -> Phase:
         lm = self.lm
-        if lm.cache is CacheMode.NONE:      # the whole prefix again, no cache
-            tokens = lm.tokens(self.batch, context + 1, self.gen)
-            phase, mi = self._count("decode", context, tokens, None, f"decode@{context}")
+        lm.phase(f"the decode step at context {context}, batch {self.batch}")
+        if lm.cache is CacheMode.NONE:      # the whole prefix again (the prompt's), no cache
+            tokens, given = self._prefix(context + 1)
+            phase, mi = self._count("decode", context, tokens, None, f"decode@{context}", given)
             _cache_of(lm, mi)                # checks a step function's output
             phase.tokens = 1
             if self.opts is not None:
@@ -138,8 +149,10 @@ class _Counter:
             return phase
         if context < self.length:           # a context before the current one: start again
             self.cache, self.length = None, 0
-        if context > self.length:
-            self._grow(context - self.length)      # build the cache up to L (not reported)
+        if context > self.length:          # build the cache up to L (not reported)
+            lm.phase(f"building the cache to context {context}, batch {self.batch}")
+            self._grow(context - self.length)
+            lm.phase(f"the decode step at context {context}, batch {self.batch}")
         restore = cache_snapshot(self.cache)
         tokens = lm.tokens(self.batch, 1, self.gen)
         phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
@@ -149,6 +162,16 @@ class _Counter:
         if self.opts is not None:
             time_phase(lm, phase, mi, restore, self.opts)
         return phase
+
+    def _prefix(self, length: int) -> tuple[torch.Tensor, bool]:
+        """``length`` tokens from the start: the given prompt (and whether there is one) and
+        random tokens after it."""
+        given = self.lm.prompt_inputs.ids is not None or bool(self.lm.prompt_inputs.extras)
+        if not given:
+            return self.lm.tokens(self.batch, length, self.gen), False
+        prompt = self.lm.prompt(self.batch, self.spec.prompt_len, self.gen)
+        more = self.lm.tokens(self.batch, length - prompt.shape[1], self.gen)
+        return torch.cat([prompt, more], dim=1), True
 
     def _kv(self, cache: Any, tokens: int) -> KVCacheInfo | None:
         if cache is None:

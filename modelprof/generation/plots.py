@@ -52,7 +52,7 @@ def plot_decode_growth(report: Any, *, save: str | os.PathLike[str] | None = Non
         if slope is not None:
             ax_t.plot(timing.contexts, slope.intercept_ms + slope.ms_per_token * timing.contexts,
                       "--", color="tab:blue",
-                      label=f"fit: {slope.ms_per_token:.3g} ms per token")
+                      label=f"fit: {slope.describe()}")
     if g["latency_ms"].notna().any():
         ax_t.plot(g["context"], g["latency_ms"], "o", color="tab:orange",
                   label="per-layer passes (median)")

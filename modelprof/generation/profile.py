@@ -12,9 +12,11 @@ from modelprof.errors import ModelProfError
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.lm import LanguageModel, language_model
-from modelprof.generation.memory import MemoryPlan, activation_bytes, weights_bytes
+from modelprof.generation.memory import (MemoryPlan, activation_bytes, check_run_fits,
+                                         weights_bytes)
 from modelprof.generation.moe import moe_info
 from modelprof.generation.phases import count_phases
+from modelprof.generation.prompt import PromptInputs, prompt_inputs
 from modelprof.generation.report import GenerationReport
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import measure_generation
@@ -28,14 +30,16 @@ from modelprof.timing.options import TimingOptions
 __all__ = ["model_device_dtype", "profile_generation"]
 
 
-def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
+def profile_generation(model: nn.Module | None = None, prompt_len: int | None = None,
                        new_tokens: int = 32, batch_size: int | list[int] = 1, *,
-                       step: Any = None, cache: Any = "dynamic", contexts: Any = None,
+                       step: Any = None, inputs: Any = None, cache: Any = "dynamic",
+                       contexts: Any = None,
                        device: Any = None, dtype: Any = None, timing: bool | None = None,
                        layer_timing: bool = True, target: Any = None, seed: int = 0,
                        options: TimingOptions | None = None,
                        **timing_options: Any) -> GenerationReport:
-    """Profile greedy generation of exactly ``new_tokens`` after a ``prompt_len`` prompt.
+    """Profile greedy generation of exactly ``new_tokens`` after a ``prompt_len`` prompt
+    (default 128 tokens).
 
     ``model``: a HuggingFace causal LM (run by its own ``generate``; ``cache="dynamic"`` or
     ``"static"`` for its caches, ``None`` to recompute the prefix every step), or with
@@ -46,6 +50,9 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
     end to end and tokens/s measured over whole generations when ``timing`` (default: on unless
     ``device="meta"``). ``target="H100 SXM"`` adds the roofline lower bound of every row and
     phase from the datasheet table at the model's dtype. Timing options as for ``profile``.
+    ``inputs={...}``: the prompt's other keyword inputs (a vision-language model's
+    ``pixel_values``) and its own ``input_ids`` (with the image tokens; their length is then the
+    prompt length), given to the prompt's forward only (``generation.prompt``).
     The model, its config and generation config come back as they went in.
     """
     opts = TimingOptions.parse(options, **timing_options)
@@ -58,11 +65,14 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
         raise ModelProfError("device='meta' has no clock: pass timing=False to count from "
                              "shapes alone (with target= for a device's roofline bound)")
     config = getattr(model, "config", None)
+    given, prompt_len = prompt_inputs(inputs, model, step, prompt_len)
     spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, contexts, cache,
                                 max_positions=model_dims(config)["max_positions"]
                                 if config is not None else None)
+    check_run_fits(spec, model, dt, dev)   # prompt_len=10**9: said before it is allocated
     peaks = resolve_target(target, dt)
     lm = language_model(model, step, spec.cache, dev, dt)
+    lm.prompt_inputs = _checked_prompt(given, spec)
     if timing:
         _check_runnable(model, dev, dt)
     saved = _config_state(model)
@@ -106,8 +116,18 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     act = {"prefill": activation_bytes(phases[0].records) / b,
            "decode": max(activation_bytes(p.records) for p in phases[1:]) / b
            if len(phases) > 1 else 0.0}
+    states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
     return MemoryPlan(weights_bytes(lm.model, lm.dtype), float(per_token), act, b,
-                      spec.total_len)
+                      spec.total_len, state_per_seq_bytes=float(states))
+
+
+def _checked_prompt(given: PromptInputs, spec: GenerationSpec) -> PromptInputs:
+    """A given prompt is where every decode context starts from: none may be shorter."""
+    short = [c for c in spec.contexts if c < spec.prompt_len]
+    if given.ids is not None and short:
+        raise ModelProfError(f"contexts={list(spec.contexts)}: {short[0]} is shorter than the "
+                             f"prompt given in inputs= ({spec.prompt_len} tokens)")
+    return given
 
 
 def model_device_dtype(model: Any, device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:

@@ -155,7 +155,9 @@ class GenerationReport:
         timing = self.timings.get(self._batch(batch_size))
         slope = timing.step_slope if timing is not None else None
         if slope is not None:
-            out.update(step_ms_per_token=slope.ms_per_token, step_ms_per_token_ci_low=slope.ci_low,
+            # NaN where the interval reaches zero: not measurable, never a negative time
+            out.update(step_ms_per_token=slope.measured_ms_per_token,
+                       step_ms_per_token_ci_low=slope.ci_low,
                        step_ms_per_token_ci_high=slope.ci_high)
         return out
 
@@ -179,8 +181,13 @@ class GenerationReport:
         if self.kv is None:
             return pd.DataFrame(columns=["layer", "bytes", "bytes_per_token"])
         per = np.asarray(self.kv.per_layer_bytes, dtype=float)
-        return pd.DataFrame({"layer": range(per.size), "bytes": per,
-                             "bytes_per_token": per / (self.kv.batch_size * self.kv.tokens)})
+        states, cross = np.zeros_like(per), np.zeros_like(per)
+        states[:len(self.kv.per_layer_state_bytes)] = self.kv.per_layer_state_bytes
+        cross[:len(self.kv.per_layer_cross_bytes)] = self.kv.per_layer_cross_bytes
+        # keys and values grow per token; a recurrent state and cross-attention do not
+        return pd.DataFrame({"layer": range(per.size), "bytes": per, "state_bytes": states,
+                             "cross_bytes": cross, "bytes_per_token": (per - states - cross) /
+                             (self.kv.batch_size * self.kv.tokens)})
 
     # -- exporters ---------------------------------------------------------------------------
     def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
@@ -254,11 +261,18 @@ class GenerationReport:
                     line += (f", TPOT {t.tpot.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
                              f"{'' if t.tpot.stable else ' DRIFTED'}, "
                              f"{t.batch_tokens_per_s:,.1f} tokens/s")
+                if t.step_slope is not None:
+                    line += f"; step growth {t.step_slope.describe()}"
             lines.append(line)
         if self.kv is not None:
             lines.append(f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
                          f"(closed form {self.kv.closed_form_per_token}), "
                          f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens")
+            fixed = [f"{n:,} bytes of {what}" for n, what in (
+                (self.kv.state_bytes, "recurrent state"),
+                (self.kv.cross_bytes, "cross-attention")) if n]
+            if fixed:
+                lines[-1] += f", of which {' and '.join(fixed)} (the same at every context)"
         if self.moe is not None:
             lines.append(f"  MoE: {self.moe.active_params:,} active of "
                          f"{self.moe.total_params:,} parameters per token")

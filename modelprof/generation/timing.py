@@ -37,7 +37,8 @@ __all__ = ["GenerationTiming", "Slope", "fit_slope", "generation_sampler", "meas
 
 @dataclasses.dataclass(frozen=True)
 class Slope:
-    """``ms = intercept_ms + ms_per_token x L``, with the 95 % interval of the slope."""
+    """``ms = intercept_ms + ms_per_token x L``, with the 95 % interval of the slope. The fit
+    is kept as it came out; :attr:`measured_ms_per_token` is what may be shown as a time."""
 
     ms_per_token: float
     ci_low: float
@@ -45,8 +46,27 @@ class Slope:
     intercept_ms: float
     points: int
 
-    def to_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+    @property
+    def measurable(self) -> bool:
+        """Whether the interval lies above zero: one that reaches zero or below (noise larger
+        than the growth, a machine under load) measured no growth, and a step cannot take
+        negative time per token."""
+        return self.ci_low > 0
+
+    @property
+    def measured_ms_per_token(self) -> float:
+        """The slope where :attr:`measurable`, else NaN (shown as not measurable)."""
+        return self.ms_per_token if self.measurable else float("nan")
+
+    def describe(self) -> str:
+        """``0.05 ms per token (0.04-0.06)``, or ``not measurable (interval -0.3 to 0.5 ms)``."""
+        if not self.measurable:
+            return (f"not measurable (interval {self.ci_low:.3g} to {self.ci_high:.3g} ms per "
+                    "token)")
+        return f"{self.ms_per_token:.3g} ms per token ({self.ci_low:.3g}-{self.ci_high:.3g})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "measurable": self.measurable}
 
 
 def fit_slope(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> Slope | None:
@@ -116,7 +136,8 @@ class GenerationTiming:
         slope = self.step_slope
         row.update(tokens_per_s=self.tokens_per_s, batch_tokens_per_s=self.batch_tokens_per_s,
                    end_to_end_tokens_per_s=self.end_to_end_tokens_per_s,
-                   step_ms_per_context_token=slope.ms_per_token if slope else float("nan"),
+                   step_ms_per_context_token=slope.measured_ms_per_token if slope
+                   else float("nan"),
                    step_slope_ci_low=slope.ci_low if slope else float("nan"),
                    step_slope_ci_high=slope.ci_high if slope else float("nan"),
                    peak_memory_bytes=self.peak_memory_bytes)
@@ -161,13 +182,14 @@ class _Run:
 def generation_sampler(lm: LanguageModel, spec: GenerationSpec, batch: int,
                        generator: torch.Generator) -> _Run:
     """A callable that runs one stamped generation (``.block(k)`` runs ``k``)."""
-    prompt = lm.tokens(batch, spec.prompt_len, generator)
+    prompt = lm.prompt(batch, spec.prompt_len, generator)
     return _Run(lm, prompt, spec.new_tokens)
 
 
 def measure_generation(lm: LanguageModel, spec: GenerationSpec, batch: int,
                        opts: TimingOptions, generator: torch.Generator) -> GenerationTiming:
     """Warm up, then generations in blocks until ``opts.stop`` says stop."""
+    lm.phase(f"the timed generations at batch {batch}")
     run = generation_sampler(lm, spec, batch, generator)
     n_warm, est = warm_up(run, opts.warmup, False, run.sync)
     run.clear()

@@ -14,13 +14,14 @@ trainable parameter are assumed (2: Adam's m and v; SGD with momentum 1, plain S
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 from torch import nn
+
+from modelprof.runtime.tensors import tensor_nbytes
 
 __all__ = ["MemoryFacts", "estimate_memory", "memory_facts"]
 
@@ -41,11 +42,15 @@ class MemoryFacts:
 def _bytes(tensors: Iterable[torch.Tensor], dtype: torch.dtype | None) -> int:
     """Bytes of distinct tensors, floating ones as ``dtype`` when the profile converts them."""
     seen = list({id(t): t for t in tensors}.values())
-    if dtype is None:   # (each getter mapped over all of them: a tenth of a Python loop)
-        return sum(map(operator.mul, map(torch.Tensor.numel, seen),
-                       map(torch.Tensor.element_size, seen)))
+    if dtype is None:
+        return sum(map(tensor_nbytes, seen))
     size = torch.empty((), dtype=dtype).element_size()
-    return sum(t.numel() * (size if t.is_floating_point() else t.element_size()) for t in seen)
+    # a quantized weight (a tensor subclass) keeps its stored size, whatever dtype it computes in
+    return sum(t.numel() * size if t.is_floating_point() and type(t) in _PLAIN else
+               tensor_nbytes(t) for t in seen)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def memory_facts(model: nn.Module, input_bytes: int, records: Sequence[Any],

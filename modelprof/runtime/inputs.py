@@ -24,7 +24,7 @@ from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, map_te
 
 __all__ = ["InputSpec", "ModelInputs", "available_memory_bytes", "build_inputs",
            "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size",
-           "token_inputs", "vocab_size"]
+           "split_inputs", "token_inputs", "vocab_size"]
 
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -148,8 +148,9 @@ def make_inputs(
 
     ``input_size`` excludes the batch dimension; random normal tensors of
     ``(batch_size, *input_size)`` are made. ``inputs`` is a tensor (the one argument), a tuple
-    of positional arguments (which may hold lists), a list (one positional argument) or a dict
-    of keyword arguments. Floating tensors are cast to ``dtype``; all move to ``device``.
+    of positional arguments (which may hold lists), a list (one positional argument), a dict
+    of keyword arguments, or both as ``(args, kwargs)`` (:func:`split_inputs`). Floating
+    tensors are cast to ``dtype``; all move to ``device``.
     """
     if isinstance(model, nn.Module):
         model_device, model_dtype = model_placement(model)
@@ -201,23 +202,42 @@ def make_inputs(
 def _call_arguments(model: Any, inputs: Any, dev: torch.device,
                     move: Callable[[torch.Tensor], torch.Tensor]
                     ) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
-    """``inputs`` as positional and keyword arguments on ``dev``, with notes on what was
-    done to them on the way."""
+    """``inputs`` as positional and keyword arguments on ``dev`` (:func:`split_inputs`), with
+    notes on what was done to them on the way."""
+    args, kwargs = split_inputs(inputs)
+    note = None
+    if kwargs:
+        kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
+    return map_tensors(args, move), map_tensors(kwargs, move), (note,) if note else ()
+
+
+def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``inputs=`` as ``(args, kwargs)``: a tensor is the one argument; a pair of a tuple and a
+    dict is ``(args, kwargs)``, as ``torch.export.export`` takes them (``((x,), {"mask": m})``
+    for ``model(x, mask=m)``); another tuple is the positional arguments, a list one positional
+    argument, a dict the keyword arguments. (A forward whose two positional arguments are a
+    tuple and a dict takes ``(((a, b), {...}), {})``.)"""
     if isinstance(inputs, torch.Tensor):
-        return (move(inputs),), {}, ()
+        return (inputs,), {}
     if isinstance(inputs, Mapping):
-        bad = [k for k in inputs if not isinstance(k, str)]
-        if bad:
-            raise ModelProfError(f"inputs dict keys must be argument names; got {bad[0]!r}")
-        kept, note = compat.meta_mask_dropped(model, dict(inputs), dev)
-        return (), map_tensors(kept, move), (note,) if note else ()
+        return (), _keywords(inputs, "inputs")
+    if type(inputs) is tuple and len(inputs) == 2 and type(inputs[0]) is tuple and \
+            isinstance(inputs[1], Mapping):
+        return inputs[0], _keywords(inputs[1], "inputs[1]")
     if isinstance(inputs, tuple):
-        return map_tensors(inputs, move), {}, ()
+        return inputs, {}
     if isinstance(inputs, list):
-        return (map_tensors(inputs, move),), {}, ()
+        return (inputs,), {}
     raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
-                         "tensor, a tuple of positional arguments or a dict of keyword "
-                         "arguments")
+                         "tensor, a tuple of positional arguments, a dict of keyword arguments "
+                         "or both as (args, kwargs)")
+
+
+def _keywords(mapping: Mapping, where: str) -> dict[str, Any]:
+    bad = [k for k in mapping if not isinstance(k, str)]
+    if bad:
+        raise ModelProfError(f"{where} dict keys must be argument names; got {bad[0]!r}")
+    return dict(mapping)
 
 
 def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Tensor]:

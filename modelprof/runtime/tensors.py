@@ -9,9 +9,11 @@ from typing import Any
 
 import torch
 
+from modelprof.runtime import compat
 
-__all__ = ["brief", "holds_tensors", "iter_tensors", "map_tensors", "shape_str", "tensor_bytes",
-           "tensor_nbytes", "tensor_shape"]
+
+__all__ = ["brief", "holds_tensors", "is_dtensor_type", "iter_tensors", "map_tensors", "shape_str",
+           "stored_nbytes", "tensor_bytes", "tensor_nbytes", "tensor_shape"]
 
 
 def map_tensors(obj: Any, fn) -> Any:
@@ -54,10 +56,45 @@ def tensor_shape(t: torch.Tensor) -> tuple[int, ...]:
 
 
 def tensor_nbytes(t: torch.Tensor) -> int:
-    """Bytes of the elements (a nested tensor: of all its components)."""
+    """Bytes of the elements (a nested tensor: of all its components; a quantized tensor
+    subclass: what it stores, :func:`stored_nbytes`)."""
     if getattr(t, "is_nested", False):
         return sum(c.numel() for c in t.unbind()) * t.element_size()
+    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        return stored_nbytes(t)
     return t.numel() * t.element_size()
+
+
+_DTENSOR_TYPES: dict[type, bool] = {}
+
+
+def is_dtensor_type(tp: type) -> bool:
+    """Whether ``tp`` is DTensor (or a subclass), found without importing torch.distributed."""
+    found = _DTENSOR_TYPES.get(tp)
+    if found is None:
+        found = _DTENSOR_TYPES[tp] = any(compat.is_dtensor_class(c) for c in tp.__mro__)
+    return found
+
+
+_PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
+
+
+def stored_nbytes(t: torch.Tensor) -> int:
+    """Bytes ``t`` keeps in memory. A tensor subclass that wraps others (torchao's quantized
+    weights: int8, float8 or packed int4 data with their scales and zero points) keeps its
+    inner tensors, named by ``__tensor_flatten__`` and walked down, not ``numel()`` elements of
+    the dtype it computes in; a per-channel quantized tensor its integers, scales and zero
+    points; a plain tensor its elements. A DTensor counts as its global shape: which shard a
+    table shows is the shard view's choice (``distributed.view``)."""
+    if not hasattr(type(t), "__tensor_flatten__") or is_dtensor_type(type(t)):
+        data = t.numel() * t.element_size()
+        if t.is_quantized and t.qscheme() in _PER_CHANNEL:
+            return data + stored_nbytes(t.q_per_channel_scales()) + \
+                stored_nbytes(t.q_per_channel_zero_points())
+        return data
+    names = t.__tensor_flatten__()[0]
+    return sum(stored_nbytes(inner) for inner in (getattr(t, n, None) for n in names)
+               if isinstance(inner, torch.Tensor))
 
 
 def shape_str(obj: Any) -> str:

@@ -27,9 +27,27 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import iter_tensors
 
-__all__ = ["StepSpec", "default_loss", "loss_module"]
+__all__ = ["StepSpec", "default_loss", "loss_module", "refuse_scripted"]
 
 _NEEDS_CLOSURE = ("LBFGS",)
+
+
+def refuse_scripted(model: torch.nn.Module) -> None:
+    """A training step runs on modelprof's copies of the parameters, put in the model's place by
+    ``torch.func.functional_call``, which TorchScript modules do not take: refused before
+    anything runs, naming the scripted module and what works instead."""
+    found = next(((name, m) for name, m in model.named_modules()
+                  if isinstance(m, torch.jit.ScriptModule)), None)
+    if found is None:
+        return
+    name, module = found
+    where = "the model is" if name == "" else f"module {name!r} of the model is"
+    raise ModelProfError(
+        f"backward=True cannot profile {type(model).__name__}: {where} TorchScript "
+        f"({type(module).__name__}), and the training step runs on copies of the parameters "
+        "put in their place by torch.func.functional_call, which TorchScript modules refuse. "
+        "Profile the eager module (before torch.jit.script/trace) with backward=True; the "
+        "scripted forward is profiled with backward=False, as one row")
 
 
 def default_loss(output: Any) -> torch.Tensor | None:

@@ -26,25 +26,33 @@ from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, ele
 from modelprof.counting.formulas.pool import pool_cost
 from modelprof.counting.formulas.rnn import rnn_cost
 from modelprof.counting.formulas.registry import (REGISTRY, ZERO, Cost, optional_hops, optional_ops, register_present)
+from modelprof.runtime.tensors import stored_nbytes
 
-__all__ = ["packed_weights"]
+__all__ = ["packed_nbytes", "packed_weights"]
 
 
 def _ops(*names: str) -> list:
     return optional_ops(*names, namespace="quantized")
 
 
-def _cell_params(obj: Any) -> list[Any] | None:
-    """The packed linear weights (input-hidden, hidden-hidden) of a dynamically quantized RNN
-    layer's ``CellParamsBase``, or None for another object. Its state is ``(kind, tensors,
-    doubles, longs, packed)``: the tensors repeat the packed biases, so only ``packed`` counts."""
+def _cell_state(obj: Any) -> tuple | None:
+    """The state ``(kind, tensors, doubles, longs, packed)`` of a dynamically quantized RNN
+    layer's ``CellParamsBase``, None for another object (``()`` where it cannot be read)."""
     if "CellParamsBase" not in str(getattr(obj, "_type", lambda: "")()):
         return None
     try:
-        state = obj.__getstate__()[0]
-        return [p for p in state[4] if isinstance(p, torch.ScriptObject)]
+        return tuple(obj.__getstate__()[0])
     except Exception:  # noqa: BLE001 - a layout this torch does not write: nothing to count
-        return []
+        return ()
+
+
+def _cell_params(obj: Any) -> list[Any] | None:
+    """The packed linear weights (input-hidden, hidden-hidden) of a ``CellParamsBase``, or None
+    for another object: its tensors repeat the packed biases, so only ``packed`` counts."""
+    state = _cell_state(obj)
+    if state is None:
+        return None
+    return [p for p in state[4] if isinstance(p, torch.ScriptObject)] if len(state) > 4 else []
 
 
 def packed_weights(obj: Any) -> list[torch.Tensor]:
@@ -65,6 +73,25 @@ def packed_weights(obj: Any) -> list[torch.Tensor]:
         elif isinstance(item, (tuple, list)):  # (weight, bias) nested in a tuple
             found.extend(t for t in item if isinstance(t, torch.Tensor))
     return found
+
+
+def _half_precision(obj: Any, op: str) -> bool:
+    """Whether ``obj`` holds float16 weights that ``unpack`` gives back in float32: those of an
+    ``_fp16`` op, or of an RNN layer of kind ``quantized_fp16``."""
+    state = _cell_state(obj)
+    return "_fp16" in op or bool(state) and state[0] == "quantized_fp16"
+
+
+def packed_nbytes(obj: Any, op: str) -> int:
+    """Bytes a packed-params object keeps, as :func:`stored_nbytes` counts its tensors (an int8
+    weight with its per-channel scales and zero points). A float16 one
+    (``quantize_dynamic(dtype=torch.float16)``) keeps its weight matrices in half precision,
+    though ``unpack`` returns them in float32: 2 bytes an element; its bias stays float32."""
+    tensors = packed_weights(obj)
+    if not _half_precision(obj, op):
+        return sum(map(stored_nbytes, tensors))
+    return sum(t.numel() * 2 if t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
+               for t in tensors)
 
 
 def _packed(args: tuple) -> Any:

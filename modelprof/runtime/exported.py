@@ -1,0 +1,88 @@
+"""Exported programs (``torch.export``) with their layers back.
+
+``ExportedProgram.module()`` runs one flat graph: no submodule is called, so module hooks see
+one call. Every node of the graph still carries the module path it came from
+(``nn_module_stack``), and ``torch.export.unflatten`` builds from it a module per layer that
+runs that layer's part of the same graph, on the program's own weights. modelprof profiles that:
+one row per layer call, named as in the eager model and typed by the eager module's class (the
+``type`` column reads ``Conv2d``, not ``InterpreterModule``).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfWarning
+
+__all__ = ["exported_layers", "is_flat_export"]
+
+_TYPED: dict[tuple[type, str], type] = {}
+
+
+def is_flat_export(model: Any) -> bool:
+    """Whether ``model`` is the flat graph ``ExportedProgram.module()`` returns: a
+    ``GraphModule`` whose nodes name the modules they came from, none of which it calls (it may
+    call a guard of its own)."""
+    if not isinstance(model, torch.fx.GraphModule):
+        return False
+    paths = set(_module_types(model.graph)) - {""}
+    called = {n.target for n in model.graph.nodes if n.op == "call_module"}
+    return bool(paths) and paths.isdisjoint(called)
+
+
+def exported_layers(model: Any, inputs: tuple[tuple, dict] | None = None) -> Any:
+    """``model`` with its layers where it is an exported program: an ``ExportedProgram``
+    unflattened; with ``inputs`` (``(args, kwargs)``), the flat ``GraphModule`` of
+    ``ExportedProgram.module()`` exported again on them (the same graph, whose nodes keep their
+    module paths) and unflattened. Anything else comes back as it is. A graph that cannot be
+    exported again stays one flat row, with a warning."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return _unflattened(model)
+    if inputs is None or not is_flat_export(model):
+        return model
+    try:
+        program = torch.export.export(model, tuple(inputs[0]), dict(inputs[1]))
+        return _unflattened(program)
+    except Exception as e:  # noqa: BLE001 - profiled as it is, one row, and said so
+        warnings.warn(f"modelprof: the exported graph {type(model).__name__} could not be "
+                      f"exported again to recover its layers ({type(e).__name__}: {e}); it is "
+                      "profiled as one flat graph. Pass the ExportedProgram itself to keep "
+                      "them", ModelProfWarning, stacklevel=3)
+        return model
+
+
+def _unflattened(program: Any) -> nn.Module:
+    """``torch.export.unflatten(program)``, each module typed by the class it was exported
+    from."""
+    module = torch.export.unflatten(program)
+    types = _module_types(program.graph)
+    for path, sub in module.named_modules():
+        name = types.get(path)
+        if name is not None and name != type(sub).__name__:
+            sub.__class__ = _typed(type(sub), name)
+    return module
+
+
+def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
+    """Module path -> the class name it had when exported, from the nodes' ``nn_module_stack``
+    (``{key: (path, type)}``, the type a qualified name or the class)."""
+    found: dict[str, str] = {}
+    for node in graph.nodes:
+        for path, kind in (node.meta.get("nn_module_stack") or {}).values():
+            if path not in found:
+                found[path] = kind.__name__ if isinstance(kind, type) else \
+                    str(kind).rsplit(".", 1)[-1]
+    return found
+
+
+def _typed(base: type, name: str) -> type:
+    """A subclass of ``base`` named ``name`` (one per pair), so that a row's type is the
+    eager module's."""
+    key = (base, name)
+    typed = _TYPED.get(key)
+    if typed is None:
+        typed = _TYPED[key] = type(name, (base,), {"__module__": base.__module__})
+    return typed

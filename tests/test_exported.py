@@ -1,0 +1,99 @@
+"""Exported programs keep their layers: ``torch.export`` programs (the ``ExportedProgram``, the
+flat graph of its ``.module()``, a ``.pt2`` archive) profile as one row per layer call, named and
+typed as in the eager model, with the eager model's counts."""
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from helpers import tv
+from modelprof import profile
+from modelprof.runtime.exported import exported_layers, is_flat_export
+
+
+def _frame(model, **inputs) -> pd.DataFrame:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return profile(model, timing=False, **inputs).to_dataframe().reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    torch.manual_seed(0)
+    model = tv("resnet18")
+    x = torch.randn(1, 3, 64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model, x, torch.export.export(model, (x,))
+
+
+def test_an_exported_resnet18_has_the_eager_rows(resnet18):
+    model, x, program = resnet18
+    eager = _frame(model, inputs=x)
+    assert len(eager) == 84   # every module call of resnet18, as the eager table has them
+    # every column equal: names, types (Conv2d, not InterpreterModule), calls, shapes, params,
+    # MACs (148,557,824 at 64x64: 1.814 G x (64/224)^2 rounded by the stride), bytes
+    pd.testing.assert_frame_equal(_frame(program, inputs=x), eager)
+    assert eager.loc[0, "macs"] == 148_557_824
+
+
+def test_the_flat_graph_of_module_gets_its_layers_back(resnet18):
+    model, x, program = resnet18
+    flat = program.module()
+    assert is_flat_export(flat) and not is_flat_export(model)
+    pd.testing.assert_frame_equal(_frame(flat, inputs=x), _frame(model, inputs=x))
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_an_exported_llama_has_the_eager_rows():
+    pytest.importorskip("transformers")
+    model = _tiny_llama()
+    kwargs = {"input_ids": torch.randint(0, 128, (1, 8)), "use_cache": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (), kwargs)
+    eager, exported = _frame(model, inputs=kwargs), _frame(program, inputs=kwargs)
+    assert len(eager) == len(exported) == 39
+    counted = ["module", "type", "call", "depth", "leaf", "params", "trainable_params", "macs",
+               "macs_pct"]
+    pd.testing.assert_frame_equal(exported[counted], eager[counted])
+    # the exported program builds its causal mask as a tensor (traced from the mask code)
+    # where the eager model passes is_causal: more elementwise FLOPs in the model's own row and
+    # the attentions' own rows (a masked SDPA), and the same everywhere else
+    masked = exported["module"].str.endswith("(self)") & \
+        exported["type"].isin(["LlamaModel", "LlamaAttention"])
+    assert masked.sum() == 3
+    assert (exported.loc[masked, "flops"] > eager.loc[masked, "flops"]).all()
+    same = ["flops", "madd"]
+    pd.testing.assert_frame_equal(exported.loc[~masked & eager["leaf"], same],
+                                  eager.loc[~masked & eager["leaf"], same])
+    # per layer: q 32x32 + k, v 32x16 + o 32x32 = 3,072 weights x 8 tokens = 24,576 MACs and
+    # the scores and values 2 x 8x8 pairs x 4 heads x 8 dims = 4,096; MLP 3 x 32x64 x 8 =
+    # 49,152; lm_head 32x128 x 8 = 32,768: 2 x 77,824 + 32,768 = 188,416
+    assert exported.loc[0, "macs"] == 188_416
+    assert exported.loc[0, "type"] == "LlamaForCausalLM"
+    # the program hands each layer the tensors it uses and takes back those used later, so
+    # the shapes and bytes around a layer may differ (the rotary embedding gets the positions,
+    # not the hidden states; a norm also hands on its input); a Linear's are the eager ones
+    linear = eager["type"] == "Linear"
+    around = ["input_shape", "output_shape", "read_bytes", "write_bytes"]
+    pd.testing.assert_frame_equal(exported.loc[linear, around], eager.loc[linear, around])
+
+
+def test_other_modules_come_back_as_they_are():
+    model = nn.Linear(2, 3)
+    assert exported_layers(model) is model
+    assert exported_layers(model, ((torch.ones(1, 2),), {})) is model
+    assert not is_flat_export(torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 3))))
