@@ -120,6 +120,29 @@ class GenerationReport:
             rows.append(row)
         return pd.DataFrame(rows)
 
+    def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
+                    batch_size: int | None = None) -> Any:
+        """MFU, HFU and MBU of every phase and layer (``Report.utilization`` of each phase's
+        table, the conventions of :mod:`modelprof.report.utilization`): ``rows`` and
+        ``phases`` carry ``phase`` and ``context`` columns; a phase's time is its per-layer
+        passes' plain median. ``causal="half"`` halves the prefill's attention, never a
+        decode step's (one query against the whole cache masks nothing); MBU is what a decode
+        step is judged by: the bytes it reads (weights, KV cache) and writes over its time."""
+        from modelprof.report.utilization import Utilization
+
+        rows, phases, first = [], [], None
+        for p in self.phases(batch_size):
+            u = p.report.utilization(peak, flops=flops, causal=causal,
+                                     decode=p.name != "prefill")
+            first = first or u
+            for frame, out in ((u.rows, rows), (u.phases.drop(columns="phase"), phases)):
+                frame = frame.copy()
+                frame.insert(0, "context", p.context)
+                frame.insert(0, "phase", p.name)
+                out.append(frame)
+        return Utilization(first.convention, pd.concat(rows, ignore_index=True),
+                           pd.concat(phases, ignore_index=True), {})
+
     def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """Every leaf row of every phase with its compute, memory and roofline bound (ms) on
         the target device; a bound, not a measurement."""

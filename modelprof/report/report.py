@@ -182,6 +182,29 @@ class Report:
             self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
             optimizer_state_bytes=None if opt is None else opt.state_bytes))
 
+    def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
+                    decode: bool = False) -> Any:
+        """MFU, HFU and MBU per row, per phase and for the whole call
+        (:class:`modelprof.report.utilization.Utilization`; the conventions in that module).
+
+        ``peak``: ``"datasheet"`` (the table's dense figure for this device and dtype),
+        ``"probe"`` (this report's probed peaks), a device name, a ``Peaks``, or None (the
+        datasheet where the device is in the table, else the probe). ``flops``: ``"2macs"``
+        (2 x MACs of contractions) or ``"flops"`` (every counted FLOP). ``causal``:
+        ``"counted"`` or ``"half"`` (a causal model's attention contractions halved; not for a
+        ``decode`` step)."""
+        from modelprof.report.utilization import (Convention, Utilization, resolve_peaks,
+                                                  utilization)
+
+        chosen, known = resolve_peaks(peak, self)
+        convention = Convention(flops=flops, causal=causal, peaks=chosen)
+        rows, phases = utilization(self, convention, decode=decode)
+        by_peak = {}
+        for name, p in known.items():
+            _, other = utilization(self, dataclasses.replace(convention, peaks=p), decode=decode)
+            by_peak[name] = float(other["mfu"].iloc[-1])
+        return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak)
+
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
         handed in and out, payload (``comm_bytes``) and implied traffic; empty without any
@@ -508,6 +531,8 @@ class Report:
                          f"{self.model_params:,} parameters were not used by this forward)")
         if self.latency is not None:
             lines.extend(self._timing_summary())
+            if self.peaks is not None:
+                lines.append(self.utilization().describe())
         else:       # a counting-only report still says why (device="meta": counting only)
             lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
