@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
-from modelprof.report.frames import WholeFrame
+from modelprof.report.frames import BytesFrame, WholeFrame
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
@@ -166,7 +166,8 @@ class Report:
         }).astype({"inexact_calls": "int64"})
 
     def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
-        """Estimated memory (bytes) for inference and for a training step, per component:
+        """Estimated memory (bytes; printed in human units) for inference and for a training
+        step, per component:
         parameters, buffers, inputs, activations, and for the step the tensors saved for the
         backward, the gradients and the optimizer state (see :mod:`modelprof.report.memory`).
         ``optimizer_states``: state tensors per trainable parameter when the profile ran no
@@ -178,7 +179,7 @@ class Report:
         step = self.training_step
         saved = None if step is None else int(self.totals.get("saved_bytes", 0))
         opt = None if step is None else step.cost.optimizer
-        return WholeFrame(estimate_memory(
+        return BytesFrame(estimate_memory(
             self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
             optimizer_state_bytes=None if opt is None else opt.state_bytes))
 

@@ -360,14 +360,10 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
         with loss_counter, saved.hooks(), amp_context(device, amp):
             loss = spec.loss(output, target, model_name)
         tags = tag_graph([loss.grad_fn], tracker.marks)
-        costs = [PassCost() for _ in records]
-        recompute = [PassCost() for _ in records]
         guard.begin("the counted backward")
-        backward_counter = _count_backward(
-            loss, BackwardScope(tags, costs, loss_backward, recompute), registry,
+        costs, recompute, backward_counter = _backward_costs(
+            loss, tags, len(records), loss_backward, registry,
             f"{model_name} (loss {spec.loss_name})")
-        for cost, again in zip(costs, recompute):
-            add_pass(cost, again)
         params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
         guard.begin("the counted optimizer step")
         optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
@@ -400,6 +396,20 @@ def add_pass(into: PassCost, part: PassCost) -> None:
         if into.comm is None:
             into.comm = {}
         merge_comm(into.comm, part.comm)
+
+
+def _backward_costs(loss: torch.Tensor, tags: NodeTags, n: int, loss_backward: PassCost,
+                    registry: FormulaRegistry | None, what: str
+                    ) -> tuple[list[PassCost], list[PassCost], OpCounter]:
+    """The backward of ``loss`` counted per call (``n`` calls): each call's backward, the part
+    of it that recomputed the forward, and the counter."""
+    costs = [PassCost() for _ in range(n)]
+    recompute = [PassCost() for _ in range(n)]
+    counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward, recompute),
+                              registry, what)
+    for cost, again in zip(costs, recompute):
+        add_pass(cost, again)
+    return costs, recompute, counter
 
 
 def _count_backward(loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None,
