@@ -253,3 +253,19 @@ def test_generation_phases_mfu_and_decode_mbu():
         assert row["mbu"] == pytest.approx(
             (p.totals["read_bytes"] + p.totals["write_bytes"]) / (t * 1e-3 * 1e9))
     assert {"phase", "context", "mfu", "mbu"} <= set(u.rows.columns)
+
+
+def test_the_table_carries_mfu_and_mbu_beside_latency():
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU())
+    peaks = Peaks(peak_flops=2e9, peak_bytes=1e9)
+    report = modelprof.profile(model, (64,), batch_size=16, roofline=peaks, repeat=3, warmup=1,
+                               budget_s=1)
+    df = report.to_dataframe()
+    u = report.utilization()
+    assert list(df["mfu"].fillna(-1)) == list(u.rows["mfu"].fillna(-1))
+    assert list(df["mbu"].fillna(-1)) == list(u.rows["mbu"].fillna(-1))
+    # Linear: 2 x 16 x 64 x 128 FLOPs over its latency and the 2e9 peak
+    assert df.loc[1, "mfu"] == pytest.approx(2 * 16 * 64 * 128 / (df.loc[1, "latency_ms"] * 1e-3
+                                                                  * 2e9))
+    assert "hfu" not in df.columns
+    assert "MFU" in report.to_text(columns=["module", "latency_ms", "mfu", "mbu"])

@@ -114,7 +114,8 @@ class Report:
 
         With measured peaks (``profile(..., roofline=True)``, the default when timing) the
         modelprof view carries the roofline columns: achieved_gflops, achieved_gbps, intensity,
-        roofline_ms, bound, efficiency. Timed, it carries ``latency_passes`` (the per-layer
+        roofline_ms, bound, efficiency; and ``mfu``, ``mbu`` (``hfu`` for a training step)
+        against the same peaks, in :meth:`utilization`'s default convention. Timed, it carries ``latency_passes`` (the per-layer
         passes each row's times rest on) and ``latency_rough`` (fewer than the stop rule
         promises: ``min_samples``, or a single pass), which every human-readable view marks.
         """
@@ -125,11 +126,25 @@ class Report:
         if self.peaks is not None:
             from modelprof.report.roofline import add_roofline
             df = add_roofline(df, self.peaks)
+            if self.timed:
+                df = self._with_utilization(df)
         lt = self.layer_timing
         if lt is not None and "latency_ms" in df.columns:
             timed_rows = df["latency_ms"].notna()
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
             df["latency_rough"] = timed_rows & self.layers_rough
+        return df
+
+    def _with_utilization(self, df: pd.DataFrame) -> pd.DataFrame:
+        """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step) against the peaks
+        the roofline columns use, in the default convention (:meth:`utilization`)."""
+        from modelprof.report.utilization import Convention, utilization
+
+        rows, _ = utilization(self, Convention(peaks=self.peaks))
+        df["mfu"] = rows["mfu"].to_numpy()
+        if self.training_step is not None:
+            df["hfu"] = rows["hfu"].to_numpy()
+        df["mbu"] = rows["mbu"].to_numpy()
         return df
 
     @property
