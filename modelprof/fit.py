@@ -10,9 +10,10 @@ as Megatron with sequence parallelism does; KV heads split across at most ``kv_h
                      context x batch) / min(tp, kv_heads) + the largest activation of a prefill
                      (one leaf call's inputs + outputs, as counted; not divided)
     training         weights Psi x b, gradients Psi x b, fp32 master weights 4 Psi under mixed
-                     precision (b < 4), optimizer state (Adam: 2 states, SGD with momentum 1,
-                     plain SGD 0; fp32 under mixed precision, plus Adam's 4-byte ``step`` per
-                     parameter tensor), and the tensors saved for the backward as counted by
+                     precision (b < 4), optimizer state (a torch optimizer's own, read from one
+                     step of it; by name Adam: 2 states, SGD with momentum 1, plain SGD 0; fp32
+                     under mixed precision, plus Adam's 4-byte ``step`` per parameter tensor),
+                     and the tensors saved for the backward as counted by
                      ``profile(..., backward=True)`` on meta; each / tp, then sharded over
                      ``ranks``: ZeRO-1 the optimizer state and master weights, ZeRO-2 also the
                      gradients, ZeRO-3 (FSDP) also the weights. A sharded tensor is split as
@@ -41,11 +42,11 @@ from modelprof.render.units import format_bytes
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES as DEVICE_MEMORY_NAMES
 from modelprof.timing.memory_sizes import device_memory, memory_variants
 
-__all__ = ["FitReport", "OPTIMIZER_STATES", "fit"]
+__all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 
-#: optimizer state tensors per parameter element, and whether it keeps a ``step`` per tensor
-OPTIMIZER_STATES: dict[str, tuple[int, bool]] = {
-    "adam": (2, True), "adamw": (2, True), "sgd": (0, False), "sgd_momentum": (1, False),
+#: optimizer state tensors per parameter element, and bytes of scalar state per tensor
+OPTIMIZER_STATES: dict[str, tuple[int, int]] = {
+    "adam": (2, 4), "adamw": (2, 4), "sgd": (0, 0), "sgd_momentum": (1, 0),
 }
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = ("weights", "kv_cache", "activation", "master_weights", "gradients",
@@ -90,19 +91,21 @@ class _Spec:
     tp: int
     ranks: int
     states: int
-    step_scalars: bool
+    step_scalars: int     # bytes of scalar state per parameter tensor (Adam's ``step``)
     mixed: bool
 
 
 def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | None = None,
         dtype: Any = torch.bfloat16, batch_size: int = 1, context: int = 2048, tp: int = 1,
-        ranks: int = 1, optimizer: str = "adam", mixed_precision: bool | None = None,
+        ranks: int = 1, optimizer: Any = "adam", mixed_precision: bool | None = None,
         training: bool = True) -> FitReport:
     """Bytes per rank of ``model_or_config`` (an ``nn.Module`` or a transformers config) for
     inference and, with ``training``, a step under each plan (see the module doc), against
     ``device`` (a datasheet name; ``memory_bytes`` overrides its memory). ``context``: tokens
     per sequence (the KV cache's length and the training sequence); ``batch_size`` per
-    data-parallel rank; ``mixed_precision``: default on for 16-bit ``dtype``."""
+    data-parallel rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
+    ``"sgd_momentum"``) or a ``torch.optim`` optimizer class or instance (its state is read
+    from one step); ``mixed_precision``: default on for 16-bit ``dtype``."""
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     key, memory = _memory(device, memory_bytes)
     model, config = _meta_model(model_or_config)
@@ -131,13 +134,36 @@ def _spec(dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: 
     dt = parse_dtype(dtype)
     if dt is None or not dt.is_floating_point:
         raise ModelProfError(f"dtype={dtype!r} must be a floating dtype")
-    if optimizer not in OPTIMIZER_STATES:
-        raise ModelProfError(f"optimizer={optimizer!r} is not one of {sorted(OPTIMIZER_STATES)}")
-    states, scalars = OPTIMIZER_STATES[optimizer]
+    states, scalars = optimizer_states(optimizer)
     mixed = dt.itemsize < 4 if mixed is None else mixed
     if not isinstance(mixed, bool):
         raise ModelProfError(f"mixed_precision={mixed!r} must be True, False or None")
     return _Spec(dt, batch, context, tp, ranks, states, scalars, mixed)
+
+
+def optimizer_states(optimizer: Any) -> tuple[int, int]:
+    """(state tensors per parameter element, bytes of scalar state per parameter tensor) of
+    ``optimizer``: a name of :data:`OPTIMIZER_STATES`, or a ``torch.optim.Optimizer`` class or
+    instance, whose state is read from one step of it on a 3-element float32 parameter (with
+    the instance's options)."""
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZER_STATES:
+            raise ModelProfError(f"optimizer={optimizer!r} is not one of "
+                                 f"{sorted(OPTIMIZER_STATES)}, nor a torch optimizer")
+        return OPTIMIZER_STATES[optimizer]
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if not issubclass(cls, torch.optim.Optimizer):
+        raise ModelProfError(f"optimizer={optimizer!r} must be a name or a torch.optim "
+                             "optimizer (class or instance)")
+    options = {} if isinstance(optimizer, type) else \
+        {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    p = torch.zeros(3, requires_grad=True)
+    p.grad = torch.ones(3)
+    probe = cls([p], **options)
+    probe.step()
+    state = [t for t in probe.state[p].values() if isinstance(t, torch.Tensor)]
+    return (sum(t.numel() == 3 for t in state),
+            sum(t.element_size() for t in state if t.numel() == 1))
 
 
 def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
@@ -218,7 +244,7 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
         return -(-elements(sharded) * size // spec.tp)
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
-    step = 4 * len(shapes) if spec.step_scalars else 0     # Adam's step: float32 per tensor
+    step = spec.step_scalars * len(shapes)                  # Adam's step: a float32 per tensor
     return {
         "weights": per_rank(stage >= 3, b),
         "master_weights": per_rank(stage >= 1, 4) if spec.mixed else 0,

@@ -152,6 +152,7 @@ def test_device_names_memory_and_variants():
     ({"device": "Z9000"}, "device='Z9000'.*H100 SXM"),
     ({"memory_bytes": 0}, "memory_bytes=0"),
     ({"optimizer": "lion"}, "optimizer='lion'"),
+    ({"optimizer": torch.nn.Linear}, "optimizer=<class"),
     ({"dtype": torch.int8}, "dtype=torch.int8"),
 ])
 def test_bad_input_is_named(kwargs, match):
@@ -184,3 +185,19 @@ def test_memory_estimate_prints_human_units_and_stays_numeric():
     assert str(est["inference"].dtype) == "int64"
     text = repr(est)
     assert "3.82 MiB" in text and "4004000" not in text
+
+
+def test_the_optimizers_own_state_is_read_from_one_step():
+    from modelprof.fit import optimizer_states
+
+    assert optimizer_states(torch.optim.Adam) == (2, 4)      # exp_avg, exp_avg_sq; float step
+    assert optimizer_states(torch.optim.SGD) == (0, 0)
+    p = torch.nn.Parameter(torch.zeros(2))
+    assert optimizer_states(torch.optim.SGD([p], lr=0.1, momentum=0.9)) == (1, 0)
+    assert optimizer_states(torch.optim.Adagrad) == (1, 4)   # sum of squares; step
+    cfg = small_llama()
+    sgd = fit(cfg, context=8, optimizer=torch.optim.SGD([p], lr=0.1, momentum=0.9))
+    # one momentum buffer per element, fp32 under mixed precision: 4 x 74,688
+    assert sgd.table.loc["optimizer_state", "data parallel"] == 4 * 74_688
+    with pytest.raises(ModelProfError, match="optimizer=3"):
+        fit(cfg, optimizer=3)
