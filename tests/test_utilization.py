@@ -174,6 +174,13 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
     assert u.phases.loc[0, "model_flops"] == 2 * 512 ** 3         # the probe's own product
     assert u.mfu >= 0.8, (u.mfu, u.describe())
     assert u.by_peak["probe"] == u.mfu
+    # a datasheet peak named: both recorded, and both in the line
+    sheet = report.utilization("H100 SXM")
+    assert sheet.by_peak == {"probe": u.mfu, "datasheet": sheet.mfu}
+    # 67 TFLOP/s dense float32 against the probe's: the ratio of the two MFUs is theirs
+    assert sheet.mfu / u.mfu == pytest.approx(peaks.peak_flops / 67e12)
+    assert "datasheet, dense, H100 SXM" in sheet.describe()
+    assert f"against the probe peak {u.mfu:.3f}" in sheet.describe()
 
 
 def test_bad_conventions_and_peaks_are_named():

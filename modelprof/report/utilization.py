@@ -108,8 +108,12 @@ class Utilization:
         """The whole call's MFU (and HFU where recomputation ran) with its convention."""
         last = self.phases.iloc[-1]
         hfu = f", HFU {last['hfu']:.3f}" if last["hardware_flops"] != last["model_flops"] else ""
+        source = {"table": "datasheet", "probe": "probe", "user": "given"}.get(
+            getattr(self.convention.peaks, "source", None))
+        others = "".join(f"; against the {k} peak {v:.3f}" for k, v in self.by_peak.items()
+                         if k != source and k != "given")
         return (f"MFU {last['mfu']:.3f}{hfu} ({last['phase']}; "
-                f"{self.convention.describe()})")
+                f"{self.convention.describe()}{others})")
 
 
 def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks]]:
@@ -122,7 +126,10 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
     probed = getattr(report, "peaks", None)
     if isinstance(probed, Peaks):
         known["probe" if probed.source == "probe" else "given"] = probed
-    sheet = _datasheet(report.env.get("device_name", report.device), report.dtype)
+    dtype = report.dtype
+    if dtype == "float32" and report.env.get("tf32_matmul") and str(report.device) != "cpu":
+        dtype = "tf32"      # float32 matmuls ran on TF32 tensor cores: that rate is the roof
+    sheet = _datasheet(report.env.get("device_name", report.device), dtype)
     if sheet is not None:
         known["datasheet"] = sheet
     if isinstance(peak, Peaks):
