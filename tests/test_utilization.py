@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -191,7 +192,7 @@ def test_bad_conventions_and_peaks_are_named():
         report.utilization(Peaks(1e9, 1e9), causal="quarter")
     with pytest.raises(ModelProfError, match="peak='probe'"):
         report.utilization("probe")
-    with pytest.raises(ModelProfError, match="peak='Z9000'"):
+    with pytest.raises(ModelProfError, match="peak='Z9000'.*known: .*'H100 SXM'"):
         report.utilization("Z9000")
     with pytest.raises(ModelProfError, match="peak_flops must be a positive number, got 0"):
         Peaks(peak_flops=0, peak_bytes=1e9)
@@ -260,6 +261,16 @@ def test_generation_phases_mfu_and_decode_mbu():
         assert row["mbu"] == pytest.approx(
             (p.totals["read_bytes"] + p.totals["write_bytes"]) / (t * 1e-3 * 1e9))
     assert {"phase", "context", "mfu", "mbu"} <= set(u.rows.columns)
+    # inside the timed generations: TTFT for the prefill, a decode step's median at its context
+    timing = report.timing
+    assert phases.loc[0, "generation_ms"] == timing.ttft.median_ms
+    for i, p in enumerate(report.phases()[1:], start=1):
+        at = timing.contexts == p.context
+        assert at.any()
+        assert phases.loc[i, "generation_ms"] == np.median(timing.step_ms[:, at])
+        traffic = p.totals["read_bytes"] + p.totals["write_bytes"]
+        assert phases.loc[i, "mbu_generation"] == pytest.approx(
+            traffic / (phases.loc[i, "generation_ms"] * 1e-3 * 1e9))
 
 
 def test_the_table_carries_mfu_and_mbu_beside_latency():

@@ -42,7 +42,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
-from modelprof.timing.peaks import Peaks, lookup_peaks
+from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
 __all__ = ["CAUSAL_CONVENTIONS", "FLOPS_CONVENTIONS", "Convention", "Utilization",
            "attention_flops", "group_mfu", "group_utilization", "resolve_peaks", "utilization"]
@@ -147,7 +147,7 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
         named = lookup_peaks(peak, report.dtype)
         if named is None:
             raise ModelProfError(f"peak={peak!r}: no datasheet peak at {report.dtype} for that "
-                                 "name (see modelprof.timing.peaks.KNOWN_DEVICES)")
+                                 f"name; known: {sorted(KNOWN_DEVICES)}")
         known["datasheet"] = named
         return named, known
     raise ModelProfError(f"peak={peak!r} must be 'datasheet', 'probe', a device name or a Peaks")
