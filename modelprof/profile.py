@@ -88,7 +88,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         # included, draw from forked generators: the user's random state comes back as it was
         rng_scope.enter_context(torch.random.fork_rng(
             devices=[mi.device] if mi.device.type == "cuda" else []))
-        meta_notes: list[str] = []
+        meta_notes: list[str] = list(mi.notes)
         if spec.timing and mi.device.type == "meta":
             # meta tensors have shapes and no values, so nothing can be timed: count only
             spec = dataclasses.replace(spec, timing=False)

@@ -243,7 +243,7 @@ def test_bad_input_names_the_value(kwargs, match):
 
 
 def test_a_model_without_cache_support_asked_to_use_one():
-    with pytest.raises(ModelProfError, match="takes no past_key_values"):
+    with pytest.raises(ModelProfError, match="takes no KV cache"):
         profile_generation(_NoCacheLM(), prompt_len=4, new_tokens=2, timing=False)
 
 

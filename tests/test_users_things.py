@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, compare, profile
+from modelprof.runtime import compat
 
 QUICK = dict(repeat=3, warmup=1, roofline=False, warn=False)   # a timed profile, kept short
 
@@ -86,18 +87,22 @@ class SeenLengths(nn.Module):
         self.lm = lm
         self.seen = seen
 
-    def forward(self, input_ids: torch.Tensor, past_key_values: Any) -> Any:
-        self.seen.append(past_key_values.get_seq_length())
-        return self.lm(input_ids=input_ids, past_key_values=past_key_values, use_cache=True).logits
+    def forward(self, input_ids: torch.Tensor, **cache_kw: Any) -> Any:
+        (cache,) = cache_kw.values()        # under either name: cache= or past_key_values=
+        self.seen.append(cache.get_seq_length())
+        own = compat.cache_argument(self.lm.forward)     # the name this transformers uses
+        return self.lm(input_ids=input_ids, use_cache=True, **{own: cache}).logits
 
 
+@pytest.mark.parametrize("name", compat.CACHE_ARGUMENTS)
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_a_cache_passed_in_does_not_grow_and_a_second_call_counts_the_same(kind: str) -> None:
+def test_a_cache_passed_in_does_not_grow_and_a_second_call_counts_the_same(kind: str,
+                                                                            name: str) -> None:
     lm = _tiny_lm(kind)
     with torch.no_grad():
-        cache = lm(torch.randint(0, 64, (1, 4)), use_cache=True).past_key_values
+        cache = compat.output_cache(lm(torch.randint(0, 64, (1, 4)), use_cache=True))
     assert cache.get_seq_length() == 4
-    inputs = {"input_ids": torch.randint(0, 64, (1, 1)), "past_key_values": cache}
+    inputs = {"input_ids": torch.randint(0, 64, (1, 1)), name: cache}
     before, rng = picture(inputs), rng_picture()
     seen: list[int] = []
     first = profile(SeenLengths(lm, seen), inputs=inputs, timing=False)

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
+from modelprof.runtime import compat
+
 __all__ = ["LeafCounter"]
 
 aten = torch.ops.aten
@@ -300,4 +302,4 @@ class LeafCounter:
 
 def _plain_state() -> bool:
     """No autocast: it would insert casts before the leaves' ops."""
-    return not any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+    return not any(compat.autocast_enabled(d) for d in ("cpu", "cuda"))

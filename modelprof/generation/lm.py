@@ -14,6 +14,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.generation.spec import CacheMode
+from modelprof.runtime import compat
 from modelprof.runtime.inputs import ModelInputs
 
 __all__ = ["LanguageModel", "StepModule", "greedy_next", "is_hf_causal_lm", "language_model"]
@@ -74,18 +75,28 @@ class LanguageModel:
         self.runs_as_is = _runs_as_is(model, device, dtype)
         self.config = getattr(model, "config", None)
         self.root: nn.Module = model if self.hf else StepModule(step, model)
+        self.cache_arg: str | None = None
         self.name = type(model).__name__ if step is None else \
             f"step {getattr(step, '__qualname__', type(step).__name__)}"
         if self.hf:
             params = inspect.signature(model.forward).parameters
             self.logits_to_keep = "logits_to_keep" in params
-            if cache is not CacheMode.NONE and "past_key_values" not in params:
-                raise ModelProfError(f"cache={cache.value!r}: {self.name} takes no "
-                                     "past_key_values; pass cache=None to run it without a cache")
+            # the cache argument's name: ``cache`` from transformers 5.24, else past_key_values
+            self.cache_arg = compat.cache_argument(model.forward)
+            if cache is not CacheMode.NONE and self.cache_arg is None:
+                names = " or ".join(compat.CACHE_ARGUMENTS)
+                raise ModelProfError(f"cache={cache.value!r}: {self.name} takes no KV cache "
+                                     f"({names}); pass cache=None to run it without a cache")
             supports = getattr(model, "_supports_default_dynamic_cache", None)
             if cache is not CacheMode.NONE and callable(supports) and not supports():
                 raise ModelProfError(f"cache={cache.value!r}: {self.name} does not support "
                                      "transformers Cache objects; pass cache=None, or step=")
+            if cache is CacheMode.NONE and device.type == "meta":
+                raise ModelProfError(
+                    f"cache=None on device='meta': {self.name} without a cache reads the values "
+                    "of its position ids (transformers checks them for packed sequences), "
+                    "which meta tensors do not have; run cache=None on a real device, or count "
+                    "on meta with cache='dynamic' or 'static'")
         elif cache is CacheMode.STATIC:
             raise ModelProfError("cache='static' is for HuggingFace models; a step function "
                                  "keeps its own cache (cache='dynamic') or none (cache=None)")
@@ -97,7 +108,7 @@ class LanguageModel:
             return {"tokens": tokens, "cache": cache}
         kw: dict[str, Any] = {"input_ids": tokens, "use_cache": self.cache is not CacheMode.NONE}
         if self.cache is not CacheMode.NONE:
-            kw["past_key_values"] = cache
+            kw[self.cache_arg] = cache
         if self.logits_to_keep:
             kw["logits_to_keep"] = 1          # as generate() asks: logits of the last position
         return kw
@@ -110,7 +121,7 @@ class LanguageModel:
         """``(logits, cache)`` of one forward over ``tokens`` after ``cache``."""
         out = self.root(**self.kwargs(tokens, cache))
         if self.hf:
-            return out.logits, getattr(out, "past_key_values", None)
+            return out.logits, compat.output_cache(out)
         return self.checked(out)
 
     def checked(self, out: Any) -> tuple[torch.Tensor, Any]:
@@ -126,10 +137,8 @@ class LanguageModel:
         """An empty cache of the run's kind (None for a step function's first call)."""
         if not self.hf or self.cache is CacheMode.NONE:
             return None
-        import transformers
-        if self.cache is CacheMode.STATIC:
-            return transformers.StaticCache(config=self.config, max_cache_len=max_len)
-        return transformers.DynamicCache(config=self.config)
+        return compat.new_hf_cache(self.cache.value, self.config, batch_size, max_len,
+                                   self.device, self.dtype)
 
     def tokens(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """Random prompt token ids (the values change nothing counted or timed)."""

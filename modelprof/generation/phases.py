@@ -160,7 +160,7 @@ def _cache_of(lm: LanguageModel, mi: ModelInputs) -> Any:
     """The cache after a counted step: an HF cache object is updated in place; a step
     function's is what it returned (kept by its module: the counting pass keeps no output)."""
     if lm.hf:
-        return mi.kwargs.get("past_key_values")
+        return mi.kwargs.get(lm.cache_arg)
     logits, cache = lm.checked(getattr(lm.root, "last", None))
     greedy_next(logits, lm.name)
     return cache

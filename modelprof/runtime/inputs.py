@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from modelprof.runtime import compat
 from modelprof.runtime.device import normalize_device
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import to_placement, model_placement
@@ -47,6 +48,8 @@ class ModelInputs:
     #: after the first pass, from a ``modelprof.runtime.snapshot.Snapshot``); None when a
     #: pass changes nothing in them, so that nothing runs between passes
     reset: Callable[[], Any] | None = None
+    #: what was done to the inputs on the way in, for the report's notes
+    notes: tuple[str, ...] = ()
 
     def shapes(self) -> str:
         return shape_str((self.args, self.kwargs))
@@ -179,22 +182,8 @@ def make_inputs(
                      for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
-    move = lambda t: to_placement(t, dev, dt)  # noqa: E731
-    if isinstance(inputs, torch.Tensor):
-        args, kwargs = (move(inputs),), {}
-    elif isinstance(inputs, Mapping):
-        bad = [k for k in inputs if not isinstance(k, str)]
-        if bad:
-            raise ModelProfError(f"inputs dict keys must be argument names; got {bad[0]!r}")
-        args, kwargs = (), map_tensors(dict(inputs), move)
-    elif isinstance(inputs, tuple):
-        args, kwargs = map_tensors(inputs, move), {}
-    elif isinstance(inputs, list):
-        args, kwargs = (map_tensors(inputs, move),), {}
-    else:
-        raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
-                             "tensor, a tuple of positional arguments or a dict of keyword "
-                             "arguments")
+    args, kwargs, notes = _call_arguments(model, inputs, dev,
+                                          lambda t: to_placement(t, dev, dt))
     first = next(iter_tensors((args, kwargs)), None)
     inferred = _infer_batch(args, kwargs)
     if batch_size is not None and first is not None and batch_size != inferred:
@@ -206,7 +195,29 @@ def make_inputs(
     in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
                       else model_dtype)
     _refuse_unmoved(args, kwargs, dev)
-    return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size)
+    return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
+
+
+def _call_arguments(model: Any, inputs: Any, dev: torch.device,
+                    move: Callable[[torch.Tensor], torch.Tensor]
+                    ) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
+    """``inputs`` as positional and keyword arguments on ``dev``, with notes on what was
+    done to them on the way."""
+    if isinstance(inputs, torch.Tensor):
+        return (move(inputs),), {}, ()
+    if isinstance(inputs, Mapping):
+        bad = [k for k in inputs if not isinstance(k, str)]
+        if bad:
+            raise ModelProfError(f"inputs dict keys must be argument names; got {bad[0]!r}")
+        kept, note = compat.meta_mask_dropped(model, dict(inputs), dev)
+        return (), map_tensors(kept, move), (note,) if note else ()
+    if isinstance(inputs, tuple):
+        return map_tensors(inputs, move), {}, ()
+    if isinstance(inputs, list):
+        return (map_tensors(inputs, move),), {}, ()
+    raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
+                         "tensor, a tuple of positional arguments or a dict of keyword "
+                         "arguments")
 
 
 def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Tensor]:

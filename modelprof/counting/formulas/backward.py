@@ -43,7 +43,8 @@ import torch
 
 from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.pool import adaptive_window_sum
-from modelprof.counting.formulas.registry import ZERO, Cost, optional_ops, register_formula
+from modelprof.counting.formulas.registry import (ZERO, Cost, optional_ops, register_formula,
+                                                  register_present)
 from modelprof.counting.formulas.rnn import CELL_ELEMENTWISE, GATE_MODE
 
 __all__ = ["NORM_BACKWARD_FLOPS_PER_ELEMENT", "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
@@ -110,7 +111,7 @@ def _batch_norm_backward(args, kwargs, out) -> Cost:
                               gb and has_weight)
 
 
-@register_formula(*optional_ops("batch_norm_backward"))
+@register_present(*optional_ops("batch_norm_backward"))
 def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
     #  output_mask, reserve): batch statistics unless it ran in eval (no saved statistics)
@@ -120,7 +121,7 @@ def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
     return norm_backward_cost(x.numel(), stats, True, gi, gw, gb)
 
 
-@register_formula(*optional_ops("cudnn_batch_norm_backward", "miopen_batch_norm_backward"))
+@register_present(*optional_ops("cudnn_batch_norm_backward", "miopen_batch_norm_backward"))
 def _backend_batch_norm_backward(args, kwargs, out) -> Cost:
     # (input, grad_output, weight, ...): train mode, every gradient
     return norm_backward_cost(args[0].numel(), True, True, True, True, True)
@@ -150,7 +151,7 @@ _RMS_BACKWARD = {"x_hat": 1, "input_stats": 5, "input_known": 5, "input_weight":
                  "weight": 2, "bias": 0}
 
 
-@register_formula(*optional_ops("_fused_rms_norm_backward"))
+@register_present(*optional_ops("_fused_rms_norm_backward"))
 def _rms_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, normalized_shape, rstd, weight, output_mask) -> (grad_input, grad_weight)
     x, weight = args[1], args[4]
@@ -167,25 +168,25 @@ def _per_grad_element(per: int):
     return formula
 
 
-register_formula(*optional_ops("_softmax_backward_data", "_log_softmax_backward_data",
+register_present(*optional_ops("_softmax_backward_data", "_log_softmax_backward_data",
                                "_masked_softmax_backward"))(
     _per_grad_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT))
 
 # activation backwards without the pointwise tag: 1 per element of grad_output, as the forward
-register_formula(*optional_ops("hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
+register_present(*optional_ops("hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
                                "leaky_relu_backward", "elu_backward", "softplus_backward",
                                "mish_backward", "log_sigmoid_backward", "softshrink_backward",
                                "hardshrink_backward", "rrelu_with_noise_backward",
                                "glu_backward", "_prelu_kernel_backward"))(_per_grad_element(1))
 
 # gradients written into zeros at the selected positions: copies, 0 flops
-register_formula(*optional_ops("select_backward", "slice_backward", "diagonal_backward",
+register_present(*optional_ops("select_backward", "slice_backward", "diagonal_backward",
                                "unfold_backward", "index_select_backward"))(
     lambda args, kwargs, out: ZERO)
 
 
 # -- pooling ----------------------------------------------------------------------------------
-@register_formula(*optional_ops("max_pool2d_with_indices_backward",
+@register_present(*optional_ops("max_pool2d_with_indices_backward",
                                 "max_pool3d_with_indices_backward", "adaptive_max_pool2d_backward",
                                 "adaptive_max_pool3d_backward"))
 def _max_pool_backward(args, kwargs, out) -> Cost:
@@ -198,18 +199,18 @@ def _window(kernel, dims: int) -> int:
     return prod(k * dims if len(k) == 1 else k)
 
 
-@register_formula(*optional_ops("avg_pool2d_backward"))
+@register_present(*optional_ops("avg_pool2d_backward"))
 def _avg_pool2d_backward(args, kwargs, out) -> Cost:
     # (grad_output, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
     return Cost(0, flops=args[0].numel() * _window(args[2], 2))
 
 
-@register_formula(*optional_ops("avg_pool3d_backward"))
+@register_present(*optional_ops("avg_pool3d_backward"))
 def _avg_pool3d_backward(args, kwargs, out) -> Cost:
     return Cost(0, flops=args[0].numel() * _window(args[2], 3))
 
 
-@register_formula(*optional_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"))
+@register_present(*optional_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"))
 def _adaptive_avg_pool_backward(args, kwargs, out) -> Cost:
     # (grad_output [N, C, *out], input [N, C, *in]): the forward's windows, walked back
     g, x = args[0], args[1]
@@ -221,7 +222,7 @@ def _adaptive_avg_pool_backward(args, kwargs, out) -> Cost:
 
 
 # -- embedding --------------------------------------------------------------------------------
-@register_formula(*optional_ops("embedding_dense_backward", "embedding_backward"))
+@register_present(*optional_ops("embedding_dense_backward", "embedding_backward"))
 def _embedding_backward(args, kwargs, out) -> Cost:
     # (grad_output [..., D], indices, num_weights, padding_idx, scale_grad_by_freq)
     return Cost(0, flops=args[0].numel())
@@ -238,7 +239,7 @@ def _rnn_backward_cost(tokens: int, weight_shapes: list, hidden: int, kind: str,
     return Cost(macs, flops=2 * macs + bias + cell)
 
 
-@register_formula(*optional_ops("mkldnn_rnn_layer_backward"))
+@register_present(*optional_ops("mkldnn_rnn_layer_backward"))
 def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
     # (input, w_ih, w_hh, b_ih, b_hh, hx, cx, output, hy, cy, grad_output, grad_hy, grad_cy,
     #  reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, ...)
@@ -249,7 +250,7 @@ def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
                               GATE_MODE[mode], 1, 2 if has_biases else 0, True)
 
 
-@register_formula(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
+@register_present(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
 def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
     #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
@@ -266,7 +267,7 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
                               2 if has_biases and mask[3] else 0, mask[3])
 
 
-@register_formula(*optional_ops("_thnn_fused_lstm_cell_backward_impl",
+@register_present(*optional_ops("_thnn_fused_lstm_cell_backward_impl",
                                 "_thnn_fused_gru_cell_backward"))
 def _fused_cell_backward(args, kwargs, out) -> Cost:
     # the gate matmuls' gradients run as mm; here the cell (2x its forward's 3 per gate unit)

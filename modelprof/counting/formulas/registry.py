@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.compat import optional_ops
 
 __all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula", "wants_probe"]
 
@@ -200,22 +201,4 @@ def register_present(*keys: Any) -> Callable[[Callable], Callable]:
 
 def optional_hops(*names: str) -> list:
     """The higher-order operators among ``names`` that exist in the running torch."""
-    found = []
-    for n in names:
-        try:
-            found.append(getattr(torch.ops.higher_order, n))
-        except (AttributeError, RuntimeError):
-            continue
-    return found
-
-
-def optional_ops(*names: str, namespace: str = "aten") -> list:
-    """The ops among ``names`` that exist in the running torch (old and new releases)."""
-    ns = getattr(torch.ops, namespace)
-    found = []
-    for n in names:
-        try:
-            found.append(getattr(ns, n))
-        except (AttributeError, RuntimeError):
-            continue
-    return found
+    return optional_ops(*names, namespace="higher_order")

@@ -1,0 +1,287 @@
+"""modelprof.runtime.compat: every entry called, so that a release that removes or renames one
+fails here with the entry's name; generation and meta counting on both sides of transformers'
+rename of the cache argument (``past_key_values`` up to 5.23, ``cache`` from 5.24)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from modelprof import ModelProfError, profile, profile_generation, token_inputs
+from modelprof.runtime import compat
+
+pytestmark = pytest.mark.compat
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- versions -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [("2.4.1+cu121", (2, 4, 1)), ("5.0.0rc1", (5, 0, 0)),
+                                            ("2.14.1", (2, 14, 1)), ("1.23", (1, 23))])
+def test_version_tuple(text: str, expected: tuple) -> None:
+    assert compat.version_tuple(text) == expected
+
+
+def test_installed_versions_are_read() -> None:
+    assert compat.torch_version() == compat.version_tuple(torch.__version__)
+    transformers = pytest.importorskip("transformers")
+    assert compat.transformers_version() == compat.version_tuple(transformers.__version__)
+
+
+def test_require_names_the_feature_and_both_versions() -> None:
+    compat.require("counting", "torch", (2, 0))          # older than any torch we run on
+    with pytest.raises(ModelProfError, match=r"flux capacitor needs torch >= 99\.0; torch "
+                                             r"\d+\.\d+"):
+        compat.require("flux capacitor", "torch", (99, 0))
+
+
+# -- torch's private names -----------------------------------------------------------------------
+def test_private_classes_are_the_ones_torch_uses() -> None:
+    assert isinstance(torch.ops.aten.mm.default, compat.OpOverload)
+    assert isinstance(torch.ops.aten.mm, compat.OpOverloadPacket)
+    assert isinstance(torch.ops.higher_order.cond, compat.HigherOrderOperator)
+    assert issubclass(compat.FakeTensor, torch.Tensor)
+
+    class Seen(compat.TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        torch.ones(2) + 1
+        with compat.disable_current_modes():
+            torch.ones(3)                          # not seen: the mode is off in here
+    assert "aten.add.Tensor" in seen.ops and seen.ops.count("aten.ones.default") == 1
+
+
+def test_is_fake() -> None:
+    assert not compat.is_fake(torch.ones(1))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.ones(2))
+    assert compat.is_fake(fake)
+
+
+def test_current_autograd_node_inside_a_backward_only() -> None:
+    seen: list[Any] = []
+
+    class Spy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(compat.current_autograd_node())
+            return g * 2
+
+    assert compat.current_autograd_node() is None
+    Spy.apply(torch.ones(2, requires_grad=True)).sum().backward()
+    assert seen[0] is not None and "Spy" in type(seen[0]).__name__
+
+
+def test_has_composite_kernel_and_decompositions() -> None:
+    # linear decomposes above autograd (into addmm/mm); mm is a kernel of its own
+    assert compat.has_composite_kernel(torch.ops.aten.linear.default)
+    assert not compat.has_composite_kernel(torch.ops.aten.mm.default)
+    assert torch.ops.aten.addmm.default in compat.decomposition_table()
+
+
+def test_parse_to() -> None:
+    device, dtype, non_blocking, memory_format = compat.parse_to("cpu", torch.float16)
+    assert (device, dtype, non_blocking) == (torch.device("cpu"), torch.float16, False)
+
+
+def test_function_stack_push_and_pop() -> None:
+    from torch.overrides import TorchFunctionMode
+    before = compat.function_stack.length()
+    with TorchFunctionMode():
+        assert compat.function_stack.length() == before + 1
+        mode = compat.function_stack.pop()
+        assert compat.function_stack.length() == before
+        compat.function_stack.push(mode)
+    assert compat.function_stack.length() == before
+
+
+def test_autocast_enabled() -> None:
+    assert not compat.autocast_enabled("cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compat.autocast_enabled("cpu")
+
+
+def test_optional_ops_keep_the_present_ones() -> None:
+    assert compat.optional_ops("mm", "no_such_op_anywhere") == [torch.ops.aten.mm]
+    assert compat.optional_ops("no_such_op_anywhere") == []
+    assert compat.optional_ops("cond", namespace="higher_order") == [torch.ops.higher_order.cond]
+
+
+def test_the_package_imports_and_counts_with_every_optional_op_gone() -> None:
+    # a torch that has none of the ops the formulas name as optional (as torch 2.2 lacks
+    # aten.batch_norm_backward): each lookup made by compat.optional_ops fails
+    code = textwrap.dedent("""
+        import sys, torch, torch._ops
+        missing = []
+        def failing(real):
+            def lookup(self, name):
+                if sys._getframe(1).f_code.co_name == "optional_ops":
+                    missing.append(name)
+                    raise AttributeError(name)
+                return real(self, name)
+            return lookup
+        ns = torch._ops._OpNamespace      # getattr falls back from one to the other
+        ns.__getattribute__ = failing(ns.__getattribute__)
+        ns.__getattr__ = failing(ns.__getattr__)
+        from modelprof import profile
+        from modelprof.counting.formulas.registry import REGISTRY
+        assert len(missing) > 40, missing
+        present = {str(k) for k in REGISTRY.ops}
+        assert not any(f"aten.{n}" in present for n in ("batch_norm_backward",
+                                                        "_fused_rms_norm_backward")), present
+        r = profile(torch.nn.Linear(8, 4), (8,), timing=False)
+        print(r.totals["macs"], len(missing))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr[-3000:]
+    macs, missing = map(int, out.stdout.split()[-2:])
+    assert macs == 8 * 4 and missing > 40           # Linear(8, 4) on one sample: 8*4 = 32 MACs
+
+
+# -- transformers: the cache argument on both sides of the rename --------------------------------
+transformers = pytest.importorskip("transformers")
+
+
+@dataclasses.dataclass
+class _Out:
+    logits: torch.Tensor
+    cache: Any = None
+    past_key_values: Any = None
+
+
+def _llama_config() -> Any:
+    return transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                                    max_position_embeddings=64)
+
+
+class _Named(transformers.LlamaForCausalLM):
+    """A causal LM that takes and returns its cache under ``NAME``, whatever the installed
+    transformers calls it: both sides of the rename on one install."""
+
+    NAME = "cache"
+
+    def _run(self, input_ids: torch.Tensor, cache: Any, use_cache: bool | None,
+             logits_to_keep: int) -> _Out:
+        own = compat.cache_argument(transformers.LlamaForCausalLM.forward)
+        out = super().forward(input_ids=input_ids, use_cache=use_cache,
+                              logits_to_keep=logits_to_keep, **{own: cache})
+        return _Out(out.logits, **{self.NAME: compat.output_cache(out)})
+
+
+class _TakesCache(_Named):
+    NAME = "cache"
+
+    def forward(self, input_ids, cache=None, use_cache=None, logits_to_keep=0):
+        return self._run(input_ids, cache, use_cache, logits_to_keep)
+
+
+class _TakesPastKeyValues(_Named):
+    NAME = "past_key_values"
+
+    def forward(self, input_ids, past_key_values=None, use_cache=None, logits_to_keep=0):
+        return self._run(input_ids, past_key_values, use_cache, logits_to_keep)
+
+
+def test_cache_argument_and_output_cache() -> None:
+    assert compat.cache_argument(_TakesCache(_llama_config()).forward) == "cache"
+    assert compat.cache_argument(_TakesPastKeyValues(_llama_config()).forward) == \
+        "past_key_values"
+    assert compat.cache_argument(nn.Linear(2, 2).forward) is None
+    assert compat.output_cache(_Out(torch.ones(1), past_key_values="kv")) == "kv"
+    assert compat.output_cache(_Out(torch.ones(1), cache="kv")) == "kv"
+    assert compat.output_cache(_Out(torch.ones(1))) is None
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_new_hf_cache(kind: str) -> None:
+    cache = compat.new_hf_cache(kind, _llama_config(), 2, 16, torch.device("cpu"), torch.float32)
+    assert isinstance(cache, transformers.Cache) and cache.get_seq_length() == 0
+
+
+def _counts(report: Any) -> list[tuple[str, int, int, int | None]]:
+    return [(p.label, p.totals["macs"], p.totals["read_bytes"],
+             None if p.kv is None else p.kv.total_bytes) for p in report.phases()]
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", None])
+def test_generation_counts_the_same_under_either_cache_name(cache: Any) -> None:
+    torch.manual_seed(0)
+    plain = transformers.LlamaForCausalLM(_llama_config())
+    reports = []
+    for cls in (transformers.LlamaForCausalLM, _TakesCache, _TakesPastKeyValues):
+        model = cls(_llama_config())
+        model.load_state_dict(plain.state_dict())
+        reports.append(profile_generation(model, prompt_len=6, new_tokens=3, cache=cache,
+                                          timing=False))
+    assert _counts(reports[0]) == _counts(reports[1]) == _counts(reports[2])
+    prefill = reports[0].prefill().totals["macs"]
+    # the prefill's projections alone: 6 tokens x 2 layers x (q 32x32 + k,v 2x32x16 + o 32x32
+    # + MLP 3x32x64) + lm_head 6x32x64 (all positions: no logits_to_keep in a prefill here);
+    # attention's own MACs come on top
+    weights = 6 * 2 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64)
+    assert prefill > weights
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generation_on_meta_counts_what_the_cpu_counts(cache: str) -> None:
+    torch.manual_seed(0)
+    cpu = transformers.LlamaForCausalLM(_llama_config())
+    with torch.device("meta"):
+        meta = transformers.LlamaForCausalLM(_llama_config())
+    on_cpu = profile_generation(cpu, prompt_len=6, new_tokens=3, cache=cache, timing=False)
+    on_meta = profile_generation(meta, prompt_len=6, new_tokens=3, cache=cache)
+    assert [c[:2] for c in _counts(on_cpu)] == [c[:2] for c in _counts(on_meta)]
+
+
+def test_generation_without_a_cache_on_meta_is_refused_with_the_reason() -> None:
+    with torch.device("meta"):
+        meta = transformers.LlamaForCausalLM(_llama_config())
+    with pytest.raises(ModelProfError, match="cache=None on device='meta'.*position ids"):
+        profile_generation(meta, prompt_len=6, new_tokens=3, cache=None)
+
+
+def test_token_inputs_on_meta_count_what_the_cpu_counts() -> None:
+    torch.manual_seed(0)
+    cpu = transformers.LlamaForCausalLM(_llama_config())
+    with torch.device("meta"):
+        meta = transformers.LlamaForCausalLM(_llama_config())
+    on_meta = profile(meta, token_inputs(meta, 16), device="meta")
+    on_cpu = profile(cpu, token_inputs(cpu, 16), timing=False)
+    assert on_meta.totals["macs"] == on_cpu.totals["macs"]
+    assert any("attention_mask (all ones) left out" in n for n in on_meta.timing_notes)
+    # the CPU also reads the mask to see it is all ones (transformers' fast_all: a sum of 16
+    # elements, 16 adds, and one comparison): 17 FLOPs that meta, with no mask, does not run
+    assert on_cpu.totals["flops"] - on_meta.totals["flops"] == 17
+
+
+def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
+    kw = {"input_ids": torch.zeros(1, 4, dtype=torch.long),
+          "attention_mask": torch.tensor([[0, 1, 1, 1]])}
+    model = transformers.LlamaForCausalLM(_llama_config())
+    kept, note = compat.meta_mask_dropped(model, kw, torch.device("meta"))
+    assert kept is kw and note is None
+    ones = {**kw, "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    kept, note = compat.meta_mask_dropped(model, ones, torch.device("meta"))
+    assert set(kept) == {"input_ids"} and "all ones" in note
+    # on the CPU nothing is dropped
+    assert compat.meta_mask_dropped(model, ones, torch.device("cpu"))[0] is ones
