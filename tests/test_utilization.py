@@ -287,3 +287,22 @@ def test_the_table_carries_mfu_and_mbu_beside_latency():
                                                                   * 2e9))
     assert "hfu" not in df.columns
     assert "MFU" in report.to_text(columns=["module", "latency_ms", "mfu", "mbu"])
+
+
+def test_hf_generation_prefill_halved_decode_never():
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
+                                  n_positions=256, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    report = modelprof.profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    counted = report.utilization(Peaks(1e9, 1e9)).phases
+    half = report.utilization(Peaks(1e9, 1e9), causal="half").phases
+    # per token and layer the linears are 64 x (192 + 64 + 256 + 256) = 49,152 MACs; the
+    # attention 4 heads x (L_q x L_k) x (16 + 16); the lm_head of the last token 64 x 128
+    prefill = 8 * 2 * 49_152 + 2 * 4 * 8 * 8 * 32 + 64 * 128      # 811,008 MACs
+    assert counted.loc[0, "model_flops"] == 2 * prefill
+    # the prefill's causal attention halved: 2 x 16,384 MACs / 2
+    assert half.loc[0, "model_flops"] == 2 * prefill - 16_384
+    for i, L in enumerate(counted["context"][1:], start=1):
+        decode = 2 * 49_152 + 2 * 4 * (L + 1) * 32 + 64 * 128      # one query, L + 1 keys
+        assert counted.loc[i, "model_flops"] == half.loc[i, "model_flops"] == 2 * decode
