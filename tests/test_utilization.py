@@ -306,3 +306,17 @@ def test_hf_generation_prefill_halved_decode_never():
     for i, L in enumerate(counted["context"][1:], start=1):
         decode = 2 * 49_152 + 2 * 4 * (L + 1) * 32 + 64 * 128      # one query, L + 1 keys
         assert counted.loc[i, "model_flops"] == half.loc[i, "model_flops"] == 2 * decode
+
+
+def test_training_phases_split_forward_loss_and_backward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4))
+    x, target = torch.randn(2, 8), torch.randn(2, 4)
+    report = modelprof.profile(model, inputs=x, backward=True, timing=False,
+                               loss_fn=nn.MSELoss(), target=target)
+    p = report.utilization(Peaks(1e9, 1e9), flops="flops").phases.set_index("phase")
+    loss = next(r for r in report.rows if r.kind == "loss")
+    # forward: the Linear's addmm 2 x 8 x 4 MACs x 2 + 8 bias adds = 136 FLOPs
+    assert p.loc["forward", "model_flops"] == report.totals["flops"] - loss.flops == 136
+    assert p.loc["backward", "model_flops"] == report.totals["backward_flops"]
+    assert p.loc["step", "model_flops"] == report.totals["flops"] + report.totals["backward_flops"]

@@ -286,12 +286,13 @@ def _phases(report: Any, own: np.ndarray, module_leaf: Sequence[bool],
     spans = [("forward", fwd, fwd, traffic, _median(report.latency))]
     step = report.training_step
     if step is not None:
-        bwd = float(own[leaf | loss, 1].sum() + own[loss, 0].sum())
+        bwd = float(own[leaf | loss, 1].sum())          # the loss's backward included
         again = float(own[leaf, 2].sum())
+        whole = fwd + float(own[loss, 0].sum()) + bwd   # forward, loss, backward
         t = step.timing
         spans.append(("backward", bwd, bwd + again, math.nan,
                       _median(None if t is None else t.backward)))
-        spans.append(("step", fwd + bwd, fwd + bwd + again, math.nan,
+        spans.append(("step", whole, whole + again, math.nan,
                       _median(None if t is None else t.step)))
     frame = pd.DataFrame(spans, columns=["phase", "model_flops", "hardware_flops", "bytes",
                                          "time_ms"])
