@@ -140,7 +140,7 @@ class Report:
         the roofline columns use, in the default convention (:meth:`utilization`)."""
         from modelprof.report.utilization import Convention, utilization
 
-        rows, _ = utilization(self, Convention(peaks=self.peaks))
+        rows, _ = utilization(self, Convention(peaks=self.peaks), self._by_op)
         df["mfu"] = rows["mfu"].to_numpy()
         if self.training_step is not None:
             df["hfu"] = rows["hfu"].to_numpy()
@@ -214,10 +214,11 @@ class Report:
 
         chosen, known = resolve_peaks(peak, self)
         convention = Convention(flops=flops, causal=causal, peaks=chosen)
-        rows, phases = utilization(self, convention, decode=decode)
+        rows, phases = utilization(self, convention, self._by_op, decode=decode)
         by_peak = {}
         for name, p in known.items():
-            _, other = utilization(self, dataclasses.replace(convention, peaks=p), decode=decode)
+            _, other = utilization(self, dataclasses.replace(convention, peaks=p), self._by_op,
+                                   decode=decode)
             by_peak[name] = float(other["mfu"].iloc[-1])
         return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak)
 

@@ -184,11 +184,13 @@ def _share(op: str, by_op: Mapping[str, Any], flops: str) -> float:
     return 2.0 * stats.macs / stats.flops if stats is not None and stats.flops else 0.0
 
 
-def utilization(report: Any, convention: Convention, *, decode: bool = False
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The per-row and per-phase frames of :class:`Utilization` for ``report``; ``decode``:
-    the report is a decode step (causal halving does not apply)."""
-    own = _own_counts(report, convention, halve=convention.causal == "half" and not decode)
+def utilization(report: Any, convention: Convention, by_op: Mapping[str, Any], *,
+                decode: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-row and per-phase frames of :class:`Utilization` for ``report`` (``by_op``: its
+    forward's per-op totals); ``decode``: the report is a decode step (causal halving does not
+    apply)."""
+    own = _own_counts(report, convention, by_op,
+                      halve=convention.causal == "half" and not decode)
     inclusive = _inclusive([r.depth for r in report.rows], [r.leaf for r in report.rows], own)
     model, hardware = inclusive[:, 0] + inclusive[:, 1], inclusive.sum(axis=1)
     rows = report.rows
@@ -216,12 +218,13 @@ def _ratio(amount: np.ndarray, time_ms: np.ndarray, peak: float | None) -> np.nd
     return np.where(ok, amount / (np.where(ok, time_ms, 1.0) * 1e-3 * peak), np.nan)
 
 
-def _own_counts(report: Any, c: Convention, halve: bool) -> np.ndarray:
+def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: bool
+                ) -> np.ndarray:
     """Per row, what the row ran itself (leaf and ``(self)`` rows; zeros for parents):
     columns forward model FLOPs, backward model FLOPs, recomputed FLOPs."""
     step = report.training_step
     cost = None if step is None else step.cost
-    fwd_ops, bwd_ops = report._by_op, ({} if cost is None else cost.by_op)
+    bwd_ops = {} if cost is None else cost.by_op
     out = np.zeros((len(report.rows), 3))
     for i, r in enumerate(report.rows):
         if not r.leaf or r.kind == "optimizer":   # the optimizer's FLOPs are not the model's
