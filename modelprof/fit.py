@@ -121,7 +121,11 @@ def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | N
     table.loc["memory"] = memory
     table.loc["headroom"] = memory - total
     table.loc["fits"] = (total <= memory).astype("int64")
-    return FitReport(table, key, device if isinstance(device, str) else key, _notes(spec, key))
+    notes = _notes(spec, key, training)
+    if config is None:
+        notes = ("a module without a transformers config: no KV cache and no activations "
+                 "counted (weights and training state only)", *notes)
+    return FitReport(table, key, device if isinstance(device, str) else key, notes)
 
 
 def _spec(dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any,
@@ -254,11 +258,11 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
     }
 
 
-def _notes(spec: _Spec, key: str) -> tuple[str, ...]:
+def _notes(spec: _Spec, key: str, training: bool) -> tuple[str, ...]:
     notes = [f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
              f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
-             + ("; fp32 master weights and optimizer state (mixed precision)" if spec.mixed
-                else "")]
+             + ("; fp32 master weights and optimizer state (mixed precision)"
+                if spec.mixed and training else "")]
     others = memory_variants(key) if key in DEVICE_MEMORY_NAMES else {}
     if others:
         notes.append(f"memory of {key} taken; other variants: "

@@ -201,3 +201,24 @@ def test_the_optimizers_own_state_is_read_from_one_step():
     assert sgd.table.loc["optimizer_state", "data parallel"] == 4 * 74_688
     with pytest.raises(ModelProfError, match="optimizer=3"):
         fit(cfg, optimizer=3)
+
+
+def test_a_plain_module_counts_weights_and_says_what_it_left_out():
+    model = torch.nn.Sequential(torch.nn.Linear(100, 50), torch.nn.Linear(50, 10))
+    report = fit(model, dtype=torch.float32, mixed_precision=False)
+    t = report.table
+    # 100 x 50 + 50 + 50 x 10 + 10 = 5,560 elements x 4 bytes
+    assert t.loc["weights", "inference"] == 22_240 and t.loc["kv_cache", "inference"] == 0
+    # Adam: 2 x 22,240 + a 4-byte step for each of the 4 tensors
+    assert t.loc["optimizer_state", "data parallel"] == 2 * 22_240 + 16
+    assert "no KV cache and no activations" in str(report)
+    assert next(model.parameters()).device.type == "cpu"     # the user's model is untouched
+
+
+def test_every_fit_option_has_help():
+    from modelprof.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["fit"]
+    for action in sub._actions:
+        assert action.help, f"fit: {action.option_strings or action.dest} has no help"
