@@ -48,6 +48,7 @@ __all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 OPTIMIZER_STATES: dict[str, tuple[int, int]] = {
     "adam": (2, 4), "adamw": (2, 4), "sgd": (0, 0), "sgd_momentum": (1, 0),
 }
+_SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = ("weights", "kv_cache", "activation", "master_weights", "gradients",
               "optimizer_state", "saved_activations")
@@ -122,6 +123,11 @@ def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | N
     table.loc["headroom"] = memory - total
     table.loc["fits"] = (total <= memory).astype("int64")
     notes = _notes(spec, key, training)
+    if counts["saved_attention"]:
+        share = format_bytes(counts["saved_attention"] / spec.tp)
+        notes = (*notes, f"of the saved activations, {share} are in rows that ran attention as matmuls and a softmax (on meta SDPA runs "
+                 "its math path, which keeps the T x T probabilities; a flash kernel keeps Q, K, "
+                 "V, the output and the log-sum-exp instead)")
     if config is None:
         notes = ("a module without a transformers config: no KV cache and no activations "
                  "counted (weights and training state only)", *notes)
@@ -209,19 +215,23 @@ def _meta_copy(model: nn.Module) -> nn.Module:
 
 
 def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, int]:
-    """The largest activation of a prefill and the bytes saved for the backward, counted on
-    meta at ``batch_size`` x ``context`` tokens (a model without a config: none counted)."""
+    """The largest activation of a prefill, the bytes saved for the backward and, of those,
+    the ones saved by rows that ran attention as matmuls and a softmax: counted on meta at
+    ``batch_size`` x ``context`` tokens (a model without a config: none counted)."""
     if config is None:
-        return {"activation": 0, "saved": 0}
+        return {"activation": 0, "saved": 0, "saved_attention": 0}
     ids = torch.zeros(spec.batch_size, spec.context, dtype=torch.long, device="meta")
     prefill = profile(model, inputs={"input_ids": ids, "logits_to_keep": 1}, device="meta",
                       dtype=spec.dtype, timing=False)
-    saved = 0
+    saved = attention = 0
     if training:
         step = profile(model, inputs={"input_ids": ids}, device="meta", dtype=spec.dtype,
                        timing=False, backward=True)
         saved = int(step.totals["saved_bytes"])
-    return {"activation": int(prefill.memory.working_set_bytes), "saved": saved}
+        attention = sum(int(r.saved_bytes or 0) for r in step.rows
+                        if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op})
+    return {"activation": int(prefill.memory.working_set_bytes), "saved": saved,
+            "saved_attention": attention}
 
 
 def _inference(model: nn.Module, config: Any, spec: _Spec, shapes: list,
