@@ -122,16 +122,8 @@ def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | N
     table.loc["memory"] = memory
     table.loc["headroom"] = memory - total
     table.loc["fits"] = (total <= memory).astype("int64")
-    notes = _notes(spec, key, training)
-    if counts["saved_attention"]:
-        share = format_bytes(counts["saved_attention"] / spec.tp)
-        notes = (*notes, f"of the saved activations, {share} are in rows that ran attention as matmuls and a softmax (on meta SDPA runs "
-                 "its math path, which keeps the T x T probabilities; a flash kernel keeps Q, K, "
-                 "V, the output and the log-sum-exp instead)")
-    if config is None:
-        notes = ("a module without a transformers config: no KV cache and no activations "
-                 "counted (weights and training state only)", *notes)
-    return FitReport(table, key, device if isinstance(device, str) else key, notes)
+    return FitReport(table, key, device if isinstance(device, str) else key,
+                     _notes(spec, key, training, counts, config is None))
 
 
 def _spec(dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any,
@@ -268,11 +260,22 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
     }
 
 
-def _notes(spec: _Spec, key: str, training: bool) -> tuple[str, ...]:
+def _notes(spec: _Spec, key: str, training: bool, counts: dict[str, int],
+           plain: bool) -> tuple[str, ...]:
+    """What the table assumes and leaves out, in words."""
     notes = [f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
              f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
              + ("; fp32 master weights and optimizer state (mixed precision)"
                 if spec.mixed and training else "")]
+    if plain:
+        notes.insert(0, "a module without a transformers config: no KV cache and no "
+                        "activations counted (weights and training state only)")
+    if counts["saved_attention"]:
+        notes.append(f"of the saved activations, "
+                     f"{format_bytes(counts['saved_attention'] / spec.tp)} are in rows that ran "
+                     "attention as matmuls and a softmax (on meta SDPA runs its math path, "
+                     "which keeps the T x T probabilities; a flash kernel keeps Q, K, V, the "
+                     "output and the log-sum-exp instead)")
     others = memory_variants(key) if key in DEVICE_MEMORY_NAMES else {}
     if others:
         notes.append(f"memory of {key} taken; other variants: "

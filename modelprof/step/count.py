@@ -47,8 +47,9 @@ from modelprof.distributed.group import communicates
 from modelprof.distributed.collectives import merge_comm
 from modelprof.distributed.view import ParamView
 
-__all__ = ["BackwardScope", "PassCost", "add_pass", "SavedBytes", "StepCost", "count_step", "grad_leaves",
-           "move_target", "step_guard", "step_state", "storage_key", "trainable_check"]
+__all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "add_pass", "count_step",
+           "grad_leaves", "move_target", "step_guard", "step_state", "storage_key",
+           "trainable_check"]
 
 
 @dataclasses.dataclass(slots=True)
