@@ -30,6 +30,7 @@ from torch import nn
 
 from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.counting.counter import OpCounter, OpStats
+from modelprof.runtime.compat import current_autograd_node
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import amp_context
@@ -145,7 +146,7 @@ class BackwardScope:
 
     @property
     def current(self) -> PassCost:
-        node = torch._C._current_autograd_node()
+        node = current_autograd_node()
         if node is None:  # before the engine runs a node: the seed gradient of the loss
             return self.loss
         call = self.tags.call_of(node)
