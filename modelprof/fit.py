@@ -27,6 +27,7 @@ buffers, and temporaries of the backward beyond the saved tensors.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any
@@ -39,8 +40,8 @@ from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.profile import profile
 from modelprof.render.units import format_bytes
-from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES as DEVICE_MEMORY_NAMES
-from modelprof.timing.memory_sizes import device_memory, memory_variants
+from modelprof.runtime.inputs import parse_dtype
+from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
 
 __all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 
@@ -128,8 +129,6 @@ def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | N
 
 def _spec(dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any,
           mixed: Any) -> _Spec:
-    from modelprof.runtime.inputs import parse_dtype
-
     for name, v in (("batch_size", batch), ("context", context), ("tp", tp), ("ranks", ranks)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ModelProfError(f"{name}={v!r} must be a positive integer")
@@ -201,8 +200,6 @@ def _from_config(config: Any) -> nn.Module:
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:
-    import copy
-
     return copy.deepcopy(model).to("meta")
 
 
@@ -276,7 +273,7 @@ def _notes(spec: _Spec, key: str, training: bool, counts: dict[str, int],
                      "attention as matmuls and a softmax (on meta SDPA runs its math path, "
                      "which keeps the T x T probabilities; a flash kernel keeps Q, K, V, the "
                      "output and the log-sum-exp instead)")
-    others = memory_variants(key) if key in DEVICE_MEMORY_NAMES else {}
+    others = memory_variants(key) if key in DEVICE_MEMORY_BYTES else {}
     if others:
         notes.append(f"memory of {key} taken; other variants: "
                      + ", ".join(f"{k} ({format_bytes(v)})" for k, v in others.items())

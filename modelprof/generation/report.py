@@ -19,6 +19,7 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
+from modelprof.report.utilization import Utilization
 
 __all__ = ["GenerationReport"]
 
@@ -131,8 +132,6 @@ class GenerationReport:
         Where whole generations were timed, ``phases`` also has ``generation_ms`` (TTFT for
         the prefill; for a decode step the median time of the step at its context within the
         generations, the TPOT there) and ``mfu_generation``, ``mbu_generation`` over it."""
-        from modelprof.report.utilization import Utilization
-
         rows, phases, first = [], [], None
         timing = self.timings.get(self._batch(batch_size))
         for p in self.phases(batch_size):

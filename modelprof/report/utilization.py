@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch.distributed as dist
 
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
@@ -330,8 +331,6 @@ def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
     """Every rank's whole-call MFU and the group's, on every rank (a collective: each rank of
     ``group`` calls it with its own ``Utilization``). Rows ``rank`` 0..world-1, then ``-1``
     for the group: its model FLOPs summed over the ranks, its time the slowest rank's."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         raise ModelProfError("group_utilization() needs an initialised process group "
                              "(torch.distributed.init_process_group); none is active")
