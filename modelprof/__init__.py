@@ -12,6 +12,7 @@ from modelprof.distributed.fake import profile_sharded
 from modelprof.distributed.gather import gather_reports
 from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
                               NoisyMeasurementWarning)
+from modelprof.fit import fit
 from modelprof.generation import GenerationReport, compare_generation, profile_generation
 from modelprof.profile import profile
 from modelprof.render.options import ViewOptions
@@ -28,6 +29,6 @@ __version__ = "0.1.0"
 __all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "GenerationReport",
            "Measurement", "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning",
            "Peaks", "Report", "TimingOptions", "ViewOptions", "__version__", "compare",
-           "compare_generation", "gather_reports", "measure_latencies", "measure_latency",
+           "compare_generation", "fit", "gather_reports", "measure_latencies", "measure_latency",
            "measure_throughput", "profile", "profile_generation", "profile_sharded",
            "register_formula", "sweep", "token_inputs"]

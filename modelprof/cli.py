@@ -238,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest batch size to try (default: 1024)")
     t.set_defaults(run=_run_throughput)
     _add_sweep_parser(sub)
+    _add_fit_parser(sub)
 
     g = sub.add_parser("generate", parents=[common], help="a language model's generation",
                        description="Profile greedy generation: prefill and decode per layer, "
@@ -709,6 +710,53 @@ def _run_sweep(ctx: _Context) -> None:
           f"{' (see the error column)' if failed else ''}; {world} rank(s)", file=ctx.stdout)
     for name in ("sweep.csv", "sweep.json"):
         ctx.wrote(out / name)
+
+
+# --- fit ---------------------------------------------------------------------------------------
+
+def _add_fit_parser(sub: Any) -> None:
+    """``modelprof fit SPEC``: bytes per rank for inference and training plans on a device."""
+    f = sub.add_parser("fit", help="does a model fit a device: bytes per rank per plan",
+                       description="Weights, KV cache and activations for inference; weights, "
+                                   "gradients, optimizer state, master weights and saved "
+                                   "activations for training under data parallel and ZeRO-1/2/3 "
+                                   "(FSDP); per rank, counted on meta from a config.",
+                       formatter_class=_HelpFormatter)
+    f.add_argument("spec", metavar="SPEC",
+                   help="a transformers config class with overrides "
+                        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80), a config.json, or "
+                        "file.py:FACTORY")
+    f.add_argument("--on", dest="fit_device", default="H100 SXM", metavar="DEVICE",
+                   help="a datasheet device name, e.g. 'H100 SXM', 'A100 SXM 80GB'")
+    f.add_argument("--memory-bytes", type=float, default=None, metavar="BYTES",
+                   help="the device's memory, instead of the datasheet's")
+    f.add_argument("--fit-dtype", dest="fit_dtype", default="bfloat16", metavar="DTYPE",
+                   help="weights' and activations' dtype")
+    f.add_argument("--context", type=int, default=2048, metavar="N",
+                   help="tokens per sequence (KV cache, training sequence)")
+    f.add_argument("--batch", dest="fit_batch", type=int, default=1, metavar="N",
+                   help="sequences per data-parallel rank")
+    f.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel degree")
+    f.add_argument("--ranks", type=int, default=1, metavar="N", help="data-parallel ranks")
+    f.add_argument("--optimizer", default="adam", help="adam, adamw, sgd or sgd_momentum")
+    f.add_argument("--inference-only", action="store_true", help="no training plans")
+    f.set_defaults(run=_run_fit, input_size=None, device=None, dtype=None, out=None,
+                   format=None, trust_pickle=False, budget=None, progress=False)
+
+
+def _run_fit(ctx: _Context) -> None:
+    import torch
+
+    from modelprof.fit import fit
+    from modelprof.generation.specs import load_language_model
+
+    a = ctx.args
+    model, _ = load_language_model(a.spec, torch.device("meta"), None)
+    memory = None if a.memory_bytes is None else int(a.memory_bytes)
+    report = fit(model, device=a.fit_device, memory_bytes=memory, dtype=a.fit_dtype,
+                 batch_size=a.fit_batch, context=a.context, tp=a.tp, ranks=a.ranks,
+                 optimizer=a.optimizer, training=not a.inference_only)
+    print(report.to_text(), file=ctx.stdout)
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -119,6 +119,21 @@ def scenario_timing(out: dict) -> None:
                       "throughput_batch_size": table["throughput_batch_size"].astype(int).tolist()}
 
 
+def scenario_utilization(out: dict) -> None:
+    from torch import nn
+
+    from modelprof.report.utilization import group_utilization
+    from modelprof.timing.peaks import Peaks
+
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
+    report = profile(nn.Linear(64, 64), (64,), batch_size=8 * (rank + 1),
+                     roofline=Peaks(1e9, 1e9), **FAST)
+    u = report.utilization()
+    out["mfu"] = u.mfu
+    out["group"] = group_utilization(u).to_dict("list")
+
+
 def scenario_errors(out: dict) -> None:
     rank = dist.get_rank()
     os.environ["MODELPROF_JOIN_TIMEOUT_S"] = "3"

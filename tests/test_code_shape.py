@@ -16,7 +16,7 @@ LONG_ALLOWED = {"cli.py:build_parser"}
 MANY_PARAMS_ALLOWED = {
     "profile.py:profile", "compare.py:compare", "timing/latency.py:measure_latency",
     "timing/interleave.py:measure_latencies", "timing/throughput.py:measure_throughput",
-    "generation/profile.py:profile_generation",
+    "generation/profile.py:profile_generation", "fit.py:fit",
 }
 
 

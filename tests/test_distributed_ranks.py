@@ -128,3 +128,17 @@ def test_bad_runs_raise_modelprof_error(tmp_path):
     assert "rank 0 but only 1 of 2 ranks joined" in r0["rank0_only"]
     # rank 1 exits inside its forward: rank 0 stops with the module it was in and the cause
     assert "layers.2" in r0["peer_died"] and "RuntimeError" in r0["peer_died"]
+
+
+def test_group_utilization_under_torchrun(tmp_path):
+    out = run_ranks("utilization", tmp_path, timeout=240)
+    assert out[0]["group"] == out[1]["group"]          # every rank gets the group's table
+    g = out[0]["group"]
+    assert g["rank"] == [0, 1, -1]
+    # rank r runs a 64 x 64 Linear at batch 8 (r + 1): 2 x 8 (r + 1) x 64 x 64 FLOPs
+    assert g["model_flops"] == [65_536.0, 131_072.0, 196_608.0]
+    assert g["time_ms"][2] == max(g["time_ms"][:2])    # the group waits for its slowest rank
+    # all ranks' FLOPs / (slowest time x 2 ranks x 1e9 FLOP/s)
+    assert g["mfu"][2] == pytest.approx(196_608 / (g["time_ms"][2] * 1e-3 * 2 * 1e9))
+    for rank in (0, 1):
+        assert g["mfu"][rank] == pytest.approx(out[rank]["mfu"])

@@ -27,7 +27,7 @@ LAYERS = [
     {"modelprof.report"},
     # generation builds a Report per phase (as profile does) and loads models for its CLI
     {"modelprof.models", "modelprof.profile", "modelprof.compare", "modelprof.sweep",
-     "modelprof.generation", "modelprof.distributed.fake"},
+     "modelprof.generation", "modelprof.distributed.fake", "modelprof.fit"},
     {"modelprof", "modelprof.cli", "modelprof.__main__"},
 ]
 

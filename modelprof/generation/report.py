@@ -19,6 +19,7 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
+from modelprof.report.utilization import Utilization
 
 __all__ = ["GenerationReport"]
 
@@ -119,6 +120,38 @@ class GenerationReport:
                 row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
+                    batch_size: int | None = None) -> Any:
+        """MFU, HFU and MBU of every phase and layer (``Report.utilization`` of each phase's
+        table, the conventions of :mod:`modelprof.report.utilization`): ``rows`` and
+        ``phases`` carry ``phase`` and ``context`` columns; a phase's time is its per-layer
+        passes' plain median. ``causal="half"`` halves the prefill's attention, never a
+        decode step's (one query against the whole cache masks nothing); MBU is what a decode
+        step is judged by: the bytes it reads (weights, KV cache) and writes over its time.
+        Where whole generations were timed, ``phases`` also has ``generation_ms`` (TTFT for
+        the prefill; for a decode step the median time of the step at its context within the
+        generations, the TPOT there) and ``mfu_generation``, ``mbu_generation`` over it."""
+        rows, phases, first = [], [], None
+        timing = self.timings.get(self._batch(batch_size))
+        for p in self.phases(batch_size):
+            u = p.report.utilization(peak, flops=flops, causal=causal,
+                                     decode=p.name != "prefill")
+            first = first or u
+            whole = u.phases.drop(columns="phase")
+            for frame, out in ((u.rows, rows), (whole, phases)):
+                frame = frame.copy()
+                frame.insert(0, "context", p.context)
+                frame.insert(0, "phase", p.name)
+                out.append(frame)
+            phases[-1]["generation_ms"] = _in_generation(timing, p)
+        table = pd.concat(phases, ignore_index=True)
+        chosen = first.convention.peaks
+        if chosen is not None:
+            seconds = table["generation_ms"] * 1e-3
+            table["mfu_generation"] = table["model_flops"] / (seconds * chosen.peak_flops)
+            table["mbu_generation"] = table["bytes"] / (seconds * chosen.peak_bytes)
+        return Utilization(first.convention, pd.concat(rows, ignore_index=True), table, {})
 
     def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """Every leaf row of every phase with its compute, memory and roofline bound (ms) on
@@ -277,6 +310,19 @@ class GenerationReport:
             lines.append(f"  MoE: {self.moe.active_params:,} active of "
                          f"{self.moe.total_params:,} parameters per token")
         return "\n".join(lines)
+
+
+def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
+    """The phase's time inside the timed generations: TTFT for the prefill, the median of
+    the decode steps at the phase's context; NaN where not timed."""
+    if timing is None:
+        return math.nan
+    if phase.name == "prefill":
+        return float(timing.ttft.median_ms)
+    at = np.asarray(timing.contexts) == phase.context
+    if not at.any():
+        return math.nan
+    return float(np.median(timing.step_ms[:, at]))
 
 
 def _md(df: pd.DataFrame) -> str:

@@ -67,7 +67,7 @@ COMPACT_COLUMNS: tuple[str, ...] = (
 
 ROUGH_COLUMNS: frozenset[str] = frozenset({
     "latency_ms", "latency_std_ms", "latency_pct", "achieved_gflops", "achieved_gbps",
-    "efficiency", "duration[%]"})
+    "efficiency", "mfu", "hfu", "mbu", "duration[%]"})
 """Per-layer timing columns that a row marked ``latency_rough`` shows as rough."""
 ROUGH_MARK = "~"
 """The prefix of a rough cell in every human-readable view (HTML and LaTeX also grey it)."""
@@ -136,6 +136,10 @@ _SPECS: dict[str, ColumnSpec] = {
     "roofline_ms": ColumnSpec("roofline", "time_ms"),
     "bound": ColumnSpec("bound", "text"),
     "efficiency": ColumnSpec("efficiency", "ratio"),
+    # utilization (modelprof.report.utilization, the default convention)
+    "mfu": ColumnSpec("MFU", "ratio"),
+    "hfu": ColumnSpec("HFU", "ratio"),
+    "mbu": ColumnSpec("MBU", "ratio"),
     # torchstat view
     "module name": ColumnSpec("module name", "text"),
     "input shape": ColumnSpec("input shape", "text"),

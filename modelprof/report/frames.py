@@ -4,8 +4,11 @@ display would cut them to ``...`` at 80 characters or in a narrow terminal."""
 from __future__ import annotations
 
 import pandas as pd
+from pandas.api.types import is_integer_dtype
 
-__all__ = ["WholeFrame"]
+from modelprof.render.units import format_bytes
+
+__all__ = ["BytesFrame", "WholeFrame"]
 
 
 class WholeFrame(pd.DataFrame):
@@ -20,3 +23,15 @@ class WholeFrame(pd.DataFrame):
 
     def __repr__(self) -> str:
         return self.to_string()
+
+
+class BytesFrame(WholeFrame):
+    """A :class:`WholeFrame` of byte counts whose ``repr`` shows its integer columns in human
+    units (``131.42 GiB``); the values stay integers."""
+
+    def __repr__(self) -> str:
+        shown = pd.DataFrame(self).copy()
+        for c in shown.columns:
+            if is_integer_dtype(shown[c].dtype):
+                shown[c] = shown[c].map(format_bytes)
+        return shown.to_string()

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
-from modelprof.report.frames import WholeFrame
+from modelprof.report.frames import BytesFrame, WholeFrame
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
@@ -114,7 +114,8 @@ class Report:
 
         With measured peaks (``profile(..., roofline=True)``, the default when timing) the
         modelprof view carries the roofline columns: achieved_gflops, achieved_gbps, intensity,
-        roofline_ms, bound, efficiency. Timed, it carries ``latency_passes`` (the per-layer
+        roofline_ms, bound, efficiency; and ``mfu``, ``mbu`` (``hfu`` for a training step)
+        against the same peaks, in :meth:`utilization`'s default convention. Timed, it carries ``latency_passes`` (the per-layer
         passes each row's times rest on) and ``latency_rough`` (fewer than the stop rule
         promises: ``min_samples``, or a single pass), which every human-readable view marks.
         """
@@ -125,11 +126,25 @@ class Report:
         if self.peaks is not None:
             from modelprof.report.roofline import add_roofline
             df = add_roofline(df, self.peaks)
+            if self.timed:
+                df = self._with_utilization(df)
         lt = self.layer_timing
         if lt is not None and "latency_ms" in df.columns:
             timed_rows = df["latency_ms"].notna()
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
             df["latency_rough"] = timed_rows & self.layers_rough
+        return df
+
+    def _with_utilization(self, df: pd.DataFrame) -> pd.DataFrame:
+        """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step) against the peaks
+        the roofline columns use, in the default convention (:meth:`utilization`)."""
+        from modelprof.report.utilization import Convention, utilization
+
+        rows, _ = utilization(self, Convention(peaks=self.peaks), self._by_op)
+        df["mfu"] = rows["mfu"].to_numpy()
+        if self.training_step is not None:
+            df["hfu"] = rows["hfu"].to_numpy()
+        df["mbu"] = rows["mbu"].to_numpy()
         return df
 
     @property
@@ -166,7 +181,8 @@ class Report:
         }).astype({"inexact_calls": "int64"})
 
     def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
-        """Estimated memory (bytes) for inference and for a training step, per component:
+        """Estimated memory (bytes; printed in human units) for inference and for a training
+        step, per component:
         parameters, buffers, inputs, activations, and for the step the tensors saved for the
         backward, the gradients and the optimizer state (see :mod:`modelprof.report.memory`).
         ``optimizer_states``: state tensors per trainable parameter when the profile ran no
@@ -178,9 +194,33 @@ class Report:
         step = self.training_step
         saved = None if step is None else int(self.totals.get("saved_bytes", 0))
         opt = None if step is None else step.cost.optimizer
-        return WholeFrame(estimate_memory(
+        return BytesFrame(estimate_memory(
             self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
             optimizer_state_bytes=None if opt is None else opt.state_bytes))
+
+    def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
+                    decode: bool = False) -> Any:
+        """MFU, HFU and MBU per row, per phase and for the whole call
+        (:class:`modelprof.report.utilization.Utilization`; the conventions in that module).
+
+        ``peak``: ``"datasheet"`` (the table's dense figure for this device and dtype),
+        ``"probe"`` (this report's probed peaks), a device name, a ``Peaks``, or None (the
+        datasheet where the device is in the table, else the probe). ``flops``: ``"2macs"``
+        (2 x MACs of contractions) or ``"flops"`` (every counted FLOP). ``causal``:
+        ``"counted"`` or ``"half"`` (a causal model's attention contractions halved; not for a
+        ``decode`` step)."""
+        from modelprof.report.utilization import (Convention, Utilization, resolve_peaks,
+                                                  utilization)
+
+        chosen, known = resolve_peaks(peak, self)
+        convention = Convention(flops=flops, causal=causal, peaks=chosen)
+        rows, phases = utilization(self, convention, self._by_op, decode=decode)
+        by_peak = {}
+        for name, p in known.items():
+            _, other = utilization(self, dataclasses.replace(convention, peaks=p), self._by_op,
+                                   decode=decode)
+            by_peak[name] = float(other["mfu"].iloc[-1])
+        return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak)
 
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
@@ -508,6 +548,8 @@ class Report:
                          f"{self.model_params:,} parameters were not used by this forward)")
         if self.latency is not None:
             lines.extend(self._timing_summary())
+            if self.peaks is not None:
+                lines.append(self.utilization().describe())
         else:       # a counting-only report still says why (device="meta": counting only)
             lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:

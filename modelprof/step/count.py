@@ -45,10 +45,12 @@ from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.forward import (StaticResult, forward_error, counted_module, forward_context)
 from modelprof.step.spec import StepSpec
 from modelprof.distributed.group import communicates
+from modelprof.distributed.collectives import merge_comm
 from modelprof.distributed.view import ParamView
 
-__all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "count_step", "grad_leaves",
-           "move_target", "step_guard", "step_state", "storage_key", "trainable_check"]
+__all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "add_pass", "count_step",
+           "grad_leaves", "move_target", "step_guard", "step_state", "storage_key",
+           "trainable_check"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -84,6 +86,10 @@ class StepCost:
     unsupported: Counter               # ops with no formula: loss, backward, optimizer
     owning_calls: set[int]             # calls that own a backward node or saved bytes
     nodes: int                         # autograd nodes in the graph
+    # of ``backward``, per call record: what the backward ran with grad enabled, i.e. the
+    # forward ops activation checkpointing ran again (both of torch.utils.checkpoint's variants
+    # recompute under ``enable_grad`` while the engine runs the derivatives with grad off)
+    recompute: list[PassCost] = dataclasses.field(default_factory=list)
 
     @property
     def backward_macs(self) -> int:
@@ -120,12 +126,19 @@ class _FixedScope:
 
 
 class BackwardScope:
-    """The cost entry of the call whose node autograd is running (``OpCounter``'s tracker)."""
+    """The cost entry of the call whose node autograd is running (``OpCounter``'s tracker).
 
-    def __init__(self, tags: NodeTags, costs: list[PassCost], loss: PassCost) -> None:
+    An op run with grad enabled inside the backward (``create_graph=False``, so the engine runs
+    the derivatives with grad off) is a recomputation of the forward, as activation
+    checkpointing does: with ``recompute`` given, it is charged to that call's ``recompute``
+    entry, which the step then adds to the call's backward (:func:`add_pass`)."""
+
+    def __init__(self, tags: NodeTags, costs: list[PassCost], loss: PassCost,
+                 recompute: list[PassCost] | None = None) -> None:
         self.tags = tags
         self.costs = costs
         self.loss = loss
+        self.recompute = recompute
         self.pending_params: dict[int, torch.Tensor] = {}
 
     def cost_of(self, call: int) -> PassCost:
@@ -136,7 +149,10 @@ class BackwardScope:
         node = compat.current_autograd_node()
         if node is None:  # before the engine runs a node: the seed gradient of the loss
             return self.loss
-        return self.cost_of(self.tags.call_of(node))
+        call = self.tags.call_of(node)
+        if self.recompute is not None and torch.is_grad_enabled() and 0 <= call < len(self.costs):
+            return self.recompute[call]
+        return self.cost_of(call)
 
 
 def storage_key(t: torch.Tensor) -> tuple[int, int]:
@@ -346,10 +362,10 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
         with loss_counter, saved.hooks(), amp_context(device, amp):
             loss = spec.loss(output, target, model_name)
         tags = tag_graph([loss.grad_fn], tracker.marks)
-        costs = [PassCost() for _ in records]
         guard.begin("the counted backward")
-        backward_counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward),
-                                           registry, f"{model_name} (loss {spec.loss_name})")
+        costs, recompute, backward_counter = _backward_costs(
+            loss, tags, len(records), loss_backward, registry,
+            f"{model_name} (loss {spec.loss_name})")
         params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
         guard.begin("the counted optimizer step")
         optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
@@ -368,8 +384,34 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
         by_op=backward_counter.by_op, loss_by_op=loss_counter.by_op, unsupported=unsupported,
         owning_calls={c for c in tags.by_node.values() if c >= 0}
         | {i for i, b in enumerate(saved_by) if b},
-        nodes=len(tags.nodes))
+        nodes=len(tags.nodes), recompute=recompute)
     return static, cost
+
+
+def add_pass(into: PassCost, part: PassCost) -> None:
+    """Add ``part``'s counts (FLOPs by op included) to ``into``."""
+    for name in ("macs", "flops", "madd", "op_read_bytes", "op_write_bytes"):
+        setattr(into, name, getattr(into, name) + getattr(part, name))
+    for op, flops in part.ops.items():
+        into.ops[op] = into.ops.get(op, 0) + flops
+    if part.comm:
+        if into.comm is None:
+            into.comm = {}
+        merge_comm(into.comm, part.comm)
+
+
+def _backward_costs(loss: torch.Tensor, tags: NodeTags, n: int, loss_backward: PassCost,
+                    registry: FormulaRegistry | None, what: str
+                    ) -> tuple[list[PassCost], list[PassCost], OpCounter]:
+    """The backward of ``loss`` counted per call (``n`` calls): each call's backward, the part
+    of it that recomputed the forward, and the counter."""
+    costs = [PassCost() for _ in range(n)]
+    recompute = [PassCost() for _ in range(n)]
+    counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward, recompute),
+                              registry, what)
+    for cost, again in zip(costs, recompute):
+        add_pass(cost, again)
+    return costs, recompute, counter
 
 
 def _count_backward(loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None,

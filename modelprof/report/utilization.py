@@ -1,0 +1,350 @@
+"""Utilization: how much of the device a profiled call used — MFU, HFU and MBU, per row, per
+phase and for the whole call, with the convention they follow stated beside them.
+
+    model FLOPs  the FLOPs of the model's forward (and, for a training step, its backward and
+                 the loss's) as counted, without what activation checkpointing recomputed
+    MFU          model FLOPs / (measured time x peak FLOP/s)
+    HFU          (model FLOPs + the recomputed forward, as counted) / (time x peak FLOP/s)
+    MBU          (read + write bytes as counted) / (measured time x peak bytes/s); of the
+                 forward (a decode step: weights and KV cache read, cache and outputs written)
+
+Conventions (:class:`Convention`), each named in :meth:`Utilization.describe`:
+
+- ``flops="2macs"``: 2 x the multiply-accumulates of contractions (matmuls, convolutions,
+  attention), what PaLM, Megatron, nanoGPT and MaxText count; ``"flops"``: modelprof's full
+  ``flops`` (the contractions and every elementwise op, normalisation and softmax).
+- ``causal="counted"``: attention as it ran (a causal mask saves nothing in the count, as
+  ``torch.utils.flop_counter`` and MaxText's default); ``"half"``: the attention contractions of
+  a causal self-attention halved, as MaxText's ``causal`` count does. The user says the model's
+  attention is causal; it is not applied to a decode step (one query against the whole cache
+  masks nothing). An attention contraction is a fused attention op, or a batched matmul
+  (``bmm``, ``baddbmm``, ``matmul``) that runs in a row beside a softmax (how eager and
+  decomposed attention run); for ``"2macs"``, an op's share in a row is its FLOPs there times
+  its 2 x MACs / FLOPs over the pass (exact whenever its calls share head sizes and masking).
+- the peak: the datasheet's **dense** figure for the dtype (``lookup_peaks``; never the
+  sparse one), or the probed peak of the report; both are recorded when both are known
+  (``Utilization.by_peak``).
+
+A row's time is its ``latency_ms`` (a training step: plus its ``backward_latency_ms``). The
+phases of a forward are ``forward``; of a training step ``forward``, ``backward`` (the loss's
+backward included) and ``step`` (forward, loss and backward FLOPs over the step's median; the
+optimizer's time is in the step, its FLOPs are not model FLOPs).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch.distributed as dist
+
+from modelprof.errors import ModelProfError
+from modelprof.render.units import format_rate
+from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
+
+__all__ = ["CAUSAL_CONVENTIONS", "FLOPS_CONVENTIONS", "Convention", "Utilization",
+           "attention_flops", "group_mfu", "group_utilization", "resolve_peaks", "utilization"]
+
+FLOPS_CONVENTIONS = ("2macs", "flops")
+CAUSAL_CONVENTIONS = ("counted", "half")
+_SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax", "_softmax_backward_data"})
+_BATCHED = frozenset({"bmm", "baddbmm", "matmul"})
+_FLOPS_WORDS = {"2macs": "2 x MACs of contractions",
+                "flops": "full FLOPs (contractions + elementwise, norms, softmax)"}
+_SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Convention:
+    """What the utilization counts and against which peak (see the module doc)."""
+
+    flops: str = "2macs"
+    causal: str = "counted"
+    peaks: Peaks | None = None
+
+    def __post_init__(self) -> None:
+        if self.flops not in FLOPS_CONVENTIONS:
+            raise ModelProfError(f"flops={self.flops!r} is not one of {FLOPS_CONVENTIONS}")
+        if self.causal not in CAUSAL_CONVENTIONS:
+            raise ModelProfError(f"causal={self.causal!r} is not one of {CAUSAL_CONVENTIONS}")
+        if self.peaks is not None and not isinstance(self.peaks, Peaks):
+            raise ModelProfError(f"peaks={self.peaks!r} must be a modelprof Peaks")
+
+    def describe(self) -> str:
+        """One line: the FLOPs counted, causal attention, the peak and where it comes from."""
+        causal = "causal attention halved" if self.causal == "half" else \
+            "attention as counted"
+        p = self.peaks
+        peak = "no peak" if p is None else (
+            f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
+            f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
+            f"{', ' + p.device if p.device else ''})")
+        return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Utilization:
+    """Per row (``rows``: the report's rows in order, numeric) and per phase (``phases``):
+    model and hardware FLOPs, bytes, time, MFU, HFU, MBU; ``by_peak``: the whole call's MFU
+    against each peak known (``"datasheet"``, ``"probe"``, ``"given"``)."""
+
+    convention: Convention
+    rows: pd.DataFrame
+    phases: pd.DataFrame
+    by_peak: Mapping[str, float]
+
+    @property
+    def mfu(self) -> float:
+        """The whole call's MFU: the last phase (``forward``, or a training ``step``)."""
+        return float(self.phases["mfu"].iloc[-1])
+
+    @property
+    def hfu(self) -> float:
+        return float(self.phases["hfu"].iloc[-1])
+
+    def describe(self) -> str:
+        """The whole call's MFU (and HFU where recomputation ran) with its convention."""
+        last = self.phases.iloc[-1]
+        hfu = f", HFU {last['hfu']:.3f}" if last["hardware_flops"] != last["model_flops"] else ""
+        source = {"table": "datasheet", "probe": "probe", "user": "given"}.get(
+            getattr(self.convention.peaks, "source", None))
+        others = "".join(f"; against the {k} peak {v:.3f}" for k, v in self.by_peak.items()
+                         if k != source and k != "given")
+        return (f"MFU {last['mfu']:.3f}{hfu} ({last['phase']}; "
+                f"{self.convention.describe()}{others})")
+
+
+def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks]]:
+    """The peaks to judge ``report`` against and every peak known for it.
+
+    ``peak``: ``"datasheet"`` (the dense table figure for the report's device and dtype),
+    ``"probe"`` (the report's probed peaks), a device name of the datasheet table, a ``Peaks``,
+    or ``None``: the datasheet where the device is in the table, else the probe."""
+    known: dict[str, Peaks] = {}
+    probed = getattr(report, "peaks", None)
+    if isinstance(probed, Peaks):
+        known["probe" if probed.source == "probe" else "given"] = probed
+    dtype = report.dtype
+    if dtype == "float32" and report.env.get("tf32_matmul") and str(report.device) != "cpu":
+        dtype = "tf32"      # float32 matmuls ran on TF32 tensor cores: that rate is the roof
+    sheet = _datasheet(report.env.get("device_name", report.device), dtype)
+    if sheet is not None:
+        known["datasheet"] = sheet
+    if isinstance(peak, Peaks):
+        known["given"] = peak
+        return peak, known
+    if peak is None:
+        return known.get("datasheet", known.get("probe", known.get("given"))), known
+    if peak in ("datasheet", "probe"):
+        if peak not in known:
+            raise ModelProfError(f"peak={peak!r}: this report has no {peak} peak (known: "
+                                 f"{sorted(known) or 'none'}); profile with timing for a probe, "
+                                 "or name the device (peak='H100 SXM')")
+        return known[peak], known
+    if isinstance(peak, str):
+        named = lookup_peaks(peak, report.dtype)
+        if named is None:
+            raise ModelProfError(f"peak={peak!r}: no datasheet peak at {report.dtype} for that "
+                                 f"name; known: {sorted(KNOWN_DEVICES)}")
+        known["datasheet"] = named
+        return named, known
+    raise ModelProfError(f"peak={peak!r} must be 'datasheet', 'probe', a device name or a Peaks")
+
+
+def _datasheet(name: str, dtype: str) -> Peaks | None:
+    try:
+        return lookup_peaks(str(name), dtype)
+    except ModelProfError:   # a dtype without a roofline peak, an ambiguous name: none known
+        return None
+
+
+def attention_flops(ops: Mapping[str, int], by_op: Mapping[str, Any], flops: str) -> float:
+    """FLOPs (in the ``flops`` convention) of the attention contractions among ``ops`` (one
+    row's FLOPs by op); ``by_op``: the pass's per-op totals, for an op's 2 x MACs share."""
+    softmax = any(_base(op) in _SOFTMAX for op in ops)
+    total = 0.0
+    for op, f in ops.items():
+        base = _base(op)
+        if "attention" in base or (softmax and base in _BATCHED):
+            total += f * _share(op, by_op, flops)
+    return total
+
+
+def _base(op: str) -> str:
+    return op.removeprefix("aten.").split(".")[0]
+
+
+def _share(op: str, by_op: Mapping[str, Any], flops: str) -> float:
+    """The fraction of an op's FLOPs that the convention counts: 1, or 2 x MACs / FLOPs."""
+    if flops == "flops":
+        return 1.0
+    stats = by_op.get(op)
+    return 2.0 * stats.macs / stats.flops if stats is not None and stats.flops else 0.0
+
+
+def utilization(report: Any, convention: Convention, by_op: Mapping[str, Any], *,
+                decode: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-row and per-phase frames of :class:`Utilization` for ``report`` (``by_op``: its
+    forward's per-op totals); ``decode``: the report is a decode step (causal halving does not
+    apply)."""
+    own = _own_counts(report, convention, by_op,
+                      halve=convention.causal == "half" and not decode)
+    inclusive = _inclusive([r.depth for r in report.rows], [r.leaf for r in report.rows], own)
+    model, hardware = inclusive[:, 0] + inclusive[:, 1], inclusive.sum(axis=1)
+    rows = report.rows
+    traffic = np.array([float(r.read_bytes + r.write_bytes) for r in rows])
+    step = report.training_step is not None
+    time_ms = np.array([r.latency_ms + (r.backward_latency_ms if step else 0.0) for r in rows])
+    p = convention.peaks
+    frame = pd.DataFrame({
+        "module": [r.module for r in rows], "call": [r.call for r in rows],
+        "model_flops": model, "hardware_flops": hardware, "bytes": traffic, "time_ms": time_ms})
+    frame["mfu"] = _ratio(model, time_ms, None if p is None else p.peak_flops)
+    frame["hfu"] = _ratio(hardware, time_ms, None if p is None else p.peak_flops)
+    fwd_ms = np.array([r.latency_ms for r in rows])
+    frame["mbu"] = _ratio(traffic, fwd_ms, None if p is None else p.peak_bytes)
+    return frame, _phases(report, own, [r.leaf and r.kind == "module" for r in rows], p)
+
+
+def _ratio(amount: np.ndarray, time_ms: np.ndarray, peak: float | None) -> np.ndarray:
+    """amount / (time x peak), NaN where the time or the peak is unknown."""
+    amount = np.asarray(amount, dtype=float)
+    time_ms = np.asarray(time_ms, dtype=float)
+    if peak is None:
+        return np.full(amount.shape, np.nan)
+    ok = np.isfinite(time_ms) & (time_ms > 0)
+    return np.where(ok, amount / (np.where(ok, time_ms, 1.0) * 1e-3 * peak), np.nan)
+
+
+def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: bool
+                ) -> np.ndarray:
+    """Per row, what the row ran itself (leaf and ``(self)`` rows; zeros for parents):
+    columns forward model FLOPs, backward model FLOPs, recomputed FLOPs."""
+    step = report.training_step
+    cost = None if step is None else step.cost
+    bwd_ops = {} if cost is None else cost.by_op
+    out = np.zeros((len(report.rows), 3))
+    for i, r in enumerate(report.rows):
+        if not r.leaf or r.kind == "optimizer":   # the optimizer's FLOPs are not the model's
+            continue
+        out[i, 0] = _in(c, r.macs, r.flops) - (0.5 * attention_flops(r.ops, fwd_ops, c.flops)
+                                               if halve else 0.0)
+        if cost is None:
+            continue
+        back, again = _backward_of(cost, r)
+        out[i, 2] = 0.0 if again is None else _in(c, again.macs, again.flops)
+        out[i, 1] = _in(c, r.backward_macs or 0, r.backward_flops or 0) - out[i, 2]
+        if halve and back is not None:
+            ops = _minus(back.ops, {} if again is None else again.ops)
+            out[i, 1] -= 0.5 * attention_flops(ops, bwd_ops, c.flops)
+            if again is not None:
+                out[i, 2] -= 0.5 * attention_flops(again.ops, fwd_ops, c.flops)
+    return out
+
+
+def _in(c: Convention, macs: int, flops: int) -> float:
+    return float(2 * macs if c.flops == "2macs" else flops)
+
+
+def _backward_of(cost: Any, row: Any) -> tuple[Any, Any]:
+    """The row's own backward ``PassCost`` and its recomputed part (None where it has none)."""
+    i = row.record
+    if row.kind == "loss":
+        return cost.loss_backward, None
+    if not 0 <= i < len(cost.backward):
+        return None, None
+    again = cost.recompute[i] if i < len(cost.recompute) else None
+    return cost.backward[i], again
+
+
+def _minus(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: v - b.get(k, 0) for k, v in a.items()}
+
+
+def _inclusive(depths: Sequence[int], leaves: Sequence[bool], own: np.ndarray) -> np.ndarray:
+    """``own`` (non-zero on leaf rows only) summed over each row's subtree: rows come in
+    pre-order, so a parent's subtree is the rows after it down to the next of its depth."""
+    out = own.copy()
+    stack: list[int] = []
+    for i, d in enumerate(depths):
+        while stack and depths[stack[-1]] >= d:
+            stack.pop()
+        if leaves[i]:
+            for j in stack:
+                out[j] += own[i]
+        else:
+            stack.append(i)
+    return out
+
+
+def _phases(report: Any, own: np.ndarray, module_leaf: Sequence[bool],
+            peaks: Peaks | None) -> pd.DataFrame:
+    """One row per phase: forward; with a training step backward and step."""
+    leaf = np.asarray(module_leaf, dtype=bool)
+    loss = np.array([r.kind == "loss" for r in report.rows], dtype=bool)
+    traffic = float(sum(r.read_bytes + r.write_bytes for r, m in zip(report.rows, leaf) if m))
+    fwd = float(own[leaf, 0].sum())
+    spans = [("forward", fwd, fwd, traffic, _median(report.latency))]
+    step = report.training_step
+    if step is not None:
+        bwd = float(own[leaf | loss, 1].sum())          # the loss's backward included
+        again = float(own[leaf, 2].sum())
+        whole = fwd + float(own[loss, 0].sum()) + bwd   # forward, loss, backward
+        t = step.timing
+        spans.append(("backward", bwd, bwd + again, math.nan,
+                      _median(None if t is None else t.backward)))
+        spans.append(("step", whole, whole + again, math.nan,
+                      _median(None if t is None else t.step)))
+    frame = pd.DataFrame(spans, columns=["phase", "model_flops", "hardware_flops", "bytes",
+                                         "time_ms"])
+    flops_peak = None if peaks is None else peaks.peak_flops
+    frame["mfu"] = _ratio(frame["model_flops"], frame["time_ms"], flops_peak)
+    frame["hfu"] = _ratio(frame["hardware_flops"], frame["time_ms"], flops_peak)
+    frame["mbu"] = _ratio(frame["bytes"], frame["time_ms"],
+                          None if peaks is None else peaks.peak_bytes)
+    return frame
+
+
+def _median(m: Any) -> float:
+    return math.nan if m is None else float(m.median_ms)
+
+
+def group_mfu(model_flops: Sequence[float], times_ms: Sequence[float], peak_flops: float) -> float:
+    """A process group's MFU: all ranks' model FLOPs over (the slowest rank's time x world size
+    x the per-device peak) — the ranks wait for the slowest at the next collective."""
+    flops, times = list(model_flops), list(times_ms)
+    if not flops or len(flops) != len(times):
+        raise ModelProfError(f"group_mfu needs one time per rank: {len(flops)} FLOP counts, "
+                             f"{len(times)} times")
+    if not (isinstance(peak_flops, (int, float)) and peak_flops > 0):
+        raise ModelProfError(f"peak_flops={peak_flops!r} must be a positive number")
+    slowest = max(times)
+    if not slowest > 0:
+        raise ModelProfError(f"times_ms={times!r}: the slowest rank's time must be positive")
+    return float(sum(flops) / (slowest * 1e-3 * len(flops) * peak_flops))
+
+
+def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
+    """Every rank's whole-call MFU and the group's, on every rank (a collective: each rank of
+    ``group`` calls it with its own ``Utilization``). Rows ``rank`` 0..world-1, then ``-1``
+    for the group: its model FLOPs summed over the ranks, its time the slowest rank's."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ModelProfError("group_utilization() needs an initialised process group "
+                             "(torch.distributed.init_process_group); none is active")
+    peaks = util.convention.peaks
+    if peaks is None:
+        raise ModelProfError("group_utilization() needs a peak: report.utilization(peak=...)")
+    last = util.phases.iloc[-1]
+    mine = (dist.get_rank(group), float(last["model_flops"]), float(last["time_ms"]))
+    got: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(got, mine, group=group)
+    got.sort()
+    frame = pd.DataFrame(got, columns=["rank", "model_flops", "time_ms"])
+    frame["mfu"] = _ratio(frame["model_flops"], frame["time_ms"], peaks.peak_flops)
+    whole = group_mfu(frame["model_flops"], frame["time_ms"], peaks.peak_flops)
+    total = pd.DataFrame([(-1, float(frame["model_flops"].sum()), float(frame["time_ms"].max()),
+                           whole)], columns=frame.columns)
+    return pd.concat([frame, total], ignore_index=True)

@@ -1,0 +1,230 @@
+"""``fit``: bytes per rank against closed forms (Llama-3-70B's weights and KV cache) and against
+torch's own FSDP2 memory tracker on a fake process group; the table, the CLI and bad input.
+
+``torch.distributed._tools.FSDPMemTracker`` is a private torch module: used here, as an oracle
+only, never by modelprof itself."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modelprof import ModelProfError
+from modelprof.cli import main
+from modelprof.fit import fit
+
+transformers = pytest.importorskip("transformers")
+
+GiB = 2**30
+
+
+def llama3_70b():
+    return transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
+                                    num_hidden_layers=80, num_attention_heads=64,
+                                    num_key_value_heads=8, vocab_size=128256,
+                                    max_position_embeddings=8192)
+
+
+def small_llama():
+    return transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2,
+                                    vocab_size=101, max_position_embeddings=64)
+
+
+def test_llama3_70b_inference_closed_forms():
+    report = fit(llama3_70b(), device="H100 SXM", context=8192, training=False)
+    t = report.table["inference"]
+    # parameters: embeddings 2 x 128256 x 8192 = 2,101,346,304; per layer q, o 8192^2, k, v
+    # 8192 x 1024, MLP 3 x 8192 x 28672, two norms 2 x 8192 = 855,654,400; x 80 layers
+    # = 68,452,352,000; final norm 8,192: 70,553,706,496 x 2 bytes (bf16) = 141.1 GB
+    assert t["weights"] == 70_553_706_496 * 2 == 141_107_412_992
+    # KV: 2 (K, V) x 80 layers x 8 KV heads x 128 x 2 bytes x 8192 tokens = 2.68 GB a sequence
+    assert t["kv_cache"] == 2 * 80 * 8 * 128 * 2 * 8192 == 2_684_354_560
+    # the largest activation of the prefill, counted: the MLP's SiLU, 8192 x 28672 in and
+    # 8192 x 28672 out (the up projection reads 8192 x 8192 only; the logits are of the last
+    # token only), bf16: 2 x 8192 x 28672 x 2 = 896 MiB
+    assert t["activation"] == 2 * 8192 * 28672 * 2
+    assert t["memory"] == 80 * GiB and not report.fits("inference")
+    assert t["headroom"] == 80 * GiB - t["total"] < 0
+    text = str(report)
+    assert "131.42 GiB" in text and "2.50 GiB" in text and " no" in text  # 141.1e9 B, 2.68e9 B
+    # over 2 tensor-parallel ranks: half the weights, 4 KV heads each
+    two = fit(llama3_70b(), device="H100 SXM", context=8192, training=False, tp=2)
+    t2 = two.table["inference"]
+    assert t2["weights"] == 141_107_412_992 // 2 and t2["kv_cache"] == 2_684_354_560 // 2
+    assert two.fits("inference")                # 65.7 + 1.25 + 0.88 GiB under 80 GiB
+    # beyond 8 ranks the KV heads cannot split further: each rank holds one
+    sixteen = fit(llama3_70b(), device="H100 SXM", context=8192, training=False, tp=16)
+    assert sixteen.table.loc["kv_cache", "inference"] == 2_684_354_560 // 8
+
+
+def test_training_plans_closed_forms():
+    cfg = small_llama()
+    report = fit(cfg, device="H100 SXM", context=16, batch_size=2, ranks=4)
+    t = report.table
+    # parameters: embeddings and head 2 x 101 x 64 = 12,928; per layer q, o 64 x 64, k, v
+    # 32 x 64, MLP 3 x 64 x 96, norms 2 x 64 = 30,848; x 2 layers + final norm 64 = 74,688
+    psi = 74_688
+    assert t.loc["weights", "data parallel"] == 2 * psi                 # bf16
+    assert t.loc["master_weights", "data parallel"] == 4 * psi          # fp32 (mixed precision)
+    assert t.loc["gradients", "data parallel"] == 2 * psi
+    tensors = 2 + 2 * 9 + 1                                              # 21 parameter tensors
+    # Adam: m and v in fp32, and a float32 step per tensor
+    assert t.loc["optimizer_state", "data parallel"] == 2 * 4 * psi + 4 * tensors
+    # each tensor split in 4 chunks of ceil(d0 / 4) rows, as FSDP2 does: the 101-row
+    # embedding and head keep 26 rows each; every other dim 0 (64, 32, 96) divides by 4
+    shard = 2 * 26 * 64 + (psi - 2 * 101 * 64) // 4                  # 3,328 + 15,440
+    assert t.loc["optimizer_state", "ZeRO-1"] == 2 * 4 * shard + 4 * tensors
+    assert t.loc["master_weights", "ZeRO-1"] == 4 * shard
+    assert t.loc["gradients", "ZeRO-1"] == 2 * psi and t.loc["gradients", "ZeRO-2"] == 2 * shard
+    assert t.loc["weights", "ZeRO-2"] == 2 * psi and t.loc["weights", "ZeRO-3 (FSDP)"] == 2 * shard
+    saved = modelprof_saved(cfg, 2, 16)
+    assert (t.loc["saved_activations"] == [0, saved, saved, saved, saved]).all()
+    # the attention's share is named (meta runs SDPA's math path, which keeps the T x T
+    # probabilities): the softmax's output alone, 2 layers x 2 x 4 heads x 16 x 16 x 2 bytes
+    # = 8 KiB, is part of it
+    note = next(n for n in report.notes if "ran attention as matmuls" in n)
+    share = float(note.split("saved activations, ")[1].split(" KiB")[0]) * 1024
+    assert 2 * 2 * 4 * 16 * 16 * 2 <= share < saved
+    assert list(t.loc["total"]) == list(t.loc[["weights", "kv_cache", "activation",
+                                               "master_weights", "gradients",
+                                               "optimizer_state", "saved_activations"]].sum())
+
+
+def modelprof_saved(cfg, batch, seq):
+    import modelprof
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    r = modelprof.profile(model, inputs={"input_ids": ids}, device="meta",
+                          dtype=torch.bfloat16, backward=True, timing=False)
+    return r.totals["saved_bytes"]
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_zero3_equals_fsdp2_memory_tracker_to_the_byte(world):
+    import torch.distributed as dist
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPRefType
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    cfg = small_llama()
+    expected = fit(cfg, device="H100 SXM", dtype=torch.float32, context=16, ranks=world,
+                   mixed_precision=False).table["ZeRO-3 (FSDP)"]
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg)
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        ids = torch.randint(0, 101, (2, 16))
+        tracker = FSDPMemTracker(model, opt)
+        tracker.track_inputs((ids,))
+        with tracker:
+            model(input_ids=ids).logits.sum().backward()
+            opt.step()
+            got = tracker.get_tracker_snapshot()[torch.device("cpu")]
+    finally:
+        dist.destroy_process_group()
+    assert got[_FSDPRefType.SHARDED_PARAM] == expected["weights"]
+    assert got[_FSDPRefType.SHARDED_GRAD] == expected["gradients"]
+    assert got[_FSDPRefType.OPT] == expected["optimizer_state"]
+    assert expected["master_weights"] == 0            # float32 training: no second copy
+
+
+def test_device_names_memory_and_variants():
+    report = fit(small_llama(), device="A100 SXM 80GB", context=8, training=False)
+    assert report.table.loc["memory", "inference"] == 80 * GiB
+    try:
+        family = fit(small_llama(), device="A100", context=8, training=False)
+    except ModelProfError as e:           # a table that asks instead of taking one
+        assert "A100 SXM 80GB" in str(e) and "A100 SXM 40GB" in str(e)
+    else:                                 # a table that takes one says which, and the others
+        assert family.device == "A100 SXM 40GB" and family.matched_from == "A100"
+        text = str(family)
+        assert "A100 SXM 40GB (from 'A100')" in text and "A100 SXM 80GB (80.00 GiB)" in text
+    own = fit(small_llama(), device="H100 SXM", memory_bytes=10**6, context=8, training=False)
+    assert own.table.loc["memory", "inference"] == 10**6
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"context": -1}, "context=-1"),
+    ({"ranks": 0}, "ranks=0"),
+    ({"tp": 1.5}, "tp=1.5"),
+    ({"device": "Z9000"}, "device='Z9000'.*H100 SXM"),
+    ({"memory_bytes": 0}, "memory_bytes=0"),
+    ({"optimizer": "lion"}, "optimizer='lion'"),
+    ({"optimizer": torch.nn.Linear}, "optimizer=<class"),
+    ({"dtype": torch.int8}, "dtype=torch.int8"),
+])
+def test_bad_input_is_named(kwargs, match):
+    with pytest.raises(ModelProfError, match=match):
+        fit(small_llama(), **kwargs)
+
+
+def test_not_a_model():
+    with pytest.raises(ModelProfError, match="got str"):
+        fit("llama")
+
+
+def test_the_command_line(capsys):
+    spec = ("LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
+            "num_attention_heads=4,num_key_value_heads=2,vocab_size=101")
+    assert main(["fit", spec, "--context", "16", "--ranks", "2", "--on", "L4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("device L4") and "ZeRO-3 (FSDP)" in out and "24.00 GiB" in out
+    assert main(["fit", spec, "--context", "0"]) == 2
+    assert "context=0" in capsys.readouterr().err
+
+
+def test_memory_estimate_prints_human_units_and_stays_numeric():
+    import modelprof
+
+    report = modelprof.profile(torch.nn.Linear(1000, 1000), (1000,), timing=False)
+    est = report.memory_estimate()
+    # 1000 x 1000 weights + 1000 biases, float32: 4,004,000 B = 3.82 MiB
+    assert est.loc["parameters", "inference"] == 4_004_000
+    assert str(est["inference"].dtype) == "int64"
+    text = repr(est)
+    assert "3.82 MiB" in text and "4004000" not in text
+
+
+def test_the_optimizers_own_state_is_read_from_one_step():
+    from modelprof.fit import optimizer_states
+
+    assert optimizer_states(torch.optim.Adam) == (2, 4)      # exp_avg, exp_avg_sq; float step
+    assert optimizer_states(torch.optim.SGD) == (0, 0)
+    p = torch.nn.Parameter(torch.zeros(2))
+    assert optimizer_states(torch.optim.SGD([p], lr=0.1, momentum=0.9)) == (1, 0)
+    assert optimizer_states(torch.optim.Adagrad) == (1, 4)   # sum of squares; step
+    cfg = small_llama()
+    sgd = fit(cfg, context=8, optimizer=torch.optim.SGD([p], lr=0.1, momentum=0.9))
+    # one momentum buffer per element, fp32 under mixed precision: 4 x 74,688
+    assert sgd.table.loc["optimizer_state", "data parallel"] == 4 * 74_688
+    with pytest.raises(ModelProfError, match="optimizer=3"):
+        fit(cfg, optimizer=3)
+
+
+def test_a_plain_module_counts_weights_and_says_what_it_left_out():
+    model = torch.nn.Sequential(torch.nn.Linear(100, 50), torch.nn.Linear(50, 10))
+    report = fit(model, dtype=torch.float32, mixed_precision=False)
+    t = report.table
+    # 100 x 50 + 50 + 50 x 10 + 10 = 5,560 elements x 4 bytes
+    assert t.loc["weights", "inference"] == 22_240 and t.loc["kv_cache", "inference"] == 0
+    # Adam: 2 x 22,240 + a 4-byte step for each of the 4 tensors
+    assert t.loc["optimizer_state", "data parallel"] == 2 * 22_240 + 16
+    assert "no KV cache and no activations" in str(report)
+    assert next(model.parameters()).device.type == "cpu"     # the user's model is untouched
+
+
+def test_every_fit_option_has_help():
+    from modelprof.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["fit"]
+    for action in sub._actions:
+        assert action.help, f"fit: {action.option_strings or action.dest} has no help"

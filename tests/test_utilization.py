@@ -1,0 +1,322 @@
+"""MFU, HFU and MBU (``Report.utilization``): the counted model FLOPs against the formulas people
+use (nanoGPT's 6N + 12 L H Q T, MaxText's training count), recomputation in HFU only, the
+conventions, the probe and the utilization agreeing on the CPU, generation phases and groups."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import modelprof
+from modelprof import ModelProfError
+from modelprof.report.utilization import Convention, group_mfu
+from modelprof.timing.peaks import Peaks, lookup_peaks, probe_peaks
+
+transformers = pytest.importorskip("transformers")
+
+
+def _step_on_meta(model: nn.Module, batch: int, seq: int):
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    return modelprof.profile(model, inputs={"input_ids": ids}, device="meta", backward=True,
+                             timing=False)
+
+
+def test_gpt2_small_training_step_per_token_against_nanogpt():
+    cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257,
+                                  n_positions=1024)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    L, H, Q, T, d, V = 12, 12, 64, 1024, 768, 50257
+    # nanoGPT's N: every parameter but the position embeddings (get_num_params(True))
+    n = sum(p.numel() for p in model.parameters()) - T * d
+    assert n == 123_653_376
+    nanogpt = 6 * n + 12 * L * H * Q * T
+    assert nanogpt == 855_166_464                  # 741,920,256 + 113,246,208
+    u = _step_on_meta(model, 1, T).utilization(peak="H100 SXM")
+    per_token = u.phases.set_index("phase").loc["step", "model_flops"] / T
+    # Term by term. nanoGPT's 6N charges every parameter 6 FLOPs per token as if it were a
+    # matmul weight; the count charges 2 x MACs of the contractions that ran, forward (2) and
+    # backward (4: dX and dW). Parameters that are no matmul weight are elementwise work,
+    # outside the 2 x MACs convention:
+    #   biases per layer 2304 + 768 + 3072 + 768 = 6,912; LayerNorm weights and biases per layer
+    #   4 x 768 = 3,072; the final LayerNorm 2 x 768 = 1,536:
+    #   12 x (6,912 + 3,072) + 1,536 = 121,344 parameters -> 6 x 121,344 = 728,064 per token.
+    # The token embedding is counted once, as the tied lm_head matmul (768 x 50257), as nanoGPT
+    # counts it once in N; the embedding lookup is a gather (no MACs). Attention: 2 x (QK^T and
+    # AV: 2 x 1024 x 768 MACs per token per layer) x 12 layers x 3 (forward + backward) =
+    # 12 L H Q T = 113,246,208, equal (HF's SDPA runs full T x T products, counted unmasked).
+    assert per_token == nanogpt - 6 * 121_344 == 854_438_400
+    # MaxText's causal convention halves the attention: 113,246,208 / 2 per token less
+    half = _step_on_meta(model, 1, T).utilization(peak="H100 SXM", causal="half")
+    assert half.phases.set_index("phase").loc["step", "model_flops"] / T == \
+        854_438_400 - 113_246_208 // 2
+
+
+def test_llama2_7b_training_step_against_maxtext():
+    cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=11008,
+                                   num_hidden_layers=32, num_attention_heads=32,
+                                   num_key_value_heads=32, vocab_size=32000)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+    report = _step_on_meta(model, 4, 256)
+    B, S, E, F, Hq, Hkv, D, L, V = 4, 256, 4096, 11008, 32, 32, 128, 32, 32000
+    # MaxText calculate_tflops_training_per_device, per layer and token: FFN 2 x 3 x E x F,
+    # QKV 2 x E x (Hq + 2 Hkv) x D, output projection 2 x E x Hq x D; the unembedding
+    # 2 x E x V; times 3 for forward + backward
+    weights = 3 * B * S * (L * (2 * 3 * E * F + 2 * E * (Hq + 2 * Hkv) * D + 2 * E * Hq * D)
+                           + 2 * E * V)
+    attention = 3 * L * 4 * B * S * S * Hq * D    # QK^T and AV, not halved
+    assert weights == 40_593_883_398_144 and attention == 412_316_860_416   # 40.5939 + 0.4123 T
+    u = report.utilization(peak="H100 SXM")
+    step = u.phases.set_index("phase").loc["step"]
+    assert step["model_flops"] == weights + attention == 41_006_200_258_560
+    assert step["hardware_flops"] == step["model_flops"]     # nothing recomputed
+    half = report.utilization(peak="H100 SXM", causal="half")
+    assert half.phases.set_index("phase").loc["step", "model_flops"] == \
+        weights + attention // 2
+    # the datasheet's dense float32 figure is what the convention names
+    assert half.convention.peaks.peak_flops == lookup_peaks("H100 SXM", "float32").peak_flops
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class _Net(nn.Module):
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        self.blk, self.head, self.checkpointed = _Block(), nn.Linear(8, 4), checkpointed
+
+    def forward(self, x):
+        if self.checkpointed:
+            return self.head(checkpoint(self.blk, x, use_reentrant=False))
+        return self.head(self.blk(x))
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_recomputation_counts_in_hfu_and_not_in_mfu(reentrant):
+    torch.manual_seed(0)
+    plain = _Net(False)
+    ckpt = _Net(True)
+    ckpt.load_state_dict(plain.state_dict())
+    if reentrant:
+        ckpt.forward = lambda x: ckpt.head(checkpoint(ckpt.blk, x, use_reentrant=True))
+    x = torch.randn(2, 8, requires_grad=reentrant)   # the reentrant variant needs a grad input
+    kw = dict(inputs=x, backward=True, timing=False)
+    a = modelprof.profile(plain, **kw).utilization(peak=Peaks(1e9, 1e9))
+    b = modelprof.profile(ckpt, **kw).utilization(peak=Peaks(1e9, 1e9))
+    pa, pb = a.phases.set_index("phase"), b.phases.set_index("phase")
+    assert pb.loc["step", "model_flops"] == pa.loc["step", "model_flops"]
+    # the forward that ran again in the backward: the non-reentrant variant stops once it has
+    # what the backward unpacks (blk.a's addmm and the ReLU: 8 x 16 MACs x batch 2 = 256), the
+    # reentrant one reruns the whole block (blk.a and blk.b: 2 x 256 MACs); 2 x MACs each
+    again = 2 * (512 if reentrant else 256)
+    assert pb.loc["step", "hardware_flops"] - pb.loc["step", "model_flops"] == again
+    rows = b.rows.set_index("module")
+    # charged to the call whose autograd node ran it: blk's (its saved-tensor unpack), or, for
+    # the reentrant variant, the root's own CheckpointFunction node, made outside blk
+    where = "(self)" if reentrant else "blk"
+    assert rows.loc[where, "hardware_flops"] - rows.loc[where, "model_flops"] == again
+    assert rows.loc["head", "hardware_flops"] == rows.loc["head", "model_flops"]
+    if reentrant:
+        return
+    full = modelprof.profile(ckpt, **kw).utilization(peak=Peaks(1e9, 1e9), flops="flops")
+    # in full FLOPs the recomputed addmm (2 x 256 + 32 bias adds) and ReLU (32) count
+    p = full.phases.set_index("phase").loc["step"]
+    assert p["hardware_flops"] - p["model_flops"] == 544 + 32
+
+
+def test_rows_add_up_and_times_make_the_ratio():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+    peaks = Peaks(peak_flops=2e9, peak_bytes=1e9)
+    report = modelprof.profile(model, (64,), batch_size=16, roofline=peaks, repeat=5,
+                               warmup=1, budget_s=1)
+    u = report.utilization()                      # the report's own (given) peaks
+    rows, whole = u.rows, u.phases.set_index("phase").loc["forward"]
+    leaves = rows[[r.leaf for r in report.rows]]
+    # 2 x MACs: 16 x (64 x 128 + 128 x 32) = 196,608 MACs
+    assert whole["model_flops"] == leaves["model_flops"].sum() == 2 * 196_608
+    assert rows.loc[0, "model_flops"] == 2 * 196_608          # the root sums its subtree
+    lat = report.latency.median_ms
+    assert whole["mfu"] == pytest.approx(2 * 196_608 / (lat * 1e-3 * 2e9))
+    traffic = report.totals["read_bytes"] + report.totals["write_bytes"]
+    assert whole["mbu"] == pytest.approx(traffic / (lat * 1e-3 * 1e9))
+    r1 = report.rows[1]
+    assert rows.loc[1, "mfu"] == pytest.approx(2 * 16 * 64 * 128 / (r1.latency_ms * 1e-3 * 2e9))
+    full = report.utilization(flops="flops").phases.set_index("phase").loc["forward"]
+    assert full["model_flops"] == report.totals["flops"]
+    assert "MFU" in report.summary() and "2 x MACs of contractions" in report.summary()
+    assert "given" in u.convention.describe()
+
+
+def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
+    # CPU time on one thread: what load on a shared machine cannot stretch; the probe's best
+    # run of the same product is the peak, so the two measure the same thing
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        peaks = probe_peaks("cpu", matmul_size=512, budget_s=1.0)
+        model = nn.Linear(512, 512, bias=False)
+        report = modelprof.profile(model, (512,), batch_size=512, roofline=peaks, clock="cpu",
+                                   repeat=7, warmup=2, budget_s=3)
+    finally:
+        torch.set_num_threads(threads)
+    u = report.utilization(peak="probe")
+    assert u.phases.loc[0, "model_flops"] == 2 * 512 ** 3         # the probe's own product
+    assert u.mfu >= 0.8, (u.mfu, u.describe())
+    assert u.by_peak["probe"] == u.mfu
+    # a datasheet peak named: both recorded, and both in the line
+    sheet = report.utilization("H100 SXM")
+    assert sheet.by_peak == {"probe": u.mfu, "datasheet": sheet.mfu}
+    # 67 TFLOP/s dense float32 against the probe's: the ratio of the two MFUs is theirs
+    assert sheet.mfu / u.mfu == pytest.approx(peaks.peak_flops / 67e12)
+    assert "datasheet, dense, H100 SXM" in sheet.describe()
+    assert f"against the probe peak {u.mfu:.3f}" in sheet.describe()
+
+
+def test_bad_conventions_and_peaks_are_named():
+    report = modelprof.profile(nn.Linear(4, 4), (4,), timing=False)
+    with pytest.raises(ModelProfError, match="flops='3macs'"):
+        report.utilization(Peaks(1e9, 1e9), flops="3macs")
+    with pytest.raises(ModelProfError, match="causal='quarter'"):
+        report.utilization(Peaks(1e9, 1e9), causal="quarter")
+    with pytest.raises(ModelProfError, match="peak='probe'"):
+        report.utilization("probe")
+    with pytest.raises(ModelProfError, match="peak='Z9000'.*known: .*'H100 SXM'"):
+        report.utilization("Z9000")
+    with pytest.raises(ModelProfError, match="peak_flops must be a positive number, got 0"):
+        Peaks(peak_flops=0, peak_bytes=1e9)
+    with pytest.raises(ModelProfError, match="peaks=3"):
+        Convention(peaks=3)
+    untimed = report.utilization(Peaks(1e9, 1e9))
+    assert math.isnan(untimed.mfu)        # no time, no utilization; the FLOPs are still there
+    assert untimed.phases.loc[0, "model_flops"] == 2 * 16
+
+
+def test_group_mfu_is_every_ranks_flops_over_the_slowest_time():
+    # 3 ranks, 1e9, 2e9, 3e9 FLOPs; the slowest took 2 ms; peak 1e12 per device:
+    # 6e9 / (2e-3 x 3 x 1e12) = 1.0
+    assert group_mfu([1e9, 2e9, 3e9], [1.0, 2.0, 1.5], 1e12) == pytest.approx(1.0)
+    with pytest.raises(ModelProfError, match="one time per rank"):
+        group_mfu([1e9], [1.0, 2.0], 1e12)
+    with pytest.raises(ModelProfError, match="peak_flops=0"):
+        group_mfu([1e9], [1.0], 0)
+
+
+def test_group_utilization_on_a_one_rank_group(tmp_path):
+    import torch.distributed as dist
+
+    from modelprof.report.utilization import group_utilization
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        report = modelprof.profile(nn.Linear(64, 64), (64,), batch_size=8, repeat=3, warmup=1,
+                                   budget_s=1, roofline=Peaks(1e9, 1e9))
+        u = report.utilization()
+        frame = group_utilization(u).set_index("rank")
+    finally:
+        dist.destroy_process_group()
+    # one rank: the group's MFU is the rank's
+    assert frame.loc[0, "model_flops"] == frame.loc[-1, "model_flops"] == 2 * 8 * 64 * 64
+    assert frame.loc[-1, "mfu"] == pytest.approx(u.mfu)
+
+
+class _ToyLM(nn.Module):
+    """Embedding, one projection of the cache's mean, and the unembedding: a decode step's
+    cost grows with the cache it reads."""
+
+    def __init__(self, vocab: int = 32, d: int = 16) -> None:
+        super().__init__()
+        self.emb, self.proj, self.out = nn.Embedding(vocab, d), nn.Linear(d, d), \
+            nn.Linear(d, vocab, bias=False)
+
+    def forward(self, tokens, cache):
+        h = self.emb(tokens)
+        cache = h if cache is None else torch.cat([cache, h], dim=1)
+        return self.out(self.proj(h + cache.mean(dim=1, keepdim=True))), cache
+
+
+def test_generation_phases_mfu_and_decode_mbu():
+    lm = _ToyLM()
+    report = modelprof.profile_generation(lm, step=lambda t, c: lm(t, c), prompt_len=8,
+                                          new_tokens=3, repeat=3, warmup=1, budget_s=1)
+    u = report.utilization(Peaks(1e9, 1e9))
+    phases = u.phases
+    assert list(phases["phase"]) == [p.name for p in report.phases()]
+    for p, (_, row) in zip(report.phases(), phases.iterrows()):
+        # per token 2 x (16 x 16 + 16 x 32) MACs = 1,536 FLOPs
+        assert row["model_flops"] == 1536 * p.tokens * p.batch_size
+        t = p.report.latency.median_ms
+        assert row["mbu"] == pytest.approx(
+            (p.totals["read_bytes"] + p.totals["write_bytes"]) / (t * 1e-3 * 1e9))
+    assert {"phase", "context", "mfu", "mbu"} <= set(u.rows.columns)
+    # inside the timed generations: TTFT for the prefill, a decode step's median at its context
+    timing = report.timing
+    assert phases.loc[0, "generation_ms"] == timing.ttft.median_ms
+    for i, p in enumerate(report.phases()[1:], start=1):
+        at = timing.contexts == p.context
+        assert at.any()
+        assert phases.loc[i, "generation_ms"] == np.median(timing.step_ms[:, at])
+        traffic = p.totals["read_bytes"] + p.totals["write_bytes"]
+        assert phases.loc[i, "mbu_generation"] == pytest.approx(
+            traffic / (phases.loc[i, "generation_ms"] * 1e-3 * 1e9))
+
+
+def test_the_table_carries_mfu_and_mbu_beside_latency():
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU())
+    peaks = Peaks(peak_flops=2e9, peak_bytes=1e9)
+    report = modelprof.profile(model, (64,), batch_size=16, roofline=peaks, repeat=3, warmup=1,
+                               budget_s=1)
+    df = report.to_dataframe()
+    u = report.utilization()
+    assert list(df["mfu"].fillna(-1)) == list(u.rows["mfu"].fillna(-1))
+    assert list(df["mbu"].fillna(-1)) == list(u.rows["mbu"].fillna(-1))
+    # Linear: 2 x 16 x 64 x 128 FLOPs over its latency and the 2e9 peak
+    assert df.loc[1, "mfu"] == pytest.approx(2 * 16 * 64 * 128 / (df.loc[1, "latency_ms"] * 1e-3
+                                                                  * 2e9))
+    assert "hfu" not in df.columns
+    assert "MFU" in report.to_text(columns=["module", "latency_ms", "mfu", "mbu"])
+
+
+def test_hf_generation_prefill_halved_decode_never():
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
+                                  n_positions=256, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    report = modelprof.profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
+    counted = report.utilization(Peaks(1e9, 1e9)).phases
+    half = report.utilization(Peaks(1e9, 1e9), causal="half").phases
+    # per token and layer the linears are 64 x (192 + 64 + 256 + 256) = 49,152 MACs; the
+    # attention 4 heads x (L_q x L_k) x (16 + 16); the lm_head of the last token 64 x 128
+    prefill = 8 * 2 * 49_152 + 2 * 4 * 8 * 8 * 32 + 64 * 128      # 811,008 MACs
+    assert counted.loc[0, "model_flops"] == 2 * prefill
+    # the prefill's causal attention halved: 2 x 16,384 MACs / 2
+    assert half.loc[0, "model_flops"] == 2 * prefill - 16_384
+    for i, L in enumerate(counted["context"][1:], start=1):
+        decode = 2 * 49_152 + 2 * 4 * (L + 1) * 32 + 64 * 128      # one query, L + 1 keys
+        assert counted.loc[i, "model_flops"] == half.loc[i, "model_flops"] == 2 * decode
+
+
+def test_training_phases_split_forward_loss_and_backward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4))
+    x, target = torch.randn(2, 8), torch.randn(2, 4)
+    report = modelprof.profile(model, inputs=x, backward=True, timing=False,
+                               loss_fn=nn.MSELoss(), target=target)
+    p = report.utilization(Peaks(1e9, 1e9), flops="flops").phases.set_index("phase")
+    loss = next(r for r in report.rows if r.kind == "loss")
+    # forward: the Linear's addmm 2 x 8 x 4 MACs x 2 + 8 bias adds = 136 FLOPs
+    assert p.loc["forward", "model_flops"] == report.totals["flops"] - loss.flops == 136
+    assert p.loc["backward", "model_flops"] == report.totals["backward_flops"]
+    assert p.loc["step", "model_flops"] == report.totals["flops"] + report.totals["backward_flops"]
