@@ -152,6 +152,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             raise
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
+    tracker.add_not_called(model)
     records = tracker.records
     if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
         records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
 from modelprof.report.frames import WholeFrame
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
@@ -503,9 +504,10 @@ class Report:
         if t.get("frozen_params"):
             lines.append(f"trainable params {t['trainable_params']:,}, frozen "
                          f"{t['frozen_params']:,} (requires_grad=False)")
-        if self.model_params != t["params"]:
-            lines.append(f"({self.model_params - t['params']:,} of the model's "
-                         f"{self.model_params:,} parameters were not used by this forward)")
+        idle = [r for r in self.rows if r.module == NOT_CALLED]
+        if idle:
+            lines.append(f"({idle[0].params:,} of the params are in modules this forward did "
+                         f"not call: {idle[0].type}; row {NOT_CALLED!r})")
         if self.latency is not None:
             lines.extend(self._timing_summary())
         else:       # a counting-only report still says why (device="meta": counting only)

@@ -337,6 +337,7 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
             raise
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
+        tracker.add_not_called(model)
         records: list[CallRecord] = tracker.records or [
             tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
         tracker.marks.mark(LOSS)
