@@ -463,3 +463,25 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     assert (timed["achieved_gflops"].to_numpy() * 1e9 <= roofs.peak_flops * (1 + 1e-9)).all()
     assert (timed["efficiency"] <= 1 + 1e-9).all()
     assert timed["efficiency"].gt(0).all()
+
+
+@pytest.mark.parametrize("name, variants", [
+    ("A100", ["A100 SXM 80GB", "A100 PCIe 80GB", "A100 SXM 40GB", "A100 PCIe 40GB"]),
+    ("a100 80gb", ["A100 SXM 80GB", "A100 PCIe 80GB"]),   # the form factor is missing
+    ("A100 PCIe", ["A100 PCIe 80GB", "A100 PCIe 40GB"]),  # the memory is missing
+    ("H100", ["H100 SXM", "H100 PCIe", "H100 NVL"]),
+    ("V100", ["V100 SXM2", "V100 PCIe"]),
+])
+def test_an_ambiguous_device_name_is_refused_with_its_variants(name, variants) -> None:
+    # 40 GB and 80 GB A100s differ by 30 % in bandwidth (1,555 against 2,039 GB/s): a bound
+    # against the wrong one is wrong by that much, so no variant is assumed
+    with pytest.raises(ModelProfError, match="ambiguous") as e:
+        lookup_peaks(name, "float16")
+    for v in variants:
+        assert repr(v) in str(e.value)
+
+
+def test_a_named_variant_gives_its_own_bandwidth() -> None:
+    assert lookup_peaks("A100 SXM 80GB", "float16").peak_bytes == pytest.approx(2039e9)
+    assert lookup_peaks("A100 SXM 40GB", "float16").peak_bytes == pytest.approx(1555e9)
+    assert lookup_peaks("a100 pcie 80gb", "float16").device == "A100 PCIe 80GB"

@@ -203,19 +203,25 @@ KNOWN_DEVICES: dict[str, DeviceSpec] = {
 }
 
 
-# First match wins: every token of a rule must appear among the name's tokens.
+# First match wins: every token of a rule must appear among the name's tokens. A rule names one
+# variant (form factor, memory): a family name alone ("A100") is ambiguous and refused.
 _MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
     (frozenset(tokens.split()), key)
     for tokens, key in (
         ("h100 nvl", "H100 NVL"),
         ("h100 pcie", "H100 PCIe"),
-        ("h100", "H100 SXM"),
+        ("h100 sxm", "H100 SXM"),
+        ("h100 sxm5", "H100 SXM"),
+        ("h100 hbm3", "H100 SXM"),      # torch: "NVIDIA H100 80GB HBM3"
         ("h200 nvl", "H200 NVL"),
-        ("h200", "H200 SXM"),
+        ("h200 sxm", "H200 SXM"),
+        ("nvidia h200", "H200 SXM"),    # torch: "NVIDIA H200"
         ("a100 pcie 40gb", "A100 PCIe 40GB"),
-        ("a100 pcie", "A100 PCIe 80GB"),
-        ("a100 80gb", "A100 SXM 80GB"),
-        ("a100", "A100 SXM 40GB"),
+        ("a100 pcie 80gb", "A100 PCIe 80GB"),
+        ("a100 sxm 40gb", "A100 SXM 40GB"),
+        ("a100 sxm4 40gb", "A100 SXM 40GB"),
+        ("a100 sxm 80gb", "A100 SXM 80GB"),
+        ("a100 sxm4 80gb", "A100 SXM 80GB"),
         ("l40s", "L40S"),
         ("l4", "L4"),
         ("a10g", "A10G"),
@@ -223,28 +229,36 @@ _MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
         ("t4", "T4"),
         ("v100s", "V100S PCIe"),
         ("v100 pcie", "V100 PCIe"),
-        ("v100", "V100 SXM2"),
+        ("v100 sxm2", "V100 SXM2"),
         ("4090", "RTX 4090"),
         ("3090", "RTX 3090"),
     )
 )
+# families with several variants in the table, by the token that names the family
+_FAMILIES = ("h100", "h200", "a100", "v100")
 
 
 def match_device(name: str) -> str | None:
     """The :data:`KNOWN_DEVICES` key for a device name as torch reports it, or None.
 
     ``"NVIDIA H100 80GB HBM3" -> "H100 SXM"``, ``"NVIDIA A100-SXM4-40GB" -> "A100 SXM 40GB"``,
-    ``"Tesla T4" -> "T4"``; a key itself matches too.
+    ``"Tesla T4" -> "T4"``; a key itself matches too. A name that fits several variants
+    (``"A100"``: 40 or 80 GB, SXM or PCIe, 1,555 to 2,039 GB/s) raises ``ModelProfError``
+    listing them.
     """
     if not isinstance(name, str):
         raise ModelProfError(f"device name must be a string, got {name!r}")
     if name in KNOWN_DEVICES:
         return name
     tokens = set(re.split(r"[\s\-_/,()]+", name.lower()))
-    # "A100 80GB PCIe" and "A100-PCIE-80GB" both carry "pcie": form factor decides first.
     for rule, key in _MATCH_RULES:
         if rule <= tokens:
             return key
+    for family in _FAMILIES:
+        if family in tokens:
+            variants = [k for k in KNOWN_DEVICES if k.lower().split()[0] == family]
+            raise ModelProfError(f"device name {name!r} is ambiguous: it fits "
+                                 f"{', '.join(map(repr, variants))}; name one of them")
     return None
 
 
@@ -254,7 +268,8 @@ def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
     :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
     ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
     float32 rate. ``conv_tf32`` (float32 and tf32 only): whether cuDNN convolutions use TF32,
-    when that differs from the matmuls, sets ``conv_peak_flops``."""
+    when that differs from the matmuls, sets ``conv_peak_flops``. A name that fits several
+    variants (``"A100"``) raises ``ModelProfError`` listing them (:func:`match_device`)."""
     name = _dtype_name(dtype)
     key = match_device(device_name)
     if key is None:
