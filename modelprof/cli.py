@@ -566,7 +566,7 @@ def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
         "csv": lambda p: render.to_csv(df, path=p),
         "md": lambda p: render.to_markdown(df, path=p),
         "tex": lambda p: render.to_latex(df, path=p, units="fixed",
-                                         caption=render.escape_latex(caption)),
+                                         caption=caption),
         "html": lambda p: render.to_html(df, path=p, caption=caption),
         "json": lambda p: render.to_json(df, env=env, path=p),
     }

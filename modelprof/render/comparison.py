@@ -118,10 +118,10 @@ def comparison_to_latex(df: pd.DataFrame, path: str | os.PathLike[str] | None = 
                         **view: Any) -> str | Path:
     """A booktabs table with one unit per column, fitted to the page like a report's; the
     caption defaults to the baseline and environment."""
-    from modelprof.render.latex import escape_latex, to_latex
+    from modelprof.render.latex import to_latex
 
     if caption is None:
-        caption = escape_latex(compare_caption(df.attrs)) or None
+        caption = compare_caption(df.attrs) or None
     view.setdefault("priority", _LATEX_PRIORITY)
     return to_latex(df, path=path, columns=_columns(df, columns), caption=caption, **view)
 

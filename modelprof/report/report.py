@@ -315,10 +315,10 @@ class Report:
         (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
         compile in one- and two-column classes (``long=True``: a ``longtable``). The
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
-        from modelprof.render.latex import escape_latex, to_latex
+        from modelprof.render.latex import to_latex
         df, totals, end_to_end, view = self._view(
             style, view, options, compact=True, priority=_LATEX_PRIORITY,
-            caption=escape_latex(self._title()))
+            caption=self._title())
         return to_latex(df, totals, end_to_end=end_to_end, path=path, view=view)
 
     def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
