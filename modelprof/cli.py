@@ -692,23 +692,24 @@ _SWEEP_SHOWN = ("model", "batch_size", "dtype", "mode", "timing", "status", "par
                 "flops", "latency_median_ms", "rank", "wall_s")
 
 
-def _run_sweep(ctx: _Context) -> None:
+def _run_sweep(ctx: _Context) -> int:
     from modelprof.sweep import sweep
 
     args = ctx.args
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
     df = sweep(args.config, out=out, resume=not args.no_resume,
                retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout)
+    failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
-        return  # one voice: rank 0 prints and has written the table
+        return int(failed > 0)  # one voice: rank 0 prints and has written the table
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
     print(df[shown].to_string(index=False), file=ctx.stdout)
-    failed = int((df["status"] != "ok").sum())
     world = os.environ.get("WORLD_SIZE", "1")
     print(f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
           f"{' (see the error column)' if failed else ''}; {world} rank(s)", file=ctx.stdout)
     for name in ("sweep.csv", "sweep.json"):
         ctx.wrote(out / name)
+    return int(failed > 0)   # a run with failures failed, after writing what succeeded
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -743,7 +744,8 @@ def _all_ranks(on: bool) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 bug)."""
+    """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 a bug or
+    a run that failed in part: a sweep with failed configurations)."""
     parser = build_parser()
     stdout, stderr = sys.stdout, sys.stderr
     try:
@@ -755,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with _all_ranks(getattr(args, "all_ranks", False)), \
                 _one_line_warnings(stderr if is_speaker() else io.StringIO()):
-            args.run(_Context(args, stdout, stderr))
+            status = args.run(_Context(args, stdout, stderr))
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2
@@ -770,7 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: internal error (please report it):", file=stderr)
         traceback.print_exc(file=stderr)
         return 1
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from modelprof.distributed.sweep import COUNTED_COLUMNS, run_sweep
 from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
 from modelprof.models import load_model
 from modelprof.profile import profile
+from modelprof.render.csvio import to_csv
 from modelprof.timing.options import OPTION_NAMES
 
 __all__ = ["measure_config", "profile_keywords", "sweep"]
@@ -49,7 +50,7 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     """
     configs = load_sweep(config, options=profile_keywords())
     return run_sweep(configs, measure_config, out, resume=resume, retry_failed=retry_failed,
-                     progress=progress, timeout_s=timeout_s)
+                     progress=progress, timeout_s=timeout_s, csv_text=to_csv)
 
 
 def profile_keywords() -> set[str]:

@@ -55,10 +55,11 @@ Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 def run_sweep(configs: list[SweepConfig], measure: Measure,
               out: str | os.PathLike[str] | None = None, *, resume: bool = True,
               retry_failed: bool = False, progress: bool = False,
-              timeout_s: float = 1800.0) -> pd.DataFrame:
+              timeout_s: float = 1800.0, csv_text: Callable[[pd.DataFrame], str]
+              ) -> pd.DataFrame:
     """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
-    frame (on every rank). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``;
-    the options are documented there."""
+    frame (on every rank). What ``modelprof.sweep`` runs with ``profile()`` as ``measure`` and
+    the exporters' CSV writer as ``csv_text``; the options are documented there."""
     for name, value in (("resume", resume), ("retry_failed", retry_failed),
                         ("progress", progress)):
         if not isinstance(value, bool):
@@ -66,6 +67,8 @@ def run_sweep(configs: list[SweepConfig], measure: Measure,
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
     store = ResultStore(out) if out is not None else None
+    if store is not None:
+        store.check(configs)
     timed = any(c.timing for c in configs)
     with open_ranks(float(timeout_s), timed=timed) as meeting:
         rank = meeting.ranks.rank
@@ -80,7 +83,7 @@ def run_sweep(configs: list[SweepConfig], measure: Measure,
             bar.close()
     frame = _frame(configs, {k: v for part in parts for k, v in part.items()})
     if store is not None and rank == 0:
-        store.write_table(frame)
+        store.write_table(frame, csv_text)
     return frame
 
 

@@ -8,7 +8,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,15 @@ class ResultStore:
         if not os.access(self.folder, os.W_OK | os.X_OK):
             raise ModelProfError(f"out={str(self.out)!r}: the folder is not writable")
 
+    def check(self, configs: Iterable[SweepConfig]) -> None:
+        """Refuse, before anything runs, a result path that something other than a file holds
+        (a folder named like a configuration's result)."""
+        for config in configs:
+            path = self.path(config)
+            if path.exists() and not path.is_file():
+                raise ModelProfError(f"out={str(self.out)!r}: {str(path)!r}, where the result "
+                                     "of a configuration goes, is not a file: move it away")
+
     def path(self, config: SweepConfig) -> Path:
         return self.folder / f"{config.name}.json"
 
@@ -73,15 +82,25 @@ class ResultStore:
 
     def save(self, config: SweepConfig, row: Mapping[str, Any]) -> None:
         data = {"format": _FORMAT, "config": config.to_dict(), "row": _plain(row)}
-        write_atomic(self.path(config), json.dumps(data, indent=1, allow_nan=False))
+        _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
-    def write_table(self, frame: pd.DataFrame) -> list[Path]:
-        """``sweep.csv`` (raw numbers) and ``sweep.json`` (records), each atomically."""
+    def write_table(self, frame: pd.DataFrame, csv_text: Callable[[pd.DataFrame], str]
+                    ) -> list[Path]:
+        """``sweep.csv`` (raw numbers, as ``csv_text`` writes them: the CSV writer of every
+        table) and ``sweep.json`` (records), each atomically."""
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
-        write_atomic(csv_path, frame.to_csv(index=False))
+        _write(csv_path, csv_text(frame))
         records = [_plain(r) for r in frame.to_dict(orient="records")]
-        write_atomic(json_path, json.dumps(records, indent=1, allow_nan=False))
+        _write(json_path, json.dumps(records, indent=1, allow_nan=False))
         return [csv_path, json_path]
+
+
+def _write(path: Path, text: str) -> None:
+    """``write_atomic``, a file that cannot be written said in one line."""
+    try:
+        write_atomic(path, text)
+    except OSError as e:
+        raise ModelProfError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
 
 
 def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
