@@ -166,10 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    sized = argparse.ArgumentParser(add_help=False)   # the commands that make inputs
+    sized.add_argument("--input-size", action="append", metavar="C,H,W", type=str,
+                       help="input shape without the batch dimension, e.g. 3,224,224; repeat "
+                            "for a model with several inputs (default: the model's own)")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--input-size", action="append", metavar="C,H,W", type=str,
-                        help="input shape without the batch dimension, e.g. 3,224,224; repeat "
-                             "for a model with several inputs (default: the model's own)")
     common.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cpu)")
     common.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                         help="cast the model and inputs (default: the model's dtype)")
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--optimizer", default=None, metavar="NAME",
                        help="with --backward, also the optimizer step (sgd, adam, adamw, ...)")
 
-    p = sub.add_parser("profile", parents=[common, table], help="per-layer table of one model",
+    p = sub.add_parser("profile", parents=[common, sized, table], help="per-layer table of one model",
                        description="Profile one model: a per-layer table and totals.",
                        formatter_class=_HelpFormatter)
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
@@ -218,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show modules down to nesting depth K (default: all)")
     p.set_defaults(run=_run_profile)
 
-    c = sub.add_parser("compare", parents=[common, table], help="several models side by side",
+    c = sub.add_parser("compare", parents=[common, sized, table],
+                       help="several models side by side",
                        description="Compare models: one row each, ratios to a baseline.",
                        formatter_class=_HelpFormatter)
     c.add_argument("models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}")
@@ -230,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest batch size the throughput search tries (default: 1024)")
     c.set_defaults(run=_run_compare)
 
-    t = sub.add_parser("throughput", parents=[common], help="best batch size and samples/s",
+    t = sub.add_parser("throughput", parents=[common, sized],
+                       help="best batch size and samples/s",
                        description="Search the batch size that maximises samples per second.",
                        formatter_class=_HelpFormatter)
     t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
@@ -292,7 +295,7 @@ class _Context:
             if not torch.cuda.is_available():
                 raise ModelProfError(f"--device {args.device!r}: CUDA is not available here")
         self.dtype = parse_dtype(args.dtype)
-        sizes = [parse_input_size_arg(s) for s in args.input_size or []]
+        sizes = [parse_input_size_arg(s) for s in getattr(args, "input_size", None) or []]
         self.input_size: Any = None if not sizes else sizes[0] if len(sizes) == 1 else sizes
         if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
             raise ModelProfError(f"--batch-size {args.batch_size} must be >= 1")
@@ -307,7 +310,8 @@ class _Context:
         if (self.input_specs or self.tokens is not None) and sizes:
             raise ModelProfError("--input-size makes float inputs; --input/--tokens give the "
                                  "inputs themselves: use one or the other")
-        self.formats = parse_formats(args.format) if args.format else ()
+        # an empty --format '' names no format: refused, not ignored
+        self.formats = parse_formats(args.format) if args.format is not None else ()
         if self.formats or args.out is not None:
             self.out: Path | None = args.out or Path(".")
             self.formats = self.formats or _DEFAULT_FORMATS
