@@ -152,10 +152,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             raise
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
-    tracker.add_not_called(model)
-    records = tracker.records
-    if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
-        records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
+    records = tracker.final_records(model, inputs.args, inputs.kwargs, output)
     # the guard's parameters are distinct already; packed weights are no tensors
     count = torch.Tensor.numel if view is None else view.count
     model_params = sum(map(count, guard.parameters)) + \

@@ -236,6 +236,13 @@ class Tracker:
         records.append(record)
         stack.append(record)
 
+    def final_records(self, model: nn.Module, args: tuple, kwargs: dict,
+                      output: Any) -> list[CallRecord]:
+        """After the forward: the records with the ``(not called)`` one; where no Python hook
+        fired (a TorchScript module), one record for the whole call."""
+        self.add_not_called(model)
+        return self.records or [self.opaque_root(model, args, kwargs, output)]
+
     def add_not_called(self, model: nn.Module) -> None:
         """After the forward: the parameters no call used (a head the forward skips, as
         inception_v3's auxiliary head in eval) go to one leaf record ``(not called)`` that names

@@ -337,9 +337,8 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
             raise
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
-        tracker.add_not_called(model)
-        records: list[CallRecord] = tracker.records or [
-            tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
+        records: list[CallRecord] = tracker.final_records(model, inputs.args, inputs.kwargs,
+                                                          output)
         tracker.marks.mark(LOSS)
         saved.call = lambda: LOSS
         guard.begin("the loss")
