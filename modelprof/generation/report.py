@@ -19,6 +19,8 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
+from modelprof.render.units import format_rate
+from modelprof.report.frames import shown
 
 __all__ = ["GenerationReport"]
 
@@ -118,7 +120,16 @@ class GenerationReport:
             if self.peaks is not None:
                 row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
             rows.append(row)
-        return pd.DataFrame(rows)
+        return shown(pd.DataFrame(rows), caption=self._bound_caption())
+
+    def _bound_caption(self) -> str | None:
+        """What the ``bound_*`` columns are against: the datasheet variant, named."""
+        p = self.peaks
+        if p is None:
+            return None
+        return (f"bound_*: roofline lower bound on {p.device} ({p.dtype}, datasheet: "
+                f"{format_rate(p.peak_flops, 'FLOP/s')}, {format_rate(p.peak_bytes, 'B/s')}); "
+                "a bound, not a measurement")
 
     def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """Every leaf row of every phase with its compute, memory and roofline bound (ms) on
@@ -133,13 +144,14 @@ class GenerationReport:
             df.insert(0, "context", p.context)
             df.insert(0, "phase", p.name)
             frames.append(df)
-        return pd.concat(frames, ignore_index=True)
+        return shown(pd.concat(frames, ignore_index=True), caption=self._bound_caption())
 
     def growth(self, batch_size: int | None = None) -> pd.DataFrame:
         """Decode steps against the context: counted MACs, FLOPs, bytes, the measured time of
         the step (per-layer passes) and the bound."""
         table = self.phase_table(batch_size)
-        return table[table["phase"] == "decode"].reset_index(drop=True)
+        return shown(table[table["phase"] == "decode"].reset_index(drop=True),
+                     caption=self._bound_caption())
 
     def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
         """Per added context token: the slope of each counted column and of the measured step
@@ -172,15 +184,16 @@ class GenerationReport:
             if t is not None:
                 row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
             rows.append(row)
-        return pd.DataFrame(rows)
+        return shown(pd.DataFrame(rows))
 
     def kv_cache(self) -> pd.DataFrame:
         """Bytes per layer held by the cache after the last profiled step."""
         if self.kv is None:
             return pd.DataFrame(columns=["layer", "bytes", "bytes_per_token"])
         per = np.asarray(self.kv.per_layer_bytes, dtype=float)
-        return pd.DataFrame({"layer": range(per.size), "bytes": per,
-                             "bytes_per_token": per / (self.kv.batch_size * self.kv.tokens)})
+        return shown(pd.DataFrame({"layer": range(per.size), "bytes": per, "bytes_per_token":
+                                   per / (self.kv.batch_size * self.kv.tokens)}),
+                     units={"bytes": "_bytes", "bytes_per_token": "_bytes"})
 
     # -- exporters ---------------------------------------------------------------------------
     def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
@@ -194,8 +207,7 @@ class GenerationReport:
                  "## Summary", "", _md(self.summary()), "", "## Phases", "",
                  _md(self.phase_table())]
         if self.peaks is not None:
-            parts += ["", f"`bound_*` columns: roofline lower bound on {self.peaks.device} "
-                      f"({self.peaks.dtype}, datasheet); a bound, not a measurement."]
+            parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
             parts += ["", "## KV cache", "", _md(pd.DataFrame([self.kv.to_dict()]).drop(
                 columns=["per_layer_bytes"]))]

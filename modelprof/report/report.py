@@ -13,7 +13,7 @@ import pandas as pd
 
 from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
-from modelprof.report.frames import WholeFrame
+from modelprof.report.frames import shown
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
@@ -156,7 +156,7 @@ class Report:
         unsupported = (self.unsupported if direction == "forward"
                        else self.training_step.cost.unsupported)
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
-        return WholeFrame({
+        return shown(pd.DataFrame({
             "op": names,
             "calls": count_column([by_op[n].calls for n in names]),
             "macs": count_column([by_op[n].macs for n in names]),
@@ -164,7 +164,7 @@ class Report:
             "madd": count_column([by_op[n].madd for n in names]),
             "supported": [n not in unsupported for n in names],
             "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
-        }).astype({"inexact_calls": "int64"})
+        }).astype({"inexact_calls": "int64"}))
 
     def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
         """Estimated memory (bytes) for inference and for a training step, per component:
@@ -179,9 +179,10 @@ class Report:
         step = self.training_step
         saved = None if step is None else int(self.totals.get("saved_bytes", 0))
         opt = None if step is None else step.cost.optimizer
-        return WholeFrame(estimate_memory(
+        return shown(estimate_memory(
             self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
-            optimizer_state_bytes=None if opt is None else opt.state_bytes))
+            optimizer_state_bytes=None if opt is None else opt.state_bytes),
+            units={"inference": "_bytes", "training_step": "_bytes"})
 
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
@@ -189,7 +190,7 @@ class Report:
         (see ``modelprof.distributed.collectives`` for the conventions)."""
         from modelprof.distributed.collectives import collectives_frame
 
-        return collectives_frame(self.rows)
+        return shown(collectives_frame(self.rows))
 
     @property
     def notes(self) -> dict[str, dict[str, int]]:
@@ -205,7 +206,7 @@ class Report:
         cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
         out = leaves.groupby("type", sort=False)[cols].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
-        return WholeFrame(out.sort_values("flops", ascending=False))
+        return shown(out.sort_values("flops", ascending=False))
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
@@ -233,7 +234,7 @@ class Report:
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return WholeFrame(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
+        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
