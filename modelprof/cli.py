@@ -321,6 +321,17 @@ class _Context:
             self.out = None
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
+    def step_line(self, name: str) -> Any:
+        """Without a progress bar (no terminal), a callback printing one line to stderr per
+        finished throughput point, so a long run written to a file shows it is alive."""
+        if self.progress or not self.speaker:
+            return None
+
+        def line(p: Any) -> None:
+            print(f"{PROG}: {name}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s",
+                  file=self.stderr, flush=True)
+        return line
+
     def load(self, spec: str) -> tuple[Any, str, Any]:
         loaded = self.load_spec(spec)
         return loaded.model, loaded.name, self.input_size if self.input_size is not None \
@@ -591,7 +602,8 @@ def _run_throughput(ctx: _Context) -> None:
     for spec in args.models:
         model, name, size = ctx.load(spec)
         result = measure_throughput(model, size, device=ctx.device, dtype=ctx.dtype,
-                                    progress=ctx.progress, **options)
+                                    progress=ctx.progress, on_point=ctx.step_line(name),
+                                    **options)
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)

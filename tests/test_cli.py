@@ -201,6 +201,26 @@ def test_throughput_writes_the_curve(nets: Path, tmp_path: Path,
     assert (tmp_path / "narrow_throughput.png").stat().st_size > 0
 
 
+def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
+        nets: Path, capsys: pytest.CaptureFixture) -> None:
+    # stderr captured: no terminal, so no progress bar; a line per finished point instead
+    code = main(["throughput", f"{nets}:narrow", "--max-batch", "4", "--budget", "0.05"])
+    assert code == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "samples/s" in line]
+    # batch 1, 2, 4 (doubling up to --max-batch 4), each as it finished, in order
+    assert [line.split(": ")[2] for line in lines] == ["batch 1", "batch 2", "batch 4"]
+    assert all(line.startswith("modelprof: narrow: batch ") for line in lines)
+
+
+def test_throughput_with_a_progress_bar_prints_no_lines(nets: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("tqdm")
+    assert main(["throughput", f"{nets}:narrow", "--max-batch", "2", "--budget", "0.05",
+                 "--progress"]) == 0
+    assert "modelprof: narrow: batch" not in capsys.readouterr().err
+
+
 def test_profile_with_timing_plots_time(nets: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture) -> None:
     out_dir = tmp_path / "plots"
