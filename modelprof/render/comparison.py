@@ -82,7 +82,9 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
     ranked_by = attrs.get("ranked_by")
-    if ranked_by is not None:
+    if attrs.get("unranked"):
+        parts.append("not ranked: too few runs for an interval")
+    elif ranked_by is not None:
         parts.append(RATIO_NOTE)
         if ranked_by == "cpu_work":
             parts.append("ranked by CPU work: the machine was loaded; CPU work equals latency "
