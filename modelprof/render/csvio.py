@@ -37,6 +37,7 @@ KNOWN_DTYPES: dict[str, str] = {
     # roofline
     "achieved_gflops": "float64", "achieved_gbps": "float64", "intensity": "float64",
     "memory_level": _TEXT, "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",
+    "efficiency_loaded": "bool",
     # torchstat view
     "module name": _TEXT, "input shape": _TEXT, "output shape": _TEXT, "memory(MB)": "float64",
     "MAdd": "int64", "Flops": "int64", "MemRead(B)": "int64", "MemWrite(B)": "int64",

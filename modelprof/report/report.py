@@ -509,6 +509,8 @@ class Report:
         if idle:
             lines.append(f"({idle[0].params:,} of the params are in modules this forward did "
                          f"not call: {idle[0].type}; row {NOT_CALLED!r})")
+        if self.peaks is not None and self.peaks.loaded:
+            lines.append(loaded_probe_note(self.peaks))
         if self.latency is not None:
             lines.extend(self._timing_summary())
         else:       # a counting-only report still says why (device="meta": counting only)
@@ -575,6 +577,18 @@ class Report:
                                                   caption=self._title())
         table = to_html(df, totals, end_to_end=end_to_end, view=view)
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
+
+
+def loaded_probe_note(peaks: Any) -> str:
+    """The summary's line on roofs probed on a busy machine."""
+    from modelprof.render.units import format_rate
+
+    return (f"note: the roofline probe ran on a busy machine (wall/CPU "
+            f"{peaks.wall_over_cpu:.2f}): its roofs (compute "
+            f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
+            f"{format_rate(peaks.peak_bytes, 'B/s')}) read low, and every efficiency judged "
+            "against them is marked (efficiency_loaded); probe again on a quiet machine, or "
+            "pass roofline=lookup_peaks(...)")
 
 
 def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:

@@ -23,6 +23,8 @@ import torch
 from modelprof.runtime.env import cpu_name
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import device_synchronize, tf32_enabled
+from modelprof.timing.clock import cpu_time_source
+from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
 
 __all__ = ["DeviceSpec", "KNOWN_DEVICES", "MemoryLevel", "Peaks", "cache_levels", "conv_uses_other_precision", "lookup_peaks", "match_device", "probe_peaks"]
 
@@ -64,7 +66,10 @@ class Peaks:
     convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
     ``None``: convolutions share ``peak_flops``. ``raised``: the roofs a table's rows proved
     higher than probed (``"compute"``, ``"conv compute"``, a level's name; see
-    :func:`observed_peaks`), empty for peaks as probed or given.
+    :func:`observed_peaks`), empty for peaks as probed or given. ``wall_over_cpu``: a CPU
+    probe's wall time over its CPU time (None where not read); above
+    ``LOADED_WALL_OVER_CPU`` the machine was busy, the probed roofs are low, and ``loaded``
+    is True (the summary, the plot and every efficiency judged against them say so).
     """
 
     peak_flops: float
@@ -75,6 +80,12 @@ class Peaks:
     levels: tuple[MemoryLevel, ...] = ()
     conv_peak_flops: float | None = None
     raised: tuple[str, ...] = ()
+    wall_over_cpu: float | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """A probe that ran on a busy machine (wall time well above its CPU time)."""
+        return self.wall_over_cpu is not None and self.wall_over_cpu > LOADED_WALL_OVER_CPU
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
@@ -585,6 +596,8 @@ def probe_peaks(
     # Events record on the current device's stream: make the probed GPU the current one.
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
     conv_tf32 = conv_uses_other_precision(dev, name)
+    cpu_now = cpu_time_source()[1]
+    wall0, cpu0 = time.perf_counter_ns(), cpu_now()
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
         if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
             name = "tf32"
@@ -597,8 +610,10 @@ def probe_peaks(
         # (TF32 tensor cores, or plain FP32) gives their compute roof
         with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
             conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
+    wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
     return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
-                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv)
+                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv,
+                 wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None)
 
 
 def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:
