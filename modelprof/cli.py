@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from modelprof.errors import ModelProfError
+from modelprof.render.formats import get_format, table_formats
 
 __all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_arg",
            "parse_input_size_arg"]
 
 PROG = "modelprof"
-FORMATS: tuple[str, ...] = ("csv", "md", "tex", "html", "json", "png")
-_FORMAT_ALIASES = {"markdown": "md", "latex": "tex", "htm": "html"}
+#: every registered table format by its file suffix (``modelprof.render.formats``), and plots
+FORMATS: tuple[str, ...] = (*(f.suffix for f in table_formats()), "png")
 _DEFAULT_FORMATS = ("csv", "md")
 MODEL_HELP = ("a torchvision name (resnet18), torchvision:NAME, timm:NAME (needs timm), "
               "path/to/file.py:factory, or a saved module (.pt/.pth with --trust-pickle, .pt2); "
@@ -119,9 +120,11 @@ def parse_formats(text: str) -> tuple[str, ...]:
     for part in (p.strip().lower().lstrip(".") for p in text.split(",")):
         if not part:
             continue
-        fmt = _FORMAT_ALIASES.get(part, part)
-        if fmt not in FORMATS:
-            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}")
+        try:
+            fmt = part if part == "png" else get_format(part).suffix
+        except ModelProfError:
+            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}") \
+                from None
         if fmt not in chosen:
             chosen.append(fmt)
     if not chosen:
@@ -396,7 +399,7 @@ class _Context:
 
 
 #: The formats that need an optional package, and the package.
-_FORMAT_NEEDS = {"md": "tabulate", "png": "matplotlib"}
+_FORMAT_NEEDS = {**{f.suffix: f.needs for f in table_formats() if f.needs}, "png": "matplotlib"}
 
 
 def _check_writers(formats: Sequence[str]) -> None:
@@ -491,14 +494,12 @@ def _run_profile(ctx: _Context) -> None:
     if ctx.out is None:
         return
     stem = name if args.style == "modelprof" else f"{name}_torchstat"
-    writers = {"csv": report.to_csv, "md": report.to_markdown, "tex": report.to_latex,
-               "html": report.to_html}
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path(stem, fmt), lambda p, w=writers[fmt]: w(p, **view))
-        elif fmt == "json":  # the whole report, independent of the table's style
+        if fmt == "json":  # the whole report, independent of the table's style
             ctx.write(ctx.path(name, "json"), report.to_json)
-        elif fmt == "png":  # cost always; time and roofline when measured
+        elif fmt != "png":
+            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: report.export(f, p, **view))
+        else:  # cost always; time and roofline when measured
             _save_figure(ctx, report.plot_flops(), f"{name}_flops")
             if report.timed:
                 _save_figure(ctx, report.plot_latency(), f"{name}_latency")
@@ -523,7 +524,7 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
 
 def _run_compare(ctx: _Context) -> None:
     from modelprof.compare import compare, unique_name
-    from modelprof.render.comparison import compare_caption, comparison_to_markdown, env_caption
+    from modelprof.render.comparison import compare_caption, env_caption
     from modelprof.report.plots import plot_compare
 
     args = ctx.args
@@ -544,7 +545,7 @@ def _run_compare(ctx: _Context) -> None:
     env = df.attrs.get("env") or {}
     caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)
-    print(comparison_to_markdown(df), file=ctx.stdout)
+    print(df.render.export("markdown"), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is None:
@@ -558,36 +559,20 @@ def _write_comparison(ctx: _Context, df: Any) -> None:
     """Every chosen format of a comparison through its own renderers: the compact columns with
     their intervals, the caption (device, dtype, batch, torch; the ratio estimator) in every
     human-readable one; raw numbers of every column in csv/json."""
-    from modelprof.render import comparison as render
-
-    writers = {
-        "csv": lambda p: render.comparison_to_csv(df, path=p),
-        "md": lambda p: render.comparison_to_markdown(df, path=p),
-        "tex": lambda p: render.comparison_to_latex(df, path=p),
-        "html": lambda p: render.comparison_to_html(df, path=p),
-        "json": lambda p: render.comparison_to_json(df, path=p),
-    }
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path("comparison", fmt), writers[fmt])
+        if fmt != "png":
+            ctx.write(ctx.path("comparison", fmt), lambda p, f=fmt: df.render.export(f, p))
 
 
 def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
                  env: dict[str, Any] | None) -> None:
     """Every chosen table format of ``df``: raw numbers in csv/json, human units elsewhere."""
-    from modelprof import render
+    from modelprof.render.formats import export
 
-    writers = {
-        "csv": lambda p: render.to_csv(df, path=p),
-        "md": lambda p: render.to_markdown(df, path=p),
-        "tex": lambda p: render.to_latex(df, path=p, units="fixed",
-                                         caption=caption),
-        "html": lambda p: render.to_html(df, path=p, caption=caption),
-        "json": lambda p: render.to_json(df, env=env, path=p),
-    }
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path(stem, fmt), writers[fmt])
+        if fmt != "png":
+            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: export(
+                f, df, env=env, path=p, caption=caption, title=caption, standalone=True))
 
 
 # --- throughput ----------------------------------------------------------------------------------
@@ -649,11 +634,10 @@ def _run_generate(ctx: _Context) -> None:
     if ctx.out is None:
         return
     stem = f"{name}_generation"
-    writers = {"csv": report.to_csv, "md": report.to_markdown, "json": report.to_json}
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path(stem, fmt), writers[fmt])
-        elif fmt == "png":
+        if fmt != "png":
+            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: report.export(f, p))
+        else:
             if timing or report.peaks is not None:
                 _save_figure(ctx, report.plot_decode_growth(), f"{stem}_decode_growth")
             _save_figure(ctx, report.plot_phase_share(), f"{stem}_phase_share")

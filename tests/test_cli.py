@@ -277,10 +277,14 @@ def test_write_failure_names_out(nets: Path, tmp_path: Path, monkeypatch: pytest
                                  capsys: pytest.CaptureFixture) -> None:
     from modelprof.report.report import Report
 
-    def full_disk(self: object, path: object = None, **kw: object) -> None:
+    export = Report.export
+
+    def full_disk(self: Report, fmt: str, path: object = None, **kw: object) -> object:
+        if path is None:       # the table printed, not written
+            return export(self, fmt, path, **kw)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Report, "to_csv", full_disk)
+    monkeypatch.setattr(Report, "export", full_disk)   # what --out writes every table with
     assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 2
     err = _one_line_error(capsys)
     assert f"cannot write '{tmp_path / 'narrow.csv'}' (No space left on device)" in err

@@ -19,6 +19,7 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
+from modelprof.render.formats import export, get_format
 from modelprof.render.units import format_rate
 from modelprof.report.frames import shown
 
@@ -196,14 +197,27 @@ class GenerationReport:
                      units={"bytes": "_bytes", "bytes_per_token": "_bytes"})
 
     # -- exporters ---------------------------------------------------------------------------
+    def export(self, format: str, path: str | Path | None = None) -> str | Path | None:
+        """Any registered format (:mod:`modelprof.render.formats`): Markdown and JSON are the
+        whole report (``to_markdown``, ``to_json``); any other the per-layer table of every
+        phase (``to_dataframe``), captioned with the run."""
+        fmt = get_format(format)
+        if fmt.name in ("markdown", "json"):
+            return self.to_markdown(path) if fmt.name == "markdown" else self.to_json(path)
+        return fmt.write(self.to_dataframe(), None, path=path, caption=self._heading(),
+                         title=self._heading(), standalone=True)
+
+    def _heading(self) -> str:
+        return (f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
+                f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})")
+
     def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
-        """The per-layer table of every phase, raw numbers."""
-        return _write(self.to_dataframe(batch_size).to_csv(index=False), path)
+        """The per-layer table of every phase, raw numbers (the exporters' CSV writer)."""
+        return export("csv", self.to_dataframe(batch_size), path=path)
 
     def to_markdown(self, path: str | Path | None = None) -> str | None:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
-        parts = [f"# {self.model_name}: generation ({self.spec.prompt_len} prompt + "
-                 f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})", "",
+        parts = [f"# {self._heading()}", "",
                  "## Summary", "", _md(self.summary()), "", "## Phases", "",
                  _md(self.phase_table())]
         if self.peaks is not None:
@@ -278,10 +292,8 @@ class GenerationReport:
 
 
 def _md(df: pd.DataFrame) -> str:
-    try:
-        return df.to_markdown(index=False)
-    except ImportError:
-        return df.to_string(index=False)
+    """A table of the report in the registered Markdown format, human units."""
+    return str(export("markdown", df, show_totals=False)).rstrip("\n")
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

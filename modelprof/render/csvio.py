@@ -20,6 +20,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import selected_frame, with_index
 
@@ -154,9 +155,13 @@ def _restore(value: str) -> str:
     return value[1:] if value.startswith("'") else value
 
 
-def to_csv(df: pd.DataFrame, *, path: str | os.PathLike[str] | None = None,
-           view: ViewOptions | None = None, **options: Any) -> str | Path:
-    """The table as CSV, raw numbers. A meaningful index (compare results keyed by model name) is
+@register_format("csv", suffix="csv", human=False)
+def to_csv(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+           end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
+           path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+           **options: Any) -> str | Path:
+    """The table as CSV, raw numbers (a file of data: ``totals``, ``end_to_end`` and ``env``
+    are not written). A meaningful index (compare results keyed by model name) is
     written as the first column; row labels of a default or filtered index are not. Returns the
     text or writes ``path`` and returns it."""
     df = selected_frame(df, ViewOptions.parse(view, **options))

@@ -34,6 +34,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError, ModelProfWarning
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, is_rough, prepare_table
 
@@ -375,8 +376,9 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
     return parts
 
 
+@register_format("latex", suffix="tex", human=True)
 def to_latex(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-             end_to_end: Mapping[str, Any] | None = None,
+             end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
              path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
              **options: Any) -> str | Path:
     """A booktabs table of ``df`` with its footer rows, fitted to ``width`` (see the module

@@ -13,6 +13,7 @@ import pandas as pd
 
 from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
+from modelprof.render.formats import get_format
 from modelprof.report.frames import shown
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
@@ -293,21 +294,47 @@ class Report:
             update["columns"] = compact_columns(df)
         return df, totals, end_to_end, view.replace(**update) if update else view
 
+    def export(self, format: str, path: str | Path | None = None, *,
+               style: str = "modelprof", view: Any = None, **options: Any) -> str | Path:
+        """The table in any registered format (:mod:`modelprof.render.formats`; ``to_csv``,
+        ``to_markdown``... are this for their format). A human format shows the compact columns
+        unless ``columns`` says (the report's title as its caption, the summary above an HTML
+        page); a raw one every column, raw numbers, with the totals and (JSON) the
+        environment. Returns the text, or writes ``path``."""
+        fmt = get_format(format)
+        df, totals, end_to_end, view = self._view(
+            style, view, options, compact=fmt.human, priority=_LATEX_PRIORITY,
+            caption=self._title(), title=self._title(),
+            summary=tuple(self.summary().splitlines()) if fmt.human else ())
+        if not fmt.human:   # raw data: the model's totals as counted, and the environment
+            totals, env = self.totals, self._environment()
+        else:
+            env = None
+        return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view)
+
+    def _environment(self) -> dict[str, Any]:
+        """What a raw export carries beside the table: the environment and the timing."""
+        return {**self.env, "latency": self.latency.to_dict(samples=True)
+                if self.latency is not None else None,
+                "instrumentation_overhead": self.instrumentation_overhead,
+                "coverage": self.coverage, "unsupported": self.unsupported,
+                "timing_notes": self.timing_notes,
+                "timing_agreement": dataclasses.asdict(self.timing_agreement)
+                if self.timing_agreement is not None else None,
+                "training_step": self.training_step.to_dict()
+                if self.training_step is not None else None}
+
     def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
                view: Any = None, **options: Any) -> str | Path:
         """CSV with raw numbers (no units, every column), read back exactly by
         ``modelprof.render.read_csv``."""
-        from modelprof.render.csvio import to_csv
-        df, _, _, view = self._view(style, view, options, compact=False)
-        return to_csv(df, path=path, view=view)
+        return self.export("csv", path, style=style, view=view, **options)
 
     def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
                     view: Any = None, **options: Any) -> str | Path:
         """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
         rows. The compact columns by default (``columns="all"`` for every one)."""
-        from modelprof.render.markdown import to_markdown
-        df, totals, end_to_end, view = self._view(style, view, options, compact=True)
-        return to_markdown(df, totals, end_to_end=end_to_end, path=path, view=view)
+        return self.export("markdown", path, style=style, view=view, **options)
 
     def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
                  view: Any = None, **options: Any) -> str | Path:
@@ -316,44 +343,23 @@ class Report:
         (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
         compile in one- and two-column classes (``long=True``: a ``longtable``). The
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
-        from modelprof.render.latex import to_latex
-        df, totals, end_to_end, view = self._view(
-            style, view, options, compact=True, priority=_LATEX_PRIORITY,
-            caption=self._title())
-        return to_latex(df, totals, end_to_end=end_to_end, path=path, view=view)
+        return self.export("latex", path, style=style, view=view, **options)
 
     def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
                 standalone: bool = True, view: Any = None, **options: Any) -> str | Path:
         """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
         full), or with ``standalone=False`` the fragment the notebook displays."""
-        from modelprof.render.html import to_html
-        df, totals, end_to_end, view = self._view(
-            style, view, {**options, "standalone": standalone}, compact=True,
-            caption=self._title(), summary=tuple(self.summary().splitlines()))
-        return to_html(df, totals, end_to_end=end_to_end, path=path, view=view)
+        return self.export("html", path, style=style, view=view, standalone=standalone,
+                           **options)
 
     def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
                 view: Any = None, **options: Any) -> str | Path:
         """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
-        from modelprof.render.jsonio import to_json
-        df, _, _, view = self._view(style, view, options, compact=False)
-        env = {**self.env, "latency": self.latency.to_dict(samples=True)
-               if self.latency is not None else None,
-               "instrumentation_overhead": self.instrumentation_overhead,
-               "coverage": self.coverage, "unsupported": self.unsupported,
-               "timing_notes": self.timing_notes,
-               "timing_agreement": dataclasses.asdict(self.timing_agreement)
-               if self.timing_agreement is not None else None,
-               "training_step": self.training_step.to_dict()
-               if self.training_step is not None else None}
-        return to_json(df, self.totals, env, path=path, view=view)
+        return self.export("json", path, style=style, view=view, **options)
 
     def to_text(self, *, style: str = "modelprof", view: Any = None, **options: Any) -> str:
         """A plain-text table for terminals (the compact columns by default)."""
-        from modelprof.render.text import to_text
-        df, totals, end_to_end, view = self._view(style, view, options, compact=True,
-                                                  title=self._title())
-        text = str(to_text(df, totals, end_to_end=end_to_end, view=view))
+        text = str(self.export("text", None, style=style, view=view, **options))
         torchstat = getattr(view, "style", style) == "torchstat"
         return text + ("\n" + self.flops_conventions() if torchstat else "")
 
@@ -571,11 +577,8 @@ class Report:
     def _repr_html_(self) -> str:
         """The notebook display: the summary and the compact table, every row shown (the
         notebook scrolls a long output itself)."""
-        from modelprof.render.html import to_html
         summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
-        df, totals, end_to_end, view = self._view("modelprof", None, {}, compact=True,
-                                                  caption=self._title())
-        table = to_html(df, totals, end_to_end=end_to_end, view=view)
+        table = self.export("html", standalone=False)
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
 
 
