@@ -324,16 +324,13 @@ class _Context:
             self.out = None
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
-    def step_line(self, name: str) -> Any:
-        """Without a progress bar (no terminal), a callback printing one line to stderr per
-        finished throughput point, so a long run written to a file shows it is alive."""
+    def step_lines(self, say: Any) -> Any:
+        """Without a progress bar (no terminal), a callback that prints ``say(*step)`` as one
+        line to stderr per finished step, so a long run written to a file shows it is alive;
+        None with a bar."""
         if self.progress or not self.speaker:
             return None
-
-        def line(p: Any) -> None:
-            print(f"{PROG}: {name}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s",
-                  file=self.stderr, flush=True)
-        return line
+        return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
         loaded = self.load_spec(spec)
@@ -587,7 +584,9 @@ def _run_throughput(ctx: _Context) -> None:
     for spec in args.models:
         model, name, size = ctx.load(spec)
         result = measure_throughput(model, size, device=ctx.device, dtype=ctx.dtype,
-                                    progress=ctx.progress, on_point=ctx.step_line(name),
+                                    progress=ctx.progress, on_point=ctx.step_lines(
+                                        lambda p, n=name: f"{n}: batch {p.batch_size}: "
+                                                          f"{p.samples_per_s:,.1f} samples/s"),
                                     **options)
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
@@ -698,7 +697,8 @@ def _run_sweep(ctx: _Context) -> int:
     args = ctx.args
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
     df = sweep(args.config, out=out, resume=not args.no_resume,
-               retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout)
+               retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout,
+               on_config=ctx.step_lines(lambda c, row: f"sweep: {c.name}: {row['status']}"))
     failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
         return int(failed > 0)  # one voice: rank 0 prints and has written the table

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -27,7 +27,9 @@ __all__ = ["measure_config", "profile_keywords", "sweep"]
 
 def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: bool = True,
           retry_failed: bool = False, progress: bool = False,
-          timeout_s: float = 1800.0) -> pd.DataFrame:
+          timeout_s: float = 1800.0,
+          on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
+          ) -> pd.DataFrame:
     """Profile every configuration of ``config``; return one row per configuration.
 
     ``config`` is a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts: see
@@ -38,7 +40,8 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     everything again, ``retry_failed=True`` the failed configurations. Under ``torchrun``
     (``WORLD_SIZE`` > 1) configuration ``i`` runs on rank ``i % WORLD_SIZE``; the ranks meet on
     torchrun's store, and ``timeout_s`` bounds every wait for another rank. Every rank returns
-    the whole frame; rank 0 alone shows the progress bar (``progress=True``).
+    the whole frame; rank 0 alone shows the progress bar (``progress=True``). ``on_config`` is
+    called with each configuration this rank finished (or found done) and its row.
 
     Columns: the configuration (``model, batch_size, dtype, mode, timing, device``),
     ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
@@ -50,7 +53,8 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     """
     configs = load_sweep(config, options=profile_keywords())
     return run_sweep(configs, measure_config, out, resume=resume, retry_failed=retry_failed,
-                     progress=progress, timeout_s=timeout_s, csv_text=to_csv)
+                     progress=progress, timeout_s=timeout_s, csv_text=to_csv,
+                     on_config=on_config)
 
 
 def profile_keywords() -> set[str]:

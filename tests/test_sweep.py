@@ -150,6 +150,9 @@ def test_command_line_prints_the_table_and_writes_files(nets: Path, tmp_path: Pa
     assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 1
     captured = capsys.readouterr()
     assert "4 configurations: 2 ok, 2 failed (see the error column)" in captured.out
+    # no terminal (stderr captured): one line per finished configuration instead of a bar
+    done = [line for line in captured.err.splitlines() if line.startswith("modelprof: sweep: ")]
+    assert len(done) == 4 and sum(line.endswith(": ok") for line in done) == 2
     assert f"wrote {tmp_path / 'out' / 'sweep.csv'}" in captured.err
     table = pd.read_csv(tmp_path / "out" / "sweep.csv")
     assert table["macs"].tolist()[:2] == [200, 800]  # 10*20*1, 10*20*4

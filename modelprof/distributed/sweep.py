@@ -55,7 +55,8 @@ Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 def run_sweep(configs: list[SweepConfig], measure: Measure,
               out: str | os.PathLike[str] | None = None, *, resume: bool = True,
               retry_failed: bool = False, progress: bool = False,
-              timeout_s: float = 1800.0, csv_text: Callable[[pd.DataFrame], str]
+              timeout_s: float = 1800.0, csv_text: Callable[[pd.DataFrame], str],
+              on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
               ) -> pd.DataFrame:
     """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
     frame (on every rank). What ``modelprof.sweep`` runs with ``profile()`` as ``measure`` and
@@ -77,6 +78,7 @@ def run_sweep(configs: list[SweepConfig], measure: Measure,
         try:
             runner = _Runner(meeting, measure, store, bar, len(configs), resume=resume,
                              retry_failed=retry_failed, timeout_s=float(timeout_s))
+            runner.on_config = on_config
             rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
             parts = meeting.all_gather(rows, "rows")
         finally:
@@ -96,6 +98,7 @@ class _Runner:
         self.meeting, self.measure, self.store = meeting, measure, store
         self.bar, self.total = bar, total
         self.resume, self.retry_failed, self.timeout_s = resume, retry_failed, timeout_s
+        self.on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
 
     def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
         rows: dict[str, Any] = {}
@@ -116,6 +119,8 @@ class _Runner:
                 self.store.save(config, row)
         self.meeting.add_done(1)
         self._tick()
+        if self.on_config is not None:
+            self.on_config(config, row)
         return row
 
     def _done(self, config: SweepConfig) -> dict[str, Any] | None:
