@@ -251,18 +251,19 @@ class Tracker:
         if not pending or not self.records:
             return
         view = self.param_view
-        # the forward may have seen converted copies (functional_call): match by position
-        named = [n for n, _ in model.named_parameters()]
-        names = dict(zip(self._root_order, named)) if len(named) == len(self._root_order) \
-            else {}
-        left = {names.get(i, "?"): p for i, p in pending.items()}
-        params = sum(p.numel() if view is None else view.count(p) for p in left.values())
-        trainable = sum(p.numel() if view is None else view.count(p)
-                        for p in left.values() if p.requires_grad)
+        named = list(model.named_parameters())
+        names = {id(p): n for n, p in named}
+        if not all(i in names for i in pending):
+            # the forward saw converted copies (functional_call): the same walk, by position
+            names = dict(zip(self._root_order, (n for n, _ in named))) \
+                if len(named) == len(self._root_order) else {}
+        left = list(pending.values())
+        count = [p.numel() if view is None else view.count(p) for p in left]
+        unused = {names[i] for i in pending if i in names}
+        shown = _outermost([n for n, _ in named], unused) or ["(unnamed)"]
         self.records.append(CallRecord(
-            len(self.records), NOT_CALLED, ", ".join(_outermost(named, set(left)) or left), 1, 1,
-            None,
-            False, [], 0, 0, params, trainable, finished=True))
+            len(self.records), NOT_CALLED, ", ".join(shown), 1, 1, None, False, [], 0, 0,
+            sum(count), sum(c for c, p in zip(count, left) if p.requires_grad), finished=True))
 
     def charge(self, p: torch.Tensor) -> int:
         """Elements of ``p`` to charge to the call that uses it: all of them the first time
