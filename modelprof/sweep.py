@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from modelprof.distributed.sweep import COUNTED_COLUMNS, run_sweep
+from modelprof.distributed.sweep import COUNTED_COLUMNS, check_options, run_sweep
+from modelprof.distributed.sweep_store import ResultStore
 from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
 from modelprof.models import load_model
 from modelprof.profile import profile
@@ -52,9 +53,10 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     ``host``, ``start_time`` (Unix seconds), ``wall_s``: who ran it, when, and for how long.
     """
     configs = load_sweep(config, options=profile_keywords())
-    return run_sweep(configs, measure_config, out, resume=resume, retry_failed=retry_failed,
-                     progress=progress, timeout_s=timeout_s, csv_text=to_csv,
-                     on_config=on_config)
+    check_options(resume, retry_failed, progress, timeout_s)
+    store = ResultStore(out, to_csv) if out is not None else None
+    return run_sweep(configs, measure_config, store, resume=resume, retry_failed=retry_failed,
+                     progress=progress, timeout_s=timeout_s, on_config=on_config)
 
 
 def profile_keywords() -> set[str]:

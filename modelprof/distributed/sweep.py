@@ -22,7 +22,6 @@ configurations dealt across ``torchrun`` ranks or run in one process, gathered i
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 import warnings
@@ -39,7 +38,7 @@ from modelprof.distributed.sweep_store import ResultStore
 from modelprof.errors import ModelProfError
 from modelprof.runtime.progress import NoProgress, progress_bar
 
-__all__ = ["COUNTED_COLUMNS", "Measure", "run_config", "run_sweep"]
+__all__ = ["COUNTED_COLUMNS", "Measure", "check_options", "run_config", "run_sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
 COUNTED_COLUMNS = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
@@ -52,22 +51,26 @@ _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 
 
-def run_sweep(configs: list[SweepConfig], measure: Measure,
-              out: str | os.PathLike[str] | None = None, *, resume: bool = True,
-              retry_failed: bool = False, progress: bool = False,
-              timeout_s: float = 1800.0, csv_text: Callable[[pd.DataFrame], str],
-              on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
-              ) -> pd.DataFrame:
-    """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
-    frame (on every rank). What ``modelprof.sweep`` runs with ``profile()`` as ``measure`` and
-    the exporters' CSV writer as ``csv_text``; the options are documented there."""
+def check_options(resume: Any, retry_failed: Any, progress: Any, timeout_s: Any) -> None:
+    """A sweep's switches, refused before anything is created or run."""
     for name, value in (("resume", resume), ("retry_failed", retry_failed),
                         ("progress", progress)):
         if not isinstance(value, bool):
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
-    store = ResultStore(out) if out is not None else None
+
+
+def run_sweep(configs: list[SweepConfig], measure: Measure, store: ResultStore | None = None,
+              *, resume: bool = True, retry_failed: bool = False, progress: bool = False,
+              timeout_s: float = 1800.0,
+              on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
+              ) -> pd.DataFrame:
+    """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
+    frame (on every rank), each finished row saved in ``store`` (and the whole table, by rank
+    0). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``; the options are
+    documented there."""
+    check_options(resume, retry_failed, progress, timeout_s)
     if store is not None:
         store.check(configs)
     timed = any(c.timing for c in configs)
@@ -85,7 +88,7 @@ def run_sweep(configs: list[SweepConfig], measure: Measure,
             bar.close()
     frame = _frame(configs, {k: v for part in parts for k, v in part.items()})
     if store is not None and rank == 0:
-        store.write_table(frame, csv_text)
+        store.write_table(frame)
     return frame
 
 

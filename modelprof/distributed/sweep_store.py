@@ -41,8 +41,12 @@ class ResultStore:
     """``out/configs/<config name>.json`` per configuration; ``out/sweep.csv`` and
     ``out/sweep.json`` for the whole table."""
 
-    def __init__(self, out: str | os.PathLike[str]) -> None:
+    def __init__(self, out: str | os.PathLike[str],
+                 csv_text: Callable[[pd.DataFrame], str]) -> None:
+        """``csv_text``: the exporters' CSV writer (``modelprof.render.csvio.to_csv``), which
+        the combined table is written with, as every table is."""
         self.out = Path(out)
+        self.csv_text = csv_text
         self.folder = self.out / "configs"
         for parent in (self.out, *self.out.parents):
             if parent.exists() and not parent.is_dir():
@@ -84,12 +88,11 @@ class ResultStore:
         data = {"format": _FORMAT, "config": config.to_dict(), "row": _plain(row)}
         _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
-    def write_table(self, frame: pd.DataFrame, csv_text: Callable[[pd.DataFrame], str]
-                    ) -> list[Path]:
-        """``sweep.csv`` (raw numbers, as ``csv_text`` writes them: the CSV writer of every
-        table) and ``sweep.json`` (records), each atomically."""
+    def write_table(self, frame: pd.DataFrame) -> list[Path]:
+        """``sweep.csv`` (raw numbers, by the CSV writer of every table) and ``sweep.json``
+        (records), each atomically."""
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
-        _write(csv_path, csv_text(frame))
+        _write(csv_path, self.csv_text(frame))
         records = [_plain(r) for r in frame.to_dict(orient="records")]
         _write(json_path, json.dumps(records, indent=1, allow_nan=False))
         return [csv_path, json_path]
