@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from modelprof.errors import ModelProfError
+from modelprof.render.formats import get_format, table_formats
 
 __all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_arg",
            "parse_input_size_arg"]
 
 PROG = "modelprof"
-FORMATS: tuple[str, ...] = ("csv", "md", "tex", "html", "json", "png")
-_FORMAT_ALIASES = {"markdown": "md", "latex": "tex", "htm": "html"}
+#: every registered table format by its file suffix (``modelprof.render.formats``), and plots
+FORMATS: tuple[str, ...] = (*(f.suffix for f in table_formats()), "png")
 _DEFAULT_FORMATS = ("csv", "md")
 MODEL_HELP = ("a torchvision name (resnet18), torchvision:NAME, timm:NAME (needs timm), "
               "path/to/file.py:factory, or a saved module (.pt/.pth with --trust-pickle, .pt2); "
@@ -119,9 +120,11 @@ def parse_formats(text: str) -> tuple[str, ...]:
     for part in (p.strip().lower().lstrip(".") for p in text.split(",")):
         if not part:
             continue
-        fmt = _FORMAT_ALIASES.get(part, part)
-        if fmt not in FORMATS:
-            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}")
+        try:
+            fmt = part if part == "png" else get_format(part).suffix
+        except ModelProfError:
+            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}") \
+                from None
         if fmt not in chosen:
             chosen.append(fmt)
     if not chosen:
@@ -166,10 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    sized = argparse.ArgumentParser(add_help=False)   # the commands that make inputs
+    sized.add_argument("--input-size", action="append", metavar="C,H,W", type=str,
+                       help="input shape without the batch dimension, e.g. 3,224,224; repeat "
+                            "for a model with several inputs (default: the model's own)")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--input-size", action="append", metavar="C,H,W", type=str,
-                        help="input shape without the batch dimension, e.g. 3,224,224; repeat "
-                             "for a model with several inputs (default: the model's own)")
     common.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cpu)")
     common.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                         help="cast the model and inputs (default: the model's dtype)")
@@ -208,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--optimizer", default=None, metavar="NAME",
                        help="with --backward, also the optimizer step (sgd, adam, adamw, ...)")
 
-    p = sub.add_parser("profile", parents=[common, table], help="per-layer table of one model",
+    p = sub.add_parser("profile", parents=[common, sized, table], help="per-layer table of one model",
                        description="Profile one model: a per-layer table and totals.",
                        formatter_class=_HelpFormatter)
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
@@ -218,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show modules down to nesting depth K (default: all)")
     p.set_defaults(run=_run_profile)
 
-    c = sub.add_parser("compare", parents=[common, table], help="several models side by side",
+    c = sub.add_parser("compare", parents=[common, sized, table],
+                       help="several models side by side",
                        description="Compare models: one row each, ratios to a baseline.",
                        formatter_class=_HelpFormatter)
     c.add_argument("models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}")
@@ -230,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest batch size the throughput search tries (default: 1024)")
     c.set_defaults(run=_run_compare)
 
-    t = sub.add_parser("throughput", parents=[common], help="best batch size and samples/s",
+    t = sub.add_parser("throughput", parents=[common, sized],
+                       help="best batch size and samples/s",
                        description="Search the batch size that maximises samples per second.",
                        formatter_class=_HelpFormatter)
     t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
@@ -293,7 +299,7 @@ class _Context:
             if not torch.cuda.is_available():
                 raise ModelProfError(f"--device {args.device!r}: CUDA is not available here")
         self.dtype = parse_dtype(args.dtype)
-        sizes = [parse_input_size_arg(s) for s in args.input_size or []]
+        sizes = [parse_input_size_arg(s) for s in getattr(args, "input_size", None) or []]
         self.input_size: Any = None if not sizes else sizes[0] if len(sizes) == 1 else sizes
         if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
             raise ModelProfError(f"--batch-size {args.batch_size} must be >= 1")
@@ -308,7 +314,8 @@ class _Context:
         if (self.input_specs or self.tokens is not None) and sizes:
             raise ModelProfError("--input-size makes float inputs; --input/--tokens give the "
                                  "inputs themselves: use one or the other")
-        self.formats = parse_formats(args.format) if args.format else ()
+        # an empty --format '' names no format: refused, not ignored
+        self.formats = parse_formats(args.format) if args.format is not None else ()
         if self.formats or args.out is not None:
             self.out: Path | None = args.out or Path(".")
             self.formats = self.formats or _DEFAULT_FORMATS
@@ -317,6 +324,14 @@ class _Context:
         else:
             self.out = None
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
+
+    def step_lines(self, say: Any) -> Any:
+        """Without a progress bar (no terminal), a callback that prints ``say(*step)`` as one
+        line to stderr per finished step, so a long run written to a file shows it is alive;
+        None with a bar."""
+        if self.progress or not self.speaker:
+            return None
+        return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
         loaded = self.load_spec(spec)
@@ -382,7 +397,7 @@ class _Context:
 
 
 #: The formats that need an optional package, and the package.
-_FORMAT_NEEDS = {"md": "tabulate", "png": "matplotlib"}
+_FORMAT_NEEDS = {**{f.suffix: f.needs for f in table_formats() if f.needs}, "png": "matplotlib"}
 
 
 def _check_writers(formats: Sequence[str]) -> None:
@@ -477,14 +492,12 @@ def _run_profile(ctx: _Context) -> None:
     if ctx.out is None:
         return
     stem = name if args.style == "modelprof" else f"{name}_torchstat"
-    writers = {"csv": report.to_csv, "md": report.to_markdown, "tex": report.to_latex,
-               "html": report.to_html}
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path(stem, fmt), lambda p, w=writers[fmt]: w(p, **view))
-        elif fmt == "json":  # the whole report, independent of the table's style
+        if fmt == "json":  # the whole report, independent of the table's style
             ctx.write(ctx.path(name, "json"), report.to_json)
-        elif fmt == "png":  # cost always; time and roofline when measured
+        elif fmt != "png":
+            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: report.export(f, p, **view))
+        else:  # cost always; time and roofline when measured
             _save_figure(ctx, report.plot_flops(), f"{name}_flops")
             if report.timed:
                 _save_figure(ctx, report.plot_latency(), f"{name}_latency")
@@ -509,7 +522,7 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
 
 def _run_compare(ctx: _Context) -> None:
     from modelprof.compare import compare, unique_name
-    from modelprof.render.comparison import compare_caption, comparison_to_markdown, env_caption
+    from modelprof.render.comparison import compare_caption, env_caption
     from modelprof.report.plots import plot_compare
 
     args = ctx.args
@@ -530,7 +543,7 @@ def _run_compare(ctx: _Context) -> None:
     env = df.attrs.get("env") or {}
     caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)
-    print(comparison_to_markdown(df), file=ctx.stdout)
+    print(df.render.export("markdown"), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is None:
@@ -544,36 +557,20 @@ def _write_comparison(ctx: _Context, df: Any) -> None:
     """Every chosen format of a comparison through its own renderers: the compact columns with
     their intervals, the caption (device, dtype, batch, torch; the ratio estimator) in every
     human-readable one; raw numbers of every column in csv/json."""
-    from modelprof.render import comparison as render
-
-    writers = {
-        "csv": lambda p: render.comparison_to_csv(df, path=p),
-        "md": lambda p: render.comparison_to_markdown(df, path=p),
-        "tex": lambda p: render.comparison_to_latex(df, path=p),
-        "html": lambda p: render.comparison_to_html(df, path=p),
-        "json": lambda p: render.comparison_to_json(df, path=p),
-    }
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path("comparison", fmt), writers[fmt])
+        if fmt != "png":
+            ctx.write(ctx.path("comparison", fmt), lambda p, f=fmt: df.render.export(f, p))
 
 
 def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
                  env: dict[str, Any] | None) -> None:
     """Every chosen table format of ``df``: raw numbers in csv/json, human units elsewhere."""
-    from modelprof import render
+    from modelprof.render.formats import export
 
-    writers = {
-        "csv": lambda p: render.to_csv(df, path=p),
-        "md": lambda p: render.to_markdown(df, path=p),
-        "tex": lambda p: render.to_latex(df, path=p, units="fixed",
-                                         caption=render.escape_latex(caption)),
-        "html": lambda p: render.to_html(df, path=p, caption=caption),
-        "json": lambda p: render.to_json(df, env=env, path=p),
-    }
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path(stem, fmt), writers[fmt])
+        if fmt != "png":
+            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: export(
+                f, df, env=env, path=p, caption=caption, title=caption, standalone=True))
 
 
 # --- throughput ----------------------------------------------------------------------------------
@@ -588,7 +585,10 @@ def _run_throughput(ctx: _Context) -> None:
     for spec in args.models:
         model, name, size = ctx.load(spec)
         result = measure_throughput(model, size, device=ctx.device, dtype=ctx.dtype,
-                                    progress=ctx.progress, **options)
+                                    progress=ctx.progress, on_point=ctx.step_lines(
+                                        lambda p, n=name: f"{n}: batch {p.batch_size}: "
+                                                          f"{p.samples_per_s:,.1f} samples/s"),
+                                    **options)
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
@@ -634,11 +634,10 @@ def _run_generate(ctx: _Context) -> None:
     if ctx.out is None:
         return
     stem = f"{name}_generation"
-    writers = {"csv": report.to_csv, "md": report.to_markdown, "json": report.to_json}
     for fmt in ctx.formats:
-        if fmt in writers:
-            ctx.write(ctx.path(stem, fmt), writers[fmt])
-        elif fmt == "png":
+        if fmt != "png":
+            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: report.export(f, p))
+        else:
             if timing or report.peaks is not None:
                 _save_figure(ctx, report.plot_decode_growth(), f"{stem}_decode_growth")
             _save_figure(ctx, report.plot_phase_share(), f"{stem}_phase_share")
@@ -693,23 +692,25 @@ _SWEEP_SHOWN = ("model", "batch_size", "dtype", "mode", "timing", "status", "par
                 "flops", "latency_median_ms", "rank", "wall_s")
 
 
-def _run_sweep(ctx: _Context) -> None:
+def _run_sweep(ctx: _Context) -> int:
     from modelprof.sweep import sweep
 
     args = ctx.args
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
     df = sweep(args.config, out=out, resume=not args.no_resume,
-               retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout)
+               retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout,
+               on_config=ctx.step_lines(lambda c, row: f"sweep: {c.name}: {row['status']}"))
+    failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
-        return  # one voice: rank 0 prints and has written the table
+        return int(failed > 0)  # one voice: rank 0 prints and has written the table
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
     print(df[shown].to_string(index=False), file=ctx.stdout)
-    failed = int((df["status"] != "ok").sum())
     world = os.environ.get("WORLD_SIZE", "1")
     print(f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
           f"{' (see the error column)' if failed else ''}; {world} rank(s)", file=ctx.stdout)
     for name in ("sweep.csv", "sweep.json"):
         ctx.wrote(out / name)
+    return int(failed > 0)   # a run with failures failed, after writing what succeeded
 
 
 # --- fit ---------------------------------------------------------------------------------------
@@ -791,7 +792,8 @@ def _all_ranks(on: bool) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 bug)."""
+    """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 a bug or
+    a run that failed in part: a sweep with failed configurations)."""
     parser = build_parser()
     stdout, stderr = sys.stdout, sys.stderr
     try:
@@ -803,7 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with _all_ranks(getattr(args, "all_ranks", False)), \
                 _one_line_warnings(stderr if is_speaker() else io.StringIO()):
-            args.run(_Context(args, stdout, stderr))
+            status = args.run(_Context(args, stdout, stderr))
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2
@@ -818,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: internal error (please report it):", file=stderr)
         traceback.print_exc(file=stderr)
         return 1
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -40,6 +41,9 @@ _RATIOS = {
     "backward_flops_x": "backward_flops",
     "throughput_x": "throughput_samples_per_s",
 }
+#: the ratios of timed columns, not stated where a model is undersampled (no interval)
+_TIMED_RATIOS = ("latency_x", "latency_x_ci_low", "latency_x_ci_high", "cpu_work_x",
+                 "cpu_work_x_ci_low", "cpu_work_x_ci_high")
 
 
 def compare(
@@ -191,7 +195,12 @@ def _table(rows: dict[str, dict[str, Any]], baseline: str, env: dict[str, Any],
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
-    if timing_attrs:
+    if timing_attrs.get("unranked"):   # too few runs to order them: no rank, no timed ratio
+        df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
+        for column in _TIMED_RATIOS:
+            if column in df.columns:
+                df[column] = math.nan
+    elif timing_attrs:
         key = ("cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work"
                else "latency_median_ms")
         df["rank"] = df[key].rank(method="min").astype("Int64")
@@ -228,7 +237,14 @@ def _timing_attrs(result: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {"ranked_by": result.ranked_by, "ratio_estimator": RATIO_ESTIMATOR,
                            "notes": [f"latency_x: {RATIO_ESTIMATOR}"]}
-    if result.ranked_by == "cpu_work":
+    few = {name: m.n for name, m in result.measurements.items() if m.undersampled}
+    if few:
+        runs = ", ".join(f"{name} n={n}" for name, n in few.items())
+        out["unranked"] = (f"cannot rank the models: too few runs for an interval ({runs}); "
+                           "the timed ratios are not stated. Give the comparison more time "
+                           "(budget_s) or a quieter machine")
+        out["notes"].append(out["unranked"])
+    elif result.ranked_by == "cpu_work":
         worst = max(m.wall_over_cpu for m in result.measurements.values())
         clock = next(iter(result.measurements.values())).cpu_clock
         out["notes"].append(

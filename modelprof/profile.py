@@ -369,8 +369,11 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     name = str(mi.dtype).removeprefix("torch.")
     if name == "float32" and mi.device.type == "cuda" and tf32_enabled("matmul"):
         name = "tf32"
-    table = lookup_peaks(str(env.get("device_name", "")), name,
-                         conv_tf32=conv_uses_other_precision(mi.device, name))
+    try:
+        table = lookup_peaks(str(env.get("device_name", "")), name,
+                             conv_tf32=conv_uses_other_precision(mi.device, name))
+    except ModelProfError:   # a name torch reports that fits several variants: none assumed
+        table = None
     env["roofline_peaks"] = dataclasses.asdict(peaks)
     env["roofline_table_peaks"] = dataclasses.asdict(table) if table is not None else None
     return peaks

@@ -9,16 +9,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
 import torch
 
-from modelprof.distributed.sweep import COUNTED_COLUMNS, run_sweep
+from modelprof.distributed.sweep import COUNTED_COLUMNS, check_options, run_sweep
+from modelprof.distributed.sweep_store import ResultStore
 from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
 from modelprof.models import load_model
 from modelprof.profile import profile
+from modelprof.render.csvio import to_csv
 from modelprof.timing.options import OPTION_NAMES
 
 __all__ = ["measure_config", "profile_keywords", "sweep"]
@@ -26,7 +28,9 @@ __all__ = ["measure_config", "profile_keywords", "sweep"]
 
 def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: bool = True,
           retry_failed: bool = False, progress: bool = False,
-          timeout_s: float = 1800.0) -> pd.DataFrame:
+          timeout_s: float = 1800.0,
+          on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
+          ) -> pd.DataFrame:
     """Profile every configuration of ``config``; return one row per configuration.
 
     ``config`` is a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts: see
@@ -37,7 +41,8 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     everything again, ``retry_failed=True`` the failed configurations. Under ``torchrun``
     (``WORLD_SIZE`` > 1) configuration ``i`` runs on rank ``i % WORLD_SIZE``; the ranks meet on
     torchrun's store, and ``timeout_s`` bounds every wait for another rank. Every rank returns
-    the whole frame; rank 0 alone shows the progress bar (``progress=True``).
+    the whole frame; rank 0 alone shows the progress bar (``progress=True``). ``on_config`` is
+    called with each configuration this rank finished (or found done) and its row.
 
     Columns: the configuration (``model, batch_size, dtype, mode, timing, device``),
     ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
@@ -48,8 +53,10 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     ``host``, ``start_time`` (Unix seconds), ``wall_s``: who ran it, when, and for how long.
     """
     configs = load_sweep(config, options=profile_keywords())
-    return run_sweep(configs, measure_config, out, resume=resume, retry_failed=retry_failed,
-                     progress=progress, timeout_s=timeout_s)
+    check_options(resume, retry_failed, progress, timeout_s)
+    store = ResultStore(out, to_csv) if out is not None else None
+    return run_sweep(configs, measure_config, store, resume=resume, retry_failed=retry_failed,
+                     progress=progress, timeout_s=timeout_s, on_config=on_config)
 
 
 def profile_keywords() -> set[str]:

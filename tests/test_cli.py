@@ -201,6 +201,26 @@ def test_throughput_writes_the_curve(nets: Path, tmp_path: Path,
     assert (tmp_path / "narrow_throughput.png").stat().st_size > 0
 
 
+def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
+        nets: Path, capsys: pytest.CaptureFixture) -> None:
+    # stderr captured: no terminal, so no progress bar; a line per finished point instead
+    code = main(["throughput", f"{nets}:narrow", "--max-batch", "4", "--budget", "0.05"])
+    assert code == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "samples/s" in line]
+    # batch 1, 2, 4 (doubling up to --max-batch 4), each as it finished, in order
+    assert [line.split(": ")[2] for line in lines] == ["batch 1", "batch 2", "batch 4"]
+    assert all(line.startswith("modelprof: narrow: batch ") for line in lines)
+
+
+def test_throughput_with_a_progress_bar_prints_no_lines(nets: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("tqdm")
+    assert main(["throughput", f"{nets}:narrow", "--max-batch", "2", "--budget", "0.05",
+                 "--progress"]) == 0
+    assert "modelprof: narrow: batch" not in capsys.readouterr().err
+
+
 def test_profile_with_timing_plots_time(nets: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture) -> None:
     out_dir = tmp_path / "plots"
@@ -257,10 +277,14 @@ def test_write_failure_names_out(nets: Path, tmp_path: Path, monkeypatch: pytest
                                  capsys: pytest.CaptureFixture) -> None:
     from modelprof.report.report import Report
 
-    def full_disk(self: object, path: object = None, **kw: object) -> None:
+    export = Report.export
+
+    def full_disk(self: Report, fmt: str, path: object = None, **kw: object) -> object:
+        if path is None:       # the table printed, not written
+            return export(self, fmt, path, **kw)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Report, "to_csv", full_disk)
+    monkeypatch.setattr(Report, "export", full_disk)   # what --out writes every table with
     assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 2
     err = _one_line_error(capsys)
     assert f"cannot write '{tmp_path / 'narrow.csv'}' (No space left on device)" in err

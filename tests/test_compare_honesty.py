@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -113,11 +114,28 @@ def test_cli_compare_with_one_round_exports_no_interval_as_na(spin_nets, tmp_pat
     assert "latency median" in tex and "latency ratio" in tex
     assert "n/a" in tex or "% dropped to fit" in tex
     assert "float32" in tex and "batch 1" in tex and "torch" in tex
-    assert "ratio of medians" in tex
+    assert "not ranked: too few runs for an interval" in tex
     # HTML: the device/dtype/batch/torch line and the interval columns, on the page
     html = texts[".html"]
     assert "float32, batch 1, torch" in html and "latency 95% CI low" in html
-    assert "ratio of medians" in html
+    assert "not ranked" in html
+
+
+def test_an_undersampled_comparison_says_it_cannot_rank(spin_nets, capsys):
+    # one round per model (10 ms budget, 15-20 ms calls): a rank and a 1.3x ratio from one
+    # sample each would read as quotable; neither is stated, and the run itself succeeded
+    code = main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--budget", "0.01"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "not ranked: too few runs for an interval" in out
+    assert re.search(r"note: cannot rank the models: too few runs for an interval "
+                     r"\(slow n=\d, slower n=\d\)", out)
+    df = compare({"slow": f"{spin_nets}:slow", "slower": f"{spin_nets}:slower"},
+                 budget_s=0.01, roofline=False)
+    assert df["rank"].isna().all()
+    assert df["latency_x"].isna().all()
+    assert (df["latency_median_ms"] > 0).all()       # the measurements themselves are kept
+    assert df.attrs["unranked"].startswith("cannot rank the models")
 
 
 def test_cli_compare_without_timing_says_why_the_latex_has_no_latency(spin_nets, tmp_path,

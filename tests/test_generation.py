@@ -249,6 +249,7 @@ class _NoCacheLM(torch.nn.Module):
     (dict(batch_size=[1, 0]), "batch_size"),
     (dict(cache="paged"), "cache='paged'"),
     (dict(target="Z9000"), "target='Z9000'"),
+    (dict(target="A100"), "target='A100' is ambiguous: it fits 'A100 SXM 80GB', 'A100 PCIe 80GB'"),
     (dict(device="meta", timing=True), "device='meta' has no clock"),
 ])
 def test_bad_input_names_the_value(kwargs, match):

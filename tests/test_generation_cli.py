@@ -48,6 +48,9 @@ def test_generate_config_json_on_meta(tmp_path, capsys):
     ("LlamaConfig:hidden=64", "has no attribute 'hidden'"),
     ("LlamaConfig:64", "override '64' must be NAME=VALUE"),
     ("missing.json", "no such config file"),
+    # a TypeError traceback from deep inside the model's construction before
+    ("LlamaConfig:hidden_size=abc", "hidden_size='abc' must be an integer, like its default 4096"),
+    ("LlamaConfig:rms_norm_eps=tiny", "rms_norm_eps='tiny' must be a number"),
 ])
 def test_generate_bad_spec(spec, message, capsys):
     assert main(["generate", spec, "--no-timing"]) == 2
@@ -59,3 +62,16 @@ def test_generate_times_a_tiny_model(capsys):
                  "1,2", "--no-layer-timing", "--budget", "0.2"]) == 0
     out = capsys.readouterr().out
     assert "batch 1:" in out and "batch 2:" in out and "TPOT" in out
+
+
+def test_generate_refuses_an_empty_format(capsys):
+    assert main(["generate", TINY, "--no-timing", "--format", ""]) == 2
+    assert "--format '' names no format" in capsys.readouterr().err
+
+
+def test_generate_help_lists_only_what_it_uses(capsys):
+    assert main(["generate", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--input-size" not in text and "--prompt-len" in text
+    assert main(["profile", "--help"]) == 0
+    assert "--input-size" in capsys.readouterr().out

@@ -202,3 +202,20 @@ def test_default_long_tables_compile_in_one_and_two_columns(tmp_path: Path, opti
     assert "Overfull" not in log and "Float too large" not in log
     # 85 rows in 3 floats each for both tables: 6 pages of floats at most, all placed
     assert "Output written on doc.pdf" in run.stdout
+
+
+def test_a_caption_is_escaped_like_the_cells():
+    df = pd.DataFrame({"module": ["a"], "params": [1]})
+    text = to_latex(df, caption="vit_b_16 per-layer cost & 50% #1", label="tab:vit_b_16")
+    # pdflatex stopped at the bare "_" with "Missing $ inserted"
+    assert r"\caption{vit\_b\_16 per-layer cost \& 50\% \#1}" in text
+    assert r"\label{tab:vit_b_16}" in text   # a key \ref matches: as given
+    long = to_latex(df, caption="a_b", long=True)
+    assert r"\caption{a\_b}" in long
+
+
+@pytest.mark.parametrize("label", ["tab:50%", "a#b", "x{y}", "a\\b"])
+def test_a_label_that_would_break_the_document_is_refused(label):
+    df = pd.DataFrame({"module": ["a"], "params": [1]})
+    with pytest.raises(ModelProfError, match="label="):
+        to_latex(df, label=label)

@@ -1,6 +1,7 @@
 """Roofline: per-row closed forms, device table look-ups and the measured probe."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -463,3 +464,76 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     assert (timed["achieved_gflops"].to_numpy() * 1e9 <= roofs.peak_flops * (1 + 1e-9)).all()
     assert (timed["efficiency"] <= 1 + 1e-9).all()
     assert timed["efficiency"].gt(0).all()
+
+
+@pytest.mark.parametrize("name, variants", [
+    ("A100", ["A100 SXM 80GB", "A100 PCIe 80GB", "A100 SXM 40GB", "A100 PCIe 40GB"]),
+    ("a100 80gb", ["A100 SXM 80GB", "A100 PCIe 80GB"]),   # the form factor is missing
+    ("A100 PCIe", ["A100 PCIe 80GB", "A100 PCIe 40GB"]),  # the memory is missing
+    ("H100", ["H100 SXM", "H100 PCIe", "H100 NVL"]),
+    ("V100", ["V100 SXM2", "V100 PCIe"]),
+])
+def test_an_ambiguous_device_name_is_refused_with_its_variants(name, variants) -> None:
+    # 40 GB and 80 GB A100s differ by 30 % in bandwidth (1,555 against 2,039 GB/s): a bound
+    # against the wrong one is wrong by that much, so no variant is assumed
+    with pytest.raises(ModelProfError, match="ambiguous") as e:
+        lookup_peaks(name, "float16")
+    for v in variants:
+        assert repr(v) in str(e.value)
+
+
+def test_a_named_variant_gives_its_own_bandwidth() -> None:
+    assert lookup_peaks("A100 SXM 80GB", "float16").peak_bytes == pytest.approx(2039e9)
+    assert lookup_peaks("A100 SXM 40GB", "float16").peak_bytes == pytest.approx(1555e9)
+    assert lookup_peaks("a100 pcie 80gb", "float16").device == "A100 PCIe 80GB"
+
+
+def _cpu_clock(ns_per_call: int | None):
+    """A CPU clock for the probe: the wall clock itself (an idle core) or one that advances
+    ``ns_per_call`` per read (a process that got almost no CPU: a busy machine)."""
+    import time as _time
+
+    if ns_per_call is None:
+        return lambda: ("thread_time", _time.perf_counter_ns)
+    ticks = iter(range(0, 10**12, ns_per_call))
+    return lambda: ("thread_time", lambda: next(ticks))
+
+
+def test_a_probe_on_a_busy_machine_says_so(monkeypatch) -> None:
+    import modelprof.timing.peaks as peaks_mod
+
+    # the probe's CPU time 1 us against a wall time of at least the budget's share (tens of ms)
+    monkeypatch.setattr(peaks_mod, "cpu_time_source", _cpu_clock(1000))
+    busy = probe_peaks("cpu", budget_s=0.05, repeats=1)
+    assert busy.wall_over_cpu > 1000 and busy.loaded
+    # a CPU clock that runs with the wall clock: wall/CPU 1 (up to the reads' order), not busy
+    monkeypatch.setattr(peaks_mod, "cpu_time_source", _cpu_clock(None))
+    idle = probe_peaks("cpu", budget_s=0.05, repeats=1)
+    assert idle.wall_over_cpu == pytest.approx(1.0, abs=0.01) and not idle.loaded
+
+
+def test_every_efficiency_against_a_busy_probe_is_marked() -> None:
+    from torch import nn
+
+    from modelprof import profile
+
+    busy = Peaks(peak_flops=2.75e9, peak_bytes=1.61e9, source="probe", device="cpu",
+                 wall_over_cpu=3.0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+    r = profile(model, (64,), roofline=busy, repeat=3, warmup=1, budget_s=0.2)
+    assert r.peaks.loaded and r.peaks.wall_over_cpu == 3.0
+    df = r.to_dataframe()
+    timed = df["efficiency"].notna()
+    assert timed.any() and (df.loc[timed, "efficiency_loaded"]).all()
+    assert "the roofline probe ran on a busy machine (wall/CPU 3.00)" in r.summary()
+    md = r.to_markdown(columns=["module", "efficiency"])
+    cells = [line.split("|")[2].strip() for line in md.splitlines()[2:] if line.startswith("|")]
+    assert cells and all(c.startswith("~") for c in cells if c not in ("", "-"))
+    pytest.importorskip("matplotlib")
+    fig = r.plot_roofline()
+    assert "BUSY MACHINE" in fig.axes[0].get_title()
+    # the same peaks from a quiet probe: no flag anywhere
+    quiet = dataclasses.replace(busy, wall_over_cpu=1.02)
+    q = profile(model, (64,), roofline=quiet, repeat=3, warmup=1, budget_s=0.2)
+    assert "efficiency_loaded" not in q.to_dataframe().columns
+    assert "busy machine" not in q.summary()

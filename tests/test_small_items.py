@@ -102,8 +102,9 @@ def test_by_layer_type_prints_whole() -> None:
     with pd.option_context("display.width", 40, "display.max_columns", 3):
         text = repr(types)
     assert "..." not in text
-    for column in types.columns:
-        assert column in text
+    from modelprof.render.views import column_spec
+    for column in types.columns:     # every column, under its human header ("layer type")
+        assert column_spec(column, types[column]).header in text
     assert type(types.reset_index()) is pd.DataFrame   # derived frames are plain
 
 

@@ -146,9 +146,13 @@ def test_command_line_prints_the_table_and_writes_files(nets: Path, tmp_path: Pa
 
     config = tmp_path / "grid.toml"
     config.write_text(f'models = ["{nets}:narrow", "{nets}:broken"]\nbatch_sizes = [1, 4]\n')
-    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 0
+    # a run with failed configurations fails (exit 1), after writing what succeeded
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 1
     captured = capsys.readouterr()
     assert "4 configurations: 2 ok, 2 failed (see the error column)" in captured.out
+    # no terminal (stderr captured): one line per finished configuration instead of a bar
+    done = [line for line in captured.err.splitlines() if line.startswith("modelprof: sweep: ")]
+    assert len(done) == 4 and sum(line.endswith(": ok") for line in done) == 2
     assert f"wrote {tmp_path / 'out' / 'sweep.csv'}" in captured.err
     table = pd.read_csv(tmp_path / "out" / "sweep.csv")
     assert table["macs"].tolist()[:2] == [200, 800]  # 10*20*1, 10*20*4
@@ -261,3 +265,58 @@ def test_every_sweep_option_has_help(capsys: pytest.CaptureFixture) -> None:
     for action in sub._actions:
         assert action.help, f"sweep: {action.option_strings or action.dest} has no help"
     assert "(default: 1800.0)" in out and "CONFIG's name + '_sweep'" in out
+
+
+def test_a_sweep_whose_configurations_all_ran_exits_0(nets: Path, tmp_path: Path) -> None:
+    from modelprof.cli import main
+
+    config = tmp_path / "grid.toml"
+    config.write_text(f'models = ["{nets}:narrow"]\n')
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_config_nested_too_deeply_is_one_line(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    from modelprof.cli import main
+
+    config = tmp_path / "deep.json"
+    config.write_text('{"models": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "is nested too deeply" in err and "Traceback" not in err
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ModelProfError, match="nested too deeply"):
+        sweep({"models": ["alexnet"], "options": {"repeat": deep}})
+
+
+def test_a_folder_where_a_result_goes_is_refused_before_anything_runs(
+        nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from modelprof.cli import main
+    from modelprof.distributed.sweep_config import load_sweep
+    from modelprof.sweep import profile_keywords
+
+    config = tmp_path / "grid.toml"
+    config.write_text(f'models = ["{nets}:narrow"]\n')
+    (c,) = load_sweep(config, options=profile_keywords())
+    blocker = tmp_path / "out" / "configs" / f"{c.name}.json"
+    blocker.mkdir(parents=True)
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a file" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "sweep.csv").exists()
+
+
+def test_a_formula_model_cell_is_written_inert(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    import modelprof.sweep as sweep_mod
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "=cmd.py").write_text("from torch import nn\n"
+                                      "def build():\n    return nn.Linear(10, 20)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    df = sweep({"models": ["=cmd.py:build"], "input_size": [10]}, out=tmp_path / "out")
+    assert df["status"].tolist() == ["ok"], df["error"].tolist()
+    text = (tmp_path / "out" / "sweep.csv").read_text()
+    assert "\n'=cmd.py:build," in text and "\n=cmd.py:build" not in text

@@ -147,3 +147,86 @@ def test_hook_session_counts_the_calls_other_threads_make() -> None:
         bystander.close()
     assert server.forwards == 2 * FORWARDS       # its forwards ran to the end both times
     assert bystander.forwards == 2 * FORWARDS    # the other model ran, unhindered
+
+
+class _Pause(nn.Module):
+    """In the first thread's first forward: starts the second thread, then waits until it waits
+    to profile the same model, so the two profiles certainly meet."""
+
+    def __init__(self, second: threading.Thread) -> None:
+        super().__init__()
+        self.__dict__["second"] = second      # a plain attribute, not a submodule
+        self.__dict__["owner"] = threading.get_ident()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if threading.get_ident() == self.owner and not self.second.is_alive() and \
+                self.second.ident is None:
+            self.second.start()
+            assert _waits_for(self.model, 1), "the second profile never waited"
+        return x
+
+
+def _waits_for(model: nn.Module, n: int) -> bool:
+    """Wait (at most 60 s) until ``n`` threads wait to profile ``model``."""
+    import time
+
+    from modelprof.runtime.exclusive import waiting_for
+    deadline = time.monotonic() + 60
+    while waiting_for(model) < n:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+@pytest.mark.parametrize("timing", [False, True])
+def test_two_threads_profiling_one_model_are_served_one_after_the_other(timing) -> None:
+    options = dict(repeat=3, warmup=1, roofline=False) if timing else {}
+    results: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            results["second"] = profile(model, (8,), timing=timing, **options)
+        except BaseException as e:   # noqa: BLE001 - handed to the test
+            results["second"] = e
+
+    pause = _Pause(threading.Thread(target=second))
+    model = nn.Sequential(nn.Linear(8, 8), pause, nn.ReLU()).eval()
+    pause.__dict__["model"] = model
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    first = profile(model, (8,), timing=timing, **options)
+    pause.second.join(timeout=120)
+    second_report = results["second"]
+    assert not isinstance(second_report, BaseException), second_report
+    # both counted the same: Linear(8, 8) at batch 1, 8*8 = 64 MACs
+    assert first.totals["macs"] == second_report.totals["macs"] == 64
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_two_threads_waiting_for_each_others_models_are_refused_not_deadlocked() -> None:
+    from modelprof.runtime.guard import preserved_state
+
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    holds_b = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def other() -> None:
+        with preserved_state(b):
+            holds_b.set()
+            assert _waits_for(b, 1)            # this thread waits for b below
+            try:
+                with preserved_state(a):       # a is held by the test's thread: a cycle
+                    outcome["other"] = "ran"
+            except ModelProfError as e:
+                outcome["other"] = e
+
+    thread = threading.Thread(target=other)
+    with preserved_state(a):
+        thread.start()
+        assert holds_b.wait(timeout=60)
+        with preserved_state(b):               # waits until the other thread gives b back
+            outcome["main"] = "ran"
+    thread.join(timeout=60)
+    assert outcome["main"] == "ran"
+    assert isinstance(outcome["other"], ModelProfError)
+    assert "waits for a model this thread is profiling" in str(outcome["other"])

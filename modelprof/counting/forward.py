@@ -17,6 +17,7 @@ from torch import nn
 
 from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.counting.leaves import LeafCounter
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
 from modelprof.errors import ModelProfError
 from modelprof.counting.formulas.quantized import packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
@@ -30,7 +31,7 @@ from modelprof.distributed.view import ParamView
 from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.runtime.guard import preserved_state, set_training
 
-__all__ = ["StaticResult", "analyze", "counted_module", "forward_context"]
+__all__ = ["StaticResult", "analyze", "counted_module", "forward_context", "meta_attention"]
 
 #: count known leaf modules (Conv2d, Linear, BatchNorm2d in eval, ...) from their calls, with the
 #: counter off the dispatch stack (counting/leaves.py); False counts every op through the
@@ -140,6 +141,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             with forward_context(model, training=training, no_grad=no_grad,
                                  modules=list(names)), \
                     amp_context(inputs.device, amp), \
+                    meta_attention(inputs.device, names, counter.meta_sdpa), \
                     module_hooks(model, hooks.pre, hooks.post, names,
                                  post_with_inputs=True), counter, hooks:
                 if state is None:
@@ -152,9 +154,7 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             raise
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
-    records = tracker.records
-    if not records:  # no Python hook fired (a TorchScript module): one row for the whole call
-        records = [tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
+    records = tracker.final_records(model, inputs.args, inputs.kwargs, output)
     # the guard's parameters are distinct already; packed weights are no tensors
     count = torch.Tensor.numel if view is None else view.count
     model_params = sum(map(count, guard.parameters)) + \
@@ -175,6 +175,21 @@ def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
                 if tensors:
                     found[id(value)] = sum(t.numel() for t in tensors)
     return found
+
+
+def meta_attention(device: torch.device, modules: Iterable[nn.Module],
+                   mode_on: bool) -> contextlib.AbstractContextManager:
+    """On meta, attention counted as the CPU runs it (``counting.meta_sdpa``): SDPA as its fused
+    kernel (the mode, unless ``mode_on`` says the counter enters it) and
+    ``nn.MultiheadAttention`` on its fast path where the CPU takes it; elsewhere nothing.
+    Entered before the module hooks, whose post hooks must see the outputs as the CPU's."""
+    if device.type != "meta":
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    if not mode_on:
+        stack.enter_context(FusedMetaSDPA())
+    stack.enter_context(attention_as_on_cpu(modules))
+    return stack
 
 
 def _refuse_lazy(lazy: list[str]) -> None:

@@ -35,14 +35,18 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn.modules import activation as _activation
+from torch.nn.modules import module as _module
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "cpu_outputs", "in_library"]
+__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "attention_as_on_cpu", "cpu_outputs",
+           "in_library"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -327,3 +331,57 @@ def _cpu_setitem(t: torch.Tensor, index: Any, value: Any) -> None:
         sliced.copy_(src)
     else:
         sliced.fill_(src)
+
+
+@contextlib.contextmanager
+def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """On meta, each ``nn.MultiheadAttention`` of ``modules`` called in this thread runs as on
+    the CPU: its own fast-path test decides, with the SDPA mode off the stack for the call (any
+    torch-function mode turns the fast path off) and meta passing the device check, so a
+    self-attention call in eval runs ``_native_multi_head_attention`` where the CPU does (with
+    the ``None`` weights the CPU kernel returns); a call that takes the slow path (training,
+    cross-attention) has its SDPA fused as the CPU fuses it. Nothing of the modules changes."""
+    attention = {id(m) for m in modules if isinstance(m, nn.MultiheadAttention)}
+    if not attention:
+        yield
+        return
+    original = _activation._check_arg_device   # (private: torch's fast-path device test)
+    calls: list[tuple[nn.Module, Any, Any]] = []   # per running call: module, mode, swap
+    owner, get_ident = threading.get_ident(), threading.get_ident
+
+    def check(x: Any) -> bool:   # (patched for every thread: another's calls pass through)
+        if get_ident() != owner or not calls:
+            return original(x)
+        return original(x) or (x is not None and x.device.type == "meta")
+
+    def pre(module: nn.Module, args: tuple) -> None:
+        if id(module) not in attention or get_ident() != owner:
+            return
+        mode = torch.overrides._get_current_function_mode()
+        popped = torch._C._pop_torch_function_stack() if isinstance(mode, FusedMetaSDPA) \
+            else None
+        swap = _fused_inside()
+        swap.__enter__()
+        calls.append((module, popped, swap))
+
+    def post(module: nn.Module, args: tuple, output: Any) -> Any:
+        if not calls or calls[-1][0] is not module or get_ident() != owner:
+            return None
+        _, mode, swap = calls.pop()
+        swap.__exit__(None, None, None)
+        if mode is not None:
+            torch._C._push_on_torch_function_stack(mode)
+        weights = output[1] if isinstance(output, tuple) and len(output) == 2 else None
+        if isinstance(weights, torch.Tensor) and weights.shape == (0,):
+            return (output[0], None)   # no weights asked for: the CPU kernel returns None
+        return None
+
+    handles = [_module.register_module_forward_pre_hook(pre),
+               _module.register_module_forward_hook(post, always_call=True)]
+    _activation._check_arg_device = check
+    try:
+        yield
+    finally:
+        _activation._check_arg_device = original
+        for handle in handles:
+            handle.remove()

@@ -13,9 +13,11 @@ from modelprof.runtime.device import MemoryStats, PeakTracker
 from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
 from modelprof.runtime.tensors import iter_tensors, tensor_nbytes, tensor_shape
 
-__all__ = ["CallRecord", "Tracker"]
+__all__ = ["NOT_CALLED", "CallRecord", "Tracker"]
 
 _UNKNOWN = object()
+#: the name of the record holding the parameters of modules the forward never called
+NOT_CALLED = "(not called)"
 
 
 def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
@@ -92,6 +94,28 @@ def _gathered_bytes(module: nn.Module, args: tuple, kwargs: dict, whole: int) ->
     return whole - weight.numel() * weight.element_size() + indices.numel() * row
 
 
+def _outermost(names: list[str], unused: set[str]) -> list[str]:
+    """The modules (or parameters) that hold the ``unused`` parameters, outermost first: a
+    module all of whose parameters are unused stands for them."""
+    total: dict[str, int] = {}
+    idle: dict[str, int] = {}
+    for n in names:
+        parts = n.split(".")
+        for k in range(1, len(parts)):
+            prefix = ".".join(parts[:k])
+            total[prefix] = total.get(prefix, 0) + 1
+            idle[prefix] = idle.get(prefix, 0) + (n in unused)
+    shown: list[str] = []
+    for n in names:
+        if n not in unused or any(n.startswith(s + ".") for s in shown):
+            continue
+        parts = n.split(".")
+        whole = [".".join(parts[:k]) for k in range(1, len(parts))
+                 if idle[".".join(parts[:k])] == total[".".join(parts[:k])]]
+        shown.append(whole[0] if whole else n)
+    return shown
+
+
 class Tracker:
     """Keeps the stack of running module calls and the list of finished and running records."""
 
@@ -129,6 +153,8 @@ class Tracker:
         #: how a sharded model's parameters are charged (modelprof.distributed.view.ParamView),
         #: None for a plain model
         self.param_view = None
+        # ids of the root's parameters in ``parameters()`` order, as the forward saw them
+        self._root_order: list[int] = []
 
     @property
     def current(self) -> CallRecord:
@@ -166,6 +192,7 @@ class Tracker:
             given = self.root_parameters if module is self._root else None
             self.pending_params = {id(p): p for p in (module.parameters() if given is None
                                                       else given)}
+            self._root_order = list(self.pending_params)
             self.buffers.clear()  # in place: the counter holds this dict
             self.buffers.update((id(b), b) for b in module.buffers())
         self.failure = None  # running on: an exception inside an earlier call was caught
@@ -209,6 +236,35 @@ class Tracker:
             self._memory.enter(index)
         records.append(record)
         stack.append(record)
+
+    def final_records(self, model: nn.Module, args: tuple, kwargs: dict,
+                      output: Any) -> list[CallRecord]:
+        """After the forward: the records with the ``(not called)`` one; where no Python hook
+        fired (a TorchScript module), one record for the whole call."""
+        self.add_not_called(model)
+        return self.records or [self.opaque_root(model, args, kwargs, output)]
+
+    def add_not_called(self, model: nn.Module) -> None:
+        """After the forward: the parameters no call used (a head the forward skips, as
+        inception_v3's auxiliary head in eval) go to one leaf record ``(not called)`` that names
+        their modules, so that the leaf rows add up to the model's parameters."""
+        pending = self.pending_params
+        if not pending or not self.records:
+            return
+        view = self.param_view
+        named = list(model.named_parameters())
+        names = {id(p): n for n, p in named}
+        if not all(i in names for i in pending):
+            # the forward saw converted copies (functional_call): the same walk, by position
+            names = dict(zip(self._root_order, (n for n, _ in named))) \
+                if len(named) == len(self._root_order) else {}
+        left = list(pending.values())
+        count = [p.numel() if view is None else view.count(p) for p in left]
+        unused = {names[i] for i in pending if i in names}
+        shown = _outermost([n for n, _ in named], unused) or ["(unnamed)"]
+        self.records.append(CallRecord(
+            len(self.records), NOT_CALLED, ", ".join(shown), 1, 1, None, False, [], 0, 0,
+            sum(count), sum(c for c, p in zip(count, left) if p.requires_grad), finished=True))
 
     def charge(self, p: torch.Tensor) -> int:
         """Elements of ``p`` to charge to the call that uses it: all of them the first time

@@ -22,7 +22,6 @@ configurations dealt across ``torchrun`` ranks or run in one process, gathered i
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 import warnings
@@ -39,7 +38,7 @@ from modelprof.distributed.sweep_store import ResultStore
 from modelprof.errors import ModelProfError
 from modelprof.runtime.progress import NoProgress, progress_bar
 
-__all__ = ["COUNTED_COLUMNS", "Measure", "run_config", "run_sweep"]
+__all__ = ["COUNTED_COLUMNS", "Measure", "check_options", "run_config", "run_sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
 COUNTED_COLUMNS = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
@@ -52,20 +51,28 @@ _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 
 
-def run_sweep(configs: list[SweepConfig], measure: Measure,
-              out: str | os.PathLike[str] | None = None, *, resume: bool = True,
-              retry_failed: bool = False, progress: bool = False,
-              timeout_s: float = 1800.0) -> pd.DataFrame:
-    """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
-    frame (on every rank). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``;
-    the options are documented there."""
+def check_options(resume: Any, retry_failed: Any, progress: Any, timeout_s: Any) -> None:
+    """A sweep's switches, refused before anything is created or run."""
     for name, value in (("resume", resume), ("retry_failed", retry_failed),
                         ("progress", progress)):
         if not isinstance(value, bool):
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
-    store = ResultStore(out) if out is not None else None
+
+
+def run_sweep(configs: list[SweepConfig], measure: Measure, store: ResultStore | None = None,
+              *, resume: bool = True, retry_failed: bool = False, progress: bool = False,
+              timeout_s: float = 1800.0,
+              on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
+              ) -> pd.DataFrame:
+    """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
+    frame (on every rank), each finished row saved in ``store`` (and the whole table, by rank
+    0). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``; the options are
+    documented there."""
+    check_options(resume, retry_failed, progress, timeout_s)
+    if store is not None:
+        store.check(configs)
     timed = any(c.timing for c in configs)
     with open_ranks(float(timeout_s), timed=timed) as meeting:
         rank = meeting.ranks.rank
@@ -74,6 +81,7 @@ def run_sweep(configs: list[SweepConfig], measure: Measure,
         try:
             runner = _Runner(meeting, measure, store, bar, len(configs), resume=resume,
                              retry_failed=retry_failed, timeout_s=float(timeout_s))
+            runner.on_config = on_config
             rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
             parts = meeting.all_gather(rows, "rows")
         finally:
@@ -93,6 +101,7 @@ class _Runner:
         self.meeting, self.measure, self.store = meeting, measure, store
         self.bar, self.total = bar, total
         self.resume, self.retry_failed, self.timeout_s = resume, retry_failed, timeout_s
+        self.on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
 
     def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
         rows: dict[str, Any] = {}
@@ -113,6 +122,8 @@ class _Runner:
                 self.store.save(config, row)
         self.meeting.add_done(1)
         self._tick()
+        if self.on_config is not None:
+            self.on_config(config, row)
         return row
 
     def _done(self, config: SweepConfig) -> dict[str, Any] | None:

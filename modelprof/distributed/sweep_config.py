@@ -91,9 +91,13 @@ def load_sweep(source: Any, *, options: Collection[str] | None = None) -> list[S
     """The configurations of ``source``: a ``.json``/``.toml`` path, a dict (one grid) or a list
     of dicts (several grids), in expansion order, duplicates dropped (the first kept).
     ``options``: the keywords a grid's ``options`` may use (None: any)."""
-    if isinstance(source, (str, Path)):
-        return expand_grids(_read_file(Path(source)), origin=str(source), options=options)
-    return expand_grids(source, origin="sweep", options=options)
+    origin = str(source) if isinstance(source, (str, Path)) else "sweep"
+    try:
+        data = _read_file(Path(source)) if isinstance(source, (str, Path)) else source
+        return expand_grids(data, origin=origin, options=options)
+    except RecursionError:   # lists in lists a hundred thousand deep: no grid is like that
+        raise ModelProfError(f"sweep config {origin!r} is nested too deeply to be a sweep "
+                             "(a grid's values are numbers, strings or lists of them)") from None
 
 
 def _read_file(path: Path) -> Any:

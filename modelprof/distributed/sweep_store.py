@@ -8,7 +8,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,12 @@ class ResultStore:
     """``out/configs/<config name>.json`` per configuration; ``out/sweep.csv`` and
     ``out/sweep.json`` for the whole table."""
 
-    def __init__(self, out: str | os.PathLike[str]) -> None:
+    def __init__(self, out: str | os.PathLike[str],
+                 csv_text: Callable[[pd.DataFrame], str]) -> None:
+        """``csv_text``: the exporters' CSV writer (``modelprof.render.csvio.to_csv``), which
+        the combined table is written with, as every table is."""
         self.out = Path(out)
+        self.csv_text = csv_text
         self.folder = self.out / "configs"
         for parent in (self.out, *self.out.parents):
             if parent.exists() and not parent.is_dir():
@@ -57,6 +61,15 @@ class ResultStore:
                                  f"({e.strerror or e})") from e
         if not os.access(self.folder, os.W_OK | os.X_OK):
             raise ModelProfError(f"out={str(self.out)!r}: the folder is not writable")
+
+    def check(self, configs: Iterable[SweepConfig]) -> None:
+        """Refuse, before anything runs, a result path that something other than a file holds
+        (a folder named like a configuration's result)."""
+        for config in configs:
+            path = self.path(config)
+            if path.exists() and not path.is_file():
+                raise ModelProfError(f"out={str(self.out)!r}: {str(path)!r}, where the result "
+                                     "of a configuration goes, is not a file: move it away")
 
     def path(self, config: SweepConfig) -> Path:
         return self.folder / f"{config.name}.json"
@@ -73,15 +86,24 @@ class ResultStore:
 
     def save(self, config: SweepConfig, row: Mapping[str, Any]) -> None:
         data = {"format": _FORMAT, "config": config.to_dict(), "row": _plain(row)}
-        write_atomic(self.path(config), json.dumps(data, indent=1, allow_nan=False))
+        _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
     def write_table(self, frame: pd.DataFrame) -> list[Path]:
-        """``sweep.csv`` (raw numbers) and ``sweep.json`` (records), each atomically."""
+        """``sweep.csv`` (raw numbers, by the CSV writer of every table) and ``sweep.json``
+        (records), each atomically."""
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
-        write_atomic(csv_path, frame.to_csv(index=False))
+        _write(csv_path, self.csv_text(frame))
         records = [_plain(r) for r in frame.to_dict(orient="records")]
-        write_atomic(json_path, json.dumps(records, indent=1, allow_nan=False))
+        _write(json_path, json.dumps(records, indent=1, allow_nan=False))
         return [csv_path, json_path]
+
+
+def _write(path: Path, text: str) -> None:
+    """``write_atomic``, a file that cannot be written said in one line."""
+    try:
+        write_atomic(path, text)
+    except OSError as e:
+        raise ModelProfError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
 
 
 def _plain(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,11 @@ def resolve_target(target: Any, dtype: Any) -> Peaks | None:
         raise ModelProfError(f"target={target!r} must be a device name such as 'H100 SXM' "
                              "or a modelprof Peaks")
     name = str(dtype).removeprefix("torch.")
-    peaks = lookup_peaks(target, name)
+    try:
+        peaks = lookup_peaks(target, name)
+    except ModelProfError as e:   # an ambiguous name: said as the argument it came from
+        raise ModelProfError(str(e).replace(f"device name {target!r}", f"target={target!r}",
+                                            1)) from None
     if peaks is None:
         raise ModelProfError(f"target={target!r} at dtype {name}: not in the datasheet table "
                              f"(known: {sorted(KNOWN_DEVICES)}), or no {name} rate there")

@@ -19,6 +19,9 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
+from modelprof.render.formats import export, get_format
+from modelprof.render.units import format_rate
+from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
 
 __all__ = ["GenerationReport"]
@@ -119,7 +122,16 @@ class GenerationReport:
             if self.peaks is not None:
                 row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
             rows.append(row)
-        return pd.DataFrame(rows)
+        return shown(pd.DataFrame(rows), caption=self._bound_caption())
+
+    def _bound_caption(self) -> str | None:
+        """What the ``bound_*`` columns are against: the datasheet variant, named."""
+        p = self.peaks
+        if p is None:
+            return None
+        return (f"bound_*: roofline lower bound on {p.device} ({p.dtype}, datasheet: "
+                f"{format_rate(p.peak_flops, 'FLOP/s')}, {format_rate(p.peak_bytes, 'B/s')}); "
+                "a bound, not a measurement")
 
     def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
                     batch_size: int | None = None) -> Any:
@@ -166,13 +178,14 @@ class GenerationReport:
             df.insert(0, "context", p.context)
             df.insert(0, "phase", p.name)
             frames.append(df)
-        return pd.concat(frames, ignore_index=True)
+        return shown(pd.concat(frames, ignore_index=True), caption=self._bound_caption())
 
     def growth(self, batch_size: int | None = None) -> pd.DataFrame:
         """Decode steps against the context: counted MACs, FLOPs, bytes, the measured time of
         the step (per-layer passes) and the bound."""
         table = self.phase_table(batch_size)
-        return table[table["phase"] == "decode"].reset_index(drop=True)
+        return shown(table[table["phase"] == "decode"].reset_index(drop=True),
+                     caption=self._bound_caption())
 
     def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
         """Per added context token: the slope of each counted column and of the measured step
@@ -207,7 +220,7 @@ class GenerationReport:
             if t is not None:
                 row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
             rows.append(row)
-        return pd.DataFrame(rows)
+        return shown(pd.DataFrame(rows))
 
     def kv_cache(self) -> pd.DataFrame:
         """Bytes per layer held by the cache after the last profiled step."""
@@ -218,24 +231,37 @@ class GenerationReport:
         states[:len(self.kv.per_layer_state_bytes)] = self.kv.per_layer_state_bytes
         cross[:len(self.kv.per_layer_cross_bytes)] = self.kv.per_layer_cross_bytes
         # keys and values grow per token; a recurrent state and cross-attention do not
-        return pd.DataFrame({"layer": range(per.size), "bytes": per, "state_bytes": states,
-                             "cross_bytes": cross, "bytes_per_token": (per - states - cross) /
-                             (self.kv.batch_size * self.kv.tokens)})
+        return shown(pd.DataFrame({"layer": range(per.size), "bytes": per, "state_bytes": states,
+                                   "cross_bytes": cross, "bytes_per_token": (per - states - cross)
+                                   / (self.kv.batch_size * self.kv.tokens)}),
+                     units={"bytes": "_bytes", "bytes_per_token": "_bytes"})
 
     # -- exporters ---------------------------------------------------------------------------
+    def export(self, format: str, path: str | Path | None = None) -> str | Path | None:
+        """Any registered format (:mod:`modelprof.render.formats`): Markdown and JSON are the
+        whole report (``to_markdown``, ``to_json``); any other the per-layer table of every
+        phase (``to_dataframe``), captioned with the run."""
+        fmt = get_format(format)
+        if fmt.name in ("markdown", "json"):
+            return self.to_markdown(path) if fmt.name == "markdown" else self.to_json(path)
+        return fmt.write(self.to_dataframe(), None, path=path, caption=self._heading(),
+                         title=self._heading(), standalone=True)
+
+    def _heading(self) -> str:
+        return (f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
+                f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})")
+
     def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
-        """The per-layer table of every phase, raw numbers."""
-        return _write(self.to_dataframe(batch_size).to_csv(index=False), path)
+        """The per-layer table of every phase, raw numbers (the exporters' CSV writer)."""
+        return export("csv", self.to_dataframe(batch_size), path=path)
 
     def to_markdown(self, path: str | Path | None = None) -> str | None:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
-        parts = [f"# {self.model_name}: generation ({self.spec.prompt_len} prompt + "
-                 f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})", "",
+        parts = [f"# {self._heading()}", "",
                  "## Summary", "", _md(self.summary()), "", "## Phases", "",
                  _md(self.phase_table())]
         if self.peaks is not None:
-            parts += ["", f"`bound_*` columns: roofline lower bound on {self.peaks.device} "
-                      f"({self.peaks.dtype}, datasheet); a bound, not a measurement."]
+            parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
             parts += ["", "## KV cache", "", _md(pd.DataFrame([self.kv.to_dict()]).drop(
                 columns=["per_layer_bytes"]))]
@@ -326,10 +352,8 @@ def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
 
 
 def _md(df: pd.DataFrame) -> str:
-    try:
-        return df.to_markdown(index=False)
-    except ImportError:
-        return df.to_string(index=False)
+    """A table of the report in the registered Markdown format, human units."""
+    return str(export("markdown", df, show_totals=False)).rstrip("\n")
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

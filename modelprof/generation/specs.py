@@ -76,7 +76,28 @@ def _config(spec: str) -> Any:
     unknown = [k for k in kwargs if not hasattr(known, k)]
     if unknown:
         raise ModelProfError(f"SPEC {spec!r}: {name} has no attribute {unknown[0]!r}")
+    for key, value in kwargs.items():
+        _check_kind(spec, key, value, getattr(known, key))
     return cls(**kwargs)
+
+
+def _check_kind(spec: str, key: str, value: Any, default: Any) -> None:
+    """An override of a number must be a number (``hidden_size=abc`` would fail deep inside
+    the model's construction)."""
+    if value is None:
+        return
+    if isinstance(default, bool):
+        wrong = not isinstance(value, bool)
+    elif isinstance(default, int):
+        wrong = isinstance(value, bool) or not isinstance(value, int)
+    elif isinstance(default, float):
+        wrong = isinstance(value, bool) or not isinstance(value, (int, float))
+    else:
+        wrong = False
+    if wrong:
+        kind = {bool: "True or False", int: "an integer"}.get(type(default), "a number")
+        raise ModelProfError(f"SPEC {spec!r}: {key}={value!r} must be {kind}, like its "
+                             f"default {default!r}")
 
 
 def load_language_model(spec: str, device: torch.device | None = None,
@@ -98,6 +119,9 @@ def load_language_model(spec: str, device: torch.device | None = None,
         except ValueError as e:
             raise ModelProfError(f"SPEC {spec!r}: {type(config).__name__} has no causal-LM "
                                  f"model in transformers ({e})") from e
+        except TypeError as e:   # an override of the wrong kind the check above let through
+            raise ModelProfError(f"SPEC {spec!r}: the model cannot be built from this "
+                                 f"config: {e}") from e
     if dtype is not None:
         model = model.to(dtype)
     return model.eval(), spec.partition(":")[0].removesuffix("Config") or spec

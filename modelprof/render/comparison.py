@@ -1,5 +1,6 @@
 """Rendering of a comparison (``modelprof.compare``): which columns a readable table shows, its
-caption, and the exporters the ``Comparison`` result exposes as methods.
+caption, and its export in any registered format (what the ``Comparison`` result's ``render``
+exposes).
 
 The comparison stays a numeric DataFrame (one row per model, ``*_x`` ratios to the baseline); these
 functions humanise it the way a report's exporters do (``11.69 M``, ``3.10 ms``, ``0.0312×``).
@@ -13,17 +14,14 @@ from typing import Any
 
 import pandas as pd
 
+from modelprof.render.formats import get_format
+
 __all__ = [
     "env_caption",
     "COMPACT_COMPARE_COLUMNS",
     "compact_compare_columns",
     "compare_caption",
-    "comparison_to_csv",
-    "comparison_to_html",
-    "comparison_to_json",
-    "comparison_to_latex",
-    "comparison_to_markdown",
-    "comparison_to_text",
+    "export_comparison",
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
@@ -82,7 +80,9 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
     ranked_by = attrs.get("ranked_by")
-    if ranked_by is not None:
+    if attrs.get("unranked"):
+        parts.append("not ranked: too few runs for an interval")
+    elif ranked_by is not None:
         parts.append(RATIO_NOTE)
         if ranked_by == "cpu_work":
             parts.append("ranked by CPU work: the machine was loaded; CPU work equals latency "
@@ -96,67 +96,25 @@ def _columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> Any:
     return compact_compare_columns(df) if columns is None else columns
 
 
-def comparison_to_markdown(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
-                           columns: Iterable[str] | str | None = None, **view: Any) -> str | Path:
-    """A GitHub Markdown table in human units, the compact columns unless ``columns`` says."""
-    from modelprof.render.markdown import to_markdown
-
-    return to_markdown(df, path=path, columns=_columns(df, columns), **view)
-
-
-def comparison_to_text(df: pd.DataFrame, *, columns: Iterable[str] | str | None = None,
-                       **view: Any) -> str:
-    """A plain-text table with the caption as its title."""
-    from modelprof.render.text import to_text
-
-    view.setdefault("title", compare_caption(df.attrs) or None)
-    return str(to_text(df, columns=_columns(df, columns), **view))
-
-
-def comparison_to_latex(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
-                        columns: Iterable[str] | str | None = None, caption: str | None = None,
-                        **view: Any) -> str | Path:
-    """A booktabs table with one unit per column, fitted to the page like a report's; the
-    caption defaults to the baseline and environment."""
-    from modelprof.render.latex import escape_latex, to_latex
-
-    if caption is None:
-        caption = escape_latex(compare_caption(df.attrs)) or None
-    view.setdefault("priority", _LATEX_PRIORITY)
-    return to_latex(df, path=path, columns=_columns(df, columns), caption=caption, **view)
-
-
-def comparison_to_html(df: pd.DataFrame, path: str | os.PathLike[str] | None = None, *,
-                       columns: Iterable[str] | str | None = None, standalone: bool = True,
-                       **view: Any) -> str | Path:
-    """A complete HTML page (``standalone=False``: the fragment the notebook shows), with the
-    caption (baseline, device, dtype, batch, torch; how the ratios are estimated) above the
-    table in both, and the comparison's notes on the page."""
-    from modelprof.render.html import to_html
-
-    caption = compare_caption(df.attrs) or None
-    view.setdefault("caption", caption)
-    view.setdefault("title", "modelprof comparison")
-    if standalone:   # a page shows its summary lines, not the table's caption
-        view.setdefault("summary", [c for c in (view.get("caption"),
-                                                *(df.attrs.get("notes") or ())) if c])
-    return to_html(df, path=path, columns=_columns(df, columns), standalone=standalone, **view)
-
-
-def comparison_to_csv(df: pd.DataFrame, path: str | os.PathLike[str] | None = None,
-                      **view: Any) -> str | Path:
-    """Every column with raw numbers (the index as the ``model`` column), read back by
-    ``modelprof.render.read_csv``."""
-    from modelprof.render.csvio import to_csv
-
-    return to_csv(df, path=path, **view)
-
-
-def comparison_to_json(df: pd.DataFrame, path: str | os.PathLike[str] | None = None,
-                       **view: Any) -> str | Path:
-    """The table and the environment (``attrs``) as JSON, read back by
-    ``modelprof.render.read_json``."""
-    from modelprof.render.jsonio import to_json
-
+def export_comparison(df: pd.DataFrame, name: str,
+                      path: str | os.PathLike[str] | None = None, *,
+                      columns: Iterable[str] | str | None = None, **view: Any) -> str | Path:
+    """The comparison in a registered format (:mod:`modelprof.render.formats`). Human formats
+    show the compact columns unless ``columns`` says, with the caption (baseline, device,
+    dtype, batch, torch; how the ratios are estimated) as the table's caption or title, and on
+    an HTML page the notes; raw formats (CSV, JSON) every column (the index as ``model``), JSON
+    with the environment (``attrs``). Read back by ``modelprof.render.read_csv``/``read_json``."""
+    fmt = get_format(name)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
-    return to_json(df, None, env, path=path, **view)
+    if fmt.human:
+        columns = _columns(df, columns)
+        caption = compare_caption(df.attrs) or None
+        for key, value in (("caption", caption), ("title", caption),
+                           ("priority", _LATEX_PRIORITY), ("standalone", True)):
+            view.setdefault(key, value)
+        if view["standalone"]:   # a page shows its summary lines
+            view.setdefault("summary", [c for c in (view.get("caption"),
+                                                    *(df.attrs.get("notes") or ())) if c])
+    if columns is not None:
+        view["columns"] = columns
+    return fmt.write(df, None, env=env, path=path, **view)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import selected_frame, with_index
 
@@ -37,6 +38,7 @@ KNOWN_DTYPES: dict[str, str] = {
     # roofline
     "achieved_gflops": "float64", "achieved_gbps": "float64", "intensity": "float64",
     "memory_level": _TEXT, "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",
+    "efficiency_loaded": "bool",
     # torchstat view
     "module name": _TEXT, "input shape": _TEXT, "output shape": _TEXT, "memory(MB)": "float64",
     "MAdd": "int64", "Flops": "int64", "MemRead(B)": "int64", "MemWrite(B)": "int64",
@@ -153,9 +155,13 @@ def _restore(value: str) -> str:
     return value[1:] if value.startswith("'") else value
 
 
-def to_csv(df: pd.DataFrame, *, path: str | os.PathLike[str] | None = None,
-           view: ViewOptions | None = None, **options: Any) -> str | Path:
-    """The table as CSV, raw numbers. A meaningful index (compare results keyed by model name) is
+@register_format("csv", suffix="csv", human=False)
+def to_csv(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
+           end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
+           path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
+           **options: Any) -> str | Path:
+    """The table as CSV, raw numbers (a file of data: ``totals``, ``end_to_end`` and ``env``
+    are not written). A meaningful index (compare results keyed by model name) is
     written as the first column; row labels of a default or filtered index are not. Returns the
     text or writes ``path`` and returns it."""
     df = selected_frame(df, ViewOptions.parse(view, **options))

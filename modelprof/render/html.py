@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, is_rough, prepare_table
 
@@ -150,8 +151,9 @@ def html_page(body: str, *, title: str, heading: str | None = None,
     return _PAGE.format(title=html.escape(title), body="\n".join(parts))
 
 
+@register_format("html", suffix="html", human=True, aliases=("htm",))
 def to_html(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-            end_to_end: Mapping[str, Any] | None = None,
+            end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
             path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
             **options: Any) -> str | Path:
     """A styled HTML table of ``df`` with its footer rows, for notebooks (``_repr_html_``) and

@@ -25,6 +25,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import selected_frame
 
@@ -116,11 +117,14 @@ def _is_default_index(index: pd.Index) -> bool:
     )
 
 
+@register_format("json", suffix="json", human=False)
 def to_json(df: pd.DataFrame, totals: Mapping[str, Any] | None = None,
             env: Mapping[str, Any] | None = None, *,
+            end_to_end: Mapping[str, Any] | None = None,
             path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
             **options: Any) -> str | Path:
-    """The table (raw numbers), the totals and the environment as one JSON document.
+    """The table (raw numbers), the totals and the environment as one JSON document (the
+    end-to-end row is in the environment's latency).
 
     Row/column selection options work as in the other exporters; the selected rows keep their
     index. Returns the text or writes ``path`` and returns it.

@@ -34,6 +34,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError, ModelProfWarning
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, is_rough, prepare_table
 
@@ -237,9 +238,12 @@ def _footer_line(row: Sequence[str]) -> str:
 def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -> str:
     """Lay out a prepared :class:`Table` as booktabs rules in a ``table`` float (``table*`` for
     ``width="textwidth"``, so it spans both columns of a two-column paper), a ``longtable``, or a
-    bare ``tabular`` (``float_env=False``). ``caption`` and ``label`` are inserted verbatim (they
-    are LaTeX). See the module docstring for ``width``, ``fit`` and ``long``."""
+    bare ``tabular`` (``float_env=False``). ``caption`` is text, escaped like the cells;
+    ``label`` is a key, refused where it holds a character LaTeX treats specially. See the
+    module docstring for ``width``, ``fit`` and ``long``."""
     view = ViewOptions.parse(view, **options)
+    view = view.replace(caption=None if view.caption is None else escape_latex(view.caption),
+                        label=_checked_label(view.label))
     width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
     _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
@@ -280,6 +284,16 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         return "\n".join(out + _longtable(table, head, body, view)) + "\n"
     parts = _split_body(table, body, LONG_ROWS - len(head)) if split else [body]
     return "\n".join(out + _floating(table, head, parts, view, scale)) + "\n"
+
+
+def _checked_label(label: str | None) -> str | None:
+    """A ``\\label`` key as given: it is matched by ``\\ref``, so it cannot be escaped; a
+    character that would break the document is refused."""
+    bad = sorted(set(label or "") & set("\\&%$#{}~^"))
+    if bad:
+        raise ModelProfError(f"label={label!r} holds {''.join(bad)!r}, which LaTeX treats "
+                             "specially: use letters, digits and ':', '-', '_', '.'")
+    return label
 
 
 def _check_layout(view: ViewOptions) -> None:
@@ -362,8 +376,9 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
     return parts
 
 
+@register_format("latex", suffix="tex", human=True)
 def to_latex(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-             end_to_end: Mapping[str, Any] | None = None,
+             end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
              path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
              **options: Any) -> str | Path:
     """A booktabs table of ``df`` with its footer rows, fitted to ``width`` (see the module

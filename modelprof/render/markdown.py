@@ -9,6 +9,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.text import escape_control
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, prepare_table
@@ -47,8 +48,9 @@ def markdown_table(table: Table) -> str:
     )
 
 
+@register_format("markdown", suffix="md", human=True, needs="tabulate")
 def to_markdown(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-                end_to_end: Mapping[str, Any] | None = None,
+                end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
                 path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
                 **options: Any) -> str | Path:
     """A GitHub pipe table of ``df`` with a totals row (view options as in

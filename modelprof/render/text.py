@@ -9,6 +9,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
+from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, prepare_table
 
@@ -76,8 +77,9 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     return "\n".join(out)
 
 
+@register_format("text", suffix="txt", human=True)
 def to_text(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-            end_to_end: Mapping[str, Any] | None = None,
+            end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
             path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
             **options: Any) -> str | Path:
     """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals (``title``,

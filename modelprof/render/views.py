@@ -28,6 +28,7 @@ from modelprof.render.units import (IEC_PREFIXES, MISSING, SI_PREFIXES, TIME_UNI
 
 __all__ = [
     "UNITS",
+    "LOADED_FLAG",
     "ROUGH_COLUMNS",
     "ROUGH_MARK",
     "is_rough",
@@ -69,6 +70,8 @@ ROUGH_COLUMNS: frozenset[str] = frozenset({
     "latency_ms", "latency_std_ms", "latency_pct", "achieved_gflops", "achieved_gbps",
     "efficiency", "mfu", "hfu", "mbu", "duration[%]"})
 """Per-layer timing columns that a row marked ``latency_rough`` shows as rough."""
+LOADED_FLAG = "efficiency_loaded"
+"""The column that marks an efficiency judged against roofs probed on a busy machine."""
 ROUGH_MARK = "~"
 """The prefix of a rough cell in every human-readable view (HTML and LaTeX also grey it)."""
 
@@ -352,15 +355,17 @@ class Table:
 
 
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
-    if name not in ROUGH_COLUMNS or "latency_rough" not in frame.columns:
+    if name not in ROUGH_COLUMNS:
         return False
-    flag = frame["latency_rough"].iloc[r]
-    return not _is_missing(flag) and bool(flag)
+    flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
+    return any(f in frame.columns and not _is_missing(frame[f].iloc[r]) and bool(frame[f].iloc[r])
+               for f in flags)
 
 
 def is_rough(table: Table, r: int, name: str) -> bool:
     """Cell (row ``r``, column ``name``) of a prepared table is a rough per-layer time: its row
-    rests on fewer per-layer passes than the stop rule promises (``latency_rough``)."""
+    rests on fewer per-layer passes than the stop rule promises (``latency_rough``), or an
+    efficiency judged against roofs probed on a busy machine (``efficiency_loaded``)."""
     return table.units != "raw" and _rough(table.frame, r, name)
 
 
@@ -594,7 +599,7 @@ def prepare_table(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
-    if units != "raw" and "latency_rough" in rows.columns:
+    if units != "raw" and ({"latency_rough", LOADED_FLAG} & set(rows.columns)):
         cells = tuple(tuple(ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
                             for c, n in zip(row, names)) for i, row in enumerate(cells))
     footer = _footer(names, kinds, formatters, totals, end_to_end)

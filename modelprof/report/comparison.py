@@ -13,42 +13,39 @@ from typing import Any
 
 import pandas as pd
 
+from modelprof.errors import ModelProfError
+from modelprof.render.comparison import export_comparison
+from modelprof.render.formats import get_format
+
 __all__ = ["Comparison", "ComparisonRender"]
 
 
 class ComparisonRender:
-    """modelprof's exporters of a comparison (:mod:`modelprof.render.comparison`): humanised
-    Markdown, LaTeX, HTML and text in the compact columns (``columns="all"`` for every one),
-    and CSV/JSON with raw numbers that ``modelprof.render.read_csv``/``read_json`` read back.
-    Each takes the view options of a report's exporters (``columns``, ``top_k``, ``sort_by``,
-    ``units``..., or ``view=ViewOptions(...)``)."""
+    """modelprof's exporters of a comparison: ``to_<format>`` for every registered format
+    (:mod:`modelprof.render.formats`: ``to_markdown``, ``to_latex``, ``to_html``, ``to_text``
+    humanised in the compact columns, ``columns="all"`` for every one; ``to_csv``, ``to_json``
+    raw numbers that ``modelprof.render.read_csv``/``read_json`` read back), or
+    ``export(format, path)``. Each takes the view options of a report's exporters
+    (``columns``, ``top_k``, ``sort_by``, ``units``..., or ``view=ViewOptions(...)``)."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
         self._frame = frame
 
-    def to_markdown(self, path: str | Path | None = None, **view: Any) -> str | Path:
-        from modelprof.render.comparison import comparison_to_markdown
-        return comparison_to_markdown(self._frame, path, **view)
+    def export(self, format: str, path: str | Path | None = None, **view: Any) -> str | Path:
+        return export_comparison(self._frame, format, path, **view)
 
-    def to_latex(self, path: str | Path | None = None, **view: Any) -> str | Path:
-        from modelprof.render.comparison import comparison_to_latex
-        return comparison_to_latex(self._frame, path, **view)
-
-    def to_html(self, path: str | Path | None = None, **view: Any) -> str | Path:
-        from modelprof.render.comparison import comparison_to_html
-        return comparison_to_html(self._frame, path, **view)
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("to_"):
+            raise AttributeError(name)
+        fmt = name.removeprefix("to_")
+        try:
+            get_format(fmt)
+        except ModelProfError:
+            raise AttributeError(name) from None
+        return lambda path=None, **view: self.export(fmt, path, **view)
 
     def to_text(self, **view: Any) -> str:
-        from modelprof.render.comparison import comparison_to_text
-        return comparison_to_text(self._frame, **view)
-
-    def to_csv(self, path: str | Path | None = None, **view: Any) -> str | Path:
-        from modelprof.render.comparison import comparison_to_csv
-        return comparison_to_csv(self._frame, path, **view)
-
-    def to_json(self, path: str | Path | None = None, **view: Any) -> str | Path:
-        from modelprof.render.comparison import comparison_to_json
-        return comparison_to_json(self._frame, path, **view)
+        return str(self.export("text", None, **view))
 
 
 class Comparison(pd.DataFrame):
@@ -71,5 +68,4 @@ class Comparison(pd.DataFrame):
         return plot_cost_latency(self, cost, **kw)
 
     def _repr_html_(self) -> str:
-        from modelprof.render.comparison import comparison_to_html
-        return str(comparison_to_html(self, standalone=False))
+        return str(self.render.export("html", standalone=False))

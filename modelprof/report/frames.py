@@ -1,37 +1,66 @@
-"""A DataFrame whose ``print`` shows every column and row: the summaries a Report returns
-(``by_layer_type()``, ``by_module_type()``, ``by_operator()``) are small, and pandas' default
-display would cut them to ``...`` at 80 characters or in a narrow terminal."""
+"""The summary frames a user prints (``by_layer_type()``, ``memory_estimate()``,
+``phase_table()`` ...): ``pandas.DataFrame``s whose numbers stay numeric, shown whole and in
+human units (``1.82 G``, ``58.0 MiB``, ``3.1 ms``) by their ``repr`` and ``_repr_html_``, as a
+report's table is; pandas' default display would cut them to ``[4 rows x 12 columns]`` or
+``...`` and print bytes as ``60845888``."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
-from pandas.api.types import is_integer_dtype
 
-from modelprof.render.units import format_bytes
+from modelprof.render.html import to_html
+from modelprof.render.text import to_text
 
-__all__ = ["BytesFrame", "WholeFrame"]
+__all__ = ["WholeFrame", "shown", "units_of"]
+
+_UNITS = "modelprof_units"      # attrs key: column -> unit suffix for display ("_bytes")
+_CAPTION = "modelprof_caption"  # attrs key: a line shown above the table
 
 
 class WholeFrame(pd.DataFrame):
-    """A ``pandas.DataFrame`` in every respect but its ``repr``, which is ``to_string()``.
+    """A ``pandas.DataFrame`` in every respect but its display: every row and column, in human
+    units. ``shown(df, units=..., caption=...)`` makes one.
 
-    Operations on it return plain DataFrames (``_constructor``), so the full display stays with
-    the summary the Report returned and does not spread to frames derived from it."""
+    Operations on it return plain DataFrames (``_constructor``), so the display stays with
+    the summary that was returned and does not spread to frames derived from it."""
 
     @property
     def _constructor(self) -> type[pd.DataFrame]:
         return pd.DataFrame
 
+    def _display(self) -> tuple[pd.DataFrame, str | None]:
+        """A plain copy whose column names carry their units (``inference`` as
+        ``inference_bytes``: shown as "inference" in bytes), and the caption."""
+        units = self.attrs.get(_UNITS) or {}
+        frame = pd.DataFrame(self).rename(columns={c: f"{c}{s}" for c, s in units.items()})
+        frame.attrs = {}
+        return frame, self.attrs.get(_CAPTION)
+
     def __repr__(self) -> str:
-        return self.to_string()
+        frame, caption = self._display()
+        if frame.empty:
+            return (caption + "\n" if caption else "") + "(no rows)"
+        return str(to_text(frame, show_totals=False, title=caption))
+
+    def _repr_html_(self) -> str:
+        frame, caption = self._display()
+        return str(to_html(frame, standalone=False, show_totals=False, caption=caption))
 
 
-class BytesFrame(WholeFrame):
-    """A :class:`WholeFrame` of byte counts whose ``repr`` shows its integer columns in human
-    units (``131.42 GiB``); the values stay integers."""
+def shown(df: pd.DataFrame, *, units: Mapping[str, str] | None = None,
+          caption: str | None = None) -> WholeFrame:
+    """``df`` as a :class:`WholeFrame`; ``units`` gives a column whose name says no unit its
+    unit suffix (``{"inference": "_bytes"}``), ``caption`` a line shown above it."""
+    out = WholeFrame(df)
+    if units:
+        out.attrs[_UNITS] = dict(units)
+    if caption:
+        out.attrs[_CAPTION] = caption
+    return out
 
-    def __repr__(self) -> str:
-        shown = pd.DataFrame(self).copy()
-        for c in shown.columns:
-            if is_integer_dtype(shown[c].dtype):
-                shown[c] = shown[c].map(format_bytes)
-        return shown.to_string()
+
+def units_of(frame: Any) -> Mapping[str, str]:
+    """The display units a :func:`shown` frame carries (empty for any other frame)."""
+    return getattr(frame, "attrs", {}).get(_UNITS, {})

@@ -207,6 +207,9 @@ def plot_roofline(
     ax.set_ylabel("achieved FLOP/s")
     source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
                              if peaks.raised else "")
+    if peaks.loaded:   # a probe on a busy machine: its roofs read low, say so on the plot
+        source += (f"; PROBED ON A BUSY MACHINE (wall/CPU {peaks.wall_over_cpu:.2f}): roofs "
+                   "read low")
     ax.grid(which="both", alpha=0.25)
     _legends(fig, ax, key)
     # wrapped to the axes' width once the legends took their room: a one-line title wider

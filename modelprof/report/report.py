@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
-from modelprof.report.frames import BytesFrame, WholeFrame
+from modelprof.render.formats import get_format
+from modelprof.report.frames import WholeFrame, shown
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
@@ -170,7 +172,7 @@ class Report:
         unsupported = (self.unsupported if direction == "forward"
                        else self.training_step.cost.unsupported)
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
-        return WholeFrame({
+        return shown(pd.DataFrame({
             "op": names,
             "calls": count_column([by_op[n].calls for n in names]),
             "macs": count_column([by_op[n].macs for n in names]),
@@ -178,7 +180,7 @@ class Report:
             "madd": count_column([by_op[n].madd for n in names]),
             "supported": [n not in unsupported for n in names],
             "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
-        }).astype({"inexact_calls": "int64"})
+        }).astype({"inexact_calls": "int64"}))
 
     def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
         """Estimated memory (bytes; printed in human units) for inference and for a training
@@ -194,9 +196,10 @@ class Report:
         step = self.training_step
         saved = None if step is None else int(self.totals.get("saved_bytes", 0))
         opt = None if step is None else step.cost.optimizer
-        return BytesFrame(estimate_memory(
+        return shown(estimate_memory(
             self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
-            optimizer_state_bytes=None if opt is None else opt.state_bytes))
+            optimizer_state_bytes=None if opt is None else opt.state_bytes),
+            units={"inference": "_bytes", "training_step": "_bytes"})
 
     def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
                     decode: bool = False) -> Any:
@@ -228,7 +231,7 @@ class Report:
         (see ``modelprof.distributed.collectives`` for the conventions)."""
         from modelprof.distributed.collectives import collectives_frame
 
-        return collectives_frame(self.rows)
+        return shown(collectives_frame(self.rows))
 
     @property
     def notes(self) -> dict[str, dict[str, int]]:
@@ -244,7 +247,7 @@ class Report:
         cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
         out = leaves.groupby("type", sort=False)[cols].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
-        return WholeFrame(out.sort_values("flops", ascending=False))
+        return shown(out.sort_values("flops", ascending=False))
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
@@ -272,7 +275,7 @@ class Report:
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return WholeFrame(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
+        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
@@ -331,21 +334,47 @@ class Report:
             update["columns"] = compact_columns(df)
         return df, totals, end_to_end, view.replace(**update) if update else view
 
+    def export(self, format: str, path: str | Path | None = None, *,
+               style: str = "modelprof", view: Any = None, **options: Any) -> str | Path:
+        """The table in any registered format (:mod:`modelprof.render.formats`; ``to_csv``,
+        ``to_markdown``... are this for their format). A human format shows the compact columns
+        unless ``columns`` says (the report's title as its caption, the summary above an HTML
+        page); a raw one every column, raw numbers, with the totals and (JSON) the
+        environment. Returns the text, or writes ``path``."""
+        fmt = get_format(format)
+        df, totals, end_to_end, view = self._view(
+            style, view, options, compact=fmt.human, priority=_LATEX_PRIORITY,
+            caption=self._title(), title=self._title(),
+            summary=tuple(self.summary().splitlines()) if fmt.human else ())
+        if not fmt.human:   # raw data: the model's totals as counted, and the environment
+            totals, env = self.totals, self._environment()
+        else:
+            env = None
+        return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view)
+
+    def _environment(self) -> dict[str, Any]:
+        """What a raw export carries beside the table: the environment and the timing."""
+        return {**self.env, "latency": self.latency.to_dict(samples=True)
+                if self.latency is not None else None,
+                "instrumentation_overhead": self.instrumentation_overhead,
+                "coverage": self.coverage, "unsupported": self.unsupported,
+                "timing_notes": self.timing_notes,
+                "timing_agreement": dataclasses.asdict(self.timing_agreement)
+                if self.timing_agreement is not None else None,
+                "training_step": self.training_step.to_dict()
+                if self.training_step is not None else None}
+
     def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
                view: Any = None, **options: Any) -> str | Path:
         """CSV with raw numbers (no units, every column), read back exactly by
         ``modelprof.render.read_csv``."""
-        from modelprof.render.csvio import to_csv
-        df, _, _, view = self._view(style, view, options, compact=False)
-        return to_csv(df, path=path, view=view)
+        return self.export("csv", path, style=style, view=view, **options)
 
     def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
                     view: Any = None, **options: Any) -> str | Path:
         """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
         rows. The compact columns by default (``columns="all"`` for every one)."""
-        from modelprof.render.markdown import to_markdown
-        df, totals, end_to_end, view = self._view(style, view, options, compact=True)
-        return to_markdown(df, totals, end_to_end=end_to_end, path=path, view=view)
+        return self.export("markdown", path, style=style, view=view, **options)
 
     def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
                  view: Any = None, **options: Any) -> str | Path:
@@ -354,44 +383,23 @@ class Report:
         (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
         compile in one- and two-column classes (``long=True``: a ``longtable``). The
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
-        from modelprof.render.latex import escape_latex, to_latex
-        df, totals, end_to_end, view = self._view(
-            style, view, options, compact=True, priority=_LATEX_PRIORITY,
-            caption=escape_latex(self._title()))
-        return to_latex(df, totals, end_to_end=end_to_end, path=path, view=view)
+        return self.export("latex", path, style=style, view=view, **options)
 
     def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
                 standalone: bool = True, view: Any = None, **options: Any) -> str | Path:
         """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
         full), or with ``standalone=False`` the fragment the notebook displays."""
-        from modelprof.render.html import to_html
-        df, totals, end_to_end, view = self._view(
-            style, view, {**options, "standalone": standalone}, compact=True,
-            caption=self._title(), summary=tuple(self.summary().splitlines()))
-        return to_html(df, totals, end_to_end=end_to_end, path=path, view=view)
+        return self.export("html", path, style=style, view=view, standalone=standalone,
+                           **options)
 
     def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
                 view: Any = None, **options: Any) -> str | Path:
         """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
-        from modelprof.render.jsonio import to_json
-        df, _, _, view = self._view(style, view, options, compact=False)
-        env = {**self.env, "latency": self.latency.to_dict(samples=True)
-               if self.latency is not None else None,
-               "instrumentation_overhead": self.instrumentation_overhead,
-               "coverage": self.coverage, "unsupported": self.unsupported,
-               "timing_notes": self.timing_notes,
-               "timing_agreement": dataclasses.asdict(self.timing_agreement)
-               if self.timing_agreement is not None else None,
-               "training_step": self.training_step.to_dict()
-               if self.training_step is not None else None}
-        return to_json(df, self.totals, env, path=path, view=view)
+        return self.export("json", path, style=style, view=view, **options)
 
     def to_text(self, *, style: str = "modelprof", view: Any = None, **options: Any) -> str:
         """A plain-text table for terminals (the compact columns by default)."""
-        from modelprof.render.text import to_text
-        df, totals, end_to_end, view = self._view(style, view, options, compact=True,
-                                                  title=self._title())
-        text = str(to_text(df, totals, end_to_end=end_to_end, view=view))
+        text = str(self.export("text", None, style=style, view=view, **options))
         torchstat = getattr(view, "style", style) == "torchstat"
         return text + ("\n" + self.flops_conventions() if torchstat else "")
 
@@ -543,9 +551,12 @@ class Report:
         if t.get("frozen_params"):
             lines.append(f"trainable params {t['trainable_params']:,}, frozen "
                          f"{t['frozen_params']:,} (requires_grad=False)")
-        if self.model_params != t["params"]:
-            lines.append(f"({self.model_params - t['params']:,} of the model's "
-                         f"{self.model_params:,} parameters were not used by this forward)")
+        idle = [r for r in self.rows if r.module == NOT_CALLED]
+        if idle:
+            lines.append(f"({idle[0].params:,} of the params are in modules this forward did "
+                         f"not call: {idle[0].type}; row {NOT_CALLED!r})")
+        if self.peaks is not None and self.peaks.loaded:
+            lines.append(loaded_probe_note(self.peaks))
         if self.latency is not None:
             lines.extend(self._timing_summary())
             if self.peaks is not None:
@@ -608,12 +619,21 @@ class Report:
     def _repr_html_(self) -> str:
         """The notebook display: the summary and the compact table, every row shown (the
         notebook scrolls a long output itself)."""
-        from modelprof.render.html import to_html
         summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
-        df, totals, end_to_end, view = self._view("modelprof", None, {}, compact=True,
-                                                  caption=self._title())
-        table = to_html(df, totals, end_to_end=end_to_end, view=view)
+        table = self.export("html", standalone=False)
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
+
+
+def loaded_probe_note(peaks: Any) -> str:
+    """The summary's line on roofs probed on a busy machine."""
+    from modelprof.render.units import format_rate
+
+    return (f"note: the roofline probe ran on a busy machine (wall/CPU "
+            f"{peaks.wall_over_cpu:.2f}): its roofs (compute "
+            f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
+            f"{format_rate(peaks.peak_bytes, 'B/s')}) read low, and every efficiency judged "
+            "against them is marked (efficiency_loaded); probe again on a quiet machine, or "
+            "pass roofline=lookup_peaks(...)")
 
 
 def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
+from modelprof.render.views import LOADED_FLAG
 from modelprof.timing.peaks import MemoryLevel, Peaks
 
 __all__ = ["ROOFLINE_COLUMNS", "add_roofline", "compute_roofs", "judged_levels", "observed_peaks"]
@@ -55,6 +56,8 @@ ROOFLINE_COLUMNS: tuple[str, ...] = (
 
 def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> pd.DataFrame:
     """A copy of ``df`` (modelprof view) with the roofline columns appended (replaced if present).
+    Against a probe that ran on a busy machine (``peaks.loaded``), ``efficiency_loaded`` marks
+    every efficiency judged against it (the human-readable views mark those cells).
 
     Needs ``flops``, ``read_bytes`` and ``write_bytes``; ``latency_column`` is optional (without it
     the achieved rates and the efficiency are NaN).
@@ -89,7 +92,7 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     bound[~working] = None
     text = pd.Series(["x"]).dtype
 
-    out = df.drop(columns=[c for c in ROOFLINE_COLUMNS if c in df.columns])
+    out = df.drop(columns=[c for c in (*ROOFLINE_COLUMNS, LOADED_FLAG) if c in df.columns])
     # flops / (ms * 1e-3) / 1e9 = flops / ms / 1e6
     out["achieved_gflops"] = np.where(timed, flops / safe_latency / 1e6, np.nan)
     out["achieved_gbps"] = achieved_bps / 1e9
@@ -99,6 +102,8 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     out["roofline_ms"] = roofline_ms
     out["bound"] = pd.Series(list(bound), index=df.index, dtype=text)
     out["efficiency"] = np.where(timed, roofline_ms / safe_latency, np.nan)
+    if peaks.loaded:   # judged against roofs a busy machine measured low: each one says so
+        out[LOADED_FLAG] = timed
     return out
 
 
@@ -171,7 +176,8 @@ def observed_peaks(df: pd.DataFrame, peaks: Peaks, *,
     return Peaks(peak_flops=peak_flops, peak_bytes=levels[-1].bandwidth, source=peaks.source,
                  device=peaks.device, dtype=peaks.dtype,
                  levels=levels if peaks.levels else (), conv_peak_flops=conv_peak,
-                 raised=(*peaks.raised, *dict.fromkeys(raised)))
+                 raised=(*peaks.raised, *dict.fromkeys(raised)),
+                 wall_over_cpu=peaks.wall_over_cpu)
 
 
 _CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")

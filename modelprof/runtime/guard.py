@@ -62,6 +62,7 @@ from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 
 from modelprof.runtime import compat
 from modelprof.errors import ModelProfWarning
+from modelprof.runtime.exclusive import exclusive
 
 __all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
            "restore_modules", "set_training"]
@@ -653,8 +654,10 @@ def preserved_state(model: Any, rescan: bool = False,
                     **options: Any) -> Iterator[StateGuard | None]:
     """Restore ``model`` on leaving the block (also on an exception or ``KeyboardInterrupt``).
 
-    Re-entrant: inside an active guard for the same model in the same thread, yields that guard
-    and restores nothing (the outermost one does); with ``rescan`` its walk of the model is
+    One thread at a time (``runtime.exclusive``): another thread's guard of the same model waits
+    for this one to end, before it reads anything. Re-entrant: inside an active guard for the
+    same model in the same thread, yields that guard and restores nothing (the outermost one
+    does); with ``rescan`` its walk of the model is
     read again first (:meth:`StateGuard.rescan`: the model may have changed since that guard
     began). Yields None for a non-module.
     """
@@ -668,13 +671,14 @@ def preserved_state(model: Any, rescan: bool = False,
             outer.rescan()
         yield outer
         return
-    guard = StateGuard(model, **options)
-    guards[id(model)] = guard
-    try:
-        yield guard
-    finally:
-        del guards[id(model)]
-        guard.restore()
+    with exclusive(model):   # another thread's profile of it waits until it is put back
+        guard = StateGuard(model, **options)
+        guards[id(model)] = guard
+        try:
+            yield guard
+        finally:
+            del guards[id(model)]
+            guard.restore()
 
 
 _MODULE_TRAIN = nn.Module.train

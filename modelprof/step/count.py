@@ -42,7 +42,8 @@ from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.runtime.placement import model_placement
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.counting.forward import (StaticResult, forward_error, counted_module, forward_context)
+from modelprof.counting.forward import (StaticResult, forward_error, counted_module, forward_context,
+                                        meta_attention)
 from modelprof.step.spec import StepSpec
 from modelprof.distributed.group import communicates
 from modelprof.distributed.collectives import merge_comm
@@ -339,14 +340,14 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
     target = move_target(spec.target, inputs.device, dtype_requested)
     saved = SavedBytes(skip, lambda: tracker.current.index)
-    loss_forward = PassCost(collect_op_bytes=True)
-    loss_backward = PassCost()
+    loss_forward, loss_backward = PassCost(collect_op_bytes=True), PassCost()
     loss_counter = OpCounter(_FixedScope(loss_forward), registry)
     device = inputs.device
 
     with step_guard(device), forward_context(model, training=training, no_grad=False):
         try:
-            with module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
+            with meta_attention(device, names, False), \
+                    module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
                     counter, saved.hooks(), amp_context(device, amp):
                 output = torch.func.functional_call(model, state, args, kwargs, strict=False,
                                                     tie_weights=True)
@@ -354,8 +355,8 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
             raise
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
-        records: list[CallRecord] = tracker.records or [
-            tracker.opaque_root(model, inputs.args, inputs.kwargs, output)]
+        records: list[CallRecord] = tracker.final_records(model, inputs.args, inputs.kwargs,
+                                                          output)
         tracker.marks.mark(LOSS)
         saved.call = lambda: LOSS
         guard.begin("the loss")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import html
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -46,13 +47,13 @@ from modelprof.runtime.progress import sampling_bar
 from modelprof.step.spec import StepSpec
 from modelprof.timing.clock import StampBuffer, clock_for
 from modelprof.timing.comm import CommStamps
-from modelprof.timing.measurement import Measurement
+from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import Sampled, collect, collect_interleaved, warm_up
 from modelprof.timing.stats import block_medians, paired_ratio
 
-__all__ = ["PHASES", "StepTimer", "StepTiming", "compare_steps", "time_step"]
+__all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
 
 PHASES = ("forward", "loss", "backward", "optimizer")
 _BACKWARD = PHASES.index("backward")
@@ -94,12 +95,40 @@ class StepTiming:
         """Sum of the per-call medians over the clean backward median."""
         return float(np.median(self.calls_ms, axis=0).sum()) / self.backward.median_ms
 
-    def phases(self) -> dict[str, Measurement]:
-        out = {"forward": self.forward, "loss": self.loss, "backward": self.backward}
+    def phases(self) -> Phases:
+        out = Phases(forward=self.forward, loss=self.loss, backward=self.backward)
         if self.optimizer is not None:
             out["optimizer"] = self.optimizer
         out["step"] = self.step
         return out
+
+
+class Phases(dict):
+    """The training step's phases, name -> ``Measurement``; printed as one line per phase
+    (median, 95 % interval, samples, stability), not as the measurements' long reprs."""
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        rows = [("phase", "median", "95% CI", "n", "stable")]
+        for name, m in self.items():
+            lo, hi = m.median_ci_ms
+            ci = f"{format_ms(lo)}..{format_ms(hi)}" if m.has_interval else "n/a"
+            stable = {True: "yes", False: "DRIFTED", None: "n/a"}[m.stable]
+            rows.append((name, format_ms(m.median_ms), ci, str(m.n), stable))
+        return rows
+
+    def __repr__(self) -> str:
+        rows = self._rows()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                         for r in rows)
+
+    def _repr_html_(self) -> str:
+        head, *body = self._rows()
+        rows = ["<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"]
+        rows += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                 for r in body]
+        return "<table>" + "".join(rows) + "</table>"
 
 
 @dataclasses.dataclass(eq=False)

@@ -23,6 +23,8 @@ import torch
 from modelprof.runtime.env import cpu_name
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import device_synchronize, tf32_enabled
+from modelprof.timing.clock import cpu_time_source
+from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
 
 __all__ = ["DeviceSpec", "KNOWN_DEVICES", "MemoryLevel", "Peaks", "cache_levels", "conv_uses_other_precision", "lookup_peaks", "match_device", "probe_peaks"]
 
@@ -64,7 +66,10 @@ class Peaks:
     convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
     ``None``: convolutions share ``peak_flops``. ``raised``: the roofs a table's rows proved
     higher than probed (``"compute"``, ``"conv compute"``, a level's name; see
-    :func:`observed_peaks`), empty for peaks as probed or given.
+    :func:`observed_peaks`), empty for peaks as probed or given. ``wall_over_cpu``: a CPU
+    probe's wall time over its CPU time (None where not read); above
+    ``LOADED_WALL_OVER_CPU`` the machine was busy, the probed roofs are low, and ``loaded``
+    is True (the summary, the plot and every efficiency judged against them say so).
     """
 
     peak_flops: float
@@ -75,6 +80,12 @@ class Peaks:
     levels: tuple[MemoryLevel, ...] = ()
     conv_peak_flops: float | None = None
     raised: tuple[str, ...] = ()
+    wall_over_cpu: float | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """A probe that ran on a busy machine (wall time well above its CPU time)."""
+        return self.wall_over_cpu is not None and self.wall_over_cpu > LOADED_WALL_OVER_CPU
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
@@ -203,19 +214,25 @@ KNOWN_DEVICES: dict[str, DeviceSpec] = {
 }
 
 
-# First match wins: every token of a rule must appear among the name's tokens.
+# First match wins: every token of a rule must appear among the name's tokens. A rule names one
+# variant (form factor, memory): a family name alone ("A100") is ambiguous and refused.
 _MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
     (frozenset(tokens.split()), key)
     for tokens, key in (
         ("h100 nvl", "H100 NVL"),
         ("h100 pcie", "H100 PCIe"),
-        ("h100", "H100 SXM"),
+        ("h100 sxm", "H100 SXM"),
+        ("h100 sxm5", "H100 SXM"),
+        ("h100 hbm3", "H100 SXM"),      # torch: "NVIDIA H100 80GB HBM3"
         ("h200 nvl", "H200 NVL"),
-        ("h200", "H200 SXM"),
+        ("h200 sxm", "H200 SXM"),
+        ("nvidia h200", "H200 SXM"),    # torch: "NVIDIA H200"
         ("a100 pcie 40gb", "A100 PCIe 40GB"),
-        ("a100 pcie", "A100 PCIe 80GB"),
-        ("a100 80gb", "A100 SXM 80GB"),
-        ("a100", "A100 SXM 40GB"),
+        ("a100 pcie 80gb", "A100 PCIe 80GB"),
+        ("a100 sxm 40gb", "A100 SXM 40GB"),
+        ("a100 sxm4 40gb", "A100 SXM 40GB"),
+        ("a100 sxm 80gb", "A100 SXM 80GB"),
+        ("a100 sxm4 80gb", "A100 SXM 80GB"),
         ("l40s", "L40S"),
         ("l4", "L4"),
         ("a10g", "A10G"),
@@ -223,28 +240,36 @@ _MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
         ("t4", "T4"),
         ("v100s", "V100S PCIe"),
         ("v100 pcie", "V100 PCIe"),
-        ("v100", "V100 SXM2"),
+        ("v100 sxm2", "V100 SXM2"),
         ("4090", "RTX 4090"),
         ("3090", "RTX 3090"),
     )
 )
+# families with several variants in the table, by the token that names the family
+_FAMILIES = ("h100", "h200", "a100", "v100")
 
 
 def match_device(name: str) -> str | None:
     """The :data:`KNOWN_DEVICES` key for a device name as torch reports it, or None.
 
     ``"NVIDIA H100 80GB HBM3" -> "H100 SXM"``, ``"NVIDIA A100-SXM4-40GB" -> "A100 SXM 40GB"``,
-    ``"Tesla T4" -> "T4"``; a key itself matches too.
+    ``"Tesla T4" -> "T4"``; a key itself matches too. A name that fits several variants
+    (``"A100"``: 40 or 80 GB, SXM or PCIe, 1,555 to 2,039 GB/s) raises ``ModelProfError``
+    listing them.
     """
     if not isinstance(name, str):
         raise ModelProfError(f"device name must be a string, got {name!r}")
     if name in KNOWN_DEVICES:
         return name
     tokens = set(re.split(r"[\s\-_/,()]+", name.lower()))
-    # "A100 80GB PCIe" and "A100-PCIE-80GB" both carry "pcie": form factor decides first.
     for rule, key in _MATCH_RULES:
         if rule <= tokens:
             return key
+    for family in _FAMILIES:
+        if family in tokens:
+            variants = [k for k in KNOWN_DEVICES if k.lower().split()[0] == family]
+            raise ModelProfError(f"device name {name!r} is ambiguous: it fits "
+                                 f"{', '.join(map(repr, variants))}; name one of them")
     return None
 
 
@@ -254,7 +279,8 @@ def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
     :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
     ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
     float32 rate. ``conv_tf32`` (float32 and tf32 only): whether cuDNN convolutions use TF32,
-    when that differs from the matmuls, sets ``conv_peak_flops``."""
+    when that differs from the matmuls, sets ``conv_peak_flops``. A name that fits several
+    variants (``"A100"``) raises ``ModelProfError`` listing them (:func:`match_device`)."""
     name = _dtype_name(dtype)
     key = match_device(device_name)
     if key is None:
@@ -570,6 +596,8 @@ def probe_peaks(
     # Events record on the current device's stream: make the probed GPU the current one.
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
     conv_tf32 = conv_uses_other_precision(dev, name)
+    cpu_now = cpu_time_source()[1]
+    wall0, cpu0 = time.perf_counter_ns(), cpu_now()
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
         if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
             name = "tf32"
@@ -582,8 +610,10 @@ def probe_peaks(
         # (TF32 tensor cores, or plain FP32) gives their compute roof
         with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
             conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
+    wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
     return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
-                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv)
+                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv,
+                 wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None)
 
 
 def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:

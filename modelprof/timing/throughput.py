@@ -237,6 +237,7 @@ def measure_throughput(
     training: bool = False,
     no_grad: bool = True,
     options: TimingOptions | None = None,
+    on_point: Callable[[ThroughputPoint], None] | None = None,
     **timing_options: Any,
 ) -> Throughput:
     """Measure samples/s at batch 1, 2, 4, ... and return the curve.
@@ -244,8 +245,10 @@ def measure_throughput(
     ``input_size`` excludes the batch dimension. Timing options (``TimingOptions`` or keywords:
     ``amp``, ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) apply to
     every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
-    (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points. A module runs
-    in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
+    (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points;
+    ``on_point`` is called with each point as it is measured (the command line prints a line
+    per point where there is no terminal for a bar). A module runs in eval mode under
+    ``no_grad`` unless ``training``/``no_grad`` say otherwise.
     """
     max_batch = check_int("max_batch", max_batch, 1)
     patience = check_int("patience", patience, 1)
@@ -262,7 +265,7 @@ def measure_throughput(
                    {"training": training, "no_grad": no_grad})
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(model, point, max_batch, (gain, patience),
-                                                   dev, opts)
+                                                   dev, opts, on_point)
     result = Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
                         memory_before_bytes=mem_before, memory_after_bytes=point.memory_now(),
                         best_batch=best_batch)
@@ -276,7 +279,8 @@ def measure_throughput(
 
 
 def _search(model: Any, point: _Point, max_batch: int, rule: tuple[float, int],
-            dev: torch.device, opts: TimingOptions) -> tuple:
+            dev: torch.device, opts: TimingOptions,
+            report: Callable[[ThroughputPoint], None] | None) -> tuple:
     """``search_batches`` with its progress bar, under an agreement
     across ranks for a sharded model; and the best point's batch (``_agreed_best``)."""
     with agreed_timing([model]):
@@ -290,6 +294,8 @@ def _search(model: Any, point: _Point, max_batch: int, rule: tuple[float, int],
                 bar.total = bar.n + 1
             bar.update(1)
             bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
+            if report is not None:
+                report(p)
         try:
             points, reason, fit, oom = search_batches(point.measure, max_batch, *rule,
                                                       free=lambda: _free(dev),

@@ -1,0 +1,92 @@
+"""One registry of table formats. Each format is one function in its own file under
+``modelprof/render/``, registered by name with :func:`register_format`; ``Report``,
+``Comparison``, ``GenerationReport`` and the command line find formats here (:func:`get_format`,
+:func:`table_formats`), so adding a format is adding that file.
+
+Every format function takes ``(df, totals=None, *, end_to_end=None, env=None, path=None,
+view=None, **options)``: the numeric frame, its total row (the leaf sums), the end-to-end row,
+the environment, where to write (None: return the text) and the view options
+(:class:`~modelprof.render.options.ViewOptions`); a format ignores what it does not show (a
+CSV file is data: no footer rows).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["Format", "export", "get_format", "register_format", "table_formats"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A registered table format: its name, file suffix, writer, and whether it shows human
+    units (the compact columns by default) or raw numbers (every column, read back exactly);
+    ``needs``: the optional package it needs, ``aliases``: other names for it."""
+
+    name: str
+    suffix: str
+    write: Callable[..., str | Path]
+    human: bool
+    needs: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return (self.name, self.suffix, *self.aliases)
+
+
+_FORMATS: dict[str, Format] = {}
+_loaded: list[bool] = []
+
+
+def register_format(name: str, *, suffix: str, human: bool, needs: str | None = None,
+                    aliases: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Register the decorated function as format ``name`` (refused when a name, suffix or
+    alias is taken)."""
+    def decorate(write: Callable) -> Callable:
+        fmt = Format(name, suffix, write, human, needs, tuple(aliases))
+        taken = {n for f in _FORMATS.values() for n in f.names()}
+        clash = [n for n in fmt.names() if n in taken]
+        if clash:
+            raise ModelProfError(f"format {name!r}: {clash[0]!r} names a registered format")
+        _FORMATS[name] = fmt
+        return write
+    return decorate
+
+
+def _load() -> None:
+    """Import every module of ``modelprof.render`` once: each registers its format."""
+    if _loaded:
+        return
+    _loaded.append(True)
+    package = importlib.import_module("modelprof.render")
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"modelprof.render.{info.name}")
+
+
+def table_formats() -> list[Format]:
+    """Every registered format, in registration order."""
+    _load()
+    return list(_FORMATS.values())
+
+
+def get_format(name: str) -> Format:
+    """The format called ``name`` (its name, file suffix or an alias, any case)."""
+    key = str(name).strip().lower().lstrip(".")
+    for fmt in table_formats():
+        if key in fmt.names():
+            return fmt
+    known = ", ".join(f.name for f in table_formats())
+    raise ModelProfError(f"format {name!r} is not one of {known}")
+
+
+def export(name: str, df: Any, totals: Any = None, *, end_to_end: Any = None, env: Any = None,
+           path: str | Path | None = None, view: Any = None, **options: Any) -> str | Path:
+    """Write ``df`` as format ``name`` (see the module doc for the arguments)."""
+    return get_format(name).write(df, totals, end_to_end=end_to_end, env=env, path=path,
+                                  view=view, **options)
