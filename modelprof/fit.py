@@ -270,9 +270,9 @@ def _notes(spec: _Spec, key: str, training: bool, counts: dict[str, int],
     if counts["saved_attention"]:
         notes.append(f"of the saved activations, "
                      f"{format_bytes(counts['saved_attention'] / spec.tp)} are in rows that ran "
-                     "attention as matmuls and a softmax (on meta SDPA runs its math path, "
-                     "which keeps the T x T probabilities; a flash kernel keeps Q, K, V, the "
-                     "output and the log-sum-exp instead)")
+                     "attention as matmuls and a softmax, which keep the T x T probabilities "
+                     "(a fused attention kernel keeps Q, K, V, the output and the log-sum-exp "
+                     "instead)")
     others = memory_variants(key) if key in DEVICE_MEMORY_BYTES else {}
     if others:
         notes.append(f"memory of {key} taken; other variants: "

@@ -79,12 +79,8 @@ def test_training_plans_closed_forms():
     assert t.loc["weights", "ZeRO-2"] == 2 * psi and t.loc["weights", "ZeRO-3 (FSDP)"] == 2 * shard
     saved = modelprof_saved(cfg, 2, 16)
     assert (t.loc["saved_activations"] == [0, saved, saved, saved, saved]).all()
-    # the attention's share is named (meta runs SDPA's math path, which keeps the T x T
-    # probabilities): the softmax's output alone, 2 layers x 2 x 4 heads x 16 x 16 x 2 bytes
-    # = 8 KiB, is part of it
-    note = next(n for n in report.notes if "ran attention as matmuls" in n)
-    share = float(note.split("saved activations, ")[1].split(" KiB")[0]) * 1024
-    assert 2 * 2 * 4 * 16 * 16 * 2 <= share < saved
+    # SDPA is counted as the fused kernel on meta too, so no row ran attention as matmuls
+    assert not any("ran attention as matmuls" in n for n in report.notes)
     assert list(t.loc["total"]) == list(t.loc[["weights", "kv_cache", "activation",
                                                "master_weights", "gradients",
                                                "optimizer_state", "saved_activations"]].sum())

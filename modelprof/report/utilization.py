@@ -173,6 +173,15 @@ def attention_flops(ops: Mapping[str, int], by_op: Mapping[str, Any], flops: str
     return total
 
 
+def fused_recompute(ops: Mapping[str, int], by_op: Mapping[str, Any], flops: str) -> float:
+    """FLOPs a fused attention backward (flash, memory-efficient, cuDNN, the CPU's fused kernel)
+    spends recomputing the scores ``Q K^T``: one of its five contractions (``S`` again, ``dP``,
+    ``dV``, ``dQ``, ``dK``). Model FLOPs count an attention backward as twice its forward
+    (nanoGPT, MaxText), so that fifth is hardware FLOPs: HFU's, not MFU's."""
+    return sum(f * _share(op, by_op, flops) / 5 for op, f in ops.items()
+               if "attention" in _base(op) and "backward" in _base(op))
+
+
 def _base(op: str) -> str:
     return op.removeprefix("aten.").split(".")[0]
 
@@ -237,8 +246,12 @@ def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: b
         back, again = _backward_of(cost, r)
         out[i, 2] = 0.0 if again is None else _in(c, again.macs, again.flops)
         out[i, 1] = _in(c, r.backward_macs or 0, r.backward_flops or 0) - out[i, 2]
-        if halve and back is not None:
+        if back is not None:
             ops = _minus(back.ops, {} if again is None else again.ops)
+            fused = fused_recompute(ops, bwd_ops, c.flops) * (0.5 if halve else 1.0)
+            out[i, 1] -= fused
+            out[i, 2] += fused
+        if halve and back is not None:
             out[i, 1] -= 0.5 * attention_flops(ops, bwd_ops, c.flops)
             if again is not None:
                 out[i, 2] -= 0.5 * attention_flops(again.ops, fwd_ops, c.flops)
