@@ -24,7 +24,6 @@ COMPAT = frozenset({
     "test_render_exporters.py::test_latex_golden",
     "test_report.py::test_csv_and_json_read_back_into_the_same_dataframe",
     "test_generation.py::test_llama_gqa_kv_bytes_and_decode_macs",
-    "test_generation.py::test_meta_counts_what_the_cpu_counts[llama-gqa]",
     "test_generation.py::test_static_cache_counts_and_holds_its_capacity",
     "test_generation_timing.py::test_ttft_tpot_and_slope_read_back_against_a_plain_loop",
     "test_distributed_fake.py::test_ddp_gradient_all_reduce",

@@ -19,6 +19,7 @@ from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.counting.leaves import LeafCounter
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.counting.formulas.quantized import packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.runtime.hooks import module_hooks
@@ -220,4 +221,4 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         "; no module finished before it"
     return ModelProfError(f"the forward pass failed {where}{ran}. Inputs were "
                           f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
-                          f"{type(e).__name__}: {e}")
+                          f"{type(e).__name__}: {e}{compat.meta_failure_hint(e, inputs.device)}")

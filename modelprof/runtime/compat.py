@@ -33,7 +33,7 @@ __all__ = [
     "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
     "decomposition_table", "disable_current_modes", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
-    "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake",
+    "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint",
     "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "parse_to", "require",
     "torch_version", "transformers_version", "version_tuple",
 ]
@@ -208,6 +208,28 @@ def autocast_enabled(device_type: str) -> bool:
         if device_type == "cpu":
             return bool(torch.is_autocast_cpu_enabled())
         return bool(torch.is_autocast_enabled())
+
+
+@functools.lru_cache(maxsize=1)
+def meta_autocast() -> bool:
+    """Whether this torch enters ``torch.autocast("meta")``, as transformers' rotary embeddings
+    do on meta tensors: torch 2.4 and 2.6 raise "unsupported scalarType" (pytorch#130067);
+    2.11 and 2.14 enter it."""
+    try:
+        with torch.autocast("meta", enabled=False):
+            return True
+    except RuntimeError:
+        return False
+
+
+def meta_failure_hint(error: BaseException, device: torch.device) -> str:
+    """What to add to a forward's failure on ``device``: why, when this torch cannot enter
+    autocast on meta and that is what failed (empty otherwise)."""
+    if device.type != "meta" or meta_autocast() or "unsupported scalarType" not in str(error):
+        return ""
+    return (f" (torch {torch.__version__} cannot enter torch.autocast on the meta device, "
+            "which this model's code does: count it on device='meta' with a newer torch "
+            "(2.11 does), or on the CPU)")
 
 
 def optional_ops(*names: str, namespace: str = "aten") -> list:
