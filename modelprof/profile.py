@@ -21,7 +21,6 @@ from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
-from modelprof.counting.meta_route import meta_allowed, model_fits, on_meta
 from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
 from modelprof.report.rows import build_rows, join_rows, row_keys
@@ -98,7 +97,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         if spec.timing:
             spec.opts.check_device(mi.device)
         with _batch_hint(input_size, mi):
-            static, step_cost, route = _count(model, mi, spec, dtype_requested, sharded, guard)
+            static, step_cost = _count(model, mi, spec, dtype_requested, sharded)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
@@ -117,7 +116,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
             columns.append(step_cols)
         rows = join_rows(rows, columns, step_rows)
         env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
-        env.update(sharded.env(), static_route=route)
+        env.update(sharded.env())
         layers = timed.layer_timing
         if layers is not None and layers.hook_cost is not None:
             env["hook_cost"] = layers.hook_cost.to_dict()
@@ -188,20 +187,13 @@ def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: An
 
 
 def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
-           sharded: Any, guard: Any) -> tuple:
-    """The counted forward (and, with ``backward=True``, the counted step): (static, step cost,
-    the route: ``"meta"`` where a counting-only CPU forward was counted on meta, see
-    ``counting.meta_route``, else ``"real"``); ``sharded``: the process-group session (DDP's
-    no_sync, the backward's collectives)."""
+           sharded: Any) -> tuple:
+    """The counted forward (and, with ``backward=True``, the counted step): (static, step
+    cost); ``sharded``: the process-group session (DDP's no_sync, the backward's
+    collectives)."""
     layout = torch.channels_last if spec.opts.channels_last else None
     counted = _with_layout(mi, layout)
     step_cost = None
-    static = None
-    if _meta_first(model, mi, spec, sharded, guard):
-        static = on_meta(lambda twin, meta: analyze(twin, meta, training=False, no_grad=True,
-                                                    dtype_requested=dtype_requested),
-                         mi, guard)
-    route = "real" if static is None else "meta"
     if spec.step is not None:
         from modelprof.step.count import count_step
         with sharded.counting_step():
@@ -212,7 +204,7 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
         sharded.attach_backward_comm(static.records, step_cost)
         static.unsupported.update(step_cost.unsupported)
         _merge_ops(static.by_op, step_cost.loss_by_op)
-    elif static is None:
+    else:
         static = analyze(model, counted, training=spec.training, no_grad=spec.no_grad,
                          dtype_requested=dtype_requested, registry=spec.registry,
                          amp=spec.opts.amp, memory_format=layout)
@@ -222,20 +214,7 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
         warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
                       f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
                       "modelprof.register_formula.", ModelProfWarning, stacklevel=4)
-    return static, step_cost, route
-
-
-def _meta_first(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any,
-                guard: Any) -> bool:
-    """Whether to count this pass on meta first (``counting.meta_route``; never with
-    ``MODELPROF_STATIC_ROUTE=real``): counting only, on the CPU, eval under no_grad, none of
-    amp, channels_last, a registry, a training step or a process group, and a model the route
-    can trust."""
-    opts = spec.opts
-    return (not spec.timing and mi.device.type == "cpu" and spec.step is None
-            and not spec.training and spec.no_grad and opts.amp is None
-            and not opts.channels_last and spec.registry is None and guard is not None
-            and sharded.group is None and meta_allowed() and model_fits(model, guard))
+    return static, step_cost
 
 
 def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list,

@@ -14,7 +14,6 @@ from torch import nn
 from modelprof import profile
 from modelprof.counting import forward as forward_mod
 from modelprof.counting import leaves as leaves_mod
-from modelprof.counting.meta_route import ROUTE_ENV
 
 from helpers import equal_reports
 
@@ -33,17 +32,9 @@ def _profile(model: nn.Module, inputs, leaves: bool, monkeypatch, **kw):
         return profile(model, inputs=inputs, timing=False, **kw)
 
 
-@pytest.fixture(autouse=True)
-def _real_kernels(monkeypatch):
-    """The leaf path is the real pass's: counting-only CPU profiles here run the real kernels,
-    not the meta route (counting/meta_route.py, compared with the real pass below)."""
-    monkeypatch.setenv(ROUTE_ENV, "real")
-
-
 def _same_reports(model: nn.Module, inputs, monkeypatch, **kw) -> None:
     a = _profile(model, inputs, True, monkeypatch, **kw)
     b = _profile(model, inputs, False, monkeypatch, **kw)
-    assert a.env["static_route"] == b.env["static_route"] == "real"
     equal_reports(a, b)
 
 
@@ -78,20 +69,6 @@ def _zoo(name: str, monkeypatch) -> tuple[nn.Module, torch.Tensor]:
 @pytest.mark.parametrize("name", torchvision.models.list_models(module=torchvision.models))
 def test_torchvision_zoo_same_report_with_leaves_from_calls(name: str, monkeypatch) -> None:
     _same_reports(*_zoo(name, monkeypatch), monkeypatch)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", torchvision.models.list_models(module=torchvision.models))
-def test_torchvision_zoo_same_report_counted_on_meta(name: str, monkeypatch) -> None:
-    # the counting-only route on meta (counting/meta_route.py) against the real kernels: the
-    # same report in every count column, row, op name and note, still on the CPU
-    model, x = _zoo(name, monkeypatch)
-    monkeypatch.setenv(ROUTE_ENV, "meta")
-    on_meta = _profile(model, x, True, monkeypatch)
-    monkeypatch.setenv(ROUTE_ENV, "real")
-    real = _profile(model, x, True, monkeypatch)
-    assert real.env["static_route"] == "real" and on_meta.device == real.device == "cpu"
-    equal_reports(on_meta, real)
 
 
 class _Calls(nn.Module):

@@ -13,47 +13,12 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, compare, profile
+from helpers import picture
 
 QUICK = dict(repeat=3, warmup=1, roofline=False, warn=False)   # a timed profile, kept short
 
 
 # -- bit-for-bit pictures ---------------------------------------------------------------------
-
-def picture(obj: Any, _seen: set[int] | None = None) -> Any:
-    """A comparable picture of ``obj``: tensors by their bytes, sizes, strides, dtype, gradient
-    and flags; modules by class, flags, attributes and registries; containers and objects
-    recursively (a cycle is marked)."""
-    seen = set() if _seen is None else _seen
-    if isinstance(obj, (str, bytes, int, float, bool, type(None), torch.dtype, torch.device)):
-        return obj
-    if id(obj) in seen:
-        return ("cycle", type(obj).__name__)
-    seen = seen | {id(obj)}
-    if isinstance(obj, torch.Tensor):
-        return _tensor_picture(obj, seen)
-    if isinstance(obj, nn.Module):
-        return ("module", type(obj).__name__, obj.training,
-                {k: picture(v, seen) for k, v in vars(obj).items()})
-    if isinstance(obj, torch.optim.Optimizer):
-        return ("optimizer", picture(obj.state_dict(), seen))
-    if isinstance(obj, (list, tuple)):
-        return (type(obj).__name__, [picture(o, seen) for o in obj])
-    if isinstance(obj, (set, frozenset)):
-        return (type(obj).__name__, sorted(map(repr, obj)))
-    if isinstance(obj, dict):
-        return ("dict", [(picture(k, seen), picture(v, seen)) for k, v in obj.items()])
-    if hasattr(obj, "__dict__") and not callable(obj):
-        return (type(obj).__name__, picture(vars(obj), seen))
-    return ("object", type(obj).__name__, id(obj))
-
-
-def _tensor_picture(t: torch.Tensor, seen: set[int]) -> tuple:
-    base = t.detach()
-    data = base.contiguous().view(-1).view(torch.uint8).clone() if base.numel() else base
-    grad = picture(t.grad, seen) if t.is_leaf else None
-    return ("tensor", type(t).__name__, tuple(t.shape), t.stride(), t.dtype, t.requires_grad,
-            bytes(data.numpy().tobytes()) if data.numel() else b"", grad)
-
 
 def rng_picture() -> bytes:
     return bytes(torch.get_rng_state().numpy().tobytes())

@@ -18,7 +18,8 @@ unsupported. None of them can make the counter raise.
 
 On the meta device (``meta_sdpa=True``) ``F.scaled_dot_product_attention``, which has no fused
 kernel there, runs as the fused kernel the CPU would pick (``counting.meta_sdpa``), so that a
-model costed from shapes alone counts what it counts on the CPU.
+model costed from shapes alone counts what it counts on the CPU; so do the few outputs whose
+shape or layout differs there (``meta_sdpa.cpu_outputs``).
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.counting.formulas.memory import VIEW
-from modelprof.counting.meta_cache import run_meta
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
 from modelprof.runtime.execution import mode_stack_state, restore_mode_stack
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
@@ -426,10 +426,9 @@ class OpCounter(TorchDispatchMode):
             self._charge_packed(args)
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
-        if self.meta_sdpa:   # on meta: each signature's kernel once, outputs as the CPU's
-            out = cpu_outputs(func, args, run_meta(func, args, kwargs))
-        else:
-            out = func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if self.meta_sdpa:   # on meta: the outputs as the CPU's kernel shapes them
+            out = cpu_outputs(func, args, out)
         try:
             cost = formula(args, kwargs, out)
         except Exception as e:  # noqa: BLE001 - a formula meeting a nested tensor: per component

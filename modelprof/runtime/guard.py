@@ -65,7 +65,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfWarning
 
 __all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
-           "restore_modules", "set_training"]
+           "set_training"]
 
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 """Buffers are cloned up front when all of them together take at most this many bytes."""
@@ -360,9 +360,6 @@ class StateGuard:
         # the modules holding a packed weight: isinstance on torch.ScriptObject (a pybind11 type)
         # is slow, so it runs only where the distinct types of all attributes hold one
         kinds = set(map(type, chain.from_iterable(map(dict.values, attributes))))
-        #: the distinct types of the modules' attributes (a tensor outside the parameters and
-        #: buffers shows here: ``counting.meta_route`` reads it)
-        self.attribute_types = kinds
         script_object = torch.ScriptObject
         if any(issubclass(kind, script_object) for kind in kinds):
             self.script_attrs = [attrs for attrs in attributes if any(
@@ -385,16 +382,6 @@ class StateGuard:
     def tensors(self) -> list[torch.Tensor]:
         """The model's distinct parameters and buffers (and their gradients) as on entry."""
         return self._tensors
-
-    def module_state(self) -> list[tuple]:
-        """Each module's attributes and registries now, for :func:`restore_modules`."""
-        state = []
-        for m in self.names:
-            d = m.__dict__
-            keys = tuple(compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES)))
-            copies = tuple(map(_copied, map(d.__getitem__, keys)))
-            state.append((m, type(m), d.copy(), keys, copies))
-        return state
 
     def rescan(self) -> None:
         """Read ``names``, ``has_children``, ``script_attrs``, ``lazy`` and ``parameters`` from
@@ -633,13 +620,6 @@ def _restore_module(m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[
 
 
 _MISSING = object()
-
-
-def restore_modules(state: list[tuple]) -> None:
-    """Put back the modules' attributes and registries read by ``StateGuard.module_state``
-    (not the tensors' values)."""
-    for m, cls, attrs, keys, copies in state:
-        _restore_module(m, cls, attrs, keys, copies)
 
 
 @contextlib.contextmanager
