@@ -1,7 +1,6 @@
 """Cost of the static analysis: ``profile(..., timing=False)`` over ``FlopCounterMode``.
 
     python benchmarks/static_speed.py [--reps 41] [--models resnet50,vit_b_16,llama] [--meta]
-                                      [--leaves]
 
 Each runs one forward of the same model on the same input, in the same process, interleaved,
 on the CPU (batch 1, eval, no_grad): a bare ``torch.no_grad()`` forward, ``FlopCounterMode`` and
@@ -10,9 +9,7 @@ Llama (transformers; 4 layers of width 256) on 128 tokens, the others torchvisio
 one 224x224 image. Printed: modelprof's ratio to ``FlopCounterMode`` (paired by round, with its
 95 % interval), which must stay <= 1.0 (decomposition fallback, higher-order-operator handling,
 per-call records and the state guard included), and to the bare forward, the cost on top of
-the compute. ``--meta`` adds ``profile(..., device="meta")``; ``--leaves`` adds the counting
-pass with every op through the dispatch mode (``counting.forward.LEAVES_FROM_CALLS = False``),
-to show what counting known leaves from their calls saves. Single-threaded by default
+the compute. ``--meta`` adds ``profile(..., device="meta")``. Single-threaded by default
 (``--threads``), where the ratio to the compute is largest.
 """
 from __future__ import annotations
@@ -30,7 +27,6 @@ import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
 from modelprof import profile
-from modelprof.counting import forward as forward_mod
 from modelprof.timing.stats import paired_ratio
 
 LIMIT = 1.0  # modelprof / FlopCounterMode
@@ -58,7 +54,7 @@ def _model(name: str) -> tuple[torch.nn.Module, dict]:
     return model, {"x": torch.randn(1, 3, 224, 224)}
 
 
-def bench(name: str, reps: int, meta: bool = False, leaves: bool = False) -> tuple[float, str]:
+def bench(name: str, reps: int, meta: bool = False) -> tuple[float, str]:
     model, kw = _model(name)
 
     def bare():
@@ -72,21 +68,12 @@ def bench(name: str, reps: int, meta: bool = False, leaves: bool = False) -> tup
     def modelprof():
         profile(model, inputs=kw, timing=False)
 
-    def per_op():   # every op through the dispatch mode, the known leaves' too
-        forward_mod.LEAVES_FROM_CALLS = False
-        try:
-            profile(model, inputs=kw, timing=False)
-        finally:
-            forward_mod.LEAVES_FROM_CALLS = True
-
     def on_meta():   # device="meta": shapes alone, the report says meta
         profile(model, inputs=kw, device="meta", timing=False)
 
     fns = [("bare", bare), ("flop_counter", flop_counter), ("modelprof", modelprof)]
     if meta:
         fns.append(("meta", on_meta))
-    if leaves:
-        fns.append(("per_op", per_op))
     for _, fn in fns:  # warm-up: lazy init, allocator, oneDNN
         fn()
     times: dict[str, list[float]] = {key: [] for key, _ in fns}
@@ -107,10 +94,6 @@ def bench(name: str, reps: int, meta: bool = False, leaves: bool = False) -> tup
             f"/ FlopCounterMode = {fc}, / bare = {over('modelprof', 'bare')[1]}")
     if meta:
         line += f" | device='meta' {med['meta']:8.1f} ms, / bare = {over('meta', 'bare')[1]}"
-    if leaves:
-        line += (f" | every op through the mode {med['per_op']:8.1f} ms, / bare = "
-                 f"{over('per_op', 'bare')[1]}; modelprof / it = "
-                 f"{over('modelprof', 'per_op')[1]}")
     return ratio, line
 
 
@@ -122,8 +105,6 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write static_speed.txt to this directory")
     ap.add_argument("--meta", action="store_true",
                     help="also time profile(..., device='meta', timing=False)")
-    ap.add_argument("--leaves", action="store_true",
-                    help="also time the counting pass with every op through the dispatch mode")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lines: list[str] = []
@@ -137,7 +118,7 @@ def main() -> None:
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ratios = []
     for name in args.models.split(","):
-        ratio, line = bench(name, args.reps, args.meta, args.leaves)
+        ratio, line = bench(name, args.reps, args.meta)
         ratios.append(ratio)
         say(line)
     worst = max(ratios)

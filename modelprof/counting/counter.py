@@ -355,44 +355,6 @@ class OpCounter(TorchDispatchMode):
                     self._packed_seen[id(a)] = a  # kept alive: its id stays unique meanwhile
                     record.params += sum(t.numel() for t in tensors)
 
-    # -- charging a call from outside the dispatch (counting/leaves.py) -----------------------
-    def direct(self) -> bool:
-        """Whether charges go straight to the records (no tentative run, not re-entered)."""
-        return self._staged is None and self._depth == 1
-
-    def formula_of(self, func: Any) -> tuple[Any, bool] | None:
-        """``func``'s own formula and whether the write watch sees it; None for a view, a
-        decomposed, unsupported or packed-weight op (only the dispatch path costs those)."""
-        entry = self._ops.get(func)
-        if entry is None:
-            entry = self._resolve(func)
-        formula, _, packed, watch = entry
-        if formula is VIEW or type(formula) is _How or packed:
-            return None
-        return formula, watch
-
-    def charge_call(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        """Charge ``func(*args, **kwargs) -> out`` as ``__torch_dispatch__`` would (the
-        parameters and buffers it reads, then its cost); ``func`` must have a formula
-        (:meth:`formula_of`) and run on plain tensors."""
-        formula, name = self._ops[func][:2]
-        self.charge_inputs(args)
-        self._charge(name, formula(args, kwargs, out), args, kwargs, out)
-
-    def charge_inputs(self, args: tuple) -> None:
-        """Parameters not charged yet and model buffers among ``args`` go to the current call,
-        as before an op that is no view."""
-        pending = self.tracker.pending_params
-        if pending and not pending.keys().isdisjoint(map(id, args)):
-            self._charge_params(args)
-        buffers = self._buffers
-        if buffers and not buffers.keys().isdisjoint(map(id, args)):
-            self._charge_buffers(args)
-
-    def is_buffer(self, t: Any) -> bool:
-        """Whether ``t`` is one of the model's buffers (or a view the counter made of one)."""
-        return id(t) in self._buffers
-
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # the hot path: every op of the forward (a few hundred per model) comes through here,

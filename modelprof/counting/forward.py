@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from modelprof.counting.counter import OpCounter, OpStats
-from modelprof.counting.leaves import LeafCounter
 from modelprof.errors import ModelProfError
 from modelprof.counting.formulas.quantized import packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
@@ -31,12 +30,6 @@ from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.runtime.guard import preserved_state, set_training
 
 __all__ = ["StaticResult", "analyze", "counted_module", "forward_context"]
-
-#: count known leaf modules (Conv2d, Linear, BatchNorm2d in eval, ...) from their calls, with the
-#: counter off the dispatch stack (counting/leaves.py); False counts every op through the
-#: dispatch mode. The reports are the same (tests/test_leaves.py compares both)
-LEAVES_FROM_CALLS = True
-
 
 @dataclasses.dataclass
 class StaticResult:
@@ -131,7 +124,6 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         tracker.param_view = view = ParamView.for_model(model, guard.parameters, names)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook(),
                             meta_sdpa=inputs.device.type == "meta")
-        hooks = LeafCounter(tracker, counter, enabled=amp is None and LEAVES_FROM_CALLS)
         try:
             state = _state_for(model, inputs, training=training,
                                dtype_requested=dtype_requested, memory_format=memory_format)
@@ -140,8 +132,8 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
             with forward_context(model, training=training, no_grad=no_grad,
                                  modules=list(names)), \
                     amp_context(inputs.device, amp), \
-                    module_hooks(model, hooks.pre, hooks.post, names,
-                                 post_with_inputs=True), counter, hooks:
+                    module_hooks(model, tracker.pre, tracker.post, names,
+                                 post_with_inputs=True), counter:
                 if state is None:
                     output = model(*inputs.args, **inputs.kwargs)
                 else:
