@@ -40,7 +40,7 @@ from modelprof.distributed.collectives import (add_collective, collective_kind, 
                                                is_comm_bookkeeping)
 from modelprof.distributed.view import ShardView, current_view, is_dtensor_type
 from modelprof.errors import ModelProfError
-from modelprof.runtime.tensors import tensor_nbytes
+from modelprof.runtime.tensors import nbytes, tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
 
@@ -76,14 +76,6 @@ class OpStats:
     def __init__(self) -> None:
         self.calls = self.macs = self.flops = self.madd = 0
         self.notes: Counter[str] | None = None
-
-
-def _bytes(obj: Any) -> int:
-    if isinstance(obj, torch.Tensor):
-        return tensor_nbytes(obj) if obj.is_nested else obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(_bytes(o) for o in obj)
-    return 0
 
 
 def _embedding_read(args: tuple, read: int) -> int:
@@ -435,9 +427,9 @@ class OpCounter(TorchDispatchMode):
         if record.collect_op_bytes and name not in _ALLOCATIONS:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
             # (an allocation writes nothing: FSDP2's gather buffers, a torch.empty)
-            read = _bytes(args) + _bytes(list(kwargs.values()))
+            read = nbytes(args) + nbytes(list(kwargs.values()))
             gather = _GATHER_READS.get(name)
-            op_bytes = (read if gather is None else gather(args, read), _bytes(out))
+            op_bytes = (read if gather is None else gather(args, read), nbytes(out))
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from modelprof.runtime.tensors import PLAIN_TENSORS
+
 __all__ = ["FusedMetaSDPA", "cpu_outputs"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
@@ -29,7 +31,6 @@ _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale
 _DEFAULTS = (None, None, None, None, 0.0, False, None, False)
 #: the dtypes of the CPU's fused kernel (``use_flash_attention_cpp``)
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CONVOLUTION = torch.ops.aten.convolution.default
 _BATCH_NORM = torch.ops.aten.native_batch_norm.default
 
@@ -71,7 +72,7 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
     ``is_causal``), for meta tensors of 4 (or, given a batch of one, 3) dimensions."""
     q, k, v = b["query"], b["key"], b["value"]
     # plain tensors only: a subclass (DTensor, a fake or nested tensor) runs SDPA its own way
-    if not all(type(t) in _PLAIN and t.device.type == "meta" and not t.is_nested
+    if not all(type(t) in PLAIN_TENSORS and t.device.type == "meta" and not t.is_nested
                and t.layout is torch.strided for t in (q, k, v)):
         return False
     if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)) or \
@@ -126,7 +127,7 @@ class FusedMetaSDPA(TorchFunctionMode):
 
 def _is_channels_last(t: Any) -> bool:
     """Whether ``t`` is a channels-last 4-D or 5-D tensor that is not contiguous."""
-    return type(t) in _PLAIN and t.dim() in (4, 5) and not t.is_contiguous() and (
+    return type(t) in PLAIN_TENSORS and t.dim() in (4, 5) and not t.is_contiguous() and (
         t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else
         t.is_contiguous(memory_format=torch.channels_last_3d))
 

@@ -63,6 +63,7 @@ from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.errors import ModelProfWarning
+from modelprof.runtime.tensors import PLAIN_TENSORS, version_of
 
 __all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
            "set_training"]
@@ -102,26 +103,19 @@ def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | N
     return ptr or None
 
 
-_PLAIN = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else
-                   (torch.Tensor, nn.Parameter))
 _STRIDED = frozenset({torch.strided})
 _T = torch.Tensor
 _VERSION = operator.attrgetter("_version")
 
 
-def _version(t: torch.Tensor) -> int | None:
-    """``t._version``; None for an inference tensor, which has no version counter (made under
-    ``torch.inference_mode()``: it cannot be written outside that mode, and a write inside it
-    is seen by the first-write watch or the up-front copy alone)."""
-    return None if t.is_inference() else t._version
-
-
 def _versions(ts: list[torch.Tensor]) -> list[int | None]:
-    """:func:`_version` of each tensor, read all at once where none is an inference tensor."""
+    """``version_of`` each tensor, read all at once where none is an inference tensor (an
+    inference tensor cannot be written outside ``torch.inference_mode()``, and a write inside
+    it is seen by the first-write watch or the up-front copy alone)."""
     try:
         return list(map(_VERSION, ts))
     except RuntimeError:   # "Inference tensors do not track version counter"
-        return list(map(_version, ts))
+        return list(map(version_of, ts))
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _DTYPE = operator.attrgetter("dtype")
 _LAYOUT = operator.attrgetter("layout")
@@ -137,7 +131,7 @@ _GRAD = operator.attrgetter("grad")
 
 def _dense(ts: list[torch.Tensor]) -> bool:
     """:func:`_plain_dense` of every tensor of ``ts``, read for all at once."""
-    return (set(map(type, ts)) <= _PLAIN and set(map(_LAYOUT, ts)) <= _STRIDED
+    return (set(map(type, ts)) <= PLAIN_TENSORS and set(map(_LAYOUT, ts)) <= _STRIDED
             and not any(map(_NESTED, ts)) and not any(map(_META, ts))
             and not any(map(_QUANTIZED, ts)) and not any(map(_T.is_conj, ts))
             and not any(map(_T.is_neg, ts)))
@@ -147,7 +141,7 @@ def _plain_dense(t: torch.Tensor) -> bool:
     """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
     to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
     bit): it can be rebuilt from its storage after a ``.data`` swap."""
-    return (type(t) in _PLAIN and t.layout is torch.strided and not t.is_nested
+    return (type(t) in PLAIN_TENSORS and t.layout is torch.strided and not t.is_nested
             and not t.is_meta and not t.is_quantized and not t.is_conj() and not t.is_neg())
 
 
@@ -445,7 +439,7 @@ class StateGuard:
             self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
 
     def _before_write(self, value: Any) -> None:
-        if type(value) in _PLAIN and not value.is_meta:  # the common case: no device object
+        if type(value) in PLAIN_TENSORS and not value.is_meta:  # the common case: no device object
             try:
                 key = value.untyped_storage().data_ptr() or None
             except (RuntimeError, NotImplementedError, TypeError, AttributeError):
@@ -507,7 +501,7 @@ class StateGuard:
     def changed(self) -> list[str]:
         """Names of tracked tensors written in place or swapped since entry."""
         return [self._name(i) for i in self._suspects()
-                if _version(self._tensors[i]) != self._versions[i] or i in self._written
+                if version_of(self._tensors[i]) != self._versions[i] or i in self._written
                 or _fingerprint(self._tensors[i]) != self._layouts[i]
                 or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))]
 
@@ -569,7 +563,7 @@ class StateGuard:
                 with torch.inference_mode(t.is_inference()):  # only there can one be written
                     alias.copy_(snapshot)
         else:
-            written = _version(t) != self._versions[i] or i in self._written
+            written = version_of(t) != self._versions[i] or i in self._written
             if written and self._keys[i] is not None:
                 self.unrestored.append((self._name(i), self._phase_of(i)))
             written = False

@@ -1,5 +1,6 @@
 """Walk whatever a model takes or returns (tensors nested in tuples, lists, dicts,
-namedtuples): map over them, their shapes and their bytes.
+namedtuples): map over them, their shapes and their bytes. Tensor bytes are counted here and
+nowhere else.
 """
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 
-__all__ = ["brief", "holds_tensors", "iter_tensors", "map_tensors", "shape_str", "tensor_bytes",
-           "tensor_nbytes", "tensor_shape"]
+__all__ = ["PLAIN_TENSORS", "brief", "holds_tensors", "iter_tensors", "map_tensors", "nbytes",
+           "shape_str", "tensor_bytes", "tensor_nbytes", "tensor_shape", "version_of"]
+
+#: the types of plain tensors (no subclass): a parameter and a buffer are tensors
+PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else
+                          (torch.Tensor, nn.Parameter))
 
 
 def map_tensors(obj: Any, fn) -> Any:
@@ -55,9 +61,25 @@ def tensor_shape(t: torch.Tensor) -> tuple[int, ...]:
 
 def tensor_nbytes(t: torch.Tensor) -> int:
     """Bytes of the elements (a nested tensor: of all its components)."""
-    if getattr(t, "is_nested", False):
+    if t.is_nested:
         return sum(c.numel() for c in t.unbind()) * t.element_size()
     return t.numel() * t.element_size()
+
+
+def nbytes(obj: Any) -> int:
+    """Bytes of every tensor in ``obj`` (a tensor, or lists and tuples of them, nested), each
+    time it appears: what an op's arguments read, or its outputs write."""
+    if isinstance(obj, torch.Tensor):
+        return tensor_nbytes(obj)
+    if isinstance(obj, (list, tuple)):
+        return sum(map(nbytes, obj))
+    return 0
+
+
+def version_of(t: torch.Tensor) -> int | None:
+    """``t._version``, which each in-place write bumps; None for an inference tensor, which has
+    no version counter."""
+    return None if t.is_inference() else t._version
 
 
 def shape_str(obj: Any) -> str:
@@ -66,15 +88,15 @@ def shape_str(obj: Any) -> str:
                      for t in iter_tensors(obj))
 
 
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of the distinct tensors in ``obj`` (a tensor returned twice counts once)."""
-    seen: set[int] = set()
-    total = 0
-    for t in iter_tensors(obj):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += tensor_nbytes(t)
-    return total
+def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
+    """Bytes of the distinct tensors in ``obj`` (a tensor returned twice counts once); with
+    ``dtype``, floating ones as if of that dtype (a model profiled converted)."""
+    distinct = {id(t): t for t in iter_tensors(obj)}.values()
+    if dtype is None:
+        return sum(map(tensor_nbytes, distinct))
+    size = torch.empty((), dtype=dtype).element_size()
+    return sum(t.numel() * size if t.is_floating_point() else tensor_nbytes(t)
+               for t in distinct)
 
 
 def holds_tensors(obj: Any) -> bool:
