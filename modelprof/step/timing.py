@@ -43,6 +43,7 @@ from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.progress import sampling_bar
+from modelprof.runtime.snapshot import Snapshot
 from modelprof.step.spec import StepSpec
 from modelprof.timing.clock import StampBuffer, clock_for
 from modelprof.timing.comm import CommStamps
@@ -121,8 +122,8 @@ class _Step:
     loss_value: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        self.snapshot = ([p.detach().clone() for p in self.params]
-                         if self.optimizer is not None else None)
+        # the optimizer steps the copy's parameters: each block starts from them as made
+        self.snapshot = Snapshot(self.params) if self.optimizer is not None else None
 
     def forward(self) -> None:
         with amp_context(self.device, self.amp):
@@ -150,9 +151,7 @@ class _Step:
 
     def restore(self) -> None:
         if self.snapshot is not None:
-            with torch.no_grad():
-                for p, s in zip(self.params, self.snapshot):
-                    p.copy_(s)
+            self.snapshot.restore()
 
     def phases(self) -> list[Any]:
         parts = [self.forward, self.loss, self.backward]
