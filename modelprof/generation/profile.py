@@ -19,7 +19,7 @@ from modelprof.generation.report import GenerationReport
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import measure_generation
 from modelprof.runtime.env import collect_env
-from modelprof.runtime.execution import model_state
+from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement
@@ -69,7 +69,7 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int = 128,
     guard = preserved_state(model) if model is not None else contextlib.nullcontext()
     # the configs are the model's, read by the step function: put back as they were
     configs = [getattr(model, k, None) for k in ("config", "generation_config")]
-    with guard, snapshot_of(*configs), model_state(lm.root, eval_mode=True), torch.no_grad(), \
+    with guard, snapshot_of(*configs), running(lm.root, RunMode(device=dev)), \
             torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         return _run(lm, spec, opts, timing, layer_timing, peaks, seed)
 
