@@ -90,7 +90,7 @@ def overhead(model: nn.Module, x: Any, step: dict[str, Any], rounds: int, per_ro
         return spec.loss(out, step.get("target"))
 
     got: list[list[float]] = [[], [], []]
-    with StepTimer(model, mi, spec, training=True) as timer:
+    with StepTimer(model, mi, spec) as timer:
         inst = timer.instrument(len(static.records))
         arms = [lambda: [plain_backward_ms(plain_model, x, loss_of, plain_opt)
                          for _ in range(per_round)],

@@ -17,7 +17,7 @@ from torch import nn
 
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import grad_switches
+from modelprof.runtime.execution import RunMode
 from modelprof.report.comparison import Comparison
 from modelprof.runtime.inputs import parse_input_size
 from modelprof.runtime.tensors import shape_str
@@ -141,8 +141,10 @@ class _Run:
         timing_keys = set(OPTION_NAMES) & set(profile_options)
         self.opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
         backward = profile_options.get("backward", False)
-        self.training, self.no_grad = grad_switches(backward, profile_options.get("training"),
-                                                    profile_options.get("no_grad"))
+        # (device and dtype: each model's inputs', as profile() makes them)
+        self.mode = RunMode.parse(backward=backward, training=profile_options.get("training"),
+                                  no_grad=profile_options.get("no_grad"), amp=self.opts.amp,
+                                  dtype=dtype)
         self.backward = backward is True
         self.inputs, self.batch_size, self.device, self.dtype = inputs, batch_size, device, dtype
         self.profile_options = profile_options
@@ -162,7 +164,7 @@ class _Run:
                          **self.profile_options)
         row = _report_row(report, size, self.inputs, self.batch_size)
         if timing:
-            self.candidates.append(_candidate(name, model, size, self, self.training))
+            self.candidates.append(_candidate(name, model, size, self))
             if self.backward:
                 self.steps[name] = _step_timer(name, model, self.candidates[-1], self)
         if search is not None:
@@ -174,7 +176,7 @@ class _Run:
         """Every model's latency, interleaved, and (backward=True) its training step."""
         with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
             result = measure_interleaved(self.candidates, self.opts, baseline=baseline,
-                                         training=self.training, no_grad=self.no_grad)
+                                         mode=self.mode)
         for name in rows:
             rows[name].update(_latency_columns(result, name))
         if self.steps:
@@ -335,20 +337,19 @@ def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any,
     return held.enter_context(snapshot_of(inputs, profile_options.get("target")))
 
 
-def _candidate(name: str, model: nn.Module, size: Any, run: _Run, training: bool) -> Candidate:
+def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
     """What the interleaved timing calls for one model, prepared like ``profile``'s clean run;
     every pass sees the inputs (shared by all the models) as they went in: ``run.passed`` puts
     back what a pass changed, before the next."""
-    from modelprof.runtime.inputs import make_inputs, parse_dtype
+    from modelprof.runtime.inputs import make_inputs
     from modelprof.timing.latency import timing_runner
 
-    dt = parse_dtype(run.dtype)
     mi = make_inputs(model, size, inputs=run.inputs, batch_size=run.batch_size,
-                     device=run.device, dtype=dt)
+                     device=run.device, dtype=run.mode.dtype)
     if mi.device.type == "meta":
         raise ModelProfError("device='meta' has no clock: pass timing=False to compare costs "
                              "alone, or a real device to time")
-    runner = timing_runner(model, mi, dt, training, run.opts)
+    runner = timing_runner(model, mi, run.mode.on(mi.device), run.opts)
     run.passed.add(mi.args, mi.kwargs)
     target, mi = resolve_call(runner, mi, channels_last=run.opts.channels_last)
     run.passed.add(mi.args, mi.kwargs)       # channels_last copies, where made
@@ -358,15 +359,13 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run, training: bool
 
 def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
-    from modelprof.runtime.inputs import parse_dtype
     from modelprof.step.spec import StepSpec
     from modelprof.step.timing import StepTimer
 
     o = run.profile_options
     spec = StepSpec.parse(loss_fn=o.get("loss_fn"), target=o.get("target"),
                           optimizer=o.get("optimizer"))
-    return StepTimer(model, candidate.inputs, spec, training=run.training,
-                     dtype=parse_dtype(run.dtype), options=run.opts, label=name)
+    return StepTimer(model, candidate.inputs, spec, run.mode, options=run.opts, label=name)
 
 
 def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str,
@@ -416,7 +415,8 @@ def _throughput_row(model: nn.Module, size: Any, run: _Run, opts: TimingOptions,
     from modelprof.timing import measure_throughput
 
     result = measure_throughput(model, size, device=run.device, dtype=run.dtype,
-                                training=run.training, no_grad=run.no_grad, options=opts,
+                                training=run.mode.training, no_grad=run.mode.no_grad,
+                                options=opts,
                                 **search)
     best = result.best
     return {"throughput_samples_per_s": best.samples_per_s,

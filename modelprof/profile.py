@@ -13,16 +13,15 @@ from modelprof.counting.counter import OpStats
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.exported import exported_layers, is_flat_export
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import dispatch_modes_restored, grad_switches, to_channels_last
+from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
-from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_dtype, parse_input_size
+from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
 from modelprof.report.memory import memory_facts
 from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
-from modelprof.counting.meta_route import meta_allowed, model_fits, on_meta
 from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
 from modelprof.report.rows import build_rows, join_rows, row_keys
@@ -73,9 +72,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     ``cuda:LOCAL_RANK`` under torchrun.
     """
     model = exported_layers(model)   # an ExportedProgram: its layers, one row each
-    spec = _parse(model, timing, (training, no_grad), registry, backward,
-                  (loss_fn, target, optimizer), options, timing_options)
-    dtype_requested = parse_dtype(dtype)
+    spec = _parse(model, timing, registry, options, timing_options)
+    # how every pass runs the model, parsed once here
+    mode = RunMode.parse(backward=backward, training=training, no_grad=no_grad,
+                         amp=spec.opts.amp, channels_last=spec.opts.channels_last, dtype=dtype)
+    spec = dataclasses.replace(spec, mode=mode, step=_step_spec(backward, loss_fn, target,
+                                                                optimizer, spec.opts))
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
     # inside a guard the caller holds, its view of the model is read again (it may be older)
     with dispatch_modes_restored(), preserved_state(model, rescan=True) as guard, \
@@ -85,24 +87,24 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         rng_scope.enter_context(preserved_state(loss_module(loss_fn)))
         passed = rng_scope.enter_context(snapshot_of(inputs, target))
         mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size,
-                         device=local_device(device), dtype=dtype_requested)
+                         device=local_device(device), dtype=mode.dtype)
         passed.add(mi.args, mi.kwargs)   # moved or made copies: each pass sees them as made
         model, guard = _layered(model, mi, rng_scope, guard)
         # the model's own random ops (train-mode dropout) in every pass, the static one
         # included, draw from forked generators: the user's random state comes back as it was
         rng_scope.enter_context(torch.random.fork_rng(
             devices=[mi.device] if mi.device.type == "cuda" else []))
-        spec, meta_notes = _untimed_on_meta(spec, mi)
+        spec, meta_notes = _on(spec, mi)
         if spec.timing:
             spec.opts.check_device(mi.device)
         with _batch_hint(input_size, mi):
-            static, step_cost, route = _count(model, mi, spec, dtype_requested, sharded, guard)
+            static, step_cost = _count(model, mi, spec, sharded)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
         if spec.timing:   # a write the guard cannot put back is named with its pass
             guard.begin("the timed forward passes")
-        timed, columns = _time(model, mi, spec, dtype_requested, rows, static.records)
+        timed, columns = _time(model, mi, spec, rows, static.records)
         timed = _noted(timed, meta_notes, sharded.contention_note(mi.device) if spec.timing
                        else None)
         step_rows: list = []
@@ -110,12 +112,12 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         if step_cost is not None:
             if spec.timing:
                 guard.begin("the timed training steps")
-            step_cols, step_rows, training_step = _step(model, mi, spec, dtype_requested, rows,
-                                                        static.records, step_cost)
+            step_cols, step_rows, training_step = _step(model, mi, spec, rows, static.records,
+                                                        step_cost)
             columns.append(step_cols)
         rows = join_rows(rows, columns, step_rows)
         env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
-        env.update(sharded.env(), static_route=route)
+        env.update(sharded.env())
         layers = timed.layer_timing
         if layers is not None and layers.hook_cost is not None:
             env["hook_cost"] = layers.hook_cost.to_dict()
@@ -125,7 +127,7 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
                       str(mi.dtype).removeprefix("torch."), env,
                       {**spec.flags, **spec.opts.as_kwargs()})
         facts = memory_facts(model, tensor_bytes((mi.args, mi.kwargs)), static.records,
-                             dtype_requested)
+                             spec.mode.dtype)
         counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
         return Report(rows, run, counts, timed, training_step)
 
@@ -140,11 +142,12 @@ def _layered(model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack,
     return model, scope.enter_context(preserved_state(model, rescan=True))
 
 
-def _untimed_on_meta(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
-    """The notes the inputs carry; meta tensors have shapes and no values, so nothing can be
-    timed there: count only, and say so."""
+def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
+    """``spec`` on the inputs' device, and the notes the inputs carry; meta tensors have shapes
+    and no values, so nothing can be timed there: counted only, and a note says so."""
+    spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device))
     notes = list(mi.notes)
-    if not (spec.timing and mi.device.type == "meta"):
+    if not spec.timing or mi.device.type != "meta":
         return spec, notes
     return dataclasses.replace(spec, timing=False), [
         *notes, "device='meta': counted from shapes alone, not timed (meta tensors have no "
@@ -177,20 +180,28 @@ class _Spec:
     """profile()'s switches, checked once."""
 
     timing: bool
-    training: bool
-    no_grad: bool
     registry: FormulaRegistry | None
     opts: TimingOptions
-    step: Any            # StepSpec, or None without backward
-    flags: dict
+    mode: RunMode = RunMode()
+    step: Any = None     # StepSpec, or None without backward
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        """The switches as the report's run info and env name them."""
+        mode = self.mode
+        flags = {"training": mode.training, "no_grad": mode.no_grad,
+                 **self.opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)}
+        if self.step is not None:
+            flags.update(backward=True, loss=self.step.loss_name,
+                         optimizer=self.step.optimizer_name)
+        return flags
 
 
-def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: Any,
-           step_args: tuple, options: Any, timing_options: dict) -> _Spec:
+def _parse(model: Any, timing: Any, registry: Any, options: Any,
+           timing_options: dict) -> _Spec:
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
                              "use measure_latency() to time any callable")
-    training, no_grad = grad_switches(backward, *switches)
     if not isinstance(timing, bool):
         raise ModelProfError(f"timing={timing!r} must be True or False")
     if registry is not None and not isinstance(registry, FormulaRegistry):
@@ -198,74 +209,40 @@ def _parse(model: Any, timing: Any, switches: tuple, registry: Any, backward: An
     opts = TimingOptions.parse(options, **timing_options)
     if opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
-    step = _step_spec(backward, *step_args, opts)
-    if step is not None:
-        refuse_scripted(model)
-    flags = {"training": training, "no_grad": no_grad,
-             **opts.flags(eval_mode=not training, no_grad=no_grad)}
-    if step is not None:
-        flags.update(backward=True, loss=step.loss_name, optimizer=step.optimizer_name)
-    return _Spec(timing, training, no_grad, registry, opts, step, flags)
+    return _Spec(timing, registry, opts)
 
 
-def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype_requested: Any,
-           sharded: Any, guard: Any) -> tuple:
-    """The counted forward (and, with ``backward=True``, the counted step): (static, step cost,
-    the route: ``"meta"`` where a counting-only CPU forward was counted on meta, see
-    ``counting.meta_route``, else ``"real"``); ``sharded``: the process-group session (DDP's
-    no_sync, the backward's collectives)."""
-    layout = torch.channels_last if spec.opts.channels_last else None
-    counted = _with_layout(mi, layout)
+def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any) -> tuple:
+    """The counted forward (and, with ``backward=True``, the counted step): (static, step
+    cost); ``sharded``: the process-group session (DDP's no_sync, the backward's
+    collectives)."""
+    counted = _with_layout(mi, spec.mode.memory_format)
     step_cost = None
-    static = None
-    if _meta_first(model, mi, spec, sharded, guard):
-        static = on_meta(lambda twin, meta: analyze(twin, meta, training=False, no_grad=True,
-                                                    dtype_requested=dtype_requested),
-                         mi, guard)
-    route = "real" if static is None else "meta"
     if spec.step is not None:
+        refuse_scripted(model)   # before anything of the step runs
         from modelprof.step.count import count_step
         with sharded.counting_step():
-            static, step_cost = count_step(model, counted, spec.step, training=spec.training,
-                                           dtype_requested=dtype_requested,
-                                           registry=spec.registry, amp=spec.opts.amp,
-                                           memory_format=layout)
+            static, step_cost = count_step(model, counted, spec.step, spec.mode, spec.registry)
         sharded.attach_backward_comm(static.records, step_cost)
         static.unsupported.update(step_cost.unsupported)
         _merge_ops(static.by_op, step_cost.loss_by_op)
-    elif static is None:
-        static = analyze(model, counted, training=spec.training, no_grad=spec.no_grad,
-                         dtype_requested=dtype_requested, registry=spec.registry,
-                         amp=spec.opts.amp, memory_format=layout)
+    else:
+        static = analyze(model, counted, spec.mode, spec.registry)
     if static.unsupported:
         ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
                         for k, v in sorted(static.unsupported.items()))
         warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
                       f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
                       "modelprof.register_formula.", ModelProfWarning, stacklevel=4)
-    return static, step_cost, route
+    return static, step_cost
 
 
-def _meta_first(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any,
-                guard: Any) -> bool:
-    """Whether to count this pass on meta first (``counting.meta_route``; never with
-    ``MODELPROF_STATIC_ROUTE=real``): counting only, on the CPU, eval under no_grad, none of
-    amp, channels_last, a registry, a training step or a process group, and a model the route
-    can trust."""
-    opts = spec.opts
-    return (not spec.timing and mi.device.type == "cpu" and spec.step is None
-            and not spec.training and spec.no_grad and opts.amp is None
-            and not opts.channels_last and spec.registry is None and guard is not None
-            and sharded.group is None and meta_allowed() and model_fits(model, guard))
-
-
-def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list,
+def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list,
           records: Any) -> tuple[TimingResult, list]:
     """The timed passes and the per-layer columns they give (none without timing)."""
     if not spec.timing:
         return TimingResult(), []
-    latency, layers, notes = _measure(model, _with_layout(mi, None), dtype, spec.training,
-                                      spec.no_grad, spec.opts)
+    latency, layers, notes = _measure(model, _with_layout(mi, None), spec.mode, spec.opts)
     columns, overhead, leaf_sum = layer_columns(row_keys(rows), records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
@@ -301,7 +278,7 @@ def _noted(timed: Any, before: list[str], after: str | None) -> Any:
                                              *([after] if after is not None else [])])
 
 
-def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list, records: Any,
+def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any,
           step_cost: Any) -> tuple:
     """The training step's columns, its (loss)/(optimizer) rows and the ``TrainingStep``."""
     from modelprof.step.table import step_columns
@@ -309,8 +286,8 @@ def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, dtype: Any, rows: list
     step_timing = None
     if spec.timing:
         from modelprof.step.timing import time_step
-        step_timing = time_step(model, mi, spec.step, len(records), training=spec.training,
-                                dtype=dtype, options=spec.opts)
+        step_timing = time_step(model, mi, spec.step, len(records), spec.mode,
+                                options=spec.opts)
     keys = [(r, s) for r, s, _ in row_keys(rows)]
     return step_columns(keys, records, step_cost, step_timing)
 
@@ -379,15 +356,15 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     return peaks
 
 
-def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
-             no_grad: bool, opts: TimingOptions) -> tuple[Any, Any, list[str]]:
+def _measure(model: nn.Module, mi: ModelInputs, mode: RunMode,
+             opts: TimingOptions) -> tuple[Any, Any, list[str]]:
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
     under ``opts``; and the notes that say how the per-layer columns were measured."""
     from modelprof.timing import measure_latency, time_layers
 
     from modelprof.timing.latency import timing_runner
 
-    runner = timing_runner(model, mi, dtype, training, opts)
+    runner = timing_runner(model, mi, mode, opts)
     eager = getattr(runner, "_orig_mod", runner)   # a torch.compile'd module fires no hooks
     notes: list[str] = []
     hidden = list(opts.end_to_end_only)
@@ -397,9 +374,11 @@ def _measure(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, train
         notes.append(f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
                      "to end only: hooks cannot see inside it); the latency total is measured "
                      "with it, so coverage and overhead compare the two regimes")
-    latency = measure_latency(runner, mi, training=training, no_grad=no_grad, options=opts)
+    latency = measure_latency(runner, mi, training=mode.training, no_grad=mode.no_grad,
+                              options=opts)
     layer_opts = opts.replace(compile=False, cuda_graph=False, transfer=False)
-    layers = time_layers(eager, mi, training=training, no_grad=no_grad, options=layer_opts)
+    layers = time_layers(eager, mi, training=mode.training, no_grad=mode.no_grad,
+                         options=layer_opts)
     cost = layers.hook_cost
     if cost is not None and cost.applied:
         where = ("" if cost.source != "chain" else

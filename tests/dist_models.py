@@ -1,7 +1,7 @@
-"""The models of issue 18's proof, shared by the in-process (fake process group) tests and the
+"""The models of the distributed proof, shared by the in-process (fake process group) tests and the
 ranks that tests/dist_worker.py runs under torchrun.
 
-The 4-layer transformer the issue means, reconstructed from its figures: d=256, 4 heads, pre-norm
+A 4-layer transformer whose counts are known in closed form: d=256, 4 heads, pre-norm
 blocks ``x + attn(ln1(x))``, ``x + mlp(ln2(x))`` with ``attn`` = one fused ``qkv`` Linear(d, 3d) and
 ``proj`` Linear(d, d) around ``scaled_dot_product_attention``, ``mlp`` = fc1 Linear(d, 4d), GELU,
 fc2 Linear(4d, d), and a final LayerNorm; no embedding. Per block:
@@ -9,10 +9,10 @@ fc2 Linear(4d, d), and a final LayerNorm; no embedding. Per block:
   MLP       d*4d + 4d + 4d*d + d = 2*262144 + 1024 + 256     = 525,568
   2 LayerNorms 2*2*256                                        =   1,024
   block                                                       = 789,760
-  4 blocks + final LayerNorm (512)   4*789,760 + 512          = 3,159,552 params  (issue: 3,159,552)
+  4 blocks + final LayerNorm (512)   4*789,760 + 512          = 3,159,552 params
 MACs on a local batch 2x64 (128 tokens):
   qkv + proj 4*d*d*128 = 33,554,432; scores and weighted sum 2 * 2*4*64*64*64 = 4,194,304;
-  MLP 2*d*4d*128 = 67,108,864; block 104,857,600; 4 blocks  = 419,430,400 MACs (issue: 419,430,400)
+  MLP 2*d*4d*128 = 67,108,864; block 104,857,600; 4 blocks  = 419,430,400 MACs
 """
 from __future__ import annotations
 

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
 
 from modelprof.timing.layers import MemoryStats
 
-__all__ = ["FakeAllocator", "Fn", "MLP_NETS", "state_snapshot", "tv"]
+__all__ = ["FakeAllocator", "Fn", "MLP_NETS", "picture", "state_snapshot", "tv"]
 
 
 class Fn(nn.Module):
@@ -68,6 +69,42 @@ def equal_reports(a, b) -> None:
 def state_snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     """A copy of every parameter and buffer, by name (compare with ``torch.equal``)."""
     return {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+
+
+def picture(obj: Any, _seen: set[int] | None = None) -> Any:
+    """A comparable picture of ``obj``: tensors by their bytes, sizes, strides, dtype, gradient
+    and flags; modules by class, flags, attributes and registries; containers and objects
+    recursively (a cycle is marked)."""
+    seen = set() if _seen is None else _seen
+    if isinstance(obj, (str, bytes, int, float, bool, type(None), torch.dtype, torch.device)):
+        return obj
+    if id(obj) in seen:
+        return ("cycle", type(obj).__name__)
+    seen = seen | {id(obj)}
+    if isinstance(obj, torch.Tensor):
+        return _tensor_picture(obj, seen)
+    if isinstance(obj, nn.Module):
+        return ("module", type(obj).__name__, obj.training,
+                {k: picture(v, seen) for k, v in vars(obj).items()})
+    if isinstance(obj, torch.optim.Optimizer):
+        return ("optimizer", picture(obj.state_dict(), seen))
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, [picture(o, seen) for o in obj])
+    if isinstance(obj, (set, frozenset)):
+        return (type(obj).__name__, sorted(map(repr, obj)))
+    if isinstance(obj, dict):
+        return ("dict", [(picture(k, seen), picture(v, seen)) for k, v in obj.items()])
+    if hasattr(obj, "__dict__") and not callable(obj):
+        return (type(obj).__name__, picture(vars(obj), seen))
+    return ("object", type(obj).__name__, id(obj))
+
+
+def _tensor_picture(t: torch.Tensor, seen: set[int]) -> tuple:
+    base = t.detach()
+    data = base.contiguous().view(-1).view(torch.uint8).clone() if base.numel() else base
+    grad = picture(t.grad, seen) if t.is_leaf else None
+    return ("tensor", type(t).__name__, tuple(t.shape), t.stride(), t.dtype, t.requires_grad,
+            bytes(data.numpy().tobytes()) if data.numel() else b"", grad)
 
 
 #: A model file of two MLPs of closed-form cost on a (10,) input, and one that fails on it

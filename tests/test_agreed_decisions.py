@@ -1,4 +1,4 @@
-"""Issue 18: under a process group every timing decision is agreed across ranks, so all ranks run
+"""Under a process group every timing decision is agreed across ranks, so all ranks run
 the same passes. Here the other rank is simulated: ``Peer`` is an ``Agreement`` whose all-reduce
 (``least``) takes the minimum of this rank's values and what a scripted peer sends. The same
 paths run on two real gloo ranks in tests/test_distributed_ranks.py."""

@@ -1,4 +1,4 @@
-"""Token and named inputs on the command line (issue 21, item 6): ``--tokens SEQ_LEN`` builds
+"""Token and named inputs on the command line: ``--tokens SEQ_LEN`` builds
 calflops-style ``input_ids``/``attention_mask``, ``--input NAME:DTYPE[SHAPE]:VALUES`` any named
 input, both at ``--batch-size``."""
 from __future__ import annotations

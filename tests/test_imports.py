@@ -167,3 +167,19 @@ def test_the_lowest_layers_import_nothing_above_them(layer):
     for name, edges in graph.items():
         if _layer(name) == layer:
             assert all(_layer(t) <= layer for t in edges), (name, edges)
+
+
+def test_the_documented_layers_are_the_enforced_ones():
+    # docs/development.md's diagram: one layer per unindented "names: what" entry (its names
+    # may go on over unindented lines ending in a comma), lowest first
+    text = (PACKAGE.parent / "docs" / "development.md").read_text()
+    block = text.split("The package is in layers", 1)[1].split("```\n", 2)[1]
+    layers, names = [], ""
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            names += line.split(":", 1)[0] + " "
+            if ":" in line:
+                layers.append({"modelprof" if n == "__init__" else f"modelprof.{n}"
+                               for n in names.replace(",", " ").split()})
+                names = ""
+    assert layers == LAYERS

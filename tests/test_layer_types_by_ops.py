@@ -1,6 +1,6 @@
-"""Modules of classes the layer-type table does not know are typed by the ops they run
-(issue 21, item 8): an RMSNorm written out is ``norm``, a tanh GELU written out is
-``activation``, as in Llama and GPT-2."""
+"""Modules of classes the layer-type table does not know are typed by the ops they run: an
+RMSNorm written out is ``norm``, a tanh GELU written out is ``activation``, as in Llama and
+GPT-2."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""What peers' users expect (issue 21): trainable vs frozen parameters (torchinfo), each row's
+"""What peers' users expect: trainable vs frozen parameters (torchinfo), each row's
 share of MACs/FLOPs (ptflops, DeepSpeed), an estimated total memory for inference and for a
 training step (torchinfo's "estimated total size")."""
 from __future__ import annotations

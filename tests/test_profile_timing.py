@@ -287,7 +287,7 @@ def test_a_compiled_model_gets_eager_per_layer_times_and_says_so(how):
 def test_timing_options_are_validated():
     with pytest.raises(ModelProfError, match=r"unknown timing option\(s\) \['repeats'\]"):
         profile(nn.Linear(4, 2), (4,), repeats=3)
-    # meta has no clock: there a profile counts only, and says so (issue 21, item 5)
+    # meta has no clock: there a profile counts only, and says so
     r = profile(nn.Linear(4, 2), (4,), device="meta")
     assert r.latency is None and any("meta" in n for n in r.timing_notes)
 

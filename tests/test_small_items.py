@@ -1,4 +1,4 @@
-"""The smaller items of issue 21 (item 9): error bars that cannot cross zero, a roofline title
+"""Small items: error bars that cannot cross zero, a roofline title
 clear of its legend, the throughput search's stop reason, the two FLOP conventions explained,
 the overhead line in words, summaries printed whole, no CPU peak-memory column of NaNs."""
 from __future__ import annotations

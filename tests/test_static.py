@@ -644,15 +644,13 @@ def test_torchstat_view_madd_for_biased_conv_softmax_and_plain_batchnorm():
     assert ts.loc["2", "MAdd"] == 72
 
 
-def test_resnet50_counted_on_meta_equals_the_real_pass_row_by_row(monkeypatch):
+def test_resnet50_counted_on_meta_equals_the_real_pass_row_by_row():
     # device="meta": a counting-only profile on meta runs no kernels; for resnet50 every row's
-    # counts equal the real pass's (the real kernels forced: a counting-only CPU profile is
-    # itself counted on meta by default, tests/test_meta_route.py)
+    # counts equal the real pass's
     tv = pytest.importorskip("torchvision")
     model = tv.models.resnet50().eval()
     cols = ["module", "type", "params", "macs", "flops", "madd", "read_bytes", "write_bytes",
             "output_bytes"]
-    monkeypatch.setenv("MODELPROF_STATIC_ROUTE", "real")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         real = profile(model, (3, 224, 224), timing=False).to_dataframe()[cols]

@@ -115,6 +115,24 @@ def test_module_runs_in_eval_no_grad_and_flags_are_restored():
     assert set(model.seen) == {(True, True)}
 
 
+def test_training_true_runs_every_module_in_train_mode_as_the_counted_pass_does():
+    # one run mode for every pass: train mode is every module's, as profile()'s counted
+    # forward sets it; each module's own flag comes back afterwards
+    class Seen(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[bool] = []
+
+        def forward(self, x):
+            self.seen.append(self.training)
+            return x
+
+    model = nn.Sequential(nn.Linear(2, 2), Seen()).eval()
+    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, training=True)
+    assert model[1].seen == [True] * 3                     # 1 warm-up call + 2 samples
+    assert not any(m.training for m in model.modules())
+
+
 def test_training_flag_restored_when_forward_raises():
     class Boom(nn.Module):
         def forward(self, x):

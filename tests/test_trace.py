@@ -1,6 +1,6 @@
 """``Report.to_trace``: the per-layer timeline in the Trace Event Format (Perfetto,
 chrome://tracing), validated as the viewers read it: every slice has ph/ts/dur/pid/tid, one
-track per pass, children nested in their parents (issue 21, peers)."""
+track per pass, children nested in their parents."""
 from __future__ import annotations
 
 import json

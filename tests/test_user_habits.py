@@ -1,4 +1,4 @@
-"""Habits users bring from torchinfo, thop and calflops (issue 21, item 5): a tensor, tuple or
+"""Habits users bring from torchinfo, thop and calflops: a tensor, tuple or
 dict in ``profile``'s second position is the inputs; ``device="meta"`` alone counts; a size
 that includes the batch gets a hint."""
 from __future__ import annotations

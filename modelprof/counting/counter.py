@@ -18,7 +18,8 @@ unsupported. None of them can make the counter raise.
 
 On the meta device (``meta_sdpa=True``) ``F.scaled_dot_product_attention``, which has no fused
 kernel there, runs as the fused kernel the CPU would pick (``counting.meta_sdpa``), so that a
-model costed from shapes alone counts what it counts on the CPU.
+model costed from shapes alone counts what it counts on the CPU; so do the few outputs whose
+shape or layout differs there (``meta_sdpa.cpu_outputs``).
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from typing import Any
 import torch
 
 from modelprof.counting.formulas.memory import VIEW
-from modelprof.counting.meta_cache import run_meta
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
@@ -39,7 +39,7 @@ from modelprof.distributed.collectives import (add_collective, collective_kind, 
 from modelprof.distributed.view import ShardView, current_view, is_dtensor_type
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.tensors import tensor_nbytes
+from modelprof.runtime.tensors import nbytes, tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
 
@@ -75,15 +75,6 @@ class OpStats:
     def __init__(self) -> None:
         self.calls = self.macs = self.flops = self.madd = 0
         self.notes: Counter[str] | None = None
-
-
-def _bytes(obj: Any) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size() if type(obj) is torch.Tensor and \
-            not obj.is_nested else tensor_nbytes(obj)
-    if isinstance(obj, (list, tuple)):
-        return sum(_bytes(o) for o in obj)
-    return 0
 
 
 def _embedding_read(args: tuple, read: int) -> int:
@@ -355,44 +346,6 @@ class OpCounter(compat.TorchDispatchMode):
                     self._packed_seen[id(a)] = a  # kept alive: its id stays unique meanwhile
                     record.params += sum(t.numel() for t in packed_weights(a))
 
-    # -- charging a call from outside the dispatch (counting/leaves.py) -----------------------
-    def direct(self) -> bool:
-        """Whether charges go straight to the records (no tentative run, not re-entered)."""
-        return self._staged is None and self._depth == 1
-
-    def formula_of(self, func: Any) -> tuple[Any, bool] | None:
-        """``func``'s own formula and whether the write watch sees it; None for a view, a
-        decomposed, unsupported or packed-weight op (only the dispatch path costs those)."""
-        entry = self._ops.get(func)
-        if entry is None:
-            entry = self._resolve(func)
-        formula, _, packed, watch = entry
-        if formula is VIEW or type(formula) is _How or packed:
-            return None
-        return formula, watch
-
-    def charge_call(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        """Charge ``func(*args, **kwargs) -> out`` as ``__torch_dispatch__`` would (the
-        parameters and buffers it reads, then its cost); ``func`` must have a formula
-        (:meth:`formula_of`) and run on plain tensors."""
-        formula, name = self._ops[func][:2]
-        self.charge_inputs(args)
-        self._charge(name, formula(args, kwargs, out), args, kwargs, out)
-
-    def charge_inputs(self, args: tuple) -> None:
-        """Parameters not charged yet and model buffers among ``args`` go to the current call,
-        as before an op that is no view."""
-        pending = self.tracker.pending_params
-        if pending and not pending.keys().isdisjoint(map(id, args)):
-            self._charge_params(args)
-        buffers = self._buffers
-        if buffers and not buffers.keys().isdisjoint(map(id, args)):
-            self._charge_buffers(args)
-
-    def is_buffer(self, t: Any) -> bool:
-        """Whether ``t`` is one of the model's buffers (or a view the counter made of one)."""
-        return id(t) in self._buffers
-
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # the hot path: every op of the forward (a few hundred per model) comes through here,
@@ -426,10 +379,9 @@ class OpCounter(compat.TorchDispatchMode):
             self._charge_packed(args, name)
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
-        if self.meta_sdpa:   # on meta: each signature's kernel once, outputs as the CPU's
-            out = cpu_outputs(func, args, run_meta(func, args, kwargs))
-        else:
-            out = func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if self.meta_sdpa:   # on meta: the outputs as the CPU's kernel shapes them
+            out = cpu_outputs(func, args, out)
         try:
             cost = formula(args, kwargs, out)
         except Exception as e:  # noqa: BLE001 - a formula meeting a nested tensor: per component
@@ -474,9 +426,9 @@ class OpCounter(compat.TorchDispatchMode):
         if record.collect_op_bytes and name not in _ALLOCATIONS:
             # ops a parent module runs itself (a residual add): inputs read, outputs written
             # (an allocation writes nothing: FSDP2's gather buffers, a torch.empty)
-            read = _bytes(args) + _bytes(list(kwargs.values()))
+            read = nbytes(args) + nbytes(list(kwargs.values()))
             gather = _GATHER_READS.get(name)
-            op_bytes = (read if gather is None else gather(args, read), _bytes(out))
+            op_bytes = (read if gather is None else gather(args, read), nbytes(out))
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:

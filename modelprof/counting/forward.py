@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from modelprof.counting.counter import OpCounter, OpStats
-from modelprof.counting.leaves import LeafCounter
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
@@ -27,18 +26,12 @@ from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import model_placement
 from modelprof.runtime.tensors import shape_str
 from modelprof.runtime.device import MemoryStats, same_device
-from modelprof.runtime.execution import amp_context, grad_context, model_state
+from modelprof.runtime.execution import RunMode, running
 from modelprof.distributed.view import ParamView
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.runtime.guard import preserved_state, set_training
+from modelprof.runtime.guard import preserved_state
 
-__all__ = ["StaticResult", "analyze", "counted_module", "forward_context", "meta_attention"]
-
-#: count known leaf modules (Conv2d, Linear, BatchNorm2d in eval, ...) from their calls, with the
-#: counter off the dispatch stack (counting/leaves.py); False counts every op through the
-#: dispatch mode. The reports are the same (tests/test_leaves.py compares both)
-LEAVES_FROM_CALLS = True
-
+__all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
 
 @dataclasses.dataclass
 class StaticResult:
@@ -48,19 +41,7 @@ class StaticResult:
     model_params: int          # every distinct parameter of the model, used or not
 
 
-@contextlib.contextmanager
-def forward_context(model: nn.Module, *, training: bool, no_grad: bool,
-                    modules: list[nn.Module] | None = None):
-    """Set the model's mode (and grad mode) for a forward; restore every module's flag after.
-    ``modules``: ``list(model.modules())`` where the caller has it already."""
-    with model_state(model, eval_mode=False, modules=modules), grad_context(no_grad):
-        set_training(model, training, modules)
-        yield
-
-
-def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
-               dtype_requested: torch.dtype | None,
-               memory_format: torch.memory_format | None = None
+def _state_for(model: nn.Module, inputs: ModelInputs, mode: RunMode
                ) -> dict[str, torch.Tensor] | None:
     """Parameters/buffers to run with instead of the model's own, or None to run it as it is.
 
@@ -69,9 +50,10 @@ def _state_for(model: nn.Module, inputs: ModelInputs, *, training: bool,
     statistics of the user's model are not updated).
     """
     device, dtype = model_placement(model)
+    dtype_requested, memory_format = mode.dtype, mode.memory_format
     convert = (not same_device(inputs.device, device) or memory_format is not None
                or (dtype_requested is not None and dtype_requested != dtype))
-    if not convert and not training:
+    if not convert and not mode.training:
         return None
 
     done: dict[int, torch.Tensor] = {}  # one converted tensor per original: ties stay tied
@@ -110,16 +92,17 @@ def counted_module(model: nn.Module, inputs: ModelInputs, amp: torch.dtype | Non
     return getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
 
 
-def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
-            no_grad: bool = True, dtype_requested: torch.dtype | None = None,
-            registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
-            memory_format: torch.memory_format | None = None) -> StaticResult:
-    """Run one forward of ``model`` on ``inputs`` and return one record per module call.
+def analyze(model: nn.Module, inputs: ModelInputs, mode: RunMode = RunMode(),
+            registry: FormulaRegistry | None = None) -> StaticResult:
+    """Run one forward of ``model`` on ``inputs`` as ``mode`` says and return one record per
+    module call.
 
-    ``amp`` (an autocast dtype) and ``memory_format`` (channels_last) make the counted forward
-    the one the timed passes run: the kernels and bytes follow the dtype and layout that run.
+    ``mode.amp`` (an autocast dtype) and ``mode.memory_format`` (channels_last) make the counted
+    forward the one the timed passes run: the kernels and bytes follow the dtype and layout that
+    run.
     """
-    model = counted_module(model, inputs, amp)
+    mode = mode.on(inputs.device)
+    model = counted_module(model, inputs, mode.amp)
     # the guard is the caller's when profile() holds one; the counter calls its copy on first
     # write before each op, from inside its own dispatch (the copies are not counted). Its walk
     # of the model also gives the module names, the lazy tensors, the parameters and the packed
@@ -133,18 +116,14 @@ def analyze(model: nn.Module, inputs: ModelInputs, *, training: bool = False,
         tracker.param_view = view = ParamView.for_model(model, guard.parameters, names)
         counter = OpCounter(tracker, registry, before_op=guard.write_hook(),
                             meta_sdpa=inputs.device.type == "meta")
-        hooks = LeafCounter(tracker, counter, enabled=amp is None and LEAVES_FROM_CALLS)
         try:
-            state = _state_for(model, inputs, training=training,
-                               dtype_requested=dtype_requested, memory_format=memory_format)
+            state = _state_for(model, inputs, mode)
             if state is not None:  # the forward sees converted copies, not these parameters
                 tracker.root_parameters = None
-            with forward_context(model, training=training, no_grad=no_grad,
-                                 modules=list(names)), \
-                    amp_context(inputs.device, amp), \
+            with running(model, mode, modules=list(names)), \
                     meta_attention(inputs.device, names, counter.meta_sdpa), \
-                    module_hooks(model, hooks.pre, hooks.post, names,
-                                 post_with_inputs=True), counter, hooks:
+                    module_hooks(model, tracker.pre, tracker.post, names,
+                                 post_with_inputs=True), counter:
                 if state is None:
                     output = model(*inputs.args, **inputs.kwargs)
                 else:

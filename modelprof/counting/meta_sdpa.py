@@ -11,93 +11,34 @@ CPU's own preparation: a boolean mask made additive, 3-D inputs given a batch of
 model counted on meta counts what it counts on the CPU. A call the CPU would run through the
 math path, or one that is invalid, runs as it is (and raises as it would).
 
-Counting a CPU forward on meta (``counting.meta_route``, ``as_cpu``), the mode also stands in
-for what the CPU does differently above the dispatcher:
-
-* ``t[index] = 2.0`` (a Python number, basic indexing) makes the number a CPU tensor without
-  an op on the CPU and fills the slice from it (``fill_``, or ``copy_`` into one element), where
-  a meta tensor gets an ``aten.scalar_tensor`` and an expanded ``copy_``: run as the CPU runs it;
-  with any other index it raises ``MetaUntrusted``;
-* a self-attention ``F.multi_head_attention_forward`` that reaches the mode raises
-  ``MetaUntrusted``: an ``nn.MultiheadAttention`` the route could not see took its slow path
-  here (any torch-function mode turns the fast path off), where the CPU may take the fast one;
-  any other (cross-attention: the slow path on the CPU too) runs with its SDPA call fused as
-  the CPU fuses it (a handler runs with the mode off: the call would not reach it);
-* so do the recurrent layers' ops (``torch.lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``), which
-  the CPU runs as oneDNN's ``mkldnn_rnn_layer`` and meta as their decomposition;
-* a CPU tensor of one dimension or more among a call's arguments raises ``MetaUntrusted``: meta
-  kernels such as ``mm`` take one beside meta tensors, so a tensor the route did not make a
-  stand-in of (held by a closure) would be counted on, unseen.
+The counter also shapes a meta op's outputs as the CPU's kernel does where they differ in what
+is counted (``cpu_outputs``): eval-mode batch norm's saved statistics, a channels-last
+convolution's layout.
 """
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules import activation as _activation
 from torch.nn.modules import module as _module
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["FusedMetaSDPA", "MetaUntrusted", "as_cpu", "attention_as_on_cpu", "cpu_outputs",
-           "in_library"]
+from modelprof.runtime import compat
+from modelprof.runtime.tensors import PLAIN_TENSORS
+
+__all__ = ["FusedMetaSDPA", "attention_as_on_cpu", "cpu_outputs"]
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 _DEFAULTS = (None, None, None, None, 0.0, False, None, False)
 #: the dtypes of the CPU's fused kernel (``use_flash_attention_cpp``)
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_MHA = torch.nn.functional.multi_head_attention_forward
-_SETITEM = torch.Tensor.__setitem__
-_RNNS = frozenset(getattr(torch._C._VariableFunctions, name)
-                  for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"))
-_NUMBERS = (int, float, bool)
-_F = torch.nn.functional
-# ops whose CPU kernel keeps a channels-last layout where meta's does not (checked one by one;
-# the convolution's output is made channels-last instead, ``cpu_outputs``)
-_KEEP_LAYOUT = frozenset((_F.group_norm, torch.group_norm, _F.pixel_shuffle,
-                          torch.pixel_shuffle, _F.pixel_unshuffle, torch.pixel_unshuffle,
-                          _F.pad, torch._C._nn.pad, torch.constant_pad_nd,
-                          torch._C._nn.reflection_pad2d, torch._C._nn.replication_pad2d))
-_TENSOR_TO = torch.Tensor.to
-_AS_TENSOR = torch.as_tensor
-_GET_DEVICE = torch.Tensor.get_device
 _CONVOLUTION = torch.ops.aten.convolution.default
-_BAGS = frozenset((_F.embedding_bag, torch.embedding_bag))
-#: ``Tensor.is_cpu`` and its kind: read by a model's own code, the answer on meta is not the CPU's
-_DEVICE_PROPERTIES = frozenset(getattr(torch.Tensor, name) for name in (
-    "is_cpu", "is_cuda", "is_meta", "is_mps", "is_xpu") if hasattr(torch.Tensor, name))
-_WRAPPER = type(torch.Tensor.is_cpu.__get__)   # a property read, as a torch-function mode sees it
 _BATCH_NORM = torch.ops.aten.native_batch_norm.default
-# where torch's and modelprof's own code lies
-_OURS = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-         os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
-_BASIC = (int, slice)
-_STRICT = threading.local()   # .on: a meta forward counted as the CPU's (``as_cpu``)
-
-
-class MetaUntrusted(Exception):
-    """The meta forward would not count what the same forward counts on the CPU."""
-
-
-@contextlib.contextmanager
-def as_cpu() -> Iterator[None]:
-    """While active in this thread, a meta forward is counted as the CPU's: ``FusedMetaSDPA``
-    runs what the CPU does differently above the dispatcher as the CPU does it, and raises
-    ``MetaUntrusted`` where meta would count otherwise (the module doc lists both)."""
-    before = getattr(_STRICT, "on", False)
-    _STRICT.on = True
-    try:
-        yield
-    finally:
-        _STRICT.on = before
 
 
 def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
@@ -137,7 +78,7 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
     ``is_causal``), for meta tensors of 4 (or, given a batch of one, 3) dimensions."""
     q, k, v = b["query"], b["key"], b["value"]
     # plain tensors only: a subclass (DTensor, a fake or nested tensor) runs SDPA its own way
-    if not all(type(t) in _PLAIN and t.device.type == "meta" and not t.is_nested
+    if not all(type(t) in PLAIN_TENSORS and t.device.type == "meta" and not t.is_nested
                and t.layout is torch.strided for t in (q, k, v)):
         return False
     if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)) or \
@@ -187,38 +128,12 @@ class FusedMetaSDPA(TorchFunctionMode):
             bound = _bind(args, kwargs)
             if bound is not None and fused_on_cpu(bound):
                 return fused_sdpa(bound)
-        elif getattr(_STRICT, "on", False):
-            if _cpu_tensor_in(args) or (kwargs and _cpu_tensor_in(kwargs.values())):
-                raise MetaUntrusted(f"{getattr(func, '__name__', func)} met a CPU tensor "
-                                    "on meta")
-            if func is _SETITEM and len(args) == 3 and not kwargs and \
-                    type(args[2]) in _NUMBERS and type(args[0]) is torch.Tensor:
-                return _cpu_setitem(*args)
-            if func is _MHA:
-                if len(args) >= 3 and args[0] is args[1] is args[2]:
-                    raise MetaUntrusted("a self-attention nn.MultiheadAttention ran its slow "
-                                        "path on meta; the CPU may take its fast path")
-                with _fused_inside():
-                    return func(*args, **kwargs)
-            if func in _RNNS:
-                raise MetaUntrusted(f"{func.__name__} runs oneDNN's kernel on the CPU")
-            if func in _KEEP_LAYOUT and _channels_last(args):
-                raise MetaUntrusted(f"{getattr(func, '__name__', func)} on a channels-last "
-                                    "tensor: the CPU keeps the layout, meta's kernel does not")
-            if (func is _TENSOR_TO or func is _AS_TENSOR) and _no_op_on_cpu(func, args, kwargs):
-                with _disable_current_modes():   # (uncounted: the CPU runs no op here)
-                    return func(*args, **kwargs)
-            if func in _BAGS:
-                raise MetaUntrusted("embedding_bag's CPU outputs differ from meta's")
-            if ((type(func) is _WRAPPER and func.__self__ in _DEVICE_PROPERTIES) or
-                    func is _GET_DEVICE) and _from_user_code():
-                raise MetaUntrusted("the forward asks its tensors' device")
         return func(*args, **kwargs)
 
 
 def _is_channels_last(t: Any) -> bool:
     """Whether ``t`` is a channels-last 4-D or 5-D tensor that is not contiguous."""
-    return type(t) in _PLAIN and t.dim() in (4, 5) and not t.is_contiguous() and (
+    return type(t) in PLAIN_TENSORS and t.dim() in (4, 5) and not t.is_contiguous() and (
         t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else
         t.is_contiguous(memory_format=torch.channels_last_3d))
 
@@ -226,39 +141,6 @@ def _is_channels_last(t: Any) -> bool:
 def _channels_last(args: tuple) -> bool:
     """Whether an op's input (or weight) is channels-last and not contiguous."""
     return any(map(_is_channels_last, args[:2]))
-
-
-def _no_op_on_cpu(func: Any, args: tuple, kwargs: dict) -> bool:
-    """Whether ``t.to(...)`` of a CPU tensor to meta (the device of the inputs: on the CPU, the
-    CPU itself) keeps its dtype and layout and asks no copy, so that the CPU returns ``t``
-    itself and runs no op; or ``torch.as_tensor(data, device=meta)``, which the CPU makes
-    without an op."""
-    if func is _AS_TENSOR:
-        device = kwargs.get("device", args[2] if len(args) > 2 else None)
-        return not isinstance(args[0], torch.Tensor) and device is not None and \
-            torch.device(device).type == "meta" and \
-            kwargs.get("dtype", args[1] if len(args) > 1 else None) is None
-    t = args[0] if args else None
-    if type(t) not in _PLAIN or not t.is_cpu or kwargs.get("copy") or len(args) > 3:
-        return False
-    try:
-        device, dtype, _, memory_format = torch._C._nn._parse_to(
-            *args[1:], **{k: v for k, v in kwargs.items() if k != "copy"})
-    except (TypeError, RuntimeError):
-        return False
-    return device is not None and device.type == "meta" and dtype in (None, t.dtype) and \
-        memory_format in (None, torch.preserve_format)
-
-
-def _from_user_code() -> bool:
-    """Whether the property read comes from outside torch and modelprof (a model branching on
-    ``x.is_cpu`` would take another branch on meta; torch's own reads are what the CPU runs)."""
-    return not in_library(sys._getframe(2).f_code.co_filename)
-
-
-def in_library(filename: str) -> bool:
-    """Whether code in ``filename`` is torch's or modelprof's, not the model's."""
-    return filename.startswith(_OURS)
 
 
 def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
@@ -275,21 +157,6 @@ def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
         return torch.empty(out.shape, dtype=out.dtype, device=out.device,
                            memory_format=layout)
     return out
-
-
-def _cpu_tensor_in(args: Any) -> bool:
-    """Whether ``args`` (or a list or tuple among them) holds a CPU tensor of one dimension or
-    more: on meta, where ops such as ``mm`` or ``conv2d`` take it beside meta tensors, it would
-    be counted, but it is no stand-in: a tensor the meta route did not see (a closure's), or one
-    the forward made without a device (a 0-dim CPU scalar is taken as on the CPU)."""
-    for a in args:
-        kind = type(a)
-        if kind in _PLAIN:
-            if a.is_cpu and a.dim():
-                return True
-        elif (kind is list or kind is tuple) and _cpu_tensor_in(a):
-            return True
-    return False
 
 
 def _fused_or_as_is(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -314,25 +181,6 @@ def _fused_inside() -> Iterator[None]:
         functional.scaled_dot_product_attention = before
 
 
-def _cpu_setitem(t: torch.Tensor, index: Any, value: Any) -> None:
-    """``t[index] = value`` (a Python number) on a meta ``t`` with the ops the CPU runs
-    (``copy_to`` in ATen's indexing, the number made a CPU tensor outside the dispatcher): the
-    slice's views, then ``fill_`` from the 0-dim CPU tensor, or ``copy_`` where the slice is
-    one element."""
-    parts = index if type(index) is tuple else (index,)
-    if t.device.type != "meta" or not parts or \
-            not all(type(p) in _BASIC for p in parts):
-        raise MetaUntrusted("an item set on meta other than the CPU sets it")
-    with _disable_current_modes():   # the CPU's scalar_tensor_static: no op
-        src = torch.scalar_tensor(value, dtype=t.dtype)
-    torch.ops.aten.lift_fresh.default(src)
-    sliced = t[index]
-    if sliced.dim() == 0:
-        sliced.copy_(src)
-    else:
-        sliced.fill_(src)
-
-
 @contextlib.contextmanager
 def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
     """On meta, each ``nn.MultiheadAttention`` of ``modules`` called in this thread runs as on
@@ -345,7 +193,7 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
     if not attention:
         yield
         return
-    original = _activation._check_arg_device   # (private: torch's fast-path device test)
+    original = compat.mha_device_check()
     calls: list[tuple[nn.Module, Any, Any]] = []   # per running call: module, mode, swap
     owner, get_ident = threading.get_ident(), threading.get_ident
 
@@ -357,9 +205,8 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
     def pre(module: nn.Module, args: tuple) -> None:
         if id(module) not in attention or get_ident() != owner:
             return
-        mode = torch.overrides._get_current_function_mode()
-        popped = torch._C._pop_torch_function_stack() if isinstance(mode, FusedMetaSDPA) \
-            else None
+        mode = compat.current_function_mode()
+        popped = compat.function_stack.pop() if isinstance(mode, FusedMetaSDPA) else None
         swap = _fused_inside()
         swap.__enter__()
         calls.append((module, popped, swap))
@@ -370,7 +217,7 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
         _, mode, swap = calls.pop()
         swap.__exit__(None, None, None)
         if mode is not None:
-            torch._C._push_on_torch_function_stack(mode)
+            compat.function_stack.push(mode)
         weights = output[1] if isinstance(output, tuple) and len(output) == 2 else None
         if isinstance(weights, torch.Tensor) and weights.shape == (0,):
             return (output[0], None)   # no weights asked for: the CPU kernel returns None
@@ -378,10 +225,10 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
 
     handles = [_module.register_module_forward_pre_hook(pre),
                _module.register_module_forward_hook(post, always_call=True)]
-    _activation._check_arg_device = check
+    compat.set_mha_device_check(check)
     try:
         yield
     finally:
-        _activation._check_arg_device = original
+        compat.set_mha_device_check(original)
         for handle in handles:
             handle.remove()

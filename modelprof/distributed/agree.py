@@ -16,13 +16,15 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from modelprof.distributed.group import communicates, current_group, one_voice
 from modelprof.errors import ModelProfError
 
-__all__ = ["Agreement", "agreed_timing", "agreeing", "agreement", "current_agreement"]
+__all__ = ["ALONE", "Agreement", "agreed_timing", "agreeing", "agreement", "current_agreement",
+           "decisions"]
 
 
 @dataclasses.dataclass
@@ -79,6 +81,24 @@ class Agreement:
         """One seed for every rank (the smallest rank's wish): the same shuffled orders."""
         return self.least([int(seed)])[0]
 
+    def shared_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        """A generator that draws the same on every rank, seeded from ``rng``."""
+        return np.random.default_rng(self.seed(int(rng.integers(0, 2**62))))
+
+
+class _Alone(Agreement):
+    """The agreement of a process on its own: every decision is its own, no collective runs."""
+
+    def least(self, values: list[int]) -> list[int]:
+        return [int(v) for v in values]
+
+    def shared_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        return rng
+
+
+#: decisions taken alone (no process group, or none whose ranks must run the same passes)
+ALONE: Agreement = _Alone()
+
 
 def agreement() -> Agreement | None:
     """An :class:`Agreement` over the default group when one is active with more than one rank,
@@ -103,6 +123,12 @@ def current_agreement() -> Agreement | None:
     """The agreement the sampler must use now (set by ``profile()`` for a model whose passes
     run collectives), or None: decide locally."""
     return _CURRENT.get()
+
+
+def decisions() -> Agreement:
+    """Who the sampler's decisions are agreed with now: ``current_agreement()``, else
+    ``ALONE``."""
+    return _CURRENT.get() or ALONE
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import nbytes
 
 __all__ = ["Collective", "CollectiveKind", "CommStats", "CommTable", "add_collective",
            "collective_kind", "collective_of", "collectives_frame", "comm_summary", "implied_traffic",
@@ -112,14 +113,6 @@ def is_comm_bookkeeping(func: Any) -> bool:
     return ns == "fsdp" or (ns in _NAMESPACES and base in _BOOKKEEPING)
 
 
-def _nbytes(obj: Any) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()   # a DTensor's local part never reaches here
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(o) for o in obj)
-    return 0
-
-
 def _group_size(func: compat.OpOverload, args: tuple, kwargs: dict) -> int:
     """Ranks in the collective's group: its ProcessGroup argument, its ``group_size``, or the
     group its ``group_name`` names; 1 where none can be found (moves nothing)."""
@@ -193,15 +186,15 @@ def collective_of(func: Any, args: tuple, kwargs: dict, out: Any) -> Collective 
     for i, a in enumerate(func._schema.arguments):
         value = args[i] if i < len(args) else kwargs.get(a.name)
         if a.name in _IN_NAMES:
-            in_bytes += _nbytes(value)
+            in_bytes += nbytes(value)
         elif a.name in _OUT_NAMES:
-            out_bytes += _nbytes(value)
+            out_bytes += nbytes(value)
         elif a.name in _BOTH_NAMES:
-            in_bytes += _nbytes(value)
-            out_bytes += _nbytes(value)
+            in_bytes += nbytes(value)
+            out_bytes += nbytes(value)
     ns, _ = _split(func)
     if ns != "c10d" and not any(a.name in _OUT_NAMES for a in func._schema.arguments):
-        out_bytes = _nbytes(out)       # functional: the result is the output buffer
+        out_bytes = nbytes(out)       # functional: the result is the output buffer
     if kind is K.SEND:
         out_bytes = 0
     elif kind is K.RECV:

@@ -16,7 +16,7 @@ from modelprof.generation.lm import language_model
 from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
-from modelprof.runtime.execution import model_state
+from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import collect_interleaved, warm_up
@@ -46,8 +46,8 @@ def compare_generation(models: Mapping[str, Any], prompt_len: int = 128, new_tok
         lm = language_model(model, step, spec.cache, dev, dt)
         lms.append((name, lm, spec, closed_form_kv_per_token(config, dt) if config else None))
         guards.append(preserved_state(model))
-    with _all(guards), _all([model_state(lm.root, True) for _, lm, _, _ in lms]), \
-            torch.no_grad():
+    with _all(guards), _all([running(lm.root, RunMode(device=lm.device))
+                             for _, lm, _, _ in lms]):
         for _, lm, spec, _ in lms:
             run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
             _, est = warm_up(run, opts.warmup, False, run.sync)

@@ -26,6 +26,7 @@ from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.runtime.execution import RunMode
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.timing.columns import layer_columns
@@ -84,7 +85,7 @@ class _Counter:
     def _count(self, phase: str, context: int, tokens: torch.Tensor, cache: Any,
                what: str, prompt: bool = False) -> tuple[Phase, ModelInputs]:
         mi = self.lm.inputs(tokens, cache, prompt)
-        result = analyze(self.lm.root, mi, dtype_requested=self.lm.dtype)
+        result = analyze(self.lm.root, mi, RunMode(dtype=self.lm.dtype))
         run = RunInfo(model_name=f"{self.lm.name} {what}", input_shape=mi.shapes(),
                       batch_size=self.batch, device=str(self.lm.device),
                       dtype=str(self.lm.dtype).removeprefix("torch."))

@@ -21,10 +21,11 @@ from modelprof.generation.report import GenerationReport
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import measure_generation
 from modelprof.runtime.env import collect_env
-from modelprof.runtime.execution import model_state
+from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement
+from modelprof.runtime.snapshot import snapshot_of
 from modelprof.timing.options import TimingOptions
 
 __all__ = ["model_device_dtype", "profile_generation"]
@@ -75,13 +76,12 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int | None = 
     lm.prompt_inputs = _checked_prompt(given, spec)
     if timing:
         _check_runnable(model, dev, dt)
-    saved = _config_state(model)
     guard = preserved_state(model) if model is not None else contextlib.nullcontext()
-    with guard, model_state(lm.root, eval_mode=True), torch.no_grad(), \
+    # the configs are the model's, read by the step function: put back as they were
+    configs = [getattr(model, k, None) for k in ("config", "generation_config")]
+    with guard, snapshot_of(*configs), running(lm.root, RunMode(device=dev)), \
             torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        report = _run(lm, spec, opts, timing, layer_timing, peaks, seed)
-    _check_config(model, saved)
-    return report
+        return _run(lm, spec, opts, timing, layer_timing, peaks, seed)
 
 
 def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions, timing: bool,
@@ -147,23 +147,3 @@ def _check_runnable(model: Any, dev: torch.device, dt: torch.dtype) -> None:
             raise ModelProfError(f"device={dev}/dtype={dt} differ from the model's "
                                  f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
                                  "first, or pass timing=False to count on another device/dtype")
-
-
-def _config_state(model: Any) -> Any:
-    if model is None or not hasattr(model, "config"):
-        return None
-    gc = getattr(model, "generation_config", None)
-    return (getattr(model.config, "use_cache", None),
-            gc.to_dict() if gc is not None else None, gc)
-
-
-def _check_config(model: Any, saved: Any) -> None:
-    """The config and generation config are never written; a change here is a bug."""
-    if saved is None:
-        return
-    now = _config_state(model)
-    if now[0] != saved[0] or now[1] != saved[1] or now[2] is not saved[2]:
-        raise ModelProfError(f"{type(model).__name__}'s config or generation_config changed "
-                             "while profiling generation (modelprof never writes them; was it "
-                             "changed by another thread?)")
-

@@ -14,14 +14,14 @@ trainable parameter are assumed (2: Adam's m and v; SGD with momentum 1, plain S
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.runtime.tensors import tensor_nbytes
+from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = ["MemoryFacts", "estimate_memory", "memory_facts"]
 
@@ -39,29 +39,15 @@ class MemoryFacts:
     leaf_output_bytes: int
 
 
-def _bytes(tensors: Iterable[torch.Tensor], dtype: torch.dtype | None) -> int:
-    """Bytes of distinct tensors, floating ones as ``dtype`` when the profile converts them."""
-    seen = list({id(t): t for t in tensors}.values())
-    if dtype is None:
-        return sum(map(tensor_nbytes, seen))
-    size = torch.empty((), dtype=dtype).element_size()
-    # a quantized weight (a tensor subclass) keeps its stored size, whatever dtype it computes in
-    return sum(t.numel() * size if t.is_floating_point() and type(t) in _PLAIN else
-               tensor_nbytes(t) for t in seen)
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
 def memory_facts(model: nn.Module, input_bytes: int, records: Sequence[Any],
                  dtype: torch.dtype | None) -> MemoryFacts:
     """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own)."""
     params = list(model.parameters())
     leaves = [r for r in records if not r.children]
     return MemoryFacts(
-        param_bytes=_bytes(params, dtype),
-        trainable_param_bytes=_bytes((p for p in params if p.requires_grad), dtype),
-        buffer_bytes=_bytes(model.buffers(), dtype),
+        param_bytes=tensor_bytes(params, dtype),
+        trainable_param_bytes=tensor_bytes([p for p in params if p.requires_grad], dtype),
+        buffer_bytes=tensor_bytes(list(model.buffers()), dtype),
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves))

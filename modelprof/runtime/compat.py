@@ -33,7 +33,7 @@ __all__ = [
     "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
     "decomposition_table", "disable_current_modes", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
-    "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint",
+    "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint", "mha_device_check", "set_mha_device_check",
     "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "parse_to", "require",
     "torch_version", "transformers_version", "version_tuple",
 ]
@@ -151,6 +151,20 @@ def forget_dynamo_skips() -> int:
     for code in codes:
         reset_code(code)
     return len(codes)
+
+
+def mha_device_check() -> Any:
+    """``nn.MultiheadAttention``'s fast-path device test (``torch.nn.modules.activation.
+    _check_arg_device``, torch 2.4-2.14): the meta count lets meta pass it, for its own thread
+    only (``counting.meta_sdpa.attention_as_on_cpu``)."""
+    from torch.nn.modules import activation
+    return activation._check_arg_device
+
+
+def set_mha_device_check(check: Any) -> None:
+    """Put ``check`` in place of the fast path's device test (and the original back)."""
+    from torch.nn.modules import activation
+    activation._check_arg_device = check
 
 
 def current_function_mode() -> Any:

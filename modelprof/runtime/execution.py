@@ -1,11 +1,13 @@
 """How a model runs during any pass, static or timed: eval/train flags, grad mode, autocast and
-memory layout. One place, so the static pass, the clean end-to-end pass, the per-layer passes and
-the throughput search run under the same modes. Every flag set on a model is restored in
-``finally``; nothing is converted in place.
+memory layout. One frozen :class:`RunMode`, parsed once at the boundary, and one context manager,
+:func:`running`, that every pass enters: the static pass, the clean end-to-end pass, the
+per-layer passes, the throughput search and the training step run under the same modes. Every
+flag set on a model is restored in ``finally``; nothing is converted in place.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -19,9 +21,8 @@ from modelprof.runtime.tensors import map_tensors
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.guard import set_training
 
-__all__ = ["amp_context", "dispatch_modes_restored", "grad_context", "grad_switches",
-           "legacy_eval_mode", "model_state", "parse_amp",
-           "to_channels_last"]
+__all__ = ["RunMode", "amp_context", "dispatch_modes_restored", "grad_context", "grad_switches",
+           "legacy_eval_mode", "model_state", "parse_amp", "running", "to_channels_last"]
 
 
 
@@ -122,3 +123,47 @@ def to_channels_last(obj: Any) -> Any:
             return t.clone(memory_format=torch.channels_last)
         return t
     return map_tensors(obj, conv)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMode:
+    """How the passes run the model: train or eval flags (``training``), grad mode
+    (``no_grad``), autocast (``amp``), the counted pass's memory layout (``memory_format``:
+    channels_last), the device (of the inputs) and the dtype asked for (None: the model's)."""
+
+    training: bool = False
+    no_grad: bool = True
+    amp: torch.dtype | None = None
+    memory_format: torch.memory_format | None = None
+    device: torch.device = torch.device("cpu")
+    dtype: torch.dtype | None = None
+
+    @classmethod
+    def parse(cls, *, backward: bool = False, training: Any = None, no_grad: Any = None,
+              amp: Any = None, channels_last: bool = False,
+              device: torch.device | None = None, dtype: Any = None) -> RunMode:
+        """The switches as ``profile`` and ``compare`` take them, checked (``grad_switches``,
+        ``parse_amp``)."""
+        training, no_grad = grad_switches(backward, training, no_grad)
+        return cls(training, no_grad, parse_amp(amp),
+                   torch.channels_last if channels_last else None,
+                   torch.device("cpu") if device is None else device, parse_dtype(dtype))
+
+    def on(self, device: torch.device) -> RunMode:
+        """This mode on ``device`` (where the inputs are)."""
+        return self if device == self.device else dataclasses.replace(self, device=device)
+
+
+@contextlib.contextmanager
+def running(model: Any, mode: RunMode, modules: list[nn.Module] | None = None,
+            cache_enabled: bool = True) -> Iterator[None]:
+    """The block runs ``model`` as ``mode`` says: every module in train or eval mode (each
+    module's own flag put back after, also when the block raises), grad off under ``no_grad``,
+    autocast at ``amp`` on ``mode.device`` (``cache_enabled=False`` for CUDA-graph capture).
+    ``model`` may be any callable (only a module has flags); ``modules``: ``list(model.modules())``
+    where the caller has it already."""
+    with model_state(model, eval_mode=False, modules=modules), grad_context(mode.no_grad), \
+            amp_context(mode.device, mode.amp, cache_enabled):
+        if isinstance(model, nn.Module):
+            set_training(model, mode.training, modules)
+        yield

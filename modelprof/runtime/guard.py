@@ -63,9 +63,10 @@ from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 from modelprof.runtime import compat
 from modelprof.errors import ModelProfWarning
 from modelprof.runtime.exclusive import exclusive
+from modelprof.runtime.tensors import PLAIN_TENSORS, version_of
 
 __all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
-           "restore_modules", "set_training"]
+           "set_training"]
 
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 """Buffers are cloned up front when all of them together take at most this many bytes."""
@@ -102,26 +103,19 @@ def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | N
     return ptr or None
 
 
-_PLAIN = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else
-                   (torch.Tensor, nn.Parameter))
 _STRIDED = frozenset({torch.strided})
 _T = torch.Tensor
 _VERSION = operator.attrgetter("_version")
 
 
-def _version(t: torch.Tensor) -> int | None:
-    """``t._version``; None for an inference tensor, which has no version counter (made under
-    ``torch.inference_mode()``: it cannot be written outside that mode, and a write inside it
-    is seen by the first-write watch or the up-front copy alone)."""
-    return None if t.is_inference() else t._version
-
-
 def _versions(ts: list[torch.Tensor]) -> list[int | None]:
-    """:func:`_version` of each tensor, read all at once where none is an inference tensor."""
+    """``version_of`` each tensor, read all at once where none is an inference tensor (an
+    inference tensor cannot be written outside ``torch.inference_mode()``, and a write inside
+    it is seen by the first-write watch or the up-front copy alone)."""
     try:
         return list(map(_VERSION, ts))
     except RuntimeError:   # "Inference tensors do not track version counter"
-        return list(map(_version, ts))
+        return list(map(version_of, ts))
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _DTYPE = operator.attrgetter("dtype")
 _LAYOUT = operator.attrgetter("layout")
@@ -132,12 +126,12 @@ _GRAD = operator.attrgetter("grad")
 
 # The guard reads a few attributes of every tensor of the model twice per profile; for dense
 # tensors (nearly all) it reads each attribute for all of them at once with ``map`` over the C
-# getters, which costs a tenth of a Python loop (resnet50: 320 tensors, 0.1 ms instead of 1).
+# getters, which costs a tenth of a Python loop.
 
 
 def _dense(ts: list[torch.Tensor]) -> bool:
     """:func:`_plain_dense` of every tensor of ``ts``, read for all at once."""
-    return (set(map(type, ts)) <= _PLAIN and set(map(_LAYOUT, ts)) <= _STRIDED
+    return (set(map(type, ts)) <= PLAIN_TENSORS and set(map(_LAYOUT, ts)) <= _STRIDED
             and not any(map(_NESTED, ts)) and not any(map(_META, ts))
             and not any(map(_QUANTIZED, ts)) and not any(map(_T.is_conj, ts))
             and not any(map(_T.is_neg, ts)))
@@ -147,7 +141,7 @@ def _plain_dense(t: torch.Tensor) -> bool:
     """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
     to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
     bit): it can be rebuilt from its storage after a ``.data`` swap."""
-    return (type(t) in _PLAIN and t.layout is torch.strided and not t.is_nested
+    return (type(t) in PLAIN_TENSORS and t.layout is torch.strided and not t.is_nested
             and not t.is_meta and not t.is_quantized and not t.is_conj() and not t.is_neg())
 
 
@@ -264,7 +258,7 @@ class _WriteWatch(compat.TorchDispatchMode):
         try:
             return super().__exit__(*exc)
         finally:
-            if any(isinstance(f, torch._ops.HigherOrderOperator) for f in self.hook._writes):
+            if any(isinstance(f, compat.HigherOrderOperator) for f in self.hook._writes):
                 compat.forget_dynamo_skips()   # torch.cond & co. run eagerly again after the watch
 
 
@@ -367,9 +361,6 @@ class StateGuard:
         # the modules holding a packed weight: isinstance on torch.ScriptObject (a pybind11 type)
         # is slow, so it runs only where the distinct types of all attributes hold one
         kinds = set(map(type, chain.from_iterable(map(dict.values, attributes))))
-        #: the distinct types of the modules' attributes (a tensor outside the parameters and
-        #: buffers shows here: ``counting.meta_route`` reads it)
-        self.attribute_types = kinds
         script_object = torch.ScriptObject
         if any(issubclass(kind, script_object) for kind in kinds):
             self.script_attrs = [attrs for attrs in attributes if any(
@@ -392,16 +383,6 @@ class StateGuard:
     def tensors(self) -> list[torch.Tensor]:
         """The model's distinct parameters and buffers (and their gradients) as on entry."""
         return self._tensors
-
-    def module_state(self) -> list[tuple]:
-        """Each module's attributes and registries now, for :func:`restore_modules`."""
-        state = []
-        for m in self.names:
-            d = m.__dict__
-            keys = tuple(compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES)))
-            copies = tuple(map(_copied, map(d.__getitem__, keys)))
-            state.append((m, type(m), d.copy(), keys, copies))
-        return state
 
     def rescan(self) -> None:
         """Read ``names``, ``has_children``, ``script_attrs``, ``lazy`` and ``parameters`` from
@@ -465,7 +446,7 @@ class StateGuard:
             self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
 
     def _before_write(self, value: Any) -> None:
-        if type(value) in _PLAIN and not value.is_meta:  # the common case: no device object
+        if type(value) in PLAIN_TENSORS and not value.is_meta:  # the common case: no device object
             try:
                 key = value.untyped_storage().data_ptr() or None
             except (RuntimeError, NotImplementedError, TypeError, AttributeError):
@@ -527,7 +508,7 @@ class StateGuard:
     def changed(self) -> list[str]:
         """Names of tracked tensors written in place or swapped since entry."""
         return [self._name(i) for i in self._suspects()
-                if _version(self._tensors[i]) != self._versions[i] or i in self._written
+                if version_of(self._tensors[i]) != self._versions[i] or i in self._written
                 or _fingerprint(self._tensors[i]) != self._layouts[i]
                 or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))]
 
@@ -589,7 +570,7 @@ class StateGuard:
                 with torch.inference_mode(t.is_inference()):  # only there can one be written
                     alias.copy_(snapshot)
         else:
-            written = _version(t) != self._versions[i] or i in self._written
+            written = version_of(t) != self._versions[i] or i in self._written
             if written and self._keys[i] is not None:
                 self.unrestored.append((self._name(i), self._phase_of(i)))
             written = False
@@ -640,13 +621,6 @@ def _restore_module(m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[
 
 
 _MISSING = object()
-
-
-def restore_modules(state: list[tuple]) -> None:
-    """Put back the modules' attributes and registries read by ``StateGuard.module_state``
-    (not the tensors' values)."""
-    for m, cls, attrs, keys, copies in state:
-        _restore_module(m, cls, attrs, keys, copies)
 
 
 @contextlib.contextmanager

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.runtime.tensors import version_of
+
 __all__ = ["Snapshot", "snapshot_of"]
 
 # objects that hold nothing a pass could change (or that are not the user's data: code, classes)
@@ -44,11 +46,6 @@ _ATOMS = (str, bytes, int, float, complex, bool, type(None), range, slice, enum.
 #: the walk stops after this many objects (a graph that large is not an input: the rest is
 #: neither copied nor put back)
 MAX_OBJECTS = 100_000
-
-
-def _version(t: torch.Tensor) -> int | None:
-    """The version counter, or None for an inference tensor (it has none)."""
-    return None if t.is_inference() else t._version
 
 
 def _grad(t: torch.Tensor) -> torch.Tensor | None:
@@ -156,7 +153,7 @@ class Snapshot:
                 todo.extend(v for v in values if v is not _MISSING)
 
     def _tensor(self, t: torch.Tensor) -> None:
-        self._tensors.append(_Tensor(t, t.detach(), _clone(t), _version(t), _layout(t), _grad(t),
+        self._tensors.append(_Tensor(t, t.detach(), _clone(t), version_of(t), _layout(t), _grad(t),
                                      t.requires_grad))
 
     # -- checking and putting back ------------------------------------------------------------
@@ -168,7 +165,7 @@ class Snapshot:
         if (_grad(t) is not s.grad or t.requires_grad != s.requires_grad
                 or _layout(t) != s.layout):
             return True
-        version = _version(t)
+        version = version_of(t)
         if version is not None and version != s.version:
             return True
         if not values:
@@ -238,7 +235,7 @@ class Snapshot:
             t.requires_grad_(s.requires_grad)
         if _grad(t) is not s.grad:
             t.grad = s.grad
-        s.version = _version(t)    # the copy bumped it: this is the entry state now
+        s.version = version_of(t)    # the copy bumped it: this is the entry state now
 
     def reset(self) -> None:
         """The quick :meth:`restore` to run between passes: version counters and identities

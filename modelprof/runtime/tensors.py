@@ -1,5 +1,6 @@
 """Walk whatever a model takes or returns (tensors nested in tuples, lists, dicts,
-namedtuples): map over them, their shapes and their bytes.
+namedtuples): map over them, their shapes and their bytes. Tensor bytes are counted here and
+nowhere else.
 """
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from modelprof.runtime import compat
 
+__all__ = ["PLAIN_TENSORS", "brief", "holds_tensors", "is_dtensor_type", "iter_tensors",
+           "map_tensors", "nbytes", "shape_str", "stored_nbytes", "tensor_bytes", "tensor_nbytes",
+           "tensor_shape", "version_of"]
 
-__all__ = ["brief", "holds_tensors", "is_dtensor_type", "iter_tensors", "map_tensors", "shape_str",
-           "stored_nbytes", "tensor_bytes", "tensor_nbytes", "tensor_shape"]
+#: the types of plain tensors (no subclass): a parameter and a buffer are tensors
+PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else
+                          (torch.Tensor, nn.Parameter))
 
 
 def map_tensors(obj: Any, fn) -> Any:
@@ -60,7 +66,7 @@ def tensor_nbytes(t: torch.Tensor) -> int:
     subclass: what it stores, :func:`stored_nbytes`)."""
     if getattr(t, "is_nested", False):
         return sum(c.numel() for c in t.unbind()) * t.element_size()
-    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+    if type(t) not in PLAIN_TENSORS:
         return stored_nbytes(t)
     return t.numel() * t.element_size()
 
@@ -97,21 +103,38 @@ def stored_nbytes(t: torch.Tensor) -> int:
                if isinstance(inner, torch.Tensor))
 
 
+def nbytes(obj: Any) -> int:
+    """Bytes of every tensor in ``obj`` (a tensor, or lists and tuples of them, nested), each
+    time it appears: what an op's arguments read, or its outputs write."""
+    if isinstance(obj, torch.Tensor):
+        return tensor_nbytes(obj)
+    if isinstance(obj, (list, tuple)):
+        return sum(map(nbytes, obj))
+    return 0
+
+
+def version_of(t: torch.Tensor) -> int | None:
+    """``t._version``, which each in-place write bumps; None for an inference tensor, which has
+    no version counter."""
+    return None if t.is_inference() else t._version
+
+
 def shape_str(obj: Any) -> str:
     """Shapes of the tensors in ``obj``, ``x``-joined, comma-separated: ``1x3x224x224, 1x10``."""
     return ", ".join("x".join(str(d) for d in tensor_shape(t)) if t.dim() else "()"
                      for t in iter_tensors(obj))
 
 
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of the distinct tensors in ``obj`` (a tensor returned twice counts once)."""
-    seen: set[int] = set()
-    total = 0
-    for t in iter_tensors(obj):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += tensor_nbytes(t)
-    return total
+def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
+    """Bytes of the distinct tensors in ``obj`` (a tensor returned twice counts once); with
+    ``dtype``, floating ones as if of that dtype (a model profiled converted)."""
+    distinct = {id(t): t for t in iter_tensors(obj)}.values()
+    if dtype is None:
+        return sum(map(tensor_nbytes, distinct))
+    size = torch.empty((), dtype=dtype).element_size()
+    # a quantized weight (a tensor subclass) keeps its stored size, whatever it computes in
+    return sum(t.numel() * size if t.is_floating_point() and type(t) in PLAIN_TENSORS else
+               tensor_nbytes(t) for t in distinct)
 
 
 def holds_tensors(obj: Any) -> bool:

@@ -33,7 +33,7 @@ from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import amp_context
+from modelprof.runtime.execution import RunMode, amp_context, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
@@ -42,7 +42,7 @@ from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.runtime.placement import model_placement
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.counting.forward import (StaticResult, forward_error, counted_module, forward_context,
+from modelprof.counting.forward import (StaticResult, counted_module, forward_error,
                                         meta_attention)
 from modelprof.step.spec import StepSpec
 from modelprof.distributed.group import communicates
@@ -294,14 +294,13 @@ def _own_parameters(model: nn.Module, state: dict, copy_of: dict) -> tuple[dict,
             {id(p): p for p in model.parameters()})
 
 
-def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, training: bool = True,
-               dtype_requested: torch.dtype | None = None,
-               registry: FormulaRegistry | None = None, amp: torch.dtype | None = None,
-               memory_format: torch.memory_format | None = None
-               ) -> tuple[StaticResult, StepCost]:
+def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec,
+               mode: RunMode = RunMode(training=True, no_grad=False),
+               registry: FormulaRegistry | None = None) -> tuple[StaticResult, StepCost]:
     """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
-    ``amp`` and ``memory_format`` as the static pass (``static.analyze``)."""
-    model = counted_module(model, inputs, amp)
+    ``mode`` as the static pass's (``counting.forward.analyze``), with grad on."""
+    mode = dataclasses.replace(mode.on(inputs.device), no_grad=False)
+    model = counted_module(model, inputs, mode.amp)
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
     spec = spec.isolated()          # the loss's own parameters and buffers: a copy's
@@ -309,32 +308,19 @@ def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, *, trainin
         # the forward's in-place writes of the parameters (``weight.data.clamp_``, an
         # ``Embedding(max_norm=)``) reach the user's storage through the aliases: the guard
         # copies each such tensor before its first write, as in the static pass
-        return _count_step(model, inputs, spec, guard,
-                           _Modes(training, dtype_requested, registry, amp, memory_format))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Modes:
-    """How ``count_step`` runs the step (its keyword arguments)."""
-
-    training: bool
-    dtype_requested: torch.dtype | None
-    registry: FormulaRegistry | None
-    amp: torch.dtype | None
-    memory_format: torch.memory_format | None
+        return _count_step(model, inputs, spec, guard, mode, registry)
 
 
 def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: Any,
-                modes: _Modes) -> tuple[StaticResult, StepCost]:
+                mode: RunMode, registry: FormulaRegistry | None) -> tuple[StaticResult, StepCost]:
     """``count_step``'s pass, its state guard held."""
-    training, dtype_requested, registry, amp, memory_format = (
-        modes.training, modes.dtype_requested, modes.registry, modes.amp, modes.memory_format)
+    dtype_requested = mode.dtype
     model_name = type(model).__name__
     names = module_names(model)
     tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     tracker.param_view = view = ParamView.for_model(model)
     counter = OpCounter(tracker, registry, before_op=guard.write_hook())
-    state, copy_of = step_state(model, inputs.device, dtype_requested, memory_format)
+    state, copy_of = step_state(model, inputs.device, dtype_requested, mode.memory_format)
     state, copy_of = _own_parameters(model, state, copy_of)
     skip = {storage_key(t)[0] for t in (*state.values(), *copy_of.values())}
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
@@ -344,11 +330,11 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
     loss_counter = OpCounter(_FixedScope(loss_forward), registry)
     device = inputs.device
 
-    with step_guard(device), forward_context(model, training=training, no_grad=False):
+    with step_guard(device), running(model, dataclasses.replace(mode, amp=None)):
         try:
             with meta_attention(device, names, False), \
                     module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
-                    counter, saved.hooks(), amp_context(device, amp):
+                    counter, saved.hooks(), amp_context(device, mode.amp):
                 output = torch.func.functional_call(model, state, args, kwargs, strict=False,
                                                     tie_weights=True)
         except ModelProfError:
@@ -360,7 +346,7 @@ def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: An
         tracker.marks.mark(LOSS)
         saved.call = lambda: LOSS
         guard.begin("the loss")
-        with loss_counter, saved.hooks(), amp_context(device, amp):
+        with loss_counter, saved.hooks(), amp_context(device, mode.amp):
             loss = spec.loss(output, target, model_name)
         tags = tag_graph([loss.grad_fn], tracker.marks)
         guard.begin("the counted backward")

@@ -38,12 +38,13 @@ from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import collect_env
 from modelprof.distributed.group import communicates, is_ddp
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import amp_context, to_channels_last
+from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.progress import sampling_bar
+from modelprof.runtime.snapshot import Snapshot
 from modelprof.step.spec import StepSpec
 from modelprof.timing.clock import StampBuffer, clock_for
 from modelprof.timing.comm import CommStamps
@@ -150,8 +151,8 @@ class _Step:
     loss_value: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        self.snapshot = ([p.detach().clone() for p in self.params]
-                         if self.optimizer is not None else None)
+        # the optimizer steps the copy's parameters: each block starts from them as made
+        self.snapshot = Snapshot(self.params) if self.optimizer is not None else None
 
     def forward(self) -> None:
         with amp_context(self.device, self.amp):
@@ -179,9 +180,7 @@ class _Step:
 
     def restore(self) -> None:
         if self.snapshot is not None:
-            with torch.no_grad():
-                for p, s in zip(self.params, self.snapshot):
-                    p.copy_(s)
+            self.snapshot.restore()
 
     def phases(self) -> list[Any]:
         parts = [self.forward, self.loss, self.backward]
@@ -353,8 +352,8 @@ class StepTimer:
     alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
     context manager: grad on, RNG forked, the CUDA device current."""
 
-    def __init__(self, model: nn.Module, inputs: ModelInputs, spec: StepSpec, *,
-                 training: bool = True, dtype: torch.dtype | None = None,
+    def __init__(self, model: nn.Module, inputs: ModelInputs, spec: StepSpec,
+                 mode: RunMode = RunMode(training=True, no_grad=False), *,
                  options: TimingOptions | None = None, label: str | None = None) -> None:
         opts = TimingOptions.parse(options)
         dev = inputs.device
@@ -362,7 +361,10 @@ class StepTimer:
             raise ModelProfError("device='meta' has no clock: pass timing=False to count the "
                                  "step from shapes alone, or a real device to time it")
         spec = spec.isolated()      # the loss's own parameters and buffers: a copy's
-        self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, training
+        # grad on; autocast only around the forward and the loss (``_Step``), not the backward
+        self.mode = dataclasses.replace(mode.on(dev), no_grad=False, amp=None)
+        self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, mode.training
+        dtype = mode.dtype
         self.base = getattr(model, "_orig_mod", model)
         self.label = label or type(self.base).__name__
         layout = torch.channels_last if opts.channels_last else None
@@ -374,7 +376,6 @@ class StepTimer:
             self._saved = _local_values(self.base) if spec.optimizer is not None else []
         elif runner is self.base:  # train-mode steps change buffers, .grad and parameters
             runner = copy_model(self.base, "time its training step", own_parameters=True)
-        runner.train(training)
         self.runner = runner
         self.copy_of = {id(p): q for (_, p), (_, q) in zip(
             self.base.named_parameters(remove_duplicate=False),
@@ -398,6 +399,7 @@ class StepTimer:
         if dev.type == "cuda":
             self._stack.enter_context(torch.cuda.device(dev))
         self._stack.enter_context(step_guard(dev))
+        self._stack.enter_context(running(self.runner, self.mode))
         optimizer = self.spec.make_optimizer(self.params, self.copy_of)
         self.step = _Step(self.runner, self.args, self.kwargs, self.target, self.spec, dev,
                           self.opts.amp, optimizer, self.params, self.leaves, self.inputs.reset)
@@ -499,8 +501,8 @@ class StepTimer:
         return self._guarded(one)
 
 
-def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: int, *,
-              training: bool = True, dtype: torch.dtype | None = None,
+def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: int,
+              mode: RunMode = RunMode(training=True, no_grad=False), *,
               options: TimingOptions | None = None,
               memory_stats: MemoryStats | bool | None = None,
               **timing_options: Any) -> StepTiming:
@@ -519,7 +521,7 @@ def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: in
         memory_stats = MemoryStats.for_device(inputs.device) or False
     if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
         raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
-    with StepTimer(model, inputs, spec, training=training, dtype=dtype, options=opts) as timer:
+    with StepTimer(model, inputs, spec, mode, options=opts) as timer:
         est = timer.warm()
         with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
             sampled = timer._guarded(lambda: collect(timer.sample_block, opts.stop, est,

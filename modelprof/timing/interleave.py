@@ -1,8 +1,8 @@
 """Comparisons measured the fair way: several callables timed in interleaved rounds.
 
 Measuring candidates one after another lets slow drift of the machine (another job starting,
-thermal or frequency changes) land on one of them: on a shared 2-core VM, three copies of one
-resnet18 measured sequentially compare up to 20 % apart. Here every round takes one block of
+thermal or frequency changes) land on one of them: on a shared machine, copies of one model
+measured one after another compare apart. Here every round takes one block of
 samples of each candidate, in a freshly shuffled order (Google Benchmark's random interleaving),
 so drift reaches them alike. Each ratio to the baseline is the quotient of the two medians (so
 ratios rank as the medians a table shows beside them), with a paired interval: the spread of the
@@ -23,7 +23,7 @@ import numpy as np
 
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import legacy_eval_mode
+from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
@@ -103,10 +103,10 @@ class LatencyComparison:
 
 
 def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
-                        baseline: str | None = None, training: bool = False,
-                        no_grad: bool = True,
+                        baseline: str | None = None, mode: RunMode = RunMode(),
                         progress: Callable[[str], None] | None = None) -> LatencyComparison:
-    """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``)."""
+    """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``),
+    each run as ``mode`` says."""
     if not candidates:
         raise ModelProfError("nothing to compare: pass at least one candidate")
     names = [c.name for c in candidates]
@@ -125,8 +125,8 @@ def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
             c = by_name[name]
             if progress is not None:
                 progress(f"warming up {name}")
-            tc = stack.enter_context(TimedCall(c.fn, c.target, c.inputs, opts,
-                                               eval_mode=not training, no_grad=no_grad, label=name))
+            tc = stack.enter_context(TimedCall(c.fn, c.target, c.inputs, opts, mode=mode,
+                                               label=name))
             ests.append(tc.warm())
             calls.append(tc)
         if progress is not None:
@@ -213,5 +213,5 @@ def measure_latencies(
                                   device=device, dtype=dtype, channels_last=opts.channels_last)
         prepared.append(Candidate(str(name), fn, target, mi))
     with agreed_timing(candidates.values()):   # sharded models under torchrun: ranks agree
-        return measure_interleaved(prepared, opts, baseline=baseline, training=training,
-                                   no_grad=no_grad)
+        return measure_interleaved(prepared, opts, baseline=baseline,
+                                   mode=RunMode.parse(training=training, no_grad=no_grad))

@@ -8,6 +8,7 @@ captured, transfer buffers): it warms up and takes blocks of samples. ``measure_
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from modelprof.distributed.group import communicates
 from modelprof.errors import ModelProfError
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.progress import sampling_bar
-from modelprof.runtime.execution import legacy_eval_mode, amp_context, grad_context, model_state, to_channels_last
+from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.runtime.placement import copy_model, model_placement, moved_model
@@ -152,14 +153,14 @@ class TimedCall:
     compiles, and allocates transfer buffers; leaving restores every flag."""
 
     def __init__(self, fn_or_model: Any, target: Callable[..., Any], mi: ModelInputs,
-                 opts: TimingOptions, *, eval_mode: bool = True, no_grad: bool = True,
+                 opts: TimingOptions, *, mode: RunMode = RunMode(),
                  label: str | None = None) -> None:
         opts.check_device(mi.device)
         self.user_fn, self.target, self.mi, self.opts = fn_or_model, target, mi, opts
-        self.eval_mode, self.no_grad = eval_mode, no_grad
+        self.mode = dataclasses.replace(mode.on(mi.device), amp=opts.amp)
         self.dev = mi.device
         self.clock = clock_for(self.dev, opts.clock)
-        self.flags = opts.flags(eval_mode=eval_mode, no_grad=no_grad)
+        self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
         # a fresh converted copy or a freshly compiled wrapper has never been warmed
         self.already_warm = (target is fn_or_model and opts.compile is None
@@ -177,9 +178,7 @@ class TimedCall:
         try:
             if dev.type == "cuda":
                 stack.enter_context(torch.cuda.device(dev))
-            stack.enter_context(model_state(self.target, self.eval_mode))
-            stack.enter_context(grad_context(self.no_grad))
-            stack.enter_context(amp_context(dev, opts.amp, cache_enabled=not opts.cuda_graph))
+            stack.enter_context(running(self.target, self.mode, cache_enabled=not opts.cuda_graph))
             fn = self.target
             if opts.compile is not None:
                 fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
@@ -349,8 +348,8 @@ def measure_latency(
     target, mi = resolve_call(fn_or_model, inputs, input_size=input_size, batch_size=batch_size,
                               device=device, dtype=dtype, channels_last=opts.channels_last)
     with agreed_timing([fn_or_model]), \
-            TimedCall(fn_or_model, target, mi, opts, eval_mode=not training, no_grad=no_grad,
-                      label=label) as tc:
+            TimedCall(fn_or_model, target, mi, opts,
+                      mode=RunMode.parse(training=training, no_grad=no_grad), label=label) as tc:
         est = tc.warm()
         with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
             sampled = collect(tc.sample_block, opts.stop, est, on_block=bar)
@@ -360,13 +359,13 @@ def measure_latency(
     return m
 
 
-def timing_runner(model: nn.Module, mi: ModelInputs, dtype: torch.dtype | None, training: bool,
+def timing_runner(model: nn.Module, mi: ModelInputs, mode: RunMode,
                   opts: TimingOptions) -> nn.Module:
     """What the timed passes call: the model itself, or a converted copy (device, dtype,
     channels_last), or in train mode a copy (train-mode passes update buffers)."""
     layout = torch.channels_last if opts.channels_last else None
-    runner = moved_model(model, mi.device, dtype, memory_format=layout)
-    if training:
+    runner = moved_model(model, mi.device, mode.dtype, memory_format=layout)
+    if mode.training:
         # a sharded/replicated model runs as it is (never copied): the state guard restores it
         if runner is model and not communicates(model):
             runner = copy_model(model, "time it in train mode")

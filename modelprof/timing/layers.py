@@ -27,7 +27,7 @@ from modelprof.distributed.group import communicates
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import legacy_eval_mode, amp_context, grad_context, model_state, to_channels_last
+from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
@@ -570,9 +570,9 @@ def time_layers(
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
         args, kwargs = to_channels_last(args), to_channels_last(kwargs)
-    run = _LayerRun(model, (args, kwargs), dev,
-                    module_names(model) if modules is None else modules,
-                    clock_for(dev, opts.clock), opts, (training, no_grad))
+    mode = RunMode(training=training, no_grad=no_grad, amp=opts.amp, device=dev)
+    run = _LayerRun(model, (args, kwargs), module_names(model) if modules is None else modules,
+                    clock_for(dev, opts.clock), opts, mode)
     run.reset = model_inputs.reset
     calibrated = None
     if hook_cost is None and opts.correct_overhead:
@@ -587,15 +587,13 @@ def time_layers(
 class _LayerRun:
     """One ``time_layers`` call: the passes under the run's modes, then their result."""
 
-    def __init__(self, model: nn.Module, call: tuple[tuple, dict], dev: torch.device,
-                 names: dict[nn.Module, str], clock: Any, opts: TimingOptions,
-                 switches: tuple[bool, bool]) -> None:
-        self.model, (self.args, self.kwargs), self.dev = model, call, dev
-        self.names, self.clock, self.opts = names, clock, opts
-        self.training, self.no_grad = switches
-        training, no_grad = switches
+    def __init__(self, model: nn.Module, call: tuple[tuple, dict], names: dict[nn.Module, str],
+                 clock: Any, opts: TimingOptions, mode: RunMode) -> None:
+        self.model, (self.args, self.kwargs), self.dev = model, call, mode.device
+        self.names, self.clock, self.opts, self.mode = names, clock, opts, mode
+        dev = mode.device
         args, kwargs = call
-        self.flags = opts.flags(eval_mode=not training, no_grad=no_grad)
+        self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
         self.signature = input_signature(args, kwargs, device=str(dev), **self.flags)
         self.live: list[list[int]] = [[]]   # the open calls of the pass running now (errors)
@@ -622,9 +620,7 @@ class _LayerRun:
         with contextlib.ExitStack() as stack:
             if self.dev.type == "cuda":
                 stack.enter_context(torch.cuda.device(self.dev))
-            stack.enter_context(model_state(model, not self.training))
-            stack.enter_context(grad_context(self.no_grad))
-            stack.enter_context(amp_context(self.dev, self.opts.amp))
+            stack.enter_context(running(model, self.mode))
             try:
                 self.plan = plan = _CallPlan(self.names)
                 live[0] = plan.stack

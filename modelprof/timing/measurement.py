@@ -235,8 +235,8 @@ class Measurement:
         """False when the blocks drift significantly and by more than the interval's half-width;
         True when they could be judged and do not; None (unknown) when they cannot be judged:
         fewer than three blocks, no interval, or an interval wider than
-        ±``JUDGE_MAX_RELATIVE_CI`` (a 125 % drift inside a 349-6,386 ms interval is no proof
-        of stability)."""
+        ±``JUDGE_MAX_RELATIVE_CI`` (a large drift inside a still larger interval is no proof of
+        stability)."""
         pct, significant = self._drift
         rel = self.relative_ci
         if significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:

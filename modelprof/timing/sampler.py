@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from modelprof.distributed.agree import current_agreement
+from modelprof.distributed.agree import decisions
 from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, paired_ratio, within_ci)
@@ -250,54 +250,36 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
     t0 = now()
     log = BlockLog(t0)
     log.wall_ms = est_ms
-    agree = current_agreement()   # under a process group: every rank takes the same blocks
-    if agree is not None:
-        return _collect_agreed(sample_block, rule, log, agree, now, on_block)
-
-    def take(k: int) -> None:
-        _take(sample_block, k, log, now, on_block)
-
-    if rule.repeat is not None:
-        while log.n < rule.repeat:
-            take(min(rule.repeat - log.n, block_size(log.wall_ms), _repeat_block(rule)))
-        return log.result("repeat", now() - t0)
-
-    while True:
-        left_ms = (rule.budget_s - (now() - t0)) * 1e3
-        # without an estimate of a call's duration, one sample first: it may be slow
-        fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
-        k = block_size(log.wall_ms) if log.n_blocks else _first_block(rule, log.wall_ms)
-        take(max(1, min(k, fit, rule.max_samples - log.n)))
-        precise, full = _filled(log, rule)
-        if precise or full or _late(log, rule, now):
-            return log.result(_stop_reason(precise, full), now() - t0)
-
-
-def _collect_agreed(sample_block: Callable[[int], np.ndarray], rule: StopRule, log: BlockLog,
-                    agree: Any, now: Callable[[], float],
-                    on_block: Callable[[int, float], None] | None) -> Sampled:
-    """``collect`` with every decision agreed across ranks (``modelprof.distributed.agree``):
-    the same block sizes on every rank, stop when any rank's budget or count says so or when
-    every rank has its precision. One small all-reduce per block."""
-    t0 = log.origin
-    k = agree.size(_first_block(rule, log.wall_ms) if rule.repeat is None
-                   else min(rule.repeat, block_size(log.wall_ms), _repeat_block(rule)))
+    # alone, or under a process group (``modelprof.distributed.agree``) with every decision
+    # agreed across ranks: the same block sizes on every rank, stop when any rank's budget or
+    # count says so or when every rank has its precision (one small all-reduce per block)
+    agree = decisions()
+    k = agree.size(_next_block(rule, log, t0, now))
     while True:
         _take(sample_block, k, log, now, on_block)
         if rule.repeat is not None:
             left = rule.repeat - log.n
-            k, _ = agree.block(max(1, min(left, block_size(log.wall_ms), _repeat_block(rule))),
-                               False, left <= 0)
+            k, _ = agree.block(_next_block(rule, log, t0, now), False, left <= 0)
             if left <= 0:
                 return log.result("repeat", now() - t0)
             continue
-        left_ms = (rule.budget_s - (now() - t0)) * 1e3
-        fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
-        want = max(1, min(block_size(log.wall_ms), fit, rule.max_samples - log.n))
         precise, full = _filled(log, rule)
-        k, stop = agree.block(want, precise, full or _late(log, rule, now))
+        k, stop = agree.block(_next_block(rule, log, t0, now), precise,
+                              full or _late(log, rule, now))
         if stop:
             return log.result(_stop_reason(precise, full), now() - t0)
+
+
+def _next_block(rule: StopRule, log: BlockLog, t0: float, now: Callable[[], float]) -> int:
+    """The next block's size as this rank wants it: with ``repeat``, what is left of it in
+    blocks of ``_repeat_block``; else what fits the budget (without an estimate of a call's
+    duration, one sample first: it may be slow) and ``max_samples``."""
+    if rule.repeat is not None:
+        return max(1, min(rule.repeat - log.n, block_size(log.wall_ms), _repeat_block(rule)))
+    left_ms = (rule.budget_s - (now() - t0)) * 1e3
+    fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
+    k = block_size(log.wall_ms) if log.n_blocks else _first_block(rule, log.wall_ms)
+    return max(1, min(k, fit, rule.max_samples - log.n))
 
 
 def _take(sample_block: Callable[[int], np.ndarray], k: int, log: BlockLog,
@@ -348,10 +330,8 @@ def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: S
     m = len(samplers)
     if m == 0:
         return []
-    agree = current_agreement()
-    rng = rng if rng is not None else np.random.default_rng()
-    if agree is not None:
-        rng = np.random.default_rng(agree.seed(int(rng.integers(0, 2**62))))
+    agree = decisions()
+    rng = agree.shared_rng(rng if rng is not None else np.random.default_rng())
     t0 = now()
     logs = [BlockLog(t0) for _ in range(m)]
     for log, est in zip(logs, est_ms):
@@ -359,9 +339,7 @@ def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: S
     r = 0
     while True:
         round_start = now()
-        ks = [_round_block(rule, log, r) for log in logs]
-        if agree is not None:
-            ks = agree.least(ks)
+        ks = agree.least([_round_block(rule, log, r) for log in logs])
         for i in rng.permutation(m):
             if ks[i] > 0:
                 t = now()
@@ -388,12 +366,10 @@ def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
 def _round_stop(logs: Sequence[BlockLog], rule: StopRule, r: int, late: bool,
                 agree: Any) -> str | None:
     """Why the interleaved rounds stop after round ``r`` (None: go on). The sample counts are
-    the same on every rank; precision and the budget are agreed when ``agree`` is set."""
+    the same on every rank; precision and the budget are agreed (``agree``)."""
     if rule.repeat is not None:
         return "repeat" if all(log.n >= rule.repeat for log in logs) else None
-    precise = _rounds_precise(logs, rule, r)
-    if agree is not None:
-        precise, late = agree.flags(precise, late)
+    precise, late = agree.flags(_rounds_precise(logs, rule, r), late)
     if precise:
         return "precision"
     if all(log.n >= rule.max_samples for log in logs):
@@ -431,10 +407,9 @@ def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: in
     n = sampled.n
     b = int(sampled.blocks.max()) + 1 if n else 0
     est_s = float(np.median(sampled.samples_ms)) / 1e3 if n else 0.0
-    agree = current_agreement()   # under a process group: every rank runs the same passes
+    agree = decisions()   # under a process group: every rank runs the same passes
     while True:
-        more = n < need and now() - t0 + est_s <= cap_s
-        if not (more if agree is None else agree.every(more)):
+        if not agree.every(n < need and now() - t0 + est_s <= cap_s):
             break
         t = now()
         got = np.asarray(sample_block(1), dtype=np.float64).reshape(-1)
@@ -461,15 +436,12 @@ def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,
     min_calls, min_s, exact = policy.plan(already_warm)
     walls: list[float] = []
     t_start = now()
-    agree = current_agreement()   # under a process group: warm until every rank is warm
+    agree = decisions()   # under a process group: warm until every rank is warm
     while True:
         if exact is not None:
             if len(walls) >= exact:
                 break
-        elif agree is not None:
-            if not agree.more(len(walls) < min_calls or now() - t_start < min_s):
-                break
-        elif len(walls) >= min_calls and now() - t_start >= min_s:
+        elif not agree.more(len(walls) < min_calls or now() - t_start < min_s):
             break
         t = now()
         step()

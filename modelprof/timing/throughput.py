@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import agreed_timing, current_agreement
+from modelprof.distributed.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import model_placement, moved_model
@@ -161,7 +161,7 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
     stops when the batch stops helping on any rank.
     """
     points: dict[int, ThroughputPoint] = {}
-    agree = current_agreement()   # under a process group: every rank searches the same sizes
+    agree = decisions()   # under a process group: every rank searches the same sizes
 
     def attempt(b: int) -> ThroughputPoint | None:
         failed = False
@@ -171,8 +171,7 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
             if not is_oom(e):
                 raise
             failed = True
-        if agree is not None:
-            failed = agree.any(failed)    # a batch that fits on every rank, or none
+        failed = agree.any(failed)    # a batch that fits on every rank, or none
         if failed:       # outside the except block, so the traceback's tensors can be freed
             free()
             return None
@@ -194,7 +193,7 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
         else:
             stale += 1
         best_sps = max(best_sps, p.samples_per_s)
-        if stale >= patience if agree is None else agree.any(stale >= patience):
+        if agree.any(stale >= patience):
             reason = "no_improvement"
             break
         if b >= max_batch:
