@@ -59,15 +59,20 @@ def test_private_classes_are_the_ones_torch_uses() -> None:
 
     with Seen() as seen:
         torch.ones(2) + 1
-        with compat.disable_current_modes():
-            torch.ones(3)                          # not seen: the mode is off in here
-    assert "aten.add.Tensor" in seen.ops and seen.ops.count("aten.ones.default") == 1
+        depth, flags = compat.dispatch_stack_state()
+        inner = Seen()
+        inner.__enter__()                          # left on the stack, as a failed pass might
+        assert compat.dispatch_stack_state()[0] == depth + 1
+        compat.restore_dispatch_stack(depth, flags)
+        assert compat.dispatch_stack_state() == (depth, flags)
+        torch.ones(3)
+    assert "aten.add.Tensor" in seen.ops and seen.ops.count("aten.ones.default") == 2
+    assert not inner.ops                           # popped before it saw anything
 
 
 def test_is_fake() -> None:
     assert not compat.is_fake(torch.ones(1))
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    with FakeTensorMode() as mode:
+    with compat.FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.ones(2))
     assert compat.is_fake(fake)
 
@@ -97,11 +102,6 @@ def test_has_composite_kernel_and_decompositions() -> None:
     assert torch.ops.aten.addmm.default in compat.decomposition_table()
 
 
-def test_parse_to() -> None:
-    device, dtype, non_blocking, memory_format = compat.parse_to("cpu", torch.float16)
-    assert (device, dtype, non_blocking) == (torch.device("cpu"), torch.float16, False)
-
-
 def test_function_stack_push_and_pop() -> None:
     from torch.overrides import TorchFunctionMode
     before = compat.function_stack.length()
@@ -110,6 +110,7 @@ def test_function_stack_push_and_pop() -> None:
         mode = compat.function_stack.pop()
         assert compat.function_stack.length() == before
         compat.function_stack.push(mode)
+        assert compat.current_function_mode() is mode
     assert compat.function_stack.length() == before
 
 
@@ -155,6 +156,80 @@ def test_the_package_imports_and_counts_with_every_optional_op_gone() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     macs, missing = map(int, out.stdout.split()[-2:])
     assert macs == 8 * 4 and missing > 40           # Linear(8, 4) on one sample: 8*4 = 32 MACs
+
+
+def test_getitem_to_index_lets_a_score_function_index_a_0d_tensor() -> None:
+    # flex_attention's score_mod indexes its buffers with 0-d tensors: inside the context an
+    # index by a tensor works as torch.index would
+    bias = torch.arange(4.0)
+    if compat.torch_version() < (2, 5):      # no flex_attention, no index transform
+        with pytest.raises(ModelProfError, match="needs torch >= 2.5"):
+            compat.getitem_to_index()
+        return
+    with compat.getitem_to_index():
+        assert float(bias[torch.tensor(2)]) == 2.0
+
+
+def test_mha_device_check_is_put_back() -> None:
+    original = compat.mha_device_check()
+    assert original(torch.ones(1)) in (True, False)       # torch's own test answers
+    compat.set_mha_device_check(lambda x: True)
+    try:
+        assert compat.mha_device_check()(None) is True
+    finally:
+        compat.set_mha_device_check(original)
+    assert compat.mha_device_check() is original
+
+
+def test_dtensor_and_fsdp_classes() -> None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:                       # torch < 2.5
+        from torch.distributed._tensor import DTensor
+    assert compat.is_dtensor_class(DTensor) and not compat.is_dtensor_class(torch.Tensor)
+    assert DTensor.__module__.startswith(compat.DTENSOR_MODULES)
+    assert compat.fsdp_module_class().__name__ == "FSDPModule"
+
+
+def test_fsdp2_profiles_from_torch_2_6_and_older_torch_says_so() -> None:
+    import dist_models as dm
+    from modelprof.distributed.fake import profile_sharded
+
+    def build() -> nn.Module:                 # FSDP2 from wherever this torch keeps it
+        model = dm.Transformer()
+        for layer in model.layers:
+            compat.fully_shard(layer)
+        return compat.fully_shard(model)
+    if compat.torch_version() < compat.FSDP2_PUBLIC:
+        with pytest.raises(ModelProfError, match=r"FSDP2 \(fully_shard\) model needs torch >= "
+                                                 r"2\.6; torch 2\.\d"):
+            profile_sharded(build, (dm.SEQ, dm.D), batch_size=dm.BATCH, world_size=2, rank=1,
+                            timing=False)
+        return
+    r = profile_sharded(build, (dm.SEQ, dm.D), batch_size=dm.BATCH, world_size=2, rank=1,
+                        timing=False)
+    # tests/test_distributed_fake.py: 3,159,552 parameters in the model; this rank's view
+    # holds its shard, half of them: 1,579,776
+    assert r.totals["params"] == 3_159_552 // 2 and r.env["world_size"] == 2
+
+
+def test_cache_layer_tensors_reads_the_old_lists_only() -> None:
+    class OldCache:           # transformers up to 4.55: one key and one value tensor per layer
+        def __init__(self) -> None:
+            self.key_cache = [torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)]
+            self.value_cache = [torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)]
+    layers = compat.cache_layer_tensors(OldCache())
+    assert [len(ts) for ts in layers] == [2, 2] and layers[0][0].numel() == 24   # 1*2*3*4
+    new = OldCache()
+    new.layers = []                           # a cache with .layers (4.56 on) is not read here
+    assert compat.cache_layer_tensors(new) is None
+    assert compat.cache_layer_tensors(object()) is None
+
+
+def test_every_entry_of_compat_is_called_in_this_file() -> None:
+    source = open(__file__, encoding="utf-8").read()
+    missing = [name for name in compat.__all__ if f"compat.{name}" not in source]
+    assert not missing, missing
 
 
 # -- transformers: the cache argument on both sides of the rename --------------------------------
@@ -203,6 +278,7 @@ class _TakesPastKeyValues(_Named):
 
 
 def test_cache_argument_and_output_cache() -> None:
+    assert compat.CACHE_ARGUMENTS == ("cache", "past_key_values")   # the newer name first
     assert compat.cache_argument(_TakesCache(_llama_config()).forward) == "cache"
     assert compat.cache_argument(_TakesPastKeyValues(_llama_config()).forward) == \
         "past_key_values"

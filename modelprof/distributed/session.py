@@ -32,6 +32,7 @@ from modelprof.distributed.group import (communicates, current_group, fsdp_modul
                                          is_ddp, one_voice)
 from modelprof.distributed.view import ShardView, shard_view
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 
 __all__ = ["DistributedSession", "communicates", "ddp_gradient_collectives", "is_ddp",
            "sharded_session"]
@@ -58,6 +59,9 @@ class DistributedSession:
         self.group = current_group()
         self.active = self.group is not None and communicates(model)
         self._fsdp = fsdp_modules(getattr(model, "_orig_mod", model))
+        if self._fsdp:
+            compat.require("profiling an FSDP2 (fully_shard) model", "torch",
+                           compat.FSDP2_PUBLIC)
         self._sharded_on_entry = [m for m in self._fsdp if _is_sharded(m)]
 
     def env(self) -> dict[str, Any]:

@@ -24,17 +24,16 @@ import torch
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._python_dispatch import _disable_current_modes as disable_current_modes
 
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "CACHE_ARGUMENTS", "DTENSOR_MODULES", "fsdp_module_class", "fully_shard",
+    "CACHE_ARGUMENTS", "DTENSOR_MODULES", "FSDP2_PUBLIC", "fsdp_module_class", "fully_shard",
     "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
-    "decomposition_table", "disable_current_modes", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
+    "decomposition_table", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
     "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint", "mha_device_check", "set_mha_device_check",
-    "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "parse_to", "require",
+    "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "require",
     "torch_version", "transformers_version", "version_tuple",
 ]
 
@@ -91,8 +90,13 @@ def is_fake(t: torch.Tensor) -> bool:
 
 def getitem_to_index() -> Any:
     """The context in which ``flex_attention``'s score functions run eagerly on 0-d tensors
-    (``t[i]`` as ``index``); torch 2.5-2.14: ``torch._dynamo._trace_wrapped_higher_order_op``."""
-    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    (``t[i]`` as ``index``); torch 2.5-2.14: ``torch._dynamo._trace_wrapped_higher_order_op``
+    (2.4 has neither it nor flex_attention)."""
+    try:
+        from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    except ImportError:
+        require("flex_attention's score functions", "torch", (2, 5))
+        raise
     return TransformGetItemToIndex()
 
 
@@ -191,12 +195,6 @@ def decomposition_table() -> dict:
     return table
 
 
-def parse_to(*args: Any, **kwargs: Any) -> tuple:
-    """``Tensor.to``'s arguments parsed as torch parses them: ``(device, dtype, non_blocking,
-    memory_format)``; torch 2.4-2.14: ``torch._C._nn._parse_to``."""
-    return torch._C._nn._parse_to(*args, **kwargs)
-
-
 class function_stack:  # noqa: N801 - a namespace of the torch-function mode stack's functions
     """The torch-function mode stack (torch 2.4-2.14, ``torch._C``)."""
 
@@ -261,6 +259,12 @@ def optional_ops(*names: str, namespace: str = "aten") -> list:
 
 
 # -- torch.distributed: FSDP2 and DTensor moved out of _composable / _tensor in torch 2.6 -------
+#: FSDP2 is public API (``torch.distributed.fsdp.fully_shard``) from torch 2.6; before, in
+#: ``torch.distributed._composable``, a sharded profile fails on torch 2.4 (its parameters
+#: read as lazy), so profiling an FSDP2 model asks for 2.6
+FSDP2_PUBLIC = (2, 6)
+
+
 def fsdp_module_class() -> type:
     """FSDP2's ``FSDPModule``: ``torch.distributed.fsdp`` from torch 2.6, before in
     ``torch.distributed._composable.fsdp`` (checked on 2.4 and 2.14)."""
