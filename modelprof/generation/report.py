@@ -263,8 +263,8 @@ class GenerationReport:
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
-            parts += ["", "## KV cache", "", _md(pd.DataFrame([self.kv.to_dict()]).drop(
-                columns=["per_layer_bytes"]))]
+            parts += ["", "## KV cache", "", _md(pd.DataFrame([
+                {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}]))]
         if self.moe is not None:
             parts += ["", "## Mixture of experts", "",
                       f"active parameters per token {self.moe.active_params:,} of "
