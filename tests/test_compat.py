@@ -94,6 +94,11 @@ def test_has_composite_kernel_and_decompositions() -> None:
     # linear decomposes above autograd (into addmm/mm); mm is a kernel of its own
     assert compat.has_composite_kernel(torch.ops.aten.linear.default)
     assert not compat.has_composite_kernel(torch.ops.aten.mm.default)
+
+    class Unknown:     # an op the dispatcher does not know: torch 2.11's aten.dim (jagged SDPA)
+        def name(self) -> str:
+            return "aten::modelprof_no_such_op"
+    assert not compat.has_composite_kernel(Unknown())
     assert torch.ops.aten.addmm.default in compat.decomposition_table()
 
 
