@@ -102,6 +102,15 @@ def test_has_composite_kernel_and_decompositions() -> None:
     assert torch.ops.aten.addmm.default in compat.decomposition_table()
 
 
+def test_default_mesh_on_cpu_answers_cpu_inside_and_puts_back() -> None:
+    before = (torch.cuda.is_available, getattr(torch._C, "_get_accelerator", None))
+    with compat.default_mesh_on_cpu():
+        assert torch.cuda.is_available() is False
+        if before[1] is not None:
+            assert torch._C._get_accelerator() == torch.device("cpu")
+    assert (torch.cuda.is_available, getattr(torch._C, "_get_accelerator", None)) == before
+
+
 def test_parse_to() -> None:
     device, dtype, non_blocking, memory_format = compat.parse_to("cpu", torch.float16)
     assert (device, dtype, non_blocking) == (torch.device("cpu"), torch.float16, False)
