@@ -89,3 +89,10 @@ def fake_cuda() -> Iterator[None]:
     finally:
         for obj, attr, value in reversed(saved):
             setattr(obj, attr, value)
+        # a modelprof module first imported inside the block took the fake as its own
+        # ``from ... import clock_for`` (modelprof.step.timing, imported by the first
+        # backward=True profile): it would hand the event clock to the CPU ever after
+        for name, mod in list(sys.modules.items()):
+            if (name == "modelprof" or name.startswith("modelprof.")) and \
+                    getattr(mod, "clock_for", None) is _event_clock_for:
+                mod.clock_for = original_clock_for

@@ -99,7 +99,21 @@ def test_has_composite_kernel_and_decompositions() -> None:
     # linear decomposes above autograd (into addmm/mm); mm is a kernel of its own
     assert compat.has_composite_kernel(torch.ops.aten.linear.default)
     assert not compat.has_composite_kernel(torch.ops.aten.mm.default)
+
+    class Unknown:     # an op the dispatcher does not know: torch 2.11's aten.dim (jagged SDPA)
+        def name(self) -> str:
+            return "aten::modelprof_no_such_op"
+    assert not compat.has_composite_kernel(Unknown())
     assert torch.ops.aten.addmm.default in compat.decomposition_table()
+
+
+def test_default_mesh_on_cpu_answers_cpu_inside_and_puts_back() -> None:
+    before = (torch.cuda.is_available, getattr(torch._C, "_get_accelerator", None))
+    with compat.default_mesh_on_cpu():
+        assert torch.cuda.is_available() is False
+        if before[1] is not None:
+            assert torch._C._get_accelerator() == torch.device("cpu")
+    assert (torch.cuda.is_available, getattr(torch._C, "_get_accelerator", None)) == before
 
 
 def test_function_stack_push_and_pop() -> None:

@@ -71,6 +71,24 @@ def test_fsdp2_gathers_and_reduce_scatters(plain):
         assert r.totals[k] == plain.totals[k], k
 
 
+def test_fsdp_built_on_meta_shards_on_the_cpu_where_the_machine_has_a_gpu(monkeypatch):
+    # on an H200 fully_shard without a mesh took cuda:0 (FSDP asks the machine's accelerator)
+    # while the parameters were materialised on the CPU: "Unhandled FakeTensor Device
+    # Propagation for fsdp.all_gather_copy_in.default, found two different devices cpu,
+    # cuda:0". Here the CPU machine says it has a GPU (a CUDA mesh cannot be built on it)
+    want = sharded(dm.fsdp, backward=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    if hasattr(torch._C, "_get_accelerator"):            # torch 2.11-2.14 ask this one
+        monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))
+    r = sharded(dm.fsdp, backward=True)
+    assert r.totals["params"] == PARAMS // 2 == want.totals["params"]      # 1,579,776
+    assert r.collectives().equals(want.collectives())
+    assert r.totals == want.totals
+    # what the machine says is put back after the build
+    assert torch.cuda.is_available() and (not hasattr(torch._C, "_get_accelerator")
+                                          or torch._C._get_accelerator().type == "cuda")
+
+
 def test_tensor_parallel_mlp_per_rank():
     r = sharded(dm.tensor_parallel, backward=True)
     # per block: qkv+proj 33,554,432 + attention 4,194,304 + half the MLP 33,554,432

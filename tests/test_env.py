@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import torch
 
@@ -25,9 +26,16 @@ def test_env_is_json_and_has_the_promised_keys():
     assert e["device_name"] == env_mod.cpu_name() != ""
 
 
+def _without_pynvml(monkeypatch) -> None:
+    """``import pynvml`` fails, as on a machine without it: on one with a GPU and pynvml (an
+    H200's), gpu_state read the real GPU first and the nvidia-smi fakes below went unread."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+
+
 def test_unreadable_gpu_state_is_empty_not_an_error(monkeypatch):
     def boom(*a, **k):
         raise subprocess.TimeoutExpired("nvidia-smi", 2)
+    _without_pynvml(monkeypatch)
     monkeypatch.setattr(subprocess, "run", boom)
     assert gpu_state(0) == {}
 
@@ -35,6 +43,7 @@ def test_unreadable_gpu_state_is_empty_not_an_error(monkeypatch):
 def test_nvidia_smi_answer_is_parsed(monkeypatch):
     class Done:
         stdout = "1980, 2619, 1980, 2619, 41, 123.45, P0, 550.54.15\n"
+    _without_pynvml(monkeypatch)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: Done())
     state = gpu_state(0)
     assert state["sm_clock_mhz"] == 1980.0 and state["temperature_c"] == 41.0

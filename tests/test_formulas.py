@@ -160,6 +160,59 @@ def test_gru_and_rnn():
     assert t["macs"] == 3840
 
 
+def _cudnn_rnn_args(lstm: nn.LSTM, x: torch.Tensor, columns: bool) -> tuple:
+    """``aten._cudnn_rnn``'s arguments for ``lstm`` on ``x``, its weights as the module holds
+    them or, ``columns``, as autocast passes them on CUDA: re-flattened into one buffer and
+    viewed as ``(numel, 1)`` columns, biases too (torch's cudnn/RNN.cpp, ``get_parameters``:
+    ``size = {mat_numel * num_linear_layers / 2, 1}``)."""
+    weights = [w.reshape(-1, 1) if columns else w for w in lstm._flat_weights]
+    stride0 = len(weights) // (lstm.num_layers * (2 if lstm.bidirectional else 1))
+    # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
+    #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
+    return (x, weights, stride0, None, None, None, 2, lstm.hidden_size, lstm.proj_size,
+            lstm.num_layers, lstm.batch_first, 0.0, False, lstm.bidirectional, [], None)
+
+
+def test_cudnn_lstm_counts_the_same_whatever_the_weight_layout():
+    # on an H200 under bf16 autocast the weights came as columns and the count rose: MACs by
+    # the biases (+0.45 %), FLOPs by every weight element taken for a gate unit (+25 %)
+    from modelprof.counting.formulas.registry import REGISTRY
+    formula = REGISTRY.lookup(torch.ops.aten._cudnn_rnn.default)
+    lstm = nn.LSTM(6, 5, num_layers=2, batch_first=True)
+    x = torch.randn(2, 3, 6)
+    plain, columns = (formula(_cudnn_rnn_args(lstm, x, c), {}, None) for c in (False, True))
+    # 6 tokens; per token layer 1 4*5*(6+5) = 220, layer 2 4*5*(5+5) = 200: 6 * 420 = 2520
+    assert plain.macs == columns.macs == 2520
+    # 2*2520 + bias adds 6 tokens * 40 gate units (80 gate rows / 2) * 3 + cell 6*2*5*9 = 540
+    assert plain.flops == columns.flops == 5040 + 720 + 540
+    assert (plain.macs, plain.flops) == (totals(lstm, x)["macs"], totals(lstm, x)["flops"])
+
+
+def test_cudnn_lstm_with_projections_both_ways_counts_as_the_cpu():
+    from modelprof.counting.formulas.registry import REGISTRY
+    formula = REGISTRY.lookup(torch.ops.aten._cudnn_rnn.default)
+    lstm = nn.LSTM(6, 5, num_layers=2, proj_size=3, bidirectional=True)
+    x = torch.randn(4, 2, 6)
+    plain, columns = (formula(_cudnn_rnn_args(lstm, x, c), {}, None) for c in (False, True))
+    # 8 tokens, 2 directions; per token and direction layer 1 4*5*(6+3) + 3*5 = 195,
+    # layer 2 4*5*(6+3) + 15 = 195 (its input is 2 directions x 3): 8 * 2 * 390 = 6240
+    assert plain.macs == columns.macs == 6240 == totals(lstm, x)["macs"]
+    assert plain.flops == columns.flops == totals(lstm, x)["flops"]
+
+
+def test_weight_packing_and_shape_queries_are_free():
+    # _cudnn_rnn_flatten_weight copies the weights into cuDNN's buffer (unsupported on an H200,
+    # fp32 and bf16); aten.dim returns a number (a jagged nested tensor dispatches it)
+    from modelprof.counting.formulas.registry import REGISTRY, ZERO
+    w = [torch.randn(20, 6), torch.randn(20, 5)]
+    flatten = REGISTRY.lookup(torch.ops.aten._cudnn_rnn_flatten_weight.default)
+    # (weight_arr, weight_stride0, input_size, mode, hidden_size, proj_size, num_layers,
+    #  batch_first, bidirectional)
+    assert flatten((w, 2, 6, 2, 5, 0, 1, False, False), {}, torch.empty(220)) == ZERO
+    dim = REGISTRY.lookup(torch.ops.aten.dim.default)
+    assert dim((torch.randn(2, 3),), {}, 2) == ZERO
+
+
 # -- everything else ----------------------------------------------------------------------------
 def test_embedding_is_a_gather():
     t = totals(nn.Embedding(10, 4), torch.tensor([[1, 2, 3]]))

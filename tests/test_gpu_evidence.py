@@ -85,6 +85,30 @@ def test_dry_run_puts_cuda_back():
     import torch
     assert torch.cuda.Event.__module__.startswith("torch")
     assert torch.cuda.synchronize.__module__.startswith("torch")
+    # and no modelprof module keeps the fake clock_for (the step timer's did, first imported
+    # inside the run: later CPU steps then asked CUDA for a stream; on the H200,
+    # test_trace.py failed with "Expected a cuda device, but got: cpu")
+    from modelprof.step import timing as step_timing
+    from modelprof.timing import clock as clock_mod
+    assert step_timing.clock_for is clock_mod.clock_for
+
+
+def test_a_module_imported_under_the_fakes_gets_the_real_clock_back(monkeypatch):
+    import types
+
+    import torch
+
+    from modelprof.timing import clock as clock_mod
+    monkeypatch.syspath_prepend(BENCH)
+    from gpu_fakes import fake_cuda
+    probe = types.ModuleType("modelprof._imported_under_the_fakes")
+    monkeypatch.setitem(sys.modules, probe.__name__, probe)
+    real = clock_mod.clock_for
+    with fake_cuda():
+        exec("from modelprof.timing.clock import clock_for", probe.__dict__)  # a first import
+        assert probe.clock_for is not real                                   # took the fake
+    assert probe.clock_for is real is clock_mod.clock_for
+    assert isinstance(probe.clock_for(torch.device("cpu")), clock_mod.CpuClock)
 
 
 def _wheel(folder: Path, name: str) -> Path:

@@ -77,7 +77,11 @@ def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, w
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         try:
-            with torch.device(device), warnings.catch_warnings(record=True) as caught:
+            # FSDP's default mesh follows the machine's GPU; a model built on meta or the CPU
+            # runs on the CPU here, so its mesh is the CPU's too
+            pin = compat.default_mesh_on_cpu() if torch.device(device).type in ("meta", "cpu") \
+                else contextlib.nullcontext()
+            with torch.device(device), pin, warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 model = build()
             _plan_mismatch(caught)

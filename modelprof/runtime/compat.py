@@ -13,11 +13,13 @@ to 5.24 (see the README's "Supported versions").
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -32,7 +34,7 @@ __all__ = [
     "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
     "decomposition_table", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
-    "current_function_mode", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint", "mha_device_check", "set_mha_device_check",
+    "current_function_mode", "default_mesh_on_cpu", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint", "mha_device_check", "set_mha_device_check",
     "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "require",
     "torch_version", "transformers_version", "version_tuple",
 ]
@@ -184,9 +186,16 @@ def current_autograd_node() -> Any:
 
 def has_composite_kernel(op: OpOverload) -> bool:
     """Whether ``op`` decomposes above autograd (a ``CompositeImplicitAutograd`` kernel); torch
-    2.4-2.14: ``torch._C._dispatch_has_kernel_for_dispatch_key``."""
-    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(),
-                                                                "CompositeImplicitAutograd"))
+    2.4-2.14: ``torch._C._dispatch_has_kernel_for_dispatch_key``. An op the dispatcher does not
+    know has none: torch 2.11 raises "operator aten::dim does not exist" for ``aten.dim``, which a
+    jagged nested tensor sends through ``__torch_dispatch__`` (found on an H200's torch 2.11)."""
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(
+            op.name(), "CompositeImplicitAutograd"))
+    except RuntimeError as e:
+        if "does not exist" in str(e):
+            return False
+        raise
 
 
 def decomposition_table() -> dict:
@@ -282,6 +291,26 @@ def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
     except ImportError:                                 # torch < 2.6
         from torch.distributed._composable.fsdp import fully_shard as shard
     return shard(module, **kwargs)
+
+
+@contextlib.contextmanager
+def default_mesh_on_cpu() -> Iterator[None]:
+    """Inside the block, ``fully_shard`` without a ``mesh`` shards over a CPU mesh, as on a
+    machine without a GPU. FSDP2 builds its default mesh on the machine's accelerator: torch
+    2.11-2.14 ask ``torch._C._get_accelerator()`` (so on an H200 a model built on meta gathered
+    its parameters onto cuda:0 while they were materialised on the CPU), earlier releases
+    ``torch.cuda.is_available()``; both answer "cpu" in the block and are put back after it."""
+    patches = [(torch.cuda, "is_available", lambda: False)]
+    if hasattr(torch._C, "_get_accelerator"):
+        patches.append((torch._C, "_get_accelerator", lambda: torch.device("cpu")))
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)
 
 
 #: the modules DTensor is defined in: ``torch.distributed.tensor`` from 2.5,

@@ -45,7 +45,8 @@ from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.pool import adaptive_window_sum
 from modelprof.counting.formulas.registry import (ZERO, Cost, optional_ops, register_formula,
                                                   register_present)
-from modelprof.counting.formulas.rnn import CELL_ELEMENTWISE, GATE_MODE
+from modelprof.counting.formulas.rnn import (CELL_ELEMENTWISE, GATE_MODE, GATES,
+                                             cudnn_has_biases, cudnn_weight_shapes)
 
 __all__ = ["NORM_BACKWARD_FLOPS_PER_ELEMENT", "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
            "norm_backward_cost"]
@@ -233,7 +234,7 @@ def _rnn_backward_cost(tokens: int, weight_shapes: list, hidden: int, kind: str,
                        directions_layers: int, n_biases: int, weight_grads: bool) -> Cost:
     forward = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
     macs = forward * (2 if weight_grads else 1)
-    gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
+    gate_units = directions_layers * GATES[kind] * hidden if weight_shapes else 0
     bias = tokens * gate_units * n_biases
     cell = 2 * tokens * directions_layers * hidden * CELL_ELEMENTWISE[kind]
     return Cost(macs, flops=2 * macs + bias + cell)
@@ -255,16 +256,17 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
     #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
     #  bidirectional, batch_sizes, dropout_state, reserve, output_mask)
-    x, weights = args[0], args[1]
-    mode, hidden, num_layers, bidirectional = int(args[10]), int(args[11]), int(args[13]), \
-        bool(args[17])
+    # the weights from the sizes, as the forward's formula (rnn.py) takes them
+    x = args[0]
+    kind, hidden, proj, num_layers = GATE_MODE[int(args[10])], int(args[11]), int(args[12]), \
+        int(args[13])
+    bidirectional = bool(args[17])
     mask = _mask(args[21] if len(args) > 21 else kwargs.get("output_mask"), 4)
-    shapes = [tuple(w.shape) for w in weights]
-    has_biases = any(len(s) == 1 for s in shapes)
+    shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
     tokens = x.numel() // x.shape[-1] if x.dim() else 0
-    return _rnn_backward_cost(tokens, shapes, hidden, GATE_MODE[mode],
+    return _rnn_backward_cost(tokens, shapes, hidden, kind,
                               num_layers * (2 if bidirectional else 1),
-                              2 if has_biases and mask[3] else 0, mask[3])
+                              2 if cudnn_has_biases(args[2]) and mask[3] else 0, mask[3])
 
 
 @register_present(*optional_ops("_thnn_fused_lstm_cell_backward_impl",

@@ -29,7 +29,7 @@ register_formula(torch.Tag.inplace_view, *optional_ops(
     "_make_dep_token", "record_stream", "_has_same_storage_numel", "is_same_size",
     "_shape_as_tensor", "_assert_tensor_metadata", "lift",
     # queries that return a number, not data
-    "_fused_sdp_choice", "_nested_tensor_from_mask_left_aligned",
+    "dim", "_fused_sdp_choice", "_nested_tensor_from_mask_left_aligned",
     # nested tensors: views of a buffer and their metadata
     "_nested_view_from_buffer", "_nested_view_from_jagged", "_nested_get_values",
     "_nested_get_offsets", "_nested_get_lengths", "_nested_get_ragged_idx",
@@ -70,6 +70,8 @@ register_present(*optional_ops(
     "tril_indices", "triu_indices", "randn", "randn_like", "rand", "rand_like", "randint",
     "randint_like", "randperm", "normal", "normal_", "uniform_", "random_", "exponential_",
     "multinomial", "_efficientzerotensor", "tensor_split",
+    # cuDNN's RNN weights copied into one flat buffer (flatten_parameters; autocast re-flattens)
+    "_cudnn_rnn_flatten_weight",
     # packing of variable-length sequences; padded <-> nested-tensor conversions (copies)
     "_pack_padded_sequence", "_pad_packed_sequence", "_nested_tensor_from_mask",
     "to_padded_tensor", "_nested_from_padded", "_nested_from_padded_and_nested_example",

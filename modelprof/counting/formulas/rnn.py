@@ -7,7 +7,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
 
-__all__ = ["rnn_cost"]
+__all__ = ["cudnn_has_biases", "cudnn_weight_shapes", "rnn_cost"]
 
 aten = torch.ops.aten
 
@@ -16,6 +16,7 @@ aten = torch.ops.aten
 #   GRU:  3 gates; 2 sigmoid + 1 tanh + r*(W_hn h + b_hn) (1) + (1-z)*n + z*h (4) -> 8
 #   RNN:  1 gate;  tanh or relu                                                  -> 1
 CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
+GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
 
 def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: str,
@@ -25,7 +26,8 @@ def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: 
     4*h*(in + h) per step and batch element. Per gate unit, 1 add joins W_ih x and W_hh h and
     2 more add the biases when present (as the per-step addmm path computes it)."""
     macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
-    gate_units = sum(s[0] for s in weight_shapes if len(s) == 2) // 2 if weight_shapes else 0
+    # G*h gate units per layer and direction (a proj_size projection's rows are none of them)
+    gate_units = directions_layers * GATES[kind] * hidden_per_direction if weight_shapes else 0
     bias_adds = tokens * gate_units * (3 if has_biases else 1)
     cell = tokens * directions_layers * hidden_per_direction * CELL_ELEMENTWISE[kind]
     # madd: (2k - 1) per gate output of each product, plus the elementwise work
@@ -50,17 +52,43 @@ def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
                     1, has_biases)
 
 
+def cudnn_weight_shapes(input_size: int, kind: str, hidden: int, proj: int, num_layers: int,
+                        bidirectional: bool) -> list[tuple[int, int]]:
+    """The 2-D weights of this RNN as ``nn.LSTM``/``nn.GRU``/``nn.RNN`` hold them, per layer and
+    direction ``(G*h, in)``, ``(G*h, h_out)`` and, with ``proj_size``, ``(proj, h)``; ``in`` is
+    ``input_size`` for the first layer, ``h_out`` times the directions after it.
+
+    Made from the op's sizes, not its weight list: under autocast ``_cudnn_rnn`` gets the weights
+    re-flattened into one half-precision buffer as ``(numel, 1)`` column views, biases included
+    (``copy_weights_to_flat_buf_views``), which counted as matrices added the biases to the
+    MACs and took every weight element for a gate unit (found on an H200, bf16 AMP)."""
+    dirs = 2 if bidirectional else 1
+    out = proj or hidden
+    gate_rows = GATES[kind] * hidden
+    shapes: list[tuple[int, int]] = []
+    for layer in range(num_layers):
+        width = input_size if layer == 0 else out * dirs
+        per_direction = [(gate_rows, width), (gate_rows, out)] + ([(proj, hidden)] if proj else [])
+        shapes += per_direction * dirs
+    return shapes
+
+
+def cudnn_has_biases(weight_stride0: int) -> bool:
+    """Tensors per layer and direction: w_ih, w_hh (+ b_ih, b_hh) (+ w_hr): 4 or 5 with biases."""
+    return int(weight_stride0) in (4, 5)
+
+
 @register_present(*optional_ops("_cudnn_rnn", "miopen_rnn"))
 def _cudnn_rnn(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
     #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
-    x, weights = args[0], args[1]
-    mode, hidden, num_layers = int(args[6]), int(args[7]), int(args[9])
+    x = args[0]
+    kind, hidden, proj, num_layers = GATE_MODE[int(args[6])], int(args[7]), int(args[8]), \
+        int(args[9])
     bidirectional = bool(args[13])
-    shapes = [tuple(w.shape) for w in weights]
-    has_biases = any(len(s) == 1 for s in shapes)
-    return rnn_cost(_tokens(x), shapes, hidden, GATE_MODE[mode],
-                    num_layers * (2 if bidirectional else 1), has_biases)
+    shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
+    return rnn_cost(_tokens(x), shapes, hidden, kind, num_layers * (2 if bidirectional else 1),
+                    cudnn_has_biases(args[2]))
 
 
 def _composite(kind: str):
@@ -69,7 +97,7 @@ def _composite(kind: str):
         x, params = args[0], args[2]
         has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
         if kind == "lstm":
-            hidden = args[1][0].shape[-1]
+            hidden = args[1][1].shape[-1]   # c0: h0 has proj_size units when there is one
         else:
             hidden = args[1].shape[-1]
         shapes = [tuple(p.shape) for p in params]
