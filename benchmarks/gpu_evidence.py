@@ -56,8 +56,8 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 import torch  # noqa: E402
-
 import validate_timer  # noqa: E402
+
 from modelprof.runtime.env import collect_env  # noqa: E402
 
 __all__ = ["Check", "Ctx", "Outcome", "Skip", "main", "run_sections"]

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import validate_timer
+from gpu_evidence import ROOT, Ctx, Outcome, Section, Skip, verdict
+from gpu_fakes import FAKE_CYCLES_PER_MS
 from torch import nn
 
-import validate_timer
-from gpu_fakes import FAKE_CYCLES_PER_MS
-from gpu_evidence import ROOT, Ctx, Outcome, Section, Skip, verdict
 from modelprof import compare, measure_latency, measure_throughput, profile
 from modelprof.runtime.device import device_synchronize
 from modelprof.runtime.inputs import make_inputs

@@ -28,10 +28,10 @@ import torch
 import torchvision
 
 from modelprof import profile
+from modelprof.counting.forward import analyze
+from modelprof.runtime.guard import StateGuard, preserved_state
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import make_inputs
-from modelprof.runtime.guard import StateGuard, preserved_state
-from modelprof.counting.forward import analyze
 
 # the modules themselves: ``modelprof.profile`` as an attribute is the re-exported function
 profile_mod = importlib.import_module("modelprof.profile")

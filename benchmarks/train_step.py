@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from modelprof import profile
-from modelprof.step.count import count_step
 from modelprof.runtime.inputs import make_inputs
+from modelprof.step.count import count_step
 from modelprof.step.spec import StepSpec
 from modelprof.step.timing import StepTimer
 

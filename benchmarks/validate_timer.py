@@ -36,7 +36,6 @@ from modelprof.timing import measure_latency, measure_throughput, time_layers  #
 from modelprof.timing.calibration import calibrate_cuda_sleep, sleep_model, spin, spin_model
 
 
-
 @dataclasses.dataclass
 class Check:
     name: str

@@ -10,8 +10,13 @@ from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
 from modelprof.distributed.fake import profile_sharded
 from modelprof.distributed.gather import gather_reports
-from modelprof.errors import (DriftWarning, FewSamplesWarning, ModelProfError, ModelProfWarning,
-                              NoisyMeasurementWarning)
+from modelprof.errors import (
+                              DriftWarning,
+                              FewSamplesWarning,
+                              ModelProfError,
+                              ModelProfWarning,
+                              NoisyMeasurementWarning,
+)
 from modelprof.fit import fit
 from modelprof.generation import GenerationReport, compare_generation, profile_generation
 from modelprof.profile import profile
@@ -20,8 +25,13 @@ from modelprof.report.comparison import Comparison
 from modelprof.report.report import Report
 from modelprof.runtime.inputs import token_inputs
 from modelprof.sweep import sweep
-from modelprof.timing import (Measurement, TimingOptions, measure_latencies, measure_latency,
-                              measure_throughput)
+from modelprof.timing import (
+                              Measurement,
+                              TimingOptions,
+                              measure_latencies,
+                              measure_latency,
+                              measure_throughput,
+)
 from modelprof.timing.peaks import Peaks
 
 __version__ = "0.1.0"

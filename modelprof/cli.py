@@ -282,9 +282,8 @@ class _Context:
     """Parsed options every subcommand shares, converted once at the boundary."""
 
     def __init__(self, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> None:
-        from modelprof.runtime.inputs import parse_device, parse_dtype
-
         from modelprof.distributed.group import is_speaker
+        from modelprof.runtime.inputs import parse_device, parse_dtype
 
         self.args = args
         # one voice under torchrun: rank 0 prints tables and progress and writes the files
@@ -576,8 +575,8 @@ def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
 # --- throughput ----------------------------------------------------------------------------------
 
 def _run_throughput(ctx: _Context) -> None:
-    from modelprof.report.plots import plot_throughput
     from modelprof.render import to_markdown
+    from modelprof.report.plots import plot_throughput
     from modelprof.timing import measure_throughput
 
     args = ctx.args

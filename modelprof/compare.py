@@ -17,12 +17,12 @@ from torch import nn
 
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import RunMode
 from modelprof.report.comparison import Comparison
+from modelprof.runtime.execution import RunMode
 from modelprof.runtime.inputs import parse_input_size
-from modelprof.runtime.tensors import shape_str
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
+from modelprof.runtime.tensors import shape_str
 from modelprof.timing.interleave import Candidate, measure_interleaved
 from modelprof.timing.latency import resolve_call
 from modelprof.timing.options import OPTION_NAMES, TimingOptions

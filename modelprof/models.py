@@ -17,16 +17,16 @@ import pickle
 import sys
 import warnings
 import zipfile
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from modelprof.errors import ModelProfError
 from modelprof.runtime.archive import inspect_pt2
 from modelprof.runtime.exported import exported_layers
-from modelprof.errors import ModelProfError
 
 __all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
 

@@ -10,26 +10,25 @@ import torch
 from torch import nn
 
 from modelprof.counting.counter import OpStats
-from modelprof.runtime.env import collect_env
-from modelprof.runtime.exported import exported_layers, is_flat_export
-from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
 from modelprof.counting.formulas.registry import FormulaRegistry
-from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
-from modelprof.report.memory import memory_facts
-from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
-from modelprof.report.report import Counts, Report, RunInfo, TimingResult
-from modelprof.runtime.guard import preserved_state
-from modelprof.runtime.snapshot import snapshot_of
 from modelprof.counting.forward import analyze
 from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
+from modelprof.errors import ModelProfError, ModelProfWarning, TimingDisagreementWarning
+from modelprof.render.views import ROUGH_MARK
+from modelprof.report.memory import memory_facts
+from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.runtime.env import collect_env
+from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
+from modelprof.runtime.exported import exported_layers, is_flat_export
+from modelprof.runtime.guard import preserved_state
+from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
+from modelprof.runtime.snapshot import snapshot_of
+from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
 from modelprof.step.spec import loss_module, refuse_scripted
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
-from modelprof.errors import ModelProfWarning, TimingDisagreementWarning
-from modelprof.render.views import ROUGH_MARK
 
 __all__ = ["profile"]
 
@@ -361,7 +360,6 @@ def _measure(model: nn.Module, mi: ModelInputs, mode: RunMode,
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
     under ``opts``; and the notes that say how the per-layer columns were measured."""
     from modelprof.timing import measure_latency, time_layers
-
     from modelprof.timing.latency import timing_runner
 
     runner = timing_runner(model, mi, mode, opts)

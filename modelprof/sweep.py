@@ -16,8 +16,8 @@ import pandas as pd
 import torch
 
 from modelprof.distributed.sweep import COUNTED_COLUMNS, check_options, run_sweep
-from modelprof.distributed.sweep_store import ResultStore
 from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
+from modelprof.distributed.sweep_store import ResultStore
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv

@@ -37,11 +37,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from modelprof.compare import compare  # noqa: E402
-from modelprof.render.comparison import env_caption  # noqa: E402
-from modelprof.runtime.env import cpu_name  # noqa: E402
 from modelprof.models import load_model  # noqa: E402
-from modelprof.report.plots import plot_compare  # noqa: E402
 from modelprof.profile import profile  # noqa: E402
+from modelprof.render.comparison import env_caption  # noqa: E402
+from modelprof.report.plots import plot_compare  # noqa: E402
+from modelprof.runtime.env import cpu_name  # noqa: E402
 
 __all__ = ["COMPARED", "device_label", "main"]
 

@@ -97,8 +97,11 @@ def tensor_parallel(local_output: bool = True, device: str = "cpu") -> nn.Module
     ``local_output=False`` the activation between them stays a DTensor (GELU runs on it)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
     model = Transformer() if device == "cpu" else Transformer().to(device)
     mesh = init_device_mesh(device, (dist.get_world_size(),))
     for layer in model.layers:

@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from modelprof.distributed.agree import Agreement, agreeing
-from modelprof.timing.sampler import (Sampled, StopRule, WarmupPolicy, collect,
-                                      collect_interleaved, extend, warm_up)
+from modelprof.timing.sampler import (
+    Sampled,
+    StopRule,
+    WarmupPolicy,
+    collect,
+    collect_interleaved,
+    extend,
+    warm_up,
+)
 from modelprof.timing.throughput import ThroughputPoint, search_batches
 
 

@@ -11,12 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from helpers import MLP_NETS
 
 from modelprof import cli
 from modelprof.cli import main, parse_formats, parse_input_size_arg
 from modelprof.errors import ModelProfError
-
-from helpers import MLP_NETS
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import dist_models as dm
 import numpy as np
 import pytest
 import torch
@@ -13,10 +14,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import dist_models as dm
 from modelprof import profile
-from modelprof.timing.clock import StampBuffer
 from modelprof.step.timing import _Instrumented
+from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps, wait_for
 
 

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import math
-
 import re
-
 from pathlib import Path
 
 import pandas as pd
@@ -13,8 +11,8 @@ import torch
 from torch import nn
 
 from modelprof.compare import Comparison, compare
-from modelprof.render.comparison import env_caption
 from modelprof.errors import ModelProfError
+from modelprof.render.comparison import env_caption
 
 
 def _pair() -> dict[str, nn.Module]:

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision
+from helpers import Fn, tv
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, profile, register_formula
 from modelprof.counting.counter import count_ops
 from modelprof.counting.formulas import REGISTRY, Cost
-from helpers import Fn, tv
 
 
 def quiet_profile(model, *args, **kw):

@@ -12,7 +12,6 @@ from torch import nn
 from modelprof import profile
 from modelprof.errors import ModelProfError
 
-
 # --- a dynamically quantized LSTM counts as its float twin -----------------------------------------
 
 class _Recurrent(nn.Module):
@@ -230,15 +229,15 @@ def test_readme_norm_cost_is_what_the_code_charges():
 
 
 def test_counting_doc_has_one_adding_a_formula_section_and_its_example_runs():
-    from pathlib import Path
     import re
+    from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "counting.md").read_text(
         encoding="utf-8")
     assert text.count("## Adding a formula") == 1
     assert "## Bytes read are the bytes the op touches" in text
-    from modelprof.counting.formulas.registry import REGISTRY
     import modelprof
+    from modelprof.counting.formulas.registry import REGISTRY
 
     block = re.search(r"## Adding a formula\n\n```python\n(.*?)```", text, re.S).group(1)
     registry = REGISTRY.copy()  # the example runs against a copy, not the global registry

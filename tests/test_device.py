@@ -7,14 +7,21 @@ import copy
 
 import pytest
 import torch
+from helpers import FakeAllocator
 from torch import nn
 
 import modelprof.runtime.placement as placement_mod
-from modelprof.runtime.device import (MemoryStats, PeakTracker, device_synchronize, is_oom, normalize_device, same_device)
 from modelprof.errors import ModelProfError
-from modelprof.runtime.placement import moved_model
+from modelprof.runtime.device import (
+    MemoryStats,
+    PeakTracker,
+    device_synchronize,
+    is_oom,
+    normalize_device,
+    same_device,
+)
 from modelprof.runtime.inputs import parse_device
-from helpers import FakeAllocator
+from modelprof.runtime.placement import moved_model
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ fp32: 3,159,552 params * 4 B = 12,638,208 B, the whole model's parameter (and gr
 """
 from __future__ import annotations
 
+import dist_models as dm
 import pytest
 import torch
 
-import dist_models as dm
 from modelprof import profile
 from modelprof.distributed.fake import profile_sharded
 from modelprof.errors import ModelProfError, ModelProfWarning

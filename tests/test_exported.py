@@ -8,9 +8,9 @@ import warnings
 import pandas as pd
 import pytest
 import torch
+from helpers import tv
 from torch import nn
 
-from helpers import tv
 from modelprof import profile
 from modelprof.runtime.exported import exported_layers, is_flat_export
 

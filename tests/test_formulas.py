@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision
+from helpers import Fn
 from torch import nn
 
 from modelprof import ModelProfWarning, profile
-from helpers import Fn
 
 
 def totals(model: nn.Module, *args, **kw):
@@ -363,7 +363,11 @@ def test_grouped_mm_in_a_mixture_of_experts_layer():
 
 
 def test_scaled_grouped_mm_formulas_share_the_layouts():
-    from modelprof.counting.formulas.matmul import (_scaled_grouped_mm, _scaled_grouped_mm_v2, grouped_mm_cost)
+    from modelprof.counting.formulas.matmul import (
+        _scaled_grouped_mm,
+        _scaled_grouped_mm_v2,
+        grouped_mm_cost,
+    )
     a, b = torch.randn(11, 8), torch.randn(3, 8, 12)
     offs = torch.tensor([2, 6, 10], dtype=torch.int32)
     scale = torch.ones(1)

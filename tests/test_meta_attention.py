@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from modelprof import profile
-from helpers import equal_reports
 
 
 def _vit(device: str) -> nn.Module:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tv
 from torch import nn
 
 from modelprof import profile
 from modelprof.counting.scope import NOT_CALLED
-from helpers import tv
 
 
 class _Heads(nn.Module):

@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision
+from helpers import Fn
 from torch import nn
 from torch.nn.modules import module as module_mod
 
 from modelprof import profile, register_formula
 from modelprof.counting.counter import count_ops
 from modelprof.counting.formulas import REGISTRY, Cost
-from helpers import Fn
 
 T = torch.randn
 

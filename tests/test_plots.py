@@ -10,11 +10,17 @@ import pytest
 
 pytest.importorskip("matplotlib")
 from matplotlib.figure import Figure  # noqa: E402
+from test_render_fixture import report_frame  # noqa: E402
 
 from modelprof.errors import ModelProfError  # noqa: E402
-from modelprof.report.plots import (plot_compare, plot_flops, plot_latency, plot_roofline, plot_throughput)
+from modelprof.report.plots import (
+    plot_compare,
+    plot_flops,
+    plot_latency,
+    plot_roofline,
+    plot_throughput,
+)
 from modelprof.timing.peaks import Peaks  # noqa: E402
-from test_render_fixture import report_frame  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Peaks chosen so the fixture's layers sit on both sides of the ridge (1e9 / 1e9 = 1 FLOP/B):

@@ -204,6 +204,7 @@ def test_every_view_option_is_documented() -> None:
 def test_the_readme_tour_imports_only_what_its_install_gives() -> None:
     """Every module a README Python block imports comes with the first install command."""
     import ast
+
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

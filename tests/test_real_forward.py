@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import picture
 from torch import nn
 
 from modelprof import ModelProfError, profile
-from helpers import picture
 
 # one Linear(8, 8) without bias on a (2, 8) input: 2 * 8 * 8 = 128 MACs
 ONE = 128

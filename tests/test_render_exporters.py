@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_render_fixture import report_frame, report_totals
 
 from modelprof.errors import ModelProfError
 from modelprof.render import to_html, to_latex, to_markdown, to_text
 from modelprof.render.latex import escape_latex
 from modelprof.render.views import compact_columns
-from test_render_fixture import report_frame, report_totals
 
 GOLDEN = Path(__file__).parent / "golden"
 TOTALS = {k: v for k, v in report_totals().items() if k != "output_bytes"}  # as a Report shows

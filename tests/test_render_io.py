@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_render_fixture import report_frame, report_totals
 
 from modelprof.errors import ModelProfError
 from modelprof.render import read_csv, read_json, to_csv, to_json
-from test_render_fixture import report_frame, report_totals
 
 ENV = {"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32", "batch_size": 1,
        "torch_version": "2.14.1", "threads": 2}
@@ -155,8 +155,8 @@ def test_read_csv_errors() -> None:
 
 
 def test_roofline_columns_round_trip_including_a_missing_bound() -> None:
-    from modelprof.timing.peaks import Peaks
     from modelprof.report.roofline import add_roofline
+    from modelprof.timing.peaks import Peaks
 
     df = add_roofline(report_frame(), Peaks(1e9, 1e9))
     df.loc[3, "bound"] = None  # a row without work has no bound

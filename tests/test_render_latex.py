@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_render_fixture import report_frame, report_totals
 
 from modelprof.errors import ModelProfError
-from modelprof.render.latex import (LONG_ROWS, NOMINAL_WIDTH_PT, estimate_width_pt, latex_table, to_latex)
+from modelprof.render.latex import (
+    LONG_ROWS,
+    NOMINAL_WIDTH_PT,
+    estimate_width_pt,
+    latex_table,
+    to_latex,
+)
 from modelprof.render.views import prepare_table
-from test_render_fixture import report_frame, report_totals
 
 TOTALS = {k: v for k, v in report_totals().items() if k != "output_bytes"}
 E2E = {"latency_ms": 1.0}

@@ -6,7 +6,17 @@ import math
 import pytest
 
 from modelprof.errors import ModelProfError
-from modelprof.render.units import (IEC_PREFIXES, SI_PREFIXES, TIME_UNITS, format_bytes, format_count, format_percent, format_rate, format_time_ms, pick_scale)
+from modelprof.render.units import (
+    IEC_PREFIXES,
+    SI_PREFIXES,
+    TIME_UNITS,
+    format_bytes,
+    format_count,
+    format_percent,
+    format_rate,
+    format_time_ms,
+    pick_scale,
+)
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from test_render_fixture import ADDITIVE, report_frame, report_totals
 
 from modelprof.errors import ModelProfError
-from modelprof.render.views import (END_TO_END_LABEL, TOTAL_LABEL, ROOT_LABEL, column_spec, compact_columns, default_totals, prepare_table, select_columns, select_rows)
-from test_render_fixture import ADDITIVE, report_frame, report_totals
+from modelprof.render.views import (
+    END_TO_END_LABEL,
+    ROOT_LABEL,
+    TOTAL_LABEL,
+    column_spec,
+    compact_columns,
+    default_totals,
+    prepare_table,
+    select_columns,
+    select_rows,
+)
 
 
 def _names(df: pd.DataFrame) -> list[str]:

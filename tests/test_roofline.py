@@ -10,11 +10,25 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_render_fixture import report_frame
 
 from modelprof.errors import ModelProfError
-from modelprof.timing.peaks import KNOWN_DEVICES, MemoryLevel, Peaks, cache_levels, lookup_peaks, match_device, probe_peaks
-from modelprof.report.roofline import ROOFLINE_COLUMNS, add_roofline, compute_roofs, judged_levels, observed_peaks
-from test_render_fixture import report_frame
+from modelprof.report.roofline import (
+    ROOFLINE_COLUMNS,
+    add_roofline,
+    compute_roofs,
+    judged_levels,
+    observed_peaks,
+)
+from modelprof.timing.peaks import (
+    KNOWN_DEVICES,
+    MemoryLevel,
+    Peaks,
+    cache_levels,
+    lookup_peaks,
+    match_device,
+    probe_peaks,
+)
 
 PEAKS = Peaks(peak_flops=1e12, peak_bytes=1e11, source="user", device="toy", dtype="float32")
 

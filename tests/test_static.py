@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from helpers import tv
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.modules import module as module_mod
@@ -18,7 +19,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from modelprof import ModelProfError, ModelProfWarning, Report, profile, register_formula
 from modelprof.counting.formulas import REGISTRY, Cost
 from modelprof.report.rows import ADDITIVE, COLUMNS, TORCHSTAT_COLUMNS
-from helpers import tv
 
 # torchstat's own table for resnet18, a copy of shared/reference/torchstat_resnet18.csv (see
 # shared/reference/README.md), kept in the repository so that any clone can run this test
@@ -443,9 +443,9 @@ def test_csv_round_trip_and_markdown(tmp_path, resnet18_report, style):
 def test_peak_memory_nesting_with_fake_allocator_stats():
     """The CUDA allocator peak per call, driven by fake stats: a child's reset must not lose
     the parent's peak (CUDA itself is exercised by the cuda-marked test below)."""
+    from modelprof.counting.scope import Tracker
     from modelprof.runtime.device import MemoryStats
     from modelprof.runtime.hooks import module_names
-    from modelprof.counting.scope import Tracker
 
     state = {"current": 100, "peak": 100}
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import state_snapshot
 from torch import nn
 
 from modelprof import compare, profile
 from modelprof.cli import main
 from modelprof.errors import ModelProfError
-from helpers import state_snapshot
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::modelprof.errors.NoisyMeasurementWarning")

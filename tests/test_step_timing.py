@@ -11,12 +11,12 @@ import torch
 from torch import nn
 
 from modelprof import profile
-from modelprof.step.count import count_step
 from modelprof.errors import ModelProfError
 from modelprof.runtime.inputs import make_inputs
+from modelprof.step import timing as step_timer
+from modelprof.step.count import count_step
 from modelprof.step.spec import StepSpec
 from modelprof.timing import MemoryStats
-from modelprof.step import timing as step_timer
 from modelprof.timing.clock import CpuClock, StampBuffer
 
 pytestmark = pytest.mark.filterwarnings(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from helpers import MLP_NETS
 
 import modelprof
 from modelprof import sweep
@@ -16,8 +17,6 @@ from modelprof.distributed.sweep import COUNTED_COLUMNS
 from modelprof.distributed.sweep_store import write_atomic
 from modelprof.errors import ModelProfError
 from modelprof.models import load_model
-
-from helpers import MLP_NETS
 
 NETS = MLP_NETS + """
 def needs_values():  # construction reads a value: cannot be built on meta
@@ -310,7 +309,6 @@ def test_a_folder_where_a_result_goes_is_refused_before_anything_runs(
 
 def test_a_formula_model_cell_is_written_inert(monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
-    import modelprof.sweep as sweep_mod
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "=cmd.py").write_text("from torch import nn\n"

@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
-from modelprof.errors import FewSamplesWarning
+from modelprof.errors import FewSamplesWarning, ModelProfError
 from modelprof.timing import Measurement, measure_latency
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.modes import CPU_FLUSH_BYTES, CacheFlusher, last_level_cache_bytes

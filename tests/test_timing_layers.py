@@ -10,16 +10,15 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from helpers import FakeAllocator
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import FewSamplesWarning, ModelProfError
 from modelprof.runtime.inputs import make_inputs
-from modelprof.errors import FewSamplesWarning
 from modelprof.timing import LayerTiming, time_layers
 from modelprof.timing.calibration import Spin, spin_model
 from modelprof.timing.clock import CpuClock
 from modelprof.timing.layers import HookCost, calibrate_hooks
-from helpers import FakeAllocator
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::modelprof.errors.NoisyMeasurementWarning")

@@ -318,8 +318,8 @@ def test_an_interval_too_wide_to_judge_a_trend_does_not_claim_stability():
 
 
 def test_repeat_one_gives_nan_interval_and_no_stability(recwarn):
-    from torch import nn
     import torch
+    from torch import nn
 
     from modelprof.timing import measure_latency
     m = measure_latency(nn.Linear(4, 4), inputs=torch.randn(1, 4), repeat=1, warmup=1)

@@ -8,7 +8,19 @@ import pytest
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.timing.sampler import (BLOCK_S, MAX_BLOCK, StopRule, WarmRegistry, WarmupPolicy, block_size, collect, collect_interleaved, input_signature, relative_ci, warm_up)
+from modelprof.timing.sampler import (
+    BLOCK_S,
+    MAX_BLOCK,
+    StopRule,
+    WarmRegistry,
+    WarmupPolicy,
+    block_size,
+    collect,
+    collect_interleaved,
+    input_signature,
+    relative_ci,
+    warm_up,
+)
 
 
 class FakeTime:

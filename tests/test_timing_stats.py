@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, drift, paired_ratio, t_quantile, within_ci)
+from modelprof.timing.stats import (
+    between_block_ci,
+    block_medians,
+    combined_ci,
+    drift,
+    paired_ratio,
+    t_quantile,
+    within_ci,
+)
 
 # Two-sided 95 % (p = 0.975) and 99 % (p = 0.995) critical values of Student's t, to the
 # 6 decimals of standard tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2)

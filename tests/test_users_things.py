@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import picture
 from torch import nn
 
 from modelprof import ModelProfError, ModelProfWarning, compare, profile
 from modelprof.runtime import compat
-
-from helpers import picture
 
 QUICK = dict(repeat=3, warmup=1, roofline=False, warn=False)   # a timed profile, kept short
 

@@ -30,7 +30,7 @@ def test_gpt2_small_training_step_per_token_against_nanogpt():
                                   n_positions=1024)
     with torch.device("meta"):
         model = transformers.GPT2LMHeadModel(cfg)
-    L, H, Q, T, d, V = 12, 12, 64, 1024, 768, 50257
+    L, H, Q, T, d = 12, 12, 64, 1024, 768
     # nanoGPT's N: every parameter but the position embeddings (get_num_params(True))
     n = sum(p.numel() for p in model.parameters()) - T * d
     assert n == 123_653_376

@@ -31,11 +31,15 @@ from typing import Any
 import torch
 
 from modelprof.counting.formulas.memory import VIEW
-from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
-from modelprof.distributed.collectives import (add_collective, collective_kind, collective_of,
-                                               is_comm_bookkeeping)
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
+from modelprof.distributed.collectives import (
+    add_collective,
+    collective_kind,
+    collective_of,
+    is_comm_bookkeeping,
+)
 from modelprof.distributed.view import ShardView, current_view, is_dtensor_type
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat

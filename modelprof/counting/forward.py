@@ -16,20 +16,20 @@ import torch
 from torch import nn
 
 from modelprof.counting.counter import OpCounter, OpStats
-from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
-from modelprof.errors import ModelProfError
-from modelprof.runtime import compat
 from modelprof.counting.formulas.quantized import packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
+from modelprof.counting.scope import CallRecord, Tracker
+from modelprof.distributed.view import ParamView
+from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
+from modelprof.runtime.device import MemoryStats, same_device
+from modelprof.runtime.execution import RunMode, running
+from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import model_placement
 from modelprof.runtime.tensors import shape_str
-from modelprof.runtime.device import MemoryStats, same_device
-from modelprof.runtime.execution import RunMode, running
-from modelprof.distributed.view import ParamView
-from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.runtime.guard import preserved_state
 
 __all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
 

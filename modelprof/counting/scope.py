@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
 from modelprof.distributed.view import ShardView, current_view, is_dtensor
 from modelprof.runtime.device import MemoryStats, PeakTracker
-from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
 from modelprof.runtime.tensors import iter_tensors, tensor_nbytes, tensor_shape
 
 __all__ = ["NOT_CALLED", "CallRecord", "Tracker"]

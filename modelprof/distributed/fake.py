@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.runtime import compat
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 
 __all__ = ["profile_sharded"]
 

@@ -12,8 +12,7 @@ from modelprof.errors import ModelProfError
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.lm import LanguageModel, language_model
-from modelprof.generation.memory import (MemoryPlan, activation_bytes, check_run_fits,
-                                         weights_bytes)
+from modelprof.generation.memory import MemoryPlan, activation_bytes, check_run_fits, weights_bytes
 from modelprof.generation.moe import moe_info
 from modelprof.generation.phases import count_phases
 from modelprof.generation.prompt import PromptInputs, prompt_inputs

@@ -8,8 +8,21 @@ from modelprof.render.jsonio import read_json, to_json
 from modelprof.render.latex import escape_latex, to_latex
 from modelprof.render.markdown import to_markdown
 from modelprof.render.text import to_text
-from modelprof.render.units import (format_bytes, format_count, format_percent, format_rate, format_time_ms)
-from modelprof.render.views import (COMPACT_COLUMNS, Table, compact_columns, prepare_table, select_columns, select_rows)
+from modelprof.render.units import (
+    format_bytes,
+    format_count,
+    format_percent,
+    format_rate,
+    format_time_ms,
+)
+from modelprof.render.views import (
+    COMPACT_COLUMNS,
+    Table,
+    compact_columns,
+    prepare_table,
+    select_columns,
+    select_rows,
+)
 
 __all__ = [
     "COMPACT_COLUMNS",

@@ -10,8 +10,8 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.formats import register_format
-from modelprof.render.text import escape_control
 from modelprof.render.options import ViewOptions
+from modelprof.render.text import escape_control
 from modelprof.render.views import Table, prepare_table
 
 __all__ = ["to_markdown", "markdown_table"]

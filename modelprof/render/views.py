@@ -24,7 +24,19 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render.options import ViewOptions
-from modelprof.render.units import (IEC_PREFIXES, MISSING, SI_PREFIXES, TIME_UNITS, format_bytes, format_count, format_multiple, format_percent, format_rate, format_time_ms, pick_scale)
+from modelprof.render.units import (
+    IEC_PREFIXES,
+    MISSING,
+    SI_PREFIXES,
+    TIME_UNITS,
+    format_bytes,
+    format_count,
+    format_multiple,
+    format_percent,
+    format_rate,
+    format_time_ms,
+    pick_scale,
+)
 
 __all__ = [
     "UNITS",

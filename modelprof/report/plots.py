@@ -173,8 +173,8 @@ def plot_roofline(
     modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
     the ones the rows are judged against (probed roofs raised where a layer beat them:
     ``modelprof.timing.peaks.observed_peaks``)."""
-    from modelprof.timing.peaks import Peaks as PeaksClass
     from modelprof.report.roofline import add_roofline, observed_peaks
+    from modelprof.timing.peaks import Peaks as PeaksClass
 
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}")

@@ -212,8 +212,7 @@ class Report:
         (2 x MACs of contractions) or ``"flops"`` (every counted FLOP). ``causal``:
         ``"counted"`` or ``"half"`` (a causal model's attention contractions halved; not for a
         ``decode`` step)."""
-        from modelprof.report.utilization import (Convention, Utilization, resolve_peaks,
-                                                  utilization)
+        from modelprof.report.utilization import Convention, Utilization, resolve_peaks, utilization
 
         chosen, known = resolve_peaks(peak, self)
         convention = Convention(flops=flops, causal=causal, peaks=chosen)

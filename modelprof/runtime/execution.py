@@ -17,9 +17,9 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.tensors import map_tensors
-from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.guard import set_training
+from modelprof.runtime.inputs import parse_dtype
+from modelprof.runtime.tensors import map_tensors
 
 __all__ = ["RunMode", "amp_context", "dispatch_modes_restored", "grad_context", "grad_switches",
            "legacy_eval_mode", "model_state", "parse_amp", "running", "to_channels_last"]

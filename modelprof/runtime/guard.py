@@ -60,8 +60,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 
-from modelprof.runtime import compat
 from modelprof.errors import ModelProfWarning
+from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
 from modelprof.runtime.tensors import PLAIN_TENSORS, version_of
 

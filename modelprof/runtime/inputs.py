@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import normalize_device
-from modelprof.errors import ModelProfError
-from modelprof.runtime.placement import to_placement, model_placement
+from modelprof.runtime.placement import model_placement, to_placement
 from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, map_tensors, shape_str
 
 __all__ = ["InputSpec", "ModelInputs", "available_memory_bytes", "build_inputs",

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from modelprof.runtime.device import same_device
 from modelprof.errors import ModelProfError
+from modelprof.runtime.device import same_device
 
 __all__ = ["copy_model", "model_placement", "moved_model"]
 

@@ -28,26 +28,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.runtime import compat
-from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.counting.counter import OpCounter, OpStats
-from modelprof.runtime.device import MemoryStats, same_device
-from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import RunMode, amp_context, running
-from modelprof.runtime.guard import preserved_state
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
+from modelprof.counting.forward import StaticResult, counted_module, forward_error, meta_attention
+from modelprof.counting.scope import CallRecord, Tracker
+from modelprof.distributed.collectives import merge_comm
+from modelprof.distributed.group import communicates
+from modelprof.distributed.view import ParamView
+from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
+from modelprof.runtime.device import MemoryStats, same_device
+from modelprof.runtime.execution import RunMode, amp_context, running
+from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.runtime.placement import model_placement
-from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.counting.forward import (StaticResult, counted_module, forward_error,
-                                        meta_attention)
+from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
+from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.step.spec import StepSpec
-from modelprof.distributed.group import communicates
-from modelprof.distributed.collectives import merge_comm
-from modelprof.distributed.view import ParamView
 
 __all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "add_pass", "count_step",
            "grad_leaves", "move_target", "step_guard", "step_state", "storage_key",

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from modelprof.step.count import StepCost
 from modelprof.counting.scope import CallRecord
+from modelprof.step.count import StepCost
 
 __all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "step_columns"]
 

@@ -32,19 +32,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
-from modelprof.step.count import grad_leaves, move_target, step_guard
-from modelprof.runtime.device import MemoryStats
-from modelprof.runtime.env import collect_env
 from modelprof.distributed.group import communicates, is_ddp
 from modelprof.errors import ModelProfError
+from modelprof.runtime.device import MemoryStats
+from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.tensors import iter_tensors
 from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.progress import sampling_bar
 from modelprof.runtime.snapshot import Snapshot
+from modelprof.runtime.tensors import iter_tensors
+from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
+from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.step.spec import StepSpec
 from modelprof.timing.clock import StampBuffer, clock_for
 from modelprof.timing.comm import CommStamps

@@ -6,10 +6,10 @@ cold cache) in ``modes``, interleaved comparisons in ``interleave``.
 """
 from __future__ import annotations
 
+from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
 from modelprof.timing.interleave import LatencyComparison, measure_latencies
 from modelprof.timing.latency import measure_latency
 from modelprof.timing.layers import HookCost, LayerTiming, MemoryStats, time_layers
-from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.throughput import Throughput, ThroughputPoint, measure_throughput

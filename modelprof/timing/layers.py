@@ -24,16 +24,16 @@ import torch
 from torch import nn
 
 from modelprof.distributed.group import communicates
+from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.env import collect_env
-from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
 from modelprof.runtime.progress import progress_bar, sampling_bar
-from modelprof.timing.comm import CommStamps
 from modelprof.timing.clock import Clock, clock_for
+from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import WARMED, collect, extend, input_signature, warm_up

@@ -38,7 +38,14 @@ from typing import Any
 import numpy as np
 
 from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
-from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, drift, median_ci_ranks, within_ci)
+from modelprof.timing.stats import (
+    between_block_ci,
+    block_medians,
+    combined_ci,
+    drift,
+    median_ci_ranks,
+    within_ci,
+)
 
 __all__ = [
     "Measurement",

@@ -13,7 +13,13 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import (amp_context, grad_context, model_state, parse_amp, to_channels_last)
+from modelprof.runtime.execution import (
+    amp_context,
+    grad_context,
+    model_state,
+    parse_amp,
+    to_channels_last,
+)
 
 __all__ = [
     "COMPILE_MODES",

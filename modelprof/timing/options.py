@@ -33,7 +33,16 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import parse_amp
 from modelprof.timing.modes import parse_compile
-from modelprof.timing.sampler import (DEFAULT_BUDGET_S, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_BLOCKS, DEFAULT_MIN_SAMPLES, DEFAULT_PRECISION, WARMUP_S, StopRule, WarmupPolicy)
+from modelprof.timing.sampler import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_MIN_BLOCKS,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_PRECISION,
+    WARMUP_S,
+    StopRule,
+    WarmupPolicy,
+)
 
 __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
 

@@ -20,9 +20,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from modelprof.runtime.env import cpu_name
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import device_synchronize, tf32_enabled
+from modelprof.runtime.env import cpu_name
 from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
 

@@ -33,7 +33,13 @@ import numpy as np
 from modelprof.distributed.agree import decisions
 from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import iter_tensors
-from modelprof.timing.stats import (between_block_ci, block_medians, combined_ci, paired_ratio, within_ci)
+from modelprof.timing.stats import (
+    between_block_ci,
+    block_medians,
+    combined_ci,
+    paired_ratio,
+    within_ci,
+)
 
 __all__ = [
     "BLOCK_S",

@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from modelprof.distributed.agree import agreed_timing, current_agreement, decisions
-from modelprof.runtime.env import collect_env
 from modelprof.errors import ModelProfError
-from modelprof.runtime.placement import model_placement, moved_model
-from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.device import is_oom
+from modelprof.runtime.env import collect_env
+from modelprof.runtime.inputs import parse_device, parse_dtype
+from modelprof.runtime.placement import model_placement, moved_model
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.latency import measure_latency
 from modelprof.timing.measurement import Measurement, format_ms

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.runtime import compat
 from modelprof.counting.formulas.norm import NORM_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
-from modelprof.counting.formulas.registry import (Cost, optional_hops, optional_ops, register_present,
-                                                  wants_probe)
+from modelprof.counting.formulas.registry import (
+    Cost,
+    optional_hops,
+    optional_ops,
+    register_present,
+    wants_probe,
+)
 from modelprof.counting.formulas.values import has_values, offsets_to_lengths
+from modelprof.runtime import compat
 
 __all__ = ["attention_backward_cost", "attention_cost", "multi_head_attention_cost",
            "varlen_pairs"]

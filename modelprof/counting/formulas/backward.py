@@ -43,10 +43,20 @@ import torch
 
 from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.pool import adaptive_window_sum
-from modelprof.counting.formulas.registry import (ZERO, Cost, optional_ops, register_formula,
-                                                  register_present)
-from modelprof.counting.formulas.rnn import (CELL_ELEMENTWISE, GATE_MODE, GATES,
-                                             cudnn_has_biases, cudnn_weight_shapes)
+from modelprof.counting.formulas.registry import (
+    ZERO,
+    Cost,
+    optional_ops,
+    register_formula,
+    register_present,
+)
+from modelprof.counting.formulas.rnn import (
+    CELL_ELEMENTWISE,
+    GATE_MODE,
+    GATES,
+    cudnn_has_biases,
+    cudnn_weight_shapes,
+)
 
 __all__ = ["NORM_BACKWARD_FLOPS_PER_ELEMENT", "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
            "norm_backward_cost"]

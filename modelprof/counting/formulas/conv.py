@@ -5,7 +5,12 @@ from math import prod
 
 import torch
 
-from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+from modelprof.counting.formulas.registry import (
+    Cost,
+    optional_ops,
+    register_formula,
+    register_present,
+)
 
 __all__ = ["conv_macs"]
 

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.counting.formulas.registry import Cost, optional_ops, register_formula, register_present
+from modelprof.counting.formulas.registry import (
+    Cost,
+    optional_ops,
+    register_formula,
+    register_present,
+)
 
 __all__ = ["LOSS_FLOPS_PER_ELEMENT"]
 

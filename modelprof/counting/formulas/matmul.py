@@ -7,7 +7,12 @@ from math import prod
 
 import torch
 
-from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+from modelprof.counting.formulas.registry import (
+    Cost,
+    optional_ops,
+    register_formula,
+    register_present,
+)
 from modelprof.counting.formulas.values import has_values
 
 __all__ = ["grouped_mm_cost", "matmul_cost"]

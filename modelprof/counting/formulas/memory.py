@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.counting.formulas.registry import (ZERO, optional_ops, register_formula, register_present)
+from modelprof.counting.formulas.registry import (
+    ZERO,
+    optional_ops,
+    register_formula,
+    register_present,
+)
 
 __all__ = ["VIEW"]
 

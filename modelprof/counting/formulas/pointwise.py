@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+from modelprof.counting.formulas.registry import (
+    Cost,
+    optional_ops,
+    register_formula,
+    register_present,
+)
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "elementwise", "reduction"]
 

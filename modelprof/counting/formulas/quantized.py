@@ -24,8 +24,15 @@ from modelprof.counting.formulas.matmul import matmul_cost
 from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
 from modelprof.counting.formulas.pool import pool_cost
+from modelprof.counting.formulas.registry import (
+    REGISTRY,
+    ZERO,
+    Cost,
+    optional_hops,
+    optional_ops,
+    register_present,
+)
 from modelprof.counting.formulas.rnn import rnn_cost
-from modelprof.counting.formulas.registry import (REGISTRY, ZERO, Cost, optional_hops, optional_ops, register_present)
 from modelprof.runtime.tensors import stored_nbytes
 
 __all__ = ["packed_nbytes", "packed_weights"]

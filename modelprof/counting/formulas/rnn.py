@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.counting.formulas.registry import (Cost, optional_ops, register_formula, register_present)
+from modelprof.counting.formulas.registry import (
+    Cost,
+    optional_ops,
+    register_formula,
+    register_present,
+)
 
 __all__ = ["cudnn_has_biases", "cudnn_weight_shapes", "rnn_cost"]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-
 from modelprof.counting.formulas.registry import Cost, optional_ops, register_present
 
 __all__ = ["fft_flops"]
