@@ -538,7 +538,8 @@ def _run_compare(ctx: _Context) -> None:
                  batch_size=None if named is not None else args.batch_size,
                  device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
                  throughput=args.throughput, throughput_options=_throughput_options(args),
-                 progress=ctx.progress, **ctx.timing_options(), **ctx.step_options())
+                 on_step=ctx.step_lines(str), progress=ctx.progress, **ctx.timing_options(),
+                 **ctx.step_options())
     env = df.attrs.get("env") or {}
     caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -58,6 +58,7 @@ def compare(
     timing: bool = True,
     throughput: bool = False,
     throughput_options: TimingOptions | Mapping[str, Any] | None = None,
+    on_step: Callable[[str], None] | None = None,
     **profile_options: Any,
 ) -> Comparison:
     """Profile every model the same way; return one row per model (index: its name).
@@ -91,7 +92,8 @@ def compare(
     model. ``attrs["env"]`` holds the
     environment (recorded once), ``attrs["baseline"]`` the baseline's name. Other keyword
     arguments are timing options (``modelprof.timing.options``) or go to
-    :func:`modelprof.profile`.
+    :func:`modelprof.profile`. ``on_step`` is called with a line as each model is profiled and
+    when the interleaved timing ends (the command line prints them when it has no terminal).
     """
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
@@ -120,16 +122,23 @@ def compare(
             except ModelProfError as e:
                 raise ModelProfError(f"model {name!r}: {e}") from e
             bar.update(1)
+            _said(on_step, f"{name}: profiled ({len(rows)} of {len(named)})")
         if timing:
             bar.set_description("interleaved timing")
             run.time(rows, baseline, bar)
             bar.update(1)
+            _said(on_step, f"interleaved timing of {len(named)} models done")
     finally:
         try:
             held.close()          # the models, inputs, target and loss module put back
         finally:
             bar.close()
     return _table(rows, baseline, run.env, run.timing_attrs)
+
+
+def _said(on_step: Callable[[str], None] | None, line: str) -> None:
+    if on_step is not None:
+        on_step(line)
 
 
 class _Run:

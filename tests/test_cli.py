@@ -212,6 +212,18 @@ def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
     assert all(line.startswith("modelprof: narrow: batch ") for line in lines)
 
 
+def test_compare_without_a_terminal_says_it_is_alive(
+        nets: Path, capsys: pytest.CaptureFixture) -> None:
+    # stderr captured: no terminal, so no progress bar; a line per profiled model and one when
+    # the interleaved timing ends
+    assert main(["compare", f"{nets}:narrow", f"{nets}:wide", "--budget", "0.05"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("modelprof: ") and "warning" not in line]
+    assert lines == ["modelprof: narrow: profiled (1 of 2)",
+                     "modelprof: wide: profiled (2 of 2)",
+                     "modelprof: interleaved timing of 2 models done"]
+
+
 def test_throughput_with_a_progress_bar_prints_no_lines(nets: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("tqdm")
