@@ -241,6 +241,14 @@ def test_cache_layer_tensors_reads_the_old_lists_only() -> None:
     assert compat.cache_layer_tensors(object()) is None
 
 
+def test_plain_tensor_types_and_the_exported_module_type_name() -> None:
+    assert torch.Tensor in compat.PLAIN_TENSOR_TYPES and nn.Parameter in compat.PLAIN_TENSOR_TYPES
+    # nn.Buffer (torch 2.5 on) is a plain tensor's class where it exists
+    assert (getattr(nn, "Buffer", None) in compat.PLAIN_TENSOR_TYPES) is hasattr(nn, "Buffer")
+    assert compat.module_stack_type_name(nn.Linear) == "Linear"
+    assert compat.module_stack_type_name("torch.nn.modules.linear.Linear") == "Linear"
+
+
 def test_every_entry_of_compat_is_called_in_this_file() -> None:
     source = open(__file__, encoding="utf-8").read()
     missing = [name for name in compat.__all__ if f"compat.{name}" not in source]

@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "CACHE_ARGUMENTS", "DTENSOR_MODULES", "FSDP2_PUBLIC", "fsdp_module_class", "fully_shard",
+    "CACHE_ARGUMENTS", "PLAIN_TENSOR_TYPES", "module_stack_type_name", "DTENSOR_MODULES", "FSDP2_PUBLIC", "fsdp_module_class", "fully_shard",
     "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
     "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
     "decomposition_table", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
@@ -218,6 +218,17 @@ class function_stack:  # noqa: N801 - a namespace of the torch-function mode sta
     @staticmethod
     def push(mode: Any) -> None:
         torch._C._push_on_torch_function_stack(mode)
+
+
+#: the classes of a plain tensor (no subclass): a parameter, and ``nn.Buffer`` from torch 2.5
+PLAIN_TENSOR_TYPES: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter) + (
+    (torch.nn.Buffer,) if hasattr(torch.nn, "Buffer") else ())
+
+
+def module_stack_type_name(kind: Any) -> str:
+    """The class name an exported node's ``nn_module_stack`` records for a module: the class
+    itself, or its qualified name as a string (both seen across torch 2.4-2.14)."""
+    return kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
 
 
 def autocast_enabled(device_type: str) -> bool:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfWarning
+from modelprof.runtime import compat
 
 __all__ = ["exported_layers", "is_flat_export"]
 
@@ -73,8 +74,7 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
     for node in graph.nodes:
         for path, kind in (node.meta.get("nn_module_stack") or {}).values():
             if path not in found:
-                found[path] = kind.__name__ if isinstance(kind, type) else \
-                    str(kind).rsplit(".", 1)[-1]
+                found[path] = compat.module_stack_type_name(kind)
     return found
 
 

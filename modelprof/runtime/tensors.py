@@ -9,7 +9,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torch import nn
 
 from modelprof.runtime import compat
 
@@ -18,8 +17,7 @@ __all__ = ["PLAIN_TENSORS", "brief", "holds_tensors", "is_dtensor_type", "iter_t
            "tensor_shape", "version_of"]
 
 #: the types of plain tensors (no subclass): a parameter and a buffer are tensors
-PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer) if hasattr(nn, "Buffer") else
-                          (torch.Tensor, nn.Parameter))
+PLAIN_TENSORS = frozenset(compat.PLAIN_TENSOR_TYPES)
 
 
 def map_tensors(obj: Any, fn) -> Any:
