@@ -622,7 +622,7 @@ def _run_generate(ctx: _Context) -> None:
         cache=None if args.cache == "none" else args.cache,
         contexts=_int_list_arg("--contexts", args.contexts), timing=timing,
         layer_timing=not args.no_layer_timing, target=args.target, progress=ctx.progress,
-        **ctx.timing_options())
+        on_step=ctx.step_lines(str), **ctx.timing_options())
     print(report, file=ctx.stdout)
     from modelprof.render import to_markdown
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)

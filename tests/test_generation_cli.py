@@ -14,6 +14,19 @@ TINY = "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2," \
        "num_attention_heads=4,num_key_value_heads=2,vocab_size=128"
 
 
+def test_generate_without_a_terminal_prints_a_line_per_finished_step(capsys):
+    # stderr captured: no terminal, no progress bar; per batch size a line when its phases are
+    # counted (and timed per layer) and one when its generations are timed
+    assert main(["generate", TINY, "--prompt-len", "8", "--new-tokens", "4",
+                 "--batch-size", "1,2", "--budget", "0.1"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("modelprof: batch")]
+    assert [line.split(": ")[1] for line in lines] == ["batch 1"] * 2 + ["batch 2"] * 2
+    assert lines[0] == ("modelprof: batch 1: prefill and 3 decode steps counted and timed per "
+                        "layer")                      # decode at the first, middle and last step
+    assert lines[1].startswith("modelprof: batch 1: ") and lines[1].endswith(" generations timed")
+
+
 def test_parse_overrides():
     assert parse_overrides("a=1,b=x,c=[1, 2],d=1e-5") == {"a": 1, "b": "x", "c": [1, 2],
                                                         "d": 1e-5}

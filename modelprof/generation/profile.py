@@ -3,6 +3,7 @@ measured end to end, its KV cache and memory, and bounded on a named device."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int | None = 
                        device: Any = None, dtype: Any = None, timing: bool | None = None,
                        layer_timing: bool = True, target: Any = None, seed: int = 0,
                        options: TimingOptions | None = None,
+                       on_step: Callable[[str], None] | None = None,
                        **timing_options: Any) -> GenerationReport:
     """Profile greedy generation of exactly ``new_tokens`` after a ``prompt_len`` prompt
     (default 128 tokens).
@@ -53,7 +55,9 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int | None = 
     ``inputs={...}``: the prompt's other keyword inputs (a vision-language model's
     ``pixel_values``) and its own ``input_ids`` (with the image tokens; their length is then the
     prompt length), given to the prompt's forward only (``generation.prompt``).
-    The model, its config and generation config come back as they went in.
+    The model, its config and generation config come back as they went in. ``on_step`` is
+    called with a line as each batch size is counted and timed (the command line prints them
+    when it has no terminal).
     """
     opts = TimingOptions.parse(options, **timing_options)
     dev, dt = model_device_dtype(model, device, dtype)
@@ -80,19 +84,26 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int | None = 
     configs = [getattr(model, k, None) for k in ("config", "generation_config")]
     with guard, snapshot_of(*configs), running(lm.root, RunMode(device=dev)), \
             torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        return _run(lm, spec, opts, timing, layer_timing, peaks, seed)
+        return _run(lm, spec, opts, (timing, layer_timing), peaks, seed, on_step)
 
 
-def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions, timing: bool,
-         layer_timing: bool, peaks: Any, seed: int) -> GenerationReport:
+def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions,
+         timed: tuple[bool, bool], peaks: Any, seed: int,
+         on_step: Callable[[str], None] | None) -> GenerationReport:
+    """``timed``: (whole generations, per-layer passes)."""
+    timing, layer_timing = timed
+    say = on_step if on_step is not None else (lambda line: None)
     phases, timings = {}, {}
     for b in spec.batch_sizes:
         pre, decode = count_phases(lm, spec, b, seed,
                                    opts if timing and layer_timing else None)
         phases[b] = [pre, *decode]
+        say(f"batch {b}: prefill and {len(decode)} decode steps "
+            f"{'counted and timed per layer' if timing and layer_timing else 'counted'}")
         if timing:
             timings[b] = measure_generation(lm, spec, b, opts,
                                             torch.Generator().manual_seed(seed))
+            say(f"batch {b}: {timings[b].end_to_end.n} generations timed")
     first = phases[spec.batch_sizes[0]]
     kv = next((p.kv for p in reversed(first) if p.kv is not None), None)
     memory = _memory(lm, spec, first, kv)
