@@ -67,8 +67,9 @@ def _fsdp_params(model: nn.Module) -> list[Any]:
     if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
         return []
     found = []
+    fsdp = compat.fsdp_module_class()
     for m in model.modules():
-        if isinstance(m, compat.fsdp_module_class()):
+        if isinstance(m, fsdp):
             group = m._get_fsdp_state()._fsdp_param_group
             if group is not None:
                 found.extend(group.fsdp_params)

@@ -21,6 +21,7 @@ import re
 import sys
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
@@ -30,13 +31,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "CACHE_ARGUMENTS", "PLAIN_TENSOR_TYPES", "module_stack_type_name", "DTENSOR_MODULES", "FSDP2_PUBLIC", "fsdp_module_class", "fully_shard",
-    "is_dtensor_class", "STATIC_CACHE_REWINDS", "cache_layer_tensors", "FakeTensor", "FakeTensorMode", "HigherOrderOperator", "OpOverload", "OpOverloadPacket",
-    "TorchDispatchMode", "autocast_enabled", "cache_argument", "current_autograd_node",
-    "decomposition_table", "forget_dynamo_skips", "function_stack", "has_composite_kernel",
-    "current_function_mode", "default_mesh_on_cpu", "dispatch_stack_state", "getitem_to_index", "is_fake", "meta_autocast", "meta_failure_hint", "mha_device_check", "set_mha_device_check",
-    "meta_mask_dropped", "new_hf_cache", "restore_dispatch_stack", "optional_ops", "output_cache", "require",
-    "torch_version", "transformers_version", "version_tuple",
+    "autocast_enabled", "cache_argument", "CACHE_ARGUMENTS", "cache_layer_tensors",
+    "current_autograd_node", "current_function_mode", "decomposition_table", "default_mesh_on_cpu",
+    "dispatch_stack_state", "DTENSOR_MODULES", "FakeTensor", "FakeTensorMode",
+    "forget_dynamo_skips", "FSDP2_PUBLIC", "fsdp_module_class", "fully_shard", "function_stack",
+    "getitem_to_index", "has_composite_kernel", "HigherOrderOperator", "is_dtensor_class",
+    "is_fake", "meta_autocast", "meta_failure_hint", "meta_mask_dropped", "mha_device_check",
+    "module_stack_type_name", "new_hf_cache", "OpOverload", "OpOverloadPacket", "optional_ops",
+    "output_cache", "PLAIN_TENSOR_TYPES", "require", "restore_dispatch_stack",
+    "set_mha_device_check", "STATIC_CACHE_REWINDS", "torch_version", "TorchDispatchMode",
+    "transformers_version", "version_tuple",
 ]
 
 
@@ -68,18 +72,18 @@ def require(feature: str, package: str, needed: tuple[int, ...]) -> None:
     """Raise :class:`ModelProfError` when ``package`` (``"torch"`` or ``"transformers"``) is
     older than ``needed`` for ``feature``."""
     have = torch_version() if package == "torch" else transformers_version()
+    want = ".".join(map(str, needed))
     if have is None:
-        raise ModelProfError(f"{feature} needs {package} >= {'.'.join(map(str, needed))}, "
-                             f"which is not installed (pip install '{package}>="
-                             f"{'.'.join(map(str, needed))}')")
+        raise ModelProfError(f"{feature} needs {package} >= {want}, which is not installed "
+                             f"(pip install '{package}>={want}')")
     if have < needed:
-        raise ModelProfError(f"{feature} needs {package} >= {'.'.join(map(str, needed))}; "
+        raise ModelProfError(f"{feature} needs {package} >= {want}; "
                              f"{package} {'.'.join(map(str, have))} is installed")
 
 
 # -- torch: private classes and functions --------------------------------------------------------
-# the private classes below are imported at the top of this module: checked on torch 2.4, 2.6,
-# 2.11 and 2.14, all present under these names
+# (the private classes imported at the top of this module, HigherOrderOperator to
+# TorchDispatchMode, are present under these names in torch 2.4, 2.6, 2.11 and 2.14)
 
 
 def is_fake(t: torch.Tensor) -> bool:
@@ -285,23 +289,24 @@ def optional_ops(*names: str, namespace: str = "aten") -> list:
 FSDP2_PUBLIC = (2, 6)
 
 
-def fsdp_module_class() -> type:
-    """FSDP2's ``FSDPModule``: ``torch.distributed.fsdp`` from torch 2.6, before in
+def _fsdp2(name: str) -> Any:
+    """A name of FSDP2's: ``torch.distributed.fsdp`` from torch 2.6, before in
     ``torch.distributed._composable.fsdp`` (checked on 2.4 and 2.14)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:                                 # torch < 2.6
-        from torch.distributed._composable.fsdp import FSDPModule
-    return FSDPModule
+    import torch.distributed.fsdp as public
+    if hasattr(public, name):
+        return getattr(public, name)
+    from torch.distributed._composable import fsdp as composable  # torch < 2.6
+    return getattr(composable, name)
+
+
+def fsdp_module_class() -> type:
+    """FSDP2's ``FSDPModule``."""
+    return _fsdp2("FSDPModule")
 
 
 def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
-    """FSDP2's ``fully_shard`` (the module it lives in moved as ``FSDPModule`` did)."""
-    try:
-        from torch.distributed.fsdp import fully_shard as shard
-    except ImportError:                                 # torch < 2.6
-        from torch.distributed._composable.fsdp import fully_shard as shard
-    return shard(module, **kwargs)
+    """FSDP2's ``fully_shard``."""
+    return _fsdp2("fully_shard")(module, **kwargs)
 
 
 @contextlib.contextmanager
@@ -311,17 +316,12 @@ def default_mesh_on_cpu() -> Iterator[None]:
     2.11-2.14 ask ``torch._C._get_accelerator()`` (so on an H200 a model built on meta gathered
     its parameters onto cuda:0 while they were materialised on the CPU), earlier releases
     ``torch.cuda.is_available()``; both answer "cpu" in the block and are put back after it."""
-    patches = [(torch.cuda, "is_available", lambda: False)]
-    if hasattr(torch._C, "_get_accelerator"):
-        patches.append((torch._C, "_get_accelerator", lambda: torch.device("cpu")))
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
-    try:
-        for obj, name, value in patches:
-            setattr(obj, name, value)
+    with contextlib.ExitStack() as patched:
+        patched.enter_context(mock.patch.object(torch.cuda, "is_available", lambda: False))
+        if hasattr(torch._C, "_get_accelerator"):
+            patched.enter_context(mock.patch.object(torch._C, "_get_accelerator",
+                                                    lambda: torch.device("cpu")))
         yield
-    finally:
-        for obj, name, value in reversed(saved):
-            setattr(obj, name, value)
 
 
 #: the modules DTensor is defined in: ``torch.distributed.tensor`` from 2.5,
