@@ -7,6 +7,7 @@ generation profile of a small Llama and a small GPT-2, counted and timed.
 Writes the installed versions and each step's result (ok, or the error) to OUT.json, prints
 them, and exits 1 when a step failed.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def versions() -> dict[str, str]:
 def readme_tour() -> None:
     """The README's first Python block, as written, at 64 x 64 with 0.3 s timing budgets."""
     import matplotlib
+
     matplotlib.use("Agg")
     import modelprof
 
@@ -58,23 +60,29 @@ def generation(kind: str) -> None:
     import transformers
 
     from modelprof import ModelProfError, profile_generation
+
     if kind == "llama":
-        config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
-                                          num_hidden_layers=2, num_attention_heads=4,
-                                          num_key_value_heads=2, vocab_size=256)
+        config = transformers.LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+        )
         model = transformers.LlamaForCausalLM(config)
     else:
-        config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256,
-                                         n_positions=64)
+        config = transformers.GPT2Config(
+            n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=64
+        )
         model = transformers.GPT2LMHeadModel(config)
     try:
         report = profile_generation(model, prompt_len=8, new_tokens=4, budget_s=0.3)
-    except ModelProfError as e:        # GPT-2 took transformers Cache objects from 4.4x on
+    except ModelProfError as e:  # GPT-2 took transformers Cache objects from 4.4x on
         if "does not support transformers Cache objects" not in str(e):
             raise
         print(f"refused, as it should be on this transformers: {e}\nso, without a cache:")
-        report = profile_generation(model, prompt_len=8, new_tokens=4, budget_s=0.3,
-                                    cache=None)
+        report = profile_generation(model, prompt_len=8, new_tokens=4, budget_s=0.3, cache=None)
     assert report.timing is not None and report.prefill().totals["macs"] > 0
     print(report.phase_table().to_string()[:800])
 
@@ -85,14 +93,17 @@ def main() -> int:
     print(record["versions"])
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)                                   # the tour writes into out/
-        for name, step in (("readme tour", readme_tour), ("generation llama", lambda:
-                           generation("llama")), ("generation gpt2", lambda: generation("gpt2"))):
+        os.chdir(tmp)  # the tour writes into out/
+        for name, step in (
+            ("readme tour", readme_tour),
+            ("generation llama", lambda: generation("llama")),
+            ("generation gpt2", lambda: generation("gpt2")),
+        ):
             start = time.perf_counter()
             try:
                 step()
                 result = "ok"
-            except Exception:                           # noqa: BLE001 - recorded, then exit 1
+            except Exception:  # noqa: BLE001 - recorded, then exit 1
                 result = traceback.format_exc(limit=-6)
             record["steps"][name] = {"result": result, "s": round(time.perf_counter() - start, 1)}
             print(f"{name}: {result} ({record['steps'][name]['s']} s)")

@@ -1,11 +1,12 @@
 """The README's "Supported versions" table, from the compatibility matrix's last run.
 
-    python .ci/versions_table.py --record ENV INSTALL_S TOUR_RC TESTS_RC EXTRA_RC JUNIT
-        writes reports/compat/ENV.json (run by .ci/compat)
-    python .ci/versions_table.py [--readme]
-        prints the table from reports/compat/*.json; --readme writes it into README.md
-        between its "supported-versions" markers
+python .ci/versions_table.py --record ENV INSTALL_S TOUR_RC TESTS_RC EXTRA_RC JUNIT
+    writes reports/compat/ENV.json (run by .ci/compat)
+python .ci/versions_table.py [--readme]
+    prints the table from reports/compat/*.json; --readme writes it into README.md
+    between its "supported-versions" markers
 """
+
 from __future__ import annotations
 
 import json
@@ -21,31 +22,52 @@ ORDER = ("oldest", "latest", "gpu")
 BEGIN, END = "<!-- supported-versions:begin -->", "<!-- supported-versions:end -->"
 
 
-def record(env: str, install_s: str, tour_rc: str, tests_rc: str, extra_rc: str,
-           junit: str) -> None:
+def record(
+    env: str, install_s: str, tour_rc: str, tests_rc: str, extra_rc: str, junit: str
+) -> None:
     tour = json.loads((OUT / f"{env}-tour.json").read_text(encoding="utf-8"))
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    (OUT / f"{env}.json").write_text(json.dumps({
-        "env": env, "date": date.today().isoformat(), "versions": tour["versions"],
-        "install_s": int(install_s), "tour": tour["steps"], "compat_tests": counts,
-        "ok": tour_rc == tests_rc == extra_rc == "0"}, indent=1) + "\n", encoding="utf-8")
+    (OUT / f"{env}.json").write_text(
+        json.dumps(
+            {
+                "env": env,
+                "date": date.today().isoformat(),
+                "versions": tour["versions"],
+                "install_s": int(install_s),
+                "tour": tour["steps"],
+                "compat_tests": counts,
+                "ok": tour_rc == tests_rc == extra_rc == "0",
+            },
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
 
 
 def table() -> str:
-    runs = [json.loads((OUT / f"{e}.json").read_text(encoding="utf-8"))
-            for e in ORDER if (OUT / f"{e}.json").exists()]
+    runs = [
+        json.loads((OUT / f"{e}.json").read_text(encoding="utf-8"))
+        for e in ORDER
+        if (OUT / f"{e}.json").exists()
+    ]
     head = ["stack", *COLUMNS, "result"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs:
         t = run["compat_tests"]
         passed = t["tests"] - t["failures"] - t["errors"] - t["skipped"]
-        result = (f"{'pass' if run['ok'] else 'FAIL'}: tour, {passed} compat tests passed"
-                  f"{', %d failed' % (t['failures'] + t['errors']) if not run['ok'] else ''}"
-                  f" ({run['date']})")
-        lines.append("| " + " | ".join([run["env"], *(run["versions"].get(c, "-")
-                                                     for c in COLUMNS), result]) + " |")
+        result = (
+            f"{'pass' if run['ok'] else 'FAIL'}: tour, {passed} compat tests passed"
+            f"{', %d failed' % (t['failures'] + t['errors']) if not run['ok'] else ''}"
+            f" ({run['date']})"
+        )
+        lines.append(
+            "| "
+            + " | ".join([run["env"], *(run["versions"].get(c, "-") for c in COLUMNS), result])
+            + " |"
+        )
     return "\n".join(lines)
 
 

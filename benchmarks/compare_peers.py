@@ -48,6 +48,7 @@ References: torchvision's published ``weights.meta["_ops"]`` (GMACs) for the tor
 models; for the LSTM and the custom block, MACs derived by hand (see ``LSTM_REF_MACS`` and
 ``AttnBlock``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,12 +75,26 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TOOLS = ("modelprof", "thop", "fvcore", "torchinfo", "ptflops", "ptflops-aten", "torchstat",
-         "torchstat-internal", "flop_counter")
+TOOLS = (
+    "modelprof",
+    "thop",
+    "fvcore",
+    "torchinfo",
+    "ptflops",
+    "ptflops-aten",
+    "torchstat",
+    "torchstat-internal",
+    "flop_counter",
+)
 MODELS = ("resnet18", "vit_b_16", "swin_t", "mobilenet_v3_large", "lstm", "attn_block")
 TORCHVISION = ("resnet18", "vit_b_16", "swin_t", "mobilenet_v3_large")
-PEER_DISTS = {"thop": "thop", "fvcore": "fvcore", "torchinfo": "torchinfo",
-              "ptflops": "ptflops", "torchstat": "torchstat"}
+PEER_DISTS = {
+    "thop": "thop",
+    "fvcore": "fvcore",
+    "torchinfo": "torchinfo",
+    "ptflops": "ptflops",
+    "torchstat": "torchstat",
+}
 
 # nn.LSTM(256, 512, num_layers=2) on 32 steps, batch 1. Each cell step does x @ W_ih^T with
 # W_ih (4H x I) and h @ W_hh^T with W_hh (4H x H), H = 512:
@@ -106,7 +121,7 @@ class AttnBlock(nn.Module):
     def __init__(self, d: int = 64) -> None:
         super().__init__()
         self.qkv = nn.Linear(d, 3 * d)
-        self.w = nn.Parameter(torch.randn(d, d) / d ** 0.5)
+        self.w = nn.Parameter(torch.randn(d, d) / d**0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)
@@ -124,6 +139,7 @@ def build(name: str) -> tuple[nn.Module, torch.Tensor]:
         model, x = AttnBlock(), torch.randn(*ATTN_INPUT)
     else:
         from torchvision.models import get_model
+
         model, x = get_model(name, weights=None), torch.randn(1, 3, 224, 224)
     return model.eval(), x
 
@@ -135,6 +151,7 @@ def reference(name: str) -> tuple[float | None, str]:
     if name == "attn_block":
         return float(ATTN_REF_MACS), "hand-derived"
     from torchvision.models import get_model_weights
+
     w = get_model_weights(name).DEFAULT
     ops = w.meta.get("_ops")
     return (ops * 1e9 if ops is not None else None), f"torchvision {w} _ops = {ops} GMACs"
@@ -147,22 +164,30 @@ def _hook_ids(d: dict) -> tuple:
 
 def snapshot(model: nn.Module) -> dict[str, Any]:
     from torch.nn.modules import module as mm
+
     mods = dict(model.named_modules())
     classes = {type(m) for m in mods.values()} | {nn.Module, nn.Conv2d, nn.Linear}
     attrs = {}
     for cls in classes:
         for a in ("__call__", "forward", "_call_impl"):
             attrs[f"{cls.__module__}.{cls.__qualname__}.{a}"] = getattr(cls, a, None)
-    for ns_name, ns in (("torch", torch), ("torch.nn.functional", F),
-                        ("torch.Tensor", torch.Tensor)):
+    for ns_name, ns in (
+        ("torch", torch),
+        ("torch.nn.functional", F),
+        ("torch.Tensor", torch.Tensor),
+    ):
         for k, v in list(vars(ns).items()):
             if not k.startswith("__") or k in ("__call__", "__matmul__", "__add__", "__mul__"):
                 attrs[f"{ns_name}.{k}"] = v
     return {
-        "hooks": {n: (_hook_ids(m._forward_hooks), _hook_ids(m._forward_pre_hooks))
-                  for n, m in mods.items()},
-        "global_hooks": (_hook_ids(mm._global_forward_hooks),
-                         _hook_ids(mm._global_forward_pre_hooks)),
+        "hooks": {
+            n: (_hook_ids(m._forward_hooks), _hook_ids(m._forward_pre_hooks))
+            for n, m in mods.items()
+        },
+        "global_hooks": (
+            _hook_ids(mm._global_forward_hooks),
+            _hook_ids(mm._global_forward_pre_hooks),
+        ),
         "state_dict": list(model.state_dict().keys()),
         "training": {n: m.training for n, m in mods.items()},
         "inst_attrs": {n: set(vars(m)) for n, m in mods.items()},
@@ -171,11 +196,16 @@ def snapshot(model: nn.Module) -> dict[str, Any]:
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    hooks_changed = [n or "<root>" for n in before["hooks"]
-                     if before["hooks"][n] != after["hooks"].get(n)]
-    hooks_left = sum(len(after["hooks"][n][0]) + len(after["hooks"][n][1])
-                     - len(before["hooks"][n][0]) - len(before["hooks"][n][1])
-                     for n in before["hooks"])
+    hooks_changed = [
+        n or "<root>" for n in before["hooks"] if before["hooks"][n] != after["hooks"].get(n)
+    ]
+    hooks_left = sum(
+        len(after["hooks"][n][0])
+        + len(after["hooks"][n][1])
+        - len(before["hooks"][n][0])
+        - len(before["hooks"][n][1])
+        for n in before["hooks"]
+    )
     sb, sa = before["state_dict"], after["state_dict"]
     added = [k for k in sa if k not in set(sb)]
     removed = [k for k in sb if k not in set(sa)]
@@ -183,8 +213,9 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     for k in added:
         suffix = k.rsplit(".", 1)[-1]
         added_suffixes[suffix] = added_suffixes.get(suffix, 0) + 1
-    patched = sorted(k for k, v in before["attrs"].items()
-                     if k in after["attrs"] and after["attrs"][k] is not v)
+    patched = sorted(
+        k for k, v in before["attrs"].items() if k in after["attrs"] and after["attrs"][k] is not v
+    )
     inst: dict[str, int] = {}
     for n, keys in before["inst_attrs"].items():
         for a in after["inst_attrs"].get(n, set()) - keys:
@@ -199,8 +230,9 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "state_dict_added_examples": added[:5],
         "state_dict_removed": len(removed),
         "patched": patched,
-        "training_changed": [n or "<root>" for n, t in before["training"].items()
-                             if after["training"].get(n) != t],
+        "training_changed": [
+            n or "<root>" for n, t in before["training"].items() if after["training"].get(n) != t
+        ],
         "instance_attrs_added": inst,
     }
 
@@ -222,11 +254,22 @@ def _error(e: BaseException) -> dict[str, str]:
         return f"{path}:{f.lineno}: {(f.line or '').strip()}"[:300]
 
     where = fmt(tb[-1]) if tb else ""
-    tool_frames = [f for f in tb if re.search(r"(thop|fvcore|torchinfo|ptflops|torchstat|"
-                                               r"modelprof)/", f.filename)]
+    tool_frames = [
+        f
+        for f in tb
+        if re.search(
+            r"(thop|fvcore|torchinfo|ptflops|torchstat|"
+            r"modelprof)/",
+            f.filename,
+        )
+    ]
     tool_where = fmt(tool_frames[-1]) if tool_frames else ""
-    return {"type": type(e).__name__, "message": _first_line(e), "where": where,
-            "tool_where": tool_where if tool_where != where else ""}
+    return {
+        "type": type(e).__name__,
+        "message": _first_line(e),
+        "where": where,
+        "tool_where": tool_where if tool_where != where else "",
+    }
 
 
 def _first_line(e: BaseException) -> str:
@@ -235,47 +278,73 @@ def _first_line(e: BaseException) -> str:
 
 
 # ---------------------------------------------------------------- the tools ------------------
-TOOL_MODULES = {"modelprof": "modelprof", "thop": "thop", "fvcore": "fvcore.nn",
-                "torchinfo": "torchinfo", "ptflops": "ptflops", "ptflops-aten": "ptflops",
-                "torchstat": "torchstat", "torchstat-internal": "torchstat",
-                "flop_counter": "torch.utils.flop_counter"}
+TOOL_MODULES = {
+    "modelprof": "modelprof",
+    "thop": "thop",
+    "fvcore": "fvcore.nn",
+    "torchinfo": "torchinfo",
+    "ptflops": "ptflops",
+    "ptflops-aten": "ptflops",
+    "torchstat": "torchstat",
+    "torchstat-internal": "torchstat",
+    "flop_counter": "torch.utils.flop_counter",
+}
 
 
 def run_tool(tool: str, name: str, model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     """Call ``tool`` on ``model``; returns {"macs", "reported", ...}. Timed by the caller."""
     if tool == "modelprof":
         from modelprof import profile
+
         r = profile(model, inputs=x, device="cpu", timing=False)
-        return {"macs": r.totals["macs"], "reported": dict(r.totals),
-                "by_op": _modelprof_by_op(r),
-                "tool_unsupported": dict(r.unsupported)}
+        return {
+            "macs": r.totals["macs"],
+            "reported": dict(r.totals),
+            "by_op": _modelprof_by_op(r),
+            "tool_unsupported": dict(r.unsupported),
+        }
     if tool == "thop":
         import thop
+
         macs, params = thop.profile(model, inputs=(x,), report_missing=True)
         return {"macs": macs, "reported": {"macs": macs, "params": params}}
     if tool == "fvcore":
         from fvcore.nn import FlopCountAnalysis
+
         fca = FlopCountAnalysis(model, (x,))
         total = fca.total()
-        return {"macs": total, "reported": {"flops (= MACs by fvcore's convention)": total},
-                "by_op": {k: int(v) for k, v in fca.by_operator().items()},
-                "tool_unsupported": dict(fca.unsupported_ops()),
-                "uncalled_modules": len(fca.uncalled_modules())}
+        return {
+            "macs": total,
+            "reported": {"flops (= MACs by fvcore's convention)": total},
+            "by_op": {k: int(v) for k, v in fca.by_operator().items()},
+            "tool_unsupported": dict(fca.unsupported_ops()),
+            "uncalled_modules": len(fca.uncalled_modules()),
+        }
     if tool == "torchinfo":
         from torchinfo import summary
+
         s = summary(model, input_data=x, device="cpu", verbose=0)
-        return {"macs": s.total_mult_adds,
-                "reported": {"total_mult_adds": s.total_mult_adds,
-                             "total_params": s.total_params}}
+        return {
+            "macs": s.total_mult_adds,
+            "reported": {"total_mult_adds": s.total_mult_adds, "total_params": s.total_params},
+        }
     if tool in ("ptflops", "ptflops-aten"):
         from ptflops import get_model_complexity_info
+
         kw = {"backend": "aten"} if tool == "ptflops-aten" else {}
         macs, params = get_model_complexity_info(
-            model, tuple(x.shape[1:]), input_constructor=lambda _res: x, as_strings=False,
-            print_per_layer_stat=False, verbose=True, **kw)
+            model,
+            tuple(x.shape[1:]),
+            input_constructor=lambda _res: x,
+            as_strings=False,
+            print_per_layer_stat=False,
+            verbose=True,
+            **kw,
+        )
         return {"macs": macs, "reported": {"macs": macs, "params": params}}
     if tool == "torchstat":
         from torchstat import stat
+
         size = tuple(x.shape[1:]) if x.dim() == 4 else tuple(x.shape)
         buf = io.StringIO()
         try:
@@ -286,18 +355,26 @@ def run_tool(tool: str, name: str, model: nn.Module, x: torch.Tensor) -> dict[st
         text = buf.getvalue()
         madd = _parse_unit(text, "MAdd")
         flops = _parse_unit(text, "Flops")
-        return {"macs": None if madd is None else madd / 2, "input_size": list(size),
-                "reported": {"Total MAdd": madd, "Total Flops": flops}}
+        return {
+            "macs": None if madd is None else madd / 2,
+            "input_size": list(size),
+            "reported": {"Total MAdd": madd, "Total Flops": flops},
+        }
     if tool == "torchstat-internal":
         from torchstat import ModelStat
+
         size = tuple(x.shape[1:]) if x.dim() == 4 else tuple(x.shape)
         nodes = ModelStat(model, size)._analyze_model()
         madd = int(sum(int(n.MAdd) for n in nodes))
         flops = int(sum(int(n.Flops) for n in nodes))
-        return {"macs": madd / 2, "input_size": list(size),
-                "reported": {"MAdd": madd, "Flops": flops}}
+        return {
+            "macs": madd / 2,
+            "input_size": list(size),
+            "reported": {"MAdd": madd, "Flops": flops},
+        }
     if tool == "flop_counter":
         from torch.utils.flop_counter import FlopCounterMode
+
         with FlopCounterMode(display=False) as fc, torch.no_grad():
             model(x)
         flops = fc.get_total_flops()
@@ -335,7 +412,7 @@ def child(tool: str, name: str, result_path: str, threads: int) -> int:
     t0 = None
     try:
         importlib.import_module(TOOL_MODULES[tool])  # after the snapshot: import-time patches
-        t0 = time.perf_counter()                     # count, import time does not
+        t0 = time.perf_counter()  # count, import time does not
         out.update(run_tool(tool, name, model, x))
         out["error"] = None
     except BaseException as e:  # an exception is a result
@@ -348,12 +425,14 @@ def child(tool: str, name: str, result_path: str, threads: int) -> int:
     try:
         with torch.no_grad():
             y1 = _flat(model(x))
-        out["side_effects"]["output_unchanged"] = (
-            len(y0) == len(y1) and all(torch.equal(a, b) for a, b in zip(y0, y1)))
+        out["side_effects"]["output_unchanged"] = len(y0) == len(y1) and all(
+            torch.equal(a, b) for a, b in zip(y0, y1)
+        )
     except BaseException as e:
         err = _error(e)
         out["side_effects"]["output_unchanged"] = (
-            f"forward raised {err['type']}: {err['message']} ({err['where']})")
+            f"forward raised {err['type']}: {err['message']} ({err['where']})"
+        )
     Path(result_path).write_text(json.dumps(out, default=str), encoding="utf-8")
     return 0
 
@@ -382,36 +461,70 @@ def count_warnings(tool: str, text: str) -> dict[str, Any]:
 
 def _ptflops_error(text: str) -> dict[str, str] | None:
     m = re.search(r"following exception: \n<class '([\w.]+)'>: (.*)", text)
-    return {"type": m.group(1).rsplit(".", 1)[-1], "message": m.group(2).strip()[:300],
-            "caught_by_tool": True} if m else None
+    return (
+        {
+            "type": m.group(1).rsplit(".", 1)[-1],
+            "message": m.group(2).strip()[:300],
+            "caught_by_tool": True,
+        }
+        if m
+        else None
+    )
 
 
 def run_pair(tool: str, name: str, timeout: float, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         res = Path(tmp) / "r.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", tool, name, str(res),
-               "--threads", str(threads)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            tool,
+            name,
+            str(res),
+            "--threads",
+            str(threads),
+        ]
         env = dict(os.environ, PYTHONWARNINGS="default", NO_COLOR="1")
         t0 = time.perf_counter()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                               cwd=str(ROOT))
+            p = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT)
+            )
             text, rc, timed_out = p.stdout + "\n" + p.stderr, p.returncode, False
         except subprocess.TimeoutExpired as e:
-            text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+            text = (
+                (e.stdout or b"").decode(errors="replace")
+                if isinstance(e.stdout, bytes)
                 else (e.stdout or "")
+            )
             rc, timed_out = None, True
         elapsed = time.perf_counter() - t0
         if res.exists():
             out = json.loads(res.read_text(encoding="utf-8"))
         else:
-            out = {"tool": tool, "model": name, "macs": None, "wall_s": None,
-                   "side_effects": None,
-                   "error": {"type": "TimeoutExpired" if timed_out else "ChildFailed",
-                             "message": f"no result after {timeout:.0f} s" if timed_out
-                             else text.strip().splitlines()[-1][:300] if text.strip() else ""}}
-    out.update(returncode=rc, timed_out=timed_out, subprocess_s=elapsed,
-               warnings=count_warnings(tool, text), output_tail=text[-3000:])
+            out = {
+                "tool": tool,
+                "model": name,
+                "macs": None,
+                "wall_s": None,
+                "side_effects": None,
+                "error": {
+                    "type": "TimeoutExpired" if timed_out else "ChildFailed",
+                    "message": f"no result after {timeout:.0f} s"
+                    if timed_out
+                    else text.strip().splitlines()[-1][:300]
+                    if text.strip()
+                    else "",
+                },
+            }
+    out.update(
+        returncode=rc,
+        timed_out=timed_out,
+        subprocess_s=elapsed,
+        warnings=count_warnings(tool, text),
+        output_tail=text[-3000:],
+    )
     if tool.startswith("ptflops") and out.get("macs") is None and out.get("error") is None:
         out["error"] = _ptflops_error(text) or {"type": "None", "message": "returned None"}
     return out
@@ -422,19 +535,32 @@ def environment() -> dict[str, Any]:
     import numpy
     import pandas
     import torchvision
-    env = {"python": platform.python_version(), "platform": platform.platform(),
-           "torch": torch.__version__, "torchvision": torchvision.__version__,
-           "numpy": numpy.__version__, "pandas": pandas.__version__,
-           "cpu_count": os.cpu_count(),
-           "load_average_1_5_15": os.getloadavg()}
+
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "numpy": numpy.__version__,
+        "pandas": pandas.__version__,
+        "cpu_count": os.cpu_count(),
+        "load_average_1_5_15": os.getloadavg(),
+    }
     from torch.utils.flop_counter import flop_registry
+
     have = {str(k) for k in flop_registry}
     env["flop_counter_has_formula"] = {
-        op: op in have for op in ("aten._scaled_dot_product_flash_attention_for_cpu",
-                                  "aten._native_multi_head_attention", "aten.mkldnn_rnn_layer",
-                                  "aten._scaled_dot_product_flash_attention")}
+        op: op in have
+        for op in (
+            "aten._scaled_dot_product_flash_attention_for_cpu",
+            "aten._native_multi_head_attention",
+            "aten.mkldnn_rnn_layer",
+            "aten._scaled_dot_product_flash_attention",
+        )
+    }
     try:
         from modelprof.runtime.env import cpu_name
+
         env["cpu"] = cpu_name()
     except Exception:  # noqa: BLE001
         env["cpu"] = platform.processor()
@@ -466,14 +592,18 @@ def _effects_summary(se: dict[str, Any] | None) -> str:
         return "not checked (no result)"
     parts = []
     if se["hooks_changed_modules"]:
-        parts.append(f"hooks changed on {se['hooks_changed_modules']} module(s) "
-                     f"(net {se['hooks_net_added']:+d})")
+        parts.append(
+            f"hooks changed on {se['hooks_changed_modules']} module(s) "
+            f"(net {se['hooks_net_added']:+d})"
+        )
     if se["global_hooks_changed"]:
         parts.append("global hooks changed")
     if se["state_dict_added"] or se["state_dict_removed"]:
         names = ", ".join(f"{k} x{v}" for k, v in se["state_dict_added_by_name"].items())
-        parts.append(f"state_dict +{se['state_dict_added']} keys ({names})"
-                     + (f", -{se['state_dict_removed']}" if se["state_dict_removed"] else ""))
+        parts.append(
+            f"state_dict +{se['state_dict_added']} keys ({names})"
+            + (f", -{se['state_dict_removed']}" if se["state_dict_removed"] else "")
+        )
     if se["patched"]:
         shown = ", ".join(p.replace("torch.nn.modules.", "") for p in se["patched"])
         parts.append(f"replaced: {shown}")
@@ -496,33 +626,50 @@ def render(data: dict[str, Any]) -> str:
     by = {(r["tool"], r["model"]): r for r in runs}
     L: list[str] = []
     L.append("# modelprof and the peer tools on the same models\n")
-    L.append(f"Generated by `{data['command']}` on {data['date']} (total {data['total_s']:.0f} s)."
-             " Every number below comes from that run; raw numbers, tool output tails and the "
-             "full side-effect diffs are in `peers.json`.\n")
+    L.append(
+        f"Generated by `{data['command']}` on {data['date']} (total {data['total_s']:.0f} s)."
+        " Every number below comes from that run; raw numbers, tool output tails and the "
+        "full side-effect diffs are in `peers.json`.\n"
+    )
     L.append("## Environment\n")
     L.append("| component | version |\n| --- | --- |")
-    for k in ("python", "platform", "cpu", "cpu_count", "torch",
-              "torchvision", "numpy", "pandas", "modelprof", *PEER_DISTS):
+    for k in (
+        "python",
+        "platform",
+        "cpu",
+        "cpu_count",
+        "torch",
+        "torchvision",
+        "numpy",
+        "pandas",
+        "modelprof",
+        *PEER_DISTS,
+    ):
         L.append(f"| {k} | {env.get(k)} |")
-    L.append("\nCPU only, batch 1, eval mode, random weights (`weights=None`), seed 0; each "
-             "(tool, model) pair in a fresh subprocess with a "
-             f"{data['timeout_s']:.0f} s limit.\n")
+    L.append(
+        "\nCPU only, batch 1, eval mode, random weights (`weights=None`), seed 0; each "
+        "(tool, model) pair in a fresh subprocess with a "
+        f"{data['timeout_s']:.0f} s limit.\n"
+    )
     L.append("## Models and references\n")
     L.append("| model | input | reference MACs | source |\n| --- | --- | ---: | --- |")
     for m in models:
         ref = refs[m]
-        L.append(f"| {m} | {tuple(ref['input_shape'])} | {ref['ref_macs']:,.0f} | "
-                 f"{ref['ref_source']} |")
+        L.append(
+            f"| {m} | {tuple(ref['input_shape'])} | {ref['ref_macs']:,.0f} | {ref['ref_source']} |"
+        )
     L.append("")
     L.append("## MACs reported by each tool\n")
-    L.append("Units per row (G = 1e9, M = 1e6 MACs). What each column is: modelprof "
-             "`totals['macs']`; thop `profile()[0]`; fvcore `FlopCountAnalysis.total()` "
-             "(named \"flops\" but one multiply-add = 1, i.e. MACs); torchinfo "
-             "`total_mult_adds`; ptflops `get_model_complexity_info()[0]` (default pytorch "
-             "backend; ptflops-aten: `backend='aten'`); torchstat `Total MAdd`/2 from `stat()`'s "
-             "printed table; torchstat-internal: `ModelStat._analyze_model()` leaf MAdd sum / 2 "
-             "(private API); flop_counter `FlopCounterMode.get_total_flops()`/2. "
-             "**Bold** = the tool raised (see Errors).\n")
+    L.append(
+        "Units per row (G = 1e9, M = 1e6 MACs). What each column is: modelprof "
+        "`totals['macs']`; thop `profile()[0]`; fvcore `FlopCountAnalysis.total()` "
+        '(named "flops" but one multiply-add = 1, i.e. MACs); torchinfo '
+        "`total_mult_adds`; ptflops `get_model_complexity_info()[0]` (default pytorch "
+        "backend; ptflops-aten: `backend='aten'`); torchstat `Total MAdd`/2 from `stat()`'s "
+        "printed table; torchstat-internal: `ModelStat._analyze_model()` leaf MAdd sum / 2 "
+        "(private API); flop_counter `FlopCounterMode.get_total_flops()`/2. "
+        "**Bold** = the tool raised (see Errors).\n"
+    )
     L.append("| model | unit | reference | " + " | ".join(tools) + " |")
     L.append("| --- | --- | ---: | " + " | ".join("---:" for _ in tools) + " |")
     for m in models:
@@ -530,8 +677,10 @@ def render(data: dict[str, Any]) -> str:
         cells = [_cell_macs(by[(t, m)], scale) if (t, m) in by else "" for t in tools]
         ref = refs[m]["ref_macs"] / scale
         L.append(f"| {m} | {unit} | {ref:.4g} | " + " | ".join(cells) + " |")
-    L.append("\nThe same, exact (integers as the tools returned them; torchstat: MAdd/2, "
-             "flop_counter: flops/2):\n")
+    L.append(
+        "\nThe same, exact (integers as the tools returned them; torchstat: MAdd/2, "
+        "flop_counter: flops/2):\n"
+    )
     L.append("| model | reference | " + " | ".join(tools) + " |")
     L.append("| --- | ---: | " + " | ".join("---:" for _ in tools) + " |")
     for m in models:
@@ -539,8 +688,13 @@ def render(data: dict[str, Any]) -> str:
         for t in tools:
             r = by.get((t, m))
             v = None if r is None else r.get("macs")
-            cells.append("" if r is None else f"{v:,.0f}" if v is not None
-                         else f"**{(r.get('error') or {}).get('type', 'error')}**")
+            cells.append(
+                ""
+                if r is None
+                else f"{v:,.0f}"
+                if v is not None
+                else f"**{(r.get('error') or {}).get('type', 'error')}**"
+            )
         L.append(f"| {m} | {refs[m]['ref_macs']:,.0f} | " + " | ".join(cells) + " |")
     L.append("\n## Ratio to the reference (%)\n")
     L.append("| model | " + " | ".join(tools) + " |")
@@ -549,17 +703,24 @@ def render(data: dict[str, Any]) -> str:
         cells = []
         for t in tools:
             r = by.get((t, m))
-            cells.append("" if r is None else f"{r['ratio'] * 100:.1f}"
-                         if r.get("ratio") is not None else "–")
+            cells.append(
+                ""
+                if r is None
+                else f"{r['ratio'] * 100:.1f}"
+                if r.get("ratio") is not None
+                else "–"
+            )
         L.append(f"| {m} | " + " | ".join(cells) + " |")
     L.append("\n## Wall time of the count call (s)\n")
-    L.append("Only the tool call, measured in the child process (imports and model building "
-             "excluded; the tool's own printing included). Median over "
-             f"{data['repeat']} fresh subprocesses per pair, each with torch.set_num_threads("
-             f"{data['threads']}); every run's time is in `peers.json`. "
-             f"{env['cpu_count']}-core CPU shared with other work (load average "
-             f"{env['load_average_1_5_15'][0]:.2f} at the start, {data['load_end'][0]:.2f} at "
-             "the end), so treat these as indicative.\n")
+    L.append(
+        "Only the tool call, measured in the child process (imports and model building "
+        "excluded; the tool's own printing included). Median over "
+        f"{data['repeat']} fresh subprocesses per pair, each with torch.set_num_threads("
+        f"{data['threads']}); every run's time is in `peers.json`. "
+        f"{env['cpu_count']}-core CPU shared with other work (load average "
+        f"{env['load_average_1_5_15'][0]:.2f} at the start, {data['load_end'][0]:.2f} at "
+        "the end), so treat these as indicative.\n"
+    )
     L.append("| model | " + " | ".join(tools) + " |")
     L.append("| --- | " + " | ".join("---:" for _ in tools) + " |")
     for m in models:
@@ -570,13 +731,15 @@ def render(data: dict[str, Any]) -> str:
             cells.append("" if r is None else f"{w:.3f}" if w is not None else "timeout")
         L.append(f"| {m} | " + " | ".join(cells) + " |")
     L.append("\n## Unsupported-op warnings printed\n")
-    L.append("Lines in the tool's stdout/stderr matching its own \"no rule\" message, as "
-             "`lines (distinct)`: modelprof `ModelProfWarning`; thop `[WARN] Cannot find rule "
-             "for <type>` (one per module type, containers included); fvcore `Unsupported "
-             "operator aten::X encountered N time(s)` (one per op type); ptflops `... is treated "
-             "as a zero-op` (pytorch backend: per module type; aten backend: per op call); "
-             "torchstat `[MAdd]: <type> is not supported!` (per module call). torchinfo and "
-             "FlopCounterMode have no such message (n/a).\n")
+    L.append(
+        'Lines in the tool\'s stdout/stderr matching its own "no rule" message, as '
+        "`lines (distinct)`: modelprof `ModelProfWarning`; thop `[WARN] Cannot find rule "
+        "for <type>` (one per module type, containers included); fvcore `Unsupported "
+        "operator aten::X encountered N time(s)` (one per op type); ptflops `... is treated "
+        "as a zero-op` (pytorch backend: per module type; aten backend: per op call); "
+        "torchstat `[MAdd]: <type> is not supported!` (per module call). torchinfo and "
+        "FlopCounterMode have no such message (n/a).\n"
+    )
     L.append("| model | " + " | ".join(tools) + " |")
     L.append("| --- | " + " | ".join("---:" for _ in tools) + " |")
     for m in models:
@@ -584,32 +747,42 @@ def render(data: dict[str, Any]) -> str:
         for t in tools:
             r = by.get((t, m))
             w = None if r is None else r["warnings"]
-            cells.append("" if w is None else "n/a" if w["count"] is None
-                         else f"{w['count']} ({w['distinct']})")
+            cells.append(
+                ""
+                if w is None
+                else "n/a"
+                if w["count"] is None
+                else f"{w['count']} ({w['distinct']})"
+            )
         L.append(f"| {m} | " + " | ".join(cells) + " |")
     L.append("\n## Side effects on the model and on torch\n")
-    L.append("Checked after each tool call, in the same process: forward hooks and pre-hooks of "
-             "every module, `torch.nn.modules.module._global_forward_(pre_)hooks`, "
-             "`state_dict()` keys, `training` of every module, new instance attributes, identity "
-             "of `__call__`/`forward`/`_call_impl` of `nn.Module`, `nn.Conv2d`, `nn.Linear` and "
-             "every class in the model, identity of every attribute of `torch`, "
-             "`torch.nn.functional` and `torch.Tensor`, and whether a second forward returns a "
-             "bit-identical output.\n")
-    L.append("Per tool, over the models it ran on: `same` when every model passed the check, "
-             "otherwise the models where it changed.\n")
-    checks = [("nn.Module.__call__", lambda se: "torch.nn.modules.module.Module.__call__"
-               in se["patched"]),
-              ("nn.Conv2d.__call__", lambda se: "torch.nn.modules.conv.Conv2d.__call__"
-               in se["patched"]),
-              ("nn.Conv2d.forward", lambda se: "torch.nn.modules.conv.Conv2d.forward"
-               in se["patched"]),
-              ("any class/torch attr", lambda se: bool(se["patched"])),
-              ("module hooks", lambda se: se["hooks_changed_modules"] > 0),
-              ("global hooks", lambda se: se["global_hooks_changed"]),
-              ("state_dict keys", lambda se: bool(se["state_dict_added"]
-                                                  or se["state_dict_removed"])),
-              ("training flags", lambda se: bool(se["training_changed"])),
-              ("output bit-identical", lambda se: se.get("output_unchanged") is not True)]
+    L.append(
+        "Checked after each tool call, in the same process: forward hooks and pre-hooks of "
+        "every module, `torch.nn.modules.module._global_forward_(pre_)hooks`, "
+        "`state_dict()` keys, `training` of every module, new instance attributes, identity "
+        "of `__call__`/`forward`/`_call_impl` of `nn.Module`, `nn.Conv2d`, `nn.Linear` and "
+        "every class in the model, identity of every attribute of `torch`, "
+        "`torch.nn.functional` and `torch.Tensor`, and whether a second forward returns a "
+        "bit-identical output.\n"
+    )
+    L.append(
+        "Per tool, over the models it ran on: `same` when every model passed the check, "
+        "otherwise the models where it changed.\n"
+    )
+    checks = [
+        (
+            "nn.Module.__call__",
+            lambda se: "torch.nn.modules.module.Module.__call__" in se["patched"],
+        ),
+        ("nn.Conv2d.__call__", lambda se: "torch.nn.modules.conv.Conv2d.__call__" in se["patched"]),
+        ("nn.Conv2d.forward", lambda se: "torch.nn.modules.conv.Conv2d.forward" in se["patched"]),
+        ("any class/torch attr", lambda se: bool(se["patched"])),
+        ("module hooks", lambda se: se["hooks_changed_modules"] > 0),
+        ("global hooks", lambda se: se["global_hooks_changed"]),
+        ("state_dict keys", lambda se: bool(se["state_dict_added"] or se["state_dict_removed"])),
+        ("training flags", lambda se: bool(se["training_changed"])),
+        ("output bit-identical", lambda se: se.get("output_unchanged") is not True),
+    ]
     L.append("| tool | " + " | ".join(c for c, _ in checks) + " |")
     L.append("| --- | " + " | ".join("---" for _ in checks) + " |")
     for t in tools:
@@ -617,8 +790,9 @@ def render(data: dict[str, Any]) -> str:
         cells = []
         for _, changed in checks:
             bad = [m for m, se in ses if se is None or changed(se)]
-            cells.append(f"same ({len(ses)}/{len(ses)})" if not bad
-                         else "**changed**: " + ", ".join(bad))
+            cells.append(
+                f"same ({len(ses)}/{len(ses)})" if not bad else "**changed**: " + ", ".join(bad)
+            )
         L.append(f"| {t} | " + " | ".join(cells) + " |")
     L.append("\nDetails per (tool, model):\n")
     L.append("| tool | model | side effects |\n| --- | --- | --- |")
@@ -633,59 +807,89 @@ def render(data: dict[str, Any]) -> str:
     if not errs:
         L.append("None.")
     else:
-        L.append("| tool | model | exception (type: first line) | raised at |\n"
-                 "| --- | --- | --- | --- |")
+        L.append(
+            "| tool | model | exception (type: first line) | raised at |\n| --- | --- | --- | --- |"
+        )
         for r in errs:
             e = r["error"]
-            caught = " (caught and printed by the tool, which returned None)" \
-                if e.get("caught_by_tool") else ""
+            caught = (
+                " (caught and printed by the tool, which returned None)"
+                if e.get("caught_by_tool")
+                else ""
+            )
             msg = e.get("message", "").replace("|", "\\|")
             where = e.get("where", "").replace("|", "\\|").replace("`", "'")
             tw = e.get("tool_where", "").replace("|", "\\|").replace("`", "'")
             if tw:
                 where = f"{where}`, called from `{tw}"
-            L.append(f"| {r['tool']} | {r['model']} | `{e['type']}: {msg}`{caught} | "
-                     f"{'`' + where + '`' if where else ''} |")
+            L.append(
+                f"| {r['tool']} | {r['model']} | `{e['type']}: {msg}`{caught} | "
+                f"{'`' + where + '`' if where else ''} |"
+            )
     L.append("\n## Where the MACs are, per operator\n")
-    L.append("modelprof `Report.by_operator()` (MACs), fvcore `by_operator()` (its MACs), "
-             "FlopCounterMode `get_flop_counts()['Global']` (flops/2); operators with 0 "
-             "omitted.\n")
+    L.append(
+        "modelprof `Report.by_operator()` (MACs), fvcore `by_operator()` (its MACs), "
+        "FlopCounterMode `get_flop_counts()['Global']` (flops/2); operators with 0 "
+        "omitted.\n"
+    )
     L.append("| model | modelprof | fvcore | flop_counter |\n| --- | --- | --- | --- |")
     for m in models:
         cells = []
-        for t, key, div in (("modelprof", "by_op", 1), ("fvcore", "by_op", 1),
-                            ("flop_counter", "flops_by_op", 2)):
+        for t, key, div in (
+            ("modelprof", "by_op", 1),
+            ("fvcore", "by_op", 1),
+            ("flop_counter", "flops_by_op", 2),
+        ):
             r = by.get((t, m))
             ops = (r or {}).get(key) or {}
-            cells.append("<br>".join(f"{k.removesuffix('.default')}: {v // div:,}"
-                                     for k, v in sorted(ops.items(), key=lambda kv: -kv[1])
-                                     if v) or ("–" if r is None or r.get("error") else "(none)"))
+            cells.append(
+                "<br>".join(
+                    f"{k.removesuffix('.default')}: {v // div:,}"
+                    for k, v in sorted(ops.items(), key=lambda kv: -kv[1])
+                    if v
+                )
+                or ("–" if r is None or r.get("error") else "(none)")
+            )
         L.append(f"| {m} | " + " | ".join(cells) + " |")
     fc = env.get("flop_counter_has_formula")
     if fc:
-        L.append("\nFlopCounterMode formula registry in this torch (`torch.utils.flop_counter."
-                 "flop_registry`): " + ", ".join(f"`{k}` {'yes' if v else 'no'}"
-                                                 for k, v in fc.items()) + ".")
-    madd_rows = [(m, by.get(("modelprof", m)), by.get(("torchstat-internal", m)))
-                 for m in models]
-    madd_rows = [(m, a, b) for m, a, b in madd_rows
-                 if a and b and a.get("macs") is not None and b.get("macs") is not None]
+        L.append(
+            "\nFlopCounterMode formula registry in this torch (`torch.utils.flop_counter."
+            "flop_registry`): "
+            + ", ".join(f"`{k}` {'yes' if v else 'no'}" for k, v in fc.items())
+            + "."
+        )
+    madd_rows = [(m, by.get(("modelprof", m)), by.get(("torchstat-internal", m))) for m in models]
+    madd_rows = [
+        (m, a, b)
+        for m, a, b in madd_rows
+        if a and b and a.get("macs") is not None and b.get("macs") is not None
+    ]
     if madd_rows:
         L.append("\n## torchstat MAdd against modelprof `madd`\n")
-        L.append("modelprof's `madd` column is defined as torchstat's MAdd. Where torchstat's "
-                 "counting ran (`ModelStat._analyze_model()`):\n")
-        L.append("| model | torchstat MAdd | modelprof madd | torchstat / modelprof |\n"
-                 "| --- | ---: | ---: | ---: |")
+        L.append(
+            "modelprof's `madd` column is defined as torchstat's MAdd. Where torchstat's "
+            "counting ran (`ModelStat._analyze_model()`):\n"
+        )
+        L.append(
+            "| model | torchstat MAdd | modelprof madd | torchstat / modelprof |\n"
+            "| --- | ---: | ---: | ---: |"
+        )
         for m, a, b in madd_rows:
             ts, mp = b["reported"]["MAdd"], a["reported"]["madd"]
             L.append(f"| {m} | {ts:,} | {mp:,} | {100 * ts / mp:.2f} % |")
     extra = [r for r in runs if r.get("tool_unsupported")]
     if extra:
         L.append("\n## Ops the tools themselves list as unsupported\n")
-        clean = [r["model"] for r in runs if r["tool"] == "modelprof"
-                 and r.get("error") is None and not r.get("tool_unsupported")]
-        L.append("modelprof `Report.unsupported`, fvcore `unsupported_ops()` (op: calls). "
-                 "modelprof's was empty for: " + (", ".join(clean) or "none") + ".\n")
+        clean = [
+            r["model"]
+            for r in runs
+            if r["tool"] == "modelprof" and r.get("error") is None and not r.get("tool_unsupported")
+        ]
+        L.append(
+            "modelprof `Report.unsupported`, fvcore `unsupported_ops()` (op: calls). "
+            "modelprof's was empty for: " + (", ".join(clean) or "none") + ".\n"
+        )
         L.append("| tool | model | ops |\n| --- | --- | --- |")
         for r in extra:
             ops = ", ".join(f"{k}: {v}" for k, v in sorted(r["tool_unsupported"].items()))
@@ -714,10 +918,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--tools", nargs="*", default=list(TOOLS))
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch.set_num_threads in each child (default 1; 0 = torch's default)")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="fresh subprocesses per pair; wall time = their median (default 3)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads in each child (default 1; 0 = torch's default)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="fresh subprocesses per pair; wall time = their median (default 3)",
+    )
     ap.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -745,21 +957,35 @@ def main(argv: list[str] | None = None) -> int:
             macs = "-" if r.get("macs") is None else f"{r['macs']:.6g}"
             err = r.get("error")
             wall = "" if r.get("wall_s") is None else f"{r['wall_s']:.2f} s"
-            print(f"{m:20s} {t:19s} macs {macs:>12s}  {wall}"
-                  f"{'  ' + err['type'] if err else ''}", file=sys.stderr, flush=True)
+            print(
+                f"{m:20s} {t:19s} macs {macs:>12s}  {wall}{'  ' + err['type'] if err else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
     given = sys.argv[1:] if argv is None else list(argv)
-    data = {"command": " ".join(["python benchmarks/compare_peers.py", *given]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "env": env,
-            "timeout_s": args.timeout, "tools": args.tools, "model_order": args.models,
-            "models": models, "runs": runs, "total_s": time.perf_counter() - t_start,
-            "repeat": args.repeat, "threads": args.threads, "load_end": os.getloadavg()}
+    data = {
+        "command": " ".join(["python benchmarks/compare_peers.py", *given]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "env": env,
+        "timeout_s": args.timeout,
+        "tools": args.tools,
+        "model_order": args.models,
+        "models": models,
+        "runs": runs,
+        "total_s": time.perf_counter() - t_start,
+        "repeat": args.repeat,
+        "threads": args.threads,
+        "load_end": os.getloadavg(),
+    }
     out = Path(args.out)
-    text = keep_hand_written(render(data),
-                             out.read_text(encoding="utf-8") if out.exists() else None)
+    text = keep_hand_written(
+        render(data), out.read_text(encoding="utf-8") if out.exists() else None
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     Path(args.json or out.with_suffix(".json")).write_text(
-        json.dumps(data, indent=1, default=str), encoding="utf-8")
+        json.dumps(data, indent=1, default=str), encoding="utf-8"
+    )
     print(text)
     return 0
 

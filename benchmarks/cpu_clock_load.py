@@ -11,6 +11,7 @@ over CPU. Part 2: ``modelprof.compare`` of the same three copies under the same 
 wall-clock ``latency_x`` and its CPU-clock ``cpu_work_x`` with their intervals, and what it
 ranked by. The load average before and after is printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,9 @@ def _busy() -> None:
         x += 1
 
 
-def round_robin(models: dict[str, torch.nn.Module], x: torch.Tensor,
-                rounds: int) -> dict[str, dict[str, float]]:
+def round_robin(
+    models: dict[str, torch.nn.Module], x: torch.Tensor, rounds: int
+) -> dict[str, dict[str, float]]:
     """Median wall and thread-CPU ms of each copy over ``rounds`` round-robin forwards."""
     wall: dict[str, list[float]] = {n: [] for n in models}
     cpu: dict[str, list[float]] = {n: [] for n in models}
@@ -55,8 +57,10 @@ def round_robin(models: dict[str, torch.nn.Module], x: torch.Tensor,
                 t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
                 wall[name].append((t1 - t0) / 1e6)
                 cpu[name].append((c1 - c0) / 1e6)
-    return {n: {"wall_ms": float(np.median(wall[n])), "cpu_ms": float(np.median(cpu[n]))}
-            for n in models}
+    return {
+        n: {"wall_ms": float(np.median(wall[n])), "cpu_ms": float(np.median(cpu[n]))}
+        for n in models
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torchvision
+
     torch.set_num_threads(1)
     torch.manual_seed(0)
     base = torchvision.models.resnet18(weights=None).eval()
@@ -84,29 +89,56 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             med = round_robin(models, x, args.rounds)
             a = med["a"]
-            row = {n: {"wall_ratio": v["wall_ms"] / a["wall_ms"],
-                       "cpu_ratio": v["cpu_ms"] / a["cpu_ms"],
-                       "wall_over_cpu": v["wall_ms"] / v["cpu_ms"], **v}
-                   for n, v in med.items()}
+            row = {
+                n: {
+                    "wall_ratio": v["wall_ms"] / a["wall_ms"],
+                    "cpu_ratio": v["cpu_ms"] / a["cpu_ms"],
+                    "wall_over_cpu": v["wall_ms"] / v["cpu_ms"],
+                    **v,
+                }
+                for n, v in med.items()
+            }
             runs.append(row)
-            print(f"run {run + 1}: " + "; ".join(
-                f"{n} wall x{r['wall_ratio']:.3f} cpu x{r['cpu_ratio']:.3f} "
-                f"wall/cpu {r['wall_over_cpu']:.2f}" for n, r in row.items()), flush=True)
+            print(
+                f"run {run + 1}: "
+                + "; ".join(
+                    f"{n} wall x{r['wall_ratio']:.3f} cpu x{r['cpu_ratio']:.3f} "
+                    f"wall/cpu {r['wall_over_cpu']:.2f}"
+                    for n, r in row.items()
+                ),
+                flush=True,
+            )
         for run in range(args.runs):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                df = compare(models, (3, args.size, args.size), budget_s=args.budget_s,
-                             roofline=False)
-            cols = ["latency_median_ms", "latency_x", "latency_x_ci_low", "latency_x_ci_high",
-                    "cpu_work_median_ms", "cpu_work_x", "cpu_work_x_ci_low",
-                    "cpu_work_x_ci_high", "wall_over_cpu", "rank"]
+                df = compare(
+                    models, (3, args.size, args.size), budget_s=args.budget_s, roofline=False
+                )
+            cols = [
+                "latency_median_ms",
+                "latency_x",
+                "latency_x_ci_low",
+                "latency_x_ci_high",
+                "cpu_work_median_ms",
+                "cpu_work_x",
+                "cpu_work_x_ci_low",
+                "cpu_work_x_ci_high",
+                "wall_over_cpu",
+                "rank",
+            ]
             got = {n: {c: float(df.loc[n, c]) for c in cols} for n in df.index}
             comparisons.append({"ranked_by": df.attrs["ranked_by"], "models": got})
-            print(f"compare {run + 1} (ranked by {df.attrs['ranked_by']}): " + "; ".join(
-                f"{n} latency_x {v['latency_x']:.3f} [{v['latency_x_ci_low']:.3f}, "
-                f"{v['latency_x_ci_high']:.3f}] cpu_work_x {v['cpu_work_x']:.3f} "
-                f"[{v['cpu_work_x_ci_low']:.3f}, {v['cpu_work_x_ci_high']:.3f}] wall/cpu "
-                f"{v['wall_over_cpu']:.2f}" for n, v in got.items()), flush=True)
+            print(
+                f"compare {run + 1} (ranked by {df.attrs['ranked_by']}): "
+                + "; ".join(
+                    f"{n} latency_x {v['latency_x']:.3f} [{v['latency_x_ci_low']:.3f}, "
+                    f"{v['latency_x_ci_high']:.3f}] cpu_work_x {v['cpu_work_x']:.3f} "
+                    f"[{v['cpu_work_x_ci_low']:.3f}, {v['cpu_work_x_ci_high']:.3f}] wall/cpu "
+                    f"{v['wall_over_cpu']:.2f}"
+                    for n, v in got.items()
+                ),
+                flush=True,
+            )
     finally:
         for p in busy:
             p.terminate()
@@ -119,16 +151,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "cpu_clock_load.json").write_text(json.dumps(
-            {"runs": runs, "compare": comparisons, "summary": summary,
-             "load_before": load_before, "load_after": load_after}, indent=1))
+        (out / "cpu_clock_load.json").write_text(
+            json.dumps(
+                {
+                    "runs": runs,
+                    "compare": comparisons,
+                    "summary": summary,
+                    "load_before": load_before,
+                    "load_after": load_after,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
 def _summary(runs: list[dict], comparisons: list[dict]) -> dict[str, list[float]]:
     """Ranges over runs and copies (the baseline copy excluded from the ratios)."""
+
     def span(values: list[float]) -> list[float]:
         return [round(min(values), 3), round(max(values), 3)]
+
     wall = [r[n]["wall_ratio"] for r in runs for n in ("b", "c")]
     cpu = [r[n]["cpu_ratio"] for r in runs for n in ("b", "c")]
     w_over_c = [r[n]["wall_over_cpu"] for r in runs for n in r]
@@ -136,11 +179,15 @@ def _summary(runs: list[dict], comparisons: list[dict]) -> dict[str, list[float]
     cw = [c["models"][n]["cpu_work_x"] for c in comparisons for n in ("b", "c")]
     cw_lo = [c["models"][n]["cpu_work_x_ci_low"] for c in comparisons for n in ("b", "c")]
     cw_hi = [c["models"][n]["cpu_work_x_ci_high"] for c in comparisons for n in ("b", "c")]
-    return {"round_robin_wall_ratio": span(wall), "round_robin_cpu_ratio": span(cpu),
-            "round_robin_wall_over_cpu": span(w_over_c), "compare_latency_x": span(lat),
-            "compare_cpu_work_x": span(cw), "compare_cpu_work_x_ci": [
-                round(min(cw_lo), 3), round(max(cw_hi), 3)],
-            "compare_ranked_by": sorted({c["ranked_by"] for c in comparisons})}
+    return {
+        "round_robin_wall_ratio": span(wall),
+        "round_robin_cpu_ratio": span(cpu),
+        "round_robin_wall_over_cpu": span(w_over_c),
+        "compare_latency_x": span(lat),
+        "compare_cpu_work_x": span(cw),
+        "compare_cpu_work_x_ci": [round(min(cw_lo), 3), round(max(cw_hi), 3)],
+        "compare_ranked_by": sorted({c["ranked_by"] for c in comparisons}),
+    }
 
 
 if __name__ == "__main__":

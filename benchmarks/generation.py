@@ -7,6 +7,7 @@ analysis at 8k context (time, memory) with its H100 SXM roofline bound, written 
     python benchmarks/generation.py                 # everything (several minutes on 2 cores)
     python benchmarks/generation.py --part meta70b  # the 70B analysis only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,15 @@ def gpt2_small() -> torch.nn.Module:
 
 
 def small_llama() -> torch.nn.Module:
-    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
-                                   num_attention_heads=8, num_key_value_heads=2,
-                                   vocab_size=32000, max_position_embeddings=2048)
+    cfg = transformers.LlamaConfig(
+        hidden_size=512,
+        intermediate_size=1376,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
 
@@ -48,13 +55,32 @@ def cpu_part(prompt_len: int, new_tokens: int, budget_s: float) -> list[dict]:
     rows = []
     for name, build in MODELS.items():
         model = build()
-        report = profile_generation(model, prompt_len, new_tokens, batch_size=[1, 8],
-                                    layer_timing=False, budget_s=budget_s)
+        report = profile_generation(
+            model, prompt_len, new_tokens, batch_size=[1, 8], layer_timing=False, budget_s=budget_s
+        )
         for _, r in report.summary().iterrows():
-            rows.append({"model": name, **{k: r[k] for k in (
-                "batch_size", "generations", "ttft_ms", "ttft_ci_low_ms", "ttft_ci_high_ms",
-                "tpot_ms", "tpot_ci_low_ms", "tpot_ci_high_ms", "tpot_stable", "tokens_per_s",
-                "batch_tokens_per_s", "end_to_end_tokens_per_s")}})
+            rows.append(
+                {
+                    "model": name,
+                    **{
+                        k: r[k]
+                        for k in (
+                            "batch_size",
+                            "generations",
+                            "ttft_ms",
+                            "ttft_ci_low_ms",
+                            "ttft_ci_high_ms",
+                            "tpot_ms",
+                            "tpot_ci_low_ms",
+                            "tpot_ci_high_ms",
+                            "tpot_stable",
+                            "tokens_per_s",
+                            "batch_tokens_per_s",
+                            "end_to_end_tokens_per_s",
+                        )
+                    },
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -74,12 +100,15 @@ def overhead_part(new_tokens: int, budget_s: float) -> dict:
 
     def stamp() -> None:
         stamps.append(time.perf_counter_ns())
+
     calls = {
-        "plain": lambda: model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                                        generation_config=plain_gc),
+        "plain": lambda: model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), generation_config=plain_gc
+        ),
         "profiled": lambda: lm.generate(prompt, new_tokens, stamp),
-        "plain_1": lambda: model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                                          generation_config=one_gc),
+        "plain_1": lambda: model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), generation_config=one_gc
+        ),
     }
     with torch.no_grad():
         cmp = measure_latencies(calls, budget_s=budget_s, warn=False)
@@ -87,11 +116,17 @@ def overhead_part(new_tokens: int, budget_s: float) -> dict:
     step_plain = (med["plain"] - med["plain_1"]) / (new_tokens - 1)
     step_prof = (med["profiled"] - med["plain_1"]) / (new_tokens - 1)
     ratio, lo, hi = cmp.ratios["profiled"]
-    out = {"new_tokens": new_tokens, "plain_generate_ms": med["plain"],
-           "profiled_generate_ms": med["profiled"], "generate_1_token_ms": med["plain_1"],
-           "decode_step_plain_ms": step_plain, "decode_step_profiled_ms": step_prof,
-           "decode_step_ratio": step_prof / step_plain,
-           "whole_generation_ratio": ratio, "whole_generation_ratio_ci": [lo, hi]}
+    out = {
+        "new_tokens": new_tokens,
+        "plain_generate_ms": med["plain"],
+        "profiled_generate_ms": med["profiled"],
+        "generate_1_token_ms": med["plain_1"],
+        "decode_step_plain_ms": step_plain,
+        "decode_step_profiled_ms": step_prof,
+        "decode_step_ratio": step_prof / step_plain,
+        "whole_generation_ratio": ratio,
+        "whole_generation_ratio_ci": [lo, hi],
+    }
     print(out, flush=True)
     return out
 
@@ -106,27 +141,40 @@ def flop_counter_part() -> list[dict]:
     for name, build in MODELS.items():
         model = build()
         for batch in (1, 8):
-            report = profile_generation(model, 64, 2, batch_size=batch, contexts=[64],
-                                        timing=False)
+            report = profile_generation(model, 64, 2, batch_size=batch, contexts=[64], timing=False)
             counted = report.decode(64).totals["macs"]
             cache = transformers.DynamicCache(config=model.config)
             with torch.no_grad():
-                model(input_ids=torch.zeros(batch, 64, dtype=torch.long), past_key_values=cache,
-                      use_cache=True)
+                model(
+                    input_ids=torch.zeros(batch, 64, dtype=torch.long),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
                 with FlopCounterMode(display=False) as fc:
-                    model(input_ids=torch.zeros(batch, 1, dtype=torch.long),
-                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    model(
+                        input_ids=torch.zeros(batch, 1, dtype=torch.long),
+                        past_key_values=cache,
+                        use_cache=True,
+                        logits_to_keep=1,
+                    )
             # FlopCounterMode has no formula for the CPU's fused attention
             # (aten._scaled_dot_product_flash_attention_for_cpu): the step's attention,
             # 2 x layers x (L + 1) x heads x head_dim MACs, is missing from its total
             dims = model_dims(model.config)
             attention = 2 * dims["layers"] * 65 * dims["heads"] * dims["head_dim"] * batch
             flops = fc.get_total_flops()
-            rows.append({"model": name, "batch_size": batch, "context": 64,
-                         "counted_macs": counted, "flop_counter_flops": flops,
-                         "flops_over_2macs": flops / (2 * counted),
-                         "attention_macs": attention,
-                         "equal_without_attention": flops == 2 * (counted - attention)})
+            rows.append(
+                {
+                    "model": name,
+                    "batch_size": batch,
+                    "context": 64,
+                    "counted_macs": counted,
+                    "flop_counter_flops": flops,
+                    "flops_over_2macs": flops / (2 * counted),
+                    "attention_macs": attention,
+                    "equal_without_attention": flops == 2 * (counted - attention),
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -160,8 +208,12 @@ print(json.dumps({"seconds": took, "cpu_seconds": cpu, "load_average_1_5_15": lo
 def meta_part() -> dict:
     """The 70B-shaped analysis in a fresh process (its memory is its own)."""
     OUT.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([sys.executable, "-c", META_SCRIPT, str(ROOT), str(OUT)],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-c", META_SCRIPT, str(ROOT), str(OUT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = json.loads(res.stdout.strip().splitlines()[-1])
     print(out, flush=True)
     return out
@@ -169,19 +221,25 @@ def meta_part() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=["all", "cpu", "overhead", "flops", "meta70b"],
-                    default="all")
+    ap.add_argument("--part", choices=["all", "cpu", "overhead", "flops", "meta70b"], default="all")
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--budget", type=float, default=10.0)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (default 1: on a shared 2-core VM two OpenMP threads "
-                         "contend with the other load; a 16-token generate of a 2-layer model "
-                         "took 11 s with 2 threads and 0.32 s with 1)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: on a shared 2-core VM two OpenMP threads "
+        "contend with the other load; a 16-token generate of a 2-layer model "
+        "took 11 s with 2 threads and 0.32 s with 1)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    results: dict = {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "threads": torch.get_num_threads()}
+    results: dict = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+    }
     if args.part in ("all", "meta70b"):
         results["meta70b"] = meta_part()
     if args.part in ("all", "flops"):

@@ -24,6 +24,7 @@ and ``reports/<slug>/`` (extract it at the repository root: ``tar xzf ... -C .``
 ``--dry-run`` runs every section on the CPU with the CUDA calls faked (``gpu_fakes.py``), tiny
 models and tiny budgets, so CI can run the whole script (``tests/test_gpu_evidence.py``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-_T0 = time.perf_counter()   # the run's clock starts before torch is imported
+_T0 = time.perf_counter()  # the run's clock starts before torch is imported
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 for _p in (str(ROOT), str(HERE)):
@@ -97,8 +98,9 @@ class Outcome:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def check(self, name: str, passed: bool, criterion: str, /, *, exact: bool = False,
-              **figures: Any) -> None:
+    def check(
+        self, name: str, passed: bool, criterion: str, /, *, exact: bool = False, **figures: Any
+    ) -> None:
         self.checks.append(Check(name, bool(passed), criterion, figures, exact))
 
 
@@ -164,9 +166,15 @@ def _slug(text: str) -> str:
 
 def _driver_version() -> str | None:
     import subprocess
+
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
     except (OSError, IndexError, subprocess.SubprocessError):
         return None
@@ -174,10 +182,26 @@ def _driver_version() -> str | None:
 
 def _versions() -> dict[str, str | None]:
     from importlib import metadata
+
     out: dict[str, str | None] = {}
-    for name in ("torch", "torchvision", "transformers", "timm", "cupy-cuda12x", "cupy-cuda13x",
-                 "cupy", "triton", "onnxruntime-gpu", "onnxruntime", "numpy", "pandas",
-                 "matplotlib", "tabulate", "pytest", "pluggy"):
+    for name in (
+        "torch",
+        "torchvision",
+        "transformers",
+        "timm",
+        "cupy-cuda12x",
+        "cupy-cuda13x",
+        "cupy",
+        "triton",
+        "onnxruntime-gpu",
+        "onnxruntime",
+        "numpy",
+        "pandas",
+        "matplotlib",
+        "tabulate",
+        "pytest",
+        "pluggy",
+    ):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
     return out
@@ -197,8 +221,9 @@ def environment(dev: torch.device, dry: bool) -> dict[str, Any]:
 
 
 # -- what the run needs, from the wheelhouse ---------------------------------------------------
-def bootstrap(wanted: dict[str, str] | None = None, wheelhouse: Path = WHEELHOUSE,
-              target: Path | None = None) -> dict[str, Any]:
+def bootstrap(
+    wanted: dict[str, str] | None = None, wheelhouse: Path = WHEELHOUSE, target: Path | None = None
+) -> dict[str, Any]:
     """Install the modules of ``wanted`` (import name: requirement) that this Python lacks from
     ``wheelhouse`` (no index) into ``target`` (a temporary folder by default), put behind
     everything on ``sys.path`` and on ``PYTHONPATH`` (so the pytest processes see it too);
@@ -211,36 +236,69 @@ def bootstrap(wanted: dict[str, str] | None = None, wheelhouse: Path = WHEELHOUS
     if not missing or not wheels:
         return rec | {"action": "nothing to install" if not missing else "no wheelhouse"}
     target = target or Path(tempfile.mkdtemp(prefix="gpu-evidence-site-"))
-    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
-           "--target", str(target), "--disable-pip-version-check", "-q",
-           *[wanted[name] for name in missing]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(wheelhouse),
+        "--target",
+        str(target),
+        "--disable-pip-version-check",
+        "-q",
+        *[wanted[name] for name in missing],
+    ]
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-        rec.update(command=" ".join(cmd[1:]), exit_code=done.returncode,
-                   output=(done.stdout + done.stderr)[-2000:])
+        rec.update(
+            command=" ".join(cmd[1:]),
+            exit_code=done.returncode,
+            output=(done.stdout + done.stderr)[-2000:],
+        )
     except (OSError, subprocess.SubprocessError) as e:
         rec.update(command=" ".join(cmd[1:]), exit_code=None, output=f"{type(e).__name__}: {e}")
-    if rec["exit_code"] != 0:   # no pip here: pure-Python wheels unpack as they install
+    if rec["exit_code"] != 0:  # no pip here: pure-Python wheels unpack as they install
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as z:
                 z.extractall(target)
         rec["fallback"] = f"unzipped {len(wheels)} wheels"
     sys.path.append(str(target))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"),
-                                                             str(target)]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [os.environ.get("PYTHONPATH"), str(target)])
+    )
     importlib.invalidate_caches()
-    rec.update(action="installed", target=str(target), seconds=time.perf_counter() - t0,
-               importable={n: importlib.util.find_spec(n) is not None for n in missing})
+    rec.update(
+        action="installed",
+        target=str(target),
+        seconds=time.perf_counter() - t0,
+        importable={n: importlib.util.find_spec(n) is not None for n in missing},
+    )
     return rec
 
 
 def make_wheelhouse(wheelhouse: Path = WHEELHOUSE) -> int:
     """Download the wheels of ``WHEELS`` for a Python 3.12 Linux machine (no dependencies
     resolved: the list is complete for pytest and tabulate on 3.12)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", "--platform",
-           "manylinux_2_28_x86_64", "-d", str(wheelhouse), *WHEELS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "-d",
+        str(wheelhouse),
+        *WHEELS,
+    ]
     return subprocess.run(cmd, check=False).returncode
 
 
@@ -255,6 +313,7 @@ def hard_limit(seconds: float) -> Iterator[None]:
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise SectionTimeout(f"section over its hard limit of {seconds:.0f} s")
+
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
     try:
@@ -285,8 +344,9 @@ def run_section(ctx: Ctx, sec: Section) -> dict[str, Any]:
         except SectionTimeout as e:
             rec.update(status="timeout", reason=str(e), traceback=traceback.format_exc())
         except Exception as e:  # noqa: BLE001 - one section's failure must not stop the others
-            rec.update(status="error", reason=f"{type(e).__name__}: {e}",
-                       traceback=traceback.format_exc())
+            rec.update(
+                status="error", reason=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+            )
         finally:
             if torch.cuda.is_available():
                 with contextlib.suppress(Exception):
@@ -320,25 +380,33 @@ def _fmt(v: Any) -> str:
 
 def summary_md(ctx: Ctx, records: list[dict[str, Any]], wall_s: float) -> str:
     env = ctx.env
-    versions = (f"- device `{env.get('device')}` ({env.get('device_name')}), driver "
-                f"{env.get('driver_version')}, CUDA {env.get('cuda_version')}, cuDNN "
-                f"{env.get('cudnn_version')}, torch {env.get('torch_version')}, Python "
-                f"{env.get('python_version')}, modelprof {env.get('modelprof_version')}")
+    versions = (
+        f"- device `{env.get('device')}` ({env.get('device_name')}), driver "
+        f"{env.get('driver_version')}, CUDA {env.get('cuda_version')}, cuDNN "
+        f"{env.get('cudnn_version')}, torch {env.get('torch_version')}, Python "
+        f"{env.get('python_version')}, modelprof {env.get('modelprof_version')}"
+    )
     packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items())
     boot = env.get("bootstrap") or {}
     dry = " — DRY RUN: CUDA faked on the CPU, tiny models; no figure here is a GPU's"
-    head = [f"# GPU evidence — {env.get('device_name')}", "", versions,
-            f"- packages: {packages}",
-            f"- from the wheelhouse: {boot.get('action')} (missing before: "
-            f"{', '.join(boot.get('missing', [])) or 'none'})",
-            f"- command: `{env.get('command')}`; wall time {wall_s:.0f} s{dry if ctx.dry else ''}",
-            "",
-            "| section | verdict | checks passed | wall s (budget) |",
-            "| --- | --- | ---: | ---: |"]
+    head = [
+        f"# GPU evidence — {env.get('device_name')}",
+        "",
+        versions,
+        f"- packages: {packages}",
+        f"- from the wheelhouse: {boot.get('action')} (missing before: "
+        f"{', '.join(boot.get('missing', [])) or 'none'})",
+        f"- command: `{env.get('command')}`; wall time {wall_s:.0f} s{dry if ctx.dry else ''}",
+        "",
+        "| section | verdict | checks passed | wall s (budget) |",
+        "| --- | --- | ---: | ---: |",
+    ]
     for r in records:
         n_ok = sum(c["passed"] for c in r["checks"])
-        head.append(f"| {r['key']}. {r['title']} | {verdict(r)} | {n_ok}/{len(r['checks'])} | "
-                    f"{r['wall_s']:.1f} ({r['budget_s']:g}) |")
+        head.append(
+            f"| {r['key']}. {r['title']} | {verdict(r)} | {n_ok}/{len(r['checks'])} | "
+            f"{r['wall_s']:.1f} ({r['budget_s']:g}) |"
+        )
     body: list[str] = []
     for r in records:
         body += ["", f"## {r['key']}. {r['title']}: {verdict(r)}", ""]
@@ -347,8 +415,9 @@ def summary_md(ctx: Ctx, records: list[dict[str, Any]], wall_s: float) -> str:
             body.append("")
         for c in r["checks"]:
             figs = ", ".join(f"{k} {_fmt(v)}" for k, v in c["figures"].items())
-            body.append(f"- {'PASS' if c['passed'] else '**FAIL**'} {c['name']}: {figs} "
-                        f"[{c['criterion']}]")
+            body.append(
+                f"- {'PASS' if c['passed'] else '**FAIL**'} {c['name']}: {figs} [{c['criterion']}]"
+            )
         body += [f"- note: {n}" for n in r["notes"]]
         if r.get("traceback"):
             body += ["", "```", r["traceback"].rstrip()[-3000:], "```"]
@@ -372,10 +441,14 @@ def write_outputs(ctx: Ctx, records: list[dict[str, Any]], wall_s: float) -> Non
     tmp.replace(ctx.out / f"evidence-{ctx.slug}.tar.gz")
 
 
-def run_sections(ctx: Ctx, sections: list[Section], only: set[str] | None = None,
-                 log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def run_sections(
+    ctx: Ctx,
+    sections: list[Section],
+    only: set[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
     """Every section in turn (or those of ``only``), outputs rewritten after each."""
-    t0 = _T0   # the log's times are the process's
+    t0 = _T0  # the log's times are the process's
     records = ctx.records
     chosen = [sec for sec in sections if not only or sec.key in only]
     ctx.background["run_suite"] = any(sec.key == "1b" for sec in chosen)
@@ -393,8 +466,10 @@ def _run_one(ctx: Ctx, sec: Section, t0: float, log: Callable[[str], None]) -> N
     rec = run_section(ctx, sec)
     ctx.records.append(rec)
     n_ok = sum(c["passed"] for c in rec["checks"])
-    log(f"[{time.perf_counter() - t0:6.1f} s]   {verdict(rec)} ({n_ok}/{len(rec['checks'])}"
-        f" checks, {rec['wall_s']:.1f} s){': ' + rec['reason'] if rec.get('reason') else ''}")
+    log(
+        f"[{time.perf_counter() - t0:6.1f} s]   {verdict(rec)} ({n_ok}/{len(rec['checks'])}"
+        f" checks, {rec['wall_s']:.1f} s){': ' + rec['reason'] if rec.get('reason') else ''}"
+    )
     write_outputs(ctx, ctx.records, time.perf_counter() - t0)
 
 
@@ -408,8 +483,9 @@ def _stop_background(ctx: Ctx) -> None:
             p.wait()
 
 
-def make_ctx(dry: bool, out: Path, device: str | None, total_s: float,
-             boot: dict[str, Any] | None = None) -> Ctx:
+def make_ctx(
+    dry: bool, out: Path, device: str | None, total_s: float, boot: dict[str, Any] | None = None
+) -> Ctx:
     if dry:
         dev = torch.device("cpu")
     else:
@@ -421,22 +497,28 @@ def make_ctx(dry: bool, out: Path, device: str | None, total_s: float,
     slug = "dry-run-cpu" if dry else _slug(torch.cuda.get_device_name(dev))
     out.mkdir(parents=True, exist_ok=True)
     tree = Path(tempfile.mkdtemp(prefix="gpu-evidence-"))
-    return Ctx(dev=dev, dry=dry, out=out, tree=tree, slug=slug, env=env,
-               deadline=_T0 + total_s)
+    return Ctx(dev=dev, dry=dry, out=out, tree=tree, slug=slug, env=env, deadline=_T0 + total_s)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT"),
-                    help="output folder (default: $OUT)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="CPU only, CUDA faked, tiny models and budgets")
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="output folder (default: $OUT)")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="CPU only, CUDA faked, tiny models and budgets"
+    )
     ap.add_argument("--device", default=None, help="cuda[:i] (default cuda)")
     ap.add_argument("--only", default="", help="comma-separated section keys, e.g. 2,5")
-    ap.add_argument("--total-s", type=float, default=None,
-                    help=f"time for the whole run (default {TOTAL_S:g} s; dry run 240 s)")
-    ap.add_argument("--make-wheelhouse", action="store_true",
-                    help=f"download the wheels the run may need into {WHEELHOUSE} and stop")
+    ap.add_argument(
+        "--total-s",
+        type=float,
+        default=None,
+        help=f"time for the whole run (default {TOTAL_S:g} s; dry run 240 s)",
+    )
+    ap.add_argument(
+        "--make-wheelhouse",
+        action="store_true",
+        help=f"download the wheels the run may need into {WHEELHOUSE} and stop",
+    )
     args = ap.parse_args(argv)
     if args.make_wheelhouse:
         return make_wheelhouse()
@@ -444,16 +526,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--out (or $OUT) is required")
     boot = bootstrap()
     from gpu_sections import SECTIONS
+
     total = args.total_s or (240.0 if args.dry_run else TOTAL_S)
     ctx = make_ctx(args.dry_run, Path(args.out), args.device, total, boot)
     only = set(filter(None, args.only.split(","))) or None
-    print(f"GPU evidence on {ctx.env.get('device_name')} ({ctx.dev}), torch "
-          f"{torch.__version__}, into {ctx.out}; wheelhouse: {boot['action']}", flush=True)
+    print(
+        f"GPU evidence on {ctx.env.get('device_name')} ({ctx.dev}), torch "
+        f"{torch.__version__}, into {ctx.out}; wheelhouse: {boot['action']}",
+        flush=True,
+    )
     try:
         if ctx.dry:
             from gpu_fakes import fake_cuda
+
             threads = torch.get_num_threads()
-            torch.set_num_threads(1)   # intra-op threads stall badly on a loaded CI machine
+            torch.set_num_threads(1)  # intra-op threads stall badly on a loaded CI machine
             try:
                 with fake_cuda():
                     records = run_sections(ctx, SECTIONS, only)
@@ -464,8 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(ctx.tree, ignore_errors=True)
     bad = [r["key"] for r in records if verdict(r) in ("FAIL", "ERROR", "TIMEOUT")]
-    print(f"wrote {ctx.out}/summary.md, evidence.json, evidence-{ctx.slug}.tar.gz; "
-          f"not passed: {bad or 'none'}", flush=True)
+    print(
+        f"wrote {ctx.out}/summary.md, evidence.json, evidence-{ctx.slug}.tar.gz; "
+        f"not passed: {bad or 'none'}",
+        flush=True,
+    )
     return 1 if bad else 0
 
 

@@ -8,6 +8,7 @@ clock for a CPU device, so the event clock, its per-layer stamps and the step's 
 as they would on a GPU, reading host work that the fake events bracket. Everything that needs
 real device memory (pinned buffers, transfers, graphs, the allocator) stays out of the dry run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,8 +79,9 @@ def fake_cuda() -> Iterator[None]:
         (torch.cuda, "device", lambda device=None: contextlib.nullcontext()),
     ]
     for name, mod in list(sys.modules.items()):
-        if (name == "modelprof" or name.startswith("modelprof.")) and \
-                getattr(mod, "clock_for", None) is original_clock_for:
+        if (name == "modelprof" or name.startswith("modelprof.")) and getattr(
+            mod, "clock_for", None
+        ) is original_clock_for:
             patches.append((mod, "clock_for", _event_clock_for))
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
     try:
@@ -93,6 +95,7 @@ def fake_cuda() -> Iterator[None]:
         # ``from ... import clock_for`` (modelprof.step.timing, imported by the first
         # backward=True profile): it would hand the event clock to the CPU ever after
         for name, mod in list(sys.modules.items()):
-            if (name == "modelprof" or name.startswith("modelprof.")) and \
-                    getattr(mod, "clock_for", None) is _event_clock_for:
+            if (name == "modelprof" or name.startswith("modelprof.")) and getattr(
+                mod, "clock_for", None
+            ) is _event_clock_for:
                 mod.clock_for = original_clock_for

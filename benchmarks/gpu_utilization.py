@@ -8,6 +8,7 @@
 
     PYTHONPATH=. python3 benchmarks/gpu_utilization.py [OUT_FILE]
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,10 +30,15 @@ def line(out: list[str], text: str) -> None:
 
 def figures(name: str, u, out: list[str]) -> None:
     p = u.phases
-    line(out, f"{name}: " + "; ".join(
-        f"{r.phase} model {r.model_flops:.4g} FLOP, hardware {r.hardware_flops:.4g}, "
-        f"{r.time_ms:.3f} ms, MFU {r.mfu:.3f}, HFU {r.hfu:.3f}, MBU {r.mbu:.3f}"
-        for r in p.itertuples()))
+    line(
+        out,
+        f"{name}: "
+        + "; ".join(
+            f"{r.phase} model {r.model_flops:.4g} FLOP, hardware {r.hardware_flops:.4g}, "
+            f"{r.time_ms:.3f} ms, MFU {r.mfu:.3f}, HFU {r.hfu:.3f}, MBU {r.mbu:.3f}"
+            for r in p.itertuples()
+        ),
+    )
     line(out, f"  by peak: {u.by_peak}; {u.describe()}")
 
 
@@ -45,23 +51,30 @@ def matmul(peaks, out: list[str]) -> None:
 def llama_step(peaks, out: list[str]) -> None:
     import transformers
 
-    cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632,
-                                   num_hidden_layers=4, num_attention_heads=16,
-                                   num_key_value_heads=16, vocab_size=32000)
+    cfg = transformers.LlamaConfig(
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=4,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        vocab_size=32000,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16)
     ids = torch.randint(0, 32000, (4, 1024), device="cuda")
     for ckpt in (False, True):
         if ckpt:
             model.gradient_checkpointing_enable()
-        r = modelprof.profile(model, inputs={"input_ids": ids}, backward=True, roofline=peaks,
-                              **FAST)
+        r = modelprof.profile(
+            model, inputs={"input_ids": ids}, backward=True, roofline=peaks, **FAST
+        )
         figures(f"llama 4x2048 step, batch 4 x 1024, checkpointing={ckpt}", r.utilization(), out)
 
 
 def decode_like(peaks, out: list[str]) -> None:
     model = nn.Sequential(*[nn.Linear(8192, 8192, bias=False) for _ in range(8)]).to(
-        "cuda", torch.bfloat16)
+        "cuda", torch.bfloat16
+    )
     r = modelprof.profile(model, (8192,), batch_size=1, roofline=peaks, **FAST)
     u = r.utilization()
     figures("batch-1 GEMV chain 8 x 8192^2 bf16", u, out)
@@ -73,8 +86,10 @@ def main() -> None:
     t0 = time.time()
     line(out, f"{torch.cuda.get_device_name()} torch {torch.__version__}")
     peaks = probe_peaks("cuda", torch.bfloat16)
-    line(out, f"probe bf16: {peaks.peak_flops / 1e12:.1f} TFLOP/s, "
-              f"{peaks.peak_bytes / 1e12:.2f} TB/s")
+    line(
+        out,
+        f"probe bf16: {peaks.peak_flops / 1e12:.1f} TFLOP/s, {peaks.peak_bytes / 1e12:.2f} TB/s",
+    )
     for part in (matmul, llama_step, decode_like):
         try:
             part(peaks, out)

@@ -15,6 +15,7 @@ Two measurements, in one process, on the CPU (batch 1, eval):
 
 The issue's limit is 5 % of a timed resnet50 profile.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,10 @@ def main() -> None:
     warnings.simplefilter("ignore")
     model = getattr(torchvision.models, args.model)().eval()
     opts = dict(repeat=args.repeat, warmup=5)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.model}, "
-          f"profile(repeat={args.repeat}, warmup=5), {args.pairs} interleaved pairs")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.model}, "
+        f"profile(repeat={args.repeat}, warmup=5), {args.pairs} interleaved pairs"
+    )
 
     def with_guard() -> None:
         profile(model, (3, 224, 224), **opts)
@@ -98,13 +101,15 @@ def main() -> None:
     on, off = [], []
     for i in range(args.pairs):
         pair = [(on, with_guard), (off, without_guard)]
-        for times, fn in (pair if i % 2 == 0 else pair[::-1]):
+        for times, fn in pair if i % 2 == 0 else pair[::-1]:
             times.append(_seconds(fn))
     med_on, med_off = statistics.median(on), statistics.median(off)
-    print(f"A/B   profile with guard {med_on:7.3f} s, without {med_off:7.3f} s: "
-          f"ratio {med_on / med_off:.4f} ({100 * (med_on / med_off - 1):+.2f} %)  "
-          f"[with: {', '.join(f'{t:.2f}' for t in on)}; without: "
-          f"{', '.join(f'{t:.2f}' for t in off)}]")
+    print(
+        f"A/B   profile with guard {med_on:7.3f} s, without {med_off:7.3f} s: "
+        f"ratio {med_on / med_off:.4f} ({100 * (med_on / med_off - 1):+.2f} %)  "
+        f"[with: {', '.join(f'{t:.2f}' for t in on)}; without: "
+        f"{', '.join(f'{t:.2f}' for t in off)}]"
+    )
 
     # the guard's own work, timed directly
     reps = 20
@@ -114,34 +119,44 @@ def main() -> None:
     mi = make_inputs(model, (3, 224, 224))
     watched, bare = [], []
     for i in range(7):
+
         def on_() -> None:
             analyze(model, mi)
 
         def off_() -> None:
             with _guard_off():
                 analyze(model, mi)
+
         pair = [(watched, on_), (bare, off_)]
-        for times, fn in (pair if i % 2 == 0 else pair[::-1]):
+        for times, fn in pair if i % 2 == 0 else pair[::-1]:
             times.append(_seconds(fn))
     # the static pass with the guard (built, watching writes, restored) minus without it: the
     # write watch is what remains after the separately timed build and restore
     in_static = max(0.0, statistics.median(watched) - statistics.median(bare))
     watch = max(0.0, in_static - build - restore)
     direct = build + restore + watch
-    print(f"direct: build {build * 1e3:.2f} ms + restore {restore * 1e3:.2f} ms + write watch "
-          f"{watch * 1e3:.2f} ms (a static pass with the guard {in_static * 1e3:.2f} ms over "
-          f"{statistics.median(bare) * 1e3:.1f} ms without) = {direct * 1e3:.2f} ms = "
-          f"{100 * direct / med_off:.3f} % of the profile")
+    print(
+        f"direct: build {build * 1e3:.2f} ms + restore {restore * 1e3:.2f} ms + write watch "
+        f"{watch * 1e3:.2f} ms (a static pass with the guard {in_static * 1e3:.2f} ms over "
+        f"{statistics.median(bare) * 1e3:.1f} ms without) = {direct * 1e3:.2f} ms = "
+        f"{100 * direct / med_off:.3f} % of the profile"
+    )
     with preserved_state(model) as guard:
         pass
-    copied = sum(t.snapshot.numel() * t.snapshot.element_size() for t in guard.tracked
-                 if t.snapshot is not None)
+    copied = sum(
+        t.snapshot.numel() * t.snapshot.element_size()
+        for t in guard.tracked
+        if t.snapshot is not None
+    )
     total = sum(t.tensor.numel() * t.tensor.element_size() for t in guard.tracked)
-    print(f"copied up front: {copied:,} B of {total:,} B of parameters and buffers "
-          f"({100 * copied / total:.2f} %)")
+    print(
+        f"copied up front: {copied:,} B of {total:,} B of parameters and buffers "
+        f"({100 * copied / total:.2f} %)"
+    )
     worst = max(direct / med_off, med_on / med_off - 1)
-    print(f"state restore cost {100 * worst:.2f} % (limit 5 %): "
-          f"{'PASS' if worst <= 0.05 else 'FAIL'}")
+    print(
+        f"state restore cost {100 * worst:.2f} % (limit 5 %): {'PASS' if worst <= 0.05 else 'FAIL'}"
+    )
 
 
 if __name__ == "__main__":

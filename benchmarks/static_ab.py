@@ -10,6 +10,7 @@ forward, as paired ratios (the trimmed mean of the per-round log ratios with its
 as ``compare()`` computes it). ``MODELPROF_STATIC_ROUTE=real`` is set, so that a revision that
 had a meta route counts on the real kernels as this tree does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _import_base(rev: str, into: Path) -> object:
     """``rev``'s package, imported as ``modelprof_base``."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "modelprof"],
-                             check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "modelprof"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     (into / "modelprof").rename(into / "modelprof_base")
     pattern = re.compile(r"\b(from|import) modelprof\b(?!_)")
@@ -41,6 +43,7 @@ def _import_base(rev: str, into: Path) -> object:
         path.write_text(pattern.sub(r"\1 modelprof_base", path.read_text()))
     sys.path.insert(0, str(into))
     import modelprof_base
+
     return modelprof_base
 
 
@@ -58,8 +61,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         base = _import_base(args.rev, Path(tmp))
-        print(f"torch {torch.__version__}, 1 thread, {args.reps} rounds, before = {args.rev}; "
-              f"load average {os.getloadavg()}", flush=True)
+        print(
+            f"torch {torch.__version__}, 1 thread, {args.reps} rounds, before = {args.rev}; "
+            f"load average {os.getloadavg()}",
+            flush=True,
+        )
         for name in args.models.split(","):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -70,10 +76,12 @@ def main() -> None:
                 with torch.no_grad():
                     model(x)
 
-            fns = {"bare": bare,
-                   "before": lambda: base.profile(model, inputs=x, timing=False),
-                   "after": lambda: modelprof.profile(model, inputs=x, timing=False)}
-            for fn in fns.values():   # warm-up
+            fns = {
+                "bare": bare,
+                "before": lambda: base.profile(model, inputs=x, timing=False),
+                "after": lambda: modelprof.profile(model, inputs=x, timing=False),
+            }
+            for fn in fns.values():  # warm-up
                 fn()
             times: dict[str, list[float]] = {k: [] for k in fns}
             order = list(fns)
@@ -89,9 +97,11 @@ def main() -> None:
                 r, lo, hi = paired_ratio(np.array(times[a]), np.array(times[b]), 0.95)
                 return f"{r:.3f} ({lo:.3f}-{hi:.3f})"
 
-            print(f"{name:10s} after / before {ratio('after', 'before')} | before / bare "
-                  f"{ratio('before', 'bare')} | after / bare {ratio('after', 'bare')}",
-                  flush=True)
+            print(
+                f"{name:10s} after / before {ratio('after', 'before')} | before / bare "
+                f"{ratio('before', 'bare')} | after / bare {ratio('after', 'bare')}",
+                flush=True,
+            )
         print(f"load average after {os.getloadavg()}")
 
 

@@ -12,6 +12,7 @@ per-call records and the state guard included), and to the bare forward, the cos
 the compute. ``--meta`` adds ``profile(..., device="meta")``. Single-threaded by default
 (``--threads``), where the ratio to the compute is largest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,18 @@ def _model(name: str) -> tuple[torch.nn.Module, dict]:
     if name == "llama":
         import transformers
 
-        cfg = transformers.LlamaConfig(num_hidden_layers=4, hidden_size=256,
-                                       intermediate_size=688, num_attention_heads=8,
-                                       num_key_value_heads=4, vocab_size=1000)
-        return (transformers.LlamaForCausalLM(cfg).eval(),
-                {"input_ids": torch.randint(0, 1000, (1, 128)), "use_cache": False})
+        cfg = transformers.LlamaConfig(
+            num_hidden_layers=4,
+            hidden_size=256,
+            intermediate_size=688,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            vocab_size=1000,
+        )
+        return (
+            transformers.LlamaForCausalLM(cfg).eval(),
+            {"input_ids": torch.randint(0, 1000, (1, 128)), "use_cache": False},
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = getattr(torchvision.models, name)().eval()
@@ -68,7 +76,7 @@ def bench(name: str, reps: int, meta: bool = False) -> tuple[float, str]:
     def modelprof():
         profile(model, inputs=kw, timing=False)
 
-    def on_meta():   # device="meta": shapes alone, the report says meta
+    def on_meta():  # device="meta": shapes alone, the report says meta
         profile(model, inputs=kw, device="meta", timing=False)
 
     fns = [("bare", bare), ("flop_counter", flop_counter), ("modelprof", modelprof)]
@@ -89,9 +97,11 @@ def bench(name: str, reps: int, meta: bool = False) -> tuple[float, str]:
         return r, f"{r:.3f} (95 % CI {low:.3f}-{high:.3f})"
 
     ratio, fc = over("modelprof", "flop_counter")
-    line = (f"{name:10s} bare forward {med['bare']:8.1f} ms | FlopCounterMode "
-            f"{med['flop_counter']:8.1f} ms | modelprof {med['modelprof']:8.1f} ms: "
-            f"/ FlopCounterMode = {fc}, / bare = {over('modelprof', 'bare')[1]}")
+    line = (
+        f"{name:10s} bare forward {med['bare']:8.1f} ms | FlopCounterMode "
+        f"{med['flop_counter']:8.1f} ms | modelprof {med['modelprof']:8.1f} ms: "
+        f"/ FlopCounterMode = {fc}, / bare = {over('modelprof', 'bare')[1]}"
+    )
     if meta:
         line += f" | device='meta' {med['meta']:8.1f} ms, / bare = {over('meta', 'bare')[1]}"
     return ratio, line
@@ -103,8 +113,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     ap.add_argument("--models", default="resnet50,vit_b_16")
     ap.add_argument("--out", default=None, help="also write static_speed.txt to this directory")
-    ap.add_argument("--meta", action="store_true",
-                    help="also time profile(..., device='meta', timing=False)")
+    ap.add_argument(
+        "--meta", action="store_true", help="also time profile(..., device='meta', timing=False)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lines: list[str] = []
@@ -113,18 +124,22 @@ def main() -> None:
         lines.append(text)
         print(text, flush=True)
 
-    say(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.reps} "
+    say(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {args.reps} "
         f"(ratio: trimmed mean of the paired per-round log ratios); load average before "
-        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     ratios = []
     for name in args.models.split(","):
         ratio, line = bench(name, args.reps, args.meta)
         ratios.append(ratio)
         say(line)
     worst = max(ratios)
-    say(f"worst ratio to FlopCounterMode {worst:.3f} (limit {LIMIT}): "
+    say(
+        f"worst ratio to FlopCounterMode {worst:.3f} (limit {LIMIT}): "
         f"{'PASS' if worst <= LIMIT else 'FAIL'}; "
-        f"load average after {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        f"load average after {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ PyTorch models, in one table.
 The names here are what a user needs; everything else is importable from its subpackage
 (``modelprof.timing``, ``modelprof.render``, ``modelprof.models``, ...).
 """
+
 from __future__ import annotations
 
 from modelprof.compare import compare
@@ -11,11 +12,11 @@ from modelprof.counting.formulas import Cost, register_formula
 from modelprof.distributed.fake import profile_sharded
 from modelprof.distributed.gather import gather_reports
 from modelprof.errors import (
-                              DriftWarning,
-                              FewSamplesWarning,
-                              ModelProfError,
-                              ModelProfWarning,
-                              NoisyMeasurementWarning,
+    DriftWarning,
+    FewSamplesWarning,
+    ModelProfError,
+    ModelProfWarning,
+    NoisyMeasurementWarning,
 )
 from modelprof.fit import fit
 from modelprof.generation import GenerationReport, compare_generation, profile_generation
@@ -26,19 +27,42 @@ from modelprof.report.report import Report
 from modelprof.runtime.inputs import token_inputs
 from modelprof.sweep import sweep
 from modelprof.timing import (
-                              Measurement,
-                              TimingOptions,
-                              measure_latencies,
-                              measure_latency,
-                              measure_throughput,
+    Measurement,
+    TimingOptions,
+    measure_latencies,
+    measure_latency,
+    measure_throughput,
 )
 from modelprof.timing.peaks import Peaks
 
 __version__ = "0.1.0"
 
-__all__ = ["Comparison", "Cost", "DriftWarning", "FewSamplesWarning", "GenerationReport",
-           "Measurement", "ModelProfError", "ModelProfWarning", "NoisyMeasurementWarning",
-           "Peaks", "Report", "TimingOptions", "ViewOptions", "__version__", "compare",
-           "compare_generation", "fit", "gather_reports", "measure_latencies", "measure_latency",
-           "measure_throughput", "profile", "profile_generation", "profile_sharded",
-           "register_formula", "sweep", "token_inputs"]
+__all__ = [
+    "Comparison",
+    "Cost",
+    "DriftWarning",
+    "FewSamplesWarning",
+    "GenerationReport",
+    "Measurement",
+    "ModelProfError",
+    "ModelProfWarning",
+    "NoisyMeasurementWarning",
+    "Peaks",
+    "Report",
+    "TimingOptions",
+    "ViewOptions",
+    "__version__",
+    "compare",
+    "compare_generation",
+    "fit",
+    "gather_reports",
+    "measure_latencies",
+    "measure_latency",
+    "measure_throughput",
+    "profile",
+    "profile_generation",
+    "profile_sharded",
+    "register_formula",
+    "sweep",
+    "token_inputs",
+]

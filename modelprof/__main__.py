@@ -1,4 +1,5 @@
 """``python -m modelprof ...``: the same command line as the ``modelprof`` script."""
+
 from __future__ import annotations
 
 import sys

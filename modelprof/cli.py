@@ -8,6 +8,7 @@
 Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr, no
 traceback), 1 anything unexpected (with its traceback, since that is a bug).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,19 +26,28 @@ from typing import Any, TextIO
 from modelprof.errors import ModelProfError
 from modelprof.render.formats import get_format, table_formats
 
-__all__ = ["FORMATS", "build_parser", "main", "parse_formats", "parse_input_arg",
-           "parse_input_size_arg"]
+__all__ = [
+    "FORMATS",
+    "build_parser",
+    "main",
+    "parse_formats",
+    "parse_input_arg",
+    "parse_input_size_arg",
+]
 
 PROG = "modelprof"
 #: every registered table format by its file suffix (``modelprof.render.formats``), and plots
 FORMATS: tuple[str, ...] = (*(f.suffix for f in table_formats()), "png")
 _DEFAULT_FORMATS = ("csv", "md")
-MODEL_HELP = ("a torchvision name (resnet18), torchvision:NAME, timm:NAME (needs timm), "
-              "path/to/file.py:factory, or a saved module (.pt/.pth with --trust-pickle, .pt2); "
-              "built with random weights, never downloaded")
+MODEL_HELP = (
+    "a torchvision name (resnet18), torchvision:NAME, timm:NAME (needs timm), "
+    "path/to/file.py:factory, or a saved module (.pt/.pth with --trust-pickle, .pt2); "
+    "built with random weights, never downloaded"
+)
 
 
 # --- argument parsing ----------------------------------------------------------------------------
+
 
 def parse_input_size_arg(text: str) -> tuple[int, ...]:
     """``"3,224,224"`` or ``"3x224x224"`` -> ``(3, 224, 224)`` (batch excluded)."""
@@ -47,29 +57,52 @@ def parse_input_size_arg(text: str) -> tuple[int, ...]:
     except ValueError:
         size = ()
     if not size or any(d <= 0 for d in size):
-        raise ModelProfError(f"--input-size {text!r} must be positive integers such as "
-                             "3,224,224 (batch excluded)")
+        raise ModelProfError(
+            f"--input-size {text!r} must be positive integers such as 3,224,224 (batch excluded)"
+        )
     return size
 
 
-_INT_DTYPES = {"int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
-               "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool"}
-_FLOAT_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32",
-                 "float16": "float16", "fp16": "float16", "half": "float16",
-                 "bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "float64"}
-_INPUT_RE = re.compile(r"^(?P<name>[A-Za-z_]\w*):(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]"
-                       r"(?::(?P<values>.+))?$")
+_INT_DTYPES = {
+    "int64": "int64",
+    "long": "int64",
+    "int32": "int32",
+    "int": "int32",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+}
+_FLOAT_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float64": "float64",
+}
+_INPUT_RE = re.compile(
+    r"^(?P<name>[A-Za-z_]\w*):(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]"
+    r"(?::(?P<values>.+))?$"
+)
 _NUMBER = r"-?\d+(?:\.\d*)?(?:e-?\d+)?"
 _RANGE_RE = re.compile(rf"^(?P<low>{_NUMBER})(?:-|\.\.)(?P<high>{_NUMBER})$")
-INPUT_HELP = ("a named input NAME:DTYPE[SHAPE][:VALUES], the shape without the batch "
-              "(--batch-size is prepended): input_ids:int64[128]:0-30522 draws token ids from "
-              "0 to 30521, attention_mask:int64[128]:1 is all ones, pixel_values:float32[3,224,"
-              "224] is normal noise (floats also take a range LOW-HIGH); repeat for several "
-              "inputs, passed as keyword arguments")
-TOKENS_HELP = ("sequence length of token inputs built for a language model, as calflops does: "
-               "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
-               "(config.vocab_size or its embedding) and an all-ones attention_mask when the "
-               "forward takes one; --input adds or replaces named inputs")
+INPUT_HELP = (
+    "a named input NAME:DTYPE[SHAPE][:VALUES], the shape without the batch "
+    "(--batch-size is prepended): input_ids:int64[128]:0-30522 draws token ids from "
+    "0 to 30521, attention_mask:int64[128]:1 is all ones, pixel_values:float32[3,224,"
+    "224] is normal noise (floats also take a range LOW-HIGH); repeat for several "
+    "inputs, passed as keyword arguments"
+)
+TOKENS_HELP = (
+    "sequence length of token inputs built for a language model, as calflops does: "
+    "input_ids of shape (batch, SEQ_LEN) drawn from the model's vocabulary "
+    "(config.vocab_size or its embedding) and an all-ones attention_mask when the "
+    "forward takes one; --input adds or replaces named inputs"
+)
 
 
 def parse_input_arg(text: str) -> Any:
@@ -81,37 +114,51 @@ def parse_input_arg(text: str) -> Any:
 
     m = _INPUT_RE.match(text.strip())
     if m is None:
-        raise ModelProfError(f"--input {text!r} must look like NAME:DTYPE[SHAPE][:VALUES], e.g. "
-                             "input_ids:int64[128]:0-30522 (shape without the batch)")
+        raise ModelProfError(
+            f"--input {text!r} must look like NAME:DTYPE[SHAPE][:VALUES], e.g. "
+            "input_ids:int64[128]:0-30522 (shape without the batch)"
+        )
     dtype_name = m["dtype"].lower()
     dtype_key = _INT_DTYPES.get(dtype_name) or _FLOAT_DTYPES.get(dtype_name)
     if dtype_key is None:
-        raise ModelProfError(f"--input {text!r}: dtype {m['dtype']!r} is not one of "
-                             f"{', '.join(sorted({*_INT_DTYPES, *_FLOAT_DTYPES}))}")
+        raise ModelProfError(
+            f"--input {text!r}: dtype {m['dtype']!r} is not one of "
+            f"{', '.join(sorted({*_INT_DTYPES, *_FLOAT_DTYPES}))}"
+        )
     dtype = getattr(torch, dtype_key)
-    shape = tuple(int(p) for p in re.split(r"[,x\s]+", m["shape"].strip()) if p) \
-        if re.fullmatch(r"[\d,x\s]*", m["shape"]) else None
+    shape = (
+        tuple(int(p) for p in re.split(r"[,x\s]+", m["shape"].strip()) if p)
+        if re.fullmatch(r"[\d,x\s]*", m["shape"])
+        else None
+    )
     if shape is None or any(d <= 0 for d in shape):
-        raise ModelProfError(f"--input {text!r}: shape [{m['shape']}] must be positive integers "
-                             "such as [128] or [3,224,224] (batch excluded)")
+        raise ModelProfError(
+            f"--input {text!r}: shape [{m['shape']}] must be positive integers "
+            "such as [128] or [3,224,224] (batch excluded)"
+        )
     values = m["values"]
     if values is None:
         if not dtype.is_floating_point:
-            raise ModelProfError(f"--input {text!r}: an integer input needs its values, a range "
-                                 "such as :0-30522 (high excluded) or a constant such as :1")
+            raise ModelProfError(
+                f"--input {text!r}: an integer input needs its values, a range "
+                "such as :0-30522 (high excluded) or a constant such as :1"
+            )
         return InputSpec(m["name"], dtype, shape)
     r = _RANGE_RE.match(values.strip())
     try:
         if r is not None:
             low, high = float(r["low"]), float(r["high"])
             if high <= low:
-                raise ModelProfError(f"--input {text!r}: range {values} is empty (high is "
-                                     "excluded, so it must be above low)")
+                raise ModelProfError(
+                    f"--input {text!r}: range {values} is empty (high is "
+                    "excluded, so it must be above low)"
+                )
             return InputSpec(m["name"], dtype, shape, low=low, high=high)
         return InputSpec(m["name"], dtype, shape, value=float(values))
     except ValueError:
-        raise ModelProfError(f"--input {text!r}: values {values!r} must be a range LOW-HIGH or "
-                             "a number") from None
+        raise ModelProfError(
+            f"--input {text!r}: values {values!r} must be a range LOW-HIGH or a number"
+        ) from None
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -123,8 +170,7 @@ def parse_formats(text: str) -> tuple[str, ...]:
         try:
             fmt = part if part == "png" else get_format(part).suffix
         except ModelProfError:
-            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}") \
-                from None
+            raise ModelProfError(f"--format {part!r} is not one of {', '.join(FORMATS)}") from None
         if fmt not in chosen:
             chosen.append(fmt)
     if not chosen:
@@ -139,8 +185,13 @@ class _HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if ("(default" in text or default is None or default is False
-                or default is argparse.SUPPRESS or not action.option_strings):
+        if (
+            "(default" in text
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
             return text
         return f"{text} (default: %(default)s)"
 
@@ -155,128 +206,260 @@ def _version() -> str:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = "not installed"
-    return (f"{PROG} {__version__} (torch {torch_version}, "
-            f"Python {sys.version_info.major}.{sys.version_info.minor})")
+    return (
+        f"{PROG} {__version__} (torch {torch_version}, "
+        f"Python {sys.version_info.major}.{sys.version_info.minor})"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for all subcommands."""
     parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=_HelpFormatter,
+        prog=PROG,
+        formatter_class=_HelpFormatter,
         description="Per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency "
-                    "of PyTorch models.",
-        epilog=f"MODEL is {MODEL_HELP}. Run '{PROG} COMMAND --help' for a command's options.")
+        "of PyTorch models.",
+        epilog=f"MODEL is {MODEL_HELP}. Run '{PROG} COMMAND --help' for a command's options.",
+    )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    sized = argparse.ArgumentParser(add_help=False)   # the commands that make inputs
-    sized.add_argument("--input-size", action="append", metavar="C,H,W", type=str,
-                       help="input shape without the batch dimension, e.g. 3,224,224; repeat "
-                            "for a model with several inputs (default: the model's own)")
+    sized = argparse.ArgumentParser(add_help=False)  # the commands that make inputs
+    sized.add_argument(
+        "--input-size",
+        action="append",
+        metavar="C,H,W",
+        type=str,
+        help="input shape without the batch dimension, e.g. 3,224,224; repeat "
+        "for a model with several inputs (default: the model's own)",
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cpu)")
-    common.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
-                        help="cast the model and inputs (default: the model's dtype)")
-    common.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="write reports into DIR (default: print only; with --out and no "
-                             "--format, csv,md are written)")
-    common.add_argument("--format", default=None, metavar="LIST",
-                        help=f"comma-separated formats to write: {','.join(FORMATS)} "
-                             "(implies --out . when --out is not given)")
-    common.add_argument("--trust-pickle", action="store_true",
-                        help="allow loading a whole pickled module from .pt/.pth "
-                             "(unpickling can run arbitrary code)")
-    common.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                        help="most time one latency measurement may take; it stops earlier once "
-                             "the median is known to +-1%% (default: 5 s per measurement; "
-                             "throughput: 1 s per batch size)")
-    common.add_argument("--progress", action="store_true",
-                        help="show progress bars even when stderr is not a terminal "
-                             "(default: only on a terminal; needs tqdm)")
-    common.add_argument("--all-ranks", action="store_true",
-                        help="under torchrun, every rank prints its table, warnings and "
-                             "progress and writes its --out files (default: rank 0 only; "
-                             "also MODELPROF_ALL_RANKS=1)")
+    common.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "float16", "bfloat16"],
+        help="cast the model and inputs (default: the model's dtype)",
+    )
+    common.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write reports into DIR (default: print only; with --out and no "
+        "--format, csv,md are written)",
+    )
+    common.add_argument(
+        "--format",
+        default=None,
+        metavar="LIST",
+        help=f"comma-separated formats to write: {','.join(FORMATS)} "
+        "(implies --out . when --out is not given)",
+    )
+    common.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow loading a whole pickled module from .pt/.pth "
+        "(unpickling can run arbitrary code)",
+    )
+    common.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="most time one latency measurement may take; it stops earlier once "
+        "the median is known to +-1%% (default: 5 s per measurement; "
+        "throughput: 1 s per batch size)",
+    )
+    common.add_argument(
+        "--progress",
+        action="store_true",
+        help="show progress bars even when stderr is not a terminal "
+        "(default: only on a terminal; needs tqdm)",
+    )
+    common.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="under torchrun, every rank prints its table, warnings and "
+        "progress and writes its --out files (default: rank 0 only; "
+        "also MODELPROF_ALL_RANKS=1)",
+    )
 
     table = argparse.ArgumentParser(add_help=False)
-    table.add_argument("--batch-size", type=int, default=None, metavar="N",
-                       help="samples per forward pass, prepended to --input-size (default: 1)")
-    table.add_argument("--input", action="append", metavar="NAME:DTYPE[SHAPE][:VALUES]",
-                       dest="inputs", type=str, help=INPUT_HELP)
+    table.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="samples per forward pass, prepended to --input-size (default: 1)",
+    )
+    table.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME:DTYPE[SHAPE][:VALUES]",
+        dest="inputs",
+        type=str,
+        help=INPUT_HELP,
+    )
     table.add_argument("--tokens", type=int, default=None, metavar="SEQ_LEN", help=TOKENS_HELP)
-    table.add_argument("--no-timing", action="store_true",
-                       help="static analysis only (params, MACs, FLOPs, bytes); fast")
-    table.add_argument("--backward", action="store_true",
-                       help="profile a training step: forward, loss (sum of the outputs), "
-                            "backward per layer")
-    table.add_argument("--optimizer", default=None, metavar="NAME",
-                       help="with --backward, also the optimizer step (sgd, adam, adamw, ...)")
+    table.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="static analysis only (params, MACs, FLOPs, bytes); fast",
+    )
+    table.add_argument(
+        "--backward",
+        action="store_true",
+        help="profile a training step: forward, loss (sum of the outputs), backward per layer",
+    )
+    table.add_argument(
+        "--optimizer",
+        default=None,
+        metavar="NAME",
+        help="with --backward, also the optimizer step (sgd, adam, adamw, ...)",
+    )
 
-    p = sub.add_parser("profile", parents=[common, sized, table], help="per-layer table of one model",
-                       description="Profile one model: a per-layer table and totals.",
-                       formatter_class=_HelpFormatter)
+    p = sub.add_parser(
+        "profile",
+        parents=[common, sized, table],
+        help="per-layer table of one model",
+        description="Profile one model: a per-layer table and totals.",
+        formatter_class=_HelpFormatter,
+    )
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    p.add_argument("--style", choices=["modelprof", "torchstat"], default="modelprof",
-                   help="table columns: modelprof's, or torchstat's (MAdd, MemRead, ...)")
-    p.add_argument("--depth", type=int, default=None, metavar="K",
-                   help="show modules down to nesting depth K (default: all)")
+    p.add_argument(
+        "--style",
+        choices=["modelprof", "torchstat"],
+        default="modelprof",
+        help="table columns: modelprof's, or torchstat's (MAdd, MemRead, ...)",
+    )
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        metavar="K",
+        help="show modules down to nesting depth K (default: all)",
+    )
     p.set_defaults(run=_run_profile)
 
-    c = sub.add_parser("compare", parents=[common, sized, table],
-                       help="several models side by side",
-                       description="Compare models: one row each, ratios to a baseline.",
-                       formatter_class=_HelpFormatter)
-    c.add_argument("models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}")
-    c.add_argument("--baseline", default=None, metavar="NAME",
-                   help="the model ratios are taken against (default: the first)")
-    c.add_argument("--throughput", action="store_true",
-                   help="also search each model's best-throughput batch size")
-    c.add_argument("--max-batch", type=int, default=None, metavar="N",
-                   help="largest batch size the throughput search tries (default: 1024)")
+    c = sub.add_parser(
+        "compare",
+        parents=[common, sized, table],
+        help="several models side by side",
+        description="Compare models: one row each, ratios to a baseline.",
+        formatter_class=_HelpFormatter,
+    )
+    c.add_argument(
+        "models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}"
+    )
+    c.add_argument(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="the model ratios are taken against (default: the first)",
+    )
+    c.add_argument(
+        "--throughput",
+        action="store_true",
+        help="also search each model's best-throughput batch size",
+    )
+    c.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="largest batch size the throughput search tries (default: 1024)",
+    )
     c.set_defaults(run=_run_compare)
 
-    t = sub.add_parser("throughput", parents=[common, sized],
-                       help="best batch size and samples/s",
-                       description="Search the batch size that maximises samples per second.",
-                       formatter_class=_HelpFormatter)
+    t = sub.add_parser(
+        "throughput",
+        parents=[common, sized],
+        help="best batch size and samples/s",
+        description="Search the batch size that maximises samples per second.",
+        formatter_class=_HelpFormatter,
+    )
     t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
-    t.add_argument("--max-batch", type=int, default=None, metavar="N",
-                   help="largest batch size to try (default: 1024)")
+    t.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="largest batch size to try (default: 1024)",
+    )
     t.set_defaults(run=_run_throughput)
     _add_sweep_parser(sub)
     _add_fit_parser(sub)
 
-    g = sub.add_parser("generate", parents=[common], help="a language model's generation",
-                       description="Profile greedy generation: prefill and decode per layer, "
-                                   "TTFT, TPOT, tokens/s, the KV cache and memory to fit.",
-                       formatter_class=_HelpFormatter)
-    g.add_argument("spec", metavar="SPEC",
-                   help="a transformers config class with overrides "
-                        "(LlamaConfig:hidden_size=256,num_hidden_layers=2), a config.json, or "
-                        "file.py:FACTORY; random weights, nothing downloaded")
+    g = sub.add_parser(
+        "generate",
+        parents=[common],
+        help="a language model's generation",
+        description="Profile greedy generation: prefill and decode per layer, "
+        "TTFT, TPOT, tokens/s, the KV cache and memory to fit.",
+        formatter_class=_HelpFormatter,
+    )
+    g.add_argument(
+        "spec",
+        metavar="SPEC",
+        help="a transformers config class with overrides "
+        "(LlamaConfig:hidden_size=256,num_hidden_layers=2), a config.json, or "
+        "file.py:FACTORY; random weights, nothing downloaded",
+    )
     g.add_argument("--prompt-len", type=int, default=128, metavar="N", help="prompt tokens")
-    g.add_argument("--new-tokens", type=int, default=32, metavar="N",
-                   help="tokens generated, exactly (no stop at EOS)")
-    g.add_argument("--batch-size", dest="batch_sizes", default="1", metavar="LIST",
-                   help="one or more batch sizes, e.g. 1,8")
-    g.add_argument("--cache", default="dynamic", choices=["dynamic", "static", "none"],
-                   help="the KV cache (none: every step recomputes the prefix)")
-    g.add_argument("--contexts", default=None, metavar="LIST",
-                   help="decode contexts to profile per layer (default: first, middle, last "
-                        "step)")
-    g.add_argument("--target", default=None, metavar="DEVICE",
-                   help="roofline lower bound on a datasheet device, e.g. 'H100 SXM'")
-    g.add_argument("--memory", type=float, default=None, metavar="BYTES",
-                   help="also the largest batch and context that fit this many bytes")
-    g.add_argument("--no-timing", action="store_true",
-                   help="count only (the default on --device meta)")
-    g.add_argument("--no-layer-timing", action="store_true",
-                   help="time end to end only (TTFT, TPOT), not each layer")
+    g.add_argument(
+        "--new-tokens",
+        type=int,
+        default=32,
+        metavar="N",
+        help="tokens generated, exactly (no stop at EOS)",
+    )
+    g.add_argument(
+        "--batch-size",
+        dest="batch_sizes",
+        default="1",
+        metavar="LIST",
+        help="one or more batch sizes, e.g. 1,8",
+    )
+    g.add_argument(
+        "--cache",
+        default="dynamic",
+        choices=["dynamic", "static", "none"],
+        help="the KV cache (none: every step recomputes the prefix)",
+    )
+    g.add_argument(
+        "--contexts",
+        default=None,
+        metavar="LIST",
+        help="decode contexts to profile per layer (default: first, middle, last step)",
+    )
+    g.add_argument(
+        "--target",
+        default=None,
+        metavar="DEVICE",
+        help="roofline lower bound on a datasheet device, e.g. 'H100 SXM'",
+    )
+    g.add_argument(
+        "--memory",
+        type=float,
+        default=None,
+        metavar="BYTES",
+        help="also the largest batch and context that fit this many bytes",
+    )
+    g.add_argument(
+        "--no-timing", action="store_true", help="count only (the default on --device meta)"
+    )
+    g.add_argument(
+        "--no-layer-timing",
+        action="store_true",
+        help="time end to end only (TTFT, TPOT), not each layer",
+    )
     g.set_defaults(run=_run_generate)
     return parser
 
 
 # --- shared helpers ------------------------------------------------------------------------------
+
 
 class _Context:
     """Parsed options every subcommand shares, converted once at the boundary."""
@@ -311,8 +494,10 @@ class _Context:
         if self.tokens is not None and self.tokens < 1:
             raise ModelProfError(f"--tokens {self.tokens} must be >= 1")
         if (self.input_specs or self.tokens is not None) and sizes:
-            raise ModelProfError("--input-size makes float inputs; --input/--tokens give the "
-                                 "inputs themselves: use one or the other")
+            raise ModelProfError(
+                "--input-size makes float inputs; --input/--tokens give the "
+                "inputs themselves: use one or the other"
+            )
         # an empty --format '' names no format: refused, not ignored
         self.formats = parse_formats(args.format) if args.format is not None else ()
         if self.formats or args.out is not None:
@@ -334,8 +519,11 @@ class _Context:
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
         loaded = self.load_spec(spec)
-        return loaded.model, loaded.name, self.input_size if self.input_size is not None \
-            else loaded.input_size
+        return (
+            loaded.model,
+            loaded.name,
+            self.input_size if self.input_size is not None else loaded.input_size,
+        )
 
     def named_inputs(self, models: Sequence[Any]) -> Any:
         """The inputs ``--tokens``/``--input`` ask for (None without them), at ``--batch-size``
@@ -351,10 +539,12 @@ class _Context:
             made = token_inputs(models[0], self.tokens, batch, vocab=vocab, device=self.device)
         if self.input_specs:
             if isinstance(made, tuple):
-                raise ModelProfError(f"--input names keyword inputs, but "
-                                     f"{type(models[0]).__name__}.forward takes no input_ids: "
-                                     "--tokens passes the ids positionally; give every input "
-                                     "with --input instead")
+                raise ModelProfError(
+                    f"--input names keyword inputs, but "
+                    f"{type(models[0]).__name__}.forward takes no input_ids: "
+                    "--tokens passes the ids positionally; give every input "
+                    "with --input instead"
+                )
             made = {**made, **build_inputs(self.input_specs, batch, self.device)}
         return made
 
@@ -376,8 +566,10 @@ class _Context:
         try:
             writer(path)
         except OSError as e:
-            raise ModelProfError(f"--out {str(self.args.out or '.')!r}: cannot write {str(path)!r}"
-                                 f" ({e.strerror or e})") from e
+            raise ModelProfError(
+                f"--out {str(self.args.out or '.')!r}: cannot write {str(path)!r}"
+                f" ({e.strerror or e})"
+            ) from e
         self.wrote(path)
 
     def wrote(self, path: Path) -> None:
@@ -406,8 +598,10 @@ def _check_writers(formats: Sequence[str]) -> None:
     for fmt in formats:
         package = _FORMAT_NEEDS.get(fmt)
         if package is not None and importlib.util.find_spec(package) is None:
-            raise ModelProfError(f"--format {fmt} needs {package}: pip install {package} (in a "
-                                 "clone of modelprof: pip install -e '.[all]')")
+            raise ModelProfError(
+                f"--format {fmt} needs {package}: pip install {package} (in a "
+                "clone of modelprof: pip install -e '.[all]')"
+            )
 
 
 def _prepare_out(out: Path) -> None:
@@ -420,8 +614,9 @@ def _prepare_out(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ModelProfError(f"--out {str(out)!r}: cannot create the directory "
-                             f"({e.strerror or e})") from e
+        raise ModelProfError(
+            f"--out {str(out)!r}: cannot create the directory ({e.strerror or e})"
+        ) from e
     if not os.access(out, os.W_OK | os.X_OK):
         raise ModelProfError(f"--out {str(out)!r}: the directory is not writable")
 
@@ -450,6 +645,7 @@ def _shape_text(size: Any) -> str:
 
 # --- profile -------------------------------------------------------------------------------------
 
+
 def _run_profile(ctx: _Context) -> None:
     from modelprof.profile import profile
 
@@ -459,28 +655,31 @@ def _run_profile(ctx: _Context) -> None:
     loaded = ctx.load_spec(args.model)
     model, name = loaded.model, loaded.name
     size = ctx.input_size if ctx.input_size is not None else loaded.input_size
-    given: dict[str, Any] = {}
     named = ctx.named_inputs([model])
-    if named is not None:
-        given = {"inputs": named}
-    elif ctx.input_size is None and args.batch_size is None and loaded.example_args is not None:
-        # a .pt2 archive's recorded inputs: their batch and dtypes are what the program takes
-        recorded = loaded.example_kwargs if not loaded.example_args else loaded.example_args
-        if loaded.example_args and loaded.example_kwargs:
-            recorded = None  # both kinds: fall back to the recorded shapes
-        if recorded is not None:
-            given = {"inputs": recorded}
+    given = {"inputs": named} if named is not None else _recorded_inputs(ctx, loaded)
     if ctx.progress:
         what = "analysing" if args.no_timing else "profiling and timing"
-        shapes = _shape_text(size) if not given else "given inputs" if named is not None \
+        shapes = (
+            _shape_text(size)
+            if not given
+            else "given inputs"
+            if named is not None
             else "recorded inputs"
+        )
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
     try:
-        report = profile(model, None if given else size,
-                         batch_size=None if named is not None else args.batch_size,
-                         device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
-                         progress=ctx.progress, **given, **ctx.timing_options(),
-                         **ctx.step_options())
+        report = profile(
+            model,
+            None if given else size,
+            batch_size=None if named is not None else args.batch_size,
+            device=ctx.device,
+            dtype=ctx.dtype,
+            timing=not args.no_timing,
+            progress=ctx.progress,
+            **given,
+            **ctx.timing_options(),
+            **ctx.step_options(),
+        )
     except ModelProfError as e:
         raise _cli_batch_hint(e, ctx) from e.__cause__
     view: dict[str, Any] = {"style": args.style}
@@ -503,6 +702,17 @@ def _run_profile(ctx: _Context) -> None:
                 _save_figure(ctx, report.plot_roofline(), f"{name}_roofline")
 
 
+def _recorded_inputs(ctx: _Context, loaded: Any) -> dict[str, Any]:
+    """A .pt2 archive's recorded inputs as ``profile(inputs=)``, when no size or batch is
+    given: their batch and dtypes are what the program takes. Empty otherwise, and when it
+    recorded both positional and keyword inputs (then its recorded shapes are used)."""
+    if ctx.input_size is not None or ctx.args.batch_size is not None:
+        return {}
+    if loaded.example_args is None or (loaded.example_args and loaded.example_kwargs):
+        return {}
+    return {"inputs": loaded.example_args or loaded.example_kwargs}
+
+
 def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
     """``error`` with profile()'s batch hint in the command line's words (``--input-size``)."""
     shapes = getattr(error, "batch_hint", None)
@@ -511,13 +721,16 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
     text = str(error).split("\nhint:")[0]
     given = " ".join(f"--input-size {s}" for s in ctx.args.input_size)
     fixed = " ".join(f"--input-size {','.join(map(str, s[1:]))}" for s in shapes)
-    return ModelProfError(f"{text}\nhint: --input-size excludes the batch dimension "
-                          f"(--batch-size sets it): {given} was taken as the size of one "
-                          f"sample; if its first number is the batch, pass {fixed} "
-                          f"--batch-size {shapes[0][0]}")
+    return ModelProfError(
+        f"{text}\nhint: --input-size excludes the batch dimension "
+        f"(--batch-size sets it): {given} was taken as the size of one "
+        f"sample; if its first number is the batch, pass {fixed} "
+        f"--batch-size {shapes[0][0]}"
+    )
 
 
 # --- compare -------------------------------------------------------------------------------------
+
 
 def _run_compare(ctx: _Context) -> None:
     from modelprof.compare import compare, unique_name
@@ -534,12 +747,22 @@ def _run_compare(ctx: _Context) -> None:
     named = ctx.named_inputs(list(models.values()))
     if named is not None:
         sizes = None
-    df = compare(models, sizes, inputs=named, baseline=args.baseline,
-                 batch_size=None if named is not None else args.batch_size,
-                 device=ctx.device, dtype=ctx.dtype, timing=not args.no_timing,
-                 throughput=args.throughput, throughput_options=_throughput_options(args),
-                 on_step=ctx.step_lines(str), progress=ctx.progress, **ctx.timing_options(),
-                 **ctx.step_options())
+    df = compare(
+        models,
+        sizes,
+        inputs=named,
+        baseline=args.baseline,
+        batch_size=None if named is not None else args.batch_size,
+        device=ctx.device,
+        dtype=ctx.dtype,
+        timing=not args.no_timing,
+        throughput=args.throughput,
+        throughput_options=_throughput_options(args),
+        on_step=ctx.step_lines(str),
+        progress=ctx.progress,
+        **ctx.timing_options(),
+        **ctx.step_options(),
+    )
     env = df.attrs.get("env") or {}
     caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)
@@ -562,18 +785,24 @@ def _write_comparison(ctx: _Context, df: Any) -> None:
             ctx.write(ctx.path("comparison", fmt), lambda p, f=fmt: df.render.export(f, p))
 
 
-def _write_frame(ctx: _Context, df: Any, stem: str, *, caption: str,
-                 env: dict[str, Any] | None) -> None:
+def _write_frame(
+    ctx: _Context, df: Any, stem: str, *, caption: str, env: dict[str, Any] | None
+) -> None:
     """Every chosen table format of ``df``: raw numbers in csv/json, human units elsewhere."""
     from modelprof.render.formats import export
 
     for fmt in ctx.formats:
         if fmt != "png":
-            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: export(
-                f, df, env=env, path=p, caption=caption, title=caption, standalone=True))
+            ctx.write(
+                ctx.path(stem, fmt),
+                lambda p, f=fmt: export(
+                    f, df, env=env, path=p, caption=caption, title=caption, standalone=True
+                ),
+            )
 
 
 # --- throughput ----------------------------------------------------------------------------------
+
 
 def _run_throughput(ctx: _Context) -> None:
     from modelprof.render import to_markdown
@@ -584,16 +813,25 @@ def _run_throughput(ctx: _Context) -> None:
     options = _throughput_options(args)
     for spec in args.models:
         model, name, size = ctx.load(spec)
-        result = measure_throughput(model, size, device=ctx.device, dtype=ctx.dtype,
-                                    progress=ctx.progress, on_point=ctx.step_lines(
-                                        lambda p, n=name: f"{n}: batch {p.batch_size}: "
-                                                          f"{p.samples_per_s:,.1f} samples/s"),
-                                    **options)
+        result = measure_throughput(
+            model,
+            size,
+            device=ctx.device,
+            dtype=ctx.dtype,
+            progress=ctx.progress,
+            on_point=ctx.step_lines(
+                lambda p, n=name: f"{n}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s"
+            ),
+            **options,
+        )
         best, curve = result.best, result.to_dataframe()
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
-        print(f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}; "
-              f"{result.stop_explanation}\n", file=ctx.stdout)
+        print(
+            f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}; "
+            f"{result.stop_explanation}\n",
+            file=ctx.stdout,
+        )
         if ctx.out is not None:
             stem = f"{name}_throughput"
             _write_frame(ctx, curve, stem, caption=f"{name} throughput", env=result.env)
@@ -618,19 +856,31 @@ def _run_generate(ctx: _Context) -> None:
     model, name = load_language_model(args.spec, ctx.device, ctx.dtype)
     timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
     report = profile_generation(
-        model, args.prompt_len, args.new_tokens, _int_list_arg("--batch-size", args.batch_sizes),
+        model,
+        args.prompt_len,
+        args.new_tokens,
+        _int_list_arg("--batch-size", args.batch_sizes),
         cache=None if args.cache == "none" else args.cache,
-        contexts=_int_list_arg("--contexts", args.contexts), timing=timing,
-        layer_timing=not args.no_layer_timing, target=args.target, progress=ctx.progress,
-        on_step=ctx.step_lines(str), **ctx.timing_options())
+        contexts=_int_list_arg("--contexts", args.contexts),
+        timing=timing,
+        layer_timing=not args.no_layer_timing,
+        target=args.target,
+        progress=ctx.progress,
+        on_step=ctx.step_lines(str),
+        **ctx.timing_options(),
+    )
     print(report, file=ctx.stdout)
     from modelprof.render import to_markdown
+
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
         mem = report.memory
-        print(f"\nfits {args.memory:,.0f} bytes: batch <= {mem.max_batch(args.memory)} at "
-              f"{mem.context} tokens; context <= {mem.max_context(args.memory)} tokens at batch "
-              f"{mem.batch_size}", file=ctx.stdout)
+        print(
+            f"\nfits {args.memory:,.0f} bytes: batch <= {mem.max_batch(args.memory)} at "
+            f"{mem.context} tokens; context <= {mem.max_context(args.memory)} tokens at batch "
+            f"{mem.batch_size}",
+            file=ctx.stdout,
+        )
     if ctx.out is None:
         return
     stem = f"{name}_generation"
@@ -642,8 +892,9 @@ def _run_generate(ctx: _Context) -> None:
                 _save_figure(ctx, report.plot_decode_growth(), f"{stem}_decode_growth")
             _save_figure(ctx, report.plot_phase_share(), f"{stem}_phase_share")
     if report.peaks is not None and "csv" in ctx.formats:
-        ctx.write(ctx.path(f"{stem}_bound", "csv"),
-                  lambda p: report.bound_table().to_csv(p, index=False))
+        ctx.write(
+            ctx.path(f"{stem}_bound", "csv"), lambda p: report.bound_table().to_csv(p, index=False)
+        )
 
 
 def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -658,38 +909,86 @@ def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
 
 # --- sweep ---------------------------------------------------------------------------------------
 
+
 def _add_sweep_parser(sub: Any) -> None:
     """``modelprof sweep CONFIG``: its options are its own (the grid says models, dtypes...)."""
-    s = sub.add_parser("sweep", help="many configurations, resumable, dealt across torchrun ranks",
-                       description="Profile every configuration of a sweep file (models x batch "
-                                   "sizes x dtypes x modes) into one table. Under torchrun the "
-                                   "configurations are dealt across the ranks; rank 0 prints "
-                                   "and writes the table.",
-                       formatter_class=_HelpFormatter)
-    s.add_argument("config", metavar="CONFIG", type=Path,
-                   help="a .toml or .json sweep file: models, batch_sizes, dtypes, modes, "
-                        "timing, device, input_size, options (or several [[grid]] tables)")
-    s.add_argument("--out", dest="sweep_out", type=Path, default=None, metavar="DIR",
-                   help="folder for one result file per configuration and the combined "
-                        "sweep.csv/sweep.json (default: CONFIG's name + '_sweep' in the current "
-                        "folder)")
-    s.add_argument("--no-resume", action="store_true",
-                   help="run every configuration again, even those DIR already holds")
-    s.add_argument("--retry-failed", action="store_true",
-                   help="run the configurations that failed last time again")
-    s.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
-                   help="how long a rank waits for the others before giving up")
-    s.add_argument("--progress", action="store_true",
-                   help="show rank 0's progress bar even when stderr is not a terminal "
-                        "(default: only on a terminal; needs tqdm)")
+    s = sub.add_parser(
+        "sweep",
+        help="many configurations, resumable, dealt across torchrun ranks",
+        description="Profile every configuration of a sweep file (models x batch "
+        "sizes x dtypes x modes) into one table. Under torchrun the "
+        "configurations are dealt across the ranks; rank 0 prints "
+        "and writes the table.",
+        formatter_class=_HelpFormatter,
+    )
+    s.add_argument(
+        "config",
+        metavar="CONFIG",
+        type=Path,
+        help="a .toml or .json sweep file: models, batch_sizes, dtypes, modes, "
+        "timing, device, input_size, options (or several [[grid]] tables)",
+    )
+    s.add_argument(
+        "--out",
+        dest="sweep_out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder for one result file per configuration and the combined "
+        "sweep.csv/sweep.json (default: CONFIG's name + '_sweep' in the current "
+        "folder)",
+    )
+    s.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="run every configuration again, even those DIR already holds",
+    )
+    s.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run the configurations that failed last time again",
+    )
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="how long a rank waits for the others before giving up",
+    )
+    s.add_argument(
+        "--progress",
+        action="store_true",
+        help="show rank 0's progress bar even when stderr is not a terminal "
+        "(default: only on a terminal; needs tqdm)",
+    )
     # what the shared _Context reads; a sweep file says these per grid
-    s.set_defaults(run=_run_sweep, input_size=None, device=None, dtype=None, out=None,
-                   format=None, trust_pickle=False, budget=None)
+    s.set_defaults(
+        run=_run_sweep,
+        input_size=None,
+        device=None,
+        dtype=None,
+        out=None,
+        format=None,
+        trust_pickle=False,
+        budget=None,
+    )
 
 
 #: The columns ``modelprof sweep`` prints (all of them are in the files).
-_SWEEP_SHOWN = ("model", "batch_size", "dtype", "mode", "timing", "status", "params", "macs",
-                "flops", "latency_median_ms", "rank", "wall_s")
+_SWEEP_SHOWN = (
+    "model",
+    "batch_size",
+    "dtype",
+    "mode",
+    "timing",
+    "status",
+    "params",
+    "macs",
+    "flops",
+    "latency_median_ms",
+    "rank",
+    "wall_s",
+)
 
 
 def _run_sweep(ctx: _Context) -> int:
@@ -697,52 +996,103 @@ def _run_sweep(ctx: _Context) -> int:
 
     args = ctx.args
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
-    df = sweep(args.config, out=out, resume=not args.no_resume,
-               retry_failed=args.retry_failed, progress=ctx.progress, timeout_s=args.timeout,
-               on_config=ctx.step_lines(lambda c, row: f"sweep: {c.name}: {row['status']}"))
+    df = sweep(
+        args.config,
+        out=out,
+        resume=not args.no_resume,
+        retry_failed=args.retry_failed,
+        progress=ctx.progress,
+        timeout_s=args.timeout,
+        on_config=ctx.step_lines(lambda c, row: f"sweep: {c.name}: {row['status']}"),
+    )
     failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
         return int(failed > 0)  # one voice: rank 0 prints and has written the table
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
     print(df[shown].to_string(index=False), file=ctx.stdout)
     world = os.environ.get("WORLD_SIZE", "1")
-    print(f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
-          f"{' (see the error column)' if failed else ''}; {world} rank(s)", file=ctx.stdout)
+    print(
+        f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
+        f"{' (see the error column)' if failed else ''}; {world} rank(s)",
+        file=ctx.stdout,
+    )
     for name in ("sweep.csv", "sweep.json"):
         ctx.wrote(out / name)
-    return int(failed > 0)   # a run with failures failed, after writing what succeeded
+    return int(failed > 0)  # a run with failures failed, after writing what succeeded
 
 
 # --- fit ---------------------------------------------------------------------------------------
 
+
 def _add_fit_parser(sub: Any) -> None:
     """``modelprof fit SPEC``: bytes per rank for inference and training plans on a device."""
-    f = sub.add_parser("fit", help="does a model fit a device: bytes per rank per plan",
-                       description="Weights, KV cache and activations for inference; weights, "
-                                   "gradients, optimizer state, master weights and saved "
-                                   "activations for training under data parallel and ZeRO-1/2/3 "
-                                   "(FSDP); per rank, counted on meta from a config.",
-                       formatter_class=_HelpFormatter)
-    f.add_argument("spec", metavar="SPEC",
-                   help="a transformers config class with overrides "
-                        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80), a config.json, or "
-                        "file.py:FACTORY")
-    f.add_argument("--on", dest="fit_device", default="H100 SXM", metavar="DEVICE",
-                   help="a datasheet device name, e.g. 'H100 SXM', 'A100 SXM 80GB'")
-    f.add_argument("--memory-bytes", type=float, default=None, metavar="BYTES",
-                   help="the device's memory, instead of the datasheet's")
-    f.add_argument("--fit-dtype", dest="fit_dtype", default="bfloat16", metavar="DTYPE",
-                   help="weights' and activations' dtype")
-    f.add_argument("--context", type=int, default=2048, metavar="N",
-                   help="tokens per sequence (KV cache, training sequence)")
-    f.add_argument("--batch", dest="fit_batch", type=int, default=1, metavar="N",
-                   help="sequences per data-parallel rank")
+    f = sub.add_parser(
+        "fit",
+        help="does a model fit a device: bytes per rank per plan",
+        description="Weights, KV cache and activations for inference; weights, "
+        "gradients, optimizer state, master weights and saved "
+        "activations for training under data parallel and ZeRO-1/2/3 "
+        "(FSDP); per rank, counted on meta from a config.",
+        formatter_class=_HelpFormatter,
+    )
+    f.add_argument(
+        "spec",
+        metavar="SPEC",
+        help="a transformers config class with overrides "
+        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80), a config.json, or "
+        "file.py:FACTORY",
+    )
+    f.add_argument(
+        "--on",
+        dest="fit_device",
+        default="H100 SXM",
+        metavar="DEVICE",
+        help="a datasheet device name, e.g. 'H100 SXM', 'A100 SXM 80GB'",
+    )
+    f.add_argument(
+        "--memory-bytes",
+        type=float,
+        default=None,
+        metavar="BYTES",
+        help="the device's memory, instead of the datasheet's",
+    )
+    f.add_argument(
+        "--fit-dtype",
+        dest="fit_dtype",
+        default="bfloat16",
+        metavar="DTYPE",
+        help="weights' and activations' dtype",
+    )
+    f.add_argument(
+        "--context",
+        type=int,
+        default=2048,
+        metavar="N",
+        help="tokens per sequence (KV cache, training sequence)",
+    )
+    f.add_argument(
+        "--batch",
+        dest="fit_batch",
+        type=int,
+        default=1,
+        metavar="N",
+        help="sequences per data-parallel rank",
+    )
     f.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel degree")
     f.add_argument("--ranks", type=int, default=1, metavar="N", help="data-parallel ranks")
     f.add_argument("--optimizer", default="adam", help="adam, adamw, sgd or sgd_momentum")
     f.add_argument("--inference-only", action="store_true", help="no training plans")
-    f.set_defaults(run=_run_fit, input_size=None, device=None, dtype=None, out=None,
-                   format=None, trust_pickle=False, budget=None, progress=False)
+    f.set_defaults(
+        run=_run_fit,
+        input_size=None,
+        device=None,
+        dtype=None,
+        out=None,
+        format=None,
+        trust_pickle=False,
+        budget=None,
+        progress=False,
+    )
 
 
 def _run_fit(ctx: _Context) -> None:
@@ -754,13 +1104,23 @@ def _run_fit(ctx: _Context) -> None:
     a = ctx.args
     model, _ = load_language_model(a.spec, torch.device("meta"), None)
     memory = None if a.memory_bytes is None else int(a.memory_bytes)
-    report = fit(model, device=a.fit_device, memory_bytes=memory, dtype=a.fit_dtype,
-                 batch_size=a.fit_batch, context=a.context, tp=a.tp, ranks=a.ranks,
-                 optimizer=a.optimizer, training=not a.inference_only)
+    report = fit(
+        model,
+        device=a.fit_device,
+        memory_bytes=memory,
+        dtype=a.fit_dtype,
+        batch_size=a.fit_batch,
+        context=a.context,
+        tp=a.tp,
+        ranks=a.ranks,
+        optimizer=a.optimizer,
+        training=not a.inference_only,
+    )
     print(report.to_text(), file=ctx.stdout)
 
 
 # --- entry point ---------------------------------------------------------------------------------
+
 
 class _one_line_warnings(warnings.catch_warnings):
     """Show each warning as ``modelprof: warning: <message> (<Category>)``: a command-line user
@@ -774,8 +1134,14 @@ class _one_line_warnings(warnings.catch_warnings):
         out = super().__enter__()
         stream = self._stream
 
-        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 file: TextIO | None = None, line: str | None = None) -> None:
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
             print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
 
         warnings.showwarning = show
@@ -803,8 +1169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from modelprof.distributed.group import is_speaker
 
-        with _all_ranks(getattr(args, "all_ranks", False)), \
-                _one_line_warnings(stderr if is_speaker() else io.StringIO()):
+        with (
+            _all_ranks(getattr(args, "all_ranks", False)),
+            _one_line_warnings(stderr if is_speaker() else io.StringIO()),
+        ):
             status = args.run(_Context(args, stdout, stderr))
     except ModelProfError as e:
         print(f"{PROG}: error: {e}", file=stderr)
@@ -813,8 +1181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=stderr)
         return 130
     except SystemExit as e:  # the user's model code called sys.exit(): nothing was profiled
-        print(f"{PROG}: error: the model's code called sys.exit({e.code!r}) before profiling "
-              "finished", file=stderr)
+        print(
+            f"{PROG}: error: the model's code called sys.exit({e.code!r}) before profiling "
+            "finished",
+            file=stderr,
+        )
         return 2
     except Exception:  # noqa: BLE001 - a bug: show everything
         print(f"{PROG}: internal error (please report it):", file=stderr)

@@ -4,6 +4,7 @@ ratios to a baseline, all measured with one shared device, dtype and batch size.
 The result is a pandas DataFrame (numeric, units in the column names); its notebook view and the
 ``modelprof.render`` exporters humanise the numbers, ``modelprof.report.plots.plot_compare`` draws them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,18 @@ from modelprof.timing.options import OPTION_NAMES, TimingOptions
 
 __all__ = ["Comparison", "compare", "unique_name"]
 
-_TOTAL_COLUMNS = ("params", "macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes",
-                  "backward_macs", "backward_flops", "saved_bytes")
+_TOTAL_COLUMNS = (
+    "params",
+    "macs",
+    "flops",
+    "madd",
+    "output_bytes",
+    "read_bytes",
+    "write_bytes",
+    "backward_macs",
+    "backward_flops",
+    "saved_bytes",
+)
 # ratio column -> the column it divides by the baseline's value
 _RATIOS = {
     "params_x": "params",
@@ -42,8 +53,14 @@ _RATIOS = {
     "throughput_x": "throughput_samples_per_s",
 }
 #: the ratios of timed columns, not stated where a model is undersampled (no interval)
-_TIMED_RATIOS = ("latency_x", "latency_x_ci_low", "latency_x_ci_high", "cpu_work_x",
-                 "cpu_work_x_ci_low", "cpu_work_x_ci_high")
+_TIMED_RATIOS = (
+    "latency_x",
+    "latency_x_ci_low",
+    "latency_x_ci_high",
+    "cpu_work_x",
+    "cpu_work_x_ci_low",
+    "cpu_work_x_ci_high",
+)
 
 
 def compare(
@@ -102,18 +119,21 @@ def compare(
     elif baseline not in named:
         raise ModelProfError(f"baseline={baseline!r} is not one of the models: {list(named)}")
     if throughput and inputs is not None:
-        raise ModelProfError("throughput=True searches batch sizes, so it needs input_size, "
-                             "not inputs=")
+        raise ModelProfError(
+            "throughput=True searches batch sizes, so it needs input_size, not inputs="
+        )
     run = _Run(inputs, batch_size, device, dtype, profile_options)
     search = _throughput_search(throughput_options, run.opts) if throughput else None
     rows: dict[str, dict[str, Any]] = {}
-    bar = progress_bar(len(named) + (1 if timing else 0), enabled=run.opts.progress,
-                       desc="compare", unit="model")
+    bar = progress_bar(
+        len(named) + (1 if timing else 0), enabled=run.opts.progress, desc="compare", unit="model"
+    )
     held = contextlib.ExitStack()
     try:
         # under torchrun: the ranks agree every timing decision (sharded models), one speaks
-        held.enter_context(agreed_timing([m[0] if isinstance(m, tuple) else m
-                                          for m in named.values()]))
+        held.enter_context(
+            agreed_timing([m[0] if isinstance(m, tuple) else m for m in named.values()])
+        )
         run.passed = _hold(held, named, inputs, run.profile_options)
         for name, model in named.items():
             bar.set_description(name)
@@ -130,7 +150,7 @@ def compare(
             _said(on_step, f"interleaved timing of {len(named)} models done")
     finally:
         try:
-            held.close()          # the models, inputs, target and loss module put back
+            held.close()  # the models, inputs, target and loss module put back
         finally:
             bar.close()
     return _table(rows, baseline, run.env, run.timing_attrs)
@@ -145,32 +165,56 @@ class _Run:
     """What every model of a comparison shares: inputs, options, the grad/eval switches, and
     what the interleaved timing will call."""
 
-    def __init__(self, inputs: Any, batch_size: int | None, device: Any, dtype: Any,
-                 profile_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        inputs: Any,
+        batch_size: int | None,
+        device: Any,
+        dtype: Any,
+        profile_options: dict[str, Any],
+    ) -> None:
         timing_keys = set(OPTION_NAMES) & set(profile_options)
         self.opts = TimingOptions.parse(**{k: profile_options.pop(k) for k in timing_keys})
         backward = profile_options.get("backward", False)
         # (device and dtype: each model's inputs', as profile() makes them)
-        self.mode = RunMode.parse(backward=backward, training=profile_options.get("training"),
-                                  no_grad=profile_options.get("no_grad"), amp=self.opts.amp,
-                                  dtype=dtype)
+        self.mode = RunMode.parse(
+            backward=backward,
+            training=profile_options.get("training"),
+            no_grad=profile_options.get("no_grad"),
+            amp=self.opts.amp,
+            dtype=dtype,
+        )
         self.backward = backward is True
         self.inputs, self.batch_size, self.device, self.dtype = inputs, batch_size, device, dtype
         self.profile_options = profile_options
         self.candidates: list[Candidate] = []
         self.steps: dict[str, Any] = {}
         self.env: dict[str, Any] = {}
-        self.passed: Snapshot | None = None     # the inputs and target as they went in
+        self.passed: Snapshot | None = None  # the inputs and target as they went in
         self.timing_attrs: dict[str, Any] = {}
 
-    def add(self, name: str, model: nn.Module, size: Any, timing: bool,
-            search: tuple[TimingOptions, dict[str, Any]] | None) -> dict[str, Any]:
+    def add(
+        self,
+        name: str,
+        model: nn.Module,
+        size: Any,
+        timing: bool,
+        search: tuple[TimingOptions, dict[str, Any]] | None,
+    ) -> dict[str, Any]:
         """Count ``model`` (profile without timing) and prepare its timing: its row so far."""
         from modelprof.profile import profile  # late: profile imports the whole analysis stack
 
-        report = profile(model, size, inputs=self.inputs, batch_size=self.batch_size,
-                         device=self.device, dtype=self.dtype, timing=False, options=self.opts,
-                         **self.profile_options)
+        report = profile(
+            model,
+            size,
+            inputs=self.inputs,
+            batch_size=self.batch_size,
+            device=self.device,
+            dtype=self.dtype,
+            timing=False,
+            options=self.opts,
+            **self.profile_options,
+        )
         row = _report_row(report, size, self.inputs, self.batch_size)
         if timing:
             self.candidates.append(_candidate(name, model, size, self))
@@ -184,8 +228,9 @@ class _Run:
     def time(self, rows: dict[str, dict[str, Any]], baseline: str, bar: Any) -> None:
         """Every model's latency, interleaved, and (backward=True) its training step."""
         with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
-            result = measure_interleaved(self.candidates, self.opts, baseline=baseline,
-                                         mode=self.mode)
+            result = measure_interleaved(
+                self.candidates, self.opts, baseline=baseline, mode=self.mode
+            )
         for name in rows:
             rows[name].update(_latency_columns(result, name))
         if self.steps:
@@ -195,25 +240,30 @@ class _Run:
         self.timing_attrs = _timing_attrs(result)
 
 
-def _table(rows: dict[str, dict[str, Any]], baseline: str, env: dict[str, Any],
-           timing_attrs: dict[str, Any]) -> Comparison:
+def _table(
+    rows: dict[str, dict[str, Any]],
+    baseline: str,
+    env: dict[str, Any],
+    timing_attrs: dict[str, Any],
+) -> Comparison:
     """The comparison frame: one row per model, then the ratios to the baseline."""
     df = Comparison.from_dict(rows, orient="index")
     df.index.name = "model"
     base = df.loc[baseline]
     for ratio, column in _RATIOS.items():
-        if ratio in df.columns:          # measured as a ratio (latency_x: paired, interleaved)
+        if ratio in df.columns:  # measured as a ratio (latency_x: paired, interleaved)
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
-    if timing_attrs.get("unranked"):   # too few runs to order them: no rank, no timed ratio
+    if timing_attrs.get("unranked"):  # too few runs to order them: no rank, no timed ratio
         df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
         for column in _TIMED_RATIOS:
             if column in df.columns:
                 df[column] = math.nan
     elif timing_attrs:
-        key = ("cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work"
-               else "latency_median_ms")
+        key = (
+            "cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work" else "latency_median_ms"
+        )
         df["rank"] = df[key].rank(method="min").astype("Int64")
     df.attrs["env"] = env
     df.attrs["baseline"] = baseline
@@ -235,25 +285,34 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     if isinstance(options, TimingOptions):
         return options, {}
     if options is not None and not isinstance(options, Mapping):
-        raise ModelProfError(f"throughput_options={options!r} must be a TimingOptions or a "
-                             "dict of timing options and max_batch/gain/patience")
+        raise ModelProfError(
+            f"throughput_options={options!r} must be a TimingOptions or a "
+            "dict of timing options and max_batch/gain/patience"
+        )
     options = dict(options or {})
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
     carried = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last}
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
+
+
 def _timing_attrs(result: Any) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
     and, on a loaded CPU, why it ranks by CPU work."""
     from modelprof.timing.stats import RATIO_ESTIMATOR
 
-    out: dict[str, Any] = {"ranked_by": result.ranked_by, "ratio_estimator": RATIO_ESTIMATOR,
-                           "notes": [f"latency_x: {RATIO_ESTIMATOR}"]}
+    out: dict[str, Any] = {
+        "ranked_by": result.ranked_by,
+        "ratio_estimator": RATIO_ESTIMATOR,
+        "notes": [f"latency_x: {RATIO_ESTIMATOR}"],
+    }
     few = {name: m.n for name, m in result.measurements.items() if m.undersampled}
     if few:
         runs = ", ".join(f"{name} n={n}" for name, n in few.items())
-        out["unranked"] = (f"cannot rank the models: too few runs for an interval ({runs}); "
-                           "the timed ratios are not stated. Give the comparison more time "
-                           "(budget_s) or a quieter machine")
+        out["unranked"] = (
+            f"cannot rank the models: too few runs for an interval ({runs}); "
+            "the timed ratios are not stated. Give the comparison more time "
+            "(budget_s) or a quieter machine"
+        )
         out["notes"].append(out["unranked"])
     elif result.ranked_by == "cpu_work":
         worst = max(m.wall_over_cpu for m in result.measurements.values())
@@ -261,7 +320,8 @@ def _timing_attrs(result: Any) -> dict[str, Any]:
         out["notes"].append(
             f"ranked by CPU work ({clock}): the machine was loaded (wall/CPU up to {worst:.2f}), "
             "which stretches the wall clock of whichever model it hits; CPU work equals latency "
-            "only for a single-threaded model on an idle core")
+            "only for a single-threaded model on an idle core"
+        )
     return out
 
 
@@ -274,8 +334,10 @@ def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
     elif isinstance(models, Sequence) and not isinstance(models, (str, bytes)):
         items = [(None, v) for v in models]
     else:
-        raise ModelProfError(f"models of type {type(models).__name__} must be a dict "
-                             "{name: module} or a list of modules or model names")
+        raise ModelProfError(
+            f"models of type {type(models).__name__} must be a dict "
+            "{name: module} or a list of modules or model names"
+        )
     if not items:
         raise ModelProfError("models is empty; pass at least one model")
     named: dict[str, Any] = {}
@@ -288,8 +350,10 @@ def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
             entry = value
             name = name or type(value).__name__
         else:
-            raise ModelProfError(f"model {name or value!r} of type {type(value).__name__} is "
-                                 "neither a torch.nn.Module nor a model name")
+            raise ModelProfError(
+                f"model {name or value!r} of type {type(value).__name__} is "
+                "neither a torch.nn.Module nor a model name"
+            )
         named[unique_name(name, named)] = entry
     return named
 
@@ -318,8 +382,10 @@ def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> dict[st
         if size is None:
             size = default
         if size is None:
-            raise ModelProfError(f"model {name!r} needs an input size: pass input_size= "
-                                 "(e.g. (3, 224, 224)), a dict of them, or inputs=")
+            raise ModelProfError(
+                f"model {name!r} needs an input size: pass input_size= "
+                "(e.g. (3, 224, 224)), a dict of them, or inputs="
+            )
         sizes[name] = size
     return sizes
 
@@ -331,8 +397,12 @@ def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> 
     return row
 
 
-def _hold(held: contextlib.ExitStack, named: Mapping[str, Any], inputs: Any,
-          profile_options: Mapping[str, Any]) -> Snapshot:
+def _hold(
+    held: contextlib.ExitStack,
+    named: Mapping[str, Any],
+    inputs: Any,
+    profile_options: Mapping[str, Any],
+) -> Snapshot:
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
     and a snapshot of the inputs and the target, which is returned."""
@@ -353,15 +423,23 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
     from modelprof.runtime.inputs import make_inputs
     from modelprof.timing.latency import timing_runner
 
-    mi = make_inputs(model, size, inputs=run.inputs, batch_size=run.batch_size,
-                     device=run.device, dtype=run.mode.dtype)
+    mi = make_inputs(
+        model,
+        size,
+        inputs=run.inputs,
+        batch_size=run.batch_size,
+        device=run.device,
+        dtype=run.mode.dtype,
+    )
     if mi.device.type == "meta":
-        raise ModelProfError("device='meta' has no clock: pass timing=False to compare costs "
-                             "alone, or a real device to time")
+        raise ModelProfError(
+            "device='meta' has no clock: pass timing=False to compare costs "
+            "alone, or a real device to time"
+        )
     runner = timing_runner(model, mi, run.mode.on(mi.device), run.opts)
     run.passed.add(mi.args, mi.kwargs)
     target, mi = resolve_call(runner, mi, channels_last=run.opts.channels_last)
-    run.passed.add(mi.args, mi.kwargs)       # channels_last copies, where made
+    run.passed.add(mi.args, mi.kwargs)  # channels_last copies, where made
     mi.reset = run.passed.reset
     return Candidate(name, model, target, mi)
 
@@ -372,13 +450,15 @@ def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) ->
     from modelprof.step.timing import StepTimer
 
     o = run.profile_options
-    spec = StepSpec.parse(loss_fn=o.get("loss_fn"), target=o.get("target"),
-                          optimizer=o.get("optimizer"))
+    spec = StepSpec.parse(
+        loss_fn=o.get("loss_fn"), target=o.get("target"), optimizer=o.get("optimizer")
+    )
     return StepTimer(model, candidate.inputs, spec, run.mode, options=run.opts, label=name)
 
 
-def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str,
-                  opts: TimingOptions) -> None:
+def _step_columns(
+    rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str, opts: TimingOptions
+) -> None:
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
     the paired backward ratio to the baseline with its interval."""
     from modelprof.step.timing import compare_steps
@@ -388,9 +468,14 @@ def _step_columns(rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseli
     for name, m, (ratio, lo, hi) in zip(order, got, ratios):
         b = m["backward"]
         low, high = b.median_ci_ms
-        rows[name].update(backward_latency_median_ms=b.median_ms, backward_latency_ci_low_ms=low,
-                          backward_latency_ci_high_ms=high, backward_latency_x=ratio,
-                          backward_latency_x_ci_low=lo, backward_latency_x_ci_high=hi)
+        rows[name].update(
+            backward_latency_median_ms=b.median_ms,
+            backward_latency_ci_low_ms=low,
+            backward_latency_ci_high_ms=high,
+            backward_latency_x=ratio,
+            backward_latency_x_ci_low=lo,
+            backward_latency_x_ci_high=hi,
+        )
         if "optimizer" in m:
             rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
         rows[name]["step_latency_median_ms"] = m["step"].median_ms
@@ -404,11 +489,20 @@ def _latency_columns(result: Any, name: str) -> dict[str, Any]:
     m = result.measurements[name]
     lo, hi = m.median_ci_ms
     ratio, rlo, rhi = result.ratios[name]
-    return {"latency_median_ms": m.median_ms, "latency_ci_low_ms": lo,
-            "latency_ci_high_ms": hi, "latency_p90_ms": m.p90_ms, "latency_std_ms": m.std_ms,
-            "fps": m.fps, "latency_stable": m.stable, "latency_x": ratio,
-            "latency_x_ci_low": rlo, "latency_x_ci_high": rhi, "latency_n": m.n,
-            **cpu_work_columns(result, name)}
+    return {
+        "latency_median_ms": m.median_ms,
+        "latency_ci_low_ms": lo,
+        "latency_ci_high_ms": hi,
+        "latency_p90_ms": m.p90_ms,
+        "latency_std_ms": m.std_ms,
+        "fps": m.fps,
+        "latency_stable": m.stable,
+        "latency_x": ratio,
+        "latency_x_ci_low": rlo,
+        "latency_x_ci_high": rhi,
+        "latency_n": m.n,
+        **cpu_work_columns(result, name),
+    }
 
 
 def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
@@ -419,14 +513,23 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
     return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
 
 
-def _throughput_row(model: nn.Module, size: Any, run: _Run, opts: TimingOptions,
-                    search: dict[str, Any]) -> dict[str, Any]:
+def _throughput_row(
+    model: nn.Module, size: Any, run: _Run, opts: TimingOptions, search: dict[str, Any]
+) -> dict[str, Any]:
     from modelprof.timing import measure_throughput
 
-    result = measure_throughput(model, size, device=run.device, dtype=run.dtype,
-                                training=run.mode.training, no_grad=run.mode.no_grad,
-                                options=opts,
-                                **search)
+    result = measure_throughput(
+        model,
+        size,
+        device=run.device,
+        dtype=run.dtype,
+        training=run.mode.training,
+        no_grad=run.mode.no_grad,
+        options=opts,
+        **search,
+    )
     best = result.best
-    return {"throughput_samples_per_s": best.samples_per_s,
-            "throughput_batch_size": best.batch_size}
+    return {
+        "throughput_samples_per_s": best.samples_per_s,
+        "throughput_batch_size": best.batch_size,
+    }

@@ -2,10 +2,17 @@
 
 Every module may import this one; it imports nothing of modelprof's, so no import can close a
 cycle through it."""
+
 from __future__ import annotations
 
-__all__ = ["DriftWarning", "FewSamplesWarning", "ModelProfError", "ModelProfWarning",
-           "NoisyMeasurementWarning", "TimingDisagreementWarning"]
+__all__ = [
+    "DriftWarning",
+    "FewSamplesWarning",
+    "ModelProfError",
+    "ModelProfWarning",
+    "NoisyMeasurementWarning",
+    "TimingDisagreementWarning",
+]
 
 
 class ModelProfError(Exception):

@@ -25,6 +25,7 @@ units with a yes/no per plan and the headroom. What is not in them: the CUDA con
 allocator's fragmentation (a few GB in practice), FSDP's all-gathered unit and communication
 buffers, and temporaries of the backward beyond the saved tensors.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,12 +48,22 @@ __all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 
 #: optimizer state tensors per parameter element, and bytes of scalar state per tensor
 OPTIMIZER_STATES: dict[str, tuple[int, int]] = {
-    "adam": (2, 4), "adamw": (2, 4), "sgd": (0, 0), "sgd_momentum": (1, 0),
+    "adam": (2, 4),
+    "adamw": (2, 4),
+    "sgd": (0, 0),
+    "sgd_momentum": (1, 0),
 }
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
-COMPONENTS = ("weights", "kv_cache", "activation", "master_weights", "gradients",
-              "optimizer_state", "saved_activations")
+COMPONENTS = (
+    "weights",
+    "kv_cache",
+    "activation",
+    "master_weights",
+    "gradients",
+    "optimizer_state",
+    "saved_activations",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +86,9 @@ class FitReport:
         """The table in human units (IEC: 1 GiB = 2**30 B), yes/no per plan, then the notes."""
         shown = self.table.drop(index="fits").map(format_bytes)
         shown.loc["fits"] = ["yes" if f else "no" for f in self.table.loc["fits"]]
-        head = f"device {self.device}" + (f" (from {self.matched_from!r})"
-                                          if self.matched_from != self.device else "")
+        head = f"device {self.device}" + (
+            f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
+        )
         return "\n".join([head, shown.to_string(), *(f"note: {n}" for n in self.notes)])
 
     def __repr__(self) -> str:
@@ -93,14 +105,24 @@ class _Spec:
     tp: int
     ranks: int
     states: int
-    step_scalars: int     # bytes of scalar state per parameter tensor (Adam's ``step``)
+    step_scalars: int  # bytes of scalar state per parameter tensor (Adam's ``step``)
     mixed: bool
 
 
-def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | None = None,
-        dtype: Any = torch.bfloat16, batch_size: int = 1, context: int = 2048, tp: int = 1,
-        ranks: int = 1, optimizer: Any = "adam", mixed_precision: bool | None = None,
-        training: bool = True) -> FitReport:
+def fit(
+    model_or_config: Any,
+    *,
+    device: str = "H100 SXM",
+    memory_bytes: int | None = None,
+    dtype: Any = torch.bfloat16,
+    batch_size: int = 1,
+    context: int = 2048,
+    tp: int = 1,
+    ranks: int = 1,
+    optimizer: Any = "adam",
+    mixed_precision: bool | None = None,
+    training: bool = True,
+) -> FitReport:
     """Bytes per rank of ``model_or_config`` (an ``nn.Module`` or a transformers config) for
     inference and, with ``training``, a step under each plan (see the module doc), against
     ``device`` (a datasheet name; ``memory_bytes`` overrides its memory). ``context``: tokens
@@ -123,12 +145,17 @@ def fit(model_or_config: Any, *, device: str = "H100 SXM", memory_bytes: int | N
     table.loc["memory"] = memory
     table.loc["headroom"] = memory - total
     table.loc["fits"] = (total <= memory).astype("int64")
-    return FitReport(table, key, device if isinstance(device, str) else key,
-                     _notes(spec, key, training, counts, config is None))
+    return FitReport(
+        table,
+        key,
+        device if isinstance(device, str) else key,
+        _notes(spec, key, training, counts, config is None),
+    )
 
 
-def _spec(dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any,
-          mixed: Any) -> _Spec:
+def _spec(
+    dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any, mixed: Any
+) -> _Spec:
     for name, v in (("batch_size", batch), ("context", context), ("tp", tp), ("ranks", ranks)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ModelProfError(f"{name}={v!r} must be a positive integer")
@@ -149,29 +176,40 @@ def optimizer_states(optimizer: Any) -> tuple[int, int]:
     the instance's options)."""
     if isinstance(optimizer, str):
         if optimizer not in OPTIMIZER_STATES:
-            raise ModelProfError(f"optimizer={optimizer!r} is not one of "
-                                 f"{sorted(OPTIMIZER_STATES)}, nor a torch optimizer")
+            raise ModelProfError(
+                f"optimizer={optimizer!r} is not one of "
+                f"{sorted(OPTIMIZER_STATES)}, nor a torch optimizer"
+            )
         return OPTIMIZER_STATES[optimizer]
     cls = optimizer if isinstance(optimizer, type) else type(optimizer)
     if not issubclass(cls, torch.optim.Optimizer):
-        raise ModelProfError(f"optimizer={optimizer!r} must be a name or a torch.optim "
-                             "optimizer (class or instance)")
-    options = {} if isinstance(optimizer, type) else \
-        {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+        raise ModelProfError(
+            f"optimizer={optimizer!r} must be a name or a torch.optim optimizer (class or instance)"
+        )
+    options = (
+        {}
+        if isinstance(optimizer, type)
+        else {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    )
     p = torch.zeros(3, requires_grad=True)
     p.grad = torch.ones(3)
     probe = cls([p], **options)
     probe.step()
     state = [t for t in probe.state[p].values() if isinstance(t, torch.Tensor)]
-    return (sum(t.numel() == 3 for t in state),
-            sum(t.element_size() for t in state if t.numel() == 1))
+    return (
+        sum(t.numel() == 3 for t in state),
+        sum(t.element_size() for t in state if t.numel() == 1),
+    )
 
 
 def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
     """The datasheet entry and its memory in bytes (or ``memory_bytes``, when given)."""
     if memory_bytes is not None:
-        if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, (int, float)) or \
-                memory_bytes <= 0:
+        if (
+            isinstance(memory_bytes, bool)
+            or not isinstance(memory_bytes, (int, float))
+            or memory_bytes <= 0
+        ):
             raise ModelProfError(f"memory_bytes={memory_bytes!r} must be a positive number")
         return (device if isinstance(device, str) else "given"), int(memory_bytes)
     return device_memory(device)
@@ -188,8 +226,9 @@ def _meta_model(obj: Any) -> tuple[nn.Module, Any]:
     if hasattr(obj, "to_dict") and hasattr(obj, "model_type"):
         with torch.device("meta"):
             return _from_config(obj), obj
-    raise ModelProfError(f"fit() takes an nn.Module or a transformers config, got "
-                         f"{type(obj).__name__}")
+    raise ModelProfError(
+        f"fit() takes an nn.Module or a transformers config, got {type(obj).__name__}"
+    )
 
 
 def _from_config(config: Any) -> nn.Module:
@@ -210,29 +249,50 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     if config is None:
         return {"activation": 0, "saved": 0, "saved_attention": 0}
     ids = torch.zeros(spec.batch_size, spec.context, dtype=torch.long, device="meta")
-    prefill = profile(model, inputs={"input_ids": ids, "logits_to_keep": 1}, device="meta",
-                      dtype=spec.dtype, timing=False)
+    prefill = profile(
+        model,
+        inputs={"input_ids": ids, "logits_to_keep": 1},
+        device="meta",
+        dtype=spec.dtype,
+        timing=False,
+    )
     saved = attention = 0
     if training:
-        step = profile(model, inputs={"input_ids": ids}, device="meta", dtype=spec.dtype,
-                       timing=False, backward=True)
+        step = profile(
+            model,
+            inputs={"input_ids": ids},
+            device="meta",
+            dtype=spec.dtype,
+            timing=False,
+            backward=True,
+        )
         saved = int(step.totals["saved_bytes"])
-        attention = sum(int(r.saved_bytes or 0) for r in step.rows
-                        if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op})
-    return {"activation": int(prefill.memory.working_set_bytes), "saved": saved,
-            "saved_attention": attention}
+        attention = sum(
+            int(r.saved_bytes or 0)
+            for r in step.rows
+            if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op}
+        )
+    return {
+        "activation": int(prefill.memory.working_set_bytes),
+        "saved": saved,
+        "saved_attention": attention,
+    }
 
 
-def _inference(model: nn.Module, config: Any, spec: _Spec, shapes: list,
-               counts: dict[str, int]) -> dict[str, int]:
+def _inference(
+    model: nn.Module, config: Any, spec: _Spec, shapes: list, counts: dict[str, int]
+) -> dict[str, int]:
     elements = sum(math.prod(s) for s in shapes)
     kv = 0
     if config is not None:
         kv = closed_form_kv_bytes(config, spec.dtype, spec.context, spec.batch_size) or 0
         kv_heads = model_dims(config)["kv_heads"] or 1
         kv = -(-kv // min(spec.tp, kv_heads))
-    return {"weights": -(-elements * spec.dtype.itemsize // spec.tp), "kv_cache": kv,
-            "activation": counts["activation"]}
+    return {
+        "weights": -(-elements * spec.dtype.itemsize // spec.tp),
+        "kv_cache": kv,
+        "activation": counts["activation"],
+    }
 
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:
@@ -247,7 +307,7 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
         return -(-elements(sharded) * size // spec.tp)
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
-    step = spec.step_scalars * len(shapes)                  # Adam's step: a float32 per tensor
+    step = spec.step_scalars * len(shapes)  # Adam's step: a float32 per tensor
     return {
         "weights": per_rank(stage >= 3, b),
         "master_weights": per_rank(stage >= 1, 4) if spec.mixed else 0,
@@ -257,27 +317,42 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
     }
 
 
-def _notes(spec: _Spec, key: str, training: bool, counts: dict[str, int],
-           plain: bool) -> tuple[str, ...]:
+def _notes(
+    spec: _Spec, key: str, training: bool, counts: dict[str, int], plain: bool
+) -> tuple[str, ...]:
     """What the table assumes and leaves out, in words."""
-    notes = [f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
-             f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
-             + ("; fp32 master weights and optimizer state (mixed precision)"
-                if spec.mixed and training else "")]
+    notes = [
+        f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
+        f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
+        + (
+            "; fp32 master weights and optimizer state (mixed precision)"
+            if spec.mixed and training
+            else ""
+        )
+    ]
     if plain:
-        notes.insert(0, "a module without a transformers config: no KV cache and no "
-                        "activations counted (weights and training state only)")
+        notes.insert(
+            0,
+            "a module without a transformers config: no KV cache and no "
+            "activations counted (weights and training state only)",
+        )
     if counts["saved_attention"]:
-        notes.append(f"of the saved activations, "
-                     f"{format_bytes(counts['saved_attention'] / spec.tp)} are in rows that ran "
-                     "attention as matmuls and a softmax, which keep the T x T probabilities "
-                     "(a fused attention kernel keeps Q, K, V, the output and the log-sum-exp "
-                     "instead)")
+        notes.append(
+            f"of the saved activations, "
+            f"{format_bytes(counts['saved_attention'] / spec.tp)} are in rows that ran "
+            "attention as matmuls and a softmax, which keep the T x T probabilities "
+            "(a fused attention kernel keeps Q, K, V, the output and the log-sum-exp "
+            "instead)"
+        )
     others = memory_variants(key) if key in DEVICE_MEMORY_BYTES else {}
     if others:
-        notes.append(f"memory of {key} taken; other variants: "
-                     + ", ".join(f"{k} ({format_bytes(v)})" for k, v in others.items())
-                     + " (name one, or pass memory_bytes=)")
-    notes.append("not included: CUDA context, allocator fragmentation, FSDP's gathered unit "
-                 "and communication buffers, backward temporaries")
+        notes.append(
+            f"memory of {key} taken; other variants: "
+            + ", ".join(f"{k} ({format_bytes(v)})" for k, v in others.items())
+            + " (name one, or pass memory_bytes=)"
+        )
+    notes.append(
+        "not included: CUDA context, allocator fragmentation, FSDP's gathered unit "
+        "and communication buffers, backward temporaries"
+    )
     return tuple(notes)

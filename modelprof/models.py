@@ -4,6 +4,7 @@
 Weights are never downloaded: every architecture is built with ``weights=None`` /
 ``pretrained=False``. Profiling needs the architecture, not trained values.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -92,8 +93,10 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
     if sep and path_part.endswith(".py"):
         return LoadedModel(*_load_factory(Path(path_part), factory))
     if spec.endswith(".py"):
-        raise ModelProfError(f"model spec {spec!r} names a Python file but no factory; "
-                             f"write it as '{spec}:FUNCTION', a function returning an nn.Module")
+        raise ModelProfError(
+            f"model spec {spec!r} names a Python file but no factory; "
+            f"write it as '{spec}:FUNCTION', a function returning an nn.Module"
+        )
     if spec.endswith(".pt2"):
         return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
@@ -113,21 +116,28 @@ def _refuse_other_path(spec: str) -> None:
     reported as an unknown torchvision name."""
     path = Path(spec)
     if _probe(path, "is_dir"):
-        raise ModelProfError(f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
-                             "or .pt2 file in it, or file.py:factory")
+        raise ModelProfError(
+            f"model {spec!r} is a directory, not a model file; give a .pt/.pth "
+            "or .pt2 file in it, or file.py:factory"
+        )
     if path.suffix.lower() == ".onnx":
-        raise ModelProfError(f"model {spec!r} is an ONNX file: modelprof profiles PyTorch "
-                             "modules. Give the PyTorch model (a .pt2 from torch.export.save, "
-                             "file.py:factory), or time an ONNX Runtime session with "
-                             "modelprof.measure_latency")
+        raise ModelProfError(
+            f"model {spec!r} is an ONNX file: modelprof profiles PyTorch "
+            "modules. Give the PyTorch model (a .pt2 from torch.export.save, "
+            "file.py:factory), or time an ONNX Runtime session with "
+            "modelprof.measure_latency"
+        )
     if path.suffix:
-        raise ModelProfError(f"model file {spec!r}: modelprof cannot load {path.suffix!r} files;"
-                             " it loads .pt/.pth (torch.save of a module), .pt2 "
-                             "(torch.export.save) and file.py:factory")
+        raise ModelProfError(
+            f"model file {spec!r}: modelprof cannot load {path.suffix!r} files;"
+            " it loads .pt/.pth (torch.save of a module), .pt2 "
+            "(torch.export.save) and file.py:factory"
+        )
     if not _probe(path, "exists"):
         raise ModelProfError(f"model file {spec!r} does not exist")
-    raise ModelProfError(f"model file {spec!r} has no suffix; modelprof loads .pt/.pth, .pt2 "
-                         "and file.py:factory")
+    raise ModelProfError(
+        f"model file {spec!r} has no suffix; modelprof loads .pt/.pth, .pt2 and file.py:factory"
+    )
 
 
 def _probe(path: Path, check: str) -> bool:
@@ -137,24 +147,34 @@ def _probe(path: Path, check: str) -> bool:
         return bool(getattr(path, check)())
     except (OSError, ValueError) as e:
         reason = getattr(e, "strerror", None) or str(e)
-        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...({len(str(path))} chars)"
+        shown = (
+            str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...({len(str(path))} chars)"
+        )
         raise ModelProfError(f"model file {shown!r} cannot be read: {reason}") from e
 
 
 # --- torchvision ---------------------------------------------------------------------------------
 
+
 def _load_torchvision(name: str) -> tuple[nn.Module, str, InputSize]:
     try:
         from torchvision import models as tvm
     except ImportError as e:
-        raise ModelProfError(f"model {name!r} looks like a torchvision name, but torchvision is "
-                             "not installed; pip install torchvision") from e
+        raise ModelProfError(
+            f"model {name!r} looks like a torchvision name, but torchvision is "
+            "not installed; pip install torchvision"
+        ) from e
     available = tvm.list_models()
     if name not in available:
         close = difflib.get_close_matches(name, available, n=4, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else (
-            "; see torchvision.models.list_models() for the names, or use timm:NAME, "
-            "file.py:factory or a .pt file")
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else (
+                "; see torchvision.models.list_models() for the names, or use timm:NAME, "
+                "file.py:factory or a .pt file"
+            )
+        )
         raise ModelProfError(f"unknown model {name!r}{hint}")
 
     builder = tvm.get_model_builder(name)
@@ -222,12 +242,14 @@ def _default_input_size(kind: str, crop: int | None, resize: int | None) -> Inpu
 
 # --- timm ----------------------------------------------------------------------------------------
 
+
 def _load_timm(name: str) -> tuple[nn.Module, str, InputSize]:
     try:
         import timm
     except ImportError as e:
-        raise ModelProfError(f"model 'timm:{name}' needs timm, which is not installed; "
-                             "pip install timm") from e
+        raise ModelProfError(
+            f"model 'timm:{name}' needs timm, which is not installed; pip install timm"
+        ) from e
     try:
         model = timm.create_model(name, pretrained=False)
     except RuntimeError as e:
@@ -242,6 +264,7 @@ def _load_timm(name: str) -> tuple[nn.Module, str, InputSize]:
 
 
 # --- file.py:factory -----------------------------------------------------------------------------
+
 
 def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
     if not _probe(path, "is_file"):
@@ -258,40 +281,55 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:  # sys.exit() in the file is a failure, not a result
         sys.modules.pop(module_name, None)
-        raise ModelProfError(f"importing model file {str(path)!r} failed: "
-                             f"{type(e).__name__}: {e}") from e
+        raise ModelProfError(
+            f"importing model file {str(path)!r} failed: {type(e).__name__}: {e}"
+        ) from e
     fn = getattr(module, factory, None)
     if not callable(fn):
-        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-                 and getattr(v, "__module__", None) == module_name]
-        raise ModelProfError(f"{str(path)!r} has no callable {factory!r}"
-                             + (f"; it defines {', '.join(sorted(found))}" if found else ""))
+        found = [
+            n
+            for n, v in vars(module).items()
+            if callable(v)
+            and not n.startswith("_")
+            and getattr(v, "__module__", None) == module_name
+        ]
+        raise ModelProfError(
+            f"{str(path)!r} has no callable {factory!r}"
+            + (f"; it defines {', '.join(sorted(found))}" if found else "")
+        )
     try:
         model = fn()
     except (Exception, SystemExit) as e:  # SystemExit(0) must not exit 0 with nothing profiled
-        raise ModelProfError(f"{path}:{factory}() raised {type(e).__name__}({e!s}) instead of "
-                             "returning a model") from e
+        raise ModelProfError(
+            f"{path}:{factory}() raised {type(e).__name__}({e!s}) instead of returning a model"
+        ) from e
     if not isinstance(model, nn.Module):
-        raise ModelProfError(f"{path}:{factory}() returned {type(model).__name__}, "
-                             "not a torch.nn.Module")
+        raise ModelProfError(
+            f"{path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module"
+        )
     size = getattr(module, "INPUT_SIZE", DEFAULT_INPUT_SIZE)
     return model.eval(), factory, tuple(size)
 
 
 # --- saved files ---------------------------------------------------------------------------------
 
+
 def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, InputSize]:
     _check_file(path)
     if _is_torchscript(path):
-        raise ModelProfError(f"{str(path)!r} is a TorchScript archive; modelprof profiles eager "
-                             "modules (hooks cannot see inside scripted code). Save the module "
-                             "with torch.save(model) or torch.export.save, or pass file.py:factory")
+        raise ModelProfError(
+            f"{str(path)!r} is a TorchScript archive; modelprof profiles eager "
+            "modules (hooks cannot see inside scripted code). Save the module "
+            "with torch.save(model) or torch.export.save, or pass file.py:factory"
+        )
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler refuses classes this way
         if not _needs_full_unpickling(e):
-            raise ModelProfError(f"{str(path)!r} is corrupt or not a file torch.save wrote "
-                                 f"({type(e).__name__}: {_reason(e)})") from e
+            raise ModelProfError(
+                f"{str(path)!r} is corrupt or not a file torch.save wrote "
+                f"({type(e).__name__}: {_reason(e)})"
+            ) from e
         if not trust_pickle:
             raise ModelProfError(
                 f"{str(path)!r} holds pickled Python objects (a whole module?), and unpickling "
@@ -301,9 +339,11 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
         try:
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e2:
-            raise ModelProfError(f"loading {str(path)!r} failed: {type(e2).__name__}: {e2}; a "
-                                 "pickled module needs its class importable under the name it "
-                                 "was saved with") from e2
+            raise ModelProfError(
+                f"loading {str(path)!r} failed: {type(e2).__name__}: {e2}; a "
+                "pickled module needs its class importable under the name it "
+                "was saved with"
+            ) from e2
     if isinstance(obj, nn.Module):
         return obj.eval(), path.stem, DEFAULT_INPUT_SIZE
     if isinstance(obj, dict):
@@ -311,7 +351,8 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
             f"{str(path)!r} holds a state_dict ({len(obj)} entries), not a model: weights "
             "without the architecture cannot be profiled. Pass the architecture instead "
             "(a torchvision name, timm:NAME or file.py:factory), or save the whole module with "
-            "torch.save(model) and use --trust-pickle")
+            "torch.save(model) and use --trust-pickle"
+        )
     raise ModelProfError(f"{str(path)!r} holds a {type(obj).__name__}, not a torch.nn.Module")
 
 
@@ -342,6 +383,7 @@ def _reason(e: BaseException) -> str:
 
 # --- torch.export archives (.pt2) ----------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def _quiet_loggers(*names: str) -> Iterator[None]:
     """torch.export.load logs tracebacks (before trying an older format, after falling back to
@@ -361,8 +403,9 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
     _check_file(path)
     data = path.read_bytes()  # read once: what is checked is what is loaded
     if not zipfile.is_zipfile(io.BytesIO(data)):
-        raise ModelProfError(f"{str(path)!r} is corrupt or not a torch.export archive "
-                             "(not a zip file)")
+        raise ModelProfError(
+            f"{str(path)!r} is corrupt or not a torch.export archive (not a zip file)"
+        )
     # a zip bomb is refused even when trusted: torch.export.load would inflate every member
     unsafe = inspect_pt2(data, repr(str(path)), sizes_only=trust_pickle)
     if unsafe and not trust_pickle:
@@ -370,15 +413,19 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
         raise ModelProfError(
             f"{str(path)!r} holds {unsafe[0]}{more}: loading it could run arbitrary code "
             "(full unpickling, a compiled library, or a string torch evaluates). If you trust "
-            "the file, pass --trust-pickle (trust_pickle=True)")
+            "the file, pass --trust-pickle (trust_pickle=True)"
+        )
     try:
-        with _quiet_loggers("torch.export", "torch._export.serde.serialize"), \
-                warnings.catch_warnings():
+        with (
+            _quiet_loggers("torch.export", "torch._export.serde.serialize"),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             program = torch.export.load(io.BytesIO(data))
     except Exception as e:  # noqa: BLE001 - any failure here means the archive is unusable
-        raise ModelProfError(f"{str(path)!r} is corrupt or not a torch.export archive: "
-                             f"{type(e).__name__}: {e}") from e
+        raise ModelProfError(
+            f"{str(path)!r} is corrupt or not a torch.export archive: {type(e).__name__}: {e}"
+        ) from e
     args, kwargs = _recorded_inputs(program, path)
     try:
         model = exported_layers(program)  # the module hierarchy: one row per layer
@@ -394,12 +441,18 @@ def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[st
     dtypes of the graph's user inputs (random floats, zero integers)."""
     example = getattr(program, "example_inputs", None)
     if example:
-        if not (isinstance(example, (tuple, list)) and len(example) == 2
-                and isinstance(example[0], (tuple, list)) and isinstance(example[1], dict)):
-            raise ModelProfError(f"{str(path)!r} records sample inputs that are not (args, "
-                                 f"kwargs) but a {type(example).__name__}"
-                                 f"{f' of {len(example)}' if isinstance(example, (tuple, list)) else ''}"
-                                 "; re-save it with torch.export.save")
+        if not (
+            isinstance(example, (tuple, list))
+            and len(example) == 2
+            and isinstance(example[0], (tuple, list))
+            and isinstance(example[1], dict)
+        ):
+            raise ModelProfError(
+                f"{str(path)!r} records sample inputs that are not (args, "
+                f"kwargs) but a {type(example).__name__}"
+                f"{f' of {len(example)}' if isinstance(example, (tuple, list)) else ''}"
+                "; re-save it with torch.export.save"
+            )
         args, kwargs = example
         return tuple(args), dict(kwargs)
     by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
@@ -408,14 +461,17 @@ def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[st
     for name in program.graph_signature.user_inputs:
         value = by_name[name].meta.get("val") if name in by_name else None
         if not isinstance(value, torch.Tensor):
-            raise ModelProfError(f"{str(path)!r} records no example inputs and input {name!r} "
-                                 "is not a tensor; pass --input-size")
+            raise ModelProfError(
+                f"{str(path)!r} records no example inputs and input {name!r} "
+                "is not a tensor; pass --input-size"
+            )
         try:
             shape = [int(d) for d in value.shape]
         except (TypeError, ValueError) as e:  # a dynamic dimension with no hint
-            raise ModelProfError(f"{str(path)!r} records no example inputs and input {name!r} "
-                                 f"has a dynamic shape {tuple(value.shape)}; pass --input-size"
-                                 ) from e
+            raise ModelProfError(
+                f"{str(path)!r} records no example inputs and input {name!r} "
+                f"has a dynamic shape {tuple(value.shape)}; pass --input-size"
+            ) from e
         if value.dtype.is_floating_point:
             made.append(torch.randn(shape, dtype=value.dtype, generator=gen))
         else:

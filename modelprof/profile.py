@@ -1,4 +1,5 @@
 """``profile``: static cost and measured time of a model, joined in one ``Report``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,13 +34,27 @@ from modelprof.timing.options import TimingOptions
 __all__ = ["profile"]
 
 
-def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
-            batch_size: int | None = None, device: torch.device | str | None = None,
-            dtype: torch.dtype | str | None = None, timing: bool = True,
-            training: bool | None = None, no_grad: bool | None = None, roofline: Any = None,
-            registry: FormulaRegistry | None = None, options: TimingOptions | None = None,
-            backward: bool = False, loss_fn: Any = None, target: Any = None,
-            optimizer: Any = None, view: str = "rank", **timing_options: Any) -> Report:
+def profile(
+    model: nn.Module,
+    input_size: Any = None,
+    *,
+    inputs: Any = None,
+    batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    timing: bool = True,
+    training: bool | None = None,
+    no_grad: bool | None = None,
+    roofline: Any = None,
+    registry: FormulaRegistry | None = None,
+    options: TimingOptions | None = None,
+    backward: bool = False,
+    loss_fn: Any = None,
+    target: Any = None,
+    optimizer: Any = None,
+    view: str = "rank",
+    **timing_options: Any,
+) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
@@ -70,29 +85,46 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
     the collectives in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
     ``cuda:LOCAL_RANK`` under torchrun.
     """
-    model = exported_layers(model)   # an ExportedProgram: its layers, one row each
+    model = exported_layers(model)  # an ExportedProgram: its layers, one row each
     spec = _parse(model, timing, registry, options, timing_options)
-    # how every pass runs the model, parsed once here
-    mode = RunMode.parse(backward=backward, training=training, no_grad=no_grad,
-                         amp=spec.opts.amp, channels_last=spec.opts.channels_last, dtype=dtype)
-    spec = dataclasses.replace(spec, mode=mode, step=_step_spec(backward, loss_fn, target,
-                                                                optimizer, spec.opts))
+    mode = RunMode.parse(  # how every pass runs the model, parsed once here
+        backward=backward,
+        training=training,
+        no_grad=no_grad,
+        amp=spec.opts.amp,
+        channels_last=spec.opts.channels_last,
+        dtype=dtype,
+    )
+    spec = dataclasses.replace(
+        spec, mode=mode, step=_step_spec(backward, loss_fn, target, optimizer, spec.opts)
+    )
     # every parameter, buffer and attribute a pass changes is put back (runtime/guard.py);
     # inside a guard the caller holds, its view of the model is read again (it may be older)
-    with dispatch_modes_restored(), preserved_state(model, rescan=True) as guard, \
-            contextlib.ExitStack() as rng_scope, sharded_session(model, view) as sharded:
+    with (
+        dispatch_modes_restored(),
+        preserved_state(model, rescan=True) as guard,
+        contextlib.ExitStack() as rng_scope,
+        sharded_session(model, view) as sharded,
+    ):
         # what the user passes beside the model comes back too: a loss module as the model
         # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
         rng_scope.enter_context(preserved_state(loss_module(loss_fn)))
         passed = rng_scope.enter_context(snapshot_of(inputs, target))
-        mi = make_inputs(model, input_size, inputs=inputs, batch_size=batch_size,
-                         device=local_device(device), dtype=mode.dtype)
-        passed.add(mi.args, mi.kwargs)   # moved or made copies: each pass sees them as made
+        mi = make_inputs(
+            model,
+            input_size,
+            inputs=inputs,
+            batch_size=batch_size,
+            device=local_device(device),
+            dtype=mode.dtype,
+        )
+        passed.add(mi.args, mi.kwargs)  # moved or made copies: each pass sees them as made
         model, guard = _layered(model, mi, rng_scope, guard)
         # the model's own random ops (train-mode dropout) in every pass, the static one
         # included, draw from forked generators: the user's random state comes back as it was
-        rng_scope.enter_context(torch.random.fork_rng(
-            devices=[mi.device] if mi.device.type == "cuda" else []))
+        rng_scope.enter_context(
+            torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else [])
+        )
         spec, meta_notes = _on(spec, mi)
         if spec.timing:
             spec.opts.check_device(mi.device)
@@ -101,38 +133,69 @@ def profile(model: nn.Module, input_size: Any = None, *, inputs: Any = None,
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
-        if spec.timing:   # a write the guard cannot put back is named with its pass
-            guard.begin("the timed forward passes")
-        timed, columns = _time(model, mi, spec, rows, static.records)
-        timed = _noted(timed, meta_notes, sharded.contention_note(mi.device) if spec.timing
-                       else None)
-        step_rows: list = []
-        training_step = None
-        if step_cost is not None:
-            if spec.timing:
-                guard.begin("the timed training steps")
-            step_cols, step_rows, training_step = _step(model, mi, spec, rows, static.records,
-                                                        step_cost)
-            columns.append(step_cols)
-        rows = join_rows(rows, columns, step_rows)
-        env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
-        env.update(sharded.env())
-        layers = timed.layer_timing
-        if layers is not None and layers.hook_cost is not None:
-            env["hook_cost"] = layers.hook_cost.to_dict()
-        if roofline is not False and (spec.timing or roofline not in (None, True)):
-            timed = dataclasses.replace(timed, peaks=_peaks(roofline, mi, env))
-        run = RunInfo(type(model).__name__, mi.shapes(), mi.batch_size, str(mi.device),
-                      str(mi.dtype).removeprefix("torch."), env,
-                      {**spec.flags, **spec.opts.as_kwargs()})
-        facts = memory_facts(model, tensor_bytes((mi.args, mi.kwargs)), static.records,
-                             spec.mode.dtype)
+        rows, timed, training_step = _timed_passes(
+            model, mi, spec, rows, (static, step_cost), guard
+        )
+        timed = _noted(
+            timed, meta_notes, sharded.contention_note(mi.device) if spec.timing else None
+        )
+        run, timed = _run_info(model, mi, spec, sharded, timed, roofline)
+        facts = memory_facts(
+            model, tensor_bytes((mi.args, mi.kwargs)), static.records, spec.mode.dtype
+        )
         counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
         return Report(rows, run, counts, timed, training_step)
 
 
-def _layered(model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack,
-             guard: Any) -> tuple[nn.Module, Any]:
+def _timed_passes(
+    model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, counted: tuple, guard: Any
+) -> tuple[list, Any, Any]:
+    """The timed forwards and, with ``backward=True``, the timed training steps: the rows with
+    their columns joined, the timing result and the training step (``None`` without one).
+    ``counted`` is the static pass and the step's counts (or ``None``)."""
+    static, step_cost = counted
+    if spec.timing:  # a write the guard cannot put back is named with its pass
+        guard.begin("the timed forward passes")
+    timed, columns = _time(model, mi, spec, rows, static.records)
+    step_rows: list = []
+    training_step = None
+    if step_cost is not None:
+        if spec.timing:
+            guard.begin("the timed training steps")
+        step_cols, step_rows, training_step = _step(
+            model, mi, spec, rows, static.records, step_cost
+        )
+        columns.append(step_cols)
+    return join_rows(rows, columns, step_rows), timed, training_step
+
+
+def _run_info(
+    model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any, timed: Any, roofline: Any
+) -> tuple[RunInfo, Any]:
+    """The run as the report records it (environment, switches, shapes), and the timing result
+    with the device's peaks when a roofline is asked for."""
+    env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
+    env.update(sharded.env())
+    layers = timed.layer_timing
+    if layers is not None and layers.hook_cost is not None:
+        env["hook_cost"] = layers.hook_cost.to_dict()
+    if roofline is not False and (spec.timing or roofline not in (None, True)):
+        timed = dataclasses.replace(timed, peaks=_peaks(roofline, mi, env))
+    run = RunInfo(
+        type(model).__name__,
+        mi.shapes(),
+        mi.batch_size,
+        str(mi.device),
+        str(mi.dtype).removeprefix("torch."),
+        env,
+        {**spec.flags, **spec.opts.as_kwargs()},
+    )
+    return run, timed
+
+
+def _layered(
+    model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack, guard: Any
+) -> tuple[nn.Module, Any]:
     """The flat graph of ``ExportedProgram.module()`` with its layers (exported again on these
     inputs; ``runtime.exported``), under a state guard of its own; any other model as it is."""
     if not is_flat_export(model):
@@ -149,8 +212,10 @@ def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
     if not spec.timing or mi.device.type != "meta":
         return spec, notes
     return dataclasses.replace(spec, timing=False), [
-        *notes, "device='meta': counted from shapes alone, not timed (meta tensors have no "
-        "values and run no kernels); pass a real device to time"]
+        *notes,
+        "device='meta': counted from shapes alone, not timed (meta tensors have no "
+        "values and run no kernels); pass a real device to time",
+    ]
 
 
 @contextlib.contextmanager
@@ -160,16 +225,23 @@ def _batch_hint(input_size: Any, mi: ModelInputs):
     try:
         yield
     except ModelProfError as e:
-        shapes = parse_input_size(input_size) if input_size is not None and not \
-            holds_tensors(input_size) else []
-        if (not any(len(s) >= 2 for s in shapes) or e.__cause__ is None
-                or isinstance(e.__cause__, ModelProfError)):
+        shapes = (
+            parse_input_size(input_size)
+            if input_size is not None and not holds_tensors(input_size)
+            else []
+        )
+        if (
+            not any(len(s) >= 2 for s in shapes)
+            or e.__cause__ is None
+            or isinstance(e.__cause__, ModelProfError)
+        ):
             raise
         drop = ", ".join(str(tuple(s[1:])) for s in shapes)
         hinted = ModelProfError(
             f"{e}\nhint: input_size excludes the batch dimension: {brief(input_size)} gave the "
             f"model {mi.shapes()}; if its first dimension is the batch, pass {drop} (and "
-            f"batch_size={shapes[0][0]})")
+            f"batch_size={shapes[0][0]})"
+        )
         hinted.batch_hint = shapes  # the command line words it for --input-size
         raise hinted from e.__cause__
 
@@ -182,31 +254,36 @@ class _Spec:
     registry: FormulaRegistry | None
     opts: TimingOptions
     mode: RunMode = RunMode()
-    step: Any = None     # StepSpec, or None without backward
+    step: Any = None  # StepSpec, or None without backward
 
     @property
     def flags(self) -> dict[str, Any]:
         """The switches as the report's run info and env name them."""
         mode = self.mode
-        flags = {"training": mode.training, "no_grad": mode.no_grad,
-                 **self.opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)}
+        flags = {
+            "training": mode.training,
+            "no_grad": mode.no_grad,
+            **self.opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad),
+        }
         if self.step is not None:
-            flags.update(backward=True, loss=self.step.loss_name,
-                         optimizer=self.step.optimizer_name)
+            flags.update(
+                backward=True, loss=self.step.loss_name, optimizer=self.step.optimizer_name
+            )
         return flags
 
 
-def _parse(model: Any, timing: Any, registry: Any, options: Any,
-           timing_options: dict) -> _Spec:
+def _parse(model: Any, timing: Any, registry: Any, options: Any, timing_options: dict) -> _Spec:
     if not isinstance(model, nn.Module):
-        raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module; "
-                             "use measure_latency() to time any callable")
+        raise ModelProfError(
+            f"model={type(model).__name__} is not a torch.nn.Module; "
+            "use measure_latency() to time any callable"
+        )
     if not isinstance(timing, bool):
         raise ModelProfError(f"timing={timing!r} must be True or False")
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
-    if opts.progress and not is_speaker():   # one voice: rank 0's progress bars only
+    if opts.progress and not is_speaker():  # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
     return _Spec(timing, registry, opts)
 
@@ -218,8 +295,9 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any) -> tupl
     counted = _with_layout(mi, spec.mode.memory_format)
     step_cost = None
     if spec.step is not None:
-        refuse_scripted(model)   # before anything of the step runs
+        refuse_scripted(model)  # before anything of the step runs
         from modelprof.step.count import count_step
+
         with sharded.counting_step():
             static, step_cost = count_step(model, counted, spec.step, spec.mode, spec.registry)
         sharded.attach_backward_comm(static.records, step_cost)
@@ -228,16 +306,22 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any) -> tupl
     else:
         static = analyze(model, counted, spec.mode, spec.registry)
     if static.unsupported:
-        ops = ", ".join(f"{k} ({v} call{'s' if v > 1 else ''})"
-                        for k, v in sorted(static.unsupported.items()))
-        warnings.warn(f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
-                      f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
-                      "modelprof.register_formula.", ModelProfWarning, stacklevel=4)
+        ops = ", ".join(
+            f"{k} ({v} call{'s' if v > 1 else ''})" for k, v in sorted(static.unsupported.items())
+        )
+        warnings.warn(
+            f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
+            f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
+            "modelprof.register_formula.",
+            ModelProfWarning,
+            stacklevel=4,
+        )
     return static, step_cost
 
 
-def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list,
-          records: Any) -> tuple[TimingResult, list]:
+def _time(
+    model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any
+) -> tuple[TimingResult, list]:
     """The timed passes and the per-layer columns they give (none without timing)."""
     if not spec.timing:
         return TimingResult(), []
@@ -245,8 +329,7 @@ def _time(model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list,
     columns, overhead, leaf_sum = layer_columns(row_keys(rows), records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
-    return (TimingResult(latency, layers, overhead, coverage, None, notes, agreement),
-            [columns])
+    return (TimingResult(latency, layers, overhead, coverage, None, notes, agreement), [columns])
 
 
 def _regimes(model: nn.Module, opts: TimingOptions) -> str:
@@ -273,39 +356,49 @@ def _noted(timed: Any, before: list[str], after: str | None) -> Any:
     """``timed`` with notes ``before`` its own and ``after`` them (where there are any)."""
     if not before and after is None:
         return timed
-    return dataclasses.replace(timed, notes=[*before, *timed.notes,
-                                             *([after] if after is not None else [])])
+    return dataclasses.replace(
+        timed, notes=[*before, *timed.notes, *([after] if after is not None else [])]
+    )
 
 
-def _step(model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any,
-          step_cost: Any) -> tuple:
+def _step(
+    model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any, step_cost: Any
+) -> tuple:
     """The training step's columns, its (loss)/(optimizer) rows and the ``TrainingStep``."""
     from modelprof.step.table import step_columns
 
     step_timing = None
     if spec.timing:
         from modelprof.step.timing import time_step
-        step_timing = time_step(model, mi, spec.step, len(records), spec.mode,
-                                options=spec.opts)
+
+        step_timing = time_step(model, mi, spec.step, len(records), spec.mode, options=spec.opts)
     keys = [(r, s) for r, s, _ in row_keys(rows)]
     return step_columns(keys, records, step_cost, step_timing)
 
 
-def _step_spec(backward: bool, loss_fn: Any, target: Any, optimizer: Any,
-               opts: TimingOptions) -> Any:
+def _step_spec(
+    backward: bool, loss_fn: Any, target: Any, optimizer: Any, opts: TimingOptions
+) -> Any:
     """The checked training-step options, or None with ``backward=False`` (then none is given)."""
     from modelprof.step.spec import StepSpec
 
     if not backward:
-        given = [k for k, v in (("loss_fn", loss_fn), ("target", target),
-                                ("optimizer", optimizer)) if v is not None]
+        given = [
+            k
+            for k, v in (("loss_fn", loss_fn), ("target", target), ("optimizer", optimizer))
+            if v is not None
+        ]
         if given:
-            raise ModelProfError(f"{', '.join(given)} given with backward=False; pass "
-                                 "backward=True to profile a training step")
+            raise ModelProfError(
+                f"{', '.join(given)} given with backward=False; pass "
+                "backward=True to profile a training step"
+            )
         return None
     if opts.end_to_end_only:
-        raise ModelProfError(f"{opts.end_to_end_only[0]} is not supported with backward=True "
-                             "(training steps are timed eagerly, inputs already on the device)")
+        raise ModelProfError(
+            f"{opts.end_to_end_only[0]} is not supported with backward=True "
+            "(training steps are timed eagerly, inputs already on the device)"
+        )
     return StepSpec.parse(loss_fn=loss_fn, target=target, optimizer=optimizer)
 
 
@@ -325,8 +418,14 @@ def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelIn
     """``mi`` with its 4-D tensors in ``layout`` (channels_last), or ``mi`` itself."""
     if layout is None:
         return mi
-    return ModelInputs(to_channels_last(mi.args), to_channels_last(mi.kwargs), mi.device,
-                       mi.dtype, mi.batch_size, mi.reset)
+    return ModelInputs(
+        to_channels_last(mi.args),
+        to_channels_last(mi.kwargs),
+        mi.device,
+        mi.dtype,
+        mi.batch_size,
+        mi.reset,
+    )
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
@@ -346,56 +445,75 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     if name == "float32" and mi.device.type == "cuda" and tf32_enabled("matmul"):
         name = "tf32"
     try:
-        table = lookup_peaks(str(env.get("device_name", "")), name,
-                             conv_tf32=conv_uses_other_precision(mi.device, name))
-    except ModelProfError:   # a name torch reports that fits several variants: none assumed
+        table = lookup_peaks(
+            str(env.get("device_name", "")),
+            name,
+            conv_tf32=conv_uses_other_precision(mi.device, name),
+        )
+    except ModelProfError:  # a name torch reports that fits several variants: none assumed
         table = None
     env["roofline_peaks"] = dataclasses.asdict(peaks)
     env["roofline_table_peaks"] = dataclasses.asdict(table) if table is not None else None
     return peaks
 
 
-def _measure(model: nn.Module, mi: ModelInputs, mode: RunMode,
-             opts: TimingOptions) -> tuple[Any, Any, list[str]]:
+def _measure(
+    model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
+) -> tuple[Any, Any, list[str]]:
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
     under ``opts``; and the notes that say how the per-layer columns were measured."""
     from modelprof.timing import measure_latency, time_layers
     from modelprof.timing.latency import timing_runner
 
     runner = timing_runner(model, mi, mode, opts)
-    eager = getattr(runner, "_orig_mod", runner)   # a torch.compile'd module fires no hooks
+    eager = getattr(runner, "_orig_mod", runner)  # a torch.compile'd module fires no hooks
     notes: list[str] = []
     hidden = list(opts.end_to_end_only)
     if eager is not runner:
         hidden.insert(0, "the model is torch.compile'd")
     if hidden:
-        notes.append(f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
-                     "to end only: hooks cannot see inside it); the latency total is measured "
-                     "with it, so coverage and overhead compare the two regimes")
-    latency = measure_latency(runner, mi, training=mode.training, no_grad=mode.no_grad,
-                              options=opts)
+        notes.append(
+            f"per-layer times are of the eager model ({', '.join(hidden)} applies end "
+            "to end only: hooks cannot see inside it); the latency total is measured "
+            "with it, so coverage and overhead compare the two regimes"
+        )
+    latency = measure_latency(
+        runner, mi, training=mode.training, no_grad=mode.no_grad, options=opts
+    )
     layer_opts = opts.replace(compile=False, cuda_graph=False, transfer=False)
-    layers = time_layers(eager, mi, training=mode.training, no_grad=mode.no_grad,
-                         options=layer_opts)
+    layers = time_layers(
+        eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
+    )
     cost = layers.hook_cost
     if cost is not None and cost.applied:
-        where = ("" if cost.source != "chain" else
-                 f", measured on a chain of empty modules: {layers.n} passes of the model were "
-                 "too few to measure it there")
-        notes.append(f"per-layer times are corrected for the instrument's measured cost: "
-                     f"{cost.per_call_ms * 1e3:.2f} us per hooked call{where} "
-                     f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)")
+        where = (
+            ""
+            if cost.source != "chain"
+            else f", measured on a chain of empty modules: {layers.n} passes of the model were "
+            "too few to measure it there"
+        )
+        notes.append(
+            f"per-layer times are corrected for the instrument's measured cost: "
+            f"{cost.per_call_ms * 1e3:.2f} us per hooked call{where} "
+            f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)"
+        )
     else:
-        notes.append("per-layer times are as read (correct_overhead=False): they include the "
-                     "instrument's own cost")
+        notes.append(
+            "per-layer times are as read (correct_overhead=False): they include the "
+            "instrument's own cost"
+        )
     if layers.extended_s > 0:
-        notes.append(f"the per-layer passes were extended by {layers.extended_s:.1f} s (at most "
-                     f"layer_extend_s={opts.layer_extend_s:g} s) after the time budget stopped "
-                     f"them below min_samples={layers.min_samples}; they rest on {layers.n}")
-    if layers.undersampled:            # time_layers warned, naming n
-        notes.append(f"the time budget allowed only {layers.n} per-layer pass"
-                     f"{'es' if layers.n != 1 else ''} (min_samples={layers.min_samples}"
-                     f"{', after extending' if layers.extended_s > 0 else ''}): the per-layer "
-                     f"medians rest on that many and are marked rough ({ROUGH_MARK}, greyed) in "
-                     "every view; raise budget_s or layer_extend_s")
+        notes.append(
+            f"the per-layer passes were extended by {layers.extended_s:.1f} s (at most "
+            f"layer_extend_s={opts.layer_extend_s:g} s) after the time budget stopped "
+            f"them below min_samples={layers.min_samples}; they rest on {layers.n}"
+        )
+    if layers.undersampled:  # time_layers warned, naming n
+        notes.append(
+            f"the time budget allowed only {layers.n} per-layer pass"
+            f"{'es' if layers.n != 1 else ''} (min_samples={layers.min_samples}"
+            f"{', after extending' if layers.extended_s > 0 else ''}): the per-layer "
+            f"medians rest on that many and are marked rough ({ROUGH_MARK}, greyed) in "
+            "every view; raise budget_s or layer_extend_s"
+        )
     return latency, layers, notes

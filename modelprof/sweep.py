@@ -4,6 +4,7 @@ in one process or dealt across ``torchrun`` ranks, into one resumable DataFrame.
 The file format is :mod:`modelprof.distributed.sweep_config`, the dealing, locks, files and
 gathering :mod:`modelprof.distributed.sweep`; this module is what one configuration measures.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,11 +27,16 @@ from modelprof.timing.options import OPTION_NAMES
 __all__ = ["measure_config", "profile_keywords", "sweep"]
 
 
-def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: bool = True,
-          retry_failed: bool = False, progress: bool = False,
-          timeout_s: float = 1800.0,
-          on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
-          ) -> pd.DataFrame:
+def sweep(
+    config: Any,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    resume: bool = True,
+    retry_failed: bool = False,
+    progress: bool = False,
+    timeout_s: float = 1800.0,
+    on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None,
+) -> pd.DataFrame:
     """Profile every configuration of ``config``; return one row per configuration.
 
     ``config`` is a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts: see
@@ -55,8 +61,16 @@ def sweep(config: Any, out: str | os.PathLike[str] | None = None, *, resume: boo
     configs = load_sweep(config, options=profile_keywords())
     check_options(resume, retry_failed, progress, timeout_s)
     store = ResultStore(out, to_csv) if out is not None else None
-    return run_sweep(configs, measure_config, store, resume=resume, retry_failed=retry_failed,
-                     progress=progress, timeout_s=timeout_s, on_config=on_config)
+    return run_sweep(
+        configs,
+        measure_config,
+        store,
+        resume=resume,
+        retry_failed=retry_failed,
+        progress=progress,
+        timeout_s=timeout_s,
+        on_config=on_config,
+    )
 
 
 def profile_keywords() -> set[str]:
@@ -68,9 +82,17 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     """The totals (and latency) of ``profile()`` on one configuration, on ``device``."""
     model, size = _build(config.model, on_meta=device == "meta")
     size = config.input_size if config.input_size is not None else size
-    report = profile(model, size, batch_size=config.batch_size, device=device,
-                     dtype=config.dtype, timing=config.timing, progress=False,
-                     **MODES[config.mode], **dict(config.options))
+    report = profile(
+        model,
+        size,
+        batch_size=config.batch_size,
+        device=device,
+        dtype=config.dtype,
+        timing=config.timing,
+        progress=False,
+        **MODES[config.mode],
+        **dict(config.options),
+    )
     totals = report.totals
     row: dict[str, Any] = {"input_shape": report.input_shape}
     row.update({c: totals[c] for c in COUNTED_COLUMNS if c in totals})
@@ -85,9 +107,14 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
 
 def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
     low, high = m.median_ci_ms
-    return {f"{prefix}_median_ms": m.median_ms, f"{prefix}_ci_low_ms": low,
-            f"{prefix}_ci_high_ms": high, f"{prefix}_p90_ms": m.p90_ms,
-            f"{prefix}_std_ms": m.std_ms, f"{prefix}_stable": m.stable}
+    return {
+        f"{prefix}_median_ms": m.median_ms,
+        f"{prefix}_ci_low_ms": low,
+        f"{prefix}_ci_high_ms": high,
+        f"{prefix}_p90_ms": m.p90_ms,
+        f"{prefix}_std_ms": m.std_ms,
+        f"{prefix}_stable": m.stable,
+    }
 
 
 def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:

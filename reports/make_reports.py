@@ -15,6 +15,7 @@ Writes, into a folder named after the device it ran on (``reports/cpu-<model>/``
 
 Weights are never downloaded (architectures only). Progress goes to stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,15 @@ from modelprof.runtime.env import cpu_name  # noqa: E402
 
 __all__ = ["COMPARED", "device_label", "main"]
 
-COMPARED = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny",
-            "vit_b_16", "swin_t")
+COMPARED = (
+    "resnet18",
+    "resnet50",
+    "mobilenet_v3_large",
+    "efficientnet_b0",
+    "convnext_tiny",
+    "vit_b_16",
+    "swin_t",
+)
 COMMAND = "python reports/make_reports.py"
 
 
@@ -100,8 +108,9 @@ def profile_resnet18(out: Path, device: torch.device, budget_s: float) -> Any:
     return report
 
 
-def compare_architectures(out: Path, names: Sequence[str], device: torch.device,
-                          budget_s: float) -> Any:
+def compare_architectures(
+    out: Path, names: Sequence[str], device: torch.device, budget_s: float
+) -> Any:
     """The comparison table (Markdown with units, CSV with numbers) and its charts."""
     models, sizes = {}, {}
     for spec in names:
@@ -113,16 +122,25 @@ def compare_architectures(out: Path, names: Sequence[str], device: torch.device,
     _log(f"  wrote {out / 'comparison.csv'}")
     (out / "comparison.md").write_text(
         f"Comparison on {title}, baseline {df.attrs['baseline']}.\n\n"
-        + df.render.to_markdown(columns="all"), encoding="utf-8")
+        + df.render.to_markdown(columns="all"),
+        encoding="utf-8",
+    )
     _log(f"  wrote {out / 'comparison.md'}")
-    _save(plot_compare(df, ["macs", "params", "latency_median_ms"], title=title),
-          out / "comparison.png")
+    _save(
+        plot_compare(df, ["macs", "params", "latency_median_ms"], title=title),
+        out / "comparison.png",
+    )
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter(df["macs"] / 1e9, df["latency_median_ms"])
     for model_name, row in df.iterrows():
-        ax.annotate(str(model_name), (row["macs"] / 1e9, row["latency_median_ms"]), fontsize=8,
-                    xytext=(4, 2), textcoords="offset points")
+        ax.annotate(
+            str(model_name),
+            (row["macs"] / 1e9, row["latency_median_ms"]),
+            fontsize=8,
+            xytext=(4, 2),
+            textcoords="offset points",
+        )
     ax.set_xlabel("GMACs")
     ax.set_ylabel("median latency (ms)")
     ax.set_title(f"cost vs. time on {title}", fontsize=10)
@@ -131,8 +149,15 @@ def compare_architectures(out: Path, names: Sequence[str], device: torch.device,
     return df
 
 
-def write_readme(out: Path, device_name: str, env: dict[str, Any], names: Sequence[str],
-                 budget_s: float, seconds: float, load: tuple[float, float]) -> None:
+def write_readme(
+    out: Path,
+    device_name: str,
+    env: dict[str, Any],
+    names: Sequence[str],
+    budget_s: float,
+    seconds: float,
+    load: tuple[float, float],
+) -> None:
     rows = "\n".join(f"| {k} | {v} |" for k, v in env.items())
     text = f"""# modelprof reports on {device_name}
 
@@ -147,7 +172,7 @@ Numbers of cost (params, MACs, FLOPs, bytes) do not depend on the device; latenc
 | `resnet18_layer_types.md` | the same leaf rows summed per kind of layer (conv, norm, activation, ...) |
 | `resnet18_torchstat.md`, `resnet18_torchstat.csv` | the same in torchstat's columns |
 | `resnet18_latency.png`, `resnet18_roofline.png` | resnet18's per-layer time and roofline |
-| `comparison.md`, `comparison.csv` | {', '.join(names)} side by side |
+| `comparison.md`, `comparison.csv` | {", ".join(names)} side by side |
 | `comparison.png`, `comparison_cost_vs_latency.png` | the comparison as charts |
 
 ## Environment
@@ -161,15 +186,23 @@ Numbers of cost (params, MACs, FLOPs, bytes) do not depend on the device; latenc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    parser.add_argument("--budget", type=float, default=2.0, metavar="SECONDS",
-                        help="timing budget per model (default: 2)")
-    parser.add_argument("--models", default=",".join(COMPARED),
-                        help="comma-separated torchvision names to compare")
-    parser.add_argument("--out", type=Path, default=ROOT / "reports",
-                        help="parent folder of the per-device folders")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="timing budget per model (default: 2)",
+    )
+    parser.add_argument(
+        "--models", default=",".join(COMPARED), help="comma-separated torchvision names to compare"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "reports", help="parent folder of the per-device folders"
+    )
     args = parser.parse_args(argv)
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -182,8 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     compare_architectures(out, names, device, args.budget)
     env = report.env
-    write_readme(out, device_name, env, names, args.budget, time.perf_counter() - start,
-                 (load_before, _load_average()))
+    write_readme(
+        out,
+        device_name,
+        env,
+        names,
+        args.budget,
+        time.perf_counter() - start,
+        (load_before, _load_average()),
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ MACs on a local batch 2x64 (128 tokens):
   qkv + proj 4*d*d*128 = 33,554,432; scores and weighted sum 2 * 2*4*64*64*64 = 4,194,304;
   MLP 2*d*4d*128 = 67,108,864; block 104,857,600; 4 blocks  = 419,430,400 MACs
 """
+
 from __future__ import annotations
 
 import torch
@@ -74,18 +75,27 @@ class Transformer(nn.Module):
 
 
 def small_cnn() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten(), nn.Linear(32, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
 
 
 def ddp(model: nn.Module | None = None) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
+
     return DistributedDataParallel(model if model is not None else Transformer())
 
 
 def fsdp() -> nn.Module:
     from modelprof.runtime.compat import fully_shard
+
     model = Transformer()
     for layer in model.layers:
         fully_shard(layer)
@@ -102,9 +112,13 @@ def tensor_parallel(local_output: bool = True, device: str = "cpu") -> nn.Module
         RowwiseParallel,
         parallelize_module,
     )
+
     model = Transformer() if device == "cpu" else Transformer().to(device)
     mesh = init_device_mesh(device, (dist.get_world_size(),))
     for layer in model.layers:
-        parallelize_module(layer.mlp, mesh, {"fc1": ColwiseParallel(use_local_output=local_output),
-                                             "fc2": RowwiseParallel()})
+        parallelize_module(
+            layer.mlp,
+            mesh,
+            {"fc1": ColwiseParallel(use_local_output=local_output), "fc2": RowwiseParallel()},
+        )
     return model

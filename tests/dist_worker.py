@@ -2,6 +2,7 @@
 SCENARIO OUT_DIR`` under ``torchrun --nproc_per_node=2``; writes ``OUT_DIR/SCENARIO.RANK.json``.
 Each scenario records what the test asserts: totals, collectives by kind, the number of
 collectives each rank ran (a dispatch mode around everything), errors as text."""
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,18 @@ class CountCollectives(TorchDispatchMode):
 
 def summary(report) -> dict:
     df = report.collectives()
-    kinds = {f"{p}/{k}": g[["calls", "in_bytes", "out_bytes", "comm_bytes", "traffic_bytes"]]
-             .sum().astype(int).to_dict() for (p, k), g in df.groupby(["phase", "kind"])}
-    return {"totals": {k: int(v) for k, v in report.totals.items()}, "collectives": kinds,
-            "env": {k: report.env.get(k) for k in ("rank", "world_size", "backend", "host")}}
+    kinds = {
+        f"{p}/{k}": g[["calls", "in_bytes", "out_bytes", "comm_bytes", "traffic_bytes"]]
+        .sum()
+        .astype(int)
+        .to_dict()
+        for (p, k), g in df.groupby(["phase", "kind"])
+    }
+    return {
+        "totals": {k: int(v) for k, v in report.totals.items()},
+        "collectives": kinds,
+        "env": {k: report.env.get(k) for k in ("rank", "world_size", "backend", "host")},
+    }
 
 
 def train_step(model) -> float:
@@ -62,35 +71,46 @@ def scenario_count(out: dict) -> None:
     torch.manual_seed(0)
     for name, build in (("ddp", dm.ddp), ("fsdp", dm.fsdp), ("tp", dm.tensor_parallel)):
         model = build()
-        out[name] = summary(profile(model, SHAPE, batch_size=dm.BATCH, timing=False,
-                                    backward=True))
-        out[name + "_global"] = summary(profile(model, SHAPE, batch_size=dm.BATCH, timing=False,
-                                                backward=True, view="global"))
+        out[name] = summary(profile(model, SHAPE, batch_size=dm.BATCH, timing=False, backward=True))
+        out[name + "_global"] = summary(
+            profile(model, SHAPE, batch_size=dm.BATCH, timing=False, backward=True, view="global")
+        )
     # FSDP2 trains normally straight after profile(), forward-only and backward
     for backward in (False, True):
         model = dm.fsdp()
         params = list(model.parameters())
-        qkv = model.layers[0].attn.qkv.weight     # its gradient is never 0 here
+        qkv = model.layers[0].attn.qkv.weight  # its gradient is never 0 here
         first = qkv._local_tensor.clone()
         profile(model, SHAPE, batch_size=dm.BATCH, timing=False, backward=backward)
         loss = train_step(model)
         out[f"fsdp_trains_after_backward={backward}"] = {
             "loss_finite": bool(torch.isfinite(torch.tensor(loss))),
             "same_parameters": all(a is b for a, b in zip(params, model.parameters())),
-            "updated": not torch.equal(first, qkv._local_tensor)}
+            "updated": not torch.equal(first, qkv._local_tensor),
+        }
     report = profile(dm.tensor_parallel(), SHAPE, batch_size=dm.BATCH, timing=False)
     gathered = gather_reports(report)
-    out["gathered"] = None if gathered is None else {
-        "ranks": sorted(set(gathered["rank"])), "rows": len(gathered),
-        "macs_by_rank": gathered[gathered.depth == 0].set_index("rank")["macs"].astype(int)
-        .to_dict()}
+    out["gathered"] = (
+        None
+        if gathered is None
+        else {
+            "ranks": sorted(set(gathered["rank"])),
+            "rows": len(gathered),
+            "macs_by_rank": gathered[gathered.depth == 0]
+            .set_index("rank")["macs"]
+            .astype(int)
+            .to_dict(),
+        }
+    )
 
 
 def scenario_timing(out: dict) -> None:
     torch.manual_seed(dist.get_rank())
     slow = os.environ.get("SLOW_RANK")
-    for name, build, shape in (("ddp_cnn", lambda: dm.ddp(dm.small_cnn()), (3, 16, 16)),
-                               ("tp", dm.tensor_parallel, SHAPE)):
+    for name, build, shape in (
+        ("ddp_cnn", lambda: dm.ddp(dm.small_cnn()), (3, 16, 16)),
+        ("tp", dm.tensor_parallel, SHAPE),
+    ):
         model = build()
         if slow is not None and int(slow) == dist.get_rank():
             model.register_forward_hook(lambda *a: time.sleep(0.003))
@@ -99,24 +119,37 @@ def scenario_timing(out: dict) -> None:
             report = profile(model, shape, batch_size=2, backward=True, **FAST)
         df = report.to_dataframe()
         comm = df[df.type == "(communication)"]
-        out[name] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
-                     "backward_ms": report.backward_latency.median_ms,
-                     "comm_rows": len(comm),
-                     "shared_host_note": any("ranks timed on this host" in n
-                                             for n in report.timing_notes),
-                     "comm_latency": comm.set_index("module")[
-                         ["latency_ms", "backward_latency_ms"]].fillna(-1.0).to_dict("index")}
+        out[name] = {
+            "collective_ops": dict(seen.ops),
+            "warnings": len(caught),
+            "backward_ms": report.backward_latency.median_ms,
+            "comm_rows": len(comm),
+            "shared_host_note": any("ranks timed on this host" in n for n in report.timing_notes),
+            "comm_latency": comm.set_index("module")[["latency_ms", "backward_latency_ms"]]
+            .fillna(-1.0)
+            .to_dict("index"),
+        }
     # compare(): interleaved rounds, training steps and the throughput search, agreed too
     models = {"tp_a": dm.tensor_parallel(), "tp_b": dm.tensor_parallel()}
     if slow is not None and int(slow) == dist.get_rank():
         models["tp_b"].register_forward_hook(lambda *a: time.sleep(0.003))
     with CountCollectives() as seen, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = compare(models, SHAPE, batch_size=2, backward=True, throughput=True,
-                        throughput_options={"max_batch": 8, "budget_s": 0.1}, **FAST)
-    out["compare"] = {"collective_ops": dict(seen.ops), "warnings": len(caught),
-                      "latency_n": table["latency_n"].astype(int).tolist(),
-                      "throughput_batch_size": table["throughput_batch_size"].astype(int).tolist()}
+        table = compare(
+            models,
+            SHAPE,
+            batch_size=2,
+            backward=True,
+            throughput=True,
+            throughput_options={"max_batch": 8, "budget_s": 0.1},
+            **FAST,
+        )
+    out["compare"] = {
+        "collective_ops": dict(seen.ops),
+        "warnings": len(caught),
+        "latency_n": table["latency_n"].astype(int).tolist(),
+        "throughput_batch_size": table["throughput_batch_size"].astype(int).tolist(),
+    }
 
 
 def scenario_utilization(out: dict) -> None:
@@ -127,8 +160,9 @@ def scenario_utilization(out: dict) -> None:
 
     rank = dist.get_rank()
     torch.manual_seed(rank)
-    report = profile(nn.Linear(64, 64), (64,), batch_size=8 * (rank + 1),
-                     roofline=Peaks(1e9, 1e9), **FAST)
+    report = profile(
+        nn.Linear(64, 64), (64,), batch_size=8 * (rank + 1), roofline=Peaks(1e9, 1e9), **FAST
+    )
     u = report.utilization()
     out["mfu"] = u.mfu
     out["group"] = group_utilization(u).to_dict("list")
@@ -138,7 +172,7 @@ def scenario_errors(out: dict) -> None:
     rank = dist.get_rank()
     os.environ["MODELPROF_JOIN_TIMEOUT_S"] = "3"
     model = dm.tensor_parallel()
-    if rank == 0:     # rank 1 never calls profile()
+    if rank == 0:  # rank 1 never calls profile()
         try:
             profile(model, SHAPE, batch_size=dm.BATCH, timing=False)
         except ModelProfError as e:

@@ -1,5 +1,6 @@
 """A fake clock for timing tests: virtual time that only the model's virtual spins advance, so
 a test can make two timing windows read exactly what it wants, with no real load and no spin."""
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,9 @@ class VirtualTime:
         self.cpu_ns += int(ms * 1e6)
 
     def module(self) -> types.SimpleNamespace:
-        fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
-                                        if not k.startswith("_")})
+        fake = types.SimpleNamespace(
+            **{k: getattr(time, k) for k in dir(time) if not k.startswith("_")}
+        )
         fake.perf_counter_ns = lambda: self.wall_ns
         fake.thread_time_ns = lambda: self.cpu_ns
         fake.process_time_ns = lambda: self.cpu_ns

@@ -1,4 +1,5 @@
 """Helpers shared by the test files, defined once (import them: ``from helpers import Fn``)."""
+
 from __future__ import annotations
 
 import warnings
@@ -48,6 +49,7 @@ class FakeAllocator:
     def stats(self) -> MemoryStats:
         def reset() -> None:
             self.peak = self.cur
+
         return MemoryStats(lambda: self.peak, reset)
 
 
@@ -56,12 +58,14 @@ def equal_reports(a, b) -> None:
     import pandas as pd
 
     pd.testing.assert_frame_equal(a.to_dataframe(), b.to_dataframe())
-    assert list(map(repr, a.rows)) == list(map(repr, b.rows))    # ops per row, NaN-safe
+    assert list(map(repr, a.rows)) == list(map(repr, b.rows))  # ops per row, NaN-safe
     assert a.by_operator().equals(b.by_operator())
 
     def ops(r):
-        return [(k, s.calls, s.macs, s.flops, s.madd, dict(s.notes or {}))
-                for k, s in r._by_op.items()]
+        return [
+            (k, s.calls, s.macs, s.flops, s.madd, dict(s.notes or {})) for k, s in r._by_op.items()
+        ]
+
     assert ops(a) == ops(b)
     assert a.unsupported == b.unsupported and a.model_params == b.model_params
 
@@ -84,8 +88,12 @@ def picture(obj: Any, _seen: set[int] | None = None) -> Any:
     if isinstance(obj, torch.Tensor):
         return _tensor_picture(obj, seen)
     if isinstance(obj, nn.Module):
-        return ("module", type(obj).__name__, obj.training,
-                {k: picture(v, seen) for k, v in vars(obj).items()})
+        return (
+            "module",
+            type(obj).__name__,
+            obj.training,
+            {k: picture(v, seen) for k, v in vars(obj).items()},
+        )
     if isinstance(obj, torch.optim.Optimizer):
         return ("optimizer", picture(obj.state_dict(), seen))
     if isinstance(obj, (list, tuple)):
@@ -103,8 +111,16 @@ def _tensor_picture(t: torch.Tensor, seen: set[int]) -> tuple:
     base = t.detach()
     data = base.contiguous().view(-1).view(torch.uint8).clone() if base.numel() else base
     grad = picture(t.grad, seen) if t.is_leaf else None
-    return ("tensor", type(t).__name__, tuple(t.shape), t.stride(), t.dtype, t.requires_grad,
-            bytes(data.numpy().tobytes()) if data.numel() else b"", grad)
+    return (
+        "tensor",
+        type(t).__name__,
+        tuple(t.shape),
+        t.stride(),
+        t.dtype,
+        t.requires_grad,
+        bytes(data.numpy().tobytes()) if data.numel() else b"",
+        grad,
+    )
 
 
 #: A model file of two MLPs of closed-form cost on a (10,) input, and one that fails on it

@@ -2,6 +2,7 @@
 the same passes. Here the other rank is simulated: ``Peer`` is an ``Agreement`` whose all-reduce
 (``least``) takes the minimum of this rank's values and what a scripted peer sends. The same
 paths run on two real gloo ranks in tests/test_distributed_ranks.py."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -39,9 +40,11 @@ class Peer(Agreement):
 
 def constant(ms: float, taken: list[int]) -> Callable[[int], np.ndarray]:
     """A sampler that returns ``k`` samples of ``ms`` and notes each block's size."""
+
     def sample(k: int) -> np.ndarray:
         taken.append(k)
         return np.full(k, ms)
+
     return sample
 
 
@@ -52,6 +55,7 @@ def clock(step_s: float) -> Callable[[], float]:
     def now() -> float:
         t[0] += step_s
         return t[0]
+
     return now
 
 
@@ -65,7 +69,7 @@ def test_blocks_are_the_smallest_any_rank_wants():
     alone: list[int] = []
     collect(constant(1.0, alone), rule, est_ms=0.001, now=clock(1e-6))
     assert taken == [1] * 10 and got.n == 10 and got.stop_reason == "precision"
-    assert max(alone) > 1        # on its own this rank takes bigger blocks: the peer decided
+    assert max(alone) > 1  # on its own this rank takes bigger blocks: the peer decided
 
 
 def test_a_peer_whose_budget_is_spent_stops_every_rank():
@@ -117,31 +121,39 @@ def test_interleaved_rounds_share_order_blocks_and_stop():
         def sample(k: int) -> np.ndarray:
             order.extend([name] * k)
             return np.full(k, 1.0)
+
         return sample
 
     def peer(i: int, v: list[int]) -> list[int]:
         if i == 0:
-            return [0]                      # the seed
+            return [0]  # the seed
         if len(v) == 2 and (i - 1) % 2 == 0:
-            return [1, 1]                   # the blocks of round (i - 1) / 2
-        return [0, 0 if i == 8 else 1]      # (precise, on time) after round (i - 2) / 2
+            return [1, 1]  # the blocks of round (i - 1) / 2
+        return [0, 0 if i == 8 else 1]  # (precise, on time) after round (i - 2) / 2
 
     rule = StopRule(precision=0.05, budget_s=1e6, min_samples=2, min_blocks=2)
     with agreeing(Peer(peer)):
-        got = collect_interleaved([sampler("a"), sampler("b")], rule, [1e-3, 1e-3],
-                                  np.random.default_rng(12345), now=clock(1e-6))
+        got = collect_interleaved(
+            [sampler("a"), sampler("b")],
+            rule,
+            [1e-3, 1e-3],
+            np.random.default_rng(12345),
+            now=clock(1e-6),
+        )
     rng = np.random.default_rng(0)
     expected = [["a", "b"][j] for _ in range(4) for j in rng.permutation(2)]
-    assert order == expected                # 4 rounds of one sample each, the agreed order
+    assert order == expected  # 4 rounds of one sample each, the agreed order
     assert [s.stop_reason for s in got] == ["budget", "budget"] and got[0].n == 4
 
 
 def linear_points(calls: list[int]) -> Callable[[int], ThroughputPoint]:
     """A throughput point per batch ``b`` at 100 * b samples/s (every doubling helps), each
     batch noted in ``calls``."""
+
     def measure(b: int) -> ThroughputPoint:
         calls.append(b)
         return ThroughputPoint(batch_size=b, latency_ms=1.0, samples_per_s=100.0 * b)
+
     return measure
 
 
@@ -153,10 +165,11 @@ def test_throughput_search_agrees_on_out_of_memory_and_on_stopping():
     measure = linear_points(calls)
 
     def peer(i: int, v: list[int]) -> list[int]:
-        if len(calls) > checked[0]:      # the first agreement after a batch: did it fit?
+        if len(calls) > checked[0]:  # the first agreement after a batch: did it fit?
             checked[0] = len(calls)
-            return [0] if calls[-1] == 4 else [1]    # any(failed) sends int(not failed)
-        return [1]                       # the stop check: the peer's batches still help
+            return [0] if calls[-1] == 4 else [1]  # any(failed) sends int(not failed)
+        return [1]  # the stop check: the peer's batches still help
+
     with agreeing(Peer(peer)):
         points, reason, fit, oom = search_batches(measure, max_batch=64, gain=0.05, patience=2)
     assert calls == [1, 2, 4, 3]
@@ -175,17 +188,24 @@ def test_throughput_search_stops_when_the_peers_batches_stop_helping():
 
     def peer(i: int, v: list[int]) -> list[int]:
         if i % 2 == 0:
-            return [1]                   # fits on the peer
+            return [1]  # fits on the peer
         checks[0] += 1
         return [0 if checks[0] == 2 else 1]
+
     with agreeing(Peer(peer)):
         _, reason, fit, _ = search_batches(measure, max_batch=64, gain=0.05, patience=2)
     assert calls == [1, 2] and (reason, fit) == ("no_improvement", 2)
 
 
-@pytest.mark.parametrize("flag,peer,every,any_", [(True, 1, True, True), (True, 0, False, True),
-                                                   (False, 1, False, True),
-                                                   (False, 0, False, False)])
+@pytest.mark.parametrize(
+    "flag,peer,every,any_",
+    [
+        (True, 1, True, True),
+        (True, 0, False, True),
+        (False, 1, False, True),
+        (False, 0, False, False),
+    ],
+)
 def test_every_and_any(flag, peer, every, any_):
     assert Peer(lambda i, v: [peer]).every(flag) is every
     # any(flag) sends int(not flag); the peer's flag is `peer`, so it sends int(not peer)

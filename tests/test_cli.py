@@ -1,4 +1,5 @@
 """The ``modelprof`` command line, run in-process through ``main([...])``."""
+
 from __future__ import annotations
 
 import json
@@ -40,16 +41,25 @@ def test_profile_prints_table_and_totals(nets: Path, capsys: pytest.CaptureFixtu
     assert "params 220  MACs 200" in out  # the summary line
 
 
-def test_profile_writes_every_format(nets: Path, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture) -> None:
+def test_profile_writes_every_format(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out_dir = tmp_path / "out"
-    code = main(["profile", f"{nets}:wide", "--no-timing", "--out", str(out_dir),
-                 "--format", "csv,md,tex,html,json,png"])
+    code = main(
+        [
+            "profile",
+            f"{nets}:wide",
+            "--no-timing",
+            "--out",
+            str(out_dir),
+            "--format",
+            "csv,md,tex,html,json,png",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     names = sorted(p.name for p in out_dir.iterdir())
     # untimed: the FLOPs chart only (latency and roofline plots need measured time)
-    assert names == ["wide.csv", "wide.html", "wide.json", "wide.md", "wide.tex",
-                     "wide_flops.png"]
+    assert names == ["wide.csv", "wide.html", "wide.json", "wide.md", "wide.tex", "wide_flops.png"]
     table = pd.read_csv(out_dir / "wide.csv")
     # one row per module call: the Sequential, its Linear and its ReLU
     assert len(table) == 3
@@ -63,8 +73,22 @@ def test_profile_writes_every_format(nets: Path, tmp_path: Path,
 
 
 def test_profile_torchstat_style_file_names(nets: Path, tmp_path: Path) -> None:
-    assert main(["profile", f"{nets}:wide", "--no-timing", "--style", "torchstat",
-                 "--out", str(tmp_path), "--format", "csv"]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                f"{nets}:wide",
+                "--no-timing",
+                "--style",
+                "torchstat",
+                "--out",
+                str(tmp_path),
+                "--format",
+                "csv",
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(tmp_path / "wide_torchstat.csv")
     assert "MAdd" in table.columns and "MemRead(B)" in table.columns
 
@@ -90,13 +114,16 @@ def test_unknown_model_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["profile", "resnet18", "--format", "xls"], "--format 'xls'"),
-    (["profile", "resnet18", "--input-size", "3,a"], "--input-size '3,a'"),
-    (["profile", "resnet18", "--batch-size", "0"], "--batch-size 0"),
-    (["profile", "resnet18", "--budget", "-1"], "--budget -1"),
-    (["profile", "resnet18", "--depth", "-1"], "--depth -1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["profile", "resnet18", "--format", "xls"], "--format 'xls'"),
+        (["profile", "resnet18", "--input-size", "3,a"], "--input-size '3,a'"),
+        (["profile", "resnet18", "--batch-size", "0"], "--batch-size 0"),
+        (["profile", "resnet18", "--budget", "-1"], "--budget -1"),
+        (["profile", "resnet18", "--depth", "-1"], "--depth -1"),
+    ],
+)
 def test_bad_options_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -122,8 +149,9 @@ def test_model_errors_exit_2(nets: Path, capsys: pytest.CaptureFixture) -> None:
     assert err.startswith("modelprof: error:") and "Traceback" not in err
 
 
-def test_unexpected_errors_exit_1_with_traceback(monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture) -> None:
+def test_unexpected_errors_exit_1_with_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     def bug(ctx: object) -> None:
         raise RuntimeError("a bug")
 
@@ -134,8 +162,18 @@ def test_unexpected_errors_exit_1_with_traceback(monkeypatch: pytest.MonkeyPatch
 
 
 def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    code = main(["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing",
-                 "--out", str(tmp_path), "--format", "csv,md,json"])
+    code = main(
+        [
+            "compare",
+            f"{nets}:narrow",
+            f"{nets}:wide",
+            "--no-timing",
+            "--out",
+            str(tmp_path),
+            "--format",
+            "csv,md,json",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "baseline narrow" in out
@@ -153,8 +191,10 @@ def test_compare_writes_ratios(nets: Path, tmp_path: Path, capsys: pytest.Captur
 
 
 def test_compare_baseline_option(nets: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing",
-                 "--baseline", "wide"]) == 0
+    assert (
+        main(["compare", f"{nets}:narrow", f"{nets}:wide", "--no-timing", "--baseline", "wide"])
+        == 0
+    )
     assert "0.50" in _row(capsys.readouterr().out, "narrow")  # macs_x = 200 / 400
     assert main(["compare", f"{nets}:narrow", "--no-timing", "--baseline", "nope"]) == 2
     assert "baseline='nope' is not one of the models" in capsys.readouterr().err
@@ -177,18 +217,36 @@ def test_parse_helpers() -> None:
 
 
 def test_python_dash_m_help() -> None:
-    done = subprocess.run([sys.executable, "-m", "modelprof", "--help"], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "modelprof", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0
     assert "usage: modelprof" in done.stdout
     for command in ("profile", "compare", "throughput"):
         assert command in done.stdout
 
 
-def test_throughput_writes_the_curve(nets: Path, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture) -> None:
-    code = main(["throughput", f"{nets}:narrow", "--max-batch", "4", "--budget", "0.05",
-                 "--out", str(tmp_path), "--format", "csv,png"])
+def test_throughput_writes_the_curve(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    code = main(
+        [
+            "throughput",
+            f"{nets}:narrow",
+            "--max-batch",
+            "4",
+            "--budget",
+            "0.05",
+            "--out",
+            str(tmp_path),
+            "--format",
+            "csv,png",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "best:" in out and "samples/s at batch size" in out
@@ -201,7 +259,8 @@ def test_throughput_writes_the_curve(nets: Path, tmp_path: Path,
 
 
 def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
-        nets: Path, capsys: pytest.CaptureFixture) -> None:
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
     # stderr captured: no terminal, so no progress bar; a line per finished point instead
     code = main(["throughput", f"{nets}:narrow", "--max-batch", "4", "--budget", "0.05"])
     assert code == 0
@@ -213,34 +272,48 @@ def test_throughput_without_a_terminal_prints_a_line_per_batch_size(
 
 
 def test_compare_without_a_terminal_says_it_is_alive(
-        nets: Path, capsys: pytest.CaptureFixture) -> None:
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
     # stderr captured: no terminal, so no progress bar; a line per profiled model and one when
     # the interleaved timing ends
     assert main(["compare", f"{nets}:narrow", f"{nets}:wide", "--budget", "0.05"]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines()
-             if line.startswith("modelprof: ") and "warning" not in line]
-    assert lines == ["modelprof: narrow: profiled (1 of 2)",
-                     "modelprof: wide: profiled (2 of 2)",
-                     "modelprof: interleaved timing of 2 models done"]
+    lines = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("modelprof: ") and "warning" not in line
+    ]
+    assert lines == [
+        "modelprof: narrow: profiled (1 of 2)",
+        "modelprof: wide: profiled (2 of 2)",
+        "modelprof: interleaved timing of 2 models done",
+    ]
 
 
-def test_throughput_with_a_progress_bar_prints_no_lines(nets: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_throughput_with_a_progress_bar_prints_no_lines(
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
     pytest.importorskip("tqdm")
-    assert main(["throughput", f"{nets}:narrow", "--max-batch", "2", "--budget", "0.05",
-                 "--progress"]) == 0
+    assert (
+        main(["throughput", f"{nets}:narrow", "--max-batch", "2", "--budget", "0.05", "--progress"])
+        == 0
+    )
     assert "modelprof: narrow: batch" not in capsys.readouterr().err
 
 
-def test_profile_with_timing_plots_time(nets: Path, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture) -> None:
+def test_profile_with_timing_plots_time(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out_dir = tmp_path / "plots"
-    code = main(["profile", f"{nets}:narrow", "--budget", "0.05", "--out", str(out_dir),
-                 "--format", "png"])
+    code = main(
+        ["profile", f"{nets}:narrow", "--budget", "0.05", "--out", str(out_dir), "--format", "png"]
+    )
     assert code == 0, capsys.readouterr().err
     assert "latency median" in capsys.readouterr().out
     assert {p.name for p in out_dir.iterdir()} == {
-        "narrow_flops.png", "narrow_latency.png", "narrow_roofline.png"}
+        "narrow_flops.png",
+        "narrow_latency.png",
+        "narrow_roofline.png",
+    }
 
 
 # -- user errors: one line, exit 2, the value named, no traceback --------------------------------
@@ -252,9 +325,11 @@ def _one_line_error(capsys: pytest.CaptureFixture) -> str:
 
 
 def test_input_size_too_large_is_refused_before_allocating(
-        nets: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["profile", f"{nets}:narrow", "--input-size", "3,100000,100000",
-                 "--no-timing"]) == 2
+    nets: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert (
+        main(["profile", f"{nets}:narrow", "--input-size", "3,100000,100000", "--no-timing"]) == 2
+    )
     err = _one_line_error(capsys)
     # 3 * 100000 * 100000 float32 values = 1.2e11 bytes
     assert "input_size=(3, 100000, 100000)" in err and "120.0 GB" in err
@@ -266,12 +341,12 @@ def test_device_this_machine_lacks(nets: Path, capsys: pytest.CaptureFixture) ->
     assert "device='mps'" in _one_line_error(capsys)
 
 
-def test_out_under_an_existing_file(nets: Path, tmp_path: Path,
-                                    capsys: pytest.CaptureFixture) -> None:
+def test_out_under_an_existing_file(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     blocker = tmp_path / "report.txt"
     blocker.write_text("not a directory")
-    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out",
-                 str(blocker / "sub")]) == 2
+    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(blocker / "sub")]) == 2
     err = _one_line_error(capsys)
     assert f"--out '{blocker / 'sub'}'" in err and "is a file, not a directory" in err
     assert blocker.read_text() == "not a directory"
@@ -279,40 +354,45 @@ def test_out_under_an_existing_file(nets: Path, tmp_path: Path,
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")
 def test_out_where_nothing_can_be_created(nets: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out",
-                 "/proc/modelprof-out"]) == 2  # procfs refuses new directories, even to root
+    assert (
+        main(["profile", f"{nets}:narrow", "--no-timing", "--out", "/proc/modelprof-out"]) == 2
+    )  # procfs refuses new directories, even to root
     assert "--out '/proc/modelprof-out': cannot create" in _one_line_error(capsys)
 
 
-def test_write_failure_names_out(nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture) -> None:
+def test_write_failure_names_out(
+    nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     from modelprof.report.report import Report
 
     export = Report.export
 
     def full_disk(self: Report, fmt: str, path: object = None, **kw: object) -> object:
-        if path is None:       # the table printed, not written
+        if path is None:  # the table printed, not written
             return export(self, fmt, path, **kw)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Report, "export", full_disk)   # what --out writes every table with
+    monkeypatch.setattr(Report, "export", full_disk)  # what --out writes every table with
     assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(tmp_path)]) == 2
     err = _one_line_error(capsys)
     assert f"cannot write '{tmp_path / 'narrow.csv'}' (No space left on device)" in err
 
 
-def test_factory_calling_sys_exit_does_not_exit_0(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture) -> None:
+def test_factory_calling_sys_exit_does_not_exit_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     f = tmp_path / "quits.py"
     f.write_text("import sys\ndef build():\n    sys.exit(0)\n")
     assert main(["profile", f"{f}:build", "--no-timing"]) == 2
     assert "SystemExit(0)" in _one_line_error(capsys)
 
 
-def test_forward_calling_sys_exit_does_not_exit_0(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture) -> None:
+def test_forward_calling_sys_exit_does_not_exit_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     f = tmp_path / "quits_late.py"
-    f.write_text(textwrap.dedent("""
+    f.write_text(
+        textwrap.dedent("""
         import sys
         from torch import nn
         INPUT_SIZE = (3,)
@@ -321,13 +401,15 @@ def test_forward_calling_sys_exit_does_not_exit_0(tmp_path: Path,
                 sys.exit(0)
         def build():
             return Quit()
-    """))
+    """)
+    )
     assert main(["profile", f"{f}:build", "--no-timing"]) == 2
     assert "sys.exit(0)" in _one_line_error(capsys)
 
 
-def test_profile_pt2_uses_the_recorded_inputs(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture) -> None:
+def test_profile_pt2_uses_the_recorded_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from torch import nn
 
     path = tmp_path / "mlp.pt2"
@@ -340,9 +422,9 @@ def test_profile_pt2_uses_the_recorded_inputs(tmp_path: Path,
     assert "params 35  MACs 90" in out
 
 
-def test_all_ranks_lets_a_non_zero_rank_speak(nets: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_all_ranks_lets_a_non_zero_rank_speak(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # launched by torchrun as rank 1 (no process group initialised: RANK decides): one voice
     # keeps rank 1 quiet and writes no files; --all-ranks makes it print and write, for this
     # command only (MODELPROF_ALL_RANKS is put back afterwards)
@@ -352,8 +434,9 @@ def test_all_ranks_lets_a_non_zero_rank_speak(nets: Path, tmp_path: Path,
     assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(quiet)]) == 0
     assert "params 220  MACs 200" not in capsys.readouterr().out
     assert not quiet.exists() or not any(quiet.iterdir())
-    assert main(["profile", f"{nets}:narrow", "--no-timing", "--all-ranks",
-                 "--out", str(loud)]) == 0
-    assert "params 220  MACs 200" in capsys.readouterr().out     # Linear(10, 20), as above
+    assert (
+        main(["profile", f"{nets}:narrow", "--no-timing", "--all-ranks", "--out", str(loud)]) == 0
+    )
+    assert "params 220  MACs 200" in capsys.readouterr().out  # Linear(10, 20), as above
     assert any(loud.iterdir())
     assert "MODELPROF_ALL_RANKS" not in os.environ

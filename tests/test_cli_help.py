@@ -1,4 +1,5 @@
 """The command line's --version, help texts with defaults, and one-line warnings."""
+
 from __future__ import annotations
 
 import io
@@ -20,11 +21,15 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = _run(["--version"], capsys)
     assert status == 0
-    assert re.fullmatch(rf"modelprof {re.escape(__version__)} \(torch [^,]+, Python 3\.\d+\)\n", out)
+    assert re.fullmatch(
+        rf"modelprof {re.escape(__version__)} \(torch [^,]+, Python 3\.\d+\)\n", out
+    )
 
 
 @pytest.mark.parametrize("command", ["profile", "compare", "throughput"])
-def test_every_option_and_argument_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_option_and_argument_has_help(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     status, out, _ = _run([command, "--help"], capsys)
     assert status == 0
     # every option line in the help has a description after its name (none left bare)
@@ -51,21 +56,27 @@ def test_warnings_print_as_one_line_without_a_source_line() -> None:
     before = warnings.showwarning
     with cli._one_line_warnings(err):
         warnings.warn("noisy timing of ResNet on cpu", NoisyMeasurementWarning, stacklevel=1)
-    assert err.getvalue() == ("modelprof: warning: noisy timing of ResNet on cpu "
-                              "(NoisyMeasurementWarning)\n")
+    assert err.getvalue() == (
+        "modelprof: warning: noisy timing of ResNet on cpu (NoisyMeasurementWarning)\n"
+    )
     assert warnings.showwarning is before  # restored on the way out
 
 
 @pytest.mark.parametrize("fmt, package", [("png", "matplotlib"), ("md", "tabulate")])
 def test_a_format_without_its_package_fails_before_writing_anything(
-        fmt: str, package: str, tmp_path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    fmt: str,
+    package: str,
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, package, None)  # as if not installed
     out = tmp_path / "out"
-    status, _, err = _run(["profile", "resnet18", "--no-timing", "--out", str(out),
-                           "--format", f"csv,{fmt}"], capsys)
+    status, _, err = _run(
+        ["profile", "resnet18", "--no-timing", "--out", str(out), "--format", f"csv,{fmt}"], capsys
+    )
     assert status == 2
     assert f"--format {fmt} needs {package}" in err and "pip install -e '.[all]'" in err
     assert not out.exists()  # refused before the model was loaded or --out created

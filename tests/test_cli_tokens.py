@@ -1,6 +1,7 @@
 """Token and named inputs on the command line: ``--tokens SEQ_LEN`` builds
 calflops-style ``input_ids``/``attention_mask``, ``--input NAME:DTYPE[SHAPE]:VALUES`` any named
 input, both at ``--batch-size``."""
+
 from __future__ import annotations
 
 import textwrap
@@ -38,23 +39,36 @@ def lm(tmp_path: Path) -> Path:
 
 
 def test_tokens_profile_a_bert_factory(lm: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["profile", f"{lm}:bert", "--tokens", "16", "--batch-size", "2",
-                 "--no-timing"]) == 0
+    assert (
+        main(["profile", f"{lm}:bert", "--tokens", "16", "--batch-size", "2", "--no-timing"]) == 0
+    )
     out = capsys.readouterr().out
-    assert "on input 2x16, 2x16" in out            # input_ids and attention_mask, (2, 16)
+    assert "on input 2x16, 2x16" in out  # input_ids and attention_mask, (2, 16)
     # tokens b*s = 32, hidden 32, 2 heads of 16, ffn 64, one layer:
     # q,k,v,o 4*32*32*32 = 131072; scores and context 2*(2*2*16*16*16) = 32768;
     # ffn 2*32*32*64 = 131072; pooler (first token of 2 sequences) 2*32*32 = 2048
-    assert "MACs 296,960" in out                    # 131072 + 32768 + 131072 + 2048
+    assert "MACs 296,960" in out  # 131072 + 32768 + 131072 + 2048
 
 
 def test_named_inputs_profile_a_gpt2_factory(lm: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["profile", f"{lm}:gpt2", "--input", "input_ids:int64[16]:0-100",
-                 "--input", "attention_mask:int64[16]:1", "--no-timing"]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                f"{lm}:gpt2",
+                "--input",
+                "input_ids:int64[16]:0-100",
+                "--input",
+                "attention_mask:int64[16]:1",
+                "--no-timing",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     # 16 tokens, n_embd 32: c_attn 16*32*96 = 49152, scores + context 2*(2*16*16*16) = 16384,
     # attn proj 16*32*32 = 16384, mlp 2*16*32*128 = 131072, lm head 16*32*100 = 51200
-    assert "MACs 264,192" in out                    # 49152+16384+16384+131072+51200
+    assert "MACs 264,192" in out  # 49152+16384+16384+131072+51200
 
 
 def test_token_inputs_values() -> None:
@@ -62,26 +76,34 @@ def test_token_inputs_values() -> None:
     made = token_inputs(emb, 12, batch_size=3)
     # forward(input) has no input_ids parameter: the ids go in positionally
     assert isinstance(made, tuple) and made[0].shape == (3, 12) and made[0].dtype == torch.int64
-    assert 0 <= int(made[0].min()) and int(made[0].max()) < 50     # the embedding's 50 rows
-    assert torch.equal(made[0], token_inputs(emb, 12, batch_size=3)[0])   # seeded
+    assert 0 <= int(made[0].min()) and int(made[0].max()) < 50  # the embedding's 50 rows
+    assert torch.equal(made[0], token_inputs(emb, 12, batch_size=3)[0])  # seeded
 
 
 def test_parse_input_arg() -> None:
     spec = parse_input_arg("input_ids:int64[128]:0-30522")
-    assert (spec.name, spec.dtype, spec.shape, spec.low, spec.high) == \
-        ("input_ids", torch.int64, (128,), 0, 30522)
+    assert (spec.name, spec.dtype, spec.shape, spec.low, spec.high) == (
+        "input_ids",
+        torch.int64,
+        (128,),
+        0,
+        30522,
+    )
     assert parse_input_arg("mask:int64[4]:1").value == 1
     assert parse_input_arg("pixels:float32[3,8,8]").low is None
-    for bad in ("input_ids:int64[128]",          # integers need their values
-                "input_ids:int64[0]:0-5",        # empty shape
-                "x:complex[3]", "x[3]", "ids:int64[4]:5-5"):
+    for bad in (
+        "input_ids:int64[128]",  # integers need their values
+        "input_ids:int64[0]:0-5",  # empty shape
+        "x:complex[3]",
+        "x[3]",
+        "ids:int64[4]:5-5",
+    ):
         with pytest.raises(ModelProfError, match="--input"):
             parse_input_arg(bad)
 
 
 def test_input_and_input_size_contradict(lm: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["profile", f"{lm}:bert", "--tokens", "8", "--input-size", "8",
-                 "--no-timing"]) == 2
+    assert main(["profile", f"{lm}:bert", "--tokens", "8", "--input-size", "8", "--no-timing"]) == 2
     assert "--input-size" in capsys.readouterr().err
 
 

@@ -2,6 +2,7 @@
 device (modelprof.timing.comm). One process: a fake process group of 2 (its collectives move
 nothing, so their spans are ~0 here; the torchrun tests time real gloo collectives), and a clock
 whose every stamp is one tick later than the last, so a collective's span is exactly 1 ms."""
+
 from __future__ import annotations
 
 import warnings
@@ -60,7 +61,7 @@ def test_each_collective_is_charged_to_its_column(fake_group):
     column = [0]
     stamps = CommStamps(TickClock(), lambda: column[0])
     x = torch.ones(4)
-    for _ in range(2):            # the second pass reuses the buffers the first one grew
+    for _ in range(2):  # the second pass reuses the buffers the first one grew
         stamps.begin()
         with stamps:
             for j in range(70):
@@ -77,9 +78,11 @@ def test_a_collective_is_waited_for_where_it_is_issued():
         def wait(self):
             Work.waited += 1
             return True
+
     # a c10d op returns (tensors, work): the work is waited for
     wait_for(torch.ops.c10d.allreduce_.default, ([torch.ones(2)], Work()))
     assert Work.waited == 1
+
     # a functional collective returns tensors: wait_tensor on each (a done one passes through)
     class Waits(TorchDispatchMode):
         seen: list = []
@@ -87,6 +90,7 @@ def test_a_collective_is_waited_for_where_it_is_issued():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             Waits.seen.append(func)
             return func(*args, **(kwargs or {}))
+
     t, u = torch.ones(3), torch.zeros(2)
     with Waits():
         wait_for(torch.ops._c10d_functional.all_reduce.default, [t, u])
@@ -123,9 +127,9 @@ def test_split_of_a_backward_pass_without_ddp():
     # reduce-scatter), which belong to the root with the rest of the final stretch
     inst = _instrumented(3, [0.0, 0.0, 1.5, 0.0, 1.0], ddp=False)
     row = inst._split(TAGS, D)
-    np.testing.assert_allclose(row, [0.25 + 3.0, 4.0, 3.0, 0.5])    # the final stretch: root's
+    np.testing.assert_allclose(row, [0.25 + 3.0, 4.0, 3.0, 0.5])  # the final stretch: root's
     np.testing.assert_allclose(inst.comm_rows[0], [1.0, 0.0, 1.5, 0.0])
-    assert row.sum() == pytest.approx(D.sum())                      # nothing lost or doubled
+    assert row.sum() == pytest.approx(D.sum())  # nothing lost or doubled
 
 
 def test_split_of_a_ddp_backward_pass_moves_the_buckets_to_the_root():
@@ -146,8 +150,16 @@ def test_backward_collectives_get_their_own_rows_out_of_the_layer(fake_group):
     # gradient of a column-parallel linear) is stamped in fc1's column of the instrumented
     # backward; its (communication) row shows those stamps and fc1's leaf row the rest
     warnings.simplefilter("ignore")
-    r = profile(dm.tensor_parallel(), (dm.SEQ, dm.D), batch_size=2, backward=True, repeat=3,
-                warmup=1, layer_extend_s=0, progress=False)
+    r = profile(
+        dm.tensor_parallel(),
+        (dm.SEQ, dm.D),
+        batch_size=2,
+        backward=True,
+        repeat=3,
+        warmup=1,
+        layer_extend_s=0,
+        progress=False,
+    )
     df = r.to_dataframe().set_index("module")
     t = r.training_step.timing
     assert t.comm_ms is not None and t.comm_ms.shape == t.calls_ms.shape
@@ -155,11 +167,12 @@ def test_backward_collectives_get_their_own_rows_out_of_the_layer(fake_group):
     for layer in range(4):
         name = f"layers.{layer}.mlp.fc1"
         i = records[name]
-        assert (t.comm_ms[:, i] > 0).all()        # an all-reduce in every instrumented pass
+        assert (t.comm_ms[:, i] > 0).all()  # an all-reduce in every instrumented pass
         comm_row = df.loc[f"{name}.(communication)"]
         assert comm_row.backward_latency_ms == pytest.approx(np.median(t.comm_ms[:, i]))
         assert df.loc[name].backward_latency_ms == pytest.approx(
-            np.median(t.calls_ms[:, i] - t.comm_ms[:, i]))
+            np.median(t.calls_ms[:, i] - t.comm_ms[:, i])
+        )
 
 
 class Sums(nn.Module):
@@ -174,28 +187,44 @@ class Sums(nn.Module):
 
 def test_a_model_that_does_not_communicate_is_not_stamped(fake_group):
     warnings.simplefilter("ignore")
-    r = profile(nn.Sequential(nn.Linear(4, 4), Sums()), (4,), backward=True, repeat=3,
-                warmup=1, layer_extend_s=0, progress=False)
+    r = profile(
+        nn.Sequential(nn.Linear(4, 4), Sums()),
+        (4,),
+        backward=True,
+        repeat=3,
+        warmup=1,
+        layer_extend_s=0,
+        progress=False,
+    )
     assert r.training_step.timing.comm_ms is None
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available() or not dist.is_nccl_available(),
-                    reason="needs a CUDA device and NCCL")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not dist.is_nccl_available(),
+    reason="needs a CUDA device and NCCL",
+)
 def test_cuda_collectives_are_stamped_with_events(tmp_path):
     # one NCCL rank: the tensor-parallel MLP on cuda:0, timed with its backward; the stamps
     # are CUDA events on the current stream, read after each pass's one synchronize
-    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'pg'}", rank=0,
-                            world_size=1)
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
         torch.cuda.set_device(0)
         warnings.simplefilter("ignore")
-        r = profile(dm.tensor_parallel(device="cuda"), (dm.SEQ, dm.D), batch_size=2,
-                    device="cuda", backward=True, repeat=5, warmup=2, layer_extend_s=0,
-                    progress=False)
+        r = profile(
+            dm.tensor_parallel(device="cuda"),
+            (dm.SEQ, dm.D),
+            batch_size=2,
+            device="cuda",
+            backward=True,
+            repeat=5,
+            warmup=2,
+            layer_extend_s=0,
+            progress=False,
+        )
         t = r.training_step.timing
         assert t.comm_ms is not None and t.comm_ms.shape == t.calls_ms.shape
         assert np.isfinite(t.comm_ms).all() and (t.comm_ms >= 0).all()
-        assert (t.comm_ms <= t.calls_ms + 1e-9).all()   # a part of its call's stretch
+        assert (t.comm_ms <= t.calls_ms + 1e-9).all()  # a part of its call's stretch
     finally:
         dist.destroy_process_group()

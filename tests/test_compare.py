@@ -1,4 +1,5 @@
 """``compare``: one row per model, closed-form totals, ratios to the baseline, rendering."""
+
 from __future__ import annotations
 
 import math
@@ -88,10 +89,10 @@ def test_input_size_per_model() -> None:
 
 def test_specs_run_at_their_own_input_size(tmp_path: Path) -> None:
     f = tmp_path / "nets.py"
-    f.write_text("from torch import nn\nINPUT_SIZE = (6,)\n"
-                 "def small():\n    return nn.Linear(6, 5)\n")
-    df = compare([f"{f}:small", nn.Linear(10, 20)],
-                 {"small": None, "Linear": (10,)}, timing=False)
+    f.write_text(
+        "from torch import nn\nINPUT_SIZE = (6,)\ndef small():\n    return nn.Linear(6, 5)\n"
+    )
+    df = compare([f"{f}:small", nn.Linear(10, 20)], {"small": None, "Linear": (10,)}, timing=False)
     # the spec's INPUT_SIZE (6,) is used: 6*5 = 30 MACs
     assert df.loc["small", "macs"] == 30
     assert df.loc["small", "input_shape"] == "1x6"
@@ -123,7 +124,7 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     assert isinstance(df, Comparison)
     html = df._repr_html_()
     # the notebook shows the compact columns: params 440 of wide and its ratio 440 / 220 = 2
-    assert "<table" in html and "<td class=\"r\">440</td>" in html and "2.00×" in html
+    assert "<table" in html and '<td class="r">440</td>' in html and "2.00×" in html
     assert "160 B" not in html  # output bytes: with columns="all"
     assert "160 B" in str(df.render.to_html(columns="all", standalone=False))
     assert env_caption(df.attrs["env"]) in html  # the environment is the caption
@@ -133,8 +134,14 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
 
 
 def test_env_caption() -> None:
-    env = {"device": "cuda:0", "device_name": "NVIDIA H100", "dtype": "float16",
-           "batch_size": 8, "torch_version": "2.14.1", "other": 1}
+    env = {
+        "device": "cuda:0",
+        "device_name": "NVIDIA H100",
+        "dtype": "float16",
+        "batch_size": 8,
+        "torch_version": "2.14.1",
+        "other": 1,
+    }
     assert env_caption(env) == "cuda:0 (NVIDIA H100), float16, batch 8, torch 2.14.1"
     assert env_caption({}) == ""
 
@@ -162,7 +169,8 @@ def test_timing_columns_and_latency_ratio() -> None:
     # own paired interval (NaN when the budget left a single round); the baseline's is 1.0
     wide = df.loc["wide"]
     assert wide["latency_x"] == pytest.approx(
-        wide["latency_median_ms"] / df.loc["narrow", "latency_median_ms"], rel=1e-12)
+        wide["latency_median_ms"] / df.loc["narrow", "latency_median_ms"], rel=1e-12
+    )
     if math.isfinite(wide["latency_x_ci_low"]):
         assert 0 < wide["latency_x_ci_low"] <= wide["latency_x"] <= wide["latency_x_ci_high"]
     assert df.loc["narrow", "latency_x_ci_low"] == df.loc["narrow", "latency_x_ci_high"] == 1.0
@@ -170,8 +178,13 @@ def test_timing_columns_and_latency_ratio() -> None:
 
 
 def test_throughput_columns() -> None:
-    df = compare(_pair(), (10,), timing=False, throughput=True,
-                 throughput_options={"max_batch": 2, "budget_s": 0.05})
+    df = compare(
+        _pair(),
+        (10,),
+        timing=False,
+        throughput=True,
+        throughput_options={"max_batch": 2, "budget_s": 0.05},
+    )
     assert set(df["throughput_batch_size"]) <= {1, 2}  # the search stops at max_batch=2
     assert (df["throughput_samples_per_s"] > 0).all()
     assert df.loc["narrow", "throughput_x"] == 1.0

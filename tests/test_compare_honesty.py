@@ -2,6 +2,7 @@
 and the estimator said), intervals and the environment in every human-readable export,
 undefined intervals printed "n/a" (never "± 0"), latency in the LaTeX table or a word on why
 not, a cost-vs-latency plot, and on a loaded CPU a ranking by CPU work (a FAKE clock: no load)."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def test_ratio_of_medians_ranks_as_the_medians_with_a_paired_interval():
     a[[1, 5]] *= 10.0
     ratio, lo, hi = ratio_of_medians(a, b, a, b, 0.95)
     assert ratio == pytest.approx(float(np.median(a)) / float(np.median(b)), rel=1e-12)
-    assert lo < ratio < hi                              # centred on it (on the log scale)
+    assert lo < ratio < hi  # centred on it (on the log scale)
     assert math.log(hi / ratio) == pytest.approx(math.log(ratio / lo), rel=1e-9)
     one = ratio_of_medians(a[:1], b[:1], a[:1], b[:1], 0.95)
     assert one[0] == pytest.approx(2.0) and math.isnan(one[1]) and math.isnan(one[2])
@@ -52,34 +53,41 @@ def test_a_loaded_cpu_ranks_identical_models_by_cpu_work(monkeypatch):
             finally:
                 clock.factor = 1.0
 
-    models = {"hit": nn.Sequential(Loaded(clock, 1.0)),
-              "spared": nn.Sequential(VirtualSpin(clock, 1.0))}
+    models = {
+        "hit": nn.Sequential(Loaded(clock, 1.0)),
+        "spared": nn.Sequential(VirtualSpin(clock, 1.0)),
+    }
     df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
-    assert df.loc["spared", "latency_x"] == pytest.approx(1 / 3)      # wall: 1 ms / 3 ms
-    assert df.loc["spared", "cpu_work_x"] == pytest.approx(1.0)        # CPU: 1 ms / 1 ms
+    assert df.loc["spared", "latency_x"] == pytest.approx(1 / 3)  # wall: 1 ms / 3 ms
+    assert df.loc["spared", "cpu_work_x"] == pytest.approx(1.0)  # CPU: 1 ms / 1 ms
     assert df.loc["hit", "wall_over_cpu"] == pytest.approx(3.0)
     assert df.attrs["ranked_by"] == "cpu_work"
-    assert df["rank"].tolist() == [1, 1]                # equal CPU work: a tie, not 2nd
-    assert any("ranked by CPU work" in n and "single-threaded model on an idle core" in n
-               for n in df.attrs["notes"])
+    assert df["rank"].tolist() == [1, 1]  # equal CPU work: a tie, not 2nd
+    assert any(
+        "ranked by CPU work" in n and "single-threaded model on an idle core" in n
+        for n in df.attrs["notes"]
+    )
     text = df.render.to_markdown()
     assert "CPU work median" in text and "CPU work ratio" in text
 
 
 def test_an_idle_cpu_ranks_by_latency(monkeypatch):
     clock = install(monkeypatch)
-    models = {"one": nn.Sequential(VirtualSpin(clock, 1.0)),
-              "two": nn.Sequential(VirtualSpin(clock, 2.0))}
+    models = {
+        "one": nn.Sequential(VirtualSpin(clock, 1.0)),
+        "two": nn.Sequential(VirtualSpin(clock, 2.0)),
+    }
     df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
     assert df.attrs["ranked_by"] == "latency" and df["rank"].tolist() == [1, 2]
     assert df.loc["two", "latency_x"] == pytest.approx(2.0)
-    assert "CPU work median" not in df.render.to_markdown()   # shown only when ranked by it
+    assert "CPU work median" not in df.render.to_markdown()  # shown only when ranked by it
 
 
 @pytest.fixture
 def spin_nets(tmp_path: Path) -> Path:
     f = tmp_path / "spin_nets.py"
-    f.write_text(textwrap.dedent("""
+    f.write_text(
+        textwrap.dedent("""
         from torch import nn
         from modelprof.timing.calibration import Spin
         INPUT_SIZE = (4,)
@@ -87,7 +95,8 @@ def spin_nets(tmp_path: Path) -> Path:
             return nn.Sequential(Spin(15.0))
         def slower():
             return nn.Sequential(Spin(20.0))
-    """))
+    """)
+    )
     return f
 
 
@@ -95,8 +104,19 @@ def test_cli_compare_with_one_round_exports_no_interval_as_na(spin_nets, tmp_pat
     # a 10 ms budget per model against 15-20 ms calls: one round (one block each), so no
     # interval exists: "n/a" in every human-readable export, NaN in the raw ones, never "± 0"
     out = tmp_path / "out"
-    code = main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--budget", "0.01",
-                 "--out", str(out), "--format", "csv,md,tex,html,json"])
+    code = main(
+        [
+            "compare",
+            f"{spin_nets}:slow",
+            f"{spin_nets}:slower",
+            "--budget",
+            "0.01",
+            "--out",
+            str(out),
+            "--format",
+            "csv,md,tex,html,json",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     texts = {p.suffix: p.read_text() for p in out.iterdir()}
     for suffix, text in texts.items():
@@ -128,21 +148,39 @@ def test_an_undersampled_comparison_says_it_cannot_rank(spin_nets, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "not ranked: too few runs for an interval" in out
-    assert re.search(r"note: cannot rank the models: too few runs for an interval "
-                     r"\(slow n=\d, slower n=\d\)", out)
-    df = compare({"slow": f"{spin_nets}:slow", "slower": f"{spin_nets}:slower"},
-                 budget_s=0.01, roofline=False)
+    assert re.search(
+        r"note: cannot rank the models: too few runs for an interval "
+        r"\(slow n=\d, slower n=\d\)",
+        out,
+    )
+    df = compare(
+        {"slow": f"{spin_nets}:slow", "slower": f"{spin_nets}:slower"},
+        budget_s=0.01,
+        roofline=False,
+    )
     assert df["rank"].isna().all()
     assert df["latency_x"].isna().all()
-    assert (df["latency_median_ms"] > 0).all()       # the measurements themselves are kept
+    assert (df["latency_median_ms"] > 0).all()  # the measurements themselves are kept
     assert df.attrs["unranked"].startswith("cannot rank the models")
 
 
-def test_cli_compare_without_timing_says_why_the_latex_has_no_latency(spin_nets, tmp_path,
-                                                                     capsys):
+def test_cli_compare_without_timing_says_why_the_latex_has_no_latency(spin_nets, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--no-timing",
-                 "--out", str(out), "--format", "tex"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                f"{spin_nets}:slow",
+                f"{spin_nets}:slower",
+                "--no-timing",
+                "--out",
+                str(out),
+                "--format",
+                "tex",
+            ]
+        )
+        == 0
+    )
     tex = (out / "comparison.tex").read_text()
     assert "latency not measured (timing off)" in tex
 
@@ -150,8 +188,10 @@ def test_cli_compare_without_timing_says_why_the_latex_has_no_latency(spin_nets,
 def test_plot_cost_latency_draws_each_model_with_its_interval(monkeypatch):
     pytest.importorskip("matplotlib")
     clock = install(monkeypatch)
-    models = {"one": nn.Sequential(nn.Linear(4, 4), VirtualSpin(clock, 1.0)),
-              "two": nn.Sequential(nn.Linear(4, 8), VirtualSpin(clock, 2.0))}
+    models = {
+        "one": nn.Sequential(nn.Linear(4, 4), VirtualSpin(clock, 1.0)),
+        "two": nn.Sequential(nn.Linear(4, 8), VirtualSpin(clock, 2.0)),
+    }
     df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
     fig = df.plot_cost_latency("macs")
     ax = fig.axes[0]

@@ -1,6 +1,7 @@
 """modelprof.runtime.compat: every entry called, so that a release that removes or renames one
 fails here with the entry's name; generation and meta counting on both sides of transformers'
 rename of the cache argument (``past_key_values`` up to 5.23, ``cache`` from 5.24)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- versions -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, expected", [("2.4.1+cu121", (2, 4, 1)), ("5.0.0rc1", (5, 0, 0)),
-                                            ("2.14.1", (2, 14, 1)), ("1.23", (1, 23))])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2.4.1+cu121", (2, 4, 1)),
+        ("5.0.0rc1", (5, 0, 0)),
+        ("2.14.1", (2, 14, 1)),
+        ("1.23", (1, 23)),
+    ],
+)
 def test_version_tuple(text: str, expected: tuple) -> None:
     assert compat.version_tuple(text) == expected
 
@@ -35,9 +43,12 @@ def test_installed_versions_are_read() -> None:
 
 
 def test_require_names_the_feature_and_both_versions() -> None:
-    compat.require("counting", "torch", (2, 0))          # older than any torch we run on
-    with pytest.raises(ModelProfError, match=r"flux capacitor needs torch >= 99\.0; torch "
-                                             r"\d+\.\d+"):
+    compat.require("counting", "torch", (2, 0))  # older than any torch we run on
+    with pytest.raises(
+        ModelProfError,
+        match=r"flux capacitor needs torch >= 99\.0; torch "
+        r"\d+\.\d+",
+    ):
         compat.require("flux capacitor", "torch", (99, 0))
 
 
@@ -61,13 +72,13 @@ def test_private_classes_are_the_ones_torch_uses() -> None:
         torch.ones(2) + 1
         depth, flags = compat.dispatch_stack_state()
         inner = Seen()
-        inner.__enter__()                          # left on the stack, as a failed pass might
+        inner.__enter__()  # left on the stack, as a failed pass might
         assert compat.dispatch_stack_state()[0] == depth + 1
         compat.restore_dispatch_stack(depth, flags)
         assert compat.dispatch_stack_state() == (depth, flags)
         torch.ones(3)
     assert "aten.add.Tensor" in seen.ops and seen.ops.count("aten.ones.default") == 2
-    assert not inner.ops                           # popped before it saw anything
+    assert not inner.ops  # popped before it saw anything
 
 
 def test_is_fake() -> None:
@@ -100,9 +111,10 @@ def test_has_composite_kernel_and_decompositions() -> None:
     assert compat.has_composite_kernel(torch.ops.aten.linear.default)
     assert not compat.has_composite_kernel(torch.ops.aten.mm.default)
 
-    class Unknown:     # an op the dispatcher does not know: torch 2.11's aten.dim (jagged SDPA)
+    class Unknown:  # an op the dispatcher does not know: torch 2.11's aten.dim (jagged SDPA)
         def name(self) -> str:
             return "aten::modelprof_no_such_op"
+
     assert not compat.has_composite_kernel(Unknown())
     assert torch.ops.aten.addmm.default in compat.decomposition_table()
 
@@ -118,6 +130,7 @@ def test_default_mesh_on_cpu_answers_cpu_inside_and_puts_back() -> None:
 
 def test_function_stack_push_and_pop() -> None:
     from torch.overrides import TorchFunctionMode
+
     before = compat.function_stack.length()
     with TorchFunctionMode():
         assert compat.function_stack.length() == before + 1
@@ -165,18 +178,24 @@ def test_the_package_imports_and_counts_with_every_optional_op_gone() -> None:
         r = profile(torch.nn.Linear(8, 4), (8,), timing=False)
         print(r.totals["macs"], len(missing))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     macs, missing = map(int, out.stdout.split()[-2:])
-    assert macs == 8 * 4 and missing > 40           # Linear(8, 4) on one sample: 8*4 = 32 MACs
+    assert macs == 8 * 4 and missing > 40  # Linear(8, 4) on one sample: 8*4 = 32 MACs
 
 
 def test_getitem_to_index_lets_a_score_function_index_a_0d_tensor() -> None:
     # flex_attention's score_mod indexes its buffers with 0-d tensors: inside the context an
     # index by a tensor works as torch.index would
     bias = torch.arange(4.0)
-    if compat.torch_version() < (2, 5):      # no flex_attention, no index transform
+    if compat.torch_version() < (2, 5):  # no flex_attention, no index transform
         with pytest.raises(ModelProfError, match="needs torch >= 2.5"):
             compat.getitem_to_index()
         return
@@ -186,7 +205,7 @@ def test_getitem_to_index_lets_a_score_function_index_a_0d_tensor() -> None:
 
 def test_mha_device_check_is_put_back() -> None:
     original = compat.mha_device_check()
-    assert original(torch.ones(1)) in (True, False)       # torch's own test answers
+    assert original(torch.ones(1)) in (True, False)  # torch's own test answers
     compat.set_mha_device_check(lambda x: True)
     try:
         assert compat.mha_device_check()(None) is True
@@ -198,7 +217,7 @@ def test_mha_device_check_is_put_back() -> None:
 def test_dtensor_and_fsdp_classes() -> None:
     try:
         from torch.distributed.tensor import DTensor
-    except ImportError:                       # torch < 2.5
+    except ImportError:  # torch < 2.5
         from torch.distributed._tensor import DTensor
     assert compat.is_dtensor_class(DTensor) and not compat.is_dtensor_class(torch.Tensor)
     assert DTensor.__module__.startswith(compat.DTENSOR_MODULES)
@@ -210,33 +229,40 @@ def test_fsdp2_profiles_from_torch_2_6_and_older_torch_says_so() -> None:
 
     from modelprof.distributed.fake import profile_sharded
 
-    def build() -> nn.Module:                 # FSDP2 from wherever this torch keeps it
+    def build() -> nn.Module:  # FSDP2 from wherever this torch keeps it
         model = dm.Transformer()
         for layer in model.layers:
             compat.fully_shard(layer)
         return compat.fully_shard(model)
+
     if compat.torch_version() < compat.FSDP2_PUBLIC:
-        with pytest.raises(ModelProfError, match=r"FSDP2 \(fully_shard\) model needs torch >= "
-                                                 r"2\.6; torch 2\.\d"):
-            profile_sharded(build, (dm.SEQ, dm.D), batch_size=dm.BATCH, world_size=2, rank=1,
-                            timing=False)
+        with pytest.raises(
+            ModelProfError,
+            match=r"FSDP2 \(fully_shard\) model needs torch >= "
+            r"2\.6; torch 2\.\d",
+        ):
+            profile_sharded(
+                build, (dm.SEQ, dm.D), batch_size=dm.BATCH, world_size=2, rank=1, timing=False
+            )
         return
-    r = profile_sharded(build, (dm.SEQ, dm.D), batch_size=dm.BATCH, world_size=2, rank=1,
-                        timing=False)
+    r = profile_sharded(
+        build, (dm.SEQ, dm.D), batch_size=dm.BATCH, world_size=2, rank=1, timing=False
+    )
     # tests/test_distributed_fake.py: 3,159,552 parameters in the model; this rank's view
     # holds its shard, half of them: 1,579,776
     assert r.totals["params"] == 3_159_552 // 2 and r.env["world_size"] == 2
 
 
 def test_cache_layer_tensors_reads_the_old_lists_only() -> None:
-    class OldCache:           # transformers up to 4.55: one key and one value tensor per layer
+    class OldCache:  # transformers up to 4.55: one key and one value tensor per layer
         def __init__(self) -> None:
             self.key_cache = [torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)]
             self.value_cache = [torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)]
+
     layers = compat.cache_layer_tensors(OldCache())
-    assert [len(ts) for ts in layers] == [2, 2] and layers[0][0].numel() == 24   # 1*2*3*4
+    assert [len(ts) for ts in layers] == [2, 2] and layers[0][0].numel() == 24  # 1*2*3*4
     new = OldCache()
-    new.layers = []                           # a cache with .layers (4.56 on) is not read here
+    new.layers = []  # a cache with .layers (4.56 on) is not read here
     assert compat.cache_layer_tensors(new) is None
     assert compat.cache_layer_tensors(object()) is None
 
@@ -267,9 +293,15 @@ class _Out:
 
 
 def _llama_config() -> Any:
-    return transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
-                                    max_position_embeddings=64)
+    return transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
 
 
 class _Named(transformers.LlamaForCausalLM):
@@ -278,11 +310,13 @@ class _Named(transformers.LlamaForCausalLM):
 
     NAME = "cache"
 
-    def _run(self, input_ids: torch.Tensor, cache: Any, use_cache: bool | None,
-             logits_to_keep: int) -> _Out:
+    def _run(
+        self, input_ids: torch.Tensor, cache: Any, use_cache: bool | None, logits_to_keep: int
+    ) -> _Out:
         own = compat.cache_argument(transformers.LlamaForCausalLM.forward)
-        out = super().forward(input_ids=input_ids, use_cache=use_cache,
-                              logits_to_keep=logits_to_keep, **{own: cache})
+        out = super().forward(
+            input_ids=input_ids, use_cache=use_cache, logits_to_keep=logits_to_keep, **{own: cache}
+        )
         return _Out(out.logits, **{self.NAME: compat.output_cache(out)})
 
 
@@ -301,10 +335,9 @@ class _TakesPastKeyValues(_Named):
 
 
 def test_cache_argument_and_output_cache() -> None:
-    assert compat.CACHE_ARGUMENTS == ("cache", "past_key_values")   # the newer name first
+    assert compat.CACHE_ARGUMENTS == ("cache", "past_key_values")  # the newer name first
     assert compat.cache_argument(_TakesCache(_llama_config()).forward) == "cache"
-    assert compat.cache_argument(_TakesPastKeyValues(_llama_config()).forward) == \
-        "past_key_values"
+    assert compat.cache_argument(_TakesPastKeyValues(_llama_config()).forward) == "past_key_values"
     assert compat.cache_argument(nn.Linear(2, 2).forward) is None
     assert compat.output_cache(_Out(torch.ones(1), past_key_values="kv")) == "kv"
     assert compat.output_cache(_Out(torch.ones(1), cache="kv")) == "kv"
@@ -318,8 +351,15 @@ def test_new_hf_cache(kind: str) -> None:
 
 
 def _counts(report: Any) -> list[tuple[str, int, int, int | None]]:
-    return [(p.label, p.totals["macs"], p.totals["read_bytes"],
-             None if p.kv is None else p.kv.total_bytes) for p in report.phases()]
+    return [
+        (
+            p.label,
+            p.totals["macs"],
+            p.totals["read_bytes"],
+            None if p.kv is None else p.kv.total_bytes,
+        )
+        for p in report.phases()
+    ]
 
 
 OLD_STATIC = compat.transformers_version() < compat.STATIC_CACHE_REWINDS
@@ -328,10 +368,18 @@ OLD_STATIC = compat.transformers_version() < compat.STATIC_CACHE_REWINDS
 @pytest.mark.parametrize("cache", ["dynamic", "static", None])
 def test_generation_counts_the_same_under_either_cache_name(cache: Any) -> None:
     if cache == "static" and OLD_STATIC:
-        with pytest.raises(ModelProfError, match=r"cache='static'.* needs transformers >= "
-                                                 r"4\.56; transformers 4\.\d+"):
-            profile_generation(transformers.LlamaForCausalLM(_llama_config()), prompt_len=6,
-                               new_tokens=3, cache=cache, timing=False)
+        with pytest.raises(
+            ModelProfError,
+            match=r"cache='static'.* needs transformers >= "
+            r"4\.56; transformers 4\.\d+",
+        ):
+            profile_generation(
+                transformers.LlamaForCausalLM(_llama_config()),
+                prompt_len=6,
+                new_tokens=3,
+                cache=cache,
+                timing=False,
+            )
         return
     torch.manual_seed(0)
     plain = transformers.LlamaForCausalLM(_llama_config())
@@ -339,8 +387,9 @@ def test_generation_counts_the_same_under_either_cache_name(cache: Any) -> None:
     for cls in (transformers.LlamaForCausalLM, _TakesCache, _TakesPastKeyValues):
         model = cls(_llama_config())
         model.load_state_dict(plain.state_dict())
-        reports.append(profile_generation(model, prompt_len=6, new_tokens=3, cache=cache,
-                                          timing=False))
+        reports.append(
+            profile_generation(model, prompt_len=6, new_tokens=3, cache=cache, timing=False)
+        )
     assert _counts(reports[0]) == _counts(reports[1]) == _counts(reports[2])
     kv = reports[0].prefill().kv
     # the cache read from the objects: 2 layers x (K and V) x 2 KV heads x head dim 8 x 4 B
@@ -356,8 +405,18 @@ def test_generation_counts_the_same_under_either_cache_name(cache: Any) -> None:
     assert prefill > weights
 
 
-@pytest.mark.parametrize("cache", ["dynamic", pytest.param("static", marks=pytest.mark.skipif(
-    OLD_STATIC, reason="refused before transformers 4.56: the test above"))])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        "dynamic",
+        pytest.param(
+            "static",
+            marks=pytest.mark.skipif(
+                OLD_STATIC, reason="refused before transformers 4.56: the test above"
+            ),
+        ),
+    ],
+)
 def test_generation_on_meta_counts_what_the_cpu_counts(cache: str) -> None:
     torch.manual_seed(0)
     cpu = transformers.LlamaForCausalLM(_llama_config())
@@ -365,8 +424,8 @@ def test_generation_on_meta_counts_what_the_cpu_counts(cache: str) -> None:
         meta = transformers.LlamaForCausalLM(_llama_config())
     try:
         on_meta = profile_generation(meta, prompt_len=6, new_tokens=3, cache=cache)
-    except ModelProfError as e:          # older transformers' rotary embedding enters
-        _refused_for_autocast(e)         # autocast("meta"), which older torch cannot
+    except ModelProfError as e:  # older transformers' rotary embedding enters
+        _refused_for_autocast(e)  # autocast("meta"), which older torch cannot
         return
     on_cpu = profile_generation(cpu, prompt_len=6, new_tokens=3, cache=cache, timing=False)
     assert [c[:2] for c in _counts(on_cpu)] == [c[:2] for c in _counts(on_meta)]
@@ -404,8 +463,10 @@ def test_token_inputs_on_meta_count_what_the_cpu_counts() -> None:
 
 
 def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
-    kw = {"input_ids": torch.zeros(1, 4, dtype=torch.long),
-          "attention_mask": torch.tensor([[0, 1, 1, 1]])}
+    kw = {
+        "input_ids": torch.zeros(1, 4, dtype=torch.long),
+        "attention_mask": torch.tensor([[0, 1, 1, 1]]),
+    }
     model = transformers.LlamaForCausalLM(_llama_config())
     kept, note = compat.meta_mask_dropped(model, kw, torch.device("meta"))
     assert kept is kw and note is None
@@ -417,12 +478,20 @@ def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
 
 
 # -- nothing outside compat.py reaches for a private torch name ---------------------------------
-PRIVATE = ("torch._C._", "_python_dispatch", "torch._ops", "torch._subclasses", "torch._decomp",
-           "torch._dynamo.", "torch.overrides._")
+PRIVATE = (
+    "torch._C._",
+    "_python_dispatch",
+    "torch._ops",
+    "torch._subclasses",
+    "torch._decomp",
+    "torch._dynamo.",
+    "torch.overrides._",
+)
 
 
 def test_no_private_torch_name_outside_the_compat_module() -> None:
     import ast
+
     package = os.path.join(ROOT, "modelprof")
     found = []
     for folder, _, files in os.walk(package):
@@ -439,10 +508,16 @@ def test_no_private_torch_name_outside_the_compat_module() -> None:
 
 def _without_docstrings(tree: Any) -> Any:
     import ast
+
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return tree
 
@@ -456,10 +531,11 @@ def test_forget_dynamo_skips_runs_on_any_torch() -> None:
 def test_a_meta_autocast_failure_names_the_torch_that_cannot(monkeypatch) -> None:
     failure = RuntimeError("unsupported scalarType")
     meta, cpu = torch.device("meta"), torch.device("cpu")
-    monkeypatch.setattr(compat, "meta_autocast", lambda: False)     # as on torch 2.4 and 2.6
-    assert f"torch {torch.__version__} cannot enter torch.autocast" in \
-        compat.meta_failure_hint(failure, meta)
-    assert compat.meta_failure_hint(failure, cpu) == ""              # not a meta count
+    monkeypatch.setattr(compat, "meta_autocast", lambda: False)  # as on torch 2.4 and 2.6
+    assert f"torch {torch.__version__} cannot enter torch.autocast" in compat.meta_failure_hint(
+        failure, meta
+    )
+    assert compat.meta_failure_hint(failure, cpu) == ""  # not a meta count
     assert compat.meta_failure_hint(RuntimeError("other"), meta) == ""
     monkeypatch.setattr(compat, "meta_autocast", lambda: True)
     assert compat.meta_failure_hint(failure, meta) == ""

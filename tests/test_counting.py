@@ -1,6 +1,7 @@
 """How ops are counted when they have no formula of their own: decompositions (in every grad mode,
 ``torch.inference_mode()`` included), in-place and ``out=`` variants, higher-order operators,
 op names that keep their namespace, and the notes of counts that are bounds."""
+
 from __future__ import annotations
 
 import warnings
@@ -38,8 +39,10 @@ def test_resnet18_under_inference_mode_is_counted_in_full():
     assert not ops & {"aten.conv2d.default", "aten.batch_norm.default"}
 
 
-@pytest.mark.parametrize("name,size", [("vit_b_16", 224), ("mobilenet_v3_small", 96),
-                                       ("swin_t", 64), ("efficientnet_b0", 64)])
+@pytest.mark.parametrize(
+    "name,size",
+    [("vit_b_16", 224), ("mobilenet_v3_small", 96), ("swin_t", 64), ("efficientnet_b0", 64)],
+)
 def test_every_grad_mode_gives_the_same_table(name, size):
     model = tv(name)
     plain = quiet_profile(model, (3, size, size))
@@ -100,19 +103,35 @@ def test_decomposition_failure_falls_back_to_unsupported():
 
 
 # -- in-place and out= variants of contractions ------------------------------------------------
-@pytest.mark.parametrize("fn,expected_macs", [
-    (lambda: torch.randn(3, 5).addmm_(torch.randn(3, 4), torch.randn(4, 5)), 3 * 4 * 5),
-    (lambda: torch.randn(2, 3, 5).baddbmm_(torch.randn(2, 3, 4), torch.randn(2, 4, 5)),
-     2 * 3 * 4 * 5),
-    (lambda: torch.randn(3, 5).addbmm_(torch.randn(2, 3, 4), torch.randn(2, 4, 5)),
-     2 * 3 * 4 * 5),
-    (lambda: torch.randn(3).addmv_(torch.randn(3, 4), torch.randn(4)), 3 * 4),
-    (lambda: torch.mm(torch.randn(3, 4), torch.randn(4, 5), out=torch.empty(3, 5)), 3 * 4 * 5),
-    (lambda: torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5), out=torch.empty(2, 3, 5)),
-     2 * 3 * 4 * 5),
-    (lambda: torch.baddbmm(torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5),
-                           out=torch.empty(2, 3, 5)), 2 * 3 * 4 * 5),
-])
+@pytest.mark.parametrize(
+    "fn,expected_macs",
+    [
+        (lambda: torch.randn(3, 5).addmm_(torch.randn(3, 4), torch.randn(4, 5)), 3 * 4 * 5),
+        (
+            lambda: torch.randn(2, 3, 5).baddbmm_(torch.randn(2, 3, 4), torch.randn(2, 4, 5)),
+            2 * 3 * 4 * 5,
+        ),
+        (
+            lambda: torch.randn(3, 5).addbmm_(torch.randn(2, 3, 4), torch.randn(2, 4, 5)),
+            2 * 3 * 4 * 5,
+        ),
+        (lambda: torch.randn(3).addmv_(torch.randn(3, 4), torch.randn(4)), 3 * 4),
+        (lambda: torch.mm(torch.randn(3, 4), torch.randn(4, 5), out=torch.empty(3, 5)), 3 * 4 * 5),
+        (
+            lambda: torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5), out=torch.empty(2, 3, 5)),
+            2 * 3 * 4 * 5,
+        ),
+        (
+            lambda: torch.baddbmm(
+                torch.randn(2, 3, 5),
+                torch.randn(2, 3, 4),
+                torch.randn(2, 4, 5),
+                out=torch.empty(2, 3, 5),
+            ),
+            2 * 3 * 4 * 5,
+        ),
+    ],
+)
 def test_in_place_and_out_variants_of_contractions(fn, expected_macs):
     c = count_ops(fn)
     assert c.tracker.current.macs == expected_macs
@@ -135,8 +154,8 @@ def test_namespaces_are_kept_and_never_merged():
     scores = torch.rand(6)
 
     def both(b, s):
-        keep = torchvision.ops.nms(b, s, 0.5)                  # torchvision::nms
-        return keep, torch.ops.modelprof_test_a.nms(s)         # modelprof_test_a::nms
+        keep = torchvision.ops.nms(b, s, 0.5)  # torchvision::nms
+        return keep, torch.ops.modelprof_test_a.nms(s)  # modelprof_test_a::nms
 
     with pytest.warns(ModelProfWarning, match=r"modelprof_test_a\.nms\.default"):
         r = profile(Fn(both), inputs=(boxes, scores), timing=False)
@@ -148,7 +167,8 @@ def test_namespaces_are_kept_and_never_merged():
 
     reg = REGISTRY.copy()
     register_formula(torch.ops.modelprof_test_a.nms, registry=reg)(
-        lambda a, k, o: Cost(0, flops=o.numel()))
+        lambda a, k, o: Cost(0, flops=o.numel())
+    )
     r = quiet_profile(Fn(both), inputs=(boxes, scores), registry=reg)
     assert r.unsupported == {"torchvision.nms.default": 1}
     assert r.by_operator().set_index("op").loc["modelprof_test_a.nms.default", "flops"] == 6
@@ -158,6 +178,7 @@ def test_namespaces_are_kept_and_never_merged():
 class Cond(nn.Module):
     def forward(self, pred, x):
         from torch._higher_order_ops.cond import cond
+
         return cond(pred, lambda x: x @ x, lambda x: x + 1, (x,))
 
 
@@ -166,7 +187,7 @@ def test_cond_runs_through_the_branch_taken():
     taken = quiet_profile(Cond(), inputs=(torch.tensor(True), x))
     assert (taken.totals["macs"], taken.totals["flops"]) == (27, 54)  # 3*3*3 = 27 MACs
     other = quiet_profile(Cond(), inputs=(torch.tensor(False), x))
-    assert (other.totals["macs"], other.totals["flops"]) == (0, 9)   # x + 1: 9 adds
+    assert (other.totals["macs"], other.totals["flops"]) == (0, 9)  # x + 1: 9 adds
     assert "higher_order.cond" in set(taken.by_operator()["op"])
     assert taken.unsupported == {} == other.unsupported
 
@@ -182,6 +203,7 @@ def test_cond_on_meta_is_charged_its_costlier_branch_with_a_note():
 def test_while_loop_and_invoke_subgraph_run_through_their_subgraphs():
     from torch._higher_order_ops.invoke_subgraph import invoke_subgraph
     from torch._higher_order_ops.while_loop import while_loop
+
     x = torch.randn(3, 3)
     loop = Fn(lambda i, x: while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x @ x), (i, x)))
     r = quiet_profile(loop, inputs=(torch.tensor(0), x))
@@ -219,8 +241,9 @@ def test_higher_order_operator_that_cannot_be_entered_runs_uncounted_and_is_list
 
 def test_hop_without_subgraphs_is_listed_or_costed_by_formula():
     x = torch.randn(3, 3)
-    mm_out = Fn(lambda x: torch.ops.higher_order.out_dtype(torch.ops.aten.mm.default,
-                                                           torch.float32, x, x))
+    mm_out = Fn(
+        lambda x: torch.ops.higher_order.out_dtype(torch.ops.aten.mm.default, torch.float32, x, x)
+    )
     assert quiet_profile(mm_out, inputs=x).totals["macs"] == 27  # out_dtype(mm): as mm
 
 
@@ -231,12 +254,14 @@ class CondOnWeight(nn.Module):
 
     def forward(self, pred, x):
         from torch._higher_order_ops.cond import cond
+
         return cond(pred, lambda x: x @ self.w, lambda x: x + 1, (x,))
 
 
 class LoopOnWeight(CondOnWeight):
     def forward(self, i, x):
         from torch._higher_order_ops.while_loop import while_loop
+
         return while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x @ self.w), (i, x))
 
 
@@ -252,39 +277,50 @@ def test_higher_order_operators_in_a_model_with_parameters():
     assert r.totals["macs"] == 3 * 27  # three iterations of x @ w
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        timed = profile(cond_model, inputs=(torch.tensor(True), x), repeat=3, warmup=1,
-                        roofline=False)
+        timed = profile(
+            cond_model, inputs=(torch.tensor(True), x), repeat=3, warmup=1, roofline=False
+        )
     assert timed.totals["macs"] == 27 and timed.latency is not None and timed.latency.n == 3
     assert torch.equal(cond_model.w, torch.ones(3, 3))
 
 
-@pytest.mark.parametrize("model, first", [(CondOnWeight(), torch.tensor(True)),
-                                          (LoopOnWeight(), torch.tensor(0))],
-                         ids=["cond", "while_loop"])
+@pytest.mark.parametrize(
+    "model, first",
+    [(CondOnWeight(), torch.tensor(True)), (LoopOnWeight(), torch.tensor(0))],
+    ids=["cond", "while_loop"],
+)
 def test_a_skip_dynamo_remembers_for_a_higher_order_wrapper_is_forgotten_after_a_count(
-        model, first):
+    model, first
+):
     # torch 2.11 leaves dynamo skipping the eager wrapper of torch.cond / while_loop after a
     # call under a dispatch mode, and every later eager call fails
     # (compat.forget_dynamo_skips); planted here by hand, so that any torch shows it
     from torch._dynamo import convert_frame
     from torch._dynamo.eval_frame import skip_code
+
     x = torch.randn(3, 3)
     with torch.no_grad():
-        want = model(first, x)   # eager: dynamo meets torch's wrapper
+        want = model(first, x)  # eager: dynamo meets torch's wrapper
     hop_dir = "_higher_order_ops"
-    wrappers = [c for c in (r() for r in convert_frame.input_codes.seen)
-                if c is not None and hop_dir in c.co_filename and c.co_name.endswith("_wrapper")]
+    wrappers = [
+        c
+        for c in (r() for r in convert_frame.input_codes.seen)
+        if c is not None and hop_dir in c.co_filename and c.co_name.endswith("_wrapper")
+    ]
     assert wrappers
     for code in wrappers:
         skip_code(code)
-    with pytest.raises(Exception), torch.no_grad():   # the state torch 2.11 leaves behind
+    with pytest.raises(Exception), torch.no_grad():  # the state torch 2.11 leaves behind
         model(first, x)
-    quiet_profile(model, inputs=(first, x))   # counted: the op counter meets the operator
+    quiet_profile(model, inputs=(first, x))  # counted: the op counter meets the operator
     with torch.no_grad():
         got = model(first, x)
-    assert all(torch.equal(a, b) for a, b in zip(torch.utils._pytree.tree_leaves(got),
-                                                 torch.utils._pytree.tree_leaves(want),
-                                                 strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want), strict=True
+        )
+    )
 
 
 # -- flex_attention -------------------------------------------------------------------------------
@@ -306,6 +342,7 @@ def test_flex_attention_plain_matches_sdpa():
     sdpa = quiet_profile(Fn(F.scaled_dot_product_attention), inputs=(q, k, v))
     assert sdpa.totals["flops"] == 2048 + 128 * 6
     import torch.nn.attention.flex_attention as fa
+
     assert fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is False  # torch's switch is restored
 
 
@@ -318,13 +355,15 @@ def test_flex_attention_score_mod_and_mask_work():
     def causal(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx  # 1 flop per score, + 1 to apply the mask
 
-    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v, score_mod=bias)),
-                      inputs=(q, k, v))
+    r = quiet_profile(
+        Fn(lambda q, k, v: flex.flex_attention(q, k, v, score_mod=bias)), inputs=(q, k, v)
+    )
     ops = r.by_operator().set_index("op")
     assert ops.loc["higher_order.flex_attention", "flops"] == 2048 + 128 * (6 + 2)
     mask = flex.create_block_mask(causal, 1, 2, 8, 8, device="cpu")
-    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v, block_mask=mask)),
-                      inputs=(q, k, v))
+    r = quiet_profile(
+        Fn(lambda q, k, v: flex.flex_attention(q, k, v, block_mask=mask)), inputs=(q, k, v)
+    )
     ops = r.by_operator().set_index("op")
     # the mask does not change the MACs (counted fully, as SDPA's causal mask is)
     assert ops.loc["higher_order.flex_attention", "macs"] == 1024
@@ -333,8 +372,9 @@ def test_flex_attention_score_mod_and_mask_work():
 
 def test_flex_attention_grouped_query_heads():
     q, k, v = _qkv(hq=4, hkv=2, lq=8, s=16, e=8, ev=4)
-    r = quiet_profile(Fn(lambda q, k, v: flex.flex_attention(q, k, v, enable_gqa=True)),
-                      inputs=(q, k, v))
+    r = quiet_profile(
+        Fn(lambda q, k, v: flex.flex_attention(q, k, v, enable_gqa=True)), inputs=(q, k, v)
+    )
     ops = r.by_operator().set_index("op")
     # every query head: 1*4*8*16 = 512 scores x (8 + 4) = 6144 MACs
     assert ops.loc["higher_order.flex_attention", "macs"] == 6144
@@ -360,16 +400,23 @@ def test_flex_attention_in_a_model_with_parameters():
 
 def test_huggingface_flex_attention_counts_like_eager_and_sdpa():
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     ids = torch.randint(0, 64, (1, 16))
     reports = {}
     for impl in ("eager", "sdpa", "flex_attention"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = transformers.LlamaForCausalLM._from_config(
-                config, attn_implementation=impl).eval()
+                config, attn_implementation=impl
+            ).eval()
         reports[impl] = quiet_profile(model, inputs={"input_ids": ids})
     # 16 tokens, hidden 32, 4 query heads of 8 and 2 key/value heads (16 wide):
     #   q 16*32*32 = 16384, k and v 16*32*16 = 8192 each, o 16384, gate/up/down 3 x 16*32*64 =
@@ -392,8 +439,11 @@ _COUNTED = ["macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes"
 
 
 def _q_kv(hq=4, hkv=2, lq=3, s=9, e=16, batch=2):
-    return torch.randn(batch, hq, lq, e), torch.randn(batch, hkv, s, e), \
-        torch.randn(batch, hkv, s, e)
+    return (
+        torch.randn(batch, hq, lq, e),
+        torch.randn(batch, hkv, s, e),
+        torch.randn(batch, hkv, s, e),
+    )
 
 
 def _bool_mask(lq=3, s=9):
@@ -401,22 +451,43 @@ def _bool_mask(lq=3, s=9):
 
 
 _SDPA_CASES = {  # name: (function, inputs, whether the CPU runs it fused)
-    "gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-            _q_kv(), True),
-    "bool-mask-positional": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
-                             (*_q_kv(hkv=4), _bool_mask()), True),
-    "float-4d-mask-scale": (lambda q, k, v, m: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=m, scale=0.3, enable_gqa=True), (*_q_kv(), torch.randn(2, 1, 3, 9)),
-        True),
-    "causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-               _q_kv(hkv=4, lq=9), True),
-    "3d-bool-mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-                     (*(t[0] for t in _q_kv(hkv=4)), _bool_mask()), True),
-    "dropout": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5),
-                _q_kv(hkv=4), False),
-    "key-last-dim-strided": (lambda q, k, v: F.scaled_dot_product_attention(
-        q, k[..., ::2], v), (torch.randn(2, 4, 3, 8), torch.randn(2, 4, 9, 16),
-                             torch.randn(2, 4, 9, 8)), False),
+    "gqa": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+        _q_kv(),
+        True,
+    ),
+    "bool-mask-positional": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+        (*_q_kv(hkv=4), _bool_mask()),
+        True,
+    ),
+    "float-4d-mask-scale": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=m, scale=0.3, enable_gqa=True
+        ),
+        (*_q_kv(), torch.randn(2, 1, 3, 9)),
+        True,
+    ),
+    "causal": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        _q_kv(hkv=4, lq=9),
+        True,
+    ),
+    "3d-bool-mask": (
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        (*(t[0] for t in _q_kv(hkv=4)), _bool_mask()),
+        True,
+    ),
+    "dropout": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5),
+        _q_kv(hkv=4),
+        False,
+    ),
+    "key-last-dim-strided": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k[..., ::2], v),
+        (torch.randn(2, 4, 3, 8), torch.randn(2, 4, 9, 16), torch.randn(2, 4, 9, 8)),
+        False,
+    ),
 }
 
 
@@ -429,10 +500,11 @@ def test_sdpa_on_meta_counts_what_the_cpu_counts(case):
     cpu, meta = (quiet_profile(Fn(fn), inputs=inputs, device=d) for d in ("cpu", "meta"))
     a, b = cpu.to_dataframe(), meta.to_dataframe()
     import pandas as pd
+
     pd.testing.assert_frame_equal(a[_COUNTED], b[_COUNTED])
     pd.testing.assert_frame_equal(cpu.by_operator(), meta.by_operator())
     assert (_FUSED_CPU in set(meta.by_operator()["op"])) == fused
-    assert torch._C._len_torch_function_stack() == 0    # the mode is gone after the pass
+    assert torch._C._len_torch_function_stack() == 0  # the mode is gone after the pass
 
 
 class ProjectedSDPA(nn.Module):
@@ -448,7 +520,7 @@ class ProjectedSDPA(nn.Module):
 
 
 def test_sdpa_on_meta_reads_the_grouped_heads_once():
-    q, k, v = _q_kv()     # 4 query heads, 2 key/value heads, 3 queries, 9 keys, E = 16
+    q, k, v = _q_kv()  # 4 query heads, 2 key/value heads, 3 queries, 9 keys, E = 16
     r = quiet_profile(ProjectedSDPA(), inputs=(q, k, v), device="meta")
     row = r.to_dataframe().set_index("module").loc["(self)"]
     # scores 2 x 4 heads x 3 x 9 = 216, each (16 + 16) MACs = 6912
@@ -459,7 +531,7 @@ def test_sdpa_on_meta_reads_the_grouped_heads_once():
 
 
 def test_sdpa_on_meta_still_refuses_what_sdpa_refuses():
-    q, k, v = _q_kv()     # 4 query heads, 2 key/value heads, without enable_gqa
+    q, k, v = _q_kv()  # 4 query heads, 2 key/value heads, without enable_gqa
     fn = Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v))
     for device in ("cpu", "meta"):
         with pytest.raises(ModelProfError, match="size of tensor"):
@@ -479,27 +551,62 @@ def test_cuda_only_kernels_reach_their_formulas_through_the_dispatcher():
     offs, cum = meta(4, dtype=torch.int32), meta(5, dtype=torch.int32)
     cases = {
         # 32 rows (all, offsets unknown) x K 16 x N 24 = 12288
-        "aten._scaled_grouped_mm.default": (lambda: torch._scaled_grouped_mm(
-            meta(32, 16, dtype=fp8), meta(4, 24, 16, dtype=fp8).transpose(-2, -1),
-            meta(32, dtype=torch.float32), meta(4, 24, dtype=torch.float32), offs=offs,
-            out_dtype=torch.bfloat16), 12_288, "upper bound"),
+        "aten._scaled_grouped_mm.default": (
+            lambda: torch._scaled_grouped_mm(
+                meta(32, 16, dtype=fp8),
+                meta(4, 24, 16, dtype=fp8).transpose(-2, -1),
+                meta(32, dtype=torch.float32),
+                meta(4, 24, dtype=torch.float32),
+                offs=offs,
+                out_dtype=torch.bfloat16,
+            ),
+            12_288,
+            "upper bound",
+        ),
         # 4 sequences, 18 tokens, max 8: min(4*8*8, 18*8, 18*8) = 144 pairs x 4 heads x (16 + 8)
-        "aten._flash_attention_forward.default": (lambda: torch.ops.aten._flash_attention_forward(
-            meta(18, 4, 16), meta(18, 4, 16), meta(18, 4, 8), cum, cum, 8, 8, 0.0, False, False),
-            144 * 4 * 24, "bound"),
+        "aten._flash_attention_forward.default": (
+            lambda: torch.ops.aten._flash_attention_forward(
+                meta(18, 4, 16), meta(18, 4, 16), meta(18, 4, 8), cum, cum, 8, 8, 0.0, False, False
+            ),
+            144 * 4 * 24,
+            "bound",
+        ),
         "aten._efficient_attention_forward.default": (
             lambda: torch.ops.aten._efficient_attention_forward(
-                meta(1, 18, 4, 16), meta(1, 18, 4, 16), meta(1, 18, 4, 8), None, cum, cum, 8, 8,
-                0.0, 0), 144 * 4 * 24, "bound"),
+                meta(1, 18, 4, 16),
+                meta(1, 18, 4, 16),
+                meta(1, 18, 4, 8),
+                None,
+                cum,
+                cum,
+                8,
+                8,
+                0.0,
+                0,
+            ),
+            144 * 4 * 24,
+            "bound",
+        ),
     }
     for name, (fn, macs, said) in cases.items():
         stats = count_ops(fn).by_op[name]
         assert stats.macs == macs, name
         assert stats.notes is not None and said in next(iter(stats.notes)), name
     # dense (no offsets): exact, no note; B 2 x H 4 x 8*8 scores x (16 + 8) = 12288
-    dense = count_ops(lambda: torch.ops.aten._efficient_attention_forward(
-        meta(2, 8, 4, 16), meta(2, 8, 4, 16), meta(2, 8, 4, 8), None, None, None, None, None,
-        0.0, 0)).by_op["aten._efficient_attention_forward.default"]
+    dense = count_ops(
+        lambda: torch.ops.aten._efficient_attention_forward(
+            meta(2, 8, 4, 16),
+            meta(2, 8, 4, 16),
+            meta(2, 8, 4, 8),
+            None,
+            None,
+            None,
+            None,
+            None,
+            0.0,
+            0,
+        )
+    ).by_op["aten._efficient_attention_forward.default"]
     assert (dense.macs, dense.notes) == (12_288, None)
 
 
@@ -513,6 +620,6 @@ def test_notes_reach_the_report_and_its_summary():
     assert exact.totals["macs"] == 10 * 8 * 8  # rows up to offs[-1] = 10, K = 8, N = 8: 640
     bound = quiet_profile(moe, inputs=(x, w, offs), device="meta")
     assert bound.totals["macs"] == 12 * 8 * 8  # all 12 rows: 768, an upper bound
-    (op, notes), = bound.notes.items()
+    ((op, notes),) = bound.notes.items()
     assert op == "aten._grouped_mm.default" and list(notes.values()) == [1]
     assert "upper bound" in bound.summary()

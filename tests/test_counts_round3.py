@@ -1,5 +1,6 @@
 """Counts that were wrong or missing: a dynamically quantized LSTM, bytes read (buffers, gathers),
 histc, FFTs, and a DynamicCache on the meta device. Every expected value is a closed form."""
+
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from modelprof import profile
 from modelprof.errors import ModelProfError
 
 # --- a dynamically quantized LSTM counts as its float twin -----------------------------------------
+
 
 class _Recurrent(nn.Module):
     """LSTM(32 -> 64, 2 layers): 58,368 parameters; on 10 steps x batch 4, 2,293,760 MACs."""
@@ -37,9 +39,9 @@ def test_dynamically_quantized_lstm_counts_as_its_float_twin(dtype):
     float_model = _Recurrent().eval()
     x = torch.randn(steps, batch, inp)
     # per layer: 4 gates of (in + hidden) x hidden weights, two bias vectors of 4*hidden
-    layer1 = 4 * hidden * (inp + hidden) + 2 * 4 * hidden        # 24,576 + 512 = 25,088
-    layer2 = 4 * hidden * (hidden + hidden) + 2 * 4 * hidden     # 32,768 + 512 = 33,280
-    params = layer1 + layer2                                     # 58,368
+    layer1 = 4 * hidden * (inp + hidden) + 2 * 4 * hidden  # 24,576 + 512 = 25,088
+    layer2 = 4 * hidden * (hidden + hidden) + 2 * 4 * hidden  # 32,768 + 512 = 33,280
+    params = layer1 + layer2  # 58,368
     # every step and batch element multiplies by both layers' gate matrices
     macs = steps * batch * (4 * hidden * (inp + hidden) + 4 * hidden * 2 * hidden)  # 2,293,760
     assert (params, macs) == (58_368, 2_293_760)
@@ -48,18 +50,19 @@ def test_dynamically_quantized_lstm_counts_as_its_float_twin(dtype):
 
     report = profile(_quantized(float_model, dtype), inputs=x, timing=False)
     assert report.totals["macs"] == macs
-    assert report.totals["params"] == params       # the packed weights are its parameters
+    assert report.totals["params"] == params  # the packed weights are its parameters
     assert report.model_params == params
     assert report.totals["flops"] == twin.totals["flops"]
     assert not report.unsupported
     if dtype is torch.qint8:
         # bytes read: the input, the int8 weights and the float32 biases
         weights = 4 * hidden * (inp + hidden) + 4 * hidden * 2 * hidden  # 57,344 int8
-        biases = 4 * (4 * hidden) * 4                                    # 4 vectors of fp32
+        biases = 4 * (4 * hidden) * 4  # 4 vectors of fp32
         assert report.totals["read_bytes"] == x.numel() * 4 + weights + biases  # 66,560
 
 
 # --- bytes read are the bytes the op touches --------------------------------------------------------
+
 
 def _leaf(report, name: str):
     df = report.to_dataframe()
@@ -75,7 +78,7 @@ def test_eval_batchnorm_reads_its_running_statistics():
     assert row["read_bytes"] == n * c * h * w * 4 + 2 * c * 4 + 2 * c * 4  # 480 + 24 + 24 = 528
     # torchstat's MemRead stays torchstat's: inputs and parameters
     ts = report.to_dataframe(style="torchstat")
-    assert ts["MemRead(B)"].iloc[0] == n * c * h * w * 4 + 2 * c * 4       # 504
+    assert ts["MemRead(B)"].iloc[0] == n * c * h * w * 4 + 2 * c * 4  # 504
 
 
 class _Fp8Linear(nn.Module):
@@ -89,8 +92,13 @@ class _Fp8Linear(nn.Module):
         self.register_buffer("scale_x", torch.tensor(1.0))
 
     def forward(self, x):
-        return torch._scaled_mm(x.to(torch.float8_e4m3fn), self.weight.t(), self.scale_x,
-                                self.scale_w, out_dtype=torch.float32)
+        return torch._scaled_mm(
+            x.to(torch.float8_e4m3fn),
+            self.weight.t(),
+            self.scale_x,
+            self.scale_w,
+            out_dtype=torch.float32,
+        )
 
 
 def test_fp8_scaled_mm_reads_a_weight_held_in_a_buffer():
@@ -105,9 +113,9 @@ def test_fp8_scaled_mm_reads_a_weight_held_in_a_buffer():
     report = profile(model, inputs=torch.randn(m, k), timing=False)
     # the input (float32), the fp8 weight (1 byte each) and the two float32 scales; the
     # transposed weight is a view of the buffer: the bytes read are the buffer's
-    expected = m * k * 4 + n * k * 1 + 2 * 4                # 2048 + 512 + 8 = 2568
+    expected = m * k * 4 + n * k * 1 + 2 * 4  # 2048 + 512 + 8 = 2568
     assert report.totals["read_bytes"] == expected
-    assert report.totals["macs"] == m * k * n                # 8192
+    assert report.totals["macs"] == m * k * n  # 8192
 
 
 def test_embedding_is_charged_per_row_gathered():
@@ -118,7 +126,7 @@ def test_embedding_is_charged_per_row_gathered():
     # 48 int64 indices and 48 rows of 64 float32: 384 + 12,288 = 12,672 bytes, not the
     # 12.8 MB table
     assert report.totals["read_bytes"] == lookups * 8 + lookups * dim * 4
-    assert report.totals["params"] == vocab * dim               # all of it is still a parameter
+    assert report.totals["params"] == vocab * dim  # all of it is still a parameter
 
 
 def test_a_functional_gather_in_a_parent_is_charged_per_row():
@@ -140,6 +148,7 @@ def test_a_functional_gather_in_a_parent_is_charged_per_row():
 
 
 # --- histc, FFTs --------------------------------------------------------------------------------------
+
 
 class _Router(nn.Module):
     """A mixture-of-experts router: top-2 of 4 experts, tokens per expert by histc."""
@@ -176,16 +185,19 @@ def test_histc_without_a_range_also_finds_min_and_max():
     assert counter.by_op["aten.histc.default"].flops == (2 + 2) * 35  # 140
 
 
-@pytest.mark.parametrize("name, fn, flops", [
-    # rfft of 4 signals of 16: 4 * 16 * log2(16) = 256
-    ("rfft", lambda: torch.fft.rfft(torch.randn(4, 16)), 4 * 16 * 4),
-    # fft (complex) of 4 signals of 16: the same transforms, 256
-    ("fft", lambda: torch.fft.fft(torch.randn(4, 16, dtype=torch.complex64)), 4 * 16 * 4),
-    # irfft back to 16 real samples: the real output is the signal, 256
-    ("irfft", lambda: torch.fft.irfft(torch.randn(4, 9, dtype=torch.complex64)), 4 * 16 * 4),
-    # fft2 over 8x16 on a batch of 2: N * (log2 8 + log2 16) = 256 * 7 = 1792
-    ("fft2", lambda: torch.fft.fft2(torch.randn(2, 8, 16, dtype=torch.complex64)), 256 * 7),
-])
+@pytest.mark.parametrize(
+    "name, fn, flops",
+    [
+        # rfft of 4 signals of 16: 4 * 16 * log2(16) = 256
+        ("rfft", lambda: torch.fft.rfft(torch.randn(4, 16)), 4 * 16 * 4),
+        # fft (complex) of 4 signals of 16: the same transforms, 256
+        ("fft", lambda: torch.fft.fft(torch.randn(4, 16, dtype=torch.complex64)), 4 * 16 * 4),
+        # irfft back to 16 real samples: the real output is the signal, 256
+        ("irfft", lambda: torch.fft.irfft(torch.randn(4, 9, dtype=torch.complex64)), 4 * 16 * 4),
+        # fft2 over 8x16 on a batch of 2: N * (log2 8 + log2 16) = 256 * 7 = 1792
+        ("fft2", lambda: torch.fft.fft2(torch.randn(2, 8, 16, dtype=torch.complex64)), 256 * 7),
+    ],
+)
 def test_fft_counts_n_log2_n_per_transform(name, fn, flops):
     from modelprof.counting.counter import count_ops
 
@@ -198,16 +210,27 @@ def test_fft_counts_n_log2_n_per_transform(name, fn, flops):
 
 # --- device="meta" with a DynamicCache input ------------------------------------------------------
 
+
 def test_meta_with_a_dynamic_cache_says_the_cache_was_not_moved():
     transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100,
-                                     n_positions=64, eos_token_id=0, bos_token_id=0)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=100,
+        n_positions=64,
+        eos_token_id=0,
+        bos_token_id=0,
+    )
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():
         cache = model(torch.randint(0, 100, (1, 4)), use_cache=True).past_key_values
     inputs = {"input_ids": torch.randint(0, 100, (1, 1)), "past_key_values": cache}
-    with pytest.raises(ModelProfError, match=r"inputs\['past_key_values'\] \(DynamicCache\) "
-                                             r"holds tensors on cpu.*was not moved"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"inputs\['past_key_values'\] \(DynamicCache\) "
+        r"holds tensors on cpu.*was not moved",
+    ):
         profile(model, inputs=inputs, device="meta", timing=False)
     # on the cache's own device it is profiled
     report = profile(model, inputs=inputs, timing=False)
@@ -216,6 +239,7 @@ def test_meta_with_a_dynamic_cache_says_the_cache_was_not_moved():
 
 # --- the docs say what the code charges ------------------------------------------------------------
 
+
 def test_readme_norm_cost_is_what_the_code_charges():
     from pathlib import Path
 
@@ -223,8 +247,10 @@ def test_readme_norm_cost_is_what_the_code_charges():
     x = torch.randn(2, 5, 16)
     per_element = profile(nn.LayerNorm(16), inputs=x, timing=False).totals["flops"] // x.numel()
     assert per_element == 7  # statistics 3 + normalise 2 + affine 2
-    assert f"layer/group norm (and train batch norm) {per_element} in all: 3 for the " \
+    assert (
+        f"layer/group norm (and train batch norm) {per_element} in all: 3 for the "
         "statistics, 2 to normalise, 2 for the affine" in readme
+    )
     assert "(+3 for the statistics)" not in readme  # read as 10 per element
 
 
@@ -233,7 +259,8 @@ def test_counting_doc_has_one_adding_a_formula_section_and_its_example_runs():
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "counting.md").read_text(
-        encoding="utf-8")
+        encoding="utf-8"
+    )
     assert text.count("## Adding a formula") == 1
     assert "## Bytes read are the bytes the op touches" in text
     import modelprof
@@ -241,14 +268,15 @@ def test_counting_doc_has_one_adding_a_formula_section_and_its_example_runs():
 
     block = re.search(r"## Adding a formula\n\n```python\n(.*?)```", text, re.S).group(1)
     registry = REGISTRY.copy()  # the example runs against a copy, not the global registry
-    code = block.replace("from modelprof import Cost, register_formula",
-                         "from modelprof import Cost\nfrom functools import partial\n"
-                         "from modelprof.counting.formulas.registry import register_formula as _r\n"
-                         "register_formula = partial(_r, registry=registry)")
+    code = block.replace(
+        "from modelprof import Cost, register_formula",
+        "from modelprof import Cost\nfrom functools import partial\n"
+        "from modelprof.counting.formulas.registry import register_formula as _r\n"
+        "register_formula = partial(_r, registry=registry)",
+    )
     scope = {"registry": registry}
     exec(compile(code, "counting.md", "exec"), scope)  # noqa: S102 - the project's own docs
-    report = modelprof.profile(_Rfft(), inputs=torch.randn(3, 16), timing=False,
-                               registry=registry)
+    report = modelprof.profile(_Rfft(), inputs=torch.randn(3, 16), timing=False, registry=registry)
     ops = report.by_operator().set_index("op")
     assert ops.loc["aten._fft_r2c.default", "flops"] == int(5 * 16 * math.log2(16)) * 3  # 960
 

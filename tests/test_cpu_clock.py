@@ -1,6 +1,7 @@
 """The CPU-time clock: ``clock="cpu"`` (thread CPU time for one intra-op thread, process CPU time
 for several, stated which), and the CPU time read beside the wall clock by default. A FAKE clock
 (virtual time: wall 3x the CPU time, as load would make it) stands in for a loaded machine."""
+
 from __future__ import annotations
 
 import pytest
@@ -42,7 +43,7 @@ def test_the_cpu_clock_refuses_other_devices_and_bad_extension_is_named():
 
 def test_cpu_time_beside_the_wall_clock_and_as_the_clock(monkeypatch):
     clock = install(monkeypatch)
-    clock.factor = 3.0                       # every virtual ms of work takes 3 ms of wall time
+    clock.factor = 3.0  # every virtual ms of work takes 3 ms of wall time
     model = nn.Sequential(VirtualSpin(clock, 2.0))
     x = torch.zeros(1, 4)
     wall = measure_latency(model, inputs=x, repeat=12, warmup=1)

@@ -3,6 +3,7 @@ plan built as under torchrun (tests/dist_models.py derives the model from the is
 
 fp32: 3,159,552 params * 4 B = 12,638,208 B, the whole model's parameter (and gradient) bytes.
 """
+
 from __future__ import annotations
 
 import dist_models as dm
@@ -13,10 +14,10 @@ from modelprof import profile
 from modelprof.distributed.fake import profile_sharded
 from modelprof.errors import ModelProfError, ModelProfWarning
 
-PARAMS = 3_159_552          # 4 * 789,760 + 512 (tests/dist_models.py)
-MACS = 419_430_400          # 4 * 104,857,600
-MODEL_BYTES = PARAMS * 4    # 12,638,208
-SHAPE = (dm.SEQ, dm.D)      # local batch 2 x 64 tokens of d=256
+PARAMS = 3_159_552  # 4 * 789,760 + 512 (tests/dist_models.py)
+MACS = 419_430_400  # 4 * 104,857,600
+MODEL_BYTES = PARAMS * 4  # 12,638,208
+SHAPE = (dm.SEQ, dm.D)  # local batch 2 x 64 tokens of d=256
 
 
 def sharded(build, **kw):
@@ -26,8 +27,10 @@ def sharded(build, **kw):
 def by_kind(report, phase):
     df = report.collectives()
     df = df[df.phase == phase]
-    return {k: g[["calls", "in_bytes", "out_bytes", "comm_bytes", "traffic_bytes"]].sum()
-            .to_dict() for k, g in df.groupby("kind")}
+    return {
+        k: g[["calls", "in_bytes", "out_bytes", "comm_bytes", "traffic_bytes"]].sum().to_dict()
+        for k, g in df.groupby("kind")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +43,13 @@ def test_unsharded_model_is_the_issue_s(plain):
 
 
 def test_ddp_gradient_all_reduce():
-    r = sharded(dm.ddp, backward=True, device="cpu")   # DDP broadcasts real values when built
+    r = sharded(dm.ddp, backward=True, device="cpu")  # DDP broadcasts real values when built
     bwd = by_kind(r, "backward")
     # one bucket (12,638,208 B < DDP's 25 MiB cap) all-reduced per step: the whole model
     assert bwd["all_reduce"]["calls"] == 1 and bwd["all_reduce"]["comm_bytes"] == MODEL_BYTES
     # ring all-reduce, n=2: 2 * (2-1)/2 * 12,638,208 = 12,638,208 B each way
     assert bwd["all_reduce"]["traffic_bytes"] == MODEL_BYTES
-    assert r.totals["params"] == PARAMS and r.totals["comm_calls"] == 0   # nothing forward
+    assert r.totals["params"] == PARAMS and r.totals["comm_calls"] == 0  # nothing forward
     assert r.env["world_size"] == 2 and r.env["rank"] == 1 and r.env["backend"] == "fake"
 
 
@@ -78,15 +81,16 @@ def test_fsdp_built_on_meta_shards_on_the_cpu_where_the_machine_has_a_gpu(monkey
     # cuda:0". Here the CPU machine says it has a GPU (a CUDA mesh cannot be built on it)
     want = sharded(dm.fsdp, backward=True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    if hasattr(torch._C, "_get_accelerator"):            # torch 2.11-2.14 ask this one
+    if hasattr(torch._C, "_get_accelerator"):  # torch 2.11-2.14 ask this one
         monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))
     r = sharded(dm.fsdp, backward=True)
-    assert r.totals["params"] == PARAMS // 2 == want.totals["params"]      # 1,579,776
+    assert r.totals["params"] == PARAMS // 2 == want.totals["params"]  # 1,579,776
     assert r.collectives().equals(want.collectives())
     assert r.totals == want.totals
     # what the machine says is put back after the build
-    assert torch.cuda.is_available() and (not hasattr(torch._C, "_get_accelerator")
-                                          or torch._C._get_accelerator().type == "cuda")
+    assert torch.cuda.is_available() and (
+        not hasattr(torch._C, "_get_accelerator") or torch._C._get_accelerator().type == "cuda"
+    )
 
 
 def test_tensor_parallel_mlp_per_rank():
@@ -97,15 +101,17 @@ def test_tensor_parallel_mlp_per_rank():
     # 525,568 per block: 3,159,552 - 4 * 262,656
     assert r.totals["params"] == PARAMS - 4 * (525_568 - 262_912) == 2_108_928
     fc1 = r.to_dataframe().set_index("module").loc["layers.0.mlp.fc1"]
-    assert fc1["output_shape"] == "2x64x512"                 # this rank's columns of 1024
+    assert fc1["output_shape"] == "2x64x512"  # this rank's columns of 1024
     # fc2's partial sums all-reduced forward, fc1's input gradient backward: 2*64*256*4 B per
     # block = 131,072; 4 blocks = 524,288 B each way
     fwd, bwd = by_kind(r, "forward"), by_kind(r, "backward")
     assert fwd["all_reduce"]["calls"] == 4 and fwd["all_reduce"]["comm_bytes"] == 524_288
     assert bwd["all_reduce"]["calls"] == 4 and bwd["all_reduce"]["comm_bytes"] == 524_288
     # the row of the MLP that ran it carries it, in a (communication) row
-    assert r.to_dataframe().set_index("module").loc["layers.0.mlp.(communication)",
-                                                    "comm_bytes"] == 131_072
+    assert (
+        r.to_dataframe().set_index("module").loc["layers.0.mlp.(communication)", "comm_bytes"]
+        == 131_072
+    )
 
 
 @pytest.mark.parametrize("build", [lambda: dm.tensor_parallel(local_output=False), dm.fsdp])
@@ -148,15 +154,19 @@ def test_bad_input_names_it():
     with pytest.raises(ModelProfError, match="view='local'"):
         sharded(dm.tensor_parallel, view="local")
 
-    def wrong_plan():   # a plan naming a module the model does not have
+    def wrong_plan():  # a plan naming a module the model does not have
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
         m = dm.Transformer()
-        parallelize_module(m, init_device_mesh("cpu", (dist.get_world_size(),)),
-                           {"layers.0.mlp.fc3": ColwiseParallel()})
+        parallelize_module(
+            m,
+            init_device_mesh("cpu", (dist.get_world_size(),)),
+            {"layers.0.mlp.fc3": ColwiseParallel()},
+        )
         return m
 
     with pytest.raises(ModelProfError, match="fc3"):
         sharded(wrong_plan)
-    assert not torch.distributed.is_initialized()    # the fake group is gone again
+    assert not torch.distributed.is_initialized()  # the fake group is gone again

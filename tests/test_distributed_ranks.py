@@ -1,6 +1,7 @@
 """Issue 18 under torchrun: 2 gloo ranks on this machine, started and stopped by the test (a
 deadlock fails on the timeout instead of hanging). tests/dist_worker.py is what each rank runs;
 the figures are derived in tests/test_distributed_fake.py and tests/dist_models.py."""
+
 from __future__ import annotations
 
 import json
@@ -14,26 +15,36 @@ import pytest
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
-MODEL_BYTES = 3_159_552 * 4        # 12,638,208
+MODEL_BYTES = 3_159_552 * 4  # 12,638,208
 
 
-def run_ranks(scenario: str, tmp: Path, timeout: float, writers: tuple[int, ...] = (0, 1),
-              **env: str) -> list[dict | None]:
+def run_ranks(
+    scenario: str, tmp: Path, timeout: float, writers: tuple[int, ...] = (0, 1), **env: str
+) -> list[dict | None]:
     """Run ``scenario`` on 2 ranks; each rank's JSON, None for a rank that wrote none. One of
     ``writers`` that wrote none fails the test with torchrun's stderr (the rank's error)."""
     torchrun = shutil.which("torchrun")
     cmd = ([torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]) + [
-        "--standalone", "--nproc_per_node=2", str(HERE / "dist_worker.py"), scenario, str(tmp)]
-    environ = {**os.environ, **env,
-               "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+        "--standalone",
+        "--nproc_per_node=2",
+        str(HERE / "dist_worker.py"),
+        scenario,
+        str(tmp),
+    ]
+    environ = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(cmd, env=environ, timeout=timeout, capture_output=True, text=True)
     out = []
     for rank in (0, 1):
         f = tmp / f"{scenario}.{rank}.json"
         out.append(json.loads(f.read_text()) if f.exists() else None)
     missing = [rank for rank in writers if out[rank] is None]
-    assert not missing, (f"rank {missing} wrote no result (torchrun exit {proc.returncode}):\n"
-                         f"{proc.stderr[-4000:]}")
+    assert not missing, (
+        f"rank {missing} wrote no result (torchrun exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
     return out
 
 
@@ -48,8 +59,12 @@ def kinds(result: dict) -> dict:
 
 def test_same_figures_under_torchrun(counted):
     for rank, r in enumerate(counted):
-        assert r["ddp"]["env"] == {**r["ddp"]["env"], "rank": rank, "world_size": 2,
-                                   "backend": "gloo"}
+        assert r["ddp"]["env"] == {
+            **r["ddp"]["env"],
+            "rank": rank,
+            "world_size": 2,
+            "backend": "gloo",
+        }
         # DDP: the gradient all-reduce, one bucket of the whole model per step
         ddp = kinds(r["ddp"])["backward/all_reduce"]
         assert ddp["calls"] == 1 and ddp["comm_bytes"] == MODEL_BYTES
@@ -108,8 +123,9 @@ def test_backward_timing_runs_agree(tmp_path, slow_rank):
     if slow_rank == "1":
         # rank 1 sleeps 3 ms after each forward, so rank 0 waits for it in the gradient
         # all-reduce: that wait is rank 0's communication, longer than rank 1's own
-        ddp = [r["ddp_cnn"]["comm_latency"]["(communication)"]["backward_latency_ms"]
-               for r in (r0, r1)]
+        ddp = [
+            r["ddp_cnn"]["comm_latency"]["(communication)"]["backward_latency_ms"] for r in (r0, r1)
+        ]
         assert ddp[0] > ddp[1], ddp
     # one voice: rank 0 warns (every pass is undersampled on purpose), rank 1 stays silent
     assert r0["tp"]["warnings"] > 0 and r1["tp"]["warnings"] == 0
@@ -132,12 +148,12 @@ def test_bad_runs_raise_modelprof_error(tmp_path):
 
 def test_group_utilization_under_torchrun(tmp_path):
     out = run_ranks("utilization", tmp_path, timeout=240)
-    assert out[0]["group"] == out[1]["group"]          # every rank gets the group's table
+    assert out[0]["group"] == out[1]["group"]  # every rank gets the group's table
     g = out[0]["group"]
     assert g["rank"] == [0, 1, -1]
     # rank r runs a 64 x 64 Linear at batch 8 (r + 1): 2 x 8 (r + 1) x 64 x 64 FLOPs
     assert g["model_flops"] == [65_536.0, 131_072.0, 196_608.0]
-    assert g["time_ms"][2] == max(g["time_ms"][:2])    # the group waits for its slowest rank
+    assert g["time_ms"][2] == max(g["time_ms"][:2])  # the group waits for its slowest rank
     # all ranks' FLOPs / (slowest time x 2 ranks x 1e9 FLOP/s)
     assert g["mfu"][2] == pytest.approx(196_608 / (g["time_ms"][2] * 1e-3 * 2 * 1e9))
     for rank in (0, 1):

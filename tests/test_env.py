@@ -1,4 +1,5 @@
 """collect_env: plain JSON, the promised keys, never failing on unreadable items."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,27 @@ from modelprof.runtime.env import collect_env, gpu_state
 
 
 def test_env_is_json_and_has_the_promised_keys():
-    e = collect_env("cpu", dtype=torch.bfloat16, batch_size=8, amp=torch.float16,
-                    channels_last=True, compile=None)
-    assert json.loads(json.dumps(e)) == e                  # round-trips: plain JSON only
-    for key in ("device_name", "torch_version", "cuda_version", "cudnn_version",
-                "python_version", "modelprof_version", "torch_num_threads", "cudnn_benchmark",
-                "tf32_matmul", "tf32_cudnn"):
+    e = collect_env(
+        "cpu",
+        dtype=torch.bfloat16,
+        batch_size=8,
+        amp=torch.float16,
+        channels_last=True,
+        compile=None,
+    )
+    assert json.loads(json.dumps(e)) == e  # round-trips: plain JSON only
+    for key in (
+        "device_name",
+        "torch_version",
+        "cuda_version",
+        "cudnn_version",
+        "python_version",
+        "modelprof_version",
+        "torch_num_threads",
+        "cudnn_benchmark",
+        "tf32_matmul",
+        "tf32_cudnn",
+    ):
         assert key in e, key
     assert e["dtype"] == "torch.bfloat16" and e["batch_size"] == 8
     assert e["mode"] == {"amp": "torch.float16", "channels_last": True, "compile": None}
@@ -35,6 +51,7 @@ def _without_pynvml(monkeypatch) -> None:
 def test_unreadable_gpu_state_is_empty_not_an_error(monkeypatch):
     def boom(*a, **k):
         raise subprocess.TimeoutExpired("nvidia-smi", 2)
+
     _without_pynvml(monkeypatch)
     monkeypatch.setattr(subprocess, "run", boom)
     assert gpu_state(0) == {}
@@ -43,6 +60,7 @@ def test_unreadable_gpu_state_is_empty_not_an_error(monkeypatch):
 def test_nvidia_smi_answer_is_parsed(monkeypatch):
     class Done:
         stdout = "1980, 2619, 1980, 2619, 41, 123.45, P0, 550.54.15\n"
+
     _without_pynvml(monkeypatch)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: Done())
     state = gpu_state(0)
@@ -94,11 +112,12 @@ class _FakeNvml:
 def test_gpu_state_finds_the_gpu_by_uuid_not_by_nvml_index(monkeypatch):
     # under CUDA_VISIBLE_DEVICES=3, torch's cuda:0 is NVML's GPU 3: only the UUID names it
     import sys
+
     fake = _FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     state = gpu_state(0, uuid="GPU-1234")
     assert fake.asked == [("uuid", "GPU-1234")]
-    assert state["sm_clock_mhz"] == 1980 and state["power_w"] == 120.0   # 120,000 mW
+    assert state["sm_clock_mhz"] == 1980 and state["power_w"] == 120.0  # 120,000 mW
     gpu_state(2)
     assert fake.asked[-1] == ("index", 2)
 
@@ -106,11 +125,13 @@ def test_gpu_state_finds_the_gpu_by_uuid_not_by_nvml_index(monkeypatch):
 def test_gpu_uuid_reads_torchs_device_properties(monkeypatch):
     class Props:
         uuid = "5e5b6c3a-0000-1111-2222-333344445555"
+
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props())
     assert env_mod.gpu_uuid(1) == "GPU-5e5b6c3a-0000-1111-2222-333344445555"
 
     def missing(i):
         raise RuntimeError("no CUDA")
+
     monkeypatch.setattr(torch.cuda, "get_device_properties", missing)
     assert env_mod.gpu_uuid(0) is None
 
@@ -120,7 +141,7 @@ def test_tf32_flags_read_the_newer_api_without_raising(monkeypatch):
 
     class Legacy:
         @property
-        def allow_tf32(self):           # what the legacy getter does once fp32_precision is set
+        def allow_tf32(self):  # what the legacy getter does once fp32_precision is set
             raise RuntimeError("mixed use of the legacy and new TF32 API")
 
     class NewMatmul(Legacy):
@@ -130,7 +151,7 @@ def test_tf32_flags_read_the_newer_api_without_raising(monkeypatch):
         fp32_precision = "ieee"
 
     class Cudnn(Legacy):
-        fp32_precision = "none"         # not set at the top level: the conv setting decides
+        fp32_precision = "none"  # not set at the top level: the conv setting decides
         conv = NewConv()
 
     monkeypatch.setattr(torch.backends.cuda, "matmul", NewMatmul())
@@ -145,7 +166,7 @@ def test_tf32_flags_fall_back_to_the_legacy_flags(monkeypatch):
     class OldMatmul:
         allow_tf32 = False
 
-    class OldCudnn:                     # a torch before fp32_precision existed
+    class OldCudnn:  # a torch before fp32_precision existed
         allow_tf32 = True
 
     monkeypatch.setattr(torch.backends.cuda, "matmul", OldMatmul())

@@ -1,5 +1,6 @@
 """Exports that another program interprets: a spreadsheet (CSV formulas), a Markdown renderer
 (raw HTML), LaTeX (characters pdflatex cannot set). Module names are the user's text."""
+
 from __future__ import annotations
 
 import csv
@@ -15,16 +16,34 @@ import pytest
 from modelprof.errors import ModelProfWarning
 from modelprof.render import read_csv, to_csv, to_latex, to_markdown
 
-HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)",
-           "\tTAB", "\rCR", "'=already quoted", "'plain", "plain", "", "a=b", "-"]
+HOSTILE = [
+    '=HYPERLINK("http://x","y")',
+    "+1+cmd|' /C calc'!A0",
+    "-2+3",
+    "@SUM(A1:A9)",
+    "\tTAB",
+    "\rCR",
+    "'=already quoted",
+    "'plain",
+    "plain",
+    "",
+    "a=b",
+    "-",
+]
 
 
 def _frame(names: list[str]) -> pd.DataFrame:
     n = len(names)
-    return pd.DataFrame({"module": names, "type": ["Linear"] * n, "params": range(n),
-                         "macs": [-5 + i for i in range(n)],  # negative numbers stay numbers
-                         "latency_ms": [-0.5 * i for i in range(n)],
-                         "note": names})  # a column read_csv does not know: types inferred
+    return pd.DataFrame(
+        {
+            "module": names,
+            "type": ["Linear"] * n,
+            "params": range(n),
+            "macs": [-5 + i for i in range(n)],  # negative numbers stay numbers
+            "latency_ms": [-0.5 * i for i in range(n)],
+            "note": names,
+        }
+    )  # a column read_csv does not know: types inferred
 
 
 def test_csv_neutralises_formula_cells_owasp():
@@ -66,14 +85,20 @@ def test_markdown_escapes_raw_html():
 
 
 def _latex_document(body: str) -> str:
-    return ("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
-            "\\begin{document}\n" + body + "\\end{document}\n")
+    return (
+        "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
+        "\\begin{document}\n" + body + "\\end{document}\n"
+    )
 
 
 def _pdflatex(tmp_path, body: str) -> subprocess.CompletedProcess:
     (tmp_path / "t.tex").write_text(_latex_document(body), encoding="utf-8")
-    return subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
-                          cwd=tmp_path, capture_output=True, timeout=120)
+    return subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_latex_warns_on_characters_pdflatex_cannot_set():

@@ -1,6 +1,7 @@
 """Exported programs keep their layers: ``torch.export`` programs (the ``ExportedProgram``, the
 flat graph of its ``.module()``, a ``.pt2`` archive) profile as one row per layer call, named and
 typed as in the eager model, with the eager model's counts."""
+
 from __future__ import annotations
 
 import warnings
@@ -34,7 +35,7 @@ def resnet18():
 def test_an_exported_resnet18_has_the_eager_rows(resnet18):
     model, x, program = resnet18
     eager = _frame(model, inputs=x)
-    assert len(eager) == 84   # every module call of resnet18, as the eager table has them
+    assert len(eager) == 84  # every module call of resnet18, as the eager table has them
     # every column equal: names, types (Conv2d, not InterpreterModule), calls, shapes, params,
     # MACs (148,557,824 at 64x64: 1.814 G x (64/224)^2 rounded by the stride), bytes
     pd.testing.assert_frame_equal(_frame(program, inputs=x), eager)
@@ -50,9 +51,16 @@ def test_the_flat_graph_of_module_gets_its_layers_back(resnet18):
 
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64)
+
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
 
@@ -66,19 +74,30 @@ def test_an_exported_llama_has_the_eager_rows():
         program = torch.export.export(model, (), kwargs)
     eager, exported = _frame(model, inputs=kwargs), _frame(program, inputs=kwargs)
     assert len(eager) == len(exported) == 39
-    counted = ["module", "type", "call", "depth", "leaf", "params", "trainable_params", "macs",
-               "macs_pct"]
+    counted = [
+        "module",
+        "type",
+        "call",
+        "depth",
+        "leaf",
+        "params",
+        "trainable_params",
+        "macs",
+        "macs_pct",
+    ]
     pd.testing.assert_frame_equal(exported[counted], eager[counted])
     # the exported program builds its causal mask as a tensor (traced from the mask code)
     # where the eager model passes is_causal: more elementwise FLOPs in the model's own row and
     # the attentions' own rows (a masked SDPA), and the same everywhere else
-    masked = exported["module"].str.endswith("(self)") & \
-        exported["type"].isin(["LlamaModel", "LlamaAttention"])
+    masked = exported["module"].str.endswith("(self)") & exported["type"].isin(
+        ["LlamaModel", "LlamaAttention"]
+    )
     assert masked.sum() == 3
     assert (exported.loc[masked, "flops"] > eager.loc[masked, "flops"]).all()
     same = ["flops", "madd"]
-    pd.testing.assert_frame_equal(exported.loc[~masked & eager["leaf"], same],
-                                  eager.loc[~masked & eager["leaf"], same])
+    pd.testing.assert_frame_equal(
+        exported.loc[~masked & eager["leaf"], same], eager.loc[~masked & eager["leaf"], same]
+    )
     # per layer: q 32x32 + k, v 32x16 + o 32x32 = 3,072 weights x 8 tokens = 24,576 MACs and
     # the scores and values 2 x 8x8 pairs x 4 heads x 8 dims = 4,096; MLP 3 x 32x64 x 8 =
     # 49,152; lm_head 32x128 x 8 = 32,768: 2 x 77,824 + 32,768 = 188,416

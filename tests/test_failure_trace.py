@@ -1,6 +1,7 @@
 """A failed profile leaves no trace: after any exception (``BaseException`` included), on every
 path, no modelprof dispatch mode is left on torch's mode stack (nor torch's in-mode flags set)
 and no hook is left on any module or registered globally."""
+
 from __future__ import annotations
 
 import sys
@@ -16,14 +17,28 @@ from torch.utils import _python_dispatch as pd
 from modelprof import compare, profile
 from modelprof.counting.formulas.registry import REGISTRY
 
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs",
-                 "_global_forward_hooks_always_called", "_global_module_registration_hooks",
-                 "_global_parameter_registration_hooks", "_global_buffer_registration_hooks")
-_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                 "_backward_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
-                 "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
-                 "_forward_hooks_always_called")
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_forward_hooks_with_kwargs",
+    "_global_forward_hooks_always_called",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks",
+)
+_MODULE_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
 
 
 def _trace(model: nn.Module) -> dict:
@@ -32,8 +47,11 @@ def _trace(model: nn.Module) -> dict:
         "modes": [type(m).__name__ for m in pd._get_current_dispatch_mode_stack()],
         "in_mode": pd._is_in_torch_dispatch_mode,
         "global_hooks": {n: len(getattr(module_globals, n, {})) for n in _GLOBAL_HOOKS},
-        "module_hooks": {(name, h): len(getattr(m, h, None) or {})
-                         for name, m in model.named_modules() for h in _MODULE_HOOKS},
+        "module_hooks": {
+            (name, h): len(getattr(m, h, None) or {})
+            for name, m in model.named_modules()
+            for h in _MODULE_HOOKS
+        },
     }
 
 
@@ -86,13 +104,13 @@ CASES = {
     "SystemExit in the forward": (lambda: _Net(SystemExit(3)), {"timing": False}),
     "RecursionError in the forward": (lambda: _Net(RecursionError("deep")), {"timing": False}),
     "fails while timed": (lambda: _Net(Boom("x"), on_call=3), {"budget_s": 0.05}),
-    "fails in the per-layer timing": (lambda: _Net(ValueError("x"), on_call=8),
-                                      {"budget_s": 0.05}),
-    "loss raises (backward)": (lambda: _Net(), {"backward": True, "loss_fn": _boom_loss,
-                                                "timing": False}),
+    "fails in the per-layer timing": (lambda: _Net(ValueError("x"), on_call=8), {"budget_s": 0.05}),
+    "loss raises (backward)": (
+        lambda: _Net(),
+        {"backward": True, "loss_fn": _boom_loss, "timing": False},
+    ),
     "backward raises": (lambda: _BackwardFails(), {"backward": True, "timing": False}),
-    "backward raises while timed": (lambda: _BackwardFails(), {"backward": True,
-                                                               "budget_s": 0.05}),
+    "backward raises while timed": (lambda: _BackwardFails(), {"backward": True, "budget_s": 0.05}),
 }
 
 
@@ -180,8 +198,9 @@ def test_sdpa_on_a_jagged_nested_tensor_leaves_no_trace_at_any_stack_depth():
         def forward(self, q):
             return F.scaled_dot_product_attention(q, q, q)
 
-    q = torch.nested.nested_tensor([torch.randn(3, 2, 8), torch.randn(5, 2, 8)],
-                                   layout=torch.jagged).transpose(1, 2)
+    q = torch.nested.nested_tensor(
+        [torch.randn(3, 2, 8), torch.randn(5, 2, 8)], layout=torch.jagged
+    ).transpose(1, 2)
     model = Attention()
     before = _trace(model)
 
@@ -203,6 +222,7 @@ def test_sdpa_on_a_jagged_nested_tensor_leaves_no_trace_at_any_stack_depth():
 
 # --- nested (ragged) tensors: counted per component, or refused naming the op ----------------------
 
+
 class _LinearReLU(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -218,7 +238,7 @@ def test_nested_linear_is_counted_as_the_sum_over_components(layout):
         warnings.simplefilter("ignore")  # torch: strided nested tensors are a prototype
         x = torch.nested.nested_tensor([torch.randn(3, 8), torch.randn(5, 8)], layout=layout)
     report = profile(_LinearReLU(), inputs=x, timing=False)
-    rows = (3 + 5)  # the components' rows
+    rows = 3 + 5  # the components' rows
     assert report.totals["macs"] == rows * 8 * 6  # 8*8*6 = 384
     # 2 flops per MAC, 1 per bias add and 1 per ReLU output: 768 + 48 + 48 = 864
     assert report.totals["flops"] == 2 * rows * 8 * 6 + rows * 6 + rows * 6
@@ -232,8 +252,9 @@ def test_sdpa_on_a_jagged_nested_tensor_is_counted_per_sequence():
             return F.scaled_dot_product_attention(q, q, q)
 
     heads, dim, lengths = 2, 8, (3, 5)
-    q = torch.nested.nested_tensor([torch.randn(n, heads, dim) for n in lengths],
-                                   layout=torch.jagged).transpose(1, 2)
+    q = torch.nested.nested_tensor(
+        [torch.randn(n, heads, dim) for n in lengths], layout=torch.jagged
+    ).transpose(1, 2)
     report = profile(Attention(), inputs=q, timing=False)
     # per sequence of length n: q k^T and attn v, heads * n * n * dim MACs each
     # 2 * 2 * 8 * (3*3 + 5*5) = 1088

@@ -1,6 +1,7 @@
 """Files the user points modelprof at: a ``.pt2`` archive must not run code unless trusted (every
 member any torch version deserializes, every string that reaches an evaluator), a zip bomb is
 refused before it is inflated, and a bad path or file gives one clean error, never a traceback."""
+
 from __future__ import annotations
 
 import io
@@ -43,8 +44,9 @@ class _Tiny(nn.Module):
 @pytest.fixture(scope="module")
 def plain_pt2() -> bytes:
     """A genuine archive with a dynamic batch (so that it holds ``as_expr`` sizes)."""
-    program = torch.export.export(_Tiny(), (torch.randn(2, 4),),
-                                  dynamic_shapes=({0: torch.export.Dim("b", min=2, max=64)},))
+    program = torch.export.export(
+        _Tiny(), (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim("b", min=2, max=64)},)
+    )
     buffer = io.BytesIO()
     torch.export.save(program, buffer)
     return buffer.getvalue()
@@ -65,12 +67,17 @@ _SYMBOL = b"Symbol('s77', positive=True, integer=True)"
 
 def _sympy_payload(data: bytes, marker: Path) -> bytes:
     """An ``as_expr`` size holding a Python expression that opens ``marker`` for writing."""
-    assert _SYMBOL in b"".join(zipfile.ZipFile(io.BytesIO(data)).read(n)
-                               for n in zipfile.ZipFile(io.BytesIO(data)).namelist())
-    code = (f"{_SYMBOL.decode()} + __import__('builtins').len(__import__('builtins')"
-            f".open({str(marker)!r}, 'w').name) * 0").encode()
-    return _rewrite(data, lambda n, b: b.replace(_SYMBOL, code, 1)
-                    if n.endswith("models/model.json") else b)
+    assert _SYMBOL in b"".join(
+        zipfile.ZipFile(io.BytesIO(data)).read(n)
+        for n in zipfile.ZipFile(io.BytesIO(data)).namelist()
+    )
+    code = (
+        f"{_SYMBOL.decode()} + __import__('builtins').len(__import__('builtins')"
+        f".open({str(marker)!r}, 'w').name) * 0"
+    ).encode()
+    return _rewrite(
+        data, lambda n, b: b.replace(_SYMBOL, code, 1) if n.endswith("models/model.json") else b
+    )
 
 
 def _old_layout(data: bytes, marker: Path) -> bytes:
@@ -95,21 +102,35 @@ def _old_layout(data: bytes, marker: Path) -> bytes:
 
 def _guard_payload(data: bytes, marker: Path) -> bytes:
     """``guards_code``, which torch ``exec``s when the program's module is built."""
-    code = f'"__import__(\'builtins\').open({str(marker)!r}, \'w\') is None"'
-    return _rewrite(data, lambda n, b: b.replace(b'"guards_code": []',
-                                                 b'"guards_code": [' + code.encode() + b"]")
-                    if n.endswith("models/model.json") else b)
+    code = f"\"__import__('builtins').open({str(marker)!r}, 'w') is None\""
+    return _rewrite(
+        data,
+        lambda n, b: (
+            b.replace(b'"guards_code": []', b'"guards_code": [' + code.encode() + b"]")
+            if n.endswith("models/model.json")
+            else b
+        ),
+    )
 
 
 def _target_payload(data: bytes, marker: Path) -> bytes:
     """A node target resolved by name under ``torch`` (``torch.os.system``)."""
-    return _rewrite(data, lambda n, b: b.replace(b'"torch.ops.aten.linear.default"',
-                                                 b'"torch.os.system"', 1)
-                    if n.endswith("models/model.json") else b)
+    return _rewrite(
+        data,
+        lambda n, b: (
+            b.replace(b'"torch.ops.aten.linear.default"', b'"torch.os.system"', 1)
+            if n.endswith("models/model.json")
+            else b
+        ),
+    )
 
 
-CRAFTED = {"sympy as_expr": _sympy_payload, "old layout pickle": _old_layout,
-           "guards_code": _guard_payload, "node target": _target_payload}
+CRAFTED = {
+    "sympy as_expr": _sympy_payload,
+    "old layout pickle": _old_layout,
+    "guards_code": _guard_payload,
+    "node target": _target_payload,
+}
 
 
 @pytest.mark.parametrize("craft", list(CRAFTED))
@@ -177,13 +198,19 @@ def test_zip_bomb_is_refused_before_inflating_under_a_memory_limit(plain_pt2, tm
             for _ in range(256):
                 member.write(zeros)
     assert path.stat().st_size < 2 << 20
-    run = subprocess.run([sys.executable, "-c", _BOMB_SCRIPT, str(path)], capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    run = subprocess.run(
+        [sys.executable, "-c", _BOMB_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert "MemoryError" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert "REFUSED" in run.stdout and "zip bomb" in run.stdout, run.stdout
 
 
 # --- clean errors, no tracebacks, no misleading advice ---------------------------------------------
+
 
 def _cli(argv: list[str]) -> tuple[int, str]:
     err = io.StringIO()
@@ -192,8 +219,11 @@ def _cli(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-@pytest.mark.parametrize("spec", ["a" * 300 + ".pt", "a" * 300 + ".pt2", "a" * 300 + ".py:build",
-                                  "/tmp/" + "b" * 300], ids=["pt", "pt2", "py", "dir"])
+@pytest.mark.parametrize(
+    "spec",
+    ["a" * 300 + ".pt", "a" * 300 + ".pt2", "a" * 300 + ".py:build", "/tmp/" + "b" * 300],
+    ids=["pt", "pt2", "py", "dir"],
+)
 def test_a_path_the_system_refuses_is_a_clean_error(spec):
     code, err = _cli(["profile", spec, "--no-timing"])
     assert code == 2 and "Traceback" not in err
@@ -206,8 +236,9 @@ def test_sample_inputs_that_are_not_args_kwargs_are_a_clean_error(tmp_path):
     torch.export.save(program, buffer)
     torch.save((torch.randn(2, 4),), sample)  # one element, not (args, kwargs)
     path = tmp_path / "odd.pt2"
-    path.write_bytes(_rewrite(buffer.getvalue(),
-                              lambda n, b: sample.getvalue() if "sample_inputs" in n else b))
+    path.write_bytes(
+        _rewrite(buffer.getvalue(), lambda n, b: sample.getvalue() if "sample_inputs" in n else b)
+    )
     for extra in ([], ["--trust-pickle"]):
         code, err = _cli(["profile", str(path), "--no-timing", *extra])
         assert code == 2 and "Traceback" not in err
@@ -254,7 +285,7 @@ def test_onnx_file_and_directory_are_not_called_unknown_torchvision_names(tmp_pa
 
 def test_a_directory_named_like_a_torchvision_model_does_not_shadow_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "resnet18").mkdir()     # e.g. a folder of reports
+    (tmp_path / "resnet18").mkdir()  # e.g. a folder of reports
     (tmp_path / "mynet").mkdir()
     assert load_spec("resnet18").name == "resnet18"
     with pytest.raises(ModelProfError, match="'mynet' is a directory"):

@@ -3,6 +3,7 @@ torch's own FSDP2 memory tracker on a fake process group; the table, the CLI and
 
 ``torch.distributed._tools.FSDPMemTracker`` is a private torch module: used here, as an oracle
 only, never by modelprof itself."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,16 +19,27 @@ GiB = 2**30
 
 
 def llama3_70b():
-    return transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
-                                    num_hidden_layers=80, num_attention_heads=64,
-                                    num_key_value_heads=8, vocab_size=128256,
-                                    max_position_embeddings=8192)
+    return transformers.LlamaConfig(
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+    )
 
 
 def small_llama():
-    return transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2,
-                                    vocab_size=101, max_position_embeddings=64)
+    return transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=101,
+        max_position_embeddings=64,
+    )
 
 
 def test_llama3_70b_inference_closed_forms():
@@ -51,7 +63,7 @@ def test_llama3_70b_inference_closed_forms():
     two = fit(llama3_70b(), device="H100 SXM", context=8192, training=False, tp=2)
     t2 = two.table["inference"]
     assert t2["weights"] == 141_107_412_992 // 2 and t2["kv_cache"] == 2_684_354_560 // 2
-    assert two.fits("inference")                # 65.7 + 1.25 + 0.88 GiB under 80 GiB
+    assert two.fits("inference")  # 65.7 + 1.25 + 0.88 GiB under 80 GiB
     # beyond 8 ranks the KV heads cannot split further: each rank holds one
     sixteen = fit(llama3_70b(), device="H100 SXM", context=8192, training=False, tp=16)
     assert sixteen.table.loc["kv_cache", "inference"] == 2_684_354_560 // 8
@@ -64,15 +76,15 @@ def test_training_plans_closed_forms():
     # parameters: embeddings and head 2 x 101 x 64 = 12,928; per layer q, o 64 x 64, k, v
     # 32 x 64, MLP 3 x 64 x 96, norms 2 x 64 = 30,848; x 2 layers + final norm 64 = 74,688
     psi = 74_688
-    assert t.loc["weights", "data parallel"] == 2 * psi                 # bf16
-    assert t.loc["master_weights", "data parallel"] == 4 * psi          # fp32 (mixed precision)
+    assert t.loc["weights", "data parallel"] == 2 * psi  # bf16
+    assert t.loc["master_weights", "data parallel"] == 4 * psi  # fp32 (mixed precision)
     assert t.loc["gradients", "data parallel"] == 2 * psi
-    tensors = 2 + 2 * 9 + 1                                              # 21 parameter tensors
+    tensors = 2 + 2 * 9 + 1  # 21 parameter tensors
     # Adam: m and v in fp32, and a float32 step per tensor
     assert t.loc["optimizer_state", "data parallel"] == 2 * 4 * psi + 4 * tensors
     # each tensor split in 4 chunks of ceil(d0 / 4) rows, as FSDP2 does: the 101-row
     # embedding and head keep 26 rows each; every other dim 0 (64, 32, 96) divides by 4
-    shard = 2 * 26 * 64 + (psi - 2 * 101 * 64) // 4                  # 3,328 + 15,440
+    shard = 2 * 26 * 64 + (psi - 2 * 101 * 64) // 4  # 3,328 + 15,440
     assert t.loc["optimizer_state", "ZeRO-1"] == 2 * 4 * shard + 4 * tensors
     assert t.loc["master_weights", "ZeRO-1"] == 4 * shard
     assert t.loc["gradients", "ZeRO-1"] == 2 * psi and t.loc["gradients", "ZeRO-2"] == 2 * shard
@@ -81,9 +93,19 @@ def test_training_plans_closed_forms():
     assert (t.loc["saved_activations"] == [0, saved, saved, saved, saved]).all()
     # SDPA is counted as the fused kernel on meta too, so no row ran attention as matmuls
     assert not any("ran attention as matmuls" in n for n in report.notes)
-    assert list(t.loc["total"]) == list(t.loc[["weights", "kv_cache", "activation",
-                                               "master_weights", "gradients",
-                                               "optimizer_state", "saved_activations"]].sum())
+    assert list(t.loc["total"]) == list(
+        t.loc[
+            [
+                "weights",
+                "kv_cache",
+                "activation",
+                "master_weights",
+                "gradients",
+                "optimizer_state",
+                "saved_activations",
+            ]
+        ].sum()
+    )
 
 
 def modelprof_saved(cfg, batch, seq):
@@ -92,8 +114,14 @@ def modelprof_saved(cfg, batch, seq):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    r = modelprof.profile(model, inputs={"input_ids": ids}, device="meta",
-                          dtype=torch.bfloat16, backward=True, timing=False)
+    r = modelprof.profile(
+        model,
+        inputs={"input_ids": ids},
+        device="meta",
+        dtype=torch.bfloat16,
+        backward=True,
+        timing=False,
+    )
     return r.totals["saved_bytes"]
 
 
@@ -106,8 +134,9 @@ def test_zero3_equals_fsdp2_memory_tracker_to_the_byte(world):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     cfg = small_llama()
-    expected = fit(cfg, device="H100 SXM", dtype=torch.float32, context=16, ranks=world,
-                   mixed_precision=False).table["ZeRO-3 (FSDP)"]
+    expected = fit(
+        cfg, device="H100 SXM", dtype=torch.float32, context=16, ranks=world, mixed_precision=False
+    ).table["ZeRO-3 (FSDP)"]
     dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
     try:
         mesh = init_device_mesh("cpu", (world,))
@@ -129,7 +158,7 @@ def test_zero3_equals_fsdp2_memory_tracker_to_the_byte(world):
     assert got[_FSDPRefType.SHARDED_PARAM] == expected["weights"]
     assert got[_FSDPRefType.SHARDED_GRAD] == expected["gradients"]
     assert got[_FSDPRefType.OPT] == expected["optimizer_state"]
-    assert expected["master_weights"] == 0            # float32 training: no second copy
+    assert expected["master_weights"] == 0  # float32 training: no second copy
 
 
 def test_device_names_memory_and_variants():
@@ -137,9 +166,9 @@ def test_device_names_memory_and_variants():
     assert report.table.loc["memory", "inference"] == 80 * GiB
     try:
         family = fit(small_llama(), device="A100", context=8, training=False)
-    except ModelProfError as e:           # a table that asks instead of taking one
+    except ModelProfError as e:  # a table that asks instead of taking one
         assert "A100 SXM 80GB" in str(e) and "A100 SXM 40GB" in str(e)
-    else:                                 # a table that takes one says which, and the others
+    else:  # a table that takes one says which, and the others
         assert family.device == "A100 SXM 40GB" and family.matched_from == "A100"
         text = str(family)
         assert "A100 SXM 40GB (from 'A100')" in text and "A100 SXM 80GB (80.00 GiB)" in text
@@ -147,16 +176,19 @@ def test_device_names_memory_and_variants():
     assert own.table.loc["memory", "inference"] == 10**6
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"context": -1}, "context=-1"),
-    ({"ranks": 0}, "ranks=0"),
-    ({"tp": 1.5}, "tp=1.5"),
-    ({"device": "Z9000"}, "device='Z9000'.*H100 SXM"),
-    ({"memory_bytes": 0}, "memory_bytes=0"),
-    ({"optimizer": "lion"}, "optimizer='lion'"),
-    ({"optimizer": torch.nn.Linear}, "optimizer=<class"),
-    ({"dtype": torch.int8}, "dtype=torch.int8"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"context": -1}, "context=-1"),
+        ({"ranks": 0}, "ranks=0"),
+        ({"tp": 1.5}, "tp=1.5"),
+        ({"device": "Z9000"}, "device='Z9000'.*H100 SXM"),
+        ({"memory_bytes": 0}, "memory_bytes=0"),
+        ({"optimizer": "lion"}, "optimizer='lion'"),
+        ({"optimizer": torch.nn.Linear}, "optimizer=<class"),
+        ({"dtype": torch.int8}, "dtype=torch.int8"),
+    ],
+)
 def test_bad_input_is_named(kwargs, match):
     with pytest.raises(ModelProfError, match=match):
         fit(small_llama(), **kwargs)
@@ -168,8 +200,10 @@ def test_not_a_model():
 
 
 def test_the_command_line(capsys):
-    spec = ("LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
-            "num_attention_heads=4,num_key_value_heads=2,vocab_size=101")
+    spec = (
+        "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
+        "num_attention_heads=4,num_key_value_heads=2,vocab_size=101"
+    )
     assert main(["fit", spec, "--context", "16", "--ranks", "2", "--on", "L4"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("device L4") and "ZeRO-3 (FSDP)" in out and "24.00 GiB" in out
@@ -192,11 +226,11 @@ def test_memory_estimate_prints_human_units_and_stays_numeric():
 def test_the_optimizers_own_state_is_read_from_one_step():
     from modelprof.fit import optimizer_states
 
-    assert optimizer_states(torch.optim.Adam) == (2, 4)      # exp_avg, exp_avg_sq; float step
+    assert optimizer_states(torch.optim.Adam) == (2, 4)  # exp_avg, exp_avg_sq; float step
     assert optimizer_states(torch.optim.SGD) == (0, 0)
     p = torch.nn.Parameter(torch.zeros(2))
     assert optimizer_states(torch.optim.SGD([p], lr=0.1, momentum=0.9)) == (1, 0)
-    assert optimizer_states(torch.optim.Adagrad) == (1, 4)   # sum of squares; step
+    assert optimizer_states(torch.optim.Adagrad) == (1, 4)  # sum of squares; step
     cfg = small_llama()
     sgd = fit(cfg, context=8, optimizer=torch.optim.SGD([p], lr=0.1, momentum=0.9))
     # one momentum buffer per element, fp32 under mixed precision: 4 x 74,688
@@ -214,7 +248,7 @@ def test_a_plain_module_counts_weights_and_says_what_it_left_out():
     # Adam: 2 x 22,240 + a 4-byte step for each of the 4 tensors
     assert t.loc["optimizer_state", "data parallel"] == 2 * 22_240 + 16
     assert "no KV cache and no activations" in str(report)
-    assert next(model.parameters()).device.type == "cpu"     # the user's model is untouched
+    assert next(model.parameters()).device.type == "cpu"  # the user's model is untouched
 
 
 def test_every_fit_option_has_help():

@@ -1,4 +1,5 @@
 """Closed-form counts for every formula family, derived by hand beside each assertion."""
+
 from __future__ import annotations
 
 import warnings
@@ -102,6 +103,7 @@ def _mha_macs(batch, lq, lkv, e):
 
 def test_multihead_attention_fast_and_slow_path_agree():
     e, heads, batch, length = 16, 4, 2, 5
+
     class SelfAttention(nn.Module):
         def __init__(self):
             super().__init__()
@@ -114,8 +116,9 @@ def test_multihead_attention_fast_and_slow_path_agree():
     mha = model.mha
     x = torch.randn(batch, length, e)
     fast = profile(model, inputs=x, timing=False)  # eval + no_grad: the fused fast path
-    assert "_native_multi_head_attention.default" in {o.split("aten.")[1]
-                                                      for o in fast.by_operator()["op"]}
+    assert "_native_multi_head_attention.default" in {
+        o.split("aten.")[1] for o in fast.by_operator()["op"]
+    }
     # 2 * (15*256 + 2*5*5*16 + 5*256) = 2 * (3840 + 800 + 1280) = 11840
     assert fast.totals["macs"] == _mha_macs(batch, length, length, e) == 11840
     slow = profile(mha, inputs=(x, x, x), timing=False, no_grad=False)  # grad on: slow path
@@ -169,14 +172,31 @@ def _cudnn_rnn_args(lstm: nn.LSTM, x: torch.Tensor, columns: bool) -> tuple:
     stride0 = len(weights) // (lstm.num_layers * (2 if lstm.bidirectional else 1))
     # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
     #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
-    return (x, weights, stride0, None, None, None, 2, lstm.hidden_size, lstm.proj_size,
-            lstm.num_layers, lstm.batch_first, 0.0, False, lstm.bidirectional, [], None)
+    return (
+        x,
+        weights,
+        stride0,
+        None,
+        None,
+        None,
+        2,
+        lstm.hidden_size,
+        lstm.proj_size,
+        lstm.num_layers,
+        lstm.batch_first,
+        0.0,
+        False,
+        lstm.bidirectional,
+        [],
+        None,
+    )
 
 
 def test_cudnn_lstm_counts_the_same_whatever_the_weight_layout():
     # on an H200 under bf16 autocast the weights came as columns and the count rose: MACs by
     # the biases (+0.45 %), FLOPs by every weight element taken for a gate unit (+25 %)
     from modelprof.counting.formulas.registry import REGISTRY
+
     formula = REGISTRY.lookup(torch.ops.aten._cudnn_rnn.default)
     lstm = nn.LSTM(6, 5, num_layers=2, batch_first=True)
     x = torch.randn(2, 3, 6)
@@ -190,6 +210,7 @@ def test_cudnn_lstm_counts_the_same_whatever_the_weight_layout():
 
 def test_cudnn_lstm_with_projections_both_ways_counts_as_the_cpu():
     from modelprof.counting.formulas.registry import REGISTRY
+
     formula = REGISTRY.lookup(torch.ops.aten._cudnn_rnn.default)
     lstm = nn.LSTM(6, 5, num_layers=2, proj_size=3, bidirectional=True)
     x = torch.randn(4, 2, 6)
@@ -204,6 +225,7 @@ def test_weight_packing_and_shape_queries_are_free():
     # _cudnn_rnn_flatten_weight copies the weights into cuDNN's buffer (unsupported on an H200,
     # fp32 and bf16); aten.dim returns a number (a jagged nested tensor dispatches it)
     from modelprof.counting.formulas.registry import REGISTRY, ZERO
+
     w = [torch.randn(20, 6), torch.randn(20, 5)]
     flatten = REGISTRY.lookup(torch.ops.aten._cudnn_rnn_flatten_weight.default)
     # (weight_arr, weight_stride0, input_size, mode, hidden_size, proj_size, num_layers,
@@ -283,7 +305,7 @@ def test_residual_add_is_charged_to_the_parent():
 def test_lstm_flops_do_not_depend_on_the_kernel():
     lstm = nn.LSTM(4, 6)
     x = torch.randn(5, 3, 4)
-    fused = profile(lstm, inputs=x, timing=False)          # oneDNN: one op per layer
+    fused = profile(lstm, inputs=x, timing=False)  # oneDNN: one op per layer
     shapes = profile(lstm, inputs=x, timing=False, device="meta")  # per-step addmm path
     assert fused.totals["macs"] == shapes.totals["macs"] == 15 * 4 * 6 * (4 + 6)  # 3600
     assert fused.totals["flops"] == shapes.totals["flops"]
@@ -304,8 +326,9 @@ def test_padded_transformer_encoder_runs_as_ragged_sequences():
     enc = nn.TransformerEncoder(layer, 2).eval()
     mask = torch.zeros(2, 5, dtype=torch.bool)
     mask[1, 3:] = True  # the second sequence has 3 real tokens
-    r = profile(enc, inputs={"src": torch.randn(2, 5, 8), "src_key_padding_mask": mask},
-                timing=False)
+    r = profile(
+        enc, inputs={"src": torch.randn(2, 5, 8), "src_key_padding_mask": mask}, timing=False
+    )
     # the fast path drops padding: sequences of 5 and 3 tokens, per layer
     #   projections 4*L*8*8 = 256 L, attention 2*L*L*8 = 16 L^2, feed-forward 2*L*8*16 = 256 L
     #   L=5: 1280 + 400 + 1280 = 2960; L=3: 768 + 144 + 768 = 1680; two layers: 9280
@@ -325,17 +348,20 @@ def test_grouped_mm_every_layout_from_the_offsets():
     # (2 + 4 + 4) rows x 8 x 12 = 960 MACs; madd (2*8 - 1) per output of the 10*12 computed
     assert (t["macs"], t["madd"]) == (960, 2 * 960 - 120)
     # a [G=3, M=5, K=8] @ b [K=8, N_total=16], column groups 4, 4, 4 (cols 12..15 unused)
-    t = totals(gmm, torch.randn(3, 5, 8), torch.randn(8, 16),
-               torch.tensor([4, 8, 12], dtype=torch.int32))
+    t = totals(
+        gmm, torch.randn(3, 5, 8), torch.randn(8, 16), torch.tensor([4, 8, 12], dtype=torch.int32)
+    )
     assert t["macs"] == 5 * 8 * 12  # M x K x (4 + 4 + 4) = 480
     # a [M=5, K_total=16] @ b [K_total=16, N=12], K split 4, 4, 4 -> out [3, 5, 12]
-    t = totals(gmm, torch.randn(5, 16), torch.randn(16, 12),
-               torch.tensor([4, 8, 12], dtype=torch.int32))
+    t = totals(
+        gmm, torch.randn(5, 16), torch.randn(16, 12), torch.tensor([4, 8, 12], dtype=torch.int32)
+    )
     assert t["macs"] == 5 * 12 * 12  # M x N x (4 + 4 + 4) = 720
     assert t["madd"] == 2 * 720 - 3 * 5 * 12  # 3*5*12 outputs
     # batched: a [3, 5, 8] @ b [3, 8, 12], no offsets: 3*5*8*12 = 1440
-    t = totals(Fn(lambda a, b: torch._grouped_mm(a, b)), torch.randn(3, 5, 8),
-               torch.randn(3, 8, 12))
+    t = totals(
+        Fn(lambda a, b: torch._grouped_mm(a, b)), torch.randn(3, 5, 8), torch.randn(3, 8, 12)
+    )
     assert t["macs"] == 1440
 
 
@@ -368,6 +394,7 @@ def test_scaled_grouped_mm_formulas_share_the_layouts():
         _scaled_grouped_mm_v2,
         grouped_mm_cost,
     )
+
     a, b = torch.randn(11, 8), torch.randn(3, 8, 12)
     offs = torch.tensor([2, 6, 10], dtype=torch.int32)
     scale = torch.ones(1)
@@ -379,6 +406,7 @@ def test_scaled_grouped_mm_formulas_share_the_layouts():
 # -- variable-length fused attention (CUDA kernels: formulas called on CPU tensors) ----------------
 def test_flash_attention_varlen_counts_each_sequence():
     from modelprof.counting.formulas.attention import _flash_attention_forward
+
     heads, d = 4, 16
     lengths = [3, 5, 8, 2]  # a 4-sequence packed batch of 18 tokens
     cum = torch.tensor([0, 3, 8, 16, 18], dtype=torch.int32)
@@ -388,51 +416,62 @@ def test_flash_attention_varlen_counts_each_sequence():
     assert c.macs == heads * pairs * (d + d) == 13056
     assert c.note is None
     # as one sequence of 18 tokens it would be 18*18 = 324 pairs: 3.2x too many
-    dense = _flash_attention_forward((torch.randn(1, 18, heads, d),) * 3 +
-                                     (None, None, 18, 18, 0.0, False, False), {}, None)
+    dense = _flash_attention_forward(
+        (torch.randn(1, 18, heads, d),) * 3 + (None, None, 18, 18, 0.0, False, False), {}, None
+    )
     assert dense.macs == heads * 324 * 32
     # per-sequence closed form = the sum of dense single-sequence counts (PyTorch's oracle)
-    per_seq = sum(_flash_attention_forward((torch.randn(1, n, heads, d),) * 3 +
-                                           (None, None, n, n, 0.0, False, False), {}, None).macs
-                  for n in lengths)
+    per_seq = sum(
+        _flash_attention_forward(
+            (torch.randn(1, n, heads, d),) * 3 + (None, None, n, n, 0.0, False, False), {}, None
+        ).macs
+        for n in lengths
+    )
     assert per_seq == c.macs
 
 
 def test_flash_attention_varlen_cross_lengths_and_kv_cache():
     from modelprof.counting.formulas.attention import _flash_attention_forward
-    cum_q = torch.tensor([0, 1, 3], dtype=torch.int32)        # 1 and 2 queries
-    cum_k = torch.tensor([0, 10, 16], dtype=torch.int32)      # 10 and 6 keys
+
+    cum_q = torch.tensor([0, 1, 3], dtype=torch.int32)  # 1 and 2 queries
+    cum_k = torch.tensor([0, 10, 16], dtype=torch.int32)  # 10 and 6 keys
     q, k, v = torch.randn(3, 2, 8), torch.randn(16, 2, 8), torch.randn(16, 2, 4)
     c = _flash_attention_forward((q, k, v, cum_q, cum_k, 2, 10, 0.0, False, False), {}, None)
     # pairs 1*10 + 2*6 = 22 per head, 2 heads, 8 + 4 MACs per pair: 528
     assert c.macs == 22 * 2 * 12 == 528
-    used = torch.tensor([7, 3], dtype=torch.int32)            # seqused_k: keys really attended
-    c = _flash_attention_forward((q, k, v, cum_q, cum_k, 2, 10, 0.0, False, False),
-                                 {"seqused_k": used}, None)
+    used = torch.tensor([7, 3], dtype=torch.int32)  # seqused_k: keys really attended
+    c = _flash_attention_forward(
+        (q, k, v, cum_q, cum_k, 2, 10, 0.0, False, False), {"seqused_k": used}, None
+    )
     assert c.macs == (1 * 7 + 2 * 3) * 2 * 12  # 13 pairs per head: 312
 
 
 def test_efficient_attention_varlen_and_dense():
     from modelprof.counting.formulas.attention import _efficient_attention_forward
+
     cum = torch.tensor([0, 4, 10], dtype=torch.int32)  # lengths 4 and 6
-    q = k = v = torch.randn(1, 10, 2, 8)                # packed as [1, total, H, E]
+    q = k = v = torch.randn(1, 10, 2, 8)  # packed as [1, total, H, E]
     c = _efficient_attention_forward((q, k, v, None, cum, cum, 6, 6, 0.0, 0), {}, None)
     assert c.macs == (16 + 36) * 2 * 16  # 52 pairs per head, 2 heads, 16 MACs: 1664
-    dense = _efficient_attention_forward((torch.randn(2, 6, 2, 8),) * 3 +
-                                         (None, None, None, None, None, 0.0, 0), {}, None)
+    dense = _efficient_attention_forward(
+        (torch.randn(2, 6, 2, 8),) * 3 + (None, None, None, None, None, 0.0, 0), {}, None
+    )
     assert dense.macs == 2 * 2 * 6 * 6 * 16  # B*H*L*S*(E+Ev) = 2304
 
 
 def test_varlen_attention_without_values_is_a_bound_that_says_so():
     from modelprof.counting.formulas.attention import _flash_attention_forward
+
     cum = torch.tensor([0, 30, 60, 90, 123], dtype=torch.int32)
-    exact = _flash_attention_forward((torch.randn(123, 4, 16),) * 3 +
-                                     (cum, cum, 40, 40, 0.0, False, False), {}, None)
+    exact = _flash_attention_forward(
+        (torch.randn(123, 4, 16),) * 3 + (cum, cum, 40, 40, 0.0, False, False), {}, None
+    )
     # 3*30*30 + 33*33 = 3789 pairs per head; 4 heads x 32 MACs
     assert exact.macs == 3789 * 4 * 32 and exact.note is None
     meta = torch.empty(123, 4, 16, device="meta")
-    bound = _flash_attention_forward((meta, meta, meta, cum.to("meta"), cum.to("meta"), 40, 40,
-                                      0.0, False, False), {}, None)
+    bound = _flash_attention_forward(
+        (meta, meta, meta, cum.to("meta"), cum.to("meta"), 40, 40, 0.0, False, False), {}, None
+    )
     # min(n*max^2 = 4*1600, total_q*max_k = 123*40 = 4920, total_k*max_q = 4920) = 4920
     assert bound.macs == 4920 * 4 * 32
     assert bound.note is not None and "bound" in bound.note
@@ -442,6 +481,7 @@ def test_varlen_attention_without_values_is_a_bound_that_says_so():
 # -- backward kernels ----------------------------------------------------------------------------
 def test_sdpa_backward_recomputes_the_scores():
     from modelprof.counting.counter import count_ops
+
     q, k, v = (torch.randn(2, 3, 8, 4, requires_grad=True) for _ in range(3))
 
     def step():
@@ -456,6 +496,7 @@ def test_sdpa_backward_recomputes_the_scores():
 
 def test_convolution_backward_by_output_mask():
     from modelprof.counting.counter import count_ops
+
     conv = nn.Conv2d(3, 4, 3, bias=True)
     x = torch.randn(2, 3, 6, 6, requires_grad=True)
     c = count_ops(lambda: conv(x).sum().backward())
@@ -506,6 +547,7 @@ def test_dynamic_quantized_linear_counts_and_shows_its_packed_weights():
 
 def _quantized_resnet18():
     from torchvision.models.quantization import resnet18
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = resnet18(weights=None, quantize=False).eval()
@@ -525,18 +567,25 @@ def test_static_quantized_resnet18_counts_as_its_float_twin():
     # conv weights and fused-BN biases + fc: the float model's 11,689,512 less the 20 batch
     # norms' weight+bias (2*C each) plus one bias of C per conv that absorbed one: 4,800 fewer
     float_model = torchvision.models.resnet18()
-    bn_channels = sum(m.num_features for m in float_model.modules()
-                      if isinstance(m, nn.BatchNorm2d))
+    bn_channels = sum(
+        m.num_features for m in float_model.modules() if isinstance(m, nn.BatchNorm2d)
+    )
     assert bn_channels == 4800
     assert r.totals["params"] == r.model_params == 11_689_512 - bn_channels
     ops = set(r.by_operator()["op"])
-    assert {"quantized.conv2d_relu.new", "quantized.add_relu.default",
-            "quantized.linear.default", "aten.quantize_per_tensor.default"} <= ops
+    assert {
+        "quantized.conv2d_relu.new",
+        "quantized.add_relu.default",
+        "quantized.linear.default",
+        "aten.quantize_per_tensor.default",
+    } <= ops
 
 
 def test_int8_and_weight_only_matmuls():
-    a, b = torch.randint(-8, 8, (32, 64), dtype=torch.int8), \
-        torch.randint(-8, 8, (64, 16), dtype=torch.int8)
+    a, b = (
+        torch.randint(-8, 8, (32, 64), dtype=torch.int8),
+        torch.randint(-8, 8, (64, 16), dtype=torch.int8),
+    )
     assert totals(Fn(torch._int_mm), a, b)["macs"] == 32 * 64 * 16  # 32768
     x, w = torch.randn(4, 64), torch.randint(-8, 8, (16, 64), dtype=torch.int8)
     t = totals(Fn(lambda x, w: torch.ops.aten._weight_int8pack_mm(x, w, torch.ones(16))), x, w)
@@ -552,8 +601,9 @@ def test_nested_tensor_conversions_are_data_movement_not_unsupported():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ModelProfWarning)
         warnings.filterwarnings("ignore", category=UserWarning, message=".*nested tensors.*")
-        r = profile(enc, inputs={"src": torch.randn(2, 5, 8), "src_key_padding_mask": mask},
-                    timing=False)
+        r = profile(
+            enc, inputs={"src": torch.randn(2, 5, 8), "src_key_padding_mask": mask}, timing=False
+        )
     assert r.unsupported == {}
     ops = _ops_of(r)
     assert ops.loc["aten._nested_tensor_from_mask.default", "flops"] == 0
@@ -581,8 +631,7 @@ def test_quantized_layers_match_their_float_closed_forms():
         assert (t["macs"], t["params"]) == (5400, 222)
         t = totals(Quantized(nnq.Conv3d(2, 4, 3)), torch.randn(1, 2, 5, 5, 5))
         assert (t["macs"], t["params"]) == (5832, 4 * 2 * 27 + 4)  # as test_conv1d_and_conv3d
-        lstm = torch.ao.quantization.quantize_dynamic(nn.LSTM(4, 6), {nn.LSTM},
-                                                      dtype=torch.qint8)
+        lstm = torch.ao.quantization.quantize_dynamic(nn.LSTM(4, 6), {nn.LSTM}, dtype=torch.qint8)
         t = totals(lstm, torch.randn(5, 3, 4))
     # 15 tokens x 4 gates x 6 x (4 + 6) = 3600, as the float LSTM; params 4*6*(4+6) + 2*24
     assert (t["macs"], t["params"]) == (3600, 288)

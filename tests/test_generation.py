@@ -1,5 +1,6 @@
 """profile_generation: counted phases against closed forms, the KV cache, MoE, bad input, and
 the model/config coming back untouched. Tiny configs (2 layers, hidden 64), or shapes on meta."""
+
 from __future__ import annotations
 
 import copy
@@ -14,20 +15,41 @@ from modelprof import GenerationReport, ModelProfError, profile_generation
 from modelprof.generation.cache import closed_form_kv_per_token
 
 
-def gpt2(n_layer: int = 2, d: int = 64, heads: int = 4, vocab: int = 128, positions: int = 256,
-         device: str = "cpu") -> torch.nn.Module:
-    cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=d, n_head=heads, vocab_size=vocab,
-                                  n_positions=positions, bos_token_id=0, eos_token_id=0)
+def gpt2(
+    n_layer: int = 2,
+    d: int = 64,
+    heads: int = 4,
+    vocab: int = 128,
+    positions: int = 256,
+    device: str = "cpu",
+) -> torch.nn.Module:
+    cfg = transformers.GPT2Config(
+        n_layer=n_layer,
+        n_embd=d,
+        n_head=heads,
+        vocab_size=vocab,
+        n_positions=positions,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         return transformers.GPT2LMHeadModel(cfg).eval()
 
 
 def llama(kv_heads: int = 2, device: str = "cpu", **kw) -> torch.nn.Module:
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=kv_heads,
-                                   vocab_size=128, max_position_embeddings=128,
-                                   bos_token_id=0, eos_token_id=0, **kw)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        vocab_size=128,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=0,
+        **kw,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         return transformers.LlamaForCausalLM(cfg).eval()
@@ -82,7 +104,7 @@ def test_kv_cache_bytes_gpt2_from_the_cache_objects():
     assert report.kv_cache()["bytes"].tolist() == [11 * 512, 11 * 512]
 
 
-@pytest.mark.parametrize("kv_heads", [4, 2, 1])   # MHA, GQA, MQA
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])  # MHA, GQA, MQA
 def test_llama_gqa_kv_bytes_and_decode_macs(kv_heads):
     model = llama(kv_heads)
     report = profile_generation(model, prompt_len=8, new_tokens=3, timing=False)
@@ -94,14 +116,14 @@ def test_llama_gqa_kv_bytes_and_decode_macs(kv_heads):
     weights = layers * (2 * d * d + 2 * d * kv_heads * 16 + 3 * d * ff)
     for step in report.phases()[1:]:
         # attention over L + 1 keys for all 4 query heads: 2 x layers x (L + 1) x d
-        assert step.totals["macs"] == weights + 2 * layers * (step.context + 1) * d + \
-            d * vocab + rotary_macs(step, 16)
+        assert step.totals["macs"] == weights + 2 * layers * (
+            step.context + 1
+        ) * d + d * vocab + rotary_macs(step, 16)
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_decode_bytes_include_the_cache(device):
-    report = profile_generation(llama(2, device=device), prompt_len=8, new_tokens=6,
-                                timing=False)
+    report = profile_generation(llama(2, device=device), prompt_len=8, new_tokens=6, timing=False)
     g = report.growth()
     # a cached token's K and V are 2 x 2 layers x 2 heads x 16 x 4 bytes = 512 bytes; a decode
     # step reads them twice (DynamicCache's cat copies the cache, the attention reads it) and
@@ -117,17 +139,24 @@ def test_decode_bytes_include_the_cache(device):
 COUNTED = ["macs", "flops", "madd", "output_bytes", "read_bytes", "write_bytes"]
 
 
-@pytest.mark.parametrize("build", [lambda device: llama(2, device=device),   # GQA 4/2
-                                   lambda device: gpt2(device=device)],      # MHA
-                         ids=["llama-gqa", "gpt2-mha"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda device: llama(2, device=device),  # GQA 4/2
+        lambda device: gpt2(device=device),
+    ],  # MHA
+    ids=["llama-gqa", "gpt2-mha"],
+)
 def test_meta_counts_what_the_cpu_counts(build):
     # SDPA has no fused kernel on meta (PyTorch would run its math decomposition: scaled
     # copies, GQA heads repeated, the score matrix materialised); the counter runs it as the
     # CPU's fused kernel, so every row of every phase is the CPU's count. (A static cache is
     # not compared: its prefill moves a host tensor to the device, two more small copies on
     # meta, as on CUDA.)
-    reports = {dev: profile_generation(build(dev), prompt_len=8, new_tokens=4, timing=False)
-               for dev in ("cpu", "meta")}
+    reports = {
+        dev: profile_generation(build(dev), prompt_len=8, new_tokens=4, timing=False)
+        for dev in ("cpu", "meta")
+    }
     fused = "aten._scaled_dot_product_flash_attention_for_cpu.default"
     for cpu, meta in zip(reports["cpu"].phases(), reports["meta"].phases(), strict=True):
         a, b = cpu.report.to_dataframe(), meta.report.to_dataframe()
@@ -141,8 +170,7 @@ def test_meta_counts_what_the_cpu_counts(build):
 
 
 def test_static_cache_counts_and_holds_its_capacity():
-    report = profile_generation(llama(2), prompt_len=8, new_tokens=4, cache="static",
-                                timing=False)
+    report = profile_generation(llama(2), prompt_len=8, new_tokens=4, cache="static", timing=False)
     assert report.kv.allocated and report.kv.matches_closed_form is None
     # StaticCache is allocated for prompt + new tokens + 1 = 13 tokens: 13 x 512 bytes
     assert report.kv.total_bytes == 13 * 512
@@ -154,17 +182,24 @@ def test_without_cache_every_step_recomputes_the_prefix():
     none = profile_generation(gpt2(), prompt_len=8, new_tokens=4, cache=None, timing=False)
     weights = gpt2_weight_macs(layers, d, 4 * d)
     for step in none.phases()[1:]:
-        t = step.context + 1    # the whole sequence again: t x weights + full t x t attention
+        t = step.context + 1  # the whole sequence again: t x weights + full t x t attention
         assert step.totals["macs"] == weights * t + 2 * layers * t * t * d + d * vocab
         assert step.kv is None
     assert none.decode().totals["macs"] > cached.decode().totals["macs"]
 
 
 def test_moe_active_params_and_tokens_per_expert():
-    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2,
-                                     num_local_experts=4, num_experts_per_tok=2,
-                                     vocab_size=128, max_position_embeddings=64)
+    cfg = transformers.MixtralConfig(
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = transformers.MixtralForCausalLM(cfg).eval()
     report = profile_generation(model, prompt_len=10, new_tokens=2, timing=False)
@@ -181,21 +216,28 @@ def test_moe_active_params_and_tokens_per_expert():
 
 def test_llama_70b_shape_on_meta_is_fast_and_bounded():
     import time
-    cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
-                                   num_hidden_layers=80, num_attention_heads=64,
-                                   num_key_value_heads=8, vocab_size=128256,
-                                   max_position_embeddings=8192)
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+    )
     t0 = time.perf_counter()
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
-    report = profile_generation(model, prompt_len=8064, new_tokens=128, timing=False,
-                                contexts=[8190], target="H100 SXM")
+    report = profile_generation(
+        model, prompt_len=8064, new_tokens=128, timing=False, contexts=[8190], target="H100 SXM"
+    )
     took = time.perf_counter() - t0
     # KV per token: 2 x 80 layers x 8 kv heads x 128 x 2 bytes = 327,680
     assert report.kv.per_token_bytes == closed_form_kv_per_token(cfg, torch.bfloat16) == 327680
     decode = report.decode(8190)
     # weights: 80 x (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672) + lm_head 8192 x 128256
-    weights = 80 * (2 * 8192 ** 2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) + 8192 * 128256
+    weights = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) + 8192 * 128256
     assert decode.totals["macs"] == weights + 2 * 80 * 8191 * 8192 + rotary_macs(decode, 128)
     table = report.phase_table()
     assert (table["bound_ms"] > 0).all()
@@ -210,15 +252,16 @@ def test_llama_70b_shape_on_meta_is_fast_and_bounded():
     assert kv == 8191 * 327680
     assert table.iloc[-1]["bound_ms"] <= 1.01 * (weights * 2 + 3 * kv) / 3.35e12 * 1e3
     assert table.iloc[-1]["memory_bound_share"] > 0.9
-    assert took < 20          # the issue's figure (10 s) is checked by the benchmark alone
+    assert took < 20  # the issue's figure (10 s) is checked by the benchmark alone
 
 
 def test_model_and_config_come_back_untouched():
     model = gpt2()
     state = copy.deepcopy(model.state_dict())
     use_cache, gen = model.config.use_cache, model.generation_config.to_dict()
-    report = profile_generation(model, prompt_len=6, new_tokens=3, repeat=2, warmup=1,
-                                layer_timing=False, warn=False)
+    report = profile_generation(
+        model, prompt_len=6, new_tokens=3, repeat=2, warmup=1, layer_timing=False, warn=False
+    )
     assert isinstance(report, GenerationReport)
     assert model.config.use_cache == use_cache and model.generation_config.to_dict() == gen
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
@@ -242,16 +285,22 @@ class _NoCacheLM(torch.nn.Module):
         raise AssertionError("not reached")
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(new_tokens=0), "new_tokens=0"),
-    (dict(prompt_len=300), "prompt_len=300"),
-    (dict(prompt_len=250, new_tokens=10), "exceeds the model's 256 positions"),
-    (dict(batch_size=[1, 0]), "batch_size"),
-    (dict(cache="paged"), "cache='paged'"),
-    (dict(target="Z9000"), "target='Z9000'"),
-    (dict(target="A100"), "target='A100' is ambiguous: it fits 'A100 SXM 80GB', 'A100 PCIe 80GB'"),
-    (dict(device="meta", timing=True), "device='meta' has no clock"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(new_tokens=0), "new_tokens=0"),
+        (dict(prompt_len=300), "prompt_len=300"),
+        (dict(prompt_len=250, new_tokens=10), "exceeds the model's 256 positions"),
+        (dict(batch_size=[1, 0]), "batch_size"),
+        (dict(cache="paged"), "cache='paged'"),
+        (dict(target="Z9000"), "target='Z9000'"),
+        (
+            dict(target="A100"),
+            "target='A100' is ambiguous: it fits 'A100 SXM 80GB', 'A100 PCIe 80GB'",
+        ),
+        (dict(device="meta", timing=True), "device='meta' has no clock"),
+    ],
+)
 def test_bad_input_names_the_value(kwargs, match):
     args = dict(prompt_len=8, new_tokens=4, timing=False) | kwargs
     with pytest.raises(ModelProfError, match=match.replace("(", r"\(")):
@@ -266,11 +315,23 @@ def test_a_model_without_cache_support_asked_to_use_one():
 def test_step_function_returning_the_wrong_thing():
     model = gpt2()
     with pytest.raises(ModelProfError, match="must return \\(logits, cache\\)"):
-        profile_generation(model, step=lambda tokens, cache: model(tokens).logits,
-                           prompt_len=4, new_tokens=2, timing=False)
+        profile_generation(
+            model,
+            step=lambda tokens, cache: model(tokens).logits,
+            prompt_len=4,
+            new_tokens=2,
+            timing=False,
+        )
     with pytest.raises(ModelProfError, match="returned logits"):
-        profile_generation(model, step=lambda tokens, cache: ("no", cache), prompt_len=4,
-                           new_tokens=2, repeat=1, warmup=0, layer_timing=False)
+        profile_generation(
+            model,
+            step=lambda tokens, cache: ("no", cache),
+            prompt_len=4,
+            new_tokens=2,
+            repeat=1,
+            warmup=0,
+            layer_timing=False,
+        )
     with pytest.raises(ModelProfError, match="not a HuggingFace causal LM"):
         profile_generation(torch.nn.Linear(2, 2), prompt_len=4, new_tokens=2, timing=False)
 
@@ -281,6 +342,7 @@ def test_step_function_counts_like_the_hf_model():
     def step(tokens, cache):
         out = model(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits, out.past_key_values
+
     via_step = profile_generation(model, step=step, prompt_len=8, new_tokens=4, timing=False)
     via_hf = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
     for a, b in zip(via_step.phases(), via_hf.phases()):
@@ -293,8 +355,9 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     model = llama(2)
     report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
     mem = report.memory
-    weights = sum(p.numel() for p in model.parameters()) * 4 + \
-        sum(b.numel() * b.element_size() for b in model.buffers())
+    weights = sum(p.numel() for p in model.parameters()) * 4 + sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
     assert mem.weights_bytes == weights
     # KV at batch 1 and 12 tokens (prompt + new): 12 x 512 bytes
     assert mem.kv_per_token_bytes == 512 and mem.kv_bytes() == 12 * 512
@@ -304,7 +367,7 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     assert act["prefill"] > act["decode"] > 0
     per_seq = 1000 * 512 + max(act.values())
     budget = weights + 3 * per_seq + 1
-    assert mem.max_batch(budget, context=1000) == 3         # 3 sequences of 1000 tokens fit
+    assert mem.max_batch(budget, context=1000) == 3  # 3 sequences of 1000 tokens fit
     # batch 2 in the same budget: (budget - weights - 2 x act) / (2 x 512) tokens
     free = budget - weights - 2 * max(act.values())
     assert mem.max_context(budget, batch=2) == int(free // (2 * 512))
@@ -314,8 +377,15 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
 
 def test_compare_generation_of_hf_models():
     from modelprof import compare_generation
-    table = compare_generation({"mha": llama(4), "mqa": llama(1)}, prompt_len=4, new_tokens=3,
-                               repeat=2, warmup=0, warn=False)
+
+    table = compare_generation(
+        {"mha": llama(4), "mqa": llama(1)},
+        prompt_len=4,
+        new_tokens=3,
+        repeat=2,
+        warmup=0,
+        warn=False,
+    )
     assert list(table.index) == ["mha", "mqa"]
     # 2 x 2 layers x kv_heads x 16 x 4 bytes
     assert table["kv_bytes_per_token"].tolist() == [1024, 256]
@@ -326,8 +396,9 @@ def test_compare_generation_of_hf_models():
 @pytest.mark.parametrize("cache", ["static", None])
 def test_hf_caches_are_timed_per_layer_at_a_fixed_context(cache):
     model = llama(2)
-    report = profile_generation(model, prompt_len=6, new_tokens=4, cache=cache, repeat=2,
-                                warmup=0, warn=False)
+    report = profile_generation(
+        model, prompt_len=6, new_tokens=4, cache=cache, repeat=2, warmup=0, warn=False
+    )
     for phase in report.phases():
         df = phase.report.to_dataframe().set_index("module")
         assert df.loc["model.layers.0.self_attn", "latency_ms"] > 0
@@ -338,26 +409,36 @@ def test_hf_caches_are_timed_per_layer_at_a_fixed_context(cache):
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
 def test_cache_snapshot_puts_a_cache_back_after_each_step(kind):
     from modelprof.generation.cache import cache_snapshot
+
     model = llama(2)
-    cache = transformers.StaticCache(config=model.config, max_cache_len=12) if kind == "static" \
+    cache = (
+        transformers.StaticCache(config=model.config, max_cache_len=12)
+        if kind == "static"
         else transformers.DynamicCache(config=model.config)
+    )
     with torch.no_grad():
-        model(input_ids=torch.zeros(1, 8, dtype=torch.long), past_key_values=cache,
-              use_cache=True)
+        model(input_ids=torch.zeros(1, 8, dtype=torch.long), past_key_values=cache, use_cache=True)
         restore = cache_snapshot(cache)
-        for _ in range(20):      # 20 steps: a static cache of 12 would overflow unrestored
-            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache,
-                  use_cache=True)
+        for _ in range(20):  # 20 steps: a static cache of 12 would overflow unrestored
+            model(
+                input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True
+            )
             assert int(cache.get_seq_length()) == 9
             restore()
             assert int(cache.get_seq_length()) == 8
 
 
 def test_sliding_window_cache_holds_the_window_and_decode_stops_growing():
-    cfg = transformers.MistralConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2,
-                                     vocab_size=128, sliding_window=4,
-                                     max_position_embeddings=128)
+    cfg = transformers.MistralConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        sliding_window=4,
+        max_position_embeddings=128,
+    )
     torch.manual_seed(0)
     model = transformers.MistralForCausalLM(cfg).eval()
     report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
@@ -367,8 +448,9 @@ def test_sliding_window_cache_holds_the_window_and_decode_stops_growing():
     # q, o 64 x 64; k, v 64 x 32; mlp 3 x 64 x 96 per layer; lm_head 64 x 128; attention over
     # the window of 4 keys: 2 x 2 layers x 4 x 64, whatever the context
     weights = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96) + 64 * 128
-    assert [p.totals["macs"] - rotary_macs(p, 16) for p in report.phases()[1:]] == \
-        [weights + 2 * 2 * 4 * 64] * 3
+    assert [p.totals["macs"] - rotary_macs(p, 16) for p in report.phases()[1:]] == [
+        weights + 2 * 2 * 4 * 64
+    ] * 3
     assert report.growth_slopes()["macs_per_token"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -376,10 +458,23 @@ def test_sliding_window_cache_holds_the_window_and_decode_stops_growing():
 def test_mla_cache_holds_the_compressed_latent(name):
     # DeepSeek-style MLA, dense layers (first_k_dense_replace = layers: no MoE), float32
     cfg = getattr(transformers, f"{name}Config")(
-        hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
-        first_k_dense_replace=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
-        kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
-        vocab_size=128, max_position_embeddings=128, bos_token_id=0, eos_token_id=0)
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        first_k_dense_replace=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=None,
+        kv_lora_rank=32,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        vocab_size=128,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     model = getattr(transformers, f"{name}ForCausalLM")(cfg).eval()
     report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
@@ -389,8 +484,12 @@ def test_mla_cache_holds_the_compressed_latent(name):
     # (32 + 8) x 4 bytes = 160; 2 layers: 320. The decompressed per-head form would be
     # 2 layers x 4 heads x ((16 + 8) K + 16 V) x 4 bytes = 1280 (4x more).
     kv = report.kv
-    assert kv.closed_form_per_token == closed_form_kv_per_token(cfg, torch.float32) \
-        == 2 * (32 + 8) * 4 == 320
+    assert (
+        kv.closed_form_per_token
+        == closed_form_kv_per_token(cfg, torch.float32)
+        == 2 * (32 + 8) * 4
+        == 320
+    )
     assert kv.per_token_bytes == 320 and kv.matches_closed_form
     # the last decode step (context 8 + 4 - 2 = 10) leaves 11 tokens: 11 x 160 per layer
     assert kv.tokens == 11 and kv.per_layer_bytes == (11 * 160, 11 * 160)

@@ -1,6 +1,7 @@
 """Generation's own edges: a run too large for memory refused before anything is allocated, a
 step function's own exception named with its call and phase, and a per-token slope whose
 interval reaches zero shown as not measurable rather than as a negative time."""
+
 from __future__ import annotations
 
 import warnings
@@ -37,46 +38,64 @@ def test_a_prompt_larger_than_memory_is_refused_before_the_first_step():
         profile_generation(step.model, prompt_len=10**12, new_tokens=4, step=step, timing=False)
     # 10**12 + 4 tokens: int64 ids 8 B each + hidden states of the widest embedding, 8 floats
     # of 4 B: 40 B a token, 40,000,000,000,160 B = 40,000.0 GB, more than any machine has
-    assert "prompt_len=1000000000000 + new_tokens=4 at batch_size 1 needs 40,000.0 GB for " \
+    assert (
+        "prompt_len=1000000000000 + new_tokens=4 at batch_size 1 needs 40,000.0 GB for "
         "the token ids and a layer's hidden states alone, more than the" in str(e.value)
+    )
     assert isinstance(e.value.__cause__, torch.OutOfMemoryError)
-    assert step.calls == 0   # nothing ran, nothing was allocated for it
+    assert step.calls == 0  # nothing ran, nothing was allocated for it
 
 
 def test_a_prompt_no_tensor_can_hold_is_refused():
     step = _Counted()
     with pytest.raises(ModelProfError, match=r"more elements than a tensor can hold"):
         # 10**19 + 4 token ids >= 2**63 elements
-        profile_generation(step.model, prompt_len=10**19, new_tokens=4, step=step,
-                           timing=False)
+        profile_generation(step.model, prompt_len=10**19, new_tokens=4, step=step, timing=False)
     assert step.calls == 0
 
 
 def test_a_language_model_too_large_at_that_length_is_refused_from_its_config():
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=2**40)
+
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2**40,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = LlamaForCausalLM(config)
     # T = 10**10 + 4 tokens: ids 8 B; KV 2 layers x (K, V) x 2 heads x 8 dims x 4 B = 256 B;
     # hidden states 32 x 4 B = 128 B: 392 B a token = 3,920,000,001,568 B = 3,920.0 GB
-    with pytest.raises(ModelProfError, match=r"needs 3,920\.0 GB for the token ids and the KV "
-                                             r"cache and a layer's hidden states alone"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"needs 3,920\.0 GB for the token ids and the KV "
+        r"cache and a layer's hidden states alone",
+    ):
         profile_generation(model, prompt_len=10**10, new_tokens=4, timing=False)
 
 
-@pytest.mark.parametrize("fail_at, where", [
-    (1, r"call 1 \(in the prefill at batch 1, tokens \(1, 4\)\)"),
-    # prefill (1), then the cache is built from context 4 to 5 by uncounted steps (2, 3)
-    (3, r"call 3 \(in building the cache to context 5, batch 1, tokens \(1, 1\)\)"),
-])
+@pytest.mark.parametrize(
+    "fail_at, where",
+    [
+        (1, r"call 1 \(in the prefill at batch 1, tokens \(1, 4\)\)"),
+        # prefill (1), then the cache is built from context 4 to 5 by uncounted steps (2, 3)
+        (3, r"call 3 \(in building the cache to context 5, batch 1, tokens \(1, 1\)\)"),
+    ],
+)
 def test_a_step_functions_own_exception_names_its_call_and_phase(fail_at, where):
     step = _Counted(fail_at)
-    with pytest.raises(ModelProfError, match=r"step function _Counted raised at its " + where +
-                       rf": RuntimeError: step {fail_at} exploded") as e:
+    with pytest.raises(
+        ModelProfError,
+        match=r"step function _Counted raised at its "
+        + where
+        + rf": RuntimeError: step {fail_at} exploded",
+    ) as e:
         profile_generation(step.model, prompt_len=4, new_tokens=4, step=step, timing=False)
     assert isinstance(e.value.__cause__, RuntimeError)
 
@@ -84,12 +103,22 @@ def test_a_step_functions_own_exception_names_its_call_and_phase(fail_at, where)
 def test_a_step_functions_exception_while_timed_names_the_timed_generations():
     step = _Counted()
     profile_generation(step.model, prompt_len=4, new_tokens=4, step=step, timing=False)
-    counted = step.calls      # the counting passes' calls; the timed generations come next
+    counted = step.calls  # the counting passes' calls; the timed generations come next
     step = _Counted(counted + 2)
-    with pytest.raises(ModelProfError, match=rf"call {counted + 2} \(in the timed generations "
-                                             r"at batch 1"):
-        profile_generation(step.model, prompt_len=4, new_tokens=4, step=step, repeat=2,
-                           warmup=1, layer_timing=False)
+    with pytest.raises(
+        ModelProfError,
+        match=rf"call {counted + 2} \(in the timed generations "
+        r"at batch 1",
+    ):
+        profile_generation(
+            step.model,
+            prompt_len=4,
+            new_tokens=4,
+            step=step,
+            repeat=2,
+            warmup=1,
+            layer_timing=False,
+        )
 
 
 def test_a_slope_whose_interval_reaches_zero_is_not_measurable():
@@ -110,13 +139,12 @@ def test_a_slope_whose_interval_reaches_zero_is_not_measurable():
 def _timing(step_medians: np.ndarray) -> GenerationTiming:
     runs = np.vstack([step_medians] * 3)
     m = Measurement(np.array([10.0, 10.0, 10.0]))
-    return GenerationTiming(1, 10, 6, m, m, Measurement(runs.reshape(-1)), runs,
-                            np.arange(10, 15))
+    return GenerationTiming(1, 10, 6, m, m, Measurement(runs.reshape(-1)), runs, np.arange(10, 15))
 
 
 def test_the_summary_shows_a_slope_only_where_it_was_measured():
     noisy = _timing(np.array([5.0, 3.0, 6.0, 2.0, 5.0])).summary()
-    assert np.isnan(noisy["step_ms_per_context_token"])     # never -0.1 ms
-    assert noisy["step_slope_ci_low"] < 0 < noisy["step_slope_ci_high"]   # the interval kept
+    assert np.isnan(noisy["step_ms_per_context_token"])  # never -0.1 ms
+    assert noisy["step_slope_ci_low"] < 0 < noisy["step_slope_ci_high"]  # the interval kept
     grows = _timing(np.array([1.5, 1.55, 1.6, 1.65, 1.7])).summary()
     assert grows["step_ms_per_context_token"] == pytest.approx(0.05)

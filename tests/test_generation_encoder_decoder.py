@@ -1,6 +1,7 @@
 """Encoder-decoder models: refused by the decoder-only HF path with the step= recipe that works,
 and through that recipe an ``EncoderDecoderCache`` (inside the step's cache value) is put back
 after every counted step, its cross-attention bytes read apart from the self-attention ones."""
+
 from __future__ import annotations
 
 import warnings
@@ -14,9 +15,17 @@ transformers = pytest.importorskip("transformers")
 
 
 def _t5():
-    config = transformers.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2,
-                                   num_decoder_layers=2, num_heads=2, decoder_start_token_id=0,
-                                   pad_token_id=0)
+    config = transformers.T5Config(
+        vocab_size=64,
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=2,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     return transformers.T5ForConditionalGeneration(config).eval()
 
@@ -33,8 +42,12 @@ class _T5Step:
         model = self.model
         if cache is None:
             encoded = model.get_encoder()(input_ids=tokens)
-            cache = (encoded, transformers.EncoderDecoderCache(transformers.DynamicCache(),
-                                                               transformers.DynamicCache()))
+            cache = (
+                encoded,
+                transformers.EncoderDecoderCache(
+                    transformers.DynamicCache(), transformers.DynamicCache()
+                ),
+            )
             tokens = torch.full((tokens.shape[0], 1), model.config.decoder_start_token_id)
         encoded, kv = cache
         self.lengths.append(kv.get_seq_length())
@@ -43,20 +56,35 @@ class _T5Step:
 
 
 def test_the_hf_path_refuses_an_encoder_decoder_with_the_recipe():
-    with pytest.raises(ModelProfError, match=r"T5ForConditionalGeneration is an encoder-decoder "
-                                             r"model: .* Profile it with step=.*Encoder-decoder"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"T5ForConditionalGeneration is an encoder-decoder "
+        r"model: .* Profile it with step=.*Encoder-decoder",
+    ):
         profile_generation(_t5(), prompt_len=8, new_tokens=4, timing=False)
-    config = transformers.WhisperConfig(vocab_size=64, d_model=16, encoder_layers=1,
-                                        decoder_layers=1, encoder_attention_heads=2,
-                                        decoder_attention_heads=2, num_mel_bins=8,
-                                        max_source_positions=8, max_target_positions=16,
-                                        pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                                        decoder_start_token_id=3)
+    config = transformers.WhisperConfig(
+        vocab_size=64,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        num_mel_bins=8,
+        max_source_positions=8,
+        max_target_positions=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=3,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         whisper = transformers.WhisperForConditionalGeneration(config).eval()
-    with pytest.raises(ModelProfError, match=r"WhisperForConditionalGeneration is an "
-                                             r"encoder-decoder model: .*input_features"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"WhisperForConditionalGeneration is an "
+        r"encoder-decoder model: .*input_features",
+    ):
         profile_generation(whisper, prompt_len=4, new_tokens=4, timing=False)
 
 

@@ -1,6 +1,7 @@
 """Vision-language prompts: ``profile_generation(..., inputs={...})`` gives the prompt's forward
 its image (``pixel_values``) and its own token ids, so the vision tower has its rows in the
 prefill and the image tokens count in the context."""
+
 from __future__ import annotations
 
 import warnings
@@ -16,15 +17,31 @@ IMAGE_TOKEN = 63
 
 
 def _llava():
-    vision = transformers.CLIPVisionConfig(hidden_size=16, intermediate_size=32,
-                                           num_hidden_layers=1, num_attention_heads=2,
-                                           image_size=16, patch_size=8, projection_dim=16)
-    text = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                    num_hidden_layers=2, num_attention_heads=4,
-                                    num_key_value_heads=2, max_position_embeddings=128)
-    config = transformers.LlavaConfig(vision_config=vision, text_config=text,
-                                      image_token_id=IMAGE_TOKEN, vision_feature_layer=-1,
-                                      vision_feature_select_strategy="default")
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=16,
+        patch_size=8,
+        projection_dim=16,
+    )
+    text = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    config = transformers.LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=IMAGE_TOKEN,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
     torch.manual_seed(0)
     return transformers.LlavaForConditionalGeneration(config).eval()
 
@@ -32,8 +49,9 @@ def _llava():
 def _prompt():
     # a 16x16 image in 8x8 patches becomes (16/8)^2 = 4 image tokens, then 6 text tokens
     gen = torch.Generator().manual_seed(0)
-    ids = torch.cat([torch.full((1, 4), IMAGE_TOKEN),
-                     torch.randint(0, 60, (1, 6), generator=gen)], dim=1)
+    ids = torch.cat(
+        [torch.full((1, 4), IMAGE_TOKEN), torch.randint(0, 60, (1, 6), generator=gen)], dim=1
+    )
     return {"input_ids": ids, "pixel_values": torch.randn(1, 3, 16, 16, generator=gen)}
 
 
@@ -71,8 +89,15 @@ def test_the_image_is_counted_in_the_prefill_and_its_tokens_in_the_context():
 
 
 def test_the_image_reaches_generate_at_every_batch_size():
-    report = _run(_llava(), inputs=_prompt(), new_tokens=3, batch_size=[1, 2], repeat=2,
-                  warmup=1, layer_timing=False)
+    report = _run(
+        _llava(),
+        inputs=_prompt(),
+        new_tokens=3,
+        batch_size=[1, 2],
+        repeat=2,
+        warmup=1,
+        layer_timing=False,
+    )
     for b in (1, 2):
         assert report.timings[b].end_to_end.n == 2
         # the prompt's one image repeated to the batch: 2 x the batch-1 prefill
@@ -84,11 +109,17 @@ def test_prompt_inputs_are_checked():
     pixels = {"pixel_values": _prompt()["pixel_values"]}
     with pytest.raises(ModelProfError, match=r"without input_ids: .* image tokens \(id 63\)"):
         _run(model, inputs=pixels, timing=False)
-    with pytest.raises(ModelProfError, match=r"prompt_len=8 contradicts inputs\['input_ids'\] "
-                                             r"of 10 tokens"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"prompt_len=8 contradicts inputs\['input_ids'\] "
+        r"of 10 tokens",
+    ):
         _run(model, inputs=_prompt(), prompt_len=8, timing=False)
-    with pytest.raises(ModelProfError, match=r"contexts=\[4, 12\]: 4 is shorter than the "
-                                             r"prompt given in inputs= \(10 tokens\)"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"contexts=\[4, 12\]: 4 is shorter than the "
+        r"prompt given in inputs= \(10 tokens\)",
+    ):
         _run(model, inputs=_prompt(), new_tokens=3, contexts=[4, 12], timing=False)
     with pytest.raises(ModelProfError, match=r"a step function passes its own"):
         _run(model, inputs=_prompt(), step=lambda t, c: (model(t).logits, c), timing=False)

@@ -1,6 +1,7 @@
 """State-space and hybrid caches: a Mamba or Mamba2 layer keeps a conv state and an SSM state
 (the same bytes at every context), read from the cache per layer beside a hybrid's keys and
 values, and the memory plan holds them once per sequence."""
+
 from __future__ import annotations
 
 import warnings
@@ -21,26 +22,48 @@ def _quiet(fn, *args, **kwargs):
 
 
 def _mamba():
-    config = transformers.MambaConfig(vocab_size=64, hidden_size=16, state_size=4,
-                                      num_hidden_layers=2, expand=2, conv_kernel=4)
+    config = transformers.MambaConfig(
+        vocab_size=64, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4
+    )
     torch.manual_seed(0)
     return _quiet(transformers.MambaForCausalLM, config).eval()
 
 
 def _mamba2():
-    config = transformers.Mamba2Config(vocab_size=64, hidden_size=16, state_size=4,
-                                       num_hidden_layers=2, expand=2, conv_kernel=4,
-                                       num_heads=4, head_dim=8, n_groups=1)
+    config = transformers.Mamba2Config(
+        vocab_size=64,
+        hidden_size=16,
+        state_size=4,
+        num_hidden_layers=2,
+        expand=2,
+        conv_kernel=4,
+        num_heads=4,
+        head_dim=8,
+        n_groups=1,
+    )
     torch.manual_seed(0)
     return _quiet(transformers.Mamba2ForCausalLM, config).eval()
 
 
 def _jamba():
     config = transformers.JambaConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
-        expert_layer_period=2, expert_layer_offset=1, num_experts=2, mamba_d_state=4,
-        mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4, use_mamba_kernels=False)
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=2,
+        mamba_d_state=4,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_dt_rank=4,
+        use_mamba_kernels=False,
+    )
     torch.manual_seed(0)
     return _quiet(transformers.JambaForCausalLM, config).eval()
 
@@ -51,7 +74,7 @@ def test_mamba_states_are_read_per_layer_and_constant_in_context():
     # per layer: conv state (expand 2 x hidden 16 = 32 channels) x conv_kernel 4 = 128 floats,
     # SSM state 32 channels x state_size 4 = 128 floats: 256 x 4 B = 1,024 B
     assert kv.per_layer_bytes == kv.per_layer_state_bytes == (1024, 1024)
-    assert kv.state_bytes == 2048 and kv.per_token_bytes == 0   # nothing grows per token
+    assert kv.state_bytes == 2048 and kv.per_token_bytes == 0  # nothing grows per token
     # the cache after the prefill holds the same states as after the last decode step
     assert report.prefill().kv.per_layer_bytes == (1024, 1024)
     # the plan holds them once per sequence at any context: 2,048 B at 10 tokens and at 10,000
@@ -94,8 +117,9 @@ class _OlderMambaCache:
 
 
 def test_an_older_mamba_cache_layout_is_read_per_layer():
-    info = kv_info(_OlderMambaCache(3, 32, 4, 16), tokens=7, batch_size=1, config=None,
-                   dtype=torch.float32)
+    info = kv_info(
+        _OlderMambaCache(3, 32, 4, 16), tokens=7, batch_size=1, config=None, dtype=torch.float32
+    )
     # per layer: 32 x 4 conv + 32 x 16 SSM floats = 640 x 4 B = 2,560 B
     assert info.per_layer_bytes == info.per_layer_state_bytes == (2560,) * 3
     assert info.per_token_bytes == 0
@@ -107,14 +131,23 @@ def test_a_snapshot_puts_a_recurrent_state_back():
     with torch.no_grad():
         out = _quiet(model, input_ids=ids, use_cache=True)
         cache = out.cache if hasattr(out, "cache") else out.past_key_values
-        before = [t.clone() for layer in cache.layers
-                  for t in (*layer.conv_states.values(), *layer.recurrent_states.values())]
+        before = [
+            t.clone()
+            for layer in cache.layers
+            for t in (*layer.conv_states.values(), *layer.recurrent_states.values())
+        ]
         restore = cache_snapshot(cache)
-        _quiet(model, input_ids=ids[:, :1], cache=cache, use_cache=True)   # a decode step
-        after = [t for layer in cache.layers
-                 for t in (*layer.conv_states.values(), *layer.recurrent_states.values())]
-        assert any(not torch.equal(a, b) for a, b in zip(after, before))   # written in place
+        _quiet(model, input_ids=ids[:, :1], cache=cache, use_cache=True)  # a decode step
+        after = [
+            t
+            for layer in cache.layers
+            for t in (*layer.conv_states.values(), *layer.recurrent_states.values())
+        ]
+        assert any(not torch.equal(a, b) for a, b in zip(after, before))  # written in place
         restore()
-        again = [t for layer in cache.layers
-                 for t in (*layer.conv_states.values(), *layer.recurrent_states.values())]
+        again = [
+            t
+            for layer in cache.layers
+            for t in (*layer.conv_states.values(), *layer.recurrent_states.values())
+        ]
     assert all(torch.equal(a, b) for a, b in zip(again, before))

@@ -6,6 +6,7 @@ absolute duration: a loaded machine stretches both alike).
 A spin can only be lengthened (preempted), never shortened, so on this shared 2-core machine the
 fastest reading of a step is its best estimate: the read-backs compare minima over the runs,
 and the reported medians are checked against their own stated intervals."""
+
 from __future__ import annotations
 
 import time
@@ -35,7 +36,7 @@ class SpinBlock(nn.Module):
     def __init__(self, a_ms: float, b_ms: float) -> None:
         super().__init__()
         self.a_ms, self.b_ms = a_ms, b_ms
-        self.extra_ms = 0.0               # raised between generations to make a drift
+        self.extra_ms = 0.0  # raised between generations to make a drift
 
     def forward(self, tokens: torch.Tensor, length: int) -> torch.Tensor:
         spin(self.a_ms + self.extra_ms + self.b_ms * length)
@@ -55,8 +56,9 @@ class FakeLM(nn.Module):
 
 def make_step(lm: FakeLM):
     def step(tokens, cache):
-        cached = 0 if cache is None else cache      # the cache is the number of tokens in it
+        cached = 0 if cache is None else cache  # the cache is the number of tokens in it
         return lm(tokens, cached), cached + tokens.shape[1]
+
     return step
 
 
@@ -84,8 +86,9 @@ def test_ttft_tpot_and_slope_read_back_against_a_plain_loop():
     lm = FakeLM()
     step = make_step(lm)
     p, n, runs = 8, 16, 12
-    report = profile_generation(lm, step=step, prompt_len=p, new_tokens=n, repeat=runs,
-                                warmup=1, layer_timing=False)
+    report = profile_generation(
+        lm, step=step, prompt_len=p, new_tokens=n, repeat=runs, warmup=1, layer_timing=False
+    )
     ttft_plain, steps_plain = plain_loop(step, p, n, runs=runs)
     t = report.timing
     assert t.end_to_end.n == runs and t.step_ms.shape == (runs, n - 1)
@@ -115,8 +118,16 @@ def test_ttft_tpot_and_slope_read_back_against_a_plain_loop():
 def test_per_layer_decode_time_at_each_context():
     lm = FakeLM()
     step = make_step(lm)
-    report = profile_generation(lm, step=step, prompt_len=8, new_tokens=41, repeat=12,
-                                warmup=1, contexts=[8, 47], budget_s=1.0)
+    report = profile_generation(
+        lm,
+        step=step,
+        prompt_len=8,
+        new_tokens=41,
+        repeat=12,
+        warmup=1,
+        contexts=[8, 47],
+        budget_s=1.0,
+    )
     _, steps_plain = plain_loop(step, 8, 41, runs=8)
     fastest = {}
     for phase, column in ((report.decode(8), 0), (report.decode(47), 39)):
@@ -132,8 +143,16 @@ def test_per_layer_decode_time_at_each_context():
 
 def test_several_batch_sizes():
     lm = FakeLM()
-    report = profile_generation(lm, step=make_step(lm), prompt_len=4, new_tokens=4,
-                                batch_size=[1, 4], repeat=3, warmup=1, layer_timing=False)
+    report = profile_generation(
+        lm,
+        step=make_step(lm),
+        prompt_len=4,
+        new_tokens=4,
+        batch_size=[1, 4],
+        repeat=3,
+        warmup=1,
+        layer_timing=False,
+    )
     summary = report.summary().set_index("batch_size")
     assert list(summary.index) == [1, 4]
     for b in (1, 4):
@@ -151,13 +170,15 @@ def test_a_drifting_step_is_flagged():
     calls = [0]
 
     def step(tokens, cache):
-        if cache is None:                  # a new generation
+        if cache is None:  # a new generation
             calls[0] += 1
             lm.block.extra_ms = 4.0 * calls[0]
         return base(tokens, cache)
+
     with pytest.warns(DriftWarning, match="TPOT"):
-        report = profile_generation(lm, step=step, prompt_len=2, new_tokens=12, repeat=10,
-                                    warmup=0, layer_timing=False)
+        report = profile_generation(
+            lm, step=step, prompt_len=2, new_tokens=12, repeat=10, warmup=0, layer_timing=False
+        )
     tpot = report.timing.tpot
     assert tpot.n_blocks == 10 and not tpot.stable and tpot.drift_pct > 0
 
@@ -168,8 +189,13 @@ def test_compare_generation_ratios_against_known_spins():
     # 25 steps of 4 and 8 ms: a generation outlasts a 0.1 s block, so each of the 8 rounds
     # pairs one generation of each
     fast, slow = FakeLM(a_ms=4.0, b_ms=0.0), FakeLM(a_ms=8.0, b_ms=0.0)
-    table = compare_generation({"fast": (fast, make_step(fast)), "slow": (slow, make_step(slow))},
-                               prompt_len=4, new_tokens=25, repeat=8, warmup=1)
+    table = compare_generation(
+        {"fast": (fast, make_step(fast)), "slow": (slow, make_step(slow))},
+        prompt_len=4,
+        new_tokens=25,
+        repeat=8,
+        warmup=1,
+    )
     assert table.loc["slow", "generations"] == 8
     # the slow model spins twice as long per step: its fastest step reads 2x (a spin is only
     # ever lengthened). On a loaded machine every step also waits for a core, a few ms that do

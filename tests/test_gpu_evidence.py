@@ -1,5 +1,6 @@
 """``benchmarks/gpu_evidence.py --dry-run``: the whole GPU evidence script runs on the CPU with
 CUDA faked, so it cannot rot between the rare runs on a lent GPU."""
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,7 @@ def evidence(tmp_path_factory):
     if BENCH not in sys.path:
         sys.path.insert(0, BENCH)
     import gpu_evidence
+
     out = tmp_path_factory.mktemp("evidence")
     code = gpu_evidence.main(["--dry-run", "--out", str(out)])
     result = json.loads((out / "evidence.json").read_text())
@@ -31,20 +33,27 @@ def evidence(tmp_path_factory):
 
 def test_dry_run_writes_the_files_to_commit(evidence):
     out, _, result = evidence
-    assert {p.name for p in out.iterdir()} == {"summary.md", "evidence.json", "pytest.log",
-                                               "evidence-dry-run-cpu.tar.gz"}
+    assert {p.name for p in out.iterdir()} == {
+        "summary.md",
+        "evidence.json",
+        "pytest.log",
+        "evidence-dry-run-cpu.tar.gz",
+    }
     with tarfile.open(out / "evidence-dry-run-cpu.tar.gz") as tar:
         names = set(tar.getnames())
     # the layout of reports/: the validation folder and the device's report folder
-    for name in ("reports/validation/dry-run-cpu/README.md",
-                 "reports/validation/dry-run-cpu/evidence.json",
-                 "reports/validation/dry-run-cpu/pytest.log",
-                 "reports/validation/dry-run-cpu/cupti_vs_events_resnet50.csv",
-                 "reports/dry-run-cpu/README.md", "reports/dry-run-cpu/comparison.md",
-                 "reports/dry-run-cpu/resnet18_fp32.csv",
-                 "reports/dry-run-cpu/vit_b_16_bf16-amp.md",
-                 "reports/dry-run-cpu/resnet18_channels_last.md",
-                 "reports/dry-run-cpu/resnet18_fp32_roofline.png"):
+    for name in (
+        "reports/validation/dry-run-cpu/README.md",
+        "reports/validation/dry-run-cpu/evidence.json",
+        "reports/validation/dry-run-cpu/pytest.log",
+        "reports/validation/dry-run-cpu/cupti_vs_events_resnet50.csv",
+        "reports/dry-run-cpu/README.md",
+        "reports/dry-run-cpu/comparison.md",
+        "reports/dry-run-cpu/resnet18_fp32.csv",
+        "reports/dry-run-cpu/vit_b_16_bf16-amp.md",
+        "reports/dry-run-cpu/resnet18_channels_last.md",
+        "reports/dry-run-cpu/resnet18_fp32_roofline.png",
+    ):
         assert name in names, name
     env = result["env"]
     assert env["dry_run"] is True and env["torch_version"] and "cuda_version" in env
@@ -83,6 +92,7 @@ def test_checks_that_hold_on_any_machine_pass(evidence):
 def test_dry_run_puts_cuda_back():
     # the fakes are undone after the run (the fixture ran it in this process)
     import torch
+
     assert torch.cuda.Event.__module__.startswith("torch")
     assert torch.cuda.synchronize.__module__.startswith("torch")
     # and no modelprof module keeps the fake clock_for (the step timer's did, first imported
@@ -90,6 +100,7 @@ def test_dry_run_puts_cuda_back():
     # test_trace.py failed with "Expected a cuda device, but got: cpu")
     from modelprof.step import timing as step_timing
     from modelprof.timing import clock as clock_mod
+
     assert step_timing.clock_for is clock_mod.clock_for
 
 
@@ -99,14 +110,16 @@ def test_a_module_imported_under_the_fakes_gets_the_real_clock_back(monkeypatch)
     import torch
 
     from modelprof.timing import clock as clock_mod
+
     monkeypatch.syspath_prepend(BENCH)
     from gpu_fakes import fake_cuda
+
     probe = types.ModuleType("modelprof._imported_under_the_fakes")
     monkeypatch.setitem(sys.modules, probe.__name__, probe)
     real = clock_mod.clock_for
     with fake_cuda():
         exec("from modelprof.timing.clock import clock_for", probe.__dict__)  # a first import
-        assert probe.clock_for is not real                                   # took the fake
+        assert probe.clock_for is not real  # took the fake
     assert probe.clock_for is real is clock_mod.clock_for
     assert isinstance(probe.clock_for(torch.device("cpu")), clock_mod.CpuClock)
 
@@ -118,8 +131,10 @@ def _wheel(folder: Path, name: str) -> Path:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{name}/__init__.py", "VALUE = 42\n")
         z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\n"
-                   "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         z.writestr(f"{info}/RECORD", "")
     return path
 
@@ -128,25 +143,32 @@ def test_bootstrap_installs_only_what_is_missing_from_the_wheelhouse(tmp_path, m
     if BENCH not in sys.path:
         sys.path.insert(0, BENCH)
     import gpu_evidence
+
     house, target = tmp_path / "wheelhouse", tmp_path / "site"
     house.mkdir()
     _wheel(house, "mp_wheel_probe")
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", "before")
     # present: json; missing: the probe, which only the wheelhouse has
-    rec = gpu_evidence.bootstrap({"json": "json", "mp_wheel_probe": "mp_wheel_probe"}, house,
-                                 target)
+    rec = gpu_evidence.bootstrap(
+        {"json": "json", "mp_wheel_probe": "mp_wheel_probe"}, house, target
+    )
     assert rec["missing"] == ["mp_wheel_probe"] and rec["action"] == "installed"
     assert rec["importable"] == {"mp_wheel_probe": True}
-    assert sys.path[-1] == str(target)   # behind everything installed
+    assert sys.path[-1] == str(target)  # behind everything installed
     assert os.environ["PYTHONPATH"] == os.pathsep.join(["before", str(target)])
     # a fresh interpreter with that PYTHONPATH (as the pytest processes get it) imports it
-    out = subprocess.run([sys.executable, "-c", "import mp_wheel_probe as m; print(m.VALUE)"],
-                         capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PYTHONPATH=str(target)))
+    out = subprocess.run(
+        [sys.executable, "-c", "import mp_wheel_probe as m; print(m.VALUE)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(target)),
+    )
     assert out.stdout.strip() == "42"
     # nothing missing, or no wheelhouse: nothing is done
-    assert gpu_evidence.bootstrap({"json": "json"}, house, target)["action"] == \
-        "nothing to install"
-    assert gpu_evidence.bootstrap({"mp_absent_module": "x"}, tmp_path / "none",
-                                  target)["action"] == "no wheelhouse"
+    assert gpu_evidence.bootstrap({"json": "json"}, house, target)["action"] == "nothing to install"
+    assert (
+        gpu_evidence.bootstrap({"mp_absent_module": "x"}, tmp_path / "none", target)["action"]
+        == "no wheelhouse"
+    )

@@ -1,6 +1,7 @@
 """The package's imports form layers: no cycle, no import of a higher layer, no private name
 reached across modules. Read with ``ast`` (nothing is imported), so a cycle hidden behind a lazy
 import inside a function counts too."""
+
 from __future__ import annotations
 
 import ast
@@ -20,14 +21,26 @@ LAYERS = [
     {"modelprof.runtime", "modelprof.distributed"},
     {"modelprof.counting", "modelprof.distributed.collectives", "modelprof.distributed.view"},
     {"modelprof.timing"},
-    {"modelprof.step", "modelprof.distributed.session", "modelprof.distributed.sweep",
-     "modelprof.distributed.sweep_config", "modelprof.distributed.sweep_ranks",
-     "modelprof.distributed.sweep_store"},
+    {
+        "modelprof.step",
+        "modelprof.distributed.session",
+        "modelprof.distributed.sweep",
+        "modelprof.distributed.sweep_config",
+        "modelprof.distributed.sweep_ranks",
+        "modelprof.distributed.sweep_store",
+    },
     {"modelprof.render"},
     {"modelprof.report"},
     # generation builds a Report per phase (as profile does) and loads models for its CLI
-    {"modelprof.models", "modelprof.profile", "modelprof.compare", "modelprof.sweep",
-     "modelprof.generation", "modelprof.distributed.fake", "modelprof.fit"},
+    {
+        "modelprof.models",
+        "modelprof.profile",
+        "modelprof.compare",
+        "modelprof.sweep",
+        "modelprof.generation",
+        "modelprof.distributed.fake",
+        "modelprof.fit",
+    },
     {"modelprof", "modelprof.cli", "modelprof.__main__"},
 ]
 
@@ -114,7 +127,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -179,7 +192,11 @@ def test_the_documented_layers_are_the_enforced_ones():
         if line and not line.startswith(" "):
             names += line.split(":", 1)[0] + " "
             if ":" in line:
-                layers.append({"modelprof" if n == "__init__" else f"modelprof.{n}"
-                               for n in names.replace(",", " ").split()})
+                layers.append(
+                    {
+                        "modelprof" if n == "__init__" else f"modelprof.{n}"
+                        for n in names.replace(",", " ").split()
+                    }
+                )
                 names = ""
     assert layers == LAYERS

@@ -1,5 +1,6 @@
 """Input sizes from the user: numpy integers accepted, impossible sizes refused (named) before
 anything is allocated, devices the machine lacks refused by name."""
+
 from __future__ import annotations
 
 import warnings
@@ -46,8 +47,9 @@ def test_backends_this_machine_lacks_are_refused(device: str) -> None:
     module = getattr(torch, device, None)
     if module is not None and getattr(module, "is_available", lambda: False)():
         pytest.skip(f"{device} is available here")
-    with pytest.raises(ModelProfError, match=f"device='{device}': the '{device}' backend is not "
-                                             "available"):
+    with pytest.raises(
+        ModelProfError, match=f"device='{device}': the '{device}' backend is not available"
+    ):
         parse_device(device)
     with pytest.raises(ModelProfError, match=f"device='{device}'"):
         profile(nn.Linear(2, 2), (2,), device=device, timing=False)
@@ -85,12 +87,13 @@ def test_args_and_kwargs_in_compare_latency_and_the_training_step() -> None:
     from modelprof import compare, measure_latency
 
     table = compare({"a": _Masked(), "b": _Masked()}, inputs=_args_kwargs(), timing=False)
-    assert list(table["flops"]) == [168, 168]   # as above, mask included
+    assert list(table["flops"]) == [168, 168]  # as above, mask included
     calls = []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # a timing of an append is noisy, and not the point
-        m = measure_latency(lambda x, mask: calls.append((x.shape, mask.shape)),
-                            _args_kwargs(), repeat=3, warmup=1)
+        warnings.simplefilter("ignore")  # a timing of an append is noisy, and not the point
+        m = measure_latency(
+            lambda x, mask: calls.append((x.shape, mask.shape)), _args_kwargs(), repeat=3, warmup=1
+        )
     assert m.n == 3 and calls[0] == (torch.Size([3, 6]), torch.Size([3, 4]))
     step = profile(_Masked(), inputs=_args_kwargs(), backward=True, timing=False)
     # forward 168 as above + the default loss, the sum of the 3x4 outputs: 12
@@ -113,6 +116,9 @@ def test_a_forward_of_a_tuple_and_a_dict_is_given_them_inside_args() -> None:
 
 
 def test_keyword_names_must_be_strings_in_args_and_kwargs() -> None:
-    with pytest.raises(ModelProfError, match=r"inputs\[1\] dict keys must be argument names; "
-                                             r"got 3"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"inputs\[1\] dict keys must be argument names; "
+        r"got 3",
+    ):
         make_inputs(_Masked(), inputs=((torch.randn(3, 6),), {3: torch.ones(3, 4)}))

@@ -1,5 +1,6 @@
 """Layer types for the per-layer-type summary: by torch.nn class, else by the dominant op; and
 Report.by_layer_type on real models (leaf sums equal the totals; (self) rows typed by their ops)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,22 +12,25 @@ from modelprof import profile
 from modelprof.report.layer_types import LAYER_TYPES, layer_type, op_layer_type
 
 
-@pytest.mark.parametrize("op, kind", [
-    ("convolution.default", "conv"),
-    ("aten.addmm.default", "linear"),
-    ("bmm", "matmul"),
-    ("_scaled_dot_product_flash_attention_for_cpu.default", "attention"),
-    ("native_layer_norm.default", "norm"),
-    ("relu_.default", "activation"),
-    ("_softmax.default", "activation"),
-    ("max_pool2d_with_indices.default", "pool"),
-    ("add_.Tensor", "elementwise"),     # not in the table: its pointwise tag says so
-    ("mul.Tensor", "elementwise"),
-    ("cat.default", "data movement"),
-    ("mean.dim", "reduction"),
-    ("embedding.default", "embedding"),
-    ("no_such_op.default", "other"),
-])
+@pytest.mark.parametrize(
+    "op, kind",
+    [
+        ("convolution.default", "conv"),
+        ("aten.addmm.default", "linear"),
+        ("bmm", "matmul"),
+        ("_scaled_dot_product_flash_attention_for_cpu.default", "attention"),
+        ("native_layer_norm.default", "norm"),
+        ("relu_.default", "activation"),
+        ("_softmax.default", "activation"),
+        ("max_pool2d_with_indices.default", "pool"),
+        ("add_.Tensor", "elementwise"),  # not in the table: its pointwise tag says so
+        ("mul.Tensor", "elementwise"),
+        ("cat.default", "data movement"),
+        ("mean.dim", "reduction"),
+        ("embedding.default", "embedding"),
+        ("no_such_op.default", "other"),
+    ],
+)
 def test_op_layer_types(op: str, kind: str) -> None:
     assert op_layer_type(op) == kind
     assert kind in LAYER_TYPES
@@ -34,12 +38,17 @@ def test_op_layer_types(op: str, kind: str) -> None:
 
 def test_module_class_first_then_ops() -> None:
     assert layer_type("Conv2d", {"convolution.default": 10}) == "conv"
-    assert layer_type("BatchNorm2d", {"empty.memory_format": 0, "native_batch_norm.default": 4}) == "norm"
+    assert (
+        layer_type("BatchNorm2d", {"empty.memory_format": 0, "native_batch_norm.default": 4})
+        == "norm"
+    )
     # a (self) row carries its parent's class: typed by its ops (a residual add)
     assert layer_type("BasicBlock", {"add_.Tensor": 16384}, is_self=True) == "elementwise"
     # the op with the most FLOPs wins; allocations say nothing
-    assert layer_type("MyBlock", {"empty.memory_format": 0, "bmm.default": 100,
-                                  "add.Tensor": 5}) == "matmul"
+    assert (
+        layer_type("MyBlock", {"empty.memory_format": 0, "bmm.default": 100, "add.Tensor": 5})
+        == "matmul"
+    )
     assert layer_type("MyBlock", {"empty.memory_format": 0}) == "other"
     assert layer_type("MyBlock", {}) == "other"
     # a user class that happens to have no known name and ran an attention kernel
@@ -74,8 +83,15 @@ def test_by_layer_type_sums_leaves_and_types_self_rows_by_their_ops() -> None:
     assert table.loc["attention", "macs"] == 256
     assert table.loc["linear", "params"] == 8 * 24 + 24  # 216
     assert table.loc["norm", "params"] == 16  # weight + bias of LayerNorm(8)
-    assert list(table.columns) == ["calls", "params", "macs", "flops", "madd", "read_bytes",
-                                   "write_bytes"]  # untimed: no latency columns
+    assert list(table.columns) == [
+        "calls",
+        "params",
+        "macs",
+        "flops",
+        "madd",
+        "read_bytes",
+        "write_bytes",
+    ]  # untimed: no latency columns
 
 
 def test_resnet_residual_adds_are_elementwise_not_basicblock() -> None:

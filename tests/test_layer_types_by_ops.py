@@ -1,6 +1,7 @@
 """Modules of classes the layer-type table does not know are typed by the ops they run: an
 RMSNorm written out is ``norm``, a tanh GELU written out is ``activation``, as in Llama and
 GPT-2."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,11 @@ class NewGELU(nn.Module):
     """GPT-2's NewGELUActivation, as transformers writes it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
-                                           * (x + 0.044715 * torch.pow(x, 3.0))))
+        return (
+            0.5
+            * x
+            * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        )
 
 
 class Rotary(nn.Module):
@@ -45,10 +49,15 @@ class Rotary(nn.Module):
 def test_rmsnorm_and_gelu_written_out_are_typed_by_their_ops() -> None:
     model = nn.Sequential(nn.Linear(8, 8), RMSNorm(8), NewGELU(), Rotary())
     types = profile(model, (4, 8), timing=False).by_layer_type()
-    assert set(types.index) == {"linear", "norm", "activation", "elementwise"}  # rotary: elementwise
+    assert set(types.index) == {
+        "linear",
+        "norm",
+        "activation",
+        "elementwise",
+    }  # rotary: elementwise
     # the norm: 4*8 elements; the activation, the same elements
     assert types.loc["norm", "calls"] == 1 and types.loc["activation", "calls"] == 1
-    assert types.loc["norm", "params"] == 8          # its weight
+    assert types.loc["norm", "params"] == 8  # its weight
 
 
 def test_known_classes_and_dominant_op_unchanged() -> None:
@@ -56,26 +65,50 @@ def test_known_classes_and_dominant_op_unchanged() -> None:
     # a residual add is elementwise, not an activation: no nonlinearity
     assert layer_type("Block", {"aten.add.Tensor": 10}, is_self=True) == "elementwise"
     # a softmax written out has a reduction: not "activation" by the all-elementwise rule
-    assert layer_type("MySoftmax", {"aten.exp.default": 8, "aten.sum.dim_IntList": 8,
-                                    "aten.div.Tensor": 8}) != "activation"
+    assert (
+        layer_type(
+            "MySoftmax", {"aten.exp.default": 8, "aten.sum.dim_IntList": 8, "aten.div.Tensor": 8}
+        )
+        != "activation"
+    )
     # QuickGELU x * sigmoid(1.702 x): mul dominates, the sigmoid makes it an activation
-    assert layer_type("QuickGELU", {"aten.mul.Tensor": 16, "aten.sigmoid.default": 8}) \
-        == "activation"
+    assert (
+        layer_type("QuickGELU", {"aten.mul.Tensor": 16, "aten.sigmoid.default": 8}) == "activation"
+    )
     # a bf16 norm casts to float32 and back around its ops
-    assert layer_type("T5LayerNorm", {"aten._to_copy.default": 0, "aten.pow.Tensor_Scalar": 8,
-                                      "aten.mean.dim": 8, "aten.add.Tensor": 1,
-                                      "aten.rsqrt.default": 1, "aten.mul.Tensor": 16}) == "norm"
+    assert (
+        layer_type(
+            "T5LayerNorm",
+            {
+                "aten._to_copy.default": 0,
+                "aten.pow.Tensor_Scalar": 8,
+                "aten.mean.dim": 8,
+                "aten.add.Tensor": 1,
+                "aten.rsqrt.default": 1,
+                "aten.mul.Tensor": 16,
+            },
+        )
+        == "norm"
+    )
 
 
 def test_llama_and_gpt2_get_norm_and_activation_rows() -> None:
     transformers = pytest.importorskip("transformers")
-    llama = transformers.LlamaModel(transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2))
-    gpt2 = transformers.GPT2Model(transformers.GPT2Config(
-        vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16))
+    llama = transformers.LlamaModel(
+        transformers.LlamaConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    )
+    gpt2 = transformers.GPT2Model(
+        transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16)
+    )
     ids = {"input_ids": torch.randint(0, 64, (1, 8))}
     llama_types = profile(llama, ids, timing=False).by_layer_type()
     gpt2_types = profile(gpt2, ids, timing=False).by_layer_type()
-    assert llama_types.loc["norm", "calls"] == 3     # input, post-attention and final RMSNorm
-    assert "activation" in gpt2_types.index          # NewGELUActivation
+    assert llama_types.loc["norm", "calls"] == 3  # input, post-attention and final RMSNorm
+    assert "activation" in gpt2_types.index  # NewGELUActivation

@@ -2,6 +2,7 @@
 path where the CPU takes it, SDPA as the CPU's fused kernel on the slow path and in the
 training step (forward and backward), so a model counted on meta counts what it counts on the
 CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,9 @@ def _vit(device: str) -> nn.Module:
 
     torch.manual_seed(0)
     with torch.device(device):
-        return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=2,
-                                 hidden_dim=32, mlp_dim=64).eval()
+        return VisionTransformer(
+            image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64
+        ).eval()
 
 
 def _attention_ops(by_op) -> list[str]:
@@ -37,7 +39,7 @@ def test_vit_b_16_on_meta_counts_the_cpus_flops():
 
 
 def test_a_forward_on_meta_is_the_cpus(monkeypatch):
-    monkeypatch.setenv("MODELPROF_STATIC_ROUTE", "real")   # the CPU's own kernels
+    monkeypatch.setenv("MODELPROF_STATIC_ROUTE", "real")  # the CPU's own kernels
     cpu = profile(_vit("cpu"), (3, 32, 32), timing=False)
     meta = profile(_vit("meta"), (3, 32, 32), device="meta", timing=False)
     assert _attention_ops(meta._by_op) == ["aten._native_multi_head_attention.default"]
@@ -65,7 +67,7 @@ class _Cross(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y, _ = self.cross(x, x[:, :3], x[:, :3])
-        z, w = self.self_attn(y, y, y)        # need_weights=True: the weights come back
+        z, w = self.self_attn(y, y, y)  # need_weights=True: the weights come back
         return z + w.sum()
 
 

@@ -1,4 +1,5 @@
 """``load_model``: every kind of spec, the safe-loading rules and the default input sizes."""
+
 from __future__ import annotations
 
 import sys
@@ -35,12 +36,15 @@ def test_torchvision_prefix_gives_the_same_model() -> None:
     assert type(model).__name__ == "MobileNetV3"
 
 
-@pytest.mark.parametrize("name, size", [
-    ("inception_v3", (3, 299, 299)),       # Inception_V3_Weights crop_size [299]
-    ("efficientnet_b3", (3, 300, 300)),    # EfficientNet_B3_Weights crop_size [300]
-    ("efficientnet_b1", (3, 240, 240)),    # DEFAULT = IMAGENET1K_V2, crop_size [240]
-    ("r3d_18", (3, 16, 112, 112)),         # video: 16 frames at crop 112
-])
+@pytest.mark.parametrize(
+    "name, size",
+    [
+        ("inception_v3", (3, 299, 299)),  # Inception_V3_Weights crop_size [299]
+        ("efficientnet_b3", (3, 300, 300)),  # EfficientNet_B3_Weights crop_size [300]
+        ("efficientnet_b1", (3, 240, 240)),  # DEFAULT = IMAGENET1K_V2, crop_size [240]
+        ("r3d_18", (3, 16, 112, 112)),  # video: 16 frames at crop 112
+    ],
+)
 def test_default_input_size_is_the_weights_crop(name: str, size: tuple) -> None:
     assert load_model(name)[2] == size
 
@@ -56,6 +60,7 @@ def test_vit_is_built_for_its_weights_resolution() -> None:
     from torchvision.models import get_model_builder
 
     from modelprof.models import _builder_kwargs
+
     assert _builder_kwargs(get_model_builder("vit_h_14"), 518)["image_size"] == 518
     vit_b, _, size = load_model("vit_b_32")
     assert size == (3, 224, 224)
@@ -94,14 +99,16 @@ def test_timm_missing_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_python_file_factory(tmp_path: Path) -> None:
     f = tmp_path / "my_net.py"
-    f.write_text(textwrap.dedent("""
+    f.write_text(
+        textwrap.dedent("""
         from torch import nn
         INPUT_SIZE = (10,)
         def build():
             return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 2))
         def not_a_model():
             return 42
-    """))
+    """)
+    )
     model, name, size = load_model(f"{f}:build")
     assert name == "build"
     assert size == (10,)
@@ -195,8 +202,10 @@ class _RunsCode:
         self.marker = marker
 
     def __reduce__(self) -> tuple:
-        source = (f"__import__('pathlib').Path({str(self.marker)!r}).touch() "
-                  "or ((__import__('torch').ones(2, 4),), {})")
+        source = (
+            f"__import__('pathlib').Path({str(self.marker)!r}).touch() "
+            "or ((__import__('torch').ones(2, 4),), {})"
+        )
         return (eval, (source,))
 
 

@@ -1,6 +1,7 @@
 """What peers' users expect: trainable vs frozen parameters (torchinfo), each row's
 share of MACs/FLOPs (ptflops, DeepSpeed), an estimated total memory for inference and for a
 training step (torchinfo's "estimated total size")."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,22 +23,23 @@ def test_trainable_and_frozen_params_per_row_and_in_totals() -> None:
     # Linear(4, 3): 4*3 + 3 = 15 frozen; Linear(3, 2): 3*2 + 2 = 8 trainable
     assert (df.loc["0", "trainable_params"], df.loc["0", "frozen_params"]) == (0, 15)
     assert (df.loc["1", "trainable_params"], df.loc["1", "frozen_params"]) == (8, 0)
-    assert (df.loc["", "trainable_params"], df.loc["", "frozen_params"]) == (8, 15)   # root
+    assert (df.loc["", "trainable_params"], df.loc["", "frozen_params"]) == (8, 15)  # root
     assert (r.totals["trainable_params"], r.totals["frozen_params"]) == (8, 15)
     assert "trainable params 8, frozen 15 (requires_grad=False)" in r.summary()
 
 
 def test_macs_and_flops_share_per_row() -> None:
-    r = profile(nn.Sequential(nn.Linear(4, 3, bias=False), nn.Linear(3, 2, bias=False)), (4,),
-                timing=False)
+    r = profile(
+        nn.Sequential(nn.Linear(4, 3, bias=False), nn.Linear(3, 2, bias=False)), (4,), timing=False
+    )
     df = r.to_dataframe().set_index("module")
     # MACs 4*3 = 12 and 3*2 = 6 of 18; without biases FLOPs are 2x MACs: the same shares
     assert df.loc["0", "macs_pct"] == pytest.approx(100 * 12 / 18)
     assert df.loc["1", "macs_pct"] == pytest.approx(100 * 6 / 18)
     assert df.loc["1", "flops_pct"] == pytest.approx(100 * 12 / 36)
-    assert df.loc["", "flops_pct"] == pytest.approx(100.0)        # the root holds everything
+    assert df.loc["", "flops_pct"] == pytest.approx(100.0)  # the root holds everything
     assert df[df["leaf"]]["flops_pct"].sum() == pytest.approx(100.0)
-    assert "FLOPs share" in r.to_markdown()                       # beside the latency share
+    assert "FLOPs share" in r.to_markdown()  # beside the latency share
 
 
 def test_memory_estimate_inference_and_training_step() -> None:
@@ -47,19 +49,20 @@ def test_memory_estimate_inference_and_training_step() -> None:
     # largest leaf working set: Linear(4, 3) in 16 + out 12 = 28 B; leaf outputs 12 + 8 = 20 B
     assert est.loc["parameters", "inference"] == 92
     assert est.loc["activations", "inference"] == 28
-    assert est.loc["total", "inference"] == 92 + 16 + 28                        # 136
-    assert est.loc["saved for backward", "training_step"] == 20                # estimated
+    assert est.loc["total", "inference"] == 92 + 16 + 28  # 136
+    assert est.loc["saved for backward", "training_step"] == 20  # estimated
     assert est.loc["gradients", "training_step"] == 32
-    assert est.loc["optimizer state", "training_step"] == 2 * 32               # Adam's m, v
-    assert est.loc["total", "training_step"] == 92 + 16 + 28 + 20 + 32 + 64    # 252
+    assert est.loc["optimizer state", "training_step"] == 2 * 32  # Adam's m, v
+    assert est.loc["total", "training_step"] == 92 + 16 + 28 + 20 + 32 + 64  # 252
     assert r.memory_estimate(optimizer_states=0).loc["optimizer state", "training_step"] == 0
     assert "estimated memory: inference 136 B" in r.summary()
 
 
 def test_memory_estimate_of_a_profiled_training_step() -> None:
     model = _half_frozen()
-    sgd = profile(model, (4,), timing=False, backward=True,
-                  optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    sgd = profile(
+        model, (4,), timing=False, backward=True, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
+    )
     adam = profile(model, (4,), timing=False, backward=True, optimizer="adam")
     # plain SGD keeps no state; Adam two tensors per trainable element: 2 * 32 B
     assert sgd.memory_estimate().loc["optimizer state", "training_step"] == 0

@@ -1,5 +1,6 @@
 """Numbers a user compares with other tools, and outputs a person reads: the total parameters are
 the model's, whatever the forward called."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,9 +17,9 @@ class _Heads(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = nn.Linear(4, 6)                                  # 4*6 + 6 = 30
-        self.aux = nn.Sequential(nn.Linear(6, 3), nn.Linear(3, 2))   # 21 + 8 = 29
-        self.extra = nn.Linear(2, 2, bias=False)                     # 4
+        self.body = nn.Linear(4, 6)  # 4*6 + 6 = 30
+        self.aux = nn.Sequential(nn.Linear(6, 3), nn.Linear(3, 2))  # 21 + 8 = 29
+        self.extra = nn.Linear(2, 2, bias=False)  # 4
         self.extra.weight.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,11 +34,11 @@ def test_total_params_are_the_models_with_a_not_called_row(route, monkeypatch):
     df = r.to_dataframe()
     idle = df[df["module"] == NOT_CALLED]
     assert len(idle) == 1 and bool(idle["leaf"].iloc[0])
-    assert idle["type"].iloc[0] == "aux, extra"       # whole modules named, outermost
+    assert idle["type"].iloc[0] == "aux, extra"  # whole modules named, outermost
     assert int(idle["params"].iloc[0]) == 29 + 4
-    assert int(idle["trainable_params"].iloc[0]) == 29   # extra.weight is frozen
+    assert int(idle["trainable_params"].iloc[0]) == 29  # extra.weight is frozen
     assert int(idle["macs"].iloc[0]) == 0 and int(idle["read_bytes"].iloc[0]) == 0
-    assert int(df.loc[df["leaf"], "params"].sum()) == 63   # the leaf rows add up
+    assert int(df.loc[df["leaf"], "params"].sum()) == 63  # the leaf rows add up
     assert "33 of the params are in modules this forward did not call: aux, extra" in r.summary()
 
 
@@ -78,6 +79,7 @@ def test_inception_v3_eval_params_match_the_peers():
 
 # -- frames a person prints: whole, in human units, numbers numeric underneath -----------------
 
+
 def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(1000, 1000), nn.ReLU(), nn.Linear(1000, 10))
 
@@ -89,7 +91,7 @@ def test_memory_estimate_prints_in_bytes_units_and_stays_numeric():
     assert str(est["inference"].dtype) == "int64"
     text = repr(est)
     assert "3.86 MiB" in text and "4044040" not in text
-    assert "training step" in text and "how" in text          # every column shown
+    assert "training step" in text and "how" in text  # every column shown
     assert "3.86 MiB" in est._repr_html_()
 
 
@@ -103,31 +105,54 @@ def test_by_operator_prints_whole():
 
 
 def test_training_step_phases_print_one_line_each():
-    r = profile(_mlp(), (1000,), backward=True, optimizer="sgd", repeat=3, warmup=1,
-                budget_s=0.2, roofline=False)
+    r = profile(
+        _mlp(),
+        (1000,),
+        backward=True,
+        optimizer="sgd",
+        repeat=3,
+        warmup=1,
+        budget_s=0.2,
+        roofline=False,
+    )
     phases = r.training_step.timing.phases()
     lines = repr(phases).splitlines()
     assert lines[0].split() == ["phase", "median", "95%", "CI", "n", "stable"]
-    assert [line.split()[0] for line in lines[1:]] == ["forward", "loss", "backward",
-                                                        "optimizer", "step"]
-    assert phases["forward"].median_ms > 0        # still the measurements underneath
+    assert [line.split()[0] for line in lines[1:]] == [
+        "forward",
+        "loss",
+        "backward",
+        "optimizer",
+        "step",
+    ]
+    assert phases["forward"].median_ms > 0  # still the measurements underneath
     assert "<table>" in phases._repr_html_()
 
 
 def test_phase_table_prints_every_column_and_names_the_bound_variant():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
-                                  n_positions=64, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=128,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg).eval()
     from modelprof import profile_generation
-    report = profile_generation(model, prompt_len=8, new_tokens=4, timing=False, cache=None,
-                                target="A100 SXM 80GB")
+
+    report = profile_generation(
+        model, prompt_len=8, new_tokens=4, timing=False, cache=None, target="A100 SXM 80GB"
+    )
     table = report.phase_table()
     text = repr(table)
     assert "rows x" not in text and "..." not in text
     assert text.splitlines()[0].startswith(
         "bound_*: roofline lower bound on A100 SXM 80GB (float32, datasheet: 19.50 TFLOP/s, "
-        "2.04 TB/s)")                                  # the variant, with its 2,039 GB/s
+        "2.04 TB/s)"
+    )  # the variant, with its 2,039 GB/s
     assert "memory bound share" in text and "bound" in text.splitlines()[1]
-    assert table["bound_ms"].dtype.kind == "f"        # numeric underneath
+    assert table["bound_ms"].dtype.kind == "f"  # numeric underneath

@@ -7,6 +7,7 @@ differs (normalisation, interpolation, which ops count at all), the test asserts
 number and says what the peer expects and why; ``reports/peers.md`` tallies the cases.
 CUDA-only cases are re-derived on the CPU (same formulas, called with CPU tensors).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -32,8 +33,9 @@ def pt_flops(fn, registry=None) -> int:
 
 
 def macs_of(model, *inputs, **kw) -> int:
-    return profile(model, inputs=inputs if len(inputs) > 1 else inputs[0], timing=False,
-                   **kw).totals["macs"]
+    return profile(
+        model, inputs=inputs if len(inputs) > 1 else inputs[0], timing=False, **kw
+    ).totals["macs"]
 
 
 # ================================ PyTorch: test/test_flop_counter.py ============================
@@ -41,25 +43,25 @@ def test_pt_flop_counter_variety():
     lin = nn.Linear(9, 10)
 
     def run():
-        torch.mm(T(4, 5), T(5, 6))                                   # 120 MACs
+        torch.mm(T(4, 5), T(5, 6))  # 120 MACs
         torch.addmm(T(4, 6), T(4, 5), T(5, 6), beta=0.5, alpha=0.5)  # 120
-        torch.matmul(T(5, 6), T(6, 7))                               # 210
-        torch.einsum("ab,bc->ac", T(6, 7), T(7, 8))                  # 336
-        lin(T(8, 9))                                                 # 8*9*10 = 720
+        torch.matmul(T(5, 6), T(6, 7))  # 210
+        torch.einsum("ab,bc->ac", T(6, 7), T(7, 8))  # 336
+        lin(T(8, 9))  # 8*9*10 = 720
 
     assert pt_flops(run) == 3012  # 2 * 1506
 
 
 def test_pt_op():
-    assert pt_flops(lambda: torch.mm(T(4, 5), T(5, 6))) == 240           # 4*6*2*5
-    assert pt_flops(lambda: torch.bmm(T(3, 4, 5), T(3, 5, 6))) == 720    # 3*4*6*2*5
+    assert pt_flops(lambda: torch.mm(T(4, 5), T(5, 6))) == 240  # 4*6*2*5
+    assert pt_flops(lambda: torch.bmm(T(3, 4, 5), T(3, 5, 6))) == 720  # 3*4*6*2*5
 
     def addmms():
         torch.addmm(T(4, 6), T(4, 5), T(5, 6))
         torch.addmm(T(4, 1), T(4, 5), T(5, 6))  # broadcast biases: same product
         torch.addmm(T(6), T(4, 5), T(5, 6))
 
-    assert pt_flops(addmms) == 720                                       # 3 * 240
+    assert pt_flops(addmms) == 720  # 3 * 240
     assert pt_flops(lambda: torch.baddbmm(T(3, 4, 6), T(3, 4, 5), T(3, 5, 6))) == 720
     # out 2x6x5x5 = 300 outputs x 3*4*4 = 48: 14400 MACs
     assert pt_flops(lambda: torch.conv2d(T(2, 3, 6, 6), T(6, 3, 4, 4), padding=1)) == 28800
@@ -70,9 +72,9 @@ def test_pt_op():
 def test_pt_backward():
     def step():
         a = T(4, 5, requires_grad=True)
-        a = torch.mm(a, T(5, 6))                  # 120 MACs; backward grad_a (4,6)@(6,5): 120
+        a = torch.mm(a, T(5, 6))  # 120 MACs; backward grad_a (4,6)@(6,5): 120
         a = a.unsqueeze(0).expand(7, 4, 6)
-        a = torch.bmm(a, T(7, 6, 7))              # 1176; backward grad (7,4,7)@(7,7,6): 1176
+        a = torch.bmm(a, T(7, 6, 7))  # 1176; backward grad (7,4,7)@(7,7,6): 1176
         a.sum().backward()
 
     assert pt_flops(step) == 5184  # 2 * (120 + 1176 + 1176 + 120)
@@ -117,8 +119,10 @@ def test_pt_autograd_op():
 
 def _conv_fwd_bwd(fn):
     c = count_ops(fn)
-    return (2 * c.by_op["aten.convolution.default"].macs,
-            2 * c.by_op["aten.convolution_backward.default"].macs)
+    return (
+        2 * c.by_op["aten.convolution.default"].macs,
+        2 * c.by_op["aten.convolution_backward.default"].macs,
+    )
 
 
 def test_pt_convs():
@@ -153,8 +157,8 @@ def test_pt_module():
     assert c.by_op["aten.convolution_backward.default"].macs == 2 * conv_fwd
     df = profile(model, (3, 224, 224), timing=False).to_dataframe()
     layer1 = df[df["module"].str.startswith("layer1.") & (df["type"] == "Conv2d")]
-    assert 2 * int(layer1["macs"].sum()) == 924_844_032      # PyTorch: ResNet.layer1 convolution
-    assert 4 * int(layer1["macs"].sum()) == 1_849_688_064    # ... and its convolution_backward
+    assert 2 * int(layer1["macs"].sum()) == 924_844_032  # PyTorch: ResNet.layer1 convolution
+    assert 4 * int(layer1["macs"].sum()) == 1_849_688_064  # ... and its convolution_backward
 
 
 def test_pt_conv_transpose_loop():
@@ -172,11 +176,13 @@ def test_pt_conv_transpose_loop():
 def test_pt_custom():
     reg = REGISTRY.copy()
     register_formula(torch.ops.aten.add, registry=reg, replace=True)(
-        lambda args, kwargs, out: Cost(0, flops=5))
+        lambda args, kwargs, out: Cost(0, flops=5)
+    )
     a = T(4, 5)
     assert count_ops(lambda: a + a, registry=reg).tracker.current.flops == 5
     register_formula(torch.ops.aten.add, registry=reg, replace=True)(
-        lambda args, kwargs, out: Cost(0, flops=out.numel()))
+        lambda args, kwargs, out: Cost(0, flops=out.numel())
+    )
     assert count_ops(lambda: a + a, registry=reg).tracker.current.flops == 20
 
 
@@ -207,8 +213,8 @@ def test_pt_sdpa():
     fw = [_sdpa(4, 8, 128, 128, 64, 64, be, False) for be in (math, flash)]
     assert fw == [134_217_728] * 2
     bw_math, bw_flash = (_sdpa(4, 8, 128, 128, 64, 64, be, True) for be in (math, flash))
-    assert bw_math == 3 * fw[0]             # math: forward + 2 x forward of bmm gradients
-    assert bw_flash == 7 * fw[0] // 2       # fused: + the recomputed scores
+    assert bw_math == 3 * fw[0]  # math: forward + 2 x forward of bmm gradients
+    assert bw_flash == 7 * fw[0] // 2  # fused: + the recomputed scores
     # non-uniform (lk = 256): 268435456 forward, 805306368 math, 939524096 fused backward
     assert _sdpa(4, 8, 128, 256, 64, 64, math, False) == 268_435_456
     assert _sdpa(4, 8, 128, 256, 64, 64, flash, False) == 268_435_456
@@ -221,19 +227,25 @@ def test_pt_sdpa_nested_tensor():
     # backward (flash and mem-efficient kernels). Here the same identity on those kernels'
     # formulas (CUDA-only kernels, called with CPU tensors).
     from modelprof.counting.formulas import attention as att
+
     heads, d = 8, 64
 
     def dense(kernel, lq, lk, backward):
         q, k = T(1, lq, heads, d), T(1, lk, heads, d)
         if kernel == "flash":
-            args = ((T(1), q, k, k, None, None, None, None, lq, lk) if backward else
-                    (q, k, k, None, None, lq, lk, 0.0, True, False))
+            args = (
+                (T(1), q, k, k, None, None, None, None, lq, lk)
+                if backward
+                else (q, k, k, None, None, lq, lk, 0.0, True, False)
+            )
             fn = att._flash_attention_backward if backward else att._flash_attention_forward
         else:
-            args = ((T(1), q, k, k, None, None, None, None, lq, lk) if backward else
-                    (q, k, k, None, None, None, None, None, 0.0, 1))
-            fn = (att._efficient_attention_backward if backward else
-                  att._efficient_attention_forward)
+            args = (
+                (T(1), q, k, k, None, None, None, None, lq, lk)
+                if backward
+                else (q, k, k, None, None, None, None, None, 0.0, 1)
+            )
+            fn = att._efficient_attention_backward if backward else att._efficient_attention_forward
         return fn(args, {}, None).macs
 
     def packed(kernel, lq, lk, backward):
@@ -241,19 +253,27 @@ def test_pt_sdpa_nested_tensor():
         ck = torch.tensor([0] + torch.tensor(lk).cumsum(0).tolist(), dtype=torch.int32)
         q, k = T(sum(lq), heads, d), T(sum(lk), heads, d)
         if kernel == "flash":
-            args = ((T(1), q, k, k, None, None, cq, ck, max(lq), max(lk)) if backward else
-                    (q, k, k, cq, ck, max(lq), max(lk), 0.0, True, False))
+            args = (
+                (T(1), q, k, k, None, None, cq, ck, max(lq), max(lk))
+                if backward
+                else (q, k, k, cq, ck, max(lq), max(lk), 0.0, True, False)
+            )
             fn = att._flash_attention_backward if backward else att._flash_attention_forward
         else:
             q, k = q[None], k[None]
-            args = ((T(1), q, k, k, None, None, cq, ck, max(lq), max(lk)) if backward else
-                    (q, k, k, None, cq, ck, max(lq), max(lk), 0.0, 1))
-            fn = (att._efficient_attention_backward if backward else
-                  att._efficient_attention_forward)
+            args = (
+                (T(1), q, k, k, None, None, cq, ck, max(lq), max(lk))
+                if backward
+                else (q, k, k, None, cq, ck, max(lq), max(lk), 0.0, 1)
+            )
+            fn = att._efficient_attention_backward if backward else att._efficient_attention_forward
         return fn(args, {}, None).macs
 
-    for kernel, max_q, max_k in (("flash", 128, 128), ("efficient", 128, 128),
-                                 ("efficient", 128, 256)):
+    for kernel, max_q, max_k in (
+        ("flash", 128, 128),
+        ("efficient", 128, 128),
+        ("efficient", 128, 256),
+    ):
         lq = [max_q // 4 * i for i in (1, 2, 3, 4)]
         lk = [max_k // 4 * i for i in (1, 2, 3, 4)]
         pairs = sum(a * b for a, b in zip(lq, lk))
@@ -270,14 +290,15 @@ def test_pt_nested_attention_fake_tensors():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from modelprof.counting.formulas.attention import _flash_attention_forward
+
     x, offsets = T(123, 4, 16), torch.tensor([0, 30, 60, 90, 123])
     with FakeTensorMode() as mode:
         fx, fo = mode.from_tensor(x), mode.from_tensor(offsets)
-        bound = _flash_attention_forward((fx, fx, fx, fo, fo, 40, 40, 0.0, False, False), {},
-                                         None)
+        bound = _flash_attention_forward((fx, fx, fx, fo, fo, 40, 40, 0.0, False, False), {}, None)
     assert bound.macs == 629_760 and bound.note is not None
-    dense = _flash_attention_forward((T(4, 40, 4, 16),) * 3 + (None, None, 40, 40, 0.0,
-                                                                 False, False), {}, None)
+    dense = _flash_attention_forward(
+        (T(4, 40, 4, 16),) * 3 + (None, None, 40, 40, 0.0, False, False), {}, None
+    )
     assert 2 * dense.macs == 1_638_400  # PyTorch's dense reference, both in its unit
     assert 3789 * 4 * 32 <= bound.macs <= dense.macs
 
@@ -290,8 +311,10 @@ def test_pt_hook_registration():
     # PyTorch checks its counter's hooks come and go; ours: none is left after profile()
     before = (len(module_mod._global_forward_pre_hooks), len(module_mod._global_forward_hooks))
     profile(nn.Linear(100, 100), (100,), timing=False)
-    assert (len(module_mod._global_forward_pre_hooks),
-            len(module_mod._global_forward_hooks)) == before
+    assert (
+        len(module_mod._global_forward_pre_hooks),
+        len(module_mod._global_forward_hooks),
+    ) == before
 
 
 def test_pt_pytrees():
@@ -331,7 +354,8 @@ def test_pt_custom_op():
 
     reg = REGISTRY.copy()
     register_formula(torch.ops.modelprof_peer.foo, registry=reg)(
-        lambda args, kwargs, out: Cost(0, flops=9001))
+        lambda args, kwargs, out: Cost(0, flops=9001)
+    )
     c = count_ops(lambda: foo(T(3)), registry=reg)
     assert c.by_op["modelprof_peer.foo.default"].flops == 9001
 
@@ -344,9 +368,12 @@ def test_pt_inference_mode():
     with torch.inference_mode():
         inference = profile(model, (3, 224, 224), timing=False)
     assert standard.totals == inference.totals
-    layer1 = [r.to_dataframe().query("module.str.startswith('layer1.') and type == 'Conv2d'",
-                                     engine="python")["macs"].sum()
-              for r in (standard, inference)]
+    layer1 = [
+        r.to_dataframe()
+        .query("module.str.startswith('layer1.') and type == 'Conv2d'", engine="python")["macs"]
+        .sum()
+        for r in (standard, inference)
+    ]
     assert layer1[0] == layer1[1] == 924_844_032 // 2
 
 
@@ -355,8 +382,10 @@ def test_pt_scaled_mm():
     a = T(3 * 16, 5 * 16).to(torch.float8_e4m3fn)
     b = T(7 * 16, 5 * 16).to(torch.float8_e4m3fn).t()
     one = torch.ones(())
-    assert pt_flops(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
-                                             out_dtype=torch.bfloat16)) == 860_160
+    assert (
+        pt_flops(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        == 860_160
+    )
 
 
 # ==================================== fvcore: tests/test_flop_count.py ==========================
@@ -373,47 +402,50 @@ class ThreeNet(nn.Module):
 
 
 def test_fv_nn_and_linear():
-    assert macs_of(nn.Linear(8, 4), T(5, 8)) == 160                 # 5*8*4
-    assert macs_of(nn.Linear(10, 20), T(5, 10)) == 1000             # 5*10*20
-    assert macs_of(nn.Linear(10, 20), T(5, 5, 10)) == 5000          # 5*5*10*20
+    assert macs_of(nn.Linear(8, 4), T(5, 8)) == 160  # 5*8*4
+    assert macs_of(nn.Linear(10, 20), T(5, 10)) == 1000  # 5*10*20
+    assert macs_of(nn.Linear(10, 20), T(5, 5, 10)) == 5000  # 5*5*10*20
 
 
-@pytest.mark.parametrize("dim,batch,c_in,c_out,size,k,pad,stride,groups,transpose,out_pad", [
-    (2, 5, 10, 3, 15, 3, 1, 1, 1, False, 0),
-    (2, 2, 10, 6, 20, 3, 1, 2, 1, False, 0),
-    (2, 5, 16, 8, 15, 5, 2, 1, 4, False, 0),
-    (2, 5, 16, 8, 15, 3, 1, 1, 8, False, 0),
-    (1, 5, 10, 3, 15, 3, 1, 1, 1, False, 0),
-    (3, 5, 10, 3, 15, 3, 1, 1, 1, False, 0),
-    (2, 5, 10, 3, 15, 3, 1, 1, 1, True, 0),
-    (2, 5, 10, 3, 15, 3, 1, 2, 1, True, 0),
-    (2, 5, 10, 3, 15, 3, 1, 3, 1, True, 2),
-])
+@pytest.mark.parametrize(
+    "dim,batch,c_in,c_out,size,k,pad,stride,groups,transpose,out_pad",
+    [
+        (2, 5, 10, 3, 15, 3, 1, 1, 1, False, 0),
+        (2, 2, 10, 6, 20, 3, 1, 2, 1, False, 0),
+        (2, 5, 16, 8, 15, 5, 2, 1, 4, False, 0),
+        (2, 5, 16, 8, 15, 3, 1, 1, 8, False, 0),
+        (1, 5, 10, 3, 15, 3, 1, 1, 1, False, 0),
+        (3, 5, 10, 3, 15, 3, 1, 1, 1, False, 0),
+        (2, 5, 10, 3, 15, 3, 1, 1, 1, True, 0),
+        (2, 5, 10, 3, 15, 3, 1, 2, 1, True, 0),
+        (2, 5, 10, 3, 15, 3, 1, 3, 1, True, 2),
+    ],
+)
 def test_fv_conv(dim, batch, c_in, c_out, size, k, pad, stride, groups, transpose, out_pad):
     layer = getattr(nn, f"Conv{'Transpose' if transpose else ''}{dim}d")
     kw = {"output_padding": out_pad} if transpose else {}
     conv = layer(c_in, c_out, k, stride, pad, groups=groups, **kw)
     # fvcore's closed form: a transposed conv slides over the input (spatial = input size)
     spatial = size if transpose else (size + 2 * pad - k) // stride + 1
-    expected = batch * c_in * c_out * k ** dim * spatial ** dim // groups
+    expected = batch * c_in * c_out * k**dim * spatial**dim // groups
     assert macs_of(conv, T(batch, c_in, *([size] * dim))) == expected
 
 
 def test_fv_matmul_and_broadcast():
     mm = Fn(torch.matmul)
-    assert macs_of(mm, T(20, 10), T(10, 100)) == 20000               # m*n*p
+    assert macs_of(mm, T(20, 10), T(10, 100)) == 20000  # m*n*p
     assert macs_of(mm, T(1, 20, 10), T(1, 10, 100)) == 20000
-    assert macs_of(mm, T(2, 2, 20, 10), T(2, 2, 10, 100)) == 80000   # 4*m*n*p
+    assert macs_of(mm, T(2, 2, 20, 10), T(2, 2, 10, 100)) == 80000  # 4*m*n*p
     assert macs_of(mm, T(1, 20, 10), T(10, 100)) == 20000
     assert macs_of(mm, T(2, 20, 10), T(10, 100)) == 40000
 
 
 def test_fv_bmm_einsum_mm():
-    assert macs_of(Fn(torch.bmm), T(2, 5, 2), T(2, 2, 12)) == 240    # n*c*t*p = 2*5*2*12
+    assert macs_of(Fn(torch.bmm), T(2, 5, 2), T(2, 2, 12)) == 240  # n*c*t*p = 2*5*2*12
     ein = lambda eq: Fn(lambda x, y: torch.einsum(eq, x, y))  # noqa: E731
-    assert macs_of(ein("nct,ncp->ntp"), T(1, 5, 2), T(1, 5, 12)) == 120   # 1*2*12*5
-    assert macs_of(ein("ntg,ncg->nct"), T(1, 2, 6), T(1, 5, 6)) == 60     # 1*2*6*5
-    assert macs_of(ein("nc,nchw->hw"), T(3, 4), T(3, 4, 2, 3)) == 72      # 3*4*2*3
+    assert macs_of(ein("nct,ncp->ntp"), T(1, 5, 2), T(1, 5, 12)) == 120  # 1*2*12*5
+    assert macs_of(ein("ntg,ncg->nct"), T(1, 2, 6), T(1, 5, 6)) == 60  # 1*2*6*5
+    assert macs_of(ein("nc,nchw->hw"), T(3, 4), T(3, 4, 2, 3)) == 72  # 3*4*2*3
     assert macs_of(Fn(torch.mm), T(3, 4), T(4, 5)) == 60
     assert macs_of(Fn(torch.matmul), T(3, 4), T(4, 5)) == 60
 
@@ -451,7 +483,7 @@ def test_fv_batch_norm_and_group_norm_handles():
     def flops(fn):
         return count_ops(fn).tracker.current.flops
 
-    assert flops(lambda: F.batch_norm(x, vec, vec, vec, vec)) == 2 * 32       # fvcore 32
+    assert flops(lambda: F.batch_norm(x, vec, vec, vec, vec)) == 2 * 32  # fvcore 32
     assert flops(lambda: F.batch_norm(x, vec.clone(), vec.clone())) == 2 * 16  # fvcore 16
     # training with affine: fvcore 80 (5 per element); ours 7 per element (statistics 3,
     # normalise 2, affine 2; the running-stat update is inside the kernel): 112 — differs
@@ -465,16 +497,22 @@ def test_fv_upsample():
     # bilinear 2x2 -> 4x4 of 2x2 channels: 64 outputs; fvcore 4 per output (256), ours
     # 2*4 - 1 = 7 per output (4 multiplies, 3 adds): 448 — convention differs
     up = F.interpolate
-    assert count_ops(lambda: up(torch.rand(2, 2, 2, 2), None, 2, "bilinear", False)
-                     ).tracker.current.flops == 448
+    assert (
+        count_ops(
+            lambda: up(torch.rand(2, 2, 2, 2), None, 2, "bilinear", False)
+        ).tracker.current.flops
+        == 448
+    )
 
 
 def test_fv_customized_ops():
     reg = REGISTRY.copy()
     register_formula(torch.ops.aten.sigmoid, registry=reg, replace=True)(
-        lambda a, k, o: Cost(0, flops=10000))
+        lambda a, k, o: Cost(0, flops=10000)
+    )
     register_formula(torch.ops.aten.addmm, registry=reg, replace=True)(
-        lambda a, k, o: Cost(0, flops=400000))
+        lambda a, k, o: Cost(0, flops=400000)
+    )
     net = nn.Sequential(nn.Linear(5, 4), nn.Sigmoid())
     ops = profile(net, inputs=torch.rand(10, 5), timing=False, registry=reg).by_operator()
     by = dict(zip(ops["op"], ops["flops"]))

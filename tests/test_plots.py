@@ -1,4 +1,5 @@
 """Figures: built without pyplot, saved as PNG/SVG, errors that name the missing piece."""
+
 from __future__ import annotations
 
 import sys
@@ -30,14 +31,20 @@ PEAKS = Peaks(peak_flops=1e9, peak_bytes=1e9, source="user", device="toy", dtype
 
 def _compare() -> pd.DataFrame:
     return pd.DataFrame(
-        {"params": [11_689_512, 5_483_032], "flops": [3.63e9, 0.44e9],
-         "latency_median_ms": [3.1, 1.9], "output_bytes": [2**20, 2**19]},
+        {
+            "params": [11_689_512, 5_483_032],
+            "flops": [3.63e9, 0.44e9],
+            "latency_median_ms": [3.1, 1.9],
+            "output_bytes": [2**20, 2**19],
+        },
         index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"),
     )
 
 
 def _curve() -> pd.DataFrame:
-    return pd.DataFrame({"batch_size": [1, 2, 4, 8, 16], "samples_per_s": [100.0, 180, 300, 320, 310]})
+    return pd.DataFrame(
+        {"batch_size": [1, 2, 4, 8, 16], "samples_per_s": [100.0, 180, 300, 320, 310]}
+    )
 
 
 def _bar_labels(fig: Figure) -> list[str]:
@@ -73,8 +80,7 @@ def test_plot_roofline_places_timed_leaves(tmp_path: Path) -> None:
     assert points == 7  # every leaf has FLOPs, bytes and a latency
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     # Peaks without levels: main memory is the only roof, and every layer is judged against it
-    assert legend == ["DRAM roof: 1.00 GB/s", "compute roof: 1.00 GFLOP/s",
-                      "layers judged at DRAM"]
+    assert legend == ["DRAM roof: 1.00 GB/s", "compute roof: 1.00 GFLOP/s", "layers judged at DRAM"]
     # the memory roof: flat at 1e9 FLOP/s right of the ridge
     roof = ax.lines[0].get_ydata()
     assert roof.max() == pytest.approx(1e9)
@@ -88,16 +94,23 @@ def _overlaps(a, b) -> bool:
 def test_plot_roofline_draws_a_roof_per_memory_level_and_labels_without_overlap() -> None:
     from modelprof.timing.peaks import MemoryLevel
 
-    levels = (MemoryLevel("L1", 64 * 1024, 8e9), MemoryLevel("L2", 1 << 20, 8e9),
-              MemoryLevel("L3", 8 << 20, 4e9), MemoryLevel("DRAM", None, 1e9))
+    levels = (
+        MemoryLevel("L1", 64 * 1024, 8e9),
+        MemoryLevel("L2", 1 << 20, 8e9),
+        MemoryLevel("L3", 8 << 20, 4e9),
+        MemoryLevel("DRAM", None, 1e9),
+    )
     peaks = Peaks(peak_flops=1e9, peak_bytes=1e9, source="user", device="toy", levels=levels)
     fig = plot_roofline(report_frame(), peaks, annotate=7)
     ax = fig.axes[0]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     # L1 and L2 share one bandwidth, so one line: three memory roofs and the compute roof
     assert [t for t in legend if "roof" in t] == [
-        "DRAM roof: 1.00 GB/s", "L3 roof: 4.00 GB/s, up to 8 MiB",
-        "L1-L2 roof: 8.00 GB/s, up to 1 MiB", "compute roof: 1.00 GFLOP/s"]
+        "DRAM roof: 1.00 GB/s",
+        "L3 roof: 4.00 GB/s, up to 8 MiB",
+        "L1-L2 roof: 8.00 GB/s, up to 1 MiB",
+        "compute roof: 1.00 GFLOP/s",
+    ]
     # the fixture's working sets are all < 64 KiB: judged at L1, named in the legend
     assert "layers judged at L1" in legend
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -164,11 +177,17 @@ def test_plot_throughput_errors() -> None:
 
 
 def test_plot_compare_one_panel_per_metric(tmp_path: Path) -> None:
-    fig = plot_compare(_compare(), metrics=["params", "latency_median_ms", "output_bytes"],
-                       save=tmp_path / "cmp.png")
+    fig = plot_compare(
+        _compare(),
+        metrics=["params", "latency_median_ms", "output_bytes"],
+        save=tmp_path / "cmp.png",
+    )
     assert len(fig.axes) == 3
     assert [a.get_title() for a in fig.axes] == ["params", "latency median", "output"]
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["resnet18", "mobilenet_v3_large"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+        "resnet18",
+        "mobilenet_v3_large",
+    ]
     annotations = [t.get_text() for t in fig.axes[1].texts]
     assert annotations == ["3.10 ms", "1.90 ms"]
     assert (tmp_path / "cmp.png").read_bytes().startswith(PNG_SIGNATURE)
@@ -192,7 +211,9 @@ def test_plot_latency_without_timing_says_so() -> None:
 def test_missing_matplotlib_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
     # the hint works for a clone too (modelprof is not on the registry under that name)
-    with pytest.raises(ModelProfError, match=r"pip install matplotlib .*pip install -e '\.\[all\]'"):
+    with pytest.raises(
+        ModelProfError, match=r"pip install matplotlib .*pip install -e '\.\[all\]'"
+    ):
         plot_flops(report_frame())
 
 
@@ -225,10 +246,11 @@ def test_a_reports_roofline_view_never_starts_a_probe(monkeypatch) -> None:
 
     def no_probe(*a, **k):
         raise AssertionError("plot_roofline started a probe")
+
     monkeypatch.setattr(peaks_module, "probe_peaks", no_probe)
     report = profile(nn.Linear(4, 4), (4,), repeat=3, warmup=0, roofline=False)
     assert report.peaks is None
     with pytest.raises(ModelProfError, match=r"no peaks .*probe_peaks\('cpu'\)"):
         report.plot_roofline()
-    fig = report.plot_roofline(peaks=PEAKS)     # given peaks: drawn
+    fig = report.plot_roofline(peaks=PEAKS)  # given peaks: drawn
     assert fig.axes

@@ -5,6 +5,7 @@ batch that ran, and every timing mode applied to every pass.
 No assertion here rests on an absolute duration measured on this machine: spins are checked by
 what load cannot change (a spin never reads short, the fastest of many passes reads it exactly)
 and compute by a plain loop over the same model in the same process."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,7 @@ from modelprof import ModelProfError, profile
 from modelprof.errors import FewSamplesWarning
 from modelprof.timing.calibration import Spin, spin, spin_model
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 QUICK = dict(roofline=False, warmup=2)
 
@@ -86,7 +86,7 @@ def test_self_row_gets_the_parents_own_time():
     lt = r.layer_timing
     # the (self) row is the parent's corrected span less its children's, pass by pass
     own = lt.samples[("", 1)] - lt.samples[("first", 1)] - lt.samples[("second", 1)]
-    assert (own >= -1e-9).all()                             # children fit inside the parent
+    assert (own >= -1e-9).all()  # children fit inside the parent
     assert rows["(self)"]["latency_ms"] == pytest.approx(float(np.median(own)), rel=1e-12)
     # its own 1 ms spin: never short beyond the instrument's microseconds; the fastest pass
     # reads it (the children's spans, preempted or not, are taken out pass by pass)
@@ -98,7 +98,8 @@ def test_self_row_gets_the_parents_own_time():
     # torchstat's duration[%] comes from the same measurement: the row's share of the pass
     total = float(np.median(lt.corrected_passes_ms))
     assert ts.loc["(self)", "duration[%]"] == pytest.approx(
-        100 * rows["(self)"]["latency_ms"] / total, rel=1e-6)
+        100 * rows["(self)"]["latency_ms"] / total, rel=1e-6
+    )
 
 
 class Residual(nn.Module):
@@ -107,7 +108,7 @@ class Residual(nn.Module):
         self.lin = nn.Linear(16, 16)
 
     def forward(self, x):
-        return x + self.lin(x)          # the add is the block's own: a (self) row
+        return x + self.lin(x)  # the add is the block's own: a (self) row
 
 
 @pytest.fixture
@@ -120,16 +121,22 @@ def thread_cpu_clock(monkeypatch):
     import modelprof.timing.clock as clock_module
     import modelprof.timing.layers as layers_module
 
-    fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
+    fake = types.SimpleNamespace(
+        **{k: getattr(time, k) for k in dir(time) if not k.startswith("_")}
+    )
     fake.perf_counter_ns = time.thread_time_ns
     monkeypatch.setattr(clock_module, "time", fake)
     monkeypatch.setattr(layers_module, "time", fake)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: nn.Sequential(*(nn.Linear(16, 16) for _ in range(200))),
-    lambda: nn.Sequential(*(Residual() for _ in range(100))),
-], ids=["200_linear", "100_residual"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.Sequential(*(nn.Linear(16, 16) for _ in range(200))),
+        lambda: nn.Sequential(*(Residual() for _ in range(100))),
+    ],
+    ids=["200_linear", "100_residual"],
+)
 def test_leaf_rows_add_up_to_the_plain_forward(make, thread_cpu_clock):
     # uncorrected, the instrumented pass of 200 Linear(16, 16) takes ~1.7-2x the plain one and
     # its leaf spans add up to ~1.2-1.3x it: each leaf holds part of the hooks' cost and the
@@ -155,8 +162,7 @@ def test_leaf_rows_add_up_to_the_plain_forward(make, thread_cpu_clock):
     # the rows shown are per-leaf medians, each leaving out its own tail: on that VM their sum
     # read 0.81-0.96 of the plain pass in benchmarks/leaf_sum.py. The report's ``coverage``
     # states that sum against the end-to-end figure it reports (the clean runs' median)
-    assert r.coverage == pytest.approx(leaves["latency_ms"].sum() / r.latency.median_ms,
-                                       rel=1e-9)
+    assert r.coverage == pytest.approx(leaves["latency_ms"].sum() / r.latency.median_ms, rel=1e-9)
     assert r.timing_agreement.leaf_sum_ms == pytest.approx(leaves["latency_ms"].sum(), rel=1e-9)
     selfs = df[df["module"].str.endswith("(self)")]["latency_ms"]
     assert (selfs >= 0).all()
@@ -188,14 +194,16 @@ def test_a_budget_too_small_for_the_per_layer_passes_is_said_in_the_report():
 
 def test_contradicting_batch_size_with_inputs_is_an_error_naming_both():
     model = nn.Linear(256, 8)
-    with pytest.raises(ModelProfError, match=r"batch_size=8 contradicts .* batch is 1 .*\(1, 256\)"):
+    with pytest.raises(
+        ModelProfError, match=r"batch_size=8 contradicts .* batch is 1 .*\(1, 256\)"
+    ):
         profile(model, inputs=torch.randn(1, 256), batch_size=8)
 
 
 def test_fps_uses_the_batch_that_ran():
     r = profile(nn.Linear(16, 8), inputs=torch.randn(4, 16), repeat=5, **QUICK)
     assert r.batch_size == 4 and r.latency.batch_size == 4 and r.layer_timing.batch_size == 4
-    assert r.latency.fps == pytest.approx(4 / (r.latency.median_ms / 1e3))   # batch / median s
+    assert r.latency.fps == pytest.approx(4 / (r.latency.median_ms / 1e3))  # batch / median s
 
 
 class AutocastProbe(nn.Module):
@@ -208,7 +216,7 @@ class AutocastProbe(nn.Module):
 
     def forward(self, x):
         if hasattr(torch, "is_autocast_cpu_enabled") and not hasattr(torch, "get_autocast_dtype"):
-            on = torch.is_autocast_cpu_enabled()        # torch < 2.4
+            on = torch.is_autocast_cpu_enabled()  # torch < 2.4
         else:
             on = torch.is_autocast_enabled("cpu")
         self.seen.append(on)
@@ -226,10 +234,10 @@ def test_amp_reaches_the_static_pass_and_every_timed_pass():
     # the static pass counted what ran: Linear(16, 16) at batch 1 writes 16 bfloat16 = 32 bytes
     assert _rows(r)["0.lin"]["output_bytes"] == 16 * 2
     assert r.options["amp"] is torch.bfloat16
-    assert probe.lin.weight.dtype == torch.float32          # the user's model is untouched
+    assert probe.lin.weight.dtype == torch.float32  # the user's model is untouched
     probe.seen.clear()
     profile(model, (16,), warmup=1, repeat=3, roofline=False)
-    assert len(probe.seen) == 14 and not any(probe.seen)    # and without amp, none is
+    assert len(probe.seen) == 14 and not any(probe.seen)  # and without amp, none is
 
 
 #: What every LayoutProbe saw, copies included (a converted copy shares module globals only).
@@ -245,8 +253,9 @@ class LayoutProbe(nn.Module):
 
     def forward(self, x):
         fmt = torch.channels_last
-        LAYOUTS_SEEN.append((x.is_contiguous(memory_format=fmt),
-                             self.conv.weight.is_contiguous(memory_format=fmt)))
+        LAYOUTS_SEEN.append(
+            (x.is_contiguous(memory_format=fmt), self.conv.weight.is_contiguous(memory_format=fmt))
+        )
         return self.conv(x)
 
 
@@ -259,7 +268,7 @@ def test_channels_last_reaches_the_static_pass_and_every_timed_pass():
     # 2 x 3 samples) = 14 forwards, each with channels_last inputs and weights
     assert len(LAYOUTS_SEEN) == 14
     assert all(x and w for x, w in LAYOUTS_SEEN), LAYOUTS_SEEN
-    assert model[0].conv.weight is weight                   # the user's model is untouched
+    assert model[0].conv.weight is weight  # the user's model is untouched
     assert not weight.is_contiguous(memory_format=torch.channels_last)
     LAYOUTS_SEEN.clear()
     profile(model, (3, 8, 8), warmup=1, repeat=3, roofline=False)
@@ -274,8 +283,9 @@ def test_a_compiled_model_gets_eager_per_layer_times_and_says_so(how):
         r = profile(torch.compile(model, backend="eager"), (8,), repeat=5, **QUICK)
         needle = "the model is torch.compile'd"
     else:
-        r = profile(model, (8,), repeat=5, compile=True, compile_kwargs={"backend": "eager"},
-                    **QUICK)
+        r = profile(
+            model, (8,), repeat=5, compile=True, compile_kwargs={"backend": "eager"}, **QUICK
+        )
         needle = "compile='default'"
     df = r.to_dataframe()
     assert df["latency_ms"].notna().all() and (df["latency_ms"] > 0).all()
@@ -311,16 +321,24 @@ def test_a_self_row_left_with_rounding_residue_reads_zero():
     # a parent of 0.9 ms whose children were scaled to fit it exactly (0.6 + 0.3 ms):
     # 0.9 - 0.6 - 0.3 = 5.55e-17 in floating point, a residue and not a time
     assert 0.9 - 0.6 - 0.3 == pytest.approx(5.55e-17, rel=1e-2)
-    records = [NS(key=("", 1), children=[1, 2]), NS(key=("a", 1), children=[]),
-               NS(key=("b", 1), children=[])]
+    records = [
+        NS(key=("", 1), children=[1, 2]),
+        NS(key=("a", 1), children=[]),
+        NS(key=("b", 1), children=[]),
+    ]
     keys = [(0, False, False), (0, True, True), (1, False, True), (2, False, True)]
     passes = np.full(3, 0.9)
-    layers = NS(samples={("", 1): passes.copy(), ("a", 1): np.full(3, 0.6),
-                         ("b", 1): np.full(3, 0.3)},
-                corrected_passes_ms=passes, plain_ms=passes, overhead=lambda latency: 1.0)
+    layers = NS(
+        samples={("", 1): passes.copy(), ("a", 1): np.full(3, 0.6), ("b", 1): np.full(3, 0.3)},
+        corrected_passes_ms=passes,
+        plain_ms=passes,
+        overhead=lambda latency: 1.0,
+    )
     cols, _, _ = layer_columns(keys, records, NS(median_ms=0.9), layers)
     assert cols[1]["latency_ms"] == 0.0 and cols[1]["latency_std_ms"] == 0.0
-    assert cols[2]["latency_ms"] == pytest.approx(0.6) and cols[3]["latency_ms"] == pytest.approx(0.3)
+    assert cols[2]["latency_ms"] == pytest.approx(0.6) and cols[3]["latency_ms"] == pytest.approx(
+        0.3
+    )
     # a real own time (here 0.05 ms in every pass) is kept as it is
     layers.samples[("", 1)] = np.full(3, 0.95)
     cols, _, _ = layer_columns(keys, records, NS(median_ms=0.95), layers)
@@ -331,8 +349,9 @@ def test_per_layer_passes_short_of_min_samples_are_extended_up_to_the_cap():
     # budget_s=0.05 stops the per-layer passes of a 20 ms spin after one or two; the extension
     # (one pass at a time, cap 5 s) brings them to min_samples=10: 10 x (20 ms instrumented +
     # 20 ms plain) = 0.4 s of spinning, far inside the cap even on a loaded VM
-    r = profile(spin_model((20.0,)), (4,), warmup=1, budget_s=0.05, layer_extend_s=5.0,
-                roofline=False)
+    r = profile(
+        spin_model((20.0,)), (4,), warmup=1, budget_s=0.05, layer_extend_s=5.0, roofline=False
+    )
     lt = r.layer_timing
     assert lt.n == 10 and not lt.undersampled
     assert 0 < lt.extended_s <= 5.0
@@ -341,13 +360,14 @@ def test_per_layer_passes_short_of_min_samples_are_extended_up_to_the_cap():
 
 
 def test_rough_per_layer_rows_are_marked_in_every_view():
-    r = profile(spin_model((20.0,)), (4,), warmup=1, budget_s=0.05, layer_extend_s=0,
-                roofline=False)
+    r = profile(
+        spin_model((20.0,)), (4,), warmup=1, budget_s=0.05, layer_extend_s=0, roofline=False
+    )
     assert r.layers_rough and r.layer_timing.n < 10
     df = r.to_dataframe()
     assert df["latency_rough"].all() and (df["latency_passes"] == r.layer_timing.n).all()
     assert any("marked rough" in n for n in r.timing_notes)
-    cell = "~"                       # the rough mark, before every per-layer time
+    cell = "~"  # the rough mark, before every per-layer time
     md = r.to_markdown()
     text = r.to_text()
     for view in (md, text):

@@ -1,5 +1,6 @@
 """Progress bars: tqdm only when asked for; a total (so an ETA); a no-op without tqdm; the
 timing passes of profile, compare and throughput each under one bar, closed when they end."""
+
 from __future__ import annotations
 
 import io
@@ -24,13 +25,16 @@ def test_progress_never_imports_tqdm_auto_or_notebook() -> None:
     # a fresh interpreter: tqdm.auto (whose import alone prints "IProgress not found" in a
     # notebook without ipywidgets) and tqdm.notebook stay unimported by compare() with progress
     # off or on (outside a notebook). torch itself imports plain tqdm (torch.hub).
-    code = ("import sys, torch\nfrom modelprof import compare\n"
-            "compare({'a': torch.nn.Linear(4, 4)}, (4,), timing=False)\n"
-            "compare({'a': torch.nn.Linear(4, 4)}, (4,), timing=False, progress=True)\n"
-            "print(sorted(m for m in sys.modules if m in ('tqdm.auto', 'tqdm.notebook',"
-            " 'tqdm.autonotebook')))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
+    code = (
+        "import sys, torch\nfrom modelprof import compare\n"
+        "compare({'a': torch.nn.Linear(4, 4)}, (4,), timing=False)\n"
+        "compare({'a': torch.nn.Linear(4, 4)}, (4,), timing=False, progress=True)\n"
+        "print(sorted(m for m in sys.modules if m in ('tqdm.auto', 'tqdm.notebook',"
+        " 'tqdm.autonotebook')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -82,8 +86,14 @@ class FakeBar:
     made: list[FakeBar] = []
     lookups = 0
 
-    def __init__(self, total: float | None = None, desc: str | None = None, unit: str = "it",
-                 leave: bool = False, **kwargs: object) -> None:
+    def __init__(
+        self,
+        total: float | None = None,
+        desc: str | None = None,
+        unit: str = "it",
+        leave: bool = False,
+        **kwargs: object,
+    ) -> None:
         self.total, self.desc, self.unit, self.kwargs = total, desc, unit, kwargs
         self.first_desc = desc
         self.n: float = 0
@@ -128,14 +138,22 @@ def _by_desc(bars: list[FakeBar]) -> dict[str, FakeBar]:
 
 def test_profile_times_under_bars_whose_total_is_the_budget(fake_tqdm: list[FakeBar]) -> None:
     # precision 1e-6 is never reached, so both passes sample until their 0.2 s budget is spent
-    report = profile(_mlp(), (16,), budget_s=0.2, precision=1e-6, warmup=1, warn=False,
-                     roofline=False, progress=True)
+    report = profile(
+        _mlp(),
+        (16,),
+        budget_s=0.2,
+        precision=1e-6,
+        warmup=1,
+        warn=False,
+        roofline=False,
+        progress=True,
+    )
     bars = _by_desc(fake_tqdm)
     assert set(bars) == {"latency Sequential", "per-layer Sequential"}
     for bar in bars.values():
-        assert bar.total == 0.2 and bar.unit == "s"      # the budget: tqdm can show an ETA
+        assert bar.total == 0.2 and bar.unit == "s"  # the budget: tqdm can show an ETA
         assert "{remaining}" in str(bar.kwargs["bar_format"])
-        assert 0 < bar.n <= 0.2                           # seconds sampled, never past the total
+        assert 0 < bar.n <= 0.2  # seconds sampled, never past the total
         assert bar.closed
     assert report.latency.stop_reason == "budget"
 
@@ -148,18 +166,19 @@ def test_profile_with_repeat_counts_samples_to_the_target(fake_tqdm: list[FakeBa
         assert (bar.total, bar.n, bar.unit, bar.closed) == (4, 4, "sample", True)
 
 
-def test_progress_off_makes_no_bar_and_writes_nothing(fake_tqdm: list[FakeBar],
-                                                      capfd: pytest.CaptureFixture[str]) -> None:
+def test_progress_off_makes_no_bar_and_writes_nothing(
+    fake_tqdm: list[FakeBar], capfd: pytest.CaptureFixture[str]
+) -> None:
     profile(_mlp(), (16,), repeat=3, warmup=1, warn=False, roofline=False)
-    assert fake_tqdm == [] and FakeBar.lookups == 0       # tqdm not even looked up
+    assert fake_tqdm == [] and FakeBar.lookups == 0  # tqdm not even looked up
     assert capfd.readouterr().err == ""
 
 
-def test_profile_without_tqdm_is_quiet(monkeypatch: pytest.MonkeyPatch,
-                                       capfd: pytest.CaptureFixture[str]) -> None:
+def test_profile_without_tqdm_is_quiet(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
-    report = profile(_mlp(), (16,), repeat=3, warmup=1, warn=False, roofline=False,
-                     progress=True)
+    report = profile(_mlp(), (16,), repeat=3, warmup=1, warn=False, roofline=False, progress=True)
     assert report.latency.n == 3
     assert capfd.readouterr().err == ""
 
@@ -180,8 +199,15 @@ def test_a_failing_pass_still_closes_its_bar(fake_tqdm: list[FakeBar]) -> None:
 
 
 def test_compare_shows_the_models_and_the_interleaved_timing(fake_tqdm: list[FakeBar]) -> None:
-    compare({"a": _mlp(), "b": _mlp()}, (16,), budget_s=0.2, precision=1e-6, warmup=1,
-            warn=False, progress=True)
+    compare(
+        {"a": _mlp(), "b": _mlp()},
+        (16,),
+        budget_s=0.2,
+        precision=1e-6,
+        warmup=1,
+        warn=False,
+        progress=True,
+    )
     overall, inner = fake_tqdm  # the bar over the comparison, then the one of the timing
     # 2 models + 1 interleaved timing step (the description names the step under way)
     assert (overall.first_desc, overall.total, overall.n, overall.closed) == ("compare", 3, 3, True)
@@ -191,8 +217,9 @@ def test_compare_shows_the_models_and_the_interleaved_timing(fake_tqdm: list[Fak
 
 
 def test_throughput_shows_its_points_and_each_measurement(fake_tqdm: list[FakeBar]) -> None:
-    measure_throughput(_mlp(), (16,), max_batch=4, budget_s=0.05, warmup=1, warn=False,
-                       progress=True)
+    measure_throughput(
+        _mlp(), (16,), max_batch=4, budget_s=0.05, warmup=1, warn=False, progress=True
+    )
     outer, inner = fake_tqdm[0], fake_tqdm[1:]
     # points 1, 2, 4: 4 .bit_length() = 3
     assert (outer.first_desc, outer.total, outer.closed) == ("throughput", 3, True)
@@ -202,8 +229,10 @@ def test_throughput_shows_its_points_and_each_measurement(fake_tqdm: list[FakeBa
 
 def test_cli_profile_passes_progress_on(fake_tqdm: list[FakeBar], tmp_path: Path) -> None:
     f = tmp_path / "net.py"
-    f.write_text("from torch import nn\nINPUT_SIZE = (16,)\n"
-                 "def build():\n    return nn.Sequential(nn.Linear(16, 16), nn.ReLU())\n")
+    f.write_text(
+        "from torch import nn\nINPUT_SIZE = (16,)\n"
+        "def build():\n    return nn.Sequential(nn.Linear(16, 16), nn.ReLU())\n"
+    )
     assert main(["profile", f"{f}:build", "--budget", "0.1", "--progress"]) == 0
     descs = {b.first_desc for b in fake_tqdm}
     assert {"latency Sequential", "per-layer Sequential"} <= descs
@@ -214,8 +243,13 @@ def test_collect_reports_each_block() -> None:
     ticks = iter(range(1000))  # every reading of the clock is 1 ms after the previous one
     seen: list[tuple[int, float]] = []
     rule = StopRule.parse(repeat=5)
-    sampled = collect(lambda k: np.ones(k), rule, est_ms=50.0, now=lambda: next(ticks) / 1e3,
-                      on_block=lambda n, s: seen.append((n, s)))
+    sampled = collect(
+        lambda k: np.ones(k),
+        rule,
+        est_ms=50.0,
+        now=lambda: next(ticks) / 1e3,
+        on_block=lambda n, s: seen.append((n, s)),
+    )
     # repeat=N comes in blocks of at most ceil(N / max(2, min_blocks)) samples, so that even a
     # fixed count has blocks to judge drift by: min_blocks is 6, ceil(5 / 6) = 1 sample a block
     assert rule.min_blocks == 6
@@ -228,7 +262,7 @@ def test_collect_reports_each_block() -> None:
 def test_sampling_bar_never_runs_past_its_total(fake_tqdm: list[FakeBar]) -> None:
     with sampling_bar(StopRule.parse(budget_s=2.0), enabled=True, desc="x") as bar:
         bar(10, 1.5)
-        bar(20, 1.0)   # an earlier reading never moves it back
-        bar(30, 7.0)   # the last block ends past the budget: the bar stops at its total
+        bar(20, 1.0)  # an earlier reading never moves it back
+        bar(30, 7.0)  # the last block ends past the budget: the bar stops at its total
     (made,) = fake_tqdm
     assert (made.total, made.n, made.closed) == (2.0, 2.0, True)

@@ -14,6 +14,7 @@ silently make a test run at full size or skip an example):
 A Python block whose first line is ``# name.py`` is a file the next commands use: it is written
 into the working directory instead of being run.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,11 @@ PRELUDE = textwrap.dedent("""
     modelprof.measure_throughput = _small(modelprof.measure_throughput, budget_s=0.2)
 """)
 
-PY_SIZES = (("(3, 224, 224)", "(3, 64, 64)"), ("(1, 3, 224, 224)", "(1, 3, 64, 64)"),
-            ("max_batch=16", "max_batch=2"))
+PY_SIZES = (
+    ("(3, 224, 224)", "(3, 64, 64)"),
+    ("(1, 3, 224, 224)", "(1, 3, 64, 64)"),
+    ("max_batch=16", "max_batch=2"),
+)
 
 
 def _blocks() -> list[tuple[str, str]]:
@@ -84,8 +88,11 @@ def _shrink_cli(args: list[str]) -> list[str]:
     if command in ("profile", "compare", "throughput") and "--no-timing" not in args:
         args += ["--budget", "0.3"]
     given_inputs = any(a in ("--input-size", "--tokens", "--input") for a in args)
-    if (command in ("profile", "compare", "throughput") and not given_inputs
-            and not any(a.startswith("vit") for a in args)):
+    if (
+        command in ("profile", "compare", "throughput")
+        and not given_inputs
+        and not any(a.startswith("vit") for a in args)
+    ):
         args += ["--input-size", "3,64,64"]
     return args
 
@@ -115,11 +122,15 @@ def test_the_readme_starts_with_the_two_commands_a_new_user_runs() -> None:
     """The first block installs and profiles a real model; the second installs the test extras
     and runs the tests, the same command as CI's script (.ci/run)."""
     blocks = [body for lang, body in _blocks() if lang == "bash"]
-    assert _commands(blocks[0]) == [["pip", "install", "-e", ".[all]"],
-                                    ["modelprof", "profile", "resnet18"]]
+    assert _commands(blocks[0]) == [
+        ["pip", "install", "-e", ".[all]"],
+        ["modelprof", "profile", "resnet18"],
+    ]
     test_command = _commands(blocks[1])
-    assert test_command == [["pip", "install", "-c", "constraints.txt", "-e", ".[test]"],
-                            ["python", "-m", "pytest", "-q"]]
+    assert test_command == [
+        ["pip", "install", "-c", "constraints.txt", "-e", ".[test]"],
+        ["python", "-m", "pytest", "-q"],
+    ]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     # CI runs the same two steps (as python3, quietly)
     assert 'pip install -q -c constraints.txt -e ".[test]"' in ci
@@ -132,7 +143,9 @@ def test_the_readme_starts_with_the_two_commands_a_new_user_runs() -> None:
 def test_the_install_command_installs_what_the_readme_uses() -> None:
     import tomllib
 
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     installs = [c for _, body in _blocks() for c in _commands(body) if c[:2] == ["pip", "install"]]
     assert installs, "the README has no install command"
     first = installs[0]
@@ -156,8 +169,14 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
                 (tmp_path / match.group(1)).write_text(body, encoding="utf-8")
                 continue
             code = PRELUDE + _shrink_python(body)
-            run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                                 capture_output=True, text=True, timeout=600)
+            run = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert run.returncode == 0, f"README block failed:\n{body}\n{run.stderr[-4000:]}"
             ran += 1
             continue
@@ -168,16 +187,28 @@ def test_every_readme_example_runs(tmp_path: Path) -> None:
                 continue  # the suite itself: see test_the_readme_test_command_is_what_ci_runs
             assert command[0] == "modelprof", command
             args = _shrink_cli(command[1:])
-            run = subprocess.run([sys.executable, "-m", "modelprof", *args], cwd=tmp_path,
-                                 env=env, capture_output=True, text=True, timeout=600)
+            run = subprocess.run(
+                [sys.executable, "-m", "modelprof", *args],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert run.returncode == 0, f"{shlex.join(command)} failed:\n{run.stderr[-4000:]}"
             assert run.stdout.strip(), f"{shlex.join(command)} printed nothing"
             assert "Traceback" not in run.stderr
             ran += 1
     assert ran >= 9  # the Python blocks, modelprof profile resnet18 and the CLI examples
     # what the examples promise to write
-    for name in ("resnet18.csv", "resnet18.tex", "resnet18.html", "resnet18_latency.png",
-                 "resnet18_roofline.png", "comparison.tex"):
+    for name in (
+        "resnet18.csv",
+        "resnet18.tex",
+        "resnet18.html",
+        "resnet18_latency.png",
+        "resnet18_roofline.png",
+        "comparison.tex",
+    ):
         assert (tmp_path / "out" / name).stat().st_size > 0, name
     written = {p.name for p in (tmp_path / "out").iterdir()}
     # --format csv,md,tex,html,json,png on resnet18 (ResNet's files are named after the spec)
@@ -191,7 +222,7 @@ def test_every_view_option_is_documented() -> None:
     from modelprof import ViewOptions
 
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Views and exporters"):text.index("## How precise")]
+    section = text[text.index("## Views and exporters") : text.index("## How precise")]
     # every exporter reads its options from ViewOptions (view= or the same keywords); the
     # page's title and summary lines are filled in by the Report from the model
     internal = {"title", "summary"}
@@ -211,8 +242,9 @@ def test_the_readme_tour_imports_only_what_its_install_gives() -> None:
     first = next(c for _, body in _blocks() for c in _commands(body) if c[:2] == ["pip", "install"])
     extras = next(a for a in first if a.startswith(".["))[2:-1].split(",")
     given = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
-    given |= {re.split(r"[<>=\[ ]", d)[0] for e in extras for d in
-              project["optional-dependencies"][e]}
+    given |= {
+        re.split(r"[<>=\[ ]", d)[0] for e in extras for d in project["optional-dependencies"][e]
+    }
     imported = set()
     for lang, body in _blocks():
         if lang != "python":
@@ -225,5 +257,6 @@ def test_the_readme_tour_imports_only_what_its_install_gives() -> None:
     stdlib = {m for m in imported if m in sys.stdlib_module_names}
     third_party = imported - stdlib - {"modelprof"}
     assert {"torch", "torchvision"} <= third_party  # what the tour imports today
-    assert third_party <= given, f"imported by the README, not installed by {first}: " \
-                                 f"{sorted(third_party - given)}"
+    assert third_party <= given, (
+        f"imported by the README, not installed by {first}: {sorted(third_party - given)}"
+    )

@@ -5,6 +5,7 @@ the model would keep. Afterwards the model is the same bit for bit (parameters, 
 
 Each model here counts otherwise, fails, or is left broken when its forward is run anywhere
 but on its own tensors (a copy of the model, stand-in tensors of another device)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,6 +50,7 @@ def counted_as_it_runs(model: nn.Module, x: torch.Tensor) -> Any:
 
 # -- branches the forward takes on its own tensors ------------------------------------------------
 
+
 class Branchy(nn.Module):
     """``a``, then ``b`` too where ``deep(self, x)`` says so."""
 
@@ -65,7 +67,7 @@ class Branchy(nn.Module):
 def _catches(m: nn.Module, x: torch.Tensor) -> bool:
     try:
         return bool(x.abs().sum().item() > 0)
-    except Exception:   # noqa: BLE001 - the model's own habit, tried as a user writes it
+    except Exception:  # noqa: BLE001 - the model's own habit, tried as a user writes it
         return False
 
 
@@ -75,11 +77,13 @@ _BY_ID: dict[int, bool] = {}
 
 def _registered(deep: Callable) -> Callable[[], nn.Module]:
     """A ``Branchy`` that looks itself up by ``self`` or ``id(self)`` (``deep``)."""
+
     def make() -> nn.Module:
         model = Branchy(deep)
         _WEAK[model] = True
         _BY_ID[id(model)] = True
         return model
+
     return make
 
 
@@ -90,7 +94,7 @@ BRANCHES = {
     "x.device == cpu": lambda m, x: x.device == torch.device("cpu"),
     "repr(x.device)": lambda m, x: repr(x.device) == "device(type='cpu')",
     "x.data_ptr()": lambda m, x: x.data_ptr() != 0,
-    "x.storage_offset()": lambda m, x: x.storage_offset() == 8,   # x = base[1:], rows of 8
+    "x.storage_offset()": lambda m, x: x.storage_offset() == 8,  # x = base[1:], rows of 8
 }
 
 
@@ -98,15 +102,16 @@ BRANCHES = {
 def test_the_forward_takes_the_branch_it_takes_on_its_own_tensors(case: str) -> None:
     torch.manual_seed(0)
     model = _registered(BRANCHES[case])()
-    x = torch.randn(3, 8)[1:]          # (2, 8), storage offset 8
+    x = torch.randn(3, 8)[1:]  # (2, 8), storage offset 8
     r = counted_as_it_runs(model, x)
-    assert r.totals["macs"] == 2 * ONE       # a and b: 2 * 128 = 256
+    assert r.totals["macs"] == 2 * ONE  # a and b: 2 * 128 = 256
     # (the root's own ops, where it runs any: abs, sum, gt)
     own = ["(self)"] if case == "catches its own error" else []
     assert list(r.to_dataframe()["module"]) == ["", "a", "b", *own]
 
 
 # -- an object shared between modules ---------------------------------------------------------
+
 
 class Encoder(nn.Module):
     def __init__(self, skips: Any) -> None:
@@ -148,30 +153,45 @@ def test_a_list_or_dict_shared_by_encoder_and_decoder_is_one_object(skips: Any) 
     torch.manual_seed(0)
     model = EncoderDecoder(skips)
     r = counted_as_it_runs(model, torch.randn(2, 8))
-    assert r.totals["macs"] == 2 * ONE       # enc.lin and dec.lin: 256
-    assert list(r.to_dataframe()["module"]) == ["", "enc", "enc.lin", "dec", "dec.lin",
-                                                "dec.(self)"]   # (its add)
-    assert not skips                         # the decoder took what the encoder left
+    assert r.totals["macs"] == 2 * ONE  # enc.lin and dec.lin: 256
+    assert list(r.to_dataframe()["module"]) == [
+        "",
+        "enc",
+        "enc.lin",
+        "dec",
+        "dec.lin",
+        "dec.(self)",
+    ]  # (its add)
+    assert not skips  # the decoder took what the encoder left
 
 
 # -- errors the model raises ------------------------------------------------------------------
 
+
 class Cholesky(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.w = nn.Parameter(-torch.eye(4))   # not positive definite
+        self.w = nn.Parameter(-torch.eye(4))  # not positive definite
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x @ torch.linalg.cholesky(self.w)
 
 
-@pytest.mark.parametrize("make, x, raised", [
-    (lambda: nn.Sequential(nn.Embedding(10, 8), _lin()), torch.tensor([[1, 50, 3]]),
-     IndexError),
-    (Cholesky, torch.randn(2, 4), torch.linalg.LinAlgError),
-], ids=["embedding index out of range", "cholesky of a matrix not positive definite"])
-def test_the_models_own_error_is_raised_as_the_model_raises_it(make: Callable, x: torch.Tensor,
-                                                               raised: type) -> None:
+@pytest.mark.parametrize(
+    "make, x, raised",
+    [
+        (
+            lambda: nn.Sequential(nn.Embedding(10, 8), _lin()),
+            torch.tensor([[1, 50, 3]]),
+            IndexError,
+        ),
+        (Cholesky, torch.randn(2, 4), torch.linalg.LinAlgError),
+    ],
+    ids=["embedding index out of range", "cholesky of a matrix not positive definite"],
+)
+def test_the_models_own_error_is_raised_as_the_model_raises_it(
+    make: Callable, x: torch.Tensor, raised: type
+) -> None:
     torch.manual_seed(0)
     model = make()
     with pytest.raises(raised):
@@ -185,6 +205,7 @@ def test_the_models_own_error_is_raised_as_the_model_raises_it(make: Callable, x
 
 
 # -- what the forward keeps -------------------------------------------------------------------
+
 
 class Memoised(nn.Module):
     """``x @ (2 W)ᵀ``, ``2 W`` kept where ``get``/``put`` say on the first call."""
@@ -263,9 +284,11 @@ class ModuleMemo(Memoised):
         return y if bool(y.isfinite().all()) else y.nan_to_num()
 
 
-@pytest.mark.parametrize("make", [ClassMemo, SlotsMemo, ClosureMemo, ModuleMemo],
-                         ids=["class attribute dict", "dataclass(slots=True)", "closure",
-                              "module level"])
+@pytest.mark.parametrize(
+    "make",
+    [ClassMemo, SlotsMemo, ClosureMemo, ModuleMemo],
+    ids=["class attribute dict", "dataclass(slots=True)", "closure", "module level"],
+)
 def test_what_the_forward_keeps_is_what_the_model_would_keep(make: type) -> None:
     ClassMemo.memo.clear()
     _MODULE_MEMO.clear()
@@ -274,16 +297,17 @@ def test_what_the_forward_keeps_is_what_the_model_would_keep(make: type) -> None
     before = picture(model)
     x = torch.randn(2, 8)
     r = profile(model, inputs=x, timing=False)
-    assert r.totals["macs"] == ONE            # (2, 8) @ (8, 8): 128
+    assert r.totals["macs"] == ONE  # (2, 8) @ (8, 8): 128
     assert picture(model) == before
     kept = model.get()
     assert type(kept) is torch.Tensor and kept.device.type == "cpu"
     assert torch.equal(kept, model.lin.weight.detach() * 2)
-    with torch.no_grad():                     # the next forward: from the memo, as without
-        assert torch.equal(model(x), x @ (model.lin.weight * 2).t())   # a profile
+    with torch.no_grad():  # the next forward: from the memo, as without
+        assert torch.equal(model(x), x @ (model.lin.weight * 2).t())  # a profile
 
 
 # -- one forward ------------------------------------------------------------------------------
+
 
 class CountsCalls(nn.Module):
     """Counts its calls in a class attribute; reads a value of its output."""
@@ -304,4 +328,4 @@ def test_a_counting_only_profile_runs_the_forward_once() -> None:
     CountsCalls.calls = 0
     r = profile(CountsCalls(), inputs=torch.randn(2, 8), timing=False)
     assert CountsCalls.calls == 1
-    assert r.totals["macs"] == ONE            # 128
+    assert r.totals["macs"] == ONE  # 128

@@ -3,6 +3,7 @@
 Golden files live in tests/golden/render_*; after a deliberate change of layout, regenerate them
 with ``MODELPROF_UPDATE_GOLDEN=1 pytest tests/test_render_exporters.py`` and review the diff.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,24 +39,45 @@ def test_markdown_golden() -> None:
 
 
 def test_markdown_raw_golden() -> None:
-    text = to_markdown(report_frame(), report_totals(), units="raw", depth=1,
-                       columns=["module", "type", "call", "params", "flops", "read_bytes", "latency_ms"])
+    text = to_markdown(
+        report_frame(),
+        report_totals(),
+        units="raw",
+        depth=1,
+        columns=["module", "type", "call", "params", "flops", "read_bytes", "latency_ms"],
+    )
     _check_golden("render_markdown_raw.md", text)
 
 
 def test_latex_golden() -> None:
     text = to_latex(
-        report_frame(), TOTALS, end_to_end=E2E, units="fixed", depth=1,
-        columns=["module", "type", "params", "macs", "flops", "output_bytes", "latency_ms", "latency_pct"],
-        caption="Per-layer cost of the fixture model.", label="tab:fixture", position="t",
+        report_frame(),
+        TOTALS,
+        end_to_end=E2E,
+        units="fixed",
+        depth=1,
+        columns=[
+            "module",
+            "type",
+            "params",
+            "macs",
+            "flops",
+            "output_bytes",
+            "latency_ms",
+            "latency_pct",
+        ],
+        caption="Per-layer cost of the fixture model.",
+        label="tab:fixture",
+        position="t",
     )
     _check_golden("render_latex.tex", text)
 
 
 def test_text_golden() -> None:
     df = report_frame()
-    text = to_text(df, TOTALS, end_to_end=E2E, columns=compact_columns(df),
-                   title="Net (1x3x8x8, float32)")
+    text = to_text(
+        df, TOTALS, end_to_end=E2E, columns=compact_columns(df), title="Net (1x3x8x8, float32)"
+    )
     _check_golden("render_text.txt", text)
 
 
@@ -92,8 +114,13 @@ def test_latex_escapes_specials_and_uses_booktabs() -> None:
 
 
 def test_latex_without_float_environment_and_micro_sign() -> None:
-    text = to_latex(report_frame(), columns=["module", "latency_ms"], float_env=False,
-                    caption="ignored without a float", units="human")
+    text = to_latex(
+        report_frame(),
+        columns=["module", "latency_ms"],
+        float_env=False,
+        caption="ignored without a float",
+        units="human",
+    )
     assert r"\begin{table}" not in text and r"\caption" not in text
     assert r"300 \textmu{}s" in text  # conv1: 0.3 ms = 300 µs
     assert "µ" not in text
@@ -150,9 +177,15 @@ def test_text_has_a_totals_line_and_truncates_long_tables() -> None:
         to_text(df, max_rows=1)
 
 
-@pytest.mark.parametrize("writer, suffix", [
-    (to_markdown, "md"), (to_latex, "tex"), (to_html, "html"), (to_text, "txt"),
-])
+@pytest.mark.parametrize(
+    "writer, suffix",
+    [
+        (to_markdown, "md"),
+        (to_latex, "tex"),
+        (to_html, "html"),
+        (to_text, "txt"),
+    ],
+)
 def test_path_writes_the_file_and_returns_the_path(tmp_path: Path, writer, suffix: str) -> None:
     df = report_frame()
     target = tmp_path / "deep" / "er" / f"table.{suffix}"
@@ -169,9 +202,14 @@ def test_path_that_is_a_directory_is_an_error(tmp_path: Path) -> None:
 
 
 def test_exporters_accept_a_compare_frame() -> None:
-    cmp = pd.DataFrame({"params": [11_689_512, 5_483_032], "flops": [3_628_146_688, 438_000_000],
-                        "latency_ms": [3.1, 1.9]},
-                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    cmp = pd.DataFrame(
+        {
+            "params": [11_689_512, 5_483_032],
+            "flops": [3_628_146_688, 438_000_000],
+            "latency_ms": [3.1, 1.9],
+        },
+        index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"),
+    )
     md = to_markdown(cmp)
     assert md.splitlines()[0].split("|")[1].strip() == "model"
     assert "11.69 M" in md and "3.63 G" in md and "total" not in md
@@ -179,16 +217,19 @@ def test_exporters_accept_a_compare_frame() -> None:
 
 
 def test_html_standalone_page_is_a_complete_document() -> None:
-    text = to_html(report_frame(), TOTALS, standalone=True, title="Net <1>",
-                   summary=["params 126", "a & b"])
-    assert text.startswith("<!DOCTYPE html>\n<html lang=\"en\">")
+    text = to_html(
+        report_frame(), TOTALS, standalone=True, title="Net <1>", summary=["params 126", "a & b"]
+    )
+    assert text.startswith('<!DOCTYPE html>\n<html lang="en">')
     assert '<meta charset="utf-8">' in text and "<title>Net &lt;1&gt;</title>" in text
     assert "<h1>Net &lt;1&gt;</h1>" in text and "a &amp; b" in text
     assert text.rstrip().endswith("</html>") and text.count("<table>") == 1
 
 
 def test_text_and_markdown_show_the_end_to_end_row() -> None:
-    md = to_markdown(report_frame(), TOTALS, end_to_end=E2E, columns=["module", "flops", "latency_ms"])
+    md = to_markdown(
+        report_frame(), TOTALS, end_to_end=E2E, columns=["module", "flops", "latency_ms"]
+    )
     lines = md.splitlines()
     # the sum of latencies means nothing (parents include children): the totals cell is empty
     assert re.fullmatch(r"\| total +\| +16\.64 K \| +\|", lines[-2])

@@ -1,5 +1,6 @@
 """One registry of table formats: every exporter is one registered function, and a format
 registered once is what Report, Comparison, GenerationReport and the command line write."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ from modelprof.render.formats import Format, get_format, register_format, table_
 
 def test_every_exporter_is_registered_once_by_name_and_suffix():
     names = {f.name: f.suffix for f in table_formats()}
-    assert names == {"csv": "csv", "json": "json", "markdown": "md", "latex": "tex",
-                     "html": "html", "text": "txt"}
+    assert names == {
+        "csv": "csv",
+        "json": "json",
+        "markdown": "md",
+        "latex": "tex",
+        "html": "html",
+        "text": "txt",
+    }
     assert get_format("md") is get_format("Markdown") is get_format(".md")
     assert get_format("htm").name == "html"
     with pytest.raises(ModelProfError, match="format 'yaml' is not one of"):
@@ -46,9 +53,9 @@ def test_a_registered_format_is_written_by_every_result(yaml_format, tmp_path):
     model = nn.Sequential(nn.Linear(10, 20), nn.ReLU())
     report = profile(model, (10,), timing=False)
     text = report.export("yaml")
-    assert "macs: 200" in text and "total_macs: 200" in text   # Linear(10, 20): 10*20
+    assert "macs: 200" in text and "total_macs: 200" in text  # Linear(10, 20): 10*20
     table = compare({"a": model, "b": nn.Linear(10, 40)}, (10,), timing=False)
-    assert "macs: 400" in table.render.to_yaml()            # Linear(10, 40): 10*40
+    assert "macs: 400" in table.render.to_yaml()  # Linear(10, 40): 10*40
     assert table.render.export("yml", tmp_path / "c.yml").read_text().startswith("input_shape")
     with pytest.raises(AttributeError):
         table.render.to_nothing_registered
@@ -56,17 +63,36 @@ def test_a_registered_format_is_written_by_every_result(yaml_format, tmp_path):
 
 def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, capsys):
     nets = tmp_path / "nets.py"
-    nets.write_text(textwrap.dedent("""
+    nets.write_text(
+        textwrap.dedent("""
         from torch import nn
         INPUT_SIZE = (10,)
         def narrow():
             return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
-    """))
+    """)
+    )
     out = tmp_path / "out"
-    assert main(["profile", f"{nets}:narrow", "--no-timing", "--out", str(out),
-                 "--format", "yaml,json"]) == 0
+    assert (
+        main(
+            ["profile", f"{nets}:narrow", "--no-timing", "--out", str(out), "--format", "yaml,json"]
+        )
+        == 0
+    )
     assert "total_macs: 200" in (out / "narrow.yml").read_text()
     assert json.loads((out / "narrow.json").read_text())
-    assert main(["compare", f"{nets}:narrow", f"{nets}:narrow", "--no-timing", "--out",
-                 str(out), "--format", "yml"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                f"{nets}:narrow",
+                f"{nets}:narrow",
+                "--no-timing",
+                "--out",
+                str(out),
+                "--format",
+                "yml",
+            ]
+        )
+        == 0
+    )
     assert (out / "comparison.yml").read_text().count("macs: 200") == 2

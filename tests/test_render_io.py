@@ -1,4 +1,5 @@
 """JSON and CSV exporters: what is written reads back to an equal DataFrame, dtypes included."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ from test_render_fixture import report_frame, report_totals
 from modelprof.errors import ModelProfError
 from modelprof.render import read_csv, read_json, to_csv, to_json
 
-ENV = {"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32", "batch_size": 1,
-       "torch_version": "2.14.1", "threads": 2}
+ENV = {
+    "device": "cpu",
+    "device_name": "AMD EPYC",
+    "dtype": "float32",
+    "batch_size": 1,
+    "torch_version": "2.14.1",
+    "threads": 2,
+}
 
 
 def _tricky(df: pd.DataFrame) -> pd.DataFrame:
@@ -55,8 +62,10 @@ def test_json_is_strict_json_with_dtypes() -> None:
 
 
 def test_json_keeps_a_named_index_and_numpy_values_in_env() -> None:
-    cmp = pd.DataFrame({"params": [11_689_512, 5_483_032], "latency_median_ms": [3.1, np.nan]},
-                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    cmp = pd.DataFrame(
+        {"params": [11_689_512, 5_483_032], "latency_median_ms": [3.1, np.nan]},
+        index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"),
+    )
     env = {"threads": np.int64(2), "clock_mhz": np.float64(1980.0), "flags": (True, None)}
     back, totals, env_back = read_json(to_json(cmp, None, env))
     pd.testing.assert_frame_equal(back, cmp, check_exact=True)
@@ -117,19 +126,28 @@ def test_csv_round_trip_of_an_untimed_report() -> None:
 
 
 def test_csv_round_trip_of_the_torchstat_view() -> None:
-    ts = pd.DataFrame({
-        "module name": ["conv1", "avgpool", "total"], "input shape": ["3x224x224", "512x7x7", ""],
-        "output shape": ["64x112x112", "512x1x1", ""], "params": [9408, 0, 9408],
-        "memory(MB)": [3.06, 0.0, 3.06], "MAdd": [235225088, 0, 235225088],
-        "Flops": [118013952, 0, 118013952], "MemRead(B)": [639744, 0, 639744],
-        "MemWrite(B)": [3211264, 0, 3211264], "duration[%]": [12.0, 0.0, 12.0],
-        "MemR+W(B)": [3851008, 0, 3851008],
-    })
+    ts = pd.DataFrame(
+        {
+            "module name": ["conv1", "avgpool", "total"],
+            "input shape": ["3x224x224", "512x7x7", ""],
+            "output shape": ["64x112x112", "512x1x1", ""],
+            "params": [9408, 0, 9408],
+            "memory(MB)": [3.06, 0.0, 3.06],
+            "MAdd": [235225088, 0, 235225088],
+            "Flops": [118013952, 0, 118013952],
+            "MemRead(B)": [639744, 0, 639744],
+            "MemWrite(B)": [3211264, 0, 3211264],
+            "duration[%]": [12.0, 0.0, 12.0],
+            "MemR+W(B)": [3851008, 0, 3851008],
+        }
+    )
     pd.testing.assert_frame_equal(read_csv(to_csv(ts)), ts, check_exact=True)
 
 
 def test_csv_infers_unknown_columns_and_honours_overrides() -> None:
-    df = pd.DataFrame({"n": [1, 2], "x": [0.5, np.nan], "flag": [True, False], "code": ["007", "8"]})
+    df = pd.DataFrame(
+        {"n": [1, 2], "x": [0.5, np.nan], "flag": [True, False], "code": ["007", "8"]}
+    )
     back = read_csv(to_csv(df))
     assert back["n"].dtype == np.int64 and back["x"].dtype == np.float64
     assert back["flag"].dtype == bool
@@ -234,32 +252,43 @@ def test_torchstat_total_row_does_not_wrap_around() -> None:
     from modelprof.report.rows import Row, torchstat_frame
 
     big = 2**62  # two of these overflow int64 if summed in numpy
-    rows = [Row(f"m{i}", "X", 1, 1, True, [], [], 0, 0, 0, big, 0, 0, 0, 0, big, i)
-            for i in range(2)]
+    rows = [
+        Row(f"m{i}", "X", 1, 1, True, [], [], 0, 0, 0, big, 0, 0, 0, 0, big, i) for i in range(2)
+    ]
     df = torchstat_frame(rows, timed=False)
     assert df["MAdd"].tolist() == [big, big, 2 * big]  # 2**63: float64, not -2**63
     assert df["MAdd"].dtype == np.float64
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.pop("columns"), "has no 'columns' field"),
-    (lambda d: d.__setitem__("columns", 3), "'columns' must be a list"),
-    (lambda d: d.__setitem__("data", {"a": 1}), "'data' must be a list"),
-    (lambda d: d["data"].__setitem__(0, {"a": 1}), "every row of 'data' must be a list"),
-    (lambda d: d["data"][0].__setitem__(8, "many"), "column 'macs' cannot be read as 'int64'"),
-    (lambda d: d["data"][0].__setitem__(4, "yes"), "column 'leaf' cannot be read as 'bool'"),
-    (lambda d: d["data"][0].__setitem__(14, "slow"), "column 'latency_ms' cannot be read"),
-    (lambda d: d["data"][0].__setitem__(8, 2**70), "column 'macs' cannot be read as 'int64'"),
-    (lambda d: d["dtypes"].__setitem__(0, "no-such-dtype"), "unknown dtype 'no-such-dtype'"),
-    (lambda d: d["dtypes"].__setitem__(0, 5), "dtypes must be strings"),
-    (lambda d: d.__setitem__("index", [1, 2]), "'index' must be null or an object"),
-    (lambda d: d.__setitem__("index", {"dtype": "int64"}), "has no 'values' field"),
-    (lambda d: d.__setitem__("index", {"dtype": "int64", "values": [1], "name": None}),
-     "the index has 1 values for"),
-    (lambda d: d.__setitem__("index", {"dtype": "int64", "values": list(range(len(d["data"]))),
-                                       "name": ["unhashable"]}), "malformed"),
-    (lambda d: d.__setitem__("totals", [1]), "'totals' must be null or an object"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("columns"), "has no 'columns' field"),
+        (lambda d: d.__setitem__("columns", 3), "'columns' must be a list"),
+        (lambda d: d.__setitem__("data", {"a": 1}), "'data' must be a list"),
+        (lambda d: d["data"].__setitem__(0, {"a": 1}), "every row of 'data' must be a list"),
+        (lambda d: d["data"][0].__setitem__(8, "many"), "column 'macs' cannot be read as 'int64'"),
+        (lambda d: d["data"][0].__setitem__(4, "yes"), "column 'leaf' cannot be read as 'bool'"),
+        (lambda d: d["data"][0].__setitem__(14, "slow"), "column 'latency_ms' cannot be read"),
+        (lambda d: d["data"][0].__setitem__(8, 2**70), "column 'macs' cannot be read as 'int64'"),
+        (lambda d: d["dtypes"].__setitem__(0, "no-such-dtype"), "unknown dtype 'no-such-dtype'"),
+        (lambda d: d["dtypes"].__setitem__(0, 5), "dtypes must be strings"),
+        (lambda d: d.__setitem__("index", [1, 2]), "'index' must be null or an object"),
+        (lambda d: d.__setitem__("index", {"dtype": "int64"}), "has no 'values' field"),
+        (
+            lambda d: d.__setitem__("index", {"dtype": "int64", "values": [1], "name": None}),
+            "the index has 1 values for",
+        ),
+        (
+            lambda d: d.__setitem__(
+                "index",
+                {"dtype": "int64", "values": list(range(len(d["data"]))), "name": ["unhashable"]},
+            ),
+            "malformed",
+        ),
+        (lambda d: d.__setitem__("totals", [1]), "'totals' must be null or an object"),
+    ],
+)
 def test_malformed_json_is_a_modelprof_error(mutate, message: str) -> None:
     document = json.loads(to_json(report_frame(), report_totals(), ENV))
     mutate(document)

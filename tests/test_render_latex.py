@@ -1,6 +1,7 @@
 """LaTeX tables for papers: fitting a width (columns, scale, both), longtable, two-line headers,
 footer labels that span empty cells, and the package comment. A real pdflatex run, when one is
 installed, checks that the tables compile without overfull boxes."""
+
 from __future__ import annotations
 
 import re
@@ -28,15 +29,18 @@ E2E = {"latency_ms": 1.0}
 
 def _wide_frame(rows: int = 8) -> pd.DataFrame:
     """A table far wider than a page: long names and many numeric columns."""
-    data: dict[str, list] = {"module": [f"encoder.layers.{i}.self_attention.out_proj" for i in range(rows)]}
+    data: dict[str, list] = {
+        "module": [f"encoder.layers.{i}.self_attention.out_proj" for i in range(rows)]
+    }
     for j in range(12):
         data[f"metric_{j}_ms"] = [1.5 + i + j for i in range(rows)]
     return pd.DataFrame(data)
 
 
 def test_fixed_units_get_a_second_header_line() -> None:
-    text = to_latex(report_frame(), TOTALS, columns=["module", "params", "flops", "latency_ms"],
-                    fit=None)
+    text = to_latex(
+        report_frame(), TOTALS, columns=["module", "params", "flops", "latency_ms"], fit=None
+    )
     lines = text.splitlines()
     top = lines.index(r"\toprule")
     # "FLOPs (K)" -> "FLOPs" over "(K)": the unit does not widen a column of short numbers
@@ -45,8 +49,13 @@ def test_fixed_units_get_a_second_header_line() -> None:
 
 
 def test_footer_labels_span_the_empty_cells_to_their_right() -> None:
-    text = to_latex(report_frame(), TOTALS, end_to_end=E2E,
-                    columns=["module", "type", "flops", "output_bytes", "latency_ms"], fit=None)
+    text = to_latex(
+        report_frame(),
+        TOTALS,
+        end_to_end=E2E,
+        columns=["module", "type", "flops", "output_bytes", "latency_ms"],
+        fit=None,
+    )
     # total: type is empty -> spans 2; output_bytes has no total (every activation summed
     # again), latency has none either (parents include children)
     assert r"\multicolumn{2}{l}{total} & 16.64 &  &  \\" in text
@@ -97,27 +106,29 @@ def test_long_tables_split_into_continued_floats() -> None:
     """By default a long table is plain floats (they compile in two-column classes, where a
     longtable cannot), each at most LONG_ROWS lines, the header repeated, one table number."""
     df = _wide_frame(rows=2 * LONG_ROWS + 5)
-    text = to_latex(df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long",
-                    width="columnwidth")
+    text = to_latex(
+        df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long", width="columnwidth"
+    )
     assert r"\begin{longtable}" not in text and "longtable" not in text.splitlines()[0]
     # 2*40+5 = 85 rows, 37 per float (40 lines less toprule, header, midrule): 3 floats
     assert text.count(r"\begin{table}") == text.count(r"\end{table}") == 3
-    assert text.count(r"\toprule") == 3                      # the header in every part
+    assert text.count(r"\toprule") == 3  # the header in every part
     assert text.count(r"\caption{Long}") == 1 and text.count(r"\label{tab:long}") == 1
-    assert text.count(r"\addtocounter{table}{-1}") == 2      # continued: the same number
+    assert text.count(r"\addtocounter{table}{-1}") == 2  # continued: the same number
     assert text.count(r"\caption{Long (continued)}") == 2
     for part in text.split(r"\begin{table}")[1:]:
-        body = part[part.index(r"\midrule"):part.index(r"\bottomrule")]
+        body = part[part.index(r"\midrule") : part.index(r"\bottomrule")]
         assert body.count(r"\\") <= LONG_ROWS
-    assert sum(text.count(f"layers.{i}.self") for i in range(len(df))) == len(df)   # each once
+    assert sum(text.count(f"layers.{i}.self") for i in range(len(df))) == len(df)  # each once
     uncaptioned = to_latex(df, columns=["module", "metric_0_ms"])
     assert uncaptioned.count(r"\emph{(continued)}") == 2
 
 
 def test_longtable_on_request_and_one_float_on_request() -> None:
     df = _wide_frame(rows=LONG_ROWS + 5)
-    text = to_latex(df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long",
-                    long=True)
+    text = to_latex(
+        df, columns=["module", "metric_0_ms"], caption="Long", label="tab:long", long=True
+    )
     assert r"\begin{longtable}{lr}" in text and r"\end{longtable}" in text
     assert text.startswith(r"% modelprof table: needs \usepackage{booktabs,longtable}")
     assert r"\caption{Long}\label{tab:long} \\" in text
@@ -165,8 +176,9 @@ def test_tables_compile_without_overfull_boxes(tmp_path: Path) -> None:
     tables = {
         "columns": to_latex(df, width="textwidth"),
         "column": to_latex(df, width="columnwidth", fit="both"),
-        "long": to_latex(_wide_frame(rows=LONG_ROWS + 30), columns=["module", "metric_0_ms",
-                                                                     "metric_1_ms"]),
+        "long": to_latex(
+            _wide_frame(rows=LONG_ROWS + 30), columns=["module", "metric_0_ms", "metric_1_ms"]
+        ),
         "fixture": to_latex(report_frame(), TOTALS, end_to_end=E2E),
     }
     body = "\n".join(f"\\input{{{name}}}\n\\clearpage" for name in tables)
@@ -174,10 +186,17 @@ def test_tables_compile_without_overfull_boxes(tmp_path: Path) -> None:
         (tmp_path / f"{name}.tex").write_text(text, encoding="utf-8")
     (tmp_path / "doc.tex").write_text(
         "\\documentclass[10pt]{article}\n\\usepackage{booktabs,longtable,graphicx}\n"
-        f"\\begin{{document}}\n{body}\n\\end{{document}}\n", encoding="utf-8")
+        f"\\begin{{document}}\n{body}\n\\end{{document}}\n",
+        encoding="utf-8",
+    )
     for _ in range(2):  # longtable settles its column widths on the second run
-        run = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stdout[-3000:]
     log = (tmp_path / "doc.log").read_text(encoding="latin-1")
     assert "Overfull" not in log and "Float too large" not in log
@@ -190,8 +209,12 @@ def test_default_long_tables_compile_in_one_and_two_columns(tmp_path: Path, opti
     longtable would stop a twocolumn document with "longtable not in 1-column mode"."""
     long_df = _wide_frame(rows=2 * LONG_ROWS + 5)
     tables = {
-        "wide": to_latex(long_df, columns=["module", "metric_0_ms", "metric_1_ms"],
-                         caption="All rows", label="tab:all"),
+        "wide": to_latex(
+            long_df,
+            columns=["module", "metric_0_ms", "metric_1_ms"],
+            caption="All rows",
+            label="tab:all",
+        ),
         "narrow": to_latex(long_df, width="columnwidth", fit="both", caption="One column"),
     }
     for name, text in tables.items():
@@ -200,9 +223,16 @@ def test_default_long_tables_compile_in_one_and_two_columns(tmp_path: Path, opti
     body = "\n".join(f"\\input{{{name}}}" for name in tables)
     (tmp_path / "doc.tex").write_text(
         f"\\documentclass[{options}]{{article}}\n\\usepackage{{booktabs,graphicx}}\n"
-        f"\\begin{{document}}\nText.\n{body}\n\\end{{document}}\n", encoding="utf-8")
-    run = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        f"\\begin{{document}}\nText.\n{body}\n\\end{{document}}\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run(
+        [PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout[-3000:]
     log = (tmp_path / "doc.log").read_text(encoding="latin-1")
     assert "Overfull" not in log and "Float too large" not in log
@@ -215,7 +245,7 @@ def test_a_caption_is_escaped_like_the_cells():
     text = to_latex(df, caption="vit_b_16 per-layer cost & 50% #1", label="tab:vit_b_16")
     # pdflatex stopped at the bare "_" with "Missing $ inserted"
     assert r"\caption{vit\_b\_16 per-layer cost \& 50\% \#1}" in text
-    assert r"\label{tab:vit_b_16}" in text   # a key \ref matches: as given
+    assert r"\label{tab:vit_b_16}" in text  # a key \ref matches: as given
     long = to_latex(df, caption="a_b", long=True)
     assert r"\caption{a\_b}" in long
 

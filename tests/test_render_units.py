@@ -1,4 +1,5 @@
 """Human units: closed forms for every formatter (modelprof.render.units)."""
+
 from __future__ import annotations
 
 import math
@@ -117,10 +118,20 @@ def test_pick_scale() -> None:
     assert pick_scale([1e-9], TIME_UNITS) == (1e-6, "ns")  # below every unit: the smallest
 
 
-@pytest.mark.parametrize("value, text", [
-    (1, "1.00×"), (0.5, "0.500×"), (0.0328, "0.0328×"), (0.00328, "0.00328×"),
-    (12.5, "12.50×"), (150.2, "150×"), (0, "0×"), (None, "-"), (float("nan"), "-"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (1, "1.00×"),
+        (0.5, "0.500×"),
+        (0.0328, "0.0328×"),
+        (0.00328, "0.00328×"),
+        (12.5, "12.50×"),
+        (150.2, "150×"),
+        (0, "0×"),
+        (None, "-"),
+        (float("nan"), "-"),
+    ],
+)
 def test_format_multiple_keeps_three_significant_figures(value, text) -> None:
     from modelprof.render.units import format_multiple
 

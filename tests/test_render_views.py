@@ -1,4 +1,5 @@
 """Row/column selection and unit modes shared by every exporter (modelprof.render.views)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,12 @@ def test_depth_collapses_to_the_upper_levels() -> None:
     assert _names(select_rows(df, depth=0)) == ["#1"]
     # depth <= 1: root, conv1, bn1, relu#1, layer1, relu#2 (layer1's three children dropped)
     assert _names(select_rows(df, depth=1)) == [
-        "#1", "conv1#1", "bn1#1", "relu#1", "layer1#1", "relu#2",
+        "#1",
+        "conv1#1",
+        "bn1#1",
+        "relu#1",
+        "layer1#1",
+        "relu#2",
     ]
     assert len(select_rows(df, depth=5)) == len(df)
 
@@ -62,7 +68,13 @@ def test_sort_by_keeps_ties_in_execution_order() -> None:
     rows = select_rows(report_frame(), leaf_only=True, sort_by="params", ascending=True)
     # params 0 for relu#1, layer1.1, layer1.(self), relu#2 (in that order), then 8, 10, 108
     assert _names(rows) == [
-        "relu#1", "layer1.1#1", "layer1.(self)#1", "relu#2", "bn1#1", "layer1.0#1", "conv1#1",
+        "relu#1",
+        "layer1.1#1",
+        "layer1.(self)#1",
+        "relu#2",
+        "bn1#1",
+        "layer1.0#1",
+        "conv1#1",
     ]
 
 
@@ -106,7 +118,13 @@ def test_select_columns_keeps_the_order_given_and_names_unknown_columns() -> Non
 def test_compact_columns_skip_latency_when_untimed() -> None:
     assert "latency_ms" in compact_columns(report_frame())
     assert compact_columns(report_frame(timed=False)) == [
-        "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
+        "module",
+        "type",
+        "output_shape",
+        "params",
+        "macs",
+        "flops",
+        "output_bytes",
     ]
 
 
@@ -118,25 +136,38 @@ def test_default_totals_sum_the_leaf_rows() -> None:
 
 
 def test_footer_has_a_labelled_end_to_end_row_apart_from_the_sums() -> None:
-    t = prepare_table(report_frame(), report_totals(), end_to_end={"latency_ms": 1.25},
-                      columns=["module", "flops", "output_bytes", "latency_ms"])
+    t = prepare_table(
+        report_frame(),
+        report_totals(),
+        end_to_end={"latency_ms": 1.25},
+        columns=["module", "flops", "output_bytes", "latency_ms"],
+    )
     # the sums: FLOPs 16640 -> 16.64 K; output_bytes given in the totals -> shown; no latency sum
     assert t.footer[0] == (TOTAL_LABEL, "16.64 K", "5.00 KiB", "")
     # the clean end-to-end median sits in its own row, only in the latency column
     assert t.footer[1] == (END_TO_END_LABEL, "", "", "1.25 ms")
     assert t.totals == t.footer[0]
     # without the latency column the end-to-end row would be a bare label: it is left out
-    no_latency = prepare_table(report_frame(), report_totals(), end_to_end={"latency_ms": 1.25},
-                               columns=["module", "flops"])
+    no_latency = prepare_table(
+        report_frame(),
+        report_totals(),
+        end_to_end={"latency_ms": 1.25},
+        columns=["module", "flops"],
+    )
     assert len(no_latency.footer) == 1
-    assert prepare_table(report_frame(), end_to_end={"latency_ms": 1.0},
-                         show_totals=False).footer == ()
+    assert (
+        prepare_table(report_frame(), end_to_end={"latency_ms": 1.0}, show_totals=False).footer
+        == ()
+    )
 
 
 def test_human_table_headers_cells_and_totals() -> None:
     totals = {**report_totals(), "latency_ms": 1.0}
-    t = prepare_table(report_frame(), totals, columns=["module", "params", "flops", "read_bytes",
-                                                       "latency_ms", "latency_pct", "leaf"])
+    t = prepare_table(
+        report_frame(),
+        totals,
+        columns=["module", "params", "flops", "read_bytes", "latency_ms", "latency_pct", "leaf"],
+    )
     assert t.headers == ("module", "params", "FLOPs", "read", "latency", "latency share", "leaf")
     assert t.cells[0] == (ROOT_LABEL, "126", "16.64 K", "6.24 KiB", "1.00 ms", "100.00%", "no")
     # conv1: 13824 -> 13.82 K; 1200 B / 1024 = 1.17 KiB; 0.3 ms -> 300 µs; 0.3 / 1.0 = 30%
@@ -146,27 +177,46 @@ def test_human_table_headers_cells_and_totals() -> None:
 
 
 def test_raw_table_keeps_the_stored_numbers() -> None:
-    t = prepare_table(report_frame(), report_totals(), units="raw",
-                      columns=["module", "flops", "latency_ms", "peak_memory_bytes"])
+    t = prepare_table(
+        report_frame(),
+        report_totals(),
+        units="raw",
+        columns=["module", "flops", "latency_ms", "peak_memory_bytes"],
+    )
     assert t.headers == ("module", "flops", "latency_ms", "peak_memory_bytes")
     assert t.cells[0] == ("", "16640", "1.0", "")  # root keeps its empty name; NaN is empty
     assert t.totals == ("total", "16640", "", "")
 
 
 def test_fixed_units_put_one_unit_per_column_in_the_header() -> None:
-    t = prepare_table(report_frame(), report_totals(), units="fixed",
-                      columns=["module", "params", "flops", "read_bytes", "latency_ms", "latency_pct"])
+    t = prepare_table(
+        report_frame(),
+        report_totals(),
+        units="fixed",
+        columns=["module", "params", "flops", "read_bytes", "latency_ms", "latency_pct"],
+    )
     # params max 126 -> no prefix; flops max 16640 -> K; bytes max 6392 -> KiB; latency max 1 ms
-    assert t.headers == ("module", "params", "FLOPs (K)", "read (KiB)", "latency (ms)", "latency share (%)")
+    assert t.headers == (
+        "module",
+        "params",
+        "FLOPs (K)",
+        "read (KiB)",
+        "latency (ms)",
+        "latency share (%)",
+    )
     # conv1: 13824/1e3 = 13.82; 1200/1024 = 1.17; 0.3 ms; 30 %
     assert t.cells[1] == ("conv1", "108", "13.82", "1.17", "0.30", "30.00")
     assert t.totals == ("total", "126", "16.64", "6.24", "", "")
 
 
 def test_fixed_units_never_print_zero_for_a_non_zero_value() -> None:
-    df = pd.DataFrame({"module": ["net", "conv", "bn", "relu", "fc"],
-                       "params": [11_689_512, 9_408, 128, 0, 513_000],
-                       "macs": [1_814_073_344, 118_013_952, 0, 0, 512_000]})
+    df = pd.DataFrame(
+        {
+            "module": ["net", "conv", "bn", "relu", "fc"],
+            "params": [11_689_512, 9_408, 128, 0, 513_000],
+            "macs": [1_814_073_344, 118_013_952, 0, 0, 512_000],
+        }
+    )
     t = prepare_table(df, units="fixed", show_totals=False)
     # params: M keeps 11.69 (K would need 5 digits: 11689.51); 128 / 1e6 rounds to 0.00 -> "<0.01"
     # macs: G would print fc's 512000 as 0.00, M prints it as 0.51 and the top as 1814.07
@@ -205,13 +255,21 @@ def test_totals_row_options() -> None:
 
 
 def test_torchstat_view_headers_and_no_derived_totals() -> None:
-    ts = pd.DataFrame({
-        "module name": ["conv1", "total"], "input shape": ["3x224x224", ""],
-        "output shape": ["64x112x112", ""], "params": [9408, 9408], "memory(MB)": [3.06, 3.06],
-        "MAdd": [235225088, 235225088], "Flops": [118013952, 118013952],
-        "MemRead(B)": [639744, 639744], "MemWrite(B)": [3211264, 3211264],
-        "duration[%]": [12.48, 12.48], "MemR+W(B)": [3851008, 3851008],
-    })
+    ts = pd.DataFrame(
+        {
+            "module name": ["conv1", "total"],
+            "input shape": ["3x224x224", ""],
+            "output shape": ["64x112x112", ""],
+            "params": [9408, 9408],
+            "memory(MB)": [3.06, 3.06],
+            "MAdd": [235225088, 235225088],
+            "Flops": [118013952, 118013952],
+            "MemRead(B)": [639744, 639744],
+            "MemWrite(B)": [3211264, 3211264],
+            "duration[%]": [12.48, 12.48],
+            "MemR+W(B)": [3851008, 3851008],
+        }
+    )
     t = prepare_table(ts)
     assert t.totals is None  # no leaf column: the torchstat view carries its own total row
     assert t.headers[4] == "memory (MiB)" and t.headers[7] == "MemRead"
@@ -221,8 +279,10 @@ def test_torchstat_view_headers_and_no_derived_totals() -> None:
 
 
 def test_a_named_index_becomes_the_first_column() -> None:
-    cmp = pd.DataFrame({"params": [11_689_512, 5_483_032], "latency_ms": [3.1, np.nan]},
-                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    cmp = pd.DataFrame(
+        {"params": [11_689_512, 5_483_032], "latency_ms": [3.1, np.nan]},
+        index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"),
+    )
     t = prepare_table(cmp)
     assert t.columns == ("model", "params", "latency_ms")
     assert t.cells == (("resnet18", "11.69 M", "3.10 ms"), ("mobilenet_v3_large", "5.48 M", "-"))
@@ -230,7 +290,9 @@ def test_a_named_index_becomes_the_first_column() -> None:
 
 
 def test_column_spec_falls_back_on_suffixes_and_dtypes() -> None:
-    assert column_spec("median_ms").kind == "time_ms" and column_spec("median_ms").header == "median"
+    assert (
+        column_spec("median_ms").kind == "time_ms" and column_spec("median_ms").header == "median"
+    )
     assert column_spec("weights_bytes").kind == "bytes"
     assert column_spec("share_pct").kind == "percent"
     assert column_spec("n", pd.Series([1, 2])).kind == "int"
@@ -239,9 +301,14 @@ def test_column_spec_falls_back_on_suffixes_and_dtypes() -> None:
 
 
 def test_compare_ratio_and_throughput_columns() -> None:
-    cmp = pd.DataFrame({"latency_median_ms": [3.1, 1.9], "latency_x": [1.0, 0.6129],
-                        "throughput_samples_per_s": [322.58, 526.3]},
-                       index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"))
+    cmp = pd.DataFrame(
+        {
+            "latency_median_ms": [3.1, 1.9],
+            "latency_x": [1.0, 0.6129],
+            "throughput_samples_per_s": [322.58, 526.3],
+        },
+        index=pd.Index(["resnet18", "mobilenet_v3_large"], name="model"),
+    )
     t = prepare_table(cmp)
     assert t.headers == ("model", "latency median", "latency ratio", "throughput (samples/s)")
     assert t.cells[1] == ("mobilenet_v3_large", "1.90 ms", "0.613×", "526.30")  # 3 significant

@@ -1,4 +1,5 @@
 """Report's exporters, views, notebook display and plots, on a real profiled model."""
+
 from __future__ import annotations
 
 import json
@@ -102,13 +103,24 @@ def test_json_is_strict_and_carries_the_measurement(tmp_path, timed):
 def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
     md = timed.to_markdown()
     header = [c.strip() for c in md.splitlines()[0].split("|")[1:-1]]
-    assert header == ["module", "type", "output shape", "params", "MACs", "FLOPs", "output",
-                      "latency", "FLOPs share", "latency share"]
+    assert header == [
+        "module",
+        "type",
+        "output shape",
+        "params",
+        "MACs",
+        "FLOPs",
+        "output",
+        "latency",
+        "FLOPs share",
+        "latency share",
+    ]
     assert max(len(line) for line in md.splitlines()) < 160  # readable, not 24 columns wide
     lines = md.splitlines()
     assert lines[-2].startswith("| total ") and lines[-1].startswith("| end-to-end (clean run) ")
     # the end-to-end cell is the clean median, not the instrumented (root) row above it
     from modelprof.render.units import format_time_ms
+
     assert format_time_ms(timed.latency.median_ms) in lines[-1]
     every = timed.to_markdown(columns="all")
     assert "MAdd" in every and "achieved FLOP/s" in every and "memory level" in every
@@ -141,8 +153,7 @@ def test_torchstat_style_takes_a_depth(static):
     # the total row is unchanged by collapsing (each row sums its subtree), except torchstat's
     # memory(MB), which sums the outputs of the rows shown
     keep = ["params", "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "MemR+W(B)"]
-    pd.testing.assert_series_equal(collapsed.iloc[-1][keep], full.iloc[-1][keep],
-                                   check_names=False)
+    pd.testing.assert_series_equal(collapsed.iloc[-1][keep], full.iloc[-1][keep], check_names=False)
     text = static.to_text(style="torchstat", depth=1)
     assert "features" in text and "features.0" not in text
 

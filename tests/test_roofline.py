@@ -1,4 +1,5 @@
 """Roofline: per-row closed forms, device table look-ups and the measured probe."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,13 +35,15 @@ PEAKS = Peaks(peak_flops=1e12, peak_bytes=1e11, source="user", device="toy", dty
 
 
 def _rows() -> pd.DataFrame:
-    return pd.DataFrame({
-        "module": ["mem", "compute", "untimed", "empty", "flops_only"],
-        "flops": [2_000_000_000, 20_000_000_000, 2_000_000_000, 0, 1_000_000_000],
-        "read_bytes": [600_000_000, 60_000_000, 600_000_000, 0, 0],
-        "write_bytes": [400_000_000, 40_000_000, 400_000_000, 0, 0],
-        "latency_ms": [20.0, 40.0, np.nan, 0.5, 0.0],
-    })
+    return pd.DataFrame(
+        {
+            "module": ["mem", "compute", "untimed", "empty", "flops_only"],
+            "flops": [2_000_000_000, 20_000_000_000, 2_000_000_000, 0, 1_000_000_000],
+            "read_bytes": [600_000_000, 60_000_000, 600_000_000, 0, 0],
+            "write_bytes": [400_000_000, 40_000_000, 400_000_000, 0, 0],
+            "latency_ms": [20.0, 40.0, np.nan, 0.5, 0.0],
+        }
+    )
 
 
 def test_memory_bound_row_closed_form() -> None:
@@ -110,8 +113,9 @@ def test_add_roofline_errors() -> None:
         add_roofline(_rows(), {"peak_flops": 1.0})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("field, value", [("peak_flops", 0.0), ("peak_bytes", -1.0),
-                                          ("peak_flops", math.nan)])
+@pytest.mark.parametrize(
+    "field, value", [("peak_flops", 0.0), ("peak_bytes", -1.0), ("peak_flops", math.nan)]
+)
 def test_peaks_must_be_positive(field: str, value: float) -> None:
     kwargs = {"peak_flops": 1e12, "peak_bytes": 1e11, field: value}
     with pytest.raises(ModelProfError, match=field):
@@ -204,13 +208,16 @@ def test_probe_peaks_with_fixed_sizes_and_a_tf32_request() -> None:
     assert torch.get_float32_matmul_precision() == "highest"  # restored after the probe
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    ({"device": "meta"}, "meta"),
-    ({"device": "nonsense"}, "nonsense"),
-    ({"dtype": torch.int32}, "int32"),
-    ({"repeats": 0}, "repeats"),
-    ({"budget_s": 0.0}, "budget_s"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"device": "meta"}, "meta"),
+        ({"device": "nonsense"}, "nonsense"),
+        ({"dtype": torch.int32}, "int32"),
+        ({"repeats": 0}, "repeats"),
+        ({"budget_s": 0.0}, "budget_s"),
+    ],
+)
 def test_probe_peaks_rejects_bad_options(kwargs: dict, fragment: str) -> None:
     with pytest.raises(ModelProfError, match=fragment):
         probe_peaks(**{"device": "cpu", **kwargs})
@@ -231,27 +238,38 @@ def test_probe_peaks_on_cuda_is_below_the_datasheet() -> None:
 
 # --------------------------------------------------------------------------- memory levels
 
-LEVELS = (MemoryLevel("L1", 64 * 1024, 400e9), MemoryLevel("L2", 1 << 20, 200e9),
-          MemoryLevel("L3", 8 << 20, 100e9), MemoryLevel("DRAM", None, 10e9))
+LEVELS = (
+    MemoryLevel("L1", 64 * 1024, 400e9),
+    MemoryLevel("L2", 1 << 20, 200e9),
+    MemoryLevel("L3", 8 << 20, 100e9),
+    MemoryLevel("DRAM", None, 10e9),
+)
 LEVEL_PEAKS = Peaks(peak_flops=1e12, peak_bytes=10e9, levels=LEVELS)
 
 
 def _level_rows() -> pd.DataFrame:
-    return pd.DataFrame({
-        "module": ["l1", "l2", "l3", "dram", "fast_l3", "untimed", "nothing"],
-        "flops": [1000, 1000, 1000, 1000, 1000, 1000, 0],
-        # working sets (read + write): 32 KiB, 512 KiB, 4 MiB, 64 MiB, 4 MiB, 512 KiB, 0
-        "read_bytes": [16 << 10, 256 << 10, 2 << 20, 32 << 20, 2 << 20, 256 << 10, 0],
-        "write_bytes": [16 << 10, 256 << 10, 2 << 20, 32 << 20, 2 << 20, 256 << 10, 0],
-        # fast_l3 moves 4 MiB in 0.02 ms = 210 GB/s: more than L3 allows (100 GB/s)
-        "latency_ms": [1.0, 1.0, 1.0, 100.0, 0.02, np.nan, 1.0],
-    })
+    return pd.DataFrame(
+        {
+            "module": ["l1", "l2", "l3", "dram", "fast_l3", "untimed", "nothing"],
+            "flops": [1000, 1000, 1000, 1000, 1000, 1000, 0],
+            # working sets (read + write): 32 KiB, 512 KiB, 4 MiB, 64 MiB, 4 MiB, 512 KiB, 0
+            "read_bytes": [16 << 10, 256 << 10, 2 << 20, 32 << 20, 2 << 20, 256 << 10, 0],
+            "write_bytes": [16 << 10, 256 << 10, 2 << 20, 32 << 20, 2 << 20, 256 << 10, 0],
+            # fast_l3 moves 4 MiB in 0.02 ms = 210 GB/s: more than L3 allows (100 GB/s)
+            "latency_ms": [1.0, 1.0, 1.0, 100.0, 0.02, np.nan, 1.0],
+        }
+    )
 
 
 def test_each_row_is_judged_against_the_level_its_working_set_fits_in() -> None:
     out = add_roofline(_level_rows(), LEVEL_PEAKS).set_index("module")
     assert list(out["memory_level"][["l1", "l2", "l3", "dram", "untimed"]]) == [
-        "L1", "L2", "L3", "DRAM", "L2"]
+        "L1",
+        "L2",
+        "L3",
+        "DRAM",
+        "L2",
+    ]
     assert pd.isna(out.loc["nothing", "memory_level"])  # no traffic: no level
     # l3: 4 MiB = 4194304 B at 100 GB/s = 0.0419 ms (compute 1000 / 1e12 s is negligible)
     assert out.loc["l3", "roofline_ms"] == pytest.approx(4194304 / 100e9 * 1e3)
@@ -282,12 +300,21 @@ def test_peaks_without_levels_judge_everything_against_main_memory() -> None:
     assert PEAKS.memory_levels == (MemoryLevel("DRAM", None, 1e11),)
 
 
-@pytest.mark.parametrize("levels, fragment", [
-    ((MemoryLevel("L1", 1024, 1e9),), "only the last level"),
-    ((MemoryLevel("L2", 2048, 1e9), MemoryLevel("L1", 1024, 1e9), MemoryLevel("DRAM", None, 1e9)),
-     "grow in capacity"),
-    ((MemoryLevel("DRAM", None, 5e9),), "last level's bandwidth"),
-])
+@pytest.mark.parametrize(
+    "levels, fragment",
+    [
+        ((MemoryLevel("L1", 1024, 1e9),), "only the last level"),
+        (
+            (
+                MemoryLevel("L2", 2048, 1e9),
+                MemoryLevel("L1", 1024, 1e9),
+                MemoryLevel("DRAM", None, 1e9),
+            ),
+            "grow in capacity",
+        ),
+        ((MemoryLevel("DRAM", None, 5e9),), "last level's bandwidth"),
+    ],
+)
 def test_peaks_reject_inconsistent_levels(levels, fragment: str) -> None:
     with pytest.raises(ModelProfError, match=fragment):
         Peaks(peak_flops=1e12, peak_bytes=1e9, levels=levels)
@@ -333,11 +360,16 @@ def test_probe_leaves_the_global_rng_alone() -> None:
 # -- convolutions under cuDNN TF32 ---------------------------------------------------------------
 def test_convolutions_are_judged_against_their_own_compute_roof() -> None:
     peaks = Peaks(peak_flops=1e12, peak_bytes=1e11, conv_peak_flops=8e12)
-    df = pd.DataFrame({
-        "module": ["conv", "fc", "tconv"], "type": ["Conv2d", "Linear", "ConvTranspose3d"],
-        "flops": [16_000_000_000] * 3, "read_bytes": [1000] * 3, "write_bytes": [1000] * 3,
-        "latency_ms": [4.0] * 3,
-    })
+    df = pd.DataFrame(
+        {
+            "module": ["conv", "fc", "tconv"],
+            "type": ["Conv2d", "Linear", "ConvTranspose3d"],
+            "flops": [16_000_000_000] * 3,
+            "read_bytes": [1000] * 3,
+            "write_bytes": [1000] * 3,
+            "latency_ms": [4.0] * 3,
+        }
+    )
     out = add_roofline(df, peaks)
     # conv: 1.6e10 / 8e12 = 2 ms (the TF32 roof); fc: 1.6e10 / 1e12 = 16 ms (the matmul roof)
     assert out["roofline_ms"].tolist() == pytest.approx([2.0, 16.0, 2.0])
@@ -359,18 +391,23 @@ def test_table_peaks_give_convolutions_the_tf32_rate_when_only_cudnn_uses_it() -
     assert lookup_peaks("NVIDIA H100 80GB HBM3", "bfloat16", conv_tf32=True).conv_peak_flops is None
 
 
-@pytest.mark.parametrize("matmul, conv, dtype, expected", [
-    (False, True, "float32", True),    # PyTorch's defaults: cuBLAS FP32, cuDNN TF32
-    (True, True, "float32", None),     # both TF32: one roof
-    (False, False, "float32", None),
-    (True, False, "float32", False),
-    (False, True, "tf32", None),       # the tf32 dtype means matmuls in TF32
-    (False, True, "bfloat16", None),   # TF32 concerns float32 only
-])
+@pytest.mark.parametrize(
+    "matmul, conv, dtype, expected",
+    [
+        (False, True, "float32", True),  # PyTorch's defaults: cuBLAS FP32, cuDNN TF32
+        (True, True, "float32", None),  # both TF32: one roof
+        (False, False, "float32", None),
+        (True, False, "float32", False),
+        (False, True, "tf32", None),  # the tf32 dtype means matmuls in TF32
+        (False, True, "bfloat16", None),  # TF32 concerns float32 only
+    ],
+)
 def test_which_precision_convolutions_use(monkeypatch, matmul, conv, dtype, expected) -> None:
     import modelprof.timing.peaks as roofline
 
-    monkeypatch.setattr(roofline, "tf32_enabled", lambda kind: {"matmul": matmul, "conv": conv}[kind])
+    monkeypatch.setattr(
+        roofline, "tf32_enabled", lambda kind: {"matmul": matmul, "conv": conv}[kind]
+    )
     assert roofline.conv_uses_other_precision(torch.device("cuda", 0), dtype) is expected
     assert roofline.conv_uses_other_precision(torch.device("cpu"), dtype) is None
 
@@ -386,25 +423,27 @@ PROBED = Peaks(peak_flops=1e12, peak_bytes=10e9, source="probe", levels=LEVELS)
 
 
 def _fast_rows() -> pd.DataFrame:
-    return pd.DataFrame({
-        "module": ["fast_compute", "fast_l1", "slow", "parent"],
-        "type": ["Linear", "ReLU", "Linear", "Sequential"],
-        "leaf": [True, True, True, False],
-        # fast_compute: 3e9 FLOP in 1 ms = 3e12 FLOP/s, 3x the probed 1e12
-        # fast_l1: 32 KiB = 32768 B in 0.5e-4 ms = 655.36e9 B/s, over L1's 400e9
-        # parent: 4e9 FLOP in 2 ms = 2e12 FLOP/s, under the raised roof
-        "flops": [3_000_000_000, 0, 1_000_000, 4_000_000_000],
-        "read_bytes": [1000, 16 << 10, 1000, 1000],
-        "write_bytes": [1000, 16 << 10, 1000, 1000],
-        "latency_ms": [1.0, 0.5e-4, 1.0, 2.0],
-    })
+    return pd.DataFrame(
+        {
+            "module": ["fast_compute", "fast_l1", "slow", "parent"],
+            "type": ["Linear", "ReLU", "Linear", "Sequential"],
+            "leaf": [True, True, True, False],
+            # fast_compute: 3e9 FLOP in 1 ms = 3e12 FLOP/s, 3x the probed 1e12
+            # fast_l1: 32 KiB = 32768 B in 0.5e-4 ms = 655.36e9 B/s, over L1's 400e9
+            # parent: 4e9 FLOP in 2 ms = 2e12 FLOP/s, under the raised roof
+            "flops": [3_000_000_000, 0, 1_000_000, 4_000_000_000],
+            "read_bytes": [1000, 16 << 10, 1000, 1000],
+            "write_bytes": [1000, 16 << 10, 1000, 1000],
+            "latency_ms": [1.0, 0.5e-4, 1.0, 2.0],
+        }
+    )
 
 
 def test_probed_roofs_rise_to_what_a_row_achieved() -> None:
     df = _fast_rows()
     seen = observed_peaks(df, PROBED)
     assert seen.raised == ("compute", "L1")
-    assert seen.peak_flops == pytest.approx(3e12)             # 3e9 FLOP / 1e-3 s
+    assert seen.peak_flops == pytest.approx(3e12)  # 3e9 FLOP / 1e-3 s
     assert seen.levels[0].bandwidth == pytest.approx(32768 / 0.5e-7)  # 655.36e9 B/s
     assert seen.levels[1:] == LEVELS[1:] and seen.peak_bytes == PROBED.peak_bytes
     out = add_roofline(df, PROBED).set_index("module")
@@ -433,11 +472,17 @@ def test_given_roofs_are_left_as_given() -> None:
 
 def test_a_probed_convolution_roof_rises_on_its_own() -> None:
     peaks = Peaks(peak_flops=1e12, peak_bytes=10e9, source="probe", conv_peak_flops=2e12)
-    df = pd.DataFrame({"module": ["block", "conv", "mm"], "type": ["Block", "Conv2d", "Linear"],
-                       "leaf": [False, True, True],
-                       "flops": [5_500_000_000, 5_000_000_000, 500_000_000],
-                       "read_bytes": [2000, 1000, 1000], "write_bytes": [2000, 1000, 1000],
-                       "latency_ms": [2.0, 1.0, 1.0]})
+    df = pd.DataFrame(
+        {
+            "module": ["block", "conv", "mm"],
+            "type": ["Block", "Conv2d", "Linear"],
+            "leaf": [False, True, True],
+            "flops": [5_500_000_000, 5_000_000_000, 500_000_000],
+            "read_bytes": [2000, 1000, 1000],
+            "write_bytes": [2000, 1000, 1000],
+            "latency_ms": [2.0, 1.0, 1.0],
+        }
+    )
     # conv: 5e9 FLOP in 1 ms = 5e12 over its 2e12 roof; mm: 5e11 under 1e12, left alone;
     # block (conv + mm): 5.5e9 in 2 ms = 2.75e12, judged against the faster roof (5e12)
     assert list(compute_roofs(df, peaks)) == [2e12, 2e12, 1e12]
@@ -480,13 +525,16 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     assert timed["efficiency"].gt(0).all()
 
 
-@pytest.mark.parametrize("name, variants", [
-    ("A100", ["A100 SXM 80GB", "A100 PCIe 80GB", "A100 SXM 40GB", "A100 PCIe 40GB"]),
-    ("a100 80gb", ["A100 SXM 80GB", "A100 PCIe 80GB"]),   # the form factor is missing
-    ("A100 PCIe", ["A100 PCIe 80GB", "A100 PCIe 40GB"]),  # the memory is missing
-    ("H100", ["H100 SXM", "H100 PCIe", "H100 NVL"]),
-    ("V100", ["V100 SXM2", "V100 PCIe"]),
-])
+@pytest.mark.parametrize(
+    "name, variants",
+    [
+        ("A100", ["A100 SXM 80GB", "A100 PCIe 80GB", "A100 SXM 40GB", "A100 PCIe 40GB"]),
+        ("a100 80gb", ["A100 SXM 80GB", "A100 PCIe 80GB"]),  # the form factor is missing
+        ("A100 PCIe", ["A100 PCIe 80GB", "A100 PCIe 40GB"]),  # the memory is missing
+        ("H100", ["H100 SXM", "H100 PCIe", "H100 NVL"]),
+        ("V100", ["V100 SXM2", "V100 PCIe"]),
+    ],
+)
 def test_an_ambiguous_device_name_is_refused_with_its_variants(name, variants) -> None:
     # 40 GB and 80 GB A100s differ by 30 % in bandwidth (1,555 against 2,039 GB/s): a bound
     # against the wrong one is wrong by that much, so no variant is assumed
@@ -531,8 +579,9 @@ def test_every_efficiency_against_a_busy_probe_is_marked() -> None:
 
     from modelprof import profile
 
-    busy = Peaks(peak_flops=2.75e9, peak_bytes=1.61e9, source="probe", device="cpu",
-                 wall_over_cpu=3.0)
+    busy = Peaks(
+        peak_flops=2.75e9, peak_bytes=1.61e9, source="probe", device="cpu", wall_over_cpu=3.0
+    )
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
     r = profile(model, (64,), roofline=busy, repeat=3, warmup=1, budget_s=0.2)
     assert r.peaks.loaded and r.peaks.wall_over_cpu == 3.0

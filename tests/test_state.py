@@ -2,6 +2,7 @@
 changed are restored (also on errors and interrupts), lazy modules are refused untouched, models
 that cannot be deep-copied still profile, deep nesting works, and errors in the end-to-end timing
 name the module."""
+
 from __future__ import annotations
 
 import sys
@@ -61,9 +62,9 @@ class Rebinding(nn.Module):
         self.fc = nn.Linear(3, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.n = self.n + 1              # a new tensor registered in the buffer slot
-        self.fc = nn.Linear(3, 3)         # a submodule replaced
-        self.note = "ran"                 # an attribute added
+        self.n = self.n + 1  # a new tensor registered in the buffer slot
+        self.fc = nn.Linear(3, 3)  # a submodule replaced
+        self.note = "ran"  # an attribute added
         return x * self.n
 
 
@@ -136,9 +137,9 @@ def test_running_statistics_are_restored_with_and_without_the_up_front_copy(limi
     model = HiddenBatchNorm()
     x = torch.arange(6.0).reshape(2, 3)
     with preserved_state(model, buffer_copy_limit_bytes=limit) as guard:
-        with guard.watch_writes():        # the static pass: copy on first write
+        with guard.watch_writes():  # the static pass: copy on first write
             model(x)
-        for _ in range(3):                # the timed passes
+        for _ in range(3):  # the timed passes
             model(x)
         assert model.mean.tolist() != [0.0, 0.0, 0.0]  # the forwards did write
     assert model.mean.tolist() == [0.0, 0.0, 0.0]
@@ -149,7 +150,7 @@ def test_running_statistics_are_restored_with_and_without_the_up_front_copy(limi
 def test_a_tensor_written_only_after_the_watched_pass_is_reported() -> None:
     model = EMA()
     with pytest.warns(ModelProfWarning, match="changed v in place"):
-        with preserved_state(model):      # no watched pass: parameters have no copy
+        with preserved_state(model):  # no watched pass: parameters have no copy
             model(torch.ones(4))
     assert model.v.tolist() == [2.0] * 4  # not restorable, and said so
     # a write through .data bumps no version counter: only the watched pass can see it
@@ -222,8 +223,11 @@ class _Late(nn.Module):
 
 
 def test_the_end_to_end_failure_names_the_innermost_running_module() -> None:
-    with pytest.raises(ModelProfError, match=r"in module 'block\.1' \(_Late\); running: "
-                                             r"\(root\) > block > block\.1\."):
+    with pytest.raises(
+        ModelProfError,
+        match=r"in module 'block\.1' \(_Late\); running: "
+        r"\(root\) > block > block\.1\.",
+    ):
         profile(FailsInside(), (2,), **FAST)
 
 
@@ -233,7 +237,7 @@ def test_nested_guards_restore_once_at_the_outermost() -> None:
         with preserved_state(model) as inner:
             assert inner is outer
             model(torch.ones(1, 4))
-        assert model.n.item() == 1            # the inner guard restored nothing
+        assert model.n.item() == 1  # the inner guard restored nothing
     assert model.n.item() == 0
 
 
@@ -249,7 +253,7 @@ def test_train_mode_dropout_leaves_the_users_random_state_alone() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
     state = torch.get_rng_state()
     profile(model, (4,), training=True, timing=False)  # the static pass draws a dropout mask
-    profile(model, (4,), training=True, **FAST)         # so does every timed pass
+    profile(model, (4,), training=True, **FAST)  # so does every timed pass
     assert torch.equal(torch.get_rng_state(), state)
 
 
@@ -276,7 +280,7 @@ def test_a_model_holding_a_lock_profiles_converted_and_in_train_mode() -> None:
     report = profile(model, (3,), training=True, batch_size=4, **FAST)
     assert report.latency is not None
     assert model.fc.weight.dtype == torch.float32 and torch.equal(model.fc.weight, weight)
-    assert torch.equal(model.bn.running_mean, mean)     # train-mode passes left no trace
+    assert torch.equal(model.bn.running_mean, mean)  # train-mode passes left no trace
     assert model.bn.num_batches_tracked.item() == 0
 
 
@@ -285,9 +289,12 @@ def test_a_model_that_cannot_be_copied_at_all_gets_a_clear_error(monkeypatch) ->
         raise RuntimeError("no copy either")
 
     monkeypatch.setattr(placement_mod, "_structural_copy", fail)
-    with pytest.raises(ModelProfError, match=r"cannot copy the model \(Locked\) to convert it "
-                                             r"to dtype torch.float64: copy.deepcopy failed "
-                                             r"\(TypeError: cannot pickle '_thread.lock'"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"cannot copy the model \(Locked\) to convert it "
+        r"to dtype torch.float64: copy.deepcopy failed "
+        r"\(TypeError: cannot pickle '_thread.lock'",
+    ):
         profile(Locked(), (3,), dtype=torch.float64, batch_size=2, **FAST)
 
 
@@ -352,7 +359,7 @@ def test_a_train_override_is_called_even_when_every_flag_already_reads_the_mode(
     assert model.seen == [False]
     # eval-mode batch norm: no num_batches_tracked += 1 (aten.add_) in the counted ops
     assert not any(op.startswith("aten.add_") for op in report.by_operator()["op"])
-    assert model.bn.training is True        # the user's flags come back as they were
+    assert model.bn.training is True  # the user's flags come back as they were
 
 
 class SwapNames(nn.Module):
@@ -380,19 +387,19 @@ def test_names_exchanged_through_del_are_put_back() -> None:
     a, b, f, g = model.a, model.b, model.f, model.g
     with preserved_state(model):
         model(torch.ones(1))
-        assert model.a is b and model.s == "T"      # the forward did exchange them
+        assert model.a is b and model.s == "T"  # the forward did exchange them
     assert (model.a, model.b, model.f, model.g, model.s, model.t) == (a, b, f, g, "S", "T")
-    assert list(model._parameters) == ["a", "b"]     # the registries' order too
+    assert list(model._parameters) == ["a", "b"]  # the registries' order too
 
 
 def test_a_conjugate_view_pointed_elsewhere_comes_back_with_its_conjugate_bit() -> None:
     model = nn.Module()
     base = torch.tensor([1 + 2j, 3 - 4j])
-    model.register_buffer("z", base.conj())              # a lazy conjugate view of base
+    model.register_buffer("z", base.conj())  # a lazy conjugate view of base
     with preserved_state(model):
         model.z.data = torch.zeros(2, dtype=torch.cfloat)
     assert model.z.is_conj() and model.z.tolist() == [1 - 2j, 3 + 4j]
-    assert base.tolist() == [1 + 2j, 3 - 4j]           # the storage it views is untouched
+    assert base.tolist() == [1 + 2j, 3 - 4j]  # the storage it views is untouched
 
 
 def test_a_reshaped_parameter_gets_its_shape_back_before_its_gradient() -> None:
@@ -401,7 +408,7 @@ def test_a_reshaped_parameter_gets_its_shape_back_before_its_gradient() -> None:
     model.bias.grad = grad
     with preserved_state(model) as guard:
         model.bias.grad = None
-        model.bias.data = model.bias.data.view(2, 2)     # the entry gradient no longer fits
+        model.bias.data = model.bias.data.view(2, 2)  # the entry gradient no longer fits
     assert model.bias.shape == (4,) and model.bias.grad is grad
     assert guard.restored == ["bias"]
 
@@ -426,7 +433,7 @@ class _QuietWriter(nn.Module):
         self.register_buffer("k", torch.tensor([5, 6]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.b.data[0, 1] = 9.0      # b[0, 1] is 3.0 on entry (b is transposed)
+        self.b.data[0, 1] = 9.0  # b[0, 1] is 3.0 on entry (b is transposed)
         self.n.data += 1
         return x
 
@@ -437,13 +444,14 @@ def test_buffers_copied_up_front_are_compared_and_put_back_per_tensor() -> None:
     model = _QuietWriter()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with preserved_state(model) as guard:
-        assert guard.tracked[1].snapshot.tolist()[0][1] == 3.0   # the entry values, by index
+        assert guard.tracked[1].snapshot.tolist()[0][1] == 3.0  # the entry values, by index
         model(torch.zeros(1))
         assert model.b[0, 1] == 9.0 and model.n == 4
     for k, v in before.items():
         assert torch.equal(model.state_dict()[k], v) or torch.allclose(
-            model.state_dict()[k], v, rtol=0.0, atol=0.0, equal_nan=True), k
-    assert not model.b.is_contiguous()    # the same tensor, put back in place
+            model.state_dict()[k], v, rtol=0.0, atol=0.0, equal_nan=True
+        ), k
+    assert not model.b.is_contiguous()  # the same tensor, put back in place
     assert guard.restored == ["b", "n"] and guard.unrestored == []
 
 

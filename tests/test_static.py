@@ -1,5 +1,6 @@
 """The static table: references (torchstat, torchvision, FlopCounterMode), invariants, inputs,
 errors, and that the model comes back untouched."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,9 +38,14 @@ def test_torchstat_view_reproduces_reference(resnet18_report):
     ours = resnet18_report.to_dataframe(style="torchstat")
     assert list(ours.columns) == list(TORCHSTAT_COLUMNS)
     by_name = ours.set_index("module name")
-    pairs = [("params", "params"), ("MAdd", "madd"), ("Flops", "flops"),
-             ("MemRead(B)", "mem_read_b"), ("MemWrite(B)", "mem_write_b"),
-             ("MemR+W(B)", "mem_rw_b")]
+    pairs = [
+        ("params", "params"),
+        ("MAdd", "madd"),
+        ("Flops", "flops"),
+        ("MemRead(B)", "mem_read_b"),
+        ("MemWrite(B)", "mem_write_b"),
+        ("MemR+W(B)", "mem_rw_b"),
+    ]
     for _, row in ref.iterrows():
         got = by_name.loc[row.module]
         assert got["input shape"] == row.input_shape, row.module
@@ -71,20 +77,35 @@ def test_torchstat_total_row_sums_the_table(resnet18_report):
 
 
 # -- torchvision's published cost ---------------------------------------------------------------
-@pytest.mark.parametrize("name,expected", [
-    ("resnet18", 1.814), ("mobilenet_v3_large", 0.217), ("vit_b_16", 17.564),
-    ("swin_t", 4.491), ("convnext_tiny", 4.456), ("efficientnet_b0", 0.386),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("resnet18", 1.814),
+        ("mobilenet_v3_large", 0.217),
+        ("vit_b_16", 17.564),
+        ("swin_t", 4.491),
+        ("convnext_tiny", 4.456),
+        ("efficientnet_b0", 0.386),
+    ],
+)
 def test_torchvision_published_gmacs_cpu(name, expected):
     r = profile(tv(name), (3, 224, 224), timing=False)
     assert round(r.totals["macs"] / 1e9, 3) == expected
 
 
-@pytest.mark.parametrize("name,crop,expected", [
-    ("inception_v3", 299, 5.713), ("maxvit_t", 224, 5.558), ("regnet_y_400mf", 224, 0.402),
-    ("swin_v2_t", 256, 5.940), ("densenet121", 224, 2.834), ("shufflenet_v2_x1_0", 224, 0.145),
-    ("resnext50_32x4d", 224, 4.230), ("vgg16_bn", 224, 15.470),
-])
+@pytest.mark.parametrize(
+    "name,crop,expected",
+    [
+        ("inception_v3", 299, 5.713),
+        ("maxvit_t", 224, 5.558),
+        ("regnet_y_400mf", 224, 0.402),
+        ("swin_v2_t", 256, 5.940),
+        ("densenet121", 224, 2.834),
+        ("shufflenet_v2_x1_0", 224, 0.145),
+        ("resnext50_32x4d", 224, 4.230),
+        ("vgg16_bn", 224, 15.470),
+    ],
+)
 def test_torchvision_published_gmacs_meta(name, crop, expected):
     # analysed on the meta device from shapes alone: no memory for activations, no compute
     r = profile(tv(name), (3, crop, crop), device="meta", timing=False)
@@ -114,18 +135,21 @@ class _Contractions(nn.Module):
         self.fc = nn.Linear(10, 6)
 
     def forward(self, x):
-        y = self.c1(x)                                  # [2, 4, 8]
+        y = self.c1(x)  # [2, 4, 8]
         z = self.ct(y.unsqueeze(-1).expand(-1, -1, -1, 4).contiguous())
         w = self.c3(z.unsqueeze(2).expand(-1, -1, 5, -1, -1).contiguous())
-        h = torch.bmm(y, y.transpose(1, 2))             # [2, 4, 4]
-        return self.fc(torch.randn(2, 10)) , torch.baddbmm(h, h, h), w, h @ h
+        h = torch.bmm(y, y.transpose(1, 2))  # [2, 4, 4]
+        return self.fc(torch.randn(2, 10)), torch.baddbmm(h, h, h), w, h @ h
 
 
-@pytest.mark.parametrize("model_fn,size", [
-    (lambda: tv("resnet18"), (1, 3, 224, 224)),
-    (lambda: tv("vit_b_16"), (1, 3, 224, 224)),
-    (lambda: _Contractions().eval(), (2, 3, 10)),
-])
+@pytest.mark.parametrize(
+    "model_fn,size",
+    [
+        (lambda: tv("resnet18"), (1, 3, 224, 224)),
+        (lambda: tv("vit_b_16"), (1, 3, 224, 224)),
+        (lambda: _Contractions().eval(), (2, 3, 10)),
+    ],
+)
 def test_two_macs_equal_flop_counter_mode_per_op(model_fn, size):
     model = model_fn()
     x = torch.randn(*size)
@@ -160,10 +184,12 @@ ZOO = {
     "mobilenet_v3_small": (lambda: tv("mobilenet_v3_small"), lambda: torch.randn(2, 3, 64, 64)),
     "shared": (lambda: SharedAndFunctional().eval(), lambda: torch.randint(0, 20, (2, 5))),
     "lstm": (lambda: nn.LSTM(4, 8, 2).eval(), lambda: torch.randn(5, 2, 4)),
-    "encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32,
-                                                                         batch_first=True), 2,
-                                              enable_nested_tensor=False).eval(),
-                lambda: torch.randn(2, 6, 16)),
+    "encoder": (
+        lambda: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2, enable_nested_tensor=False
+        ).eval(),
+        lambda: torch.randn(2, 6, 16),
+    ),
 }
 
 
@@ -271,12 +297,15 @@ def test_dtype_and_device_conversion_leave_the_model_alone():
 
 # -- never leave a trace ------------------------------------------------------------------------
 def _snapshot(model: nn.Module):
-    return ({k: v.clone() for k, v in model.state_dict().items()},
-            {n: m.training for n, m in model.named_modules()},
-            {n: (len(m._forward_hooks), len(m._forward_pre_hooks)) for n, m in
-             model.named_modules()},
-            (len(module_mod._global_forward_hooks), len(module_mod._global_forward_pre_hooks)),
-            nn.Module.__call__, nn.Linear.forward, torch.Tensor.__add__)
+    return (
+        {k: v.clone() for k, v in model.state_dict().items()},
+        {n: m.training for n, m in model.named_modules()},
+        {n: (len(m._forward_hooks), len(m._forward_pre_hooks)) for n, m in model.named_modules()},
+        (len(module_mod._global_forward_hooks), len(module_mod._global_forward_pre_hooks)),
+        nn.Module.__call__,
+        nn.Linear.forward,
+        torch.Tensor.__add__,
+    )
 
 
 def _assert_same(model, snap):
@@ -344,18 +373,21 @@ def test_running_twice_gives_identical_numbers():
     pd.testing.assert_frame_equal(a, b)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"input_size": (3, -1, 4)}, "dimension <= 0"),
-    ({"input_size": "3,224,224"}, "'3,224,224'"),
-    ({"input_size": (3, 2.5)}, "(3, 2.5)"),
-    ({"input_size": (4,), "batch_size": 0}, "batch_size=0"),
-    ({"input_size": (4,), "dtype": "int8"}, "'int8'"),
-    ({"input_size": (4,), "device": "nodevice"}, "'nodevice'"),
-    ({}, "exactly one of input_size"),
-    ({"input_size": (4,), "inputs": torch.randn(1, 4)}, "exactly one of input_size"),
-    ({"inputs": {1: torch.randn(1, 4)}}, "keys must be argument names"),
-    ({"input_size": (3, 5, 5)}, "in module '(root)' (Linear, input 1x3x5x5)"),  # model rejects
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"input_size": (3, -1, 4)}, "dimension <= 0"),
+        ({"input_size": "3,224,224"}, "'3,224,224'"),
+        ({"input_size": (3, 2.5)}, "(3, 2.5)"),
+        ({"input_size": (4,), "batch_size": 0}, "batch_size=0"),
+        ({"input_size": (4,), "dtype": "int8"}, "'int8'"),
+        ({"input_size": (4,), "device": "nodevice"}, "'nodevice'"),
+        ({}, "exactly one of input_size"),
+        ({"input_size": (4,), "inputs": torch.randn(1, 4)}, "exactly one of input_size"),
+        ({"inputs": {1: torch.randn(1, 4)}}, "keys must be argument names"),
+        ({"input_size": (3, 5, 5)}, "in module '(root)' (Linear, input 1x3x5x5)"),  # model rejects
+    ],
+)
 def test_bad_input_raises_named_error(kwargs, needle):
     with pytest.raises(ModelProfError) as info:
         profile(nn.Linear(4, 2), timing=False, **kwargs)
@@ -394,7 +426,7 @@ def test_register_formula_adds_and_replaces_in_a_private_registry():
     def _qr(args, kwargs, out):
         m, n = args[0].shape[-2:]
         # Householder QR: 2 m n^2 - 2 n^3 / 3 flops
-        return Cost(0, flops=2 * m * n * n - 2 * n ** 3 // 3)
+        return Cost(0, flops=2 * m * n * n - 2 * n**3 // 3)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", ModelProfWarning)
@@ -408,9 +440,15 @@ def test_register_formula_adds_and_replaces_in_a_private_registry():
     assert torch.ops.aten.linalg_qr not in REGISTRY.ops  # the global registry is untouched
 
 
-@pytest.mark.parametrize("key,needle", [
-    (42, "42"), ("aten.no_such_op", "'aten.no_such_op'"), ("conv", "'conv'"), (int, "int"),
-])
+@pytest.mark.parametrize(
+    "key,needle",
+    [
+        (42, "42"),
+        ("aten.no_such_op", "'aten.no_such_op'"),
+        ("conv", "'conv'"),
+        (int, "int"),
+    ],
+)
 def test_register_formula_rejects_bad_keys(key, needle):
     with pytest.raises(ModelProfError) as info:
         register_formula(key, registry=REGISTRY.copy())(lambda a, k, o: Cost())
@@ -429,8 +467,7 @@ def test_module_formula_for_torchstat_view():
 @pytest.mark.parametrize("style", ["modelprof", "torchstat"])
 def test_csv_round_trip_and_markdown(tmp_path, resnet18_report, style):
     path = resnet18_report.to_csv(tmp_path / f"r18_{style}.csv", style=style)
-    back = pd.read_csv(path, keep_default_na=False, na_values=[""] if style == "torchstat"
-                       else [])
+    back = pd.read_csv(path, keep_default_na=False, na_values=[""] if style == "torchstat" else [])
     df = resnet18_report.to_dataframe(style)
     numeric = [c for c in df.columns if pd.api.types.is_integer_dtype(df[c])]
     for c in numeric:
@@ -458,17 +495,17 @@ def test_peak_memory_nesting_with_fake_allocator_stats():
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     tracker = Tracker(module_names(model), memory_stats=MemoryStats(max_allocated, reset))
     tracker.pre(model, (), {})
-    state["peak"] = 500                       # the parent allocates before any child
+    state["peak"] = 500  # the parent allocates before any child
     tracker.pre(model[0], (), {})
-    state["peak"] = 300                       # child 0 peaks at 300
+    state["peak"] = 300  # child 0 peaks at 300
     tracker.post(model[0], (), {}, None)
     tracker.pre(model[1], (), {})
-    state["peak"] = 200                       # child 1 peaks at 200
+    state["peak"] = 200  # child 1 peaks at 200
     tracker.post(model[1], (), {}, None)
     tracker.post(model, (), {}, None)
     root, first, second = tracker.records
     assert (first.peak_memory_bytes, second.peak_memory_bytes) == (300, 200)
-    assert root.peak_memory_bytes == 500      # max(500 before child 0, 300, 200)
+    assert root.peak_memory_bytes == 500  # max(500 before child 0, 300, 200)
 
 
 @pytest.mark.cuda
@@ -524,8 +561,11 @@ def test_parameters_are_charged_alike_whether_or_not_the_model_is_converted():
     converted = profile(model, (8,), timing=False, dtype=torch.float64)
     # the root's call is never seen, so the parameters to charge are those of the first call
     # seen, l (8*8 + 8 = 72), in both paths (the converted one runs copies of the parameters)
-    assert [(r.module, r.params) for r in same.rows] == \
-        [(r.module, r.params) for r in converted.rows] == [("l", 72), ("k", 0)]
+    assert (
+        [(r.module, r.params) for r in same.rows]
+        == [(r.module, r.params) for r in converted.rows]
+        == [("l", 72), ("k", 0)]
+    )
     assert same.model_params == converted.model_params == 64 + 2 * 72  # w, l, k
 
 
@@ -614,10 +654,14 @@ def test_lazy_modules_are_refused_before_anything_changes():
     assert isinstance(model[0].weight, nn.parameter.UninitializedParameter)
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"dtpye": "fp16"}, "dtpye"), ({"training": "yes"}, "training='yes'"),
-    ({"registry": 5}, "registry=5"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"dtpye": "fp16"}, "dtpye"),
+        ({"training": "yes"}, "training='yes'"),
+        ({"registry": 5}, "registry=5"),
+    ],
+)
 def test_bad_options_fail_loudly_without_timing(kw, needle):
     with pytest.raises(ModelProfError) as info:
         profile(nn.Linear(4, 4), (4,), timing=False, **kw)
@@ -635,8 +679,7 @@ def test_profile_leaves_the_global_rng_and_hook_registries_alone():
 
 def test_torchstat_view_madd_for_biased_conv_softmax_and_plain_batchnorm():
     model = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3, affine=False), nn.Softmax(1))
-    ts = profile(model, (2, 5, 5), timing=False).to_dataframe("torchstat").set_index(
-        "module name")
+    ts = profile(model, (2, 5, 5), timing=False).to_dataframe("torchstat").set_index("module name")
     # conv: 27 outputs (3x3x3) of (2*18 - 1) + 1 bias = 36: 972 (torchstat's compute_madd)
     assert ts.loc["0", "MAdd"] == 972
     assert ts.loc["1", "MAdd"] == 4 * 27  # torchstat: 4 per element, affine or not
@@ -649,11 +692,20 @@ def test_resnet50_counted_on_meta_equals_the_real_pass_row_by_row():
     # counts equal the real pass's
     tv = pytest.importorskip("torchvision")
     model = tv.models.resnet50().eval()
-    cols = ["module", "type", "params", "macs", "flops", "madd", "read_bytes", "write_bytes",
-            "output_bytes"]
+    cols = [
+        "module",
+        "type",
+        "params",
+        "macs",
+        "flops",
+        "madd",
+        "read_bytes",
+        "write_bytes",
+        "output_bytes",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         real = profile(model, (3, 224, 224), timing=False).to_dataframe()[cols]
         meta = profile(model, (3, 224, 224), device="meta", timing=False).to_dataframe()[cols]
     pd.testing.assert_frame_equal(real, meta)
-    assert int(real.macs.iloc[0]) == 4_089_184_256    # torchvision's 4.09 GMACs
+    assert int(real.macs.iloc[0]) == 4_089_184_256  # torchvision's 4.09 GMACs

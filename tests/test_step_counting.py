@@ -1,5 +1,6 @@
 """``profile(..., backward=True)`` counting: closed forms of the backward per call, the loss and
 optimizer rows, saved-tensor bytes, the meta device, AMP, and agreement with FlopCounterMode."""
+
 from __future__ import annotations
 
 import pytest
@@ -62,8 +63,8 @@ def conv_stack() -> nn.Module:
 def test_conv_stack(input_grad):
     x = torch.randn(2, 3, 8, 8, requires_grad=input_grad)
     t = rows(profile(conv_stack(), inputs=x, backward=True, **COUNT))
-    conv1 = 2 * 8 * 64 * 3 * 9   # N*C_out*H*W * C_in*k*k = 27648 forward MACs
-    conv2 = 2 * 4 * 64 * 8 * 9   # 36864
+    conv1 = 2 * 8 * 64 * 3 * 9  # N*C_out*H*W * C_in*k*k = 27648 forward MACs
+    conv2 = 2 * 4 * 64 * 8 * 9  # 36864
     assert (t[("0", 1)]["macs"], t[("2", 1)]["macs"]) == (conv1, conv2)
     # conv1: weight grad (1x forward), + input grad (another 1x) only when the input needs grad
     assert t[("0", 1)]["backward_macs"] == conv1 * (2 if input_grad else 1)
@@ -126,7 +127,7 @@ def test_lstm_backward_of_the_gates():
     r = profile(lstm, (3, 8), batch_size=5, backward=True, **COUNT)  # 5 steps x batch 3
     assert "aten.mkldnn_rnn_layer_backward.default" in set(r.by_operator("backward")["op"])
     # 15 tokens; layer 1: 4*16*(8 + 16) = 1536 MACs per token, layer 2: 4*16*(16 + 16) = 2048
-    forward = 15 * (1536 + 2048)   # 53760
+    forward = 15 * (1536 + 2048)  # 53760
     assert r.totals["macs"] == forward
     # the fused backward computes the data gradients (input, hidden state) and the weight
     # gradients: 2 x the gate MACs
@@ -142,12 +143,14 @@ class Attention(nn.Module):
 def test_sdpa_backward(backend):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    q, k, v = (torch.randn(2, 3, 4, 8, requires_grad=True),
-               torch.randn(2, 3, 5, 8, requires_grad=True),
-               torch.randn(2, 3, 5, 8, requires_grad=True))
+    q, k, v = (
+        torch.randn(2, 3, 4, 8, requires_grad=True),
+        torch.randn(2, 3, 5, 8, requires_grad=True),
+        torch.randn(2, 3, 5, 8, requires_grad=True),
+    )
     with sdpa_kernel(getattr(SDPBackend, backend)):
         r = profile(Attention(), inputs=(q, k, v), backward=True, **COUNT)
-    scores = 2 * 3 * 4 * 5               # bh * l_q * l_k = 120
+    scores = 2 * 3 * 4 * 5  # bh * l_q * l_k = 120
     assert r.totals["macs"] == scores * (8 + 8)  # Q K^T and P V: 1920
     if backend == "MATH":
         # bmm backward: dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q: 4 x 960 = 2 x forward
@@ -161,7 +164,7 @@ def test_resnet18_backward_macs_with_input_grad():
     torchvision = pytest.importorskip("torchvision")
     x = torch.randn(1, 3, 224, 224, requires_grad=True)
     r = profile(torchvision.models.resnet18(), inputs=x, backward=True, **COUNT)
-    assert r.totals["macs"] == 1_814_073_344          # torchvision's published 1.814 GMACs
+    assert r.totals["macs"] == 1_814_073_344  # torchvision's published 1.814 GMACs
     # every conv and the fc compute input and weight gradients: 2 x 1,814,073,344
     assert r.totals["backward_macs"] == 3_628_146_688
     assert not r.unsupported
@@ -179,8 +182,9 @@ def test_meta_device_counts_the_same_backward():
 # -- loss, optimizer, saved bytes, amp ----------------------------------------------------------
 def test_cross_entropy_loss_row():
     target = torch.tensor([1, 0, 3])
-    r = profile(mlp(), (8,), batch_size=3, backward=True, loss_fn=F.cross_entropy,
-                target=target, **COUNT)
+    r = profile(
+        mlp(), (8,), batch_size=3, backward=True, loss_fn=F.cross_entropy, target=target, **COUNT
+    )
     loss = rows(r)[("(loss)", 1)]
     assert loss["type"] == "cross_entropy"
     # log_softmax over 3x4 logits (5 per element, 60) + nll_loss's mean over 3 targets (3)
@@ -190,8 +194,9 @@ def test_cross_entropy_loss_row():
     assert not r.unsupported
 
 
-@pytest.mark.parametrize("optimizer", [
-    torch.optim.AdamW, "adamw", lambda params: torch.optim.AdamW(params, lr=1e-3)])
+@pytest.mark.parametrize(
+    "optimizer", [torch.optim.AdamW, "adamw", lambda params: torch.optim.AdamW(params, lr=1e-3)]
+)
 def test_optimizer_row_by_formula(optimizer):
     r = profile(mlp(), (8,), batch_size=3, backward=True, optimizer=optimizer, **COUNT)
     opt = rows(r)[("(optimizer)", 1)]
@@ -207,8 +212,10 @@ def test_optimizer_row_by_formula(optimizer):
 
 def test_optimizer_template_instance_is_never_touched():
     model = mlp()
-    user_opt = torch.optim.SGD([{"params": model[0].parameters(), "momentum": 0.9},
-                                {"params": model[2].parameters()}], lr=0.1)
+    user_opt = torch.optim.SGD(
+        [{"params": model[0].parameters(), "momentum": 0.9}, {"params": model[2].parameters()}],
+        lr=0.1,
+    )
     r = profile(model, (8,), batch_size=3, backward=True, optimizer=user_opt, **COUNT)
     # group 1 (layer 0, 144 elements) with momentum: 5 per element; group 2 (68): 2
     assert rows(r)[("(optimizer)", 1)]["flops"] == 5 * 144 + 2 * 68
@@ -231,8 +238,11 @@ def test_saved_tensor_bytes_per_call():
     # layer 0 keeps its input for the weight gradient: 3x8 fp32 = 96 B (its weight, a
     # parameter, is not activation memory); relu keeps its output 3x16 = 192 B; layer 2's input
     # is that same tensor, counted once (at relu)
-    assert (t[("0", 1)]["saved_bytes"], t[("1", 1)]["saved_bytes"], t[("2", 1)]["saved_bytes"]) \
-        == (96, 192, 0)
+    assert (t[("0", 1)]["saved_bytes"], t[("1", 1)]["saved_bytes"], t[("2", 1)]["saved_bytes"]) == (
+        96,
+        192,
+        0,
+    )
     assert t[("", 1)]["saved_bytes"] == 288
 
 
@@ -288,11 +298,14 @@ def _assert_agrees(model: nn.Module, x: torch.Tensor) -> None:
         assert expected == flops, packet
 
 
-@pytest.mark.parametrize("name, kwargs", [
-    ("vit_tiny_patch16_224", {"img_size": 64}),
-    ("convnext_atto", {}),
-    ("efficientnet_b0", {}),
-])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("vit_tiny_patch16_224", {"img_size": 64}),
+        ("convnext_atto", {}),
+        ("efficientnet_b0", {}),
+    ],
+)
 def test_flop_counter_agreement_timm(name, kwargs):
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)
@@ -305,12 +318,19 @@ def test_flop_counter_agreement_transformers(arch):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if arch == "gpt2":
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=64))
+        model = transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=64)
+        )
     else:
-        model = transformers.BertModel(transformers.BertConfig(
-            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-            vocab_size=500))
+        model = transformers.BertModel(
+            transformers.BertConfig(
+                num_hidden_layers=2,
+                hidden_size=64,
+                num_attention_heads=4,
+                intermediate_size=128,
+                vocab_size=500,
+            )
+        )
     ids = torch.randint(0, 500, (2, 16), generator=torch.Generator().manual_seed(0))
 
     class Logits(nn.Module):  # first output only, as the FlopCounterMode side takes

@@ -1,6 +1,7 @@
 """The training step on CUDA: a backward that queues a known-length ``torch.cuda._sleep`` reads
 it back in its layer (CUDA events in the node hooks, one synchronize per pass), and the step's
 allocator peak. Skipped without a GPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,9 @@ class SleepLayer(nn.Module):
 def test_sleeping_backward_reads_back_in_its_layer():
     SleepBackward.cycles = int(SLEEP_MS * calibrate_cuda_sleep("cuda"))
     model = nn.Sequential(nn.Linear(4, 4), SleepLayer(), nn.Linear(4, 4)).cuda()
-    report = profile(model, (4,), backward=True, optimizer=torch.optim.SGD, warmup_s=0.1,
-                     roofline=False)
+    report = profile(
+        model, (4,), backward=True, optimizer=torch.optim.SGD, warmup_s=0.1, roofline=False
+    )
     df = report.to_dataframe().set_index(["module", "call"])
     # the GPU sleeps 4 ms in the layer's backward; the events around its node read it
     assert df.loc[("1", 1), "backward_latency_ms"] == pytest.approx(SLEEP_MS, rel=0.02)

@@ -1,5 +1,6 @@
 """``profile(..., backward=True)`` as a user meets it: nothing of theirs changed, errors that name
 the bad value, the table's views and exports, ``compare`` and the command line."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,7 @@ from modelprof import compare, profile
 from modelprof.cli import main
 from modelprof.errors import ModelProfError
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 FAST = dict(repeat=3, warmup=1, roofline=False)
 COUNT = dict(timing=False, roofline=False)
@@ -38,10 +38,9 @@ class Net(nn.Module):
         return self.head(self.drop(torch.relu(self.bn(self.conv(x)))).flatten(1))
 
 
-
-
 def _global_hooks() -> int:
     from torch.nn.modules import module as m
+
     return len(m._global_forward_hooks) + len(m._global_forward_pre_hooks)
 
 
@@ -50,11 +49,11 @@ def test_model_inputs_and_optimizer_come_back_untouched(timing):
     torch.manual_seed(0)
     model = Net()
     model.eval()
-    model.bn.train()                      # mixed flags, restored module by module
+    model.bn.train()  # mixed flags, restored module by module
     before = state_snapshot(model)
     objects = {k: v for k, v in model.state_dict(keep_vars=True).items()}
     grad = torch.full_like(model.conv.weight, 0.25)
-    model.conv.weight.grad = grad         # a .grad the user had: kept, same object, same values
+    model.conv.weight.grad = grad  # a .grad the user had: kept, same object, same values
     user_opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     groups = [{k: v for k, v in g.items() if k != "params"} for g in user_opt.param_groups]
     x = torch.randn(2, 3, 6, 6, requires_grad=True)
@@ -62,22 +61,28 @@ def test_model_inputs_and_optimizer_come_back_untouched(timing):
     hooks = _global_hooks()
     flags = [m.training for m in model.modules()]
 
-    report = profile(model, inputs=x, backward=True, optimizer=user_opt,
-                     timing=timing, **({"repeat": 3, "warmup": 1} if timing else {}),
-                     roofline=False)
+    report = profile(
+        model,
+        inputs=x,
+        backward=True,
+        optimizer=user_opt,
+        timing=timing,
+        **({"repeat": 3, "warmup": 1} if timing else {}),
+        roofline=False,
+    )
 
     assert report.totals["backward_macs"] > 0
     after = model.state_dict(keep_vars=True)
     for k, v in before.items():
-        assert after[k] is objects[k], k                 # the same tensors ...
-        assert torch.equal(after[k], v), k               # ... with the same values (BN stats too)
+        assert after[k] is objects[k], k  # the same tensors ...
+        assert torch.equal(after[k], v), k  # ... with the same values (BN stats too)
     assert model.conv.weight.grad is grad and torch.equal(grad, torch.full_like(grad, 0.25))
     assert all(p.grad is None for n, p in model.named_parameters() if n != "conv.weight")
     assert x.grad is None
     assert [m.training for m in model.modules()] == flags
     assert user_opt.state == {} or all(not s for s in user_opt.state.values())
     assert [{k: v for k, v in g.items() if k != "params"} for g in user_opt.param_groups] == groups
-    assert torch.equal(torch.get_rng_state(), rng)       # dropout ran on a forked generator
+    assert torch.equal(torch.get_rng_state(), rng)  # dropout ran on a forked generator
     assert _global_hooks() == hooks
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
     assert model.head.bias.requires_grad is False
@@ -102,25 +107,41 @@ class Ints(nn.Module):
         return self.fc(x).argmax(dim=1)
 
 
-@pytest.mark.parametrize("kwargs, model, match", [
-    ({}, lambda: nn.Linear(4, 3).requires_grad_(False), "no parameter that requires grad"),
-    ({}, lambda: nn.ReLU(), "ReLU has no parameter that requires grad"),
-    ({}, Ints, r"output of Ints is a Tensor of 1 tensor\(s\): int64"),
-    ({"loss_fn": lambda out: out * 2}, lambda: nn.Linear(4, 3),
-     r"loss_fn=<lambda> returned a tensor of shape \(2, 3\), not a scalar"),
-    ({"loss_fn": "mse"}, lambda: nn.Linear(4, 3), "loss_fn='mse' is not callable"),
-    ({"loss_fn": lambda out: out.detach().sum()}, lambda: nn.Linear(4, 3),
-     "does not depend on any parameter"),
-    ({"loss_fn": lambda out, t: F.cross_entropy(out, t), "target": torch.tensor([1, 7])},
-     lambda: nn.Linear(4, 3), "loss_fn=<lambda> raised"),
-    ({"target": torch.tensor([1, 2])}, lambda: nn.Linear(4, 3), "target= needs loss_fn="),
-    ({"optimizer": "adamx"}, lambda: nn.Linear(4, 3), "optimizer='adamx' is not a torch.optim"),
-    ({"optimizer": torch.optim.LBFGS}, lambda: nn.Linear(4, 3), "LBFGS needs a closure"),
-    ({"optimizer": lambda p: 3}, lambda: nn.Linear(4, 3), "returned a int, not a"),
-    ({"optimizer": 3}, lambda: nn.Linear(4, 3), "optimizer=3 must be"),
-    ({"no_grad": True}, lambda: nn.Linear(4, 3), "no_grad=True contradicts backward=True"),
-    ({"cuda_graph": True}, lambda: nn.Linear(4, 3), "cuda_graph is not supported with backward=True"),
-])
+@pytest.mark.parametrize(
+    "kwargs, model, match",
+    [
+        ({}, lambda: nn.Linear(4, 3).requires_grad_(False), "no parameter that requires grad"),
+        ({}, lambda: nn.ReLU(), "ReLU has no parameter that requires grad"),
+        ({}, Ints, r"output of Ints is a Tensor of 1 tensor\(s\): int64"),
+        (
+            {"loss_fn": lambda out: out * 2},
+            lambda: nn.Linear(4, 3),
+            r"loss_fn=<lambda> returned a tensor of shape \(2, 3\), not a scalar",
+        ),
+        ({"loss_fn": "mse"}, lambda: nn.Linear(4, 3), "loss_fn='mse' is not callable"),
+        (
+            {"loss_fn": lambda out: out.detach().sum()},
+            lambda: nn.Linear(4, 3),
+            "does not depend on any parameter",
+        ),
+        (
+            {"loss_fn": lambda out, t: F.cross_entropy(out, t), "target": torch.tensor([1, 7])},
+            lambda: nn.Linear(4, 3),
+            "loss_fn=<lambda> raised",
+        ),
+        ({"target": torch.tensor([1, 2])}, lambda: nn.Linear(4, 3), "target= needs loss_fn="),
+        ({"optimizer": "adamx"}, lambda: nn.Linear(4, 3), "optimizer='adamx' is not a torch.optim"),
+        ({"optimizer": torch.optim.LBFGS}, lambda: nn.Linear(4, 3), "LBFGS needs a closure"),
+        ({"optimizer": lambda p: 3}, lambda: nn.Linear(4, 3), "returned a int, not a"),
+        ({"optimizer": 3}, lambda: nn.Linear(4, 3), "optimizer=3 must be"),
+        ({"no_grad": True}, lambda: nn.Linear(4, 3), "no_grad=True contradicts backward=True"),
+        (
+            {"cuda_graph": True},
+            lambda: nn.Linear(4, 3),
+            "cuda_graph is not supported with backward=True",
+        ),
+    ],
+)
 def test_bad_step_options_name_the_value(kwargs, model, match):
     with pytest.raises(ModelProfError, match=match):
         profile(model(), (4,), batch_size=2, backward=True, **COUNT, **kwargs)
@@ -136,8 +157,7 @@ def test_step_options_without_backward_are_refused():
 def test_optimizer_template_with_a_foreign_parameter():
     stray = nn.Parameter(torch.zeros(2))
     with pytest.raises(ModelProfError, match=r"parameter of shape \(2,\) that is not one of"):
-        profile(nn.Linear(4, 3), (4,), backward=True, optimizer=torch.optim.SGD([stray]),
-                **COUNT)
+        profile(nn.Linear(4, 3), (4,), backward=True, optimizer=torch.optim.SGD([stray]), **COUNT)
 
 
 def test_backward_failure_names_the_model():
@@ -161,16 +181,27 @@ def test_backward_failure_names_the_model():
 # -- views and exports --------------------------------------------------------------------------
 def test_views_and_exports_carry_the_step(tmp_path: Path):
     torch.manual_seed(0)
-    r = profile(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), (4,),
-                backward=True, optimizer="sgd", **FAST)
+    r = profile(
+        nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)),
+        (4,),
+        backward=True,
+        optimizer="sgd",
+        **FAST,
+    )
     df = r.to_dataframe()
-    for col in ("backward_macs", "backward_flops", "saved_bytes", "backward_latency_ms",
-                "backward_latency_std_ms", "backward_latency_pct"):
+    for col in (
+        "backward_macs",
+        "backward_flops",
+        "saved_bytes",
+        "backward_latency_ms",
+        "backward_latency_std_ms",
+        "backward_latency_pct",
+    ):
         assert col in df.columns
     assert list(df["module"][-2:]) == ["(loss)", "(optimizer)"]
     leaves = df[df["leaf"]]
     for col in ("macs", "flops", "backward_macs", "backward_flops", "saved_bytes"):
-        assert leaves[col].sum() == r.totals[col], col          # leaves add up to the totals
+        assert leaves[col].sum() == r.totals[col], col  # leaves add up to the totals
     # the torchstat view stays the model's forward: no step rows
     ts = r.to_dataframe(style="torchstat")
     assert "(loss)" not in set(ts["module name"]) and "(optimizer)" not in set(ts["module name"])
@@ -186,26 +217,36 @@ def test_views_and_exports_carry_the_step(tmp_path: Path):
 
 def test_compare_with_backward():
     torch.manual_seed(0)
-    df = compare({"narrow": nn.Sequential(nn.Linear(10, 20), nn.ReLU()),
-                  "wide": nn.Sequential(nn.Linear(10, 40), nn.ReLU())}, (10,),
-                 backward=True, **FAST)
+    df = compare(
+        {
+            "narrow": nn.Sequential(nn.Linear(10, 20), nn.ReLU()),
+            "wide": nn.Sequential(nn.Linear(10, 40), nn.ReLU()),
+        },
+        (10,),
+        backward=True,
+        **FAST,
+    )
     # first layer, input without grad: weight grad 10*20 = 200 MACs / 10*40 = 400
     assert list(df["backward_macs"]) == [200, 400]
     assert df.loc["wide", "backward_flops_x"] == pytest.approx(
-        df.loc["wide", "backward_flops"] / df.loc["narrow", "backward_flops"])
+        df.loc["wide", "backward_flops"] / df.loc["narrow", "backward_flops"]
+    )
     assert (df["backward_latency_median_ms"] > 0).all()
 
 
 def test_cli_backward(tmp_path: Path, capsys: pytest.CaptureFixture):
     f = tmp_path / "nets.py"
-    f.write_text(textwrap.dedent("""
+    f.write_text(
+        textwrap.dedent("""
         from torch import nn
         INPUT_SIZE = (10,)
         def narrow():
             return nn.Sequential(nn.Linear(10, 20), nn.ReLU())
-    """))
-    assert main(["profile", f"{f}:narrow", "--no-timing", "--backward",
-                 "--optimizer", "adamw"]) == 0
+    """)
+    )
+    assert (
+        main(["profile", f"{f}:narrow", "--no-timing", "--backward", "--optimizer", "adamw"]) == 0
+    )
     out = capsys.readouterr().out
     # weight grad 10*20 = 200 MACs (input without grad); AdamW 14 flops x 220 parameters
     assert "backward MACs 200" in out
@@ -253,13 +294,16 @@ class _CountsCalls(nn.Module):
 
 def test_a_torchscript_training_step_is_refused_before_anything_runs():
     scripted = torch.jit.script(nn.Sequential(nn.Linear(6, 4), nn.ReLU()))
-    with pytest.raises(ModelProfError, match=r"the model is TorchScript \(RecursiveScriptModule\)"
-                                             r".*functional_call.*Profile the eager module"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"the model is TorchScript \(RecursiveScriptModule\)"
+        r".*functional_call.*Profile the eager module",
+    ):
         profile(scripted, (6,), backward=True, timing=False)
     model = _CountsCalls()
     with pytest.raises(ModelProfError, match=r"module 'inner' of the model is TorchScript"):
         profile(model, (6,), backward=True, timing=False)
-    assert model.calls == 0   # refused before any forward
+    assert model.calls == 0  # refused before any forward
     # the forward alone: one opaque row, counted in full: 6*4 = 24 MACs, 6*4 + 4 = 28 params
     report = profile(scripted, (6,), timing=False)
     assert (report.totals["macs"], report.totals["params"]) == (24, 28)

@@ -1,6 +1,7 @@
 """The training step timed on CPU: a backward that spins a known time reads it back in its own
 row, one synchronize per instrumented pass, the CUDA peak-memory path with fake allocator
 statistics, and a model whose control flow changes."""
+
 from __future__ import annotations
 
 import time
@@ -19,8 +20,7 @@ from modelprof.step.spec import StepSpec
 from modelprof.timing import MemoryStats
 from modelprof.timing.clock import CpuClock, StampBuffer
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 SPIN_MS = 4.0
 
@@ -79,7 +79,7 @@ def test_spinning_backward_reads_back_in_its_layer():
     assert float(np.median(excess)) < 0.1 * SPIN_MS
     df = report.to_dataframe().set_index(["module", "call"])
     row = df.loc[("1", 1)]
-    assert row["backward_latency_ms"] == float(np.median(row_passes))   # the column's median
+    assert row["backward_latency_ms"] == float(np.median(row_passes))  # the column's median
     assert row["backward_latency_ms"] == pytest.approx(float(np.median(own[-25:])), rel=0.05)
     # the spin is charged to its layer and nowhere else: every other leaf's median is far below
     others = df[df["leaf"]].drop(index=("1", 1))["backward_latency_ms"]
@@ -144,15 +144,17 @@ def test_step_peak_memory_with_fake_allocator_statistics():
         calls["read"] += 1
         return 123_456
 
-    timing = step_timer.time_step(model, mi, spec, n_calls, repeat=3, warmup=1,
-                                  memory_stats=MemoryStats(read, reset))
+    timing = step_timer.time_step(
+        model, mi, spec, n_calls, repeat=3, warmup=1, memory_stats=MemoryStats(read, reset)
+    )
     # one dedicated step: the peak reset once before it, read once after it
     assert calls == {"reset": 1, "read": 1}
     assert timing.peak_memory_bytes == 123_456
     assert timing.optimizer is not None and timing.optimizer.n == 3
     # on the CPU, without statistics given, there is no peak
-    assert step_timer.time_step(model, mi, spec, n_calls, repeat=2,
-                                warmup=1).peak_memory_bytes is None
+    assert (
+        step_timer.time_step(model, mi, spec, n_calls, repeat=2, warmup=1).peak_memory_bytes is None
+    )
 
 
 class Flaky(nn.Module):
@@ -178,8 +180,9 @@ def test_control_flow_that_changes_is_refused():
 
 def test_optimizer_timed_as_its_own_row():
     model = spin_model()
-    report = profile(model, (4,), backward=True, optimizer=torch.optim.Adam, repeat=5, warmup=1,
-                     roofline=False)
+    report = profile(
+        model, (4,), backward=True, optimizer=torch.optim.Adam, repeat=5, warmup=1, roofline=False
+    )
     df = report.to_dataframe().set_index("module")
     timing = report.training_step.timing
     assert df.loc["(optimizer)", "latency_ms"] == timing.optimizer.median_ms
@@ -192,9 +195,10 @@ def test_optimizer_timed_as_its_own_row():
 def test_amp_step_is_timed_under_autocast():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    report = profile(model, (4,), backward=True, amp=torch.bfloat16, repeat=3, warmup=1,
-                     roofline=False)
+    report = profile(
+        model, (4,), backward=True, amp=torch.bfloat16, repeat=3, warmup=1, roofline=False
+    )
     timing = report.training_step.timing
     assert timing.env["mode"]["amp"] == "torch.bfloat16"
     assert timing.backward.n == 3 and timing.calls_ms.shape[0] == 3
-    assert next(model.parameters()).dtype == torch.float32   # the model was not converted
+    assert next(model.parameters()).dtype == torch.float32  # the model was not converted

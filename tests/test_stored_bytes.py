@@ -1,6 +1,7 @@
 """Quantized weights at the bytes they are stored in: tensor subclasses (torchao's int8, float8,
 int4 and NF4 weights) by their inner tensors, scales and zero points included; packed params of
 ``quantize_dynamic`` (float16 kept in half precision, per-channel int8 with its scales)."""
+
 from __future__ import annotations
 
 import warnings
@@ -22,8 +23,9 @@ class RowInt8(torch.Tensor):
 
     @staticmethod
     def __new__(cls, qdata, scale, zero_point):
-        return torch.Tensor._make_wrapper_subclass(cls, qdata.shape, dtype=scale.dtype,
-                                                   device=qdata.device)
+        return torch.Tensor._make_wrapper_subclass(
+            cls, qdata.shape, dtype=scale.dtype, device=qdata.device
+        )
 
     def __init__(self, qdata, scale, zero_point):
         self.qdata, self.scale, self.zero_point = qdata, scale, zero_point
@@ -38,15 +40,16 @@ class RowInt8(torch.Tensor):
     @classmethod
     def quantize(cls, w: torch.Tensor) -> RowInt8:
         scale = w.abs().amax(dim=1, keepdim=True) / 127
-        return cls(torch.round(w / scale).to(torch.int8), scale,
-                   torch.zeros_like(scale, dtype=torch.int8))
+        return cls(
+            torch.round(w / scale).to(torch.int8), scale, torch.zeros_like(scale, dtype=torch.int8)
+        )
 
     def dequantize(self) -> torch.Tensor:
         return (self.qdata.float() - self.zero_point) * self.scale
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten.detach.default:   # nn.Parameter(w): the same storage
+        if func is torch.ops.aten.detach.default:  # nn.Parameter(w): the same storage
             return cls(args[0].qdata, args[0].scale, args[0].zero_point)
         args = [a.dequantize() if isinstance(a, cls) else a for a in args]
         return func(*args, **(kwargs or {}))
@@ -85,8 +88,8 @@ def test_a_wrapper_subclass_counts_its_inner_tensors():
     w = RowInt8.quantize(torch.randn(1024, 512))
     # int8 data 1024*512 = 524,288 + float32 scales 1024*4 = 4,096 + int8 zero points 1,024
     assert stored_nbytes(w) == tensor_nbytes(w) == 524_288 + 4_096 + 1_024 == 529_408
-    assert w.numel() * w.element_size() == 2_097_152   # what it read before: 1024*512*4
-    assert stored_nbytes(Wrapped(w)) == 529_408         # walked down through the outer one
+    assert w.numel() * w.element_size() == 2_097_152  # what it read before: 1024*512*4
+    assert stored_nbytes(Wrapped(w)) == 529_408  # walked down through the outer one
     plain = torch.randn(3, 5)
     assert stored_nbytes(plain) == 3 * 5 * 4 == 60
 
@@ -108,8 +111,11 @@ def test_a_nested_subclass_weight_is_read_as_stored():
     layer = _linear_with(lambda w: Wrapped(RowInt8.quantize(w)), 64, 32)
     r = profile(nn.Sequential(layer), (64,), timing=False)
     # input 64*4 = 256 + int8 32*64 = 2,048 + scales 32*4 = 128 + zero points 32 + bias 128
-    assert r.to_dataframe().set_index("module").loc["0", "read_bytes"] == 256 + 2048 + 128 + \
-        32 + 128 == 2_592
+    assert (
+        r.to_dataframe().set_index("module").loc["0", "read_bytes"]
+        == 256 + 2048 + 128 + 32 + 128
+        == 2_592
+    )
 
 
 def test_memory_estimates_keep_quantized_weights_as_stored():
@@ -202,6 +208,7 @@ def test_torchao_int4_weights_unpacked_to_int8():
 def test_torchao_nf4_packs_two_values_a_byte():
     pytest.importorskip("torchao")
     from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import to_nf4
+
     model = nn.Sequential(_linear_with(lambda w: to_nf4(w, 64, 256)))
     # 524,288 4-bit codes 2 a byte = 262,144; 524,288/64 = 8,192 blocks, one int8 scaler
     # each = 8,192; 8,192/256 = 32 float32 factors = 128; a float32 mean 4; the 16-entry

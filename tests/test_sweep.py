@@ -1,4 +1,5 @@
 """The sweep runner in one process: rows equal to profile(), failures recorded, resume."""
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,15 @@ from modelprof.distributed.sweep_store import write_atomic
 from modelprof.errors import ModelProfError
 from modelprof.models import load_model
 
-NETS = MLP_NETS + """
+NETS = (
+    MLP_NETS
+    + """
 def needs_values():  # construction reads a value: cannot be built on meta
     lin = nn.Linear(10, 20)
     assert lin.weight.abs().sum().item() >= 0
     return lin
 """
+)
 
 
 @pytest.fixture
@@ -34,8 +38,12 @@ def nets(tmp_path: Path) -> Path:
 
 
 def _grid(nets: Path, *factories: str, **extra: object) -> dict:
-    return {"models": [f"{nets}:{f}" for f in factories], "batch_sizes": [1, 4],
-            "dtypes": ["float32", "bfloat16"], **extra}
+    return {
+        "models": [f"{nets}:{f}" for f in factories],
+        "batch_sizes": [1, 4],
+        "dtypes": ["float32", "bfloat16"],
+        **extra,
+    }
 
 
 def test_rows_equal_profile_totals(nets: Path) -> None:
@@ -46,8 +54,9 @@ def test_rows_equal_profile_totals(nets: Path) -> None:
     assert df["macs"].tolist() == [200, 200, 800, 800, 400, 400, 1600, 1600]
     for row in df.itertuples():
         model, _, size = load_model(row.model)
-        totals = modelprof.profile(model, size, batch_size=row.batch_size, dtype=row.dtype,
-                                   timing=False).totals  # built on the CPU, counted there
+        totals = modelprof.profile(
+            model, size, batch_size=row.batch_size, dtype=row.dtype, timing=False
+        ).totals  # built on the CPU, counted there
         assert {c: getattr(row, c) for c in totals} == totals
 
 
@@ -71,7 +80,10 @@ def test_results_are_written_per_config_and_resumed(nets: Path, tmp_path: Path) 
     first = sweep(_grid(nets, "narrow"), out=out)
     files = sorted((out / "configs").iterdir())
     assert len(files) == 4 and sorted(p.name for p in out.iterdir()) == [
-        "configs", "sweep.csv", "sweep.json"]
+        "configs",
+        "sweep.csv",
+        "sweep.json",
+    ]
     # mark one stored row: a resumed sweep must hand it back instead of running it again
     data = json.loads(files[0].read_text())
     data["row"]["wall_s"] = -1.0
@@ -79,7 +91,8 @@ def test_results_are_written_per_config_and_resumed(nets: Path, tmp_path: Path) 
     again = sweep(_grid(nets, "narrow"), out=out)
     assert (again["wall_s"] == -1.0).sum() == 1
     assert again.drop(columns=["wall_s", "start_time"]).equals(
-        first.drop(columns=["wall_s", "start_time"]))
+        first.drop(columns=["wall_s", "start_time"])
+    )
     fresh = sweep(_grid(nets, "narrow"), out=out, resume=False)
     assert (fresh["wall_s"] >= 0).all()
     table = pd.read_csv(out / "sweep.csv")
@@ -115,9 +128,16 @@ def test_write_atomic_leaves_only_the_file(tmp_path: Path) -> None:
 
 
 def test_backward_mode_and_timed_config(nets: Path) -> None:
-    df = sweep([{"models": [f"{nets}:narrow"], "modes": ["forward", "backward"]},
-                {"models": [f"{nets}:narrow"], "timing": True,
-                 "options": {"repeat": 5, "warmup": 1, "roofline": False}}])
+    df = sweep(
+        [
+            {"models": [f"{nets}:narrow"], "modes": ["forward", "backward"]},
+            {
+                "models": [f"{nets}:narrow"],
+                "timing": True,
+                "options": {"repeat": 5, "warmup": 1, "roofline": False},
+            },
+        ]
+    )
     fwd, bwd, timed = df.to_dict(orient="records")
     assert pd.isna(fwd["backward_macs"])
     # backward of Linear(10, 20) at batch 1: the input needs no gradient, so only the
@@ -139,8 +159,9 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
         sweep({"models": ["alexnet"]}, out=blocker / "out")
 
 
-def test_command_line_prints_the_table_and_writes_files(nets: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_command_line_prints_the_table_and_writes_files(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from modelprof.cli import main
 
     config = tmp_path / "grid.toml"
@@ -161,16 +182,18 @@ def test_command_line_names_the_bad_entry(tmp_path: Path, capsys: pytest.Capture
     from modelprof.cli import main
 
     config = tmp_path / "grid.toml"
-    config.write_text('[[grid]]\nmodels = ["alexnet"]\n[[grid]]\nmodels = ["alexnet"]\n'
-                      'dtypes = ["float8"]\n')
+    config.write_text(
+        '[[grid]]\nmodels = ["alexnet"]\n[[grid]]\nmodels = ["alexnet"]\ndtypes = ["float8"]\n'
+    )
     assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"{config}: grid 2: dtypes: dtype 'float8' is not one of" in err
     assert not (tmp_path / "out").exists()  # refused before anything ran or was written
 
 
-def test_ranks_that_cannot_meet_fail_instead_of_hanging(monkeypatch: pytest.MonkeyPatch,
-                                                        nets: Path) -> None:
+def test_ranks_that_cannot_meet_fail_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch, nets: Path
+) -> None:
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
@@ -187,27 +210,35 @@ def test_ranks_that_cannot_meet_fail_instead_of_hanging(monkeypatch: pytest.Monk
     assert time.monotonic() - start < 60  # bounded by timeout_s, not the 30-minute default
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
-    ({"WORLD_SIZE": "2", "RANK": ""}, "WORLD_SIZE=2 but RANK=''"),
-    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2 but RANK='2'"),
-])
-def test_a_bad_launch_environment_is_named(monkeypatch: pytest.MonkeyPatch, nets: Path,
-                                           env: dict, words: str) -> None:
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer"),
+        ({"WORLD_SIZE": "2", "RANK": ""}, "WORLD_SIZE=2 but RANK=''"),
+        ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2 but RANK='2'"),
+    ],
+)
+def test_a_bad_launch_environment_is_named(
+    monkeypatch: pytest.MonkeyPatch, nets: Path, env: dict, words: str
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(ModelProfError, match=words):
         sweep({"models": [f"{nets}:narrow"]})
 
 
-def test_timed_configs_are_refused_under_a_callers_group(monkeypatch: pytest.MonkeyPatch,
-                                                         nets: Path) -> None:
+def test_timed_configs_are_refused_under_a_callers_group(
+    monkeypatch: pytest.MonkeyPatch, nets: Path
+) -> None:
     import torch.distributed as dist
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
-    with pytest.raises(ModelProfError, match=r"timed configurations cannot run under an "
-                                             r"initialised process group \(world size 2\)"):
+    with pytest.raises(
+        ModelProfError,
+        match=r"timed configurations cannot run under an "
+        r"initialised process group \(world size 2\)",
+    ):
         sweep({"models": [f"{nets}:narrow"], "timing": True})
 
 
@@ -274,8 +305,9 @@ def test_a_sweep_whose_configurations_all_ran_exits_0(nets: Path, tmp_path: Path
     assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 0
 
 
-def test_a_config_nested_too_deeply_is_one_line(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture) -> None:
+def test_a_config_nested_too_deeply_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from modelprof.cli import main
 
     config = tmp_path / "deep.json"
@@ -291,7 +323,8 @@ def test_a_config_nested_too_deeply_is_one_line(tmp_path: Path,
 
 
 def test_a_folder_where_a_result_goes_is_refused_before_anything_runs(
-        nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from modelprof.cli import main
     from modelprof.distributed.sweep_config import load_sweep
     from modelprof.sweep import profile_keywords
@@ -307,12 +340,14 @@ def test_a_folder_where_a_result_goes_is_refused_before_anything_runs(
     assert not (tmp_path / "out" / "sweep.csv").exists()
 
 
-def test_a_formula_model_cell_is_written_inert(monkeypatch: pytest.MonkeyPatch,
-                                               tmp_path: Path) -> None:
+def test_a_formula_model_cell_is_written_inert(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "=cmd.py").write_text("from torch import nn\n"
-                                      "def build():\n    return nn.Linear(10, 20)\n")
+    (tmp_path / "=cmd.py").write_text(
+        "from torch import nn\ndef build():\n    return nn.Linear(10, 20)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     df = sweep({"models": ["=cmd.py:build"], "input_size": [10]}, out=tmp_path / "out")
     assert df["status"].tolist() == ["ok"], df["error"].tolist()

@@ -1,4 +1,5 @@
 """Sweep configurations: grids expanded in a fixed order, files read, bad entries named."""
+
 from __future__ import annotations
 
 import json
@@ -12,74 +13,117 @@ from modelprof.sweep import profile_keywords
 
 
 def test_grid_expands_every_combination_models_outermost() -> None:
-    configs = expand_grids({"models": ["resnet18", "alexnet"], "batch_sizes": [1, 8],
-                            "dtypes": ["fp32", "bf16"]})
+    configs = expand_grids(
+        {"models": ["resnet18", "alexnet"], "batch_sizes": [1, 8], "dtypes": ["fp32", "bf16"]}
+    )
     assert len(configs) == 8  # 2 models * 2 batch sizes * 2 dtypes * 1 mode (forward)
     assert [(c.model, c.batch_size, c.dtype) for c in configs[:4]] == [
-        ("resnet18", 1, "float32"), ("resnet18", 1, "bfloat16"),
-        ("resnet18", 8, "float32"), ("resnet18", 8, "bfloat16")]
+        ("resnet18", 1, "float32"),
+        ("resnet18", 1, "bfloat16"),
+        ("resnet18", 8, "float32"),
+        ("resnet18", 8, "bfloat16"),
+    ]
     assert {c.mode for c in configs} == {"forward"} and not any(c.timing for c in configs)
 
 
 def test_singular_keys_scalars_and_duplicates() -> None:
-    configs = expand_grids([{"model": "alexnet", "batch_size": 2, "dtype": "half",
-                             "mode": "backward"},
-                            {"models": ["alexnet"], "batch_sizes": [2], "dtypes": ["float16"],
-                             "modes": ["backward", "forward"]}])
+    configs = expand_grids(
+        [
+            {"model": "alexnet", "batch_size": 2, "dtype": "half", "mode": "backward"},
+            {
+                "models": ["alexnet"],
+                "batch_sizes": [2],
+                "dtypes": ["float16"],
+                "modes": ["backward", "forward"],
+            },
+        ]
+    )
     # the second grid repeats the first's only configuration: kept once, in first place
     assert [(c.batch_size, c.dtype, c.mode) for c in configs] == [
-        (2, "float16", "backward"), (2, "float16", "forward")]
+        (2, "float16", "backward"),
+        (2, "float16", "forward"),
+    ]
 
 
 def test_config_round_trips_and_names_are_stable() -> None:
-    c = SweepConfig(model="alexnet", batch_size=8, dtype="bfloat16", timing=True,
-                    input_size=(3, 64, 64), options=(("budget_s", 1),))
+    c = SweepConfig(
+        model="alexnet",
+        batch_size=8,
+        dtype="bfloat16",
+        timing=True,
+        input_size=(3, 64, 64),
+        options=(("budget_s", 1),),
+    )
     assert SweepConfig.from_dict(json.loads(json.dumps(c.to_dict()))) == c
     assert c.name.startswith("alexnet_b8_bfloat16_forward_timed_")
-    other = SweepConfig(model="alexnet", batch_size=8, dtype="bfloat16", timing=True,
-                        input_size=(3, 64, 64), options=(("budget_s", 2),))
+    other = SweepConfig(
+        model="alexnet",
+        batch_size=8,
+        dtype="bfloat16",
+        timing=True,
+        input_size=(3, 64, 64),
+        options=(("budget_s", 2),),
+    )
     assert other.name != c.name  # any difference changes the hash part
 
 
 def test_toml_and_json_files_give_the_same_configs(tmp_path: Path) -> None:
     toml = tmp_path / "s.toml"
-    toml.write_text('[[grid]]\nmodels = ["alexnet"]\nbatch_sizes = [1, 4]\n'
-                    '[[grid]]\nmodels = ["vgg11"]\ntiming = true\ninput_size = [3, 32, 32]\n'
-                    '[grid.options]\nbudget_s = 0.5\n')
+    toml.write_text(
+        '[[grid]]\nmodels = ["alexnet"]\nbatch_sizes = [1, 4]\n'
+        '[[grid]]\nmodels = ["vgg11"]\ntiming = true\ninput_size = [3, 32, 32]\n'
+        "[grid.options]\nbudget_s = 0.5\n"
+    )
     js = tmp_path / "s.json"
-    js.write_text(json.dumps([{"models": ["alexnet"], "batch_sizes": [1, 4]},
-                              {"models": ["vgg11"], "timing": True, "input_size": [3, 32, 32],
-                               "options": {"budget_s": 0.5}}]))
+    js.write_text(
+        json.dumps(
+            [
+                {"models": ["alexnet"], "batch_sizes": [1, 4]},
+                {
+                    "models": ["vgg11"],
+                    "timing": True,
+                    "input_size": [3, 32, 32],
+                    "options": {"budget_s": 0.5},
+                },
+            ]
+        )
+    )
     from_toml, from_json = load_sweep(toml), load_sweep(str(js))
     assert from_toml == from_json
     assert len(from_toml) == 3  # 1*2 + 1
     assert from_toml[2].options == (("budget_s", 0.5),) and from_toml[2].input_size == (3, 32, 32)
 
 
-@pytest.mark.parametrize("grid, words", [
-    ({"models": ["alexnet"], "batch_size": [0]}, ["grid 2", "batch_size", "0"]),
-    ({"models": ["alexnet"], "dtypes": ["int8"]}, ["grid 2", "dtype 'int8'"]),
-    ({"models": ["alexnet"], "modes": ["infer"]}, ["grid 2", "mode 'infer'"]),
-    ({"models": ["alexnet"], "batch_szes": [1]}, ["grid 2", "'batch_szes'", "'batch_sizes'"]),
-    ({"models": ["alexnet"], "timing": "yes"}, ["grid 2", "timing='yes'"]),
-    ({"models": ["alexnet"], "timing": True, "device": "meta"}, ["grid 2", "'meta'"]),
-    ({"models": ["alexnet"], "device": "gpu"}, ["grid 2", "'gpu'"]),
-    ({"models": ["resnet_18"]}, ["grid 2", "'resnet_18'", "resnet18"]),
-    ({"models": []}, ["grid 2", "models is empty"]),
-    ({"batch_sizes": [1]}, ["grid 2", "no 'models'"]),
-    ({"models": ["alexnet"], "input_size": [3, -1]}, ["grid 2", "input_size"]),
-    ({"models": ["alexnet"], "input_size": [[3, True]]}, ["grid 2", "input_size"]),
-    ({"models": ["alexnet"], "options": {"budget": 1}}, ["grid 2", "options.budget",
-                                                          "'budget_s'"]),
-    ({"models": ["alexnet"], "options": {"dtype": "float16"}}, ["grid 2", "options.dtype"]),
-    ({"models": ["alexnet"], "options": {"compile_kwargs": {"mode": "max-autotune"}}},
-     ["grid 2", "options.compile_kwargs", "not a plain value"]),
-    ({"models": ["alexnet"], "model": "vgg11"}, ["grid 2", "'models' or 'model'"]),
-])
+@pytest.mark.parametrize(
+    "grid, words",
+    [
+        ({"models": ["alexnet"], "batch_size": [0]}, ["grid 2", "batch_size", "0"]),
+        ({"models": ["alexnet"], "dtypes": ["int8"]}, ["grid 2", "dtype 'int8'"]),
+        ({"models": ["alexnet"], "modes": ["infer"]}, ["grid 2", "mode 'infer'"]),
+        ({"models": ["alexnet"], "batch_szes": [1]}, ["grid 2", "'batch_szes'", "'batch_sizes'"]),
+        ({"models": ["alexnet"], "timing": "yes"}, ["grid 2", "timing='yes'"]),
+        ({"models": ["alexnet"], "timing": True, "device": "meta"}, ["grid 2", "'meta'"]),
+        ({"models": ["alexnet"], "device": "gpu"}, ["grid 2", "'gpu'"]),
+        ({"models": ["resnet_18"]}, ["grid 2", "'resnet_18'", "resnet18"]),
+        ({"models": []}, ["grid 2", "models is empty"]),
+        ({"batch_sizes": [1]}, ["grid 2", "no 'models'"]),
+        ({"models": ["alexnet"], "input_size": [3, -1]}, ["grid 2", "input_size"]),
+        ({"models": ["alexnet"], "input_size": [[3, True]]}, ["grid 2", "input_size"]),
+        (
+            {"models": ["alexnet"], "options": {"budget": 1}},
+            ["grid 2", "options.budget", "'budget_s'"],
+        ),
+        ({"models": ["alexnet"], "options": {"dtype": "float16"}}, ["grid 2", "options.dtype"]),
+        (
+            {"models": ["alexnet"], "options": {"compile_kwargs": {"mode": "max-autotune"}}},
+            ["grid 2", "options.compile_kwargs", "not a plain value"],
+        ),
+        ({"models": ["alexnet"], "model": "vgg11"}, ["grid 2", "'models' or 'model'"]),
+    ],
+)
 def test_bad_entry_is_named(grid: dict, words: list[str]) -> None:
     with pytest.raises(ModelProfError) as info:
-        expand_grids([{"models": ["alexnet"]}, grid], origin="s.toml",
-                     options=profile_keywords())
+        expand_grids([{"models": ["alexnet"]}, grid], origin="s.toml", options=profile_keywords())
     for word in words:
         assert word in str(info.value)
 

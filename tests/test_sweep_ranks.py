@@ -1,6 +1,7 @@
 """Sweeps on two torchrun ranks (gloo, CPU): the same frame as one process, one voice, timed
 configurations one at a time, and a killed rank's sweep resumed. Every run has a time limit, so
 a deadlock fails the test instead of hanging it."""
+
 from __future__ import annotations
 
 import os
@@ -38,19 +39,47 @@ NETS = """
         return narrow()
 """
 # what must not depend on how the sweep was dealt
-_SAME = ["model", "batch_size", "dtype", "mode", "timing", "device", "input_shape", "status",
-         *COUNTED_COLUMNS]
+_SAME = [
+    "model",
+    "batch_size",
+    "dtype",
+    "mode",
+    "timing",
+    "device",
+    "input_shape",
+    "status",
+    *COUNTED_COLUMNS,
+]
 
 
-def _torchrun(args: list[str], cwd: Path, *, env: dict[str, str] | None = None,
-              timeout_s: float = 150) -> subprocess.CompletedProcess[str]:
+def _torchrun(
+    args: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout_s: float = 150
+) -> subprocess.CompletedProcess[str]:
     """``torchrun --standalone --nproc_per_node=2 -m modelprof sweep ARGS``, killed (all of its
     processes) after ``timeout_s``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "modelprof", "sweep", *args, "--timeout", "60"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "modelprof",
+        "sweep",
+        *args,
+        "--timeout",
+        "60",
+    ]
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
-    proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -75,7 +104,9 @@ def _same(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_two_ranks_give_the_sequential_frame_with_one_voice(tmp_path: Path) -> None:
-    config = _config(tmp_path, """
+    config = _config(
+        tmp_path,
+        """
         [[grid]]
         models = ["NETS:narrow", "NETS:wide", "NETS:broken"]
         batch_sizes = [1, 4]
@@ -84,7 +115,8 @@ def test_two_ranks_give_the_sequential_frame_with_one_voice(tmp_path: Path) -> N
         models = ["NETS:narrow", "NETS:wide"]
         timing = true
         options = {repeat = 30, warmup = 2, roofline = false}
-    """)
+    """,
+    )
     run = _torchrun([str(config), "--out", "out", "--progress"], tmp_path)
     # the broken configurations failed: the run fails (1), after writing everything
     assert run.returncode == 1, run.stderr[-3000:]
@@ -98,7 +130,10 @@ def test_two_ranks_give_the_sequential_frame_with_one_voice(tmp_path: Path) -> N
     assert run.stdout.count("14 configurations: 10 ok, 4 failed") == 1
     assert run.stderr.count("sweep:   0%") == 1
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "configs", "sweep.csv", "sweep.json"]
+        "configs",
+        "sweep.csv",
+        "sweep.json",
+    ]
     assert len(list((tmp_path / "out" / "configs").iterdir())) == 14  # no temporary files
     # timed configurations: one per rank, never at once, and after every rank stopped counting
     timed = got[got["timing"]].sort_values("start_time")
@@ -110,10 +145,13 @@ def test_two_ranks_give_the_sequential_frame_with_one_voice(tmp_path: Path) -> N
 
 
 def test_a_killed_rank_resumes_from_its_files(tmp_path: Path) -> None:
-    config = _config(tmp_path, """
+    config = _config(
+        tmp_path,
+        """
         models = ["NETS:narrow", "NETS:killer", "NETS:wide"]
         batch_sizes = [1, 4]
-    """)
+    """,
+    )
     # deal: rank 0 gets narrow b1, killer b1, wide b1; rank 1 narrow b4, then dies on killer b4
     killed = _torchrun([str(config), "--out", "out"], tmp_path, env={"SWEEP_TEST_KILL": "1"})
     assert killed.returncode != 0
@@ -134,12 +172,16 @@ def test_a_killed_rank_resumes_from_its_files(tmp_path: Path) -> None:
 
 
 def test_a_callers_process_group_deals_a_counting_sweep(tmp_path: Path) -> None:
-    config = _config(tmp_path, """
+    config = _config(
+        tmp_path,
+        """
         models = ["NETS:wide", "NETS:broken"]
         batch_sizes = [1, 4]
-    """)
+    """,
+    )
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, sys
         import torch.distributed as dist
         import modelprof
@@ -148,17 +190,30 @@ def test_a_callers_process_group_deals_a_counting_sweep(tmp_path: Path) -> None:
         if dist.get_rank() == 0:
             df.to_csv("frame.csv", index=False)
         try:  # timing under the caller's group is refused, with the reason
-            modelprof.sweep({{"models": ["{tmp_path / 'nets.py'}:wide"], "timing": True}})
+            modelprof.sweep({{"models": ["{tmp_path / "nets.py"}:wide"], "timing": True}})
         except modelprof.ModelProfError as e:  # a file per rank: their prints interleave
             with open(f"refused_{{dist.get_rank()}}.txt", "w") as f:
                 f.write(str(e))
         dist.destroy_process_group()
-    """))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(script)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    """)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=150)
     except subprocess.TimeoutExpired:
@@ -169,6 +224,11 @@ def test_a_callers_process_group_deals_a_counting_sweep(tmp_path: Path) -> None:
     assert list(got["rank"]) == [0, 1, 0, 1]  # configuration i on rank i % 2
     assert _same(got).equals(_same(sweep(config)))
     for rank in (0, 1):
-        assert (tmp_path / f"refused_{rank}.txt").read_text().startswith(
-            "sweep: timed configurations cannot run under an initialised process group "
-            "(world size 2)")
+        assert (
+            (tmp_path / f"refused_{rank}.txt")
+            .read_text()
+            .startswith(
+                "sweep: timed configurations cannot run under an initialised process group "
+                "(world size 2)"
+            )
+        )

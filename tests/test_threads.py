@@ -4,6 +4,7 @@ recorded, they are counted, and the profile is refused with a ``ModelProfError``
 state back over the other thread's changes); the other thread's forwards themselves run
 unhindered, and other models in other threads pass through untouched. Real threads,
 synchronised so the overlap is certain."""
+
 from __future__ import annotations
 
 import threading
@@ -87,14 +88,17 @@ def test_profile_refuses_while_another_thread_forwards_the_same_model() -> None:
         for _ in range(3):
             # the counted pass hands over once: FORWARDS forwards of root, Linear, Gate and
             # ReLU in the other thread, 5 * 4 = 20 calls
-            with pytest.raises(ModelProfError, match=f"another thread called the modules of "
-                               f"Sequential {4 * FORWARDS} times while modelprof profiled it"):
+            with pytest.raises(
+                ModelProfError,
+                match=f"another thread called the modules of "
+                f"Sequential {4 * FORWARDS} times while modelprof profiled it",
+            ):
                 profile(model, (8,), timing=False)
     finally:
         server.close()
     assert server.forwards == 3 * FORWARDS  # the overlap really happened, and was not stopped
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    assert not model.training and model[1].calls == 0   # its mode and its counter put back
+    assert not model.training and model[1].calls == 0  # its mode and its counter put back
 
 
 def test_a_timed_profile_refuses_when_the_other_thread_comes_during_the_timed_passes() -> None:
@@ -122,31 +126,32 @@ def test_timed_profile_alone_reports_no_other_thread() -> None:
 
 def test_hook_session_counts_the_calls_other_threads_make() -> None:
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
-    other = nn.Sequential(nn.Linear(8, 8))       # a different model in the other thread
+    other = nn.Sequential(nn.Linear(8, 8))  # a different model in the other thread
     seen: list[nn.Module] = []
     server, bystander = Server(model), Server(other)
     try:
-        with module_hooks(model, lambda m, a, k: seen.append(m), lambda m, o: None,
-                          exclusive=False) as session:
+        with module_hooks(
+            model, lambda m, a, k: seen.append(m), lambda m, o: None, exclusive=False
+        ) as session:
             server.serve_now()
             bystander.serve_now()
-        assert seen == []                        # the profiling thread itself ran nothing
+        assert seen == []  # the profiling thread itself ran nothing
         # each forward of the other thread calls root, Linear and ReLU: 5 * 3 = 15
         assert session.foreign_calls == FORWARDS * 3 and session.ran_elsewhere
         with count_foreign_calls(model) as quiet:
-            model(torch.randn(1, 8))              # this thread's own calls are not foreign
+            model(torch.randn(1, 8))  # this thread's own calls are not foreign
         assert quiet.foreign_calls == 0 and not quiet.ran_elsewhere
         # exclusive (the default): the calls are refused when the block ends, in this thread
         with pytest.raises(ModelProfError, match=f"{FORWARDS * 3} times"):
             with module_hooks(model, lambda m, a, k: None, lambda m, o: None):
                 server.serve_now()
         with module_hooks(model, lambda m, a, k: None, lambda m, o: None):
-            bystander.serve_now()                # another model: nothing to refuse
+            bystander.serve_now()  # another model: nothing to refuse
     finally:
         server.close()
         bystander.close()
-    assert server.forwards == 2 * FORWARDS       # its forwards ran to the end both times
-    assert bystander.forwards == 2 * FORWARDS    # the other model ran, unhindered
+    assert server.forwards == 2 * FORWARDS  # its forwards ran to the end both times
+    assert bystander.forwards == 2 * FORWARDS  # the other model ran, unhindered
 
 
 class _Pause(nn.Module):
@@ -155,12 +160,15 @@ class _Pause(nn.Module):
 
     def __init__(self, second: threading.Thread) -> None:
         super().__init__()
-        self.__dict__["second"] = second      # a plain attribute, not a submodule
+        self.__dict__["second"] = second  # a plain attribute, not a submodule
         self.__dict__["owner"] = threading.get_ident()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if threading.get_ident() == self.owner and not self.second.is_alive() and \
-                self.second.ident is None:
+        if (
+            threading.get_ident() == self.owner
+            and not self.second.is_alive()
+            and self.second.ident is None
+        ):
             self.second.start()
             assert _waits_for(self.model, 1), "the second profile never waited"
         return x
@@ -171,6 +179,7 @@ def _waits_for(model: nn.Module, n: int) -> bool:
     import time
 
     from modelprof.runtime.exclusive import waiting_for
+
     deadline = time.monotonic() + 60
     while waiting_for(model) < n:
         if time.monotonic() > deadline:
@@ -187,7 +196,7 @@ def test_two_threads_profiling_one_model_are_served_one_after_the_other(timing) 
     def second() -> None:
         try:
             results["second"] = profile(model, (8,), timing=timing, **options)
-        except BaseException as e:   # noqa: BLE001 - handed to the test
+        except BaseException as e:  # noqa: BLE001 - handed to the test
             results["second"] = e
 
     pause = _Pause(threading.Thread(target=second))
@@ -213,9 +222,9 @@ def test_two_threads_waiting_for_each_others_models_are_refused_not_deadlocked()
     def other() -> None:
         with preserved_state(b):
             holds_b.set()
-            assert _waits_for(b, 1)            # this thread waits for b below
+            assert _waits_for(b, 1)  # this thread waits for b below
             try:
-                with preserved_state(a):       # a is held by the test's thread: a cycle
+                with preserved_state(a):  # a is held by the test's thread: a cycle
                     outcome["other"] = "ran"
             except ModelProfError as e:
                 outcome["other"] = e
@@ -224,7 +233,7 @@ def test_two_threads_waiting_for_each_others_models_are_refused_not_deadlocked()
     with preserved_state(a):
         thread.start()
         assert holds_b.wait(timeout=60)
-        with preserved_state(b):               # waits until the other thread gives b back
+        with preserved_state(b):  # waits until the other thread gives b back
             outcome["main"] = "ran"
     thread.join(timeout=60)
     assert outcome["main"] == "ran"

@@ -4,6 +4,7 @@ is stated against the reported end-to-end figure.
 
 No real load: a FAKE clock (virtual time, advanced only by the model's virtual spins) makes the
 clean runs read 5x (or 1/5) of what the per-layer passes read, every sample exactly."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,7 @@ from modelprof.errors import TimingDisagreementWarning
 from modelprof.timing.agreement import judge_agreement
 from modelprof.timing.measurement import Measurement
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def _virtual(monkeypatch, clean_factor: float) -> nn.Module:
@@ -38,6 +38,7 @@ def _virtual(monkeypatch, clean_factor: float) -> nn.Module:
             return real(*args, **kwargs)
         finally:
             clock.factor = 1.0
+
     monkeypatch.setattr(timing_package, "measure_latency", clean)
     return nn.Sequential(VirtualSpin(clock, 1.0), VirtualSpin(clock, 1.0))
 
@@ -58,12 +59,12 @@ def test_clean_runs_slower_than_the_per_layer_window_are_flagged(monkeypatch):
     assert note in r.timing_notes
     summary = r.summary()
     assert "!! the per-layer passes and the clean runs DISAGREE" in summary
-    assert summary.count("DISAGREE") == 1             # not repeated as a note
+    assert summary.count("DISAGREE") == 1  # not repeated as a note
     # coverage against the reported end-to-end figure (the clean median), not the plain passes
     df = r.to_dataframe()
     leaf_sum = df[df["leaf"]]["latency_ms"].sum()
     assert r.coverage == pytest.approx(leaf_sum / r.latency.median_ms, rel=1e-9)
-    assert r.coverage == pytest.approx(0.2)           # 2 / 10
+    assert r.coverage == pytest.approx(0.2)  # 2 / 10
     assert "of the end-to-end median" in summary
     # wall (5x) well above the CPU time of the same work (2 ms): the CPU work is named
     assert r.latency.loaded and a.cpu_ms == pytest.approx(2.0)
@@ -78,7 +79,7 @@ def test_clean_runs_faster_than_the_per_layer_window_quote_the_clean_figure(monk
     with pytest.warns(TimingDisagreementWarning, match="quote the clean end-to-end"):
         r = profile(model, (4,), repeat=12, warmup=1, roofline=False)
     a = r.timing_agreement
-    assert not a.agree and a.ratio == pytest.approx(5.0)   # 2 ms / 0.4 ms
+    assert not a.agree and a.ratio == pytest.approx(5.0)  # 2 ms / 0.4 ms
     assert a.quote == "clean" and a.quote_ms == r.latency.median_ms
     assert r.coverage == pytest.approx(5.0)
     assert "read the per-layer rows by their latency share" in a.note()
@@ -111,7 +112,7 @@ def test_agreement_needs_both_disjoint_intervals_and_a_gap_beyond_the_tolerance(
 
 
 def test_a_quiet_agreeing_profile_has_no_disagreement_warning(monkeypatch):
-    model = _virtual(monkeypatch, 1.0)               # both windows read the same 2 ms
+    model = _virtual(monkeypatch, 1.0)  # both windows read the same 2 ms
     with warnings.catch_warnings():
         warnings.simplefilter("error", TimingDisagreementWarning)
         r = profile(model, (4,), repeat=12, warmup=1, roofline=False)

@@ -1,6 +1,7 @@
 """Clocks: shapes of what they return, readings never shorter than the work, and (with fake CUDA
 events and streams on CPU) that the event clock and the per-layer event stamps record on the
 measured device's stream and synchronise once per chunk / once per forward pass."""
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,7 @@ from modelprof.timing import time_layers
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.clock import CpuClock, CudaEventClock, HostSyncClock, clock_for
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 class FakeStream:
@@ -54,6 +54,7 @@ def fake_cuda(monkeypatch):
     def current_stream(device=None):
         dev = torch.device("cuda", 0) if device is None else torch.device(device)
         return FakeStream(dev if dev.index is not None else torch.device("cuda", 0))
+
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
@@ -69,16 +70,16 @@ def test_clock_for_picks_the_device_clock():
     assert isinstance(clock_for(torch.device("mps")), HostSyncClock)
 
 
-@pytest.mark.parametrize("clock", [CpuClock(torch.device("cpu")),
-                                   HostSyncClock(torch.device("cpu"))])
+@pytest.mark.parametrize(
+    "clock", [CpuClock(torch.device("cpu")), HostSyncClock(torch.device("cpu"))]
+)
 def test_host_clocks_time_each_phase(clock):
     between = []
     # 100 samples: with both cores busy most samples are lengthened a little; the fastest of
     # many is the un-preempted one (20 samples once all read >= 3 % long under load)
-    got = clock.time([lambda: spin(0.5), lambda: spin(1.0)], 100,
-                     between=lambda: between.append(1))
+    got = clock.time([lambda: spin(0.5), lambda: spin(1.0)], 100, between=lambda: between.append(1))
     assert got.shape == (100, 2)
-    assert len(between) == 100                                # once before every sample
+    assert len(between) == 100  # once before every sample
     # a phase's clock reads bracket its whole spin, which ends only once the spin's own
     # deadline has passed: no reading is ever short (another job can only lengthen one)
     assert (got >= np.array([0.5, 1.0]) - 1e-6).all()
@@ -100,11 +101,10 @@ def test_between_runs_outside_the_timed_span():
 def test_event_clock_syncs_once_per_chunk(fake_cuda):
     clock = CudaEventClock(torch.device("cuda", 0))
     flushes = []
-    got = clock.time([lambda: spin(0.5), lambda: spin(0.2)], 7,
-                     between=lambda: flushes.append(1))
+    got = clock.time([lambda: spin(0.5), lambda: spin(0.2)], 7, between=lambda: flushes.append(1))
     assert got.shape == (7, 2)
-    assert fake_cuda == [torch.device("cuda", 0)]            # one synchronize for 7 samples
-    assert FakeEvent.created == 7 * 3                         # pre-allocated: (phases + 1) x n
+    assert fake_cuda == [torch.device("cuda", 0)]  # one synchronize for 7 samples
+    assert FakeEvent.created == 7 * 3  # pre-allocated: (phases + 1) x n
     assert len(flushes) == 7
     assert (got[:, 0] >= 0.5 - 1e-6).all() and (got[:, 1] >= 0.2 - 1e-6).all()
 
@@ -118,7 +118,7 @@ def test_event_clock_records_on_the_measured_devices_stream(fake_cuda):
     assert {s.device for s in FakeEvent.streams} == {dev}
     assert fake_cuda == [dev]
     FakeEvent.streams.clear()
-    stamps = CudaEventClock(dev).stamps(4)                    # the per-layer hooks' stamps
+    stamps = CudaEventClock(dev).stamps(4)  # the per-layer hooks' stamps
     for i in range(4):
         stamps.record(i)
     stamps.sync()
@@ -127,20 +127,21 @@ def test_event_clock_records_on_the_measured_devices_stream(fake_cuda):
 
 
 def test_layer_events_sync_once_per_forward_pass(fake_cuda, monkeypatch):
-    monkeypatch.setattr(layers_mod, "clock_for",
-                        lambda device, mode="auto": CudaEventClock(torch.device("cuda", 0)))
+    monkeypatch.setattr(
+        layers_mod, "clock_for", lambda device, mode="auto": CudaEventClock(torch.device("cuda", 0))
+    )
     model = spin_model((0.5, 1.0))
     lt = time_layers(model, make_inputs(model, (4,)), warmup=0, repeat=6, memory_stats=False)
     # one synchronize per instrumented pass (6), none per layer; after each, its plain pass is
     # timed by the clock as a chunk of one: + 1 each (6) — both kinds synchronise once per pass
-    assert lt.blocks[0] != lt.blocks[1]    # a first pass of unknown duration alone
+    assert lt.blocks[0] != lt.blocks[1]  # a first pass of unknown duration alone
     assert len(fake_cuda) == 6 + 6
     # stamps allocated once after discovery: 2 per call (3 calls) + 2 around the pass; each
     # plain chunk of one: 1 phase + 1 = 2 events, x 6 passes
     assert FakeEvent.created == (2 * 3 + 2) + 2 * 6
     raw = lt.raw_samples
     assert (raw[("0", 1)] >= 0.5 - 1e-6).all() and (raw[("1", 1)] >= 1.0 - 1e-6).all()
-    assert (raw[("", 1)] >= raw[("0", 1)] + raw[("1", 1)]).all()   # the parent spans both
+    assert (raw[("", 1)] >= raw[("0", 1)] + raw[("1", 1)]).all()  # the parent spans both
     # the empty-module chain is a host-side calibration, not run on CUDA: even 6 passes (below
     # the 10 that make the CPU fall back to it) measure the hooks' cost on the model
     assert lt.hook_cost.applied and lt.hook_cost.source == "model"

@@ -1,5 +1,6 @@
 """CUDA-only timing paths: event clock, per-layer events, transfer parts, CUDA graphs, peak memory,
 throughput memory restore. Skipped without a GPU."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,8 +53,9 @@ def test_sleep_layers_and_end_to_end(cycles_per_ms):
 def test_transfer_reports_parts_that_add_up():
     model = nn.Linear(4096, 4096).cuda()
     for pin in (True, False):
-        m = measure_latency(model, input_size=(4096,), batch_size=256, transfer=True,
-                            pin_memory=pin, warmup_s=0.1)
+        m = measure_latency(
+            model, input_size=(4096,), batch_size=256, transfer=True, pin_memory=pin, warmup_s=0.1
+        )
         assert set(m.parts) == {"h2d", "compute", "d2h"}
         total = m.h2d.samples_ms + m.compute.samples_ms + m.d2h.samples_ms
         np.testing.assert_allclose(total, m.samples_ms, rtol=1e-9)
@@ -77,7 +79,7 @@ def test_cuda_graph_removes_launch_overhead():
 def test_peak_memory_per_layer_sees_allocations():
     class Alloc(nn.Module):
         def forward(self, x):
-            y = torch.empty(64 * 2**20, dtype=torch.uint8, device=x.device)   # 64 MiB
+            y = torch.empty(64 * 2**20, dtype=torch.uint8, device=x.device)  # 64 MiB
             return x + y[:1].float()
 
     model = nn.Sequential(nn.Identity(), Alloc()).cuda()
@@ -97,6 +99,7 @@ def test_throughput_leaves_gpu_memory_as_found():
 
 def test_cold_cache_and_amp_on_cuda():
     model = nn.Linear(1024, 1024).cuda()
-    m = measure_latency(model, input_size=(1024,), batch_size=64, cold_cache=True,
-                        amp=torch.float16, warmup_s=0.1)
+    m = measure_latency(
+        model, input_size=(1024,), batch_size=64, cold_cache=True, amp=torch.float16, warmup_s=0.1
+    )
     assert m.env["mode"]["cold_cache"] is True and m.median_ms > 0

@@ -1,4 +1,5 @@
 """measure_latency on CPU: known durations, exact counts, warm-up per shape, modes, errors."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,7 @@ from modelprof.timing.modes import CPU_FLUSH_BYTES, CacheFlusher, last_level_cac
 
 FAST = dict(warmup_s=0.05, budget_s=1.0)
 # microsecond callables with a handful of samples are noisy by nature; one test checks the warning
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def test_callable_spinning_1ms_is_never_short_and_its_fastest_sample_exact():
@@ -34,14 +34,14 @@ def test_callable_spinning_1ms_is_never_short_and_its_fastest_sample_exact():
 def test_spin_model_end_to_end_reads_sum_of_layers():
     model = spin_model((0.5, 1.0, 2.0))
     m = measure_latency(model, torch.zeros(1, 4), **FAST)
-    assert (m.samples_ms >= 3.5 - 1e-6).all()              # 0.5 + 1 + 2
+    assert (m.samples_ms >= 3.5 - 1e-6).all()  # 0.5 + 1 + 2
     assert m.min_ms == pytest.approx(3.5, rel=0.03)
 
 
 def test_fixed_recipe_calls_exactly_warmup_plus_repeat():
     calls = []
     m = measure_latency(lambda x: calls.append(x.shape), torch.zeros(2), warmup=7, repeat=11)
-    assert len(calls) == 18                                # 7 + 11
+    assert len(calls) == 18  # 7 + 11
     assert (m.warmup, m.n, m.stop_reason) == (7, 11, "repeat")
     assert m.precision is None
 
@@ -66,8 +66,9 @@ def test_input_forms_tensor_tuple_dict_and_size():
     seen = []
 
     def fn(*args, **kwargs):
-        seen.append(([tuple(a.shape) for a in args],
-                     {k: tuple(v.shape) for k, v in kwargs.items()}))
+        seen.append(
+            ([tuple(a.shape) for a in args], {k: tuple(v.shape) for k, v in kwargs.items()})
+        )
 
     opts = dict(warmup=0, repeat=1)
     measure_latency(fn, torch.zeros(3), **opts)
@@ -98,19 +99,21 @@ def test_module_runs_in_eval_no_grad_and_flags_are_restored():
             return self.inner(x)
 
     model = Probe().train()
-    model.inner.eval()                                     # a mixed state must survive
+    model.inner.eval()  # a mixed state must survive
     measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2)
     assert set(model.seen) == {(False, False)}
     assert model.training is True and model.inner.training is False
     model.seen.clear()
-    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, training=True,
-                    no_grad=False)
+    measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, training=True, no_grad=False)
     assert set(model.seen) == {(True, True)}
     model.seen.clear()
     # the old spelling still works, and says which to use instead
-    with pytest.warns(DeprecationWarning, match=r"eval_mode=False\) is deprecated: pass training=True"):
-        measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, eval_mode=False,
-                        no_grad=False)
+    with pytest.warns(
+        DeprecationWarning, match=r"eval_mode=False\) is deprecated: pass training=True"
+    ):
+        measure_latency(
+            model, torch.zeros(1, 2), warmup=1, repeat=2, eval_mode=False, no_grad=False
+        )
     assert set(model.seen) == {(True, True)}
 
 
@@ -128,7 +131,7 @@ def test_training_true_runs_every_module_in_train_mode_as_the_counted_pass_does(
 
     model = nn.Sequential(nn.Linear(2, 2), Seen()).eval()
     measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=2, training=True)
-    assert model[1].seen == [True] * 3                     # 1 warm-up call + 2 samples
+    assert model[1].seen == [True] * 3  # 1 warm-up call + 2 samples
     assert not any(m.training for m in model.modules())
 
 
@@ -139,7 +142,9 @@ def test_training_flag_restored_when_forward_raises():
 
     model = nn.Sequential(nn.Linear(2, 2), Boom()).train()
     # the message names the innermost running module (its index in the Sequential and its type)
-    with pytest.raises(ModelProfError, match=r"end-to-end timing in module .1. \(Boom\).*RuntimeError: kaboom") as info:
+    with pytest.raises(
+        ModelProfError, match=r"end-to-end timing in module .1. \(Boom\).*RuntimeError: kaboom"
+    ) as info:
         measure_latency(model, torch.zeros(1, 2), warmup=1, repeat=1)
     assert isinstance(info.value.__cause__, RuntimeError)
     assert all(mod.training for mod in model.modules())
@@ -153,6 +158,7 @@ def test_amp_autocasts_the_call():
         y = lin(x)
         dtypes.append(y.dtype)
         return y
+
     measure_latency(fn, torch.zeros(2, 4), warmup=1, repeat=1, amp=torch.bfloat16)
     assert dtypes == [torch.bfloat16] * 2
     assert lin.weight.dtype == torch.float32
@@ -172,12 +178,17 @@ def test_channels_last_converts_a_copy_and_the_inputs():
     model = Conv()
     weight = model.conv.weight
     measure_latency(model, input_size=(3, 8, 8), warmup=1, repeat=1, channels_last=True)
-    assert model.layouts == []                            # the copy ran, not the user's model
+    assert model.layouts == []  # the copy ran, not the user's model
     assert model.conv.weight is weight
     assert not weight.is_contiguous(memory_format=torch.channels_last)
     layouts = []
-    measure_latency(lambda x: layouts.append(x.is_contiguous(memory_format=torch.channels_last)),
-                    input_size=(3, 8, 8), warmup=0, repeat=2, channels_last=True)
+    measure_latency(
+        lambda x: layouts.append(x.is_contiguous(memory_format=torch.channels_last)),
+        input_size=(3, 8, 8),
+        warmup=0,
+        repeat=2,
+        channels_last=True,
+    )
     assert layouts == [True, True]
 
 
@@ -205,11 +216,17 @@ def _timed_ms(fn) -> float:
 
 def test_compile_reports_compile_time_apart():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
-    m = measure_latency(model, torch.zeros(2, 8), compile=True,
-                        compile_kwargs={"backend": "eager"}, warmup=2, repeat=5)
+    m = measure_latency(
+        model,
+        torch.zeros(2, 8),
+        compile=True,
+        compile_kwargs={"backend": "eager"},
+        warmup=2,
+        repeat=5,
+    )
     assert m.compile_ms is not None and m.compile_ms > 0
     assert m.n == 5 and m.env["mode"]["compile"] == "default"
-    assert isinstance(model, nn.Sequential)               # the user's model is not replaced
+    assert isinstance(model, nn.Sequential)  # the user's model is not replaced
 
 
 def test_result_carries_env_and_exports_json():
@@ -221,23 +238,26 @@ def test_result_carries_env_and_exports_json():
     assert "noop" in repr(m)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    (dict(repeat=-5), "repeat=-5"),
-    (dict(precision=2.0), "precision=2.0"),
-    (dict(precision=0.0), "precision=0.0"),
-    (dict(warmup=-1), "warmup=-1"),
-    (dict(transfer=True), "transfer=True needs a CUDA device"),
-    (dict(cuda_graph=True), "cuda_graph=True needs a CUDA device"),
-    (dict(amp=torch.float32), "amp=torch.float32"),
-    (dict(compile="fastest"), "compile='fastest'"),
-    (dict(clock="wall"), "clock='wall'"),
-    (dict(device="nonsense"), "device='nonsense'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        (dict(repeat=-5), "repeat=-5"),
+        (dict(precision=2.0), "precision=2.0"),
+        (dict(precision=0.0), "precision=0.0"),
+        (dict(warmup=-1), "warmup=-1"),
+        (dict(transfer=True), "transfer=True needs a CUDA device"),
+        (dict(cuda_graph=True), "cuda_graph=True needs a CUDA device"),
+        (dict(amp=torch.float32), "amp=torch.float32"),
+        (dict(compile="fastest"), "compile='fastest'"),
+        (dict(clock="wall"), "clock='wall'"),
+        (dict(device="nonsense"), "device='nonsense'"),
+    ],
+)
 def test_bad_options_raise_modelprof_error_naming_the_value(kwargs, needle):
     calls = []
     with pytest.raises(ModelProfError, match=needle.replace("(", r"\(")):
         measure_latency(lambda x: calls.append(1), torch.zeros(1), **kwargs)
-    assert calls == []                                    # rejected before any call
+    assert calls == []  # rejected before any call
 
 
 def test_not_callable_is_rejected():
@@ -256,12 +276,14 @@ def test_noisy_run_warns_once():
 
 def test_model_inputs_are_used_as_given():
     from modelprof.runtime.inputs import make_inputs
+
     seen = []
     model = nn.Linear(3, 2)
     mi = make_inputs(model, inputs={"input": torch.zeros(4, 3)})
 
     def fn(**kwargs):
         seen.append({k: tuple(v.shape) for k, v in kwargs.items()})
+
     m = measure_latency(fn, mi, warmup=0, repeat=1)
     assert seen == [{"input": (4, 3)}] and m.batch_size == 4
     with pytest.raises(ModelProfError, match="not both"):
@@ -297,12 +319,13 @@ def test_contradicting_batch_size_is_an_error_naming_both():
 
 def test_fps_uses_the_batch_that_ran():
     m = measure_latency(lambda x: spin(0.2), torch.zeros(4, 3), warmup=1, repeat=5)
-    assert m.batch_size == 4                               # from the tensor, not a default of 1
+    assert m.batch_size == 4  # from the tensor, not a default of 1
     assert m.fps == pytest.approx(4 / (m.median_ms / 1e3))
 
 
 def test_model_inputs_with_a_contradicting_batch_size_are_refused():
     from modelprof.runtime.inputs import make_inputs
+
     mi = make_inputs(nn.Linear(3, 2), (3,), batch_size=4)
     calls = []
     with pytest.raises(ModelProfError, match="batch_size=8.*4"):

@@ -1,6 +1,7 @@
 """time_layers on CPU: per-layer spins read back (never short, the fastest pass exact), the hook
 correction in closed form and on spins, keys and call indices, no hooks left, peak-memory nesting
 with fake allocator statistics."""
+
 from __future__ import annotations
 
 import gc
@@ -20,8 +21,7 @@ from modelprof.timing.calibration import Spin, spin_model
 from modelprof.timing.clock import CpuClock
 from modelprof.timing.layers import HookCost, calibrate_hooks
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def _hooks_left(model: nn.Module) -> int:
@@ -29,7 +29,7 @@ def _hooks_left(model: nn.Module) -> int:
 
 
 SPIN_MS = {("0", 1): 0.5, ("1", 1): 1.0, ("2", 1): 2.0}
-ROOT_MS = 3.5                                                   # 0.5 + 1 + 2
+ROOT_MS = 3.5  # 0.5 + 1 + 2
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_the_hook_correction_removes_microseconds_not_the_layers_work(spin_timin
         # cost overstated, the children fitted into their parent would read short
         assert np.median(corrected) >= ms * 0.98, key
         assert corrected.min() == pytest.approx(ms, rel=0.03), key
-        assert (corrected <= lt.raw_samples[key] + 1e-12).all(), key   # only ever removes
+        assert (corrected <= lt.raw_samples[key] + 1e-12).all(), key  # only ever removes
     # every pass: the corrected parent holds its corrected children
     children = sum(lt.samples[k] for k in SPIN_MS)
     assert (lt.samples[("", 1)] >= children - 1e-9).all()
@@ -92,7 +92,7 @@ def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):
     assert 0.99 < ratio < 1.05
     assert lt.plain_ms.size == lt.n == 100
     assert (lt.plain_ms >= ROOT_MS - 1e-6).all()
-    assert lt.overhead() > 0                                      # medians: load-dependent
+    assert lt.overhead() > 0  # medians: load-dependent
 
 
 def test_samples_are_aligned_by_pass_and_dataframe_is_numeric(spin_timing):
@@ -100,11 +100,17 @@ def test_samples_are_aligned_by_pass_and_dataframe_is_numeric(spin_timing):
     assert {v.shape for v in lt.samples.values()} == {(lt.n,)}
     assert lt.order == [("", 1), ("0", 1), ("1", 1), ("2", 1)]
     df = lt.to_dataframe()
-    assert list(df.columns) == ["name", "call", "latency_ms", "latency_std_ms", "latency_pct",
-                                "peak_memory_bytes"]
+    assert list(df.columns) == [
+        "name",
+        "call",
+        "latency_ms",
+        "latency_std_ms",
+        "latency_pct",
+        "peak_memory_bytes",
+    ]
     # latency_pct is of the median (as read) pass, which holds the root's corrected span
     assert 90.0 < df["latency_pct"].iloc[0] <= 100.0
-    assert lt.peak_memory_bytes is None                        # CPU: no allocator statistics
+    assert lt.peak_memory_bytes is None  # CPU: no allocator statistics
     assert "4 calls" in repr(lt) and "(model)" in repr(lt)
     assert lt.env["hook_cost"] == lt.hook_cost.to_dict()
     assert lt.blocks.size == lt.timestamps_s.size == lt.n
@@ -142,8 +148,7 @@ def test_children_are_fitted_into_an_overcorrected_parent():
 
 def test_without_correction_the_samples_are_the_raw_spans():
     model = spin_model((0.2, 0.3))
-    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=5,
-                     correct_overhead=False)
+    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=5, correct_overhead=False)
     assert lt.hook_cost is None and "hook_cost" not in lt.env
     for k in lt.order:
         assert lt.samples[k].tolist() == lt.raw_samples[k].tolist()
@@ -163,7 +168,7 @@ def test_a_given_hook_cost_is_used_as_given():
 def test_calibrated_hook_cost_is_small_and_consistent():
     cost = calibrate_hooks(CpuClock(torch.device("cpu")))
     assert cost.applied
-    assert 0.0 <= cost.self_ms <= cost.per_call_ms            # the inside part of the whole
+    assert 0.0 <= cost.self_ms <= cost.per_call_ms  # the inside part of the whole
     # the hooks do a few dict look-ups and a clock read: well below 1 ms per call on any CPU
     assert cost.per_call_ms < 1.0
 
@@ -192,7 +197,7 @@ def test_keys_call_indices_parents_and_exact_counts():
     # discovery 1; each warm-up step is one instrumented + one plain pass: 2 x 4; each sample
     # is an instrumented pass with a plain pass of its block: 2 x 6
     assert model.calls == 1 + 2 * 4 + 2 * 6
-    assert lt.warmup == 4 + 1                                  # warm-up steps + discovery
+    assert lt.warmup == 4 + 1  # warm-up steps + discovery
     assert lt.plain_ms.size == 6
     assert model.training and _hooks_left(model) == 0
 
@@ -294,7 +299,7 @@ class Root(nn.Module):
 
     def forward(self, x):
         self.fake.alloc(100)
-        self.fake.alloc(2000)     # a spike before any child resets the peak
+        self.fake.alloc(2000)  # a spike before any child resets the peak
         self.fake.free(2000)
         x = self.b(self.a(x))
         self.fake.free(100)
@@ -304,15 +309,14 @@ class Root(nn.Module):
 def test_peak_memory_nesting_with_fake_allocator():
     fake = FakeAllocator(base=1000)
     model = Root(fake)
-    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=2,
-                     memory_stats=fake.stats())
+    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=2, memory_stats=fake.stats())
     assert lt.peak_memory_bytes == {
-        ("", 1): 3100,        # 1000 + 100 + 2000: the spike survives the children's resets
-        ("a", 1): 1900,       # 1000 + 100 + 300 + 500 (its child's peak handed up)
-        ("a.a1", 1): 1900,    # 1100 + 300 in use at its start, + 500
-        ("b", 1): 1150,       # 1100 + 50
+        ("", 1): 3100,  # 1000 + 100 + 2000: the spike survives the children's resets
+        ("a", 1): 1900,  # 1000 + 100 + 300 + 500 (its child's peak handed up)
+        ("a.a1", 1): 1900,  # 1100 + 300 in use at its start, + 500
+        ("b", 1): 1150,  # 1100 + 50
     }
-    assert lt.warmup == 1 + 1 + 1                             # discovery + warm-up + memory pass
+    assert lt.warmup == 1 + 1 + 1  # discovery + warm-up + memory pass
 
 
 def test_a_budget_that_stops_the_passes_early_warns_and_takes_the_chain_cost(monkeypatch):
@@ -324,8 +328,7 @@ def test_a_budget_that_stops_the_passes_early_warns_and_takes_the_chain_cost(mon
     monkeypatch.setattr("modelprof.timing.layers.calibrate_hooks", lambda clock: chain)
     model = spin_model((20.0,))
     with pytest.warns(FewSamplesWarning) as rec:
-        lt = time_layers(model, make_inputs(model, (4,)), warmup=1, budget_s=0.05,
-                         layer_extend_s=0)
+        lt = time_layers(model, make_inputs(model, (4,)), warmup=1, budget_s=0.05, layer_extend_s=0)
     assert lt.stop_reason == "budget" and lt.n < 10
     assert lt.undersampled and lt.min_samples == 10
     few = [w for w in rec if issubclass(w.category, FewSamplesWarning)]
@@ -422,10 +425,9 @@ def test_cycles_made_by_the_forward_do_not_pile_up_while_the_collector_is_paused
     # pass: instrumented and plain) plus those of the discovery and warm-up passes (3, made
     # while the collector ran, perhaps not yet collected) are alive at once, not all 80
     model = _MakesCycles()
-    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=40,
-                     correct_overhead=False)
+    lt = time_layers(model, make_inputs(model, (4,)), warmup=1, repeat=40, correct_overhead=False)
     largest_block = int(np.bincount(lt.blocks).max())
-    assert np.unique(lt.blocks).size >= 2          # several blocks, so the bound bites
+    assert np.unique(lt.blocks).size >= 2  # several blocks, so the bound bites
     assert max(model.counts) <= 2 * largest_block + 3 + 1
 
 

@@ -1,4 +1,5 @@
 """Measurement statistics against closed forms on fixed synthetic samples."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ ONE_TO_NINE = np.arange(1.0, 10.0)
 def test_statistics_of_one_to_nine():
     m = Measurement(ONE_TO_NINE, batch_size=4)
     assert m.n == 9
-    assert m.median_ms == 5.0                           # middle of 1..9
-    assert m.mean_ms == 5.0                             # 45 / 9
+    assert m.median_ms == 5.0  # middle of 1..9
+    assert m.mean_ms == 5.0  # 45 / 9
     # sum((i - 5)^2) = 2*(16+9+4+1) = 60; ddof=1 -> 60 / 8 = 7.5
     assert m.std_ms == pytest.approx(math.sqrt(7.5))
     assert m.cv == pytest.approx(math.sqrt(7.5) / 5.0)
@@ -31,17 +32,17 @@ def test_statistics_of_one_to_nine():
     assert m.iqr_ms == pytest.approx(4.0)
     # fps = batch / median seconds = 4 / 0.005
     assert m.fps == pytest.approx(800.0)
-    assert m.outliers == 0                              # fences -3 .. 13
+    assert m.outliers == 0  # fences -3 .. 13
 
 
 def test_median_ci_of_one_to_nine_is_second_and_eighth():
     # P(B <= 1) = (1 + 9) / 512 = 0.0195 <= 0.025 < P(B <= 2) = 46 / 512, B ~ Bin(9, 1/2)
     # -> j = 2, k = 9 - 2 + 1 = 8, coverage 1 - 2 * 10/512
     assert median_ci_ranks(9) == (2, 8, pytest.approx(1 - 20 / 512))
-    m = Measurement(ONE_TO_NINE[::-1].copy())          # order of samples must not matter
+    m = Measurement(ONE_TO_NINE[::-1].copy())  # order of samples must not matter
     assert m.median_ci_ms == (2.0, 8.0)
-    assert m.ci_half_width_ms == 3.0                   # (8 - 2) / 2
-    assert m.relative_ci == pytest.approx(0.6)         # 3 / 5
+    assert m.ci_half_width_ms == 3.0  # (8 - 2) / 2
+    assert m.relative_ci == pytest.approx(0.6)  # 3 / 5
 
 
 @pytest.mark.parametrize("n,ranks", [(20, (6, 15)), (100, (40, 61))])
@@ -85,7 +86,7 @@ def test_outlier_is_counted_not_dropped():
     # n=10: q1 at position 2.25 -> 3.25, q3 at 6.75 -> 7.75, IQR 4.5; upper fence 7.75 + 6.75 = 14.5
     assert m.iqr_ms == pytest.approx(4.5)
     assert m.outliers == 1
-    assert m.n == 10 and m.max_ms == 100.0              # kept
+    assert m.n == 10 and m.max_ms == 100.0  # kept
     assert m.median_ms == 5.5
 
 
@@ -106,8 +107,15 @@ def test_noisy_flag_and_single_warning():
 
 def test_to_dict_is_json_and_keeps_samples_and_parts():
     part = Measurement([1.0, 1.0, 1.0])
-    m = Measurement([3.0, 3.0, 4.0], device="cuda:0", stop_reason="budget",
-                    h2d=part, compute=part, d2h=part, env={"torch_version": "x"})
+    m = Measurement(
+        [3.0, 3.0, 4.0],
+        device="cuda:0",
+        stop_reason="budget",
+        h2d=part,
+        compute=part,
+        d2h=part,
+        env={"torch_version": "x"},
+    )
     d = json.loads(json.dumps(m.to_dict()))
     assert d["samples_ms"] == [3.0, 3.0, 4.0]
     assert d["median_ms"] == 3.0 and d["n"] == 3
@@ -130,8 +138,15 @@ def test_empty_samples_rejected():
 
 def test_from_dict_round_trips():
     part = Measurement([1.0, 2.0])
-    m = Measurement(ONE_TO_NINE, device="cuda:0", batch_size=2, warmup=5, compile_ms=12.5,
-                    h2d=part, env={"a": 1})
+    m = Measurement(
+        ONE_TO_NINE,
+        device="cuda:0",
+        batch_size=2,
+        warmup=5,
+        compile_ms=12.5,
+        h2d=part,
+        env={"a": 1},
+    )
     back = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
     assert back.samples_ms.tolist() == ONE_TO_NINE.tolist()
     assert (back.device, back.batch_size, back.warmup, back.compile_ms) == ("cuda:0", 2, 5, 12.5)
@@ -142,7 +157,7 @@ def test_from_dict_round_trips():
 
 # -- blocks: the interval widens for what varies between blocks, drift is flagged ------------
 
-T975_5, T975_9 = 2.570582, 2.262157        # Student's t(0.975, 5) and t(0.975, 9), from tables
+T975_5, T975_9 = 2.570582, 2.262157  # Student's t(0.975, 5) and t(0.975, 9), from tables
 
 
 def _blocked(levels, per_block: int = 20) -> Measurement:
@@ -152,8 +167,14 @@ def _blocked(levels, per_block: int = 20) -> Measurement:
     samples = np.repeat(levels, per_block)
     blocks = np.repeat(np.arange(levels.size), per_block)
     stamps = blocks + np.tile(np.arange(per_block) * 1e-3, levels.size)
-    return Measurement(samples, blocks=blocks, timestamps_s=stamps, label="drifty",
-                       stop_reason="precision", min_samples=10)
+    return Measurement(
+        samples,
+        blocks=blocks,
+        timestamps_s=stamps,
+        label="drifty",
+        stop_reason="precision",
+        min_samples=10,
+    )
 
 
 def test_a_step_change_widens_the_interval_beyond_the_pooled_one():
@@ -165,10 +186,9 @@ def test_a_step_change_widens_the_interval_beyond_the_pooled_one():
     assert m.n_blocks == 6 and m.block_medians_ms.tolist() == [10, 10, 10, 12, 12, 12]
     assert m.within_ci_ms == (10.0, 12.0)
     half = T975_5 * math.sqrt(6 * (math.log(1.2) / 2) ** 2 / 5) / math.sqrt(6)
-    assert m.between_ci_ms == pytest.approx((11 * math.exp(-half), 11 * math.exp(half)),
-                                            rel=1e-6)
+    assert m.between_ci_ms == pytest.approx((11 * math.exp(-half), 11 * math.exp(half)), rel=1e-6)
     assert m.median_ci_ms == m.between_ci_ms
-    assert m.relative_ci == pytest.approx(math.sinh(half), rel=1e-6)     # (hi - lo) / 2 / 11
+    assert m.relative_ci == pytest.approx(math.sinh(half), rel=1e-6)  # (hi - lo) / 2 / 11
 
 
 def test_interval_covers_a_drifting_sample_and_the_drift_is_flagged():
@@ -184,17 +204,18 @@ def test_interval_covers_a_drifting_sample_and_the_drift_is_flagged():
     assert m.within_ci_ms == (levels[4], levels[5])
     h = T975_9 * math.log(1.02) * np.std(np.arange(10), ddof=1) / math.sqrt(10)
     lo, hi = m.median_ci_ms
-    assert (lo, hi) == pytest.approx((m.median_ms * math.exp(-h), m.median_ms * math.exp(h)),
-                                     rel=1e-6)
-    assert lo <= levels[3] and levels[6] <= hi                 # covered: 10.612 .. 11.262
-    assert not lo <= levels[2] and not levels[7] <= hi         # 10.404 and 11.487 are not
+    assert (lo, hi) == pytest.approx(
+        (m.median_ms * math.exp(-h), m.median_ms * math.exp(h)), rel=1e-6
+    )
+    assert lo <= levels[3] and levels[6] <= hi  # covered: 10.612 .. 11.262
+    assert not lo <= levels[2] and not levels[7] <= hi  # 10.404 and 11.487 are not
     # the trend 1.02^9 - 1 = +19.5 % exceeds the interval's ±sinh(h) = ±4.29 %: unstable
-    assert m.drift_pct == pytest.approx(100 * (1.02 ** 9 - 1), rel=1e-9)
+    assert m.drift_pct == pytest.approx(100 * (1.02**9 - 1), rel=1e-9)
     assert m.relative_ci == pytest.approx(math.sinh(h), rel=1e-6)
     assert m.stable is False
     with pytest.warns(DriftWarning) as rec:
         assert m.warn_if_noisy() is True
-        assert m.warn_if_noisy() is False                      # once per measurement
+        assert m.warn_if_noisy() is False  # once per measurement
     assert len(rec) == 1
     text = str(rec[0].message)
     assert "+19.5 %" in text and "10 blocks" in text and "±4.3%" in text and "drifty" in text
@@ -214,7 +235,7 @@ def test_stationary_noise_is_not_flagged():
         samples = 10.0 * np.exp(rng.normal(0.0, 0.02, 300))
         blocks = np.repeat(np.arange(10), 30)
         m = Measurement(samples, blocks=blocks, timestamps_s=blocks * 0.1)
-        assert abs(m.drift_pct) < 5.0                          # the trend estimate is small
+        assert abs(m.drift_pct) < 5.0  # the trend estimate is small
         unstable += not m.stable
     assert unstable <= 2
 
@@ -224,7 +245,7 @@ def test_a_trend_in_noise_is_flagged_every_time():
     for seed in range(50):
         rng = np.random.default_rng(seed)
         blocks = np.repeat(np.arange(10), 30)
-        samples = 10.0 * 1.02 ** blocks * np.exp(rng.normal(0.0, 0.02, 300))
+        samples = 10.0 * 1.02**blocks * np.exp(rng.normal(0.0, 0.02, 300))
         m = Measurement(samples, blocks=blocks, timestamps_s=blocks * 0.1)
         assert not m.stable, seed
         assert 15.0 < m.drift_pct < 25.0, (seed, m.drift_pct)
@@ -237,7 +258,7 @@ def test_no_drift_without_timestamps_or_with_few_blocks():
     # never claimed
     assert (no_times.drift_pct, no_times.stable) == (0.0, None)
     two = _blocked([10.0, 12.0])
-    assert (two.drift_pct, two.stable) == (0.0, None)          # a trend needs 3 blocks
+    assert (two.drift_pct, two.stable) == (0.0, None)  # a trend needs 3 blocks
     assert "needs 3 timed blocks" in two.stability_unknown_reason
     assert "stability unknown" in repr(two)
     assert ", drift " not in repr(two) and ", drift +" in repr(_blocked([10.0, 11.0, 12.0]))
@@ -255,11 +276,14 @@ def test_a_budget_stop_below_min_samples_warns_once_naming_n():
     assert m.stats()["undersampled"] is True
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(stop_reason="repeat", min_samples=None),      # repeat= asked for 3 on purpose
-    dict(stop_reason="budget", min_samples=3),         # the budget left enough
-    dict(stop_reason="precision", min_samples=10),     # not a budget stop
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(stop_reason="repeat", min_samples=None),  # repeat= asked for 3 on purpose
+        dict(stop_reason="budget", min_samples=3),  # the budget left enough
+        dict(stop_reason="precision", min_samples=10),  # not a budget stop
+    ],
+)
 def test_few_samples_on_purpose_do_not_warn(kwargs):
     m = Measurement([50.0, 50.0, 50.0], **kwargs)
     assert not m.undersampled
@@ -278,19 +302,25 @@ def test_block_fields_round_trip_and_are_checked():
         Measurement([1.0, 2.0, 3.0], blocks=[0, 1])
     with pytest.raises(ValueError, match="timestamps_s has 1 entries"):
         Measurement([1.0, 2.0], timestamps_s=[0.0])
-    one = Measurement([1.0, 2.0, 3.0])                           # no blocks given: one block
+    one = Measurement([1.0, 2.0, 3.0])  # no blocks given: one block
     assert one.n_blocks == 1 and one.between_ci_ms is None
 
 
 def test_one_block_states_no_interval_is_undersampled_and_claims_no_stability():
     # three samples, all in block 0: nothing says how far a second block would land
-    m = Measurement([10.0, 11.0, 12.0], blocks=[0, 0, 0], timestamps_s=[0.0, 0.01, 0.02],
-                    stop_reason="budget", min_samples=2, label="one-block")
+    m = Measurement(
+        [10.0, 11.0, 12.0],
+        blocks=[0, 0, 0],
+        timestamps_s=[0.0, 0.01, 0.02],
+        stop_reason="budget",
+        min_samples=2,
+        label="one-block",
+    )
     assert m.n_blocks == 1 and not m.has_interval
     lo, hi = m.median_ci_ms
     assert math.isnan(lo) and math.isnan(hi) and math.isnan(m.relative_ci)
-    assert m.undersampled is True                     # although n=3 >= min_samples=2
-    assert m.stable is None                           # unknown, not True
+    assert m.undersampled is True  # although n=3 >= min_samples=2
+    assert m.stable is None  # unknown, not True
     assert "95% CI n/a" in repr(m) and "stability unknown" in repr(m)
     with pytest.warns(FewSamplesWarning, match="no interval can be stated"):
         m.warn_if_noisy()
@@ -302,7 +332,7 @@ def test_a_single_sample_has_no_spread_and_no_interval():
     m = Measurement([0.0956])
     assert math.isnan(m.std_ms) and math.isnan(m.median_ci_ms[0])
     assert m.undersampled and m.stable is None
-    assert "± " not in repr(m).splitlines()[1]        # no "± 0 ms" spread from one sample
+    assert "± " not in repr(m).splitlines()[1]  # no "± 0 ms" spread from one sample
 
 
 def test_an_interval_too_wide_to_judge_a_trend_does_not_claim_stability():
@@ -322,6 +352,7 @@ def test_repeat_one_gives_nan_interval_and_no_stability(recwarn):
     from torch import nn
 
     from modelprof.timing import measure_latency
+
     m = measure_latency(nn.Linear(4, 4), inputs=torch.randn(1, 4), repeat=1, warmup=1)
     assert m.n == 1
     assert all(math.isnan(v) for v in m.median_ci_ms)

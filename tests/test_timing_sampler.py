@@ -1,4 +1,5 @@
 """The timing recipe: adaptive stop, fixed counts, warm-up rules, option checks."""
+
 from __future__ import annotations
 
 import itertools
@@ -44,6 +45,7 @@ def chunker(values, clock: FakeTime | None = None):
         if clock is not None:
             clock.t += got.sum() / 1e3
         return got
+
     return chunk, calls
 
 
@@ -66,7 +68,7 @@ def test_repeat_takes_exactly_that_many_samples():
     s = collect(chunk, StopRule(repeat=1234), est_ms=0.01)
     assert s.stop_reason == "repeat"
     assert s.samples_ms.size == 1234 and sum(calls) == 1234
-    assert max(calls) <= MAX_BLOCK                   # blocks: one synchronize per block on CUDA
+    assert max(calls) <= MAX_BLOCK  # blocks: one synchronize per block on CUDA
     # first block from the estimate: 0.1 s / 0.01 ms = 10,000, capped at 1000 and at
     # ceil(1234 / min_blocks 6) = 206 (repeat= still gives six blocks or more, for an interval);
     # then from what the samples read (median 3 ms): 0.1 s / 3 ms = 33 per block;
@@ -93,8 +95,15 @@ def test_budget_stops_below_min_samples_for_slow_calls_and_says_so():
     assert s.wall_s == pytest.approx(0.9)
     from modelprof.errors import FewSamplesWarning
     from modelprof.timing.measurement import Measurement
-    m = Measurement(s.samples_ms, stop_reason=s.stop_reason, min_samples=10, blocks=s.blocks,
-                    timestamps_s=s.timestamps_s, label="slow")
+
+    m = Measurement(
+        s.samples_ms,
+        stop_reason=s.stop_reason,
+        min_samples=10,
+        blocks=s.blocks,
+        timestamps_s=s.timestamps_s,
+        label="slow",
+    )
     assert m.undersampled
     with pytest.warns(FewSamplesWarning, match="n=3 samples"):
         assert m.warn_if_noisy()
@@ -105,15 +114,15 @@ def test_budget_stops_an_imprecise_run_without_overshoot():
     chunk, _ = chunker([10.0, 20.0], clock)
     s = collect(chunk, StopRule(precision=0.001, budget_s=2.0), est_ms=15.0, now=clock)
     assert s.stop_reason == "budget"
-    assert s.wall_s <= 2.0 + 0.020                   # at most one sample past the budget
-    assert s.wall_s + 0.010 > 2.0 - 0.020            # and it did use the budget
+    assert s.wall_s <= 2.0 + 0.020  # at most one sample past the budget
+    assert s.wall_s + 0.010 > 2.0 - 0.020  # and it did use the budget
 
 
 def test_no_estimate_takes_one_sample_first():
     clock = FakeTime()
     chunk, calls = chunker([700.0], clock)
     collect(chunk, StopRule(budget_s=1.0), est_ms=None, now=clock)
-    assert calls[0] == 1                              # not min_samples calls of unknown length
+    assert calls[0] == 1  # not min_samples calls of unknown length
 
 
 def test_precision_stop_reaches_the_precision():
@@ -140,7 +149,8 @@ def test_auto_warmup_by_count_and_time():
     clock = FakeTime()
 
     def step() -> None:
-        clock.t += 0.125                              # exact in binary
+        clock.t += 0.125  # exact in binary
+
     # >= 3 calls and >= 0.75 s: after k calls 0.125 k s -> k = 6
     assert warm_up(step, WarmupPolicy(None, 0.75), False, now=clock)[0] == 6
     # >= 3 calls and >= 0.0 s -> 3
@@ -155,15 +165,16 @@ def test_warm_registry_tracks_signatures_per_callable():
     class Session:
         def run(self, x):
             return x
+
     s = Session()
     a = input_signature((torch.zeros(2, 3),))
     b = input_signature((torch.zeros(4, 3),))
     assert a != b
     reg.add(s.run, a)
-    assert reg.seen(s.run, a)                         # a fresh bound method, same owner
+    assert reg.seen(s.run, a)  # a fresh bound method, same owner
     assert not reg.seen(s.run, b)
     assert not reg.seen(Session().run, a)
-    reg.add(len, a)                                   # not weak-referenceable: kept by id
+    reg.add(len, a)  # not weak-referenceable: kept by id
     assert reg.seen(len, a)
 
 
@@ -176,24 +187,28 @@ def test_signature_sees_dtype_layout_and_flags():
     assert input_signature({"x": x}) == input_signature({"x": x.clone()})
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    (dict(repeat=-1), "repeat=-1"),
-    (dict(repeat=0), "repeat=0"),
-    (dict(repeat=2.5), "repeat=2.5"),
-    (dict(precision=0), "precision=0"),
-    (dict(precision=1.5), "precision=1.5"),
-    (dict(precision="1%"), "precision='1%'"),
-    (dict(budget_s=-2), "budget_s=-2"),
-    (dict(min_samples=0), "min_samples=0"),
-    (dict(min_samples=50, max_samples=10), "max_samples=10"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        (dict(repeat=-1), "repeat=-1"),
+        (dict(repeat=0), "repeat=0"),
+        (dict(repeat=2.5), "repeat=2.5"),
+        (dict(precision=0), "precision=0"),
+        (dict(precision=1.5), "precision=1.5"),
+        (dict(precision="1%"), "precision='1%'"),
+        (dict(budget_s=-2), "budget_s=-2"),
+        (dict(min_samples=0), "min_samples=0"),
+        (dict(min_samples=50, max_samples=10), "max_samples=10"),
+    ],
+)
 def test_stop_rule_rejects_bad_options_naming_them(kwargs, needle):
     with pytest.raises(ModelProfError, match=needle.replace("%", "%")):
         StopRule.parse(**kwargs)
 
 
-@pytest.mark.parametrize("warmup,warmup_s,needle", [(-3, 0.5, "warmup=-3"),
-                                                     (None, -1.0, "warmup_s=-1.0")])
+@pytest.mark.parametrize(
+    "warmup,warmup_s,needle", [(-3, 0.5, "warmup=-3"), (None, -1.0, "warmup_s=-1.0")]
+)
 def test_warmup_policy_rejects_bad_options(warmup, warmup_s, needle):
     with pytest.raises(ModelProfError, match=needle):
         WarmupPolicy.parse(warmup, warmup_s)
@@ -208,6 +223,7 @@ def test_budget_counts_untimed_overhead_between_samples():
     def chunk(k: int) -> np.ndarray:
         clock.t += 0.011 * k
         return np.array([next(values) for _ in range(k)])
+
     s = collect(chunk, StopRule(precision=0.001, budget_s=1.0), est_ms=1.0, now=clock)
     assert s.stop_reason == "budget"
     assert 1.0 - 0.011 < s.wall_s <= 1.0 + 0.011
@@ -215,9 +231,9 @@ def test_budget_counts_untimed_overhead_between_samples():
 
 
 def test_block_size_follows_the_wall_time_of_a_call():
-    assert block_size(None) == 1                      # unknown duration: one call first
+    assert block_size(None) == 1  # unknown duration: one call first
     assert block_size(2.0) == int(BLOCK_S * 1e3 / 2.0) == 50
-    assert block_size(500.0) == 1                     # slower than a block: one call
+    assert block_size(500.0) == 1  # slower than a block: one call
     assert block_size(1e-6) == MAX_BLOCK
 
 
@@ -230,7 +246,7 @@ def test_a_step_between_blocks_widens_the_interval():
     blocks = np.repeat(np.arange(6), 20)
     assert relative_ci(samples) == pytest.approx(1.0 / 11.0)
     half = 2.5706 * np.std(np.log([10, 10, 10, 12, 12, 12]), ddof=1) / np.sqrt(6)
-    expected = (np.exp(half) - np.exp(-half)) / 2.0          # (hi - lo) / 2 / median
+    expected = (np.exp(half) - np.exp(-half)) / 2.0  # (hi - lo) / 2 / median
     assert expected > 1.0 / 11.0
     assert relative_ci(samples, blocks) == pytest.approx(expected, rel=1e-3)
 
@@ -244,15 +260,22 @@ def test_interleaved_rounds_shuffle_and_pair_blocks():
             order.append(name)
             clock.t += value * k / 1e3
             return np.full(k, value)
+
         return take
+
     rule = StopRule(min_samples=4, min_blocks=5, budget_s=100.0)
-    got = collect_interleaved([sampler("a", 2.0), sampler("b", 4.0)], rule, [2.0, 4.0],
-                              np.random.default_rng(0), now=clock)
+    got = collect_interleaved(
+        [sampler("a", 2.0), sampler("b", 4.0)],
+        rule,
+        [2.0, 4.0],
+        np.random.default_rng(0),
+        now=clock,
+    )
     # constant values: exact intervals and ratios -> stops after min_blocks = 5 rounds
     assert [s.stop_reason for s in got] == ["precision", "precision"]
     assert got[0].blocks.max() == got[1].blocks.max() == 4
     assert len(order) == 10 and sorted(order) == ["a"] * 5 + ["b"] * 5
-    rounds = [tuple(order[i:i + 2]) for i in range(0, 10, 2)]
+    rounds = [tuple(order[i : i + 2]) for i in range(0, 10, 2)]
     assert ("a", "b") in rounds and ("b", "a") in rounds  # the order is shuffled per round
     # round 0: a small first block, ceil(4 / 5) = 1 call each; then blocks of 0.1 s:
     # 50 calls of 2 ms, 25 calls of 4 ms -> 1 + 4 x 50 = 201 and 1 + 4 x 25 = 101

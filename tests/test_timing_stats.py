@@ -1,5 +1,6 @@
 """Block statistics of timing samples against closed forms and published tables: Student's t
 quantiles, the between-block interval on the log scale, the drift trend and the paired ratio."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,16 @@ from modelprof.timing.stats import (
 
 # Two-sided 95 % (p = 0.975) and 99 % (p = 0.995) critical values of Student's t, to the
 # 6 decimals of standard tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2)
-T975 = {1: 12.706205, 2: 4.302653, 3: 3.182446, 5: 2.570582, 9: 2.262157, 10: 2.228139,
-        30: 2.042272, 120: 1.979930}
+T975 = {
+    1: 12.706205,
+    2: 4.302653,
+    3: 3.182446,
+    5: 2.570582,
+    9: 2.262157,
+    10: 2.228139,
+    30: 2.042272,
+    120: 1.979930,
+}
 
 
 @pytest.mark.parametrize("df,expected", sorted(T975.items()))
@@ -28,8 +37,10 @@ def test_t_quantile_matches_the_published_table(df, expected):
     assert t_quantile(0.975, df) == pytest.approx(expected, abs=2e-6)
 
 
-@pytest.mark.parametrize("p,df,expected", [(0.995, 5, 4.032143), (0.995, 10, 3.169273),
-                                           (0.95, 10, 1.812461), (0.9, 1, 3.077684)])
+@pytest.mark.parametrize(
+    "p,df,expected",
+    [(0.995, 5, 4.032143), (0.995, 10, 3.169273), (0.95, 10, 1.812461), (0.9, 1, 3.077684)],
+)
 def test_t_quantile_at_other_levels(p, df, expected):
     assert t_quantile(p, df) == pytest.approx(expected, abs=2e-6)
 
@@ -60,10 +71,10 @@ def test_between_block_interval_on_the_log_scale():
     # the half-width is t(0.975, 2) a / sqrt(3) on the log scale, around the given center
     a = 0.1
     medians = 10.0 * np.exp([-a, 0.0, a])
-    half = T975[2] * a / math.sqrt(3)                      # 0.248414
+    half = T975[2] * a / math.sqrt(3)  # 0.248414
     lo, hi = between_block_ci(10.0, medians, 0.95)
-    assert lo == pytest.approx(10.0 * math.exp(-half), rel=1e-6)   # 7.8004
-    assert hi == pytest.approx(10.0 * math.exp(half), rel=1e-6)    # 12.8199
+    assert lo == pytest.approx(10.0 * math.exp(-half), rel=1e-6)  # 7.8004
+    assert hi == pytest.approx(10.0 * math.exp(half), rel=1e-6)  # 12.8199
     # multiplicative: the interval stays positive however wide the spread
     lo, _ = between_block_ci(1.0, np.array([0.01, 1.0, 100.0]), 0.95)
     assert lo > 0
@@ -93,18 +104,18 @@ def test_drift_of_an_exact_trend():
     # residual (se = 0: any nonzero slope is significant); over the 9 s window the trend is
     # 1.02^9 - 1 = 19.509 %
     t = np.arange(10.0)
-    pct, significant = drift(t, 10.0 * 1.02 ** t)
-    assert pct == pytest.approx(100.0 * (1.02 ** 9 - 1.0), rel=1e-9)
+    pct, significant = drift(t, 10.0 * 1.02**t)
+    assert pct == pytest.approx(100.0 * (1.02**9 - 1.0), rel=1e-9)
     assert significant
     # a falling trend reads negative: 0.98^9 - 1 = -16.625 %
-    pct, significant = drift(t, 10.0 * 0.98 ** t)
-    assert pct == pytest.approx(100.0 * (0.98 ** 9 - 1.0), rel=1e-9) and significant
+    pct, significant = drift(t, 10.0 * 0.98**t)
+    assert pct == pytest.approx(100.0 * (0.98**9 - 1.0), rel=1e-9) and significant
 
 
 def test_drift_needs_three_blocks_and_a_time_span():
     assert drift(np.array([0.0, 1.0]), np.array([1.0, 2.0])) == (0.0, False)
     assert drift(np.zeros(4), np.array([1.0, 2.0, 3.0, 4.0])) == (0.0, False)
-    assert drift(np.arange(3.0), np.full(3, 7.0)) == (0.0, False)       # flat: no trend
+    assert drift(np.arange(3.0), np.full(3, 7.0)) == (0.0, False)  # flat: no trend
 
 
 def test_drift_is_not_significant_for_stationary_noise():
@@ -127,10 +138,10 @@ def test_drift_is_significant_for_a_trend_in_noise():
     t = np.arange(10.0)
     for seed in range(200):
         rng = np.random.default_rng(seed)
-        medians = 10.0 * 1.02 ** t * np.exp(rng.normal(0.0, 0.02, t.size))
+        medians = 10.0 * 1.02**t * np.exp(rng.normal(0.0, 0.02, t.size))
         pct, significant = drift(t, medians)
         assert significant, seed
-        assert 5.0 < pct < 40.0, (seed, pct)                 # around 19.5 %
+        assert 5.0 < pct < 40.0, (seed, pct)  # around 19.5 %
 
 
 def test_paired_ratio_of_constructed_rounds():
@@ -141,10 +152,10 @@ def test_paired_ratio_of_constructed_rounds():
     den = np.array([3.0, 5.0, 4.0, 6.0])
     num = 2.0 * den * np.exp([e, -e, e, -e])
     ratio, lo, hi = paired_ratio(num, den, 0.95)
-    half = T975[3] * (2 * e / math.sqrt(3)) / 2.0           # 0.091870
+    half = T975[3] * (2 * e / math.sqrt(3)) / 2.0  # 0.091870
     assert ratio == pytest.approx(2.0, rel=1e-12)
-    assert lo == pytest.approx(2.0 * math.exp(-half), rel=1e-6)    # 1.8245
-    assert hi == pytest.approx(2.0 * math.exp(half), rel=1e-6)     # 2.1924
+    assert lo == pytest.approx(2.0 * math.exp(-half), rel=1e-6)  # 1.8245
+    assert hi == pytest.approx(2.0 * math.exp(half), rel=1e-6)  # 2.1924
 
 
 def test_paired_ratio_trims_rounds_hit_by_other_load():
@@ -159,8 +170,8 @@ def test_paired_ratio_trims_rounds_hit_by_other_load():
     ratio, lo, hi = paired_ratio(den * np.exp(r), den, 0.95)
     half = T975[5] * math.sqrt(8e-4 / 30)
     assert ratio == pytest.approx(1.0, abs=1e-12)
-    assert lo == pytest.approx(math.exp(-half), rel=1e-7)     # 0.98681
-    assert hi == pytest.approx(math.exp(half), rel=1e-7)      # 1.01336
+    assert lo == pytest.approx(math.exp(-half), rel=1e-7)  # 0.98681
+    assert hi == pytest.approx(math.exp(half), rel=1e-7)  # 1.01336
 
 
 def test_paired_ratio_cancels_what_both_candidates_share():

@@ -1,4 +1,5 @@
 """Throughput search: doubling, plateau stop, out-of-memory binary search, the curve."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,7 @@ from modelprof.timing.calibration import spin
 from modelprof.timing.layers import is_oom
 from modelprof.timing.throughput import search_batches
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::modelprof.errors.NoisyMeasurementWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
 
 
 def fake_measure(sps_of, limit: int | None = None, error=torch.OutOfMemoryError):
@@ -27,6 +27,7 @@ def fake_measure(sps_of, limit: int | None = None, error=torch.OutOfMemoryError)
             raise error(f"CUDA out of memory. Tried to allocate {b} MiB")
         sps = float(sps_of(b))
         return ThroughputPoint(b, 1e3 * b / sps, sps)
+
     return measure, tried
 
 
@@ -55,12 +56,11 @@ def test_stops_at_max_batch_even_when_not_a_power_of_two():
 def test_oom_binary_search_finds_the_largest_batch_that_fits():
     frees = []
     measure, tried = fake_measure(lambda b: b, limit=37)
-    points, reason, fit, oom = search_batches(measure, max_batch=1024,
-                                              free=lambda: frees.append(1))
+    points, reason, fit, oom = search_batches(measure, max_batch=1024, free=lambda: frees.append(1))
     # 64 fails; then between 32 (ran) and 64: 48 x, 40 x, 36 ok, 38 x, 37 ok
     assert tried == [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 38, 37]
     assert (reason, fit, oom) == ("oom", 37, 38)
-    assert len(frees) == 4                                   # 64, 48, 40, 38
+    assert len(frees) == 4  # 64, 48, 40, 38
     assert [p.batch_size for p in points] == [1, 2, 4, 8, 16, 32, 36, 37]
 
 
@@ -119,11 +119,11 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
     df = tp.to_dataframe()
     assert list(df.columns) == ["batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes"]
     assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
-    assert tp.memory_before_bytes is None and tp.memory_restored is None   # CPU
+    assert tp.memory_before_bytes is None and tp.memory_restored is None  # CPU
     d = json.loads(json.dumps(tp.to_dict()))
     assert d["best_batch_size"] == tp.best_batch_size == d["env"]["batch_size"]
     assert "samples/s" in repr(tp)
-    assert model.training                                 # flag restored
+    assert model.training  # flag restored
 
 
 def test_measure_throughput_rejects_bad_options():
@@ -134,6 +134,7 @@ def test_measure_throughput_rejects_bad_options():
 
 
 def test_progress_bar_does_not_break_the_search(capsys):
-    tp = measure_throughput(OomAbove(limit=2), (2,), budget_s=0.02, warmup_s=0.0, min_samples=3,
-                            progress=True)
+    tp = measure_throughput(
+        OomAbove(limit=2), (2,), budget_s=0.02, warmup_s=0.0, min_samples=3, progress=True
+    )
     assert tp.max_fit_batch == 2

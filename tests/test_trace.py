@@ -1,6 +1,7 @@
 """``Report.to_trace``: the per-layer timeline in the Trace Event Format (Perfetto,
 chrome://tracing), validated as the viewers read it: every slice has ph/ts/dur/pid/tid, one
 track per pass, children nested in their parents."""
+
 from __future__ import annotations
 
 import json
@@ -40,22 +41,22 @@ def test_forward_trace_one_track_per_pass_nested_with_costs() -> None:
     threads = [e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"]
     assert threads == [f"forward pass {p}" for p in range(1, 5)]
     fc = next(e for e in slices if e["name"] == "0.fc")
-    assert fc["args"]["macs"] == 64 and fc["args"]["params"] == 72       # 8*8, 8*8 + 8
+    assert fc["args"]["macs"] == 64 and fc["args"]["params"] == 72  # 8*8, 8*8 + 8
     block = next(e for e in slices if e["name"] == "0" and e["tid"] == fc["tid"])
     assert block["ts"] <= fc["ts"] and fc["ts"] + fc["dur"] <= block["ts"] + block["dur"]
     assert json.loads(r.to_trace(max_passes=2))["traceEvents"][-1]["tid"] == 2
 
 
 def test_training_step_trace_has_a_backward_process() -> None:
-    r = profile(_model(), (8,), batch_size=2, repeat=3, warmup=1, roofline=False,
-                backward=True)
+    r = profile(_model(), (8,), batch_size=2, repeat=3, warmup=1, roofline=False, backward=True)
     doc = json.loads(r.to_trace())
     validate_trace(doc)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert names == {"forward", "backward"}
-    backward = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2
-                and e["cat"] == "backward"]
-    assert backward[0]["name"] == "(loss)"                     # autograd starts at the loss
+    backward = [
+        e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 2 and e["cat"] == "backward"
+    ]
+    assert backward[0]["name"] == "(loss)"  # autograd starts at the loss
     assert {"2", "0.fc", "1.fc"} <= {e["name"] for e in backward}
     assert next(e for e in backward if e["name"] == "2")["args"]["backward_macs"] == 64
     # Linear(8, 2) at batch 2: input grad 2*2*8 + weight grad 2*8*2 = 32 + 32
@@ -64,7 +65,7 @@ def test_training_step_trace_has_a_backward_process() -> None:
 def test_validator_catches_what_viewers_reject() -> None:
     t = PassTimeline("pass 1", 10.0)
     t.add("parent", 1.0, 5.0, {})
-    t.add("child", 2.0, 6.0, {})               # ends at 8, after its parent's 6
+    t.add("child", 2.0, 6.0, {})  # ends at 8, after its parent's 6
     with pytest.raises(ModelProfError, match="crosses the end of 'parent'"):
         validate_trace(trace_document({"forward": [t]}))
     with pytest.raises(ModelProfError, match="lacks"):
@@ -83,7 +84,7 @@ def test_local_html_view_draws_every_slice_by_track() -> None:
     parent.add("(root)", 0.5, 9.0, {"type": "Net"})
     parent.add("fc", 1.0, 4.0, {"type": "Linear"})
     page = trace_html(trace_document({"forward": [parent]}), width_px=1020)
-    assert page.count('class="s"') == 3                     # pass, (root), fc
+    assert page.count('class="s"') == 3  # pass, (root), fc
     assert "forward / forward pass 1" in page
     # 1000 px for the 10 ms pass: fc starts at 10 + 1 ms * 100 px/ms, 400 px wide, depth 2
     assert "left:110.0px;top:60px;width:400.0px" in page

@@ -1,6 +1,7 @@
 """Habits users bring from torchinfo, thop and calflops: a tensor, tuple or
 dict in ``profile``'s second position is the inputs; ``device="meta"`` alone counts; a size
 that includes the batch gets a hint."""
+
 from __future__ import annotations
 
 import textwrap
@@ -53,9 +54,9 @@ def test_errors_show_shapes_not_tensor_values() -> None:
 
 
 def test_meta_device_alone_counts_and_says_so() -> None:
-    r = profile(nn.Linear(4, 3), (4,), device="meta")   # timing left at its default
+    r = profile(nn.Linear(4, 3), (4,), device="meta")  # timing left at its default
     assert not r.timed and r.device == "meta"
-    assert r.totals["macs"] == 12                        # 4 * 3
+    assert r.totals["macs"] == 12  # 4 * 3
     assert any("meta" in n and "not timed" in n for n in r.timing_notes)
     assert "note: device='meta'" in r.summary()
 
@@ -67,17 +68,18 @@ def test_size_with_the_batch_gets_a_hint() -> None:
     assert "excludes the batch" in text and "(3, 8, 8)" in text
 
 
-def test_cli_size_with_the_batch_gets_a_hint(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture) -> None:
+def test_cli_size_with_the_batch_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     f = tmp_path / "conv.py"
-    f.write_text(textwrap.dedent("""
+    f.write_text(
+        textwrap.dedent("""
         from torch import nn
         def build():
             return nn.Conv2d(3, 4, 3)
-    """))
+    """)
+    )
     assert main(["profile", f"{f}:build", "--input-size", "1,3,8,8", "--no-timing"]) == 2
     err = capsys.readouterr().err
-    assert "conv2d" in err                                     # the model's own error stays
+    assert "conv2d" in err  # the model's own error stays
     assert "pass --input-size 3,8,8 --batch-size 1" in err
 
 

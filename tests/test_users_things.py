@@ -2,6 +2,7 @@
 went in: the inputs (a HuggingFace cache, a tensor the forward writes), the target, the loss
 module, the model (also under ``backward=True`` and ``compare()``), the optimizer and the global
 RNG; compared bit for bit."""
+
 from __future__ import annotations
 
 import threading
@@ -16,10 +17,11 @@ from torch import nn
 from modelprof import ModelProfError, ModelProfWarning, compare, profile
 from modelprof.runtime import compat
 
-QUICK = dict(repeat=3, warmup=1, roofline=False, warn=False)   # a timed profile, kept short
+QUICK = dict(repeat=3, warmup=1, roofline=False, warn=False)  # a timed profile, kept short
 
 
 # -- bit-for-bit pictures ---------------------------------------------------------------------
+
 
 def rng_picture() -> bytes:
     return bytes(torch.get_rng_state().numpy().tobytes())
@@ -31,15 +33,31 @@ def assert_same(before: Any, after: Any, what: str) -> None:
 
 # -- inputs -------------------------------------------------------------------------------------
 
+
 def _tiny_lm(kind: str) -> nn.Module:
     transformers = pytest.importorskip("transformers")
     if kind == "gpt2":
-        cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64,
-                                      n_positions=64, bos_token_id=0, eos_token_id=0)
+        cfg = transformers.GPT2Config(
+            n_layer=2,
+            n_embd=32,
+            n_head=2,
+            vocab_size=64,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
         return transformers.GPT2LMHeadModel(cfg).eval()
-    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
-                                   num_attention_heads=2, num_key_value_heads=2, vocab_size=64,
-                                   max_position_embeddings=64, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return transformers.LlamaForCausalLM(cfg).eval()
 
 
@@ -53,16 +71,17 @@ class SeenLengths(nn.Module):
         self.seen = seen
 
     def forward(self, input_ids: torch.Tensor, **cache_kw: Any) -> Any:
-        (cache,) = cache_kw.values()        # under either name: cache= or past_key_values=
+        (cache,) = cache_kw.values()  # under either name: cache= or past_key_values=
         self.seen.append(cache.get_seq_length())
-        own = compat.cache_argument(self.lm.forward)     # the name this transformers uses
+        own = compat.cache_argument(self.lm.forward)  # the name this transformers uses
         return self.lm(input_ids=input_ids, use_cache=True, **{own: cache}).logits
 
 
 @pytest.mark.parametrize("name", compat.CACHE_ARGUMENTS)
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_a_cache_passed_in_does_not_grow_and_a_second_call_counts_the_same(kind: str,
-                                                                            name: str) -> None:
+def test_a_cache_passed_in_does_not_grow_and_a_second_call_counts_the_same(
+    kind: str, name: str
+) -> None:
     lm = _tiny_lm(kind)
     with torch.no_grad():
         cache = compat.output_cache(lm(torch.randint(0, 64, (1, 4)), use_cache=True))
@@ -99,7 +118,8 @@ class WritesInput(nn.Module):
 
 @pytest.mark.parametrize("backward", [False, True])
 def test_a_forward_writing_its_input_leaves_the_users_tensor_and_every_pass_sees_it(
-        backward: bool) -> None:
+    backward: bool,
+) -> None:
     x = torch.zeros(2, 4)
     seen: list[float] = []
     model = WritesInput(seen)
@@ -107,7 +127,7 @@ def test_a_forward_writing_its_input_leaves_the_users_tensor_and_every_pass_sees
     profile(model, inputs=x, backward=backward, **QUICK)
     assert_same(before, picture(x), "the input")
     assert rng == rng_picture()
-    assert len(seen) > 10 and set(seen) == {0.0}            # every pass saw the zeros
+    assert len(seen) > 10 and set(seen) == {0.0}  # every pass saw the zeros
 
 
 def test_a_loss_writing_its_target_leaves_it_and_every_step_sees_it() -> None:
@@ -120,14 +140,21 @@ def test_a_loss_writing_its_target_leaves_it_and_every_step_sees_it() -> None:
         return ((out - t) ** 2).mean()
 
     before = picture(target)
-    profile(nn.Linear(4, 4), inputs=torch.randn(2, 4), backward=True, loss_fn=loss_fn,
-            target=target, **QUICK)
+    profile(
+        nn.Linear(4, 4),
+        inputs=torch.randn(2, 4),
+        backward=True,
+        loss_fn=loss_fn,
+        target=target,
+        **QUICK,
+    )
     assert_same(before, picture(target), "the target")
     assert len(seen) > 5 and set(seen) == {0.0}
 
 
-def test_snapshot_puts_back_tensors_containers_and_attributes_and_knows_when_nothing_changed(
-        ) -> None:
+def test_snapshot_puts_back_tensors_containers_and_attributes_and_knows_when_nothing_changed() -> (
+    None
+):
     class Holder:
         def __init__(self) -> None:
             self.t = torch.arange(3.0)
@@ -139,11 +166,11 @@ def test_snapshot_puts_back_tensors_containers_and_attributes_and_knows_when_not
     obj = {"h": h, "xs": [torch.zeros(2)], "n": 3}
     before = picture(obj)
     snap = Snapshot(obj)
-    assert snap.between_passes() is None                   # nothing changed: nothing to run
-    h.t = h.t + 1                      # an attribute rebound (as a cache's layer.keys is)
-    h.items.append(torch.ones(1))      # a list grown
-    obj["xs"][0].add_(5)               # a tensor written in place
-    obj["new"] = 1                     # a key added
+    assert snap.between_passes() is None  # nothing changed: nothing to run
+    h.t = h.t + 1  # an attribute rebound (as a cache's layer.keys is)
+    h.items.append(torch.ones(1))  # a list grown
+    obj["xs"][0].add_(5)  # a tensor written in place
+    obj["new"] = 1  # a key added
     obj["xs"][0].data = torch.ones(7)  # swapped storage and shape
     assert snap.changed()
     snap.reset()
@@ -171,12 +198,13 @@ def test_ordinary_inputs_run_nothing_between_passes() -> None:
 
 # -- the model under backward=True and compare() ------------------------------------------------
 
+
 class Clamps(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.l = nn.Linear(4, 4)
         with torch.no_grad():
-            self.l.weight.mul_(10.0)   # so that the clamp below changes it
+            self.l.weight.mul_(10.0)  # so that the clamp below changes it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.l.weight.data.clamp_(-0.01, 0.01)
@@ -186,7 +214,7 @@ class Clamps(nn.Module):
 class Renorms(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.e = nn.Embedding(10, 4, max_norm=0.5)    # renormalises the rows it looks up
+        self.e = nn.Embedding(10, 4, max_norm=0.5)  # renormalises the rows it looks up
         self.l = nn.Linear(4, 2)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -194,17 +222,18 @@ class Renorms(nn.Module):
 
 
 @pytest.mark.parametrize("timing", [False, True])
-@pytest.mark.parametrize("make,inputs", [(Clamps, torch.randn(2, 4)),
-                                         (Renorms, torch.tensor([[1, 2, 3]]))],
-                         ids=["clamp", "embedding-max-norm"])
+@pytest.mark.parametrize(
+    "make,inputs",
+    [(Clamps, torch.randn(2, 4)), (Renorms, torch.tensor([[1, 2, 3]]))],
+    ids=["clamp", "embedding-max-norm"],
+)
 def test_backward_puts_back_the_forwards_in_place_writes(make, inputs, timing: bool) -> None:
     model = make()
     before, rng = picture(model), rng_picture()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        profile(model, inputs=inputs, backward=True, timing=timing,
-                **(QUICK if timing else {}))
-    assert not [w for w in caught if "in place" in str(w.message)]   # restored: nothing to say
+        profile(model, inputs=inputs, backward=True, timing=timing, **(QUICK if timing else {}))
+    assert not [w for w in caught if "in place" in str(w.message)]  # restored: nothing to say
     assert_same(before, picture(model), "the model")
     assert rng == rng_picture()
 
@@ -255,13 +284,12 @@ class WritesLate(nn.Module):
         if getattr(self.note, "seen", False):
             with torch.no_grad():
                 self.l.weight.mul_(1.0)
-        self.note.seen = True          # on the function: the guard restores attributes only
+        self.note.seen = True  # on the function: the guard restores attributes only
         return self.l(x)
 
 
 def test_a_write_only_the_timed_passes_make_is_named_with_them() -> None:
-    with pytest.warns(ModelProfWarning, match="l.weight in place during the timed forward "
-                                              "passes"):
+    with pytest.warns(ModelProfWarning, match="l.weight in place during the timed forward passes"):
         profile(WritesLate(), inputs=torch.randn(2, 4), **QUICK)
 
 
@@ -289,6 +317,7 @@ def test_compare_puts_the_models_and_inputs_back(backward: bool) -> None:
 
 # -- the loss side and the optimizer --------------------------------------------------------------
 
+
 class LearnedLoss(nn.Module):
     """A loss with a parameter and a train-mode batch norm (its buffers move when it runs)."""
 
@@ -306,8 +335,15 @@ def test_the_loss_module_and_a_target_that_requires_grad_get_nothing(timing: boo
     loss, model = LearnedLoss(), nn.Linear(4, 4)
     target, x = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)
     before, rng = picture((loss, target)), rng_picture()
-    profile(model, inputs=x, backward=True, loss_fn=loss,
-            target=target, timing=timing, **(QUICK if timing else {}))
+    profile(
+        model,
+        inputs=x,
+        backward=True,
+        loss_fn=loss,
+        target=target,
+        timing=timing,
+        **(QUICK if timing else {}),
+    )
     assert loss.w.grad is None and target.grad is None
     assert_same(before, picture((loss, target)), "the loss module and the target")
     assert rng == rng_picture()
@@ -324,7 +360,7 @@ def test_an_optimizer_factory_that_ignores_its_params_is_refused_before_any_step
     before = picture(model)
     with pytest.raises(ModelProfError, match="not one of the parameters it was given"):
         profile(model, inputs=torch.randn(2, 4), backward=True, optimizer=factory, **QUICK)
-    assert made and all(opt.state == {} for opt in made)     # never stepped
+    assert made and all(opt.state == {} for opt in made)  # never stepped
     assert_same(before, picture(model), "the model")
 
 
@@ -332,7 +368,7 @@ def test_a_users_optimizer_template_is_left_as_it_was() -> None:
     model = nn.Linear(4, 4)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model(torch.randn(2, 4)).sum().backward()
-    opt.step()                                  # a state to keep: exp_avg, exp_avg_sq, step
+    opt.step()  # a state to keep: exp_avg, exp_avg_sq, step
     before = picture((model, opt))
     profile(model, inputs=torch.randn(2, 4), backward=True, optimizer=opt, **QUICK)
     assert_same(before, picture((model, opt)), "the model and its optimizer")
@@ -340,11 +376,12 @@ def test_a_users_optimizer_template_is_left_as_it_was() -> None:
 
 # -- models that cannot be deep-copied, other threads, inference tensors -----------------------
 
+
 class Locked(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.l = nn.Linear(4, 4)
-        self.lock = threading.Lock()      # copy.deepcopy refuses it
+        self.lock = threading.Lock()  # copy.deepcopy refuses it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self.lock:
@@ -383,8 +420,11 @@ class Handover(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("kw", [dict(timing=False), dict(backward=True, timing=False), QUICK],
-                         ids=["counted", "step", "timed"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(timing=False), dict(backward=True, timing=False), QUICK],
+    ids=["counted", "step", "timed"],
+)
 def test_another_thread_using_the_model_while_profiled_is_refused(kw: dict) -> None:
     ref: list[nn.Module] = []
     model = nn.Sequential(nn.Linear(4, 4), Handover(ref))
@@ -396,9 +436,16 @@ def test_another_thread_using_the_model_while_profiled_is_refused(kw: dict) -> N
     assert_same(before, picture(model), "the model")
 
 
-@pytest.mark.parametrize("kw", [dict(timing=False), dict(training=True, timing=False), QUICK,
-                                dict(backward=True, optimizer="adam", **QUICK)],
-                         ids=["counted", "train", "timed", "step"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(timing=False),
+        dict(training=True, timing=False),
+        QUICK,
+        dict(backward=True, optimizer="adam", **QUICK),
+    ],
+    ids=["counted", "train", "timed", "step"],
+)
 def test_a_model_of_inference_tensors(kw: dict) -> None:
     with torch.inference_mode():
         model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))

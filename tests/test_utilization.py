@@ -1,6 +1,7 @@
 """MFU, HFU and MBU (``Report.utilization``): the counted model FLOPs against the formulas people
 use (nanoGPT's 6N + 12 L H Q T, MaxText's training count), recomputation in HFU only, the
 conventions, the probe and the utilization agreeing on the CPU, generation phases and groups."""
+
 from __future__ import annotations
 
 import math
@@ -21,13 +22,15 @@ transformers = pytest.importorskip("transformers")
 
 def _step_on_meta(model: nn.Module, batch: int, seq: int):
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    return modelprof.profile(model, inputs={"input_ids": ids}, device="meta", backward=True,
-                             timing=False)
+    return modelprof.profile(
+        model, inputs={"input_ids": ids}, device="meta", backward=True, timing=False
+    )
 
 
 def test_gpt2_small_training_step_per_token_against_nanogpt():
-    cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257,
-                                  n_positions=1024)
+    cfg = transformers.GPT2Config(
+        n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024
+    )
     with torch.device("meta"):
         model = transformers.GPT2LMHeadModel(cfg)
     L, H, Q, T, d = 12, 12, 64, 1024, 768
@@ -35,7 +38,7 @@ def test_gpt2_small_training_step_per_token_against_nanogpt():
     n = sum(p.numel() for p in model.parameters()) - T * d
     assert n == 123_653_376
     nanogpt = 6 * n + 12 * L * H * Q * T
-    assert nanogpt == 855_166_464                  # 741,920,256 + 113,246,208
+    assert nanogpt == 855_166_464  # 741,920,256 + 113,246,208
     u = _step_on_meta(model, 1, T).utilization(peak="H100 SXM")
     per_token = u.phases.set_index("phase").loc["step", "model_flops"] / T
     # Term by term. nanoGPT's 6N charges every parameter 6 FLOPs per token as if it were a
@@ -52,14 +55,21 @@ def test_gpt2_small_training_step_per_token_against_nanogpt():
     assert per_token == nanogpt - 6 * 121_344 == 854_438_400
     # MaxText's causal convention halves the attention: 113,246,208 / 2 per token less
     half = _step_on_meta(model, 1, T).utilization(peak="H100 SXM", causal="half")
-    assert half.phases.set_index("phase").loc["step", "model_flops"] / T == \
-        854_438_400 - 113_246_208 // 2
+    assert (
+        half.phases.set_index("phase").loc["step", "model_flops"] / T
+        == 854_438_400 - 113_246_208 // 2
+    )
 
 
 def test_llama2_7b_training_step_against_maxtext():
-    cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=11008,
-                                   num_hidden_layers=32, num_attention_heads=32,
-                                   num_key_value_heads=32, vocab_size=32000)
+    cfg = transformers.LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        vocab_size=32000,
+    )
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(cfg)
     report = _step_on_meta(model, 4, 256)
@@ -67,20 +77,21 @@ def test_llama2_7b_training_step_against_maxtext():
     # MaxText calculate_tflops_training_per_device, per layer and token: FFN 2 x 3 x E x F,
     # QKV 2 x E x (Hq + 2 Hkv) x D, output projection 2 x E x Hq x D; the unembedding
     # 2 x E x V; times 3 for forward + backward
-    weights = 3 * B * S * (L * (2 * 3 * E * F + 2 * E * (Hq + 2 * Hkv) * D + 2 * E * Hq * D)
-                           + 2 * E * V)
-    attention = 3 * L * 4 * B * S * S * Hq * D    # QK^T and AV, not halved
-    assert weights == 40_593_883_398_144 and attention == 412_316_860_416   # 40.5939 + 0.4123 T
+    weights = (
+        3 * B * S * (L * (2 * 3 * E * F + 2 * E * (Hq + 2 * Hkv) * D + 2 * E * Hq * D) + 2 * E * V)
+    )
+    attention = 3 * L * 4 * B * S * S * Hq * D  # QK^T and AV, not halved
+    assert weights == 40_593_883_398_144 and attention == 412_316_860_416  # 40.5939 + 0.4123 T
     u = report.utilization(peak="H100 SXM")
     step = u.phases.set_index("phase").loc["step"]
     assert step["model_flops"] == weights + attention == 41_006_200_258_560
     # no checkpointing; the fused attention backward recomputes the scores Q K^T: one of its
     # five contractions, 2 x B x S x S x Hq x D x L = 68,719,476,736, hardware FLOPs only
-    assert step["hardware_flops"] - step["model_flops"] == 2 * B * S * S * Hq * D * L \
-        == 68_719_476_736
+    assert (
+        step["hardware_flops"] - step["model_flops"] == 2 * B * S * S * Hq * D * L == 68_719_476_736
+    )
     half = report.utilization(peak="H100 SXM", causal="half")
-    assert half.phases.set_index("phase").loc["step", "model_flops"] == \
-        weights + attention // 2
+    assert half.phases.set_index("phase").loc["step", "model_flops"] == weights + attention // 2
     # the datasheet's dense float32 figure is what the convention names
     assert half.convention.peaks.peak_flops == lookup_peaks("H100 SXM", "float32").peak_flops
 
@@ -113,7 +124,7 @@ def test_recomputation_counts_in_hfu_and_not_in_mfu(reentrant):
     ckpt.load_state_dict(plain.state_dict())
     if reentrant:
         ckpt.forward = lambda x: ckpt.head(checkpoint(ckpt.blk, x, use_reentrant=True))
-    x = torch.randn(2, 8, requires_grad=reentrant)   # the reentrant variant needs a grad input
+    x = torch.randn(2, 8, requires_grad=reentrant)  # the reentrant variant needs a grad input
     kw = dict(inputs=x, backward=True, timing=False)
     a = modelprof.profile(plain, **kw).utilization(peak=Peaks(1e9, 1e9))
     b = modelprof.profile(ckpt, **kw).utilization(peak=Peaks(1e9, 1e9))
@@ -142,14 +153,15 @@ def test_rows_add_up_and_times_make_the_ratio():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
     peaks = Peaks(peak_flops=2e9, peak_bytes=1e9)
-    report = modelprof.profile(model, (64,), batch_size=16, roofline=peaks, repeat=5,
-                               warmup=1, budget_s=1)
-    u = report.utilization()                      # the report's own (given) peaks
+    report = modelprof.profile(
+        model, (64,), batch_size=16, roofline=peaks, repeat=5, warmup=1, budget_s=1
+    )
+    u = report.utilization()  # the report's own (given) peaks
     rows, whole = u.rows, u.phases.set_index("phase").loc["forward"]
     leaves = rows[[r.leaf for r in report.rows]]
     # 2 x MACs: 16 x (64 x 128 + 128 x 32) = 196,608 MACs
     assert whole["model_flops"] == leaves["model_flops"].sum() == 2 * 196_608
-    assert rows.loc[0, "model_flops"] == 2 * 196_608          # the root sums its subtree
+    assert rows.loc[0, "model_flops"] == 2 * 196_608  # the root sums its subtree
     lat = report.latency.median_ms
     assert whole["mfu"] == pytest.approx(2 * 196_608 / (lat * 1e-3 * 2e9))
     traffic = report.totals["read_bytes"] + report.totals["write_bytes"]
@@ -170,12 +182,20 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
     try:
         peaks = probe_peaks("cpu", matmul_size=512, budget_s=1.0)
         model = nn.Linear(512, 512, bias=False)
-        report = modelprof.profile(model, (512,), batch_size=512, roofline=peaks, clock="cpu",
-                                   repeat=7, warmup=2, budget_s=3)
+        report = modelprof.profile(
+            model,
+            (512,),
+            batch_size=512,
+            roofline=peaks,
+            clock="cpu",
+            repeat=7,
+            warmup=2,
+            budget_s=3,
+        )
     finally:
         torch.set_num_threads(threads)
     u = report.utilization(peak="probe")
-    assert u.phases.loc[0, "model_flops"] == 2 * 512 ** 3         # the probe's own product
+    assert u.phases.loc[0, "model_flops"] == 2 * 512**3  # the probe's own product
     assert u.mfu >= 0.8, (u.mfu, u.describe())
     assert u.by_peak["probe"] == u.mfu
     # a datasheet peak named: both recorded, and both in the line
@@ -202,7 +222,7 @@ def test_bad_conventions_and_peaks_are_named():
     with pytest.raises(ModelProfError, match="peaks=3"):
         Convention(peaks=3)
     untimed = report.utilization(Peaks(1e9, 1e9))
-    assert math.isnan(untimed.mfu)        # no time, no utilization; the FLOPs are still there
+    assert math.isnan(untimed.mfu)  # no time, no utilization; the FLOPs are still there
     assert untimed.phases.loc[0, "model_flops"] == 2 * 16
 
 
@@ -221,11 +241,17 @@ def test_group_utilization_on_a_one_rank_group(tmp_path):
 
     from modelprof.report.utilization import group_utilization
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
-                            world_size=1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
-        report = modelprof.profile(nn.Linear(64, 64), (64,), batch_size=8, repeat=3, warmup=1,
-                                   budget_s=1, roofline=Peaks(1e9, 1e9))
+        report = modelprof.profile(
+            nn.Linear(64, 64),
+            (64,),
+            batch_size=8,
+            repeat=3,
+            warmup=1,
+            budget_s=1,
+            roofline=Peaks(1e9, 1e9),
+        )
         u = report.utilization()
         frame = group_utilization(u).set_index("rank")
     finally:
@@ -241,8 +267,11 @@ class _ToyLM(nn.Module):
 
     def __init__(self, vocab: int = 32, d: int = 16) -> None:
         super().__init__()
-        self.emb, self.proj, self.out = nn.Embedding(vocab, d), nn.Linear(d, d), \
-            nn.Linear(d, vocab, bias=False)
+        self.emb, self.proj, self.out = (
+            nn.Embedding(vocab, d),
+            nn.Linear(d, d),
+            nn.Linear(d, vocab, bias=False),
+        )
 
     def forward(self, tokens, cache):
         h = self.emb(tokens)
@@ -252,8 +281,9 @@ class _ToyLM(nn.Module):
 
 def test_generation_phases_mfu_and_decode_mbu():
     lm = _ToyLM()
-    report = modelprof.profile_generation(lm, step=lambda t, c: lm(t, c), prompt_len=8,
-                                          new_tokens=3, repeat=3, warmup=1, budget_s=1)
+    report = modelprof.profile_generation(
+        lm, step=lambda t, c: lm(t, c), prompt_len=8, new_tokens=3, repeat=3, warmup=1, budget_s=1
+    )
     u = report.utilization(Peaks(1e9, 1e9))
     phases = u.phases
     assert list(phases["phase"]) == [p.name for p in report.phases()]
@@ -262,7 +292,8 @@ def test_generation_phases_mfu_and_decode_mbu():
         assert row["model_flops"] == 1536 * p.tokens * p.batch_size
         t = p.report.latency.median_ms
         assert row["mbu"] == pytest.approx(
-            (p.totals["read_bytes"] + p.totals["write_bytes"]) / (t * 1e-3 * 1e9))
+            (p.totals["read_bytes"] + p.totals["write_bytes"]) / (t * 1e-3 * 1e9)
+        )
     assert {"phase", "context", "mfu", "mbu"} <= set(u.rows.columns)
     # inside the timed generations: TTFT for the prefill, a decode step's median at its context
     timing = report.timing
@@ -273,28 +304,38 @@ def test_generation_phases_mfu_and_decode_mbu():
         assert phases.loc[i, "generation_ms"] == np.median(timing.step_ms[:, at])
         traffic = p.totals["read_bytes"] + p.totals["write_bytes"]
         assert phases.loc[i, "mbu_generation"] == pytest.approx(
-            traffic / (phases.loc[i, "generation_ms"] * 1e-3 * 1e9))
+            traffic / (phases.loc[i, "generation_ms"] * 1e-3 * 1e9)
+        )
 
 
 def test_the_table_carries_mfu_and_mbu_beside_latency():
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU())
     peaks = Peaks(peak_flops=2e9, peak_bytes=1e9)
-    report = modelprof.profile(model, (64,), batch_size=16, roofline=peaks, repeat=3, warmup=1,
-                               budget_s=1)
+    report = modelprof.profile(
+        model, (64,), batch_size=16, roofline=peaks, repeat=3, warmup=1, budget_s=1
+    )
     df = report.to_dataframe()
     u = report.utilization()
     assert list(df["mfu"].fillna(-1)) == list(u.rows["mfu"].fillna(-1))
     assert list(df["mbu"].fillna(-1)) == list(u.rows["mbu"].fillna(-1))
     # Linear: 2 x 16 x 64 x 128 FLOPs over its latency and the 2e9 peak
-    assert df.loc[1, "mfu"] == pytest.approx(2 * 16 * 64 * 128 / (df.loc[1, "latency_ms"] * 1e-3
-                                                                  * 2e9))
+    assert df.loc[1, "mfu"] == pytest.approx(
+        2 * 16 * 64 * 128 / (df.loc[1, "latency_ms"] * 1e-3 * 2e9)
+    )
     assert "hfu" not in df.columns
     assert "MFU" in report.to_text(columns=["module", "latency_ms", "mfu", "mbu"])
 
 
 def test_hf_generation_prefill_halved_decode_never():
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
-                                  n_positions=256, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=128,
+        n_positions=256,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg).eval()
     report = modelprof.profile_generation(model, prompt_len=8, new_tokens=4, timing=False)
@@ -302,12 +343,12 @@ def test_hf_generation_prefill_halved_decode_never():
     half = report.utilization(Peaks(1e9, 1e9), causal="half").phases
     # per token and layer the linears are 64 x (192 + 64 + 256 + 256) = 49,152 MACs; the
     # attention 4 heads x (L_q x L_k) x (16 + 16); the lm_head of the last token 64 x 128
-    prefill = 8 * 2 * 49_152 + 2 * 4 * 8 * 8 * 32 + 64 * 128      # 811,008 MACs
+    prefill = 8 * 2 * 49_152 + 2 * 4 * 8 * 8 * 32 + 64 * 128  # 811,008 MACs
     assert counted.loc[0, "model_flops"] == 2 * prefill
     # the prefill's causal attention halved: 2 x 16,384 MACs / 2
     assert half.loc[0, "model_flops"] == 2 * prefill - 16_384
     for i, L in enumerate(counted["context"][1:], start=1):
-        decode = 2 * 49_152 + 2 * 4 * (L + 1) * 32 + 64 * 128      # one query, L + 1 keys
+        decode = 2 * 49_152 + 2 * 4 * (L + 1) * 32 + 64 * 128  # one query, L + 1 keys
         assert counted.loc[i, "model_flops"] == half.loc[i, "model_flops"] == 2 * decode
 
 
@@ -315,8 +356,9 @@ def test_training_phases_split_forward_loss_and_backward():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 4))
     x, target = torch.randn(2, 8), torch.randn(2, 4)
-    report = modelprof.profile(model, inputs=x, backward=True, timing=False,
-                               loss_fn=nn.MSELoss(), target=target)
+    report = modelprof.profile(
+        model, inputs=x, backward=True, timing=False, loss_fn=nn.MSELoss(), target=target
+    )
     p = report.utilization(Peaks(1e9, 1e9), flops="flops").phases.set_index("phase")
     loss = next(r for r in report.rows if r.kind == "loss")
     # forward: the Linear's addmm 2 x 8 x 4 MACs x 2 + 8 bias adds = 136 FLOPs

@@ -21,6 +21,7 @@ kernel there, runs as the fused kernel the CPU would pick (``counting.meta_sdpa`
 model costed from shapes alone counts what it counts on the CPU; so do the few outputs whose
 shape or layout differs there (``meta_sdpa.cpu_outputs``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,12 +63,19 @@ class _How:
 
 _UNSUPPORTED = _How("unsupported")
 _SUBGRAPHS = _How("subgraphs")
-_COMM = _How("collective")            # a collective: no FLOPs, its bytes to the comm columns
+_COMM = _How("collective")  # a collective: no FLOPs, its bytes to the comm columns
 _COMM_BOOKKEEPING = _How("comm-bookkeeping")  # waits, FSDP2's buffer copies: nothing counted
 _PASS = object()
-_ALLOCATIONS = frozenset(f"aten.{n}.{o}" for n, o in (
-    ("empty", "memory_format"), ("empty_strided", "default"), ("empty_like", "default"),
-    ("new_empty", "default"), ("new_empty_strided", "default")))
+_ALLOCATIONS = frozenset(
+    f"aten.{n}.{o}"
+    for n, o in (
+        ("empty", "memory_format"),
+        ("empty_strided", "default"),
+        ("empty_like", "default"),
+        ("new_empty", "default"),
+        ("new_empty_strided", "default"),
+    )
+)
 
 
 class OpStats:
@@ -84,8 +92,11 @@ class OpStats:
 def _embedding_read(args: tuple, read: int) -> int:
     """``aten.embedding(weight, indices)`` reads the rows it gathers, not the whole table."""
     weight, indices = args[0], args[1]
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or \
-            not isinstance(indices, torch.Tensor):
+    if (
+        not isinstance(weight, torch.Tensor)
+        or weight.dim() != 2
+        or not isinstance(indices, torch.Tensor)
+    ):
         return read
     size = weight.element_size()
     return read - weight.numel() * size + indices.numel() * weight.shape[1] * size
@@ -114,16 +125,17 @@ def _decomposition(func: compat.OpOverload) -> _How | None:
 def _plain_tensors(args: tuple, kwargs: dict) -> bool:
     """A ``torch._decomp`` decomposition is written for plain strided dense tensors."""
     for a in (*args, *kwargs.values()):
-        for t in (a if isinstance(a, (list, tuple)) else (a,)):
-            if isinstance(t, torch.Tensor) and (t.layout is not torch.strided or t.is_quantized
-                                                or t.is_nested):
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor) and (
+                t.layout is not torch.strided or t.is_quantized or t.is_nested
+            ):
                 return False
     return True
 
 
 def _has_nested(args: tuple, kwargs: dict) -> bool:
     for a in (*args, *kwargs.values()):
-        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+        for t in a if isinstance(a, (list, tuple)) else (a,):
             if isinstance(t, torch.Tensor) and t.is_nested:
                 return True
     return False
@@ -131,7 +143,7 @@ def _has_nested(args: tuple, kwargs: dict) -> bool:
 
 def _unbound(obj: Any, found: dict[int, list]) -> None:
     """Unbind every nested tensor in ``obj`` (one level of lists), by id, into ``found``."""
-    for t in (obj if isinstance(obj, (list, tuple)) else (obj,)):
+    for t in obj if isinstance(obj, (list, tuple)) else (obj,):
         if isinstance(t, torch.Tensor) and t.is_nested and id(t) not in found:
             found[id(t)] = list(t.unbind())
 
@@ -152,20 +164,30 @@ def _components(name: str, args: tuple, kwargs: dict, out: Any = None) -> list[t
         for obj in (*args, *kwargs.values(), out):
             _unbound(obj, parts)
     except (RuntimeError, ValueError, TypeError) as e:
-        raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its components "
-                             f"cannot be taken apart ({type(e).__name__}: {e})") from e
+        raise ModelProfError(
+            f"op {name} on a nested tensor cannot be counted: its components "
+            f"cannot be taken apart ({type(e).__name__}: {e})"
+        ) from e
     counts = {len(p) for p in parts.values()}
     if len(counts) > 1:
-        raise ModelProfError(f"op {name} takes nested tensors of different numbers of "
-                             f"components ({sorted(counts)}): it cannot be counted per component")
+        raise ModelProfError(
+            f"op {name} takes nested tensors of different numbers of "
+            f"components ({sorted(counts)}): it cannot be counted per component"
+        )
     n = counts.pop() if counts else 0
-    return [(tuple(_component(a, i, parts) for a in args),
-             {k: _component(v, i, parts) for k, v in kwargs.items()},
-             _component(out, i, parts)) for i in range(n)]
+    return [
+        (
+            tuple(_component(a, i, parts) for a in args),
+            {k: _component(v, i, parts) for k, v in kwargs.items()},
+            _component(out, i, parts),
+        )
+        for i in range(n)
+    ]
 
 
-def _nested_cost(name: str, formula: Any, args: tuple, kwargs: dict, out: Any,
-                 error: BaseException | None = None) -> Cost:
+def _nested_cost(
+    name: str, formula: Any, args: tuple, kwargs: dict, out: Any, error: BaseException | None = None
+) -> Cost:
     """An op on nested (ragged) tensors costs the sum of its cost on each component."""
     macs = flops = madd = 0
     try:
@@ -178,9 +200,10 @@ def _nested_cost(name: str, formula: Any, args: tuple, kwargs: dict, out: Any,
     except ModelProfError:
         raise
     except Exception as e:  # noqa: BLE001 - said as the op that cannot be counted
-        raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its formula "
-                             f"fails on the components ({type(e).__name__}: {e})") from (
-                                 error or e)
+        raise ModelProfError(
+            f"op {name} on a nested tensor cannot be counted: its formula "
+            f"fails on the components ({type(e).__name__}: {e})"
+        ) from (error or e)
     return Cost(macs, flops=flops, madd=madd)
 
 
@@ -203,8 +226,9 @@ class _Subgraph:
 
 
 def _is_subgraph(obj: Any) -> bool:
-    return callable(obj) and not isinstance(obj, (torch.Tensor, compat.OpOverload,
-                                                  compat.OpOverloadPacket, type))
+    return callable(obj) and not isinstance(
+        obj, (torch.Tensor, compat.OpOverload, compat.OpOverloadPacket, type)
+    )
 
 
 class OpCounter(compat.TorchDispatchMode):
@@ -212,9 +236,13 @@ class OpCounter(compat.TorchDispatchMode):
 
     supports_higher_order_operators = True
 
-    def __init__(self, tracker, registry: FormulaRegistry | None = None,
-                 before_op: Callable[[Any, tuple, dict], None] | None = None,
-                 meta_sdpa: bool = False) -> None:
+    def __init__(
+        self,
+        tracker,
+        registry: FormulaRegistry | None = None,
+        before_op: Callable[[Any, tuple, dict], None] | None = None,
+        meta_sdpa: bool = False,
+    ) -> None:
         super().__init__()
         self.tracker = tracker
         # a forward on the meta device: SDPA counted as the CPU's fused kernel
@@ -226,7 +254,7 @@ class OpCounter(compat.TorchDispatchMode):
         self.before_op = before_op
         self.registry = REGISTRY if registry is None else registry
         self.unsupported: Counter[str] = Counter()
-        self.decomposed: Counter[str] = Counter()   # ops counted through their decomposition
+        self.decomposed: Counter[str] = Counter()  # ops counted through their decomposition
         self.by_op: dict[str, OpStats] = {}
         # op -> (formula or _How, qualified name, whether it takes packed quantized weights,
         # whether before_op is called for it)
@@ -258,7 +286,7 @@ class OpCounter(compat.TorchDispatchMode):
                 self._meta_sdpa[1].__enter__()
         try:
             entered = super().__enter__()
-        except BaseException:   # (no __exit__ follows: what the outermost entry set goes back)
+        except BaseException:  # (no __exit__ follows: what the outermost entry set goes back)
             if self._depth == 0:
                 _eager_flex_attention(self._flex_debug)
                 if self._meta_sdpa is not None:
@@ -281,7 +309,7 @@ class OpCounter(compat.TorchDispatchMode):
                     _leave_function_mode(*self._meta_sdpa)
                     self._meta_sdpa = None
                 if any(isinstance(f, HigherOrderOperator) for f in self._ops):
-                    compat.forget_dynamo_skips()   # torch.cond & co. run eagerly again after the pass
+                    compat.forget_dynamo_skips()  # torch.cond & co. run eagerly again after the pass
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:
@@ -289,7 +317,7 @@ class OpCounter(compat.TorchDispatchMode):
         packed = False
         if isinstance(func, HigherOrderOperator):
             formula = self.registry.lookup(func) or _SUBGRAPHS
-            if getattr(formula, "wants_probe", False):   # costs a callable it is handed
+            if getattr(formula, "wants_probe", False):  # costs a callable it is handed
                 formula = functools.partial(formula, probe=probe_cost)
         elif collective_kind(func) is not None:
             formula = _COMM
@@ -299,8 +327,10 @@ class OpCounter(compat.TorchDispatchMode):
             formula = VIEW
         else:
             formula = self.registry.lookup(func) or _decomposition(func) or _UNSUPPORTED
-            packed = any("PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
-                         for a in func._schema.arguments)
+            packed = any(
+                "PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
+                for a in func._schema.arguments
+            )
         # whether ``before_op`` wants to see this op (a hook may say which ops it watches:
         # the state guard's, only those that write an argument)
         hook = self.before_op
@@ -340,6 +370,7 @@ class OpCounter(compat.TorchDispatchMode):
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
         the call that uses them: elements once, bytes read (as stored) at every call."""
         from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
+
         record = self.tracker.current
         # one object each, or a list of them (a quantized RNN: one CellParamsBase per layer)
         objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
@@ -354,7 +385,7 @@ class OpCounter(compat.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # the hot path: every op of the forward (a few hundred per model) comes through here,
         # between the model's own kernels; it does as little as it can
-        if types:   # a tensor subclass takes part (plain tensors give no types)
+        if types:  # a tensor subclass takes part (plain tensors give no types)
             handled = self._subclass_op(func, types, args, kwargs)
             if handled is not _PASS:
                 return handled
@@ -384,7 +415,7 @@ class OpCounter(compat.TorchDispatchMode):
         if type(formula) is _How:
             return self._without_formula(func, formula, name, args, kwargs)
         out = func(*args, **kwargs)
-        if self.meta_sdpa:   # on meta: the outputs as the CPU's kernel shapes them
+        if self.meta_sdpa:  # on meta: the outputs as the CPU's kernel shapes them
             out = cpu_outputs(func, args, out)
         try:
             cost = formula(args, kwargs, out)
@@ -405,7 +436,7 @@ class OpCounter(compat.TorchDispatchMode):
         are run uncounted. Anything else: ``_PASS`` (counted as usual)."""
         if self.local_dtensor and any(map(is_dtensor_type, types)):
             return NotImplemented
-        if getattr(func, "namespace", None) == "prim":   # a fake tensor's metadata (its device)
+        if getattr(func, "namespace", None) == "prim":  # a fake tensor's metadata (its device)
             return func(*args, **(kwargs or {}))
         if any(t.__name__ == "FakeTensor" for t in types) and _in_sharding_propagation():
             return func(*args, **(kwargs or {}))
@@ -491,8 +522,7 @@ class OpCounter(compat.TorchDispatchMode):
         self.decomposed[name] += 1
         return out
 
-    def _nested_decomposition(self, func, how: _How, name: str, args: tuple,
-                              kwargs: dict) -> Any:
+    def _nested_decomposition(self, func, how: _How, name: str, args: tuple, kwargs: dict) -> Any:
         """An op without a formula on nested tensors: the op itself runs on them (the nested
         tensor's own kernels; its decomposition on the nested tensor would dispatch the op
         again, without end), and its decomposition is counted on each component."""
@@ -501,9 +531,11 @@ class OpCounter(compat.TorchDispatchMode):
         for part_args, part_kwargs, _ in parts:
             ok, _ = self._tentatively(lambda a=part_args, k=part_kwargs: how.fn(*a, **k))
             if not ok:
-                raise ModelProfError(f"op {name} on a nested tensor cannot be counted: its "
-                                     "decomposition fails on the components; register a "
-                                     "formula with modelprof.register_formula")
+                raise ModelProfError(
+                    f"op {name} on a nested tensor cannot be counted: its "
+                    "decomposition fails on the components; register a "
+                    "formula with modelprof.register_formula"
+                )
         self.decomposed[name] += 1
         return out
 
@@ -559,12 +591,14 @@ class OpCounter(compat.TorchDispatchMode):
                 out = branch(*operands)
             runs.append((self._staged, out))
             self._staged = outer
-        costs = [sum(c.resolved()[1] for _, c, _, _ in staged if c is not None)
-                 for staged, _ in runs]
+        costs = [
+            sum(c.resolved()[1] for _, c, _, _ in staged if c is not None) for staged, _ in runs
+        ]
         staged, _ = runs[0] if costs[0] >= costs[1] else runs[1]
         self._commit(staged)
-        self._apply_calls(name, note="predicate unknown (no values): charged the costlier "
-                                     "branch, an upper bound")
+        self._apply_calls(
+            name, note="predicate unknown (no values): charged the costlier branch, an upper bound"
+        )
         return runs[0][1]
 
     def _apply_calls(self, name: str, note: str | None = None) -> None:

@@ -4,6 +4,7 @@ The model comes back as it went in: the same parameters and buffers (none added,
 also in train mode), the same per-module ``training`` flags, no hooks left, nothing patched —
 also when the forward raises or is interrupted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,16 +34,18 @@ from modelprof.runtime.tensors import shape_str
 
 __all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
 
+
 @dataclasses.dataclass
 class StaticResult:
     records: list[CallRecord]
     unsupported: Counter
     by_op: dict[str, OpStats]
-    model_params: int          # every distinct parameter of the model, used or not
+    model_params: int  # every distinct parameter of the model, used or not
 
 
-def _state_for(model: nn.Module, inputs: ModelInputs, mode: RunMode
-               ) -> dict[str, torch.Tensor] | None:
+def _state_for(
+    model: nn.Module, inputs: ModelInputs, mode: RunMode
+) -> dict[str, torch.Tensor] | None:
     """Parameters/buffers to run with instead of the model's own, or None to run it as it is.
 
     Needed when the requested device/dtype differ from the model's (converted copies; on the
@@ -51,8 +54,11 @@ def _state_for(model: nn.Module, inputs: ModelInputs, mode: RunMode
     """
     device, dtype = model_placement(model)
     dtype_requested, memory_format = mode.dtype, mode.memory_format
-    convert = (not same_device(inputs.device, device) or memory_format is not None
-               or (dtype_requested is not None and dtype_requested != dtype))
+    convert = (
+        not same_device(inputs.device, device)
+        or memory_format is not None
+        or (dtype_requested is not None and dtype_requested != dtype)
+    )
     if not convert and not mode.training:
         return None
 
@@ -60,11 +66,16 @@ def _state_for(model: nn.Module, inputs: ModelInputs, mode: RunMode
 
     def conv(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in done:
-            cast = dtype_requested if (dtype_requested is not None and t.is_floating_point()) \
-                else None
+            cast = (
+                dtype_requested if (dtype_requested is not None and t.is_floating_point()) else None
+            )
             new = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
-            if new.dtype == t.dtype and new.requires_grad != t.requires_grad and \
-                    inputs.device.type == "meta" and not torch.is_inference_mode_enabled():
+            if (
+                new.dtype == t.dtype
+                and new.requires_grad != t.requires_grad
+                and inputs.device.type == "meta"
+                and not torch.is_inference_mode_enabled()
+            ):
                 # (on the model's device, ``to`` would have returned ``t`` itself: a meta
                 # stand-in made under no_grad keeps its trainable flag, as ``t`` would)
                 new.requires_grad_(t.requires_grad)
@@ -86,14 +97,20 @@ def counted_module(model: nn.Module, inputs: ModelInputs, amp: torch.dtype | Non
     """The module a counting pass runs (a ``torch.compile``'d model's original), after refusing
     ``amp`` on the meta device (autocast acts on real devices only)."""
     if amp is not None and inputs.device.type == "meta":
-        raise ModelProfError(f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
-                             "real devices only): count on 'cpu' with amp=, or pass dtype= to "
-                             "count the whole model in that dtype")
+        raise ModelProfError(
+            f"amp={amp} cannot be emulated on device='meta' (autocast acts on "
+            "real devices only): count on 'cpu' with amp=, or pass dtype= to "
+            "count the whole model in that dtype"
+        )
     return getattr(model, "_orig_mod", model)  # torch.compile'd: count the original module
 
 
-def analyze(model: nn.Module, inputs: ModelInputs, mode: RunMode = RunMode(),
-            registry: FormulaRegistry | None = None) -> StaticResult:
+def analyze(
+    model: nn.Module,
+    inputs: ModelInputs,
+    mode: RunMode = RunMode(),
+    registry: FormulaRegistry | None = None,
+) -> StaticResult:
     """Run one forward of ``model`` on ``inputs`` as ``mode`` says and return one record per
     module call.
 
@@ -110,26 +127,34 @@ def analyze(model: nn.Module, inputs: ModelInputs, mode: RunMode = RunMode(),
     with preserved_state(model) as guard:
         _refuse_lazy(guard.lazy)
         names = guard.names
-        tracker = Tracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device),
-                          has_children=guard.has_children, parameters=guard.parameters,
-                          root=model)
+        tracker = Tracker(
+            names,
+            registry,
+            memory_stats=MemoryStats.for_device(inputs.device),
+            has_children=guard.has_children,
+            parameters=guard.parameters,
+            root=model,
+        )
         tracker.param_view = view = ParamView.for_model(model, guard.parameters, names)
-        counter = OpCounter(tracker, registry, before_op=guard.write_hook(),
-                            meta_sdpa=inputs.device.type == "meta")
+        counter = OpCounter(
+            tracker, registry, before_op=guard.write_hook(), meta_sdpa=inputs.device.type == "meta"
+        )
         try:
             state = _state_for(model, inputs, mode)
             if state is not None:  # the forward sees converted copies, not these parameters
                 tracker.root_parameters = None
-            with running(model, mode, modules=list(names)), \
-                    meta_attention(inputs.device, names, counter.meta_sdpa), \
-                    module_hooks(model, tracker.pre, tracker.post, names,
-                                 post_with_inputs=True), counter:
+            with (
+                running(model, mode, modules=list(names)),
+                meta_attention(inputs.device, names, counter.meta_sdpa),
+                module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
+                counter,
+            ):
                 if state is None:
                     output = model(*inputs.args, **inputs.kwargs)
                 else:
-                    output = torch.func.functional_call(model, state, inputs.args,
-                                                        inputs.kwargs, strict=False,
-                                                        tie_weights=True)
+                    output = torch.func.functional_call(
+                        model, state, inputs.args, inputs.kwargs, strict=False, tie_weights=True
+                    )
         except ModelProfError:
             raise
         except Exception as e:
@@ -137,8 +162,9 @@ def analyze(model: nn.Module, inputs: ModelInputs, mode: RunMode = RunMode(),
     records = tracker.final_records(model, inputs.args, inputs.kwargs, output)
     # the guard's parameters are distinct already; packed weights are no tensors
     count = torch.Tensor.numel if view is None else view.count
-    model_params = sum(map(count, guard.parameters)) + \
-        sum(packed_parameters(guard.script_attrs).values())
+    model_params = sum(map(count, guard.parameters)) + sum(
+        packed_parameters(guard.script_attrs).values()
+    )
     return StaticResult(records, counter.unsupported, counter.by_op, model_params)
 
 
@@ -157,8 +183,9 @@ def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
     return found
 
 
-def meta_attention(device: torch.device, modules: Iterable[nn.Module],
-                   mode_on: bool) -> contextlib.AbstractContextManager:
+def meta_attention(
+    device: torch.device, modules: Iterable[nn.Module], mode_on: bool
+) -> contextlib.AbstractContextManager:
     """On meta, attention counted as the CPU runs it (``counting.meta_sdpa``): SDPA as its fused
     kernel (the mode, unless ``mode_on`` says the counter enters it) and
     ``nn.MultiheadAttention`` on its fast path where the CPU takes it; elsewhere nothing.
@@ -176,10 +203,12 @@ def _refuse_lazy(lazy: list[str]) -> None:
     """A forward would materialise lazy parameters *and buffers* (these names) in the user's
     model."""
     if lazy:
-        raise ModelProfError(f"the model has uninitialised lazy parameters or buffers "
-                             f"({lazy[0]!r}{' and more' if len(lazy) > 1 else ''}): run one "
-                             "forward first, so that profiling does not materialise them in "
-                             "your model")
+        raise ModelProfError(
+            f"the model has uninitialised lazy parameters or buffers "
+            f"({lazy[0]!r}{' and more' if len(lazy) > 1 else ''}): run one "
+            "forward first, so that profiling does not materialise them in "
+            "your model"
+        )
 
 
 def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
@@ -192,12 +221,18 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         if len(shown) > 6:  # a deeply nested model: the ends of the path say enough
             shown = [*shown[:2], f"... {len(shown) - 5} more", *shown[-3:]]
         path = " > ".join(shown)
-        where = (f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); "
-                 f"running: {path}")
+        where = (
+            f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); running: {path}"
+        )
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
-    ran = f"; modules that ran before it: {more}{before}" if done else \
-        "; no module finished before it"
-    return ModelProfError(f"the forward pass failed {where}{ran}. Inputs were "
-                          f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
-                          f"{type(e).__name__}: {e}{compat.meta_failure_hint(e, inputs.device)}")
+    ran = (
+        f"; modules that ran before it: {more}{before}"
+        if done
+        else "; no module finished before it"
+    )
+    return ModelProfError(
+        f"the forward pass failed {where}{ran}. Inputs were "
+        f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
+        f"{type(e).__name__}: {e}{compat.meta_failure_hint(e, inputs.device)}"
+    )

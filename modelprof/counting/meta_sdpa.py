@@ -15,6 +15,7 @@ The counter also shapes a meta op's outputs as the CPU's kernel does where they 
 is counted (``cpu_outputs``): eval-mode batch norm's saved statistics, a channels-last
 convolution's layout.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,7 +49,7 @@ def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
     bound = dict(zip(_NAMES, _DEFAULTS))
     bound.update(zip(_NAMES, args))
     for name, value in kwargs.items():
-        if name in _NAMES[:len(args)]:
+        if name in _NAMES[: len(args)]:
             return None
         bound[name] = value
     return bound
@@ -57,8 +58,11 @@ def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
 def _fusable_mask(mask: Any, q: torch.Tensor) -> bool:
     if mask is None:
         return True
-    return (isinstance(mask, torch.Tensor) and mask.dim() in (2, 4)
-            and (mask.dtype is torch.bool or mask.dtype == q.dtype))
+    return (
+        isinstance(mask, torch.Tensor)
+        and mask.dim() in (2, 4)
+        and (mask.dtype is torch.bool or mask.dtype == q.dtype)
+    )
 
 
 def _heads_fit(q: tuple, k: tuple, v: tuple, gqa: bool) -> bool:
@@ -78,23 +82,33 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
     ``is_causal``), for meta tensors of 4 (or, given a batch of one, 3) dimensions."""
     q, k, v = b["query"], b["key"], b["value"]
     # plain tensors only: a subclass (DTensor, a fake or nested tensor) runs SDPA its own way
-    if not all(type(t) in PLAIN_TENSORS and t.device.type == "meta" and not t.is_nested
-               and t.layout is torch.strided for t in (q, k, v)):
+    if not all(
+        type(t) in PLAIN_TENSORS
+        and t.device.type == "meta"
+        and not t.is_nested
+        and t.layout is torch.strided
+        for t in (q, k, v)
+    ):
         return False
-    if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)) or \
-            not _fusable_mask(b["attn_mask"], q):
+    if not (q.dim() == k.dim() == v.dim() and q.dim() in (3, 4)) or not _fusable_mask(
+        b["attn_mask"], q
+    ):
         return False
     if q.dim() == 3 and b["attn_mask"] is not None and b["attn_mask"].dim() != 2:
         return False
     q4, k4, v4 = (tuple(t.shape) if t.dim() == 4 else (1, *t.shape) for t in (q, k, v))
-    return (torch.backends.cuda.flash_sdp_enabled()
-            and q.dtype == k.dtype == v.dtype and q.dtype in _FUSED_DTYPES
-            and b["dropout_p"] == 0.0
-            and not (b["is_causal"] and b["attn_mask"] is not None)
-            and q.shape[-1] == k.shape[-1] == v.shape[-1]
-            and all(t.stride(-1) == 1 for t in (q, k, v))
-            and q.shape[-2] > 0 and k.shape[-2] > 0
-            and _heads_fit(q4, k4, v4, b["enable_gqa"]))
+    return (
+        torch.backends.cuda.flash_sdp_enabled()
+        and q.dtype == k.dtype == v.dtype
+        and q.dtype in _FUSED_DTYPES
+        and b["dropout_p"] == 0.0
+        and not (b["is_causal"] and b["attn_mask"] is not None)
+        and q.shape[-1] == k.shape[-1] == v.shape[-1]
+        and all(t.stride(-1) == 1 for t in (q, k, v))
+        and q.shape[-2] > 0
+        and k.shape[-2] > 0
+        and _heads_fit(q4, k4, v4, b["enable_gqa"])
+    )
 
 
 def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
@@ -107,13 +121,15 @@ def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
         if mask is not None:
             mask = mask.unsqueeze(0).unsqueeze(0)
     if mask is not None and mask.dtype is torch.bool:
-        mask = torch.where(mask, 0.0, torch.scalar_tensor(float("-inf"), dtype=q.dtype,
-                                                          device=mask.device))
+        mask = torch.where(
+            mask, 0.0, torch.scalar_tensor(float("-inf"), dtype=q.dtype, device=mask.device)
+        )
     extra = {} if mask is None else {"attn_mask": mask}
     if b["scale"] is not None:
         extra["scale"] = b["scale"]
     out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
-        q, k, v, float(b["dropout_p"]), bool(b["is_causal"]), **extra)[0]
+        q, k, v, float(b["dropout_p"]), bool(b["is_causal"]), **extra
+    )[0]
     return out.squeeze(0) if three_d else out
 
 
@@ -133,9 +149,16 @@ class FusedMetaSDPA(TorchFunctionMode):
 
 def _is_channels_last(t: Any) -> bool:
     """Whether ``t`` is a channels-last 4-D or 5-D tensor that is not contiguous."""
-    return type(t) in PLAIN_TENSORS and t.dim() in (4, 5) and not t.is_contiguous() and (
-        t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else
-        t.is_contiguous(memory_format=torch.channels_last_3d))
+    return (
+        type(t) in PLAIN_TENSORS
+        and t.dim() in (4, 5)
+        and not t.is_contiguous()
+        and (
+            t.is_contiguous(memory_format=torch.channels_last)
+            if t.dim() == 4
+            else t.is_contiguous(memory_format=torch.channels_last_3d)
+        )
+    )
 
 
 def _channels_last(args: tuple) -> bool:
@@ -151,11 +174,15 @@ def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
     if func is _BATCH_NORM and len(args) > 5 and not args[5] and type(out) is tuple:
         empty = [torch.empty((0,), dtype=o.dtype, device=o.device) for o in out[1:]]
         return (out[0], *empty)
-    if func is _CONVOLUTION and type(out) is torch.Tensor and out.dim() in (4, 5) and \
-            _channels_last(args) and out.is_contiguous():
+    if (
+        func is _CONVOLUTION
+        and type(out) is torch.Tensor
+        and out.dim() in (4, 5)
+        and _channels_last(args)
+        and out.is_contiguous()
+    ):
         layout = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
-        return torch.empty(out.shape, dtype=out.dtype, device=out.device,
-                           memory_format=layout)
+        return torch.empty(out.shape, dtype=out.dtype, device=out.device, memory_format=layout)
     return out
 
 
@@ -194,10 +221,10 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
         yield
         return
     original = compat.mha_device_check()
-    calls: list[tuple[nn.Module, Any, Any]] = []   # per running call: module, mode, swap
+    calls: list[tuple[nn.Module, Any, Any]] = []  # per running call: module, mode, swap
     owner, get_ident = threading.get_ident(), threading.get_ident
 
-    def check(x: Any) -> bool:   # (patched for every thread: another's calls pass through)
+    def check(x: Any) -> bool:  # (patched for every thread: another's calls pass through)
         if get_ident() != owner or not calls:
             return original(x)
         return original(x) or (x is not None and x.device.type == "meta")
@@ -220,11 +247,13 @@ def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
             compat.function_stack.push(mode)
         weights = output[1] if isinstance(output, tuple) and len(output) == 2 else None
         if isinstance(weights, torch.Tensor) and weights.shape == (0,):
-            return (output[0], None)   # no weights asked for: the CPU kernel returns None
+            return (output[0], None)  # no weights asked for: the CPU kernel returns None
         return None
 
-    handles = [_module.register_module_forward_pre_hook(pre),
-               _module.register_module_forward_hook(post, always_call=True)]
+    handles = [
+        _module.register_module_forward_pre_hook(pre),
+        _module.register_module_forward_hook(post, always_call=True),
+    ]
     compat.set_mha_device_check(check)
     try:
         yield

@@ -1,5 +1,6 @@
 """Module scope: which module call is running, from forward pre/post hooks, and one
 ``CallRecord`` per module *call* (a module run twice gives two records)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,7 @@ def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
     if any(is_dtensor(t) for t in tensors) and current_view() is ShardView.RANK:
         tensors = [t._local_tensor if is_dtensor(t) else t for t in tensors]
     distinct = {id(t): t for t in tensors}
-    return ([tensor_shape(t) for t in tensors],
-            sum(tensor_nbytes(t) for t in distinct.values()))
+    return ([tensor_shape(t) for t in tensors], sum(tensor_nbytes(t) for t in distinct.values()))
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -46,8 +46,8 @@ class CallRecord:
     has_submodules: bool
     input_shapes: list[tuple[int, ...]]
     input_bytes: int
-    param_bytes: int          # bytes of the parameters the module owns directly (read per call)
-    params: int               # parameters charged to this call: owned directly, first use only
+    param_bytes: int  # bytes of the parameters the module owns directly (read per call)
+    params: int  # parameters charged to this call: owned directly, first use only
     trainable_params: int = 0  # of ``params``, those with requires_grad (the rest are frozen)
     children: list[int] = dataclasses.field(default_factory=list)
     output_shapes: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
@@ -61,7 +61,7 @@ class CallRecord:
     # weight held in a buffer), each buffer once per call; ``buffers_read`` holds their ids
     buffer_bytes: int = 0
     buffers_read: set[int] | None = None
-    torchstat: dict[str, int] | None = None   # torchstat-view overrides from a module formula
+    torchstat: dict[str, int] | None = None  # torchstat-view overrides from a module formula
     peak_memory_bytes: int | None = None
     # FLOPs of the ops this call ran itself, by op name ("convolution.default"); an op without
     # FLOPs (a concat) is listed with 0. Types a row by what it does (Report.by_layer_type).
@@ -71,7 +71,7 @@ class CallRecord:
     # collectives this call ran itself, (kind, group size) -> CommStats (under a process group;
     # modelprof.distributed.collectives), or None
     comm: dict | None = None
-    backward_comm: dict | None = None   # the same, run by the backward of this call's nodes
+    backward_comm: dict | None = None  # the same, run by the backward of this call's nodes
 
     @property
     def collect_op_bytes(self) -> bool:
@@ -87,8 +87,11 @@ def _gathered_bytes(module: nn.Module, args: tuple, kwargs: dict, whole: int) ->
     (one per index), not the whole table ``whole``; its other parameters in full."""
     indices = args[0] if args else kwargs.get("input")
     weight = getattr(module, "weight", None)
-    if not isinstance(indices, torch.Tensor) or not isinstance(weight, torch.Tensor) or \
-            weight.dim() != 2:
+    if (
+        not isinstance(indices, torch.Tensor)
+        or not isinstance(weight, torch.Tensor)
+        or weight.dim() != 2
+    ):
         return whole
     row = weight.shape[1] * weight.element_size()
     return whole - weight.numel() * weight.element_size() + indices.numel() * row
@@ -110,8 +113,11 @@ def _outermost(names: list[str], unused: set[str]) -> list[str]:
         if n not in unused or any(n.startswith(s + ".") for s in shown):
             continue
         parts = n.split(".")
-        whole = [".".join(parts[:k]) for k in range(1, len(parts))
-                 if idle[".".join(parts[:k])] == total[".".join(parts[:k])]]
+        whole = [
+            ".".join(parts[:k])
+            for k in range(1, len(parts))
+            if idle[".".join(parts[:k])] == total[".".join(parts[:k])]
+        ]
         shown.append(whole[0] if whole else n)
     return shown
 
@@ -119,12 +125,15 @@ def _outermost(names: list[str], unused: set[str]) -> list[str]:
 class Tracker:
     """Keeps the stack of running module calls and the list of finished and running records."""
 
-    def __init__(self, names: dict[nn.Module, str],
-                 registry: FormulaRegistry | None = None,
-                 memory_stats: MemoryStats | None = None,
-                 has_children: dict[nn.Module, bool] | None = None,
-                 parameters: list[torch.Tensor] | None = None,
-                 root: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        names: dict[nn.Module, str],
+        registry: FormulaRegistry | None = None,
+        memory_stats: MemoryStats | None = None,
+        has_children: dict[nn.Module, bool] | None = None,
+        parameters: list[torch.Tensor] | None = None,
+        root: nn.Module | None = None,
+    ) -> None:
         self.names = names
         self.registry = REGISTRY if registry is None else registry
         self.records: list[CallRecord] = []
@@ -137,11 +146,14 @@ class Tracker:
         # the model's buffers as the forward sees them, by id: an op reading one charges its
         # bytes to the running call (read at the root call, after any functional_call swap)
         self.buffers: dict[int, torch.Tensor] = {}
-        self._gathers: dict[type, bool] = {}   # whether a module type gathers rows (Embedding)
+        self._gathers: dict[type, bool] = {}  # whether a module type gathers rows (Embedding)
         self._calls: dict[nn.Module, int] = {}
         # whether each module has submodules (given by a caller that walked the model already)
-        self._has_children = has_children if has_children is not None else \
-            {m: next(iter(m.children()), None) is not None for m in names}
+        self._has_children = (
+            has_children
+            if has_children is not None
+            else {m: next(iter(m.children()), None) is not None for m in names}
+        )
         # the allocator peak of each call (CUDA), else None
         self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
         self._outside: CallRecord | None = None
@@ -165,13 +177,22 @@ class Tracker:
         if self.records:  # after the root returned: the user's forward hooks on the root
             return self.records[0]
         if self._outside is None:
-            self._outside = CallRecord(index=0, name="", type="", call=1, depth=0, parent=None,
-                                       has_submodules=False, input_shapes=[], input_bytes=0,
-                                       param_bytes=0, params=0)
+            self._outside = CallRecord(
+                index=0,
+                name="",
+                type="",
+                call=1,
+                depth=0,
+                parent=None,
+                has_submodules=False,
+                input_shapes=[],
+                input_bytes=0,
+                param_bytes=0,
+                params=0,
+            )
         return self._outside
 
-    def opaque_root(self, model: nn.Module, args: tuple, kwargs: dict,
-                    output: Any) -> CallRecord:
+    def opaque_root(self, model: nn.Module, args: tuple, kwargs: dict, output: Any) -> CallRecord:
         """The one record of a model whose inner calls could not be seen: its ops, inputs,
         outputs and all of its parameters."""
         record = self.current
@@ -185,16 +206,19 @@ class Tracker:
         record.finished = True
         return record
 
+    def _begin_root(self, module: nn.Module) -> None:
+        """At the root call: every parameter and buffer as the forward will see them."""
+        given = self.root_parameters if module is self._root else None
+        self.pending_params = {id(p): p for p in (module.parameters() if given is None else given)}
+        self._root_order = list(self.pending_params)
+        self.buffers.clear()  # in place: the counter holds this dict
+        self.buffers.update((id(b), b) for b in module.buffers())
+
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         # called at every module call, between the model's kernels: kept lean
         records, stack = self.records, self.stack
-        if not records:  # the root call: every parameter as the forward will see it
-            given = self.root_parameters if module is self._root else None
-            self.pending_params = {id(p): p for p in (module.parameters() if given is None
-                                                      else given)}
-            self._root_order = list(self.pending_params)
-            self.buffers.clear()  # in place: the counter holds this dict
-            self.buffers.update((id(b), b) for b in module.buffers())
+        if not records:
+            self._begin_root(module)
         self.failure = None  # running on: an exception inside an earlier call was caught
         call = self._calls[module] = self._calls.get(module, 0) + 1
         params = param_bytes = trainable = 0
@@ -203,10 +227,11 @@ class Tracker:
         for p in module._parameters.values():
             if p is None:
                 continue
-            if view is None:   # (charge(p), inlined: this runs at every call)
+            if view is None:  # (charge(p), inlined: this runs at every call)
                 numel = p.numel()
-                param_bytes += numel * p.element_size() if type(p) is nn.Parameter else \
-                    tensor_nbytes(p)   # a quantized weight: what it stores
+                param_bytes += (
+                    numel * p.element_size() if type(p) is nn.Parameter else tensor_nbytes(p)
+                )  # a quantized weight: what it stores
                 charged = numel if pending.pop(id(p), None) is not None else 0
             else:
                 param_bytes += view.read_bytes(p)
@@ -226,10 +251,20 @@ class Tracker:
         index = len(records)
         kind = kind.__name__
         record = CallRecord(
-            index, self.names.get(module, kind), kind, call,
-            len(stack), parent.index if parent is not None else None,
-            self._has_children.get(module, False), shapes, nbytes, param_bytes, params,
-            trainable, module_id=id(module))
+            index,
+            self.names.get(module, kind),
+            kind,
+            call,
+            len(stack),
+            parent.index if parent is not None else None,
+            self._has_children.get(module, False),
+            shapes,
+            nbytes,
+            param_bytes,
+            params,
+            trainable,
+            module_id=id(module),
+        )
         if parent is not None:
             parent.children.append(index)
         if self._memory is not None:
@@ -237,8 +272,9 @@ class Tracker:
         records.append(record)
         stack.append(record)
 
-    def final_records(self, model: nn.Module, args: tuple, kwargs: dict,
-                      output: Any) -> list[CallRecord]:
+    def final_records(
+        self, model: nn.Module, args: tuple, kwargs: dict, output: Any
+    ) -> list[CallRecord]:
         """After the forward: the records with the ``(not called)`` one; where no Python hook
         fired (a TorchScript module), one record for the whole call."""
         self.add_not_called(model)
@@ -256,15 +292,32 @@ class Tracker:
         names = {id(p): n for n, p in named}
         if not all(i in names for i in pending):
             # the forward saw converted copies (functional_call): the same walk, by position
-            names = dict(zip(self._root_order, (n for n, _ in named))) \
-                if len(named) == len(self._root_order) else {}
+            names = (
+                dict(zip(self._root_order, (n for n, _ in named)))
+                if len(named) == len(self._root_order)
+                else {}
+            )
         left = list(pending.values())
         count = [p.numel() if view is None else view.count(p) for p in left]
         unused = {names[i] for i in pending if i in names}
         shown = _outermost([n for n, _ in named], unused) or ["(unnamed)"]
-        self.records.append(CallRecord(
-            len(self.records), NOT_CALLED, ", ".join(shown), 1, 1, None, False, [], 0, 0,
-            sum(count), sum(c for c, p in zip(count, left) if p.requires_grad), finished=True))
+        self.records.append(
+            CallRecord(
+                len(self.records),
+                NOT_CALLED,
+                ", ".join(shown),
+                1,
+                1,
+                None,
+                False,
+                [],
+                0,
+                0,
+                sum(count),
+                sum(c for c, p in zip(count, left) if p.requires_grad),
+                finished=True,
+            )
+        )
 
     def charge(self, p: torch.Tensor) -> int:
         """Elements of ``p`` to charge to the call that uses it: all of them the first time
@@ -275,12 +328,14 @@ class Tracker:
         p = view.canonical(p)
         return view.count(p) if self.pending_params.pop(id(p), None) is not None else 0
 
-    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
-             raised: bool = False) -> None:
+    def post(
+        self, module: nn.Module, args: tuple, kwargs: dict, output: Any, raised: bool = False
+    ) -> None:
         stack = self.stack
         key = id(module)
-        if (not stack or stack[-1].module_id != key) and \
-                not any(r.module_id == key for r in stack):  # (the innermost call: no search)
+        if (not stack or stack[-1].module_id != key) and not any(
+            r.module_id == key for r in stack
+        ):  # (the innermost call: no search)
             return
         if raised and self.failure is None:
             self.failure = (list(stack), list(self.finished))
@@ -305,7 +360,7 @@ class Tracker:
         memory = self._memory
         if memory is not None:
             while memory.stack and memory.stack[-1] != record.index:
-                memory.exit()          # calls that raised inside this one
+                memory.exit()  # calls that raised inside this one
             if memory.stack:
                 memory.exit()
                 record.peak_memory_bytes = memory.peak[record.index]
@@ -321,8 +376,9 @@ class Tracker:
                 if p is None or id(p) in seen:
                     continue
                 seen.add(id(p))
-                record.param_bytes += tensor_nbytes(p) if self.param_view is None \
-                    else self.param_view.read_bytes(p)
+                record.param_bytes += (
+                    tensor_nbytes(p) if self.param_view is None else self.param_view.read_bytes(p)
+                )
                 charged = self.charge(p)
                 record.params += charged
                 if p.requires_grad:

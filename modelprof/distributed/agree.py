@@ -8,6 +8,7 @@ its precision. One all-reduce per block (per call during warm-up), on a 3-elemen
 for interleaved rounds (``compare()``: the shuffled order, each candidate's block, the stop),
 the per-layer passes' extension and the throughput search's stop.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,15 @@ from torch import nn
 from modelprof.distributed.group import communicates, current_group, one_voice
 from modelprof.errors import ModelProfError
 
-__all__ = ["ALONE", "Agreement", "agreed_timing", "agreeing", "agreement", "current_agreement",
-           "decisions"]
+__all__ = [
+    "ALONE",
+    "Agreement",
+    "agreed_timing",
+    "agreeing",
+    "agreement",
+    "current_agreement",
+    "decisions",
+]
 
 
 @dataclasses.dataclass
@@ -42,10 +50,12 @@ class Agreement:
         t = torch.tensor(values, dtype=torch.int64, device=self.device)
         try:
             dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
-        except Exception as e:   # noqa: BLE001 - a peer died or timed out: say so
-            raise ModelProfError(f"the process group failed while the ranks agreed on a timing "
-                                 f"decision (round {self.rounds + 1}): {type(e).__name__}: {e}. "
-                                 "Did a rank exit, or call profile() without the others?") from e
+        except Exception as e:  # noqa: BLE001 - a peer died or timed out: say so
+            raise ModelProfError(
+                f"the process group failed while the ranks agreed on a timing "
+                f"decision (round {self.rounds + 1}): {type(e).__name__}: {e}. "
+                "Did a rank exit, or call profile() without the others?"
+            ) from e
         self.rounds += 1
         return [int(v) for v in t.tolist()]
 
@@ -109,14 +119,18 @@ def agreement() -> Agreement | None:
         return None
     backend = str(dist.get_backend())
     if backend == "fake":
-        return None   # a fake group moves nothing: there is nothing to agree with
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else \
-        torch.device("cpu")
+        return None  # a fake group moves nothing: there is nothing to agree with
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if backend == "nccl"
+        else torch.device("cpu")
+    )
     return Agreement(device=device)
 
 
 _CURRENT: contextvars.ContextVar[Agreement | None] = contextvars.ContextVar(
-    "modelprof_agreement", default=None)
+    "modelprof_agreement", default=None
+)
 
 
 def current_agreement() -> Agreement | None:
@@ -149,9 +163,11 @@ def agreed_timing(models: Any) -> Iterator[None]:
     decision is agreed across ranks, so all ranks run the same passes; an agreement already in
     force (``profile()``'s) is kept. Warnings come from one rank (progress bars do by
     themselves: ``runtime.progress``)."""
-    outer = current_agreement()      # inside profile() or compare(): theirs stands
-    active = outer is None and current_group() is not None and any(
-        communicates(m) for m in models if isinstance(m, nn.Module))
-    with agreeing(outer if outer is not None else agreement() if active else None), \
-            one_voice():
+    outer = current_agreement()  # inside profile() or compare(): theirs stands
+    active = (
+        outer is None
+        and current_group() is not None
+        and any(communicates(m) for m in models if isinstance(m, nn.Module))
+    )
+    with agreeing(outer if outer is not None else agreement() if active else None), one_voice():
         yield

@@ -21,6 +21,7 @@ Conventions (docs/distributed.md):
   bytes, rounded down. It is *implied*, not measured: NCCL may choose a tree, gloo its own
   algorithms, and a group of one moves nothing.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,9 +33,20 @@ import torch
 from modelprof.runtime import compat
 from modelprof.runtime.tensors import nbytes
 
-__all__ = ["Collective", "CollectiveKind", "CommStats", "CommTable", "add_collective",
-           "collective_kind", "collective_of", "collectives_frame", "comm_summary", "implied_traffic",
-           "is_comm_bookkeeping", "merge_comm"]
+__all__ = [
+    "Collective",
+    "CollectiveKind",
+    "CommStats",
+    "CommTable",
+    "add_collective",
+    "collective_kind",
+    "collective_of",
+    "collectives_frame",
+    "comm_summary",
+    "implied_traffic",
+    "is_comm_bookkeeping",
+    "merge_comm",
+]
 
 
 class CollectiveKind(str, enum.Enum):
@@ -60,23 +72,42 @@ class CollectiveKind(str, enum.Enum):
 K = CollectiveKind
 # op base names (without namespace and overload) -> kind; c10d, functional and autograd forms
 _KINDS: dict[str, CollectiveKind] = {
-    "allreduce_": K.ALL_REDUCE, "allreduce_coalesced_": K.ALL_REDUCE,
-    "all_reduce": K.ALL_REDUCE, "all_reduce_": K.ALL_REDUCE,
-    "all_reduce_coalesced": K.ALL_REDUCE, "all_reduce_coalesced_": K.ALL_REDUCE,
-    "allgather_": K.ALL_GATHER, "_allgather_base_": K.ALL_GATHER,
-    "allgather_coalesced_": K.ALL_GATHER, "allgather_into_tensor_coalesced_": K.ALL_GATHER,
-    "all_gather_into_tensor": K.ALL_GATHER, "all_gather_into_tensor_out": K.ALL_GATHER,
+    "allreduce_": K.ALL_REDUCE,
+    "allreduce_coalesced_": K.ALL_REDUCE,
+    "all_reduce": K.ALL_REDUCE,
+    "all_reduce_": K.ALL_REDUCE,
+    "all_reduce_coalesced": K.ALL_REDUCE,
+    "all_reduce_coalesced_": K.ALL_REDUCE,
+    "allgather_": K.ALL_GATHER,
+    "_allgather_base_": K.ALL_GATHER,
+    "allgather_coalesced_": K.ALL_GATHER,
+    "allgather_into_tensor_coalesced_": K.ALL_GATHER,
+    "all_gather_into_tensor": K.ALL_GATHER,
+    "all_gather_into_tensor_out": K.ALL_GATHER,
     "all_gather_into_tensor_coalesced": K.ALL_GATHER,
-    "reduce_scatter_": K.REDUCE_SCATTER, "_reduce_scatter_base_": K.REDUCE_SCATTER,
+    "reduce_scatter_": K.REDUCE_SCATTER,
+    "_reduce_scatter_base_": K.REDUCE_SCATTER,
     "reduce_scatter_tensor_coalesced_": K.REDUCE_SCATTER,
-    "reduce_scatter_tensor": K.REDUCE_SCATTER, "reduce_scatter_tensor_out": K.REDUCE_SCATTER,
+    "reduce_scatter_tensor": K.REDUCE_SCATTER,
+    "reduce_scatter_tensor_out": K.REDUCE_SCATTER,
     "reduce_scatter_tensor_coalesced": K.REDUCE_SCATTER,
-    "alltoall_": K.ALL_TO_ALL, "alltoall_base_": K.ALL_TO_ALL, "all_to_all_single": K.ALL_TO_ALL,
-    "broadcast_": K.BROADCAST, "broadcast": K.BROADCAST,
-    "reduce_": K.REDUCE, "gather_": K.GATHER, "gather_into_tensor_": K.GATHER,
-    "scatter_": K.SCATTER, "send": K.SEND, "isend": K.SEND,
-    "recv_": K.RECV, "recv_any_source_": K.RECV, "irecv": K.RECV,
-    "batch_p2p_ops": K.P2P, "barrier": K.BARRIER, "monitored_barrier_": K.BARRIER,
+    "alltoall_": K.ALL_TO_ALL,
+    "alltoall_base_": K.ALL_TO_ALL,
+    "all_to_all_single": K.ALL_TO_ALL,
+    "broadcast_": K.BROADCAST,
+    "broadcast": K.BROADCAST,
+    "reduce_": K.REDUCE,
+    "gather_": K.GATHER,
+    "gather_into_tensor_": K.GATHER,
+    "scatter_": K.SCATTER,
+    "send": K.SEND,
+    "isend": K.SEND,
+    "recv_": K.RECV,
+    "recv_any_source_": K.RECV,
+    "irecv": K.RECV,
+    "batch_p2p_ops": K.P2P,
+    "barrier": K.BARRIER,
+    "monitored_barrier_": K.BARRIER,
 }
 _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 # ops of the same namespaces that move nothing themselves: waiting on a collective, wrapping
@@ -84,14 +115,15 @@ _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 # buffers (their bytes belong to the collective they feed: not charged as the layer's traffic)
 _BOOKKEEPING = frozenset({"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"})
 _IN_NAMES = frozenset({"input", "inputs", "input_tensor", "input_tensors", "input_list"})
-_OUT_NAMES = frozenset({"output", "outputs", "output_tensor", "output_tensors", "output_lists",
-                        "out"})
+_OUT_NAMES = frozenset(
+    {"output", "outputs", "output_tensor", "output_tensors", "output_lists", "out"}
+)
 _BOTH_NAMES = frozenset({"tensor", "tensors"})
 
 
 def _split(func: Any) -> tuple[str, str]:
     """(namespace, base name) of an op overload or packet."""
-    name = func.name() if hasattr(func, "name") else str(func)   # "c10d::allreduce_"
+    name = func.name() if hasattr(func, "name") else str(func)  # "c10d::allreduce_"
     ns, _, base = name.partition("::")
     return ns, base.split(".")[0]
 
@@ -140,8 +172,8 @@ class Collective:
 
     kind: CollectiveKind
     group_size: int
-    in_bytes: int     # bytes handed in (this rank's contribution)
-    out_bytes: int    # bytes handed back (what this rank receives into)
+    in_bytes: int  # bytes handed in (this rank's contribution)
+    out_bytes: int  # bytes handed back (what this rank receives into)
 
     @property
     def payload_bytes(self) -> int:
@@ -151,8 +183,9 @@ class Collective:
     @property
     def traffic_bytes(self) -> int:
         """Bytes the ring algorithm implies this rank sends (and receives) for it."""
-        return implied_traffic(self.kind, self.payload_bytes, self.group_size,
-                               root=self.out_bytes > self.in_bytes)
+        return implied_traffic(
+            self.kind, self.payload_bytes, self.group_size, root=self.out_bytes > self.in_bytes
+        )
 
 
 def implied_traffic(kind: CollectiveKind, size: int, n: int, *, root: bool = False) -> int:
@@ -169,7 +202,7 @@ def implied_traffic(kind: CollectiveKind, size: int, n: int, *, root: bool = Fal
         return (n - 1) * size // n
     if kind in (K.GATHER, K.SCATTER) and root:
         return (n - 1) * size // n
-    return size   # broadcast, reduce (pipelined), send/recv, p2p, gather/scatter off the root
+    return size  # broadcast, reduce (pipelined), send/recv, p2p, gather/scatter off the root
 
 
 def collective_of(func: Any, args: tuple, kwargs: dict, out: Any) -> Collective | None:
@@ -194,7 +227,7 @@ def collective_of(func: Any, args: tuple, kwargs: dict, out: Any) -> Collective 
             out_bytes += nbytes(value)
     ns, _ = _split(func)
     if ns != "c10d" and not any(a.name in _OUT_NAMES for a in func._schema.arguments):
-        out_bytes = nbytes(out)       # functional: the result is the output buffer
+        out_bytes = nbytes(out)  # functional: the result is the output buffer
     if kind is K.SEND:
         out_bytes = 0
     elif kind is K.RECV:
@@ -246,13 +279,26 @@ def comm_summary(table: CommTable | None) -> tuple[int, int, int, str, int]:
     if not table:
         return 0, 0, 0, "", 0
     kinds = list(dict.fromkeys(kind for kind, _ in table))
-    return (sum(s.calls for s in table.values()), sum(s.payload_bytes for s in table.values()),
-            sum(s.traffic_bytes for s in table.values()), "+".join(kinds),
-            max(n for _, n in table))
+    return (
+        sum(s.calls for s in table.values()),
+        sum(s.payload_bytes for s in table.values()),
+        sum(s.traffic_bytes for s in table.values()),
+        "+".join(kinds),
+        max(n for _, n in table),
+    )
 
 
-_FRAME_COLUMNS = ("module", "phase", "kind", "group_size", "calls", "in_bytes", "out_bytes",
-                  "comm_bytes", "traffic_bytes")
+_FRAME_COLUMNS = (
+    "module",
+    "phase",
+    "kind",
+    "group_size",
+    "calls",
+    "in_bytes",
+    "out_bytes",
+    "comm_bytes",
+    "traffic_bytes",
+)
 
 
 def collectives_frame(rows: Any) -> Any:
@@ -266,6 +312,17 @@ def collectives_frame(rows: Any) -> Any:
             continue
         for phase, table in (("forward", r.comm), ("backward", r.backward_comm)):
             for (kind, n), s in (table or {}).items():
-                lines.append((r.module, phase, kind, n, s.calls, s.in_bytes, s.out_bytes,
-                              s.payload_bytes, s.traffic_bytes))
+                lines.append(
+                    (
+                        r.module,
+                        phase,
+                        kind,
+                        n,
+                        s.calls,
+                        s.in_bytes,
+                        s.out_bytes,
+                        s.payload_bytes,
+                        s.traffic_bytes,
+                    )
+                )
     return pd.DataFrame(lines, columns=list(_FRAME_COLUMNS))

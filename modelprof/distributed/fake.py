@@ -8,6 +8,7 @@ profiles the result with ``timing=False``. FSDP2 refuses to run on meta paramete
 left on meta is materialised as *fake* tensors (``FakeTensorMode``: shapes, no memory). This is
 how a model too large for any one machine is sized per rank from a laptop.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,15 +27,19 @@ __all__ = ["profile_sharded"]
 
 def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> None:
     if not callable(build):
-        raise ModelProfError(f"build={build!r} must be a callable that returns the model "
-                             "(sharded or parallelised as under torchrun)")
+        raise ModelProfError(
+            f"build={build!r} must be a callable that returns the model "
+            "(sharded or parallelised as under torchrun)"
+        )
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ModelProfError(f"world_size={world_size!r} must be an int >= 1")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ModelProfError(f"rank={rank!r} must be an int in [0, {world_size})")
     if kwargs.get("timing"):
-        raise ModelProfError("timing=True: a fake process group has no clock (its collectives "
-                             "move nothing); time the model under torchrun")
+        raise ModelProfError(
+            "timing=True: a fake process group has no clock (its collectives "
+            "move nothing); time the model under torchrun"
+        )
 
 
 def _plan_mismatch(caught: list) -> None:
@@ -50,13 +55,22 @@ def _plan_mismatch(caught: list) -> None:
 def _on_meta(model: nn.Module) -> bool:
     from modelprof.distributed.view import is_dtensor
 
-    return any((p._local_tensor if is_dtensor(p) else p).is_meta
-               for p in (*model.parameters(), *model.buffers()))
+    return any(
+        (p._local_tensor if is_dtensor(p) else p).is_meta
+        for p in (*model.parameters(), *model.buffers())
+    )
 
 
-def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, world_size: int,
-                    rank: int = 0, inputs: Any = None, device: str = "meta",
-                    **profile_options: Any) -> Any:
+def profile_sharded(
+    build: Callable[[], nn.Module],
+    input_size: Any = None,
+    *,
+    world_size: int,
+    rank: int = 0,
+    inputs: Any = None,
+    device: str = "meta",
+    **profile_options: Any,
+) -> Any:
     """Profile rank ``rank`` of ``world_size`` from one process (see the module docstring).
 
     ``build()`` runs under ``torch.device(device)`` (``"meta"``: no memory; DDP, which
@@ -71,16 +85,21 @@ def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, w
 
     _check(world_size, rank, build, profile_options)
     if dist.is_initialized():
-        raise ModelProfError("profile_sharded() starts a fake process group of its own, but one "
-                             f"is active already (backend {dist.get_backend()!r}): under a real "
-                             "group, call profile() on every rank instead")
+        raise ModelProfError(
+            "profile_sharded() starts a fake process group of its own, but one "
+            f"is active already (backend {dist.get_backend()!r}): under a real "
+            "group, call profile() on every rank instead"
+        )
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         try:
             # FSDP's default mesh follows the machine's GPU; a model built on meta or the CPU
             # runs on the CPU here, so its mesh is the CPU's too
-            pin = compat.default_mesh_on_cpu() if torch.device(device).type in ("meta", "cpu") \
+            pin = (
+                compat.default_mesh_on_cpu()
+                if torch.device(device).type in ("meta", "cpu")
                 else contextlib.nullcontext()
+            )
             with torch.device(device), pin, warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 model = build()
@@ -88,10 +107,11 @@ def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, w
         except ModelProfError:
             raise
         except Exception as e:
-            raise ModelProfError(f"build() failed under torch.device({device!r}) with a fake "
-                                 f"group of {world_size}: {type(e).__name__}: {e}"
-                                 + (" (DDP needs real values: pass device='cpu')"
-                                    if "meta" in str(e) else "")) from e
+            raise ModelProfError(
+                f"build() failed under torch.device({device!r}) with a fake "
+                f"group of {world_size}: {type(e).__name__}: {e}"
+                + (" (DDP needs real values: pass device='cpu')" if "meta" in str(e) else "")
+            ) from e
         if not isinstance(model, nn.Module):
             raise ModelProfError(f"build() returned {type(model).__name__}, not a module")
         context = contextlib.nullcontext()
@@ -100,12 +120,18 @@ def profile_sharded(build: Callable[[], nn.Module], input_size: Any = None, *, w
         with context:
             run_device = device
             if _on_meta(model):
-                model.to_empty(device="cpu")   # fake tensors: shapes on cpu, no memory
+                model.to_empty(device="cpu")  # fake tensors: shapes on cpu, no memory
                 run_device = "cpu"
             if callable(inputs):
                 with torch.device(run_device):
                     inputs = inputs()
-            return profile(model, input_size, inputs=inputs, device=run_device, timing=False,
-                           **{k: v for k, v in profile_options.items() if k != "timing"})
+            return profile(
+                model,
+                input_size,
+                inputs=inputs,
+                device=run_device,
+                timing=False,
+                **{k: v for k, v in profile_options.items() if k != "timing"},
+            )
     finally:
         dist.destroy_process_group()

@@ -1,4 +1,5 @@
 """Every rank's table at rank 0: one DataFrame with a ``rank`` column."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,8 +11,9 @@ from modelprof.errors import ModelProfError
 __all__ = ["gather_reports"]
 
 
-def gather_reports(report: Any, dst: int = 0, group: Any = None, **frame_options: Any
-                   ) -> pd.DataFrame | None:
+def gather_reports(
+    report: Any, dst: int = 0, group: Any = None, **frame_options: Any
+) -> pd.DataFrame | None:
     """Gather ``report.to_dataframe(**frame_options)`` of every rank to rank ``dst``: returns the
     frames stacked with a ``rank`` column first on ``dst``, None on the others. Every rank must
     call it (it is a collective). ``frame.attrs`` holds each rank's environment
@@ -21,13 +23,19 @@ def gather_reports(report: Any, dst: int = 0, group: Any = None, **frame_options
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise ModelProfError("gather_reports() needs an initialised process group "
-                             "(torch.distributed.init_process_group); none is active")
+        raise ModelProfError(
+            "gather_reports() needs an initialised process group "
+            "(torch.distributed.init_process_group); none is active"
+        )
     rank = dist.get_rank(group)
     frame = report.to_dataframe(**frame_options)
     latency = getattr(report, "latency", None)
-    mine = {"rank": dist.get_rank(), "frame": frame, "env": dict(getattr(report, "env", {}) or {}),
-            "latency_ms": None if latency is None else float(latency.median_ms)}
+    mine = {
+        "rank": dist.get_rank(),
+        "frame": frame,
+        "env": dict(getattr(report, "env", {}) or {}),
+        "latency_ms": None if latency is None else float(latency.median_ms),
+    }
     world = dist.get_world_size(group)
     if not 0 <= dst < world:
         raise ModelProfError(f"dst={dst!r} is not a rank of the group (world size {world})")

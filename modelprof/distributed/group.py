@@ -5,6 +5,7 @@ Under ``torchrun`` every rank runs the same script; only rank 0 prints tables, w
 progress and writes files, unless ``MODELPROF_ALL_RANKS=1`` (or ``all_ranks=True`` where an entry
 point takes it) asks every rank to.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,17 @@ from torch import nn
 
 from modelprof.runtime import compat
 
-__all__ = ["RankInfo", "all_ranks_speak", "communicates", "current_group", "fsdp_modules",
-           "is_ddp", "is_speaker", "local_device", "one_voice"]
+__all__ = [
+    "RankInfo",
+    "all_ranks_speak",
+    "communicates",
+    "current_group",
+    "fsdp_modules",
+    "is_ddp",
+    "is_speaker",
+    "local_device",
+    "one_voice",
+]
 
 ALL_RANKS_ENV = "MODELPROF_ALL_RANKS"
 
@@ -53,9 +63,13 @@ def current_group() -> RankInfo | None:
     import torch.distributed as dist
 
     local = os.environ.get("LOCAL_RANK")
-    return RankInfo(dist.get_rank(), dist.get_world_size(), str(dist.get_backend()),
-                    socket.gethostname(), int(local) if local is not None and local.isdigit()
-                    else None)
+    return RankInfo(
+        dist.get_rank(),
+        dist.get_world_size(),
+        str(dist.get_backend()),
+        socket.gethostname(),
+        int(local) if local is not None and local.isdigit() else None,
+    )
 
 
 def all_ranks_speak() -> bool:
@@ -73,7 +87,7 @@ def is_speaker(all_ranks: bool | None = None) -> bool:
 
         # a fake group (profile_sharded) is one process: it always speaks
         return dist.get_rank() == 0 or str(dist.get_backend()) == "fake"
-    rank = os.environ.get("RANK")   # launched by torchrun, group not (yet) initialised
+    rank = os.environ.get("RANK")  # launched by torchrun, group not (yet) initialised
     return rank is None or rank == "0"
 
 
@@ -124,10 +138,12 @@ def fsdp_modules(model: nn.Module) -> list[nn.Module]:
 def communicates(model: nn.Module) -> bool:
     """Whether running ``model`` issues collectives (DDP, FSDP2, DTensor parameters)."""
     model = getattr(model, "_orig_mod", model)
-    return is_ddp(model) or bool(fsdp_modules(model)) or \
-        any(_is_dtensor(p) for p in model.parameters())
+    return (
+        is_ddp(model)
+        or bool(fsdp_modules(model))
+        or any(_is_dtensor(p) for p in model.parameters())
+    )
 
 
 def _is_dtensor(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and any(compat.is_dtensor_class(c)
-                                               for c in type(t).__mro__)
+    return isinstance(t, torch.Tensor) and any(compat.is_dtensor_class(c) for c in type(t).__mro__)

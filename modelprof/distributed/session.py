@@ -14,6 +14,7 @@
 - a process group that fails mid-profile: ``ModelProfError`` naming it;
 - rank, world size, backend and host for ``Report.env``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,11 +33,16 @@ from modelprof.distributed.view import ShardView, shard_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 
-__all__ = ["DistributedSession", "communicates", "ddp_gradient_collectives", "is_ddp",
-           "sharded_session"]
+__all__ = [
+    "DistributedSession",
+    "communicates",
+    "ddp_gradient_collectives",
+    "is_ddp",
+    "sharded_session",
+]
 
 JOIN_TIMEOUT_ENV = "MODELPROF_JOIN_TIMEOUT_S"
-_calls = [0]   # profile() calls on communicating models in this process (the join's key)
+_calls = [0]  # profile() calls on communicating models in this process (the join's key)
 
 
 def ddp_gradient_collectives(model: nn.Module) -> list[Collective]:
@@ -44,8 +50,11 @@ def ddp_gradient_collectives(model: nn.Module) -> list[Collective]:
     DDP's process group: what a backward with the default all-reduce hook runs."""
     sizes = str(model._get_ddp_logging_data().get("bucket_sizes", "")).split(",")
     n = model.process_group.size() if getattr(model, "process_group", None) is not None else 1
-    return [Collective(CollectiveKind.ALL_REDUCE, n, int(s), int(s))
-            for s in sizes if s.strip().isdigit()]
+    return [
+        Collective(CollectiveKind.ALL_REDUCE, n, int(s), int(s))
+        for s in sizes
+        if s.strip().isdigit()
+    ]
 
 
 class DistributedSession:
@@ -58,15 +67,16 @@ class DistributedSession:
         self.active = self.group is not None and communicates(model)
         self._fsdp = fsdp_modules(getattr(model, "_orig_mod", model))
         if self._fsdp:
-            compat.require("profiling an FSDP2 (fully_shard) model", "torch",
-                           compat.FSDP2_PUBLIC)
+            compat.require("profiling an FSDP2 (fully_shard) model", "torch", compat.FSDP2_PUBLIC)
         self._sharded_on_entry = [m for m in self._fsdp if _is_sharded(m)]
 
     def env(self) -> dict[str, Any]:
         if self.group is None:
             return {}
-        return {**{k: v for k, v in self.group.as_dict().items()},
-                "distributed_view": self.view.value}
+        return {
+            **{k: v for k, v in self.group.as_dict().items()},
+            "distributed_view": self.view.value,
+        }
 
     def contention_note(self, device: torch.device) -> str | None:
         """Timed on the CPU while the other ranks of this host time too (torchrun's
@@ -74,10 +84,12 @@ class DistributedSession:
         local = os.environ.get("LOCAL_WORLD_SIZE", "")
         if not self.active or device.type != "cpu" or not local.isdigit() or int(local) < 2:
             return None
-        return (f"{local} ranks timed on this host's CPU at once (LOCAL_WORLD_SIZE={local}): "
-                "each rank's latencies are under the others' load, the group's pace rather "
-                "than one rank's solo speed, and their intervals cover the sampling, not that "
-                "contention")
+        return (
+            f"{local} ranks timed on this host's CPU at once (LOCAL_WORLD_SIZE={local}): "
+            "each rank's latencies are under the others' load, the group's pace rather "
+            "than one rank's solo speed, and their intervals cover the sampling, not that "
+            "contention"
+        )
 
     def join(self) -> None:
         """Every rank of the group must enter profile() for a communicating model."""
@@ -102,7 +114,8 @@ class DistributedSession:
                     f"{self.group.rank} but only {joined} of {self.group.world_size} ranks "
                     f"joined within {timeout:g} s ({JOIN_TIMEOUT_ENV}): the model's "
                     "collectives need every rank, so call profile() on all ranks (under "
-                    "torchrun, in the script every rank runs)")
+                    "torchrun, in the script every rank runs)"
+                )
             time.sleep(0.01)
             joined = store.add(key, 0)
 
@@ -151,8 +164,11 @@ def sharded_session(model: nn.Module, view: Any = "rank") -> Iterator[Distribute
     session = DistributedSession(model, ShardView.parse(view))
     session.join()
     try:
-        with shard_view(session.view), agreeing(agreement() if session.active else None), \
-                one_voice():
+        with (
+            shard_view(session.view),
+            agreeing(agreement() if session.active else None),
+            one_voice(),
+        ):
             yield session
     except ModelProfError:
         raise
@@ -160,10 +176,11 @@ def sharded_session(model: nn.Module, view: Any = "rank") -> Iterator[Distribute
         if not session.active:
             raise
         g = session.group
-        raise ModelProfError(f"profiling {type(model).__name__} failed on rank {g.rank} of "
-                             f"{g.world_size} ({g.backend}): {type(e).__name__}: {e}. If a "
-                             "rank exited or the process group failed, every rank stops "
-                             "here") from e
+        raise ModelProfError(
+            f"profiling {type(model).__name__} failed on rank {g.rank} of "
+            f"{g.world_size} ({g.backend}): {type(e).__name__}: {e}. If a "
+            "rank exited or the process group failed, every rank stops "
+            "here"
+        ) from e
     finally:
         session.restore_fsdp()
-

@@ -19,6 +19,7 @@ configurations dealt across ``torchrun`` ranks or run in one process, gathered i
 - **One voice.** Every rank returns the gathered frame; only rank 0 shows the progress bar and
   writes ``out/sweep.csv`` and ``out/sweep.json``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,9 +42,20 @@ from modelprof.runtime.progress import NoProgress, progress_bar
 __all__ = ["COUNTED_COLUMNS", "Measure", "check_options", "run_config", "run_sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
-COUNTED_COLUMNS = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
-                   "output_bytes", "read_bytes", "write_bytes", "backward_macs",
-                   "backward_flops", "saved_bytes")
+COUNTED_COLUMNS = (
+    "params",
+    "trainable_params",
+    "frozen_params",
+    "macs",
+    "flops",
+    "madd",
+    "output_bytes",
+    "read_bytes",
+    "write_bytes",
+    "backward_macs",
+    "backward_flops",
+    "saved_bytes",
+)
 _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 
 
@@ -53,19 +65,24 @@ Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 
 def check_options(resume: Any, retry_failed: Any, progress: Any, timeout_s: Any) -> None:
     """A sweep's switches, refused before anything is created or run."""
-    for name, value in (("resume", resume), ("retry_failed", retry_failed),
-                        ("progress", progress)):
+    for name, value in (("resume", resume), ("retry_failed", retry_failed), ("progress", progress)):
         if not isinstance(value, bool):
             raise ModelProfError(f"{name}={value!r} must be True or False")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
 
 
-def run_sweep(configs: list[SweepConfig], measure: Measure, store: ResultStore | None = None,
-              *, resume: bool = True, retry_failed: bool = False, progress: bool = False,
-              timeout_s: float = 1800.0,
-              on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
-              ) -> pd.DataFrame:
+def run_sweep(
+    configs: list[SweepConfig],
+    measure: Measure,
+    store: ResultStore | None = None,
+    *,
+    resume: bool = True,
+    retry_failed: bool = False,
+    progress: bool = False,
+    timeout_s: float = 1800.0,
+    on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None,
+) -> pd.DataFrame:
     """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
     frame (on every rank), each finished row saved in ``store`` (and the whole table, by rank
     0). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``; the options are
@@ -76,11 +93,20 @@ def run_sweep(configs: list[SweepConfig], measure: Measure, store: ResultStore |
     timed = any(c.timing for c in configs)
     with open_ranks(float(timeout_s), timed=timed) as meeting:
         rank = meeting.ranks.rank
-        bar = progress_bar(len(configs), enabled=progress and rank == 0, desc="sweep",
-                           unit="config")
+        bar = progress_bar(
+            len(configs), enabled=progress and rank == 0, desc="sweep", unit="config"
+        )
         try:
-            runner = _Runner(meeting, measure, store, bar, len(configs), resume=resume,
-                             retry_failed=retry_failed, timeout_s=float(timeout_s))
+            runner = _Runner(
+                meeting,
+                measure,
+                store,
+                bar,
+                len(configs),
+                resume=resume,
+                retry_failed=retry_failed,
+                timeout_s=float(timeout_s),
+            )
             runner.on_config = on_config
             rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
             parts = meeting.all_gather(rows, "rows")
@@ -96,8 +122,18 @@ class _Runner:
     """Runs one rank's share: counting first, then the timed configurations (each under its
     device's lock); every finished configuration is saved before the next one starts."""
 
-    def __init__(self, meeting: Any, measure: Measure, store: ResultStore | None, bar: Any,
-                 total: int, *, resume: bool, retry_failed: bool, timeout_s: float) -> None:
+    def __init__(
+        self,
+        meeting: Any,
+        measure: Measure,
+        store: ResultStore | None,
+        bar: Any,
+        total: int,
+        *,
+        resume: bool,
+        retry_failed: bool,
+        timeout_s: float,
+    ) -> None:
         self.meeting, self.measure, self.store = meeting, measure, store
         self.bar, self.total = bar, total
         self.resume, self.retry_failed, self.timeout_s = resume, retry_failed, timeout_s
@@ -155,8 +191,9 @@ class _Runner:
         self._tick()
 
 
-def run_config(config: SweepConfig, measure: Measure,
-               ranks: SweepRanks | None = None) -> dict[str, Any]:
+def run_config(
+    config: SweepConfig, measure: Measure, ranks: SweepRanks | None = None
+) -> dict[str, Any]:
     """One row: ``measure`` on one configuration (a timed one holding its device's lock), with
     the configuration, who ran it, when and how long; a failure is ``status="error"``."""
     ranks = ranks or SweepRanks()
@@ -165,8 +202,7 @@ def run_config(config: SweepConfig, measure: Measure,
         return _run(config, measure, device, ranks)
 
 
-def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks
-         ) -> dict[str, Any]:
+def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) -> dict[str, Any]:
     row: dict[str, Any] = {**{k: getattr(config, k) for k in _CONFIG_COLUMNS}, "device": device}
     if config.options:
         row["options"] = repr(dict(config.options))
@@ -226,8 +262,10 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     """One row per configuration, in expansion order, whichever rank ran it."""
     missing = [c.name for c in configs if c.name not in rows]
     if missing:
-        raise ModelProfError(f"sweep: no result for {len(missing)} configuration(s), e.g. "
-                             f"{missing[0]!r}; a rank did not report")
+        raise ModelProfError(
+            f"sweep: no result for {len(missing)} configuration(s), e.g. "
+            f"{missing[0]!r}; a rank did not report"
+        )
     records = [rows[c.name] for c in configs]
     seen: dict[str, None] = {}
     for record in records:

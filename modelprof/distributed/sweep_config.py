@@ -7,6 +7,7 @@ accepted too), and the grid stands for every combination, models outermost. A sw
 or a list of grids (in a file: the top-level table, or ``[[grid]]`` tables / a JSON list).
 Errors name the entry (``grid 2``) and the key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,10 +28,19 @@ __all__ = ["MODES", "SweepConfig", "expand_grids", "load_sweep"]
 #: default); ``backward``: a training step (train mode, loss = sum of outputs, backward).
 MODES: dict[str, dict[str, Any]] = {"forward": {}, "backward": {"backward": True}}
 
-_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32",
-           "bfloat16": "bfloat16", "bf16": "bfloat16",
-           "float16": "float16", "fp16": "float16", "half": "float16",
-           "float64": "float64", "fp64": "float64", "double": "float64"}
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float64": "float64",
+    "fp64": "float64",
+    "double": "float64",
+}
 _LIST_KEYS = {"models": "model", "batch_sizes": "batch_size", "dtypes": "dtype", "modes": "mode"}
 _SCALAR_KEYS = ("timing", "device", "input_size", "options")
 _KNOWN = (*_LIST_KEYS, *_LIST_KEYS.values(), *_SCALAR_KEYS)
@@ -80,11 +90,18 @@ class SweepConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
         """Inverse of :meth:`to_dict` (a result file's ``config``)."""
         size = data.get("input_size")
-        return cls(model=data["model"], batch_size=data["batch_size"], dtype=data["dtype"],
-                   mode=data["mode"], timing=data["timing"], device=data["device"],
-                   input_size=None if size is None else _tupleify(size),
-                   options=tuple(sorted((k, _tupleify(v))
-                                        for k, v in dict(data.get("options") or {}).items())))
+        return cls(
+            model=data["model"],
+            batch_size=data["batch_size"],
+            dtype=data["dtype"],
+            mode=data["mode"],
+            timing=data["timing"],
+            device=data["device"],
+            input_size=None if size is None else _tupleify(size),
+            options=tuple(
+                sorted((k, _tupleify(v)) for k, v in dict(data.get("options") or {}).items())
+            ),
+        )
 
 
 def load_sweep(source: Any, *, options: Collection[str] | None = None) -> list[SweepConfig]:
@@ -95,9 +112,11 @@ def load_sweep(source: Any, *, options: Collection[str] | None = None) -> list[S
     try:
         data = _read_file(Path(source)) if isinstance(source, (str, Path)) else source
         return expand_grids(data, origin=origin, options=options)
-    except RecursionError:   # lists in lists a hundred thousand deep: no grid is like that
-        raise ModelProfError(f"sweep config {origin!r} is nested too deeply to be a sweep "
-                             "(a grid's values are numbers, strings or lists of them)") from None
+    except RecursionError:  # lists in lists a hundred thousand deep: no grid is like that
+        raise ModelProfError(
+            f"sweep config {origin!r} is nested too deeply to be a sweep "
+            "(a grid's values are numbers, strings or lists of them)"
+        ) from None
 
 
 def _read_file(path: Path) -> Any:
@@ -112,13 +131,15 @@ def _read_file(path: Path) -> Any:
 
             return tomllib.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, TOMLDecodeError
-        raise ModelProfError(f"sweep config {str(path)!r} is not valid {suffix[1:].upper()}: "
-                             f"{e}") from e
+        raise ModelProfError(
+            f"sweep config {str(path)!r} is not valid {suffix[1:].upper()}: {e}"
+        ) from e
     raise ModelProfError(f"sweep config {str(path)!r}: use a .json or .toml file")
 
 
-def expand_grids(data: Any, *, origin: str = "sweep",
-                 options: Collection[str] | None = None) -> list[SweepConfig]:
+def expand_grids(
+    data: Any, *, origin: str = "sweep", options: Collection[str] | None = None
+) -> list[SweepConfig]:
     """Every configuration of one grid or a list of grids (see the module docstring)."""
     grids = _grids(data, origin)
     configs: dict[SweepConfig, None] = {}
@@ -135,24 +156,30 @@ def _grids(data: Any, origin: str) -> list[Mapping[str, Any]]:
     if isinstance(data, Mapping):
         data = [data]
     if not isinstance(data, Sequence) or isinstance(data, (str, bytes)):
-        raise ModelProfError(f"{origin}: a sweep is a dict (one grid) or a list of dicts, "
-                             f"not {type(data).__name__}")
+        raise ModelProfError(
+            f"{origin}: a sweep is a dict (one grid) or a list of dicts, not {type(data).__name__}"
+        )
     if not data:
         raise ModelProfError(f"{origin}: the sweep has no grid; give at least 'models'")
     for i, grid in enumerate(data, 1):
         if not isinstance(grid, Mapping):
-            raise ModelProfError(f"{origin}: grid {i} is a {type(grid).__name__}, not a dict "
-                                 "such as {'models': ['resnet18'], 'batch_sizes': [1, 8]}")
+            raise ModelProfError(
+                f"{origin}: grid {i} is a {type(grid).__name__}, not a dict "
+                "such as {'models': ['resnet18'], 'batch_sizes': [1, 8]}"
+            )
     return list(data)
 
 
-def _expand(grid: Mapping[str, Any], where: str,
-            known: Collection[str] | None) -> list[SweepConfig]:
+def _expand(
+    grid: Mapping[str, Any], where: str, known: Collection[str] | None
+) -> list[SweepConfig]:
     """The configurations of one grid, models outermost, modes innermost."""
     for key in grid:
         if key not in _KNOWN:
             close = difflib.get_close_matches(str(key), _KNOWN, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(_KNOWN)}"
+            hint = (
+                f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(_KNOWN)}"
+            )
             raise ModelProfError(f"{where}: unknown key {key!r}{hint}")
     axes = {one: _axis(grid, many, one, where) for many, one in _LIST_KEYS.items()}
     timing = grid.get("timing", False)
@@ -161,10 +188,21 @@ def _expand(grid: Mapping[str, Any], where: str,
     device = _device(grid.get("device", "cpu"), timing, where)
     size = _input_size(grid.get("input_size"), where)
     options = _options(grid.get("options", {}), where, known)
-    return [SweepConfig(model=m, batch_size=b, dtype=d, mode=mode, timing=timing, device=device,
-                        input_size=size, options=options)
-            for m, b, d, mode in itertools.product(axes["model"], axes["batch_size"],
-                                                   axes["dtype"], axes["mode"])]
+    return [
+        SweepConfig(
+            model=m,
+            batch_size=b,
+            dtype=d,
+            mode=mode,
+            timing=timing,
+            device=device,
+            input_size=size,
+            options=options,
+        )
+        for m, b, d, mode in itertools.product(
+            axes["model"], axes["batch_size"], axes["dtype"], axes["mode"]
+        )
+    ]
 
 
 def _axis(grid: Mapping[str, Any], many: str, one: str, where: str) -> list[Any]:
@@ -173,8 +211,9 @@ def _axis(grid: Mapping[str, Any], many: str, one: str, where: str) -> list[Any]
     key = many if many in grid else one
     if key not in grid:
         if one == "model":
-            raise ModelProfError(f"{where}: no 'models'; name at least one, e.g. "
-                                 "models = ['resnet18']")
+            raise ModelProfError(
+                f"{where}: no 'models'; name at least one, e.g. models = ['resnet18']"
+            )
         return list(_DEFAULTS[one])
     raw = grid[key]
     values = list(raw) if isinstance(raw, (list, tuple)) else [raw]
@@ -186,8 +225,10 @@ def _axis(grid: Mapping[str, Any], many: str, one: str, where: str) -> list[Any]
 
 def _model(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ModelProfError(f"{where}: model {value!r} must be a name such as 'resnet18', "
-                             "'timm:NAME' or 'file.py:factory'")
+        raise ModelProfError(
+            f"{where}: model {value!r} must be a name such as 'resnet18', "
+            "'timm:NAME' or 'file.py:factory'"
+        )
     name = value.strip()
     if ":" not in name and not name.endswith((".py", ".pt", ".pth", ".pt2")):
         _check_torchvision_name(name, where)
@@ -216,8 +257,7 @@ def _batch(value: Any, where: str) -> int:
 def _dtype(value: Any, where: str) -> str:
     key = str(value).lower().removeprefix("torch.") if isinstance(value, str) else None
     if key not in _DTYPES:
-        raise ModelProfError(f"{where}: dtype {value!r} is not one of "
-                             f"{', '.join(sorted(_DTYPES))}")
+        raise ModelProfError(f"{where}: dtype {value!r} is not one of {', '.join(sorted(_DTYPES))}")
     return _DTYPES[key]
 
 
@@ -229,8 +269,10 @@ def _mode(value: Any, where: str) -> str:
 
 def _device(value: Any, timing: bool, where: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"(cpu|cuda|meta)(:\d+)?", value):
-        raise ModelProfError(f"{where}: device {value!r} must be 'cpu', 'cuda', 'cuda:N' "
-                             "(or 'meta' for counting only)")
+        raise ModelProfError(
+            f"{where}: device {value!r} must be 'cpu', 'cuda', 'cuda:N' "
+            "(or 'meta' for counting only)"
+        )
     if timing and value.startswith("meta"):
         raise ModelProfError(f"{where}: timing=true needs a real device, not {value!r}")
     return value
@@ -239,39 +281,60 @@ def _device(value: Any, timing: bool, where: str) -> str:
 def _input_size(value: Any, where: str) -> tuple[Any, ...] | None:
     if value is None:
         return None
-    def shape(s: Any) -> bool:
-        return isinstance(s, (list, tuple)) and bool(s) and all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in s)
 
-    ok = shape(value) or (isinstance(value, (list, tuple)) and bool(value)
-                          and all(shape(s) for s in value))
+    def shape(s: Any) -> bool:
+        return (
+            isinstance(s, (list, tuple))
+            and bool(s)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in s)
+        )
+
+    ok = shape(value) or (
+        isinstance(value, (list, tuple)) and bool(value) and all(shape(s) for s in value)
+    )
     if not ok:
-        raise ModelProfError(f"{where}: input_size {value!r} must be a shape without the batch "
-                             "such as [3, 224, 224], or a list of such shapes")
+        raise ModelProfError(
+            f"{where}: input_size {value!r} must be a shape without the batch "
+            "such as [3, 224, 224], or a list of such shapes"
+        )
     return _tupleify(value)
 
 
 #: profile() keywords a sweep sets itself, so a grid's ``options`` may not.
-_RESERVED = ("model", "input_size", "inputs", "batch_size", "device", "dtype", "timing",
-             "backward", "progress")
+_RESERVED = (
+    "model",
+    "input_size",
+    "inputs",
+    "batch_size",
+    "device",
+    "dtype",
+    "timing",
+    "backward",
+    "progress",
+)
 
 
-def _options(value: Any, where: str,
-             known: Collection[str] | None) -> tuple[tuple[str, Any], ...]:
+def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tuple[str, Any], ...]:
     if not isinstance(value, Mapping):
-        raise ModelProfError(f"{where}: options {value!r} must be a table/dict of profile() "
-                             "keywords such as {budget_s = 1}")
+        raise ModelProfError(
+            f"{where}: options {value!r} must be a table/dict of profile() "
+            "keywords such as {budget_s = 1}"
+        )
     for name, v in value.items():
         if known is not None and name not in known:
             close = difflib.get_close_matches(str(name), sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ModelProfError(f"{where}: options.{name} is not a profile() option{hint}")
         if name in _RESERVED:
-            raise ModelProfError(f"{where}: options.{name} is set by the sweep itself; use the "
-                                 "grid keys (models, batch_sizes, dtypes, modes, timing, device)")
+            raise ModelProfError(
+                f"{where}: options.{name} is set by the sweep itself; use the "
+                "grid keys (models, batch_sizes, dtypes, modes, timing, device)"
+            )
         if not _plain(v):
-            raise ModelProfError(f"{where}: options.{name}={v!r} is not a plain value "
-                                 "(a number, string, bool, or a list of them)")
+            raise ModelProfError(
+                f"{where}: options.{name}={v!r} is not a plain value "
+                "(a number, string, bool, or a list of them)"
+            )
     return tuple(sorted((str(k), _tupleify(v)) for k, v in value.items()))
 
 

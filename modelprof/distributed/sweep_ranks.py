@@ -8,6 +8,7 @@ have to keep in step (the ranks of a sweep run different models at different tim
 caller has initialised a process group already, the sweep meets on it instead (a gloo subgroup
 when its backend is not gloo), and timed configurations are refused (see :func:`open_ranks`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,16 +67,19 @@ class StoreRanks:
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float) -> None:
         self.store, self.timeout = store, timedelta(seconds=timeout_s)
-        self.ranks = SweepRanks(rank=rank, world_size=world_size,
-                                local_rank=env_int("LOCAL_RANK", 0))
+        self.ranks = SweepRanks(
+            rank=rank, world_size=world_size, local_rank=env_int("LOCAL_RANK", 0)
+        )
 
     def _wait(self, keys: list[str], what: str) -> None:
         try:
             self.store.wait(keys, self.timeout)
         except Exception as e:  # a peer died or is stuck: say which wait
-            raise ModelProfError(f"sweep: rank {self.ranks.rank} waited {what} for "
-                                 f"{self.timeout.total_seconds():g} s in vain ({type(e).__name__}:"
-                                 f" {e}); did a rank die? Run the sweep again to resume.") from e
+            raise ModelProfError(
+                f"sweep: rank {self.ranks.rank} waited {what} for "
+                f"{self.timeout.total_seconds():g} s in vain ({type(e).__name__}:"
+                f" {e}); did a rank die? Run the sweep again to resume."
+            ) from e
 
     def barrier(self, name: str) -> None:
         if self.store.add(f"{name}/arrived", 1) == self.ranks.world_size:
@@ -98,8 +102,10 @@ class StoreRanks:
         deadline = time.monotonic() + self.timeout.total_seconds()
         while self.store.add(key, 0) < target:
             if time.monotonic() > deadline:
-                raise ModelProfError(f"sweep: rank 0 waited {self.timeout.total_seconds():g} s "
-                                     "for the other ranks to read the results")
+                raise ModelProfError(
+                    f"sweep: rank 0 waited {self.timeout.total_seconds():g} s "
+                    "for the other ranks to read the results"
+                )
             time.sleep(0.02)
 
     def add_done(self, n: int) -> None:
@@ -116,8 +122,11 @@ class GroupRanks:
         import torch.distributed as dist
 
         self.group, self.dist = group, dist
-        self.ranks = SweepRanks(rank=dist.get_rank(group), world_size=dist.get_world_size(group),
-                                local_rank=env_int("LOCAL_RANK", 0))
+        self.ranks = SweepRanks(
+            rank=dist.get_rank(group),
+            world_size=dist.get_world_size(group),
+            local_rank=env_int("LOCAL_RANK", 0),
+        )
         self._done = 0
 
     def barrier(self, name: str) -> None:
@@ -159,9 +168,13 @@ def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks 
                 "sweep: timed configurations cannot run under an initialised process group "
                 f"(world size {dist.get_world_size()}): profile() keeps its ranks in step, "
                 "while a sweep times different models on different ranks. Call sweep() before "
-                "init_process_group (torchrun's environment is all it needs), or without it.")
-        group = None if dist.get_backend() == "gloo" else dist.new_group(
-            backend="gloo", timeout=timedelta(seconds=timeout_s))
+                "init_process_group (torchrun's environment is all it needs), or without it."
+            )
+        group = (
+            None
+            if dist.get_backend() == "gloo"
+            else dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+        )
         yield GroupRanks(group)
         return
     world = env_int("WORLD_SIZE", 1)
@@ -176,14 +189,18 @@ def _store_ranks(world: int, timeout_s: float) -> StoreRanks:
 
     rank = env_int("RANK", -1)
     if not 0 <= rank < world:
-        raise ModelProfError(f"WORLD_SIZE={world} but RANK={os.environ.get('RANK')!r}: launch "
-                             "the sweep with torchrun, which sets both")
+        raise ModelProfError(
+            f"WORLD_SIZE={world} but RANK={os.environ.get('RANK')!r}: launch "
+            "the sweep with torchrun, which sets both"
+        )
     try:
         store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
     except (ValueError, RuntimeError) as e:
-        raise ModelProfError(f"sweep: rank {rank} of {world} could not meet the others over "
-                             f"env:// ({e}); are all {world} ranks started? Launch with torchrun "
-                             "(or set MASTER_ADDR and MASTER_PORT on every rank)") from e
+        raise ModelProfError(
+            f"sweep: rank {rank} of {world} could not meet the others over "
+            f"env:// ({e}); are all {world} ranks started? Launch with torchrun "
+            "(or set MASTER_ADDR and MASTER_PORT on every rank)"
+        ) from e
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     prefix = f"modelprof-sweep/{attempt}/{next(_CALLS)}"
     return StoreRanks(dist.PrefixStore(prefix, store), rank, world, timeout_s)

@@ -1,6 +1,7 @@
 """A sweep's results on disk: one JSON file per finished configuration, written atomically
 (a temporary file in the same folder, then a rename), so a killed sweep leaves only whole files
 and a rerun skips what they hold. The combined table is written once, by rank 0."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,9 @@ class ResultStore:
     """``out/configs/<config name>.json`` per configuration; ``out/sweep.csv`` and
     ``out/sweep.json`` for the whole table."""
 
-    def __init__(self, out: str | os.PathLike[str],
-                 csv_text: Callable[[pd.DataFrame], str]) -> None:
+    def __init__(
+        self, out: str | os.PathLike[str], csv_text: Callable[[pd.DataFrame], str]
+    ) -> None:
         """``csv_text``: the exporters' CSV writer (``modelprof.render.csvio.to_csv``), which
         the combined table is written with, as every table is."""
         self.out = Path(out)
@@ -50,15 +52,17 @@ class ResultStore:
         self.folder = self.out / "configs"
         for parent in (self.out, *self.out.parents):
             if parent.exists() and not parent.is_dir():
-                raise ModelProfError(f"out={str(self.out)!r}: {str(parent)!r} is a file, "
-                                     "not a folder")
+                raise ModelProfError(
+                    f"out={str(self.out)!r}: {str(parent)!r} is a file, not a folder"
+                )
             if parent.exists():
                 break
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ModelProfError(f"out={str(self.out)!r}: cannot create the folder "
-                                 f"({e.strerror or e})") from e
+            raise ModelProfError(
+                f"out={str(self.out)!r}: cannot create the folder ({e.strerror or e})"
+            ) from e
         if not os.access(self.folder, os.W_OK | os.X_OK):
             raise ModelProfError(f"out={str(self.out)!r}: the folder is not writable")
 
@@ -68,8 +72,10 @@ class ResultStore:
         for config in configs:
             path = self.path(config)
             if path.exists() and not path.is_file():
-                raise ModelProfError(f"out={str(self.out)!r}: {str(path)!r}, where the result "
-                                     "of a configuration goes, is not a file: move it away")
+                raise ModelProfError(
+                    f"out={str(self.out)!r}: {str(path)!r}, where the result "
+                    "of a configuration goes, is not a file: move it away"
+                )
 
     def path(self, config: SweepConfig) -> Path:
         return self.folder / f"{config.name}.json"

@@ -5,6 +5,7 @@ DTensor's local part; FSDP2's shard), DTensor ops counted on their local shapes 
 them. The global view counts the model as one logical whole (a DTensor's global shape), which
 equals the unsharded model. Communication is what this rank runs in both views.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,12 +33,14 @@ class ShardView(str, enum.Enum):
         try:
             return cls(value.value if isinstance(value, cls) else value)
         except ValueError:
-            raise ModelProfError(f"view={value!r} must be one of "
-                                 f"{', '.join(repr(v.value) for v in cls)}") from None
+            raise ModelProfError(
+                f"view={value!r} must be one of {', '.join(repr(v.value) for v in cls)}"
+            ) from None
 
 
-_VIEW: contextvars.ContextVar[ShardView] = contextvars.ContextVar("modelprof_view",
-                                                                  default=ShardView.RANK)
+_VIEW: contextvars.ContextVar[ShardView] = contextvars.ContextVar(
+    "modelprof_view", default=ShardView.RANK
+)
 
 
 def current_view() -> ShardView:
@@ -92,8 +95,12 @@ class ParamView:
         self._refresh()
 
     @classmethod
-    def for_model(cls, model: nn.Module, parameters: Iterable[torch.Tensor] | None = None,
-                  modules: Iterable[nn.Module] | None = None) -> ParamView | None:
+    def for_model(
+        cls,
+        model: nn.Module,
+        parameters: Iterable[torch.Tensor] | None = None,
+        modules: Iterable[nn.Module] | None = None,
+    ) -> ParamView | None:
         """A view for ``model``, or None for a model with no DTensor and no FSDP2 (the plain
         rules apply). ``parameters``/``modules``: ``model.parameters()``/``model.modules()``
         where the caller has them already (the state guard's walk); read by type, each
@@ -102,8 +109,9 @@ class ParamView:
             parameters = model.parameters()
         if modules is None:
             modules = model.modules()
-        if not any(map(is_dtensor_type, set(map(type, parameters)))) and \
-                not any(kind.__name__.startswith("FSDP") for kind in set(map(type, modules))):
+        if not any(map(is_dtensor_type, set(map(type, parameters)))) and not any(
+            kind.__name__.startswith("FSDP") for kind in set(map(type, modules))
+        ):
             return None
         return cls(model, current_view())
 

@@ -1,4 +1,5 @@
 """Language models as they are run: prefill and decode, the KV cache, tokens per second."""
+
 from __future__ import annotations
 
 from modelprof.generation.compare import compare_generation

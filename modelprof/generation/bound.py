@@ -4,6 +4,7 @@
 its leaf rows' bounds (layers run one after another). It is a bound, never a measurement: the
 columns say ``bound``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,17 +22,21 @@ def resolve_target(target: Any, dtype: Any) -> Peaks | None:
     if target is None or isinstance(target, Peaks):
         return target
     if not isinstance(target, str):
-        raise ModelProfError(f"target={target!r} must be a device name such as 'H100 SXM' "
-                             "or a modelprof Peaks")
+        raise ModelProfError(
+            f"target={target!r} must be a device name such as 'H100 SXM' or a modelprof Peaks"
+        )
     name = str(dtype).removeprefix("torch.")
     try:
         peaks = lookup_peaks(target, name)
-    except ModelProfError as e:   # an ambiguous name: said as the argument it came from
-        raise ModelProfError(str(e).replace(f"device name {target!r}", f"target={target!r}",
-                                            1)) from None
+    except ModelProfError as e:  # an ambiguous name: said as the argument it came from
+        raise ModelProfError(
+            str(e).replace(f"device name {target!r}", f"target={target!r}", 1)
+        ) from None
     if peaks is None:
-        raise ModelProfError(f"target={target!r} at dtype {name}: not in the datasheet table "
-                             f"(known: {sorted(KNOWN_DEVICES)}), or no {name} rate there")
+        raise ModelProfError(
+            f"target={target!r} at dtype {name}: not in the datasheet table "
+            f"(known: {sorted(KNOWN_DEVICES)}), or no {name} rate there"
+        )
     return peaks
 
 
@@ -44,9 +49,19 @@ def bound_rows(report: Any, peaks: Peaks) -> pd.DataFrame:
     leaf["memory_bound_ms"] = traffic / peaks.peak_bytes * 1e3
     leaf["bound_ms"] = leaf[["compute_bound_ms", "memory_bound_ms"]].max(axis=1)
     leaf["bound"] = (leaf["compute_bound_ms"] >= leaf["memory_bound_ms"]).map(
-        {True: "compute", False: "memory"})
-    cols = ["module", "type", "flops", "read_bytes", "write_bytes", "compute_bound_ms",
-            "memory_bound_ms", "bound_ms", "bound"]
+        {True: "compute", False: "memory"}
+    )
+    cols = [
+        "module",
+        "type",
+        "flops",
+        "read_bytes",
+        "write_bytes",
+        "compute_bound_ms",
+        "memory_bound_ms",
+        "bound_ms",
+        "bound",
+    ]
     return leaf[cols].reset_index(drop=True)
 
 
@@ -55,6 +70,9 @@ def phase_bound(report: Any, peaks: Peaks) -> dict[str, float]:
     rows = bound_rows(report, peaks)
     total = float(rows["bound_ms"].sum())
     memory = float(rows.loc[rows["bound"] == "memory", "bound_ms"].sum())
-    return {"bound_ms": total, "memory_bound_share": memory / total if total > 0 else 0.0,
-            "compute_bound_ms": float(rows["compute_bound_ms"].sum()),
-            "memory_bound_ms": float(rows["memory_bound_ms"].sum())}
+    return {
+        "bound_ms": total,
+        "memory_bound_share": memory / total if total > 0 else 0.0,
+        "compute_bound_ms": float(rows["compute_bound_ms"].sum()),
+        "memory_bound_ms": float(rows["memory_bound_ms"].sum()),
+    }

@@ -15,6 +15,7 @@ Jamba) keep a recurrent state instead: a conv state (``conv_dim x conv_kernel``)
 the same bytes at every context. They are read from the cache objects too, per layer, and kept
 apart (``KVCacheInfo.per_layer_state_bytes``) so that only keys and values grow per token.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,9 +28,19 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.tensors import tensor_nbytes
 
-__all__ = ["KVCacheInfo", "cache_layers", "cache_length", "cache_snapshot", "check_rewound",
-           "closed_form_kv_bytes", "closed_form_kv_per_token", "dtype_bytes", "kv_info",
-           "model_dims", "state_layers"]
+__all__ = [
+    "KVCacheInfo",
+    "cache_layers",
+    "cache_length",
+    "cache_snapshot",
+    "check_rewound",
+    "closed_form_kv_bytes",
+    "closed_form_kv_per_token",
+    "dtype_bytes",
+    "kv_info",
+    "model_dims",
+    "state_layers",
+]
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -39,12 +50,14 @@ def dtype_bytes(dtype: torch.dtype) -> int:
 def model_dims(config: Any) -> dict[str, int | None]:
     """Layers, attention heads, KV heads, head dim, hidden size, sliding window and positions
     of a transformers config (any naming: GPT-2's ``n_layer``/``n_head`` too)."""
+
     def first(*names: str) -> Any:
         for n in names:
             v = getattr(config, n, None)
             if v is not None:
                 return v
         return None
+
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     config = text
     hidden = first("hidden_size", "n_embd", "d_model")
@@ -53,10 +66,15 @@ def model_dims(config: Any) -> dict[str, int | None]:
     if getattr(config, "multi_query", False):
         kv = 1
     head_dim = first("head_dim") or (hidden // heads if hidden and heads else None)
-    return {"layers": first("num_hidden_layers", "n_layer", "num_layers"), "heads": heads,
-            "kv_heads": kv, "head_dim": head_dim, "hidden": hidden,
-            "sliding_window": first("sliding_window"),
-            "max_positions": first("max_position_embeddings", "n_positions", "n_ctx")}
+    return {
+        "layers": first("num_hidden_layers", "n_layer", "num_layers"),
+        "heads": heads,
+        "kv_heads": kv,
+        "head_dim": head_dim,
+        "hidden": hidden,
+        "sliding_window": first("sliding_window"),
+        "max_positions": first("max_position_embeddings", "n_positions", "n_ctx"),
+    }
 
 
 def _layer_token_elements(config: Any) -> int | None:
@@ -81,8 +99,9 @@ def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
     return closed_form_kv_bytes(config, dtype, 1, 1)
 
 
-def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
-                         batch_size: int) -> int | None:
+def closed_form_kv_bytes(
+    config: Any, dtype: torch.dtype, tokens: int, batch_size: int
+) -> int | None:
     """What a cache of ``tokens`` tokens should hold: the closed form per layer, a
     sliding-window layer holding at most ``sliding_window - 1`` past tokens (as transformers'
     sliding caches keep them; the new token completes the window). Layer kinds come from the
@@ -93,8 +112,10 @@ def closed_form_kv_bytes(config: Any, dtype: torch.dtype, tokens: int,
         return None
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     window = d["sliding_window"]
-    kinds = getattr(text, "layer_types", None) or \
-        [("sliding_attention" if window else "full_attention")] * d["layers"]
+    kinds = (
+        getattr(text, "layer_types", None)
+        or [("sliding_attention" if window else "full_attention")] * d["layers"]
+    )
     per_token = elements * dtype_bytes(dtype) * batch_size
     total = 0
     for kind in list(kinds)[: d["layers"]]:
@@ -130,15 +151,15 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
         return []
     cache = held_cache(cache)
     subs = _sub_caches(cache)
-    if subs:     # a cache of caches (self- and cross-attention): their layers side by side
+    if subs:  # a cache of caches (self- and cross-attention): their layers side by side
         return [sum(ts, []) for ts in zip(*map(cache_layers, subs))]
-    listed = compat.cache_layer_tensors(cache)     # transformers before 4.56
+    listed = compat.cache_layer_tensors(cache)  # transformers before 4.56
     if listed is not None:
         return listed
     layers = getattr(cache, "layers", None)
     if layers is None and isinstance(cache, (list, tuple)):
         layers = cache
-    if layers is None and state_layers(cache):     # an older MambaCache: its states per layer
+    if layers is None and state_layers(cache):  # an older MambaCache: its states per layer
         return state_layers(cache)
     if layers is None:
         return [list(_tensors(cache))]
@@ -147,7 +168,7 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
 
 def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
-        if obj.numel() > 1:            # position counters are not cached states
+        if obj.numel() > 1:  # position counters are not cached states
             yield obj
         return
     if depth > 3:
@@ -158,8 +179,12 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
     elif isinstance(obj, dict):
         for o in obj.values():
             yield from _tensors(o, depth + 1)
-    elif hasattr(obj, "keys") and hasattr(obj, "values") and not callable(obj.keys) or \
-            any(hasattr(obj, n) for n in _STATES):
+    elif (
+        hasattr(obj, "keys")
+        and hasattr(obj, "values")
+        and not callable(obj.keys)
+        or any(hasattr(obj, n) for n in _STATES)
+    ):
         # an attention layer's keys and values; a linear-attention (Mamba) layer's states
         for o in (getattr(obj, n, None) for n in ("keys", "values", *_STATES)):
             yield from _tensors(o, depth + 1)
@@ -197,10 +222,10 @@ class KVCacheInfo:
     tokens: int
     batch_size: int
     closed_form_per_token: int | None
-    allocated: bool = False        # a preallocated (static) cache: bytes are its capacity
-    closed_form_bytes: int | None = None   # the whole cache, sliding windows included
-    per_layer_state_bytes: tuple[int, ...] = ()   # of ``per_layer_bytes``, recurrent states
-    per_layer_cross_bytes: tuple[int, ...] = ()   # of ``per_layer_bytes``, cross-attention
+    allocated: bool = False  # a preallocated (static) cache: bytes are its capacity
+    closed_form_bytes: int | None = None  # the whole cache, sliding windows included
+    per_layer_state_bytes: tuple[int, ...] = ()  # of ``per_layer_bytes``, recurrent states
+    per_layer_cross_bytes: tuple[int, ...] = ()  # of ``per_layer_bytes``, cross-attention
 
     @property
     def total_bytes(self) -> int:
@@ -237,19 +262,26 @@ class KVCacheInfo:
         return self.total_bytes - self.constant_bytes == self.closed_form_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "batch_size": self.batch_size,
-                "total_bytes": self.total_bytes, "per_token_bytes": self.per_token_bytes,
-                "state_bytes": self.state_bytes, "cross_bytes": self.cross_bytes,
-                "per_layer_state_bytes": list(self.per_layer_state_bytes),
-                "per_layer_cross_bytes": list(self.per_layer_cross_bytes),
-                "closed_form_per_token": self.closed_form_per_token,
-                "closed_form_bytes": self.closed_form_bytes,
-                "matches_closed_form": self.matches_closed_form, "allocated": self.allocated,
-                "per_layer_bytes": list(self.per_layer_bytes)}
+        return {
+            "tokens": self.tokens,
+            "batch_size": self.batch_size,
+            "total_bytes": self.total_bytes,
+            "per_token_bytes": self.per_token_bytes,
+            "state_bytes": self.state_bytes,
+            "cross_bytes": self.cross_bytes,
+            "per_layer_state_bytes": list(self.per_layer_state_bytes),
+            "per_layer_cross_bytes": list(self.per_layer_cross_bytes),
+            "closed_form_per_token": self.closed_form_per_token,
+            "closed_form_bytes": self.closed_form_bytes,
+            "matches_closed_form": self.matches_closed_form,
+            "allocated": self.allocated,
+            "per_layer_bytes": list(self.per_layer_bytes),
+        }
 
 
-def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
-            dtype: torch.dtype) -> KVCacheInfo:
+def kv_info(
+    cache: Any, tokens: int, batch_size: int, config: Any, dtype: torch.dtype
+) -> KVCacheInfo:
     """What ``cache`` holds, per layer, beside the closed form of ``config``. An
     encoder-decoder cache counts its decoder's own tokens (its self-attention length), not
     the prompt the encoder read."""
@@ -258,13 +290,21 @@ def kv_info(cache: Any, tokens: int, batch_size: int, config: Any,
         tokens = cache_length(_sub_caches(held_cache(cache))[0]) or tokens
     per_layer = tuple(sum(map(tensor_nbytes, ts)) for ts in cache_layers(cache))
     states = tuple(sum(map(tensor_nbytes, ts)) for ts in state_layers(cache))
-    static = any(type(layer).__name__.startswith("Static")
-                 for layer in getattr(cache, "layers", ()) or ())
+    static = any(
+        type(layer).__name__.startswith("Static") for layer in getattr(cache, "layers", ()) or ()
+    )
     closed = closed_form_kv_per_token(config, dtype) if config is not None else None
     total = closed_form_kv_bytes(config, dtype, tokens, batch_size) if config is not None else None
-    return KVCacheInfo(per_layer, tokens, batch_size, closed, allocated=static,
-                       closed_form_bytes=total, per_layer_state_bytes=states,
-                       per_layer_cross_bytes=cross)
+    return KVCacheInfo(
+        per_layer,
+        tokens,
+        batch_size,
+        closed,
+        allocated=static,
+        closed_form_bytes=total,
+        per_layer_state_bytes=states,
+        per_layer_cross_bytes=cross,
+    )
 
 
 def cache_snapshot(cache: Any) -> Callable[[], None]:
@@ -286,11 +326,20 @@ def cache_snapshot(cache: Any) -> Callable[[], None]:
         if attrs is None:
             continue
         # scalars, and a recurrent layer's states (``copy_``-ed by each step), by value
-        in_place = [t for k, v in attrs.items() for t in
-                    ((v,) if isinstance(v, torch.Tensor) and v.numel() <= 1 else
-                     _tensors(v) if k in _STATES else ())]
-        saved.append((obj, {k: _shallow(v) for k, v in attrs.items()},
-                      [(t, t.clone()) for t in in_place]))
+        in_place = [
+            t
+            for k, v in attrs.items()
+            for t in (
+                (v,)
+                if isinstance(v, torch.Tensor) and v.numel() <= 1
+                else _tensors(v)
+                if k in _STATES
+                else ()
+            )
+        ]
+        saved.append(
+            (obj, {k: _shallow(v) for k, v in attrs.items()}, [(t, t.clone()) for t in in_place])
+        )
 
     def restore() -> None:
         for obj, attrs, values in saved:
@@ -299,13 +348,15 @@ def cache_snapshot(cache: Any) -> Callable[[], None]:
             obj.__dict__.update({k: _shallow(v) for k, v in attrs.items()})
             for t, v in values:
                 t.copy_(v)
+
     return restore
 
 
 def _is_cache(obj: Any) -> bool:
     """An HF ``Cache`` (or one that looks like it): layers, or a sequence length to ask."""
     return not isinstance(obj, (type, torch.Tensor)) and (
-        hasattr(obj, "layers") or callable(getattr(obj, "get_seq_length", None)))
+        hasattr(obj, "layers") or callable(getattr(obj, "get_seq_length", None))
+    )
 
 
 def _sub_caches(cache: Any) -> list[Any]:
@@ -350,6 +401,8 @@ def check_rewound(cache: Any, expected: int | None, what: str) -> None:
     """After a snapshot's restore the cache must hold ``expected`` tokens again."""
     got = cache_length(cache)
     if expected is not None and got is not None and got != expected:
-        raise ModelProfError(f"{what}: the cache holds {got} tokens after being put back to "
-                             f"{expected}; the step changes it in a way modelprof cannot undo "
-                             "(return a new cache instead of mutating the one passed in)")
+        raise ModelProfError(
+            f"{what}: the cache holds {got} tokens after being put back to "
+            f"{expected}; the step changes it in a way modelprof cannot undo "
+            "(return a new cache instead of mutating the one passed in)"
+        )

@@ -2,6 +2,7 @@
 interleaved rounds (one block of generations of every model per round, in a fresh random order,
 so drift of the machine reaches all alike), with TTFT and TPOT ratios to the first model and
 their 95 % intervals (trimmed mean of the per-round ratios, as ``compare``'s ``latency_x``)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -25,10 +26,17 @@ from modelprof.timing.stats import block_medians, paired_ratio
 __all__ = ["compare_generation"]
 
 
-def compare_generation(models: Mapping[str, Any], prompt_len: int = 128, new_tokens: int = 32,
-                       batch_size: int = 1, *, cache: Any = "dynamic", seed: int = 0,
-                       options: TimingOptions | None = None,
-                       **timing_options: Any) -> pd.DataFrame:
+def compare_generation(
+    models: Mapping[str, Any],
+    prompt_len: int = 128,
+    new_tokens: int = 32,
+    batch_size: int = 1,
+    *,
+    cache: Any = "dynamic",
+    seed: int = 0,
+    options: TimingOptions | None = None,
+    **timing_options: Any,
+) -> pd.DataFrame:
     """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
     decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
     with ``*_ci_low``/``*_ci_high``. ``models`` maps names to HuggingFace causal LMs."""
@@ -41,13 +49,19 @@ def compare_generation(models: Mapping[str, Any], prompt_len: int = 128, new_tok
         dev, dt = model_device_dtype(model, None, None)
         config = getattr(model, "config", None)
         from modelprof.generation.cache import closed_form_kv_per_token, model_dims
-        spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, None, cache,
-                                    model_dims(config)["max_positions"] if config else None)
+
+        spec = GenerationSpec.parse(
+            prompt_len,
+            new_tokens,
+            batch_size,
+            None,
+            cache,
+            model_dims(config)["max_positions"] if config else None,
+        )
         lm = language_model(model, step, spec.cache, dev, dt)
         lms.append((name, lm, spec, closed_form_kv_per_token(config, dt) if config else None))
         guards.append(preserved_state(model))
-    with _all(guards), _all([running(lm.root, RunMode(device=lm.device))
-                             for _, lm, _, _ in lms]):
+    with _all(guards), _all([running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms]):
         for _, lm, spec, _ in lms:
             run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
             _, est = warm_up(run, opts.warmup, False, run.sync)
@@ -56,8 +70,10 @@ def compare_generation(models: Mapping[str, Any], prompt_len: int = 128, new_tok
             ests.append(est)
         rng = np.random.default_rng(opts.seed)
         sampled = collect_interleaved([r.block for r in runs], opts.stop, ests, rng=rng)
-    timings = [timing_from(run, s, lm, spec, batch_size, opts, 0)
-               for run, s, (_, lm, spec, _) in zip(runs, sampled, lms)]
+    timings = [
+        timing_from(run, s, lm, spec, batch_size, opts, 0)
+        for run, s, (_, lm, spec, _) in zip(runs, sampled, lms)
+    ]
     return _table(lms, timings, opts.stop.confidence)
 
 
@@ -70,9 +86,11 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
     for (name, lm, spec, kv), t in zip(lms, timings):
-        row = {"model": name, **{k: v for k, v in t.summary().items()
-                                 if k not in ("prompt_len", "new_tokens")},
-               "kv_bytes_per_token": kv}
+        row = {
+            "model": name,
+            **{k: v for k, v in t.summary().items() if k not in ("prompt_len", "new_tokens")},
+            "kv_bytes_per_token": kv,
+        }
         for kind in ("ttft", "tpot"):
             if getattr(t, kind) is None:
                 continue
@@ -95,6 +113,7 @@ class _all:
 
     def __enter__(self) -> None:
         import contextlib
+
         self.stack = contextlib.ExitStack()
         for m in self.managers:
             self.stack.enter_context(m)

@@ -2,6 +2,7 @@
 (its own ``generate`` and caches), a user's ``step(tokens, cache) -> (logits, cache)``, each with
 or without a cache. The model and its config (``use_cache``, ``generation_config``) are never
 changed: ``generate`` gets a copied generation config with the run's settings."""
+
 from __future__ import annotations
 
 import copy
@@ -25,9 +26,12 @@ Stamp = Callable[[], None]
 
 def is_hf_causal_lm(model: Any) -> bool:
     """A transformers model with a config and ``generate`` (no import of transformers)."""
-    return (isinstance(model, nn.Module) and hasattr(model, "config")
-            and callable(getattr(model, "generate", None))
-            and hasattr(model, "generation_config"))
+    return (
+        isinstance(model, nn.Module)
+        and hasattr(model, "config")
+        and callable(getattr(model, "generate", None))
+        and hasattr(model, "generation_config")
+    )
 
 
 def greedy_next(logits: Any, what: str) -> torch.Tensor:
@@ -35,8 +39,10 @@ def greedy_next(logits: Any, what: str) -> torch.Tensor:
     tensor of shape ``(batch, [tokens,] vocab)`` is named."""
     if not isinstance(logits, torch.Tensor) or logits.dim() not in (2, 3):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise ModelProfError(f"{what} returned logits {shape}; expected a tensor of shape "
-                             "(batch, tokens, vocab) or (batch, vocab)")
+        raise ModelProfError(
+            f"{what} returned logits {shape}; expected a tensor of shape "
+            "(batch, tokens, vocab) or (batch, vocab)"
+        )
     last = logits[:, -1] if logits.dim() == 3 else logits
     return last.argmax(-1, keepdim=True)
 
@@ -74,7 +80,8 @@ class StepModule(nn.Module):
             name = getattr(self._step, "__qualname__", type(self._step).__name__)
             raise ModelProfError(
                 f"step function {name} raised at its call {self._calls[0]} (in {self._calls[1]}"
-                f", tokens {tuple(tokens.shape)}): {type(e).__name__}: {e}") from e
+                f", tokens {tuple(tokens.shape)}): {type(e).__name__}: {e}"
+            ) from e
         self._last[0] = out
         return out
 
@@ -83,8 +90,14 @@ class LanguageModel:
     """A model made ready for generation: ``step``, ``new_cache``, the module and inputs the
     counting and timing passes call, and ``generate`` (one greedy run, stamped per token)."""
 
-    def __init__(self, model: nn.Module | None, step: Callable[..., Any] | None,
-                 cache: CacheMode, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        model: nn.Module | None,
+        step: Callable[..., Any] | None,
+        cache: CacheMode,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.model, self.user_step, self.cache = model, step, cache
         self.device, self.dtype = device, dtype
         self.hf = step is None and is_hf_causal_lm(model)
@@ -94,8 +107,11 @@ class LanguageModel:
         self.cache_arg: str | None = None
         #: the prompt's own ids and other inputs (a vision-language model's image), if given
         self.prompt_inputs = PromptInputs()
-        self.name = type(model).__name__ if step is None else \
-            f"step {getattr(step, '__qualname__', type(step).__name__)}"
+        self.name = (
+            type(model).__name__
+            if step is None
+            else f"step {getattr(step, '__qualname__', type(step).__name__)}"
+        )
         if self.hf and getattr(self.config, "is_encoder_decoder", False):
             raise ModelProfError(
                 f"{self.name} is an encoder-decoder model: profile_generation runs a decoder-only "
@@ -103,7 +119,8 @@ class LanguageModel:
                 "source ids, Whisper's input_features) nor a cross-attention cache. Profile it "
                 "with step=: encode the prompt at the step's first call and decode against an "
                 "EncoderDecoderCache (the recipe is in docs/generation.md, 'Encoder-decoder "
-                "models')")
+                "models')"
+            )
         if self.hf:
             params = inspect.signature(model.forward).parameters
             self.logits_to_keep = "logits_to_keep" in params
@@ -111,24 +128,34 @@ class LanguageModel:
             self.cache_arg = compat.cache_argument(model.forward)
             if cache is not CacheMode.NONE and self.cache_arg is None:
                 names = " or ".join(compat.CACHE_ARGUMENTS)
-                raise ModelProfError(f"cache={cache.value!r}: {self.name} takes no KV cache "
-                                     f"({names}); pass cache=None to run it without a cache")
+                raise ModelProfError(
+                    f"cache={cache.value!r}: {self.name} takes no KV cache "
+                    f"({names}); pass cache=None to run it without a cache"
+                )
             if cache is CacheMode.STATIC:
-                compat.require("cache='static' (a StaticCache put back between measured "
-                               "steps)", "transformers", compat.STATIC_CACHE_REWINDS)
+                compat.require(
+                    "cache='static' (a StaticCache put back between measured steps)",
+                    "transformers",
+                    compat.STATIC_CACHE_REWINDS,
+                )
             supports = getattr(model, "_supports_default_dynamic_cache", None)
             if cache is not CacheMode.NONE and callable(supports) and not supports():
-                raise ModelProfError(f"cache={cache.value!r}: {self.name} does not support "
-                                     "transformers Cache objects; pass cache=None, or step=")
+                raise ModelProfError(
+                    f"cache={cache.value!r}: {self.name} does not support "
+                    "transformers Cache objects; pass cache=None, or step="
+                )
             if cache is CacheMode.NONE and device.type == "meta":
                 raise ModelProfError(
                     f"cache=None on device='meta': {self.name} without a cache reads the values "
                     "of its position ids (transformers checks them for packed sequences), "
                     "which meta tensors do not have; run cache=None on a real device, or count "
-                    "on meta with cache='dynamic' or 'static'")
+                    "on meta with cache='dynamic' or 'static'"
+                )
         elif cache is CacheMode.STATIC:
-            raise ModelProfError("cache='static' is for HuggingFace models; a step function "
-                                 "keeps its own cache (cache='dynamic') or none (cache=None)")
+            raise ModelProfError(
+                "cache='static' is for HuggingFace models; a step function "
+                "keeps its own cache (cache='dynamic') or none (cache=None)"
+            )
 
     # -- one step ---------------------------------------------------------------------------
     def kwargs(self, tokens: torch.Tensor, cache: Any, prompt: bool = False) -> dict[str, Any]:
@@ -138,12 +165,11 @@ class LanguageModel:
             return {"tokens": tokens, "cache": cache}
         kw: dict[str, Any] = {"input_ids": tokens, "use_cache": self.cache is not CacheMode.NONE}
         if prompt:
-            kw.update(self.prompt_inputs.extras_for(int(tokens.shape[0]), self.device,
-                                                    self.dtype))
+            kw.update(self.prompt_inputs.extras_for(int(tokens.shape[0]), self.device, self.dtype))
         if self.cache is not CacheMode.NONE:
             kw[self.cache_arg] = cache
         if self.logits_to_keep:
-            kw["logits_to_keep"] = 1          # as generate() asks: logits of the last position
+            kw["logits_to_keep"] = 1  # as generate() asks: logits of the last position
         return kw
 
     def phase(self, label: str) -> None:
@@ -152,11 +178,13 @@ class LanguageModel:
             self.root.phase(label)
 
     def inputs(self, tokens: torch.Tensor, cache: Any, prompt: bool = False) -> ModelInputs:
-        return ModelInputs((), self.kwargs(tokens, cache, prompt), self.device, self.dtype,
-                           int(tokens.shape[0]))
+        return ModelInputs(
+            (), self.kwargs(tokens, cache, prompt), self.device, self.dtype, int(tokens.shape[0])
+        )
 
-    def step(self, tokens: torch.Tensor, cache: Any,
-             prompt: bool = False) -> tuple[torch.Tensor, Any]:
+    def step(
+        self, tokens: torch.Tensor, cache: Any, prompt: bool = False
+    ) -> tuple[torch.Tensor, Any]:
         """``(logits, cache)`` of one forward over ``tokens`` after ``cache``."""
         out = self.root(**self.kwargs(tokens, cache, prompt))
         if self.hf:
@@ -166,18 +194,17 @@ class LanguageModel:
     def checked(self, out: Any) -> tuple[torch.Tensor, Any]:
         """A step function's output, which must be ``(logits, cache)``."""
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            got = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list))
-                                        else "")
-            raise ModelProfError(f"{self.name} returned {got}; it must return "
-                                 "(logits, cache)")
+            got = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
+            raise ModelProfError(f"{self.name} returned {got}; it must return (logits, cache)")
         return out[0], out[1]
 
     def new_cache(self, batch_size: int, max_len: int) -> Any:
         """An empty cache of the run's kind (None for a step function's first call)."""
         if not self.hf or self.cache is CacheMode.NONE:
             return None
-        return compat.new_hf_cache(self.cache.value, self.config, batch_size, max_len,
-                                   self.device, self.dtype)
+        return compat.new_hf_cache(
+            self.cache.value, self.config, batch_size, max_len, self.device, self.dtype
+        )
 
     def tokens(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """Random prompt token ids (the values change nothing counted or timed)."""
@@ -237,12 +264,18 @@ class LanguageModel:
         streamer = _Streamer(stamp)
         gc = self.generation_config(new_tokens)
         extras = self.prompt_inputs.extras_for(int(prompt.shape[0]), self.device, self.dtype)
-        out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                                  generation_config=gc, streamer=streamer, **extras)
+        out = self.model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            generation_config=gc,
+            streamer=streamer,
+            **extras,
+        )
         made = out.shape[1] - prompt.shape[1]
         if made != new_tokens or streamer.tokens != new_tokens:
-            raise ModelProfError(f"{self.name}.generate made {made} tokens where "
-                                 f"new_tokens={new_tokens} were asked")
+            raise ModelProfError(
+                f"{self.name}.generate made {made} tokens where new_tokens={new_tokens} were asked"
+            )
 
 
 def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:
@@ -270,17 +303,20 @@ class _Streamer:
         pass
 
 
-def language_model(model: Any, step: Any, cache: CacheMode, device: Any,
-                   dtype: Any) -> LanguageModel:
+def language_model(
+    model: Any, step: Any, cache: CacheMode, device: Any, dtype: Any
+) -> LanguageModel:
     """Check what the user passed and wrap it."""
     if step is not None and not callable(step):
-        raise ModelProfError(f"step={step!r} is not callable; it must be "
-                             "step(tokens, cache) -> (logits, cache)")
+        raise ModelProfError(
+            f"step={step!r} is not callable; it must be step(tokens, cache) -> (logits, cache)"
+        )
     if model is not None and not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     if step is None and not is_hf_causal_lm(model):
-        raise ModelProfError(f"model={type(model).__name__} is not a HuggingFace causal LM "
-                             "(no config/generate); pass step=lambda tokens, cache: "
-                             "(logits, cache) for any other model")
+        raise ModelProfError(
+            f"model={type(model).__name__} is not a HuggingFace causal LM "
+            "(no config/generate); pass step=lambda tokens, cache: "
+            "(logits, cache) for any other model"
+        )
     return LanguageModel(model, step, cache, device, dtype)
-

@@ -5,6 +5,7 @@ The activation term is an estimate from the counted table: the largest inputs + 
 leaf call of the phase (what must be live together at its peak, beyond weights and cache). On
 CUDA the allocator's measured peak of a generation sits beside it (``GenerationTiming``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +35,7 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
         seen.add(id(t))
         if t.is_floating_point() and type(t) in (torch.Tensor, nn.Parameter):
             total += t.numel() * torch.empty((), dtype=dtype).element_size()
-        else:   # integers as they are; a quantized weight (a tensor subclass) as it is stored
+        else:  # integers as they are; a quantized weight (a tensor subclass) as it is stored
             total += tensor_nbytes(t)
     return total
 
@@ -52,13 +53,18 @@ def check_run_fits(spec: Any, model: Any, dtype: torch.dtype, device: torch.devi
     config = getattr(model, "config", None)
     if device.type != "meta":
         hidden = model_dims(config)["hidden"] if config is not None else _widest_embedding(model)
-        parts["the KV cache"] = (closed_form_kv_bytes(config, dtype, spec.total_len, batch)
-                                 if config is not None else None) or 0
+        parts["the KV cache"] = (
+            closed_form_kv_bytes(config, dtype, spec.total_len, batch)
+            if config is not None
+            else None
+        ) or 0
         parts["a layer's hidden states"] = tokens * (hidden or 0) * dtype_bytes(dtype)
     need = sum(parts.values())
-    what = (f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens} at batch_size {batch} "
-            f"needs {need / 1e9:,.1f} GB for {' and '.join(k for k, v in parts.items() if v)} "
-            "alone")
+    what = (
+        f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens} at batch_size {batch} "
+        f"needs {need / 1e9:,.1f} GB for {' and '.join(k for k, v in parts.items() if v)} "
+        "alone"
+    )
     if tokens >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
     where = torch.device("cpu") if device.type == "meta" else device
@@ -69,8 +75,11 @@ def check_run_fits(spec: Any, model: Any, dtype: torch.dtype, device: torch.devi
 
 
 def _widest_embedding(model: Any) -> int | None:
-    dims = [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)] \
-        if isinstance(model, nn.Module) else []
+    dims = (
+        [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)]
+        if isinstance(model, nn.Module)
+        else []
+    )
     return max(dims, default=None)
 
 
@@ -84,8 +93,8 @@ class MemoryPlan:
     """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens."""
 
     weights_bytes: int
-    kv_per_token_bytes: float       # one sequence
-    activation_per_seq_bytes: dict[str, float]   # by phase, for one sequence
+    kv_per_token_bytes: float  # one sequence
+    activation_per_seq_bytes: dict[str, float]  # by phase, for one sequence
     batch_size: int
     context: int
     # recurrent (SSM) states and cross-attention keys and values of one sequence, any context
@@ -96,19 +105,31 @@ class MemoryPlan:
         b = batch or self.batch_size
         return (self.kv_per_token_bytes * (context or self.context) + self.state_per_seq_bytes) * b
 
-    def total_bytes(self, phase: str, batch: int | None = None,
-                    context: int | None = None) -> float:
+    def total_bytes(
+        self, phase: str, batch: int | None = None, context: int | None = None
+    ) -> float:
         b = batch or self.batch_size
-        return self.weights_bytes + self.kv_bytes(b, context) + \
-            b * self.activation_per_seq_bytes[phase]
+        return (
+            self.weights_bytes
+            + self.kv_bytes(b, context)
+            + b * self.activation_per_seq_bytes[phase]
+        )
 
     def table(self) -> Any:
         import pandas as pd
-        return pd.DataFrame([{"phase": p, "weights_bytes": self.weights_bytes,
-                              "kv_cache_bytes": self.kv_bytes(),
-                              "activation_bytes": self.batch_size * a,
-                              "total_bytes": self.total_bytes(p)}
-                             for p, a in self.activation_per_seq_bytes.items()])
+
+        return pd.DataFrame(
+            [
+                {
+                    "phase": p,
+                    "weights_bytes": self.weights_bytes,
+                    "kv_cache_bytes": self.kv_bytes(),
+                    "activation_bytes": self.batch_size * a,
+                    "total_bytes": self.total_bytes(p),
+                }
+                for p, a in self.activation_per_seq_bytes.items()
+            ]
+        )
 
     def _per_seq(self) -> float:
         return max(self.activation_per_seq_bytes.values(), default=0.0)
@@ -125,8 +146,7 @@ class MemoryPlan:
         """The longest context at which ``batch`` sequences fit."""
         _check_memory(memory_bytes)
         b = batch or self.batch_size
-        free = memory_bytes - self.weights_bytes - b * (self._per_seq() +
-                                                        self.state_per_seq_bytes)
+        free = memory_bytes - self.weights_bytes - b * (self._per_seq() + self.state_per_seq_bytes)
         per = self.kv_per_token_bytes * b
         return max(int(free // per), 0) if per > 0 else 0
 
@@ -135,6 +155,9 @@ class MemoryPlan:
 
 
 def _check_memory(memory_bytes: Any) -> None:
-    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, (int, float)) or \
-            memory_bytes <= 0:
+    if (
+        isinstance(memory_bytes, bool)
+        or not isinstance(memory_bytes, (int, float))
+        or memory_bytes <= 0
+    ):
         raise ModelProfError(f"memory_bytes={memory_bytes!r} must be a positive number of bytes")

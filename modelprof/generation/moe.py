@@ -8,6 +8,7 @@ element holds the chosen expert indices. Per token a layer runs ``top_k`` of its
 ``active = total - sum over layers of (1 - top_k / num_experts) x expert parameters`` (shared
 experts and everything else are active for every token).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,10 +25,10 @@ __all__ = ["MoEInfo", "MoELayer", "find_moe_layers", "moe_info"]
 
 @dataclasses.dataclass
 class MoELayer:
-    name: str                      # the experts module
+    name: str  # the experts module
     num_experts: int
     top_k: int
-    expert_params: int             # parameters of all experts of the layer
+    expert_params: int  # parameters of all experts of the layer
     router: nn.Module | None = dataclasses.field(default=None, repr=False)
     tokens_per_expert: np.ndarray | None = None
 
@@ -35,23 +36,38 @@ class MoELayer:
 @dataclasses.dataclass
 class MoEInfo:
     total_params: int
-    active_params: int             # per token
+    active_params: int  # per token
     layers: list[MoELayer]
 
     def tokens_per_expert(self) -> Any:
         """One row per MoE layer, one column per expert: tokens routed there (each token
         counts once per expert it chose)."""
         import pandas as pd
-        rows = {layer.name: layer.tokens_per_expert for layer in self.layers
-                if layer.tokens_per_expert is not None}
+
+        rows = {
+            layer.name: layer.tokens_per_expert
+            for layer in self.layers
+            if layer.tokens_per_expert is not None
+        }
         return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layer")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"total_params": self.total_params, "active_params": self.active_params,
-                "layers": [{"name": lay.name, "num_experts": lay.num_experts, "top_k": lay.top_k,
-                            "expert_params": lay.expert_params,
-                            "tokens_per_expert": None if lay.tokens_per_expert is None
-                            else lay.tokens_per_expert.tolist()} for lay in self.layers]}
+        return {
+            "total_params": self.total_params,
+            "active_params": self.active_params,
+            "layers": [
+                {
+                    "name": lay.name,
+                    "num_experts": lay.num_experts,
+                    "top_k": lay.top_k,
+                    "expert_params": lay.expert_params,
+                    "tokens_per_expert": None
+                    if lay.tokens_per_expert is None
+                    else lay.tokens_per_expert.tolist(),
+                }
+                for lay in self.layers
+            ],
+        }
 
 
 def _experts_params(module: nn.Module, n: int) -> int | None:
@@ -70,10 +86,14 @@ def find_moe_layers(model: nn.Module) -> list[MoELayer]:
         if not name.endswith("experts") or name.endswith("shared_experts"):
             continue
         parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
-        router = next((m for m in parent.children()
-                       if m is not module and hasattr(m, "top_k")), None)
-        n = getattr(module, "num_experts", None) or getattr(router, "num_experts", None) or \
-            (len(module) if isinstance(module, nn.ModuleList) else None)
+        router = next(
+            (m for m in parent.children() if m is not module and hasattr(m, "top_k")), None
+        )
+        n = (
+            getattr(module, "num_experts", None)
+            or getattr(router, "num_experts", None)
+            or (len(module) if isinstance(module, nn.ModuleList) else None)
+        )
         k = getattr(router, "top_k", None) or getattr(parent, "top_k", None)
         if not n or not k:
             continue
@@ -106,8 +126,9 @@ def _route(model: nn.Module, layers: list[MoELayer], prompt: torch.Tensor) -> No
         lay = by_router.get(module)
         idx = output[-1] if isinstance(output, (tuple, list)) else None
         if lay is not None and isinstance(idx, torch.Tensor) and not idx.is_floating_point():
-            lay.tokens_per_expert += np.bincount(idx.reshape(-1).cpu().numpy(),
-                                                 minlength=lay.num_experts)[:lay.num_experts]
+            lay.tokens_per_expert += np.bincount(
+                idx.reshape(-1).cpu().numpy(), minlength=lay.num_experts
+            )[: lay.num_experts]
 
     with torch.no_grad(), module_hooks(model, lambda *a: None, post, names):
         model(input_ids=prompt, use_cache=False)

@@ -7,6 +7,7 @@ pass runs at the same context.
 Decode at context ``L`` is one token with ``L`` tokens in the cache; without a cache it is the
 forward over all ``L + 1`` tokens (what recomputing the prefix costs).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,7 +46,7 @@ class Phase:
     tokens: int
     batch_size: int
     report: Report
-    kv: KVCacheInfo | None = None        # the cache after this step
+    kv: KVCacheInfo | None = None  # the cache after this step
     records: list[Any] = dataclasses.field(default_factory=list, repr=False)
     counts: Counts | None = dataclasses.field(default=None, repr=False)
 
@@ -76,32 +77,62 @@ class _Counter:
     """Counts (and with ``opts`` times) the steps of one batch size, carrying the cache from
     step to step."""
 
-    def __init__(self, lm: LanguageModel, spec: GenerationSpec, batch: int,
-                 generator: torch.Generator, opts: TimingOptions | None) -> None:
+    def __init__(
+        self,
+        lm: LanguageModel,
+        spec: GenerationSpec,
+        batch: int,
+        generator: torch.Generator,
+        opts: TimingOptions | None,
+    ) -> None:
         self.lm, self.spec, self.batch, self.gen, self.opts = lm, spec, batch, generator, opts
         self.cache: Any = None
         self.length = 0
 
-    def _count(self, phase: str, context: int, tokens: torch.Tensor, cache: Any,
-               what: str, prompt: bool = False) -> tuple[Phase, ModelInputs]:
+    def _count(
+        self,
+        phase: str,
+        context: int,
+        tokens: torch.Tensor,
+        cache: Any,
+        what: str,
+        prompt: bool = False,
+    ) -> tuple[Phase, ModelInputs]:
         mi = self.lm.inputs(tokens, cache, prompt)
         result = analyze(self.lm.root, mi, RunMode(dtype=self.lm.dtype))
-        run = RunInfo(model_name=f"{self.lm.name} {what}", input_shape=mi.shapes(),
-                      batch_size=self.batch, device=str(self.lm.device),
-                      dtype=str(self.lm.dtype).removeprefix("torch."))
+        run = RunInfo(
+            model_name=f"{self.lm.name} {what}",
+            input_shape=mi.shapes(),
+            batch_size=self.batch,
+            device=str(self.lm.device),
+            dtype=str(self.lm.dtype).removeprefix("torch."),
+        )
         counts = Counts(result.unsupported, result.by_op, result.model_params)
         report = Report(build_rows(result.records), run, counts)
-        return Phase(phase, context, int(tokens.shape[1]), self.batch, report,
-                     records=result.records, counts=counts), mi
+        return Phase(
+            phase,
+            context,
+            int(tokens.shape[1]),
+            self.batch,
+            report,
+            records=result.records,
+            counts=counts,
+        ), mi
 
     def _extend(self, length: int) -> tuple[Phase, ModelInputs, Any]:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
-        cache = self.cache if self.cache is not None else \
-            self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        cache = (
+            self.cache
+            if self.cache is not None
+            else self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        )
         restore = cache_snapshot(cache)
-        first = self.length == 0            # from the empty cache: the prompt, its image too
-        tokens = self.lm.prompt(self.batch, length, self.gen) if first else \
-            self.lm.tokens(self.batch, length, self.gen)
+        first = self.length == 0  # from the empty cache: the prompt, its image too
+        tokens = (
+            self.lm.prompt(self.batch, length, self.gen)
+            if first
+            else self.lm.tokens(self.batch, length, self.gen)
+        )
         phase, mi = self._count("prefill", self.length, tokens, cache, "prefill", first)
         self.cache = _cache_of(self.lm, mi)
         self.length += length
@@ -113,17 +144,23 @@ class _Counter:
         counter's dispatch is most of a counted forward's cost); counted otherwise (a model
         counted on another device or dtype runs only inside the counting pass)."""
         prompt = self.spec.prompt_len
-        if self.length == 0 and length > prompt:    # from the empty cache: the prompt first
+        if self.length == 0 and length > prompt:  # from the empty cache: the prompt first
             self._grow(prompt)
             length -= prompt
         if not self.lm.runs_as_is:
             self._extend(length)
             return
         first = self.length == 0
-        cache = self.cache if self.cache is not None else \
-            self.lm.new_cache(self.batch, self.spec.total_len + 1)
-        tokens = self.lm.prompt(self.batch, length, self.gen) if first else \
-            self.lm.tokens(self.batch, length, self.gen)
+        cache = (
+            self.cache
+            if self.cache is not None
+            else self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        )
+        tokens = (
+            self.lm.prompt(self.batch, length, self.gen)
+            if first
+            else self.lm.tokens(self.batch, length, self.gen)
+        )
         _, self.cache = self.lm.step(tokens, cache, prompt=first)
         self.length += length
 
@@ -131,26 +168,26 @@ class _Counter:
         self.lm.phase(f"the prefill at batch {self.batch}")
         self.cache, self.length = None, 0
         phase, mi, restore = self._extend(self.spec.prompt_len)
-        if self.opts is not None:           # each timed pass from the empty cache
+        if self.opts is not None:  # each timed pass from the empty cache
             restore()
             time_phase(self.lm, phase, mi, restore, self.opts)
-            self.cache, self.length = None, 0    # rebuilt on the way to the first context
+            self.cache, self.length = None, 0  # rebuilt on the way to the first context
         return phase
 
     def decode(self, context: int) -> Phase:
         lm = self.lm
         lm.phase(f"the decode step at context {context}, batch {self.batch}")
-        if lm.cache is CacheMode.NONE:      # the whole prefix again (the prompt's), no cache
+        if lm.cache is CacheMode.NONE:  # the whole prefix again (the prompt's), no cache
             tokens, given = self._prefix(context + 1)
             phase, mi = self._count("decode", context, tokens, None, f"decode@{context}", given)
-            _cache_of(lm, mi)                # checks a step function's output
+            _cache_of(lm, mi)  # checks a step function's output
             phase.tokens = 1
             if self.opts is not None:
                 time_phase(lm, phase, mi, lambda: None, self.opts)
             return phase
-        if context < self.length:           # a context before the current one: start again
+        if context < self.length:  # a context before the current one: start again
             self.cache, self.length = None, 0
-        if context > self.length:          # build the cache up to L (not reported)
+        if context > self.length:  # build the cache up to L (not reported)
             lm.phase(f"building the cache to context {context}, batch {self.batch}")
             self._grow(context - self.length)
             lm.phase(f"the decode step at context {context}, batch {self.batch}")
@@ -190,8 +227,13 @@ def _cache_of(lm: LanguageModel, mi: ModelInputs) -> Any:
     return cache
 
 
-def count_phases(lm: LanguageModel, spec: GenerationSpec, batch: int, seed: int = 0,
-                 opts: TimingOptions | None = None) -> tuple[Phase, list[Phase]]:
+def count_phases(
+    lm: LanguageModel,
+    spec: GenerationSpec,
+    batch: int,
+    seed: int = 0,
+    opts: TimingOptions | None = None,
+) -> tuple[Phase, list[Phase]]:
     """The prefill and the decode step at every context of ``spec``: counted, and with
     ``opts`` timed per layer."""
     counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
@@ -199,8 +241,9 @@ def count_phases(lm: LanguageModel, spec: GenerationSpec, batch: int, seed: int 
     return prefill, [counter.decode(c) for c in spec.contexts]
 
 
-def time_phase(lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any,
-               opts: TimingOptions) -> None:
+def time_phase(
+    lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any, opts: TimingOptions
+) -> None:
     """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back by ``restore``
     after each pass), joined into the phase's rows; the report's ``latency`` is the plain
     passes interleaved with the instrumented ones."""
@@ -209,14 +252,23 @@ def time_phase(lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any,
 
     runner = _Rewinding(lm.root, restore)
     layers = time_layers(runner, mi, modules=module_names(lm.root), options=opts)
-    plain = layers.plain_ms if layers.plain_ms is not None and layers.plain_ms.size else \
-        layers.passes_ms
-    latency = Measurement(plain, device=str(mi.device), batch_size=mi.batch_size,
-                          label=f"{lm.name} {phase.label} (plain passes)")
+    plain = (
+        layers.plain_ms
+        if layers.plain_ms is not None and layers.plain_ms.size
+        else layers.passes_ms
+    )
+    latency = Measurement(
+        plain,
+        device=str(mi.device),
+        batch_size=mi.batch_size,
+        label=f"{lm.name} {phase.label} (plain passes)",
+    )
     old = phase.report
-    columns, overhead, coverage = layer_columns(row_keys(old.rows), phase.records, latency,
-                                                layers)
+    columns, overhead, coverage = layer_columns(row_keys(old.rows), phase.records, latency, layers)
     run = RunInfo(old.model_name, old.input_shape, old.batch_size, old.device, old.dtype)
-    phase.report = Report(join_rows(old.rows, [columns]), run,
-                          phase.counts,
-                          TimingResult(latency, layers, overhead, coverage))
+    phase.report = Report(
+        join_rows(old.rows, [columns]),
+        run,
+        phase.counts,
+        TimingResult(latency, layers, overhead, coverage),
+    )

@@ -1,5 +1,6 @@
 """Plots of a ``GenerationReport``: decode time and bytes against the context, and each
 layer's share of the prefill and of a decode step (matplotlib Figures, saved when asked)."""
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ def _save(fig: Any, save: str | os.PathLike[str] | None) -> None:
     if save is None:
         return
     from pathlib import Path
+
     path = Path(save)
     if path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise ModelProfError(f"save={str(save)!r}: the extension must be .png, .svg or .pdf")
@@ -32,8 +34,9 @@ def _save(fig: Any, save: str | os.PathLike[str] | None) -> None:
     fig.savefig(path, format=path.suffix.lower()[1:], bbox_inches="tight", dpi=150)
 
 
-def plot_decode_growth(report: Any, *, save: str | os.PathLike[str] | None = None,
-                       batch_size: int | None = None) -> Any:
+def plot_decode_growth(
+    report: Any, *, save: str | os.PathLike[str] | None = None, batch_size: int | None = None
+) -> Any:
     """Left: a decode step's time against the context: every measured step of the
     generations, their per-context median and fitted line, the per-layer passes' step medians,
     and the roofline bound when there is a target. Right: the bytes a step reads and writes
@@ -44,21 +47,41 @@ def plot_decode_growth(report: Any, *, save: str | os.PathLike[str] | None = Non
     timing = report.timings.get(report._batch(batch_size))
     if timing is not None and timing.step_ms.size:
         ctx = np.broadcast_to(timing.contexts, timing.step_ms.shape)
-        ax_t.scatter(ctx.ravel(), timing.step_ms.ravel(), s=6, alpha=0.3, color="0.5",
-                     label="decode steps (generations)")
+        ax_t.scatter(
+            ctx.ravel(),
+            timing.step_ms.ravel(),
+            s=6,
+            alpha=0.3,
+            color="0.5",
+            label="decode steps (generations)",
+        )
         med = np.median(timing.step_ms, axis=0)
         ax_t.plot(timing.contexts, med, color="tab:blue", label="median per context")
         slope = timing.step_slope
         if slope is not None:
-            ax_t.plot(timing.contexts, slope.intercept_ms + slope.ms_per_token * timing.contexts,
-                      "--", color="tab:blue",
-                      label=f"fit: {slope.describe()}")
+            ax_t.plot(
+                timing.contexts,
+                slope.intercept_ms + slope.ms_per_token * timing.contexts,
+                "--",
+                color="tab:blue",
+                label=f"fit: {slope.describe()}",
+            )
     if g["latency_ms"].notna().any():
-        ax_t.plot(g["context"], g["latency_ms"], "o", color="tab:orange",
-                  label="per-layer passes (median)")
+        ax_t.plot(
+            g["context"],
+            g["latency_ms"],
+            "o",
+            color="tab:orange",
+            label="per-layer passes (median)",
+        )
     if "bound_ms" in g.columns:
-        ax_t.plot(g["context"], g["bound_ms"], "s-", color="tab:red",
-                  label=f"roofline bound ({report.peaks.device})")
+        ax_t.plot(
+            g["context"],
+            g["bound_ms"],
+            "s-",
+            color="tab:red",
+            label=f"roofline bound ({report.peaks.device})",
+        )
     ax_t.set_xlabel("context (tokens in the cache)")
     ax_t.set_ylabel("ms per decode step")
     ax_t.set_title("Decode step time")
@@ -77,8 +100,9 @@ def plot_decode_growth(report: Any, *, save: str | os.PathLike[str] | None = Non
     return fig
 
 
-def layer_shares(report: Any, batch_size: int | None = None,
-                 column: str | None = None) -> pd.DataFrame:
+def layer_shares(
+    report: Any, batch_size: int | None = None, column: str | None = None
+) -> pd.DataFrame:
     """Each block (the rows at depth 2, e.g. ``model.layers.3``, and the leaves above them:
     embeddings, final norm, head) as a share of the prefill and of the last decode step, by
     ``column`` (default: measured latency when timed per layer, else FLOPs)."""
@@ -97,8 +121,13 @@ def layer_shares(report: Any, batch_size: int | None = None,
     return shares
 
 
-def plot_phase_share(report: Any, *, save: str | os.PathLike[str] | None = None,
-                     batch_size: int | None = None, column: str | None = None) -> Any:
+def plot_phase_share(
+    report: Any,
+    *,
+    save: str | os.PathLike[str] | None = None,
+    batch_size: int | None = None,
+    column: str | None = None,
+) -> Any:
     """Grouped bars: each block's share of the prefill beside its share of a decode step."""
     shares = layer_shares(report, batch_size, column)
     n = len(shares)

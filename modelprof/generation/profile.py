@@ -1,5 +1,6 @@
 """``profile_generation``: a language model as its users run it, counted per phase and layer,
 measured end to end, its KV cache and memory, and bounded on a named device."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,15 +32,26 @@ from modelprof.timing.options import TimingOptions
 __all__ = ["model_device_dtype", "profile_generation"]
 
 
-def profile_generation(model: nn.Module | None = None, prompt_len: int | None = None,
-                       new_tokens: int = 32, batch_size: int | list[int] = 1, *,
-                       step: Any = None, inputs: Any = None, cache: Any = "dynamic",
-                       contexts: Any = None,
-                       device: Any = None, dtype: Any = None, timing: bool | None = None,
-                       layer_timing: bool = True, target: Any = None, seed: int = 0,
-                       options: TimingOptions | None = None,
-                       on_step: Callable[[str], None] | None = None,
-                       **timing_options: Any) -> GenerationReport:
+def profile_generation(
+    model: nn.Module | None = None,
+    prompt_len: int | None = None,
+    new_tokens: int = 32,
+    batch_size: int | list[int] = 1,
+    *,
+    step: Any = None,
+    inputs: Any = None,
+    cache: Any = "dynamic",
+    contexts: Any = None,
+    device: Any = None,
+    dtype: Any = None,
+    timing: bool | None = None,
+    layer_timing: bool = True,
+    target: Any = None,
+    seed: int = 0,
+    options: TimingOptions | None = None,
+    on_step: Callable[[str], None] | None = None,
+    **timing_options: Any,
+) -> GenerationReport:
     """Profile greedy generation of exactly ``new_tokens`` after a ``prompt_len`` prompt
     (default 128 tokens).
 
@@ -63,17 +75,25 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int | None = 
     dev, dt = model_device_dtype(model, device, dtype)
     timing = dev.type != "meta" if timing is None else timing
     if not isinstance(timing, bool) or not isinstance(layer_timing, bool):
-        raise ModelProfError(f"timing={timing!r} and layer_timing={layer_timing!r} must be "
-                             "True or False")
+        raise ModelProfError(
+            f"timing={timing!r} and layer_timing={layer_timing!r} must be True or False"
+        )
     if timing and dev.type == "meta":
-        raise ModelProfError("device='meta' has no clock: pass timing=False to count from "
-                             "shapes alone (with target= for a device's roofline bound)")
+        raise ModelProfError(
+            "device='meta' has no clock: pass timing=False to count from "
+            "shapes alone (with target= for a device's roofline bound)"
+        )
     config = getattr(model, "config", None)
     given, prompt_len = prompt_inputs(inputs, model, step, prompt_len)
-    spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, contexts, cache,
-                                max_positions=model_dims(config)["max_positions"]
-                                if config is not None else None)
-    check_run_fits(spec, model, dt, dev)   # prompt_len=10**9: said before it is allocated
+    spec = GenerationSpec.parse(
+        prompt_len,
+        new_tokens,
+        batch_size,
+        contexts,
+        cache,
+        max_positions=model_dims(config)["max_positions"] if config is not None else None,
+    )
+    check_run_fits(spec, model, dt, dev)  # prompt_len=10**9: said before it is allocated
     peaks = resolve_target(target, dt)
     lm = language_model(model, step, spec.cache, dev, dt)
     lm.prompt_inputs = _checked_prompt(given, spec)
@@ -82,27 +102,37 @@ def profile_generation(model: nn.Module | None = None, prompt_len: int | None = 
     guard = preserved_state(model) if model is not None else contextlib.nullcontext()
     # the configs are the model's, read by the step function: put back as they were
     configs = [getattr(model, k, None) for k in ("config", "generation_config")]
-    with guard, snapshot_of(*configs), running(lm.root, RunMode(device=dev)), \
-            torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+    with (
+        guard,
+        snapshot_of(*configs),
+        running(lm.root, RunMode(device=dev)),
+        torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
+    ):
         return _run(lm, spec, opts, (timing, layer_timing), peaks, seed, on_step)
 
 
-def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions,
-         timed: tuple[bool, bool], peaks: Any, seed: int,
-         on_step: Callable[[str], None] | None) -> GenerationReport:
+def _run(
+    lm: LanguageModel,
+    spec: GenerationSpec,
+    opts: TimingOptions,
+    timed: tuple[bool, bool],
+    peaks: Any,
+    seed: int,
+    on_step: Callable[[str], None] | None,
+) -> GenerationReport:
     """``timed``: (whole generations, per-layer passes)."""
     timing, layer_timing = timed
     say = on_step if on_step is not None else (lambda line: None)
     phases, timings = {}, {}
     for b in spec.batch_sizes:
-        pre, decode = count_phases(lm, spec, b, seed,
-                                   opts if timing and layer_timing else None)
+        pre, decode = count_phases(lm, spec, b, seed, opts if timing and layer_timing else None)
         phases[b] = [pre, *decode]
-        say(f"batch {b}: prefill and {len(decode)} decode steps "
-            f"{'counted and timed per layer' if timing and layer_timing else 'counted'}")
+        say(
+            f"batch {b}: prefill and {len(decode)} decode steps "
+            f"{'counted and timed per layer' if timing and layer_timing else 'counted'}"
+        )
         if timing:
-            timings[b] = measure_generation(lm, spec, b, opts,
-                                            torch.Generator().manual_seed(seed))
+            timings[b] = measure_generation(lm, spec, b, opts, torch.Generator().manual_seed(seed))
             say(f"batch {b}: {timings[b].end_to_end.n} generations timed")
     first = phases[spec.batch_sizes[0]]
     kv = next((p.kv for p in reversed(first) if p.kv is not None), None)
@@ -111,32 +141,61 @@ def _run(lm: LanguageModel, spec: GenerationSpec, opts: TimingOptions,
     if lm.hf:
         prompt = lm.tokens(1, spec.prompt_len, torch.Generator().manual_seed(seed))
         moe = moe_info(lm.model, prompt if lm.device.type != "meta" else None)
-    env = collect_env(lm.device, lm.dtype, spec.batch_sizes[0], cache=spec.cache.value,
-                      generation=True, **opts.flags())
-    return GenerationReport(model_name=lm.name, spec=spec, device=str(lm.device),
-                            dtype=str(lm.dtype).removeprefix("torch."), phase_tables=phases,
-                            timings=timings, kv=kv, memory=memory, peaks=peaks, moe=moe,
-                            env=env)
+    env = collect_env(
+        lm.device,
+        lm.dtype,
+        spec.batch_sizes[0],
+        cache=spec.cache.value,
+        generation=True,
+        **opts.flags(),
+    )
+    return GenerationReport(
+        model_name=lm.name,
+        spec=spec,
+        device=str(lm.device),
+        dtype=str(lm.dtype).removeprefix("torch."),
+        phase_tables=phases,
+        timings=timings,
+        kv=kv,
+        memory=memory,
+        peaks=peaks,
+        moe=moe,
+        env=env,
+    )
 
 
 def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> MemoryPlan:
     b = phases[0].batch_size
-    per_token = kv.per_token_bytes if kv is not None and not kv.allocated else \
-        (kv.closed_form_per_token if kv is not None and kv.closed_form_per_token else 0.0)
-    act = {"prefill": activation_bytes(phases[0].records) / b,
-           "decode": max(activation_bytes(p.records) for p in phases[1:]) / b
-           if len(phases) > 1 else 0.0}
+    per_token = (
+        kv.per_token_bytes
+        if kv is not None and not kv.allocated
+        else (kv.closed_form_per_token if kv is not None and kv.closed_form_per_token else 0.0)
+    )
+    act = {
+        "prefill": activation_bytes(phases[0].records) / b,
+        "decode": max(activation_bytes(p.records) for p in phases[1:]) / b
+        if len(phases) > 1
+        else 0.0,
+    }
     states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
-    return MemoryPlan(weights_bytes(lm.model, lm.dtype), float(per_token), act, b,
-                      spec.total_len, state_per_seq_bytes=float(states))
+    return MemoryPlan(
+        weights_bytes(lm.model, lm.dtype),
+        float(per_token),
+        act,
+        b,
+        spec.total_len,
+        state_per_seq_bytes=float(states),
+    )
 
 
 def _checked_prompt(given: PromptInputs, spec: GenerationSpec) -> PromptInputs:
     """A given prompt is where every decode context starts from: none may be shorter."""
     short = [c for c in spec.contexts if c < spec.prompt_len]
     if given.ids is not None and short:
-        raise ModelProfError(f"contexts={list(spec.contexts)}: {short[0]} is shorter than the "
-                             f"prompt given in inputs= ({spec.prompt_len} tokens)")
+        raise ModelProfError(
+            f"contexts={list(spec.contexts)}: {short[0]} is shorter than the "
+            f"prompt given in inputs= ({spec.prompt_len} tokens)"
+        )
     return given
 
 
@@ -154,6 +213,8 @@ def _check_runnable(model: Any, dev: torch.device, dt: torch.dtype) -> None:
     if isinstance(model, nn.Module) and next(iter(model.parameters()), None) is not None:
         m_dev, m_dt = model_placement(model)
         if m_dev.type != dev.type or m_dt != dt:
-            raise ModelProfError(f"device={dev}/dtype={dt} differ from the model's "
-                                 f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
-                                 "first, or pass timing=False to count on another device/dtype")
+            raise ModelProfError(
+                f"device={dev}/dtype={dt} differ from the model's "
+                f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
+                "first, or pass timing=False to count on another device/dtype"
+            )

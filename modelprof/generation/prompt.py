@@ -6,6 +6,7 @@ They go to the prompt's forward only (the prefill, and the first call of ``gener
 keeps what the image became in its cache), so the vision tower has its rows in the prefill and
 the image tokens count in the context. Tensors of batch 1 are repeated to each batch size.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,44 +35,55 @@ class PromptInputs:
 
     def extras_for(self, batch: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         """The other inputs at ``batch``, on ``device``, floating ones in ``dtype``."""
+
         def place(name: str, t: torch.Tensor) -> torch.Tensor:
             t = _batched(name, t, batch)
             return t.to(device, dtype if t.is_floating_point() else None)
+
         return {k: map_tensors(v, lambda t, k=k: place(k, t)) for k, v in self.extras.items()}
 
 
-def prompt_inputs(inputs: Any, model: Any, step: Any,
-                  prompt_len: int | None) -> tuple[PromptInputs, int]:
+def prompt_inputs(
+    inputs: Any, model: Any, step: Any, prompt_len: int | None
+) -> tuple[PromptInputs, int]:
     """``inputs=`` checked (a dict of keyword inputs of a HuggingFace model's prompt) and the
     prompt length: the given ``input_ids``' (``prompt_len`` must then agree), else
     ``prompt_len`` (default 128)."""
     if inputs is None:
         return PromptInputs(), 128 if prompt_len is None else prompt_len
     if step is not None:
-        raise ModelProfError("inputs= gives a HuggingFace model's prompt its other inputs; a "
-                             "step function passes its own (close over them in the step)")
+        raise ModelProfError(
+            "inputs= gives a HuggingFace model's prompt its other inputs; a "
+            "step function passes its own (close over them in the step)"
+        )
     if not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs):
-        raise ModelProfError(f"inputs of type {type(inputs).__name__} must be a dict of the "
-                             "prompt's keyword inputs, e.g. {'input_ids': ids, "
-                             "'pixel_values': pixels}")
+        raise ModelProfError(
+            f"inputs of type {type(inputs).__name__} must be a dict of the "
+            "prompt's keyword inputs, e.g. {'input_ids': ids, "
+            "'pixel_values': pixels}"
+        )
     extras = {k: v for k, v in inputs.items() if k != "input_ids"}
     ids = inputs.get("input_ids")
     if ids is None:
         config = getattr(model, "config", None)
-        token = next((getattr(config, n) for n in _IMAGE_TOKEN
-                      if getattr(config, n, None) is not None), None)
+        token = next(
+            (getattr(config, n) for n in _IMAGE_TOKEN if getattr(config, n, None) is not None), None
+        )
         if token is not None and extras:
             raise ModelProfError(
                 f"inputs={sorted(extras)} without input_ids: {type(model).__name__} places the "
                 f"image where its prompt has image tokens (id {token}); give the prompt's "
-                "input_ids in inputs= too, with as many image tokens as the image becomes")
+                "input_ids in inputs= too, with as many image tokens as the image becomes"
+            )
         return PromptInputs(None, extras), 128 if prompt_len is None else prompt_len
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
         raise ModelProfError("inputs['input_ids'] must be a (batch, tokens) tensor of token ids")
     length = int(ids.shape[1])
     if prompt_len is not None and prompt_len != length:
-        raise ModelProfError(f"prompt_len={prompt_len!r} contradicts inputs['input_ids'] of "
-                             f"{length} tokens; leave prompt_len out")
+        raise ModelProfError(
+            f"prompt_len={prompt_len!r} contradicts inputs['input_ids'] of "
+            f"{length} tokens; leave prompt_len out"
+        )
     return PromptInputs(ids, extras), length
 
 
@@ -80,6 +92,8 @@ def _batched(name: str, t: torch.Tensor, batch: int) -> torch.Tensor:
     if t.dim() == 0 or t.shape[0] == batch:
         return t
     if t.shape[0] != 1:
-        raise ModelProfError(f"inputs[{name!r}] has batch {t.shape[0]}; give batch 1 (repeated "
-                             f"to each batch size) or the batch size {batch}")
+        raise ModelProfError(
+            f"inputs[{name!r}] has batch {t.shape[0]}; give batch 1 (repeated "
+            f"to each batch size) or the batch size {batch}"
+        )
     return t.repeat(batch, *([1] * (t.dim() - 1)))

@@ -1,6 +1,7 @@
 """``GenerationReport``: the phases (per-layer tables), the measured generations, the KV cache,
 memory to fit, the roofline bound and MoE routing of one ``profile_generation`` run, with
 DataFrame views, exporters and plots. The DataFrames stay numeric; nothing prints unless asked."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,16 +68,22 @@ class GenerationReport:
             if p.context == context:
                 return p
         from modelprof.errors import ModelProfError
-        raise ModelProfError(f"context={context!r} was not profiled; the decode contexts are "
-                             f"{[p.context for p in steps]}")
+
+        raise ModelProfError(
+            f"context={context!r} was not profiled; the decode contexts are "
+            f"{[p.context for p in steps]}"
+        )
 
     def _batch(self, batch_size: int | None) -> int:
         if batch_size is None:
             return self.batch_sizes[0]
         if batch_size not in self.phase_tables:
             from modelprof.errors import ModelProfError
-            raise ModelProfError(f"batch_size={batch_size!r} was not profiled; the batch sizes "
-                                 f"are {list(self.batch_sizes)}")
+
+            raise ModelProfError(
+                f"batch_size={batch_size!r} was not profiled; the batch sizes "
+                f"are {list(self.batch_sizes)}"
+            )
         return batch_size
 
     @property
@@ -110,15 +117,24 @@ class GenerationReport:
         rows = []
         for p in self.phases(batch_size):
             t = p.totals
-            row = {"phase": p.name, "context": p.context, "tokens": p.tokens,
-                   "batch_size": p.batch_size, "params": t["params"], "macs": t["macs"],
-                   "flops": t["flops"], "read_bytes": t["read_bytes"],
-                   "write_bytes": t["write_bytes"],
-                   "kv_cache_bytes": p.kv.total_bytes if p.kv is not None else float("nan"),
-                   "latency_ms": p.report.latency.median_ms if p.report.latency is not None
-                   else float("nan"),
-                   "instrumentation_overhead": p.report.instrumentation_overhead
-                   if p.report.instrumentation_overhead is not None else float("nan")}
+            row = {
+                "phase": p.name,
+                "context": p.context,
+                "tokens": p.tokens,
+                "batch_size": p.batch_size,
+                "params": t["params"],
+                "macs": t["macs"],
+                "flops": t["flops"],
+                "read_bytes": t["read_bytes"],
+                "write_bytes": t["write_bytes"],
+                "kv_cache_bytes": p.kv.total_bytes if p.kv is not None else float("nan"),
+                "latency_ms": p.report.latency.median_ms
+                if p.report.latency is not None
+                else float("nan"),
+                "instrumentation_overhead": p.report.instrumentation_overhead
+                if p.report.instrumentation_overhead is not None
+                else float("nan"),
+            }
             if self.peaks is not None:
                 row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
             rows.append(row)
@@ -129,12 +145,20 @@ class GenerationReport:
         p = self.peaks
         if p is None:
             return None
-        return (f"bound_*: roofline lower bound on {p.device} ({p.dtype}, datasheet: "
-                f"{format_rate(p.peak_flops, 'FLOP/s')}, {format_rate(p.peak_bytes, 'B/s')}); "
-                "a bound, not a measurement")
+        return (
+            f"bound_*: roofline lower bound on {p.device} ({p.dtype}, datasheet: "
+            f"{format_rate(p.peak_flops, 'FLOP/s')}, {format_rate(p.peak_bytes, 'B/s')}); "
+            "a bound, not a measurement"
+        )
 
-    def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
-                    batch_size: int | None = None) -> Any:
+    def utilization(
+        self,
+        peak: Any = None,
+        *,
+        flops: str = "2macs",
+        causal: str = "counted",
+        batch_size: int | None = None,
+    ) -> Any:
         """MFU, HFU and MBU of every phase and layer (``Report.utilization`` of each phase's
         table, the conventions of :mod:`modelprof.report.utilization`): ``rows`` and
         ``phases`` carry ``phase`` and ``context`` columns; a phase's time is its per-layer
@@ -147,8 +171,7 @@ class GenerationReport:
         rows, phases, first = [], [], None
         timing = self.timings.get(self._batch(batch_size))
         for p in self.phases(batch_size):
-            u = p.report.utilization(peak, flops=flops, causal=causal,
-                                     decode=p.name != "prefill")
+            u = p.report.utilization(peak, flops=flops, causal=causal, decode=p.name != "prefill")
             first = first or u
             whole = u.phases.drop(columns="phase")
             for frame, out in ((u.rows, rows), (whole, phases)):
@@ -170,8 +193,11 @@ class GenerationReport:
         the target device; a bound, not a measurement."""
         if self.peaks is None:
             from modelprof.errors import ModelProfError
-            raise ModelProfError("no target: pass target='H100 SXM' (or a Peaks) to "
-                                 "profile_generation for the roofline bound")
+
+            raise ModelProfError(
+                "no target: pass target='H100 SXM' (or a Peaks) to "
+                "profile_generation for the roofline bound"
+            )
         frames = []
         for p in self.phases(batch_size):
             df = bound_rows(p.report, self.peaks)
@@ -184,8 +210,9 @@ class GenerationReport:
         """Decode steps against the context: counted MACs, FLOPs, bytes, the measured time of
         the step (per-layer passes) and the bound."""
         table = self.phase_table(batch_size)
-        return shown(table[table["phase"] == "decode"].reset_index(drop=True),
-                     caption=self._bound_caption())
+        return shown(
+            table[table["phase"] == "decode"].reset_index(drop=True), caption=self._bound_caption()
+        )
 
     def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
         """Per added context token: the slope of each counted column and of the measured step
@@ -202,9 +229,11 @@ class GenerationReport:
         slope = timing.step_slope if timing is not None else None
         if slope is not None:
             # NaN where the interval reaches zero: not measurable, never a negative time
-            out.update(step_ms_per_token=slope.measured_ms_per_token,
-                       step_ms_per_token_ci_low=slope.ci_low,
-                       step_ms_per_token_ci_high=slope.ci_high)
+            out.update(
+                step_ms_per_token=slope.measured_ms_per_token,
+                step_ms_per_token_ci_low=slope.ci_low,
+                step_ms_per_token_ci_high=slope.ci_high,
+            )
         return out
 
     def summary(self) -> pd.DataFrame:
@@ -214,8 +243,11 @@ class GenerationReport:
         for b in self.batch_sizes:
             row: dict[str, Any] = {"batch_size": b}
             pre, last = self.prefill(b), self.decode(batch_size=b)
-            row.update(prefill_macs=pre.totals["macs"], decode_macs=last.totals["macs"],
-                       decode_context=last.context)
+            row.update(
+                prefill_macs=pre.totals["macs"],
+                decode_macs=last.totals["macs"],
+                decode_context=last.context,
+            )
             t = self.timings.get(b)
             if t is not None:
                 row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
@@ -228,13 +260,22 @@ class GenerationReport:
             return pd.DataFrame(columns=["layer", "bytes", "bytes_per_token"])
         per = np.asarray(self.kv.per_layer_bytes, dtype=float)
         states, cross = np.zeros_like(per), np.zeros_like(per)
-        states[:len(self.kv.per_layer_state_bytes)] = self.kv.per_layer_state_bytes
-        cross[:len(self.kv.per_layer_cross_bytes)] = self.kv.per_layer_cross_bytes
+        states[: len(self.kv.per_layer_state_bytes)] = self.kv.per_layer_state_bytes
+        cross[: len(self.kv.per_layer_cross_bytes)] = self.kv.per_layer_cross_bytes
         # keys and values grow per token; a recurrent state and cross-attention do not
-        return shown(pd.DataFrame({"layer": range(per.size), "bytes": per, "state_bytes": states,
-                                   "cross_bytes": cross, "bytes_per_token": (per - states - cross)
-                                   / (self.kv.batch_size * self.kv.tokens)}),
-                     units={"bytes": "_bytes", "bytes_per_token": "_bytes"})
+        return shown(
+            pd.DataFrame(
+                {
+                    "layer": range(per.size),
+                    "bytes": per,
+                    "state_bytes": states,
+                    "cross_bytes": cross,
+                    "bytes_per_token": (per - states - cross)
+                    / (self.kv.batch_size * self.kv.tokens),
+                }
+            ),
+            units={"bytes": "_bytes", "bytes_per_token": "_bytes"},
+        )
 
     # -- exporters ---------------------------------------------------------------------------
     def export(self, format: str, path: str | Path | None = None) -> str | Path | None:
@@ -244,12 +285,20 @@ class GenerationReport:
         fmt = get_format(format)
         if fmt.name in ("markdown", "json"):
             return self.to_markdown(path) if fmt.name == "markdown" else self.to_json(path)
-        return fmt.write(self.to_dataframe(), None, path=path, caption=self._heading(),
-                         title=self._heading(), standalone=True)
+        return fmt.write(
+            self.to_dataframe(),
+            None,
+            path=path,
+            caption=self._heading(),
+            title=self._heading(),
+            standalone=True,
+        )
 
     def _heading(self) -> str:
-        return (f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
-                f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})")
+        return (
+            f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
+            f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})"
+        )
 
     def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
         """The per-layer table of every phase, raw numbers (the exporters' CSV writer)."""
@@ -257,37 +306,84 @@ class GenerationReport:
 
     def to_markdown(self, path: str | Path | None = None) -> str | None:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
-        parts = [f"# {self._heading()}", "",
-                 "## Summary", "", _md(self.summary()), "", "## Phases", "",
-                 _md(self.phase_table())]
+        parts = [
+            f"# {self._heading()}",
+            "",
+            "## Summary",
+            "",
+            _md(self.summary()),
+            "",
+            "## Phases",
+            "",
+            _md(self.phase_table()),
+        ]
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
-            parts += ["", "## KV cache", "", _md(pd.DataFrame([
-                {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}]))]
+            parts += [
+                "",
+                "## KV cache",
+                "",
+                _md(
+                    pd.DataFrame(
+                        [
+                            {
+                                k: v
+                                for k, v in self.kv.to_dict().items()
+                                if not k.startswith("per_layer_")
+                            }
+                        ]
+                    )
+                ),
+            ]
         if self.moe is not None:
-            parts += ["", "## Mixture of experts", "",
-                      f"active parameters per token {self.moe.active_params:,} of "
-                      f"{self.moe.total_params:,}", "", _md(self.moe.tokens_per_expert())]
+            parts += [
+                "",
+                "## Mixture of experts",
+                "",
+                f"active parameters per token {self.moe.active_params:,} of "
+                f"{self.moe.total_params:,}",
+                "",
+                _md(self.moe.tokens_per_expert()),
+            ]
         return _write("\n".join(parts) + "\n", path)
 
     def to_json(self, path: str | Path | None = None) -> str | None:
         """Everything as JSON: spec, summary, phases, per-layer rows, KV, memory, MoE."""
-        doc = {"model": self.model_name, "device": self.device, "dtype": self.dtype,
-               "spec": {"prompt_len": self.spec.prompt_len, "new_tokens": self.spec.new_tokens,
-                        "batch_sizes": list(self.spec.batch_sizes),
-                        "contexts": list(self.spec.contexts), "cache": self.spec.cache.value},
-               "summary": _records(self.summary()), "phases": _records(self.phase_table()),
-               "rows": _records(self.to_dataframe()),
-               "kv_cache": self.kv.to_dict() if self.kv is not None else None,
-               "memory": self.memory.to_dict() if self.memory is not None else None,
-               "target": None if self.peaks is None else
-               {"device": self.peaks.device, "dtype": self.peaks.dtype,
-                "peak_flops": self.peaks.peak_flops, "peak_bytes": self.peaks.peak_bytes},
-               "moe": self.moe.to_dict() if self.moe is not None else None,
-               "timing": {str(b): t.end_to_end.to_dict(samples=False) | {
-                   "ttft": t.ttft.to_dict(), "tpot": None if t.tpot is None else
-                   t.tpot.to_dict(samples=False)} for b, t in self.timings.items()}}
+        doc = {
+            "model": self.model_name,
+            "device": self.device,
+            "dtype": self.dtype,
+            "spec": {
+                "prompt_len": self.spec.prompt_len,
+                "new_tokens": self.spec.new_tokens,
+                "batch_sizes": list(self.spec.batch_sizes),
+                "contexts": list(self.spec.contexts),
+                "cache": self.spec.cache.value,
+            },
+            "summary": _records(self.summary()),
+            "phases": _records(self.phase_table()),
+            "rows": _records(self.to_dataframe()),
+            "kv_cache": self.kv.to_dict() if self.kv is not None else None,
+            "memory": self.memory.to_dict() if self.memory is not None else None,
+            "target": None
+            if self.peaks is None
+            else {
+                "device": self.peaks.device,
+                "dtype": self.peaks.dtype,
+                "peak_flops": self.peaks.peak_flops,
+                "peak_bytes": self.peaks.peak_bytes,
+            },
+            "moe": self.moe.to_dict() if self.moe is not None else None,
+            "timing": {
+                str(b): t.end_to_end.to_dict(samples=False)
+                | {
+                    "ttft": t.ttft.to_dict(),
+                    "tpot": None if t.tpot is None else t.tpot.to_dict(samples=False),
+                }
+                for b, t in self.timings.items()
+            },
+        }
         return _write(json.dumps(doc, indent=1, default=_plain), path)
 
     # -- plots -------------------------------------------------------------------------------
@@ -295,46 +391,67 @@ class GenerationReport:
         """Decode step time (measured, every step of the generations) and bytes (counted)
         against the context length."""
         from modelprof.generation.plots import plot_decode_growth
+
         return plot_decode_growth(self, save=save, batch_size=batch_size)
 
-    def plot_phase_share(self, save: str | Path | None = None, batch_size: int | None = None,
-                         column: str | None = None):
+    def plot_phase_share(
+        self,
+        save: str | Path | None = None,
+        batch_size: int | None = None,
+        column: str | None = None,
+    ):
         """Per top-level layer: its share of the prefill and of a decode step."""
         from modelprof.generation.plots import plot_phase_share
+
         return plot_phase_share(self, save=save, batch_size=batch_size, column=column)
 
     def __repr__(self) -> str:
-        lines = [f"GenerationReport({self.model_name}, prompt {self.spec.prompt_len} + "
-                 f"{self.spec.new_tokens} new tokens, cache={self.spec.cache.value}, "
-                 f"{self.device}, {self.dtype})"]
+        lines = [
+            f"GenerationReport({self.model_name}, prompt {self.spec.prompt_len} + "
+            f"{self.spec.new_tokens} new tokens, cache={self.spec.cache.value}, "
+            f"{self.device}, {self.dtype})"
+        ]
         for b in self.batch_sizes:
             pre, last = self.prefill(b), self.decode(batch_size=b)
-            line = (f"  batch {b}: prefill {pre.totals['macs'] / 1e9:.3g} GMACs, decode@"
-                    f"{last.context} {last.totals['macs'] / 1e9:.3g} GMACs")
+            line = (
+                f"  batch {b}: prefill {pre.totals['macs'] / 1e9:.3g} GMACs, decode@"
+                f"{last.context} {last.totals['macs'] / 1e9:.3g} GMACs"
+            )
             t = self.timings.get(b)
             if t is not None:
                 lo, hi = t.ttft.median_ci_ms
                 line += f"; TTFT {t.ttft.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
                 if t.tpot is not None:
                     lo, hi = t.tpot.median_ci_ms
-                    line += (f", TPOT {t.tpot.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
-                             f"{'' if t.tpot.stable else ' DRIFTED'}, "
-                             f"{t.batch_tokens_per_s:,.1f} tokens/s")
+                    line += (
+                        f", TPOT {t.tpot.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
+                        f"{'' if t.tpot.stable else ' DRIFTED'}, "
+                        f"{t.batch_tokens_per_s:,.1f} tokens/s"
+                    )
                 if t.step_slope is not None:
                     line += f"; step growth {t.step_slope.describe()}"
             lines.append(line)
         if self.kv is not None:
-            lines.append(f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
-                         f"(closed form {self.kv.closed_form_per_token}), "
-                         f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens")
-            fixed = [f"{n:,} bytes of {what}" for n, what in (
-                (self.kv.state_bytes, "recurrent state"),
-                (self.kv.cross_bytes, "cross-attention")) if n]
+            lines.append(
+                f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
+                f"(closed form {self.kv.closed_form_per_token}), "
+                f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens"
+            )
+            fixed = [
+                f"{n:,} bytes of {what}"
+                for n, what in (
+                    (self.kv.state_bytes, "recurrent state"),
+                    (self.kv.cross_bytes, "cross-attention"),
+                )
+                if n
+            ]
             if fixed:
                 lines[-1] += f", of which {' and '.join(fixed)} (the same at every context)"
         if self.moe is not None:
-            lines.append(f"  MoE: {self.moe.active_params:,} active of "
-                         f"{self.moe.total_params:,} parameters per token")
+            lines.append(
+                f"  MoE: {self.moe.active_params:,} active of "
+                f"{self.moe.total_params:,} parameters per token"
+            )
         return "\n".join(lines)
 
 

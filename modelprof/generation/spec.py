@@ -1,5 +1,6 @@
 """What a generation run is: prompt length, new tokens, batch sizes, the decode contexts to
 profile and the cache to use, checked once at the boundary (``GenerationSpec.parse``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +18,9 @@ __all__ = ["CacheMode", "GenerationSpec", "default_contexts"]
 class CacheMode(str, enum.Enum):
     """How past keys and values are kept between steps."""
 
-    DYNAMIC = "dynamic"   # grows by concatenation (HF ``DynamicCache``), or the step's own cache
-    STATIC = "static"     # preallocated to the final length (HF ``StaticCache``)
-    NONE = "none"         # no cache: every step recomputes the whole prefix
+    DYNAMIC = "dynamic"  # grows by concatenation (HF ``DynamicCache``), or the step's own cache
+    STATIC = "static"  # preallocated to the final length (HF ``StaticCache``)
+    NONE = "none"  # no cache: every step recomputes the whole prefix
 
     @classmethod
     def parse(cls, value: Any) -> CacheMode:
@@ -32,8 +33,9 @@ class CacheMode(str, enum.Enum):
         try:
             return cls(str(value).lower())
         except ValueError:
-            raise ModelProfError(f"cache={value!r} must be one of "
-                                 f"{[m.value for m in cls]} (or True/False)") from None
+            raise ModelProfError(
+                f"cache={value!r} must be one of {[m.value for m in cls]} (or True/False)"
+            ) from None
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -43,8 +45,9 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 def _int_list(name: str, value: Any) -> tuple[int, ...]:
-    items = [value] if isinstance(value, (int, np.integer)) and not isinstance(value, bool) \
-        else value
+    items = (
+        [value] if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    )
     if isinstance(items, str) or not isinstance(items, Sequence) or not items:
         raise ModelProfError(f"{name}={value!r} must be an int >= 1 or a non-empty list of them")
     return tuple(_positive_int(name, v) for v in items)
@@ -68,26 +71,40 @@ class GenerationSpec:
     cache: CacheMode
 
     @classmethod
-    def parse(cls, prompt_len: Any, new_tokens: Any, batch_size: Any = 1,
-              contexts: Any = None, cache: Any = "dynamic",
-              max_positions: int | None = None) -> GenerationSpec:
+    def parse(
+        cls,
+        prompt_len: Any,
+        new_tokens: Any,
+        batch_size: Any = 1,
+        contexts: Any = None,
+        cache: Any = "dynamic",
+        max_positions: int | None = None,
+    ) -> GenerationSpec:
         """Check every option; ``max_positions`` (the model's) bounds prompt + new tokens."""
         p = _positive_int("prompt_len", prompt_len)
         n = _positive_int("new_tokens", new_tokens)
         batches = _int_list("batch_size", batch_size)
-        ctx = default_contexts(p, n) if contexts is None else \
-            tuple(sorted(set(_int_list("contexts", contexts))))
+        ctx = (
+            default_contexts(p, n)
+            if contexts is None
+            else tuple(sorted(set(_int_list("contexts", contexts))))
+        )
         if max_positions is not None:
             if p >= max_positions:
-                raise ModelProfError(f"prompt_len={p} does not fit the model's "
-                                     f"{max_positions} positions")
+                raise ModelProfError(
+                    f"prompt_len={p} does not fit the model's {max_positions} positions"
+                )
             if p + n > max_positions:
-                raise ModelProfError(f"prompt_len={p} + new_tokens={n} = {p + n} exceeds the "
-                                     f"model's {max_positions} positions")
+                raise ModelProfError(
+                    f"prompt_len={p} + new_tokens={n} = {p + n} exceeds the "
+                    f"model's {max_positions} positions"
+                )
             over = [c for c in ctx if c + 1 > max_positions]
             if over:
-                raise ModelProfError(f"contexts={list(ctx)}: a decode step at {over[0]} needs "
-                                     f"{over[0] + 1} positions, the model has {max_positions}")
+                raise ModelProfError(
+                    f"contexts={list(ctx)}: a decode step at {over[0]} needs "
+                    f"{over[0] + 1} positions, the model has {max_positions}"
+                )
         return cls(p, n, batches, ctx, CacheMode.parse(cache))
 
     @property

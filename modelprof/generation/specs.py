@@ -2,6 +2,7 @@
 class with overrides (``LlamaConfig:hidden_size=256,num_hidden_layers=2``), a ``config.json``
 path, or a factory in a Python file (``my_lm.py:build``). Config-built models get random weights,
 made directly on the device asked (``meta``: no memory at all)."""
+
 from __future__ import annotations
 
 import ast
@@ -62,17 +63,20 @@ def _config(spec: str) -> Any:
         try:
             return transformers.AutoConfig.for_model(kind, **data)
         except ValueError as e:
-            raise ModelProfError(f"SPEC {spec!r}: model_type {kind!r} is unknown to "
-                                 f"transformers {transformers.__version__}") from e
+            raise ModelProfError(
+                f"SPEC {spec!r}: model_type {kind!r} is unknown to "
+                f"transformers {transformers.__version__}"
+            ) from e
     name, _, overrides = spec.partition(":")
     if not name.endswith("Config"):
         return None
     cls = getattr(transformers, name, None)
     if cls is None:
-        raise ModelProfError(f"SPEC {spec!r}: transformers has no {name} "
-                             f"(version {transformers.__version__})")
+        raise ModelProfError(
+            f"SPEC {spec!r}: transformers has no {name} (version {transformers.__version__})"
+        )
     kwargs = parse_overrides(overrides)
-    known = cls()                      # a config keeps unknown keywords as attributes
+    known = cls()  # a config keeps unknown keywords as attributes
     unknown = [k for k in kwargs if not hasattr(known, k)]
     if unknown:
         raise ModelProfError(f"SPEC {spec!r}: {name} has no attribute {unknown[0]!r}")
@@ -96,32 +100,40 @@ def _check_kind(spec: str, key: str, value: Any, default: Any) -> None:
         wrong = False
     if wrong:
         kind = {bool: "True or False", int: "an integer"}.get(type(default), "a number")
-        raise ModelProfError(f"SPEC {spec!r}: {key}={value!r} must be {kind}, like its "
-                             f"default {default!r}")
+        raise ModelProfError(
+            f"SPEC {spec!r}: {key}={value!r} must be {kind}, like its default {default!r}"
+        )
 
 
-def load_language_model(spec: str, device: torch.device | None = None,
-                        dtype: torch.dtype | None = None) -> tuple[nn.Module, str]:
+def load_language_model(
+    spec: str, device: torch.device | None = None, dtype: torch.dtype | None = None
+) -> tuple[nn.Module, str]:
     """The model and a display name for ``spec`` (see the module docstring)."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ModelProfError(f"SPEC {spec!r} must be a config class, a config.json or "
-                             "file.py:factory")
+        raise ModelProfError(
+            f"SPEC {spec!r} must be a config class, a config.json or file.py:factory"
+        )
     spec = spec.strip()
     config = _config(spec)
     if config is None:
         from modelprof.models import load_spec
+
         model = load_spec(spec).model
         return (model.to(device=device, dtype=dtype) if device or dtype else model), spec
     import transformers
+
     with torch.device(device or "cpu"):
         try:
             model = transformers.AutoModelForCausalLM.from_config(config)
         except ValueError as e:
-            raise ModelProfError(f"SPEC {spec!r}: {type(config).__name__} has no causal-LM "
-                                 f"model in transformers ({e})") from e
-        except TypeError as e:   # an override of the wrong kind the check above let through
-            raise ModelProfError(f"SPEC {spec!r}: the model cannot be built from this "
-                                 f"config: {e}") from e
+            raise ModelProfError(
+                f"SPEC {spec!r}: {type(config).__name__} has no causal-LM "
+                f"model in transformers ({e})"
+            ) from e
+        except TypeError as e:  # an override of the wrong kind the check above let through
+            raise ModelProfError(
+                f"SPEC {spec!r}: the model cannot be built from this config: {e}"
+            ) from e
     if dtype is not None:
         model = model.to(dtype)
     return model.eval(), spec.partition(":")[0].removesuffix("Config") or spec

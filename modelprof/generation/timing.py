@@ -14,6 +14,7 @@ and drift flags follow the same rules. On CUDA each stamp synchronises the devic
 growth ``step_slope``: least squares of the per-context median step time against the context
 ``L`` (``ms = a + b L``), with the 95 % t interval of ``b``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,8 +62,7 @@ class Slope:
     def describe(self) -> str:
         """``0.05 ms per token (0.04-0.06)``, or ``not measurable (interval -0.3 to 0.5 ms)``."""
         if not self.measurable:
-            return (f"not measurable (interval {self.ci_low:.3g} to {self.ci_high:.3g} ms per "
-                    "token)")
+            return f"not measurable (interval {self.ci_low:.3g} to {self.ci_high:.3g} ms per token)"
         return f"{self.ms_per_token:.3g} ms per token ({self.ci_low:.3g}-{self.ci_high:.3g})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def fit_slope(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> Slope |
     resid = y - (a + b * x)
     dof = x.size - 2
     sxx = float(((x - x.mean()) ** 2).sum())
-    se = math.sqrt(float((resid ** 2).sum()) / dof / sxx) if dof > 0 else math.inf
+    se = math.sqrt(float((resid**2).sum()) / dof / sxx) if dof > 0 else math.inf
     half = t_quantile(0.5 + confidence / 2.0, dof) * se if dof > 0 else math.inf
     return Slope(float(b), float(b - half), float(b + half), float(a), int(x.size))
 
@@ -94,8 +94,8 @@ class GenerationTiming:
     end_to_end: Measurement
     ttft: Measurement
     tpot: Measurement | None
-    step_ms: np.ndarray          # (generations, new_tokens - 1): every decode step's time
-    contexts: np.ndarray         # the cache length L of each step column
+    step_ms: np.ndarray  # (generations, new_tokens - 1): every decode step's time
+    contexts: np.ndarray  # the cache length L of each step column
     peak_memory_bytes: int | None = None
 
     @property
@@ -121,26 +121,45 @@ class GenerationTiming:
 
     def summary(self) -> dict[str, Any]:
         """One row of numbers: medians, intervals, stability, rates, slope."""
-        row: dict[str, Any] = {"batch_size": self.batch_size, "prompt_len": self.prompt_len,
-                               "new_tokens": self.new_tokens, "generations": self.end_to_end.n}
+        row: dict[str, Any] = {
+            "batch_size": self.batch_size,
+            "prompt_len": self.prompt_len,
+            "new_tokens": self.new_tokens,
+            "generations": self.end_to_end.n,
+        }
         for name, m in (("ttft", self.ttft), ("tpot", self.tpot), ("end_to_end", self.end_to_end)):
             if m is None:
-                row.update({f"{name}_ms": float("nan"), f"{name}_ci_low_ms": float("nan"),
-                            f"{name}_ci_high_ms": float("nan"), f"{name}_min_ms": float("nan"),
-                            f"{name}_stable": None})
+                row.update(
+                    {
+                        f"{name}_ms": float("nan"),
+                        f"{name}_ci_low_ms": float("nan"),
+                        f"{name}_ci_high_ms": float("nan"),
+                        f"{name}_min_ms": float("nan"),
+                        f"{name}_stable": None,
+                    }
+                )
                 continue
             lo, hi = m.median_ci_ms
-            row.update({f"{name}_ms": m.median_ms, f"{name}_ci_low_ms": lo,
-                        f"{name}_ci_high_ms": hi, f"{name}_min_ms": m.min_ms,
-                        f"{name}_stable": m.stable, f"{name}_drift_pct": m.drift_pct})
+            row.update(
+                {
+                    f"{name}_ms": m.median_ms,
+                    f"{name}_ci_low_ms": lo,
+                    f"{name}_ci_high_ms": hi,
+                    f"{name}_min_ms": m.min_ms,
+                    f"{name}_stable": m.stable,
+                    f"{name}_drift_pct": m.drift_pct,
+                }
+            )
         slope = self.step_slope
-        row.update(tokens_per_s=self.tokens_per_s, batch_tokens_per_s=self.batch_tokens_per_s,
-                   end_to_end_tokens_per_s=self.end_to_end_tokens_per_s,
-                   step_ms_per_context_token=slope.measured_ms_per_token if slope
-                   else float("nan"),
-                   step_slope_ci_low=slope.ci_low if slope else float("nan"),
-                   step_slope_ci_high=slope.ci_high if slope else float("nan"),
-                   peak_memory_bytes=self.peak_memory_bytes)
+        row.update(
+            tokens_per_s=self.tokens_per_s,
+            batch_tokens_per_s=self.batch_tokens_per_s,
+            end_to_end_tokens_per_s=self.end_to_end_tokens_per_s,
+            step_ms_per_context_token=slope.measured_ms_per_token if slope else float("nan"),
+            step_slope_ci_low=slope.ci_low if slope else float("nan"),
+            step_slope_ci_high=slope.ci_high if slope else float("nan"),
+            peak_memory_bytes=self.peak_memory_bytes,
+        )
         return row
 
 
@@ -161,6 +180,7 @@ class _Run:
         def stamp() -> None:
             sync()
             stamps.append(perf())
+
         sync()
         t0 = perf()
         self.lm.generate(self.prompt, self.n, stamp)
@@ -179,15 +199,21 @@ class _Run:
         self.steps.clear()
 
 
-def generation_sampler(lm: LanguageModel, spec: GenerationSpec, batch: int,
-                       generator: torch.Generator) -> _Run:
+def generation_sampler(
+    lm: LanguageModel, spec: GenerationSpec, batch: int, generator: torch.Generator
+) -> _Run:
     """A callable that runs one stamped generation (``.block(k)`` runs ``k``)."""
     prompt = lm.prompt(batch, spec.prompt_len, generator)
     return _Run(lm, prompt, spec.new_tokens)
 
 
-def measure_generation(lm: LanguageModel, spec: GenerationSpec, batch: int,
-                       opts: TimingOptions, generator: torch.Generator) -> GenerationTiming:
+def measure_generation(
+    lm: LanguageModel,
+    spec: GenerationSpec,
+    batch: int,
+    opts: TimingOptions,
+    generator: torch.Generator,
+) -> GenerationTiming:
     """Warm up, then generations in blocks until ``opts.stop`` says stop."""
     lm.phase(f"the timed generations at batch {batch}")
     run = generation_sampler(lm, spec, batch, generator)
@@ -198,33 +224,60 @@ def measure_generation(lm: LanguageModel, spec: GenerationSpec, batch: int,
     return timing_from(run, sampled, lm, spec, batch, opts, n_warm, peak)
 
 
-def timing_from(run: _Run, sampled: Any, lm: LanguageModel, spec: GenerationSpec, batch: int,
-                opts: TimingOptions, n_warm: int, peak: int | None = None) -> GenerationTiming:
+def timing_from(
+    run: _Run,
+    sampled: Any,
+    lm: LanguageModel,
+    spec: GenerationSpec,
+    batch: int,
+    opts: TimingOptions,
+    n_warm: int,
+    peak: int | None = None,
+) -> GenerationTiming:
     """The Measurements of what ``run`` recorded over ``sampled``'s blocks."""
     dev = str(lm.device)
-    common = dict(device=dev, batch_size=batch, warmup=n_warm, stop_reason=sampled.stop_reason,
-                  precision=None if opts.stop.repeat is not None else opts.stop.precision,
-                  min_samples=opts.stop.promised_min)
-    e2e = Measurement(sampled.samples_ms, label=f"{lm.name} generation", blocks=sampled.blocks,
-                      timestamps_s=sampled.timestamps_s, **common)
-    ttft = Measurement(np.asarray(run.ttft), label=f"{lm.name} TTFT", blocks=sampled.blocks,
-                       timestamps_s=sampled.timestamps_s, **common)
+    common = dict(
+        device=dev,
+        batch_size=batch,
+        warmup=n_warm,
+        stop_reason=sampled.stop_reason,
+        precision=None if opts.stop.repeat is not None else opts.stop.precision,
+        min_samples=opts.stop.promised_min,
+    )
+    e2e = Measurement(
+        sampled.samples_ms,
+        label=f"{lm.name} generation",
+        blocks=sampled.blocks,
+        timestamps_s=sampled.timestamps_s,
+        **common,
+    )
+    ttft = Measurement(
+        np.asarray(run.ttft),
+        label=f"{lm.name} TTFT",
+        blocks=sampled.blocks,
+        timestamps_s=sampled.timestamps_s,
+        **common,
+    )
     steps = np.vstack(run.steps) if run.steps else np.empty((0, 0))
     tpot = None
     if steps.size:
         per = steps.shape[1]
         offsets = (np.asarray(run.ttft)[:, None] + np.cumsum(steps, axis=1) - steps) / 1e3
-        tpot = Measurement(steps.reshape(-1), label=f"{lm.name} TPOT",
-                           blocks=np.repeat(sampled.blocks, per),
-                           timestamps_s=(sampled.timestamps_s[:, None] + offsets).reshape(-1),
-                           **common)
+        tpot = Measurement(
+            steps.reshape(-1),
+            label=f"{lm.name} TPOT",
+            blocks=np.repeat(sampled.blocks, per),
+            timestamps_s=(sampled.timestamps_s[:, None] + offsets).reshape(-1),
+            **common,
+        )
     contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
-    if opts.warn:       # a short budget is said once (of the generations); drift and noise each
-        for m in ((e2e,) if e2e.undersampled else (ttft, tpot)):
+    if opts.warn:  # a short budget is said once (of the generations); drift and noise each
+        for m in (e2e,) if e2e.undersampled else (ttft, tpot):
             if m is not None:
                 m.warn_if_noisy()
-    return GenerationTiming(batch, spec.prompt_len, spec.new_tokens, e2e, ttft, tpot, steps,
-                            contexts, peak)
+    return GenerationTiming(
+        batch, spec.prompt_len, spec.new_tokens, e2e, ttft, tpot, steps, contexts, peak
+    )
 
 
 def _peak_memory(run: _Run, dev: torch.device) -> int | None:

@@ -1,5 +1,6 @@
 """Presentation layer: human units, table views and the exporters (Markdown, LaTeX, HTML, text,
 JSON, CSV). The DataFrame stays numeric; only these functions turn numbers into text."""
+
 from __future__ import annotations
 
 from modelprof.render.csvio import read_csv, to_csv

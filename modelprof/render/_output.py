@@ -1,4 +1,5 @@
 """Where a rendered string goes: back to the caller, or into a file."""
+
 from __future__ import annotations
 
 import os

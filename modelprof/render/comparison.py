@@ -5,6 +5,7 @@ exposes).
 The comparison stays a numeric DataFrame (one row per model, ``*_x`` ratios to the baseline); these
 functions humanise it the way a report's exporters do (``11.69 M``, ``3.10 ms``, ``0.0312×``).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,25 +26,60 @@ __all__ = [
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
-    "model", "input_shape", "params", "macs", "flops", "latency_median_ms", "latency_ci_low_ms",
-    "latency_ci_high_ms", "cpu_work_median_ms", "fps", "throughput_samples_per_s", "params_x",
-    "macs_x", "latency_x", "latency_x_ci_low", "latency_x_ci_high", "cpu_work_x",
-    "cpu_work_x_ci_low", "cpu_work_x_ci_high", "throughput_x", "rank",
+    "model",
+    "input_shape",
+    "params",
+    "macs",
+    "flops",
+    "latency_median_ms",
+    "latency_ci_low_ms",
+    "latency_ci_high_ms",
+    "cpu_work_median_ms",
+    "fps",
+    "throughput_samples_per_s",
+    "params_x",
+    "macs_x",
+    "latency_x",
+    "latency_x_ci_low",
+    "latency_x_ci_high",
+    "cpu_work_x",
+    "cpu_work_x_ci_low",
+    "cpu_work_x_ci_high",
+    "throughput_x",
+    "rank",
 )
 """What a readable comparison shows by default (the index ``model`` first): the medians with
 their 95 % intervals, the ratios with theirs, and the CPU work only when the comparison ranks
 by it (a loaded CPU); the rest (MAdd, bytes, p90, std, the other ratios) with
 ``columns="all"``."""
 
-_CPU_WORK_COLUMNS = frozenset({"cpu_work_median_ms", "cpu_work_x", "cpu_work_x_ci_low",
-                               "cpu_work_x_ci_high"})
+_CPU_WORK_COLUMNS = frozenset(
+    {"cpu_work_median_ms", "cpu_work_x", "cpu_work_x_ci_low", "cpu_work_x_ci_high"}
+)
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
-_LATEX_PRIORITY = ("model", "params", "macs", "latency_median_ms", "latency_x",
-                   "cpu_work_median_ms", "cpu_work_x", "latency_ci_low_ms", "latency_ci_high_ms",
-                   "latency_x_ci_low", "latency_x_ci_high", "cpu_work_x_ci_low",
-                   "cpu_work_x_ci_high", "rank", "macs_x", "params_x", "fps",
-                   "throughput_samples_per_s", "throughput_x", "flops")
+_LATEX_PRIORITY = (
+    "model",
+    "params",
+    "macs",
+    "latency_median_ms",
+    "latency_x",
+    "cpu_work_median_ms",
+    "cpu_work_x",
+    "latency_ci_low_ms",
+    "latency_ci_high_ms",
+    "latency_x_ci_low",
+    "latency_x_ci_high",
+    "cpu_work_x_ci_low",
+    "cpu_work_x_ci_high",
+    "rank",
+    "macs_x",
+    "params_x",
+    "fps",
+    "throughput_samples_per_s",
+    "throughput_x",
+    "flops",
+)
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
 RATIO_NOTE = "ratios: ratio of medians, 95 % CI paired by round"
@@ -54,8 +90,9 @@ def compact_compare_columns(df: pd.DataFrame) -> list[str]:
     CPU work columns only when the comparison ranks by them."""
     present = set(map(str, df.columns)) | {str(df.index.name)}
     cpu = df.attrs.get("ranked_by") == "cpu_work"
-    return [c for c in COMPACT_COMPARE_COLUMNS
-            if c in present and (cpu or c not in _CPU_WORK_COLUMNS)]
+    return [
+        c for c in COMPACT_COMPARE_COLUMNS if c in present and (cpu or c not in _CPU_WORK_COLUMNS)
+    ]
 
 
 def env_caption(env: Mapping[str, Any]) -> str:
@@ -85,8 +122,10 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
     elif ranked_by is not None:
         parts.append(RATIO_NOTE)
         if ranked_by == "cpu_work":
-            parts.append("ranked by CPU work: the machine was loaded; CPU work equals latency "
-                         "only for a single-threaded model on an idle core")
+            parts.append(
+                "ranked by CPU work: the machine was loaded; CPU work equals latency "
+                "only for a single-threaded model on an idle core"
+            )
     elif attrs.get("baseline") is not None:
         parts.append("latency not measured (timing off)")
     return "; ".join(parts)
@@ -96,9 +135,14 @@ def _columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> Any:
     return compact_compare_columns(df) if columns is None else columns
 
 
-def export_comparison(df: pd.DataFrame, name: str,
-                      path: str | os.PathLike[str] | None = None, *,
-                      columns: Iterable[str] | str | None = None, **view: Any) -> str | Path:
+def export_comparison(
+    df: pd.DataFrame,
+    name: str,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    columns: Iterable[str] | str | None = None,
+    **view: Any,
+) -> str | Path:
     """The comparison in a registered format (:mod:`modelprof.render.formats`). Human formats
     show the compact columns unless ``columns`` says, with the caption (baseline, device,
     dtype, batch, torch; how the ratios are estimated) as the table's caption or title, and on
@@ -109,12 +153,17 @@ def export_comparison(df: pd.DataFrame, name: str,
     if fmt.human:
         columns = _columns(df, columns)
         caption = compare_caption(df.attrs) or None
-        for key, value in (("caption", caption), ("title", caption),
-                           ("priority", _LATEX_PRIORITY), ("standalone", True)):
+        for key, value in (
+            ("caption", caption),
+            ("title", caption),
+            ("priority", _LATEX_PRIORITY),
+            ("standalone", True),
+        ):
             view.setdefault(key, value)
-        if view["standalone"]:   # a page shows its summary lines
-            view.setdefault("summary", [c for c in (view.get("caption"),
-                                                    *(df.attrs.get("notes") or ())) if c])
+        if view["standalone"]:  # a page shows its summary lines
+            view.setdefault(
+                "summary", [c for c in (view.get("caption"), *(df.attrs.get("notes") or ())) if c]
+            )
     if columns is not None:
         view["columns"] = columns
     return fmt.write(df, None, env=env, path=path, **view)

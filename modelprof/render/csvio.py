@@ -7,6 +7,7 @@ modelprof, torchstat and roofline views by their known dtype, others by what the
 bool, else text). Floats are written with ``repr`` precision, so they read back bit for bit.
 No totals row is written: a CSV file is data, the totals are the sum of the leaf rows.
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,20 +30,46 @@ __all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
 _TEXT = "str"
 KNOWN_DTYPES: dict[str, str] = {
     # modelprof view
-    "module": _TEXT, "type": _TEXT, "call": "int64", "depth": "int64", "leaf": "bool",
-    "input_shape": _TEXT, "output_shape": _TEXT,
-    "params": "int64", "macs": "int64", "flops": "int64", "madd": "int64",
-    "output_bytes": "int64", "read_bytes": "int64", "write_bytes": "int64",
-    "latency_ms": "float64", "latency_std_ms": "float64", "latency_pct": "float64",
-    "peak_memory_bytes": "float64", "latency_passes": "int64", "latency_rough": "bool",
+    "module": _TEXT,
+    "type": _TEXT,
+    "call": "int64",
+    "depth": "int64",
+    "leaf": "bool",
+    "input_shape": _TEXT,
+    "output_shape": _TEXT,
+    "params": "int64",
+    "macs": "int64",
+    "flops": "int64",
+    "madd": "int64",
+    "output_bytes": "int64",
+    "read_bytes": "int64",
+    "write_bytes": "int64",
+    "latency_ms": "float64",
+    "latency_std_ms": "float64",
+    "latency_pct": "float64",
+    "peak_memory_bytes": "float64",
+    "latency_passes": "int64",
+    "latency_rough": "bool",
     # roofline
-    "achieved_gflops": "float64", "achieved_gbps": "float64", "intensity": "float64",
-    "memory_level": _TEXT, "roofline_ms": "float64", "bound": _TEXT, "efficiency": "float64",
+    "achieved_gflops": "float64",
+    "achieved_gbps": "float64",
+    "intensity": "float64",
+    "memory_level": _TEXT,
+    "roofline_ms": "float64",
+    "bound": _TEXT,
+    "efficiency": "float64",
     "efficiency_loaded": "bool",
     # torchstat view
-    "module name": _TEXT, "input shape": _TEXT, "output shape": _TEXT, "memory(MB)": "float64",
-    "MAdd": "int64", "Flops": "int64", "MemRead(B)": "int64", "MemWrite(B)": "int64",
-    "duration[%]": "float64", "MemR+W(B)": "int64",
+    "module name": _TEXT,
+    "input shape": _TEXT,
+    "output shape": _TEXT,
+    "memory(MB)": "float64",
+    "MAdd": "int64",
+    "Flops": "int64",
+    "MemRead(B)": "int64",
+    "MemWrite(B)": "int64",
+    "duration[%]": "float64",
+    "MemR+W(B)": "int64",
 }
 """dtype of each known column when read back (text columns use pandas' default string dtype)."""
 
@@ -67,7 +94,7 @@ def _as_int(values: list[str], name: str) -> pd.Series:
         if values and _parses(values, float):
             return _as_float(values, name)
         raise ModelProfError(f"column {name!r} should hold integers: {e}") from e
-    if all(-2**63 <= v < 2**63 for v in ints):
+    if all(-(2**63) <= v < 2**63 for v in ints):
         return pd.Series(ints, name=name, dtype="int64")
     return pd.Series([float(v) for v in ints], name=name, dtype="float64")
 
@@ -156,10 +183,16 @@ def _restore(value: str) -> str:
 
 
 @register_format("csv", suffix="csv", human=False)
-def to_csv(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-           end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
-           path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
-           **options: Any) -> str | Path:
+def to_csv(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    view: ViewOptions | None = None,
+    **options: Any,
+) -> str | Path:
     """The table as CSV, raw numbers (a file of data: ``totals``, ``end_to_end`` and ``env``
     are not written). A meaningful index (compare results keyed by model name) is
     written as the first column; row labels of a default or filtered index are not. Returns the
@@ -175,9 +208,12 @@ def to_csv(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
             )
     # Python's csv writer quotes a field holding "\n" but not one holding only "\r", which
     # every CSV reader takes for a line break: then every text field is quoted
-    bare_cr = any(isinstance(v, str) and "\r" in v
-                  for name in out.columns if out[name].dtype == object or
-                  pd.api.types.is_string_dtype(out[name].dtype) for v in out[name])
+    bare_cr = any(
+        isinstance(v, str) and "\r" in v
+        for name in out.columns
+        if out[name].dtype == object or pd.api.types.is_string_dtype(out[name].dtype)
+        for v in out[name]
+    )
     bare_cr = bare_cr or any("\r" in str(c) for c in out.columns)
     quoting = csv.QUOTE_NONNUMERIC if bare_cr else csv.QUOTE_MINIMAL
     return emit(out.to_csv(index=False, lineterminator="\n", quoting=quoting), path)
@@ -216,8 +252,11 @@ def read_csv(
         dtype = overrides.get(name, KNOWN_DTYPES.get(name))
         column = _typed(values, dtype, name)
         if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
-            column = pd.Series([v if not isinstance(v, str) else _restore(v) for v in column],
-                               name=name, dtype=column.dtype)
+            column = pd.Series(
+                [v if not isinstance(v, str) else _restore(v) for v in column],
+                name=name,
+                dtype=column.dtype,
+            )
         columns[name] = column
     if not columns:
         return pd.DataFrame(index=pd.RangeIndex(len(raw)))

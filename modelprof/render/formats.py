@@ -9,6 +9,7 @@ the environment, where to write (None: return the text) and the view options
 (:class:`~modelprof.render.options.ViewOptions`); a format ignores what it does not show (a
 CSV file is data: no footer rows).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,10 +45,12 @@ _FORMATS: dict[str, Format] = {}
 _loaded: list[bool] = []
 
 
-def register_format(name: str, *, suffix: str, human: bool, needs: str | None = None,
-                    aliases: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+def register_format(
+    name: str, *, suffix: str, human: bool, needs: str | None = None, aliases: tuple[str, ...] = ()
+) -> Callable[[Callable], Callable]:
     """Register the decorated function as format ``name`` (refused when a name, suffix or
     alias is taken)."""
+
     def decorate(write: Callable) -> Callable:
         fmt = Format(name, suffix, write, human, needs, tuple(aliases))
         taken = {n for f in _FORMATS.values() for n in f.names()}
@@ -56,6 +59,7 @@ def register_format(name: str, *, suffix: str, human: bool, needs: str | None = 
             raise ModelProfError(f"format {name!r}: {clash[0]!r} names a registered format")
         _FORMATS[name] = fmt
         return write
+
     return decorate
 
 
@@ -85,8 +89,18 @@ def get_format(name: str) -> Format:
     raise ModelProfError(f"format {name!r} is not one of {known}")
 
 
-def export(name: str, df: Any, totals: Any = None, *, end_to_end: Any = None, env: Any = None,
-           path: str | Path | None = None, view: Any = None, **options: Any) -> str | Path:
+def export(
+    name: str,
+    df: Any,
+    totals: Any = None,
+    *,
+    end_to_end: Any = None,
+    env: Any = None,
+    path: str | Path | None = None,
+    view: Any = None,
+    **options: Any,
+) -> str | Path:
     """Write ``df`` as format ``name`` (see the module doc for the arguments)."""
-    return get_format(name).write(df, totals, end_to_end=end_to_end, env=env, path=path,
-                                  view=view, **options)
+    return get_format(name).write(
+        df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options
+    )

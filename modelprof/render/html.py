@@ -9,6 +9,7 @@ height (with a sticky header) when ``max_height`` is given. :func:`html_page` wr
 complete document (doctype, UTF-8 charset, title) that a browser shows as a page. Every cell and
 header is HTML-escaped.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -82,8 +83,11 @@ def _table_id(table: Table, caption: str | None) -> str:
 
 
 def html_table(
-    table: Table, *, caption: str | None = None, max_height: str | None = None,
-    table_id: str | None = None
+    table: Table,
+    *,
+    caption: str | None = None,
+    max_height: str | None = None,
+    table_id: str | None = None,
 ) -> str:
     """Lay out a prepared :class:`Table` as a styled, self-contained HTML fragment. With
     ``max_height`` (a CSS length such as ``"36em"``) the rows scroll under a sticky header."""
@@ -103,7 +107,9 @@ def html_table(
         out.append(f"<caption>{html.escape(caption)}</caption>")
     out.append(
         "<thead><tr>"
-        + "".join(f'<th class="{cls(i)}">{html.escape(h)}</th>' for i, h in enumerate(table.headers))
+        + "".join(
+            f'<th class="{cls(i)}">{html.escape(h)}</th>' for i, h in enumerate(table.headers)
+        )
         + "</tr></thead>"
     )
     out.append("<tbody>")
@@ -121,7 +127,7 @@ def html_table(
             elif name in ("module", "module name") and depths is not None:
                 style = f"padding-left: {0.6 + 1.2 * int(depths[r]):.1f}em;"
             klass, title = cls(i), ""
-            if is_rough(table, r, name):      # greyed, and said on hover
+            if is_rough(table, r, name):  # greyed, and said on hover
                 klass += " rough"
                 style += " color: #999;" if style else "color: #999;"
                 title = ' title="rough: fewer per-layer passes than the stop rule promises"'
@@ -130,16 +136,24 @@ def html_table(
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</tbody>")
     if table.footer:
-        out.append("<tfoot>" + "".join(
-            "<tr>" + "".join(f'<td class="{cls(i)}">{html.escape(c)}</td>' for i, c in enumerate(row))
-            + "</tr>" for row in table.footer) + "</tfoot>")
+        out.append(
+            "<tfoot>"
+            + "".join(
+                "<tr>"
+                + "".join(f'<td class="{cls(i)}">{html.escape(c)}</td>' for i, c in enumerate(row))
+                + "</tr>"
+                for row in table.footer
+            )
+            + "</tfoot>"
+        )
     out.append("</table>")
     out.append("</div>")
     return "\n".join(out) + "\n"
 
 
-def html_page(body: str, *, title: str, heading: str | None = None,
-              summary: Iterable[str] = ()) -> str:
+def html_page(
+    body: str, *, title: str, heading: str | None = None, summary: Iterable[str] = ()
+) -> str:
     """A complete HTML document around ``body`` (fragments from :func:`html_table`): doctype,
     UTF-8 charset, ``title``, an ``<h1>`` (``heading``, default the title) and the ``summary``
     lines as a paragraph (escaped here)."""
@@ -152,18 +166,25 @@ def html_page(body: str, *, title: str, heading: str | None = None,
 
 
 @register_format("html", suffix="html", human=True, aliases=("htm",))
-def to_html(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-            end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
-            path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
-            **options: Any) -> str | Path:
+def to_html(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    view: ViewOptions | None = None,
+    **options: Any,
+) -> str | Path:
     """A styled HTML table of ``df`` with its footer rows, for notebooks (``_repr_html_``) and
     files: a fragment, or with ``standalone=True`` a complete page titled ``title`` (default:
     the caption) with the ``summary`` lines above the table (``caption``, ``max_height`` and the
     shared view options). Returns the text, or writes ``path`` and returns it."""
     view = ViewOptions.parse(view, **options)
     table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
-    fragment = html_table(table, caption=None if view.standalone else view.caption,
-                          max_height=view.max_height)
+    fragment = html_table(
+        table, caption=None if view.standalone else view.caption, max_height=view.max_height
+    )
     if view.standalone:
         page_title = view.title or view.caption or "modelprof report"
         fragment = html_page(fragment, title=page_title, summary=view.summary)

@@ -12,6 +12,7 @@ Strict JSON: NaN is written as ``null`` and infinities as the strings ``"inf"``/
 float columns turn them back into floats. Floats are written with ``repr`` precision, so they read
 back bit for bit.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,7 @@ def _plain(value: Any, where: str) -> Any:
     module = type(value).__module__
     if module.startswith("torch") and type(value).__name__ in ("dtype", "device"):
         return str(value)
-    raise ModelProfError(
-        f"{where} = {value!r} ({type(value).__name__}) cannot be written as JSON"
-    )
+    raise ModelProfError(f"{where} = {value!r} ({type(value).__name__}) cannot be written as JSON")
 
 
 def _encode_column(series: pd.Series, name: str) -> list[Any]:
@@ -118,11 +117,16 @@ def _is_default_index(index: pd.Index) -> bool:
 
 
 @register_format("json", suffix="json", human=False)
-def to_json(df: pd.DataFrame, totals: Mapping[str, Any] | None = None,
-            env: Mapping[str, Any] | None = None, *,
-            end_to_end: Mapping[str, Any] | None = None,
-            path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
-            **options: Any) -> str | Path:
+def to_json(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    view: ViewOptions | None = None,
+    **options: Any,
+) -> str | Path:
     """The table (raw numbers), the totals and the environment as one JSON document (the
     end-to-end row is in the environment's latency).
 
@@ -191,15 +195,18 @@ def read_json(
         except OSError as e:
             raise ModelProfError(f"cannot read {where!r}: {e}") from e
         except UnicodeDecodeError as e:  # a binary file
-            raise ModelProfError(f"{where!r} is not a modelprof JSON document (not UTF-8 text: "
-                                 f"{e.reason} at byte {e.start})") from e
+            raise ModelProfError(
+                f"{where!r} is not a modelprof JSON document (not UTF-8 text: "
+                f"{e.reason} at byte {e.start})"
+            ) from e
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
         raise ModelProfError(f"{where!r} is not valid JSON: {e}") from e
     except RecursionError as e:  # nested deeper than the parser goes
-        raise ModelProfError(f"{where!r} is not a modelprof JSON document (nested too deeply)"
-                             ) from e
+        raise ModelProfError(
+            f"{where!r} is not a modelprof JSON document (nested too deeply)"
+        ) from e
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ModelProfError(f"{where!r} is not a modelprof JSON document")
     if document.get("version") != VERSION:
@@ -212,8 +219,9 @@ def read_json(
     except ModelProfError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
-        raise ModelProfError(f"{where!r} is a malformed modelprof JSON document "
-                             f"({type(e).__name__}: {e})") from e
+        raise ModelProfError(
+            f"{where!r} is a malformed modelprof JSON document ({type(e).__name__}: {e})"
+        ) from e
 
 
 def _field(document: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -222,8 +230,7 @@ def _field(document: dict[str, Any], key: str, kind: type | tuple[type, ...], wh
     value = document[key]
     if not isinstance(value, kind):
         names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise ModelProfError(f"{where!r}: {key!r} must be a {names}, "
-                             f"got {type(value).__name__}")
+        raise ModelProfError(f"{where!r}: {key!r} must be a {names}, got {type(value).__name__}")
     return value
 
 
@@ -250,10 +257,12 @@ def _decode_document(
             raise ModelProfError(f"{where!r}: 'index' must be null or an object")
         values = _field(index_doc, "values", list, f"{where} index")
         if len(values) != len(rows):
-            raise ModelProfError(f"{where!r}: the index has {len(values)} values for "
-                                 f"{len(rows)} rows")
-        decoded = _decode_column(values, _field(index_doc, "dtype", str, f"{where} index"),
-                                 "<index>")
+            raise ModelProfError(
+                f"{where!r}: the index has {len(values)} values for {len(rows)} rows"
+            )
+        decoded = _decode_column(
+            values, _field(index_doc, "dtype", str, f"{where} index"), "<index>"
+        )
         index = pd.Index(decoded, dtype=decoded.dtype, name=index_doc.get("name"))
     totals, env = document.get("totals"), document.get("env")
     for key, value in (("totals", totals), ("env", env)):

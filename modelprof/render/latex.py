@@ -21,6 +21,7 @@ only; it breaks across pages by itself, cannot be scaled, so it fits by columns)
 keeps one float however long. The first lines are a comment naming the packages the table
 needs.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,12 +73,15 @@ WIDTHS: tuple[str | None, ...] = ("textwidth", "columnwidth", None)
 NOMINAL_WIDTH_PT: dict[str, float] = {"textwidth": 345.0, "columnwidth": 229.5}
 """The widths ``fit="columns"`` aims at: article class, 10 pt, one column / two columns."""
 FONT_SIZES: dict[str, float] = {
-    "normalsize": 10.0, "small": 9.0, "footnotesize": 8.0, "scriptsize": 7.0,
+    "normalsize": 10.0,
+    "small": 9.0,
+    "footnotesize": 8.0,
+    "scriptsize": 7.0,
 }
 """Font sizes (pt, in a 10 pt document) a table may be set in."""
 LONG_ROWS = 40
 """Above this many rows (header and footer included) a table becomes a ``longtable``."""
-_MAX_SHRINK = 1.5   # fit="both": drop columns until scaling by at most this much fits
+_MAX_SHRINK = 1.5  # fit="both": drop columns until scaling by at most this much fits
 _TABCOLSEP_PT = 6.0  # LaTeX's default \tabcolsep, on each side of every column
 _SAFETY = 1.05
 _UNIT_RE = re.compile(r"^(.+?) \(([^()]+)\)$")
@@ -86,15 +90,83 @@ _UNIT_RE = re.compile(r"^(.+?) \(([^()]+)\)$")
 # as an "m" so the estimate errs on the wide side.
 _CMR_WIDTHS: dict[str, int] = {
     **dict.fromkeys("0123456789", 500),
-    " ": 333, ".": 278, ",": 278, ":": 278, ";": 278, "(": 389, ")": 389, "[": 278, "]": 278,
-    "-": 333, "/": 500, "%": 833, "#": 833, "_": 500, "+": 778, "=": 778, "<": 778, ">": 778,
-    "×": 778, "µ": 576, "'": 278, "*": 500, "&": 778, "!": 278, "?": 472,
-    "a": 500, "b": 556, "c": 444, "d": 556, "e": 444, "f": 306, "g": 500, "h": 556, "i": 278,
-    "j": 306, "k": 528, "l": 278, "m": 833, "n": 556, "o": 500, "p": 556, "q": 528, "r": 392,
-    "s": 394, "t": 389, "u": 556, "v": 528, "w": 722, "x": 528, "y": 528, "z": 444,
-    "A": 750, "B": 708, "C": 722, "D": 764, "E": 681, "F": 653, "G": 785, "H": 750, "I": 361,
-    "J": 514, "K": 778, "L": 625, "M": 917, "N": 750, "O": 778, "P": 681, "Q": 778, "R": 736,
-    "S": 556, "T": 722, "U": 750, "V": 750, "W": 1028, "X": 750, "Y": 750, "Z": 611,
+    " ": 333,
+    ".": 278,
+    ",": 278,
+    ":": 278,
+    ";": 278,
+    "(": 389,
+    ")": 389,
+    "[": 278,
+    "]": 278,
+    "-": 333,
+    "/": 500,
+    "%": 833,
+    "#": 833,
+    "_": 500,
+    "+": 778,
+    "=": 778,
+    "<": 778,
+    ">": 778,
+    "×": 778,
+    "µ": 576,
+    "'": 278,
+    "*": 500,
+    "&": 778,
+    "!": 278,
+    "?": 472,
+    "a": 500,
+    "b": 556,
+    "c": 444,
+    "d": 556,
+    "e": 444,
+    "f": 306,
+    "g": 500,
+    "h": 556,
+    "i": 278,
+    "j": 306,
+    "k": 528,
+    "l": 278,
+    "m": 833,
+    "n": 556,
+    "o": 500,
+    "p": 556,
+    "q": 528,
+    "r": 392,
+    "s": 394,
+    "t": 389,
+    "u": 556,
+    "v": 528,
+    "w": 722,
+    "x": 528,
+    "y": 528,
+    "z": 444,
+    "A": 750,
+    "B": 708,
+    "C": 722,
+    "D": 764,
+    "E": 681,
+    "F": 653,
+    "G": 785,
+    "H": 750,
+    "I": 361,
+    "J": 514,
+    "K": 778,
+    "L": 625,
+    "M": 917,
+    "N": 750,
+    "O": 778,
+    "P": 681,
+    "Q": 778,
+    "R": 736,
+    "S": 556,
+    "T": 722,
+    "U": 750,
+    "V": 750,
+    "W": 1028,
+    "X": 750,
+    "Y": 750,
+    "Z": 611,
 }
 
 
@@ -113,8 +185,9 @@ def _unsettable(table: Table) -> list[str]:
     found: list[str] = []
     for row in (table.headers, *table.cells, *table.footer):
         for cell in row:
-            if cell not in found and any(ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS
-                                         for ch in cell):
+            if cell not in found and any(
+                ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS for ch in cell
+            ):
                 found.append(cell)
     return found
 
@@ -123,14 +196,23 @@ def _warn_unsettable(cells: list[str]) -> str | None:
     """Warn once about cells pdflatex cannot set; return the header comment that says so."""
     if not cells:
         return None
-    chars = "".join(dict.fromkeys(ch for c in cells for ch in c
-                                  if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS))
+    chars = "".join(
+        dict.fromkeys(
+            ch for c in cells for ch in c if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS
+        )
+    )
     more = f" and {len(cells) - 1} more" if len(cells) > 1 else ""
-    warnings.warn(f"modelprof: the LaTeX table holds characters pdflatex cannot set ({chars[:20]!r}"
-                  f" in {cells[0]!r}{more}): compile it with xelatex or lualatex and a font that "
-                  "has them (e.g. xeCJK or luatexja for CJK)", ModelProfWarning, stacklevel=3)
-    return (f"% holds characters pdflatex cannot set ({chars[:20]}): compile with xelatex or "
-            "lualatex and a font that has them")
+    warnings.warn(
+        f"modelprof: the LaTeX table holds characters pdflatex cannot set ({chars[:20]!r}"
+        f" in {cells[0]!r}{more}): compile it with xelatex or lualatex and a font that "
+        "has them (e.g. xeCJK or luatexja for CJK)",
+        ModelProfWarning,
+        stacklevel=3,
+    )
+    return (
+        f"% holds characters pdflatex cannot set ({chars[:20]}): compile with xelatex or "
+        "lualatex and a font that has them"
+    )
 
 
 def _text_width_pt(text: str, font_pt: float) -> float:
@@ -161,9 +243,14 @@ def _column_widths_pt(table: Table, font_pt: float) -> list[float]:
     label spans the empty cells right of it (:func:`_label_span`); when it is wider than those
     columns together, LaTeX widens the last of them, and so does this estimate."""
     rows = [*_header_lines(table.headers), *table.cells]
-    widths = [max([_text_width_pt(r[i], font_pt) for r in rows]
-                  + [_text_width_pt(f[i], font_pt) for f in table.footer if i > 0 or not f[0]])
-              + 2 * _TABCOLSEP_PT for i in range(len(table.columns))]
+    widths = [
+        max(
+            [_text_width_pt(r[i], font_pt) for r in rows]
+            + [_text_width_pt(f[i], font_pt) for f in table.footer if i > 0 or not f[0]]
+        )
+        + 2 * _TABCOLSEP_PT
+        for i in range(len(table.columns))
+    ]
     for f in table.footer:
         span = _label_span(f)
         need = _text_width_pt(f[0], font_pt) + 2 * _TABCOLSEP_PT - sum(widths[:span])
@@ -183,7 +270,9 @@ def _font_pt(font_size: str) -> float:
     return FONT_SIZES[font_size]
 
 
-def _drop_until_fits(table: Table, limit_pt: float, font_size: str, priority: Sequence[str]) -> Table:
+def _drop_until_fits(
+    table: Table, limit_pt: float, font_size: str, priority: Sequence[str]
+) -> Table:
     """Drop columns, least important first, until the estimate is within ``limit_pt``; the
     first column is never dropped. ``priority`` lists column names most important first; the
     rest go first, rightmost first."""
@@ -191,8 +280,9 @@ def _drop_until_fits(table: Table, limit_pt: float, font_size: str, priority: Se
     keep = list(range(len(table.columns)))
     rank = {name: i for i, name in enumerate(priority)}
     unranked = [i for i in reversed(keep[1:]) if table.columns[i] not in rank]
-    ranked = sorted((i for i in keep[1:] if table.columns[i] in rank),
-                    key=lambda i: -rank[table.columns[i]])
+    ranked = sorted(
+        (i for i in keep[1:] if table.columns[i] in rank), key=lambda i: -rank[table.columns[i]]
+    )
     candidates = unranked + ranked
     widths = _column_widths_pt(table, font_pt)
     for i in candidates:
@@ -209,9 +299,15 @@ def _subset(table: Table, keep: Sequence[int]) -> Table:
     # a footer row left with nothing but its label (the end-to-end row without the latency
     # column) says nothing: drop it
     footer = tuple(pick(r) for r in table.footer if any(pick(r)[1:]))
-    return Table(columns=pick(table.columns), headers=pick(table.headers), kinds=pick(table.kinds),
-                 cells=tuple(pick(r) for r in table.cells), footer=footer, units=table.units,
-                 frame=table.frame)
+    return Table(
+        columns=pick(table.columns),
+        headers=pick(table.headers),
+        kinds=pick(table.kinds),
+        cells=tuple(pick(r) for r in table.cells),
+        footer=footer,
+        units=table.units,
+        frame=table.frame,
+    )
 
 
 def _line(cells: Iterable[str]) -> str:
@@ -220,9 +316,15 @@ def _line(cells: Iterable[str]) -> str:
 
 def _row_line(table: Table, r: int, cells: Sequence[str]) -> str:
     """A body row; its rough per-layer times greyed (``\\textcolor{gray}``, from xcolor)."""
-    return " & ".join(
-        f"\\textcolor{{gray}}{{{escape_latex(c)}}}" if is_rough(table, r, n) else escape_latex(c)
-        for c, n in zip(cells, table.columns)) + r" \\"
+    return (
+        " & ".join(
+            f"\\textcolor{{gray}}{{{escape_latex(c)}}}"
+            if is_rough(table, r, n)
+            else escape_latex(c)
+            for c, n in zip(cells, table.columns)
+        )
+        + r" \\"
+    )
 
 
 def _footer_line(row: Sequence[str]) -> str:
@@ -242,19 +344,24 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     ``label`` is a key, refused where it holds a character LaTeX treats specially. See the
     module docstring for ``width``, ``fit`` and ``long``."""
     view = ViewOptions.parse(view, **options)
-    view = view.replace(caption=None if view.caption is None else escape_latex(view.caption),
-                        label=_checked_label(view.label))
+    view = view.replace(
+        caption=None if view.caption is None else escape_latex(view.caption),
+        label=_checked_label(view.label),
+    )
     width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
     _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
     split = long is None and view.float_env and n_lines > LONG_ROWS
     long = bool(long)
     if long and not view.float_env:
-        raise ModelProfError("long=True makes a longtable, which is its own environment; "
-                             "drop float_env=False")
+        raise ModelProfError(
+            "long=True makes a longtable, which is its own environment; drop float_env=False"
+        )
     if long and fit in ("scale", "both"):
-        raise ModelProfError(f"fit={fit!r}: a longtable cannot be scaled; use fit='columns', "
-                             "fewer rows (depth=, top_k=) or long=False")
+        raise ModelProfError(
+            f"fit={fit!r}: a longtable cannot be scaled; use fit='columns', "
+            "fewer rows (depth=, top_k=) or long=False"
+        )
     before = table.columns
     if width is not None and fit is not None:
         target = NOMINAL_WIDTH_PT[width]
@@ -269,14 +376,25 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     if table.footer:
         body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
 
-    packages = (["booktabs"] + (["longtable"] if long else []) + (["graphicx"] if scale else [])
-                + (["xcolor"] if grey else []))
-    out = [f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble",
-           *([f"% dropped to fit \\{width}: "
-              + ", ".join(c for c in before if c not in table.columns)]
-             if len(before) != len(table.columns) else []),
-           f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
-           f"\\{font_size} ({len(table.columns)} columns)"]
+    packages = (
+        ["booktabs"]
+        + (["longtable"] if long else [])
+        + (["graphicx"] if scale else [])
+        + (["xcolor"] if grey else [])
+    )
+    out = [
+        f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble",
+        *(
+            [
+                f"% dropped to fit \\{width}: "
+                + ", ".join(c for c in before if c not in table.columns)
+            ]
+            if len(before) != len(table.columns)
+            else []
+        ),
+        f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
+        f"\\{font_size} ({len(table.columns)} columns)",
+    ]
     unsettable = _warn_unsettable(_unsettable(table))
     if unsettable is not None:
         out.append(unsettable)
@@ -291,8 +409,10 @@ def _checked_label(label: str | None) -> str | None:
     character that would break the document is refused."""
     bad = sorted(set(label or "") & set("\\&%$#{}~^"))
     if bad:
-        raise ModelProfError(f"label={label!r} holds {''.join(bad)!r}, which LaTeX treats "
-                             "specially: use letters, digits and ':', '-', '_', '.'")
+        raise ModelProfError(
+            f"label={label!r} holds {''.join(bad)!r}, which LaTeX treats "
+            "specially: use letters, digits and ':', '-', '_', '.'"
+        )
     return label
 
 
@@ -310,20 +430,33 @@ def _longtable(table: Table, head: list[str], body: list[str], view: ViewOptions
     caption, label = view.caption, view.label
     first = [*head, r"\endfirsthead"]
     if caption is not None:
-        first.insert(0, f"\\caption{{{caption}}}" + (f"\\label{{{label}}}" if label else "")
-                     + r" \\")
+        first.insert(
+            0, f"\\caption{{{caption}}}" + (f"\\label{{{label}}}" if label else "") + r" \\"
+        )
     elif label is not None:
         first.insert(0, f"\\label{{{label}}}" + r" \\")
-    return [r"\begingroup", f"\\{view.font_size}", f"\\begin{{longtable}}{{{spec}}}", *first,
-            f"\\multicolumn{{{n}}}{{l}}{{\\emph{{(continued)}}}} \\\\", *head, r"\endhead",
-            r"\midrule",
-            f"\\multicolumn{{{n}}}{{r}}{{\\emph{{continued on the next page}}}} \\\\",
-            r"\endfoot", r"\bottomrule", r"\endlastfoot", *body, r"\end{longtable}",
-            r"\endgroup"]
+    return [
+        r"\begingroup",
+        f"\\{view.font_size}",
+        f"\\begin{{longtable}}{{{spec}}}",
+        *first,
+        f"\\multicolumn{{{n}}}{{l}}{{\\emph{{(continued)}}}} \\\\",
+        *head,
+        r"\endhead",
+        r"\midrule",
+        f"\\multicolumn{{{n}}}{{r}}{{\\emph{{continued on the next page}}}} \\\\",
+        r"\endfoot",
+        r"\bottomrule",
+        r"\endlastfoot",
+        *body,
+        r"\end{longtable}",
+        r"\endgroup",
+    ]
 
 
-def _floating(table: Table, head: list[str], parts: list[list[str]], view: ViewOptions,
-              scale: bool) -> list[str]:
+def _floating(
+    table: Table, head: list[str], parts: list[list[str]], view: ViewOptions, scale: bool
+) -> list[str]:
     """A tabular, scaled to the width when asked, in a table float (or bare); a body in several
     ``parts`` gives consecutive floats, the later ones "(continued)" under the same number."""
     spec = "".join("r" if n else "l" for n in table.numeric)
@@ -334,24 +467,30 @@ def _floating(table: Table, head: list[str], parts: list[list[str]], view: ViewO
     caption, label = view.caption, view.label
     out: list[str] = []
     for i, part in enumerate(parts):
-        out += [f"\\begin{{{env}}}" + (f"[{view.position}]" if view.position else ""),
-                r"\centering", f"\\{view.font_size}"]
+        out += [
+            f"\\begin{{{env}}}" + (f"[{view.position}]" if view.position else ""),
+            r"\centering",
+            f"\\{view.font_size}",
+        ]
         if i == 0 and caption is not None:
             out.append(f"\\caption{{{caption}}}")
-        elif caption is not None:   # the same number as the first part's
+        elif caption is not None:  # the same number as the first part's
             out += [r"\addtocounter{table}{-1}", f"\\caption{{{caption} (continued)}}"]
         if i == 0 and label is not None:
             out.append(f"\\label{{{label}}}")
         if i > 0 and caption is None:
-            part = [f"\\multicolumn{{{len(table.columns)}}}{{l}}{{\\emph{{(continued)}}}} \\\\",
-                    *part]
+            part = [
+                f"\\multicolumn{{{len(table.columns)}}}{{l}}{{\\emph{{(continued)}}}} \\\\",
+                *part,
+            ]
         out += _tabular(spec, head, part, scale_to)
         out.append(f"\\end{{{env}}}")
     return out
 
 
-def _tabular(spec: str, head: Sequence[str], body: Sequence[str], scale_to: str | None
-             ) -> list[str]:
+def _tabular(
+    spec: str, head: Sequence[str], body: Sequence[str], scale_to: str | None
+) -> list[str]:
     """A booktabs ``tabular``; with ``scale_to`` (``textwidth``/``columnwidth``) inside a
     ``\\resizebox`` that shrinks it to that width only when it is wider."""
     tabular = [f"\\begin{{tabular}}{{{spec}}}", *head, *body, r"\bottomrule", r"\end{tabular}"]
@@ -359,8 +498,11 @@ def _tabular(spec: str, head: Sequence[str], body: Sequence[str], scale_to: str 
         return tabular
     length = f"\\{scale_to}"
     # \width is the natural width inside \resizebox
-    return [f"\\resizebox{{\\ifdim\\width>{length}{length}\\else\\width\\fi}}{{!}}{{%",
-            *tabular[:-1], tabular[-1] + "}"]
+    return [
+        f"\\resizebox{{\\ifdim\\width>{length}{length}\\else\\width\\fi}}{{!}}{{%",
+        *tabular[:-1],
+        tabular[-1] + "}",
+    ]
 
 
 def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[str]]:
@@ -368,8 +510,8 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
     its rows) stays whole, in the last part."""
     per_part = max(per_part, 5)
     n_footer = len(table.footer) + 1 if table.footer else 0
-    rows, footer = list(body[:len(body) - n_footer]), list(body[len(body) - n_footer:])
-    parts = [rows[i:i + per_part] for i in range(0, len(rows), per_part)] or [[]]
+    rows, footer = list(body[: len(body) - n_footer]), list(body[len(body) - n_footer :])
+    parts = [rows[i : i + per_part] for i in range(0, len(rows), per_part)] or [[]]
     if len(parts[-1]) + len(footer) > per_part:
         parts.append([])
     parts[-1] += footer
@@ -377,10 +519,16 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
 
 
 @register_format("latex", suffix="tex", human=True)
-def to_latex(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-             end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
-             path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
-             **options: Any) -> str | Path:
+def to_latex(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    view: ViewOptions | None = None,
+    **options: Any,
+) -> str | Path:
     """A booktabs table of ``df`` with its footer rows, fitted to ``width`` (see the module
     docstring). ``units="fixed"`` (the default here) puts one unit per column in the header
     (``params (M)``), the usual layout in papers. ``priority`` names the columns to keep longest

@@ -1,4 +1,5 @@
 """GitHub Markdown (pipe) tables, laid out by ``tabulate``."""
+
 from __future__ import annotations
 
 import os
@@ -49,10 +50,16 @@ def markdown_table(table: Table) -> str:
 
 
 @register_format("markdown", suffix="md", human=True, needs="tabulate")
-def to_markdown(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-                end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
-                path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
-                **options: Any) -> str | Path:
+def to_markdown(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    view: ViewOptions | None = None,
+    **options: Any,
+) -> str | Path:
     """A GitHub pipe table of ``df`` with a totals row (view options as in
     :class:`~modelprof.render.options.ViewOptions`, as ``view=`` or keywords). Returns the text,
     or writes ``path`` and returns it. The text ends with a newline."""

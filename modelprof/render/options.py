@@ -4,6 +4,7 @@
 Selection (which rows and columns), units and footer apply to every format; the rest belongs to
 one format and is ignored by the others (listed in :data:`FORMAT_OPTIONS`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,17 @@ __all__ = ["FORMAT_OPTIONS", "ViewOptions"]
 
 #: the options each format reads beside the shared ones
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
-    "latex": ("caption", "label", "position", "float_env", "width", "fit", "long", "font_size",
-              "priority"),
+    "latex": (
+        "caption",
+        "label",
+        "position",
+        "float_env",
+        "width",
+        "fit",
+        "long",
+        "font_size",
+        "priority",
+    ),
     "html": ("caption", "max_height", "standalone", "title", "summary"),
     "text": ("title", "max_rows"),
     "json": ("indent",),
@@ -45,7 +55,7 @@ class ViewOptions:
     leaf_only: bool = False
     top_k: int | None = None
     sort_by: str | None = None
-    units: str | None = None          # None: the format's own default
+    units: str | None = None  # None: the format's own default
     show_totals: bool = True
     # LaTeX
     caption: str | None = None
@@ -101,14 +111,21 @@ class ViewOptions:
     @property
     def selection(self) -> dict[str, Any]:
         """The row selection, as :func:`modelprof.render.views.select_rows` takes it."""
-        return {"depth": self.depth, "leaf_only": self.leaf_only, "top_k": self.top_k,
-                "sort_by": self.sort_by}
+        return {
+            "depth": self.depth,
+            "leaf_only": self.leaf_only,
+            "top_k": self.top_k,
+            "sort_by": self.sort_by,
+        }
 
     def selects_rows(self) -> bool:
-        return (self.depth is not None or self.leaf_only or self.top_k is not None
-                or self.sort_by is not None)
+        return (
+            self.depth is not None
+            or self.leaf_only
+            or self.top_k is not None
+            or self.sort_by is not None
+        )
 
     def units_or(self, default: str) -> str:
         """The units to render in: the ones asked for, else the format's ``default``."""
         return default if self.units is None else self.units
-

@@ -1,4 +1,5 @@
 """Plain-text tables for ``repr`` and terminals (no optional dependency)."""
+
 from __future__ import annotations
 
 import os
@@ -52,7 +53,7 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         head_n = (max_rows + 1) // 2
         tail_n = max_rows - head_n
         skipped = len(rows) - max_rows
-        rows = rows[:head_n] + (rows[len(rows) - tail_n:] if tail_n else [])
+        rows = rows[:head_n] + (rows[len(rows) - tail_n :] if tail_n else [])
     headers = tuple(map(escape_control, table.headers))
     footer = [tuple(map(escape_control, r)) for r in table.footer]
     everything = [headers, *rows, *footer]
@@ -78,10 +79,16 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
 
 
 @register_format("text", suffix="txt", human=True)
-def to_text(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-            end_to_end: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None,
-            path: str | os.PathLike[str] | None = None, view: ViewOptions | None = None,
-            **options: Any) -> str | Path:
+def to_text(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    view: ViewOptions | None = None,
+    **options: Any,
+) -> str | Path:
     """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals (``title``,
     ``max_rows`` and the shared view options). Returns the text (no trailing newline) or writes
     ``path`` (with one) and returns it."""

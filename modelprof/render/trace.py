@@ -9,6 +9,7 @@ raw stamps, not the corrected times of the table), so the passes line up for com
 backward, autograd runs node by node, not call by call: each slice is a run of consecutive nodes
 of one call, and slices do not nest.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,16 @@ from modelprof.render._output import emit
 
 __all__ = ["PassTimeline", "trace_document", "trace_html", "validate_trace", "write_trace"]
 
-_COST_ARGS = ("macs", "flops", "read_bytes", "write_bytes", "params", "backward_macs",
-              "backward_flops", "saved_bytes")
+_COST_ARGS = (
+    "macs",
+    "flops",
+    "read_bytes",
+    "write_bytes",
+    "params",
+    "backward_macs",
+    "backward_flops",
+    "saved_bytes",
+)
 
 
 class PassTimeline:
@@ -41,32 +50,66 @@ class PassTimeline:
 
 
 def _us(ms: float) -> float:
-    return round(ms * 1000.0, 3)   # microseconds, to the nanosecond
+    return round(ms * 1000.0, 3)  # microseconds, to the nanosecond
 
 
-def trace_document(processes: Mapping[str, Sequence[PassTimeline]],
-                   metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def trace_document(
+    processes: Mapping[str, Sequence[PassTimeline]], metadata: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The trace as a JSON-ready dict: one process per key of ``processes`` (``forward``,
     ``backward``), one thread per pass, a pass slice around its calls."""
     events: list[dict[str, Any]] = []
     for pid, (process, passes) in enumerate(processes.items(), start=1):
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": process}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                       "args": {"sort_index": pid}})
+        events.append(
+            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process}}
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": pid},
+            }
+        )
         for tid, timeline in enumerate(passes, start=1):
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                           "args": {"name": timeline.label}})
-            events.append({"ph": "X", "name": timeline.label, "cat": "pass", "pid": pid,
-                           "tid": tid, "ts": 0.0, "dur": _us(timeline.duration_ms),
-                           "args": {"duration_ms": timeline.duration_ms}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"name": timeline.label},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "name": timeline.label,
+                    "cat": "pass",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": 0.0,
+                    "dur": _us(timeline.duration_ms),
+                    "args": {"duration_ms": timeline.duration_ms},
+                }
+            )
             for name, start, dur, args in timeline.slices:
                 ts = _us(start)
                 end = _us(start + dur)
-                events.append({"ph": "X", "name": name, "cat": process, "pid": pid, "tid": tid,
-                               "ts": ts, "dur": round(end - ts, 3), "args": args})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": dict(metadata or {})}
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": name,
+                        "cat": process,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": ts,
+                        "dur": round(end - ts, 3),
+                        "args": args,
+                    }
+                )
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": dict(metadata or {})}
 
 
 def write_trace(doc: Mapping[str, Any], path: str | os.PathLike[str] | None) -> str | Path:
@@ -95,7 +138,8 @@ def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) 
         if not (np.isfinite(e["ts"]) and np.isfinite(e["dur"]) and e["dur"] >= 0):
             raise ModelProfError(f"trace: event {e['name']!r} has ts={e['ts']}, dur={e['dur']}")
         tracks.setdefault((e["pid"], e["tid"]), []).append(
-            (float(e["ts"]), float(e["ts"]) + float(e["dur"]), str(e["name"])))
+            (float(e["ts"]), float(e["ts"]) + float(e["dur"]), str(e["name"]))
+        )
     eps = 1e-6
     count = 0
     for (pid, tid), slices in tracks.items():
@@ -107,9 +151,11 @@ def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) 
             while open_ and start >= open_[-1][1] - eps:
                 open_.pop()
             if open_ and end > open_[-1][1] + eps:
-                raise ModelProfError(f"trace: on pid {pid} tid {tid}, {name!r} "
-                                     f"[{start}, {end}] crosses the end of {open_[-1][2]!r} "
-                                     f"[{open_[-1][0]}, {open_[-1][1]}]")
+                raise ModelProfError(
+                    f"trace: on pid {pid} tid {tid}, {name!r} "
+                    f"[{start}, {end}] crosses the end of {open_[-1][2]!r} "
+                    f"[{open_[-1][0]}, {open_[-1][1]}]"
+                )
             open_.append((start, end, name))
     return count
 
@@ -124,8 +170,13 @@ def cost_args(row: Any) -> dict[str, Any]:
     return out
 
 
-def trace_html(doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
-               width_px: int = 1400, title: str = "modelprof trace") -> str | Path:
+def trace_html(
+    doc: Mapping[str, Any],
+    path: str | os.PathLike[str] | None = None,
+    *,
+    width_px: int = 1400,
+    title: str = "modelprof trace",
+) -> str | Path:
     """A small self-contained HTML view of a trace (no script, no network): one band per track,
     slices as boxes placed by time and stacked by nesting depth, their arguments in a tooltip.
     For a look where Perfetto cannot be reached; the layout is computed here."""
@@ -133,8 +184,11 @@ def trace_html(doc: Mapping[str, Any], path: str | os.PathLike[str] | None = Non
 
     validate_trace(doc)
     events = doc["traceEvents"]
-    names = {(e["pid"], e.get("tid", 0)): e["args"]["name"] for e in events
-             if e["ph"] == "M" and e["name"] in ("thread_name", "process_name")}
+    names = {
+        (e["pid"], e.get("tid", 0)): e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] in ("thread_name", "process_name")
+    }
     tracks: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
     for e in events:
         if e["ph"] == "X":
@@ -155,13 +209,16 @@ def trace_html(doc: Mapping[str, Any], path: str | os.PathLike[str] | None = Non
             stack.append(e["ts"] + e["dur"])
             depth_max = max(depth_max, depth)
             left, w = 10 + e["ts"] * scale, max(e["dur"] * scale, 1.0)
-            tip = _html.escape(f"{e['name']}: {e['dur'] / 1000:.3f} ms "
-                               + json.dumps(e.get("args", {})))
+            tip = _html.escape(
+                f"{e['name']}: {e['dur'] / 1000:.3f} ms " + json.dumps(e.get("args", {}))
+            )
             hue = sum(map(ord, str(e.get("args", {}).get("type", e["name"])))) * 47 % 360
             text = _html.escape(e["name"]) if w > 6 * len(e["name"]) else ""
-            parts.append(f'<div class="s" title="{tip}" style="left:{left:.1f}px;'
-                         f'top:{top + depth * 16}px;width:{w:.1f}px;'
-                         f'background:hsl({hue},55%,72%)">{text}</div>')
+            parts.append(
+                f'<div class="s" title="{tip}" style="left:{left:.1f}px;'
+                f"top:{top + depth * 16}px;width:{w:.1f}px;"
+                f'background:hsl({hue},55%,72%)">{text}</div>'
+            )
         top += (depth_max + 1) * 16 + 14
     scale_ms = span / 1000
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{_html.escape(title)}</title>
@@ -170,5 +227,5 @@ def trace_html(doc: Mapping[str, Any], path: str | os.PathLike[str] | None = Non
 .s{{position:absolute;height:14px;overflow:hidden;white-space:nowrap;font-size:10px;
 border:1px solid #555;box-sizing:border-box;padding-left:2px}}</style></head><body>
 <h1>{_html.escape(title)} &mdash; full width = {scale_ms:.1f} ms</h1>
-<div class="area">{''.join(parts)}</div></body></html>"""
+<div class="area">{"".join(parts)}</div></body></html>"""
     return emit(page, path)

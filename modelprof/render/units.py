@@ -16,6 +16,7 @@ Conventions (stated once, used by every renderer):
 
 Every formatter returns ``"-"`` for a missing value (``None`` or NaN).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,10 +42,19 @@ MISSING = "-"
 """What every formatter prints for ``None`` or NaN."""
 
 SI_PREFIXES: tuple[tuple[float, str], ...] = (
-    (1.0, ""), (1e3, "K"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P"),
+    (1.0, ""),
+    (1e3, "K"),
+    (1e6, "M"),
+    (1e9, "G"),
+    (1e12, "T"),
+    (1e15, "P"),
 )
 IEC_PREFIXES: tuple[tuple[float, str], ...] = (
-    (1.0, "B"), (1024.0, "KiB"), (1024.0**2, "MiB"), (1024.0**3, "GiB"), (1024.0**4, "TiB"),
+    (1.0, "B"),
+    (1024.0, "KiB"),
+    (1024.0**2, "MiB"),
+    (1024.0**3, "GiB"),
+    (1024.0**4, "TiB"),
 )
 # (milliseconds per unit, symbol), largest first.
 TIME_UNITS: tuple[tuple[float, str], ...] = ((1e3, "s"), (1.0, "ms"), (1e-3, "µs"), (1e-6, "ns"))
@@ -155,9 +165,7 @@ def format_multiple(ratio: float | int | None) -> str:
     return f"{value:.{decimals}f}×"
 
 
-def pick_scale(
-    values: Sequence[float], prefixes: Sequence[tuple[float, str]]
-) -> tuple[float, str]:
+def pick_scale(values: Sequence[float], prefixes: Sequence[tuple[float, str]]) -> tuple[float, str]:
     """The largest ``(scale, symbol)`` not exceeding the largest magnitude in ``values``.
 
     Used for fixed per-column units (``params (M)``): the biggest entry gets a mantissa >= 1.

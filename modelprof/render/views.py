@@ -13,6 +13,7 @@ writers lay out. Three unit modes:
   prints ``0``. The usual choice for a paper table.
 - ``"raw"``: the stored numbers, full precision, headers are the column names.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,7 +66,13 @@ Units = Literal["human", "fixed", "raw"]
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = (
-    "params", "trainable_params", "frozen_params", "macs", "flops", "madd", "read_bytes",
+    "params",
+    "trainable_params",
+    "frozen_params",
+    "macs",
+    "flops",
+    "madd",
+    "read_bytes",
     "write_bytes",
 )
 """Columns whose leaf rows add up to a meaningful model total (used when no totals are given).
@@ -73,14 +80,35 @@ ADDITIVE_COLUMNS: tuple[str, ...] = (
 ``write_bytes`` already says; the totals row leaves it empty."""
 
 COMPACT_COLUMNS: tuple[str, ...] = (
-    "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
-    "latency_ms", "flops_pct", "latency_pct", "backward_flops", "backward_latency_ms",
+    "module",
+    "type",
+    "output_shape",
+    "params",
+    "macs",
+    "flops",
+    "output_bytes",
+    "latency_ms",
+    "flops_pct",
+    "latency_pct",
+    "backward_flops",
+    "backward_latency_ms",
 )
 """A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
 
-ROUGH_COLUMNS: frozenset[str] = frozenset({
-    "latency_ms", "latency_std_ms", "latency_pct", "achieved_gflops", "achieved_gbps",
-    "efficiency", "mfu", "hfu", "mbu", "duration[%]"})
+ROUGH_COLUMNS: frozenset[str] = frozenset(
+    {
+        "latency_ms",
+        "latency_std_ms",
+        "latency_pct",
+        "achieved_gflops",
+        "achieved_gbps",
+        "efficiency",
+        "mfu",
+        "hfu",
+        "mbu",
+        "duration[%]",
+    }
+)
 """Per-layer timing columns that a row marked ``latency_rough`` shows as rough."""
 LOADED_FLAG = "efficiency_loaded"
 """The column that marks an efficiency judged against roofs probed on a busy machine."""
@@ -194,7 +222,10 @@ _SPECS: dict[str, ColumnSpec] = {
 }
 
 _SUFFIX_KINDS: tuple[tuple[str, str], ...] = (
-    ("_ms", "time_ms"), ("_bytes", "bytes"), ("_pct", "percent"), ("_x", "multiple"),
+    ("_ms", "time_ms"),
+    ("_bytes", "bytes"),
+    ("_pct", "percent"),
+    ("_x", "multiple"),
 )
 _NUMERIC_KINDS = frozenset(
     {"int", "count", "bytes", "time_ms", "percent", "ratio", "float", "gflops", "gbps", "multiple"}
@@ -210,8 +241,9 @@ def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
             stem = name[: -len(suffix)]
             if kind == "multiple":  # macs_x -> "MACs ratio"; latency_x -> "latency ratio"
                 known = _SPECS.get(stem) or _SPECS.get(stem + "_bytes")
-                return ColumnSpec(f"{known.header if known else stem.replace('_', ' ')} ratio",
-                                  kind)
+                return ColumnSpec(
+                    f"{known.header if known else stem.replace('_', ' ')} ratio", kind
+                )
             return ColumnSpec(stem.replace("_", " "), kind)
     header = str(name).replace("_", " ")
     if series is not None:
@@ -370,8 +402,10 @@ def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
     if name not in ROUGH_COLUMNS:
         return False
     flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
-    return any(f in frame.columns and not _is_missing(frame[f].iloc[r]) and bool(frame[f].iloc[r])
-               for f in flags)
+    return any(
+        f in frame.columns and not _is_missing(frame[f].iloc[r]) and bool(frame[f].iloc[r])
+        for f in flags
+    )
 
 
 def is_rough(table: Table, r: int, name: str) -> bool:
@@ -402,6 +436,7 @@ def _is_interval_bound(name: str) -> bool:
 def _undefined_as_na(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
     def cell(v: Any) -> str:
         return UNDEFINED if _is_missing(v) else fmt(v)
+
     return cell
 
 
@@ -473,8 +508,9 @@ def _scaled_cell(scale: float) -> Callable[[Any], str]:
     return fmt
 
 
-def readable_scale(values: Sequence[float], prefixes: Sequence[tuple[float, str]],
-                   max_mantissa: float = _MAX_FIXED) -> tuple[float, str]:
+def readable_scale(
+    values: Sequence[float], prefixes: Sequence[tuple[float, str]], max_mantissa: float = _MAX_FIXED
+) -> tuple[float, str]:
     """One unit for a column of numbers: among the units that keep the largest value below
     ``max_mantissa`` (and at or above 1 where possible), the largest one under which every
     non-zero value still shows as at least 0.01; failing that, the smallest such unit.
@@ -498,7 +534,9 @@ def readable_scale(values: Sequence[float], prefixes: Sequence[tuple[float, str]
     return fitting[0]
 
 
-def _fixed_formatter(kind: str, header: str, values: Sequence[Any]) -> tuple[str, Callable[[Any], str]]:
+def _fixed_formatter(
+    kind: str, header: str, values: Sequence[Any]
+) -> tuple[str, Callable[[Any], str]]:
     """Header with the column's unit and a formatter printing bare numbers in that unit."""
     scaled = _scaled_cell
 
@@ -543,8 +581,11 @@ def with_index(df: pd.DataFrame) -> pd.DataFrame:
     index = df.index
     if isinstance(index, pd.RangeIndex) and index.name is None:
         return df
-    if (index.name is None and not isinstance(index, pd.MultiIndex)
-            and pd.api.types.is_integer_dtype(index.dtype)):
+    if (
+        index.name is None
+        and not isinstance(index, pd.MultiIndex)
+        and pd.api.types.is_integer_dtype(index.dtype)
+    ):
         return df  # a filtered/sorted RangeIndex: just row labels
     return df.reset_index()
 
@@ -558,7 +599,9 @@ def _module_labels(modules: pd.Series, calls: pd.Series | None) -> list[str]:
     return labels
 
 
-def _label_column(columns: Sequence[str], kinds: Sequence[str], totals: Mapping[str, Any]) -> int | None:
+def _label_column(
+    columns: Sequence[str], kinds: Sequence[str], totals: Mapping[str, Any]
+) -> int | None:
     for i, (name, kind) in enumerate(zip(columns, kinds)):
         if kind == "text" and name not in totals:
             return i
@@ -577,9 +620,15 @@ def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
     return select_columns(df, view.columns)
 
 
-def prepare_table(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
-                  end_to_end: Mapping[str, Any] | None = None, view: ViewOptions | None = None,
-                  default_units: str = "human", **options: Any) -> Table:
+def prepare_table(
+    df: pd.DataFrame,
+    totals: Mapping[str, Any] | None = None,
+    *,
+    end_to_end: Mapping[str, Any] | None = None,
+    view: ViewOptions | None = None,
+    default_units: str = "human",
+    **options: Any,
+) -> Table:
     """Select rows and columns of ``df`` and render the cells, plus footer rows.
 
     Footer rows: ``total`` (:data:`TOTAL_LABEL`) from ``totals``, which maps column names to
@@ -606,21 +655,35 @@ def prepare_table(df: pd.DataFrame, totals: Mapping[str, Any] | None = None, *,
     columns_data = [list(shown[n]) for n in names]
     if units != "raw" and "module" in names:
         columns_data[names.index("module")] = _module_labels(
-            shown["module"], rows["call"] if "call" in rows.columns and "call" not in names else None
+            shown["module"],
+            rows["call"] if "call" in rows.columns and "call" not in names else None,
         )
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
     if units != "raw" and ({"latency_rough", LOADED_FLAG} & set(rows.columns)):
-        cells = tuple(tuple(ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
-                            for c, n in zip(row, names)) for i, row in enumerate(cells))
+        cells = tuple(
+            tuple(
+                ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
+                for c, n in zip(row, names)
+            )
+            for i, row in enumerate(cells)
+        )
     footer = _footer(names, kinds, formatters, totals, end_to_end)
-    return Table(columns=tuple(names), headers=tuple(headers), kinds=tuple(kinds), cells=cells,
-                 footer=tuple(footer), units=units, frame=rows)
+    return Table(
+        columns=tuple(names),
+        headers=tuple(headers),
+        kinds=tuple(kinds),
+        cells=cells,
+        footer=tuple(footer),
+        units=units,
+        frame=rows,
+    )
 
 
-def _formatters(shown: pd.DataFrame, names: list[str], units: str,
-                extras: Sequence[Mapping[str, Any] | None]) -> tuple[list[str], list[Callable]]:
+def _formatters(
+    shown: pd.DataFrame, names: list[str], units: str, extras: Sequence[Mapping[str, Any] | None]
+) -> tuple[list[str], list[Callable]]:
     """The header and the cell formatter of each shown column in ``units``; fixed units are
     chosen over the column's values and its footer values (``extras``)."""
     headers: list[str] = []
@@ -646,9 +709,13 @@ def _formatters(shown: pd.DataFrame, names: list[str], units: str,
     return headers, formatters
 
 
-def _footer(names: list[str], kinds: list[str], formatters: list[Callable],
-            totals: Mapping[str, Any] | None,
-            end_to_end: Mapping[str, Any] | None) -> list[tuple[str, ...]]:
+def _footer(
+    names: list[str],
+    kinds: list[str],
+    formatters: list[Callable],
+    totals: Mapping[str, Any] | None,
+    end_to_end: Mapping[str, Any] | None,
+) -> list[tuple[str, ...]]:
     """The total and end-to-end rows, each labelled in the first column that has no value."""
     footer: list[tuple[str, ...]] = []
     for label, values in ((TOTAL_LABEL, totals), (END_TO_END_LABEL, end_to_end)):
@@ -665,4 +732,3 @@ def _footer(names: list[str], kinds: list[str], formatters: list[Callable],
                 out.append("")
         footer.append(tuple(out))
     return footer
-

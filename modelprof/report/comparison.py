@@ -6,6 +6,7 @@ modelprof's humanised exports (``11.69 M``, ``3.10 ms``, ``0.0312×``, the envir
 caption, the compact columns unless ``columns=``) are under :attr:`Comparison.render`, so neither
 can be taken for the other. The notebook display is the humanised table.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -65,6 +66,7 @@ class Comparison(pd.DataFrame):
         """Cost against measured latency, one point per model with its 95 % interval
         (:func:`modelprof.report.plots.plot_cost_latency`); ``plot`` stays pandas'."""
         from modelprof.report.plots import plot_cost_latency
+
         return plot_cost_latency(self, cost, **kw)
 
     def _repr_html_(self) -> str:

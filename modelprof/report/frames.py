@@ -3,6 +3,7 @@
 human units (``1.82 G``, ``58.0 MiB``, ``3.1 ms``) by their ``repr`` and ``_repr_html_``, as a
 report's table is; pandas' default display would cut them to ``[4 rows x 12 columns]`` or
 ``...`` and print bytes as ``60845888``."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from modelprof.render.text import to_text
 
 __all__ = ["WholeFrame", "shown", "units_of"]
 
-_UNITS = "modelprof_units"      # attrs key: column -> unit suffix for display ("_bytes")
+_UNITS = "modelprof_units"  # attrs key: column -> unit suffix for display ("_bytes")
 _CAPTION = "modelprof_caption"  # attrs key: a line shown above the table
 
 
@@ -49,8 +50,9 @@ class WholeFrame(pd.DataFrame):
         return str(to_html(frame, standalone=False, show_totals=False, caption=caption))
 
 
-def shown(df: pd.DataFrame, *, units: Mapping[str, str] | None = None,
-          caption: str | None = None) -> WholeFrame:
+def shown(
+    df: pd.DataFrame, *, units: Mapping[str, str] | None = None, caption: str | None = None
+) -> WholeFrame:
     """``df`` as a :class:`WholeFrame`; ``units`` gives a column whose name says no unit its
     unit suffix (``{"inference": "_bytes"}``), ``caption`` a line shown above it."""
     out = WholeFrame(df)

@@ -11,6 +11,7 @@ what it does: a ResNet block's residual add is ``elementwise``, not ``BasicBlock
 token concat is ``data movement``; a custom block's ``F.scaled_dot_product_attention`` is
 ``attention``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -20,8 +21,21 @@ import torch
 __all__ = ["LAYER_TYPES", "layer_type", "op_layer_type"]
 
 LAYER_TYPES: tuple[str, ...] = (
-    "conv", "linear", "matmul", "attention", "recurrent", "norm", "activation", "pool",
-    "elementwise", "reduction", "embedding", "upsample", "dropout", "data movement", "other",
+    "conv",
+    "linear",
+    "matmul",
+    "attention",
+    "recurrent",
+    "norm",
+    "activation",
+    "pool",
+    "elementwise",
+    "reduction",
+    "embedding",
+    "upsample",
+    "dropout",
+    "data movement",
+    "other",
 )
 """Every type a row can get, in the order a summary lists ties."""
 
@@ -34,27 +48,27 @@ def _names(text: str) -> frozenset[str]:
 _MODULE_TYPES: dict[str, str] = {}
 for _kind, _classes in {
     "conv": "Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d LazyConv1d "
-            "LazyConv2d LazyConv3d LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d",
+    "LazyConv2d LazyConv3d LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d",
     "linear": "Linear LazyLinear Bilinear NonDynamicallyQuantizableLinear",
     "attention": "MultiheadAttention",
     "recurrent": "LSTM GRU RNN LSTMCell GRUCell RNNCell",
     "norm": "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d "
-            "SyncBatchNorm LayerNorm GroupNorm InstanceNorm1d InstanceNorm2d InstanceNorm3d "
-            "LazyInstanceNorm1d LazyInstanceNorm2d LazyInstanceNorm3d LocalResponseNorm "
-            "CrossMapLRN2d RMSNorm FrozenBatchNorm2d",
+    "SyncBatchNorm LayerNorm GroupNorm InstanceNorm1d InstanceNorm2d InstanceNorm3d "
+    "LazyInstanceNorm1d LazyInstanceNorm2d LazyInstanceNorm3d LocalResponseNorm "
+    "CrossMapLRN2d RMSNorm FrozenBatchNorm2d",
     "activation": "ReLU ReLU6 RReLU GELU SiLU Mish Sigmoid Tanh Hardswish Hardsigmoid Hardtanh "
-                  "LeakyReLU ELU SELU CELU PReLU GLU Softplus Softsign Softshrink Hardshrink "
-                  "Tanhshrink Threshold LogSigmoid Softmax Softmin Softmax2d LogSoftmax",
+    "LeakyReLU ELU SELU CELU PReLU GLU Softplus Softsign Softshrink Hardshrink "
+    "Tanhshrink Threshold LogSigmoid Softmax Softmin Softmax2d LogSoftmax",
     "pool": "MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d "
-            "AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d "
-            "AdaptiveMaxPool3d LPPool1d LPPool2d LPPool3d FractionalMaxPool2d FractionalMaxPool3d",
+    "AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d "
+    "AdaptiveMaxPool3d LPPool1d LPPool2d LPPool3d FractionalMaxPool2d FractionalMaxPool3d",
     "embedding": "Embedding EmbeddingBag",
     "upsample": "Upsample UpsamplingNearest2d UpsamplingBilinear2d",
     "dropout": "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout",
     "data movement": "Flatten Unflatten Identity PixelShuffle PixelUnshuffle ChannelShuffle "
-                     "ZeroPad1d ZeroPad2d ZeroPad3d ConstantPad1d ConstantPad2d ConstantPad3d "
-                     "ReflectionPad1d ReflectionPad2d ReflectionPad3d ReplicationPad1d "
-                     "ReplicationPad2d ReplicationPad3d CircularPad1d CircularPad2d CircularPad3d",
+    "ZeroPad1d ZeroPad2d ZeroPad3d ConstantPad1d ConstantPad2d ConstantPad3d "
+    "ReflectionPad1d ReflectionPad2d ReflectionPad3d ReplicationPad1d "
+    "ReplicationPad2d ReplicationPad3d CircularPad1d CircularPad2d CircularPad3d",
 }.items():
     _MODULE_TYPES.update(dict.fromkeys(_names(_classes), _kind))
 
@@ -62,52 +76,54 @@ for _kind, _classes in {
 _OP_TYPES: dict[str, str] = {}
 for _kind, _ops in {
     "conv": "convolution _convolution conv1d conv2d conv3d conv_transpose1d conv_transpose2d "
-            "conv_transpose3d mkldnn_convolution cudnn_convolution cudnn_convolution_transpose "
-            "miopen_convolution _slow_conv2d_forward slow_conv3d_forward thnn_conv2d "
-            "convolution_overrideable _convolution_mode",
+    "conv_transpose3d mkldnn_convolution cudnn_convolution cudnn_convolution_transpose "
+    "miopen_convolution _slow_conv2d_forward slow_conv3d_forward thnn_conv2d "
+    "convolution_overrideable _convolution_mode",
     "linear": "addmm mm linear _addmm_activation mkldnn_linear _mkldnn_linear",
     "matmul": "bmm baddbmm addbmm matmul einsum dot vdot mv addmv addr outer tensordot",
     "attention": "scaled_dot_product_attention _scaled_dot_product_attention_math "
-                 "_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu "
-                 "_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention "
-                 "_scaled_dot_product_fused_attention_overrideable _flash_attention_forward "
-                 "_efficient_attention_forward _native_multi_head_attention "
-                 "_transformer_encoder_layer_fwd flex_attention",
+    "_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu "
+    "_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention "
+    "_scaled_dot_product_fused_attention_overrideable _flash_attention_forward "
+    "_efficient_attention_forward _native_multi_head_attention "
+    "_transformer_encoder_layer_fwd flex_attention",
     "recurrent": "lstm gru rnn_tanh rnn_relu mkldnn_rnn_layer _thnn_fused_lstm_cell "
-                 "_thnn_fused_gru_cell lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell",
+    "_thnn_fused_gru_cell lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell",
     "norm": "native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training "
-            "_native_batch_norm_legit_functional batch_norm _batch_norm_impl_index "
-            "_batch_norm_with_update _batch_norm_no_update cudnn_batch_norm miopen_batch_norm "
-            "native_layer_norm layer_norm native_group_norm group_norm instance_norm "
-            "_fused_rms_norm rms_norm",
+    "_native_batch_norm_legit_functional batch_norm _batch_norm_impl_index "
+    "_batch_norm_with_update _batch_norm_no_update cudnn_batch_norm miopen_batch_norm "
+    "native_layer_norm layer_norm native_group_norm group_norm instance_norm "
+    "_fused_rms_norm rms_norm",
     "activation": "relu relu_ relu6 gelu gelu_ silu silu_ mish mish_ sigmoid sigmoid_ tanh tanh_ "
-                  "hardswish hardswish_ hardsigmoid hardsigmoid_ hardtanh hardtanh_ leaky_relu "
-                  "leaky_relu_ elu elu_ selu selu_ celu celu_ softplus softshrink hardshrink glu "
-                  "_prelu_kernel prelu rrelu_with_noise threshold threshold_ log_sigmoid_forward "
-                  "softmax _softmax log_softmax _log_softmax _safe_softmax",
+    "hardswish hardswish_ hardsigmoid hardsigmoid_ hardtanh hardtanh_ leaky_relu "
+    "leaky_relu_ elu elu_ selu selu_ celu celu_ softplus softshrink hardshrink glu "
+    "_prelu_kernel prelu rrelu_with_noise threshold threshold_ log_sigmoid_forward "
+    "softmax _softmax log_softmax _log_softmax _safe_softmax",
     "pool": "max_pool1d max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices "
-            "mkldnn_max_pool2d avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d "
-            "adaptive_avg_pool2d adaptive_avg_pool3d _adaptive_avg_pool2d _adaptive_avg_pool3d "
-            "mkldnn_adaptive_avg_pool2d adaptive_max_pool1d adaptive_max_pool2d "
-            "adaptive_max_pool3d fractional_max_pool2d fractional_max_pool3d",
+    "mkldnn_max_pool2d avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d "
+    "adaptive_avg_pool2d adaptive_avg_pool3d _adaptive_avg_pool2d _adaptive_avg_pool3d "
+    "mkldnn_adaptive_avg_pool2d adaptive_max_pool1d adaptive_max_pool2d "
+    "adaptive_max_pool3d fractional_max_pool2d fractional_max_pool3d",
     "reduction": "sum mean amax amin max min prod var std var_mean std_mean norm "
-                 "linalg_vector_norm logsumexp argmax argmin cumsum",
+    "linalg_vector_norm logsumexp argmax argmin cumsum",
     "embedding": "embedding _embedding_bag embedding_bag _embedding_bag_forward_only",
     "upsample": "upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_bilinear2d "
-                "upsample_bicubic2d upsample_linear1d upsample_trilinear3d _upsample_nearest_exact2d "
-                "_upsample_bilinear2d_aa grid_sampler_2d",
+    "upsample_bicubic2d upsample_linear1d upsample_trilinear3d _upsample_nearest_exact2d "
+    "_upsample_bilinear2d_aa grid_sampler_2d",
     "dropout": "dropout native_dropout bernoulli bernoulli_",
     "data movement": "cat stack copy_ clone _to_copy contiguous constant_pad_nd pad "
-                     "reflection_pad1d reflection_pad2d replication_pad2d index index_select "
-                     "gather scatter slice_scatter select_scatter repeat roll flip "
-                     "_unsafe_view pixel_shuffle pixel_unshuffle channel_shuffle "
-                     "native_channel_shuffle split_with_sizes_copy unbind_copy",
+    "reflection_pad1d reflection_pad2d replication_pad2d index index_select "
+    "gather scatter slice_scatter select_scatter repeat roll flip "
+    "_unsafe_view pixel_shuffle pixel_unshuffle channel_shuffle "
+    "native_channel_shuffle split_with_sizes_copy unbind_copy",
 }.items():
     _OP_TYPES.update(dict.fromkeys(_names(_ops), _kind))
 
 # ops that only allocate: they say nothing about what a row does
-_FACTORIES = _names("empty empty_like zeros zeros_like ones ones_like full full_like new_empty "
-                    "new_zeros new_ones new_full empty_strided arange scalar_tensor lift_fresh")
+_FACTORIES = _names(
+    "empty empty_like zeros zeros_like ones ones_like full full_like new_empty "
+    "new_zeros new_ones new_full empty_strided arange scalar_tensor lift_fresh"
+)
 
 
 def op_layer_type(op: str) -> str:
@@ -130,8 +146,9 @@ def op_layer_type(op: str) -> str:
 
 # the ops that make a composition of elementwise ops an activation (cos/sin are not: rotary
 # embeddings use them), and the ones that make a reduction a normalisation
-_NONLINEAR = _names("tanh erf erfc sigmoid exp expm1 softplus clamp_min clamp hardtanh "
-                    "log_sigmoid_forward")
+_NONLINEAR = _names(
+    "tanh erf erfc sigmoid exp expm1 softplus clamp_min clamp hardtanh log_sigmoid_forward"
+)
 _CASTS = _names("_to_copy clone contiguous copy_ alias detach")  # a dtype round trip around it
 _INV_SQRT = _names("rsqrt sqrt")
 _NORM_REDUCTIONS = _names("mean var var_mean std std_mean sum norm linalg_vector_norm")

@@ -11,6 +11,7 @@ backward=True)`` (``saved_bytes``), else estimated as every leaf call's output (
 forward-pass convention). Without a profiled optimizer, ``optimizer_states`` state tensors per
 trainable parameter are assumed (2: Adam's m and v; SGD with momentum 1, plain SGD 0).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,9 @@ class MemoryFacts:
     leaf_output_bytes: int
 
 
-def memory_facts(model: nn.Module, input_bytes: int, records: Sequence[Any],
-                 dtype: torch.dtype | None) -> MemoryFacts:
+def memory_facts(
+    model: nn.Module, input_bytes: int, records: Sequence[Any], dtype: torch.dtype | None
+) -> MemoryFacts:
     """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own)."""
     params = list(model.parameters())
     leaves = [r for r in records if not r.children]
@@ -50,17 +52,24 @@ def memory_facts(model: nn.Module, input_bytes: int, records: Sequence[Any],
         buffer_bytes=tensor_bytes(list(model.buffers()), dtype),
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
-        leaf_output_bytes=sum(r.output_bytes for r in leaves))
+        leaf_output_bytes=sum(r.output_bytes for r in leaves),
+    )
 
 
-def estimate_memory(facts: MemoryFacts, *, saved_bytes: int | None = None,
-                    optimizer_state_bytes: int | None = None, optimizer_states: int = 2
-                    ) -> pd.DataFrame:
+def estimate_memory(
+    facts: MemoryFacts,
+    *,
+    saved_bytes: int | None = None,
+    optimizer_state_bytes: int | None = None,
+    optimizer_states: int = 2,
+) -> pd.DataFrame:
     """One row per component (bytes), columns ``inference`` and ``training_step`` and
     ``how`` (where each number comes from), a ``total`` row last."""
-    saved, saved_how = ((saved_bytes, "measured: tensors autograd saved (backward=True)")
-                        if saved_bytes is not None else
-                        (facts.leaf_output_bytes, "estimated: every leaf call's output"))
+    saved, saved_how = (
+        (saved_bytes, "measured: tensors autograd saved (backward=True)")
+        if saved_bytes is not None
+        else (facts.leaf_output_bytes, "estimated: every leaf call's output")
+    )
     if optimizer_state_bytes is not None:
         state, state_how = optimizer_state_bytes, "the profiled optimizer's state tensors"
     else:
@@ -70,14 +79,20 @@ def estimate_memory(facts: MemoryFacts, *, saved_bytes: int | None = None,
         ("parameters", facts.param_bytes, facts.param_bytes, "every distinct parameter"),
         ("buffers", facts.buffer_bytes, facts.buffer_bytes, "every distinct buffer"),
         ("inputs", facts.input_bytes, facts.input_bytes, "the input tensors"),
-        ("activations", facts.working_set_bytes, facts.working_set_bytes,
-         "largest leaf call's inputs + outputs (a lower bound of the peak)"),
+        (
+            "activations",
+            facts.working_set_bytes,
+            facts.working_set_bytes,
+            "largest leaf call's inputs + outputs (a lower bound of the peak)",
+        ),
         ("saved for backward", 0, saved, saved_how),
         ("gradients", 0, facts.trainable_param_bytes, "one per trainable parameter"),
         ("optimizer state", 0, state, state_how),
     ]
     df = pd.DataFrame(rows, columns=["component", "inference", "training_step", "how"])
-    total = pd.DataFrame([("total", int(df["inference"].sum()), int(df["training_step"].sum()),
-                           "sum")], columns=df.columns)
+    total = pd.DataFrame(
+        [("total", int(df["inference"].sum()), int(df["training_step"].sum()), "sum")],
+        columns=df.columns,
+    )
     out = pd.concat([df, total], ignore_index=True).set_index("component")
     return out.astype({"inference": "int64", "training_step": "int64"})

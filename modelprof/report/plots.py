@@ -5,6 +5,7 @@ are built with ``matplotlib.figure.Figure`` directly, never through pyplot, so n
 touched and any backend (or none) works. Every function returns the Figure; ``save=path`` also
 writes it, the format taken from the extension (.png, .svg, .pdf).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,7 +42,8 @@ def _figure_class() -> Any:
     except ImportError as e:
         raise ModelProfError(
             "plotting needs matplotlib: pip install matplotlib (in a clone of modelprof: "
-            "pip install -e '.[all]')") from e
+            "pip install -e '.[all]')"
+        ) from e
     return Figure
 
 
@@ -80,12 +82,23 @@ def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool)
     rows = rows[rows[column].notna()]
     if rows.empty:
         raise ModelProfError(f"no row has a value in column {column!r} to plot")
-    return select_rows(rows, top_k=top_k, sort_by=column) if top_k else select_rows(rows, sort_by=column)
+    return (
+        select_rows(rows, top_k=top_k, sort_by=column)
+        if top_k
+        else select_rows(rows, sort_by=column)
+    )
 
 
-def _barh(rows: pd.DataFrame, column: str, *, title: str, xlabel: str,
-          error: tuple[str, str] | None = None,
-          formatter: Any = None, figsize: tuple[float, float] | None = None) -> Any:
+def _barh(
+    rows: pd.DataFrame,
+    column: str,
+    *,
+    title: str,
+    xlabel: str,
+    error: tuple[str, str] | None = None,
+    formatter: Any = None,
+    figsize: tuple[float, float] | None = None,
+) -> Any:
     figure_cls = _figure_class()
     n = len(rows)
     fig = figure_cls(figsize=figsize or (8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
@@ -97,8 +110,9 @@ def _barh(rows: pd.DataFrame, column: str, *, title: str, xlabel: str,
         # asymmetric bars from a low and a high percentile: they never cross zero
         low = rows[error[0]].to_numpy(dtype=float)
         high = rows[error[1]].to_numpy(dtype=float)
-        xerr = np.nan_to_num(np.vstack([np.clip(values - low, 0.0, None),
-                                        np.clip(high - values, 0.0, None)]))
+        xerr = np.nan_to_num(
+            np.vstack([np.clip(values - low, 0.0, None), np.clip(high - values, 0.0, None)])
+        )
     ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
     ax.set_yticks(y, _labels(rows) if "module" in rows.columns else [str(i) for i in rows.index])
     ax.invert_yaxis()  # largest on top
@@ -127,9 +141,15 @@ def plot_latency(
     without those columns there are none."""
     _require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
     rows = _top_rows(df, "latency_ms", top_k, leaf_only)
-    fig = _barh(rows, "latency_ms", title=title or "Latency per layer (bars: p10-p90 of the "
-                "passes)" if "latency_p10_ms" in rows.columns else title or "Latency per layer",
-                xlabel="latency (ms)", error=("latency_p10_ms", "latency_p90_ms"))
+    fig = _barh(
+        rows,
+        "latency_ms",
+        title=title or "Latency per layer (bars: p10-p90 of the passes)"
+        if "latency_p10_ms" in rows.columns
+        else title or "Latency per layer",
+        xlabel="latency (ms)",
+        error=("latency_p10_ms", "latency_p90_ms"),
+    )
     _save(fig, save)
     return fig
 
@@ -148,8 +168,13 @@ def plot_flops(
     _require_columns(df, ["module", column], "plot_flops")
     rows = _top_rows(df, column, top_k, leaf_only)
     spec = column_spec(column, df[column])
-    fig = _barh(rows, column, title=title or f"{spec.header} per layer", xlabel=spec.header,
-                formatter=_value_formatter(spec.kind))
+    fig = _barh(
+        rows,
+        column,
+        title=title or f"{spec.header} per layer",
+        xlabel=spec.header,
+        formatter=_value_formatter(spec.kind),
+    )
     _save(fig, save)
     return fig
 
@@ -177,9 +202,15 @@ def plot_roofline(
     from modelprof.timing.peaks import Peaks as PeaksClass
 
     if not isinstance(peaks, PeaksClass):
-        raise ModelProfError(f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}")
-    _require_columns(df, ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
-                     "plot_roofline", " (profile with timing=True)")
+        raise ModelProfError(
+            f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}"
+        )
+    _require_columns(
+        df,
+        ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
+        "plot_roofline",
+        " (profile with timing=True)",
+    )
     data = add_roofline(df, peaks)
     peaks = observed_peaks(df, peaks)
     if leaf_only and "leaf" in data.columns:
@@ -205,11 +236,11 @@ def plot_roofline(
     ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    source = peaks.source + (f"; raised to measured layers: {', '.join(peaks.raised)}"
-                             if peaks.raised else "")
-    if peaks.loaded:   # a probe on a busy machine: its roofs read low, say so on the plot
-        source += (f"; PROBED ON A BUSY MACHINE (wall/CPU {peaks.wall_over_cpu:.2f}): roofs "
-                   "read low")
+    source = peaks.source + (
+        f"; raised to measured layers: {', '.join(peaks.raised)}" if peaks.raised else ""
+    )
+    if peaks.loaded:  # a probe on a busy machine: its roofs read low, say so on the plot
+        source += f"; PROBED ON A BUSY MACHINE (wall/CPU {peaks.wall_over_cpu:.2f}): roofs read low"
     ax.grid(which="both", alpha=0.25)
     _legends(fig, ax, key)
     # wrapped to the axes' width once the legends took their room: a one-line title wider
@@ -232,15 +263,25 @@ def _draw_roofs(ax: Any, peaks: Peaks, xs: np.ndarray) -> list[list[Any]]:
         name = group[0].name if len(group) == 1 else f"{group[0].name}-{group[-1].name}"
         cap = group[-1].capacity_bytes
         size = "" if cap is None else f", up to {format_bytes(cap, decimals=0)}"
-        ax.plot(xs, np.minimum(peaks.peak_flops, xs * group[0].bandwidth), color=colour, lw=1.4,
-                label=f"{name} roof: {format_count(group[0].bandwidth, unit='B/s')}{size}")
-    ax.axhline(peaks.peak_flops, color="k", lw=1.6,
-               label=f"compute roof: {format_count(peaks.peak_flops, unit='FLOP/s')}")
+        ax.plot(
+            xs,
+            np.minimum(peaks.peak_flops, xs * group[0].bandwidth),
+            color=colour,
+            lw=1.4,
+            label=f"{name} roof: {format_count(group[0].bandwidth, unit='B/s')}{size}",
+        )
+    ax.axhline(
+        peaks.peak_flops,
+        color="k",
+        lw=1.6,
+        label=f"compute roof: {format_count(peaks.peak_flops, unit='FLOP/s')}",
+    )
     return roofs
 
 
-def _draw_layers(ax: Any, data: pd.DataFrame, x: np.ndarray, y: np.ndarray,
-                 roofs: list[list[Any]], peaks: Peaks) -> None:
+def _draw_layers(
+    ax: Any, data: pd.DataFrame, x: np.ndarray, y: np.ndarray, roofs: list[list[Any]], peaks: Peaks
+) -> None:
     """Each layer as a point, coloured like the roof it is judged against."""
     names = data["memory_level"].astype(object).to_numpy()
     order = [lv.name for lv in peaks.memory_levels]
@@ -248,8 +289,16 @@ def _draw_layers(ax: Any, data: pd.DataFrame, x: np.ndarray, y: np.ndarray,
         mask = np.isin(names, [lv.name for lv in group])
         if mask.any():
             judged = sorted({str(n) for n in names[mask]}, key=order.index)
-            ax.scatter(x[mask], y[mask], s=20, color=colour, edgecolors="k", linewidths=0.4,
-                       zorder=3, label=f"layers judged at {', '.join(judged)}")
+            ax.scatter(
+                x[mask],
+                y[mask],
+                s=20,
+                color=colour,
+                edgecolors="k",
+                linewidths=0.4,
+                zorder=3,
+                label=f"layers judged at {', '.join(judged)}",
+            )
 
 
 def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
@@ -259,26 +308,46 @@ def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
     groups = _group_close(slowest["intensity"].to_numpy(dtype=float), gflops)
     for members in groups:
         first = members[0]
-        ax.annotate(",".join(str(m + 1) for m in members),
-                    (slowest["intensity"].iloc[first], gflops[first]),
-                    fontsize=7, xytext=(4, 4), textcoords="offset points", zorder=4,
-                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5})
-    return [f"{i + 1}  {label} ({format_time_ms(ms)})"
-            for i, (label, ms) in enumerate(zip(_labels(slowest), slowest["latency_ms"]))]
+        ax.annotate(
+            ",".join(str(m + 1) for m in members),
+            (slowest["intensity"].iloc[first], gflops[first]),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+            zorder=4,
+            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.6", "lw": 0.5},
+        )
+    return [
+        f"{i + 1}  {label} ({format_time_ms(ms)})"
+        for i, (label, ms) in enumerate(zip(_labels(slowest), slowest["latency_ms"]))
+    ]
 
 
 def _legends(fig: Any, ax: Any, key: list[str]) -> None:
     """Outside the axes, as figure legends the constrained layout makes room for: no label can
     cover a point, and nothing is cut off however the figure is shown or saved."""
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7.5,
-               title="roofs and layers", title_fontsize=8)
+    fig.legend(
+        *ax.get_legend_handles_labels(),
+        loc="outside right upper",
+        fontsize=7.5,
+        title="roofs and layers",
+        title_fontsize=8,
+    )
     if key:
         from matplotlib.lines import Line2D
 
         blank = [Line2D([], [], linestyle="none")] * len(key)
-        fig.legend(blank, key, loc="outside right lower", fontsize=7.5, handlelength=0,
-                   handletextpad=0, title="slowest layers", title_fontsize=8,
-                   prop={"family": "monospace", "size": 7.5})
+        fig.legend(
+            blank,
+            key,
+            loc="outside right lower",
+            fontsize=7.5,
+            handlelength=0,
+            handletextpad=0,
+            title="slowest layers",
+            title_fontsize=8,
+            prop={"family": "monospace", "size": 7.5},
+        )
 
 
 def _fit_title(ax: Any, text: str) -> None:
@@ -286,7 +355,7 @@ def _fit_title(ax: Any, text: str) -> None:
     import textwrap
 
     fig = ax.figure
-    fig.draw_without_rendering()   # the constrained layout fixes the axes' size
+    fig.draw_without_rendering()  # the constrained layout fixes the axes' size
     renderer = fig._get_renderer()
     limit = ax.get_window_extent(renderer).width
     width = len(text)
@@ -304,7 +373,10 @@ def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[lis
     for i in range(len(x)):
         for g in groups:
             j = g[0]
-            if max(x[i], x[j]) / min(x[i], x[j]) < factor and max(y[i], y[j]) / min(y[i], y[j]) < factor:
+            if (
+                max(x[i], x[j]) / min(x[i], x[j]) < factor
+                and max(y[i], y[j]) / min(y[i], y[j]) < factor
+            ):
                 g.append(i)
                 break
         else:
@@ -326,7 +398,11 @@ def plot_throughput(
     """Samples/s against batch size (log2 x axis), the best point marked. ``y`` defaults to the
     first of ``samples_per_s``, ``throughput``, ``fps``, ``samples_per_sec`` present."""
     if y is None:
-        found = [c for c in _THROUGHPUT_COLUMNS if isinstance(curve_df, pd.DataFrame) and c in curve_df.columns]
+        found = [
+            c
+            for c in _THROUGHPUT_COLUMNS
+            if isinstance(curve_df, pd.DataFrame) and c in curve_df.columns
+        ]
         y = found[0] if found else _THROUGHPUT_COLUMNS[0]
     _require_columns(curve_df, [x, y], "plot_throughput")
     data = curve_df[[x, y]].dropna().sort_values(x)
@@ -339,8 +415,15 @@ def plot_throughput(
     ys = data[y].to_numpy(dtype=float)
     ax.plot(xs, ys, marker="o", color="tab:blue")
     best = int(np.argmax(ys))
-    ax.scatter([xs[best]], [ys[best]], s=80, facecolors="none", edgecolors="tab:red", zorder=3,
-               label=f"best: {ys[best]:.1f}/s at {x.replace('_', ' ')} {xs[best]:g}")
+    ax.scatter(
+        [xs[best]],
+        [ys[best]],
+        s=80,
+        facecolors="none",
+        edgecolors="tab:red",
+        zorder=3,
+        label=f"best: {ys[best]:.1f}/s at {x.replace('_', ' ')} {xs[best]:g}",
+    )
     if (xs > 0).all():
         ax.set_xscale("log", base=2)
     ax.set_xlabel(x.replace("_", " "))
@@ -373,8 +456,11 @@ def plot_compare(
     the index). ``metrics`` defaults to those of ``params, flops, latency_median_ms,
     throughput_samples_per_s`` that the table has; a metric named but missing is an error."""
     if metrics is None:
-        metrics = [c for c in _COMPARE_METRICS if isinstance(compare_df, pd.DataFrame)
-                   and c in compare_df.columns]
+        metrics = [
+            c
+            for c in _COMPARE_METRICS
+            if isinstance(compare_df, pd.DataFrame) and c in compare_df.columns
+        ]
     if isinstance(metrics, str):
         metrics = [metrics]
     metrics = list(metrics)
@@ -395,8 +481,15 @@ def plot_compare(
         fmt = _value_formatter(spec.kind)
         for p, v in zip(pos, values):
             if np.isfinite(v):
-                ax.annotate(fmt(v), (p, v), ha="center", va="bottom", fontsize=7,
-                            xytext=(0, 2), textcoords="offset points")
+                ax.annotate(
+                    fmt(v),
+                    (p, v),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
         ax.yaxis.set_major_formatter(_tick_formatter(fmt))
         ax.margins(y=0.12)  # room for the value labels above the bars
         ax.grid(axis="y", alpha=0.3)
@@ -439,11 +532,18 @@ def plot_cost_latency(
     work on a loaded CPU (``attrs["ranked_by"]``), else the wall-clock latency. Log scales when
     a quantity spans more than 10x."""
     if latency is None:
-        latency = ("cpu_work_median_ms" if getattr(compare_df, "attrs", {}).get("ranked_by")
-                   == "cpu_work" else "latency_median_ms")
+        latency = (
+            "cpu_work_median_ms"
+            if getattr(compare_df, "attrs", {}).get("ranked_by") == "cpu_work"
+            else "latency_median_ms"
+        )
     stem = latency.removesuffix("_median_ms")
-    _require_columns(compare_df, [cost, latency], "plot_cost_latency",
-                     hint=" (compare(..., timing=True) measures the latency)")
+    _require_columns(
+        compare_df,
+        [cost, latency],
+        "plot_cost_latency",
+        hint=" (compare(..., timing=True) measures the latency)",
+    )
     x = compare_df[cost].to_numpy(dtype=float)
     y = compare_df[latency].to_numpy(dtype=float)
     lows = compare_df.get(f"{stem}_ci_low_ms")
@@ -453,8 +553,15 @@ def plot_cost_latency(
     fig = _figure_class()(figsize=(5.5, 4.0), layout="constrained")
     ax = fig.subplots()
     ok = np.isfinite(lo) & np.isfinite(hi)
-    ax.errorbar(x[ok], y[ok], yerr=np.vstack([lo[ok], hi[ok]]), fmt="o", color="tab:blue",
-                capsize=3, label="median, 95 % CI")
+    ax.errorbar(
+        x[ok],
+        y[ok],
+        yerr=np.vstack([lo[ok], hi[ok]]),
+        fmt="o",
+        color="tab:blue",
+        capsize=3,
+        label="median, 95 % CI",
+    )
     if (~ok).any():
         ax.plot(x[~ok], y[~ok], "o", mfc="none", color="tab:blue", label="median (no interval)")
     for label, xi, yi in zip(_model_labels(compare_df), x, y):

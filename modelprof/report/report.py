@@ -1,5 +1,6 @@
 """``Report``: the result of ``profile`` — per-call rows, totals, timing and environment, with
 views (DataFrames in two styles, per-operator counts) and exporters."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,9 +23,21 @@ __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 _STYLES = ("modelprof", "torchstat")
 _GROUPS = ("layer_type", "module_type")
 # LaTeX keeps these longest when a table must lose columns to fit (most important first)
-_LATEX_PRIORITY = ("module", "layer_type", "params", "macs", "latency_ms", "calls", "flops",
-                   "latency_pct", "type", "output_shape", "output_bytes", "read_bytes",
-                   "write_bytes")
+_LATEX_PRIORITY = (
+    "module",
+    "layer_type",
+    "params",
+    "macs",
+    "latency_ms",
+    "calls",
+    "flops",
+    "latency_pct",
+    "type",
+    "output_shape",
+    "output_bytes",
+    "read_bytes",
+    "write_bytes",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +61,7 @@ class Counts:
     unsupported: Mapping[str, int]
     by_op: Mapping[str, Any]
     model_params: int
-    memory: Any = None   # modelprof.report.memory.MemoryFacts, for memory_estimate()
+    memory: Any = None  # modelprof.report.memory.MemoryFacts, for memory_estimate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +76,7 @@ class TimingResult:
     coverage: float | None = None
     peaks: Any = None
     notes: Sequence[str] = ()
-    agreement: Any = None    # modelprof.timing.agreement.TimingAgreement
+    agreement: Any = None  # modelprof.timing.agreement.TimingAgreement
 
 
 class Report:
@@ -74,8 +87,14 @@ class Report:
     (``None`` with ``timing=False``).
     """
 
-    def __init__(self, rows: Sequence[Row], run: RunInfo, counts: Counts,
-                 timing: TimingResult | None = None, training_step: Any = None) -> None:
+    def __init__(
+        self,
+        rows: Sequence[Row],
+        run: RunInfo,
+        counts: Counts,
+        timing: TimingResult | None = None,
+        training_step: Any = None,
+    ) -> None:
         timing = TimingResult() if timing is None else timing
         self.rows = list(rows)
         self.model_name = run.model_name
@@ -127,6 +146,7 @@ class Report:
         df = modelprof_frame(self.rows, self.timed)
         if self.peaks is not None:
             from modelprof.report.roofline import add_roofline
+
             df = add_roofline(df, self.peaks)
             if self.timed:
                 df = self._with_utilization(df)
@@ -166,21 +186,27 @@ class Report:
         if direction not in ("forward", "backward"):
             raise ModelProfError(f"direction={direction!r} must be 'forward' or 'backward'")
         if direction == "backward" and self.training_step is None:
-            raise ModelProfError("by_operator(direction='backward') needs "
-                                 "profile(..., backward=True)")
+            raise ModelProfError(
+                "by_operator(direction='backward') needs profile(..., backward=True)"
+            )
         by_op = self._by_op if direction == "forward" else self.training_step.cost.by_op
-        unsupported = (self.unsupported if direction == "forward"
-                       else self.training_step.cost.unsupported)
+        unsupported = (
+            self.unsupported if direction == "forward" else self.training_step.cost.unsupported
+        )
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
-        return shown(pd.DataFrame({
-            "op": names,
-            "calls": count_column([by_op[n].calls for n in names]),
-            "macs": count_column([by_op[n].macs for n in names]),
-            "flops": count_column([by_op[n].flops for n in names]),
-            "madd": count_column([by_op[n].madd for n in names]),
-            "supported": [n not in unsupported for n in names],
-            "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
-        }).astype({"inexact_calls": "int64"}))
+        return shown(
+            pd.DataFrame(
+                {
+                    "op": names,
+                    "calls": count_column([by_op[n].calls for n in names]),
+                    "macs": count_column([by_op[n].macs for n in names]),
+                    "flops": count_column([by_op[n].flops for n in names]),
+                    "madd": count_column([by_op[n].madd for n in names]),
+                    "supported": [n not in unsupported for n in names],
+                    "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
+                }
+            ).astype({"inexact_calls": "int64"})
+        )
 
     def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
         """Estimated memory (bytes; printed in human units) for inference and for a training
@@ -196,13 +222,24 @@ class Report:
         step = self.training_step
         saved = None if step is None else int(self.totals.get("saved_bytes", 0))
         opt = None if step is None else step.cost.optimizer
-        return shown(estimate_memory(
-            self.memory, saved_bytes=saved, optimizer_states=optimizer_states,
-            optimizer_state_bytes=None if opt is None else opt.state_bytes),
-            units={"inference": "_bytes", "training_step": "_bytes"})
+        return shown(
+            estimate_memory(
+                self.memory,
+                saved_bytes=saved,
+                optimizer_states=optimizer_states,
+                optimizer_state_bytes=None if opt is None else opt.state_bytes,
+            ),
+            units={"inference": "_bytes", "training_step": "_bytes"},
+        )
 
-    def utilization(self, peak: Any = None, *, flops: str = "2macs", causal: str = "counted",
-                    decode: bool = False) -> Any:
+    def utilization(
+        self,
+        peak: Any = None,
+        *,
+        flops: str = "2macs",
+        causal: str = "counted",
+        decode: bool = False,
+    ) -> Any:
         """MFU, HFU and MBU per row, per phase and for the whole call
         (:class:`modelprof.report.utilization.Utilization`; the conventions in that module).
 
@@ -219,8 +256,9 @@ class Report:
         rows, phases = utilization(self, convention, self._by_op, decode=decode)
         by_peak = {}
         for name, p in known.items():
-            _, other = utilization(self, dataclasses.replace(convention, peaks=p), self._by_op,
-                                   decode=decode)
+            _, other = utilization(
+                self, dataclasses.replace(convention, peaks=p), self._by_op, decode=decode
+            )
             by_peak[name] = float(other["mfu"].iloc[-1])
         return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak)
 
@@ -280,7 +318,9 @@ class Report:
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
     # ``view=`` or keywords): style, group_by, columns, depth (collapse to modules at depth <= k),
     # leaf_only, top_k, sort_by, units, show_totals, and the format's own; see the README.
-    def _table(self, view: Any) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
+    def _table(
+        self, view: Any
+    ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
         """The frame to render, its totals row (the leaf sums) and its end-to-end row."""
         end_to_end: dict[str, Any] | None = None
         if self.latency is not None:
@@ -289,13 +329,16 @@ class Report:
                 end_to_end["backward_latency_ms"] = self.backward_latency.median_ms
         if view.group_by is not None:
             if view.style != "modelprof":
-                raise ModelProfError(f"group_by={view.group_by!r} sums the modelprof view; "
-                                     f"drop style={view.style!r}")
+                raise ModelProfError(
+                    f"group_by={view.group_by!r} sums the modelprof view; drop style={view.style!r}"
+                )
             if view.depth is not None:
-                raise ModelProfError(f"group_by={view.group_by!r} sums the leaf rows; depth= "
-                                     "does not apply")
-            df = (self.by_layer_type() if view.group_by == "layer_type"
-                  else self.by_module_type()).reset_index()
+                raise ModelProfError(
+                    f"group_by={view.group_by!r} sums the leaf rows; depth= does not apply"
+                )
+            df = (
+                self.by_layer_type() if view.group_by == "layer_type" else self.by_module_type()
+            ).reset_index()
             return df, _display_totals(self.totals), end_to_end
         if view.style == "torchstat":  # carries its own total row
             return self._torchstat_frame(view.depth), None, None
@@ -310,12 +353,16 @@ class Report:
             raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
         from modelprof.report.rows import torchstat_frame
 
-        rows = [dataclasses.replace(r, leaf=True) for r in self.rows
-                if r.depth == depth or (r.leaf and r.depth < depth)]
+        rows = [
+            dataclasses.replace(r, leaf=True)
+            for r in self.rows
+            if r.depth == depth or (r.leaf and r.depth < depth)
+        ]
         return torchstat_frame(rows, self.timed)
 
-    def _view(self, style: str, view: Any, options: dict[str, Any], *, compact: bool,
-              **defaults: Any) -> tuple[pd.DataFrame, Any, Any, Any]:
+    def _view(
+        self, style: str, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
+    ) -> tuple[pd.DataFrame, Any, Any, Any]:
         """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
         modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
         given; ``defaults`` apply where neither ``view`` nor the keywords set a value."""
@@ -324,17 +371,24 @@ class Report:
 
         view = ViewOptions.parse(view, style=style, **options)
         df, totals, end_to_end = self._table(view)
-        update = {k: v for k, v in defaults.items()
-                  if k not in options and getattr(view, k) in (None, ())}
+        update = {
+            k: v for k, v in defaults.items() if k not in options and getattr(view, k) in (None, ())
+        }
         if view.style == "torchstat" or view.group_by is not None:
             update["depth"] = None  # already applied (torchstat) or refused (group_by)
-        if compact and view.style == "modelprof" and view.group_by is None \
-                and view.columns is None:
+        if compact and view.style == "modelprof" and view.group_by is None and view.columns is None:
             update["columns"] = compact_columns(df)
         return df, totals, end_to_end, view.replace(**update) if update else view
 
-    def export(self, format: str, path: str | Path | None = None, *,
-               style: str = "modelprof", view: Any = None, **options: Any) -> str | Path:
+    def export(
+        self,
+        format: str,
+        path: str | Path | None = None,
+        *,
+        style: str = "modelprof",
+        view: Any = None,
+        **options: Any,
+    ) -> str | Path:
         """The table in any registered format (:mod:`modelprof.render.formats`; ``to_csv``,
         ``to_markdown``... are this for their format). A human format shows the compact columns
         unless ``columns`` says (the report's title as its caption, the summary above an HTML
@@ -342,10 +396,16 @@ class Report:
         environment. Returns the text, or writes ``path``."""
         fmt = get_format(format)
         df, totals, end_to_end, view = self._view(
-            style, view, options, compact=fmt.human, priority=_LATEX_PRIORITY,
-            caption=self._title(), title=self._title(),
-            summary=tuple(self.summary().splitlines()) if fmt.human else ())
-        if not fmt.human:   # raw data: the model's totals as counted, and the environment
+            style,
+            view,
+            options,
+            compact=fmt.human,
+            priority=_LATEX_PRIORITY,
+            caption=self._title(),
+            title=self._title(),
+            summary=tuple(self.summary().splitlines()) if fmt.human else (),
+        )
+        if not fmt.human:  # raw data: the model's totals as counted, and the environment
             totals, env = self.totals, self._environment()
         else:
             env = None
@@ -353,30 +413,53 @@ class Report:
 
     def _environment(self) -> dict[str, Any]:
         """What a raw export carries beside the table: the environment and the timing."""
-        return {**self.env, "latency": self.latency.to_dict(samples=True)
-                if self.latency is not None else None,
-                "instrumentation_overhead": self.instrumentation_overhead,
-                "coverage": self.coverage, "unsupported": self.unsupported,
-                "timing_notes": self.timing_notes,
-                "timing_agreement": dataclasses.asdict(self.timing_agreement)
-                if self.timing_agreement is not None else None,
-                "training_step": self.training_step.to_dict()
-                if self.training_step is not None else None}
+        return {
+            **self.env,
+            "latency": self.latency.to_dict(samples=True) if self.latency is not None else None,
+            "instrumentation_overhead": self.instrumentation_overhead,
+            "coverage": self.coverage,
+            "unsupported": self.unsupported,
+            "timing_notes": self.timing_notes,
+            "timing_agreement": dataclasses.asdict(self.timing_agreement)
+            if self.timing_agreement is not None
+            else None,
+            "training_step": self.training_step.to_dict()
+            if self.training_step is not None
+            else None,
+        }
 
-    def to_csv(self, path: str | Path | None = None, *, style: str = "modelprof",
-               view: Any = None, **options: Any) -> str | Path:
+    def to_csv(
+        self,
+        path: str | Path | None = None,
+        *,
+        style: str = "modelprof",
+        view: Any = None,
+        **options: Any,
+    ) -> str | Path:
         """CSV with raw numbers (no units, every column), read back exactly by
         ``modelprof.render.read_csv``."""
         return self.export("csv", path, style=style, view=view, **options)
 
-    def to_markdown(self, path: str | Path | None = None, *, style: str = "modelprof",
-                    view: Any = None, **options: Any) -> str | Path:
+    def to_markdown(
+        self,
+        path: str | Path | None = None,
+        *,
+        style: str = "modelprof",
+        view: Any = None,
+        **options: Any,
+    ) -> str | Path:
         """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
         rows. The compact columns by default (``columns="all"`` for every one)."""
         return self.export("markdown", path, style=style, view=view, **options)
 
-    def to_latex(self, path: str | Path | None = None, *, style: str = "modelprof",
-                 view: Any = None, **options: Any) -> str | Path:
+    def to_latex(
+        self,
+        path: str | Path | None = None,
+        *,
+        style: str = "modelprof",
+        view: Any = None,
+        **options: Any,
+    ) -> str | Path:
         """A booktabs table for papers: one unit per column, named in the header; fitted to
         ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
         (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
@@ -384,15 +467,27 @@ class Report:
         caption defaults to the report's title (model, input, dtype, device); ``label=``."""
         return self.export("latex", path, style=style, view=view, **options)
 
-    def to_html(self, path: str | Path | None = None, *, style: str = "modelprof",
-                standalone: bool = True, view: Any = None, **options: Any) -> str | Path:
+    def to_html(
+        self,
+        path: str | Path | None = None,
+        *,
+        style: str = "modelprof",
+        standalone: bool = True,
+        view: Any = None,
+        **options: Any,
+    ) -> str | Path:
         """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
         full), or with ``standalone=False`` the fragment the notebook displays."""
-        return self.export("html", path, style=style, view=view, standalone=standalone,
-                           **options)
+        return self.export("html", path, style=style, view=view, standalone=standalone, **options)
 
-    def to_json(self, path: str | Path | None = None, *, style: str = "modelprof",
-                view: Any = None, **options: Any) -> str | Path:
+    def to_json(
+        self,
+        path: str | Path | None = None,
+        *,
+        style: str = "modelprof",
+        view: Any = None,
+        **options: Any,
+    ) -> str | Path:
         """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
         return self.export("json", path, style=style, view=view, **options)
 
@@ -407,12 +502,15 @@ class Report:
         from modelprof.render.units import format_count
 
         ts = sum(r.torchstat_flops for r in self.rows if r.leaf and r.kind == "module")
-        return (f"Flops (torchstat's formulas: one per multiply-add) = {format_count(ts)}; "
-                f"the summary's FLOPs (2 per multiply-add + every other op) = "
-                f"{format_count(self.totals['flops'])}")
+        return (
+            f"Flops (torchstat's formulas: one per multiply-add) = {format_count(ts)}; "
+            f"the summary's FLOPs (2 per multiply-add + every other op) = "
+            f"{format_count(self.totals['flops'])}"
+        )
 
-    def to_trace(self, path: str | Path | None = None, *, max_passes: int | None = None
-                 ) -> str | Path:
+    def to_trace(
+        self, path: str | Path | None = None, *, max_passes: int | None = None
+    ) -> str | Path:
         """The per-layer timeline as a Chrome / Perfetto trace (JSON, the Trace Event Format):
         one track per instrumented pass, each module call a slice nested in its parent's, its
         MACs, FLOPs and bytes as arguments; with ``backward=True`` a second process for the
@@ -421,10 +519,15 @@ class Report:
         from modelprof.render.trace import trace_document, write_trace
 
         processes = self._trace_timelines(max_passes)
-        meta = {"model": self.model_name, "input": self.input_shape, "device": self.device,
-                "dtype": self.dtype, "batch_size": self.batch_size,
-                "times": "microseconds from each pass's start, as the per-layer stamps read "
-                         "them (the hooks' own cost included)"}
+        meta = {
+            "model": self.model_name,
+            "input": self.input_shape,
+            "device": self.device,
+            "dtype": self.dtype,
+            "batch_size": self.batch_size,
+            "times": "microseconds from each pass's start, as the per-layer stamps read "
+            "them (the hooks' own cost included)",
+        }
         return write_trace(trace_document(processes, meta), path)
 
     def _trace_timelines(self, max_passes: int | None) -> dict[str, list[Any]]:
@@ -434,8 +537,9 @@ class Report:
         timing = self.layer_timing
         offsets = getattr(timing, "start_offsets_ms", None)
         if timing is None or offsets is None or timing.raw_samples is None:
-            raise ModelProfError("to_trace needs the per-layer timeline of a timed report: "
-                                 "profile(..., timing=True)")
+            raise ModelProfError(
+                "to_trace needs the per-layer timeline of a timed report: profile(..., timing=True)"
+            )
         if max_passes is not None and (not isinstance(max_passes, int) or max_passes < 1):
             raise ModelProfError(f"max_passes={max_passes!r} must be a positive int")
         by_key = {(r.module, r.call): r for r in self.rows if not r.is_self and r.kind == "module"}
@@ -446,8 +550,12 @@ class Report:
             for i, key in enumerate(timing.order):
                 row = by_key.get(key)
                 name = (key[0] or "(root)") + (f" #{key[1]}" if key[1] > 1 else "")
-                t.add(name, offsets[p, i], timing.raw_samples[key][p],
-                      cost_args(row) if row is not None else {})
+                t.add(
+                    name,
+                    offsets[p, i],
+                    timing.raw_samples[key][p],
+                    cost_args(row) if row is not None else {},
+                )
             forward.append(t)
         out = {"forward": forward}
         step = self.training_step
@@ -455,13 +563,16 @@ class Report:
         if segments:
             by_record = {r.record: r for r in self.rows if not r.is_self and r.kind == "module"}
             loss = next((r for r in self.rows if r.kind == "loss"), None)
-            out["backward"] = [self._backward_timeline(p, cols, ms, by_record, loss)
-                               for p, (cols, ms) in enumerate(segments[:n])]
+            out["backward"] = [
+                self._backward_timeline(p, cols, ms, by_record, loss)
+                for p, (cols, ms) in enumerate(segments[:n])
+            ]
         return out
 
     @staticmethod
-    def _backward_timeline(p: int, columns: Any, ms: Any, by_record: dict[int, Row],
-                           loss: Row | None) -> Any:
+    def _backward_timeline(
+        p: int, columns: Any, ms: Any, by_record: dict[int, Row], loss: Row | None
+    ) -> Any:
         """One backward pass: each run of consecutive stretches of one call is a slice."""
         from modelprof.render.trace import PassTimeline, cost_args
 
@@ -471,10 +582,13 @@ class Report:
             j = i
             while j + 1 < len(columns) and columns[j + 1] == columns[i]:
                 j += 1
-            dur = float(sum(ms[i:j + 1]))
+            dur = float(sum(ms[i : j + 1]))
             row = by_record.get(int(columns[i]), loss)
-            name = ("(loss)" if row is loss or row is None else (row.module or "(root)")
-                    + (f" #{row.call}" if row.call > 1 else ""))
+            name = (
+                "(loss)"
+                if row is loss or row is None
+                else (row.module or "(root)") + (f" #{row.call}" if row.call > 1 else "")
+            )
             t.add(name, start, dur, cost_args(row) if row is not None else {})
             start, i = start + dur, j + 1
         return t
@@ -483,12 +597,14 @@ class Report:
     def plot_latency(self, top_k: int = 20, **kw: Any):
         """Bar chart of the slowest leaf calls (needs ``timing=True``)."""
         from modelprof.report.plots import plot_latency
+
         if not self.timed:
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
         return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
 
-    def _with_percentiles(self, df: pd.DataFrame, low: float = 10.0, high: float = 90.0
-                          ) -> pd.DataFrame:
+    def _with_percentiles(
+        self, df: pd.DataFrame, low: float = 10.0, high: float = 90.0
+    ) -> pd.DataFrame:
         """``df`` with ``latency_p10_ms``/``latency_p90_ms``: the spread of each row's time over
         the instrumented passes (a ``(self)`` row: its parent's less its children's, pass by
         pass), for error bars that, unlike median +- std, never cross zero."""
@@ -502,8 +618,11 @@ class Report:
             children.setdefault(parent, []).append(key)
         lo, hi = [], []
         for row in self.rows:
-            key = (row.module.removesuffix(".(self)").removesuffix("(self)"), row.call) \
-                if row.is_self else (row.module, row.call)
+            key = (
+                (row.module.removesuffix(".(self)").removesuffix("(self)"), row.call)
+                if row.is_self
+                else (row.module, row.call)
+            )
             s = timing.samples.get(key)
             if s is not None and row.is_self:
                 s = s - sum((timing.samples[c] for c in children.get(key, ())), np.zeros_like(s))
@@ -515,52 +634,65 @@ class Report:
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""
         from modelprof.report.plots import plot_flops
+
         return plot_flops(self.to_dataframe(), top_k, **kw)
 
     def plot_roofline(self, peaks: Any = None, **kw: Any):
         """Each leaf call as a point under the device's roofline (the report's peaks, or
         ``peaks``). A view never measures: without peaks it says how to get them."""
         from modelprof.report.plots import plot_roofline
+
         peaks = peaks or self.peaks
         if peaks is None:
             raise ModelProfError(
                 "this report has no peaks to draw the roofline against: profile with timing "
                 "(roofline=None probes the device), or pass peaks=modelprof.timing.peaks."
-                f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', {self.dtype!r})")
+                f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', {self.dtype!r})"
+            )
         return plot_roofline(self.to_dataframe(), peaks, **kw)
 
     # -- display --------------------------------------------------------------------------------
     def _title(self) -> str:
-        return (f"{self.model_name}, input {self.input_shape}, {self.dtype} on "
-                f"{self.env.get('device_name', self.device)}")
+        return (
+            f"{self.model_name}, input {self.input_shape}, {self.dtype} on "
+            f"{self.env.get('device_name', self.device)}"
+        )
 
     def summary(self) -> str:
         t = self.totals
-        lines = [f"{self.model_name} on input {self.input_shape} ({self.dtype}, {self.device}, "
-                 f"batch {self.batch_size})",
-                 f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
-                 f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B"]
+        lines = [
+            f"{self.model_name} on input {self.input_shape} ({self.dtype}, {self.device}, "
+            f"batch {self.batch_size})",
+            f"params {t['params']:,}  MACs {t['macs']:,}  FLOPs {t['flops']:,}  "
+            f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B",
+        ]
         if self.memory is not None:
             from modelprof.render.units import format_bytes
 
             est = self.memory_estimate().loc["total"]
-            lines.append(f"estimated memory: inference {format_bytes(est['inference'])}, "
-                         f"training step {format_bytes(est['training_step'])} "
-                         "(report.memory_estimate())")
+            lines.append(
+                f"estimated memory: inference {format_bytes(est['inference'])}, "
+                f"training step {format_bytes(est['training_step'])} "
+                "(report.memory_estimate())"
+            )
         if t.get("frozen_params"):
-            lines.append(f"trainable params {t['trainable_params']:,}, frozen "
-                         f"{t['frozen_params']:,} (requires_grad=False)")
+            lines.append(
+                f"trainable params {t['trainable_params']:,}, frozen "
+                f"{t['frozen_params']:,} (requires_grad=False)"
+            )
         idle = [r for r in self.rows if r.module == NOT_CALLED]
         if idle:
-            lines.append(f"({idle[0].params:,} of the params are in modules this forward did "
-                         f"not call: {idle[0].type}; row {NOT_CALLED!r})")
+            lines.append(
+                f"({idle[0].params:,} of the params are in modules this forward did "
+                f"not call: {idle[0].type}; row {NOT_CALLED!r})"
+            )
         if self.peaks is not None and self.peaks.loaded:
             lines.append(loaded_probe_note(self.peaks))
         if self.latency is not None:
             lines.extend(self._timing_summary())
             if self.peaks is not None:
                 lines.append(self.utilization().describe())
-        else:       # a counting-only report still says why (device="meta": counting only)
+        else:  # a counting-only report still says why (device="meta": counting only)
             lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
             lines.append(self.training_step.summary())
@@ -579,23 +711,31 @@ class Report:
         m = self.latency
         lo, hi = m.median_ci_ms
         ci = f"95% CI {lo:.3f}-{hi:.3f}" if m.has_interval else "95% CI n/a"
-        lines = [f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
-                 f"{m.fps:.1f} samples/s (clean end-to-end runs)"]
+        lines = [
+            f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
+            f"{m.fps:.1f} samples/s (clean end-to-end runs)"
+        ]
         if m.cpu is not None and m.loaded:
-            lines.append(f"CPU work {m.cpu.median_ms:.3f} ms ({m.cpu_clock}; wall/CPU "
-                         f"{m.wall_over_cpu:.2f}: the machine was loaded, the wall clock includes "
-                         "waiting for a core; CPU work equals latency only for a single-threaded "
-                         "model on an idle core)")
+            lines.append(
+                f"CPU work {m.cpu.median_ms:.3f} ms ({m.cpu_clock}; wall/CPU "
+                f"{m.wall_over_cpu:.2f}: the machine was loaded, the wall clock includes "
+                "waiting for a core; CPU work equals latency only for a single-threaded "
+                "model on an idle core)"
+            )
         agreement = self.timing_agreement
         if agreement is not None:
-            lines.append(f"per-layer rows: leaves sum to {agreement.leaf_sum_ms:.3f} ms, "
-                         f"{100 * self.coverage:.1f}% of the end-to-end median; "
-                         f"{self._instrument_words()}")
+            lines.append(
+                f"per-layer rows: leaves sum to {agreement.leaf_sum_ms:.3f} ms, "
+                f"{100 * self.coverage:.1f}% of the end-to-end median; "
+                f"{self._instrument_words()}"
+            )
             if not agreement.agree:
                 lines.append(f"!! {agreement.note()}")
         else:
-            lines.append(f"per-layer rows: leaf coverage {100 * self.coverage:.1f}% of the "
-                         f"end-to-end median; {self._instrument_words()}")
+            lines.append(
+                f"per-layer rows: leaf coverage {100 * self.coverage:.1f}% of the "
+                f"end-to-end median; {self._instrument_words()}"
+            )
         skip = agreement.note() if agreement is not None and not agreement.agree else None
         lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
         return lines
@@ -607,10 +747,14 @@ class Report:
         if x is None:
             return "the hooked passes' cost was not measured"
         if x >= 1:
-            return (f"the hooked passes ran {100 * (x - 1):.1f} % slower than the plain passes "
-                    "beside them (the hooks' cost)")
-        return (f"the hooked passes ran {100 * (1 - x):.1f} % faster than the plain passes "
-                "beside them: the machine's noise is larger than the hooks' cost")
+            return (
+                f"the hooked passes ran {100 * (x - 1):.1f} % slower than the plain passes "
+                "beside them (the hooks' cost)"
+            )
+        return (
+            f"the hooked passes ran {100 * (1 - x):.1f} % faster than the plain passes "
+            "beside them: the machine's noise is larger than the hooks' cost"
+        )
 
     def __repr__(self) -> str:
         return self.summary() + "\n" + self.to_text(max_rows=60)
@@ -627,12 +771,14 @@ def loaded_probe_note(peaks: Any) -> str:
     """The summary's line on roofs probed on a busy machine."""
     from modelprof.render.units import format_rate
 
-    return (f"note: the roofline probe ran on a busy machine (wall/CPU "
-            f"{peaks.wall_over_cpu:.2f}): its roofs (compute "
-            f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
-            f"{format_rate(peaks.peak_bytes, 'B/s')}) read low, and every efficiency judged "
-            "against them is marked (efficiency_loaded); probe again on a quiet machine, or "
-            "pass roofline=lookup_peaks(...)")
+    return (
+        f"note: the roofline probe ran on a busy machine (wall/CPU "
+        f"{peaks.wall_over_cpu:.2f}): its roofs (compute "
+        f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
+        f"{format_rate(peaks.peak_bytes, 'B/s')}) read low, and every efficiency judged "
+        "against them is marked (efficiency_loaded); probe again on a quiet machine, or "
+        "pass roofline=lookup_peaks(...)"
+    )
 
 
 def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
@@ -645,4 +791,3 @@ def _check_style(style: str) -> str:
     if style not in _STYLES:
         raise ModelProfError(f"style={style!r} is not one of {_STYLES}")
     return style
-

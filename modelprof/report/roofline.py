@@ -33,6 +33,7 @@ bandwidth of each memory level) or from the table of datasheet values :data:`KNO
 (:func:`lookup_peaks`, DRAM only). The probe draws its random operands from a private
 ``torch.Generator``, so it leaves the global RNG where it was.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,12 +50,19 @@ __all__ = ["ROOFLINE_COLUMNS", "add_roofline", "compute_roofs", "judged_levels",
 
 
 ROOFLINE_COLUMNS: tuple[str, ...] = (
-    "achieved_gflops", "achieved_gbps", "intensity", "memory_level", "roofline_ms", "bound",
+    "achieved_gflops",
+    "achieved_gbps",
+    "intensity",
+    "memory_level",
+    "roofline_ms",
+    "bound",
     "efficiency",
 )
 
 
-def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> pd.DataFrame:
+def add_roofline(
+    df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms"
+) -> pd.DataFrame:
     """A copy of ``df`` (modelprof view) with the roofline columns appended (replaced if present).
     Against a probe that ran on a busy machine (``peaks.loaded``), ``efficiency_loaded`` marks
     every efficiency judged against it (the human-readable views mark those cells).
@@ -65,7 +73,9 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     if not isinstance(df, pd.DataFrame):
         raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
     if not isinstance(peaks, Peaks):
-        raise ModelProfError(f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}")
+        raise ModelProfError(
+            f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}"
+        )
     missing = [c for c in ("flops", "read_bytes", "write_bytes") if c not in df.columns]
     if missing:
         raise ModelProfError(
@@ -82,8 +92,7 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     achieved_bps = np.where(timed, traffic / safe_latency * 1e3, np.nan)
     level_index = judged_levels(traffic, achieved_bps, peaks.memory_levels)
     levels = peaks.memory_levels
-    bandwidth = np.array([levels[i].bandwidth if i >= 0 else peaks.peak_bytes
-                          for i in level_index])
+    bandwidth = np.array([levels[i].bandwidth if i >= 0 else peaks.peak_bytes for i in level_index])
     compute_ms = flops / compute_roofs(df, peaks) * 1e3
     memory_ms = traffic / bandwidth * 1e3
     roofline_ms = np.maximum(compute_ms, memory_ms)
@@ -97,12 +106,13 @@ def add_roofline(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "laten
     out["achieved_gflops"] = np.where(timed, flops / safe_latency / 1e6, np.nan)
     out["achieved_gbps"] = achieved_bps / 1e9
     out["intensity"] = np.where(has_bytes, flops / np.where(has_bytes, traffic, 1.0), np.nan)
-    out["memory_level"] = pd.Series([levels[i].name if i >= 0 else None for i in level_index],
-                                    index=df.index, dtype=text)
+    out["memory_level"] = pd.Series(
+        [levels[i].name if i >= 0 else None for i in level_index], index=df.index, dtype=text
+    )
     out["roofline_ms"] = roofline_ms
     out["bound"] = pd.Series(list(bound), index=df.index, dtype=text)
     out["efficiency"] = np.where(timed, roofline_ms / safe_latency, np.nan)
-    if peaks.loaded:   # judged against roofs a busy machine measured low: each one says so
+    if peaks.loaded:  # judged against roofs a busy machine measured low: each one says so
         out[LOADED_FLAG] = timed
     return out
 
@@ -118,8 +128,7 @@ def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, np.ndarray
     return flops, traffic, latency
 
 
-def observed_peaks(df: pd.DataFrame, peaks: Peaks, *,
-                   latency_column: str = "latency_ms") -> Peaks:
+def observed_peaks(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> Peaks:
     """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` reached
     above it: the roofs :func:`add_roofline` judges ``df`` against.
 
@@ -139,7 +148,7 @@ def observed_peaks(df: pd.DataFrame, peaks: Peaks, *,
     if not timed.any():
         return peaks
     seconds = np.where(timed, latency, np.inf) / 1e3
-    rate_flops = flops / seconds                      # 0 on untimed rows
+    rate_flops = flops / seconds  # 0 on untimed rows
     rate_bytes = traffic / seconds
     raised: list[str] = []
     peak_flops, conv_peak = float(peaks.peak_flops), peaks.conv_peak_flops
@@ -173,11 +182,17 @@ def observed_peaks(df: pd.DataFrame, peaks: Peaks, *,
         raised.append(levels[0].name)
     if not raised:
         return peaks
-    return Peaks(peak_flops=peak_flops, peak_bytes=levels[-1].bandwidth, source=peaks.source,
-                 device=peaks.device, dtype=peaks.dtype,
-                 levels=levels if peaks.levels else (), conv_peak_flops=conv_peak,
-                 raised=(*peaks.raised, *dict.fromkeys(raised)),
-                 wall_over_cpu=peaks.wall_over_cpu)
+    return Peaks(
+        peak_flops=peak_flops,
+        peak_bytes=levels[-1].bandwidth,
+        source=peaks.source,
+        device=peaks.device,
+        dtype=peaks.dtype,
+        levels=levels if peaks.levels else (),
+        conv_peak_flops=conv_peak,
+        raised=(*peaks.raised, *dict.fromkeys(raised)),
+        wall_over_cpu=peaks.wall_over_cpu,
+    )
 
 
 _CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
@@ -189,8 +204,9 @@ def _compute_classes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     n = len(df)
     conv = np.zeros(n, dtype=bool)
     if "type" in df.columns:
-        conv = np.array([isinstance(t, str) and _CONV_TYPE.match(t) is not None
-                         for t in df["type"]], dtype=bool)
+        conv = np.array(
+            [isinstance(t, str) and _CONV_TYPE.match(t) is not None for t in df["type"]], dtype=bool
+        )
     mixed = np.zeros(n, dtype=bool)
     if "leaf" in df.columns:
         mixed = ~df["leaf"].fillna(True).to_numpy(dtype=bool)
@@ -209,8 +225,9 @@ def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
     return roofs
 
 
-def judged_levels(traffic_bytes: np.ndarray, achieved_bps: np.ndarray,
-                  levels: tuple[MemoryLevel, ...]) -> list[int]:
+def judged_levels(
+    traffic_bytes: np.ndarray, achieved_bps: np.ndarray, levels: tuple[MemoryLevel, ...]
+) -> list[int]:
     """Per row, the index into ``levels`` of the level it is judged against (-1: no traffic).
 
     The smallest level whose capacity holds the row's working set (its read + write bytes);
@@ -225,8 +242,9 @@ def judged_levels(traffic_bytes: np.ndarray, achieved_bps: np.ndarray,
         if not ws > 0:
             out.append(-1)
             continue
-        i = next(k for k, lv in enumerate(levels)
-                 if lv.capacity_bytes is None or ws <= lv.capacity_bytes)
+        i = next(
+            k for k, lv in enumerate(levels) if lv.capacity_bytes is None or ws <= lv.capacity_bytes
+        )
         while i > 0 and math.isfinite(rate) and rate > levels[i].bandwidth:
             i -= 1
         out.append(i)

@@ -14,6 +14,7 @@ gradient all-reduce on the root's row): see ``modelprof.distributed.collectives`
 Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
 (torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,17 +26,51 @@ import pandas as pd
 from modelprof.counting.scope import CallRecord
 from modelprof.distributed.collectives import comm_summary, merge_comm
 
-__all__ = ["ADDITIVE", "BACKWARD_COMM_COLUMNS", "COLUMNS", "COMM_ADDITIVE", "COMM_COLUMNS",
-           "SHARE_COLUMNS", "STEP_ADDITIVE", "STEP_TIMING_COLUMNS", "TORCHSTAT_COLUMNS", "Row",
-           "build_rows", "count_column", "has_comm", "join_rows", "row_keys", "modelprof_frame",
-           "torchstat_frame", "totals_of"]
+__all__ = [
+    "ADDITIVE",
+    "BACKWARD_COMM_COLUMNS",
+    "COLUMNS",
+    "COMM_ADDITIVE",
+    "COMM_COLUMNS",
+    "SHARE_COLUMNS",
+    "STEP_ADDITIVE",
+    "STEP_TIMING_COLUMNS",
+    "TORCHSTAT_COLUMNS",
+    "Row",
+    "build_rows",
+    "count_column",
+    "has_comm",
+    "join_rows",
+    "row_keys",
+    "modelprof_frame",
+    "torchstat_frame",
+    "totals_of",
+]
 
-ADDITIVE = ("params", "trainable_params", "frozen_params", "macs", "flops", "madd",
-            "output_bytes", "read_bytes", "write_bytes")
+ADDITIVE = (
+    "params",
+    "trainable_params",
+    "frozen_params",
+    "macs",
+    "flops",
+    "madd",
+    "output_bytes",
+    "read_bytes",
+    "write_bytes",
+)
 # each row's share of the model's total, beside the latency share (ptflops' and DeepSpeed's view)
 SHARE_COLUMNS = ("macs_pct", "flops_pct")
-COLUMNS = ("module", "type", "call", "depth", "leaf", "input_shape", "output_shape", *ADDITIVE,
-           *SHARE_COLUMNS)
+COLUMNS = (
+    "module",
+    "type",
+    "call",
+    "depth",
+    "leaf",
+    "input_shape",
+    "output_shape",
+    *ADDITIVE,
+    *SHARE_COLUMNS,
+)
 
 TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
 # the training step (profile(..., backward=True); see modelprof/step/table.py)
@@ -43,12 +78,26 @@ STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
 STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
 # collectives (under a process group; modelprof.distributed.collectives)
 COMM_COLUMNS = ("comm_calls", "comm_kind", "comm_group_size", "comm_bytes", "comm_traffic_bytes")
-BACKWARD_COMM_COLUMNS = ("backward_comm_calls", "backward_comm_bytes",
-                         "backward_comm_traffic_bytes")
+BACKWARD_COMM_COLUMNS = (
+    "backward_comm_calls",
+    "backward_comm_bytes",
+    "backward_comm_traffic_bytes",
+)
 COMM_ADDITIVE = ("comm_calls", "comm_bytes", "comm_traffic_bytes", *BACKWARD_COMM_COLUMNS)
 COMM_SUFFIX = "(communication)"
-TORCHSTAT_COLUMNS = ("module name", "input shape", "output shape", "params", "memory(MB)",
-                     "MAdd", "Flops", "MemRead(B)", "MemWrite(B)", "duration[%]", "MemR+W(B)")
+TORCHSTAT_COLUMNS = (
+    "module name",
+    "input shape",
+    "output shape",
+    "params",
+    "memory(MB)",
+    "MAdd",
+    "Flops",
+    "MemRead(B)",
+    "MemWrite(B)",
+    "duration[%]",
+    "MemR+W(B)",
+)
 SELF_SUFFIX = "(self)"
 
 
@@ -70,7 +119,7 @@ class Row:
     write_bytes: int
     torchstat_flops: int
     torchstat_madd: int
-    record: int            # index of the call record
+    record: int  # index of the call record
     is_self: bool = False  # the (self) pseudo-row of record ``record``
     peak_memory_bytes: float = float("nan")
     latency_ms: float = float("nan")
@@ -79,7 +128,7 @@ class Row:
     # FLOPs by aten op of the ops this row ran itself (a leaf: all of its ops; a (self) row: its
     # parent's own ops; a parent row: none), to type a row by what it does
     ops: dict[str, int] = dataclasses.field(default_factory=dict)
-    kind: str = "module"   # "module", or the training step's "loss" / "optimizer" row
+    kind: str = "module"  # "module", or the training step's "loss" / "optimizer" row
     backward_macs: int | None = None
     backward_flops: int | None = None
     saved_bytes: int | None = None
@@ -95,17 +144,24 @@ class Row:
     def frozen_params(self) -> int:
         """Of ``params``, those without requires_grad."""
         return self.params - self.trainable_params
-    comm: dict | None = None            # collectives, (kind, group size) -> CommStats
-    backward_comm: dict | None = None   # the same in the backward
+
+    comm: dict | None = None  # collectives, (kind, group size) -> CommStats
+    backward_comm: dict | None = None  # the same in the backward
 
     def comm_value(self, column: str) -> int | str:
         """One of ``COMM_COLUMNS`` / ``BACKWARD_COMM_COLUMNS`` for this row."""
         backward = column.startswith("backward_")
         calls, payload, traffic, kinds, group = comm_summary(
-            self.backward_comm if backward else self.comm)
+            self.backward_comm if backward else self.comm
+        )
         key = column.removeprefix("backward_")
-        return {"comm_calls": calls, "comm_bytes": payload, "comm_traffic_bytes": traffic,
-                "comm_kind": kinds, "comm_group_size": group}[key]
+        return {
+            "comm_calls": calls,
+            "comm_bytes": payload,
+            "comm_traffic_bytes": traffic,
+            "comm_kind": kinds,
+            "comm_group_size": group,
+        }[key]
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
@@ -113,7 +169,7 @@ def count_column(values: Sequence[int]) -> np.ndarray:
     2**63 - 1, e.g. the FLOPs of a huge model at a huge batch): the column stays numeric, and
     the exact integers remain in ``Report.totals`` and the rows."""
     ints = [int(v) for v in values]
-    if all(-2**63 <= v < 2**63 for v in ints):
+    if all(-(2**63) <= v < 2**63 for v in ints):
         return np.array(ints, dtype="int64")
     return np.array([float(v) for v in ints], dtype="float64")
 
@@ -151,14 +207,36 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         ts_flops, ts_madd = ts[i]
         peak = r.peak_memory_bytes
         fwd, bwd = inc_comm[i] if r.children else (None, None)
-        rows.append(Row(r.name, r.type, r.call, r.depth, not r.children, r.input_shapes,
-                        r.output_shapes, params, macs, flops, madd, r.output_bytes, read, write,
-                        ts_flops, ts_madd, i, False, nan if peak is None else float(peak),
-                        ops=dict(r.ops) if not r.children else {},
-                        trainable_params=trainable[i], buffer_read_bytes=buffers[i],
-                        comm=fwd, backward_comm=bwd))
+        rows.append(
+            Row(
+                r.name,
+                r.type,
+                r.call,
+                r.depth,
+                not r.children,
+                r.input_shapes,
+                r.output_shapes,
+                params,
+                macs,
+                flops,
+                madd,
+                r.output_bytes,
+                read,
+                write,
+                ts_flops,
+                ts_madd,
+                i,
+                False,
+                nan if peak is None else float(peak),
+                ops=dict(r.ops) if not r.children else {},
+                trainable_params=trainable[i],
+                buffer_read_bytes=buffers[i],
+                comm=fwd,
+                backward_comm=bwd,
+            )
+        )
         a: int | None = i
-        while a is not None and end[a] == i:   # subtrees that end here: their pseudo-rows
+        while a is not None and end[a] == i:  # subtrees that end here: their pseudo-rows
             rows.extend(_pseudo_rows(records[a], own[a], a in force_self))
             a = records[a].parent
     return rows
@@ -168,13 +246,12 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
     """Per record: (params, macs, flops, madd, read, write) of its subtree, torchstat's (flops,
     madd) of its subtree, and the (self) part of a parent (None for a leaf)."""
     n = len(records)
-    inc: list[tuple] = [()] * n           # params, macs, flops, madd, read, write (inclusive)
-    ts: list[tuple] = [()] * n            # torchstat flops, madd (inclusive)
+    inc: list[tuple] = [()] * n  # params, macs, flops, madd, read, write (inclusive)
+    ts: list[tuple] = [()] * n  # torchstat flops, madd (inclusive)
     own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
     for r in reversed(records):
         if r.children:
-            own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes,
-                            r.op_write_bytes)
+            own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes)
             params, macs, flops, madd, read, write = own[r.index]
             ts_flops, ts_madd = flops - macs, madd
             for c in r.children:
@@ -192,11 +269,20 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
             ts[r.index] = (ts_flops, ts_madd)
         else:
             # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
-            inc[r.index] = (r.params, r.macs, r.flops, r.madd,
-                            r.input_bytes + r.param_bytes + r.buffer_bytes, r.output_bytes)
+            inc[r.index] = (
+                r.params,
+                r.macs,
+                r.flops,
+                r.madd,
+                r.input_bytes + r.param_bytes + r.buffer_bytes,
+                r.output_bytes,
+            )
             over = r.torchstat
-            ts[r.index] = (r.flops - r.macs, r.madd) if over is None else \
-                (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
+            ts[r.index] = (
+                (r.flops - r.macs, r.madd)
+                if over is None
+                else (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
+            )
     return inc, ts, own
 
 
@@ -206,10 +292,30 @@ def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
     out = []
     if part is not None and (any(part) or force):
         params, macs, flops, madd, read, write = part
-        out.append(Row(_self_name(pr.name), pr.type, pr.call, pr.depth + 1, True, [], [],
-                       params, macs, flops, madd, write, read, write, flops - macs, madd,
-                       pr.index, is_self=True, ops=dict(pr.ops),
-                       trainable_params=pr.trainable_params))
+        out.append(
+            Row(
+                _self_name(pr.name),
+                pr.type,
+                pr.call,
+                pr.depth + 1,
+                True,
+                [],
+                [],
+                params,
+                macs,
+                flops,
+                madd,
+                write,
+                read,
+                write,
+                flops - macs,
+                madd,
+                pr.index,
+                is_self=True,
+                ops=dict(pr.ops),
+                trainable_params=pr.trainable_params,
+            )
+        )
     if pr.comm or pr.backward_comm:
         out.append(_comm_row(pr))
     return out
@@ -235,8 +341,28 @@ def _inclusive_comm(records: Sequence[CallRecord]) -> list[tuple[dict | None, di
 def _comm_row(r: CallRecord) -> Row:
     """The ``(communication)`` pseudo-row of call ``r``: its own collectives, no compute."""
     name = f"{r.name}.{COMM_SUFFIX}" if r.name else COMM_SUFFIX
-    return Row(name, COMM_SUFFIX, r.call, r.depth + 1, True, [], [], 0, 0, 0, 0, 0, 0, 0, 0, 0,
-               r.index, kind="communication", comm=r.comm, backward_comm=r.backward_comm)
+    return Row(
+        name,
+        COMM_SUFFIX,
+        r.call,
+        r.depth + 1,
+        True,
+        [],
+        [],
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        r.index,
+        kind="communication",
+        comm=r.comm,
+        backward_comm=r.backward_comm,
+    )
 
 
 def has_comm(rows: Sequence[Row]) -> tuple[bool, bool]:
@@ -249,12 +375,14 @@ def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
     needs to know of the table. A ``(communication)`` row's record index is negated minus one
     (``-1 - index``): no pass's per-call columns are its (timing/columns.py gives it its
     collectives' own time)."""
-    return [(-1 - r.record if r.kind == "communication" else r.record, r.is_self, r.leaf)
-            for r in rows]
+    return [
+        (-1 - r.record if r.kind == "communication" else r.record, r.is_self, r.leaf) for r in rows
+    ]
 
 
-def join_rows(rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (),
-              extra: Sequence[dict] = ()) -> list[Row]:
+def join_rows(
+    rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (), extra: Sequence[dict] = ()
+) -> list[Row]:
     """The table, joined once: the counted ``rows`` with each pass's columns (one dict per row,
     in row order), then the ``extra`` rows (the training step's, given as fields)."""
     for columns in column_sets:
@@ -322,8 +450,10 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     df["leaf"] = df["leaf"].astype(bool)
     for share, k in zip(SHARE_COLUMNS, ("macs", "flops")):
         total = sum(int(getattr(r, k) or 0) for r in rows if r.leaf)
-        df[share] = np.array([100.0 * int(getattr(r, k) or 0) / total if total else float("nan")
-                              for r in rows], dtype="float64")
+        df[share] = np.array(
+            [100.0 * int(getattr(r, k) or 0) / total if total else float("nan") for r in rows],
+            dtype="float64",
+        )
     measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
     for k in TIMING_COLUMNS:
         # peak memory comes from an allocator that keeps one (CUDA's); on the CPU it would be
@@ -357,12 +487,14 @@ def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
         values.append(sum(values))
     memory.append(float(np.nansum(memory)))
     duration.append(float(np.nansum(duration)) if timed else float("nan"))
-    df = pd.DataFrame({
-        "module name": names,
-        "input shape": [_shapes(r.input_shapes, drop_batch=True) for r in leaves] + [""],
-        "output shape": [_shapes(r.output_shapes, drop_batch=True) for r in leaves] + [""],
-        "memory(MB)": np.array(memory, dtype="float64"),
-        "duration[%]": np.array(duration, dtype="float64"),
-        **{c: count_column(v) for c, v in counts.items()},
-    })
+    df = pd.DataFrame(
+        {
+            "module name": names,
+            "input shape": [_shapes(r.input_shapes, drop_batch=True) for r in leaves] + [""],
+            "output shape": [_shapes(r.output_shapes, drop_batch=True) for r in leaves] + [""],
+            "memory(MB)": np.array(memory, dtype="float64"),
+            "duration[%]": np.array(duration, dtype="float64"),
+            **{c: count_column(v) for c, v in counts.items()},
+        }
+    )
     return df[list(TORCHSTAT_COLUMNS)]

@@ -30,6 +30,7 @@ phases of a forward are ``forward``; of a training step ``forward``, ``backward`
 backward included) and ``step`` (forward, loss and backward FLOPs over the step's median; the
 optimizer's time is in the step, its FLOPs are not model FLOPs).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,15 +46,26 @@ from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
 from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
-__all__ = ["CAUSAL_CONVENTIONS", "FLOPS_CONVENTIONS", "Convention", "Utilization",
-           "attention_flops", "group_mfu", "group_utilization", "resolve_peaks", "utilization"]
+__all__ = [
+    "CAUSAL_CONVENTIONS",
+    "FLOPS_CONVENTIONS",
+    "Convention",
+    "Utilization",
+    "attention_flops",
+    "group_mfu",
+    "group_utilization",
+    "resolve_peaks",
+    "utilization",
+]
 
 FLOPS_CONVENTIONS = ("2macs", "flops")
 CAUSAL_CONVENTIONS = ("counted", "half")
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax", "_softmax_backward_data"})
 _BATCHED = frozenset({"bmm", "baddbmm", "matmul"})
-_FLOPS_WORDS = {"2macs": "2 x MACs of contractions",
-                "flops": "full FLOPs (contractions + elementwise, norms, softmax)"}
+_FLOPS_WORDS = {
+    "2macs": "2 x MACs of contractions",
+    "flops": "full FLOPs (contractions + elementwise, norms, softmax)",
+}
 _SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
 
 
@@ -75,13 +87,17 @@ class Convention:
 
     def describe(self) -> str:
         """One line: the FLOPs counted, causal attention, the peak and where it comes from."""
-        causal = "causal attention halved" if self.causal == "half" else \
-            "attention as counted"
+        causal = "causal attention halved" if self.causal == "half" else "attention as counted"
         p = self.peaks
-        peak = "no peak" if p is None else (
-            f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
-            f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
-            f"{', ' + p.device if p.device else ''})")
+        peak = (
+            "no peak"
+            if p is None
+            else (
+                f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
+                f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
+                f"{', ' + p.device if p.device else ''})"
+            )
+        )
         return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
 
 
@@ -110,11 +126,14 @@ class Utilization:
         last = self.phases.iloc[-1]
         hfu = f", HFU {last['hfu']:.3f}" if last["hardware_flops"] != last["model_flops"] else ""
         source = {"table": "datasheet", "probe": "probe", "user": "given"}.get(
-            getattr(self.convention.peaks, "source", None))
-        others = "".join(f"; against the {k} peak {v:.3f}" for k, v in self.by_peak.items()
-                         if k != source and k != "given")
-        return (f"MFU {last['mfu']:.3f}{hfu} ({last['phase']}; "
-                f"{self.convention.describe()}{others})")
+            getattr(self.convention.peaks, "source", None)
+        )
+        others = "".join(
+            f"; against the {k} peak {v:.3f}"
+            for k, v in self.by_peak.items()
+            if k != source and k != "given"
+        )
+        return f"MFU {last['mfu']:.3f}{hfu} ({last['phase']}; {self.convention.describe()}{others})"
 
 
 def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks]]:
@@ -129,7 +148,7 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
         known["probe" if probed.source == "probe" else "given"] = probed
     dtype = report.dtype
     if dtype == "float32" and report.env.get("tf32_matmul") and str(report.device) != "cpu":
-        dtype = "tf32"      # float32 matmuls ran on TF32 tensor cores: that rate is the roof
+        dtype = "tf32"  # float32 matmuls ran on TF32 tensor cores: that rate is the roof
     sheet = _datasheet(report.env.get("device_name", report.device), dtype)
     if sheet is not None:
         known["datasheet"] = sheet
@@ -140,15 +159,19 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
         return known.get("datasheet", known.get("probe", known.get("given"))), known
     if peak in ("datasheet", "probe"):
         if peak not in known:
-            raise ModelProfError(f"peak={peak!r}: this report has no {peak} peak (known: "
-                                 f"{sorted(known) or 'none'}); profile with timing for a probe, "
-                                 "or name the device (peak='H100 SXM')")
+            raise ModelProfError(
+                f"peak={peak!r}: this report has no {peak} peak (known: "
+                f"{sorted(known) or 'none'}); profile with timing for a probe, "
+                "or name the device (peak='H100 SXM')"
+            )
         return known[peak], known
     if isinstance(peak, str):
         named = lookup_peaks(peak, report.dtype)
         if named is None:
-            raise ModelProfError(f"peak={peak!r}: no datasheet peak at {report.dtype} for that "
-                                 f"name; known: {sorted(KNOWN_DEVICES)}")
+            raise ModelProfError(
+                f"peak={peak!r}: no datasheet peak at {report.dtype} for that "
+                f"name; known: {sorted(KNOWN_DEVICES)}"
+            )
         known["datasheet"] = named
         return named, known
     raise ModelProfError(f"peak={peak!r} must be 'datasheet', 'probe', a device name or a Peaks")
@@ -157,7 +180,7 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
 def _datasheet(name: str, dtype: str) -> Peaks | None:
     try:
         return lookup_peaks(str(name), dtype)
-    except ModelProfError:   # a dtype without a roofline peak, an ambiguous name: none known
+    except ModelProfError:  # a dtype without a roofline peak, an ambiguous name: none known
         return None
 
 
@@ -178,8 +201,11 @@ def fused_recompute(ops: Mapping[str, int], by_op: Mapping[str, Any], flops: str
     spends recomputing the scores ``Q K^T``: one of its five contractions (``S`` again, ``dP``,
     ``dV``, ``dQ``, ``dK``). Model FLOPs count an attention backward as twice its forward
     (nanoGPT, MaxText), so that fifth is hardware FLOPs: HFU's, not MFU's."""
-    return sum(f * _share(op, by_op, flops) / 5 for op, f in ops.items()
-               if "attention" in _base(op) and "backward" in _base(op))
+    return sum(
+        f * _share(op, by_op, flops) / 5
+        for op, f in ops.items()
+        if "attention" in _base(op) and "backward" in _base(op)
+    )
 
 
 def _base(op: str) -> str:
@@ -194,13 +220,13 @@ def _share(op: str, by_op: Mapping[str, Any], flops: str) -> float:
     return 2.0 * stats.macs / stats.flops if stats is not None and stats.flops else 0.0
 
 
-def utilization(report: Any, convention: Convention, by_op: Mapping[str, Any], *,
-                decode: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+def utilization(
+    report: Any, convention: Convention, by_op: Mapping[str, Any], *, decode: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The per-row and per-phase frames of :class:`Utilization` for ``report`` (``by_op``: its
     forward's per-op totals); ``decode``: the report is a decode step (causal halving does not
     apply)."""
-    own = _own_counts(report, convention, by_op,
-                      halve=convention.causal == "half" and not decode)
+    own = _own_counts(report, convention, by_op, halve=convention.causal == "half" and not decode)
     inclusive = _inclusive([r.depth for r in report.rows], [r.leaf for r in report.rows], own)
     model, hardware = inclusive[:, 0] + inclusive[:, 1], inclusive.sum(axis=1)
     rows = report.rows
@@ -208,9 +234,16 @@ def utilization(report: Any, convention: Convention, by_op: Mapping[str, Any], *
     step = report.training_step is not None
     time_ms = np.array([r.latency_ms + (r.backward_latency_ms if step else 0.0) for r in rows])
     p = convention.peaks
-    frame = pd.DataFrame({
-        "module": [r.module for r in rows], "call": [r.call for r in rows],
-        "model_flops": model, "hardware_flops": hardware, "bytes": traffic, "time_ms": time_ms})
+    frame = pd.DataFrame(
+        {
+            "module": [r.module for r in rows],
+            "call": [r.call for r in rows],
+            "model_flops": model,
+            "hardware_flops": hardware,
+            "bytes": traffic,
+            "time_ms": time_ms,
+        }
+    )
     frame["mfu"] = _ratio(model, time_ms, None if p is None else p.peak_flops)
     frame["hfu"] = _ratio(hardware, time_ms, None if p is None else p.peak_flops)
     fwd_ms = np.array([r.latency_ms for r in rows])
@@ -228,8 +261,7 @@ def _ratio(amount: np.ndarray, time_ms: np.ndarray, peak: float | None) -> np.nd
     return np.where(ok, amount / (np.where(ok, time_ms, 1.0) * 1e-3 * peak), np.nan)
 
 
-def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: bool
-                ) -> np.ndarray:
+def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: bool) -> np.ndarray:
     """Per row, what the row ran itself (leaf and ``(self)`` rows; zeros for parents):
     columns forward model FLOPs, backward model FLOPs, recomputed FLOPs."""
     step = report.training_step
@@ -237,10 +269,11 @@ def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: b
     bwd_ops = {} if cost is None else cost.by_op
     out = np.zeros((len(report.rows), 3))
     for i, r in enumerate(report.rows):
-        if not r.leaf or r.kind == "optimizer":   # the optimizer's FLOPs are not the model's
+        if not r.leaf or r.kind == "optimizer":  # the optimizer's FLOPs are not the model's
             continue
-        out[i, 0] = _in(c, r.macs, r.flops) - (0.5 * attention_flops(r.ops, fwd_ops, c.flops)
-                                               if halve else 0.0)
+        out[i, 0] = _in(c, r.macs, r.flops) - (
+            0.5 * attention_flops(r.ops, fwd_ops, c.flops) if halve else 0.0
+        )
         if cost is None:
             continue
         back, again = _backward_of(cost, r)
@@ -293,8 +326,9 @@ def _inclusive(depths: Sequence[int], leaves: Sequence[bool], own: np.ndarray) -
     return out
 
 
-def _phases(report: Any, own: np.ndarray, module_leaf: Sequence[bool],
-            peaks: Peaks | None) -> pd.DataFrame:
+def _phases(
+    report: Any, own: np.ndarray, module_leaf: Sequence[bool], peaks: Peaks | None
+) -> pd.DataFrame:
     """One row per phase: forward; with a training step backward and step."""
     leaf = np.asarray(module_leaf, dtype=bool)
     loss = np.array([r.kind == "loss" for r in report.rows], dtype=bool)
@@ -303,21 +337,25 @@ def _phases(report: Any, own: np.ndarray, module_leaf: Sequence[bool],
     spans = [("forward", fwd, fwd, traffic, _median(report.latency))]
     step = report.training_step
     if step is not None:
-        bwd = float(own[leaf | loss, 1].sum())          # the loss's backward included
+        bwd = float(own[leaf | loss, 1].sum())  # the loss's backward included
         again = float(own[leaf, 2].sum())
-        whole = fwd + float(own[loss, 0].sum()) + bwd   # forward, loss, backward
+        whole = fwd + float(own[loss, 0].sum()) + bwd  # forward, loss, backward
         t = step.timing
-        spans.append(("backward", bwd, bwd + again, math.nan,
-                      _median(None if t is None else t.backward)))
-        spans.append(("step", whole, whole + again, math.nan,
-                      _median(None if t is None else t.step)))
-    frame = pd.DataFrame(spans, columns=["phase", "model_flops", "hardware_flops", "bytes",
-                                         "time_ms"])
+        spans.append(
+            ("backward", bwd, bwd + again, math.nan, _median(None if t is None else t.backward))
+        )
+        spans.append(
+            ("step", whole, whole + again, math.nan, _median(None if t is None else t.step))
+        )
+    frame = pd.DataFrame(
+        spans, columns=["phase", "model_flops", "hardware_flops", "bytes", "time_ms"]
+    )
     flops_peak = None if peaks is None else peaks.peak_flops
     frame["mfu"] = _ratio(frame["model_flops"], frame["time_ms"], flops_peak)
     frame["hfu"] = _ratio(frame["hardware_flops"], frame["time_ms"], flops_peak)
-    frame["mbu"] = _ratio(frame["bytes"], frame["time_ms"],
-                          None if peaks is None else peaks.peak_bytes)
+    frame["mbu"] = _ratio(
+        frame["bytes"], frame["time_ms"], None if peaks is None else peaks.peak_bytes
+    )
     return frame
 
 
@@ -330,8 +368,9 @@ def group_mfu(model_flops: Sequence[float], times_ms: Sequence[float], peak_flop
     x the per-device peak) — the ranks wait for the slowest at the next collective."""
     flops, times = list(model_flops), list(times_ms)
     if not flops or len(flops) != len(times):
-        raise ModelProfError(f"group_mfu needs one time per rank: {len(flops)} FLOP counts, "
-                             f"{len(times)} times")
+        raise ModelProfError(
+            f"group_mfu needs one time per rank: {len(flops)} FLOP counts, {len(times)} times"
+        )
     if not (isinstance(peak_flops, (int, float)) and peak_flops > 0):
         raise ModelProfError(f"peak_flops={peak_flops!r} must be a positive number")
     slowest = max(times)
@@ -345,8 +384,10 @@ def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
     ``group`` calls it with its own ``Utilization``). Rows ``rank`` 0..world-1, then ``-1``
     for the group: its model FLOPs summed over the ranks, its time the slowest rank's."""
     if not (dist.is_available() and dist.is_initialized()):
-        raise ModelProfError("group_utilization() needs an initialised process group "
-                             "(torch.distributed.init_process_group); none is active")
+        raise ModelProfError(
+            "group_utilization() needs an initialised process group "
+            "(torch.distributed.init_process_group); none is active"
+        )
     peaks = util.convention.peaks
     if peaks is None:
         raise ModelProfError("group_utilization() needs a peak: report.utilization(peak=...)")
@@ -358,6 +399,8 @@ def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
     frame = pd.DataFrame(got, columns=["rank", "model_flops", "time_ms"])
     frame["mfu"] = _ratio(frame["model_flops"], frame["time_ms"], peaks.peak_flops)
     whole = group_mfu(frame["model_flops"], frame["time_ms"], peaks.peak_flops)
-    total = pd.DataFrame([(-1, float(frame["model_flops"].sum()), float(frame["time_ms"].max()),
-                           whole)], columns=frame.columns)
+    total = pd.DataFrame(
+        [(-1, float(frame["model_flops"].sum()), float(frame["time_ms"].max()), whole)],
+        columns=frame.columns,
+    )
     return pd.concat([frame, total], ignore_index=True)

@@ -9,6 +9,7 @@ member that any of these reaches, in both layouts, and lists what it could not p
 an archive with anything listed loads only when the user trusts it. Members are streamed with a
 size cap and a compression-ratio cap, so that a zip bomb is refused before it is inflated.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,50 +37,182 @@ _READ_CAP = 1 << 30  # most bytes of one member read into memory to inspect it (
 _CHUNK = 1 << 20
 
 # members of either layout that hold plain text no loader evaluates
-_PLAIN = ("archive_format", "archive_version", "version", ".data/version", "byteorder",
-          ".data/serialization_id")
+_PLAIN = (
+    "archive_format",
+    "archive_version",
+    "version",
+    ".data/version",
+    "byteorder",
+    ".data/serialization_id",
+)
 _PLAIN_DIRS = ("extra/", "extra_files/")
 # the older (torch <= 2.7) layout: JSON programs, the rest is handed to torch.load, which falls
 # back to full unpickling whatever its extension says
 _OLD_PROGRAM = "serialized_exported_program.json"
-_OLD_PICKLES = ("serialized_state_dict.json", "serialized_state_dict.pt",
-                "serialized_constants.json", "serialized_constants.pt",
-                "serialized_example_inputs.pt")
+_OLD_PICKLES = (
+    "serialized_state_dict.json",
+    "serialized_state_dict.pt",
+    "serialized_constants.json",
+    "serialized_constants.pt",
+    "serialized_example_inputs.pt",
+)
 
 # --- the names a symbolic expression or a guard may use ------------------------------------------
-_SYMBOL = re.compile(r"[a-z]{1,4}[0-9]+\Z")   # s0, s77, u3, zuf0: the symbols export creates
-_SYMPY_NAMES = frozenset({
-    "Symbol", "Integer", "Rational", "Float", "Max", "Min", "Eq", "Ne", "Lt", "Le", "Gt", "Ge",
-    "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan", "Equality", "Unequality",
-    "And", "Or", "Not", "Add", "Mul", "Pow", "Abs", "floor", "ceiling", "sqrt", "oo", "zoo",
-    "nan", "true", "false", "True", "False", "None", "Piecewise", "ITE",
-    # torch.utils._sympy.functions (the deserializer's sympy_functions)
-    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt",
-    "FloorToInt", "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv",
-    "IntTrueDiv", "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt",
-    "RoundToInt", "RoundDecimal", "ToFloat", "Identity", "OpaqueUnaryFn_sqrt",
-    "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or",
-})
-_SYMPY_KEYWORDS = frozenset({"positive", "negative", "integer", "real", "nonnegative",
-                             "nonpositive", "finite", "evaluate", "commutative"})
+_SYMBOL = re.compile(r"[a-z]{1,4}[0-9]+\Z")  # s0, s77, u3, zuf0: the symbols export creates
+_SYMPY_NAMES = frozenset(
+    {
+        "Symbol",
+        "Integer",
+        "Rational",
+        "Float",
+        "Max",
+        "Min",
+        "Eq",
+        "Ne",
+        "Lt",
+        "Le",
+        "Gt",
+        "Ge",
+        "StrictLessThan",
+        "StrictGreaterThan",
+        "LessThan",
+        "GreaterThan",
+        "Equality",
+        "Unequality",
+        "And",
+        "Or",
+        "Not",
+        "Add",
+        "Mul",
+        "Pow",
+        "Abs",
+        "floor",
+        "ceiling",
+        "sqrt",
+        "oo",
+        "zoo",
+        "nan",
+        "true",
+        "false",
+        "True",
+        "False",
+        "None",
+        "Piecewise",
+        "ITE",
+        # torch.utils._sympy.functions (the deserializer's sympy_functions)
+        "FloorDiv",
+        "ModularIndexing",
+        "Where",
+        "PythonMod",
+        "Mod",
+        "CleanDiv",
+        "CeilToInt",
+        "FloorToInt",
+        "CeilDiv",
+        "LShift",
+        "RShift",
+        "PowByNatural",
+        "FloatPow",
+        "FloatTrueDiv",
+        "IntTrueDiv",
+        "IsNonOverlappingAndDenseIndicator",
+        "TruncToFloat",
+        "TruncToInt",
+        "RoundToInt",
+        "RoundDecimal",
+        "ToFloat",
+        "Identity",
+        "OpaqueUnaryFn_sqrt",
+        "BitwiseFn_bitwise_and",
+        "BitwiseFn_bitwise_or",
+    }
+)
+_SYMPY_KEYWORDS = frozenset(
+    {
+        "positive",
+        "negative",
+        "integer",
+        "real",
+        "nonnegative",
+        "nonpositive",
+        "finite",
+        "evaluate",
+        "commutative",
+    }
+)
 _GUARD_NAMES = _SYMPY_NAMES | {"L", "math", "inf"}
-_GUARD_ATTRIBUTES = frozenset({"size", "stride", "storage_offset", "dim", "numel", "floor",
-                               "ceil", "trunc", "sqrt"})
-_EXPR_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call,
-               ast.Name, ast.Constant, ast.keyword, ast.Load, ast.operator, ast.unaryop,
-               ast.boolop, ast.cmpop, ast.Tuple)
+_GUARD_ATTRIBUTES = frozenset(
+    {"size", "stride", "storage_offset", "dim", "numel", "floor", "ceil", "trunc", "sqrt"}
+)
+_EXPR_NODES = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.Call,
+    ast.Name,
+    ast.Constant,
+    ast.keyword,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
+    ast.Tuple,
+)
 _GUARD_NODES = (*_EXPR_NODES, ast.Subscript, ast.Attribute, ast.Slice)
 
 # node targets the deserializer resolves by name (getattr chains under torch, operator, math)
-_OPERATOR_TARGETS = frozenset({"eq", "ne", "le", "ge", "lt", "gt", "neg", "pos", "mul", "add",
-                               "sub", "floordiv", "mod", "pow", "truediv", "and_", "or_",
-                               "lshift", "rshift", "getitem", "not_", "abs", "xor", "invert"})
+_OPERATOR_TARGETS = frozenset(
+    {
+        "eq",
+        "ne",
+        "le",
+        "ge",
+        "lt",
+        "gt",
+        "neg",
+        "pos",
+        "mul",
+        "add",
+        "sub",
+        "floordiv",
+        "mod",
+        "pow",
+        "truediv",
+        "and_",
+        "or_",
+        "lshift",
+        "rshift",
+        "getitem",
+        "not_",
+        "abs",
+        "xor",
+        "invert",
+    }
+)
 _MATH_TARGETS = frozenset({"trunc", "ceil", "floor", "sqrt"})
-_TORCH_TARGETS = frozenset({"sym_not", "sym_int", "sym_float", "sym_ite", "sym_max", "sym_min",
-                            "sym_sqrt", "sym_sum", "_sym_sqrt", "_assert", "_check",
-                            "_check_is_size"})
-_OP_TARGET = re.compile(r"torch\.ops\.[A-Za-z][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*"
-                        r"(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
+_TORCH_TARGETS = frozenset(
+    {
+        "sym_not",
+        "sym_int",
+        "sym_float",
+        "sym_ite",
+        "sym_max",
+        "sym_min",
+        "sym_sqrt",
+        "sym_sum",
+        "_sym_sqrt",
+        "_assert",
+        "_check",
+        "_check_is_size",
+    }
+)
+_OP_TARGET = re.compile(
+    r"torch\.ops\.[A-Za-z][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*"
+    r"(\.[A-Za-z_][A-Za-z0-9_]*)?\Z"
+)
 
 
 def _safe_expression(text: Any, *, guard: bool) -> bool:
@@ -104,8 +237,11 @@ def _safe_expression(text: Any, *, guard: bool) -> bool:
             return False
         if isinstance(node, ast.Call) and not isinstance(node.func, (ast.Name, ast.Attribute)):
             return False
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                not re.fullmatch(r"[A-Za-z0-9_]{0,64}", node.value):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and not re.fullmatch(r"[A-Za-z0-9_]{0,64}", node.value)
+        ):
             return False
     return True
 
@@ -116,11 +252,14 @@ def _safe_target(target: Any) -> bool:
         return False
     head, _, rest = target.partition(".")
     if head == "torch" and rest.startswith("ops."):
-        return bool(_OP_TARGET.match(target)) and not rest.startswith(("ops.load_library",
-                                                                      "ops.import_module"))
-    return ((head == "_operator" and rest in _OPERATOR_TARGETS)
-            or (head == "math" and rest in _MATH_TARGETS)
-            or (head == "torch" and rest in _TORCH_TARGETS))
+        return bool(_OP_TARGET.match(target)) and not rest.startswith(
+            ("ops.load_library", "ops.import_module")
+        )
+    return (
+        (head == "_operator" and rest in _OPERATOR_TARGETS)
+        or (head == "math" and rest in _MATH_TARGETS)
+        or (head == "torch" and rest in _TORCH_TARGETS)
+    )
 
 
 def _walk(obj: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
@@ -128,8 +267,13 @@ def _walk(obj: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
     stack = [(obj, path)]
     while stack:
         node, where = stack.pop()
-        items = node.items() if isinstance(node, dict) else \
-            enumerate(node) if isinstance(node, list) else ()
+        items = (
+            node.items()
+            if isinstance(node, dict)
+            else enumerate(node)
+            if isinstance(node, list)
+            else ()
+        )
         for key, value in items:
             here = f"{where}/{key}"
             yield here, str(key), value
@@ -142,8 +286,9 @@ def program_findings(document: Any, member: str) -> list[str]:
     found: list[str] = []
     for where, key, value in _walk(document):
         if key == "expr_str" and not _safe_expression(value, guard=False):
-            found.append(f"{member}: symbolic expression {str(value)[:60]!r} (sympify evaluates "
-                         "it)")
+            found.append(
+                f"{member}: symbolic expression {str(value)[:60]!r} (sympify evaluates it)"
+            )
         elif key == "target" and isinstance(value, str) and not _safe_target(value):
             found.append(f"{member}: node target {value[:60]!r} (resolved and called by name)")
         elif key == "as_operator" and not _safe_target(value):
@@ -151,11 +296,15 @@ def program_findings(document: Any, member: str) -> list[str]:
         elif key == "guards_code" and isinstance(value, list):
             for code in value:
                 if not _safe_expression(code, guard=True):
-                    found.append(f"{member}: guard code {str(code)[:60]!r} (exec'd when the "
-                                 "module is built)")
+                    found.append(
+                        f"{member}: guard code {str(code)[:60]!r} (exec'd when the module is built)"
+                    )
         elif key == "range_constraints" and isinstance(value, dict):
-            found.extend(f"{member}: range constraint on {str(k)[:60]!r}" for k in value
-                         if not _safe_expression(k, guard=False))
+            found.extend(
+                f"{member}: range constraint on {str(k)[:60]!r}"
+                for k in value
+                if not _safe_expression(k, guard=False)
+            )
         if len(found) > 20:
             break
     return found
@@ -163,33 +312,42 @@ def program_findings(document: Any, member: str) -> list[str]:
 
 # --- reading members with caps -------------------------------------------------------------------
 
+
 def _check_sizes(infos: list[zipfile.ZipInfo], where: str) -> None:
     """Refuse a zip bomb (a member too large, or compressed beyond any real archive) before any
     member is inflated."""
     seen: set[str] = set()
     for info in infos:
         if info.filename in seen:
-            raise ModelProfError(f"{where} holds member {info.filename!r} twice; loaders would "
-                                 "disagree on which one is read")
+            raise ModelProfError(
+                f"{where} holds member {info.filename!r} twice; loaders would "
+                "disagree on which one is read"
+            )
         seen.add(info.filename)
         size = info.file_size
         if size > MAX_MEMBER_BYTES:
-            raise ModelProfError(f"{where}: member {info.filename!r} inflates to {size:,} bytes "
-                                 f"(more than {MAX_MEMBER_BYTES:,}); refused as a zip bomb")
+            raise ModelProfError(
+                f"{where}: member {info.filename!r} inflates to {size:,} bytes "
+                f"(more than {MAX_MEMBER_BYTES:,}); refused as a zip bomb"
+            )
         if size > _RATIO_FLOOR and size > MAX_RATIO * max(info.compress_size, 1):
             ratio = size / max(info.compress_size, 1)
-            raise ModelProfError(f"{where}: member {info.filename!r} inflates {ratio:,.0f}x "
-                                 f"({info.compress_size:,} -> {size:,} bytes, more than "
-                                 f"{MAX_RATIO}x); refused as a zip bomb")
+            raise ModelProfError(
+                f"{where}: member {info.filename!r} inflates {ratio:,.0f}x "
+                f"({info.compress_size:,} -> {size:,} bytes, more than "
+                f"{MAX_RATIO}x); refused as a zip bomb"
+            )
 
 
 def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
     """A member's bytes, streamed: never more than its declared size or the read cap."""
     limit = min(info.file_size, _READ_CAP)
     if info.file_size > _READ_CAP:
-        raise ModelProfError(f"{where}: member {info.filename!r} ({info.file_size:,} bytes) is "
-                             "too large to inspect; pass --trust-pickle (trust_pickle=True) "
-                             "if you trust the file")
+        raise ModelProfError(
+            f"{where}: member {info.filename!r} ({info.file_size:,} bytes) is "
+            "too large to inspect; pass --trust-pickle (trust_pickle=True) "
+            "if you trust the file"
+        )
     out = bytearray()
     with archive.open(info) as stream:
         while True:
@@ -198,8 +356,9 @@ def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
                 break
             out += chunk
             if len(out) > limit:
-                raise ModelProfError(f"{where}: member {info.filename!r} inflates past its "
-                                     "declared size; refused")
+                raise ModelProfError(
+                    f"{where}: member {info.filename!r} inflates past its declared size; refused"
+                )
     return bytes(out)
 
 
@@ -223,8 +382,9 @@ def _json(data: bytes) -> Any:
         return None
 
 
-def _config_findings(document: Any, base: str, members: dict[str, zipfile.ZipInfo],
-                     root: str, read: Any) -> list[str]:
+def _config_findings(
+    document: Any, base: str, members: dict[str, zipfile.ZipInfo], root: str, read: Any
+) -> list[str]:
     """The payload config of ``data/weights/`` or ``data/constants/``: pickled entries must load
     weights-only; custom and opaque objects are always pickles of arbitrary classes."""
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
@@ -265,22 +425,29 @@ def inspect_pt2(data: bytes, where: str, *, sizes_only: bool = False) -> list[st
         read = lambda info: _read(archive, info, where)  # noqa: E731
         found: list[str] = []
         for full, info in members.items():
-            found.extend(_member_findings(full, full[len(root):], info, members, root, read))
+            found.extend(_member_findings(full, full[len(root) :], info, members, root, read))
             if len(found) > 20:
                 break
         return found
 
 
-def _member_findings(full: str, rel: str, info: zipfile.ZipInfo,
-                     members: dict[str, zipfile.ZipInfo], root: str, read: Any) -> list[str]:
+def _member_findings(
+    full: str,
+    rel: str,
+    info: zipfile.ZipInfo,
+    members: dict[str, zipfile.ZipInfo],
+    root: str,
+    read: Any,
+) -> list[str]:
     """What one member would run: every member is recognised or refused."""
-    for whole in (full, rel):   # the older layout has no root folder
+    for whole in (full, rel):  # the older layout has no root folder
         if whole in _PLAIN or whole.startswith(_PLAIN_DIRS):
             return []
         if whole == _OLD_PROGRAM or (whole.startswith("models/") and whole.endswith(".json")):
             document = _json(read(info))
-            return [f"{whole} (unreadable)"] if document is None else \
-                program_findings(document, whole)
+            return (
+                [f"{whole} (unreadable)"] if document is None else program_findings(document, whole)
+            )
         if whole in _OLD_PICKLES:  # torch.load with a full-unpickling fallback
             return [] if _loads_weights_only(read(info)) else [f"{whole} (pickled objects)"]
     if rel.startswith("data/aotinductor/"):
@@ -288,7 +455,7 @@ def _member_findings(full: str, rel: str, info: zipfile.ZipInfo,
     for base in ("data/weights/", "data/constants/"):
         if rel.startswith(base) and rel.endswith(".json"):
             return _config_findings(_json(read(info)), base, members, root, read)
-        if rel.startswith(base) and "/" not in rel[len(base):] and not rel.endswith(".pt"):
+        if rel.startswith(base) and "/" not in rel[len(base) :] and not rel.endswith(".pt"):
             # a raw payload (weight_0, tensor_0): torch.frombuffer, or a pickle the config
             # names, which the config check reads; custom_obj_/opaque_obj_ as well
             return []

@@ -11,6 +11,7 @@ the version it needs.
 Releases checked (the compatibility matrix, ``.ci/compat``): torch 2.4 to 2.14, transformers 4.46
 to 5.24 (see the README's "Supported versions").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,16 +32,47 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "autocast_enabled", "cache_argument", "CACHE_ARGUMENTS", "cache_layer_tensors",
-    "current_autograd_node", "current_function_mode", "decomposition_table", "default_mesh_on_cpu",
-    "dispatch_stack_state", "DTENSOR_MODULES", "FakeTensor", "FakeTensorMode",
-    "forget_dynamo_skips", "FSDP2_PUBLIC", "fsdp_module_class", "fully_shard", "function_stack",
-    "getitem_to_index", "has_composite_kernel", "HigherOrderOperator", "is_dtensor_class",
-    "is_fake", "meta_autocast", "meta_failure_hint", "meta_mask_dropped", "mha_device_check",
-    "module_stack_type_name", "new_hf_cache", "OpOverload", "OpOverloadPacket", "optional_ops",
-    "output_cache", "PLAIN_TENSOR_TYPES", "require", "restore_dispatch_stack",
-    "set_mha_device_check", "STATIC_CACHE_REWINDS", "torch_version", "TorchDispatchMode",
-    "transformers_version", "version_tuple",
+    "autocast_enabled",
+    "cache_argument",
+    "CACHE_ARGUMENTS",
+    "cache_layer_tensors",
+    "current_autograd_node",
+    "current_function_mode",
+    "decomposition_table",
+    "default_mesh_on_cpu",
+    "dispatch_stack_state",
+    "DTENSOR_MODULES",
+    "FakeTensor",
+    "FakeTensorMode",
+    "forget_dynamo_skips",
+    "FSDP2_PUBLIC",
+    "fsdp_module_class",
+    "fully_shard",
+    "function_stack",
+    "getitem_to_index",
+    "has_composite_kernel",
+    "HigherOrderOperator",
+    "is_dtensor_class",
+    "is_fake",
+    "meta_autocast",
+    "meta_failure_hint",
+    "meta_mask_dropped",
+    "mha_device_check",
+    "module_stack_type_name",
+    "new_hf_cache",
+    "OpOverload",
+    "OpOverloadPacket",
+    "optional_ops",
+    "output_cache",
+    "PLAIN_TENSOR_TYPES",
+    "require",
+    "restore_dispatch_stack",
+    "set_mha_device_check",
+    "STATIC_CACHE_REWINDS",
+    "torch_version",
+    "TorchDispatchMode",
+    "transformers_version",
+    "version_tuple",
 ]
 
 
@@ -62,6 +94,7 @@ def transformers_version() -> tuple[int, ...] | None:
     """The installed transformers' version, None when it is not installed (not imported here:
     the package metadata is read)."""
     from importlib import metadata
+
     try:
         return version_tuple(metadata.version("transformers"))
     except metadata.PackageNotFoundError:
@@ -74,11 +107,15 @@ def require(feature: str, package: str, needed: tuple[int, ...]) -> None:
     have = torch_version() if package == "torch" else transformers_version()
     want = ".".join(map(str, needed))
     if have is None:
-        raise ModelProfError(f"{feature} needs {package} >= {want}, which is not installed "
-                             f"(pip install '{package}>={want}')")
+        raise ModelProfError(
+            f"{feature} needs {package} >= {want}, which is not installed "
+            f"(pip install '{package}>={want}')"
+        )
     if have < needed:
-        raise ModelProfError(f"{feature} needs {package} >= {want}; "
-                             f"{package} {'.'.join(map(str, have))} is installed")
+        raise ModelProfError(
+            f"{feature} needs {package} >= {want}; "
+            f"{package} {'.'.join(map(str, have))} is installed"
+        )
 
 
 # -- torch: private classes and functions --------------------------------------------------------
@@ -91,6 +128,7 @@ def is_fake(t: torch.Tensor) -> bool:
     ``torch.export`` tracing): no values to read. Checked on torch 2.4-2.14."""
     from torch._subclasses.fake_tensor import is_fake as _is_fake
     from torch._subclasses.functional_tensor import FunctionalTensor
+
     return bool(_is_fake(t)) or isinstance(t, FunctionalTensor)
 
 
@@ -108,16 +146,21 @@ def getitem_to_index() -> Any:
 
 # torch's module-level flags that a dispatch mode sets on entry and puts back on exit (the third
 # from torch 2.8; the first two 2.4-2.14)
-_MODE_FLAGS = ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode",
-               "_is_in_any_mode_without_ignore_compile_internals")
+_MODE_FLAGS = (
+    "_is_in_torch_dispatch_mode",
+    "_is_in_non_infra_torch_dispatch_mode",
+    "_is_in_any_mode_without_ignore_compile_internals",
+)
 
 
 def dispatch_stack_state() -> tuple[int, dict[str, Any]]:
     """The depth of torch's dispatch-mode stack and its mode flags."""
     from torch.utils import _python_dispatch as pd
 
-    return (len(pd._get_current_dispatch_mode_stack()),
-            {name: getattr(pd, name) for name in _MODE_FLAGS if hasattr(pd, name)})
+    return (
+        len(pd._get_current_dispatch_mode_stack()),
+        {name: getattr(pd, name) for name in _MODE_FLAGS if hasattr(pd, name)},
+    )
 
 
 def restore_dispatch_stack(depth: int, flags: dict[str, Any]) -> None:
@@ -152,12 +195,15 @@ def forget_dynamo_skips() -> int:
     if not seen or hops is None:
         return 0
     hop_dir = os.path.dirname(hops.__file__) + os.sep
-    try:   # a torch without dynamo's C hooks
+    try:  # a torch without dynamo's C hooks
         from torch._C._dynamo.eval_frame import reset_code
     except ImportError:
         return 0
-    codes = [c for c in (ref() for ref in list(seen))
-             if c is not None and c.co_filename.startswith(hop_dir)]
+    codes = [
+        c
+        for c in (ref() for ref in list(seen))
+        if c is not None and c.co_filename.startswith(hop_dir)
+    ]
     for code in codes:
         reset_code(code)
     return len(codes)
@@ -168,12 +214,14 @@ def mha_device_check() -> Any:
     _check_arg_device``, torch 2.4-2.14): the meta count lets meta pass it, for its own thread
     only (``counting.meta_sdpa.attention_as_on_cpu``)."""
     from torch.nn.modules import activation
+
     return activation._check_arg_device
 
 
 def set_mha_device_check(check: Any) -> None:
     """Put ``check`` in place of the fast path's device test (and the original back)."""
     from torch.nn.modules import activation
+
     activation._check_arg_device = check
 
 
@@ -194,8 +242,9 @@ def has_composite_kernel(op: OpOverload) -> bool:
     know has none: torch 2.11 raises "operator aten::dim does not exist" for ``aten.dim``, which a
     jagged nested tensor sends through ``__torch_dispatch__`` (found on an H200's torch 2.11)."""
     try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(
-            op.name(), "CompositeImplicitAutograd"))
+        return bool(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+        )
     except RuntimeError as e:
         if "does not exist" in str(e):
             return False
@@ -205,6 +254,7 @@ def has_composite_kernel(op: OpOverload) -> bool:
 def decomposition_table() -> dict:
     """torch's table of Python decompositions (``torch._decomp``), torch 2.4-2.14."""
     from torch._decomp import decomposition_table as table
+
     return table
 
 
@@ -226,7 +276,8 @@ class function_stack:  # noqa: N801 - a namespace of the torch-function mode sta
 
 #: the classes of a plain tensor (no subclass): a parameter, and ``nn.Buffer`` from torch 2.5
 PLAIN_TENSOR_TYPES: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter) + (
-    (torch.nn.Buffer,) if hasattr(torch.nn, "Buffer") else ())
+    (torch.nn.Buffer,) if hasattr(torch.nn, "Buffer") else ()
+)
 
 
 def module_stack_type_name(kind: Any) -> str:
@@ -240,7 +291,7 @@ def autocast_enabled(device_type: str) -> bool:
     takes a device type from torch 2.4 on; before, the CPU had its own function."""
     try:
         return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:                                   # torch < 2.4
+    except TypeError:  # torch < 2.4
         if device_type == "cpu":
             return bool(torch.is_autocast_cpu_enabled())
         return bool(torch.is_autocast_enabled())
@@ -263,9 +314,11 @@ def meta_failure_hint(error: BaseException, device: torch.device) -> str:
     autocast on meta and that is what failed (empty otherwise)."""
     if device.type != "meta" or meta_autocast() or "unsupported scalarType" not in str(error):
         return ""
-    return (f" (torch {torch.__version__} cannot enter torch.autocast on the meta device, "
-            "which this model's code does: count it on device='meta' with a newer torch "
-            "(2.11 does), or on the CPU)")
+    return (
+        f" (torch {torch.__version__} cannot enter torch.autocast on the meta device, "
+        "which this model's code does: count it on device='meta' with a newer torch "
+        "(2.11 does), or on the CPU)"
+    )
 
 
 def optional_ops(*names: str, namespace: str = "aten") -> list:
@@ -293,9 +346,11 @@ def _fsdp2(name: str) -> Any:
     """A name of FSDP2's: ``torch.distributed.fsdp`` from torch 2.6, before in
     ``torch.distributed._composable.fsdp`` (checked on 2.4 and 2.14)."""
     import torch.distributed.fsdp as public
+
     if hasattr(public, name):
         return getattr(public, name)
     from torch.distributed._composable import fsdp as composable  # torch < 2.6
+
     return getattr(composable, name)
 
 
@@ -319,8 +374,9 @@ def default_mesh_on_cpu() -> Iterator[None]:
     with contextlib.ExitStack() as patched:
         patched.enter_context(mock.patch.object(torch.cuda, "is_available", lambda: False))
         if hasattr(torch._C, "_get_accelerator"):
-            patched.enter_context(mock.patch.object(torch._C, "_get_accelerator",
-                                                    lambda: torch.device("cpu")))
+            patched.enter_context(
+                mock.patch.object(torch._C, "_get_accelerator", lambda: torch.device("cpu"))
+            )
         yield
 
 
@@ -360,14 +416,16 @@ def output_cache(out: Any) -> Any:
     return None
 
 
-def new_hf_cache(kind: str, config: Any, batch_size: int, max_len: int,
-                 device: torch.device, dtype: torch.dtype) -> Any:
+def new_hf_cache(
+    kind: str, config: Any, batch_size: int, max_len: int, device: torch.device, dtype: torch.dtype
+) -> Any:
     """An empty transformers cache (``kind`` "dynamic" or "static") for ``config``.
 
     ``DynamicCache(config=...)`` (per-layer types: sliding windows) exists from transformers
     4.56; older releases build it empty. ``StaticCache`` took the batch size, device and dtype
     up to 4.55 and reads them from the first update after. Checked on 4.46, 4.56, 5.17, 5.24."""
     import transformers
+
     cls = transformers.StaticCache if kind == "static" else transformers.DynamicCache
     params = inspect.signature(cls.__init__).parameters
     kw: dict[str, Any] = {}
@@ -375,8 +433,7 @@ def new_hf_cache(kind: str, config: Any, batch_size: int, max_len: int,
         kw["config"] = config
     if kind == "static":
         kw["max_cache_len"] = max_len
-        for name, value in (("max_batch_size", batch_size), ("device", device),
-                            ("dtype", dtype)):
+        for name, value in (("max_batch_size", batch_size), ("device", device), ("dtype", dtype)):
             if name in params:
                 kw[name] = value
     return cls(**kw)
@@ -392,15 +449,19 @@ def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
     ``value_cache`` lists (up to transformers 4.55; from 4.56 a cache has ``.layers``), None
     for any other cache. Checked on 4.46."""
     keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
-    if getattr(cache, "layers", None) is not None or not (isinstance(keys, list)
-                                                         and isinstance(values, list)):
+    if getattr(cache, "layers", None) is not None or not (
+        isinstance(keys, list) and isinstance(values, list)
+    ):
         return None
-    return [[t for t in (k, v) if isinstance(t, torch.Tensor) and t.numel() > 1]
-            for k, v in zip(keys, values)]
+    return [
+        [t for t in (k, v) if isinstance(t, torch.Tensor) and t.numel() > 1]
+        for k, v in zip(keys, values)
+    ]
 
 
-def meta_mask_dropped(model: Any, kwargs: dict[str, Any], device: torch.device
-                      ) -> tuple[dict[str, Any], str | None]:
+def meta_mask_dropped(
+    model: Any, kwargs: dict[str, Any], device: torch.device
+) -> tuple[dict[str, Any], str | None]:
     """Keyword inputs for a transformers model counted on ``device="meta"``.
 
     transformers reads the values of an ``attention_mask`` to choose its attention path
@@ -410,9 +471,16 @@ def meta_mask_dropped(model: Any, kwargs: dict[str, Any], device: torch.device
     on the CPU; the note says so. Any other mask is kept (the forward then says it needs
     values). Checked on transformers 4.46, 5.17 and 5.24."""
     mask = kwargs.get("attention_mask")
-    if (device.type != "meta" or not isinstance(mask, torch.Tensor) or mask.device.type == "meta"
-            or not hasattr(model, "config") or not bool((mask == 1).all())):
+    if (
+        device.type != "meta"
+        or not isinstance(mask, torch.Tensor)
+        or mask.device.type == "meta"
+        or not hasattr(model, "config")
+        or not bool((mask == 1).all())
+    ):
         return kwargs, None
     kept = {k: v for k, v in kwargs.items() if k != "attention_mask"}
-    return kept, ("attention_mask (all ones) left out on device='meta': transformers reads a "
-                  "mask's values, which meta tensors do not have, and treats no mask as all ones")
+    return kept, (
+        "attention_mask (all ones) left out on device='meta': transformers reads a "
+        "mask's values, which meta tensors do not have, and treats no mask as all ones"
+    )

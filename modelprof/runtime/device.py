@@ -5,6 +5,7 @@ the TF32 flags that decide which peak a float32 kernel runs at.
 Nothing here measures time (that is ``modelprof.timing.clock``); the static pass, the roofline and
 the timer all import from here, never from each other.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,9 +26,15 @@ __all__ = [
 
 #: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN workspaces,
 #: the CPU allocator, the caching allocator of older torch).
-_OOM_MESSAGES = ("out of memory", "can't allocate", "cannot allocate", "alloc_failed",
-                 "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
-                 "failed to allocate")
+_OOM_MESSAGES = (
+    "out of memory",
+    "can't allocate",
+    "cannot allocate",
+    "alloc_failed",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "failed to allocate",
+)
 
 
 def normalize_device(device: torch.device | str | int) -> torch.device:
@@ -71,8 +78,10 @@ def device_synchronize(device: torch.device) -> None:
 
 def _oom_type() -> tuple[type[BaseException], ...]:
     """``torch.OutOfMemoryError`` (torch >= 2.5) and/or ``torch.cuda.OutOfMemoryError``."""
-    kinds = [getattr(torch, "OutOfMemoryError", None),
-             getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)]
+    kinds = [
+        getattr(torch, "OutOfMemoryError", None),
+        getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None),
+    ]
     return tuple(k for k in kinds if isinstance(k, type))
 
 
@@ -105,8 +114,10 @@ class MemoryStats:
 
     @classmethod
     def cuda(cls, device: torch.device) -> MemoryStats:
-        return cls(lambda: torch.cuda.max_memory_allocated(device),
-                   lambda: torch.cuda.reset_peak_memory_stats(device))
+        return cls(
+            lambda: torch.cuda.max_memory_allocated(device),
+            lambda: torch.cuda.reset_peak_memory_stats(device),
+        )
 
     @classmethod
     def for_device(cls, device: torch.device) -> MemoryStats | None:

@@ -3,6 +3,7 @@
 ``collect_env`` never fails: whatever cannot be read is left out or ``None``; every value is plain
 JSON (str, int, float, bool, None, lists and dicts of those).
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,8 +20,16 @@ from modelprof.runtime.device import tf32_enabled
 
 __all__ = ["collect_env", "cpu_name", "gpu_state"]
 
-_NVSMI_FIELDS = ("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "temperature.gpu",
-                 "power.draw", "pstate", "driver_version")
+_NVSMI_FIELDS = (
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "temperature.gpu",
+    "power.draw",
+    "pstate",
+    "driver_version",
+)
 
 
 def _jsonable(v: Any) -> Any:
@@ -50,6 +59,7 @@ def cpu_name() -> str:
 def _modelprof_version() -> str:
     try:
         from importlib.metadata import version
+
         return version("modelprof")
     except Exception:
         pkg = sys.modules.get("modelprof")
@@ -83,10 +93,14 @@ def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -
     ``gpu_uuid(torch_index)`` gives it), else by NVML's own ``index``."""
     try:
         import pynvml  # type: ignore[import-not-found]
+
         pynvml.nvmlInit()
         try:
-            h = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid is not None
-                 else pynvml.nvmlDeviceGetHandleByIndex(index))
+            h = (
+                pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                if uuid is not None
+                else pynvml.nvmlDeviceGetHandleByIndex(index)
+            )
             out: dict[str, Any] = {
                 "source": "pynvml",
                 "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
@@ -104,15 +118,30 @@ def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -
         pass
     try:
         res = subprocess.run(
-            ["nvidia-smi", f"--id={uuid if uuid is not None else index}",
-             f"--query-gpu={','.join(_NVSMI_FIELDS)}",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=timeout_s, check=True)
+            [
+                "nvidia-smi",
+                f"--id={uuid if uuid is not None else index}",
+                f"--query-gpu={','.join(_NVSMI_FIELDS)}",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        )
         values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
     except Exception:
         return {}
-    keys = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "max_mem_clock_mhz",
-            "temperature_c", "power_w", "pstate", "driver_version")
+    keys = (
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "max_sm_clock_mhz",
+        "max_mem_clock_mhz",
+        "temperature_c",
+        "power_w",
+        "pstate",
+        "driver_version",
+    )
     out = {"source": "nvidia-smi"}
     for k, v in zip(keys, values):
         try:
@@ -137,8 +166,12 @@ def _fixed_env() -> dict[str, Any]:
     }
 
 
-def collect_env(device: torch.device | str | None = None, dtype: Any = None,
-                batch_size: int | None = None, **mode_flags: Any) -> dict[str, Any]:
+def collect_env(
+    device: torch.device | str | None = None,
+    dtype: Any = None,
+    batch_size: int | None = None,
+    **mode_flags: Any,
+) -> dict[str, Any]:
     """Device name, versions, dtype, batch size, threads, cuDNN/TF32 flags, ``mode_flags`` and
     GPU clocks/temperature when readable. Never raises for an unreadable item."""
     try:
@@ -166,12 +199,14 @@ def collect_env(device: torch.device | str | None = None, dtype: Any = None,
     elif dev.type == "cuda":
         idx = dev.index if dev.index is not None else _read(torch.cuda.current_device) or 0
         env["device_name"] = _read(lambda: torch.cuda.get_device_name(idx))
-        props = _read(lambda: {
-            "capability": list(torch.cuda.get_device_capability(idx)),
-            "total_memory_bytes": torch.cuda.get_device_properties(idx).total_memory,
-            "multiprocessor_count": torch.cuda.get_device_properties(idx).multi_processor_count,
-            "l2_cache_bytes": torch.cuda.get_device_properties(idx).L2_cache_size,
-        })
+        props = _read(
+            lambda: {
+                "capability": list(torch.cuda.get_device_capability(idx)),
+                "total_memory_bytes": torch.cuda.get_device_properties(idx).total_memory,
+                "multiprocessor_count": torch.cuda.get_device_properties(idx).multi_processor_count,
+                "l2_cache_bytes": torch.cuda.get_device_properties(idx).L2_cache_size,
+            }
+        )
         if props:
             env.update(props)
         uuid = gpu_uuid(idx)

@@ -7,6 +7,7 @@ cannot overlap. A thread that would wait for a model while another thread waits 
 holds (two ``compare`` calls over the same models in opposite orders) is refused with a
 ``ModelProfError`` instead of deadlocking.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,8 @@ from modelprof.errors import ModelProfError
 __all__ = ["exclusive", "waiting_for"]
 
 _cond = threading.Condition()
-_holders: dict[int, tuple[int, int]] = {}   # id(model) -> (thread id, depth)
-_waiting: dict[int, int] = {}               # thread id -> id(model) it waits for
+_holders: dict[int, tuple[int, int]] = {}  # id(model) -> (thread id, depth)
+_waiting: dict[int, int] = {}  # thread id -> id(model) it waits for
 
 
 @contextlib.contextmanager
@@ -33,7 +34,8 @@ def exclusive(model: Any) -> Iterator[None]:
                 raise ModelProfError(
                     f"another thread is profiling {type(model).__name__} and waits for a model "
                     "this thread is profiling: profiling it here would wait forever. Profile "
-                    "the models in the same order in both threads, or one thread at a time")
+                    "the models in the same order in both threads, or one thread at a time"
+                )
             _waiting[me] = key
             try:
                 _cond.wait()

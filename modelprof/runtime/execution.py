@@ -4,6 +4,7 @@ memory layout. One frozen :class:`RunMode`, parsed once at the boundary, and one
 per-layer passes, the throughput search and the training step run under the same modes. Every
 flag set on a model is restored in ``finally``; nothing is converted in place.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,9 +22,18 @@ from modelprof.runtime.guard import set_training
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.tensors import map_tensors
 
-__all__ = ["RunMode", "amp_context", "dispatch_modes_restored", "grad_context", "grad_switches",
-           "legacy_eval_mode", "model_state", "parse_amp", "running", "to_channels_last"]
-
+__all__ = [
+    "RunMode",
+    "amp_context",
+    "dispatch_modes_restored",
+    "grad_context",
+    "grad_switches",
+    "legacy_eval_mode",
+    "model_state",
+    "parse_amp",
+    "running",
+    "to_channels_last",
+]
 
 
 @contextlib.contextmanager
@@ -40,8 +50,9 @@ def dispatch_modes_restored() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def model_state(model: Any, eval_mode: bool,
-                modules: list[nn.Module] | None = None) -> Iterator[None]:
+def model_state(
+    model: Any, eval_mode: bool, modules: list[nn.Module] | None = None
+) -> Iterator[None]:
     """``model.eval()`` for the block (when asked); every submodule's own ``training`` flag is
     restored afterwards, also when the block raises. ``modules``: ``list(model.modules())``
     where the caller has it already."""
@@ -55,12 +66,11 @@ def model_state(model: Any, eval_mode: bool,
         yield
     finally:
         for m, flag in flags:
-            if m.training is not flag:   # nn.Module.__setattr__ is slow: only what changed
+            if m.training is not flag:  # nn.Module.__setattr__ is slow: only what changed
                 m.training = flag
 
 
-def grad_switches(backward: bool, training: Any = None,
-                  no_grad: Any = None) -> tuple[bool, bool]:
+def grad_switches(backward: bool, training: Any = None, no_grad: Any = None) -> tuple[bool, bool]:
     """``(training, no_grad)`` as ``profile`` and ``compare`` default them: a training step runs
     in train mode with grad, a forward in eval mode under ``no_grad``; checked."""
     if not isinstance(backward, bool):
@@ -83,8 +93,11 @@ def legacy_eval_mode(training: bool, options: dict[str, Any], where: str) -> boo
     eval_mode = options.pop("eval_mode")
     if not isinstance(eval_mode, bool):
         raise ModelProfError(f"eval_mode={eval_mode!r} must be True or False")
-    warnings.warn(f"{where}(eval_mode={eval_mode}) is deprecated: pass "
-                  f"training={not eval_mode}", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{where}(eval_mode={eval_mode}) is deprecated: pass training={not eval_mode}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     return not eval_mode
 
 
@@ -102,13 +115,15 @@ def parse_amp(amp: Any) -> torch.dtype | None:
     except ModelProfError:
         dt = None
     if dt not in (torch.float16, torch.bfloat16):
-        raise ModelProfError(f"amp={amp!r} must be torch.float16 or torch.bfloat16 "
-                             "(or 'fp16'/'bf16')")
+        raise ModelProfError(
+            f"amp={amp!r} must be torch.float16 or torch.bfloat16 (or 'fp16'/'bf16')"
+        )
     return dt
 
 
-def amp_context(device: torch.device, amp: torch.dtype | None,
-                cache_enabled: bool = True) -> contextlib.AbstractContextManager:
+def amp_context(
+    device: torch.device, amp: torch.dtype | None, cache_enabled: bool = True
+) -> contextlib.AbstractContextManager:
     """``torch.autocast`` on ``device`` at ``amp``, or nothing. CUDA-graph capture needs
     ``cache_enabled=False`` (cast weights must be made inside the graph)."""
     if amp is None:
@@ -118,10 +133,12 @@ def amp_context(device: torch.device, amp: torch.dtype | None,
 
 def to_channels_last(obj: Any) -> Any:
     """A copy of ``obj`` with every 4-D tensor in channels_last layout (others untouched)."""
+
     def conv(t: torch.Tensor) -> torch.Tensor:
         if t.dim() == 4:
             return t.clone(memory_format=torch.channels_last)
         return t
+
     return map_tensors(obj, conv)
 
 
@@ -139,15 +156,28 @@ class RunMode:
     dtype: torch.dtype | None = None
 
     @classmethod
-    def parse(cls, *, backward: bool = False, training: Any = None, no_grad: Any = None,
-              amp: Any = None, channels_last: bool = False,
-              device: torch.device | None = None, dtype: Any = None) -> RunMode:
+    def parse(
+        cls,
+        *,
+        backward: bool = False,
+        training: Any = None,
+        no_grad: Any = None,
+        amp: Any = None,
+        channels_last: bool = False,
+        device: torch.device | None = None,
+        dtype: Any = None,
+    ) -> RunMode:
         """The switches as ``profile`` and ``compare`` take them, checked (``grad_switches``,
         ``parse_amp``)."""
         training, no_grad = grad_switches(backward, training, no_grad)
-        return cls(training, no_grad, parse_amp(amp),
-                   torch.channels_last if channels_last else None,
-                   torch.device("cpu") if device is None else device, parse_dtype(dtype))
+        return cls(
+            training,
+            no_grad,
+            parse_amp(amp),
+            torch.channels_last if channels_last else None,
+            torch.device("cpu") if device is None else device,
+            parse_dtype(dtype),
+        )
 
     def on(self, device: torch.device) -> RunMode:
         """This mode on ``device`` (where the inputs are)."""
@@ -155,15 +185,19 @@ class RunMode:
 
 
 @contextlib.contextmanager
-def running(model: Any, mode: RunMode, modules: list[nn.Module] | None = None,
-            cache_enabled: bool = True) -> Iterator[None]:
+def running(
+    model: Any, mode: RunMode, modules: list[nn.Module] | None = None, cache_enabled: bool = True
+) -> Iterator[None]:
     """The block runs ``model`` as ``mode`` says: every module in train or eval mode (each
     module's own flag put back after, also when the block raises), grad off under ``no_grad``,
     autocast at ``amp`` on ``mode.device`` (``cache_enabled=False`` for CUDA-graph capture).
     ``model`` may be any callable (only a module has flags); ``modules``: ``list(model.modules())``
     where the caller has it already."""
-    with model_state(model, eval_mode=False, modules=modules), grad_context(mode.no_grad), \
-            amp_context(mode.device, mode.amp, cache_enabled):
+    with (
+        model_state(model, eval_mode=False, modules=modules),
+        grad_context(mode.no_grad),
+        amp_context(mode.device, mode.amp, cache_enabled),
+    ):
         if isinstance(model, nn.Module):
             set_training(model, mode.training, modules)
         yield

@@ -7,6 +7,7 @@ runs that layer's part of the same graph, on the program's own weights. modelpro
 one row per layer call, named as in the eager model and typed by the eager module's class (the
 ``type`` column reads ``Conv2d``, not ``InterpreterModule``).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -48,10 +49,14 @@ def exported_layers(model: Any, inputs: tuple[tuple, dict] | None = None) -> Any
         program = torch.export.export(model, tuple(inputs[0]), dict(inputs[1]))
         return _unflattened(program)
     except Exception as e:  # noqa: BLE001 - profiled as it is, one row, and said so
-        warnings.warn(f"modelprof: the exported graph {type(model).__name__} could not be "
-                      f"exported again to recover its layers ({type(e).__name__}: {e}); it is "
-                      "profiled as one flat graph. Pass the ExportedProgram itself to keep "
-                      "them", ModelProfWarning, stacklevel=3)
+        warnings.warn(
+            f"modelprof: the exported graph {type(model).__name__} could not be "
+            f"exported again to recover its layers ({type(e).__name__}: {e}); it is "
+            "profiled as one flat graph. Pass the ExportedProgram itself to keep "
+            "them",
+            ModelProfWarning,
+            stacklevel=3,
+        )
         return model
 
 

@@ -5,6 +5,7 @@ end-to-end timing runs the model bare (hooks would distort it), so when its forw
 the module is read from the exception's traceback instead: every frame whose ``self`` is one of
 the model's modules is a call that was running. This costs nothing until something fails.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,9 @@ from modelprof.runtime.tensors import shape_str
 __all__ = ["forward_failure", "running_modules"]
 
 
-def running_modules(exc: BaseException, model: nn.Module,
-                    names: dict[nn.Module, str] | None = None) -> list[str]:
+def running_modules(
+    exc: BaseException, model: nn.Module, names: dict[nn.Module, str] | None = None
+) -> list[str]:
     """Qualified names (root ``""``) of ``model``'s modules that were running when ``exc`` was
     raised, outermost first; empty when the error did not come from inside the model."""
     names = module_names(model) if names is None else names
@@ -68,4 +70,5 @@ def forward_failure(model: Any, what: str, inputs: Any = None) -> Iterator[None]
             f"the forward pass failed during {what} in module {inner or '(root)'!r} ({kind}); "
             f"running: {_path(running)}."
             + (f" Inputs were {shapes}." if shapes else "")
-            + f" {type(e).__name__}: {e}") from e
+            + f" {type(e).__name__}: {e}"
+        ) from e

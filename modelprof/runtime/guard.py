@@ -43,6 +43,7 @@ The guard's walk also hands callers what they would otherwise walk the model for
 parameters, lazy tensors, packed weights); a nested ``preserved_state(model, rescan=True)`` reads
 those again, since the model may have changed since the outer guard began.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,8 +66,13 @@ from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
 from modelprof.runtime.tensors import PLAIN_TENSORS, version_of
 
-__all__ = ["BUFFER_COPY_LIMIT_BYTES", "MODULE_REGISTRIES", "StateGuard", "preserved_state",
-           "set_training"]
+__all__ = [
+    "BUFFER_COPY_LIMIT_BYTES",
+    "MODULE_REGISTRIES",
+    "StateGuard",
+    "preserved_state",
+    "set_training",
+]
 
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 """Buffers are cloned up front when all of them together take at most this many bytes."""
@@ -74,18 +80,35 @@ BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 #: nn.Module's own registries in its ``__dict__`` (tensors, submodules, hooks): restored by
 #: content (they are mutated in place, never rebound)
 MODULE_REGISTRIES = (
-    "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_forward_hooks",
-    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks",
-    "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks")
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
 
 # ops whose schema does not say that they write their running statistics: arguments 3 and 4,
 # written when argument 5 (``training`` / ``use_input_stats``) is true
-_UNDECLARED_WRITES = frozenset({
-    "aten::native_batch_norm", "aten::batch_norm", "aten::_batch_norm_impl_index",
-    "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::instance_norm",
-})
+_UNDECLARED_WRITES = frozenset(
+    {
+        "aten::native_batch_norm",
+        "aten::batch_norm",
+        "aten::_batch_norm_impl_index",
+        "aten::cudnn_batch_norm",
+        "aten::miopen_batch_norm",
+        "aten::instance_norm",
+    }
+)
 _RUNNING_STATS = (3, 4)
 
 _active = threading.local()  # id(model) -> the outermost StateGuard of this thread
@@ -114,8 +137,10 @@ def _versions(ts: list[torch.Tensor]) -> list[int | None]:
     it is seen by the first-write watch or the up-front copy alone)."""
     try:
         return list(map(_VERSION, ts))
-    except RuntimeError:   # "Inference tensors do not track version counter"
+    except RuntimeError:  # "Inference tensors do not track version counter"
         return list(map(version_of, ts))
+
+
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _DTYPE = operator.attrgetter("dtype")
 _LAYOUT = operator.attrgetter("layout")
@@ -131,18 +156,30 @@ _GRAD = operator.attrgetter("grad")
 
 def _dense(ts: list[torch.Tensor]) -> bool:
     """:func:`_plain_dense` of every tensor of ``ts``, read for all at once."""
-    return (set(map(type, ts)) <= PLAIN_TENSORS and set(map(_LAYOUT, ts)) <= _STRIDED
-            and not any(map(_NESTED, ts)) and not any(map(_META, ts))
-            and not any(map(_QUANTIZED, ts)) and not any(map(_T.is_conj, ts))
-            and not any(map(_T.is_neg, ts)))
+    return (
+        set(map(type, ts)) <= PLAIN_TENSORS
+        and set(map(_LAYOUT, ts)) <= _STRIDED
+        and not any(map(_NESTED, ts))
+        and not any(map(_META, ts))
+        and not any(map(_QUANTIZED, ts))
+        and not any(map(_T.is_conj, ts))
+        and not any(map(_T.is_neg, ts))
+    )
 
 
 def _plain_dense(t: torch.Tensor) -> bool:
     """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
     to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
     bit): it can be rebuilt from its storage after a ``.data`` swap."""
-    return (type(t) in PLAIN_TENSORS and t.layout is torch.strided and not t.is_nested
-            and not t.is_meta and not t.is_quantized and not t.is_conj() and not t.is_neg())
+    return (
+        type(t) in PLAIN_TENSORS
+        and t.layout is torch.strided
+        and not t.is_nested
+        and not t.is_meta
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+    )
 
 
 def _fingerprint(t: torch.Tensor) -> tuple:
@@ -163,8 +200,15 @@ def _fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tup
     """:func:`_fingerprint` of each tensor, read all at once where every one is dense
     (``dense``: what :func:`_dense` says of ``ts``, where the caller asked it already)."""
     if _dense(ts) if dense is None else dense:
-        return list(zip(map(_T.data_ptr, ts), map(_T.size, ts), map(_T.stride, ts),
-                        map(_DTYPE, ts), map(_T.get_device, ts)))
+        return list(
+            zip(
+                map(_T.data_ptr, ts),
+                map(_T.size, ts),
+                map(_T.stride, ts),
+                map(_DTYPE, ts),
+                map(_T.get_device, ts),
+            )
+        )
     return [_fingerprint(t) for t in ts]
 
 
@@ -173,8 +217,11 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     try:
         if torch.equal(a, b):
             return True
-        return (a.is_floating_point() or a.is_complex()) and a.shape == b.shape and \
-            bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        return (
+            (a.is_floating_point() or a.is_complex())
+            and a.shape == b.shape
+            and bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        )
     except (RuntimeError, NotImplementedError, TypeError):
         return False
 
@@ -186,8 +233,11 @@ def _copied(registry: Any) -> Any:
 def _same_items(live: dict, saved: dict) -> bool:
     """The same keys, in the same order, bound to the same objects (identity, never ``==``:
     tensors)."""
-    return (len(live) == len(saved) and all(map(operator.is_, live.values(), saved.values()))
-            and all(map(operator.eq, live, saved)))
+    return (
+        len(live) == len(saved)
+        and all(map(operator.is_, live.values(), saved.values()))
+        and all(map(operator.eq, live, saved))
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -196,7 +246,7 @@ class TrackedTensor:
 
     name: str
     tensor: torch.Tensor
-    snapshot: torch.Tensor | None   # its values on entry, where a copy was taken
+    snapshot: torch.Tensor | None  # its values on entry, where a copy was taken
 
 
 class _WriteHook:
@@ -220,8 +270,11 @@ class _WriteHook:
                 found = ()
             else:
                 schema = func._schema
-                found = tuple(i for i, a in enumerate(schema.arguments)
-                              if a.alias_info is not None and a.alias_info.is_write)
+                found = tuple(
+                    i
+                    for i, a in enumerate(schema.arguments)
+                    if a.alias_info is not None and a.alias_info.is_write
+                )
                 found = found or (_RUNNING_STATS if schema.name in _UNDECLARED_WRITES else ())
             self._writes[func] = found
         return found
@@ -234,7 +287,7 @@ class _WriteHook:
         written = self._written(func)
         if written is _RUNNING_STATS and len(args) > 5 and args[5] is False:
             return  # a batch/instance norm using its running statistics: it writes none
-        for i in written:   # (the schema's arguments are built anew at each read: only if needed)
+        for i in written:  # (the schema's arguments are built anew at each read: only if needed)
             value = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
             self.guard._before_write(value)
 
@@ -259,7 +312,7 @@ class _WriteWatch(compat.TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             if any(isinstance(f, compat.HigherOrderOperator) for f in self.hook._writes):
-                compat.forget_dynamo_skips()   # torch.cond & co. run eagerly again after the watch
+                compat.forget_dynamo_skips()  # torch.cond & co. run eagerly again after the watch
 
 
 class StateGuard:
@@ -267,25 +320,26 @@ class StateGuard:
 
     Each distinct tensor is kept by index in parallel lists (read all at once where dense)."""
 
-    def __init__(self, model: nn.Module, *,
-                 buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES) -> None:
+    def __init__(
+        self, model: nn.Module, *, buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES
+    ) -> None:
         self.model = model
-        self.unrestored: list[tuple[str, str]] = []   # (tensor name, the pass that wrote it)
+        self.unrestored: list[tuple[str, str]] = []  # (tensor name, the pass that wrote it)
         self.restored: list[str] = []
         # per module: (module, class, attributes, non-empty registries, their copies, prefix)
         self._modules: list[tuple[nn.Module, type, dict, tuple[str, ...], tuple, str]] = []
         ordered, buffer_ids = self._walk(record=True)
-        grad_params = list(compress(self.parameters,
-                                    map(isinstance, self.parameters, repeat(nn.Parameter))))
+        grad_params = list(
+            compress(self.parameters, map(isinstance, self.parameters, repeat(nn.Parameter)))
+        )
         self._grad_params = grad_params
         self._grads = list(map(_GRAD, grad_params))
         if any(map(operator.is_not, self._grads, repeat(None))):  # each after its parameter
             grads = {id(p): g for p, g in zip(grad_params, self._grads) if g is not None}
-            ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads
-                                                     else (t,))]
+            ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads else (t,))]
         by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
         ts = self._tensors = list(by_id.values())
-        self._names: list[str] | None = None       # found when first needed (see _name)
+        self._names: list[str] | None = None  # found when first needed (see _name)
         self._versions = _versions(ts)
         # (what ran from then on, the version counters then): names the pass of a write that
         # could not be restored (see ``begin``)
@@ -304,16 +358,17 @@ class StateGuard:
             self._anchors = [t.untyped_storage() if p else t.detach() for t, p in zip(ts, plain)]
             self._offsets = [t.storage_offset() if p else 0 for t, p in zip(ts, plain)]
             keys = [_storage_key(t) for t in ts]
-        self._keys = keys                 # storage address, None where there is none
-        self._by_storage: dict[int, list[int]] | None = None   # built at the first write
+        self._keys = keys  # storage address, None where there is none
+        self._by_storage: dict[int, list[int]] | None = None  # built at the first write
         self._snapshots: dict[int, torch.Tensor] = {}  # index -> its values on entry
-        self._written: set[int] = set()   # indices the first-write watch copied before a write
+        self._written: set[int] = set()  # indices the first-write watch copied before a write
         index = {id(t): i for i, t in enumerate(ts)}
         params = {id(p) for p in self.parameters}
-        copy = [index[key] for key in buffer_ids
-                if key not in params and keys[index[key]] is not None]
+        copy = [
+            index[key] for key in buffer_ids if key not in params and keys[index[key]] is not None
+        ]
         if sum(ts[i].numel() * ts[i].element_size() for i in copy) <= buffer_copy_limit_bytes:
-            with torch.no_grad():     # nothing swapped yet: each tensor is its own alias
+            with torch.no_grad():  # nothing swapped yet: each tensor is its own alias
                 self._snapshots = dict(zip(copy, map(_T.clone, map(ts.__getitem__, copy))))
 
     def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
@@ -341,9 +396,12 @@ class StateGuard:
             d = m.__dict__
             if record:
                 attrs = d.copy()
-                keys = tuple(compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES)))  # registries holding some
-                self._modules.append((m, type(m), attrs, keys,
-                                      tuple(map(_copied, map(d.__getitem__, keys))), prefix))
+                keys = tuple(
+                    compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES))
+                )  # registries holding some
+                self._modules.append(
+                    (m, type(m), attrs, keys, tuple(map(_copied, map(d.__getitem__, keys))), prefix)
+                )
             else:
                 attrs = d
             self.names[m] = prefix
@@ -352,7 +410,8 @@ class StateGuard:
                 self.has_children[m] = next(iter(m.children()), None) is not None
             else:
                 self.has_children[m] = bool(children) and any(
-                    map(operator.is_not, children.values(), repeat(None)))
+                    map(operator.is_not, children.values(), repeat(None))
+                )
             attributes.append(attrs)
             params.extend(m._parameters.values())
             buffers.extend(m._buffers.values())
@@ -363,8 +422,11 @@ class StateGuard:
         kinds = set(map(type, chain.from_iterable(map(dict.values, attributes))))
         script_object = torch.ScriptObject
         if any(issubclass(kind, script_object) for kind in kinds):
-            self.script_attrs = [attrs for attrs in attributes if any(
-                map(isinstance, attrs.values(), repeat(script_object)))]
+            self.script_attrs = [
+                attrs
+                for attrs in attributes
+                if any(map(isinstance, attrs.values(), repeat(script_object)))
+            ]
         by_id = dict(zip(map(id, params), params))  # distinct by identity, in order, in C
         by_id.pop(id(None), None)
         buffer_ids = dict(zip(map(id, buffers), buffers))
@@ -374,8 +436,11 @@ class StateGuard:
             self._drop_lazy(by_id, buffer_ids)
             ordered = [t for t in ordered if t is not None and not is_lazy(t)]
         else:
-            ordered = [t for t in ordered if t is not None] \
-                if any(map(operator.is_, ordered, repeat(None))) else ordered
+            ordered = (
+                [t for t in ordered if t is not None]
+                if any(map(operator.is_, ordered, repeat(None)))
+                else ordered
+            )
         self.parameters: list[torch.Tensor] = list(by_id.values())
         return ordered, buffer_ids
 
@@ -414,9 +479,11 @@ class StateGuard:
                             if t is not None:
                                 found.setdefault(id(t), f"{prefix}.{k}" if prefix else k)
             if any(id(t) not in found for t in self._tensors):  # registries kept elsewhere
-                for name, t in (*self.model.named_parameters(remove_duplicate=False),
-                                *self.model.named_buffers(remove_duplicate=False)):
-                    found.setdefault(id(t), name)       # (a traced TorchScript module)
+                for name, t in (
+                    *self.model.named_parameters(remove_duplicate=False),
+                    *self.model.named_buffers(remove_duplicate=False),
+                ):
+                    found.setdefault(id(t), name)  # (a traced TorchScript module)
             for p, grad in zip(self._grad_params, self._grads):
                 if grad is not None and id(p) in found:
                     found.setdefault(id(grad), f"{found[id(p)]}.grad")
@@ -426,8 +493,10 @@ class StateGuard:
     @property
     def tracked(self) -> list[TrackedTensor]:
         """The distinct tensors guarded (parameters, buffers, gradients), with their copies."""
-        return [TrackedTensor(self._name(i), t, self._snapshots.get(i))
-                for i, t in enumerate(self._tensors)]
+        return [
+            TrackedTensor(self._name(i), t, self._snapshots.get(i))
+            for i, t in enumerate(self._tensors)
+        ]
 
     def _alias(self, i: int) -> torch.Tensor:
         """Tensor ``i`` as it was on entry: its original storage, sizes and strides."""
@@ -438,8 +507,9 @@ class StateGuard:
         if _fingerprint(t) == self._layouts[i]:
             return t.detach()
         _, size, stride, dtype, _ = self._layouts[i]
-        return torch.empty(0, dtype=dtype, device=anchor.device).set_(anchor, self._offsets[i],
-                                                                      size, stride)
+        return torch.empty(0, dtype=dtype, device=anchor.device).set_(
+            anchor, self._offsets[i], size, stride
+        )
 
     def _snapshot(self, i: int) -> None:
         if i not in self._snapshots and self._keys[i] is not None:  # it had a storage on entry
@@ -495,22 +565,29 @@ class StateGuard:
         ``requires_grad`` flipped. Everything else is left untouched."""
         ts = self._tensors
         found = set(self._written)
-        for now, entry in ((_versions(ts), self._versions),
-                           (_fingerprints(ts), self._layouts),
-                           (list(map(_REQUIRES_GRAD, ts)), self._requires_grad)):
+        for now, entry in (
+            (_versions(ts), self._versions),
+            (_fingerprints(ts), self._layouts),
+            (list(map(_REQUIRES_GRAD, ts)), self._requires_grad),
+        ):
             if now != entry:
                 found.update(i for i, (a, b) in enumerate(zip(now, entry)) if a != b)
         # writes that bypass the version counter (through ``.data`` or ``.numpy()``)
-        found.update(i for i, snap in self._snapshots.items()
-                     if i not in found and not _same(ts[i], snap))
+        found.update(
+            i for i, snap in self._snapshots.items() if i not in found and not _same(ts[i], snap)
+        )
         return sorted(found)
 
     def changed(self) -> list[str]:
         """Names of tracked tensors written in place or swapped since entry."""
-        return [self._name(i) for i in self._suspects()
-                if version_of(self._tensors[i]) != self._versions[i] or i in self._written
-                or _fingerprint(self._tensors[i]) != self._layouts[i]
-                or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))]
+        return [
+            self._name(i)
+            for i in self._suspects()
+            if version_of(self._tensors[i]) != self._versions[i]
+            or i in self._written
+            or _fingerprint(self._tensors[i]) != self._layouts[i]
+            or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))
+        ]
 
     def restore(self) -> None:
         """Put back everything that changed. Records ``restored`` and ``unrestored`` names."""
@@ -533,7 +610,9 @@ class StateGuard:
                 f"{' and more' if len(names) > 5 else ''} in place during "
                 f"{' and '.join(phases)}, where the first-write watch of the counted forward "
                 "could not see it, so no copy was kept to restore it",
-                ModelProfWarning, stacklevel=_user_stacklevel())
+                ModelProfWarning,
+                stacklevel=_user_stacklevel(),
+            )
 
     def begin(self, phase: str) -> None:
         """Say that ``phase`` (``"the timed passes"``) runs from now on: a write that cannot be
@@ -582,8 +661,10 @@ def _user_stacklevel() -> int:
     """The ``warnings.warn`` stacklevel, for its caller, of the first frame outside modelprof
     and contextlib: the user's line that profiled or held the guard."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-                                 or frame.f_code.co_filename == contextlib.__file__):
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        or frame.f_code.co_filename == contextlib.__file__
+    ):
         frame, level = frame.f_back, level + 1
     return level
 
@@ -591,8 +672,9 @@ def _user_stacklevel() -> int:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # modelprof/
 
 
-def _restore_module(m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[str, ...],
-                    copies: tuple) -> None:
+def _restore_module(
+    m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[str, ...], copies: tuple
+) -> None:
     """Put back a module's class, its attributes (the same objects under the same names) and
     its registries' contents; each check is one C-level pass when nothing changed."""
     if type(m) is not cls:
@@ -624,8 +706,9 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def preserved_state(model: Any, rescan: bool = False,
-                    **options: Any) -> Iterator[StateGuard | None]:
+def preserved_state(
+    model: Any, rescan: bool = False, **options: Any
+) -> Iterator[StateGuard | None]:
     """Restore ``model`` on leaving the block (also on an exception or ``KeyboardInterrupt``).
 
     One thread at a time (``runtime.exclusive``): another thread's guard of the same model waits
@@ -645,7 +728,7 @@ def preserved_state(model: Any, rescan: bool = False,
             outer.rescan()
         yield outer
         return
-    with exclusive(model):   # another thread's profile of it waits until it is put back
+    with exclusive(model):  # another thread's profile of it waits until it is put back
         guard = StateGuard(model, **options)
         guards[id(model)] = guard
         try:
@@ -665,8 +748,10 @@ def set_training(model: nn.Module, mode: bool, modules: list[nn.Module] | None =
     in that mode already and none overrides ``train`` (the common eval case; ``train()``
     recurses in Python, and an override may do more than set flags: freeze a batch norm).
     ``modules``: ``list(model.modules())`` where the caller has it already."""
-    if all(m.training is mode and type(m).train is _MODULE_TRAIN
-           for m in (model.modules() if modules is None else modules)):
+    if all(
+        m.training is mode and type(m).train is _MODULE_TRAIN
+        for m in (model.modules() if modules is None else modules)
+    ):
         return
     try:
         model.train(mode)

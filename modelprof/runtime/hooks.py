@@ -23,6 +23,7 @@ Hooks add a frame or two to every nesting level of the forward; a model that nes
 to run plain near Python's recursion limit would hit it only under the hooks, so the limit is
 raised by that much while they are installed (and put back after).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,13 @@ from torch.nn.modules import module as _module
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["HookSession", "count_foreign_calls", "module_hooks", "module_names",
-           "recursion_headroom"]
+__all__ = [
+    "HookSession",
+    "count_foreign_calls",
+    "module_hooks",
+    "module_names",
+    "recursion_headroom",
+]
 
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 PostHook = Callable[..., None]
@@ -115,9 +121,15 @@ def recursion_headroom(extra_frames: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
-                 modules: dict[nn.Module, str] | None = None, *,
-                 post_with_inputs: bool = False, exclusive: bool = True) -> Iterator[HookSession]:
+def module_hooks(
+    model: nn.Module,
+    pre: PreHook,
+    post: PostHook,
+    modules: dict[nn.Module, str] | None = None,
+    *,
+    post_with_inputs: bool = False,
+    exclusive: bool = True,
+) -> Iterator[HookSession]:
     """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
     of every module of ``model`` run by *this* thread, for the duration of the ``with`` block;
     yields a :class:`HookSession`. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to
@@ -140,6 +152,7 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
             pre(module, args, _NO_KWARGS)
 
     if post_with_inputs:
+
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
             if module in names and get_ident() == owner:
                 if len(rest) == 2:
@@ -147,6 +160,7 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
                 else:  # torch calls always-call hooks without kwargs only when forward raised
                     post(module, args, _NO_KWARGS, rest[0], _GLOBAL_POST_KWARGS)
     else:
+
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
             if module in names and get_ident() == owner:
                 post(module, rest[-1])
@@ -156,8 +170,9 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
         try:
             handles.append(_module.register_module_forward_pre_hook(_pre))
             if _GLOBAL_POST_KWARGS and post_with_inputs:
-                handles.append(_module.register_module_forward_hook(_post, with_kwargs=True,
-                                                                    always_call=True))
+                handles.append(
+                    _module.register_module_forward_hook(_post, with_kwargs=True, always_call=True)
+                )
             else:
                 handles.append(_module.register_module_forward_hook(_post))
             yield session
@@ -172,16 +187,17 @@ def module_hooks(model: nn.Module, pre: PreHook, post: PostHook,
             f"{session.foreign_calls} times while modelprof profiled it: a model must not be "
             "used elsewhere (trained, served) while it is profiled, since profiling sets its "
             "mode and puts its state back at the end, over that thread's changes. Profile a "
-            "copy (copy.deepcopy(model)), or profile when the other thread is done")
+            "copy (copy.deepcopy(model)), or profile when the other thread is done"
+        )
 
 
 def _ignore(*_: Any) -> None:
     return None
 
 
-def count_foreign_calls(model: nn.Module,
-                        modules: dict[nn.Module, str] | None = None
-                        ) -> contextlib.AbstractContextManager[HookSession]:
+def count_foreign_calls(
+    model: nn.Module, modules: dict[nn.Module, str] | None = None
+) -> contextlib.AbstractContextManager[HookSession]:
     """Only count the calls other threads make to the model's modules during the block
     (``session.foreign_calls``). It installs global hooks, so each module call of this thread
     pays one hook call too: use it around passes whose timing that does not distort."""

@@ -4,6 +4,7 @@ device and dtype, and check that they fit in memory.
 Shared by the static analyser, the timer and the command line, so that ``profile``,
 ``measure_latency`` and ``measure_throughput`` accept exactly the same inputs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,16 +23,34 @@ from modelprof.runtime.device import normalize_device
 from modelprof.runtime.placement import model_placement, to_placement
 from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, map_tensors, shape_str
 
-__all__ = ["InputSpec", "ModelInputs", "available_memory_bytes", "build_inputs",
-           "check_input_bytes", "make_inputs", "parse_device", "parse_dtype", "parse_input_size",
-           "split_inputs", "token_inputs", "vocab_size"]
+__all__ = [
+    "InputSpec",
+    "ModelInputs",
+    "available_memory_bytes",
+    "build_inputs",
+    "check_input_bytes",
+    "make_inputs",
+    "parse_device",
+    "parse_dtype",
+    "parse_input_size",
+    "split_inputs",
+    "token_inputs",
+    "vocab_size",
+]
 
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
 }
 
 
@@ -59,15 +78,19 @@ def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """``None``, a ``torch.dtype`` or a name such as ``"fp16"``/``"bfloat16"``."""
     if dtype is None or isinstance(dtype, torch.dtype):
         if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
-            raise ModelProfError(f"dtype={dtype} is not a floating-point dtype; "
-                                 "pass integer inputs through inputs= instead")
+            raise ModelProfError(
+                f"dtype={dtype} is not a floating-point dtype; "
+                "pass integer inputs through inputs= instead"
+            )
         return dtype
     if isinstance(dtype, str):
         key = dtype.lower().removeprefix("torch.")
         if key in _DTYPE_NAMES:
             return _DTYPE_NAMES[key]
-    raise ModelProfError(f"dtype={dtype!r} is not understood; use one of "
-                         f"{sorted(set(_DTYPE_NAMES))} or a torch.dtype")
+    raise ModelProfError(
+        f"dtype={dtype!r} is not understood; use one of "
+        f"{sorted(set(_DTYPE_NAMES))} or a torch.dtype"
+    )
 
 
 def parse_device(device: torch.device | str | int | None) -> torch.device | None:
@@ -79,11 +102,15 @@ def parse_device(device: torch.device | str | int | None) -> torch.device | None
     except (RuntimeError, TypeError) as e:
         raise ModelProfError(f"device={device!r} is not a device: {e}") from e
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ModelProfError(f"device={device!r}: CUDA is not available on this machine "
-                             "(use 'cpu', or 'meta' to analyse shapes alone)")
+        raise ModelProfError(
+            f"device={device!r}: CUDA is not available on this machine "
+            "(use 'cpu', or 'meta' to analyse shapes alone)"
+        )
     if dev.type not in ("cpu", "cuda", "meta") and not _backend_available(dev):
-        raise ModelProfError(f"device={device!r}: the {dev.type!r} backend is not available "
-                             "on this machine (use 'cpu', or 'meta' to analyse shapes alone)")
+        raise ModelProfError(
+            f"device={device!r}: the {dev.type!r} backend is not available "
+            "on this machine (use 'cpu', or 'meta' to analyse shapes alone)"
+        )
     return normalize_device(dev)
 
 
@@ -110,20 +137,32 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
         input_size = tuple(input_size)
     if isinstance(input_size, np.ndarray) and input_size.ndim in (1, 2):
         input_size = input_size.tolist()  # (3, 224, 224) or one row per input
-    elif isinstance(input_size, (list, tuple)) and any(isinstance(s, np.ndarray)
-                                                        for s in input_size):
+    elif isinstance(input_size, (list, tuple)) and any(
+        isinstance(s, np.ndarray) for s in input_size
+    ):
         input_size = [s.tolist() if isinstance(s, np.ndarray) else s for s in input_size]
     if not isinstance(input_size, Sequence) or isinstance(input_size, (str, bytes)):
-        raise ModelProfError(f"input_size={brief(input_size)} must be a tuple of ints such as "
-                             "(3, 224, 224), or a list of such tuples")
+        raise ModelProfError(
+            f"input_size={brief(input_size)} must be a tuple of ints such as "
+            "(3, 224, 224), or a list of such tuples"
+        )
     if all(_is_int(d) for d in input_size):
         shapes = [tuple(input_size)]
-    elif all(isinstance(s, (Sequence, torch.Size)) and not isinstance(s, (str, bytes))
-             and all(_is_int(d) for d in s) for s in input_size) and len(input_size) > 0:
+    elif (
+        all(
+            isinstance(s, (Sequence, torch.Size))
+            and not isinstance(s, (str, bytes))
+            and all(_is_int(d) for d in s)
+            for s in input_size
+        )
+        and len(input_size) > 0
+    ):
         shapes = [tuple(s) for s in input_size]
     else:
-        raise ModelProfError(f"input_size={brief(input_size)} must be a tuple of ints such as "
-                             "(3, 224, 224), or a list of such tuples")
+        raise ModelProfError(
+            f"input_size={brief(input_size)} must be a tuple of ints such as "
+            "(3, 224, 224), or a list of such tuples"
+        )
     for shape in shapes:
         if any(int(d) <= 0 for d in shape):
             raise ModelProfError(f"input_size={brief(input_size)} has a dimension <= 0 in {shape}")
@@ -169,9 +208,11 @@ def make_inputs(
         # torchinfo's and thop's habit: profile(model, x) / profile(model, {"input_ids": ids})
         input_size, inputs = None, input_size
     if (input_size is None) == (inputs is None):
-        raise ModelProfError("pass exactly one of input_size (e.g. (3, 224, 224)) or inputs= "
-                             f"(got input_size={brief(input_size)}, inputs of type "
-                             f"{type(inputs).__name__})")
+        raise ModelProfError(
+            "pass exactly one of input_size (e.g. (3, 224, 224)) or inputs= "
+            f"(got input_size={brief(input_size)}, inputs of type "
+            f"{type(inputs).__name__})"
+        )
     if input_size is not None:
         shapes = parse_input_size(input_size)
         b = 1 if batch_size is None else batch_size
@@ -179,29 +220,31 @@ def make_inputs(
         check_input_bytes(input_size, shapes, b, make_dtype, dev)
         # a private generator: reproducible inputs, and the user's global RNG is not advanced
         gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
-        args = tuple(torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen)
-                     for s in shapes)
+        args = tuple(
+            torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen) for s in shapes
+        )
         return ModelInputs(args, {}, dev, make_dtype, b)
 
-    args, kwargs, notes = _call_arguments(model, inputs, dev,
-                                          lambda t: to_placement(t, dev, dt))
+    args, kwargs, notes = _call_arguments(model, inputs, dev, lambda t: to_placement(t, dev, dt))
     first = next(iter_tensors((args, kwargs)), None)
     inferred = _infer_batch(args, kwargs)
     if batch_size is not None and first is not None and batch_size != inferred:
         raise ModelProfError(
             f"batch_size={batch_size} contradicts inputs= whose batch is {inferred} (first "
             f"tensor of shape {tuple(first.shape)}); leave batch_size out with inputs=, or pass "
-            "tensors of that batch")
+            "tensors of that batch"
+        )
     batch_size = inferred if batch_size is None else batch_size
-    in_dtype = dt or (first.dtype if first is not None and first.is_floating_point()
-                      else model_dtype)
+    in_dtype = dt or (
+        first.dtype if first is not None and first.is_floating_point() else model_dtype
+    )
     _refuse_unmoved(args, kwargs, dev)
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
 
 
-def _call_arguments(model: Any, inputs: Any, dev: torch.device,
-                    move: Callable[[torch.Tensor], torch.Tensor]
-                    ) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
+def _call_arguments(
+    model: Any, inputs: Any, dev: torch.device, move: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
     """``inputs`` as positional and keyword arguments on ``dev`` (:func:`split_inputs`), with
     notes on what was done to them on the way."""
     args, kwargs = split_inputs(inputs)
@@ -221,16 +264,22 @@ def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (inputs,), {}
     if isinstance(inputs, Mapping):
         return (), _keywords(inputs, "inputs")
-    if type(inputs) is tuple and len(inputs) == 2 and type(inputs[0]) is tuple and \
-            isinstance(inputs[1], Mapping):
+    if (
+        type(inputs) is tuple
+        and len(inputs) == 2
+        and type(inputs[0]) is tuple
+        and isinstance(inputs[1], Mapping)
+    ):
         return inputs[0], _keywords(inputs[1], "inputs[1]")
     if isinstance(inputs, tuple):
         return inputs, {}
     if isinstance(inputs, list):
         return (inputs,), {}
-    raise ModelProfError(f"inputs of type {type(inputs).__name__} not understood; pass a "
-                         "tensor, a tuple of positional arguments, a dict of keyword arguments "
-                         "or both as (args, kwargs)")
+    raise ModelProfError(
+        f"inputs of type {type(inputs).__name__} not understood; pass a "
+        "tensor, a tuple of positional arguments, a dict of keyword arguments "
+        "or both as (args, kwargs)"
+    )
 
 
 def _keywords(mapping: Mapping, where: str) -> dict[str, Any]:
@@ -263,21 +312,27 @@ def _refuse_unmoved(args: tuple, kwargs: dict, device: torch.device) -> None:
     """modelprof moves tensors (and lists, tuples, dicts of them) to ``device``; an object that
     holds tensors elsewhere (a KV cache) is not moved: say so before the forward fails with a
     device mismatch that does not name it."""
-    named = [(f"inputs[{i}]", a) for i, a in enumerate(args)] + \
-        [(f"inputs[{k!r}]", v) for k, v in kwargs.items()]
+    named = [(f"inputs[{i}]", a) for i, a in enumerate(args)] + [
+        (f"inputs[{k!r}]", v) for k, v in kwargs.items()
+    ]
     for where, value in named:
-        if isinstance(value, (torch.Tensor, list, tuple, Mapping)) or value is None or \
-                not hasattr(value, "__dict__"):
+        if (
+            isinstance(value, (torch.Tensor, list, tuple, Mapping))
+            or value is None
+            or not hasattr(value, "__dict__")
+        ):
             continue
         for t in _held_tensors(value, set()):
-            if t.device.type != device.type or (device.index is not None
-                                                and t.device.index != device.index):
+            if t.device.type != device.type or (
+                device.index is not None and t.device.index != device.index
+            ):
                 raise ModelProfError(
                     f"{where} ({type(value).__name__}) holds tensors on {t.device}, and "
                     f"modelprof moves only tensors (and lists, tuples and dicts of them) to "
                     f"device={str(device)!r}: the {type(value).__name__} was not moved. Build "
                     f"it on {device} (e.g. from a forward of the model there), or profile on "
-                    f"{t.device}")
+                    f"{t.device}"
+                )
 
 
 def available_memory_bytes(device: torch.device) -> int | None:
@@ -307,8 +362,13 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
 
 
-def check_input_bytes(input_size: Any, shapes: list[tuple[int, ...]], batch_size: int,
-                      dtype: torch.dtype, device: torch.device) -> int:
+def check_input_bytes(
+    input_size: Any,
+    shapes: list[tuple[int, ...]],
+    batch_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> int:
     """Bytes the random inputs for ``shapes`` will take; refuses, before anything is
     allocated, inputs that cannot exist (over 2**63 elements) or do not fit in the memory
     available on ``device``. The error's cause is an ``OutOfMemoryError``, so a batch-size
@@ -316,8 +376,10 @@ def check_input_bytes(input_size: Any, shapes: list[tuple[int, ...]], batch_size
     itemsize = torch.empty((), dtype=dtype, device="meta").element_size()
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
     nbytes = sum(numels) * itemsize
-    what = (f"input_size={brief(input_size)} at batch_size {batch_size} needs {_gb(nbytes)} "
-            f"({str(dtype).removeprefix('torch.')}) for the input tensors alone")
+    what = (
+        f"input_size={brief(input_size)} at batch_size {batch_size} needs {_gb(nbytes)} "
+        f"({str(dtype).removeprefix('torch.')}) for the input tensors alone"
+    )
     if max(numels) >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
     available = None if device.type == "meta" else available_memory_bytes(device)
@@ -350,8 +412,9 @@ class InputSpec:
     high: float | None = None
     value: float | None = None
 
-    def make(self, batch_size: int, device: torch.device, gen: torch.Generator | None
-             ) -> torch.Tensor:
+    def make(
+        self, batch_size: int, device: torch.device, gen: torch.Generator | None
+    ) -> torch.Tensor:
         size = (batch_size, *self.shape)
         if self.value is not None:
             return torch.full(size, self.value, dtype=self.dtype, device=device)
@@ -361,14 +424,18 @@ class InputSpec:
             t = torch.rand(size, dtype=self.dtype, device=device, generator=gen)
             return t * (self.high - self.low) + self.low
         if self.low is None:
-            raise ModelProfError(f"input {self.name!r} ({str(self.dtype).removeprefix('torch.')})"
-                                 " needs a value range such as 0-30522 or a constant such as 1")
-        return torch.randint(int(self.low), int(self.high), size, dtype=self.dtype,
-                             device=device, generator=gen)
+            raise ModelProfError(
+                f"input {self.name!r} ({str(self.dtype).removeprefix('torch.')})"
+                " needs a value range such as 0-30522 or a constant such as 1"
+            )
+        return torch.randint(
+            int(self.low), int(self.high), size, dtype=self.dtype, device=device, generator=gen
+        )
 
 
-def build_inputs(specs: Sequence[InputSpec], batch_size: int = 1,
-                 device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+def build_inputs(
+    specs: Sequence[InputSpec], batch_size: int = 1, device: torch.device | str | None = None
+) -> dict[str, torch.Tensor]:
     """Keyword inputs from ``specs`` at ``batch_size``, from a private generator (seed 0):
     the same tensors every time, and the global random state is not advanced."""
     dev = parse_device(device) or torch.device("cpu")
@@ -393,15 +460,22 @@ def vocab_size(model: nn.Module) -> int:
         return emb.num_embeddings
     sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
     if not sizes:
-        raise ModelProfError(f"{type(model).__name__} has no nn.Embedding and no "
-                             "config.vocab_size to draw token ids from; give the range, "
-                             "e.g. input_ids:int64[128]:0-1000")
+        raise ModelProfError(
+            f"{type(model).__name__} has no nn.Embedding and no "
+            "config.vocab_size to draw token ids from; give the range, "
+            "e.g. input_ids:int64[128]:0-1000"
+        )
     return max(sizes)
 
 
-def token_inputs(model: nn.Module, seq_len: int, batch_size: int = 1, *,
-                 vocab: int | None = None, device: torch.device | str | None = None
-                 ) -> dict[str, torch.Tensor] | tuple[torch.Tensor]:
+def token_inputs(
+    model: nn.Module,
+    seq_len: int,
+    batch_size: int = 1,
+    *,
+    vocab: int | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, torch.Tensor] | tuple[torch.Tensor]:
     """Token inputs of shape ``(batch_size, seq_len)`` as calflops builds them: ``input_ids``
     drawn from ``[0, vocab)`` (default: :func:`vocab_size` of the model) and an all-ones
     ``attention_mask`` when the forward takes one; a forward without an ``input_ids``
@@ -436,7 +510,8 @@ def _takes_kwargs(model: nn.Module) -> bool:
     import inspect
 
     try:
-        return any(p.kind is p.VAR_KEYWORD
-                   for p in inspect.signature(model.forward).parameters.values())
+        return any(
+            p.kind is p.VAR_KEYWORD for p in inspect.signature(model.forward).parameters.values()
+        )
     except (TypeError, ValueError):
         return False

@@ -1,6 +1,7 @@
 """Where a model lives (device, dtype), and moving or copying it without touching the user's
 model: a deep copy where one works, a structural copy (shared tensors, fresh registries) where not.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,12 +43,17 @@ def to_placement(t: torch.Tensor, device: torch.device, dtype: torch.dtype | Non
 
 def _in_format(model: nn.Module, memory_format: torch.memory_format) -> bool:
     """Every 4-D parameter and buffer of ``model`` is already laid out in ``memory_format``."""
-    return all(t.dim() != 4 or t.is_contiguous(memory_format=memory_format)
-               for t in _model_tensors(model))
+    return all(
+        t.dim() != 4 or t.is_contiguous(memory_format=memory_format) for t in _model_tensors(model)
+    )
 
 
-def moved_model(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
-                memory_format: torch.memory_format | None = None) -> nn.Module:
+def moved_model(
+    model: nn.Module,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    memory_format: torch.memory_format | None = None,
+) -> nn.Module:
     """``model`` itself when it already lives on ``device``/``dtype``; otherwise a converted copy.
 
     The user's model is never converted in place.
@@ -56,26 +62,42 @@ def moved_model(model: nn.Module, device: torch.device, dtype: torch.dtype | Non
     same = same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
     if same and (memory_format is None or _in_format(model, memory_format)):
         return model
-    changes = (("device", device if not same_device(cur_device, device) else None),
-               ("dtype", dtype if dtype is not None and cur_dtype != dtype else None),
-               ("memory format", memory_format))
+    changes = (
+        ("device", device if not same_device(cur_device, device) else None),
+        ("dtype", dtype if dtype is not None and cur_dtype != dtype else None),
+        ("memory format", memory_format),
+    )
     wanted = ", ".join(f"{k} {v}" for k, v in changes if v is not None)
     clone = copy_model(model, f"convert it to {wanted}")
     try:
         # one conversion: no intermediate copy in the old dtype on the new device
         clone.to(device=device, dtype=dtype, memory_format=memory_format)
     except NotImplementedError as e:  # a torch.export module: its graph cannot be converted
-        raise ModelProfError(f"cannot {wanted} a copy of {type(model).__name__}: "
-                             f"{type(e).__name__}: {e}. Export it again on that device/dtype, "
-                             "or profile it as it is") from e
+        raise ModelProfError(
+            f"cannot {wanted} a copy of {type(model).__name__}: "
+            f"{type(e).__name__}: {e}. Export it again on that device/dtype, "
+            "or profile it as it is"
+        ) from e
     return clone
 
 
-_REGISTRIES = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
-               "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-               "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
-               "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
-               "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+_REGISTRIES = (
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
 
 
 def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> nn.Module:
@@ -91,11 +113,13 @@ def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> n
     """
     from modelprof.distributed.group import communicates
 
-    if communicates(model):   # a copy would share (or break) the process group's state
-        raise ModelProfError(f"cannot copy the model ({type(model).__name__}) to {why}: it is "
-                             "sharded or replicated across a process group (DDP, FSDP2, "
-                             "DTensor), and modelprof never copies such a model; prepare it "
-                             "as it should run (device, dtype) and profile it as it is")
+    if communicates(model):  # a copy would share (or break) the process group's state
+        raise ModelProfError(
+            f"cannot copy the model ({type(model).__name__}) to {why}: it is "
+            "sharded or replicated across a process group (DDP, FSDP2, "
+            "DTensor), and modelprof never copies such a model; prepare it "
+            "as it should run (device, dtype) and profile it as it is"
+        )
     try:
         return copy.deepcopy(model)
     except Exception as e:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...
@@ -107,7 +131,8 @@ def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> n
             f"cannot copy the model ({type(model).__name__}) to {why}: copy.deepcopy failed "
             f"({type(deep_error).__name__}: {deep_error}) and so did a module-by-module copy "
             f"({type(e).__name__}: {e}). Convert the model yourself (model.to(...)) and "
-            "profile it as it is") from deep_error
+            "profile it as it is"
+        ) from deep_error
 
 
 def _structural_copy(model: nn.Module, own_parameters: bool = False) -> nn.Module:

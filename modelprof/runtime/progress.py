@@ -8,6 +8,7 @@ found" in a notebook). In a Jupyter kernel with ipywidgets the notebook widget i
 else the plain text bar on stderr (``tqdm.tqdm``, never ``tqdm.auto``, which warns without
 ipywidgets).
 """
+
 from __future__ import annotations
 
 import sys
@@ -69,8 +70,15 @@ def _tqdm_class() -> Any:
     return tqdm
 
 
-def progress_bar(total: float | None, *, enabled: bool, desc: str | None = None,
-                 unit: str = "it", leave: bool = False, bar_format: str | None = None) -> Any:
+def progress_bar(
+    total: float | None,
+    *,
+    enabled: bool,
+    desc: str | None = None,
+    unit: str = "it",
+    leave: bool = False,
+    bar_format: str | None = None,
+) -> Any:
     """A progress bar over ``total`` steps (``None`` when unknown: no ETA), or a no-op.
 
     ``enabled=False`` returns :class:`NoProgress` without importing tqdm; so does a missing tqdm,
@@ -87,8 +95,9 @@ def progress_bar(total: float | None, *, enabled: bool, desc: str | None = None,
     extra: dict[str, Any] = {} if bar_format is None else {"bar_format": bar_format}
     if cls.__module__ == "tqdm.notebook":
         return cls(total=total, desc=desc, unit=unit, leave=leave, **extra)
-    return cls(total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr, dynamic_ncols=True,
-               **extra)
+    return cls(
+        total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr, dynamic_ncols=True, **extra
+    )
 
 
 # seconds are floats: tqdm's default "n/total" would print 1.2345678/5.0
@@ -128,7 +137,16 @@ def sampling_bar(stop: Any, *, enabled: bool, desc: str, candidates: int = 1) ->
     without it (the adaptive stop) over the time budget, ``stop.budget_s`` per candidate of an
     interleaved loop; a no-op when not ``enabled`` or without tqdm."""
     if stop.repeat is not None:
-        return SamplingBar(progress_bar(stop.repeat, enabled=enabled, desc=desc, unit="sample"),
-                           True)
-    return SamplingBar(progress_bar(stop.budget_s * candidates, enabled=enabled, desc=desc,
-                                    unit="s", bar_format=_SECONDS_FORMAT), False)
+        return SamplingBar(
+            progress_bar(stop.repeat, enabled=enabled, desc=desc, unit="sample"), True
+        )
+    return SamplingBar(
+        progress_bar(
+            stop.budget_s * candidates,
+            enabled=enabled,
+            desc=desc,
+            unit="s",
+            bar_format=_SECONDS_FORMAT,
+        ),
+        False,
+    )

@@ -21,6 +21,7 @@ Not kept: modules reachable from the inputs (a module is the state guard's busin
 first ``MAX_OBJECTS`` of the graph, and what has neither attributes nor items to record (a
 numpy array written in place). Memory: one copy of the input tensors while ``profile`` runs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,10 +40,29 @@ from modelprof.runtime.tensors import version_of
 __all__ = ["Snapshot", "snapshot_of"]
 
 # objects that hold nothing a pass could change (or that are not the user's data: code, classes)
-_ATOMS = (str, bytes, int, float, complex, bool, type(None), range, slice, enum.Enum, type,
-          torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size,
-          types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
-          nn.Module)   # a module is the state guard's (``modelprof.runtime.guard``)
+_ATOMS = (
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    range,
+    slice,
+    enum.Enum,
+    type,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+    torch.Size,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+    nn.Module,
+)  # a module is the state guard's (``modelprof.runtime.guard``)
 #: the walk stops after this many objects (a graph that large is not an input: the rest is
 #: neither copied nor put back)
 MAX_OBJECTS = 100_000
@@ -56,8 +76,14 @@ def _grad(t: torch.Tensor) -> torch.Tensor | None:
 def _layout(t: torch.Tensor) -> tuple:
     """What ``t.data = other`` or ``t.set_(...)`` changes."""
     try:
-        return (t.untyped_storage().data_ptr(), t.storage_offset(), t.size(), t.stride(),
-                t.dtype, t.device)
+        return (
+            t.untyped_storage().data_ptr(),
+            t.storage_offset(),
+            t.size(),
+            t.stride(),
+            t.dtype,
+            t.device,
+        )
     except (RuntimeError, NotImplementedError, TypeError):  # meta, nested, sparse, subclasses
         if t.is_nested:  # a strided nested tensor has no sizes: its components' shapes
             return (tuple(tuple(c.shape) for c in t.unbind()), t.dtype, t.device)
@@ -73,8 +99,11 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
             return len(parts_a) == len(parts_b) and all(map(_equal, parts_a, parts_b))
         if torch.equal(a, b):
             return True
-        return (a.is_floating_point() or a.is_complex()) and a.shape == b.shape and \
-            bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        return (
+            (a.is_floating_point() or a.is_complex())
+            and a.shape == b.shape
+            and bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        )
     except (RuntimeError, NotImplementedError, TypeError, AttributeError):
         return False
 
@@ -82,7 +111,7 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 @dataclasses.dataclass(eq=False, slots=True)
 class _Tensor:
     tensor: torch.Tensor
-    alias: torch.Tensor        # a detached alias: keeps the original storage, sizes and strides
+    alias: torch.Tensor  # a detached alias: keeps the original storage, sizes and strides
     copy: torch.Tensor | None  # its values, where it has any (not meta, fake)
     version: int | None
     layout: tuple
@@ -109,7 +138,7 @@ class Snapshot:
         self._sets: list[tuple[set, set]] = []
         self._slots: list[tuple[Any, tuple[str, ...], tuple]] = []
         self._tensors: list[_Tensor] = []
-        self._unseen: set[int] = set()   # tensors found written with no version bump (by index)
+        self._unseen: set[int] = set()  # tensors found written with no version bump (by index)
         self._seen: set[int] = set()
         self.truncated = False
         self.add(*objs)
@@ -153,8 +182,9 @@ class Snapshot:
                 todo.extend(v for v in values if v is not _MISSING)
 
     def _tensor(self, t: torch.Tensor) -> None:
-        self._tensors.append(_Tensor(t, t.detach(), _clone(t), version_of(t), _layout(t), _grad(t),
-                                     t.requires_grad))
+        self._tensors.append(
+            _Tensor(t, t.detach(), _clone(t), version_of(t), _layout(t), _grad(t), t.requires_grad)
+        )
 
     # -- checking and putting back ------------------------------------------------------------
     def _tensor_changed(self, i: int, values: bool) -> bool:
@@ -162,8 +192,7 @@ class Snapshot:
         counter, and by value (``values``) or else by having been found written unseen."""
         s = self._tensors[i]
         t = s.tensor
-        if (_grad(t) is not s.grad or t.requires_grad != s.requires_grad
-                or _layout(t) != s.layout):
+        if _grad(t) is not s.grad or t.requires_grad != s.requires_grad or _layout(t) != s.layout:
             return True
         version = version_of(t)
         if version is not None and version != s.version:
@@ -173,21 +202,26 @@ class Snapshot:
         # a write no version counter sees (through ``.data``, an inference tensor)
         unseen = s.copy is not None and not _equal(t, s.copy)
         if unseen:
-            self._unseen.add(i)       # the quick check between passes copies it back always
+            self._unseen.add(i)  # the quick check between passes copies it back always
         return unseen
 
     def _structure_changed(self) -> bool:
         is_ = operator.is_
-        return (any(len(o) != len(c) or not all(map(is_, o, c)) for o, c in self._lists)
-                or any(not _same_items(o, c) for o, c in self._dicts)
-                or any(o != c for o, c in self._sets)
-                or any(not all(map(is_, (getattr(o, s, _MISSING) for s in names), values))
-                       for o, names, values in self._slots))
+        return (
+            any(len(o) != len(c) or not all(map(is_, o, c)) for o, c in self._lists)
+            or any(not _same_items(o, c) for o, c in self._dicts)
+            or any(o != c for o, c in self._sets)
+            or any(
+                not all(map(is_, (getattr(o, s, _MISSING) for s in names), values))
+                for o, names, values in self._slots
+            )
+        )
 
     def changed(self) -> bool:
         """Whether anything differs from the snapshot (values compared too)."""
         return self._structure_changed() or any(
-            self._tensor_changed(i, True) for i in range(len(self._tensors)))
+            self._tensor_changed(i, True) for i in range(len(self._tensors))
+        )
 
     def restore(self, values: bool = True) -> bool:
         """Put back everything that differs; True when something did. ``values=False`` trusts
@@ -235,7 +269,7 @@ class Snapshot:
             t.requires_grad_(s.requires_grad)
         if _grad(t) is not s.grad:
             t.grad = s.grad
-        s.version = version_of(t)    # the copy bumped it: this is the entry state now
+        s.version = version_of(t)  # the copy bumped it: this is the entry state now
 
     def reset(self) -> None:
         """The quick :meth:`restore` to run between passes: version counters and identities
@@ -250,8 +284,11 @@ class Snapshot:
 
 
 def _same_items(live: dict, saved: dict) -> bool:
-    return (len(live) == len(saved) and all(map(operator.is_, live.values(), saved.values()))
-            and all(map(operator.eq, live, saved)))
+    return (
+        len(live) == len(saved)
+        and all(map(operator.is_, live.values(), saved.values()))
+        and all(map(operator.eq, live, saved))
+    )
 
 
 _slot_cache: dict[type, tuple[str, ...]] = {}
@@ -268,7 +305,7 @@ def _slot_names(cls: type) -> tuple[str, ...]:
                 slots = (slots,)
             names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
-            names = []   # a builtin's or torch's slots are not the user's data
+            names = []  # a builtin's or torch's slots are not the user's data
         found = _slot_cache[cls] = tuple(dict.fromkeys(names))
     return found
 

@@ -2,6 +2,7 @@
 namedtuples): map over them, their shapes and their bytes. Tensor bytes are counted here and
 nowhere else.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +13,21 @@ import torch
 
 from modelprof.runtime import compat
 
-__all__ = ["PLAIN_TENSORS", "brief", "holds_tensors", "is_dtensor_type", "iter_tensors",
-           "map_tensors", "nbytes", "shape_str", "stored_nbytes", "tensor_bytes", "tensor_nbytes",
-           "tensor_shape", "version_of"]
+__all__ = [
+    "PLAIN_TENSORS",
+    "brief",
+    "holds_tensors",
+    "is_dtensor_type",
+    "iter_tensors",
+    "map_tensors",
+    "nbytes",
+    "shape_str",
+    "stored_nbytes",
+    "tensor_bytes",
+    "tensor_nbytes",
+    "tensor_shape",
+    "version_of",
+]
 
 #: the types of plain tensors (no subclass): a parameter and a buffer are tensors
 PLAIN_TENSORS = frozenset(compat.PLAIN_TENSOR_TYPES)
@@ -93,12 +106,18 @@ def stored_nbytes(t: torch.Tensor) -> int:
     if not hasattr(type(t), "__tensor_flatten__") or is_dtensor_type(type(t)):
         data = t.numel() * t.element_size()
         if t.is_quantized and t.qscheme() in _PER_CHANNEL:
-            return data + stored_nbytes(t.q_per_channel_scales()) + \
-                stored_nbytes(t.q_per_channel_zero_points())
+            return (
+                data
+                + stored_nbytes(t.q_per_channel_scales())
+                + stored_nbytes(t.q_per_channel_zero_points())
+            )
         return data
     names = t.__tensor_flatten__()[0]
-    return sum(stored_nbytes(inner) for inner in (getattr(t, n, None) for n in names)
-               if isinstance(inner, torch.Tensor))
+    return sum(
+        stored_nbytes(inner)
+        for inner in (getattr(t, n, None) for n in names)
+        if isinstance(inner, torch.Tensor)
+    )
 
 
 def nbytes(obj: Any) -> int:
@@ -119,8 +138,9 @@ def version_of(t: torch.Tensor) -> int | None:
 
 def shape_str(obj: Any) -> str:
     """Shapes of the tensors in ``obj``, ``x``-joined, comma-separated: ``1x3x224x224, 1x10``."""
-    return ", ".join("x".join(str(d) for d in tensor_shape(t)) if t.dim() else "()"
-                     for t in iter_tensors(obj))
+    return ", ".join(
+        "x".join(str(d) for d in tensor_shape(t)) if t.dim() else "()" for t in iter_tensors(obj)
+    )
 
 
 def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
@@ -131,8 +151,10 @@ def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
         return sum(map(tensor_nbytes, distinct))
     size = torch.empty((), dtype=dtype).element_size()
     # a quantized weight (a tensor subclass) keeps its stored size, whatever it computes in
-    return sum(t.numel() * size if t.is_floating_point() and type(t) in PLAIN_TENSORS else
-               tensor_nbytes(t) for t in distinct)
+    return sum(
+        t.numel() * size if t.is_floating_point() and type(t) in PLAIN_TENSORS else tensor_nbytes(t)
+        for t in distinct
+    )
 
 
 def holds_tensors(obj: Any) -> bool:
@@ -143,6 +165,7 @@ def holds_tensors(obj: Any) -> bool:
 def brief(obj: Any, limit: int = 200) -> str:
     """``repr(obj)`` for an error message, with every tensor shown as its shape and dtype
     (``Tensor[2x128, int64]``) instead of its values, cut at ``limit`` characters."""
+
     def show(o: Any) -> str:
         if isinstance(o, torch.Tensor):
             shape = "x".join(map(str, tensor_shape(o))) if o.dim() else "()"
@@ -157,4 +180,4 @@ def brief(obj: Any, limit: int = 200) -> str:
         return repr(o)
 
     text = show(obj)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -15,6 +15,7 @@ across two calls) gets them summed by the engine right after the node that deliv
 autograd runs the newest ready node first, so the last delivery comes from the first use: the sum
 lands in the owner's backward too.
 """
+
 from __future__ import annotations
 
 import bisect

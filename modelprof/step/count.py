@@ -17,6 +17,7 @@ the alias, never on the user's parameter), buffers as clones (train-mode batch n
 clone), inputs that require grad as detached leaves — and under a forked RNG (dropout does not
 advance the user's generator).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,9 +49,20 @@ from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.step.spec import StepSpec
 
-__all__ = ["BackwardScope", "PassCost", "SavedBytes", "StepCost", "add_pass", "count_step",
-           "grad_leaves", "move_target", "step_guard", "step_state", "storage_key",
-           "trainable_check"]
+__all__ = [
+    "BackwardScope",
+    "PassCost",
+    "SavedBytes",
+    "StepCost",
+    "add_pass",
+    "count_step",
+    "grad_leaves",
+    "move_target",
+    "step_guard",
+    "step_state",
+    "storage_key",
+    "trainable_check",
+]
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,7 +76,7 @@ class PassCost:
     op_write_bytes: int = 0
     collect_op_bytes: bool = False
     ops: dict[str, int] = dataclasses.field(default_factory=dict)  # FLOPs by op
-    comm: dict | None = None    # collectives: (kind, group size) -> CommStats
+    comm: dict | None = None  # collectives: (kind, group size) -> CommStats
 
 
 @dataclasses.dataclass(eq=False)
@@ -81,11 +93,11 @@ class StepCost:
     loss_input_shapes: list[tuple[int, ...]]
     loss_output_bytes: int
     optimizer: OptimizerCost | None
-    by_op: dict[str, OpStats]          # the backward's ops (the loss's included)
-    loss_by_op: dict[str, OpStats]     # the loss's forward ops
-    unsupported: Counter               # ops with no formula: loss, backward, optimizer
-    owning_calls: set[int]             # calls that own a backward node or saved bytes
-    nodes: int                         # autograd nodes in the graph
+    by_op: dict[str, OpStats]  # the backward's ops (the loss's included)
+    loss_by_op: dict[str, OpStats]  # the loss's forward ops
+    unsupported: Counter  # ops with no formula: loss, backward, optimizer
+    owning_calls: set[int]  # calls that own a backward node or saved bytes
+    nodes: int  # autograd nodes in the graph
     # of ``backward``, per call record: what the backward ran with grad enabled, i.e. the
     # forward ops activation checkpointing ran again (both of torch.utils.checkpoint's variants
     # recompute under ``enable_grad`` while the engine runs the derivatives with grad off)
@@ -111,8 +123,9 @@ class _StepTracker(Tracker):
         super().pre(module, args, kwargs)
         self.marks.mark(self.stack[-1].index)
 
-    def post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any,
-             raised: bool = False) -> None:
+    def post(
+        self, module: nn.Module, args: tuple, kwargs: dict, output: Any, raised: bool = False
+    ) -> None:
         super().post(module, args, kwargs, output, raised)
         self.marks.mark(self.current.index)
 
@@ -133,8 +146,13 @@ class BackwardScope:
     checkpointing does: with ``recompute`` given, it is charged to that call's ``recompute``
     entry, which the step then adds to the call's backward (:func:`add_pass`)."""
 
-    def __init__(self, tags: NodeTags, costs: list[PassCost], loss: PassCost,
-                 recompute: list[PassCost] | None = None) -> None:
+    def __init__(
+        self,
+        tags: NodeTags,
+        costs: list[PassCost],
+        loss: PassCost,
+        recompute: list[PassCost] | None = None,
+    ) -> None:
         self.tags = tags
         self.costs = costs
         self.loss = loss
@@ -189,9 +207,12 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def step_state(model: nn.Module, device: torch.device, dtype: torch.dtype | None,
-               memory_format: torch.memory_format | None = None
-               ) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+def step_state(
+    model: nn.Module,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    memory_format: torch.memory_format | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
     """Parameters (aliases needing grad as the originals; copies of inference tensors) and
     buffers (copies) to run ``model`` with, on ``device``/``dtype`` (4-D ones in
     ``memory_format``); and the map
@@ -235,9 +256,11 @@ def grad_leaves(obj: Any) -> Any:
 def move_target(target: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
     """The target on ``device``; floating tensors cast to ``dtype`` when one is asked for.
     Detached: a target is data, so no gradient flows into it (nor onto the user's tensor)."""
+
     def move(t: torch.Tensor) -> torch.Tensor:
         cast = dtype if (dtype is not None and t.is_floating_point()) else None
         return t.detach().to(device=device, dtype=cast)
+
     return map_tensors(target, move)
 
 
@@ -246,8 +269,7 @@ def step_guard(device: torch.device) -> Iterator[None]:
     """Grad on (also inside the caller's ``no_grad``/``inference_mode``), and the RNG of the
     CPU and of ``device`` restored afterwards."""
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.inference_mode(False), \
-            torch.enable_grad():
+    with torch.random.fork_rng(devices=devices), torch.inference_mode(False), torch.enable_grad():
         yield
 
 
@@ -259,26 +281,35 @@ def trainable_check(model: nn.Module, inputs: Any = None) -> None:
         return
     if any(t.requires_grad for t in iter_tensors(inputs)):
         return
-    what = (f"all {len(params)} of its parameters are frozen (requires_grad=False)"
-            if params else "it has no parameters")
-    raise ModelProfError(f"model {type(model).__name__} has no parameter that requires grad "
-                         f"({what}) and no input does: there is no training step to profile; "
-                         "unfreeze some parameters or pass backward=False")
+    what = (
+        f"all {len(params)} of its parameters are frozen (requires_grad=False)"
+        if params
+        else "it has no parameters"
+    )
+    raise ModelProfError(
+        f"model {type(model).__name__} has no parameter that requires grad "
+        f"({what}) and no input does: there is no training step to profile; "
+        "unfreeze some parameters or pass backward=False"
+    )
 
 
 def _check_materialised(model: nn.Module) -> None:
-    lazy = [n for n, p in model.named_parameters()
-            if isinstance(p, nn.parameter.UninitializedParameter)]
+    lazy = [
+        n for n, p in model.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)
+    ]
     if lazy:
-        raise ModelProfError(f"the model has uninitialised lazy parameters ({lazy[0]!r}"
-                             f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
-                             "so that profiling does not materialise them in your model")
+        raise ModelProfError(
+            f"the model has uninitialised lazy parameters ({lazy[0]!r}"
+            f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
+            "so that profiling does not materialise them in your model"
+        )
 
 
 def _model_params(model: nn.Module, view: Any) -> int:
     """Elements of the model's distinct parameters (its shards per rank, per ``view``)."""
-    return sum({id(p): p.numel() if view is None else view.count(p)
-                for p in model.parameters()}.values())
+    return sum(
+        {id(p): p.numel() if view is None else view.count(p) for p in model.parameters()}.values()
+    )
 
 
 def _own_parameters(model: nn.Module, state: dict, copy_of: dict) -> tuple[dict, dict]:
@@ -289,89 +320,122 @@ def _own_parameters(model: nn.Module, state: dict, copy_of: dict) -> tuple[dict,
     if not communicates(model):
         return state, copy_of
     own = {n for n, _ in model.named_parameters(remove_duplicate=False)}
-    return ({k: v for k, v in state.items() if k not in own},
-            {id(p): p for p in model.parameters()})
+    return (
+        {k: v for k, v in state.items() if k not in own},
+        {id(p): p for p in model.parameters()},
+    )
 
 
-def count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec,
-               mode: RunMode = RunMode(training=True, no_grad=False),
-               registry: FormulaRegistry | None = None) -> tuple[StaticResult, StepCost]:
+def count_step(
+    model: nn.Module,
+    inputs: ModelInputs,
+    spec: StepSpec,
+    mode: RunMode = RunMode(training=True, no_grad=False),
+    registry: FormulaRegistry | None = None,
+) -> tuple[StaticResult, StepCost]:
     """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
     ``mode`` as the static pass's (``counting.forward.analyze``), with grad on."""
     mode = dataclasses.replace(mode.on(inputs.device), no_grad=False)
     model = counted_module(model, inputs, mode.amp)
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
-    spec = spec.isolated()          # the loss's own parameters and buffers: a copy's
-    with preserved_state(model) as guard:   # the caller's, when profile() holds one
+    spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
+    with preserved_state(model) as guard:  # the caller's, when profile() holds one
         # the forward's in-place writes of the parameters (``weight.data.clamp_``, an
         # ``Embedding(max_norm=)``) reach the user's storage through the aliases: the guard
         # copies each such tensor before its first write, as in the static pass
         return _count_step(model, inputs, spec, guard, mode, registry)
 
 
-def _count_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, guard: Any,
-                mode: RunMode, registry: FormulaRegistry | None) -> tuple[StaticResult, StepCost]:
+def _count_step(
+    model: nn.Module,
+    inputs: ModelInputs,
+    spec: StepSpec,
+    guard: Any,
+    mode: RunMode,
+    registry: FormulaRegistry | None,
+) -> tuple[StaticResult, StepCost]:
     """``count_step``'s pass, its state guard held."""
-    dtype_requested = mode.dtype
-    model_name = type(model).__name__
     names = module_names(model)
     tracker = _StepTracker(names, registry, memory_stats=MemoryStats.for_device(inputs.device))
     tracker.param_view = view = ParamView.for_model(model)
     counter = OpCounter(tracker, registry, before_op=guard.write_hook())
-    state, copy_of = step_state(model, inputs.device, dtype_requested, mode.memory_format)
+    state, copy_of = step_state(model, inputs.device, mode.dtype, mode.memory_format)
     state, copy_of = _own_parameters(model, state, copy_of)
     skip = {storage_key(t)[0] for t in (*state.values(), *copy_of.values())}
-    args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
-    target = move_target(spec.target, inputs.device, dtype_requested)
+    target = move_target(spec.target, inputs.device, mode.dtype)
     saved = SavedBytes(skip, lambda: tracker.current.index)
     loss_forward, loss_backward = PassCost(collect_op_bytes=True), PassCost()
     loss_counter = OpCounter(_FixedScope(loss_forward), registry)
     device = inputs.device
 
     with step_guard(device), running(model, dataclasses.replace(mode, amp=None)):
-        try:
-            with meta_attention(device, names, False), \
-                    module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True), \
-                    counter, saved.hooks(), amp_context(device, mode.amp):
-                output = torch.func.functional_call(model, state, args, kwargs, strict=False,
-                                                    tie_weights=True)
-        except ModelProfError:
-            raise
-        except Exception as e:
-            raise forward_error(e, tracker, inputs) from e
-        records: list[CallRecord] = tracker.final_records(model, inputs.args, inputs.kwargs,
-                                                          output)
+        hooks = (
+            meta_attention(device, names, False),
+            module_hooks(model, tracker.pre, tracker.post, names, post_with_inputs=True),
+            counter,
+            saved.hooks(),
+            amp_context(device, mode.amp),
+        )
+        output = _counted_forward(model, state, inputs, tracker, hooks)
+        records: list[CallRecord] = tracker.final_records(model, inputs.args, inputs.kwargs, output)
         tracker.marks.mark(LOSS)
         saved.call = lambda: LOSS
         guard.begin("the loss")
         with loss_counter, saved.hooks(), amp_context(device, mode.amp):
-            loss = spec.loss(output, target, model_name)
+            loss = spec.loss(output, target, type(model).__name__)
         tags = tag_graph([loss.grad_fn], tracker.marks)
         guard.begin("the counted backward")
+        label = f"{type(model).__name__} (loss {spec.loss_name})"
         costs, recompute, backward_counter = _backward_costs(
-            loss, tags, len(records), loss_backward, registry,
-            f"{model_name} (loss {spec.loss_name})")
+            loss, tags, len(records), loss_backward, registry, label
+        )
         params = list({id(a): a for a in copy_of.values()}.values())  # as model.parameters()
         guard.begin("the counted optimizer step")
         optimizer, opt_unsupported = _count_optimizer(spec, params, copy_of, registry)
 
-    unsupported = Counter(loss_counter.unsupported)
-    unsupported.update(backward_counter.unsupported)
-    unsupported.update(opt_unsupported)
+    unsupported = Counter(loss_counter.unsupported) + backward_counter.unsupported + opt_unsupported
     saved_by = [int(saved.by_call.get(r.index, 0)) for r in records]
     static = StaticResult(records, counter.unsupported, counter.by_op, _model_params(model, view))
     cost = StepCost(
-        backward=costs, saved_bytes=saved_by, loss_forward=loss_forward,
-        loss_backward=loss_backward, loss_saved_bytes=int(saved.by_call.get(LOSS, 0)),
+        backward=costs,
+        saved_bytes=saved_by,
+        loss_forward=loss_forward,
+        loss_backward=loss_backward,
+        loss_saved_bytes=int(saved.by_call.get(LOSS, 0)),
         loss_name=spec.loss_name,
         loss_input_shapes=[tensor_shape(t) for t in iter_tensors(output)],
-        loss_output_bytes=loss.numel() * loss.element_size(), optimizer=optimizer,
-        by_op=backward_counter.by_op, loss_by_op=loss_counter.by_op, unsupported=unsupported,
+        loss_output_bytes=loss.numel() * loss.element_size(),
+        optimizer=optimizer,
+        by_op=backward_counter.by_op,
+        loss_by_op=loss_counter.by_op,
+        unsupported=unsupported,
         owning_calls={c for c in tags.by_node.values() if c >= 0}
         | {i for i, b in enumerate(saved_by) if b},
-        nodes=len(tags.nodes), recompute=recompute)
+        nodes=len(tags.nodes),
+        recompute=recompute,
+    )
     return static, cost
+
+
+def _counted_forward(
+    model: nn.Module, state: dict, inputs: ModelInputs, tracker: Any, hooks: tuple
+) -> Any:
+    """The training step's forward through ``functional_call`` on ``state``, the inputs as
+    leaves that collect gradients, under ``hooks`` (the counters and module hooks); its failure
+    names the call it failed in."""
+    args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
+    try:
+        with contextlib.ExitStack() as scope:
+            for hook in hooks:
+                scope.enter_context(hook)
+            return torch.func.functional_call(
+                model, state, args, kwargs, strict=False, tie_weights=True
+            )
+    except ModelProfError:
+        raise
+    except Exception as e:
+        raise forward_error(e, tracker, inputs) from e
 
 
 def add_pass(into: PassCost, part: PassCost) -> None:
@@ -386,22 +450,29 @@ def add_pass(into: PassCost, part: PassCost) -> None:
         merge_comm(into.comm, part.comm)
 
 
-def _backward_costs(loss: torch.Tensor, tags: NodeTags, n: int, loss_backward: PassCost,
-                    registry: FormulaRegistry | None, what: str
-                    ) -> tuple[list[PassCost], list[PassCost], OpCounter]:
+def _backward_costs(
+    loss: torch.Tensor,
+    tags: NodeTags,
+    n: int,
+    loss_backward: PassCost,
+    registry: FormulaRegistry | None,
+    what: str,
+) -> tuple[list[PassCost], list[PassCost], OpCounter]:
     """The backward of ``loss`` counted per call (``n`` calls): each call's backward, the part
     of it that recomputed the forward, and the counter."""
     costs = [PassCost() for _ in range(n)]
     recompute = [PassCost() for _ in range(n)]
-    counter = _count_backward(loss, BackwardScope(tags, costs, loss_backward, recompute),
-                              registry, what)
+    counter = _count_backward(
+        loss, BackwardScope(tags, costs, loss_backward, recompute), registry, what
+    )
     for cost, again in zip(costs, recompute):
         add_pass(cost, again)
     return costs, recompute, counter
 
 
-def _count_backward(loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None,
-                    what: str) -> OpCounter:
+def _count_backward(
+    loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None, what: str
+) -> OpCounter:
     """Run the backward of ``loss`` under an op counter charging ``scope``'s entries."""
     counter = OpCounter(scope, registry)
     try:
@@ -410,13 +481,16 @@ def _count_backward(loss: torch.Tensor, scope: BackwardScope, registry: FormulaR
     except ModelProfError:
         raise
     except Exception as e:
-        raise ModelProfError(f"the backward pass of {what} failed: "
-                             f"{type(e).__name__}: {e}") from e
+        raise ModelProfError(f"the backward pass of {what} failed: {type(e).__name__}: {e}") from e
     return counter
 
 
-def _count_optimizer(spec: StepSpec, params: list[torch.Tensor], copy_of: dict[int, torch.Tensor],
-                     registry: FormulaRegistry | None) -> tuple[OptimizerCost | None, Counter]:
+def _count_optimizer(
+    spec: StepSpec,
+    params: list[torch.Tensor],
+    copy_of: dict[int, torch.Tensor],
+    registry: FormulaRegistry | None,
+) -> tuple[OptimizerCost | None, Counter]:
     """The step by formula; for an optimizer without one, its ops counted over one steady-state
     step on copies of the parameters (the first step, which makes the state, is not counted)."""
     if spec.optimizer is None:
@@ -442,12 +516,23 @@ def _count_optimizer(spec: StepSpec, params: list[torch.Tensor], copy_of: dict[i
     except ModelProfError:
         raise
     except Exception as e:
-        raise ModelProfError(f"optimizer={spec.optimizer_name} has no per-element formula and "
-                             f"its step could not be run to count it: {type(e).__name__}: {e}"
-                             ) from e
+        raise ModelProfError(
+            f"optimizer={spec.optimizer_name} has no per-element formula and "
+            f"its step could not be run to count it: {type(e).__name__}: {e}"
+        ) from e
     elements = sum(c.numel() for c in clones.values() if c.grad is not None)
-    state = sum(t.numel() * t.element_size() for per_param in stepping.state.values()
-                for t in per_param.values() if isinstance(t, torch.Tensor))
-    return OptimizerCost(spec.optimizer_name or type(stepping).__name__, elements, entry.flops,
-                         entry.op_read_bytes, entry.op_write_bytes, "ops", state), \
-        counter.unsupported
+    state = sum(
+        t.numel() * t.element_size()
+        for per_param in stepping.state.values()
+        for t in per_param.values()
+        if isinstance(t, torch.Tensor)
+    )
+    return OptimizerCost(
+        spec.optimizer_name or type(stepping).__name__,
+        elements,
+        entry.flops,
+        entry.op_read_bytes,
+        entry.op_write_bytes,
+        "ops",
+        state,
+    ), counter.unsupported

@@ -11,6 +11,7 @@ instance, used only as a template: the same class with the same per-group option
 modelprof's copies of the parameters. The user's optimizer, its state and its parameters are never
 read beyond their options, nor written.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,10 @@ def refuse_scripted(model: torch.nn.Module) -> None:
     """A training step runs on modelprof's copies of the parameters, put in the model's place by
     ``torch.func.functional_call``, which TorchScript modules do not take: refused before
     anything runs, naming the scripted module and what works instead."""
-    found = next(((name, m) for name, m in model.named_modules()
-                  if isinstance(m, torch.jit.ScriptModule)), None)
+    found = next(
+        ((name, m) for name, m in model.named_modules() if isinstance(m, torch.jit.ScriptModule)),
+        None,
+    )
     if found is None:
         return
     name, module = found
@@ -47,7 +50,8 @@ def refuse_scripted(model: torch.nn.Module) -> None:
         f"({type(module).__name__}), and the training step runs on copies of the parameters "
         "put in their place by torch.func.functional_call, which TorchScript modules refuse. "
         "Profile the eager module (before torch.jit.script/trace) with backward=True; the "
-        "scripted forward is profiled with backward=False, as one row")
+        "scripted forward is profiled with backward=False, as one row"
+    )
 
 
 def default_loss(output: Any) -> torch.Tensor | None:
@@ -62,8 +66,10 @@ def _describe(output: Any) -> str:
     tensors = list(iter_tensors(output))
     if not tensors:
         return f"a {type(output).__name__} with no tensor"
-    kinds = ", ".join(f"{str(t.dtype).removeprefix('torch.')}"
-                      f"{'' if t.requires_grad else ' (no grad)'}" for t in tensors[:6])
+    kinds = ", ".join(
+        f"{str(t.dtype).removeprefix('torch.')}{'' if t.requires_grad else ' (no grad)'}"
+        for t in tensors[:6]
+    )
     return f"a {type(output).__name__} of {len(tensors)} tensor(s): {kinds}"
 
 
@@ -82,17 +88,19 @@ class StepSpec:
     loss_fn: Callable[..., Any] | None = None
     target: Any = None
     has_target: bool = False
-    optimizer: Any = None      # a class, a factory or a template instance; None: no step
+    optimizer: Any = None  # a class, a factory or a template instance; None: no step
 
     @classmethod
-    def parse(cls, *, loss_fn: Any = None, target: Any = None,
-              optimizer: Any = None) -> StepSpec:
+    def parse(cls, *, loss_fn: Any = None, target: Any = None, optimizer: Any = None) -> StepSpec:
         if loss_fn is not None and not callable(loss_fn):
-            raise ModelProfError(f"loss_fn={loss_fn!r} is not callable; pass a function of the "
-                                 "output (and target), e.g. torch.nn.functional.cross_entropy")
+            raise ModelProfError(
+                f"loss_fn={loss_fn!r} is not callable; pass a function of the "
+                "output (and target), e.g. torch.nn.functional.cross_entropy"
+            )
         if target is not None and loss_fn is None:
-            raise ModelProfError("target= needs loss_fn= (the default loss, the sum of the "
-                                 "outputs, takes no target)")
+            raise ModelProfError(
+                "target= needs loss_fn= (the default loss, the sum of the outputs, takes no target)"
+            )
         return cls(loss_fn, target, target is not None, _parse_optimizer(optimizer))
 
     # -- the loss ---------------------------------------------------------------------------
@@ -114,28 +122,39 @@ class StepSpec:
                 raise ModelProfError(
                     f"the output of {model_name} is {_describe(output)}: no floating tensor that "
                     "requires grad to make the default loss (the sum of the floating outputs); "
-                    "pass loss_fn= (and target=)")
+                    "pass loss_fn= (and target=)"
+                )
             return loss
         try:
             loss = self.compute_loss(output, target)
         except ModelProfError:
             raise
         except Exception as e:
-            raise ModelProfError(f"loss_fn={self.loss_name} raised on the output of "
-                                 f"{model_name} ({_describe(output)}): "
-                                 f"{type(e).__name__}: {e}") from e
+            raise ModelProfError(
+                f"loss_fn={self.loss_name} raised on the output of "
+                f"{model_name} ({_describe(output)}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
         if not isinstance(loss, torch.Tensor):
-            raise ModelProfError(f"loss_fn={self.loss_name} returned a {type(loss).__name__}, "
-                                 "not a tensor; it must return a scalar loss")
+            raise ModelProfError(
+                f"loss_fn={self.loss_name} returned a {type(loss).__name__}, "
+                "not a tensor; it must return a scalar loss"
+            )
         if loss.numel() != 1:
-            raise ModelProfError(f"loss_fn={self.loss_name} returned a tensor of shape "
-                                 f"{tuple(loss.shape)}, not a scalar; reduce it (mean or sum)")
+            raise ModelProfError(
+                f"loss_fn={self.loss_name} returned a tensor of shape "
+                f"{tuple(loss.shape)}, not a scalar; reduce it (mean or sum)"
+            )
         if not loss.is_floating_point():
-            raise ModelProfError(f"loss_fn={self.loss_name} returned a {loss.dtype} tensor; a "
-                                 "loss must be floating point")
+            raise ModelProfError(
+                f"loss_fn={self.loss_name} returned a {loss.dtype} tensor; a "
+                "loss must be floating point"
+            )
         if not loss.requires_grad:
-            raise ModelProfError(f"loss_fn={self.loss_name} returned a loss that does not depend "
-                                 f"on any parameter of {model_name} (it does not require grad)")
+            raise ModelProfError(
+                f"loss_fn={self.loss_name} returned a loss that does not depend "
+                f"on any parameter of {model_name} (it does not require grad)"
+            )
         return loss
 
     def isolated(self) -> StepSpec:
@@ -160,8 +179,9 @@ class StepSpec:
             return type(opt).__name__
         return _name(opt)
 
-    def make_optimizer(self, params: list[torch.Tensor],
-                       copy_of: Mapping[int, torch.Tensor]) -> torch.optim.Optimizer | None:
+    def make_optimizer(
+        self, params: list[torch.Tensor], copy_of: Mapping[int, torch.Tensor]
+    ) -> torch.optim.Optimizer | None:
         """A new optimizer over ``params`` (modelprof's copies); ``copy_of`` maps ``id`` of each
         of the user's parameters to its copy, for a template instance's param groups."""
         opt = self.optimizer
@@ -174,15 +194,20 @@ class StepSpec:
         except ModelProfError:
             raise
         except Exception as e:
-            raise ModelProfError(f"optimizer={self.optimizer_name} could not be built on the "
-                                 f"model's parameters: {type(e).__name__}: {e}") from e
+            raise ModelProfError(
+                f"optimizer={self.optimizer_name} could not be built on the "
+                f"model's parameters: {type(e).__name__}: {e}"
+            ) from e
         if not isinstance(made, torch.optim.Optimizer):
-            raise ModelProfError(f"optimizer={self.optimizer_name} returned a "
-                                 f"{type(made).__name__}, not a torch.optim.Optimizer")
+            raise ModelProfError(
+                f"optimizer={self.optimizer_name} returned a "
+                f"{type(made).__name__}, not a torch.optim.Optimizer"
+            )
         _check_holds(made, params, self.optimizer_name)
         if type(made).__name__ in _NEEDS_CLOSURE:
-            raise ModelProfError(f"optimizer={type(made).__name__} needs a closure for step(); "
-                                 "it cannot be profiled")
+            raise ModelProfError(
+                f"optimizer={type(made).__name__} needs a closure for step(); it cannot be profiled"
+            )
         return made
 
 
@@ -197,7 +222,8 @@ def _check_holds(made: torch.optim.Optimizer, params: list[torch.Tensor], name: 
                     f"optimizer={name} holds a tensor of shape {tuple(p.shape)} (param group "
                     f"{g}) that is not one of the parameters it was given: a factory must build "
                     "the optimizer on its argument (lambda params: torch.optim.SGD(params, "
-                    "lr=0.1)), not on model.parameters(), or it would step your model's weights")
+                    "lr=0.1)), not on model.parameters(), or it would step your model's weights"
+                )
 
 
 def loss_module(loss_fn: Any) -> torch.nn.Module | None:
@@ -213,8 +239,9 @@ def _loss_owner(loss_fn: Any) -> tuple[torch.nn.Module | None, Callable[[Any], A
         return loss_fn, lambda twin: twin
     if isinstance(loss_fn, functools.partial):
         owner, rebuild = _loss_owner(loss_fn.func)
-        return owner, lambda twin: functools.partial(rebuild(twin), *loss_fn.args,
-                                                     **loss_fn.keywords)
+        return owner, lambda twin: functools.partial(
+            rebuild(twin), *loss_fn.args, **loss_fn.keywords
+        )
     owner = getattr(loss_fn, "__self__", None)
     if isinstance(owner, torch.nn.Module) and isinstance(loss_fn, types.MethodType):
         return owner, lambda twin: types.MethodType(loss_fn.__func__, twin)
@@ -225,38 +252,50 @@ def _parse_optimizer(optimizer: Any) -> Any:
     if optimizer is None:
         return None
     if isinstance(optimizer, str):
-        by_name = {k.lower(): v for k, v in vars(torch.optim).items()
-                   if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
-                   and v is not torch.optim.Optimizer}
+        by_name = {
+            k.lower(): v
+            for k, v in vars(torch.optim).items()
+            if isinstance(v, type)
+            and issubclass(v, torch.optim.Optimizer)
+            and v is not torch.optim.Optimizer
+        }
         found = by_name.get(optimizer.lower())
         if found is None:
-            raise ModelProfError(f"optimizer={optimizer!r} is not a torch.optim optimizer; use "
-                                 f"one of {sorted(by_name)}, a class or a factory")
+            raise ModelProfError(
+                f"optimizer={optimizer!r} is not a torch.optim optimizer; use "
+                f"one of {sorted(by_name)}, a class or a factory"
+            )
         optimizer = found
     name = optimizer.__name__ if isinstance(optimizer, type) else type(optimizer).__name__
     if isinstance(optimizer, type):
         if not issubclass(optimizer, torch.optim.Optimizer):
-            raise ModelProfError(f"optimizer={optimizer.__name__} is not a "
-                                 "torch.optim.Optimizer subclass")
+            raise ModelProfError(
+                f"optimizer={optimizer.__name__} is not a torch.optim.Optimizer subclass"
+            )
     elif not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
-        raise ModelProfError(f"optimizer={optimizer!r} must be an optimizer class "
-                             "(torch.optim.AdamW), a factory (lambda params: ...), a name or "
-                             "an optimizer to copy the options of")
+        raise ModelProfError(
+            f"optimizer={optimizer!r} must be an optimizer class "
+            "(torch.optim.AdamW), a factory (lambda params: ...), a name or "
+            "an optimizer to copy the options of"
+        )
     if name in _NEEDS_CLOSURE:
         raise ModelProfError(f"optimizer={name} needs a closure for step(); it cannot be profiled")
     return optimizer
 
 
-def _from_template(template: torch.optim.Optimizer,
-                   copy_of: Mapping[int, torch.Tensor]) -> torch.optim.Optimizer:
+def _from_template(
+    template: torch.optim.Optimizer, copy_of: Mapping[int, torch.Tensor]
+) -> torch.optim.Optimizer:
     """Same class and per-group options as ``template``, over the copies of its parameters."""
     groups = []
     for g in template.param_groups:
         params = []
         for p in g["params"]:
             if id(p) not in copy_of:
-                raise ModelProfError(f"optimizer={type(template).__name__} holds a parameter of "
-                                     f"shape {tuple(p.shape)} that is not one of the model's")
+                raise ModelProfError(
+                    f"optimizer={type(template).__name__} holds a parameter of "
+                    f"shape {tuple(p.shape)} that is not one of the model's"
+                )
             params.append(copy_of[id(p)])
         groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": params})
     cls = type(template)

@@ -20,6 +20,7 @@ columns the loss's backward (and the seed gradient); ``(optimizer)`` — its for
 step's (flops and bytes per ``formulas/optim.py``, latency = the step's median), backward 0. Both
 are leaves, so ``totals["flops"] + totals["backward_flops"]`` is the whole training step.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,18 +57,19 @@ class TrainingStep:
     def summary(self) -> str:
         c = self.cost
         opt = c.optimizer
-        line = (f"training step (loss {c.loss_name}"
-                f"{', optimizer ' + opt.name if opt is not None else ''}): backward MACs "
-                f"{c.backward_macs:,}  FLOPs {c.backward_flops:,}  saved for backward "
-                f"{sum(c.saved_bytes) + c.loss_saved_bytes:,} B")
+        line = (
+            f"training step (loss {c.loss_name}"
+            f"{', optimizer ' + opt.name if opt is not None else ''}): backward MACs "
+            f"{c.backward_macs:,}  FLOPs {c.backward_flops:,}  saved for backward "
+            f"{sum(c.saved_bytes) + c.loss_saved_bytes:,} B"
+        )
         if opt is not None:
             line += f"  optimizer FLOPs {opt.flops:,}"
         t = self.timing
         if t is None:
             return line
         parts = ", ".join(f"{k} {m.median_ms:.3f}" for k, m in t.phases().items())
-        line += (f"\nstep medians (ms): {parts}; backward instrumentation overhead "
-                 f"x{t.overhead:.3f}")
+        line += f"\nstep medians (ms): {parts}; backward instrumentation overhead x{t.overhead:.3f}"
         if t.peak_memory_bytes is not None:
             line += f"; step peak memory {t.peak_memory_bytes:,} B"
         return line
@@ -75,14 +77,20 @@ class TrainingStep:
     def to_dict(self) -> dict[str, Any]:
         c = self.cost
         out: dict[str, Any] = {
-            "loss": c.loss_name, "backward_macs": c.backward_macs,
-            "backward_flops": c.backward_flops, "autograd_nodes": c.nodes,
-            "optimizer": dataclasses.asdict(c.optimizer) if c.optimizer is not None else None}
+            "loss": c.loss_name,
+            "backward_macs": c.backward_macs,
+            "backward_flops": c.backward_flops,
+            "autograd_nodes": c.nodes,
+            "optimizer": dataclasses.asdict(c.optimizer) if c.optimizer is not None else None,
+        }
         if self.timing is not None:
             t = self.timing
             out.update({k: m.to_dict(samples=True) for k, m in t.phases().items()})
-            out.update(backward_instrumentation_overhead=t.overhead,
-                       backward_coverage=t.coverage, step_peak_memory_bytes=t.peak_memory_bytes)
+            out.update(
+                backward_instrumentation_overhead=t.overhead,
+                backward_coverage=t.coverage,
+                step_peak_memory_bytes=t.peak_memory_bytes,
+            )
         return out
 
 
@@ -95,12 +103,12 @@ def _inclusive(records: Sequence[CallRecord], own: np.ndarray) -> np.ndarray:
     return inc
 
 
-RowKey = tuple[int, bool]   # (record index, is a (self) row)
+RowKey = tuple[int, bool]  # (record index, is a (self) row)
 
 
-def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: StepCost,
-                 timing: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                              TrainingStep]:
+def step_columns(
+    keys: Sequence[RowKey], records: Sequence[CallRecord], cost: StepCost, timing: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], TrainingStep]:
     """The backward columns of each row (``keys``: the rows' record and (self) flag, in table
     order), the fields of the (loss) and (optimizer) rows, and the step; see the module doc."""
     n = len(records)
@@ -116,17 +124,20 @@ def step_columns(keys: Sequence[RowKey], records: Sequence[CallRecord], cost: St
         comm = _comm_split(keys, timing)
     columns = []
     for i, is_self in keys:
-        if i < 0:   # a (communication) row (report.rows.row_keys): collectives, no compute
+        if i < 0:  # a (communication) row (report.rows.row_keys): collectives, no compute
             col = {"backward_macs": 0, "backward_flops": 0, "saved_bytes": 0}
             if comm is not None:
                 col.update(_times(comm[:, -1 - i], total))
             columns.append(col)
             continue
         src, saved = (own, own_saved) if is_self else (inc, inc_saved)
-        col = {"backward_macs": int(src[0, i]), "backward_flops": int(src[1, i]),
-               "saved_bytes": int(saved[i])}
+        col = {
+            "backward_macs": int(src[0, i]),
+            "backward_flops": int(src[1, i]),
+            "saved_bytes": int(saved[i]),
+        }
         if timing is not None:
-            own_time = is_self or not records[i].children    # a (self) row or a leaf
+            own_time = is_self or not records[i].children  # a (self) row or a leaf
             s = calls[:, i] if own_time else inc_time[:, i]
             if comm is not None and own_time:
                 # the call's collectives are its (communication) row's; a span on a stream
@@ -155,40 +166,83 @@ def _comm_split(keys: Sequence[RowKey], timing: Any) -> np.ndarray | None:
 
 def _times(samples: np.ndarray, total: float) -> dict[str, float]:
     med = float(np.median(samples))
-    return {"backward_latency_ms": med,
-            "backward_latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else _NAN,
-            "backward_latency_pct": 100.0 * med / total if total > 0 else _NAN}
+    return {
+        "backward_latency_ms": med,
+        "backward_latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else _NAN,
+        "backward_latency_pct": 100.0 * med / total if total > 0 else _NAN,
+    }
 
 
 def _step_row(name: str, type_: str, kind: str, **fields: Any) -> dict[str, Any]:
     """The fields of a training-step row: a leaf at depth 0 with no record of its own."""
-    return dict(module=name, type=type_, call=1, depth=0, leaf=True, params=0, record=-1,
-                kind=kind, **fields)
+    return dict(
+        module=name,
+        type=type_,
+        call=1,
+        depth=0,
+        leaf=True,
+        params=0,
+        record=-1,
+        kind=kind,
+        **fields,
+    )
 
 
 def _loss_row(cost: StepCost, timing: Any, total: float) -> dict[str, Any]:
     f = cost.loss_forward
-    row = _step_row(LOSS_ROW, cost.loss_name, "loss",
-                    input_shapes=list(cost.loss_input_shapes), output_shapes=[()],
-                    macs=f.macs, flops=f.flops, madd=f.madd, output_bytes=cost.loss_output_bytes,
-                    read_bytes=f.op_read_bytes, write_bytes=f.op_write_bytes,
-                    torchstat_flops=f.flops - f.macs, torchstat_madd=f.madd,
-                    backward_macs=cost.loss_backward.macs,
-                    backward_flops=cost.loss_backward.flops, saved_bytes=cost.loss_saved_bytes)
+    row = _step_row(
+        LOSS_ROW,
+        cost.loss_name,
+        "loss",
+        input_shapes=list(cost.loss_input_shapes),
+        output_shapes=[()],
+        macs=f.macs,
+        flops=f.flops,
+        madd=f.madd,
+        output_bytes=cost.loss_output_bytes,
+        read_bytes=f.op_read_bytes,
+        write_bytes=f.op_write_bytes,
+        torchstat_flops=f.flops - f.macs,
+        torchstat_madd=f.madd,
+        backward_macs=cost.loss_backward.macs,
+        backward_flops=cost.loss_backward.flops,
+        saved_bytes=cost.loss_saved_bytes,
+    )
     if timing is not None:
-        row.update(latency_ms=timing.loss.median_ms, latency_std_ms=timing.loss.std_ms,
-                   **_times(timing.calls_ms[:, -1], total))
+        row.update(
+            latency_ms=timing.loss.median_ms,
+            latency_std_ms=timing.loss.std_ms,
+            **_times(timing.calls_ms[:, -1], total),
+        )
     return row
 
 
 def _optimizer_row(cost: StepCost, timing: Any) -> dict[str, Any]:
     o = cost.optimizer
-    row = _step_row(OPTIMIZER_ROW, o.name, "optimizer", input_shapes=[], output_shapes=[],
-                    macs=0, flops=o.flops, madd=o.flops, output_bytes=0,
-                    read_bytes=o.read_bytes, write_bytes=o.write_bytes, torchstat_flops=o.flops,
-                    torchstat_madd=o.flops, backward_macs=0, backward_flops=0, saved_bytes=0)
+    row = _step_row(
+        OPTIMIZER_ROW,
+        o.name,
+        "optimizer",
+        input_shapes=[],
+        output_shapes=[],
+        macs=0,
+        flops=o.flops,
+        madd=o.flops,
+        output_bytes=0,
+        read_bytes=o.read_bytes,
+        write_bytes=o.write_bytes,
+        torchstat_flops=o.flops,
+        torchstat_madd=o.flops,
+        backward_macs=0,
+        backward_flops=0,
+        saved_bytes=0,
+    )
     if timing is not None and timing.optimizer is not None:
-        row.update(latency_ms=timing.optimizer.median_ms, latency_std_ms=timing.optimizer.std_ms,
-                   backward_latency_ms=0.0, backward_latency_std_ms=0.0,
-                   backward_latency_pct=0.0)
+        row.update(
+            latency_ms=timing.optimizer.median_ms,
+            latency_std_ms=timing.optimizer.std_ms,
+            backward_latency_ms=0.0,
+            backward_latency_std_ms=0.0,
+            backward_latency_pct=0.0,
+        )
     return row

@@ -18,6 +18,7 @@ backward per module call without per-layer synchronisation.
 Everything runs on a copy of the model (the user's parameters, buffers, gradients and optimizer
 are never touched) and under a forked RNG.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -120,15 +121,17 @@ class Phases(dict):
     def __repr__(self) -> str:
         rows = self._rows()
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-                         for r in rows)
+        return "\n".join(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            ).rstrip()
+            for r in rows
+        )
 
     def _repr_html_(self) -> str:
         head, *body = self._rows()
         rows = ["<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"]
-        rows += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-                 for r in body]
+        rows += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body]
         return "<table>" + "".join(rows) + "</table>"
 
 
@@ -146,7 +149,7 @@ class _Step:
     optimizer: torch.optim.Optimizer | None
     params: list[torch.Tensor]
     leaves: list[torch.Tensor]
-    reset: Any = None     # puts back the inputs and target a step writes (None: none does)
+    reset: Any = None  # puts back the inputs and target a step writes (None: none does)
     out: Any = None
     loss_value: torch.Tensor | None = None
 
@@ -258,6 +261,7 @@ class _Instrumented:
 
         def hook(*_: Any) -> None:
             torch.autograd.Variable._execution_engine.queue_callback(final)
+
         return hook
 
     def _split(self, tags: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -266,19 +270,19 @@ class _Instrumented:
         n = self.n_calls
         row = np.bincount(tags, weights=d, minlength=n + 2)
         final = row[n + 1]
-        row = row[:n + 1]
+        row = row[: n + 1]
         row[0] += final
         if self.comm is None:
             return row
         comm = self.comm.per_column_ms(n + 2)
         if not self.ddp:
             comm[0] += comm[n + 1]
-            self.comm_rows.append(comm[:n + 1])
+            self.comm_rows.append(comm[: n + 1])
             return row
         # DDP: its bucket all-reduces are counted on the root (a bucket spans modules), so
         # their stamps move there from the call whose gradient filled the bucket; the final
         # stretch (the reducer's finalize, which waits for them) is communication too
-        moved = comm[1:n + 1]
+        moved = comm[1 : n + 1]
         row[1:] -= moved
         row[0] += moved.sum()
         root = np.zeros(n + 1)
@@ -294,22 +298,26 @@ class _Instrumented:
         with module_hooks(step.model, self._pre, self._post, self.names):
             step.forward()
         if self.counter != self.n_calls and not (self.counter == 0 and self.n_calls == 1):
-            raise ModelProfError(f"the forward made {self.counter} module calls, the counted pass "
-                                 f"{self.n_calls}; the model's control flow changes between "
-                                 "passes, so its backward cannot be timed per layer")
+            raise ModelProfError(
+                f"the forward made {self.counter} module calls, the counted pass "
+                f"{self.n_calls}; the model's control flow changes between "
+                "passes, so its backward cannot be timed per layer"
+            )
         self.marks.mark(LOSS)
         step.loss()
         tags = tag_graph([step.loss_value.grad_fn], self.marks)
         self.nodes = len(tags.nodes)
-        need = len(tags.nodes) + 3     # + the start, the end and the final callbacks
+        need = len(tags.nodes) + 3  # + the start, the end and the final callbacks
         if self.stamps is None or need > self.size:
             self.stamps, self.size = self.clock.stamps(need), need
         stamps = self.stamps
         stamper = _Stamper(stamps.record, need, self.n_calls)
         column = self._column
         hit = stamper.hit
-        handles = [node.register_prehook(functools.partial(hit, column(tags.call_of(node))))
-                   for node in tags.nodes]
+        handles = [
+            node.register_prehook(functools.partial(hit, column(tags.call_of(node))))
+            for node in tags.nodes
+        ]
         comm = self.comm if self.comm is not None else contextlib.nullcontext()
         if self.comm is not None:
             handles.append(step.loss_value.grad_fn.register_prehook(self._queue_final(hit)))
@@ -325,12 +333,13 @@ class _Instrumented:
             self._stamper = None
             for h in handles:
                 h.remove()
-        stamps.sync()                                   # the one synchronize of this pass
+        stamps.sync()  # the one synchronize of this pass
         d = stamps.elapsed_ms(range(end), range(1, end + 1))
         tags = stamper.tags[:end]
         self.rows.append(self._split(tags, d))
-        self.segments.append((np.where(tags > self.n_calls, 0, tags),
-                              np.asarray(d, dtype=np.float64)))
+        self.segments.append(
+            (np.where(tags > self.n_calls, 0, tags), np.asarray(d, dtype=np.float64))
+        )
         return float(d.sum())
 
     def chunk(self, k: int) -> np.ndarray:
@@ -352,15 +361,24 @@ class StepTimer:
     alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
     context manager: grad on, RNG forked, the CUDA device current."""
 
-    def __init__(self, model: nn.Module, inputs: ModelInputs, spec: StepSpec,
-                 mode: RunMode = RunMode(training=True, no_grad=False), *,
-                 options: TimingOptions | None = None, label: str | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: ModelInputs,
+        spec: StepSpec,
+        mode: RunMode = RunMode(training=True, no_grad=False),
+        *,
+        options: TimingOptions | None = None,
+        label: str | None = None,
+    ) -> None:
         opts = TimingOptions.parse(options)
         dev = inputs.device
         if dev.type == "meta":
-            raise ModelProfError("device='meta' has no clock: pass timing=False to count the "
-                                 "step from shapes alone, or a real device to time it")
-        spec = spec.isolated()      # the loss's own parameters and buffers: a copy's
+            raise ModelProfError(
+                "device='meta' has no clock: pass timing=False to count the "
+                "step from shapes alone, or a real device to time it"
+            )
+        spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
         # grad on; autocast only around the forward and the loss (``_Step``), not the backward
         self.mode = dataclasses.replace(mode.on(dev), no_grad=False, amp=None)
         self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, mode.training
@@ -377,9 +395,13 @@ class StepTimer:
         elif runner is self.base:  # train-mode steps change buffers, .grad and parameters
             runner = copy_model(self.base, "time its training step", own_parameters=True)
         self.runner = runner
-        self.copy_of = {id(p): q for (_, p), (_, q) in zip(
-            self.base.named_parameters(remove_duplicate=False),
-            runner.named_parameters(remove_duplicate=False))}
+        self.copy_of = {
+            id(p): q
+            for (_, p), (_, q) in zip(
+                self.base.named_parameters(remove_duplicate=False),
+                runner.named_parameters(remove_duplicate=False),
+            )
+        }
         self.params = list({id(p): p for p in runner.parameters()}.values())
         args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
         if opts.channels_last:
@@ -401,8 +423,19 @@ class StepTimer:
         self._stack.enter_context(step_guard(dev))
         self._stack.enter_context(running(self.runner, self.mode))
         optimizer = self.spec.make_optimizer(self.params, self.copy_of)
-        self.step = _Step(self.runner, self.args, self.kwargs, self.target, self.spec, dev,
-                          self.opts.amp, optimizer, self.params, self.leaves, self.inputs.reset)
+        self.step = _Step(
+            self.runner,
+            self.args,
+            self.kwargs,
+            self.target,
+            self.spec,
+            dev,
+            self.opts.amp,
+            optimizer,
+            self.params,
+            self.leaves,
+            self.inputs.reset,
+        )
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -419,8 +452,9 @@ class StepTimer:
         except ModelProfError:
             raise
         except Exception as e:
-            raise ModelProfError(f"a training step of {self.label} failed while timing it: "
-                                 f"{type(e).__name__}: {e}") from e
+            raise ModelProfError(
+                f"a training step of {self.label} failed while timing it: {type(e).__name__}: {e}"
+            ) from e
 
     def _between(self) -> None:
         self.step.clear()
@@ -430,8 +464,9 @@ class StepTimer:
     # -- clean passes ---------------------------------------------------------------------
     def warm(self) -> float | None:
         """The warm-up (whole steps); the median wall ms of one, to size the blocks."""
-        calls, est = self._guarded(lambda: warm_up(self.step.run, self.opts.warmup, False,
-                                                   self.clock.sync))
+        calls, est = self._guarded(
+            lambda: warm_up(self.step.run, self.opts.warmup, False, self.clock.sync)
+        )
         self.warmup_calls = calls
         return est
 
@@ -446,22 +481,41 @@ class StepTimer:
     def measurements(self, sampled: Sampled, t_begin: float) -> dict[str, Measurement]:
         """forward, loss, backward, (optimizer) and step Measurements of the clean passes."""
         opts, mi = self.opts, self.inputs
-        env = collect_env(mi.device, dtype=opts.amp or mi.dtype, batch_size=mi.batch_size,
-                          clock=self.clock.kind, backward=True, training=self.training,
-                          loss=self.spec.loss_name, optimizer=self.spec.optimizer_name,
-                          **opts.flags(eval_mode=not self.training, no_grad=False))
+        env = collect_env(
+            mi.device,
+            dtype=opts.amp or mi.dtype,
+            batch_size=mi.batch_size,
+            clock=self.clock.kind,
+            backward=True,
+            training=self.training,
+            loss=self.spec.loss_name,
+            optimizer=self.spec.optimizer_name,
+            **opts.flags(eval_mode=not self.training, no_grad=False),
+        )
         stop = opts.stop
-        common = dict(device=str(mi.device), batch_size=mi.batch_size, warmup=self.warmup_calls,
-                      stop_reason=sampled.stop_reason,
-                      precision=None if stop.repeat is not None else stop.precision,
-                      min_samples=stop.promised_min,
-                      blocks=sampled.blocks, timestamps_s=sampled.timestamps_s, env=env)
+        common = dict(
+            device=str(mi.device),
+            batch_size=mi.batch_size,
+            warmup=self.warmup_calls,
+            stop_reason=sampled.stop_reason,
+            precision=None if stop.repeat is not None else stop.precision,
+            min_samples=stop.promised_min,
+            blocks=sampled.blocks,
+            timestamps_s=sampled.timestamps_s,
+            env=env,
+        )
         table = np.concatenate(self.parts, axis=0)
-        names = list(PHASES[:table.shape[1]])
-        out = {name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
-               for i, name in enumerate(names)}
-        out["step"] = Measurement(table.sum(axis=1), label=f"{self.label} step",
-                                  wall_s=time.perf_counter() - t_begin, **common)
+        names = list(PHASES[: table.shape[1]])
+        out = {
+            name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
+            for i, name in enumerate(names)
+        }
+        out["step"] = Measurement(
+            table.sum(axis=1),
+            label=f"{self.label} step",
+            wall_s=time.perf_counter() - t_begin,
+            **common,
+        )
         return out
 
     # -- instrumented passes and memory ---------------------------------------------------
@@ -474,15 +528,14 @@ class StepTimer:
         """Per-call backward times over separate instrumented passes (same stop rule)."""
         inst = self.instrument(n_calls)
         self.step.restore()
-        _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True,
-                                               self.clock.sync))
+        _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True, self.clock.sync))
         inst.rows.clear()
         inst.segments.clear()
         inst.comm_rows.clear()
-        with sampling_bar(self.opts.stop, enabled=self.opts.progress,
-                          desc="per-layer training step") as bar:
-            sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est,
-                                                    on_block=bar))
+        with sampling_bar(
+            self.opts.stop, enabled=self.opts.progress, desc="per-layer training step"
+        ) as bar:
+            sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est, on_block=bar))
         return inst, sampled
 
     def peak_memory(self, stats: MemoryStats) -> int:
@@ -498,14 +551,21 @@ class StepTimer:
                 phase()
             self.clock.sync()
             return int(stats.max_allocated())
+
         return self._guarded(one)
 
 
-def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: int,
-              mode: RunMode = RunMode(training=True, no_grad=False), *,
-              options: TimingOptions | None = None,
-              memory_stats: MemoryStats | bool | None = None,
-              **timing_options: Any) -> StepTiming:
+def time_step(
+    model: nn.Module,
+    inputs: ModelInputs,
+    spec: StepSpec,
+    n_calls: int,
+    mode: RunMode = RunMode(training=True, no_grad=False),
+    *,
+    options: TimingOptions | None = None,
+    memory_stats: MemoryStats | bool | None = None,
+    **timing_options: Any,
+) -> StepTiming:
     """Time training steps of (a copy of) ``model`` on ``inputs``; see the module doc.
 
     ``n_calls`` is the number of module calls the counted pass saw (``count_step``): the
@@ -524,23 +584,33 @@ def time_step(model: nn.Module, inputs: ModelInputs, spec: StepSpec, n_calls: in
     with StepTimer(model, inputs, spec, mode, options=opts) as timer:
         est = timer.warm()
         with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
-            sampled = timer._guarded(lambda: collect(timer.sample_block, opts.stop, est,
-                                                     on_block=bar))
+            sampled = timer._guarded(
+                lambda: collect(timer.sample_block, opts.stop, est, on_block=bar)
+            )
         inst, inst_sampled = timer.instrumented(n_calls)
         peak = timer.peak_memory(memory_stats) if memory_stats is not False else None
     got = timer.measurements(sampled, t_begin)
     if opts.warn:
         got["backward"].warn_if_noisy()
-    return StepTiming(forward=got["forward"], loss=got["loss"], backward=got["backward"],
-                      optimizer=got.get("optimizer"), step=got["step"],
-                      calls_ms=np.vstack(inst.rows), passes_ms=inst_sampled.samples_ms,
-                      peak_memory_bytes=peak, nodes=inst.nodes, env=got["step"].env,
-                      segments=list(inst.segments),
-                      comm_ms=np.vstack(inst.comm_rows) if inst.comm_rows else None)
+    return StepTiming(
+        forward=got["forward"],
+        loss=got["loss"],
+        backward=got["backward"],
+        optimizer=got.get("optimizer"),
+        step=got["step"],
+        calls_ms=np.vstack(inst.rows),
+        passes_ms=inst_sampled.samples_ms,
+        peak_memory_bytes=peak,
+        nodes=inst.nodes,
+        env=got["step"].env,
+        segments=list(inst.segments),
+        comm_ms=np.vstack(inst.comm_rows) if inst.comm_rows else None,
+    )
 
 
-def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions
-                  ) -> tuple[list[dict[str, Measurement]], list[tuple[float, float, float]]]:
+def compare_steps(
+    timers: Sequence[StepTimer], opts: TimingOptions
+) -> tuple[list[dict[str, Measurement]], list[tuple[float, float, float]]]:
     """Clean steps of several models, interleaved in rounds of one block each (the first is the
     baseline): every model's phase Measurements, and each one's paired backward ratio to the
     baseline with its interval."""
@@ -550,10 +620,15 @@ def compare_steps(timers: Sequence[StepTimer], opts: TimingOptions
             stack.enter_context(t)
         ests = [t.warm() for t in timers]
         rng = np.random.default_rng(opts.seed)
-        with sampling_bar(opts.stop, enabled=opts.progress,
-                          desc="interleaved training steps", candidates=len(timers)) as bar:
-            sampled = collect_interleaved([t.sample_block for t in timers], opts.stop, ests,
-                                          rng, on_round=bar)
+        with sampling_bar(
+            opts.stop,
+            enabled=opts.progress,
+            desc="interleaved training steps",
+            candidates=len(timers),
+        ) as bar:
+            sampled = collect_interleaved(
+                [t.sample_block for t in timers], opts.stop, ests, rng, on_round=bar
+            )
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
     base = got[0]["backward"]
     _, base_med = block_medians(base.samples_ms, base.blocks)

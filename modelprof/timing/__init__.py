@@ -4,6 +4,7 @@ The options are parsed once (``options``); the recipe (warm-up, blocks, adaptive
 ``sampler``, its statistics in ``stats``, the clocks in ``clock``, the modes (compile, CUDA graphs,
 cold cache) in ``modes``, interleaved comparisons in ``interleave``.
 """
+
 from __future__ import annotations
 
 from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning

@@ -13,6 +13,7 @@ The figure to quote is then the faster window's: load only ever adds time, so th
 window is the nearer to the model's own speed; with the CPU time read (a loaded CPU), the CPU
 work is named beside it, as the figure load cannot stretch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,35 +42,47 @@ class TimingAgreement:
     ratio: float
     agree: bool
     quote_ms: float
-    quote: str                       # "clean" or "per-layer"
-    cpu_ms: float | None = None      # the clean runs' CPU work, when read on a loaded CPU
+    quote: str  # "clean" or "per-layer"
+    cpu_ms: float | None = None  # the clean runs' CPU work, when read on a loaded CPU
     cpu_clock: str | None = None
-    regimes: str | None = None       # modes the clean runs use and the per-layer passes do not
+    regimes: str | None = None  # modes the clean runs use and the per-layer passes do not
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
         if self.agree:
-            return (f"the per-layer passes (median {_ms(self.passes_ms)}) and the clean runs "
-                    f"(median {_ms(self.clean_ms)}) agree within their intervals")
-        head = (f"the per-layer passes and the clean runs DISAGREE: the (root) pass read "
-                f"{_ms(self.passes_ms)} {_ci(self.passes_ci_ms)} and the leaf rows sum to "
-                f"{_ms(self.leaf_sum_ms)}, the clean end-to-end median {_ms(self.clean_ms)} "
-                f"{_ci(self.clean_ci_ms)}: {self.ratio:.2f}x, beyond both intervals, ")
+            return (
+                f"the per-layer passes (median {_ms(self.passes_ms)}) and the clean runs "
+                f"(median {_ms(self.clean_ms)}) agree within their intervals"
+            )
+        head = (
+            f"the per-layer passes and the clean runs DISAGREE: the (root) pass read "
+            f"{_ms(self.passes_ms)} {_ci(self.passes_ci_ms)} and the leaf rows sum to "
+            f"{_ms(self.leaf_sum_ms)}, the clean end-to-end median {_ms(self.clean_ms)} "
+            f"{_ci(self.clean_ci_ms)}: {self.ratio:.2f}x, beyond both intervals, "
+        )
         if self.regimes:
-            return (f"{head}as the clean runs use {self.regimes} and the per-layer passes the "
-                    f"eager model; quote the clean end-to-end {_ms(self.clean_ms)} for the model "
-                    "as it runs, and the per-layer rows by their latency share")
+            return (
+                f"{head}as the clean runs use {self.regimes} and the per-layer passes the "
+                f"eager model; quote the clean end-to-end {_ms(self.clean_ms)} for the model "
+                "as it runs, and the per-layer rows by their latency share"
+            )
         head += "so the machine's load changed between the two"
         if self.quote == "clean":
-            advice = (f"quote the clean end-to-end {_ms(self.quote_ms)} (the faster window: load "
-                      "only adds time) and read the per-layer rows by their latency share, not "
-                      "their ms")
+            advice = (
+                f"quote the clean end-to-end {_ms(self.quote_ms)} (the faster window: load "
+                "only adds time) and read the per-layer rows by their latency share, not "
+                "their ms"
+            )
         else:
-            advice = (f"quote the (root) row's {_ms(self.quote_ms)} (the faster window: load only "
-                      "adds time; the clean runs were slowed) and the per-layer rows as measured")
+            advice = (
+                f"quote the (root) row's {_ms(self.quote_ms)} (the faster window: load only "
+                "adds time; the clean runs were slowed) and the per-layer rows as measured"
+            )
         if self.cpu_ms is not None:
-            advice += (f"; the CPU work of the clean runs, {_ms(self.cpu_ms)} ({self.cpu_clock}), "
-                       "is what load cannot stretch")
+            advice += (
+                f"; the CPU work of the clean runs, {_ms(self.cpu_ms)} ({self.cpu_clock}), "
+                "is what load cannot stretch"
+            )
         return f"{head}; {advice}"
 
 
@@ -91,9 +104,13 @@ def _bounds(m: Measurement) -> tuple[float, float]:
     return lo, hi
 
 
-def judge_agreement(clean: Measurement, passes: Measurement, leaf_sum_ms: float,
-                    tolerance: float = AGREEMENT_TOLERANCE,
-                    regimes: str | None = None) -> TimingAgreement:
+def judge_agreement(
+    clean: Measurement,
+    passes: Measurement,
+    leaf_sum_ms: float,
+    tolerance: float = AGREEMENT_TOLERANCE,
+    regimes: str | None = None,
+) -> TimingAgreement:
     """``clean``: the clean end-to-end Measurement; ``passes``: the per-layer window's corrected
     passes as a Measurement (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum;
     ``regimes``: the modes only the clean runs use (compile, CUDA graphs...), if any."""
@@ -107,16 +124,30 @@ def judge_agreement(clean: Measurement, passes: Measurement, leaf_sum_ms: float,
     cpu = clean.cpu
     show_cpu = cpu is not None and clean.loaded
     return TimingAgreement(
-        clean_ms=clean.median_ms, clean_ci_ms=clean.median_ci_ms, passes_ms=passes.median_ms,
-        passes_ci_ms=passes.median_ci_ms, leaf_sum_ms=float(leaf_sum_ms), ratio=float(ratio),
-        agree=agree, quote_ms=clean.median_ms if quote == "clean" else passes.median_ms,
-        quote=quote, cpu_ms=cpu.median_ms if show_cpu else None,
-        cpu_clock=clean.cpu_clock if show_cpu else None, regimes=regimes or None)
+        clean_ms=clean.median_ms,
+        clean_ci_ms=clean.median_ci_ms,
+        passes_ms=passes.median_ms,
+        passes_ci_ms=passes.median_ci_ms,
+        leaf_sum_ms=float(leaf_sum_ms),
+        ratio=float(ratio),
+        agree=agree,
+        quote_ms=clean.median_ms if quote == "clean" else passes.median_ms,
+        quote=quote,
+        cpu_ms=cpu.median_ms if show_cpu else None,
+        cpu_clock=clean.cpu_clock if show_cpu else None,
+        regimes=regimes or None,
+    )
 
 
 def corrected_passes(layers: object) -> Measurement:
     """The per-layer window's corrected passes (``LayerTiming``) as a Measurement."""
-    return Measurement(np.asarray(layers.corrected_passes_ms), device=layers.device,
-                       batch_size=layers.batch_size, stop_reason=layers.stop_reason,
-                       label="the per-layer passes (corrected)", blocks=layers.blocks,
-                       timestamps_s=layers.timestamps_s, min_samples=layers.min_samples)
+    return Measurement(
+        np.asarray(layers.corrected_passes_ms),
+        device=layers.device,
+        batch_size=layers.batch_size,
+        stop_reason=layers.stop_reason,
+        label="the per-layer passes (corrected)",
+        blocks=layers.blocks,
+        timestamps_s=layers.timestamps_s,
+        min_samples=layers.min_samples,
+    )

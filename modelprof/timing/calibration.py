@@ -1,6 +1,7 @@
 """Workloads of known duration, to check the timer against: a CPU busy-spin and, on CUDA,
 ``torch.cuda._sleep`` with its cycles-per-millisecond calibrated first. Used by the tests and by
 ``benchmarks/validate_timer.py``."""
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,9 @@ def spin_model(ms: Sequence[float] = (2.0, 5.0, 10.0)) -> nn.Sequential:
     return nn.Sequential(*(Spin(m) for m in ms))
 
 
-def calibrate_cuda_sleep(device: torch.device | str = "cuda", cycles: int = 10_000_000,
-                         repeat: int = 5) -> float:
+def calibrate_cuda_sleep(
+    device: torch.device | str = "cuda", cycles: int = 10_000_000, repeat: int = 5
+) -> float:
     """GPU clock cycles per millisecond of ``torch.cuda._sleep``, timed with CUDA events
     (median of ``repeat`` runs of ``cycles`` cycles, after one warm-up)."""
     dev = torch.device(device)

@@ -15,6 +15,7 @@
 Each clock times a *step* made of one or more *phases* (the transfer-inclusive run has three:
 H2D, compute, D2H), and hands per-layer hooks a ``StampBuffer`` to record points in time.
 """
+
 from __future__ import annotations
 
 import time
@@ -65,25 +66,28 @@ def cpu_time_source() -> tuple[str, Callable[[], int]]:
 
 
 class _HostStamps(StampBuffer):
-    def __init__(self, size: int, device: torch.device | None = None,
-                 now_ns: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, size: int, device: torch.device | None = None, now_ns: Callable[[], int] | None = None
+    ) -> None:
         self.ns = [0] * size
         self._device = device
         clock = now_ns or time.perf_counter_ns
         ns = self.ns
         if device is None or device.type == "cpu":
+
             def record(i: int) -> None:
                 ns[i] = clock()
         else:
+
             def record(i: int) -> None:
                 device_synchronize(device)
                 ns[i] = clock()
+
         self.record = record  # type: ignore[method-assign]
 
     def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
         ns = np.asarray(self.ns, dtype=np.int64)
-        return (ns[np.asarray(ends, dtype=np.int64)]
-                - ns[np.asarray(starts, dtype=np.int64)]) / 1e6
+        return (ns[np.asarray(ends, dtype=np.int64)] - ns[np.asarray(starts, dtype=np.int64)]) / 1e6
 
 
 class _EventStamps(StampBuffer):
@@ -95,6 +99,7 @@ class _EventStamps(StampBuffer):
         def record(i: int) -> None:
             # the measured device's current stream, whichever device is current in the caller
             events[i].record(torch.cuda.current_stream(device))
+
         self.record = record  # type: ignore[method-assign]
 
     def sync(self) -> None:
@@ -104,8 +109,7 @@ class _EventStamps(StampBuffer):
 
     def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
         ev = self.events
-        return np.array([ev[s].elapsed_time(ev[e]) for s, e in zip(starts, ends)],
-                        dtype=np.float64)
+        return np.array([ev[s].elapsed_time(ev[e]) for s, e in zip(starts, ends)], dtype=np.float64)
 
 
 class Clock:
@@ -116,8 +120,7 @@ class Clock:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def time(self, phases: Sequence[Phase], n: int,
-             between: Phase | None = None) -> np.ndarray:
+    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         """Run ``between`` (untimed) then each phase in turn, ``n`` times; per-phase durations."""
         raise NotImplementedError
 
@@ -142,8 +145,7 @@ class CpuClock(Clock):
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_ms: list[np.ndarray] = []
 
-    def time(self, phases: Sequence[Phase], n: int,
-             between: Phase | None = None) -> np.ndarray:
+    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
         cpu = np.zeros((n, 2), dtype=np.int64)
@@ -175,8 +177,7 @@ class CpuTimeClock(Clock):
         name, self.now_ns = cpu_time_source()
         self.kind = f"{name}_ns"
 
-    def time(self, phases: Sequence[Phase], n: int,
-             between: Phase | None = None) -> np.ndarray:
+    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
         clock = self.now_ns
@@ -200,8 +201,7 @@ class HostSyncClock(Clock):
 
     kind = "synchronize+perf_counter_ns"
 
-    def time(self, phases: Sequence[Phase], n: int,
-             between: Phase | None = None) -> np.ndarray:
+    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
         clock = time.perf_counter_ns
@@ -227,23 +227,23 @@ class CudaEventClock(Clock):
 
     kind = "cuda_event"
 
-    def time(self, phases: Sequence[Phase], n: int,
-             between: Phase | None = None) -> np.ndarray:
+    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
-        events = [[torch.cuda.Event(enable_timing=True) for _ in range(p + 1)]
-                  for _ in range(n)]
+        events = [[torch.cuda.Event(enable_timing=True) for _ in range(p + 1)] for _ in range(n)]
         stream = torch.cuda.current_stream(self.device)
         for i in range(n):
             if between is not None:
-                between()            # queued before the start event: outside the timed span
+                between()  # queued before the start event: outside the timed span
             row = events[i]
             row[0].record(stream)
             for k in range(p):
                 phases[k]()
                 row[k + 1].record(stream)
         torch.cuda.synchronize(self.device)
-        return np.array([[row[k].elapsed_time(row[k + 1]) for k in range(p)] for row in events],
-                        dtype=np.float64).reshape(n, p)
+        return np.array(
+            [[row[k].elapsed_time(row[k + 1]) for k in range(p)] for row in events],
+            dtype=np.float64,
+        ).reshape(n, p)
 
     def stamps(self, size: int) -> StampBuffer:
         return _EventStamps(size, self.device)
@@ -257,8 +257,10 @@ def clock_for(device: torch.device, mode: str = "auto") -> Clock:
     """
     if mode == "cpu":
         if device.type != "cpu":
-            raise ModelProfError(f"clock='cpu' reads the CPU time of the work, but the model "
-                                 f"runs on {device}; use clock='auto' there")
+            raise ModelProfError(
+                f"clock='cpu' reads the CPU time of the work, but the model "
+                f"runs on {device}; use clock='auto' there"
+            )
         return CpuTimeClock(device)
     if device.type == "cuda":
         return HostSyncClock(device) if mode == "host" else CudaEventClock(device)

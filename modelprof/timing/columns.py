@@ -7,6 +7,7 @@
 the share of the median instrumented pass. ``peak_memory_bytes`` comes from the warm memory pass
 (after timing), which replaces the static pass's cold peak (autotuning, first-call workspaces).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -22,9 +23,10 @@ __all__ = ["layer_columns"]
 _RESOLUTION_MS = 1e-6
 
 
-def _samples(records: Sequence[CallRecord], samples: dict, index: int, is_self: bool,
-             leaf: bool, comm: dict) -> np.ndarray | None:
-    if index < 0:   # a (communication) row (rows.row_keys): its collectives' own stamps
+def _samples(
+    records: Sequence[CallRecord], samples: dict, index: int, is_self: bool, leaf: bool, comm: dict
+) -> np.ndarray | None:
+    if index < 0:  # a (communication) row (rows.row_keys): its collectives' own stamps
         return comm.get(records[-1 - index].key)
     record = records[index]
     s = samples.get(record.key)
@@ -34,7 +36,7 @@ def _samples(records: Sequence[CallRecord], samples: dict, index: int, is_self: 
         s = np.maximum(s - comm[record.key], 0.0)
     if s is None or not is_self:
         return s
-    for c in record.children:   # new arrays: the parent's samples stay as they are
+    for c in record.children:  # new arrays: the parent's samples stay as they are
         child = samples.get(records[c].key)
         if child is not None:
             s = s - child
@@ -43,8 +45,9 @@ def _samples(records: Sequence[CallRecord], samples: dict, index: int, is_self: 
     return np.where(s >= _RESOLUTION_MS, s, 0.0)
 
 
-def layer_columns(keys: Sequence[tuple[int, bool, bool]], records: Sequence[CallRecord],
-                  latency: Any, layers: Any) -> tuple[list[dict[str, float]], float, float]:
+def layer_columns(
+    keys: Sequence[tuple[int, bool, bool]], records: Sequence[CallRecord], latency: Any, layers: Any
+) -> tuple[list[dict[str, float]], float, float]:
     """The timing columns of each row (``keys``: record index, is a (self) row, is a leaf, in
     table order), and (overhead, leaf sum): instrumented over plain passes (interleaved with the
     instrumented ones, so drift between the clean run and the per-layer passes does not enter),
@@ -60,9 +63,11 @@ def layer_columns(keys: Sequence[tuple[int, bool, bool]], records: Sequence[Call
         s = _samples(records, layers.samples, index, is_self, leaf, comm)
         if s is not None:
             med = float(np.median(s))
-            col.update(latency_ms=med,
-                       latency_std_ms=float(s.std(ddof=1)) if s.size > 1 else float("nan"),
-                       latency_pct=100.0 * med / total if total > 0 else float("nan"))
+            col.update(
+                latency_ms=med,
+                latency_std_ms=float(s.std(ddof=1)) if s.size > 1 else float("nan"),
+                latency_pct=100.0 * med / total if total > 0 else float("nan"),
+            )
             leaf_sum += med if leaf else 0.0
         peak = peaks.get(records[index].key) if index >= 0 else None
         if peak is not None and not is_self:

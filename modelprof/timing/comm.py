@@ -18,6 +18,7 @@ of the call whose gradient filled the bucket; ``modelprof.step.timing`` moves th
 (where they are counted) with the reducer's final wait. What reaches no dispatched op is not
 stamped.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from modelprof.runtime import compat
 
 __all__ = ["CommStamps", "wait_for"]
 
-_CHUNK = 64   # collectives per stamp buffer (buffers are added as a pass needs them)
+_CHUNK = 64  # collectives per stamp buffer (buffers are added as a pass needs them)
 
 
 def wait_for(func: Any, out: Any) -> None:
@@ -68,7 +69,7 @@ class CommStamps(compat.TorchDispatchMode):
 
     def _record(self, j: int) -> None:
         b, i = divmod(j, 2 * _CHUNK)
-        if b == len(self.buffers):       # grows in the warm-up passes, then is reused
+        if b == len(self.buffers):  # grows in the warm-up passes, then is reused
             self.buffers.append(self.clock.stamps(2 * _CHUNK))
         self.buffers[b].record(i)
 

@@ -10,6 +10,7 @@ per-round ratios of block medians, their logs' Yuen t half-width (``stats.ratio_
 On the CPU the CPU time of every sample is read beside the wall clock; when the machine is
 loaded (wall well above CPU) the comparison ranks by that CPU work (``ranked_by``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,13 @@ from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import collect_interleaved
 from modelprof.timing.stats import block_medians, ratio_of_medians
 
-__all__ = ["Candidate", "LatencyComparison", "cpu_work_columns", "measure_interleaved",
-           "measure_latencies"]
+__all__ = [
+    "Candidate",
+    "LatencyComparison",
+    "cpu_work_columns",
+    "measure_interleaved",
+    "measure_latencies",
+]
 
 
 @dataclasses.dataclass
@@ -42,7 +48,7 @@ class Candidate:
     name: str
     fn: Any
     target: Callable[..., Any]
-    inputs: Any                      # a ModelInputs
+    inputs: Any  # a ModelInputs
 
 
 @dataclasses.dataclass(eq=False)
@@ -78,33 +84,52 @@ class LatencyComparison:
     def to_dataframe(self) -> Any:
         """One row per candidate: latency statistics, the ratio and its interval, stability."""
         import pandas as pd
+
         rows = {}
         for name, m in self.measurements.items():
             lo, hi = m.median_ci_ms
             ratio, rlo, rhi = self.ratios[name]
-            rows[name] = {"latency_median_ms": m.median_ms, "latency_ci_low_ms": lo,
-                          "latency_ci_high_ms": hi, "latency_std_ms": m.std_ms,
-                          "latency_p90_ms": m.p90_ms, "fps": m.fps, "n": m.n,
-                          "latency_x": ratio, "latency_x_ci_low": rlo, "latency_x_ci_high": rhi,
-                          "stable": m.stable, **cpu_work_columns(self, name)}
+            rows[name] = {
+                "latency_median_ms": m.median_ms,
+                "latency_ci_low_ms": lo,
+                "latency_ci_high_ms": hi,
+                "latency_std_ms": m.std_ms,
+                "latency_p90_ms": m.p90_ms,
+                "fps": m.fps,
+                "n": m.n,
+                "latency_x": ratio,
+                "latency_x_ci_low": rlo,
+                "latency_x_ci_high": rhi,
+                "stable": m.stable,
+                **cpu_work_columns(self, name),
+            }
         df = pd.DataFrame.from_dict(rows, orient="index")
         df.index.name = "name"
         return df
 
     def __repr__(self) -> str:
-        lines = [f"LatencyComparison({len(self.measurements)} candidates, {self.rounds} "
-                 f"interleaved rounds, baseline {self.baseline!r})"]
+        lines = [
+            f"LatencyComparison({len(self.measurements)} candidates, {self.rounds} "
+            f"interleaved rounds, baseline {self.baseline!r})"
+        ]
         for name, m in self.measurements.items():
             ratio, lo, hi = self.ratios[name]
             ci = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else ""
-            lines.append(f"  {name:<24} {format_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
-                         f"x{ratio:.3f}{ci}" + ("  UNSTABLE" if m.stable is False else ""))
+            lines.append(
+                f"  {name:<24} {format_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
+                f"x{ratio:.3f}{ci}" + ("  UNSTABLE" if m.stable is False else "")
+            )
         return "\n".join(lines)
 
 
-def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
-                        baseline: str | None = None, mode: RunMode = RunMode(),
-                        progress: Callable[[str], None] | None = None) -> LatencyComparison:
+def measure_interleaved(
+    candidates: list[Candidate],
+    opts: TimingOptions,
+    *,
+    baseline: str | None = None,
+    mode: RunMode = RunMode(),
+    progress: Callable[[str], None] | None = None,
+) -> LatencyComparison:
     """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``),
     each run as ``mode`` says."""
     if not candidates:
@@ -125,19 +150,21 @@ def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
             c = by_name[name]
             if progress is not None:
                 progress(f"warming up {name}")
-            tc = stack.enter_context(TimedCall(c.fn, c.target, c.inputs, opts, mode=mode,
-                                               label=name))
+            tc = stack.enter_context(
+                TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=name)
+            )
             ests.append(tc.warm())
             calls.append(tc)
         if progress is not None:
             progress("interleaved rounds")
         rng = np.random.default_rng(opts.seed)
-        with sampling_bar(opts.stop, enabled=opts.progress, desc="interleaved timing",
-                          candidates=len(calls)) as bar:
-            sampled = collect_interleaved([tc.sample_block for tc in calls], opts.stop, ests,
-                                          rng, on_round=bar)
-    measurements = {name: tc.measurement(s, t_begin)
-                    for name, tc, s in zip(order, calls, sampled)}
+        with sampling_bar(
+            opts.stop, enabled=opts.progress, desc="interleaved timing", candidates=len(calls)
+        ) as bar:
+            sampled = collect_interleaved(
+                [tc.sample_block for tc in calls], opts.stop, ests, rng, on_round=bar
+            )
+    measurements = {name: tc.measurement(s, t_begin) for name, tc, s in zip(order, calls, sampled)}
     base = measurements[baseline]
     ratios = _ratios(measurements, baseline)
     cpu_ratios = None
@@ -146,16 +173,20 @@ def measure_interleaved(candidates: list[Candidate], opts: TimingOptions, *,
     if opts.warn:
         for m in measurements.values():
             m.warn_if_noisy()
-    result = LatencyComparison({n: measurements[n] for n in names}, baseline,
-                               {n: ratios[n] for n in names}, rounds=int(base.n_blocks),
-                               wall_s=time.perf_counter() - t_begin,
-                               cpu_ratios={n: cpu_ratios[n] for n in names}
-                               if cpu_ratios is not None else None)
+    result = LatencyComparison(
+        {n: measurements[n] for n in names},
+        baseline,
+        {n: ratios[n] for n in names},
+        rounds=int(base.n_blocks),
+        wall_s=time.perf_counter() - t_begin,
+        cpu_ratios={n: cpu_ratios[n] for n in names} if cpu_ratios is not None else None,
+    )
     return result
 
 
-def _ratios(measurements: dict[str, Measurement],
-            baseline: str) -> dict[str, tuple[float, float, float]]:
+def _ratios(
+    measurements: dict[str, Measurement], baseline: str
+) -> dict[str, tuple[float, float, float]]:
     """Each candidate's ratio of medians to the baseline, with its paired interval."""
     base = measurements[baseline]
     _, base_med = block_medians(base.samples_ms, base.blocks)
@@ -177,9 +208,15 @@ def cpu_work_columns(result: LatencyComparison, name: str) -> dict[str, Any]:
         return {}
     lo, hi = m.cpu.median_ci_ms
     ratio, rlo, rhi = result.cpu_ratios[name]
-    return {"cpu_work_median_ms": m.cpu.median_ms, "cpu_work_ci_low_ms": lo,
-            "cpu_work_ci_high_ms": hi, "cpu_work_x": ratio, "cpu_work_x_ci_low": rlo,
-            "cpu_work_x_ci_high": rhi, "wall_over_cpu": m.wall_over_cpu}
+    return {
+        "cpu_work_median_ms": m.cpu.median_ms,
+        "cpu_work_ci_low_ms": lo,
+        "cpu_work_ci_high_ms": hi,
+        "cpu_work_x": ratio,
+        "cpu_work_x_ci_low": rlo,
+        "cpu_work_x_ci_high": rhi,
+        "wall_over_cpu": m.wall_over_cpu,
+    }
 
 
 def measure_latencies(
@@ -203,15 +240,27 @@ def measure_latencies(
     candidate. ``baseline`` (default: the first) is what ``latency_x`` divides by.
     """
     if not isinstance(candidates, Mapping) or not candidates:
-        raise ModelProfError(f"candidates={candidates!r} must be a non-empty dict "
-                             "{name: callable}")
+        raise ModelProfError(
+            f"candidates={candidates!r} must be a non-empty dict {{name: callable}}"
+        )
     training = legacy_eval_mode(training, timing_options, "measure_latencies")
     opts = TimingOptions.parse(options, **timing_options)
     prepared = []
     for name, fn in candidates.items():
-        target, mi = resolve_call(fn, inputs, input_size=input_size, batch_size=batch_size,
-                                  device=device, dtype=dtype, channels_last=opts.channels_last)
+        target, mi = resolve_call(
+            fn,
+            inputs,
+            input_size=input_size,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            channels_last=opts.channels_last,
+        )
         prepared.append(Candidate(str(name), fn, target, mi))
-    with agreed_timing(candidates.values()):   # sharded models under torchrun: ranks agree
-        return measure_interleaved(prepared, opts, baseline=baseline,
-                                   mode=RunMode.parse(training=training, no_grad=no_grad))
+    with agreed_timing(candidates.values()):  # sharded models under torchrun: ranks agree
+        return measure_interleaved(
+            prepared,
+            opts,
+            baseline=baseline,
+            mode=RunMode.parse(training=training, no_grad=no_grad),
+        )

@@ -5,6 +5,7 @@ clock of ``clock``, under the modes of one ``TimingOptions``.
 captured, transfer buffers): it warms up and takes blocks of samples. ``measure_latency`` runs one;
 ``modelprof.timing.interleave`` runs several in interleaved rounds.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,9 +47,16 @@ def _input_device(inputs: Any) -> torch.device | None:
     return first.device if first is not None else None
 
 
-def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None,
-                 batch_size: int | None = None, device: Any = None, dtype: Any = None,
-                 channels_last: bool = False) -> tuple[Callable[..., Any], ModelInputs]:
+def resolve_call(
+    fn_or_model: Any,
+    inputs: Any = None,
+    *,
+    input_size: Any = None,
+    batch_size: int | None = None,
+    device: Any = None,
+    dtype: Any = None,
+    channels_last: bool = False,
+) -> tuple[Callable[..., Any], ModelInputs]:
     """The object to call (the user's, or a converted copy of a module) and its inputs.
 
     The device is ``device``, else the module's, else the device of the given tensors, else CPU.
@@ -61,8 +69,10 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
         if input_size is not None:
             raise ModelProfError("pass either ModelInputs or input_size, not both")
         if batch_size is not None and batch_size != given.batch_size:
-            raise ModelProfError(f"batch_size={batch_size!r} contradicts the given inputs, whose "
-                                 f"batch is {given.batch_size}; leave batch_size out")
+            raise ModelProfError(
+                f"batch_size={batch_size!r} contradicts the given inputs, whose "
+                f"batch is {given.batch_size}; leave batch_size out"
+            )
         dev = dev or given.device
     is_module = isinstance(fn_or_model, nn.Module)
     if dev is None:
@@ -79,17 +89,37 @@ def resolve_call(fn_or_model: Any, inputs: Any = None, *, input_size: Any = None
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
-        mi = ModelInputs(map_tensors(given.args, move), map_tensors(given.kwargs, move), dev,
-                         dt or given.dtype, given.batch_size, given.reset)
+
+        mi = ModelInputs(
+            map_tensors(given.args, move),
+            map_tensors(given.kwargs, move),
+            dev,
+            dt or given.dtype,
+            given.batch_size,
+            given.reset,
+        )
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
-        mi = ModelInputs((), {}, dev, parse_dtype(dtype) or torch.get_default_dtype(),
-                         batch_size or 1)
+        mi = ModelInputs(
+            (), {}, dev, parse_dtype(dtype) or torch.get_default_dtype(), batch_size or 1
+        )
     else:
-        mi = make_inputs(target if is_module else fn_or_model, input_size, inputs=inputs,
-                         batch_size=batch_size, device=dev, dtype=dtype)
+        mi = make_inputs(
+            target if is_module else fn_or_model,
+            input_size,
+            inputs=inputs,
+            batch_size=batch_size,
+            device=dev,
+            dtype=dtype,
+        )
     if channels_last:
-        mi = ModelInputs(to_channels_last(mi.args), to_channels_last(mi.kwargs), mi.device,
-                         mi.dtype, mi.batch_size, mi.reset)
+        mi = ModelInputs(
+            to_channels_last(mi.args),
+            to_channels_last(mi.kwargs),
+            mi.device,
+            mi.dtype,
+            mi.batch_size,
+            mi.reset,
+        )
     return target, mi
 
 
@@ -108,6 +138,7 @@ def _chain(*steps: Callable[[], Any] | None) -> Callable[[], Any] | None:
     def run() -> None:
         for step in given:
             step()
+
     return run
 
 
@@ -119,6 +150,7 @@ class _Transfer:
         def host(t: torch.Tensor) -> torch.Tensor:
             h = t.detach().to("cpu", copy=True)
             return h.pin_memory() if pin else h
+
         self.pin = pin
         host_inputs = map_tensors((mi.args, mi.kwargs), host)
         self.pairs = list(zip(iter_tensors(host_inputs), iter_tensors((mi.args, mi.kwargs))))
@@ -136,8 +168,9 @@ class _Transfer:
     def d2h(self) -> None:
         outs = [t for t in iter_tensors(self.out) if t.device.type != "cpu"]
         if self.out_host is None:
-            self.out_host = [torch.empty(t.shape, dtype=t.dtype, device="cpu",
-                                         pin_memory=self.pin) for t in outs]
+            self.out_host = [
+                torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=self.pin) for t in outs
+            ]
         for h, d in zip(self.out_host, outs):
             h.copy_(d, non_blocking=self.pin)
 
@@ -152,9 +185,16 @@ class TimedCall:
     tc.sample_block(k)``. Entering sets the modes (eval/no_grad, autocast, the CUDA device),
     compiles, and allocates transfer buffers; leaving restores every flag."""
 
-    def __init__(self, fn_or_model: Any, target: Callable[..., Any], mi: ModelInputs,
-                 opts: TimingOptions, *, mode: RunMode = RunMode(),
-                 label: str | None = None) -> None:
+    def __init__(
+        self,
+        fn_or_model: Any,
+        target: Callable[..., Any],
+        mi: ModelInputs,
+        opts: TimingOptions,
+        *,
+        mode: RunMode = RunMode(),
+        label: str | None = None,
+    ) -> None:
         opts.check_device(mi.device)
         self.user_fn, self.target, self.mi, self.opts = fn_or_model, target, mi, opts
         self.mode = dataclasses.replace(mode.on(mi.device), amp=opts.amp)
@@ -163,8 +203,11 @@ class TimedCall:
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
         # a fresh converted copy or a freshly compiled wrapper has never been warmed
-        self.already_warm = (target is fn_or_model and opts.compile is None
-                             and WARMED.seen(fn_or_model, self.signature))
+        self.already_warm = (
+            target is fn_or_model
+            and opts.compile is None
+            and WARMED.seen(fn_or_model, self.signature)
+        )
         self.label = label if label is not None else _label(fn_or_model)
         self.compile_ms: float | None = None
         self.warmup_calls = 0
@@ -184,14 +227,15 @@ class TimedCall:
                 fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
             args, kwargs = self.mi.args, self.mi.kwargs
             self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
-            reset = self.mi.reset        # puts back inputs a pass writes (None: none does)
+            reset = self.mi.reset  # puts back inputs a pass writes (None: none does)
             # untimed calls (warm-up, compile) start from the same inputs as the timed ones
-            self.fresh_call = self.call if reset is None else (
-                lambda: (reset(), fn(*args, **kwargs))[1])
+            self.fresh_call = (
+                self.call if reset is None else (lambda: (reset(), fn(*args, **kwargs))[1])
+            )
             if opts.compile is not None:
                 device_synchronize(dev)
                 t0 = time.perf_counter()
-                self._guarded(self.fresh_call)    # the first call compiles
+                self._guarded(self.fresh_call)  # the first call compiles
                 device_synchronize(dev)
                 self.compile_ms = (time.perf_counter() - t0) * 1e3
             self.between = _chain(reset, CacheFlusher(dev) if opts.cold_cache else None)
@@ -217,15 +261,18 @@ class TimedCall:
             if is_oom(e):
                 raise
             try:  # from inside a module's forward: name the module and the inputs
-                with forward_failure(self.target, "the end-to-end timing",
-                                     self.mi.kwargs or self.mi.args):
+                with forward_failure(
+                    self.target, "the end-to-end timing", self.mi.kwargs or self.mi.args
+                ):
                     raise
             except ModelProfError:
                 raise
             except Exception:  # noqa: BLE001 - not from inside the model: say what failed
                 pass
-            raise ModelProfError(f"{self.label} failed while timing it end to end on {self.dev}: "
-                                 f"{type(e).__name__}: {e}") from e
+            raise ModelProfError(
+                f"{self.label} failed while timing it end to end on {self.dev}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
 
     # -- warm-up ------------------------------------------------------------------------------
     def warm(self) -> float | None:
@@ -236,13 +283,12 @@ class TimedCall:
             est = None
         else:
             warm = _chain(self.mi.reset, xfer.step) if xfer else self.fresh_call
-            n, est = warm_up(lambda: self._guarded(warm),
-                             opts.warmup, self.already_warm, sync)
+            n, est = warm_up(lambda: self._guarded(warm), opts.warmup, self.already_warm, sync)
             self.warmup_calls += n
             step = self.call
         if xfer is not None:
             xfer.call = step
-            if xfer.out is None:              # no warm-up call ran: make the output buffers
+            if xfer.out is None:  # no warm-up call ran: make the output buffers
                 self._guarded(xfer.step)
                 sync()
             self._phases = [xfer.h2d, xfer.compute, xfer.d2h]
@@ -256,8 +302,12 @@ class TimedCall:
         side = torch.cuda.Stream(self.dev)
         side.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(side):
-            n, _ = warm_up(lambda: self._guarded(self.fresh_call), self.opts.warmup,
-                           self.already_warm, self.clock.sync)
+            n, _ = warm_up(
+                lambda: self._guarded(self.fresh_call),
+                self.opts.warmup,
+                self.already_warm,
+                self.clock.sync,
+            )
             if n == 0:
                 self._guarded(self.fresh_call)
                 n = 1
@@ -270,14 +320,17 @@ class TimedCall:
         except Exception as e:
             if is_oom(e):
                 raise
-            raise ModelProfError(f"cuda_graph=True: capturing {self.label} into a CUDA graph "
-                                 f"failed ({type(e).__name__}: {e}); graphs need static shapes, "
-                                 "no host synchronisation and no CPU tensors in the forward; "
-                                 "time it without cuda_graph") from e
+            raise ModelProfError(
+                f"cuda_graph=True: capturing {self.label} into a CUDA graph "
+                f"failed ({type(e).__name__}: {e}); graphs need static shapes, "
+                "no host synchronisation and no CPU tensors in the forward; "
+                "time it without cuda_graph"
+            ) from e
 
         def replay() -> Any:
             graph.replay()
             return static_out
+
         return replay
 
     # -- sampling -----------------------------------------------------------------------------
@@ -290,14 +343,24 @@ class TimedCall:
     def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
         """The Measurement of what was sampled, with the environment read after timing."""
         opts, mi = self.opts, self.mi
-        env = collect_env(self.dev, dtype=opts.amp or mi.dtype, batch_size=mi.batch_size,
-                          clock=self.clock.kind, **self.flags)
+        env = collect_env(
+            self.dev,
+            dtype=opts.amp or mi.dtype,
+            batch_size=mi.batch_size,
+            clock=self.clock.kind,
+            **self.flags,
+        )
         stop = opts.stop
-        common = dict(device=str(self.dev), batch_size=mi.batch_size, warmup=self.warmup_calls,
-                      stop_reason=sampled.stop_reason,
-                      precision=None if stop.repeat is not None else stop.precision,
-                      min_samples=stop.promised_min,
-                      blocks=sampled.blocks, timestamps_s=sampled.timestamps_s)
+        common = dict(
+            device=str(self.dev),
+            batch_size=mi.batch_size,
+            warmup=self.warmup_calls,
+            stop_reason=sampled.stop_reason,
+            precision=None if stop.repeat is not None else stop.precision,
+            min_samples=stop.promised_min,
+            blocks=sampled.blocks,
+            timestamps_s=sampled.timestamps_s,
+        )
         parts: dict[str, Measurement] = {}
         if self.xfer is not None:
             stacked = np.concatenate(self.parts_ms, axis=0)
@@ -306,13 +369,21 @@ class TimedCall:
         cpu = getattr(self.clock, "cpu_ms", None)
         cpu_ms = np.concatenate(cpu) if cpu else None
         if cpu_ms is not None and cpu_ms.size != sampled.samples_ms.size:
-            cpu_ms = None                  # not one reading per sample: not shown
+            cpu_ms = None  # not one reading per sample: not shown
         cpu_kind = getattr(self.clock, "cpu_kind", None) if cpu_ms is not None else None
         if cpu_kind is not None:
             env["cpu_clock"] = cpu_kind
-        return Measurement(sampled.samples_ms, compile_ms=self.compile_ms,
-                           wall_s=time.perf_counter() - t_begin, label=self.label, env=env,
-                           cpu_ms=cpu_ms, cpu_clock=cpu_kind, **common, **parts)
+        return Measurement(
+            sampled.samples_ms,
+            compile_ms=self.compile_ms,
+            wall_s=time.perf_counter() - t_begin,
+            label=self.label,
+            env=env,
+            cpu_ms=cpu_ms,
+            cpu_clock=cpu_kind,
+            **common,
+            **parts,
+        )
 
 
 def measure_latency(
@@ -345,11 +416,26 @@ def measure_latency(
     t_begin = time.perf_counter()
     training = legacy_eval_mode(training, timing_options, "measure_latency")
     opts = TimingOptions.parse(options, **timing_options)
-    target, mi = resolve_call(fn_or_model, inputs, input_size=input_size, batch_size=batch_size,
-                              device=device, dtype=dtype, channels_last=opts.channels_last)
-    with agreed_timing([fn_or_model]), \
-            TimedCall(fn_or_model, target, mi, opts,
-                      mode=RunMode.parse(training=training, no_grad=no_grad), label=label) as tc:
+    target, mi = resolve_call(
+        fn_or_model,
+        inputs,
+        input_size=input_size,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        channels_last=opts.channels_last,
+    )
+    with (
+        agreed_timing([fn_or_model]),
+        TimedCall(
+            fn_or_model,
+            target,
+            mi,
+            opts,
+            mode=RunMode.parse(training=training, no_grad=no_grad),
+            label=label,
+        ) as tc,
+    ):
         est = tc.warm()
         with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
             sampled = collect(tc.sample_block, opts.stop, est, on_block=bar)
@@ -359,8 +445,9 @@ def measure_latency(
     return m
 
 
-def timing_runner(model: nn.Module, mi: ModelInputs, mode: RunMode,
-                  opts: TimingOptions) -> nn.Module:
+def timing_runner(
+    model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
+) -> nn.Module:
     """What the timed passes call: the model itself, or a converted copy (device, dtype,
     channels_last), or in train mode a copy (train-mode passes update buffers)."""
     layout = torch.channels_last if opts.channels_last else None

@@ -9,6 +9,7 @@ Keys are ``(qualified module name, call index)``: the root is ``""``, the call i
 the calls of one module object within one forward (a shared ``relu`` gives ``("relu", 1)``,
 ``("relu", 2)``). Durations are inclusive (a parent's time contains its children's).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,16 @@ from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import WARMED, collect, extend, input_signature, warm_up
 
-__all__ = ["HookCost", "Key", "LayerTiming", "MemoryStats", "PeakTracker", "calibrate_hooks",
-           "is_oom", "time_layers"]
+__all__ = [
+    "HookCost",
+    "Key",
+    "LayerTiming",
+    "MemoryStats",
+    "PeakTracker",
+    "calibrate_hooks",
+    "is_oom",
+    "time_layers",
+]
 
 Key = tuple[str, int]
 
@@ -93,8 +102,9 @@ class LayerTiming:
         return {k: float(np.median(v)) for k, v in self.samples.items()}
 
     def std_ms(self) -> dict[Key, float]:
-        return {k: float(v.std(ddof=1)) if v.size > 1 else math.nan
-                for k, v in self.samples.items()}
+        return {
+            k: float(v.std(ddof=1)) if v.size > 1 else math.nan for k, v in self.samples.items()
+        }
 
     def leaves(self) -> list[Key]:
         """Calls inside which no other hooked call ran, in execution order."""
@@ -104,11 +114,18 @@ class LayerTiming:
     @property
     def end_to_end(self) -> Measurement:
         """The instrumented end-to-end passes (as read) as a Measurement."""
-        return Measurement(self.passes_ms, device=self.device, batch_size=self.batch_size,
-                           warmup=self.warmup, stop_reason=self.stop_reason,
-                           label="the per-layer (instrumented) passes", env=self.env,
-                           blocks=self.blocks, timestamps_s=self.timestamps_s,
-                           min_samples=self.min_samples)
+        return Measurement(
+            self.passes_ms,
+            device=self.device,
+            batch_size=self.batch_size,
+            warmup=self.warmup,
+            stop_reason=self.stop_reason,
+            label="the per-layer (instrumented) passes",
+            env=self.env,
+            blocks=self.blocks,
+            timestamps_s=self.timestamps_s,
+            min_samples=self.min_samples,
+        )
 
     @property
     def corrected_passes_ms(self) -> np.ndarray:
@@ -136,9 +153,11 @@ class LayerTiming:
     def __repr__(self) -> str:
         med = self.median_ms()
         total = float(np.median(self.passes_ms))
-        lines = [f"LayerTiming({self.device}, batch {self.batch_size}): {len(self.order)} calls, "
-                 f"{self.n} passes (stop={self.stop_reason}), pass median {total:.3f} ms, "
-                 f"coverage {self.coverage():.1%}"]
+        lines = [
+            f"LayerTiming({self.device}, batch {self.batch_size}): {len(self.order)} calls, "
+            f"{self.n} passes (stop={self.stop_reason}), pass median {total:.3f} ms, "
+            f"coverage {self.coverage():.1%}"
+        ]
         for k in self.order[:12]:
             label = (k[0] or "(model)") + (f" #{k[1]}" if k[1] > 1 else "")
             lines.append(f"  {label:<30} {med[k]:10.3f} ms")
@@ -150,12 +169,20 @@ class LayerTiming:
         """One row per call in execution order: name, call, latency_ms (median),
         latency_std_ms, latency_pct (of the median pass), peak_memory_bytes."""
         import pandas as pd
+
         med, std = self.median_ms(), self.std_ms()
         total = float(np.median(self.passes_ms))
-        rows = [{"name": k[0], "call": k[1], "latency_ms": med[k], "latency_std_ms": std[k],
-                 "latency_pct": 100.0 * med[k] / total if total > 0 else float("nan"),
-                 "peak_memory_bytes": (self.peak_memory_bytes or {}).get(k)}
-                for k in self.order]
+        rows = [
+            {
+                "name": k[0],
+                "call": k[1],
+                "latency_ms": med[k],
+                "latency_std_ms": std[k],
+                "latency_pct": 100.0 * med[k] / total if total > 0 else float("nan"),
+                "peak_memory_bytes": (self.peak_memory_bytes or {}).get(k),
+            }
+            for k in self.order
+        ]
         return pd.DataFrame(rows)
 
 
@@ -172,8 +199,6 @@ def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
         with np.errstate(divide="ignore", invalid="ignore"):
             factor = np.where(total > t[:, p], t[:, p] / total, 1.0)
         t[:, kids] *= factor[:, None]
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,8 +230,9 @@ class HookCost:
     #: ``"given"`` (passed in)
     source: str = "given"
 
-    def correct(self, raw: np.ndarray, nested: np.ndarray,
-                parents: list[int | None] | None = None) -> np.ndarray:
+    def correct(
+        self, raw: np.ndarray, nested: np.ndarray, parents: list[int | None] | None = None
+    ) -> np.ndarray:
         """``raw`` (passes x calls, ms) less the cost, per call: ``nested[i]`` calls inside i;
         with ``parents`` (the parent index of each call, in call order) children are fitted
         into their parent."""
@@ -218,8 +244,12 @@ class HookCost:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"per_call_us": self.per_call_ms * 1e3, "self_us": self.self_ms * 1e3,
-                "applied": self.applied, "source": self.source}
+        return {
+            "per_call_us": self.per_call_ms * 1e3,
+            "self_us": self.self_ms * 1e3,
+            "applied": self.applied,
+            "source": self.source,
+        }
 
 
 class _CallPlan:
@@ -262,13 +292,19 @@ class _Instrument:
     """Hooks that only write a stamp (after checking that the calls come in the order the
     discovery pass saw), and one instrumented pass that reads them back."""
 
-    def __init__(self, model: nn.Module, plan: _CallPlan, clock: Clock,
-                 forward: Callable[[], Any], reset: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        plan: _CallPlan,
+        clock: Clock,
+        forward: Callable[[], Any],
+        reset: Callable[[], Any] | None = None,
+    ) -> None:
         n = len(plan.keys)
         self.model, self.plan, self.n, self.forward = model, plan, n, forward
-        self.reset = reset   # run before each pass, outside its timed span (None: nothing)
+        self.reset = reset  # run before each pass, outside its timed span (None: nothing)
         self.clock = clock
-        self.plain: list[np.ndarray] = []      # plain passes, interleaved with the instrumented
+        self.plain: list[np.ndarray] = []  # plain passes, interleaved with the instrumented
         self.stamps = clock.stamps(2 * n + 2)
         self.open_calls: list[int] = []
         self.counter = 0
@@ -276,13 +312,14 @@ class _Instrument:
         self.pass_start = [2 * n] * n
         self.ends = list(range(n, 2 * n)) + [2 * n + 1]
         self.rows: list[np.ndarray] = []
-        self.offsets: list[np.ndarray] = []    # each call's start from the pass's start (ms)
+        self.offsets: list[np.ndarray] = []  # each call's start from the pass's start (ms)
         self.passes: list[float] = []
         # on the CPU, the thread CPU time of each instrumented and each plain pass, in ms: time
         # spent descheduled does not enter it (see time_layers' hook cost). Where that clock
         # ticks coarsely (15.6 ms on Windows) a median of it is 0: no bound from it there
         self.cpu_ms: tuple[list[float], list[float]] | None = (
-            ([], []) if clock.device.type == "cpu" and _THREAD_TIME_FINE else None)
+            ([], []) if clock.device.type == "cpu" and _THREAD_TIME_FINE else None
+        )
         # collectives' own time per call and pass (ms), where they are stamped (timing/comm.py)
         self.comm: CommStamps | None = None
         self.comm_rows: list[np.ndarray] = []
@@ -295,7 +332,8 @@ class _Instrument:
             raise ModelProfError(
                 f"module '{self.plan.names.get(module, '?')}' ran as call {i + 1} of the "
                 f"forward, but the discovery pass saw {saw} there; the model's control flow "
-                "changes between passes, so its layers cannot be timed by position")
+                "changes between passes, so its layers cannot be timed by position"
+            )
         self.counter = i + 1
         self.open_calls.append(i)
         self.stamps.record(i)
@@ -318,8 +356,10 @@ class _Instrument:
         self.forward()
         record(2 * n + 1)
         if self.counter != n:
-            raise ModelProfError(f"the forward made {self.counter} module calls, the discovery "
-                                 f"pass {n}; the model's control flow changes between passes")
+            raise ModelProfError(
+                f"the forward made {self.counter} module calls, the discovery "
+                f"pass {n}; the model's control flow changes between passes"
+            )
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
@@ -356,7 +396,7 @@ class _Instrument:
                 c0 = cpu()
                 self.run()
                 c1 = cpu()
-                self.stamps.sync()                      # the one synchronize of this pass
+                self.stamps.sync()  # the one synchronize of this pass
             d = self.stamps.elapsed_ms(self.starts, self.ends)
             self.rows.append(d[:n])
             self.offsets.append(self.stamps.elapsed_ms(self.pass_start, self.starts[:n]))
@@ -391,8 +431,10 @@ def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _
     with module_hooks(model, plan.pre, plan.post, plan.names):
         forward()
     if not plan.keys:
-        raise ModelProfError(f"no hooked module of {type(model).__name__} ran in a forward "
-                             "pass; nothing to time per layer")
+        raise ModelProfError(
+            f"no hooked module of {type(model).__name__} ran in a forward "
+            "pass; nothing to time per layer"
+        )
     return plan
 
 
@@ -432,6 +474,7 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
 
     def forward() -> Any:
         return chain(x)
+
     plan = discover(chain, forward, _CallPlan(names))
     inst = _Instrument(chain, plan, clock, forward)
     perf = getattr(clock, "now_ns", time.perf_counter_ns)
@@ -453,7 +496,7 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
     raw = np.vstack(inst.rows)
     k = len(plan.keys)
     per_call = (float(np.median(instrumented)) - float(np.median(plain))) / k
-    leaf_span = float(np.median(raw[:, 1:]))           # the empty calls (0 is the chain)
+    leaf_span = float(np.median(raw[:, 1:]))  # the empty calls (0 is the chain)
     self_ms = leaf_span - max(float(np.median(body)), 0.0)
     per_call = max(per_call, 0.0)
     self_ms = min(max(self_ms, 0.0), per_call)
@@ -477,6 +520,7 @@ def gc_paused() -> Iterator[Callable[[], None]]:
     def between_blocks() -> None:
         if was:
             gc.collect(0)
+
     try:
         yield between_blocks
     finally:
@@ -491,9 +535,14 @@ def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
     return f"module '{name}'" + (f" (call {call})" if call > 1 else "")
 
 
-def _memory_pass(model: nn.Module, plan: _CallPlan, stats: MemoryStats,
-                 forward: Callable[[], Any], names: dict[nn.Module, str],
-                 live: list[list[int]]) -> dict[Key, int]:
+def _memory_pass(
+    model: nn.Module,
+    plan: _CallPlan,
+    stats: MemoryStats,
+    forward: Callable[[], Any],
+    names: dict[nn.Module, str],
+    live: list[list[int]],
+) -> dict[Key, int]:
     """One forward reading the allocator peak of every call (warm: after the timed passes)."""
     tracker = PeakTracker(stats)
     live[0] = tracker.stack
@@ -513,21 +562,26 @@ def _memory_pass(model: nn.Module, plan: _CallPlan, stats: MemoryStats,
     return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
 
 
-def _extend_passes(block: Callable[[int], np.ndarray], sampled: Any, opts: TimingOptions,
-                   name: str) -> tuple[Any, float]:
+def _extend_passes(
+    block: Callable[[int], np.ndarray], sampled: Any, opts: TimingOptions, name: str
+) -> tuple[Any, float]:
     """Per-layer passes that the budget stopped below ``min_samples`` continue one at a time,
     at most ``layer_extend_s`` seconds more, with a progress bar of their own (when progress is
     on); returns the passes and the seconds added."""
     need = opts.stop.promised_min
     if need is None or sampled.n >= need or opts.layer_extend_s <= 0:
         return sampled, 0.0
-    bar = progress_bar(need, enabled=opts.progress, unit="pass",
-                       desc=f"per-layer {name}: extending to {need} passes "
-                            f"(cap {opts.layer_extend_s:g} s)")
+    bar = progress_bar(
+        need,
+        enabled=opts.progress,
+        unit="pass",
+        desc=f"per-layer {name}: extending to {need} passes (cap {opts.layer_extend_s:g} s)",
+    )
     bar.update(sampled.n)
 
     def shown(n: int, _elapsed: float) -> None:
         bar.update(n - bar.n)
+
     try:
         return extend(block, sampled, need, opts.layer_extend_s, on_block=shown)
     finally:
@@ -571,8 +625,14 @@ def time_layers(
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
         args, kwargs = to_channels_last(args), to_channels_last(kwargs)
     mode = RunMode(training=training, no_grad=no_grad, amp=opts.amp, device=dev)
-    run = _LayerRun(model, (args, kwargs), module_names(model) if modules is None else modules,
-                    clock_for(dev, opts.clock), opts, mode)
+    run = _LayerRun(
+        model,
+        (args, kwargs),
+        module_names(model) if modules is None else modules,
+        clock_for(dev, opts.clock),
+        opts,
+        mode,
+    )
     run.reset = model_inputs.reset
     calibrated = None
     if hook_cost is None and opts.correct_overhead:
@@ -583,12 +643,18 @@ def time_layers(
     return run.result(model_inputs, hook_cost)
 
 
-
 class _LayerRun:
     """One ``time_layers`` call: the passes under the run's modes, then their result."""
 
-    def __init__(self, model: nn.Module, call: tuple[tuple, dict], names: dict[nn.Module, str],
-                 clock: Any, opts: TimingOptions, mode: RunMode) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        call: tuple[tuple, dict],
+        names: dict[nn.Module, str],
+        clock: Any,
+        opts: TimingOptions,
+        mode: RunMode,
+    ) -> None:
         self.model, (self.args, self.kwargs), self.dev = model, call, mode.device
         self.names, self.clock, self.opts, self.mode = names, clock, opts, mode
         dev = mode.device
@@ -596,7 +662,7 @@ class _LayerRun:
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
         self.signature = input_signature(args, kwargs, device=str(dev), **self.flags)
-        self.live: list[list[int]] = [[]]   # the open calls of the pass running now (errors)
+        self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
         self.plan: _CallPlan | None = None
         self.peaks = None
         #: puts back the inputs a pass writes, before each pass (``ModelInputs.reset``; None:
@@ -629,13 +695,15 @@ class _LayerRun:
                 if communicates(model):
                     inst.comm = CommStamps(self.clock, inst.comm_column)
                 live[0] = inst.open_calls
-                self.n_warm, est = warm_up(inst.warm_step, self.opts.warmup, already_warm,
-                                           self.clock.sync)
+                self.n_warm, est = warm_up(
+                    inst.warm_step, self.opts.warmup, already_warm, self.clock.sync
+                )
                 self.sampled = self._sample(inst, est)
                 self.n_warm += 1
                 if memory_stats is not False:
-                    self.peaks = _memory_pass(model, plan, memory_stats, self.fresh_forward,
-                                              self.names, live)
+                    self.peaks = _memory_pass(
+                        model, plan, memory_stats, self.fresh_forward, self.names, live
+                    )
                     self.n_warm += 1
             except ModelProfError:
                 raise
@@ -643,49 +711,73 @@ class _LayerRun:
                 if is_oom(e):
                     raise
                 keys = self.plan.keys if self.plan is not None else []
-                raise ModelProfError(f"forward of {type(model).__name__} failed in "
-                                     f"{_running(live[0], keys, model)} while timing layers: "
-                                     f"{type(e).__name__}: {e}") from e
+                raise ModelProfError(
+                    f"forward of {type(model).__name__} failed in "
+                    f"{_running(live[0], keys, model)} while timing layers: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
         WARMED.add(model, self.signature)
 
     def _sample(self, inst: Any, est: Any) -> Any:
-        with sampling_bar(self.opts.stop, enabled=self.opts.progress,
-                          desc=f"per-layer {type(self.model).__name__}") as bar:
+        with sampling_bar(
+            self.opts.stop,
+            enabled=self.opts.progress,
+            desc=f"per-layer {type(self.model).__name__}",
+        ) as bar:
             with gc_paused() as between_blocks:
+
                 def block(k: int) -> np.ndarray:
                     out = inst.sample_block(k)
                     between_blocks()
                     return out
+
                 sampled = collect(block, self.opts.stop, est, on_block=bar)
-                sampled, self.extended_s = _extend_passes(block, sampled, self.opts,
-                                                          type(self.model).__name__)
+                sampled, self.extended_s = _extend_passes(
+                    block, sampled, self.opts, type(self.model).__name__
+                )
                 return sampled
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
         keys = plan.keys
         raw = np.vstack(inst.rows)
-        corrected = raw if hook_cost is None else hook_cost.correct(raw, plan.nested_counts(),
-                                                                    plan.parent_index)
-        env = collect_env(self.dev, dtype=opts.amp or model_inputs.dtype,
-                          batch_size=model_inputs.batch_size, clock=self.clock.kind,
-                          **self.flags)
+        corrected = (
+            raw
+            if hook_cost is None
+            else hook_cost.correct(raw, plan.nested_counts(), plan.parent_index)
+        )
+        env = collect_env(
+            self.dev,
+            dtype=opts.amp or model_inputs.dtype,
+            batch_size=model_inputs.batch_size,
+            clock=self.clock.kind,
+            **self.flags,
+        )
         if hook_cost is not None:
             env["hook_cost"] = hook_cost.to_dict()
         timing = LayerTiming(
             samples={k: corrected[:, i].copy() for i, k in enumerate(keys)},
-            order=list(keys), passes_ms=np.asarray(sampled.samples_ms),
-            parents=dict(plan.parents), peak_memory_bytes=self.peaks, device=str(self.dev),
-            batch_size=model_inputs.batch_size, warmup=self.n_warm,
-            stop_reason=sampled.stop_reason, env=env,
+            order=list(keys),
+            passes_ms=np.asarray(sampled.samples_ms),
+            parents=dict(plan.parents),
+            peak_memory_bytes=self.peaks,
+            device=str(self.dev),
+            batch_size=model_inputs.batch_size,
+            warmup=self.n_warm,
+            stop_reason=sampled.stop_reason,
+            env=env,
             raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
-            hook_cost=hook_cost, blocks=sampled.blocks, timestamps_s=sampled.timestamps_s,
+            hook_cost=hook_cost,
+            blocks=sampled.blocks,
+            timestamps_s=sampled.timestamps_s,
             plain_ms=np.concatenate(inst.plain),
-            min_samples=opts.stop.promised_min, extended_s=self.extended_s,
+            min_samples=opts.stop.promised_min,
+            extended_s=self.extended_s,
             start_offsets_ms=np.vstack(inst.offsets) if inst.offsets else None,
-            comm_samples=_comm_samples(inst, keys))
+            comm_samples=_comm_samples(inst, keys),
+        )
         if opts.warn and timing.undersampled:
-            timing.end_to_end.warn_if_noisy()      # names n and min_samples
+            timing.end_to_end.warn_if_noisy()  # names n and min_samples
         return timing
 
 
@@ -705,7 +797,7 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     """
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
-    if sampled.n < _MIN_COST_PASSES and calibrated.applied:   # (CUDA: no chain to ask)
+    if sampled.n < _MIN_COST_PASSES and calibrated.applied:  # (CUDA: no chain to ask)
         per_call, source = calibrated.per_call_ms * len(keys), "chain"
     else:
         per_call, source = float(np.median(sampled.samples_ms) - np.median(plain)), "model"

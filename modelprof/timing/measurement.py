@@ -27,6 +27,7 @@ Conventions, stated once:
 * outliers are counted by Tukey's fences (outside ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``) and kept;
 * ``fps = batch_size / (median_ms / 1000)``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -105,7 +106,7 @@ class Measurement:
         if self.samples_ms.size == 0:
             raise ValueError("a Measurement needs at least one sample")
         n = self.samples_ms.size
-        if self.blocks is None:          # no block structure known: independent samples
+        if self.blocks is None:  # no block structure known: independent samples
             self.blocks = np.zeros(n, dtype=np.int64)
             self._independent = True
         self.blocks = np.asarray(self.blocks, dtype=np.int64).reshape(-1)
@@ -248,8 +249,12 @@ class Measurement:
         rel = self.relative_ci
         if significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:
             return False
-        if (self.n_blocks < 3 or self.timestamps_s is None or not math.isfinite(rel)
-                or rel > JUDGE_MAX_RELATIVE_CI):
+        if (
+            self.n_blocks < 3
+            or self.timestamps_s is None
+            or not math.isfinite(rel)
+            or rel > JUDGE_MAX_RELATIVE_CI
+        ):
             return None
         return True
 
@@ -259,12 +264,16 @@ class Measurement:
         if self.stable is not None:
             return None
         if not self.has_interval:
-            return f"no interval from {self.n} sample{'s' if self.n != 1 else ''} in " \
-                   f"{self.n_blocks} block{'s' if self.n_blocks != 1 else ''}"
+            return (
+                f"no interval from {self.n} sample{'s' if self.n != 1 else ''} in "
+                f"{self.n_blocks} block{'s' if self.n_blocks != 1 else ''}"
+            )
         if self.n_blocks < 3 or self.timestamps_s is None:
             return f"a trend needs 3 timed blocks, this run has {self.n_blocks}"
-        return (f"its interval (±{self.relative_ci:.0%}) is too wide to judge a trend against "
-                f"(limit ±{JUDGE_MAX_RELATIVE_CI:.0%})")
+        return (
+            f"its interval (±{self.relative_ci:.0%}) is too wide to judge a trend against "
+            f"(limit ±{JUDGE_MAX_RELATIVE_CI:.0%})"
+        )
 
     @property
     def undersampled(self) -> bool:
@@ -272,8 +281,11 @@ class Measurement:
         than two blocks (no interval can be stated)."""
         if not self.has_interval:
             return True
-        return (self.stop_reason == "budget" and self.min_samples is not None
-                and self.n < self.min_samples)
+        return (
+            self.stop_reason == "budget"
+            and self.min_samples is not None
+            and self.n < self.min_samples
+        )
 
     @property
     def ci_half_width_ms(self) -> float:
@@ -295,12 +307,19 @@ class Measurement:
         None when it was not read."""
         if self.cpu_ms is None:
             return None
-        return Measurement(self.cpu_ms, device=self.device, batch_size=self.batch_size,
-                           warmup=self.warmup, stop_reason=self.stop_reason,
-                           precision=self.precision, confidence=self.confidence,
-                           label=f"{self.label or 'the callable'} CPU work ({self.cpu_clock})",
-                           blocks=None if self._independent else self.blocks,
-                           timestamps_s=self.timestamps_s, min_samples=self.min_samples)
+        return Measurement(
+            self.cpu_ms,
+            device=self.device,
+            batch_size=self.batch_size,
+            warmup=self.warmup,
+            stop_reason=self.stop_reason,
+            precision=self.precision,
+            confidence=self.confidence,
+            label=f"{self.label or 'the callable'} CPU work ({self.cpu_clock})",
+            blocks=None if self._independent else self.blocks,
+            timestamps_s=self.timestamps_s,
+            min_samples=self.min_samples,
+        )
 
     @property
     def wall_over_cpu(self) -> float:
@@ -344,8 +363,9 @@ class Measurement:
         what = f"{self.label or 'the callable'} on {self.device}"
         if self.undersampled and not (self.stop_reason == "repeat" and self.n < 2):
             self._warned = True
-            warnings.warn(f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning, stacklevel=3
+            )
             return True
         if self.stable is False:
             self._warned = True
@@ -353,7 +373,9 @@ class Measurement:
                 f"timing of {what} drifted by {self.drift_pct:+.1f} % over its "
                 f"{self.n_blocks} blocks, beyond its ±{self.relative_ci:.1%} interval; the machine "
                 "changed speed while measuring (other load, thermal or frequency changes)",
-                DriftWarning, stacklevel=3)
+                DriftWarning,
+                stacklevel=3,
+            )
             return True
         if not self.noisy:
             return False
@@ -363,51 +385,88 @@ class Measurement:
             f"IQR/median = {self.iqr_ms / self.median_ms:.1%}, CV = {self.cv:.1%} "
             f"(thresholds {NOISY_IQR_FRACTION:.0%}, {NOISY_CV:.0%}); other load on the machine, "
             "frequency scaling or too short a warm-up can cause this",
-            NoisyMeasurementWarning, stacklevel=3)
+            NoisyMeasurementWarning,
+            stacklevel=3,
+        )
         return True
 
     def _few_samples_text(self) -> str:
         s = "s" if self.n != 1 else ""
         if not self.has_interval:
-            return (f"n={self.n} sample{s} in {self.n_blocks} block"
-                    f"{'s' if self.n_blocks != 1 else ''}: no interval can be stated (it is NaN) "
-                    "and stability cannot be judged. Raise budget_s (or repeat=) for two blocks "
-                    "or more")
-        return (f"the time budget allowed only n={self.n} sample{s} "
-                f"(min_samples={self.min_samples}); its interval is wide. Raise budget_s, or "
-                "pass repeat= to ask for a fixed count")
+            return (
+                f"n={self.n} sample{s} in {self.n_blocks} block"
+                f"{'s' if self.n_blocks != 1 else ''}: no interval can be stated (it is NaN) "
+                "and stability cannot be judged. Raise budget_s (or repeat=) for two blocks "
+                "or more"
+            )
+        return (
+            f"the time budget allowed only n={self.n} sample{s} "
+            f"(min_samples={self.min_samples}); its interval is wide. Raise budget_s, or "
+            "pass repeat= to ask for a fixed count"
+        )
 
     @property
     def parts(self) -> dict[str, Measurement]:
         """The transfer-inclusive parts that exist: ``h2d``, ``compute``, ``d2h``."""
-        return {k: m for k, m in (("h2d", self.h2d), ("compute", self.compute),
-                                  ("d2h", self.d2h)) if m is not None}
+        return {
+            k: m
+            for k, m in (("h2d", self.h2d), ("compute", self.compute), ("d2h", self.d2h))
+            if m is not None
+        }
 
     # -- export ------------------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:
         """The derived statistics, as plain numbers."""
         lo, hi = self.median_ci_ms
         return {
-            "n": self.n, "mean_ms": self.mean_ms, "std_ms": self.std_ms,
-            "median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms,
-            "p90_ms": self.p90_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
-            "iqr_ms": self.iqr_ms, "cv": self.cv, "median_ci_low_ms": lo,
-            "median_ci_high_ms": hi, "median_ci_coverage": self.median_ci_coverage,
-            "relative_ci": self.relative_ci, "outliers": self.outliers, "fps": self.fps,
-            "noisy": self.noisy, "n_blocks": self.n_blocks, "drift_pct": self.drift_pct,
-            "stable": self.stable, "undersampled": self.undersampled,
-            **({"cpu_median_ms": self.cpu.median_ms, "cpu_clock": self.cpu_clock,
-                "wall_over_cpu": self.wall_over_cpu, "loaded": self.loaded}
-               if self.cpu is not None else {}),
+            "n": self.n,
+            "mean_ms": self.mean_ms,
+            "std_ms": self.std_ms,
+            "median_ms": self.median_ms,
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "p90_ms": self.p90_ms,
+            "p95_ms": self.p95_ms,
+            "p99_ms": self.p99_ms,
+            "iqr_ms": self.iqr_ms,
+            "cv": self.cv,
+            "median_ci_low_ms": lo,
+            "median_ci_high_ms": hi,
+            "median_ci_coverage": self.median_ci_coverage,
+            "relative_ci": self.relative_ci,
+            "outliers": self.outliers,
+            "fps": self.fps,
+            "noisy": self.noisy,
+            "n_blocks": self.n_blocks,
+            "drift_pct": self.drift_pct,
+            "stable": self.stable,
+            "undersampled": self.undersampled,
+            **(
+                {
+                    "cpu_median_ms": self.cpu.median_ms,
+                    "cpu_clock": self.cpu_clock,
+                    "wall_over_cpu": self.wall_over_cpu,
+                    "loaded": self.loaded,
+                }
+                if self.cpu is not None
+                else {}
+            ),
         }
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         """JSON-serialisable: metadata, statistics, parts, env and (optionally) the raw samples."""
         d: dict[str, Any] = {
-            "label": self.label, "device": self.device, "batch_size": self.batch_size,
-            "warmup": self.warmup, "stop_reason": self.stop_reason, "precision": self.precision,
-            "confidence": self.confidence, "compile_ms": self.compile_ms, "wall_s": self.wall_s,
-            "min_samples": self.min_samples, **self.stats(),
+            "label": self.label,
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "warmup": self.warmup,
+            "stop_reason": self.stop_reason,
+            "precision": self.precision,
+            "confidence": self.confidence,
+            "compile_ms": self.compile_ms,
+            "wall_s": self.wall_s,
+            "min_samples": self.min_samples,
+            **self.stats(),
         }
         if self.parts:
             d["parts"] = {k: m.to_dict(samples=samples) for k, m in self.parts.items()}
@@ -428,16 +487,24 @@ class Measurement:
         if "samples_ms" not in d:
             raise ValueError("from_dict needs the raw samples: use to_dict(samples=True)")
         parts = {k: cls.from_dict(v) for k, v in (d.get("parts") or {}).items()}
-        meta = {f.name: d[f.name] for f in dataclasses.fields(cls)
-                if f.init and f.name in d and f.name not in ("h2d", "compute", "d2h")}
+        meta = {
+            f.name: d[f.name]
+            for f in dataclasses.fields(cls)
+            if f.init and f.name in d and f.name not in ("h2d", "compute", "d2h")
+        }
         return cls(**meta, **parts)
 
     def __repr__(self) -> str:
         lo, hi = self.median_ci_ms
-        head = f"Measurement({self.label + ', ' if self.label else ''}{self.device}, " \
-               f"batch {self.batch_size})"
-        ci = (f"95% CI {format_ms(lo)}..{format_ms(hi)}, ±{self.relative_ci:.2%}"
-              if self.has_interval else "95% CI n/a")
+        head = (
+            f"Measurement({self.label + ', ' if self.label else ''}{self.device}, "
+            f"batch {self.batch_size})"
+        )
+        ci = (
+            f"95% CI {format_ms(lo)}..{format_ms(hi)}, ±{self.relative_ci:.2%}"
+            if self.has_interval
+            else "95% CI n/a"
+        )
         spread = f" ± {format_ms(self.std_ms)}" if self.n > 1 else ""
         lines = [
             head,
@@ -458,9 +525,11 @@ class Measurement:
         for k, m in self.parts.items():
             lines.append(f"  {k}: median {format_ms(m.median_ms)}")
         if self.cpu is not None:
-            lines.append(f"  CPU work ({self.cpu_clock}): median {format_ms(self.cpu.median_ms)}, "
-                         f"wall/CPU {self.wall_over_cpu:.2f}"
-                         + (" (loaded: the work waited for a core)" if self.loaded else ""))
+            lines.append(
+                f"  CPU work ({self.cpu_clock}): median {format_ms(self.cpu.median_ms)}, "
+                f"wall/CPU {self.wall_over_cpu:.2f}"
+                + (" (loaded: the work waited for a core)" if self.loaded else "")
+            )
         return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ cold-cache flush. Each mode is a small function or context manager; the user's m
 changed in place (converted copies come from ``modelprof.runtime.inputs.moved_model``) and every flag set
 on it is restored in ``finally``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,9 +54,11 @@ def parse_compile(compile: Any) -> str | None:
     raise ModelProfError(f"compile={compile!r} must be True/False or one of {COMPILE_MODES}")
 
 
-def compile_callable(fn: Callable[..., Any], mode: str,
-                     compile_kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
+def compile_callable(
+    fn: Callable[..., Any], mode: str, compile_kwargs: dict[str, Any] | None = None
+) -> Callable[..., Any]:
     """``torch.compile`` a wrapper around ``fn`` (so the user's module is not touched)."""
+
     def run(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
@@ -65,8 +68,9 @@ def compile_callable(fn: Callable[..., Any], mode: str,
     return torch.compile(run, **opts)
 
 
-def capture_cuda_graph(step: Callable[[], Any], side_warmup: int = 3
-                       ) -> tuple[torch.cuda.CUDAGraph, Any]:
+def capture_cuda_graph(
+    step: Callable[[], Any], side_warmup: int = 3
+) -> tuple[torch.cuda.CUDAGraph, Any]:
     """Warm ``step`` up on a side stream, capture it once into a CUDA graph; returns the graph and
     the static output that each ``graph.replay()`` overwrites."""
     side = torch.cuda.Stream()

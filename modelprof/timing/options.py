@@ -22,6 +22,7 @@ parsed object down, so no pass can disagree with another about what the options 
 | ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
 | ``layer_extend_s`` | per-layer passes a budget stopped below ``min_samples`` go on, one at a time, for at most this many s (30); rows still short are marked rough |
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,23 +55,44 @@ CLOCK_MODES = ("auto", "host", "cpu")
 
 #: The keyword names every timing entry point accepts, with their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
-    "warmup": None, "warmup_s": WARMUP_S, "repeat": None, "precision": DEFAULT_PRECISION,
-    "budget_s": DEFAULT_BUDGET_S, "min_samples": DEFAULT_MIN_SAMPLES,
-    "min_blocks": DEFAULT_MIN_BLOCKS, "max_samples": DEFAULT_MAX_SAMPLES, "transfer": False,
-    "pin_memory": True, "cuda_graph": False, "amp": None, "channels_last": False,
-    "cold_cache": False, "compile": False, "compile_kwargs": None, "clock": "auto",
-    "correct_overhead": True, "warn": True, "progress": False, "seed": None,
+    "warmup": None,
+    "warmup_s": WARMUP_S,
+    "repeat": None,
+    "precision": DEFAULT_PRECISION,
+    "budget_s": DEFAULT_BUDGET_S,
+    "min_samples": DEFAULT_MIN_SAMPLES,
+    "min_blocks": DEFAULT_MIN_BLOCKS,
+    "max_samples": DEFAULT_MAX_SAMPLES,
+    "transfer": False,
+    "pin_memory": True,
+    "cuda_graph": False,
+    "amp": None,
+    "channels_last": False,
+    "cold_cache": False,
+    "compile": False,
+    "compile_kwargs": None,
+    "clock": "auto",
+    "correct_overhead": True,
+    "warn": True,
+    "progress": False,
+    "seed": None,
     "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
 
 
 def _extend_seconds(value: Any) -> float:
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value) and value >= 0)
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
     if not ok:
-        raise ModelProfError(f"layer_extend_s={value!r} must be a number of seconds >= 0 "
-                             "(0: never extend the per-layer passes)")
+        raise ModelProfError(
+            f"layer_extend_s={value!r} must be a number of seconds >= 0 "
+            "(0: never extend the per-layer passes)"
+        )
     return float(value)
 
 
@@ -109,8 +131,9 @@ class TimingOptions:
             raise ModelProfError(f"options={options!r} must be a modelprof TimingOptions")
         unknown = sorted(set(kwargs) - set(OPTION_NAMES))
         if unknown:
-            raise ModelProfError(f"unknown timing option(s) {unknown}; the options are "
-                                 f"{sorted(OPTION_NAMES)}")
+            raise ModelProfError(
+                f"unknown timing option(s) {unknown}; the options are {sorted(OPTION_NAMES)}"
+            )
         values = dict(OPTION_DEFAULTS) if options is None else options.as_kwargs()
         values.update(kwargs)
         clock = values["clock"]
@@ -125,13 +148,20 @@ class TimingOptions:
         compile_mode = parse_compile(values["compile"])
         cuda_graph = _flag("cuda_graph", values["cuda_graph"])
         if cuda_graph and compile_mode is not None:
-            raise ModelProfError(f"cuda_graph=True with compile={values['compile']!r}: use "
-                                 "compile='reduce-overhead' for compiled CUDA graphs instead")
+            raise ModelProfError(
+                f"cuda_graph=True with compile={values['compile']!r}: use "
+                "compile='reduce-overhead' for compiled CUDA graphs instead"
+            )
         return cls(
             warmup=WarmupPolicy.parse(values["warmup"], values["warmup_s"]),
-            stop=StopRule.parse(values["repeat"], values["precision"], values["budget_s"],
-                                values["min_samples"], values["max_samples"],
-                                values["min_blocks"]),
+            stop=StopRule.parse(
+                values["repeat"],
+                values["precision"],
+                values["budget_s"],
+                values["min_samples"],
+                values["max_samples"],
+                values["min_blocks"],
+            ),
             transfer=_flag("transfer", values["transfer"]),
             pin_memory=_flag("pin_memory", values["pin_memory"]),
             cuda_graph=cuda_graph,
@@ -152,14 +182,28 @@ class TimingOptions:
         """The keyword form (``TimingOptions.parse(**o.as_kwargs()) == o``)."""
         w, s = self.warmup, self.stop
         return {
-            "warmup": w.count, "warmup_s": w.seconds, "repeat": s.repeat,
-            "precision": s.precision, "budget_s": s.budget_s, "min_samples": s.min_samples,
-            "min_blocks": s.min_blocks, "max_samples": s.max_samples, "transfer": self.transfer,
-            "pin_memory": self.pin_memory, "cuda_graph": self.cuda_graph, "amp": self.amp,
-            "channels_last": self.channels_last, "cold_cache": self.cold_cache,
-            "compile": self.compile or False, "compile_kwargs": self.compile_kwargs,
-            "clock": self.clock, "correct_overhead": self.correct_overhead, "warn": self.warn,
-            "progress": self.progress, "seed": self.seed, "layer_extend_s": self.layer_extend_s,
+            "warmup": w.count,
+            "warmup_s": w.seconds,
+            "repeat": s.repeat,
+            "precision": s.precision,
+            "budget_s": s.budget_s,
+            "min_samples": s.min_samples,
+            "min_blocks": s.min_blocks,
+            "max_samples": s.max_samples,
+            "transfer": self.transfer,
+            "pin_memory": self.pin_memory,
+            "cuda_graph": self.cuda_graph,
+            "amp": self.amp,
+            "channels_last": self.channels_last,
+            "cold_cache": self.cold_cache,
+            "compile": self.compile or False,
+            "compile_kwargs": self.compile_kwargs,
+            "clock": self.clock,
+            "correct_overhead": self.correct_overhead,
+            "warn": self.warn,
+            "progress": self.progress,
+            "seed": self.seed,
+            "layer_extend_s": self.layer_extend_s,
         }
 
     def replace(self, **kwargs: Any) -> TimingOptions:
@@ -170,15 +214,18 @@ class TimingOptions:
         """Modes that need CUDA refuse any other device, and the CPU clock any device but the
         CPU, naming the option."""
         if self.clock == "cpu" and device.type != "cpu":
-            raise ModelProfError(f"clock='cpu' reads the CPU time of the work, but the model "
-                                 f"runs on {device}; use clock='auto' there")
+            raise ModelProfError(
+                f"clock='cpu' reads the CPU time of the work, but the model "
+                f"runs on {device}; use clock='auto' there"
+            )
         if device.type == "cuda":
             return
         for name in ("transfer", "cuda_graph"):
             if getattr(self, name):
                 raise ModelProfError(
                     f"{name}=True needs a CUDA device, but the model runs on {device}; "
-                    f"pass device='cuda' (with a GPU) or leave {name} off")
+                    f"pass device='cuda' (with a GPU) or leave {name} off"
+                )
 
     @property
     def end_to_end_only(self) -> tuple[str, ...]:
@@ -194,8 +241,14 @@ class TimingOptions:
 
     def flags(self, *, eval_mode: bool = True, no_grad: bool = True) -> dict[str, Any]:
         """The mode flags of a timed run: part of the warm-up signature and of ``env["mode"]``."""
-        return dict(transfer=self.transfer,
-                    pin_memory=self.pin_memory if self.transfer else None,
-                    cuda_graph=self.cuda_graph, amp=self.amp,
-                    channels_last=self.channels_last, cold_cache=self.cold_cache,
-                    compile=self.compile, eval_mode=bool(eval_mode), no_grad=bool(no_grad))
+        return dict(
+            transfer=self.transfer,
+            pin_memory=self.pin_memory if self.transfer else None,
+            cuda_graph=self.cuda_graph,
+            amp=self.amp,
+            channels_last=self.channels_last,
+            cold_cache=self.cold_cache,
+            compile=self.compile,
+            eval_mode=bool(eval_mode),
+            no_grad=bool(no_grad),
+        )

@@ -6,6 +6,7 @@ table of datasheet values :data:`KNOWN_DEVICES` (:func:`lookup_peaks`, DRAM only
 its random operands from a private ``torch.Generator``, so it leaves the global RNG where it was.
 The join of these peaks with a table's rows is :mod:`modelprof.report.roofline`.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,17 @@ from modelprof.runtime.env import cpu_name
 from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
 
-__all__ = ["DeviceSpec", "KNOWN_DEVICES", "MemoryLevel", "Peaks", "cache_levels", "conv_uses_other_precision", "lookup_peaks", "match_device", "probe_peaks"]
+__all__ = [
+    "DeviceSpec",
+    "KNOWN_DEVICES",
+    "MemoryLevel",
+    "Peaks",
+    "cache_levels",
+    "conv_uses_other_precision",
+    "lookup_peaks",
+    "match_device",
+    "probe_peaks",
+]
 
 
 _SOURCES = ("probe", "table", "user")
@@ -43,15 +54,24 @@ class MemoryLevel:
     bandwidth: float
 
     def __post_init__(self) -> None:
-        if (not isinstance(self.bandwidth, (int, float)) or not math.isfinite(self.bandwidth)
-                or self.bandwidth <= 0):
-            raise ModelProfError(f"MemoryLevel {self.name!r}: bandwidth must be a positive number, "
-                                 f"got {self.bandwidth!r}")
-        if self.capacity_bytes is not None and (isinstance(self.capacity_bytes, bool)
-                                                or not isinstance(self.capacity_bytes, int)
-                                                or self.capacity_bytes <= 0):
-            raise ModelProfError(f"MemoryLevel {self.name!r}: capacity_bytes must be a positive "
-                                 f"integer or None, got {self.capacity_bytes!r}")
+        if (
+            not isinstance(self.bandwidth, (int, float))
+            or not math.isfinite(self.bandwidth)
+            or self.bandwidth <= 0
+        ):
+            raise ModelProfError(
+                f"MemoryLevel {self.name!r}: bandwidth must be a positive number, "
+                f"got {self.bandwidth!r}"
+            )
+        if self.capacity_bytes is not None and (
+            isinstance(self.capacity_bytes, bool)
+            or not isinstance(self.capacity_bytes, int)
+            or self.capacity_bytes <= 0
+        ):
+            raise ModelProfError(
+                f"MemoryLevel {self.name!r}: capacity_bytes must be a positive "
+                f"integer or None, got {self.capacity_bytes!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -95,21 +115,29 @@ class Peaks:
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ModelProfError(f"Peaks.{name} must be a positive number, got {value!r}")
         if self.source not in _SOURCES:
-            raise ModelProfError(f"Peaks.source must be one of {list(_SOURCES)}, got {self.source!r}")
+            raise ModelProfError(
+                f"Peaks.source must be one of {list(_SOURCES)}, got {self.source!r}"
+            )
         levels = tuple(self.levels)
         object.__setattr__(self, "levels", levels)
         if levels:
             if any(not isinstance(lv, MemoryLevel) for lv in levels):
-                raise ModelProfError("Peaks.levels must hold modelprof.timing.peaks.MemoryLevel items")
+                raise ModelProfError(
+                    "Peaks.levels must hold modelprof.timing.peaks.MemoryLevel items"
+                )
             caps = [lv.capacity_bytes for lv in levels]
             if caps[-1] is not None or any(c is None for c in caps[:-1]):
-                raise ModelProfError("Peaks.levels: only the last level (main memory) may be "
-                                     "unbounded (capacity_bytes=None), and it must be")
+                raise ModelProfError(
+                    "Peaks.levels: only the last level (main memory) may be "
+                    "unbounded (capacity_bytes=None), and it must be"
+                )
             if any(a >= b for a, b in zip(caps[:-2], caps[1:-1])):
                 raise ModelProfError(f"Peaks.levels must grow in capacity, got {caps}")
             if levels[-1].bandwidth != self.peak_bytes:
-                raise ModelProfError(f"Peaks.peak_bytes ({self.peak_bytes!r}) must be the last "
-                                     f"level's bandwidth ({levels[-1].bandwidth!r})")
+                raise ModelProfError(
+                    f"Peaks.peak_bytes ({self.peak_bytes!r}) must be the last "
+                    f"level's bandwidth ({levels[-1].bandwidth!r})"
+                )
         raised = tuple(self.raised)
         if any(not isinstance(r, str) for r in raised):
             raise ModelProfError(f"Peaks.raised must hold roof names, got {self.raised!r}")
@@ -127,17 +155,27 @@ class Peaks:
 
 
 _DTYPE_NAMES: dict[str, str] = {
-    "float32": "float32", "fp32": "float32", "float": "float32",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
     "tf32": "tf32",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float64": "float64", "fp64": "float64", "double": "float64",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float64": "float64",
+    "fp64": "float64",
+    "double": "float64",
 }
 
 
 _TORCH_DTYPES = {
-    "float32": torch.float32, "tf32": torch.float32, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "float64": torch.float64,
+    "float32": torch.float32,
+    "tf32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
 }
 
 
@@ -185,17 +223,33 @@ GB = 1e9
 # those. FP16 rates are with FP32 accumulate (what PyTorch uses).
 KNOWN_DEVICES: dict[str, DeviceSpec] = {
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5 / PCIe / NVL columns).
-    "H100 SXM": DeviceSpec(67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 3.35 * TB, "NVIDIA H100 datasheet"),
+    "H100 SXM": DeviceSpec(
+        67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 3.35 * TB, "NVIDIA H100 datasheet"
+    ),
     "H100 PCIe": DeviceSpec(51 * T, 378 * T, 756 * T, 756 * T, 2.0 * TB, "NVIDIA H100 datasheet"),
-    "H100 NVL": DeviceSpec(60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 3.9 * TB, "NVIDIA H100 datasheet"),
+    "H100 NVL": DeviceSpec(
+        60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 3.9 * TB, "NVIDIA H100 datasheet"
+    ),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM / NVL).
-    "H200 SXM": DeviceSpec(67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 4.8 * TB, "NVIDIA H200 datasheet"),
-    "H200 NVL": DeviceSpec(60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 4.8 * TB, "NVIDIA H200 datasheet"),
+    "H200 SXM": DeviceSpec(
+        67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 4.8 * TB, "NVIDIA H200 datasheet"
+    ),
+    "H200 NVL": DeviceSpec(
+        60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 4.8 * TB, "NVIDIA H200 datasheet"
+    ),
     # NVIDIA A100 Tensor Core GPU datasheet (bandwidth differs per memory / form factor).
-    "A100 SXM 80GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 2039 * GB, "NVIDIA A100 datasheet"),
-    "A100 PCIe 80GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 1935 * GB, "NVIDIA A100 datasheet"),
-    "A100 SXM 40GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"),
-    "A100 PCIe 40GB": DeviceSpec(19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"),
+    "A100 SXM 80GB": DeviceSpec(
+        19.5 * T, 156 * T, 312 * T, 312 * T, 2039 * GB, "NVIDIA A100 datasheet"
+    ),
+    "A100 PCIe 80GB": DeviceSpec(
+        19.5 * T, 156 * T, 312 * T, 312 * T, 1935 * GB, "NVIDIA A100 datasheet"
+    ),
+    "A100 SXM 40GB": DeviceSpec(
+        19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"
+    ),
+    "A100 PCIe 40GB": DeviceSpec(
+        19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"
+    ),
     # NVIDIA L4 / L40S / A10 datasheets.
     "L4": DeviceSpec(30.3 * T, 60 * T, 121 * T, 121 * T, 300 * GB, "NVIDIA L4 datasheet"),
     "L40S": DeviceSpec(91.6 * T, 183 * T, 362 * T, 362 * T, 864 * GB, "NVIDIA L40S datasheet"),
@@ -208,7 +262,9 @@ KNOWN_DEVICES: dict[str, DeviceSpec] = {
     "V100 PCIe": DeviceSpec(14 * T, None, 112 * T, None, 900 * GB, "NVIDIA V100 datasheet"),
     "V100S PCIe": DeviceSpec(16.4 * T, None, 130 * T, None, 1134 * GB, "NVIDIA V100S datasheet"),
     # Ada Lovelace architecture whitepaper, appendix (GeForce: FP16 with FP32 accumulate).
-    "RTX 4090": DeviceSpec(82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 1008 * GB, "NVIDIA Ada whitepaper"),
+    "RTX 4090": DeviceSpec(
+        82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 1008 * GB, "NVIDIA Ada whitepaper"
+    ),
     # Ampere GA102 whitepaper (GeForce RTX 3090).
     "RTX 3090": DeviceSpec(35.6 * T, 35.6 * T, 71 * T, 71 * T, 936 * GB, "NVIDIA GA102 whitepaper"),
 }
@@ -223,10 +279,10 @@ _MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
         ("h100 pcie", "H100 PCIe"),
         ("h100 sxm", "H100 SXM"),
         ("h100 sxm5", "H100 SXM"),
-        ("h100 hbm3", "H100 SXM"),      # torch: "NVIDIA H100 80GB HBM3"
+        ("h100 hbm3", "H100 SXM"),  # torch: "NVIDIA H100 80GB HBM3"
         ("h200 nvl", "H200 NVL"),
         ("h200 sxm", "H200 SXM"),
-        ("nvidia h200", "H200 SXM"),    # torch: "NVIDIA H200"
+        ("nvidia h200", "H200 SXM"),  # torch: "NVIDIA H200"
         ("a100 pcie 40gb", "A100 PCIe 40GB"),
         ("a100 pcie 80gb", "A100 PCIe 80GB"),
         ("a100 sxm 40gb", "A100 SXM 40GB"),
@@ -268,13 +324,16 @@ def match_device(name: str) -> str | None:
     for family in _FAMILIES:
         if family in tokens:
             variants = [k for k in KNOWN_DEVICES if k.lower().split()[0] == family]
-            raise ModelProfError(f"device name {name!r} is ambiguous: it fits "
-                                 f"{', '.join(map(repr, variants))}; name one of them")
+            raise ModelProfError(
+                f"device name {name!r} is ambiguous: it fits "
+                f"{', '.join(map(repr, variants))}; name one of them"
+            )
     return None
 
 
-def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
-                 conv_tf32: bool | None = None) -> Peaks | None:
+def lookup_peaks(
+    device_name: str, dtype: torch.dtype | str = "float32", *, conv_tf32: bool | None = None
+) -> Peaks | None:
     """Datasheet peaks for a known device at ``dtype``, or None when the device is not in
     :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
     ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
@@ -288,15 +347,25 @@ def lookup_peaks(device_name: str, dtype: torch.dtype | str = "float32", *,
     spec = KNOWN_DEVICES[key]
     if name == "float64":
         return None
-    flops = {"float32": spec.float32, "tf32": spec.tf32 or spec.float32,
-             "float16": spec.float16, "bfloat16": spec.bfloat16}[name]
+    flops = {
+        "float32": spec.float32,
+        "tf32": spec.tf32 or spec.float32,
+        "float16": spec.float16,
+        "bfloat16": spec.bfloat16,
+    }[name]
     if flops is None:
         return None
     conv = None
     if conv_tf32 is not None and name in ("float32", "tf32") and conv_tf32 != (name == "tf32"):
         conv = (spec.tf32 or spec.float32) if conv_tf32 else spec.float32
-    return Peaks(peak_flops=flops, peak_bytes=spec.bandwidth, source="table", device=key,
-                 dtype=name, conv_peak_flops=conv if conv != flops else None)
+    return Peaks(
+        peak_flops=flops,
+        peak_bytes=spec.bandwidth,
+        source="table",
+        device=key,
+        dtype=name,
+        conv_peak_flops=conv if conv != flops else None,
+    )
 
 
 def _device(device: torch.device | str | None) -> torch.device:
@@ -375,8 +444,9 @@ def _matmul_precision(tf32: bool, exact: bool = False) -> Iterator[None]:
         torch.set_float32_matmul_precision(previous)
 
 
-def _probe_matmul(dev: torch.device, dtype: torch.dtype, size: int | None,
-                  repeats: int, budget_s: float) -> float:
+def _probe_matmul(
+    dev: torch.device, dtype: torch.dtype, size: int | None, repeats: int, budget_s: float
+) -> float:
     """FLOP/s of an n x n matmul (2 n^3 FLOP). Without ``size``: 4096 on CUDA; elsewhere n doubles
     from 256 while a call fits half the per-run budget, up to 1024 on CPU (2048 on other devices)."""
     per_run = budget_s / (repeats + 2)
@@ -429,6 +499,7 @@ def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
         if not entry.startswith("index"):
             continue
         try:
+
             def read(name: str) -> str:
                 with open(os.path.join(root, entry, name), encoding="ascii") as fh:
                     return fh.read().strip()
@@ -469,8 +540,9 @@ def _sysctl_caches() -> list[tuple[str, int]]:
     out = []
     for level, key in ((1, "hw.l1dcachesize"), (2, "hw.l2cachesize"), (3, "hw.l3cachesize")):
         try:
-            value = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True,
-                                   timeout=2, check=False).stdout.strip()
+            value = subprocess.run(
+                ["sysctl", "-n", key], capture_output=True, text=True, timeout=2, check=False
+            ).stdout.strip()
             size = int(value)
         except (OSError, ValueError, subprocess.SubprocessError):
             continue
@@ -526,8 +598,9 @@ def _copy_rate(dev: torch.device, working_set: int, repeats: int, deadline: floa
     return 2.0 * n / best
 
 
-def _probe_levels(dev: torch.device, nbytes: int | None, repeats: int,
-                  budget_s: float) -> tuple[MemoryLevel, ...]:
+def _probe_levels(
+    dev: torch.device, nbytes: int | None, repeats: int, budget_s: float
+) -> tuple[MemoryLevel, ...]:
     """The memory hierarchy of ``dev`` with a measured bandwidth per level.
 
     Working sets double from 16 KiB; one is assigned to the cache level it fits in with room to
@@ -611,9 +684,16 @@ def probe_peaks(
         with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
             conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
     wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
-    return Peaks(peak_flops=flops, peak_bytes=levels[-1].bandwidth, source="probe",
-                 device=_device_name(dev), dtype=name, levels=levels, conv_peak_flops=conv,
-                 wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None)
+    return Peaks(
+        peak_flops=flops,
+        peak_bytes=levels[-1].bandwidth,
+        source="probe",
+        device=_device_name(dev),
+        dtype=name,
+        levels=levels,
+        conv_peak_flops=conv,
+        wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None,
+    )
 
 
 def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:

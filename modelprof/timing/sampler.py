@@ -18,6 +18,7 @@ sampling below ``min_samples`` is reported by the Measurement (``undersampled``,
 ``repeat=`` asks for fewer samples on purpose. ``collect_interleaved`` measures several callables
 in rounds of one block each, in a shuffled order per round.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,8 +91,9 @@ def check_int(name: str, value: Any, minimum: int) -> int:
 def _check_seconds(name: str, value: Any, allow_zero: bool) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ModelProfError(f"{name}={value!r} must be a number of seconds "
-                             f"{'>= 0' if allow_zero else '> 0'}")
+        raise ModelProfError(
+            f"{name}={value!r} must be a number of seconds {'>= 0' if allow_zero else '> 0'}"
+        )
     return float(value)
 
 
@@ -135,16 +137,27 @@ class StopRule:
         return None if self.repeat is not None else self.min_samples
 
     @classmethod
-    def parse(cls, repeat: int | None = None, precision: float = DEFAULT_PRECISION,
-              budget_s: float = DEFAULT_BUDGET_S, min_samples: int = DEFAULT_MIN_SAMPLES,
-              max_samples: int = DEFAULT_MAX_SAMPLES,
-              min_blocks: int = DEFAULT_MIN_BLOCKS) -> StopRule:
+    def parse(
+        cls,
+        repeat: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+        min_samples: int = DEFAULT_MIN_SAMPLES,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
+        min_blocks: int = DEFAULT_MIN_BLOCKS,
+    ) -> StopRule:
         rep = None if repeat is None else check_int("repeat", repeat, 1)
-        ok = (isinstance(precision, (int, float)) and not isinstance(precision, bool)
-              and math.isfinite(precision) and 0 < precision < 1)
+        ok = (
+            isinstance(precision, (int, float))
+            and not isinstance(precision, bool)
+            and math.isfinite(precision)
+            and 0 < precision < 1
+        )
         if not ok:
-            raise ModelProfError(f"precision={precision!r} must be a relative half-width in "
-                                 "(0, 1), e.g. 0.01 for a median within ±1 %")
+            raise ModelProfError(
+                f"precision={precision!r} must be a relative half-width in "
+                "(0, 1), e.g. 0.01 for a median within ±1 %"
+            )
         budget = _check_seconds("budget_s", budget_s, allow_zero=False)
         lo = check_int("min_samples", min_samples, 1)
         hi = check_int("max_samples", max_samples, 1)
@@ -179,7 +192,7 @@ class BlockLog:
         self._times: list[np.ndarray] = []
         self.n = 0
         self.n_blocks = 0
-        self.wall_ms: float | None = None     # wall time per sample, overheads included
+        self.wall_ms: float | None = None  # wall time per sample, overheads included
 
     def add(self, got: np.ndarray, started: float, ended: float, block: int | None = None) -> None:
         got = np.asarray(got, dtype=np.float64).reshape(-1)
@@ -211,8 +224,9 @@ class BlockLog:
         return Sampled(self.samples(), self.blocks(), self.times(), reason, wall_s)
 
 
-def relative_ci(samples: np.ndarray, blocks: np.ndarray | None = None,
-                confidence: float = 0.95) -> float:
+def relative_ci(
+    samples: np.ndarray, blocks: np.ndarray | None = None, confidence: float = 0.95
+) -> float:
     """Half-width of the median's block-aware interval over the median (``inf`` for median 0)."""
     s = np.sort(samples)
     med = float(np.median(s))
@@ -246,10 +260,13 @@ def _repeat_block(rule: StopRule) -> int:
     return max(1, math.ceil(rule.repeat / max(2, rule.min_blocks)))
 
 
-def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
-            est_ms: float | None = None,
-            now: Callable[[], float] = time.perf_counter,
-            on_block: Callable[[int, float], None] | None = None) -> Sampled:
+def collect(
+    sample_block: Callable[[int], np.ndarray],
+    rule: StopRule,
+    est_ms: float | None = None,
+    now: Callable[[], float] = time.perf_counter,
+    on_block: Callable[[int, float], None] | None = None,
+) -> Sampled:
     """Call ``sample_block(k)`` (which takes ``k`` samples back to back and returns their ms)
     block after block until ``rule`` says stop (see the module docstring). ``on_block(samples
     so far, seconds of sampling so far)`` is called after each block (a progress bar)."""
@@ -270,8 +287,9 @@ def collect(sample_block: Callable[[int], np.ndarray], rule: StopRule,
                 return log.result("repeat", now() - t0)
             continue
         precise, full = _filled(log, rule)
-        k, stop = agree.block(_next_block(rule, log, t0, now), precise,
-                              full or _late(log, rule, now))
+        k, stop = agree.block(
+            _next_block(rule, log, t0, now), precise, full or _late(log, rule, now)
+        )
         if stop:
             return log.result(_stop_reason(precise, full), now() - t0)
 
@@ -288,8 +306,13 @@ def _next_block(rule: StopRule, log: BlockLog, t0: float, now: Callable[[], floa
     return max(1, min(k, fit, rule.max_samples - log.n))
 
 
-def _take(sample_block: Callable[[int], np.ndarray], k: int, log: BlockLog,
-          now: Callable[[], float], on_block: Callable[[int, float], None] | None) -> None:
+def _take(
+    sample_block: Callable[[int], np.ndarray],
+    k: int,
+    log: BlockLog,
+    now: Callable[[], float],
+    on_block: Callable[[int, float], None] | None,
+) -> None:
     """One block of ``k`` samples, logged with its start and end; reported to ``on_block``."""
     t = now()
     got = sample_block(k)
@@ -302,8 +325,11 @@ def _take(sample_block: Callable[[int], np.ndarray], k: int, log: BlockLog,
 def _filled(log: BlockLog, rule: StopRule) -> tuple[bool, bool]:
     """(precise, full): the precision is reached with enough samples and blocks; the sample cap
     is reached."""
-    precise = (log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks
-               and log.relative_ci(rule.confidence) <= rule.precision)
+    precise = (
+        log.n >= rule.min_samples
+        and log.n_blocks >= rule.min_blocks
+        and log.relative_ci(rule.confidence) <= rule.precision
+    )
     return precise, log.n >= rule.max_samples
 
 
@@ -316,11 +342,14 @@ def _stop_reason(precise: bool, full: bool) -> str:
     return "precision" if precise else "max_samples" if full else "budget"
 
 
-def collect_interleaved(samplers: Sequence[Callable[[int], np.ndarray]], rule: StopRule,
-                        est_ms: Sequence[float | None],
-                        rng: np.random.Generator | None = None,
-                        now: Callable[[], float] = time.perf_counter,
-                        on_round: Callable[[int, float], None] | None = None) -> list[Sampled]:
+def collect_interleaved(
+    samplers: Sequence[Callable[[int], np.ndarray]],
+    rule: StopRule,
+    est_ms: Sequence[float | None],
+    rng: np.random.Generator | None = None,
+    now: Callable[[], float] = time.perf_counter,
+    on_round: Callable[[int, float], None] | None = None,
+) -> list[Sampled]:
     """Sample several callables in rounds: each round takes one block of every candidate, in a
     freshly shuffled order, so slow drift of the machine reaches all of them alike.
 
@@ -369,8 +398,9 @@ def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
     return min(k, (fixed if fixed is not None else rule.max_samples) - log.n)
 
 
-def _round_stop(logs: Sequence[BlockLog], rule: StopRule, r: int, late: bool,
-                agree: Any) -> str | None:
+def _round_stop(
+    logs: Sequence[BlockLog], rule: StopRule, r: int, late: bool, agree: Any
+) -> str | None:
     """Why the interleaved rounds stop after round ``r`` (None: go on). The sample counts are
     the same on every rank; precision and the budget are agreed (``agree``)."""
     if rule.repeat is not None:
@@ -400,9 +430,14 @@ def _rounds_precise(logs: Sequence[BlockLog], rule: StopRule, r: int) -> bool:
     return True
 
 
-def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: int,
-           cap_s: float, now: Callable[[], float] = time.perf_counter,
-           on_block: Callable[[int, float], None] | None = None) -> tuple[Sampled, float]:
+def extend(
+    sample_block: Callable[[int], np.ndarray],
+    sampled: Sampled,
+    need: int,
+    cap_s: float,
+    now: Callable[[], float] = time.perf_counter,
+    on_block: Callable[[int, float], None] | None = None,
+) -> tuple[Sampled, float]:
     """Continue a sampling that its budget stopped below ``need`` samples: one sample per block
     (each its own block, for the interval) until ``need`` samples, never starting one that the
     median sample so far says would end past ``cap_s`` seconds of extension (under a process
@@ -413,7 +448,7 @@ def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: in
     n = sampled.n
     b = int(sampled.blocks.max()) + 1 if n else 0
     est_s = float(np.median(sampled.samples_ms)) / 1e3 if n else 0.0
-    agree = decisions()   # under a process group: every rank runs the same passes
+    agree = decisions()  # under a process group: every rank runs the same passes
     while True:
         if not agree.every(n < need and now() - t0 + est_s <= cap_s):
             break
@@ -427,14 +462,23 @@ def extend(sample_block: Callable[[int], np.ndarray], sampled: Sampled, need: in
         if on_block is not None:
             on_block(n, now() - t0)
     spent = now() - t0
-    merged = Sampled(np.concatenate(samples), np.concatenate(blocks), np.concatenate(times),
-                     sampled.stop_reason, sampled.wall_s + spent)
+    merged = Sampled(
+        np.concatenate(samples),
+        np.concatenate(blocks),
+        np.concatenate(times),
+        sampled.stop_reason,
+        sampled.wall_s + spent,
+    )
     return merged, spent
 
 
-def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,
-            sync: Callable[[], None] = lambda: None,
-            now: Callable[[], float] = time.perf_counter) -> tuple[int, float | None]:
+def warm_up(
+    step: Callable[[], Any],
+    policy: WarmupPolicy,
+    already_warm: bool,
+    sync: Callable[[], None] = lambda: None,
+    now: Callable[[], float] = time.perf_counter,
+) -> tuple[int, float | None]:
     """Run ``step`` per ``policy``, synchronising after each call (untimed, so it may).
 
     Returns ``(calls made, median wall ms of a call or None)``; the latter sizes sample chunks.
@@ -442,7 +486,7 @@ def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,
     min_calls, min_s, exact = policy.plan(already_warm)
     walls: list[float] = []
     t_start = now()
-    agree = decisions()   # under a process group: warm until every rank is warm
+    agree = decisions()  # under a process group: warm until every rank is warm
     while True:
         if exact is not None:
             if len(walls) >= exact:
@@ -458,14 +502,22 @@ def warm_up(step: Callable[[], Any], policy: WarmupPolicy, already_warm: bool,
 
 def input_signature(args: Any, kwargs: Any = None, **flags: Any) -> tuple[Hashable, ...]:
     """What makes a warm-up specific: shape, dtype, device, layout of every tensor, and flags."""
-    tensors = tuple((tuple(t.shape), str(t.dtype), str(t.device), t.is_contiguous(),
-                     t.dim() == 4 and t.is_contiguous(memory_format=_channels_last()))
-                    for t in iter_tensors((args, kwargs)))
+    tensors = tuple(
+        (
+            tuple(t.shape),
+            str(t.dtype),
+            str(t.device),
+            t.is_contiguous(),
+            t.dim() == 4 and t.is_contiguous(memory_format=_channels_last()),
+        )
+        for t in iter_tensors((args, kwargs))
+    )
     return tensors + tuple(sorted((k, repr(v)) for k, v in flags.items()))
 
 
 def _channels_last() -> Any:
     import torch
+
     return torch.channels_last
 
 

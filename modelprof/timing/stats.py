@@ -18,6 +18,7 @@ when its block medians follow a trend that is both significant (two-sided 99 %, 
 least-squares slope of the log block medians against time) and larger than that interval;
 ``drift_pct`` is the trend's change over the window, in percent.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,8 +60,8 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     lg = np.vectorize(math.lgamma)
     log_pmf = math.lgamma(n + 1) - lg(i + 1) - lg(n - i + 1) - n * math.log(2.0)
     cdf = np.cumsum(np.exp(log_pmf))
-    ok = np.nonzero(cdf <= alpha_half)[0]          # m with P(B <= m) <= alpha/2
-    j = int(ok[-1]) + 1 if ok.size else 1          # j - 1 = the largest such m
+    ok = np.nonzero(cdf <= alpha_half)[0]  # m with P(B <= m) <= alpha/2
+    j = int(ok[-1]) + 1 if ok.size else 1  # j - 1 = the largest such m
     j = min(j, (n + 1) // 2)
     k = n - j + 1
     return j, k, 1.0 - 2.0 * float(cdf[j - 1])
@@ -99,8 +100,9 @@ def _betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    lbt = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-           + a * math.log(x) + b * math.log1p(-x))
+    lbt = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x < (a + 1.0) / (a + b + 2.0):
         return math.exp(lbt) * _betacf(a, b, x) / a
     return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
@@ -145,8 +147,9 @@ def block_medians(samples: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, 
     return ids, np.array([float(np.median(samples[blocks == b])) for b in ids])
 
 
-def between_block_ci(center: float, medians: np.ndarray,
-                     confidence: float) -> tuple[float, float] | None:
+def between_block_ci(
+    center: float, medians: np.ndarray, confidence: float
+) -> tuple[float, float] | None:
     """``center * exp(± t(B-1) sd(log medians) / sqrt(B))``; None with fewer than two blocks
     (or a non-positive median, where no log exists)."""
     b = int(medians.size)
@@ -157,16 +160,18 @@ def between_block_ci(center: float, medians: np.ndarray,
     return center * math.exp(-half), center * math.exp(half)
 
 
-def combined_ci(center: float, within: tuple[float, float],
-                between: tuple[float, float] | None) -> tuple[float, float]:
+def combined_ci(
+    center: float, within: tuple[float, float], between: tuple[float, float] | None
+) -> tuple[float, float]:
     """The hull of the within-sample and between-block intervals."""
     if between is None:
         return within
     return min(within[0], between[0]), max(within[1], between[1])
 
 
-def drift(times_s: np.ndarray, medians: np.ndarray,
-          confidence: float = DRIFT_CONFIDENCE) -> tuple[float, bool]:
+def drift(
+    times_s: np.ndarray, medians: np.ndarray, confidence: float = DRIFT_CONFIDENCE
+) -> tuple[float, bool]:
     """Least-squares trend of the log block medians against block times: ``(change over the
     window in %, whether the slope differs from 0 at confidence)``. Needs three blocks."""
     b = int(medians.size)
@@ -197,15 +202,16 @@ def drift(times_s: np.ndarray, medians: np.ndarray,
 RATIO_TRIM = 0.2
 
 
-def trimmed_mean_ci(x: np.ndarray, confidence: float,
-                    trim: float = RATIO_TRIM) -> tuple[float, float]:
+def trimmed_mean_ci(
+    x: np.ndarray, confidence: float, trim: float = RATIO_TRIM
+) -> tuple[float, float]:
     """The ``trim``-trimmed mean of ``x`` and the half-width of Yuen's t interval for it: the
     winsorized variance, ``h = n - 2g`` values kept, ``h - 1`` degrees of freedom. NaN
     half-width below two values."""
     x = np.sort(np.asarray(x, dtype=np.float64))
     n = x.size
     g = int(trim * n)
-    kept = x[g:n - g]
+    kept = x[g : n - g]
     centre = float(kept.mean())
     h = kept.size
     if n < 2 or h < 2:
@@ -215,8 +221,7 @@ def trimmed_mean_ci(x: np.ndarray, confidence: float,
     return centre, t_quantile(0.5 + confidence / 2.0, h - 1) * se
 
 
-def paired_ratio(num: np.ndarray, den: np.ndarray,
-                 confidence: float) -> tuple[float, float, float]:
+def paired_ratio(num: np.ndarray, den: np.ndarray, confidence: float) -> tuple[float, float, float]:
     """Ratio of two candidates measured in interleaved rounds, from their per-round block
     medians: the 20 %-trimmed mean of the per-round log ratios and Yuen's t interval for it,
     back on the ratio scale. Trimmed, because on a shared machine a round now and then has one
@@ -231,13 +236,20 @@ def paired_ratio(num: np.ndarray, den: np.ndarray,
 
 
 #: How a comparison's ``*_x`` ratios and their intervals are estimated, in words (for tables).
-RATIO_ESTIMATOR = ("ratio of the medians (so it ranks as the medians do); its 95 % interval "
-                   "from the spread of the per-round paired ratios of block medians (Yuen's t "
-                   "on the 20 %-trimmed log ratios), centred on it")
+RATIO_ESTIMATOR = (
+    "ratio of the medians (so it ranks as the medians do); its 95 % interval "
+    "from the spread of the per-round paired ratios of block medians (Yuen's t "
+    "on the 20 %-trimmed log ratios), centred on it"
+)
 
 
-def ratio_of_medians(num_ms: np.ndarray, den_ms: np.ndarray, num_blocks: np.ndarray,
-                     den_blocks: np.ndarray, confidence: float) -> tuple[float, float, float]:
+def ratio_of_medians(
+    num_ms: np.ndarray,
+    den_ms: np.ndarray,
+    num_blocks: np.ndarray,
+    den_blocks: np.ndarray,
+    confidence: float,
+) -> tuple[float, float, float]:
     """``median(num) / median(den)``, with a paired interval: the half-width of Yuen's interval
     of the per-round log ratios of block medians (``num_blocks[r] / den_blocks[r]``, rounds in
     the same order), around the log of that ratio. The point is the quotient of the medians a

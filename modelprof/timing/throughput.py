@@ -7,6 +7,7 @@ error: then memory is freed (``gc.collect`` + ``torch.cuda.empty_cache``) and th
 fits is found by binary search between the last batch that ran and the first that failed.
 samples/s of a point = batches x batch size / total measured time (all its samples).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,14 @@ from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import check_int
 
-__all__ = ["PATIENCE", "THROUGHPUT_GAIN", "Throughput", "ThroughputPoint", "measure_throughput",
-           "search_batches"]
+__all__ = [
+    "PATIENCE",
+    "THROUGHPUT_GAIN",
+    "Throughput",
+    "ThroughputPoint",
+    "measure_throughput",
+    "search_batches",
+]
 
 THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
@@ -47,8 +54,12 @@ class ThroughputPoint:
     measurement: Measurement | None = dataclasses.field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "latency_ms": self.latency_ms,
-                "samples_per_s": self.samples_per_s, "peak_memory_bytes": self.peak_memory_bytes}
+        return {
+            "batch_size": self.batch_size,
+            "latency_ms": self.latency_ms,
+            "samples_per_s": self.samples_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+        }
 
 
 @dataclasses.dataclass(eq=False)
@@ -84,17 +95,23 @@ class Throughput:
         last = max(p.batch_size for p in self.points)
         if self.stop_reason == "no_improvement":
             gain, patience = self.env.get("gain"), self.env.get("patience")
-            rule = (f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else "")
+            rule = f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else ""
             times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
-            return (f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
-                    f"batch {self.best.batch_size}'s: the curve has flattened, a larger "
-                    "max_batch would not help")
+            return (
+                f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
+                f"batch {self.best.batch_size}'s: the curve has flattened, a larger "
+                "max_batch would not help"
+            )
         if self.stop_reason == "oom":
-            return (f"stopped by out-of-memory: batch {self.oom_batch} did not fit, "
-                    f"{self.max_fit_batch} was the largest that ran")
+            return (
+                f"stopped by out-of-memory: batch {self.oom_batch} did not fit, "
+                f"{self.max_fit_batch} was the largest that ran"
+            )
         if self.stop_reason == "max_batch":
-            return (f"stopped at max_batch={self.env.get('max_batch', last)}, the largest batch "
-                    "allowed: raise max_batch (--max-batch) to search further")
+            return (
+                f"stopped at max_batch={self.env.get('max_batch', last)}, the largest batch "
+                "allowed: raise max_batch (--max-batch) to search further"
+            )
         return f"stopped: {self.stop_reason}"
 
     @property
@@ -119,41 +136,60 @@ class Throughput:
 
     def to_dataframe(self) -> Any:
         import pandas as pd
-        return pd.DataFrame([p.to_dict() for p in self.points],
-                            columns=["batch_size", "latency_ms", "samples_per_s",
-                                     "peak_memory_bytes"])
+
+        return pd.DataFrame(
+            [p.to_dict() for p in self.points],
+            columns=["batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes"],
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "stop_reason": self.stop_reason,
-                "stop_explanation": self.stop_explanation,
-                "best_batch_size": self.best_batch_size,
-                "best_samples_per_s": self.best_samples_per_s,
-                "max_fit_batch": self.max_fit_batch, "oom_batch": self.oom_batch,
-                "memory_before_bytes": self.memory_before_bytes,
-                "memory_after_bytes": self.memory_after_bytes,
-                "memory_restored": self.memory_restored,
-                "points": [p.to_dict() for p in self.points], "env": self.env}
+        return {
+            "device": self.device,
+            "stop_reason": self.stop_reason,
+            "stop_explanation": self.stop_explanation,
+            "best_batch_size": self.best_batch_size,
+            "best_samples_per_s": self.best_samples_per_s,
+            "max_fit_batch": self.max_fit_batch,
+            "oom_batch": self.oom_batch,
+            "memory_before_bytes": self.memory_before_bytes,
+            "memory_after_bytes": self.memory_after_bytes,
+            "memory_restored": self.memory_restored,
+            "points": [p.to_dict() for p in self.points],
+            "env": self.env,
+        }
 
     def __repr__(self) -> str:
         b = self.best
-        lines = [f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s at batch "
-                 f"{b.batch_size} ({format_ms(b.latency_ms)}/batch); {self.stop_explanation}"]
+        lines = [
+            f"Throughput({self.device}): best {b.samples_per_s:,.1f} samples/s at batch "
+            f"{b.batch_size} ({format_ms(b.latency_ms)}/batch); {self.stop_explanation}"
+        ]
         for p in self.points:
-            mem = f", peak {p.peak_memory_bytes / 2**20:,.0f} MiB" \
-                if p.peak_memory_bytes is not None else ""
-            lines.append(f"  batch {p.batch_size:>5}: {format_ms(p.latency_ms):>9}, "
-                         f"{p.samples_per_s:,.1f} samples/s{mem}")
+            mem = (
+                f", peak {p.peak_memory_bytes / 2**20:,.0f} MiB"
+                if p.peak_memory_bytes is not None
+                else ""
+            )
+            lines.append(
+                f"  batch {p.batch_size:>5}: {format_ms(p.latency_ms):>9}, "
+                f"{p.samples_per_s:,.1f} samples/s{mem}"
+            )
         if self.memory_before_bytes is not None:
-            lines.append(f"  memory before {self.memory_before_bytes:,} B, after "
-                         f"{self.memory_after_bytes:,} B")
+            lines.append(
+                f"  memory before {self.memory_before_bytes:,} B, after "
+                f"{self.memory_after_bytes:,} B"
+            )
         return "\n".join(lines)
 
 
-def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
-                   gain: float = THROUGHPUT_GAIN, patience: int = PATIENCE,
-                   free: Callable[[], None] = lambda: None,
-                   on_point: Callable[[ThroughputPoint], None] | None = None
-                   ) -> tuple[list[ThroughputPoint], str, int | None, int | None]:
+def search_batches(
+    measure: Callable[[int], ThroughputPoint],
+    max_batch: int,
+    gain: float = THROUGHPUT_GAIN,
+    patience: int = PATIENCE,
+    free: Callable[[], None] = lambda: None,
+    on_point: Callable[[ThroughputPoint], None] | None = None,
+) -> tuple[list[ThroughputPoint], str, int | None, int | None]:
     """Doubling then (after an out-of-memory error) binary search; see the module docstring.
 
     Returns ``(points sorted by batch, stop_reason, max_fit_batch, oom_batch)``. Under a process
@@ -161,7 +197,7 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
     stops when the batch stops helping on any rank.
     """
     points: dict[int, ThroughputPoint] = {}
-    agree = decisions()   # under a process group: every rank searches the same sizes
+    agree = decisions()  # under a process group: every rank searches the same sizes
 
     def attempt(b: int) -> ThroughputPoint | None:
         failed = False
@@ -171,8 +207,8 @@ def search_batches(measure: Callable[[int], ThroughputPoint], max_batch: int,
             if not is_oom(e):
                 raise
             failed = True
-        failed = agree.any(failed)    # a batch that fits on every rank, or none
-        if failed:       # outside the except block, so the traceback's tensors can be freed
+        failed = agree.any(failed)  # a batch that fits on every rank, or none
+        if failed:  # outside the except block, so the traceback's tensors can be freed
             free()
             return None
         points[b] = p
@@ -220,8 +256,13 @@ def _free(device: torch.device) -> None:
 
 
 #: Per-point defaults of the search (shorter than a single measurement's): each can be overridden.
-POINT_DEFAULTS = {"budget_s": 1.0, "precision": 0.02, "min_samples": 5, "min_blocks": 3,
-                  "warmup_s": 0.25}
+POINT_DEFAULTS = {
+    "budget_s": 1.0,
+    "precision": 0.02,
+    "min_samples": 5,
+    "min_blocks": 3,
+    "warmup_s": 0.25,
+}
 
 
 def measure_throughput(
@@ -260,33 +301,59 @@ def measure_throughput(
         timing_options = {**POINT_DEFAULTS, **timing_options}
     opts = TimingOptions.parse(options, **timing_options).replace(warn=False)
     target, dev = _placed(model, parse_device(device), parse_dtype(dtype), opts)
-    point = _Point(target, input_size, dev, parse_dtype(dtype), opts,
-                   {"training": training, "no_grad": no_grad})
+    point = _Point(
+        target,
+        input_size,
+        dev,
+        parse_dtype(dtype),
+        opts,
+        {"training": training, "no_grad": no_grad},
+    )
     mem_before = point.baseline_memory()
-    points, reason, fit, oom, best_batch = _search(model, point, max_batch, (gain, patience),
-                                                   dev, opts, on_point)
-    result = Throughput(points, reason, device=str(dev), max_fit_batch=fit, oom_batch=oom,
-                        memory_before_bytes=mem_before, memory_after_bytes=point.memory_now(),
-                        best_batch=best_batch)
+    points, reason, fit, oom, best_batch = _search(
+        model, point, max_batch, (gain, patience), dev, opts, on_point
+    )
+    result = Throughput(
+        points,
+        reason,
+        device=str(dev),
+        max_fit_batch=fit,
+        oom_batch=oom,
+        memory_before_bytes=mem_before,
+        memory_after_bytes=point.memory_now(),
+        best_batch=best_batch,
+    )
     best = result.best
-    result.env = collect_env(dev, dtype=point.dtype or (best.measurement.env.get("dtype")
-                                                        if best.measurement else None),
-                             batch_size=best.batch_size, max_batch=max_batch, gain=gain,
-                             patience=patience, budget_s_per_point=opts.stop.budget_s,
-                             **opts.flags(eval_mode=not training, no_grad=no_grad))
+    result.env = collect_env(
+        dev,
+        dtype=point.dtype or (best.measurement.env.get("dtype") if best.measurement else None),
+        batch_size=best.batch_size,
+        max_batch=max_batch,
+        gain=gain,
+        patience=patience,
+        budget_s_per_point=opts.stop.budget_s,
+        **opts.flags(eval_mode=not training, no_grad=no_grad),
+    )
     return result
 
 
-def _search(model: Any, point: _Point, max_batch: int, rule: tuple[float, int],
-            dev: torch.device, opts: TimingOptions,
-            report: Callable[[ThroughputPoint], None] | None) -> tuple:
+def _search(
+    model: Any,
+    point: _Point,
+    max_batch: int,
+    rule: tuple[float, int],
+    dev: torch.device,
+    opts: TimingOptions,
+    report: Callable[[ThroughputPoint], None] | None,
+) -> tuple:
     """``search_batches`` with its progress bar, under an agreement
     across ranks for a sharded model; and the best point's batch (``_agreed_best``)."""
     with agreed_timing([model]):
         # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
         # out-of-memory error adds a few; the bar then counts past its total)
-        bar = progress_bar(max_batch.bit_length(), enabled=opts.progress, desc="throughput",
-                           unit="point")
+        bar = progress_bar(
+            max_batch.bit_length(), enabled=opts.progress, desc="throughput", unit="point"
+        )
 
         def on_point(p: ThroughputPoint) -> None:
             if bar.total is not None and bar.n >= bar.total:
@@ -295,10 +362,11 @@ def _search(model: Any, point: _Point, max_batch: int, rule: tuple[float, int],
             bar.set_postfix(batch=p.batch_size, samples_per_s=f"{p.samples_per_s:,.1f}")
             if report is not None:
                 report(p)
+
         try:
-            points, reason, fit, oom = search_batches(point.measure, max_batch, *rule,
-                                                      free=lambda: _free(dev),
-                                                      on_point=on_point)
+            points, reason, fit, oom = search_batches(
+                point.measure, max_batch, *rule, free=lambda: _free(dev), on_point=on_point
+            )
         finally:
             bar.close()
         return points, reason, fit, oom, _agreed_best(points)
@@ -309,13 +377,14 @@ def _agreed_best(points: list[ThroughputPoint]) -> int:
     the batch whose slowest rank is fastest (every rank picks the same)."""
     agree = current_agreement()
     sps = [p.samples_per_s for p in points]
-    if agree is not None:     # samples/s in milli-units: the all-reduce carries int64
+    if agree is not None:  # samples/s in milli-units: the all-reduce carries int64
         sps = agree.least([int(round(v * 1e3)) for v in sps])
     return points[max(range(len(points)), key=lambda i: sps[i])].batch_size
 
 
-def _placed(model: Any, dev: torch.device | None, dt: torch.dtype | None,
-            opts: TimingOptions) -> tuple[Any, torch.device]:
+def _placed(
+    model: Any, dev: torch.device | None, dt: torch.dtype | None, opts: TimingOptions
+) -> tuple[Any, torch.device]:
     """What every point calls (a module moved once, not per point) and the device."""
     target: Any = model
     if isinstance(model, nn.Module):
@@ -328,16 +397,29 @@ def _placed(model: Any, dev: torch.device | None, dt: torch.dtype | None,
 class _Point:
     """One batch size's measurement, and the device memory around the search."""
 
-    def __init__(self, target: Any, input_size: Any, dev: torch.device, dtype: Any,
-                 opts: TimingOptions, switches: dict[str, bool]) -> None:
+    def __init__(
+        self,
+        target: Any,
+        input_size: Any,
+        dev: torch.device,
+        dtype: Any,
+        opts: TimingOptions,
+        switches: dict[str, bool],
+    ) -> None:
         self.target, self.input_size, self.dev, self.dtype = target, input_size, dev, dtype
         self.opts, self.switches = opts, switches
         self.cuda = dev.type == "cuda"
 
     def _latency(self, batch: int, opts: TimingOptions) -> Measurement:
-        return measure_latency(self.target, input_size=self.input_size, batch_size=batch,
-                               device=self.dev, dtype=self.dtype, options=opts,
-                               **self.switches)
+        return measure_latency(
+            self.target,
+            input_size=self.input_size,
+            batch_size=batch,
+            device=self.dev,
+            dtype=self.dtype,
+            options=opts,
+            **self.switches,
+        )
 
     def baseline_memory(self) -> int | None:
         """The allocated memory before the search (CUDA). What a first call creates for the
@@ -348,9 +430,9 @@ class _Point:
         try:
             self._latency(1, self.opts.replace(warmup=0, repeat=1))
         except Exception as e:
-            if not is_oom(e):       # out of memory at batch 1: the search will say so
+            if not is_oom(e):  # out of memory at batch 1: the search will say so
                 raise
-        return self.memory_now()    # after the except block: its traceback holds tensors
+        return self.memory_now()  # after the except block: its traceback holds tensors
 
     def memory_now(self) -> int | None:
         if not self.cuda:

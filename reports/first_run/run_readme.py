@@ -9,6 +9,7 @@ status and its wall time.
 ``pip install`` lines are skipped (run them first, as above). A Python block whose first line is
 ``# name.py`` is written to that file instead of being run.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,12 @@ def main(readme: str) -> int:
                         steps.append(("bash", shlex.split(part), part))
         for kind, argv, label in steps:
             start = time.perf_counter()
-            run = subprocess.run(argv, capture_output=True, text=True,
-                                 env={**__import__("os").environ, "MPLBACKEND": "Agg"})
+            run = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env={**__import__("os").environ, "MPLBACKEND": "Agg"},
+            )
             seconds = time.perf_counter() - start
             print(f"== {kind}: {label}  -> exit {run.returncode} in {seconds:.1f} s", flush=True)
             tail = (run.stdout.strip().splitlines() or [""])[-3:]

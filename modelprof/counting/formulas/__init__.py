@@ -1,4 +1,5 @@
 """Cost formulas, one module per family; importing this package fills ``REGISTRY``."""
+
 from __future__ import annotations
 
 from modelprof.counting.formulas import (  # noqa: F401

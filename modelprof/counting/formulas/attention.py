@@ -1,6 +1,7 @@
 """Attention: fused scaled-dot-product kernels (every backend, packed variable-length batches
 counted sequence by sequence), their backward kernels, ``flex_attention`` and the fused
 ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer`` fast paths."""
+
 from __future__ import annotations
 
 import torch
@@ -17,14 +18,14 @@ from modelprof.counting.formulas.registry import (
 from modelprof.counting.formulas.values import has_values, offsets_to_lengths
 from modelprof.runtime import compat
 
-__all__ = ["attention_backward_cost", "attention_cost", "multi_head_attention_cost",
-           "varlen_pairs"]
+__all__ = ["attention_backward_cost", "attention_cost", "multi_head_attention_cost", "varlen_pairs"]
 
 aten = torch.ops.aten
 
 
-def attention_cost(batch_heads: int, l_q: int, l_k: int, d_qk: int, d_v: int,
-                   masked: bool = False) -> Cost:
+def attention_cost(
+    batch_heads: int, l_q: int, l_k: int, d_qk: int, d_v: int, masked: bool = False
+) -> Cost:
     """softmax(Q K^T * scale [+ mask]) V for ``batch_heads`` independent heads.
 
     [bh, l_q, d] @ [bh, d, l_k] -> [bh, l_q, l_k]   bh*l_q*l_k*d MACs
@@ -51,8 +52,9 @@ def _bhld(args, kwargs, mask_pos: int | None) -> Cost:
     if mask_pos is not None and len(args) > mask_pos:
         mask = args[mask_pos]
     mask = kwargs.get("attn_mask", kwargs.get("attn_bias", mask))
-    return attention_cost(bh, l_q, k.shape[-2], d, v.shape[-1],
-                          masked=isinstance(mask, torch.Tensor))
+    return attention_cost(
+        bh, l_q, k.shape[-2], d, v.shape[-1], masked=isinstance(mask, torch.Tensor)
+    )
 
 
 @register_present(*optional_ops("_scaled_dot_product_flash_attention_for_cpu"))
@@ -61,35 +63,50 @@ def _sdpa_cpu(args, kwargs, out) -> Cost:
     return _bhld(args, kwargs, mask_pos=None)
 
 
-@register_present(*optional_ops("_scaled_dot_product_flash_attention",
-                                "_scaled_dot_product_fused_attention_overrideable"))
+@register_present(
+    *optional_ops(
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_fused_attention_overrideable"
+    )
+)
 def _sdpa_flash(args, kwargs, out) -> Cost:
     # (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
     return _bhld(args, kwargs, mask_pos=None)
 
 
-@register_present(*optional_ops("_scaled_dot_product_efficient_attention",
-                                "_scaled_dot_product_cudnn_attention"))
+@register_present(
+    *optional_ops("_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+)
 def _sdpa_efficient(args, kwargs, out) -> Cost:
     # (query, key, value, attn_bias, compute_log_sumexp, ...)
     return _bhld(args, kwargs, mask_pos=3)
 
 
-_LENGTHS_UNKNOWN = ("sequence lengths unknown (no values in the offsets, e.g. on the meta "
-                    "device): counted at the bound min(n*max_q*max_k, total_q*max_k, "
-                    "total_k*max_q) query-key pairs per head")
+_LENGTHS_UNKNOWN = (
+    "sequence lengths unknown (no values in the offsets, e.g. on the meta "
+    "device): counted at the bound min(n*max_q*max_k, total_q*max_k, "
+    "total_k*max_q) query-key pairs per head"
+)
 
 
-def varlen_pairs(cum_q: torch.Tensor, cum_k: torch.Tensor, max_q: int, max_k: int,
-                 total_q: int, total_k: int,
-                 k_lengths: torch.Tensor | None = None) -> tuple[int, str | None]:
+def varlen_pairs(
+    cum_q: torch.Tensor,
+    cum_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    total_q: int,
+    total_k: int,
+    k_lengths: torch.Tensor | None = None,
+) -> tuple[int, str | None]:
     """Query-key pairs of a packed variable-length batch, sum_i Lq_i * Lk_i, from the cumulative
     offsets (``k_lengths``, when given, are the key lengths actually used, as a KV cache's
     ``seqused_k``). Without values: the tightest bound the shapes give, and a note saying so."""
     if has_values(cum_q) and has_values(cum_k) and (k_lengths is None or has_values(k_lengths)):
         lq = offsets_to_lengths(cum_q)
-        lk = [int(v) for v in k_lengths.reshape(-1).tolist()] if k_lengths is not None \
+        lk = (
+            [int(v) for v in k_lengths.reshape(-1).tolist()]
+            if k_lengths is not None
             else offsets_to_lengths(cum_k)
+        )
         return sum(a * b for a, b in zip(lq, lk)), None
     n = cum_q.shape[0] - 1
     return min(n * max_q * max_k, total_q * max_k, total_k * max_q), _LENGTHS_UNKNOWN
@@ -108,8 +125,7 @@ def _packed_cost(q, v, pairs_per_head: int, note: str | None, masked: bool) -> C
     macs = scores * (d + d_v)
     elementwise = scores * (1 + int(masked) + SOFTMAX_FLOPS_PER_ELEMENT)
     n_out = scores + heads * total_q * d_v
-    return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - n_out + elementwise,
-                note=note)
+    return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - n_out + elementwise, note=note)
 
 
 @register_present(*optional_ops("_flash_attention_forward"))
@@ -124,9 +140,15 @@ def _flash_attention_forward(args, kwargs, out) -> Cost:
     if cum_q is None:
         b, l_q, h, d = q.shape
         return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=alibi)
-    pairs, note = varlen_pairs(cum_q, cum_k, int(_arg(args, kwargs, 5, "max_q")),
-                               int(_arg(args, kwargs, 6, "max_k")), q.shape[0], k.shape[0],
-                               kwargs.get("seqused_k"))
+    pairs, note = varlen_pairs(
+        cum_q,
+        cum_k,
+        int(_arg(args, kwargs, 5, "max_q")),
+        int(_arg(args, kwargs, 6, "max_k")),
+        q.shape[0],
+        k.shape[0],
+        kwargs.get("seqused_k"),
+    )
     return _packed_cost(q, v, pairs, note, masked=alibi)
 
 
@@ -144,14 +166,27 @@ def _efficient_attention_forward(args, kwargs, out) -> Cost:
         return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=masked)
     max_q, max_k = _arg(args, kwargs, 6, "max_seqlen_q"), _arg(args, kwargs, 7, "max_seqlen_k")
     total_q, total_k = q.shape[-3], k.shape[-3]
-    pairs, note = varlen_pairs(cu_q, cu_k, int(max_q if max_q is not None else total_q),
-                               int(max_k if max_k is not None else total_k), total_q, total_k,
-                               kwargs.get("seqlen_k"))
+    pairs, note = varlen_pairs(
+        cu_q,
+        cu_k,
+        int(max_q if max_q is not None else total_q),
+        int(max_k if max_k is not None else total_k),
+        total_q,
+        total_k,
+        kwargs.get("seqlen_k"),
+    )
     return _packed_cost(q, v, pairs, note, masked=masked)
 
 
-def attention_backward_cost(batch_heads: int, l_q: int, l_k: int, d_qk: int, d_v: int,
-                            masked: bool = False, out_elements: int | None = None) -> Cost:
+def attention_backward_cost(
+    batch_heads: int,
+    l_q: int,
+    l_k: int,
+    d_qk: int,
+    d_v: int,
+    masked: bool = False,
+    out_elements: int | None = None,
+) -> Cost:
     """Backward of a fused attention kernel, which recomputes the scores:
 
     recompute  S = Q K^T                     bh*l_q*l_k*d_qk MACs
@@ -176,8 +211,9 @@ def _bhld_backward(args, mask) -> Cost:
     bh = 1
     for s in lead:
         bh *= s
-    return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1],
-                                   masked=isinstance(mask, torch.Tensor))
+    return attention_backward_cost(
+        bh, l_q, k.shape[-2], d, v.shape[-1], masked=isinstance(mask, torch.Tensor)
+    )
 
 
 @register_present(*optional_ops("_scaled_dot_product_flash_attention_for_cpu_backward"))
@@ -186,8 +222,12 @@ def _sdpa_cpu_backward(args, kwargs, out) -> Cost:
     return _bhld_backward(args, kwargs.get("attn_mask"))
 
 
-@register_present(*optional_ops("_scaled_dot_product_flash_attention_backward",
-                                "_scaled_dot_product_fused_attention_overrideable_backward"))
+@register_present(
+    *optional_ops(
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_fused_attention_overrideable_backward",
+    )
+)
 def _sdpa_flash_backward(args, kwargs, out) -> Cost:
     return _bhld_backward(args, None)
 
@@ -212,10 +252,15 @@ def _flash_attention_backward(args, kwargs, out) -> Cost:
     if cum_q is None or q.dim() == 4:  # dense: q [B, L, H, E]
         b, l_q, h, d = q.shape
         return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
-    pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0],
-                               k.shape[0])
-    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1],
-                                   out_elements=q.shape[0] * q.shape[-2] * v.shape[-1])
+    pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0], k.shape[0])
+    cost = attention_backward_cost(
+        q.shape[-2],
+        1,
+        pairs,
+        q.shape[-1],
+        v.shape[-1],
+        out_elements=q.shape[0] * q.shape[-2] * v.shape[-1],
+    )
     return Cost(cost.macs, flops=cost.flops, note=note)
 
 
@@ -228,26 +273,37 @@ def _efficient_attention_backward(args, kwargs, out) -> Cost:
     if cu_q is None:
         b, l_q, h, d = q.shape
         return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
-    pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3],
-                               k.shape[-3])
-    cost = attention_backward_cost(q.shape[-2], 1, pairs, q.shape[-1], v.shape[-1],
-                                   out_elements=q.shape[-3] * q.shape[-2] * v.shape[-1])
+    pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3], k.shape[-3])
+    cost = attention_backward_cost(
+        q.shape[-2],
+        1,
+        pairs,
+        q.shape[-1],
+        v.shape[-1],
+        out_elements=q.shape[-3] * q.shape[-2] * v.shape[-1],
+    )
     return Cost(cost.macs, flops=cost.flops, note=note)
 
 
 # -- flex_attention (a higher-order operator) ---------------------------------------------------
-_MOD_NOT_COSTED = ("score_mod/mask_mod could not be run on one score to cost it: "
-                   "their per-score work is not counted")
+_MOD_NOT_COSTED = (
+    "score_mod/mask_mod could not be run on one score to cost it: "
+    "their per-score work is not counted"
+)
 
 
-def _per_score(probe, fn, q: torch.Tensor, n_index_args: int, with_score: bool,
-               buffers: tuple) -> int | None:
+def _per_score(
+    probe, fn, q: torch.Tensor, n_index_args: int, with_score: bool, buffers: tuple
+) -> int | None:
     """Flops of one call of a score_mod/mask_mod on 0-d inputs (the eager kernel calls it once
     per score, vectorised), or None if it cannot be run that way."""
     working = torch.float64 if q.dtype == torch.float64 else torch.float32
     index = torch.zeros((), dtype=torch.int64, device=q.device)
-    args = ((torch.zeros((), dtype=working, device=q.device),) if with_score else ()) + \
-        (index,) * n_index_args + tuple(buffers)
+    args = (
+        ((torch.zeros((), dtype=working, device=q.device),) if with_score else ())
+        + (index,) * n_index_args
+        + tuple(buffers)
+    )
     try:
         with compat.getitem_to_index():
             return probe(fn, *args).resolved()[1]
@@ -298,8 +354,9 @@ def _flex_attention_backward(args, kwargs, out) -> Cost:
     return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1])
 
 
-def multi_head_attention_cost(batch: int, l_q: int, l_kv: int, embed: int, heads: int,
-                              has_bias: bool, masked: bool) -> Cost:
+def multi_head_attention_cost(
+    batch: int, l_q: int, l_kv: int, embed: int, heads: int, has_bias: bool, masked: bool
+) -> Cost:
     """Projections + attention + output projection of ``nn.MultiheadAttention``.
 
     in-projection:  q [B, L, E] @ [E, E], k and v [B, S, E] @ [E, E]   B*(L + 2S)*E*E MACs
@@ -311,9 +368,11 @@ def multi_head_attention_cost(batch: int, l_q: int, l_kv: int, embed: int, heads
     proj_macs = batch * (l_q + 2 * l_kv) * embed * embed + batch * l_q * embed * embed
     proj_out = batch * (l_q + 2 * l_kv) * embed + batch * l_q * embed
     bias_adds = proj_out if has_bias else 0
-    return Cost(attn.macs + proj_macs,
-                flops=attn.flops + 2 * proj_macs + bias_adds,
-                madd=attn.madd + 2 * proj_macs - proj_out)
+    return Cost(
+        attn.macs + proj_macs,
+        flops=attn.flops + 2 * proj_macs + bias_adds,
+        madd=attn.madd + 2 * proj_macs - proj_out,
+    )
 
 
 @register_present(*optional_ops("_native_multi_head_attention"))
@@ -324,9 +383,15 @@ def _native_mha(args, kwargs, out) -> Cost:
     embed, heads = int(args[3]), int(args[4])
     batch = q.shape[0] if q.dim() == 3 else 1
     mask = args[9] if len(args) > 9 else kwargs.get("mask")
-    return multi_head_attention_cost(batch, q.shape[-2], k.shape[-2], embed, heads,
-                                     has_bias=args[6] is not None,
-                                     masked=isinstance(mask, torch.Tensor))
+    return multi_head_attention_cost(
+        batch,
+        q.shape[-2],
+        k.shape[-2],
+        embed,
+        heads,
+        has_bias=args[6] is not None,
+        masked=isinstance(mask, torch.Tensor),
+    )
 
 
 @register_present(*optional_ops("_transformer_encoder_layer_fwd"))
@@ -342,19 +407,36 @@ def _encoder_layer(args, kwargs, out) -> Cost:
     else:
         batch, length = (src.shape[0], src.shape[1]) if src.dim() == 3 else (1, src.shape[0])
         lengths = [length] * batch
-    per_seq = [multi_head_attention_cost(1, n, n, embed, heads, has_bias=True,
-                                         masked=isinstance(mask, torch.Tensor))
-               for n in lengths]
-    attn = Cost(sum(c.macs for c in per_seq), flops=sum(c.resolved()[1] for c in per_seq),
-                madd=sum(c.resolved()[2] for c in per_seq))
+    per_seq = [
+        multi_head_attention_cost(
+            1, n, n, embed, heads, has_bias=True, masked=isinstance(mask, torch.Tensor)
+        )
+        for n in lengths
+    ]
+    attn = Cost(
+        sum(c.macs for c in per_seq),
+        flops=sum(c.resolved()[1] for c in per_seq),
+        madd=sum(c.resolved()[2] for c in per_seq),
+    )
     hidden = args[14].shape[0]
     tokens = sum(lengths)
     ffn_macs = 2 * tokens * embed * hidden  # E->F and F->E
     ffn_out = tokens * (hidden + embed)
     # two affine layer norms, the activation over F, two residual adds over E, ffn biases
-    elementwise = (2 * (NORM_FLOPS_PER_ELEMENT["stats"] + NORM_FLOPS_PER_ELEMENT["normalize"]
-                        + NORM_FLOPS_PER_ELEMENT["affine"]) * tokens * embed
-                   + tokens * hidden + 2 * tokens * embed)
-    return Cost(attn.macs + ffn_macs,
-                flops=attn.flops + 2 * ffn_macs + ffn_out + elementwise,
-                madd=attn.madd + 2 * ffn_macs - ffn_out + elementwise)
+    elementwise = (
+        2
+        * (
+            NORM_FLOPS_PER_ELEMENT["stats"]
+            + NORM_FLOPS_PER_ELEMENT["normalize"]
+            + NORM_FLOPS_PER_ELEMENT["affine"]
+        )
+        * tokens
+        * embed
+        + tokens * hidden
+        + 2 * tokens * embed
+    )
+    return Cost(
+        attn.macs + ffn_macs,
+        flops=attn.flops + 2 * ffn_macs + ffn_out + elementwise,
+        madd=attn.madd + 2 * ffn_macs - ffn_out + elementwise,
+    )

@@ -35,6 +35,7 @@ Per element (flops):
                           each bias gradient sums the gate gradients over the tokens.
     select/slice/...      the gradient written into zeros: 0 flops (a copy).
 """
+
 from __future__ import annotations
 
 from math import prod
@@ -58,13 +59,22 @@ from modelprof.counting.formulas.rnn import (
     cudnn_weight_shapes,
 )
 
-__all__ = ["NORM_BACKWARD_FLOPS_PER_ELEMENT", "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
-           "norm_backward_cost"]
+__all__ = [
+    "NORM_BACKWARD_FLOPS_PER_ELEMENT",
+    "SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT",
+    "norm_backward_cost",
+]
 
 aten = torch.ops.aten
 
-NORM_BACKWARD_FLOPS_PER_ELEMENT = {"x_hat": 2, "input_stats": 7, "input_known": 1,
-                                   "input_weight": 1, "weight": 2, "bias": 1}
+NORM_BACKWARD_FLOPS_PER_ELEMENT = {
+    "x_hat": 2,
+    "input_stats": 7,
+    "input_known": 1,
+    "input_weight": 1,
+    "weight": 2,
+    "bias": 1,
+}
 SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT = 4
 
 
@@ -82,8 +92,9 @@ def _convolution_backward(args, kwargs, out) -> Cost:
     #  output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
     g, x, w = args[0], args[1], args[2]
     transposed = bool(args[7]) if len(args) > 7 else bool(kwargs.get("transposed", False))
-    grad_input, grad_weight, grad_bias = _mask(args[10] if len(args) > 10
-                                               else kwargs.get("output_mask"), 3)
+    grad_input, grad_weight, grad_bias = _mask(
+        args[10] if len(args) > 10 else kwargs.get("output_mask"), 3
+    )
     forward = conv_macs(x.shape, w.shape, g.shape, transposed)
     macs = forward * (int(grad_input) + int(grad_weight))
     bias = g.numel() if grad_bias else 0  # sum of grad_output over all but the channels
@@ -91,9 +102,15 @@ def _convolution_backward(args, kwargs, out) -> Cost:
 
 
 # -- normalisation ----------------------------------------------------------------------------
-def norm_backward_cost(numel: int, batch_stats: bool, has_weight: bool,
-                       grad_input: bool, grad_weight: bool, grad_bias: bool,
-                       per: dict[str, int] | None = None) -> Cost:
+def norm_backward_cost(
+    numel: int,
+    batch_stats: bool,
+    has_weight: bool,
+    grad_input: bool,
+    grad_weight: bool,
+    grad_bias: bool,
+    per: dict[str, int] | None = None,
+) -> Cost:
     """Flops of a normalisation's backward over ``numel`` input elements (see the module doc)."""
     per = NORM_BACKWARD_FLOPS_PER_ELEMENT if per is None else per
     f = 0
@@ -118,8 +135,9 @@ def _batch_norm_backward(args, kwargs, out) -> Cost:
     train = bool(args[7])
     gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
     has_weight = isinstance(weight, torch.Tensor)
-    return norm_backward_cost(x.numel(), train, has_weight, gi, gw and has_weight,
-                              gb and has_weight)
+    return norm_backward_cost(
+        x.numel(), train, has_weight, gi, gw and has_weight, gb and has_weight
+    )
 
 
 @register_present(*optional_ops("batch_norm_backward"))
@@ -143,9 +161,14 @@ def _layer_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
     x, weight, bias = args[1], args[5], args[6]
     gi, gw, gb = _mask(args[7] if len(args) > 7 else kwargs.get("output_mask"), 3)
-    return norm_backward_cost(x.numel(), True, isinstance(weight, torch.Tensor), gi,
-                              gw and isinstance(weight, torch.Tensor),
-                              gb and isinstance(bias, torch.Tensor))
+    return norm_backward_cost(
+        x.numel(),
+        True,
+        isinstance(weight, torch.Tensor),
+        gi,
+        gw and isinstance(weight, torch.Tensor),
+        gb and isinstance(bias, torch.Tensor),
+    )
 
 
 @register_formula(aten.native_group_norm_backward)
@@ -154,12 +177,17 @@ def _group_norm_backward(args, kwargs, out) -> Cost:
     x, weight = args[1], args[4]
     gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
     has_weight = isinstance(weight, torch.Tensor)
-    return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight,
-                              gb and has_weight)
+    return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight, gb and has_weight)
 
 
-_RMS_BACKWARD = {"x_hat": 1, "input_stats": 5, "input_known": 5, "input_weight": 1,
-                 "weight": 2, "bias": 0}
+_RMS_BACKWARD = {
+    "x_hat": 1,
+    "input_stats": 5,
+    "input_known": 5,
+    "input_weight": 1,
+    "weight": 2,
+    "bias": 0,
+}
 
 
 @register_present(*optional_ops("_fused_rms_norm_backward"))
@@ -168,38 +196,65 @@ def _rms_norm_backward(args, kwargs, out) -> Cost:
     x, weight = args[1], args[4]
     gi, gw = _mask(args[5] if len(args) > 5 else kwargs.get("output_mask"), 2)
     has_weight = isinstance(weight, torch.Tensor)
-    return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight, False,
-                              per=_RMS_BACKWARD)
+    return norm_backward_cost(
+        x.numel(), True, has_weight, gi, gw and has_weight, False, per=_RMS_BACKWARD
+    )
 
 
 # -- softmax and activations ------------------------------------------------------------------
 def _per_grad_element(per: int):
     def formula(args, kwargs, out) -> Cost:
         return Cost(0, flops=per * args[0].numel())
+
     return formula
 
 
-register_present(*optional_ops("_softmax_backward_data", "_log_softmax_backward_data",
-                               "_masked_softmax_backward"))(
-    _per_grad_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT))
+register_present(
+    *optional_ops(
+        "_softmax_backward_data", "_log_softmax_backward_data", "_masked_softmax_backward"
+    )
+)(_per_grad_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT))
 
 # activation backwards without the pointwise tag: 1 per element of grad_output, as the forward
-register_present(*optional_ops("hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
-                               "leaky_relu_backward", "elu_backward", "softplus_backward",
-                               "mish_backward", "log_sigmoid_backward", "softshrink_backward",
-                               "hardshrink_backward", "rrelu_with_noise_backward",
-                               "glu_backward", "_prelu_kernel_backward"))(_per_grad_element(1))
+register_present(
+    *optional_ops(
+        "hardswish_backward",
+        "hardsigmoid_backward",
+        "hardtanh_backward",
+        "leaky_relu_backward",
+        "elu_backward",
+        "softplus_backward",
+        "mish_backward",
+        "log_sigmoid_backward",
+        "softshrink_backward",
+        "hardshrink_backward",
+        "rrelu_with_noise_backward",
+        "glu_backward",
+        "_prelu_kernel_backward",
+    )
+)(_per_grad_element(1))
 
 # gradients written into zeros at the selected positions: copies, 0 flops
-register_present(*optional_ops("select_backward", "slice_backward", "diagonal_backward",
-                               "unfold_backward", "index_select_backward"))(
-    lambda args, kwargs, out: ZERO)
+register_present(
+    *optional_ops(
+        "select_backward",
+        "slice_backward",
+        "diagonal_backward",
+        "unfold_backward",
+        "index_select_backward",
+    )
+)(lambda args, kwargs, out: ZERO)
 
 
 # -- pooling ----------------------------------------------------------------------------------
-@register_present(*optional_ops("max_pool2d_with_indices_backward",
-                                "max_pool3d_with_indices_backward", "adaptive_max_pool2d_backward",
-                                "adaptive_max_pool3d_backward"))
+@register_present(
+    *optional_ops(
+        "max_pool2d_with_indices_backward",
+        "max_pool3d_with_indices_backward",
+        "adaptive_max_pool2d_backward",
+        "adaptive_max_pool3d_backward",
+    )
+)
 def _max_pool_backward(args, kwargs, out) -> Cost:
     # (grad_output, input, ..., indices): each gradient added at its winner's position
     return Cost(0, flops=args[0].numel())
@@ -240,8 +295,15 @@ def _embedding_backward(args, kwargs, out) -> Cost:
 
 
 # -- recurrent layers -------------------------------------------------------------------------
-def _rnn_backward_cost(tokens: int, weight_shapes: list, hidden: int, kind: str,
-                       directions_layers: int, n_biases: int, weight_grads: bool) -> Cost:
+def _rnn_backward_cost(
+    tokens: int,
+    weight_shapes: list,
+    hidden: int,
+    kind: str,
+    directions_layers: int,
+    n_biases: int,
+    weight_grads: bool,
+) -> Cost:
     forward = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
     macs = forward * (2 if weight_grads else 1)
     gate_units = directions_layers * GATES[kind] * hidden if weight_shapes else 0
@@ -257,8 +319,15 @@ def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
     x, w_ih, w_hh = args[0], args[1], args[2]
     mode, hidden, has_biases = int(args[14]), int(args[15]), bool(args[17])
     tokens = x.numel() // x.shape[-1] if x.dim() else 0
-    return _rnn_backward_cost(tokens, [tuple(w_ih.shape), tuple(w_hh.shape)], hidden,
-                              GATE_MODE[mode], 1, 2 if has_biases else 0, True)
+    return _rnn_backward_cost(
+        tokens,
+        [tuple(w_ih.shape), tuple(w_hh.shape)],
+        hidden,
+        GATE_MODE[mode],
+        1,
+        2 if has_biases else 0,
+        True,
+    )
 
 
 @register_present(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
@@ -268,19 +337,30 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     #  bidirectional, batch_sizes, dropout_state, reserve, output_mask)
     # the weights from the sizes, as the forward's formula (rnn.py) takes them
     x = args[0]
-    kind, hidden, proj, num_layers = GATE_MODE[int(args[10])], int(args[11]), int(args[12]), \
-        int(args[13])
+    kind, hidden, proj, num_layers = (
+        GATE_MODE[int(args[10])],
+        int(args[11]),
+        int(args[12]),
+        int(args[13]),
+    )
     bidirectional = bool(args[17])
     mask = _mask(args[21] if len(args) > 21 else kwargs.get("output_mask"), 4)
     shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
     tokens = x.numel() // x.shape[-1] if x.dim() else 0
-    return _rnn_backward_cost(tokens, shapes, hidden, kind,
-                              num_layers * (2 if bidirectional else 1),
-                              2 if cudnn_has_biases(args[2]) and mask[3] else 0, mask[3])
+    return _rnn_backward_cost(
+        tokens,
+        shapes,
+        hidden,
+        kind,
+        num_layers * (2 if bidirectional else 1),
+        2 if cudnn_has_biases(args[2]) and mask[3] else 0,
+        mask[3],
+    )
 
 
-@register_present(*optional_ops("_thnn_fused_lstm_cell_backward_impl",
-                                "_thnn_fused_gru_cell_backward"))
+@register_present(
+    *optional_ops("_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell_backward")
+)
 def _fused_cell_backward(args, kwargs, out) -> Cost:
     # the gate matmuls' gradients run as mm; here the cell (2x its forward's 3 per gate unit)
     # and, with biases, the bias gradient (a sum of the gate gradients over the batch)

@@ -1,4 +1,5 @@
 """Convolutions of every dimension, grouped and transposed, and their backward."""
+
 from __future__ import annotations
 
 from math import prod
@@ -45,20 +46,37 @@ def _convolution(args, kwargs, out) -> Cost:
     return _conv_cost(args[0], args[1], args[2] if len(args) > 2 else None, out, bool(transposed))
 
 
-@register_present(*optional_ops("cudnn_convolution", "mkldnn_convolution", "miopen_convolution",
-                                "_slow_conv2d_forward", "thnn_conv2d", "slow_conv3d",
-                                "slow_conv_dilated2d", "slow_conv_dilated3d",
-                                "_nnpack_spatial_convolution", "cudnn_convolution_relu",
-                                "cudnn_convolution_add_relu", "miopen_depthwise_convolution",
-                                "_conv_depthwise2d"))
+@register_present(
+    *optional_ops(
+        "cudnn_convolution",
+        "mkldnn_convolution",
+        "miopen_convolution",
+        "_slow_conv2d_forward",
+        "thnn_conv2d",
+        "slow_conv3d",
+        "slow_conv_dilated2d",
+        "slow_conv_dilated3d",
+        "_nnpack_spatial_convolution",
+        "cudnn_convolution_relu",
+        "cudnn_convolution_add_relu",
+        "miopen_depthwise_convolution",
+        "_conv_depthwise2d",
+    )
+)
 def _backend_convolution(args, kwargs, out) -> Cost:
     # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter.
     o = out[0] if isinstance(out, (tuple, list)) else out
     return _conv_cost(args[0], args[1], _bias(args), o, False)
 
 
-@register_present(*optional_ops("cudnn_convolution_transpose", "miopen_convolution_transpose",
-                                "slow_conv_transpose2d", "slow_conv_transpose3d"))
+@register_present(
+    *optional_ops(
+        "cudnn_convolution_transpose",
+        "miopen_convolution_transpose",
+        "slow_conv_transpose2d",
+        "slow_conv_transpose3d",
+    )
+)
 def _backend_convolution_transpose(args, kwargs, out) -> Cost:
     return _conv_cost(args[0], args[1], _bias(args), out, True)
 

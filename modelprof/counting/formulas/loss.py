@@ -11,6 +11,7 @@ Per element of the input (flops), ``+ 1`` for the mean/sum reduction when the lo
     binary_cross_entropy_with_logits  the stable form (1 - y) * x + log(1 + exp(-x)): 6 (+1 with
                        pos_weight, +1 with weight)
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,15 @@ __all__ = ["LOSS_FLOPS_PER_ELEMENT"]
 
 aten = torch.ops.aten
 
-LOSS_FLOPS_PER_ELEMENT = {"mse": 2, "mse_backward": 3, "smooth_l1": 4, "smooth_l1_backward": 3,
-                          "bce": 7, "bce_backward": 5, "bce_logits": 6}
+LOSS_FLOPS_PER_ELEMENT = {
+    "mse": 2,
+    "mse_backward": 3,
+    "smooth_l1": 4,
+    "smooth_l1_backward": 3,
+    "bce": 7,
+    "bce_backward": 5,
+    "bce_logits": 6,
+}
 
 
 def _reduces(reduction) -> bool:
@@ -61,6 +69,7 @@ def _per_input(key: str, pos: int):
     def formula(args, kwargs, out) -> Cost:
         x = args[0]
         return Cost(0, flops=(per + int(_reduces(_reduction_arg(args, kwargs, pos)))) * x.numel())
+
     return formula
 
 
@@ -70,6 +79,7 @@ def _per_grad(key: str):
     def formula(args, kwargs, out) -> Cost:
         # (grad_output, self, target, ...): one gradient per input element
         return Cost(0, flops=per * args[1].numel())
+
     return formula
 
 
@@ -77,7 +87,8 @@ register_formula(aten.mse_loss)(_per_input("mse", 2))
 register_present(*optional_ops("mse_loss_backward"))(_per_grad("mse_backward"))
 register_present(*optional_ops("smooth_l1_loss", "huber_loss"))(_per_input("smooth_l1", 2))
 register_present(*optional_ops("smooth_l1_loss_backward", "huber_loss_backward"))(
-    _per_grad("smooth_l1_backward"))
+    _per_grad("smooth_l1_backward")
+)
 register_present(*optional_ops("binary_cross_entropy"))(_per_input("bce", 3))
 register_present(*optional_ops("binary_cross_entropy_backward"))(_per_grad("bce_backward"))
 
@@ -88,7 +99,10 @@ def _bce_logits(args, kwargs, out) -> Cost:
     x = args[0]
     weight = args[2] if len(args) > 2 else kwargs.get("weight")
     pos_weight = args[3] if len(args) > 3 else kwargs.get("pos_weight")
-    per = (LOSS_FLOPS_PER_ELEMENT["bce_logits"] + int(isinstance(weight, torch.Tensor))
-           + int(isinstance(pos_weight, torch.Tensor))
-           + int(_reduces(_reduction_arg(args, kwargs, 4))))
+    per = (
+        LOSS_FLOPS_PER_ELEMENT["bce_logits"]
+        + int(isinstance(weight, torch.Tensor))
+        + int(isinstance(pos_weight, torch.Tensor))
+        + int(_reduces(_reduction_arg(args, kwargs, 4)))
+    )
     return Cost(0, flops=per * x.numel())

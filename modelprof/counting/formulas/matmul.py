@@ -1,6 +1,7 @@
 """Matrix products: mm, addmm, bmm, baddbmm, matrix-vector, dot (``linear``, ``matmul``,
 ``einsum`` and ``@`` reach the dispatcher as these; in-place and ``out=`` variants share these
 formulas), grouped matmuls of mixture-of-experts layers, and pairwise distances (``cdist``)."""
+
 from __future__ import annotations
 
 from math import prod
@@ -112,9 +113,15 @@ def _scaled_mm(args, kwargs, out) -> Cost:
     return matmul_cost(1, m, k, n)
 
 
-@register_present(*optional_ops("_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm",
-                                "_weight_int4pack_mm_for_cpu",
-                                "_weight_int4pack_mm_with_scales_and_zeros"))
+@register_present(
+    *optional_ops(
+        "_int_mm",
+        "_weight_int8pack_mm",
+        "_weight_int4pack_mm",
+        "_weight_int4pack_mm_for_cpu",
+        "_weight_int4pack_mm_with_scales_and_zeros",
+    )
+)
 def _low_precision_mm(args, kwargs, out) -> Cost:
     # int8 / weight-only int8 and int4 matmuls: x [m, k] @ W -> [m, n] (W packed or [n, k]):
     # every output a length-k dot product; the per-channel/group scales are not counted
@@ -132,13 +139,16 @@ def _dyn_quant_matmul_4bit(args, kwargs, out) -> Cost:
 
 
 # -- grouped matmul (mixture-of-experts) -------------------------------------------------------
-_OFFSETS_UNKNOWN = ("group offsets unknown (no tensor values, e.g. on the meta device): "
-                    "counted as if every row of the jagged dimension belonged to a group, "
-                    "an upper bound")
+_OFFSETS_UNKNOWN = (
+    "group offsets unknown (no tensor values, e.g. on the meta device): "
+    "counted as if every row of the jagged dimension belonged to a group, "
+    "an upper bound"
+)
 
 
-def grouped_mm_cost(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None,
-                    has_bias: bool) -> Cost:
+def grouped_mm_cost(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, has_bias: bool
+) -> Cost:
     """``_grouped_mm`` in each layout it accepts (G groups, ``offs`` the cumulative ends of the
     groups along the jagged dimension; entries past ``offs[-1]`` are not computed):
 
@@ -154,11 +164,11 @@ def grouped_mm_cost(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None,
         g, m, k = a.shape
         n = b.shape[-1]
         return matmul_cost(g, m, k, n, bias_adds=g * m * n if has_bias else 0)
-    if a.dim() == 2 and b.dim() == 3:    # rows of a are grouped; an output row holds N dots
+    if a.dim() == 2 and b.dim() == 3:  # rows of a are grouped; an output row holds N dots
         jagged, fixed, dots_per_unit = a.shape[0], a.shape[1] * b.shape[-1], b.shape[-1]
     elif a.dim() == 3 and b.dim() == 2:  # columns of b are grouped; an output column holds M
         jagged, fixed, dots_per_unit = b.shape[1], a.shape[1] * a.shape[2], a.shape[1]
-    else:                                # K is grouped: G x M x N outputs, whatever the split
+    else:  # K is grouped: G x M x N outputs, whatever the split
         jagged, fixed, dots_per_unit = a.shape[1], a.shape[0] * b.shape[1], 0
     note = None
     if offs is not None and has_values(offs):

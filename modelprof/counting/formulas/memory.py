@@ -5,6 +5,7 @@ Ops whose schema says they alias their input (``view``, ``t``, ``permute``, ``ex
 ``OpOverload.is_view`` and the ``inplace_view`` tag, and VIEW marks the few aliasing-like ops
 whose schema does not say so.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,66 +27,212 @@ def VIEW(args, kwargs, out):  # noqa: N802 - a sentinel formula
     return ZERO
 
 
-register_formula(torch.Tag.inplace_view, *optional_ops(
-    "_unsafe_view", "unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk", "_reshape_alias",
-    "lift_fresh", "set_", "resize_", "resize_as_", "_local_scalar_dense", "_assert_async",
-    "_assert_scalar", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
-    "_nested_tensor_size", "_nested_tensor_strides", "_functional_assert_async",
-    "_make_dep_token", "record_stream", "_has_same_storage_numel", "is_same_size",
-    "_shape_as_tensor", "_assert_tensor_metadata", "lift",
-    # queries that return a number, not data
-    "dim", "_fused_sdp_choice", "_nested_tensor_from_mask_left_aligned",
-    # nested tensors: views of a buffer and their metadata
-    "_nested_view_from_buffer", "_nested_view_from_jagged", "_nested_get_values",
-    "_nested_get_offsets", "_nested_get_lengths", "_nested_get_ragged_idx",
-    "_nested_get_min_seqlen", "_nested_get_max_seqlen", "_nested_get_jagged_dummy",
-    "_nested_compute_contiguous_strides_offsets", "_nested_tensor_storage_offsets"))(VIEW)
+register_formula(
+    torch.Tag.inplace_view,
+    *optional_ops(
+        "_unsafe_view",
+        "unsafe_split",
+        "unsafe_split_with_sizes",
+        "unsafe_chunk",
+        "_reshape_alias",
+        "lift_fresh",
+        "set_",
+        "resize_",
+        "resize_as_",
+        "_local_scalar_dense",
+        "_assert_async",
+        "_assert_scalar",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "_nested_tensor_size",
+        "_nested_tensor_strides",
+        "_functional_assert_async",
+        "_make_dep_token",
+        "record_stream",
+        "_has_same_storage_numel",
+        "is_same_size",
+        "_shape_as_tensor",
+        "_assert_tensor_metadata",
+        "lift",
+        # queries that return a number, not data
+        "dim",
+        "_fused_sdp_choice",
+        "_nested_tensor_from_mask_left_aligned",
+        # nested tensors: views of a buffer and their metadata
+        "_nested_view_from_buffer",
+        "_nested_view_from_jagged",
+        "_nested_get_values",
+        "_nested_get_offsets",
+        "_nested_get_lengths",
+        "_nested_get_ragged_idx",
+        "_nested_get_min_seqlen",
+        "_nested_get_max_seqlen",
+        "_nested_get_jagged_dummy",
+        "_nested_compute_contiguous_strides_offsets",
+        "_nested_tensor_storage_offsets",
+    ),
+)(VIEW)
 
 # profiler bookkeeping (torch.optim wraps every step in record_function): no work
-register_present(*optional_ops("_record_function_enter", "_record_function_enter_new",
-                              "_record_function_exit", namespace="profiler"))(VIEW)
+register_present(
+    *optional_ops(
+        "_record_function_enter",
+        "_record_function_enter_new",
+        "_record_function_exit",
+        namespace="profiler",
+    )
+)(VIEW)
 
 
 def _zero(args, kwargs, out):
     return ZERO
 
 
-register_present(*optional_ops(
-    # copies and layout changes
-    "clone", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "contiguous",
-    "lift_fresh_copy", "alias_copy", "detach_copy", "view_copy", "permute_copy",
-    "expand_copy", "transpose_copy", "t_copy", "unsqueeze_copy", "squeeze_copy", "slice_copy",
-    "select_copy", "split_copy", "split_with_sizes_copy", "unbind_copy", "as_strided_copy",
-    "_unsafe_view_copy", "to_mkldnn", "to_dense", "_to_dense", "mkldnn_reorder_conv2d_weight",
-    # joins, gathers, scatters, padding, shuffles
-    "cat", "stack", "hstack", "vstack", "index", "index_select", "gather", "scatter", "scatter_",
-    "index_put", "index_put_", "_index_put_impl_", "index_fill", "index_fill_", "index_copy",
-    "index_copy_", "masked_select", "masked_scatter", "masked_scatter_", "take",
-    "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
-    "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
-    "replication_pad1d", "replication_pad2d", "replication_pad3d", "_pad_circular",
-    "roll", "flip", "repeat", "repeat_interleave", "tile", "pixel_shuffle", "pixel_unshuffle",
-    "channel_shuffle", "native_channel_shuffle", "im2col", "col2im", "embedding",
-    "one_hot", "nonzero", "nonzero_static", "_unique2", "unique_dim", "unique_consecutive",
-    "searchsorted", "bucketize", "flatten_dense_tensors", "unflatten_dense_tensors",
-    # creation
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
-    "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
-    "fill", "fill_", "zero_", "arange", "linspace", "logspace", "scalar_tensor", "eye",
-    "tril_indices", "triu_indices", "randn", "randn_like", "rand", "rand_like", "randint",
-    "randint_like", "randperm", "normal", "normal_", "uniform_", "random_", "exponential_",
-    "multinomial", "_efficientzerotensor", "tensor_split",
-    # cuDNN's RNN weights copied into one flat buffer (flatten_parameters; autocast re-flattens)
-    "_cudnn_rnn_flatten_weight",
-    # packing of variable-length sequences; padded <-> nested-tensor conversions (copies)
-    "_pack_padded_sequence", "_pad_packed_sequence", "_nested_tensor_from_mask",
-    "to_padded_tensor", "_nested_from_padded", "_nested_from_padded_and_nested_example",
-    "_nested_tensor_from_tensor_list", "_nested_from_padded_tensor",
-))(_zero)
+register_present(
+    *optional_ops(
+        # copies and layout changes
+        "clone",
+        "copy_",
+        "_to_copy",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "contiguous",
+        "lift_fresh_copy",
+        "alias_copy",
+        "detach_copy",
+        "view_copy",
+        "permute_copy",
+        "expand_copy",
+        "transpose_copy",
+        "t_copy",
+        "unsqueeze_copy",
+        "squeeze_copy",
+        "slice_copy",
+        "select_copy",
+        "split_copy",
+        "split_with_sizes_copy",
+        "unbind_copy",
+        "as_strided_copy",
+        "_unsafe_view_copy",
+        "to_mkldnn",
+        "to_dense",
+        "_to_dense",
+        "mkldnn_reorder_conv2d_weight",
+        # joins, gathers, scatters, padding, shuffles
+        "cat",
+        "stack",
+        "hstack",
+        "vstack",
+        "index",
+        "index_select",
+        "gather",
+        "scatter",
+        "scatter_",
+        "index_put",
+        "index_put_",
+        "_index_put_impl_",
+        "index_fill",
+        "index_fill_",
+        "index_copy",
+        "index_copy_",
+        "masked_select",
+        "masked_scatter",
+        "masked_scatter_",
+        "take",
+        "slice_scatter",
+        "select_scatter",
+        "diagonal_scatter",
+        "as_strided_scatter",
+        "constant_pad_nd",
+        "reflection_pad1d",
+        "reflection_pad2d",
+        "reflection_pad3d",
+        "replication_pad1d",
+        "replication_pad2d",
+        "replication_pad3d",
+        "_pad_circular",
+        "roll",
+        "flip",
+        "repeat",
+        "repeat_interleave",
+        "tile",
+        "pixel_shuffle",
+        "pixel_unshuffle",
+        "channel_shuffle",
+        "native_channel_shuffle",
+        "im2col",
+        "col2im",
+        "embedding",
+        "one_hot",
+        "nonzero",
+        "nonzero_static",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "searchsorted",
+        "bucketize",
+        "flatten_dense_tensors",
+        "unflatten_dense_tensors",
+        # creation
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "fill",
+        "fill_",
+        "zero_",
+        "arange",
+        "linspace",
+        "logspace",
+        "scalar_tensor",
+        "eye",
+        "tril_indices",
+        "triu_indices",
+        "randn",
+        "randn_like",
+        "rand",
+        "rand_like",
+        "randint",
+        "randint_like",
+        "randperm",
+        "normal",
+        "normal_",
+        "uniform_",
+        "random_",
+        "exponential_",
+        "multinomial",
+        "_efficientzerotensor",
+        "tensor_split",
+        # cuDNN's RNN weights copied into one flat buffer (flatten_parameters; autocast re-flattens)
+        "_cudnn_rnn_flatten_weight",
+        # packing of variable-length sequences; padded <-> nested-tensor conversions (copies)
+        "_pack_padded_sequence",
+        "_pad_packed_sequence",
+        "_nested_tensor_from_mask",
+        "to_padded_tensor",
+        "_nested_from_padded",
+        "_nested_from_padded_and_nested_example",
+        "_nested_tensor_from_tensor_list",
+        "_nested_from_padded_tensor",
+    )
+)(_zero)
 
 
 @register_present(*optional_ops("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"))
 def _embedding_bag(args, kwargs, out):
     # (weight [V, D], indices [n], offsets, ...): sum/mean of the bag's rows, 1 add per element
     from modelprof.counting.formulas.registry import Cost
+
     return Cost(0, flops=args[1].numel() * args[0].shape[1])

@@ -8,6 +8,7 @@ Per element (documented convention):
 So eval BatchNorm with affine costs 4 per element — torchstat's MAdd for BatchNorm2d.
 RMS norm: 2 for the mean of squares, 1 to scale, 1 per affine weight.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,10 @@ def _n_affine(*tensors) -> int:
     return sum(isinstance(t, torch.Tensor) for t in tensors)
 
 
-@register_formula(aten.native_batch_norm, *optional_ops("cudnn_batch_norm", "miopen_batch_norm",
-                                                        "_native_batch_norm_legit"))
+@register_formula(
+    aten.native_batch_norm,
+    *optional_ops("cudnn_batch_norm", "miopen_batch_norm", "_native_batch_norm_legit"),
+)
 def _batch_norm(args, kwargs, out) -> Cost:
     # (input, weight, bias, running_mean, running_var, training, momentum, eps)
     training = bool(args[5]) if len(args) > 5 else bool(kwargs.get("training", False))

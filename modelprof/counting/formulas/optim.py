@@ -24,6 +24,7 @@ parameter and every state.
 Other optimizers are counted op by op as they run one steady-state step (the forward's formulas
 and conventions, unsupported ops reported); ``register_optimizer_formula`` adds a formula.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,13 @@ import torch
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["OPTIMIZER_FORMULAS", "OptimizerCost", "optimizer_cost", "optimizer_formula",
-           "register_optimizer_formula"]
+__all__ = [
+    "OPTIMIZER_FORMULAS",
+    "OptimizerCost",
+    "optimizer_cost",
+    "optimizer_formula",
+    "register_optimizer_formula",
+]
 
 # group options -> (flops per element, state tensors per parameter)
 GroupFormula = Callable[[dict[str, Any]], tuple[int, int]]
@@ -56,19 +62,24 @@ class OptimizerCost:
     state_bytes: int | None = None  # the optimizer's state tensors (m, v, momentum ...)
 
 
-def register_optimizer_formula(*classes: type, replace: bool = False
-                               ) -> Callable[[GroupFormula], GroupFormula]:
+def register_optimizer_formula(
+    *classes: type, replace: bool = False
+) -> Callable[[GroupFormula], GroupFormula]:
     """Decorator: ``fn(param_group) -> (flops per element, state tensors per parameter)`` for
     exactly these optimizer classes (a subclass may change ``step``, so it is not matched)."""
+
     def deco(fn: GroupFormula) -> GroupFormula:
         for cls in classes:
             if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
                 raise ModelProfError(f"{cls!r} is not a torch.optim.Optimizer subclass")
             if cls in OPTIMIZER_FORMULAS and not replace:
-                raise ModelProfError(f"an optimizer formula for {cls.__qualname__} is already "
-                                     "registered; pass replace=True to replace it")
+                raise ModelProfError(
+                    f"an optimizer formula for {cls.__qualname__} is already "
+                    "registered; pass replace=True to replace it"
+                )
             OPTIMIZER_FORMULAS[cls] = fn
         return fn
+
     return deco
 
 
@@ -112,8 +123,9 @@ def _adamw(group: dict[str, Any]) -> tuple[int, int]:
     return _adam({"decoupled_weight_decay": True, **group})
 
 
-def optimizer_cost(optimizer: torch.optim.Optimizer,
-                   has_grad: Callable[[torch.Tensor], bool]) -> OptimizerCost | None:
+def optimizer_cost(
+    optimizer: torch.optim.Optimizer, has_grad: Callable[[torch.Tensor], bool]
+) -> OptimizerCost | None:
     """The step's cost by formula, or ``None`` when this optimizer class has none."""
     formula = optimizer_formula(type(optimizer))
     if formula is None:
@@ -130,8 +142,7 @@ def optimizer_cost(optimizer: torch.optim.Optimizer,
             read += (2 + states) * n * size
             write += (1 + states) * n * size
             state += states * n * size
-    return OptimizerCost(type(optimizer).__name__, elements, flops, read, write, "formula",
-                         state)
+    return OptimizerCost(type(optimizer).__name__, elements, flops, read, write, "formula", state)
 
 
 def _distinct(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:

@@ -9,6 +9,7 @@ Per-element costs (documented convention):
     interpolation: a weighted sum of the 2^d (linear) or 4^d (cubic) neighbours,
     2n - 1 flops per output for n neighbours; nearest is a gather, 0 flops.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,16 +41,20 @@ def _first_tensor(obj):
 
 def elementwise(per_output: int = 1):
     """Family factory: ``per_output`` flops for every element of the (first) output."""
+
     def formula(args, kwargs, out) -> Cost:
         t = _first_tensor(out)
         return Cost(0, flops=per_output * (t.numel() if t is not None else 0))
+
     return formula
 
 
 def reduction(per_input: int = 1):
     """Family factory: ``per_input`` flops for every element of the reduced input."""
+
     def formula(args, kwargs, out) -> Cost:
         return Cost(0, flops=per_input * args[0].numel())
+
     return formula
 
 
@@ -57,18 +62,62 @@ def reduction(per_input: int = 1):
 register_formula(torch.Tag.pointwise)(elementwise(1))
 
 # Activations whose in-place or out-of-place overloads carry no pointwise tag.
-register_present(*optional_ops("hardswish", "hardswish_", "hardsigmoid_", "hardtanh", "hardtanh_",
-                               "relu6", "leaky_relu_", "elu", "elu_", "selu", "selu_", "celu",
-                               "celu_", "glu", "prelu", "_prelu_kernel", "rrelu_with_noise",
-                               "softplus", "softshrink", "hardshrink", "threshold", "threshold_",
-                               "log_sigmoid_forward", "mish", "mish_", "silu_", "gelu_",
-                               "clamp_", "clamp_min_",
-                               "clamp_max_", "masked_fill_", "sgn", "_conj_physical",
-                               "logical_not_", "index_add", "index_add_", "scatter_add",
-                               "scatter_add_", "scatter_reduce", "scatter_reduce_", "lerp_",
-                               "addcmul_", "addcdiv_", "_foreach_add", "_foreach_mul",
-                               "bernoulli", "bernoulli_",
-                               "tril", "triu", "tril_", "triu_"))(elementwise(1))
+register_present(
+    *optional_ops(
+        "hardswish",
+        "hardswish_",
+        "hardsigmoid_",
+        "hardtanh",
+        "hardtanh_",
+        "relu6",
+        "leaky_relu_",
+        "elu",
+        "elu_",
+        "selu",
+        "selu_",
+        "celu",
+        "celu_",
+        "glu",
+        "prelu",
+        "_prelu_kernel",
+        "rrelu_with_noise",
+        "softplus",
+        "softshrink",
+        "hardshrink",
+        "threshold",
+        "threshold_",
+        "log_sigmoid_forward",
+        "mish",
+        "mish_",
+        "silu_",
+        "gelu_",
+        "clamp_",
+        "clamp_min_",
+        "clamp_max_",
+        "masked_fill_",
+        "sgn",
+        "_conj_physical",
+        "logical_not_",
+        "index_add",
+        "index_add_",
+        "scatter_add",
+        "scatter_add_",
+        "scatter_reduce",
+        "scatter_reduce_",
+        "lerp_",
+        "addcmul_",
+        "addcdiv_",
+        "_foreach_add",
+        "_foreach_mul",
+        "bernoulli",
+        "bernoulli_",
+        "tril",
+        "triu",
+        "tril_",
+        "triu_",
+    )
+)(elementwise(1))
+
 
 @register_present(*optional_ops("dropout", "native_dropout"))
 def _dropout(args, kwargs, out) -> Cost:
@@ -81,31 +130,65 @@ def _dropout(args, kwargs, out) -> Cost:
     return elementwise(3)(args, kwargs, out)
 
 
-register_present(*optional_ops("_softmax", "_log_softmax", "_safe_softmax", "softmax",
-                               "log_softmax", "special_softmax"))(
-    elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
+register_present(
+    *optional_ops(
+        "_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "special_softmax"
+    )
+)(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
 
-register_formula(aten.sum, aten.mean, aten.amax, aten.amin, aten.max, aten.min, aten.argmax,
-                 aten.argmin, aten.prod, aten.cumsum, aten.cumprod, aten.logsumexp, aten.all,
-                 aten.any, aten.count_nonzero, aten.aminmax, aten.nansum, aten.cummax,
-                 aten.cummin, aten.median, aten.nanmedian, aten.mode, aten.kthvalue,
-                 aten.topk, aten.sort, aten.argsort)(reduction(1))
+register_formula(
+    aten.sum,
+    aten.mean,
+    aten.amax,
+    aten.amin,
+    aten.max,
+    aten.min,
+    aten.argmax,
+    aten.argmin,
+    aten.prod,
+    aten.cumsum,
+    aten.cumprod,
+    aten.logsumexp,
+    aten.all,
+    aten.any,
+    aten.count_nonzero,
+    aten.aminmax,
+    aten.nansum,
+    aten.cummax,
+    aten.cummin,
+    aten.median,
+    aten.nanmedian,
+    aten.mode,
+    aten.kthvalue,
+    aten.topk,
+    aten.sort,
+    aten.argsort,
+)(reduction(1))
 register_formula(aten.var, aten.std, aten.var_mean, aten.std_mean)(reduction(3))
-register_formula(aten.linalg_vector_norm, aten.norm, *optional_ops("_linalg_vector_norm",
-                                                                   "frobenius_norm"))(
-    reduction(2))
+register_formula(
+    aten.linalg_vector_norm, aten.norm, *optional_ops("_linalg_vector_norm", "frobenius_norm")
+)(reduction(2))
 
 
 def _interpolation(neighbours: int):
     return elementwise(2 * neighbours - 1 if neighbours > 1 else 0)
 
 
-register_present(*optional_ops("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
-                               "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
-                               "_upsample_nearest_exact3d"))(_interpolation(1))
+register_present(
+    *optional_ops(
+        "upsample_nearest1d",
+        "upsample_nearest2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d",
+        "_upsample_nearest_exact3d",
+    )
+)(_interpolation(1))
 register_present(*optional_ops("upsample_linear1d"))(_interpolation(2))
-register_present(*optional_ops("upsample_bilinear2d", "_upsample_bilinear2d_aa",
-                               "grid_sampler_2d", "cudnn_grid_sampler"))(_interpolation(4))
+register_present(
+    *optional_ops(
+        "upsample_bilinear2d", "_upsample_bilinear2d_aa", "grid_sampler_2d", "cudnn_grid_sampler"
+    )
+)(_interpolation(4))
 register_present(*optional_ops("upsample_trilinear3d", "grid_sampler_3d"))(_interpolation(8))
-register_present(*optional_ops("upsample_bicubic2d", "_upsample_bicubic2d_aa"))(
-    _interpolation(16))
+register_present(*optional_ops("upsample_bicubic2d", "_upsample_bicubic2d_aa"))(_interpolation(16))

@@ -5,6 +5,7 @@
 Adaptive pools use the exact window of each output, start = floor(i*In/Out),
 end = ceil((i+1)*In/Out), so the counts stay exact when In is not a multiple of Out.
 """
+
 from __future__ import annotations
 
 from math import ceil, floor, prod
@@ -39,13 +40,17 @@ def _fixed(kind: str, dims: int):
     def formula(args, kwargs, out) -> Cost:
         # (input, kernel_size, stride, padding, ...)
         return pool_cost(_out(out).numel(), _kernel(args, dims), kind)
+
     return formula
 
 
 for _kind, _dims, _names in (
     ("max", 1, ("max_pool1d", "max_pool1d_with_indices", "quantized_max_pool1d")),
-    ("max", 2, ("max_pool2d", "max_pool2d_with_indices", "mkldnn_max_pool2d",
-                "quantized_max_pool2d")),
+    (
+        "max",
+        2,
+        ("max_pool2d", "max_pool2d_with_indices", "mkldnn_max_pool2d", "quantized_max_pool2d"),
+    ),
     ("max", 3, ("max_pool3d", "max_pool3d_with_indices", "mkldnn_max_pool3d")),
     ("avg", 1, ("avg_pool1d",)),
     ("avg", 2, ("avg_pool2d", "mkldnn_avg_pool2d")),
@@ -56,8 +61,9 @@ for _kind, _dims, _names in (
 
 def adaptive_window_sum(in_size: int, out_size: int) -> int:
     """Sum over the outputs of one dimension of their window lengths."""
-    return sum(ceil((i + 1) * in_size / out_size) - floor(i * in_size / out_size)
-               for i in range(out_size))
+    return sum(
+        ceil((i + 1) * in_size / out_size) - floor(i * in_size / out_size) for i in range(out_size)
+    )
 
 
 def _adaptive(kind: str):
@@ -74,11 +80,18 @@ def _adaptive(kind: str):
         if kind == "avg":
             return Cost(0, flops=total_window)
         return Cost(0, flops=total_window - o.numel())
+
     return formula
 
 
-register_present(*optional_ops("_adaptive_avg_pool2d", "adaptive_avg_pool1d",
-                               "_adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d"))(
-    _adaptive("avg"))
-register_present(*optional_ops("adaptive_max_pool1d", "adaptive_max_pool2d",
-                               "adaptive_max_pool3d"))(_adaptive("max"))
+register_present(
+    *optional_ops(
+        "_adaptive_avg_pool2d",
+        "adaptive_avg_pool1d",
+        "_adaptive_avg_pool3d",
+        "mkldnn_adaptive_avg_pool2d",
+    )
+)(_adaptive("avg"))
+register_present(
+    *optional_ops("adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d")
+)(_adaptive("max"))

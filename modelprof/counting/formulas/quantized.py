@@ -12,6 +12,7 @@ Conventions (the float ones, applied to the integer arithmetic):
 The packed weights are the layer's parameters: the counter charges them (``params``, and their
 bytes to ``read_bytes``) to the call that uses them, once each.
 """
+
 from __future__ import annotations
 
 from math import prod
@@ -97,8 +98,10 @@ def packed_nbytes(obj: Any, op: str) -> int:
     tensors = packed_weights(obj)
     if not _half_precision(obj, op):
         return sum(map(stored_nbytes, tensors))
-    return sum(t.numel() * 2 if t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
-               for t in tensors)
+    return sum(
+        t.numel() * 2 if t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
+        for t in tensors
+    )
 
 
 def _packed(args: tuple) -> Any:
@@ -127,13 +130,18 @@ def _conv(fused_per_output: int):
         n_out = o.numel()
         extra = n_out * (fused_per_output + (1 if bias is not None else 0))
         return Cost(macs, flops=2 * macs + extra, madd=2 * macs - n_out + extra)
+
     return formula
 
 
 _CONV = {0: [], 1: [], 2: []}  # names by fused per-output work
 for _d in ("1d", "2d", "3d"):
-    _CONV[0] += [f"conv{_d}", f"conv{_d}_dynamic", f"conv_transpose{_d}",
-                 f"conv_transpose{_d}_dynamic"]
+    _CONV[0] += [
+        f"conv{_d}",
+        f"conv{_d}_dynamic",
+        f"conv_transpose{_d}",
+        f"conv_transpose{_d}_dynamic",
+    ]
     _CONV[1] += [f"conv{_d}_relu", f"conv{_d}_add"]
     _CONV[2] += [f"conv{_d}_add_relu"]
 for _fused, _names in _CONV.items():
@@ -153,15 +161,29 @@ def _linear(fused_per_output: int):
         n, k = weight.shape[0], weight.shape[1]
         extra = tokens * n * (fused_per_output + (1 if isinstance(bias, torch.Tensor) else 0))
         return matmul_cost(1, tokens, k, n, bias_adds=extra)
+
     return formula
 
 
-register_present(*_ops("linear", "linear_dynamic", "linear_dynamic_fp16",
-                       "linear_dynamic_fp16_unpacked_weight",
-                       "linear_with_input_q_dq_qweight_dq_output_fp32"))(_linear(0))
-register_present(*_ops("linear_relu", "linear_relu_dynamic", "linear_relu_dynamic_fp16",
-                       "linear_leaky_relu", "linear_tanh",
-                       "linear_with_input_q_dq_qweight_dq_relu_output_fp32"))(_linear(1))
+register_present(
+    *_ops(
+        "linear",
+        "linear_dynamic",
+        "linear_dynamic_fp16",
+        "linear_dynamic_fp16_unpacked_weight",
+        "linear_with_input_q_dq_qweight_dq_output_fp32",
+    )
+)(_linear(0))
+register_present(
+    *_ops(
+        "linear_relu",
+        "linear_relu_dynamic",
+        "linear_relu_dynamic_fp16",
+        "linear_leaky_relu",
+        "linear_tanh",
+        "linear_with_input_q_dq_qweight_dq_relu_output_fp32",
+    )
+)(_linear(1))
 
 
 @register_present(*_ops("matmul"))
@@ -173,12 +195,39 @@ def _matmul(args, kwargs, out) -> Cost:
 
 
 # -- elementwise, norms, pools, embeddings ------------------------------------------------------
-register_present(*_ops("add", "add_out", "add_scalar", "add_scalar_out", "mul", "mul_out",
-                       "mul_scalar", "mul_scalar_out", "relu6", "sigmoid", "hardswish", "elu",
-                       "celu", "leaky_relu", "threshold", "clamp", "prelu"))(elementwise(1))
-register_present(*_ops("add_relu", "add_relu_out", "add_scalar_relu", "add_scalar_relu_out",
-                       "mul_relu", "mul_relu_out", "mul_scalar_relu", "mul_scalar_relu_out"))(
-    elementwise(2))
+register_present(
+    *_ops(
+        "add",
+        "add_out",
+        "add_scalar",
+        "add_scalar_out",
+        "mul",
+        "mul_out",
+        "mul_scalar",
+        "mul_scalar_out",
+        "relu6",
+        "sigmoid",
+        "hardswish",
+        "elu",
+        "celu",
+        "leaky_relu",
+        "threshold",
+        "clamp",
+        "prelu",
+    )
+)(elementwise(1))
+register_present(
+    *_ops(
+        "add_relu",
+        "add_relu_out",
+        "add_scalar_relu",
+        "add_scalar_relu_out",
+        "mul_relu",
+        "mul_relu_out",
+        "mul_scalar_relu",
+        "mul_scalar_relu_out",
+    )
+)(elementwise(2))
 register_present(*_ops("softmax"))(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
 register_present(*_ops("cat", "cat_out", "dropout"))(lambda args, kwargs, out: ZERO)
 register_present(*_ops("cat_relu", "cat_relu_out"))(elementwise(1))
@@ -190,13 +239,16 @@ def _batch_norm(fused_per_output: int):
         n_affine = sum(isinstance(t, torch.Tensor) for t in args[1:3])
         cost = norm_cost(args[0].numel(), False, n_affine)
         return Cost(0, flops=cost.resolved()[1] + fused_per_output * args[0].numel())
+
     return formula
 
 
 register_present(*_ops("batch_norm", "batch_norm1d", "batch_norm2d", "batch_norm3d"))(
-    _batch_norm(0))
-register_present(*_ops("batch_norm_relu", "batch_norm1d_relu", "batch_norm2d_relu",
-                       "batch_norm3d_relu"))(_batch_norm(1))
+    _batch_norm(0)
+)
+register_present(
+    *_ops("batch_norm_relu", "batch_norm1d_relu", "batch_norm2d_relu", "batch_norm3d_relu")
+)(_batch_norm(1))
 
 
 @register_present(*_ops("layer_norm", "group_norm", "instance_norm"))
@@ -213,38 +265,84 @@ def _max_pool(args, kwargs, out) -> Cost:
     return pool_cost(_out(out).numel(), prod(kernel), "max")
 
 
-@register_present(*_ops("embedding_bag_byte", "embedding_bag_4bit", "embedding_bag_2bit",
-                        "embedding_bag_byte_rowwise_offsets", "embedding_bag_4bit_rowwise_offsets",
-                        "embedding_bag_2bit_rowwise_offsets"))
+@register_present(
+    *_ops(
+        "embedding_bag_byte",
+        "embedding_bag_4bit",
+        "embedding_bag_2bit",
+        "embedding_bag_byte_rowwise_offsets",
+        "embedding_bag_4bit_rowwise_offsets",
+        "embedding_bag_2bit_rowwise_offsets",
+    )
+)
 def _embedding_bag(args, kwargs, out) -> Cost:
     # (weight, indices, offsets, ...): each looked-up row of width D is added into its bag
     return Cost(0, flops=args[1].numel() * _out(out).shape[-1])
 
 
-register_present(*_ops(
-    "embedding_byte", "embedding_4bit", "conv_prepack", "conv_unpack", "conv1d_prepack",
-    "conv1d_unpack", "conv2d_prepack", "conv2d_unpack", "conv2d_unpack_sizes", "conv3d_prepack",
-    "conv3d_unpack", "conv_transpose1d_prepack", "conv_transpose1d_unpack",
-    "conv_transpose2d_prepack", "conv_transpose2d_unpack", "conv_transpose3d_prepack",
-    "conv_transpose3d_unpack", "linear_prepack", "linear_prepack_fp16",
-    "linear_prepack_legacy", "linear_prepack_fp16_legacy", "linear_unpack", "linear_unpack_fp16",
-    "embedding_bag_prepack", "embedding_bag_unpack", "make_quantized_cell_params",
-    "make_quantized_cell_params_dynamic", "make_quantized_cell_params_fp16",
-    *(f"conv{d}_{a}" for d in ("2d", "3d", "_transpose2d", "_transpose3d")
-      for a in ("stride", "padding", "dilation", "groups", "output_padding", "transpose")),
-))(lambda args, kwargs, out: ZERO)
+register_present(
+    *_ops(
+        "embedding_byte",
+        "embedding_4bit",
+        "conv_prepack",
+        "conv_unpack",
+        "conv1d_prepack",
+        "conv1d_unpack",
+        "conv2d_prepack",
+        "conv2d_unpack",
+        "conv2d_unpack_sizes",
+        "conv3d_prepack",
+        "conv3d_unpack",
+        "conv_transpose1d_prepack",
+        "conv_transpose1d_unpack",
+        "conv_transpose2d_prepack",
+        "conv_transpose2d_unpack",
+        "conv_transpose3d_prepack",
+        "conv_transpose3d_unpack",
+        "linear_prepack",
+        "linear_prepack_fp16",
+        "linear_prepack_legacy",
+        "linear_prepack_fp16_legacy",
+        "linear_unpack",
+        "linear_unpack_fp16",
+        "embedding_bag_prepack",
+        "embedding_bag_unpack",
+        "make_quantized_cell_params",
+        "make_quantized_cell_params_dynamic",
+        "make_quantized_cell_params_fp16",
+        *(
+            f"conv{d}_{a}"
+            for d in ("2d", "3d", "_transpose2d", "_transpose3d")
+            for a in ("stride", "padding", "dilation", "groups", "output_padding", "transpose")
+        ),
+    )
+)(lambda args, kwargs, out: ZERO)
 
 
 # -- quantize / dequantize (aten) ----------------------------------------------------------------
-register_present(*optional_ops("quantize_per_tensor", "quantize_per_channel", "dequantize",
-                               "fake_quantize_per_tensor_affine",
-                               "fake_quantize_per_channel_affine"))(elementwise(1))
+register_present(
+    *optional_ops(
+        "quantize_per_tensor",
+        "quantize_per_channel",
+        "dequantize",
+        "fake_quantize_per_tensor_affine",
+        "fake_quantize_per_channel_affine",
+    )
+)(elementwise(1))
 register_present(*optional_ops("quantize_per_tensor_dynamic"))(elementwise(2))
-register_present(*optional_ops("q_scale", "q_zero_point", "q_per_channel_scales",
-                               "q_per_channel_zero_points", "q_per_channel_axis", "qscheme",
-                               "int_repr", "_make_per_tensor_quantized_tensor",
-                               "_make_per_channel_quantized_tensor"))(
-    lambda args, kwargs, out: ZERO)
+register_present(
+    *optional_ops(
+        "q_scale",
+        "q_zero_point",
+        "q_per_channel_scales",
+        "q_per_channel_zero_points",
+        "q_per_channel_axis",
+        "qscheme",
+        "int_repr",
+        "_make_per_tensor_quantized_tensor",
+        "_make_per_channel_quantized_tensor",
+    )
+)(lambda args, kwargs, out: ZERO)
 
 
 # -- higher-order operators of quantization flows -------------------------------------------------
@@ -270,8 +368,15 @@ def _quantized_rnn(kind: str):
         has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
         hidden = (hx[0] if isinstance(hx, (list, tuple)) else hx).shape[-1]
         shapes = [tuple(t.shape) for c in cells for t in packed_weights(c)]
-        return rnn_cost(x.numel() // x.shape[-1] if x.dim() else 0, shapes, hidden, kind,
-                        num_layers * (2 if bidirectional else 1), has_biases)
+        return rnn_cost(
+            x.numel() // x.shape[-1] if x.dim() else 0,
+            shapes,
+            hidden,
+            kind,
+            num_layers * (2 if bidirectional else 1),
+            has_biases,
+        )
+
     return formula
 
 

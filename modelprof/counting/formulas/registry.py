@@ -16,6 +16,7 @@ Conventions (stated once, here):
            multiplications and k-1 additions, + 1 for a convolution's bias (a linear layer's
            bias is ignored: torchstat's formulas); for every non-contraction op madd == flops.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,8 +87,10 @@ class FormulaRegistry:
         for key in resolved:
             table = self.modules if isinstance(key, type) else self.ops
             if key in table and not replace:
-                raise ModelProfError(f"a formula for {_key_name(key)} is already registered; "
-                                     "pass replace=True to replace it")
+                raise ModelProfError(
+                    f"a formula for {_key_name(key)} is already registered; "
+                    "pass replace=True to replace it"
+                )
         for key in resolved:
             (self.modules if isinstance(key, type) else self.ops)[key] = fn
 
@@ -131,17 +134,20 @@ def functional_form(func: compat.OpOverload) -> compat.OpOverload | None:
 
 
 def _resolve_key(key: Any) -> Any:
-    if isinstance(key, (compat.OpOverload, compat.OpOverloadPacket, torch.Tag,
-                        HigherOrderOperator)):
+    if isinstance(
+        key, (compat.OpOverload, compat.OpOverloadPacket, torch.Tag, HigherOrderOperator)
+    ):
         return key
     if isinstance(key, type) and issubclass(key, nn.Module):
         return key
     if isinstance(key, str):
         return _op_from_name(key)
-    raise ModelProfError(f"cannot register a formula for {key!r}: a key is an op "
-                         "(torch.ops.aten.NAME or torch.ops.aten.NAME.OVERLOAD, any namespace, "
-                         "or the string 'aten.NAME'), a higher-order operator, a torch.Tag, or "
-                         "an nn.Module subclass")
+    raise ModelProfError(
+        f"cannot register a formula for {key!r}: a key is an op "
+        "(torch.ops.aten.NAME or torch.ops.aten.NAME.OVERLOAD, any namespace, "
+        "or the string 'aten.NAME'), a higher-order operator, a torch.Tag, or "
+        "an nn.Module subclass"
+    )
 
 
 def _op_from_name(name: str) -> Any:
@@ -162,8 +168,9 @@ def _key_name(key: Any) -> str:
 REGISTRY = FormulaRegistry()
 
 
-def register_formula(*keys: Any, replace: bool = False,
-                     registry: FormulaRegistry | None = None) -> Callable[[Callable], Callable]:
+def register_formula(
+    *keys: Any, replace: bool = False, registry: FormulaRegistry | None = None
+) -> Callable[[Callable], Callable]:
     """Decorator adding (or, with ``replace=True``, replacing) the formula for ``keys``.
 
     An op formula is ``fn(args, kwargs, out) -> Cost``; it sees the op's real arguments (on the

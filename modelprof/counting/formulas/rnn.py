@@ -1,6 +1,7 @@
 """Recurrent layers: RNN/LSTM/GRU gate matmuls, whether the backend runs them as one fused op
 (cuDNN, oneDNN) or they reach the dispatcher as per-step ``addmm``s (then matmul.py counts them).
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,14 @@ CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
 
-def rnn_cost(tokens: int, weight_shapes: list, hidden_per_direction: int, kind: str,
-             directions_layers: int, has_biases: bool) -> Cost:
+def rnn_cost(
+    tokens: int,
+    weight_shapes: list,
+    hidden_per_direction: int,
+    kind: str,
+    directions_layers: int,
+    has_biases: bool,
+) -> Cost:
     """``tokens`` = steps x batch. Every step multiplies the layer input and the hidden state by
     the gate matrices: per token, sum(numel of 2-D weights) MACs — for an LSTM layer
     4*h*(in + h) per step and batch element. Per gate unit, 1 add joins W_ih x and W_hh h and
@@ -53,12 +60,14 @@ def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
     #  num_layers, has_biases, bidirectional, batch_first, train): one layer, one direction
     x, w_ih, w_hh = args[0], args[1], args[2]
     mode, hidden, has_biases = int(args[9]), int(args[10]), bool(args[12])
-    return rnn_cost(_tokens(x), [tuple(w_ih.shape), tuple(w_hh.shape)], hidden, GATE_MODE[mode],
-                    1, has_biases)
+    return rnn_cost(
+        _tokens(x), [tuple(w_ih.shape), tuple(w_hh.shape)], hidden, GATE_MODE[mode], 1, has_biases
+    )
 
 
-def cudnn_weight_shapes(input_size: int, kind: str, hidden: int, proj: int, num_layers: int,
-                        bidirectional: bool) -> list[tuple[int, int]]:
+def cudnn_weight_shapes(
+    input_size: int, kind: str, hidden: int, proj: int, num_layers: int, bidirectional: bool
+) -> list[tuple[int, int]]:
     """The 2-D weights of this RNN as ``nn.LSTM``/``nn.GRU``/``nn.RNN`` hold them, per layer and
     direction ``(G*h, in)``, ``(G*h, h_out)`` and, with ``proj_size``, ``(proj, h)``; ``in`` is
     ``input_size`` for the first layer, ``h_out`` times the directions after it.
@@ -88,12 +97,22 @@ def _cudnn_rnn(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
     #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
     x = args[0]
-    kind, hidden, proj, num_layers = GATE_MODE[int(args[6])], int(args[7]), int(args[8]), \
-        int(args[9])
+    kind, hidden, proj, num_layers = (
+        GATE_MODE[int(args[6])],
+        int(args[7]),
+        int(args[8]),
+        int(args[9]),
+    )
     bidirectional = bool(args[13])
     shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
-    return rnn_cost(_tokens(x), shapes, hidden, kind, num_layers * (2 if bidirectional else 1),
-                    cudnn_has_biases(args[2]))
+    return rnn_cost(
+        _tokens(x),
+        shapes,
+        hidden,
+        kind,
+        num_layers * (2 if bidirectional else 1),
+        cudnn_has_biases(args[2]),
+    )
 
 
 def _composite(kind: str):
@@ -102,12 +121,14 @@ def _composite(kind: str):
         x, params = args[0], args[2]
         has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
         if kind == "lstm":
-            hidden = args[1][1].shape[-1]   # c0: h0 has proj_size units when there is one
+            hidden = args[1][1].shape[-1]  # c0: h0 has proj_size units when there is one
         else:
             hidden = args[1].shape[-1]
         shapes = [tuple(p.shape) for p in params]
-        return rnn_cost(_tokens(x), shapes, hidden, kind,
-                        num_layers * (2 if bidirectional else 1), has_biases)
+        return rnn_cost(
+            _tokens(x), shapes, hidden, kind, num_layers * (2 if bidirectional else 1), has_biases
+        )
+
     return formula
 
 

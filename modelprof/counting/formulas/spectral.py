@@ -10,6 +10,7 @@ transform, either side of a c2c one. Zero-padding to a longer ``n`` is its own o
 ``histc``: 2 flops per input element (subtract the lower edge, scale to a bin index); when the
 range is not given (``min == max``) 2 more per element find the data's minimum and maximum.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,6 +37,7 @@ def _fft(signal_is_output: bool):
         signal = out if signal_is_output else args[0]
         dims = [int(d) % signal.dim() for d in args[1]] if signal.dim() else []
         return Cost(0, flops=fft_flops(tuple(signal.shape), dims))
+
     return formula
 
 

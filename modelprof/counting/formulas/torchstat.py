@@ -8,6 +8,7 @@ torchstat's conventions, reproduced (its ``resnet18`` table is the reference):
     pooling (max/avg, fixed and adaptive): Flops = numel of the input.
     Softmax:           MAdd 3n - 1 per softmax of length n (n exp, n - 1 adds, n divides).
 """
+
 from __future__ import annotations
 
 from math import prod
@@ -31,8 +32,12 @@ def _batch_norm(module, input_shapes, output_shapes):
     return {"Flops": numel * (2 if module.affine else 1), "MAdd": 4 * numel}
 
 
-@register_formula(nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd,
-                  nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)
+@register_formula(
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
+)
 def _pool(module, input_shapes, output_shapes):
     return {"Flops": prod(input_shapes[0]) if input_shapes else 0}
 

@@ -4,6 +4,7 @@ A few costs depend on values, not shapes: the group offsets of a grouped matmul,
 offsets of a variable-length attention batch. On the meta device, under fake tensors or while
 tracing there are no values; a formula then falls back to a bound and says so (``Cost.note``).
 """
+
 from __future__ import annotations
 
 import torch
