@@ -18,15 +18,23 @@ from torch import nn
 
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
+from modelprof.models import load_model
+from modelprof.profile import profile  # late: profile imports the whole analysis stack
 from modelprof.report.comparison import Comparison
 from modelprof.runtime.execution import RunMode
-from modelprof.runtime.inputs import parse_input_size
+from modelprof.runtime.guard import preserved_state
+from modelprof.runtime.inputs import make_inputs, parse_input_size
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import shape_str
-from modelprof.timing.interleave import Candidate, measure_interleaved
-from modelprof.timing.latency import resolve_call
+from modelprof.step.spec import StepSpec, loss_module
+from modelprof.step.timing import StepTimer, compare_steps
+from modelprof.timing import measure_throughput
+from modelprof.timing.interleave import Candidate, cpu_work_columns, measure_interleaved
+from modelprof.timing.latency import resolve_call, timing_runner
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
+from modelprof.timing.stats import RATIO_ESTIMATOR
+from modelprof.timing.throughput import POINT_DEFAULTS
 
 __all__ = ["Comparison", "compare", "unique_name"]
 
@@ -202,7 +210,6 @@ class _Run:
         search: tuple[TimingOptions, dict[str, Any]] | None,
     ) -> dict[str, Any]:
         """Count ``model`` (profile without timing) and prepare its timing: its row so far."""
-        from modelprof.profile import profile  # late: profile imports the whole analysis stack
 
         report = profile(
             model,
@@ -280,7 +287,6 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     (used as it is), or a mapping of search bounds and timing options (parsed into one, over
     ``measure_throughput``'s per-point defaults); the comparison's modes (amp, channels_last,
     progress) carry over unless set."""
-    from modelprof.timing.throughput import POINT_DEFAULTS
 
     if isinstance(options, TimingOptions):
         return options, {}
@@ -298,7 +304,6 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
 def _timing_attrs(result: Any) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
     and, on a loaded CPU, why it ranks by CPU work."""
-    from modelprof.timing.stats import RATIO_ESTIMATOR
 
     out: dict[str, Any] = {
         "ranked_by": result.ranked_by,
@@ -327,7 +332,6 @@ def _timing_attrs(result: Any) -> dict[str, Any]:
 
 def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
     """``{name: module}``, building specs; a spec's entry carries its default input size."""
-    from modelprof.models import load_model
 
     if isinstance(models, Mapping):
         items = [(str(k), v) for k, v in models.items()]
@@ -406,8 +410,6 @@ def _hold(
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
     and a snapshot of the inputs and the target, which is returned."""
-    from modelprof.runtime.guard import preserved_state
-    from modelprof.step.spec import loss_module
 
     for entry in named.values():
         model = entry[0] if isinstance(entry, tuple) else entry
@@ -420,8 +422,6 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
     """What the interleaved timing calls for one model, prepared like ``profile``'s clean run;
     every pass sees the inputs (shared by all the models) as they went in: ``run.passed`` puts
     back what a pass changed, before the next."""
-    from modelprof.runtime.inputs import make_inputs
-    from modelprof.timing.latency import timing_runner
 
     mi = make_inputs(
         model,
@@ -446,8 +446,6 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
 
 def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
-    from modelprof.step.spec import StepSpec
-    from modelprof.step.timing import StepTimer
 
     o = run.profile_options
     spec = StepSpec.parse(
@@ -461,7 +459,6 @@ def _step_columns(
 ) -> None:
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
     the paired backward ratio to the baseline with its interval."""
-    from modelprof.step.timing import compare_steps
 
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
@@ -484,7 +481,6 @@ def _step_columns(
 def _latency_columns(result: Any, name: str) -> dict[str, Any]:
     """A model's latency statistics from the interleaved run, with its ratio of medians and
     paired interval; on the CPU its CPU work beside them."""
-    from modelprof.timing.interleave import cpu_work_columns
 
     m = result.measurements[name]
     lo, hi = m.median_ci_ms
@@ -516,7 +512,6 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 def _throughput_row(
     model: nn.Module, size: Any, run: _Run, opts: TimingOptions, search: dict[str, Any]
 ) -> dict[str, Any]:
-    from modelprof.timing import measure_throughput
 
     result = measure_throughput(
         model,

@@ -25,6 +25,7 @@ shape or layout differs there (``meta_sdpa.cpu_outputs``).
 from __future__ import annotations
 
 import functools
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 
 from modelprof.counting.formulas.memory import VIEW
+from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
@@ -369,8 +371,6 @@ class OpCounter(compat.TorchDispatchMode):
     def _charge_packed(self, args: tuple, name: str) -> None:
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
         the call that uses them: elements once, bytes read (as stored) at every call."""
-        from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
-
         record = self.tracker.current
         # one object each, or a list of them (a quantized RNN: one CellParamsBase per layer)
         objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
@@ -618,8 +618,6 @@ _ZERO_COST = Cost(0, 0, 0)
 def _in_sharding_propagation(limit: int = 60) -> bool:
     """Whether DTensor's sharding propagation is running the current op (on fake tensors of
     the global shapes, to infer the output's: not work this rank does)."""
-    import sys
-
     frame = sys._getframe(2)
     while frame is not None and limit:
         if frame.f_code.co_name == "_propagate_tensor_meta_non_cached":

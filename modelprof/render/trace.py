@@ -12,6 +12,7 @@ of one call, and slices do not nest.
 
 from __future__ import annotations
 
+import html as _html
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -180,7 +181,6 @@ def trace_html(
     """A small self-contained HTML view of a trace (no script, no network): one band per track,
     slices as boxes placed by time and stacked by nesting depth, their arguments in a tooltip.
     For a look where Perfetto cannot be reached; the layout is computed here."""
-    import html as _html
 
     validate_trace(doc)
     events = doc["traceEvents"]

@@ -17,6 +17,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render.comparison import export_comparison
 from modelprof.render.formats import get_format
+from modelprof.report.plots import plot_cost_latency
 
 __all__ = ["Comparison", "ComparisonRender"]
 
@@ -65,7 +66,6 @@ class Comparison(pd.DataFrame):
     def plot_cost_latency(self, cost: str = "macs", **kw: Any) -> Any:
         """Cost against measured latency, one point per model with its 95 % interval
         (:func:`modelprof.report.plots.plot_cost_latency`); ``plot`` stays pandas'."""
-        from modelprof.report.plots import plot_cost_latency
 
         return plot_cost_latency(self, cost, **kw)
 

@@ -9,6 +9,7 @@ writes it, the format taken from the extension (.png, .svg, .pdf).
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -18,6 +19,8 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
 from modelprof.render.views import ROOT_LABEL, column_spec, select_rows
+from modelprof.report.roofline import add_roofline, observed_peaks
+from modelprof.timing.peaks import Peaks as PeaksClass
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -198,8 +201,6 @@ def plot_roofline(
     modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
     the ones the rows are judged against (probed roofs raised where a layer beat them:
     ``modelprof.timing.peaks.observed_peaks``)."""
-    from modelprof.report.roofline import add_roofline, observed_peaks
-    from modelprof.timing.peaks import Peaks as PeaksClass
 
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(
@@ -352,7 +353,6 @@ def _legends(fig: Any, ax: Any, key: list[str]) -> None:
 
 def _fit_title(ax: Any, text: str) -> None:
     """``ax``'s title, wrapped at word boundaries so that no line is wider than the axes."""
-    import textwrap
 
     fig = ax.figure
     fig.draw_without_rendering()  # the constrained layout fixes the axes' size

@@ -13,10 +13,20 @@ import numpy as np
 import pandas as pd
 
 from modelprof.counting.scope import NOT_CALLED
+from modelprof.distributed.collectives import collectives_frame
 from modelprof.errors import ModelProfError
 from modelprof.render.formats import get_format
+from modelprof.render.options import ViewOptions
+from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
+from modelprof.render.units import format_bytes, format_count, format_rate
+from modelprof.render.views import compact_columns
 from modelprof.report.frames import WholeFrame, shown
+from modelprof.report.layer_types import LAYER_TYPES, layer_type
+from modelprof.report.memory import estimate_memory
+from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
+from modelprof.report.roofline import add_roofline
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
+from modelprof.report.utilization import Convention, Utilization, resolve_peaks, utilization
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
@@ -145,8 +155,6 @@ class Report:
             return torchstat_frame(self.rows, self.timed)
         df = modelprof_frame(self.rows, self.timed)
         if self.peaks is not None:
-            from modelprof.report.roofline import add_roofline
-
             df = add_roofline(df, self.peaks)
             if self.timed:
                 df = self._with_utilization(df)
@@ -160,7 +168,6 @@ class Report:
     def _with_utilization(self, df: pd.DataFrame) -> pd.DataFrame:
         """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step) against the peaks
         the roofline columns use, in the default convention (:meth:`utilization`)."""
-        from modelprof.report.utilization import Convention, utilization
 
         rows, _ = utilization(self, Convention(peaks=self.peaks), self._by_op)
         df["mfu"] = rows["mfu"].to_numpy()
@@ -215,7 +222,6 @@ class Report:
         backward, the gradients and the optimizer state (see :mod:`modelprof.report.memory`).
         ``optimizer_states``: state tensors per trainable parameter when the profile ran no
         optimizer (2 for Adam, 1 for SGD with momentum, 0 for plain SGD)."""
-        from modelprof.report.memory import estimate_memory
 
         if self.memory is None:
             raise ModelProfError("this report carries no memory facts (made by profile())")
@@ -249,7 +255,6 @@ class Report:
         (2 x MACs of contractions) or ``"flops"`` (every counted FLOP). ``causal``:
         ``"counted"`` or ``"half"`` (a causal model's attention contractions halved; not for a
         ``decode`` step)."""
-        from modelprof.report.utilization import Convention, Utilization, resolve_peaks, utilization
 
         chosen, known = resolve_peaks(peak, self)
         convention = Convention(flops=flops, causal=causal, peaks=chosen)
@@ -266,7 +271,6 @@ class Report:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
         handed in and out, payload (``comm_bytes``) and implied traffic; empty without any
         (see ``modelprof.distributed.collectives`` for the conventions)."""
-        from modelprof.distributed.collectives import collectives_frame
 
         return shown(collectives_frame(self.rows))
 
@@ -296,7 +300,6 @@ class Report:
         of the leaves' instrumented latencies) and ``latency_pct`` (its share of the
         instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first.
         """
-        from modelprof.report.layer_types import LAYER_TYPES, layer_type
 
         leaves = [r for r in self.rows if r.leaf]
         kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
@@ -351,7 +354,6 @@ class Report:
             return self.to_dataframe("torchstat")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
-        from modelprof.report.rows import torchstat_frame
 
         rows = [
             dataclasses.replace(r, leaf=True)
@@ -366,8 +368,6 @@ class Report:
         """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
         modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
         given; ``defaults`` apply where neither ``view`` nor the keywords set a value."""
-        from modelprof.render.options import ViewOptions
-        from modelprof.render.views import compact_columns
 
         view = ViewOptions.parse(view, style=style, **options)
         df, totals, end_to_end = self._table(view)
@@ -499,7 +499,6 @@ class Report:
 
     def flops_conventions(self) -> str:
         """One line on the two FLOP counts a torchstat view shows beside the summary."""
-        from modelprof.render.units import format_count
 
         ts = sum(r.torchstat_flops for r in self.rows if r.leaf and r.kind == "module")
         return (
@@ -516,7 +515,6 @@ class Report:
         MACs, FLOPs and bytes as arguments; with ``backward=True`` a second process for the
         backward passes. Open it in https://ui.perfetto.dev or ``chrome://tracing``. See
         :mod:`modelprof.render.trace`. ``max_passes``: the first n passes only."""
-        from modelprof.render.trace import trace_document, write_trace
 
         processes = self._trace_timelines(max_passes)
         meta = {
@@ -532,7 +530,6 @@ class Report:
 
     def _trace_timelines(self, max_passes: int | None) -> dict[str, list[Any]]:
         """The forward (and backward) passes as :class:`~modelprof.render.trace.PassTimeline`s."""
-        from modelprof.render.trace import PassTimeline, cost_args
 
         timing = self.layer_timing
         offsets = getattr(timing, "start_offsets_ms", None)
@@ -574,7 +571,6 @@ class Report:
         p: int, columns: Any, ms: Any, by_record: dict[int, Row], loss: Row | None
     ) -> Any:
         """One backward pass: each run of consecutive stretches of one call is a slice."""
-        from modelprof.render.trace import PassTimeline, cost_args
 
         t = PassTimeline(f"backward pass {p + 1}", float(sum(ms)))
         start, i = 0.0, 0
@@ -596,7 +592,6 @@ class Report:
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
         """Bar chart of the slowest leaf calls (needs ``timing=True``)."""
-        from modelprof.report.plots import plot_latency
 
         if not self.timed:
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
@@ -608,7 +603,6 @@ class Report:
         """``df`` with ``latency_p10_ms``/``latency_p90_ms``: the spread of each row's time over
         the instrumented passes (a ``(self)`` row: its parent's less its children's, pass by
         pass), for error bars that, unlike median +- std, never cross zero."""
-        import numpy as np
 
         timing = self.layer_timing
         if timing is None or not getattr(timing, "samples", None):
@@ -633,14 +627,12 @@ class Report:
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""
-        from modelprof.report.plots import plot_flops
 
         return plot_flops(self.to_dataframe(), top_k, **kw)
 
     def plot_roofline(self, peaks: Any = None, **kw: Any):
         """Each leaf call as a point under the device's roofline (the report's peaks, or
         ``peaks``). A view never measures: without peaks it says how to get them."""
-        from modelprof.report.plots import plot_roofline
 
         peaks = peaks or self.peaks
         if peaks is None:
@@ -667,8 +659,6 @@ class Report:
             f"read {t['read_bytes']:,} B  write {t['write_bytes']:,} B",
         ]
         if self.memory is not None:
-            from modelprof.render.units import format_bytes
-
             est = self.memory_estimate().loc["total"]
             lines.append(
                 f"estimated memory: inference {format_bytes(est['inference'])}, "
@@ -769,7 +759,6 @@ class Report:
 
 def loaded_probe_note(peaks: Any) -> str:
     """The summary's line on roofs probed on a busy machine."""
-    from modelprof.render.units import format_rate
 
     return (
         f"note: the roofline probe ran on a busy machine (wall/CPU "

@@ -8,6 +8,7 @@ Shared by the static analyser, the timer and the command line, so that ``profile
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -498,7 +499,6 @@ def token_inputs(
 
 
 def _forward_parameters(model: nn.Module) -> set[str]:
-    import inspect
 
     try:
         return set(inspect.signature(model.forward).parameters)
@@ -507,7 +507,6 @@ def _forward_parameters(model: nn.Module) -> set[str]:
 
 
 def _takes_kwargs(model: nn.Module) -> bool:
-    import inspect
 
     try:
         return any(

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
@@ -83,7 +84,6 @@ class LatencyComparison:
 
     def to_dataframe(self) -> Any:
         """One row per candidate: latency statistics, the ratio and its interval, stability."""
-        import pandas as pd
 
         rows = {}
         for name, m in self.measurements.items():

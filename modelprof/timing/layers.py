@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 
@@ -168,7 +169,6 @@ class LayerTiming:
     def to_dataframe(self) -> Any:
         """One row per call in execution order: name, call, latency_ms (median),
         latency_std_ms, latency_pct (of the median pass), peak_memory_bytes."""
-        import pandas as pd
 
         med, std = self.median_ms(), self.std_ms()
         total = float(np.median(self.passes_ms))

@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from modelprof.distributed.agree import decisions
 from modelprof.errors import ModelProfError
@@ -516,7 +517,6 @@ def input_signature(args: Any, kwargs: Any = None, **flags: Any) -> tuple[Hashab
 
 
 def _channels_last() -> Any:
-    import torch
 
     return torch.channels_last
 

@@ -15,6 +15,7 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -135,7 +136,6 @@ class Throughput:
         return self.to_dataframe()
 
     def to_dataframe(self) -> Any:
-        import pandas as pd
 
         return pd.DataFrame(
             [p.to_dict() for p in self.points],

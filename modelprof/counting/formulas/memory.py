@@ -12,6 +12,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (
     ZERO,
+    Cost,
     optional_ops,
     register_formula,
     register_present,
@@ -233,6 +234,4 @@ register_present(
 @register_present(*optional_ops("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"))
 def _embedding_bag(args, kwargs, out):
     # (weight [V, D], indices [n], offsets, ...): sum/mean of the bag's rows, 1 add per element
-    from modelprof.counting.formulas.registry import Cost
-
     return Cost(0, flops=args[1].numel() * args[0].shape[1])
