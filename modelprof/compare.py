@@ -16,9 +16,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.report.comparison import Comparison
+from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.inputs import parse_input_size
 from modelprof.runtime.progress import progress_bar

@@ -13,7 +13,6 @@ from torch import nn
 from modelprof.counting.counter import OpStats
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import analyze
-from modelprof.distributed.group import is_speaker, local_device
 from modelprof.distributed.session import sharded_session
 from modelprof.errors import ModelProfError, ModelProfWarning, TimingDisagreementWarning
 from modelprof.render.views import ROUGH_MARK
@@ -23,6 +22,7 @@ from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
 from modelprof.runtime.exported import exported_layers, is_flat_export
+from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
 from modelprof.runtime.snapshot import snapshot_of

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from modelprof import profile
-from modelprof.distributed.fake import profile_sharded
 from modelprof.errors import ModelProfError, ModelProfWarning
+from modelprof.profile_sharded import profile_sharded
 
 PARAMS = 3_159_552  # 4 * 789,760 + 512 (tests/dist_models.py)
 MACS = 419_430_400  # 4 * 104,857,600

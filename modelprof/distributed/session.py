@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import agreeing, agreement
-from modelprof.distributed.collectives import Collective, CollectiveKind, add_collective, merge_comm
-from modelprof.distributed.group import communicates, current_group, fsdp_modules, is_ddp, one_voice
-from modelprof.distributed.view import ShardView, shard_view
+from modelprof.counting.collectives import Collective, CollectiveKind, add_collective, merge_comm
+from modelprof.counting.sharding import ShardView, shard_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
+from modelprof.runtime.agree import agreeing, agreement
+from modelprof.runtime.group import communicates, current_group, fsdp_modules, is_ddp, one_voice
 
 __all__ = [
     "DistributedSession",

@@ -265,8 +265,8 @@ class Report:
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
         handed in and out, payload (``comm_bytes``) and implied traffic; empty without any
-        (see ``modelprof.distributed.collectives`` for the conventions)."""
-        from modelprof.distributed.collectives import collectives_frame
+        (see ``modelprof.counting.collectives`` for the conventions)."""
+        from modelprof.counting.collectives import collectives_frame
 
         return shown(collectives_frame(self.rows))
 

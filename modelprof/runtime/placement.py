@@ -111,7 +111,7 @@ def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> n
     ``own_parameters``: the structural copy's parameters get their own memory too (a copy that
     is trained: an optimizer step writes its parameters in place).
     """
-    from modelprof.distributed.group import communicates
+    from modelprof.runtime.group import communicates
 
     if communicates(model):  # a copy would share (or break) the process group's state
         raise ModelProfError(

@@ -29,18 +29,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.counting.collectives import merge_comm
 from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import StaticResult, counted_module, forward_error, meta_attention
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.distributed.collectives import merge_comm
-from modelprof.distributed.group import communicates
-from modelprof.distributed.view import ParamView
+from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import RunMode, amp_context, running
+from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
