@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from modelprof.compare import compare
 from modelprof.counting.formulas import Cost, register_formula
-from modelprof.distributed.fake import profile_sharded
 from modelprof.distributed.gather import gather_reports
 from modelprof.errors import (
     DriftWarning,
@@ -21,6 +20,7 @@ from modelprof.errors import (
 from modelprof.fit import fit
 from modelprof.generation import GenerationReport, compare_generation, profile_generation
 from modelprof.profile import profile
+from modelprof.profile_sharded import profile_sharded
 from modelprof.render.options import ViewOptions
 from modelprof.report.comparison import Comparison
 from modelprof.report.report import Report

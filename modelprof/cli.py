@@ -465,7 +465,7 @@ class _Context:
     """Parsed options every subcommand shares, converted once at the boundary."""
 
     def __init__(self, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> None:
-        from modelprof.distributed.group import is_speaker
+        from modelprof.runtime.group import is_speaker
         from modelprof.runtime.inputs import parse_device, parse_dtype
 
         self.args = args
@@ -1152,7 +1152,7 @@ def _all_ranks(on: bool) -> Any:
     """``--all-ranks``: MODELPROF_ALL_RANKS=1 for the command (the environment put back)."""
     from unittest import mock
 
-    from modelprof.distributed.group import ALL_RANKS_ENV
+    from modelprof.runtime.group import ALL_RANKS_ENV
 
     return mock.patch.dict(os.environ, {ALL_RANKS_ENV: "1"}) if on else contextlib.nullcontext()
 
@@ -1167,7 +1167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     try:
-        from modelprof.distributed.group import is_speaker
+        from modelprof.runtime.group import is_speaker
 
         with (
             _all_ranks(getattr(args, "all_ranks", False)),

@@ -16,11 +16,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.models import load_model
 from modelprof.profile import profile  # late: profile imports the whole analysis stack
 from modelprof.report.comparison import Comparison
+from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import make_inputs, parse_input_size

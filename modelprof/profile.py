@@ -13,8 +13,7 @@ from torch import nn
 from modelprof.counting.counter import OpStats
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import analyze
-from modelprof.distributed.group import is_speaker, local_device
-from modelprof.distributed.session import sharded_session
+from modelprof.distributed.session import contention_note, group_env, sharded_session
 from modelprof.errors import ModelProfError, ModelProfWarning, TimingDisagreementWarning
 from modelprof.render.views import ROUGH_MARK
 from modelprof.report.memory import memory_facts
@@ -23,6 +22,7 @@ from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
 from modelprof.runtime.exported import exported_layers, is_flat_export
+from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
 from modelprof.runtime.snapshot import snapshot_of
@@ -104,7 +104,7 @@ def profile(
         dispatch_modes_restored(),
         preserved_state(model, rescan=True) as guard,
         contextlib.ExitStack() as rng_scope,
-        sharded_session(model, view) as sharded,
+        sharded_session(model, view),  # the view, the agreed timing: read by the passes
     ):
         # what the user passes beside the model comes back too: a loss module as the model
         # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
@@ -129,7 +129,7 @@ def profile(
         if spec.timing:
             spec.opts.check_device(mi.device)
         with _batch_hint(input_size, mi):
-            static, step_cost = _count(model, mi, spec, sharded)
+            static, step_cost = _count(model, mi, spec)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
@@ -137,9 +137,9 @@ def profile(
             model, mi, spec, rows, (static, step_cost), guard
         )
         timed = _noted(
-            timed, meta_notes, sharded.contention_note(mi.device) if spec.timing else None
+            timed, meta_notes, contention_note(model, mi.device) if spec.timing else None
         )
-        run, timed = _run_info(model, mi, spec, sharded, timed, roofline)
+        run, timed = _run_info(model, mi, spec, timed, roofline)
         facts = memory_facts(
             model, tensor_bytes((mi.args, mi.kwargs)), static.records, spec.mode.dtype
         )
@@ -170,12 +170,12 @@ def _timed_passes(
 
 
 def _run_info(
-    model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any, timed: Any, roofline: Any
+    model: nn.Module, mi: ModelInputs, spec: _Spec, timed: Any, roofline: Any
 ) -> tuple[RunInfo, Any]:
     """The run as the report records it (environment, switches, shapes), and the timing result
     with the device's peaks when a roofline is asked for."""
     env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
-    env.update(sharded.env())
+    env.update(group_env())
     layers = timed.layer_timing
     if layers is not None and layers.hook_cost is not None:
         env["hook_cost"] = layers.hook_cost.to_dict()
@@ -288,19 +288,16 @@ def _parse(model: Any, timing: Any, registry: Any, options: Any, timing_options:
     return _Spec(timing, registry, opts)
 
 
-def _count(model: nn.Module, mi: ModelInputs, spec: _Spec, sharded: Any) -> tuple:
+def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
     """The counted forward (and, with ``backward=True``, the counted step): (static, step
-    cost); ``sharded``: the process-group session (DDP's no_sync, the backward's
-    collectives)."""
+    cost)."""
     counted = _with_layout(mi, spec.mode.memory_format)
     step_cost = None
     if spec.step is not None:
         refuse_scripted(model)  # before anything of the step runs
         from modelprof.step.count import count_step
 
-        with sharded.counting_step():
-            static, step_cost = count_step(model, counted, spec.step, spec.mode, spec.registry)
-        sharded.attach_backward_comm(static.records, step_cost)
+        static, step_cost = count_step(model, counted, spec.step, spec.mode, spec.registry)
         static.unsupported.update(step_cost.unsupported)
         _merge_ops(static.by_op, step_cost.loss_by_op)
     else:

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dist_models as dm  # noqa: E402
 
 from modelprof import compare, profile  # noqa: E402
-from modelprof.distributed.collectives import collective_kind  # noqa: E402
+from modelprof.counting.collectives import collective_kind  # noqa: E402
 from modelprof.distributed.gather import gather_reports  # noqa: E402
 from modelprof.errors import ModelProfError  # noqa: E402
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from modelprof.distributed.agree import Agreement, agreeing
+from modelprof.runtime.agree import Agreement, agreeing
 from modelprof.timing.sampler import (
     Sampled,
     StopRule,

@@ -227,7 +227,7 @@ def test_dtensor_and_fsdp_classes() -> None:
 def test_fsdp2_profiles_from_torch_2_6_and_older_torch_says_so() -> None:
     import dist_models as dm
 
-    from modelprof.distributed.fake import profile_sharded
+    from modelprof.profile_sharded import profile_sharded
 
     def build() -> nn.Module:  # FSDP2 from wherever this torch keeps it
         model = dm.Transformer()

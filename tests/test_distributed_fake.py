@@ -6,13 +6,17 @@ fp32: 3,159,552 params * 4 B = 12,638,208 B, the whole model's parameter (and gr
 
 from __future__ import annotations
 
+import socket
+
 import dist_models as dm
 import pytest
 import torch
+import torch.distributed as dist
 
 from modelprof import profile
-from modelprof.distributed.fake import profile_sharded
+from modelprof.distributed.session import contention_note, group_env
 from modelprof.errors import ModelProfError, ModelProfWarning
+from modelprof.profile_sharded import profile_sharded
 
 PARAMS = 3_159_552  # 4 * 789,760 + 512 (tests/dist_models.py)
 MACS = 419_430_400  # 4 * 104,857,600
@@ -170,3 +174,30 @@ def test_bad_input_names_it():
     with pytest.raises(ModelProfError, match="fc3"):
         sharded(wrong_plan)
     assert not torch.distributed.is_initialized()  # the fake group is gone again
+
+
+def test_a_shared_cpu_is_noted_for_a_communicating_model_and_the_env_names_the_rank(monkeypatch):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    cpu, plain = torch.device("cpu"), torch.nn.Linear(4, 4)
+    assert contention_note(plain, cpu) is None and group_env() == {}  # no process group
+    dist.init_process_group("fake", store=FakeStore(), rank=1, world_size=2)
+    try:
+        ddp = dm.ddp(torch.nn.Linear(4, 4))
+        assert contention_note(ddp, cpu).startswith("2 ranks timed on this host's CPU at once")
+        assert contention_note(plain, cpu) is None  # it runs no collective: no one waits
+        assert contention_note(ddp, torch.device("cuda")) is None  # each rank its own GPU
+        assert group_env() == {
+            "rank": 1,
+            "world_size": 2,
+            "backend": "fake",
+            "host": socket.gethostname(),
+            "local_rank": None,
+            "distributed_view": "rank",  # the default view outside a session
+        }
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        assert contention_note(ddp, cpu) is None  # the only rank on this host
+    finally:
+        dist.destroy_process_group()

@@ -12,23 +12,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "modelprof"
 
 # lowest first; a module may import its own layer and any lower one, never a higher one
-# (distributed/ spans layers, by module: the package, where this process runs, the agreed
-# timing decisions and the gathering are runtime; collectives and the per-rank view are
-# counting; the session and the sweep's dealing are with the step; the fake process group's
-# runner calls profile)
 LAYERS = [
     {"modelprof.errors"},
-    {"modelprof.runtime", "modelprof.distributed"},
-    {"modelprof.counting", "modelprof.distributed.collectives", "modelprof.distributed.view"},
+    {"modelprof.runtime"},
+    {"modelprof.counting"},
     {"modelprof.timing"},
-    {
-        "modelprof.step",
-        "modelprof.distributed.session",
-        "modelprof.distributed.sweep",
-        "modelprof.distributed.sweep_config",
-        "modelprof.distributed.sweep_ranks",
-        "modelprof.distributed.sweep_store",
-    },
+    {"modelprof.step", "modelprof.distributed"},
     {"modelprof.render"},
     {"modelprof.report"},
     # generation builds a Report per phase (as profile does) and loads models for its CLI
@@ -38,7 +27,7 @@ LAYERS = [
         "modelprof.compare",
         "modelprof.sweep",
         "modelprof.generation",
-        "modelprof.distributed.fake",
+        "modelprof.profile_sharded",
         "modelprof.fit",
     },
     {"modelprof", "modelprof.cli", "modelprof.__main__"},

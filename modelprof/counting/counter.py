@@ -32,21 +32,21 @@ from typing import Any
 
 import torch
 
-from modelprof.counting.formulas.memory import VIEW
-from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
-from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
-from modelprof.counting.formulas.values import has_values
-from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
-from modelprof.distributed.collectives import (
+from modelprof.counting.collectives import (
     add_collective,
     collective_kind,
     collective_of,
     is_comm_bookkeeping,
 )
-from modelprof.distributed.view import ShardView, current_view, is_dtensor_type
+from modelprof.counting.formulas.memory import VIEW
+from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
+from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
+from modelprof.counting.formulas.values import has_values
+from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
+from modelprof.counting.sharding import ShardView, current_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.tensors import nbytes, tensor_nbytes
+from modelprof.runtime.tensors import is_dtensor_type, nbytes, tensor_nbytes
 
 __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
 
@@ -273,7 +273,7 @@ class OpCounter(compat.TorchDispatchMode):
         buffers = getattr(tracker, "buffers", None)
         self._buffers: dict[int, torch.Tensor] = {} if buffers is None else buffers
         # a DTensor op is counted as the local ops it runs on this rank (per-rank view), or on
-        # its global shapes (global view) — modelprof.distributed.view
+        # its global shapes (global view) — modelprof.counting.sharding
         self.local_dtensor = current_view() is ShardView.RANK
 
     # -- entering: flex_attention runs eagerly, meta SDPA fused, under the counter --------------

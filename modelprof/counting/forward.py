@@ -21,7 +21,7 @@ from modelprof.counting.formulas.quantized import packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.distributed.view import ParamView
+from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
-from modelprof.distributed.view import ShardView, current_view, is_dtensor
+from modelprof.counting.sharding import ShardView, current_view
 from modelprof.runtime.device import MemoryStats, PeakTracker
-from modelprof.runtime.tensors import iter_tensors, tensor_nbytes, tensor_shape
+from modelprof.runtime.tensors import is_dtensor, iter_tensors, tensor_nbytes, tensor_shape
 
 __all__ = ["NOT_CALLED", "CallRecord", "Tracker"]
 
@@ -69,7 +69,7 @@ class CallRecord:
     finished: bool = False
     module_id: int = 0
     # collectives this call ran itself, (kind, group size) -> CommStats (under a process group;
-    # modelprof.distributed.collectives), or None
+    # modelprof.counting.collectives), or None
     comm: dict | None = None
     backward_comm: dict | None = None  # the same, run by the backward of this call's nodes
 
@@ -162,7 +162,7 @@ class Tracker:
         #: that walked the model already), else None: read from the first call's module
         self.root_parameters = parameters
         self._root = root
-        #: how a sharded model's parameters are charged (modelprof.distributed.view.ParamView),
+        #: how a sharded model's parameters are charged (modelprof.counting.sharding.ParamView),
         #: None for a plain model
         self.param_view = None
         # ids of the root's parameters in ``parameters()`` order, as the forward saw them

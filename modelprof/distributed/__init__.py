@@ -1,1 +1,1 @@
-"""Models under a process group: per-rank cost, collectives, gathered reports, sweeps."""
+"""Models under a process group: what profile() does there, gathered reports, sweeps."""

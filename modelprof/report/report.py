@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
-from modelprof.distributed.collectives import collectives_frame
 from modelprof.errors import ModelProfError
 from modelprof.render.formats import get_format
 from modelprof.render.options import ViewOptions
@@ -270,7 +270,7 @@ class Report:
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
         handed in and out, payload (``comm_bytes``) and implied traffic; empty without any
-        (see ``modelprof.distributed.collectives`` for the conventions)."""
+        (see ``modelprof.counting.collectives`` for the conventions)."""
 
         return shown(collectives_frame(self.rows))
 

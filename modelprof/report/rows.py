@@ -9,7 +9,7 @@ Communication (under a process group): the collectives a call ran itself go to a
 row ``<call>.(communication)`` placed after the call's subtree (and its ``(self)`` row), a leaf
 whose compute columns are 0; a parent's row aggregates the collectives of its subtree. Columns
 ``comm_*`` (forward) and ``backward_comm_*`` (the backward run by the call's autograd nodes; DDP's
-gradient all-reduce on the root's row): see ``modelprof.distributed.collectives``.
+gradient all-reduce on the root's row): see ``modelprof.counting.collectives``.
 
 Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
 (torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
@@ -23,8 +23,8 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import pandas as pd
 
+from modelprof.counting.collectives import comm_summary, merge_comm
 from modelprof.counting.scope import CallRecord
-from modelprof.distributed.collectives import comm_summary, merge_comm
 
 __all__ = [
     "ADDITIVE",
@@ -76,7 +76,7 @@ TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_by
 # the training step (profile(..., backward=True); see modelprof/step/table.py)
 STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
 STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
-# collectives (under a process group; modelprof.distributed.collectives)
+# collectives (under a process group; modelprof.counting.collectives)
 COMM_COLUMNS = ("comm_calls", "comm_kind", "comm_group_size", "comm_bytes", "comm_traffic_bytes")
 BACKWARD_COMM_COLUMNS = (
     "backward_comm_calls",

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from modelprof.distributed.group import communicates
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import same_device
+from modelprof.runtime.group import communicates
 
 __all__ = ["copy_model", "model_placement", "moved_model"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from modelprof.distributed.group import is_speaker
+from modelprof.runtime.group import is_speaker
 
 __all__ = ["NoProgress", "SamplingBar", "progress_bar", "sampling_bar"]
 
@@ -83,7 +83,7 @@ def progress_bar(
 
     ``enabled=False`` returns :class:`NoProgress` without importing tqdm; so does a missing tqdm,
     and so does a rank that does not speak under torchrun (one voice:
-    ``modelprof.distributed.group.is_speaker``).
+    ``modelprof.runtime.group.is_speaker``).
     The bar writes to stderr and is removed when closed unless ``leave=True``. Use it as a context
     manager or call ``close()``. ``bar_format``: tqdm's, for totals that are not counts.
     """

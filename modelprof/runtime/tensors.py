@@ -17,6 +17,7 @@ __all__ = [
     "PLAIN_TENSORS",
     "brief",
     "holds_tensors",
+    "is_dtensor",
     "is_dtensor_type",
     "iter_tensors",
     "map_tensors",
@@ -93,6 +94,10 @@ def is_dtensor_type(tp: type) -> bool:
     return found
 
 
+def is_dtensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and is_dtensor_type(type(t))
+
+
 _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
 
 
@@ -102,7 +107,7 @@ def stored_nbytes(t: torch.Tensor) -> int:
     inner tensors, named by ``__tensor_flatten__`` and walked down, not ``numel()`` elements of
     the dtype it computes in; a per-channel quantized tensor its integers, scales and zero
     points; a plain tensor its elements. A DTensor counts as its global shape: which shard a
-    table shows is the shard view's choice (``distributed.view``)."""
+    table shows is the shard view's choice (``counting.sharding``)."""
     if not hasattr(type(t), "__tensor_flatten__") or is_dtensor_type(type(t)):
         data = t.numel() * t.element_size()
         if t.is_quantized and t.qscheme() in _PER_CHANNEL:

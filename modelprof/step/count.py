@@ -29,18 +29,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.counting.collectives import add_collective, ddp_gradient_collectives, merge_comm
 from modelprof.counting.counter import OpCounter, OpStats
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import StaticResult, counted_module, forward_error, meta_attention
 from modelprof.counting.scope import CallRecord, Tracker
-from modelprof.distributed.collectives import merge_comm
-from modelprof.distributed.group import communicates
-from modelprof.distributed.view import ParamView
+from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import RunMode, amp_context, running
+from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
@@ -334,17 +334,39 @@ def count_step(
     registry: FormulaRegistry | None = None,
 ) -> tuple[StaticResult, StepCost]:
     """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
-    ``mode`` as the static pass's (``counting.forward.analyze``), with grad on."""
+    ``mode`` as the static pass's (``counting.forward.analyze``), with grad on. A DDP model's
+    reducer is left alone (``no_sync``: the counted backward runs on aliases and never reaches
+    it); its gradient all-reduce is counted from the reducer's buckets instead."""
     mode = dataclasses.replace(mode.on(inputs.device), no_grad=False)
+    ddp = model if is_ddp(model) else None
     model = counted_module(model, inputs, mode.amp)
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
     spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
-    with preserved_state(model) as guard:  # the caller's, when profile() holds one
-        # the forward's in-place writes of the parameters (``weight.data.clamp_``, an
-        # ``Embedding(max_norm=)``) reach the user's storage through the aliases: the guard
-        # copies each such tensor before its first write, as in the static pass
-        return _count_step(model, inputs, spec, guard, mode, registry)
+    # the caller's guard, when profile() holds one: the forward's in-place writes of the
+    # parameters (``weight.data.clamp_``, an ``Embedding(max_norm=)``) reach the user's storage
+    # through the aliases; the guard copies each such tensor before its first write
+    with ddp.no_sync() if ddp else contextlib.nullcontext(), preserved_state(model) as guard:
+        static, cost = _count_step(model, inputs, spec, guard, mode, registry)
+    _backward_comm(static.records, cost, ddp_gradient_collectives(ddp) if ddp else [])
+    return static, cost
+
+
+def _backward_comm(records: list[CallRecord], cost: StepCost, extra: list) -> None:
+    """The backward's collectives onto the call records: those autograd runs outside any
+    module's node (FSDP2's final callback, a hook on the loss's gradient) and ``extra`` (DDP's
+    all-reduce) belong to the model, on the root's record."""
+    for record, call_cost in zip(records, cost.backward):
+        record.backward_comm = call_cost.comm
+    if not records:
+        return
+    loose, cost.loss_backward.comm = cost.loss_backward.comm, None
+    if loose or extra:
+        root = records[0]
+        root.backward_comm = dict(root.backward_comm or {})
+        merge_comm(root.backward_comm, loose or {})
+        for c in extra:
+            add_collective(root.backward_comm, c)
 
 
 def _count_step(

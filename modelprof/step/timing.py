@@ -33,11 +33,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.distributed.group import communicates, is_ddp
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
+from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from modelprof.distributed.collectives import collective_kind, is_comm_bookkeeping
+from modelprof.counting.collectives import collective_kind, is_comm_bookkeeping
 from modelprof.runtime import compat
 
 __all__ = ["CommStamps", "wait_for"]

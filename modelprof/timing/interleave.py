@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
+from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.latency import TimedCall, resolve_call

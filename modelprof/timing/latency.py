@@ -18,13 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import agreed_timing
-from modelprof.distributed.group import communicates
 from modelprof.errors import ModelProfError
+from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.failure import forward_failure
+from modelprof.runtime.group import communicates
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
 from modelprof.runtime.placement import copy_model, model_placement, moved_model
 from modelprof.runtime.progress import sampling_bar

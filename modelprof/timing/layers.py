@@ -25,11 +25,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.distributed.group import communicates
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
+from modelprof.runtime.group import communicates
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model

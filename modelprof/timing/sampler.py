@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from modelprof.distributed.agree import decisions
 from modelprof.errors import ModelProfError
+from modelprof.runtime.agree import decisions
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.stats import (
     between_block_ci,
@@ -274,7 +274,7 @@ def collect(
     t0 = now()
     log = BlockLog(t0)
     log.wall_ms = est_ms
-    # alone, or under a process group (``modelprof.distributed.agree``) with every decision
+    # alone, or under a process group (``modelprof.runtime.agree``) with every decision
     # agreed across ranks: the same block sizes on every rank, stop when any rank's budget or
     # count says so or when every rank has its precision (one small all-reduce per block)
     agree = decisions()
@@ -359,7 +359,7 @@ def collect_interleaved(
     ``budget_s`` per candidate (``budget_s * len(samplers)`` in all) and ``max_samples``. Block
     ``r`` of every candidate is round ``r``, which pairs them for the ratio. ``on_round(fewest
     samples of a candidate, seconds so far)`` is called after each round (a progress bar).
-    Under a process group (``modelprof.distributed.agree``) every rank takes the same order, the
+    Under a process group (``modelprof.runtime.agree``) every rank takes the same order, the
     same blocks and stops in the same round: precision when every rank has it, the budget when
     any rank's is spent.
     """

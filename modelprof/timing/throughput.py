@@ -19,8 +19,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.distributed.agree import agreed_timing, current_agreement, decisions
 from modelprof.errors import ModelProfError
+from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.inputs import parse_device, parse_dtype

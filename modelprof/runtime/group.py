@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import is_dtensor
 
 __all__ = [
     "RankInfo",
@@ -139,11 +140,5 @@ def communicates(model: nn.Module) -> bool:
     """Whether running ``model`` issues collectives (DDP, FSDP2, DTensor parameters)."""
     model = getattr(model, "_orig_mod", model)
     return (
-        is_ddp(model)
-        or bool(fsdp_modules(model))
-        or any(_is_dtensor(p) for p in model.parameters())
+        is_ddp(model) or bool(fsdp_modules(model)) or any(is_dtensor(p) for p in model.parameters())
     )
-
-
-def _is_dtensor(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and any(compat.is_dtensor_class(c) for c in type(t).__mro__)

@@ -43,6 +43,7 @@ __all__ = [
     "collective_of",
     "collectives_frame",
     "comm_summary",
+    "ddp_gradient_collectives",
     "implied_traffic",
     "is_comm_bookkeeping",
     "merge_comm",
@@ -262,6 +263,18 @@ def add_collective(table: CommTable, c: Collective) -> None:
     if stats is None:
         stats = table[key] = CommStats()
     stats.add(c)
+
+
+def ddp_gradient_collectives(model: Any) -> list[Collective]:
+    """One all-reduce per bucket of DDP's reducer (its logged bucket sizes, in bytes), over
+    DDP's process group: what a backward with the default all-reduce hook runs."""
+    sizes = str(model._get_ddp_logging_data().get("bucket_sizes", "")).split(",")
+    n = model.process_group.size() if getattr(model, "process_group", None) is not None else 1
+    return [
+        Collective(CollectiveKind.ALL_REDUCE, n, int(s), int(s))
+        for s in sizes
+        if s.strip().isdigit()
+    ]
 
 
 def merge_comm(into: CommTable, more: CommTable) -> None:

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime import compat
-from modelprof.runtime.tensors import is_dtensor_type
+from modelprof.runtime.group import fsdp_modules
+from modelprof.runtime.tensors import is_dtensor, is_dtensor_type
 
-__all__ = ["ParamView", "ShardView", "current_view", "is_dtensor", "is_dtensor_type", "shard_view"]
+__all__ = ["ParamView", "ShardView", "current_view", "shard_view"]
 
 
 class ShardView(str, enum.Enum):
@@ -57,26 +57,14 @@ def shard_view(view: ShardView) -> Iterator[None]:
         _VIEW.reset(token)
 
 
-def is_dtensor(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and is_dtensor_type(type(t))
-
-
 def _local_numel(p: torch.Tensor) -> int:
     return p._local_tensor.numel() if is_dtensor(p) else p.numel()
 
 
 def _fsdp_params(model: nn.Module) -> list[Any]:
     """FSDP2's ``FSDPParam`` objects of every ``fully_shard``-ed module of ``model``."""
-    if not any(type(m).__name__.startswith("FSDP") for m in model.modules()):
-        return []
-    found = []
-    fsdp = compat.fsdp_module_class()
-    for m in model.modules():
-        if isinstance(m, fsdp):
-            group = m._get_fsdp_state()._fsdp_param_group
-            if group is not None:
-                found.extend(group.fsdp_params)
-    return found
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in fsdp_modules(model)]
+    return [fp for group in groups if group is not None for fp in group.fsdp_params]
 
 
 class ParamView:

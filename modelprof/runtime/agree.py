@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.distributed.group import communicates, current_group, one_voice
 from modelprof.errors import ModelProfError
+from modelprof.runtime.group import communicates, current_group, one_voice
 
 __all__ = [
     "ALONE",

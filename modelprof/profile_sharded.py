@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.profile import profile
 from modelprof.runtime import compat
+from modelprof.runtime.tensors import is_dtensor
 
 __all__ = ["profile_sharded"]
 
@@ -53,8 +55,6 @@ def _plan_mismatch(caught: list) -> None:
 
 
 def _on_meta(model: nn.Module) -> bool:
-    from modelprof.distributed.view import is_dtensor
-
     return any(
         (p._local_tensor if is_dtensor(p) else p).is_meta
         for p in (*model.parameters(), *model.buffers())
@@ -80,8 +80,6 @@ def profile_sharded(
     """
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from modelprof.profile import profile
 
     _check(world_size, rank, build, profile_options)
     if dist.is_initialized():
