@@ -22,7 +22,6 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.profile import profile
 from modelprof.runtime import compat
-from modelprof.runtime.tensors import is_dtensor
 
 __all__ = ["profile_sharded"]
 
@@ -55,10 +54,7 @@ def _plan_mismatch(caught: list) -> None:
 
 
 def _on_meta(model: nn.Module) -> bool:
-    return any(
-        (p._local_tensor if is_dtensor(p) else p).is_meta
-        for p in (*model.parameters(), *model.buffers())
-    )
+    return any(compat.local_tensor(p).is_meta for p in (*model.parameters(), *model.buffers()))
 
 
 def profile_sharded(
@@ -79,7 +75,6 @@ def profile_sharded(
     to ``profile`` (``backward=True``, ``view="global"``, ``batch_size``...).
     """
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     _check(world_size, rank, build, profile_options)
     if dist.is_initialized():
@@ -88,7 +83,7 @@ def profile_sharded(
             f"is active already (backend {dist.get_backend()!r}): under a real "
             "group, call profile() on every rank instead"
         )
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    dist.init_process_group("fake", store=compat.fake_store(), rank=rank, world_size=world_size)
     try:
         try:
             # FSDP's default mesh follows the machine's GPU; a model built on meta or the CPU

@@ -477,9 +477,41 @@ def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
     assert compat.meta_mask_dropped(model, ones, torch.device("cpu"))[0] is ones
 
 
+# -- torch.distributed's private names, under the in-process fake backend --------------------
+def test_the_process_group_names_under_a_fake_group() -> None:
+    import torch.distributed as dist
+    from torch import nn
+
+    assert not dist.is_initialized()
+    dist.init_process_group("fake", store=compat.fake_store(), rank=0, world_size=2)
+    try:
+        assert hasattr(compat.default_store(), "add")
+        assert compat.group_named(dist.group.WORLD.group_name).size() == 2
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)))
+        # one bucket of both layers' weights and biases: 2 * (4*4 + 4) floats * 4 B = 160 B
+        assert compat.ddp_bucket_sizes(ddp) == [160]
+        with torch.device("meta"):
+            sharded = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+        with compat.default_mesh_on_cpu():
+            compat.fully_shard(sharded)
+        group = compat.fsdp_param_group(sharded)
+        assert group.is_sharded and len(group.fsdp_params) == 4  # 2 weights, 2 biases
+        # a (4, 4) weight split by rows over 2 ranks: a (2, 4) shard; a plain tensor is itself
+        assert compat.local_tensor(sharded[0].weight).shape == (2, 4)
+        plain = torch.ones(3)
+        assert compat.local_tensor(plain) is plain
+    finally:
+        dist.destroy_process_group()
+
+
 # -- nothing outside compat.py reaches for a private torch name ---------------------------------
 PRIVATE = (
     "torch._C._",
+    "torch.testing._internal",
+    "distributed_c10d._",
+    "._get_fsdp_state",
+    "._get_ddp_logging_data",
+    "._local_tensor",
     "_python_dispatch",
     "torch._ops",
     "torch._subclasses",

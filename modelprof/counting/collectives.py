@@ -163,7 +163,7 @@ def _group_size(func: compat.OpOverload, args: tuple, kwargs: dict) -> int:
             if isinstance(value, dist.ProcessGroup):
                 return value.size()
             if isinstance(value, str):
-                return dist.distributed_c10d._resolve_process_group(value).size()
+                return compat.group_named(value).size()
     return 1
 
 
@@ -268,13 +268,8 @@ def add_collective(table: CommTable, c: Collective) -> None:
 def ddp_gradient_collectives(model: Any) -> list[Collective]:
     """One all-reduce per bucket of DDP's reducer (its logged bucket sizes, in bytes), over
     DDP's process group: what a backward with the default all-reduce hook runs."""
-    sizes = str(model._get_ddp_logging_data().get("bucket_sizes", "")).split(",")
     n = model.process_group.size() if getattr(model, "process_group", None) is not None else 1
-    return [
-        Collective(CollectiveKind.ALL_REDUCE, n, int(s), int(s))
-        for s in sizes
-        if s.strip().isdigit()
-    ]
+    return [Collective(CollectiveKind.ALL_REDUCE, n, s, s) for s in compat.ddp_bucket_sizes(model)]
 
 
 def merge_comm(into: CommTable, more: CommTable) -> None:

@@ -11,6 +11,7 @@ from torch import nn
 
 from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
 from modelprof.counting.sharding import ShardView, current_view
+from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, PeakTracker
 from modelprof.runtime.tensors import is_dtensor, iter_tensors, tensor_nbytes, tensor_shape
 
@@ -28,7 +29,7 @@ def _shapes_and_bytes(obj: Any) -> tuple[list[tuple[int, ...]], int]:
         return [tuple(obj.shape)], obj.numel() * obj.element_size()
     tensors = list(iter_tensors(obj))
     if any(is_dtensor(t) for t in tensors) and current_view() is ShardView.RANK:
-        tensors = [t._local_tensor if is_dtensor(t) else t for t in tensors]
+        tensors = [compat.local_tensor(t) for t in tensors]
     distinct = {id(t): t for t in tensors}
     return ([tensor_shape(t) for t in tensors], sum(tensor_nbytes(t) for t in distinct.values()))
 

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.group import fsdp_modules
-from modelprof.runtime.tensors import is_dtensor, is_dtensor_type
+from modelprof.runtime.tensors import is_dtensor_type
 
 __all__ = ["ParamView", "ShardView", "current_view", "shard_view"]
 
@@ -58,12 +59,12 @@ def shard_view(view: ShardView) -> Iterator[None]:
 
 
 def _local_numel(p: torch.Tensor) -> int:
-    return p._local_tensor.numel() if is_dtensor(p) else p.numel()
+    return compat.local_tensor(p).numel()
 
 
 def _fsdp_params(model: nn.Module) -> list[Any]:
     """FSDP2's ``FSDPParam`` objects of every ``fully_shard``-ed module of ``model``."""
-    groups = [m._get_fsdp_state()._fsdp_param_group for m in fsdp_modules(model)]
+    groups = [compat.fsdp_param_group(m) for m in fsdp_modules(model)]
     return [fp for group in groups if group is not None for fp in group.fsdp_params]
 
 

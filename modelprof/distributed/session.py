@@ -97,11 +97,10 @@ def contention_note(model: nn.Module, device: torch.device) -> str | None:
 
 def _join(model: nn.Module, group: RankInfo) -> None:
     """Every rank of the group must enter profile() for a communicating model."""
-    import torch.distributed as dist
 
     _calls[0] += 1
     key = f"modelprof/profile/{_calls[0]}"
-    store = dist.distributed_c10d._get_default_store()
+    store = compat.default_store()
     timeout = float(os.environ.get(JOIN_TIMEOUT_ENV, "60"))
     joined = store.add(key, 1)
     deadline = time.monotonic() + timeout
@@ -123,5 +122,5 @@ def _join(model: nn.Module, group: RankInfo) -> None:
 
 
 def _is_sharded(m: nn.Module) -> bool:
-    group = m._get_fsdp_state()._fsdp_param_group
+    group = compat.fsdp_param_group(m)
     return group is None or group.is_sharded

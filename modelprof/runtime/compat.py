@@ -38,22 +38,28 @@ __all__ = [
     "cache_layer_tensors",
     "current_autograd_node",
     "current_function_mode",
+    "ddp_bucket_sizes",
     "decomposition_table",
     "default_mesh_on_cpu",
+    "default_store",
     "dispatch_stack_state",
     "DTENSOR_MODULES",
+    "fake_store",
     "FakeTensor",
     "FakeTensorMode",
     "forget_dynamo_skips",
     "FSDP2_PUBLIC",
     "fsdp_module_class",
+    "fsdp_param_group",
     "fully_shard",
     "function_stack",
     "getitem_to_index",
+    "group_named",
     "has_composite_kernel",
     "HigherOrderOperator",
     "is_dtensor_class",
     "is_fake",
+    "local_tensor",
     "meta_autocast",
     "meta_failure_hint",
     "meta_mask_dropped",
@@ -362,6 +368,45 @@ def fsdp_module_class() -> type:
 def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
     """FSDP2's ``fully_shard``."""
     return _fsdp2("fully_shard")(module, **kwargs)
+
+
+# -- torch.distributed: private names of the store, DTensor, FSDP2's state and DDP's reducer ----
+# (each checked on torch 2.4 and 2.14)
+def default_store() -> Any:
+    """The default process group's key-value store (``distributed_c10d._get_default_store``)."""
+    import torch.distributed as dist
+
+    return dist.distributed_c10d._get_default_store()
+
+
+def group_named(name: str) -> Any:
+    """The process group an op's ``group_name`` argument names."""
+    import torch.distributed as dist
+
+    return dist.distributed_c10d._resolve_process_group(name)
+
+
+def fake_store() -> Any:
+    """A store for the in-process ``"fake"`` backend (``torch.testing._internal``)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    return FakeStore()
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard, without the autograd of ``to_local()``; any other tensor."""
+    return getattr(t, "_local_tensor", t)
+
+
+def fsdp_param_group(module: torch.nn.Module) -> Any:
+    """A ``fully_shard``-ed module's parameter group (``None`` for one that owns none)."""
+    return module._get_fsdp_state()._fsdp_param_group
+
+
+def ddp_bucket_sizes(model: torch.nn.Module) -> list[int]:
+    """The bytes of each gradient bucket of a DDP model's reducer, as DDP logs them."""
+    sizes = str(model._get_ddp_logging_data().get("bucket_sizes", "")).split(",")
+    return [int(s) for s in sizes if s.strip().isdigit()]
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
@@ -351,7 +352,7 @@ def _local_values(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     the model itself changes."""
     out = []
     for p in {id(p): p for p in model.parameters()}.values():
-        local = p._local_tensor if hasattr(p, "_local_tensor") else p
+        local = compat.local_tensor(p)
         out.append((local.detach(), local.detach().clone()))
     return out
 
