@@ -19,6 +19,7 @@ from modelprof.render.views import ROUGH_MARK
 from modelprof.report.memory import memory_facts
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
 from modelprof.report.rows import build_rows, join_rows, row_keys
+from modelprof.runtime.device import tf32_enabled
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_channels_last
 from modelprof.runtime.exported import exported_layers, is_flat_export
@@ -27,9 +28,16 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
-from modelprof.step.spec import loss_module, refuse_scripted
+from modelprof.step.count import count_step
+from modelprof.step.spec import StepSpec, loss_module, refuse_scripted
+from modelprof.step.table import step_columns
+from modelprof.step.timing import time_step
+from modelprof.timing import measure_latency, time_layers
+from modelprof.timing.agreement import corrected_passes, judge_agreement
 from modelprof.timing.columns import layer_columns
+from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
+from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
 __all__ = ["profile"]
 
@@ -295,7 +303,6 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
     step_cost = None
     if spec.step is not None:
         refuse_scripted(model)  # before anything of the step runs
-        from modelprof.step.count import count_step
 
         static, step_cost = count_step(model, counted, spec.step, spec.mode, spec.registry)
         static.unsupported.update(step_cost.unsupported)
@@ -340,7 +347,6 @@ def _regimes(model: nn.Module, opts: TimingOptions) -> str:
 def _judge(latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str) -> Any:
     """Whether the per-layer window agrees with the clean runs; when not, one note and one
     warning that say so and name the figure to quote."""
-    from modelprof.timing.agreement import corrected_passes, judge_agreement
 
     agreement = judge_agreement(latency, corrected_passes(layers), leaf_sum, regimes=regimes)
     if not agreement.agree:
@@ -362,12 +368,9 @@ def _step(
     model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any, step_cost: Any
 ) -> tuple:
     """The training step's columns, its (loss)/(optimizer) rows and the ``TrainingStep``."""
-    from modelprof.step.table import step_columns
 
     step_timing = None
     if spec.timing:
-        from modelprof.step.timing import time_step
-
         step_timing = time_step(model, mi, spec.step, len(records), spec.mode, options=spec.opts)
     keys = [(r, s) for r, s, _ in row_keys(rows)]
     return step_columns(keys, records, step_cost, step_timing)
@@ -377,7 +380,6 @@ def _step_spec(
     backward: bool, loss_fn: Any, target: Any, optimizer: Any, opts: TimingOptions
 ) -> Any:
     """The checked training-step options, or None with ``backward=False`` (then none is given)."""
-    from modelprof.step.spec import StepSpec
 
     if not backward:
         given = [
@@ -427,10 +429,6 @@ def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelIn
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     """The peaks for the roofline columns, and both the probe and the table in ``env``."""
-    import dataclasses
-
-    from modelprof.runtime.device import tf32_enabled
-    from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
     if isinstance(roofline, Peaks):
         peaks = roofline
@@ -459,8 +457,6 @@ def _measure(
 ) -> tuple[Any, Any, list[str]]:
     """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
     under ``opts``; and the notes that say how the per-layer columns were measured."""
-    from modelprof.timing import measure_latency, time_layers
-    from modelprof.timing.latency import timing_runner
 
     runner = timing_runner(model, mi, mode, opts)
     eager = getattr(runner, "_orig_mod", runner)  # a torch.compile'd module fires no hooks

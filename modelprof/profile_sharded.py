@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from modelprof.errors import ModelProfError
@@ -74,7 +75,6 @@ def profile_sharded(
     callable, called in the same device and fake-tensor context as the model. Other options go
     to ``profile`` (``backward=True``, ``view="global"``, ``batch_size``...).
     """
-    import torch.distributed as dist
 
     _check(world_size, rank, build, profile_options)
     if dist.is_initialized():

@@ -28,7 +28,9 @@ import dataclasses
 import enum
 from typing import Any
 
+import pandas as pd
 import torch
+import torch.distributed as dist
 
 from modelprof.runtime import compat
 from modelprof.runtime.tensors import nbytes
@@ -149,7 +151,6 @@ def is_comm_bookkeeping(func: Any) -> bool:
 def _group_size(func: compat.OpOverload, args: tuple, kwargs: dict) -> int:
     """Ranks in the collective's group: its ProcessGroup argument, its ``group_size``, or the
     group its ``group_name`` names; 1 where none can be found (moves nothing)."""
-    import torch.distributed as dist
 
     for i, a in enumerate(func._schema.arguments):
         value = args[i] if i < len(args) else kwargs.get(a.name)
@@ -312,7 +313,6 @@ _FRAME_COLUMNS = (
 def collectives_frame(rows: Any) -> Any:
     """The collectives of the leaf rows (``(communication)`` rows), one line per row, phase
     (forward/backward), kind and group size."""
-    import pandas as pd
 
     lines = []
     for r in rows:

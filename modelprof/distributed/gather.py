@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+import torch.distributed as dist
 
 from modelprof.errors import ModelProfError
 
@@ -20,7 +21,6 @@ def gather_reports(
     (``ranks``) and, where timed, ``step_latency_ms``: the slowest rank's median, which is the
     step time of the group (the others wait for it at the next collective).
     """
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         raise ModelProfError(

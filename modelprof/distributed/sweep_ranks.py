@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import torch.distributed as dist
+
 from modelprof.errors import ModelProfError
 
 __all__ = ["Alone", "GroupRanks", "StoreRanks", "SweepRanks", "open_ranks"]
@@ -119,7 +121,6 @@ class GroupRanks:
     """The ranks of a process group the caller initialised (collectives over gloo)."""
 
     def __init__(self, group: Any) -> None:
-        import torch.distributed as dist
 
         self.group, self.dist = group, dist
         self.ranks = SweepRanks(
@@ -160,7 +161,6 @@ def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks 
     """Meet the other ranks: on the caller's process group if one is initialised, on
     torchrun's store when ``WORLD_SIZE`` > 1, else alone. ``timed``: whether the sweep times
     anything (refused under the caller's group, whose ranks ``profile()`` keeps in step)."""
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         if timed:
@@ -185,7 +185,6 @@ def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks 
 
 
 def _store_ranks(world: int, timeout_s: float) -> StoreRanks:
-    import torch.distributed as dist
 
     rank = env_int("RANK", -1)
     if not 0 <= rank < world:

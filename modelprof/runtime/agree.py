@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from modelprof.errors import ModelProfError
@@ -45,7 +46,6 @@ class Agreement:
 
     def least(self, values: list[int]) -> list[int]:
         """Each value's minimum over the ranks (one all-reduce)."""
-        import torch.distributed as dist
 
         t = torch.tensor(values, dtype=torch.int64, device=self.device)
         try:
@@ -113,7 +113,6 @@ ALONE: Agreement = _Alone()
 def agreement() -> Agreement | None:
     """An :class:`Agreement` over the default group when one is active with more than one rank,
     else None (decisions stay local)."""
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None

@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
+from modelprof.errors import ModelProfWarning, NoisyMeasurementWarning
 from modelprof.runtime import compat
 from modelprof.runtime.tensors import is_dtensor
 
@@ -52,7 +55,6 @@ class RankInfo:
 
 
 def _initialized() -> bool:
-    import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
 
@@ -61,7 +63,6 @@ def current_group() -> RankInfo | None:
     """The default process group as seen from this rank, or None outside one."""
     if not _initialized():
         return None
-    import torch.distributed as dist
 
     local = os.environ.get("LOCAL_RANK")
     return RankInfo(
@@ -84,8 +85,6 @@ def is_speaker(all_ranks: bool | None = None) -> bool:
     if all_ranks if all_ranks is not None else all_ranks_speak():
         return True
     if _initialized():
-        import torch.distributed as dist
-
         # a fake group (profile_sharded) is one process: it always speaks
         return dist.get_rank() == 0 or str(dist.get_backend()) == "fake"
     rank = os.environ.get("RANK")  # launched by torchrun, group not (yet) initialised
@@ -100,7 +99,6 @@ def one_voice(all_ranks: bool | None = None) -> Iterator[bool]:
     if speaker:
         yield True
         return
-    from modelprof.errors import ModelProfWarning, NoisyMeasurementWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ModelProfWarning)
@@ -123,7 +121,6 @@ def local_device(device: Any) -> Any:
 
 def is_ddp(model: nn.Module) -> bool:
     """Whether ``model`` is a DistributedDataParallel wrapper."""
-    from torch.nn.parallel import DistributedDataParallel
 
     return isinstance(model, DistributedDataParallel)
 
