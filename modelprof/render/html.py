@@ -130,7 +130,7 @@ def html_table(
             if is_rough(table, r, name):  # greyed, and said on hover
                 klass += " rough"
                 style += " color: #999;" if style else "color: #999;"
-                title = ' title="rough: fewer per-layer passes than the stop rule promises"'
+                title = ' title="rough: few per-layer passes, a busy probe, or above the peak"'
             attr = (f' style="{style}"' if style else "") + title
             tds.append(f'<td class="{klass}"{attr}>{html.escape(cell)}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")

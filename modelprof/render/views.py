@@ -398,9 +398,14 @@ class Table:
         return tuple(k in _NUMERIC_KINDS for k in self.kinds)
 
 
+_AT_MOST_ONE = frozenset({"mfu", "hfu", "mbu", "efficiency"})
+
+
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
     if name not in ROUGH_COLUMNS:
         return False
+    if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:  # above the peak: the peak reads low
+        return True
     flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
     return any(
         f in frame.columns and not _is_missing(frame[f].iloc[r]) and bool(frame[f].iloc[r])
@@ -410,8 +415,9 @@ def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
 
 def is_rough(table: Table, r: int, name: str) -> bool:
     """Cell (row ``r``, column ``name``) of a prepared table is a rough per-layer time: its row
-    rests on fewer per-layer passes than the stop rule promises (``latency_rough``), or an
-    efficiency judged against roofs probed on a busy machine (``efficiency_loaded``)."""
+    rests on fewer per-layer passes than the stop rule promises (``latency_rough``), an
+    efficiency judged against roofs probed on a busy machine (``efficiency_loaded``), or an
+    efficiency, MFU, HFU or MBU above 1 (the peak it is judged against is below what ran)."""
     return table.units != "raw" and _rough(table.frame, r, name)
 
 
@@ -661,7 +667,7 @@ def prepare_table(
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
-    if units != "raw" and ({"latency_rough", LOADED_FLAG} & set(rows.columns)):
+    if units != "raw" and ({"latency_rough", LOADED_FLAG, *_AT_MOST_ONE} & set(rows.columns)):
         cells = tuple(
             tuple(
                 ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
