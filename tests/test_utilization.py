@@ -229,8 +229,8 @@ def test_a_ratio_above_one_is_never_printed_as_a_utilization():
     assert f"MFU {sheet.mfu:.3f} (" in sheet.describe()
     assert "against the probe peak above 1 (" in sheet.describe()
     # a given peak below what ran: the time, the count or the peak is off
-    given = report.utilization(dataclasses.replace(low, source="user"))
-    assert "more than the given peak allows" in given.describe()
+    judged = report.utilization(dataclasses.replace(low, source="user"))
+    assert "more than the given peak allows" in judged.describe()
     # the table marks each ratio above 1 as rough, and leaves one below 1 plain
     text = report.to_text(columns=["module", "mfu", "mbu"], units="human")
     linear = next(row for row in text.splitlines() if row.lstrip().startswith("0"))
@@ -241,6 +241,14 @@ def test_a_ratio_above_one_is_never_printed_as_a_utilization():
     )
     assert "~" not in plain.to_text(columns=["module", "mfu", "mbu"], units="human")
     assert "above 1" not in plain.summary()
+    # a given roof is never raised to what ran (a probed one is): its efficiency above 1 is marked
+    given = dataclasses.replace(low, source="user")
+    over = modelprof.profile(
+        model, (64,), batch_size=16, roofline=given, repeat=3, warmup=1, budget_s=1
+    )
+    assert over.to_dataframe().loc[1, "efficiency"] > 1
+    text = over.to_text(columns=["module", "efficiency"], units="human")
+    assert next(r for r in text.splitlines() if r.lstrip().startswith("0")).count("~") == 1
 
 
 def test_bad_conventions_and_peaks_are_named():
