@@ -240,7 +240,7 @@ def has_composite_kernel(op: OpOverload) -> bool:
     """Whether ``op`` decomposes above autograd (a ``CompositeImplicitAutograd`` kernel); torch
     2.4-2.14: ``torch._C._dispatch_has_kernel_for_dispatch_key``. An op the dispatcher does not
     know has none: torch 2.11 raises "operator aten::dim does not exist" for ``aten.dim``, which a
-    jagged nested tensor sends through ``__torch_dispatch__`` (found on an H200's torch 2.11)."""
+    jagged nested tensor sends through ``__torch_dispatch__``."""
     try:
         return bool(
             torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
@@ -368,8 +368,8 @@ def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
 def default_mesh_on_cpu() -> Iterator[None]:
     """Inside the block, ``fully_shard`` without a ``mesh`` shards over a CPU mesh, as on a
     machine without a GPU. FSDP2 builds its default mesh on the machine's accelerator: torch
-    2.11-2.14 ask ``torch._C._get_accelerator()`` (so on an H200 a model built on meta gathered
-    its parameters onto cuda:0 while they were materialised on the CPU), earlier releases
+    2.11-2.14 ask ``torch._C._get_accelerator()`` (so with a GPU present a model built on meta
+    gathers its parameters onto cuda:0 while they are materialised on the CPU), earlier releases
     ``torch.cuda.is_available()``; both answer "cpu" in the block and are put back after it."""
     with contextlib.ExitStack() as patched:
         patched.enter_context(mock.patch.object(torch.cuda, "is_available", lambda: False))

@@ -3,8 +3,8 @@
 ``profile`` times a model twice: clean end-to-end runs (the reported latency), then separate
 instrumented passes (the per-layer rows, whose corrected pass is the ``(root)`` row). On a quiet
 machine the two agree within the instrument's few percent. When the machine's load changes
-between the two windows they do not: on a loaded VM the leaf rows once summed to 6.8x the clean
-median while the coverage, taken against plain passes in the per-layer window, read 95 %.
+between the two windows they do not, and the coverage cannot tell: it compares passes of one
+window (docs/timing.md has a case).
 
 :func:`judge_agreement` compares the two medians with their intervals. They *disagree* when
 their 95 % intervals do not overlap (a side without an interval counts as its median) and the

@@ -789,11 +789,10 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     difference that makes the corrected pass's median the plain pass's. On a loaded machine
     preemption lands more often on the longer, instrumented pass and overstates it, so on the CPU
     the same difference of thread CPU time (which time spent descheduled does not enter) bounds
-    it. Medians of blocks of k instrumented then k plain passes, with a bound from the mean CPU
-    time, put the corrected leaf sum of 200 Linear(16, 16) at 0.78-1.08 of the plain pass on this
-    project's VM; this, 0.95-1.00 (benchmarks/leaf_sum.py). With fewer than ten passes the
-    difference is mostly noise (one pass pair under load read 205 us per call where the hooks
-    cost ~5, and zeroed 16 rows of resnet18): the calibration chain's cost stands in.
+    it (``benchmarks/leaf_sum.py`` checks the corrected leaf sum; its figures are in
+    docs/timing.md). With fewer than ten passes the difference is mostly noise (one preempted
+    pass pair can read many times the hooks' cost and zero whole rows): the calibration chain's
+    cost stands in.
     """
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
