@@ -504,7 +504,7 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     from modelprof import profile
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # noisy/drifting timing on a loaded VM: not the point
+        warnings.simplefilter("ignore")  # noisy or drifting timing under load: not the point
         report = profile(torchvision.models.resnet18(), (3, 224, 224), budget_s=0.3)
     df = report.to_dataframe()
     roofs = observed_peaks(df, report.peaks)
