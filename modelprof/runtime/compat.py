@@ -32,7 +32,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "autocast_enabled",
     "cache_argument",
     "CACHE_ARGUMENTS",
     "cache_layer_tensors",
@@ -284,17 +283,6 @@ def module_stack_type_name(kind: Any) -> str:
     """The class name an exported node's ``nn_module_stack`` records for a module: the class
     itself, or its qualified name as a string (both seen across torch 2.4-2.14)."""
     return kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
-
-
-def autocast_enabled(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` ("cpu", "cuda"). ``torch.is_autocast_enabled``
-    takes a device type from torch 2.4 on; before, the CPU had its own function."""
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4
-        if device_type == "cpu":
-            return bool(torch.is_autocast_cpu_enabled())
-        return bool(torch.is_autocast_enabled())
 
 
 @functools.lru_cache(maxsize=1)

@@ -79,11 +79,6 @@ class HookSession:
     thread_id: int
     foreign_calls: int = 0
 
-    @property
-    def ran_elsewhere(self) -> bool:
-        """True when another thread called one of the model's modules while hooked."""
-        return self.foreign_calls > 0
-
 
 def _nesting_depth(names: dict[nn.Module, str]) -> int:
     return max((n.count(".") + 1 for n in names.values() if n), default=0) + 1
