@@ -97,11 +97,10 @@ def _barh(
     xlabel: str,
     error: tuple[str, str] | None = None,
     formatter: Any = None,
-    figsize: tuple[float, float] | None = None,
 ) -> Any:
     figure_cls = _figure_class()
     n = len(rows)
-    fig = figure_cls(figsize=figsize or (8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
+    fig = figure_cls(figsize=(8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
     values = rows[column].to_numpy(dtype=float)

@@ -190,10 +190,8 @@ def _ignore(*_: Any) -> None:
     return None
 
 
-def count_foreign_calls(
-    model: nn.Module, modules: dict[nn.Module, str] | None = None
-) -> contextlib.AbstractContextManager[HookSession]:
+def count_foreign_calls(model: nn.Module) -> contextlib.AbstractContextManager[HookSession]:
     """Only count the calls other threads make to the model's modules during the block
     (``session.foreign_calls``). It installs global hooks, so each module call of this thread
     pays one hook call too: use it around passes whose timing that does not distort."""
-    return module_hooks(model, _ignore, _ignore, modules, exclusive=False)
+    return module_hooks(model, _ignore, _ignore, exclusive=False)
