@@ -170,7 +170,7 @@ _SPECS: dict[str, ColumnSpec] = {
     "backward_macs": ColumnSpec("backward MACs", "count"),
     "backward_flops": ColumnSpec("backward FLOPs", "count"),
     "saved_bytes": ColumnSpec("saved for backward", "bytes"),
-    # roofline columns (modelprof.timing.peaks.add_roofline)
+    # roofline columns (modelprof.report.roofline.add_roofline)
     "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
     "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),
     "intensity": ColumnSpec("intensity (FLOP/B)", "float"),

@@ -196,7 +196,7 @@ def plot_roofline(
     named in a key beside the plot, so no label covers a point or another label. ``df`` is the
     modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
     the ones the rows are judged against (probed roofs raised where a layer beat them:
-    ``modelprof.timing.peaks.observed_peaks``)."""
+    ``modelprof.report.roofline.observed_peaks``)."""
     from modelprof.report.roofline import add_roofline, observed_peaks
     from modelprof.timing.peaks import Peaks as PeaksClass
 
