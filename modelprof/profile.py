@@ -343,9 +343,9 @@ def _regimes(model: nn.Module, opts: TimingOptions) -> str:
 def _judge(latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str) -> Any:
     """Whether the per-layer window agrees with the clean runs; when not, one note and one
     warning that say so and name the figure to quote."""
-    from modelprof.timing.agreement import corrected_passes, judge_agreement
+    from modelprof.timing.agreement import judge_agreement
 
-    agreement = judge_agreement(latency, corrected_passes(layers), leaf_sum, regimes=regimes)
+    agreement = judge_agreement(latency, layers.corrected, leaf_sum, regimes=regimes)
     if not agreement.agree:
         notes.append(agreement.note())
         warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)

@@ -19,11 +19,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-
 from modelprof.timing.measurement import Measurement
 
-__all__ = ["AGREEMENT_TOLERANCE", "TimingAgreement", "corrected_passes", "judge_agreement"]
+__all__ = ["AGREEMENT_TOLERANCE", "TimingAgreement", "judge_agreement"]
 
 #: Medians of the two windows further apart than this (and beyond both intervals) disagree.
 AGREEMENT_TOLERANCE = 0.10
@@ -136,18 +134,4 @@ def judge_agreement(
         cpu_ms=cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
         regimes=regimes or None,
-    )
-
-
-def corrected_passes(layers: object) -> Measurement:
-    """The per-layer window's corrected passes (``LayerTiming``) as a Measurement."""
-    return Measurement(
-        np.asarray(layers.corrected_passes_ms),
-        device=layers.device,
-        batch_size=layers.batch_size,
-        stop_reason=layers.stop_reason,
-        label="the per-layer passes (corrected)",
-        blocks=layers.blocks,
-        timestamps_s=layers.timestamps_s,
-        min_samples=layers.min_samples,
     )

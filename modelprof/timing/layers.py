@@ -114,13 +114,21 @@ class LayerTiming:
     @property
     def end_to_end(self) -> Measurement:
         """The instrumented end-to-end passes (as read) as a Measurement."""
+        return self._measurement(self.passes_ms, "the per-layer (instrumented) passes")
+
+    @property
+    def corrected(self) -> Measurement:
+        """The corrected passes (the ``(root)`` row's), which the clean runs are judged against."""
+        return self._measurement(self.corrected_passes_ms, "the per-layer passes (corrected)")
+
+    def _measurement(self, passes_ms: np.ndarray, label: str) -> Measurement:
         return Measurement(
-            self.passes_ms,
+            passes_ms,
             device=self.device,
             batch_size=self.batch_size,
             warmup=self.warmup,
             stop_reason=self.stop_reason,
-            label="the per-layer (instrumented) passes",
+            label=label,
             env=self.env,
             blocks=self.blocks,
             timestamps_s=self.timestamps_s,
