@@ -19,6 +19,7 @@ from torch import nn
 from modelprof.distributed.agree import agreed_timing
 from modelprof.errors import ModelProfError
 from modelprof.report.comparison import Comparison
+from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.inputs import parse_input_size
 from modelprof.runtime.progress import progress_bar
@@ -30,17 +31,9 @@ from modelprof.timing.options import OPTION_NAMES, TimingOptions
 
 __all__ = ["Comparison", "compare", "unique_name"]
 
-_TOTAL_COLUMNS = (
-    "params",
-    "macs",
-    "flops",
-    "madd",
-    "output_bytes",
-    "read_bytes",
-    "write_bytes",
-    "backward_macs",
-    "backward_flops",
-    "saved_bytes",
+# a model's counted totals, without the trainable/frozen split of its parameters
+_TOTAL_COLUMNS = tuple(
+    c for c in ADDITIVE + STEP_ADDITIVE if c not in ("trainable_params", "frozen_params")
 )
 # ratio column -> the column it divides by the baseline's value
 _RATIOS = {
