@@ -20,6 +20,7 @@ from modelprof.errors import ModelProfError
 from modelprof.models import load_model
 from modelprof.profile import profile  # late: profile imports the whole analysis stack
 from modelprof.report.comparison import Comparison
+from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.guard import preserved_state
@@ -38,17 +39,9 @@ from modelprof.timing.throughput import POINT_DEFAULTS
 
 __all__ = ["Comparison", "compare", "unique_name"]
 
-_TOTAL_COLUMNS = (
-    "params",
-    "macs",
-    "flops",
-    "madd",
-    "output_bytes",
-    "read_bytes",
-    "write_bytes",
-    "backward_macs",
-    "backward_flops",
-    "saved_bytes",
+# a model's counted totals, without the trainable/frozen split of its parameters
+_TOTAL_COLUMNS = tuple(
+    c for c in ADDITIVE + STEP_ADDITIVE if c not in ("trainable_params", "frozen_params")
 )
 # ratio column -> the column it divides by the baseline's value
 _RATIOS = {

@@ -33,7 +33,7 @@ from modelprof.step.spec import StepSpec, loss_module, refuse_scripted
 from modelprof.step.table import step_columns
 from modelprof.step.timing import time_step
 from modelprof.timing import measure_latency, time_layers
-from modelprof.timing.agreement import corrected_passes, judge_agreement
+from modelprof.timing.agreement import judge_agreement
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
@@ -348,7 +348,7 @@ def _judge(latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes
     """Whether the per-layer window agrees with the clean runs; when not, one note and one
     warning that say so and name the figure to quote."""
 
-    agreement = judge_agreement(latency, corrected_passes(layers), leaf_sum, regimes=regimes)
+    agreement = judge_agreement(latency, layers.corrected, leaf_sum, regimes=regimes)
     if not agreement.agree:
         notes.append(agreement.note())
         warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)

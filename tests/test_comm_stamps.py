@@ -1,4 +1,4 @@
-"""Issue 18: collectives' own time lands in (communication) rows, forward and backward, on any
+"""Collectives' own time lands in (communication) rows, forward and backward, on any
 device (modelprof.timing.comm). One process: a fake process group of 2 (its collectives move
 nothing, so their spans are ~0 here; the torchrun tests time real gloo collectives), and a clock
 whose every stamp is one tick later than the last, so a collective's span is exactly 1 ms."""

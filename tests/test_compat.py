@@ -141,12 +141,6 @@ def test_function_stack_push_and_pop() -> None:
     assert compat.function_stack.length() == before
 
 
-def test_autocast_enabled() -> None:
-    assert not compat.autocast_enabled("cpu")
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert compat.autocast_enabled("cpu")
-
-
 def test_optional_ops_keep_the_present_ones() -> None:
     assert compat.optional_ops("mm", "no_such_op_anywhere") == [torch.ops.aten.mm]
     assert compat.optional_ops("no_such_op_anywhere") == []

@@ -1,5 +1,5 @@
-"""Issue 18's exact figures from one process: a fake process group of 2, the model and its parallel
-plan built as under torchrun (tests/dist_models.py derives the model from the issue's figures).
+"""Sharded models' counts in closed form from one process: a fake process group of 2, the model
+and its parallel plan built as under torchrun (tests/dist_models.py derives the model's figures).
 
 fp32: 3,159,552 params * 4 B = 12,638,208 B, the whole model's parameter (and gradient) bytes.
 """
@@ -42,7 +42,7 @@ def plain():
     return profile(dm.Transformer(), SHAPE, batch_size=dm.BATCH, timing=False, backward=True)
 
 
-def test_unsharded_model_is_the_issue_s(plain):
+def test_unsharded_model_has_the_closed_form_counts(plain):
     assert plain.totals["params"] == PARAMS and plain.totals["macs"] == MACS
 
 
@@ -79,10 +79,10 @@ def test_fsdp2_gathers_and_reduce_scatters(plain):
 
 
 def test_fsdp_built_on_meta_shards_on_the_cpu_where_the_machine_has_a_gpu(monkeypatch):
-    # on an H200 fully_shard without a mesh took cuda:0 (FSDP asks the machine's accelerator)
-    # while the parameters were materialised on the CPU: "Unhandled FakeTensor Device
-    # Propagation for fsdp.all_gather_copy_in.default, found two different devices cpu,
-    # cuda:0". Here the CPU machine says it has a GPU (a CUDA mesh cannot be built on it)
+    # with a GPU present fully_shard without a mesh takes cuda:0 (FSDP asks the machine's
+    # accelerator) while the parameters are materialised on the CPU: "Unhandled FakeTensor
+    # Device Propagation for fsdp.all_gather_copy_in.default, found two different devices
+    # cpu, cuda:0". Here the CPU machine says it has a GPU (a CUDA mesh cannot be built on it)
     want = sharded(dm.fsdp, backward=True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     if hasattr(torch._C, "_get_accelerator"):  # torch 2.11-2.14 ask this one

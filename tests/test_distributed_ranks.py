@@ -1,4 +1,4 @@
-"""Issue 18 under torchrun: 2 gloo ranks on this machine, started and stopped by the test (a
+"""Sharded models under torchrun: 2 gloo ranks on one host, started and stopped by the test (a
 deadlock fails on the timeout instead of hanging). tests/dist_worker.py is what each rank runs;
 the figures are derived in tests/test_distributed_fake.py and tests/dist_models.py."""
 

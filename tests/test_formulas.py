@@ -193,8 +193,9 @@ def _cudnn_rnn_args(lstm: nn.LSTM, x: torch.Tensor, columns: bool) -> tuple:
 
 
 def test_cudnn_lstm_counts_the_same_whatever_the_weight_layout():
-    # on an H200 under bf16 autocast the weights came as columns and the count rose: MACs by
-    # the biases (+0.45 %), FLOPs by every weight element taken for a gate unit (+25 %)
+    # under CUDA bf16 autocast the weights come as (numel, 1) columns of one flat buffer; read
+    # as matrices they would raise MACs by the biases and FLOPs by every weight element taken
+    # for a gate unit
     from modelprof.counting.formulas.registry import REGISTRY
 
     formula = REGISTRY.lookup(torch.ops.aten._cudnn_rnn.default)
@@ -222,8 +223,8 @@ def test_cudnn_lstm_with_projections_both_ways_counts_as_the_cpu():
 
 
 def test_weight_packing_and_shape_queries_are_free():
-    # _cudnn_rnn_flatten_weight copies the weights into cuDNN's buffer (unsupported on an H200,
-    # fp32 and bf16); aten.dim returns a number (a jagged nested tensor dispatches it)
+    # _cudnn_rnn_flatten_weight copies the weights into cuDNN's buffer; aten.dim returns a
+    # number (a jagged nested tensor dispatches it)
     from modelprof.counting.formulas.registry import REGISTRY, ZERO
 
     w = [torch.randn(20, 6), torch.randn(20, 5)]

@@ -246,13 +246,15 @@ def test_llama_70b_shape_on_meta_is_fast_and_bounded():
     # ... and within 1 % (the activations: a token's inputs and outputs of each layer) of the
     # weights' bytes plus three passes over the cache of 8191 tokens (DynamicCache's cat reads
     # the old cache and writes the new one, the attention reads it): SDPA counted as a fused
-    # kernel reads the 8 KV heads as cached (decomposed on meta, with the heads repeated to 64
-    # and the scores materialised, this bound was 97.7 ms)
+    # kernel reads the 8 KV heads as cached, not repeated to 64 heads with the scores
+    # materialised as the decomposed kernel would
     kv = report.kv.total_bytes
     assert kv == 8191 * 327680
     assert table.iloc[-1]["bound_ms"] <= 1.01 * (weights * 2 + 3 * kv) / 3.35e12 * 1e3
     assert table.iloc[-1]["memory_bound_share"] > 0.9
-    assert took < 20  # the issue's figure (10 s) is checked by the benchmark alone
+    # a ceiling that only a pass gone quadratic breaks; the speed itself is measured by
+    # benchmarks/generation.py --part meta70b
+    assert took < 20
 
 
 def test_model_and_config_come_back_untouched():

@@ -3,7 +3,7 @@
 slope b, each against a plain loop over the same step in the same process (never against an
 absolute duration: a loaded machine stretches both alike).
 
-A spin can only be lengthened (preempted), never shortened, so on this shared 2-core machine the
+A spin can only be lengthened (preempted), never shortened, so on a shared machine the
 fastest reading of a step is its best estimate: the read-backs compare minima over the runs,
 and the reported medians are checked against their own stated intervals."""
 

@@ -28,7 +28,7 @@ def test_inputs_larger_than_memory_are_refused_before_allocating() -> None:
     model = nn.Conv2d(3, 8, 3)
     with pytest.raises(ModelProfError) as e:
         profile(model, (3, 100000, 100000), timing=False)
-    # 3 * 100000 * 100000 float32 values = 1.2e11 bytes, far above this machine's memory
+    # 3 * 100000 * 100000 float32 values = 1.2e11 bytes, more than a test host's memory
     assert "input_size=(3, 100000, 100000) at batch_size 1 needs 120.0 GB" in str(e.value)
     assert isinstance(e.value.__cause__, torch.OutOfMemoryError)  # a batch search steps back
     with pytest.raises(ModelProfError, match="more elements than a tensor can hold"):

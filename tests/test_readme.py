@@ -1,7 +1,7 @@
 """Every example in README.md runs, at small sizes.
 
 The README's ```python and ```bash blocks are taken as they are, with only these changes so the
-suite stays fast on a 2-core CPU (each is asserted to have applied, so a README edit cannot
+suite stays fast on a small CPU (each is asserted to have applied, so a README edit cannot
 silently make a test run at full size or skip an example):
 
 - image sizes 224 x 224 become 64 x 64 (in Python code; for CLI commands an ``--input-size

@@ -122,8 +122,7 @@ def test_peaks_must_be_positive(field: str, value: float) -> None:
         Peaks(**kwargs)
 
 
-def test_peaks_source_and_ridge() -> None:
-    assert PEAKS.ridge_intensity == pytest.approx(10.0)  # 1e12 / 1e11 FLOP per byte
+def test_peaks_source_is_checked() -> None:
     with pytest.raises(ModelProfError, match="'guess'"):
         Peaks(1.0, 1.0, source="guess")
 
@@ -504,7 +503,7 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     from modelprof import profile
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # noisy/drifting timing on a loaded VM: not the point
+        warnings.simplefilter("ignore")  # noisy or drifting timing under load: not the point
         report = profile(torchvision.models.resnet18(), (3, 224, 224), budget_s=0.3)
     df = report.to_dataframe()
     roofs = observed_peaks(df, report.peaks)

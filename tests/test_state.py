@@ -31,7 +31,7 @@ class CallCount:
 
 
 class Counting(nn.Module):
-    """The issue's case: an eval forward that keeps a step count in a buffer."""
+    """An eval forward that keeps a step count in a buffer."""
 
     def __init__(self, calls: CallCount) -> None:
         super().__init__()

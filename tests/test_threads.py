@@ -137,10 +137,10 @@ def test_hook_session_counts_the_calls_other_threads_make() -> None:
             bystander.serve_now()
         assert seen == []  # the profiling thread itself ran nothing
         # each forward of the other thread calls root, Linear and ReLU: 5 * 3 = 15
-        assert session.foreign_calls == FORWARDS * 3 and session.ran_elsewhere
+        assert session.foreign_calls == FORWARDS * 3
         with count_foreign_calls(model) as quiet:
             model(torch.randn(1, 8))  # this thread's own calls are not foreign
-        assert quiet.foreign_calls == 0 and not quiet.ran_elsewhere
+        assert quiet.foreign_calls == 0
         # exclusive (the default): the calls are refused when the block ends, in this thread
         with pytest.raises(ModelProfError, match=f"{FORWARDS * 3} times"):
             with module_hooks(model, lambda m, a, k: None, lambda m, o: None):

@@ -73,9 +73,9 @@ def test_leaves_cover_each_pass(spin_timing):
     assert lt.leaves() == list(SPIN_MS)
     # pass by pass, the leaves' share of the (corrected) instrumented pass: what is not in a
     # leaf is the Sequential's loop and the hooks outside the spans (microseconds), and any
-    # preemption that lands there (on a 2-core VM at load 5, in most passes: the median share
-    # read 0.968). Preemption only lengthens a pass, so the fastest quarter of the passes are
-    # the least hit: their median share is within 3 % of 1
+    # preemption that lands there (under load, in most passes). Preemption only lengthens a
+    # pass, so the fastest quarter of the passes are the least hit: their median share is
+    # within 3 % of 1
     leaves = sum(lt.samples[k] for k in SPIN_MS)
     passes = lt.corrected_passes_ms
     share = leaves / passes
@@ -321,8 +321,8 @@ def test_peak_memory_nesting_with_fake_allocator():
 
 def test_a_budget_that_stops_the_passes_early_warns_and_takes_the_chain_cost(monkeypatch):
     # a 20 ms spin with a 0.05 s budget: one or two instrumented passes (each with a plain pass
-    # beside it), far below min_samples=10. A difference of so few passes is noise (under load
-    # it once read 205 us per call where the instrument costs ~9 us), so the hooks' cost comes
+    # beside it), far below min_samples=10. A difference of so few passes is noise (one
+    # preempted pass pair can read many times the instrument's cost), so the hooks' cost comes
     # from the calibration chain, given here: per call 7 us, 2 us of it inside a span.
     chain = HookCost(per_call_ms=0.007, self_ms=0.002, source="chain")
     monkeypatch.setattr("modelprof.timing.layers.calibrate_hooks", lambda clock: chain)

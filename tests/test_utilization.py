@@ -4,6 +4,7 @@ conventions, the probe and the utilization agreeing on the CPU, generation phase
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -204,7 +205,50 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
     # 67 TFLOP/s dense float32 against the probe's: the ratio of the two MFUs is theirs
     assert sheet.mfu / u.mfu == pytest.approx(peaks.peak_flops / 67e12)
     assert "datasheet, dense, H100 SXM" in sheet.describe()
-    assert f"against the probe peak {u.mfu:.3f}" in sheet.describe()
+    probe_part = sheet.describe().split("against the probe peak ", 1)[1]
+    assert probe_part.startswith(f"{u.mfu:.3f}" if u.mfu <= 1 else f"above 1 ({u.mfu:.3f}:")
+
+
+def test_a_ratio_above_one_is_never_printed_as_a_utilization():
+    # a probe that under-reads the device: 1 kFLOP/s and 1 kB/s, which any forward outruns
+    # (2 x 16 x 64 x 128 = 262,144 FLOPs would need 262 s to sit at that roof)
+    low = Peaks(peak_flops=1e3, peak_bytes=1e3, source="probe", device="cpu")
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU())
+    report = modelprof.profile(
+        model, (64,), batch_size=16, roofline=low, repeat=3, warmup=1, budget_s=1
+    )
+    u = report.utilization("probe")
+    assert u.mfu > 1  # the number itself stays in the frames, numeric
+    line = u.describe()
+    assert f"MFU above 1 ({u.mfu:.3f}: the probe under-reads the peak" in line
+    assert f"MFU {u.mfu:.3f} " not in line  # never the plain figure
+    assert "probe under-reads the peak" in report.summary()
+    # a datasheet peak recorded beside it: the probe's figure is flagged there too
+    sheet = report.utilization("H100 SXM")
+    assert sheet.mfu < 1  # 262,144 FLOPs in under a second, against 67 TFLOP/s
+    assert f"MFU {sheet.mfu:.3f} (" in sheet.describe()
+    assert "against the probe peak above 1 (" in sheet.describe()
+    # a given peak below what ran: the time, the count or the peak is off
+    judged = report.utilization(dataclasses.replace(low, source="user"))
+    assert "more than the given peak allows" in judged.describe()
+    # the table marks each ratio above 1 as rough, and leaves one below 1 plain
+    text = report.to_text(columns=["module", "mfu", "mbu"], units="human")
+    linear = next(row for row in text.splitlines() if row.lstrip().startswith("0"))
+    assert linear.count("~") == 2, text  # its MFU and MBU, both above 1
+    high = Peaks(peak_flops=1e30, peak_bytes=1e30, source="probe")
+    plain = modelprof.profile(
+        model, (64,), batch_size=16, roofline=high, repeat=3, warmup=1, budget_s=1
+    )
+    assert "~" not in plain.to_text(columns=["module", "mfu", "mbu"], units="human")
+    assert "above 1" not in plain.summary()
+    # a given roof is never raised to what ran (a probed one is): its efficiency above 1 is marked
+    given = dataclasses.replace(low, source="user")
+    over = modelprof.profile(
+        model, (64,), batch_size=16, roofline=given, repeat=3, warmup=1, budget_s=1
+    )
+    assert over.to_dataframe().loc[1, "efficiency"] > 1
+    text = over.to_text(columns=["module", "efficiency"], units="human")
+    assert next(r for r in text.splitlines() if r.lstrip().startswith("0")).count("~") == 1
 
 
 def test_bad_conventions_and_peaks_are_named():

@@ -9,29 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.report.plots import figure_class, save_figure
 
 __all__ = ["layer_shares", "plot_decode_growth", "plot_phase_share"]
-
-
-def _figure_class() -> Any:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ModelProfError("plotting needs matplotlib: pip install matplotlib") from e
-    return Figure
-
-
-def _save(fig: Any, save: str | os.PathLike[str] | None) -> None:
-    if save is None:
-        return
-    from pathlib import Path
-
-    path = Path(save)
-    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ModelProfError(f"save={str(save)!r}: the extension must be .png, .svg or .pdf")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format=path.suffix.lower()[1:], bbox_inches="tight", dpi=150)
 
 
 def plot_decode_growth(
@@ -41,7 +21,7 @@ def plot_decode_growth(
     generations, their per-context median and fitted line, the per-layer passes' step medians,
     and the roofline bound when there is a target. Right: the bytes a step reads and writes
     (counted) and the KV cache it leaves."""
-    fig = _figure_class()(figsize=(11.0, 4.0), layout="constrained")
+    fig = figure_class()(figsize=(11.0, 4.0), layout="constrained")
     ax_t, ax_b = fig.subplots(1, 2)
     g = report.growth(batch_size)
     timing = report.timings.get(report._batch(batch_size))
@@ -96,7 +76,7 @@ def plot_decode_growth(
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    _save(fig, save)
+    save_figure(fig, save)
     return fig
 
 
@@ -131,7 +111,7 @@ def plot_phase_share(
     """Grouped bars: each block's share of the prefill beside its share of a decode step."""
     shares = layer_shares(report, batch_size, column)
     n = len(shares)
-    fig = _figure_class()(figsize=(8.0, max(2.5, 0.35 * n + 1.2)), layout="constrained")
+    fig = figure_class()(figsize=(8.0, max(2.5, 0.35 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
     ax.barh(y - 0.2, shares["prefill"] * 100, height=0.4, label="prefill")
@@ -142,5 +122,5 @@ def plot_phase_share(
     ax.set_title("Prefill vs decode, per layer")
     ax.legend()
     ax.grid(axis="x", alpha=0.3)
-    _save(fig, save)
+    save_figure(fig, save)
     return fig

@@ -87,11 +87,10 @@ def html_table(
     *,
     caption: str | None = None,
     max_height: str | None = None,
-    table_id: str | None = None,
 ) -> str:
     """Lay out a prepared :class:`Table` as a styled, self-contained HTML fragment. With
     ``max_height`` (a CSS length such as ``"36em"``) the rows scroll under a sticky header."""
-    tid = table_id or _table_id(table, caption)
+    tid = _table_id(table, caption)
     numeric = table.numeric
     frame = table.frame
     depths = list(frame["depth"]) if "depth" in frame.columns else None
@@ -130,7 +129,7 @@ def html_table(
             if is_rough(table, r, name):  # greyed, and said on hover
                 klass += " rough"
                 style += " color: #999;" if style else "color: #999;"
-                title = ' title="rough: fewer per-layer passes than the stop rule promises"'
+                title = ' title="rough: few per-layer passes, a busy probe, or above the peak"'
             attr = (f' style="{style}"' if style else "") + title
             tds.append(f'<td class="{klass}"{attr}>{html.escape(cell)}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
@@ -151,14 +150,12 @@ def html_table(
     return "\n".join(out) + "\n"
 
 
-def html_page(
-    body: str, *, title: str, heading: str | None = None, summary: Iterable[str] = ()
-) -> str:
+def html_page(body: str, *, title: str, summary: Iterable[str] = ()) -> str:
     """A complete HTML document around ``body`` (fragments from :func:`html_table`): doctype,
-    UTF-8 charset, ``title``, an ``<h1>`` (``heading``, default the title) and the ``summary``
-    lines as a paragraph (escaped here)."""
+    UTF-8 charset, ``title``, an ``<h1>`` of it and the ``summary`` lines as a paragraph
+    (escaped here)."""
     lines = [html.escape(line) for line in summary]
-    parts = [f"<h1>{html.escape(heading if heading is not None else title)}</h1>"]
+    parts = [f"<h1>{html.escape(title)}</h1>"]
     if lines:
         parts.append('<p class="modelprof-summary">' + "<br>\n".join(lines) + "</p>")
     parts.append(body.rstrip("\n"))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -62,7 +62,6 @@ __all__ = [
     "readable_scale",
 ]
 
-Units = Literal["human", "fixed", "raw"]
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = (
@@ -171,7 +170,7 @@ _SPECS: dict[str, ColumnSpec] = {
     "backward_macs": ColumnSpec("backward MACs", "count"),
     "backward_flops": ColumnSpec("backward FLOPs", "count"),
     "saved_bytes": ColumnSpec("saved for backward", "bytes"),
-    # roofline columns (modelprof.timing.peaks.add_roofline)
+    # roofline columns (modelprof.report.roofline.add_roofline)
     "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
     "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),
     "intensity": ColumnSpec("intensity (FLOP/B)", "float"),
@@ -398,9 +397,14 @@ class Table:
         return tuple(k in _NUMERIC_KINDS for k in self.kinds)
 
 
+_AT_MOST_ONE = frozenset({"mfu", "hfu", "mbu", "efficiency"})
+
+
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
     if name not in ROUGH_COLUMNS:
         return False
+    if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:  # above the peak: the peak reads low
+        return True
     flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
     return any(
         f in frame.columns and not _is_missing(frame[f].iloc[r]) and bool(frame[f].iloc[r])
@@ -410,8 +414,9 @@ def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
 
 def is_rough(table: Table, r: int, name: str) -> bool:
     """Cell (row ``r``, column ``name``) of a prepared table is a rough per-layer time: its row
-    rests on fewer per-layer passes than the stop rule promises (``latency_rough``), or an
-    efficiency judged against roofs probed on a busy machine (``efficiency_loaded``)."""
+    rests on fewer per-layer passes than the stop rule promises (``latency_rough``), an
+    efficiency judged against roofs probed on a busy machine (``efficiency_loaded``), or an
+    efficiency, MFU, HFU or MBU above 1 (the peak it is judged against is below what ran)."""
     return table.units != "raw" and _rough(table.frame, r, name)
 
 
@@ -661,7 +666,7 @@ def prepare_table(
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
-    if units != "raw" and ({"latency_rough", LOADED_FLAG} & set(rows.columns)):
+    if units != "raw" and ({"latency_rough", LOADED_FLAG, *_AT_MOST_ONE} & set(rows.columns)):
         cells = tuple(
             tuple(
                 ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c

@@ -7,14 +7,13 @@ report's table is; pandas' default display would cut them to ``[4 rows x 12 colu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import pandas as pd
 
 from modelprof.render.html import to_html
 from modelprof.render.text import to_text
 
-__all__ = ["WholeFrame", "shown", "units_of"]
+__all__ = ["WholeFrame", "shown"]
 
 _UNITS = "modelprof_units"  # attrs key: column -> unit suffix for display ("_bytes")
 _CAPTION = "modelprof_caption"  # attrs key: a line shown above the table
@@ -61,8 +60,3 @@ def shown(
     if caption:
         out.attrs[_CAPTION] = caption
     return out
-
-
-def units_of(frame: Any) -> Mapping[str, str]:
-    """The display units a :func:`shown` frame carries (empty for any other frame)."""
-    return getattr(frame, "attrs", {}).get(_UNITS, {})

@@ -39,7 +39,8 @@ __all__ = [
 _SAVE_FORMATS = (".png", ".svg", ".pdf")
 
 
-def _figure_class() -> Any:
+def figure_class() -> Any:
+    """matplotlib's ``Figure`` (no pyplot state), or a ModelProfError saying how to install it."""
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
@@ -50,7 +51,8 @@ def _figure_class() -> Any:
     return Figure
 
 
-def _save(fig: Any, save: str | os.PathLike[str] | None) -> None:
+def save_figure(fig: Any, save: str | os.PathLike[str] | None) -> None:
+    """Write ``fig`` to ``save`` (.png, .svg or .pdf; None: nothing), creating its folder."""
     if save is None:
         return
     path = Path(save)
@@ -100,11 +102,10 @@ def _barh(
     xlabel: str,
     error: tuple[str, str] | None = None,
     formatter: Any = None,
-    figsize: tuple[float, float] | None = None,
 ) -> Any:
-    figure_cls = _figure_class()
+    figure_cls = figure_class()
     n = len(rows)
-    fig = figure_cls(figsize=figsize or (8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
+    fig = figure_cls(figsize=(8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
     values = rows[column].to_numpy(dtype=float)
@@ -153,7 +154,7 @@ def plot_latency(
         xlabel="latency (ms)",
         error=("latency_p10_ms", "latency_p90_ms"),
     )
-    _save(fig, save)
+    save_figure(fig, save)
     return fig
 
 
@@ -178,7 +179,7 @@ def plot_flops(
         xlabel=spec.header,
         formatter=_value_formatter(spec.kind),
     )
-    _save(fig, save)
+    save_figure(fig, save)
     return fig
 
 
@@ -200,7 +201,7 @@ def plot_roofline(
     named in a key beside the plot, so no label covers a point or another label. ``df`` is the
     modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
     the ones the rows are judged against (probed roofs raised where a layer beat them:
-    ``modelprof.timing.peaks.observed_peaks``)."""
+    ``modelprof.report.roofline.observed_peaks``)."""
 
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(
@@ -221,7 +222,7 @@ def plot_roofline(
     if data.empty:
         raise ModelProfError("plot_roofline: no timed row with both FLOPs and bytes to place")
 
-    figure_cls = _figure_class()
+    figure_cls = figure_class()
     fig = figure_cls(figsize=(9.0, 5.2), layout="constrained")
     ax = fig.add_subplot()
     x = data["intensity"].to_numpy(dtype=float)
@@ -247,7 +248,7 @@ def plot_roofline(
     # wrapped to the axes' width once the legends took their room: a one-line title wider
     # than the axes ran into the legends outside them
     _fit_title(ax, title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
-    _save(fig, save)
+    save_figure(fig, save)
     return fig
 
 
@@ -408,7 +409,7 @@ def plot_throughput(
     data = curve_df[[x, y]].dropna().sort_values(x)
     if data.empty:
         raise ModelProfError("plot_throughput: the curve has no points")
-    figure_cls = _figure_class()
+    figure_cls = figure_class()
     fig = figure_cls(figsize=(6.5, 4.0), layout="constrained")
     ax = fig.add_subplot()
     xs = data[x].to_numpy(dtype=float)
@@ -431,7 +432,7 @@ def plot_throughput(
     ax.set_title(title or "Throughput")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, save)
+    save_figure(fig, save)
     return fig
 
 
@@ -467,7 +468,7 @@ def plot_compare(
     if not metrics:
         raise ModelProfError("plot_compare needs at least one metric")
     _require_columns(compare_df, metrics, "plot_compare")
-    figure_cls = _figure_class()
+    figure_cls = figure_class()
     labels = _model_labels(compare_df)
     fig = figure_cls(figsize=(max(4.0, 3.2 * len(metrics)), 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
@@ -495,7 +496,7 @@ def plot_compare(
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title)
-    _save(fig, save)
+    save_figure(fig, save)
     return fig
 
 
@@ -550,7 +551,7 @@ def plot_cost_latency(
     highs = compare_df.get(f"{stem}_ci_high_ms")
     lo = y - lows.to_numpy(dtype=float) if lows is not None else np.full_like(y, np.nan)
     hi = highs.to_numpy(dtype=float) - y if highs is not None else np.full_like(y, np.nan)
-    fig = _figure_class()(figsize=(5.5, 4.0), layout="constrained")
+    fig = figure_class()(figsize=(5.5, 4.0), layout="constrained")
     ax = fig.subplots()
     ok = np.isfinite(lo) & np.isfinite(hi)
     ax.errorbar(
@@ -579,5 +580,5 @@ def plot_cost_latency(
     ax.legend(fontsize=8, loc="best")
     if title:
         ax.set_title(title)
-    _save(fig, save)
+    save_figure(fig, save)
     return fig

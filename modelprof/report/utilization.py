@@ -67,6 +67,7 @@ _FLOPS_WORDS = {
     "flops": "full FLOPs (contractions + elementwise, norms, softmax)",
 }
 _SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
+_PEAK_NAMES = {"table": "datasheet", "probe": "probe", "user": "given"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,18 +123,33 @@ class Utilization:
         return float(self.phases["hfu"].iloc[-1])
 
     def describe(self) -> str:
-        """The whole call's MFU (and HFU where recomputation ran) with its convention."""
+        """The whole call's MFU (and HFU where recomputation ran) with its convention; a ratio
+        above 1 is said to be one, with why (:func:`_ratio_text`), never shown as a plain figure."""
         last = self.phases.iloc[-1]
-        hfu = f", HFU {last['hfu']:.3f}" if last["hardware_flops"] != last["model_flops"] else ""
-        source = {"table": "datasheet", "probe": "probe", "user": "given"}.get(
-            getattr(self.convention.peaks, "source", None)
-        )
+        source = _PEAK_NAMES.get(getattr(self.convention.peaks, "source", None))
+        hfu = last["hardware_flops"] != last["model_flops"]
+        hfu = f", HFU {_ratio_text(last['hfu'], source)}" if hfu else ""
         others = "".join(
-            f"; against the {k} peak {v:.3f}"
+            f"; against the {k} peak {_ratio_text(v, k)}"
             for k, v in self.by_peak.items()
             if k != source and k != "given"
         )
-        return f"MFU {last['mfu']:.3f}{hfu} ({last['phase']}; {self.convention.describe()}{others})"
+        mfu = _ratio_text(last["mfu"], source)
+        return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others})"
+
+
+def _ratio_text(value: float, peak: str | None) -> str:
+    """A utilization as the summary prints it (``peak``: ``"probe"``, ``"datasheet"`` or
+    ``"given"``). Work cannot outrun the device, so a ratio above 1 says the peak it is judged
+    against is too low (a short probe under-reads the device) or the peak, time or count is
+    not this run's: it is printed as above 1, with that reason, not as a utilization."""
+    if not value > 1:
+        return f"{value:.3f}"
+    if peak == "probe":
+        why = "the probe under-reads the peak; utilization(peak='<device name>') uses a datasheet"
+    else:
+        why = f"more than the {peak} peak allows: check the device, dtype and peak"
+    return f"above 1 ({value:.3f}: {why})"
 
 
 def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks]]:

@@ -32,7 +32,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfError
 
 __all__ = [
-    "autocast_enabled",
     "cache_argument",
     "CACHE_ARGUMENTS",
     "cache_layer_tensors",
@@ -246,7 +245,7 @@ def has_composite_kernel(op: OpOverload) -> bool:
     """Whether ``op`` decomposes above autograd (a ``CompositeImplicitAutograd`` kernel); torch
     2.4-2.14: ``torch._C._dispatch_has_kernel_for_dispatch_key``. An op the dispatcher does not
     know has none: torch 2.11 raises "operator aten::dim does not exist" for ``aten.dim``, which a
-    jagged nested tensor sends through ``__torch_dispatch__`` (found on an H200's torch 2.11)."""
+    jagged nested tensor sends through ``__torch_dispatch__``."""
     try:
         return bool(
             torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
@@ -290,17 +289,6 @@ def module_stack_type_name(kind: Any) -> str:
     """The class name an exported node's ``nn_module_stack`` records for a module: the class
     itself, or its qualified name as a string (both seen across torch 2.4-2.14)."""
     return kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
-
-
-def autocast_enabled(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` ("cpu", "cuda"). ``torch.is_autocast_enabled``
-    takes a device type from torch 2.4 on; before, the CPU had its own function."""
-    try:
-        return bool(torch.is_autocast_enabled(device_type))
-    except TypeError:  # torch < 2.4
-        if device_type == "cpu":
-            return bool(torch.is_autocast_cpu_enabled())
-        return bool(torch.is_autocast_enabled())
 
 
 @functools.lru_cache(maxsize=1)
@@ -413,8 +401,8 @@ def ddp_bucket_sizes(model: torch.nn.Module) -> list[int]:
 def default_mesh_on_cpu() -> Iterator[None]:
     """Inside the block, ``fully_shard`` without a ``mesh`` shards over a CPU mesh, as on a
     machine without a GPU. FSDP2 builds its default mesh on the machine's accelerator: torch
-    2.11-2.14 ask ``torch._C._get_accelerator()`` (so on an H200 a model built on meta gathered
-    its parameters onto cuda:0 while they were materialised on the CPU), earlier releases
+    2.11-2.14 ask ``torch._C._get_accelerator()`` (so with a GPU present a model built on meta
+    gathers its parameters onto cuda:0 while they are materialised on the CPU), earlier releases
     ``torch.cuda.is_available()``; both answer "cpu" in the block and are put back after it."""
     with contextlib.ExitStack() as patched:
         patched.enter_context(mock.patch.object(torch.cuda, "is_available", lambda: False))

@@ -79,11 +79,6 @@ class HookSession:
     thread_id: int
     foreign_calls: int = 0
 
-    @property
-    def ran_elsewhere(self) -> bool:
-        """True when another thread called one of the model's modules while hooked."""
-        return self.foreign_calls > 0
-
 
 def _nesting_depth(names: dict[nn.Module, str]) -> int:
     return max((n.count(".") + 1 for n in names.values() if n), default=0) + 1
@@ -195,10 +190,8 @@ def _ignore(*_: Any) -> None:
     return None
 
 
-def count_foreign_calls(
-    model: nn.Module, modules: dict[nn.Module, str] | None = None
-) -> contextlib.AbstractContextManager[HookSession]:
+def count_foreign_calls(model: nn.Module) -> contextlib.AbstractContextManager[HookSession]:
     """Only count the calls other threads make to the model's modules during the block
     (``session.foreign_calls``). It installs global hooks, so each module call of this thread
     pays one hook call too: use it around passes whose timing that does not distort."""
-    return module_hooks(model, _ignore, _ignore, modules, exclusive=False)
+    return module_hooks(model, _ignore, _ignore, exclusive=False)

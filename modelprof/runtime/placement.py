@@ -13,6 +13,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import same_device
 from modelprof.runtime.group import communicates
+from modelprof.runtime.guard import MODULE_REGISTRIES
 
 __all__ = ["copy_model", "model_placement", "moved_model"]
 
@@ -82,25 +83,6 @@ def moved_model(
     return clone
 
 
-_REGISTRIES = (
-    "_parameters",
-    "_buffers",
-    "_modules",
-    "_non_persistent_buffers_set",
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
-)
-
-
 def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> nn.Module:
     """A copy of ``model`` whose conversion or train-mode passes leave the original untouched.
 
@@ -155,7 +137,7 @@ def _structural_copy(model: nn.Module, own_parameters: bool = False) -> nn.Modul
             continue
         new = m.__class__.__new__(m.__class__)
         state = dict(m.__dict__)
-        for key in _REGISTRIES:
+        for key in MODULE_REGISTRIES:
             if key in state:
                 state[key] = state[key].copy()
         new.__dict__.update(state)

@@ -50,10 +50,6 @@ class TrainingStep:
     def backward_latency(self) -> Any:
         return None if self.timing is None else self.timing.backward
 
-    @property
-    def optimizer_latency(self) -> Any:
-        return None if self.timing is None else self.timing.optimizer
-
     def summary(self) -> str:
         c = self.cost
         opt = c.optimizer

@@ -3,8 +3,8 @@
 ``profile`` times a model twice: clean end-to-end runs (the reported latency), then separate
 instrumented passes (the per-layer rows, whose corrected pass is the ``(root)`` row). On a quiet
 machine the two agree within the instrument's few percent. When the machine's load changes
-between the two windows they do not: on a loaded VM the leaf rows once summed to 6.8x the clean
-median while the coverage, taken against plain passes in the per-layer window, read 95 %.
+between the two windows they do not, and the coverage cannot tell: it compares passes of one
+window (docs/timing.md has a case).
 
 :func:`judge_agreement` compares the two medians with their intervals. They *disagree* when
 their 95 % intervals do not overlap (a side without an interval counts as its median) and the
@@ -19,11 +19,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-
 from modelprof.timing.measurement import Measurement
 
-__all__ = ["AGREEMENT_TOLERANCE", "TimingAgreement", "corrected_passes", "judge_agreement"]
+__all__ = ["AGREEMENT_TOLERANCE", "TimingAgreement", "judge_agreement"]
 
 #: Medians of the two windows further apart than this (and beyond both intervals) disagree.
 AGREEMENT_TOLERANCE = 0.10
@@ -136,18 +134,4 @@ def judge_agreement(
         cpu_ms=cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
         regimes=regimes or None,
-    )
-
-
-def corrected_passes(layers: object) -> Measurement:
-    """The per-layer window's corrected passes (``LayerTiming``) as a Measurement."""
-    return Measurement(
-        np.asarray(layers.corrected_passes_ms),
-        device=layers.device,
-        batch_size=layers.batch_size,
-        stop_reason=layers.stop_reason,
-        label="the per-layer passes (corrected)",
-        blocks=layers.blocks,
-        timestamps_s=layers.timestamps_s,
-        min_samples=layers.min_samples,
     )

@@ -128,7 +128,6 @@ def measure_interleaved(
     *,
     baseline: str | None = None,
     mode: RunMode = RunMode(),
-    progress: Callable[[str], None] | None = None,
 ) -> LatencyComparison:
     """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``),
     each run as ``mode`` says."""
@@ -148,15 +147,11 @@ def measure_interleaved(
         ests: list[float | None] = []
         for name in order:
             c = by_name[name]
-            if progress is not None:
-                progress(f"warming up {name}")
             tc = stack.enter_context(
                 TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=name)
             )
             ests.append(tc.warm())
             calls.append(tc)
-        if progress is not None:
-            progress("interleaved rounds")
         rng = np.random.default_rng(opts.seed)
         with sampling_bar(
             opts.stop, enabled=opts.progress, desc="interleaved timing", candidates=len(calls)

@@ -115,13 +115,21 @@ class LayerTiming:
     @property
     def end_to_end(self) -> Measurement:
         """The instrumented end-to-end passes (as read) as a Measurement."""
+        return self._measurement(self.passes_ms, "the per-layer (instrumented) passes")
+
+    @property
+    def corrected(self) -> Measurement:
+        """The corrected passes (the ``(root)`` row's), which the clean runs are judged against."""
+        return self._measurement(self.corrected_passes_ms, "the per-layer passes (corrected)")
+
+    def _measurement(self, passes_ms: np.ndarray, label: str) -> Measurement:
         return Measurement(
-            self.passes_ms,
+            passes_ms,
             device=self.device,
             batch_size=self.batch_size,
             warmup=self.warmup,
             stop_reason=self.stop_reason,
-            label="the per-layer (instrumented) passes",
+            label=label,
             env=self.env,
             blocks=self.blocks,
             timestamps_s=self.timestamps_s,
@@ -789,11 +797,10 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     difference that makes the corrected pass's median the plain pass's. On a loaded machine
     preemption lands more often on the longer, instrumented pass and overstates it, so on the CPU
     the same difference of thread CPU time (which time spent descheduled does not enter) bounds
-    it. Medians of blocks of k instrumented then k plain passes, with a bound from the mean CPU
-    time, put the corrected leaf sum of 200 Linear(16, 16) at 0.78-1.08 of the plain pass on this
-    project's VM; this, 0.95-1.00 (benchmarks/leaf_sum.py). With fewer than ten passes the
-    difference is mostly noise (one pass pair under load read 205 us per call where the hooks
-    cost ~5, and zeroed 16 rows of resnet18): the calibration chain's cost stands in.
+    it (``benchmarks/leaf_sum.py`` checks the corrected leaf sum; its figures are in
+    docs/timing.md). With fewer than ten passes the difference is mostly noise (one preempted
+    pass pair can read many times the hooks' cost and zero whole rows): the calibration chain's
+    cost stands in.
     """
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)

@@ -67,9 +67,6 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 LOADED_WALL_OVER_CPU = 1.15
 
 
-STOP_REASONS = ("precision", "budget", "repeat", "max_samples")
-
-
 @dataclasses.dataclass(eq=False)
 class Measurement:
     """Raw latency samples (ms) of one callable on one device, with lazily derived statistics.

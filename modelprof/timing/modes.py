@@ -1,7 +1,7 @@
 """How the timed callable runs: eval/no_grad, AMP, channels_last, torch.compile, CUDA graphs and the
 cold-cache flush. Each mode is a small function or context manager; the user's model is never
-changed in place (converted copies come from ``modelprof.runtime.inputs.moved_model``) and every flag set
-on it is restored in ``finally``.
+changed in place (converted copies come from ``modelprof.runtime.placement.moved_model``) and
+every flag set on it is restored in ``finally``.
 """
 
 from __future__ import annotations

@@ -148,11 +148,6 @@ class Peaks:
         """``levels``, or main memory alone (``DRAM`` at ``peak_bytes``) when none were given."""
         return self.levels or (MemoryLevel("DRAM", None, self.peak_bytes),)
 
-    @property
-    def ridge_intensity(self) -> float:
-        """FLOP per byte where the two roofs meet: rows below it are memory bound."""
-        return self.peak_flops / self.peak_bytes
-
 
 _DTYPE_NAMES: dict[str, str] = {
     "float32": "float32",

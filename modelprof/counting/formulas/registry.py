@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,7 +33,6 @@ from modelprof.runtime.compat import optional_ops
 __all__ = ["Cost", "FormulaRegistry", "REGISTRY", "ZERO", "register_formula", "wants_probe"]
 
 HigherOrderOperator = compat.HigherOrderOperator
-OpKey = Union[compat.OpOverload, compat.OpOverloadPacket, HigherOrderOperator, torch.Tag]
 OpFormula = Callable[[tuple, dict, Any], "Cost"]
 ModuleFormula = Callable[[nn.Module, list, list], dict]
 

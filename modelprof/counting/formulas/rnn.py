@@ -74,8 +74,8 @@ def cudnn_weight_shapes(
 
     Made from the op's sizes, not its weight list: under autocast ``_cudnn_rnn`` gets the weights
     re-flattened into one half-precision buffer as ``(numel, 1)`` column views, biases included
-    (``copy_weights_to_flat_buf_views``), which counted as matrices added the biases to the
-    MACs and took every weight element for a gate unit (found on an H200, bf16 AMP)."""
+    (``copy_weights_to_flat_buf_views``), which counted as matrices would add the biases to
+    the MACs and take every weight element for a gate unit (CUDA, bf16 autocast)."""
     dirs = 2 if bidirectional else 1
     out = proj or hidden
     gate_rows = GATES[kind] * hidden

@@ -1,5 +1,6 @@
-"""Counts that were wrong or missing: a dynamically quantized LSTM, bytes read (buffers, gathers),
-histc, FFTs, and a DynamicCache on the meta device. Every expected value is a closed form."""
+"""Counts of a dynamically quantized LSTM, bytes read (buffers, gathers, slices), histc, FFTs, a
+DynamicCache on the meta device, and the docs' cost examples. Every expected value is a closed
+form."""
 
 from __future__ import annotations
 
