@@ -471,6 +471,26 @@ def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
     assert compat.meta_mask_dropped(model, ones, torch.device("cpu"))[0] is ones
 
 
+# -- errors and switches --------------------------------------------------------------------------
+def test_out_of_memory_errors_are_the_ones_torch_raises() -> None:
+    kinds = compat.oom_errors()
+    assert torch.cuda.OutOfMemoryError in kinds
+    assert (torch.OutOfMemoryError in kinds) == hasattr(torch, "OutOfMemoryError")
+
+
+def test_the_eager_flex_attention_switch_is_set_and_put_back() -> None:
+    fa = pytest.importorskip("torch.nn.attention.flex_attention")
+    if not hasattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"):
+        assert compat.eager_flex_attention(True) is None  # nothing to set on this torch
+        return
+    before = fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    previous = compat.eager_flex_attention(not before)
+    assert previous == before and fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG == (not before)
+    assert compat.eager_flex_attention(previous) == (not before)
+    assert fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG == before
+    assert compat.eager_flex_attention(None) is None  # None: leave it as it is
+
+
 # -- torch.distributed's private names, under the in-process fake backend --------------------
 def test_the_process_group_names_under_a_fake_group() -> None:
     import torch.distributed as dist

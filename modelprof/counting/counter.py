@@ -282,7 +282,7 @@ class OpCounter(compat.TorchDispatchMode):
             # the stack as it was: an inner exit that fails before popping (a RecursionError
             # inside torch) is repaired by the outermost exit
             self._outer_modes = compat.dispatch_stack_state()
-            self._flex_debug = _eager_flex_attention(True)
+            self._flex_debug = compat.eager_flex_attention(True)
             if self.meta_sdpa:
                 self._meta_sdpa = (compat.function_stack.length(), FusedMetaSDPA())
                 self._meta_sdpa[1].__enter__()
@@ -290,7 +290,7 @@ class OpCounter(compat.TorchDispatchMode):
             entered = super().__enter__()
         except BaseException:  # (no __exit__ follows: what the outermost entry set goes back)
             if self._depth == 0:
-                _eager_flex_attention(self._flex_debug)
+                compat.eager_flex_attention(self._flex_debug)
                 if self._meta_sdpa is not None:
                     _leave_function_mode(*self._meta_sdpa)
                     self._meta_sdpa = None
@@ -304,7 +304,7 @@ class OpCounter(compat.TorchDispatchMode):
         finally:
             self._depth -= 1
             if self._depth == 0:
-                _eager_flex_attention(self._flex_debug)
+                compat.eager_flex_attention(self._flex_debug)
                 if compat.dispatch_stack_state() != self._outer_modes:
                     compat.restore_dispatch_stack(*self._outer_modes)
                 if self._meta_sdpa is not None:
@@ -648,21 +648,6 @@ def _wrap_subgraphs(obj: Any, counter: OpCounter) -> Any:
             return obj
         return type(obj)(wrapped)
     return obj
-
-
-def _eager_flex_attention(value: Any) -> Any:
-    """Set torch's switch that makes ``flex_attention`` call its operator directly instead of
-    through an internal ``torch.compile`` (which refuses to run under a dispatch mode); returns
-    the previous value. Scoped to the counted forward by ``OpCounter.__enter__/__exit__``."""
-    try:
-        import torch.nn.attention.flex_attention as fa
-    except ImportError:  # torch without flex_attention
-        return None
-    if not hasattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG") or value is None:
-        return None
-    previous = fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
-    fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = value
-    return previous
 
 
 class _Probe:

@@ -43,6 +43,7 @@ __all__ = [
     "default_store",
     "dispatch_stack_state",
     "DTENSOR_MODULES",
+    "eager_flex_attention",
     "fake_store",
     "FakeTensor",
     "FakeTensorMode",
@@ -65,6 +66,7 @@ __all__ = [
     "mha_device_check",
     "module_stack_type_name",
     "new_hf_cache",
+    "oom_errors",
     "OpOverload",
     "OpOverloadPacket",
     "optional_ops",
@@ -356,6 +358,33 @@ def fsdp_module_class() -> type:
 def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
     """FSDP2's ``fully_shard``."""
     return _fsdp2("fully_shard")(module, **kwargs)
+
+
+# -- errors and switches -------------------------------------------------------------------------
+def oom_errors() -> tuple[type[BaseException], ...]:
+    """The allocation failures torch raises: ``torch.cuda.OutOfMemoryError``, and from torch 2.5
+    ``torch.OutOfMemoryError`` too (checked on 2.4 and 2.14)."""
+    kinds = [
+        getattr(torch, "OutOfMemoryError", None),
+        getattr(torch.cuda, "OutOfMemoryError", None),
+    ]
+    return tuple(k for k in kinds if isinstance(k, type))
+
+
+def eager_flex_attention(value: Any) -> Any:
+    """Set torch's switch that makes ``flex_attention`` call its operator directly instead of
+    through an internal ``torch.compile`` (which refuses to run under a dispatch mode); returns
+    the previous value (``None`` where torch has no such switch: before 2.5 flex_attention is
+    absent; checked on 2.4 and 2.14). Scoped to the counted forward by ``OpCounter``."""
+    try:
+        import torch.nn.attention.flex_attention as fa
+    except ImportError:  # torch without flex_attention
+        return None
+    if not hasattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG") or value is None:
+        return None
+    previous = fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = value
+    return previous
 
 
 # -- torch.distributed: private names of the store, DTensor, FSDP2's state and DDP's reducer ----

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from modelprof.runtime import compat
+
 __all__ = [
     "MemoryStats",
     "PeakTracker",
@@ -76,21 +78,12 @@ def device_synchronize(device: torch.device) -> None:
     torch.accelerator.synchronize(device)
 
 
-def _oom_type() -> tuple[type[BaseException], ...]:
-    """``torch.OutOfMemoryError`` (torch >= 2.5) and/or ``torch.cuda.OutOfMemoryError``."""
-    kinds = [
-        getattr(torch, "OutOfMemoryError", None),
-        getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None),
-    ]
-    return tuple(k for k in kinds if isinstance(k, type))
-
-
 def is_oom(e: BaseException | None) -> bool:
     """An allocation failure anywhere in ``e``'s chain (``__cause__`` and ``__context__``):
     an ``OutOfMemoryError`` of any torch version, or a RuntimeError/MemoryError saying so
     (cuBLAS/cuDNN workspace allocation failures included)."""
     seen: set[int] = set()
-    kinds = _oom_type()
+    kinds = compat.oom_errors()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if kinds and isinstance(e, kinds):
