@@ -14,6 +14,7 @@ import torch
 from helpers import picture, tiny_t5
 
 from modelprof import ModelProfError, compare_generation, profile_generation
+from modelprof.cli import main
 from modelprof.runtime import compat
 
 transformers = pytest.importorskip("transformers")
@@ -308,3 +309,13 @@ def test_compare_generation_runs_encoder_decoders():
     # each generated exactly 3 tokens twice (a short generate() would have raised); the
     # first model is the reference of the ratios
     assert list(table["generations"]) == [2, 2] and table["ttft_x"].iloc[0] == 1.0
+
+
+def test_the_command_line_builds_and_runs_an_encoder_decoder_config(capsys):
+    spec = "WhisperConfig:" + ",".join(f"{k}={v}" for k, v in WHISPER_KW.items())
+    args = ["generate", spec, "--prompt-len", "3", "--new-tokens", "3", "--no-timing"]
+    assert _quiet(main, args) == 0
+    out = capsys.readouterr()
+    assert "batch 1: encoder, prefill and 2 decode steps counted" in out.err
+    # the encoder phase's closed form, as above: 6,144 + 6,144 + 18,432 = 30,720 MACs
+    assert "WhisperForConditionalGeneration" in out.out and "encoder 3.07e-05 GMACs" in out.out

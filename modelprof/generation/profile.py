@@ -145,9 +145,11 @@ def _run(
     kv = next((p.kv for p in reversed(first) if p.kv is not None), None)
     memory = _memory(lm, spec, first, kv)
     moe = None
-    if lm.hf and lm.encoder is None:
+    if lm.hf:
         prompt = lm.tokens(1, spec.prompt_len, torch.Generator().manual_seed(seed))
-        moe = moe_info(lm.model, prompt if lm.device.type != "meta" else None)
+        # routing is read from a forward over the prompt's ids alone: not an encoder-decoder's
+        routed = lm.device.type != "meta" and lm.encoder is None
+        moe = moe_info(lm.model, prompt if routed else None)
     env = collect_env(
         lm.device,
         lm.dtype,
