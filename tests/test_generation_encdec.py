@@ -152,6 +152,17 @@ def test_whisper_runs_from_features_built_from_its_config():
     assert [p.kv.tokens for p in report.phases()[2:]] == [4, 5, 7]
 
 
+def test_the_decode_contexts_are_those_asked_for():
+    report = _run(_whisper(), prompt_len=3, new_tokens=12, contexts=[3, 9, 14], timing=False)
+    steps = report.phases()[2:]
+    # decode at L: L decoder tokens in the self-attention cache before the step, L + 1 after;
+    # 14 + 1 = 15 positions of the decoder's 16
+    assert [p.context for p in steps] == [3, 9, 14]
+    assert [p.kv.tokens for p in steps] == [4, 10, 15]
+    # self-attention 256 B per decoder token, cross-attention 2,048 B at every step
+    assert [p.kv.total_bytes for p in steps] == [256 * n + 2_048 for n in (4, 10, 15)]
+
+
 def test_timed_encoder_decoder_generation():
     report = _run(_whisper(), prompt_len=3, new_tokens=4, repeat=2, warmup=1, warn=False)
     enc = report.encoder()

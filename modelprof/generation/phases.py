@@ -265,7 +265,9 @@ def count_phases(
     counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
     encoder = [counter.encode()] if lm.encoder is not None else []
     prefill = counter.prefill()
-    return [*encoder, prefill, *(counter.decode(c) for c in spec.contexts)]
+    phases = [*encoder, prefill, *(counter.decode(c) for c in spec.contexts)]
+    lm.encoded.pop(batch, None)  # the encoder's output is not held past its batch size
+    return phases
 
 
 def time_phase(
