@@ -330,3 +330,36 @@ def test_the_command_line_builds_and_runs_an_encoder_decoder_config(capsys):
     assert "batch 1: encoder, prefill and 2 decode steps counted" in out.err
     # the encoder phase's closed form, as above: 6,144 + 6,144 + 18,432 = 30,720 MACs
     assert "WhisperForConditionalGeneration" in out.out and "encoder 3.07e-05 GMACs" in out.out
+
+
+def test_bart_reads_its_decoder_heads_and_positions():
+    config = transformers.BartConfig(
+        vocab_size=64,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=32,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = _quiet(transformers.BartForConditionalGeneration, config).eval()
+    source = {"input_ids": torch.randint(3, 64, (1, 7), generator=torch.Generator().manual_seed(0))}
+    report = _run(model, inputs=source, prompt_len=3, new_tokens=4, timing=False)
+    kv = report.kv
+    # the decoder's 4 heads of 16 / 4 = 4 (not the encoder's 2 of 8): 2 x 2 layers x 4 x 4 x 4 B
+    assert kv.per_token_bytes == kv.closed_form_per_token == 256
+    # cross-attention over the 7 source tokens: 2 x 4 x 4 x 7 x 4 B = 896 B per layer
+    assert kv.per_layer_cross_bytes == (896, 896) and kv.cross_tokens == 7
+    with pytest.raises(
+        ModelProfError,
+        match=r"= 40 exceeds the model's 32 decoder positions \(max_position_embeddings\)",
+    ):
+        _run(model, inputs=source, prompt_len=20, new_tokens=20, timing=False)
