@@ -10,7 +10,7 @@ from torch import nn
 
 from modelprof.timing.layers import MemoryStats
 
-__all__ = ["FakeAllocator", "Fn", "MLP_NETS", "picture", "state_snapshot", "tv"]
+__all__ = ["FakeAllocator", "Fn", "MLP_NETS", "picture", "state_snapshot", "tiny_t5", "tv"]
 
 
 class Fn(nn.Module):
@@ -135,3 +135,27 @@ def wide():
 def broken():
     return nn.Sequential(nn.Linear(11, 40))
 """
+
+
+def tiny_t5(cls: Any = None) -> nn.Module:
+    """A T5 of 3 encoder and 2 decoder layers (so that what is the decoder's is told apart),
+    d_model 16, 2 heads of d_kv 4 (inner 8), d_ff 32 (ReLU), vocabulary 64, random weights
+    (seed 0); ``cls``: T5ForConditionalGeneration or a subclass."""
+    import transformers  # a test extra: imported by the tests that use it
+
+    config = transformers.T5Config(
+        vocab_size=64,
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=3,
+        num_decoder_layers=2,
+        num_heads=2,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return (cls or transformers.T5ForConditionalGeneration)(config).eval()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import tiny_t5
 from torch import nn
 
 from modelprof import ModelProfError, profile, profile_generation, token_inputs
@@ -594,3 +595,54 @@ def test_meta_autocast_answers_what_torch_does() -> None:
     except RuntimeError:
         entered = False
     assert compat.meta_autocast() is entered
+
+
+# -- transformers: encoder-decoder caches -------------------------------------------------------
+def test_new_encoder_decoder_cache_and_its_attributes() -> None:
+    cache = compat.new_encoder_decoder_cache()
+    assert isinstance(cache, transformers.EncoderDecoderCache) and cache.get_seq_length() == 0
+    # the two caches it holds are among its attributes: in __dict__ from 4.47, in an
+    # nn.Module's _modules up to 4.46
+    held = [v for v in compat.cache_attributes(cache).values() if isinstance(v, transformers.Cache)]
+    assert held == [cache.self_attention_cache, cache.cross_attention_cache]
+
+    class AsModule(nn.Module):  # a cache that is an nn.Module, as up to 4.46
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Identity()
+            self.is_updated = {}
+
+    attrs = compat.cache_attributes(AsModule())
+    assert isinstance(attrs["inner"], nn.Identity) and attrs["is_updated"] == {}
+    assert "_modules" not in attrs
+    plain = compat.cache_attributes(_Out(torch.ones(1), cache="kv"))
+    assert plain["cache"] == "kv"
+
+
+def test_encoder_decoder_generation_on_this_transformers() -> None:
+    model = tiny_t5()
+    report = profile_generation(model, prompt_len=4, new_tokens=4, timing=False)
+    # the encoder over 4 source tokens (the prompt's length), 3 layers, per token: q, k, v, o
+    # 4 x 16 x 8 + wi, wo 2 x 16 x 32 + attention 2 x 2 heads x 4 x 4 = 1,600
+    assert report.encoder().totals["macs"] == 3 * 4 * 1_600
+    kv = report.kv
+    # after decode@6: 7 decoder tokens x 2 layers x (K, V) x 2 heads x 4 x 4 B = 896 B;
+    # cross-attention 4 source tokens x 2 x 2 x 2 x 4 x 4 B = 512 B
+    assert kv.tokens == 7 and kv.cross_bytes == 512 and kv.total_bytes == 896 + 512
+
+    name = compat.cache_argument(model.forward)
+    lengths = []
+
+    def step(tokens: torch.Tensor, cache: Any) -> Any:
+        if cache is None:
+            step.encoded = model.get_encoder()(input_ids=tokens)
+            cache = compat.new_encoder_decoder_cache()
+            tokens = torch.zeros((tokens.shape[0], 1), dtype=torch.long)
+        lengths.append(cache.get_seq_length())
+        out = model(encoder_outputs=step.encoded, decoder_input_ids=tokens, **{name: cache})
+        return out.logits, compat.output_cache(out)
+
+    report = profile_generation(model, prompt_len=4, new_tokens=4, step=step, timing=False)
+    # the cache the step returns is put back after each counted step: decode@4 and @6 run
+    # with 1 and 3 decoder tokens (L - 4 + 1), never with a cache grown by the steps before
+    assert max(lengths) == 3 and report.kv.tokens == 4 and report.kv.cross_bytes == 512

@@ -58,6 +58,8 @@ def model_dims(config: Any) -> dict[str, int | None]:
                 return v
         return None
 
+    if getattr(config, "is_encoder_decoder", False):
+        return _decoder_dims(config, first)
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     config = text
     hidden = first("hidden_size", "n_embd", "d_model")
@@ -74,6 +76,24 @@ def model_dims(config: Any) -> dict[str, int | None]:
         "hidden": hidden,
         "sliding_window": first("sliding_window"),
         "max_positions": first("max_position_embeddings", "n_positions", "n_ctx"),
+    }
+
+
+def _decoder_dims(config: Any, first: Any) -> dict[str, int | None]:
+    """An encoder-decoder's decoder, read from the config's own names (T5: ``num_decoder_layers``,
+    ``num_heads``, ``d_kv``; Whisper and BART: ``decoder_layers``, ``decoder_attention_heads``,
+    ``max_target_positions``), not from its decoder view, which transformers 4.46 does not
+    make and 5.24 makes with T5's encoder layer count. T5's positions are relative: no limit."""
+    hidden = first("d_model", "hidden_size")
+    heads = first("decoder_attention_heads", "num_heads", "num_attention_heads")
+    return {
+        "layers": first("num_decoder_layers", "decoder_layers", "num_layers"),
+        "heads": heads,
+        "kv_heads": heads,
+        "head_dim": first("d_kv", "head_dim") or (hidden // heads if hidden and heads else None),
+        "hidden": hidden,
+        "sliding_window": None,
+        "max_positions": first("max_target_positions", "max_position_embeddings"),
     }
 
 
@@ -226,6 +246,7 @@ class KVCacheInfo:
     closed_form_bytes: int | None = None  # the whole cache, sliding windows included
     per_layer_state_bytes: tuple[int, ...] = ()  # of ``per_layer_bytes``, recurrent states
     per_layer_cross_bytes: tuple[int, ...] = ()  # of ``per_layer_bytes``, cross-attention
+    cross_tokens: int = 0  # the encoder's tokens the cross-attention holds (its length)
 
     @property
     def total_bytes(self) -> int:
@@ -269,6 +290,7 @@ class KVCacheInfo:
             "per_token_bytes": self.per_token_bytes,
             "state_bytes": self.state_bytes,
             "cross_bytes": self.cross_bytes,
+            "cross_tokens": self.cross_tokens,
             "per_layer_state_bytes": list(self.per_layer_state_bytes),
             "per_layer_cross_bytes": list(self.per_layer_cross_bytes),
             "closed_form_per_token": self.closed_form_per_token,
@@ -285,9 +307,12 @@ def kv_info(
     """What ``cache`` holds, per layer, beside the closed form of ``config``. An
     encoder-decoder cache counts its decoder's own tokens (its self-attention length), not
     the prompt the encoder read."""
-    cross = tuple(sum(map(tensor_nbytes, ts)) for ts in cross_layers(cache))
+    crossed = cross_layers(cache)
+    cross = tuple(sum(map(tensor_nbytes, ts)) for ts in crossed)
     if cross:
         tokens = cache_length(_sub_caches(held_cache(cache))[0]) or tokens
+    # keys (batch, heads, source tokens, head_dim): the encoder's length
+    source = next((int(ts[0].shape[-2]) for ts in crossed if ts and ts[0].dim() >= 2), 0)
     per_layer = tuple(sum(map(tensor_nbytes, ts)) for ts in cache_layers(cache))
     states = tuple(sum(map(tensor_nbytes, ts)) for ts in state_layers(cache))
     static = any(
@@ -304,6 +329,7 @@ def kv_info(
         closed_form_bytes=total,
         per_layer_state_bytes=states,
         per_layer_cross_bytes=cross,
+        cross_tokens=source,
     )
 
 
@@ -362,8 +388,7 @@ def _is_cache(obj: Any) -> bool:
 def _sub_caches(cache: Any) -> list[Any]:
     """The caches a cache of caches holds (an ``EncoderDecoderCache``: self-attention, then
     cross-attention), in attribute order; [] for any other."""
-    attrs = getattr(cache, "__dict__", None) or {}
-    return [v for v in attrs.values() if _is_cache(v)]
+    return [v for v in compat.cache_attributes(cache).values() if _is_cache(v)]
 
 
 def _mutable_parts(obj: Any, depth: int = 0) -> list[Any]:

@@ -13,8 +13,10 @@ import pandas as pd
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model
 from modelprof.generation.profile import model_device_dtype
+from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.runtime.execution import RunMode, running
@@ -39,7 +41,8 @@ def compare_generation(
 ) -> pd.DataFrame:
     """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
     decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
-    with ``*_ci_low``/``*_ci_high``. ``models`` maps names to HuggingFace causal LMs."""
+    with ``*_ci_low``/``*_ci_high``. ``models`` maps names to HuggingFace causal LMs or
+    encoder-decoders (their encoder's inputs built from the config)."""
     if not isinstance(models, Mapping) or len(models) < 1:
         raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
     opts = TimingOptions.parse(options, **timing_options)
@@ -59,6 +62,9 @@ def compare_generation(
             model_dims(config)["max_positions"] if config else None,
         )
         lm = language_model(model, step, spec.cache, dev, dt)
+        if lm.encoder is not None:  # an encoder-decoder's encoder inputs, from its config
+            source = source_length(model, {}, spec.prompt_len)
+            lm.prompt_inputs = PromptInputs(None, complete_encoder_inputs(model, {}, source))
         lms.append((name, lm, spec, closed_form_kv_per_token(config, dt) if config else None))
         guards.append(preserved_state(model))
     with _all(guards), _all([running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms]):

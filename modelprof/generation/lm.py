@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.encoder import EncoderModule, is_encoder_decoder
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import CacheMode
 from modelprof.runtime import compat
@@ -112,14 +113,15 @@ class LanguageModel:
             if step is None
             else f"step {getattr(step, '__qualname__', type(step).__name__)}"
         )
-        if self.hf and getattr(self.config, "is_encoder_decoder", False):
+        #: an encoder-decoder's encoder, run once per batch size before the decoder's steps;
+        #: what it made, per batch size: the decoder's ``encoder_outputs`` (and source mask)
+        self.encoder = EncoderModule(model) if self.hf and is_encoder_decoder(model) else None
+        self.encoded: dict[int, dict[str, Any]] = {}
+        if self.encoder is not None and cache is CacheMode.STATIC:
             raise ModelProfError(
-                f"{self.name} is an encoder-decoder model: profile_generation runs a decoder-only "
-                "generate() and would give it only input_ids, not the encoder's inputs (T5's "
-                "source ids, Whisper's input_features) nor a cross-attention cache. Profile it "
-                "with step=: encode the prompt at the step's first call and decode against an "
-                "EncoderDecoderCache (the recipe is in docs/generation.md, 'Encoder-decoder "
-                "models')"
+                f"cache='static': {self.name} is an encoder-decoder model, run with a dynamic "
+                "self-attention cache beside its cross-attention cache (cache='dynamic'), or "
+                "none (cache=None); a static pair is not built"
             )
         if self.hf:
             params = inspect.signature(model.forward).parameters
@@ -164,7 +166,10 @@ class LanguageModel:
         if not self.hf:
             return {"tokens": tokens, "cache": cache}
         kw: dict[str, Any] = {"input_ids": tokens, "use_cache": self.cache is not CacheMode.NONE}
-        if prompt:
+        if self.encoder is not None:  # the decoder's step, against what the encoder made
+            kw = {"decoder_input_ids": kw.pop("input_ids"), **kw}
+            kw.update(self.encoded[int(tokens.shape[0])])
+        elif prompt:
             kw.update(self.prompt_inputs.extras_for(int(tokens.shape[0]), self.device, self.dtype))
         if self.cache is not CacheMode.NONE:
             kw[self.cache_arg] = cache
@@ -202,6 +207,8 @@ class LanguageModel:
         """An empty cache of the run's kind (None for a step function's first call)."""
         if not self.hf or self.cache is CacheMode.NONE:
             return None
+        if self.encoder is not None:
+            return compat.new_encoder_decoder_cache()
         return compat.new_hf_cache(
             self.cache.value, self.config, batch_size, max_len, self.device, self.dtype
         )
@@ -216,7 +223,37 @@ class LanguageModel:
         """The prompt's token ids: those given in ``inputs=`` (repeated to the batch), else
         random ones."""
         ids = self.prompt_inputs.ids_for(batch_size)
-        return self.tokens(batch_size, length, generator) if ids is None else ids.to(self.device)
+        if ids is not None:
+            return ids.to(self.device)
+        ids = self.tokens(batch_size, length, generator)
+        start = self._decoder_start()
+        if start is not None:  # an encoder-decoder's decoder starts from its start token
+            ids[:, 0] = start
+        return ids
+
+    def _decoder_start(self) -> int | None:
+        if self.encoder is None:
+            return None
+        for config in (self.config, getattr(self.model, "generation_config", None)):
+            start = getattr(config, "decoder_start_token_id", None)
+            if isinstance(start, int):
+                return start
+        return None
+
+    def encoder_inputs(self, batch_size: int) -> dict[str, Any]:
+        """The encoder's inputs at ``batch_size`` (given in ``inputs=`` or built from the
+        config), on the run's device, floating ones in its dtype."""
+        return self.prompt_inputs.extras_for(batch_size, self.device, self.dtype)
+
+    def keep_encoded(self, batch_size: int, output: Any) -> None:
+        """What the decoder's steps at ``batch_size`` read: the encoder's last hidden state
+        (``encoder_outputs``, a tuple as every transformers encoder-decoder takes it) and the
+        source's attention mask when one was given."""
+        kept = {"encoder_outputs": (output[0],)}
+        mask = self.encoder_inputs(batch_size).get("attention_mask")
+        if mask is not None:
+            kept["attention_mask"] = mask
+        self.encoded[batch_size] = kept
 
     def prefill(self, prompt: torch.Tensor, max_len: int) -> tuple[torch.Tensor, Any]:
         """The prompt's forward from an empty cache."""
@@ -264,14 +301,21 @@ class LanguageModel:
         streamer = _Streamer(stamp)
         gc = self.generation_config(new_tokens)
         extras = self.prompt_inputs.extras_for(int(prompt.shape[0]), self.device, self.dtype)
-        out = self.model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            generation_config=gc,
-            streamer=streamer,
-            **extras,
-        )
-        made = out.shape[1] - prompt.shape[1]
+        if self.encoder is not None:  # the encoder's inputs; the prompt is the decoder's
+            self.model.generate(
+                decoder_input_ids=prompt, generation_config=gc, streamer=streamer, **extras
+            )
+            # Whisper's generate (5.24) returns the new tokens without the decoder's prompt
+            made = streamer.tokens
+        else:
+            out = self.model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                generation_config=gc,
+                streamer=streamer,
+                **extras,
+            )
+            made = out.shape[1] - prompt.shape[1]
         if made != new_tokens or streamer.tokens != new_tokens:
             raise ModelProfError(
                 f"{self.name}.generate made {made} tokens where new_tokens={new_tokens} were asked"

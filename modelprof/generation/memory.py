@@ -40,32 +40,42 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
     return total
 
 
-def check_run_fits(spec: Any, model: Any, dtype: torch.dtype, device: torch.device) -> None:
+def check_run_fits(
+    spec: Any,
+    model: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    source_len: int | None = None,
+) -> None:
     """Refuse, before anything is allocated, a run whose token ids (int64, the prompt and every
     new token at the largest batch), KV cache at the full length (from the model's config) and
     one layer's hidden states (the config's hidden size, else the model's widest embedding)
     cannot exist or exceed the memory available on ``device`` (the token ids are drawn on the
-    CPU for ``meta``, which holds nothing else). The error's cause is an ``OutOfMemoryError``,
-    as for an ``input_size`` too large."""
+    CPU for ``meta``, which holds nothing else). An encoder-decoder's encoder output of
+    ``source_len`` tokens adds its hidden states and the cross-attention cache (keys and values
+    of every source token in each decoder layer). The error's cause is an
+    ``OutOfMemoryError``, as for an ``input_size`` too large."""
     batch = max(spec.batch_sizes)
+    source = batch * (source_len or 0)
     tokens = batch * spec.total_len
-    parts = {"the token ids": tokens * 8}
+    parts = {"the token ids": (tokens + source) * 8}
     config = getattr(model, "config", None)
     if device.type != "meta":
         hidden = model_dims(config)["hidden"] if config is not None else _widest_embedding(model)
         parts["the KV cache"] = (
-            closed_form_kv_bytes(config, dtype, spec.total_len, batch)
+            closed_form_kv_bytes(config, dtype, spec.total_len + (source_len or 0), batch)
             if config is not None
             else None
         ) or 0
-        parts["a layer's hidden states"] = tokens * (hidden or 0) * dtype_bytes(dtype)
+        parts["a layer's hidden states"] = (tokens + source) * (hidden or 0) * dtype_bytes(dtype)
     need = sum(parts.values())
+    of_source = f" after a source of {source_len} tokens" if source_len else ""
     what = (
-        f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens} at batch_size {batch} "
+        f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens}{of_source} at batch_size {batch} "
         f"needs {need / 1e9:,.1f} GB for {' and '.join(k for k, v in parts.items() if v)} "
         "alone"
     )
-    if tokens >= 2**63:
+    if tokens + source >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
     where = torch.device("cpu") if device.type == "meta" else device
     available = available_memory_bytes(where)

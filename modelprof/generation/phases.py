@@ -19,8 +19,10 @@ from torch import nn
 from modelprof.counting.forward import analyze
 from modelprof.generation.cache import (
     KVCacheInfo,
+    cache_length,
     cache_snapshot,
     check_rewound,
+    held_cache,
     kv_info,
 )
 from modelprof.generation.lm import LanguageModel, greedy_next
@@ -52,7 +54,7 @@ class Phase:
 
     @property
     def label(self) -> str:
-        return "prefill" if self.name == "prefill" else f"decode@{self.context}"
+        return f"decode@{self.context}" if self.name == "decode" else self.name
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -99,7 +101,19 @@ class _Counter:
         prompt: bool = False,
     ) -> tuple[Phase, ModelInputs]:
         mi = self.lm.inputs(tokens, cache, prompt)
-        result = analyze(self.lm.root, mi, RunMode(dtype=self.lm.dtype))
+        return self._counted(phase, context, int(tokens.shape[1]), mi, what), mi
+
+    def _counted(
+        self,
+        phase: str,
+        context: int,
+        tokens: int,
+        mi: ModelInputs,
+        what: str,
+        root: nn.Module | None = None,
+    ) -> Phase:
+        """One counted call of ``root`` (the model's) on ``mi``."""
+        result = analyze(root or self.lm.root, mi, RunMode(dtype=self.lm.dtype))
         run = RunInfo(
             model_name=f"{self.lm.name} {what}",
             input_shape=mi.shapes(),
@@ -110,14 +124,22 @@ class _Counter:
         counts = Counts(result.unsupported, result.by_op, result.model_params)
         report = Report(build_rows(result.records), run, counts)
         return Phase(
-            phase,
-            context,
-            int(tokens.shape[1]),
-            self.batch,
-            report,
-            records=result.records,
-            counts=counts,
-        ), mi
+            phase, context, tokens, self.batch, report, records=result.records, counts=counts
+        )
+
+    def encode(self) -> Phase:
+        """The encoder's one forward over its inputs (counted, and timed per layer): what it
+        made is kept for the decoder's steps at this batch size."""
+        lm, b = self.lm, self.batch
+        lm.phase(f"the encoder at batch {b}")
+        mi = ModelInputs((), lm.encoder_inputs(b), lm.device, lm.dtype, b)
+        encoder = lm.encoder
+        phase = self._counted("encoder", 0, 0, mi, "encoder", encoder)
+        lm.keep_encoded(b, encoder.last)
+        phase.tokens = int(encoder.last[0].shape[1])  # the encoder's output length
+        if self.opts is not None:
+            time_phase(lm, phase, mi, lambda: None, self.opts, encoder)
+        return phase
 
     def _extend(self, length: int) -> tuple[Phase, ModelInputs, Any]:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
@@ -192,11 +214,15 @@ class _Counter:
             self._grow(context - self.length)
             lm.phase(f"the decode step at context {context}, batch {self.batch}")
         restore = cache_snapshot(self.cache)
+        # what the cache holds before the step, to hold again after it is put back: the
+        # context (a decoder-only cache), or the decoder's own tokens (an encoder-decoder
+        # cache a step returns, alone or in a tuple, which counts no encoder token)
+        before = cache_length(held_cache(self.cache))
         tokens = lm.tokens(self.batch, 1, self.gen)
         phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
         phase.kv = self._kv(_cache_of(lm, mi), context + 1)
         restore()
-        check_rewound(self.cache, context, lm.name)
+        check_rewound(held_cache(self.cache), before, lm.name)
         if self.opts is not None:
             time_phase(lm, phase, mi, restore, self.opts)
         return phase
@@ -233,25 +259,35 @@ def count_phases(
     batch: int,
     seed: int = 0,
     opts: TimingOptions | None = None,
-) -> tuple[Phase, list[Phase]]:
-    """The prefill and the decode step at every context of ``spec``: counted, and with
-    ``opts`` timed per layer."""
+) -> list[Phase]:
+    """The encoder's forward (an encoder-decoder's), the prefill and the decode step at every
+    context of ``spec``: counted, and with ``opts`` timed per layer."""
     counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
+    encoder = [counter.encode()] if lm.encoder is not None else []
     prefill = counter.prefill()
-    return prefill, [counter.decode(c) for c in spec.contexts]
+    phases = [*encoder, prefill, *(counter.decode(c) for c in spec.contexts)]
+    lm.encoded.pop(batch, None)  # the encoder's output is not held past its batch size
+    return phases
 
 
 def time_phase(
-    lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any, opts: TimingOptions
+    lm: LanguageModel,
+    phase: Phase,
+    mi: ModelInputs,
+    restore: Any,
+    opts: TimingOptions,
+    root: nn.Module | None = None,
 ) -> None:
     """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back by ``restore``
-    after each pass), joined into the phase's rows; the report's ``latency`` is the plain
-    passes interleaved with the instrumented ones."""
+    after each pass; ``root``: the module called, default the model's), joined into the
+    phase's rows; the report's ``latency`` is the plain passes interleaved with the
+    instrumented ones."""
     from modelprof.timing.layers import time_layers
     from modelprof.timing.measurement import Measurement
 
-    runner = _Rewinding(lm.root, restore)
-    layers = time_layers(runner, mi, modules=module_names(lm.root), options=opts)
+    root = root or lm.root
+    runner = _Rewinding(root, restore)
+    layers = time_layers(runner, mi, modules=module_names(root), options=opts)
     plain = (
         layers.plain_ms
         if layers.plain_ms is not None and layers.plain_ms.size

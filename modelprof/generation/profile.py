@@ -13,6 +13,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
+from modelprof.generation.encoder import complete_encoder_inputs, is_encoder_decoder, source_length
 from modelprof.generation.lm import LanguageModel, language_model
 from modelprof.generation.memory import MemoryPlan, activation_bytes, check_run_fits, weights_bytes
 from modelprof.generation.moe import moe_info
@@ -85,6 +86,7 @@ def profile_generation(
         )
     config = getattr(model, "config", None)
     given, prompt_len = prompt_inputs(inputs, model, step, prompt_len)
+    encoded = step is None and is_encoder_decoder(model)
     spec = GenerationSpec.parse(
         prompt_len,
         new_tokens,
@@ -92,10 +94,15 @@ def profile_generation(
         contexts,
         cache,
         max_positions=model_dims(config)["max_positions"] if config is not None else None,
+        positions=_positions(config) if encoded else "positions",
     )
-    check_run_fits(spec, model, dt, dev)  # prompt_len=10**9: said before it is allocated
+    source = source_length(model, given.extras, spec.prompt_len) if encoded else None
+    # prompt_len=10**9: said before it is allocated
+    check_run_fits(spec, model, dt, dev, source_len=source)
     peaks = resolve_target(target, dt)
     lm = language_model(model, step, spec.cache, dev, dt)
+    if source is not None:  # the encoder's inputs: given, else built from the config
+        given = PromptInputs(given.ids, complete_encoder_inputs(model, given.extras, source))
     lm.prompt_inputs = _checked_prompt(given, spec)
     if timing:
         _check_runnable(model, dev, dt)
@@ -125,10 +132,10 @@ def _run(
     say = on_step if on_step is not None else (lambda line: None)
     phases, timings = {}, {}
     for b in spec.batch_sizes:
-        pre, decode = count_phases(lm, spec, b, seed, opts if timing and layer_timing else None)
-        phases[b] = [pre, *decode]
+        phases[b] = count_phases(lm, spec, b, seed, opts if timing and layer_timing else None)
+        encoder = "encoder, " if lm.encoder is not None else ""
         say(
-            f"batch {b}: prefill and {len(decode)} decode steps "
+            f"batch {b}: {encoder}prefill and {len(spec.contexts)} decode steps "
             f"{'counted and timed per layer' if timing and layer_timing else 'counted'}"
         )
         if timing:
@@ -140,7 +147,9 @@ def _run(
     moe = None
     if lm.hf:
         prompt = lm.tokens(1, spec.prompt_len, torch.Generator().manual_seed(seed))
-        moe = moe_info(lm.model, prompt if lm.device.type != "meta" else None)
+        # routing is read from a forward over the prompt's ids alone: not an encoder-decoder's
+        routed = lm.device.type != "meta" and lm.encoder is None
+        moe = moe_info(lm.model, prompt if routed else None)
     env = collect_env(
         lm.device,
         lm.dtype,
@@ -166,17 +175,16 @@ def _run(
 
 def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> MemoryPlan:
     b = phases[0].batch_size
+    by_name = {p.name: p for p in phases if p.name != "decode"}
+    decode = [p for p in phases if p.name == "decode"]
     per_token = (
         kv.per_token_bytes
         if kv is not None and not kv.allocated
         else (kv.closed_form_per_token if kv is not None and kv.closed_form_per_token else 0.0)
     )
-    act = {
-        "prefill": activation_bytes(phases[0].records) / b,
-        "decode": max(activation_bytes(p.records) for p in phases[1:]) / b
-        if len(phases) > 1
-        else 0.0,
-    }
+    # by phase: the encoder's (an encoder-decoder's), the prefill's, the largest decode step's
+    act = {name: activation_bytes(p.records) / b for name, p in by_name.items()}
+    act["decode"] = max((activation_bytes(p.records) for p in decode), default=0) / b
     states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
     return MemoryPlan(
         weights_bytes(lm.model, lm.dtype),
@@ -186,6 +194,15 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
         spec.total_len,
         state_per_seq_bytes=float(states),
     )
+
+
+def _positions(config: Any) -> str:
+    """How an encoder-decoder's config names its decoder's positions, for an error."""
+    name = next(
+        (n for n in ("max_target_positions", "max_position_embeddings") if hasattr(config, n)),
+        None,
+    )
+    return f"decoder positions ({name})" if name else "decoder positions"
 
 
 def _checked_prompt(given: PromptInputs, spec: GenerationSpec) -> PromptInputs:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.encoder import is_encoder_decoder
 from modelprof.runtime.tensors import map_tensors
 
 __all__ = ["PromptInputs", "prompt_inputs"]
@@ -62,9 +63,11 @@ def prompt_inputs(
             "prompt's keyword inputs, e.g. {'input_ids': ids, "
             "'pixel_values': pixels}"
         )
-    extras = {k: v for k, v in inputs.items() if k != "input_ids"}
-    ids = inputs.get("input_ids")
-    if ids is None:
+    # an encoder-decoder's prompt is its decoder's; every other input is the encoder's
+    key = "decoder_input_ids" if is_encoder_decoder(model) else "input_ids"
+    extras = {k: v for k, v in inputs.items() if k != key}
+    ids = inputs.get(key)
+    if ids is None and key == "input_ids":
         config = getattr(model, "config", None)
         token = next(
             (getattr(config, n) for n in _IMAGE_TOKEN if getattr(config, n, None) is not None), None
@@ -75,13 +78,14 @@ def prompt_inputs(
                 f"image where its prompt has image tokens (id {token}); give the prompt's "
                 "input_ids in inputs= too, with as many image tokens as the image becomes"
             )
+    if ids is None:
         return PromptInputs(None, extras), 128 if prompt_len is None else prompt_len
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
-        raise ModelProfError("inputs['input_ids'] must be a (batch, tokens) tensor of token ids")
+        raise ModelProfError(f"inputs[{key!r}] must be a (batch, tokens) tensor of token ids")
     length = int(ids.shape[1])
     if prompt_len is not None and prompt_len != length:
         raise ModelProfError(
-            f"prompt_len={prompt_len!r} contradicts inputs['input_ids'] of "
+            f"prompt_len={prompt_len!r} contradicts inputs[{key!r}] of "
             f"{length} tokens; leave prompt_len out"
         )
     return PromptInputs(ids, extras), length

@@ -53,15 +53,26 @@ class GenerationReport:
         return tuple(self.phase_tables)
 
     def phases(self, batch_size: int | None = None) -> list[Phase]:
-        """Prefill then decode at each context, for ``batch_size`` (default: the first)."""
+        """The encoder (an encoder-decoder's), the prefill, then decode at each context, for
+        ``batch_size`` (default: the first)."""
         return self.phase_tables[self._batch(batch_size)]
 
     def prefill(self, batch_size: int | None = None) -> Phase:
-        return self.phases(batch_size)[0]
+        return next(p for p in self.phases(batch_size) if p.name == "prefill")
+
+    def encoder(self, batch_size: int | None = None) -> Phase:
+        """An encoder-decoder's encoder phase: its one forward over the source, before the
+        decoder's prefill."""
+        found = [p for p in self.phases(batch_size) if p.name == "encoder"]
+        if not found:
+            from modelprof.errors import ModelProfError
+
+            raise ModelProfError(f"{self.model_name} has no encoder phase (no encoder-decoder)")
+        return found[0]
 
     def decode(self, context: int | None = None, batch_size: int | None = None) -> Phase:
         """The decode step at ``context`` (default: the last one profiled)."""
-        steps = self.phases(batch_size)[1:]
+        steps = [p for p in self.phases(batch_size) if p.name == "decode"]
         if context is None:
             return steps[-1]
         for p in steps:
@@ -171,6 +182,8 @@ class GenerationReport:
         rows, phases, first = [], [], None
         timing = self.timings.get(self._batch(batch_size))
         for p in self.phases(batch_size):
+            # halved under causal="half": the prefill's attention only (an encoder's attends
+            # both ways, a decode step's one query masks nothing)
             u = p.report.utilization(peak, flops=flops, causal=causal, decode=p.name != "prefill")
             first = first or u
             whole = u.phases.drop(columns="phase")
@@ -243,6 +256,8 @@ class GenerationReport:
         for b in self.batch_sizes:
             row: dict[str, Any] = {"batch_size": b}
             pre, last = self.prefill(b), self.decode(batch_size=b)
+            if any(p.name == "encoder" for p in self.phases(b)):
+                row["encoder_macs"] = self.encoder(b).totals["macs"]
             row.update(
                 prefill_macs=pre.totals["macs"],
                 decode_macs=last.totals["macs"],
@@ -413,8 +428,11 @@ class GenerationReport:
         ]
         for b in self.batch_sizes:
             pre, last = self.prefill(b), self.decode(batch_size=b)
+            encoder = [p for p in self.phases(b) if p.name == "encoder"]
             line = (
-                f"  batch {b}: prefill {pre.totals['macs'] / 1e9:.3g} GMACs, decode@"
+                f"  batch {b}: "
+                + "".join(f"encoder {p.totals['macs'] / 1e9:.3g} GMACs, " for p in encoder)
+                + f"prefill {pre.totals['macs'] / 1e9:.3g} GMACs, decode@"
                 f"{last.context} {last.totals['macs'] / 1e9:.3g} GMACs"
             )
             t = self.timings.get(b)
@@ -432,8 +450,9 @@ class GenerationReport:
                     line += f"; step growth {t.step_slope.describe()}"
             lines.append(line)
         if self.kv is not None:
+            kind = "self-attention " if self.kv.cross_bytes else ""
             lines.append(
-                f"  KV cache: {self.kv.per_token_bytes:,.0f} bytes/token "
+                f"  KV cache: {kind}{self.kv.per_token_bytes:,.0f} bytes/token "
                 f"(closed form {self.kv.closed_form_per_token}), "
                 f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens"
             )
@@ -441,7 +460,10 @@ class GenerationReport:
                 f"{n:,} bytes of {what}"
                 for n, what in (
                     (self.kv.state_bytes, "recurrent state"),
-                    (self.kv.cross_bytes, "cross-attention"),
+                    (
+                        self.kv.cross_bytes,
+                        f"cross-attention over the encoder's {self.kv.cross_tokens} tokens",
+                    ),
                 )
                 if n
             ]
@@ -458,7 +480,7 @@ class GenerationReport:
 def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
     """The phase's time inside the timed generations: TTFT for the prefill, the median of
     the decode steps at the phase's context; NaN where not timed."""
-    if timing is None:
+    if timing is None or phase.name == "encoder":  # the encoder is inside the TTFT
         return math.nan
     if phase.name == "prefill":
         return float(timing.ttft.median_ms)

@@ -79,8 +79,10 @@ class GenerationSpec:
         contexts: Any = None,
         cache: Any = "dynamic",
         max_positions: int | None = None,
+        positions: str = "positions",
     ) -> GenerationSpec:
-        """Check every option; ``max_positions`` (the model's) bounds prompt + new tokens."""
+        """Check every option; ``max_positions`` (the model's, named ``positions`` in an
+        error) bounds prompt + new tokens."""
         p = _positive_int("prompt_len", prompt_len)
         n = _positive_int("new_tokens", new_tokens)
         batches = _int_list("batch_size", batch_size)
@@ -92,18 +94,18 @@ class GenerationSpec:
         if max_positions is not None:
             if p >= max_positions:
                 raise ModelProfError(
-                    f"prompt_len={p} does not fit the model's {max_positions} positions"
+                    f"prompt_len={p} does not fit the model's {max_positions} {positions}"
                 )
             if p + n > max_positions:
                 raise ModelProfError(
                     f"prompt_len={p} + new_tokens={n} = {p + n} exceeds the "
-                    f"model's {max_positions} positions"
+                    f"model's {max_positions} {positions}"
                 )
             over = [c for c in ctx if c + 1 > max_positions]
             if over:
                 raise ModelProfError(
                     f"contexts={list(ctx)}: a decode step at {over[0]} needs "
-                    f"{over[0] + 1} positions, the model has {max_positions}"
+                    f"{over[0] + 1} positions, the model has {max_positions} {positions}"
                 )
         return cls(p, n, batches, ctx, CacheMode.parse(cache))
 

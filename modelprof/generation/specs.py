@@ -122,13 +122,21 @@ def load_language_model(
         return (model.to(device=device, dtype=dtype) if device or dtype else model), spec
     import transformers
 
+    # an encoder-decoder (T5, BART: text; Whisper: speech) has no causal-LM class
+    auto = (
+        transformers.AutoModelForSpeechSeq2Seq
+        if getattr(config, "num_mel_bins", None)
+        else transformers.AutoModelForSeq2SeqLM
+        if getattr(config, "is_encoder_decoder", False)
+        else transformers.AutoModelForCausalLM
+    )
     with torch.device(device or "cpu"):
         try:
-            model = transformers.AutoModelForCausalLM.from_config(config)
+            model = auto.from_config(config)
         except ValueError as e:
             raise ModelProfError(
-                f"SPEC {spec!r}: {type(config).__name__} has no causal-LM "
-                f"model in transformers ({e})"
+                f"SPEC {spec!r}: {type(config).__name__} has no model for "
+                f"{auto.__name__} in transformers ({e})"
             ) from e
         except TypeError as e:  # an override of the wrong kind the check above let through
             raise ModelProfError(

@@ -34,6 +34,7 @@ from modelprof.errors import ModelProfError
 __all__ = [
     "cache_argument",
     "CACHE_ARGUMENTS",
+    "cache_attributes",
     "cache_layer_tensors",
     "current_autograd_node",
     "current_function_mode",
@@ -65,6 +66,7 @@ __all__ = [
     "meta_mask_dropped",
     "mha_device_check",
     "module_stack_type_name",
+    "new_encoder_decoder_cache",
     "new_hf_cache",
     "oom_errors",
     "OpOverload",
@@ -499,6 +501,30 @@ def new_hf_cache(
             if name in params:
                 kw[name] = value
     return cls(**kw)
+
+
+def new_encoder_decoder_cache() -> Any:
+    """An empty ``EncoderDecoderCache`` of two dynamic caches (self-attention, then
+    cross-attention), each growing a layer at its first update. Not built from the config:
+    in transformers 5.24 a T5 config's decoder view reports the encoder's ``num_layers`` as its
+    ``num_hidden_layers``, so a ``DynamicCache(config=...)`` would hold layers no decoder layer
+    fills; 4.46 takes no config. Checked on 4.46 and 5.24."""
+    import transformers
+
+    return transformers.EncoderDecoderCache(
+        transformers.DynamicCache(), transformers.DynamicCache()
+    )
+
+
+def cache_attributes(cache: Any) -> dict[str, Any]:
+    """The attributes of a cache object, the caches it holds among them. Up to transformers
+    4.46 a ``Cache`` is an ``nn.Module``, so an ``EncoderDecoderCache`` keeps its two caches in
+    ``_modules``, not in its ``__dict__``; later a ``Cache`` is a plain object. Checked on 4.46
+    and 5.24."""
+    attrs = dict(getattr(cache, "__dict__", None) or {})
+    if isinstance(cache, torch.nn.Module):
+        attrs.update(attrs.pop("_modules", None) or {})
+    return attrs
 
 
 #: the release from which a StaticCache keeps a ``cumulative_length`` per layer that a snapshot

@@ -1,0 +1,118 @@
+"""An encoder-decoder model's encoder (T5's and BART's source ids, Whisper's log-mel features):
+its inputs, given in ``inputs=`` or built from the config, checked before anything is
+allocated, and the module that runs it once as the encoder phase, before the decoder's prefill
+and decode steps read what it made (``encoder_outputs``) and fill the cross-attention cache.
+
+Default inputs, one sequence repeated to each batch size: ``input_features`` of
+``num_mel_bins x 2 max_source_positions`` frames (Whisper's encoder takes exactly that many and
+halves them in its strided convolution), source ``input_ids`` of ``prompt_len`` tokens (T5's
+positions are relative: any length runs). The decoder's prompt is ``decoder_input_ids``
+(``inputs=`` or ``prompt_len`` tokens starting with ``decoder_start_token_id``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+
+__all__ = [
+    "EncoderModule",
+    "complete_encoder_inputs",
+    "is_encoder_decoder",
+    "source_length",
+]
+
+
+def is_encoder_decoder(model: Any) -> bool:
+    """A transformers model whose config says it is an encoder-decoder (T5, BART, Whisper)."""
+    return getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True
+
+
+def _main_input(model: Any) -> str:
+    return str(getattr(model, "main_input_name", "input_ids"))
+
+
+def _frames(config: Any) -> int | None:
+    """The log-mel frames Whisper's encoder takes: ``2 x max_source_positions``."""
+    positions = getattr(config, "max_source_positions", None)
+    return 2 * int(positions) if positions else None
+
+
+def source_length(model: Any, extras: dict[str, Any], prompt_len: int) -> int:
+    """The encoder's output length (what the cross-attention cache holds per layer), read
+    without allocating from the inputs given (``extras``): the given source ids' length, Whisper's ``max_source_positions``, else
+    ``prompt_len`` (the default source). The inputs are checked here: a refusal names them."""
+    name, config = _main_input(model), model.config
+    value = extras.get(name)
+    if name == "input_features":
+        frames = _frames(config)
+        if frames is None:
+            raise ModelProfError(
+                f"{type(model).__name__} takes input_features but its config has no "
+                "max_source_positions; give them in inputs={'input_features': ...}"
+            )
+        mels = int(getattr(config, "num_mel_bins", 0) or 0)
+        if value is not None and (
+            not isinstance(value, torch.Tensor) or tuple(value.shape[1:]) != (mels, frames)
+        ):
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ModelProfError(
+                f"inputs['input_features'] of shape {shape}: {type(model).__name__} takes "
+                f"(batch, num_mel_bins={mels}, 2 x max_source_positions={frames})"
+            )
+        return frames // 2
+    if value is not None:
+        if not isinstance(value, torch.Tensor) or value.dim() < 2:
+            raise ModelProfError(f"inputs[{name!r}] must be a (batch, length, ...) tensor")
+        return int(value.shape[1])
+    if name != "input_ids":
+        raise ModelProfError(
+            f"{type(model).__name__} encodes {name!r}, which modelprof cannot make up; give "
+            f"it in inputs={{{name!r}: ...}}"
+        )
+    return prompt_len
+
+
+def complete_encoder_inputs(model: Any, extras: dict[str, Any], source_len: int) -> dict[str, Any]:
+    """``extras`` (the inputs given) with the encoder's main input built from the config when
+    it was not given: one sequence, repeated to each batch size (random values change nothing
+    counted)."""
+    name, config = _main_input(model), model.config
+    if name in extras:
+        return extras
+    gen = torch.Generator().manual_seed(0)
+    if name == "input_features":
+        shape = (1, int(config.num_mel_bins), 2 * source_len)
+        value = torch.randn(shape, generator=gen)
+    else:
+        vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
+        value = torch.randint(0, vocab, (1, source_len), generator=gen)
+    return {name: value, **extras}
+
+
+class EncoderModule(nn.Module):
+    """Calls the model's encoder (``get_encoder()``) with the encoder's inputs. Its children
+    are the model's own (shared, not copied), so the encoder phase's rows carry the names the
+    modules have in the decoder's phases; the counting pass keeps no output, so the last one
+    is kept here (in a box set at construction: the state guard puts back what a forward
+    adds)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        for name, child in model.named_children():
+            self.add_module(name, child)
+        self._encoder = model.get_encoder
+        self._last: list[Any] = [None]
+
+    @property
+    def last(self) -> Any:
+        return self._last[0]
+
+    def forward(self, **inputs: Any) -> Any:
+        out = self._encoder()(**inputs)
+        self._last[0] = out
+        return out
