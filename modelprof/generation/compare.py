@@ -5,6 +5,7 @@ their 95 % intervals (trimmed mean of the per-round ratios, as ``compare``'s ``l
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model
 from modelprof.generation.profile import model_device_dtype
@@ -51,7 +53,6 @@ def compare_generation(
         model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
         dev, dt = model_device_dtype(model, None, None)
         config = getattr(model, "config", None)
-        from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 
         spec = GenerationSpec.parse(
             prompt_len,
@@ -118,7 +119,6 @@ class _all:
         self.managers = managers
 
     def __enter__(self) -> None:
-        import contextlib
 
         self.stack = contextlib.ExitStack()
         for m in self.managers:

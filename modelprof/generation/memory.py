@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -126,7 +127,6 @@ class MemoryPlan:
         )
 
     def table(self) -> Any:
-        import pandas as pd
 
         return pd.DataFrame(
             [

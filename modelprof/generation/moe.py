@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 
@@ -42,7 +43,6 @@ class MoEInfo:
     def tokens_per_expert(self) -> Any:
         """One row per MoE layer, one column per expert: tokens routed there (each token
         counts once per expert it chose)."""
-        import pandas as pd
 
         rows = {
             layer.name: layer.tokens_per_expert

@@ -33,6 +33,8 @@ from modelprof.runtime.execution import RunMode
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.timing.columns import layer_columns
+from modelprof.timing.layers import time_layers
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 
 __all__ = ["Phase", "count_phases", "time_phase"]
@@ -282,8 +284,6 @@ def time_phase(
     after each pass; ``root``: the module called, default the model's), joined into the
     phase's rows; the report's ``latency`` is the plain passes interleaved with the
     instrumented ones."""
-    from modelprof.timing.layers import time_layers
-    from modelprof.timing.measurement import Measurement
 
     root = root or lm.root
     runner = _Rewinding(root, restore)

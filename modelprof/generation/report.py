@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from modelprof.errors import ModelProfError
 from modelprof.generation.bound import bound_rows, phase_bound
 from modelprof.generation.cache import KVCacheInfo
 from modelprof.generation.memory import MemoryPlan
 from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
+from modelprof.generation.plots import plot_decode_growth, plot_phase_share
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
 from modelprof.render.formats import export, get_format
@@ -65,8 +67,6 @@ class GenerationReport:
         decoder's prefill."""
         found = [p for p in self.phases(batch_size) if p.name == "encoder"]
         if not found:
-            from modelprof.errors import ModelProfError
-
             raise ModelProfError(f"{self.model_name} has no encoder phase (no encoder-decoder)")
         return found[0]
 
@@ -78,7 +78,6 @@ class GenerationReport:
         for p in steps:
             if p.context == context:
                 return p
-        from modelprof.errors import ModelProfError
 
         raise ModelProfError(
             f"context={context!r} was not profiled; the decode contexts are "
@@ -89,8 +88,6 @@ class GenerationReport:
         if batch_size is None:
             return self.batch_sizes[0]
         if batch_size not in self.phase_tables:
-            from modelprof.errors import ModelProfError
-
             raise ModelProfError(
                 f"batch_size={batch_size!r} was not profiled; the batch sizes "
                 f"are {list(self.batch_sizes)}"
@@ -205,8 +202,6 @@ class GenerationReport:
         """Every leaf row of every phase with its compute, memory and roofline bound (ms) on
         the target device; a bound, not a measurement."""
         if self.peaks is None:
-            from modelprof.errors import ModelProfError
-
             raise ModelProfError(
                 "no target: pass target='H100 SXM' (or a Peaks) to "
                 "profile_generation for the roofline bound"
@@ -405,7 +400,6 @@ class GenerationReport:
     def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
         """Decode step time (measured, every step of the generations) and bytes (counted)
         against the context length."""
-        from modelprof.generation.plots import plot_decode_growth
 
         return plot_decode_growth(self, save=save, batch_size=batch_size)
 
@@ -416,7 +410,6 @@ class GenerationReport:
         column: str | None = None,
     ):
         """Per top-level layer: its share of the prefill and of a decode step."""
-        from modelprof.generation.plots import plot_phase_share
 
         return plot_phase_share(self, save=save, batch_size=batch_size, column=column)
 

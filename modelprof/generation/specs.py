@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.models import load_spec
 
 __all__ = ["load_language_model", "parse_overrides"]
 
@@ -116,8 +117,6 @@ def load_language_model(
     spec = spec.strip()
     config = _config(spec)
     if config is None:
-        from modelprof.models import load_spec
-
         model = load_spec(spec).model
         return (model.to(device=device, dtype=dtype) if device or dtype else model), spec
     import transformers
