@@ -17,12 +17,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.forward import analyze
-from modelprof.generation.cache import (
-    KVCacheInfo,
-    cache_snapshot,
-    check_rewound,
-    kv_info,
-)
+from modelprof.generation.cache import KVCacheInfo, check_rewound, kv_info
 from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
@@ -30,6 +25,7 @@ from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.snapshot import Snapshot
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.options import TimingOptions
 
@@ -59,18 +55,16 @@ class Phase:
         return self.report.totals
 
 
-class _Rewinding(nn.Module):
-    """Calls ``root`` and then puts the cache back: every timed pass runs the same step."""
+class _Timed(nn.Module):
+    """``root``, as a module of its own per phase: each phase warms up afresh (the warm-up
+    registry knows a module by the tensors of its call, and a cache's are not among them)."""
 
-    def __init__(self, root: nn.Module, restore: Any) -> None:
+    def __init__(self, root: nn.Module) -> None:
         super().__init__()
-        self.root, self._restore = root, restore
+        self.root = root
 
     def forward(self, **kwargs: Any) -> Any:
-        try:
-            return self.root(**kwargs)
-        finally:
-            self._restore()
+        return self.root(**kwargs)
 
 
 class _Counter:
@@ -119,14 +113,14 @@ class _Counter:
             counts=counts,
         ), mi
 
-    def _extend(self, length: int) -> tuple[Phase, ModelInputs, Any]:
+    def _extend(self, length: int) -> tuple[Phase, ModelInputs, Snapshot]:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
         cache = (
             self.cache
             if self.cache is not None
             else self.lm.new_cache(self.batch, self.spec.total_len + 1)
         )
-        restore = cache_snapshot(cache)
+        cache_as_was = Snapshot(cache)
         first = self.length == 0  # from the empty cache: the prompt, its image too
         tokens = (
             self.lm.prompt(self.batch, length, self.gen)
@@ -137,7 +131,7 @@ class _Counter:
         self.cache = _cache_of(self.lm, mi)
         self.length += length
         phase.kv = self._kv(self.cache, self.length)
-        return phase, mi, restore
+        return phase, mi, cache_as_was
 
     def _grow(self, length: int) -> None:
         """Extend the cache by ``length`` tokens, uncounted where the model runs as it is (the
@@ -167,10 +161,10 @@ class _Counter:
     def prefill(self) -> Phase:
         self.lm.phase(f"the prefill at batch {self.batch}")
         self.cache, self.length = None, 0
-        phase, mi, restore = self._extend(self.spec.prompt_len)
+        phase, mi, cache_as_was = self._extend(self.spec.prompt_len)
         if self.opts is not None:  # each timed pass from the empty cache
-            restore()
-            time_phase(self.lm, phase, mi, restore, self.opts)
+            cache_as_was.restore()
+            time_phase(self.lm, phase, mi, cache_as_was, self.opts)
             self.cache, self.length = None, 0  # rebuilt on the way to the first context
         return phase
 
@@ -183,7 +177,7 @@ class _Counter:
             _cache_of(lm, mi)  # checks a step function's output
             phase.tokens = 1
             if self.opts is not None:
-                time_phase(lm, phase, mi, lambda: None, self.opts)
+                time_phase(lm, phase, mi, None, self.opts)
             return phase
         if context < self.length:  # a context before the current one: start again
             self.cache, self.length = None, 0
@@ -191,14 +185,14 @@ class _Counter:
             lm.phase(f"building the cache to context {context}, batch {self.batch}")
             self._grow(context - self.length)
             lm.phase(f"the decode step at context {context}, batch {self.batch}")
-        restore = cache_snapshot(self.cache)
+        cache_as_was = Snapshot(self.cache)
         tokens = lm.tokens(self.batch, 1, self.gen)
         phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
         phase.kv = self._kv(_cache_of(lm, mi), context + 1)
-        restore()
+        cache_as_was.restore()
         check_rewound(self.cache, context, lm.name)
         if self.opts is not None:
-            time_phase(lm, phase, mi, restore, self.opts)
+            time_phase(lm, phase, mi, cache_as_was, self.opts)
         return phase
 
     def _prefix(self, length: int) -> tuple[torch.Tensor, bool]:
@@ -242,16 +236,25 @@ def count_phases(
 
 
 def time_phase(
-    lm: LanguageModel, phase: Phase, mi: ModelInputs, restore: Any, opts: TimingOptions
+    lm: LanguageModel,
+    phase: Phase,
+    mi: ModelInputs,
+    cache_as_was: Snapshot | None,
+    opts: TimingOptions,
 ) -> None:
-    """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back by ``restore``
-    after each pass), joined into the phase's rows; the report's ``latency`` is the plain
-    passes interleaved with the instrumented ones."""
+    """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back as
+    ``cache_as_was`` holds it before each pass, outside the timed spans, and after the last),
+    joined into the phase's rows; the report's ``latency`` is the plain passes interleaved with
+    the instrumented ones."""
     from modelprof.timing.layers import time_layers
     from modelprof.timing.measurement import Measurement
 
-    runner = _Rewinding(lm.root, restore)
-    layers = time_layers(runner, mi, modules=module_names(lm.root), options=opts)
+    mi.reset = None if cache_as_was is None else cache_as_was.reset
+    try:
+        layers = time_layers(_Timed(lm.root), mi, modules=module_names(lm.root), options=opts)
+    finally:
+        if cache_as_was is not None:  # the last pass's token taken out again
+            cache_as_was.reset()
     plain = (
         layers.plain_ms
         if layers.plain_ms is not None and layers.plain_ms.size
