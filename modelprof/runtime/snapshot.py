@@ -14,7 +14,8 @@ counters compared: microseconds, run outside the timed spans). ``profile`` asks
 :meth:`Snapshot.between_passes` after its first pass: ``None`` when that pass changed nothing
 (ordinary inputs: nothing at all runs between the timed passes, so timing costs what it did);
 a later pass that writes what the first did not is still put back at the end. ``compare``, whose
-models share the inputs, resets before every pass.
+models share the inputs, resets before every pass, and generation resets its KV cache before
+every timed pass of a phase (the step grows it).
 
 Not kept: modules reachable from the inputs (a module is the state guard's business,
 ``modelprof.runtime.guard``: ``profile`` guards the model and a loss module), objects beyond the
@@ -225,18 +226,6 @@ class Snapshot:
             written.update(unseen)
         return sorted(written - moved), sorted(moved)
 
-    def _structure_changed(self) -> bool:
-        is_ = operator.is_
-        return (
-            any(len(o) != len(c) or not all(map(is_, o, c)) for o, c in self._lists)
-            or not self._dicts_same()
-            or any(o != c for o, c in self._sets)
-            or any(
-                not all(map(is_, (getattr(o, s, _MISSING) for s in names), values))
-                for o, names, values in self._slots
-            )
-        )
-
     def _dicts_same(self) -> bool:
         """Every recorded dict holds the saved keys, in order, bound to the saved objects."""
         live = [o for o, _ in self._dicts]
@@ -250,78 +239,66 @@ class Snapshot:
 
     def changed(self) -> bool:
         """Whether anything differs from the snapshot (values compared too)."""
-        return self._structure_changed() or any(self._suspects(True))
+        return self._put_back_structure(False) or any(self._suspects(True))
 
     def restore(self, values: bool = True) -> bool:
         """Put back everything that differs; True when something did. ``values=False`` trusts
         the version counters (and what an earlier check found written) instead of comparing
         every value: the cheap check between passes."""
-        changed = self._restore_structure()
+        changed = self._put_back_structure(True)
         written, moved = self._suspects(values)
-        if written:
-            self._copy_back(written)
-        for i in moved:
-            self._put_back(i)
+        with torch.no_grad():
+            for i in written:
+                self._put_back(i, False)
+            for i in moved:
+                self._put_back(i, True)
         return changed or bool(written or moved)
 
-    def _restore_structure(self) -> bool:
+    def _put_back_structure(self, put_back: bool) -> bool:
+        """Whether a container or slot differs from its entry (each put back with
+        ``put_back``)."""
         changed = False
         for o, c in self._lists:
             if len(o) != len(c) or not all(map(operator.is_, o, c)):
-                o[:] = c
                 changed = True
+                if put_back:
+                    o[:] = c
         if not self._dicts_same():
-            for o, c in self._dicts:
+            changed = True
+            for o, c in self._dicts if put_back else ():
                 if not same_items(o, c):
                     o.clear()
                     o.update(c)
-                    changed = True
         for o, c in self._sets:
             if o != c:
-                o.clear()
-                o.update(c)
                 changed = True
+                if put_back:
+                    o.clear()
+                    o.update(c)
         for o, names, values_ in self._slots:
             for name, v in zip(names, values_):
                 if getattr(o, name, _MISSING) is not v:
-                    if v is _MISSING:
-                        delattr(o, name)
-                    else:
-                        setattr(o, name, v)
                     changed = True
+                    if put_back and v is _MISSING:
+                        delattr(o, name)
+                    elif put_back:
+                        setattr(o, name, v)
         return changed
 
-    def _copy_back(self, written: list[int]) -> None:
-        """Copy the values taken up front back into the tensors ``written``."""
-        ts, copies = self._tensors, self._copies
-        with torch.no_grad():
-            for i in written:
-                t, copy = ts[i], copies[i]
-                if copy is None:
-                    continue
-                if t.is_inference():
-                    with torch.inference_mode():
-                        t.copy_(copy)
-                else:
-                    t.copy_(copy)
-        for i in written:  # the copy bumped the version counter: this is the entry state now
-            self._versions[i] = version_of(ts[i])
-
-    def _put_back(self, i: int) -> None:
+    def _put_back(self, i: int, moved: bool) -> None:
+        """Tensor ``i`` as it was: its values, and where ``moved`` its storage, geometry,
+        gradient and ``requires_grad`` (in a ``no_grad`` block)."""
         t, copy = self._tensors[i], self._copies[i]
-        inference = t.is_inference()
-        ctx = torch.inference_mode() if inference else torch.no_grad()
-        with ctx:
-            if fingerprint(t) != self._layouts[i]:
+        with torch.inference_mode() if t.is_inference() else contextlib.nullcontext():
+            if moved and fingerprint(t) != self._layouts[i]:
                 t.data = self._aliases[i]
             if copy is not None:
                 t.copy_(copy)
-        if t.is_leaf and t.requires_grad != self._requires_grad[i]:
+        if moved and t.is_leaf and t.requires_grad != self._requires_grad[i]:
             t.requires_grad_(self._requires_grad[i])
-        if _grad(t) is not self._grads[i]:
+        if moved and _grad(t) is not self._grads[i]:
             t.grad = self._grads[i]
-        # the copy bumped the version counter (and fingerprints may read otherwise one by
-        # one than all at once): this is the entry state now
+        # the copy bumped the version counter: this is the entry state now
         self._versions[i] = version_of(t)
 
     def reset(self) -> None:
