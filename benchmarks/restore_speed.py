@@ -7,7 +7,9 @@ The reference is the rewind ``generation/cache.py`` wrote by hand before the ``S
 it over: each cache layer's and the cache's attributes put back (a ``DynamicLayer`` rebinds
 ``keys``/``values`` to the concatenation, so the old tensors are intact) and the 0-d tensors
 copied back; it leaves a ``StaticLayer``'s written slot as the step left it (outside the valid
-length), where the snapshot puts every written tensor back bit for bit. Each round runs one
+length), where the snapshot puts every written tensor back bit for bit (taken as generation
+takes it, ``copy_on_write=True``, the first step watched: a static cache's keys and values are
+copied before that step writes them, a dynamic cache's nothing). Each round runs one
 decode step's cache writes (``cache.update`` per layer, as the attention does), then times one
 restore; the two restores alternate round by round, so a change of the machine's pace reaches
 both alike. Medians of ``--rounds`` rounds; ratios are snapshot / reference.
@@ -20,6 +22,7 @@ timed pass holds is the step alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from typing import Any
 
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 import transformers
 
+from modelprof.runtime.guard import watching_writes
 from modelprof.runtime.snapshot import Snapshot
 
 
@@ -76,25 +80,32 @@ def _filled(kind: str, config: Any, context: int) -> Any:
     return cache
 
 
-def restore_us(kind: str, config: Any, context: int, rounds: int) -> tuple[float, float]:
-    """Median microseconds of one restore: (reference, snapshot)."""
+def restore_us(kind: str, config: Any, context: int, rounds: int) -> tuple[float, float, int]:
+    """Median microseconds of one restore (reference, snapshot), and the bytes of values the
+    snapshot keeps."""
     cache = _filled(kind, config, context)
     heads, dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
     token = [torch.randn(1, heads, 1, dim) for _ in range(2)]
     position = {"cache_position": torch.tensor([context])}
-    reference, snap = reference_rewind(cache), Snapshot(cache)
+    # as generation takes it: values copied on the first write, by the watched (counted) step
+    reference, snap = reference_rewind(cache), Snapshot(cache, copy_on_write=True)
     times: dict[str, list[float]] = {"reference": [], "snapshot": []}
     for r in range(2 * rounds + 2):
         name, restore = ("reference", reference) if r % 2 else ("snapshot", snap.reset)
-        for layer in range(config.num_hidden_layers):  # a decode step's cache writes
-            cache.update(*token, layer, position)
+        with watching_writes(snap) if r == 0 else contextlib.nullcontext():
+            for layer in range(config.num_hidden_layers):  # a decode step's cache writes
+                cache.update(*token, layer, position)
         t0 = time.perf_counter_ns()
         restore()
         t1 = time.perf_counter_ns()
         assert cache.get_seq_length() == context, "the restore did not take the token out"
         if r >= 2:  # the first of each: warm-up
             times[name].append((t1 - t0) / 1e3)
-    return float(np.median(times["reference"])), float(np.median(times["snapshot"]))
+    return (
+        float(np.median(times["reference"])),
+        float(np.median(times["snapshot"])),
+        snap.copied_bytes,
+    )
 
 
 def decode_step_us(config: Any, context: int, rounds: int) -> float:
@@ -127,13 +138,17 @@ def main() -> None:
         f"{torch.get_num_threads()} threads; {args.layers} layers, context {args.context}, "
         f"median of {args.rounds} rounds"
     )
-    print("| cache | reference rewind (us) | Snapshot.reset (us) | ratio |")
-    print("| --- | ---: | ---: | ---: |")
+    print(
+        "| cache | reference rewind (us) | Snapshot.reset (us) | ratio | values kept (bytes) "
+        "| copied up front (bytes) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     dynamic = (0.0, 0.0)
     for kind in ("dynamic", "static"):
-        ref, snap = restore_us(kind, config, args.context, args.rounds)
+        ref, snap, kept = restore_us(kind, config, args.context, args.rounds)
         dynamic = (ref, snap) if kind == "dynamic" else dynamic
-        print(f"| {kind} | {ref:.1f} | {snap:.1f} | {snap / ref:.2f}x |")
+        up_front = Snapshot(_filled(kind, config, args.context)).copied_bytes
+        print(f"| {kind} | {ref:.1f} | {snap:.1f} | {snap / ref:.2f}x | {kept:,} | {up_front:,} |")
     step = decode_step_us(config, args.context, 21)
     ref, snap = dynamic
     print(f"\ndecode step of a {args.layers}-layer tiny Llama, dynamic cache: {step:.0f} us")

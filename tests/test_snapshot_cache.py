@@ -13,7 +13,8 @@ import pytest
 import torch
 from helpers import picture
 
-from modelprof import profile_generation
+from modelprof import ModelProfError, profile_generation
+from modelprof.runtime.guard import watching_writes
 from modelprof.runtime.snapshot import Snapshot
 
 transformers = pytest.importorskip("transformers")
@@ -98,6 +99,45 @@ def test_a_rewound_encoder_decoder_cache_holds_what_it_held():
     assert picture(cache) == before
 
 
+@pytest.mark.parametrize("kind", sorted(_CACHES))
+def test_copy_on_write_keeps_only_what_the_step_writes(kind):
+    """A snapshot taken with ``copy_on_write=True`` and watching the step copies a tensor just
+    before the step first writes it, and rewinds the cache bit for bit all the same."""
+    make_config, make_cache = _CACHES[kind]
+    config = make_config()
+    model, cache = _model(config), make_cache(config)
+    with torch.no_grad():
+        model(input_ids=torch.arange(6)[None], past_key_values=cache, use_cache=True)
+        before, snap = picture(cache), Snapshot(cache, copy_on_write=True)
+        with watching_writes(snap):
+            model(input_ids=torch.tensor([[7]]), past_key_values=cache, use_cache=True)
+        snap.restore()
+        assert picture(cache) == before
+        model(input_ids=torch.tensor([[8]]), past_key_values=cache, use_cache=True)
+        snap.reset()  # a pass after the watched one, writing the same tensors
+        assert picture(cache) == before
+    # a dynamic cache's step writes nothing in place (torch.cat makes new tensors, a sliding
+    # window's cut too): nothing copied, where an up-front copy holds 6 tokens x 2 layers x
+    # K, V x 2 heads x 8 x 4 B = 1,536 B; a static one's step writes each layer's keys and
+    # values (1 x 2 heads x 16 x 8 x 4 B = 1,024 B each) and its int64 cumulative_length:
+    # 2 x (2 x 1,024 + 8) = 4,112 B
+    assert snap.copied_bytes == {"dynamic": 0, "sliding": 0, "static": 4112}[kind]
+    if kind == "dynamic":
+        assert Snapshot(cache).copied_bytes == 1536
+
+
+def test_a_write_the_watched_pass_did_not_make_is_refused():
+    a, b = torch.zeros(3), torch.zeros(3)
+    snap = Snapshot([a, b], copy_on_write=True)
+    with watching_writes(snap):
+        a.add_(1)
+    a.add_(1)
+    b.add_(1)  # written after the watch, which did not see it written: no values kept
+    with pytest.raises(ModelProfError, match=r"shape \(3,\)"):
+        snap.reset()
+    assert a.tolist() == [0.0, 0.0, 0.0]  # copied before its first write: put back
+
+
 @dataclasses.dataclass(slots=True)
 class _Slotted:
     state: torch.Tensor
@@ -145,8 +185,8 @@ def test_every_timed_pass_starts_from_the_cache_as_it_was_before_the_step(kind, 
     taken, resets = {}, []
     init, reset = Snapshot.__init__, Snapshot.reset
 
-    def recording_init(self, *objs):
-        init(self, *objs)
+    def recording_init(self, *objs, **how):
+        init(self, *objs, **how)
         taken[id(self)] = (objs, picture(objs))
 
     def checked_reset(self):

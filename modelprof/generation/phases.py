@@ -91,9 +91,11 @@ class _Counter:
         cache: Any,
         what: str,
         prompt: bool = False,
+        cache_as_was: Snapshot | None = None,
     ) -> tuple[Phase, ModelInputs]:
+        """The counted step; ``cache_as_was`` keeps what it writes of the cache."""
         mi = self.lm.inputs(tokens, cache, prompt)
-        result = analyze(self.lm.root, mi, RunMode(dtype=self.lm.dtype))
+        result = analyze(self.lm.root, mi, RunMode(dtype=self.lm.dtype), watch=cache_as_was)
         run = RunInfo(
             model_name=f"{self.lm.name} {what}",
             input_shape=mi.shapes(),
@@ -120,14 +122,16 @@ class _Counter:
             if self.cache is not None
             else self.lm.new_cache(self.batch, self.spec.total_len + 1)
         )
-        cache_as_was = Snapshot(cache)
+        cache_as_was = Snapshot(cache, copy_on_write=True)
         first = self.length == 0  # from the empty cache: the prompt, its image too
         tokens = (
             self.lm.prompt(self.batch, length, self.gen)
             if first
             else self.lm.tokens(self.batch, length, self.gen)
         )
-        phase, mi = self._count("prefill", self.length, tokens, cache, "prefill", first)
+        phase, mi = self._count(
+            "prefill", self.length, tokens, cache, "prefill", first, cache_as_was
+        )
         self.cache = _cache_of(self.lm, mi)
         self.length += length
         phase.kv = self._kv(self.cache, self.length)
@@ -185,9 +189,13 @@ class _Counter:
             lm.phase(f"building the cache to context {context}, batch {self.batch}")
             self._grow(context - self.length)
             lm.phase(f"the decode step at context {context}, batch {self.batch}")
-        cache_as_was = Snapshot(self.cache)
+        # the values of what the step writes in place (a static cache's keys and values, a
+        # recurrent state) copied just before it does; a dynamic cache's step writes none
+        cache_as_was = Snapshot(self.cache, copy_on_write=True)
         tokens = lm.tokens(self.batch, 1, self.gen)
-        phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
+        phase, mi = self._count(
+            "decode", context, tokens, self.cache, f"decode@{context}", False, cache_as_was
+        )
         phase.kv = self._kv(_cache_of(lm, mi), context + 1)
         cache_as_was.restore()
         check_rewound(self.cache, context, lm.name)

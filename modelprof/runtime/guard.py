@@ -65,7 +65,6 @@ from modelprof.errors import ModelProfWarning
 from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
 from modelprof.runtime.tensors import (
-    PLAIN_TENSORS,
     all_dense,
     fingerprint,
     fingerprints,
@@ -83,6 +82,7 @@ __all__ = [
     "StateGuard",
     "preserved_state",
     "set_training",
+    "watching_writes",
 ]
 
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
@@ -153,8 +153,8 @@ class _WriteHook:
     Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ...) pass through:
     their bodies are functional (they write none of their inputs)."""
 
-    def __init__(self, guard: StateGuard) -> None:
-        self.guard = guard
+    def __init__(self, *watchers: Any) -> None:
+        self.watchers = watchers  # each with ``before_write(value)``: the guard, a snapshot
         self._writes: dict[Any, tuple[int, ...]] = {}
 
     def _written(self, func: Any) -> tuple[int, ...]:
@@ -183,7 +183,8 @@ class _WriteHook:
             return  # a batch/instance norm using its running statistics: it writes none
         for i in written:  # (the schema's arguments are built anew at each read: only if needed)
             value = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
-            self.guard._before_write(value)
+            for watcher in self.watchers:
+                watcher.before_write(value)
 
 
 class _WriteWatch(compat.TorchDispatchMode):
@@ -207,6 +208,14 @@ class _WriteWatch(compat.TorchDispatchMode):
         finally:
             if any(isinstance(f, compat.HigherOrderOperator) for f in self.hook._writes):
                 compat.forget_dynamo_skips()  # torch.cond & co. run eagerly again after the watch
+
+
+def watching_writes(*watchers: Any) -> contextlib.AbstractContextManager:
+    """Tell ``watchers`` (each with ``before_write(value)``: a guard, a snapshot taken with
+    ``copy_on_write=True``) of every tensor an op in the block is about to write, as a dispatch
+    mode of its own. Enter it *outside* other dispatch modes (before them), so that the copies
+    they take are not counted as the model's ops."""
+    return _WriteWatch(_WriteHook(*watchers))
 
 
 class StateGuard:
@@ -409,20 +418,14 @@ class StateGuard:
         if i not in self._snapshots and self._keys[i] is not None:  # it had a storage on entry
             self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
 
-    def _before_write(self, value: Any) -> None:
-        if type(value) in PLAIN_TENSORS and not value.is_meta:  # the common case: no device object
-            try:
-                key = value.untyped_storage().data_ptr() or None
-            except (RuntimeError, NotImplementedError, TypeError, AttributeError):
-                return
-        elif isinstance(value, (list, tuple)):
+    def before_write(self, value: Any) -> None:
+        """Copy the tracked tensors that share a storage with ``value`` (a tensor, or a list
+        of them, that an op is about to write), where not copied yet."""
+        if isinstance(value, (list, tuple)):
             for v in value:
-                self._before_write(v)
+                self.before_write(v)
             return
-        elif not isinstance(value, torch.Tensor):
-            return
-        else:
-            key = storage_key(value)
+        key = storage_key(value) if isinstance(value, torch.Tensor) else None
         if key is None:
             return
         if self._by_storage is None:
@@ -434,23 +437,17 @@ class StateGuard:
             self._snapshot(i)
             self._written.add(i)
 
-    def write_hook(self) -> _WriteHook | None:
+    def write_hook(self, *also: Any) -> _WriteHook | None:
         """Copy-on-first-write as a callable ``hook(func, args, kwargs)`` to call before each op
         of the first forward (the op counter takes it: ``OpCounter(..., before_op=hook)``), or
-        None when nothing is tracked."""
-        return _WriteHook(self) if any(self._keys) else None
+        None when nothing is tracked. ``also``: more watchers told of the same writes (a
+        ``Snapshot`` taken with ``copy_on_write=True``)."""
+        watchers = (self, *also) if any(self._keys) else also
+        return _WriteHook(*watchers) if watchers else None
 
-    @contextlib.contextmanager
-    def watch_writes(self) -> Iterator[None]:
-        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc).
-        Enter it *outside* other dispatch modes (before them), so that its copies are not
-        counted as the model's ops."""
-        hook = self.write_hook()
-        if hook is None:
-            yield
-            return
-        with _WriteWatch(hook):
-            yield
+    def watch_writes(self) -> contextlib.AbstractContextManager:
+        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc)."""
+        return watching_writes(self) if any(self._keys) else contextlib.nullcontext()
 
     # -- checking and restoring ---------------------------------------------------------------
     def _suspects(self) -> list[int]:

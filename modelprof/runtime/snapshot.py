@@ -17,6 +17,13 @@ a later pass that writes what the first did not is still put back at the end. ``
 models share the inputs, resets before every pass, and generation resets its KV cache before
 every timed pass of a phase (the step grows it).
 
+``Snapshot(..., copy_on_write=True)`` copies no values up front: told of each write by a
+dispatch watch (``modelprof.runtime.guard.watching_writes``, or the op counter through
+``analyze(..., watch=)``), it copies a tensor just before the first write, as the state guard
+does its parameters. Generation takes its KV cache so: a dynamic cache's step writes none of
+it in place, so none of it is copied. A later, unwatched pass that writes a tensor the watched
+one did not is refused on restore: its values were not kept.
+
 Not kept: modules reachable from the inputs (a module is the state guard's business,
 ``modelprof.runtime.guard``: ``profile`` guards the model and a loss module), objects beyond the
 first ``MAX_OBJECTS`` of the graph, and what has neither attributes nor items to record (a
@@ -36,12 +43,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelprof.errors import ModelProfError
 from modelprof.runtime.tensors import (
     all_dense,
     fingerprint,
     fingerprints,
     same_items,
     same_values,
+    storage_key,
     version_of,
     versions,
 )
@@ -105,7 +114,7 @@ class Snapshot:
     for all tensors at once and compares it with the saved list; only a tensor found
     different is looked at one by one."""
 
-    def __init__(self, *objs: Any) -> None:
+    def __init__(self, *objs: Any, copy_on_write: bool = False) -> None:
         self._lists: list[tuple[list, list]] = []
         self._dicts: list[tuple[dict, dict]] = []
         # the saved dicts' lengths, keys and values, flat: one read compares them all
@@ -122,6 +131,11 @@ class Snapshot:
         self._grads: list[torch.Tensor | None] = []
         self._requires_grad: list[bool] = []
         self._dense = True  # every tensor plain and dense: fingerprints read all at once
+        # copy on write: tensors not copied yet, by storage; what a write after the watch
+        # would leave unrestorable
+        self._copy_on_write = copy_on_write
+        self._pending: dict[int, list[int]] = {}
+        self._uncopied: set[int] = set()
         self._unseen: set[int] = set()  # tensors found written with no version bump (by index)
         self._seen: set[int] = set()
         self.truncated = False
@@ -185,11 +199,41 @@ class Snapshot:
         self._dense = self._dense and dense
         self._tensors += ts
         self._aliases += map(torch.Tensor.detach, ts)
-        self._copies += map(_clone, ts)
+        if self._copy_on_write:
+            self._await_writes(ts)
+        else:
+            self._copies += map(_clone, ts)
         self._versions += versions(ts)
         self._layouts += fingerprints(ts, dense)
         self._grads += map(_grad, ts)
         self._requires_grad += map(_REQUIRES_GRAD, ts)
+
+    def _await_writes(self, ts: list[torch.Tensor]) -> None:
+        start = len(self._copies)
+        self._copies += [None] * len(ts)
+        for i, t in enumerate(ts, start):
+            key = storage_key(t)
+            if key is not None:  # a tensor with values (not meta, fake)
+                self._pending.setdefault(key, []).append(i)
+                self._uncopied.add(i)
+
+    def before_write(self, value: Any) -> None:
+        """Copy, taken with ``copy_on_write=True``, the values of the tensors that share a
+        storage with ``value`` (a tensor, or a list of them, an op is about to write), where
+        not copied yet: watched by ``modelprof.runtime.guard.watching_writes`` or a guard's
+        ``write_hook``."""
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                self.before_write(v)
+        elif isinstance(value, torch.Tensor) and self._pending:
+            for i in self._pending.pop(storage_key(value), ()):
+                self._copies[i] = _clone(self._aliases[i])
+                self._uncopied.discard(i)
+
+    @property
+    def copied_bytes(self) -> int:
+        """Bytes of the tensor values the snapshot holds (taken up front, or on first write)."""
+        return sum(c.untyped_storage().nbytes() for c in self._copies if c is not None)
 
     # -- checking and putting back ------------------------------------------------------------
     def _suspects(self, values: bool) -> tuple[list[int], list[int]]:
@@ -252,6 +296,14 @@ class Snapshot:
                 self._put_back(i, False)
             for i in moved:
                 self._put_back(i, True)
+        lost = sorted(self._uncopied.intersection(written))
+        if lost:  # everything else is back
+            raise ModelProfError(
+                f"{len(lost)} tensor(s) (the first of shape {tuple(self._tensors[lost[0]].shape)}) "
+                "written in place by a pass after the watched one, which did not write them: "
+                "their values from before were not kept and cannot be put back (the passes "
+                "must write the same tensors)"
+            )
         return changed or bool(written or moved)
 
     def _put_back_structure(self, put_back: bool) -> bool:

@@ -199,6 +199,11 @@ def brief(obj: Any, limit: int = 200) -> str:
 def storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
     """The address of ``t``'s storage, or None where there is none to protect (meta and fake
     tensors, wrapper subclasses without a storage)."""
+    if type(t) in PLAIN_TENSORS and not t.is_meta:  # the common case: no device object made
+        try:
+            return t.untyped_storage().data_ptr() or None
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+            return None
     if (device or t.device).type == "meta" or isinstance(t, compat.FakeTensor):
         return None
     try:
