@@ -403,8 +403,8 @@ def test_hf_caches_are_timed_per_layer_at_a_fixed_context(cache):
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
-def test_cache_snapshot_puts_a_cache_back_after_each_step(kind):
-    from modelprof.generation.cache import cache_snapshot
+def test_a_snapshot_puts_a_cache_back_after_each_step(kind):
+    from modelprof.runtime.snapshot import Snapshot
 
     model = llama(2)
     cache = (
@@ -414,7 +414,7 @@ def test_cache_snapshot_puts_a_cache_back_after_each_step(kind):
     )
     with torch.no_grad():
         model(input_ids=torch.zeros(1, 8, dtype=torch.long), past_key_values=cache, use_cache=True)
-        restore = cache_snapshot(cache)
+        restore = Snapshot(cache).reset
         for _ in range(20):  # 20 steps: a static cache of 12 would overflow unrestored
             model(
                 input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from modelprof import profile_generation
-from modelprof.generation.cache import cache_snapshot, kv_info
+from modelprof.generation.cache import kv_info
+from modelprof.runtime.snapshot import Snapshot
 
 transformers = pytest.importorskip("transformers")
 
@@ -136,7 +137,7 @@ def test_a_snapshot_puts_a_recurrent_state_back():
             for layer in cache.layers
             for t in (*layer.conv_states.values(), *layer.recurrent_states.values())
         ]
-        restore = cache_snapshot(cache)
+        restore = Snapshot(cache).reset
         _quiet(model, input_ids=ids[:, :1], cache=cache, use_cache=True)  # a decode step
         after = [
             t

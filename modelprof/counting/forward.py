@@ -110,9 +110,11 @@ def analyze(
     inputs: ModelInputs,
     mode: RunMode = RunMode(),
     registry: FormulaRegistry | None = None,
+    watch: Any = None,
 ) -> StaticResult:
     """Run one forward of ``model`` on ``inputs`` as ``mode`` says and return one record per
-    module call.
+    module call. ``watch``: told of every tensor an op is about to write, before the write (a
+    ``Snapshot`` taken with ``copy_on_write=True``: it keeps what the forward writes).
 
     ``mode.amp`` (an autocast dtype) and ``mode.memory_format`` (channels_last) make the counted
     forward the one the timed passes run: the kernels and bytes follow the dtype and layout that
@@ -137,7 +139,10 @@ def analyze(
         )
         tracker.param_view = view = ParamView.for_model(model, guard.parameters, names)
         counter = OpCounter(
-            tracker, registry, before_op=guard.write_hook(), meta_sdpa=inputs.device.type == "meta"
+            tracker,
+            registry,
+            before_op=guard.write_hook(*(() if watch is None else (watch,))),
+            meta_sdpa=inputs.device.type == "meta",
         )
         try:
             state = _state_for(model, inputs, mode)

@@ -1,5 +1,6 @@
 """The KV cache: its bytes per layer read from the real cache objects, the closed form they are
-checked against, and a snapshot that puts a cache back after a step (to time one step again).
+checked against, and the check that a cache was put back after a step (to time one step again:
+``modelprof.runtime.snapshot.Snapshot`` puts it back).
 
 Closed form, per token: ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``;
 ``kv_heads`` is ``num_key_value_heads`` (GQA; 1 for MQA), else ``num_attention_heads`` (MHA).
@@ -19,7 +20,7 @@ apart (``KVCacheInfo.per_layer_state_bytes``) so that only keys and values grow 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -32,7 +33,6 @@ __all__ = [
     "KVCacheInfo",
     "cache_layers",
     "cache_length",
-    "cache_snapshot",
     "check_rewound",
     "closed_form_kv_bytes",
     "closed_form_kv_per_token",
@@ -333,51 +333,6 @@ def kv_info(
     )
 
 
-def cache_snapshot(cache: Any) -> Callable[[], None]:
-    """A function that puts ``cache`` back as it is now, after a step appended to it.
-
-    Each layer object's attributes are restored (a ``DynamicLayer`` rebinds ``keys``/``values``
-    to the concatenation, so the old tensors are intact), and the value of every scalar tensor
-    (a ``StaticLayer``'s ``cumulative_length``, written in place) and of a recurrent layer's
-    states (written in place). A static layer's step also
-    wrote its token into the slot after the context: outside the valid length, and written
-    again by the next step. A tuple cache (functional) is never changed by a step.
-    """
-    objs = _mutable_parts(cache)
-    if not objs:
-        return lambda: None
-    saved = []
-    for obj in objs:
-        attrs = getattr(obj, "__dict__", None)
-        if attrs is None:
-            continue
-        # scalars, and a recurrent layer's states (``copy_``-ed by each step), by value
-        in_place = [
-            t
-            for k, v in attrs.items()
-            for t in (
-                (v,)
-                if isinstance(v, torch.Tensor) and v.numel() <= 1
-                else _tensors(v)
-                if k in _STATES
-                else ()
-            )
-        ]
-        saved.append(
-            (obj, {k: _shallow(v) for k, v in attrs.items()}, [(t, t.clone()) for t in in_place])
-        )
-
-    def restore() -> None:
-        for obj, attrs, values in saved:
-            # lists and dicts (the layers of a cache that adds them lazily, a recurrent layer's
-            # states and flags) are copied back, not shared
-            obj.__dict__.update({k: _shallow(v) for k, v in attrs.items()})
-            for t, v in values:
-                t.copy_(v)
-
-    return restore
-
-
 def _is_cache(obj: Any) -> bool:
     """An HF ``Cache`` (or one that looks like it): layers, or a sequence length to ask."""
     return not isinstance(obj, (type, torch.Tensor)) and (
@@ -389,26 +344,6 @@ def _sub_caches(cache: Any) -> list[Any]:
     """The caches a cache of caches holds (an ``EncoderDecoderCache``: self-attention, then
     cross-attention), in attribute order; [] for any other."""
     return [v for v in compat.cache_attributes(cache).values() if _is_cache(v)]
-
-
-def _mutable_parts(obj: Any, depth: int = 0) -> list[Any]:
-    """The objects a step may change in place inside a cache value: a cache's layers and the
-    cache, the caches inside a cache of caches, and those inside a tuple or list the step
-    returns (``(encoder_output, EncoderDecoderCache)``)."""
-    if depth > 3 or obj is None or isinstance(obj, torch.Tensor):
-        return []
-    if isinstance(obj, (tuple, list)) and not hasattr(obj, "layers"):
-        return [p for o in obj for p in _mutable_parts(o, depth + 1)]
-    if getattr(obj, "__dict__", None) is None:
-        return []
-    parts = list(getattr(obj, "layers", None) or [])
-    for sub in _sub_caches(obj):
-        parts += _mutable_parts(sub, depth + 1)
-    return parts + [obj]
-
-
-def _shallow(value: Any) -> Any:
-    return list(value) if type(value) is list else dict(value) if type(value) is dict else value
 
 
 def cache_length(cache: Any) -> int | None:
@@ -423,7 +358,8 @@ def cache_length(cache: Any) -> int | None:
 
 
 def check_rewound(cache: Any, expected: int | None, what: str) -> None:
-    """After a snapshot's restore the cache must hold ``expected`` tokens again."""
+    """After a :class:`~modelprof.runtime.snapshot.Snapshot`'s restore the cache must hold
+    ``expected`` tokens again."""
     got = cache_length(cache)
     if expected is not None and got is not None and got != expected:
         raise ModelProfError(

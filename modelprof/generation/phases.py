@@ -20,7 +20,6 @@ from modelprof.counting.forward import analyze
 from modelprof.generation.cache import (
     KVCacheInfo,
     cache_length,
-    cache_snapshot,
     check_rewound,
     held_cache,
     kv_info,
@@ -32,6 +31,7 @@ from modelprof.report.rows import build_rows, join_rows, row_keys
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.snapshot import Snapshot
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.layers import time_layers
 from modelprof.timing.measurement import Measurement
@@ -63,18 +63,16 @@ class Phase:
         return self.report.totals
 
 
-class _Rewinding(nn.Module):
-    """Calls ``root`` and then puts the cache back: every timed pass runs the same step."""
+class _Timed(nn.Module):
+    """``root``, as a module of its own per phase: each phase warms up afresh (the warm-up
+    registry knows a module by the tensors of its call, and a cache's are not among them)."""
 
-    def __init__(self, root: nn.Module, restore: Any) -> None:
+    def __init__(self, root: nn.Module) -> None:
         super().__init__()
-        self.root, self._restore = root, restore
+        self.root = root
 
     def forward(self, **kwargs: Any) -> Any:
-        try:
-            return self.root(**kwargs)
-        finally:
-            self._restore()
+        return self.root(**kwargs)
 
 
 class _Counter:
@@ -101,9 +99,11 @@ class _Counter:
         cache: Any,
         what: str,
         prompt: bool = False,
+        cache_as_was: Snapshot | None = None,
     ) -> tuple[Phase, ModelInputs]:
+        """The counted step; ``cache_as_was`` keeps what it writes of the cache."""
         mi = self.lm.inputs(tokens, cache, prompt)
-        return self._counted(phase, context, int(tokens.shape[1]), mi, what), mi
+        return self._counted(phase, context, int(tokens.shape[1]), mi, what, watch=cache_as_was), mi
 
     def _counted(
         self,
@@ -113,9 +113,11 @@ class _Counter:
         mi: ModelInputs,
         what: str,
         root: nn.Module | None = None,
+        watch: Snapshot | None = None,
     ) -> Phase:
-        """One counted call of ``root`` (the model's) on ``mi``."""
-        result = analyze(root or self.lm.root, mi, RunMode(dtype=self.lm.dtype))
+        """One counted call of ``root`` (the model's) on ``mi``; ``watch`` keeps what it writes
+        of the cache."""
+        result = analyze(root or self.lm.root, mi, RunMode(dtype=self.lm.dtype), watch=watch)
         run = RunInfo(
             model_name=f"{self.lm.name} {what}",
             input_shape=mi.shapes(),
@@ -140,28 +142,30 @@ class _Counter:
         lm.keep_encoded(b, encoder.last)
         phase.tokens = int(encoder.last[0].shape[1])  # the encoder's output length
         if self.opts is not None:
-            time_phase(lm, phase, mi, lambda: None, self.opts, encoder)
+            time_phase(lm, phase, mi, None, self.opts, encoder)
         return phase
 
-    def _extend(self, length: int) -> tuple[Phase, ModelInputs, Any]:
+    def _extend(self, length: int) -> tuple[Phase, ModelInputs, Snapshot]:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
         cache = (
             self.cache
             if self.cache is not None
             else self.lm.new_cache(self.batch, self.spec.total_len + 1)
         )
-        restore = cache_snapshot(cache)
+        cache_as_was = Snapshot(cache, copy_on_write=True)
         first = self.length == 0  # from the empty cache: the prompt, its image too
         tokens = (
             self.lm.prompt(self.batch, length, self.gen)
             if first
             else self.lm.tokens(self.batch, length, self.gen)
         )
-        phase, mi = self._count("prefill", self.length, tokens, cache, "prefill", first)
+        phase, mi = self._count(
+            "prefill", self.length, tokens, cache, "prefill", first, cache_as_was
+        )
         self.cache = _cache_of(self.lm, mi)
         self.length += length
         phase.kv = self._kv(self.cache, self.length)
-        return phase, mi, restore
+        return phase, mi, cache_as_was
 
     def _grow(self, length: int) -> None:
         """Extend the cache by ``length`` tokens, uncounted where the model runs as it is (the
@@ -191,10 +195,10 @@ class _Counter:
     def prefill(self) -> Phase:
         self.lm.phase(f"the prefill at batch {self.batch}")
         self.cache, self.length = None, 0
-        phase, mi, restore = self._extend(self.spec.prompt_len)
+        phase, mi, cache_as_was = self._extend(self.spec.prompt_len)
         if self.opts is not None:  # each timed pass from the empty cache
-            restore()
-            time_phase(self.lm, phase, mi, restore, self.opts)
+            cache_as_was.restore()
+            time_phase(self.lm, phase, mi, cache_as_was, self.opts)
             self.cache, self.length = None, 0  # rebuilt on the way to the first context
         return phase
 
@@ -207,7 +211,7 @@ class _Counter:
             _cache_of(lm, mi)  # checks a step function's output
             phase.tokens = 1
             if self.opts is not None:
-                time_phase(lm, phase, mi, lambda: None, self.opts)
+                time_phase(lm, phase, mi, None, self.opts)
             return phase
         if context < self.length:  # a context before the current one: start again
             self.cache, self.length = None, 0
@@ -215,18 +219,22 @@ class _Counter:
             lm.phase(f"building the cache to context {context}, batch {self.batch}")
             self._grow(context - self.length)
             lm.phase(f"the decode step at context {context}, batch {self.batch}")
-        restore = cache_snapshot(self.cache)
+        # the values of what the step writes in place (a static cache's keys and values, a
+        # recurrent state) copied just before it does; a dynamic cache's step writes none
+        cache_as_was = Snapshot(self.cache, copy_on_write=True)
         # what the cache holds before the step, to hold again after it is put back: the
         # context (a decoder-only cache), or the decoder's own tokens (an encoder-decoder
         # cache a step returns, alone or in a tuple, which counts no encoder token)
         before = cache_length(held_cache(self.cache))
         tokens = lm.tokens(self.batch, 1, self.gen)
-        phase, mi = self._count("decode", context, tokens, self.cache, f"decode@{context}")
+        phase, mi = self._count(
+            "decode", context, tokens, self.cache, f"decode@{context}", False, cache_as_was
+        )
         phase.kv = self._kv(_cache_of(lm, mi), context + 1)
-        restore()
+        cache_as_was.restore()
         check_rewound(held_cache(self.cache), before, lm.name)
         if self.opts is not None:
-            time_phase(lm, phase, mi, restore, self.opts)
+            time_phase(lm, phase, mi, cache_as_was, self.opts)
         return phase
 
     def _prefix(self, length: int) -> tuple[torch.Tensor, bool]:
@@ -276,18 +284,21 @@ def time_phase(
     lm: LanguageModel,
     phase: Phase,
     mi: ModelInputs,
-    restore: Any,
+    cache_as_was: Snapshot | None,
     opts: TimingOptions,
     root: nn.Module | None = None,
 ) -> None:
-    """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back by ``restore``
-    after each pass; ``root``: the module called, default the model's), joined into the
-    phase's rows; the report's ``latency`` is the plain passes interleaved with the
-    instrumented ones."""
-
+    """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back as
+    ``cache_as_was`` holds it before each pass, outside the timed spans, and after the last;
+    ``root``: the module called, default the model's), joined into the phase's rows; the
+    report's ``latency`` is the plain passes interleaved with the instrumented ones."""
     root = root or lm.root
-    runner = _Rewinding(root, restore)
-    layers = time_layers(runner, mi, modules=module_names(root), options=opts)
+    mi.reset = None if cache_as_was is None else cache_as_was.reset
+    try:
+        layers = time_layers(_Timed(root), mi, modules=module_names(root), options=opts)
+    finally:
+        if cache_as_was is not None:  # the last pass's token taken out again
+            cache_as_was.reset()
     plain = (
         layers.plain_ms
         if layers.plain_ms is not None and layers.plain_ms.size

@@ -64,7 +64,17 @@ from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 from modelprof.errors import ModelProfWarning
 from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
-from modelprof.runtime.tensors import PLAIN_TENSORS, version_of
+from modelprof.runtime.tensors import (
+    all_dense,
+    fingerprint,
+    fingerprints,
+    plain_dense,
+    same_items,
+    same_values,
+    storage_key,
+    version_of,
+    versions,
+)
 
 __all__ = [
     "BUFFER_COPY_LIMIT_BYTES",
@@ -72,6 +82,7 @@ __all__ = [
     "StateGuard",
     "preserved_state",
     "set_training",
+    "watching_writes",
 ]
 
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
@@ -114,130 +125,13 @@ _RUNNING_STATS = (3, 4)
 _active = threading.local()  # id(model) -> the outermost StateGuard of this thread
 
 
-def _storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
-    """The address of ``t``'s storage, or None where there is none to protect (meta and fake
-    tensors, wrapper subclasses without a storage)."""
-    if (device or t.device).type == "meta" or isinstance(t, compat.FakeTensor):
-        return None
-    try:
-        ptr = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
-        return None
-    return ptr or None
-
-
-_STRIDED = frozenset({torch.strided})
-_T = torch.Tensor
-_VERSION = operator.attrgetter("_version")
-
-
-def _versions(ts: list[torch.Tensor]) -> list[int | None]:
-    """``version_of`` each tensor, read all at once where none is an inference tensor (an
-    inference tensor cannot be written outside ``torch.inference_mode()``, and a write inside
-    it is seen by the first-write watch or the up-front copy alone)."""
-    try:
-        return list(map(_VERSION, ts))
-    except RuntimeError:  # "Inference tensors do not track version counter"
-        return list(map(version_of, ts))
-
-
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
-_DTYPE = operator.attrgetter("dtype")
-_LAYOUT = operator.attrgetter("layout")
-_NESTED = operator.attrgetter("is_nested")
-_META = operator.attrgetter("is_meta")
-_QUANTIZED = operator.attrgetter("is_quantized")
 _GRAD = operator.attrgetter("grad")
-
-# The guard reads a few attributes of every tensor of the model twice per profile; for dense
-# tensors (nearly all) it reads each attribute for all of them at once with ``map`` over the C
-# getters, which costs a tenth of a Python loop.
-
-
-def _dense(ts: list[torch.Tensor]) -> bool:
-    """:func:`_plain_dense` of every tensor of ``ts``, read for all at once."""
-    return (
-        set(map(type, ts)) <= PLAIN_TENSORS
-        and set(map(_LAYOUT, ts)) <= _STRIDED
-        and not any(map(_NESTED, ts))
-        and not any(map(_META, ts))
-        and not any(map(_QUANTIZED, ts))
-        and not any(map(_T.is_conj, ts))
-        and not any(map(_T.is_neg, ts))
-    )
-
-
-def _plain_dense(t: torch.Tensor) -> bool:
-    """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
-    to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
-    bit): it can be rebuilt from its storage after a ``.data`` swap."""
-    return (
-        type(t) in PLAIN_TENSORS
-        and t.layout is torch.strided
-        and not t.is_nested
-        and not t.is_meta
-        and not t.is_quantized
-        and not t.is_conj()
-        and not t.is_neg()
-    )
-
-
-def _fingerprint(t: torch.Tensor) -> tuple:
-    """What ``p.data = other`` changes: address, sizes, strides, dtype, device index (for a
-    dense tensor exactly the tuple :func:`_fingerprints` builds for it; its address tells the
-    device type apart, since the old storage is kept alive)."""
-    if _plain_dense(t):
-        return (t.data_ptr(), t.size(), t.stride(), t.dtype, t.get_device())
-    try:
-        geometry: tuple = (t.shape, t.stride(), t.storage_offset())
-    except (RuntimeError, NotImplementedError, TypeError):
-        geometry = ()  # nested and wrapper tensors: no strides to compare
-    device = t.device
-    return (_storage_key(t, device), geometry, t.dtype, device, t.is_conj(), t.is_neg())
-
-
-def _fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tuple]:
-    """:func:`_fingerprint` of each tensor, read all at once where every one is dense
-    (``dense``: what :func:`_dense` says of ``ts``, where the caller asked it already)."""
-    if _dense(ts) if dense is None else dense:
-        return list(
-            zip(
-                map(_T.data_ptr, ts),
-                map(_T.size, ts),
-                map(_T.stride, ts),
-                map(_DTYPE, ts),
-                map(_T.get_device, ts),
-            )
-        )
-    return [_fingerprint(t) for t in ts]
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal values (NaN equal to NaN: an untouched NaN buffer is unchanged)."""
-    try:
-        if torch.equal(a, b):
-            return True
-        return (
-            (a.is_floating_point() or a.is_complex())
-            and a.shape == b.shape
-            and bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
-        )
-    except (RuntimeError, NotImplementedError, TypeError):
-        return False
+_T = torch.Tensor
 
 
 def _copied(registry: Any) -> Any:
     return registry.copy() if isinstance(registry, (dict, set)) else registry
-
-
-def _same_items(live: dict, saved: dict) -> bool:
-    """The same keys, in the same order, bound to the same objects (identity, never ``==``:
-    tensors)."""
-    return (
-        len(live) == len(saved)
-        and all(map(operator.is_, live.values(), saved.values()))
-        and all(map(operator.eq, live, saved))
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -259,8 +153,8 @@ class _WriteHook:
     Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ...) pass through:
     their bodies are functional (they write none of their inputs)."""
 
-    def __init__(self, guard: StateGuard) -> None:
-        self.guard = guard
+    def __init__(self, *watchers: Any) -> None:
+        self.watchers = watchers  # each with ``before_write(value)``: the guard, a snapshot
         self._writes: dict[Any, tuple[int, ...]] = {}
 
     def _written(self, func: Any) -> tuple[int, ...]:
@@ -289,7 +183,8 @@ class _WriteHook:
             return  # a batch/instance norm using its running statistics: it writes none
         for i in written:  # (the schema's arguments are built anew at each read: only if needed)
             value = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
-            self.guard._before_write(value)
+            for watcher in self.watchers:
+                watcher.before_write(value)
 
 
 class _WriteWatch(compat.TorchDispatchMode):
@@ -313,6 +208,14 @@ class _WriteWatch(compat.TorchDispatchMode):
         finally:
             if any(isinstance(f, compat.HigherOrderOperator) for f in self.hook._writes):
                 compat.forget_dynamo_skips()  # torch.cond & co. run eagerly again after the watch
+
+
+def watching_writes(*watchers: Any) -> contextlib.AbstractContextManager:
+    """Tell ``watchers`` (each with ``before_write(value)``: a guard, a snapshot taken with
+    ``copy_on_write=True``) of every tensor an op in the block is about to write, as a dispatch
+    mode of its own. Enter it *outside* other dispatch modes (before them), so that the copies
+    they take are not counted as the model's ops."""
+    return _WriteWatch(_WriteHook(*watchers))
 
 
 class StateGuard:
@@ -340,24 +243,24 @@ class StateGuard:
         by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
         ts = self._tensors = list(by_id.values())
         self._names: list[str] | None = None  # found when first needed (see _name)
-        self._versions = _versions(ts)
+        self._versions = versions(ts)
         # (what ran from then on, the version counters then): names the pass of a write that
         # could not be restored (see ``begin``)
         self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", self._versions)]
         self._requires_grad = list(map(_REQUIRES_GRAD, ts))
         # the original storage of each tensor, kept alive for a ``.data`` swap to be undone: the
         # storage object itself where dense (with the offset into it), else a detached alias
-        if _dense(ts):
-            self._layouts = _fingerprints(ts, dense=True)
+        if all_dense(ts):
+            self._layouts = fingerprints(ts, dense=True)
             self._anchors: list[Any] = list(map(_T.untyped_storage, ts))
             self._offsets: list[int] = list(map(_T.storage_offset, ts))
             keys = [ptr or None for ptr in map(torch.UntypedStorage.data_ptr, self._anchors)]
         else:
-            plain = [_plain_dense(t) for t in ts]
-            self._layouts = [_fingerprint(t) for t in ts]
+            plain = [plain_dense(t) for t in ts]
+            self._layouts = [fingerprint(t) for t in ts]
             self._anchors = [t.untyped_storage() if p else t.detach() for t, p in zip(ts, plain)]
             self._offsets = [t.storage_offset() if p else 0 for t, p in zip(ts, plain)]
-            keys = [_storage_key(t) for t in ts]
+            keys = [storage_key(t) for t in ts]
         self._keys = keys  # storage address, None where there is none
         self._by_storage: dict[int, list[int]] | None = None  # built at the first write
         self._snapshots: dict[int, torch.Tensor] = {}  # index -> its values on entry
@@ -504,7 +407,7 @@ class StateGuard:
         if isinstance(anchor, torch.Tensor):
             return anchor
         t = self._tensors[i]
-        if _fingerprint(t) == self._layouts[i]:
+        if fingerprint(t) == self._layouts[i]:
             return t.detach()
         _, size, stride, dtype, _ = self._layouts[i]
         return torch.empty(0, dtype=dtype, device=anchor.device).set_(
@@ -515,20 +418,14 @@ class StateGuard:
         if i not in self._snapshots and self._keys[i] is not None:  # it had a storage on entry
             self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
 
-    def _before_write(self, value: Any) -> None:
-        if type(value) in PLAIN_TENSORS and not value.is_meta:  # the common case: no device object
-            try:
-                key = value.untyped_storage().data_ptr() or None
-            except (RuntimeError, NotImplementedError, TypeError, AttributeError):
-                return
-        elif isinstance(value, (list, tuple)):
+    def before_write(self, value: Any) -> None:
+        """Copy the tracked tensors that share a storage with ``value`` (a tensor, or a list
+        of them, that an op is about to write), where not copied yet."""
+        if isinstance(value, (list, tuple)):
             for v in value:
-                self._before_write(v)
+                self.before_write(v)
             return
-        elif not isinstance(value, torch.Tensor):
-            return
-        else:
-            key = _storage_key(value)
+        key = storage_key(value) if isinstance(value, torch.Tensor) else None
         if key is None:
             return
         if self._by_storage is None:
@@ -540,23 +437,17 @@ class StateGuard:
             self._snapshot(i)
             self._written.add(i)
 
-    def write_hook(self) -> _WriteHook | None:
+    def write_hook(self, *also: Any) -> _WriteHook | None:
         """Copy-on-first-write as a callable ``hook(func, args, kwargs)`` to call before each op
         of the first forward (the op counter takes it: ``OpCounter(..., before_op=hook)``), or
-        None when nothing is tracked."""
-        return _WriteHook(self) if any(self._keys) else None
+        None when nothing is tracked. ``also``: more watchers told of the same writes (a
+        ``Snapshot`` taken with ``copy_on_write=True``)."""
+        watchers = (self, *also) if any(self._keys) else also
+        return _WriteHook(*watchers) if watchers else None
 
-    @contextlib.contextmanager
-    def watch_writes(self) -> Iterator[None]:
-        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc).
-        Enter it *outside* other dispatch modes (before them), so that its copies are not
-        counted as the model's ops."""
-        hook = self.write_hook()
-        if hook is None:
-            yield
-            return
-        with _WriteWatch(hook):
-            yield
+    def watch_writes(self) -> contextlib.AbstractContextManager:
+        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc)."""
+        return watching_writes(self) if any(self._keys) else contextlib.nullcontext()
 
     # -- checking and restoring ---------------------------------------------------------------
     def _suspects(self) -> list[int]:
@@ -566,15 +457,17 @@ class StateGuard:
         ts = self._tensors
         found = set(self._written)
         for now, entry in (
-            (_versions(ts), self._versions),
-            (_fingerprints(ts), self._layouts),
+            (versions(ts), self._versions),
+            (fingerprints(ts), self._layouts),
             (list(map(_REQUIRES_GRAD, ts)), self._requires_grad),
         ):
             if now != entry:
                 found.update(i for i, (a, b) in enumerate(zip(now, entry)) if a != b)
         # writes that bypass the version counter (through ``.data`` or ``.numpy()``)
         found.update(
-            i for i, snap in self._snapshots.items() if i not in found and not _same(ts[i], snap)
+            i
+            for i, snap in self._snapshots.items()
+            if i not in found and not same_values(ts[i], snap)
         )
         return sorted(found)
 
@@ -585,8 +478,8 @@ class StateGuard:
             for i in self._suspects()
             if version_of(self._tensors[i]) != self._versions[i]
             or i in self._written
-            or _fingerprint(self._tensors[i]) != self._layouts[i]
-            or (i in self._snapshots and not _same(self._tensors[i], self._snapshots[i]))
+            or fingerprint(self._tensors[i]) != self._layouts[i]
+            or (i in self._snapshots and not same_values(self._tensors[i], self._snapshots[i]))
         ]
 
     def restore(self) -> None:
@@ -617,12 +510,12 @@ class StateGuard:
     def begin(self, phase: str) -> None:
         """Say that ``phase`` (``"the timed passes"``) runs from now on: a write that cannot be
         restored is reported as made during the phase in which its version counter moved."""
-        self._phases.append((phase, _versions(self._tensors)))
+        self._phases.append((phase, versions(self._tensors)))
 
     def _phase_of(self, i: int) -> str:
         """The phase during which tensor ``i``'s version counter first moved (the last one if
         none did: a write no counter saw)."""
-        ends = [v for _, v in self._phases[1:]] + [_versions(self._tensors)]
+        ends = [v for _, v in self._phases[1:]] + [versions(self._tensors)]
         for (phase, start), end in zip(self._phases, ends):
             if start[i] != end[i]:
                 return phase
@@ -633,7 +526,7 @@ class StateGuard:
 
     def _restore_tensor(self, i: int) -> None:
         t = self._tensors[i]
-        swapped = _fingerprint(t) != self._layouts[i]
+        swapped = fingerprint(t) != self._layouts[i]
         alias = self._alias(i)
         if swapped:  # first: requires_grad and the values apply to the entry dtype and shape
             t.data = alias
@@ -644,7 +537,7 @@ class StateGuard:
         if snapshot is not None:
             # the copy says whether the values differ (views of one storage share a version
             # counter, and the version counter misses writes through ``.data``)
-            written = not _same(alias, snapshot)
+            written = not same_values(alias, snapshot)
             if written:
                 with torch.inference_mode(t.is_inference()):  # only there can one be written
                     alias.copy_(snapshot)
@@ -680,7 +573,7 @@ def _restore_module(
     if type(m) is not cls:
         m.__class__ = cls
     current = m.__dict__
-    if not _same_items(current, attrs):
+    if not same_items(current, attrs):
         for k in [k for k in current if k not in attrs]:
             del current[k]
         for k, v in attrs.items():
@@ -697,7 +590,7 @@ def _restore_module(
             if live != saved:
                 live.clear()
                 live.update(saved)
-        elif isinstance(saved, dict) and not _same_items(live, saved):
+        elif isinstance(saved, dict) and not same_items(live, saved):
             live.clear()
             live.update(saved)
 

@@ -14,7 +14,15 @@ counters compared: microseconds, run outside the timed spans). ``profile`` asks
 :meth:`Snapshot.between_passes` after its first pass: ``None`` when that pass changed nothing
 (ordinary inputs: nothing at all runs between the timed passes, so timing costs what it did);
 a later pass that writes what the first did not is still put back at the end. ``compare``, whose
-models share the inputs, resets before every pass.
+models share the inputs, resets before every pass, and generation resets its KV cache before
+every timed pass of a phase (the step grows it).
+
+``Snapshot(..., copy_on_write=True)`` copies no values up front: told of each write by a
+dispatch watch (``modelprof.runtime.guard.watching_writes``, or the op counter through
+``analyze(..., watch=)``), it copies a tensor just before the first write, as the state guard
+does its parameters. Generation takes its KV cache so: a dynamic cache's step writes none of
+it in place, so none of it is copied. A later, unwatched pass that writes a tensor the watched
+one did not is refused on restore: its values were not kept.
 
 Not kept: modules reachable from the inputs (a module is the state guard's business,
 ``modelprof.runtime.guard``: ``profile`` guards the model and a loss module), objects beyond the
@@ -25,17 +33,27 @@ numpy array written in place). Memory: one copy of the input tensors while ``pro
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import operator
 import types
 from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any
 
 import torch
 from torch import nn
 
-from modelprof.runtime.tensors import version_of
+from modelprof.errors import ModelProfError
+from modelprof.runtime.tensors import (
+    all_dense,
+    fingerprint,
+    fingerprints,
+    same_items,
+    same_values,
+    storage_key,
+    version_of,
+    versions,
+)
 
 __all__ = ["Snapshot", "snapshot_of"]
 
@@ -66,6 +84,8 @@ _ATOMS = (
 #: the walk stops after this many objects (a graph that large is not an input: the rest is
 #: neither copied nor put back)
 MAX_OBJECTS = 100_000
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_GRAD = operator.attrgetter("grad")
 
 
 def _grad(t: torch.Tensor) -> torch.Tensor | None:
@@ -73,53 +93,8 @@ def _grad(t: torch.Tensor) -> torch.Tensor | None:
     return t.grad if t.is_leaf else None
 
 
-def _layout(t: torch.Tensor) -> tuple:
-    """What ``t.data = other`` or ``t.set_(...)`` changes."""
-    try:
-        return (
-            t.untyped_storage().data_ptr(),
-            t.storage_offset(),
-            t.size(),
-            t.stride(),
-            t.dtype,
-            t.device,
-        )
-    except (RuntimeError, NotImplementedError, TypeError):  # meta, nested, sparse, subclasses
-        if t.is_nested:  # a strided nested tensor has no sizes: its components' shapes
-            return (tuple(tuple(c.shape) for c in t.unbind()), t.dtype, t.device)
-        return (t.shape, t.dtype, t.device)
-
-
-def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal values, NaN equal to NaN (an untouched NaN input is unchanged); a nested tensor
-    component by component (``torch.equal`` refuses a jagged one)."""
-    try:
-        if a.is_nested or b.is_nested:
-            parts_a, parts_b = a.unbind(), b.unbind()
-            return len(parts_a) == len(parts_b) and all(map(_equal, parts_a, parts_b))
-        if torch.equal(a, b):
-            return True
-        return (
-            (a.is_floating_point() or a.is_complex())
-            and a.shape == b.shape
-            and bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
-        )
-    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
-        return False
-
-
-@dataclasses.dataclass(eq=False, slots=True)
-class _Tensor:
-    tensor: torch.Tensor
-    alias: torch.Tensor  # a detached alias: keeps the original storage, sizes and strides
-    copy: torch.Tensor | None  # its values, where it has any (not meta, fake)
-    version: int | None
-    layout: tuple
-    grad: torch.Tensor | None
-    requires_grad: bool
-
-
 def _clone(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``'s values, where it has any (not meta, fake)."""
     if t.is_meta or type(t).__name__ == "FakeTensor":
         return None
     try:
@@ -130,14 +105,37 @@ def _clone(t: torch.Tensor) -> torch.Tensor | None:
 
 
 class Snapshot:
-    """What ``objs`` hold now, to put back later (see the module doc)."""
+    """What ``objs`` hold now, to put back later (see the module doc).
 
-    def __init__(self, *objs: Any) -> None:
+    What a check reads is kept in flat lists, built once when the objects are recorded: the
+    saved contents of the containers, and per tensor (index ``i`` in every list) the tensor,
+    a detached alias of it, a copy of its values, its version counter, its fingerprint
+    (storage, sizes, strides), gradient and ``requires_grad``. A check reads each of those
+    for all tensors at once and compares it with the saved list; only a tensor found
+    different is looked at one by one."""
+
+    def __init__(self, *objs: Any, copy_on_write: bool = False) -> None:
         self._lists: list[tuple[list, list]] = []
         self._dicts: list[tuple[dict, dict]] = []
+        # the saved dicts' lengths, keys and values, flat: one read compares them all
+        self._dict_lens: list[int] = []
+        self._dict_keys: list[Any] = []
+        self._dict_values: list[Any] = []
         self._sets: list[tuple[set, set]] = []
         self._slots: list[tuple[Any, tuple[str, ...], tuple]] = []
-        self._tensors: list[_Tensor] = []
+        self._tensors: list[torch.Tensor] = []
+        self._aliases: list[torch.Tensor] = []  # detached: the original storage and geometry
+        self._copies: list[torch.Tensor | None] = []
+        self._versions: list[int | None] = []
+        self._layouts: list[tuple] = []
+        self._grads: list[torch.Tensor | None] = []
+        self._requires_grad: list[bool] = []
+        self._dense = True  # every tensor plain and dense: fingerprints read all at once
+        # copy on write: tensors not copied yet, by storage; what a write after the watch
+        # would leave unrestorable
+        self._copy_on_write = copy_on_write
+        self._pending: dict[int, list[int]] = {}
+        self._uncopied: set[int] = set()
         self._unseen: set[int] = set()  # tensors found written with no version bump (by index)
         self._seen: set[int] = set()
         self.truncated = False
@@ -146,6 +144,7 @@ class Snapshot:
     # -- recording ----------------------------------------------------------------------------
     def add(self, *objs: Any) -> None:
         """Record ``objs`` too (what was recorded already is kept as it was then)."""
+        found: list[torch.Tensor] = []
         seen = self._seen
         todo = list(objs)
         while todo:
@@ -154,122 +153,205 @@ class Snapshot:
                 continue
             if len(seen) >= MAX_OBJECTS:
                 self.truncated = True
-                return
+                break
             seen.add(id(o))
             if isinstance(o, torch.Tensor):
-                self._tensor(o)
-                continue
-            if isinstance(o, list):
-                self._lists.append((o, o.copy()))
-                todo.extend(o)
-            elif isinstance(o, dict):
-                self._dicts.append((o, dict(o)))
-                todo.extend(o.values())
-            elif isinstance(o, set):
-                self._sets.append((o, set(o)))
-                todo.extend(o)
-            elif isinstance(o, (tuple, frozenset)):
-                todo.extend(o)
-            d = getattr(o, "__dict__", None)
-            if isinstance(d, dict) and id(d) not in seen:
-                seen.add(id(d))
-                self._dicts.append((d, dict(d)))
-                todo.extend(d.values())
-            slots = _slot_names(type(o))
-            if slots:
-                values = tuple(getattr(o, s, _MISSING) for s in slots)
-                self._slots.append((o, slots, values))
-                todo.extend(v for v in values if v is not _MISSING)
+                found.append(o)
+            else:
+                todo.extend(self._record(o))
+        self._record_tensors(found)
 
-    def _tensor(self, t: torch.Tensor) -> None:
-        self._tensors.append(
-            _Tensor(t, t.detach(), _clone(t), version_of(t), _layout(t), _grad(t), t.requires_grad)
-        )
+    def _record(self, o: Any) -> list[Any]:
+        """Record the contents of container or object ``o``; returns what it holds."""
+        held: list[Any] = []
+        if isinstance(o, list):
+            self._lists.append((o, o.copy()))
+            held.extend(o)
+        elif isinstance(o, dict):
+            self._dict(o)
+            held.extend(o.values())
+        elif isinstance(o, set):
+            self._sets.append((o, set(o)))
+            held.extend(o)
+        elif isinstance(o, (tuple, frozenset)):
+            held.extend(o)
+        d = getattr(o, "__dict__", None)
+        if isinstance(d, dict) and id(d) not in self._seen:
+            self._seen.add(id(d))
+            self._dict(d)
+            held.extend(d.values())
+        slots = _slot_names(type(o))
+        if slots:
+            values = tuple(getattr(o, s, _MISSING) for s in slots)
+            self._slots.append((o, slots, values))
+            held.extend(v for v in values if v is not _MISSING)
+        return held
+
+    def _dict(self, d: dict) -> None:
+        saved = dict(d)
+        self._dicts.append((d, saved))
+        self._dict_lens.append(len(saved))
+        self._dict_keys += saved
+        self._dict_values += saved.values()
+
+    def _record_tensors(self, ts: list[torch.Tensor]) -> None:
+        dense = all_dense(ts)
+        self._dense = self._dense and dense
+        self._tensors += ts
+        self._aliases += map(torch.Tensor.detach, ts)
+        if self._copy_on_write:
+            self._await_writes(ts)
+        else:
+            self._copies += map(_clone, ts)
+        self._versions += versions(ts)
+        self._layouts += fingerprints(ts, dense)
+        self._grads += map(_grad, ts)
+        self._requires_grad += map(_REQUIRES_GRAD, ts)
+
+    def _await_writes(self, ts: list[torch.Tensor]) -> None:
+        start = len(self._copies)
+        self._copies += [None] * len(ts)
+        for i, t in enumerate(ts, start):
+            key = storage_key(t)
+            if key is not None:  # a tensor with values (not meta, fake)
+                self._pending.setdefault(key, []).append(i)
+                self._uncopied.add(i)
+
+    def before_write(self, value: Any) -> None:
+        """Copy, taken with ``copy_on_write=True``, the values of the tensors that share a
+        storage with ``value`` (a tensor, or a list of them, an op is about to write), where
+        not copied yet: watched by ``modelprof.runtime.guard.watching_writes`` or a guard's
+        ``write_hook``."""
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                self.before_write(v)
+        elif isinstance(value, torch.Tensor) and self._pending:
+            for i in self._pending.pop(storage_key(value), ()):
+                self._copies[i] = _clone(self._aliases[i])
+                self._uncopied.discard(i)
+
+    @property
+    def copied_bytes(self) -> int:
+        """Bytes of the tensor values the snapshot holds (taken up front, or on first write)."""
+        return sum(c.untyped_storage().nbytes() for c in self._copies if c is not None)
 
     # -- checking and putting back ------------------------------------------------------------
-    def _tensor_changed(self, i: int, values: bool) -> bool:
-        """Whether tensor ``i`` differs from its entry: by its flags, layout and version
-        counter, and by value (``values``) or else by having been found written unseen."""
-        s = self._tensors[i]
-        t = s.tensor
-        if _grad(t) is not s.grad or t.requires_grad != s.requires_grad or _layout(t) != s.layout:
-            return True
-        version = version_of(t)
-        if version is not None and version != s.version:
-            return True
-        if not values:
-            return i in self._unseen
-        # a write no version counter sees (through ``.data``, an inference tensor)
-        unseen = s.copy is not None and not _equal(t, s.copy)
-        if unseen:
-            self._unseen.add(i)  # the quick check between passes copies it back always
-        return unseen
+    def _suspects(self, values: bool) -> tuple[list[int], list[int]]:
+        """Indices of the tensors that differ from their entries: (those written in place, to
+        copy the values back into, those moved, or whose gradient or flag changed, to put back
+        whole). Written: by version counter, by value (``values``) or else by having been
+        found written unseen before (a write no version counter sees: through ``.data``, an
+        inference tensor)."""
+        ts = self._tensors
+        written, moved = set(self._unseen), set()
+        flags = list(map(_REQUIRES_GRAD, ts))
+        for found, now, entry in (
+            (written, versions(ts), self._versions),
+            (moved, fingerprints(ts, self._dense), self._layouts),
+            (moved, flags, self._requires_grad),
+        ):
+            if now != entry:
+                found.update(i for i, (a, b) in enumerate(zip(now, entry)) if a != b)
+        # a tensor that does not require grad is a leaf: its ``.grad`` read all at once
+        grads = map(_grad if any(flags) else _GRAD, ts)
+        if not all(map(operator.is_, grads, self._grads)):
+            moved.update(i for i, g in enumerate(self._grads) if _grad(ts[i]) is not g)
+        if values:
+            copies = self._copies
+            unseen = [
+                i
+                for i in range(len(ts))
+                if i not in written
+                and i not in moved
+                and copies[i] is not None
+                and not same_values(ts[i], copies[i])
+            ]
+            self._unseen.update(unseen)  # the quick check between passes copies them back
+            written.update(unseen)
+        return sorted(written - moved), sorted(moved)
 
-    def _structure_changed(self) -> bool:
-        is_ = operator.is_
+    def _dicts_same(self) -> bool:
+        """Every recorded dict holds the saved keys, in order, bound to the saved objects."""
+        live = [o for o, _ in self._dicts]
         return (
-            any(len(o) != len(c) or not all(map(is_, o, c)) for o, c in self._lists)
-            or any(not _same_items(o, c) for o, c in self._dicts)
-            or any(o != c for o, c in self._sets)
-            or any(
-                not all(map(is_, (getattr(o, s, _MISSING) for s in names), values))
-                for o, names, values in self._slots
+            list(map(len, live)) == self._dict_lens
+            and all(
+                map(operator.is_, chain.from_iterable(map(dict.values, live)), self._dict_values)
             )
+            and all(map(operator.eq, chain.from_iterable(live), self._dict_keys))
         )
 
     def changed(self) -> bool:
         """Whether anything differs from the snapshot (values compared too)."""
-        return self._structure_changed() or any(
-            self._tensor_changed(i, True) for i in range(len(self._tensors))
-        )
+        return self._put_back_structure(False) or any(self._suspects(True))
 
     def restore(self, values: bool = True) -> bool:
         """Put back everything that differs; True when something did. ``values=False`` trusts
         the version counters (and what an earlier check found written) instead of comparing
         every value: the cheap check between passes."""
+        changed = self._put_back_structure(True)
+        written, moved = self._suspects(values)
+        with torch.no_grad():
+            for i in written:
+                self._put_back(i, False)
+            for i in moved:
+                self._put_back(i, True)
+        lost = sorted(self._uncopied.intersection(written))
+        if lost:  # everything else is back
+            raise ModelProfError(
+                f"{len(lost)} tensor(s) (the first of shape {tuple(self._tensors[lost[0]].shape)}) "
+                "written in place by a pass after the watched one, which did not write them: "
+                "their values from before were not kept and cannot be put back (the passes "
+                "must write the same tensors)"
+            )
+        return changed or bool(written or moved)
+
+    def _put_back_structure(self, put_back: bool) -> bool:
+        """Whether a container or slot differs from its entry (each put back with
+        ``put_back``)."""
         changed = False
         for o, c in self._lists:
             if len(o) != len(c) or not all(map(operator.is_, o, c)):
-                o[:] = c
                 changed = True
-        for o, c in self._dicts:
-            if not _same_items(o, c):
-                o.clear()
-                o.update(c)
-                changed = True
+                if put_back:
+                    o[:] = c
+        if not self._dicts_same():
+            changed = True
+            for o, c in self._dicts if put_back else ():
+                if not same_items(o, c):
+                    o.clear()
+                    o.update(c)
         for o, c in self._sets:
             if o != c:
-                o.clear()
-                o.update(c)
                 changed = True
+                if put_back:
+                    o.clear()
+                    o.update(c)
         for o, names, values_ in self._slots:
             for name, v in zip(names, values_):
                 if getattr(o, name, _MISSING) is not v:
-                    if v is _MISSING:
-                        delattr(o, name)
-                    else:
-                        setattr(o, name, v)
                     changed = True
-        for i in range(len(self._tensors)):
-            if self._tensor_changed(i, values):
-                self._put_back(self._tensors[i])
-                changed = True
+                    if put_back and v is _MISSING:
+                        delattr(o, name)
+                    elif put_back:
+                        setattr(o, name, v)
         return changed
 
-    def _put_back(self, s: _Tensor) -> None:
-        t = s.tensor
-        inference = t.is_inference()
-        ctx = torch.inference_mode() if inference else torch.no_grad()
-        with ctx:
-            if _layout(t) != s.layout:
-                t.data = s.alias
-            if s.copy is not None:
-                t.copy_(s.copy)
-        if t.is_leaf and t.requires_grad != s.requires_grad:
-            t.requires_grad_(s.requires_grad)
-        if _grad(t) is not s.grad:
-            t.grad = s.grad
-        s.version = version_of(t)  # the copy bumped it: this is the entry state now
+    def _put_back(self, i: int, moved: bool) -> None:
+        """Tensor ``i`` as it was: its values, and where ``moved`` its storage, geometry,
+        gradient and ``requires_grad`` (in a ``no_grad`` block)."""
+        t, copy = self._tensors[i], self._copies[i]
+        with torch.inference_mode() if t.is_inference() else contextlib.nullcontext():
+            if moved and fingerprint(t) != self._layouts[i]:
+                t.data = self._aliases[i]
+            if copy is not None:
+                t.copy_(copy)
+        if moved and t.is_leaf and t.requires_grad != self._requires_grad[i]:
+            t.requires_grad_(self._requires_grad[i])
+        if moved and _grad(t) is not self._grads[i]:
+            t.grad = self._grads[i]
+        # the copy bumped the version counter: this is the entry state now
+        self._versions[i] = version_of(t)
 
     def reset(self) -> None:
         """The quick :meth:`restore` to run between passes: version counters and identities
@@ -281,14 +363,6 @@ class Snapshot:
         each further pass (:meth:`reset`), or None when it changed nothing here (ordinary
         inputs: nothing needs to run between passes)."""
         return self.reset if self.restore(values=True) else None
-
-
-def _same_items(live: dict, saved: dict) -> bool:
-    return (
-        len(live) == len(saved)
-        and all(map(operator.is_, live.values(), saved.values()))
-        and all(map(operator.eq, live, saved))
-    )
 
 
 _slot_cache: dict[type, tuple[str, ...]] = {}

@@ -1,11 +1,13 @@
 """Walk whatever a model takes or returns (tensors nested in tuples, lists, dicts,
 namedtuples): map over them, their shapes and their bytes. Tensor bytes are counted here and
-nowhere else.
+nowhere else. Also what the state guard and the snapshot read of a tensor to tell whether a pass
+changed it (version counter, storage and geometry, values), read here for both.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -15,19 +17,27 @@ from modelprof.runtime import compat
 
 __all__ = [
     "PLAIN_TENSORS",
+    "all_dense",
     "brief",
+    "fingerprint",
+    "fingerprints",
     "holds_tensors",
     "is_dtensor",
     "is_dtensor_type",
     "iter_tensors",
     "map_tensors",
     "nbytes",
+    "plain_dense",
+    "same_items",
+    "same_values",
     "shape_str",
+    "storage_key",
     "stored_nbytes",
     "tensor_bytes",
     "tensor_nbytes",
     "tensor_shape",
     "version_of",
+    "versions",
 ]
 
 #: the types of plain tensors (no subclass): a parameter and a buffer are tensors
@@ -186,3 +196,135 @@ def brief(obj: Any, limit: int = 200) -> str:
 
     text = show(obj)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- what a pass may change in a tensor -------------------------------------------------------
+
+
+def storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
+    """The address of ``t``'s storage, or None where there is none to protect (meta and fake
+    tensors, wrapper subclasses without a storage)."""
+    if type(t) in PLAIN_TENSORS and not t.is_meta:  # the common case: no device object made
+        try:
+            return t.untyped_storage().data_ptr() or None
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+            return None
+    if (device or t.device).type == "meta" or isinstance(t, compat.FakeTensor):
+        return None
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+        return None
+    return ptr or None
+
+
+_STRIDED = frozenset({torch.strided})
+_T = torch.Tensor
+_VERSION = operator.attrgetter("_version")
+_DTYPE = operator.attrgetter("dtype")
+_LAYOUT = operator.attrgetter("layout")
+_NESTED = operator.attrgetter("is_nested")
+_META = operator.attrgetter("is_meta")
+_QUANTIZED = operator.attrgetter("is_quantized")
+
+
+def versions(ts: list[torch.Tensor]) -> list[int | None]:
+    """:func:`version_of` each tensor, read all at once where none is an inference tensor (an
+    inference tensor cannot be written outside ``torch.inference_mode()``: a write inside it is
+    seen by a first-write watch or a copy taken up front alone)."""
+    try:
+        return list(map(_VERSION, ts))
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return list(map(version_of, ts))
+
+
+# The guard and the snapshot read a few attributes of every tensor they keep; for dense tensors
+# (nearly all) each attribute is read for all of them at once with ``map`` over the C getters,
+# which costs a tenth of a Python loop.
+
+
+def all_dense(ts: list[torch.Tensor]) -> bool:
+    """:func:`plain_dense` of every tensor of ``ts``, read for all at once."""
+    return (
+        set(map(type, ts)) <= PLAIN_TENSORS
+        and set(map(_LAYOUT, ts)) <= _STRIDED
+        and not any(map(_NESTED, ts))
+        and not any(map(_META, ts))
+        and not any(map(_QUANTIZED, ts))
+        and not any(map(_T.is_conj, ts))
+        and not any(map(_T.is_neg, ts))
+    )
+
+
+def plain_dense(t: torch.Tensor) -> bool:
+    """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
+    to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
+    bit): it can be rebuilt from its storage after a ``.data`` swap."""
+    return (
+        type(t) in PLAIN_TENSORS
+        and t.layout is torch.strided
+        and not t.is_nested
+        and not t.is_meta
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+    )
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """What ``t.data = other`` changes: address, sizes, strides, dtype, device index (for a
+    dense tensor exactly the tuple :func:`fingerprints` builds for it; its address tells the
+    device type apart, since the old storage is kept alive); a nested tensor's components'
+    shapes."""
+    if plain_dense(t):
+        return (t.data_ptr(), t.size(), t.stride(), t.dtype, t.get_device())
+    try:
+        geometry: tuple = (t.shape, t.stride(), t.storage_offset())
+    except (RuntimeError, NotImplementedError, TypeError):  # nested, wrapper tensors: no strides
+        geometry = tuple(tuple(c.shape) for c in t.unbind()) if t.is_nested else ()
+    device = t.device
+    return (storage_key(t, device), geometry, t.dtype, device, t.is_conj(), t.is_neg())
+
+
+def fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tuple]:
+    """:func:`fingerprint` of each tensor, read all at once where every one is dense
+    (``dense``: what :func:`all_dense` says of ``ts``, where the caller asked it already)."""
+    if all_dense(ts) if dense is None else dense:
+        return list(
+            zip(
+                map(_T.data_ptr, ts),
+                map(_T.size, ts),
+                map(_T.stride, ts),
+                map(_DTYPE, ts),
+                map(_T.get_device, ts),
+            )
+        )
+    return [fingerprint(t) for t in ts]
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN equal to NaN (an untouched NaN tensor is unchanged); a nested tensor
+    component by component (``torch.equal`` refuses a jagged one)."""
+    try:
+        if a.is_nested or b.is_nested:
+            parts_a, parts_b = a.unbind(), b.unbind()
+            return len(parts_a) == len(parts_b) and all(map(same_values, parts_a, parts_b))
+        if torch.equal(a, b):
+            return True
+        return (
+            (a.is_floating_point() or a.is_complex())
+            and a.shape == b.shape
+            and bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        )
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+        return False
+
+
+def same_items(live: dict, saved: dict) -> bool:
+    """The same keys, in the same order, bound to the same objects (identity, never ``==``:
+    tensors)."""
+    return (
+        len(live) == len(saved)
+        and all(map(operator.is_, live.values(), saved.values()))
+        and all(map(operator.eq, live, saved))
+    )
