@@ -619,6 +619,27 @@ def test_new_encoder_decoder_cache_and_its_attributes() -> None:
     assert plain["cache"] == "kv"
 
 
+def test_a_cache_that_is_a_module_is_put_back_by_a_snapshot() -> None:
+    from modelprof.runtime.snapshot import Snapshot
+
+    cache = compat.new_encoder_decoder_cache()
+    # an nn.Module up to 4.46, a plain object later: a cache either way, and the user's data
+    assert compat.is_module_cache(cache) == isinstance(cache, nn.Module)
+    assert not compat.is_module_cache(nn.Linear(2, 2))  # a model's module stays the guard's
+
+    class ModuleCache(transformers.Cache, nn.Module):  # as up to 4.46, on any release
+        def __init__(self) -> None:
+            nn.Module.__init__(self)
+            self.keys = [torch.zeros(1, 2)]
+
+    held = ModuleCache()
+    assert compat.is_module_cache(held)
+    snap = Snapshot(held)
+    held.keys.append(torch.ones(1, 2))  # a step appends a token
+    snap.restore()
+    assert len(held.keys) == 1 and torch.equal(held.keys[0], torch.zeros(1, 2))
+
+
 def test_encoder_decoder_generation_on_this_transformers() -> None:
     model = tiny_t5()
     report = profile_generation(model, prompt_len=4, new_tokens=4, timing=False)

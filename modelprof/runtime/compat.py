@@ -60,6 +60,7 @@ __all__ = [
     "HigherOrderOperator",
     "is_dtensor_class",
     "is_fake",
+    "is_module_cache",
     "local_tensor",
     "meta_autocast",
     "meta_failure_hint",
@@ -525,6 +526,14 @@ def cache_attributes(cache: Any) -> dict[str, Any]:
     if isinstance(cache, torch.nn.Module):
         attrs.update(attrs.pop("_modules", None) or {})
     return attrs
+
+
+def is_module_cache(o: Any) -> bool:
+    """Whether ``o`` is a transformers ``Cache`` that is also an ``nn.Module`` (as up to 4.46,
+    checked there; a plain object in 5.24): the user's data to put back, not a model's module."""
+    return isinstance(o, torch.nn.Module) and any(
+        c.__name__ == "Cache" and c.__module__.startswith("transformers") for c in type(o).__mro__
+    )
 
 
 #: the release from which a StaticCache keeps a ``cumulative_length`` per layer that a snapshot

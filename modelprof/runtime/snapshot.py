@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 from modelprof.runtime.tensors import (
     all_dense,
     fingerprint,
@@ -149,7 +150,7 @@ class Snapshot:
         todo = list(objs)
         while todo:
             o = todo.pop()
-            if isinstance(o, _ATOMS) or id(o) in seen:
+            if (isinstance(o, _ATOMS) and not compat.is_module_cache(o)) or id(o) in seen:
                 continue
             if len(seen) >= MAX_OBJECTS:
                 self.truncated = True
