@@ -137,20 +137,21 @@ def parse_input_arg(text: str) -> Any:
             )
         return InputSpec(m["name"], dtype, shape)
     r = _RANGE_RE.match(values.strip())
+    if r is not None:  # both ends are numbers by the pattern
+        low, high = float(r["low"]), float(r["high"])
+        if high <= low:
+            raise ModelProfError(
+                f"--input {text!r}: range {values} is empty (high is "
+                "excluded, so it must be above low)"
+            )
+        return InputSpec(m["name"], dtype, shape, low=low, high=high)
     try:
-        if r is not None:
-            low, high = float(r["low"]), float(r["high"])
-            if high <= low:
-                raise ModelProfError(
-                    f"--input {text!r}: range {values} is empty (high is "
-                    "excluded, so it must be above low)"
-                )
-            return InputSpec(m["name"], dtype, shape, low=low, high=high)
-        return InputSpec(m["name"], dtype, shape, value=float(values))
+        value = float(values)
     except ValueError:
         raise ModelProfError(
             f"--input {text!r}: values {values!r} must be a range LOW-HIGH or a number"
         ) from None
+    return InputSpec(m["name"], dtype, shape, value=value)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -584,19 +585,9 @@ def _check_writers(formats: Sequence[str]) -> None:
 
 def _prepare_out(out: Path) -> None:
     """Create the ``--out`` directory; refuse one under a file or where nothing can be written."""
-    for parent in (out, *out.parents):
-        if parent.exists() and not parent.is_dir():
-            raise ModelProfError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a directory")
-        if parent.exists():
-            break
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ModelProfError(
-            f"--out {str(out)!r}: cannot create the directory ({e.strerror or e})"
-        ) from e
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ModelProfError(f"--out {str(out)!r}: the directory is not writable")
+    from modelprof.distributed.sweep_store import make_folder
+
+    make_folder(out, f"--out {str(out)!r}")
 
 
 def _isatty(stream: TextIO) -> bool:
