@@ -77,18 +77,11 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
         """Inverse of :meth:`to_dict` (a result file's ``config``)."""
-        size = data.get("input_size")
+        size, options = data.get("input_size"), dict(data.get("options") or {})
         return cls(
-            model=data["model"],
-            batch_size=data["batch_size"],
-            dtype=data["dtype"],
-            mode=data["mode"],
-            timing=data["timing"],
-            device=data["device"],
+            **{f: data[f] for f in ("model", "batch_size", "dtype", "mode", "timing", "device")},
             input_size=None if size is None else _tupleify(size),
-            options=tuple(
-                sorted((k, _tupleify(v)) for k, v in dict(data.get("options") or {}).items())
-            ),
+            options=tuple(sorted((k, _tupleify(v)) for k, v in options.items())),
         )
 
 
