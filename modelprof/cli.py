@@ -19,7 +19,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -1056,30 +1056,17 @@ def _run_fit(ctx: _Context) -> None:
 # --- entry point ---------------------------------------------------------------------------------
 
 
-class _one_line_warnings(warnings.catch_warnings):
+@contextlib.contextmanager
+def _one_line_warnings(stream: TextIO) -> Iterator[None]:
     """Show each warning as ``modelprof: warning: <message> (<Category>)``: a command-line user
     has no use for the library's file, line number and source line."""
 
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__()
-        self._stream = stream
+    def show(message: Warning | str, category: type[Warning], *where: Any, **_: Any) -> None:
+        print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
 
-    def __enter__(self) -> Any:
-        out = super().__enter__()
-        stream = self._stream
-
-        def show(
-            message: Warning | str,
-            category: type[Warning],
-            filename: str,
-            lineno: int,
-            file: TextIO | None = None,
-            line: str | None = None,
-        ) -> None:
-            print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
-
+    with warnings.catch_warnings():  # puts showwarning back on exit
         warnings.showwarning = show
-        return out
+        yield
 
 
 def _all_ranks(on: bool) -> Any:
