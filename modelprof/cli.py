@@ -804,6 +804,7 @@ def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
 def _run_generate(ctx: _Context) -> None:
     from modelprof.generation import profile_generation
     from modelprof.generation.specs import load_language_model
+    from modelprof.render import to_markdown
 
     args = ctx.args
     model, name = load_language_model(args.spec, ctx.device, ctx.dtype)
@@ -823,8 +824,6 @@ def _run_generate(ctx: _Context) -> None:
         **ctx.timing_options(),
     )
     print(report, file=ctx.stdout)
-    from modelprof.render import to_markdown
-
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
         mem = report.memory
