@@ -19,7 +19,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -63,6 +63,7 @@ def parse_input_size_arg(text: str) -> tuple[int, ...]:
     return size
 
 
+#: the integer dtypes of ``--input`` (the floating ones are ``runtime.inputs.DTYPE_NAMES``)
 _INT_DTYPES = {
     "int64": "int64",
     "long": "int64",
@@ -72,17 +73,6 @@ _INT_DTYPES = {
     "int8": "int8",
     "uint8": "uint8",
     "bool": "bool",
-}
-_FLOAT_DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float64": "float64",
 }
 _INPUT_RE = re.compile(
     r"^(?P<name>[A-Za-z_]\w*):(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]"
@@ -110,7 +100,7 @@ def parse_input_arg(text: str) -> Any:
     (shape without the batch; values a ``LOW-HIGH`` range, high excluded, or one constant)."""
     import torch
 
-    from modelprof.runtime.inputs import InputSpec
+    from modelprof.runtime.inputs import DTYPE_NAMES, InputSpec
 
     m = _INPUT_RE.match(text.strip())
     if m is None:
@@ -119,13 +109,15 @@ def parse_input_arg(text: str) -> Any:
             "input_ids:int64[128]:0-30522 (shape without the batch)"
         )
     dtype_name = m["dtype"].lower()
-    dtype_key = _INT_DTYPES.get(dtype_name) or _FLOAT_DTYPES.get(dtype_name)
-    if dtype_key is None:
+    if dtype_name in _INT_DTYPES:
+        dtype = getattr(torch, _INT_DTYPES[dtype_name])
+    elif dtype_name in DTYPE_NAMES:
+        dtype = DTYPE_NAMES[dtype_name]
+    else:
         raise ModelProfError(
             f"--input {text!r}: dtype {m['dtype']!r} is not one of "
-            f"{', '.join(sorted({*_INT_DTYPES, *_FLOAT_DTYPES}))}"
+            f"{', '.join(sorted({*_INT_DTYPES, *DTYPE_NAMES}))}"
         )
-    dtype = getattr(torch, dtype_key)
     shape = (
         tuple(int(p) for p in re.split(r"[,x\s]+", m["shape"].strip()) if p)
         if re.fullmatch(r"[\d,x\s]*", m["shape"])
@@ -145,20 +137,21 @@ def parse_input_arg(text: str) -> Any:
             )
         return InputSpec(m["name"], dtype, shape)
     r = _RANGE_RE.match(values.strip())
+    if r is not None:  # both ends are numbers by the pattern
+        low, high = float(r["low"]), float(r["high"])
+        if high <= low:
+            raise ModelProfError(
+                f"--input {text!r}: range {values} is empty (high is "
+                "excluded, so it must be above low)"
+            )
+        return InputSpec(m["name"], dtype, shape, low=low, high=high)
     try:
-        if r is not None:
-            low, high = float(r["low"]), float(r["high"])
-            if high <= low:
-                raise ModelProfError(
-                    f"--input {text!r}: range {values} is empty (high is "
-                    "excluded, so it must be above low)"
-                )
-            return InputSpec(m["name"], dtype, shape, low=low, high=high)
-        return InputSpec(m["name"], dtype, shape, value=float(values))
+        value = float(values)
     except ValueError:
         raise ModelProfError(
             f"--input {text!r}: values {values!r} must be a range LOW-HIGH or a number"
         ) from None
+    return InputSpec(m["name"], dtype, shape, value=value)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -229,29 +222,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--input-size",
         action="append",
         metavar="C,H,W",
-        type=str,
         help="input shape without the batch dimension, e.g. 3,224,224; repeat "
         "for a model with several inputs (default: the model's own)",
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cpu)")
+    common.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cpu)")
     common.add_argument(
         "--dtype",
-        default=None,
         choices=["float32", "float16", "bfloat16"],
         help="cast the model and inputs (default: the model's dtype)",
     )
     common.add_argument(
         "--out",
         type=Path,
-        default=None,
         metavar="DIR",
         help="write reports into DIR (default: print only; with --out and no "
         "--format, csv,md are written)",
     )
     common.add_argument(
         "--format",
-        default=None,
         metavar="LIST",
         help=f"comma-separated formats to write: {','.join(FORMATS)} "
         "(implies --out . when --out is not given)",
@@ -265,7 +254,6 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--budget",
         type=float,
-        default=None,
         metavar="SECONDS",
         help="most time one latency measurement may take; it stops earlier once "
         "the median is known to +-1%% (default: 5 s per measurement; "
@@ -289,7 +277,6 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument(
         "--batch-size",
         type=int,
-        default=None,
         metavar="N",
         help="samples per forward pass, prepended to --input-size (default: 1)",
     )
@@ -298,10 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME:DTYPE[SHAPE][:VALUES]",
         dest="inputs",
-        type=str,
         help=INPUT_HELP,
     )
-    table.add_argument("--tokens", type=int, default=None, metavar="SEQ_LEN", help=TOKENS_HELP)
+    table.add_argument("--tokens", type=int, metavar="SEQ_LEN", help=TOKENS_HELP)
     table.add_argument(
         "--no-timing",
         action="store_true",
@@ -314,9 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     table.add_argument(
         "--optimizer",
-        default=None,
         metavar="NAME",
         help="with --backward, also the optimizer step (sgd, adam, adamw, ...)",
+    )
+
+    search = argparse.ArgumentParser(add_help=False)  # the commands that search a batch size
+    search.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="N",
+        help="largest batch size the throughput search tries (default: 1024)",
     )
 
     p = sub.add_parser(
@@ -336,7 +329,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--depth",
         type=int,
-        default=None,
         metavar="K",
         help="show modules down to nesting depth K (default: all)",
     )
@@ -344,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "compare",
-        parents=[common, sized, table],
+        parents=[common, sized, table, search],
         help="several models side by side",
         description="Compare models: one row each, ratios to a baseline.",
         formatter_class=_HelpFormatter,
@@ -354,7 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--baseline",
-        default=None,
         metavar="NAME",
         help="the model ratios are taken against (default: the first)",
     )
@@ -363,30 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also search each model's best-throughput batch size",
     )
-    c.add_argument(
-        "--max-batch",
-        type=int,
-        default=None,
-        metavar="N",
-        help="largest batch size the throughput search tries (default: 1024)",
-    )
     c.set_defaults(run=_run_compare)
 
     t = sub.add_parser(
         "throughput",
-        parents=[common, sized],
+        parents=[common, sized, search],
         help="best batch size and samples/s",
         description="Search the batch size that maximises samples per second.",
         formatter_class=_HelpFormatter,
     )
     t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
-    t.add_argument(
-        "--max-batch",
-        type=int,
-        default=None,
-        metavar="N",
-        help="largest batch size to try (default: 1024)",
-    )
     t.set_defaults(run=_run_throughput)
     _add_sweep_parser(sub)
     _add_fit_parser(sub)
@@ -429,20 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--contexts",
-        default=None,
         metavar="LIST",
         help="decode contexts to profile per layer (default: first, middle, last step)",
     )
     g.add_argument(
         "--target",
-        default=None,
         metavar="DEVICE",
         help="roofline lower bound on a datasheet device, e.g. 'H100 SXM'",
     )
     g.add_argument(
         "--memory",
         type=float,
-        default=None,
         metavar="BYTES",
         help="also the largest batch and context that fit this many bytes",
     )
@@ -474,25 +448,18 @@ class _Context:
         self.speaker = is_speaker()
         self.stdout = stdout if self.speaker else io.StringIO()
         self.stderr = stderr
-        self.device = parse_device(args.device)
-        if self.device is not None and self.device.type == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ModelProfError(f"--device {args.device!r}: CUDA is not available here")
+        self.device = parse_device(args.device)  # refuses CUDA where it is not available
         self.dtype = parse_dtype(args.dtype)
         sizes = [parse_input_size_arg(s) for s in getattr(args, "input_size", None) or []]
         self.input_size: Any = None if not sizes else sizes[0] if len(sizes) == 1 else sizes
-        if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
-            raise ModelProfError(f"--batch-size {args.batch_size} must be >= 1")
+        for flag in ("batch_size", "max_batch", "tokens"):
+            value = getattr(args, flag, None)
+            if value is not None and value < 1:
+                raise ModelProfError(f"--{flag.replace('_', '-')} {value} must be >= 1")
         if args.budget is not None and args.budget <= 0:
             raise ModelProfError(f"--budget {args.budget} must be > 0 seconds")
-        if getattr(args, "max_batch", None) is not None and args.max_batch < 1:
-            raise ModelProfError(f"--max-batch {args.max_batch} must be >= 1")
         self.input_specs = [parse_input_arg(t) for t in getattr(args, "inputs", None) or []]
         self.tokens = getattr(args, "tokens", None)
-        if self.tokens is not None and self.tokens < 1:
-            raise ModelProfError(f"--tokens {self.tokens} must be >= 1")
         if (self.input_specs or self.tokens is not None) and sizes:
             raise ModelProfError(
                 "--input-size makes float inputs; --input/--tokens give the "
@@ -572,6 +539,18 @@ class _Context:
             ) from e
         self.wrote(path)
 
+    def write_formats(
+        self, stem: str, export: Any, figures: Sequence[tuple[str, Any]] = ()
+    ) -> None:
+        """Every chosen format, in the order given: a table format through
+        ``export(fmt, path)``, png as each ``(stem, make_figure)`` of ``figures``."""
+        for fmt in self.formats:
+            if fmt != "png":
+                self.write(self.path(stem, fmt), lambda p: export(fmt, p))
+                continue
+            for figure_stem, make in figures:
+                _save_figure(self, make(), figure_stem)
+
     def wrote(self, path: Path) -> None:
         print(f"wrote {path}", file=self.stderr)
 
@@ -606,19 +585,9 @@ def _check_writers(formats: Sequence[str]) -> None:
 
 def _prepare_out(out: Path) -> None:
     """Create the ``--out`` directory; refuse one under a file or where nothing can be written."""
-    for parent in (out, *out.parents):
-        if parent.exists() and not parent.is_dir():
-            raise ModelProfError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a directory")
-        if parent.exists():
-            break
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ModelProfError(
-            f"--out {str(out)!r}: cannot create the directory ({e.strerror or e})"
-        ) from e
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ModelProfError(f"--out {str(out)!r}: the directory is not writable")
+    from modelprof.distributed.sweep_store import make_folder
+
+    make_folder(out, f"--out {str(out)!r}")
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -769,36 +738,9 @@ def _run_compare(ctx: _Context) -> None:
     print(df.render.export("markdown"), file=ctx.stdout)
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
-    if ctx.out is None:
-        return
-    _write_comparison(ctx, df)
-    if "png" in ctx.formats:
-        _save_figure(ctx, plot_compare(df, title=env_caption(env)), "comparison")
-
-
-def _write_comparison(ctx: _Context, df: Any) -> None:
-    """Every chosen format of a comparison through its own renderers: the compact columns with
-    their intervals, the caption (device, dtype, batch, torch; the ratio estimator) in every
-    human-readable one; raw numbers of every column in csv/json."""
-    for fmt in ctx.formats:
-        if fmt != "png":
-            ctx.write(ctx.path("comparison", fmt), lambda p, f=fmt: df.render.export(f, p))
-
-
-def _write_frame(
-    ctx: _Context, df: Any, stem: str, *, caption: str, env: dict[str, Any] | None
-) -> None:
-    """Every chosen table format of ``df``: raw numbers in csv/json, human units elsewhere."""
-    from modelprof.render.formats import export
-
-    for fmt in ctx.formats:
-        if fmt != "png":
-            ctx.write(
-                ctx.path(stem, fmt),
-                lambda p, f=fmt: export(
-                    f, df, env=env, path=p, caption=caption, title=caption, standalone=True
-                ),
-            )
+    if ctx.out is not None:  # the comparison's own renderers: its caption in every table
+        figure = ("comparison", lambda: plot_compare(df, title=env_caption(env)))
+        ctx.write_formats("comparison", df.render.export, [figure])
 
 
 # --- throughput ----------------------------------------------------------------------------------
@@ -806,6 +748,7 @@ def _write_frame(
 
 def _run_throughput(ctx: _Context) -> None:
     from modelprof.render import to_markdown
+    from modelprof.render.formats import export
     from modelprof.report.plots import plot_throughput
     from modelprof.timing import measure_throughput
 
@@ -832,11 +775,21 @@ def _run_throughput(ctx: _Context) -> None:
             f"{result.stop_explanation}\n",
             file=ctx.stdout,
         )
-        if ctx.out is not None:
-            stem = f"{name}_throughput"
-            _write_frame(ctx, curve, stem, caption=f"{name} throughput", env=result.env)
-            if "png" in ctx.formats:
-                _save_figure(ctx, plot_throughput(curve, title=f"{name} throughput"), stem)
+        if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
+            stem, caption = f"{name}_throughput", f"{name} throughput"
+            ctx.write_formats(
+                stem,
+                lambda f, p: export(
+                    f,
+                    curve,
+                    env=result.env,
+                    path=p,
+                    caption=caption,
+                    title=caption,
+                    standalone=True,
+                ),
+                [(stem, lambda: plot_throughput(curve, title=caption))],
+            )
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
@@ -851,6 +804,7 @@ def _int_list_arg(flag: str, text: str | None) -> list[int] | None:
 def _run_generate(ctx: _Context) -> None:
     from modelprof.generation import profile_generation
     from modelprof.generation.specs import load_language_model
+    from modelprof.render import to_markdown
 
     args = ctx.args
     model, name = load_language_model(args.spec, ctx.device, ctx.dtype)
@@ -870,8 +824,6 @@ def _run_generate(ctx: _Context) -> None:
         **ctx.timing_options(),
     )
     print(report, file=ctx.stdout)
-    from modelprof.render import to_markdown
-
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
         mem = report.memory
@@ -884,13 +836,10 @@ def _run_generate(ctx: _Context) -> None:
     if ctx.out is None:
         return
     stem = f"{name}_generation"
-    for fmt in ctx.formats:
-        if fmt != "png":
-            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: report.export(f, p))
-        else:
-            if timing or report.peaks is not None:
-                _save_figure(ctx, report.plot_decode_growth(), f"{stem}_decode_growth")
-            _save_figure(ctx, report.plot_phase_share(), f"{stem}_phase_share")
+    figures = [(f"{stem}_phase_share", report.plot_phase_share)]
+    if timing or report.peaks is not None:
+        figures.insert(0, (f"{stem}_decode_growth", report.plot_decode_growth))
+    ctx.write_formats(stem, report.export, figures)
     if report.peaks is not None and "csv" in ctx.formats:
         ctx.write(
             ctx.path(f"{stem}_bound", "csv"), lambda p: report.bound_table().to_csv(p, index=False)
@@ -908,6 +857,12 @@ def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- sweep ---------------------------------------------------------------------------------------
+
+#: What the shared _Context reads, for the commands that take none of the common options.
+_NO_COMMON: dict[str, Any] = {
+    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget")),
+    "trust_pickle": False,
+}
 
 
 def _add_sweep_parser(sub: Any) -> None:
@@ -932,7 +887,6 @@ def _add_sweep_parser(sub: Any) -> None:
         "--out",
         dest="sweep_out",
         type=Path,
-        default=None,
         metavar="DIR",
         help="folder for one result file per configuration and the combined "
         "sweep.csv/sweep.json (default: CONFIG's name + '_sweep' in the current "
@@ -961,17 +915,7 @@ def _add_sweep_parser(sub: Any) -> None:
         help="show rank 0's progress bar even when stderr is not a terminal "
         "(default: only on a terminal; needs tqdm)",
     )
-    # what the shared _Context reads; a sweep file says these per grid
-    s.set_defaults(
-        run=_run_sweep,
-        input_size=None,
-        device=None,
-        dtype=None,
-        out=None,
-        format=None,
-        trust_pickle=False,
-        budget=None,
-    )
+    s.set_defaults(run=_run_sweep, **_NO_COMMON)  # a sweep file says these per grid
 
 
 #: The columns ``modelprof sweep`` prints (all of them are in the files).
@@ -1052,7 +996,6 @@ def _add_fit_parser(sub: Any) -> None:
     f.add_argument(
         "--memory-bytes",
         type=float,
-        default=None,
         metavar="BYTES",
         help="the device's memory, instead of the datasheet's",
     )
@@ -1082,17 +1025,7 @@ def _add_fit_parser(sub: Any) -> None:
     f.add_argument("--ranks", type=int, default=1, metavar="N", help="data-parallel ranks")
     f.add_argument("--optimizer", default="adam", help="adam, adamw, sgd or sgd_momentum")
     f.add_argument("--inference-only", action="store_true", help="no training plans")
-    f.set_defaults(
-        run=_run_fit,
-        input_size=None,
-        device=None,
-        dtype=None,
-        out=None,
-        format=None,
-        trust_pickle=False,
-        budget=None,
-        progress=False,
-    )
+    f.set_defaults(run=_run_fit, progress=False, **_NO_COMMON)
 
 
 def _run_fit(ctx: _Context) -> None:
@@ -1122,30 +1055,17 @@ def _run_fit(ctx: _Context) -> None:
 # --- entry point ---------------------------------------------------------------------------------
 
 
-class _one_line_warnings(warnings.catch_warnings):
+@contextlib.contextmanager
+def _one_line_warnings(stream: TextIO) -> Iterator[None]:
     """Show each warning as ``modelprof: warning: <message> (<Category>)``: a command-line user
     has no use for the library's file, line number and source line."""
 
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__()
-        self._stream = stream
+    def show(message: Warning | str, category: type[Warning], *where: Any, **_: Any) -> None:
+        print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
 
-    def __enter__(self) -> Any:
-        out = super().__enter__()
-        stream = self._stream
-
-        def show(
-            message: Warning | str,
-            category: type[Warning],
-            filename: str,
-            lineno: int,
-            file: TextIO | None = None,
-            line: str | None = None,
-        ) -> None:
-            print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
-
+    with warnings.catch_warnings():  # puts showwarning back on exit
         warnings.showwarning = show
-        return out
+        yield
 
 
 def _all_ranks(on: bool) -> Any:

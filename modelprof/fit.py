@@ -222,7 +222,8 @@ def _meta_model(obj: Any) -> tuple[nn.Module, Any]:
         if all(p.device.type == "meta" for p in obj.parameters()):
             return obj, config
         with torch.device("meta"):
-            return _from_config(config) if config is not None else _meta_copy(obj), config
+            model = _from_config(config) if config is not None else copy.deepcopy(obj).to("meta")
+            return model, config
     if hasattr(obj, "to_dict") and hasattr(obj, "model_type"):
         with torch.device("meta"):
             return _from_config(obj), obj
@@ -238,10 +239,6 @@ def _from_config(config: Any) -> nn.Module:
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
-def _meta_copy(model: nn.Module) -> nn.Module:
-    return copy.deepcopy(model).to("meta")
-
-
 def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, int]:
     """The largest activation of a prefill, the bytes saved for the backward and, of those,
     the ones saved by rows that ran attention as matmuls and a softmax: counted on meta at
@@ -249,23 +246,16 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     if config is None:
         return {"activation": 0, "saved": 0, "saved_attention": 0}
     ids = torch.zeros(spec.batch_size, spec.context, dtype=torch.long, device="meta")
-    prefill = profile(
-        model,
-        inputs={"input_ids": ids, "logits_to_keep": 1},
-        device="meta",
-        dtype=spec.dtype,
-        timing=False,
-    )
+
+    def count(inputs: dict[str, Any], backward: bool) -> Any:
+        return profile(
+            model, inputs=inputs, device="meta", dtype=spec.dtype, timing=False, backward=backward
+        )
+
+    prefill = count({"input_ids": ids, "logits_to_keep": 1}, backward=False)
     saved = attention = 0
     if training:
-        step = profile(
-            model,
-            inputs={"input_ids": ids},
-            device="meta",
-            dtype=spec.dtype,
-            timing=False,
-            backward=True,
-        )
+        step = count({"input_ids": ids}, backward=True)
         saved = int(step.totals["saved_bytes"])
         attention = sum(
             int(r.saved_bytes or 0)

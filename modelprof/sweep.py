@@ -99,9 +99,8 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     if report.latency is not None:
         row["threads"] = report.env.get("torch_num_threads")
         row.update(_latency("latency", report.latency))
-    backward = getattr(report, "backward_latency", None)
-    if backward is not None:
-        row.update(_latency("backward_latency", backward))
+    if report.backward_latency is not None:
+        row.update(_latency("backward_latency", report.backward_latency))
     return row
 
 

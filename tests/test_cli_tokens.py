@@ -91,12 +91,17 @@ def test_parse_input_arg() -> None:
     )
     assert parse_input_arg("mask:int64[4]:1").value == 1
     assert parse_input_arg("pixels:float32[3,8,8]").low is None
+    # every floating name dtype= takes: bf16, half, fp64, double, ...
+    assert parse_input_arg("x:bf16[3]").dtype == torch.bfloat16
+    assert parse_input_arg("x:double[3]").dtype == torch.float64
+    assert parse_input_arg("x:float32[3]:0.5").value == 0.5
     for bad in (
         "input_ids:int64[128]",  # integers need their values
         "input_ids:int64[0]:0-5",  # empty shape
         "x:complex[3]",
         "x[3]",
         "ids:int64[4]:5-5",
+        "ids:int64[4]:five",  # neither a range nor a number
     ):
         with pytest.raises(ModelProfError, match="--input"):
             parse_input_arg(bad)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.inputs import DTYPE_NAMES
 
 __all__ = ["MODES", "SweepConfig", "expand_grids", "load_sweep"]
 
@@ -28,19 +29,6 @@ __all__ = ["MODES", "SweepConfig", "expand_grids", "load_sweep"]
 #: default); ``backward``: a training step (train mode, loss = sum of outputs, backward).
 MODES: dict[str, dict[str, Any]] = {"forward": {}, "backward": {"backward": True}}
 
-_DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "float64": "float64",
-    "fp64": "float64",
-    "double": "float64",
-}
 _LIST_KEYS = {"models": "model", "batch_sizes": "batch_size", "dtypes": "dtype", "modes": "mode"}
 _SCALAR_KEYS = ("timing", "device", "input_size", "options")
 _KNOWN = (*_LIST_KEYS, *_LIST_KEYS.values(), *_SCALAR_KEYS)
@@ -89,18 +77,11 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
         """Inverse of :meth:`to_dict` (a result file's ``config``)."""
-        size = data.get("input_size")
+        size, options = data.get("input_size"), dict(data.get("options") or {})
         return cls(
-            model=data["model"],
-            batch_size=data["batch_size"],
-            dtype=data["dtype"],
-            mode=data["mode"],
-            timing=data["timing"],
-            device=data["device"],
+            **{f: data[f] for f in ("model", "batch_size", "dtype", "mode", "timing", "device")},
             input_size=None if size is None else _tupleify(size),
-            options=tuple(
-                sorted((k, _tupleify(v)) for k, v in dict(data.get("options") or {}).items())
-            ),
+            options=tuple(sorted((k, _tupleify(v)) for k, v in options.items())),
         )
 
 
@@ -255,10 +236,12 @@ def _batch(value: Any, where: str) -> int:
 
 
 def _dtype(value: Any, where: str) -> str:
-    key = str(value).lower().removeprefix("torch.") if isinstance(value, str) else None
-    if key not in _DTYPES:
-        raise ModelProfError(f"{where}: dtype {value!r} is not one of {', '.join(sorted(_DTYPES))}")
-    return _DTYPES[key]
+    key = value.lower().removeprefix("torch.") if isinstance(value, str) else None
+    if key not in DTYPE_NAMES:
+        raise ModelProfError(
+            f"{where}: dtype {value!r} is not one of {', '.join(sorted(DTYPE_NAMES))}"
+        )
+    return str(DTYPE_NAMES[key]).removeprefix("torch.")
 
 
 def _mode(value: Any, where: str) -> str:

@@ -121,25 +121,22 @@ class GroupRanks:
     """The ranks of a process group the caller initialised (collectives over gloo)."""
 
     def __init__(self, group: Any) -> None:
-
-        self.group, self.dist = group, dist
+        self.group = group
         self.ranks = SweepRanks(
             rank=dist.get_rank(group),
             world_size=dist.get_world_size(group),
             local_rank=env_int("LOCAL_RANK", 0),
         )
-        self._done = 0
 
     def barrier(self, name: str) -> None:
-        self.dist.barrier(group=self.group)
+        dist.barrier(group=self.group)
 
     def all_gather(self, obj: Any, name: str) -> list[Any]:
         parts: list[Any] = [None] * self.ranks.world_size
-        self.dist.all_gather_object(parts, obj, group=self.group)
+        dist.all_gather_object(parts, obj, group=self.group)
         return parts
 
-    def add_done(self, n: int) -> None:
-        self._done += n
+    def add_done(self, n: int) -> None: ...
 
     def done(self) -> int | None:
         return None  # only this rank's count is known here
@@ -161,7 +158,6 @@ def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks 
     """Meet the other ranks: on the caller's process group if one is initialised, on
     torchrun's store when ``WORLD_SIZE`` > 1, else alone. ``timed``: whether the sweep times
     anything (refused under the caller's group, whose ranks ``profile()`` keeps in step)."""
-
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         if timed:
             raise ModelProfError(
@@ -185,7 +181,6 @@ def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks 
 
 
 def _store_ranks(world: int, timeout_s: float) -> StoreRanks:
-
     rank = env_int("RANK", -1)
     if not 0 <= rank < world:
         raise ModelProfError(

@@ -18,7 +18,7 @@ import pandas as pd
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.errors import ModelProfError
 
-__all__ = ["ResultStore", "write_atomic"]
+__all__ = ["ResultStore", "make_folder", "write_atomic"]
 
 _FORMAT = 1  # the layout of a result file; a file of another layout is run again
 
@@ -38,6 +38,20 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def make_folder(folder: Path, label: str) -> None:
+    """Create ``folder`` and its parents; refuse, naming ``label`` (``--out 'x'``), a folder under
+    a file or one where nothing can be written."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ModelProfError(f"{label}: {str(existing)!r} is a file, not a directory")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelProfError(f"{label}: cannot create the directory ({e.strerror or e})") from e
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ModelProfError(f"{label}: the directory is not writable")
+
+
 class ResultStore:
     """``out/configs/<config name>.json`` per configuration; ``out/sweep.csv`` and
     ``out/sweep.json`` for the whole table."""
@@ -50,21 +64,7 @@ class ResultStore:
         self.out = Path(out)
         self.csv_text = csv_text
         self.folder = self.out / "configs"
-        for parent in (self.out, *self.out.parents):
-            if parent.exists() and not parent.is_dir():
-                raise ModelProfError(
-                    f"out={str(self.out)!r}: {str(parent)!r} is a file, not a folder"
-                )
-            if parent.exists():
-                break
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ModelProfError(
-                f"out={str(self.out)!r}: cannot create the folder ({e.strerror or e})"
-            ) from e
-        if not os.access(self.folder, os.W_OK | os.X_OK):
-            raise ModelProfError(f"out={str(self.out)!r}: the folder is not writable")
+        make_folder(self.folder, f"out={str(self.out)!r}")
 
     def check(self, configs: Iterable[SweepConfig]) -> None:
         """Refuse, before anything runs, a result path that something other than a file holds

@@ -324,14 +324,14 @@ def _check_sizes(infos: list[zipfile.ZipInfo], where: str) -> None:
                 "disagree on which one is read"
             )
         seen.add(info.filename)
-        size = info.file_size
+        size, packed = info.file_size, max(info.compress_size, 1)
         if size > MAX_MEMBER_BYTES:
             raise ModelProfError(
                 f"{where}: member {info.filename!r} inflates to {size:,} bytes "
                 f"(more than {MAX_MEMBER_BYTES:,}); refused as a zip bomb"
             )
-        if size > _RATIO_FLOOR and size > MAX_RATIO * max(info.compress_size, 1):
-            ratio = size / max(info.compress_size, 1)
+        if size > _RATIO_FLOOR and size > MAX_RATIO * packed:
+            ratio = size / packed
             raise ModelProfError(
                 f"{where}: member {info.filename!r} inflates {ratio:,.0f}x "
                 f"({info.compress_size:,} -> {size:,} bytes, more than "
@@ -341,10 +341,10 @@ def _check_sizes(infos: list[zipfile.ZipInfo], where: str) -> None:
 
 def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
     """A member's bytes, streamed: never more than its declared size or the read cap."""
-    limit = min(info.file_size, _READ_CAP)
-    if info.file_size > _READ_CAP:
+    limit = info.file_size
+    if limit > _READ_CAP:
         raise ModelProfError(
-            f"{where}: member {info.filename!r} ({info.file_size:,} bytes) is "
+            f"{where}: member {info.filename!r} ({limit:,} bytes) is "
             "too large to inspect; pass --trust-pickle (trust_pickle=True) "
             "if you trust the file"
         )

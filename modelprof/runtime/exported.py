@@ -10,6 +10,7 @@ one row per layer call, named as in the eager model and typed by the eager modul
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -20,8 +21,6 @@ from modelprof.errors import ModelProfWarning
 from modelprof.runtime import compat
 
 __all__ = ["exported_layers", "is_flat_export"]
-
-_TYPED: dict[tuple[type, str], type] = {}
 
 
 def is_flat_export(model: Any) -> bool:
@@ -83,11 +82,8 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
     return found
 
 
+@functools.cache
 def _typed(base: type, name: str) -> type:
     """A subclass of ``base`` named ``name`` (one per pair), so that a row's type is the
     eager module's."""
-    key = (base, name)
-    typed = _TYPED.get(key)
-    if typed is None:
-        typed = _TYPED[key] = type(name, (base,), {"__module__": base.__module__})
-    return typed
+    return type(name, (base,), {"__module__": base.__module__})

@@ -25,6 +25,7 @@ from modelprof.runtime.placement import model_placement, to_placement
 from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, map_tensors, shape_str
 
 __all__ = [
+    "DTYPE_NAMES",
     "InputSpec",
     "ModelInputs",
     "available_memory_bytes",
@@ -39,8 +40,8 @@ __all__ = [
     "vocab_size",
 ]
 
-
-_DTYPE_NAMES: dict[str, torch.dtype] = {
+#: The floating dtypes a name may give (``dtype="fp16"``, a sweep's ``dtypes``, ``--input``).
+DTYPE_NAMES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "fp32": torch.float32,
     "float": torch.float32,
@@ -86,11 +87,10 @@ def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
         return dtype
     if isinstance(dtype, str):
         key = dtype.lower().removeprefix("torch.")
-        if key in _DTYPE_NAMES:
-            return _DTYPE_NAMES[key]
+        if key in DTYPE_NAMES:
+            return DTYPE_NAMES[key]
     raise ModelProfError(
-        f"dtype={dtype!r} is not understood; use one of "
-        f"{sorted(set(_DTYPE_NAMES))} or a torch.dtype"
+        f"dtype={dtype!r} is not understood; use one of {sorted(DTYPE_NAMES)} or a torch.dtype"
     )
 
 
@@ -142,21 +142,12 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
         isinstance(s, np.ndarray) for s in input_size
     ):
         input_size = [s.tolist() if isinstance(s, np.ndarray) else s for s in input_size]
-    if not isinstance(input_size, Sequence) or isinstance(input_size, (str, bytes)):
-        raise ModelProfError(
-            f"input_size={brief(input_size)} must be a tuple of ints such as "
-            "(3, 224, 224), or a list of such tuples"
-        )
-    if all(_is_int(d) for d in input_size):
+    if _is_shape(input_size):
         shapes = [tuple(input_size)]
     elif (
-        all(
-            isinstance(s, (Sequence, torch.Size))
-            and not isinstance(s, (str, bytes))
-            and all(_is_int(d) for d in s)
-            for s in input_size
-        )
+        isinstance(input_size, Sequence)
         and len(input_size) > 0
+        and all(_is_shape(s) for s in input_size)
     ):
         shapes = [tuple(s) for s in input_size]
     else:
@@ -168,6 +159,15 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
         if any(int(d) <= 0 for d in shape):
             raise ModelProfError(f"input_size={brief(input_size)} has a dimension <= 0 in {shape}")
     return [tuple(int(d) for d in s) for s in shapes]
+
+
+def _is_shape(s: Any) -> bool:
+    """A sequence of integers (not a string)."""
+    return (
+        isinstance(s, (Sequence, torch.Size))
+        and not isinstance(s, (str, bytes))
+        and all(_is_int(d) for d in s)
+    )
 
 
 def _is_int(d: Any) -> bool:
@@ -219,8 +219,7 @@ def make_inputs(
         b = 1 if batch_size is None else batch_size
         make_dtype = dt or model_dtype
         check_input_bytes(input_size, shapes, b, make_dtype, dev)
-        # a private generator: reproducible inputs, and the user's global RNG is not advanced
-        gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
+        gen = _generator(dev)
         args = tuple(
             torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen) for s in shapes
         )
@@ -241,6 +240,12 @@ def make_inputs(
     )
     _refuse_unmoved(args, kwargs, dev)
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
+
+
+def _generator(dev: torch.device) -> torch.Generator | None:
+    """A private generator (seed 0) on ``dev``: reproducible inputs, and the user's global RNG
+    is not advanced. None on a device without generators (meta)."""
+    return torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
 
 
 def _call_arguments(
@@ -317,11 +322,8 @@ def _refuse_unmoved(args: tuple, kwargs: dict, device: torch.device) -> None:
         (f"inputs[{k!r}]", v) for k, v in kwargs.items()
     ]
     for where, value in named:
-        if (
-            isinstance(value, (torch.Tensor, list, tuple, Mapping))
-            or value is None
-            or not hasattr(value, "__dict__")
-        ):
+        moved = isinstance(value, (torch.Tensor, list, tuple, Mapping))
+        if moved or not hasattr(value, "__dict__"):
             continue
         for t in _held_tensors(value, set()):
             if t.device.type != device.type or (
@@ -440,7 +442,7 @@ def build_inputs(
     """Keyword inputs from ``specs`` at ``batch_size``, from a private generator (seed 0):
     the same tensors every time, and the global random state is not advanced."""
     dev = parse_device(device) or torch.device("cpu")
-    gen = torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
+    gen = _generator(dev)
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -493,24 +495,15 @@ def token_inputs(
     if "attention_mask" in params:
         specs.append(InputSpec("attention_mask", torch.int64, (int(seq_len),), value=1))
     made = build_inputs(specs, int(batch_size), device)
-    if "input_ids" not in params and not _takes_kwargs(model):
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if "input_ids" not in params and not takes_kwargs:
         return (made["input_ids"],)
     return made
 
 
-def _forward_parameters(model: nn.Module) -> set[str]:
-
+def _forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
+    """The forward's parameters by name; none where its signature cannot be read."""
     try:
-        return set(inspect.signature(model.forward).parameters)
+        return dict(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
-        return set()
-
-
-def _takes_kwargs(model: nn.Module) -> bool:
-
-    try:
-        return any(
-            p.kind is p.VAR_KEYWORD for p in inspect.signature(model.forward).parameters.values()
-        )
-    except (TypeError, ValueError):
-        return False
+        return {}
