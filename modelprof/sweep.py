@@ -117,9 +117,10 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
 
 
 def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:
-    """The model of ``spec`` with its default input size, built on meta when only counted
-    (a model whose construction needs real values falls back to the CPU; profile() then
-    counts a meta copy; a spec that is wrong fails there again, with its own message)."""
+    """The model of ``spec`` with its default input size, built on meta for a sweep on
+    ``device="meta"`` (a model whose construction needs real values is built on the CPU, and
+    profile(device="meta") takes a meta copy of it; a spec that is wrong fails there again,
+    with its own message)."""
     if on_meta:
         with contextlib.suppress(Exception), torch.device("meta"):
             model, _, size = load_model(spec)
