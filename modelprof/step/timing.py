@@ -493,16 +493,11 @@ class StepTimer:
             optimizer=self.spec.optimizer_name,
             **opts.flags(eval_mode=not self.training, no_grad=False),
         )
-        stop = opts.stop
         common = dict(
             device=str(mi.device),
             batch_size=mi.batch_size,
             warmup=self.warmup_calls,
-            stop_reason=sampled.stop_reason,
-            precision=None if stop.repeat is not None else stop.precision,
-            min_samples=stop.promised_min,
-            blocks=sampled.blocks,
-            timestamps_s=sampled.timestamps_s,
+            **sampled.fields(opts.stop),
             env=env,
         )
         table = np.concatenate(self.parts, axis=0)
@@ -578,10 +573,7 @@ def time_step(
     """
     t_begin = time.perf_counter()
     opts = TimingOptions.parse(options, **timing_options)
-    if memory_stats is None:
-        memory_stats = MemoryStats.for_device(inputs.device) or False
-    if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
-        raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
+    memory_stats = MemoryStats.parse(memory_stats, inputs.device)
     with StepTimer(model, inputs, spec, mode, options=opts) as timer:
         est = timer.warm()
         with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
@@ -589,7 +581,7 @@ def time_step(
                 lambda: collect(timer.sample_block, opts.stop, est, on_block=bar)
             )
         inst, inst_sampled = timer.instrumented(n_calls)
-        peak = timer.peak_memory(memory_stats) if memory_stats is not False else None
+        peak = timer.peak_memory(memory_stats) if memory_stats is not None else None
     got = timer.measurements(sampled, t_begin)
     if opts.warn:
         got["backward"].warn_if_noisy()

@@ -350,16 +350,11 @@ class TimedCall:
             clock=self.clock.kind,
             **self.flags,
         )
-        stop = opts.stop
         common = dict(
             device=str(self.dev),
             batch_size=mi.batch_size,
             warmup=self.warmup_calls,
-            stop_reason=sampled.stop_reason,
-            precision=None if stop.repeat is not None else stop.precision,
-            min_samples=stop.promised_min,
-            blocks=sampled.blocks,
-            timestamps_s=sampled.timestamps_s,
+            **sampled.fields(opts.stop),
         )
         parts: dict[str, Measurement] = {}
         if self.xfer is not None:

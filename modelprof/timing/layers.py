@@ -624,10 +624,7 @@ def time_layers(
     training = legacy_eval_mode(training, timing_options, "time_layers")
     opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
-    if memory_stats is None:
-        memory_stats = MemoryStats.for_device(dev) or False
-    if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
-        raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
+    memory_stats = MemoryStats.parse(memory_stats, dev)
     args, kwargs = model_inputs.args, model_inputs.kwargs
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
@@ -687,7 +684,7 @@ class _LayerRun:
             self.reset()
         return self.model(*self.args, **self.kwargs)
 
-    def execute(self, memory_stats: Any) -> None:
+    def execute(self, memory_stats: MemoryStats | None) -> None:
         """Discovery, warm-up, the sampled instrumented/plain passes and the memory pass."""
         model, live = self.model, self.live
         already_warm = WARMED.seen(model, self.signature)
@@ -708,7 +705,7 @@ class _LayerRun:
                 )
                 self.sampled = self._sample(inst, est)
                 self.n_warm += 1
-                if memory_stats is not False:
+                if memory_stats is not None:
                     self.peaks = _memory_pass(
                         model, plan, memory_stats, self.fresh_forward, self.names, live
                     )

@@ -182,6 +182,17 @@ class Sampled:
     def n(self) -> int:
         return int(self.samples_ms.size)
 
+    def fields(self, rule: StopRule) -> dict[str, Any]:
+        """The keywords every Measurement of these samples shares: why sampling stopped, the
+        precision and sample count ``rule`` asked for (none with ``repeat``), the blocks."""
+        return dict(
+            stop_reason=self.stop_reason,
+            precision=None if rule.repeat is not None else rule.precision,
+            min_samples=rule.promised_min,
+            blocks=self.blocks,
+            timestamps_s=self.timestamps_s,
+        )
+
 
 class BlockLog:
     """Samples as they arrive, one block at a time, with the block's start on the host clock."""
