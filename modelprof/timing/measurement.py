@@ -67,6 +67,15 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 LOADED_WALL_OVER_CPU = 1.15
 
 
+def _percentile(q: float) -> functools.cached_property:
+    """The ``q``-th percentile of the samples (ms), computed once."""
+    return functools.cached_property(lambda self: float(np.percentile(self._sorted, q)))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 @dataclasses.dataclass(eq=False)
 class Measurement:
     """Raw latency samples (ms) of one callable on one device, with lazily derived statistics.
@@ -120,9 +129,6 @@ class Measurement:
     def _sorted(self) -> np.ndarray:
         return np.sort(self.samples_ms)
 
-    def _pct(self, q: float) -> float:
-        return float(np.percentile(self._sorted, q))
-
     @property
     def n(self) -> int:
         return int(self.samples_ms.size)
@@ -148,25 +154,11 @@ class Measurement:
     def max_ms(self) -> float:
         return float(self._sorted[-1])
 
-    @functools.cached_property
-    def p90_ms(self) -> float:
-        return self._pct(90)
-
-    @functools.cached_property
-    def p95_ms(self) -> float:
-        return self._pct(95)
-
-    @functools.cached_property
-    def p99_ms(self) -> float:
-        return self._pct(99)
-
-    @functools.cached_property
-    def q1_ms(self) -> float:
-        return self._pct(25)
-
-    @functools.cached_property
-    def q3_ms(self) -> float:
-        return self._pct(75)
+    p90_ms = _percentile(90)
+    p95_ms = _percentile(95)
+    p99_ms = _percentile(99)
+    q1_ms = _percentile(25)
+    q3_ms = _percentile(75)
 
     @property
     def iqr_ms(self) -> float:
@@ -262,8 +254,7 @@ class Measurement:
             return None
         if not self.has_interval:
             return (
-                f"no interval from {self.n} sample{'s' if self.n != 1 else ''} in "
-                f"{self.n_blocks} block{'s' if self.n_blocks != 1 else ''}"
+                f"no interval from {_plural(self.n, 'sample')} in {_plural(self.n_blocks, 'block')}"
             )
         if self.n_blocks < 3 or self.timestamps_s is None:
             return f"a trend needs 3 timed blocks, this run has {self.n_blocks}"
@@ -359,42 +350,35 @@ class Measurement:
             return False
         what = f"{self.label or 'the callable'} on {self.device}"
         if self.undersampled and not (self.stop_reason == "repeat" and self.n < 2):
-            self._warned = True
-            warnings.warn(
-                f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning, stacklevel=3
-            )
-            return True
-        if self.stable is False:
-            self._warned = True
-            warnings.warn(
+            text, kind = f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning
+        elif self.stable is False:
+            text, kind = (
                 f"timing of {what} drifted by {self.drift_pct:+.1f} % over its "
                 f"{self.n_blocks} blocks, beyond its ±{self.relative_ci:.1%} interval; the machine "
                 "changed speed while measuring (other load, thermal or frequency changes)",
                 DriftWarning,
-                stacklevel=3,
             )
-            return True
-        if not self.noisy:
+        elif self.noisy:
+            text, kind = (
+                f"noisy timing of {what}: "
+                f"IQR/median = {self.iqr_ms / self.median_ms:.1%}, CV = {self.cv:.1%} "
+                f"(thresholds {NOISY_IQR_FRACTION:.0%}, {NOISY_CV:.0%}); other load on the "
+                "machine, frequency scaling or too short a warm-up can cause this",
+                NoisyMeasurementWarning,
+            )
+        else:
             return False
         self._warned = True
-        warnings.warn(
-            f"noisy timing of {self.label or 'the callable'} on {self.device}: "
-            f"IQR/median = {self.iqr_ms / self.median_ms:.1%}, CV = {self.cv:.1%} "
-            f"(thresholds {NOISY_IQR_FRACTION:.0%}, {NOISY_CV:.0%}); other load on the machine, "
-            "frequency scaling or too short a warm-up can cause this",
-            NoisyMeasurementWarning,
-            stacklevel=3,
-        )
+        warnings.warn(text, kind, stacklevel=3)
         return True
 
     def _few_samples_text(self) -> str:
         s = "s" if self.n != 1 else ""
         if not self.has_interval:
             return (
-                f"n={self.n} sample{s} in {self.n_blocks} block"
-                f"{'s' if self.n_blocks != 1 else ''}: no interval can be stated (it is NaN) "
-                "and stability cannot be judged. Raise budget_s (or repeat=) for two blocks "
-                "or more"
+                f"n={self.n} sample{s} in {_plural(self.n_blocks, 'block')}: no interval can be "
+                "stated (it is NaN) and stability cannot be judged. Raise budget_s (or repeat=) "
+                "for two blocks or more"
             )
         return (
             f"the time budget allowed only n={self.n} sample{s} "
@@ -508,9 +492,9 @@ class Measurement:
             f"  median {format_ms(self.median_ms)} ({ci}), mean {format_ms(self.mean_ms)}{spread}",
             f"  min {format_ms(self.min_ms)}, p90 {format_ms(self.p90_ms)}, p99 {format_ms(self.p99_ms)}, "
             f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {self.cv:.1%}",
-            f"  n={self.n} in {self.n_blocks} block{'s' if self.n_blocks != 1 else ''} after "
+            f"  n={self.n} in {_plural(self.n_blocks, 'block')} after "
             f"{self.warmup} warm-up, stop={self.stop_reason}, "
-            f"{self.outliers} outlier{'s' if self.outliers != 1 else ''}, {self.fps:,.1f} fps"
+            f"{_plural(self.outliers, 'outlier')}, {self.fps:,.1f} fps"
             + (f", drift {self.drift_pct:+.1f} %" if self.n_blocks >= 3 else "")
             + (", UNSTABLE" if self.stable is False else "")
             + (", stability unknown" if self.stable is None else "")
