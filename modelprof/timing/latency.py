@@ -90,13 +90,12 @@ def resolve_call(
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
 
-        mi = ModelInputs(
-            map_tensors(given.args, move),
-            map_tensors(given.kwargs, move),
-            dev,
-            dt or given.dtype,
-            given.batch_size,
-            given.reset,
+        mi = dataclasses.replace(
+            given,
+            args=map_tensors(given.args, move),
+            kwargs=map_tensors(given.kwargs, move),
+            device=dev,
+            dtype=dt or given.dtype,
         )
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs(
@@ -112,13 +111,8 @@ def resolve_call(
             dtype=dtype,
         )
     if channels_last:
-        mi = ModelInputs(
-            to_channels_last(mi.args),
-            to_channels_last(mi.kwargs),
-            mi.device,
-            mi.dtype,
-            mi.batch_size,
-            mi.reset,
+        mi = dataclasses.replace(
+            mi, args=to_channels_last(mi.args), kwargs=to_channels_last(mi.kwargs)
         )
     return target, mi
 

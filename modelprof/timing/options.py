@@ -33,6 +33,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import parse_amp
+from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
 from modelprof.timing.sampler import (
     DEFAULT_BUDGET_S,
@@ -213,11 +214,7 @@ class TimingOptions:
     def check_device(self, device: torch.device) -> None:
         """Modes that need CUDA refuse any other device, and the CPU clock any device but the
         CPU, naming the option."""
-        if self.clock == "cpu" and device.type != "cpu":
-            raise ModelProfError(
-                f"clock='cpu' reads the CPU time of the work, but the model "
-                f"runs on {device}; use clock='auto' there"
-            )
+        check_clock(self.clock, device)
         if device.type == "cuda":
             return
         for name in ("transfer", "cuda_graph"):

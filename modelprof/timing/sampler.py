@@ -520,16 +520,11 @@ def input_signature(args: Any, kwargs: Any = None, **flags: Any) -> tuple[Hashab
             str(t.dtype),
             str(t.device),
             t.is_contiguous(),
-            t.dim() == 4 and t.is_contiguous(memory_format=_channels_last()),
+            t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last),
         )
         for t in iter_tensors((args, kwargs))
     )
     return tensors + tuple(sorted((k, repr(v)) for k, v in flags.items()))
-
-
-def _channels_last() -> Any:
-
-    return torch.channels_last
 
 
 class WarmRegistry:
