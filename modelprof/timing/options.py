@@ -181,31 +181,13 @@ class TimingOptions:
 
     def as_kwargs(self) -> dict[str, Any]:
         """The keyword form (``TimingOptions.parse(**o.as_kwargs()) == o``)."""
-        w, s = self.warmup, self.stop
-        return {
-            "warmup": w.count,
-            "warmup_s": w.seconds,
-            "repeat": s.repeat,
-            "precision": s.precision,
-            "budget_s": s.budget_s,
-            "min_samples": s.min_samples,
-            "min_blocks": s.min_blocks,
-            "max_samples": s.max_samples,
-            "transfer": self.transfer,
-            "pin_memory": self.pin_memory,
-            "cuda_graph": self.cuda_graph,
-            "amp": self.amp,
-            "channels_last": self.channels_last,
-            "cold_cache": self.cold_cache,
+        nested = {
+            **dataclasses.asdict(self.stop),  # repeat, precision, budget_s, min_samples, ...
+            "warmup": self.warmup.count,
+            "warmup_s": self.warmup.seconds,
             "compile": self.compile or False,
-            "compile_kwargs": self.compile_kwargs,
-            "clock": self.clock,
-            "correct_overhead": self.correct_overhead,
-            "warn": self.warn,
-            "progress": self.progress,
-            "seed": self.seed,
-            "layer_extend_s": self.layer_extend_s,
         }
+        return {n: nested[n] if n in nested else getattr(self, n) for n in OPTION_NAMES}
 
     def replace(self, **kwargs: Any) -> TimingOptions:
         """A copy with some keyword options changed (checked like ``parse``)."""

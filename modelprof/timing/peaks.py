@@ -386,13 +386,12 @@ def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
     return (time.perf_counter_ns() - t0) / 1e9
 
 
-def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s: float) -> float:
-    """Fastest of the timed calls that fit in ``budget_s``: at least one, ``repeats`` when the
-    budget allows, and more (up to 10x ``repeats``) while it lasts. On a shared machine the
-    fastest of many short runs is the one least disturbed by other work."""
-    deadline = time.perf_counter() + budget_s
+def _best_of(fn: Callable[[], object], dev: torch.device, tries: int, deadline: float) -> float:
+    """Fastest of up to ``tries`` timed calls (seconds), at least one, none started after
+    ``deadline`` (``time.perf_counter``). On a shared machine the fastest of many short runs is
+    the one least disturbed by other work."""
     best = math.inf
-    for i in range(10 * repeats):
+    for _ in range(tries):
         best = min(best, _time_once(fn, dev))
         if time.perf_counter() > deadline:
             break
@@ -463,7 +462,8 @@ def _probe_matmul(
             run = make(n)
             _time_once(run, dev)
             last = _time_once(run, dev)
-    seconds = _best_of(run, dev, repeats, budget_s)
+    # ``repeats`` calls when the budget allows, and more (up to ten times as many) while it lasts
+    seconds = _best_of(run, dev, 10 * repeats, time.perf_counter() + budget_s)
     return 2.0 * n**3 / seconds
 
 
@@ -571,12 +571,7 @@ def _copy_rate(dev: torch.device, working_set: int, repeats: int, deadline: floa
         for _ in range(k):
             dst.copy_(src)
 
-    best = math.inf
-    for _ in range(repeats):
-        best = min(best, _time_once(block, dev) / k)
-        if time.perf_counter() > deadline:
-            break
-    return 2.0 * n / best
+    return 2.0 * n / (_best_of(block, dev, repeats, deadline) / k)
 
 
 def _probe_levels(
