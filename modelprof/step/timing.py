@@ -42,7 +42,6 @@ from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model
-from modelprof.runtime.progress import sampling_bar
 from modelprof.runtime.snapshot import Snapshot
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
@@ -53,7 +52,7 @@ from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import Sampled, collect, collect_interleaved, warm_up
+from modelprof.timing.sampler import Sampled, warm_up
 from modelprof.timing.stats import block_medians, paired_ratio
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
@@ -528,10 +527,9 @@ class StepTimer:
         inst.rows.clear()
         inst.segments.clear()
         inst.comm_rows.clear()
-        with sampling_bar(
-            self.opts.stop, enabled=self.opts.progress, desc="per-layer training step"
-        ) as bar:
-            sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est, on_block=bar))
+        sampled = self._guarded(
+            lambda: self.opts.sample(inst.chunk, est, "per-layer training step")
+        )
         return inst, sampled
 
     def peak_memory(self, stats: MemoryStats) -> int:
@@ -576,10 +574,7 @@ def time_step(
     memory_stats = MemoryStats.parse(memory_stats, inputs.device)
     with StepTimer(model, inputs, spec, mode, options=opts) as timer:
         est = timer.warm()
-        with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
-            sampled = timer._guarded(
-                lambda: collect(timer.sample_block, opts.stop, est, on_block=bar)
-            )
+        sampled = timer._guarded(lambda: opts.sample(timer.sample_block, est, "training step"))
         inst, inst_sampled = timer.instrumented(n_calls)
         peak = timer.peak_memory(memory_stats) if memory_stats is not None else None
     got = timer.measurements(sampled, t_begin)
@@ -612,16 +607,9 @@ def compare_steps(
         for t in timers:
             stack.enter_context(t)
         ests = [t.warm() for t in timers]
-        rng = np.random.default_rng(opts.seed)
-        with sampling_bar(
-            opts.stop,
-            enabled=opts.progress,
-            desc="interleaved training steps",
-            candidates=len(timers),
-        ) as bar:
-            sampled = collect_interleaved(
-                [t.sample_block for t in timers], opts.stop, ests, rng, on_round=bar
-            )
+        sampled = opts.sample_interleaved(
+            [t.sample_block for t in timers], ests, "interleaved training steps"
+        )
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
     base = got[0]["backward"]
     _, base_med = block_medians(base.samples_ms, base.blocks)

@@ -27,13 +27,12 @@ from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
 from modelprof.runtime.placement import copy_model, model_placement, moved_model
-from modelprof.runtime.progress import sampling_bar
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.clock import clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, Sampled, collect, input_signature, warm_up
+from modelprof.timing.sampler import WARMED, Sampled, input_signature, warm_up
 
 __all__ = ["TimedCall", "measure_latency", "resolve_call", "timing_runner"]
 
@@ -425,9 +424,7 @@ def measure_latency(
             label=label,
         ) as tc,
     ):
-        est = tc.warm()
-        with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
-            sampled = collect(tc.sample_block, opts.stop, est, on_block=bar)
+        sampled = opts.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
     m = tc.measurement(sampled, t_begin)
     if opts.warn:
         m.warn_if_noisy()

@@ -33,12 +33,12 @@ from modelprof.runtime.group import communicates
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
-from modelprof.runtime.progress import progress_bar, sampling_bar
+from modelprof.runtime.progress import progress_bar
 from modelprof.timing.clock import Clock, clock_for
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, collect, extend, input_signature, warm_up
+from modelprof.timing.sampler import WARMED, extend, input_signature, warm_up
 
 __all__ = [
     "HookCost",
@@ -724,23 +724,17 @@ class _LayerRun:
         WARMED.add(model, self.signature)
 
     def _sample(self, inst: Any, est: Any) -> Any:
-        with sampling_bar(
-            self.opts.stop,
-            enabled=self.opts.progress,
-            desc=f"per-layer {type(self.model).__name__}",
-        ) as bar:
-            with gc_paused() as between_blocks:
+        name = type(self.model).__name__
+        with gc_paused() as between_blocks:
 
-                def block(k: int) -> np.ndarray:
-                    out = inst.sample_block(k)
-                    between_blocks()
-                    return out
+            def block(k: int) -> np.ndarray:
+                out = inst.sample_block(k)
+                between_blocks()
+                return out
 
-                sampled = collect(block, self.opts.stop, est, on_block=bar)
-                sampled, self.extended_s = _extend_passes(
-                    block, sampled, self.opts, type(self.model).__name__
-                )
-                return sampled
+            sampled = self.opts.sample(block, est, f"per-layer {name}")
+            sampled, self.extended_s = _extend_passes(block, sampled, self.opts, name)
+            return sampled
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import parse_amp
+from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
 from modelprof.timing.sampler import (
@@ -42,8 +45,11 @@ from modelprof.timing.sampler import (
     DEFAULT_MIN_SAMPLES,
     DEFAULT_PRECISION,
     WARMUP_S,
+    Sampled,
     StopRule,
     WarmupPolicy,
+    collect,
+    collect_interleaved,
 )
 
 __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
@@ -217,6 +223,28 @@ class TimingOptions:
         if self.transfer:
             out.append("transfer")
         return tuple(out)
+
+    def sample(
+        self, sample_block: Callable[[int], np.ndarray], est_ms: float | None, desc: str
+    ) -> Sampled:
+        """``sampler.collect`` under this stop rule, with a progress bar named ``desc`` (when
+        ``progress``)."""
+        with sampling_bar(self.stop, enabled=self.progress, desc=desc) as bar:
+            return collect(sample_block, self.stop, est_ms, on_block=bar)
+
+    def sample_interleaved(
+        self,
+        samplers: Sequence[Callable[[int], np.ndarray]],
+        est_ms: Sequence[float | None],
+        desc: str,
+    ) -> list[Sampled]:
+        """``sampler.collect_interleaved`` under this stop rule, in rounds shuffled from
+        ``seed``, with a progress bar named ``desc`` (when ``progress``)."""
+        rng = np.random.default_rng(self.seed)
+        with sampling_bar(
+            self.stop, enabled=self.progress, desc=desc, candidates=len(samplers)
+        ) as bar:
+            return collect_interleaved(samplers, self.stop, est_ms, rng, on_round=bar)
 
     def flags(self, *, eval_mode: bool = True, no_grad: bool = True) -> dict[str, Any]:
         """The mode flags of a timed run: part of the warm-up signature and of ``env["mode"]``."""
