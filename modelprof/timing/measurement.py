@@ -66,6 +66,15 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 #: Wall over CPU time above this and the machine is "loaded": the work waited for a core.
 LOADED_WALL_OVER_CPU = 1.15
 
+# what ``to_dict`` and ``stats`` give, in their order, each the attribute of that name
+_METADATA = (
+    "label device batch_size warmup stop_reason precision confidence compile_ms wall_s min_samples"
+).split()
+_SPREAD = "n mean_ms std_ms median_ms min_ms max_ms p90_ms p95_ms p99_ms iqr_ms cv".split()
+_JUDGED = (
+    "median_ci_coverage relative_ci outliers fps noisy n_blocks drift_pct stable undersampled"
+).split()
+
 
 def _percentile(q: float) -> functools.cached_property:
     """The ``q``-th percentile of the samples (ms), computed once."""
@@ -399,56 +408,22 @@ class Measurement:
     def stats(self) -> dict[str, float | int]:
         """The derived statistics, as plain numbers."""
         lo, hi = self.median_ci_ms
-        return {
-            "n": self.n,
-            "mean_ms": self.mean_ms,
-            "std_ms": self.std_ms,
-            "median_ms": self.median_ms,
-            "min_ms": self.min_ms,
-            "max_ms": self.max_ms,
-            "p90_ms": self.p90_ms,
-            "p95_ms": self.p95_ms,
-            "p99_ms": self.p99_ms,
-            "iqr_ms": self.iqr_ms,
-            "cv": self.cv,
-            "median_ci_low_ms": lo,
-            "median_ci_high_ms": hi,
-            "median_ci_coverage": self.median_ci_coverage,
-            "relative_ci": self.relative_ci,
-            "outliers": self.outliers,
-            "fps": self.fps,
-            "noisy": self.noisy,
-            "n_blocks": self.n_blocks,
-            "drift_pct": self.drift_pct,
-            "stable": self.stable,
-            "undersampled": self.undersampled,
-            **(
-                {
-                    "cpu_median_ms": self.cpu.median_ms,
-                    "cpu_clock": self.cpu_clock,
-                    "wall_over_cpu": self.wall_over_cpu,
-                    "loaded": self.loaded,
-                }
-                if self.cpu is not None
-                else {}
-            ),
-        }
+        out = {k: getattr(self, k) for k in _SPREAD}
+        out.update(median_ci_low_ms=lo, median_ci_high_ms=hi)
+        out.update({k: getattr(self, k) for k in _JUDGED})
+        if self.cpu is not None:
+            out.update(
+                cpu_median_ms=self.cpu.median_ms,
+                cpu_clock=self.cpu_clock,
+                wall_over_cpu=self.wall_over_cpu,
+                loaded=self.loaded,
+            )
+        return out
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         """JSON-serialisable: metadata, statistics, parts, env and (optionally) the raw samples."""
-        d: dict[str, Any] = {
-            "label": self.label,
-            "device": self.device,
-            "batch_size": self.batch_size,
-            "warmup": self.warmup,
-            "stop_reason": self.stop_reason,
-            "precision": self.precision,
-            "confidence": self.confidence,
-            "compile_ms": self.compile_ms,
-            "wall_s": self.wall_s,
-            "min_samples": self.min_samples,
-            **self.stats(),
-        }
+        d: dict[str, Any] = {k: getattr(self, k) for k in _METADATA}
+        d.update(self.stats())
         if self.parts:
             d["parts"] = {k: m.to_dict(samples=samples) for k, m in self.parts.items()}
         if self.env:
