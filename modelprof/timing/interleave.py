@@ -81,7 +81,6 @@ class LatencyComparison:
 
     def to_dataframe(self) -> Any:
         """One row per candidate: latency statistics, the ratio and its interval, stability."""
-
         rows = {}
         for name, m in self.measurements.items():
             lo, hi = m.median_ci_ms
@@ -161,7 +160,7 @@ def measure_interleaved(
     if opts.warn:
         for m in measurements.values():
             m.warn_if_noisy()
-    result = LatencyComparison(
+    return LatencyComparison(
         {n: measurements[n] for n in names},
         baseline,
         {n: ratios[n] for n in names},
@@ -169,7 +168,6 @@ def measure_interleaved(
         wall_s=time.perf_counter() - t_begin,
         cpu_ratios={n: cpu_ratios[n] for n in names} if cpu_ratios is not None else None,
     )
-    return result
 
 
 def _ratios(

@@ -177,7 +177,6 @@ class LayerTiming:
     def to_dataframe(self) -> Any:
         """One row per call in execution order: name, call, latency_ms (median),
         latency_std_ms, latency_pct (of the median pass), peak_memory_bytes."""
-
         med, std = self.median_ms(), self.std_ms()
         total = float(np.median(self.passes_ms))
         rows = [
