@@ -26,7 +26,7 @@ from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_c
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
-from modelprof.runtime.placement import copy_model, model_placement, moved_model
+from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.clock import clock_for
 from modelprof.timing.measurement import Measurement
@@ -87,7 +87,7 @@ def resolve_call(
         dt = parse_dtype(dtype)
 
         def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
+            return to_placement(t, dev, dt)
 
         mi = dataclasses.replace(
             given,
