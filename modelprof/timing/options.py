@@ -26,7 +26,6 @@ parsed object down, so no pass can disagree with another about what the options 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,6 +47,7 @@ from modelprof.timing.sampler import (
     Sampled,
     StopRule,
     WarmupPolicy,
+    check_seconds,
     collect,
     collect_interleaved,
 )
@@ -86,21 +86,6 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
-
-
-def _extend_seconds(value: Any) -> float:
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-    if not ok:
-        raise ModelProfError(
-            f"layer_extend_s={value!r} must be a number of seconds >= 0 "
-            "(0: never extend the per-layer passes)"
-        )
-    return float(value)
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -182,7 +167,12 @@ class TimingOptions:
             warn=_flag("warn", values["warn"]),
             progress=_flag("progress", values["progress"]),
             seed=seed,
-            layer_extend_s=_extend_seconds(values["layer_extend_s"]),
+            layer_extend_s=check_seconds(
+                "layer_extend_s",
+                values["layer_extend_s"],
+                True,
+                "never extend the per-layer passes",
+            ),
         )
 
     def as_kwargs(self) -> dict[str, Any]:
