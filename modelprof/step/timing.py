@@ -36,7 +36,6 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats
-from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -481,11 +480,9 @@ class StepTimer:
     def measurements(self, sampled: Sampled, t_begin: float) -> dict[str, Measurement]:
         """forward, loss, backward, (optimizer) and step Measurements of the clean passes."""
         opts, mi = self.opts, self.inputs
-        env = collect_env(
-            mi.device,
-            dtype=opts.amp or mi.dtype,
-            batch_size=mi.batch_size,
-            clock=self.clock.kind,
+        env = opts.env(
+            mi,
+            self.clock.kind,
             backward=True,
             training=self.training,
             loss=self.spec.loss_name,

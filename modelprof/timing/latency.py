@@ -21,7 +21,6 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.device import device_synchronize, is_oom
-from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
@@ -336,13 +335,7 @@ class TimedCall:
     def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
         """The Measurement of what was sampled, with the environment read after timing."""
         opts, mi = self.opts, self.mi
-        env = collect_env(
-            self.dev,
-            dtype=opts.amp or mi.dtype,
-            batch_size=mi.batch_size,
-            clock=self.clock.kind,
-            **self.flags,
-        )
+        env = opts.env(mi, self.clock.kind, **self.flags)
         common = dict(
             device=str(self.dev),
             batch_size=mi.batch_size,

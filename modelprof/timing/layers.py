@@ -27,7 +27,6 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
-from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.group import communicates
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -744,13 +743,7 @@ class _LayerRun:
             if hook_cost is None
             else hook_cost.correct(raw, plan.nested_counts(), plan.parent_index)
         )
-        env = collect_env(
-            self.dev,
-            dtype=opts.amp or model_inputs.dtype,
-            batch_size=model_inputs.batch_size,
-            clock=self.clock.kind,
-            **self.flags,
-        )
+        env = opts.env(model_inputs, self.clock.kind, **self.flags)
         if hook_cost is not None:
             env["hook_cost"] = hook_cost.to_dict()
         timing = LayerTiming(

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import parse_amp
 from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.clock import check_clock
@@ -235,6 +236,17 @@ class TimingOptions:
             self.stop, enabled=self.progress, desc=desc, candidates=len(samplers)
         ) as bar:
             return collect_interleaved(samplers, self.stop, est_ms, rng, on_round=bar)
+
+    def env(self, inputs: Any, clock: str, **mode_flags: Any) -> dict[str, Any]:
+        """``collect_env`` of a run timed on ``inputs`` (a ``ModelInputs``) by the clock of kind
+        ``clock``: its device, its dtype (the autocast one, if any), its batch."""
+        return collect_env(
+            inputs.device,
+            dtype=self.amp or inputs.dtype,
+            batch_size=inputs.batch_size,
+            clock=clock,
+            **mode_flags,
+        )
 
     def flags(self, *, eval_mode: bool = True, no_grad: bool = True) -> dict[str, Any]:
         """The mode flags of a timed run: part of the warm-up signature and of ``env["mode"]``."""
