@@ -660,11 +660,9 @@ class _LayerRun:
     ) -> None:
         self.model, (self.args, self.kwargs), self.dev = model, call, mode.device
         self.names, self.clock, self.opts, self.mode = names, clock, opts, mode
-        dev = mode.device
-        args, kwargs = call
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
-        self.signature = input_signature(args, kwargs, device=str(dev), **self.flags)
+        self.signature = input_signature(*call, device=str(self.dev), **self.flags)
         self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
         self.plan: _CallPlan | None = None
         self.peaks = None
