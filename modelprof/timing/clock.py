@@ -71,7 +71,6 @@ class _HostStamps(StampBuffer):
         self, size: int, device: torch.device | None = None, now_ns: Callable[[], int] | None = None
     ) -> None:
         self.ns = [0] * size
-        self._device = device
         clock = now_ns or time.perf_counter_ns
         ns = self.ns
         if device is None or device.type == "cpu":

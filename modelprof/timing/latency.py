@@ -347,12 +347,9 @@ class TimedCall:
             stacked = np.concatenate(self.parts_ms, axis=0)
             for i, part in enumerate(("h2d", "compute", "d2h")):
                 parts[part] = Measurement(stacked[:, i], label=f"{self.label} {part}", **common)
-        cpu = getattr(self.clock, "cpu_ms", None)
-        cpu_ms = np.concatenate(cpu) if cpu else None
-        if cpu_ms is not None and cpu_ms.size != sampled.samples_ms.size:
-            cpu_ms = None  # not one reading per sample: not shown
-        cpu_kind = getattr(self.clock, "cpu_kind", None) if cpu_ms is not None else None
-        if cpu_kind is not None:
+        cpu_ms = cpu_kind = None
+        if getattr(self.clock, "cpu_ms", None):  # CpuClock: a CPU time per sample it timed
+            cpu_ms, cpu_kind = np.concatenate(self.clock.cpu_ms), self.clock.cpu_kind
             env["cpu_clock"] = cpu_kind
         return Measurement(
             sampled.samples_ms,
