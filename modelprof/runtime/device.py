@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 
 __all__ = [
@@ -116,6 +117,18 @@ class MemoryStats:
     def for_device(cls, device: torch.device) -> MemoryStats | None:
         """The CUDA allocator's statistics on a CUDA device, else None (no allocator peak)."""
         return cls.cuda(device) if device.type == "cuda" else None
+
+    @classmethod
+    def parse(cls, memory_stats: Any, device: torch.device) -> MemoryStats | None:
+        """A ``memory_stats=`` argument: ``None`` = the CUDA allocator on CUDA, none elsewhere;
+        ``False`` = off (None); or a ``MemoryStats``."""
+        if memory_stats is None:
+            return cls.for_device(device)
+        if memory_stats is not False and not isinstance(memory_stats, cls):
+            raise ModelProfError(
+                f"memory_stats={memory_stats!r} must be None, False or a MemoryStats"
+            )
+        return None if memory_stats is False else memory_stats
 
 
 class PeakTracker:

@@ -44,7 +44,7 @@ from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.placement import model_placement
+from modelprof.runtime.placement import model_placement, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
 from modelprof.step.spec import StepSpec
@@ -257,11 +257,7 @@ def move_target(target: Any, device: torch.device, dtype: torch.dtype | None) ->
     """The target on ``device``; floating tensors cast to ``dtype`` when one is asked for.
     Detached: a target is data, so no gradient flows into it (nor onto the user's tensor)."""
 
-    def move(t: torch.Tensor) -> torch.Tensor:
-        cast = dtype if (dtype is not None and t.is_floating_point()) else None
-        return t.detach().to(device=device, dtype=cast)
-
-    return map_tensors(target, move)
+    return map_tensors(target, lambda t: to_placement(t.detach(), device, dtype))
 
 
 @contextlib.contextmanager

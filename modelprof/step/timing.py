@@ -36,13 +36,11 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats
-from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model
-from modelprof.runtime.progress import sampling_bar
 from modelprof.runtime.snapshot import Snapshot
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
@@ -53,7 +51,7 @@ from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import Sampled, collect, collect_interleaved, warm_up
+from modelprof.timing.sampler import Sampled, warm_up
 from modelprof.timing.stats import block_medians, paired_ratio
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
@@ -482,27 +480,20 @@ class StepTimer:
     def measurements(self, sampled: Sampled, t_begin: float) -> dict[str, Measurement]:
         """forward, loss, backward, (optimizer) and step Measurements of the clean passes."""
         opts, mi = self.opts, self.inputs
-        env = collect_env(
-            mi.device,
-            dtype=opts.amp or mi.dtype,
-            batch_size=mi.batch_size,
-            clock=self.clock.kind,
+        env = opts.env(
+            mi,
+            self.clock.kind,
             backward=True,
             training=self.training,
             loss=self.spec.loss_name,
             optimizer=self.spec.optimizer_name,
             **opts.flags(eval_mode=not self.training, no_grad=False),
         )
-        stop = opts.stop
         common = dict(
             device=str(mi.device),
             batch_size=mi.batch_size,
             warmup=self.warmup_calls,
-            stop_reason=sampled.stop_reason,
-            precision=None if stop.repeat is not None else stop.precision,
-            min_samples=stop.promised_min,
-            blocks=sampled.blocks,
-            timestamps_s=sampled.timestamps_s,
+            **sampled.fields(opts.stop),
             env=env,
         )
         table = np.concatenate(self.parts, axis=0)
@@ -533,10 +524,9 @@ class StepTimer:
         inst.rows.clear()
         inst.segments.clear()
         inst.comm_rows.clear()
-        with sampling_bar(
-            self.opts.stop, enabled=self.opts.progress, desc="per-layer training step"
-        ) as bar:
-            sampled = self._guarded(lambda: collect(inst.chunk, self.opts.stop, est, on_block=bar))
+        sampled = self._guarded(
+            lambda: self.opts.sample(inst.chunk, est, "per-layer training step")
+        )
         return inst, sampled
 
     def peak_memory(self, stats: MemoryStats) -> int:
@@ -578,18 +568,12 @@ def time_step(
     """
     t_begin = time.perf_counter()
     opts = TimingOptions.parse(options, **timing_options)
-    if memory_stats is None:
-        memory_stats = MemoryStats.for_device(inputs.device) or False
-    if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
-        raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
+    memory_stats = MemoryStats.parse(memory_stats, inputs.device)
     with StepTimer(model, inputs, spec, mode, options=opts) as timer:
         est = timer.warm()
-        with sampling_bar(opts.stop, enabled=opts.progress, desc="training step") as bar:
-            sampled = timer._guarded(
-                lambda: collect(timer.sample_block, opts.stop, est, on_block=bar)
-            )
+        sampled = timer._guarded(lambda: opts.sample(timer.sample_block, est, "training step"))
         inst, inst_sampled = timer.instrumented(n_calls)
-        peak = timer.peak_memory(memory_stats) if memory_stats is not False else None
+        peak = timer.peak_memory(memory_stats) if memory_stats is not None else None
     got = timer.measurements(sampled, t_begin)
     if opts.warn:
         got["backward"].warn_if_noisy()
@@ -620,16 +604,9 @@ def compare_steps(
         for t in timers:
             stack.enter_context(t)
         ests = [t.warm() for t in timers]
-        rng = np.random.default_rng(opts.seed)
-        with sampling_bar(
-            opts.stop,
-            enabled=opts.progress,
-            desc="interleaved training steps",
-            candidates=len(timers),
-        ) as bar:
-            sampled = collect_interleaved(
-                [t.sample_block for t in timers], opts.stop, ests, rng, on_round=bar
-            )
+        sampled = opts.sample_interleaved(
+            [t.sample_block for t in timers], ests, "interleaved training steps"
+        )
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
     base = got[0]["backward"]
     _, base_med = block_medians(base.samples_ms, base.blocks)

@@ -35,8 +35,9 @@ __all__ = [
     "HostSyncClock",
     "StampBuffer",
     "CpuTimeClock",
-    "cpu_time_source",
+    "check_clock",
     "clock_for",
+    "cpu_time_source",
     "device_synchronize",
 ]
 
@@ -70,7 +71,6 @@ class _HostStamps(StampBuffer):
         self, size: int, device: torch.device | None = None, now_ns: Callable[[], int] | None = None
     ) -> None:
         self.ns = [0] * size
-        self._device = device
         clock = now_ns or time.perf_counter_ns
         ns = self.ns
         if device is None or device.type == "cpu":
@@ -255,15 +255,20 @@ def clock_for(device: torch.device, mode: str = "auto") -> Clock:
     ``mode="host"`` forces synchronize + host clock (for work on streams torch does not see);
     ``mode="cpu"`` the CPU time of the work (CPU devices only).
     """
+    check_clock(mode, device)
     if mode == "cpu":
-        if device.type != "cpu":
-            raise ModelProfError(
-                f"clock='cpu' reads the CPU time of the work, but the model "
-                f"runs on {device}; use clock='auto' there"
-            )
         return CpuTimeClock(device)
     if device.type == "cuda":
         return HostSyncClock(device) if mode == "host" else CudaEventClock(device)
     if device.type == "cpu":
         return CpuClock(device)
     return HostSyncClock(device)
+
+
+def check_clock(mode: str, device: torch.device) -> None:
+    """The CPU clock (``mode="cpu"``) refuses any device but the CPU, naming the option."""
+    if mode == "cpu" and device.type != "cpu":
+        raise ModelProfError(
+            f"clock='cpu' reads the CPU time of the work, but the model "
+            f"runs on {device}; use clock='auto' there"
+        )

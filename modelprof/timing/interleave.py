@@ -20,17 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
-from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import collect_interleaved
 from modelprof.timing.stats import block_medians, ratio_of_medians
 
 __all__ = [
@@ -84,7 +81,6 @@ class LatencyComparison:
 
     def to_dataframe(self) -> Any:
         """One row per candidate: latency statistics, the ratio and its interval, stability."""
-
         rows = {}
         for name, m in self.measurements.items():
             lo, hi = m.median_ci_ms
@@ -152,13 +148,9 @@ def measure_interleaved(
             )
             ests.append(tc.warm())
             calls.append(tc)
-        rng = np.random.default_rng(opts.seed)
-        with sampling_bar(
-            opts.stop, enabled=opts.progress, desc="interleaved timing", candidates=len(calls)
-        ) as bar:
-            sampled = collect_interleaved(
-                [tc.sample_block for tc in calls], opts.stop, ests, rng, on_round=bar
-            )
+        sampled = opts.sample_interleaved(
+            [tc.sample_block for tc in calls], ests, "interleaved timing"
+        )
     measurements = {name: tc.measurement(s, t_begin) for name, tc, s in zip(order, calls, sampled)}
     base = measurements[baseline]
     ratios = _ratios(measurements, baseline)
@@ -168,7 +160,7 @@ def measure_interleaved(
     if opts.warn:
         for m in measurements.values():
             m.warn_if_noisy()
-    result = LatencyComparison(
+    return LatencyComparison(
         {n: measurements[n] for n in names},
         baseline,
         {n: ratios[n] for n in names},
@@ -176,7 +168,6 @@ def measure_interleaved(
         wall_s=time.perf_counter() - t_begin,
         cpu_ratios={n: cpu_ratios[n] for n in names} if cpu_ratios is not None else None,
     )
-    return result
 
 
 def _ratios(

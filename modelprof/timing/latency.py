@@ -21,19 +21,17 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.device import device_synchronize, is_oom
-from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
-from modelprof.runtime.placement import copy_model, model_placement, moved_model
-from modelprof.runtime.progress import sampling_bar
+from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.clock import clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, Sampled, collect, input_signature, warm_up
+from modelprof.timing.sampler import WARMED, Sampled, input_signature, warm_up
 
 __all__ = ["TimedCall", "measure_latency", "resolve_call", "timing_runner"]
 
@@ -88,15 +86,14 @@ def resolve_call(
         dt = parse_dtype(dtype)
 
         def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device=dev, dtype=dt if dt is not None and t.is_floating_point() else None)
+            return to_placement(t, dev, dt)
 
-        mi = ModelInputs(
-            map_tensors(given.args, move),
-            map_tensors(given.kwargs, move),
-            dev,
-            dt or given.dtype,
-            given.batch_size,
-            given.reset,
+        mi = dataclasses.replace(
+            given,
+            args=map_tensors(given.args, move),
+            kwargs=map_tensors(given.kwargs, move),
+            device=dev,
+            dtype=dt or given.dtype,
         )
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs(
@@ -112,13 +109,8 @@ def resolve_call(
             dtype=dtype,
         )
     if channels_last:
-        mi = ModelInputs(
-            to_channels_last(mi.args),
-            to_channels_last(mi.kwargs),
-            mi.device,
-            mi.dtype,
-            mi.batch_size,
-            mi.reset,
+        mi = dataclasses.replace(
+            mi, args=to_channels_last(mi.args), kwargs=to_channels_last(mi.kwargs)
         )
     return target, mi
 
@@ -343,35 +335,21 @@ class TimedCall:
     def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
         """The Measurement of what was sampled, with the environment read after timing."""
         opts, mi = self.opts, self.mi
-        env = collect_env(
-            self.dev,
-            dtype=opts.amp or mi.dtype,
-            batch_size=mi.batch_size,
-            clock=self.clock.kind,
-            **self.flags,
-        )
-        stop = opts.stop
+        env = opts.env(mi, self.clock.kind, **self.flags)
         common = dict(
             device=str(self.dev),
             batch_size=mi.batch_size,
             warmup=self.warmup_calls,
-            stop_reason=sampled.stop_reason,
-            precision=None if stop.repeat is not None else stop.precision,
-            min_samples=stop.promised_min,
-            blocks=sampled.blocks,
-            timestamps_s=sampled.timestamps_s,
+            **sampled.fields(opts.stop),
         )
         parts: dict[str, Measurement] = {}
         if self.xfer is not None:
             stacked = np.concatenate(self.parts_ms, axis=0)
             for i, part in enumerate(("h2d", "compute", "d2h")):
                 parts[part] = Measurement(stacked[:, i], label=f"{self.label} {part}", **common)
-        cpu = getattr(self.clock, "cpu_ms", None)
-        cpu_ms = np.concatenate(cpu) if cpu else None
-        if cpu_ms is not None and cpu_ms.size != sampled.samples_ms.size:
-            cpu_ms = None  # not one reading per sample: not shown
-        cpu_kind = getattr(self.clock, "cpu_kind", None) if cpu_ms is not None else None
-        if cpu_kind is not None:
+        cpu_ms = cpu_kind = None
+        if getattr(self.clock, "cpu_ms", None):  # CpuClock: a CPU time per sample it timed
+            cpu_ms, cpu_kind = np.concatenate(self.clock.cpu_ms), self.clock.cpu_kind
             env["cpu_clock"] = cpu_kind
         return Measurement(
             sampled.samples_ms,
@@ -436,9 +414,7 @@ def measure_latency(
             label=label,
         ) as tc,
     ):
-        est = tc.warm()
-        with sampling_bar(opts.stop, enabled=opts.progress, desc=f"latency {tc.label}") as bar:
-            sampled = collect(tc.sample_block, opts.stop, est, on_block=bar)
+        sampled = opts.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
     m = tc.measurement(sampled, t_begin)
     if opts.warn:
         m.warn_if_noisy()

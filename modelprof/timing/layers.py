@@ -27,18 +27,17 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
-from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.group import communicates
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
-from modelprof.runtime.progress import progress_bar, sampling_bar
+from modelprof.runtime.progress import progress_bar
 from modelprof.timing.clock import Clock, clock_for
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, collect, extend, input_signature, warm_up
+from modelprof.timing.sampler import WARMED, extend, input_signature, warm_up
 
 __all__ = [
     "HookCost",
@@ -177,7 +176,6 @@ class LayerTiming:
     def to_dataframe(self) -> Any:
         """One row per call in execution order: name, call, latency_ms (median),
         latency_std_ms, latency_pct (of the median pass), peak_memory_bytes."""
-
         med, std = self.median_ms(), self.std_ms()
         total = float(np.median(self.passes_ms))
         rows = [
@@ -624,10 +622,7 @@ def time_layers(
     training = legacy_eval_mode(training, timing_options, "time_layers")
     opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
-    if memory_stats is None:
-        memory_stats = MemoryStats.for_device(dev) or False
-    if memory_stats is not False and not isinstance(memory_stats, MemoryStats):
-        raise ModelProfError(f"memory_stats={memory_stats!r} must be None, False or a MemoryStats")
+    memory_stats = MemoryStats.parse(memory_stats, dev)
     args, kwargs = model_inputs.args, model_inputs.kwargs
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
@@ -665,11 +660,9 @@ class _LayerRun:
     ) -> None:
         self.model, (self.args, self.kwargs), self.dev = model, call, mode.device
         self.names, self.clock, self.opts, self.mode = names, clock, opts, mode
-        dev = mode.device
-        args, kwargs = call
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
-        self.signature = input_signature(args, kwargs, device=str(dev), **self.flags)
+        self.signature = input_signature(*call, device=str(self.dev), **self.flags)
         self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
         self.plan: _CallPlan | None = None
         self.peaks = None
@@ -687,7 +680,7 @@ class _LayerRun:
             self.reset()
         return self.model(*self.args, **self.kwargs)
 
-    def execute(self, memory_stats: Any) -> None:
+    def execute(self, memory_stats: MemoryStats | None) -> None:
         """Discovery, warm-up, the sampled instrumented/plain passes and the memory pass."""
         model, live = self.model, self.live
         already_warm = WARMED.seen(model, self.signature)
@@ -708,7 +701,7 @@ class _LayerRun:
                 )
                 self.sampled = self._sample(inst, est)
                 self.n_warm += 1
-                if memory_stats is not False:
+                if memory_stats is not None:
                     self.peaks = _memory_pass(
                         model, plan, memory_stats, self.fresh_forward, self.names, live
                     )
@@ -727,23 +720,17 @@ class _LayerRun:
         WARMED.add(model, self.signature)
 
     def _sample(self, inst: Any, est: Any) -> Any:
-        with sampling_bar(
-            self.opts.stop,
-            enabled=self.opts.progress,
-            desc=f"per-layer {type(self.model).__name__}",
-        ) as bar:
-            with gc_paused() as between_blocks:
+        name = type(self.model).__name__
+        with gc_paused() as between_blocks:
 
-                def block(k: int) -> np.ndarray:
-                    out = inst.sample_block(k)
-                    between_blocks()
-                    return out
+            def block(k: int) -> np.ndarray:
+                out = inst.sample_block(k)
+                between_blocks()
+                return out
 
-                sampled = collect(block, self.opts.stop, est, on_block=bar)
-                sampled, self.extended_s = _extend_passes(
-                    block, sampled, self.opts, type(self.model).__name__
-                )
-                return sampled
+            sampled = self.opts.sample(block, est, f"per-layer {name}")
+            sampled, self.extended_s = _extend_passes(block, sampled, self.opts, name)
+            return sampled
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
@@ -754,13 +741,7 @@ class _LayerRun:
             if hook_cost is None
             else hook_cost.correct(raw, plan.nested_counts(), plan.parent_index)
         )
-        env = collect_env(
-            self.dev,
-            dtype=opts.amp or model_inputs.dtype,
-            batch_size=model_inputs.batch_size,
-            clock=self.clock.kind,
-            **self.flags,
-        )
+        env = opts.env(model_inputs, self.clock.kind, **self.flags)
         if hook_cost is not None:
             env["hook_cost"] = hook_cost.to_dict()
         timing = LayerTiming(

@@ -66,6 +66,24 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 #: Wall over CPU time above this and the machine is "loaded": the work waited for a core.
 LOADED_WALL_OVER_CPU = 1.15
 
+# what ``to_dict`` and ``stats`` give, in their order, each the attribute of that name
+_METADATA = (
+    "label device batch_size warmup stop_reason precision confidence compile_ms wall_s min_samples"
+).split()
+_SPREAD = "n mean_ms std_ms median_ms min_ms max_ms p90_ms p95_ms p99_ms iqr_ms cv".split()
+_JUDGED = (
+    "median_ci_coverage relative_ci outliers fps noisy n_blocks drift_pct stable undersampled"
+).split()
+
+
+def _percentile(q: float) -> functools.cached_property:
+    """The ``q``-th percentile of the samples (ms), computed once."""
+    return functools.cached_property(lambda self: float(np.percentile(self._sorted, q)))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
 
 @dataclasses.dataclass(eq=False)
 class Measurement:
@@ -120,9 +138,6 @@ class Measurement:
     def _sorted(self) -> np.ndarray:
         return np.sort(self.samples_ms)
 
-    def _pct(self, q: float) -> float:
-        return float(np.percentile(self._sorted, q))
-
     @property
     def n(self) -> int:
         return int(self.samples_ms.size)
@@ -148,25 +163,11 @@ class Measurement:
     def max_ms(self) -> float:
         return float(self._sorted[-1])
 
-    @functools.cached_property
-    def p90_ms(self) -> float:
-        return self._pct(90)
-
-    @functools.cached_property
-    def p95_ms(self) -> float:
-        return self._pct(95)
-
-    @functools.cached_property
-    def p99_ms(self) -> float:
-        return self._pct(99)
-
-    @functools.cached_property
-    def q1_ms(self) -> float:
-        return self._pct(25)
-
-    @functools.cached_property
-    def q3_ms(self) -> float:
-        return self._pct(75)
+    p90_ms = _percentile(90)
+    p95_ms = _percentile(95)
+    p99_ms = _percentile(99)
+    q1_ms = _percentile(25)
+    q3_ms = _percentile(75)
 
     @property
     def iqr_ms(self) -> float:
@@ -262,8 +263,7 @@ class Measurement:
             return None
         if not self.has_interval:
             return (
-                f"no interval from {self.n} sample{'s' if self.n != 1 else ''} in "
-                f"{self.n_blocks} block{'s' if self.n_blocks != 1 else ''}"
+                f"no interval from {_plural(self.n, 'sample')} in {_plural(self.n_blocks, 'block')}"
             )
         if self.n_blocks < 3 or self.timestamps_s is None:
             return f"a trend needs 3 timed blocks, this run has {self.n_blocks}"
@@ -359,42 +359,35 @@ class Measurement:
             return False
         what = f"{self.label or 'the callable'} on {self.device}"
         if self.undersampled and not (self.stop_reason == "repeat" and self.n < 2):
-            self._warned = True
-            warnings.warn(
-                f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning, stacklevel=3
-            )
-            return True
-        if self.stable is False:
-            self._warned = True
-            warnings.warn(
+            text, kind = f"timing of {what}: {self._few_samples_text()}", FewSamplesWarning
+        elif self.stable is False:
+            text, kind = (
                 f"timing of {what} drifted by {self.drift_pct:+.1f} % over its "
                 f"{self.n_blocks} blocks, beyond its ±{self.relative_ci:.1%} interval; the machine "
                 "changed speed while measuring (other load, thermal or frequency changes)",
                 DriftWarning,
-                stacklevel=3,
             )
-            return True
-        if not self.noisy:
+        elif self.noisy:
+            text, kind = (
+                f"noisy timing of {what}: "
+                f"IQR/median = {self.iqr_ms / self.median_ms:.1%}, CV = {self.cv:.1%} "
+                f"(thresholds {NOISY_IQR_FRACTION:.0%}, {NOISY_CV:.0%}); other load on the "
+                "machine, frequency scaling or too short a warm-up can cause this",
+                NoisyMeasurementWarning,
+            )
+        else:
             return False
         self._warned = True
-        warnings.warn(
-            f"noisy timing of {self.label or 'the callable'} on {self.device}: "
-            f"IQR/median = {self.iqr_ms / self.median_ms:.1%}, CV = {self.cv:.1%} "
-            f"(thresholds {NOISY_IQR_FRACTION:.0%}, {NOISY_CV:.0%}); other load on the machine, "
-            "frequency scaling or too short a warm-up can cause this",
-            NoisyMeasurementWarning,
-            stacklevel=3,
-        )
+        warnings.warn(text, kind, stacklevel=3)
         return True
 
     def _few_samples_text(self) -> str:
         s = "s" if self.n != 1 else ""
         if not self.has_interval:
             return (
-                f"n={self.n} sample{s} in {self.n_blocks} block"
-                f"{'s' if self.n_blocks != 1 else ''}: no interval can be stated (it is NaN) "
-                "and stability cannot be judged. Raise budget_s (or repeat=) for two blocks "
-                "or more"
+                f"n={self.n} sample{s} in {_plural(self.n_blocks, 'block')}: no interval can be "
+                "stated (it is NaN) and stability cannot be judged. Raise budget_s (or repeat=) "
+                "for two blocks or more"
             )
         return (
             f"the time budget allowed only n={self.n} sample{s} "
@@ -415,56 +408,22 @@ class Measurement:
     def stats(self) -> dict[str, float | int]:
         """The derived statistics, as plain numbers."""
         lo, hi = self.median_ci_ms
-        return {
-            "n": self.n,
-            "mean_ms": self.mean_ms,
-            "std_ms": self.std_ms,
-            "median_ms": self.median_ms,
-            "min_ms": self.min_ms,
-            "max_ms": self.max_ms,
-            "p90_ms": self.p90_ms,
-            "p95_ms": self.p95_ms,
-            "p99_ms": self.p99_ms,
-            "iqr_ms": self.iqr_ms,
-            "cv": self.cv,
-            "median_ci_low_ms": lo,
-            "median_ci_high_ms": hi,
-            "median_ci_coverage": self.median_ci_coverage,
-            "relative_ci": self.relative_ci,
-            "outliers": self.outliers,
-            "fps": self.fps,
-            "noisy": self.noisy,
-            "n_blocks": self.n_blocks,
-            "drift_pct": self.drift_pct,
-            "stable": self.stable,
-            "undersampled": self.undersampled,
-            **(
-                {
-                    "cpu_median_ms": self.cpu.median_ms,
-                    "cpu_clock": self.cpu_clock,
-                    "wall_over_cpu": self.wall_over_cpu,
-                    "loaded": self.loaded,
-                }
-                if self.cpu is not None
-                else {}
-            ),
-        }
+        out = {k: getattr(self, k) for k in _SPREAD}
+        out.update(median_ci_low_ms=lo, median_ci_high_ms=hi)
+        out.update({k: getattr(self, k) for k in _JUDGED})
+        if self.cpu is not None:
+            out.update(
+                cpu_median_ms=self.cpu.median_ms,
+                cpu_clock=self.cpu_clock,
+                wall_over_cpu=self.wall_over_cpu,
+                loaded=self.loaded,
+            )
+        return out
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         """JSON-serialisable: metadata, statistics, parts, env and (optionally) the raw samples."""
-        d: dict[str, Any] = {
-            "label": self.label,
-            "device": self.device,
-            "batch_size": self.batch_size,
-            "warmup": self.warmup,
-            "stop_reason": self.stop_reason,
-            "precision": self.precision,
-            "confidence": self.confidence,
-            "compile_ms": self.compile_ms,
-            "wall_s": self.wall_s,
-            "min_samples": self.min_samples,
-            **self.stats(),
-        }
+        d: dict[str, Any] = {k: getattr(self, k) for k in _METADATA}
+        d.update(self.stats())
         if self.parts:
             d["parts"] = {k: m.to_dict(samples=samples) for k, m in self.parts.items()}
         if self.env:
@@ -508,9 +467,9 @@ class Measurement:
             f"  median {format_ms(self.median_ms)} ({ci}), mean {format_ms(self.mean_ms)}{spread}",
             f"  min {format_ms(self.min_ms)}, p90 {format_ms(self.p90_ms)}, p99 {format_ms(self.p99_ms)}, "
             f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {self.cv:.1%}",
-            f"  n={self.n} in {self.n_blocks} block{'s' if self.n_blocks != 1 else ''} after "
+            f"  n={self.n} in {_plural(self.n_blocks, 'block')} after "
             f"{self.warmup} warm-up, stop={self.stop_reason}, "
-            f"{self.outliers} outlier{'s' if self.outliers != 1 else ''}, {self.fps:,.1f} fps"
+            f"{_plural(self.outliers, 'outlier')}, {self.fps:,.1f} fps"
             + (f", drift {self.drift_pct:+.1f} %" if self.n_blocks >= 3 else "")
             + (", UNSTABLE" if self.stable is False else "")
             + (", stability unknown" if self.stable is None else "")

@@ -26,13 +26,17 @@ parsed object down, so no pass can disagree with another about what the options 
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import parse_amp
+from modelprof.runtime.progress import sampling_bar
+from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
 from modelprof.timing.sampler import (
     DEFAULT_BUDGET_S,
@@ -41,8 +45,12 @@ from modelprof.timing.sampler import (
     DEFAULT_MIN_SAMPLES,
     DEFAULT_PRECISION,
     WARMUP_S,
+    Sampled,
     StopRule,
     WarmupPolicy,
+    check_seconds,
+    collect,
+    collect_interleaved,
 )
 
 __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
@@ -79,21 +87,6 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
-
-
-def _extend_seconds(value: Any) -> float:
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-    if not ok:
-        raise ModelProfError(
-            f"layer_extend_s={value!r} must be a number of seconds >= 0 "
-            "(0: never extend the per-layer passes)"
-        )
-    return float(value)
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -175,36 +168,23 @@ class TimingOptions:
             warn=_flag("warn", values["warn"]),
             progress=_flag("progress", values["progress"]),
             seed=seed,
-            layer_extend_s=_extend_seconds(values["layer_extend_s"]),
+            layer_extend_s=check_seconds(
+                "layer_extend_s",
+                values["layer_extend_s"],
+                True,
+                "never extend the per-layer passes",
+            ),
         )
 
     def as_kwargs(self) -> dict[str, Any]:
         """The keyword form (``TimingOptions.parse(**o.as_kwargs()) == o``)."""
-        w, s = self.warmup, self.stop
-        return {
-            "warmup": w.count,
-            "warmup_s": w.seconds,
-            "repeat": s.repeat,
-            "precision": s.precision,
-            "budget_s": s.budget_s,
-            "min_samples": s.min_samples,
-            "min_blocks": s.min_blocks,
-            "max_samples": s.max_samples,
-            "transfer": self.transfer,
-            "pin_memory": self.pin_memory,
-            "cuda_graph": self.cuda_graph,
-            "amp": self.amp,
-            "channels_last": self.channels_last,
-            "cold_cache": self.cold_cache,
+        nested = {
+            **dataclasses.asdict(self.stop),  # repeat, precision, budget_s, min_samples, ...
+            "warmup": self.warmup.count,
+            "warmup_s": self.warmup.seconds,
             "compile": self.compile or False,
-            "compile_kwargs": self.compile_kwargs,
-            "clock": self.clock,
-            "correct_overhead": self.correct_overhead,
-            "warn": self.warn,
-            "progress": self.progress,
-            "seed": self.seed,
-            "layer_extend_s": self.layer_extend_s,
         }
+        return {n: nested[n] if n in nested else getattr(self, n) for n in OPTION_NAMES}
 
     def replace(self, **kwargs: Any) -> TimingOptions:
         """A copy with some keyword options changed (checked like ``parse``)."""
@@ -213,11 +193,7 @@ class TimingOptions:
     def check_device(self, device: torch.device) -> None:
         """Modes that need CUDA refuse any other device, and the CPU clock any device but the
         CPU, naming the option."""
-        if self.clock == "cpu" and device.type != "cpu":
-            raise ModelProfError(
-                f"clock='cpu' reads the CPU time of the work, but the model "
-                f"runs on {device}; use clock='auto' there"
-            )
+        check_clock(self.clock, device)
         if device.type == "cuda":
             return
         for name in ("transfer", "cuda_graph"):
@@ -238,6 +214,39 @@ class TimingOptions:
         if self.transfer:
             out.append("transfer")
         return tuple(out)
+
+    def sample(
+        self, sample_block: Callable[[int], np.ndarray], est_ms: float | None, desc: str
+    ) -> Sampled:
+        """``sampler.collect`` under this stop rule, with a progress bar named ``desc`` (when
+        ``progress``)."""
+        with sampling_bar(self.stop, enabled=self.progress, desc=desc) as bar:
+            return collect(sample_block, self.stop, est_ms, on_block=bar)
+
+    def sample_interleaved(
+        self,
+        samplers: Sequence[Callable[[int], np.ndarray]],
+        est_ms: Sequence[float | None],
+        desc: str,
+    ) -> list[Sampled]:
+        """``sampler.collect_interleaved`` under this stop rule, in rounds shuffled from
+        ``seed``, with a progress bar named ``desc`` (when ``progress``)."""
+        rng = np.random.default_rng(self.seed)
+        with sampling_bar(
+            self.stop, enabled=self.progress, desc=desc, candidates=len(samplers)
+        ) as bar:
+            return collect_interleaved(samplers, self.stop, est_ms, rng, on_round=bar)
+
+    def env(self, inputs: Any, clock: str, **mode_flags: Any) -> dict[str, Any]:
+        """``collect_env`` of a run timed on ``inputs`` (a ``ModelInputs``) by the clock of kind
+        ``clock``: its device, its dtype (the autocast one, if any), its batch."""
+        return collect_env(
+            inputs.device,
+            dtype=self.amp or inputs.dtype,
+            batch_size=inputs.batch_size,
+            clock=clock,
+            **mode_flags,
+        )
 
     def flags(self, *, eval_mode: bool = True, no_grad: bool = True) -> dict[str, Any]:
         """The mode flags of a timed run: part of the warm-up signature and of ``env["mode"]``."""

@@ -149,19 +149,17 @@ class Peaks:
         return self.levels or (MemoryLevel("DRAM", None, self.peak_bytes),)
 
 
+#: Each name a dtype may be given by -> its canonical name.
 _DTYPE_NAMES: dict[str, str] = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "tf32": "tf32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float64": "float64",
-    "fp64": "float64",
-    "double": "float64",
+    alias: name
+    for name, aliases in {
+        "float32": ("fp32", "float"),
+        "tf32": (),
+        "float16": ("fp16", "half"),
+        "bfloat16": ("bf16",),
+        "float64": ("fp64", "double"),
+    }.items()
+    for alias in (name, *aliases)
 }
 
 
@@ -205,63 +203,53 @@ class DeviceSpec:
     source: str
 
 
-T = 1e12
-
-
 TB = 1e12
-
-
 GB = 1e9
+
+
+def _spec(
+    float32: float,
+    tf32: float | None,
+    float16: float | None,
+    bfloat16: float | None,
+    bandwidth: float,
+    source: str,
+) -> DeviceSpec:
+    """A ``DeviceSpec`` from datasheet rates in TFLOP/s (``None``: no tensor-core path)."""
+    rates = (None if r is None else r * 1e12 for r in (float32, tf32, float16, bfloat16))
+    return DeviceSpec(*rates, bandwidth, source)
 
 
 # NVIDIA datasheets quote tensor-core rates "with sparsity"; the dense rates below are half of
 # those. FP16 rates are with FP32 accumulate (what PyTorch uses).
 KNOWN_DEVICES: dict[str, DeviceSpec] = {
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5 / PCIe / NVL columns).
-    "H100 SXM": DeviceSpec(
-        67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 3.35 * TB, "NVIDIA H100 datasheet"
-    ),
-    "H100 PCIe": DeviceSpec(51 * T, 378 * T, 756 * T, 756 * T, 2.0 * TB, "NVIDIA H100 datasheet"),
-    "H100 NVL": DeviceSpec(
-        60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 3.9 * TB, "NVIDIA H100 datasheet"
-    ),
+    "H100 SXM": _spec(67, 494.7, 989.4, 989.4, 3.35 * TB, "NVIDIA H100 datasheet"),
+    "H100 PCIe": _spec(51, 378, 756, 756, 2.0 * TB, "NVIDIA H100 datasheet"),
+    "H100 NVL": _spec(60, 417.5, 835.5, 835.5, 3.9 * TB, "NVIDIA H100 datasheet"),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM / NVL).
-    "H200 SXM": DeviceSpec(
-        67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 4.8 * TB, "NVIDIA H200 datasheet"
-    ),
-    "H200 NVL": DeviceSpec(
-        60 * T, 417.5 * T, 835.5 * T, 835.5 * T, 4.8 * TB, "NVIDIA H200 datasheet"
-    ),
+    "H200 SXM": _spec(67, 494.7, 989.4, 989.4, 4.8 * TB, "NVIDIA H200 datasheet"),
+    "H200 NVL": _spec(60, 417.5, 835.5, 835.5, 4.8 * TB, "NVIDIA H200 datasheet"),
     # NVIDIA A100 Tensor Core GPU datasheet (bandwidth differs per memory / form factor).
-    "A100 SXM 80GB": DeviceSpec(
-        19.5 * T, 156 * T, 312 * T, 312 * T, 2039 * GB, "NVIDIA A100 datasheet"
-    ),
-    "A100 PCIe 80GB": DeviceSpec(
-        19.5 * T, 156 * T, 312 * T, 312 * T, 1935 * GB, "NVIDIA A100 datasheet"
-    ),
-    "A100 SXM 40GB": DeviceSpec(
-        19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"
-    ),
-    "A100 PCIe 40GB": DeviceSpec(
-        19.5 * T, 156 * T, 312 * T, 312 * T, 1555 * GB, "NVIDIA A100 datasheet"
-    ),
+    "A100 SXM 80GB": _spec(19.5, 156, 312, 312, 2039 * GB, "NVIDIA A100 datasheet"),
+    "A100 PCIe 80GB": _spec(19.5, 156, 312, 312, 1935 * GB, "NVIDIA A100 datasheet"),
+    "A100 SXM 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, "NVIDIA A100 datasheet"),
+    "A100 PCIe 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, "NVIDIA A100 datasheet"),
     # NVIDIA L4 / L40S / A10 datasheets.
-    "L4": DeviceSpec(30.3 * T, 60 * T, 121 * T, 121 * T, 300 * GB, "NVIDIA L4 datasheet"),
-    "L40S": DeviceSpec(91.6 * T, 183 * T, 362 * T, 362 * T, 864 * GB, "NVIDIA L40S datasheet"),
-    "A10": DeviceSpec(31.2 * T, 62.5 * T, 125 * T, 125 * T, 600 * GB, "NVIDIA A10 datasheet"),
+    "L4": _spec(30.3, 60, 121, 121, 300 * GB, "NVIDIA L4 datasheet"),
+    "L40S": _spec(91.6, 183, 362, 362, 864 * GB, "NVIDIA L40S datasheet"),
+    "A10": _spec(31.2, 62.5, 125, 125, 600 * GB, "NVIDIA A10 datasheet"),
     # AWS's A10G has no NVIDIA datasheet; the commonly quoted AWS G5 figures (approximate).
-    "A10G": DeviceSpec(35 * T, 35 * T, 70 * T, 70 * T, 600 * GB, "AWS G5 figures (approximate)"),
+    "A10G": _spec(35, 35, 70, 70, 600 * GB, "AWS G5 figures (approximate)"),
     # Turing / Volta: no TF32 or BF16 tensor cores (float32 matmuls run on CUDA cores).
-    "T4": DeviceSpec(8.1 * T, None, 65 * T, None, 320 * GB, "NVIDIA T4 datasheet"),
-    "V100 SXM2": DeviceSpec(15.7 * T, None, 125 * T, None, 900 * GB, "NVIDIA V100 datasheet"),
-    "V100 PCIe": DeviceSpec(14 * T, None, 112 * T, None, 900 * GB, "NVIDIA V100 datasheet"),
-    "V100S PCIe": DeviceSpec(16.4 * T, None, 130 * T, None, 1134 * GB, "NVIDIA V100S datasheet"),
+    "T4": _spec(8.1, None, 65, None, 320 * GB, "NVIDIA T4 datasheet"),
+    "V100 SXM2": _spec(15.7, None, 125, None, 900 * GB, "NVIDIA V100 datasheet"),
+    "V100 PCIe": _spec(14, None, 112, None, 900 * GB, "NVIDIA V100 datasheet"),
+    "V100S PCIe": _spec(16.4, None, 130, None, 1134 * GB, "NVIDIA V100S datasheet"),
     # Ada Lovelace architecture whitepaper, appendix (GeForce: FP16 with FP32 accumulate).
-    "RTX 4090": DeviceSpec(
-        82.6 * T, 82.6 * T, 165.2 * T, 165.2 * T, 1008 * GB, "NVIDIA Ada whitepaper"
-    ),
+    "RTX 4090": _spec(82.6, 82.6, 165.2, 165.2, 1008 * GB, "NVIDIA Ada whitepaper"),
     # Ampere GA102 whitepaper (GeForce RTX 3090).
-    "RTX 3090": DeviceSpec(35.6 * T, 35.6 * T, 71 * T, 71 * T, 936 * GB, "NVIDIA GA102 whitepaper"),
+    "RTX 3090": _spec(35.6, 35.6, 71, 71, 936 * GB, "NVIDIA GA102 whitepaper"),
 }
 
 
@@ -340,14 +328,12 @@ def lookup_peaks(
     if key is None:
         return None
     spec = KNOWN_DEVICES[key]
-    if name == "float64":
-        return None
-    flops = {
+    flops = {  # float64: no tensor-core rate in the table
         "float32": spec.float32,
         "tf32": spec.tf32 or spec.float32,
         "float16": spec.float16,
         "bfloat16": spec.bfloat16,
-    }[name]
+    }.get(name)
     if flops is None:
         return None
     conv = None
@@ -400,13 +386,12 @@ def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
     return (time.perf_counter_ns() - t0) / 1e9
 
 
-def _best_of(fn: Callable[[], object], dev: torch.device, repeats: int, budget_s: float) -> float:
-    """Fastest of the timed calls that fit in ``budget_s``: at least one, ``repeats`` when the
-    budget allows, and more (up to 10x ``repeats``) while it lasts. On a shared machine the
-    fastest of many short runs is the one least disturbed by other work."""
-    deadline = time.perf_counter() + budget_s
+def _best_of(fn: Callable[[], object], dev: torch.device, tries: int, deadline: float) -> float:
+    """Fastest of up to ``tries`` timed calls (seconds), at least one, none started after
+    ``deadline`` (``time.perf_counter``). On a shared machine the fastest of many short runs is
+    the one least disturbed by other work."""
     best = math.inf
-    for i in range(10 * repeats):
+    for _ in range(tries):
         best = min(best, _time_once(fn, dev))
         if time.perf_counter() > deadline:
             break
@@ -477,7 +462,8 @@ def _probe_matmul(
             run = make(n)
             _time_once(run, dev)
             last = _time_once(run, dev)
-    seconds = _best_of(run, dev, repeats, budget_s)
+    # ``repeats`` calls when the budget allows, and more (up to ten times as many) while it lasts
+    seconds = _best_of(run, dev, 10 * repeats, time.perf_counter() + budget_s)
     return 2.0 * n**3 / seconds
 
 
@@ -585,12 +571,7 @@ def _copy_rate(dev: torch.device, working_set: int, repeats: int, deadline: floa
         for _ in range(k):
             dst.copy_(src)
 
-    best = math.inf
-    for _ in range(repeats):
-        best = min(best, _time_once(block, dev) / k)
-        if time.perf_counter() > deadline:
-            break
-    return 2.0 * n / best
+    return 2.0 * n / (_best_of(block, dev, repeats, deadline) / k)
 
 
 def _probe_levels(

@@ -89,11 +89,13 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _check_seconds(name: str, value: Any, allow_zero: bool) -> float:
+def check_seconds(name: str, value: Any, allow_zero: bool, what_zero: str = "") -> float:
+    """``value`` as seconds, or a ModelProfError naming it (``what_zero``: what 0 means)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         raise ModelProfError(
             f"{name}={value!r} must be a number of seconds {'>= 0' if allow_zero else '> 0'}"
+            + (f" (0: {what_zero})" if what_zero else "")
         )
     return float(value)
 
@@ -108,7 +110,7 @@ class WarmupPolicy:
     @classmethod
     def parse(cls, warmup: int | None, warmup_s: float) -> WarmupPolicy:
         count = None if warmup is None else check_int("warmup", warmup, 0)
-        return cls(count, _check_seconds("warmup_s", warmup_s, allow_zero=True))
+        return cls(count, check_seconds("warmup_s", warmup_s, allow_zero=True))
 
     def plan(self, already_warm: bool) -> tuple[int, float, int | None]:
         """(minimum calls, minimum seconds, exact count or None) for this callable/signature."""
@@ -159,7 +161,7 @@ class StopRule:
                 f"precision={precision!r} must be a relative half-width in "
                 "(0, 1), e.g. 0.01 for a median within ±1 %"
             )
-        budget = _check_seconds("budget_s", budget_s, allow_zero=False)
+        budget = check_seconds("budget_s", budget_s, allow_zero=False)
         lo = check_int("min_samples", min_samples, 1)
         hi = check_int("max_samples", max_samples, 1)
         if hi < lo:
@@ -181,6 +183,17 @@ class Sampled:
     @property
     def n(self) -> int:
         return int(self.samples_ms.size)
+
+    def fields(self, rule: StopRule) -> dict[str, Any]:
+        """The keywords every Measurement of these samples shares: why sampling stopped, the
+        precision and sample count ``rule`` asked for (none with ``repeat``), the blocks."""
+        return dict(
+            stop_reason=self.stop_reason,
+            precision=None if rule.repeat is not None else rule.precision,
+            min_samples=rule.promised_min,
+            blocks=self.blocks,
+            timestamps_s=self.timestamps_s,
+        )
 
 
 class BlockLog:
@@ -509,16 +522,11 @@ def input_signature(args: Any, kwargs: Any = None, **flags: Any) -> tuple[Hashab
             str(t.dtype),
             str(t.device),
             t.is_contiguous(),
-            t.dim() == 4 and t.is_contiguous(memory_format=_channels_last()),
+            t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last),
         )
         for t in iter_tensors((args, kwargs))
     )
     return tensors + tuple(sorted((k, repr(v)) for k, v in flags.items()))
-
-
-def _channels_last() -> Any:
-
-    return torch.channels_last
 
 
 class WarmRegistry:

@@ -67,26 +67,25 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     return j, k, 1.0 - 2.0 * float(cdf[j - 1])
 
 
+def _nonzero(v: float) -> float:
+    """``v``, or the smallest magnitude the continued fraction works with (modified Lentz)."""
+    return v if abs(v) > 1e-300 else 1e-300
+
+
 def _betacf(a: float, b: float, x: float) -> float:
     """Continued fraction of the regularised incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
     qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
+    c, d = 1.0, 1.0 / _nonzero(1.0 - qab * x / qap)
     h = d
     for m in range(1, 300):
         m2 = 2 * m
         aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
+        d = 1.0 / _nonzero(1.0 + aa * d)
+        c = _nonzero(1.0 + aa / c)
         h *= d * c
         aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
+        d = 1.0 / _nonzero(1.0 + aa * d)
+        c = _nonzero(1.0 + aa / c)
         delta = d * c
         h *= delta
         if abs(delta - 1.0) < 1e-14:

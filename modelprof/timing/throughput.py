@@ -42,6 +42,7 @@ __all__ = [
 
 THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
+_COLUMNS = ("batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes")
 
 
 @dataclasses.dataclass
@@ -55,12 +56,7 @@ class ThroughputPoint:
     measurement: Measurement | None = dataclasses.field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_size": self.batch_size,
-            "latency_ms": self.latency_ms,
-            "samples_per_s": self.samples_per_s,
-            "peak_memory_bytes": self.peak_memory_bytes,
-        }
+        return {k: getattr(self, k) for k in _COLUMNS}
 
 
 @dataclasses.dataclass(eq=False)
@@ -136,11 +132,7 @@ class Throughput:
         return self.to_dataframe()
 
     def to_dataframe(self) -> Any:
-
-        return pd.DataFrame(
-            [p.to_dict() for p in self.points],
-            columns=["batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes"],
-        )
+        return pd.DataFrame([p.to_dict() for p in self.points], columns=list(_COLUMNS))
 
     def to_dict(self) -> dict[str, Any]:
         return {
