@@ -472,6 +472,16 @@ def test_a_mask_that_is_not_all_ones_is_kept_on_meta() -> None:
     assert compat.meta_mask_dropped(model, ones, torch.device("cpu"))[0] is ones
 
 
+# -- autograd's creation order ----------------------------------------------------------------
+def test_sequence_numbers_order_the_nodes_as_they_were_made() -> None:
+    x = torch.ones(2, requires_grad=True)
+    before = compat.next_sequence_nr()
+    first = x * 2  # one node made
+    second = first.sum()  # the next
+    a, b = compat.node_sequence_nr(first.grad_fn), compat.node_sequence_nr(second.grad_fn)
+    assert before <= a < b < compat.next_sequence_nr()
+
+
 # -- errors and switches --------------------------------------------------------------------------
 def test_out_of_memory_errors_are_the_ones_torch_raises() -> None:
     kinds = compat.oom_errors()
@@ -527,6 +537,8 @@ PRIVATE = (
     "._get_fsdp_state",
     "._get_ddp_logging_data",
     "._local_tensor",
+    "._sequence_nr(",
+    "_get_sequence_nr",
     "_python_dispatch",
     "torch._ops",
     "torch._subclasses",

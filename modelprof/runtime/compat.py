@@ -69,6 +69,8 @@ __all__ = [
     "module_stack_type_name",
     "new_encoder_decoder_cache",
     "new_hf_cache",
+    "next_sequence_nr",
+    "node_sequence_nr",
     "oom_errors",
     "OpOverload",
     "OpOverloadPacket",
@@ -238,6 +240,18 @@ def set_mha_device_check(check: Any) -> None:
 def current_function_mode() -> Any:
     """The innermost torch-function mode (None when none), torch 2.4-2.14."""
     return torch.overrides._get_current_function_mode()
+
+
+def next_sequence_nr() -> int:
+    """The sequence number the next autograd node made in this thread will get; torch
+    2.4-2.14: ``torch.autograd._get_sequence_nr``."""
+    return torch.autograd._get_sequence_nr()
+
+
+def node_sequence_nr(node: Any) -> int:
+    """An autograd node's sequence number (the order of its creation in its thread); torch
+    2.4-2.14: ``Node._sequence_nr``."""
+    return node._sequence_nr()
 
 
 def current_autograd_node() -> Any:

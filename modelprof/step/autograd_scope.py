@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-import torch
+from modelprof.runtime import compat
 
 __all__ = ["LOSS", "NodeTags", "SeqMarks", "graph_nodes", "is_accumulate", "tag_graph"]
 
@@ -42,7 +42,7 @@ class SeqMarks:
         self.before = before  # the call of nodes created before the first mark
 
     def mark(self, call: int) -> None:
-        seq = torch.autograd._get_sequence_nr()
+        seq = compat.next_sequence_nr()
         if self.seqs and self.seqs[-1] == seq:  # no node created since the last mark
             self.calls[-1] = call
         else:
@@ -87,7 +87,11 @@ class NodeTags:
     def call_of(self, node: Any) -> int:
         call = self.by_node.get(node)
         if call is None:  # a node made during the backward itself (GraphRoot): the loss's
-            call = self.marks.call_of(node._sequence_nr()) if not is_accumulate(node) else LOSS
+            call = (
+                self.marks.call_of(compat.node_sequence_nr(node))
+                if not is_accumulate(node)
+                else LOSS
+            )
         return call
 
 
@@ -99,7 +103,7 @@ def tag_graph(roots: Iterable[Any], marks: SeqMarks) -> NodeTags:
     for node in nodes:
         if is_accumulate(node):
             continue
-        seq = node._sequence_nr()
+        seq = compat.node_sequence_nr(node)
         call = marks.call_of(seq)
         by_node[node] = call
         for nxt, _ in node.next_functions:
