@@ -482,6 +482,29 @@ def test_sequence_numbers_order_the_nodes_as_they_were_made() -> None:
     assert before <= a < b < compat.next_sequence_nr()
 
 
+def test_a_queued_callback_runs_after_the_backward() -> None:
+    ran: list[str] = []
+    x = torch.ones(2, requires_grad=True)
+    y = x * 3
+    # queued from inside the backward (a hook on y's gradient), run when the engine is done
+    y.register_hook(lambda g: compat.queue_backward_callback(lambda: ran.append("done")))
+    y.sum().backward()
+    assert ran == ["done"] and torch.equal(x.grad, torch.full((2,), 3.0))
+
+
+def test_cuda_sleep_and_the_functional_wait_exist_on_this_torch() -> None:
+    plain = torch.ones(2)
+    assert compat.wait_functional_collective(plain) is plain or torch.equal(
+        compat.wait_functional_collective(plain), plain
+    )
+    if torch.cuda.is_available():
+        compat.cuda_sleep(1000)
+        torch.cuda.synchronize()
+    else:  # the name is there (no AttributeError); without a GPU, CUDA refuses to run it
+        with pytest.raises((RuntimeError, AssertionError)):
+            compat.cuda_sleep(1)
+
+
 # -- errors and switches --------------------------------------------------------------------------
 def test_out_of_memory_errors_are_the_ones_torch_raises() -> None:
     kinds = compat.oom_errors()
@@ -539,6 +562,9 @@ PRIVATE = (
     "._local_tensor",
     "._sequence_nr(",
     "_get_sequence_nr",
+    "_execution_engine",
+    "torch.cuda._sleep",
+    "_c10d_functional.wait_tensor",
     "_python_dispatch",
     "torch._ops",
     "torch._subclasses",

@@ -36,6 +36,7 @@ __all__ = [
     "CACHE_ARGUMENTS",
     "cache_attributes",
     "cache_layer_tensors",
+    "cuda_sleep",
     "current_autograd_node",
     "current_function_mode",
     "ddp_bucket_sizes",
@@ -77,6 +78,7 @@ __all__ = [
     "optional_ops",
     "output_cache",
     "PLAIN_TENSOR_TYPES",
+    "queue_backward_callback",
     "require",
     "restore_dispatch_stack",
     "set_mha_device_check",
@@ -85,6 +87,7 @@ __all__ = [
     "TorchDispatchMode",
     "transformers_version",
     "version_tuple",
+    "wait_functional_collective",
 ]
 
 
@@ -252,6 +255,25 @@ def node_sequence_nr(node: Any) -> int:
     """An autograd node's sequence number (the order of its creation in its thread); torch
     2.4-2.14: ``Node._sequence_nr``."""
     return node._sequence_nr()
+
+
+def queue_backward_callback(fn: Any) -> None:
+    """Run ``fn`` when the running backward's engine finishes, after every node (the engine's
+    final callbacks, in the order queued); torch 2.4-2.14:
+    ``torch.autograd.Variable._execution_engine.queue_callback``."""
+    torch.autograd.Variable._execution_engine.queue_callback(fn)
+
+
+def cuda_sleep(cycles: int) -> None:
+    """Keep the current GPU busy ``cycles`` clock cycles with no memory traffic (a known
+    duration for checking timers); torch 2.4-2.14: ``torch.cuda._sleep``."""
+    torch.cuda._sleep(cycles)
+
+
+def wait_functional_collective(t: torch.Tensor) -> torch.Tensor:
+    """Wait for a functional collective's output (``_c10d_functional.wait_tensor``, torch
+    2.4-2.14; a tensor no collective wrote is returned as it is)."""
+    return torch.ops._c10d_functional.wait_tensor(t)
 
 
 def current_autograd_node() -> Any:

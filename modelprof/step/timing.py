@@ -259,7 +259,7 @@ class _Instrumented:
         final = functools.partial(hit, self.n_calls + 1)
 
         def hook(*_: Any) -> None:
-            torch.autograd.Variable._execution_engine.queue_callback(final)
+            compat.queue_backward_callback(final)
 
         return hook
 

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from modelprof.runtime import compat
+
 __all__ = ["CudaSleep", "Spin", "calibrate_cuda_sleep", "spin", "spin_model", "sleep_model"]
 
 
@@ -47,13 +49,13 @@ def calibrate_cuda_sleep(
     (median of ``repeat`` runs of ``cycles`` cycles, after one warm-up)."""
     dev = torch.device(device)
     with torch.cuda.device(dev):
-        torch.cuda._sleep(cycles)
+        compat.cuda_sleep(cycles)
         torch.cuda.synchronize()
         rates = []
         for _ in range(repeat):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            torch.cuda._sleep(cycles)
+            compat.cuda_sleep(cycles)
             b.record()
             torch.cuda.synchronize()
             rates.append(cycles / a.elapsed_time(b))
@@ -70,7 +72,7 @@ class CudaSleep(nn.Module):
         self.cycles = int(round(ms * cycles_per_ms))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        torch.cuda._sleep(self.cycles)
+        compat.cuda_sleep(self.cycles)
         return x
 
     def extra_repr(self) -> str:

@@ -47,7 +47,7 @@ def wait_for(func: Any, out: Any) -> None:
             stack.extend(o)
         elif isinstance(o, torch.Tensor):
             if functional:
-                torch.ops._c10d_functional.wait_tensor(o)
+                compat.wait_functional_collective(o)
         elif hasattr(o, "wait"):
             o.wait()
 
