@@ -22,7 +22,8 @@ from modelprof.generation.phases import Phase
 from modelprof.generation.plots import plot_decode_growth, plot_phase_share
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
-from modelprof.render.formats import export, get_format
+from modelprof.render._output import emit
+from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.units import format_rate
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
@@ -33,9 +34,11 @@ _GROWTH = ("macs", "flops", "read_bytes", "write_bytes")
 
 
 @dataclasses.dataclass(eq=False, repr=False)
-class GenerationReport:
+class GenerationReport(Exports):
     """Everything ``profile_generation`` found, per batch size (``phases``: batch size ->
-    prefill then decode at each context; ``timings``: batch size -> measured generations)."""
+    prefill then decode at each context; ``timings``: batch size -> measured generations).
+    :meth:`export` and ``to_<format>`` (``to_csv``, ``to_html``..., any registered format)
+    write it."""
 
     model_name: str
     spec: GenerationSpec
@@ -288,15 +291,21 @@ class GenerationReport:
         )
 
     # -- exporters ---------------------------------------------------------------------------
-    def export(self, format: str, path: str | Path | None = None) -> str | Path | None:
-        """Any registered format (:mod:`modelprof.render.formats`): Markdown and JSON are the
-        whole report (``to_markdown``, ``to_json``); any other the per-layer table of every
-        phase (``to_dataframe``), captioned with the run."""
+    def export(
+        self, format: str, path: str | Path | None = None, batch_size: int | None = None
+    ) -> str | Path:
+        """Any registered format (:mod:`modelprof.render.formats`; ``to_<format>`` is this for
+        its format): Markdown and JSON are the whole report (:meth:`to_markdown`,
+        :meth:`to_json`); any other the per-layer table of every phase (:meth:`to_dataframe` of
+        ``batch_size``, default the first), captioned with the run (CSV: raw numbers, every
+        column). Returns the text, or writes ``path`` and returns it."""
         fmt = get_format(format)
-        if fmt.name in ("markdown", "json"):
-            return self.to_markdown(path) if fmt.name == "markdown" else self.to_json(path)
+        if fmt.name == "markdown":
+            return self.to_markdown(path)
+        if fmt.name == "json":
+            return self.to_json(path)
         return fmt.write(
-            self.to_dataframe(),
+            self.to_dataframe(batch_size),
             None,
             path=path,
             caption=self._heading(),
@@ -310,11 +319,7 @@ class GenerationReport:
             f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})"
         )
 
-    def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
-        """The per-layer table of every phase, raw numbers (the exporters' CSV writer)."""
-        return export("csv", self.to_dataframe(batch_size), path=path)
-
-    def to_markdown(self, path: str | Path | None = None) -> str | None:
+    def to_markdown(self, path: str | Path | None = None) -> str | Path:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
         parts = [
             f"# {self._heading()}",
@@ -356,9 +361,9 @@ class GenerationReport:
                 "",
                 _md(self.moe.tokens_per_expert()),
             ]
-        return _write("\n".join(parts) + "\n", path)
+        return emit("\n".join(parts) + "\n", path)
 
-    def to_json(self, path: str | Path | None = None) -> str | None:
+    def to_json(self, path: str | Path | None = None) -> str | Path:
         """Everything as JSON: spec, summary, phases, per-layer rows, KV, memory, MoE."""
         doc = {
             "model": self.model_name,
@@ -394,7 +399,7 @@ class GenerationReport:
                 for b, t in self.timings.items()
             },
         }
-        return _write(json.dumps(doc, indent=1, default=_plain), path)
+        return emit(json.dumps(doc, indent=1, default=_plain), path)
 
     # -- plots -------------------------------------------------------------------------------
     def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
@@ -500,12 +505,3 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return v.tolist()
     return str(v)
-
-
-def _write(text: str, path: str | Path | None) -> str | None:
-    if path is None:
-        return text
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return None

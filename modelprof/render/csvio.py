@@ -182,7 +182,13 @@ def _restore(value: str) -> str:
     return value[1:] if value.startswith("'") else value
 
 
-@register_format("csv", suffix="csv", human=False)
+@register_format(
+    "csv",
+    suffix="csv",
+    human=False,
+    doc="CSV with raw numbers (no units, every column), read back exactly by "
+    "``modelprof.render.read_csv``.",
+)
 def to_csv(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

@@ -518,7 +518,16 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
     return parts
 
 
-@register_format("latex", suffix="tex", human=True)
+@register_format(
+    "latex",
+    suffix="tex",
+    human=True,
+    doc="A booktabs table for papers: one unit per column, named in the header; fitted to "
+    '``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns '
+    '(``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that '
+    "compile in one- and two-column classes (``long=True``: a ``longtable``). The caption "
+    "defaults to the result's title (a report's: model, input, dtype, device); ``label=``.",
+)
 def to_latex(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

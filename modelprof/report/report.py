@@ -15,7 +15,7 @@ import pandas as pd
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
-from modelprof.render.formats import get_format
+from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
@@ -89,12 +89,14 @@ class TimingResult:
     agreement: Any = None  # modelprof.timing.agreement.TimingAgreement
 
 
-class Report:
+class Report(Exports):
     """Static cost and measured time of one model on one input, one row per module call.
 
     ``totals`` sums the leaf rows (each shared parameter once); ``unsupported`` maps ops that
     have no formula to their call counts; ``latency`` is the clean end-to-end measurement
-    (``None`` with ``timing=False``).
+    (``None`` with ``timing=False``). :meth:`export` writes the table in any registered format,
+    and ``to_<format>`` (``to_csv``, ``to_markdown``, ``to_latex``, ``to_html``, ``to_json``,
+    ``to_text``, and any format registered later) is that format's export.
     """
 
     def __init__(
@@ -367,12 +369,15 @@ class Report:
     ) -> tuple[pd.DataFrame, Any, Any, Any]:
         """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
         modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
-        given; ``defaults`` apply where neither ``view`` nor the keywords set a value."""
+        given; ``defaults`` apply where neither ``view`` nor the keywords change a value."""
 
         view = ViewOptions.parse(view, style=style, **options)
         df, totals, end_to_end = self._table(view)
+        unset = ViewOptions()
         update = {
-            k: v for k, v in defaults.items() if k not in options and getattr(view, k) in (None, ())
+            k: v
+            for k, v in defaults.items()
+            if k not in options and getattr(view, k) == getattr(unset, k)
         }
         if view.style == "torchstat" or view.group_by is not None:
             update["depth"] = None  # already applied (torchstat) or refused (group_by)
@@ -390,10 +395,11 @@ class Report:
         **options: Any,
     ) -> str | Path:
         """The table in any registered format (:mod:`modelprof.render.formats`; ``to_csv``,
-        ``to_markdown``... are this for their format). A human format shows the compact columns
-        unless ``columns`` says (the report's title as its caption, the summary above an HTML
-        page); a raw one every column, raw numbers, with the totals and (JSON) the
-        environment. Returns the text, or writes ``path``."""
+        ``to_markdown``, ``to_latex``, ``to_html``, ``to_json``... are this for their format,
+        documented there). A human format shows the compact columns unless ``columns`` says (the
+        report's title as its caption, an HTML page with the summary above the table unless
+        ``standalone=False``); a raw one every column, raw numbers, with the totals and (JSON)
+        the environment. Returns the text, or writes ``path``."""
         fmt = get_format(format)
         df, totals, end_to_end, view = self._view(
             style,
@@ -403,6 +409,7 @@ class Report:
             priority=_LATEX_PRIORITY,
             caption=self._title(),
             title=self._title(),
+            standalone=True,
             summary=tuple(self.summary().splitlines()) if fmt.human else (),
         )
         if not fmt.human:  # raw data: the model's totals as counted, and the environment
@@ -428,71 +435,9 @@ class Report:
             else None,
         }
 
-    def to_csv(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """CSV with raw numbers (no units, every column), read back exactly by
-        ``modelprof.render.read_csv``."""
-        return self.export("csv", path, style=style, view=view, **options)
-
-    def to_markdown(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
-        rows. The compact columns by default (``columns="all"`` for every one)."""
-        return self.export("markdown", path, style=style, view=view, **options)
-
-    def to_latex(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """A booktabs table for papers: one unit per column, named in the header; fitted to
-        ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
-        (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
-        compile in one- and two-column classes (``long=True``: a ``longtable``). The
-        caption defaults to the report's title (model, input, dtype, device); ``label=``."""
-        return self.export("latex", path, style=style, view=view, **options)
-
-    def to_html(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        standalone: bool = True,
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
-        full), or with ``standalone=False`` the fragment the notebook displays."""
-        return self.export("html", path, style=style, view=view, standalone=standalone, **options)
-
-    def to_json(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
-        return self.export("json", path, style=style, view=view, **options)
-
     def to_text(self, *, style: str = "modelprof", view: Any = None, **options: Any) -> str:
-        """A plain-text table for terminals (the compact columns by default)."""
+        """A plain-text table for terminals (the compact columns by default); a torchstat view
+        ends with :meth:`flops_conventions`."""
         text = str(self.export("text", None, style=style, view=view, **options))
         torchstat = getattr(view, "style", style) == "torchstat"
         return text + ("\n" + self.flops_conventions() if torchstat else "")
