@@ -457,37 +457,35 @@ def _raw_cell(value: Any) -> str:
     return str(value)
 
 
+def _integer(v: Any) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else f"{f:.2f}"
+
+
+# each takes a present value: _human_formatter shows a missing one as MISSING
+_HUMAN: dict[str, Callable[[Any], str]] = {
+    "text": str,
+    "int": _integer,
+    "bool": lambda v: "yes" if bool(v) else "no",
+    "count": format_count,
+    "bytes": format_bytes,
+    "time_ms": format_time_ms,
+    "percent": format_percent,
+    "ratio": lambda v: format_percent(float(v) * 100.0),
+    "float": lambda v: f"{float(v):.2f}",
+    "gflops": lambda v: format_rate(float(v) * 1e9, "FLOP/s"),
+    "gbps": lambda v: format_rate(float(v) * 1e9, "B/s"),
+    "multiple": format_multiple,
+}
+
+
 def _human_formatter(kind: str) -> Callable[[Any], str]:
-    def text(v: Any) -> str:
-        return MISSING if _is_missing(v) else str(v)
+    fmt = _HUMAN[kind]
 
-    def integer(v: Any) -> str:
-        if _is_missing(v):
-            return MISSING
-        f = float(v)
-        return str(int(f)) if f.is_integer() else f"{f:.2f}"
+    def cell(v: Any) -> str:
+        return MISSING if _is_missing(v) else fmt(v)
 
-    def boolean(v: Any) -> str:
-        return MISSING if _is_missing(v) else ("yes" if bool(v) else "no")
-
-    def plain(v: Any) -> str:
-        return MISSING if _is_missing(v) else f"{float(v):.2f}"
-
-    table: dict[str, Callable[[Any], str]] = {
-        "text": text,
-        "int": integer,
-        "bool": boolean,
-        "count": format_count,
-        "bytes": format_bytes,
-        "time_ms": format_time_ms,
-        "percent": format_percent,
-        "ratio": lambda v: MISSING if _is_missing(v) else format_percent(float(v) * 100.0),
-        "float": plain,
-        "gflops": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "FLOP/s"),
-        "gbps": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "B/s"),
-        "multiple": format_multiple,
-    }
-    return table[kind]
+    return cell
 
 
 TINY = "<0.01"
@@ -543,8 +541,6 @@ def _fixed_formatter(
     kind: str, header: str, values: Sequence[Any]
 ) -> tuple[str, Callable[[Any], str]]:
     """Header with the column's unit and a formatter printing bare numbers in that unit."""
-    scaled = _scaled_cell
-
     if kind not in _NUMERIC_KINDS:
         return header, _human_formatter(kind)
     numbers = [float(v) for v in values if not _is_missing(v)]
@@ -552,26 +548,26 @@ def _fixed_formatter(
         scale, prefix = readable_scale(numbers, SI_PREFIXES)
         if scale == 1.0:
             return header, _human_formatter("int")
-        return f"{header} ({prefix})", scaled(scale)
+        return f"{header} ({prefix})", _scaled_cell(scale)
     if kind == "bytes":
         scale, unit = readable_scale(numbers, IEC_PREFIXES)
         if scale == 1.0:
             return f"{header} (B)", _human_formatter("int")
-        return f"{header} ({unit})", scaled(scale)
+        return f"{header} ({unit})", _scaled_cell(scale)
     if kind == "time_ms":
         scale, unit = readable_scale(numbers, TIME_UNITS)
-        return f"{header} ({unit})", scaled(scale)
+        return f"{header} ({unit})", _scaled_cell(scale)
     if kind == "percent":
-        return f"{header} (%)", scaled(1.0)
+        return f"{header} (%)", _scaled_cell(1.0)
     if kind == "ratio":
-        return f"{header} (%)", scaled(0.01)
+        return f"{header} (%)", _scaled_cell(0.01)
     if kind == "multiple":
-        return f"{header} (×)", scaled(1.0)
+        return f"{header} (×)", _scaled_cell(1.0)
     if kind in ("gflops", "gbps"):
         base = header.replace("FLOP/s", "").replace("B/s", "").strip() or "achieved"
         unit = "FLOP/s" if kind == "gflops" else "B/s"
         scale, prefix = readable_scale([v * 1e9 for v in numbers], SI_PREFIXES)
-        return f"{base} ({prefix}{unit})", scaled(scale / 1e9)
+        return f"{base} ({prefix}{unit})", _scaled_cell(scale / 1e9)
     return header, _human_formatter(kind)
 
 
@@ -584,14 +580,12 @@ def _check_units(units: str) -> str:
 def with_index(df: pd.DataFrame) -> pd.DataFrame:
     """Show a meaningful index (compare results keyed by model name) as the first column."""
     index = df.index
-    if isinstance(index, pd.RangeIndex) and index.name is None:
-        return df
     if (
         index.name is None
         and not isinstance(index, pd.MultiIndex)
         and pd.api.types.is_integer_dtype(index.dtype)
     ):
-        return df  # a filtered/sorted RangeIndex: just row labels
+        return df  # a RangeIndex, filtered or sorted or not: just row labels
     return df.reset_index()
 
 
@@ -618,8 +612,7 @@ def _label_column(
 
 def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
     """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON)."""
-    if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    df = _check_frame(df)
     if view.selects_rows():
         df = select_rows(df, **view.selection)
     return select_columns(df, view.columns)
