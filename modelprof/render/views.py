@@ -56,6 +56,7 @@ __all__ = [
     "select_rows",
     "select_columns",
     "compact_columns",
+    "module_labels",
     "default_totals",
     "prepare_table",
     "selected_frame",
@@ -589,9 +590,9 @@ def with_index(df: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index()
 
 
-def _module_labels(modules: pd.Series, calls: pd.Series | None) -> list[str]:
-    """Display names: the root as ``(root)``, and ``relu #2`` for a repeated call when the ``call``
-    column is not shown."""
+def module_labels(modules: pd.Series, calls: pd.Series | None = None) -> list[str]:
+    """Display names: the root as ``(root)``, and ``relu #2`` for a repeated call when ``calls``
+    are given (a table gives them where it does not show its ``call`` column)."""
     labels = [ROOT_LABEL if m == "" else str(m) for m in modules]
     if calls is not None:
         labels = [f"{m} #{int(c)}" if int(c) > 1 else m for m, c in zip(labels, calls)]
@@ -652,7 +653,7 @@ def prepare_table(
     headers, formatters = _formatters(shown, names, units, (totals, end_to_end))
     columns_data = [list(shown[n]) for n in names]
     if units != "raw" and "module" in names:
-        columns_data[names.index("module")] = _module_labels(
+        columns_data[names.index("module")] = module_labels(
             shown["module"],
             rows["call"] if "call" in rows.columns and "call" not in names else None,
         )
