@@ -162,7 +162,9 @@ def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) 
 
 
 def cost_args(row: Any) -> dict[str, Any]:
-    """A row's costs for a slice's ``args``."""
+    """A row's costs for a slice's ``args`` (none without a row)."""
+    if row is None:
+        return {}
     out: dict[str, Any] = {"module": row.module or "(root)", "type": row.type, "call": row.call}
     for k in _COST_ARGS:
         v = getattr(row, k, None)

@@ -55,6 +55,7 @@ __all__ = [
     "column_spec",
     "select_rows",
     "select_columns",
+    "call_label",
     "compact_columns",
     "module_labels",
     "default_totals",
@@ -590,13 +591,18 @@ def with_index(df: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index()
 
 
-def module_labels(modules: pd.Series, calls: pd.Series | None = None) -> list[str]:
-    """Display names: the root as ``(root)``, and ``relu #2`` for a repeated call when ``calls``
-    are given (a table gives them where it does not show its ``call`` column)."""
-    labels = [ROOT_LABEL if m == "" else str(m) for m in modules]
-    if calls is not None:
-        labels = [f"{m} #{int(c)}" if int(c) > 1 else m for m, c in zip(labels, calls)]
-    return labels
+def call_label(module: str, call: int | None = None) -> str:
+    """A call's display name: the root as ``(root)``, a repeated call as ``relu #2``."""
+    name = ROOT_LABEL if module == "" else str(module)
+    return f"{name} #{int(call)}" if call is not None and int(call) > 1 else name
+
+
+def module_labels(modules: Iterable[str], calls: Iterable[int] | None = None) -> list[str]:
+    """:func:`call_label` of each row; the call numbers only where ``calls`` are given (a table
+    gives them where it does not show its ``call`` column)."""
+    if calls is None:
+        return [call_label(m) for m in modules]
+    return [call_label(m, c) for m, c in zip(modules, calls)]
 
 
 def _label_column(

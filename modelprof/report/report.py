@@ -19,7 +19,7 @@ from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
-from modelprof.render.views import compact_columns
+from modelprof.render.views import call_label, compact_columns
 from modelprof.report.frames import WholeFrame, shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
@@ -30,8 +30,6 @@ from modelprof.report.utilization import Convention, Utilization, resolve_peaks,
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
-_STYLES = ("modelprof", "torchstat")
-_GROUPS = ("layer_type", "module_type")
 # LaTeX keeps these longest when a table must lose columns to fit (most important first)
 _LATEX_PRIORITY = (
     "module",
@@ -152,7 +150,7 @@ class Report(Exports):
         passes each row's times rest on) and ``latency_rough`` (fewer than the stop rule
         promises: ``min_samples``, or a single pass), which every human-readable view marks.
         """
-        style = _check_style(style)
+        style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
         df = modelprof_frame(self.rows, self.timed)
@@ -491,13 +489,7 @@ class Report(Exports):
             t = PassTimeline(f"forward pass {p + 1}", timing.passes_ms[p])
             for i, key in enumerate(timing.order):
                 row = by_key.get(key)
-                name = (key[0] or "(root)") + (f" #{key[1]}" if key[1] > 1 else "")
-                t.add(
-                    name,
-                    offsets[p, i],
-                    timing.raw_samples[key][p],
-                    cost_args(row) if row is not None else {},
-                )
+                t.add(call_label(*key), offsets[p, i], timing.raw_samples[key][p], cost_args(row))
             forward.append(t)
         out = {"forward": forward}
         step = self.training_step
@@ -525,12 +517,8 @@ class Report(Exports):
                 j += 1
             dur = float(sum(ms[i : j + 1]))
             row = by_record.get(int(columns[i]), loss)
-            name = (
-                "(loss)"
-                if row is loss or row is None
-                else (row.module or "(root)") + (f" #{row.call}" if row.call > 1 else "")
-            )
-            t.add(name, start, dur, cost_args(row) if row is not None else {})
+            name = "(loss)" if row is loss or row is None else call_label(row.module, row.call)
+            t.add(name, start, dur, cost_args(row))
             start, i = start + dur, j + 1
         return t
 
@@ -719,9 +707,3 @@ def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
     """The totals a table's footer shows: the leaf sums, without ``output_bytes`` (every leaf's
     output summed is every activation written, which ``write_bytes`` already says)."""
     return {k: v for k, v in totals.items() if k != "output_bytes"}
-
-
-def _check_style(style: str) -> str:
-    if style not in _STYLES:
-        raise ModelProfError(f"style={style!r} is not one of {_STYLES}")
-    return style
