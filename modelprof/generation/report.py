@@ -109,9 +109,7 @@ class GenerationReport(Exports):
         not a measurement) and ``bound`` (compute or memory)."""
         frames = []
         for p in self.phases(batch_size):
-            df = p.report.to_dataframe()
-            df.insert(0, "context", p.context)
-            df.insert(0, "phase", p.name)
+            df = _tagged(p.report.to_dataframe(), p)
             if self.peaks is not None:
                 traffic = df["read_bytes"].astype(float) + df["write_bytes"].astype(float)
                 comp = df["flops"].astype(float) / self.peaks.peak_flops * 1e3
@@ -147,7 +145,7 @@ class GenerationReport(Exports):
                 else float("nan"),
             }
             if self.peaks is not None:
-                row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
+                row.update(phase_bound(p.report, self.peaks))
             rows.append(row)
         return shown(pd.DataFrame(rows), caption=self._bound_caption())
 
@@ -186,12 +184,8 @@ class GenerationReport(Exports):
             # both ways, a decode step's one query masks nothing)
             u = p.report.utilization(peak, flops=flops, causal=causal, decode=p.name != "prefill")
             first = first or u
-            whole = u.phases.drop(columns="phase")
-            for frame, out in ((u.rows, rows), (whole, phases)):
-                frame = frame.copy()
-                frame.insert(0, "context", p.context)
-                frame.insert(0, "phase", p.name)
-                out.append(frame)
+            rows.append(_tagged(u.rows, p))
+            phases.append(_tagged(u.phases.drop(columns="phase"), p))
             phases[-1]["generation_ms"] = _in_generation(timing, p)
         table = pd.concat(phases, ignore_index=True)
         chosen = first.convention.peaks
@@ -209,12 +203,7 @@ class GenerationReport(Exports):
                 "no target: pass target='H100 SXM' (or a Peaks) to "
                 "profile_generation for the roofline bound"
             )
-        frames = []
-        for p in self.phases(batch_size):
-            df = bound_rows(p.report, self.peaks)
-            df.insert(0, "context", p.context)
-            df.insert(0, "phase", p.name)
-            frames.append(df)
+        frames = [_tagged(bound_rows(p.report, self.peaks), p) for p in self.phases(batch_size)]
         return shown(pd.concat(frames, ignore_index=True), caption=self._bound_caption())
 
     def growth(self, batch_size: int | None = None) -> pd.DataFrame:
@@ -335,22 +324,8 @@ class GenerationReport(Exports):
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
-            parts += [
-                "",
-                "## KV cache",
-                "",
-                _md(
-                    pd.DataFrame(
-                        [
-                            {
-                                k: v
-                                for k, v in self.kv.to_dict().items()
-                                if not k.startswith("per_layer_")
-                            }
-                        ]
-                    )
-                ),
-            ]
+            kv = {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}
+            parts += ["", "## KV cache", "", _md(pd.DataFrame([kv]))]
         if self.moe is not None:
             parts += [
                 "",
@@ -473,6 +448,14 @@ class GenerationReport(Exports):
                 f"{self.moe.total_params:,} parameters per token"
             )
         return "\n".join(lines)
+
+
+def _tagged(df: pd.DataFrame, phase: Phase) -> pd.DataFrame:
+    """A copy of ``df`` under the phase's ``phase`` and ``context`` columns."""
+    out = df.copy()
+    out.insert(0, "context", phase.context)
+    out.insert(0, "phase", phase.name)
+    return out
 
 
 def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
