@@ -377,8 +377,8 @@ class Report(Exports):
             for k, v in defaults.items()
             if k not in options and getattr(view, k) == getattr(unset, k)
         }
-        if view.style == "torchstat" or view.group_by is not None:
-            update["depth"] = None  # already applied (torchstat) or refused (group_by)
+        if view.style == "torchstat":
+            update["depth"] = None  # already applied (group_by refused it in _table)
         if compact and view.style == "modelprof" and view.group_by is None and view.columns is None:
             update["columns"] = compact_columns(df)
         return df, totals, end_to_end, view.replace(**update) if update else view
@@ -411,9 +411,8 @@ class Report(Exports):
             summary=tuple(self.summary().splitlines()) if fmt.human else (),
         )
         if not fmt.human:  # raw data: the model's totals as counted, and the environment
-            totals, env = self.totals, self._environment()
-        else:
-            env = None
+            totals = self.totals
+        env = None if fmt.human else self._environment()
         return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view)
 
     def _environment(self) -> dict[str, Any]:
@@ -646,20 +645,16 @@ class Report(Exports):
                 "model on an idle core)"
             )
         agreement = self.timing_agreement
-        if agreement is not None:
-            lines.append(
-                f"per-layer rows: leaves sum to {agreement.leaf_sum_ms:.3f} ms, "
-                f"{100 * self.coverage:.1f}% of the end-to-end median; "
-                f"{self._instrument_words()}"
-            )
-            if not agreement.agree:
-                lines.append(f"!! {agreement.note()}")
-        else:
-            lines.append(
-                f"per-layer rows: leaf coverage {100 * self.coverage:.1f}% of the "
-                f"end-to-end median; {self._instrument_words()}"
-            )
-        skip = agreement.note() if agreement is not None and not agreement.agree else None
+        share = f"{100 * self.coverage:.1f}% of the end-to-end median"
+        covered = (
+            f"leaf coverage {share}"
+            if agreement is None
+            else f"leaves sum to {agreement.leaf_sum_ms:.3f} ms, {share}"
+        )
+        lines.append(f"per-layer rows: {covered}; {self._instrument_words()}")
+        skip = None if agreement is None or agreement.agree else agreement.note()
+        if skip is not None:
+            lines.append(f"!! {skip}")
         lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
         return lines
 
