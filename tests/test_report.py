@@ -177,3 +177,12 @@ def test_latex_defaults_fit_the_page_and_name_the_packages(timed):
     assert "end-to-end (clean run)" in tex
     d1 = timed.to_latex(depth=1)
     assert "features.0" not in d1 and "features &" in d1
+
+
+def test_group_by_refuses_depth_and_the_torchstat_style(static):
+    with pytest.raises(ModelProfError, match="depth= does not apply"):
+        static.to_text(group_by="layer_type", depth=1)
+    with pytest.raises(ModelProfError, match="sums the modelprof view"):
+        static.to_csv(group_by="module_type", style="torchstat")
+    # the torchstat view collapses to depth 1 itself: its rows still add up to its total
+    assert "total" in static.to_text(style="torchstat", depth=1)
