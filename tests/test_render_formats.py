@@ -64,6 +64,8 @@ def test_a_registered_format_is_written_by_every_result(yaml_format, tmp_path):
     assert "to_yaml" in dir(report) and "to_csv" in dir(report)
     assert report.to_yaml.__doc__ == _yaml.__doc__
     assert report.to_latex.__doc__ == get_format("latex").doc
+    # the formats registered when a result class is defined are its methods, for help()
+    assert type(report).to_csv.__doc__ == get_format("csv").doc
     with pytest.raises(AttributeError):
         report.to_nothing_registered
 

@@ -118,9 +118,16 @@ def export(
 
 
 class Exports:
-    """``to_<name>(path=None, **options)`` for every registered format, a format registered
-    later included: each is ``self.export(name, path, **options)``, its docstring the format's
-    ``doc``. A subclass defines ``export`` and may define a ``to_<name>`` of its own."""
+    """``to_<name>(path=None, **options)`` for every registered format: each is
+    ``self.export(name, path, **options)``, its docstring the format's ``doc``. A subclass
+    defines ``export`` and may define a ``to_<name>`` of its own; it gets a method for each
+    format registered when it is defined, and reaches one registered later by name."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for fmt in table_formats():
+            if not hasattr(cls, f"to_{fmt.name}"):
+                setattr(cls, f"to_{fmt.name}", _to_format(fmt))
 
     def __getattr__(self, attr: str) -> Any:
         if not attr.startswith("to_"):
@@ -129,13 +136,18 @@ class Exports:
             fmt = get_format(attr.removeprefix("to_"))
         except ModelProfError:
             raise AttributeError(attr) from None
-
-        def to_format(path: str | Path | None = None, **options: Any) -> Any:
-            return self.export(fmt.name, path, **options)  # type: ignore[attr-defined]
-
-        to_format.__name__ = to_format.__qualname__ = attr
-        to_format.__doc__ = fmt.doc or fmt.write.__doc__
-        return to_format
+        return _to_format(fmt).__get__(self)
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *(f"to_{f.name}" for f in table_formats())})
+
+
+def _to_format(fmt: Format) -> Callable[..., Any]:
+    """The ``to_<name>`` method of format ``fmt``."""
+
+    def to_format(self: Any, path: str | Path | None = None, **options: Any) -> Any:
+        return self.export(fmt.name, path, **options)
+
+    to_format.__name__ = to_format.__qualname__ = f"to_{fmt.name}"
+    to_format.__doc__ = fmt.doc or fmt.write.__doc__
+    return to_format
