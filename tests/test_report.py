@@ -11,6 +11,7 @@ from torch import nn
 from modelprof import ModelProfError, profile
 from modelprof.render.csvio import read_csv
 from modelprof.render.jsonio import read_json
+from modelprof.render.options import ViewOptions
 from modelprof.timing.peaks import Peaks
 
 
@@ -186,3 +187,11 @@ def test_group_by_refuses_depth_and_the_torchstat_style(static):
         static.to_csv(group_by="module_type", style="torchstat")
     # the torchstat view collapses to depth 1 itself: its rows still add up to its total
     assert "total" in static.to_text(style="torchstat", depth=1)
+
+
+def test_a_view_given_as_viewoptions_keeps_its_style(static):
+    view = ViewOptions(style="torchstat")
+    # the torchstat table (its "module name" column) with its FLOPs line, as style= gives
+    assert static.to_text(view=view) == static.to_text(style="torchstat")
+    assert "module name" in static.to_text(view=view)
+    assert "module name" not in static.to_text(view=view, style="modelprof")  # a keyword wins

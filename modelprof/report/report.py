@@ -363,13 +363,13 @@ class Report(Exports):
         return torchstat_frame(rows, self.timed)
 
     def _view(
-        self, style: str, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
+        self, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
     ) -> tuple[pd.DataFrame, Any, Any, Any]:
         """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
         modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
         given; ``defaults`` apply where neither ``view`` nor the keywords change a value."""
 
-        view = ViewOptions.parse(view, style=style, **options)
+        view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
         unset = ViewOptions()
         update = {
@@ -388,7 +388,6 @@ class Report(Exports):
         format: str,
         path: str | Path | None = None,
         *,
-        style: str = "modelprof",
         view: Any = None,
         **options: Any,
     ) -> str | Path:
@@ -397,10 +396,10 @@ class Report(Exports):
         documented there). A human format shows the compact columns unless ``columns`` says (the
         report's title as its caption, an HTML page with the summary above the table unless
         ``standalone=False``); a raw one every column, raw numbers, with the totals and (JSON)
-        the environment. Returns the text, or writes ``path``."""
+        the environment. ``view=ViewOptions(...)`` or its fields as keywords (``style``,
+        ``columns``, ``depth``...; a keyword wins). Returns the text, or writes ``path``."""
         fmt = get_format(format)
         df, totals, end_to_end, view = self._view(
-            style,
             view,
             options,
             compact=fmt.human,
@@ -432,11 +431,11 @@ class Report(Exports):
             else None,
         }
 
-    def to_text(self, *, style: str = "modelprof", view: Any = None, **options: Any) -> str:
+    def to_text(self, *, view: Any = None, **options: Any) -> str:
         """A plain-text table for terminals (the compact columns by default); a torchstat view
         ends with :meth:`flops_conventions`."""
-        text = str(self.export("text", None, style=style, view=view, **options))
-        torchstat = getattr(view, "style", style) == "torchstat"
+        text = str(self.export("text", None, view=view, **options))
+        torchstat = options.get("style", getattr(view, "style", None)) == "torchstat"
         return text + ("\n" + self.flops_conventions() if torchstat else "")
 
     def flops_conventions(self) -> str:
