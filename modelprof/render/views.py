@@ -539,6 +539,10 @@ def readable_scale(
     return fitting[0]
 
 
+# kinds whose fixed unit does not depend on the values: (unit, scale)
+_FIXED_SCALES = {"percent": ("%", 1.0), "ratio": ("%", 0.01), "multiple": ("×", 1.0)}
+
+
 def _fixed_formatter(
     kind: str, header: str, values: Sequence[Any]
 ) -> tuple[str, Callable[[Any], str]]:
@@ -546,25 +550,17 @@ def _fixed_formatter(
     if kind not in _NUMERIC_KINDS:
         return header, _human_formatter(kind)
     numbers = [float(v) for v in values if not _is_missing(v)]
-    if kind == "count":
-        scale, prefix = readable_scale(numbers, SI_PREFIXES)
+    if kind in ("count", "bytes"):  # whole numbers of a count or of bytes as they are
+        scale, unit = readable_scale(numbers, SI_PREFIXES if kind == "count" else IEC_PREFIXES)
         if scale == 1.0:
-            return header, _human_formatter("int")
-        return f"{header} ({prefix})", _scaled_cell(scale)
-    if kind == "bytes":
-        scale, unit = readable_scale(numbers, IEC_PREFIXES)
-        if scale == 1.0:
-            return f"{header} (B)", _human_formatter("int")
+            return header + (" (B)" if kind == "bytes" else ""), _human_formatter("int")
         return f"{header} ({unit})", _scaled_cell(scale)
     if kind == "time_ms":
         scale, unit = readable_scale(numbers, TIME_UNITS)
         return f"{header} ({unit})", _scaled_cell(scale)
-    if kind == "percent":
-        return f"{header} (%)", _scaled_cell(1.0)
-    if kind == "ratio":
-        return f"{header} (%)", _scaled_cell(0.01)
-    if kind == "multiple":
-        return f"{header} (×)", _scaled_cell(1.0)
+    if kind in _FIXED_SCALES:
+        unit, scale = _FIXED_SCALES[kind]
+        return f"{header} ({unit})", _scaled_cell(scale)
     if kind in ("gflops", "gbps"):
         base = header.replace("FLOP/s", "").replace("B/s", "").strip() or "achieved"
         unit = "FLOP/s" if kind == "gflops" else "B/s"
