@@ -30,6 +30,8 @@ from modelprof.report.utilization import Convention, Utilization, resolve_peaks,
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
+# the columns a by-type summary sums
+_SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
 # LaTeX keeps these longest when a table must lose columns to fit (most important first)
 _LATEX_PRIORITY = (
     "module",
@@ -196,10 +198,9 @@ class Report(Exports):
             raise ModelProfError(
                 "by_operator(direction='backward') needs profile(..., backward=True)"
             )
-        by_op = self._by_op if direction == "forward" else self.training_step.cost.by_op
-        unsupported = (
-            self.unsupported if direction == "forward" else self.training_step.cost.unsupported
-        )
+        cost = self.training_step.cost if direction == "backward" else None
+        by_op = self._by_op if cost is None else cost.by_op
+        unsupported = self.unsupported if cost is None else cost.unsupported
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
         return shown(
             pd.DataFrame(
@@ -285,8 +286,7 @@ class Report(Exports):
         carries its parent's class; :meth:`by_layer_type` types it by what it does instead."""
         df = self.to_dataframe()
         leaves = df[df["leaf"]]
-        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
-        out = leaves.groupby("type", sort=False)[cols].sum()
+        out = leaves.groupby("type", sort=False)[list(_SUMMED)].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
         return shown(out.sort_values("flops", ascending=False))
 
@@ -303,9 +303,8 @@ class Report(Exports):
 
         leaves = [r for r in self.rows if r.leaf]
         kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
-        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
         data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
-        for c in cols:
+        for c in _SUMMED:
             data[c] = [int(getattr(r, c)) for r in leaves]
         if self.timed:
             data["latency_ms"] = [r.latency_ms for r in leaves]
@@ -315,7 +314,7 @@ class Report(Exports):
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
+        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *_SUMMED]}))
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
