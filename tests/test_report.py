@@ -195,3 +195,12 @@ def test_a_view_given_as_viewoptions_keeps_its_style(static):
     assert static.to_text(view=view) == static.to_text(style="torchstat")
     assert "module name" in static.to_text(view=view)
     assert "module name" not in static.to_text(view=view, style="modelprof")  # a keyword wins
+
+
+def test_by_module_type_sums_the_leaf_calls_per_class():
+    r = profile(nn.Sequential(nn.Linear(4, 2), nn.ReLU(), nn.Linear(2, 2)), (4,), timing=False)
+    by = r.by_module_type()
+    assert by.loc["Linear", "calls"] == 2
+    assert by.loc["Linear", "params"] == 16  # (4*2 + 2) + (2*2 + 2)
+    assert by.loc["Linear", "macs"] == 12  # 4*2 + 2*2
+    assert by["flops"].sum() == r.totals["flops"]  # the leaves are every leaf call
