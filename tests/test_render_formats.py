@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from modelprof import ModelProfError, compare, profile
+from modelprof import ModelProfError, compare, profile, profile_generation
 from modelprof.cli import main
 from modelprof.render import formats
 from modelprof.render.formats import Format, get_format, register_format, table_formats
@@ -59,6 +59,38 @@ def test_a_registered_format_is_written_by_every_result(yaml_format, tmp_path):
     assert table.render.export("yml", tmp_path / "c.yml").read_text().startswith("input_shape")
     with pytest.raises(AttributeError):
         table.render.to_nothing_registered
+    # a report reaches it as it reaches the built-in ones: to_<name>, documented by the format
+    assert report.to_yaml() == text and report.to_yaml(tmp_path / "r.yml") == tmp_path / "r.yml"
+    assert "to_yaml" in dir(report) and "to_csv" in dir(report)
+    assert report.to_yaml.__doc__ == _yaml.__doc__
+    assert report.to_latex.__doc__ == get_format("latex").doc
+    # the formats registered when a result class is defined are its methods, for help()
+    assert type(report).to_csv.__doc__ == get_format("csv").doc
+    with pytest.raises(AttributeError):
+        report.to_nothing_registered
+
+
+def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(
+        n_layer=1,
+        n_embd=16,
+        n_head=2,
+        vocab_size=32,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    report = profile_generation(model, prompt_len=4, new_tokens=2, batch_size=[1, 2], timing=False)
+    # the per-layer table of every phase: prefill then one decode step per context
+    assert report.to_yaml().count("phase: prefill") == len(report.prefill().report.rows)
+    one, two = (report.to_csv(batch_size=b) for b in (1, 2))
+    assert one == report.export("csv") and one != two  # batch 2 counts twice the MACs
+    assert "<!DOCTYPE html>" in report.to_html()
+    # Markdown and JSON stay the whole report, written where asked
+    assert report.to_markdown(tmp_path / "g.md").read_text().startswith("# ")
+    assert json.loads(report.to_json(tmp_path / "g.json").read_text())["spec"]["prompt_len"] == 4
 
 
 def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, capsys):

@@ -11,6 +11,7 @@ from torch import nn
 from modelprof import ModelProfError, profile
 from modelprof.render.csvio import read_csv
 from modelprof.render.jsonio import read_json
+from modelprof.render.options import ViewOptions
 from modelprof.timing.peaks import Peaks
 
 
@@ -177,3 +178,29 @@ def test_latex_defaults_fit_the_page_and_name_the_packages(timed):
     assert "end-to-end (clean run)" in tex
     d1 = timed.to_latex(depth=1)
     assert "features.0" not in d1 and "features &" in d1
+
+
+def test_group_by_refuses_depth_and_the_torchstat_style(static):
+    with pytest.raises(ModelProfError, match="depth= does not apply"):
+        static.to_text(group_by="layer_type", depth=1)
+    with pytest.raises(ModelProfError, match="sums the modelprof view"):
+        static.to_csv(group_by="module_type", style="torchstat")
+    # the torchstat view collapses to depth 1 itself: its rows still add up to its total
+    assert "total" in static.to_text(style="torchstat", depth=1)
+
+
+def test_a_view_given_as_viewoptions_keeps_its_style(static):
+    view = ViewOptions(style="torchstat")
+    # the torchstat table (its "module name" column) with its FLOPs line, as style= gives
+    assert static.to_text(view=view) == static.to_text(style="torchstat")
+    assert "module name" in static.to_text(view=view)
+    assert "module name" not in static.to_text(view=view, style="modelprof")  # a keyword wins
+
+
+def test_by_module_type_sums_the_leaf_calls_per_class():
+    r = profile(nn.Sequential(nn.Linear(4, 2), nn.ReLU(), nn.Linear(2, 2)), (4,), timing=False)
+    by = r.by_module_type()
+    assert by.loc["Linear", "calls"] == 2
+    assert by.loc["Linear", "params"] == 16  # (4*2 + 2) + (2*2 + 2)
+    assert by.loc["Linear", "macs"] == 12  # 4*2 + 2*2
+    assert by["flops"].sum() == r.totals["flops"]  # the leaves are every leaf call

@@ -22,7 +22,8 @@ from modelprof.generation.phases import Phase
 from modelprof.generation.plots import plot_decode_growth, plot_phase_share
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
-from modelprof.render.formats import export, get_format
+from modelprof.render._output import emit
+from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.units import format_rate
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
@@ -33,9 +34,11 @@ _GROWTH = ("macs", "flops", "read_bytes", "write_bytes")
 
 
 @dataclasses.dataclass(eq=False, repr=False)
-class GenerationReport:
+class GenerationReport(Exports):
     """Everything ``profile_generation`` found, per batch size (``phases``: batch size ->
-    prefill then decode at each context; ``timings``: batch size -> measured generations)."""
+    prefill then decode at each context; ``timings``: batch size -> measured generations).
+    :meth:`export` and ``to_<format>`` (``to_csv``, ``to_html``..., any registered format)
+    write it."""
 
     model_name: str
     spec: GenerationSpec
@@ -106,9 +109,7 @@ class GenerationReport:
         not a measurement) and ``bound`` (compute or memory)."""
         frames = []
         for p in self.phases(batch_size):
-            df = p.report.to_dataframe()
-            df.insert(0, "context", p.context)
-            df.insert(0, "phase", p.name)
+            df = _tagged(p.report.to_dataframe(), p)
             if self.peaks is not None:
                 traffic = df["read_bytes"].astype(float) + df["write_bytes"].astype(float)
                 comp = df["flops"].astype(float) / self.peaks.peak_flops * 1e3
@@ -144,7 +145,7 @@ class GenerationReport:
                 else float("nan"),
             }
             if self.peaks is not None:
-                row.update({k: v for k, v in phase_bound(p.report, self.peaks).items()})
+                row.update(phase_bound(p.report, self.peaks))
             rows.append(row)
         return shown(pd.DataFrame(rows), caption=self._bound_caption())
 
@@ -183,12 +184,8 @@ class GenerationReport:
             # both ways, a decode step's one query masks nothing)
             u = p.report.utilization(peak, flops=flops, causal=causal, decode=p.name != "prefill")
             first = first or u
-            whole = u.phases.drop(columns="phase")
-            for frame, out in ((u.rows, rows), (whole, phases)):
-                frame = frame.copy()
-                frame.insert(0, "context", p.context)
-                frame.insert(0, "phase", p.name)
-                out.append(frame)
+            rows.append(_tagged(u.rows, p))
+            phases.append(_tagged(u.phases.drop(columns="phase"), p))
             phases[-1]["generation_ms"] = _in_generation(timing, p)
         table = pd.concat(phases, ignore_index=True)
         chosen = first.convention.peaks
@@ -206,12 +203,7 @@ class GenerationReport:
                 "no target: pass target='H100 SXM' (or a Peaks) to "
                 "profile_generation for the roofline bound"
             )
-        frames = []
-        for p in self.phases(batch_size):
-            df = bound_rows(p.report, self.peaks)
-            df.insert(0, "context", p.context)
-            df.insert(0, "phase", p.name)
-            frames.append(df)
+        frames = [_tagged(bound_rows(p.report, self.peaks), p) for p in self.phases(batch_size)]
         return shown(pd.concat(frames, ignore_index=True), caption=self._bound_caption())
 
     def growth(self, batch_size: int | None = None) -> pd.DataFrame:
@@ -288,15 +280,21 @@ class GenerationReport:
         )
 
     # -- exporters ---------------------------------------------------------------------------
-    def export(self, format: str, path: str | Path | None = None) -> str | Path | None:
-        """Any registered format (:mod:`modelprof.render.formats`): Markdown and JSON are the
-        whole report (``to_markdown``, ``to_json``); any other the per-layer table of every
-        phase (``to_dataframe``), captioned with the run."""
+    def export(
+        self, format: str, path: str | Path | None = None, batch_size: int | None = None
+    ) -> str | Path:
+        """Any registered format (:mod:`modelprof.render.formats`; ``to_<format>`` is this for
+        its format): Markdown and JSON are the whole report (:meth:`to_markdown`,
+        :meth:`to_json`); any other the per-layer table of every phase (:meth:`to_dataframe` of
+        ``batch_size``, default the first), captioned with the run (CSV: raw numbers, every
+        column). Returns the text, or writes ``path`` and returns it."""
         fmt = get_format(format)
-        if fmt.name in ("markdown", "json"):
-            return self.to_markdown(path) if fmt.name == "markdown" else self.to_json(path)
+        if fmt.name == "markdown":
+            return self.to_markdown(path)
+        if fmt.name == "json":
+            return self.to_json(path)
         return fmt.write(
-            self.to_dataframe(),
+            self.to_dataframe(batch_size),
             None,
             path=path,
             caption=self._heading(),
@@ -310,11 +308,7 @@ class GenerationReport:
             f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})"
         )
 
-    def to_csv(self, path: str | Path | None = None, batch_size: int | None = None) -> str | None:
-        """The per-layer table of every phase, raw numbers (the exporters' CSV writer)."""
-        return export("csv", self.to_dataframe(batch_size), path=path)
-
-    def to_markdown(self, path: str | Path | None = None) -> str | None:
+    def to_markdown(self, path: str | Path | None = None) -> str | Path:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
         parts = [
             f"# {self._heading()}",
@@ -330,22 +324,8 @@ class GenerationReport:
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
-            parts += [
-                "",
-                "## KV cache",
-                "",
-                _md(
-                    pd.DataFrame(
-                        [
-                            {
-                                k: v
-                                for k, v in self.kv.to_dict().items()
-                                if not k.startswith("per_layer_")
-                            }
-                        ]
-                    )
-                ),
-            ]
+            kv = {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}
+            parts += ["", "## KV cache", "", _md(pd.DataFrame([kv]))]
         if self.moe is not None:
             parts += [
                 "",
@@ -356,9 +336,9 @@ class GenerationReport:
                 "",
                 _md(self.moe.tokens_per_expert()),
             ]
-        return _write("\n".join(parts) + "\n", path)
+        return emit("\n".join(parts) + "\n", path)
 
-    def to_json(self, path: str | Path | None = None) -> str | None:
+    def to_json(self, path: str | Path | None = None) -> str | Path:
         """Everything as JSON: spec, summary, phases, per-layer rows, KV, memory, MoE."""
         doc = {
             "model": self.model_name,
@@ -394,7 +374,7 @@ class GenerationReport:
                 for b, t in self.timings.items()
             },
         }
-        return _write(json.dumps(doc, indent=1, default=_plain), path)
+        return emit(json.dumps(doc, indent=1, default=_plain), path)
 
     # -- plots -------------------------------------------------------------------------------
     def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
@@ -470,6 +450,14 @@ class GenerationReport:
         return "\n".join(lines)
 
 
+def _tagged(df: pd.DataFrame, phase: Phase) -> pd.DataFrame:
+    """A copy of ``df`` under the phase's ``phase`` and ``context`` columns."""
+    out = df.copy()
+    out.insert(0, "context", phase.context)
+    out.insert(0, "phase", phase.name)
+    return out
+
+
 def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
     """The phase's time inside the timed generations: TTFT for the prefill, the median of
     the decode steps at the phase's context; NaN where not timed."""
@@ -500,12 +488,3 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return v.tolist()
     return str(v)
-
-
-def _write(text: str, path: str | Path | None) -> str | None:
-    if path is None:
-        return text
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return None

@@ -172,17 +172,27 @@ def _neutralise_text(out: pd.DataFrame) -> pd.DataFrame:
     written as numbers (``-5`` stays ``-5``): only strings are text cells."""
     for name in out.columns:
         col = out[name]
-        if col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
+        if _is_text(col):
             if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in col):
                 out[name] = pd.Series([_neutral(v) for v in col], index=col.index, dtype=object)
     return out.rename(columns={c: _neutral(c) for c in out.columns if isinstance(c, str)})
+
+
+def _is_text(column: pd.Series) -> bool:
+    return column.dtype == object or pd.api.types.is_string_dtype(column.dtype)
 
 
 def _restore(value: str) -> str:
     return value[1:] if value.startswith("'") else value
 
 
-@register_format("csv", suffix="csv", human=False)
+@register_format(
+    "csv",
+    suffix="csv",
+    human=False,
+    doc="CSV with raw numbers (no units, every column), read back exactly by "
+    "``modelprof.render.read_csv``.",
+)
 def to_csv(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,
@@ -211,7 +221,7 @@ def to_csv(
     bare_cr = any(
         isinstance(v, str) and "\r" in v
         for name in out.columns
-        if out[name].dtype == object or pd.api.types.is_string_dtype(out[name].dtype)
+        if _is_text(out[name])
         for v in out[name]
     )
     bare_cr = bare_cr or any("\r" in str(c) for c in out.columns)
@@ -251,7 +261,7 @@ def read_csv(
         values = [str(v) for v in raw[written]]
         dtype = overrides.get(name, KNOWN_DTYPES.get(name))
         column = _typed(values, dtype, name)
-        if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+        if _is_text(column):
             column = pd.Series(
                 [v if not isinstance(v, str) else _restore(v) for v in column],
                 name=name,

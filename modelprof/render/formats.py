@@ -3,6 +3,9 @@
 ``Comparison``, ``GenerationReport`` and the command line find formats here (:func:`get_format`,
 :func:`table_formats`), so adding a format is adding that file.
 
+A result that has ``export(name, path, **options)`` inherits :class:`Exports` and so has
+``to_<name>`` for every registered format, documented by the format's ``doc``.
+
 Every format function takes ``(df, totals=None, *, end_to_end=None, env=None, path=None,
 view=None, **options)``: the numeric frame, its total row (the leaf sums), the end-to-end row,
 the environment, where to write (None: return the text) and the view options
@@ -21,14 +24,15 @@ from typing import Any
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["Format", "export", "get_format", "register_format", "table_formats"]
+__all__ = ["Exports", "Format", "export", "get_format", "register_format", "table_formats"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Format:
     """A registered table format: its name, file suffix, writer, and whether it shows human
     units (the compact columns by default) or raw numbers (every column, read back exactly);
-    ``needs``: the optional package it needs, ``aliases``: other names for it."""
+    ``needs``: the optional package it needs, ``aliases``: other names for it, ``doc``: what a
+    result's ``to_<name>`` writes (its docstring)."""
 
     name: str
     suffix: str
@@ -36,6 +40,7 @@ class Format:
     human: bool
     needs: str | None = None
     aliases: tuple[str, ...] = ()
+    doc: str | None = None
 
     def names(self) -> tuple[str, ...]:
         return (self.name, self.suffix, *self.aliases)
@@ -46,13 +51,19 @@ _loaded: list[bool] = []
 
 
 def register_format(
-    name: str, *, suffix: str, human: bool, needs: str | None = None, aliases: tuple[str, ...] = ()
+    name: str,
+    *,
+    suffix: str,
+    human: bool,
+    needs: str | None = None,
+    aliases: tuple[str, ...] = (),
+    doc: str | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated function as format ``name`` (refused when a name, suffix or
     alias is taken)."""
 
     def decorate(write: Callable) -> Callable:
-        fmt = Format(name, suffix, write, human, needs, tuple(aliases))
+        fmt = Format(name, suffix, write, human, needs, tuple(aliases), doc)
         taken = {n for f in _FORMATS.values() for n in f.names()}
         clash = [n for n in fmt.names() if n in taken]
         if clash:
@@ -104,3 +115,39 @@ def export(
     return get_format(name).write(
         df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options
     )
+
+
+class Exports:
+    """``to_<name>(path=None, **options)`` for every registered format: each is
+    ``self.export(name, path, **options)``, its docstring the format's ``doc``. A subclass
+    defines ``export`` and may define a ``to_<name>`` of its own; it gets a method for each
+    format registered when it is defined, and reaches one registered later by name."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for fmt in table_formats():
+            if not hasattr(cls, f"to_{fmt.name}"):
+                setattr(cls, f"to_{fmt.name}", _to_format(fmt))
+
+    def __getattr__(self, attr: str) -> Any:
+        if not attr.startswith("to_"):
+            raise AttributeError(attr)
+        try:
+            fmt = get_format(attr.removeprefix("to_"))
+        except ModelProfError:
+            raise AttributeError(attr) from None
+        return _to_format(fmt).__get__(self)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *(f"to_{f.name}" for f in table_formats())})
+
+
+def _to_format(fmt: Format) -> Callable[..., Any]:
+    """The ``to_<name>`` method of format ``fmt``."""
+
+    def to_format(self: Any, path: str | Path | None = None, **options: Any) -> Any:
+        return self.export(fmt.name, path, **options)
+
+    to_format.__name__ = to_format.__qualname__ = f"to_{fmt.name}"
+    to_format.__doc__ = fmt.doc or fmt.write.__doc__
+    return to_format

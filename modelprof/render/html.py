@@ -162,7 +162,14 @@ def html_page(body: str, *, title: str, summary: Iterable[str] = ()) -> str:
     return _PAGE.format(title=html.escape(title), body="\n".join(parts))
 
 
-@register_format("html", suffix="html", human=True, aliases=("htm",))
+@register_format(
+    "html",
+    suffix="html",
+    human=True,
+    aliases=("htm",),
+    doc="A complete HTML page (doctype, charset, title, the summary, then the table, shown in "
+    "full), or with ``standalone=False`` the fragment the notebook displays.",
+)
 def to_html(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

@@ -116,7 +116,12 @@ def _is_default_index(index: pd.Index) -> bool:
     )
 
 
-@register_format("json", suffix="json", human=False)
+@register_format(
+    "json",
+    suffix="json",
+    human=False,
+    doc="The table, totals and environment as JSON, read back by ``modelprof.render.read_json``.",
+)
 def to_json(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

@@ -86,87 +86,41 @@ _TABCOLSEP_PT = 6.0  # LaTeX's default \tabcolsep, on each side of every column
 _SAFETY = 1.05
 _UNIT_RE = re.compile(r"^(.+?) \(([^()]+)\)$")
 
-# Computer Modern Roman glyph widths in thousandths of an em (cmr10.tfm); unknown glyphs count
-# as an "m" so the estimate errs on the wide side.
+# Computer Modern Roman glyph widths in thousandths of an em (cmr10.tfm), by width; unknown
+# glyphs count as an "m" so the estimate errs on the wide side.
 _CMR_WIDTHS: dict[str, int] = {
-    **dict.fromkeys("0123456789", 500),
-    " ": 333,
-    ".": 278,
-    ",": 278,
-    ":": 278,
-    ";": 278,
-    "(": 389,
-    ")": 389,
-    "[": 278,
-    "]": 278,
-    "-": 333,
-    "/": 500,
-    "%": 833,
-    "#": 833,
-    "_": 500,
-    "+": 778,
-    "=": 778,
-    "<": 778,
-    ">": 778,
-    "×": 778,
-    "µ": 576,
-    "'": 278,
-    "*": 500,
-    "&": 778,
-    "!": 278,
-    "?": 472,
-    "a": 500,
-    "b": 556,
-    "c": 444,
-    "d": 556,
-    "e": 444,
-    "f": 306,
-    "g": 500,
-    "h": 556,
-    "i": 278,
-    "j": 306,
-    "k": 528,
-    "l": 278,
-    "m": 833,
-    "n": 556,
-    "o": 500,
-    "p": 556,
-    "q": 528,
-    "r": 392,
-    "s": 394,
-    "t": 389,
-    "u": 556,
-    "v": 528,
-    "w": 722,
-    "x": 528,
-    "y": 528,
-    "z": 444,
-    "A": 750,
-    "B": 708,
-    "C": 722,
-    "D": 764,
-    "E": 681,
-    "F": 653,
-    "G": 785,
-    "H": 750,
-    "I": 361,
-    "J": 514,
-    "K": 778,
-    "L": 625,
-    "M": 917,
-    "N": 750,
-    "O": 778,
-    "P": 681,
-    "Q": 778,
-    "R": 736,
-    "S": 556,
-    "T": 722,
-    "U": 750,
-    "V": 750,
-    "W": 1028,
-    "X": 750,
-    "Y": 750,
-    "Z": 611,
+    glyph: width
+    for width, glyphs in {
+        278: ".,:;[]'!il",
+        306: "fj",
+        333: " -",
+        361: "I",
+        389: "()t",
+        392: "r",
+        394: "s",
+        444: "cez",
+        472: "?",
+        500: "0123456789/_*ago",
+        514: "J",
+        528: "kqvxy",
+        556: "bdhnpuS",
+        576: "µ",
+        611: "Z",
+        625: "L",
+        653: "F",
+        681: "EP",
+        708: "B",
+        722: "wCT",
+        736: "R",
+        750: "AHNUVXY",
+        764: "D",
+        778: "+=<>×&KOQ",
+        785: "G",
+        833: "%#m",
+        917: "M",
+        1028: "W",
+    }.items()
+    for glyph in glyphs
 }
 
 
@@ -518,7 +472,16 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
     return parts
 
 
-@register_format("latex", suffix="tex", human=True)
+@register_format(
+    "latex",
+    suffix="tex",
+    human=True,
+    doc="A booktabs table for papers: one unit per column, named in the header; fitted to "
+    '``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns '
+    '(``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that '
+    "compile in one- and two-column classes (``long=True``: a ``longtable``). The caption "
+    "defaults to the result's title (a report's: model, input, dtype, device); ``label=``.",
+)
 def to_latex(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

@@ -49,7 +49,14 @@ def markdown_table(table: Table) -> str:
     )
 
 
-@register_format("markdown", suffix="md", human=True, needs="tabulate")
+@register_format(
+    "markdown",
+    suffix="md",
+    human=True,
+    needs="tabulate",
+    doc="GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end "
+    'rows. The compact columns by default (``columns="all"`` for every one).',
+)
 def to_markdown(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

@@ -78,7 +78,12 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     return "\n".join(out)
 
 
-@register_format("text", suffix="txt", human=True)
+@register_format(
+    "text",
+    suffix="txt",
+    human=True,
+    doc="A plain-text table for terminals (the compact columns by default).",
+)
 def to_text(
     df: pd.DataFrame,
     totals: Mapping[str, Any] | None = None,

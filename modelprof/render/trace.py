@@ -54,6 +54,11 @@ def _us(ms: float) -> float:
     return round(ms * 1000.0, 3)  # microseconds, to the nanosecond
 
 
+def _event(ph: str, name: str, pid: int, tid: int, **fields: Any) -> dict[str, Any]:
+    """One trace event: metadata (``"M"``) or a complete slice (``"X"``)."""
+    return {"ph": ph, "name": name, "pid": pid, "tid": tid, **fields}
+
+
 def trace_document(
     processes: Mapping[str, Sequence[PassTimeline]], metadata: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -61,54 +66,30 @@ def trace_document(
     ``backward``), one thread per pass, a pass slice around its calls."""
     events: list[dict[str, Any]] = []
     for pid, (process, passes) in enumerate(processes.items(), start=1):
-        events.append(
-            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process}}
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "process_sort_index",
-                "pid": pid,
-                "tid": 0,
-                "args": {"sort_index": pid},
-            }
-        )
+        events += [
+            _event("M", "process_name", pid, 0, args={"name": process}),
+            _event("M", "process_sort_index", pid, 0, args={"sort_index": pid}),
+        ]
         for tid, timeline in enumerate(passes, start=1):
-            events.append(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": pid,
-                    "tid": tid,
-                    "args": {"name": timeline.label},
-                }
-            )
-            events.append(
-                {
-                    "ph": "X",
-                    "name": timeline.label,
-                    "cat": "pass",
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": 0.0,
-                    "dur": _us(timeline.duration_ms),
-                    "args": {"duration_ms": timeline.duration_ms},
-                }
-            )
+            duration = timeline.duration_ms
+            events += [
+                _event("M", "thread_name", pid, tid, args={"name": timeline.label}),
+                _event(
+                    "X",
+                    timeline.label,
+                    pid,
+                    tid,
+                    cat="pass",
+                    ts=0.0,
+                    dur=_us(duration),
+                    args={"duration_ms": duration},
+                ),
+            ]
             for name, start, dur, args in timeline.slices:
                 ts = _us(start)
-                end = _us(start + dur)
+                length = round(_us(start + dur) - ts, 3)
                 events.append(
-                    {
-                        "ph": "X",
-                        "name": name,
-                        "cat": process,
-                        "pid": pid,
-                        "tid": tid,
-                        "ts": ts,
-                        "dur": round(end - ts, 3),
-                        "args": args,
-                    }
+                    _event("X", name, pid, tid, cat=process, ts=ts, dur=length, args=args)
                 )
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": dict(metadata or {})}
 
@@ -162,7 +143,9 @@ def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) 
 
 
 def cost_args(row: Any) -> dict[str, Any]:
-    """A row's costs for a slice's ``args``."""
+    """A row's costs for a slice's ``args`` (none without a row)."""
+    if row is None:
+        return {}
     out: dict[str, Any] = {"module": row.module or "(root)", "type": row.type, "call": row.call}
     for k in _COST_ARGS:
         v = getattr(row, k, None)

@@ -55,7 +55,9 @@ __all__ = [
     "column_spec",
     "select_rows",
     "select_columns",
+    "call_label",
     "compact_columns",
+    "module_labels",
     "default_totals",
     "prepare_table",
     "selected_frame",
@@ -457,37 +459,35 @@ def _raw_cell(value: Any) -> str:
     return str(value)
 
 
+def _integer(v: Any) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else f"{f:.2f}"
+
+
+# each takes a present value: _human_formatter shows a missing one as MISSING
+_HUMAN: dict[str, Callable[[Any], str]] = {
+    "text": str,
+    "int": _integer,
+    "bool": lambda v: "yes" if bool(v) else "no",
+    "count": format_count,
+    "bytes": format_bytes,
+    "time_ms": format_time_ms,
+    "percent": format_percent,
+    "ratio": lambda v: format_percent(float(v) * 100.0),
+    "float": lambda v: f"{float(v):.2f}",
+    "gflops": lambda v: format_rate(float(v) * 1e9, "FLOP/s"),
+    "gbps": lambda v: format_rate(float(v) * 1e9, "B/s"),
+    "multiple": format_multiple,
+}
+
+
 def _human_formatter(kind: str) -> Callable[[Any], str]:
-    def text(v: Any) -> str:
-        return MISSING if _is_missing(v) else str(v)
+    fmt = _HUMAN[kind]
 
-    def integer(v: Any) -> str:
-        if _is_missing(v):
-            return MISSING
-        f = float(v)
-        return str(int(f)) if f.is_integer() else f"{f:.2f}"
+    def cell(v: Any) -> str:
+        return MISSING if _is_missing(v) else fmt(v)
 
-    def boolean(v: Any) -> str:
-        return MISSING if _is_missing(v) else ("yes" if bool(v) else "no")
-
-    def plain(v: Any) -> str:
-        return MISSING if _is_missing(v) else f"{float(v):.2f}"
-
-    table: dict[str, Callable[[Any], str]] = {
-        "text": text,
-        "int": integer,
-        "bool": boolean,
-        "count": format_count,
-        "bytes": format_bytes,
-        "time_ms": format_time_ms,
-        "percent": format_percent,
-        "ratio": lambda v: MISSING if _is_missing(v) else format_percent(float(v) * 100.0),
-        "float": plain,
-        "gflops": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "FLOP/s"),
-        "gbps": lambda v: MISSING if _is_missing(v) else format_rate(float(v) * 1e9, "B/s"),
-        "multiple": format_multiple,
-    }
-    return table[kind]
+    return cell
 
 
 TINY = "<0.01"
@@ -539,39 +539,33 @@ def readable_scale(
     return fitting[0]
 
 
+# kinds whose fixed unit does not depend on the values: (unit, scale)
+_FIXED_SCALES = {"percent": ("%", 1.0), "ratio": ("%", 0.01), "multiple": ("×", 1.0)}
+
+
 def _fixed_formatter(
     kind: str, header: str, values: Sequence[Any]
 ) -> tuple[str, Callable[[Any], str]]:
     """Header with the column's unit and a formatter printing bare numbers in that unit."""
-    scaled = _scaled_cell
-
     if kind not in _NUMERIC_KINDS:
         return header, _human_formatter(kind)
     numbers = [float(v) for v in values if not _is_missing(v)]
-    if kind == "count":
-        scale, prefix = readable_scale(numbers, SI_PREFIXES)
+    if kind in ("count", "bytes"):  # whole numbers of a count or of bytes as they are
+        scale, unit = readable_scale(numbers, SI_PREFIXES if kind == "count" else IEC_PREFIXES)
         if scale == 1.0:
-            return header, _human_formatter("int")
-        return f"{header} ({prefix})", scaled(scale)
-    if kind == "bytes":
-        scale, unit = readable_scale(numbers, IEC_PREFIXES)
-        if scale == 1.0:
-            return f"{header} (B)", _human_formatter("int")
-        return f"{header} ({unit})", scaled(scale)
+            return header + (" (B)" if kind == "bytes" else ""), _human_formatter("int")
+        return f"{header} ({unit})", _scaled_cell(scale)
     if kind == "time_ms":
         scale, unit = readable_scale(numbers, TIME_UNITS)
-        return f"{header} ({unit})", scaled(scale)
-    if kind == "percent":
-        return f"{header} (%)", scaled(1.0)
-    if kind == "ratio":
-        return f"{header} (%)", scaled(0.01)
-    if kind == "multiple":
-        return f"{header} (×)", scaled(1.0)
+        return f"{header} ({unit})", _scaled_cell(scale)
+    if kind in _FIXED_SCALES:
+        unit, scale = _FIXED_SCALES[kind]
+        return f"{header} ({unit})", _scaled_cell(scale)
     if kind in ("gflops", "gbps"):
         base = header.replace("FLOP/s", "").replace("B/s", "").strip() or "achieved"
         unit = "FLOP/s" if kind == "gflops" else "B/s"
         scale, prefix = readable_scale([v * 1e9 for v in numbers], SI_PREFIXES)
-        return f"{base} ({prefix}{unit})", scaled(scale / 1e9)
+        return f"{base} ({prefix}{unit})", _scaled_cell(scale / 1e9)
     return header, _human_formatter(kind)
 
 
@@ -584,24 +578,27 @@ def _check_units(units: str) -> str:
 def with_index(df: pd.DataFrame) -> pd.DataFrame:
     """Show a meaningful index (compare results keyed by model name) as the first column."""
     index = df.index
-    if isinstance(index, pd.RangeIndex) and index.name is None:
-        return df
     if (
         index.name is None
         and not isinstance(index, pd.MultiIndex)
         and pd.api.types.is_integer_dtype(index.dtype)
     ):
-        return df  # a filtered/sorted RangeIndex: just row labels
+        return df  # a RangeIndex, filtered or sorted or not: just row labels
     return df.reset_index()
 
 
-def _module_labels(modules: pd.Series, calls: pd.Series | None) -> list[str]:
-    """Display names: the root as ``(root)``, and ``relu #2`` for a repeated call when the ``call``
-    column is not shown."""
-    labels = [ROOT_LABEL if m == "" else str(m) for m in modules]
-    if calls is not None:
-        labels = [f"{m} #{int(c)}" if int(c) > 1 else m for m, c in zip(labels, calls)]
-    return labels
+def call_label(module: str, call: int | None = None) -> str:
+    """A call's display name: the root as ``(root)``, a repeated call as ``relu #2``."""
+    name = ROOT_LABEL if module == "" else str(module)
+    return f"{name} #{int(call)}" if call is not None and int(call) > 1 else name
+
+
+def module_labels(modules: Iterable[str], calls: Iterable[int] | None = None) -> list[str]:
+    """:func:`call_label` of each row; the call numbers only where ``calls`` are given (a table
+    gives them where it does not show its ``call`` column)."""
+    if calls is None:
+        return [call_label(m) for m in modules]
+    return [call_label(m, c) for m, c in zip(modules, calls)]
 
 
 def _label_column(
@@ -618,8 +615,7 @@ def _label_column(
 
 def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
     """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON)."""
-    if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    df = _check_frame(df)
     if view.selects_rows():
         df = select_rows(df, **view.selection)
     return select_columns(df, view.columns)
@@ -659,7 +655,7 @@ def prepare_table(
     headers, formatters = _formatters(shown, names, units, (totals, end_to_end))
     columns_data = [list(shown[n]) for n in names]
     if units != "raw" and "module" in names:
-        columns_data[names.index("module")] = _module_labels(
+        columns_data[names.index("module")] = module_labels(
             shown["module"],
             rows["call"] if "call" in rows.columns and "call" not in names else None,
         )

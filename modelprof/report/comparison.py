@@ -14,15 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from modelprof.errors import ModelProfError
 from modelprof.render.comparison import export_comparison
-from modelprof.render.formats import get_format
+from modelprof.render.formats import Exports
 from modelprof.report.plots import plot_cost_latency
 
 __all__ = ["Comparison", "ComparisonRender"]
 
 
-class ComparisonRender:
+class ComparisonRender(Exports):
     """modelprof's exporters of a comparison: ``to_<format>`` for every registered format
     (:mod:`modelprof.render.formats`: ``to_markdown``, ``to_latex``, ``to_html``, ``to_text``
     humanised in the compact columns, ``columns="all"`` for every one; ``to_csv``, ``to_json``
@@ -35,19 +34,6 @@ class ComparisonRender:
 
     def export(self, format: str, path: str | Path | None = None, **view: Any) -> str | Path:
         return export_comparison(self._frame, format, path, **view)
-
-    def __getattr__(self, name: str) -> Any:
-        if not name.startswith("to_"):
-            raise AttributeError(name)
-        fmt = name.removeprefix("to_")
-        try:
-            get_format(fmt)
-        except ModelProfError:
-            raise AttributeError(name) from None
-        return lambda path=None, **view: self.export(fmt, path, **view)
-
-    def to_text(self, **view: Any) -> str:
-        return str(self.export("text", None, **view))
 
 
 class Comparison(pd.DataFrame):

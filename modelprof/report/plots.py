@@ -18,7 +18,7 @@ import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
-from modelprof.render.views import ROOT_LABEL, column_spec, select_rows
+from modelprof.render.views import column_spec, module_labels, select_rows
 from modelprof.report.roofline import add_roofline, observed_peaks
 from modelprof.timing.peaks import Peaks as PeaksClass
 
@@ -74,24 +74,12 @@ def _require_columns(df: pd.DataFrame, columns: Sequence[str], what: str, hint: 
         )
 
 
-def _labels(df: pd.DataFrame) -> list[str]:
-    """Row labels: module name (root shown as "(root)") plus the call index when > 1."""
-    names = [ROOT_LABEL if m == "" else str(m) for m in df["module"]]
-    if "call" in df.columns:
-        names = [n if int(c) <= 1 else f"{n} #{int(c)}" for n, c in zip(names, df["call"])]
-    return names
-
-
 def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool) -> pd.DataFrame:
     rows = select_rows(df, leaf_only=leaf_only and "leaf" in df.columns)
     rows = rows[rows[column].notna()]
     if rows.empty:
         raise ModelProfError(f"no row has a value in column {column!r} to plot")
-    return (
-        select_rows(rows, top_k=top_k, sort_by=column)
-        if top_k
-        else select_rows(rows, sort_by=column)
-    )
+    return select_rows(rows, top_k=top_k or None, sort_by=column)
 
 
 def _barh(
@@ -103,9 +91,8 @@ def _barh(
     error: tuple[str, str] | None = None,
     formatter: Any = None,
 ) -> Any:
-    figure_cls = figure_class()
     n = len(rows)
-    fig = figure_cls(figsize=(8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
+    fig = figure_class()(figsize=(8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n)
     values = rows[column].to_numpy(dtype=float)
@@ -118,14 +105,17 @@ def _barh(
             np.vstack([np.clip(values - low, 0.0, None), np.clip(high - values, 0.0, None)])
         )
     ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
-    ax.set_yticks(y, _labels(rows) if "module" in rows.columns else [str(i) for i in rows.index])
+    ax.set_yticks(
+        y,
+        module_labels(rows["module"], rows.get("call"))
+        if "module" in rows.columns
+        else [str(i) for i in rows.index],
+    )
     ax.invert_yaxis()  # largest on top
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     if formatter is not None:
-        from matplotlib.ticker import FuncFormatter
-
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: formatter(v)))
+        ax.xaxis.set_major_formatter(_tick_formatter(formatter))
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -222,8 +212,7 @@ def plot_roofline(
     if data.empty:
         raise ModelProfError("plot_roofline: no timed row with both FLOPs and bytes to place")
 
-    figure_cls = figure_class()
-    fig = figure_cls(figsize=(9.0, 5.2), layout="constrained")
+    fig = figure_class()(figsize=(9.0, 5.2), layout="constrained")
     ax = fig.add_subplot()
     x = data["intensity"].to_numpy(dtype=float)
     y = data["achieved_gflops"].to_numpy(dtype=float) * 1e9
@@ -321,7 +310,9 @@ def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
         )
     return [
         f"{i + 1}  {label} ({format_time_ms(ms)})"
-        for i, (label, ms) in enumerate(zip(_labels(slowest), slowest["latency_ms"]))
+        for i, (label, ms) in enumerate(
+            zip(module_labels(slowest["module"], slowest.get("call")), slowest["latency_ms"])
+        )
     ]
 
 
@@ -399,18 +390,13 @@ def plot_throughput(
     """Samples/s against batch size (log2 x axis), the best point marked. ``y`` defaults to the
     first of ``samples_per_s``, ``throughput``, ``fps``, ``samples_per_sec`` present."""
     if y is None:
-        found = [
-            c
-            for c in _THROUGHPUT_COLUMNS
-            if isinstance(curve_df, pd.DataFrame) and c in curve_df.columns
-        ]
+        found = [c for c in _THROUGHPUT_COLUMNS if c in getattr(curve_df, "columns", ())]
         y = found[0] if found else _THROUGHPUT_COLUMNS[0]
     _require_columns(curve_df, [x, y], "plot_throughput")
     data = curve_df[[x, y]].dropna().sort_values(x)
     if data.empty:
         raise ModelProfError("plot_throughput: the curve has no points")
-    figure_cls = figure_class()
-    fig = figure_cls(figsize=(6.5, 4.0), layout="constrained")
+    fig = figure_class()(figsize=(6.5, 4.0), layout="constrained")
     ax = fig.add_subplot()
     xs = data[x].to_numpy(dtype=float)
     ys = data[y].to_numpy(dtype=float)
@@ -457,20 +443,15 @@ def plot_compare(
     the index). ``metrics`` defaults to those of ``params, flops, latency_median_ms,
     throughput_samples_per_s`` that the table has; a metric named but missing is an error."""
     if metrics is None:
-        metrics = [
-            c
-            for c in _COMPARE_METRICS
-            if isinstance(compare_df, pd.DataFrame) and c in compare_df.columns
-        ]
+        metrics = [c for c in _COMPARE_METRICS if c in getattr(compare_df, "columns", ())]
     if isinstance(metrics, str):
         metrics = [metrics]
     metrics = list(metrics)
     if not metrics:
         raise ModelProfError("plot_compare needs at least one metric")
     _require_columns(compare_df, metrics, "plot_compare")
-    figure_cls = figure_class()
     labels = _model_labels(compare_df)
-    fig = figure_cls(figsize=(max(4.0, 3.2 * len(metrics)), 3.8), layout="constrained")
+    fig = figure_class()(figsize=(max(4.0, 3.2 * len(metrics)), 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     pos = np.arange(len(labels))
     for ax, metric in zip(axes, metrics):

@@ -15,11 +15,11 @@ import pandas as pd
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
-from modelprof.render.formats import get_format
+from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
-from modelprof.render.views import compact_columns
+from modelprof.render.views import call_label, compact_columns
 from modelprof.report.frames import WholeFrame, shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
@@ -30,8 +30,8 @@ from modelprof.report.utilization import Convention, Utilization, resolve_peaks,
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
-_STYLES = ("modelprof", "torchstat")
-_GROUPS = ("layer_type", "module_type")
+# the columns a by-type summary sums
+_SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
 # LaTeX keeps these longest when a table must lose columns to fit (most important first)
 _LATEX_PRIORITY = (
     "module",
@@ -89,12 +89,14 @@ class TimingResult:
     agreement: Any = None  # modelprof.timing.agreement.TimingAgreement
 
 
-class Report:
+class Report(Exports):
     """Static cost and measured time of one model on one input, one row per module call.
 
     ``totals`` sums the leaf rows (each shared parameter once); ``unsupported`` maps ops that
     have no formula to their call counts; ``latency`` is the clean end-to-end measurement
-    (``None`` with ``timing=False``).
+    (``None`` with ``timing=False``). :meth:`export` writes the table in any registered format,
+    and ``to_<format>`` (``to_csv``, ``to_markdown``, ``to_latex``, ``to_html``, ``to_json``,
+    ``to_text``, and any format registered later) is that format's export.
     """
 
     def __init__(
@@ -150,7 +152,7 @@ class Report:
         passes each row's times rest on) and ``latency_rough`` (fewer than the stop rule
         promises: ``min_samples``, or a single pass), which every human-readable view marks.
         """
-        style = _check_style(style)
+        style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
         df = modelprof_frame(self.rows, self.timed)
@@ -196,10 +198,9 @@ class Report:
             raise ModelProfError(
                 "by_operator(direction='backward') needs profile(..., backward=True)"
             )
-        by_op = self._by_op if direction == "forward" else self.training_step.cost.by_op
-        unsupported = (
-            self.unsupported if direction == "forward" else self.training_step.cost.unsupported
-        )
+        cost = self.training_step.cost if direction == "backward" else None
+        by_op = self._by_op if cost is None else cost.by_op
+        unsupported = self.unsupported if cost is None else cost.unsupported
         names = sorted(by_op, key=lambda k: (-by_op[k].flops, k))
         return shown(
             pd.DataFrame(
@@ -285,8 +286,7 @@ class Report:
         carries its parent's class; :meth:`by_layer_type` types it by what it does instead."""
         df = self.to_dataframe()
         leaves = df[df["leaf"]]
-        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
-        out = leaves.groupby("type", sort=False)[cols].sum()
+        out = leaves.groupby("type", sort=False)[list(_SUMMED)].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
         return shown(out.sort_values("flops", ascending=False))
 
@@ -303,9 +303,8 @@ class Report:
 
         leaves = [r for r in self.rows if r.leaf]
         kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
-        cols = ["params", "macs", "flops", "madd", "read_bytes", "write_bytes"]
         data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
-        for c in cols:
+        for c in _SUMMED:
             data[c] = [int(getattr(r, c)) for r in leaves]
         if self.timed:
             data["latency_ms"] = [r.latency_ms for r in leaves]
@@ -315,7 +314,7 @@ class Report:
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *cols]}))
+        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *_SUMMED]}))
 
     # -- exporters ------------------------------------------------------------------------------
     # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
@@ -363,19 +362,22 @@ class Report:
         return torchstat_frame(rows, self.timed)
 
     def _view(
-        self, style: str, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
+        self, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
     ) -> tuple[pd.DataFrame, Any, Any, Any]:
         """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
         modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
-        given; ``defaults`` apply where neither ``view`` nor the keywords set a value."""
+        given; ``defaults`` apply where neither ``view`` nor the keywords change a value."""
 
-        view = ViewOptions.parse(view, style=style, **options)
+        view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
+        unset = ViewOptions()
         update = {
-            k: v for k, v in defaults.items() if k not in options and getattr(view, k) in (None, ())
+            k: v
+            for k, v in defaults.items()
+            if k not in options and getattr(view, k) == getattr(unset, k)
         }
-        if view.style == "torchstat" or view.group_by is not None:
-            update["depth"] = None  # already applied (torchstat) or refused (group_by)
+        if view.style == "torchstat":
+            update["depth"] = None  # already applied (group_by refused it in _table)
         if compact and view.style == "modelprof" and view.group_by is None and view.columns is None:
             update["columns"] = compact_columns(df)
         return df, totals, end_to_end, view.replace(**update) if update else view
@@ -385,30 +387,30 @@ class Report:
         format: str,
         path: str | Path | None = None,
         *,
-        style: str = "modelprof",
         view: Any = None,
         **options: Any,
     ) -> str | Path:
         """The table in any registered format (:mod:`modelprof.render.formats`; ``to_csv``,
-        ``to_markdown``... are this for their format). A human format shows the compact columns
-        unless ``columns`` says (the report's title as its caption, the summary above an HTML
-        page); a raw one every column, raw numbers, with the totals and (JSON) the
-        environment. Returns the text, or writes ``path``."""
+        ``to_markdown``, ``to_latex``, ``to_html``, ``to_json``... are this for their format,
+        documented there). A human format shows the compact columns unless ``columns`` says (the
+        report's title as its caption, an HTML page with the summary above the table unless
+        ``standalone=False``); a raw one every column, raw numbers, with the totals and (JSON)
+        the environment. ``view=ViewOptions(...)`` or its fields as keywords (``style``,
+        ``columns``, ``depth``...; a keyword wins). Returns the text, or writes ``path``."""
         fmt = get_format(format)
         df, totals, end_to_end, view = self._view(
-            style,
             view,
             options,
             compact=fmt.human,
             priority=_LATEX_PRIORITY,
             caption=self._title(),
             title=self._title(),
+            standalone=True,
             summary=tuple(self.summary().splitlines()) if fmt.human else (),
         )
         if not fmt.human:  # raw data: the model's totals as counted, and the environment
-            totals, env = self.totals, self._environment()
-        else:
-            env = None
+            totals = self.totals
+        env = None if fmt.human else self._environment()
         return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view)
 
     def _environment(self) -> dict[str, Any]:
@@ -428,73 +430,11 @@ class Report:
             else None,
         }
 
-    def to_csv(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """CSV with raw numbers (no units, every column), read back exactly by
-        ``modelprof.render.read_csv``."""
-        return self.export("csv", path, style=style, view=view, **options)
-
-    def to_markdown(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end
-        rows. The compact columns by default (``columns="all"`` for every one)."""
-        return self.export("markdown", path, style=style, view=view, **options)
-
-    def to_latex(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """A booktabs table for papers: one unit per column, named in the header; fitted to
-        ``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns
-        (``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that
-        compile in one- and two-column classes (``long=True``: a ``longtable``). The
-        caption defaults to the report's title (model, input, dtype, device); ``label=``."""
-        return self.export("latex", path, style=style, view=view, **options)
-
-    def to_html(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        standalone: bool = True,
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """A complete HTML page (doctype, charset, title, the summary, then the table, shown in
-        full), or with ``standalone=False`` the fragment the notebook displays."""
-        return self.export("html", path, style=style, view=view, standalone=standalone, **options)
-
-    def to_json(
-        self,
-        path: str | Path | None = None,
-        *,
-        style: str = "modelprof",
-        view: Any = None,
-        **options: Any,
-    ) -> str | Path:
-        """The table, totals and environment as JSON, read back by ``modelprof.render.read_json``."""
-        return self.export("json", path, style=style, view=view, **options)
-
-    def to_text(self, *, style: str = "modelprof", view: Any = None, **options: Any) -> str:
-        """A plain-text table for terminals (the compact columns by default)."""
-        text = str(self.export("text", None, style=style, view=view, **options))
-        torchstat = getattr(view, "style", style) == "torchstat"
+    def to_text(self, *, view: Any = None, **options: Any) -> str:
+        """A plain-text table for terminals (the compact columns by default); a torchstat view
+        ends with :meth:`flops_conventions`."""
+        text = str(self.export("text", None, view=view, **options))
+        torchstat = options.get("style", getattr(view, "style", None)) == "torchstat"
         return text + ("\n" + self.flops_conventions() if torchstat else "")
 
     def flops_conventions(self) -> str:
@@ -546,13 +486,7 @@ class Report:
             t = PassTimeline(f"forward pass {p + 1}", timing.passes_ms[p])
             for i, key in enumerate(timing.order):
                 row = by_key.get(key)
-                name = (key[0] or "(root)") + (f" #{key[1]}" if key[1] > 1 else "")
-                t.add(
-                    name,
-                    offsets[p, i],
-                    timing.raw_samples[key][p],
-                    cost_args(row) if row is not None else {},
-                )
+                t.add(call_label(*key), offsets[p, i], timing.raw_samples[key][p], cost_args(row))
             forward.append(t)
         out = {"forward": forward}
         step = self.training_step
@@ -580,12 +514,8 @@ class Report:
                 j += 1
             dur = float(sum(ms[i : j + 1]))
             row = by_record.get(int(columns[i]), loss)
-            name = (
-                "(loss)"
-                if row is loss or row is None
-                else (row.module or "(root)") + (f" #{row.call}" if row.call > 1 else "")
-            )
-            t.add(name, start, dur, cost_args(row) if row is not None else {})
+            name = "(loss)" if row is loss or row is None else call_label(row.module, row.call)
+            t.add(name, start, dur, cost_args(row))
             start, i = start + dur, j + 1
         return t
 
@@ -713,20 +643,16 @@ class Report:
                 "model on an idle core)"
             )
         agreement = self.timing_agreement
-        if agreement is not None:
-            lines.append(
-                f"per-layer rows: leaves sum to {agreement.leaf_sum_ms:.3f} ms, "
-                f"{100 * self.coverage:.1f}% of the end-to-end median; "
-                f"{self._instrument_words()}"
-            )
-            if not agreement.agree:
-                lines.append(f"!! {agreement.note()}")
-        else:
-            lines.append(
-                f"per-layer rows: leaf coverage {100 * self.coverage:.1f}% of the "
-                f"end-to-end median; {self._instrument_words()}"
-            )
-        skip = agreement.note() if agreement is not None and not agreement.agree else None
+        share = f"{100 * self.coverage:.1f}% of the end-to-end median"
+        covered = (
+            f"leaf coverage {share}"
+            if agreement is None
+            else f"leaves sum to {agreement.leaf_sum_ms:.3f} ms, {share}"
+        )
+        lines.append(f"per-layer rows: {covered}; {self._instrument_words()}")
+        skip = None if agreement is None or agreement.agree else agreement.note()
+        if skip is not None:
+            lines.append(f"!! {skip}")
         lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
         return lines
 
@@ -774,9 +700,3 @@ def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
     """The totals a table's footer shows: the leaf sums, without ``output_bytes`` (every leaf's
     output summed is every activation written, which ``write_bytes`` already says)."""
     return {k: v for k, v in totals.items() if k != "output_bytes"}
-
-
-def _check_style(style: str) -> str:
-    if style not in _STYLES:
-        raise ModelProfError(f"style={style!r} is not one of {_STYLES}")
-    return style

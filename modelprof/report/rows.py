@@ -250,23 +250,10 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
     ts: list[tuple] = [()] * n  # torchstat flops, madd (inclusive)
     own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
     for r in reversed(records):
-        if r.children:
+        if r.children:  # its own part plus its children's, column by column
             own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes)
-            params, macs, flops, madd, read, write = own[r.index]
-            ts_flops, ts_madd = flops - macs, madd
-            for c in r.children:
-                c_params, c_macs, c_flops, c_madd, c_read, c_write = inc[c]
-                params += c_params
-                macs += c_macs
-                flops += c_flops
-                madd += c_madd
-                read += c_read
-                write += c_write
-                c_ts_flops, c_ts_madd = ts[c]
-                ts_flops += c_ts_flops
-                ts_madd += c_ts_madd
-            inc[r.index] = (params, macs, flops, madd, read, write)
-            ts[r.index] = (ts_flops, ts_madd)
+            inc[r.index] = _column_sums(own[r.index], [inc[c] for c in r.children])
+            ts[r.index] = _column_sums((r.flops - r.macs, r.madd), [ts[c] for c in r.children])
         else:
             # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
             inc[r.index] = (
@@ -284,6 +271,10 @@ def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
                 else (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
             )
     return inc, ts, own
+
+
+def _column_sums(first: tuple, rest: Sequence[tuple]) -> tuple:
+    return tuple(sum(column) for column in zip(first, *rest))
 
 
 def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
@@ -431,8 +422,8 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     data = {
         "module": [r.module for r in rows],
         "type": [r.type for r in rows],
-        "call": [r.call for r in rows],
-        "depth": [r.depth for r in rows],
+        "call": count_column([r.call for r in rows]),
+        "depth": count_column([r.depth for r in rows]),
         "leaf": [r.leaf for r in rows],
         "input_shape": [_shapes(r.input_shapes) for r in rows],
         "output_shape": [_shapes(r.output_shapes) for r in rows],
@@ -440,8 +431,6 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     step = any(r.backward_macs is not None for r in rows)
     for k in ADDITIVE + (STEP_ADDITIVE if step else ()):
         data[k] = count_column([int(getattr(r, k) or 0) for r in rows])
-    for k in ("call", "depth"):
-        data[k] = count_column([getattr(r, k) for r in rows])
     fwd, bwd = has_comm(rows)
     for k in (COMM_COLUMNS if fwd or bwd else ()) + (BACKWARD_COMM_COLUMNS if bwd else ()):
         values = [r.comm_value(k) for r in rows]

@@ -260,11 +260,19 @@ def utilization(
             "time_ms": time_ms,
         }
     )
-    frame["mfu"] = _ratio(model, time_ms, None if p is None else p.peak_flops)
-    frame["hfu"] = _ratio(hardware, time_ms, None if p is None else p.peak_flops)
-    fwd_ms = np.array([r.latency_ms for r in rows])
-    frame["mbu"] = _ratio(traffic, fwd_ms, None if p is None else p.peak_bytes)
+    _add_ratios(frame, p, bytes_ms=np.array([r.latency_ms for r in rows]))
     return frame, _phases(report, own, [r.leaf and r.kind == "module" for r in rows], p)
+
+
+def _add_ratios(frame: pd.DataFrame, peaks: Peaks | None, bytes_ms: Any = None) -> pd.DataFrame:
+    """``frame`` with ``mfu``, ``hfu`` (its FLOPs over ``time_ms``) and ``mbu`` (its bytes over
+    ``bytes_ms``, default ``time_ms``: a training row's bytes are its forward's)."""
+    flops_peak, bytes_peak = (None, None) if peaks is None else (peaks.peak_flops, peaks.peak_bytes)
+    frame["mfu"] = _ratio(frame["model_flops"], frame["time_ms"], flops_peak)
+    frame["hfu"] = _ratio(frame["hardware_flops"], frame["time_ms"], flops_peak)
+    bytes_ms = frame["time_ms"] if bytes_ms is None else bytes_ms
+    frame["mbu"] = _ratio(frame["bytes"], bytes_ms, bytes_peak)
+    return frame
 
 
 def _ratio(amount: np.ndarray, time_ms: np.ndarray, peak: float | None) -> np.ndarray:
@@ -363,16 +371,8 @@ def _phases(
         spans.append(
             ("step", whole, whole + again, math.nan, _median(None if t is None else t.step))
         )
-    frame = pd.DataFrame(
-        spans, columns=["phase", "model_flops", "hardware_flops", "bytes", "time_ms"]
-    )
-    flops_peak = None if peaks is None else peaks.peak_flops
-    frame["mfu"] = _ratio(frame["model_flops"], frame["time_ms"], flops_peak)
-    frame["hfu"] = _ratio(frame["hardware_flops"], frame["time_ms"], flops_peak)
-    frame["mbu"] = _ratio(
-        frame["bytes"], frame["time_ms"], None if peaks is None else peaks.peak_bytes
-    )
-    return frame
+    columns = ["phase", "model_flops", "hardware_flops", "bytes", "time_ms"]
+    return _add_ratios(pd.DataFrame(spans, columns=columns), peaks)
 
 
 def _median(m: Any) -> float:
