@@ -1,12 +1,18 @@
-"""The ``modelprof`` command line: ``profile``, ``compare``, ``throughput`` and ``sweep``.
+"""The ``modelprof`` command line: ``profile``, ``compare``, ``throughput``, ``generate``,
+``sweep`` and ``fit``.
 
     modelprof profile resnet18 --no-timing --style torchstat --out reports --format csv,md
     modelprof compare resnet18 mobilenet_v3_large efficientnet_b0 --budget 1
     modelprof throughput resnet18 --max-batch 64
+    modelprof generate LlamaConfig:num_hidden_layers=2 --prompt-len 64 --new-tokens 16
     torchrun --standalone --nproc_per_node=2 -m modelprof sweep vision.toml --out vision_sweep
+    modelprof fit LlamaConfig:hidden_size=8192,num_hidden_layers=80 --on "H100 SXM"
 
 Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr, no
 traceback), 1 anything unexpected (with its traceback, since that is a bug).
+
+Each subcommand imports what it runs inside the function that runs it, so that ``--help``, a
+mistyped option or ``--version`` answer without loading the counting and timing machinery.
 """
 
 from __future__ import annotations

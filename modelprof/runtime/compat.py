@@ -6,7 +6,8 @@ Each entry says which releases it was checked on; ``tests/test_compat.py`` calls
 a release that removes or renames one fails that test with the entry's name instead of a user's
 profile. A feature that needs a newer release than the one installed raises
 :class:`ModelProfError` through :func:`require`, naming the feature, the installed version and
-the version it needs.
+the version it needs. A name some release lacks is imported inside the entry that needs it, so
+that ``import modelprof`` works on every supported release.
 
 Releases checked (the compatibility matrix, ``.ci/compat``): torch 2.4 to 2.14, transformers 4.46
 to 5.24 (see the README's "Supported versions").
