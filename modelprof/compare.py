@@ -18,7 +18,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.models import load_model
-from modelprof.profile import profile  # late: profile imports the whole analysis stack
+from modelprof.profile import profile
 from modelprof.report.comparison import Comparison
 from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.agree import agreed_timing

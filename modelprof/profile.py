@@ -141,9 +141,7 @@ def profile(
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
-        rows, timed, training_step = _timed_passes(
-            model, mi, spec, rows, (static, step_cost), guard
-        )
+        rows, timed, training_step = _timed_passes(model, mi, spec, rows, static, step_cost, guard)
         timed = _noted(
             timed, meta_notes, contention_note(model, mi.device) if spec.timing else None
         )
@@ -156,12 +154,17 @@ def profile(
 
 
 def _timed_passes(
-    model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, counted: tuple, guard: Any
+    model: nn.Module,
+    mi: ModelInputs,
+    spec: _Spec,
+    rows: list,
+    static: Any,
+    step_cost: Any,
+    guard: Any,
 ) -> tuple[list, Any, Any]:
     """The timed forwards and, with ``backward=True``, the timed training steps: the rows with
     their columns joined, the timing result and the training step (``None`` without one).
-    ``counted`` is the static pass and the step's counts (or ``None``)."""
-    static, step_cost = counted
+    ``static`` is the counted pass, ``step_cost`` the step's counts (``None`` without one)."""
     if spec.timing:  # a write the guard cannot put back is named with its pass
         guard.begin("the timed forward passes")
     timed, columns = _time(model, mi, spec, rows, static.records)

@@ -34,13 +34,11 @@ def _target(node: ast.AST) -> str:
     return node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
 
 
-def _needs_reason(module: str) -> bool | None:
-    """``None`` for an optional dependency (its reason is that), ``True`` for one importable
-    everywhere, so its import belongs at the top."""
+def _everywhere(module: str) -> bool:
+    """Whether ``module`` imports wherever modelprof does (so its import belongs at the top),
+    unlike an optional dependency or a platform's own module."""
     top = module.split(".")[0]
-    if top in CORE or (top in sys.stdlib_module_names and top not in PLATFORM):
-        return True
-    return None
+    return top in CORE or (top in sys.stdlib_module_names and top not in PLATFORM)
 
 
 def _guarded(tree: ast.AST) -> set[int]:
@@ -66,16 +64,16 @@ def _lazy_imports(path: Path) -> list[tuple[int, str]]:
             module = _target(node) or ""
             if getattr(node, "level", 0):  # relative: inside the package
                 module = "modelprof." + module
-            if _needs_reason(module) is None:
+            if not _everywhere(module):
                 continue
             found.append((node.lineno, module))
     return sorted(set(found))
 
 
 def test_the_rules_see_what_they_should():
-    assert _needs_reason("matplotlib.pyplot") is None  # an extra
-    assert _needs_reason("torch.distributed") and _needs_reason("inspect")
-    assert _needs_reason("tomllib") is None  # Python 3.11 on
+    assert not _everywhere("matplotlib.pyplot")  # an extra
+    assert _everywhere("torch.distributed") and _everywhere("inspect")
+    assert not _everywhere("tomllib")  # Python 3.11 on
 
 
 def test_imports_inside_functions_have_a_reason():
