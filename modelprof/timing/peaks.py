@@ -24,6 +24,7 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import device_synchronize, tf32_enabled
 from modelprof.runtime.env import cpu_name
+from modelprof.runtime.inputs import DTYPE_NAMES
 from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
 
@@ -150,16 +151,10 @@ class Peaks:
 
 
 #: Each name a dtype may be given by -> its canonical name.
+#: every name of a floating dtype (``runtime.inputs.DTYPE_NAMES``) to its canonical one, and tf32
 _DTYPE_NAMES: dict[str, str] = {
-    alias: name
-    for name, aliases in {
-        "float32": ("fp32", "float"),
-        "tf32": (),
-        "float16": ("fp16", "half"),
-        "bfloat16": ("bf16",),
-        "float64": ("fp64", "double"),
-    }.items()
-    for alias in (name, *aliases)
+    **{alias: str(dtype).removeprefix("torch.") for alias, dtype in DTYPE_NAMES.items()},
+    "tf32": "tf32",
 }
 
 
