@@ -236,40 +236,19 @@ def timing_from(
 ) -> GenerationTiming:
     """The Measurements of what ``run`` recorded over ``sampled``'s blocks."""
     dev = str(lm.device)
-    common = dict(
-        device=dev,
-        batch_size=batch,
-        warmup=n_warm,
-        stop_reason=sampled.stop_reason,
-        precision=None if opts.stop.repeat is not None else opts.stop.precision,
-        min_samples=opts.stop.promised_min,
-    )
-    e2e = Measurement(
-        sampled.samples_ms,
-        label=f"{lm.name} generation",
-        blocks=sampled.blocks,
-        timestamps_s=sampled.timestamps_s,
-        **common,
-    )
-    ttft = Measurement(
-        np.asarray(run.ttft),
-        label=f"{lm.name} TTFT",
-        blocks=sampled.blocks,
-        timestamps_s=sampled.timestamps_s,
-        **common,
-    )
+    common = dict(device=dev, batch_size=batch, warmup=n_warm, **sampled.fields(opts.stop))
+    e2e = Measurement(sampled.samples_ms, label=f"{lm.name} generation", **common)
+    ttft = Measurement(np.asarray(run.ttft), label=f"{lm.name} TTFT", **common)
     steps = np.vstack(run.steps) if run.steps else np.empty((0, 0))
     tpot = None
     if steps.size:
         per = steps.shape[1]
         offsets = (np.asarray(run.ttft)[:, None] + np.cumsum(steps, axis=1) - steps) / 1e3
-        tpot = Measurement(
-            steps.reshape(-1),
-            label=f"{lm.name} TPOT",
+        per_step = dict(  # each step its generation's block, stamped when it began
             blocks=np.repeat(sampled.blocks, per),
             timestamps_s=(sampled.timestamps_s[:, None] + offsets).reshape(-1),
-            **common,
         )
+        tpot = Measurement(steps.reshape(-1), label=f"{lm.name} TPOT", **{**common, **per_step})
     contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
     if opts.warn:  # a short budget is said once (of the generations); drift and noise each
         for m in (e2e,) if e2e.undersampled else (ttft, tpot):
