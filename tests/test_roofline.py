@@ -338,10 +338,10 @@ def test_probe_measures_every_cache_level_and_keeps_them_ordered() -> None:
 
 
 def test_sysfs_cache_sizes_scale_with_the_threads_sharing_them() -> None:
-    from modelprof.timing.peaks import _count_cpus, _parse_size
+    from modelprof.timing.peaks import _count_cpus, parse_cache_size
 
-    assert _parse_size("32K") == 32768 and _parse_size("8192K") == 8 << 20
-    assert _parse_size("1M") == 1 << 20 and _parse_size("512") == 512
+    assert parse_cache_size("32K") == 32768 and parse_cache_size("8192K") == 8 << 20
+    assert parse_cache_size("1M") == 1 << 20 and parse_cache_size("512") == 512
     assert _count_cpus("0-3,8-11") == 8 and _count_cpus("5") == 1
 
 

@@ -21,6 +21,7 @@ from modelprof.runtime.execution import (
     parse_amp,
     to_channels_last,
 )
+from modelprof.timing.peaks import parse_cache_size
 
 __all__ = [
     "COMPILE_MODES",
@@ -96,9 +97,7 @@ def last_level_cache_bytes() -> int | None:
             if not entry.startswith("index"):
                 continue
             with open(os.path.join(base, entry, "size")) as f:
-                text = f.read().strip().upper()
-            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-            value = int(text.rstrip("KMG")) * mult
+                value = parse_cache_size(f.read())
             best = value if best is None else max(best, value)
     except (OSError, ValueError):
         return best

@@ -37,6 +37,7 @@ __all__ = [
     "conv_uses_other_precision",
     "lookup_peaks",
     "match_device",
+    "parse_cache_size",
     "probe_peaks",
 ]
 
@@ -483,7 +484,7 @@ def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
             if read("type") == "Instruction":
                 continue
             level = int(read("level"))
-            size = _parse_size(read("size"))
+            size = parse_cache_size(read("size"))
             sharing = _count_cpus(read("shared_cpu_list"))
         except (OSError, ValueError):
             continue
@@ -492,7 +493,7 @@ def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
     return [(f"L{level}", found[level]) for level in sorted(found)]
 
 
-def _parse_size(text: str) -> int:
+def parse_cache_size(text: str) -> int:
     """``"32K"`` -> 32768, ``"8192K"`` -> 8 MiB, ``"1M"``, or plain bytes."""
     text = text.strip().upper()
     scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
