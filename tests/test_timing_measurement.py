@@ -256,9 +256,11 @@ def test_no_drift_without_timestamps_or_with_few_blocks():
     no_times = Measurement(np.repeat(levels, 5), blocks=np.repeat(np.arange(10), 5))
     # without timestamps or with two blocks no trend can be judged: stability is unknown (None),
     # never claimed
-    assert (no_times.drift_pct, no_times.stable) == (0.0, None)
+    assert (no_times.drift_pct, no_times.stable) == (None, None)
     two = _blocked([10.0, 12.0])
-    assert (two.drift_pct, two.stable) == (0.0, None)  # a trend needs 3 blocks
+    # a trend needs 3 blocks: with 2 the drift is unknown (None), not a 0 that reads as "none"
+    assert (two.drift_pct, two.stable) == (None, None)
+    assert two.to_dict()["drift_pct"] is None
     assert "needs 3 timed blocks" in two.stability_unknown_reason
     assert "stability unknown" in repr(two)
     assert ", drift " not in repr(two) and ", drift +" in repr(_blocked([10.0, 11.0, 12.0]))
@@ -361,3 +363,19 @@ def test_repeat_one_gives_nan_interval_and_no_stability(recwarn):
     # interval from the two samples
     two = measure_latency(nn.Linear(4, 4), inputs=torch.randn(1, 4), repeat=2, warmup=1)
     assert two.n_blocks == 2 and two.has_interval
+
+
+@pytest.mark.parametrize("samples", [[2947.62], [3.392, 1628.06]])
+def test_a_run_of_one_or_two_samples_cannot_tell_its_drift(samples):
+    # the case: a budget stopped at n=1 or n=2 (one block each) and printed
+    # `m.stable, m.drift_pct` as `None 0.0`; both say "cannot tell" now
+    n = len(samples)
+    m = Measurement(
+        samples,
+        blocks=np.arange(n),
+        timestamps_s=np.arange(n, dtype=float),
+        stop_reason="budget",
+        min_samples=10,
+    )
+    assert (m.stable, m.drift_pct) == (None, None)
+    assert m.stats()["drift_pct"] is None

@@ -10,7 +10,8 @@ Conventions, stated once:
   wider of the distribution-free order-statistic interval of all samples and the between-block
   t interval of the block medians (``modelprof.timing.stats`` says why), so it covers what drifted
   during the measurement window; ``stable`` is False when the block medians follow a significant
-  trend larger than that interval (``drift_pct``: the trend over the window, in %);
+  trend larger than that interval (``drift_pct``: the trend over the window, in %; None when
+  it cannot tell: fewer than three timed blocks, or no timestamps);
 * with fewer than two blocks (or fewer than two samples) no interval can be stated: the interval
   and ``relative_ci`` are NaN (printed "n/a") and the result is ``undersampled``; a Measurement
   built without ``blocks`` takes its samples as independent (one block, but the interval of the
@@ -223,17 +224,22 @@ class Measurement:
         return median_ci_ranks(self.n, self.confidence)[2]
 
     @functools.cached_property
-    def _drift(self) -> tuple[float, bool]:
-        if self.timestamps_s is None or self.n_blocks < 3:
-            return 0.0, False
+    def _drift(self) -> tuple[float | None, bool]:
+        """(trend in %, significant); the trend is None where none can be estimated: fewer
+        than three timed blocks, blocks all stamped at one time, or a non-positive median."""
+        if self.timestamps_s is None or self.n_blocks < 3 or (self.block_medians_ms <= 0).any():
+            return None, False
         ids = self._block_medians[0]
         times = np.array([float(self.timestamps_s[self.blocks == b].mean()) for b in ids])
+        if float(np.ptp(times)) <= 0:
+            return None, False
         return drift(times, self.block_medians_ms)
 
     @property
-    def drift_pct(self) -> float:
-        """The trend of the block medians over the measurement window, in % of the median
-        (0 with fewer than three blocks)."""
+    def drift_pct(self) -> float | None:
+        """The trend of the block medians over the measurement window, in % of the median;
+        None when it cannot tell (fewer than three timed blocks, or no timestamps), never a
+        0 that reads as "no drift"."""
         return self._drift[0]
 
     @property
@@ -245,7 +251,7 @@ class Measurement:
         stability)."""
         pct, significant = self._drift
         rel = self.relative_ci
-        if significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:
+        if pct is not None and significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:
             return False
         if (
             self.n_blocks < 3
@@ -470,7 +476,7 @@ class Measurement:
             f"  n={self.n} in {_plural(self.n_blocks, 'block')} after "
             f"{self.warmup} warm-up, stop={self.stop_reason}, "
             f"{_plural(self.outliers, 'outlier')}, {self.fps:,.1f} fps"
-            + (f", drift {self.drift_pct:+.1f} %" if self.n_blocks >= 3 else "")
+            + (f", drift {self.drift_pct:+.1f} %" if self.drift_pct is not None else "")
             + (", UNSTABLE" if self.stable is False else "")
             + (", stability unknown" if self.stable is None else "")
             + (f", UNDERSAMPLED (min {self.min_samples})" if self.undersampled else "")
