@@ -31,7 +31,12 @@ from modelprof.runtime.tensors import shape_str
 from modelprof.step.spec import StepSpec, loss_module
 from modelprof.step.timing import StepTimer, compare_steps
 from modelprof.timing import measure_throughput
-from modelprof.timing.interleave import Candidate, cpu_work_columns, measure_interleaved
+from modelprof.timing.interleave import (
+    Candidate,
+    cpu_work_columns,
+    floor_notes,
+    measure_interleaved,
+)
 from modelprof.timing.latency import resolve_call, timing_runner
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
 from modelprof.timing.stats import RATIO_ESTIMATOR
@@ -303,6 +308,7 @@ def _timing_attrs(result: Any) -> dict[str, Any]:
         "ratio_estimator": RATIO_ESTIMATOR,
         "notes": [f"latency_x: {RATIO_ESTIMATOR}"],
     }
+    out["notes"] += floor_notes(result.measurements.values())
     few = {name: m.n for name, m in result.measurements.items() if m.undersampled}
     if few:
         runs = ", ".join(f"{name} n={n}" for name, n in few.items())

@@ -100,9 +100,40 @@ def spin_nets(tmp_path: Path) -> Path:
     return f
 
 
-def test_cli_compare_with_one_round_exports_no_interval_as_na(spin_nets, tmp_path, capsys):
-    # a 10 ms budget per model against 15-20 ms calls: one round (one block each), so no
-    # interval exists: "n/a" in every human-readable export, NaN in the raw ones, never "± 0"
+@pytest.fixture
+def no_floor(monkeypatch):
+    """No extension past the budget (as if its cap were spent): a short budget stays short."""
+    import modelprof.timing.sampler as sampler
+
+    monkeypatch.setattr(sampler, "FLOOR_EXTEND_S", 0.0)
+
+
+def test_a_short_budget_is_extended_until_every_model_has_min_samples(spin_nets, capsys):
+    # a 10 ms budget per model against 15-20 ms calls gave one round; the sample floor goes on
+    # in paired rounds to min_samples=10 each (about 10 x 35 ms, far inside the 60 s cap), so
+    # the models rank, and a note says the budget was extended
+    code = main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--budget", "0.01"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "not ranked" not in out
+    assert "the time budget was extended by" in out and "min_samples=10 runs" in out
+    df = compare(
+        {"slow": f"{spin_nets}:slow", "slower": f"{spin_nets}:slower"},
+        budget_s=0.01,
+        roofline=False,
+    )
+    assert (df["latency_n"] >= 10).all() and df["rank"].notna().all()
+    # 15 ms against 20 ms spins: the slower one ranks second, its ratio of medians above 1
+    assert list(df["rank"]) == [1, 2] and df["latency_x"].iloc[1] > 1.0
+    assert any("extended by" in note for note in df.attrs["notes"])
+
+
+def test_cli_compare_with_one_round_exports_no_interval_as_na(
+    spin_nets, tmp_path, capsys, no_floor
+):
+    # a 10 ms budget per model against 15-20 ms calls, no floor extension: one round (one
+    # block each), so no interval exists: "n/a" in every human-readable export, NaN in the raw
+    # ones, never "± 0"
     out = tmp_path / "out"
     code = main(
         [
@@ -141,9 +172,10 @@ def test_cli_compare_with_one_round_exports_no_interval_as_na(spin_nets, tmp_pat
     assert "not ranked" in html
 
 
-def test_an_undersampled_comparison_says_it_cannot_rank(spin_nets, capsys):
-    # one round per model (10 ms budget, 15-20 ms calls): a rank and a 1.3x ratio from one
-    # sample each would read as quotable; neither is stated, and the run itself succeeded
+def test_an_undersampled_comparison_says_it_cannot_rank(spin_nets, capsys, no_floor):
+    # one round per model (10 ms budget, 15-20 ms calls, no floor extension): a rank and a 1.3x
+    # ratio from one sample each would read as quotable; neither is stated, and the run itself
+    # succeeded
     code = main(["compare", f"{spin_nets}:slow", f"{spin_nets}:slower", "--budget", "0.01"])
     assert code == 0
     out = capsys.readouterr().out

@@ -15,6 +15,7 @@ from modelprof.errors import FewSamplesWarning, ModelProfError
 from modelprof.timing import Measurement, measure_latency
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.modes import CPU_FLUSH_BYTES, CacheFlusher, last_level_cache_bytes
+from modelprof.timing.sampler import FLOOR_EXTEND_S
 
 FAST = dict(warmup_s=0.05, budget_s=1.0)
 # microsecond callables with a handful of samples are noisy by nature; one test checks the warning
@@ -290,16 +291,34 @@ def test_model_inputs_are_used_as_given():
         measure_latency(fn, mi, input_size=(3,))
 
 
-def test_a_budget_that_stops_below_min_samples_warns_once_naming_n():
-    # a 20 ms call with a 0.05 s budget: sampling stops after 1 or 2 samples (the budget is
-    # checked against the next call's expected end), far below min_samples=10
+def test_a_budget_that_runs_out_below_min_samples_is_extended_to_the_floor_and_says_so():
+    # a 20 ms call with a 0.05 s budget: the budget stops after 1 or 2 samples (checked against
+    # the next call's expected end); the floor then takes one run per block up to
+    # min_samples=10 (8-9 x ~20 ms, far inside the 30 s cap), and the text states it
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m = measure_latency(lambda: spin(20.0), warmup=1, budget_s=0.05)
+    assert m.stop_reason == "budget" and m.n == 10 and m.min_samples == 10
+    assert not m.undersampled and m.short_reason is None and m.has_interval
+    assert 0 < m.extended_s < FLOOR_EXTEND_S and m.n_blocks >= 9
+    assert "past the budget for min_samples=10" in repr(m)
+    assert not [w for w in rec if issubclass(w.category, FewSamplesWarning)]
+
+
+def test_a_floor_its_cap_cannot_reach_warns_once_naming_n_and_the_cap(monkeypatch):
+    # a cap of 0.03 s leaves room for at most one more 20 ms run: n stays below 10; the
+    # Measurement quotes no median and one warning names n and the cap
+    import modelprof.timing.sampler as sampler
+
+    monkeypatch.setattr(sampler, "FLOOR_EXTEND_S", 0.03)
     with pytest.warns(FewSamplesWarning) as rec:
         m = measure_latency(lambda: spin(20.0), warmup=1, budget_s=0.05)
     assert m.stop_reason == "budget" and m.n < 10
-    assert m.undersampled and m.min_samples == 10
+    assert m.undersampled and m.min_samples == 10 and m.floor_cap_s == 0.03
     few = [w for w in rec if issubclass(w.category, FewSamplesWarning)]
     assert len(few) == 1
-    assert f"n={m.n} sample" in str(few[0].message)
+    assert f"n={m.n} sample" in str(few[0].message) and "at most 0.03 s" in str(few[0].message)
+    assert "no median to quote" in repr(m)
 
 
 def test_repeat_below_min_samples_is_asked_for_and_does_not_warn():

@@ -323,7 +323,9 @@ def test_one_block_states_no_interval_is_undersampled_and_claims_no_stability():
     assert math.isnan(lo) and math.isnan(hi) and math.isnan(m.relative_ci)
     assert m.undersampled is True  # although n=3 >= min_samples=2
     assert m.stable is None  # unknown, not True
-    assert "95% CI n/a" in repr(m) and "stability unknown" in repr(m)
+    # no median is quoted beside a missing interval: the text says why instead
+    assert "no median to quote: no interval from 3 runs in 1 block" in repr(m)
+    assert "stability unknown" in repr(m) and m.short_reason == "no interval from 3 runs in 1 block"
     with pytest.warns(FewSamplesWarning, match="no interval can be stated"):
         m.warn_if_noisy()
     d = json.loads(json.dumps(m.to_dict(), allow_nan=True))

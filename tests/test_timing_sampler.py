@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import FewSamplesWarning, ModelProfError
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.sampler import (
     BLOCK_S,
+    FLOOR_EXTEND_S,
     MAX_BLOCK,
     StopRule,
     WarmRegistry,
@@ -18,6 +20,7 @@ from modelprof.timing.sampler import (
     block_size,
     collect,
     collect_interleaved,
+    hold_floor,
     input_signature,
     relative_ci,
     warm_up,
@@ -280,3 +283,104 @@ def test_interleaved_rounds_shuffle_and_pair_blocks():
     # round 0: a small first block, ceil(4 / 5) = 1 call each; then blocks of 0.1 s:
     # 50 calls of 2 ms, 25 calls of 4 ms -> 1 + 4 x 50 = 201 and 1 + 4 x 25 = 101
     assert got[0].samples_ms.size == 201 and got[1].samples_ms.size == 101
+
+
+def _slow_budget_stop(clock: FakeTime):
+    """300 ms calls under a 1 s budget: 3 samples, one per block (see the test above)."""
+    chunk, calls = chunker([300.0], clock)
+    rule = StopRule(budget_s=1.0, min_samples=10)
+    return chunk, calls, rule, collect(chunk, rule, est_ms=300.0, now=clock)
+
+
+def test_the_sample_floor_holds_past_the_budget_and_says_by_how_much():
+    # the budget stops at 3 of min_samples=10 (0.9 s); hold_floor takes the 7 missing runs one
+    # per block: 7 x 0.3 s = 2.1 s past the budget, well inside its 30 s cap
+    clock = FakeTime()
+    chunk, calls, rule, s = _slow_budget_stop(clock)
+    assert s.n == 3
+    held = hold_floor(chunk, s, rule, now=clock)
+    assert held.n == 10 and calls == [1] * 10
+    assert held.stop_reason == "budget"  # why the adaptive stop ended is kept
+    assert held.extended_s == pytest.approx(2.1) and held.floor_cap_s == FLOOR_EXTEND_S
+    assert list(held.blocks) == list(range(10))  # each extension run its own block
+    m = Measurement(held.samples_ms, **held.fields(rule))
+    assert not m.undersampled and m.short_reason is None and m.has_interval
+    assert "stop=budget (+2.10 s past the budget for min_samples=10)" in repr(m)
+    assert m.to_dict()["extended_s"] == pytest.approx(2.1)
+
+
+def test_a_floor_the_cap_cannot_reach_quotes_no_median_and_says_why():
+    # cap 1 s: 0.3, 0.6, 0.9 s of extension; a 4th run would end at 1.2 s > 1 s -> 6 runs of 10
+    clock = FakeTime()
+    chunk, _, rule, s = _slow_budget_stop(clock)
+    held = hold_floor(chunk, s, rule, cap_s=1.0, now=clock)
+    assert held.n == 6 and held.extended_s == pytest.approx(0.9)
+    m = Measurement(held.samples_ms, label="slow", **held.fields(rule))
+    assert m.undersampled
+    assert m.short_reason == (
+        "6 runs in the time budget and 0.9 s past it (cap 1 s), fewer than min_samples=10"
+    )
+    assert "no median to quote: 6 runs" in repr(m) and "  median " not in repr(m)
+    with pytest.warns(FewSamplesWarning, match=r"n=6 samples .*at most 1 s\) did not reach"):
+        m.warn_if_noisy()
+
+
+def test_the_floor_leaves_a_count_asked_for_and_a_run_at_its_floor_as_they_are():
+    clock = FakeTime()
+    chunk, calls = chunker([300.0], clock)
+    rule = StopRule(repeat=2)
+    s = collect(chunk, rule, est_ms=300.0, now=clock)
+    assert hold_floor(chunk, s, rule, now=clock) is s and s.n == 2  # repeat=2 asked for 2
+    rule = StopRule(budget_s=1.0, min_samples=3)
+    s = collect(chunk, rule, est_ms=300.0, now=clock)
+    assert s.n == 3 and hold_floor(chunk, s, rule, now=clock) is s
+
+
+def _timed(clock: FakeTime, ms: float):
+    def take(k: int) -> np.ndarray:
+        clock.t += ms * k / 1e3
+        return np.full(k, ms)
+
+    return take
+
+
+def test_interleaved_candidates_are_held_to_the_floor_in_paired_rounds():
+    # a 300 ms and a 3 ms candidate, 0.5 s of budget each (1 s in all): the slow one has 2-3
+    # runs when the budget ends; floor rounds go on, every candidate in every round (one
+    # 300 ms run, and 0.1 s / 3 ms = 33 fast runs, a block), until the slow one has 10
+    clock = FakeTime()
+    rule = StopRule(budget_s=0.5, min_samples=10)
+    got = collect_interleaved(
+        [_timed(clock, 300.0), _timed(clock, 3.0)],
+        rule,
+        [300.0, 3.0],
+        np.random.default_rng(0),
+        now=clock,
+    )
+    slow, fast = got
+    assert slow.n == 10 and fast.n >= 10
+    assert slow.stop_reason == fast.stop_reason == "budget"
+    # the rounds stay paired: the same block ids for both
+    assert list(np.unique(slow.blocks)) == list(np.unique(fast.blocks))
+    assert slow.extended_s > 0 and slow.floor_cap_s == 2 * FLOOR_EXTEND_S
+    m = Measurement(slow.samples_ms, **slow.fields(rule))
+    assert not m.undersampled and "past the budget for min_samples=10" in repr(m)
+
+
+def test_interleaved_floor_rounds_stop_at_their_cap(monkeypatch):
+    # a cap of 0.2 s per candidate (0.4 s in all) fits one floor round of 0.3 + 0.1 s: the
+    # slow candidate stays short, and says so
+    import modelprof.timing.sampler as sampler
+
+    monkeypatch.setattr(sampler, "FLOOR_EXTEND_S", 0.2)
+    clock = FakeTime()
+    rule = StopRule(budget_s=0.5, min_samples=10)
+    slow, _ = collect_interleaved(
+        [_timed(clock, 300.0), _timed(clock, 3.0)],
+        rule,
+        [300.0, 3.0],
+        np.random.default_rng(0),
+        now=clock,
+    )
+    m = Measurement(slow.samples_ms, **slow.fields(rule))
+    assert m.n < 10 and m.undersampled and "(cap 0.4 s)" in m.short_reason

@@ -30,7 +30,7 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.runtime.device import device_synchronize
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import collect, warm_up
+from modelprof.timing.sampler import collect, hold_floor, warm_up
 from modelprof.timing.stats import t_quantile
 
 __all__ = ["GenerationTiming", "Slope", "fit_slope", "generation_sampler", "measure_generation"]
@@ -219,7 +219,7 @@ def measure_generation(
     run = generation_sampler(lm, spec, batch, generator)
     n_warm, est = warm_up(run, opts.warmup, False, run.sync)
     run.clear()
-    sampled = collect(run.block, opts.stop, est)
+    sampled = hold_floor(run.block, collect(run.block, opts.stop, est), opts.stop)
     peak = _peak_memory(run, lm.device)
     return timing_from(run, sampled, lm, spec, batch, opts, n_warm, peak)
 

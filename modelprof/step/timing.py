@@ -51,7 +51,7 @@ from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import Sampled, warm_up
+from modelprof.timing.sampler import Sampled, hold_floor, warm_up
 from modelprof.timing.stats import block_medians, paired_ratio
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
@@ -571,7 +571,11 @@ def time_step(
     memory_stats = MemoryStats.parse(memory_stats, inputs.device)
     with StepTimer(model, inputs, spec, mode, options=opts) as timer:
         est = timer.warm()
-        sampled = timer._guarded(lambda: opts.sample(timer.sample_block, est, "training step"))
+        sampled = timer._guarded(
+            lambda: hold_floor(
+                timer.sample_block, opts.sample(timer.sample_block, est, "training step"), opts.stop
+            )
+        )
         inst, inst_sampled = timer.instrumented(n_calls)
         peak = timer.peak_memory(memory_stats) if memory_stats is not None else None
     got = timer.measurements(sampled, t_begin)

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -34,6 +34,7 @@ __all__ = [
     "Candidate",
     "LatencyComparison",
     "cpu_work_columns",
+    "floor_notes",
     "measure_interleaved",
     "measure_latencies",
 ]
@@ -184,6 +185,19 @@ def _ratios(
         _, med = block_medians(m.samples_ms, m.blocks)
         out[name] = ratio_of_medians(m.samples_ms, base.samples_ms, med, base_med, m.confidence)
     return out
+
+
+def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
+    """A sentence when the interleaved rounds went on past the budget to give every candidate
+    ``min_samples`` runs (the sample floor); none when they did not."""
+    extended = [m for m in measurements if m.extended_s > 0]
+    if not extended:
+        return []
+    m = max(extended, key=lambda m: m.extended_s)
+    return [
+        f"the time budget was extended by {m.extended_s:.1f} s (at most {m.floor_cap_s:g} s) "
+        f"so that every candidate has min_samples={m.min_samples} runs"
+    ]
 
 
 def cpu_work_columns(result: LatencyComparison, name: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from modelprof.timing.clock import clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, Sampled, input_signature, warm_up
+from modelprof.timing.sampler import WARMED, Sampled, hold_floor, input_signature, warm_up
 
 __all__ = ["TimedCall", "measure_latency", "resolve_call", "timing_runner"]
 
@@ -415,6 +415,7 @@ def measure_latency(
         ) as tc,
     ):
         sampled = opts.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
+        sampled = hold_floor(tc.sample_block, sampled, opts.stop)  # min_samples, past the budget
     m = tc.measurement(sampled, t_begin)
     if opts.warn:
         m.warn_if_noisy()

@@ -19,8 +19,11 @@ Conventions, stated once:
 * ``stable`` is True only when the run could judge it: three blocks or more (a trend needs them)
   and an interval narrower than ±``JUDGE_MAX_RELATIVE_CI`` (a trend cannot exceed a wider one);
   otherwise ``None`` (unknown, falsy), never True;
-* a time budget may stop sampling below ``min_samples``: ``undersampled`` says so too, and one
-  warning names n;
+* the sample floor: a time budget that runs out below ``min_samples`` is extended, one run per
+  block, by at most ``FLOOR_EXTEND_S`` (30 s; ``extended_s`` says how long it took, the text
+  states it); a run still short after that is ``undersampled``, quotes no median
+  (``short_reason`` says why, ``median_ms`` is then only the median of the runs taken) and
+  warns once naming n;
 * ``cpu_ms`` (on the CPU): the CPU time of each sample, read beside the wall clock
   (``cpu_clock`` says which: ``"thread_time"`` for one intra-op thread, ``"process_time"`` for
   several); ``wall_over_cpu`` and ``loaded`` say whether the machine's load stretched the wall
@@ -69,7 +72,8 @@ LOADED_WALL_OVER_CPU = 1.15
 
 # what ``to_dict`` and ``stats`` give, in their order, each the attribute of that name
 _METADATA = (
-    "label device batch_size warmup stop_reason precision confidence compile_ms wall_s min_samples"
+    "label device batch_size warmup stop_reason precision confidence compile_ms wall_s min_samples "
+    "extended_s floor_cap_s"
 ).split()
 _SPREAD = "n mean_ms std_ms median_ms min_ms max_ms p90_ms p95_ms p99_ms iqr_ms cv".split()
 _JUDGED = (
@@ -114,6 +118,8 @@ class Measurement:
     min_samples: int | None = None
     cpu_ms: np.ndarray | None = None
     cpu_clock: str | None = None
+    extended_s: float = 0.0
+    floor_cap_s: float | None = None
     _warned: bool = dataclasses.field(default=False, init=False, repr=False)
     _independent: bool = dataclasses.field(default=False, init=False, repr=False)
 
@@ -291,6 +297,35 @@ class Measurement:
         )
 
     @property
+    def short_reason(self) -> str | None:
+        """Why no median of this run is to be quoted (None when one is): too few runs for an
+        interval, or fewer than ``min_samples`` even after extending the budget."""
+        if not self.undersampled:
+            return None
+        if not self.has_interval:
+            return f"no interval from {_plural(self.n, 'run')} in {_plural(self.n_blocks, 'block')}"
+        past = (
+            f" and {self.extended_s:.1f} s past it (cap {self.floor_cap_s:g} s)"
+            if self.floor_cap_s is not None
+            else ""
+        )
+        return (
+            f"{_plural(self.n, 'run')} in the time budget{past}, fewer than "
+            f"min_samples={self.min_samples}"
+        )
+
+    @property
+    def stop_text(self) -> str:
+        """Why sampling stopped, in words: the reason, and the extension past the budget that
+        held the sample floor."""
+        text = self.stop_reason
+        if self.extended_s > 0:
+            text += (
+                f" (+{self.extended_s:.2f} s past the budget for min_samples={self.min_samples})"
+            )
+        return text
+
+    @property
     def ci_half_width_ms(self) -> float:
         lo, hi = self.median_ci_ms
         return (hi - lo) / 2.0
@@ -395,10 +430,16 @@ class Measurement:
                 "stated (it is NaN) and stability cannot be judged. Raise budget_s (or repeat=) "
                 "for two blocks or more"
             )
+        past = (
+            f", and {self.extended_s:.1f} s past it (at most {self.floor_cap_s:g} s) did not "
+            "reach the floor"
+            if self.floor_cap_s is not None
+            else ""
+        )
         return (
             f"the time budget allowed only n={self.n} sample{s} "
-            f"(min_samples={self.min_samples}); its interval is wide. Raise budget_s, or "
-            "pass repeat= to ask for a fixed count"
+            f"(min_samples={self.min_samples}){past}; no median to quote. Raise budget_s, or "
+            "pass repeat= (or a lower min_samples) to ask for fewer runs on purpose"
         )
 
     @property
@@ -468,13 +509,19 @@ class Measurement:
             else "95% CI n/a"
         )
         spread = f" ± {format_ms(self.std_ms)}" if self.n > 1 else ""
+        headline = (
+            f"  median {format_ms(self.median_ms)} ({ci}), mean {format_ms(self.mean_ms)}{spread}"
+            if self.short_reason is None or self.stop_reason == "repeat"
+            else f"  no median to quote: {self.short_reason} (the runs taken: median "
+            f"{format_ms(self.median_ms)}, mean {format_ms(self.mean_ms)})"
+        )
         lines = [
             head,
-            f"  median {format_ms(self.median_ms)} ({ci}), mean {format_ms(self.mean_ms)}{spread}",
+            headline,
             f"  min {format_ms(self.min_ms)}, p90 {format_ms(self.p90_ms)}, p99 {format_ms(self.p99_ms)}, "
             f"max {format_ms(self.max_ms)}, IQR {format_ms(self.iqr_ms)}, CV {self.cv:.1%}",
             f"  n={self.n} in {_plural(self.n_blocks, 'block')} after "
-            f"{self.warmup} warm-up, stop={self.stop_reason}, "
+            f"{self.warmup} warm-up, stop={self.stop_text}, "
             f"{_plural(self.outliers, 'outlier')}, {self.fps:,.1f} fps"
             + (f", drift {self.drift_pct:+.1f} %" if self.drift_pct is not None else "")
             + (", UNSTABLE" if self.stable is False else "")

@@ -13,10 +13,13 @@ Sampling (``collect``): samples come in *blocks* of back-to-back calls, each abo
 ``repeat=<int>`` takes exactly that many samples. Otherwise blocks come until the block-aware 95 %
 interval of the median (``modelprof.timing.stats``) is within ``±precision`` of the median, after at
 least ``min_samples`` samples in at least ``min_blocks`` blocks; bounded by ``budget_s`` of
-sampling time (warm-up and compilation not included) and by ``max_samples``. A budget that ends
-sampling below ``min_samples`` is reported by the Measurement (``undersampled``, one warning); only
-``repeat=`` asks for fewer samples on purpose. ``collect_interleaved`` measures several callables
-in rounds of one block each, in a shuffled order per round.
+sampling time (warm-up and compilation not included) and by ``max_samples``. The sample floor:
+a budget that ends sampling below ``min_samples`` is extended (``hold_floor``: one run per block;
+``collect_interleaved``: more paired rounds) by at most ``FLOOR_EXTEND_S`` seconds (per
+candidate); what is still short is reported by the Measurement (``undersampled``, no median to
+quote, one warning). Only ``repeat=`` (or a lower ``min_samples``) asks for fewer samples on
+purpose. ``collect_interleaved`` measures several callables in rounds of one block each, in a
+shuffled order per round.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ __all__ = [
     "WarmupPolicy",
     "collect",
     "extend",
+    "FLOOR_EXTEND_S",
+    "hold_floor",
     "input_signature",
     "warm_up",
 ]
@@ -81,6 +86,10 @@ DEFAULT_MAX_SAMPLES = 100_000
 DEFAULT_MIN_BLOCKS = 6
 BLOCK_S = 0.1
 MAX_BLOCK = 1000
+#: The most seconds sampling goes on past ``budget_s`` (per candidate, when interleaved) to
+#: reach ``min_samples`` when the budget ran out first (``hold_floor``); what is still short
+#: is ``undersampled`` and says why.
+FLOOR_EXTEND_S = 30.0
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -179,6 +188,10 @@ class Sampled:
     timestamps_s: np.ndarray
     stop_reason: str
     wall_s: float
+    #: seconds sampled past the budget to reach ``min_samples`` (``hold_floor``), and the cap
+    #: that extension had (None: not extended)
+    extended_s: float = 0.0
+    floor_cap_s: float | None = None
 
     @property
     def n(self) -> int:
@@ -186,13 +199,16 @@ class Sampled:
 
     def fields(self, rule: StopRule) -> dict[str, Any]:
         """The keywords every Measurement of these samples shares: why sampling stopped, the
-        precision and sample count ``rule`` asked for (none with ``repeat``), the blocks."""
+        precision and sample count ``rule`` asked for (none with ``repeat``), the blocks, and
+        the extension past the budget that held the sample floor."""
         return dict(
             stop_reason=self.stop_reason,
             precision=None if rule.repeat is not None else rule.precision,
             min_samples=rule.promised_min,
             blocks=self.blocks,
             timestamps_s=self.timestamps_s,
+            extended_s=self.extended_s,
+            floor_cap_s=self.floor_cap_s,
         )
 
 
@@ -387,20 +403,93 @@ def collect_interleaved(
         log.wall_ms = est
     r = 0
     while True:
-        round_start = now()
-        ks = agree.least([_round_block(rule, log, r) for log in logs])
-        for i in rng.permutation(m):
-            if ks[i] > 0:
-                t = now()
-                got = samplers[i](ks[i])
-                logs[i].add(got, t, now(), block=r)
-        round_s = now() - round_start
+        round_s = _run_round(samplers, logs, [_round_block(rule, log, r) for log in logs], r, rng)
         r += 1
         if on_round is not None:
             on_round(min(log.n for log in logs), now() - t0)
         reason = _round_stop(logs, rule, r, (now() - t0 + round_s) > rule.budget_s * m, agree)
         if reason is not None:
-            return [log.result(reason, now() - t0) for log in logs]
+            break
+    cap = FLOOR_EXTEND_S * m
+    extended = _floor_rounds(samplers, logs, rule, r, rng, cap, now, on_round)
+    return [
+        dataclasses.replace(
+            log.result(reason, now() - t0),
+            extended_s=extended,
+            floor_cap_s=cap if extended > 0 else None,
+        )
+        for log in logs
+    ]
+
+
+def _run_round(
+    samplers: Sequence[Callable[[int], np.ndarray]],
+    logs: Sequence[BlockLog],
+    ks: list[int],
+    r: int,
+    rng: np.random.Generator,
+    now: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Round ``r``: ``ks[i]`` samples of candidate ``i`` (none at 0), in a shuffled order, each
+    logged as its block ``r`` (the same on every rank: ``ks`` agreed). Returns its seconds."""
+    ks = decisions().least(ks)
+    start = now()
+    for i in rng.permutation(len(samplers)):
+        if ks[i] > 0:
+            t = now()
+            got = samplers[i](ks[i])
+            logs[i].add(got, t, now(), block=r)
+    return now() - start
+
+
+def _floor_rounds(
+    samplers: Sequence[Callable[[int], np.ndarray]],
+    logs: Sequence[BlockLog],
+    rule: StopRule,
+    r: int,
+    rng: np.random.Generator,
+    cap_s: float,
+    now: Callable[[], float],
+    on_round: Callable[[int, float], None] | None,
+) -> float:
+    """The sample floor of an interleaved comparison: while a candidate is below
+    ``min_samples`` (its budget spent), more rounds, each as long as about one run of the
+    slowest short candidate for every candidate (so the pairing of rounds holds), never one
+    that would end past ``cap_s`` seconds. Returns the seconds they took (0: none was needed)."""
+    need = rule.promised_min
+    if need is None:
+        return 0.0
+    t0 = now()
+    agree = decisions()
+    ran = False
+    while True:
+        ks = _floor_block(logs, need, rule.max_samples)
+        round_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
+        if not agree.every(bool(ks) and (now() - t0) + round_ms / 1e3 <= cap_s):
+            break
+        _run_round(samplers, logs, ks, r, rng, now)
+        r, ran = r + 1, True
+        if on_round is not None:
+            on_round(min(log.n for log in logs), now() - t0)
+    return now() - t0 if ran else 0.0
+
+
+def _floor_block(logs: Sequence[BlockLog], need: int, cap: int) -> list[int]:
+    """Each candidate's block in a floor round: the time of one run of the slowest candidate
+    short of ``need`` (at least one run each, a block at most); empty when none is short."""
+    short = [log.wall_ms or 0.0 for log in logs if log.n < need]
+    if not short:
+        return []
+    slow_ms = max(short)
+    return [
+        max(0, min(cap - log.n, max(1, min(block_size(log.wall_ms), _fit(slow_ms, log.wall_ms)))))
+        for log in logs
+    ]
+
+
+def _fit(total_ms: float, each_ms: float | None) -> int:
+    """How many runs of ``each_ms`` fit in ``total_ms`` (1 without an estimate)."""
+    return int(total_ms / each_ms) if each_ms else 1
 
 
 def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
@@ -484,6 +573,27 @@ def extend(
         sampled.wall_s + spent,
     )
     return merged, spent
+
+
+def hold_floor(
+    sample_block: Callable[[int], np.ndarray],
+    sampled: Sampled,
+    rule: StopRule,
+    cap_s: float | None = None,
+    now: Callable[[], float] = time.perf_counter,
+    on_block: Callable[[int, float], None] | None = None,
+) -> Sampled:
+    """The sample floor: a sampling that its budget stopped below ``rule.min_samples`` goes on,
+    one run per block (``extend``), until it has them or ``cap_s`` (``FLOOR_EXTEND_S``) more
+    seconds would be passed; the seconds it took and the cap are kept on the result
+    (``extended_s``, ``floor_cap_s``), which a Measurement states. ``repeat=`` (a count asked
+    for) and a sampling at its floor come back as they are."""
+    need = rule.promised_min
+    cap = FLOOR_EXTEND_S if cap_s is None else float(cap_s)
+    if need is None or sampled.n >= need or cap <= 0:
+        return sampled
+    merged, spent = extend(sample_block, sampled, need, cap, now, on_block)
+    return dataclasses.replace(merged, extended_s=sampled.extended_s + spent, floor_cap_s=cap)
 
 
 def warm_up(
