@@ -10,9 +10,10 @@ as Megatron with sequence parallelism does; KV heads split across at most ``kv_h
                      context x batch) / min(tp, kv_heads) + the largest activation of a prefill
                      (one leaf call's inputs + outputs, as counted; not divided)
     training         weights Psi x b, gradients Psi x b, fp32 master weights 4 Psi under mixed
-                     precision (b < 4), optimizer state (a torch optimizer's own, read from one
-                     step of it; by name Adam: 2 states, SGD with momentum 1, plain SGD 0; fp32
-                     under mixed precision, plus Adam's 4-byte ``step`` per parameter tensor),
+                     precision (b < 4), optimizer state (a torch optimizer's own, sized from
+                     the shapes of its real state after one step, ``step.optimizer_state``;
+                     by name Adam: 2 states, SGD with momentum 1, plain SGD 0; fp32 under
+                     mixed precision, plus Adam's 4-byte ``step`` per parameter tensor),
                      and the tensors saved for the backward as counted by
                      ``profile(..., backward=True)`` on meta; each / tp, then sharded over
                      ``ranks``: ZeRO-1 the optimizer state and master weights, ZeRO-2 also the
@@ -28,8 +29,9 @@ buffers, and temporaries of the backward beyond the saved tensors.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import difflib
+import inspect
 import math
 from typing import Any
 
@@ -42,17 +44,11 @@ from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.profile import profile
 from modelprof.render.units import format_bytes
 from modelprof.runtime.inputs import parse_dtype
+from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
 
 __all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 
-#: optimizer state tensors per parameter element, and bytes of scalar state per tensor
-OPTIMIZER_STATES: dict[str, tuple[int, int]] = {
-    "adam": (2, 4),
-    "adamw": (2, 4),
-    "sgd": (0, 0),
-    "sgd_momentum": (1, 0),
-}
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = (
@@ -70,12 +66,14 @@ COMPONENTS = (
 class FitReport:
     """``table``: bytes per rank, one column per plan, rows the components, then ``total``,
     ``memory`` (the device's), ``headroom`` (memory - total) and ``fits`` (1 yes, 0 no).
-    ``device``: the datasheet entry taken, with ``matched_from`` the name given."""
+    ``device``: the datasheet entry taken, with ``matched_from`` the name given; ``model``:
+    the class counted (the module given, or the one built from a config)."""
 
     table: pd.DataFrame
     device: str
     matched_from: str
     notes: tuple[str, ...]
+    model: str = ""
 
     def fits(self, plan: str) -> bool:
         if plan not in self.table.columns:
@@ -89,6 +87,7 @@ class FitReport:
         head = f"device {self.device}" + (
             f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
         )
+        head += f"; model {self.model}" if self.model else ""
         return "\n".join([head, shown.to_string(), *(f"note: {n}" for n in self.notes)])
 
     def __repr__(self) -> str:
@@ -104,8 +103,7 @@ class _Spec:
     context: int
     tp: int
     ranks: int
-    states: int
-    step_scalars: int  # bytes of scalar state per parameter tensor (Adam's ``step``)
+    optimizer: OptimizerState
     mixed: bool
 
 
@@ -132,7 +130,7 @@ def fit(
     from one step); ``mixed_precision``: default on for 16-bit ``dtype``."""
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     key, memory = _memory(device, memory_bytes)
-    model, config = _meta_model(model_or_config)
+    model, config, built = _model(model_or_config)
     shapes = [tuple(p.shape) for p in {id(p): p for p in model.parameters()}.values()]
     counts = _counted(model, config, spec, training)
     cols = {"inference": _inference(model, config, spec, shapes, counts)}
@@ -149,7 +147,8 @@ def fit(
         table,
         key,
         device if isinstance(device, str) else key,
-        _notes(spec, key, training, counts, config is None),
+        _notes(spec, key, training, counts, built),
+        type(model).__name__,
     )
 
 
@@ -162,44 +161,11 @@ def _spec(
     dt = parse_dtype(dtype)
     if dt is None or not dt.is_floating_point:
         raise ModelProfError(f"dtype={dtype!r} must be a floating dtype")
-    states, scalars = optimizer_states(optimizer)
+    state = optimizer_states(optimizer)
     mixed = dt.itemsize < 4 if mixed is None else mixed
     if not isinstance(mixed, bool):
         raise ModelProfError(f"mixed_precision={mixed!r} must be True, False or None")
-    return _Spec(dt, batch, context, tp, ranks, states, scalars, mixed)
-
-
-def optimizer_states(optimizer: Any) -> tuple[int, int]:
-    """(state tensors per parameter element, bytes of scalar state per parameter tensor) of
-    ``optimizer``: a name of :data:`OPTIMIZER_STATES`, or a ``torch.optim.Optimizer`` class or
-    instance, whose state is read from one step of it on a 3-element float32 parameter (with
-    the instance's options)."""
-    if isinstance(optimizer, str):
-        if optimizer not in OPTIMIZER_STATES:
-            raise ModelProfError(
-                f"optimizer={optimizer!r} is not one of "
-                f"{sorted(OPTIMIZER_STATES)}, nor a torch optimizer"
-            )
-        return OPTIMIZER_STATES[optimizer]
-    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    if not issubclass(cls, torch.optim.Optimizer):
-        raise ModelProfError(
-            f"optimizer={optimizer!r} must be a name or a torch.optim optimizer (class or instance)"
-        )
-    options = (
-        {}
-        if isinstance(optimizer, type)
-        else {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
-    )
-    p = torch.zeros(3, requires_grad=True)
-    p.grad = torch.ones(3)
-    probe = cls([p], **options)
-    probe.step()
-    state = [t for t in probe.state[p].values() if isinstance(t, torch.Tensor)]
-    return (
-        sum(t.numel() == 3 for t in state),
-        sum(t.element_size() for t in state if t.numel() == 1),
-    )
+    return _Spec(dt, batch, context, tp, ranks, state, mixed)
 
 
 def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
@@ -215,58 +181,160 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
     return device_memory(device)
 
 
-def _meta_model(obj: Any) -> tuple[nn.Module, Any]:
-    """A meta-device model and its config (None for a plain module)."""
+def _model(obj: Any) -> tuple[nn.Module, Any, str | None]:
+    """The module to count and its transformers config (None for a plain module). A module is
+    counted as given (its own head and adapters; the counting pass runs it on meta); a config
+    (an instance, a config class, or a dict with ``model_type``) is built on meta, and the
+    class built is named (the third item; None for a module)."""
     if isinstance(obj, nn.Module):
         config = getattr(obj, "config", None)
-        if all(p.device.type == "meta" for p in obj.parameters()):
-            return obj, config
-        with torch.device("meta"):
-            model = _from_config(config) if config is not None else copy.deepcopy(obj).to("meta")
-            return model, config
-    if hasattr(obj, "to_dict") and hasattr(obj, "model_type"):
-        with torch.device("meta"):
-            return _from_config(obj), obj
+        return obj, (config if _is_config(config) else None), None
+    config = _as_config(obj)
+    model = _from_config(config)
+    return model, config, type(model).__name__
+
+
+def _is_config(obj: Any) -> bool:
+    return hasattr(obj, "to_dict") and hasattr(obj, "model_type") and not isinstance(obj, type)
+
+
+def _as_config(obj: Any) -> Any:
+    """A transformers config from a config, a config class (its defaults) or a dict."""
+    if _is_config(obj):
+        return obj
+    if isinstance(obj, type) and hasattr(obj, "model_type") and hasattr(obj, "to_dict"):
+        return _built_config(obj.__name__, obj)
+    if isinstance(obj, dict):
+        kind = obj.get("model_type")
+        if not isinstance(kind, str):
+            raise ModelProfError(
+                f"fit() of a dict config needs its 'model_type' (e.g. 'llama'); got keys "
+                f"{sorted(map(str, obj))[:8]}"
+            )
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if kind not in CONFIG_MAPPING:
+            near = difflib.get_close_matches(kind, list(CONFIG_MAPPING.keys()), n=3)
+            raise ModelProfError(
+                f"fit(): model_type={kind!r} is not a transformers model type"
+                + (f"; did you mean {', '.join(map(repr, near))}?" if near else "")
+            )
+        rest = {k: v for k, v in obj.items() if k != "model_type"}
+        return _built_config(f"model_type={kind!r}", lambda: CONFIG_MAPPING[kind](**rest))
     raise ModelProfError(
-        f"fit() takes an nn.Module or a transformers config, got {type(obj).__name__}"
+        f"fit() takes an nn.Module or a transformers config (an instance, a class or a dict "
+        f"with 'model_type'), got {type(obj).__name__}"
     )
 
 
+def _built_config(what: str, make: Any) -> Any:
+    try:
+        return make()
+    except Exception as e:  # noqa: BLE001 - the config's own refusal, named
+        raise ModelProfError(f"fit(): config {what} cannot be made: {_first_line(e)}") from e
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of the error at the root of ``error``'s causes, with its type."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+#: the transformers auto classes a config is built with, in order: an encoder-decoder as one
+#: (speech, then text), anything else as a causal LM, then as its bare model
+_AUTO_ENCODER_DECODER = ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM")
+_AUTO_DECODER = ("AutoModelForCausalLM",)
+_AUTO_LAST = ("AutoModel",)
+
+
 def _from_config(config: Any) -> nn.Module:
+    """The model of ``config`` on meta: the first auto class of ``_AUTO_*`` that maps its
+    config class; refused, named, when none does or the build fails."""
     # transformers is an optional extra: imported only for a config
     import transformers
 
-    return transformers.AutoModelForCausalLM.from_config(config)
+    first = _AUTO_ENCODER_DECODER if getattr(config, "is_encoder_decoder", False) else _AUTO_DECODER
+    for name in (*first, *_AUTO_LAST):
+        auto = getattr(transformers, name, None)
+        if auto is None or type(config) not in auto._model_mapping:
+            continue
+        with torch.device("meta"):
+            try:
+                return auto.from_config(config)
+            except Exception as e:  # noqa: BLE001 - a config its class refuses, named
+                raise ModelProfError(
+                    f"fit(): {type(config).__name__} cannot build {name}: {_first_line(e)}"
+                ) from e
+    raise ModelProfError(
+        f"fit(): transformers {transformers.__version__} has no model class for "
+        f"{type(config).__name__} (tried {', '.join((*first, *_AUTO_LAST))}); pass the module"
+    )
 
 
-def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, int]:
+def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, Any] | None:
+    """The keyword inputs of the counted prefill (or, with ``training``, step): token ids of
+    ``batch_size`` x ``context`` (an encoder-decoder's decoder: one start token for the
+    prefill, ``context`` tokens for the step); the logits of the last token only when the
+    forward can say so. None when the forward takes no ``input_ids``."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    if "input_ids" not in params or getattr(model, "main_input_name", "input_ids") != "input_ids":
+        return None
+    shape = (spec.batch_size, spec.context)
+    inputs: dict[str, Any] = {"input_ids": torch.zeros(shape, dtype=torch.long, device="meta")}
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        decoder = shape if training else (spec.batch_size, 1)
+        inputs["decoder_input_ids"] = torch.zeros(decoder, dtype=torch.long, device="meta")
+    elif not training and "logits_to_keep" in params:
+        inputs["logits_to_keep"] = 1
+    return inputs
+
+
+def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, Any]:
     """The largest activation of a prefill, the bytes saved for the backward and, of those,
     the ones saved by rows that ran attention as matmuls and a softmax: counted on meta at
-    ``batch_size`` x ``context`` tokens (a model without a config: none counted)."""
-    if config is None:
-        return {"activation": 0, "saved": 0, "saved_attention": 0}
-    ids = torch.zeros(spec.batch_size, spec.context, dtype=torch.long, device="meta")
+    ``batch_size`` x ``context`` tokens. None counted for a model without a config or whose
+    forward takes no token ids (``skipped`` says why), nor when the forward fails there."""
+    counts: dict[str, Any] = {"activation": 0, "saved": 0, "saved_attention": 0, "skipped": None}
+    prefill_inputs = _count_inputs(model, spec, training=False)
+    if config is None or prefill_inputs is None:
+        counts["skipped"] = (
+            "a module without a transformers config: no KV cache and no activations "
+            "counted (weights and training state only)"
+            if config is None
+            else f"{type(model).__name__} reads "
+            f"{getattr(model, 'main_input_name', 'other inputs')!r}, not token ids that fit "
+            "makes: no activations counted"
+        )
+        return counts
 
     def count(inputs: dict[str, Any], backward: bool) -> Any:
         return profile(
             model, inputs=inputs, device="meta", dtype=spec.dtype, timing=False, backward=backward
         )
 
-    prefill = count({"input_ids": ids, "logits_to_keep": 1}, backward=False)
-    saved = attention = 0
-    if training:
-        step = count({"input_ids": ids}, backward=True)
-        saved = int(step.totals["saved_bytes"])
-        attention = sum(
-            int(r.saved_bytes or 0)
-            for r in step.rows
-            if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op}
+    try:
+        prefill = count(prefill_inputs, backward=False)
+        counts["activation"] = int(prefill.memory.working_set_bytes)
+        if training:
+            step = count(_count_inputs(model, spec, training=True) or {}, backward=True)
+            counts["saved"] = int(step.totals["saved_bytes"])
+            counts["saved_attention"] = sum(
+                int(r.saved_bytes or 0)
+                for r in step.rows
+                if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op}
+            )
+    except ModelProfError as e:
+        counts.update(activation=0, saved=0, saved_attention=0)
+        counts["skipped"] = (
+            f"no activations counted: {type(model).__name__}'s forward failed on meta at "
+            f"batch {spec.batch_size} x context {spec.context} ({_first_line(e)})"
         )
-    return {
-        "activation": int(prefill.memory.working_set_bytes),
-        "saved": saved,
-        "saved_attention": attention,
-    }
+    return counts
 
 
 def _inference(
@@ -297,18 +365,29 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
         return -(-elements(sharded) * size // spec.tp)
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
-    step = spec.step_scalars * len(shapes)  # Adam's step: a float32 per tensor
     return {
         "weights": per_rank(stage >= 3, b),
         "master_weights": per_rank(stage >= 1, 4) if spec.mixed else 0,
         "gradients": per_rank(stage >= 2, b),
-        "optimizer_state": spec.states * per_rank(stage >= 1, state_size) + step,
+        "optimizer_state": _state_bytes(spec, shapes, stage >= 1, state_size),
         "saved_activations": -(-counts["saved"] // spec.tp),
     }
 
 
+def _state_bytes(spec: _Spec, shapes: list, sharded: bool, state_size: int) -> int:
+    """The optimizer's state per rank: sized from each parameter's shape (its shard's, dim 0
+    split as FSDP2 splits it, when ``sharded``); what scales with the parameter / tp, the fixed
+    bytes (Adam's ``step``) once per tensor."""
+    n = spec.ranks if sharded else 1
+    scaled = fixed = 0
+    for s in shapes:
+        a, f = spec.optimizer.nbytes((-(-s[0] // n), *s[1:]) if s else s, state_size)
+        scaled, fixed = scaled + a, fixed + f
+    return -(-scaled // spec.tp) + fixed
+
+
 def _notes(
-    spec: _Spec, key: str, training: bool, counts: dict[str, int], plain: bool
+    spec: _Spec, key: str, training: bool, counts: dict[str, Any], built: str | None
 ) -> tuple[str, ...]:
     """What the table assumes and leaves out, in words."""
     notes = [
@@ -320,12 +399,14 @@ def _notes(
             else ""
         )
     ]
-    if plain:
+    if built is not None:
         notes.insert(
             0,
-            "a module without a transformers config: no KV cache and no "
-            "activations counted (weights and training state only)",
+            f"counted {built}, built from the config on meta (pass a module to count "
+            "another head or your own additions)",
         )
+    if counts["skipped"] is not None:
+        notes.insert(0, counts["skipped"])
     if counts["saved_attention"]:
         notes.append(
             f"of the saved activations, "

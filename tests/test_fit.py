@@ -226,11 +226,13 @@ def test_memory_estimate_prints_human_units_and_stays_numeric():
 def test_the_optimizers_own_state_is_read_from_one_step():
     from modelprof.fit import optimizer_states
 
-    assert optimizer_states(torch.optim.Adam) == (2, 4)  # exp_avg, exp_avg_sq; float step
-    assert optimizer_states(torch.optim.SGD) == (0, 0)
+    # (bytes that scale with a 6 x 10 parameter at 4 bytes a state element, fixed bytes)
+    assert optimizer_states(torch.optim.Adam).nbytes((6, 10), 4) == (2 * 60 * 4, 4)  # m, v; step
+    assert optimizer_states(torch.optim.SGD).nbytes((6, 10), 4) == (0, 0)
     p = torch.nn.Parameter(torch.zeros(2))
-    assert optimizer_states(torch.optim.SGD([p], lr=0.1, momentum=0.9)) == (1, 0)
-    assert optimizer_states(torch.optim.Adagrad) == (1, 4)  # sum of squares; step
+    sgd_m = optimizer_states(torch.optim.SGD([p], lr=0.1, momentum=0.9))
+    assert sgd_m.nbytes((6, 10), 4) == (60 * 4, 0)  # one momentum buffer
+    assert optimizer_states(torch.optim.Adagrad).nbytes((6, 10), 4) == (60 * 4, 4)  # sum; step
     cfg = small_llama()
     sgd = fit(cfg, context=8, optimizer=torch.optim.SGD([p], lr=0.1, momentum=0.9))
     # one momentum buffer per element, fp32 under mixed precision: 4 x 74,688
@@ -258,3 +260,122 @@ def test_every_fit_option_has_help():
     sub = next(a for a in parser._actions if a.dest == "command").choices["fit"]
     for action in sub._actions:
         assert action.help, f"fit: {action.option_strings or action.dest} has no help"
+
+
+def test_a_module_is_counted_as_given_not_rebuilt_from_its_config():
+    cfg = small_llama()
+    classifier = transformers.LlamaForSequenceClassification(cfg)
+    report = fit(classifier, context=16, training=False)
+    # the causal LM's 74,688 parameters less its 101 x 64 LM head, plus the 2 x 64 score
+    # head (no bias): 68,352 elements x 2 bytes (bf16); the old rebuild counted 149,376
+    assert report.table.loc["weights", "inference"] == (74_688 - 101 * 64 + 2 * 64) * 2
+    assert report.model == "LlamaForSequenceClassification"
+    assert "model LlamaForSequenceClassification" in str(report)
+    lm = transformers.LlamaForCausalLM(cfg)
+    lm.adapter = torch.nn.Linear(64, 8)  # the user's own addition: 64 x 8 + 8 elements
+    added = fit(lm, context=16, dtype=torch.float32, mixed_precision=False, training=False)
+    assert added.table.loc["weights", "inference"] == (74_688 + 520) * 4
+    assert next(lm.parameters()).device.type == "cpu"  # counted on meta, given back as is
+    # a forward that fails on meta at these inputs (no pad token at batch 2) leaves the
+    # activations out, and says why, instead of counting another model
+    batch2 = fit(classifier, context=16, batch_size=2, training=False)
+    assert batch2.table.loc["activation", "inference"] == 0
+    assert "padding token" in batch2.notes[0]
+
+
+def test_a_config_builds_the_class_that_maps_it_and_says_which():
+    t5 = transformers.T5Config(d_model=64, d_ff=96, num_layers=2, num_heads=4, d_kv=16)
+    report = fit(t5, context=16)  # no causal-LM class: an encoder-decoder is built as one
+    assert report.model == "T5ForConditionalGeneration"
+    assert any(
+        "counted T5ForConditionalGeneration, built from the config" in n for n in report.notes
+    )
+    # T5's decoder caches K and V: 2 x 2 layers x 4 heads x 16 (d_kv) x 2 bytes x 16 tokens
+    assert report.table.loc["kv_cache", "inference"] == 2 * 2 * 4 * 16 * 2 * 16
+    by_class = fit(transformers.LlamaConfig, context=8, training=False)  # its defaults
+    assert by_class.model == "LlamaForCausalLM"
+    as_dict = fit({"model_type": "llama", **small_llama().to_diff_dict()}, context=16)
+    assert as_dict.table.equals(fit(small_llama(), context=16).table)
+    with pytest.raises(ModelProfError, match="model_type='lama'.*'llama'"):
+        fit({"model_type": "lama"})
+    with pytest.raises(ModelProfError, match="needs its 'model_type'"):
+        fit({"hidden_size": 64})
+    with pytest.raises(ModelProfError, match=r"hidden size \(30\)"):
+        fit({"model_type": "llama", "hidden_size": 30, "num_attention_heads": 4})
+
+
+def test_the_command_line_counts_an_encoder_decoder(capsys):
+    spec = "T5Config:d_model=64,d_ff=96,num_layers=2,num_heads=4,d_kv=16"
+    assert main(["fit", spec, "--context", "16"]) == 0
+    assert "model T5ForConditionalGeneration" in capsys.readouterr().out
+
+
+def _real_state_bytes(model, opt, steps=1):
+    """Bytes of every tensor in ``opt``'s state after ``steps`` real steps on ``model``."""
+
+    def closure():
+        opt.zero_grad()
+        loss = model(input_ids=torch.randint(0, 101, (2, 8))).logits.float().pow(2).mean()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    total = 0
+    for state in opt.state.values():
+        for v in state.values():
+            for t in v if isinstance(v, list) else [v]:
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+    return total
+
+
+def _fit_state(cfg, optimizer):
+    plain = {"dtype": torch.float32, "mixed_precision": False, "context": 8}
+    return fit(cfg, optimizer=optimizer, **plain).table.loc["optimizer_state", "data parallel"]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1),
+        lambda ps: torch.optim.Adam(ps, lr=1e-3, amsgrad=True),  # a third state, max_exp_avg_sq
+        lambda ps: torch.optim.Adafactor(ps, lr=1e-2),
+        lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.9, centered=True),
+    ],
+    ids=["adamw", "amsgrad", "adafactor", "rmsprop-centered"],
+)
+def test_an_optimizer_instance_is_sized_from_its_real_state(make):
+    # the oracle: the optimizer itself, one real step on the real model in float32
+    torch.manual_seed(0)
+    cfg = small_llama()
+    model = transformers.LlamaForCausalLM(cfg)
+    opt = make(model.parameters())
+    torch.optim.lr_scheduler.StepLR(opt, step_size=1)  # adds 'initial_lr' to the groups
+    expected = _real_state_bytes(model, opt)
+    assert _fit_state(cfg, opt) == expected
+    assert _fit_state(cfg, type(opt)) > 0  # the class too, with its defaults
+
+
+def test_adafactor_keeps_row_and_column_factors_not_full_moments():
+    cfg = small_llama()
+    state = _fit_state(cfg, torch.optim.Adafactor)
+    # 2-D weights keep a row and a column of factors: embed and head 2 x (101 + 64), per
+    # layer q, o 2 x (64 + 64), k, v 2 x (32 + 64), MLP 3 x (96 + 64) = 928, x 2 layers;
+    # the 5 norms (1-D) a full 64-element second moment; a float32 step per tensor (21)
+    factors = 2 * (101 + 64) + 2 * 928 + 5 * 64
+    assert state == 4 * factors + 4 * 21 == 10_108
+    assert state < _fit_state(cfg, "adam") / 50  # Adam: 2 x 74,688 elements
+
+
+def test_lbfgs_and_sparse_adam_are_sized_not_refused():
+    cfg = small_llama()
+    psi = 74_688
+    # LBFGS: the flat direction and previous gradient, and history_size (default 100)
+    # directions and steps, one element each per parameter element (float32); its 0-d
+    # scalars (ro, al: history_size each, and H_diag), 4 bytes each, counted per tensor (21)
+    lbfgs = _fit_state(cfg, torch.optim.LBFGS([torch.nn.Parameter(torch.zeros(1))]))
+    assert lbfgs == 4 * psi * (2 + 2 * 100) + 21 * (2 * 100 + 1) * 4
+    # SparseAdam: m and v per element, its step a Python int (no tensor)
+    sparse = torch.optim.SparseAdam([torch.nn.Parameter(torch.zeros(1))])
+    assert _fit_state(cfg, sparse) == 2 * 4 * psi

@@ -1,0 +1,186 @@
+"""The bytes an optimizer keeps per parameter, read from the shapes of its real state.
+
+A torch optimizer (a class or an instance, with the instance's options) takes one step on a
+small float32 probe parameter of each rank the model's parameters have, with distinct prime
+dimensions (rank 2: 3 x 5), and each state tensor's shape is read in terms of the probe's
+dimensions: Adam's ``exp_avg`` of 3 x 5 is one element per parameter element, Adafactor's
+``row_var`` of 3 x 1 and ``col_var`` of 1 x 5 are one row and one column of factors, LBFGS's
+flat ``d`` of 15 is one per element, a 0-dimensional ``step`` is a few bytes per tensor. A
+list of state tensors (LBFGS's ``old_dirs``) counts ``history_size`` of them, its steady state.
+The same rule then sizes the state of any parameter shape, sharded or whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["OPTIMIZER_STATES", "OptimizerState", "optimizer_states"]
+
+#: optimizer state tensors per parameter element, and bytes of scalar state per tensor
+OPTIMIZER_STATES: dict[str, tuple[int, int]] = {
+    "adam": (2, 4),
+    "adamw": (2, 4),
+    "sgd": (0, 0),
+    "sgd_momentum": (1, 0),
+}
+#: probe dimensions: distinct primes, so that each state dimension names the one it copies
+_PRIMES = (3, 5, 7, 11, 13, 17, 19, 23)
+#: options that choose how a step runs, not what it keeps: the probe runs plainly on the CPU
+_EXECUTION = frozenset({"params", "foreach", "fused", "capturable", "differentiable"})
+#: a state dimension: an index into the parameter's shape, ALL its elements, or a constant
+ALL = "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One state tensor: its shape as factors of the parameter's (``dims``), and whether it
+    is floating (held at the state dtype) or not (``itemsize`` bytes an element)."""
+
+    dims: tuple[Any, ...]
+    floating: bool
+    itemsize: int
+    count: int = 1
+
+    def elements(self, shape: tuple[int, ...]) -> int:
+        def size(d: Any) -> int:
+            if d == ALL:
+                return math.prod(shape)
+            return shape[d[1]] if isinstance(d, tuple) else int(d)
+
+        return self.count * math.prod(size(d) for d in self.dims)
+
+
+class OptimizerState:
+    """Bytes of state per parameter of a shape: :meth:`nbytes` gives ``(bytes that scale with
+    the parameter, fixed bytes per tensor)``; floating state at ``state_size`` bytes an
+    element (fp32 under mixed precision), the rest as stored."""
+
+    def __init__(self, name: str, per_element: int = 0, scalar_bytes: int = 0, probe: Any = None):
+        self.name = name
+        self._fixed = (per_element, scalar_bytes)
+        self._probe = probe
+        self._rules: dict[int, list[_Entry]] = {}
+
+    def __repr__(self) -> str:
+        return f"OptimizerState({self.name})"
+
+    def rule(self, ndim: int) -> list[_Entry]:
+        if self._probe is None:
+            states, scalars = self._fixed
+            entries = [_Entry((ALL,), True, 4)] * states
+            return [*entries, _Entry((), False, scalars)] if scalars else entries
+        if ndim not in self._rules:
+            self._rules[ndim] = self._probe(min(ndim, len(_PRIMES)))
+        return self._rules[ndim]
+
+    def nbytes(self, shape: tuple[int, ...], state_size: int) -> tuple[int, int]:
+        scaled = fixed = 0
+        for e in self.rule(len(shape)):
+            if not e.dims or all(isinstance(d, int) for d in e.dims):
+                fixed += e.elements(shape) * e.itemsize
+            else:
+                scaled += e.elements(shape) * (state_size if e.floating else e.itemsize)
+        return scaled, fixed
+
+
+def optimizer_states(optimizer: Any) -> OptimizerState:
+    """The state rule of ``optimizer``: a name of :data:`OPTIMIZER_STATES`, or a
+    ``torch.optim.Optimizer`` class or instance (probed with the instance's options)."""
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZER_STATES:
+            raise ModelProfError(
+                f"optimizer={optimizer!r} is not one of "
+                f"{sorted(OPTIMIZER_STATES)}, nor a torch optimizer"
+            )
+        return OptimizerState(optimizer, *OPTIMIZER_STATES[optimizer])
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if not issubclass(cls, torch.optim.Optimizer):
+        raise ModelProfError(
+            f"optimizer={optimizer!r} must be a name or a torch.optim optimizer (class or instance)"
+        )
+    options = _options(cls, optimizer)
+    return OptimizerState(cls.__name__, probe=lambda ndim: _probe(cls, options, ndim))
+
+
+def _options(cls: type, optimizer: Any) -> dict[str, Any]:
+    """The instance's options its class's constructor takes (a scheduler's ``initial_lr``,
+    AdamW's fixed ``decoupled_weight_decay`` are left out, as are execution switches)."""
+    if isinstance(optimizer, type):
+        return {}
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {
+        k: v
+        for k, v in optimizer.param_groups[0].items()
+        if k not in _EXECUTION and (takes_any or k in params)
+    }
+
+
+def _probe(cls: type, options: dict[str, Any], ndim: int) -> list[_Entry]:
+    """One step of ``cls`` on a parameter of ``ndim`` prime dimensions (a sparse gradient
+    where the optimizer takes only those), its state read as :class:`_Entry`."""
+    shape = _PRIMES[:ndim]
+    errors = []
+    for sparse in (False, True):
+        p = torch.zeros(shape, requires_grad=True)
+        try:
+            probe = cls([p], **options)
+            closure = functools.partial(_closure, p, sparse)
+            closure()
+            takes = "closure" in inspect.signature(probe.step).parameters
+            probe.step(closure) if takes else probe.step()
+        except Exception as e:  # noqa: BLE001 - the optimizer's own refusal, named below
+            errors.append(e)
+            continue
+        history = int(probe.param_groups[0].get("history_size", 1) or 1)
+        return [_entry(t, shape, n, history) for t, n in _state_tensors(probe.state[p])]
+    raise ModelProfError(
+        f"optimizer {cls.__name__} cannot step a float32 parameter of shape {shape} on the CPU "
+        f"to be sized: {type(errors[0]).__name__}: {str(errors[0]).splitlines()[0][:200]}"
+    )
+
+
+def _closure(p: torch.Tensor, sparse: bool) -> torch.Tensor:
+    """A loss of ``p`` whose gradient is ``p - 1`` (not zero: LBFGS keeps its history only
+    while it moves), set dense or sparse."""
+    p.grad = None
+    loss = ((p.detach() - 1) ** 2).sum() / 2
+    grad = p.detach() - 1
+    p.grad = grad.to_sparse() if sparse else grad
+    return loss
+
+
+def _state_tensors(state: dict[str, Any]) -> Iterator[tuple[torch.Tensor, int | None]]:
+    """Each state tensor, with None, or the tensors of a list with its length."""
+    for value in state.values():
+        if isinstance(value, torch.Tensor):
+            yield value, None
+        elif isinstance(value, (list, tuple)):
+            tensors = [v for v in value if isinstance(v, torch.Tensor)]
+            if tensors:
+                yield tensors[0], len(value)
+
+
+def _entry(t: torch.Tensor, shape: tuple[int, ...], listed: int | None, history: int) -> _Entry:
+    """``t``'s shape as factors of the probe's ``shape``: a dimension equal to one of the
+    probe's is that one, equal to all its elements is ``ALL``, otherwise a constant."""
+    numel = math.prod(shape)
+    dims: list[Any] = []
+    for d in t.shape:
+        if d != 1 and d in shape:
+            dims.append(("dim", shape.index(d)))
+        elif d == numel and numel > 1:
+            dims.append(ALL)
+        else:
+            dims.append(d)
+    count = 1 if listed is None else max(history, listed)
+    return _Entry(tuple(dims), t.is_floating_point(), t.element_size(), count)
