@@ -35,6 +35,7 @@ from modelprof.step.timing import time_step
 from modelprof.timing import measure_latency, time_layers
 from modelprof.timing.agreement import judge_agreement
 from modelprof.timing.columns import layer_columns
+from modelprof.timing.kernels import KernelTiming, kernel_columns, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
@@ -333,8 +334,18 @@ def _time(
     if not spec.timing:
         return TimingResult(), []
     latency, layers, notes = _measure(model, _with_layout(mi, None), spec.mode, spec.opts)
-    columns, overhead, leaf_sum = layer_columns(row_keys(rows), records, latency, layers)
+    keys = row_keys(rows)
+    columns, overhead, leaf_sum = layer_columns(keys, records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
+    if isinstance(layers, KernelTiming):
+        kernel = kernel_columns(
+            layers, [(records[i].key, s) if i >= 0 else (None, s) for i, s, _ in keys]
+        )
+        for col, k in zip(columns, kernel):
+            if k:
+                col["kernel"] = k
+        if layers.gpu:  # kernel time is not wall time: the busy share is in the notes
+            return (TimingResult(latency, layers, overhead, coverage, None, notes, None), [columns])
     agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
     return (TimingResult(latency, layers, overhead, coverage, None, notes, agreement), [columns])
 
@@ -476,7 +487,15 @@ def _measure(
     latency = measure_latency(
         runner, mi, training=mode.training, no_grad=mode.no_grad, options=opts
     )
-    layer_opts = opts.replace(compile=False, cuda_graph=False, transfer=False)
+    layer_opts = opts.replace(
+        compile=False, cuda_graph=False, transfer=False, latency_mode="latency"
+    )
+    if opts.layer_instrument(mi.device) == "kernels":
+        layers = time_kernels(
+            eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
+        )
+        notes.append(kernel_note(layers, latency))
+        return latency, layers, notes
     layers = time_layers(
         eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
     )

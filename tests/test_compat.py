@@ -270,6 +270,26 @@ def test_plain_tensor_types_and_the_exported_module_type_name() -> None:
     assert compat.module_stack_type_name("torch.nn.modules.linear.Linear") == "Linear"
 
 
+def test_fast_ranges_reach_the_profilers_raw_events() -> None:
+    # two nested ranges around one op: both come back by name, the op between their stamps,
+    # with the fields modelprof.timing.kernels reads
+    x = torch.ones(4)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with compat.fast_range("modelprof.test:outer"), compat.fast_range("modelprof.test:inner"):
+            torch.add(x, 1)
+    events = {e.name(): e for e in compat.profiler_events(prof)}
+    outer, inner, op = (
+        events["modelprof.test:outer"],
+        events["modelprof.test:inner"],
+        events["aten::add"],
+    )
+    assert outer.start_ns() <= inner.start_ns() <= op.start_ns()
+    assert op.start_ns() + op.duration_ns() <= inner.start_ns() + inner.duration_ns()
+    assert inner.start_thread_id() == op.start_thread_id()
+    assert op.linked_correlation_id() == 0 and op.correlation_id() > 0
+    assert isinstance(op.device_resource_id(), int)
+
+
 def test_every_entry_of_compat_is_called_in_this_file() -> None:
     source = open(__file__, encoding="utf-8").read()
     missing = [name for name in compat.__all__ if f"compat.{name}" not in source]

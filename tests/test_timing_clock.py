@@ -1,6 +1,6 @@
 """Clocks: shapes of what they return, readings never shorter than the work, and (with fake CUDA
 events and streams on CPU) that the event clock and the per-layer event stamps record on the
-measured device's stream and synchronise once per chunk / once per forward pass."""
+measured device's stream and synchronise after every sample (latency) or once per block (pipelined), and once per forward pass."""
 
 from __future__ import annotations
 
@@ -98,25 +98,39 @@ def test_between_runs_outside_the_timed_span():
     assert got.min() < 1.5
 
 
-def test_event_clock_syncs_once_per_chunk(fake_cuda):
+def test_event_clock_latency_mode_syncs_after_every_sample(fake_cuda):
+    # the latency mode (the default): each sample starts on an idle GPU, as the seed's loop
+    # and MLPerf SingleStream do; one synchronize after each of the 7 samples
     clock = CudaEventClock(torch.device("cuda", 0))
     flushes = []
     got = clock.time([lambda: spin(0.5), lambda: spin(0.2)], 7, between=lambda: flushes.append(1))
     assert got.shape == (7, 2)
-    assert fake_cuda == [torch.device("cuda", 0)]  # one synchronize for 7 samples
+    assert fake_cuda == [torch.device("cuda", 0)] * 7
     assert FakeEvent.created == 7 * 3  # pre-allocated: (phases + 1) x n
     assert len(flushes) == 7
     assert (got[:, 0] >= 0.5 - 1e-6).all() and (got[:, 1] >= 0.2 - 1e-6).all()
 
 
+def test_event_clock_pipelined_mode_syncs_once_per_block_and_divides_by_the_group(fake_cuda):
+    clock = CudaEventClock(torch.device("cuda", 0))
+    clock.group = 4  # four calls back to back per sample
+    calls = []
+    got = clock.time([lambda: (calls.append(1), spin(0.5))], 5)
+    assert len(calls) == 5 * 4
+    assert fake_cuda == [torch.device("cuda", 0)]  # one synchronize for the block
+    assert FakeEvent.created == 5 * 2  # one event pair per sample
+    # each sample is the span of 4 spins of 0.5 ms over 4: never below 0.5 ms
+    assert (got >= 0.5 - 1e-6).all()
+
+
 def test_event_clock_records_on_the_measured_devices_stream(fake_cuda):
     # cuda:0 is current, the clock measures cuda:1: every event goes on cuda:1's stream, and
-    # the one synchronize waits for cuda:1
+    # each sample's synchronize waits for cuda:1
     dev = torch.device("cuda", 1)
     CudaEventClock(dev).time([lambda: None], 4)
     assert len(FakeEvent.streams) == 4 * 2
     assert {s.device for s in FakeEvent.streams} == {dev}
-    assert fake_cuda == [dev]
+    assert fake_cuda == [dev] * 4
     FakeEvent.streams.clear()
     stamps = CudaEventClock(dev).stamps(4)  # the per-layer hooks' stamps
     for i in range(4):

@@ -49,6 +49,13 @@ KNOWN_DTYPES: dict[str, str] = {
     "latency_pct": "float64",
     "peak_memory_bytes": "float64",
     "latency_passes": "int64",
+    "kernel_ms": "float64",
+    "kernel_self_ms": "float64",
+    "kernels": "float64",
+    "idle_ms": "float64",
+    "timeline_ms": "float64",
+    "host_ms": "float64",
+    "launch_bound": "bool",
     "latency_rough": "bool",
     # roofline
     "achieved_gflops": "float64",

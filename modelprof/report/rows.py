@@ -25,6 +25,7 @@ import pandas as pd
 
 from modelprof.counting.collectives import comm_summary, merge_comm
 from modelprof.counting.scope import CallRecord
+from modelprof.timing.kernels import KERNEL_COLUMNS
 
 __all__ = [
     "ADDITIVE",
@@ -147,6 +148,8 @@ class Row:
 
     comm: dict | None = None  # collectives, (kind, group size) -> CommStats
     backward_comm: dict | None = None  # the same in the backward
+    # per_layer="kernels": the kernel columns (modelprof.timing.kernels.KERNEL_COLUMNS)
+    kernel: dict | None = None
 
     def comm_value(self, column: str) -> int | str:
         """One of ``COMM_COLUMNS`` / ``BACKWARD_COMM_COLUMNS`` for this row."""
@@ -452,6 +455,13 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     if any(not np.isnan(r.backward_latency_ms) for r in rows):
         for k in STEP_TIMING_COLUMNS:
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
+    if any(r.kernel for r in rows):
+        for k in KERNEL_COLUMNS:
+            values = [(r.kernel or {}).get(k) for r in rows]
+            if k == "launch_bound":  # missing (a row no call was timed for): False
+                df[k] = np.array([bool(v) for v in values], dtype=bool)
+            else:
+                df[k] = np.array([np.nan if v is None else v for v in values], dtype="float64")
     return df
 
 

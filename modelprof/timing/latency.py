@@ -172,6 +172,18 @@ class _Transfer:
         self.d2h()
 
 
+#: a pipelined sample is about this long (enough calls back to back that the stream stays full)
+PIPELINE_SAMPLE_MS = 5.0
+
+
+def pipeline_group(est_ms: float | None) -> int:
+    """Calls per pipelined sample: about ``PIPELINE_SAMPLE_MS`` of work, 2 to 64 calls (8 when
+    no call was timed in the warm-up: a CUDA graph's)."""
+    if est_ms is None or not est_ms > 0:
+        return 8
+    return int(min(64, max(2, round(PIPELINE_SAMPLE_MS / est_ms))))
+
+
 class TimedCall:
     """One callable ready to be timed under ``opts``: ``with TimedCall(...) as tc: tc.warm();
     tc.sample_block(k)``. Entering sets the modes (eval/no_grad, autocast, the CUDA device),
@@ -286,6 +298,9 @@ class TimedCall:
             self._phases = [xfer.h2d, xfer.compute, xfer.d2h]
         else:
             self._phases = [step]
+        if self.opts.latency_mode == "pipelined" and hasattr(self.clock, "group"):
+            self.clock.group = pipeline_group(est)
+            return None if est is None else est * self.clock.group
         return est
 
     def _capture_graph(self) -> Callable[[], Any]:
@@ -336,6 +351,9 @@ class TimedCall:
         """The Measurement of what was sampled, with the environment read after timing."""
         opts, mi = self.opts, self.mi
         env = opts.env(mi, self.clock.kind, **self.flags)
+        env["latency_mode"] = opts.latency_mode
+        if getattr(self.clock, "group", 0):
+            env["calls_per_sample"] = self.clock.group
         common = dict(
             device=str(self.dev),
             batch_size=mi.batch_size,

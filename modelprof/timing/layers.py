@@ -40,6 +40,7 @@ from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import WARMED, extend, input_signature, warm_up
 
 __all__ = [
+    "CallPlan",
     "HookCost",
     "Key",
     "LayerTiming",
@@ -258,7 +259,7 @@ class HookCost:
         }
 
 
-class _CallPlan:
+class CallPlan:
     """The module calls of one forward: keys, parents and the module object of each call."""
 
     def __init__(self, names: dict[nn.Module, str]) -> None:
@@ -301,7 +302,7 @@ class _Instrument:
     def __init__(
         self,
         model: nn.Module,
-        plan: _CallPlan,
+        plan: CallPlan,
         clock: Clock,
         forward: Callable[[], Any],
         reset: Callable[[], Any] | None = None,
@@ -432,7 +433,7 @@ def _nothing() -> None:
     return None
 
 
-def discover(model: nn.Module, forward: Callable[[], Any], plan: _CallPlan) -> _CallPlan:
+def discover(model: nn.Module, forward: Callable[[], Any], plan: CallPlan) -> CallPlan:
     """Run one forward with counting hooks: the calls it makes, in order, into ``plan``."""
     with module_hooks(model, plan.pre, plan.post, plan.names):
         forward()
@@ -481,7 +482,7 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
     def forward() -> Any:
         return chain(x)
 
-    plan = discover(chain, forward, _CallPlan(names))
+    plan = discover(chain, forward, CallPlan(names))
     inst = _Instrument(chain, plan, clock, forward)
     perf = getattr(clock, "now_ns", time.perf_counter_ns)
     body = []
@@ -543,7 +544,7 @@ def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
 
 def _memory_pass(
     model: nn.Module,
-    plan: _CallPlan,
+    plan: CallPlan,
     stats: MemoryStats,
     forward: Callable[[], Any],
     names: dict[nn.Module, str],
@@ -664,7 +665,7 @@ class _LayerRun:
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
         self.signature = input_signature(*call, device=str(self.dev), **self.flags)
         self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
-        self.plan: _CallPlan | None = None
+        self.plan: CallPlan | None = None
         self.peaks = None
         #: puts back the inputs a pass writes, before each pass (``ModelInputs.reset``; None:
         #: no pass writes them)
@@ -689,7 +690,7 @@ class _LayerRun:
                 stack.enter_context(torch.cuda.device(self.dev))
             stack.enter_context(running(model, self.mode))
             try:
-                self.plan = plan = _CallPlan(self.names)
+                self.plan = plan = CallPlan(self.names)
                 live[0] = plan.stack
                 discover(model, self.fresh_forward, plan)
                 self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)

@@ -20,6 +20,8 @@ parsed object down, so no pass can disagree with another about what the options 
 | ``correct_overhead`` | subtract the calibrated cost of the per-layer hooks from layer times |
 | ``warn``, ``progress`` | one warning per noisy/drifting/undersampled measurement; a progress bar |
 | ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
+| ``per_layer`` | ``"auto"`` (kernel time on CUDA, host stamps on the CPU), ``"stamps"`` (host stamps / event pairs per call, hook cost corrected) or ``"kernels"`` (``torch.profiler`` ranges per call, kernel time charged by correlation id: ``modelprof.timing.kernels``) |
+| ``latency_mode`` | ``"latency"`` (each sample starts on an idle device: a synchronize after every call) or ``"pipelined"`` (calls back to back, one event pair per group of calls: the time per call of a full stream, and its throughput) |
 | ``layer_extend_s`` | per-layer passes a budget stopped below ``min_samples`` go on, one at a time, for at most this many s (30); rows still short are marked rough |
 """
 
@@ -60,6 +62,8 @@ __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptio
 DEFAULT_LAYER_EXTEND_S = 30.0
 
 CLOCK_MODES = ("auto", "host", "cpu")
+PER_LAYER_MODES = ("auto", "stamps", "kernels")
+LATENCY_MODES = ("latency", "pipelined")
 
 #: The keyword names every timing entry point accepts, with their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -85,8 +89,22 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "progress": False,
     "seed": None,
     "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
+    "per_layer": "auto",
+    "latency_mode": "latency",
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
+
+
+def _check_modes(values: dict[str, Any]) -> None:
+    """``per_layer`` and ``latency_mode`` name a mode each; a pipelined run times no transfer."""
+    for name, allowed in (("per_layer", PER_LAYER_MODES), ("latency_mode", LATENCY_MODES)):
+        if values[name] not in allowed:
+            raise ModelProfError(f"{name}={values[name]!r} must be one of {allowed}")
+    if values["latency_mode"] == "pipelined" and values["transfer"]:
+        raise ModelProfError(
+            "latency_mode='pipelined' with transfer=True: a pipelined stream overlaps the "
+            "copies with compute, so the three parts cannot be told apart; use one or the other"
+        )
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -115,6 +133,8 @@ class TimingOptions:
     progress: bool = False
     seed: int | None = None
     layer_extend_s: float = DEFAULT_LAYER_EXTEND_S
+    per_layer: str = "auto"
+    latency_mode: str = "latency"
 
     @classmethod
     def parse(cls, options: TimingOptions | None = None, **kwargs: Any) -> TimingOptions:
@@ -132,6 +152,7 @@ class TimingOptions:
         clock = values["clock"]
         if clock not in CLOCK_MODES:
             raise ModelProfError(f"clock={clock!r} must be one of {CLOCK_MODES}")
+        _check_modes(values)
         compile_kwargs = values["compile_kwargs"]
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
             raise ModelProfError(f"compile_kwargs={compile_kwargs!r} must be a dict or None")
@@ -174,6 +195,8 @@ class TimingOptions:
                 True,
                 "never extend the per-layer passes",
             ),
+            per_layer=values["per_layer"],
+            latency_mode=values["latency_mode"],
         )
 
     def as_kwargs(self) -> dict[str, Any]:
@@ -202,6 +225,13 @@ class TimingOptions:
                     f"{name}=True needs a CUDA device, but the model runs on {device}; "
                     f"pass device='cuda' (with a GPU) or leave {name} off"
                 )
+
+    def layer_instrument(self, device: torch.device) -> str:
+        """``"kernels"`` or ``"stamps"``: what times the layers on ``device`` (``"auto"``: the
+        kernels on CUDA, the stamps elsewhere)."""
+        if self.per_layer != "auto":
+            return self.per_layer
+        return "kernels" if device.type == "cuda" else "stamps"
 
     @property
     def end_to_end_only(self) -> tuple[str, ...]:

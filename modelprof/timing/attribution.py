@@ -1,0 +1,156 @@
+"""Device time charged to the module call that launched it: a pure function of profiler events.
+
+The field's rule (torch.profiler/Kineto, HTA, Nsight Systems' NVTX projection): every GPU activity
+(kernel, memcpy, memset) carries a correlation id naming the CPU op that launched it; that op ran
+inside the innermost module range open on its thread, and the activity is charged to that range's
+call. On the CPU the "activities" are the outermost ops themselves, charged by where they start.
+
+Per pass, for call ``i`` of ``n`` (index ``n``: activities launched inside the pass but outside
+every call's range):
+
+- ``busy[i]`` — the device time of the activities charged to ``i`` (exclusive). Where activities
+  of several streams overlap, each elementary stretch is shared equally by the activities running
+  in it, so that the busy times add up to the union of the device's busy time, never more;
+- ``idle[i]`` — the gaps of the device timeline (from the pass's first activity to its last) that
+  end with an activity of call ``i``: the device was waiting for ``i``'s launch (HTA's "host
+  wait"); busy + idle over every call add up to the pass's device span exactly;
+- ``launches[i]`` — activities charged to ``i``.
+
+Everything here takes plain numbers, so the rule is tested without a GPU (tests/test_attribution.py
+on hand-made kineto-shaped events) and the profiler's objects are read in one place
+(:func:`modelprof.timing.kernels.read_pass`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["Activity", "PassReading", "Span", "attribute", "innermost", "outermost"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A module call's range on the host: its call index, start and end (ns), thread."""
+
+    call: int
+    start_ns: int
+    end_ns: int
+    thread: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Activity:
+    """Device work: when it ran (``start_ns``..``end_ns`` on ``stream``) and where its launch
+    was made (``launch_ns`` on host thread ``thread``)."""
+
+    start_ns: int
+    end_ns: int
+    launch_ns: int
+    thread: int = 0
+    stream: int = 0
+    kind: str = "kernel"
+
+
+@dataclasses.dataclass
+class PassReading:
+    """One pass, attributed: arrays of ``n + 1`` (the last: outside every call), in ms."""
+
+    busy_ms: np.ndarray
+    idle_ms: np.ndarray
+    launches: np.ndarray
+    span_ms: float
+
+    @property
+    def outside_ms(self) -> float:
+        return float(self.busy_ms[-1])
+
+
+def innermost(spans: Sequence[Span], points: Sequence[tuple[int, int]]) -> list[int]:
+    """For each ``(time_ns, thread)``, the call of the innermost span open there (start and end
+    included), or -1. Spans of one thread nest (module calls do); two starting together nest by
+    length, the shorter inside."""
+    out = [-1] * len(points)
+    by_thread: dict[int, list[tuple[int, int, int, int]]] = {}
+    # (time, order, ...): opens sort before the points at the same time, closes after them
+    for s in spans:
+        by_thread.setdefault(s.thread, []).append((s.start_ns, 0, -s.end_ns, s.call))
+        by_thread.setdefault(s.thread, []).append((s.end_ns, 2, 0, s.call))
+    for j, (t, thread) in enumerate(points):
+        by_thread.setdefault(thread, []).append((t, 1, 0, j))
+    for items in by_thread.values():
+        items.sort()
+        stack: list[int] = []
+        for _, order, _, ident in items:
+            if order == 0:
+                stack.append(ident)
+            elif order == 2:
+                for k in range(len(stack) - 1, -1, -1):  # nested: the last one open
+                    if stack[k] == ident:
+                        del stack[k]
+                        break
+            elif stack:
+                out[ident] = stack[-1]
+    return out
+
+
+def outermost(intervals: Sequence[tuple[int, int]]) -> list[int]:
+    """Indices of the intervals (start, end) that no other one contains (one thread's CPU ops:
+    the ops a module ran, not the ops those ops ran inside them); ties: the longer is outer."""
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], -intervals[i][1]))
+    out, end = [], None
+    for i in order:
+        s, e = intervals[i]
+        if end is None or s >= end:
+            out.append(i)
+            end = e
+        elif e > end:  # overlaps without nesting (async work): outer too
+            out.append(i)
+            end = e
+    return sorted(out)
+
+
+def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> PassReading:
+    """Charge ``activities`` to the calls of ``spans`` (module call ranges of one pass)."""
+    busy = np.zeros(n + 1)
+    idle = np.zeros(n + 1)
+    launches = np.zeros(n + 1, dtype=np.int64)
+    if not activities:
+        return PassReading(busy, idle, launches, 0.0)
+    owner = innermost(spans, [(a.launch_ns, a.thread) for a in activities])
+    owner = [n if o < 0 else o for o in owner]
+    for o in owner:
+        launches[o] += 1
+    # the sweep: +1 at each start, -1 at each end; ends before starts at one instant
+    marks = sorted(
+        [(a.end_ns, 0, i) for i, a in enumerate(activities)]
+        + [(a.start_ns, 1, i) for i, a in enumerate(activities)]
+    )
+    starting: dict[int, int] = {}  # at each start time, the activity launched first
+    for i, a in enumerate(activities):
+        j = starting.get(a.start_ns)
+        if j is None or a.launch_ns < activities[j].launch_ns:
+            starting[a.start_ns] = i
+    running: set[int] = set()
+    last_t = marks[0][0]
+    last_busy_end: int | None = None
+    for t, kind, i in marks:
+        if running and t > last_t:
+            share = (t - last_t) / len(running) / 1e6
+            for r in running:
+                busy[owner[r]] += share
+        if kind == 1:
+            if not running and last_busy_end is not None and t > last_busy_end:
+                # the device waited from its last work until this one: charged to whoever
+                # launched it (of several starting at t, the first launched)
+                idle[owner[starting[t]]] += (t - last_busy_end) / 1e6
+            running.add(i)
+        else:
+            running.discard(i)
+            if not running:
+                last_busy_end = t
+        last_t = t
+    span = (max(a.end_ns for a in activities) - min(a.start_ns for a in activities)) / 1e6
+    return PassReading(busy, idle, launches, span)

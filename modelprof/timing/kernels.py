@@ -1,0 +1,493 @@
+"""Per-layer time from the kernels: ``per_layer="kernels"`` (the default on CUDA, opt-in on CPU).
+
+The passes run under ``torch.profiler`` (CPU activities, and CUDA's on a GPU) with a range pushed
+per module call from the hooks (``compat.fast_range``, the cheapest range torch offers): one
+discarded profiled pass first (CUPTI's first-use stall), then K hooked passes, each ending in a
+synchronize and each followed by a plain pass (no hooks, no ranges) whose host time prices the
+instrument. Every GPU activity is charged through its correlation id to the call that launched it
+(``modelprof.timing.attribution``); on the CPU the outermost ops are charged where they start.
+
+An event pair around a module on a launch-bound stretch times how fast the host issues work, not
+GPU time; and a host-cost correction is never subtracted from a GPU time. So, per module call:
+
+- ``kernel_ms`` — device time launched inside the call, children included: the median of each
+  call's *own* time over the passes, summed up the call tree, so a parent is never below its
+  children and the leaf and ``(self)`` rows add up to the root exactly; ``kernel_self_ms``;
+  ``kernels`` (launches per call, children included);
+- ``idle_ms`` — the device waiting for this call's launches; ``timeline_ms = kernel_ms + idle_ms``
+  (leaf + ``(self)`` rows add up to the pass's device span);
+- ``host_ms`` — the call's host time, less the instrument's measured cost per nested call (host
+  times only);
+- ``launch_bound`` — on a GPU the device waited longer than it worked (``idle_ms > kernel_ms``);
+  on the CPU less than half of the call's time is spent inside ops (a Python loop around small ops).
+
+The per-layer ``latency_ms`` of a kernels run is ``kernel_ms`` on a GPU (what the roofline and
+utilisation judge) and ``host_ms`` on the CPU, where the host is the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.runtime.compat import fast_range, profiler_events
+from modelprof.runtime.device import device_synchronize, is_oom
+from modelprof.runtime.execution import RunMode, running, to_channels_last
+from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.placement import moved_model
+from modelprof.timing.attribution import Activity, PassReading, Span, attribute, outermost
+from modelprof.timing.layers import CallPlan, Key, LayerTiming, discover, gc_paused
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import warm_up
+
+__all__ = [
+    "KERNEL_COLUMNS",
+    "KernelTiming",
+    "kernel_columns",
+    "kernel_note",
+    "read_passes",
+    "time_kernels",
+]
+
+CALL_RANGE = "modelprof.call:"
+PASS_RANGE = "modelprof.pass:"
+#: the columns a kernels run adds, in table order
+KERNEL_COLUMNS = (
+    "kernel_ms",
+    "kernel_self_ms",
+    "kernels",
+    "idle_ms",
+    "timeline_ms",
+    "host_ms",
+    "launch_bound",
+)
+#: on the CPU, a call is launch-bound when less than this share of its time is inside ops
+CPU_OPS_SHARE = 0.5
+
+
+@dataclasses.dataclass(eq=False)
+class KernelTiming(LayerTiming):
+    """``LayerTiming`` of a kernels run (``samples``: each call's headline time per pass, ms)
+    with the attribution's arrays: ``busy_ms``/``idle_ms``/``launches`` (passes x calls + 1, the
+    call's own; the last column: inside the pass, outside every call), ``host_ms`` (passes x
+    calls, corrected, inclusive), ``span_ms`` (the device span of each pass)."""
+
+    busy_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 1)))
+    idle_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 1)))
+    launches: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 1)))
+    host_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
+    span_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    parent_index: list = dataclasses.field(default_factory=list)
+    #: the instrument's host cost per module call (ms): hooked less plain issue time, per call
+    instrument_ms: float = 0.0
+    gpu: bool = False
+
+    def _tree(self, own: np.ndarray) -> np.ndarray:
+        """Inclusive values from each call's own (the last axis, calls in pre-order)."""
+        out = own[..., : len(self.order)].astype(float).copy()
+        for i in range(len(self.order) - 1, -1, -1):
+            p = self.parent_index[i]
+            if p is not None:
+                out[..., p] += out[..., i]
+        return out
+
+    def medians(self) -> dict[str, np.ndarray]:
+        """Per call: the medians of its own busy, idle and launches over the passes, and the
+        inclusive sums of those medians (exact: a parent is the sum of its own and its
+        children's); host time inclusive (median) and its own part."""
+        own = {
+            "kernel": np.median(self.busy_ms, axis=0),
+            "idle": np.median(self.idle_ms, axis=0),
+            "kernels": np.median(self.launches, axis=0),
+        }
+        out = {f"{k}_self": v[: len(self.order)] for k, v in own.items()}
+        out.update({k: self._tree(v) for k, v in own.items()})
+        host = self.host_ms
+        kids = np.zeros_like(host)
+        for i, p in enumerate(self.parent_index):
+            if p is not None:
+                kids[:, p] += host[:, i]
+        out["host"] = np.median(host, axis=0)
+        out["host_self"] = np.median(np.clip(host - kids, 0.0, None), axis=0)
+        return out
+
+    @property
+    def outside_ms(self) -> float:
+        """Median device time launched in a pass outside every call's range."""
+        return float(np.median(self.busy_ms[:, -1])) if self.busy_ms.size else 0.0
+
+    def launch_bound_calls(self) -> list[Key]:
+        """The calls judged launch-bound, leaves first in execution order."""
+        m = self.medians()
+        inner = {p for p in self.parent_index if p is not None}
+        return [
+            k
+            for i, k in enumerate(self.order)
+            if i not in inner and _bound(self.gpu, m["kernel"][i], m["idle"][i], m["host"][i])
+        ]
+
+
+def _bound(gpu: bool, kernel: float, idle: float, host: float) -> bool:
+    if gpu:
+        return bool(idle > kernel)
+    return bool(host > 0 and kernel < CPU_OPS_SHARE * host)
+
+
+def kernel_columns(timing: KernelTiming, keys: Sequence[tuple[Key, bool]]) -> list[dict]:
+    """The kernel columns of each row: ``keys`` are (call key, is a ``(self)`` row), in table
+    order; a row whose call was not timed gets an empty dict."""
+    m = timing.medians()
+    where = {k: i for i, k in enumerate(timing.order)}
+    out: list[dict] = []
+    for key, is_self in keys:
+        i = where.get(key)
+        if i is None:
+            out.append({})
+            continue
+        part = "_self" if is_self else ""
+        kernel, idle = float(m["kernel" + part][i]), float(m["idle" + part][i])
+        host = float(m["host" + part][i])
+        out.append(
+            {
+                "kernel_ms": kernel,
+                "kernel_self_ms": float(m["kernel_self"][i]),
+                "kernels": float(m["kernels" + part][i]),
+                "idle_ms": idle,
+                "timeline_ms": kernel + idle,
+                "host_ms": host,
+                "launch_bound": _bound(timing.gpu, kernel, idle, host),
+            }
+        )
+    return out
+
+
+def kernel_note(timing: KernelTiming, latency: Any) -> str:
+    """What the report says of a kernels run: where the per-layer times come from, the
+    instrument's cost, the device's busy share of the clean latency and the launch-bound
+    layers."""
+    m = timing.medians()
+    total = float(m["kernel"][0]) + timing.outside_ms if timing.order else 0.0
+    where = "kernel time" if timing.gpu else "op time"
+    parts = [
+        f"per-layer times are {where} from torch.profiler, charged to the module call that "
+        f"launched it (median of {timing.n} profiled passes; the instrument costs "
+        f"{timing.instrument_ms * 1e3:.1f} us of host time per call, taken out of host_ms only)"
+    ]
+    clean = getattr(latency, "median_ms", float("nan"))
+    if timing.gpu and clean > 0:
+        parts.append(
+            f"the GPU was busy {total / clean:.0%} of the clean latency ({total:.3f} of "
+            f"{clean:.3f} ms)"
+        )
+    if timing.outside_ms > 0 and total > 0:
+        parts.append(f"{timing.outside_ms / total:.1%} of it was launched outside every module")
+    bound = timing.launch_bound_calls()
+    if bound:
+        names = ", ".join((k[0] or "(root)") + (f"#{k[1]}" if k[1] > 1 else "") for k in bound)
+        shown = names if len(bound) <= 8 else ", ".join(names.split(", ")[:8]) + ", ..."
+        what = "the GPU waited on the host" if timing.gpu else "less than half in ops"
+        parts.append(f"launch-bound ({what}): {len(bound)} layer(s): {shown}")
+        if timing.gpu and clean > 0 and total / clean < 0.5:
+            parts.append(
+                "the model is launch-bound: CUDA graphs (cuda_graph=True) or torch.compile "
+                "(compile='reduce-overhead') remove most of the launch cost"
+            )
+    return "; ".join(parts)
+
+
+# -- reading the profiler's events ---------------------------------------------------------------
+def _is_gpu(event: Any) -> bool:
+    return str(event.device_type()).rsplit(".", 1)[-1] in ("CUDA", "XPU", "PrivateUse1")
+
+
+def read_passes(events: Sequence[Any], n: int, gpu: bool) -> dict[int, tuple[PassReading, Any]]:
+    """Per pass number, its attribution and its calls' host spans (ms, ``n``), from kineto
+    events (``compat.profiler_events``)."""
+    passes: dict[int, tuple[int, int, int]] = {}
+    spans: list[Span] = []
+    ops: dict[int, tuple[int, int, int]] = {}  # correlation id -> (start, end, thread)
+    device: list[Any] = []
+    for e in events:
+        name = e.name()
+        if gpu and _is_gpu(e):
+            device.append(e)
+            continue
+        if _is_gpu(e) or e.linked_correlation_id() != 0:
+            continue  # another device's work; the runtime calls (cudaLaunchKernel...)
+        start, thread = e.start_ns(), e.start_thread_id()
+        end = start + e.duration_ns()
+        if name.startswith(CALL_RANGE):
+            spans.append(Span(int(name[len(CALL_RANGE) :]), start, end, thread))
+        elif name.startswith(PASS_RANGE):
+            passes[int(name[len(PASS_RANGE) :])] = (start, end, thread)
+        else:
+            ops[e.correlation_id()] = (start, end, thread)
+    if gpu:
+        acts = [_activity(e, ops) for e in device]
+    else:
+        acts = _cpu_activities(list(ops.values()))
+    return {p: _one_pass(n, window, spans, acts) for p, window in passes.items()}
+
+
+def _activity(e: Any, ops: dict[int, tuple[int, int, int]]) -> Activity:
+    start = e.start_ns()
+    launch = ops.get(e.linked_correlation_id())
+    name = str(e.name()).lower()
+    kind = "memcpy" if "memcpy" in name else "memset" if "memset" in name else "kernel"
+    return Activity(
+        start,
+        start + e.duration_ns(),
+        launch[0] if launch else -1,
+        launch[2] if launch else -1,
+        int(e.device_resource_id()),
+        kind,
+    )
+
+
+def _cpu_activities(ops: list[tuple[int, int, int]]) -> list[Activity]:
+    by_thread: dict[int, list[tuple[int, int]]] = {}
+    for s, e, t in ops:
+        by_thread.setdefault(t, []).append((s, e))
+    out = []
+    for t, intervals in by_thread.items():
+        for i in outermost(intervals):
+            s, e = intervals[i]
+            out.append(Activity(s, e, s, t, t, "op"))
+    return out
+
+
+def _one_pass(
+    n: int, window: tuple[int, int, int], spans: list[Span], acts: list[Activity]
+) -> tuple[PassReading, np.ndarray]:
+    start, end, thread = window
+    inside = [s for s in spans if s.thread == thread and start <= s.start_ns <= end]
+    mine = [a for a in acts if a.thread == thread and start <= a.launch_ns <= end]
+    host = np.zeros(n)
+    for s in inside:
+        if 0 <= s.call < n:
+            host[s.call] = (s.end_ns - s.start_ns) / 1e6
+    return attribute(n, inside, mine), host
+
+
+# -- the passes ----------------------------------------------------------------------------------
+class _Ranges:
+    """Hooks that push a range per module call, after checking the calls come in the order the
+    discovery pass saw."""
+
+    def __init__(self, plan: CallPlan) -> None:
+        self.plan = plan
+        self.names = [f"{CALL_RANGE}{i}" for i in range(len(plan.keys))]
+        self.open: list[Any] = []
+        self.counter = 0
+
+    def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
+        i = self.counter
+        if i >= len(self.names) or self.plan.modules[i] is not module:
+            raise ModelProfError(
+                f"module '{self.plan.names.get(module, '?')}' ran as call {i + 1} of the "
+                "forward, but the discovery pass saw another call there; the model's control "
+                "flow changes between passes, so its layers cannot be timed by position"
+            )
+        self.counter = i + 1
+        r = fast_range(self.names[i])
+        r.__enter__()
+        self.open.append(r)
+
+    def post(self, module: nn.Module, output: Any) -> None:
+        self.open.pop().__exit__(None, None, None)
+
+    def close_open(self) -> None:
+        """Close what a failing forward left open (innermost first)."""
+        while self.open:
+            self.open.pop().__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _profiler(gpu: bool) -> Iterator[Any]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if gpu:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        yield prof
+
+
+def time_kernels(
+    model: nn.Module,
+    model_inputs: ModelInputs,
+    *,
+    training: bool = False,
+    no_grad: bool = True,
+    options: TimingOptions | None = None,
+    modules: dict[nn.Module, str] | None = None,
+    **timing_options: Any,
+) -> KernelTiming:
+    """Per-layer kernel time (module doc) over ``repeat`` (else ``min_samples``) profiled
+    passes, in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise."""
+    if not isinstance(model, nn.Module):
+        raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
+    opts = TimingOptions.parse(options, **timing_options)
+    dev = model_inputs.device
+    args, kwargs = model_inputs.args, model_inputs.kwargs
+    if opts.channels_last:
+        model = moved_model(model, dev, None, memory_format=torch.channels_last)
+        args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+    mode = RunMode(training=training, no_grad=no_grad, amp=opts.amp, device=dev)
+    names = module_names(model) if modules is None else modules
+    reset = model_inputs.reset or (lambda: None)
+
+    def forward() -> Any:
+        return model(*args, **kwargs)
+
+    passes = opts.stop.repeat or opts.stop.min_samples
+    run = _KernelRun(model, forward, reset, names, dev)
+    with contextlib.ExitStack() as stack:
+        if dev.type == "cuda":
+            stack.enter_context(torch.cuda.device(dev))
+        stack.enter_context(running(model, mode))
+        stack.enter_context(run.user_errors())
+        plan = discover(model, lambda: (reset(), forward())[1], CallPlan(names))
+        run.plan = plan
+        n_warm, _ = warm_up(lambda: (reset(), forward()), opts.warmup, False, run.sync)
+        readings = run.profiled(passes)
+    return run.result(readings, model_inputs, opts, n_warm + 2)
+
+
+class _KernelRun:
+    """The profiled passes of one ``time_kernels`` call, and their result."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        forward: Callable[[], Any],
+        reset: Callable[[], Any],
+        names: dict[nn.Module, str],
+        dev: torch.device,
+    ) -> None:
+        self.model, self.forward, self.reset, self.names, self.dev = (
+            model,
+            forward,
+            reset,
+            names,
+            dev,
+        )
+        self.gpu = dev.type == "cuda"
+        self.plan: CallPlan | None = None
+        self.ranges: _Ranges | None = None
+        self.hooked_issue: list[float] = []
+        self.plain_issue: list[float] = []
+        self.walls: list[float] = []
+        self.plain_walls: list[float] = []
+
+    def sync(self) -> None:
+        device_synchronize(self.dev)
+
+    @contextlib.contextmanager
+    def user_errors(self) -> Iterator[None]:
+        """A failure of the user's forward becomes a ModelProfError naming the model."""
+        try:
+            yield
+        except ModelProfError:
+            raise
+        except Exception as e:
+            if is_oom(e):
+                raise
+            raise ModelProfError(
+                f"forward of {type(self.model).__name__} failed while timing layers from "
+                f"their kernels: {type(e).__name__}: {e}"
+            ) from e
+        finally:
+            if self.ranges is not None:
+                self.ranges.close_open()
+
+    def _pass(self, p: int) -> None:
+        """Hooked pass ``p`` (in its pass range), then a plain one; host times of both."""
+        perf, ranges = time.perf_counter_ns, self.ranges
+        self.reset()
+        ranges.counter = 0
+        with module_hooks(self.model, ranges.pre, ranges.post, self.names):
+            t0 = perf()
+            with fast_range(f"{PASS_RANGE}{p}"):
+                self.forward()
+            t1 = perf()
+            self.sync()
+            t2 = perf()
+        if ranges.counter != len(ranges.names):
+            raise ModelProfError(
+                f"the forward made {ranges.counter} module calls, the discovery pass "
+                f"{len(ranges.names)}; the model's control flow changes between passes"
+            )
+        self.reset()
+        t3 = perf()
+        self.forward()
+        t4 = perf()
+        self.sync()
+        t5 = perf()
+        if p > 0:
+            self.hooked_issue.append((t1 - t0) / 1e6)
+            self.walls.append((t2 - t0) / 1e6)
+            self.plain_issue.append((t4 - t3) / 1e6)
+            self.plain_walls.append((t5 - t3) / 1e6)
+
+    def profiled(self, passes: int) -> dict[int, tuple[PassReading, np.ndarray]]:
+        """One discarded profiled pass (0), then ``passes`` read."""
+        self.ranges = _Ranges(self.plan)
+        with gc_paused(), _profiler(self.gpu) as prof:
+            for p in range(passes + 1):
+                self._pass(p)
+        readings = read_passes(profiler_events(prof), len(self.plan.keys), self.gpu)
+        readings.pop(0, None)
+        if len(readings) != passes:
+            raise ModelProfError(
+                f"the profiler returned {len(readings)} of {passes} per-layer passes; "
+                "another profiler running in this process takes its events"
+            )
+        return readings
+
+    def result(
+        self,
+        readings: dict[int, tuple[PassReading, np.ndarray]],
+        mi: ModelInputs,
+        opts: TimingOptions,
+        warmup: int,
+    ) -> KernelTiming:
+        plan, n = self.plan, len(self.plan.keys)
+        ordered = [readings[p] for p in sorted(readings)]
+        per_call = max(0.0, float(np.median(self.hooked_issue) - np.median(self.plain_issue)))
+        per_call /= n
+        host_raw = np.vstack([h for _, h in ordered])
+        host = np.clip(host_raw - plan.nested_counts()[None, :] * per_call, 0.0, None)
+        timing = KernelTiming(
+            samples={},
+            order=list(plan.keys),
+            passes_ms=np.asarray(self.walls),
+            parents=dict(plan.parents),
+            device=str(self.dev),
+            batch_size=mi.batch_size,
+            warmup=warmup,
+            stop_reason="repeat",
+            env=opts.env(mi, "torch.profiler", per_layer="kernels"),
+            plain_ms=np.asarray(self.plain_walls),
+            min_samples=None,
+            busy_ms=np.vstack([r.busy_ms for r, _ in ordered]),
+            idle_ms=np.vstack([r.idle_ms for r, _ in ordered]),
+            launches=np.vstack([r.launches for r, _ in ordered]),
+            host_ms=host,
+            span_ms=np.asarray([r.span_ms for r, _ in ordered]),
+            parent_index=list(plan.parent_index),
+            instrument_ms=per_call,
+            gpu=self.gpu,
+        )
+        headline = timing._tree(timing.busy_ms) if self.gpu else host
+        timing.samples = {k: headline[:, i].copy() for i, k in enumerate(plan.keys)}
+        timing.raw_samples = {k: host_raw[:, i].copy() for i, k in enumerate(plan.keys)}
+        timing.env["instrument_us_per_call"] = per_call * 1e3
+        return timing

@@ -1,0 +1,197 @@
+"""per_layer="kernels" on the CPU (where it is tested without a GPU): op time per module call from
+torch.profiler ranges pushed by the hooks, exact sums, launch-bound layers named; and the
+latency/pipelined modes of the CUDA event clock through measure_latency, with fakes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from modelprof import profile
+from modelprof.errors import ModelProfError
+from modelprof.render.csvio import read_csv
+from modelprof.runtime.inputs import make_inputs
+from modelprof.timing import clock as clock_mod
+from modelprof.timing import latency as latency_mod
+from modelprof.timing.calibration import spin
+from modelprof.timing.kernels import KERNEL_COLUMNS, time_kernels
+from modelprof.timing.latency import measure_latency, pipeline_group
+from modelprof.timing.options import TimingOptions
+
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+
+
+class PythonLoop(nn.Module):
+    """Spins 3 ms in Python around one tiny op: almost none of its time is inside ops."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spin(3.0)
+        return x + 1
+
+
+class MatMul(nn.Module):
+    """A 256 x 256 matmul: its time is its op's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(256, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x
+        for _ in range(8):
+            y = y @ self.w
+        return y
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = PythonLoop()
+        self.mm = MatMul()
+        self.block = nn.Sequential(nn.ReLU(), nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(self.mm(self.loop(x)))
+        return y * 2  # the model's own op: its (self) row
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_time_kernels_on_the_cpu_sums_exactly_and_names_the_python_bound_layer(one_thread):
+    model = Net()
+    kt = time_kernels(model, make_inputs(model, (256,), batch_size=256), repeat=5, warmup=1)
+    assert kt.n == 5 and kt.busy_ms.shape == (5, len(kt.order) + 1)
+    m = kt.medians()
+    where = {k: i for i, k in enumerate(kt.order)}
+    root, loop, mm, block = (where[k] for k in [("", 1), ("loop", 1), ("mm", 1), ("block", 1)])
+    # inclusive = own + children, exactly (sums of the same medians)
+    leaves = [i for i in range(len(kt.order)) if i not in set(kt.parent_index) - {None}]
+    parents = set(kt.parent_index) - {None}
+    total = sum(m["kernel"][i] for i in leaves) + sum(m["kernel_self"][i] for i in parents)
+    assert total == pytest.approx(m["kernel"][root], rel=1e-12)
+    assert m["kernel"][block] >= m["kernel"][block + 1]  # never below a child
+    # the Python loop's 3 ms spin runs no op: its op time is a sliver of its call's time; the
+    # matmul's call is its ops' (both within one call, so load on the machine reaches both)
+    assert m["kernel"][loop] < 0.5 * m["host"][loop]
+    assert m["kernel"][mm] > 0.5 * m["host"][mm]
+    bound = kt.launch_bound_calls()
+    assert ("loop", 1) in bound and ("mm", 1) not in bound
+    # host time of a call holds its children's
+    assert m["host"][root] >= m["host"][loop] + m["host"][mm]
+
+
+def test_profile_with_kernels_gives_the_columns_in_every_view_and_the_csv(one_thread, tmp_path):
+    model = Net()
+    r = profile(model, (256,), batch_size=64, per_layer="kernels", repeat=5, roofline=False)
+    df = r.to_dataframe()
+    for c in KERNEL_COLUMNS:
+        assert c in df.columns, c
+    body = df[df.leaf]
+    root = df[df.module == ""].iloc[0]
+    # the leaf and (self) rows add up to the root's kernel and timeline times exactly
+    assert body.kernel_ms.sum() == pytest.approx(root.kernel_ms, rel=1e-9)
+    assert body.timeline_ms.sum() == pytest.approx(root.timeline_ms, rel=1e-9)
+    assert (df.timeline_ms == df.kernel_ms + df.idle_ms).all()
+    loop = df[df.module == "loop"].iloc[0]
+    assert bool(loop.launch_bound)
+    notes = " ".join(r.timing_notes)
+    assert "launch-bound" in notes and "loop" in notes and "op time from torch.profiler" in notes
+    # on the CPU the per-layer latency is the call's host time
+    assert loop.latency_ms == pytest.approx(loop.host_ms)
+    path = tmp_path / "k.csv"
+    r.to_csv(path)
+    back = read_csv(path)
+    assert back["launch_bound"].dtype == bool and back["kernel_ms"].dtype == np.float64
+    np.testing.assert_allclose(back["kernel_ms"].to_numpy(), df["kernel_ms"].to_numpy())
+    # the compact view (terminal, notebook, Markdown) shows the idle time and the verdict;
+    # every column is there when asked for
+    assert "device idle" in r.to_markdown() and "launch-bound" in r.to_html()
+    assert "kernel time" in r.to_markdown(columns="all")
+
+
+def test_the_stamps_stay_the_cpu_default():
+    opts = TimingOptions.parse()
+    assert opts.layer_instrument(torch.device("cpu")) == "stamps"
+    assert opts.layer_instrument(torch.device("cuda")) == "kernels"
+    assert TimingOptions.parse(per_layer="stamps").layer_instrument(torch.device("cuda")) == (
+        "stamps"
+    )
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        ({"per_layer": "events"}, "per_layer='events'"),
+        ({"latency_mode": "stream"}, "latency_mode='stream'"),
+        ({"latency_mode": "pipelined", "transfer": True}, "pipelined"),
+    ],
+)
+def test_bad_modes_are_refused_by_name(kw, word):
+    with pytest.raises(ModelProfError, match=word):
+        TimingOptions.parse(**kw)
+
+
+def test_pipeline_group_sizes_samples():
+    # about 5 ms of calls per sample, 2 to 64 calls: 1 ms calls -> 5; 0.01 ms -> 64 (cap);
+    # 10 ms -> 2 (floor); unknown -> 8
+    assert pipeline_group(1.0) == 5
+    assert pipeline_group(0.01) == 64
+    assert pipeline_group(10.0) == 2
+    assert pipeline_group(None) == 8
+
+
+class _Event:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = 0
+
+    def record(self, stream=None) -> None:
+        import time
+
+        self.t = time.perf_counter_ns()
+
+    def elapsed_time(self, other) -> float:
+        return (other.t - self.t) / 1e6
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The CUDA event clock for the CPU device, with fake events; counts synchronizes."""
+    syncs: list = []
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(1))
+    monkeypatch.setattr(
+        latency_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
+    )
+    return syncs
+
+
+def test_measure_latency_modes_synchronize_per_sample_or_per_block(fake_gpu):
+    calls = []
+
+    def work() -> None:
+        calls.append(1)
+        spin(0.5)
+
+    m = measure_latency(work, warmup=0, repeat=6)
+    # the latency mode: one synchronize after each of the 6 samples, one call each
+    assert m.n == 6 and len(fake_gpu) == 6 and len(calls) == 6
+    fake_gpu.clear()
+    calls.clear()
+    p = measure_latency(work, warmup=2, repeat=6, latency_mode="pipelined")
+    # pipelined: 2 warm-up calls (which size the group: about 5 ms of calls per sample, so
+    # 2 to 10 of these 0.5 ms calls), then 6 samples of `group` back-to-back calls, one
+    # synchronize per block; each sample is the span over `group`, never below the spin
+    group = p.env["calls_per_sample"]
+    assert p.env["latency_mode"] == "pipelined" and 2 <= group <= 10
+    assert p.n == 6 and len(calls) == 2 + 6 * group
+    assert len(fake_gpu) == len(set(p.blocks.tolist()))
+    assert (p.samples_ms >= 0.5 - 1e-6).all()
