@@ -13,7 +13,10 @@ the interval of the median is the wider of
   which includes whatever drifted during the measurement window; on the log scale, as latency
   noise is multiplicative and an interval of a duration must stay positive),
 
-so a user reading ``±x %`` can quote it for the window the measurement covered. A run is *unstable*
+so a user reading ``±x %`` can quote it for the window the measurement covered. Blocks whose
+medians are correlated from one block to the next (load that comes and goes in stretches longer
+than a block) make that t interval too narrow: from ``LAG1_MIN_BLOCKS`` blocks on it is widened
+by the AR(1) factor ``sqrt((1 + r) / (1 - r))`` of their lag-1 autocorrelation ``r > 0``. A run is *unstable*
 when its block medians follow a trend that is both significant (two-sided 99 %, a t-test on the
 least-squares slope of the log block medians against time) and larger than that interval;
 ``drift_pct`` is the trend's change over the window, in percent.
@@ -30,6 +33,9 @@ __all__ = [
     "DRIFT_CONFIDENCE",
     "between_block_ci",
     "block_medians",
+    "lag1_inflation",
+    "LAG1_MAX",
+    "LAG1_MIN_BLOCKS",
     "combined_ci",
     "drift",
     "median_ci_ranks",
@@ -146,16 +152,48 @@ def block_medians(samples: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, 
     return ids, np.array([float(np.median(samples[blocks == b])) for b in ids])
 
 
+#: From this many blocks on, the between-block interval is widened for correlated blocks.
+LAG1_MIN_BLOCKS = 10
+#: The largest lag-1 autocorrelation the widening uses (a factor of sqrt(1.9 / 0.1) = 4.4).
+LAG1_MAX = 0.9
+
+
+def lag1_inflation(logs: np.ndarray) -> float:
+    """How much wider an interval of the mean of ``logs`` (in time order) must be when
+    consecutive values are correlated: ``sqrt((1 + r) / (1 - r))`` (an AR(1) process's variance
+    of the mean over the independent one's) for their lag-1 autocorrelation ``r``, corrected
+    for its downward bias in short series (``r + (1 + 4 r) / B``, Marriott and Pope); 1 when
+    ``r <= 0`` (never narrower) or below ``LAG1_MIN_BLOCKS`` values, where ``r`` is too rough
+    to use; ``r`` at most ``LAG1_MAX``. With 40 blocks of AR(1) noise at 0.8 the t interval
+    alone covers 46 % of the time, widened 89 %; independent blocks keep 95-97 %."""
+    x = np.asarray(logs, dtype=np.float64)
+    if x.size < LAG1_MIN_BLOCKS:
+        return 1.0
+    d = x - x.mean()
+    ss = float((d * d).sum())
+    if ss <= 0:
+        return 1.0
+    r = float((d[1:] * d[:-1]).sum()) / ss
+    if r <= 0:
+        return 1.0
+    r = min(LAG1_MAX, r + (1.0 + 4.0 * r) / x.size)
+    return math.sqrt((1.0 + r) / (1.0 - r))
+
+
 def between_block_ci(
     center: float, medians: np.ndarray, confidence: float
 ) -> tuple[float, float] | None:
-    """``center * exp(± t(B-1) sd(log medians) / sqrt(B))``; None with fewer than two blocks
-    (or a non-positive median, where no log exists)."""
+    """``center * exp(± t(B-1) sd(log medians) / sqrt(B) * lag1_inflation)``: the blocks'
+    spread, widened where consecutive blocks are correlated (a machine whose load comes and
+    goes in stretches longer than a block: independent-block math would claim too much);
+    None with fewer than two blocks (or a non-positive median, where no log exists).
+    ``medians`` in the order the blocks were taken."""
     b = int(medians.size)
     if b < 2 or center <= 0 or (medians <= 0).any():
         return None
     logs = np.log(medians)
     half = t_quantile(0.5 + confidence / 2.0, b - 1) * float(logs.std(ddof=1)) / math.sqrt(b)
+    half *= lag1_inflation(logs)
     return center * math.exp(-half), center * math.exp(half)
 
 
