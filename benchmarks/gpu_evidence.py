@@ -4,7 +4,11 @@ on the GPU at hand, in 7 minutes, into files ready to commit.
     PYTHONPATH=. python3 benchmarks/gpu_evidence.py --out $OUT      # on a machine with a GPU
     PYTHONPATH=. python3 benchmarks/gpu_evidence.py --dry-run --out /tmp/ev   # CPU, CUDA faked
 
-Sections (``gpu_sections.py``), in the order they run, the seed's recipes first: 2 the timer
+Sections, in the order they run: first the GPU timing issue's (``gpu_kernels.py``): K1 kernel
+time of ``_sleep`` and tiny-add oracle layers, K2 kernel time per layer on resnet50 and vit_b_16
+(exact sums, against a profiler-only pass mapped by op order and the first run's CUPTI column),
+K3 the latency mode against the seed's loop interleaved, the pipelined mode and the stop rule's
+wall time; then (``gpu_sections.py``) the seed's recipes: 2 the timer
 against ``torch.cuda._sleep`` layers, 4 the seed's fixed recipe vs the adaptive one (and a
 throughput search up to OOM), 5 a raw CuPy kernel with transfers, 3 events vs CUPTI kernel times
 and a per-module-synchronize timer; then 6 the CUDA-only formulas vs the CPU count, 8 the
@@ -525,8 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out:
         ap.error("--out (or $OUT) is required")
     boot = bootstrap()
+    from gpu_kernels import KERNEL_SECTIONS
     from gpu_sections import SECTIONS
 
+    SECTIONS = KERNEL_SECTIONS + SECTIONS  # the GPU timing issue's sections first
     total = args.total_s or (240.0 if args.dry_run else TOTAL_S)
     ctx = make_ctx(args.dry_run, Path(args.out), args.device, total, boot)
     only = set(filter(None, args.only.split(","))) or None

@@ -334,9 +334,11 @@ def _time(
     if not spec.timing:
         return TimingResult(), []
     latency, layers, notes = _measure(model, _with_layout(mi, None), spec.mode, spec.opts)
+    pipelined = _pipelined(model, mi, spec.mode, spec.opts)
     keys = row_keys(rows)
     columns, overhead, leaf_sum = layer_columns(keys, records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
+    agreement = None
     if isinstance(layers, KernelTiming):
         kernel = kernel_columns(
             layers, [(records[i].key, s) if i >= 0 else (None, s) for i, s, _ in keys]
@@ -344,10 +346,31 @@ def _time(
         for col, k in zip(columns, kernel):
             if k:
                 col["kernel"] = k
-        if layers.gpu:  # kernel time is not wall time: the busy share is in the notes
-            return (TimingResult(latency, layers, overhead, coverage, None, notes, None), [columns])
-    agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
-    return (TimingResult(latency, layers, overhead, coverage, None, notes, agreement), [columns])
+    if not (isinstance(layers, KernelTiming) and layers.gpu):
+        # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
+        agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
+    timed = TimingResult(latency, layers, overhead, coverage, None, notes, agreement, pipelined)
+    return timed, [columns]
+
+
+#: the longest the pipelined measurement beside the latency may sample (s)
+PIPELINED_BUDGET_S = 2.0
+
+
+def _pipelined(model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions) -> Any:
+    """On CUDA (without transfers), the model timed back to back: the time per call of a full
+    stream and its throughput, beside the latency; None elsewhere (the CPU runs one call at a
+    time: its pipelined time is its latency)."""
+    if mi.device.type != "cuda" or opts.transfer or opts.latency_mode == "pipelined":
+        return None
+    budget = min(opts.stop.budget_s, PIPELINED_BUDGET_S)
+    return measure_latency(
+        timing_runner(model, mi, mode, opts),
+        mi,
+        training=mode.training,
+        no_grad=mode.no_grad,
+        options=opts.replace(latency_mode="pipelined", budget_s=budget, warn=False),
+    )
 
 
 def _regimes(model: nn.Module, opts: TimingOptions) -> str:

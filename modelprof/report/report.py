@@ -87,6 +87,9 @@ class TimingResult:
     peaks: Any = None
     notes: Sequence[str] = ()
     agreement: Any = None  # modelprof.timing.agreement.TimingAgreement
+    #: on CUDA, the same model timed back to back (``latency_mode="pipelined"``): the time per
+    #: call of a full stream and its throughput, beside the latency of a request on an idle GPU
+    pipelined: Any = None
 
 
 class Report(Exports):
@@ -126,6 +129,7 @@ class Report(Exports):
         self.peaks = timing.peaks
         #: how the timing columns were measured where that is not the plain recipe
         self.timing_notes = list(timing.notes)
+        self.pipelined = timing.pipelined
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
         #: the per-layer window against the clean runs (modelprof.timing.agreement)
         self.timing_agreement = timing.agreement
@@ -635,6 +639,13 @@ class Report(Exports):
             f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
             f"{m.fps:.1f} samples/s (clean end-to-end runs)"
         ]
+        p = self.pipelined
+        if p is not None and p.has_interval:
+            plo, phi = p.median_ci_ms
+            lines.append(
+                f"pipelined (back to back) {p.median_ms:.3f} ms per call (95% CI {plo:.3f}-"
+                f"{phi:.3f}), {p.fps:.1f} samples/s: the throughput of a full stream"
+            )
         if m.cpu is not None and m.loaded:
             lines.append(
                 f"CPU work {m.cpu.median_ms:.3f} ms ({m.cpu_clock}; wall/CPU "

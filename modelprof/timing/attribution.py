@@ -62,6 +62,11 @@ class PassReading:
     idle_ms: np.ndarray
     launches: np.ndarray
     span_ms: float
+    #: the call each activity was charged to (``n``: outside), in the order the device started
+    #: them (ties: launch order)
+    owners: list[int] = dataclasses.field(default_factory=list)
+    #: each activity's duration (ms), in the same order
+    durations_ms: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def outside_ms(self) -> float:
@@ -153,4 +158,8 @@ def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> 
                 last_busy_end = t
         last_t = t
     span = (max(a.end_ns for a in activities) - min(a.start_ns for a in activities)) / 1e6
-    return PassReading(busy, idle, launches, span)
+    order = sorted(
+        range(len(activities)), key=lambda i: (activities[i].start_ns, activities[i].launch_ns)
+    )
+    durations = [(activities[i].end_ns - activities[i].start_ns) / 1e6 for i in order]
+    return PassReading(busy, idle, launches, span, [owner[i] for i in order], durations)

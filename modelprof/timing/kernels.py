@@ -90,6 +90,9 @@ class KernelTiming(LayerTiming):
     #: the instrument's host cost per module call (ms): hooked less plain issue time, per call
     instrument_ms: float = 0.0
     gpu: bool = False
+    #: the call each device activity of the first read pass was charged to, in the order the
+    #: device started them (an op-order map to a pass run without hooks: gpu_evidence.py)
+    owners: list = dataclasses.field(default_factory=list)
 
     def _tree(self, own: np.ndarray) -> np.ndarray:
         """Inclusive values from each call's own (the last axis, calls in pre-order)."""
@@ -485,6 +488,7 @@ class _KernelRun:
             parent_index=list(plan.parent_index),
             instrument_ms=per_call,
             gpu=self.gpu,
+            owners=list(ordered[0][0].owners),
         )
         headline = timing._tree(timing.busy_ms) if self.gpu else host
         timing.samples = {k: headline[:, i].copy() for i, k in enumerate(plan.keys)}
