@@ -219,6 +219,7 @@ def read_passes(events: Sequence[Any], n: int, gpu: bool) -> dict[int, tuple[Pas
     spans: list[Span] = []
     ops: dict[int, tuple[int, int, int]] = {}  # correlation id -> (start, end, thread)
     device: list[Any] = []
+    range_starts: dict[int, tuple[int, int, int]] = {}
     for e in events:
         name = e.name()
         if gpu and _is_gpu(e):
@@ -230,12 +231,14 @@ def read_passes(events: Sequence[Any], n: int, gpu: bool) -> dict[int, tuple[Pas
         end = start + e.duration_ns()
         if name.startswith(CALL_RANGE):
             spans.append(Span(int(name[len(CALL_RANGE) :]), start, end, thread))
+            # work launched by the range itself (no op open: a raw kernel): its start
+            range_starts[e.correlation_id()] = (start, start, thread)
         elif name.startswith(PASS_RANGE):
             passes[int(name[len(PASS_RANGE) :])] = (start, end, thread)
         else:
             ops[e.correlation_id()] = (start, end, thread)
     if gpu:
-        acts = [_activity(e, ops) for e in device]
+        acts = [_activity(e, {**range_starts, **ops}) for e in device]
     else:
         acts = _cpu_activities(list(ops.values()))
     return {p: _one_pass(n, window, spans, acts) for p, window in passes.items()}
