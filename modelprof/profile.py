@@ -35,6 +35,8 @@ from modelprof.step.timing import time_step
 from modelprof.timing import measure_latency, time_layers
 from modelprof.timing.agreement import judge_agreement
 from modelprof.timing.columns import layer_columns
+from modelprof.timing.helps import helps_note
+from modelprof.timing.helps import what_helps as time_what_helps
 from modelprof.timing.kernels import KernelTiming, kernel_columns, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
@@ -62,6 +64,7 @@ def profile(
     target: Any = None,
     optimizer: Any = None,
     view: str = "rank",
+    what_helps: bool = False,
     **timing_options: Any,
 ) -> Report:
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
@@ -88,6 +91,10 @@ def profile(
     class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
     optimizer step as a row of its own. See ``modelprof.step.table``.
 
+    ``what_helps=True`` (CUDA): the forward replayed from a CUDA graph and compiled with
+    ``mode="reduce-overhead"``, timed interleaved with the eager one; their ratios with
+    intervals go into the notes and ``report.what_helps`` (``modelprof.timing.helps``).
+
     Under a process group (DDP, FSDP2, tensor parallel; docs/distributed.md) every rank calls
     ``profile``; the table is this rank's (``view="rank"``: local shards, DTensor ops on local
     shapes) or the model as one whole (``view="global"``, equal to the unsharded model), with
@@ -96,6 +103,9 @@ def profile(
     """
     model = exported_layers(model)  # an ExportedProgram: its layers, one row each
     spec = _parse(model, timing, registry, options, timing_options)
+    if not isinstance(what_helps, bool):
+        raise ModelProfError(f"what_helps={what_helps!r} must be True or False")
+    spec = dataclasses.replace(spec, what_helps=what_helps)
     mode = RunMode.parse(  # how every pass runs the model, parsed once here
         backward=backward,
         training=training,
@@ -137,6 +147,12 @@ def profile(
         spec, meta_notes = _on(spec, mi)
         if spec.timing:
             spec.opts.check_device(mi.device)
+        if spec.what_helps and (mi.device.type != "cuda" or not spec.timing):
+            raise ModelProfError(
+                f"what_helps=True needs a timed run on a CUDA device (device {mi.device}, "
+                f"timing={spec.timing}): it times the forward replayed from a CUDA graph and "
+                "compiled against eager"
+            )
         with _batch_hint(input_size, mi):
             static, step_cost = _count(model, mi, spec)
         # the passes that follow see the inputs as the first one did (None: it changed none)
@@ -267,6 +283,7 @@ class _Spec:
     opts: TimingOptions
     mode: RunMode = RunMode()
     step: Any = None  # StepSpec, or None without backward
+    what_helps: bool = False  # on CUDA: eager vs CUDA graph vs compile, interleaved
 
     @property
     def flags(self) -> dict[str, Any]:
@@ -335,6 +352,12 @@ def _time(
         return TimingResult(), []
     latency, layers, notes = _measure(model, _with_layout(mi, None), spec.mode, spec.opts)
     pipelined = _pipelined(model, mi, spec.mode, spec.opts)
+    helps = None
+    if spec.what_helps:
+        helps, left_out = time_what_helps(
+            timing_runner(model, mi, spec.mode, spec.opts), mi, spec.mode, spec.opts
+        )
+        notes.append(helps_note(helps, left_out))
     keys = row_keys(rows)
     columns, overhead, leaf_sum = layer_columns(keys, records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
@@ -349,7 +372,9 @@ def _time(
     if not (isinstance(layers, KernelTiming) and layers.gpu):
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
         agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
-    timed = TimingResult(latency, layers, overhead, coverage, None, notes, agreement, pipelined)
+    timed = TimingResult(
+        latency, layers, overhead, coverage, None, notes, agreement, pipelined, helps
+    )
     return timed, [columns]
 
 

@@ -195,3 +195,35 @@ def test_measure_latency_modes_synchronize_per_sample_or_per_block(fake_gpu):
     assert p.n == 6 and len(calls) == 2 + 6 * group
     assert len(fake_gpu) == len(set(p.blocks.tolist()))
     assert (p.samples_ms >= 0.5 - 1e-6).all()
+
+
+def test_what_helps_times_the_variants_interleaved_and_says_what_was_left_out(monkeypatch):
+    # CUDA graphs and the compiler stand in as a faster spin and a failure: the comparison is
+    # interleaved, the ratio below 1 with its interval, the failed variant named with its reason
+    from modelprof.runtime.execution import RunMode
+    from modelprof.runtime.inputs import ModelInputs
+    from modelprof.timing import helps
+
+    class Slow(nn.Module):
+        def forward(self, x):
+            spin(1.0)
+            return x
+
+    monkeypatch.setattr(helps, "_graphed", lambda call: lambda: spin(0.25))
+
+    def no_compiler(*a):
+        raise RuntimeError("no compiler here\nsecond line")
+
+    monkeypatch.setattr(helps, "_compiled", no_compiler)
+    mi = ModelInputs((torch.zeros(2),), {}, torch.device("cuda"), torch.float32, 1, None)
+    result, left_out = helps.what_helps(
+        Slow(), mi, RunMode(), TimingOptions.parse(repeat=12, warmup=1, warn=False)
+    )
+    assert set(result.measurements) == {"eager", "cuda_graph"}
+    ratio, lo, hi = result.ratios["cuda_graph"]
+    # a 0.25 ms spin against a 1 ms one: about 0.25x; load only lengthens either, so the
+    # ratio stays well below 1 (the graph's spin is 4x shorter)
+    assert ratio < 0.75 and lo <= ratio <= hi
+    assert left_out == ["compile: RuntimeError: no compiler here"]
+    note = helps.helps_note(result, left_out)
+    assert "cuda_graph" in note and "x eager (95% CI" in note and "left out: compile" in note

@@ -90,6 +90,9 @@ class TimingResult:
     #: on CUDA, the same model timed back to back (``latency_mode="pipelined"``): the time per
     #: call of a full stream and its throughput, beside the latency of a request on an idle GPU
     pipelined: Any = None
+    #: ``profile(..., what_helps=True)``: eager, CUDA graph and compiled, interleaved
+    #: (a ``LatencyComparison``)
+    what_helps: Any = None
 
 
 class Report(Exports):
@@ -130,6 +133,7 @@ class Report(Exports):
         #: how the timing columns were measured where that is not the plain recipe
         self.timing_notes = list(timing.notes)
         self.pipelined = timing.pipelined
+        self.what_helps = timing.what_helps
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
         #: the per-layer window against the clean runs (modelprof.timing.agreement)
         self.timing_agreement = timing.agreement

@@ -1,0 +1,98 @@
+"""``profile(..., what_helps=True)``: the question a launch-bound table raises, answered beside it.
+
+The same forward, on the same inputs, is timed eager, replayed from a CUDA graph and (where
+``torch.compile`` works here) compiled with ``mode="reduce-overhead"``, interleaved round by round
+(``measure_latencies``), so the ratios to eager carry their own paired intervals. A variant that
+cannot be built (a forward that synchronises, dynamic shapes, no compiler) is left out with the
+reason. CUDA only: on the CPU there is no launch cost for a graph to remove.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelprof.errors import ModelProfError
+from modelprof.runtime.device import is_oom
+from modelprof.runtime.execution import RunMode, running
+from modelprof.runtime.inputs import ModelInputs
+from modelprof.timing.interleave import LatencyComparison, measure_latencies
+from modelprof.timing.modes import capture_cuda_graph
+from modelprof.timing.options import TimingOptions
+
+__all__ = ["HELPS_BUDGET_S", "what_helps", "helps_note"]
+
+#: seconds of interleaved sampling per variant
+HELPS_BUDGET_S = 2.0
+
+
+def _graphed(call: Callable[[], Any]) -> Callable[[], Any]:
+    graph, out = capture_cuda_graph(call)
+
+    def replay() -> Any:
+        graph.replay()
+        return out
+
+    return replay
+
+
+def _compiled(model: nn.Module, args: tuple, kwargs: dict) -> Callable[[], Any]:
+    fn = torch.compile(model, mode="reduce-overhead")
+    for _ in range(3):  # compiles, records its graphs
+        fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    return lambda: fn(*args, **kwargs)
+
+
+def what_helps(
+    model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
+) -> tuple[LatencyComparison | None, list[str]]:
+    """Eager against a CUDA graph and ``torch.compile``, interleaved; and what was left out."""
+    if mi.device.type != "cuda":
+        raise ModelProfError(
+            f"what_helps=True needs a CUDA device (the model runs on {mi.device}): it times the "
+            "forward replayed from a CUDA graph and compiled, which remove launch cost"
+        )
+    args, kwargs = mi.args, mi.kwargs
+    left_out: list[str] = []
+    with running(model, mode):
+
+        def eager() -> Any:
+            return model(*args, **kwargs)
+
+        candidates: dict[str, Callable[[], Any]] = {"eager": eager}
+        for name, build in (
+            ("cuda_graph", lambda: _graphed(eager)),
+            ("compile", lambda: _compiled(model, args, kwargs)),
+        ):
+            try:
+                candidates[name] = build()
+            except Exception as e:  # noqa: BLE001 - the variant is left out, the reason said
+                if is_oom(e):
+                    raise
+                left_out.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        if len(candidates) == 1:
+            return None, left_out
+        budget = min(opts.stop.budget_s, HELPS_BUDGET_S)
+        result = measure_latencies(
+            candidates, options=opts.replace(budget_s=budget, warn=False, latency_mode="latency")
+        )
+    return result, left_out
+
+
+def helps_note(result: LatencyComparison | None, left_out: list[str]) -> str:
+    """One sentence: each variant's latency over eager with its interval, and what was left out."""
+    parts = []
+    if result is not None:
+        for name, (ratio, lo, hi) in result.ratios.items():
+            if name == result.baseline:
+                continue
+            ci = f"95% CI {lo:.3f}-{hi:.3f}" if lo == lo and hi == hi else "no interval"
+            parts.append(f"{name} {ratio:.3f}x eager ({ci})")
+        parts[:0] = [f"what helps (interleaved, {result.rounds} rounds):"]
+    if left_out:
+        parts.append("left out: " + "; ".join(left_out))
+    return " ".join(parts) if parts else "what helps: nothing could be measured"
