@@ -265,6 +265,30 @@ def sec_seed_agreement(ctx: Ctx, o: Outcome) -> None:
         median_ms=m.median_ms,
         seed_median_ms=seed["median_ms"],
     )
+    from modelprof.runtime.execution import RunMode
+    from modelprof.timing.helps import what_helps
+    from modelprof.timing.options import TimingOptions
+
+    result, left = what_helps(
+        model,
+        make_inputs(model, inputs=x),
+        RunMode(),
+        TimingOptions.parse(budget_s=2.0, warmup_s=0.2),
+        variants=("cuda_graph",),  # compile's first call takes minutes of this run
+    )
+    if result is not None:
+        ratio, lo, hi = result.ratios["cuda_graph"]
+        o.check(
+            "resnet50 batch 1 (launch-bound): what_helps times a CUDA graph faster than eager",
+            hi < 1.0,
+            "ratio's upper bound < 1",
+            ratio=ratio,
+            low=lo,
+            high=hi,
+            rounds=result.rounds,
+        )
+    else:
+        o.check("what_helps: a CUDA graph of resnet50 was captured", False, "captured", why=left)
     o.info["stop_rule_samples"] = {
         "samples_ms": [float(v) for v in m.samples_ms[:2000]],
         "blocks": [int(b) for b in (m.blocks[:2000] if m.blocks is not None else [])],

@@ -23,7 +23,7 @@ from modelprof.timing.interleave import LatencyComparison, measure_latencies
 from modelprof.timing.modes import capture_cuda_graph
 from modelprof.timing.options import TimingOptions
 
-__all__ = ["HELPS_BUDGET_S", "what_helps", "helps_note"]
+__all__ = ["HELPS_BUDGET_S", "VARIANTS", "what_helps", "helps_note"]
 
 #: seconds of interleaved sampling per variant
 HELPS_BUDGET_S = 2.0
@@ -47,10 +47,18 @@ def _compiled(model: nn.Module, args: tuple, kwargs: dict) -> Callable[[], Any]:
     return lambda: fn(*args, **kwargs)
 
 
+VARIANTS = ("cuda_graph", "compile")
+
+
 def what_helps(
-    model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
+    model: nn.Module,
+    mi: ModelInputs,
+    mode: RunMode,
+    opts: TimingOptions,
+    variants: tuple[str, ...] = VARIANTS,
 ) -> tuple[LatencyComparison | None, list[str]]:
-    """Eager against a CUDA graph and ``torch.compile``, interleaved; and what was left out."""
+    """Eager against a CUDA graph and ``torch.compile`` (those of ``variants``), interleaved;
+    and what was left out."""
     if mi.device.type != "cuda":
         raise ModelProfError(
             f"what_helps=True needs a CUDA device (the model runs on {mi.device}): it times the "
@@ -68,6 +76,8 @@ def what_helps(
             ("cuda_graph", lambda: _graphed(eager)),
             ("compile", lambda: _compiled(model, args, kwargs)),
         ):
+            if name not in variants:
+                continue
             try:
                 candidates[name] = build()
             except Exception as e:  # noqa: BLE001 - the variant is left out, the reason said
