@@ -25,6 +25,7 @@ from modelprof.timing.sampler import (
     relative_ci,
     warm_up,
 )
+from modelprof.timing.stats import t_quantile
 
 
 class FakeTime:
@@ -113,9 +114,11 @@ def test_budget_stops_below_min_samples_for_slow_calls_and_says_so():
 
 
 def test_budget_stops_an_imprecise_run_without_overshoot():
+    # min_blocks=1000: the spread is never judged (it needs min_blocks), so the budget stops it
     clock = FakeTime()
     chunk, _ = chunker([10.0, 20.0], clock)
-    s = collect(chunk, StopRule(precision=0.001, budget_s=2.0), est_ms=15.0, now=clock)
+    rule = StopRule(precision=0.001, budget_s=2.0, min_blocks=1000)
+    s = collect(chunk, rule, est_ms=15.0, now=clock)
     assert s.stop_reason == "budget"
     assert s.wall_s <= 2.0 + 0.020  # at most one sample past the budget
     assert s.wall_s + 0.010 > 2.0 - 0.020  # and it did use the budget
@@ -227,7 +230,8 @@ def test_budget_counts_untimed_overhead_between_samples():
         clock.t += 0.011 * k
         return np.array([next(values) for _ in range(k)])
 
-    s = collect(chunk, StopRule(precision=0.001, budget_s=1.0), est_ms=1.0, now=clock)
+    rule = StopRule(precision=0.001, budget_s=1.0, min_blocks=1000)  # no spread stop
+    s = collect(chunk, rule, est_ms=1.0, now=clock)
     assert s.stop_reason == "budget"
     assert 1.0 - 0.011 < s.wall_s <= 1.0 + 0.011
     assert s.samples_ms.size == pytest.approx(s.wall_s / 0.011)
@@ -384,3 +388,44 @@ def test_interleaved_floor_rounds_stop_at_their_cap(monkeypatch):
     )
     m = Measurement(slow.samples_ms, **slow.fields(rule))
     assert m.n < 10 and m.undersampled and "(cap 0.4 s)" in m.short_reason
+
+
+def test_a_spread_the_budget_cannot_beat_stops_early_and_says_how_long_it_would_take():
+    # samples alternating 10 / 20 ms: blocks of 2 (the first), then 0.1 s / 15 ms = 6; every
+    # block's median is 15, so the blocks agree, but the pooled median's interval is [10, 20]:
+    # ±5/15 = 1/3 of it. The spread is judged from the 8th block (SPREAD_MIN_BLOCKS; n = 44,
+    # 0.03 + 7 x 0.09 = 0.66 s), projected from the 7 full blocks (the small first one left
+    # out, its median is the noisiest): the asked ±0.1 % would take 0.66 s x (1/3 / 0.001)^2 x
+    # (t(0.975, 1000) / t(0.975, 6))^2 (the t quantile shrinks with more blocks; capped at
+    # 1000 degrees of freedom) = 13.1 h, more than twice the 2 s budget: it stops there, on
+    # "spread", not after the whole budget
+    clock = FakeTime()
+    chunk, calls = chunker([10.0, 20.0], clock)
+    rule = StopRule(precision=0.001, budget_s=2.0)
+    s = collect(chunk, rule, est_ms=15.0, now=clock)
+    assert s.stop_reason == "spread" and calls == [2] + [6] * 7
+    assert s.wall_s == pytest.approx(0.66)
+    expected = 0.66 * (1000 / 3) ** 2 * (t_quantile(0.975, 1000) / t_quantile(0.975, 6)) ** 2
+    assert s.needed_s == pytest.approx(expected, rel=1e-6)
+    assert expected / 3600 == pytest.approx(13.1, abs=0.05)
+    m = Measurement(s.samples_ms, **s.fields(rule))
+    assert "stop=spread (±0.1% would take ~13.1 h of sampling)" in repr(m)
+    assert m.to_dict()["needed_s"] == pytest.approx(expected)
+    assert not m.undersampled and m.n >= 10  # the floor came first
+
+
+def test_the_spread_estimate_is_near_the_time_the_precision_takes():
+    # the same stream of N(1, 0.2) ms samples sampled twice: under a 1 s budget the spread
+    # stop estimates how long ±0.5 % takes; with no budget to speak of the run reaches it, and
+    # the estimate (from 8 blocks) is within a factor of 2 of what it took (1.08x: 13.9 s
+    # against 12.8 s)
+    values = np.random.default_rng(0).normal(1.0, 0.2, 300_000)
+    rule = StopRule(precision=0.005, budget_s=1.0)
+    clock = FakeTime()
+    early = collect(chunker(values, clock)[0], rule, est_ms=1.0, now=clock)
+    clock = FakeTime()
+    rule = StopRule(precision=0.005, budget_s=1e9)
+    full = collect(chunker(values, clock)[0], rule, est_ms=1.0, now=clock)
+    assert early.stop_reason == "spread" and full.stop_reason == "precision"
+    assert early.wall_s < 1.0 < 2 * 1.0 < full.wall_s  # it stopped before its budget
+    assert 0.5 < early.needed_s / full.wall_s < 2.0

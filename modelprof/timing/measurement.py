@@ -73,7 +73,7 @@ LOADED_WALL_OVER_CPU = 1.15
 # what ``to_dict`` and ``stats`` give, in their order, each the attribute of that name
 _METADATA = (
     "label device batch_size warmup stop_reason precision confidence compile_ms wall_s min_samples "
-    "extended_s floor_cap_s"
+    "extended_s floor_cap_s needed_s"
 ).split()
 _SPREAD = "n mean_ms std_ms median_ms min_ms max_ms p90_ms p95_ms p99_ms iqr_ms cv".split()
 _JUDGED = (
@@ -95,7 +95,10 @@ class Measurement:
     """Raw latency samples (ms) of one callable on one device, with lazily derived statistics.
 
     ``stop_reason`` says why sampling ended: ``"precision"`` (median CI narrow enough),
-    ``"budget"`` (time budget spent), ``"repeat"`` (fixed count asked) or ``"max_samples"``.
+    ``"budget"`` (time budget spent), ``"spread"`` (the blocks spread so much that the asked
+    precision would take over twice the budget: stopped early), ``"repeat"`` (fixed count
+    asked) or ``"max_samples"``. ``needed_s``: after a budget or spread stop, the estimated
+    seconds of sampling the asked precision would take (None where it cannot be estimated).
     Transfer-inclusive runs carry their parts (``h2d``, ``compute``, ``d2h``) as Measurements.
     """
 
@@ -120,6 +123,7 @@ class Measurement:
     cpu_clock: str | None = None
     extended_s: float = 0.0
     floor_cap_s: float | None = None
+    needed_s: float | None = None
     _warned: bool = dataclasses.field(default=False, init=False, repr=False)
     _independent: bool = dataclasses.field(default=False, init=False, repr=False)
 
@@ -319,6 +323,8 @@ class Measurement:
         """Why sampling stopped, in words: the reason, and the extension past the budget that
         held the sample floor."""
         text = self.stop_reason
+        if self.needed_s is not None and self.precision is not None:
+            text += f" (±{self.precision:.1%} would take ~{_duration(self.needed_s)} of sampling)"
         if self.extended_s > 0:
             text += (
                 f" (+{self.extended_s:.2f} s past the budget for min_samples={self.min_samples})"
@@ -540,6 +546,15 @@ class Measurement:
                 + (" (loaded: the work waited for a core)" if self.loaded else "")
             )
         return "\n".join(lines)
+
+
+def _duration(s: float) -> str:
+    """Seconds in words: ``42 s``, ``3.5 min``, ``8.6 h``."""
+    if s < 120:
+        return f"{s:.3g} s"
+    if s < 7200:
+        return f"{s / 60:.3g} min"
+    return f"{s / 3600:.3g} h"
 
 
 def format_ms(v: float) -> str:
