@@ -382,3 +382,34 @@ def test_a_run_of_one_or_two_samples_cannot_tell_its_drift(samples):
     )
     assert (m.stable, m.drift_pct) == (None, None)
     assert m.stats()["drift_pct"] is None
+
+
+def test_the_stop_and_the_floor_survive_the_json_export():
+    # a spread stop that estimated 200 s for ±1 %, after a floor extension of 1.5 s (cap 30 s):
+    # the raw samples, their block ids and why sampling stopped all come back from JSON
+    m = _blocked([10.0, 11.0, 12.0], per_block=4)
+    m = Measurement(
+        m.samples_ms,
+        blocks=m.blocks,
+        timestamps_s=m.timestamps_s,
+        stop_reason="spread",
+        precision=0.01,
+        min_samples=10,
+        needed_s=200.0,
+        extended_s=1.5,
+        floor_cap_s=30.0,
+    )
+    d = json.loads(json.dumps(m.to_dict()))
+    assert d["blocks"] == [0] * 4 + [1] * 4 + [2] * 4 and len(d["samples_ms"]) == 12
+    back = Measurement.from_dict(d)
+    assert (back.stop_reason, back.needed_s, back.extended_s, back.floor_cap_s) == (
+        "spread",
+        200.0,
+        1.5,
+        30.0,
+    )
+    # 200 s = 3.33 min; 1.5 s past the budget
+    assert back.stop_text == (
+        "spread (±1.0% would take ~3.33 min of sampling) "
+        "(+1.50 s past the budget for min_samples=10)"
+    )
