@@ -6,7 +6,7 @@
     modelprof throughput resnet18 --max-batch 64
     modelprof generate LlamaConfig:num_hidden_layers=2 --prompt-len 64 --new-tokens 16
     torchrun --standalone --nproc_per_node=2 -m modelprof sweep vision.toml --out vision_sweep
-    modelprof fit LlamaConfig:hidden_size=8192,num_hidden_layers=80 --on "H100 SXM"
+    modelprof fit LlamaConfig:hidden_size=8192,num_hidden_layers=80 --target "H100 SXM"
 
 Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr, no
 traceback), 1 anything unexpected (with its traceback, since that is a bug).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import os
 import re
 import sys
@@ -211,9 +212,26 @@ def _version() -> str:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other mistake is:
+    ``modelprof: error: fit: argument --context: invalid int value: 'x' (see ...)``."""
+
+    def error(self, message: str) -> Any:
+        command = self.prog.removeprefix(PROG).strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"{PROG}: error: {where}{message} (see '{self.prog} --help')\n")
+
+
+def _finite_number(flag: str, value: float | None, unit: str) -> None:
+    """Refuse a ``flag`` value that is not a finite number above zero (``inf``, ``nan``,
+    ``0``), named, before any work."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ModelProfError(f"{flag} {value} must be a finite number of {unit} above 0")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for all subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         formatter_class=_HelpFormatter,
         description="Per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency "
@@ -462,8 +480,7 @@ class _Context:
             value = getattr(args, flag, None)
             if value is not None and value < 1:
                 raise ModelProfError(f"--{flag.replace('_', '-')} {value} must be >= 1")
-        if args.budget is not None and args.budget <= 0:
-            raise ModelProfError(f"--budget {args.budget} must be > 0 seconds")
+        _finite_number("--budget", args.budget, "seconds")
         self.input_specs = [parse_input_arg(t) for t in getattr(args, "inputs", None) or []]
         self.tokens = getattr(args, "tokens", None)
         if (self.input_specs or self.tokens is not None) and sizes:
@@ -813,6 +830,7 @@ def _run_generate(ctx: _Context) -> None:
     from modelprof.render import to_markdown
 
     args = ctx.args
+    _finite_number("--memory", args.memory, "bytes")
     model, name = load_language_model(args.spec, ctx.device, ctx.dtype)
     timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
     report = profile_generation(
@@ -945,6 +963,7 @@ def _run_sweep(ctx: _Context) -> int:
     from modelprof.sweep import sweep
 
     args = ctx.args
+    _finite_number("--timeout", args.timeout, "seconds")
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
     df = sweep(
         args.config,
@@ -993,24 +1012,30 @@ def _add_fit_parser(sub: Any) -> None:
         "file.py:FACTORY",
     )
     f.add_argument(
+        "--target",
         "--on",
         dest="fit_device",
         default="H100 SXM",
         metavar="DEVICE",
-        help="a datasheet device name, e.g. 'H100 SXM', 'A100 SXM 80GB'",
+        help="a datasheet device name, e.g. 'H100 SXM', 'A100 SXM 80GB' (as generate's "
+        "--target; --on is the older spelling)",
     )
     f.add_argument(
+        "--memory",
         "--memory-bytes",
+        dest="memory_bytes",
         type=float,
         metavar="BYTES",
-        help="the device's memory, instead of the datasheet's",
+        help="the device's memory, instead of the datasheet's (--memory-bytes is the older "
+        "spelling)",
     )
     f.add_argument(
+        "--dtype",
         "--fit-dtype",
         dest="fit_dtype",
         default="bfloat16",
         metavar="DTYPE",
-        help="weights' and activations' dtype",
+        help="weights' and activations' dtype (--fit-dtype is the older spelling)",
     )
     f.add_argument(
         "--context",
@@ -1020,12 +1045,13 @@ def _add_fit_parser(sub: Any) -> None:
         help="tokens per sequence (KV cache, training sequence)",
     )
     f.add_argument(
+        "--batch-size",
         "--batch",
         dest="fit_batch",
         type=int,
         default=1,
         metavar="N",
-        help="sequences per data-parallel rank",
+        help="sequences per data-parallel rank (--batch is the older spelling)",
     )
     f.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel degree")
     f.add_argument("--ranks", type=int, default=1, metavar="N", help="data-parallel ranks")
@@ -1041,12 +1067,12 @@ def _run_fit(ctx: _Context) -> None:
     from modelprof.generation.specs import load_language_model
 
     a = ctx.args
+    _finite_number("--memory", a.memory_bytes, "bytes")
     model, _ = load_language_model(a.spec, torch.device("meta"), None)
-    memory = None if a.memory_bytes is None else int(a.memory_bytes)
     report = fit(
         model,
         device=a.fit_device,
-        memory_bytes=memory,
+        memory_bytes=a.memory_bytes,
         dtype=a.fit_dtype,
         batch_size=a.fit_batch,
         context=a.context,

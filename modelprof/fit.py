@@ -33,6 +33,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import numbers
 from typing import Any
 
 import pandas as pd
@@ -49,6 +50,8 @@ from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, me
 
 __all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 
+#: the largest count an option takes: exact in a float64, far beyond any plan
+_MOST = 2**53
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = (
@@ -137,7 +140,13 @@ def fit(
     if training:
         for plan in PLANS[1:]:
             cols[plan] = _training(plan, spec, shapes, counts)
-    table = pd.DataFrame(cols).reindex(COMPONENTS).fillna(0).astype("int64")
+    table = pd.DataFrame(cols).reindex(COMPONENTS).fillna(0)
+    if (table.sum() >= 2**62).any():  # no device holds it, and int64 could not add it up
+        raise ModelProfError(
+            f"batch_size={spec.batch_size} x context={spec.context} needs over 2**62 bytes a "
+            "rank (4 EiB): no plan fits; ask for fewer tokens"
+        )
+    table = table.astype("int64")
     total = table.sum()
     table.loc["total"] = total
     table.loc["memory"] = memory
@@ -156,8 +165,14 @@ def _spec(
     dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any, mixed: Any
 ) -> _Spec:
     for name, v in (("batch_size", batch), ("context", context), ("tp", tp), ("ranks", ranks)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ModelProfError(f"{name}={v!r} must be a positive integer")
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= _MOST:
+            raise ModelProfError(f"{name}={v!r} must be a positive integer (at most 2**53)")
+    batch, context, tp, ranks = int(batch), int(context), int(tp), int(ranks)
+    if batch * context > _MOST:
+        raise ModelProfError(
+            f"batch_size={batch} x context={context} is {batch * context:.3g} tokens a rank; "
+            "at most 2**53 can be counted"
+        )
     dt = parse_dtype(dtype)
     if dt is None or not dt.is_floating_point:
         raise ModelProfError(f"dtype={dtype!r} must be a floating dtype")
@@ -173,10 +188,14 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
     if memory_bytes is not None:
         if (
             isinstance(memory_bytes, bool)
-            or not isinstance(memory_bytes, (int, float))
-            or memory_bytes <= 0
+            or not isinstance(memory_bytes, numbers.Real)
+            or not math.isfinite(memory_bytes)
+            or not 1 <= memory_bytes < 2**63
         ):
-            raise ModelProfError(f"memory_bytes={memory_bytes!r} must be a positive number")
+            raise ModelProfError(
+                f"memory_bytes={memory_bytes!r} must be a finite number of bytes, at least 1 "
+                "and below 2**63"
+            )
         return (device if isinstance(device, str) else "given"), int(memory_bytes)
     return device_memory(device)
 

@@ -121,6 +121,8 @@ def test_unknown_model_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
         (["profile", "resnet18", "--input-size", "3,a"], "--input-size '3,a'"),
         (["profile", "resnet18", "--batch-size", "0"], "--batch-size 0"),
         (["profile", "resnet18", "--budget", "-1"], "--budget -1"),
+        (["profile", "resnet18", "--budget", "nan"], "--budget nan"),  # nan <= 0 is False
+        (["profile", "resnet18", "--budget", "inf"], "--budget inf"),
         (["profile", "resnet18", "--depth", "-1"], "--depth -1"),
     ],
 )
@@ -128,6 +130,17 @@ def test_bad_options_exit_2(argv: list[str], message: str, capsys: pytest.Captur
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_every_usage_error_is_one_modelprof_error_line(capsys: pytest.CaptureFixture) -> None:
+    for argv in (["profile"], ["frobnicate"], ["fit", "X", "--context", "x"], ["sweep"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("modelprof: error: ") and err.count("\n") == 1, argv
+    assert main(["generate", "LlamaConfig:num_hidden_layers=1", "--memory", "inf"]) == 2
+    assert capsys.readouterr().err == (
+        "modelprof: error: --memory inf must be a finite number of bytes above 0\n"
+    )
 
 
 def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture) -> None:

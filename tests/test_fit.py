@@ -379,3 +379,69 @@ def test_lbfgs_and_sparse_adam_are_sized_not_refused():
     # SparseAdam: m and v per element, its step a Python int (no tensor)
     sparse = torch.optim.SparseAdam([torch.nn.Parameter(torch.zeros(1))])
     assert _fit_state(cfg, sparse) == 2 * 4 * psi
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"memory_bytes": float("inf")}, "memory_bytes=inf"),
+        ({"memory_bytes": float("nan")}, "memory_bytes=nan"),
+        ({"memory_bytes": 1e30}, "memory_bytes=1e\\+30"),  # past int64: no table holds it
+        ({"context": 10**20}, "context=100000000000000000000"),
+        ({"batch_size": 2**30, "context": 2**30}, "batch_size=1073741824 x context"),
+        # 2**52 tokens x 2 sequences pass the count check, but the KV cache alone is 2 x 2
+        # layers x 2 KV heads x 16 x 2 bytes = 512 B a token: 2**62 bytes and more
+        ({"batch_size": 2, "context": 2**52, "training": False}, "over 2\\*\\*62 bytes"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_by_name(kwargs, match):
+    with pytest.raises(ModelProfError, match=match):
+        fit(small_llama(), **kwargs)
+
+
+def test_numpy_numbers_are_numbers():
+    import numpy as np
+
+    report = fit(small_llama(), batch_size=np.int64(2), context=8, memory_bytes=np.float64(1e9))
+    assert report.table.loc["memory", "inference"] == 10**9
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--memory-bytes", "inf"], "--memory inf"),
+        (["--memory", "nan"], "--memory nan"),
+        (["--context", "100000000000000000000"], "context=100000000000000000000"),
+        (["--context", "x"], "--context: invalid int value: 'x'"),
+    ],
+)
+def test_the_command_line_refuses_numbers_in_one_line(argv, named, capsys):
+    spec = "LlamaConfig:hidden_size=64,num_hidden_layers=1,num_attention_heads=4"
+    assert main(["fit", spec, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("modelprof: error: ") and named in err and err.count("\n") == 1
+
+
+def test_a_config_its_class_refuses_is_one_line(capsys):
+    assert main(["fit", "LlamaConfig:hidden_size=30,num_attention_heads=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("modelprof: error: SPEC 'LlamaConfig:hidden_size=30")
+    assert "hidden size (30)" in err and err.count("\n") == 1
+    assert main(["fit", "LlamaConfg:hidden_size=64"]) == 2  # a typo: not torchvision advice
+    assert "did you mean LlamaConfig" in capsys.readouterr().err
+
+
+def test_fit_takes_the_spellings_every_command_uses_and_keeps_the_old_ones(capsys):
+    spec = (
+        "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
+        "num_attention_heads=4,num_key_value_heads=2,vocab_size=101"
+    )
+    common = ["fit", spec, "--context", "16", "--inference-only"]
+    new = ["--target", "L4", "--dtype", "float32", "--batch-size", "2", "--memory", "1e9"]
+    old = ["--on", "L4", "--fit-dtype", "float32", "--batch", "2", "--memory-bytes", "1e9"]
+    assert main([*common, *new]) == 0
+    out = capsys.readouterr().out
+    assert main([*common, *old]) == 0
+    assert capsys.readouterr().out == out
+    # float32 weights: 74,688 x 4 bytes = 291.75 KiB; 1e9 bytes of memory = 953.67 MiB
+    assert "291.75 KiB" in out and "953.67 MiB" in out and "batch 2 x context 16" in out

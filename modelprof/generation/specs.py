@@ -6,6 +6,7 @@ made directly on the device asked (``meta``: no memory at all)."""
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -69,21 +70,45 @@ def _config(spec: str) -> Any:
                 f"transformers {transformers.__version__}"
             ) from e
     name, _, overrides = spec.partition(":")
-    if not name.endswith("Config"):
+    near = _config_names_near(name, transformers)
+    if not name.endswith("Config") and not (near and name[:1].isupper()):
         return None
-    cls = getattr(transformers, name, None)
+    cls = getattr(transformers, name, None) if name.endswith("Config") else None
     if cls is None:
         raise ModelProfError(
             f"SPEC {spec!r}: transformers has no {name} (version {transformers.__version__})"
+            + (f"; did you mean {' or '.join(near)}?" if near else "")
         )
     kwargs = parse_overrides(overrides)
-    known = cls()  # a config keeps unknown keywords as attributes
+    known = _made(spec, cls, {})  # a config keeps unknown keywords as attributes
     unknown = [k for k in kwargs if not hasattr(known, k)]
     if unknown:
         raise ModelProfError(f"SPEC {spec!r}: {name} has no attribute {unknown[0]!r}")
     for key, value in kwargs.items():
         _check_kind(spec, key, value, getattr(known, key))
-    return cls(**kwargs)
+    return _made(spec, cls, kwargs)
+
+
+def _config_names_near(name: str, transformers: Any) -> list[str]:
+    """The transformers config classes spelled like ``name`` (``LlamaConfg``: LlamaConfig)."""
+    if not name.isidentifier() or name.endswith("Config") and hasattr(transformers, name):
+        return []
+    configs = [n for n in dir(transformers) if n.endswith("Config")]
+    return difflib.get_close_matches(name, configs, n=2, cutoff=0.85)
+
+
+def _made(spec: str, cls: Any, kwargs: dict[str, Any]) -> Any:
+    """``cls(**kwargs)``; a config its class refuses (``hidden_size=30`` with 4 heads) is the
+    user's mistake, named in one line with the class's own reason."""
+    try:
+        return cls(**kwargs)
+    except Exception as e:  # noqa: BLE001 - the config class's validation, in any form
+        while e.__cause__ is not None:
+            e = e.__cause__
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise ModelProfError(
+            f"SPEC {spec!r}: {cls.__name__} refuses it: {type(e).__name__}: {reason}"
+        ) from e
 
 
 def _check_kind(spec: str, key: str, value: Any, default: Any) -> None:
@@ -135,11 +160,12 @@ def load_language_model(
         except ValueError as e:
             raise ModelProfError(
                 f"SPEC {spec!r}: {type(config).__name__} has no model for "
-                f"{auto.__name__} in transformers ({e})"
+                f"{auto.__name__} in transformers ({str(e).splitlines()[0][:200]})"
             ) from e
-        except TypeError as e:  # an override of the wrong kind the check above let through
+        except Exception as e:  # noqa: BLE001 - an override the checks above let through
             raise ModelProfError(
-                f"SPEC {spec!r}: the model cannot be built from this config: {e}"
+                f"SPEC {spec!r}: the model cannot be built from this config: "
+                f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
             ) from e
     if dtype is not None:
         model = model.to(dtype)
