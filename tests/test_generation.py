@@ -369,6 +369,11 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     assert mem.max_context(budget, batch=2) == int(free // (2 * 512))
     with pytest.raises(ModelProfError, match="memory_bytes=-1"):
         mem.max_batch(-1)
+    for bad in (float("inf"), float("nan")):  # inf passed ``> 0``; nan failed int() raw
+        with pytest.raises(ModelProfError, match=f"memory_bytes={bad}"):
+            mem.max_batch(bad)
+        with pytest.raises(ModelProfError, match=f"memory_bytes={bad}"):
+            mem.max_context(bad)
 
 
 def test_compare_generation_of_hf_models():

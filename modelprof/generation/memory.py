@@ -9,6 +9,8 @@ CUDA the allocator's measured peak of a generation sits beside it (``GenerationT
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any
 
 import pandas as pd
@@ -165,9 +167,14 @@ class MemoryPlan:
 
 
 def _check_memory(memory_bytes: Any) -> None:
+    """A finite number of bytes above 0 (``inf`` would answer an unbounded batch, ``nan``
+    fails ``int()``); numpy numbers are numbers."""
     if (
         isinstance(memory_bytes, bool)
-        or not isinstance(memory_bytes, (int, float))
+        or not isinstance(memory_bytes, numbers.Real)
+        or not math.isfinite(memory_bytes)
         or memory_bytes <= 0
     ):
-        raise ModelProfError(f"memory_bytes={memory_bytes!r} must be a positive number of bytes")
+        raise ModelProfError(
+            f"memory_bytes={memory_bytes!r} must be a finite positive number of bytes"
+        )
