@@ -36,6 +36,7 @@ from modelprof.timing.interleave import (
     cpu_work_columns,
     floor_notes,
     measure_interleaved,
+    unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
@@ -309,15 +310,12 @@ def _timing_attrs(result: Any) -> dict[str, Any]:
         "notes": [f"latency_x: {RATIO_ESTIMATOR}"],
     }
     out["notes"] += floor_notes(result.measurements.values())
-    few = {name: m.n for name, m in result.measurements.items() if m.undersampled}
-    if few:
-        runs = ", ".join(f"{name} n={n}" for name, n in few.items())
-        out["unranked"] = (
-            f"cannot rank the models: too few runs for an interval ({runs}); "
-            "the timed ratios are not stated. Give the comparison more time "
-            "(budget_s) or a quieter machine"
-        )
-        out["notes"].append(out["unranked"])
+    unranked = unranked_note(
+        {name: m.n for name, m in result.measurements.items() if m.undersampled}
+    )
+    if unranked:
+        out["unranked"] = unranked
+        out["notes"].append(unranked)
     elif result.ranked_by == "cpu_work":
         worst = max(m.wall_over_cpu for m in result.measurements.values())
         clock = next(iter(result.measurements.values())).cpu_clock

@@ -207,3 +207,45 @@ def test_compare_generation_ratios_against_known_spins():
     assert 1.0 < slow["tpot_x"] <= 2.2
     assert slow["tpot_x_ci_low"] <= slow["tpot_x"] <= slow["tpot_x_ci_high"]
     assert table.loc["fast", "tpot_x"] == pytest.approx(1.0)
+
+
+def _two_models(repeat: int):
+    from modelprof import compare_generation
+
+    fast, slow = FakeLM(a_ms=1.0, b_ms=0.0), FakeLM(a_ms=2.0, b_ms=0.0)
+    return compare_generation(
+        {"fast": (fast, make_step(fast)), "slow": (slow, make_step(slow))},
+        prompt_len=4,
+        new_tokens=6,
+        repeat=repeat,
+        warmup=1,
+    )
+
+
+def test_compare_generation_ratios_are_the_ratios_of_the_medians_shown():
+    # the issue's case: TPOT medians 9.51 and 9.73 ms (0.978) printed tpot_x = 0.378. As in
+    # compare(), the ratio is the quotient of the medians in the same table (so the two rank
+    # alike), and its paired interval is centred on it
+    table = _two_models(repeat=12)
+    slow = table.loc["slow"]
+    for kind in ("ttft", "tpot"):
+        medians = slow[f"{kind}_ms"] / table.loc["fast", f"{kind}_ms"]
+        assert slow[f"{kind}_x"] == pytest.approx(medians, rel=1e-12)
+        assert slow[f"{kind}_x_ci_low"] <= slow[f"{kind}_x"] <= slow[f"{kind}_x_ci_high"]
+    assert table.loc["fast", "tpot_x"] == 1.0
+    assert table.attrs["ratio_estimator"].startswith("ratio of the medians")
+    assert "unranked" not in table.attrs
+
+
+def test_compare_generation_with_too_few_runs_states_no_ratio_and_says_why():
+    # repeat=1: one generation each, one round, no interval: like compare()'s "not ranked",
+    # no timed ratio is stated (NaN) and a sentence names each model's run count
+    table = _two_models(repeat=1)
+    for kind in ("ttft", "tpot"):
+        assert table[f"{kind}_x"].isna().all() and table[f"{kind}_x_ci_low"].isna().all()
+    assert table.attrs["unranked"] == (
+        "cannot rank the models: too few runs for an interval (fast n=1, slow n=1); the timed "
+        "ratios are not stated. Give the comparison more time (budget_s) or a quieter machine"
+    )
+    assert table.attrs["unranked"] in table.attrs["notes"]
+    assert (table["tpot_ms"] > 0).all()  # the measurements themselves are kept

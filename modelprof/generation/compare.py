@@ -1,11 +1,15 @@
 """``compare_generation``: several language models generating side by side, measured in
 interleaved rounds (one block of generations of every model per round, in a fresh random order,
 so drift of the machine reaches all alike), with TTFT and TPOT ratios to the first model and
-their 95 % intervals (trimmed mean of the per-round ratios, as ``compare``'s ``latency_x``)."""
+their 95 % intervals, estimated and guarded as ``compare``'s ``latency_x``: the ratio of the
+medians (so it ranks as the medians shown beside it do) with the paired interval of the
+per-round ratios (``stats.RATIO_ESTIMATOR``); no ratio at all, and a sentence saying why
+(``attrs["unranked"]``), when a model got too few runs for an interval."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,9 +27,11 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
+from modelprof.timing.interleave import floor_notes, unranked_note
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import collect_interleaved, warm_up
-from modelprof.timing.stats import block_medians, paired_ratio
+from modelprof.timing.stats import RATIO_ESTIMATOR, block_medians, ratio_of_medians
 
 __all__ = ["compare_generation"]
 
@@ -84,14 +90,28 @@ def compare_generation(
     return _table(lms, timings, opts.stop.confidence)
 
 
-def _round_medians(timing: Any, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    m = timing.ttft if kind == "ttft" else timing.tpot
-    return block_medians(m.samples_ms, m.blocks)
+def _ratio(m: Measurement, base: Measurement, confidence: float) -> tuple[float, float, float]:
+    """``median(m) / median(base)`` with the paired interval of the rounds both took (block
+    ``r`` of every model is round ``r``), as ``compare``'s ``latency_x``."""
+    ids, med = block_medians(m.samples_ms, m.blocks)
+    base_ids, base_med = block_medians(base.samples_ms, base.blocks)
+    common = np.intersect1d(ids, base_ids)
+    num = med[np.isin(ids, common)]
+    den = base_med[np.isin(base_ids, common)]
+    return ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)
+
+
+def _short(t: Any) -> bool:
+    """A model's generations, TTFT or TPOT too few for an interval (or below the floor)."""
+    return any(m is not None and m.undersampled for m in (t.end_to_end, t.ttft, t.tpot))
 
 
 def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
+    unranked = unranked_note(
+        {name: t.end_to_end.n for (name, *_), t in zip(lms, timings) if _short(t)}
+    )
     for (name, lm, spec, kv), t in zip(lms, timings):
         row = {
             "model": name,
@@ -99,17 +119,21 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
             "kv_bytes_per_token": kv,
         }
         for kind in ("ttft", "tpot"):
-            if getattr(t, kind) is None:
+            m, base_m = getattr(t, kind), getattr(base, kind)
+            if m is None or base_m is None:
                 continue
-            ids, med = _round_medians(t, kind)
-            base_ids, base_med = _round_medians(base, kind)
-            common = np.intersect1d(ids, base_ids)
-            num = med[np.isin(ids, common)]
-            den = base_med[np.isin(base_ids, common)]
-            ratio, lo, hi = paired_ratio(num, den, confidence)
-            row.update({f"{kind}_x": ratio, f"{kind}_x_ci_low": lo, f"{kind}_x_ci_high": hi})
+            ratio = (math.nan,) * 3 if unranked else _ratio(m, base_m, confidence)
+            row.update(dict(zip((f"{kind}_x", f"{kind}_x_ci_low", f"{kind}_x_ci_high"), ratio)))
         rows.append(row)
-    return pd.DataFrame(rows).set_index("model")
+    df = pd.DataFrame(rows).set_index("model")
+    df.attrs["ratio_estimator"] = RATIO_ESTIMATOR
+    notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
+    notes += floor_notes(t.end_to_end for t in timings)
+    if unranked:
+        df.attrs["unranked"] = unranked
+        notes.append(unranked)
+    df.attrs["notes"] = notes
+    return df
 
 
 class _all:

@@ -36,6 +36,7 @@ __all__ = [
     "cpu_work_columns",
     "floor_notes",
     "measure_interleaved",
+    "unranked_note",
     "measure_latencies",
 ]
 
@@ -185,6 +186,20 @@ def _ratios(
         _, med = block_medians(m.samples_ms, m.blocks)
         out[name] = ratio_of_medians(m.samples_ms, base.samples_ms, med, base_med, m.confidence)
     return out
+
+
+def unranked_note(counts: Mapping[str, int]) -> str | None:
+    """The sentence a comparison states instead of ranks and timed ratios when a candidate got
+    too few runs for an interval (``counts``: the run count of each such candidate); None when
+    none did. One sentence for ``compare`` and ``compare_generation`` alike."""
+    if not counts:
+        return None
+    runs = ", ".join(f"{name} n={n}" for name, n in counts.items())
+    return (
+        f"cannot rank the models: too few runs for an interval ({runs}); "
+        "the timed ratios are not stated. Give the comparison more time "
+        "(budget_s) or a quieter machine"
+    )
 
 
 def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
