@@ -34,6 +34,8 @@ import difflib
 import inspect
 import math
 import numbers
+import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -43,6 +45,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.profile import profile
+from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
@@ -83,18 +86,20 @@ class FitReport:
             raise ModelProfError(f"plan={plan!r} is not one of {list(self.table.columns)}")
         return bool(self.table.loc["fits", plan])
 
-    def to_text(self) -> str:
-        """The table in human units (IEC: 1 GiB = 2**30 B), yes/no per plan, then the notes."""
+    def to_text(self, path: str | os.PathLike[str] | None = None) -> str | Path:
+        """The table in human units (IEC: 1 GiB = 2**30 B), yes/no per plan, then the notes;
+        with ``path``, written there (and the path returned), as every ``to_text(path)``."""
         shown = self.table.drop(index="fits").map(format_bytes)
         shown.loc["fits"] = ["yes" if f else "no" for f in self.table.loc["fits"]]
         head = f"device {self.device}" + (
             f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
         )
         head += f"; model {self.model}" if self.model else ""
-        return "\n".join([head, shown.to_string(), *(f"note: {n}" for n in self.notes)])
+        text = "\n".join([head, shown.to_string(), *(f"note: {n}" for n in self.notes)])
+        return emit(text if path is None else text + "\n", path)
 
     def __repr__(self) -> str:
-        return self.to_text()
+        return str(self.to_text())
 
 
 @dataclasses.dataclass(frozen=True)

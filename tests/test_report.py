@@ -204,3 +204,24 @@ def test_by_module_type_sums_the_leaf_calls_per_class():
     assert by.loc["Linear", "params"] == 16  # (4*2 + 2) + (2*2 + 2)
     assert by.loc["Linear", "macs"] == 12  # 4*2 + 2*2
     assert by["flops"].sum() == r.totals["flops"]  # the leaves are every leaf call
+
+
+def test_every_to_format_of_a_report_writes_the_path_it_is_given(tmp_path):
+    """``to_<format>(path)`` writes the file for every registered format, ``to_text`` (which
+    the report defines itself) included; ``FitReport.to_text(path)`` too."""
+    import importlib.util
+
+    from modelprof.fit import fit
+    from modelprof.render.formats import table_formats
+
+    report = profile(nn.Linear(4, 3), (4,), timing=False)
+    for fmt in table_formats():
+        if fmt.needs and importlib.util.find_spec(fmt.needs) is None:
+            continue
+        path = tmp_path / f"table.{fmt.suffix}"
+        assert getattr(report, f"to_{fmt.name}")(path) == path, fmt.name
+        assert path.read_text(encoding="utf-8").strip(), fmt.name
+    text = report.to_text(tmp_path / "ts.txt", style="torchstat")
+    assert text.read_text(encoding="utf-8") == report.to_text(style="torchstat") + "\n"
+    plan = fit(nn.Linear(4, 3), training=False)
+    assert plan.to_text(tmp_path / "fit.txt").read_text() == plan.to_text() + "\n"

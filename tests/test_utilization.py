@@ -280,6 +280,22 @@ def test_group_mfu_is_every_ranks_flops_over_the_slowest_time():
         group_mfu([1e9], [1.0], 0)
 
 
+@pytest.mark.parametrize("where", [0, 1, 2])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_group_mfu_refuses_a_rank_time_that_is_not_a_time_wherever_it_stands(where, bad):
+    # max() stops at a NaN in front and skips one behind: rank 1's NaN gave a number
+    times = [1.0, 2.0, 1.5]
+    times[where] = bad
+    with pytest.raises(ModelProfError, match=rf"times_ms\[{where}\]="):
+        group_mfu([1e9, 2e9, 3e9], times, 1e12)
+    flops = [1e9, 2e9, 3e9]
+    flops[where] = float("nan")
+    with pytest.raises(ModelProfError, match=rf"model_flops\[{where}\]=nan"):
+        group_mfu(flops, [1.0, 2.0, 1.5], 1e12)
+    with pytest.raises(ModelProfError, match="peak_flops=inf"):
+        group_mfu([1e9], [1.0], float("inf"))
+
+
 def test_group_utilization_on_a_one_rank_group(tmp_path):
     import torch.distributed as dist
 

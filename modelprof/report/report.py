@@ -15,6 +15,7 @@ import pandas as pd
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
@@ -438,12 +439,16 @@ class Report(Exports):
             else None,
         }
 
-    def to_text(self, *, view: Any = None, **options: Any) -> str:
+    def to_text(
+        self, path: str | Path | None = None, *, view: Any = None, **options: Any
+    ) -> str | Path:
         """A plain-text table for terminals (the compact columns by default); a torchstat view
-        ends with :meth:`flops_conventions`."""
+        ends with :meth:`flops_conventions`. Returns the text, or writes ``path`` (as every
+        ``to_<format>(path)`` does) and returns it."""
         text = str(self.export("text", None, view=view, **options))
         torchstat = options.get("style", getattr(view, "style", None)) == "torchstat"
-        return text + ("\n" + self.flops_conventions() if torchstat else "")
+        text += "\n" + self.flops_conventions() if torchstat else ""
+        return emit(text if path is None else text + "\n", path)
 
     def flops_conventions(self) -> str:
         """One line on the two FLOP counts a torchstat view shows beside the summary."""

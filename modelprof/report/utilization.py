@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -387,12 +388,27 @@ def group_mfu(model_flops: Sequence[float], times_ms: Sequence[float], peak_flop
         raise ModelProfError(
             f"group_mfu needs one time per rank: {len(flops)} FLOP counts, {len(times)} times"
         )
-    if not (isinstance(peak_flops, (int, float)) and peak_flops > 0):
-        raise ModelProfError(f"peak_flops={peak_flops!r} must be a positive number")
+    if not _finite(peak_flops) or not peak_flops > 0:
+        raise ModelProfError(f"peak_flops={peak_flops!r} must be a finite positive number")
+    # every rank checked, not only the one max() happens to compare first: max() skips a NaN
+    # after the first element and stops at one in front
+    for rank, (f, t) in enumerate(zip(flops, times)):
+        if not _finite(t) or not t > 0:
+            raise ModelProfError(
+                f"times_ms[{rank}]={t!r}: every rank's time must be a finite positive number "
+                "of milliseconds (a rank without a measurement has no group MFU)"
+            )
+        if not _finite(f) or f < 0:
+            raise ModelProfError(
+                f"model_flops[{rank}]={f!r}: every rank's FLOPs must be a finite number >= 0"
+            )
     slowest = max(times)
-    if not slowest > 0:
-        raise ModelProfError(f"times_ms={times!r}: the slowest rank's time must be positive")
     return float(sum(flops) / (slowest * 1e-3 * len(flops) * peak_flops))
+
+
+def _finite(value: Any) -> bool:
+    """A real number (numpy's too), not a bool, neither NaN nor infinite."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def group_utilization(util: Utilization, group: Any = None) -> pd.DataFrame:
