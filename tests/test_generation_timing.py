@@ -249,3 +249,25 @@ def test_compare_generation_with_too_few_runs_states_no_ratio_and_says_why():
     )
     assert table.attrs["unranked"] in table.attrs["notes"]
     assert (table["tpot_ms"] > 0).all()  # the measurements themselves are kept
+
+
+def test_a_short_budget_still_gives_each_batch_size_min_samples_generations():
+    # generations of 4 prompt tokens and 4 new ones spinning ~1 ms a step (~4 ms each) against
+    # a 2 ms budget: the budget allows one or two; the sample floor takes the rest, so the
+    # generations, TTFT and TPOT of each batch size come from min_samples=10 generations
+    lm = FakeLM(a_ms=1.0, b_ms=0.0)
+    report = profile_generation(
+        lm,
+        step=make_step(lm),
+        prompt_len=4,
+        new_tokens=4,
+        batch_size=[1, 2],
+        budget_s=0.002,
+        warmup=1,
+        layer_timing=False,
+        warn=False,
+    )
+    assert sorted(report.timings) == [1, 2]
+    for t in report.timings.values():
+        assert t.end_to_end.n == t.ttft.n == 10 and t.step_ms.shape == (10, 3)
+        assert not t.end_to_end.undersampled and t.end_to_end.extended_s > 0

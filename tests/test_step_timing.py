@@ -202,3 +202,16 @@ def test_amp_step_is_timed_under_autocast():
     assert timing.env["mode"]["amp"] == "torch.bfloat16"
     assert timing.backward.n == 3 and timing.calls_ms.shape[0] == 3
     assert next(model.parameters()).dtype == torch.float32  # the model was not converted
+
+
+def test_a_short_budget_still_gives_every_phase_min_samples_steps():
+    # a step whose backward spins 4 ms against a 5 ms budget: the budget allows one or two
+    # clean steps; the sample floor takes the rest one per block, so forward, loss, backward
+    # and the step each come from min_samples=10 (the per-layer passes have layer_extend_s)
+    model = spin_model()
+    mi, spec, n_calls = _setup(model)
+    timing = step_timer.time_step(
+        model, mi, spec, n_calls, budget_s=0.005, warmup=1, layer_extend_s=0, warn=False
+    )
+    for m in (timing.forward, timing.loss, timing.backward, timing.step):
+        assert m.n == 10 and not m.undersampled and m.extended_s > 0, m
