@@ -226,3 +226,38 @@ def test_a_comparisons_pandas_methods_are_pandas(tmp_path) -> None:
     assert df.to_latex() == plain.to_latex()
     assert "×" not in df.to_csv() and "narrow,1x10" in df.to_csv().replace(" ", "")
     assert type(df[["macs"]]) is pd.DataFrame  # a derived frame is a plain DataFrame
+
+
+class _SpinBackward(torch.autograd.Function):
+    """Identity forward; a backward that spins 3 ms (busy-wait, no tensor op)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        from modelprof.timing.calibration import spin
+
+        spin(3.0)
+        return grad
+
+
+class _SpinGrad(nn.Module):
+    def forward(self, x):
+        return _SpinBackward.apply(x)
+
+
+def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
+    # backward=True: as latency_x, backward_latency_x is the quotient of the two backward
+    # medians in the table (one 3 ms spin against two), with its paired interval around it
+    torch.manual_seed(0)
+    one = nn.Sequential(nn.Linear(4, 4), _SpinGrad(), nn.Linear(4, 4))
+    two = nn.Sequential(nn.Linear(4, 4), _SpinGrad(), _SpinGrad(), nn.Linear(4, 4))
+    df = compare({"one": one, "two": two}, (4,), backward=True, repeat=6, warmup=1, roofline=False)
+    med = df["backward_latency_median_ms"]
+    row = df.loc["two"]
+    assert row["backward_latency_x"] == pytest.approx(med["two"] / med["one"], rel=1e-12)
+    assert row["backward_latency_x_ci_low"] <= row["backward_latency_x"]
+    assert row["backward_latency_x"] <= row["backward_latency_x_ci_high"]
+    assert row["backward_latency_x"] > 1.0  # two spins take longer than one

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import functools
 import html
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -52,7 +53,7 @@ from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import Sampled, hold_floor, warm_up
-from modelprof.timing.stats import block_medians, paired_ratio
+from modelprof.timing.stats import block_medians, ratio_of_medians
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
 
@@ -616,9 +617,13 @@ def compare_steps(
     _, base_med = block_medians(base.samples_ms, base.blocks)
     ratios = [(1.0, 1.0, 1.0)]
     for m in got[1:]:
-        _, med = block_medians(m["backward"].samples_ms, m["backward"].blocks)
-        k = min(med.size, base_med.size)
-        ratios.append(paired_ratio(med[:k], base_med[:k], m["backward"].confidence))
+        b = m["backward"]
+        if b.undersampled or base.undersampled:  # too few runs to rank: no ratio stated
+            ratios.append((math.nan, math.nan, math.nan))
+            continue
+        # the ratio of the medians shown beside it (as compare's latency_x), paired interval
+        _, med = block_medians(b.samples_ms, b.blocks)
+        ratios.append(ratio_of_medians(b.samples_ms, base.samples_ms, med, base_med, b.confidence))
     if opts.warn:
         for m in got:
             m["backward"].warn_if_noisy()
