@@ -42,12 +42,14 @@ import pandas as pd
 import torch
 from torch import nn
 
+from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
 from modelprof.runtime.inputs import parse_dtype
+from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
 
@@ -139,8 +141,9 @@ def fit(
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
-    shapes = [tuple(p.shape) for p in {id(p): p for p in model.parameters()}.values()]
+    shapes, stored = _weights(model)
     counts = _counted(model, config, spec, training)
+    counts["stored"] = stored
     cols = {"inference": _inference(model, config, spec, shapes, counts)}
     if training:
         for plan in PLANS[1:]:
@@ -361,6 +364,20 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     return counts
 
 
+def _weights(model: nn.Module) -> tuple[list[tuple[int, ...]], int]:
+    """The shapes of the floating parameters (held at ``dtype``, trained), and the bytes of
+    the weights held as stored: integer and quantized parameters (a tensor subclass: its
+    inner tensors) and the packed weights of quantized layers, which are no parameters."""
+    shapes: list[tuple[int, ...]] = []
+    stored = module_packed_weights(model)[1]
+    for p in {id(p): p for p in model.parameters()}.values():
+        if p.is_floating_point() and type(p) in PLAIN_TENSORS:
+            shapes.append(tuple(p.shape))
+        else:
+            stored += tensor_nbytes(p)
+    return shapes, stored
+
+
 def _inference(
     model: nn.Module, config: Any, spec: _Spec, shapes: list, counts: dict[str, int]
 ) -> dict[str, int]:
@@ -371,7 +388,7 @@ def _inference(
         kv_heads = model_dims(config)["kv_heads"] or 1
         kv = -(-kv // min(spec.tp, kv_heads))
     return {
-        "weights": -(-elements * spec.dtype.itemsize // spec.tp),
+        "weights": -(-elements * spec.dtype.itemsize // spec.tp) + -(-counts["stored"] // spec.tp),
         "kv_cache": kv,
         "activation": counts["activation"],
     }
@@ -390,7 +407,7 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
     return {
-        "weights": per_rank(stage >= 3, b),
+        "weights": per_rank(stage >= 3, b) + -(-counts["stored"] // spec.tp),
         "master_weights": per_rank(stage >= 1, 4) if spec.mixed else 0,
         "gradients": per_rank(stage >= 2, b),
         "optimizer_state": _state_bytes(spec, shapes, stage >= 1, state_size),
@@ -431,6 +448,12 @@ def _notes(
         )
     if counts["skipped"] is not None:
         notes.insert(0, counts["skipped"])
+    if counts["stored"]:
+        notes.append(
+            f"{format_bytes(counts['stored'])} of weights are quantized or packed: counted as "
+            "stored, in every plan, and neither trained nor sharded (no gradients, optimizer "
+            "state or master copy)"
+        )
     if counts["saved_attention"]:
         notes.append(
             f"of the saved activations, "

@@ -445,3 +445,31 @@ def test_fit_takes_the_spellings_every_command_uses_and_keeps_the_old_ones(capsy
     assert capsys.readouterr().out == out
     # float32 weights: 74,688 x 4 bytes = 291.75 KiB; 1e9 bytes of memory = 953.67 MiB
     assert "291.75 KiB" in out and "953.67 MiB" in out and "batch 2 x context 16" in out
+
+
+def test_quantized_weights_count_at_their_stored_size_in_every_memory_answer():
+    import warnings
+
+    import modelprof
+    from modelprof.generation.memory import weights_bytes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notices
+        model = torch.ao.quantization.quantize_dynamic(
+            torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)),
+            {torch.nn.Linear},
+            dtype=torch.qint8,
+        )
+    assert list(model.parameters()) == []  # packed away: no nn.Parameter is left
+    # int8 weights 64 x 64 + 8 x 64 = 4,608 B, float32 biases (64 + 8) x 4 = 288 B
+    stored = 4_608 + 288
+    report = modelprof.profile(model, (64,), timing=False)
+    assert report.totals["params"] == 4_680  # the table counted them already
+    assert report.memory_estimate().loc["parameters", "inference"] == stored
+    plan = fit(model, dtype=torch.float32, mixed_precision=False)
+    t = plan.table
+    assert t.loc["weights", "inference"] == stored
+    assert t.loc["weights", "ZeRO-3 (FSDP)"] == stored  # neither trained nor sharded
+    assert t.loc["gradients", "data parallel"] == 0 == t.loc["optimizer_state", "ZeRO-1"]
+    assert any("quantized or packed" in n for n in plan.notes)
+    assert weights_bytes(model, torch.float32) == stored  # generation's memory plan

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, dtype_bytes, model_dims
 from modelprof.runtime.inputs import available_memory_bytes
@@ -27,7 +28,7 @@ __all__ = ["MemoryPlan", "activation_bytes", "check_run_fits", "weights_bytes"]
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
     """Parameters and buffers (each tensor once), floating ones at ``dtype``, quantized ones
-    as stored."""
+    as stored, and the packed weights of quantized layers (no ``nn.Parameter``) as stored."""
     if model is None:
         return 0
     seen: set[int] = set()
@@ -40,7 +41,7 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
             total += t.numel() * torch.empty((), dtype=dtype).element_size()
         else:  # integers as they are; a quantized weight (a tensor subclass) as it is stored
             total += tensor_nbytes(t)
-    return total
+    return total + module_packed_weights(model)[1]  # quantize_dynamic's packed weights
 
 
 def check_run_fits(

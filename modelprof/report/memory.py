@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = ["MemoryFacts", "estimate_memory", "memory_facts"]
@@ -43,11 +44,13 @@ class MemoryFacts:
 def memory_facts(
     model: nn.Module, input_bytes: int, records: Sequence[Any], dtype: torch.dtype | None
 ) -> MemoryFacts:
-    """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own)."""
+    """The facts of :class:`MemoryFacts` for ``model`` profiled in ``dtype`` (None: its own);
+    the parameters include the packed weights of quantized layers, at their stored size."""
     params = list(model.parameters())
     leaves = [r for r in records if not r.children]
+    packed = module_packed_weights(model)[1]  # quantized layers' weights: no nn.Parameter
     return MemoryFacts(
-        param_bytes=tensor_bytes(params, dtype),
+        param_bytes=tensor_bytes(params, dtype) + packed,
         trainable_param_bytes=tensor_bytes([p for p in params if p.requires_grad], dtype),
         buffer_bytes=tensor_bytes(list(model.buffers()), dtype),
         input_bytes=int(input_bytes),

@@ -36,7 +36,7 @@ from modelprof.counting.formulas.registry import (
 from modelprof.counting.formulas.rnn import rnn_cost
 from modelprof.runtime.tensors import stored_nbytes
 
-__all__ = ["packed_nbytes", "packed_weights"]
+__all__ = ["module_packed_weights", "packed_nbytes", "packed_weights"]
 
 
 def _ops(*names: str) -> list:
@@ -102,6 +102,23 @@ def packed_nbytes(obj: Any, op: str) -> int:
         t.numel() * 2 if t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
         for t in tensors
     )
+
+
+def module_packed_weights(model: Any) -> tuple[int, int]:
+    """``(elements, bytes)`` of the packed weights ``model``'s modules hold in
+    ``torch.ScriptObject`` attributes (quantized and ``quantize_dynamic`` layers keep their
+    weights there, not in an ``nn.Parameter``), each object once, at their stored size
+    (:func:`packed_nbytes`; a module whose ``dtype`` is float16 keeps half-precision weights)."""
+    seen: set[int] = set()
+    elements = stored = 0
+    for module in model.modules():
+        op = "_fp16" if getattr(module, "dtype", None) == torch.float16 else ""
+        for value in vars(module).values():
+            if isinstance(value, torch.ScriptObject) and id(value) not in seen:
+                seen.add(id(value))
+                stored += packed_nbytes(value, op)
+                elements += sum(t.numel() for t in packed_weights(value))
+    return elements, stored
 
 
 def _packed(args: tuple) -> Any:
