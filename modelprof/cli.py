@@ -1093,7 +1093,9 @@ def _one_line_warnings(stream: TextIO) -> Iterator[None]:
     has no use for the library's file, line number and source line."""
 
     def show(message: Warning | str, category: type[Warning], *where: Any, **_: Any) -> None:
-        print(f"{PROG}: warning: {message} ({category.__name__})", file=stream)
+        # the library's own warnings name it already ("modelprof: ..."): said once here
+        text = str(message).removeprefix(f"{PROG}: ")
+        print(f"{PROG}: warning: {text} ({category.__name__})", file=stream)
 
     with warnings.catch_warnings():  # puts showwarning back on exit
         warnings.showwarning = show

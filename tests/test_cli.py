@@ -453,3 +453,19 @@ def test_all_ranks_lets_a_non_zero_rank_speak(
     assert "params 220  MACs 200" in capsys.readouterr().out  # Linear(10, 20), as above
     assert any(loud.iterdir())
     assert "MODELPROF_ALL_RANKS" not in os.environ
+
+
+def test_a_library_warning_is_said_with_one_modelprof_prefix() -> None:
+    import io
+    import warnings
+
+    from modelprof.cli import _one_line_warnings
+
+    stream = io.StringIO()
+    with _one_line_warnings(stream):
+        warnings.warn("modelprof: the passes disagree", UserWarning, stacklevel=1)
+        warnings.warn("a plain one", RuntimeWarning, stacklevel=1)
+    assert stream.getvalue().splitlines() == [
+        "modelprof: warning: the passes disagree (UserWarning)",
+        "modelprof: warning: a plain one (RuntimeWarning)",
+    ]

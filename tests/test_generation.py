@@ -496,3 +496,17 @@ def test_mla_cache_holds_the_compressed_latent(name):
     assert kv.tokens == 11 and kv.per_layer_bytes == (11 * 160, 11 * 160)
     assert kv.total_bytes == kv.closed_form_bytes == 11 * 320
     assert report.kv_cache()["bytes"].tolist() == [11 * 160, 11 * 160]
+
+
+def test_growth_slopes_of_counted_columns_are_exact():
+    # polyfit's float least squares read 3072.0000000018017 MACs a token here
+    report = profile_generation(
+        gpt2(2, 768, 12, 50257, 1024, device="meta"), prompt_len=32, new_tokens=9, timing=False
+    )
+    slopes = report.growth_slopes()
+    # attention over one more cached token: QK^T and AV, 2 x 2 layers x 768 MACs
+    assert slopes["macs_per_token"] == 2 * 2 * 768
+    # K and V of a token, 2 x 2 layers x 768 x 4 bytes, written once and read twice (the
+    # cache's cat copies it, the attention reads it)
+    assert slopes["write_bytes_per_token"] == 12_288 and slopes["read_bytes_per_token"] == 24_576
+    assert repr(slopes["macs_per_token"]) == "3072.0"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,20 @@ from modelprof.report.utilization import Utilization
 __all__ = ["GenerationReport"]
 
 _GROWTH = ("macs", "flops", "read_bytes", "write_bytes")
+
+
+def _slope(x: pd.Series, y: pd.Series) -> float:
+    """The least-squares slope of ``y`` on ``x``: exact (in fractions) for whole numbers, as
+    the counted columns are, so a growth of 2048 a token reads 2048.0, not polyfit's
+    2047.9999999997367; ``polyfit`` for measured times."""
+    xs, ys = list(x), list(y)
+    if not all(float(v).is_integer() for v in (*xs, *ys)):
+        return float(np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)[0])
+    fx = [Fraction(int(v)) for v in xs]
+    fy = [Fraction(int(v)) for v in ys]
+    mx, my = sum(fx) / len(fx), sum(fy) / len(fy)
+    spread = sum((a - mx) ** 2 for a in fx)
+    return float(sum((a - mx) * (b - my) for a, b in zip(fx, fy)) / spread) if spread else 0.0
 
 
 @dataclasses.dataclass(eq=False, repr=False)
@@ -224,7 +239,7 @@ class GenerationReport(Exports):
             for col in (*_GROWTH, "latency_ms"):
                 y = g[col].astype(float)
                 if y.notna().all():
-                    out[f"{col}_per_token"] = float(np.polyfit(g["context"], y, 1)[0])
+                    out[f"{col}_per_token"] = _slope(g["context"], g[col])
         timing = self.timings.get(self._batch(batch_size))
         slope = timing.step_slope if timing is not None else None
         if slope is not None:
