@@ -102,10 +102,7 @@ def profile(
     ``cuda:LOCAL_RANK`` under torchrun.
     """
     model = exported_layers(model)  # an ExportedProgram: its layers, one row each
-    spec = _parse(model, timing, registry, options, timing_options)
-    if not isinstance(what_helps, bool):
-        raise ModelProfError(f"what_helps={what_helps!r} must be True or False")
-    spec = dataclasses.replace(spec, what_helps=what_helps)
+    spec = _parse(model, timing, registry, options, timing_options, what_helps)
     mode = RunMode.parse(  # how every pass runs the model, parsed once here
         backward=backward,
         training=training,
@@ -145,14 +142,7 @@ def profile(
             torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else [])
         )
         spec, meta_notes = _on(spec, mi)
-        if spec.timing:
-            spec.opts.check_device(mi.device)
-        if spec.what_helps and (mi.device.type != "cuda" or not spec.timing):
-            raise ModelProfError(
-                f"what_helps=True needs a timed run on a CUDA device (device {mi.device}, "
-                f"timing={spec.timing}): it times the forward replayed from a CUDA graph and "
-                "compiled against eager"
-            )
+        spec.check_device(mi.device)
         with _batch_hint(input_size, mi):
             static, step_cost = _count(model, mi, spec)
         # the passes that follow see the inputs as the first one did (None: it changed none)
@@ -285,6 +275,18 @@ class _Spec:
     step: Any = None  # StepSpec, or None without backward
     what_helps: bool = False  # on CUDA: eager vs CUDA graph vs compile, interleaved
 
+    def check_device(self, device: torch.device) -> None:
+        """The timing options that need CUDA (or the CPU) refuse any other device, naming
+        the option; ``what_helps`` needs a timed run on CUDA."""
+        if self.timing:
+            self.opts.check_device(device)
+        if self.what_helps and (device.type != "cuda" or not self.timing):
+            raise ModelProfError(
+                f"what_helps=True needs a timed run on a CUDA device (device {device}, "
+                f"timing={self.timing}): it times the forward replayed from a CUDA graph and "
+                "compiled against eager"
+            )
+
     @property
     def flags(self) -> dict[str, Any]:
         """The switches as the report's run info and env name them."""
@@ -301,7 +303,14 @@ class _Spec:
         return flags
 
 
-def _parse(model: Any, timing: Any, registry: Any, options: Any, timing_options: dict) -> _Spec:
+def _parse(
+    model: Any,
+    timing: Any,
+    registry: Any,
+    options: Any,
+    timing_options: dict,
+    what_helps: Any = False,
+) -> _Spec:
     if not isinstance(model, nn.Module):
         raise ModelProfError(
             f"model={type(model).__name__} is not a torch.nn.Module; "
@@ -314,7 +323,9 @@ def _parse(model: Any, timing: Any, registry: Any, options: Any, timing_options:
     opts = TimingOptions.parse(options, **timing_options)
     if opts.progress and not is_speaker():  # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
-    return _Spec(timing, registry, opts)
+    if not isinstance(what_helps, bool):
+        raise ModelProfError(f"what_helps={what_helps!r} must be True or False")
+    return _Spec(timing, registry, opts, what_helps=what_helps)
 
 
 def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
@@ -366,9 +377,12 @@ def _time(
         kernel = kernel_columns(
             layers, [(records[i].key, s) if i >= 0 else (None, s) for i, s, _ in keys]
         )
+        head = "kernel_ms" if layers.gpu else "host_ms"
+        root = next((k[head] for k in kernel if k), float("nan"))
         for col, k in zip(columns, kernel):
-            if k:
-                col["kernel"] = k
+            if k:  # the headline and its share, by the same exact sums as the kernel columns
+                share = 100.0 * k[head] / root if root > 0 else float("nan")
+                col.update(kernel=k, latency_ms=k[head], latency_pct=share)
     if not (isinstance(layers, KernelTiming) and layers.gpu):
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
         agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))

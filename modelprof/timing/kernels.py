@@ -94,6 +94,16 @@ class KernelTiming(LayerTiming):
     #: device started them (an op-order map to a pass run without hooks: gpu_evidence.py)
     owners: list = dataclasses.field(default_factory=list)
 
+    @property
+    def corrected_passes_ms(self) -> np.ndarray:
+        """Each pass's headline time of its outermost calls (their ``samples`` summed): what
+        the per-layer shares divide by. On a GPU the passes' wall times (``passes_ms``) also
+        hold the GPU's idle waits, which no row's kernel time does."""
+        top = [k for k in self.order if self.parents.get(k) is None]
+        if not self.samples or not top:
+            return self.passes_ms
+        return np.sum([self.samples[k] for k in top], axis=0)
+
     def _tree(self, own: np.ndarray) -> np.ndarray:
         """Inclusive values from each call's own (the last axis, calls in pre-order)."""
         out = own[..., : len(self.order)].astype(float).copy()
