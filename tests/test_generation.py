@@ -510,3 +510,14 @@ def test_growth_slopes_of_counted_columns_are_exact():
     # cache's cat copies it, the attention reads it)
     assert slopes["write_bytes_per_token"] == 12_288 and slopes["read_bytes_per_token"] == 24_576
     assert repr(slopes["macs_per_token"]) == "3072.0"
+
+
+def test_a_median_without_an_interval_says_so_instead_of_nan_nan():
+    # one timed run in one block: no interval of the median can be stated
+    report = profile_generation(
+        llama(1), prompt_len=4, new_tokens=3, layer_timing=False, repeat=1, warmup=0
+    )
+    assert not report.timings[1].ttft.has_interval
+    text = str(report)
+    assert "nan" not in text and "TTFT" in text
+    assert "(no interval from 1 run in 1 block)" in text

@@ -48,6 +48,16 @@ def _slope(x: pd.Series, y: pd.Series) -> float:
     return float(sum((a - mx) * (b - my) for a, b in zip(fx, fy)) / spread) if spread else 0.0
 
 
+def _median_text(m: Any) -> str:
+    """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or with the reason
+    there is none (one block of runs gives no interval: printed ``nan-nan`` before)."""
+    if not m.has_interval:
+        why = m.short_reason or f"no interval from {m.n} runs in {m.n_blocks} blocks"
+        return f"{m.median_ms:.3f} ms ({why})"
+    lo, hi = m.median_ci_ms
+    return f"{m.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
+
+
 @dataclasses.dataclass(eq=False, repr=False)
 class GenerationReport(Exports):
     """Everything ``profile_generation`` found, per batch size (``phases``: batch size ->
@@ -425,13 +435,11 @@ class GenerationReport(Exports):
             )
             t = self.timings.get(b)
             if t is not None:
-                lo, hi = t.ttft.median_ci_ms
-                line += f"; TTFT {t.ttft.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
+                line += f"; TTFT {_median_text(t.ttft)}"
                 if t.tpot is not None:
-                    lo, hi = t.tpot.median_ci_ms
                     line += (
-                        f", TPOT {t.tpot.median_ms:.3f} ms ({lo:.3f}-{hi:.3f})"
-                        f"{'' if t.tpot.stable else ' DRIFTED'}, "
+                        f", TPOT {_median_text(t.tpot)}"
+                        f"{' DRIFTED' if t.tpot.stable is False else ''}, "
                         f"{t.batch_tokens_per_s:,.1f} tokens/s"
                     )
                 if t.step_slope is not None:
