@@ -18,7 +18,11 @@ least ``min_samples`` samples in at least ``min_blocks`` blocks ("precision"); b
 the asked precision would take (``needed_s``); when that is more than ``SPREAD_MARGIN`` (2) times
 the budget, from ``SPREAD_MIN_BLOCKS`` (8) blocks on, the blocks spread too much for it and
 sampling stops early ("spread"), the estimate kept on the result for the Measurement to say.
-(On N(1, 0.2) ms samples the estimate at 8 blocks was 0.5-1.5x the time ±0.5 % took, 8 seeds.) The sample floor:
+The projection leaves out the small first block and takes the smaller of the spread's and a
+robust (median absolute deviation) spread's, so a few blocks hit by a passing load do not stop a
+run the budget would finish: it errs on the short side (on N(1, 0.2) ms samples the estimate at
+8 blocks was 0.24-1.3x the time ±0.5 % then took, 8 seeds), and stops early only when clearly
+out of reach. The sample floor:
 a budget that ends sampling below ``min_samples`` is extended (``hold_floor``: one run per block;
 ``collect_interleaved``: more paired rounds) by at most ``FLOOR_EXTEND_S`` seconds (per
 candidate); what is still short is reported by the Measurement (``undersampled``, no median to
@@ -407,12 +411,15 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
     if b >= 3 and first.sum() < (blocks == blocks[-1]).sum():
         # the first block is small (``_first_block``): its median is noisier than the rest's,
         # which would make "more blocks like these" too many; project from the others
-        rel = relative_ci(samples[~first], blocks[~first], rule.confidence)
-        b -= 1
-        if not (math.isfinite(rel) and rel > 0):
-            return None
-        if rel <= rule.precision:
-            return elapsed_s
+        samples, blocks, b = samples[~first], blocks[~first], b - 1
+        rel = relative_ci(samples, blocks, rule.confidence)
+    # a few blocks hit by a passing load would make the projection pessimistic (their weight
+    # in the spread shrinks as blocks are added): the robust spread's projection, if smaller
+    rel = min(rel, _robust_relative_ci(samples, blocks, rule.confidence))
+    if not (math.isfinite(rel) and rel > 0):
+        return None
+    if rel <= rule.precision:
+        return elapsed_s
     q = 0.5 + rule.confidence / 2.0
     scale = (rel / rule.precision) ** 2
     t_now = t_quantile(q, b - 1)
@@ -426,6 +433,24 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
 def _late(log: BlockLog, rule: StopRule, now: Callable[[], float]) -> bool:
     """The next block would end past the budget (reads the clock)."""
     return (now() - log.origin) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3
+
+
+def _robust_relative_ci(samples: np.ndarray, blocks: np.ndarray, confidence: float) -> float:
+    """``relative_ci`` with the blocks' spread read robustly: 1.4826 x the median absolute
+    deviation of the log block medians instead of their standard deviation."""
+    s = np.sort(samples)
+    med = float(np.median(s))
+    if med <= 0:
+        return math.inf
+    lo, hi = within_ci(s, confidence)
+    rel = (hi - lo) / 2.0 / med
+    logs = np.log(block_medians(samples, blocks)[1])
+    b = logs.size
+    if b < 2 or not np.isfinite(logs).all():
+        return rel
+    mad = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+    half = t_quantile(0.5 + confidence / 2.0, b - 1) * mad / math.sqrt(b)
+    return max(rel, math.sinh(half))
 
 
 def _stop_reason(precise: bool, full: bool, spread: bool = False) -> str:
