@@ -173,7 +173,7 @@ class _Transfer:
 
 
 #: a pipelined sample is about this long (enough calls back to back that the stream stays full)
-PIPELINE_SAMPLE_MS = 5.0
+PIPELINE_SAMPLE_MS = 20.0
 
 
 def pipeline_group(est_ms: float | None) -> int:
