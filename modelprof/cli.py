@@ -1055,7 +1055,11 @@ def _add_fit_parser(sub: Any) -> None:
     )
     f.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel degree")
     f.add_argument("--ranks", type=int, default=1, metavar="N", help="data-parallel ranks")
-    f.add_argument("--optimizer", default="adam", help="adam, adamw, sgd or sgd_momentum")
+    f.add_argument(
+        "--optimizer",
+        default="adam",
+        help="adam, adamw, sgd, sgd_momentum or any torch.optim name (adafactor, rmsprop...)",
+    )
     f.add_argument("--inference-only", action="store_true", help="no training plans")
     f.set_defaults(run=_run_fit, progress=False, **_NO_COMMON)
 

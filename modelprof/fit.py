@@ -136,8 +136,10 @@ def fit(
     ``device`` (a datasheet name; ``memory_bytes`` overrides its memory). ``context``: tokens
     per sequence (the KV cache's length and the training sequence); ``batch_size`` per
     data-parallel rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
-    ``"sgd_momentum"``) or a ``torch.optim`` optimizer class or instance (its state is read
-    from one step); ``mixed_precision``: default on for 16-bit ``dtype``."""
+    ``"sgd_momentum"``, or any ``torch.optim`` class's, ``"adafactor"``), a ``torch.optim``
+    optimizer class, instance or factory, as ``profile`` takes (its state is sized from the
+    shapes of its real state after one step); ``mixed_precision``: default on for 16-bit
+    ``dtype``."""
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)

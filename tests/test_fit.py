@@ -473,3 +473,16 @@ def test_quantized_weights_count_at_their_stored_size_in_every_memory_answer():
     assert t.loc["gradients", "data parallel"] == 0 == t.loc["optimizer_state", "ZeRO-1"]
     assert any("quantized or packed" in n for n in plan.notes)
     assert weights_bytes(model, torch.float32) == stored  # generation's memory plan
+
+
+def test_fit_takes_every_optimizer_form_profile_takes():
+    cfg = small_llama()
+    by_class = _fit_state(cfg, torch.optim.Adafactor)
+    assert _fit_state(cfg, "adafactor") == by_class  # a torch.optim name, any case
+    assert _fit_state(cfg, "Adafactor") == by_class
+    factory = _fit_state(cfg, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+    assert factory == 4 * 74_688  # one float32 momentum buffer per element
+    with pytest.raises(ModelProfError, match="returned a Linear"):
+        fit(cfg, optimizer=lambda ps: torch.nn.Linear(2, 2))
+    with pytest.raises(ModelProfError, match="optimizer='lion'.*adafactor"):
+        fit(cfg, optimizer="lion")

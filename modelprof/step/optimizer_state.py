@@ -1,6 +1,7 @@
 """The bytes an optimizer keeps per parameter, read from the shapes of its real state.
 
-A torch optimizer (a class or an instance, with the instance's options) takes one step on a
+A torch optimizer (a class, a torch.optim name, a factory, or an instance with its options)
+takes one step on a
 small float32 probe parameter of each rank the model's parameters have, with distinct prime
 dimensions (rank 2: 3 x 5), and each state tensor's shape is read in terms of the probe's
 dimensions: Adam's ``exp_avg`` of 3 x 5 is one element per parameter element, Adafactor's
@@ -93,22 +94,46 @@ class OptimizerState:
 
 
 def optimizer_states(optimizer: Any) -> OptimizerState:
-    """The state rule of ``optimizer``: a name of :data:`OPTIMIZER_STATES`, or a
-    ``torch.optim.Optimizer`` class or instance (probed with the instance's options)."""
+    """The state rule of ``optimizer``, taken in the forms ``profile(optimizer=)`` takes: a
+    name of :data:`OPTIMIZER_STATES` or of a ``torch.optim`` class (``"adafactor"``), a
+    ``torch.optim.Optimizer`` class, an instance (probed with its options) or a factory
+    (``lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)``)."""
     if isinstance(optimizer, str):
-        if optimizer not in OPTIMIZER_STATES:
+        if optimizer in OPTIMIZER_STATES:
+            return OptimizerState(optimizer, *OPTIMIZER_STATES[optimizer])
+        classes = _torch_optimizers()
+        found = classes.get(optimizer.lower())
+        if found is None:
             raise ModelProfError(
-                f"optimizer={optimizer!r} is not one of "
-                f"{sorted(OPTIMIZER_STATES)}, nor a torch optimizer"
+                f"optimizer={optimizer!r} is not one of {sorted(OPTIMIZER_STATES)}, nor a "
+                f"torch.optim optimizer ({', '.join(sorted(classes))})"
             )
-        return OptimizerState(optimizer, *OPTIMIZER_STATES[optimizer])
-    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    if not issubclass(cls, torch.optim.Optimizer):
-        raise ModelProfError(
-            f"optimizer={optimizer!r} must be a name or a torch.optim optimizer (class or instance)"
+        optimizer = found
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        return OptimizerState(optimizer.__name__, probe=lambda n: _probe(optimizer, n))
+    if isinstance(optimizer, torch.optim.Optimizer):
+        cls, options = type(optimizer), _options(type(optimizer), optimizer)
+        return OptimizerState(
+            cls.__name__, probe=lambda n: _probe(lambda ps: cls(ps, **options), n)
         )
-    options = _options(cls, optimizer)
-    return OptimizerState(cls.__name__, probe=lambda ndim: _probe(cls, options, ndim))
+    if callable(optimizer) and not isinstance(optimizer, type):
+        name = getattr(optimizer, "__name__", type(optimizer).__name__)
+        return OptimizerState(name, probe=lambda n: _probe(optimizer, n))
+    raise ModelProfError(
+        f"optimizer={optimizer!r} must be a name, a torch.optim optimizer (class or instance) "
+        "or a factory (lambda params: ...)"
+    )
+
+
+def _torch_optimizers() -> dict[str, type]:
+    """torch.optim's optimizer classes by lower-case name (as ``profile`` takes them)."""
+    return {
+        k.lower(): v
+        for k, v in vars(torch.optim).items()
+        if isinstance(v, type)
+        and issubclass(v, torch.optim.Optimizer)
+        and v is not torch.optim.Optimizer
+    }
 
 
 def _options(cls: type, optimizer: Any) -> dict[str, Any]:
@@ -125,27 +150,36 @@ def _options(cls: type, optimizer: Any) -> dict[str, Any]:
     }
 
 
-def _probe(cls: type, options: dict[str, Any], ndim: int) -> list[_Entry]:
-    """One step of ``cls`` on a parameter of ``ndim`` prime dimensions (a sparse gradient
-    where the optimizer takes only those), its state read as :class:`_Entry`."""
+def _probe(make: Any, ndim: int) -> list[_Entry]:
+    """One step of the optimizer ``make([param])`` builds, on a parameter of ``ndim`` prime
+    dimensions (a sparse gradient where the optimizer takes only those), its state read as
+    :class:`_Entry`."""
     shape = _PRIMES[:ndim]
     errors = []
     for sparse in (False, True):
         p = torch.zeros(shape, requires_grad=True)
         try:
-            probe = cls([p], **options)
+            probe = make([p])
+            if not isinstance(probe, torch.optim.Optimizer):
+                raise ModelProfError(
+                    f"optimizer factory returned a {type(probe).__name__}, not a "
+                    "torch.optim.Optimizer"
+                )
             closure = functools.partial(_closure, p, sparse)
             closure()
             takes = "closure" in inspect.signature(probe.step).parameters
             probe.step(closure) if takes else probe.step()
+        except ModelProfError:
+            raise
         except Exception as e:  # noqa: BLE001 - the optimizer's own refusal, named below
             errors.append(e)
             continue
         history = int(probe.param_groups[0].get("history_size", 1) or 1)
         return [_entry(t, shape, n, history) for t, n in _state_tensors(probe.state[p])]
+    name = getattr(make, "__name__", type(make).__name__)
     raise ModelProfError(
-        f"optimizer {cls.__name__} cannot step a float32 parameter of shape {shape} on the CPU "
-        f"to be sized: {type(errors[0]).__name__}: {str(errors[0]).splitlines()[0][:200]}"
+        f"optimizer {name} cannot step a float32 parameter of shape {shape} on the CPU to be "
+        f"sized: {type(errors[0]).__name__}: {str(errors[0]).splitlines()[0][:200]}"
     )
 
 
