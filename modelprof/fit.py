@@ -57,6 +57,8 @@ __all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
 
 #: the largest count an option takes: exact in a float64, far beyond any plan
 _MOST = 2**53
+#: a forward taking one of these keeps a KV cache
+_CACHE_ARGUMENTS = frozenset({"past_key_values", "cache", "use_cache"})
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = (
@@ -385,7 +387,7 @@ def _inference(
 ) -> dict[str, int]:
     elements = sum(math.prod(s) for s in shapes)
     kv = 0
-    if config is not None:
+    if config is not None and _caches(model):
         kv = closed_form_kv_bytes(config, spec.dtype, spec.context, spec.batch_size) or 0
         kv_heads = model_dims(config)["kv_heads"] or 1
         kv = -(-kv // min(spec.tp, kv_heads))
@@ -394,6 +396,17 @@ def _inference(
         "kv_cache": kv,
         "activation": counts["activation"],
     }
+
+
+def _caches(model: nn.Module) -> bool:
+    """Whether ``model``'s forward keeps a KV cache: it takes one (``past_key_values``, or
+    ``cache``/``use_cache`` as transformers 5 names them; every decoder and encoder-decoder
+    does, an encoder such as ViT or BERT's classifier none)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return bool(_CACHE_ARGUMENTS & set(params))
 
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:

@@ -486,3 +486,22 @@ def test_fit_takes_every_optimizer_form_profile_takes():
         fit(cfg, optimizer=lambda ps: torch.nn.Linear(2, 2))
     with pytest.raises(ModelProfError, match="optimizer='lion'.*adafactor"):
         fit(cfg, optimizer="lion")
+
+
+def test_a_kv_cache_is_counted_only_for_a_forward_that_keeps_one():
+    vit = transformers.ViTConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96
+    )
+    report = fit(vit, context=16, training=False)
+    assert report.model == "ViTModel"  # an encoder: no cache, whatever its config's heads
+    assert report.table.loc["kv_cache", "inference"] == 0
+    assert "reads 'pixel_values'" in report.notes[0]  # and its activations are not made up
+    bert = transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96
+        )
+    )
+    assert fit(bert, context=16, training=False).table.loc["kv_cache", "inference"] == 0
+    # a decoder keeps one: 2 (K, V) x 2 layers x 2 KV heads x 16 x 2 bytes x 16 tokens
+    llama = fit(small_llama(), context=16, training=False)
+    assert llama.table.loc["kv_cache", "inference"] == 2 * 2 * 2 * 16 * 2 * 16
