@@ -48,6 +48,7 @@ from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
+from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
@@ -209,6 +210,12 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
                 "and below 2**63"
             )
         return (device if isinstance(device, str) else "given"), int(memory_bytes)
+    if mig_slice(device) is not None:
+        raise mig_refusal(
+            device,
+            "device",
+            "pass memory_bytes= (torch.cuda.get_device_properties(0).total_memory on the slice)",
+        )
     return device_memory(device)
 
 

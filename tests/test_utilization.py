@@ -425,3 +425,34 @@ def test_training_phases_split_forward_loss_and_backward():
     assert p.loc["forward", "model_flops"] == report.totals["flops"] - loss.flops == 136
     assert p.loc["backward", "model_flops"] == report.totals["backward_flops"]
     assert p.loc["step", "model_flops"] == report.totals["flops"] + report.totals["backward_flops"]
+
+
+MIG = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"  # how torch names a MIG slice's device
+
+
+def test_a_mig_slice_is_never_judged_against_the_whole_gpu():
+    from modelprof.generation.bound import resolve_target
+    from modelprof.report.utilization import resolve_peaks
+
+    report = modelprof.profile(nn.Linear(4, 4), (4,), timing=False)
+    report.env["device_name"] = MIG
+    # the whole A100's 312 TFLOP/s would read a 1g slice's MFU ~7x low: no datasheet peak
+    chosen, known = resolve_peaks(None, report)
+    assert chosen is None and "datasheet" not in known
+    for peak in ("datasheet", MIG):
+        with pytest.raises(ModelProfError, match=r"MIG slice \(1g\.5gb\), not the whole GPU"):
+            report.utilization(peak)
+    with pytest.raises(ModelProfError, match=r"target=.*MIG slice \(3g\.40gb\)"):
+        resolve_target("NVIDIA H100 80GB HBM3 MIG 3g.40gb", torch.bfloat16)
+    # the whole GPU by name is still the datasheet's
+    assert resolve_peaks("A100 SXM 40GB", report)[0].peak_flops > 0
+
+
+def test_fit_refuses_a_mig_slice_without_its_memory():
+    from modelprof.fit import fit
+
+    model = nn.Linear(4, 4)
+    with pytest.raises(ModelProfError, match=r"device=.*MIG slice \(1g\.5gb\).*memory_bytes="):
+        fit(model, device=MIG, training=False)  # 40 GiB where the slice has 4.75
+    sliced = fit(model, device=MIG, memory_bytes=4.75 * 2**30, training=False)
+    assert sliced.table.loc["memory", "inference"] == 4.75 * 2**30

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
 __all__ = ["bound_rows", "phase_bound", "resolve_target"]
@@ -26,6 +27,8 @@ def resolve_target(target: Any, dtype: Any) -> Peaks | None:
             f"target={target!r} must be a device name such as 'H100 SXM' or a modelprof Peaks"
         )
     name = str(dtype).removeprefix("torch.")
+    if mig_slice(target) is not None:
+        raise mig_refusal(target, "target", "pass a modelprof Peaks measured on the slice")
     try:
         peaks = lookup_peaks(target, name)
     except ModelProfError as e:  # an ambiguous name: said as the argument it came from

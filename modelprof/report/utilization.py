@@ -45,6 +45,7 @@ import torch.distributed as dist
 
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
+from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
 __all__ = [
@@ -175,6 +176,9 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
     if peak is None:
         return known.get("datasheet", known.get("probe", known.get("given"))), known
     if peak in ("datasheet", "probe"):
+        device = report.env.get("device_name", report.device)
+        if peak == "datasheet" and mig_slice(device) is not None:
+            raise mig_refusal(str(device), "device", "use peak='probe' or pass a Peaks")
         if peak not in known:
             raise ModelProfError(
                 f"peak={peak!r}: this report has no {peak} peak (known: "
@@ -183,6 +187,10 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
             )
         return known[peak], known
     if isinstance(peak, str):
+        if mig_slice(peak) is not None:
+            raise mig_refusal(
+                peak, "peak", "use peak='probe' (measured on the slice) or pass a Peaks"
+            )
         named = lookup_peaks(peak, report.dtype)
         if named is None:
             raise ModelProfError(
@@ -195,6 +203,10 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
 
 
 def _datasheet(name: str, dtype: str) -> Peaks | None:
+    """The datasheet's peaks for the device ``name``; none for a MIG slice (the whole GPU's
+    would read its MFU ~7x low on a 1g slice: its probe is judged against instead)."""
+    if mig_slice(name) is not None:
+        return None
     try:
         return lookup_peaks(str(name), dtype)
     except ModelProfError:  # a dtype without a roofline peak, an ambiguous name: none known

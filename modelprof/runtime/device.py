@@ -9,6 +9,7 @@ the timer all import from here, never from each other.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +23,33 @@ __all__ = [
     "PeakTracker",
     "device_synchronize",
     "is_oom",
+    "mig_refusal",
+    "mig_slice",
     "normalize_device",
     "same_device",
     "tf32_enabled",
 ]
+
+#: a MIG slice as torch names its device: "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+_MIG = re.compile(r"\bMIG[\s-]+(\d+)g\.(\d+)gb\b", re.IGNORECASE)
+
+
+def mig_slice(name: Any) -> str | None:
+    """The MIG profile (``"1g.5gb"``) a device name carries, or None for a whole GPU."""
+    match = _MIG.search(str(name)) if isinstance(name, str) else None
+    return None if match is None else f"{match[1]}g.{match[2]}gb"
+
+
+def mig_refusal(name: str, what: str, instead: str) -> ModelProfError:
+    """The refusal of a MIG slice's name where a whole GPU's datasheet figure would be taken:
+    a slice has a share of the GPU's SMs, memory and bandwidth (``1g.5gb`` on an A100 40GB:
+    14 of its 108 SMs, 4.75 GiB), which the datasheet does not list."""
+    return ModelProfError(
+        f"{what}={name!r} is a MIG slice ({mig_slice(name)}), not the whole GPU: it has a "
+        "share of the GPU's compute, memory and bandwidth that the datasheet does not list, "
+        f"so the whole GPU's figures would be wrong; {instead}"
+    )
+
 
 #: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN workspaces,
 #: the CPU allocator, the caching allocator of older torch).
