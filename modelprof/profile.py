@@ -37,7 +37,12 @@ from modelprof.timing.agreement import judge_agreement
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.helps import helps_note
 from modelprof.timing.helps import what_helps as time_what_helps
-from modelprof.timing.kernels import KernelTiming, kernel_columns, kernel_note, time_kernels
+from modelprof.timing.kernels import (
+    KernelTiming,
+    kernel_note,
+    time_kernels,
+    with_kernel_columns,
+)
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
@@ -374,15 +379,9 @@ def _time(
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     agreement = None
     if isinstance(layers, KernelTiming):
-        kernel = kernel_columns(
-            layers, [(records[i].key, s) if i >= 0 else (None, s) for i, s, _ in keys]
+        with_kernel_columns(
+            columns, layers, [(records[i].key if i >= 0 else None, s) for i, s, _ in keys]
         )
-        head = "kernel_ms" if layers.gpu else "host_ms"
-        root = next((k[head] for k in kernel if k), float("nan"))
-        for col, k in zip(columns, kernel):
-            if k:  # the headline and its share, by the same exact sums as the kernel columns
-                share = 100.0 * k[head] / root if root > 0 else float("nan")
-                col.update(kernel=k, latency_ms=k[head], latency_pct=share)
     if not (isinstance(layers, KernelTiming) and layers.gpu):
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
         agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))

@@ -271,3 +271,29 @@ def test_a_short_budget_still_gives_each_batch_size_min_samples_generations():
     for t in report.timings.values():
         assert t.end_to_end.n == t.ttft.n == 10 and t.step_ms.shape == (10, 3)
         assert not t.end_to_end.undersampled and t.end_to_end.extended_s > 0
+
+
+def test_decode_phases_get_the_kernel_columns():
+    # per_layer="kernels" on the CPU: the phases' per-layer rows are op time by the profiler's
+    # ranges, with profile()'s kernel columns. The spinning block runs no op (its time is not
+    # in ops: launch-bound, the CPU's verdict); its host time holds the spin of a + b x L ms
+    lm = FakeLM()
+    report = profile_generation(
+        lm,
+        step=make_step(lm),
+        prompt_len=8,
+        new_tokens=4,
+        repeat=5,
+        warmup=1,
+        contexts=[8],
+        per_layer="kernels",
+    )
+    df = report.decode(8).report.to_dataframe().set_index("module")
+    for c in ("kernel_ms", "idle_ms", "timeline_ms", "host_ms", "launch_bound"):
+        assert c in df.columns, c
+    block = df.loc["model.block"]
+    # decode at context 8 attends to 9 tokens: a + 9 b = 0.5 + 0.45 = 0.95 ms of spin, at least
+    assert block["host_ms"] >= 0.95 - 1e-3 and bool(block["launch_bound"])
+    assert block["latency_ms"] == block["host_ms"]  # the CPU's headline is the call's time
+    # the phase's latency is from passes outside the profiler, one per profiled pass
+    assert report.decode(8).report.latency.n == 5

@@ -33,6 +33,7 @@ from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.snapshot import Snapshot
 from modelprof.timing.columns import layer_columns
+from modelprof.timing.kernels import KernelTiming, time_kernels, with_kernel_columns
 from modelprof.timing.layers import time_layers
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -295,15 +296,17 @@ def time_phase(
     root = root or lm.root
     mi.reset = None if cache_as_was is None else cache_as_was.reset
     try:
-        layers = time_layers(_Timed(root), mi, modules=module_names(root), options=opts)
+        instrument = time_kernels if opts.layer_instrument(mi.device) == "kernels" else time_layers
+        layers = instrument(_Timed(root), mi, modules=module_names(root), options=opts)
     finally:
         if cache_as_was is not None:  # the last pass's token taken out again
             cache_as_was.reset()
-    plain = (
-        layers.plain_ms
-        if layers.plain_ms is not None and layers.plain_ms.size
-        else layers.passes_ms
-    )
+    if isinstance(layers, KernelTiming):  # its plain passes ran under the profiler
+        plain = layers.clean_ms
+    elif layers.plain_ms is not None and layers.plain_ms.size:
+        plain = layers.plain_ms
+    else:
+        plain = layers.passes_ms
     latency = Measurement(
         plain,
         device=str(mi.device),
@@ -311,7 +314,14 @@ def time_phase(
         label=f"{lm.name} {phase.label} (plain passes)",
     )
     old = phase.report
-    columns, overhead, coverage = layer_columns(row_keys(old.rows), phase.records, latency, layers)
+    keys = row_keys(old.rows)
+    columns, overhead, coverage = layer_columns(keys, phase.records, latency, layers)
+    if isinstance(layers, KernelTiming):  # prefill and decode get profile()'s kernel columns
+        with_kernel_columns(
+            columns,
+            layers,
+            [(phase.records[i].key if i >= 0 else None, s) for i, s, _ in keys],
+        )
     run = RunInfo(old.model_name, old.input_shape, old.batch_size, old.device, old.dtype)
     phase.report = Report(
         join_rows(old.rows, [columns]),

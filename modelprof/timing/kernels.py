@@ -54,6 +54,7 @@ __all__ = [
     "KernelTiming",
     "kernel_columns",
     "kernel_note",
+    "with_kernel_columns",
     "read_passes",
     "time_kernels",
 ]
@@ -93,6 +94,9 @@ class KernelTiming(LayerTiming):
     #: the call each device activity of the first read pass was charged to, in the order the
     #: device started them (an op-order map to a pass run without hooks: gpu_evidence.py)
     owners: list = dataclasses.field(default_factory=list)
+    #: passes of the model alone, after the profiled ones and outside the profiler (wall ms,
+    #: each ending in a synchronize): what a phase's latency is read from
+    clean_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
     @property
     def corrected_passes_ms(self) -> np.ndarray:
@@ -181,6 +185,22 @@ def kernel_columns(timing: KernelTiming, keys: Sequence[tuple[Key, bool]]) -> li
             }
         )
     return out
+
+
+def with_kernel_columns(
+    columns: list[dict], timing: KernelTiming, keys: Sequence[tuple[Key | None, bool]]
+) -> None:
+    """Into each row's timing columns (``columns``, in table order; ``keys``: each row's call key
+    and whether it is a ``(self)`` row), the kernel columns, and ``latency_ms``/``latency_pct``
+    from them: the headline (``kernel_ms`` on a GPU, ``host_ms`` on the CPU) by the kernel
+    columns' exact sums, and its share of the root's."""
+    kernel = kernel_columns(timing, keys)
+    head = "kernel_ms" if timing.gpu else "host_ms"
+    root = next((k[head] for k in kernel if k), float("nan"))
+    for col, k in zip(columns, kernel):
+        if k:
+            share = 100.0 * k[head] / root if root > 0 else float("nan")
+            col.update(kernel=k, latency_ms=k[head], latency_pct=share)
 
 
 def kernel_note(timing: KernelTiming, latency: Any) -> str:
@@ -402,6 +422,7 @@ class _KernelRun:
         self.plain_issue: list[float] = []
         self.walls: list[float] = []
         self.plain_walls: list[float] = []
+        self.clean_walls: list[float] = []
 
     def sync(self) -> None:
         device_synchronize(self.dev)
@@ -459,6 +480,12 @@ class _KernelRun:
         with gc_paused(), _profiler(self.gpu) as prof:
             for p in range(passes + 1):
                 self._pass(p)
+        for _ in range(passes):  # outside the profiler, whose host work slows every pass
+            self.reset()
+            t0 = time.perf_counter_ns()
+            self.forward()
+            self.sync()
+            self.clean_walls.append((time.perf_counter_ns() - t0) / 1e6)
         readings = read_passes(profiler_events(prof), len(self.plan.keys), self.gpu)
         readings.pop(0, None)
         if len(readings) != passes:
@@ -502,6 +529,7 @@ class _KernelRun:
             instrument_ms=per_call,
             gpu=self.gpu,
             owners=list(ordered[0][0].owners),
+            clean_ms=np.asarray(self.clean_walls),
         )
         headline = timing._tree(timing.busy_ms) if self.gpu else host
         timing.samples = {k: headline[:, i].copy() for i, k in enumerate(plan.keys)}
