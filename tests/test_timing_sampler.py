@@ -429,3 +429,20 @@ def test_the_spread_estimate_is_near_the_time_the_precision_takes():
     assert early.stop_reason == "spread" and full.stop_reason == "precision"
     assert early.wall_s < 1.0 < 2 * 1.0 < full.wall_s  # it stopped before its budget
     assert 0.5 < early.needed_s / full.wall_s < 2.0
+
+
+def test_interleaved_rounds_stop_on_spread_and_say_how_long_the_precision_would_take():
+    # candidate a alternates 10 / 20 ms (its median's interval stays at ±1/3, see above),
+    # b is a constant 5 ms (exact at once): from round 8 (SPREAD_MIN_BLOCKS) on, a's ±0.1 %
+    # would take hours, far more than twice the 2 x 2 s budget: both stop there, on "spread"
+    clock = FakeTime()
+    a, _ = chunker([10.0, 20.0], clock)
+    b, _ = chunker([5.0], clock)
+    rule = StopRule(precision=0.001, budget_s=2.0)
+    got = collect_interleaved([a, b], rule, [15.0, 5.0], np.random.default_rng(0), now=clock)
+    assert [s.stop_reason for s in got] == ["spread", "spread"]
+    assert got[0].blocks.max() == got[1].blocks.max() == 7  # rounds 0..7
+    assert got[0].wall_s < 2.0 and got[0].needed_s > 3600  # stopped early; hours needed
+    assert got[1].needed_s is None  # b had its precision
+    m = Measurement(got[0].samples_ms, **got[0].fields(rule))
+    assert "stop=spread (±0.1% would take ~" in repr(m) and " h of sampling)" in repr(m)

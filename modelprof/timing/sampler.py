@@ -248,6 +248,7 @@ class BlockLog:
         self.n = 0
         self.n_blocks = 0
         self.wall_ms: float | None = None  # wall time per sample, overheads included
+        self.needed_s: float | None = None  # the last estimate of the precision's time
 
     def add(self, got: np.ndarray, started: float, ended: float, block: int | None = None) -> None:
         got = np.asarray(got, dtype=np.float64).reshape(-1)
@@ -276,7 +277,9 @@ class BlockLog:
         return relative_ci(self.samples(), self.blocks(), confidence)
 
     def result(self, reason: str, wall_s: float) -> Sampled:
-        return Sampled(self.samples(), self.blocks(), self.times(), reason, wall_s)
+        done = Sampled(self.samples(), self.blocks(), self.times(), reason, wall_s)
+        done.needed_s = self.needed_s
+        return done
 
 
 def relative_ci(
@@ -471,8 +474,10 @@ def collect_interleaved(
     freshly shuffled order, so slow drift of the machine reaches all of them alike.
 
     Stops when every candidate has ``min_samples`` in ``min_blocks`` rounds and both its own
-    interval and its paired ratio to the first candidate are within ``precision``; bounded by
-    ``budget_s`` per candidate (``budget_s * len(samplers)`` in all) and ``max_samples``. Block
+    interval and its paired ratio to the first candidate are within ``precision``; early, on
+    "spread", when a candidate's own interval would take more than twice the whole budget
+    (``_rounds_spread``); bounded by ``budget_s`` per candidate (``budget_s * len(samplers)``
+    in all) and ``max_samples``; then held to ``min_samples`` (``_floor_rounds``). Block
     ``r`` of every candidate is round ``r``, which pairs them for the ratio. ``on_round(fewest
     samples of a candidate, seconds so far)`` is called after each round (a progress bar).
     Under a process group (``modelprof.runtime.agree``) every rank takes the same order, the
@@ -494,7 +499,9 @@ def collect_interleaved(
         r += 1
         if on_round is not None:
             on_round(min(log.n for log in logs), now() - t0)
-        reason = _round_stop(logs, rule, r, (now() - t0 + round_s) > rule.budget_s * m, agree)
+        elapsed = now() - t0
+        spread = _rounds_spread(logs, rule, r, elapsed, rule.budget_s * m)
+        reason = _round_stop(logs, rule, r, elapsed + round_s > rule.budget_s * m, agree, spread)
         if reason is not None:
             break
     cap = FLOOR_EXTEND_S * m
@@ -589,18 +596,40 @@ def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
 
 
 def _round_stop(
-    logs: Sequence[BlockLog], rule: StopRule, r: int, late: bool, agree: Any
+    logs: Sequence[BlockLog],
+    rule: StopRule,
+    r: int,
+    late: bool,
+    agree: Any,
+    spread: bool = False,
 ) -> str | None:
     """Why the interleaved rounds stop after round ``r`` (None: go on). The sample counts are
-    the same on every rank; precision and the budget are agreed (``agree``)."""
+    the same on every rank; precision and the budget (or the spread) are agreed (``agree``)."""
     if rule.repeat is not None:
         return "repeat" if all(log.n >= rule.repeat for log in logs) else None
-    precise, late = agree.flags(_rounds_precise(logs, rule, r), late)
+    precise, stop = agree.flags(_rounds_precise(logs, rule, r), late or spread)
     if precise:
         return "precision"
     if all(log.n >= rule.max_samples for log in logs):
         return "max_samples"
-    return "budget" if late else None
+    return None if not stop else "spread" if spread and not late else "budget"
+
+
+def _rounds_spread(
+    logs: Sequence[BlockLog], rule: StopRule, r: int, elapsed_s: float, budget_s: float
+) -> bool:
+    """The interleaved "spread" stop: from ``SPREAD_MIN_BLOCKS`` rounds (and ``min_blocks``,
+    ``min_samples``) on, some candidate's own interval would take more than ``SPREAD_MARGIN``
+    times the whole budget to reach the precision (``needed_s``, each round costing what the
+    rounds so far did); each candidate's estimate is kept on its log."""
+    if r < max(rule.min_blocks, SPREAD_MIN_BLOCKS) or any(log.n < rule.min_samples for log in logs):
+        return False
+    worst = 0.0
+    for log in logs:
+        rel = log.relative_ci(rule.confidence)
+        log.needed_s = None if rel <= rule.precision else needed_s(log, rule, rel, elapsed_s)
+        worst = max(worst, log.needed_s or 0.0)
+    return worst > SPREAD_MARGIN * budget_s
 
 
 def _rounds_precise(logs: Sequence[BlockLog], rule: StopRule, r: int) -> bool:
