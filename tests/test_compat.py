@@ -277,6 +277,8 @@ def test_fast_ranges_reach_the_profilers_raw_events() -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         with compat.fast_range("modelprof.test:outer"), compat.fast_range("modelprof.test:inner"):
             torch.add(x, 1)
+        assert compat.profiler_running()
+    assert not compat.profiler_running()
     events = {e.name(): e for e in compat.profiler_events(prof)}
     outer, inner, op = (
         events["modelprof.test:outer"],

@@ -240,3 +240,14 @@ def test_the_latency_share_of_a_kernels_run_divides_by_the_root(one_thread):
     root = df[df.module == ""].iloc[0]
     assert root.latency_pct == pytest.approx(100.0)
     np.testing.assert_allclose(df.latency_pct, 100.0 * df.latency_ms / root.latency_ms)
+
+
+def test_a_profiler_already_running_is_not_cancelled():
+    # starting a second profiler session cancels the user's own (kineto: "Cancelling current
+    # trace request"); the kernels instrument refuses instead, naming the way out
+    model = nn.Sequential(nn.Linear(4, 4))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with pytest.raises(ModelProfError, match="per_layer='stamps'"):
+            time_kernels(model, make_inputs(model, (4,)), repeat=2, warmup=0)
+        model(torch.zeros(1, 4))
+    assert any(e.key == "aten::linear" for e in prof.key_averages())  # the user's trace kept

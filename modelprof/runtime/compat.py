@@ -40,6 +40,7 @@ __all__ = [
     "cuda_sleep",
     "fast_range",
     "profiler_events",
+    "profiler_running",
     "current_autograd_node",
     "current_function_mode",
     "ddp_bucket_sizes",
@@ -282,6 +283,12 @@ def fast_range(name: str) -> Any:
     if fast is None:
         return torch.profiler.record_function(name)
     return fast(name)
+
+
+def profiler_running() -> bool:
+    """Whether a ``torch.profiler``/``autograd.profiler`` session is on in this process (a second
+    one would cancel it); torch 2.4-2.14: ``torch._C._autograd._profiler_enabled``."""
+    return bool(torch._C._autograd._profiler_enabled())
 
 
 def profiler_events(prof: Any) -> list:

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.compat import fast_range, profiler_events
+from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
 from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.execution import RunMode, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -349,6 +349,12 @@ class _Ranges:
 
 @contextlib.contextmanager
 def _profiler(gpu: bool) -> Iterator[Any]:
+    if profiler_running():
+        raise ModelProfError(
+            "per_layer='kernels' runs torch.profiler, and a profiler session is already on in "
+            "this process (starting another would cancel yours); stop it first, or pass "
+            "per_layer='stamps'"
+        )
     activities = [torch.profiler.ProfilerActivity.CPU]
     if gpu:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
