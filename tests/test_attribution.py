@@ -87,8 +87,17 @@ def test_outermost_ops_only() -> None:
 class _Event:
     """The KinetoEvent methods read_passes calls."""
 
-    def __init__(self, name, start, dur, *, gpu=False, corr=0, linked=0, thread=1, stream=7):
+    def __init__(
+        self, name, start, dur, *, gpu=False, corr=0, linked=0, thread=1, stream=7, seq=-1, fwd=0
+    ):
         self._v = (name, start, dur, gpu, corr, linked, thread, stream)
+        self._seq, self._fwd = seq, fwd
+
+    def sequence_nr(self):
+        return self._seq
+
+    def fwd_thread_id(self):
+        return self._fwd
 
     def name(self):
         return self._v[0]
@@ -131,10 +140,64 @@ def test_read_passes_links_kernels_through_their_correlation_id() -> None:
     ]
     got = read_passes(ev, 2, gpu=True)
     assert list(got) == [1]
-    reading, host = got[1]
+    reading, host, backward = got[1]
+    assert backward.busy_ms.sum() == 0.0  # no backward ran
     # conv's 3 ms to call 1 (inside its range), the add's 1 ms to call 0's own
     np.testing.assert_allclose(reading.busy_ms, [1.0, 3.0, 0.0])
     np.testing.assert_allclose(host, [900 / MS, 100 / MS])
+
+
+def test_backward_kernels_go_to_the_forward_call_that_made_their_node() -> None:
+    # forward on thread 1: call 1 runs aten::addmm, which makes autograd node 5; the backward
+    # runs on the engine's thread 2, outside every range: its evaluate_function event carries
+    # node 5 and forward thread 1, and aten::mm inside it launches a 2 ms kernel
+    ev = [
+        _Event("modelprof.pass:1", 0, 100_000, corr=1),
+        _Event("modelprof.call:0", 10, 1_000, corr=2),
+        _Event("modelprof.call:1", 20, 500, corr=3),
+        _Event("aten::addmm", 30, 100, corr=4, seq=5),
+        _Event("aten::sum", 600, 50, corr=5, seq=6),  # the model's own op (call 0)
+        _Event("addmm_kernel", 1_000, 1 * MS, gpu=True, linked=4),
+        _Event(
+            "autograd::engine::evaluate_function: SumBackward0",
+            5_000,
+            100,
+            corr=9,
+            thread=2,
+            seq=6,
+            fwd=1,
+        ),
+        _Event("fill_kernel", 2 * MS, MS // 2, gpu=True, linked=9),
+        _Event(
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            10_000,
+            900,
+            corr=10,
+            thread=2,
+            seq=5,
+            fwd=1,
+        ),
+        _Event("aten::mm", 10_100, 500, corr=11, thread=2),
+        _Event("mm_kernel", 3 * MS, 2 * MS, gpu=True, linked=11),
+        # AccumulateGrad has no sequence number: its work stays where it was launched
+        _Event(
+            "autograd::engine::evaluate_function: AccumulateGrad",
+            20_000,
+            100,
+            corr=12,
+            thread=2,
+            seq=-1,
+            fwd=1,
+        ),
+        _Event("aten::add_", 20_010, 50, corr=13, thread=2),
+        _Event("add_kernel", 6 * MS, MS // 4, gpu=True, linked=13),
+    ]
+    forward, _, backward = read_passes(ev, 2, gpu=True)[1]
+    # forward: addmm's 1 ms to call 1; backward: mm's 2 ms to call 1 (its node came from call
+    # 1's addmm), the sum's backward fill (0.5 ms) to call 0; AccumulateGrad's add on the engine
+    # thread is in no forward pass's range: in neither reading
+    np.testing.assert_allclose(forward.busy_ms, [0.0, 1.0, 0.0])
+    np.testing.assert_allclose(backward.busy_ms, [0.5, 2.0, 0.0])
 
 
 def test_read_passes_on_the_cpu_charges_the_outermost_ops() -> None:
@@ -146,7 +209,7 @@ def test_read_passes_on_the_cpu_charges_the_outermost_ops() -> None:
         _Event("aten::addmm", 300, 3_000, corr=5),  # inside linear: not counted again
         _Event("aten::relu", 6_000, 1_000, corr=6),
     ]
-    reading, _ = read_passes(ev, 2, gpu=False)[3]
+    reading, _, _ = read_passes(ev, 2, gpu=False)[3]
     # call 1: linear's 4,000 ns; call 0's own: relu's 1,000 ns; the 1,800 ns gap before relu
     # (4,200 -> 6,000) is idle charged to call 0, whose op ended it
     np.testing.assert_allclose(reading.busy_ms * MS, [1_000, 4_000, 0])

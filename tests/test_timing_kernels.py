@@ -251,3 +251,22 @@ def test_a_profiler_already_running_is_not_cancelled():
             time_kernels(model, make_inputs(model, (4,)), repeat=2, warmup=0)
         model(torch.zeros(1, 4))
     assert any(e.key == "aten::linear" for e in prof.key_averages())  # the user's trace kept
+
+
+def test_backward_time_goes_to_the_forward_calls_and_the_gradients_come_back(one_thread):
+    # a 512 x 512 matmul layer and a relu: the matmul's backward (two matmuls) is charged to
+    # the linear's call, the relu's to the relu's; the root's backward is their sum exactly
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU())
+    marker = torch.ones(512)
+    model[0].bias.grad = marker  # a gradient the user had: given back as it was
+    kt = time_kernels(
+        model, make_inputs(model, (512,), batch_size=64), repeat=3, warmup=1, backward=True
+    )
+    bwd = kt.backward_kernel_ms()
+    assert bwd[("0", 1)] > bwd[("1", 1)] > 0.0
+    assert bwd[("", 1)] == pytest.approx(
+        bwd[("0", 1)] + bwd[("1", 1)] + float(np.median(kt.backward_busy_ms, axis=0)[0]), rel=1e-12
+    )
+    assert model[0].bias.grad is marker and model[0].weight.grad is None
+    with pytest.raises(ModelProfError, match="backward=True"):
+        time_kernels(model, make_inputs(model, (512,)), repeat=2).backward_kernel_ms()

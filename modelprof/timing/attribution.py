@@ -52,6 +52,9 @@ class Activity:
     thread: int = 0
     stream: int = 0
     kind: str = "kernel"
+    #: run by the backward of the forward op launched at ``launch_ns`` (its node's sequence
+    #: number mapped back to the forward op: ``modelprof.timing.kernels.read_passes``)
+    backward: bool = False
 
 
 @dataclasses.dataclass

@@ -44,7 +44,14 @@ from modelprof.runtime.execution import RunMode, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
-from modelprof.timing.attribution import Activity, PassReading, Span, attribute, outermost
+from modelprof.timing.attribution import (
+    Activity,
+    PassReading,
+    Span,
+    attribute,
+    innermost,
+    outermost,
+)
 from modelprof.timing.layers import CallPlan, Key, LayerTiming, discover, gc_paused
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import warm_up
@@ -97,6 +104,17 @@ class KernelTiming(LayerTiming):
     #: passes of the model alone, after the profiled ones and outside the profiler (wall ms,
     #: each ending in a synchronize): what a phase's latency is read from
     clean_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    #: with ``backward=True``: the device time of each pass's backward, charged to the forward
+    #: call whose op made the autograd node that ran it (passes x calls + 1, own)
+    backward_busy_ms: np.ndarray | None = None
+
+    def backward_kernel_ms(self) -> dict[Key, float]:
+        """Per call, the median over the passes of its backward's own device time, summed up the
+        call tree (a parent's includes its children's): exact, like ``kernel_ms``."""
+        if self.backward_busy_ms is None:
+            raise ModelProfError("no backward was run: time_kernels(..., backward=True)")
+        inclusive = self._tree(np.median(self.backward_busy_ms, axis=0))
+        return {k: float(inclusive[i]) for i, k in enumerate(self.order)}
 
     @property
     def corrected_passes_ms(self) -> np.ndarray:
@@ -242,14 +260,24 @@ def _is_gpu(event: Any) -> bool:
     return str(event.device_type()).rsplit(".", 1)[-1] in ("CUDA", "XPU", "PrivateUse1")
 
 
-def read_passes(events: Sequence[Any], n: int, gpu: bool) -> dict[int, tuple[PassReading, Any]]:
-    """Per pass number, its attribution and its calls' host spans (ms, ``n``), from kineto
-    events (``compat.profiler_events``)."""
+ENGINE_EVENT = "autograd::engine::evaluate_function"
+
+
+def read_passes(
+    events: Sequence[Any], n: int, gpu: bool
+) -> dict[int, tuple[PassReading, Any, PassReading]]:
+    """Per pass number: its forward attribution, its calls' host spans (ms, ``n``) and its
+    backward attribution, from kineto events (``compat.profiler_events``). Work the backward
+    runs (on the autograd engine's thread, outside every range) goes to the forward call whose
+    op made its autograd node: the engine's event carries the node's sequence number and the
+    forward thread, the forward op the same number (pytorch #144778)."""
     passes: dict[int, tuple[int, int, int]] = {}
     spans: list[Span] = []
     ops: dict[int, tuple[int, int, int]] = {}  # correlation id -> (start, end, thread)
     device: list[Any] = []
     range_starts: dict[int, tuple[int, int, int]] = {}
+    made: dict[tuple[int, int], tuple[int, int]] = {}  # (thread, seq) -> forward op's start
+    engine: list[tuple[Span, tuple[int, int]]] = []  # a node's run, (forward thread, seq)
     for e in events:
         name = e.name()
         if gpu and _is_gpu(e):
@@ -263,15 +291,45 @@ def read_passes(events: Sequence[Any], n: int, gpu: bool) -> dict[int, tuple[Pas
             spans.append(Span(int(name[len(CALL_RANGE) :]), start, end, thread))
             # work launched by the range itself (no op open: a raw kernel): its start
             range_starts[e.correlation_id()] = (start, start, thread)
-        elif name.startswith(PASS_RANGE):
+            continue
+        if name.startswith(PASS_RANGE):
             passes[int(name[len(PASS_RANGE) :])] = (start, end, thread)
+            continue
+        ops[e.correlation_id()] = (start, end, thread)
+        seq = getattr(e, "sequence_nr", lambda: -1)()
+        if seq is None or seq < 0:
+            continue
+        if name.startswith(ENGINE_EVENT):
+            fwd = getattr(e, "fwd_thread_id", lambda: 0)() or thread
+            engine.append((Span(len(engine), start, end, thread), (fwd, seq)))
         else:
-            ops[e.correlation_id()] = (start, end, thread)
+            made.setdefault((thread, seq), (start, thread))
     if gpu:
         acts = [_activity(e, {**range_starts, **ops}) for e in device]
     else:
         acts = _cpu_activities(list(ops.values()))
+    acts = _to_forward(acts, engine, made)
     return {p: _one_pass(n, window, spans, acts) for p, window in passes.items()}
+
+
+def _to_forward(
+    acts: list[Activity],
+    engine: list[tuple[Span, tuple[int, int]]],
+    made: dict[tuple[int, int], tuple[int, int]],
+) -> list[Activity]:
+    """Activities launched inside an autograd node's run, moved to the forward op that made
+    the node (``backward=True``); the rest as they are."""
+    if not engine:
+        return acts
+    inside = innermost([s for s, _ in engine], [(a.launch_ns, a.thread) for a in acts])
+    out = []
+    for a, k in zip(acts, inside):
+        point = made.get(engine[k][1]) if k >= 0 else None
+        if point is None:
+            out.append(a)
+        else:
+            out.append(dataclasses.replace(a, launch_ns=point[0], thread=point[1], backward=True))
+    return out
 
 
 def _activity(e: Any, ops: dict[int, tuple[int, int, int]]) -> Activity:
@@ -303,7 +361,7 @@ def _cpu_activities(ops: list[tuple[int, int, int]]) -> list[Activity]:
 
 def _one_pass(
     n: int, window: tuple[int, int, int], spans: list[Span], acts: list[Activity]
-) -> tuple[PassReading, np.ndarray]:
+) -> tuple[PassReading, np.ndarray, PassReading]:
     start, end, thread = window
     inside = [s for s in spans if s.thread == thread and start <= s.start_ns <= end]
     mine = [a for a in acts if a.thread == thread and start <= a.launch_ns <= end]
@@ -311,7 +369,8 @@ def _one_pass(
     for s in inside:
         if 0 <= s.call < n:
             host[s.call] = (s.end_ns - s.start_ns) / 1e6
-    return attribute(n, inside, mine), host
+    forward = attribute(n, inside, [a for a in mine if not a.backward])
+    return forward, host, attribute(n, inside, [a for a in mine if a.backward])
 
 
 # -- the passes ----------------------------------------------------------------------------------
@@ -370,10 +429,14 @@ def time_kernels(
     no_grad: bool = True,
     options: TimingOptions | None = None,
     modules: dict[nn.Module, str] | None = None,
+    backward: bool = False,
     **timing_options: Any,
 ) -> KernelTiming:
     """Per-layer kernel time (module doc) over ``repeat`` (else ``min_samples``) profiled
-    passes, in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise."""
+    passes, in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
+    ``backward=True`` also runs the backward of the summed floating outputs in every pass (grad
+    on): its device time per forward call is ``KernelTiming.backward_kernel_ms()``; the
+    parameters' gradients are as they were after."""
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     opts = TimingOptions.parse(options, **timing_options)
@@ -382,7 +445,7 @@ def time_kernels(
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
         args, kwargs = to_channels_last(args), to_channels_last(kwargs)
-    mode = RunMode(training=training, no_grad=no_grad, amp=opts.amp, device=dev)
+    mode = RunMode(training=training, no_grad=no_grad and not backward, amp=opts.amp, device=dev)
     names = module_names(model) if modules is None else modules
     reset = model_inputs.reset or (lambda: None)
 
@@ -391,7 +454,10 @@ def time_kernels(
 
     passes = opts.stop.repeat or opts.stop.min_samples
     run = _KernelRun(model, forward, reset, names, dev)
+    run.backward = bool(backward)
     with contextlib.ExitStack() as stack:
+        grads = [(p, p.grad) for p in run.params]
+        stack.callback(lambda: [setattr(p, "grad", g) for p, g in grads])
         if dev.type == "cuda":
             stack.enter_context(torch.cuda.device(dev))
         stack.enter_context(running(model, mode))
@@ -401,6 +467,30 @@ def time_kernels(
         n_warm, _ = warm_up(lambda: (reset(), forward()), opts.warmup, False, run.sync)
         readings = run.profiled(passes)
     return run.result(readings, model_inputs, opts, n_warm + 2)
+
+
+def _backward(out: Any, params: list[torch.Tensor]) -> None:
+    """The backward of the sum of the floating outputs that need a gradient; the gradients
+    dropped after (``set_to_none``: each pass starts as the first did)."""
+    leaves = [t for t in _tensors(out) if t.is_floating_point() and t.requires_grad]
+    if not leaves:
+        raise ModelProfError(
+            "backward=True: no floating output of the model requires a gradient (is it in "
+            "eval mode under no_grad, or are its parameters frozen?)"
+        )
+    torch.autograd.backward([t.float().sum() for t in leaves])
+    for p in params:
+        p.grad = None
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
 
 
 class _KernelRun:
@@ -429,6 +519,8 @@ class _KernelRun:
         self.walls: list[float] = []
         self.plain_walls: list[float] = []
         self.clean_walls: list[float] = []
+        self.backward = False
+        self.params = [p for p in model.parameters() if p.requires_grad]
 
     def sync(self) -> None:
         device_synchronize(self.dev)
@@ -459,7 +551,9 @@ class _KernelRun:
         with module_hooks(self.model, ranges.pre, ranges.post, self.names):
             t0 = perf()
             with fast_range(f"{PASS_RANGE}{p}"):
-                self.forward()
+                out = self.forward()
+            if self.backward:  # the engine's work, mapped back to the forward calls later
+                _backward(out, self.params)
             t1 = perf()
             self.sync()
             t2 = perf()
@@ -470,7 +564,9 @@ class _KernelRun:
             )
         self.reset()
         t3 = perf()
-        self.forward()
+        out = self.forward()
+        if self.backward:
+            _backward(out, self.params)
         t4 = perf()
         self.sync()
         t5 = perf()
@@ -480,7 +576,7 @@ class _KernelRun:
             self.plain_issue.append((t4 - t3) / 1e6)
             self.plain_walls.append((t5 - t3) / 1e6)
 
-    def profiled(self, passes: int) -> dict[int, tuple[PassReading, np.ndarray]]:
+    def profiled(self, passes: int) -> dict[int, tuple[PassReading, np.ndarray, PassReading]]:
         """One discarded profiled pass (0), then ``passes`` read."""
         self.ranges = _Ranges(self.plan)
         with gc_paused(), _profiler(self.gpu) as prof:
@@ -489,7 +585,9 @@ class _KernelRun:
         for _ in range(passes):  # outside the profiler, whose host work slows every pass
             self.reset()
             t0 = time.perf_counter_ns()
-            self.forward()
+            out = self.forward()
+            if self.backward:
+                _backward(out, self.params)
             self.sync()
             self.clean_walls.append((time.perf_counter_ns() - t0) / 1e6)
         readings = read_passes(profiler_events(prof), len(self.plan.keys), self.gpu)
@@ -503,7 +601,7 @@ class _KernelRun:
 
     def result(
         self,
-        readings: dict[int, tuple[PassReading, np.ndarray]],
+        readings: dict[int, tuple[PassReading, np.ndarray, PassReading]],
         mi: ModelInputs,
         opts: TimingOptions,
         warmup: int,
@@ -512,7 +610,7 @@ class _KernelRun:
         ordered = [readings[p] for p in sorted(readings)]
         per_call = max(0.0, float(np.median(self.hooked_issue) - np.median(self.plain_issue)))
         per_call /= n
-        host_raw = np.vstack([h for _, h in ordered])
+        host_raw = np.vstack([h for _, h, _ in ordered])
         host = np.clip(host_raw - plan.nested_counts()[None, :] * per_call, 0.0, None)
         timing = KernelTiming(
             samples={},
@@ -526,16 +624,19 @@ class _KernelRun:
             env=opts.env(mi, "torch.profiler", per_layer="kernels"),
             plain_ms=np.asarray(self.plain_walls),
             min_samples=None,
-            busy_ms=np.vstack([r.busy_ms for r, _ in ordered]),
-            idle_ms=np.vstack([r.idle_ms for r, _ in ordered]),
-            launches=np.vstack([r.launches for r, _ in ordered]),
+            busy_ms=np.vstack([r.busy_ms for r, _, _ in ordered]),
+            idle_ms=np.vstack([r.idle_ms for r, _, _ in ordered]),
+            launches=np.vstack([r.launches for r, _, _ in ordered]),
             host_ms=host,
-            span_ms=np.asarray([r.span_ms for r, _ in ordered]),
+            span_ms=np.asarray([r.span_ms for r, _, _ in ordered]),
             parent_index=list(plan.parent_index),
             instrument_ms=per_call,
             gpu=self.gpu,
             owners=list(ordered[0][0].owners),
             clean_ms=np.asarray(self.clean_walls),
+            backward_busy_ms=(
+                np.vstack([b.busy_ms for _, _, b in ordered]) if self.backward else None
+            ),
         )
         headline = timing._tree(timing.busy_ms) if self.gpu else host
         timing.samples = {k: headline[:, i].copy() for i, k in enumerate(plan.keys)}
