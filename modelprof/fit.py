@@ -35,6 +35,7 @@ import inspect
 import math
 import numbers
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -311,16 +312,18 @@ def _from_config(config: Any) -> nn.Module:
     )
 
 
+def _main_input(model: nn.Module) -> str:
+    return str(getattr(model, "main_input_name", "input_ids"))
+
+
 def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, Any] | None:
     """The keyword inputs of the counted prefill (or, with ``training``, step): token ids of
     ``batch_size`` x ``context`` (an encoder-decoder's decoder: one start token for the
     prefill, ``context`` tokens for the step); the logits of the last token only when the
     forward can say so. None when the forward takes no ``input_ids``."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return None
-    if "input_ids" not in params or getattr(model, "main_input_name", "input_ids") != "input_ids":
+    params = _forward_params(model)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if _main_input(model) != "input_ids" or ("input_ids" not in params and not takes_any):
         return None
     shape = (spec.batch_size, spec.context)
     inputs: dict[str, Any] = {"input_ids": torch.zeros(shape, dtype=torch.long, device="meta")}
@@ -344,9 +347,10 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
             "a module without a transformers config: no KV cache and no activations "
             "counted (weights and training state only)"
             if config is None
-            else f"{type(model).__name__} reads "
-            f"{getattr(model, 'main_input_name', 'other inputs')!r}, not token ids that fit "
-            "makes: no activations counted"
+            else f"{type(model).__name__} reads {_main_input(model)!r}, not the token ids "
+            "fit makes: no activations counted"
+            if _main_input(model) != "input_ids"
+            else f"{type(model).__name__}.forward takes no input_ids: no activations counted"
         )
         return counts
 
@@ -409,11 +413,29 @@ def _caches(model: nn.Module) -> bool:
     """Whether ``model``'s forward keeps a KV cache: it takes one (``past_key_values``, or
     ``cache``/``use_cache`` as transformers 5 names them; every decoder and encoder-decoder
     does, an encoder such as ViT or BERT's classifier none)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
+    params = _forward_params(model)
+    if _CACHE_ARGUMENTS & set(params):
+        return True
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if not takes_any or _is_hf_model(model):  # a transformers model says for itself
         return False
-    return bool(_CACHE_ARGUMENTS & set(params))
+    # a wrapper passing everything on (forward(*args, **kwargs)): the model it wraps decides
+    inner = next((m for m in model.modules() if m is not model and _is_hf_model(m)), None)
+    return inner is not None and bool(_CACHE_ARGUMENTS & set(_forward_params(inner)))
+
+
+def _is_hf_model(module: nn.Module) -> bool:
+    """A transformers model (its class names a ``base_model_prefix``, with a config)."""
+    return hasattr(type(module), "base_model_prefix") and _is_config(
+        getattr(module, "config", None)
+    )
+
+
+def _forward_params(model: nn.Module) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
 
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:

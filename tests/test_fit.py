@@ -505,3 +505,27 @@ def test_a_kv_cache_is_counted_only_for_a_forward_that_keeps_one():
     # a decoder keeps one: 2 (K, V) x 2 layers x 2 KV heads x 16 x 2 bytes x 16 tokens
     llama = fit(small_llama(), context=16, training=False)
     assert llama.table.loc["kv_cache", "inference"] == 2 * 2 * 2 * 16 * 2 * 16
+
+
+class _Wrapped(torch.nn.Module):
+    """A user's wrapper that passes everything on, as adapters and PEFT models do."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+def test_a_wrapper_that_passes_everything_on_is_counted_as_its_model():
+    lm = transformers.LlamaForCausalLM(small_llama())
+    plain = fit(lm, context=16, training=False).table["inference"]
+    wrapped = fit(_Wrapped(lm), context=16, training=False).table["inference"]
+    # its forward takes **kwargs: token ids reach the model and its cache is the model's;
+    # only the logits differ (the wrapper's forward cannot be told to keep the last only)
+    assert wrapped["weights"] == plain["weights"] and wrapped["kv_cache"] == plain["kv_cache"] > 0
+    assert wrapped["activation"] >= plain["activation"] > 0
+    odd = torch.nn.Linear(4, 4)
+    odd.config = small_llama()  # a config, but a forward that takes a tensor
+    assert "forward takes no input_ids" in fit(odd, training=False).notes[0]
