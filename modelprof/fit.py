@@ -135,8 +135,9 @@ def fit(
     mixed_precision: bool | None = None,
     training: bool = True,
 ) -> FitReport:
-    """Bytes per rank of ``model_or_config`` (an ``nn.Module`` or a transformers config) for
-    inference and, with ``training``, a step under each plan (see the module doc), against
+    """Bytes per rank of ``model_or_config`` (an ``nn.Module``, counted as given; or a
+    transformers config, a config class or a dict with ``model_type``, built on meta with the
+    auto class that maps it, which ``FitReport.model`` names) for inference and, with ``training``, a step under each plan (see the module doc), against
     ``device`` (a datasheet name; ``memory_bytes`` overrides its memory). ``context``: tokens
     per sequence (the KV cache's length and the training sequence); ``batch_size`` per
     data-parallel rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
