@@ -76,6 +76,28 @@ def sec_oracles(ctx: Ctx, o: Outcome) -> None:
         launches=float(m["kernels"][i]),
     )
     o.info["oracle_instrument_us_per_call"] = kt.instrument_ms * 1e3
+    # the backward's kernels run on the autograd thread, outside every range: charged through
+    # their nodes' sequence numbers to the forward calls that made them
+    width, batch = (64, 8) if ctx.dry else (2048, 256)
+    net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)).to(ctx.dev)
+    bk = time_kernels(
+        net,
+        make_inputs(net, (width,), batch_size=batch, device=ctx.dev),
+        repeat=_passes(ctx),
+        warmup=1,
+        backward=True,
+    )
+    bwd = bk.backward_kernel_ms()
+    calls = bwd[("0", 1)] + bwd[("1", 1)] + bwd[("2", 1)]
+    o.check(
+        "backward kernels charged to the forward calls (sequence numbers): most of the root's",
+        bwd[("", 1)] > 0 and calls >= 0.9 * bwd[("", 1)] and bwd[("0", 1)] > bwd[("1", 1)],
+        "the three calls hold >= 90 % of the backward, the linear more than the relu",
+        root_backward_ms=bwd[("", 1)],
+        linear0_ms=bwd[("0", 1)],
+        relu_ms=bwd[("1", 1)],
+        linear2_ms=bwd[("2", 1)],
+    )
 
 
 def plain_kernel_ms(ctx: Ctx, model: nn.Module, x: torch.Tensor, passes: int) -> list[list[float]]:
@@ -247,6 +269,18 @@ def sec_seed_agreement(ctx: Ctx, o: Outcome) -> None:
     }
     if ctx.dry:
         return
+    from modelprof import profile
+
+    rep = profile(model, inputs=x, roofline=False, budget_s=1.0, warmup_s=0.2, warn=False)
+    o.info["profile_summary"] = rep.summary()
+    df = rep.to_dataframe()
+    o.check(
+        "profile() on CUDA: kernel columns; the root's latency share is 100 %",
+        "kernel_ms" in df.columns and abs(float(df.latency_pct.iloc[0]) - 100.0) < 1e-9,
+        "columns there, root 100 %",
+        exact=True,
+        pipelined_ms=getattr(rep.pipelined, "median_ms", None),
+    )
     seed = seed_recipe(model, x, ctx.dev)  # the fixed recipe: 100 warm-up, 300 samples
     t0 = time.perf_counter()
     m = measure_latency(model, x, warn=False)
