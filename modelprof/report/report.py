@@ -669,6 +669,8 @@ class Report(Exports):
             if agreement is None
             else f"leaves sum to {agreement.leaf_sum_ms:.3f} ms, {share}"
         )
+        if getattr(self.layer_timing, "gpu", False):  # kernel time: the busy share, not a sum
+            covered = f"kernel time, the GPU busy {share} (timing_notes: launch-bound layers)"
         lines.append(f"per-layer rows: {covered}; {self._instrument_words()}")
         skip = None if agreement is None or agreement.agree else agreement.note()
         if skip is not None:
