@@ -401,6 +401,8 @@ def _pipelined(model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOpt
     time: its pipelined time is its latency)."""
     if mi.device.type != "cuda" or opts.transfer or opts.latency_mode == "pipelined":
         return None
+    if mi.reset is not None or opts.cold_cache:  # something must run between its calls
+        return None
     budget = min(opts.stop.budget_s, PIPELINED_BUDGET_S)
     return measure_latency(
         timing_runner(model, mi, mode, opts),

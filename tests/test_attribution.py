@@ -78,6 +78,22 @@ def test_idle_gaps_go_to_the_call_whose_launch_the_gpu_waited_for() -> None:
     assert r.busy_ms.sum() + r.idle_ms.sum() == pytest.approx(r.span_ms) == pytest.approx(5.0)
 
 
+def test_work_of_no_length_does_not_stay_running() -> None:
+    # a 0 ns memset at 1 us beside a 1 us kernel, then a 1 us kernel at 5 us: the memset holds
+    # no time and leaves the sweep (its end sorts before its start at one instant); the 3 us
+    # gap is idle, charged to call 1 whose kernel ended it
+    spans = [Span(0, 0, 100), Span(1, 100, 200)]
+    acts = [
+        Activity(1000, 1000, 10, kind="memset"),
+        Activity(1000, 2000, 10),
+        Activity(5000, 6000, 150),
+    ]
+    r = attribute(2, spans, acts)
+    np.testing.assert_allclose(r.busy_ms * MS, [1000, 1000, 0])
+    np.testing.assert_allclose(r.idle_ms * MS, [0, 3000, 0])
+    assert list(r.launches) == [2, 1, 0]
+
+
 def test_outermost_ops_only() -> None:
     # aten::linear (0-10) runs aten::addmm (2-8) inside it; aten::relu (10-12) after
     assert outermost([(0, 10), (2, 8), (10, 12)]) == [0, 2]

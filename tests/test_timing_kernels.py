@@ -4,6 +4,8 @@ latency/pipelined modes of the CUDA event clock through measure_latency, with fa
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -104,7 +106,11 @@ def test_profile_with_kernels_gives_the_columns_in_every_view_and_the_csv(one_th
     loop = df[df.module == "loop"].iloc[0]
     assert bool(loop.launch_bound)
     notes = " ".join(r.timing_notes)
-    assert "launch-bound" in notes and "loop" in notes and "op time from torch.profiler" in notes
+    assert (
+        "launch-bound" in notes
+        and "loop" in notes
+        and "op time (kernel_ms) from torch.profiler" in notes
+    )
     # on the CPU the per-layer latency is the call's host time
     assert loop.latency_ms == pytest.approx(loop.host_ms)
     path = tmp_path / "k.csv"
@@ -216,11 +222,24 @@ def test_what_helps_times_the_variants_interleaved_and_says_what_was_left_out(mo
         raise RuntimeError("no compiler here\nsecond line")
 
     monkeypatch.setattr(helps, "_compiled", no_compiler)
-    mi = ModelInputs((torch.zeros(2),), {}, torch.device("cuda"), torch.float32, 1, None)
+    # the variants are timed by the GPU's clock (fake events here), as the model would be
+    syncs: list = []
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(1))
+    monkeypatch.setattr(torch.cuda, "device", lambda device=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        latency_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
+    )
+    mi = ModelInputs((torch.zeros(2),), {}, torch.device("cuda"), torch.float32, 3, None)
     result, left_out = helps.what_helps(
         Slow(), mi, RunMode(), TimingOptions.parse(repeat=12, warmup=1, warn=False)
     )
     assert set(result.measurements) == {"eager", "cuda_graph"}
+    for m in result.measurements.values():  # on the device's clock, at the inputs' batch
+        assert m.env["mode"]["clock"] == "cuda_event" and m.batch_size == 3 and m.device == "cuda"
+    assert len(syncs) >= 2 * 12  # a synchronize after every timed call (the latency mode)
     ratio, lo, hi = result.ratios["cuda_graph"]
     # a 0.25 ms spin against a 1 ms one: about 0.25x; load only lengthens either, so the
     # ratio stays well below 1 (the graph's spin is 4x shorter)
@@ -270,3 +289,108 @@ def test_backward_time_goes_to_the_forward_calls_and_the_gradients_come_back(one
     assert model[0].bias.grad is marker and model[0].weight.grad is None
     with pytest.raises(ModelProfError, match="backward=True"):
         time_kernels(model, make_inputs(model, (512,)), repeat=2).backward_kernel_ms()
+
+
+def test_pipelined_refuses_what_needs_work_between_calls(fake_gpu):
+    # a cold cache is flushed before every call: back to back there is no "before"
+    with pytest.raises(ModelProfError, match="latency_mode='pipelined'.*cold_cache"):
+        measure_latency(
+            lambda: spin(0.1), warmup=1, repeat=3, latency_mode="pipelined", cold_cache=True
+        )
+
+
+class Scale(nn.Module):
+    """An op on a tensor that needs no gradient: it makes no autograd node, yet records the
+    number the next node will get."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+class MM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(256, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x, self.w)
+
+
+def test_backward_goes_to_the_op_that_made_the_node_not_an_earlier_one(one_thread):
+    # Scale's multiply and MM's mm record the same sequence number (only mm makes a node):
+    # the mm's backward belongs to MM, the call that made the node (the review's repro gave
+    # all of it to Scale)
+    model = nn.Sequential(Scale(), MM())
+    kt = time_kernels(
+        model, make_inputs(model, (256,), batch_size=256), repeat=3, warmup=1, backward=True
+    )
+    bwd = kt.backward_kernel_ms()
+    assert bwd[("1", 1)] > 0.0 and bwd[("0", 1)] == 0.0
+
+
+class Annotated(nn.Module):
+    """A block whose forward opens a record_function range around its children (as DDP's
+    forward does): a range, not an op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = MM(), MM()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function("my_block"):
+            return self.b(self.a(x))
+
+
+def test_a_users_record_function_range_does_not_take_its_childrens_ops(one_thread):
+    model = Annotated()
+    kt = time_kernels(model, make_inputs(model, (256,), batch_size=256), repeat=3, warmup=1)
+    m = kt.medians()
+    where = {k: i for i, k in enumerate(kt.order)}
+    # each matmul's op time is its own call's; the block's own part holds no matmul
+    assert m["kernel"][where[("a", 1)]] > 0 and m["kernel"][where[("b", 1)]] > 0
+    assert m["kernel_self"][where[("", 1)]] < 0.5 * m["kernel"][where[("a", 1)]]
+
+
+def test_channels_last_with_named_modules(one_thread):
+    # the modules named on the model are found on its channels_last copy
+    from modelprof.runtime.hooks import module_names
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    kt = time_kernels(
+        model,
+        make_inputs(model, (3, 8, 8)),
+        modules=module_names(model),
+        channels_last=True,
+        repeat=2,
+        warmup=0,
+    )
+    assert kt.order == [("", 1), ("0", 1), ("1", 1)]
+
+
+class Caught(nn.Module):
+    """Its child raises on every call and it catches the error (a fallback path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bad, self.good = Raises(), MM()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            return self.bad(x)
+        except RuntimeError:
+            return self.good(x)
+
+
+class Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no fast path")
+
+
+def test_a_caught_error_leaves_the_ranges_nested_as_the_calls(one_thread):
+    model = Caught()
+    kt = time_kernels(model, make_inputs(model, (256,), batch_size=64), repeat=3, warmup=1)
+    m = kt.medians()
+    where = {k: i for i, k in enumerate(kt.order)}
+    # the failed call's range was closed when it raised: the matmul after it is good's own
+    assert m["kernel"][where[("good", 1)]] > 0 and m["kernel"][where[("bad", 1)]] == 0
+    assert m["kernel_self"][where[("", 1)]] < m["kernel"][where[("good", 1)]]

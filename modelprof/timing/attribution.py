@@ -131,13 +131,19 @@ def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> 
     owner = [n if o < 0 else o for o in owner]
     for o in owner:
         launches[o] += 1
-    # the sweep: +1 at each start, -1 at each end; ends before starts at one instant
+    # the sweep: +1 at each start, -1 at each end; ends before starts at one instant. Work of
+    # no length (a 0 ns memset) holds no time: it is counted as a launch, not swept (its end
+    # would sort before its start and leave it running)
+    timed = [i for i, a in enumerate(activities) if a.end_ns > a.start_ns]
+    if not timed:
+        return PassReading(busy, idle, launches, 0.0, *_in_order(activities, owner))
     marks = sorted(
-        [(a.end_ns, 0, i) for i, a in enumerate(activities)]
-        + [(a.start_ns, 1, i) for i, a in enumerate(activities)]
+        [(activities[i].end_ns, 0, i) for i in timed]
+        + [(activities[i].start_ns, 1, i) for i in timed]
     )
     starting: dict[int, int] = {}  # at each start time, the activity launched first
-    for i, a in enumerate(activities):
+    for i in timed:
+        a = activities[i]
         j = starting.get(a.start_ns)
         if j is None or a.launch_ns < activities[j].launch_ns:
             starting[a.start_ns] = i
@@ -161,8 +167,13 @@ def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> 
                 last_busy_end = t
         last_t = t
     span = (max(a.end_ns for a in activities) - min(a.start_ns for a in activities)) / 1e6
+    return PassReading(busy, idle, launches, span, *_in_order(activities, owner))
+
+
+def _in_order(activities: Sequence[Activity], owner: list[int]) -> tuple[list[int], list[float]]:
+    """Each activity's call and duration (ms), in the order the device started them."""
     order = sorted(
         range(len(activities)), key=lambda i: (activities[i].start_ns, activities[i].launch_ns)
     )
     durations = [(activities[i].end_ns - activities[i].start_ns) / 1e6 for i in order]
-    return PassReading(busy, idle, launches, span, [owner[i] for i in order], durations)
+    return [owner[i] for i in order], durations

@@ -87,9 +87,19 @@ def what_helps(
         if len(candidates) == 1:
             return None, left_out
         budget = min(opts.stop.budget_s, HELPS_BUDGET_S)
+        # closures over the inputs: the device, batch and grad mode said, so that the GPU's
+        # clock times them (a closure alone would be timed on the host's, unsynchronized)
         result = measure_latencies(
-            candidates, options=opts.replace(budget_s=budget, warn=False, latency_mode="latency")
+            candidates,
+            device=mi.device,
+            batch_size=mi.batch_size,
+            training=mode.training,
+            no_grad=mode.no_grad,
+            options=opts.replace(budget_s=budget, warn=False, latency_mode="latency"),
         )
+        for m in result.measurements.values():
+            if m.env.get("mode", {}).get("clock") != "cuda_event":
+                raise ModelProfError(f"what_helps: {m.label} was not timed by CUDA events")
     return result, left_out
 
 

@@ -52,7 +52,14 @@ from modelprof.timing.attribution import (
     innermost,
     outermost,
 )
-from modelprof.timing.layers import CallPlan, Key, LayerTiming, discover, gc_paused
+from modelprof.timing.layers import (
+    CallPlan,
+    Key,
+    LayerTiming,
+    carried_names,
+    discover,
+    gc_paused,
+)
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import warm_up
 
@@ -227,11 +234,15 @@ def kernel_note(timing: KernelTiming, latency: Any) -> str:
     layers."""
     m = timing.medians()
     total = float(m["kernel"][0]) + timing.outside_ms if timing.order else 0.0
-    where = "kernel time" if timing.gpu else "op time"
+    where = (
+        "kernel time from torch.profiler, charged to the module call that launched it"
+        if timing.gpu
+        else "each call's host time, with its op time (kernel_ms) from torch.profiler"
+    )
     parts = [
-        f"per-layer times are {where} from torch.profiler, charged to the module call that "
-        f"launched it (median of {timing.n} profiled passes; the instrument costs "
-        f"{timing.instrument_ms * 1e3:.1f} us of host time per call, taken out of host_ms only)"
+        f"per-layer times are {where} (median of {timing.n} profiled passes; the instrument "
+        f"costs {timing.instrument_ms * 1e3:.1f} us of host time per call, taken out of host_ms "
+        "only)"
     ]
     clean = getattr(latency, "median_ms", float("nan"))
     if timing.gpu and clean > 0:
@@ -278,6 +289,7 @@ def read_passes(
     range_starts: dict[int, tuple[int, int, int]] = {}
     made: dict[tuple[int, int], tuple[int, int]] = {}  # (thread, seq) -> forward op's start
     engine: list[tuple[Span, tuple[int, int]]] = []  # a node's run, (forward thread, seq)
+    annotations: set[int] = set()
     for e in events:
         name = e.name()
         if gpu and _is_gpu(e):
@@ -296,18 +308,24 @@ def read_passes(
             passes[int(name[len(PASS_RANGE) :])] = (start, end, thread)
             continue
         ops[e.correlation_id()] = (start, end, thread)
+        if getattr(e, "is_user_annotation", lambda: False)():
+            annotations.add(e.correlation_id())  # a range (record_function), not an op
+            continue
         seq = getattr(e, "sequence_nr", lambda: -1)()
         if seq is None or seq < 0:
             continue
+        fwd = getattr(e, "fwd_thread_id", lambda: 0)()
         if name.startswith(ENGINE_EVENT):
-            fwd = getattr(e, "fwd_thread_id", lambda: 0)() or thread
-            engine.append((Span(len(engine), start, end, thread), (fwd, seq)))
-        else:
-            made.setdefault((thread, seq), (start, thread))
+            engine.append((Span(len(engine), start, end, thread), (fwd or thread, seq)))
+        elif not fwd:  # a forward op (the backward's own carry their forward thread)
+            # every op records the number the next node will get, node or not: the node's maker
+            # is the last op to start with it (an op before it that made none has it too)
+            if made.get((thread, seq), (-1,))[0] < start:
+                made[(thread, seq)] = (start, thread)
     if gpu:
         acts = [_activity(e, {**range_starts, **ops}) for e in device]
     else:
-        acts = _cpu_activities(list(ops.values()))
+        acts = _cpu_activities([v for k, v in ops.items() if k not in annotations])
     acts = _to_forward(acts, engine, made)
     return {p: _one_pass(n, window, spans, acts) for p, window in passes.items()}
 
@@ -397,8 +415,11 @@ class _Ranges:
         r.__enter__()
         self.open.append(r)
 
-    def post(self, module: nn.Module, output: Any) -> None:
-        self.open.pop().__exit__(None, None, None)
+    def post(self, module: nn.Module, args: Any, kwargs: Any, output: Any, raised: bool) -> None:
+        # also when the call raised (always-call hooks): a model that catches it goes on with
+        # its ranges still nested as its calls
+        if self.open:
+            self.open.pop().__exit__(None, None, None)
 
     def close_open(self) -> None:
         """Close what a failing forward left open (innermost first)."""
@@ -442,11 +463,12 @@ def time_kernels(
     opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
     args, kwargs = model_inputs.args, model_inputs.kwargs
+    original = model
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
         args, kwargs = to_channels_last(args), to_channels_last(kwargs)
     mode = RunMode(training=training, no_grad=no_grad and not backward, amp=opts.amp, device=dev)
-    names = module_names(model) if modules is None else modules
+    names = module_names(model) if modules is None else carried_names(modules, original, model)
     reset = model_inputs.reset or (lambda: None)
 
     def forward() -> Any:
@@ -548,7 +570,7 @@ class _KernelRun:
         perf, ranges = time.perf_counter_ns, self.ranges
         self.reset()
         ranges.counter = 0
-        with module_hooks(self.model, ranges.pre, ranges.post, self.names):
+        with module_hooks(self.model, ranges.pre, ranges.post, self.names, post_with_inputs=True):
             t0 = perf()
             with fast_range(f"{PASS_RANGE}{p}"):
                 out = self.forward()

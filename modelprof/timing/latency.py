@@ -298,6 +298,12 @@ class TimedCall:
             self._phases = [xfer.h2d, xfer.compute, xfer.d2h]
         else:
             self._phases = [step]
+        if self.opts.latency_mode == "pipelined" and self.between is not None:
+            raise ModelProfError(
+                f"latency_mode='pipelined' runs {self.label} back to back, with nothing between "
+                "its calls; the inputs it writes (put back before every call) or cold_cache "
+                "need something between them: time it in the latency mode"
+            )
         if self.opts.latency_mode == "pipelined" and hasattr(self.clock, "group"):
             self.clock.group = pipeline_group(est)
             return None if est is None else est * self.clock.group

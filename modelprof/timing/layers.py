@@ -42,6 +42,7 @@ from modelprof.timing.sampler import WARMED, extend, input_signature, warm_up
 __all__ = [
     "CallPlan",
     "HookCost",
+    "carried_names",
     "Key",
     "LayerTiming",
     "MemoryStats",
@@ -270,8 +271,13 @@ class CallPlan:
         self.parent_index: list[int | None] = []
         self._counts: dict[nn.Module, int] = {}
         self.stack: list[int] = []
+        #: the calls open where the last error was raised (innermost last), kept while it
+        #: unwinds through them: what a failure message names
+        self.failed: list[int] = []
+        self._unwinding = False
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._unwinding = False
         c = self._counts.get(module, 0) + 1
         self._counts[module] = c
         key = (self.names[module], c)
@@ -283,6 +289,16 @@ class CallPlan:
         self.modules.append(module)
 
     def post(self, module: nn.Module, output: Any) -> None:
+        self.stack.pop()
+
+    def post_always(
+        self, module: nn.Module, args: Any, kwargs: Any, out: Any, raised: bool
+    ) -> None:
+        """``post``, also when the call raised (a model that catches the error goes on: the
+        calls after it are not its children); the calls open where it was raised are kept."""
+        if raised and not self._unwinding:
+            self.failed = list(self.stack)
+        self._unwinding = raised
         self.stack.pop()
 
     def nested_counts(self) -> np.ndarray:
@@ -435,7 +451,7 @@ def _nothing() -> None:
 
 def discover(model: nn.Module, forward: Callable[[], Any], plan: CallPlan) -> CallPlan:
     """Run one forward with counting hooks: the calls it makes, in order, into ``plan``."""
-    with module_hooks(model, plan.pre, plan.post, plan.names):
+    with module_hooks(model, plan.pre, plan.post_always, plan.names, post_with_inputs=True):
         forward()
     if not plan.keys:
         raise ModelProfError(
@@ -535,6 +551,14 @@ def gc_paused() -> Iterator[Callable[[], None]]:
             gc.enable()
 
 
+def _open_calls(stack: list[int], plan: CallPlan | None) -> list[int]:
+    """The calls open where the forward failed: the discovery pass's, kept as the error
+    unwound through them (its stack is empty by then), or ``stack`` as it is."""
+    if plan is not None and stack is plan.stack and not stack:
+        return plan.failed
+    return stack
+
+
 def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
     if not stack:
         return f"the model ({type(model).__name__})"
@@ -595,6 +619,17 @@ def _extend_passes(
         bar.close()
 
 
+def carried_names(
+    modules: dict[nn.Module, str], original: nn.Module, moved: nn.Module
+) -> dict[nn.Module, str]:
+    """``modules`` (module -> name, of ``original``) for ``moved``, a converted copy of it
+    (channels_last, another device): the same modules in the same order."""
+    if moved is original:
+        return modules
+    pairs = dict(zip(original.modules(), moved.modules()))
+    return {pairs[m]: n for m, n in modules.items() if m in pairs}
+
+
 def time_layers(
     model: nn.Module,
     model_inputs: ModelInputs,
@@ -625,6 +660,7 @@ def time_layers(
     dev = model_inputs.device
     memory_stats = MemoryStats.parse(memory_stats, dev)
     args, kwargs = model_inputs.args, model_inputs.kwargs
+    original = model
     if opts.channels_last:
         model = moved_model(model, dev, None, memory_format=torch.channels_last)
         args, kwargs = to_channels_last(args), to_channels_last(kwargs)
@@ -632,7 +668,7 @@ def time_layers(
     run = _LayerRun(
         model,
         (args, kwargs),
-        module_names(model) if modules is None else modules,
+        module_names(model) if modules is None else carried_names(modules, original, model),
         clock_for(dev, opts.clock),
         opts,
         mode,
@@ -715,7 +751,8 @@ class _LayerRun:
                 keys = self.plan.keys if self.plan is not None else []
                 raise ModelProfError(
                     f"forward of {type(model).__name__} failed in "
-                    f"{_running(live[0], keys, model)} while timing layers: "
+                    f"{_running(_open_calls(live[0], self.plan), keys, model)} while timing "
+                    "layers: "
                     f"{type(e).__name__}: {e}"
                 ) from e
         WARMED.add(model, self.signature)
