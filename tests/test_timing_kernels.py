@@ -394,3 +394,12 @@ def test_a_caught_error_leaves_the_ranges_nested_as_the_calls(one_thread):
     # the failed call's range was closed when it raised: the matmul after it is good's own
     assert m["kernel"][where[("good", 1)]] > 0 and m["kernel"][where[("bad", 1)]] == 0
     assert m["kernel_self"][where[("", 1)]] < m["kernel"][where[("good", 1)]]
+
+
+def test_the_floor_extension_can_be_switched_off():
+    # floor_extend_s=0: a budget that stops below min_samples is not extended (a run that is
+    # undersampled on purpose, as the ranks' test worker's): said as undersampled, not extended
+    m = measure_latency(lambda: spin(20.0), warmup=0, budget_s=0.05, floor_extend_s=0, warn=False)
+    assert m.n < 10 and m.undersampled and not m.extended_s
+    with pytest.raises(ModelProfError, match="floor_extend_s"):
+        TimingOptions.parse(floor_extend_s=-1)

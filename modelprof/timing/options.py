@@ -22,6 +22,7 @@ parsed object down, so no pass can disagree with another about what the options 
 | ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
 | ``per_layer`` | ``"auto"`` (kernel time on CUDA, host stamps on the CPU), ``"stamps"`` (host stamps / event pairs per call, hook cost corrected) or ``"kernels"`` (``torch.profiler`` ranges per call, kernel time charged by correlation id: ``modelprof.timing.kernels``) |
 | ``latency_mode`` | ``"latency"`` (each sample starts on an idle device: a synchronize after every call) or ``"pipelined"`` (calls back to back, one event pair per group of calls: the time per call of a full stream, and its throughput) |
+| ``floor_extend_s`` | a budget that stopped below ``min_samples`` goes on, one run per block, for at most this many s (``None``: 30; per candidate when interleaved); 0: never |
 | ``layer_extend_s`` | per-layer passes a budget stopped below ``min_samples`` go on, one at a time, for at most this many s (30); rows still short are marked rough |
 """
 
@@ -91,6 +92,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
     "per_layer": "auto",
     "latency_mode": "latency",
+    "floor_extend_s": None,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
 
@@ -175,6 +177,7 @@ class TimingOptions:
                 values["min_samples"],
                 values["max_samples"],
                 values["min_blocks"],
+                values["floor_extend_s"],
             ),
             transfer=_flag("transfer", values["transfer"]),
             pin_memory=_flag("pin_memory", values["pin_memory"]),

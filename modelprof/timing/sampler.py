@@ -162,6 +162,14 @@ class StopRule:
     max_samples: int = DEFAULT_MAX_SAMPLES
     confidence: float = 0.95
     min_blocks: int = DEFAULT_MIN_BLOCKS
+    #: the most seconds a budget that stopped below ``min_samples`` is extended by (per
+    #: candidate in an interleaved comparison); 0: never; None: ``FLOOR_EXTEND_S``
+    floor_extend_s: float | None = None
+
+    @property
+    def floor_cap_s(self) -> float:
+        """``floor_extend_s``, or the default cap (read when asked: ``FLOOR_EXTEND_S``)."""
+        return FLOOR_EXTEND_S if self.floor_extend_s is None else self.floor_extend_s
 
     @property
     def promised_min(self) -> int | None:
@@ -178,6 +186,7 @@ class StopRule:
         min_samples: int = DEFAULT_MIN_SAMPLES,
         max_samples: int = DEFAULT_MAX_SAMPLES,
         min_blocks: int = DEFAULT_MIN_BLOCKS,
+        floor_extend_s: float | None = None,
     ) -> StopRule:
         rep = None if repeat is None else check_int("repeat", repeat, 1)
         ok = (
@@ -197,7 +206,17 @@ class StopRule:
         if hi < lo:
             raise ModelProfError(f"max_samples={hi} is below min_samples={lo}")
         blocks = check_int("min_blocks", min_blocks, 1)
-        return cls(rep, float(precision), budget, lo, hi, 0.95, blocks)
+        floor = (
+            None
+            if floor_extend_s is None
+            else check_seconds(
+                "floor_extend_s",
+                floor_extend_s,
+                True,
+                "never sample past the budget for min_samples",
+            )
+        )
+        return cls(rep, float(precision), budget, lo, hi, 0.95, blocks, floor)
 
 
 @dataclasses.dataclass
@@ -504,7 +523,7 @@ def collect_interleaved(
         reason = _round_stop(logs, rule, r, elapsed + round_s > rule.budget_s * m, agree, spread)
         if reason is not None:
             break
-    cap = FLOOR_EXTEND_S * m
+    cap = rule.floor_cap_s * m
     extended = _floor_rounds(samplers, logs, rule, r, rng, cap, now, on_round)
     return [
         dataclasses.replace(
@@ -705,7 +724,7 @@ def hold_floor(
     (``extended_s``, ``floor_cap_s``), which a Measurement states. ``repeat=`` (a count asked
     for) and a sampling at its floor come back as they are."""
     need = rule.promised_min
-    cap = FLOOR_EXTEND_S if cap_s is None else float(cap_s)
+    cap = rule.floor_cap_s if cap_s is None else float(cap_s)
     if need is None or sampled.n >= need or cap <= 0:
         return sampled
     merged, spent = extend(sample_block, sampled, need, cap, now, on_block)
