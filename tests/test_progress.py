@@ -137,7 +137,9 @@ def _by_desc(bars: list[FakeBar]) -> dict[str, FakeBar]:
 
 
 def test_profile_times_under_bars_whose_total_is_the_budget(fake_tqdm: list[FakeBar]) -> None:
-    # precision 1e-6 is never reached, so both passes sample until their 0.2 s budget is spent
+    # precision 1e-6 is never reached, so both passes sample until their 0.2 s budget is spent,
+    # or stop on "spread" once the blocks show that the budget cannot reach it (from the 8th
+    # block on: a 0.2 s budget of 0.1 s blocks seldom gets there, a loaded CI machine's did)
     report = profile(
         _mlp(),
         (16,),
@@ -155,7 +157,7 @@ def test_profile_times_under_bars_whose_total_is_the_budget(fake_tqdm: list[Fake
         assert "{remaining}" in str(bar.kwargs["bar_format"])
         assert 0 < bar.n <= 0.2  # seconds sampled, never past the total
         assert bar.closed
-    assert report.latency.stop_reason == "budget"
+    assert report.latency.stop_reason in ("budget", "spread")
 
 
 def test_profile_with_repeat_counts_samples_to_the_target(fake_tqdm: list[FakeBar]) -> None:
