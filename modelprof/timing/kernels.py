@@ -44,6 +44,7 @@ from modelprof.runtime.execution import RunMode, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
+from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.attribution import (
     Activity,
     PassReading,
@@ -494,7 +495,7 @@ def time_kernels(
 def _backward(out: Any, params: list[torch.Tensor]) -> None:
     """The backward of the sum of the floating outputs that need a gradient; the gradients
     dropped after (``set_to_none``: each pass starts as the first did)."""
-    leaves = [t for t in _tensors(out) if t.is_floating_point() and t.requires_grad]
+    leaves = [t for t in iter_tensors(out) if t.is_floating_point() and t.requires_grad]
     if not leaves:
         raise ModelProfError(
             "backward=True: no floating output of the model requires a gradient (is it in "
@@ -503,16 +504,6 @@ def _backward(out: Any, params: list[torch.Tensor]) -> None:
     torch.autograd.backward([t.float().sum() for t in leaves])
     for p in params:
         p.grad = None
-
-
-def _tensors(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        out = list(out.values())
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _tensors(o)]
-    return []
 
 
 class _KernelRun:
