@@ -245,6 +245,37 @@ def test_embedding_is_a_gather():
     assert (t["read_bytes"], t["write_bytes"]) == (24 + 48, 48)
 
 
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_embedding_bag_arithmetic(device):
+    # 12 rows of width 16 looked up into 3 bags of 4: 12 x 16 = 192 elements combined
+    idx, offsets = torch.arange(12), torch.tensor([0, 4, 8])
+    bag = {m: nn.EmbeddingBag(20, 16, mode=m) for m in ("sum", "mean", "max")}
+    flops = {m: totals(b, idx, offsets, device=device)["flops"] for m, b in bag.items()}
+    # sum: 1 add an element (192); max: 1 comparison an element (192); mean: the adds and
+    # then each of the 3 x 16 = 48 outputs divided by its bag's size: 192 + 48 = 240
+    assert flops == {"sum": 192, "mean": 240, "max": 192}
+    # per_sample_weights: each of the 192 elements multiplied by its weight first: 2 x 192
+    weighted = totals(bag["sum"], idx, offsets, torch.rand(12), device=device)
+    assert weighted["flops"] == 384
+    # 2-D indices [3, 4] are 3 bags of 4 (the same 192 elements); mean adds 48 divisions
+    assert totals(bag["mean"], idx.view(3, 4), device=device)["flops"] == 240
+
+
+def test_quantized_embedding_bag_arithmetic():
+    from modelprof.counting.formulas.registry import REGISTRY
+
+    op = torch.ops.quantized.embedding_bag_byte_rowwise_offsets.default
+    formula = REGISTRY.lookup(op)
+    packed, idx, offsets = torch.zeros(20, 24, dtype=torch.uint8), torch.arange(12), None
+    out = torch.empty(3, 16)
+    # (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights):
+    # as the float bag, 12 rows x 16 = 192 combined; mean + 48 divisions; weights + 192
+    assert formula((packed, idx, offsets, False, 0), {}, out).flops == 192
+    assert formula((packed, idx, offsets, False, 1), {}, out).flops == 240
+    weighted = (packed, idx, offsets, False, 0, False, torch.rand(12))
+    assert formula(weighted, {}, out).flops == 384
+
+
 def test_normalisations():
     x = torch.randn(2, 4, 3, 3)  # 72 elements
     assert totals(nn.BatchNorm2d(4), x)["flops"] == 4 * 72  # eval: normalise 2 + affine 2

@@ -18,7 +18,7 @@ from modelprof.counting.formulas.registry import (
     register_present,
 )
 
-__all__ = ["VIEW"]
+__all__ = ["VIEW", "embedding_bag_cost"]
 
 aten = torch.ops.aten
 
@@ -233,5 +233,29 @@ register_present(
 
 @register_present(*optional_ops("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"))
 def _embedding_bag(args, kwargs, out):
-    # (weight [V, D], indices [n], offsets, ...): sum/mean of the bag's rows, 1 add per element
-    return Cost(0, flops=args[1].numel() * args[0].shape[1])
+    # (weight [V, D], indices [n], offsets, scale_grad_by_freq, mode, sparse,
+    #  per_sample_weights, include_last_offset, padding_idx)
+    return embedding_bag_cost(
+        args[1].numel(),
+        args[0].shape[1],
+        _arg(args, kwargs, 4, "mode", 0),
+        _arg(args, kwargs, 6, "per_sample_weights", None) is not None,
+        _first(out).numel(),
+    )
+
+
+def embedding_bag_cost(looked_up: int, width: int, mode: int, weighted: bool, out: int) -> Cost:
+    """An ``EmbeddingBag``'s arithmetic: each of the ``looked_up`` rows of ``width`` elements
+    is combined into its bag, 1 flop an element (an add for sum and mean, a comparison for
+    max); ``per_sample_weights`` multiply each of those elements first, 1 flop more; mode
+    ``mean`` (1) divides each of the ``out`` output elements by its bag's size, 1 flop each."""
+    elements = looked_up * width
+    return Cost(0, flops=elements * (2 if weighted else 1) + (out if mode == 1 else 0))
+
+
+def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object) -> object:
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+def _first(out: object) -> torch.Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out

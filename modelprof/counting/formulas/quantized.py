@@ -22,6 +22,7 @@ import torch
 
 from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.matmul import matmul_cost
+from modelprof.counting.formulas.memory import embedding_bag_cost
 from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
 from modelprof.counting.formulas.pool import pool_cost
@@ -293,8 +294,12 @@ def _max_pool(args, kwargs, out) -> Cost:
     )
 )
 def _embedding_bag(args, kwargs, out) -> Cost:
-    # (weight, indices, offsets, ...): each looked-up row of width D is added into its bag
-    return Cost(0, flops=args[1].numel() * _out(out).shape[-1])
+    # (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights,
+    #  ...): as the float EmbeddingBag, each looked-up row of width D combined into its bag
+    weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
+    mode = args[4] if len(args) > 4 else kwargs.get("mode", 0)
+    o = _out(out)
+    return embedding_bag_cost(args[1].numel(), o.shape[-1], mode, weights is not None, o.numel())
 
 
 register_present(
