@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import sys
 from typing import Any
 
 import pandas as pd
@@ -23,7 +24,7 @@ from modelprof.generation.cache import closed_form_kv_bytes, dtype_bytes, model_
 from modelprof.runtime.inputs import available_memory_bytes
 from modelprof.runtime.tensors import tensor_nbytes
 
-__all__ = ["MemoryPlan", "activation_bytes", "check_run_fits", "weights_bytes"]
+__all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "weights_bytes"]
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
@@ -104,20 +105,40 @@ def activation_bytes(records: list[Any]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
-    """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens."""
+    """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens.
+
+    The cache of one sequence at ``c`` tokens: ``kv_per_token_bytes x c`` (layers that keep
+    every token) + ``window_per_token_bytes x min(c, window_tokens)`` (sliding-window layers,
+    which hold at most ``sliding_window - 1`` past tokens, as transformers' sliding caches do)
+    + ``state_per_seq_bytes`` (recurrent states and cross-attention: any context)."""
 
     weights_bytes: int
-    kv_per_token_bytes: float  # one sequence
+    kv_per_token_bytes: float  # one sequence, the layers that keep every token
     activation_per_seq_bytes: dict[str, float]  # by phase, for one sequence
     batch_size: int
     context: int
     # recurrent (SSM) states and cross-attention keys and values of one sequence, any context
     state_per_seq_bytes: float = 0.0
+    # sliding-window layers: bytes a token of one sequence, held for at most window_tokens
+    window_per_token_bytes: float = 0.0
+    window_tokens: int = 0
+    # the model's positions (None: not known): max_context's answer when memory sets none
+    max_positions: int | None = None
+
+    def kv_per_seq_bytes(self, context: int | None = None) -> float:
+        """The cache of one sequence at ``context`` tokens (see the class doc)."""
+        c = context or self.context
+        held = min(c, self.window_tokens)
+        return (
+            self.kv_per_token_bytes * c
+            + self.window_per_token_bytes * held
+            + self.state_per_seq_bytes
+        )
 
     def kv_bytes(self, batch: int | None = None, context: int | None = None) -> float:
-        """The cache: keys and values per token of context, states per sequence."""
-        b = batch or self.batch_size
-        return (self.kv_per_token_bytes * (context or self.context) + self.state_per_seq_bytes) * b
+        """The cache: keys and values per token of context (a sliding window's up to its
+        length), states per sequence."""
+        return self.kv_per_seq_bytes(context) * (batch or self.batch_size)
 
     def total_bytes(
         self, phase: str, batch: int | None = None, context: int | None = None
@@ -150,21 +171,68 @@ class MemoryPlan:
     def max_batch(self, memory_bytes: float, context: int | None = None) -> int:
         """The largest batch whose weights + KV at ``context`` + activations fit."""
         _check_memory(memory_bytes)
-        ctx = context or self.context
         free = memory_bytes - self.weights_bytes
-        per = self.kv_per_token_bytes * ctx + self.state_per_seq_bytes + self._per_seq()
+        per = self.kv_per_seq_bytes(context) + self._per_seq()
         return max(int(free // per), 0) if per > 0 else 0
 
     def max_context(self, memory_bytes: float, batch: int | None = None) -> int:
-        """The longest context at which ``batch`` sequences fit."""
+        """The longest context at which ``batch`` sequences fit in memory: within a sliding
+        window every layer's cache grows, past it only the full layers' do; when none does
+        (every layer slides, or only a recurrent state), memory sets no limit and the answer
+        is the model's positions (``max_positions``; ``sys.maxsize`` when unknown)."""
         _check_memory(memory_bytes)
         b = batch or self.batch_size
         free = memory_bytes - self.weights_bytes - b * (self._per_seq() + self.state_per_seq_bytes)
-        per = self.kv_per_token_bytes * b
-        return max(int(free // per), 0) if per > 0 else 0
+        full, window = self.kv_per_token_bytes * b, self.window_per_token_bytes * b
+        w = self.window_tokens
+        if window > 0 and w > 0:
+            if free < (full + window) * w:  # runs out inside the window
+                return max(int(free // (full + window)), 0)
+            free -= window * w
+        if free < 0:
+            return 0
+        if full <= 0:
+            return self.max_positions if self.max_positions is not None else sys.maxsize
+        return int(free // full)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
+    """The cache terms of a :class:`MemoryPlan` from the cache a run held (``kv``, a
+    ``KVCacheInfo``) and the model's config: bytes per token of one sequence (measured; a
+    preallocated cache's from the closed form), split between the layers that keep every
+    token and the sliding-window ones by the closed form of each kind
+    (:func:`~modelprof.generation.cache.closed_form_kv_bytes`: ``C(t) = F t + S min(t, W)``,
+    so ``F = C(W + 1) - C(W)`` and ``S = C(1) - F``), scaled to what the cache really held
+    (a quantized cache holds less than the closed form, in every layer alike)."""
+    per_token = 0.0
+    if kv is not None:
+        per_token = kv.per_token_bytes if not kv.allocated else float(kv.closed_form_per_token or 0)
+    dims = model_dims(config) if config is not None else {}
+    terms: dict[str, Any] = {
+        "kv_per_token_bytes": float(per_token),
+        "max_positions": dims.get("max_positions"),
+    }
+    window = dims.get("sliding_window")
+    closed = (lambda t: closed_form_kv_bytes(config, dtype, t, 1)) if window else None
+    if kv is None or not window or window < 2 or closed(1) is None:
+        return terms
+    w = int(window) - 1
+    full = closed(w + 1) - closed(w)
+    sliding = closed(1) - full
+    if sliding <= 0:  # no layer slides (layer_types all full)
+        return terms
+    scale = 1.0
+    if kv is not None and not kv.allocated and kv.closed_form_bytes:
+        scale = (kv.total_bytes - kv.constant_bytes) / kv.closed_form_bytes
+    return {
+        **terms,
+        "kv_per_token_bytes": full * scale,
+        "window_per_token_bytes": sliding * scale,
+        "window_tokens": w,
+    }
 
 
 def _check_memory(memory_bytes: Any) -> None:

@@ -15,7 +15,13 @@ from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, is_encoder_decoder, source_length
 from modelprof.generation.lm import LanguageModel, language_model
-from modelprof.generation.memory import MemoryPlan, activation_bytes, check_run_fits, weights_bytes
+from modelprof.generation.memory import (
+    MemoryPlan,
+    activation_bytes,
+    cache_terms,
+    check_run_fits,
+    weights_bytes,
+)
 from modelprof.generation.moe import moe_info
 from modelprof.generation.phases import count_phases
 from modelprof.generation.prompt import PromptInputs, prompt_inputs
@@ -177,22 +183,18 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     b = phases[0].batch_size
     by_name = {p.name: p for p in phases if p.name != "decode"}
     decode = [p for p in phases if p.name == "decode"]
-    per_token = (
-        kv.per_token_bytes
-        if kv is not None and not kv.allocated
-        else (kv.closed_form_per_token if kv is not None and kv.closed_form_per_token else 0.0)
-    )
     # by phase: the encoder's (an encoder-decoder's), the prefill's, the largest decode step's
     act = {name: activation_bytes(p.records) / b for name, p in by_name.items()}
     act["decode"] = max((activation_bytes(p.records) for p in decode), default=0) / b
     states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
+    terms = cache_terms(kv, lm.config, lm.dtype)  # a sliding window's split from the rest
     return MemoryPlan(
         weights_bytes(lm.model, lm.dtype),
-        float(per_token),
-        act,
-        b,
-        spec.total_len,
+        activation_per_seq_bytes=act,
+        batch_size=b,
+        context=spec.total_len,
         state_per_seq_bytes=float(states),
+        **terms,
     )
 
 

@@ -1,0 +1,84 @@
+"""Generation's memory plan against the cache that really exists: a sliding-window layer holds
+at most ``sliding_window - 1`` past tokens however long the context (issue 38, item 5)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+from modelprof import profile_generation
+
+transformers = pytest.importorskip("transformers")
+
+#: 2 layers, 2 KV heads of 16: K and V of one token in one layer, float32: 2 x 2 x 16 x 4 B
+LAYER_TOKEN = 2 * 2 * 16 * 4  # 256 B
+
+
+def _small(config_class, **kw):
+    config = config_class(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        **kw,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def _plan(model, prompt_len=90, new_tokens=10):
+    torch.manual_seed(0)
+    return profile_generation(model, prompt_len=prompt_len, new_tokens=new_tokens, timing=False)
+
+
+def test_mistral_sliding_window_plan_caps_at_the_window():
+    model = _small(transformers.MistralConfig, sliding_window=8)
+    report = _plan(model)
+    mem = report.memory
+    # every layer slides: a window of 8 holds 7 past tokens, 2 layers x 256 B x 7 = 3,584 B,
+    # what the cache held after 99 tokens
+    assert report.kv.total_bytes == 2 * LAYER_TOKEN * 7 == 3584
+    assert mem.kv_bytes() == 3584  # context 100 (before: 3584 / 99 x 100, linear)
+    assert mem.kv_bytes(context=10_000) == 3584
+    assert mem.kv_bytes(batch=3, context=4) == 3 * 4 * 2 * LAYER_TOKEN  # inside the window
+    act = max(mem.activation_per_seq_bytes.values())
+    budget = mem.weights_bytes + 5 * (3584 + act)
+    # 5 sequences at any context: the cache stops growing at the window
+    assert mem.max_batch(budget, context=100_000) == 5
+    # memory sets no limit on the context: the model's positions are the answer
+    assert mem.max_context(budget, batch=5) == model.config.max_position_embeddings
+    # a budget that runs out inside the window: 3 tokens of 2 x 256 B per sequence fit
+    tight = mem.weights_bytes + 2 * (act + 3 * 2 * LAYER_TOKEN)
+    assert mem.max_context(tight, batch=2) == 3
+
+
+def test_mixed_full_and_sliding_layers_grow_by_the_full_ones():
+    # Qwen2 with max_window_layers=1: layer 0 keeps every token, layer 1 slides (window 8)
+    model = _small(
+        transformers.Qwen2Config, use_sliding_window=True, sliding_window=8, max_window_layers=1
+    )
+    assert model.config.layer_types == ["full_attention", "sliding_attention"]
+    report = _plan(model)
+    mem = report.memory
+    # after 99 tokens: 99 x 256 (full) + 7 x 256 (sliding) = 27,136 B
+    assert report.kv.total_bytes == (99 + 7) * LAYER_TOKEN
+    assert (mem.kv_per_token_bytes, mem.window_per_token_bytes) == (LAYER_TOKEN, LAYER_TOKEN)
+    assert mem.kv_bytes(context=1000) == (1000 + 7) * LAYER_TOKEN
+    act = max(mem.activation_per_seq_bytes.values())
+    budget = mem.weights_bytes + act + (500 + 7) * LAYER_TOKEN
+    # past the window only the full layer grows: (budget - weights - act - 7 x 256) / 256
+    assert mem.max_context(budget, batch=1) == 500
+
+
+def test_full_attention_plan_is_unchanged():
+    mem = _plan(_small(transformers.LlamaConfig), prompt_len=8, new_tokens=4).memory
+    # 2 layers x 256 B a token, no window
+    assert (mem.kv_per_token_bytes, mem.window_per_token_bytes, mem.window_tokens) == (512, 0, 0)
+    assert mem.kv_bytes(context=1000) == 1000 * 512
+    assert mem.max_context(mem.weights_bytes * 10) < sys.maxsize
