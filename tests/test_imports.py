@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "modelprof"
 
 # lowest first; a module may import its own layer and any lower one, never a higher one
 LAYERS = [
-    {"modelprof.errors"},
+    {"modelprof.errors", "modelprof.columns"},
     {"modelprof.runtime"},
     {"modelprof.counting"},
     {"modelprof.timing"},

@@ -253,7 +253,8 @@ def test_torchstat_total_row_does_not_wrap_around() -> None:
 
     big = 2**62  # two of these overflow int64 if summed in numpy
     rows = [
-        Row(f"m{i}", "X", 1, 1, True, [], [], 0, 0, 0, big, 0, 0, 0, 0, big, i) for i in range(2)
+        Row(module=f"m{i}", type="X", depth=1, madd=big, torchstat_madd=big, record=i)
+        for i in range(2)
     ]
     df = torchstat_frame(rows, timed=False)
     assert df["MAdd"].tolist() == [big, big, 2 * big]  # 2**63: float64, not -2**63

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.registry import REGISTRY, FormulaRegistry
+from modelprof.counting.instruments import active
 from modelprof.counting.sharding import ShardView, current_view
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, PeakTracker
@@ -73,6 +74,10 @@ class CallRecord:
     # modelprof.counting.collectives), or None
     comm: dict | None = None
     backward_comm: dict | None = None  # the same, run by the backward of this call's nodes
+    # the instruments' readings of this call, by column (modelprof.counting.instruments), and
+    # what their ``enter`` gave while it runs
+    values: dict[str, Any] | None = None
+    tokens: list | None = None
 
     @property
     def collect_op_bytes(self) -> bool:
@@ -168,6 +173,7 @@ class Tracker:
         self.param_view = None
         # ids of the root's parameters in ``parameters()`` order, as the forward saw them
         self._root_order: list[int] = []
+        self.instruments = active()  # what else is read per call (none unless asked for)
 
     @property
     def current(self) -> CallRecord:
@@ -272,6 +278,8 @@ class Tracker:
             self._memory.enter(index)
         records.append(record)
         stack.append(record)
+        if self.instruments:
+            record.tokens = [i.enter(module, args, kwargs) for i in self.instruments]
 
     def final_records(
         self, model: nn.Module, args: tuple, kwargs: dict, output: Any
@@ -350,6 +358,11 @@ class Tracker:
         record.output_shapes, record.output_bytes = _shapes_and_bytes(output)
         record.finished = True
         self.finished.append(record)
+        if record.tokens is not None:
+            record.values = {}
+            for instrument, token in zip(self.instruments, record.tokens):
+                record.values.update(instrument.exit(token, module, output))
+            record.tokens = None
         if not record.children and record.has_submodules:
             self._charge_subtree(module, record)
         kind = type(module)

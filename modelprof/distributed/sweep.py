@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+import modelprof.columns as registry
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
@@ -42,20 +43,7 @@ from modelprof.runtime.progress import NoProgress, progress_bar
 __all__ = ["COUNTED_COLUMNS", "Measure", "check_options", "run_config", "run_sweep"]
 
 #: The counted columns of a sweep row (``profile()``'s totals); equal however the sweep is dealt.
-COUNTED_COLUMNS = (
-    "params",
-    "trainable_params",
-    "frozen_params",
-    "macs",
-    "flops",
-    "madd",
-    "output_bytes",
-    "read_bytes",
-    "write_bytes",
-    "backward_macs",
-    "backward_flops",
-    "saved_bytes",
-)
+COUNTED_COLUMNS = (*registry.names("count"), *registry.names("step"))
 _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.formats import register_format
@@ -28,57 +29,9 @@ from modelprof.render.views import selected_frame, with_index
 __all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
 
 _TEXT = "str"
-KNOWN_DTYPES: dict[str, str] = {
-    # modelprof view
-    "module": _TEXT,
-    "type": _TEXT,
-    "call": "int64",
-    "depth": "int64",
-    "leaf": "bool",
-    "input_shape": _TEXT,
-    "output_shape": _TEXT,
-    "params": "int64",
-    "macs": "int64",
-    "flops": "int64",
-    "madd": "int64",
-    "output_bytes": "int64",
-    "read_bytes": "int64",
-    "write_bytes": "int64",
-    "latency_ms": "float64",
-    "latency_std_ms": "float64",
-    "latency_pct": "float64",
-    "peak_memory_bytes": "float64",
-    "latency_passes": "int64",
-    "kernel_ms": "float64",
-    "kernel_self_ms": "float64",
-    "kernels": "float64",
-    "idle_ms": "float64",
-    "timeline_ms": "float64",
-    "host_ms": "float64",
-    "launch_bound": "bool",
-    "latency_rough": "bool",
-    # roofline
-    "achieved_gflops": "float64",
-    "achieved_gbps": "float64",
-    "intensity": "float64",
-    "memory_level": _TEXT,
-    "roofline_ms": "float64",
-    "bound": _TEXT,
-    "efficiency": "float64",
-    "efficiency_loaded": "bool",
-    # torchstat view
-    "module name": _TEXT,
-    "input shape": _TEXT,
-    "output shape": _TEXT,
-    "memory(MB)": "float64",
-    "MAdd": "int64",
-    "Flops": "int64",
-    "MemRead(B)": "int64",
-    "MemWrite(B)": "int64",
-    "duration[%]": "float64",
-    "MemR+W(B)": "int64",
-}
-"""dtype of each known column when read back (text columns use pandas' default string dtype)."""
+KNOWN_DTYPES: dict[str, str] = {n: registry.column(n).dtype for n in registry.names()}
+"""dtype of each declared column (``modelprof.columns``) when read back, as when modelprof was
+imported (text columns use pandas' default string dtype); ``read_csv`` reads the registry again."""
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
@@ -162,6 +115,18 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
         return pd.Series(values, name=name).astype(dtype)
     except (TypeError, ValueError, OverflowError) as e:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
+
+
+def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> pd.Series:
+    """A column typed as asked (``overrides``), else as declared, else by its values. An int or
+    bool column with missing cells (a frame with a failed row holds it as float64 or object)
+    reads as its values say; any other misfit is an error naming the column."""
+    if name in overrides:
+        return _typed(values, overrides[name], name)
+    declared = registry.column(name)
+    if declared is None or (declared.dtype in ("int64", "bool") and "" in values):
+        return _infer(values, name)
+    return _typed(values, declared.dtype, name)
 
 
 # A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"): such a
@@ -266,8 +231,7 @@ def read_csv(
     for written in raw.columns:
         name = _restore(str(written))
         values = [str(v) for v in raw[written]]
-        dtype = overrides.get(name, KNOWN_DTYPES.get(name))
-        column = _typed(values, dtype, name)
+        column = _read_column(values, name, overrides)
         if _is_text(column):
             column = pd.Series(
                 [v if not isinstance(v, str) else _restore(v) for v in column],

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.render.options import ViewOptions
 from modelprof.render.units import (
@@ -66,57 +67,24 @@ __all__ = [
 
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
-ADDITIVE_COLUMNS: tuple[str, ...] = (
-    "params",
-    "trainable_params",
-    "frozen_params",
-    "macs",
-    "flops",
-    "madd",
-    "read_bytes",
-    "write_bytes",
-)
+ADDITIVE_COLUMNS: tuple[str, ...] = registry.names(additive=True)
 """Columns whose leaf rows add up to a meaningful model total (used when no totals are given).
 ``output_bytes`` is not one: the outputs of all leaves summed is every activation written, which
-``write_bytes`` already says; the totals row leaves it empty."""
+``write_bytes`` already says; the totals row leaves it empty. (The registry, ``modelprof.columns``,
+is read again at each use: these constants are its state when modelprof was imported.)"""
 
-COMPACT_COLUMNS: tuple[str, ...] = (
-    "module",
-    "type",
-    "output_shape",
-    "params",
-    "macs",
-    "flops",
-    "output_bytes",
-    "latency_ms",
-    "flops_pct",
-    "latency_pct",
-    "idle_ms",
-    "launch_bound",
-    "backward_flops",
-    "backward_latency_ms",
-)
+
+def _compact() -> tuple[str, ...]:
+    marked = [
+        (c.compact, n) for n in registry.names() if (c := registry.column(n)).compact is not None
+    ]
+    return tuple(n for _, n in sorted(marked))
+
+
+COMPACT_COLUMNS: tuple[str, ...] = _compact()
 """A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
 
-ROUGH_COLUMNS: frozenset[str] = frozenset(
-    {
-        "latency_ms",
-        "latency_std_ms",
-        "latency_pct",
-        "kernel_ms",
-        "kernel_self_ms",
-        "idle_ms",
-        "timeline_ms",
-        "host_ms",
-        "achieved_gflops",
-        "achieved_gbps",
-        "efficiency",
-        "mfu",
-        "hfu",
-        "mbu",
-        "duration[%]",
-    }
-)
+ROUGH_COLUMNS: frozenset[str] = frozenset(registry.names(rough=True))
 """Per-layer timing columns that a row marked ``latency_rough`` shows as rough."""
 LOADED_FLAG = "efficiency_loaded"
 """The column that marks an efficiency judged against roofs probed on a busy machine."""
@@ -131,111 +99,20 @@ END_TO_END_LABEL = "end-to-end (clean run)"
 """The footer row of the end-to-end measurement: the median of the clean (uninstrumented) runs,
 which differs from the ``(root)`` row's latency, measured in the instrumented pass."""
 
-# kind: how a column is formatted.
-#   text, int, bool            as they are
-#   count                      SI-prefixed count (params, MACs, FLOPs)
-#   bytes                      IEC-prefixed byte size
-#   time_ms                    a duration stored in milliseconds
-#   percent                    a value already in percent
-#   ratio                      a fraction shown as percent (efficiency 0.45 -> 45.00%)
-#   float                      a plain number, 2 decimals
-#   gflops, gbps               rates stored in GFLOP/s and GB/s (1e9 units)
-#   multiple                   a ratio to a baseline (compare's *_x columns): 0.61 -> 0.61×
-
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """How one column is shown: its human header and its formatting kind."""
+    """How one column is shown: its human header and its formatting kind (the kinds:
+    :mod:`modelprof.columns`)."""
 
     header: str
     kind: str
 
 
-_SPECS: dict[str, ColumnSpec] = {
-    # modelprof view
-    "module": ColumnSpec("module", "text"),
-    "type": ColumnSpec("type", "text"),
-    "call": ColumnSpec("call", "int"),
-    "depth": ColumnSpec("depth", "int"),
-    "leaf": ColumnSpec("leaf", "bool"),
-    "input_shape": ColumnSpec("input shape", "text"),
-    "output_shape": ColumnSpec("output shape", "text"),
-    "params": ColumnSpec("params", "count"),
-    "trainable_params": ColumnSpec("trainable params", "count"),
-    "frozen_params": ColumnSpec("frozen params", "count"),
-    "macs": ColumnSpec("MACs", "count"),
-    "macs_pct": ColumnSpec("MACs share", "percent"),
-    "flops_pct": ColumnSpec("FLOPs share", "percent"),
-    "flops": ColumnSpec("FLOPs", "count"),
-    "madd": ColumnSpec("MAdd", "count"),
-    "output_bytes": ColumnSpec("output", "bytes"),
-    "read_bytes": ColumnSpec("read", "bytes"),
-    "write_bytes": ColumnSpec("write", "bytes"),
-    "latency_ms": ColumnSpec("latency", "time_ms"),
-    "latency_std_ms": ColumnSpec("latency std", "time_ms"),
-    "latency_pct": ColumnSpec("latency share", "percent"),
-    "peak_memory_bytes": ColumnSpec("peak memory", "bytes"),
-    # per_layer="kernels" (modelprof.timing.kernels)
-    "kernel_ms": ColumnSpec("kernel time", "time_ms"),
-    "kernel_self_ms": ColumnSpec("kernel self", "time_ms"),
-    "kernels": ColumnSpec("kernels", "float"),
-    "idle_ms": ColumnSpec("device idle", "time_ms"),
-    "timeline_ms": ColumnSpec("timeline", "time_ms"),
-    "host_ms": ColumnSpec("host time", "time_ms"),
-    "launch_bound": ColumnSpec("launch-bound", "bool"),
-    # training step (profile(..., backward=True))
-    "backward_macs": ColumnSpec("backward MACs", "count"),
-    "backward_flops": ColumnSpec("backward FLOPs", "count"),
-    "saved_bytes": ColumnSpec("saved for backward", "bytes"),
-    # roofline columns (modelprof.report.roofline.add_roofline)
-    "achieved_gflops": ColumnSpec("achieved FLOP/s", "gflops"),
-    "achieved_gbps": ColumnSpec("achieved B/s", "gbps"),
-    "intensity": ColumnSpec("intensity (FLOP/B)", "float"),
-    "memory_level": ColumnSpec("memory level", "text"),
-    "roofline_ms": ColumnSpec("roofline", "time_ms"),
-    "bound": ColumnSpec("bound", "text"),
-    "efficiency": ColumnSpec("efficiency", "ratio"),
-    # utilization (modelprof.report.utilization, the default convention)
-    "mfu": ColumnSpec("MFU", "ratio"),
-    "hfu": ColumnSpec("HFU", "ratio"),
-    "mbu": ColumnSpec("MBU", "ratio"),
-    # torchstat view
-    "module name": ColumnSpec("module name", "text"),
-    "input shape": ColumnSpec("input shape", "text"),
-    "output shape": ColumnSpec("output shape", "text"),
-    "memory(MB)": ColumnSpec("memory (MiB)", "float"),
-    "MAdd": ColumnSpec("MAdd", "count"),
-    "Flops": ColumnSpec("Flops", "count"),
-    "MemRead(B)": ColumnSpec("MemRead", "bytes"),
-    "MemWrite(B)": ColumnSpec("MemWrite", "bytes"),
-    "duration[%]": ColumnSpec("duration", "percent"),
-    "MemR+W(B)": ColumnSpec("MemR+W", "bytes"),
-    # compare / throughput columns
-    "fps": ColumnSpec("FPS", "float"),
-    "samples_per_s": ColumnSpec("samples/s", "float"),
-    "batch_size": ColumnSpec("batch size", "int"),
-    "throughput_samples_per_s": ColumnSpec("throughput (samples/s)", "float"),
-    "throughput_batch_size": ColumnSpec("throughput batch", "int"),
-    "latency_median_ms": ColumnSpec("latency median", "time_ms"),
-    "latency_ci_low_ms": ColumnSpec("latency 95% CI low", "time_ms"),
-    "latency_ci_high_ms": ColumnSpec("latency 95% CI high", "time_ms"),
-    "latency_x_ci_low": ColumnSpec("latency ratio CI low", "float"),
-    "latency_x_ci_high": ColumnSpec("latency ratio CI high", "float"),
-    "latency_n": ColumnSpec("n", "int"),
-    "latency_stable": ColumnSpec("stable", "bool"),
-    "cpu_work_median_ms": ColumnSpec("CPU work median", "time_ms"),
-    "cpu_work_ci_low_ms": ColumnSpec("CPU work 95% CI low", "time_ms"),
-    "cpu_work_ci_high_ms": ColumnSpec("CPU work 95% CI high", "time_ms"),
-    "cpu_work_x": ColumnSpec("CPU work ratio", "multiple"),
-    "cpu_work_x_ci_low": ColumnSpec("CPU work ratio CI low", "float"),
-    "cpu_work_x_ci_high": ColumnSpec("CPU work ratio CI high", "float"),
-    "wall_over_cpu": ColumnSpec("wall/CPU", "float"),
-    "rank": ColumnSpec("rank", "int"),
-    "latency_p90_ms": ColumnSpec("latency p90", "time_ms"),
-    # per-layer-type / per-module-type summaries (Report.by_layer_type, by_module_type)
-    "layer_type": ColumnSpec("layer type", "text"),
-    "calls": ColumnSpec("calls", "int"),
-}
+def _declared(name: str) -> ColumnSpec | None:
+    c = registry.column(name)
+    return None if c is None else ColumnSpec(c.header, c.kind)
+
 
 _SUFFIX_KINDS: tuple[tuple[str, str], ...] = (
     ("_ms", "time_ms"),
@@ -250,13 +127,14 @@ _NUMERIC_KINDS = frozenset(
 
 def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
     """The display spec of a column: known names first, then unit suffixes, then the dtype."""
-    if name in _SPECS:
-        return _SPECS[name]
+    known = _declared(name)
+    if known is not None:
+        return known
     for suffix, kind in _SUFFIX_KINDS:
         if name.endswith(suffix) and len(name) > len(suffix):
             stem = name[: -len(suffix)]
             if kind == "multiple":  # macs_x -> "MACs ratio"; latency_x -> "latency ratio"
-                known = _SPECS.get(stem) or _SPECS.get(stem + "_bytes")
+                known = _declared(stem) or _declared(stem + "_bytes")
                 return ColumnSpec(
                     f"{known.header if known else stem.replace('_', ' ')} ratio", kind
                 )
@@ -370,7 +248,7 @@ def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.
 
 def compact_columns(df: pd.DataFrame) -> list[str]:
     """The :data:`COMPACT_COLUMNS` that ``df`` has (an untimed report has no latency columns)."""
-    return [c for c in COMPACT_COLUMNS if c in df.columns]
+    return [c for c in _compact() if c in df.columns]
 
 
 def default_totals(df: pd.DataFrame) -> dict[str, float] | None:
@@ -381,7 +259,7 @@ def default_totals(df: pd.DataFrame) -> dict[str, float] | None:
     if "leaf" not in df.columns:
         return None
     leaves = df[df["leaf"].astype(bool)]
-    return {c: leaves[c].sum().item() for c in ADDITIVE_COLUMNS if c in df.columns}
+    return {c: leaves[c].sum().item() for c in registry.names(additive=True) if c in df.columns}
 
 
 # ---------------------------------------------------------------------------------- formatting
@@ -418,7 +296,7 @@ _AT_MOST_ONE = frozenset({"mfu", "hfu", "mbu", "efficiency"})
 
 
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
-    if name not in ROUGH_COLUMNS:
+    if not ((c := registry.column(name)) and c.rough):
         return False
     if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:  # above the peak: the peak reads low
         return True

@@ -23,9 +23,10 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import pandas as pd
 
+import modelprof.columns as registry
 from modelprof.counting.collectives import comm_summary, merge_comm
 from modelprof.counting.scope import CallRecord
-from modelprof.timing.kernels import KERNEL_COLUMNS
+from modelprof.counting.tree import own_part, row_values, subtree_sums
 
 __all__ = [
     "ADDITIVE",
@@ -48,43 +49,18 @@ __all__ = [
     "totals_of",
 ]
 
-ADDITIVE = (
-    "params",
-    "trainable_params",
-    "frozen_params",
-    "macs",
-    "flops",
-    "madd",
-    "output_bytes",
-    "read_bytes",
-    "write_bytes",
-)
-# each row's share of the model's total, beside the latency share (ptflops' and DeepSpeed's view)
-SHARE_COLUMNS = ("macs_pct", "flops_pct")
-COLUMNS = (
-    "module",
-    "type",
-    "call",
-    "depth",
-    "leaf",
-    "input_shape",
-    "output_shape",
-    *ADDITIVE,
-    *SHARE_COLUMNS,
-)
-
+# every column's facts are declared once in modelprof.columns; these are its groups
+ADDITIVE = registry.names("count")
+SHARE_COLUMNS = registry.names("share")
+COLUMNS = (*registry.names("table"), *ADDITIVE, *SHARE_COLUMNS)
 TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
 # the training step (profile(..., backward=True); see modelprof/step/table.py)
-STEP_ADDITIVE = ("backward_macs", "backward_flops", "saved_bytes")
-STEP_TIMING_COLUMNS = ("backward_latency_ms", "backward_latency_std_ms", "backward_latency_pct")
+STEP_ADDITIVE = registry.names("step")
+STEP_TIMING_COLUMNS = registry.names("step_timing")
 # collectives (under a process group; modelprof.counting.collectives)
-COMM_COLUMNS = ("comm_calls", "comm_kind", "comm_group_size", "comm_bytes", "comm_traffic_bytes")
-BACKWARD_COMM_COLUMNS = (
-    "backward_comm_calls",
-    "backward_comm_bytes",
-    "backward_comm_traffic_bytes",
-)
-COMM_ADDITIVE = ("comm_calls", "comm_bytes", "comm_traffic_bytes", *BACKWARD_COMM_COLUMNS)
+COMM_COLUMNS = registry.names("comm")
+BACKWARD_COMM_COLUMNS = registry.names("backward_comm")
+COMM_ADDITIVE = (*registry.names("comm", counted=True), *BACKWARD_COMM_COLUMNS)
 COMM_SUFFIX = "(communication)"
 TORCHSTAT_COLUMNS = (
     "module name",
@@ -102,25 +78,29 @@ TORCHSTAT_COLUMNS = (
 SELF_SUFFIX = "(self)"
 
 
-@dataclasses.dataclass(slots=True, frozen=True)
+@dataclasses.dataclass(slots=True, frozen=True, kw_only=True)
 class Row:
+    """One row of the table, built by name. The counted and timed fields are the table's
+    fixed columns; ``values`` holds the columns an instrument fills (``per_layer="kernels"``'s,
+    an added instrument's), by declared name (``modelprof.columns``)."""
+
     module: str
     type: str
-    call: int
-    depth: int
-    leaf: bool
-    input_shapes: list
-    output_shapes: list
-    params: int
-    macs: int
-    flops: int
-    madd: int
-    output_bytes: int
-    read_bytes: int
-    write_bytes: int
-    torchstat_flops: int
-    torchstat_madd: int
-    record: int  # index of the call record
+    call: int = 1
+    depth: int = 0
+    leaf: bool = True
+    input_shapes: list = dataclasses.field(default_factory=list)
+    output_shapes: list = dataclasses.field(default_factory=list)
+    params: int = 0
+    macs: int = 0
+    flops: int = 0
+    madd: int = 0
+    output_bytes: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    torchstat_flops: int = 0
+    torchstat_madd: int = 0
+    record: int = -1  # index of the call record (-1: a row of its own, the training step's)
     is_self: bool = False  # the (self) pseudo-row of record ``record``
     peak_memory_bytes: float = float("nan")
     latency_ms: float = float("nan")
@@ -148,8 +128,8 @@ class Row:
 
     comm: dict | None = None  # collectives, (kind, group size) -> CommStats
     backward_comm: dict | None = None  # the same in the backward
-    # per_layer="kernels": the kernel columns (modelprof.timing.kernels.KERNEL_COLUMNS)
-    kernel: dict | None = None
+    # declared columns an instrument filled, by name (missing: not measured for this row)
+    values: dict | None = None
 
     def comm_value(self, column: str) -> int | str:
         """One of ``COMM_COLUMNS`` / ``BACKWARD_COMM_COLUMNS`` for this row."""
@@ -181,56 +161,44 @@ def _self_name(name: str) -> str:
     return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
 
 
-def _subtree_buffer_bytes(records: Sequence[CallRecord]) -> list[int]:
-    """Buffer bytes the leaves under each call read (torchstat's MemRead leaves them out)."""
-    buffers = [0] * len(records)
-    for r in reversed(records):
-        buffers[r.index] = sum(buffers[c] for c in r.children) if r.children else r.buffer_bytes
-    return buffers
-
-
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
     """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
     own forward ops cost nothing (their autograd nodes do, in the backward)."""
     n = len(records)
+    readings = _readings(records)
+    force_self = {*force_self, *_own_readings(records, readings)}
     inc, ts, own = _inclusive_costs(records)
-    buffers = _subtree_buffer_bytes(records)
+    # buffer bytes the leaves under each call read (torchstat's MemRead leaves them out)
+    buffers = subtree_sums(records, [0 if r.children else r.buffer_bytes for r in records])
     inc_comm = _inclusive_comm(records)
     end = list(range(n))  # last descendant index of each record's subtree
     for r in reversed(records):
         if r.parent is not None:
             end[r.parent] = max(end[r.parent], end[r.index])
 
-    trainable = _inclusive_trainable(records)
+    trainable = subtree_sums(records, [r.trainable_params for r in records])
     rows: list[Row] = []
     nan = float("nan")
     for r in records:
         i = r.index
-        params, macs, flops, madd, read, write = inc[i]
         ts_flops, ts_madd = ts[i]
         peak = r.peak_memory_bytes
         fwd, bwd = inc_comm[i] if r.children else (None, None)
         rows.append(
             Row(
-                r.name,
-                r.type,
-                r.call,
-                r.depth,
-                not r.children,
-                r.input_shapes,
-                r.output_shapes,
-                params,
-                macs,
-                flops,
-                madd,
-                r.output_bytes,
-                read,
-                write,
-                ts_flops,
-                ts_madd,
-                i,
-                False,
-                nan if peak is None else float(peak),
+                module=r.name,
+                type=r.type,
+                call=r.call,
+                depth=r.depth,
+                leaf=not r.children,
+                input_shapes=r.input_shapes,
+                output_shapes=r.output_shapes,
+                **dict(zip(_COUNTED, inc[i])),
+                output_bytes=r.output_bytes,
+                torchstat_flops=ts_flops,
+                torchstat_madd=ts_madd,
+                record=i,
+                peak_memory_bytes=nan if peak is None else float(peak),
                 ops=dict(r.ops) if not r.children else {},
                 trainable_params=trainable[i],
                 buffer_read_bytes=buffers[i],
@@ -242,42 +210,76 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
         while a is not None and end[a] == i:  # subtrees that end here: their pseudo-rows
             rows.extend(_pseudo_rows(records[a], own[a], a in force_self))
             a = records[a].parent
-    return rows
+    return _with_readings(rows, records, readings)
+
+
+def _readings(records: Sequence[CallRecord]) -> dict[str, list]:
+    """The instruments' per-call readings (``CallRecord.values``), by declared column: an own
+    reading a call did not give (it raised) is 0, an inclusive one None."""
+    present = {k for r in records if r.values for k in r.values}
+    out = {}
+    for name in registry.names():
+        if name in present:
+            missing = 0 if registry.column(name).reading == "own" else None
+            out[name] = [(r.values or {}).get(name, missing) for r in records]
+    return out
+
+
+def _own_readings(records: Sequence[CallRecord], readings: dict[str, list]) -> set[int]:
+    """Parents with an own part in some instrument's reading: they get a ``(self)`` row."""
+    out = set()
+    for name, values in readings.items():
+        inclusive = registry.column(name).reading == "inclusive"
+        for r in records:
+            if r.children:
+                part = own_part(records, values, r.index) if inclusive else values[r.index]
+                if part:
+                    out.add(r.index)
+    return out
+
+
+def _with_readings(rows: list[Row], records: Sequence[CallRecord], readings: dict) -> list[Row]:
+    """The rows with the instruments' columns, by the table rule (``counting.tree``)."""
+    if not readings:
+        return rows
+    keys = row_keys(rows)
+    by_column = {
+        name: row_values(keys, records, values, registry.column(name).reading == "inclusive")
+        for name, values in readings.items()
+    }
+    return [
+        dataclasses.replace(row, values={n: v[i] for n, v in by_column.items() if v[i] is not None})
+        for i, row in enumerate(rows)
+    ]
+
+
+#: the counted fields a row sums over its subtree, in the order of ``_inclusive_costs``' tuples
+_COUNTED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
 
 
 def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
     """Per record: (params, macs, flops, madd, read, write) of its subtree, torchstat's (flops,
     madd) of its subtree, and the (self) part of a parent (None for a leaf)."""
-    n = len(records)
-    inc: list[tuple] = [()] * n  # params, macs, flops, madd, read, write (inclusive)
-    ts: list[tuple] = [()] * n  # torchstat flops, madd (inclusive)
-    own: list[tuple | None] = [None] * n  # the (self) part of non-leaf calls
-    for r in reversed(records):
-        if r.children:  # its own part plus its children's, column by column
-            own[r.index] = (r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes)
-            inc[r.index] = _column_sums(own[r.index], [inc[c] for c in r.children])
-            ts[r.index] = _column_sums((r.flops - r.macs, r.madd), [ts[c] for c in r.children])
-        else:
-            # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
-            inc[r.index] = (
-                r.params,
-                r.macs,
-                r.flops,
-                r.madd,
-                r.input_bytes + r.param_bytes + r.buffer_bytes,
-                r.output_bytes,
-            )
-            over = r.torchstat
-            ts[r.index] = (
-                (r.flops - r.macs, r.madd)
-                if over is None
-                else (over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd))
-            )
-    return inc, ts, own
+    own: list[tuple | None] = []  # the (self) part of non-leaf calls
+    mine, ts_mine = [], []  # each call's own part, for the subtree sums
+    for r in records:
+        if r.children:
+            own.append((r.params, r.macs, r.flops, r.madd, r.op_read_bytes, r.op_write_bytes))
+            mine.append(own[-1])
+            ts_mine.append((r.flops - r.macs, r.madd))
+            continue
+        own.append(None)
+        # read: inputs, parameters (an Embedding's gathered rows), buffers its ops touch
+        read = r.input_bytes + r.param_bytes + r.buffer_bytes
+        mine.append((r.params, r.macs, r.flops, r.madd, read, r.output_bytes))
+        over = r.torchstat or {}
+        ts_mine.append((over.get("Flops", r.flops - r.macs), over.get("MAdd", r.madd)))
+    inc = subtree_sums(records, mine, _column_sums)
+    return inc, subtree_sums(records, ts_mine, _column_sums), own
 
 
-def _column_sums(first: tuple, rest: Sequence[tuple]) -> tuple:
-    return tuple(sum(column) for column in zip(first, *rest))
+def _column_sums(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b))
 
 
 def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
@@ -288,23 +290,17 @@ def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
         params, macs, flops, madd, read, write = part
         out.append(
             Row(
-                _self_name(pr.name),
-                pr.type,
-                pr.call,
-                pr.depth + 1,
-                True,
-                [],
-                [],
-                params,
-                macs,
-                flops,
-                madd,
-                write,
-                read,
-                write,
-                flops - macs,
-                madd,
-                pr.index,
+                module=_self_name(pr.name),
+                type=pr.type,
+                call=pr.call,
+                depth=pr.depth + 1,
+                input_shapes=[],
+                output_shapes=[],
+                **dict(zip(_COUNTED, part)),
+                output_bytes=write,
+                torchstat_flops=flops - macs,
+                torchstat_madd=madd,
+                record=pr.index,
                 is_self=True,
                 ops=dict(pr.ops),
                 trainable_params=pr.trainable_params,
@@ -317,42 +313,30 @@ def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
 
 def _inclusive_comm(records: Sequence[CallRecord]) -> list[tuple[dict | None, dict | None]]:
     """Each record's collectives with its subtree's (forward, backward); None where none."""
-    inc: list[tuple[dict | None, dict | None]] = [(None, None)] * len(records)
     if not any(r.comm or r.backward_comm for r in records):
-        return inc
-    for r in reversed(records):
-        fwd: dict = {}
-        bwd: dict = {}
-        merge_comm(fwd, r.comm or {})
-        merge_comm(bwd, r.backward_comm or {})
-        for c in r.children:
-            merge_comm(fwd, inc[c][0] or {})
-            merge_comm(bwd, inc[c][1] or {})
-        inc[r.index] = (fwd or None, bwd or None)
-    return inc
+        return [(None, None)] * len(records)
+
+    def merged(a: tuple, b: tuple) -> tuple:
+        out = []
+        for x, y in zip(a, b):  # fresh tables: the records' stay as they are
+            table: dict = {}
+            merge_comm(table, x or {})
+            merge_comm(table, y or {})
+            out.append(table or None)
+        return tuple(out)
+
+    return subtree_sums(records, [(r.comm, r.backward_comm) for r in records], merged)
 
 
 def _comm_row(r: CallRecord) -> Row:
     """The ``(communication)`` pseudo-row of call ``r``: its own collectives, no compute."""
     name = f"{r.name}.{COMM_SUFFIX}" if r.name else COMM_SUFFIX
     return Row(
-        name,
-        COMM_SUFFIX,
-        r.call,
-        r.depth + 1,
-        True,
-        [],
-        [],
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        r.index,
+        module=name,
+        type=COMM_SUFFIX,
+        call=r.call,
+        depth=r.depth + 1,
+        record=r.index,
         kind="communication",
         comm=r.comm,
         backward_comm=r.backward_comm,
@@ -387,16 +371,17 @@ def join_rows(
         update: dict = {}
         for columns in column_sets:
             update.update(columns[i])
+        if "values" in update:
+            update["values"] = {**(row.values or {}), **_declared(update["values"])}
         joined.append(dataclasses.replace(row, **update) if update else row)
     return joined + [Row(**fields) for fields in extra]
 
 
-def _inclusive_trainable(records: Sequence[CallRecord]) -> list[int]:
-    """Trainable parameters per record, a parent's including its subtree's (like ``params``)."""
-    trainable = [0] * len(records)
-    for r in reversed(records):
-        trainable[r.index] = r.trainable_params + sum(trainable[c] for c in r.children)
-    return trainable
+def _declared(values: dict) -> dict:
+    unknown = [k for k in values if registry.column(k) is None]
+    if unknown:
+        raise ValueError(f"columns {unknown} are not declared (modelprof.columns.declare)")
+    return values
 
 
 def totals_of(rows: Sequence[Row]) -> dict[str, int]:
@@ -408,6 +393,9 @@ def totals_of(rows: Sequence[Row]) -> dict[str, int]:
         if k.startswith("backward_") and not bwd:
             continue
         out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
+    counted = set(registry.names(counted=True))
+    for k in {k for r in rows if r.values for k in r.values} & counted:
+        out[k] = int(sum((r.values or {}).get(k) or 0 for r in rows if r.leaf))
     return out
 
 
@@ -455,14 +443,31 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
     if any(not np.isnan(r.backward_latency_ms) for r in rows):
         for k in STEP_TIMING_COLUMNS:
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
-    if any(r.kernel for r in rows):
-        for k in KERNEL_COLUMNS:
-            values = [(r.kernel or {}).get(k) for r in rows]
-            if k == "launch_bound":  # missing (a row no call was timed for): False
-                df[k] = np.array([bool(v) for v in values], dtype=bool)
-            else:
-                df[k] = np.array([np.nan if v is None else v for v in values], dtype="float64")
+    for name, values in _instrument_columns(rows).items():
+        df[name] = values
     return df
+
+
+def _instrument_columns(rows: Sequence[Row]) -> dict[str, object]:
+    """The declared columns instruments filled (``Row.values``), in declaration order: a bool
+    column's missing cells are False, a count column stays exact where every row has one, the
+    rest are float64 with NaN where a row was not measured (a ``(communication)`` row)."""
+    present = {k for r in rows if r.values for k in r.values}
+    out: dict[str, object] = {}
+    for name in registry.names():
+        if name not in present:
+            continue
+        values = [(r.values or {}).get(name) for r in rows]
+        dtype = registry.column(name).dtype
+        if dtype == "bool":
+            out[name] = np.array([bool(v) for v in values], dtype=bool)
+        elif dtype == "int64" and None not in values:
+            out[name] = count_column(values)
+        elif dtype == "str":
+            out[name] = ["" if v is None else str(v) for v in values]
+        else:
+            out[name] = np.array([np.nan if v is None else v for v in values], dtype="float64")
+    return out
 
 
 def torchstat_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from modelprof.counting.scope import CallRecord
+from modelprof.counting.tree import subtree_sums
 from modelprof.step.count import StepCost
 
 __all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "step_columns"]
@@ -90,15 +91,6 @@ class TrainingStep:
         return out
 
 
-def _inclusive(records: Sequence[CallRecord], own: np.ndarray) -> np.ndarray:
-    """``own[..., i]`` (exclusive, per record) summed over each record's subtree."""
-    inc = np.array(own, dtype=np.float64, copy=True)
-    for r in reversed(records):
-        for c in r.children:
-            inc[..., r.index] += inc[..., c]
-    return inc
-
-
 RowKey = tuple[int, bool]  # (record index, is a (self) row)
 
 
@@ -110,12 +102,12 @@ def step_columns(
     n = len(records)
     own = np.array([[c.macs, c.flops] for c in cost.backward], dtype=np.float64).reshape(n, 2).T
     own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
-    inc, inc_saved = _inclusive(records, own), _inclusive(records, own_saved)
+    inc, inc_saved = subtree_sums(records, own), subtree_sums(records, own_saved)
     total = _NAN
     comm = None
     if timing is not None:
         calls = timing.calls_ms
-        inc_time = _inclusive(records, calls[:, :n])
+        inc_time = subtree_sums(records, calls[:, :n])
         total = float(np.median(calls.sum(axis=1)))
         comm = _comm_split(keys, timing)
     columns = []

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from modelprof.counting.scope import CallRecord
+from modelprof.counting.tree import own_part
 
 __all__ = ["layer_columns"]
 
@@ -36,10 +37,8 @@ def _samples(
         s = np.maximum(s - comm[record.key], 0.0)
     if s is None or not is_self:
         return s
-    for c in record.children:  # new arrays: the parent's samples stay as they are
-        child = samples.get(records[c].key)
-        if child is not None:
-            s = s - child
+    by_index = {record.index: s, **{c: samples.get(records[c].key) for c in record.children}}
+    s = own_part(records, by_index, record.index)
     # where the children were scaled to fit the parent (HookCost.correct), what is left is
     # rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
     return np.where(s >= _RESOLUTION_MS, s, 0.0)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
 from modelprof.runtime.device import device_synchronize, is_oom
@@ -77,15 +78,7 @@ __all__ = [
 CALL_RANGE = "modelprof.call:"
 PASS_RANGE = "modelprof.pass:"
 #: the columns a kernels run adds, in table order
-KERNEL_COLUMNS = (
-    "kernel_ms",
-    "kernel_self_ms",
-    "kernels",
-    "idle_ms",
-    "timeline_ms",
-    "host_ms",
-    "launch_bound",
-)
+KERNEL_COLUMNS = registry.names("kernels")
 #: on the CPU, a call is launch-bound when less than this share of its time is inside ops
 CPU_OPS_SHARE = 0.5
 
@@ -226,7 +219,7 @@ def with_kernel_columns(
     for col, k in zip(columns, kernel):
         if k:
             share = 100.0 * k[head] / root if root > 0 else float("nan")
-            col.update(kernel=k, latency_ms=k[head], latency_pct=share)
+            col.update(values=k, latency_ms=k[head], latency_pct=share)
 
 
 def kernel_note(timing: KernelTiming, latency: Any) -> str:

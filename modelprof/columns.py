@@ -1,0 +1,267 @@
+"""Every column of modelprof's tables, declared once.
+
+A :class:`Column` says what a column is called in a human-readable view, how its cells are
+formatted (``kind``), its dtype in a frame and when read back from CSV, whether its leaf rows add
+up to a model total (``additive``: the footer's sums) and whether it is an exact count kept in
+``Report.totals`` (``counted``), whether it is a per-layer timing a rough row marks as rough, and
+where the narrow (compact) view shows it. The table (``report/rows.py``), the totals, every view
+and exporter (``render/views.py``), the CSV read-back (``render/csvio.py``), sweeps and
+``compare()`` all read these facts from here; nothing else lists them.
+
+Groups name who fills a column: ``table`` (the call tree), ``count`` (the counted pass), ``share``,
+``timing`` (the per-layer timing instrument), ``step`` and ``step_timing`` (the training step),
+``comm`` and ``backward_comm`` (collectives), ``kernels`` (``per_layer="kernels"``), ``roofline``,
+``utilization``, ``torchstat`` (torchstat's view), ``compare`` and ``summary``. A new per-layer
+column is one :func:`declare` (or a :class:`~modelprof.counting.instruments.Instrument` that
+declares its columns): see docs/development.md, "where to add".
+
+Formatting kinds (``render/views.py``): ``text``, ``int``, ``bool`` as they are; ``count``
+SI-prefixed (params, MACs, FLOPs); ``bytes`` IEC-prefixed; ``time_ms`` a duration in ms;
+``percent`` a value already in percent; ``ratio`` a fraction shown as percent; ``float`` two
+decimals; ``gflops``/``gbps`` rates in 1e9 units; ``multiple`` a ratio to a baseline (0.61×).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+__all__ = ["KINDS", "Column", "column", "declare", "declared", "names", "undeclare"]
+
+KINDS = frozenset(
+    {
+        "text",
+        "int",
+        "bool",
+        "count",
+        "bytes",
+        "time_ms",
+        "percent",
+        "ratio",
+        "float",
+        "gflops",
+        "gbps",
+        "multiple",
+    }
+)
+_DTYPES = {"text": "str", "bool": "bool", "int": "int64", "count": "int64", "bytes": "int64"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column: see the module doc. ``dtype`` defaults from ``kind`` (text: ``"str"``; bool;
+    int, count and bytes: int64; the rest float64)."""
+
+    name: str
+    header: str
+    kind: str
+    group: str
+    dtype: str = ""
+    additive: bool = False
+    counted: bool = False
+    rough: bool = False
+    compact: int | None = None  # position in the compact view, or None: not in it
+    # a per-call reading an instrument fills (modelprof.counting.instruments): "own" (what the
+    # call did itself) or "inclusive" (its children included); "" for the others
+    reading: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"column {self.name!r}: kind {self.kind!r} is not one of {sorted(KINDS)}"
+            )
+        if not self.dtype:
+            object.__setattr__(self, "dtype", _DTYPES.get(self.kind, "float64"))
+
+
+_REGISTRY: dict[str, Column] = {}
+
+
+def declare(*columns: Column) -> None:
+    """Add columns to the registry; declaring a name again with other facts is an error."""
+    for c in columns:
+        known = _REGISTRY.get(c.name)
+        if known is not None and known != c:
+            raise ValueError(f"column {c.name!r} is already declared as {known}")
+        _REGISTRY[c.name] = c
+
+
+def undeclare(*names_: str) -> None:
+    """Take columns out of the registry (a throwaway column's, at the end of its use)."""
+    for n in names_:
+        _REGISTRY.pop(n, None)
+
+
+@contextlib.contextmanager
+def declared(*columns: Column) -> Iterator[None]:
+    """The columns declared for the ``with`` block only (those it added are taken out after)."""
+    new = [c.name for c in columns if c.name not in _REGISTRY]
+    declare(*columns)
+    try:
+        yield
+    finally:
+        undeclare(*new)
+
+
+def column(name: str) -> Column | None:
+    """The declared column ``name``, or None."""
+    return _REGISTRY.get(name)
+
+
+def names(group: str | None = None, **flags: bool) -> tuple[str, ...]:
+    """Declared column names in declaration order, of one ``group`` and with the given flags
+    (``names("count", additive=True)``)."""
+    return tuple(
+        c.name
+        for c in _REGISTRY.values()
+        if (group is None or c.group == group) and all(getattr(c, k) == v for k, v in flags.items())
+    )
+
+
+def _group(group: str, *specs: tuple, **common) -> None:
+    for spec in specs:
+        name, header, kind, *rest = spec
+        extra = rest[0] if rest else {}
+        declare(Column(name, header, kind, group, **{**common, **extra}))
+
+
+_ADD = {"additive": True, "counted": True}
+_group(
+    "table",
+    ("module", "module", "text", {"compact": 0}),
+    ("type", "type", "text", {"compact": 1}),
+    ("call", "call", "int"),
+    ("depth", "depth", "int"),
+    ("leaf", "leaf", "bool"),
+    ("input_shape", "input shape", "text"),
+    ("output_shape", "output shape", "text", {"compact": 2}),
+)
+_group(
+    "count",
+    ("params", "params", "count", {**_ADD, "compact": 3}),
+    ("trainable_params", "trainable params", "count", _ADD),
+    ("frozen_params", "frozen params", "count", _ADD),
+    ("macs", "MACs", "count", {**_ADD, "compact": 4}),
+    ("flops", "FLOPs", "count", {**_ADD, "compact": 5}),
+    ("madd", "MAdd", "count", _ADD),
+    # the outputs of all leaves summed is every activation written, which write_bytes says:
+    # an exact total in Report.totals, left empty in a footer
+    ("output_bytes", "output", "bytes", {"counted": True, "compact": 6}),
+    ("read_bytes", "read", "bytes", _ADD),
+    ("write_bytes", "write", "bytes", _ADD),
+)
+# each row's share of the model's total, beside the latency share (ptflops' and DeepSpeed's view)
+_group(
+    "share",
+    ("macs_pct", "MACs share", "percent"),
+    ("flops_pct", "FLOPs share", "percent", {"compact": 8}),
+)
+_group(
+    "timing",
+    ("latency_ms", "latency", "time_ms", {"rough": True, "compact": 7}),
+    ("latency_std_ms", "latency std", "time_ms", {"rough": True}),
+    ("latency_pct", "latency share", "percent", {"rough": True, "compact": 9}),
+    ("peak_memory_bytes", "peak memory", "bytes", {"dtype": "float64"}),
+)
+_group(
+    "step",
+    ("backward_macs", "backward MACs", "count", {"counted": True}),
+    ("backward_flops", "backward FLOPs", "count", {"counted": True, "compact": 12}),
+    ("saved_bytes", "saved for backward", "bytes", {"counted": True}),
+)
+_group(
+    "step_timing",
+    ("backward_latency_ms", "backward latency", "time_ms", {"compact": 13}),
+    ("backward_latency_std_ms", "backward latency std", "time_ms"),
+    ("backward_latency_pct", "backward latency share", "percent"),
+)
+_group(
+    "comm",
+    ("comm_calls", "comm calls", "int", {"counted": True}),
+    ("comm_kind", "comm kind", "text"),
+    ("comm_group_size", "comm group size", "int"),
+    ("comm_bytes", "comm payload", "bytes", {"counted": True}),
+    ("comm_traffic_bytes", "comm traffic", "bytes", {"counted": True}),
+)
+_group(
+    "backward_comm",
+    ("backward_comm_calls", "backward comm calls", "int", {"counted": True}),
+    ("backward_comm_bytes", "backward comm payload", "bytes", {"counted": True}),
+    ("backward_comm_traffic_bytes", "backward comm traffic", "bytes", {"counted": True}),
+)
+_group(
+    "kernels",
+    ("kernel_ms", "kernel time", "time_ms", {"rough": True}),
+    ("kernel_self_ms", "kernel self", "time_ms", {"rough": True}),
+    ("kernels", "kernels", "float"),
+    ("idle_ms", "device idle", "time_ms", {"rough": True, "compact": 10}),
+    ("timeline_ms", "timeline", "time_ms", {"rough": True}),
+    ("host_ms", "host time", "time_ms", {"rough": True}),
+    ("launch_bound", "launch-bound", "bool", {"compact": 11}),
+)
+_group(
+    "timing",
+    ("latency_passes", "latency passes", "int"),
+    ("latency_rough", "latency rough", "bool"),
+)
+_group(
+    "roofline",
+    ("achieved_gflops", "achieved FLOP/s", "gflops", {"rough": True}),
+    ("achieved_gbps", "achieved B/s", "gbps", {"rough": True}),
+    ("intensity", "intensity (FLOP/B)", "float"),
+    ("memory_level", "memory level", "text"),
+    ("roofline_ms", "roofline", "time_ms"),
+    ("bound", "bound", "text"),
+    ("efficiency", "efficiency", "ratio", {"rough": True}),
+    ("efficiency_loaded", "efficiency loaded", "bool"),
+)
+_group(
+    "utilization",
+    ("mfu", "MFU", "ratio", {"rough": True}),
+    ("hfu", "HFU", "ratio", {"rough": True}),
+    ("mbu", "MBU", "ratio", {"rough": True}),
+)
+# torchstat's view (its "params" is the column above)
+_group(
+    "torchstat",
+    ("module name", "module name", "text"),
+    ("input shape", "input shape", "text"),
+    ("output shape", "output shape", "text"),
+    ("memory(MB)", "memory (MiB)", "float"),
+    ("MAdd", "MAdd", "count"),
+    ("Flops", "Flops", "count"),
+    ("MemRead(B)", "MemRead", "bytes"),
+    ("MemWrite(B)", "MemWrite", "bytes"),
+    ("duration[%]", "duration", "percent", {"rough": True}),
+    ("MemR+W(B)", "MemR+W", "bytes"),
+)
+_group(
+    "compare",
+    ("fps", "FPS", "float"),
+    ("samples_per_s", "samples/s", "float"),
+    ("batch_size", "batch size", "int"),
+    ("throughput_samples_per_s", "throughput (samples/s)", "float"),
+    ("throughput_batch_size", "throughput batch", "int"),
+    ("latency_median_ms", "latency median", "time_ms"),
+    ("latency_ci_low_ms", "latency 95% CI low", "time_ms"),
+    ("latency_ci_high_ms", "latency 95% CI high", "time_ms"),
+    ("latency_x_ci_low", "latency ratio CI low", "float"),
+    ("latency_x_ci_high", "latency ratio CI high", "float"),
+    ("latency_n", "n", "int"),
+    ("latency_stable", "stable", "bool"),
+    ("cpu_work_median_ms", "CPU work median", "time_ms"),
+    ("cpu_work_ci_low_ms", "CPU work 95% CI low", "time_ms"),
+    ("cpu_work_ci_high_ms", "CPU work 95% CI high", "time_ms"),
+    ("cpu_work_x", "CPU work ratio", "multiple"),
+    ("cpu_work_x_ci_low", "CPU work ratio CI low", "float"),
+    ("cpu_work_x_ci_high", "CPU work ratio CI high", "float"),
+    ("wall_over_cpu", "wall/CPU", "float"),
+    ("rank", "rank", "int"),
+    ("latency_p90_ms", "latency p90", "time_ms"),
+)
+_group(
+    "summary",
+    ("layer_type", "layer type", "text"),
+    ("calls", "calls", "int"),
+)

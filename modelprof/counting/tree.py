@@ -1,0 +1,77 @@
+"""The table rule: per-call readings become per-row values, one way for every column.
+
+A reading per module call is *exclusive* (what the call did itself: its own ops' FLOPs, its
+autograd nodes' time) or *inclusive* (what happened while it ran, its children included: a host
+stamp pair, kernel time charged to the call's range). In the table a parent's row is inclusive
+(its subtree), its ``(self)`` row is its own part (inclusive minus the children's), a leaf's is
+both, and a ``(communication)`` row (a negative key, ``report.rows.row_keys``) has none of a
+call's readings. :func:`subtree_sums` and :func:`own_part` are the two directions;
+:func:`row_values` applies the rule to one reading.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["own_part", "row_values", "subtree_sums"]
+
+
+def subtree_sums(records: Sequence[Any], own: Any, add: Callable[[Any, Any], Any] = operator.add):
+    """Exclusive readings to inclusive ones: each call's ``own`` plus its subtree's.
+
+    ``own`` is a sequence indexed by record (ints stay exact Python ints; ``add`` merges other
+    values, collectives' dicts), or an array whose last axis is the record (per pass, per column).
+    """
+    if isinstance(own, np.ndarray):
+        inc = np.array(own, dtype=np.float64, copy=True)
+        for r in reversed(records):
+            for c in r.children:
+                inc[..., r.index] += inc[..., c]
+        return inc
+    out = list(own)
+    for r in reversed(records):
+        for c in r.children:
+            out[r.index] = add(out[r.index], out[c])
+    return out
+
+
+def own_part(records: Sequence[Any], inclusive: Any, index: int) -> Any:
+    """Inclusive readings to a call's own part: its reading minus its children's (new values:
+    ``inclusive`` stays as it is). ``inclusive`` maps a record index to a reading or None (not
+    read: counts as nothing)."""
+    value = inclusive[index]
+    if value is None:
+        return None
+    for c in records[index].children:
+        child = inclusive[c]
+        if child is not None:
+            value = value - child
+    return value
+
+
+def row_values(
+    keys: Sequence[tuple[int, bool, bool]],
+    records: Sequence[Any],
+    readings: Sequence[Any],
+    inclusive: bool,
+) -> list[Any]:
+    """One reading per call (``readings``, by record index; ``inclusive`` says which kind) as
+    one value per row (``keys``: record index, is a (self) row, is a leaf, in table order); a
+    ``(communication)`` row gets None."""
+    if inclusive:
+        inc, own = list(readings), None
+    else:
+        own, inc = list(readings), subtree_sums(records, readings)
+    out = []
+    for index, is_self, _ in keys:
+        if index < 0:
+            out.append(None)
+        elif is_self:
+            out.append(own[index] if own is not None else own_part(records, inc, index))
+        else:
+            out.append(inc[index])
+    return out
