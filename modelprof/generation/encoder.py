@@ -113,6 +113,8 @@ class EncoderModule(nn.Module):
         return self._last[0]
 
     def forward(self, **inputs: Any) -> Any:
-        out = self._encoder()(**inputs)
+        # as generate() calls it: a ModelOutput whatever the config's return_dict, since the
+        # decoder's forward reads ``encoder_outputs.last_hidden_state`` (Switch Transformers)
+        out = self._encoder()(**{"return_dict": True, **inputs})
         self._last[0] = out
         return out

@@ -20,7 +20,14 @@ from modelprof.generation.spec import CacheMode
 from modelprof.runtime import compat
 from modelprof.runtime.inputs import ModelInputs
 
-__all__ = ["LanguageModel", "StepModule", "greedy_next", "is_hf_causal_lm", "language_model"]
+__all__ = [
+    "LanguageModel",
+    "StepModule",
+    "decoder_start",
+    "greedy_next",
+    "is_hf_causal_lm",
+    "language_model",
+]
 
 Stamp = Callable[[], None]
 
@@ -117,46 +124,66 @@ class LanguageModel:
         #: what it made, per batch size: the decoder's ``encoder_outputs`` (and source mask)
         self.encoder = EncoderModule(model) if self.hf and is_encoder_decoder(model) else None
         self.encoded: dict[int, dict[str, Any]] = {}
-        if self.encoder is not None and cache is CacheMode.STATIC:
+        #: the token the decoder starts from (an encoder-decoder's), in every phase and generate
+        self.decoder_start: int | None = None
+        self.logits_to_keep = False
+        if self.hf:
+            self._check_hf()
+        elif cache is CacheMode.STATIC:
+            raise ModelProfError(
+                "cache='static' is for HuggingFace models; a step function "
+                "keeps its own cache (cache='dynamic') or none (cache=None)"
+            )
+
+    def _check_hf(self) -> None:
+        """A HuggingFace model's run, refused before anything runs when it cannot be made."""
+        model, cache, name = self.model, self.cache, self.name
+        if self.encoder is not None:
+            self._check_encoder_decoder()
+        params = inspect.signature(model.forward).parameters
+        self.logits_to_keep = "logits_to_keep" in params
+        # the cache argument's name: ``cache`` from transformers 5.24, else past_key_values
+        self.cache_arg = compat.cache_argument(model.forward)
+        if cache is not CacheMode.NONE and self.cache_arg is None:
+            names = " or ".join(compat.CACHE_ARGUMENTS)
+            raise ModelProfError(
+                f"cache={cache.value!r}: {name} takes no KV cache "
+                f"({names}); pass cache=None to run it without a cache"
+            )
+        if cache is CacheMode.STATIC:
+            compat.require(
+                "cache='static' (a StaticCache put back between measured steps)",
+                "transformers",
+                compat.STATIC_CACHE_REWINDS,
+            )
+        supports = getattr(model, "_supports_default_dynamic_cache", None)
+        if cache is not CacheMode.NONE and callable(supports) and not supports():
+            raise ModelProfError(
+                f"cache={cache.value!r}: {name} does not support "
+                "transformers Cache objects; pass cache=None, or step="
+            )
+        if cache is CacheMode.NONE and self.device.type == "meta":
+            raise ModelProfError(
+                f"cache=None on device='meta': {name} without a cache reads the values "
+                "of its position ids (transformers checks them for packed sequences), "
+                "which meta tensors do not have; run cache=None on a real device, or count "
+                "on meta with cache='dynamic' or 'static'"
+            )
+
+    def _check_encoder_decoder(self) -> None:
+        if self.cache is CacheMode.STATIC:
             raise ModelProfError(
                 f"cache='static': {self.name} is an encoder-decoder model, run with a dynamic "
                 "self-attention cache beside its cross-attention cache (cache='dynamic'), or "
                 "none (cache=None); a static pair is not built"
             )
-        if self.hf:
-            params = inspect.signature(model.forward).parameters
-            self.logits_to_keep = "logits_to_keep" in params
-            # the cache argument's name: ``cache`` from transformers 5.24, else past_key_values
-            self.cache_arg = compat.cache_argument(model.forward)
-            if cache is not CacheMode.NONE and self.cache_arg is None:
-                names = " or ".join(compat.CACHE_ARGUMENTS)
-                raise ModelProfError(
-                    f"cache={cache.value!r}: {self.name} takes no KV cache "
-                    f"({names}); pass cache=None to run it without a cache"
-                )
-            if cache is CacheMode.STATIC:
-                compat.require(
-                    "cache='static' (a StaticCache put back between measured steps)",
-                    "transformers",
-                    compat.STATIC_CACHE_REWINDS,
-                )
-            supports = getattr(model, "_supports_default_dynamic_cache", None)
-            if cache is not CacheMode.NONE and callable(supports) and not supports():
-                raise ModelProfError(
-                    f"cache={cache.value!r}: {self.name} does not support "
-                    "transformers Cache objects; pass cache=None, or step="
-                )
-            if cache is CacheMode.NONE and device.type == "meta":
-                raise ModelProfError(
-                    f"cache=None on device='meta': {self.name} without a cache reads the values "
-                    "of its position ids (transformers checks them for packed sequences), "
-                    "which meta tensors do not have; run cache=None on a real device, or count "
-                    "on meta with cache='dynamic' or 'static'"
-                )
-        elif cache is CacheMode.STATIC:
+        self.decoder_start = decoder_start(self.model)
+        if self.decoder_start is None:
             raise ModelProfError(
-                "cache='static' is for HuggingFace models; a step function "
-                "keeps its own cache (cache='dynamic') or none (cache=None)"
+                f"{self.name} is an encoder-decoder model whose generation config and config "
+                "name no decoder_start_token_id, bos_token_id or pad_token_id: its decoder has "
+                "no token to start from; set model.generation_config.decoder_start_token_id "
+                "(on the command line: add ,decoder_start_token_id=N to the SPEC)"
             )
 
     # -- one step ---------------------------------------------------------------------------
@@ -226,19 +253,9 @@ class LanguageModel:
         if ids is not None:
             return ids.to(self.device)
         ids = self.tokens(batch_size, length, generator)
-        start = self._decoder_start()
-        if start is not None:  # an encoder-decoder's decoder starts from its start token
-            ids[:, 0] = start
+        if self.decoder_start is not None:  # an encoder-decoder's decoder starts from it
+            ids[:, 0] = self.decoder_start
         return ids
-
-    def _decoder_start(self) -> int | None:
-        if self.encoder is None:
-            return None
-        for config in (self.config, getattr(self.model, "generation_config", None)):
-            start = getattr(config, "decoder_start_token_id", None)
-            if isinstance(start, int):
-                return start
-        return None
 
     def encoder_inputs(self, batch_size: int) -> dict[str, Any]:
         """The encoder's inputs at ``batch_size`` (given in ``inputs=`` or built from the
@@ -246,10 +263,11 @@ class LanguageModel:
         return self.prompt_inputs.extras_for(batch_size, self.device, self.dtype)
 
     def keep_encoded(self, batch_size: int, output: Any) -> None:
-        """What the decoder's steps at ``batch_size`` read: the encoder's last hidden state
-        (``encoder_outputs``, a tuple as every transformers encoder-decoder takes it) and the
-        source's attention mask when one was given."""
-        kept = {"encoder_outputs": (output[0],)}
+        """What the decoder's steps at ``batch_size`` read: the encoder's output as generate()
+        hands it on (``encoder_outputs``, the ModelOutput of an encoder called with
+        ``return_dict=True``: Switch Transformers reads its ``last_hidden_state`` and
+        ``router_logits`` by name) and the source's attention mask when one was given."""
+        kept = {"encoder_outputs": output}
         mask = self.encoder_inputs(batch_size).get("attention_mask")
         if mask is not None:
             kept["attention_mask"] = mask
@@ -295,6 +313,8 @@ class LanguageModel:
         if gc.pad_token_id is None:
             eos = gc.eos_token_id
             gc.pad_token_id = (eos[0] if isinstance(eos, (list, tuple)) else eos) or 0
+        if self.decoder_start is not None:  # the start token the counted phases use
+            gc.decoder_start_token_id = self.decoder_start
         return gc
 
     def _hf_generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
@@ -320,6 +340,24 @@ class LanguageModel:
             raise ModelProfError(
                 f"{self.name}.generate made {made} tokens where new_tokens={new_tokens} were asked"
             )
+
+
+def decoder_start(model: Any) -> int | None:
+    """The token an encoder-decoder's decoder starts from, as ``generate`` picks it: the
+    generation config's (else the config's) ``decoder_start_token_id``, else its
+    ``bos_token_id``; failing both, the pad token, from which T5 starts (transformers 5's bare
+    ``T5Config`` names no start token; T5's ``_shift_right`` says it "is usually set to the
+    pad_token_id"). None when there is none."""
+    configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
+    text = getattr(configs[1], "get_text_config", None)
+    if callable(text):  # a composite config keeps its decoder's tokens in a sub-config
+        configs.append(text(decoder=True))
+    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+        for config in configs:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    return None
 
 
 def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:

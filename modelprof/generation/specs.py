@@ -6,7 +6,9 @@ made directly on the device asked (``meta``: no memory at all)."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -81,12 +83,35 @@ def _config(spec: str) -> Any:
         )
     kwargs = parse_overrides(overrides)
     known = _made(spec, cls, {})  # a config keeps unknown keywords as attributes
-    unknown = [k for k in kwargs if not hasattr(known, k)]
+    takes = _attributes_taken(cls, known, transformers)
+    unknown = [k for k in kwargs if k not in takes and not hasattr(known, k)]
     if unknown:
-        raise ModelProfError(f"SPEC {spec!r}: {name} has no attribute {unknown[0]!r}")
+        near = difflib.get_close_matches(unknown[0], sorted(takes), n=1, cutoff=0.8)
+        raise ModelProfError(
+            f"SPEC {spec!r}: {name} has no attribute {unknown[0]!r}"
+            + (f"; did you mean {near[0]!r}?" if near else "")
+        )
     for key, value in kwargs.items():
-        _check_kind(spec, key, value, getattr(known, key))
+        _check_kind(spec, key, value, getattr(known, key, None))
     return _made(spec, cls, kwargs)
+
+
+def _attributes_taken(cls: Any, known: Any, transformers: Any) -> set[str]:
+    """Every attribute a config class takes: its own and its bases' keyword parameters and
+    fields, those its default instance has, and the generation settings a config carries for
+    ``generate`` (``decoder_start_token_id``, ``bos_token_id``: transformers 5 declares them on
+    the generation config only, yet a config given them keeps them and models read them)."""
+    takes = set(vars(known)) | set(getattr(known, "attribute_map", {}) or {})
+    for klass in inspect.getmro(cls):
+        init = vars(klass).get("__init__")
+        if init is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                takes |= set(inspect.signature(init).parameters)
+        takes |= set(getattr(klass, "__dataclass_fields__", {}) or {})
+    generation = getattr(transformers, "GenerationConfig", None)
+    if generation is not None:
+        takes |= {k for k in vars(generation()) if not k.startswith("_")}
+    return {k for k in takes if k.isidentifier() and k not in ("self", "args", "kwargs")}
 
 
 def _config_names_near(name: str, transformers: Any) -> list[str]:
