@@ -21,7 +21,7 @@ from modelprof.report.plots import (
     plot_roofline,
     plot_throughput,
 )
-from modelprof.timing.peaks import Peaks  # noqa: E402
+from modelprof.timing.peaks import MemoryLevel, Peaks  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Peaks chosen so the fixture's layers sit on both sides of the ridge (1e9 / 1e9 = 1 FLOP/B):
@@ -144,10 +144,36 @@ def test_plot_roofline_draws_the_roofs_the_rows_are_judged_against() -> None:
     fig = plot_roofline(report_frame(), probed)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "compute roof: 46.08 MFLOP/s" in legend
-    assert fig.axes[0].get_title().endswith("(float32, probe; raised to measured layers: compute)")
+    title = fig.axes[0].get_title().replace("\n", " ")
+    # in words, no jargon: what the probe measured, which layer beat it, the roof drawn instead
+    assert title.startswith("Roofline: toy (float32, roofs probed) The probe measured the compute")
+    assert "roof at 10.00 MFLOP/s, but layer conv1 ran at 46.08 MFLOP/s: the probe was" in title
+    assert "disturbed and read low, so that roof is 46.08 MFLOP/s here." in title
+    assert "raised to measured layers" not in title
     # the same peaks as given by a user stay as given
     fig = plot_roofline(report_frame(), replace(probed, source="user"))
     assert "compute roof: 10.00 MFLOP/s" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert fig.axes[0].get_title() == "Roofline: toy (float32, roofs given)"
+
+
+def test_plot_roofline_says_in_words_when_the_dram_probe_was_disturbed() -> None:
+    from dataclasses import replace
+
+    # a CPU probe's hierarchy with a DRAM roof of 3.04 GB/s, which no layer of the fixture
+    # disproves (all fit the caches): slower than one DDR3 channel (10.7 GB/s) moves copies
+    levels = (MemoryLevel("L1", 64 << 10, 70e9), MemoryLevel("DRAM", None, 3.04e9))
+    cpu = replace(PEAKS, peak_flops=1e9, peak_bytes=3.04e9, source="probe", levels=levels)
+    title = plot_roofline(report_frame(), cpu).axes[0].get_title().replace("\n", " ")
+    assert "The DRAM roof, 3.04 GB/s, is implausibly low" in title
+    # 20 GB/s is a plausible DRAM: the title is the heading alone
+    fine = replace(cpu, peak_bytes=20e9, levels=(levels[0], MemoryLevel("DRAM", None, 20e9)))
+    assert plot_roofline(report_frame(), fine).axes[0].get_title() == (
+        "Roofline: toy (float32, roofs probed)"
+    )
+    # a probe that waited for a core says so in words
+    busy = replace(fine, wall_over_cpu=1.5)
+    title = plot_roofline(report_frame(), busy).axes[0].get_title().replace("\n", " ")
+    assert "The probe ran on a busy machine (its wall time was 1.50x its CPU time)" in title
 
 
 def test_plot_roofline_needs_timing() -> None:

@@ -20,6 +20,7 @@ from modelprof.report.roofline import (
     compute_roofs,
     judged_levels,
     observed_peaks,
+    peak_notes,
 )
 from modelprof.timing.peaks import (
     KNOWN_DEVICES,
@@ -496,6 +497,87 @@ def test_a_probed_convolution_roof_rises_on_its_own() -> None:
     assert observed_peaks(df.assign(latency_ms=np.nan), peaks) is peaks  # untimed: as probed
 
 
+def test_a_dram_roof_rises_to_what_a_leaf_moved_past_the_caches() -> None:
+    # the caches in front of DRAM hold 64 KiB + 1 MiB + 8 MiB = 9,502,720 B. big (a leaf)
+    # reads 41,445,376 B and writes 1000 in 1 ms: at least 41,445,376 - 9,502,720 =
+    # 31,942,656 B came from DRAM in 1e-3 s = 31.94e9 B/s, over the probed 10e9
+    df = pd.DataFrame(
+        {
+            "module": ["big", "parent"],
+            "type": ["Linear", "Sequential"],
+            "leaf": [True, False],
+            "flops": [1000, 1000],
+            "read_bytes": [41_445_376, 100 << 20],
+            "write_bytes": [1000, 100 << 20],
+            "latency_ms": [1.0, 50.0],
+        }
+    )
+    seen = observed_peaks(df, PROBED)
+    dram = 41_445_376 - (64 * 1024 + (1 << 20) + (8 << 20))
+    assert seen.raised == ("DRAM",)
+    assert seen.peak_bytes == pytest.approx(dram / 1e-3)
+    # L3 (probed 100e9) stays above it; the parent's 200 MiB in 50 ms (4.19e9 B/s) proves
+    # nothing: a parent's traffic counts its children's intermediates, which a cache keeps
+    assert [lv.bandwidth for lv in seen.levels[:3]] == [400e9, 200e9, 100e9]
+    notes = peak_notes(df, PROBED)
+    assert notes == [
+        "The probe measured the DRAM roof at 10.00 GB/s, but layer big moved data past the "
+        "caches at 31.94 GB/s: the probe was disturbed and read low, so that roof is "
+        "31.94 GB/s here."
+    ]
+    # each level is proved by the bytes past the caches in front of it, in 0.2 ms:
+    # L2 (41,445,376 - 65,536) / 2e-4 = 206.90e9 over 200e9; L3 (... - 1,048,576) / 2e-4 =
+    # 201.66e9 over 100e9; DRAM 31,942,656 / 2e-4 = 159.71e9 over 10e9; all of big's
+    # 41,446,376 B in 0.2 ms, 207.2e9 B/s, stays under L1's 400e9
+    fast = df.assign(latency_ms=[0.2, 50.0])
+    seen = observed_peaks(fast, PROBED)
+    assert [lv.bandwidth for lv in seen.levels] == pytest.approx(
+        [400e9, 206.8992e9, 201.65632e9, dram / 2e-4]
+    )
+    assert seen.raised == ("L2", "L3", "DRAM")
+
+
+def test_one_peak_per_run_for_the_mfu_the_table_and_the_plot() -> None:
+    from torch import nn
+
+    from modelprof import profile
+
+    # a probe far below what any forward reaches: 1 MFLOP/s, 1 MB/s. Every figure of the run
+    # is judged against the roofs its fastest layers proved, the same ones everywhere
+    low = Peaks(peak_flops=1e6, peak_bytes=1e6, source="probe", device="cpu")
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # noisy timing under load: not the point
+        report = profile(
+            model, (64,), batch_size=16, roofline=low, repeat=3, warmup=1, budget_s=0.3
+        )
+    df = report.to_dataframe()
+    timed = df[df["latency_ms"] > 0]
+    # the compute roof: the best FLOP/s a row reached, flops / latency (ms -> s)
+    best = float((timed["flops"] / (timed["latency_ms"] * 1e-3)).max())
+    u = report.utilization()
+    assert u.convention.peaks.peak_flops == pytest.approx(best)
+    assert u.by_peak == {"probe": u.mfu}
+    # the table's MFU per row: 2 x MACs over its latency x that same peak
+    expected = 2 * timed["macs"] / (timed["latency_ms"] * 1e-3 * best)
+    assert timed["mfu"].to_numpy() == pytest.approx(expected.to_numpy())
+    assert list(u.rows["mfu"].fillna(-1)) == list(df["mfu"].fillna(-1))
+    assert (timed["mfu"] <= 1 + 1e-9).all()  # no row above the peak it is judged against
+    # the summary says in words where the peak came from
+    assert "raised to what a layer of this run reached: the probe was disturbed" in (
+        report.summary()
+    )
+    pytest.importorskip("matplotlib")
+    fig = report.plot_roofline()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    from modelprof.render.units import format_count
+
+    assert f"compute roof: {format_count(best, unit='FLOP/s')}" in legend
+    assert "The probe measured the compute roof at 1.00 MFLOP/s, but layer" in (
+        fig.axes[0].get_title().replace("\n", " ")
+    )
+
+
 @pytest.mark.slow
 def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None:
     import torchvision
@@ -597,7 +679,7 @@ def test_every_efficiency_against_a_busy_probe_is_marked() -> None:
     assert cells and all(c.startswith("~") for c in cells if c not in ("", "-"))
     pytest.importorskip("matplotlib")
     fig = r.plot_roofline()
-    assert "BUSY MACHINE" in fig.axes[0].get_title()
+    assert "The probe ran on a busy machine" in fig.axes[0].get_title().replace("\n", " ")
     # the same peaks from a quiet probe: no flag anywhere
     quiet = dataclasses.replace(busy, wall_over_cpu=1.02)
     q = profile(model, (64,), roofline=quiet, repeat=3, warmup=1, budget_s=0.2)

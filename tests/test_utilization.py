@@ -221,27 +221,23 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
 
 
 def test_a_ratio_above_one_is_never_printed_as_a_utilization():
-    # a probe that under-reads the device: 1 kFLOP/s and 1 kB/s, which any forward outruns
+    # a given peak far below the device: 1 kFLOP/s and 1 kB/s, which any forward outruns
     # (2 x 16 x 64 x 128 = 262,144 FLOPs would need 262 s to sit at that roof)
-    low = Peaks(peak_flops=1e3, peak_bytes=1e3, source="probe", device="cpu")
+    low = Peaks(peak_flops=1e3, peak_bytes=1e3, source="user", device="cpu")
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU())
     report = modelprof.profile(
         model, (64,), batch_size=16, roofline=low, repeat=3, warmup=1, budget_s=1
     )
-    u = report.utilization("probe")
+    u = report.utilization()
     assert u.mfu > 1  # the number itself stays in the frames, numeric
     line = u.describe()
-    assert f"MFU above 1 ({u.mfu:.3f}: the probe under-reads the peak" in line
+    assert f"MFU above 1 ({u.mfu:.3f}: more than the given peak allows" in line
     assert f"MFU {u.mfu:.3f} " not in line  # never the plain figure
-    assert "probe under-reads the peak" in report.summary()
-    # a datasheet peak recorded beside it: the probe's figure is flagged there too
+    assert "more than the given peak allows" in report.summary()
+    # a datasheet peak recorded beside it: the figure against it is plain
     sheet = report.utilization("H100 SXM")
     assert sheet.mfu < 1  # 262,144 FLOPs in under a second, against 67 TFLOP/s
     assert f"MFU {sheet.mfu:.3f} (" in sheet.describe()
-    assert "against the probe peak above 1 (" in sheet.describe()
-    # a given peak below what ran: the time, the count or the peak is off
-    judged = report.utilization(dataclasses.replace(low, source="user"))
-    assert "more than the given peak allows" in judged.describe()
     # the table marks each ratio above 1 as rough, and leaves one below 1 plain
     text = report.to_text(columns=["module", "mfu", "mbu"], units="human")
     linear = next(row for row in text.splitlines() if row.lstrip().startswith("0"))
@@ -252,14 +248,27 @@ def test_a_ratio_above_one_is_never_printed_as_a_utilization():
     )
     assert "~" not in plain.to_text(columns=["module", "mfu", "mbu"], units="human")
     assert "above 1" not in plain.summary()
-    # a given roof is never raised to what ran (a probed one is): its efficiency above 1 is marked
-    given = dataclasses.replace(low, source="user")
+    # a given roof is never raised to what ran: its efficiency above 1 is marked
     over = modelprof.profile(
-        model, (64,), batch_size=16, roofline=given, repeat=3, warmup=1, budget_s=1
+        model, (64,), batch_size=16, roofline=low, repeat=3, warmup=1, budget_s=1
     )
     assert over.to_dataframe().loc[1, "efficiency"] > 1
     text = over.to_text(columns=["module", "efficiency"], units="human")
     assert next(r for r in text.splitlines() if r.lstrip().startswith("0")).count("~") == 1
+    # the same figures from a probe: the probe was disturbed, and the run's one peak is
+    # what its fastest layer proved, so no row's MFU is above 1 and the line says why
+    probed = modelprof.profile(
+        model,
+        (64,),
+        batch_size=16,
+        roofline=dataclasses.replace(low, source="probe"),
+        repeat=3,
+        warmup=1,
+        budget_s=1,
+    )
+    judged = probed.utilization("probe")
+    assert (judged.rows["mfu"].dropna() <= 1 + 1e-9).all()
+    assert "compute, DRAM roofs raised to what a layer of this run reached" in judged.describe()
 
 
 def test_bad_conventions_and_peaks_are_named():
@@ -448,8 +457,9 @@ def test_a_mig_slice_is_never_judged_against_the_whole_gpu():
     report = modelprof.profile(nn.Linear(4, 4), (4,), timing=False)
     report.env["device_name"] = MIG
     # the whole A100's 312 TFLOP/s would read a 1g slice's MFU ~7x low: no datasheet peak
-    chosen, known = resolve_peaks(None, report)
-    assert chosen is None and "datasheet" not in known
+    with pytest.raises(ModelProfError, match="is a MIG slice, which the whole GPU's datasheet"):
+        resolve_peaks(None, report)
+    assert "datasheet" not in resolve_peaks(Peaks(1e9, 1e9), report)[1]
     for peak in ("datasheet", MIG):
         with pytest.raises(ModelProfError, match=r"MIG slice \(1g\.5gb\), not the whole GPU"):
             report.utilization(peak)
@@ -467,3 +477,38 @@ def test_fit_refuses_a_mig_slice_without_its_memory():
         fit(model, device=MIG, training=False)  # 40 GiB where the slice has 4.75
     sliced = fit(model, device=MIG, memory_bytes=4.75 * 2**30, training=False)
     assert sliced.table.loc["memory", "inference"] == 4.75 * 2**30
+
+
+def test_no_peak_on_the_cpu_is_a_sentence_not_a_frame_of_nan():
+    # a CPU has no datasheet peak; without a probe there is nothing to judge against
+    untimed = modelprof.profile(nn.Linear(4, 4), (4,), timing=False)
+    with pytest.raises(
+        ModelProfError,
+        match=r"no peak to judge against: .+ is not in the datasheet table .+ was not timed "
+        r"\(timing=False\).+pass peak=Peaks",
+    ):
+        untimed.utilization()
+    unprobed = modelprof.profile(
+        nn.Linear(4, 4), (4,), roofline=False, repeat=3, warmup=1, budget_s=0.2
+    )
+    with pytest.raises(ModelProfError, match=r"has no probe \(roofline=False\)"):
+        unprobed.utilization()
+    assert "MFU" not in unprobed.summary()  # the summary leaves the line out, as before
+
+
+def test_utilization_tables_print_flops_and_bytes_with_units():
+    # Linear(64, 128) at batch 16: model FLOPs 2 x 16 x 64 x 128 = 262,144 -> "262.14 K";
+    # bytes read: input 16 x 64 x 4 = 4,096, weight 128 x 64 x 4 = 32,768, bias 512; written:
+    # 16 x 128 x 4 = 8,192; 45,568 B = 44.50 KiB. Never "262144.00"
+    report = modelprof.profile(nn.Linear(64, 128), (64,), batch_size=16, timing=False)
+    u = report.utilization(Peaks(1e9, 1e9))
+    assert u.phases.loc[0, "model_flops"] == 262_144 and u.phases.loc[0, "bytes"] == 45_568
+    for frame in (u.rows, u.phases):
+        text = repr(frame)
+        assert "model FLOPs" in text and "262.14 K" in text and "44.50 KiB" in text, text
+        assert "262144" not in text and "45568" not in text
+    # however the frames were put together (generation concatenates its phases' frames)
+    joined = modelprof.report.utilization.Utilization(
+        u.convention, u.rows.iloc[:1].copy(), u.phases.assign(mfu_generation=0.25), {}
+    )
+    assert "262.14 K" in repr(joined.rows) and "25.00%" in repr(joined.phases)

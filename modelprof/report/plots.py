@@ -19,7 +19,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
 from modelprof.render.views import column_spec, module_labels, select_rows
-from modelprof.report.roofline import add_roofline, observed_peaks
+from modelprof.report.roofline import add_roofline, observed_peaks, peak_notes
 from modelprof.timing.peaks import Peaks as PeaksClass
 
 if TYPE_CHECKING:
@@ -173,6 +173,7 @@ def plot_flops(
     return fig
 
 
+_ROOF_SOURCES = {"probe": "roofs probed", "table": "datasheet roofs", "user": "roofs given"}
 _LEVEL_COLOURS = ("tab:green", "tab:purple", "tab:olive", "tab:blue", "tab:cyan")
 
 
@@ -190,8 +191,11 @@ def plot_roofline(
     is judged against (its ``memory_level``). The ``annotate`` slowest layers are numbered and
     named in a key beside the plot, so no label covers a point or another label. ``df`` is the
     modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
-    the ones the rows are judged against (probed roofs raised where a layer beat them:
-    ``modelprof.report.roofline.observed_peaks``)."""
+    the ones the rows are judged against, and the ones the report's MFU uses: a probed roof
+    that a layer beat is drawn at what the layer proved (``modelprof.report.roofline.
+    observed_peaks``), and the title says so in words under the heading, as it does for a
+    probe that waited for a core or a DRAM roof slower than any main memory
+    (``peak_notes``)."""
 
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(
@@ -204,6 +208,7 @@ def plot_roofline(
         " (profile with timing=True)",
     )
     data = add_roofline(df, peaks)
+    notes = peak_notes(df, peaks)  # in words: what the probe measured and what disturbed it
     peaks = observed_peaks(df, peaks)
     if leaf_only and "leaf" in data.columns:
         data = data[data["leaf"].astype(bool)]
@@ -227,16 +232,13 @@ def plot_roofline(
     ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
-    source = peaks.source + (
-        f"; raised to measured layers: {', '.join(peaks.raised)}" if peaks.raised else ""
-    )
-    if peaks.loaded:  # a probe on a busy machine: its roofs read low, say so on the plot
-        source += f"; PROBED ON A BUSY MACHINE (wall/CPU {peaks.wall_over_cpu:.2f}): roofs read low"
+    source = _ROOF_SOURCES.get(peaks.source, peaks.source)
     ax.grid(which="both", alpha=0.25)
     _legends(fig, ax, key)
     # wrapped to the axes' width once the legends took their room: a one-line title wider
     # than the axes ran into the legends outside them
-    _fit_title(ax, title or f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})")
+    heading = f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})"
+    _fit_title(ax, "\n".join([title or heading, *notes]))
     save_figure(fig, save)
     return fig
 
@@ -350,9 +352,9 @@ def _fit_title(ax: Any, text: str) -> None:
     fig.draw_without_rendering()  # the constrained layout fixes the axes' size
     renderer = fig._get_renderer()
     limit = ax.get_window_extent(renderer).width
-    width = len(text)
-    while True:
-        ax.set_title(textwrap.fill(text, width=width))
+    width = max(map(len, text.splitlines()))
+    while True:  # each paragraph (line of ``text``) wrapped on its own
+        ax.set_title("\n".join(textwrap.fill(p, width=width) for p in text.splitlines()))
         if ax.title.get_window_extent(renderer).width <= limit or width <= 20:
             break
         width -= 5

@@ -25,7 +25,7 @@ from modelprof.report.frames import WholeFrame, shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
 from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
-from modelprof.report.roofline import add_roofline
+from modelprof.report.roofline import add_roofline, run_peaks
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
 from modelprof.report.utilization import Convention, Utilization, resolve_peaks, utilization
 
@@ -180,7 +180,7 @@ class Report(Exports):
         """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step) against the peaks
         the roofline columns use, in the default convention (:meth:`utilization`)."""
 
-        rows, _ = utilization(self, Convention(peaks=self.peaks), self._by_op)
+        rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
         df["mfu"] = rows["mfu"].to_numpy()
         if self.training_step is not None:
             df["hfu"] = rows["hfu"].to_numpy()

@@ -25,8 +25,11 @@ one far larger than the last level, for DRAM), each level's bandwidth taken as t
 fits it and no lower than the next slower level's.
 
 Probed roofs are lower bounds of what the device can do: where a row of the table ran faster,
-:func:`observed_peaks` raises the roof to what it reached, so no row sits above the roof it is
-judged against (``Peaks.raised`` names the raised roofs; datasheet and user peaks stay as given).
+:func:`observed_peaks` raises the roof to what it proved (a slower memory level by the bytes a
+leaf moved past the caches in front of it), so no row sits above the roof it is judged against
+(``Peaks.raised`` names the raised roofs, :func:`peak_notes` says it in words; datasheet and user
+peaks stay as given). These are the run's one set of peaks (:func:`run_peaks`): the table's
+efficiency, MFU and MBU, the summary's MFU and the roofline plot all use them.
 
 Peaks come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies for the
 bandwidth of each memory level) or from the table of datasheet values :data:`KNOWN_DEVICES`
@@ -38,15 +41,27 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
-from modelprof.render.views import LOADED_FLAG
+from modelprof.render.units import format_rate
+from modelprof.render.views import LOADED_FLAG, module_labels
+from modelprof.report.rows import modelprof_frame
 from modelprof.timing.peaks import MemoryLevel, Peaks
 
-__all__ = ["ROOFLINE_COLUMNS", "add_roofline", "compute_roofs", "judged_levels", "observed_peaks"]
+__all__ = [
+    "ROOFLINE_COLUMNS",
+    "add_roofline",
+    "compute_roofs",
+    "judged_levels",
+    "observed_peaks",
+    "peak_notes",
+    "roof_proofs",
+    "run_peaks",
+]
 
 
 ROOFLINE_COLUMNS: tuple[str, ...] = (
@@ -129,70 +144,115 @@ def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, np.ndarray
 
 
 def observed_peaks(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> Peaks:
-    """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` reached
-    above it: the roofs :func:`add_roofline` judges ``df`` against.
+    """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` proved the
+    device can reach above it: the roofs :func:`add_roofline` judges ``df`` against, and the
+    one peak a report's MFU, MBU and roofline plot all use (:func:`run_peaks`).
 
     A probe measures a lower bound of what the device can do (a short run on a shared machine,
     copies limited by their per-call overhead); a layer that ran faster proves the device can,
     so the roof is at least that. Each compute roof is raised by the rows judged against it
-    (:func:`compute_roofs`); a memory roof only where a row beat even the fastest level (slower
-    levels are never raised: a row faster than its level is judged against a faster one, see
-    :func:`judged_levels`). The raised roofs are named in ``Peaks.raised``. Peaks from the
-    datasheet table or the user (``source`` ``"table"``, ``"user"``) are left as given: a row
-    above them says the measurement or the given roof is wrong.
+    (:func:`compute_roofs`); the fastest memory level by any row's bandwidth; a slower level
+    (DRAM) by what a leaf row must have moved past the caches in front of it (its bytes beyond
+    their capacity, over its time), and each faster level to at least the one behind it. The
+    raised roofs are named in ``Peaks.raised`` (:func:`peak_notes` says it in words). Peaks
+    from the datasheet table or the user (``source`` ``"table"``, ``"user"``) are left as
+    given: a row above them says the measurement or the given roof is wrong.
     """
-    if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
+    proofs = roof_proofs(df, peaks, latency_column=latency_column)
+    if not proofs:
         return peaks
-    flops, traffic, latency = _work(df, latency_column)
-    timed = np.isfinite(latency) & (latency > 0)
-    if not timed.any():
-        return peaks
-    seconds = np.where(timed, latency, np.inf) / 1e3
-    rate_flops = flops / seconds  # 0 on untimed rows
-    rate_bytes = traffic / seconds
-    raised: list[str] = []
-    peak_flops, conv_peak = float(peaks.peak_flops), peaks.conv_peak_flops
-    if conv_peak is None:
-        best = float(rate_flops.max())
-        if best > peak_flops:
-            peak_flops = best
-            raised.append("compute")
-    else:
-        conv, mixed = _compute_classes(df)
-        plain = ~conv & ~mixed
-        best, best_conv = rate_flops[plain].max(initial=0.0), rate_flops[conv].max(initial=0.0)
-        if best > peak_flops:
-            peak_flops = float(best)
-            raised.append("compute")
-        if best_conv > conv_peak:
-            conv_peak = float(best_conv)
-            raised.append("conv compute")
-        best_mixed = rate_flops[mixed].max(initial=0.0)
-        if best_mixed > max(peak_flops, conv_peak):  # the faster roof, which mixed rows get
-            if conv_peak >= peak_flops:
-                conv_peak = float(best_mixed)
-                raised.append("conv compute")
-            else:
-                peak_flops = float(best_mixed)
-                raised.append("compute")
-    levels = peaks.memory_levels
-    fastest = float(rate_bytes.max())
-    if fastest > levels[0].bandwidth:
-        levels = (MemoryLevel(levels[0].name, levels[0].capacity_bytes, fastest), *levels[1:])
-        raised.append(levels[0].name)
-    if not raised:
-        return peaks
+    peak_flops = max(float(peaks.peak_flops), proofs.get("compute", (0.0, -1))[0])
+    conv_peak = peaks.conv_peak_flops
+    if conv_peak is not None:
+        conv_peak = max(float(conv_peak), proofs.get("conv compute", (0.0, -1))[0])
+    levels = list(peaks.memory_levels)
+    for i in range(len(levels) - 1, -1, -1):  # slowest first: a cache is at least as fast
+        floor = max(proofs.get(levels[i].name, (0.0, -1))[0], *(lv.bandwidth for lv in levels[i:]))
+        if floor > levels[i].bandwidth:
+            levels[i] = MemoryLevel(levels[i].name, levels[i].capacity_bytes, floor)
+    raised = [n for n in proofs if n in ("compute", "conv compute")]
+    raised += [b.name for a, b in zip(peaks.memory_levels, levels) if b.bandwidth > a.bandwidth]
     return Peaks(
         peak_flops=peak_flops,
         peak_bytes=levels[-1].bandwidth,
         source=peaks.source,
         device=peaks.device,
         dtype=peaks.dtype,
-        levels=levels if peaks.levels else (),
+        levels=tuple(levels) if peaks.levels else (),
         conv_peak_flops=conv_peak,
         raised=(*peaks.raised, *dict.fromkeys(raised)),
         wall_over_cpu=peaks.wall_over_cpu,
     )
+
+
+def roof_proofs(
+    df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms"
+) -> dict[str, tuple[float, int]]:
+    """The probed roofs a timed row of ``df`` beat: roof name (``"compute"``, ``"conv
+    compute"``, a memory level's name) -> (the rate the rows proved, in FLOP/s or B/s, and the
+    position of the row that proved it). Empty for peaks that are not a probe's."""
+    if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
+        return {}
+    flops, traffic, latency = _work(df, latency_column)
+    timed = np.isfinite(latency) & (latency > 0)
+    if not timed.any():
+        return {}
+    seconds = np.where(timed, latency, np.inf) / 1e3
+    proofs = _compute_proofs(df, peaks, flops / seconds)  # 0 on untimed rows
+    levels = peaks.memory_levels
+    rate = traffic / seconds
+    _prove(proofs, levels[0].name, rate, levels[0].bandwidth)
+    leaf = (
+        df["leaf"].fillna(False).to_numpy(dtype=bool)
+        if "leaf" in df.columns
+        else np.zeros(len(df), dtype=bool)
+    )
+    # bytes a leaf must have moved past the caches: at least max(read, write) are distinct
+    # (a parent's traffic holds its children's intermediates, which a cache can keep)
+    distinct = np.maximum(df["read_bytes"].to_numpy(float), df["write_bytes"].to_numpy(float))
+    held = 0
+    for lv_in_front, lv in zip(levels, levels[1:]):
+        held += lv_in_front.capacity_bytes or 0
+        beyond = np.where(leaf, np.clip(distinct - held, 0.0, None), 0.0) / seconds
+        _prove(proofs, lv.name, beyond, lv.bandwidth)
+    return proofs
+
+
+def _compute_proofs(df: pd.DataFrame, peaks: Peaks, rate: np.ndarray) -> dict[str, Any]:
+    """The compute roofs rows beat: each row against the roof :func:`compute_roofs` gives it,
+    a parent (whose work may mix convolutions and other ops) against the faster one."""
+    proofs: dict[str, tuple[float, int]] = {}
+    if peaks.conv_peak_flops is None:
+        _prove(proofs, "compute", rate, float(peaks.peak_flops))
+        return proofs
+    conv, mixed = _compute_classes(df)
+    _prove(proofs, "compute", np.where(~conv & ~mixed, rate, 0.0), float(peaks.peak_flops))
+    _prove(proofs, "conv compute", np.where(conv, rate, 0.0), float(peaks.conv_peak_flops))
+    plain = proofs.get("compute", (float(peaks.peak_flops), -1))
+    convs = proofs.get("conv compute", (float(peaks.conv_peak_flops), -1))
+    faster = "conv compute" if convs[0] >= plain[0] else "compute"
+    _prove(proofs, faster, np.where(mixed, rate, 0.0), max(plain[0], convs[0]))
+    return proofs
+
+
+def _prove(proofs: dict[str, Any], name: str, rates: np.ndarray, roof: float) -> None:
+    """Record in ``proofs`` the best of ``rates`` where it beats ``roof``."""
+    if not len(rates):
+        return
+    best = int(np.argmax(rates))
+    if rates[best] > roof:
+        proofs[name] = (float(rates[best]), best)
+
+
+def run_peaks(report: Any) -> Peaks | None:
+    """The one peak a report's numbers are judged against: its peaks as given or looked up, or
+    its probe with every roof a timed row beat raised to what the row proved
+    (:func:`observed_peaks` over the report's own rows). The summary's MFU, the table's
+    ``mfu``/``mbu``/``efficiency`` columns and the roofline plot all use it."""
+    peaks = getattr(report, "peaks", None)
+    if not isinstance(peaks, Peaks) or peaks.source != "probe" or not report.timed:
+        return peaks
+    return observed_peaks(modelprof_frame(report.rows, report.timed), peaks)
 
 
 _CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
@@ -249,3 +309,63 @@ def judged_levels(
             i -= 1
         out.append(i)
     return out
+
+
+#: a CPU probe's DRAM roof below this (B/s) is slower than one DDR3 channel (10.7 GB/s) moves
+#: copies: a copy that slow was slowed by other work on the machine
+IMPLAUSIBLE_CPU_DRAM = 5e9
+
+
+def peak_notes(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> list[str]:
+    """Sentences, in plain words, on every sign that the probe behind ``peaks`` was disturbed:
+    a roof a layer of ``df`` beat (what the probe measured, what the layer proved, which
+    layer, and the roof used instead), a probe that waited for a core, a CPU's DRAM roof
+    slower than any main memory. Empty for undisturbed, datasheet or given peaks."""
+    if peaks.source != "probe":
+        return []
+    notes = []
+    if peaks.loaded:
+        notes.append(
+            f"The probe ran on a busy machine (its wall time was {peaks.wall_over_cpu:.2f}x its "
+            "CPU time): every roof it measured reads low."
+        )
+    proofs = roof_proofs(df, peaks, latency_column=latency_column)
+    labels = module_labels(df["module"], df.get("call")) if "module" in df.columns else None
+    for name, (rate, row) in proofs.items():
+        old, unit = _probed(peaks, name)
+        who = f"layer {labels[row]}" if labels is not None else f"row {row}"
+        how = "moved data" if unit == "B/s" else "ran"
+        if unit == "B/s" and name != peaks.memory_levels[0].name:
+            how = "moved data past the caches"
+        notes.append(
+            f"The probe measured the {name} roof at {format_rate(old, unit)}, but {who} {how} "
+            f"at {format_rate(rate, unit)}: the probe was disturbed and read low, so that roof "
+            f"is {format_rate(rate, unit)} here."
+        )
+    if peaks.raised and not proofs:
+        notes.append(
+            f"The {', '.join(peaks.raised)} roof(s) are the rates layers reached, above what the "
+            "probe measured: the probe was disturbed and read low."
+        )
+    dram = peaks.memory_levels[-1]
+    if _is_cpu(peaks) and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs:
+        notes.append(
+            f"The DRAM roof, {format_rate(dram.bandwidth, 'B/s')}, is implausibly low: one DDR3 "
+            f"memory channel moves {format_rate(10.7e9, 'B/s')}; the probe's copy was "
+            "most likely slowed by other work. Probe again on a quiet machine."
+        )
+    return notes
+
+
+def _probed(peaks: Peaks, name: str) -> tuple[float, str]:
+    """The probed value of the roof ``name`` and its unit."""
+    if name == "compute":
+        return float(peaks.peak_flops), "FLOP/s"
+    if name == "conv compute":
+        return float(peaks.conv_peak_flops or peaks.peak_flops), "FLOP/s"
+    return next(lv.bandwidth for lv in peaks.memory_levels if lv.name == name), "B/s"
+
+
+def _is_cpu(peaks: Peaks) -> bool:
+    """A CPU's probe: its levels name an L1 or L3 (a GPU probe measures its L2 and DRAM)."""
+    return any(lv.name in ("L1", "L3") for lv in peaks.levels)

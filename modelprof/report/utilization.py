@@ -43,8 +43,11 @@ import numpy as np
 import pandas as pd
 import torch.distributed as dist
 
+import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
+from modelprof.report.frames import shown
+from modelprof.report.roofline import run_peaks
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
@@ -68,6 +71,15 @@ _FLOPS_WORDS = {
     "2macs": "2 x MACs of contractions",
     "flops": "full FLOPs (contractions + elementwise, norms, softmax)",
 }
+# the frames' own columns, shown as every count, size and fraction of modelprof is (1.82 G,
+# 5.26 MiB, 31.71%), never as 134217728.00
+registry.declare(
+    registry.Column("model_flops", "model FLOPs", "count", "utilization", dtype="float64"),
+    registry.Column("hardware_flops", "hardware FLOPs", "count", "utilization", dtype="float64"),
+    registry.Column("mfu_generation", "MFU (generation)", "ratio", "utilization"),
+    registry.Column("mbu_generation", "MBU (generation)", "ratio", "utilization"),
+)
+_UNITS = {"bytes": "_bytes"}  # a frame's ``bytes``: read + write bytes, in IEC units
 _SOURCE_WORDS = {"table": "datasheet, dense", "probe": "probed", "user": "given"}
 _PEAK_NAMES = {"table": "datasheet", "probe": "probe", "user": "given"}
 
@@ -98,7 +110,7 @@ class Convention:
             else (
                 f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
                 f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
-                f"{', ' + p.device if p.device else ''})"
+                f"{', ' + p.device if p.device else ''}{_raised_words(p)})"
             )
         )
         return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
@@ -114,6 +126,11 @@ class Utilization:
     rows: pd.DataFrame
     phases: pd.DataFrame
     by_peak: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        # printed whole and in human units, however the frames were put together
+        for name in ("rows", "phases"):
+            object.__setattr__(self, name, shown(getattr(self, name), units=_UNITS))
 
     @property
     def mfu(self) -> float:
@@ -140,6 +157,16 @@ class Utilization:
         return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others})"
 
 
+def _raised_words(p: Peaks) -> str:
+    """Where a probed roof was raised to what a layer proved, that in words."""
+    if not p.raised:
+        return ""
+    return (
+        f"; the {', '.join(p.raised)} roof{'s' if len(p.raised) > 1 else ''} raised to what a "
+        "layer of this run reached: the probe was disturbed and read low"
+    )
+
+
 def _ratio_text(value: float, peak: str | None) -> str:
     """A utilization as the summary prints it (``peak``: ``"probe"``, ``"datasheet"`` or
     ``"given"``). Work cannot outrun the device, so a ratio above 1 says the peak it is judged
@@ -161,7 +188,7 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
     ``"probe"`` (the report's probed peaks), a device name of the datasheet table, a ``Peaks``,
     or ``None``: the datasheet where the device is in the table, else the probe."""
     known: dict[str, Peaks] = {}
-    probed = getattr(report, "peaks", None)
+    probed = run_peaks(report)  # a probe with the roofs the rows beat raised: the plot's too
     if isinstance(probed, Peaks):
         known["probe" if probed.source == "probe" else "given"] = probed
     dtype = report.dtype
@@ -174,7 +201,10 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
         known["given"] = peak
         return peak, known
     if peak is None:
-        return known.get("datasheet", known.get("probe", known.get("given"))), known
+        chosen = known.get("datasheet", known.get("probe", known.get("given")))
+        if chosen is None:
+            raise ModelProfError(_no_peak(report))
+        return chosen, known
     if peak in ("datasheet", "probe"):
         device = report.env.get("device_name", report.device)
         if peak == "datasheet" and mig_slice(device) is not None:
@@ -200,6 +230,27 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
         known["datasheet"] = named
         return named, known
     raise ModelProfError(f"peak={peak!r} must be 'datasheet', 'probe', a device name or a Peaks")
+
+
+def _no_peak(report: Any) -> str:
+    """Why ``report`` has no peak to judge its utilization against, and how to give one."""
+    device = report.env.get("device_name", report.device)
+    where = (
+        f"{device} is not in the datasheet table (it holds GPUs: "
+        f"{', '.join(sorted(KNOWN_DEVICES)[:4])}, ...)"
+        if mig_slice(device) is None
+        else f"{device} is a MIG slice, which the whole GPU's datasheet figures do not describe"
+    )
+    why = (
+        "this report has no probe (roofline=False)"
+        if report.timed
+        else "this report was not timed (timing=False), so it has neither a probe nor a time"
+    )
+    return (
+        f"utilization(): no peak to judge against: {where}, and {why}; profile with timing "
+        "(roofline=None probes the device), or pass peak=Peaks(peak_flops=..., "
+        "peak_bytes=...) or a device name of the table"
+    )
 
 
 def _datasheet(name: str, dtype: str) -> Peaks | None:
