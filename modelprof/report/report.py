@@ -190,10 +190,15 @@ class Report(Exports):
     @property
     def layers_rough(self) -> bool:
         """The per-layer rows rest on fewer passes than the stop rule promises (``min_samples``,
-        when a budget stopped them early) or on a single pass: rough, marked in every view."""
+        when a budget stopped them early) or on a single pass, or disagree with the clean runs
+        or among themselves (``timing_agreement``: the warning says which): rough, marked in
+        every view."""
         lt = self.layer_timing
         if lt is None:
             return False
+        agreement = self.timing_agreement
+        if agreement is not None and not agreement.agree and not agreement.regimes:
+            return True
         return lt.n < 2 or (lt.min_samples is not None and lt.n < lt.min_samples)
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:

@@ -6,12 +6,17 @@ machine the two agree within the instrument's few percent. When the machine's lo
 between the two windows they do not, and the coverage cannot tell: it compares passes of one
 window (docs/timing.md has a case).
 
-:func:`judge_agreement` compares the two medians with their intervals. They *disagree* when
-their 95 % intervals do not overlap (a side without an interval counts as its median) and the
-medians differ by more than ``tolerance`` (10 %: beyond what the instrument's correction leaves).
-The figure to quote is then the faster window's: load only ever adds time, so the faster
-window is the nearer to the model's own speed; with the CPU time read (a loaded CPU), the CPU
-work is named beside it, as the figure load cannot stretch.
+:func:`judge_agreement` compares the two medians with their intervals. Medians further apart
+than ``tolerance`` (10 %: beyond what the instrument's correction leaves) *disagree* when their
+95 % intervals do not overlap (a side without an interval counts as its median), and *cannot
+be told apart* when they do, because an interval is wider than the gap (under load a handful of
+runs spread over 100x): neither figure is then one to quote as measured, and the verdict says
+so rather than passing for agreement. The leaf rows must also add up to the ``(root)`` pass:
+leaves are disjoint stretches of it, so a leaf sum more than ``tolerance`` above it is a third
+disagreement (per-layer medians taken while the machine's load moved). The figure to quote is
+the faster window's: load only ever adds time, so the faster window is the nearer to the
+model's own speed; with the CPU time read (a loaded CPU), the CPU work is named beside it, as
+the figure load cannot stretch.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class TimingAgreement:
     cpu_ms: float | None = None  # the clean runs' CPU work, when read on a loaded CPU
     cpu_clock: str | None = None
     regimes: str | None = None  # modes the clean runs use and the per-layer passes do not
+    #: "agree", "disagree" (apart beyond both intervals), "imprecise" (apart, but an interval
+    #: too wide to tell) or "leaves" (the leaf rows add up to more than the (root) pass)
+    verdict: str = "agree"
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
@@ -51,6 +59,23 @@ class TimingAgreement:
             return (
                 f"the per-layer passes (median {_ms(self.passes_ms)}) and the clean runs "
                 f"(median {_ms(self.clean_ms)}) agree within their intervals"
+            )
+        if self.verdict == "imprecise":
+            return (
+                f"the per-layer passes and the clean runs CANNOT BE TOLD APART: the (root) pass "
+                f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, the clean end-to-end "
+                f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
+                "inside an interval too wide to say which holds (the machine's load moved "
+                "the runs); neither is a figure to quote: time again with a larger budget_s "
+                "or on a quieter machine"
+            )
+        if self.verdict == "leaves":
+            return (
+                f"the per-layer rows DO NOT ADD UP: the leaf rows sum to "
+                f"{_ms(self.leaf_sum_ms)}, {self.leaf_sum_ms / self.passes_ms:.2f}x the (root) "
+                f"pass's {_ms(self.passes_ms)} they are parts of (per-layer medians taken while "
+                "the machine's load moved); read the rows as rough, and time again with a "
+                "larger budget_s or on a quieter machine"
             )
         head = (
             f"the per-layer passes and the clean runs DISAGREE: the (root) pass read "
@@ -117,7 +142,9 @@ def judge_agreement(
     ratio = passes.median_ms / clean.median_ms if clean.median_ms > 0 else math.nan
     apart = p_lo > c_hi or p_hi < c_lo
     far = math.isfinite(ratio) and abs(math.log(ratio)) > math.log1p(tolerance)
-    agree = not (apart and far)
+    over = passes.median_ms > 0 and leaf_sum_ms > passes.median_ms * (1.0 + tolerance)
+    verdict = ("disagree" if apart else "imprecise") if far else ("leaves" if over else "agree")
+    agree = verdict == "agree"
     quote = "clean" if not ratio < 1.0 else "per-layer"
     cpu = clean.cpu
     show_cpu = cpu is not None and clean.loaded
@@ -134,4 +161,5 @@ def judge_agreement(
         cpu_ms=cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
         regimes=regimes or None,
+        verdict=verdict,
     )
