@@ -42,6 +42,7 @@ def small_llama():
     )
 
 
+@pytest.mark.slow
 def test_llama3_70b_inference_closed_forms():
     report = fit(llama3_70b(), device="H100 SXM", context=8192, training=False)
     t = report.table["inference"]

@@ -214,6 +214,7 @@ def test_moe_active_params_and_tokens_per_expert():
     assert moe.tokens_per_expert().shape == (2, 4)
 
 
+@pytest.mark.slow
 def test_llama_70b_shape_on_meta_is_bounded():
     # (its speed is measured by benchmarks/generation.py --part meta70b, not here)
     cfg = transformers.LlamaConfig(
