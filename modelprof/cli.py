@@ -674,6 +674,7 @@ def _run_profile(ctx: _Context) -> None:
         )
     except ModelProfError as e:
         raise _cli_batch_hint(e, ctx) from e.__cause__
+    report.model_name = name  # the name asked for (resnet50), not the class (ResNet)
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth

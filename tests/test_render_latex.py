@@ -4,6 +4,7 @@ installed, checks that the tables compile without overfull boxes."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -255,3 +256,76 @@ def test_a_label_that_would_break_the_document_is_refused(label):
     df = pd.DataFrame({"module": ["a"], "params": [1]})
     with pytest.raises(ModelProfError, match="label="):
         to_latex(df, label=label)
+
+
+def test_children_are_indented_under_their_parents_and_the_root_is_the_model() -> None:
+    # the fixture's tree: Net (depth 0) > conv1, bn1, relu, layer1, relu #2 (depth 1);
+    # layer1 > layer1.0, layer1.1, layer1.(self) (depth 2). Parents and children side by side
+    # in one column: each child sits 0.8 em further in, so nobody adds them up twice
+    text = to_latex(report_frame(), TOTALS, columns=["module", "type", "flops"], fit=None)
+    body = text.split(r"\midrule")[1].strip().splitlines()
+    assert [line.split(" & ")[0] for line in body] == [
+        "Net",  # the model, by its class: not "(root)"
+        r"\hspace{0.8em}conv1",
+        r"\hspace{0.8em}bn1",
+        r"\hspace{0.8em}relu",
+        r"\hspace{0.8em}layer1",
+        r"\hspace{1.6em}layer1.0",
+        r"\hspace{1.6em}layer1.1",
+        r"\hspace{1.6em}layer1.(self)",
+        r"\hspace{0.8em}relu \#2",
+    ]
+    assert "(root)" not in text
+    # the width estimate counts the indentation: the widest name, layer1.(self), is 1.6 em
+    # further in, 1.6 x 9 pt (\small) x 1.05 (the margin) = 15.12 pt wider
+    table = prepare_table(report_frame(), TOTALS, columns=["module"])
+    # the same cells, rows no longer nested (names m0, m1, ...: none holds another)
+    flat = dataclasses.replace(table, frame=table.frame.assign(module=[f"m{i}" for i in range(9)]))
+    assert estimate_width_pt(table) - estimate_width_pt(flat) == pytest.approx(1.6 * 9 * 1.05)
+    # one level shown (depth=1 keeps depth 0 and 1): the children of the root indented once
+    shallow = to_latex(report_frame(), TOTALS, columns=["module", "flops"], depth=1, fit=None)
+    assert r"\hspace{1.6em}" not in shallow and r"\hspace{0.8em}layer1 &" in shallow
+    # leaves only: one level, nothing to indent
+    leaves = to_latex(report_frame(), TOTALS, columns=["module", "flops"], leaf_only=True)
+    assert r"\hspace" not in leaves
+
+
+def test_shapes_print_with_a_times_sign_in_cells_and_caption() -> None:
+    text = to_latex(
+        report_frame(),
+        TOTALS,
+        columns=["module", "output_shape"],
+        caption="resnext50_32x4d, input 1x3x224x224, float32",
+        fit=None,
+    )
+    # a shape token becomes 1 x 3 x 224 x 224 with \times; a name holding 32x4 stays as it is
+    assert r"\caption{resnext50\_32x4d, input 1$\times$3$\times$224$\times$224, float32}" in text
+    assert r"\hspace{0.8em}conv1 & 1$\times$4$\times$8$\times$8 \\" in text
+    assert "1x4x8x8" not in text
+
+
+def test_a_reports_paper_table_keeps_type_and_names_the_model(tmp_path) -> None:
+    import torchvision
+
+    import modelprof
+    from modelprof.cli import main
+
+    # resnet50 at depth 2 with its timing columns: type is kept before the derived shares
+    # and output bytes; what does not fit is said, with how to keep it
+    report = modelprof.profile(torchvision.models.resnet50(), (3, 224, 224), timing=False)
+    df = report.to_dataframe()
+    df["latency_ms"] = 1.0
+    df["latency_pct"] = 100.0 / len(df)
+    report.to_dataframe = lambda style="modelprof": df  # the timed frame, without the wait
+    cols = ["module", "type", "output_shape", "params", "macs", "flops", "output_bytes"]
+    text = report.to_latex(depth=2, columns=[*cols, "latency_ms", "flops_pct", "latency_pct"])
+    header = next(line for line in text.splitlines() if line.startswith("module &"))
+    assert header.startswith("module & type & ")
+    assert "to keep one, name it in priority= or columns=" in text
+    assert "\nResNet & ResNet & " in text  # the root: the model's class, not (root)
+    # the command line names the model as asked for: resnet18, not its class ResNet
+    assert (
+        main(["profile", "resnet18", "--no-timing", "--format", "tex", "--out", str(tmp_path)]) == 0
+    )
+    tex = (tmp_path / "resnet18.tex").read_text(encoding="utf-8")
+    assert r"\caption{resnet18, input 1$\times$3$\times$224$\times$224, float32 on " in tex

@@ -173,7 +173,9 @@ def test_html_export_is_a_page_and_the_notebook_view_is_not_clipped(tmp_path, ti
 def test_latex_defaults_fit_the_page_and_name_the_packages(timed):
     tex = timed.to_latex(label="tab:net")
     assert tex.startswith(r"% modelprof table: needs \usepackage{booktabs}")
-    assert r"\caption{Net, input 1x3x16x16, float32 on" in tex and r"\label{tab:net}" in tex
+    # a shape with a times sign, as a paper sets it
+    assert r"\caption{Net, input 1$\times$3$\times$16$\times$16, float32 on" in tex
+    assert r"\label{tab:net}" in tex
     assert r"\begin{table*}" in tex
     assert "end-to-end (clean run)" in tex
     d1 = timed.to_latex(depth=1)

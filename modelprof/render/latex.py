@@ -24,6 +24,7 @@ needs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import warnings
@@ -196,10 +197,15 @@ def _column_widths_pt(table: Table, font_pt: float) -> list[float]:
     """Natural width of each column: its widest cell plus the column separation. A footer
     label spans the empty cells right of it (:func:`_label_span`); when it is wider than those
     columns together, LaTeX widens the last of them, and so does this estimate."""
-    rows = [*_header_lines(table.headers), *table.cells]
+    heads = _header_lines(table.headers)
+    # an indented module name is wider by its indentation (1 em = the font size)
+    extra = [[0.0] * len(table.cells) for _ in table.columns]
+    if any(indents := _indents(table)):
+        extra[table.columns.index("module")] = [k * _INDENT_EM * font_pt for k in indents]
     widths = [
         max(
-            [_text_width_pt(r[i], font_pt) for r in rows]
+            [_text_width_pt(h[i], font_pt) for h in heads]
+            + [_text_width_pt(r[i], font_pt) + extra[i][j] for j, r in enumerate(table.cells)]
             + [_text_width_pt(f[i], font_pt) for f in table.footer if i > 0 or not f[0]]
         )
         + 2 * _TABCOLSEP_PT
@@ -264,21 +270,68 @@ def _subset(table: Table, keep: Sequence[int]) -> Table:
     )
 
 
+_SHAPE_COLUMNS = frozenset({"input_shape", "output_shape", "input shape", "output shape"})
+_SHAPE = re.compile(r"\b\d+(?:x\d+)+\b")  # 1x3x224x224; not resnext50_32x4d
+_INDENT_EM = 0.8  # per level of the call tree below the table's shallowest row
+
+
+def paper_shapes(text: str) -> str:
+    """Tensor shapes in ``text`` with a multiplication sign: ``1x3x224x224`` becomes
+    ``1×3×224×224`` (``$\\times$`` once escaped); a name such as ``resnext50_32x4d`` stays."""
+    return _SHAPE.sub(lambda m: m.group(0).replace("x", "×"), text)
+
+
+def _paper_cells(table: Table) -> Table:
+    """The cells as a paper prints them: shapes with ``×``, and the root call named by the
+    model's class (its ``type``) instead of ``(root)``."""
+    frame = table.frame
+    modules = list(frame["module"]) if "module" in frame.columns else []
+    types = list(frame["type"]) if "type" in frame.columns else []
+    cells = []
+    for r, row in enumerate(table.cells):
+        row = tuple(
+            paper_shapes(c) if n in _SHAPE_COLUMNS else c for c, n in zip(row, table.columns)
+        )
+        if "module" in table.columns and r < len(modules) and modules[r] == "" and types:
+            at = table.columns.index("module")
+            row = (*row[:at], str(types[r]), *row[at + 1 :])
+        cells.append(row)
+    return dataclasses.replace(table, cells=tuple(cells))
+
+
+def _indents(table: Table) -> list[int]:
+    """Per row, how many levels its module name is indented: how many of the rows shown above
+    it are its ancestors (the root, ``layer1`` for ``layer1.0``), so a child sits under its
+    parent and a reader adding down the column sees which rows are parts of another. Rows none
+    of which holds another (the leaves alone) are not indented."""
+    frame = table.frame
+    if "module" not in table.columns or "module" not in frame.columns:
+        return [0] * len(table.cells)
+    out: list[int] = []
+    above: list[str] = []  # the ancestors of the current row among the rows shown
+    for name in map(str, frame["module"]):
+        while above and not (above[-1] == "" or name.startswith(above[-1] + ".")):
+            above.pop()
+        out.append(len(above))
+        above.append(name)
+    return out
+
+
 def _line(cells: Iterable[str]) -> str:
     return " & ".join(escape_latex(c) for c in cells) + r" \\"
 
 
-def _row_line(table: Table, r: int, cells: Sequence[str]) -> str:
-    """A body row; its rough per-layer times greyed (``\\textcolor{gray}``, from xcolor)."""
-    return (
-        " & ".join(
-            f"\\textcolor{{gray}}{{{escape_latex(c)}}}"
-            if is_rough(table, r, n)
-            else escape_latex(c)
-            for c, n in zip(cells, table.columns)
-        )
-        + r" \\"
-    )
+def _row_line(table: Table, r: int, cells: Sequence[str], indent: int = 0) -> str:
+    """A body row; its rough per-layer times greyed (``\\textcolor{gray}``, from xcolor); its
+    module name indented by ``indent`` levels."""
+    out = [
+        f"\\textcolor{{gray}}{{{escape_latex(c)}}}" if is_rough(table, r, n) else escape_latex(c)
+        for c, n in zip(cells, table.columns)
+    ]
+    if indent:
+        at = table.columns.index("module")
+        out[at] = f"\\hspace{{{indent * _INDENT_EM:g}em}}{out[at]}"
+    return " & ".join(out) + r" \\"
 
 
 def _footer_line(row: Sequence[str]) -> str:
@@ -299,7 +352,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     module docstring for ``width``, ``fit`` and ``long``."""
     view = ViewOptions.parse(view, **options)
     view = view.replace(
-        caption=None if view.caption is None else escape_latex(view.caption),
+        caption=None if view.caption is None else escape_latex(paper_shapes(view.caption)),
         label=_checked_label(view.label),
     )
     width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
@@ -316,6 +369,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
             f"fit={fit!r}: a longtable cannot be scaled; use fit='columns', "
             "fewer rows (depth=, top_k=) or long=False"
         )
+    table = _paper_cells(table)
     before = table.columns
     if width is not None and fit is not None:
         target = NOMINAL_WIDTH_PT[width]
@@ -325,7 +379,8 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
             table = _drop_until_fits(table, target * _MAX_SHRINK, font_size, view.priority)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
-    body = [_row_line(table, i, r) for i, r in enumerate(table.cells)]
+    indents = _indents(table)
+    body = [_row_line(table, i, r, indents[i]) for i, r in enumerate(table.cells)]
     grey = any(is_rough(table, i, n) for i in range(len(table.cells)) for n in table.columns)
     if table.footer:
         body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
@@ -336,19 +391,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         + (["graphicx"] if scale else [])
         + (["xcolor"] if grey else [])
     )
-    out = [
-        f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble",
-        *(
-            [
-                f"% dropped to fit \\{width}: "
-                + ", ".join(c for c in before if c not in table.columns)
-            ]
-            if len(before) != len(table.columns)
-            else []
-        ),
-        f"% estimated natural width {estimate_width_pt(table, font_size):.0f} pt in "
-        f"\\{font_size} ({len(table.columns)} columns)",
-    ]
+    out = _comments(table, before, packages, view)
     unsettable = _warn_unsettable(_unsettable(table))
     if unsettable is not None:
         out.append(unsettable)
@@ -356,6 +399,26 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         return "\n".join(out + _longtable(table, head, body, view)) + "\n"
     parts = _split_body(table, body, LONG_ROWS - len(head)) if split else [body]
     return "\n".join(out + _floating(table, head, parts, view, scale)) + "\n"
+
+
+def _comments(
+    table: Table, before: Sequence[str], packages: Sequence[str], view: ViewOptions
+) -> list[str]:
+    """The comment lines above a table: the packages it needs, the columns dropped to fit the
+    width (and how to keep one), its estimated width."""
+    out = [f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble"]
+    dropped = [c for c in before if c not in table.columns]
+    if dropped:
+        out.append(
+            f"% dropped to fit \\{view.width} ({NOMINAL_WIDTH_PT[view.width]:g} pt in "
+            f"\\{view.font_size}), least important first: {', '.join(dropped)}; to keep one, "
+            "name it in priority= or columns=, or use fit='scale' or width=None"
+        )
+    out.append(
+        f"% estimated natural width {estimate_width_pt(table, view.font_size):.0f} pt in "
+        f"\\{view.font_size} ({len(table.columns)} columns)"
+    )
+    return out
 
 
 def _checked_label(label: str | None) -> str | None:

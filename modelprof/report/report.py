@@ -34,17 +34,17 @@ __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 # the columns a by-type summary sums
 _SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
 # LaTeX keeps these longest when a table must lose columns to fit (most important first)
-_LATEX_PRIORITY = (
+_LATEX_PRIORITY = (  # what a paper's table drops last; a share and bytes are derived
     "module",
     "layer_type",
+    "type",
     "params",
     "macs",
     "latency_ms",
     "calls",
     "flops",
-    "latency_pct",
-    "type",
     "output_shape",
+    "latency_pct",
     "output_bytes",
     "read_bytes",
     "write_bytes",
