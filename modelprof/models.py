@@ -29,7 +29,14 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.archive import inspect_pt2
 from modelprof.runtime.exported import exported_layers
 
-__all__ = ["DEFAULT_INPUT_SIZE", "InputSize", "LoadedModel", "load_model", "load_spec"]
+__all__ = [
+    "DEFAULT_INPUT_SIZE",
+    "InputSize",
+    "LoadedModel",
+    "config_names_near",
+    "load_model",
+    "load_spec",
+]
 
 InputSize = tuple[Any, ...]
 """One shape without the batch dimension, ``(3, 224, 224)``, or a tuple of such shapes."""
@@ -101,6 +108,7 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
         return LoadedModel(*_load_file(Path(spec), trust_pickle=trust_pickle))
+    _refuse_config_spec(spec)
     if "/" in spec or "\\" in spec or Path(spec).suffix:  # torchvision names hold neither
         _refuse_other_path(spec)
     try:
@@ -109,6 +117,44 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         if _probe(Path(spec), "exists"):  # not a torchvision name, but a file or directory
             _refuse_other_path(spec)
         raise
+
+
+def config_names_near(name: str, transformers: Any) -> list[str]:
+    """The transformers config classes spelled like ``name`` (``LlamaConfg``: LlamaConfig)."""
+    if not name.isidentifier() or name.endswith("Config") and hasattr(transformers, name):
+        return []
+    configs = [n for n in dir(transformers) if n.endswith("Config")]
+    return difflib.get_close_matches(name, configs, n=2, cutoff=0.85)
+
+
+def _refuse_config_spec(spec: str) -> None:
+    """A transformers config spec (``LlamaConfig:hidden_size=64``, capitalized as no
+    torchvision name is) is said to be one, a misspelt class with the classes it resembles,
+    rather than reported as an unknown torchvision name."""
+    name = spec.partition(":")[0]
+    if not name.isidentifier() or not name[:1].isupper():
+        return
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+    near = config_names_near(name, transformers) if transformers is not None else []
+    if not name.endswith("Config") and not near:
+        return
+    where = (
+        "transformers configs are built by `modelprof generate` and `modelprof fit`; "
+        "profile and compare take a torchvision name, timm:NAME, file.py:factory (one may "
+        "build the model from a config) or a .pt/.pt2 file"
+    )
+    if transformers is not None and hasattr(transformers, name):
+        raise ModelProfError(f"model {spec!r} is a transformers config: {where}")
+    version = f" {transformers.__version__}" if transformers is not None else " (not installed)"
+    raise ModelProfError(
+        f"model {spec!r}: transformers{version} has no {name}"
+        + (f"; did you mean {' or '.join(near)}? " if near else ". ")
+        + where[0].upper()
+        + where[1:]
+    )
 
 
 def _refuse_other_path(spec: str) -> None:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.models import load_spec
+from modelprof.models import config_names_near, load_spec
 
 __all__ = ["load_language_model", "parse_overrides"]
 
@@ -72,7 +72,7 @@ def _config(spec: str) -> Any:
                 f"transformers {transformers.__version__}"
             ) from e
     name, _, overrides = spec.partition(":")
-    near = _config_names_near(name, transformers)
+    near = config_names_near(name, transformers)
     if not name.endswith("Config") and not (near and name[:1].isupper()):
         return None
     cls = getattr(transformers, name, None) if name.endswith("Config") else None
@@ -112,14 +112,6 @@ def _attributes_taken(cls: Any, known: Any, transformers: Any) -> set[str]:
     if generation is not None:
         takes |= {k for k in vars(generation()) if not k.startswith("_")}
     return {k for k in takes if k.isidentifier() and k not in ("self", "args", "kwargs")}
-
-
-def _config_names_near(name: str, transformers: Any) -> list[str]:
-    """The transformers config classes spelled like ``name`` (``LlamaConfg``: LlamaConfig)."""
-    if not name.isidentifier() or name.endswith("Config") and hasattr(transformers, name):
-        return []
-    configs = [n for n in dir(transformers) if n.endswith("Config")]
-    return difflib.get_close_matches(name, configs, n=2, cutoff=0.85)
 
 
 def _made(spec: str, cls: Any, kwargs: dict[str, Any]) -> Any:
