@@ -35,6 +35,7 @@ import inspect
 import math
 import numbers
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from torch import nn
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
+from modelprof.generation.profile import profile_generation
 from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
@@ -62,6 +64,8 @@ _MOST = 2**53
 #: a forward taking one of these keeps a KV cache
 _CACHE_ARGUMENTS = frozenset({"past_key_values", "cache", "use_cache"})
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
+_LAYER = re.compile(r"\.\d+$")
+CHECKPOINTING = ("none", "full", "selective")
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = (
     "weights",
@@ -79,13 +83,17 @@ class FitReport:
     """``table``: bytes per rank, one column per plan, rows the components, then ``total``,
     ``memory`` (the device's), ``headroom`` (memory - total) and ``fits`` (1 yes, 0 no).
     ``device``: the datasheet entry taken, with ``matched_from`` the name given; ``model``:
-    the class counted (the module given, or the one built from a config)."""
+    the class counted (the module given, or the one built from a config); ``parameters``:
+    its parameter elements (packed and quantized ones included); ``gpus``: the devices a plan
+    uses, ``tp`` x ``ranks``."""
 
     table: pd.DataFrame
     device: str
     matched_from: str
     notes: tuple[str, ...]
     model: str = ""
+    parameters: int = 0
+    gpus: int = 1
 
     def fits(self, plan: str) -> bool:
         if plan not in self.table.columns:
@@ -101,6 +109,8 @@ class FitReport:
             f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
         )
         head += f"; model {self.model}" if self.model else ""
+        head += f", {_count_text(self.parameters)} parameters" if self.parameters else ""
+        head += f"; {self.gpus} GPU{'s' if self.gpus > 1 else ''} a plan (tp x ranks)"
         text = "\n".join([head, shown.to_string(), *(f"note: {n}" for n in self.notes)])
         return emit(text if path is None else text + "\n", path)
 
@@ -119,6 +129,7 @@ class _Spec:
     ranks: int
     optimizer: OptimizerState
     mixed: bool
+    checkpointing: str = "none"
 
 
 def fit(
@@ -134,6 +145,7 @@ def fit(
     optimizer: Any = "adam",
     mixed_precision: bool | None = None,
     training: bool = True,
+    checkpointing: str = "none",
 ) -> FitReport:
     """Bytes per rank of ``model_or_config`` (an ``nn.Module``, counted as given; or a
     transformers config, a config class or a dict with ``model_type``, built on meta with the
@@ -144,13 +156,19 @@ def fit(
     ``"sgd_momentum"``, or any ``torch.optim`` class's, ``"adafactor"``), a ``torch.optim``
     optimizer class, instance or factory, as ``profile`` takes (its state is sized from the
     shapes of its real state after one step); ``mixed_precision``: default on for 16-bit
-    ``dtype``."""
+    ``dtype``; ``checkpointing``: activation checkpointing of the training plans, ``"none"``,
+    ``"full"`` or ``"selective"`` (Korthikanti et al. 2022; the module doc). A ``tp`` that
+    splits no whole heads, a ``context`` past the model's positions and a head dim that is no
+    integer are refused."""
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
+    spec = dataclasses.replace(spec, checkpointing=_checkpointing(checkpointing))
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
-    shapes, stored = _weights(model)
+    _check_plan(model, config, spec)
+    shapes, stored, parameters = _weights(model, spec.tp)
     counts = _counted(model, config, spec, training)
     counts["stored"] = stored
+    counts["state"], counts["state_skipped"] = _recurrent_state(model, config, spec)
     cols = {"inference": _inference(model, config, spec, shapes, counts)}
     if training:
         for plan in PLANS[1:]:
@@ -173,6 +191,8 @@ def fit(
         device if isinstance(device, str) else key,
         _notes(spec, key, training, counts, built),
         type(model).__name__,
+        parameters,
+        spec.tp * spec.ranks,
     )
 
 
@@ -196,6 +216,78 @@ def _spec(
     if not isinstance(mixed, bool):
         raise ModelProfError(f"mixed_precision={mixed!r} must be True, False or None")
     return _Spec(dt, batch, context, tp, ranks, state, mixed)
+
+
+def _checkpointing(value: Any) -> str:
+    if not isinstance(value, str) or value not in CHECKPOINTING:
+        raise ModelProfError(
+            f"checkpointing={value!r} must be one of {', '.join(map(repr, CHECKPOINTING))}"
+        )
+    return value
+
+
+def _count_text(n: int) -> str:
+    """A parameter count as people say it: ``70.55 B (70,553,706,496)``."""
+    for size, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= size:
+            return f"{n / size:.2f} {unit} ({n:,})"
+    return f"{n:,}"
+
+
+def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
+    """Refuse a plan no real run makes: a head dim that is not an integer, a ``tp`` that
+    splits no whole heads (Megatron and vLLM ask ``heads % tp == 0``, so ``tp`` above the
+    head count too), a ``context`` past the positions of a model fit feeds token ids."""
+    if config is None:
+        return
+    d = model_dims(config)
+    heads, hidden = d["heads"], d["hidden"]
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    explicit = any(getattr(text, n, None) for n in ("head_dim", "d_kv"))
+    if heads and hidden and not explicit and hidden % heads:
+        raise ModelProfError(
+            f"{type(config).__name__}: hidden size {hidden} / {heads} attention heads = "
+            f"{hidden / heads:g} is not an integer head dim; no attention layer has it"
+        )
+    if heads and heads % spec.tp:
+        ok = [t for t in range(1, heads + 1) if heads % t == 0]
+        raise ModelProfError(
+            f"tp={spec.tp} does not split the {heads} attention heads of {type(model).__name__}"
+            f" (hidden size {hidden}) into whole heads per rank"
+            + (" (more ranks than heads)" if spec.tp > heads else "")
+            + f": a tensor-parallel plan needs heads % tp == 0; tp in {ok[-8:]} does"
+        )
+    limit = d["max_positions"]
+    takes_ids = _count_inputs(model, spec, training=False) is not None or _caches(model)
+    if limit and takes_ids and spec.context > limit:
+        raise ModelProfError(
+            f"context={spec.context} is past the {limit} positions of {type(model).__name__} "
+            f"({_positions_name(text, limit)}={limit}"
+            + (
+                ": learned position embeddings, no row past it)"
+                if _learned_positions(model, limit)
+                else "; raise it, with RoPE scaling, to plan longer)"
+            )
+        )
+
+
+def _positions_name(config: Any, limit: int) -> str:
+    names = ("n_positions", "max_position_embeddings", "n_ctx", "max_target_positions")
+    return next((n for n in names if getattr(config, n, None) == limit), "positions")
+
+
+def _learned_positions(model: nn.Module, limit: int) -> bool:
+    """A table of positions: an embedding other than the token ids' of ``limit`` rows or a
+    few more (BART's offset of 2)."""
+    get = getattr(model, "get_input_embeddings", None)
+    try:
+        tokens = get() if callable(get) else None
+    except (NotImplementedError, AttributeError):
+        tokens = None
+    return any(
+        isinstance(m, nn.Embedding) and m is not tokens and limit <= m.num_embeddings <= limit + 2
+        for m in model.modules()
+    )
 
 
 def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
@@ -371,6 +463,8 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
                 for r in step.rows
                 if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op}
             )
+            counts["layer_saved"] = _layer_saved(step.rows)
+            counts["hidden"] = model_dims(config)["hidden"]
     except ModelProfError as e:
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (
@@ -380,22 +474,62 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     return counts
 
 
-def _weights(model: nn.Module) -> tuple[list[tuple[int, ...]], int]:
-    """The shapes of the floating parameters (held at ``dtype``, trained), and the bytes of
-    the weights held as stored: integer and quantized parameters (a tensor subclass: its
-    inner tensors) and the packed weights of quantized layers, which are no parameters."""
+#: what a recurrent layer's class or a config's state size is called (Mamba, Mamba2, Jamba,
+#: Falcon-H1, Zamba, Bamba, RWKV, Qwen3-Next's gated delta net, RecurrentGemma, xLSTM)
+_RECURRENT_NAMES = ("mamba", "ssm", "rwkv", "gateddelta", "linearattention", "recurrent", "xlstm")
+_STATE_SIZES = ("state_size", "ssm_state_size", "mamba_d_state", "d_state", "linear_key_head_dim")
+_ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def _recurrent(model: nn.Module, config: Any) -> bool:
+    """Whether ``model`` has layers that keep a recurrent state: a module class named so, a
+    config with a state size, or a layer kind other than attention in ``layer_types``."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    kinds = set(getattr(text, "layer_types", None) or ())
+    names = {type(m).__name__.lower() for m in model.modules()}
+    return (
+        bool(kinds - _ATTENTION_KINDS)
+        or any(getattr(text, a, None) for a in _STATE_SIZES)
+        or any(k in n for n in names for k in _RECURRENT_NAMES)
+    )
+
+
+def _layer_saved(rows: list) -> list[int]:
+    """The saved bytes of each repeated layer (the shallowest calls named ``<list>.<i>``, as
+    ``model.layers.3``), what full checkpointing recomputes one at a time."""
+    layers = [r for r in rows if not r.is_self and _LAYER.search(r.module)]
+    depth = min((r.depth for r in layers), default=0)
+    return [int(r.saved_bytes or 0) for r in layers if r.depth == depth]
+
+
+def _weights(model: nn.Module, tp: int) -> tuple[list[tuple[int, ...]], int, int]:
+    """The shapes tensor-parallel rank 0 holds of the floating parameters (held at
+    ``dtype``, trained), the bytes of the weights held as stored (integer and quantized
+    parameters, a tensor subclass by its inner tensors, and the packed weights of quantized
+    layers, which are no parameters), and the parameter elements of the model. Under ``tp``
+    a norm's parameters stay whole on every rank and any other tensor is split along dim 0,
+    rank 0 taking ``ceil(d0 / tp)`` rows (an odd dimension's extra rows), as a real plan does."""
     shapes: list[tuple[int, ...]] = []
-    stored = module_packed_weights(model)[1]
-    for p in {id(p): p for p in model.parameters()}.values():
-        if p.is_floating_point() and type(p) in PLAIN_TENSORS:
-            shapes.append(tuple(p.shape))
-        else:
-            stored += tensor_nbytes(p)
-    return shapes, stored
+    packed_elements, stored = module_packed_weights(model)
+    seen: set[int] = set()
+    elements = packed_elements
+    for module in model.modules():
+        whole = tp == 1 or "norm" in type(module).__name__.lower()
+        for p in module.parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            elements += p.numel()
+            if p.is_floating_point() and type(p) in PLAIN_TENSORS:
+                s = tuple(p.shape)
+                shapes.append(s if whole or not s else (-(-s[0] // tp), *s[1:]))
+            else:
+                stored += tensor_nbytes(p)
+    return shapes, stored, elements
 
 
 def _inference(
-    model: nn.Module, config: Any, spec: _Spec, shapes: list, counts: dict[str, int]
+    model: nn.Module, config: Any, spec: _Spec, shapes: list, counts: dict[str, Any]
 ) -> dict[str, int]:
     elements = sum(math.prod(s) for s in shapes)
     kv = 0
@@ -403,11 +537,31 @@ def _inference(
         kv = closed_form_kv_bytes(config, spec.dtype, spec.context, spec.batch_size) or 0
         kv_heads = model_dims(config)["kv_heads"] or 1
         kv = -(-kv // min(spec.tp, kv_heads))
+        # a recurrent (SSM) state: per sequence, any context; its channels split over tp
+        kv += -(-counts["state"] * spec.batch_size // spec.tp)
     return {
-        "weights": -(-elements * spec.dtype.itemsize // spec.tp) + -(-counts["stored"] // spec.tp),
+        "weights": elements * spec.dtype.itemsize + -(-counts["stored"] // spec.tp),
         "kv_cache": kv,
         "activation": counts["activation"],
     }
+
+
+def _recurrent_state(model: nn.Module, config: Any, spec: _Spec) -> tuple[int, str | None]:
+    """Bytes of recurrent state (Mamba's conv and SSM states) one sequence's cache holds, as
+    ``profile_generation``'s memory plan reads them from the cache the model builds: one
+    token's prefill and decode on meta at ``dtype`` (so a state the model keeps in float32
+    counts so). Asked only of a model with recurrent layers (:func:`_recurrent`): an
+    attention-only cache is the closed form. ``(0, why)`` when the cache could not be built."""
+    if config is None or not _caches(model) or not _recurrent(model, config):
+        return 0, None
+    try:
+        report = profile_generation(
+            model, prompt_len=1, new_tokens=2, device="meta", dtype=spec.dtype, timing=False
+        )
+    except ModelProfError as e:
+        return 0, f"no recurrent state read: its cache was not built on meta ({_first_line(e)})"
+    kv = report.kv
+    return (kv.state_bytes // kv.batch_size if kv is not None else 0), None
 
 
 def _caches(model: nn.Module) -> bool:
@@ -448,7 +602,7 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
         return sum(-(-s[0] // n) * math.prod(s[1:]) if s else 1 for s in shapes)
 
     def per_rank(sharded: bool, size: int) -> int:
-        return -(-elements(sharded) * size // spec.tp)
+        return elements(sharded) * size  # of tensor-parallel rank 0's shapes
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
     return {
@@ -456,20 +610,55 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
         "master_weights": per_rank(stage >= 1, 4) if spec.mixed else 0,
         "gradients": per_rank(stage >= 2, b),
         "optimizer_state": _state_bytes(spec, shapes, stage >= 1, state_size),
-        "saved_activations": -(-counts["saved"] // spec.tp),
+        "saved_activations": -(-_saved(spec, counts) // spec.tp),
     }
 
 
+def _saved(spec: _Spec, counts: dict[str, Any]) -> int:
+    """The bytes saved for the backward under ``spec.checkpointing`` (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models"): ``none`` all the counted
+    ones; ``selective`` without the rows that ran attention as matmuls and a softmax (their
+    T x T core is recomputed; a fused kernel recomputes it already, so there it equals
+    ``none``); ``full`` each layer's input only (s x b x h x bytes a layer, the paper's 2sbh
+    at 16 bits), what runs outside the layers (embeddings, the head, the loss) as counted,
+    and one layer's counted saved bytes, the largest, live while it is recomputed."""
+    saved = counts["saved"]
+    if spec.checkpointing == "selective":
+        return saved - counts["saved_attention"]
+    layers = counts.get("layer_saved") or []
+    if spec.checkpointing != "full" or not layers or not counts.get("hidden"):
+        return saved
+    inputs = len(layers) * spec.batch_size * spec.context * counts["hidden"] * spec.dtype.itemsize
+    return saved - sum(layers) + inputs + max(layers)
+
+
 def _state_bytes(spec: _Spec, shapes: list, sharded: bool, state_size: int) -> int:
-    """The optimizer's state per rank: sized from each parameter's shape (its shard's, dim 0
-    split as FSDP2 splits it, when ``sharded``); what scales with the parameter / tp, the fixed
-    bytes (Adam's ``step``) once per tensor."""
+    """The optimizer's state per rank: sized from each parameter's shape on tensor-parallel
+    rank 0 (its shard's, dim 0 split as FSDP2 splits it, when ``sharded``); the fixed bytes
+    (Adam's ``step``) once per tensor."""
     n = spec.ranks if sharded else 1
-    scaled = fixed = 0
+    total = 0
     for s in shapes:
         a, f = spec.optimizer.nbytes((-(-s[0] // n), *s[1:]) if s else s, state_size)
-        scaled, fixed = scaled + a, fixed + f
-    return -(-scaled // spec.tp) + fixed
+        total += a + f
+    return total
+
+
+def _checkpointing_note(spec: _Spec, counts: dict[str, Any]) -> str:
+    """What ``checkpointing`` changed of the saved activations, in words."""
+    if spec.checkpointing == "selective":
+        return (
+            f"selective checkpointing: the attention core is recomputed, "
+            f"{format_bytes(counts['saved_attention'] / spec.tp)} of rows that ran attention "
+            "as matmuls and a softmax not saved (a fused kernel recomputes it already)"
+        )
+    layers = counts.get("layer_saved") or []
+    if not layers or not counts.get("hidden"):
+        return "full checkpointing asked, but no repeated layers were found: saved as counted"
+    return (
+        f"full checkpointing: each of {len(layers)} layers saves its input, and the largest "
+        f"layer's {format_bytes(max(layers) / spec.tp)} are live while it is recomputed"
+    )
 
 
 def _notes(
@@ -493,6 +682,22 @@ def _notes(
         )
     if counts["skipped"] is not None:
         notes.insert(0, counts["skipped"])
+    if counts["state"]:
+        notes.append(
+            f"kv_cache holds {format_bytes(counts['state'])} of recurrent (conv and SSM) state "
+            "a sequence, the same at every context, read from the cache the model builds on "
+            "meta as profile_generation's memory plan reads it"
+            + (
+                " (a 16-bit Mamba keeps its SSM state in float32 there, as transformers' "
+                "scan computes it)"
+                if spec.dtype.itemsize < 4
+                else ""
+            )
+        )
+    if counts["state_skipped"]:
+        notes.append(counts["state_skipped"])
+    if training and spec.checkpointing != "none":
+        notes.append(_checkpointing_note(spec, counts))
     if counts["stored"]:
         notes.append(
             f"{format_bytes(counts['stored'])} of weights are quantized or packed: counted as "

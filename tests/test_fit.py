@@ -60,10 +60,13 @@ def test_llama3_70b_inference_closed_forms():
     assert t["headroom"] == 80 * GiB - t["total"] < 0
     text = str(report)
     assert "131.42 GiB" in text and "2.50 GiB" in text and " no" in text  # 141.1e9 B, 2.68e9 B
-    # over 2 tensor-parallel ranks: half the weights, 4 KV heads each
+    # over 2 tensor-parallel ranks: half of every matrix, the norms whole (2 x 80 + 1 of
+    # 8192 = 1,318,912 elements on each rank): (70,553,706,496 - 1,318,912) / 2 + 1,318,912
+    # = 35,277,512,704 elements x 2 bytes; 4 KV heads each
     two = fit(llama3_70b(), device="H100 SXM", context=8192, training=False, tp=2)
     t2 = two.table["inference"]
-    assert t2["weights"] == 141_107_412_992 // 2 and t2["kv_cache"] == 2_684_354_560 // 2
+    assert t2["weights"] == ((70_553_706_496 - 1_318_912) // 2 + 1_318_912) * 2 == 70_555_025_408
+    assert t2["kv_cache"] == 2_684_354_560 // 2
     assert two.fits("inference")  # 65.7 + 1.25 + 0.88 GiB under 80 GiB
     # beyond 8 ranks the KV heads cannot split further: each rank holds one
     sixteen = fit(llama3_70b(), device="H100 SXM", context=8192, training=False, tp=16)
@@ -396,8 +399,10 @@ def test_lbfgs_and_sparse_adam_are_sized_not_refused():
     ],
 )
 def test_numbers_out_of_range_are_refused_by_name(kwargs, match):
+    config = small_llama()
+    config.max_position_embeddings = 2**53  # positions are not what is checked here
     with pytest.raises(ModelProfError, match=match):
-        fit(small_llama(), **kwargs)
+        fit(config, **kwargs)
 
 
 def test_numpy_numbers_are_numbers():
@@ -484,9 +489,9 @@ def test_fit_takes_every_optimizer_form_profile_takes():
     factory = _fit_state(cfg, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
     assert factory == 4 * 74_688  # one float32 momentum buffer per element
     with pytest.raises(ModelProfError, match="returned a Linear"):
-        fit(cfg, optimizer=lambda ps: torch.nn.Linear(2, 2))
+        fit(cfg, context=16, optimizer=lambda ps: torch.nn.Linear(2, 2))
     with pytest.raises(ModelProfError, match="optimizer='lion'.*adafactor"):
-        fit(cfg, optimizer="lion")
+        fit(cfg, context=16, optimizer="lion")
 
 
 def test_a_kv_cache_is_counted_only_for_a_forward_that_keeps_one():
@@ -530,3 +535,136 @@ def test_a_wrapper_that_passes_everything_on_is_counted_as_its_model():
     odd = torch.nn.Linear(4, 4)
     odd.config = small_llama()  # a config, but a forward that takes a tensor
     assert "forward takes no input_ids" in fit(odd, training=False).notes[0]
+
+
+def _mamba(kind="MambaConfig", **kw):
+    # hidden 64, expand 2: 128 channels; state 16; conv kernel 4; 2 layers
+    return getattr(transformers, kind)(
+        hidden_size=64,
+        state_size=16,
+        num_hidden_layers=2,
+        vocab_size=256,
+        expand=2,
+        conv_kernel=4,
+        **kw,
+    )
+
+
+def test_mamba_recurrent_state_is_the_kv_column():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' note on its reference kernels
+        f32 = fit(_mamba(), batch_size=8, context=64, dtype=torch.float32, training=False)
+        bf16 = fit(_mamba(), batch_size=8, context=64, training=False)
+        two = fit(_mamba(), batch_size=8, context=64, training=False, tp=2)
+        longer = fit(_mamba(), batch_size=8, context=512, training=False)
+        mamba2 = fit(
+            _mamba("Mamba2Config", num_heads=8, head_dim=16, n_groups=1),
+            batch_size=8,
+            context=32,
+            dtype=torch.float32,
+            training=False,
+        )
+    # a layer's conv state 128 x 4 and SSM state 128 x 16; float32: 2,048 + 8,192 = 10,240
+    # B; 2 layers x 8 sequences = 163,840 B (before: 0)
+    assert f32.table.loc["kv_cache", "inference"] == 2 * 8 * (128 * 4 * 4 + 128 * 16 * 4)
+    # bf16: the conv state in bf16 (1,024 B), the SSM state still float32 (8,192 B), as
+    # transformers' scan computes it: 2 x 8 x 9,216 = 147,456 B
+    assert bf16.table.loc["kv_cache", "inference"] == 2 * 8 * (128 * 4 * 2 + 128 * 16 * 4)
+    assert any("float32" in n for n in bf16.notes)
+    assert longer.table.loc["kv_cache", "inference"] == 147_456  # any context: no tokens kept
+    assert two.table.loc["kv_cache", "inference"] == 147_456 // 2  # channels split over tp
+    # Mamba2: conv over 128 + 2 x 1 group x 16 = 160 channels x 4, SSM 8 heads x 16 x 16,
+    # float32: 2,560 + 8,192 = 10,752 B a layer; x 2 layers x 8 sequences = 172,032 B
+    assert mamba2.table.loc["kv_cache", "inference"] == 2 * 8 * (160 * 4 * 4 + 8 * 16 * 16 * 4)
+
+
+@pytest.mark.parametrize("tp, named", [(3, "tp=3"), (8, "more ranks than heads")])
+def test_tp_must_split_whole_heads(tp, named):
+    # small_llama: 4 heads of 16, hidden 64; 3 divides neither, 8 exceeds the heads
+    with pytest.raises(ModelProfError, match=f"{named}.*heads % tp == 0; tp in \\[1, 2, 4\\]"):
+        fit(small_llama(), context=16, tp=tp)
+
+
+def test_tp_keeps_norms_whole_and_gives_odd_rows_to_rank_0():
+    t = fit(small_llama(), context=16, tp=2, training=False).table["inference"]
+    # embedding and head: 101 rows -> rank 0 holds 51: 2 x 51 x 64 = 6,528; per layer q, o
+    # 32 x 64 each (4,096), k, v 16 x 64 (2,048), gate, up 48 x 64 (6,144), down 32 x 96
+    # (3,072), two norms whole 128: 15,488 x 2 layers; final norm whole 64: 37,568 x 2 B
+    assert t["weights"] == (6_528 + 2 * 15_488 + 64) * 2 == 75_136
+
+
+def test_context_past_the_learned_positions_is_refused():
+    gpt2 = transformers.GPT2Config(n_layer=2, n_embd=96, n_head=12, n_positions=128)
+    with pytest.raises(
+        ModelProfError, match="context=4096 .* 128 positions .*n_positions.*learned"
+    ):
+        fit(gpt2, context=4096, training=False)
+    assert fit(gpt2, context=128, training=False).fits("inference")  # at the limit: yes
+    with pytest.raises(ModelProfError, match="context=65 .*max_position_embeddings=64"):
+        fit(small_llama(), context=65, training=False)
+
+
+def test_a_head_dim_that_is_no_integer_is_refused():
+    # Phi builds 30 / 4 = 7.5 without a word
+    phi = transformers.PhiConfig(
+        hidden_size=30,
+        num_attention_heads=4,
+        num_hidden_layers=1,
+        intermediate_size=32,
+        vocab_size=50,
+    )
+    with pytest.raises(ModelProfError, match="hidden size 30 / 4 attention heads = 7.5"):
+        fit(phi, context=8, training=False)
+
+
+def test_activation_checkpointing_closed_forms_and_the_gpus_a_plan_uses():
+    import modelprof
+
+    cfg = small_llama()
+    kw = dict(context=16, batch_size=2, ranks=4, tp=2)
+    none, full, selective = (
+        fit(cfg, checkpointing=c, **kw).table.loc["saved_activations", "ZeRO-3 (FSDP)"]
+        for c in ("none", "full", "selective")
+    )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    rows = modelprof.profile(
+        model,
+        inputs={"input_ids": ids},
+        device="meta",
+        dtype=torch.bfloat16,
+        backward=True,
+        timing=False,
+    ).rows
+    layers = [r.saved_bytes for r in rows if r.module in ("model.layers.0", "model.layers.1")]
+    saved = modelprof_saved(cfg, 2, 16)
+    assert none == -(-saved // 2)  # as counted, split over tp = 2 (sequence parallel)
+    # full: the 2 layers' saved bytes replaced by their inputs (2 x 16 x 64 x 2 B = 4,096 B
+    # each, the paper's 2sbh) plus the larger layer's, live while it is recomputed
+    assert len(layers) == 2
+    assert full == -(-(saved - sum(layers) + 2 * 4_096 + max(layers)) // 2) < none
+    assert selective == none  # SDPA ran as the fused kernel: its core is recomputed already
+    report = fit(cfg, **kw)
+    assert (report.parameters, report.gpus) == (74_688, 8)
+    assert "74.69 K (74,688) parameters; 8 GPUs a plan" in str(report)
+    with pytest.raises(ModelProfError, match="checkpointing='some'"):
+        fit(cfg, checkpointing="some", **kw)
+
+
+def test_selective_checkpointing_drops_an_eager_attention_core():
+    cfg = small_llama()
+    cfg._attn_implementation = "eager"
+    kw = dict(context=16, batch_size=2)
+    none = fit(cfg, **kw)
+    selective = fit(cfg, checkpointing="selective", **kw)
+    dropped = (
+        none.table.loc["saved_activations", "data parallel"]
+        - selective.table.loc["saved_activations", "data parallel"]
+    )
+    # the eager core keeps the T x T scores and probabilities: at least 2 layers x batch 2 x
+    # 4 heads x 16 x 16 x 2 B (bf16 probabilities) = 8,192 B of them are not saved
+    assert dropped >= 2 * 2 * 4 * 16 * 16 * 2
+    assert any("selective checkpointing" in n for n in selective.notes)
