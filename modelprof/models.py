@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.archive import inspect_pt2
+from modelprof.runtime.archive import check_pt2_file, inspect_pt2
 from modelprof.runtime.exported import exported_layers
 
 __all__ = [
@@ -447,6 +447,8 @@ def _quiet_loggers(*names: str) -> Iterator[None]:
 
 def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
     _check_file(path)
+    # its zip directory first: a file that cannot fit is refused before it is read
+    check_pt2_file(path, repr(str(path)))
     data = path.read_bytes()  # read once: what is checked is what is loaded
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ModelProfError(

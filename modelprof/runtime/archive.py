@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import os
 import re
 import warnings
 import zipfile
@@ -24,8 +25,15 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.inputs import available_memory_bytes
 
-__all__ = ["MAX_MEMBER_BYTES", "MAX_RATIO", "inspect_pt2"]
+__all__ = [
+    "MAX_MEMBER_BYTES",
+    "MAX_RATIO",
+    "check_pt2_file",
+    "inspect_pt2",
+    "loadable_bytes",
+]
 
 MAX_MEMBER_BYTES = 8 << 30
 """Largest member (uncompressed) an archive may hold: 8 GiB."""
@@ -402,6 +410,86 @@ def _config_findings(
             if info is None or not _loads_weights_only(read(info)):
                 found.append(f"{base}{member} (pickled tensor {fqn!r})")
     return found
+
+
+def loadable_bytes() -> tuple[int | None, str]:
+    """The most bytes this process can still take, and what sets it: the smallest of the
+    kernel's MemAvailable, the room left under the cgroup's memory limit (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``) and under ``ulimit -v`` (RLIMIT_AS, less the address space the
+    process already holds); ``(None, "")`` when none is known."""
+    found: list[tuple[int, str]] = []
+    available = available_memory_bytes(torch.device("cpu"))
+    if available is not None:
+        found.append((available, "available memory"))
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        cap, used = _read_int(limit), _read_int(usage)
+        if cap is not None and used is not None and cap < 1 << 60:
+            found.append((max(cap - used, 0), "the cgroup's memory limit"))
+            break
+    room = _address_space_left()
+    if room is not None:
+        found.append((room, "ulimit -v"))
+    return min(found) if found else (None, "")
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):  # absent, or "max"
+        return None
+
+
+def _address_space_left() -> int | None:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY:
+        return None
+    held = 0
+    try:
+        with open("/proc/self/status") as f:
+            held = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:")), 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(int(soft) - held, 0)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def check_pt2_file(path: str | os.PathLike, where: str) -> None:
+    """Refuse the ``.pt2`` file at ``path`` from its zip directory alone, before a byte of a
+    member is read: not a zip, a zip bomb (as :func:`inspect_pt2`), or more than this process
+    can hold while loading it (the file, read once, and every member as ``torch.export.load``
+    inflates it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise ModelProfError(
+            f"{where} is corrupt or not a torch.export archive (not a zip file: {e})"
+        ) from e
+    _check_sizes(infos, where)
+    file_bytes = os.stat(path).st_size
+    needed = file_bytes + sum(i.file_size for i in infos)
+    room, source = loadable_bytes()
+    if room is not None and needed > room:
+        raise ModelProfError(
+            f"{where} needs about {_gb(needed)} to load (the {_gb(file_bytes)} file, read "
+            f"once, and its members inflated), more than the {_gb(room)} this process can "
+            f"take ({source}); free memory or load it on a larger machine"
+        )
 
 
 def inspect_pt2(data: bytes, where: str, *, sizes_only: bool = False) -> list[str]:
