@@ -3,23 +3,37 @@ under plain data parallel and ZeRO-1/2/3 (FSDP), with a tensor-parallel degree, 
 shapes on the meta device (a config of a 70B model answers in seconds).
 
 Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (Psi = parameter
-elements; a tensor-parallel rank holds 1/tp of every parameter and of the saved activations,
-as Megatron with sequence parallelism does; KV heads split across at most ``kv_heads`` ranks):
+elements). Under ``tp`` a norm's parameters stay whole on every rank and every other tensor is
+split along dim 0, rank 0 holding ``ceil(d0 / tp)`` rows (the rank counted: an odd dimension's
+extra rows are its), as a real plan does; the saved activations are / tp (Megatron with
+sequence parallelism); KV heads split across at most ``kv_heads`` ranks. A ``tp`` that does
+not divide the heads, a ``context`` past the model's positions and a non-integer head dim are
+refused.
 
-    inference        weights Psi x b / tp + KV cache (2 x layers x kv_heads x head_dim x b x
-                     context x batch) / min(tp, kv_heads) + the largest activation of a prefill
-                     (one leaf call's inputs + outputs, as counted; not divided)
+    inference        weights (rank 0's shapes) x b + KV cache (2 x layers x kv_heads x
+                     head_dim x b x context x batch; a sliding-window layer at most
+                     window - 1 tokens) / min(tp, kv_heads) + a recurrent (Mamba) state
+                     per sequence x batch / tp, read from the cache the model builds on
+                     meta as ``profile_generation``'s plan reads it (a 16-bit Mamba's SSM
+                     state is float32 there) + the largest activation of a prefill (one
+                     leaf call's inputs + outputs, as counted; not divided)
     training         weights Psi x b, gradients Psi x b, fp32 master weights 4 Psi under mixed
                      precision (b < 4), optimizer state (a torch optimizer's own, sized from
                      the shapes of its real state after one step, ``step.optimizer_state``;
                      by name Adam: 2 states, SGD with momentum 1, plain SGD 0; fp32 under
                      mixed precision, plus Adam's 4-byte ``step`` per parameter tensor),
                      and the tensors saved for the backward as counted by
-                     ``profile(..., backward=True)`` on meta; each / tp, then sharded over
-                     ``ranks``: ZeRO-1 the optimizer state and master weights, ZeRO-2 also the
-                     gradients, ZeRO-3 (FSDP) also the weights. A sharded tensor is split as
-                     FSDP2 splits it: dim 0 in ``ranks`` chunks of ceil(dim 0 / ranks) rows
-                     (the last ones padded), so a rank holds sum(ceil(d0 / N) x rest) elements.
+                     ``profile(..., backward=True)`` on meta (``checkpointing``: ``full``
+                     keeps each layer's input, s x b x h x bytes, and the largest layer's
+                     saved bytes; ``selective`` drops rows that ran attention as matmuls and
+                     a softmax: Korthikanti et al. 2022); sharded over ``ranks``: ZeRO-1 the
+                     optimizer state and master weights, ZeRO-2 also the gradients, ZeRO-3
+                     (FSDP) also the weights. A sharded tensor is split as FSDP2 splits it:
+                     dim 0 in ``ranks`` chunks of ceil(dim 0 / ranks) rows (the last ones
+                     padded), so a rank holds sum(ceil(d0 / N) x rest) elements. This is the
+                     ZeRO paper's accounting; DeepSpeed's estimators add an fp32 gradient
+                     partition (ZeRO-2: 2 Psi + 18 Psi / N) and the largest layer gathered
+                     (ZeRO-3: + 4 x its parameters), which a note gives in bytes.
 
 The numbers are in bytes in ``FitReport.table`` (numeric); ``str(report)`` renders them in human
 units with a yes/no per plan and the headroom. What is not in them: the CUDA context and the
@@ -169,6 +183,7 @@ def fit(
     counts = _counted(model, config, spec, training)
     counts["stored"] = stored
     counts["state"], counts["state_skipped"] = _recurrent_state(model, config, spec)
+    counts["deepspeed"] = _deepspeed_terms(model, spec, shapes)
     cols = {"inference": _inference(model, config, spec, shapes, counts)}
     if training:
         for plan in PLANS[1:]:
@@ -494,6 +509,18 @@ def _recurrent(model: nn.Module, config: Any) -> bool:
     )
 
 
+def _deepspeed_terms(model: nn.Module, spec: _Spec, shapes: list) -> tuple[int, int]:
+    """What DeepSpeed's estimators add per rank to the ZeRO paper's accounting: an fp32
+    gradient partition at ZeRO-2 and 3 (4 bytes x the rank's shard: ``2Ψ + 18Ψ/N`` against
+    the paper's ``2Ψ + 14Ψ/N``), and at ZeRO-3 the largest layer gathered whole (4 bytes x
+    the parameters one module holds itself, its 16-bit weights and gradients), each / tp."""
+    shard = sum(-(-s[0] // spec.ranks) * math.prod(s[1:]) if s else 1 for s in shapes)
+    largest = max(
+        (sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0
+    )
+    return 4 * shard, -(-4 * largest // spec.tp)
+
+
 def _layer_saved(rows: list) -> list[int]:
     """The saved bytes of each repeated layer (the shallowest calls named ``<list>.<i>``, as
     ``model.layers.3``), what full checkpointing recomputes one at a time."""
@@ -698,6 +725,14 @@ def _notes(
         notes.append(counts["state_skipped"])
     if training and spec.checkpointing != "none":
         notes.append(_checkpointing_note(spec, counts))
+    if training and spec.mixed:
+        grads, gathered = counts["deepspeed"]
+        notes.append(
+            "the ZeRO columns follow the ZeRO paper (Rajbhandari et al. 2020); DeepSpeed's "
+            f"estimators add an fp32 gradient partition at ZeRO-2 and 3 (+{format_bytes(grads)}"
+            f" a rank here) and, at ZeRO-3, the largest layer gathered whole "
+            f"(+{format_bytes(gathered)})"
+        )
     if counts["stored"]:
         notes.append(
             f"{format_bytes(counts['stored'])} of weights are quantized or packed: counted as "

@@ -668,3 +668,12 @@ def test_selective_checkpointing_drops_an_eager_attention_core():
     # 4 heads x 16 x 16 x 2 B (bf16 probabilities) = 8,192 B of them are not saved
     assert dropped >= 2 * 2 * 4 * 16 * 16 * 2
     assert any("selective checkpointing" in n for n in selective.notes)
+
+
+def test_the_notes_say_the_zero_paper_is_followed_and_what_deepspeed_adds():
+    notes = fit(small_llama(), context=16, ranks=4).notes
+    note = next(n for n in notes if "ZeRO paper" in n)
+    # fp32 gradient partition: 4 B x the rank's shard, 3,328 + 15,440 = 18,768 elements
+    # (test_training_plans_closed_forms) = 75,072 B = 73.31 KiB; the largest layer is the
+    # 101 x 64 embedding: 4 B x 6,464 = 25,856 B = 25.25 KiB
+    assert "+73.31 KiB a rank" in note and "(+25.25 KiB)" in note
