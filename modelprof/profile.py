@@ -33,7 +33,7 @@ from modelprof.step.spec import StepSpec, loss_module, refuse_scripted
 from modelprof.step.table import step_columns
 from modelprof.step.timing import time_step
 from modelprof.timing import measure_latency, time_layers
-from modelprof.timing.agreement import judge_agreement
+from modelprof.timing.agreement import identical_spread, judge_agreement
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.helps import helps_note
 from modelprof.timing.helps import what_helps as time_what_helps
@@ -384,7 +384,9 @@ def _time(
         )
     if not (isinstance(layers, KernelTiming) and layers.gpu):
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
-        agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts))
+        total = float(layers.corrected.median_ms)
+        spread = identical_spread(rows, [c.get("latency_ms") for c in columns], total)
+        agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts), spread)
     timed = TimingResult(
         latency, layers, overhead, coverage, None, notes, agreement, pipelined, helps
     )
@@ -421,11 +423,16 @@ def _regimes(model: nn.Module, opts: TimingOptions) -> str:
     return ", ".join(hidden)
 
 
-def _judge(latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str) -> Any:
-    """Whether the per-layer window agrees with the clean runs; when not, one note and one
-    warning that say so and name the figure to quote."""
+def _judge(
+    latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str, spread: Any
+) -> Any:
+    """Whether the per-layer window agrees with the clean runs and with itself (``spread``:
+    identical layers far apart); when not, one note and one warning that say so and name the
+    figure to quote."""
 
-    agreement = judge_agreement(latency, layers.corrected, leaf_sum, regimes=regimes)
+    agreement = judge_agreement(
+        latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
+    )
     if not agreement.agree:
         notes.append(agreement.note())
         warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)

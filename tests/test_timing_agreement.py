@@ -140,3 +140,29 @@ def test_a_quiet_agreeing_profile_has_no_disagreement_warning(monkeypatch):
     a = r.timing_agreement
     assert a.agree and a.ratio == pytest.approx(1.0) and r.coverage == pytest.approx(1.0)
     assert "DISAGREE" not in r.summary() and not r.latency.loaded
+
+
+@pytest.mark.parametrize("second_ms, flagged", [(5.0, True), (1.5, False)])
+def test_identical_layers_far_apart_are_a_disagreement(monkeypatch, second_ms, flagged):
+    # two calls of one module type on the same shapes, no parameters, no FLOPs: identical work
+    # as counted. 1 ms against 5 ms is 5x (beyond IDENTICAL_FACTOR = 2) and 4 ms of a 6 ms pass
+    # (beyond IDENTICAL_SHARE = 5 %): flagged. 1 ms against 1.5 ms is 1.5x: not flagged.
+    clock = install(monkeypatch)
+    model = nn.Sequential(VirtualSpin(clock, 1.0), VirtualSpin(clock, second_ms))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        r = profile(model, (4,), repeat=12, warmup=1, roofline=False)
+    said = [w for w in rec if w.category is TimingDisagreementWarning]
+    a = r.timing_agreement
+    if not flagged:
+        assert a.agree and not said
+        return
+    assert not a.agree and a.verdict == "identical" and len(said) == 1
+    assert (a.identical.slow, a.identical.fast) == ("1", "0")
+    assert a.identical.slow_ms == pytest.approx(5.0) and a.identical.fast_ms == pytest.approx(1.0)
+    assert "identical layers" in str(said[0].message) and "5.0x" in a.note()
+    df = r.to_dataframe()
+    assert df.loc[df["latency_ms"].notna(), "latency_rough"].all()
+    # a paper table says so in its caption, beside the marked cells
+    latex = r.export("latex", columns=["module", "latency_ms"])
+    assert "marked \\textasciitilde{} are rough: identical layers read far apart" in latex

@@ -593,9 +593,27 @@ class Report(Exports):
 
     # -- display --------------------------------------------------------------------------------
     def _title(self) -> str:
-        return (
+        """The caption of an export: the model and its run, and why rows are marked rough."""
+        title = (
             f"{self.model_name}, input {self.input_shape}, {self.dtype} on "
             f"{self.env.get('device_name', self.device)}"
+        )
+        reason = self._rough_reason()
+        return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
+
+    def _rough_reason(self) -> str | None:
+        """Why the per-layer times are rough (``layers_rough``), in a few words; else None."""
+        if not self.layers_rough:
+            return None
+        a, lt = self.timing_agreement, self.layer_timing
+        if a is not None and not a.agree and not a.regimes:
+            return {
+                "identical": "identical layers read far apart",
+                "leaves": "the leaf rows add up to more than the model",
+                "imprecise": "the per-layer and clean runs cannot be told apart",
+            }.get(a.verdict, "the per-layer passes disagree with the clean runs")
+        return (
+            f"{lt.n} per-layer pass{'es' if lt.n != 1 else ''}, fewer than the stop rule promises"
         )
 
     def summary(self) -> str:

@@ -26,10 +26,63 @@ import math
 
 from modelprof.timing.measurement import Measurement
 
-__all__ = ["AGREEMENT_TOLERANCE", "TimingAgreement", "judge_agreement"]
+__all__ = [
+    "AGREEMENT_TOLERANCE",
+    "IDENTICAL_FACTOR",
+    "IdenticalSpread",
+    "TimingAgreement",
+    "identical_spread",
+    "judge_agreement",
+]
 
 #: Medians of the two windows further apart than this (and beyond both intervals) disagree.
 AGREEMENT_TOLERANCE = 0.10
+#: Calls doing identical work (same module type, shapes, parameters and FLOPs) whose per-layer
+#: medians are more than this factor apart, by more than ``IDENTICAL_SHARE`` of the pass,
+#: disagree: caches and placement move identical layers by tens of percent, not by 2x.
+IDENTICAL_FACTOR = 2.0
+IDENTICAL_SHARE = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class IdenticalSpread:
+    """Two calls doing identical work whose per-layer medians (ms) are far apart."""
+
+    slow: str
+    slow_ms: float
+    fast: str
+    fast_ms: float
+
+    def note(self) -> str:
+        return (
+            f"the per-layer rows DISAGREE among identical layers: {self.slow} read "
+            f"{_ms(self.slow_ms)} and {self.fast}, which does the same work on the same shapes, "
+            f"{_ms(self.fast_ms)} ({self.slow_ms / self.fast_ms:.1f}x; a layer's first calls "
+            "or the machine's load moved one of them); read the rows as rough, and time again "
+            "with a larger budget_s or on a quieter machine"
+        )
+
+
+def identical_spread(rows, latencies, total_ms: float) -> IdenticalSpread | None:
+    """Of the module rows (``rows``: table rows; ``latencies``: their per-layer medians, ms)
+    that do identical work, the pair furthest apart when beyond ``IDENTICAL_FACTOR`` and
+    ``IDENTICAL_SHARE`` of ``total_ms`` (the pass they are parts of); else None."""
+    groups: dict[tuple, list[tuple[float, str]]] = {}
+    for row, ms in zip(rows, latencies):
+        if row.kind != "module" or row.is_self or ms is None or not math.isfinite(ms):
+            continue
+        work = (row.type, row.depth, repr(row.input_shapes), repr(row.output_shapes))
+        name = row.module if row.call == 1 else f"{row.module} (call {row.call})"
+        groups.setdefault((*work, row.params, row.flops), []).append((ms, name))
+    worst = None
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        (lo, fast), (hi, slow) = min(members), max(members)
+        far = hi > IDENTICAL_FACTOR * lo and hi - lo > IDENTICAL_SHARE * total_ms
+        if far and (worst is None or hi - lo > worst.slow_ms - worst.fast_ms):
+            worst = IdenticalSpread(slow, hi, fast, lo)
+    return worst
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +103,10 @@ class TimingAgreement:
     cpu_clock: str | None = None
     regimes: str | None = None  # modes the clean runs use and the per-layer passes do not
     #: "agree", "disagree" (apart beyond both intervals), "imprecise" (apart, but an interval
-    #: too wide to tell) or "leaves" (the leaf rows add up to more than the (root) pass)
+    #: too wide to tell), "leaves" (the leaf rows add up to more than the (root) pass) or
+    #: "identical" (identical layers far apart: ``identical``)
     verdict: str = "agree"
+    identical: IdenticalSpread | None = None
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
@@ -69,6 +124,8 @@ class TimingAgreement:
                 "the runs); neither is a figure to quote: time again with a larger budget_s "
                 "or on a quieter machine"
             )
+        if self.verdict == "identical" and self.identical is not None:
+            return self.identical.note()
         if self.verdict == "leaves":
             return (
                 f"the per-layer rows DO NOT ADD UP: the leaf rows sum to "
@@ -133,17 +190,22 @@ def judge_agreement(
     leaf_sum_ms: float,
     tolerance: float = AGREEMENT_TOLERANCE,
     regimes: str | None = None,
+    identical: IdenticalSpread | None = None,
 ) -> TimingAgreement:
     """``clean``: the clean end-to-end Measurement; ``passes``: the per-layer window's corrected
     passes as a Measurement (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum;
-    ``regimes``: the modes only the clean runs use (compile, CUDA graphs...), if any."""
+    ``regimes``: the modes only the clean runs use (compile, CUDA graphs...), if any;
+    ``identical``: identical layers far apart (:func:`identical_spread`), if any."""
     c_lo, c_hi = _bounds(clean)
     p_lo, p_hi = _bounds(passes)
     ratio = passes.median_ms / clean.median_ms if clean.median_ms > 0 else math.nan
     apart = p_lo > c_hi or p_hi < c_lo
     far = math.isfinite(ratio) and abs(math.log(ratio)) > math.log1p(tolerance)
     over = passes.median_ms > 0 and leaf_sum_ms > passes.median_ms * (1.0 + tolerance)
-    verdict = ("disagree" if apart else "imprecise") if far else ("leaves" if over else "agree")
+    if far:
+        verdict = "disagree" if apart else "imprecise"
+    else:
+        verdict = "leaves" if over else ("identical" if identical is not None else "agree")
     agree = verdict == "agree"
     quote = "clean" if not ratio < 1.0 else "per-layer"
     cpu = clean.cpu
@@ -162,4 +224,5 @@ def judge_agreement(
         cpu_clock=clean.cpu_clock if show_cpu else None,
         regimes=regimes or None,
         verdict=verdict,
+        identical=identical,
     )

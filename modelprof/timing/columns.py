@@ -37,8 +37,8 @@ def _samples(
         s = np.maximum(s - comm[record.key], 0.0)
     if s is None or not is_self:
         return s
-    by_index = {record.index: s, **{c: samples.get(records[c].key) for c in record.children}}
-    s = own_part(records, by_index, record.index)
+    by_index = {index: s, **{c: samples.get(records[c].key) for c in record.children}}
+    s = own_part(records, by_index, index)
     # where the children were scaled to fit the parent (HookCost.correct), what is left is
     # rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
     return np.where(s >= _RESOLUTION_MS, s, 0.0)
