@@ -688,27 +688,9 @@ def _checkpointing_note(spec: _Spec, counts: dict[str, Any]) -> str:
     )
 
 
-def _notes(
-    spec: _Spec, key: str, training: bool, counts: dict[str, Any], built: str | None
-) -> tuple[str, ...]:
-    """What the table assumes and leaves out, in words."""
-    notes = [
-        f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
-        f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
-        + (
-            "; fp32 master weights and optimizer state (mixed precision)"
-            if spec.mixed and training
-            else ""
-        )
-    ]
-    if built is not None:
-        notes.insert(
-            0,
-            f"counted {built}, built from the config on meta (pass a module to count "
-            "another head or your own additions)",
-        )
-    if counts["skipped"] is not None:
-        notes.insert(0, counts["skipped"])
+def _plan_notes(spec: _Spec, training: bool, counts: dict[str, Any]) -> list[str]:
+    """The notes of the recurrent state, checkpointing and the ZeRO accounting."""
+    notes: list[str] = []
     if counts["state"]:
         notes.append(
             f"kv_cache holds {format_bytes(counts['state'])} of recurrent (conv and SSM) state "
@@ -733,6 +715,31 @@ def _notes(
             f" a rank here) and, at ZeRO-3, the largest layer gathered whole "
             f"(+{format_bytes(gathered)})"
         )
+    return notes
+
+
+def _notes(
+    spec: _Spec, key: str, training: bool, counts: dict[str, Any], built: str | None
+) -> tuple[str, ...]:
+    """What the table assumes and leaves out, in words."""
+    notes = [
+        f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
+        f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
+        + (
+            "; fp32 master weights and optimizer state (mixed precision)"
+            if spec.mixed and training
+            else ""
+        )
+    ]
+    if built is not None:
+        notes.insert(
+            0,
+            f"counted {built}, built from the config on meta (pass a module to count "
+            "another head or your own additions)",
+        )
+    if counts["skipped"] is not None:
+        notes.insert(0, counts["skipped"])
+    notes += _plan_notes(spec, training, counts)
     if counts["stored"]:
         notes.append(
             f"{format_bytes(counts['stored'])} of weights are quantized or packed: counted as "
