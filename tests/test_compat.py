@@ -582,6 +582,7 @@ PRIVATE = (
     "._get_fsdp_state",
     "._get_ddp_logging_data",
     "._local_tensor",
+    "._cdata",
     "._sequence_nr(",
     "_get_sequence_nr",
     "_execution_engine",
@@ -627,6 +628,22 @@ def _without_docstrings(tree: Any) -> Any:
         ):
             node.body = body[1:] or [ast.Pass()]
     return tree
+
+
+def test_storage_identity_is_one_per_storage_on_every_device() -> None:
+    # two views of one storage share its identity and its bytes (4 float32 = 16 B); a meta
+    # tensor (data pointer 0) still has one of its own, distinct from another meta tensor's
+    base = torch.zeros(4)
+    assert (
+        compat.storage_identity(base[:2])
+        == compat.storage_identity(base)
+        == (
+            compat.storage_identity(base)[0],
+            16,
+        )
+    )
+    a, b = torch.empty(3, device="meta"), torch.empty(3, device="meta")
+    assert compat.storage_identity(a)[0] != compat.storage_identity(b)[0]
 
 
 def test_forget_dynamo_skips_runs_on_any_torch() -> None:

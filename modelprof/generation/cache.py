@@ -44,7 +44,7 @@ __all__ = [
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
+    return dtype.itemsize
 
 
 def model_dims(config: Any) -> dict[str, int | None]:

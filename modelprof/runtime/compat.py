@@ -33,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modelprof.errors import ModelProfError
 
 __all__ = [
+    "storage_identity",
     "cache_argument",
     "CACHE_ARGUMENTS",
     "cache_attributes",
@@ -479,6 +480,18 @@ def fake_store() -> Any:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     return FakeStore()
+
+
+def storage_identity(t: torch.Tensor) -> tuple[int, int]:
+    """The identity of the memory ``t`` keeps alive (its storage object's address, on every
+    device, meta included, where a data pointer is 0) and that memory's bytes; a tensor with no
+    storage to ask (opaque, sparse, nested layouts): its own id and elements. Checked on torch
+    2.4-2.14 (``StorageBase._cdata``)."""
+    try:
+        storage = t.untyped_storage()
+        return storage._cdata, storage.nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(t), t.numel() * t.element_size()
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:

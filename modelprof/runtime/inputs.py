@@ -376,7 +376,7 @@ def check_input_bytes(
     allocated, inputs that cannot exist (over 2**63 elements) or do not fit in the memory
     available on ``device``. The error's cause is an ``OutOfMemoryError``, so a batch-size
     search treats it as the out-of-memory it prevents."""
-    itemsize = torch.empty((), dtype=dtype, device="meta").element_size()
+    itemsize = dtype.itemsize
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
     nbytes = sum(numels) * itemsize
     what = (

@@ -60,7 +60,6 @@ __all__ = [
     "move_target",
     "step_guard",
     "step_state",
-    "storage_key",
     "trainable_check",
 ]
 
@@ -173,15 +172,6 @@ class BackwardScope:
         return self.cost_of(call)
 
 
-def storage_key(t: torch.Tensor) -> tuple[int, int]:
-    """A key for the memory ``t`` keeps alive (its storage), and that memory's bytes."""
-    try:
-        storage = t.untyped_storage()
-        return storage._cdata, storage.nbytes()
-    except (RuntimeError, NotImplementedError, TypeError):  # opaque/sparse/nested layouts
-        return id(t), t.numel() * t.element_size()
-
-
 class SavedBytes:
     """Bytes of the tensors autograd saves for the backward, charged to ``call()`` at the time;
     each storage once; the storages in ``skip`` (parameters, buffers) not at all."""
@@ -193,7 +183,7 @@ class SavedBytes:
         self._seen: set[int] = set()
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        key, nbytes = storage_key(t)
+        key, nbytes = compat.storage_identity(t)
         if key not in self._seen and key not in self.skip:
             self._seen.add(key)
             self.by_call[self.call()] += nbytes
@@ -380,7 +370,7 @@ def _count_step(
     counter = OpCounter(tracker, registry, before_op=guard.write_hook())
     state, copy_of = step_state(model, inputs.device, mode.dtype, mode.memory_format)
     state, copy_of = _own_parameters(model, state, copy_of)
-    skip = {storage_key(t)[0] for t in (*state.values(), *copy_of.values())}
+    skip = {compat.storage_identity(t)[0] for t in (*state.values(), *copy_of.values())}
     target = move_target(spec.target, inputs.device, mode.dtype)
     saved = SavedBytes(skip, lambda: tracker.current.index)
     loss_forward, loss_backward = PassCost(collect_op_bytes=True), PassCost()
