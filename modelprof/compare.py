@@ -130,8 +130,15 @@ def compare(
             "throughput=True searches batch sizes, so it needs input_size, not inputs="
         )
     run = _Run(inputs, batch_size, device, dtype, profile_options)
+    if run.backward and torch.is_inference_mode_enabled():
+        raise ModelProfError(
+            "backward=True inside torch.inference_mode(): tensors made there never require "
+            "grad, so there is no backward to profile; call compare() outside inference_mode "
+            "(inside torch.no_grad() is fine: the training step turns grad on itself)"
+        )
     search = _throughput_search(throughput_options, run.opts) if throughput else None
     rows: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}  # a model that failed: its error, in its row
     bar = progress_bar(
         len(named) + (1 if timing else 0), enabled=run.opts.progress, desc="compare", unit="model"
     )
@@ -147,20 +154,36 @@ def compare(
             try:
                 rows[name] = run.add(name, model, sizes[name], timing, search)
             except ModelProfError as e:
-                raise ModelProfError(f"model {name!r}: {e}") from e
+                run.forget(name)
+                failed[name] = str(e)
             bar.update(1)
-            _said(on_step, f"{name}: profiled ({len(rows)} of {len(named)})")
+            _said(
+                on_step,
+                f"{name}: {'failed' if name in failed else 'profiled'} ({len(rows)} of {len(named)})",
+            )
+        baseline = _standing(baseline, rows, failed)
         if timing:
             bar.set_description("interleaved timing")
-            run.time(rows, baseline, bar)
+            baseline = run.time(rows, baseline, bar, failed)
             bar.update(1)
-            _said(on_step, f"interleaved timing of {len(named)} models done")
+            _said(on_step, f"interleaved timing of {len(rows)} models done")
     finally:
         try:
             held.close()  # the models, inputs, target and loss module put back
         finally:
             bar.close()
-    return _table(rows, baseline, run.env, run.timing_attrs)
+    table = {n: rows[n] if n in rows else {"error": failed[n]} for n in named}
+    return _table(table, baseline, run.env, run.timing_attrs, failed)
+
+
+def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> str:
+    """The baseline among the models that ran: the one asked for, else (it failed) the first
+    that ran; a ModelProfError naming every failure when none did."""
+    if not rows:
+        raise ModelProfError(
+            "every model failed: " + "; ".join(f"model {n!r}: {e}" for n, e in failed.items())
+        )
+    return baseline if baseline in rows else next(iter(rows))
 
 
 def _said(on_step: Callable[[str], None] | None, line: str) -> None:
@@ -231,12 +254,32 @@ class _Run:
         self.env = self.env or dict(report.env)
         return row
 
-    def time(self, rows: dict[str, dict[str, Any]], baseline: str, bar: Any) -> None:
-        """Every model's latency, interleaved, and (backward=True) its training step."""
-        with torch.random.fork_rng(devices=[]):  # train-mode dropout: the user's RNG kept
-            result = measure_interleaved(
-                self.candidates, self.opts, baseline=baseline, mode=self.mode
-            )
+    def forget(self, name: str) -> None:
+        """Drop what was prepared to time ``name`` (it failed)."""
+        self.candidates = [c for c in self.candidates if c.name != name]
+        self.steps.pop(name, None)
+
+    def time(
+        self, rows: dict[str, dict[str, Any]], baseline: str, bar: Any, failed: dict[str, str]
+    ) -> str:
+        """Every model's latency, interleaved, and (backward=True) its training step; a model
+        whose timed call fails leaves ``rows`` for ``failed`` and the others are timed again.
+        Returns the baseline (the first model left when the one asked for failed)."""
+        while True:
+            try:
+                with torch.random.fork_rng(devices=[]):  # train-mode dropout: the RNG kept
+                    result = measure_interleaved(
+                        self.candidates, self.opts, baseline=baseline, mode=self.mode
+                    )
+                break
+            except ModelProfError as e:
+                name = getattr(e, "candidate", None)
+                if name not in rows or len(rows) == 1:
+                    raise
+                failed[name] = str(e)
+                del rows[name]
+                self.forget(name)
+                baseline = _standing(baseline, rows, failed)
         for name in rows:
             rows[name].update(_latency_columns(result, name))
         if self.steps:
@@ -244,6 +287,7 @@ class _Run:
             _step_columns(rows, self.steps, baseline, self.opts)
         self.env = dict(result.measurements[baseline].env) or self.env
         self.timing_attrs = _timing_attrs(result)
+        return baseline
 
 
 def _table(
@@ -251,8 +295,10 @@ def _table(
     baseline: str,
     env: dict[str, Any],
     timing_attrs: dict[str, Any],
+    failed: dict[str, str] | None = None,
 ) -> Comparison:
-    """The comparison frame: one row per model, then the ratios to the baseline."""
+    """The comparison frame: one row per model, then the ratios to the baseline; a model that
+    failed keeps its row, with its error in ``error`` (and a note)."""
     df = Comparison.from_dict(rows, orient="index")
     df.index.name = "model"
     base = df.loc[baseline]
@@ -274,6 +320,12 @@ def _table(
     df.attrs["env"] = env
     df.attrs["baseline"] = baseline
     df.attrs.update(timing_attrs)
+    if failed:
+        df.attrs["failed"] = dict(failed)
+        df.attrs["notes"] = [
+            *(df.attrs.get("notes") or ()),
+            *(f"{n} failed and is not compared (its error column says why)" for n in failed),
+        ]
     return df
 
 

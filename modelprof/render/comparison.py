@@ -23,6 +23,7 @@ __all__ = [
     "compact_compare_columns",
     "compare_caption",
     "export_comparison",
+    "rank_header",
 ]
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
@@ -47,6 +48,7 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
     "cpu_work_x_ci_high",
     "throughput_x",
     "rank",
+    "error",
 )
 """What a readable comparison shows by default (the index ``model`` first): the medians with
 their 95 % intervals, the ratios with theirs, and the CPU work only when the comparison ranks
@@ -131,6 +133,26 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def rank_header(attrs: Mapping[str, Any]) -> str:
+    """The ``rank`` column's header in a human format, which way it runs: 1 is the fastest
+    (the lowest median latency, or CPU work when the comparison ranks by it)."""
+    by = "CPU work" if attrs.get("ranked_by") == "cpu_work" else "latency"
+    return f"rank (1 = lowest {by})"
+
+
+def _rank_said(df: pd.DataFrame, columns: Any) -> tuple[pd.DataFrame, Any]:
+    """``df`` with its ``rank`` column headed by :func:`rank_header` (a copy; the frame's
+    own column keeps its name)."""
+    if "rank" not in df.columns:
+        return df, columns
+    header = rank_header(df.attrs)
+    out = df.rename(columns={"rank": header})
+    out.attrs = dict(df.attrs)
+    if isinstance(columns, str) or columns is None:
+        return out, columns
+    return out, [header if c == "rank" else c for c in columns]
+
+
 def _columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> Any:
     return compact_compare_columns(df) if columns is None else columns
 
@@ -152,6 +174,7 @@ def export_comparison(
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     if fmt.human:
         columns = _columns(df, columns)
+        df, columns = _rank_said(df, columns)
         caption = compare_caption(df.attrs) or None
         for key, value in (
             ("caption", caption),

@@ -262,15 +262,18 @@ def measure_latencies(
     opts = TimingOptions.parse(options, **timing_options)
     prepared = []
     for name, fn in candidates.items():
-        target, mi = resolve_call(
-            fn,
-            inputs,
-            input_size=input_size,
-            batch_size=batch_size,
-            device=device,
-            dtype=dtype,
-            channels_last=opts.channels_last,
-        )
+        try:
+            target, mi = resolve_call(
+                fn,
+                inputs,
+                input_size=input_size,
+                batch_size=batch_size,
+                device=device,
+                dtype=dtype,
+                channels_last=opts.channels_last,
+            )
+        except ModelProfError as e:  # say which candidate
+            raise ModelProfError(f"candidate {str(name)!r}: {e}") from e
         prepared.append(Candidate(str(name), fn, target, mi))
     with agreed_timing(candidates.values()):  # sharded models under torchrun: ranks agree
         return measure_interleaved(

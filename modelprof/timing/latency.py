@@ -115,6 +115,13 @@ def resolve_call(
     return target, mi
 
 
+def _of_candidate(error: ModelProfError, label: str) -> ModelProfError:
+    """``error`` marked with the candidate whose call failed (``error.candidate``), so that a
+    comparison can drop that one and keep the others."""
+    error.candidate = label  # type: ignore[attr-defined]
+    return error
+
+
 def _label(fn: Any) -> str:
     if isinstance(fn, nn.Module):
         return type(getattr(fn, "_orig_mod", fn)).__name__
@@ -213,6 +220,7 @@ class TimedCall:
             and WARMED.seen(fn_or_model, self.signature)
         )
         self.label = label if label is not None else _label(fn_or_model)
+        self.named = label is not None  # a candidate among others: its errors say which
         self.compile_ms: float | None = None
         self.warmup_calls = 0
         self.parts_ms: list[np.ndarray] = []
@@ -269,13 +277,17 @@ class TimedCall:
                     self.target, "the end-to-end timing", self.mi.kwargs or self.mi.args
                 ):
                     raise
-            except ModelProfError:
-                raise
+            except ModelProfError as failed:
+                named = f"candidate {self.label!r}: {failed}" if self.named else str(failed)
+                raise _of_candidate(ModelProfError(named), self.label) from e
             except Exception:  # noqa: BLE001 - not from inside the model: say what failed
                 pass
-            raise ModelProfError(
-                f"{self.label} failed while timing it end to end on {self.dev}: "
-                f"{type(e).__name__}: {e}"
+            raise _of_candidate(
+                ModelProfError(
+                    f"{self.label} failed while timing it end to end on {self.dev}: "
+                    f"{type(e).__name__}: {e}"
+                ),
+                self.label,
             ) from e
 
     # -- warm-up ------------------------------------------------------------------------------
