@@ -150,6 +150,7 @@ def profile(
         spec.check_device(mi.device)
         with _batch_hint(input_size, mi):
             static, step_cost = _count(model, mi, spec)
+        meta_notes += _caught_note(static.caught)
         # the passes that follow see the inputs as the first one did (None: it changed none)
         mi.reset = passed.between_passes()
         rows = build_rows(static.records, step_cost.owning_calls if step_cost is not None else ())
@@ -161,7 +162,7 @@ def profile(
         facts = memory_facts(
             model, tensor_bytes((mi.args, mi.kwargs)), static.records, spec.mode.dtype
         )
-        counts = Counts(static.unsupported, static.by_op, static.model_params, facts)
+        counts = Counts(static.unsupported, static.by_op, static.model_params, facts, static.caught)
         return Report(rows, run, counts, timed, training_step)
 
 
@@ -437,6 +438,21 @@ def _judge(
         notes.append(agreement.note())
         warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)
     return agreement
+
+
+def _caught_note(caught: tuple[str, ...]) -> list[str]:
+    """On meta, ops that raised there and that the forward caught: one warning and a note
+    (the counts are of the branch the forward took then)."""
+    if not caught:
+        return []
+    note = (
+        f"on device='meta', {len(caught)} op(s) raised and the model's forward caught them "
+        f"({caught[0]}{'; ...' if len(caught) > 1 else ''}): it took another branch than a real "
+        "device takes, so these counts may differ from the CPU's; count on device='cpu' for "
+        "the branch that runs"
+    )
+    warnings.warn(f"modelprof: {note}", ModelProfWarning, stacklevel=4)
+    return [note]
 
 
 def _noted(timed: Any, before: list[str], after: str | None) -> Any:

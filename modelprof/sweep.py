@@ -95,6 +95,12 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     )
     totals = report.totals
     row: dict[str, Any] = {"input_shape": report.input_shape}
+    if report.caught_on_meta:  # counted, but maybe not the branch a real device takes
+        row["status"] = "differs"
+        row["error"] = (
+            "on meta the forward caught an op that raised there and took another branch: "
+            + "; ".join(report.caught_on_meta)
+        )[:2000]
     row.update({c: totals[c] for c in COUNTED_COLUMNS if c in totals})
     if report.latency is not None:
         row["threads"] = report.env.get("torch_num_threads")

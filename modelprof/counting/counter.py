@@ -251,6 +251,11 @@ class OpCounter(compat.TorchDispatchMode):
         # (modelprof.counting.meta_sdpa); off elsewhere, where any torch-function mode would
         # turn off nn.MultiheadAttention's fast path
         self.meta_sdpa = meta_sdpa
+        # on meta: the ops that raised out of the counted dispatch to the model's code (an op
+        # with no meta kernel); where the forward still returns, it caught them and took
+        # another branch than a real device would (the counts say so: StaticResult.caught)
+        self.raised_on_meta: list[str] = []
+        self._op_depth = 0
         # called with (func, args, kwargs) before each op runs, outside the counted work (the
         # state guard's copy on first write: modelprof.runtime.guard.StateGuard.write_hook)
         self.before_op = before_op
@@ -383,6 +388,19 @@ class OpCounter(compat.TorchDispatchMode):
 
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.meta_sdpa:
+            return self._dispatch(func, types, args, kwargs)
+        self._op_depth += 1  # an op inside another's decomposition may fail and be run whole
+        try:
+            return self._dispatch(func, types, args, kwargs)
+        except Exception as e:
+            if self._op_depth == 1:
+                self.raised_on_meta.append(f"{func}: {type(e).__name__}: {str(e)[:200]}")
+            raise
+        finally:
+            self._op_depth -= 1
+
+    def _dispatch(self, func, types, args=(), kwargs=None):
         # the hot path: every op of the forward (a few hundred per model) comes through here,
         # between the model's own kernels; it does as little as it can
         if types:  # a tensor subclass takes part (plain tensors give no types)

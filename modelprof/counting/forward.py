@@ -41,6 +41,9 @@ class StaticResult:
     unsupported: Counter
     by_op: dict[str, OpStats]
     model_params: int  # every distinct parameter of the model, used or not
+    # on meta: ops that raised there and that the forward caught (it took another branch than
+    # a real device, whose counts may differ)
+    caught: tuple[str, ...] = ()
 
 
 def _state_for(
@@ -170,7 +173,8 @@ def analyze(
     model_params = sum(map(count, guard.parameters)) + sum(
         packed_parameters(guard.script_attrs).values()
     )
-    return StaticResult(records, counter.unsupported, counter.by_op, model_params)
+    caught = tuple(counter.raised_on_meta)
+    return StaticResult(records, counter.unsupported, counter.by_op, model_params, caught)
 
 
 def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:

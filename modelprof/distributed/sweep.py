@@ -198,8 +198,11 @@ def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            row.update(measure(config, device))
-            row.update(status="ok", error="")
+            got = dict(measure(config, device))
+            # a measure may say its row differs from what a real device counts, and why
+            status, error = got.pop("status", "ok"), got.pop("error", "")
+            row.update(got)
+            row.update(status=status, error=error)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the sweep goes on
             row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
     row["warnings"] = "; ".join(dict.fromkeys(str(w.message) for w in caught))[:2000]

@@ -73,6 +73,9 @@ class Counts:
     by_op: Mapping[str, Any]
     model_params: int
     memory: Any = None  # modelprof.report.memory.MemoryFacts, for memory_estimate()
+    # on meta: ops that raised there and that the model's forward caught (another branch than
+    # a real device takes: the counts may differ from the CPU's)
+    caught_on_meta: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +143,9 @@ class Report(Exports):
         self.timing_agreement = timing.agreement
         self.totals = totals_of(self.rows)
         self.memory = counts.memory  # modelprof.report.memory.MemoryFacts (None: not known)
+        #: on meta, ops that raised and that the forward caught: its counts may be of another
+        #: branch than a real device's (empty elsewhere)
+        self.caught_on_meta = tuple(counts.caught_on_meta)
 
     @property
     def timed(self) -> bool:
