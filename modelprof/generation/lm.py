@@ -5,9 +5,11 @@ changed: ``generate`` gets a copied generation config with the run's settings.""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -301,10 +303,13 @@ class LanguageModel:
 
     def generation_config(self, new_tokens: int) -> Any:
         """A copy of the model's generation config for greedy decoding of exactly
-        ``new_tokens`` (``min_new_tokens`` suppresses EOS), with the run's cache."""
+        ``new_tokens``, with the run's cache: no EOS stops it (``eos_token_id`` cleared once
+        the pad token is taken from it; ``min_new_tokens`` alone lets a model whose every
+        token is EOS stop after one, every logit suppressed), nor a time or string limit."""
         gc = copy.deepcopy(self.model.generation_config)
-        gc.max_new_tokens = gc.min_new_tokens = new_tokens
-        gc.max_length = None
+        gc.max_new_tokens = new_tokens
+        gc.min_new_tokens = gc.max_length = gc.min_length = None
+        gc.max_time = gc.stop_strings = None
         gc.do_sample, gc.num_beams, gc.num_return_sequences = False, 1, 1
         for name in ("temperature", "top_p", "top_k"):
             setattr(gc, name, None)
@@ -313,6 +318,7 @@ class LanguageModel:
         if gc.pad_token_id is None:
             eos = gc.eos_token_id
             gc.pad_token_id = (eos[0] if isinstance(eos, (list, tuple)) else eos) or 0
+        gc.eos_token_id = []  # not None: generate() fills None from the model's own config
         if self.decoder_start is not None:  # the start token the counted phases use
             gc.decoder_start_token_id = self.decoder_start
         return gc
@@ -322,9 +328,10 @@ class LanguageModel:
         gc = self.generation_config(new_tokens)
         extras = self.prompt_inputs.extras_for(int(prompt.shape[0]), self.device, self.dtype)
         if self.encoder is not None:  # the encoder's inputs; the prompt is the decoder's
-            self.model.generate(
-                decoder_input_ids=prompt, generation_config=gc, streamer=streamer, **extras
-            )
+            with _own_settings_unsaid():
+                self.model.generate(
+                    decoder_input_ids=prompt, generation_config=gc, streamer=streamer, **extras
+                )
             # Whisper's generate (5.24) returns the new tokens without the decoder's prompt
             made = streamer.tokens
         else:
@@ -358,6 +365,29 @@ def decoder_start(model: Any) -> int | None:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 return value
     return None
+
+
+#: transformers' warnings about the settings this run gives generate() itself (Whisper's generate
+#: calls generate again with the max_length it derived, and passes its suppress_tokens beside
+#: the generation config): said on every timed generation, they are about modelprof's call
+_OWN_SETTINGS = ("`max_new_tokens` (=", "Passing `generation_config` together with")
+
+
+class _OwnSettingsFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(s in str(record.msg) for s in _OWN_SETTINGS)
+
+
+@contextlib.contextmanager
+def _own_settings_unsaid() -> Iterator[None]:
+    """transformers' generation logger, without the warnings :data:`_OWN_SETTINGS` names."""
+    logger = logging.getLogger("transformers.generation.utils")
+    quiet = _OwnSettingsFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:
