@@ -174,7 +174,7 @@ QUICKSTART = _cells(
     """),
     ("md", """
         Two rows of their own close the table: `(loss)` and `(optimizer)` (AdamW: 14 flops per
-        parameter, documented in `modelprof/formulas/optim.py`). The forward, backward and
+        parameter, documented in `modelprof/counting/formulas/optim.py`). The forward, backward and
         optimizer step are also measured end to end, each a `Measurement`:
     """),
     ("code", """
