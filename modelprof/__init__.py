@@ -13,6 +13,7 @@ from modelprof.distributed.gather import gather_reports
 from modelprof.errors import (
     DriftWarning,
     FewSamplesWarning,
+    LoadedMachineWarning,
     ModelProfError,
     ModelProfWarning,
     NoisyMeasurementWarning,
@@ -46,6 +47,7 @@ __all__ = [
     "Measurement",
     "ModelProfError",
     "ModelProfWarning",
+    "LoadedMachineWarning",
     "NoisyMeasurementWarning",
     "Peaks",
     "Report",

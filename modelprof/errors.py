@@ -35,6 +35,12 @@ class FewSamplesWarning(NoisyMeasurementWarning):
     """Issued once per measurement that a time budget stopped below its minimum sample count."""
 
 
+class LoadedMachineWarning(NoisyMeasurementWarning):
+    """Issued once per measurement whose wall time the machine's load stretched (wall well
+    above the CPU time of the same work): the wall figure moved with the machine; it names the
+    CPU-time figure to quote."""
+
+
 class TimingDisagreementWarning(ModelProfWarning):
     """Issued once per profile whose per-layer passes and clean end-to-end runs disagree beyond
     their intervals (the machine's load changed between them); it names the figure to quote."""

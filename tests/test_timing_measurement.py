@@ -413,3 +413,28 @@ def test_the_stop_and_the_floor_survive_the_json_export():
         "spread (±1.0% would take ~3.33 min of sampling) "
         "(+1.50 s past the budget for min_samples=10)"
     )
+
+
+def test_a_loaded_run_warns_that_its_wall_figure_moved_and_names_the_cpu_work():
+    # issue 37: five profile(resnet18) under load gave clean medians of 25.4, 71.3, 48.6 and
+    # 42.8 ms, each claiming +-2-3 %. Here every sample's wall time is 2x its CPU time (10 ms of
+    # work that waited for a core as long again): wall/CPU = 20 / 10 = 2.0 > 1.15
+    from modelprof.errors import LoadedMachineWarning
+
+    rng = np.random.default_rng(0)
+    cpu = 10.0 + rng.normal(0.0, 0.01, 40)
+    blocks = np.repeat(np.arange(8), 5)
+    m = Measurement(
+        2.0 * cpu, blocks=blocks, timestamps_s=blocks * 0.1, cpu_ms=cpu, cpu_clock="thread_time"
+    )
+    assert m.loaded and m.wall_over_cpu == pytest.approx(2.0)
+    with pytest.warns(LoadedMachineWarning) as rec:
+        assert m.warn_if_noisy()
+    text = str(rec[0].message)
+    assert "wall/CPU 2.00" in text and "quote the CPU work, median 9.99" in text  # 10 - noise
+    # the same work on a quiet machine (wall = CPU time): nothing to say
+    quiet = Measurement(cpu, blocks=blocks, timestamps_s=blocks * 0.1, cpu_ms=cpu)
+    assert not quiet.loaded
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not quiet.warn_if_noisy()

@@ -42,7 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
+from modelprof.errors import (
+    DriftWarning,
+    FewSamplesWarning,
+    LoadedMachineWarning,
+    NoisyMeasurementWarning,
+)
 from modelprof.timing.stats import (
     between_block_ci,
     block_medians,
@@ -414,6 +419,8 @@ class Measurement:
                 "changed speed while measuring (other load, thermal or frequency changes)",
                 DriftWarning,
             )
+        elif self.loaded:
+            text, kind = f"timing of {what}: {self._loaded_text()}", LoadedMachineWarning
         elif self.noisy:
             text, kind = (
                 f"noisy timing of {what}: "
@@ -424,9 +431,22 @@ class Measurement:
             )
         else:
             return False
+        if self.loaded and kind is not LoadedMachineWarning:
+            text += f"; {self._loaded_text()}"
         self._warned = True
         warnings.warn(text, kind, stacklevel=3)
         return True
+
+    def _loaded_text(self) -> str:
+        """What a loaded run's wall figure is worth, and the figure to quote instead."""
+        cpu = self.cpu
+        return (
+            f"the machine was loaded (wall/CPU {self.wall_over_cpu:.2f}: the work waited for a "
+            f"core), so the wall median {format_ms(self.median_ms)} moved with the machine's "
+            f"load and another run will read otherwise; quote the CPU work, median "
+            f"{format_ms(cpu.median_ms)} ({self.cpu_clock}), which load cannot stretch, or "
+            "time again on a quieter machine"
+        )
 
     def _few_samples_text(self) -> str:
         s = "s" if self.n != 1 else ""
