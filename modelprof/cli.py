@@ -1061,6 +1061,12 @@ def _add_fit_parser(sub: Any) -> None:
         default="adam",
         help="adam, adamw, sgd, sgd_momentum or any torch.optim name (adafactor, rmsprop...)",
     )
+    f.add_argument(
+        "--checkpointing",
+        choices=("none", "full", "selective"),
+        default="none",
+        help="activation checkpointing of the training plans (Korthikanti et al. 2022)",
+    )
     f.add_argument("--inference-only", action="store_true", help="no training plans")
     f.set_defaults(run=_run_fit, progress=False, **_NO_COMMON)
 
@@ -1085,6 +1091,7 @@ def _run_fit(ctx: _Context) -> None:
         ranks=a.ranks,
         optimizer=a.optimizer,
         training=not a.inference_only,
+        checkpointing=a.checkpointing,
     )
     print(report.to_text(), file=ctx.stdout)
 

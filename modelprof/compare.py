@@ -28,7 +28,7 @@ from modelprof.runtime.inputs import make_inputs, parse_input_size
 from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import shape_str
-from modelprof.step.spec import StepSpec, loss_module
+from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode
 from modelprof.step.timing import StepTimer, compare_steps
 from modelprof.timing import measure_throughput
 from modelprof.timing.interleave import (
@@ -130,12 +130,8 @@ def compare(
             "throughput=True searches batch sizes, so it needs input_size, not inputs="
         )
     run = _Run(inputs, batch_size, device, dtype, profile_options)
-    if run.backward and torch.is_inference_mode_enabled():
-        raise ModelProfError(
-            "backward=True inside torch.inference_mode(): tensors made there never require "
-            "grad, so there is no backward to profile; call compare() outside inference_mode "
-            "(inside torch.no_grad() is fine: the training step turns grad on itself)"
-        )
+    if run.backward:
+        refuse_inference_mode("compare()")
     search = _throughput_search(throughput_options, run.opts) if throughput else None
     rows: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}  # a model that failed: its error, in its row

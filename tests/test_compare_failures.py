@@ -104,3 +104,16 @@ def test_the_human_tables_say_which_way_rank_runs(fmt):
     by = "CPU work" if df.attrs["ranked_by"] == "cpu_work" else "latency"
     assert f"rank (1 = lowest {by})" in out
     assert "rank" in df.columns  # the frame's own column keeps its name
+
+
+def test_profile_backward_inside_inference_mode_says_inference_mode():
+    # the same refusal from profile() itself, before any forward runs (it was the forward's
+    # "Inference tensors cannot be saved for backward", from inside the model)
+    import modelprof
+
+    model = nn.Linear(4, 4)
+    with torch.inference_mode():
+        with pytest.raises(ModelProfError, match=r"call profile\(\) outside inference_mode"):
+            modelprof.profile(model, (4,), backward=True, timing=False)
+    # outside it the same call counts the step
+    assert modelprof.profile(model, (4,), backward=True, timing=False).totals["backward_flops"] > 0

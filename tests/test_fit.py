@@ -213,6 +213,25 @@ def test_the_command_line(capsys):
     assert out.startswith("device L4") and "ZeRO-3 (FSDP)" in out and "24.00 GiB" in out
     assert main(["fit", spec, "--context", "0"]) == 2
     assert "context=0" in capsys.readouterr().err
+    # the plans' activation checkpointing, as fit(checkpointing=) takes it: the same table
+    base = ["fit", spec, "--context", "16", "--ranks", "2", "--on", "L4"]
+    assert main([*base, "--checkpointing", "full"]) == 0
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=101,
+    )
+    api = fit(cfg, context=16, ranks=2, device="L4", checkpointing="full").to_text()
+    out = capsys.readouterr().out
+    # the same table and the same checkpointing note (the API's adds "built from the config")
+    table = [line for line in out.splitlines() if not line.startswith("note:")]
+    assert table == [line for line in api.splitlines() if not line.startswith("note:")]
+    assert "note: full checkpointing: each of 2 layers saves its input" in out
+    assert main([*base, "--checkpointing", "some"]) == 2
+    assert "--checkpointing" in capsys.readouterr().err
 
 
 def test_memory_estimate_prints_human_units_and_stays_numeric():

@@ -28,9 +28,26 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import iter_tensors
 
-__all__ = ["StepSpec", "default_loss", "loss_module", "refuse_scripted"]
+__all__ = [
+    "StepSpec",
+    "default_loss",
+    "loss_module",
+    "refuse_inference_mode",
+    "refuse_scripted",
+]
 
 _NEEDS_CLOSURE = ("LBFGS",)
+
+
+def refuse_inference_mode(what: str) -> None:
+    """``backward=True`` inside ``torch.inference_mode()``: refused before anything runs, saying
+    so (``what``: the call, ``"profile()"``), rather than failing inside the forward."""
+    if torch.is_inference_mode_enabled():
+        raise ModelProfError(
+            "backward=True inside torch.inference_mode(): tensors made there never require "
+            f"grad, so there is no backward to profile; call {what} outside inference_mode "
+            "(inside torch.no_grad() is fine: the training step turns grad on itself)"
+        )
 
 
 def refuse_scripted(model: torch.nn.Module) -> None:
