@@ -812,26 +812,38 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     """The model's own cost per hooked call, the inside part calibrated.
 
     Each instrumented pass is followed by its plain pass, so a change of the machine's pace
-    reaches both kinds alike; the estimate is (median instrumented - median plain), the
-    difference that makes the corrected pass's median the plain pass's. On a loaded machine
-    preemption lands more often on the longer, instrumented pass and overstates it, so on the CPU
-    the same difference of thread CPU time (which time spent descheduled does not enter) bounds
-    it (``benchmarks/leaf_sum.py`` checks the corrected leaf sum; its figures are in
-    docs/timing.md). With fewer than ten passes the difference is mostly noise (one preempted
-    pass pair can read many times the hooks' cost and zero whole rows): the calibration chain's
-    cost stands in.
+    reaches both kinds alike; the estimate is the median of the per-pair differences
+    (instrumented - its plain pass). Paired, a preemption lengthens the one pass it hits, the
+    instrumented as often as the plain, so the differences scatter on both sides of the
+    instrument's cost and their median stays on it even when most passes are hit; the
+    difference of the two kinds' medians did not: with both cores busy it read 3.8 ms one
+    run (the median instrumented pass preempted) and, where the median plain pass was the one
+    preempted, nothing, which left the hooks' cost in the corrected pass (the fastest passes'
+    leaves covered 0.967 of it). On the CPU the same paired difference of thread CPU time
+    (which time spent descheduled does not enter) bounds it (``benchmarks/leaf_sum.py``
+    checks the corrected leaf sum; its figures are in docs/timing.md). With fewer than ten
+    passes the difference is mostly noise (one preempted pass pair can read many times the
+    hooks' cost and zero whole rows): the calibration chain's cost stands in.
     """
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
     if sampled.n < _MIN_COST_PASSES and calibrated.applied:  # (CUDA: no chain to ask)
         per_call, source = calibrated.per_call_ms * len(keys), "chain"
     else:
-        per_call, source = float(np.median(sampled.samples_ms) - np.median(plain)), "model"
+        per_call, source = _paired_median(sampled.samples_ms, plain), "model"
         if inst.cpu_ms is not None:
             cpu_inst, cpu_plain = inst.cpu_ms
-            per_call = min(per_call, float(np.median(cpu_inst) - np.median(cpu_plain)))
+            per_call = min(per_call, _paired_median(cpu_inst, cpu_plain))
     per_call = max(0.0, per_call) / len(keys)
     return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
+
+
+def _paired_median(instrumented: Any, plain: Any) -> float:
+    """Median of ``instrumented[i] - plain[i]`` (pass ``i`` and its plain pass)."""
+    a, b = np.asarray(instrumented, dtype=float), np.asarray(plain, dtype=float)
+    if a.size != b.size:  # not paired pass by pass: the difference of the medians
+        return float(np.median(a) - np.median(b))
+    return float(np.median(a - b))
 
 
 def _comm_samples(inst: _Instrument, keys: list) -> dict | None:
