@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from modelprof import profile_generation
+from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import DriftWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
@@ -24,29 +25,31 @@ pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasureme
 A_MS, B_MS, VOCAB = 0.5, 0.05, 8
 
 
-def spin(ms: float) -> None:
-    end = time.perf_counter_ns() + int(ms * 1e6)
-    while time.perf_counter_ns() < end:
+def spin(ms: float, now=time.perf_counter_ns) -> None:
+    """Busy-wait ``ms`` on the clock ``now``: the wall clock by default; a CPU clock spins that
+    much CPU work however long a loaded machine makes the thread wait for a core."""
+    end = now() + int(ms * 1e6)
+    while now() < end:
         pass
 
 
 class SpinBlock(nn.Module):
     """Spins ``a + b x length`` ms: the cost of a step that attends to ``length`` tokens."""
 
-    def __init__(self, a_ms: float, b_ms: float) -> None:
+    def __init__(self, a_ms: float, b_ms: float, now=time.perf_counter_ns) -> None:
         super().__init__()
-        self.a_ms, self.b_ms = a_ms, b_ms
+        self.a_ms, self.b_ms, self.now = a_ms, b_ms, now
         self.extra_ms = 0.0  # raised between generations to make a drift
 
     def forward(self, tokens: torch.Tensor, length: int) -> torch.Tensor:
-        spin(self.a_ms + self.extra_ms + self.b_ms * length)
+        spin(self.a_ms + self.extra_ms + self.b_ms * length, self.now)
         return tokens
 
 
 class FakeLM(nn.Module):
-    def __init__(self, a_ms: float = A_MS, b_ms: float = B_MS) -> None:
+    def __init__(self, a_ms: float = A_MS, b_ms: float = B_MS, now=time.perf_counter_ns) -> None:
         super().__init__()
-        self.block = SpinBlock(a_ms, b_ms)
+        self.block = SpinBlock(a_ms, b_ms, now)
         self.register_buffer("logits", torch.zeros(8, 64, VOCAB))
 
     def forward(self, tokens: torch.Tensor, cached: int) -> torch.Tensor:
@@ -186,9 +189,11 @@ def test_a_drifting_step_is_flagged():
 def test_compare_generation_ratios_against_known_spins():
     from modelprof import compare_generation
 
-    # 25 steps of 4 and 8 ms: a generation outlasts a 0.1 s block, so each of the 8 rounds
-    # pairs one generation of each
-    fast, slow = FakeLM(a_ms=4.0, b_ms=0.0), FakeLM(a_ms=8.0, b_ms=0.0)
+    # 25 steps that spin 4 and 8 ms of CPU work, on the CPU clock the product reads beside the
+    # wall clock (thread time with one intra-op thread, process time with several): a
+    # generation outlasts a 0.1 s block, so each of the 8 rounds pairs one generation of each
+    clock_name, cpu_now = cpu_time_source()
+    fast, slow = FakeLM(4.0, 0.0, cpu_now), FakeLM(8.0, 0.0, cpu_now)
     table = compare_generation(
         {"fast": (fast, make_step(fast)), "slow": (slow, make_step(slow))},
         prompt_len=4,
@@ -197,15 +202,34 @@ def test_compare_generation_ratios_against_known_spins():
         warmup=1,
     )
     assert table.loc["slow", "generations"] == 8
-    # the slow model spins twice as long per step: its fastest step reads 2x (a spin is only
-    # ever lengthened). On a loaded machine every step also waits for a core, a few ms that do
-    # not double, so the ratio of medians lies between 1 and 2 (its interval, from 8 rounds
-    # on a loaded machine, can be wide)
-    fastest = table.loc["slow", "tpot_min_ms"] / table.loc["fast", "tpot_min_ms"]
-    assert fastest == pytest.approx(2.0, rel=0.15)
     slow = table.loc["slow"]
-    assert 1.0 < slow["tpot_x"] <= 2.2
-    assert slow["tpot_x_ci_low"] <= slow["tpot_x"] <= slow["tpot_x_ci_high"]
+    # each step's CPU work is its spin, 4 or 8 ms, plus the same step overhead e (the step
+    # loop, argmax, stamps: e ~ 0.4-0.5 ms here, quiet or loaded): (8 + e) / (4 + e) =
+    # 1 + 4 / (4 + e) = 1.90-1.91, inside 2 +- 15 % for any e < 1.7 ms, on any machine, since
+    # waiting for a core adds wall time, never CPU time (read 1.93 quiet, 1.90 with two
+    # spinning processes). The CPU ratio is the ratio of the CPU medians shown, inside its
+    # paired interval
+    assert slow["tpot_cpu_x"] == pytest.approx(2.0, rel=0.15)
+    assert slow["tpot_cpu_x"] == pytest.approx(
+        slow["tpot_cpu_ms"] / table.loc["fast", "tpot_cpu_ms"], rel=1e-12
+    )
+    assert slow["tpot_cpu_x_ci_low"] <= slow["tpot_cpu_x"] <= slow["tpot_cpu_x_ci_high"]
+    # the prefill spins once, 4 or 8 ms: the TTFT's CPU work doubles too
+    assert slow["ttft_cpu_x"] == pytest.approx(2.0, rel=0.15)
+    assert table.loc["fast", "tpot_cpu_x"] == pytest.approx(1.0)
+    # the comparison ranks by CPU work exactly when a figure's wall clock ran above 1.15x its
+    # CPU time (a loaded machine), and says so; the slower spin ranks second either way
+    loaded = bool((table["wall_over_cpu"] > 1.15).any())
+    assert table.attrs["ranked_by"] == ("cpu_work" if loaded else "latency")
+    assert table["rank"].tolist() == [1, 2]
+    assert any(f"ranked by CPU work ({clock_name})" in n for n in table.attrs["notes"]) == loaded
+    if not loaded:  # quiet: wall = CPU work within 15 %, so the wall clock reads the 2x too
+        # (a spin is only ever lengthened: the fastest step reads 2x; the ratio of medians lies
+        # between 1 and 2, and a few preempted steps can lift it a little)
+        fastest = table.loc["slow", "tpot_min_ms"] / table.loc["fast", "tpot_min_ms"]
+        assert fastest == pytest.approx(2.0, rel=0.15)
+        assert 1.0 < slow["tpot_x"] <= 2.2
+        assert slow["tpot_x_ci_low"] <= slow["tpot_x"] <= slow["tpot_x_ci_high"]
     assert table.loc["fast", "tpot_x"] == pytest.approx(1.0)
 
 

@@ -49,8 +49,13 @@ def compare_generation(
 ) -> pd.DataFrame:
     """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
     decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
-    with ``*_ci_low``/``*_ci_high``. ``models`` maps names to HuggingFace causal LMs or
-    encoder-decoders (their encoder's inputs built from the config)."""
+    with ``*_ci_low``/``*_ci_high``. On the CPU each figure's CPU work stands beside it
+    (``ttft_cpu_ms``, ``tpot_cpu_ms``, ``end_to_end_cpu_ms`` with intervals, ``ttft_cpu_x``,
+    ``tpot_cpu_x`` with theirs, ``wall_over_cpu``). ``rank`` (1 = fastest end to end) follows
+    ``attrs["ranked_by"]``: the CPU work when the machine was loaded (wall/CPU above 1.15,
+    ``attrs["notes"]`` says so), else the latency; none when a model is undersampled.
+    ``models`` maps names to HuggingFace causal LMs or encoder-decoders (their encoder's
+    inputs built from the config)."""
     if not isinstance(models, Mapping) or len(models) < 1:
         raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
     opts = TimingOptions.parse(options, **timing_options)
@@ -106,6 +111,41 @@ def _short(t: Any) -> bool:
     return any(m is not None and m.undersampled for m in (t.end_to_end, t.ttft, t.tpot))
 
 
+def _measured(t: Any) -> list[Measurement]:
+    return [m for m in (t.end_to_end, t.ttft, t.tpot) if m is not None]
+
+
+def _ranked_by(timings: list) -> str:
+    """``"cpu_work"`` when any model's wall clock ran well above its CPU time (the machine was
+    loaded: waits for a core stretch the wall clock, not the CPU work) and every figure has its
+    CPU time; else ``"latency"`` (as ``compare``'s ``ranked_by``)."""
+    ms = [m for t in timings for m in _measured(t)]
+    if all(m.cpu is not None for m in ms) and any(m.loaded for m in ms):
+        return "cpu_work"
+    return "latency"
+
+
+def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[str, Any]:
+    """On the CPU: the CPU work of each figure (median, interval), its wall/CPU and the
+    ``ttft_cpu_x``/``tpot_cpu_x`` ratios to the first model (estimated as the timed ratios)."""
+    out: dict[str, Any] = {}
+    for kind in ("ttft", "tpot", "end_to_end"):
+        m, base_m = getattr(t, kind), getattr(base, kind)
+        if m is None or m.cpu is None:
+            continue
+        lo, hi = m.cpu.median_ci_ms
+        out.update({f"{kind}_cpu_ms": m.cpu.median_ms, f"{kind}_cpu_ci_low_ms": lo})
+        out[f"{kind}_cpu_ci_high_ms"] = hi
+        if kind == "end_to_end" or base_m is None or base_m.cpu is None:
+            continue
+        ratio = (math.nan,) * 3 if unranked else _ratio(m.cpu, base_m.cpu, confidence)
+        names = (f"{kind}_cpu_x", f"{kind}_cpu_x_ci_low", f"{kind}_cpu_x_ci_high")
+        out.update(dict(zip(names, ratio)))
+    if out:
+        out["wall_over_cpu"] = max(m.wall_over_cpu for m in _measured(t))
+    return out
+
+
 def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
@@ -124,16 +164,37 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
                 continue
             ratio = (math.nan,) * 3 if unranked else _ratio(m, base_m, confidence)
             row.update(dict(zip((f"{kind}_x", f"{kind}_x_ci_low", f"{kind}_x_ci_high"), ratio)))
+        row.update(_cpu_columns(t, base, confidence, bool(unranked)))
         rows.append(row)
     df = pd.DataFrame(rows).set_index("model")
+    ranked_by = _ranked_by(timings)
+    key = "end_to_end_cpu_ms" if ranked_by == "cpu_work" else "end_to_end_ms"
+    df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    if not unranked:
+        df["rank"] = df[key].rank(method="min").astype("Int64")
     df.attrs["ratio_estimator"] = RATIO_ESTIMATOR
+    df.attrs["ranked_by"] = ranked_by
     notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
     notes += floor_notes(t.end_to_end for t in timings)
     if unranked:
         df.attrs["unranked"] = unranked
         notes.append(unranked)
+    elif ranked_by == "cpu_work":
+        notes.append(_loaded_note(timings))
     df.attrs["notes"] = notes
     return df
+
+
+def _loaded_note(timings: list) -> str:
+    """Why a loaded comparison ranks by CPU work, and which ratios hold."""
+    worst = max(m.wall_over_cpu for t in timings for m in _measured(t))
+    clock = timings[0].end_to_end.cpu_clock
+    return (
+        f"ranked by CPU work ({clock}): the machine was loaded (wall/CPU up to {worst:.2f}), "
+        "which stretches the wall clock of whichever generation it hits; quote ttft_cpu_x and "
+        "tpot_cpu_x, not ttft_x and tpot_x. CPU work equals latency only for a "
+        "single-threaded model on an idle core"
+    )
 
 
 class _all:

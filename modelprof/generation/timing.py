@@ -28,6 +28,7 @@ import torch
 from modelprof.generation.lm import LanguageModel
 from modelprof.generation.spec import GenerationSpec
 from modelprof.runtime.device import device_synchronize
+from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import collect, hold_floor, warm_up
@@ -164,31 +165,45 @@ class GenerationTiming:
 
 
 class _Run:
-    """One generation, stamped: TTFT, the decode steps and the end-to-end time in ms."""
+    """One generation, stamped: TTFT, the decode steps and the end-to-end time in ms; on the
+    CPU each stamp also reads the CPU time (``timing.clock.cpu_time_source``: the thread's
+    with one intra-op thread, the process's with several), so each figure has its CPU work
+    beside it, which a loaded machine's waits for a core do not stretch."""
 
     def __init__(self, lm: LanguageModel, prompt: torch.Tensor, new_tokens: int) -> None:
         self.lm, self.prompt, self.n = lm, prompt, new_tokens
         dev = lm.device
         self.sync = (lambda: device_synchronize(dev)) if dev.type != "cpu" else (lambda: None)
+        self.cpu_clock, self.cpu_now = cpu_time_source() if dev.type == "cpu" else (None, None)
         self.ttft: list[float] = []
         self.steps: list[np.ndarray] = []
+        self.cpu: dict[str, list] = {"end_to_end": [], "ttft": [], "steps": []}
 
     def __call__(self) -> float:
         stamps: list[int] = []
+        cpus: list[int] = []
         sync, perf = self.sync, time.perf_counter_ns
+        cpu = self.cpu_now or (lambda: 0)
 
         def stamp() -> None:
             sync()
             stamps.append(perf())
+            cpus.append(cpu())
 
         sync()
+        c0 = cpu()
         t0 = perf()
         self.lm.generate(self.prompt, self.n, stamp)
         sync()
         t1 = perf()
+        c1 = cpu()
         marks = np.asarray([t0, *stamps], dtype=np.float64)
         self.ttft.append((stamps[0] - t0) / 1e6)
         self.steps.append(np.diff(marks[1:]) / 1e6)
+        if self.cpu_now is not None:
+            self.cpu["end_to_end"].append((c1 - c0) / 1e6)
+            self.cpu["ttft"].append((cpus[0] - c0) / 1e6)
+            self.cpu["steps"].append(np.diff(np.asarray(cpus, dtype=np.float64)) / 1e6)
         return (t1 - t0) / 1e6
 
     def block(self, k: int) -> np.ndarray:
@@ -197,6 +212,18 @@ class _Run:
     def clear(self) -> None:
         self.ttft.clear()
         self.steps.clear()
+        for v in self.cpu.values():
+            v.clear()
+
+    def cpu_fields(self, kind: str) -> dict[str, Any]:
+        """``cpu_ms``/``cpu_clock`` of a Measurement of ``kind`` (none off the CPU)."""
+        if self.cpu_now is None or not self.cpu[kind]:
+            return {}
+        values = self.cpu[kind]
+        return {
+            "cpu_ms": np.concatenate(values) if kind == "steps" else np.asarray(values),
+            "cpu_clock": self.cpu_clock,
+        }
 
 
 def generation_sampler(
@@ -237,8 +264,12 @@ def timing_from(
     """The Measurements of what ``run`` recorded over ``sampled``'s blocks."""
     dev = str(lm.device)
     common = dict(device=dev, batch_size=batch, warmup=n_warm, **sampled.fields(opts.stop))
-    e2e = Measurement(sampled.samples_ms, label=f"{lm.name} generation", **common)
-    ttft = Measurement(np.asarray(run.ttft), label=f"{lm.name} TTFT", **common)
+    e2e = Measurement(
+        sampled.samples_ms, label=f"{lm.name} generation", **common, **run.cpu_fields("end_to_end")
+    )
+    ttft = Measurement(
+        np.asarray(run.ttft), label=f"{lm.name} TTFT", **common, **run.cpu_fields("ttft")
+    )
     steps = np.vstack(run.steps) if run.steps else np.empty((0, 0))
     tpot = None
     if steps.size:
@@ -248,7 +279,11 @@ def timing_from(
             blocks=np.repeat(sampled.blocks, per),
             timestamps_s=(sampled.timestamps_s[:, None] + offsets).reshape(-1),
         )
-        tpot = Measurement(steps.reshape(-1), label=f"{lm.name} TPOT", **{**common, **per_step})
+        tpot = Measurement(
+            steps.reshape(-1),
+            label=f"{lm.name} TPOT",
+            **{**common, **per_step, **run.cpu_fields("steps")},
+        )
     contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
     if opts.warn:  # a short budget is said once (of the generations); drift and noise each
         for m in (e2e,) if e2e.undersampled else (ttft, tpot):
@@ -267,5 +302,5 @@ def _peak_memory(run: _Run, dev: torch.device) -> int | None:
     torch.cuda.reset_peak_memory_stats(dev)
     run()
     run.ttft.pop()
-    run.steps.pop()
+    run.steps.pop()  # the CPU time is read on the CPU only, never here
     return int(torch.cuda.max_memory_allocated(dev))
