@@ -3,9 +3,10 @@ under plain data parallel and ZeRO-1/2/3 (FSDP), with a tensor-parallel degree, 
 shapes on the meta device (a config of a 70B model answers in seconds).
 
 Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (Psi = parameter
-elements). Under ``tp`` a norm's parameters stay whole on every rank and every other tensor is
-split along dim 0, rank 0 holding ``ceil(d0 / tp)`` rows (the rank counted: an odd dimension's
-extra rows are its), as a real plan does; the saved activations are / tp (Megatron with
+elements). Under ``tp`` a norm's parameters and a row-parallel layer's bias (``ROW_PARALLEL``:
+o_proj, down_proj, c_proj...) stay whole on every rank, a row-parallel weight is split by its
+input and every other tensor along dim 0, rank 0 holding the larger part (the rank counted: an
+odd dimension's extra rows are its), as a real plan does; the saved activations are / tp (Megatron with
 sequence parallelism); KV heads split across at most ``kv_heads`` ranks. A ``tp`` that does
 not divide the heads, a ``context`` past the model's positions and a non-integer head dim are
 refused.
@@ -534,25 +535,50 @@ def _weights(model: nn.Module, tp: int) -> tuple[list[tuple[int, ...]], int, int
     ``dtype``, trained), the bytes of the weights held as stored (integer and quantized
     parameters, a tensor subclass by its inner tensors, and the packed weights of quantized
     layers, which are no parameters), and the parameter elements of the model. Under ``tp``
-    a norm's parameters stay whole on every rank and any other tensor is split along dim 0,
-    rank 0 taking ``ceil(d0 / tp)`` rows (an odd dimension's extra rows), as a real plan does."""
+    a norm's parameters and a row-parallel layer's bias stay whole on every rank, a row-parallel
+    weight is split by its input and any other tensor along dim 0, rank 0 taking the extra rows
+    of an odd dimension, as a real plan does (``_tp_shape``)."""
     shapes: list[tuple[int, ...]] = []
     packed_elements, stored = module_packed_weights(model)
     seen: set[int] = set()
     elements = packed_elements
-    for module in model.modules():
+    for name, module in model.named_modules():
         whole = tp == 1 or "norm" in type(module).__name__.lower()
-        for p in module.parameters(recurse=False):
+        for pname, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
             seen.add(id(p))
             elements += p.numel()
             if p.is_floating_point() and type(p) in PLAIN_TENSORS:
-                s = tuple(p.shape)
-                shapes.append(s if whole or not s else (-(-s[0] // tp), *s[1:]))
+                shapes.append(_tp_shape(tuple(p.shape), tp, whole, module, name, pname))
             else:
                 stored += tensor_nbytes(p)
     return shapes, stored, elements
+
+
+#: the layers a tensor-parallel plan splits by their input (Megatron's row-parallel linears:
+#: attention's output projection, the MLP's second); their bias is added after the reduction,
+#: whole on every rank
+ROW_PARALLEL = frozenset(
+    {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "dense_4h_to_h", "wo"}
+)
+
+
+def _tp_shape(
+    s: tuple[int, ...], tp: int, whole: bool, module: nn.Module, name: str, pname: str
+) -> tuple[int, ...]:
+    """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``: whole (a
+    norm's; a row-parallel layer's bias), split by the input (a row-parallel weight: dim 1 of a
+    Linear's, dim 0 of GPT-2's transposed Conv1D) or along dim 0 (the rest), rank 0 taking the
+    extra rows of an odd dimension."""
+    if whole or not s:
+        return s
+    if name.rsplit(".", 1)[-1] in ROW_PARALLEL:
+        if pname == "bias":
+            return s
+        if isinstance(module, nn.Linear) and len(s) == 2:
+            return (s[0], -(-s[1] // tp))
+    return (-(-s[0] // tp), *s[1:])
 
 
 def _inference(

@@ -696,3 +696,15 @@ def test_the_notes_say_the_zero_paper_is_followed_and_what_deepspeed_adds():
     # (test_training_plans_closed_forms) = 75,072 B = 73.31 KiB; the largest layer is the
     # 101 x 64 embedding: 4 B x 6,464 = 25,856 B = 25.25 KiB
     assert "+73.31 KiB a rank" in note and "(+25.25 KiB)" in note
+
+
+def test_tp_keeps_a_row_parallel_bias_whole_and_splits_its_weight_by_the_input():
+    # attention and MLP biases on: q, k, v, gate, up are column-parallel (bias split with the
+    # rows); o_proj and down_proj are row-parallel (weight split by its input, bias added after
+    # the all-reduce: whole on every rank). Over the no-bias 75,136 B, per layer at tp = 2:
+    # q 32 + k 16 + v 16 + o 64 (whole) + gate 48 + up 48 + down 64 (whole) = 288 elements,
+    # 2 layers x 288 x 2 B = 1,152 B
+    cfg = small_llama()
+    cfg.attention_bias, cfg.mlp_bias = True, True
+    t = fit(cfg, context=16, tp=2, training=False).table["inference"]
+    assert t["weights"] == 75_136 + 2 * 288 * 2 == 76_288
