@@ -4,7 +4,9 @@ so drift of the machine reaches all alike), with TTFT and TPOT ratios to the fir
 their 95 % intervals, estimated and guarded as ``compare``'s ``latency_x``: the ratio of the
 medians (so it ranks as the medians shown beside it do) with the paired interval of the
 per-round ratios (``stats.RATIO_ESTIMATOR``); no ratio at all, and a sentence saying why
-(``attrs["unranked"]``), when a model got too few runs for an interval."""
+(``attrs["unranked"]``), when a model got too few runs for an interval. On the CPU each figure's
+CPU work stands beside it, with ``ttft_cpu_x``/``tpot_cpu_x`` estimated alike; when the machine
+was loaded (wall/CPU above 1.15) the table ranks by CPU work and says so, as ``compare``."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ to first token: tokenless set-up, the prefill and the first token's selection), 
 decode steps (token to token) and the end-to-end time (call to return). Generations are taken in
 blocks by the recipe of ``measure_latency`` (warm-up, adaptive stop on the end-to-end interval,
 budget, ``repeat``): TTFT and TPOT are Measurements over the same blocks, so their intervals
-and drift flags follow the same rules. On CUDA each stamp synchronises the device first.
+and drift flags follow the same rules. On CUDA each stamp synchronises the device first; on the
+CPU each stamp also reads the CPU time, so every Measurement carries its CPU work (``cpu``,
+``wall_over_cpu``, ``loaded``), the figure that holds on a loaded machine.
 
 ``tokens_per_s`` = 1000 / median TPOT per sequence, ``batch_tokens_per_s`` that x batch size,
 ``end_to_end_tokens_per_s`` = batch x new_tokens / median end-to-end (prefill included). The
