@@ -41,7 +41,6 @@ from modelprof.timing.kernels import (
     KernelTiming,
     kernel_note,
     time_kernels,
-    with_kernel_columns,
 )
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
@@ -379,10 +378,6 @@ def _time(
     columns, overhead, leaf_sum = layer_columns(keys, records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     agreement = None
-    if isinstance(layers, KernelTiming):
-        with_kernel_columns(
-            columns, layers, [(records[i].key if i >= 0 else None, s) for i, s, _ in keys]
-        )
     if not (isinstance(layers, KernelTiming) and layers.gpu):
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
         total = float(layers.corrected.median_ms)

@@ -145,3 +145,6 @@ def test_identical_layers_read_the_same_in_each_generation_phase(monkeypatch):
         # each layer of each phase (the prefill, a decode step at each context) reads WARM_MS
         assert df.loc["model.0", "latency_ms"] == pytest.approx(WARM_MS), name
         assert df.loc["model.1", "latency_ms"] == pytest.approx(WARM_MS), name
+        # the leaf rows (2 x 1 ms) over the phase's plain passes (2 ms): coverage 1, a share
+        # as profile() states it (it was the leaf sum in ms, 2.0)
+        assert phase.report.coverage == pytest.approx(1.0), name

@@ -33,7 +33,7 @@ from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.snapshot import Snapshot
 from modelprof.timing.columns import layer_columns
-from modelprof.timing.kernels import KernelTiming, time_kernels, with_kernel_columns
+from modelprof.timing.kernels import KernelTiming, time_kernels
 from modelprof.timing.layers import time_layers
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -315,13 +315,10 @@ def time_phase(
     )
     old = phase.report
     keys = row_keys(old.rows)
-    columns, overhead, coverage = layer_columns(keys, phase.records, latency, layers)
-    if isinstance(layers, KernelTiming):  # prefill and decode get profile()'s kernel columns
-        with_kernel_columns(
-            columns,
-            layers,
-            [(phase.records[i].key if i >= 0 else None, s) for i, s, _ in keys],
-        )
+    columns, overhead, leaf_sum = layer_columns(keys, phase.records, latency, layers)
+    # the leaf rows' share of the reported latency, as profile() states it (this was the leaf
+    # sum in ms itself)
+    coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     run = RunInfo(old.model_name, old.input_shape, old.batch_size, old.device, old.dtype)
     phase.report = Report(
         join_rows(old.rows, [columns]),

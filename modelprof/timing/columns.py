@@ -1,6 +1,7 @@
 """The per-layer timing columns of a table, from the instrumented passes.
 
-``latency_ms``/``latency_std_ms`` are the median/std of a call's samples over the passes; a
+``latency_ms``/``latency_std_ms`` are the median/std of a call's samples over the passes (a
+``per_layer="kernels"`` run adds its columns, ``timing.kernels.with_kernel_columns``); a
 ``(self)`` row's samples are its parent's minus its children's, pass by pass; a
 ``(communication)`` row's are its call's collectives' own stamps (taken out of the call's leaf or
 ``(self)`` row); ``latency_pct`` is
@@ -17,6 +18,7 @@ import numpy as np
 
 from modelprof.counting.scope import CallRecord
 from modelprof.counting.tree import own_part
+from modelprof.timing.kernels import KernelTiming, with_kernel_columns
 
 __all__ = ["layer_columns"]
 
@@ -72,4 +74,8 @@ def layer_columns(
         if peak is not None and not is_self:
             col["peak_memory_bytes"] = peak
         columns.append(col)
+    if isinstance(layers, KernelTiming):  # the kernel columns, and the headline from them
+        with_kernel_columns(
+            columns, layers, [(records[i].key if i >= 0 else None, s) for i, s, _ in keys]
+        )
     return columns, layers.overhead(latency), leaf_sum
