@@ -5,8 +5,8 @@
 
 Starts ``--spinners`` processes that spin in pure Python (no tensor op, so they compete for the
 cores only), then runs pytest on the timing test files ``--runs`` times in a row and prints, per
-run, the passed/failed counts and the failing tests' names; the spinners are stopped at the end
-(and on Ctrl-C). The timing tests must hold on any 2-core machine, quiet or loaded: every run of
+run, the passed/failed counts, the failing tests' names and each one's failed assertion; the
+spinners are stopped at the end (and on Ctrl-C). The timing tests must hold on any 2-core machine, quiet or loaded: every run of
 this script should print 0 failed.
 """
 
@@ -57,7 +57,7 @@ def main() -> int:
     spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(args.spinners)]
     for p in spinners:
         p.start()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_files()]
+    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=line", "-p", "no:cacheprovider", *_files()]
     if args.k:
         cmd += ["-k", args.k]
     totals = {"passed": 0, "failed": 0}
@@ -67,6 +67,7 @@ def main() -> int:
             out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout
             counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|error)", out)}
             failed = re.findall(r"^FAILED (\S+)", out, flags=re.M)
+            why = re.findall(r"^(\S+\.py:\d+: .*)$", out, flags=re.M)  # --tb=line: the assert
             for k in totals:
                 totals[k] += counts.get(k, 0)
             print(
@@ -75,6 +76,8 @@ def main() -> int:
                 + (": " + ", ".join(failed) if failed else ""),
                 flush=True,
             )
+            for line in why:
+                print(f"    {line.replace(str(ROOT) + '/', '')[:300]}", flush=True)
     finally:
         stop.set()
         for p in spinners:

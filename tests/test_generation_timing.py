@@ -204,11 +204,10 @@ def test_compare_generation_ratios_against_known_spins():
     assert table.loc["slow", "generations"] == 8
     slow = table.loc["slow"]
     # each step's CPU work is its spin, 4 or 8 ms, plus the same step overhead e (the step
-    # loop, argmax, stamps: e ~ 0.4-0.5 ms here, quiet or loaded): (8 + e) / (4 + e) =
+    # loop, argmax, stamps; docs/generation.md has it measured): (8 + e) / (4 + e) =
     # 1 + 4 / (4 + e) = 1.90-1.91, inside 2 +- 15 % for any e < 1.7 ms, on any machine, since
-    # waiting for a core adds wall time, never CPU time (read 1.93 quiet, 1.90 with two
-    # spinning processes). The CPU ratio is the ratio of the CPU medians shown, inside its
-    # paired interval
+    # waiting for a core adds wall time, never CPU time. The CPU ratio is the ratio of the
+    # CPU medians shown, inside its paired interval
     assert slow["tpot_cpu_x"] == pytest.approx(2.0, rel=0.15)
     assert slow["tpot_cpu_x"] == pytest.approx(
         slow["tpot_cpu_ms"] / table.loc["fast", "tpot_cpu_ms"], rel=1e-12
