@@ -88,34 +88,45 @@ def plain_loop(step, prompt_len: int, new_tokens: int, runs: int) -> tuple[np.nd
 def test_ttft_tpot_and_slope_read_back_against_a_plain_loop():
     lm = FakeLM()
     step = make_step(lm)
-    p, n, runs = 8, 16, 12
-    report = profile_generation(
-        lm, step=step, prompt_len=p, new_tokens=n, repeat=runs, warmup=1, layer_timing=False
-    )
-    ttft_plain, steps_plain = plain_loop(step, p, n, runs=runs)
-    t = report.timing
-    assert t.end_to_end.n == runs and t.step_ms.shape == (runs, n - 1)
-    # prefill spins a + b x P = 0.9 ms, decode at L spins a + b x (L + 1): 0.95 .. 1.65 ms
-    assert t.ttft.min_ms == pytest.approx(ttft_plain.min(), rel=0.1)
-    fastest, fastest_plain = t.step_ms.min(axis=0), steps_plain.min(axis=0)
-    assert float(np.median(fastest / fastest_plain)) == pytest.approx(1.0, abs=0.1)
+    p, n, runs, rounds = 8, 16, 3, 4
+    # paired rounds: each takes 3 measured generations and then 3 runs of the plain loop, so a
+    # change of the machine's load (which core, which neighbour, for how long) reaches both
+    # alike; minima are taken over all 12 of each
+    timings, plain = [], []
+    for _ in range(rounds):
+        report = profile_generation(
+            lm, step=step, prompt_len=p, new_tokens=n, repeat=runs, warmup=1, layer_timing=False
+        )
+        timings.append(report.timing)
+        plain.append(plain_loop(step, p, n, runs=runs))
+    ttft_plain = np.concatenate([tt for tt, _ in plain])
+    steps_plain = np.vstack([ss for _, ss in plain])
+    steps = np.vstack([t.step_ms for t in timings])
     contexts = p + np.arange(n - 1)
-    assert t.contexts.tolist() == contexts.tolist()
+    for t in timings:
+        assert t.end_to_end.n == runs and t.step_ms.shape == (runs, n - 1)
+        assert t.contexts.tolist() == contexts.tolist()
+    # prefill spins a + b x P = 0.9 ms, decode at L spins a + b x (L + 1): 0.95 .. 1.65 ms
+    ttft_min = min(t.ttft.min_ms for t in timings)
+    assert ttft_min == pytest.approx(ttft_plain.min(), rel=0.1)
+    fastest, fastest_plain = steps.min(axis=0), steps_plain.min(axis=0)
+    assert float(np.median(fastest / fastest_plain)) == pytest.approx(1.0, abs=0.1)
     # the spins grow by b = 0.05 ms per cached token: read back from both loops' fastest steps
     plain_b = np.polyfit(contexts, fastest_plain, 1)[0]
     assert np.polyfit(contexts, fastest, 1)[0] == pytest.approx(plain_b, rel=0.2)
-    # the reported slope (of per-context medians) holds it within its stated interval (or 30 %)
-    slope = t.step_slope
-    half = max((slope.ci_high - slope.ci_low) / 2, 0.3 * plain_b)
-    assert abs(slope.ms_per_token - plain_b) <= half
-    lo, hi = t.tpot.median_ci_ms
-    assert lo <= t.tpot.median_ms <= hi
-    # rates follow from the medians: 1000 / TPOT per sequence; n tokens per end-to-end run
-    assert t.tokens_per_s == pytest.approx(1e3 / t.tpot.median_ms)
-    assert t.end_to_end_tokens_per_s == pytest.approx(n / (t.end_to_end.median_ms / 1e3))
-    # each generation's end to end holds its TTFT and its steps
-    ttft = np.asarray(report.timing.ttft.samples_ms)
-    assert (t.end_to_end.samples_ms >= ttft + t.step_ms.sum(axis=1)).all()
+    for t in timings:
+        # the reported slope (of per-context medians) holds it within its stated interval
+        # (or 30 %)
+        slope = t.step_slope
+        half = max((slope.ci_high - slope.ci_low) / 2, 0.3 * plain_b)
+        assert abs(slope.ms_per_token - plain_b) <= half
+        lo, hi = t.tpot.median_ci_ms
+        assert lo <= t.tpot.median_ms <= hi
+        # rates follow from the medians: 1000 / TPOT per sequence; n tokens per end-to-end run
+        assert t.tokens_per_s == pytest.approx(1e3 / t.tpot.median_ms)
+        assert t.end_to_end_tokens_per_s == pytest.approx(n / (t.end_to_end.median_ms / 1e3))
+        # each generation's end to end holds its TTFT and its steps
+        assert (t.end_to_end.samples_ms >= t.ttft.samples_ms + t.step_ms.sum(axis=1)).all()
 
 
 def test_per_layer_decode_time_at_each_context():
