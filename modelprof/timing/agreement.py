@@ -9,9 +9,10 @@ window (docs/timing.md has a case).
 :func:`judge_agreement` compares the two medians with their intervals. Medians further apart
 than ``tolerance`` (10 %: beyond what the instrument's correction leaves) *disagree* when their
 95 % intervals do not overlap (a side without an interval counts as its median), and *cannot
-be told apart* when they do, because an interval is wider than the gap (under load a handful of
-runs spread over 100x): neither figure is then one to quote as measured, and the verdict says
-so rather than passing for agreement. The leaf rows must also add up to the ``(root)`` pass:
+be told apart* when they overlap only because an interval says almost nothing (wider than
+±``JUDGE_MAX_RELATIVE_CI``, 50 %: under load a handful of runs spread over 100x): neither figure
+is then one to quote as measured, and the verdict says so rather than passing for agreement.
+Overlapping intervals that each tell something show no disagreement. The leaf rows must also add up to the ``(root)`` pass:
 leaves are disjoint stretches of it, so a leaf sum more than ``tolerance`` above it is a third
 disagreement (per-layer medians taken while the machine's load moved). The figure to quote is
 the faster window's: load only ever adds time, so the faster window is the nearer to the
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from modelprof.timing.measurement import Measurement
+from modelprof.timing.measurement import JUDGE_MAX_RELATIVE_CI, Measurement
 
 __all__ = [
     "AGREEMENT_TOLERANCE",
@@ -177,6 +178,14 @@ def _ci(ci: tuple[float, float]) -> str:
     return f"(95 % CI {lo:,.3f}-{hi:,.3f})"
 
 
+def _relative_width(m: Measurement) -> float:
+    """Half the 95 % interval over the median (0 without an interval: its median stands)."""
+    lo, hi = m.median_ci_ms
+    if not (math.isfinite(lo) and math.isfinite(hi)) or m.median_ms <= 0:
+        return 0.0
+    return (hi - lo) / 2.0 / m.median_ms
+
+
 def _bounds(m: Measurement) -> tuple[float, float]:
     lo, hi = m.median_ci_ms
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -202,6 +211,12 @@ def judge_agreement(
     apart = p_lo > c_hi or p_hi < c_lo
     far = math.isfinite(ratio) and abs(math.log(ratio)) > math.log1p(tolerance)
     over = passes.median_ms > 0 and leaf_sum_ms > passes.median_ms * (1.0 + tolerance)
+    if (
+        far
+        and not apart
+        and max(_relative_width(clean), _relative_width(passes)) <= (JUDGE_MAX_RELATIVE_CI)
+    ):
+        far = False  # both intervals tell something, and they overlap: no disagreement shown
     if far:
         verdict = "disagree" if apart else "imprecise"
     else:
