@@ -179,11 +179,9 @@ def _ci(ci: tuple[float, float]) -> str:
 
 
 def _relative_width(m: Measurement) -> float:
-    """Half the 95 % interval over the median (0 without an interval: its median stands)."""
-    lo, hi = m.median_ci_ms
-    if not (math.isfinite(lo) and math.isfinite(hi)) or m.median_ms <= 0:
-        return 0.0
-    return (hi - lo) / 2.0 / m.median_ms
+    """``m.relative_ci``, 0 without an interval (its median stands for it)."""
+    r = m.relative_ci
+    return r if math.isfinite(r) else 0.0
 
 
 def _bounds(m: Measurement) -> tuple[float, float]:
