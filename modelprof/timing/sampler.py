@@ -282,6 +282,16 @@ class BlockLog:
         self.n_blocks += 1
         self.wall_ms = max((ended - started) * 1e3 / got.size, float(np.median(got)), 1e-6)
 
+    @classmethod
+    def resume(cls, sampled: Sampled, origin: float) -> BlockLog:
+        """A log holding what ``sampled`` holds, its next block numbered after theirs."""
+        log = cls(origin)
+        if sampled.n:
+            log._samples, log._blocks = [sampled.samples_ms], [sampled.blocks]
+            log._times = [sampled.timestamps_s]
+            log.n, log.n_blocks = sampled.n, int(sampled.blocks.max()) + 1
+        return log
+
     def samples(self) -> np.ndarray:
         return np.concatenate(self._samples) if self._samples else np.empty(0)
 
@@ -323,6 +333,19 @@ def block_size(wall_ms: float | None, block_s: float = BLOCK_S) -> int:
     return max(1, min(MAX_BLOCK, int(block_s * 1e3 / wall_ms + 1e-6)))
 
 
+def run_blocks(plan: Callable[[int], Any], take: Callable[[Any], Any]) -> int:
+    """The one sampling loop; its policy is in two hooks (as ``torch.utils.benchmark``'s
+    measurement loop): before each block ``plan(blocks taken so far)`` says what to take next
+    (a block size, a round's sizes), or None to stop; ``take(it)`` takes it. ``collect``,
+    ``collect_interleaved`` and its floor rounds, ``extend`` and ``warm_up`` are its plans.
+    Returns the number of blocks taken."""
+    i = 0
+    while (block := plan(i)) is not None:
+        take(block)
+        i += 1
+    return i
+
+
 def _first_block(rule: StopRule, est_ms: float | None) -> int:
     """The first block is small: the estimate (from warm-up) may miss what a sample costs
     besides the call (a cache flush, the hooks), and the budget must not be overshot by a
@@ -354,29 +377,41 @@ def collect(
     # agreed across ranks: the same block sizes on every rank, stop when any rank's budget or
     # count says so or when every rank has its precision (one small all-reduce per block)
     agree = decisions()
-    k = agree.size(_next_block(rule, log, t0, now))
-    while True:
-        _take(sample_block, k, log, now, on_block)
-        if rule.repeat is not None:
-            left = rule.repeat - log.n
-            k, _ = agree.block(_next_block(rule, log, t0, now), False, left <= 0)
-            if left <= 0:
-                return log.result("repeat", now() - t0)
-            continue
-        precise, full, rel = _filled(log, rule)
-        need = None if precise or full else needed_s(log, rule, rel, now() - t0)
-        spread = (
-            need is not None
-            and log.n_blocks >= SPREAD_MIN_BLOCKS
-            and need > SPREAD_MARGIN * rule.budget_s
-        )
-        k, stop = agree.block(
-            _next_block(rule, log, t0, now), precise, full or spread or _late(log, rule, now)
-        )
-        if stop:
-            done = log.result(_stop_reason(precise, full, spread), now() - t0)
-            done.needed_s = need
-            return done
+    done: list[Sampled] = []
+
+    def plan(i: int) -> int | None:
+        if i == 0:
+            return agree.size(_next_block(rule, log, t0, now))
+        k, reason, log.needed_s = _after_block(log, rule, t0, now, agree)
+        if reason is not None:
+            done.append(log.result(reason, now() - t0))
+            return None
+        return k
+
+    run_blocks(plan, lambda k: _take(sample_block, k, log, now, on_block))
+    return done[0]
+
+
+def _after_block(
+    log: BlockLog, rule: StopRule, t0: float, now: Callable[[], float], agree: Any
+) -> tuple[int, str | None, float | None]:
+    """``collect``'s decision after a block, agreed across ranks: (the next block's size, why
+    sampling stops or None to go on, the estimated seconds the precision needs or None)."""
+    if rule.repeat is not None:
+        left = rule.repeat - log.n
+        k, _ = agree.block(_next_block(rule, log, t0, now), False, left <= 0)
+        return k, "repeat" if left <= 0 else None, None
+    precise, full, rel = _filled(log, rule)
+    need = None if precise or full else needed_s(log, rule, rel, now() - t0)
+    spread = (
+        need is not None
+        and log.n_blocks >= SPREAD_MIN_BLOCKS
+        and need > SPREAD_MARGIN * rule.budget_s
+    )
+    k, stop = agree.block(
+        _next_block(rule, log, t0, now), precise, full or spread or _late(log, rule, now)
+    )
+    return k, _stop_reason(precise, full, spread) if stop else None, need
 
 
 def _next_block(rule: StopRule, log: BlockLog, t0: float, now: Callable[[], float]) -> int:
@@ -512,17 +547,27 @@ def collect_interleaved(
     logs = [BlockLog(t0) for _ in range(m)]
     for log, est in zip(logs, est_ms):
         log.wall_ms = est
-    r = 0
-    while True:
-        round_s = _run_round(samplers, logs, [_round_block(rule, log, r) for log in logs], r, rng)
-        r += 1
+    reason: str | None = None
+    round_s = 0.0
+
+    def plan(r: int) -> tuple[int, list[int]] | None:
+        nonlocal reason
+        if r:
+            elapsed = now() - t0
+            spread = _rounds_spread(logs, rule, r, elapsed, rule.budget_s * m)
+            late = elapsed + round_s > rule.budget_s * m
+            reason = _round_stop(logs, rule, r, late, agree, spread)
+            if reason is not None:
+                return None
+        return r, [_round_block(rule, log, r) for log in logs]
+
+    def take(round_: tuple[int, list[int]]) -> None:
+        nonlocal round_s
+        round_s = _run_round(samplers, logs, round_[1], round_[0], rng)
         if on_round is not None:
             on_round(min(log.n for log in logs), now() - t0)
-        elapsed = now() - t0
-        spread = _rounds_spread(logs, rule, r, elapsed, rule.budget_s * m)
-        reason = _round_stop(logs, rule, r, elapsed + round_s > rule.budget_s * m, agree, spread)
-        if reason is not None:
-            break
+
+    r = run_blocks(plan, take)
     cap = rule.floor_cap_s * m
     extended = _floor_rounds(samplers, logs, rule, r, rng, cap, now, on_round)
     return [
@@ -574,17 +619,20 @@ def _floor_rounds(
         return 0.0
     t0 = now()
     agree = decisions()
-    ran = False
-    while True:
+
+    def plan(i: int) -> list[int] | None:
         ks = _floor_block(logs, need, rule.max_samples)
         round_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
-        if not agree.every(bool(ks) and (now() - t0) + round_ms / 1e3 <= cap_s):
-            break
+        return ks if agree.every(bool(ks) and (now() - t0) + round_ms / 1e3 <= cap_s) else None
+
+    def take(ks: list[int]) -> None:
+        nonlocal r
         _run_round(samplers, logs, ks, r, rng, now)
-        r, ran = r + 1, True
+        r += 1
         if on_round is not None:
             on_round(min(log.n for log in logs), now() - t0)
-    return now() - t0 if ran else 0.0
+
+    return now() - t0 if run_blocks(plan, take) else 0.0
 
 
 def _floor_block(logs: Sequence[BlockLog], need: int, cap: int) -> list[int]:
@@ -682,32 +730,16 @@ def extend(
     group, a pass runs only when every rank would run it). Returns the merged
     :class:`Sampled` (its stop reason kept) and the seconds the extension took."""
     t0 = now()
-    samples, blocks, times = [sampled.samples_ms], [sampled.blocks], [sampled.timestamps_s]
-    n = sampled.n
-    b = int(sampled.blocks.max()) + 1 if n else 0
-    est_s = float(np.median(sampled.samples_ms)) / 1e3 if n else 0.0
+    log = BlockLog.resume(sampled, t0 - sampled.wall_s)  # stamps go on from the sampling's
+    est_s = float(np.median(sampled.samples_ms)) / 1e3 if sampled.n else 0.0
     agree = decisions()  # under a process group: every rank runs the same passes
-    while True:
-        if not agree.every(n < need and now() - t0 + est_s <= cap_s):
-            break
-        t = now()
-        got = np.asarray(sample_block(1), dtype=np.float64).reshape(-1)
-        samples.append(got)
-        blocks.append(np.full(got.size, b, dtype=np.int64))
-        times.append(np.full(got.size, sampled.wall_s + (t - t0)))
-        n += got.size
-        b += 1
-        if on_block is not None:
-            on_block(n, now() - t0)
+
+    def plan(_: int) -> int | None:
+        return 1 if agree.every(log.n < need and now() - t0 + est_s <= cap_s) else None
+
+    run_blocks(plan, lambda k: _take(sample_block, k, log, now, on_block))
     spent = now() - t0
-    merged = Sampled(
-        np.concatenate(samples),
-        np.concatenate(blocks),
-        np.concatenate(times),
-        sampled.stop_reason,
-        sampled.wall_s + spent,
-    )
-    return merged, spent
+    return log.result(sampled.stop_reason, sampled.wall_s + spent), spent
 
 
 def hold_floor(
@@ -746,16 +778,19 @@ def warm_up(
     walls: list[float] = []
     t_start = now()
     agree = decisions()  # under a process group: warm until every rank is warm
-    while True:
+
+    def plan(i: int) -> int | None:
         if exact is not None:
-            if len(walls) >= exact:
-                break
-        elif not agree.more(len(walls) < min_calls or now() - t_start < min_s):
-            break
+            return 1 if i < exact else None
+        return 1 if agree.more(i < min_calls or now() - t_start < min_s) else None
+
+    def take(_: int) -> None:
         t = now()
         step()
         sync()
         walls.append((now() - t) * 1e3)
+
+    run_blocks(plan, take)
     return len(walls), (float(np.median(walls)) if walls else None)
 
 
