@@ -20,29 +20,21 @@ from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
-from modelprof.generation.cache import closed_form_kv_bytes, dtype_bytes, model_dims
+from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.runtime.inputs import available_memory_bytes
-from modelprof.runtime.tensors import tensor_nbytes
+from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "weights_bytes"]
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
     """Parameters and buffers (each tensor once), floating ones at ``dtype``, quantized ones
-    as stored, and the packed weights of quantized layers (no ``nn.Parameter``) as stored."""
+    as stored (``tensor_bytes``), and the packed weights of quantized layers (no
+    ``nn.Parameter``) as stored."""
     if model is None:
         return 0
-    seen: set[int] = set()
-    total = 0
-    for t in (*model.parameters(), *model.buffers()):
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        if t.is_floating_point() and type(t) in (torch.Tensor, nn.Parameter):
-            total += t.numel() * torch.empty((), dtype=dtype).element_size()
-        else:  # integers as they are; a quantized weight (a tensor subclass) as it is stored
-            total += tensor_nbytes(t)
-    return total + module_packed_weights(model)[1]  # quantize_dynamic's packed weights
+    tensors = [*model.parameters(), *model.buffers()]
+    return tensor_bytes(tensors, dtype) + module_packed_weights(model)[1]  # quantize_dynamic's
 
 
 def check_run_fits(
@@ -72,7 +64,7 @@ def check_run_fits(
             if config is not None
             else None
         ) or 0
-        parts["a layer's hidden states"] = (tokens + source) * (hidden or 0) * dtype_bytes(dtype)
+        parts["a layer's hidden states"] = (tokens + source) * (hidden or 0) * dtype.itemsize
     need = sum(parts.values())
     of_source = f" after a source of {source_len} tokens" if source_len else ""
     what = (

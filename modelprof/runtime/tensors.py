@@ -164,7 +164,7 @@ def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
     distinct = {id(t): t for t in iter_tensors(obj)}.values()
     if dtype is None:
         return sum(map(tensor_nbytes, distinct))
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     # a quantized weight (a tensor subclass) keeps its stored size, whatever it computes in
     return sum(
         t.numel() * size if t.is_floating_point() and type(t) in PLAIN_TENSORS else tensor_nbytes(t)
@@ -203,7 +203,9 @@ def brief(obj: Any, limit: int = 200) -> str:
 
 def storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
     """The address of ``t``'s storage, or None where there is none to protect (meta and fake
-    tensors, wrapper subclasses without a storage)."""
+    tensors, wrapper subclasses without a storage): what a write can reach, for the guard and
+    the snapshot. Not ``compat.storage_identity``, which counts memory kept alive and so must
+    tell meta storages apart (their address is 0) and give every tensor some key."""
     if type(t) in PLAIN_TENSORS and not t.is_meta:  # the common case: no device object made
         try:
             return t.untyped_storage().data_ptr() or None
