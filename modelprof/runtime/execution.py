@@ -146,7 +146,9 @@ def to_channels_last(obj: Any) -> Any:
 class RunMode:
     """How the passes run the model: train or eval flags (``training``), grad mode
     (``no_grad``), autocast (``amp``), the counted pass's memory layout (``memory_format``:
-    channels_last), the device (of the inputs) and the dtype asked for (None: the model's)."""
+    channels_last), the device (of the inputs) and the dtype asked for (None: the model's).
+    The one carrier of autocast and layout: ``TimingOptions`` reads its ``amp`` and
+    ``channels_last`` from the run mode it holds."""
 
     training: bool = False
     no_grad: bool = True

@@ -37,7 +37,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.env import collect_env
-from modelprof.runtime.execution import parse_amp
+from modelprof.runtime.execution import RunMode
 from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
@@ -124,8 +124,8 @@ class TimingOptions:
     transfer: bool = False
     pin_memory: bool = True
     cuda_graph: bool = False
-    amp: torch.dtype | None = None
-    channels_last: bool = False
+    #: autocast and layout: carried by the run mode (``amp``, ``channels_last`` read from it)
+    run: RunMode = RunMode()
     cold_cache: bool = False
     compile: str | None = None
     compile_kwargs: dict[str, Any] | None = dataclasses.field(default=None, compare=False)
@@ -182,8 +182,9 @@ class TimingOptions:
             transfer=_flag("transfer", values["transfer"]),
             pin_memory=_flag("pin_memory", values["pin_memory"]),
             cuda_graph=cuda_graph,
-            amp=parse_amp(values["amp"]),
-            channels_last=_flag("channels_last", values["channels_last"]),
+            run=RunMode.parse(
+                amp=values["amp"], channels_last=_flag("channels_last", values["channels_last"])
+            ),
             cold_cache=_flag("cold_cache", values["cold_cache"]),
             compile=compile_mode,
             compile_kwargs=dict(compile_kwargs) if compile_kwargs else None,
@@ -201,6 +202,16 @@ class TimingOptions:
             per_layer=values["per_layer"],
             latency_mode=values["latency_mode"],
         )
+
+    @property
+    def amp(self) -> torch.dtype | None:
+        """The autocast dtype of every pass (the run mode's)."""
+        return self.run.amp
+
+    @property
+    def channels_last(self) -> bool:
+        """4-D inputs and weights in channels_last in every pass (the run mode's layout)."""
+        return self.run.memory_format is torch.channels_last
 
     def as_kwargs(self) -> dict[str, Any]:
         """The keyword form (``TimingOptions.parse(**o.as_kwargs()) == o``)."""
