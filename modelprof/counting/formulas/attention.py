@@ -4,12 +4,15 @@ counted sequence by sequence), their backward kernels, ``flex_attention`` and th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from modelprof.counting.formulas.norm import NORM_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.registry import (
     Cost,
+    arg,
     optional_hops,
     optional_ops,
     register_present,
@@ -45,9 +48,7 @@ def _bhld(args, kwargs, mask_pos: int | None) -> Cost:
     # query [B, H, L, E], key [B, H, S, E], value [B, H, S, Ev]; any leading batch dims
     q, k, v = args[0], args[1], args[2]
     *lead, l_q, d = q.shape
-    bh = 1
-    for s in lead:
-        bh *= s
+    bh = math.prod(lead)
     mask = None
     if mask_pos is not None and len(args) > mask_pos:
         mask = args[mask_pos]
@@ -112,10 +113,6 @@ def varlen_pairs(
     return min(n * max_q * max_k, total_q * max_k, total_k * max_q), _LENGTHS_UNKNOWN
 
 
-def _arg(args: tuple, kwargs: dict, pos: int, name: str):
-    return args[pos] if len(args) > pos else kwargs.get(name)
-
-
 def _packed_cost(q, v, pairs_per_head: int, note: str | None, masked: bool) -> Cost:
     """Attention over ``pairs_per_head`` query-key pairs in each of the H heads of
     q [total_q, H, E]: per pair E + Ev MACs and the per-score work of ``attention_cost``."""
@@ -135,7 +132,7 @@ def _flash_attention_forward(args, kwargs, out) -> Cost:
     #  alibi_slopes, block_table, ...)
     # dense: q [B, L, H, E], k [B, S, H, E]; packed (cum_seq_q given): q [total_q, H, E]
     q, k, v = args[0], args[1], args[2]
-    cum_q, cum_k = _arg(args, kwargs, 3, "cum_seq_q"), _arg(args, kwargs, 4, "cum_seq_k")
+    cum_q, cum_k = arg(args, kwargs, 3, "cum_seq_q"), arg(args, kwargs, 4, "cum_seq_k")
     alibi = isinstance(kwargs.get("alibi_slopes"), torch.Tensor)
     if cum_q is None:
         b, l_q, h, d = q.shape
@@ -143,8 +140,8 @@ def _flash_attention_forward(args, kwargs, out) -> Cost:
     pairs, note = varlen_pairs(
         cum_q,
         cum_k,
-        int(_arg(args, kwargs, 5, "max_q")),
-        int(_arg(args, kwargs, 6, "max_k")),
+        int(arg(args, kwargs, 5, "max_q")),
+        int(arg(args, kwargs, 6, "max_k")),
         q.shape[0],
         k.shape[0],
         kwargs.get("seqused_k"),
@@ -158,13 +155,13 @@ def _efficient_attention_forward(args, kwargs, out) -> Cost:
     #  dropout_p, custom_mask_type, compute_log_sumexp, *, scale, seqlen_k, window_size)
     # dense: q [B, L, H, E]; packed (cu_seqlens_q given): q [1, total_q, H, E]
     q, k, v = args[0], args[1], args[2]
-    bias = _arg(args, kwargs, 3, "bias")
+    bias = arg(args, kwargs, 3, "bias")
     masked = isinstance(bias, torch.Tensor)
-    cu_q, cu_k = _arg(args, kwargs, 4, "cu_seqlens_q"), _arg(args, kwargs, 5, "cu_seqlens_k")
+    cu_q, cu_k = arg(args, kwargs, 4, "cu_seqlens_q"), arg(args, kwargs, 5, "cu_seqlens_k")
     if cu_q is None:
         b, l_q, h, d = q.shape
         return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=masked)
-    max_q, max_k = _arg(args, kwargs, 6, "max_seqlen_q"), _arg(args, kwargs, 7, "max_seqlen_k")
+    max_q, max_k = arg(args, kwargs, 6, "max_seqlen_q"), arg(args, kwargs, 7, "max_seqlen_k")
     total_q, total_k = q.shape[-3], k.shape[-3]
     pairs, note = varlen_pairs(
         cu_q,
@@ -208,9 +205,7 @@ def _bhld_backward(args, mask) -> Cost:
     # grad_out, query [..., L, E], key [..., S, E], value [..., S, Ev]
     q, k, v = args[1], args[2], args[3]
     *lead, l_q, d = q.shape
-    bh = 1
-    for s in lead:
-        bh *= s
+    bh = math.prod(lead)
     return attention_backward_cost(
         bh, l_q, k.shape[-2], d, v.shape[-1], masked=isinstance(mask, torch.Tensor)
     )

@@ -56,7 +56,7 @@ from modelprof.counting.formulas.rnn import (
     GATE_MODE,
     GATES,
     cudnn_has_biases,
-    cudnn_weight_shapes,
+    cudnn_layout,
 )
 
 __all__ = [
@@ -336,26 +336,9 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
     #  bidirectional, batch_sizes, dropout_state, reserve, output_mask)
     # the weights from the sizes, as the forward's formula (rnn.py) takes them
-    x = args[0]
-    kind, hidden, proj, num_layers = (
-        GATE_MODE[int(args[10])],
-        int(args[11]),
-        int(args[12]),
-        int(args[13]),
-    )
-    bidirectional = bool(args[17])
     mask = _mask(args[21] if len(args) > 21 else kwargs.get("output_mask"), 4)
-    shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
-    tokens = x.numel() // x.shape[-1] if x.dim() else 0
-    return _rnn_backward_cost(
-        tokens,
-        shapes,
-        hidden,
-        kind,
-        num_layers * (2 if bidirectional else 1),
-        2 if cudnn_has_biases(args[2]) and mask[3] else 0,
-        mask[3],
-    )
+    biases = 2 if cudnn_has_biases(args[2]) and mask[3] else 0
+    return _rnn_backward_cost(*cudnn_layout(args, 10), biases, mask[3])
 
 
 @register_present(

@@ -10,6 +10,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (
     Cost,
+    arg,
     optional_ops,
     register_formula,
     register_present,
@@ -183,23 +184,17 @@ def grouped_mm_cost(
     return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds, note=note)
 
 
-def _arg(args: tuple, kwargs: dict, pos: int, name: str):
-    if len(args) > pos:
-        return args[pos]
-    return kwargs.get(name)
-
-
 @register_present(*optional_ops("_grouped_mm"))
 def _grouped_mm(args, kwargs, out) -> Cost:
     # (self, mat2, offs=None, bias=None, out_dtype=None)
-    offs, bias = _arg(args, kwargs, 2, "offs"), _arg(args, kwargs, 3, "bias")
+    offs, bias = arg(args, kwargs, 2, "offs"), arg(args, kwargs, 3, "bias")
     return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
 
 
 @register_present(*optional_ops("_scaled_grouped_mm"))
 def _scaled_grouped_mm(args, kwargs, out) -> Cost:
     # (self, mat2, scale_a, scale_b, offs=None, bias=None, scale_result=None, out_dtype, ...)
-    offs, bias = _arg(args, kwargs, 4, "offs"), _arg(args, kwargs, 5, "bias")
+    offs, bias = arg(args, kwargs, 4, "offs"), arg(args, kwargs, 5, "bias")
     return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
 
 
@@ -207,7 +202,7 @@ def _scaled_grouped_mm(args, kwargs, out) -> Cost:
 def _scaled_grouped_mm_v2(args, kwargs, out) -> Cost:
     # (self, mat2, scale_a[], recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs=None,
     #  bias=None, out_dtype=None, contraction_dim=[], use_fast_accum=False)
-    offs, bias = _arg(args, kwargs, 8, "offs"), _arg(args, kwargs, 9, "bias")
+    offs, bias = arg(args, kwargs, 8, "offs"), arg(args, kwargs, 9, "bias")
     return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
 
 
@@ -232,7 +227,7 @@ def _cdist_forward(args, kwargs, out) -> Cost:
     #          + M subtractions + 1 square root;
     #   p = 0, 1, inf: subtract, abs (or !=), accumulate: 3 per element pair;
     #   other p: subtract, abs, pow, accumulate: 4 per element pair, + 1 root per pair.
-    x1, p = args[0], float(_arg(args, kwargs, 2, "p"))
+    x1, p = args[0], float(arg(args, kwargs, 2, "p"))
     m = x1.shape[-1]
     pairs = out.numel()
     if p == 2.0:

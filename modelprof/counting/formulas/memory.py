@@ -13,6 +13,7 @@ import torch
 from modelprof.counting.formulas.registry import (
     ZERO,
     Cost,
+    arg,
     optional_ops,
     register_formula,
     register_present,
@@ -238,8 +239,8 @@ def _embedding_bag(args, kwargs, out):
     return embedding_bag_cost(
         args[1].numel(),
         args[0].shape[1],
-        _arg(args, kwargs, 4, "mode", 0),
-        _arg(args, kwargs, 6, "per_sample_weights", None) is not None,
+        arg(args, kwargs, 4, "mode", 0),
+        arg(args, kwargs, 6, "per_sample_weights", None) is not None,
         _first(out).numel(),
     )
 
@@ -251,10 +252,6 @@ def embedding_bag_cost(looked_up: int, width: int, mode: int, weighted: bool, ou
     ``mean`` (1) divides each of the ``out`` output elements by its bag's size, 1 flop each."""
     elements = looked_up * width
     return Cost(0, flops=elements * (2 if weighted else 1) + (out if mode == 1 else 0))
-
-
-def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object) -> object:
-    return args[i] if len(args) > i else kwargs.get(name, default)
 
 
 def _first(out: object) -> torch.Tensor:

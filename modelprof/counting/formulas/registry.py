@@ -62,6 +62,11 @@ class Cost:
 ZERO = Cost(0, 0, 0)
 
 
+def arg(args: tuple, kwargs: dict, pos: int, name: str, default: Any = None) -> Any:
+    """A formula's argument ``name``: positional at ``pos`` or by keyword, else ``default``."""
+    return args[pos] if len(args) > pos else kwargs.get(name, default)
+
+
 class FormulaRegistry:
     """Op formulas (keyed by overload, packet or tag) and torchstat module formulas (by type)."""
 

@@ -13,7 +13,7 @@ from modelprof.counting.formulas.registry import (
     register_present,
 )
 
-__all__ = ["cudnn_has_biases", "cudnn_weight_shapes", "rnn_cost"]
+__all__ = ["cudnn_has_biases", "cudnn_layout", "cudnn_weight_shapes", "rnn_cost"]
 
 aten = torch.ops.aten
 
@@ -92,27 +92,23 @@ def cudnn_has_biases(weight_stride0: int) -> bool:
     return int(weight_stride0) in (4, 5)
 
 
+def cudnn_layout(args: tuple, mode_at: int) -> tuple[int, list, int, str, int]:
+    """(tokens, weight shapes, hidden size, gate kind, layers x directions) of a cuDNN/MIOpen
+    RNN call (forward or backward) whose ``mode, hidden_size, proj_size, num_layers`` start at
+    ``args[mode_at]``, ``bidirectional`` 7 after: the weights from the sizes."""
+    kind = GATE_MODE[int(args[mode_at])]
+    hidden, proj, num_layers = (int(a) for a in args[mode_at + 1 : mode_at + 4])
+    bidirectional = bool(args[mode_at + 7])
+    x = args[0]
+    shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
+    return _tokens(x), shapes, hidden, kind, num_layers * (2 if bidirectional else 1)
+
+
 @register_present(*optional_ops("_cudnn_rnn", "miopen_rnn"))
 def _cudnn_rnn(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
     #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
-    x = args[0]
-    kind, hidden, proj, num_layers = (
-        GATE_MODE[int(args[6])],
-        int(args[7]),
-        int(args[8]),
-        int(args[9]),
-    )
-    bidirectional = bool(args[13])
-    shapes = cudnn_weight_shapes(x.shape[-1], kind, hidden, proj, num_layers, bidirectional)
-    return rnn_cost(
-        _tokens(x),
-        shapes,
-        hidden,
-        kind,
-        num_layers * (2 if bidirectional else 1),
-        cudnn_has_biases(args[2]),
-    )
+    return rnn_cost(*cudnn_layout(args, 6), cudnn_has_biases(args[2]))
 
 
 def _composite(kind: str):
