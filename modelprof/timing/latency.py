@@ -8,7 +8,6 @@ captured, transfer buffers): it warms up and takes blocks of samples. ``measure_
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -27,11 +26,11 @@ from modelprof.runtime.group import communicates
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
 from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors
-from modelprof.timing.clock import clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, Sampled, hold_floor, input_signature, warm_up
+from modelprof.timing.runner import Runner
+from modelprof.timing.sampler import Sampled, input_signature
 
 __all__ = ["TimedCall", "measure_latency", "resolve_call", "timing_runner"]
 
@@ -191,7 +190,7 @@ def pipeline_group(est_ms: float | None) -> int:
     return int(min(64, max(2, round(PIPELINE_SAMPLE_MS / est_ms))))
 
 
-class TimedCall:
+class TimedCall(Runner):
     """One callable ready to be timed under ``opts``: ``with TimedCall(...) as tc: tc.warm();
     tc.sample_block(k)``. Entering sets the modes (eval/no_grad, autocast, the CUDA device),
     compiles, and allocates transfer buffers; leaving restores every flag."""
@@ -207,105 +206,81 @@ class TimedCall:
         label: str | None = None,
     ) -> None:
         opts.check_device(mi.device)
-        self.user_fn, self.target, self.mi, self.opts = fn_or_model, target, mi, opts
+        name = label if label is not None else _label(fn_or_model)
+        super().__init__(opts, mi.device, name, mi.batch_size)
+        self.user_fn, self.target, self.mi = fn_or_model, target, mi
         self.mode = dataclasses.replace(mode.on(mi.device), amp=opts.amp)
-        self.dev = mi.device
-        self.clock = clock_for(self.dev, opts.clock)
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
-        self.signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
+        signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
+        self.warm_key = (fn_or_model, signature)
         # a fresh converted copy or a freshly compiled wrapper has never been warmed
-        self.already_warm = (
-            target is fn_or_model
-            and opts.compile is None
-            and WARMED.seen(fn_or_model, self.signature)
-        )
-        self.label = label if label is not None else _label(fn_or_model)
+        self.fresh = target is not fn_or_model or opts.compile is not None
         self.named = label is not None  # a candidate among others: its errors say which
         self.compile_ms: float | None = None
-        self.warmup_calls = 0
-        self.parts_ms: list[np.ndarray] = []
-        self._stack = contextlib.ExitStack()
         self._phases: list[Callable[[], Any]] = []
 
     # -- set-up -----------------------------------------------------------------------------
-    def __enter__(self) -> TimedCall:
-        stack, dev, opts = self._stack, self.dev, self.opts
-        try:
-            if dev.type == "cuda":
-                stack.enter_context(torch.cuda.device(dev))
-            stack.enter_context(running(self.target, self.mode, cache_enabled=not opts.cuda_graph))
-            fn = self.target
-            if opts.compile is not None:
-                fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
-            args, kwargs = self.mi.args, self.mi.kwargs
-            self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
-            reset = self.mi.reset  # puts back inputs a pass writes (None: none does)
-            # untimed calls (warm-up, compile) start from the same inputs as the timed ones
-            self.fresh_call = (
-                self.call if reset is None else (lambda: (reset(), fn(*args, **kwargs))[1])
-            )
-            if opts.compile is not None:
-                device_synchronize(dev)
-                t0 = time.perf_counter()
-                self._guarded(self.fresh_call)  # the first call compiles
-                device_synchronize(dev)
-                self.compile_ms = (time.perf_counter() - t0) * 1e3
-            self.between = _chain(reset, CacheFlusher(dev) if opts.cold_cache else None)
-            self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
-        except BaseException:
-            stack.close()
-            raise
-        return self
+    def contexts(self) -> list[Any]:
+        return [running(self.target, self.mode, cache_enabled=not self.opts.cuda_graph)]
 
-    def __exit__(self, *exc: Any) -> None:
-        self._stack.close()
-        if exc[0] is None:
-            WARMED.add(self.user_fn, self.signature)
+    def setup(self) -> None:
+        dev, opts, fn = self.dev, self.opts, self.target
+        if opts.compile is not None:
+            fn = compile_callable(self.target, opts.compile, opts.compile_kwargs)
+        args, kwargs = self.mi.args, self.mi.kwargs
+        self.call: Callable[[], Any] = lambda: fn(*args, **kwargs)
+        reset = self.mi.reset  # puts back inputs a pass writes (None: none does)
+        # untimed calls (warm-up, compile) start from the same inputs as the timed ones
+        self.fresh_call = (
+            self.call if reset is None else (lambda: (reset(), fn(*args, **kwargs))[1])
+        )
+        if opts.compile is not None:
+            device_synchronize(dev)
+            t0 = time.perf_counter()
+            self.guarded(self.fresh_call)  # the first call compiles
+            device_synchronize(dev)
+            self.compile_ms = (time.perf_counter() - t0) * 1e3
+        self.between = _chain(reset, CacheFlusher(dev) if opts.cold_cache else None)
+        self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
 
-    def _guarded(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn``; a failure of the user's code becomes a ModelProfError naming the callable
-        (an out-of-memory error stays as it is, for the throughput search)."""
-        try:
-            return fn()
-        except ModelProfError:
-            raise
-        except Exception as e:
-            if is_oom(e):
-                raise
-            try:  # from inside a module's forward: name the module and the inputs
-                with forward_failure(
-                    self.target, "the end-to-end timing", self.mi.kwargs or self.mi.args
-                ):
-                    raise
-            except ModelProfError as failed:
-                named = f"candidate {self.label!r}: {failed}" if self.named else str(failed)
-                raise _of_candidate(ModelProfError(named), self.label) from e
-            except Exception:  # noqa: BLE001 - not from inside the model: say what failed
-                pass
-            raise _of_candidate(
-                ModelProfError(
-                    f"{self.label} failed while timing it end to end on {self.dev}: "
-                    f"{type(e).__name__}: {e}"
-                ),
-                self.label,
-            ) from e
+    def failure(self, e: Exception) -> BaseException:
+        """A failure of the user's code names the callable (an out-of-memory error stays as it
+        is, for the throughput search)."""
+        if is_oom(e):
+            return e
+        try:  # from inside a module's forward: name the module and the inputs
+            with forward_failure(
+                self.target, "the end-to-end timing", self.mi.kwargs or self.mi.args
+            ):
+                raise e
+        except ModelProfError as failed:
+            named = f"candidate {self.label!r}: {failed}" if self.named else str(failed)
+            return _of_candidate(ModelProfError(named), self.label)
+        except Exception:  # noqa: BLE001 - not from inside the model: say what failed
+            pass
+        return _of_candidate(
+            ModelProfError(
+                f"{self.label} failed while timing it end to end on {self.dev}: "
+                f"{type(e).__name__}: {e}"
+            ),
+            self.label,
+        )
 
     # -- warm-up ------------------------------------------------------------------------------
     def warm(self) -> float | None:
         """Warm up per the options; returns the wall ms of one call (sizes the blocks)."""
-        opts, xfer, sync = self.opts, self.xfer, self.clock.sync
-        if opts.cuda_graph:
+        xfer, sync = self.xfer, self.clock.sync
+        if self.opts.cuda_graph:
             step = self._capture_graph()
             est = None
         else:
             warm = _chain(self.mi.reset, xfer.step) if xfer else self.fresh_call
-            n, est = warm_up(lambda: self._guarded(warm), opts.warmup, self.already_warm, sync)
-            self.warmup_calls += n
+            est = self.warm_with(warm, self.already_warm and not self.fresh)
             step = self.call
         if xfer is not None:
             xfer.call = step
             if xfer.out is None:  # no warm-up call ran: make the output buffers
-                self._guarded(xfer.step)
+                self.guarded(xfer.step)
                 sync()
             self._phases = [xfer.h2d, xfer.compute, xfer.d2h]
         else:
@@ -327,17 +302,12 @@ class TimedCall:
         side = torch.cuda.Stream(self.dev)
         side.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(side):
-            n, _ = warm_up(
-                lambda: self._guarded(self.fresh_call),
-                self.opts.warmup,
-                self.already_warm,
-                self.clock.sync,
-            )
-            if n == 0:
-                self._guarded(self.fresh_call)
-                n = 1
+            before = self.warmup_calls
+            self.warm_with(self.fresh_call, self.already_warm and not self.fresh)
+            if self.warmup_calls == before:
+                self.guarded(self.fresh_call)
+                self.warmup_calls += 1
         torch.cuda.current_stream(self.dev).wait_stream(side)
-        self.warmup_calls += n
         try:
             graph, static_out = capture_cuda_graph(self.call, side_warmup=0)
             for _ in range(3):
@@ -361,9 +331,7 @@ class TimedCall:
     # -- sampling -----------------------------------------------------------------------------
     def sample_block(self, k: int) -> np.ndarray:
         """``k`` back-to-back timed calls; their total ms each (parts kept for transfer runs)."""
-        got = self._guarded(lambda: self.clock.time(self._phases, k, self.between))
-        self.parts_ms.append(got)
-        return got.sum(axis=1)
+        return self.time_phases(self._phases, k, self.between).sum(axis=1)
 
     def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
         """The Measurement of what was sampled, with the environment read after timing."""
@@ -372,15 +340,10 @@ class TimedCall:
         env["latency_mode"] = opts.latency_mode
         if getattr(self.clock, "group", 0):
             env["calls_per_sample"] = self.clock.group
-        common = dict(
-            device=str(self.dev),
-            batch_size=mi.batch_size,
-            warmup=self.warmup_calls,
-            **sampled.fields(opts.stop),
-        )
+        common = self.fields(sampled)
         parts: dict[str, Measurement] = {}
         if self.xfer is not None:
-            stacked = np.concatenate(self.parts_ms, axis=0)
+            stacked = np.concatenate(self.parts, axis=0)
             for i, part in enumerate(("h2d", "compute", "d2h")):
                 parts[part] = Measurement(stacked[:, i], label=f"{self.label} {part}", **common)
         cpu_ms = cpu_kind = None
@@ -450,8 +413,7 @@ def measure_latency(
             label=label,
         ) as tc,
     ):
-        sampled = opts.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
-        sampled = hold_floor(tc.sample_block, sampled, opts.stop)  # min_samples, past the budget
+        sampled = tc.sample(tc.sample_block, tc.warm(), f"latency {tc.label}")
     m = tc.measurement(sampled, t_begin)
     if opts.warn:
         m.warn_if_noisy()

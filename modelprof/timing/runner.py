@@ -1,0 +1,156 @@
+"""One Runner: the skeleton every timed pass shares.
+
+Entered, a :class:`Runner` makes the measured CUDA device current and holds the contexts its
+pass adds (the run mode through ``running``, the training step's guard); it warms up by the
+options' warm-up rule, takes blocks of samples by their stop rule through the one sampling loop
+(``sampler.run_blocks``) and holds the sample floor past the budget; it turns a failure of the
+user's code into a ``ModelProfError`` (``failure``); and it gives the fields every Measurement
+of its samples shares. What a pass runs is its own: ``TimedCall`` (``timing/latency.py``), the
+per-layer passes' ``_LayerRun`` (``timing/layers.py``), the training step's ``StepTimer``
+(``step/timing.py``) and the generations of ``generation/timing.py`` are Runners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from modelprof.errors import ModelProfError
+from modelprof.runtime.progress import progress_bar
+from modelprof.timing.clock import Phase, clock_for
+from modelprof.timing.options import TimingOptions
+from modelprof.timing.sampler import WARMED, Sampled, hold_floor, warm_up
+
+__all__ = ["Runner"]
+
+
+class Runner:
+    """A timed run of ``label`` on ``device`` under ``opts``; see the module docstring.
+
+    Hooks for a pass: ``contexts()`` (entered after the device, left in reverse),
+    ``setup()`` (after them, still inside the clean-up on error), ``failure(e)``.
+    """
+
+    def __init__(
+        self, opts: TimingOptions, device: torch.device, label: str, batch_size: int = 1
+    ) -> None:
+        self.opts, self.dev, self.label, self.batch_size = opts, device, label, batch_size
+        self.clock = clock_for(device, opts.clock)
+        self.warmup_calls = 0
+        self.extended_s = 0.0  # seconds sampled past the budget to hold the sample floor
+        self.parts: list[np.ndarray] = []  # each block's per-phase ms (``time_phases``)
+        #: the warm-up registry's key: (callable, input signature), remembered on a clean exit
+        self.warm_key: tuple[Any, Hashable] | None = None
+        self._stack = contextlib.ExitStack()
+
+    # -- hooks --------------------------------------------------------------------------------
+    def contexts(self) -> Sequence[contextlib.AbstractContextManager]:
+        return ()
+
+    def setup(self) -> None:
+        return None
+
+    def failure(self, e: Exception) -> BaseException:
+        """What a failure ``e`` of the user's code is raised as (``e`` itself: as it is)."""
+        return e
+
+    # -- the skeleton -------------------------------------------------------------------------
+    def __enter__(self) -> Any:
+        stack = self._stack
+        try:
+            if self.dev.type == "cuda":
+                stack.enter_context(torch.cuda.device(self.dev))
+            for context in self.contexts():
+                stack.enter_context(context)
+            self.setup()
+        except BaseException:
+            stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+        if exc[0] is None and self.warm_key is not None:
+            WARMED.add(*self.warm_key)
+
+    @property
+    def already_warm(self) -> bool:
+        """Whether this callable was warmed up on these inputs before (a short warm-up)."""
+        return self.warm_key is not None and WARMED.seen(*self.warm_key)
+
+    def guarded(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``; a failure of the user's code is raised as ``failure`` says."""
+        try:
+            return fn()
+        except ModelProfError:
+            raise
+        except Exception as e:
+            err = self.failure(e)
+            if err is e:
+                raise
+            raise err from e
+
+    def warm_with(self, step: Callable[[], Any], already_warm: bool = False) -> float | None:
+        """Warm ``step`` up by the options' rule (counted in ``warmup_calls``); the median
+        wall ms of one call, which sizes the blocks."""
+        n, est = warm_up(
+            lambda: self.guarded(step), self.opts.warmup, already_warm, self.clock.sync
+        )
+        self.warmup_calls += n
+        return est
+
+    def time_phases(
+        self, phases: Sequence[Phase], k: int, between: Phase | None = None
+    ) -> np.ndarray:
+        """``k`` runs of ``phases`` back to back on the clock, kept in ``parts``: (k, phases) ms."""
+        got = self.guarded(lambda: self.clock.time(phases, k, between))
+        self.parts.append(got)
+        return got
+
+    def sample(
+        self,
+        block: Callable[[int], np.ndarray],
+        est_ms: float | None,
+        desc: str,
+        floor_cap_s: float | None = None,
+    ) -> Sampled:
+        """Blocks of ``block(k)`` by the stop rule (a progress bar named ``desc`` when asked),
+        then the sample floor held (``hold_floor``), at most ``floor_cap_s`` seconds more (None:
+        the rule's own cap); the seconds added are ``extended_s``."""
+        opts = self.opts
+        sampled = self.guarded(lambda: opts.sample(block, est_ms, desc))
+        need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
+        cap = cap if floor_cap_s is None else floor_cap_s
+        if need is None or sampled.n >= need or cap <= 0:
+            return sampled
+        bar = progress_bar(
+            need,
+            enabled=opts.progress,
+            unit="run",
+            desc=f"{desc}: extending to {need} runs (cap {cap:g} s)",
+        )
+        bar.update(sampled.n)
+        try:
+            held = self.guarded(
+                lambda: hold_floor(
+                    block, sampled, opts.stop, cap, on_block=lambda n, _: bar.update(n - bar.n)
+                )
+            )
+        finally:
+            bar.close()
+        self.extended_s = held.extended_s
+        return held
+
+    def fields(self, sampled: Sampled) -> dict[str, Any]:
+        """The keywords every Measurement of ``sampled`` shares: device, batch, warm-up calls,
+        why sampling stopped, the blocks and the floor's extension."""
+        return dict(
+            device=str(self.dev),
+            batch_size=self.batch_size,
+            warmup=self.warmup_calls,
+            **sampled.fields(self.opts.stop),
+        )
