@@ -10,6 +10,7 @@ pytest.importorskip("transformers")
 
 from modelprof.cli import main
 from modelprof.generation.specs import parse_overrides
+from modelprof.render import read_json
 
 TINY = (
     "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
@@ -76,7 +77,7 @@ def test_generate_config_class_counts_and_writes(tmp_path, capsys):
     # 2 x 2 layers x 2 KV heads x head_dim 16 x 4 bytes = 512 bytes per token
     assert "KV cache: 512 bytes/token (closed form 512)" in out
     assert "fits 10,000,000 bytes" in out
-    doc = json.loads((tmp_path / "Llama_generation.json").read_text())
+    _, _, doc = read_json(tmp_path / "Llama_generation.json")
     assert [p["phase"] for p in doc["phases"]] == ["prefill", "decode", "decode", "decode"]
     assert doc["target"]["device"] == "H100 SXM"
     assert (tmp_path / "Llama_generation_bound.csv").read_text().startswith("phase,context,")

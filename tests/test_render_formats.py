@@ -7,12 +7,13 @@ import json
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from torch import nn
 
 from modelprof import ModelProfError, compare, profile, profile_generation
 from modelprof.cli import main
-from modelprof.render import formats
+from modelprof.render import formats, read_json
 from modelprof.render.formats import Format, get_format, register_format, table_formats
 
 
@@ -88,9 +89,14 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
     one, two = (report.to_csv(batch_size=b) for b in (1, 2))
     assert one == report.export("csv") and one != two  # batch 2 counts twice the MACs
     assert "<!DOCTYPE html>" in report.to_html()
-    # Markdown and JSON stay the whole report, written where asked
+    # Markdown stays the whole report, written where asked; JSON is the registry's: the table
+    # reads back as it was, the rest of the report beside it
     assert report.to_markdown(tmp_path / "g.md").read_text().startswith("# ")
-    assert json.loads(report.to_json(tmp_path / "g.json").read_text())["spec"]["prompt_len"] == 4
+    rows, totals, rest = read_json(report.to_json(tmp_path / "g.json"))
+    pd.testing.assert_frame_equal(rows, report.to_dataframe())
+    assert totals is None and rest["spec"]["prompt_len"] == 4
+    # 2 new tokens: the first from the prefill, the second from one decode step
+    assert [p["phase"] for p in rest["phases"]] == ["prefill", "decode"]
 
 
 def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.generation.bound import bound_rows, phase_bound
 from modelprof.generation.cache import KVCacheInfo
 from modelprof.generation.memory import MemoryPlan
@@ -28,6 +29,7 @@ from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.units import format_rate
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
+from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 
 __all__ = ["GenerationReport"]
 
@@ -76,6 +78,24 @@ class GenerationReport(Exports):
     peaks: Any = None
     moe: MoEInfo | None = None
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: timed points out of line with their neighbours (more work, less time): a batch size's
+    #: TTFT, TPOT or end-to-end time against a bigger batch's, a decode step against a longer
+    #: context's, a phase against the same phase at a bigger batch; each warned about once
+    disagreements: list[NeighbourDisagreement] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.disagreements = _neighbours(self.phase_tables, self.timings)
+        for d in self.disagreements:
+            warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=3)
+
+    @property
+    def timing_notes(self) -> list[str]:
+        """A sentence for each timed point that disagrees with its neighbours (``disagreements``:
+        marked in ``summary()``'s ``*_rough`` and ``phase_table()``'s ``latency_rough``)."""
+        return [d.note() for d in self.disagreements]
+
+    def _rough(self, series: str, point: str) -> bool:
+        return any(d.series == series and d.point == point for d in self.disagreements)
 
     # -- access ----------------------------------------------------------------------------
     @property
@@ -147,7 +167,9 @@ class GenerationReport(Exports):
     def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
         """One row per phase: counted totals, KV bytes after it, measured median (per-layer
         passes' plain runs), the per-layer instrument's cost (instrumented / plain pass) and,
-        with a target, the bound beside it."""
+        with a target, the bound beside it. Timed, ``latency_rough``: the phase's time lies
+        above a phase doing more work (a longer context, a bigger batch) beyond both intervals
+        (``disagreements``), which every human-readable view marks ``~``."""
         rows = []
         for p in self.phases(batch_size):
             t = p.totals
@@ -171,6 +193,8 @@ class GenerationReport(Exports):
             }
             if self.peaks is not None:
                 row.update(phase_bound(p.report, self.peaks))
+            if p.report.latency is not None:  # timed: out of line with its neighbours
+                row["latency_rough"] = self._rough(_PHASES, _phase_point(p))
             rows.append(row)
         return shown(pd.DataFrame(rows), caption=self._bound_caption())
 
@@ -263,7 +287,9 @@ class GenerationReport(Exports):
 
     def summary(self) -> pd.DataFrame:
         """One row per batch size: TTFT, TPOT, end to end (medians, 95 % intervals, stability)
-        and tokens/s, beside the counted prefill and last decode step."""
+        and tokens/s, beside the counted prefill and last decode step. Timed, ``ttft_rough``,
+        ``tpot_rough`` and ``end_to_end_rough``: the figure lies above a bigger batch's beyond
+        both intervals (``disagreements``; ``timing_notes`` says it in words)."""
         rows = []
         for b in self.batch_sizes:
             row: dict[str, Any] = {"batch_size": b}
@@ -278,6 +304,8 @@ class GenerationReport(Exports):
             t = self.timings.get(b)
             if t is not None:
                 row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
+                for kind, series in _FIGURES.items():  # out of line with a bigger batch
+                    row[f"{kind}_rough"] = self._rough(series, f"batch {b}")
             rows.append(row)
         return shown(pd.DataFrame(rows))
 
@@ -309,18 +337,20 @@ class GenerationReport(Exports):
         self, format: str, path: str | Path | None = None, batch_size: int | None = None
     ) -> str | Path:
         """Any registered format (:mod:`modelprof.render.formats`; ``to_<format>`` is this for
-        its format): Markdown and JSON are the whole report (:meth:`to_markdown`,
-        :meth:`to_json`); any other the per-layer table of every phase (:meth:`to_dataframe` of
-        ``batch_size``, default the first), captioned with the run (CSV: raw numbers, every
-        column). Returns the text, or writes ``path`` and returns it."""
+        its format), as every result writes it: the per-layer table of every phase
+        (:meth:`to_dataframe` of ``batch_size``, default the first), captioned with the run; a
+        raw format (CSV, JSON: raw numbers, every column) carries the rest of the report beside
+        it as its environment (JSON: spec, summary, phases, KV cache, memory, target, MoE and
+        timing; ``read_json`` reads the table and these back). Markdown is the whole report
+        (:meth:`to_markdown`: several tables, each written by the registered Markdown format).
+        Returns the text, or writes ``path`` and returns it."""
         fmt = get_format(format)
         if fmt.name == "markdown":
             return self.to_markdown(path)
-        if fmt.name == "json":
-            return self.to_json(path)
         return fmt.write(
             self.to_dataframe(batch_size),
             None,
+            env=None if fmt.human else self._document(),
             path=path,
             caption=self._heading(),
             title=self._heading(),
@@ -363,8 +393,9 @@ class GenerationReport(Exports):
             ]
         return emit("\n".join(parts) + "\n", path)
 
-    def to_json(self, path: str | Path | None = None) -> str | Path:
-        """Everything as JSON: spec, summary, phases, per-layer rows, KV, memory, MoE."""
+    def _document(self) -> dict[str, Any]:
+        """What a raw export carries beside the per-layer table: spec, summary, phases, KV,
+        memory, target, MoE and timing, as plain JSON values."""
         doc = {
             "model": self.model_name,
             "device": self.device,
@@ -378,7 +409,6 @@ class GenerationReport(Exports):
             },
             "summary": _records(self.summary()),
             "phases": _records(self.phase_table()),
-            "rows": _records(self.to_dataframe()),
             "kv_cache": self.kv.to_dict() if self.kv is not None else None,
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "target": None
@@ -399,7 +429,7 @@ class GenerationReport(Exports):
                 for b, t in self.timings.items()
             },
         }
-        return emit(json.dumps(doc, indent=1, default=_plain), path)
+        return json.loads(json.dumps(doc, default=_plain))
 
     # -- plots -------------------------------------------------------------------------------
     def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
@@ -470,7 +500,51 @@ class GenerationReport(Exports):
                 f"  MoE: {self.moe.active_params:,} active of "
                 f"{self.moe.total_params:,} parameters per token"
             )
+        lines.extend(f"  !! {note}" for note in self.timing_notes)
         return "\n".join(lines)
+
+
+#: the series of the neighbour check: each figure of the generations across batch sizes, and
+#: the per-layer passes' time of the phases (a decode step across contexts, a phase across
+#: batch sizes)
+_FIGURES = {
+    "ttft": "TTFT across batch sizes",
+    "tpot": "TPOT across batch sizes",
+    "end_to_end": "the end-to-end generation across batch sizes",
+}
+_PHASES = "the phases' time (per-layer passes' plain runs)"
+
+
+def _phase_point(p: Phase) -> str:
+    return f"{p.label} at batch {p.batch_size}"
+
+
+def _neighbours(
+    phase_tables: dict[int, list[Phase]], timings: dict[int, GenerationTiming]
+) -> list[NeighbourDisagreement]:
+    """The timed points out of line with their neighbours (``timing.agreement``'s rule): a
+    batch size's figures against a bigger batch's; a phase against a phase of the same kind
+    with more counted FLOPs, at its batch size (a decode step at a longer context) or at its
+    context (a bigger batch). Each point once, against the neighbour it lies furthest above."""
+    found: list[NeighbourDisagreement] = []
+    for kind, series in _FIGURES.items():
+        points = [SeriesPoint(f"batch {b}", b, getattr(t, kind)) for b, t in timings.items()]
+        found += neighbour_disagreements(series, points)
+    phases = [p for ps in phase_tables.values() for p in ps if p.report.latency is not None]
+    groups: dict[tuple, list[Phase]] = {}
+    for p in phases:  # decode across contexts at a batch size; a phase across batch sizes
+        groups.setdefault((p.name, "batch", p.batch_size), []).append(p)
+        groups.setdefault((p.name, "context", p.context), []).append(p)
+    seen: set[str] = set()
+    for members in groups.values():
+        points = [
+            SeriesPoint(_phase_point(p), p.totals["flops"], p.report.latency) for p in members
+        ]
+        for d in neighbour_disagreements(_PHASES, points):
+            if d.point not in seen:
+                seen.add(d.point)
+                found.append(d)
+    return found
 
 
 def _tagged(df: pd.DataFrame, phase: Phase) -> pd.DataFrame:
