@@ -750,7 +750,7 @@ def _run_compare(ctx: _Context) -> None:
         dtype=ctx.dtype,
         timing=not args.no_timing,
         throughput=args.throughput,
-        throughput_options=_throughput_options(args),
+        throughput_options=_throughput_options(ctx),
         on_step=ctx.step_lines(str),
         progress=ctx.progress,
         **ctx.timing_options(),
@@ -777,7 +777,7 @@ def _run_throughput(ctx: _Context) -> None:
     from modelprof.timing import measure_throughput
 
     args = ctx.args
-    options = _throughput_options(args)
+    options = _throughput_options(ctx)
     for spec in args.models:
         model, name, size = ctx.load(spec)
         result = measure_throughput(
@@ -871,14 +871,10 @@ def _run_generate(ctx: _Context) -> None:
         )
 
 
-def _throughput_options(args: argparse.Namespace) -> dict[str, Any]:
+def _throughput_options(ctx: _Context) -> dict[str, Any]:
     """``measure_throughput`` options from ``--max-batch`` and ``--budget`` (per batch size)."""
-    options: dict[str, Any] = {}
-    if args.max_batch is not None:
-        options["max_batch"] = args.max_batch
-    if args.budget is not None:
-        options["budget_s"] = args.budget
-    return options
+    given = ctx.args.max_batch
+    return {**({} if given is None else {"max_batch": given}), **ctx.timing_options()}
 
 
 # --- sweep ---------------------------------------------------------------------------------------

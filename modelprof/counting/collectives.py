@@ -259,11 +259,7 @@ CommTable = dict[tuple[str, int], CommStats]
 
 def add_collective(table: CommTable, c: Collective) -> None:
     """Charge ``c`` to ``table``."""
-    key = (c.kind.value, c.group_size)
-    stats = table.get(key)
-    if stats is None:
-        stats = table[key] = CommStats()
-    stats.add(c)
+    table.setdefault((c.kind.value, c.group_size), CommStats()).add(c)
 
 
 def ddp_gradient_collectives(model: Any) -> list[Collective]:
@@ -276,10 +272,7 @@ def ddp_gradient_collectives(model: Any) -> list[Collective]:
 def merge_comm(into: CommTable, more: CommTable) -> None:
     """Add every entry of ``more`` into ``into``."""
     for key, stats in more.items():
-        mine = into.get(key)
-        if mine is None:
-            mine = into[key] = CommStats()
-        mine.add(stats)
+        into.setdefault(key, CommStats()).add(stats)
 
 
 def comm_summary(table: CommTable | None) -> tuple[int, int, int, str, int]:

@@ -120,9 +120,7 @@ _SUFFIX_KINDS: tuple[tuple[str, str], ...] = (
     ("_pct", "percent"),
     ("_x", "multiple"),
 )
-_NUMERIC_KINDS = frozenset(
-    {"int", "count", "bytes", "time_ms", "percent", "ratio", "float", "gflops", "gbps", "multiple"}
-)
+_NUMERIC_KINDS = registry.KINDS - {"text", "bool"}
 
 
 def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:

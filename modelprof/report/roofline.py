@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
 from modelprof.render.views import LOADED_FLAG, module_labels
@@ -64,15 +65,8 @@ __all__ = [
 ]
 
 
-ROOFLINE_COLUMNS: tuple[str, ...] = (
-    "achieved_gflops",
-    "achieved_gbps",
-    "intensity",
-    "memory_level",
-    "roofline_ms",
-    "bound",
-    "efficiency",
-)
+#: the columns add_roofline derives (declared in modelprof.columns), without the loaded flag
+ROOFLINE_COLUMNS: tuple[str, ...] = tuple(n for n in registry.names("roofline") if n != LOADED_FLAG)
 
 
 def add_roofline(

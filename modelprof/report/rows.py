@@ -62,19 +62,8 @@ COMM_COLUMNS = registry.names("comm")
 BACKWARD_COMM_COLUMNS = registry.names("backward_comm")
 COMM_ADDITIVE = (*registry.names("comm", counted=True), *BACKWARD_COMM_COLUMNS)
 COMM_SUFFIX = "(communication)"
-TORCHSTAT_COLUMNS = (
-    "module name",
-    "input shape",
-    "output shape",
-    "params",
-    "memory(MB)",
-    "MAdd",
-    "Flops",
-    "MemRead(B)",
-    "MemWrite(B)",
-    "duration[%]",
-    "MemR+W(B)",
-)
+_TS = registry.names("torchstat")  # torchstat's order; its "params" follows the shapes
+TORCHSTAT_COLUMNS = (*_TS[:3], "params", *_TS[3:])
 SELF_SUFFIX = "(self)"
 
 
