@@ -98,11 +98,12 @@ def test_dry_run_puts_cuda_back():
     assert torch.cuda.synchronize.__module__.startswith("torch")
     # and no modelprof module keeps the fake clock_for (the step timer's did, first imported
     # inside the run: later CPU steps then asked CUDA for a stream; on the H200,
-    # test_trace.py failed with "Expected a cuda device, but got: cpu")
-    from modelprof.step import timing as step_timing
+    # test_trace.py failed with "Expected a cuda device, but got: cpu"); the Runner makes
+    # every timed pass's clock now
     from modelprof.timing import clock as clock_mod
+    from modelprof.timing import runner
 
-    assert step_timing.clock_for is clock_mod.clock_for
+    assert runner.clock_for is clock_mod.clock_for
 
 
 def test_a_module_imported_under_the_fakes_gets_the_real_clock_back(monkeypatch):

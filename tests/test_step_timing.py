@@ -17,7 +17,7 @@ from modelprof.runtime.inputs import make_inputs
 from modelprof.step import timing as step_timer
 from modelprof.step.count import count_step
 from modelprof.step.spec import StepSpec
-from modelprof.timing import MemoryStats
+from modelprof.timing import MemoryStats, runner
 from modelprof.timing.clock import CpuClock, StampBuffer
 
 pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
@@ -124,7 +124,8 @@ def _setup(model: nn.Module, **spec):
 def test_one_synchronize_per_instrumented_pass(monkeypatch):
     model = spin_model()
     mi, spec, n_calls = _setup(model)
-    monkeypatch.setattr(step_timer, "clock_for", lambda device, mode="auto": _CountingClock(device))
+    # the Runner makes every timed pass's clock
+    monkeypatch.setattr(runner, "clock_for", lambda device, mode="auto": _CountingClock(device))
     _CountingStamps.syncs = 0
     timing = step_timer.time_step(model, mi, spec, n_calls, repeat=5, warmup=2)
     # 2 instrumented warm-up passes + 5 timed ones, one synchronize each and no other

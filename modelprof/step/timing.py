@@ -47,12 +47,13 @@ from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.step.spec import StepSpec
-from modelprof.timing.clock import StampBuffer, clock_for
+from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import Sampled, hold_floor, warm_up
+from modelprof.timing.runner import Runner
+from modelprof.timing.sampler import Sampled
 from modelprof.timing.stats import block_medians, ratio_of_medians
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
@@ -356,7 +357,7 @@ def _local_values(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-class StepTimer:
+class StepTimer(Runner):
     """Training steps of one model (on a copy), ready to be warmed up and sampled block by block,
     alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
     context manager: grad on, RNG forked, the CUDA device current."""
@@ -381,10 +382,10 @@ class StepTimer:
         spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
         # grad on; autocast only around the forward and the loss (``_Step``), not the backward
         self.mode = dataclasses.replace(mode.on(dev), no_grad=False, amp=None)
-        self.opts, self.inputs, self.spec, self.training = opts, inputs, spec, mode.training
+        self.inputs, self.spec, self.training = inputs, spec, mode.training
         dtype = mode.dtype
         self.base = getattr(model, "_orig_mod", model)
-        self.label = label or type(self.base).__name__
+        super().__init__(opts, dev, label or type(self.base).__name__, inputs.batch_size)
         layout = torch.channels_last if opts.channels_last else None
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
         self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -409,19 +410,13 @@ class StepTimer:
         self.leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
         self.args, self.kwargs = args, kwargs
         self.target = move_target(spec.target, dev, dtype)
-        self.clock = clock_for(dev, opts.clock)
         self.flusher = CacheFlusher(dev) if opts.cold_cache else None
         self.step: _Step | None = None
-        self.parts: list[np.ndarray] = []
-        self.warmup_calls = 0
-        self._stack = contextlib.ExitStack()
 
-    def __enter__(self) -> StepTimer:
-        dev = self.inputs.device
-        if dev.type == "cuda":
-            self._stack.enter_context(torch.cuda.device(dev))
-        self._stack.enter_context(step_guard(dev))
-        self._stack.enter_context(running(self.runner, self.mode))
+    def contexts(self) -> list[Any]:
+        return [step_guard(self.dev), running(self.runner, self.mode)]
+
+    def setup(self) -> None:
         optimizer = self.spec.make_optimizer(self.params, self.copy_of)
         self.step = _Step(
             self.runner,
@@ -429,32 +424,26 @@ class StepTimer:
             self.kwargs,
             self.target,
             self.spec,
-            dev,
+            self.dev,
             self.opts.amp,
             optimizer,
             self.params,
             self.leaves,
             self.inputs.reset,
         )
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            self._stack.close()
+            super().__exit__(*exc)
         finally:
             with torch.no_grad():
                 for t, saved in self._saved:
                     t.copy_(saved)
 
-    def _guarded(self, fn: Any) -> Any:
-        try:
-            return fn()
-        except ModelProfError:
-            raise
-        except Exception as e:
-            raise ModelProfError(
-                f"a training step of {self.label} failed while timing it: {type(e).__name__}: {e}"
-            ) from e
+    def failure(self, e: Exception) -> BaseException:
+        return ModelProfError(
+            f"a training step of {self.label} failed while timing it: {type(e).__name__}: {e}"
+        )
 
     def _between(self) -> None:
         self.step.clear()
@@ -464,19 +453,13 @@ class StepTimer:
     # -- clean passes ---------------------------------------------------------------------
     def warm(self) -> float | None:
         """The warm-up (whole steps); the median wall ms of one, to size the blocks."""
-        calls, est = self._guarded(
-            lambda: warm_up(self.step.run, self.opts.warmup, False, self.clock.sync)
-        )
-        self.warmup_calls = calls
-        return est
+        return self.warm_with(self.step.run)
 
     def sample_block(self, k: int) -> np.ndarray:
         """``k`` clean steps back to back (parameters reset first); their backward ms."""
         step = self.step
         step.restore()
-        got = self._guarded(lambda: self.clock.time(step.phases(), k, self._between))
-        self.parts.append(got)
-        return got[:, _BACKWARD]
+        return self.time_phases(step.phases(), k, self._between)[:, _BACKWARD]
 
     def measurements(self, sampled: Sampled, t_begin: float) -> dict[str, Measurement]:
         """forward, loss, backward, (optimizer) and step Measurements of the clean passes."""
@@ -490,13 +473,7 @@ class StepTimer:
             optimizer=self.spec.optimizer_name,
             **opts.flags(eval_mode=not self.training, no_grad=False),
         )
-        common = dict(
-            device=str(mi.device),
-            batch_size=mi.batch_size,
-            warmup=self.warmup_calls,
-            **sampled.fields(opts.stop),
-            env=env,
-        )
+        common = dict(**self.fields(sampled), env=env)
         table = np.concatenate(self.parts, axis=0)
         names = list(PHASES[: table.shape[1]])
         out = {
@@ -521,14 +498,12 @@ class StepTimer:
         """Per-call backward times over separate instrumented passes (same stop rule)."""
         inst = self.instrument(n_calls)
         self.step.restore()
-        _, est = self._guarded(lambda: warm_up(inst.one, self.opts.warmup, True, self.clock.sync))
+        est = self.warm_with(inst.one, already_warm=True, counted=False)
         inst.rows.clear()
         inst.segments.clear()
         inst.comm_rows.clear()
-        sampled = self._guarded(
-            lambda: self.opts.sample(inst.chunk, est, "per-layer training step")
-        )
-        return inst, sampled
+        # the instrumented passes stop by the rule alone: no floor held past the budget
+        return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
 
     def peak_memory(self, stats: MemoryStats) -> int:
         """The allocator peak over one whole step (its statistics reset just before)."""
@@ -544,7 +519,7 @@ class StepTimer:
             self.clock.sync()
             return int(stats.max_allocated())
 
-        return self._guarded(one)
+        return self.guarded(one)
 
 
 def time_step(
@@ -571,12 +546,7 @@ def time_step(
     opts = TimingOptions.parse(options, **timing_options)
     memory_stats = MemoryStats.parse(memory_stats, inputs.device)
     with StepTimer(model, inputs, spec, mode, options=opts) as timer:
-        est = timer.warm()
-        sampled = timer._guarded(
-            lambda: hold_floor(
-                timer.sample_block, opts.sample(timer.sample_block, est, "training step"), opts.stop
-            )
-        )
+        sampled = timer.sample(timer.sample_block, timer.warm(), "training step")
         inst, inst_sampled = timer.instrumented(n_calls)
         peak = timer.peak_memory(memory_stats) if memory_stats is not None else None
     got = timer.measurements(sampled, t_begin)

@@ -94,13 +94,15 @@ class Runner:
                 raise
             raise err from e
 
-    def warm_with(self, step: Callable[[], Any], already_warm: bool = False) -> float | None:
-        """Warm ``step`` up by the options' rule (counted in ``warmup_calls``); the median
+    def warm_with(
+        self, step: Callable[[], Any], already_warm: bool = False, counted: bool = True
+    ) -> float | None:
+        """Warm ``step`` up by the options' rule (``counted``: in ``warmup_calls``); the median
         wall ms of one call, which sizes the blocks."""
         n, est = warm_up(
             lambda: self.guarded(step), self.opts.warmup, already_warm, self.clock.sync
         )
-        self.warmup_calls += n
+        self.warmup_calls += n if counted else 0
         return est
 
     def time_phases(
