@@ -47,6 +47,7 @@ from modelprof.counting.formulas.pool import adaptive_window_sum
 from modelprof.counting.formulas.registry import (
     ZERO,
     Cost,
+    arg,
     optional_ops,
     register_formula,
     register_present,
@@ -78,11 +79,10 @@ NORM_BACKWARD_FLOPS_PER_ELEMENT = {
 SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT = 4
 
 
-def _mask(mask, n: int) -> list[bool]:
-    """An op's ``output_mask`` (which gradients it computes); all of them when absent."""
-    if mask is None:
-        return [True] * n
-    return [bool(m) for m in mask]
+def _mask(args: tuple, kwargs: dict, pos: int, n: int) -> list[bool]:
+    """An op's ``output_mask`` at ``pos`` (which gradients it computes); all ``n`` when absent."""
+    mask = arg(args, kwargs, pos, "output_mask")
+    return [True] * n if mask is None else [bool(m) for m in mask]
 
 
 # -- convolution ------------------------------------------------------------------------------
@@ -91,10 +91,8 @@ def _convolution_backward(args, kwargs, out) -> Cost:
     # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
     #  output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
     g, x, w = args[0], args[1], args[2]
-    transposed = bool(args[7]) if len(args) > 7 else bool(kwargs.get("transposed", False))
-    grad_input, grad_weight, grad_bias = _mask(
-        args[10] if len(args) > 10 else kwargs.get("output_mask"), 3
-    )
+    transposed = bool(arg(args, kwargs, 7, "transposed", False))
+    grad_input, grad_weight, grad_bias = _mask(args, kwargs, 10, 3)
     forward = conv_macs(x.shape, w.shape, g.shape, transposed)
     macs = forward * (int(grad_input) + int(grad_weight))
     bias = g.numel() if grad_bias else 0  # sum of grad_output over all but the channels
@@ -133,7 +131,7 @@ def _batch_norm_backward(args, kwargs, out) -> Cost:
     #  output_mask)
     x, weight = args[1], args[2]
     train = bool(args[7])
-    gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
+    gi, gw, gb = _mask(args, kwargs, 9, 3)
     has_weight = isinstance(weight, torch.Tensor)
     return norm_backward_cost(
         x.numel(), train, has_weight, gi, gw and has_weight, gb and has_weight
@@ -145,7 +143,7 @@ def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
     #  output_mask, reserve): batch statistics unless it ran in eval (no saved statistics)
     x, save_mean = args[1], args[5]
-    gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
+    gi, gw, gb = _mask(args, kwargs, 9, 3)
     stats = isinstance(save_mean, torch.Tensor) and save_mean.numel() > 0
     return norm_backward_cost(x.numel(), stats, True, gi, gw, gb)
 
@@ -160,7 +158,7 @@ def _backend_batch_norm_backward(args, kwargs, out) -> Cost:
 def _layer_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
     x, weight, bias = args[1], args[5], args[6]
-    gi, gw, gb = _mask(args[7] if len(args) > 7 else kwargs.get("output_mask"), 3)
+    gi, gw, gb = _mask(args, kwargs, 7, 3)
     return norm_backward_cost(
         x.numel(),
         True,
@@ -175,7 +173,7 @@ def _layer_norm_backward(args, kwargs, out) -> Cost:
 def _group_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
     x, weight = args[1], args[4]
-    gi, gw, gb = _mask(args[9] if len(args) > 9 else kwargs.get("output_mask"), 3)
+    gi, gw, gb = _mask(args, kwargs, 9, 3)
     has_weight = isinstance(weight, torch.Tensor)
     return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight, gb and has_weight)
 
@@ -194,7 +192,7 @@ _RMS_BACKWARD = {
 def _rms_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, normalized_shape, rstd, weight, output_mask) -> (grad_input, grad_weight)
     x, weight = args[1], args[4]
-    gi, gw = _mask(args[5] if len(args) > 5 else kwargs.get("output_mask"), 2)
+    gi, gw = _mask(args, kwargs, 5, 2)
     has_weight = isinstance(weight, torch.Tensor)
     return norm_backward_cost(
         x.numel(), True, has_weight, gi, gw and has_weight, False, per=_RMS_BACKWARD
@@ -336,7 +334,7 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
     #  bidirectional, batch_sizes, dropout_state, reserve, output_mask)
     # the weights from the sizes, as the forward's formula (rnn.py) takes them
-    mask = _mask(args[21] if len(args) > 21 else kwargs.get("output_mask"), 4)
+    mask = _mask(args, kwargs, 21, 4)
     biases = 2 if cudnn_has_biases(args[2]) and mask[3] else 0
     return _rnn_backward_cost(*cudnn_layout(args, 10), biases, mask[3])
 
