@@ -32,12 +32,12 @@ from modelprof.runtime.group import communicates
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
-from modelprof.runtime.progress import progress_bar
-from modelprof.timing.clock import Clock, clock_for
+from modelprof.timing.clock import Clock
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, extend, input_signature, warm_up
+from modelprof.timing.runner import Runner
+from modelprof.timing.sampler import input_signature
 
 __all__ = [
     "CallPlan",
@@ -593,32 +593,6 @@ def _memory_pass(
     return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
 
 
-def _extend_passes(
-    block: Callable[[int], np.ndarray], sampled: Any, opts: TimingOptions, name: str
-) -> tuple[Any, float]:
-    """Per-layer passes that the budget stopped below ``min_samples`` continue one at a time,
-    at most ``layer_extend_s`` seconds more, with a progress bar of their own (when progress is
-    on); returns the passes and the seconds added."""
-    need = opts.stop.promised_min
-    if need is None or sampled.n >= need or opts.layer_extend_s <= 0:
-        return sampled, 0.0
-    bar = progress_bar(
-        need,
-        enabled=opts.progress,
-        unit="pass",
-        desc=f"per-layer {name}: extending to {need} passes (cap {opts.layer_extend_s:g} s)",
-    )
-    bar.update(sampled.n)
-
-    def shown(n: int, _elapsed: float) -> None:
-        bar.update(n - bar.n)
-
-    try:
-        return extend(block, sampled, need, opts.layer_extend_s, on_block=shown)
-    finally:
-        bar.close()
-
-
 def carried_names(
     modules: dict[nn.Module, str], original: nn.Module, moved: nn.Module
 ) -> dict[nn.Module, str]:
@@ -669,9 +643,9 @@ def time_layers(
         model,
         (args, kwargs),
         module_names(model) if modules is None else carried_names(modules, original, model),
-        clock_for(dev, opts.clock),
         opts,
         mode,
+        model_inputs.batch_size,
     )
     run.reset = model_inputs.reset
     calibrated = None
@@ -683,7 +657,7 @@ def time_layers(
     return run.result(model_inputs, hook_cost)
 
 
-class _LayerRun:
+class _LayerRun(Runner):
     """One ``time_layers`` call: the passes under the run's modes, then their result."""
 
     def __init__(
@@ -691,22 +665,22 @@ class _LayerRun:
         model: nn.Module,
         call: tuple[tuple, dict],
         names: dict[nn.Module, str],
-        clock: Any,
         opts: TimingOptions,
         mode: RunMode,
+        batch_size: int = 1,
     ) -> None:
-        self.model, (self.args, self.kwargs), self.dev = model, call, mode.device
-        self.names, self.clock, self.opts, self.mode = names, clock, opts, mode
+        super().__init__(opts, mode.device, type(model).__name__, batch_size)
+        self.model, (self.args, self.kwargs) = model, call
+        self.names, self.mode = names, mode
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         self.flags.update(layers=True, transfer=False, cuda_graph=False, compile=None)
-        self.signature = input_signature(*call, device=str(self.dev), **self.flags)
+        self.warm_key = (model, input_signature(*call, device=str(self.dev), **self.flags))
         self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
         self.plan: CallPlan | None = None
         self.peaks = None
         #: puts back the inputs a pass writes, before each pass (``ModelInputs.reset``; None:
         #: no pass writes them)
         self.reset: Callable[[], Any] | None = None
-        self.extended_s = 0.0
 
     def forward(self) -> Any:
         return self.model(*self.args, **self.kwargs)
@@ -717,48 +691,35 @@ class _LayerRun:
             self.reset()
         return self.model(*self.args, **self.kwargs)
 
+    def contexts(self) -> list[Any]:
+        return [running(self.model, self.mode)]
+
+    def failure(self, e: Exception) -> BaseException:
+        """The forward's failure, naming the call it was in (out of memory: as it is)."""
+        if is_oom(e):
+            return e
+        keys = self.plan.keys if self.plan is not None else []
+        where = _running(_open_calls(self.live[0], self.plan), keys, self.model)
+        return ModelProfError(
+            f"forward of {self.label} failed in {where} while timing layers: "
+            f"{type(e).__name__}: {e}"
+        )
+
     def execute(self, memory_stats: MemoryStats | None) -> None:
         """Discovery, warm-up, the sampled instrumented/plain passes and the memory pass."""
-        model, live = self.model, self.live
-        already_warm = WARMED.seen(model, self.signature)
-        with contextlib.ExitStack() as stack:
-            if self.dev.type == "cuda":
-                stack.enter_context(torch.cuda.device(self.dev))
-            stack.enter_context(running(model, self.mode))
-            try:
-                self.plan = plan = CallPlan(self.names)
-                live[0] = plan.stack
-                discover(model, self.fresh_forward, plan)
-                self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
-                if communicates(model):
-                    inst.comm = CommStamps(self.clock, inst.comm_column)
-                live[0] = inst.open_calls
-                self.n_warm, est = warm_up(
-                    inst.warm_step, self.opts.warmup, already_warm, self.clock.sync
-                )
-                self.sampled = self._sample(inst, est)
-                self.n_warm += 1
-                if memory_stats is not None:
-                    self.peaks = _memory_pass(
-                        model, plan, memory_stats, self.fresh_forward, self.names, live
-                    )
-                    self.n_warm += 1
-            except ModelProfError:
-                raise
-            except Exception as e:
-                if is_oom(e):
-                    raise
-                keys = self.plan.keys if self.plan is not None else []
-                raise ModelProfError(
-                    f"forward of {type(model).__name__} failed in "
-                    f"{_running(_open_calls(live[0], self.plan), keys, model)} while timing "
-                    "layers: "
-                    f"{type(e).__name__}: {e}"
-                ) from e
-        WARMED.add(model, self.signature)
+        with self:
+            self.guarded(lambda: self._passes(memory_stats))
 
-    def _sample(self, inst: Any, est: Any) -> Any:
-        name = type(self.model).__name__
+    def _passes(self, memory_stats: MemoryStats | None) -> None:
+        model, live = self.model, self.live
+        self.plan = plan = CallPlan(self.names)
+        live[0] = plan.stack
+        discover(model, self.fresh_forward, plan)
+        self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
+        if communicates(model):
+            inst.comm = CommStamps(self.clock, inst.comm_column)
+        live[0] = inst.open_calls
+        est = self.warm_with(inst.warm_step, self.already_warm)
         with gc_paused() as between_blocks:
 
             def block(k: int) -> np.ndarray:
@@ -766,9 +727,14 @@ class _LayerRun:
                 between_blocks()
                 return out
 
-            sampled = self.opts.sample(block, est, f"per-layer {name}")
-            sampled, self.extended_s = _extend_passes(block, sampled, self.opts, name)
-            return sampled
+            desc = f"per-layer {self.label}"
+            self.sampled = self.sample(block, est, desc, self.opts.layer_extend_s)
+        self.warmup_calls += 1  # the discovery pass
+        if memory_stats is not None:
+            self.peaks = _memory_pass(
+                model, plan, memory_stats, self.fresh_forward, self.names, live
+            )
+            self.warmup_calls += 1
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
@@ -790,7 +756,7 @@ class _LayerRun:
             peak_memory_bytes=self.peaks,
             device=str(self.dev),
             batch_size=model_inputs.batch_size,
-            warmup=self.n_warm,
+            warmup=self.warmup_calls,
             stop_reason=sampled.stop_reason,
             env=env,
             raw_samples={k: raw[:, i].copy() for i, k in enumerate(keys)},
