@@ -58,19 +58,16 @@ def _bhld(args, kwargs, mask_pos: int | None) -> Cost:
     )
 
 
-@register_present(*optional_ops("_scaled_dot_product_flash_attention_for_cpu"))
-def _sdpa_cpu(args, kwargs, out) -> Cost:
-    # (query, key, value, dropout_p, is_causal, *, attn_mask=None, scale=None)
-    return _bhld(args, kwargs, mask_pos=None)
-
-
 @register_present(
     *optional_ops(
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_fused_attention_overrideable"
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_fused_attention_overrideable",
     )
 )
 def _sdpa_flash(args, kwargs, out) -> Cost:
-    # (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
+    # CPU: (query, key, value, dropout_p, is_causal, *, attn_mask=None, scale=None)
+    # flash: (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
     return _bhld(args, kwargs, mask_pos=None)
 
 
@@ -211,20 +208,17 @@ def _bhld_backward(args, mask) -> Cost:
     )
 
 
-@register_present(*optional_ops("_scaled_dot_product_flash_attention_for_cpu_backward"))
-def _sdpa_cpu_backward(args, kwargs, out) -> Cost:
-    # (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale)
-    return _bhld_backward(args, kwargs.get("attn_mask"))
-
-
 @register_present(
     *optional_ops(
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
         "_scaled_dot_product_flash_attention_backward",
         "_scaled_dot_product_fused_attention_overrideable_backward",
     )
 )
 def _sdpa_flash_backward(args, kwargs, out) -> Cost:
-    return _bhld_backward(args, None)
+    # CPU: (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
+    # scale); the others take no mask
+    return _bhld_backward(args, kwargs.get("attn_mask"))
 
 
 @register_present(*optional_ops("_scaled_dot_product_efficient_attention_backward"))
