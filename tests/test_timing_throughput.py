@@ -117,7 +117,13 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
         assert p.samples_per_s == pytest.approx(p.batch_size * m.n / (m.samples_ms.sum() / 1e3))
         assert p.latency_ms == m.median_ms
     df = tp.to_dataframe()
-    assert list(df.columns) == ["batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes"]
+    assert list(df.columns) == [
+        "batch_size",
+        "latency_ms",
+        "samples_per_s",
+        "peak_memory_bytes",
+        "latency_rough",  # the point disagrees with a bigger batch (tests/test_agreement_*)
+    ]
     assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
     assert tp.memory_before_bytes is None and tp.memory_restored is None  # CPU
     d = json.loads(json.dumps(tp.to_dict()))

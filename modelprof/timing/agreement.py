@@ -18,22 +18,47 @@ disagreement (per-layer medians taken while the machine's load moved). The figur
 the faster window's: load only ever adds time, so the faster window is the nearer to the
 model's own speed; with the CPU time read (a loaded CPU), the CPU work is named beside it, as
 the figure load cannot stretch.
+
+Two more checks stand beside these, each where a series of timed figures shows:
+
+- **A point against its neighbours** (:func:`neighbour_disagreements`): in a series of timed
+  points over a growing amount of work (the throughput curve's batch sizes, a generation's
+  TTFT, TPOT and end-to-end time per batch size, its decode step at each context, a phase at
+  each batch size), more work does not take less time. A point *disagrees* when the lower
+  bound of its 95 % interval lies above the upper bound of the interval of a point of the same
+  series doing strictly more work, times ``1 + tolerance`` (a side without an interval counts
+  as its median): the issue's TTFT of 558.8 ms at batch 1 (n = 1) against 25.7 ms at batch 4.
+- **A ratio against its rounds** (:func:`judge_ratio`): a comparison's ratio is the quotient
+  of the two medians; its rounds give per-round ratios of block medians, whose 20 %-trimmed
+  log mean and Yuen interval are ``stats.paired_ratio``'s. The ratio of medians *disagrees*
+  with its rounds when it lies outside that interval (a single round: its ratio) and is
+  further than ``tolerance`` from its centre: a candidate whose time moved between rounds (hit
+  by load in a share of them) has medians that say one ratio and rounds that say another.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
+
+import numpy as np
 
 from modelprof.timing.measurement import JUDGE_MAX_RELATIVE_CI, Measurement
+from modelprof.timing.stats import block_medians, paired_ratio
 
 __all__ = [
     "AGREEMENT_TOLERANCE",
     "IDENTICAL_FACTOR",
     "IdenticalSpread",
+    "NeighbourDisagreement",
+    "RatioAgreement",
+    "SeriesPoint",
     "TimingAgreement",
     "identical_spread",
     "judge_agreement",
+    "judge_ratio",
+    "neighbour_disagreements",
 ]
 
 #: Medians of the two windows further apart than this (and beyond both intervals) disagree.
@@ -238,4 +263,137 @@ def judge_agreement(
         regimes=regimes or None,
         verdict=verdict,
         identical=identical,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesPoint:
+    """One timed point of a series over a growing amount of work: its label (``batch 4``,
+    ``decode@512``), its work (a batch size, counted FLOPs: only "more" matters) and its
+    Measurement (None: not timed, left out)."""
+
+    label: str
+    work: float
+    measurement: Measurement | None
+
+
+@dataclasses.dataclass(frozen=True)
+class NeighbourDisagreement:
+    """A point of ``series`` whose 95 % interval lies wholly above that of ``other``, which
+    does strictly more work, beyond the tolerance (:func:`neighbour_disagreements`)."""
+
+    series: str
+    point: str
+    point_ms: float
+    point_ci_ms: tuple[float, float]
+    point_n: int
+    other: str
+    other_ms: float
+    other_ci_ms: tuple[float, float]
+    other_n: int
+
+    def note(self) -> str:
+        return (
+            f"{self.series} DISAGREES across its points: {self.point} read "
+            f"{_ms(self.point_ms)} {_ci(self.point_ci_ms)}, n={self.point_n}, above "
+            f"{self.other}'s {_ms(self.other_ms)} {_ci(self.other_ci_ms)}, n={self.other_n}, "
+            f"which does more work ({self.point_ms / self.other_ms:.2f}x, beyond both "
+            "intervals): more work does not take less time, so a warm-up, a first call or the "
+            f"machine's load moved one of them; {self.point} is marked rough: time again with "
+            "a larger budget_s or on a quieter machine"
+        )
+
+
+def neighbour_disagreements(
+    series: str, points: Iterable[SeriesPoint], tolerance: float = AGREEMENT_TOLERANCE
+) -> list[NeighbourDisagreement]:
+    """Every point of ``points`` (one series, ``series`` naming it in the notes) whose interval's
+    lower bound lies above ``1 + tolerance`` times the interval's upper bound of a point with
+    strictly more work (a side without an interval counts as its median), each against the
+    point it lies furthest above; in the order given."""
+    timed = [
+        p for p in points if p.measurement is not None and math.isfinite(p.measurement.median_ms)
+    ]
+    out = []
+    for p in timed:
+        low = _bounds(p.measurement)[0]
+        above = [
+            (_bounds(q.measurement)[1], i)
+            for i, q in enumerate(timed)
+            if q.work > p.work and low > _bounds(q.measurement)[1] * (1.0 + tolerance)
+        ]
+        if not above:
+            continue
+        q = timed[min(above)[1]]
+        m, o = p.measurement, q.measurement
+        out.append(
+            NeighbourDisagreement(
+                series, p.label, m.median_ms, m.median_ci_ms, m.n,
+                q.label, o.median_ms, o.median_ci_ms, o.n,
+            )
+        )  # fmt: skip
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioAgreement:
+    """A comparison's ratio (``figure`` of ``name`` to ``baseline``: the quotient of the
+    medians) against its rounds' paired ratios (``paired``, their trimmed centre, with its 95 %
+    interval ``paired_ci``, from ``rounds`` rounds): :func:`judge_ratio`."""
+
+    figure: str
+    name: str
+    baseline: str
+    ratio: float
+    paired: float
+    paired_ci: tuple[float, float]
+    rounds: int
+    agree: bool
+
+    def note(self) -> str:
+        lo, hi = self.paired_ci
+        ci = f"interval {lo:.3f}-{hi:.3f}" if math.isfinite(lo) else "no interval"
+        return (
+            f"{self.figure} of {self.name} DISAGREES with its rounds: the ratio of the medians, "
+            f"{self.ratio:.3f}, lies outside the per-round ratios to {self.baseline} "
+            f"({self.paired:.3f}, 95 % {ci}, {self.rounds} rounds), "
+            f"{abs(self.ratio / self.paired - 1.0):.0%} from their centre: its time moved "
+            "between rounds (the machine's load in a share of them), so no one figure stands "
+            "for the ratio; it is marked rough and not ranked on: time again with a larger "
+            "budget_s or on a quieter machine"
+        )
+
+
+def _paired_blocks(m: Measurement, base: Measurement) -> tuple[np.ndarray, np.ndarray]:
+    """The block medians of the rounds both took (block ``r`` of each is round ``r``)."""
+    ids, med = block_medians(m.samples_ms, m.blocks)
+    base_ids, base_med = block_medians(base.samples_ms, base.blocks)
+    common = np.intersect1d(ids, base_ids)
+    return med[np.isin(ids, common)], base_med[np.isin(base_ids, common)]
+
+
+def judge_ratio(
+    figure: str,
+    name: str,
+    baseline: str,
+    m: Measurement,
+    base: Measurement,
+    tolerance: float = AGREEMENT_TOLERANCE,
+) -> RatioAgreement:
+    """``median(m) / median(base)`` against the per-round ratios of their block medians
+    (``stats.paired_ratio``: the 20 %-trimmed mean of the log ratios and Yuen's interval, at
+    ``m.confidence``): it disagrees when it lies outside that interval (a single round: its
+    ratio) and further than ``tolerance`` from its centre. Nothing to judge (a median not
+    positive, no round in common) agrees."""
+    ratio = m.median_ms / base.median_ms if base.median_ms > 0 else math.nan
+    num, den = _paired_blocks(m, base)
+    judged = math.isfinite(ratio) and ratio > 0 and num.size > 0
+    if not judged or (num <= 0).any() or (den <= 0).any():
+        return RatioAgreement(figure, name, baseline, ratio, ratio, (ratio, ratio), 0, True)
+    paired, lo, hi = paired_ratio(num, den, m.confidence)
+    low, high = (lo, hi) if math.isfinite(lo) else (paired, paired)
+    outside = ratio < low or ratio > high
+    far = abs(math.log(ratio / paired)) > math.log1p(tolerance)
+    return RatioAgreement(
+        figure, name, baseline, ratio, paired, (lo, hi), int(num.size), not (outside and far)
     )

@@ -6,12 +6,19 @@ beat the best samples/s so far by ``gain`` (5 %) — at ``max_batch``, or at the
 error: then memory is freed (``gc.collect`` + ``torch.cuda.empty_cache``) and the largest batch that
 fits is found by binary search between the last batch that ran and the first that failed.
 samples/s of a point = batches x batch size / total measured time (all its samples).
+
+A bigger batch is more work, so it does not take less time per batch: a point whose latency's
+95 % interval lies above a bigger batch's by more than ``AGREEMENT_TOLERANCE``
+(``timing.agreement.neighbour_disagreements``) disagrees with its neighbours: it is marked
+rough (``latency_rough`` in the curve, ``~`` in its human-readable exports), named in
+``notes`` and warned about (``TimingDisagreementWarning``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,13 +26,14 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement, moved_model
 from modelprof.runtime.progress import progress_bar
+from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.latency import measure_latency
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
@@ -43,6 +51,8 @@ __all__ = [
 THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
 _COLUMNS = ("batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes")
+#: what ``Throughput.to_dataframe`` adds to ``_COLUMNS``: the point disagrees with a bigger batch
+_ROUGH = "latency_rough"
 
 
 @dataclasses.dataclass
@@ -64,7 +74,8 @@ class Throughput:
     """The measured curve (sorted by batch size), its best point and how the search ended.
 
     ``stop_reason``: ``"no_improvement"``, ``"oom"`` (then ``max_fit_batch`` is the largest batch
-    that ran and ``oom_batch`` the smallest that did not) or ``"max_batch"``.
+    that ran and ``oom_batch`` the smallest that did not) or ``"max_batch"``. ``disagreements``:
+    the points whose latency lies above a bigger batch's beyond both intervals (module doc).
     """
 
     points: list[ThroughputPoint]
@@ -78,6 +89,12 @@ class Throughput:
     #: the best point's batch size where it was chosen otherwise than by this process's own
     #: samples/s (under a process group: the group's best); None: the fastest point here
     best_batch: int | None = None
+    disagreements: list[NeighbourDisagreement] = dataclasses.field(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """A sentence for each point that disagrees with a bigger batch (none: the curve holds)."""
+        return [d.note() for d in self.disagreements]
 
     @property
     def best(self) -> ThroughputPoint:
@@ -132,7 +149,12 @@ class Throughput:
         return self.to_dataframe()
 
     def to_dataframe(self) -> Any:
-        return pd.DataFrame([p.to_dict() for p in self.points], columns=list(_COLUMNS))
+        """One row per batch size: ``_COLUMNS`` and ``latency_rough`` (the point disagrees
+        with a bigger batch: every human-readable view marks its latency ``~``)."""
+        df = pd.DataFrame([p.to_dict() for p in self.points], columns=list(_COLUMNS))
+        rough = {d.point for d in self.disagreements}
+        df[_ROUGH] = [f"batch {p.batch_size}" in rough for p in self.points]
+        return df
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +169,7 @@ class Throughput:
             "memory_after_bytes": self.memory_after_bytes,
             "memory_restored": self.memory_restored,
             "points": [p.to_dict() for p in self.points],
+            "notes": self.notes,
             "env": self.env,
         }
 
@@ -171,6 +194,7 @@ class Throughput:
                 f"  memory before {self.memory_before_bytes:,} B, after "
                 f"{self.memory_after_bytes:,} B"
             )
+        lines.extend(f"  !! {note}" for note in self.notes)
         return "\n".join(lines)
 
 
@@ -314,6 +338,7 @@ def measure_throughput(
         memory_before_bytes=mem_before,
         memory_after_bytes=point.memory_now(),
         best_batch=best_batch,
+        disagreements=_disagreements(points),
     )
     best = result.best
     result.env = collect_env(
@@ -327,6 +352,17 @@ def measure_throughput(
         **opts.flags(eval_mode=not training, no_grad=no_grad),
     )
     return result
+
+
+def _disagreements(points: list[ThroughputPoint]) -> list[NeighbourDisagreement]:
+    """The points whose latency lies above a bigger batch's, each warned about once."""
+    found = neighbour_disagreements(
+        "the throughput curve's latency per batch",
+        [SeriesPoint(f"batch {p.batch_size}", p.batch_size, p.measurement) for p in points],
+    )
+    for d in found:
+        warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=4)
+    return found
 
 
 def _search(

@@ -1,0 +1,258 @@
+"""Two checks of issue 37 point 2: a point of a series over a growing amount of work against its
+neighbours (the throughput curve, a generation's batch sizes and decode contexts), and a
+comparison's ratio of medians against its per-round ratios (``compare``,
+``compare_generation``).
+
+No real time: a FAKE clock (``fake_clock``) that only the models' virtual spins advance, so
+every sample reads exactly what the model spends and the checks see exactly the figures the
+comments derive, on a loaded machine as on an idle one."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from fake_clock import install
+from torch import nn
+
+import modelprof
+from modelprof.errors import TimingDisagreementWarning
+from modelprof.render import to_markdown
+from modelprof.render.views import ROUGH_MARK
+from modelprof.timing.agreement import (
+    AGREEMENT_TOLERANCE,
+    SeriesPoint,
+    judge_ratio,
+    neighbour_disagreements,
+)
+from modelprof.timing.measurement import Measurement
+
+pytestmark = pytest.mark.filterwarnings("ignore::modelprof.errors.NoisyMeasurementWarning")
+
+
+def _disagreements(record) -> list[str]:
+    return [str(w.message) for w in record if w.category is TimingDisagreementWarning]
+
+
+# -- a point against its neighbours ----------------------------------------------------------
+
+
+class PerBatch(nn.Module):
+    """Spends ``ms(batch)`` of virtual time per call."""
+
+    def __init__(self, clock, ms) -> None:
+        super().__init__()
+        self.clock, self.ms = clock, ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(self.ms(x.shape[0]))
+        return x
+
+
+def _curve(monkeypatch, ms):
+    clock = install(monkeypatch)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        curve = modelprof.measure_throughput(
+            PerBatch(clock, ms), (4,), max_batch=4, gain=0.0, repeat=12, warmup=2, budget_s=60.0
+        )
+    return curve, _disagreements(record)
+
+
+def test_a_batch_slower_than_a_bigger_batch_is_marked_rough(monkeypatch):
+    # batch 1 made slow on purpose: 50 ms a call against 1 ms per sample of a batch after it
+    curve, said = _curve(monkeypatch, lambda b: 50.0 if b == 1 else 1.0 * b)
+    assert [p.batch_size for p in curve.points] == [1, 2, 4]
+    # every sample of a point reads the same, so each interval is its median: batch 1's
+    # 50 ms lies above batch 2's 2 ms (the bigger batch with the lowest upper bound) by 25x,
+    # beyond 1 + AGREEMENT_TOLERANCE; batch 2's 2 ms is below batch 4's 4 ms
+    assert [(d.point, d.other) for d in curve.disagreements] == [("batch 1", "batch 2")]
+    d = curve.disagreements[0]
+    assert (d.point_ms, d.other_ms) == (50.0, 2.0)
+    assert (
+        len(said) == 1 and "batch 1 read 50.000 ms" in said[0] and "batch 2's 2.000 ms" in said[0]
+    )
+    df = curve.to_dataframe()
+    assert df["latency_rough"].tolist() == [True, False, False]
+    text = to_markdown(df)
+    assert f"{ROUGH_MARK}50" in text and f"{ROUGH_MARK}2" not in text
+    assert curve.to_dict()["notes"] == [d.note()] and "!! " in repr(curve)
+
+
+def test_a_curve_that_grows_with_the_batch_is_not_marked(monkeypatch):
+    # 1 ms per sample of the batch: 1, 2, 4 ms; and a fixed cost whatever the batch (the same
+    # time for more work is no disagreement: it is not less)
+    for ms in (lambda b: 1.0 * b, lambda b: 3.0):
+        curve, said = _curve(monkeypatch, ms)
+        assert [p.batch_size for p in curve.points] == [1, 2, 4]
+        assert curve.disagreements == [] and said == []
+        assert not curve.to_dataframe()["latency_rough"].any()
+        assert curve.to_dict()["notes"] == []
+
+
+def test_the_neighbour_rule_is_the_tolerance_beyond_both_intervals():
+    # batch 1 at 11.2 ms against batch 2 at 10 ms, both exact (12 equal samples: the interval
+    # is the median): 11.2 > 10 x (1 + 0.10) disagrees; 10.9 does not
+    def point(label, work, ms):
+        return SeriesPoint(label, work, Measurement(np.full(12, ms)))
+
+    assert AGREEMENT_TOLERANCE == 0.10
+    slow = neighbour_disagreements("s", [point("a", 1, 11.2), point("b", 2, 10.0)])
+    assert [(d.point, d.other) for d in slow] == [("a", "b")]
+    assert neighbour_disagreements("s", [point("a", 1, 10.9), point("b", 2, 10.0)]) == []
+    # the same time for the same work is not compared (only strictly more work is)
+    assert neighbour_disagreements("s", [point("a", 2, 50.0), point("b", 2, 10.0)]) == []
+    # the intervals, not the medians: 10 samples 1, 12, ..., 100 ms have the median 50.5 and
+    # the interval of its 2nd and 9th order statistics, 12-89 ms: 12 is not above 11 x 1.10 =
+    # 12.1 (no disagreement, 4.6x apart), and is above 10 x 1.10 = 11
+    wide = SeriesPoint("a", 1, Measurement(np.linspace(1.0, 100.0, 10)))
+    assert wide.measurement.median_ci_ms == (12.0, 89.0)
+    assert neighbour_disagreements("s", [wide, point("b", 2, 11.0)]) == []
+    assert len(neighbour_disagreements("s", [wide, point("b", 2, 10.0)])) == 1
+
+
+def _generation(monkeypatch, ms, **kw):
+    """``profile_generation`` of a step function that spends ``ms(batch, context, tokens)`` of
+    virtual time per call and counts ``batch x (context + tokens)`` FLOPs (a sum over that
+    many ones), so a longer context or a bigger batch is more counted work."""
+    clock = install(monkeypatch)
+    import modelprof.generation.timing as generation_timing
+
+    monkeypatch.setattr(generation_timing, "time", clock.module())
+    logits = torch.zeros(4, 8, 8)
+
+    def step(tokens, cache):
+        b, n = tokens.shape
+        context = 0 if cache is None else cache
+        torch.ones(b, context + n).sum()
+        clock.advance(ms(b, context, n))
+        return logits[:b, :n], context + n
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        report = modelprof.profile_generation(
+            nn.Identity(), step=step, prompt_len=4, new_tokens=4, repeat=12, warmup=2, **kw
+        )
+    return report, _disagreements(record)
+
+
+def test_a_batch_size_whose_ttft_lies_above_a_bigger_batch_is_marked(monkeypatch):
+    # the issue's case: the prefill at batch 1 made slow on purpose (50 ms), every other call
+    # 1 ms per sequence of the batch
+    def ms(b, context, n):
+        return 50.0 if (b, n) == (1, 4) else 1.0 * b
+
+    report, said = _generation(monkeypatch, ms, batch_size=[1, 4], layer_timing=False)
+    # TTFT: batch 1 reads 50 ms against batch 4's 4 ms; end to end (the prefill and 3 steps)
+    # 50 + 3 x 1 = 53 ms against 4 + 3 x 4 = 16 ms; TPOT 1 ms against 4 ms holds
+    found = {(d.series, d.point, d.other, d.point_ms, d.other_ms) for d in report.disagreements}
+    assert found == {
+        ("TTFT across batch sizes", "batch 1", "batch 4", 50.0, 4.0),
+        ("the end-to-end generation across batch sizes", "batch 1", "batch 4", 53.0, 16.0),
+    }
+    assert len(said) == 2 and any("batch 1 read 50.000 ms" in s for s in said)
+    summary = report.summary().set_index("batch_size")
+    assert summary["ttft_rough"].tolist() == [True, False]
+    assert summary["end_to_end_rough"].tolist() == [True, False]
+    assert not summary["tpot_rough"].any()
+    assert report.timing_notes == [d.note() for d in report.disagreements]
+    assert repr(report).count("!! ") == 2
+
+    # the same generations without the slow prefill: every figure grows with the batch
+    report, said = _generation(
+        monkeypatch, lambda b, context, n: 1.0 * b, batch_size=[1, 4], layer_timing=False
+    )
+    assert report.disagreements == [] and said == []
+    summary = report.summary()
+    assert not summary[["ttft_rough", "tpot_rough", "end_to_end_rough"]].any().any()
+
+
+def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not(monkeypatch):
+    # the decode step at context 5 made slow on purpose (50 ms) against 1 ms at 6 and 7, which
+    # count more FLOPs (a sum over 7 and 8 ones against 6)
+    def slow_at_5(b, context, n):
+        return 50.0 if (n, context) == (1, 5) else 1.0
+
+    report, said = _generation(monkeypatch, slow_at_5, batch_size=1, contexts=[5, 6, 7])
+    table = report.phase_table()
+    assert table["flops"].tolist() == [4, 6, 7, 8]  # prefill 4 tokens; decode 1 + context
+    assert table["latency_ms"].tolist() == [1.0, 50.0, 1.0, 1.0]
+    assert table["latency_rough"].tolist() == [False, True, False, False]
+    [d] = report.disagreements
+    assert (d.point, d.other) == ("decode@5 at batch 1", "decode@6 at batch 1")
+    assert len(said) == 1 and "decode@5 at batch 1 read 50.000 ms" in said[0]
+    assert f"{ROUGH_MARK}50" in to_markdown(table)
+
+    # a step whose time grows with the context (0.1 ms a token of context) is not marked
+    def growing(b, context, n):
+        return 1.0 + 0.1 * context
+
+    report, said = _generation(monkeypatch, growing, batch_size=1, contexts=[5, 6, 7])
+    assert report.disagreements == [] and said == []
+    assert not report.phase_table()["latency_rough"].any()
+    assert ROUGH_MARK not in to_markdown(report.phase_table())
+
+
+# -- a ratio against its rounds ----------------------------------------------------------------
+
+ROUND_MS = 200.0  # over BLOCK_S (0.1 s): every round takes one sample of each model
+
+
+class Rounds(nn.Module):
+    """``ROUND_MS`` of virtual time a call, twice that on the calls ``slow(i)`` picks (``i``
+    counts every call: the counting pass, the warm-up, the samples)."""
+
+    def __init__(self, clock, slow=lambda i: False) -> None:
+        super().__init__()
+        self.clock, self.slow, self.calls = clock, slow, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(ROUND_MS * (2.0 if self.slow(self.calls) else 1.0))
+        self.calls += 1
+        return x
+
+
+def _compare(monkeypatch, slow):
+    clock = install(monkeypatch)
+    models = {"base": Rounds(clock), "cand": Rounds(clock, slow)}
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        table = modelprof.compare(
+            models, (4,), repeat=60, warmup=2, min_blocks=60, budget_s=600.0, roofline=False
+        )
+    return table, _disagreements(record)
+
+
+def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeypatch):
+    # the candidate is twice as slow on 2 calls in every 5 (load in a share of the rounds): of
+    # its 60 samples, one a round, 24 read 400 ms and 36 read 200 ms, the baseline's all
+    # 200 ms. The ratio of the medians is 200 / 200 = 1.000. The per-round ratios, 36 x 1 and
+    # 24 x 2, trimmed by 12 at each end leave 24 x 1 and 12 x 2: centre 2^(12/36) = 1.260,
+    # Yuen's interval 1.084-1.464 (winsorized log variance 0.117, 36 kept, t at 35 degrees of
+    # freedom): 1.000 lies outside it, 21 % from its centre (beyond AGREEMENT_TOLERANCE)
+    table, said = _compare(monkeypatch, lambda i: i % 5 in (3, 4))
+    assert table.loc["cand", "latency_n"] == 60
+    assert table.loc["cand", "latency_x"] == 1.0
+    assert table["latency_x_rough"].tolist() == [False, True]
+    assert table["cpu_work_x_rough"].tolist() == [False, True]  # the same time, read as CPU
+    assert table["rank"].isna().all() and "not ranked" in table.attrs["ratios_disagree"]
+    assert any("latency_x of cand DISAGREES" in n for n in table.attrs["notes"])
+    assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
+    check = judge_ratio(
+        "latency_x", "cand", "base", *(Measurement(v, blocks=np.arange(60)) for v in (
+            np.where(np.arange(60) % 5 < 2, 400.0, 200.0), np.full(60, 200.0)))
+    )  # fmt: skip
+    assert not check.agree and check.paired == pytest.approx(2 ** (1 / 3))
+
+
+def test_a_ratio_its_rounds_agree_with_is_ranked(monkeypatch):
+    # slow on 1 call in 10: 6 rounds of 60 at 2x. The ratio of the medians is 1.000; the
+    # trimmed per-round ratios drop those 6 (12 trimmed at the top): centre 1.000, interval
+    # 1.000-1.000, which holds it
+    table, said = _compare(monkeypatch, lambda i: i % 10 == 9)
+    assert table.loc["cand", "latency_x"] == 1.0
+    assert not table["latency_x_rough"].any() and not table["cpu_work_x_rough"].any()
+    assert table["rank"].notna().all() and "ratios_disagree" not in table.attrs
+    assert said == []
