@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.report.comparison import Comparison
@@ -31,6 +32,7 @@ from modelprof.runtime.tensors import shape_str
 from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode
 from modelprof.step.timing import StepTimer, compare_steps
 from modelprof.timing import measure_throughput
+from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.interleave import (
     Candidate,
     cpu_work_columns,
@@ -68,6 +70,8 @@ _TIMED_RATIOS = (
     "cpu_work_x_ci_low",
     "cpu_work_x_ci_high",
 )
+#: each timed ratio's flag: its ratio of medians disagrees with its per-round ratios
+_ROUGH_RATIOS = {"latency_x": "latency_x_rough", "cpu_work_x": "cpu_work_x_rough"}
 
 
 def compare(
@@ -112,7 +116,12 @@ def compare(
     ``latency_x_ci_low`` and ``latency_x_ci_high`` (``attrs["ratio_estimator"]`` says it in
     words). When the machine is loaded (wall well above CPU time, on the CPU) ``rank`` follows
     the CPU work, ``attrs["ranked_by"] == "cpu_work"``, and ``attrs["notes"]`` says why; CPU
-    work equals latency only for a single-threaded model on an idle core. ``budget_s`` is per
+    work equals latency only for a single-threaded model on an idle core. A ratio of medians
+    that lies outside its per-round ratios' interval, further than ``AGREEMENT_TOLERANCE``
+    from their centre (``timing.agreement.judge_ratio``: the candidate's time moved between
+    rounds), is flagged in ``latency_x_rough`` (``cpu_work_x_rough``), said in
+    ``attrs["notes"]`` and a ``TimingDisagreementWarning``; where it is a ratio the table
+    ranks by, no model is ranked (``attrs["ratios_disagree"]`` says why). ``budget_s`` is per
     model. ``attrs["env"]`` holds the
     environment (recorded once), ``attrs["baseline"]`` the baseline's name. Other keyword
     arguments are timing options (``modelprof.timing.options``) or go to
@@ -276,13 +285,14 @@ class _Run:
                 del rows[name]
                 self.forget(name)
                 baseline = _standing(baseline, rows, failed)
+        checks = _ratio_checks(result)
         for name in rows:
-            rows[name].update(_latency_columns(result, name))
+            rows[name].update(_latency_columns(result, name, checks))
         if self.steps:
             bar.set_description("interleaved training steps")
             _step_columns(rows, self.steps, baseline, self.opts)
         self.env = dict(result.measurements[baseline].env) or self.env
-        self.timing_attrs = _timing_attrs(result)
+        self.timing_attrs = _timing_attrs(result, checks)
         return baseline
 
 
@@ -308,6 +318,8 @@ def _table(
         for column in _TIMED_RATIOS:
             if column in df.columns:
                 df[column] = math.nan
+    elif timing_attrs.get("ratios_disagree"):  # the medians and the rounds rank apart
+        df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     elif timing_attrs:
         key = (
             "cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work" else "latency_median_ms"
@@ -348,9 +360,43 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
 
-def _timing_attrs(result: Any) -> dict[str, Any]:
+def _ratio_checks(result: Any) -> dict[str, list[RatioAgreement]]:
+    """Each candidate's timed ratios (``latency_x``, and ``cpu_work_x`` where the CPU time was
+    read) against its per-round ratios (``judge_ratio``); none when a candidate is undersampled
+    (no timed ratio is stated then)."""
+    ms = result.measurements
+    if any(m.undersampled for m in ms.values()):
+        return {}
+    base = ms[result.baseline]
+    out: dict[str, list[RatioAgreement]] = {}
+    for name, m in ms.items():
+        if name == result.baseline:
+            continue
+        out[name] = [judge_ratio("latency_x", name, result.baseline, m, base)]
+        if result.cpu_ratios is not None:
+            out[name].append(judge_ratio("cpu_work_x", name, result.baseline, m.cpu, base.cpu))
+    return out
+
+
+def _disagreeing(checks: dict[str, list[RatioAgreement]], attrs: dict[str, Any]) -> None:
+    """Each ratio that disagrees with its rounds: a note and a warning; where it is a ratio the
+    table ranks by, the sentence that withholds the ranks (``attrs["ratios_disagree"]``)."""
+    ranking = "cpu_work_x" if attrs["ranked_by"] == "cpu_work" else "latency_x"
+    for check in (c for found in checks.values() for c in found if not c.agree):
+        attrs["notes"].append(check.note())
+        warnings.warn(f"modelprof: {check.note()}", TimingDisagreementWarning, stacklevel=5)
+        if check.figure == ranking and "ratios_disagree" not in attrs:
+            attrs["ratios_disagree"] = (
+                f"not ranked: {ranking} of {check.name} disagrees with its per-round ratios "
+                "(the ratio of medians lies outside their interval)"
+            )
+    if "ratios_disagree" in attrs:
+        attrs["notes"].append(attrs["ratios_disagree"])
+
+
+def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
-    and, on a loaded CPU, why it ranks by CPU work."""
+    and, on a loaded CPU, why it ranks by CPU work; a ratio that disagrees with its rounds."""
 
     out: dict[str, Any] = {
         "ranked_by": result.ranked_by,
@@ -372,6 +418,7 @@ def _timing_attrs(result: Any) -> dict[str, Any]:
             "which stretches the wall clock of whichever model it hits; CPU work equals latency "
             "only for a single-threaded model on an idle core"
         )
+    _disagreeing(checks, out)
     return out
 
 
@@ -523,14 +570,17 @@ def _step_columns(
         rows[name]["step_latency_median_ms"] = m["step"].median_ms
 
 
-def _latency_columns(result: Any, name: str) -> dict[str, Any]:
+def _latency_columns(
+    result: Any, name: str, checks: dict[str, list[RatioAgreement]]
+) -> dict[str, Any]:
     """A model's latency statistics from the interleaved run, with its ratio of medians and
-    paired interval; on the CPU its CPU work beside them."""
+    paired interval; on the CPU its CPU work beside them; each ratio's flag (``*_x_rough``:
+    it disagrees with its per-round ratios)."""
 
     m = result.measurements[name]
     lo, hi = m.median_ci_ms
     ratio, rlo, rhi = result.ratios[name]
-    return {
+    out = {
         "latency_median_ms": m.median_ms,
         "latency_ci_low_ms": lo,
         "latency_ci_high_ms": hi,
@@ -544,6 +594,9 @@ def _latency_columns(result: Any, name: str) -> dict[str, Any]:
         "latency_n": m.n,
         **cpu_work_columns(result, name),
     }
+    rough = {c.figure for c in checks.get(name, ()) if not c.agree}
+    out.update({flag: x in rough for x, flag in _ROUGH_RATIOS.items() if x in out})
+    return out
 
 
 def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:

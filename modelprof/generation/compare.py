@@ -6,12 +6,17 @@ medians (so it ranks as the medians shown beside it do) with the paired interval
 per-round ratios (``stats.RATIO_ESTIMATOR``); no ratio at all, and a sentence saying why
 (``attrs["unranked"]``), when a model got too few runs for an interval. On the CPU each figure's
 CPU work stands beside it, with ``ttft_cpu_x``/``tpot_cpu_x`` estimated alike; when the machine
-was loaded (wall/CPU above 1.15) the table ranks by CPU work and says so, as ``compare``."""
+was loaded (wall/CPU above 1.15) the table ranks by CPU work and says so, as ``compare``. A
+ratio of medians that disagrees with its per-round ratios (``timing.agreement.judge_ratio``)
+is flagged in ``<ratio>_rough``, said in ``attrs["notes"]`` and a
+``TimingDisagreementWarning``; where the end-to-end time the table ranks by disagrees so, no
+model is ranked (``attrs["ratios_disagree"]``)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model
@@ -29,6 +34,7 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
+from modelprof.timing.agreement import judge_ratio
 from modelprof.timing.interleave import floor_notes, unranked_note
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -148,12 +154,57 @@ def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[s
     return out
 
 
+def _checks(lms: list, timings: list, unranked: bool) -> dict[str, list]:
+    """Each model's ratios to the first (TTFT, TPOT, the end-to-end time the rank follows;
+    their CPU work where read) against its per-round ratios (``judge_ratio``); none where a
+    model is undersampled (no ratio is stated then)."""
+    if unranked:
+        return {}
+    base_name, base = lms[0][0], timings[0]
+    out: dict[str, list] = {}
+    for (name, *_), t in zip(lms[1:], timings[1:]):
+        found = out.setdefault(name, [])
+        for kind in ("ttft", "tpot", "end_to_end"):
+            m, b = getattr(t, kind), getattr(base, kind)
+            if m is None or b is None:
+                continue
+            found.append(judge_ratio(f"{kind}_x", name, base_name, m, b))
+            if m.cpu is not None and b.cpu is not None:
+                found.append(judge_ratio(f"{kind}_cpu_x", name, base_name, m.cpu, b.cpu))
+    return out
+
+
+def _flags(checks: list, row: dict[str, Any]) -> None:
+    """``<ratio>_rough`` beside each ratio of ``row``: it disagrees with its rounds."""
+    rough = {c.figure for c in checks if not c.agree}
+    for ratio in ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"):
+        if ratio in row:
+            row[f"{ratio}_rough"] = ratio in rough
+
+
+def _disagreeing(checks: dict[str, list], ranked_by: str, notes: list[str]) -> str | None:
+    """A note and a warning for each ratio that disagrees with its rounds; the sentence that
+    withholds the ranks where the end-to-end ratio the rank follows is one (else None)."""
+    ranking = "end_to_end_cpu_x" if ranked_by == "cpu_work" else "end_to_end_x"
+    withheld = None
+    for check in (c for found in checks.values() for c in found if not c.agree):
+        notes.append(check.note())
+        warnings.warn(f"modelprof: {check.note()}", TimingDisagreementWarning, stacklevel=4)
+        if check.figure == ranking and withheld is None:
+            withheld = (
+                f"not ranked: the end-to-end time of {check.name} disagrees with its "
+                "per-round ratios (the ratio of medians lies outside their interval)"
+            )
+    return withheld
+
+
 def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
     unranked = unranked_note(
         {name: t.end_to_end.n for (name, *_), t in zip(lms, timings) if _short(t)}
     )
+    checks = _checks(lms, timings, bool(unranked))
     for (name, lm, spec, kv), t in zip(lms, timings):
         row = {
             "model": name,
@@ -167,17 +218,22 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
             ratio = (math.nan,) * 3 if unranked else _ratio(m, base_m, confidence)
             row.update(dict(zip((f"{kind}_x", f"{kind}_x_ci_low", f"{kind}_x_ci_high"), ratio)))
         row.update(_cpu_columns(t, base, confidence, bool(unranked)))
+        _flags(checks.get(name, []), row)
         rows.append(row)
     df = pd.DataFrame(rows).set_index("model")
     ranked_by = _ranked_by(timings)
     key = "end_to_end_cpu_ms" if ranked_by == "cpu_work" else "end_to_end_ms"
+    notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
+    notes += floor_notes(t.end_to_end for t in timings)
+    withheld = _disagreeing(checks, ranked_by, notes)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-    if not unranked:
+    if not unranked and withheld is None:
         df["rank"] = df[key].rank(method="min").astype("Int64")
     df.attrs["ratio_estimator"] = RATIO_ESTIMATOR
     df.attrs["ranked_by"] = ranked_by
-    notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
-    notes += floor_notes(t.end_to_end for t in timings)
+    if withheld is not None:
+        df.attrs["ratios_disagree"] = withheld
+        notes.append(withheld)
     if unranked:
         df.attrs["unranked"] = unranked
         notes.append(unranked)
