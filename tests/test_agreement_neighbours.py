@@ -256,3 +256,61 @@ def test_a_ratio_its_rounds_agree_with_is_ranked(monkeypatch):
     assert not table["latency_x_rough"].any() and not table["cpu_work_x_rough"].any()
     assert table["rank"].notna().all() and "ratios_disagree" not in table.attrs
     assert said == []
+
+
+def _compare_generation(monkeypatch, slow):
+    """Two step functions generating 2 tokens after a 4-token prompt: a prefill of
+    ``ROUND_MS`` and a decode step of 10 ms; the candidate's prefill twice as long on the
+    prefills ``slow(i)`` picks (``i`` counts its prefills, warm-up included)."""
+    clock = install(monkeypatch)
+    import modelprof.generation.timing as generation_timing
+
+    monkeypatch.setattr(generation_timing, "time", clock.module())
+    logits = torch.zeros(1, 8, 8)
+
+    def stepper(slow_prefill):
+        prefills = [0]
+
+        def step(tokens, cache):
+            n = tokens.shape[1]
+            if n > 1:  # the prefill
+                clock.advance(ROUND_MS * (2.0 if slow_prefill(prefills[0]) else 1.0))
+                prefills[0] += 1
+            else:
+                clock.advance(10.0)
+            return logits[:, :n], (0 if cache is None else cache) + n
+
+        return step
+
+    models = {
+        "base": (nn.Identity(), stepper(lambda i: False)),
+        "cand": (nn.Identity(), stepper(slow)),
+    }
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        table = modelprof.compare_generation(
+            models, prompt_len=4, new_tokens=2, repeat=60, warmup=2, min_blocks=60, budget_s=600.0
+        )
+    return table, _disagreements(record)
+
+
+def test_compare_generation_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
+    # the candidate's prefill takes 400 ms in 24 of its 60 generations (one a round), 200 ms in
+    # 36: TTFT medians 200 / 200 = 1.000 against per-round ratios centred on 2^(1/3) = 1.260
+    # (as in compare() above); end to end 210 / 210 = 1.000 against per-round ratios 1 and
+    # 410 / 210 = 1.952, centred on 1.952^(1/3) = 1.250, the ratio the rank follows: no rank.
+    # TPOT, 10 ms each every round, agrees
+    table, said = _compare_generation(monkeypatch, lambda i: i % 5 in (3, 4))
+    assert table.loc["cand", "ttft_x"] == 1.0
+    assert table["ttft_x_rough"].tolist() == [False, True]
+    assert table["tpot_x_rough"].tolist() == [False, False]
+    assert table["ttft_cpu_x_rough"].tolist() == [False, True]
+    assert table["rank"].isna().all() and "not ranked" in table.attrs["ratios_disagree"]
+    assert any(m.startswith("modelprof: ttft_x of cand DISAGREES") for m in said)
+    assert any(m.startswith("modelprof: end_to_end_x of cand DISAGREES") for m in said)
+    assert not any("tpot_x of cand" in m for m in said)
+
+    # slowed on 1 generation in 10: the trimmed rounds drop them, every ratio agrees
+    table, said = _compare_generation(monkeypatch, lambda i: i % 10 == 9)
+    assert not table[["ttft_x_rough", "tpot_x_rough"]].any().any() and said == []
+    assert table["rank"].notna().all() and "ratios_disagree" not in table.attrs
