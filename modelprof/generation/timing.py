@@ -33,7 +33,7 @@ from modelprof.runtime.device import device_synchronize
 from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import collect, hold_floor, warm_up
+from modelprof.timing.runner import Runner
 from modelprof.timing.stats import t_quantile
 
 __all__ = ["GenerationTiming", "Slope", "fit_slope", "generation_sampler", "measure_generation"]
@@ -246,11 +246,12 @@ def measure_generation(
     """Warm up, then generations in blocks until ``opts.stop`` says stop."""
     lm.phase(f"the timed generations at batch {batch}")
     run = generation_sampler(lm, spec, batch, generator)
-    n_warm, est = warm_up(run, opts.warmup, False, run.sync)
+    runner = Runner(opts, lm.device, lm.name, batch)
+    est = runner.warm_with(run)
     run.clear()
-    sampled = hold_floor(run.block, collect(run.block, opts.stop, est), opts.stop)
+    sampled = runner.sample(run.block, est, f"generations of {lm.name} at batch {batch}")
     peak = _peak_memory(run, lm.device)
-    return timing_from(run, sampled, lm, spec, batch, opts, n_warm, peak)
+    return timing_from(run, sampled, lm, spec, batch, opts, runner.warmup_calls, peak)
 
 
 def timing_from(

@@ -52,7 +52,7 @@ from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.runner import Runner
+from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.sampler import Sampled
 from modelprof.timing.stats import block_medians, ratio_of_medians
 
@@ -347,14 +347,11 @@ class _Instrumented:
         return np.array([self.one() for _ in range(k)], dtype=np.float64)
 
 
-def _local_values(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(this rank's part of each parameter, a copy of its values): what an optimizer step on
-    the model itself changes."""
-    out = []
-    for p in {id(p): p for p in model.parameters()}.values():
-        local = compat.local_tensor(p)
-        out.append((local.detach(), local.detach().clone()))
-    return out
+def _local_values(model: nn.Module) -> Snapshot:
+    """This rank's part of each parameter, its values kept by a snapshot (the one restorer):
+    what an optimizer step on the model itself changes."""
+    params = {id(p): p for p in model.parameters()}.values()
+    return Snapshot([compat.local_tensor(p).detach() for p in params])
 
 
 class StepTimer(Runner):
@@ -388,11 +385,11 @@ class StepTimer(Runner):
         super().__init__(opts, dev, label or type(self.base).__name__, inputs.batch_size)
         layout = torch.channels_last if opts.channels_last else None
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
-        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._saved: Snapshot | None = None
         if runner is self.base and communicates(self.base):
             # never copied (DDP, FSDP2, DTensor): steps run on the model itself; its values are
             # kept here and put back on exit (the state guard puts back .grad and buffers)
-            self._saved = _local_values(self.base) if spec.optimizer is not None else []
+            self._saved = _local_values(self.base) if spec.optimizer is not None else None
         elif runner is self.base:  # train-mode steps change buffers, .grad and parameters
             runner = copy_model(self.base, "time its training step", own_parameters=True)
         self.runner = runner
@@ -436,9 +433,8 @@ class StepTimer(Runner):
         try:
             super().__exit__(*exc)
         finally:
-            with torch.no_grad():
-                for t, saved in self._saved:
-                    t.copy_(saved)
+            if self._saved is not None:
+                self._saved.restore()
 
     def failure(self, e: Exception) -> BaseException:
         return ModelProfError(
@@ -474,14 +470,9 @@ class StepTimer(Runner):
             **opts.flags(eval_mode=not self.training, no_grad=False),
         )
         common = dict(**self.fields(sampled), env=env)
-        table = np.concatenate(self.parts, axis=0)
-        names = list(PHASES[: table.shape[1]])
-        out = {
-            name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
-            for i, name in enumerate(names)
-        }
+        out = self.phase_measurements(PHASES[: self.parts[0].shape[1]], **common)
         out["step"] = Measurement(
-            table.sum(axis=1),
+            np.concatenate(self.parts, axis=0).sum(axis=1),
             label=f"{self.label} step",
             wall_s=time.perf_counter() - t_begin,
             **common,
@@ -575,13 +566,7 @@ def compare_steps(
     baseline): every model's phase Measurements, and each one's paired backward ratio to the
     baseline with its interval."""
     t_begin = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        for t in timers:
-            stack.enter_context(t)
-        ests = [t.warm() for t in timers]
-        sampled = opts.sample_interleaved(
-            [t.sample_block for t in timers], ests, "interleaved training steps"
-        )
+    sampled = sample_interleaved(timers, opts, "interleaved training steps")
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
     base = got[0]["backward"]
     _, base_med = block_medians(base.samples_ms, base.blocks)

@@ -13,7 +13,6 @@ loaded (wall well above CPU) the comparison ranks by that CPU work (``ranked_by`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
@@ -28,6 +27,7 @@ from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
+from modelprof.timing.runner import sample_interleaved
 from modelprof.timing.stats import block_medians, ratio_of_medians
 
 __all__ = [
@@ -140,19 +140,11 @@ def measure_interleaved(
     order = [baseline] + [n for n in names if n != baseline]
     by_name = {c.name: c for c in candidates}
     t_begin = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        calls: list[TimedCall] = []
-        ests: list[float | None] = []
-        for name in order:
-            c = by_name[name]
-            tc = stack.enter_context(
-                TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=name)
-            )
-            ests.append(tc.warm())
-            calls.append(tc)
-        sampled = opts.sample_interleaved(
-            [tc.sample_block for tc in calls], ests, "interleaved timing"
-        )
+    calls = [
+        TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=c.name)
+        for c in (by_name[n] for n in order)
+    ]
+    sampled = sample_interleaved(calls, opts, "interleaved timing")
     measurements = {name: tc.measurement(s, t_begin) for name, tc, s in zip(order, calls, sampled)}
     base = measurements[baseline]
     ratios = _ratios(measurements, baseline)

@@ -341,11 +341,8 @@ class TimedCall(Runner):
         if getattr(self.clock, "group", 0):
             env["calls_per_sample"] = self.clock.group
         common = self.fields(sampled)
-        parts: dict[str, Measurement] = {}
-        if self.xfer is not None:
-            stacked = np.concatenate(self.parts, axis=0)
-            for i, part in enumerate(("h2d", "compute", "d2h")):
-                parts[part] = Measurement(stacked[:, i], label=f"{self.label} {part}", **common)
+        transfer = self.xfer is not None
+        parts = self.phase_measurements(("h2d", "compute", "d2h"), **common) if transfer else {}
         cpu_ms = cpu_kind = None
         if getattr(self.clock, "cpu_ms", None):  # CpuClock: a CPU time per sample it timed
             cpu_ms, cpu_kind = np.concatenate(self.clock.cpu_ms), self.clock.cpu_kind

@@ -22,10 +22,11 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.clock import Phase, clock_for
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import WARMED, Sampled, hold_floor, warm_up
 
-__all__ = ["Runner"]
+__all__ = ["Runner", "sample_interleaved"]
 
 
 class Runner:
@@ -147,6 +148,14 @@ class Runner:
         self.extended_s = held.extended_s
         return held
 
+    def phase_measurements(self, names: Sequence[str], **common: Any) -> dict[str, Measurement]:
+        """One Measurement per phase of the blocks kept in ``parts`` (column ``i``: ``names[i]``)."""
+        table = np.concatenate(self.parts, axis=0)
+        return {
+            name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
+            for i, name in enumerate(names)
+        }
+
     def fields(self, sampled: Sampled) -> dict[str, Any]:
         """The keywords every Measurement of ``sampled`` shares: device, batch, warm-up calls,
         why sampling stopped, the blocks and the floor's extension."""
@@ -156,3 +165,11 @@ class Runner:
             warmup=self.warmup_calls,
             **sampled.fields(self.opts.stop),
         )
+
+
+def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -> list[Sampled]:
+    """Every runner entered and warmed up (its ``warm()``), then their ``sample_block`` in
+    interleaved rounds (``TimingOptions.sample_interleaved``); all are left at the end."""
+    with contextlib.ExitStack() as stack:
+        ests = [stack.enter_context(r).warm() for r in runners]
+        return opts.sample_interleaved([r.sample_block for r in runners], ests, desc)
