@@ -331,9 +331,11 @@ def _is_interval_bound(name: str) -> bool:
     return "_ci_low" in name or "_ci_high" in name
 
 
-def _undefined_as_na(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
+def _missing_as(text: str, fmt: Callable[[Any], str]) -> Callable[[Any], str]:
+    """``fmt`` for a present value, ``text`` for a missing one."""
+
     def cell(v: Any) -> str:
-        return UNDEFINED if _is_missing(v) else fmt(v)
+        return text if _is_missing(v) else fmt(v)
 
     return cell
 
@@ -373,12 +375,7 @@ _HUMAN: dict[str, Callable[[Any], str]] = {
 
 
 def _human_formatter(kind: str) -> Callable[[Any], str]:
-    fmt = _HUMAN[kind]
-
-    def cell(v: Any) -> str:
-        return MISSING if _is_missing(v) else fmt(v)
-
-    return cell
+    return _missing_as(MISSING, _HUMAN[kind])
 
 
 TINY = "<0.01"
@@ -391,8 +388,6 @@ def _scaled_cell(scale: float) -> Callable[[Any], str]:
     non-zero value that would print as 0.00."""
 
     def fmt(v: Any) -> str:
-        if _is_missing(v):
-            return MISSING
         x = float(v) / scale
         if x == 0:
             return "0"
@@ -401,7 +396,7 @@ def _scaled_cell(scale: float) -> Callable[[Any], str]:
             return TINY if x > 0 else "-" + TINY
         return text
 
-    return fmt
+    return _missing_as(MISSING, fmt)
 
 
 def readable_scale(
@@ -597,7 +592,7 @@ def _formatters(
             headers.append(header)
             formatters.append(fmt)
         if units != "raw" and _is_interval_bound(name):
-            formatters[-1] = _undefined_as_na(formatters[-1])
+            formatters[-1] = _missing_as(UNDEFINED, formatters[-1])
     return headers, formatters
 
 
