@@ -119,7 +119,8 @@ def compare(
     work equals latency only for a single-threaded model on an idle core. A ratio of medians
     that lies outside its per-round ratios' interval, further than ``AGREEMENT_TOLERANCE``
     from their centre (``timing.agreement.judge_ratio``: the candidate's time moved between
-    rounds), is flagged in ``latency_x_rough`` (``cpu_work_x_rough``), said in
+    rounds), is flagged in ``latency_x_rough`` (``cpu_work_x_rough``,
+    ``backward_latency_x_rough``), said in
     ``attrs["notes"]`` and a ``TimingDisagreementWarning``; where it is a ratio the table
     ranks by, no model is ranked (``attrs["ratios_disagree"]`` says why). ``budget_s`` is per
     model. ``attrs["env"]`` holds the
@@ -290,7 +291,8 @@ class _Run:
             rows[name].update(_latency_columns(result, name, checks))
         if self.steps:
             bar.set_description("interleaved training steps")
-            _step_columns(rows, self.steps, baseline, self.opts)
+            for name, check in _step_columns(rows, self.steps, baseline, self.opts).items():
+                checks.setdefault(name, []).append(check)
         self.env = dict(result.measurements[baseline].env) or self.env
         self.timing_attrs = _timing_attrs(result, checks)
         return baseline
@@ -548,9 +550,10 @@ def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) ->
 
 def _step_columns(
     rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str, opts: TimingOptions
-) -> None:
+) -> dict[str, RatioAgreement]:
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
-    the paired backward ratio to the baseline with its interval."""
+    the paired backward ratio to the baseline with its interval, flagged where it disagrees
+    with its per-round ratios (``backward_latency_x_rough``); returns those checks."""
 
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
@@ -568,6 +571,13 @@ def _step_columns(
         if "optimizer" in m:
             rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
         rows[name]["step_latency_median_ms"] = m["step"].median_ms
+    base, checks = got[0]["backward"], {}
+    for name, m, (ratio, _, _) in zip(order[1:], got[1:], ratios[1:]):
+        if math.isfinite(ratio):  # stated (not undersampled): judged against its rounds
+            checks[name] = judge_ratio("backward_latency_x", name, baseline, m["backward"], base)
+    for name in order:
+        rows[name]["backward_latency_x_rough"] = name in checks and not checks[name].agree
+    return checks
 
 
 def _latency_columns(

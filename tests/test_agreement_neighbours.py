@@ -9,6 +9,7 @@ comments derive, on a loaded machine as on an idle one."""
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import numpy as np
@@ -314,3 +315,30 @@ def test_compare_generation_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
     table, said = _compare_generation(monkeypatch, lambda i: i % 10 == 9)
     assert not table[["ttft_x_rough", "tpot_x_rough"]].any().any() and said == []
     assert table["rank"].notna().all() and "ratios_disagree" not in table.attrs
+
+
+def test_compare_flags_a_backward_ratio_its_rounds_disagree_with(monkeypatch):
+    # compare(backward=True)'s backward ratio, from the interleaved steps' Measurements (made
+    # here: the step timer is tested on its own): the candidate's backward reads 400 ms in 24
+    # rounds of 60 and 200 ms in 36, the baseline's 200 ms: 1.000 against rounds centred on
+    # 1.260, as latency_x above; a second candidate at 300 ms every round agrees (1.500)
+    # the module (the attribute modelprof.compare is the function)
+    compare_module = importlib.import_module("modelprof.compare")
+    rounds = np.arange(60)
+
+    def step(values):
+        m = Measurement(values, blocks=rounds)
+        return {"backward": m, "step": m}
+
+    got = [
+        step(np.full(60, 200.0)),
+        step(np.where(rounds % 5 < 2, 400.0, 200.0)),
+        step(np.full(60, 300.0)),
+    ]
+    ratios = [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0), (1.5, 1.5, 1.5)]  # as compare_steps states them
+    monkeypatch.setattr(compare_module, "compare_steps", lambda timers, opts: (got, ratios))
+    rows = {name: {} for name in ("base", "cand", "even")}
+    checks = compare_module._step_columns(rows, dict.fromkeys(rows), "base", None)
+    assert [rows[n]["backward_latency_x_rough"] for n in rows] == [False, True, False]
+    assert not checks["cand"].agree and checks["cand"].paired == pytest.approx(2 ** (1 / 3))
+    assert checks["even"].agree and checks["even"].ratio == 1.5
