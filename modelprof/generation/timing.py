@@ -29,7 +29,7 @@ import torch
 
 from modelprof.generation.lm import LanguageModel
 from modelprof.generation.spec import GenerationSpec
-from modelprof.runtime.device import device_synchronize
+from modelprof.runtime.device import MemoryStats, device_synchronize
 from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
@@ -250,7 +250,7 @@ def measure_generation(
     est = runner.warm_with(run)
     run.clear()
     sampled = runner.sample(run.block, est, f"generations of {lm.name} at batch {batch}")
-    peak = _peak_memory(run, lm.device)
+    peak = _peak_memory(run, runner)
     return timing_from(run, sampled, lm, spec, batch, opts, runner.warmup_calls, peak)
 
 
@@ -297,13 +297,12 @@ def timing_from(
     )
 
 
-def _peak_memory(run: _Run, dev: torch.device) -> int | None:
+def _peak_memory(run: _Run, runner: Runner) -> int | None:
     """The allocator's peak over one more generation (CUDA), else None."""
-    if dev.type != "cuda":
+    stats = MemoryStats.for_device(runner.dev)
+    if stats is None:
         return None
-    torch.cuda.synchronize(dev)
-    torch.cuda.reset_peak_memory_stats(dev)
-    run()
+    peak = runner.peak_bytes(run, stats)
     run.ttft.pop()
     run.steps.pop()  # the CPU time is read on the CPU only, never here
-    return int(torch.cuda.max_memory_allocated(dev))
+    return peak

@@ -499,18 +499,9 @@ class StepTimer(Runner):
     def peak_memory(self, stats: MemoryStats) -> int:
         """The allocator peak over one whole step (its statistics reset just before)."""
         step = self.step
-
-        def one() -> int:
-            step.restore()
-            step.clear()
-            self.clock.sync()
-            stats.reset_peak()
-            for phase in step.phases():
-                phase()
-            self.clock.sync()
-            return int(stats.max_allocated())
-
-        return self.guarded(one)
+        step.restore()
+        step.clear()
+        return self.peak_bytes(lambda: [phase() for phase in step.phases()], stats)
 
 
 def time_step(

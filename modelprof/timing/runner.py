@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.clock import Phase, clock_for
 from modelprof.timing.measurement import Measurement
@@ -147,6 +148,18 @@ class Runner:
             bar.close()
         self.extended_s = held.extended_s
         return held
+
+    def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
+        """The allocator's peak (``stats``, reset just before) over one more ``fn()``."""
+
+        def one() -> int:
+            self.clock.sync()
+            stats.reset_peak()
+            fn()
+            self.clock.sync()
+            return int(stats.max_allocated())
+
+        return self.guarded(one)
 
     def phase_measurements(self, names: Sequence[str], **common: Any) -> dict[str, Measurement]:
         """One Measurement per phase of the blocks kept in ``parts`` (column ``i``: ``names[i]``)."""

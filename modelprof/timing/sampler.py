@@ -377,19 +377,17 @@ def collect(
     # agreed across ranks: the same block sizes on every rank, stop when any rank's budget or
     # count says so or when every rank has its precision (one small all-reduce per block)
     agree = decisions()
-    done: list[Sampled] = []
+    reason: list[str] = []
 
     def plan(i: int) -> int | None:
         if i == 0:
             return agree.size(_next_block(rule, log, t0, now))
-        k, reason, log.needed_s = _after_block(log, rule, t0, now, agree)
-        if reason is not None:
-            done.append(log.result(reason, now() - t0))
-            return None
-        return k
+        k, why, log.needed_s = _after_block(log, rule, t0, now, agree)
+        reason.extend([why] if why else [])
+        return None if why else k
 
     run_blocks(plan, lambda k: _take(sample_block, k, log, now, on_block))
-    return done[0]
+    return log.result(reason[0], now() - t0)
 
 
 def _after_block(
