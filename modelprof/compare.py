@@ -381,11 +381,13 @@ def _ratio_checks(result: Any) -> dict[str, list[RatioAgreement]]:
 
 
 def _disagreeing(checks: dict[str, list[RatioAgreement]], attrs: dict[str, Any]) -> None:
-    """Each ratio that disagrees with its rounds: a note and a warning; where it is a ratio the
+    """Each ratio that disagrees with its rounds: a note, a warning and its name in
+    ``attrs["rough_ratios"]`` (``latency_x of b``, for a caption); where it is a ratio the
     table ranks by, the sentence that withholds the ranks (``attrs["ratios_disagree"]``)."""
     ranking = "cpu_work_x" if attrs["ranked_by"] == "cpu_work" else "latency_x"
     for check in (c for found in checks.values() for c in found if not c.agree):
         attrs["notes"].append(check.note())
+        attrs.setdefault("rough_ratios", []).append(f"{check.figure} of {check.name}")
         warnings.warn(f"modelprof: {check.note()}", TimingDisagreementWarning, stacklevel=5)
         if check.figure == ranking and "ratios_disagree" not in attrs:
             attrs["ratios_disagree"] = (

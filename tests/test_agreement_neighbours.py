@@ -239,6 +239,7 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     assert table["latency_x_rough"].tolist() == [False, True]
     assert table["cpu_work_x_rough"].tolist() == [False, True]  # the same time, read as CPU
     assert table["rank"].isna().all() and "not ranked" in table.attrs["ratios_disagree"]
+    assert table.attrs["rough_ratios"] == ["latency_x of cand", "cpu_work_x of cand"]
     assert any("latency_x of cand DISAGREES" in n for n in table.attrs["notes"])
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
     check = judge_ratio(
@@ -256,7 +257,7 @@ def test_a_ratio_its_rounds_agree_with_is_ranked(monkeypatch):
     assert table.loc["cand", "latency_x"] == 1.0
     assert not table["latency_x_rough"].any() and not table["cpu_work_x_rough"].any()
     assert table["rank"].notna().all() and "ratios_disagree" not in table.attrs
-    assert said == []
+    assert "rough_ratios" not in table.attrs and said == []
 
 
 def _compare_generation(monkeypatch, slow):
@@ -307,6 +308,12 @@ def test_compare_generation_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
     assert table["tpot_x_rough"].tolist() == [False, False]
     assert table["ttft_cpu_x_rough"].tolist() == [False, True]
     assert table["rank"].isna().all() and "not ranked" in table.attrs["ratios_disagree"]
+    assert table.attrs["rough_ratios"] == [
+        "ttft_x of cand",
+        "ttft_cpu_x of cand",
+        "end_to_end_x of cand",
+        "end_to_end_cpu_x of cand",
+    ]
     assert any(m.startswith("modelprof: ttft_x of cand DISAGREES") for m in said)
     assert any(m.startswith("modelprof: end_to_end_x of cand DISAGREES") for m in said)
     assert not any("tpot_x of cand" in m for m in said)

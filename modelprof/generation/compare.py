@@ -182,13 +182,17 @@ def _flags(checks: list, row: dict[str, Any]) -> None:
             row[f"{ratio}_rough"] = ratio in rough
 
 
-def _disagreeing(checks: dict[str, list], ranked_by: str, notes: list[str]) -> str | None:
-    """A note and a warning for each ratio that disagrees with its rounds; the sentence that
-    withholds the ranks where the end-to-end ratio the rank follows is one (else None)."""
+def _disagreeing(
+    checks: dict[str, list], ranked_by: str, notes: list[str], rough: list[str]
+) -> str | None:
+    """A note, a warning and its name in ``rough`` (``ttft_x of b``) for each ratio that
+    disagrees with its rounds; the sentence that withholds the ranks where the end-to-end ratio
+    the rank follows is one (else None)."""
     ranking = "end_to_end_cpu_x" if ranked_by == "cpu_work" else "end_to_end_x"
     withheld = None
     for check in (c for found in checks.values() for c in found if not c.agree):
         notes.append(check.note())
+        rough.append(f"{check.figure} of {check.name}")
         warnings.warn(f"modelprof: {check.note()}", TimingDisagreementWarning, stacklevel=4)
         if check.figure == ranking and withheld is None:
             withheld = (
@@ -225,12 +229,15 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     key = "end_to_end_cpu_ms" if ranked_by == "cpu_work" else "end_to_end_ms"
     notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
     notes += floor_notes(t.end_to_end for t in timings)
-    withheld = _disagreeing(checks, ranked_by, notes)
+    rough: list[str] = []
+    withheld = _disagreeing(checks, ranked_by, notes, rough)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     if not unranked and withheld is None:
         df["rank"] = df[key].rank(method="min").astype("Int64")
     df.attrs["ratio_estimator"] = RATIO_ESTIMATOR
     df.attrs["ranked_by"] = ranked_by
+    if rough:
+        df.attrs["rough_ratios"] = rough
     if withheld is not None:
         df.attrs["ratios_disagree"] = withheld
         notes.append(withheld)
