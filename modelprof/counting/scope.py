@@ -183,20 +183,8 @@ class Tracker:
             return self.stack[-1]
         if self.records:  # after the root returned: the user's forward hooks on the root
             return self.records[0]
-        if self._outside is None:
-            self._outside = CallRecord(
-                index=0,
-                name="",
-                type="",
-                call=1,
-                depth=0,
-                parent=None,
-                has_submodules=False,
-                input_shapes=[],
-                input_bytes=0,
-                param_bytes=0,
-                params=0,
-            )
+        if self._outside is None:  # (index, name, type, call, depth, parent, ...): an empty root
+            self._outside = CallRecord(0, "", "", 1, 0, None, False, [], 0, 0, 0)
         return self._outside
 
     def opaque_root(self, model: nn.Module, args: tuple, kwargs: dict, output: Any) -> CallRecord:
