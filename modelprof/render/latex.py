@@ -135,27 +135,22 @@ def escape_latex(text: str) -> str:
 _PDFLATEX_LAST = 0x17F
 
 
+def _unset(text: str) -> list[str]:
+    """The characters of ``text`` pdflatex cannot set."""
+    return [ch for ch in text if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS]
+
+
 def _unsettable(table: Table) -> list[str]:
     """The cells holding characters pdflatex cannot set, in order, each once."""
-    found: list[str] = []
-    for row in (table.headers, *table.cells, *table.footer):
-        for cell in row:
-            if cell not in found and any(
-                ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS for ch in cell
-            ):
-                found.append(cell)
-    return found
+    cells = (c for row in (table.headers, *table.cells, *table.footer) for c in row)
+    return list(dict.fromkeys(c for c in cells if _unset(c)))
 
 
 def _warn_unsettable(cells: list[str]) -> str | None:
     """Warn once about cells pdflatex cannot set; return the header comment that says so."""
     if not cells:
         return None
-    chars = "".join(
-        dict.fromkeys(
-            ch for c in cells for ch in c if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS
-        )
-    )
+    chars = "".join(dict.fromkeys(ch for c in cells for ch in _unset(c)))
     more = f" and {len(cells) - 1} more" if len(cells) > 1 else ""
     warnings.warn(
         f"modelprof: the LaTeX table holds characters pdflatex cannot set ({chars[:20]!r}"
@@ -259,14 +254,13 @@ def _subset(table: Table, keep: Sequence[int]) -> Table:
     # a footer row left with nothing but its label (the end-to-end row without the latency
     # column) says nothing: drop it
     footer = tuple(pick(r) for r in table.footer if any(pick(r)[1:]))
-    return Table(
+    return dataclasses.replace(
+        table,
         columns=pick(table.columns),
         headers=pick(table.headers),
         kinds=pick(table.kinds),
         cells=tuple(pick(r) for r in table.cells),
         footer=footer,
-        units=table.units,
-        frame=table.frame,
     )
 
 
