@@ -185,6 +185,10 @@ def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not
     assert (d.point, d.other) == ("decode@5 at batch 1", "decode@6 at batch 1")
     assert len(said) == 1 and "decode@5 at batch 1 read 50.000 ms" in said[0]
     assert f"{ROUGH_MARK}50" in to_markdown(table)
+    rows = report.to_dataframe()  # the per-layer rows of that step's passes: rough as well
+    timed = rows["latency_ms"].notna()
+    assert (rows["latency_rough"] == (timed & (rows["context"] == 5))).all()
+    assert (timed & (rows["context"] == 5)).any()
 
     # a step whose time grows with the context (0.1 ms a token of context) is not marked
     def growing(b, context, n):

@@ -151,10 +151,14 @@ class GenerationReport(Exports):
     def to_dataframe(self, batch_size: int | None = None) -> pd.DataFrame:
         """Every phase's per-layer table (the columns of ``profile``) under ``phase`` and
         ``context`` columns; with a target, ``bound_ms`` (the roofline lower bound of the row,
-        not a measurement) and ``bound`` (compute or memory)."""
+        not a measurement) and ``bound`` (compute or memory). The timed rows of a phase out of
+        line with its neighbours (``phase_table()``'s ``latency_rough``) are rough too: they
+        are parts of the passes that disagree."""
         frames = []
         for p in self.phases(batch_size):
             df = _tagged(p.report.to_dataframe(), p)
+            if "latency_rough" in df.columns and self._rough(_PHASES, _phase_point(p)):
+                df["latency_rough"] = df["latency_ms"].notna()
             if self.peaks is not None:
                 traffic = df["read_bytes"].astype(float) + df["write_bytes"].astype(float)
                 comp = df["flops"].astype(float) / self.peaks.peak_flops * 1e3
