@@ -138,6 +138,30 @@ def test_a_write_the_watched_pass_did_not_make_is_refused():
     assert a.tolist() == [0.0, 0.0, 0.0]  # copied before its first write: put back
 
 
+def test_a_write_is_refused_also_when_the_tensor_was_then_pointed_elsewhere():
+    """The guard's rule, now the snapshot's too (one restorer): a tensor written in place and
+    then swapped (``.data = other``) had its entry values overwritten all the same."""
+    a = torch.zeros(3)
+    snap = Snapshot([a], copy_on_write=True)
+    a.add_(1)  # no watch: no copy was taken
+    a.data = torch.zeros(5)
+    with pytest.raises(ModelProfError, match=r"shape \(3,\)"):
+        snap.restore()
+    assert a.shape == (3,)  # its storage and shape are back, its values could not be
+
+
+def test_a_swapped_tensor_gets_its_gradient_back_after_its_shape():
+    """A gradient fits its tensor's entry shape only: each is put back after the tensors."""
+    w = torch.zeros(2, 3, requires_grad=True)
+    grad = torch.ones(2, 3)
+    w.grad = grad
+    snap = Snapshot([w])
+    w.data = torch.zeros(4)
+    w.grad = torch.full((4,), 2.0)
+    snap.restore()
+    assert w.shape == (2, 3) and w.grad is grad and grad.tolist() == [[1.0] * 3] * 2
+
+
 @dataclasses.dataclass(slots=True)
 class _Slotted:
     state: torch.Tensor

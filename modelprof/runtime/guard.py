@@ -28,6 +28,11 @@ only what is cheap or known to be written:
     same inputs, so they write the same tensors; a tensor they write that the first pass did not
     cannot be restored and is named in a ``ModelProfWarning``.
 
+The tensors (values, storage and geometry, gradients, ``requires_grad``, copies up front or on
+first write) are kept and put back by the one restorer that also keeps what is passed beside
+the model, a :class:`~modelprof.runtime.snapshot.Snapshot`; the guard adds the modules'
+structure, the tensors' names and the pass during which an unrestorable write happened.
+
 Restoring touches only what changed. Nested guards on the same model in the same thread share
 the outermost one (``analyze`` inside ``profile``), which restores once, at its end — also when
 the block raises or is interrupted (``KeyboardInterrupt``).
@@ -64,17 +69,8 @@ from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 from modelprof.errors import ModelProfWarning
 from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
-from modelprof.runtime.tensors import (
-    all_dense,
-    fingerprint,
-    fingerprints,
-    plain_dense,
-    same_items,
-    same_values,
-    storage_key,
-    version_of,
-    versions,
-)
+from modelprof.runtime.snapshot import Snapshot
+from modelprof.runtime.tensors import same_items, storage_key, versions
 
 __all__ = [
     "BUFFER_COPY_LIMIT_BYTES",
@@ -125,9 +121,7 @@ _RUNNING_STATS = (3, 4)
 _active = threading.local()  # id(model) -> the outermost StateGuard of this thread
 
 
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _GRAD = operator.attrgetter("grad")
-_T = torch.Tensor
 
 
 def _copied(registry: Any) -> Any:
@@ -241,38 +235,18 @@ class StateGuard:
             grads = {id(p): g for p, g in zip(grad_params, self._grads) if g is not None}
             ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads else (t,))]
         by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
-        ts = self._tensors = list(by_id.values())
+        ts = list(by_id.values())
         self._names: list[str] | None = None  # found when first needed (see _name)
-        self._versions = versions(ts)
+        # the buffers (with a storage) copied up front, where all of them are small
+        params = {id(p) for p in self.parameters}
+        copy = {key for key in buffer_ids if key not in params and storage_key(by_id[key])}
+        small = sum(by_id[k].numel() * by_id[k].element_size() for k in copy)
+        small = small <= buffer_copy_limit_bytes
+        self._kept = Snapshot()  # every other tensor copied on its first write
+        self._kept.add_tensors(ts, [id(t) in copy for t in ts] if small and copy else False)
         # (what ran from then on, the version counters then): names the pass of a write that
         # could not be restored (see ``begin``)
-        self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", self._versions)]
-        self._requires_grad = list(map(_REQUIRES_GRAD, ts))
-        # the original storage of each tensor, kept alive for a ``.data`` swap to be undone: the
-        # storage object itself where dense (with the offset into it), else a detached alias
-        if all_dense(ts):
-            self._layouts = fingerprints(ts, dense=True)
-            self._anchors: list[Any] = list(map(_T.untyped_storage, ts))
-            self._offsets: list[int] = list(map(_T.storage_offset, ts))
-            keys = [ptr or None for ptr in map(torch.UntypedStorage.data_ptr, self._anchors)]
-        else:
-            plain = [plain_dense(t) for t in ts]
-            self._layouts = [fingerprint(t) for t in ts]
-            self._anchors = [t.untyped_storage() if p else t.detach() for t, p in zip(ts, plain)]
-            self._offsets = [t.storage_offset() if p else 0 for t, p in zip(ts, plain)]
-            keys = [storage_key(t) for t in ts]
-        self._keys = keys  # storage address, None where there is none
-        self._by_storage: dict[int, list[int]] | None = None  # built at the first write
-        self._snapshots: dict[int, torch.Tensor] = {}  # index -> its values on entry
-        self._written: set[int] = set()  # indices the first-write watch copied before a write
-        index = {id(t): i for i, t in enumerate(ts)}
-        params = {id(p) for p in self.parameters}
-        copy = [
-            index[key] for key in buffer_ids if key not in params and keys[index[key]] is not None
-        ]
-        if sum(ts[i].numel() * ts[i].element_size() for i in copy) <= buffer_copy_limit_bytes:
-            with torch.no_grad():  # nothing swapped yet: each tensor is its own alias
-                self._snapshots = dict(zip(copy, map(_T.clone, map(ts.__getitem__, copy))))
+        self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", versions(ts))]
 
     def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
         """One walk of the model: sets what callers read from the guard (``names``,
@@ -350,7 +324,7 @@ class StateGuard:
     @property
     def tensors(self) -> list[torch.Tensor]:
         """The model's distinct parameters and buffers (and their gradients) as on entry."""
-        return self._tensors
+        return self._kept.tensors
 
     def rescan(self) -> None:
         """Read ``names``, ``has_children``, ``script_attrs``, ``lazy`` and ``parameters`` from
@@ -381,7 +355,7 @@ class StateGuard:
                         for k, t in table.items():
                             if t is not None:
                                 found.setdefault(id(t), f"{prefix}.{k}" if prefix else k)
-            if any(id(t) not in found for t in self._tensors):  # registries kept elsewhere
+            if any(id(t) not in found for t in self.tensors):  # registries kept elsewhere
                 for name, t in (
                     *self.model.named_parameters(remove_duplicate=False),
                     *self.model.named_buffers(remove_duplicate=False),
@@ -390,111 +364,47 @@ class StateGuard:
             for p, grad in zip(self._grad_params, self._grads):
                 if grad is not None and id(p) in found:
                     found.setdefault(id(grad), f"{found[id(p)]}.grad")
-            self._names = [found.get(id(t), "?") for t in self._tensors]
+            self._names = [found.get(id(t), "?") for t in self.tensors]
         return self._names[i]
 
     @property
     def tracked(self) -> list[TrackedTensor]:
         """The distinct tensors guarded (parameters, buffers, gradients), with their copies."""
         return [
-            TrackedTensor(self._name(i), t, self._snapshots.get(i))
-            for i, t in enumerate(self._tensors)
+            TrackedTensor(self._name(i), t, c)
+            for i, (t, c) in enumerate(zip(self.tensors, self._kept.copies))
         ]
-
-    def _alias(self, i: int) -> torch.Tensor:
-        """Tensor ``i`` as it was on entry: its original storage, sizes and strides."""
-        anchor = self._anchors[i]
-        if isinstance(anchor, torch.Tensor):
-            return anchor
-        t = self._tensors[i]
-        if fingerprint(t) == self._layouts[i]:
-            return t.detach()
-        _, size, stride, dtype, _ = self._layouts[i]
-        return torch.empty(0, dtype=dtype, device=anchor.device).set_(
-            anchor, self._offsets[i], size, stride
-        )
-
-    def _snapshot(self, i: int) -> None:
-        if i not in self._snapshots and self._keys[i] is not None:  # it had a storage on entry
-            self._snapshots[i] = self._alias(i).clone()  # detached: the clone records no graph
 
     def before_write(self, value: Any) -> None:
         """Copy the tracked tensors that share a storage with ``value`` (a tensor, or a list
         of them, that an op is about to write), where not copied yet."""
-        if isinstance(value, (list, tuple)):
-            for v in value:
-                self.before_write(v)
-            return
-        key = storage_key(value) if isinstance(value, torch.Tensor) else None
-        if key is None:
-            return
-        if self._by_storage is None:
-            self._by_storage = {}
-            for i, k in enumerate(self._keys):
-                if k is not None:
-                    self._by_storage.setdefault(k, []).append(i)
-        for i in self._by_storage.get(key, ()):
-            self._snapshot(i)
-            self._written.add(i)
+        self._kept.before_write(value)
 
     def write_hook(self, *also: Any) -> _WriteHook | None:
         """Copy-on-first-write as a callable ``hook(func, args, kwargs)`` to call before each op
         of the first forward (the op counter takes it: ``OpCounter(..., before_op=hook)``), or
         None when nothing is tracked. ``also``: more watchers told of the same writes (a
         ``Snapshot`` taken with ``copy_on_write=True``)."""
-        watchers = (self, *also) if any(self._keys) else also
+        watchers = (self._kept, *also) if self._kept.awaits_writes else also
         return _WriteHook(*watchers) if watchers else None
 
     def watch_writes(self) -> contextlib.AbstractContextManager:
         """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc)."""
-        return watching_writes(self) if any(self._keys) else contextlib.nullcontext()
+        return watching_writes(self._kept) if self._kept.awaits_writes else contextlib.nullcontext()
 
     # -- checking and restoring ---------------------------------------------------------------
-    def _suspects(self) -> list[int]:
-        """Indices of the tensors that may have changed: written (version counter, the watch,
-        or by value where a copy was taken up front), pointed elsewhere, or their
-        ``requires_grad`` flipped. Everything else is left untouched."""
-        ts = self._tensors
-        found = set(self._written)
-        for now, entry in (
-            (versions(ts), self._versions),
-            (fingerprints(ts), self._layouts),
-            (list(map(_REQUIRES_GRAD, ts)), self._requires_grad),
-        ):
-            if now != entry:
-                found.update(i for i, (a, b) in enumerate(zip(now, entry)) if a != b)
-        # writes that bypass the version counter (through ``.data`` or ``.numpy()``)
-        found.update(
-            i
-            for i, snap in self._snapshots.items()
-            if i not in found and not same_values(ts[i], snap)
-        )
-        return sorted(found)
-
     def changed(self) -> list[str]:
-        """Names of tracked tensors written in place or swapped since entry."""
-        return [
-            self._name(i)
-            for i in self._suspects()
-            if version_of(self._tensors[i]) != self._versions[i]
-            or i in self._written
-            or fingerprint(self._tensors[i]) != self._layouts[i]
-            or (i in self._snapshots and not same_values(self._tensors[i], self._snapshots[i]))
-        ]
+        """Names of tracked tensors written in place, swapped, or whose gradient or
+        ``requires_grad`` changed since entry."""
+        return [self._name(i) for i in self._kept.changed_tensors()]
 
     def restore(self) -> None:
         """Put back everything that changed. Records ``restored`` and ``unrestored`` names."""
         for m, cls, attrs, keys, copies, _ in self._modules:
             _restore_module(m, cls, attrs, keys, copies)
-        with torch.no_grad():
-            for i in self._suspects():
-                self._restore_tensor(i)
-        # gradients after the tensors: a gradient only fits its tensor's entry shape
-        params, grads = self._grad_params, self._grads
-        if not all(map(operator.is_, map(_GRAD, params), grads)):
-            for p, grad in zip(params, grads):
-                if p.grad is not grad:
-                    p.grad = grad
+        _, restored, lost = self._kept.put_back(values=True, exact=True)
+        self.restored += map(self._name, restored)
+        self.unrestored += [(self._name(i), self._phase_of(i)) for i in lost]
         if self.unrestored:
             names = [name for name, _ in self.unrestored]
             phases = sorted({p for _, p in self.unrestored}, key=self._phase_order)
@@ -510,12 +420,12 @@ class StateGuard:
     def begin(self, phase: str) -> None:
         """Say that ``phase`` (``"the timed passes"``) runs from now on: a write that cannot be
         restored is reported as made during the phase in which its version counter moved."""
-        self._phases.append((phase, versions(self._tensors)))
+        self._phases.append((phase, versions(self.tensors)))
 
     def _phase_of(self, i: int) -> str:
         """The phase during which tensor ``i``'s version counter first moved (the last one if
         none did: a write no counter saw)."""
-        ends = [v for _, v in self._phases[1:]] + [versions(self._tensors)]
+        ends = [v for _, v in self._phases[1:]] + [versions(self.tensors)]
         for (phase, start), end in zip(self._phases, ends):
             if start[i] != end[i]:
                 return phase
@@ -523,31 +433,6 @@ class StateGuard:
 
     def _phase_order(self, phase: str) -> int:
         return next(k for k, (p, _) in enumerate(self._phases) if p == phase)
-
-    def _restore_tensor(self, i: int) -> None:
-        t = self._tensors[i]
-        swapped = fingerprint(t) != self._layouts[i]
-        alias = self._alias(i)
-        if swapped:  # first: requires_grad and the values apply to the entry dtype and shape
-            t.data = alias
-        requires_grad = self._requires_grad[i]
-        if t.requires_grad != requires_grad and t.is_leaf:
-            t.requires_grad_(requires_grad)
-        snapshot = self._snapshots.get(i)
-        if snapshot is not None:
-            # the copy says whether the values differ (views of one storage share a version
-            # counter, and the version counter misses writes through ``.data``)
-            written = not same_values(alias, snapshot)
-            if written:
-                with torch.inference_mode(t.is_inference()):  # only there can one be written
-                    alias.copy_(snapshot)
-        else:
-            written = version_of(t) != self._versions[i] or i in self._written
-            if written and self._keys[i] is not None:
-                self.unrestored.append((self._name(i), self._phase_of(i)))
-            written = False
-        if swapped or written:
-            self.restored.append(self._name(i))
 
 
 def _user_stacklevel() -> int:

@@ -24,6 +24,10 @@ does its parameters. Generation takes its KV cache so: a dynamic cache's step wr
 it in place, so none of it is copied. A later, unwatched pass that writes a tensor the watched
 one did not is refused on restore: its values were not kept.
 
+The tensor part is the one restorer of the package: the state guard keeps the model's
+parameters, buffers and gradients in a snapshot of its own (:meth:`Snapshot.add_tensors`: its
+small buffers copied up front, the rest on first write) and adds the modules' structure.
+
 Not kept: modules reachable from the inputs (a module is the state guard's business,
 ``modelprof.runtime.guard``: ``profile`` guards the model and a loss module), objects beyond the
 first ``MAX_OBJECTS`` of the graph, and what has neither attributes nor items to record (a
@@ -37,7 +41,7 @@ import enum
 import operator
 import types
 from collections.abc import Callable, Iterator
-from itertools import chain
+from itertools import chain, count, repeat
 from typing import Any
 
 import torch
@@ -87,6 +91,9 @@ _ATOMS = (
 MAX_OBJECTS = 100_000
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _GRAD = operator.attrgetter("grad")
+_IS_LEAF = operator.attrgetter("is_leaf")
+_T = torch.Tensor
+_UntypedStorage = torch.UntypedStorage
 
 
 def _grad(t: torch.Tensor) -> torch.Tensor | None:
@@ -160,7 +167,7 @@ class Snapshot:
                 found.append(o)
             else:
                 todo.extend(self._record(o))
-        self._record_tensors(found)
+        self.add_tensors(found)
 
     def _record(self, o: Any) -> list[Any]:
         """Record the contents of container or object ``o``; returns what it holds."""
@@ -195,28 +202,49 @@ class Snapshot:
         self._dict_keys += saved
         self._dict_values += saved.values()
 
-    def _record_tensors(self, ts: list[torch.Tensor]) -> None:
+    def add_tensors(self, ts: list[torch.Tensor], copy: bool | list[bool] | None = None) -> None:
+        """Keep ``ts`` (distinct tensors) as they are now. ``copy``: whether (for all, or per
+        tensor) their values are copied now; default: unless the snapshot copies on write. The
+        others with a storage are copied just before their first write (:meth:`before_write`);
+        a write no watch saw leaves them unrestorable (``restore`` says which)."""
         dense = all_dense(ts)
         self._dense = self._dense and dense
+        start = len(self._tensors)
         self._tensors += ts
         self._aliases += map(torch.Tensor.detach, ts)
-        if self._copy_on_write:
-            self._await_writes(ts)
+        if copy is None:
+            copy = not self._copy_on_write
+        wanted = repeat(copy) if isinstance(copy, bool) else copy
+        if dense:  # no meta or fake tensor: cloned all at once
+            with torch.no_grad():
+                self._copies += [_T.clone(t) if c else None for t, c in zip(ts, wanted)]
         else:
-            self._copies += map(_clone, ts)
+            self._copies += [_clone(t) if c else None for t, c in zip(ts, wanted)]
+        if copy is not True:  # the others with values (not meta, fake): copied on write
+            keys = map(_UntypedStorage.data_ptr, map(_T.untyped_storage, ts)) if dense else None
+            for i, t, key in zip(count(start), ts, keys or map(storage_key, ts)):
+                if key and self._copies[i] is None:
+                    self._pending.setdefault(key, []).append(i)
+                    self._uncopied.add(i)
         self._versions += versions(ts)
         self._layouts += fingerprints(ts, dense)
-        self._grads += map(_grad, ts)
+        self._grads += map(_GRAD if all(map(_IS_LEAF, ts)) else _grad, ts)
         self._requires_grad += map(_REQUIRES_GRAD, ts)
 
-    def _await_writes(self, ts: list[torch.Tensor]) -> None:
-        start = len(self._copies)
-        self._copies += [None] * len(ts)
-        for i, t in enumerate(ts, start):
-            key = storage_key(t)
-            if key is not None:  # a tensor with values (not meta, fake)
-                self._pending.setdefault(key, []).append(i)
-                self._uncopied.add(i)
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        """The tensors kept, in the order recorded (an index names one in every answer)."""
+        return self._tensors
+
+    @property
+    def copies(self) -> list[torch.Tensor | None]:
+        """Per tensor, its values when recorded, where a copy was taken (up front or on write)."""
+        return self._copies
+
+    @property
+    def awaits_writes(self) -> bool:
+        """Whether some tensor is to be copied on its first write (a watch has work to do)."""
+        return bool(self._pending)
 
     def before_write(self, value: Any) -> None:
         """Copy, taken with ``copy_on_write=True``, the values of the tensors that share a
@@ -237,12 +265,11 @@ class Snapshot:
         return sum(c.untyped_storage().nbytes() for c in self._copies if c is not None)
 
     # -- checking and putting back ------------------------------------------------------------
-    def _suspects(self, values: bool) -> tuple[list[int], list[int]]:
-        """Indices of the tensors that differ from their entries: (those written in place, to
-        copy the values back into, those moved, or whose gradient or flag changed, to put back
-        whole). Written: by version counter, by value (``values``) or else by having been
-        found written unseen before (a write no version counter sees: through ``.data``, an
-        inference tensor)."""
+    def _suspects(self, values: bool) -> tuple[set[int], set[int]]:
+        """Indices of the tensors that differ from their entries: (those written in place,
+        those moved, or whose gradient or flag changed, to put back whole). Written: by
+        version counter, by value (``values``) or else by having been found written unseen
+        before (a write no version counter sees: through ``.data``, an inference tensor)."""
         ts = self._tensors
         written, moved = set(self._unseen), set()
         flags = list(map(_REQUIRES_GRAD, ts))
@@ -254,7 +281,7 @@ class Snapshot:
             if now != entry:
                 found.update(i for i, (a, b) in enumerate(zip(now, entry)) if a != b)
         # a tensor that does not require grad is a leaf: its ``.grad`` read all at once
-        grads = map(_grad if any(flags) else _GRAD, ts)
+        grads = map(_grad if any(flags) and not all(map(_IS_LEAF, ts)) else _GRAD, ts)
         if not all(map(operator.is_, grads, self._grads)):
             moved.update(i for i, g in enumerate(self._grads) if _grad(ts[i]) is not g)
         if values:
@@ -269,7 +296,7 @@ class Snapshot:
             ]
             self._unseen.update(unseen)  # the quick check between passes copies them back
             written.update(unseen)
-        return sorted(written - moved), sorted(moved)
+        return written, moved
 
     def _dicts_same(self) -> bool:
         """Every recorded dict holds the saved keys, in order, bound to the saved objects."""
@@ -286,18 +313,31 @@ class Snapshot:
         """Whether anything differs from the snapshot (values compared too)."""
         return self._put_back_structure(False) or any(self._suspects(True))
 
+    def changed_tensors(self) -> list[int]:
+        """Indices of the tensors written, moved, or whose gradient or flag changed."""
+        return sorted(set.union(*self._suspects(True)))
+
+    def put_back(self, values: bool = True, exact: bool = False) -> tuple[list[int], ...]:
+        """Put back every tensor that differs (values, storage and geometry, gradient,
+        ``requires_grad``); the containers are ``restore``'s. Returns the indices of the tensors
+        (that differed, whose storage or values were put back, whose values were written and
+        never copied: lost). ``exact``: values are compared with the copy and written back only
+        where they differ (the restored ones are those). ``values`` as in :meth:`restore`."""
+        written, moved = self._suspects(values)
+        touched = sorted(written | moved)
+        with torch.no_grad():
+            restored = [i for i in touched if self._put_back(i, i in moved, exact)]
+            for i in moved:  # each gradient after the tensors: it fits its tensor's entry shape
+                if _grad(self._tensors[i]) is not self._grads[i]:
+                    self._tensors[i].grad = self._grads[i]
+        return touched, restored, sorted(self._uncopied.intersection(written))
+
     def restore(self, values: bool = True) -> bool:
         """Put back everything that differs; True when something did. ``values=False`` trusts
         the version counters (and what an earlier check found written) instead of comparing
         every value: the cheap check between passes."""
         changed = self._put_back_structure(True)
-        written, moved = self._suspects(values)
-        with torch.no_grad():
-            for i in written:
-                self._put_back(i, False)
-            for i in moved:
-                self._put_back(i, True)
-        lost = sorted(self._uncopied.intersection(written))
+        touched, _, lost = self.put_back(values)
         if lost:  # everything else is back
             raise ModelProfError(
                 f"{len(lost)} tensor(s) (the first of shape {tuple(self._tensors[lost[0]].shape)}) "
@@ -305,7 +345,7 @@ class Snapshot:
                 "their values from before were not kept and cannot be put back (the passes "
                 "must write the same tensors)"
             )
-        return changed or bool(written or moved)
+        return changed or bool(touched)
 
     def _put_back_structure(self, put_back: bool) -> bool:
         """Whether a container or slot differs from its entry (each put back with
@@ -338,21 +378,25 @@ class Snapshot:
                         setattr(o, name, v)
         return changed
 
-    def _put_back(self, i: int, moved: bool) -> None:
-        """Tensor ``i`` as it was: its values, and where ``moved`` its storage, geometry,
-        gradient and ``requires_grad`` (in a ``no_grad`` block)."""
-        t, copy = self._tensors[i], self._copies[i]
+    def _put_back(self, i: int, moved: bool, exact: bool) -> bool:
+        """Tensor ``i`` as it was (in a ``no_grad`` block): its values, and where ``moved`` its
+        storage, geometry and ``requires_grad`` (its gradient: ``put_back``). Whether its
+        storage or values were put back (``exact``: values that differed from the copy)."""
+        t, alias, copy = self._tensors[i], self._aliases[i], self._copies[i]
+        swapped = moved and fingerprint(t) != self._layouts[i]
         with torch.inference_mode() if t.is_inference() else contextlib.nullcontext():
-            if moved and fingerprint(t) != self._layouts[i]:
-                t.data = self._aliases[i]
-            if copy is not None:
-                t.copy_(copy)
+            if swapped:  # first: the values and the flag apply to the entry dtype and shape
+                t.data = alias
+            # the copy says whether the values differ where ``exact`` (views of one storage
+            # share a version counter, and the counter misses writes through ``.data``)
+            written = copy is not None and not (exact and same_values(alias, copy))
+            if written:
+                alias.copy_(copy)
         if moved and t.is_leaf and t.requires_grad != self._requires_grad[i]:
             t.requires_grad_(self._requires_grad[i])
-        if moved and _grad(t) is not self._grads[i]:
-            t.grad = self._grads[i]
         # the copy bumped the version counter: this is the entry state now
         self._versions[i] = version_of(t)
+        return swapped or written
 
     def reset(self) -> None:
         """The quick :meth:`restore` to run between passes: version counters and identities
