@@ -61,7 +61,8 @@ __all__ = [
     "neighbour_disagreements",
 ]
 
-#: Medians of the two windows further apart than this (and beyond both intervals) disagree.
+#: Medians of the two windows further apart than this (and beyond both intervals) disagree;
+#: the same margin for a point against a point doing more work, and a ratio against its rounds.
 AGREEMENT_TOLERANCE = 0.10
 #: Calls doing identical work (same module type, shapes, parameters and FLOPs) whose per-layer
 #: medians are more than this factor apart, by more than ``IDENTICAL_SHARE`` of the pass,
