@@ -6,10 +6,8 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (Psi = p
 elements). Under ``tp`` a norm's parameters and a row-parallel layer's bias (``ROW_PARALLEL``:
 o_proj, down_proj, c_proj...) stay whole on every rank, a row-parallel weight is split by its
 input and every other tensor along dim 0, rank 0 holding the larger part (the rank counted: an
-odd dimension's extra rows are its), as a real plan does; the saved activations are / tp (Megatron with
-sequence parallelism); KV heads split across at most ``kv_heads`` ranks. A ``tp`` that does
-not divide the heads, a ``context`` past the model's positions and a non-integer head dim are
-refused.
+odd dimension's extra rows are its), as a real plan does; the saved activations are / tp
+(Megatron with sequence parallelism); KV heads split across at most ``kv_heads`` ranks.
 
     inference        weights (rank 0's shapes) x b + KV cache (2 x layers x kv_heads x
                      head_dim x b x context x batch; a sliding-window layer at most
@@ -172,9 +170,9 @@ def fit(
     optimizer class, instance or factory, as ``profile`` takes (its state is sized from the
     shapes of its real state after one step); ``mixed_precision``: default on for 16-bit
     ``dtype``; ``checkpointing``: activation checkpointing of the training plans, ``"none"``,
-    ``"full"`` or ``"selective"`` (Korthikanti et al. 2022; the module doc). A ``tp`` that
-    splits no whole heads, a ``context`` past the model's positions and a head dim that is no
-    integer are refused."""
+    ``"full"`` or ``"selective"`` (Korthikanti et al. 2022; the module doc). A ``tp`` that does
+    not divide the heads, a ``context`` past the model's positions and a non-integer head dim
+    are refused."""
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     spec = dataclasses.replace(spec, checkpointing=_checkpointing(checkpointing))
     key, memory = _memory(device, memory_bytes)
