@@ -86,7 +86,7 @@ class GenerationReport(Exports):
     def __post_init__(self) -> None:
         self.disagreements = _neighbours(self.phase_tables, self.timings)
         for d in self.disagreements:
-            warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=3)
+            warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=5)
 
     @property
     def timing_notes(self) -> list[str]:

@@ -361,7 +361,7 @@ def _disagreements(points: list[ThroughputPoint]) -> list[NeighbourDisagreement]
         [SeriesPoint(f"batch {p.batch_size}", p.batch_size, p.measurement) for p in points],
     )
     for d in found:
-        warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=4)
+        warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=3)
     return found
 
 
