@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from modelprof import ModelProfError, profile
+from modelprof.runtime.execution import RunMode
 from modelprof.runtime.inputs import make_inputs
 from modelprof.timing import TimingOptions, measure_latency, measure_throughput, time_layers
 from modelprof.timing.options import OPTION_NAMES
@@ -35,6 +36,9 @@ def test_defaults_and_keyword_round_trip():
     assert TimingOptions.parse(**custom.as_kwargs()) == custom
     assert (custom.stop.repeat, custom.warmup.count) == (7, 2)
     assert custom.amp is torch.bfloat16 and custom.compile == "default"
+    # one carrier: autocast and layout are the run mode's, parsed as profile's RunMode is
+    assert custom.run == RunMode.parse(amp="bf16", channels_last=True)
+    assert custom.channels_last is True and TimingOptions().channels_last is False
 
 
 def test_keywords_update_a_given_options_object():
