@@ -21,6 +21,7 @@ from torch import nn
 import modelprof
 from modelprof.errors import TimingDisagreementWarning
 from modelprof.render import to_markdown
+from modelprof.render.comparison import compact_compare_columns, export_comparison
 from modelprof.render.views import ROUGH_MARK
 from modelprof.timing.agreement import (
     AGREEMENT_TOLERANCE,
@@ -245,6 +246,11 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     assert table["rank"].isna().all() and "not ranked" in table.attrs["ratios_disagree"]
     assert table.attrs["rough_ratios"] == ["latency_x of cand", "cpu_work_x of cand"]
     assert any("latency_x of cand DISAGREES" in n for n in table.attrs["notes"])
+    # the paper table says so: the flag column among the compact ones (before the rank), and
+    # the caption names the rough ratios and why nothing is ranked
+    assert compact_compare_columns(table)[-3:] == ["latency_x_rough", "cpu_work_x_rough", "rank"]
+    latex = export_comparison(table, "latex")
+    assert "latency\\_x of cand, cpu\\_work\\_x of cand" in latex and "not ranked" in latex
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
     check = judge_ratio(
         "latency_x", "cand", "base", *(Measurement(v, blocks=np.arange(60)) for v in (
@@ -262,6 +268,8 @@ def test_a_ratio_its_rounds_agree_with_is_ranked(monkeypatch):
     assert not table["latency_x_rough"].any() and not table["cpu_work_x_rough"].any()
     assert table["rank"].notna().all() and "ratios_disagree" not in table.attrs
     assert "rough_ratios" not in table.attrs and said == []
+    assert "latency_x_rough" not in compact_compare_columns(table)
+    assert "per-round" not in export_comparison(table, "latex")
 
 
 def _compare_generation(monkeypatch, slow):

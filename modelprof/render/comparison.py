@@ -55,6 +55,9 @@ their 95 % intervals, the ratios with theirs, and the CPU work only when the com
 by it (a loaded CPU); the rest (MAdd, bytes, p90, std, the other ratios) with
 ``columns="all"``."""
 
+#: a ratio's flag (``compare``: it disagrees with its per-round ratios), shown where one is set
+_ROUGH_RATIO_COLUMNS = ("latency_x_rough", "cpu_work_x_rough", "backward_latency_x_rough")
+
 _CPU_WORK_COLUMNS = frozenset(
     {"cpu_work_median_ms", "cpu_work_x", "cpu_work_x_ci_low", "cpu_work_x_ci_high"}
 )
@@ -92,9 +95,12 @@ def compact_compare_columns(df: pd.DataFrame) -> list[str]:
     CPU work columns only when the comparison ranks by them."""
     present = set(map(str, df.columns)) | {str(df.index.name)}
     cpu = df.attrs.get("ranked_by") == "cpu_work"
-    return [
+    shown = [
         c for c in COMPACT_COMPARE_COLUMNS if c in present and (cpu or c not in _CPU_WORK_COLUMNS)
     ]
+    flags = [c for c in _ROUGH_RATIO_COLUMNS if c in present and df[c].fillna(False).any()]
+    at = shown.index("rank") if "rank" in shown else len(shown)
+    return shown[:at] + flags + shown[at:]
 
 
 def env_caption(env: Mapping[str, Any]) -> str:
@@ -123,6 +129,13 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
         parts.append("not ranked: too few runs for an interval")
     elif ranked_by is not None:
         parts.append(RATIO_NOTE)
+        if attrs.get("rough_ratios"):  # compare: a ratio of medians its rounds disagree with
+            parts.append(
+                "rough, the ratio of medians outside its per-round ratios' interval: "
+                + ", ".join(attrs["rough_ratios"])
+            )
+        if attrs.get("ratios_disagree"):
+            parts.append(str(attrs["ratios_disagree"]))
         if ranked_by == "cpu_work":
             parts.append(
                 "ranked by CPU work: the machine was loaded; CPU work equals latency "
