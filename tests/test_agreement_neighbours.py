@@ -190,6 +190,12 @@ def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not
     timed = rows["latency_ms"].notna()
     assert (rows["latency_rough"] == (timed & (rows["context"] == 5))).all()
     assert (timed & (rows["context"] == 5)).any()
+    # every export says why: the whole-report Markdown lists the note, a paper table's caption
+    # says what the ~ marks, an HTML page shows the note above the table
+    assert f"## Timing notes\n\n- {d.note()}" in report.to_markdown()
+    latex = report.export("latex")
+    assert "\\textasciitilde{} rough: 1 timed point(s) take longer than a point doing" in latex
+    assert "decode@5 at batch 1 read 50.000 ms" in report.export("html")
 
     # a step whose time grows with the context (0.1 ms a token of context) is not marked
     def growing(b, context, n):
@@ -199,6 +205,8 @@ def test_a_decode_step_above_a_longer_context_is_marked_and_a_growing_one_is_not
     assert report.disagreements == [] and said == []
     assert not report.phase_table()["latency_rough"].any()
     assert ROUGH_MARK not in to_markdown(report.phase_table())
+    assert "Timing notes" not in report.to_markdown()
+    assert "timed point(s) take longer" not in report.export("latex")
 
 
 # -- a ratio against its rounds ----------------------------------------------------------------

@@ -356,16 +356,25 @@ class GenerationReport(Exports):
             None,
             env=None if fmt.human else self._document(),
             path=path,
-            caption=self._heading(),
-            title=self._heading(),
+            caption=self._heading(rough=True),
+            title=self._heading(rough=True),
             standalone=True,
+            summary=[self._heading(rough=True), *self.timing_notes],
         )
 
-    def _heading(self) -> str:
-        return (
+    def _heading(self, rough: bool = False) -> str:
+        """The run in a line; ``rough``: with what the ``~`` marks mean when a timed point
+        disagrees with its neighbours (a paper table's caption says why cells are marked)."""
+        heading = (
             f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
             f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})"
         )
+        if rough and self.disagreements:
+            heading += (
+                f"; ~ rough: {len(self.disagreements)} timed point(s) take longer than a point "
+                "doing more work, beyond both intervals (the machine's load moved them)"
+            )
+        return heading
 
     def to_markdown(self, path: str | Path | None = None) -> str | Path:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
@@ -380,6 +389,8 @@ class GenerationReport(Exports):
             "",
             _md(self.phase_table()),
         ]
+        if self.timing_notes:  # what the ~ marks of the two tables mean
+            parts += ["", "## Timing notes", "", *(f"- {note}" for note in self.timing_notes)]
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
