@@ -799,8 +799,12 @@ def _run_throughput(ctx: _Context) -> None:
             f"{result.stop_explanation}\n",
             file=ctx.stdout,
         )
+        for note in result.notes:  # a batch size out of line with a bigger one: its ~ cells
+            print(f"!! {note}\n", file=ctx.stdout)
         if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
             stem, caption = f"{name}_throughput", f"{name} throughput"
+            if result.notes:
+                caption += f"; ~ rough: {len(result.notes)} batch size(s) slower than a bigger one"
             ctx.write_formats(
                 stem,
                 lambda f, p: export(
@@ -811,6 +815,7 @@ def _run_throughput(ctx: _Context) -> None:
                     caption=caption,
                     title=caption,
                     standalone=True,
+                    summary=[caption, *result.notes],
                 ),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )

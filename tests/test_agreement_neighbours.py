@@ -369,3 +369,23 @@ def test_compare_flags_a_backward_ratio_its_rounds_disagree_with(monkeypatch):
     assert [rows[n]["backward_latency_x_rough"] for n in rows] == [False, True, False]
     assert not checks["cand"].agree and checks["cand"].paired == pytest.approx(2 ** (1 / 3))
     assert checks["even"].agree and checks["even"].ratio == 1.5
+
+
+def test_the_command_line_says_which_batch_size_is_rough(monkeypatch, tmp_path, capsys):
+    # `modelprof throughput` on the slow-batch-1 model: the line under the curve and the
+    # exported table's caption say what the ~ of batch 1 means
+    from modelprof import cli
+
+    clock = install(monkeypatch)
+    model = PerBatch(clock, lambda b: 50.0 if b == 1 else 1.0 * b)
+    monkeypatch.setattr(cli._Context, "load", lambda self, spec: (model, "slow", (4,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TimingDisagreementWarning)
+        code = cli.main(
+            ["throughput", "slow", "--max-batch", "4", "--out", str(tmp_path), "--format", "tex"]
+        )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("!! ") == 1 and "batch 1 read 50.000 ms" in out
+    tex = (tmp_path / "slow_throughput.tex").read_text()
+    assert "rough: 1 batch size(s) slower than a bigger one" in tex
