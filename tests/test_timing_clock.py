@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from modelprof.runtime.inputs import make_inputs
-from modelprof.timing import layers as layers_mod
+from modelprof.timing import runner as runner_mod
 from modelprof.timing import time_layers
 from modelprof.timing.calibration import spin, spin_model
 from modelprof.timing.clock import CpuClock, CudaEventClock, HostSyncClock, clock_for
@@ -142,7 +142,7 @@ def test_event_clock_records_on_the_measured_devices_stream(fake_cuda):
 
 def test_layer_events_sync_once_per_forward_pass(fake_cuda, monkeypatch):
     monkeypatch.setattr(
-        layers_mod, "clock_for", lambda device, mode="auto": CudaEventClock(torch.device("cuda", 0))
+        runner_mod, "clock_for", lambda device, mode="auto": CudaEventClock(torch.device("cuda", 0))
     )
     model = spin_model((0.5, 1.0))
     lt = time_layers(model, make_inputs(model, (4,)), warmup=0, repeat=6, memory_stats=False)

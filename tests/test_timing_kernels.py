@@ -16,7 +16,7 @@ from modelprof.errors import ModelProfError
 from modelprof.render.csvio import read_csv
 from modelprof.runtime.inputs import make_inputs
 from modelprof.timing import clock as clock_mod
-from modelprof.timing import latency as latency_mod
+from modelprof.timing import runner as runner_mod
 from modelprof.timing.calibration import spin
 from modelprof.timing.kernels import KERNEL_COLUMNS, time_kernels
 from modelprof.timing.latency import measure_latency, pipeline_group
@@ -176,7 +176,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(1))
     monkeypatch.setattr(
-        latency_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
+        runner_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
     )
     return syncs
 
@@ -230,7 +230,7 @@ def test_what_helps_times_the_variants_interleaved_and_says_what_was_left_out(mo
     monkeypatch.setattr(torch.cuda, "device", lambda device=None: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(
-        latency_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
+        runner_mod, "clock_for", lambda device, mode="auto": clock_mod.CudaEventClock(device)
     )
     mi = ModelInputs((torch.zeros(2),), {}, torch.device("cuda"), torch.float32, 3, None)
     result, left_out = helps.what_helps(
