@@ -54,7 +54,9 @@ def sweep(
     ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
     (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``, in backward mode
     ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where a row has
-    none), the latency columns (and ``threads``) of timed configurations, ``options``,
+    none), the latency columns (and ``threads``) of timed configurations (``latency_rough``:
+    the row's interval lies above a bigger batch size's of the same model, dtype, mode and
+    options, beyond both: warned, and in ``frame.attrs["notes"]``), ``options``,
     ``warnings`` (what ``profile()`` warned, which a sweep does not print), and ``rank``,
     ``host``, ``start_time`` (Unix seconds), ``wall_s``: who ran it, when, and for how long.
     """
@@ -119,6 +121,7 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
         f"{prefix}_p90_ms": m.p90_ms,
         f"{prefix}_std_ms": m.std_ms,
         f"{prefix}_stable": m.stable,
+        f"{prefix}_n": m.n,
     }
 
 

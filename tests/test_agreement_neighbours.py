@@ -389,3 +389,42 @@ def test_the_command_line_says_which_batch_size_is_rough(monkeypatch, tmp_path, 
     assert out.count("!! ") == 1 and "batch 1 read 50.000 ms" in out
     tex = (tmp_path / "slow_throughput.tex").read_text()
     assert "rough: 1 batch size(s) slower than a bigger one" in tex
+
+
+def test_a_sweep_marks_a_batch_size_slower_than_a_bigger_one(tmp_path):
+    # a grid of batch sizes 1, 2, 4 whose measured rows read (a stand-in measure: no model
+    # is built) for alexnet 50, 2 and 4 ms, each with a
+    # 5 % interval: batch 1's lower bound 47.5 lies above batch 2's upper bound 2.1 x 1.10;
+    # batch 2 (1.9-2.1) lies below batch 4 (3.8-4.2). A second model growing with the batch
+    # is a series of its own and is not marked
+    from modelprof.distributed.sweep import run_sweep
+    from modelprof.distributed.sweep_config import load_sweep
+    from modelprof.distributed.sweep_store import ResultStore
+    from modelprof.render import read_csv, to_csv
+
+    ms = {("alexnet", 1): 50.0, ("alexnet", 2): 2.0, ("alexnet", 4): 4.0}
+
+    def measure(config, device):
+        median = ms.get((config.model, config.batch_size), 1.0 * config.batch_size)
+        return {
+            "latency_median_ms": median,
+            "latency_ci_low_ms": 0.95 * median,
+            "latency_ci_high_ms": 1.05 * median,
+            "latency_n": 10,
+        }
+
+    grid = {"models": ["alexnet", "resnet18"], "batch_size": [1, 2, 4], "timing": True}
+    configs = load_sweep(grid)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        frame = run_sweep(configs, measure, ResultStore(tmp_path, to_csv))
+    said = _disagreements(record)
+    marked = frame.set_index(["model", "batch_size"])["latency_rough"]
+    assert marked[marked].index.tolist() == [("alexnet", 1)]
+    assert len(said) == 1 and "latency of alexnet across batch sizes" in said[0]
+    assert "batch 1 read 50.000 ms" in said[0] and frame.attrs["notes"] == [
+        s.removeprefix("modelprof: sweep: ") for s in said
+    ]
+    # the combined table on disk carries the flag
+    back = read_csv(tmp_path / "sweep.csv")
+    assert back["latency_rough"].tolist() == frame["latency_rough"].tolist()

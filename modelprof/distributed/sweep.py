@@ -23,6 +23,7 @@ configurations dealt across ``torchrun`` ranks or run in one process, gathered i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 import warnings
@@ -37,8 +38,9 @@ import modelprof.columns as registry
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.runtime.progress import NoProgress, progress_bar
+from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
 
 __all__ = ["COUNTED_COLUMNS", "Measure", "check_options", "run_config", "run_sweep"]
 
@@ -269,4 +271,43 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
     for column in COUNTED_COLUMNS:  # whole numbers, missing where a row has none (<NA>)
         if column in frame.columns:
             frame[column] = frame[column].astype("Int64")
+    for prefix in ("latency", "backward_latency"):
+        if f"{prefix}_median_ms" in frame.columns:
+            _mark_neighbours(frame, prefix)
     return frame
+
+
+def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
+    """``{prefix}_rough``: a timed row whose interval lies above that of a bigger batch size of
+    the same model, dtype, mode, device and options, beyond both intervals (more work does
+    not take less time: ``timing.agreement.neighbour_disagreements``); each such row warned
+    about once, its note in ``frame.attrs["notes"]``."""
+    median, low, high = (frame[f"{prefix}_{k}_ms"] for k in ("median", "ci_low", "ci_high"))
+    n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index))
+    timed = median.notna()
+    frame[f"{prefix}_rough"] = False
+    keys = [c for c in ("model", "dtype", "mode", "device", "options") if c in frame.columns]
+    for group, rows in frame[timed].groupby(keys, dropna=False, sort=False):
+        points = [
+            SeriesPoint(
+                f"batch {frame.at[i, 'batch_size']}",
+                float(frame.at[i, "batch_size"]),
+                _Figure(float(median[i]), (float(low[i]), float(high[i])), int(n[i] or 0)),
+            )
+            for i in rows.index
+        ]
+        name = f"{prefix.replace('_', ' ')} of {group[0]} across batch sizes"
+        for d in neighbour_disagreements(name, points):
+            i = rows.index[[p.label for p in points].index(d.point)]
+            frame.at[i, f"{prefix}_rough"] = True
+            frame.attrs.setdefault("notes", []).append(d.note())
+            warnings.warn(f"modelprof: sweep: {d.note()}", TimingDisagreementWarning, stacklevel=4)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Figure:
+    """A sweep row's timed figure, as ``neighbour_disagreements`` reads a Measurement."""
+
+    median_ms: float
+    median_ci_ms: tuple[float, float]
+    n: int
