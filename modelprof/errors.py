@@ -42,5 +42,9 @@ class LoadedMachineWarning(NoisyMeasurementWarning):
 
 
 class TimingDisagreementWarning(ModelProfWarning):
-    """Issued once per profile whose per-layer passes and clean end-to-end runs disagree beyond
-    their intervals (the machine's load changed between them); it names the figure to quote."""
+    """Issued where two timed figures that must agree do not, beyond their intervals, with
+    both figures: a profile's per-layer passes against its clean end-to-end runs (it names the
+    figure to quote), its leaf rows against their root, identical layers against each other; a
+    point of a series (batch size, context, phase) above one doing more work; a comparison's
+    ratio of medians against its per-round ratios. The figure is marked rough wherever it is
+    exported (``~``, a ``*_rough`` column, a caption or note)."""
