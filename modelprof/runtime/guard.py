@@ -70,7 +70,7 @@ from modelprof.errors import ModelProfWarning
 from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
 from modelprof.runtime.snapshot import Snapshot
-from modelprof.runtime.tensors import same_items, storage_key, versions
+from modelprof.runtime.tensors import storage_key, versions
 
 __all__ = [
     "BUFFER_COPY_LIMIT_BYTES",
@@ -122,10 +122,6 @@ _active = threading.local()  # id(model) -> the outermost StateGuard of this thr
 
 
 _GRAD = operator.attrgetter("grad")
-
-
-def _copied(registry: Any) -> Any:
-    return registry.copy() if isinstance(registry, (dict, set)) else registry
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -223,8 +219,9 @@ class StateGuard:
         self.model = model
         self.unrestored: list[tuple[str, str]] = []  # (tensor name, the pass that wrote it)
         self.restored: list[str] = []
-        # per module: (module, class, attributes, non-empty registries, their copies, prefix)
-        self._modules: list[tuple[nn.Module, type, dict, tuple[str, ...], tuple, str]] = []
+        # per module: (module, class, non-empty registries, their copies, prefix)
+        self._modules: list[tuple[nn.Module, type, tuple[str, ...], list, str]] = []
+        self._kept = Snapshot()  # its attributes and registries, and then its tensors
         ordered, buffer_ids = self._walk(record=True)
         grad_params = list(
             compress(self.parameters, map(isinstance, self.parameters, repeat(nn.Parameter)))
@@ -242,7 +239,7 @@ class StateGuard:
         copy = {key for key in buffer_ids if key not in params and storage_key(by_id[key])}
         small = sum(by_id[k].numel() * by_id[k].element_size() for k in copy)
         small = small <= buffer_copy_limit_bytes
-        self._kept = Snapshot()  # every other tensor copied on its first write
+        # every other tensor copied on its first write
         self._kept.add_tensors(ts, [id(t) in copy for t in ts] if small and copy else False)
         # (what ran from then on, the version counters then): names the pass of a write that
         # could not be restored (see ``begin``)
@@ -271,14 +268,10 @@ class StateGuard:
         attributes: list[dict[str, Any]] = []
         for prefix, m in self.model.named_modules(remove_duplicate=True):
             d = m.__dict__
-            if record:
-                attrs = d.copy()
-                keys = tuple(
-                    compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES))
-                )  # registries holding some
-                self._modules.append(
-                    (m, type(m), attrs, keys, tuple(map(_copied, map(d.__getitem__, keys))), prefix)
-                )
+            if record:  # the attributes and the registries holding some, kept by the restorer
+                keys = tuple(compress(MODULE_REGISTRIES, map(d.get, MODULE_REGISTRIES)))
+                attrs, *copies = self._kept.add_containers([d, *map(d.__getitem__, keys)])
+                self._modules.append((m, type(m), keys, copies, prefix))
             else:
                 attrs = d
             self.names[m] = prefix
@@ -349,7 +342,7 @@ class StateGuard:
         gradient), found by one walk of the registries as they were on entry."""
         if self._names is None:
             found: dict[int, str] = {}
-            for _, _, _, keys, copies, prefix in self._modules:
+            for _, _, keys, copies, prefix in self._modules:
                 for key, table in zip(keys, copies):
                     if key in ("_parameters", "_buffers"):
                         for k, t in table.items():
@@ -400,8 +393,9 @@ class StateGuard:
 
     def restore(self) -> None:
         """Put back everything that changed. Records ``restored`` and ``unrestored`` names."""
-        for m, cls, attrs, keys, copies, _ in self._modules:
-            _restore_module(m, cls, attrs, keys, copies)
+        self._kept.put_back_containers()
+        for m, cls, keys, _, _ in self._modules:
+            _restore_module(m, cls, keys)
         _, restored, lost = self._kept.put_back(values=True, exact=True)
         self.restored += map(self._name, restored)
         self.unrestored += [(self._name(i), self._phase_of(i)) for i in lost]
@@ -450,37 +444,17 @@ def _user_stacklevel() -> int:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # modelprof/
 
 
-def _restore_module(
-    m: nn.Module, cls: type, attrs: dict[str, Any], keys: tuple[str, ...], copies: tuple
-) -> None:
-    """Put back a module's class, its attributes (the same objects under the same names) and
-    its registries' contents; each check is one C-level pass when nothing changed."""
+def _restore_module(m: nn.Module, cls: type, keys: tuple[str, ...]) -> None:
+    """Put back a module's class and empty the registries that were empty on entry (the
+    restorer put back its attributes, so the registries are the original objects, and the
+    contents of those that held some)."""
     if type(m) is not cls:
         m.__class__ = cls
     current = m.__dict__
-    if not same_items(current, attrs):
-        for k in [k for k in current if k not in attrs]:
-            del current[k]
-        for k, v in attrs.items():
-            if current.get(k, _MISSING) is not v:
-                current[k] = v
-    # the registry objects are the originals now; their contents as on entry
     if tuple(compress(MODULE_REGISTRIES, map(current.get, MODULE_REGISTRIES))) != keys:
         for k in MODULE_REGISTRIES:
             if k not in keys and current.get(k):
                 current[k].clear()
-    for k, saved in zip(keys, copies):
-        live = current[k]
-        if isinstance(saved, set):
-            if live != saved:
-                live.clear()
-                live.update(saved)
-        elif isinstance(saved, dict) and not same_items(live, saved):
-            live.clear()
-            live.update(saved)
-
-
-_MISSING = object()
 
 
 @contextlib.contextmanager

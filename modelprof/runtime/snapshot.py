@@ -125,10 +125,9 @@ class Snapshot:
     def __init__(self, *objs: Any, copy_on_write: bool = False) -> None:
         self._lists: list[tuple[list, list]] = []
         self._dicts: list[tuple[dict, dict]] = []
-        # the saved dicts' lengths, keys and values, flat: one read compares them all
-        self._dict_lens: list[int] = []
-        self._dict_keys: list[Any] = []
-        self._dict_values: list[Any] = []
+        # the live dicts and the saved ones' lengths, keys and values, flat: one read compares
+        # them all (made at the first check)
+        self._flat: tuple[list, list[int], list, list] | None = None
         self._sets: list[tuple[set, set]] = []
         self._slots: list[tuple[Any, tuple[str, ...], tuple]] = []
         self._tensors: list[torch.Tensor] = []
@@ -195,12 +194,24 @@ class Snapshot:
             held.extend(v for v in values if v is not _MISSING)
         return held
 
-    def _dict(self, d: dict) -> None:
+    def _dict(self, d: dict) -> dict:
         saved = dict(d)
         self._dicts.append((d, saved))
-        self._dict_lens.append(len(saved))
-        self._dict_keys += saved
-        self._dict_values += saved.values()
+        self._flat = None
+        return saved
+
+    def add_containers(self, objs: list[Any]) -> list[Any]:
+        """Keep the contents of each dict and set of ``objs`` (shallow: not what they hold),
+        put back by :meth:`put_back_containers`; returns the copies (other objects as given)."""
+        out = []
+        for o in objs:
+            if isinstance(o, dict):
+                o = self._dict(o)
+            elif isinstance(o, set):
+                self._sets.append((o, set(o)))
+                o = self._sets[-1][1]
+            out.append(o)
+        return out
 
     def add_tensors(self, ts: list[torch.Tensor], copy: bool | list[bool] | None = None) -> None:
         """Keep ``ts`` (distinct tensors) as they are now. ``copy``: whether (for all, or per
@@ -300,18 +311,24 @@ class Snapshot:
 
     def _dicts_same(self) -> bool:
         """Every recorded dict holds the saved keys, in order, bound to the saved objects."""
-        live = [o for o, _ in self._dicts]
-        return (
-            list(map(len, live)) == self._dict_lens
-            and all(
-                map(operator.is_, chain.from_iterable(map(dict.values, live)), self._dict_values)
+        if self._flat is None:
+            saved = [c for _, c in self._dicts]
+            self._flat = (
+                [o for o, _ in self._dicts],
+                list(map(len, saved)),
+                list(chain.from_iterable(saved)),
+                list(chain.from_iterable(map(dict.values, saved))),
             )
-            and all(map(operator.eq, chain.from_iterable(live), self._dict_keys))
+        live, lens, keys, values = self._flat
+        return (
+            list(map(len, live)) == lens
+            and all(map(operator.is_, chain.from_iterable(map(dict.values, live)), values))
+            and all(map(operator.eq, chain.from_iterable(live), keys))
         )
 
     def changed(self) -> bool:
         """Whether anything differs from the snapshot (values compared too)."""
-        return self._put_back_structure(False) or any(self._suspects(True))
+        return self.put_back_containers(False) or any(self._suspects(True))
 
     def changed_tensors(self) -> list[int]:
         """Indices of the tensors written, moved, or whose gradient or flag changed."""
@@ -336,7 +353,7 @@ class Snapshot:
         """Put back everything that differs; True when something did. ``values=False`` trusts
         the version counters (and what an earlier check found written) instead of comparing
         every value: the cheap check between passes."""
-        changed = self._put_back_structure(True)
+        changed = self.put_back_containers()
         touched, _, lost = self.put_back(values)
         if lost:  # everything else is back
             raise ModelProfError(
@@ -347,7 +364,7 @@ class Snapshot:
             )
         return changed or bool(touched)
 
-    def _put_back_structure(self, put_back: bool) -> bool:
+    def put_back_containers(self, put_back: bool = True) -> bool:
         """Whether a container or slot differs from its entry (each put back with
         ``put_back``)."""
         changed = False
