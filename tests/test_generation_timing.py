@@ -131,6 +131,33 @@ def test_ttft_tpot_and_slope_read_back_against_a_plain_loop():
         assert (t.end_to_end.samples_ms >= t.ttft.samples_ms + t.step_ms.sum(axis=1)).all()
 
 
+def test_the_stamps_own_clock_reads_are_not_in_the_steps(monkeypatch):
+    # a CPU clock that takes 2 ms to read (it spins first on the wall clock): each token's
+    # stamp reads it once. Read inside the steps, every step would be at least 2 ms longer
+    # than the plain loop's same step and the end to end 6 x 2 = 12 ms longer than the plain
+    # TTFT + steps. Timed from after the read, the fastest of 8 runs stays within half a read
+    # of the plain loop's fastest (1 ms a step, 6 ms end to end; the harness's own call costs
+    # about 0.1 ms a step here), and never below it by more than a spin's jitter
+    import modelprof.generation.timing as gen_timing
+
+    def slow_read() -> int:
+        spin(2.0)
+        return time.thread_time_ns()
+
+    monkeypatch.setattr(gen_timing, "cpu_time_source", lambda: ("thread_time", slow_read))
+    lm = FakeLM()
+    step = make_step(lm)
+    t = profile_generation(
+        lm, step=step, prompt_len=8, new_tokens=6, repeat=8, warmup=1, layer_timing=False
+    ).timing
+    ttft_plain, steps_plain = plain_loop(step, 8, 6, runs=8)
+    excess = t.step_ms.min(axis=0) - steps_plain.min(axis=0)
+    assert (excess < 1.0).all() and (excess > -0.05).all(), excess
+    whole_plain = (ttft_plain + steps_plain.sum(axis=1)).min()
+    assert t.end_to_end.min_ms - whole_plain < 6.0, (t.end_to_end.min_ms, whole_plain)
+    assert (t.end_to_end.samples_ms >= t.ttft.samples_ms + t.step_ms.sum(axis=1)).all()
+
+
 def test_per_layer_decode_time_at_each_context():
     lm = FakeLM()
     step = make_step(lm)
