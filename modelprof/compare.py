@@ -286,7 +286,7 @@ class _Run:
                 del rows[name]
                 self.forget(name)
                 baseline = _standing(baseline, rows, failed)
-        checks = _ratio_checks(result)
+        checks = result.ratio_checks()
         for name in rows:
             rows[name].update(_latency_columns(result, name, checks))
         if self.steps:
@@ -360,24 +360,6 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
     carried = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last}
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
-
-
-def _ratio_checks(result: Any) -> dict[str, list[RatioAgreement]]:
-    """Each candidate's timed ratios (``latency_x``, and ``cpu_work_x`` where the CPU time was
-    read) against its per-round ratios (``judge_ratio``); none when a candidate is undersampled
-    (no timed ratio is stated then)."""
-    ms = result.measurements
-    if any(m.undersampled for m in ms.values()):
-        return {}
-    base = ms[result.baseline]
-    out: dict[str, list[RatioAgreement]] = {}
-    for name, m in ms.items():
-        if name == result.baseline:
-            continue
-        out[name] = [judge_ratio("latency_x", name, result.baseline, m, base)]
-        if result.cpu_ratios is not None:
-            out[name].append(judge_ratio("cpu_work_x", name, result.baseline, m.cpu, base.cpu))
-    return out
 
 
 def _disagreeing(checks: dict[str, list[RatioAgreement]], attrs: dict[str, Any]) -> None:

@@ -428,3 +428,26 @@ def test_a_sweep_marks_a_batch_size_slower_than_a_bigger_one(tmp_path):
     # the combined table on disk carries the flag
     back = read_csv(tmp_path / "sweep.csv")
     assert back["latency_rough"].tolist() == frame["latency_rough"].tolist()
+
+
+def test_measure_latencies_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
+    # the compare() case above through measure_latencies: the candidate twice as slow on 2
+    # calls in every 5, so its ratio of medians 1.000 lies outside its rounds' 1.084-1.464;
+    # slow on 1 call in 10, the rounds agree (centre 1.000)
+    from modelprof.timing import measure_latencies
+
+    for slow, rough in ((lambda i: i % 5 in (3, 4), True), (lambda i: i % 10 == 9, False)):
+        clock = install(monkeypatch)
+        models = {"base": Rounds(clock), "cand": Rounds(clock, slow)}
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            result = measure_latencies(
+                models, input_size=(4,), repeat=60, warmup=2, min_blocks=60, budget_s=600.0
+            )
+        said = _disagreements(record)
+        df = result.to_dataframe()
+        assert df["latency_x"].tolist() == [1.0, 1.0]
+        assert df["latency_x_rough"].tolist() == [False, rough]
+        assert df["cpu_work_x_rough"].tolist() == [False, rough]  # the same time, as CPU
+        assert len(said) == (2 if rough else 0) and len(result.notes) == len(said)
+        assert ("ROUGH" in repr(result)) is rough

@@ -16,14 +16,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
+from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
@@ -81,12 +83,43 @@ class LatencyComparison:
     def __getitem__(self, name: str) -> Measurement:
         return self.measurements[name]
 
+    def ratio_checks(self) -> dict[str, list[RatioAgreement]]:
+        """Each candidate's timed ratios (``latency_x``, and ``cpu_work_x`` where the CPU time
+        was read) against its per-round ratios (``timing.agreement.judge_ratio``); none when a
+        candidate is undersampled (no timed ratio is stated then)."""
+        ms = self.measurements
+        if any(m.undersampled for m in ms.values()):
+            return {}
+        base = ms[self.baseline]
+        out: dict[str, list[RatioAgreement]] = {}
+        for name, m in ms.items():
+            if name == self.baseline:
+                continue
+            out[name] = [judge_ratio("latency_x", name, self.baseline, m, base)]
+            if self.cpu_ratios is not None:
+                out[name].append(judge_ratio("cpu_work_x", name, self.baseline, m.cpu, base.cpu))
+        return out
+
+    @property
+    def notes(self) -> list[str]:
+        """A sentence for each ratio of medians its rounds disagree with (``latency_x_rough``,
+        ``cpu_work_x_rough`` in the frame)."""
+        return [c.note() for found in self.ratio_checks().values() for c in found if not c.agree]
+
+    def _rough(self) -> dict[str, set[str]]:
+        checks = self.ratio_checks()
+        return {n: {c.figure for c in checks.get(n, ()) if not c.agree} for n in self.measurements}
+
     def to_dataframe(self) -> Any:
         """One row per candidate: latency statistics, the ratio and its interval, stability."""
         rows = {}
+        rough = self._rough()
         for name, m in self.measurements.items():
             lo, hi = m.median_ci_ms
             ratio, rlo, rhi = self.ratios[name]
+            cpu = cpu_work_columns(self, name)
+            if cpu:
+                cpu["cpu_work_x_rough"] = "cpu_work_x" in rough[name]
             rows[name] = {
                 "latency_median_ms": m.median_ms,
                 "latency_ci_low_ms": lo,
@@ -98,8 +131,9 @@ class LatencyComparison:
                 "latency_x": ratio,
                 "latency_x_ci_low": rlo,
                 "latency_x_ci_high": rhi,
+                "latency_x_rough": "latency_x" in rough[name],
                 "stable": m.stable,
-                **cpu_work_columns(self, name),
+                **cpu,
             }
         df = pd.DataFrame.from_dict(rows, orient="index")
         df.index.name = "name"
@@ -110,13 +144,17 @@ class LatencyComparison:
             f"LatencyComparison({len(self.measurements)} candidates, {self.rounds} "
             f"interleaved rounds, baseline {self.baseline!r})"
         ]
+        rough = self._rough()
         for name, m in self.measurements.items():
             ratio, lo, hi = self.ratios[name]
             ci = f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) else ""
             lines.append(
                 f"  {name:<24} {format_ms(m.median_ms):>11} ±{m.relative_ci:.1%}   "
-                f"x{ratio:.3f}{ci}" + ("  UNSTABLE" if m.stable is False else "")
+                f"x{ratio:.3f}{ci}"
+                + ("  UNSTABLE" if m.stable is False else "")
+                + ("  ROUGH" if "latency_x" in rough[name] else "")
             )
+        lines.extend(f"  !! {note}" for note in self.notes)
         return "\n".join(lines)
 
 
@@ -268,9 +306,13 @@ def measure_latencies(
             raise ModelProfError(f"candidate {str(name)!r}: {e}") from e
         prepared.append(Candidate(str(name), fn, target, mi))
     with agreed_timing(candidates.values()):  # sharded models under torchrun: ranks agree
-        return measure_interleaved(
+        result = measure_interleaved(
             prepared,
             opts,
             baseline=baseline,
             mode=RunMode.parse(training=training, no_grad=no_grad),
         )
+    if opts.warn:
+        for note in result.notes:
+            warnings.warn(f"modelprof: {note}", TimingDisagreementWarning, stacklevel=2)
+    return result
