@@ -85,16 +85,30 @@ def test_an_idle_cpu_ranks_by_latency(monkeypatch):
 
 @pytest.fixture
 def spin_nets(tmp_path: Path) -> Path:
+    """Two models that burn 15 and 20 ms of their thread's CPU time a call: work a loaded
+    machine stretches in wall time but not in CPU time, as a real forward's. (Spins on the
+    wall clock have no CPU work of their own: under two spinning processes theirs read 7-11 ms
+    for the 15 ms spin, and the CPU-work ratio that a loaded comparison ranks by moved between
+    rounds enough that its check withheld the rank in 5 runs of 5.)"""
     f = tmp_path / "spin_nets.py"
     f.write_text(
         textwrap.dedent("""
+        import time
         from torch import nn
-        from modelprof.timing.calibration import Spin
         INPUT_SIZE = (4,)
+        class CpuSpin(nn.Module):
+            def __init__(self, ms):
+                super().__init__()
+                self.ms = ms
+            def forward(self, x):
+                end = time.thread_time_ns() + int(self.ms * 1e6)
+                while time.thread_time_ns() < end:
+                    pass
+                return x
         def slow():
-            return nn.Sequential(Spin(15.0))
+            return nn.Sequential(CpuSpin(15.0))
         def slower():
-            return nn.Sequential(Spin(20.0))
+            return nn.Sequential(CpuSpin(20.0))
     """)
     )
     return f
