@@ -561,7 +561,7 @@ def collect_interleaved(
 
     def take(round_: tuple[int, list[int]]) -> None:
         nonlocal round_s
-        round_s = _run_round(samplers, logs, round_[1], round_[0], rng)
+        round_s = _run_round(samplers, logs, round_[1], round_[0], rng, now)
         if on_round is not None:
             on_round(min(log.n for log in logs), now() - t0)
 
