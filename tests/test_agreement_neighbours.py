@@ -451,3 +451,27 @@ def test_measure_latencies_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
         assert df["cpu_work_x_rough"].tolist() == [False, rough]  # the same time, as CPU
         assert len(said) == (2 if rough else 0) and len(result.notes) == len(said)
         assert ("ROUGH" in repr(result)) is rough
+
+
+def test_a_resumed_sweep_row_without_a_run_count_is_judged_too():
+    # rows saved before latency_n was recorded read it back as missing: the check still runs
+    # (batch 1's 47.5 ms lower bound above batch 2's 2.1 ms x 1.10), naming n=0 for that row
+    import pandas as pd
+
+    from modelprof.distributed.sweep import _mark_neighbours
+
+    frame = pd.DataFrame(
+        {
+            "model": ["alexnet"] * 3,
+            "batch_size": [1, 2, 4],
+            "latency_median_ms": [50.0, 2.0, 4.0],
+            "latency_ci_low_ms": [47.5, 1.9, 3.8],
+            "latency_ci_high_ms": [52.5, 2.1, 4.2],
+            "latency_n": [np.nan, 10, 10],
+        }
+    )
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        _mark_neighbours(frame, "latency")
+    assert frame["latency_rough"].tolist() == [True, False, False]
+    assert len(_disagreements(record)) == 1 and "n=0, above batch 2" in frame.attrs["notes"][0]

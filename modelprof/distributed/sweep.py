@@ -283,7 +283,8 @@ def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
     not take less time: ``timing.agreement.neighbour_disagreements``); each such row warned
     about once, its note in ``frame.attrs["notes"]``."""
     median, low, high = (frame[f"{prefix}_{k}_ms"] for k in ("median", "ci_low", "ci_high"))
-    n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index))
+    # rows saved before latency_n was recorded (a resumed sweep) have no count: 0
+    n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index)).fillna(0)
     timed = median.notna()
     frame[f"{prefix}_rough"] = False
     keys = [c for c in ("model", "dtype", "mode", "device", "options") if c in frame.columns]
@@ -292,7 +293,7 @@ def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
             SeriesPoint(
                 f"batch {frame.at[i, 'batch_size']}",
                 float(frame.at[i, "batch_size"]),
-                _Figure(float(median[i]), (float(low[i]), float(high[i])), int(n[i] or 0)),
+                _Figure(float(median[i]), (float(low[i]), float(high[i])), int(n[i])),
             )
             for i in rows.index
         ]
