@@ -38,7 +38,7 @@ from modelprof.timing.agreement import judge_ratio
 from modelprof.timing.interleave import floor_notes, unranked_note
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import collect_interleaved, warm_up
+from modelprof.timing.runner import Runner
 from modelprof.timing.stats import RATIO_ESTIMATOR, block_medians, ratio_of_medians
 
 __all__ = ["compare_generation"]
@@ -87,18 +87,21 @@ def compare_generation(
             lm.prompt_inputs = PromptInputs(None, complete_encoder_inputs(model, {}, source))
         lms.append((name, lm, spec, closed_form_kv_per_token(config, dt) if config else None))
         guards.append(preserved_state(model))
-    with _all(guards), _all([running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms]):
-        for _, lm, spec, _ in lms:
+    runners = [Runner(opts, lm.device, lm.name, batch_size) for _, lm, _, _ in lms]
+    with contextlib.ExitStack() as stack:
+        for context in guards + [
+            running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms
+        ]:
+            stack.enter_context(context)
+        for runner, (_, lm, spec, _) in zip(runners, lms):
             run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
-            _, est = warm_up(run, opts.warmup, False, run.sync)
+            ests.append(stack.enter_context(runner).warm_with(run))
             run.clear()
             runs.append(run)
-            ests.append(est)
-        rng = np.random.default_rng(opts.seed)
-        sampled = collect_interleaved([r.block for r in runs], opts.stop, ests, rng=rng)
+        sampled = opts.sample_interleaved([r.block for r in runs], ests, "generations compared")
     timings = [
-        timing_from(run, s, lm, spec, batch_size, opts, 0)
-        for run, s, (_, lm, spec, _) in zip(runs, sampled, lms)
+        timing_from(run, s, lm, spec, batch_size, opts, runner.warmup_calls)
+        for run, s, runner, (_, lm, spec, _) in zip(runs, sampled, runners, lms)
     ]
     return _table(lms, timings, opts.stop.confidence)
 
@@ -260,19 +263,3 @@ def _loaded_note(timings: list) -> str:
         "tpot_cpu_x, not ttft_x and tpot_x. CPU work equals latency only for a "
         "single-threaded model on an idle core"
     )
-
-
-class _all:
-    """Enter several context managers, leave them in reverse order."""
-
-    def __init__(self, managers: list) -> None:
-        self.managers = managers
-
-    def __enter__(self) -> None:
-
-        self.stack = contextlib.ExitStack()
-        for m in self.managers:
-            self.stack.enter_context(m)
-
-    def __exit__(self, *exc: object) -> Any:
-        return self.stack.__exit__(*exc)
