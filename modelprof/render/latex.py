@@ -247,6 +247,29 @@ def _drop_until_fits(
     return _subset(table, keep)
 
 
+def _fit_columns(
+    table: Table, limit_pt: float, font_size: str, priority: Sequence[str]
+) -> tuple[Table, str]:
+    """:func:`_drop_until_fits` at ``font_size``; where that drops a column a paper keeps (one
+    of ``priority`` up to the shapes: the module, its type, shapes, parameters, MACs and
+    latency) and the default ``\\small`` can step down to ``\\footnotesize``, the smaller
+    font when it keeps more columns. Returns the table and the font it is set in."""
+    fitted = _drop_until_fits(table, limit_pt, font_size, priority)
+    keep = (
+        list(priority[: priority.index("output_shape") + 1]) if "output_shape" in priority else []
+    )
+    lost = [c for c in keep if c in table.columns and c not in fitted.columns]
+    if font_size != _DEFAULT_FONT or not lost:
+        return fitted, font_size
+    smaller = _drop_until_fits(table, limit_pt, _SMALLER_FONT, priority)
+    if len(smaller.columns) > len(fitted.columns):
+        return smaller, _SMALLER_FONT
+    return fitted, font_size
+
+
+_DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
+
+
 def _subset(table: Table, keep: Sequence[int]) -> Table:
     def pick(row: Sequence[str]) -> tuple[str, ...]:
         return tuple(row[i] for i in keep)
@@ -276,21 +299,54 @@ def paper_shapes(text: str) -> str:
 
 
 def _paper_cells(table: Table) -> Table:
-    """The cells as a paper prints them: shapes with ``×``, and the root call named by the
-    model's class (its ``type``) instead of ``(root)``."""
+    """The cells as a paper prints them: shapes with ``×``, the root call named by the
+    model's class (its ``type``) instead of ``(root)``, and a child shown under its parent
+    named relative to it (``conv1`` under ``layer1.0``, not ``layer1.0.conv1``: the
+    indentation says whose part it is, and the full path would widen the column until the
+    fit drops the shapes; ``layer1.0`` and ``layer1.(self)`` keep their whole names)."""
     frame = table.frame
-    modules = list(frame["module"]) if "module" in frame.columns else []
+    modules = list(map(str, frame["module"])) if "module" in frame.columns else []
     types = list(frame["type"]) if "type" in frame.columns else []
+    at = table.columns.index("module") if "module" in table.columns else None
+    parents = _shown_parents(table)
     cells = []
     for r, row in enumerate(table.cells):
         row = tuple(
             paper_shapes(c) if n in _SHAPE_COLUMNS else c for c, n in zip(row, table.columns)
         )
-        if "module" in table.columns and r < len(modules) and modules[r] == "" and types:
-            at = table.columns.index("module")
-            row = (*row[:at], str(types[r]), *row[at + 1 :])
+        if at is not None and r < len(modules):
+            label = row[at]
+            if modules[r] == "" and types:
+                label = str(types[r])
+            elif parents[r] and label.startswith(parents[r] + "."):
+                rest = label[len(parents[r]) + 1 :]
+                # a bare "0" or "(self)" names nothing: an index keeps its whole name
+                label = label if rest[:1].isdigit() or rest.startswith("(") else rest
+            row = (*row[:at], label, *row[at + 1 :])
         cells.append(row)
     return dataclasses.replace(table, cells=tuple(cells))
+
+
+def _ancestry(table: Table) -> list[list[str]]:
+    """Per row, the rows shown above it that are its ancestors (the root ``""``, ``layer1``
+    for ``layer1.0``), outermost first; empty lists without a module column."""
+    frame = table.frame
+    if "module" not in table.columns or "module" not in frame.columns:
+        return [[] for _ in table.cells]
+    out: list[list[str]] = []
+    above: list[str] = []  # the ancestors of the current row among the rows shown
+    for name in map(str, frame["module"]):
+        while above and not (above[-1] == "" or name.startswith(above[-1] + ".")):
+            above.pop()
+        out.append(list(above))
+        above.append(name)
+    return out
+
+
+def _shown_parents(table: Table) -> list[str]:
+    """Per row, the qualified name of its nearest ancestor shown above it ("" for none, or
+    for the root: a child of the root keeps its whole name)."""
+    return [a[-1] if a else "" for a in _ancestry(table)]
 
 
 def _indents(table: Table) -> list[int]:
@@ -298,17 +354,7 @@ def _indents(table: Table) -> list[int]:
     it are its ancestors (the root, ``layer1`` for ``layer1.0``), so a child sits under its
     parent and a reader adding down the column sees which rows are parts of another. Rows none
     of which holds another (the leaves alone) are not indented."""
-    frame = table.frame
-    if "module" not in table.columns or "module" not in frame.columns:
-        return [0] * len(table.cells)
-    out: list[int] = []
-    above: list[str] = []  # the ancestors of the current row among the rows shown
-    for name in map(str, frame["module"]):
-        while above and not (above[-1] == "" or name.startswith(above[-1] + ".")):
-            above.pop()
-        out.append(len(above))
-        above.append(name)
-    return out
+    return [len(a) for a in _ancestry(table)]
 
 
 def _line(cells: Iterable[str]) -> str:
@@ -366,11 +412,10 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     table = _paper_cells(table)
     before = table.columns
     if width is not None and fit is not None:
-        target = NOMINAL_WIDTH_PT[width]
-        if fit == "columns":
-            table = _drop_until_fits(table, target, font_size, view.priority)
-        elif fit == "both":
-            table = _drop_until_fits(table, target * _MAX_SHRINK, font_size, view.priority)
+        target = NOMINAL_WIDTH_PT[width] * (_MAX_SHRINK if fit == "both" else 1.0)
+        if fit in ("columns", "both"):
+            table, font_size = _fit_columns(table, target, font_size, view.priority)
+            view = view.replace(font_size=font_size)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
     indents = _indents(table)

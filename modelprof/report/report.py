@@ -41,9 +41,9 @@ _LATEX_PRIORITY = (  # what a paper's table drops last; a share and bytes are de
     "params",
     "macs",
     "latency_ms",
+    "output_shape",  # a paper's table keeps the shapes before FLOPs (about 2 x MACs)
     "calls",
     "flops",
-    "output_shape",
     "latency_pct",
     "output_bytes",
     "read_bytes",

@@ -1,0 +1,67 @@
+"""Paper tables of real models keep what a reviewer reads (type and output shape), name a child
+under its shown parent by its own name, and say the model (issue 38 item 17)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+
+import modelprof
+
+
+def _header(tex: str) -> str:
+    return tex.split(r"\midrule")[0]
+
+
+def _body(tex: str) -> list[str]:
+    return [line.split(" & ")[0] for line in tex.split(r"\midrule")[1].strip().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    model = torchvision.models.resnet18(weights=None).eval()
+    return modelprof.profile(model, (3, 224, 224), timing=False, device="meta")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
+    model = GPT2LMHeadModel(config).eval()
+    return modelprof.profile(model, inputs=torch.randint(0, 1000, (1, 16)), timing=False)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_the_default_fit_keeps_type_and_output_shape(resnet18, gpt2, depth):
+    # the shapes went before FLOPs (about 2 x MACs): resnet18 and GPT-2 at every depth
+    # dropped output_shape to fit 345 pt
+    for report in (resnet18, gpt2):
+        head = _header(report.to_latex(depth=depth))
+        assert "type" in head and "output shape" in head, head
+
+
+def test_a_table_steps_down_a_font_size_before_it_drops_the_shapes(gpt2):
+    # GPT2LMHeadModel twice (its root's name and type) leaves no room for the shapes in \small
+    tex = gpt2.to_latex(depth=2)
+    assert "\\footnotesize\n" in tex and "output shape" in _header(tex)
+    # a font the user names stays: the shapes go instead
+    assert "\\normalsize\n" in gpt2.to_latex(depth=2, font_size="normalsize")
+
+
+def test_a_child_is_named_by_its_own_name_under_its_shown_parent(resnet18, gpt2):
+    names = _body(resnet18.to_latex(depth=3))
+    assert names[0] == "ResNet"  # the root: the model, not (root)
+    # under layer1.0 (itself kept whole: a bare "0" names nothing) its conv1 is "conv1"
+    at = names.index(r"\hspace{1.6em}layer1.0")
+    assert names[at + 1] == r"\hspace{2.4em}conv1"
+    assert not any("layer1.0.conv1" in n for n in names)
+    gpt = _body(gpt2.to_latex(depth=2))
+    assert r"\hspace{1.6em}wte" in gpt and not any("transformer.wte" in n for n in gpt)
+
+
+def test_a_leaf_table_keeps_whole_names(resnet18):
+    # no parent shown above a leaf: nothing says whose part it is, so the path stays
+    names = _body(resnet18.to_latex(leaf_only=True))
+    assert "layer1.0.conv1" in names
