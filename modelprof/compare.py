@@ -187,7 +187,11 @@ def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> st
     that ran; a ModelProfError naming every failure when none did."""
     if not rows:
         raise ModelProfError(
-            "every model failed: " + "; ".join(f"model {n!r}: {e}" for n, e in failed.items())
+            "every model failed: "
+            + "; ".join(
+                f"model {n!r}: {str(e).removeprefix(f'candidate {n!r}: ')}"
+                for n, e in failed.items()
+            )
         )
     return baseline if baseline in rows else next(iter(rows))
 
@@ -280,12 +284,12 @@ class _Run:
                 break
             except ModelProfError as e:
                 name = getattr(e, "candidate", None)
-                if name not in rows or len(rows) == 1:
+                if name not in rows:
                     raise
                 failed[name] = str(e)
                 del rows[name]
                 self.forget(name)
-                baseline = _standing(baseline, rows, failed)
+                baseline = _standing(baseline, rows, failed)  # none left: names every failure
         checks = result.ratio_checks()
         for name in rows:
             rows[name].update(_latency_columns(result, name, checks))

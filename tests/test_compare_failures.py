@@ -117,3 +117,53 @@ def test_profile_backward_inside_inference_mode_says_inference_mode():
             modelprof.profile(model, (4,), backward=True, timing=False)
     # outside it the same call counts the step
     assert modelprof.profile(model, (4,), backward=True, timing=False).totals["backward_flops"] > 0
+
+
+@pytest.mark.parametrize(
+    "models",
+    [
+        {"a": _Boom(), "b": _SecondCallFails()},  # one fails counted, the last one timed
+        {"a": _SecondCallFails(), "b": _SecondCallFails()},  # both timed, one after the other
+    ],
+)
+def test_every_model_failing_names_each_however_each_failed(models):
+    # the last one left failing its timing raised its own error alone, naming only it
+    with pytest.raises(ModelProfError, match="every model failed") as err:
+        compare(models, (4,), **QUICK)
+    text = str(err.value)
+    assert "model 'a'" in text and "model 'b'" in text
+    assert "candidate 'b': " not in text  # named once, not twice
+
+
+def test_a_paper_table_of_a_comparison_says_who_failed():
+    models = {"a": nn.Linear(4, 4), "bad": _Boom()}
+    df = compare(models, (4,), timing=False, **QUICK)
+    tex = df.render.to_latex()
+    # the error column is the first a page drops: the caption still says why the row is empty
+    assert "bad failed and is not compared" in tex
+
+
+def test_a_paper_table_of_a_comparison_keeps_rank_and_says_its_way_in_the_caption():
+    import pandas as pd
+
+    from modelprof.render.comparison import export_comparison
+
+    df = pd.DataFrame(
+        {
+            "params": [4160.0, 8320.0],
+            "macs": [4096.0, 8192.0],
+            "latency_median_ms": [1.0, 2.0],
+            "latency_x": [1.0, 2.0],
+            "fps": [1000.0, 500.0],
+            "flops": [8256.0, 16512.0],
+            "rank": pd.array([1, 2], dtype="Int64"),
+        },
+        index=pd.Index(["a", "b"], name="model"),
+    )
+    df.attrs.update(baseline="a", ranked_by="latency")
+    tex = export_comparison(df, "latex", columns=["model", *df.columns])
+    head = tex.split(r"\midrule")[0]
+    # headed "rank (1 = lowest latency)" the column was the widest and the first the fit
+    # dropped, below FLOPs; as "rank" it stays and the caption says which way it runs
+    assert head.rstrip().splitlines()[-2].startswith("model & params") and "rank" in head
+    assert r"\caption{" in tex and "rank (1 = lowest latency)}" in tex

@@ -143,6 +143,12 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
             )
     elif attrs.get("baseline") is not None:
         parts.append("latency not measured (timing off)")
+    failed = list(attrs.get("failed") or ())
+    if failed:  # their rows are empty: a table that drops the error column still says why
+        parts.append(
+            f"{', '.join(failed)} failed and {'is' if len(failed) == 1 else 'are'} not "
+            "compared (the error column and the notes say why)"
+        )
     return "; ".join(parts)
 
 
@@ -187,8 +193,13 @@ def export_comparison(
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     if fmt.human:
         columns = _columns(df, columns)
-        df, columns = _rank_said(df, columns)
         caption = compare_caption(df.attrs) or None
+        if name == "latex" and "rank" in df.columns:
+            # a paper's narrow column says "rank"; its direction goes in the caption (as a
+            # header it made the column the widest, the first the fit dropped)
+            caption = "; ".join(c for c in (caption, rank_header(df.attrs)) if c)
+        else:
+            df, columns = _rank_said(df, columns)
         for key, value in (
             ("caption", caption),
             ("title", caption),
