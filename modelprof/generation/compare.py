@@ -67,43 +67,126 @@ def compare_generation(
     if not isinstance(models, Mapping) or len(models) < 1:
         raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
     opts = TimingOptions.parse(options, **timing_options)
-    lms, runs, ests, guards = [], [], [], []
+    lms, failed = [], {}  # failed: a model that failed, its error (in its row)
     for name, value in models.items():
-        model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
-        dev, dt = model_device_dtype(model, None, None)
-        config = getattr(model, "config", None)
-
-        spec = GenerationSpec.parse(
-            prompt_len,
-            new_tokens,
-            batch_size,
-            None,
-            cache,
-            model_dims(config)["max_positions"] if config else None,
-        )
-        lm = language_model(model, step, spec.cache, dev, dt)
-        if lm.encoder is not None:  # an encoder-decoder's encoder inputs, from its config
-            source = source_length(model, {}, spec.prompt_len)
-            lm.prompt_inputs = PromptInputs(None, complete_encoder_inputs(model, {}, source))
-        lms.append((name, lm, spec, closed_form_kv_per_token(config, dt) if config else None))
-        guards.append(preserved_state(model))
-    runners = [Runner(opts, lm.device, lm.name, batch_size) for _, lm, _, _ in lms]
-    with contextlib.ExitStack() as stack:
-        for context in guards + [
-            running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms
-        ]:
-            stack.enter_context(context)
-        for runner, (_, lm, spec, _) in zip(runners, lms):
-            run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
-            ests.append(stack.enter_context(runner).warm_with(run))
-            run.clear()
-            runs.append(run)
-        sampled = opts.sample_interleaved([r.block for r in runs], ests, "generations compared")
+        try:
+            lms.append(_prepared(name, value, prompt_len, new_tokens, batch_size, cache))
+        except Exception as e:  # its own error, in its row; the others are compared
+            failed[name] = _error_text(e)
+    while True:
+        _refuse_if_none_left(lms, failed)
+        try:
+            runners, runs, sampled = _sampled(lms, opts, batch_size, seed)
+            break
+        except _CandidateFailed as e:  # drop it, time the others again
+            failed[e.name] = _error_text(e.__cause__)
+            lms = [x for x in lms if x[0] != e.name]
     timings = [
         timing_from(run, s, lm, spec, batch_size, opts, runner.warmup_calls)
         for run, s, runner, (_, lm, spec, _) in zip(runs, sampled, runners, lms)
     ]
-    return _table(lms, timings, opts.stop.confidence)
+    return _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
+
+
+def _prepared(
+    name: str, value: Any, prompt_len: int, new_tokens: int, batch_size: int, cache: Any
+) -> tuple:
+    """(name, language model, spec, closed-form KV bytes per token) of one candidate."""
+    model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+    dev, dt = model_device_dtype(model, None, None)
+    config = getattr(model, "config", None)
+    spec = GenerationSpec.parse(
+        prompt_len,
+        new_tokens,
+        batch_size,
+        None,
+        cache,
+        model_dims(config)["max_positions"] if config else None,
+    )
+    lm = language_model(model, step, spec.cache, dev, dt)
+    if lm.encoder is not None:  # an encoder-decoder's encoder inputs, from its config
+        source = source_length(model, {}, spec.prompt_len)
+        lm.prompt_inputs = PromptInputs(None, complete_encoder_inputs(model, {}, source))
+    return name, lm, spec, closed_form_kv_per_token(config, dt) if config else None
+
+
+class _CandidateFailed(Exception):
+    """A candidate's generation raised while warmed up or sampled (the cause: its error)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tuple:
+    """Every candidate warmed up, then sampled in interleaved rounds, its model put back after;
+    (runners, runs, sampled). A candidate whose generation raises: ``_CandidateFailed``."""
+    runners = [Runner(opts, lm.device, lm.name, batch_size) for _, lm, _, _ in lms]
+    runs = []
+    with contextlib.ExitStack() as stack:
+        for context in [preserved_state(lm.root) for _, lm, _, _ in lms] + [
+            running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms
+        ]:
+            stack.enter_context(context)
+        ests = []
+        for runner, (name, lm, spec, _) in zip(runners, lms):
+            run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
+            with _named(name):
+                ests.append(stack.enter_context(runner).warm_with(run))
+            run.clear()
+            runs.append(run)
+        blocks = [_named_block(name, run.block) for (name, *_), run in zip(lms, runs)]
+        sampled = opts.sample_interleaved(blocks, ests, "generations compared")
+    return runners, runs, sampled
+
+
+@contextlib.contextmanager
+def _named(name: str) -> Any:
+    try:
+        yield
+    except _CandidateFailed:
+        raise
+    except Exception as e:  # (a KeyboardInterrupt is no Exception: it stops the comparison)
+        raise _CandidateFailed(name) from e
+
+
+def _named_block(name: str, block: Any) -> Any:
+    def run(n: int) -> Any:
+        with _named(name):
+            return block(n)
+
+    return run
+
+
+def _error_text(e: BaseException | None) -> str:
+    """A failure as its row says it: modelprof's own sentence, else the type and message."""
+    if isinstance(e, ModelProfError):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
+
+
+def _refuse_if_none_left(lms: list, failed: dict[str, str]) -> None:
+    if not lms:
+        raise ModelProfError(
+            "every model failed: " + "; ".join(f"model {n!r}: {e}" for n, e in failed.items())
+        )
+
+
+def _with_failed(df: pd.DataFrame, failed: dict[str, str], order: list[str]) -> pd.DataFrame:
+    """``df`` with a row per failed model, in the order given: its error in ``error``, no
+    figures and no rank, and a note; the ratios are to the first model that ran."""
+    if not failed:
+        return df
+    attrs = dict(df.attrs)
+    out = df.reindex(order)
+    out["error"] = pd.Series(failed, dtype=object).reindex(order)
+    out.index.name = df.index.name
+    notes = list(attrs.get("notes") or [])
+    if order[0] in failed:
+        notes.append(f"the ratios are to {df.index[0]}, the first model that ran")
+    notes += [f"{n} failed and is not compared (its error column says why)" for n in failed]
+    out.attrs = {**attrs, "failed": dict(failed), "notes": notes}
+    return out
 
 
 def _ratio(m: Measurement, base: Measurement, confidence: float) -> tuple[float, float, float]:
