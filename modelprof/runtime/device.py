@@ -30,14 +30,16 @@ __all__ = [
     "tf32_enabled",
 ]
 
-#: a MIG slice as torch names its device: "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
-_MIG = re.compile(r"\bMIG[\s-]+(\d+)g\.(\d+)gb\b", re.IGNORECASE)
+#: a MIG slice as torch names its device: "NVIDIA A100-SXM4-40GB MIG 1g.5gb", a compute
+#: instance smaller than its GPU instance with its share first ("MIG 1c.3g.20gb")
+_MIG = re.compile(r"\bMIG[\s-]+((?:\d+c\.)?\d+g\.\d+gb)\b", re.IGNORECASE)
 
 
 def mig_slice(name: Any) -> str | None:
-    """The MIG profile (``"1g.5gb"``) a device name carries, or None for a whole GPU."""
-    match = _MIG.search(str(name)) if isinstance(name, str) else None
-    return None if match is None else f"{match[1]}g.{match[2]}gb"
+    """The MIG profile (``"1g.5gb"``, ``"1c.3g.20gb"``) a device name carries, or None for a
+    whole GPU."""
+    match = _MIG.search(name) if isinstance(name, str) else None
+    return None if match is None else match[1].lower()
 
 
 def mig_refusal(name: str, what: str, instead: str) -> ModelProfError:

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.device import device_synchronize, tf32_enabled
+from modelprof.runtime.device import device_synchronize, mig_refusal, mig_slice, tf32_enabled
 from modelprof.runtime.env import cpu_name
 from modelprof.runtime.inputs import DTYPE_NAMES
 from modelprof.timing.clock import cpu_time_source
@@ -290,10 +290,13 @@ def match_device(name: str) -> str | None:
     ``"NVIDIA H100 80GB HBM3" -> "H100 SXM"``, ``"NVIDIA A100-SXM4-40GB" -> "A100 SXM 40GB"``,
     ``"Tesla T4" -> "T4"``; a key itself matches too. A name that fits several variants
     (``"A100"``: 40 or 80 GB, SXM or PCIe, 1,555 to 2,039 GB/s) raises ``ModelProfError``
-    listing them.
+    listing them; so does a MIG slice's (``"NVIDIA A100-SXM4-40GB MIG 1g.5gb"``), which has a
+    share of the GPU's compute, memory and bandwidth that no entry lists.
     """
     if not isinstance(name, str):
         raise ModelProfError(f"device name must be a string, got {name!r}")
+    if mig_slice(name) is not None:
+        raise mig_refusal(name, "device", "measure the slice (a probe) or pass its figures")
     if name in KNOWN_DEVICES:
         return name
     tokens = set(re.split(r"[\s\-_/,()]+", name.lower()))
