@@ -289,7 +289,10 @@ class OpCounter(compat.TorchDispatchMode):
             self._outer_modes = compat.dispatch_stack_state()
             self._flex_debug = compat.eager_flex_attention(True)
             if self.meta_sdpa:
-                self._meta_sdpa = (compat.function_stack.length(), FusedMetaSDPA())
+                self._meta_sdpa = (
+                    compat.function_stack.length(),
+                    FusedMetaSDPA(self.raised_on_meta),
+                )
                 self._meta_sdpa[1].__enter__()
         try:
             entered = super().__enter__()

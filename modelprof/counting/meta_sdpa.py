@@ -135,7 +135,14 @@ def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
 
 class FusedMetaSDPA(TorchFunctionMode):
     """Active around a counted forward: a meta SDPA call the CPU would fuse runs as the CPU's
-    fused kernel (whose formula the counter has); every other call passes through as it is."""
+    fused kernel (whose formula the counter has); every other call passes through as it is.
+    With ``raised`` (the counter's list of ops that raised on meta), a call that raises before
+    any op does (``Tensor.numpy()`` of a meta tensor: a TypeError of its own, no dispatch) is
+    added to it, so that a forward catching it is said to take another branch there too."""
+
+    def __init__(self, raised: list[str] | None = None) -> None:
+        super().__init__()
+        self.raised = raised
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -144,7 +151,16 @@ class FusedMetaSDPA(TorchFunctionMode):
             bound = _bind(args, kwargs)
             if bound is not None and fused_on_cpu(bound):
                 return fused_sdpa(bound)
-        return func(*args, **kwargs)
+        if self.raised is None:
+            return func(*args, **kwargs)
+        before = len(self.raised)
+        try:
+            return func(*args, **kwargs)
+        except Exception as e:
+            if len(self.raised) == before:  # no op it ran said so
+                name = getattr(func, "__qualname__", None) or str(func)
+                self.raised.append(f"{name}: {type(e).__name__}: {str(e)[:200]}")
+            raise
 
 
 def _is_channels_last(t: Any) -> bool:
