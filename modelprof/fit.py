@@ -6,12 +6,17 @@ Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (Psi = p
 elements). Under ``tp`` a norm's parameters and a row-parallel layer's bias (``ROW_PARALLEL``:
 o_proj, down_proj, c_proj...) stay whole on every rank, a row-parallel weight is split by its
 input and every other tensor along dim 0, rank 0 holding the larger part (the rank counted: an
-odd dimension's extra rows are its), as a real plan does; the saved activations are / tp
+odd dimension's extra rows are its), as a real plan does; a key or value projection splits
+over min(tp, kv_heads) ranks (past the KV heads each rank holds one whole); quantized weights
+(integer parameters, packed weights, a quantized layer's buffers) count as stored, / tp,
+neither sharded nor trained; the saved activations are / tp
 (Megatron with sequence parallelism); KV heads split across at most ``kv_heads`` ranks.
 
     inference        weights (rank 0's shapes) x b + KV cache (2 x layers x kv_heads x
                      head_dim x b x context x batch; a sliding-window layer at most
-                     window - 1 tokens) / min(tp, kv_heads) + a recurrent (Mamba) state
+                     window - 1 tokens; an encoder-decoder's cross-attention as many again
+                     for its encoded tokens, ``context`` ids or Whisper's source positions)
+                     / min(tp, kv_heads) + a recurrent (Mamba) state
                      per sequence x batch / tp, read from the cache the model builds on
                      meta as ``profile_generation``'s plan reads it (a 16-bit Mamba's SSM
                      state is float32 there) + the largest activation of a prefill (one
@@ -33,6 +38,9 @@ odd dimension's extra rows are its), as a real plan does; the saved activations 
                      ZeRO paper's accounting; DeepSpeed's estimators add an fp32 gradient
                      partition (ZeRO-2: 2 Psi + 18 Psi / N) and the largest layer gathered
                      (ZeRO-3: + 4 x its parameters), which a note gives in bytes.
+
+When no training plan fits, a note gives the ranks from which ZeRO-3 would (and with full
+checkpointing, when not asked), or says that the saved activations alone exceed the memory.
 
 The numbers are in bytes in ``FitReport.table`` (numeric); ``str(report)`` renders them in human
 units with a yes/no per plan and the headroom. What is not in them: the CUDA context and the
@@ -60,6 +68,7 @@ from torch import nn
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
+from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
 from modelprof.profile import profile
 from modelprof.render._output import emit
@@ -171,18 +180,19 @@ def fit(
     shapes of its real state after one step); ``mixed_precision``: default on for 16-bit
     ``dtype``; ``checkpointing``: activation checkpointing of the training plans, ``"none"``,
     ``"full"`` or ``"selective"`` (Korthikanti et al. 2022; the module doc). A ``tp`` that does
-    not divide the heads, a ``context`` past the model's positions and a non-integer head dim
-    are refused."""
+    not divide the heads, nor split or replicate whole KV heads, a ``context`` past the
+    model's positions and a non-integer head dim are refused."""
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     spec = dataclasses.replace(spec, checkpointing=_checkpointing(checkpointing))
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
-    shapes, stored, parameters = _weights(model, spec.tp)
+    shapes, stored, parameters = _weights(model, spec.tp, spec.dtype, _kv_ranks(config, spec.tp))
     counts = _counted(model, config, spec, training)
     counts["stored"] = stored
     counts["state"], counts["state_skipped"] = _recurrent_state(model, config, spec)
     counts["deepspeed"] = _deepspeed_terms(model, spec, shapes)
+    counts["source"] = _source_tokens(model, config, spec)
     cols = {"inference": _inference(model, config, spec, shapes, counts)}
     if training:
         for plan in PLANS[1:]:
@@ -203,7 +213,7 @@ def fit(
         table,
         key,
         device if isinstance(device, str) else key,
-        _notes(spec, key, training, counts, built),
+        _notes(spec, key, training, counts, built) + _way_forward(spec, shapes, counts, table),
         type(model).__name__,
         parameters,
         spec.tp * spec.ranks,
@@ -263,14 +273,7 @@ def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
             f"{type(config).__name__}: hidden size {hidden} / {heads} attention heads = "
             f"{hidden / heads:g} is not an integer head dim; no attention layer has it"
         )
-    if heads and heads % spec.tp:
-        ok = [t for t in range(1, heads + 1) if heads % t == 0]
-        raise ModelProfError(
-            f"tp={spec.tp} does not split the {heads} attention heads of {type(model).__name__}"
-            f" (hidden size {hidden}) into whole heads per rank"
-            + (" (more ranks than heads)" if spec.tp > heads else "")
-            + f": a tensor-parallel plan needs heads % tp == 0; tp in {ok[-8:]} does"
-        )
+    _check_tp(model, d, spec)
     limit = d["max_positions"]
     takes_ids = _count_inputs(model, spec, training=False) is not None or _caches(model)
     if limit and takes_ids and spec.context > limit:
@@ -282,6 +285,29 @@ def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
                 if _learned_positions(model, limit)
                 else "; raise it, with RoPE scaling, to plan longer)"
             )
+        )
+
+
+def _check_tp(model: nn.Module, d: dict[str, Any], spec: _Spec) -> None:
+    """Refuse a ``tp`` that splits no whole attention heads (``heads % tp``: Megatron and vLLM
+    ask it, so ``tp`` above the head count too) or whose ranks cannot hold whole KV heads:
+    ``kv_heads % tp == 0`` splits them, ``tp % kv_heads == 0`` replicates one on each rank."""
+    heads, hidden = d["heads"], d["hidden"]
+    if heads and heads % spec.tp:
+        ok = [t for t in range(1, heads + 1) if heads % t == 0]
+        raise ModelProfError(
+            f"tp={spec.tp} does not split the {heads} attention heads of {type(model).__name__}"
+            f" (hidden size {hidden}) into whole heads per rank"
+            + (" (more ranks than heads)" if spec.tp > heads else "")
+            + f": a tensor-parallel plan needs heads % tp == 0; tp in {ok[-8:]} does"
+        )
+    kv = d["kv_heads"]
+    if heads and kv and kv != heads and kv % spec.tp and spec.tp % kv:
+        ok = [t for t in range(1, heads + 1) if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+        raise ModelProfError(
+            f"tp={spec.tp} neither splits the {kv} KV heads of {type(model).__name__} into whole "
+            f"heads per rank nor gives each rank one whole (a tensor-parallel plan needs "
+            f"kv_heads % tp == 0, or tp % kv_heads == 0 to replicate them); tp in {ok[-8:]} does"
         )
 
 
@@ -528,11 +554,14 @@ def _layer_saved(rows: list) -> list[int]:
     return [int(r.saved_bytes or 0) for r in layers if r.depth == depth]
 
 
-def _weights(model: nn.Module, tp: int) -> tuple[list[tuple[int, ...]], int, int]:
+def _weights(
+    model: nn.Module, tp: int, dtype: torch.dtype, kv_ranks: int
+) -> tuple[list[tuple[int, ...]], int, int]:
     """The shapes tensor-parallel rank 0 holds of the floating parameters (held at
     ``dtype``, trained), the bytes of the weights held as stored (integer and quantized
-    parameters, a tensor subclass by its inner tensors, and the packed weights of quantized
-    layers, which are no parameters), and the parameter elements of the model. Under ``tp``
+    parameters, a tensor subclass by its inner tensors, the packed weights of quantized
+    layers, which are no parameters, and a quantized layer's buffers: ``_quantized_buffers``),
+    and the parameter elements of the model. Under ``tp``
     a norm's parameters and a row-parallel layer's bias stay whole on every rank, a row-parallel
     weight is split by its input and any other tensor along dim 0, rank 0 taking the extra rows
     of an odd dimension, as a real plan does (``_tp_shape``)."""
@@ -547,11 +576,35 @@ def _weights(model: nn.Module, tp: int) -> tuple[list[tuple[int, ...]], int, int
                 continue
             seen.add(id(p))
             elements += p.numel()
-            if p.is_floating_point() and type(p) in PLAIN_TENSORS:
-                shapes.append(_tp_shape(tuple(p.shape), tp, whole, module, name, pname))
+            if _plain_float(p):
+                shape = _tp_shape(tuple(p.shape), tp, whole, module, name, pname, kv_ranks)
+                shapes.append(shape)
             else:
                 stored += tensor_nbytes(p)
+        stored += _quantized_buffers(module, seen, dtype)
     return shapes, stored, elements
+
+
+def _plain_float(t: torch.Tensor) -> bool:
+    return t.is_floating_point() and type(t) in PLAIN_TENSORS
+
+
+def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) -> int:
+    """Bytes of the buffers of a quantized layer, which hold its weights: one with an integer
+    or quantized parameter, or with no parameters and an integer or quantized buffer (a GPTQ
+    layer's packed ``qweight`` and ``qzeros``): each buffer once, integer ones as stored,
+    floating ones (the scales, the bias) at ``dtype``. A float layer's buffers (rotary
+    frequencies, BERT's position ids beside its embeddings) stay out, as in the closed forms."""
+    params = list(module.parameters(recurse=False))
+    held = params or list(module.buffers(recurse=False))
+    if all(_plain_float(t) for t in held):
+        return 0
+    total = 0
+    for b in module.buffers(recurse=False):
+        if id(b) not in seen:
+            seen.add(id(b))
+            total += b.numel() * dtype.itemsize if _plain_float(b) else tensor_nbytes(b)
+    return total
 
 
 #: the layers a tensor-parallel plan splits by their input (Megatron's row-parallel linears:
@@ -561,16 +614,34 @@ ROW_PARALLEL = frozenset(
     {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "dense_4h_to_h", "wo"}
 )
 
+#: a grouped-query attention's key and value projections, whose rows are whole KV heads
+KV_PROJECTIONS = frozenset({"k_proj", "v_proj"})
+
+
+def _kv_ranks(config: Any, tp: int) -> int:
+    """The ranks a KV head's rows split over: ``min(tp, kv_heads)`` (``tp`` when unknown)."""
+    kv = model_dims(config)["kv_heads"] if config is not None else None
+    return min(tp, kv) if kv else tp
+
 
 def _tp_shape(
-    s: tuple[int, ...], tp: int, whole: bool, module: nn.Module, name: str, pname: str
+    s: tuple[int, ...],
+    tp: int,
+    whole: bool,
+    module: nn.Module,
+    name: str,
+    pname: str,
+    kv_ranks: int,
 ) -> tuple[int, ...]:
     """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``: whole (a
     norm's; a row-parallel layer's bias), split by the input (a row-parallel weight: dim 1 of a
     Linear's, dim 0 of GPT-2's transposed Conv1D) or along dim 0 (the rest), rank 0 taking the
-    extra rows of an odd dimension."""
+    extra rows of an odd dimension. A key or value projection (``KV_PROJECTIONS``) splits over
+    ``kv_ranks`` only (``min(tp, kv_heads)``): past the KV heads each rank holds one whole."""
     if whole or not s:
         return s
+    if name.rsplit(".", 1)[-1] in KV_PROJECTIONS:
+        return (-(-s[0] // kv_ranks), *s[1:])
     if name.rsplit(".", 1)[-1] in ROW_PARALLEL:
         if pname == "bias":
             return s
@@ -586,6 +657,8 @@ def _inference(
     kv = 0
     if config is not None and _caches(model):
         kv = closed_form_kv_bytes(config, spec.dtype, spec.context, spec.batch_size) or 0
+        if counts["source"]:  # an encoder-decoder's cross-attention keys and values
+            kv += closed_form_kv_bytes(config, spec.dtype, counts["source"], spec.batch_size) or 0
         kv_heads = model_dims(config)["kv_heads"] or 1
         kv = -(-kv // min(spec.tp, kv_heads))
         # a recurrent (SSM) state: per sequence, any context; its channels split over tp
@@ -613,6 +686,18 @@ def _recurrent_state(model: nn.Module, config: Any, spec: _Spec) -> tuple[int, s
         return 0, f"no recurrent state read: its cache was not built on meta ({_first_line(e)})"
     kv = report.kv
     return (kv.state_bytes // kv.batch_size if kv is not None else 0), None
+
+
+def _source_tokens(model: nn.Module, config: Any, spec: _Spec) -> int:
+    """An encoder-decoder's encoded tokens, which its decoder's cross-attention cache holds in
+    every layer for the whole generation: ``context`` token ids, Whisper's
+    ``max_source_positions`` frames (``generation.encoder.source_length``); 0 otherwise."""
+    if not getattr(config, "is_encoder_decoder", False) or not _caches(model):
+        return 0
+    try:
+        return source_length(model, {}, spec.context)
+    except ModelProfError:  # a source fit cannot size (not token ids, no positions)
+        return 0
 
 
 def _caches(model: nn.Module) -> bool:
@@ -693,6 +778,56 @@ def _state_bytes(spec: _Spec, shapes: list, sharded: bool, state_size: int) -> i
         a, f = spec.optimizer.nbytes((-(-s[0] // n), *s[1:]) if s else s, state_size)
         total += a + f
     return total
+
+
+def _zero3_ranks(spec: _Spec, shapes: list, counts: dict[str, Any], memory: int) -> int | None:
+    """The fewest data-parallel ranks at which the ZeRO-3 plan of ``spec`` fits ``memory``
+    (its total only falls as ranks grow: a binary search), or None when not even 2**20 do
+    (what no sharding divides, the saved activations, is already too much)."""
+
+    def fits(n: int) -> bool:
+        plan = _training(PLANS[-1], dataclasses.replace(spec, ranks=n), shapes, counts)
+        return sum(plan.values()) <= memory
+
+    high = 2**20
+    if not fits(high):
+        return None
+    low = spec.ranks  # does not fit
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    return high
+
+
+def _way_forward(
+    spec: _Spec, shapes: list, counts: dict[str, Any], table: pd.DataFrame
+) -> tuple[str, ...]:
+    """When no training plan fits: the ranks from which ZeRO-3 would (and with full
+    activation checkpointing, when it is not asked and would help), or why none would."""
+    trained = [p for p in PLANS[1:] if p in table.columns]
+    if not trained or table.loc["fits", trained].any():
+        return ()
+    memory = int(table.loc["memory", trained[0]])
+    options = [spec] + (
+        [dataclasses.replace(spec, checkpointing="full")]
+        if spec.checkpointing == "none" and counts.get("layer_saved") and counts.get("hidden")
+        else []
+    )
+    said = []
+    for option in options:
+        n = _zero3_ranks(option, shapes, counts, memory)
+        how = "" if option is spec else " with checkpointing='full'"
+        said.append(
+            f"from {n} ranks{how} ({n * spec.tp} GPUs at tp={spec.tp})"
+            if n is not None
+            else f"at no number of ranks{how}: its saved activations alone are "
+            f"{format_bytes(_saved(option, counts) / spec.tp)} a rank"
+        )
+    return (
+        f"no training plan fits on {spec.ranks} rank{'s' if spec.ranks > 1 else ''}: ZeRO-3 "
+        f"(FSDP) would fit {'; '.join(said)}; a larger tp or a smaller batch or context "
+        "lower it too",
+    )
 
 
 def _checkpointing_note(spec: _Spec, counts: dict[str, Any]) -> str:

@@ -313,8 +313,9 @@ def test_a_config_builds_the_class_that_maps_it_and_says_which():
     assert any(
         "counted T5ForConditionalGeneration, built from the config" in n for n in report.notes
     )
-    # T5's decoder caches K and V: 2 x 2 layers x 4 heads x 16 (d_kv) x 2 bytes x 16 tokens
-    assert report.table.loc["kv_cache", "inference"] == 2 * 2 * 4 * 16 * 2 * 16
+    # T5's decoder caches K and V of its own tokens, 2 x 2 layers x 4 heads x 16 (d_kv) x 2
+    # bytes x 16 tokens, and of the 16 encoded ones for cross-attention, as many again
+    assert report.table.loc["kv_cache", "inference"] == 2 * (2 * 2 * 4 * 16 * 2 * 16)
     by_class = fit(transformers.LlamaConfig, context=8, training=False)  # its defaults
     assert by_class.model == "LlamaForCausalLM"
     as_dict = fit({"model_type": "llama", **small_llama().to_diff_dict()}, context=16)

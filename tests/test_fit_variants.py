@@ -1,0 +1,166 @@
+"""``fit`` on the kinds of model a user brings: a quantized layer's weights kept in buffers, an
+encoder-decoder's cross-attention cache, grouped-query heads under tensor parallelism, and a
+training plan that fits nowhere, which says where it would."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from modelprof import ModelProfError
+from modelprof.fit import fit
+from modelprof.generation.memory import weights_bytes
+
+transformers = pytest.importorskip("transformers")
+
+
+class _GPTQLinear(nn.Module):
+    """A 4-bit layer as GPTQ packs it: no parameters, its weights in buffers."""
+
+    def __init__(self, n_in: int, n_out: int, group: int = 32) -> None:
+        super().__init__()
+        self.register_buffer("qweight", torch.zeros(n_in // 8, n_out, dtype=torch.int32))
+        self.register_buffer("qzeros", torch.zeros(n_in // group, n_out // 8, dtype=torch.int32))
+        self.register_buffer("scales", torch.ones(n_in // group, n_out, dtype=torch.float16))
+        self.register_buffer("bias", torch.zeros(n_out, dtype=torch.float16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., : self.bias.shape[0]] + self.bias.to(x.dtype)
+
+
+class _Int8WeightOnly(nn.Module):
+    """An int8 weight kept as a frozen parameter, its float scales in a buffer."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_out, n_in, dtype=torch.int8), requires_grad=False)
+        self.register_buffer("scale", torch.ones(n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ (self.weight.to(x.dtype) * self.scale[:, None]).t()
+
+
+def test_a_quantized_layers_buffers_are_its_weights():
+    model = nn.Sequential(_GPTQLinear(256, 256), _Int8WeightOnly(256, 64))
+    report = fit(model, dtype=torch.float16, training=False)
+    # GPTQ: qweight 32 x 256 int32 = 32,768, qzeros 8 x 32 int32 = 1,024, scales 8 x 256
+    # fp16 = 4,096, bias 256 fp16 = 512; int8 layer: 64 x 256 = 16,384 and its 64 scales at
+    # fp16 = 128: 54,912 B (the int8 parameter alone, 16,384, was all fit counted)
+    assert report.table.loc["weights", "inference"] == 54_912
+    assert weights_bytes(model, torch.float16) == 54_912  # generation's memory plan agrees
+    # neither trained nor sharded: the same bytes in every training plan, no gradients
+    assert (report.table.loc["weights"] == 54_912).all()
+    assert (report.table.loc["gradients"] == 0).all()
+
+
+def test_a_float_models_buffers_stay_out_of_its_weights():
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=101,
+        max_position_embeddings=64,
+    )
+    report = fit(cfg, context=16, training=False)
+    # 74,688 parameters x 2 bytes; the rotary frequencies (2 x 8 float32) are not weights
+    assert report.table.loc["weights", "inference"] == 74_688 * 2
+
+
+def _whisper():
+    return transformers.WhisperConfig(
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=96,
+        decoder_ffn_dim=96,
+        vocab_size=100,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        max_source_positions=30,
+        max_target_positions=64,
+        num_mel_bins=8,
+    )
+
+
+def test_an_encoder_decoder_caches_its_source_for_cross_attention():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = fit(_whisper(), dtype=torch.float32, context=16, training=False)
+    # one token of the decoder's cache: 2 (K, V) x 2 decoder layers x 4 heads x 16 x 4 bytes
+    # = 1,024 B; its own 16 tokens and Whisper's 30 encoded positions: 46 x 1,024 = 47,104
+    # (the decoder's own tokens alone were 16,384)
+    assert report.table.loc["kv_cache", "inference"] == 46 * 1024
+    bart = transformers.BartConfig(
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=96,
+        decoder_ffn_dim=96,
+        max_position_embeddings=128,
+        vocab_size=1000,
+    )
+    two = fit(bart, dtype=torch.float32, context=16, tp=2, training=False)
+    # BART's source is the 16 token ids: (16 own + 16 encoded) x 1,024 B, the heads over 2 ranks
+    assert two.table.loc["kv_cache", "inference"] == 32 * 1024 // 2
+
+
+def _gqa(heads: int, kv: int, hidden: int):
+    return transformers.LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        vocab_size=101,
+        max_position_embeddings=64,
+    )
+
+
+@pytest.mark.parametrize(("heads", "kv", "tp"), [(6, 3, 2), (6, 2, 3), (8, 4, 8)])
+def test_tp_must_split_or_replicate_whole_kv_heads(heads, kv, tp):
+    cfg = _gqa(heads, kv, 16 * heads)
+    if kv % tp and tp % kv:  # 3 KV heads on 2 ranks, 2 on 3: no rank holds whole heads
+        with pytest.raises(ModelProfError, match=rf"tp={tp} neither splits the {kv} KV heads"):
+            fit(cfg, context=16, tp=tp, training=False)
+    else:  # 4 KV heads on 8 ranks: one each, replicated on 2
+        fit(cfg, context=16, tp=tp, training=False)
+
+
+def test_past_the_kv_heads_each_rank_holds_one_whole():
+    report = fit(_gqa(4, 2, 64), context=16, tp=4, training=False)
+    # rank 0 at tp=4 with 2 KV heads of 16: embedding and head 26 of 101 rows x 64 = 3,328;
+    # a layer: q_proj 16 x 64, k_proj and v_proj one whole KV head 16 x 64 each (a quarter,
+    # 8 rows, is no head), o_proj 64 x 16, gate and up 24 x 64, down 64 x 24, norms 2 x 64:
+    # 8,832; 2 layers + final norm 64: 21,056 elements x 2 bytes (bf16)
+    assert report.table.loc["weights", "inference"] == 21_056 * 2
+    # the KV cache: 2 x 2 layers x 2 KV heads x 16 x 2 bytes x 16 tokens over 2 ranks
+    assert report.table.loc["kv_cache", "inference"] == 2 * 2 * 2 * 16 * 2 * 16 // 2
+
+
+def test_a_training_plan_that_fits_nowhere_says_from_how_many_ranks_zero3_would():
+    cfg = _gqa(4, 2, 64)
+    memory = 400_000
+    kw = dict(context=16, memory_bytes=memory, optimizer="adam", mixed_precision=False)
+    report = fit(cfg, ranks=2, dtype=torch.float32, **kw)
+    assert not report.table.loc["fits"].iloc[1:].any()
+    (note,) = [n for n in report.notes if n.startswith("no training plan fits on 2 ranks")]
+    n = int(re.search(r"would fit from (\d+) ranks", note)[1])
+    # the number said is the first that fits: its own table at n fits, at n - 1 it does not
+    assert fit(cfg, ranks=n, dtype=torch.float32, **kw).fits("ZeRO-3 (FSDP)")
+    assert not fit(cfg, ranks=n - 1, dtype=torch.float32, **kw).fits("ZeRO-3 (FSDP)")
+    assert f"({n * 1} GPUs at tp=1)" in note
+    # a memory that the saved activations alone exceed: no number of ranks, said with why
+    tiny = fit(cfg, ranks=2, dtype=torch.float32, **{**kw, "memory_bytes": 1000})
+    assert any("at no number of ranks" in n and "saved activations" in n for n in tiny.notes)
