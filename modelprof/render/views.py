@@ -137,6 +137,10 @@ def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
                     f"{known.header if known else stem.replace('_', ' ')} ratio", kind
                 )
             return ColumnSpec(stem.replace("_", " "), kind)
+    stem, _, last = str(name).rpartition("_")
+    counted = _declared(last) if stem else None
+    if counted is not None and counted.kind == "count":  # prefill_macs: "prefill MACs", 1.70 M
+        return ColumnSpec(f"{stem.replace('_', ' ')} {counted.header}", "count")
     header = str(name).replace("_", " ")
     if series is not None:
         if pd.api.types.is_bool_dtype(series.dtype):
@@ -367,11 +371,20 @@ _HUMAN: dict[str, Callable[[Any], str]] = {
     "time_ms": format_time_ms,
     "percent": format_percent,
     "ratio": lambda v: format_percent(float(v) * 100.0),
-    "float": lambda v: f"{float(v):.2f}",
+    "float": lambda v: _float(float(v)),
     "gflops": lambda v: format_rate(float(v) * 1e9, "FLOP/s"),
     "gbps": lambda v: format_rate(float(v) * 1e9, "B/s"),
     "multiple": format_multiple,
 }
+
+
+def _float(v: float) -> str:
+    """A number of no known kind: two decimals, a large one in SI units (``29.03 G``, never
+    ``29025173504.00``)."""
+    return format_count(v) if abs(v) >= _LARGE_FLOAT else f"{v:.2f}"
+
+
+_LARGE_FLOAT = 1e6
 
 
 def _human_formatter(kind: str) -> Callable[[Any], str]:
