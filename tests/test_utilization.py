@@ -500,7 +500,9 @@ def test_no_peak_on_the_cpu_is_a_sentence_not_a_frame_of_nan():
     unprobed = modelprof.profile(
         nn.Linear(4, 4), (4,), roofline=False, repeat=3, warmup=1, budget_s=0.2
     )
-    with pytest.raises(ModelProfError, match=r"has no probe \(roofline=False\)"):
+    with pytest.raises(
+        ModelProfError, match=r"has no probed peak \(profile\(\.\.\., roofline=False\)"
+    ):
         unprobed.utilization()
     assert "MFU" not in unprobed.summary()  # the summary leaves the line out, as before
 

@@ -649,7 +649,7 @@ class Report(Exports):
                 f"not call: {idle[0].type}; row {NOT_CALLED!r})"
             )
         if self.peaks is not None and self.peaks.loaded:
-            lines.append(loaded_probe_note(self.peaks))
+            lines.append(loaded_probe_note(self.peaks, run_peaks(self)))
         if self.latency is not None:
             lines.extend(self._timing_summary())
             if self.peaks is not None:
@@ -734,15 +734,26 @@ class Report(Exports):
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
 
 
-def loaded_probe_note(peaks: Any) -> str:
-    """The summary's line on roofs probed on a busy machine."""
-
+def loaded_probe_note(peaks: Any, used: Any = None) -> str:
+    """The summary's line on roofs probed on a busy machine; ``used``: the run's one peak
+    (``run_peaks``), whose raised roofs it names, so the line and the MFU beside it quote
+    the same compute roof."""
+    raised = []
+    if used is not None and used.peak_flops > peaks.peak_flops:
+        raised.append(f"compute {format_rate(used.peak_flops, 'FLOP/s')}")
+    if used is not None and used.peak_bytes > peaks.peak_bytes:
+        raised.append(f"memory {format_rate(used.peak_bytes, 'B/s')}")
+    used_text = (
+        f"; the roofs used here are raised to what layers of this run reached ({', '.join(raised)})"
+        if raised
+        else ""
+    )
     return (
         f"note: the roofline probe ran on a busy machine (wall/CPU "
         f"{peaks.wall_over_cpu:.2f}): its roofs (compute "
         f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
-        f"{format_rate(peaks.peak_bytes, 'B/s')}) read low, and every efficiency judged "
-        "against them is marked (efficiency_loaded); probe again on a quiet machine, or "
+        f"{format_rate(peaks.peak_bytes, 'B/s')}) read low{used_text}, and every efficiency "
+        "judged against them is marked (efficiency_loaded); probe again on a quiet machine, or "
         "pass roofline=lookup_peaks(...)"
     )
 

@@ -242,14 +242,16 @@ def _no_peak(report: Any) -> str:
         else f"{device} is a MIG slice, which the whole GPU's datasheet figures do not describe"
     )
     why = (
-        "this report has no probe (roofline=False)"
+        # profile(roofline=False), or a phase of profile_generation, which probes no peak
+        "this report has no probed peak (profile(..., roofline=False), or a phase of "
+        "profile_generation, which does not probe)"
         if report.timed
         else "this report was not timed (timing=False), so it has neither a probe nor a time"
     )
     return (
-        f"utilization(): no peak to judge against: {where}, and {why}; profile with timing "
-        "(roofline=None probes the device), or pass peak=Peaks(peak_flops=..., "
-        "peak_bytes=...) or a device name of the table"
+        f"utilization(): no peak to judge against: {where}, and {why}; pass "
+        "peak=Peaks(peak_flops=..., peak_bytes=...) or a device name of the table "
+        "(peak='H100 SXM'), or profile with timing and roofline=None, which probes the device"
     )
 
 

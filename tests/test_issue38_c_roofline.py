@@ -1,0 +1,80 @@
+"""One peak per run, said the same everywhere (issue 38 item 15): the summary's note on a busy
+probe quotes the roof its MFU line and the plot use; a generation's utilization without a peak
+says why in a sentence that fits a generation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+import modelprof
+from modelprof import ModelProfError
+from modelprof.render.units import format_rate
+from modelprof.report.roofline import run_peaks
+from modelprof.timing.peaks import MemoryLevel, Peaks
+
+# a probe that read far too low on a busy machine (wall/CPU 2): every layer beats its roofs
+LOW = Peaks(
+    peak_flops=1e6,
+    peak_bytes=1e6,
+    source="probe",
+    device="test CPU",
+    levels=(MemoryLevel("L1", 1 << 16, 1e6), MemoryLevel("DRAM", None, 1e6)),
+    wall_over_cpu=2.0,
+)
+
+
+@pytest.fixture(scope="module")
+def disturbed():
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))
+    return modelprof.profile(model, (64,), batch_size=16, roofline=LOW, repeat=3, warmup=1)
+
+
+def test_the_busy_probe_note_quotes_the_roof_the_mfu_uses(disturbed):
+    used = run_peaks(disturbed)
+    assert "compute" in used.raised and used.peak_flops > LOW.peak_flops
+    lines = disturbed.summary().splitlines()
+    note = next(line for line in lines if "ran on a busy machine" in line)
+    mfu = next(line for line in lines if line.startswith("MFU"))
+    roof = format_rate(used.peak_flops, "FLOP/s")
+    # the note said only the bare probe (1.00 MFLOP/s) beside an MFU against the raised roof
+    assert f"compute {roof}" in note and "raised to what layers of this run reached" in note
+    assert f"peak {roof}" in mfu
+
+
+def test_the_plot_draws_the_roof_the_table_and_summary_use_and_says_why(disturbed):
+    used = run_peaks(disturbed)
+    fig = disturbed.plot_roofline()
+    ax = fig.axes[0]
+    roofs = [line for line in ax.get_lines() if line.get_label().startswith("compute roof")]
+    assert roofs and max(roofs[0].get_ydata()) == pytest.approx(used.peak_flops)
+    title = ax.get_title().replace("\n", " ")
+    assert "busy machine" in title and "the probe was disturbed and read low" in title
+    assert "raised to measured" not in title
+    util = disturbed.utilization("probe")
+    assert util.convention.peaks.peak_flops == pytest.approx(used.peak_flops)
+    assert (util.rows["mfu"].dropna() <= 1 + 1e-9).all()
+
+
+def test_a_generation_without_a_peak_says_why_in_its_own_words():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    g = modelprof.profile_generation(
+        GPT2LMHeadModel(config).eval(), prompt_len=4, new_tokens=3, budget_s=0.1,
+        min_samples=3, warn=False,
+    )  # fmt: skip
+    # it said "no probe (roofline=False)": profile_generation takes no roofline and probes none
+    with pytest.raises(
+        ModelProfError, match=r"a phase of profile_generation, which does not probe.*pass peak="
+    ):
+        g.utilization()
+    given = g.utilization(dataclasses.replace(LOW, source="user", wall_over_cpu=None))
+    assert given.phases["mfu"].notna().all()
