@@ -63,7 +63,7 @@ from modelprof.timing.layers import (
     gc_paused,
 )
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import warm_up
+from modelprof.timing.runner import Runner
 
 __all__ = [
     "KERNEL_COLUMNS",
@@ -469,20 +469,22 @@ def time_kernels(
         return model(*args, **kwargs)
 
     passes = opts.stop.repeat or opts.stop.min_samples
-    run = _KernelRun(model, forward, reset, names, dev)
+    run = _KernelRun(model, forward, reset, names, opts, mode)
     run.backward = bool(backward)
-    with contextlib.ExitStack() as stack:
-        grads = [(p, p.grad) for p in run.params]
-        stack.callback(lambda: [setattr(p, "grad", g) for p, g in grads])
-        if dev.type == "cuda":
-            stack.enter_context(torch.cuda.device(dev))
-        stack.enter_context(running(model, mode))
-        stack.enter_context(run.user_errors())
-        plan = discover(model, lambda: (reset(), forward())[1], CallPlan(names))
-        run.plan = plan
-        n_warm, _ = warm_up(lambda: (reset(), forward()), opts.warmup, False, run.sync)
-        readings = run.profiled(passes)
-    return run.result(readings, model_inputs, opts, n_warm + 2)
+    grads = [(p, p.grad) for p in run.params]
+    try:
+        with run:
+            run.plan = run.guarded(
+                lambda: discover(model, lambda: (reset(), forward())[1], CallPlan(names))
+            )
+            run.warm_with(lambda: (reset(), forward()))
+            readings = run.guarded(lambda: run.profiled(passes))
+    finally:
+        if run.ranges is not None:  # a range a failed call left open
+            run.ranges.close_open()
+        for p, g in grads:
+            p.grad = g
+    return run.result(readings, model_inputs, opts, run.warmup_calls + 2)
 
 
 def _backward(out: Any, params: list[torch.Tensor]) -> None:
@@ -499,8 +501,9 @@ def _backward(out: Any, params: list[torch.Tensor]) -> None:
         p.grad = None
 
 
-class _KernelRun:
-    """The profiled passes of one ``time_kernels`` call, and their result."""
+class _KernelRun(Runner):
+    """The profiled passes of one ``time_kernels`` call, and their result: a Runner in the run
+    mode ``mode``, a failure of the user's forward raised naming the model."""
 
     def __init__(
         self,
@@ -508,16 +511,18 @@ class _KernelRun:
         forward: Callable[[], Any],
         reset: Callable[[], Any],
         names: dict[nn.Module, str],
-        dev: torch.device,
+        opts: TimingOptions,
+        mode: RunMode,
     ) -> None:
-        self.model, self.forward, self.reset, self.names, self.dev = (
+        super().__init__(opts, mode.device, type(model).__name__)
+        self.model, self.forward, self.reset, self.names, self.mode = (
             model,
             forward,
             reset,
             names,
-            dev,
+            mode,
         )
-        self.gpu = dev.type == "cuda"
+        self.gpu = self.dev.type == "cuda"
         self.plan: CallPlan | None = None
         self.ranges: _Ranges | None = None
         self.hooked_issue: list[float] = []
@@ -528,26 +533,21 @@ class _KernelRun:
         self.backward = False
         self.params = [p for p in model.parameters() if p.requires_grad]
 
+    def contexts(self) -> Sequence[contextlib.AbstractContextManager]:
+        return (running(self.model, self.mode),)
+
     def sync(self) -> None:
         device_synchronize(self.dev)
 
-    @contextlib.contextmanager
-    def user_errors(self) -> Iterator[None]:
-        """A failure of the user's forward becomes a ModelProfError naming the model."""
-        try:
-            yield
-        except ModelProfError:
-            raise
-        except Exception as e:
-            if is_oom(e):
-                raise
-            raise ModelProfError(
-                f"forward of {type(self.model).__name__} failed while timing layers from "
-                f"their kernels: {type(e).__name__}: {e}"
-            ) from e
-        finally:
-            if self.ranges is not None:
-                self.ranges.close_open()
+    def failure(self, e: Exception) -> BaseException:
+        """A failure of the user's forward (not an out-of-memory) as a ModelProfError naming
+        the model."""
+        if is_oom(e):
+            return e
+        return ModelProfError(
+            f"forward of {type(self.model).__name__} failed while timing layers from "
+            f"their kernels: {type(e).__name__}: {e}"
+        )
 
     def _pass(self, p: int) -> None:
         """Hooked pass ``p`` (in its pass range), then a plain one; host times of both."""

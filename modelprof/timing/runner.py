@@ -7,7 +7,8 @@ options' warm-up rule, takes blocks of samples by their stop rule through the on
 user's code into a ``ModelProfError`` (``failure``); and it gives the fields every Measurement
 of its samples shares. What a pass runs is its own: ``TimedCall`` (``timing/latency.py``), the
 per-layer passes' ``_LayerRun`` (``timing/layers.py``), the training step's ``StepTimer``
-(``step/timing.py``) and the generations of ``generation/timing.py`` are Runners.
+(``step/timing.py``), the generations of ``generation/timing.py`` (alone and compared, in
+``generation/compare.py``) and the profiled passes of ``timing/kernels.py`` are Runners.
 """
 
 from __future__ import annotations
