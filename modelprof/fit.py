@@ -188,10 +188,12 @@ def fit(
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
     shapes, stored, parameters = _weights(model, spec.tp, spec.dtype, _kv_ranks(config, spec.tp))
+    shapes, trained = [s for s, _ in shapes], [s for s, t in shapes if t]
     counts = _counted(model, config, spec, training)
-    counts["stored"] = stored
+    counts["stored"], counts["trained"] = stored, trained
+    counts["frozen"] = len(shapes) - len(trained)
     counts["state"], counts["state_skipped"] = _recurrent_state(model, config, spec)
-    counts["deepspeed"] = _deepspeed_terms(model, spec, shapes)
+    counts["deepspeed"] = _deepspeed_terms(model, spec, trained)
     counts["source"] = _source_tokens(model, config, spec)
     cols = {"inference": _inference(model, config, spec, shapes, counts)}
     if training:
@@ -354,13 +356,17 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
 
 
 def _model(obj: Any) -> tuple[nn.Module, Any, str | None]:
-    """The module to count and its transformers config (None for a plain module). A module is
+    """The module to count and its transformers config (None for a plain module; for a
+    user's module around a transformers model, that model's). A module is
     counted as given (its own head and adapters; the counting pass runs it on meta); a config
     (an instance, a config class, or a dict with ``model_type``) is built on meta, and the
     class built is named (the third item; None for a module)."""
     if isinstance(obj, nn.Module):
         config = getattr(obj, "config", None)
-        return obj, (config if _is_config(config) else None), None
+        if not _is_config(config):  # a user's model around a transformers one: its config
+            inner = next((m for m in obj.modules() if m is not obj and _is_hf_model(m)), None)
+            config = inner.config if inner is not None else None
+        return obj, config, None
     config = _as_config(obj)
     model = _from_config(config)
     return model, config, type(model).__name__
@@ -556,16 +562,17 @@ def _layer_saved(rows: list) -> list[int]:
 
 def _weights(
     model: nn.Module, tp: int, dtype: torch.dtype, kv_ranks: int
-) -> tuple[list[tuple[int, ...]], int, int]:
+) -> tuple[list[tuple[tuple[int, ...], bool]], int, int]:
     """The shapes tensor-parallel rank 0 holds of the floating parameters (held at
-    ``dtype``, trained), the bytes of the weights held as stored (integer and quantized
+    ``dtype``), each with whether it is trained (``requires_grad``: a frozen base under an
+    adapter is not), the bytes of the weights held as stored (integer and quantized
     parameters, a tensor subclass by its inner tensors, the packed weights of quantized
     layers, which are no parameters, and a quantized layer's buffers: ``_quantized_buffers``),
     and the parameter elements of the model. Under ``tp``
     a norm's parameters and a row-parallel layer's bias stay whole on every rank, a row-parallel
     weight is split by its input and any other tensor along dim 0, rank 0 taking the extra rows
     of an odd dimension, as a real plan does (``_tp_shape``)."""
-    shapes: list[tuple[int, ...]] = []
+    shapes: list[tuple[tuple[int, ...], bool]] = []
     packed_elements, stored = module_packed_weights(model)
     seen: set[int] = set()
     elements = packed_elements
@@ -578,7 +585,7 @@ def _weights(
             elements += p.numel()
             if _plain_float(p):
                 shape = _tp_shape(tuple(p.shape), tp, whole, module, name, pname, kv_ranks)
-                shapes.append(shape)
+                shapes.append((shape, p.requires_grad))
             else:
                 stored += tensor_nbytes(p)
         stored += _quantized_buffers(module, seen, dtype)
@@ -730,22 +737,22 @@ def _forward_params(model: nn.Module) -> Mapping[str, inspect.Parameter]:
 
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:
-    """One training plan's components per rank."""
+    """One training plan's components per rank: the weights of every floating parameter
+    (ZeRO-3 shards frozen ones too, as FSDP does), the master weights, gradients and optimizer
+    state of the trained ones only (``counts["trained"]``)."""
     stage = {"data parallel": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3 (FSDP)": 3}[plan]
+    trained = counts["trained"]
 
-    def elements(sharded: bool) -> int:
-        n = spec.ranks if sharded else 1
-        return sum(-(-s[0] // n) * math.prod(s[1:]) if s else 1 for s in shapes)
-
-    def per_rank(sharded: bool, size: int) -> int:
-        return elements(sharded) * size  # of tensor-parallel rank 0's shapes
+    def per_rank(of: list, sharded: bool, size: int) -> int:
+        n = spec.ranks if sharded else 1  # of tensor-parallel rank 0's shapes
+        return size * sum(-(-s[0] // n) * math.prod(s[1:]) if s else 1 for s in of)
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
     return {
-        "weights": per_rank(stage >= 3, b) + -(-counts["stored"] // spec.tp),
-        "master_weights": per_rank(stage >= 1, 4) if spec.mixed else 0,
-        "gradients": per_rank(stage >= 2, b),
-        "optimizer_state": _state_bytes(spec, shapes, stage >= 1, state_size),
+        "weights": per_rank(shapes, stage >= 3, b) + -(-counts["stored"] // spec.tp),
+        "master_weights": per_rank(trained, stage >= 1, 4) if spec.mixed else 0,
+        "gradients": per_rank(trained, stage >= 2, b),
+        "optimizer_state": _state_bytes(spec, trained, stage >= 1, state_size),
         "saved_activations": -(-_saved(spec, counts) // spec.tp),
     }
 
@@ -904,6 +911,11 @@ def _notes(
             f"{format_bytes(counts['stored'])} of weights are quantized or packed: counted as "
             "stored, in every plan, and neither trained nor sharded (no gradients, optimizer "
             "state or master copy)"
+        )
+    if counts["frozen"] and training:
+        notes.append(
+            f"{counts['frozen']} parameter tensors are frozen (requires_grad=False, as under an "
+            "adapter): held as weights, without gradients, optimizer state or master copy"
         )
     if counts["saved_attention"]:
         notes.append(

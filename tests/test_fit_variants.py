@@ -164,3 +164,58 @@ def test_a_training_plan_that_fits_nowhere_says_from_how_many_ranks_zero3_would(
     # a memory that the saved activations alone exceed: no number of ranks, said with why
     tiny = fit(cfg, ranks=2, dtype=torch.float32, **{**kw, "memory_bytes": 1000})
     assert any("at no number of ranks" in n and "saved activations" in n for n in tiny.notes)
+
+
+class _LoRA(nn.Module):
+    """A low-rank adapter beside a frozen Linear: rank 4, no biases."""
+
+    def __init__(self, base: nn.Linear, rank: int = 4) -> None:
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Linear(base.in_features, rank, bias=False)
+        self.lora_B = nn.Linear(rank, base.out_features, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.lora_B(self.lora_A(x))
+
+
+def test_a_frozen_base_under_adapters_has_no_gradients_or_optimizer_state():
+    model = transformers.LlamaForCausalLM(_gqa(4, 2, 64))
+    model.requires_grad_(False)
+    for layer in model.model.layers:
+        layer.self_attn.q_proj = _LoRA(layer.self_attn.q_proj)  # 64 -> 64
+        layer.self_attn.v_proj = _LoRA(layer.self_attn.v_proj)  # 64 -> 32
+    report = fit(model, context=16)
+    t = report.table["data parallel"]
+    # trained: 2 layers x (q: 64 x 4 + 4 x 64, v: 64 x 4 + 4 x 32) = 1,792 elements in 8
+    # tensors; every one of the 74,688 + 1,792 = 76,480 held as bf16 weights
+    assert t["weights"] == 76_480 * 2
+    assert t["gradients"] == 1_792 * 2  # bf16 (all 76,480 were counted: 152,960)
+    assert t["master_weights"] == 1_792 * 4  # fp32 under mixed precision
+    assert t["optimizer_state"] == 2 * 4 * 1_792 + 4 * 8  # Adam's m, v and a step a tensor
+    # the causal LM's 21 tensors (embedding, head, 9 a layer, final norm) are the frozen ones
+    assert any(n.startswith("21 parameter tensors are frozen") for n in report.notes)
+
+
+class _WithHead(nn.Module):
+    """A user's classifier over a causal LM's last hidden states: no config of its own."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm, self.head = lm, nn.Linear(64, 7)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lm(input_ids, output_hidden_states=True).hidden_states[-1])
+
+
+def test_a_users_model_around_a_transformers_one_is_counted_with_its_config():
+    report = fit(_WithHead(transformers.LlamaForCausalLM(_gqa(4, 2, 64))), context=16)
+    t = report.table
+    # weights: the LM's 74,688 and the head's 64 x 7 + 7 = 455 elements, bf16
+    assert t.loc["weights", "inference"] == (74_688 + 455) * 2
+    # its forward ran on meta with 16 token ids (a module without a config counted none): the
+    # largest leaf call is the MLP's SiLU, 16 x 96 in and 16 x 96 out, bf16 (the LM head on
+    # every position, which the wrapper asks for, is 16 x 64 in and 16 x 101 out: less)
+    assert t.loc["activation", "inference"] == 2 * 16 * 96 * 2
+    assert t.loc["saved_activations", "data parallel"] > 0
+    assert not any("without a transformers config" in n for n in report.notes)
