@@ -78,3 +78,10 @@ def test_a_generation_without_a_peak_says_why_in_its_own_words():
         g.utilization()
     given = g.utilization(dataclasses.replace(LOW, source="user", wall_over_cpu=None))
     assert given.phases["mfu"].notna().all()
+
+
+def test_an_untimed_report_with_a_peak_says_mfu_was_not_measured():
+    report = modelprof.profile(nn.Linear(8, 8), (8,), timing=False)
+    text = report.utilization("H100 SXM").describe()
+    # it printed "MFU nan (forward; ...)"
+    assert text.startswith("MFU not measured (no time: profile with timing)") and "nan" not in text

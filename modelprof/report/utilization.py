@@ -171,7 +171,10 @@ def _ratio_text(value: float, peak: str | None) -> str:
     """A utilization as the summary prints it (``peak``: ``"probe"``, ``"datasheet"`` or
     ``"given"``). Work cannot outrun the device, so a ratio above 1 says the peak it is judged
     against is too low (a short probe under-reads the device) or the peak, time or count is
-    not this run's: it is printed as above 1, with that reason, not as a utilization."""
+    not this run's: it is printed as above 1, with that reason, not as a utilization. No time
+    (an untimed report) is said in words, never ``nan``."""
+    if not math.isfinite(value):
+        return "not measured (no time: profile with timing)"
     if not value > 1:
         return f"{value:.3f}"
     if peak == "probe":
