@@ -346,6 +346,7 @@ class _Instrument:
         # collectives' own time per call and pass (ms), where they are stamped (timing/comm.py)
         self.comm: CommStamps | None = None
         self.comm_rows: list[np.ndarray] = []
+        self.rng = np.random.default_rng(0)  # which pass of each pair comes first
 
     def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
         i, n, expected = self.counter, self.n, self.plan.modules
@@ -402,47 +403,62 @@ class _Instrument:
         self.forward()
 
     def sample_block(self, k: int) -> np.ndarray:
-        """``k`` instrumented passes, each followed by its one synchronize and then by one plain
-        pass of the same model (so the instrument's cost is measured under the same load, pass
-        beside pass: a change of the machine's pace within a block reaches both kinds alike);
-        returns the instrumented pass durations (ms)."""
+        """``k`` pairs of one instrumented pass (ended by its one synchronize) and one plain pass
+        of the same model, each pair in an order drawn at random: the instrument's cost is
+        measured under the same load, pass beside pass, and no kind of pass always comes first.
+        (A loaded scheduler hands out slices of a steady length: with a fixed order a thread's
+        slice ran out at the same point of every pair, so one kind of pass took every wait for a
+        core: under nine runnable processes on two cores the instrumented passes of a 3.5 ms
+        model read a median 31.5 ms, the plain ones beside them 3.6 ms.) Returns the
+        instrumented pass durations (ms)."""
         out = np.empty(k)
         plain = np.empty(k)
-        n, cpu, cpu_ms = self.n, time.thread_time_ns, self.cpu_ms
-        forward, time_plain = self.forward, self.clock.time
-        perf = getattr(self.clock, "now_ns", time.perf_counter_ns)
-        reset = self.reset
+        first = self.rng.random(k) < 0.5
         for p in range(k):
-            if reset is not None:
-                reset()
-            with self.hooked():
-                c0 = cpu()
-                self.run()
-                c1 = cpu()
-                self.stamps.sync()  # the one synchronize of this pass
-            d = self.stamps.elapsed_ms(self.starts, self.ends)
-            self.rows.append(d[:n])
-            self.offsets.append(self.stamps.elapsed_ms(self.pass_start, self.starts[:n]))
-            if self.comm is not None:
-                self.comm_rows.append(self.comm.per_column_ms(n + 1)[:n])
-            out[p] = d[n]
-            if cpu_ms is None:
-                plain[p] = time_plain([forward], 1, reset)[0, 0]
-                continue
-            if reset is not None:
-                reset()
-            # the CPU clock's reading inline, so that the thread CPU time beside it spans the
-            # same work as the instrumented pass's (run(): its two stamps and the forward)
-            c2 = cpu()
-            t0 = perf()
-            forward()
-            t1 = perf()
-            c3 = cpu()
-            plain[p] = (t1 - t0) / 1e6
-            cpu_ms[0].append((c1 - c0) / 1e6)
-            cpu_ms[1].append((c3 - c2) / 1e6)
+            if first[p]:
+                plain[p] = self._plain_pass()
+                out[p] = self._instrumented_pass()
+            else:
+                out[p] = self._instrumented_pass()
+                plain[p] = self._plain_pass()
         self.plain.append(plain)
         return out
+
+    def _instrumented_pass(self) -> float:
+        """One instrumented pass, its stamps read and kept; its duration (ms)."""
+        n, cpu = self.n, time.thread_time_ns
+        if self.reset is not None:
+            self.reset()
+        with self.hooked():
+            c0 = cpu()
+            self.run()
+            c1 = cpu()
+            self.stamps.sync()  # the one synchronize of this pass
+        d = self.stamps.elapsed_ms(self.starts, self.ends)
+        self.rows.append(d[:n])
+        self.offsets.append(self.stamps.elapsed_ms(self.pass_start, self.starts[:n]))
+        if self.comm is not None:
+            self.comm_rows.append(self.comm.per_column_ms(n + 1)[:n])
+        if self.cpu_ms is not None:
+            self.cpu_ms[0].append((c1 - c0) / 1e6)
+        return float(d[n])
+
+    def _plain_pass(self) -> float:
+        """One plain pass (ms); on the CPU its thread CPU time kept beside the instrumented."""
+        if self.cpu_ms is None:
+            return float(self.clock.time([self.forward], 1, self.reset)[0, 0])
+        cpu, perf = time.thread_time_ns, getattr(self.clock, "now_ns", time.perf_counter_ns)
+        if self.reset is not None:
+            self.reset()
+        # the CPU clock's reading inline, so that the thread CPU time beside it spans the same
+        # work as the instrumented pass's (run(): its two stamps and the forward)
+        c2 = cpu()
+        t0 = perf()
+        self.forward()
+        t1 = perf()
+        c3 = cpu()
+        self.cpu_ms[1].append((c3 - c2) / 1e6)
+        return (t1 - t0) / 1e6
 
 
 def _nothing() -> None:
