@@ -778,13 +778,14 @@ def _saved(spec: _Spec, counts: dict[str, Any]) -> int:
 def _state_bytes(spec: _Spec, shapes: list, sharded: bool, state_size: int) -> int:
     """The optimizer's state per rank: sized from each parameter's shape on tensor-parallel
     rank 0 (its shard's, dim 0 split as FSDP2 splits it, when ``sharded``); the fixed bytes
-    (Adam's ``step``) once per tensor."""
+    (Adam's ``step``) once per tensor, or once in all for a state the optimizer shares
+    (LBFGS's)."""
     n = spec.ranks if sharded else 1
-    total = 0
+    total = fixed = 0
     for s in shapes:
         a, f = spec.optimizer.nbytes((-(-s[0] // n), *s[1:]) if s else s, state_size)
-        total += a + f
-    return total
+        total, fixed = total + a, max(f, fixed) if spec.optimizer.shared() else fixed + f
+    return total + fixed
 
 
 def _zero3_ranks(spec: _Spec, shapes: list, counts: dict[str, Any], memory: int) -> int | None:

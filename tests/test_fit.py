@@ -397,9 +397,29 @@ def test_lbfgs_and_sparse_adam_are_sized_not_refused():
     psi = 74_688
     # LBFGS: the flat direction and previous gradient, and history_size (default 100)
     # directions and steps, one element each per parameter element (float32); its 0-d
-    # scalars (ro, al: history_size each, and H_diag), 4 bytes each, counted per tensor (21)
+    # scalars (ro, al: history_size each, and H_diag), 4 bytes each, held once: LBFGS keeps
+    # one state for all its parameters (per tensor, 21 x, was counted)
     lbfgs = _fit_state(cfg, torch.optim.LBFGS([torch.nn.Parameter(torch.zeros(1))]))
-    assert lbfgs == 4 * psi * (2 + 2 * 100) + 21 * (2 * 100 + 1) * 4
+    assert lbfgs == 4 * psi * (2 + 2 * 100) + (2 * 100 + 1) * 4
+    # the bytes of a real LBFGS's state after 3 steps of a 3-tensor model, to the byte:
+    # 12 flat vectors of its 1,078 elements (history 5), 5 ro, 5 al and H_diag (0-d)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Conv1d(4, 6, 3))
+    real = torch.optim.LBFGS(model.parameters(), lr=0.1, history_size=5, max_iter=4)
+
+    def closure():
+        real.zero_grad()
+        loss = sum(((p - 1) ** 2).sum() for p in model.parameters())
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        real.step(closure)
+    held = [v for st in real.state.values() for v in st.values()]
+    held = [t for v in held for t in (v if isinstance(v, list) else [v])]
+    nbytes = sum(t.nbytes for t in held if isinstance(t, torch.Tensor))
+    assert nbytes == 4 * (12 * 1_078 + 5 + 5 + 1)
+    sized = fit(model, dtype=torch.float32, optimizer=real, memory_bytes=10**9)
+    assert sized.table.loc["optimizer_state", "data parallel"] == nbytes
     # SparseAdam: m and v per element, its step a Python int (no tensor)
     sparse = torch.optim.SparseAdam([torch.nn.Parameter(torch.zeros(1))])
     assert _fit_state(cfg, sparse) == 2 * 4 * psi

@@ -69,7 +69,7 @@ class OptimizerState:
         self.name = name
         self._fixed = (per_element, scalar_bytes)
         self._probe = probe
-        self._rules: dict[int, list[_Entry]] = {}
+        self._rules: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"OptimizerState({self.name})"
@@ -82,6 +82,19 @@ class OptimizerState:
         if ndim not in self._rules:
             self._rules[ndim] = self._probe(min(ndim, len(_PRIMES)))
         return self._rules[ndim]
+
+    def shared(self) -> bool:
+        """Whether the optimizer keeps one state for all its parameters (LBFGS: on the first,
+        over the flat vector of every element), so that its fixed bytes are held once, not
+        once per tensor; probed with two parameters (names: per parameter)."""
+        if self._probe is None:
+            return False
+        if "shared" not in self._rules:
+            try:
+                self._rules["shared"] = self._probe("shared")
+            except ModelProfError:  # takes no 1-D parameters (Muon): sized per parameter
+                self._rules["shared"] = False
+        return bool(self._rules["shared"])
 
     def nbytes(self, shape: tuple[int, ...], state_size: int) -> tuple[int, int]:
         scaled = fixed = 0
@@ -150,22 +163,28 @@ def _options(cls: type, optimizer: Any) -> dict[str, Any]:
     }
 
 
-def _probe(make: Any, ndim: int) -> list[_Entry]:
+def _probe(make: Any, ndim: int | str) -> Any:
     """One step of the optimizer ``make([param])`` builds, on a parameter of ``ndim`` prime
     dimensions (a sparse gradient where the optimizer takes only those), its state read as
-    :class:`_Entry`."""
-    shape = _PRIMES[:ndim]
+    :class:`_Entry`; ``ndim="shared"``: whether, stepping two parameters, it kept state for
+    one only (a state shared by all, as LBFGS keeps)."""
+    if ndim == "shared":
+        shapes = [(3,), (5,)]
+    else:
+        shapes = [_PRIMES[: int(ndim)]]
+    shape = shapes[0]
     errors = []
     for sparse in (False, True):
-        p = torch.zeros(shape, requires_grad=True)
+        params = [torch.zeros(s, requires_grad=True) for s in shapes]
+        p = params[0]
         try:
-            probe = make([p])
+            probe = make(params)
             if not isinstance(probe, torch.optim.Optimizer):
                 raise ModelProfError(
                     f"optimizer factory returned a {type(probe).__name__}, not a "
                     "torch.optim.Optimizer"
                 )
-            closure = functools.partial(_closure, p, sparse)
+            closure = functools.partial(_closure, params, sparse)
             closure()
             takes = "closure" in inspect.signature(probe.step).parameters
             probe.step(closure) if takes else probe.step()
@@ -174,6 +193,8 @@ def _probe(make: Any, ndim: int) -> list[_Entry]:
         except Exception as e:  # noqa: BLE001 - the optimizer's own refusal, named below
             errors.append(e)
             continue
+        if ndim == "shared":
+            return sum(1 for q in params if probe.state.get(q)) == 1
         history = int(probe.param_groups[0].get("history_size", 1) or 1)
         return [_entry(t, shape, n, history) for t, n in _state_tensors(probe.state[p])]
     name = getattr(make, "__name__", type(make).__name__)
@@ -183,13 +204,15 @@ def _probe(make: Any, ndim: int) -> list[_Entry]:
     )
 
 
-def _closure(p: torch.Tensor, sparse: bool) -> torch.Tensor:
-    """A loss of ``p`` whose gradient is ``p - 1`` (not zero: LBFGS keeps its history only
-    while it moves), set dense or sparse."""
-    p.grad = None
-    loss = ((p.detach() - 1) ** 2).sum() / 2
-    grad = p.detach() - 1
-    p.grad = grad.to_sparse() if sparse else grad
+def _closure(params: list[torch.Tensor], sparse: bool) -> torch.Tensor:
+    """A loss of ``params`` whose gradient is ``p - 1`` for each (not zero: LBFGS keeps its
+    history only while it moves), set dense or sparse."""
+    loss = torch.zeros(())
+    for p in params:
+        p.grad = None
+        loss = loss + ((p.detach() - 1) ** 2).sum() / 2
+        grad = p.detach() - 1
+        p.grad = grad.to_sparse() if sparse else grad
     return loss
 
 
