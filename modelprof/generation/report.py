@@ -391,6 +391,8 @@ class GenerationReport(Exports):
         ]
         if self.timing_notes:  # what the ~ marks of the two tables mean
             parts += ["", "## Timing notes", "", *(f"- {note}" for note in self.timing_notes)]
+        if self.conventions:  # how the counts were made where a reader could assume otherwise
+            parts += ["", "## Conventions", "", *(f"- {note}" for note in self.conventions)]
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
         if self.kv is not None:
@@ -515,8 +517,27 @@ class GenerationReport(Exports):
                 f"  MoE: {self.moe.active_params:,} active of "
                 f"{self.moe.total_params:,} parameters per token"
             )
+        lines.extend(f"  note: {note}" for note in self.conventions)
         lines.extend(f"  !! {note}" for note in self.timing_notes)
         return "\n".join(lines)
+
+    @property
+    def conventions(self) -> list[str]:
+        """The counting conventions behind this report's numbers that a reader could take
+        otherwise (docs/counting.md): an encoder-decoder's prefill head over every decoder
+        position, a 16-bit recurrent model's state held in float32."""
+        out = []
+        if any(p.name == "encoder" for b in self.batch_sizes for p in self.phases(b)):
+            out.append(
+                "the prefill computes the output layer on every decoder prompt position (an "
+                "encoder-decoder's forward takes no logits_to_keep), not on the last alone"
+            )
+        if self.kv is not None and self.kv.state_bytes and self.dtype in ("bfloat16", "float16"):
+            out.append(
+                f"the recurrent state is counted as the cache holds it: a {self.dtype} Mamba "
+                "keeps its SSM state in float32 there (transformers' scan computes it so)"
+            )
+        return out
 
 
 #: the series of the neighbour check: each figure of the generations across batch sizes, and

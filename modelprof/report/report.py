@@ -27,7 +27,13 @@ from modelprof.report.memory import estimate_memory
 from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
 from modelprof.report.roofline import add_roofline, run_peaks
 from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
-from modelprof.report.utilization import Convention, Utilization, resolve_peaks, utilization
+from modelprof.report.utilization import (
+    Convention,
+    Utilization,
+    recompute_notes,
+    resolve_peaks,
+    utilization,
+)
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
@@ -286,7 +292,8 @@ class Report(Exports):
                 self, dataclasses.replace(convention, peaks=p), self._by_op, decode=decode
             )
             by_peak[name] = float(other["mfu"].iloc[-1])
-        return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak)
+        notes = recompute_notes(self)
+        return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak, notes)
 
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes

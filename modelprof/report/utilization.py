@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 import modelprof.columns as registry
 from modelprof.errors import ModelProfError
-from modelprof.render.units import format_rate
+from modelprof.render.units import format_count, format_rate
 from modelprof.report.frames import shown
 from modelprof.report.roofline import run_peaks
 from modelprof.runtime.device import mig_refusal, mig_slice
@@ -59,6 +59,7 @@ __all__ = [
     "attention_flops",
     "group_mfu",
     "group_utilization",
+    "recompute_notes",
     "resolve_peaks",
     "utilization",
 ]
@@ -126,6 +127,8 @@ class Utilization:
     rows: pd.DataFrame
     phases: pd.DataFrame
     by_peak: Mapping[str, float]
+    #: conventions behind the figures a reader could take otherwise (:func:`recompute_notes`)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # printed whole and in human units, however the frames were put together
@@ -154,7 +157,8 @@ class Utilization:
             if k != source and k != "given"
         )
         mfu = _ratio_text(last["mfu"], source)
-        return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others})"
+        notes = "".join(f"; {n}" for n in self.notes)
+        return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others}){notes}"
 
 
 def _raised_words(p: Peaks) -> str:
@@ -331,6 +335,31 @@ def utilization(
     )
     _add_ratios(frame, p, bytes_ms=np.array([r.latency_ms for r in rows]))
     return frame, _phases(report, own, [r.leaf and r.kind == "module" for r in rows], p)
+
+
+def recompute_notes(report: Any) -> tuple[str, ...]:
+    """A training step's note where its fused attention backward recomputed ``Q K^T``: the
+    raw totals (``backward_flops``, the step's FLOPs) count those FLOPs, model FLOPs do not
+    (HFU does); none without such a backward."""
+    step = report.training_step
+    cost = None if step is None else step.cost
+    if cost is None:
+        return ()
+    total = 0.0
+    for r in report.rows:
+        if not r.leaf or r.kind == "optimizer":
+            continue
+        back, again = _backward_of(cost, r)
+        if back is not None:
+            ops = _minus(back.ops, {} if again is None else again.ops)
+            total += fused_recompute(ops, cost.by_op, "flops")
+    if not total > 0:
+        return ()
+    return (
+        f"the raw training totals (backward_flops, the step's FLOPs) include "
+        f"{format_count(total)} FLOPs the fused attention backward spent recomputing Q K^T; "
+        "model FLOPs (MFU) leave them out, hardware FLOPs (HFU) count them",
+    )
 
 
 def _add_ratios(frame: pd.DataFrame, peaks: Peaks | None, bytes_ms: Any = None) -> pd.DataFrame:
