@@ -65,3 +65,21 @@ def test_a_leaf_table_keeps_whole_names(resnet18):
     # no parent shown above a leaf: nothing says whose part it is, so the path stays
     names = _body(resnet18.to_latex(leaf_only=True))
     assert "layer1.0.conv1" in names
+
+
+def test_a_generation_table_keeps_its_work_and_starts_each_phase_at_its_root():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
+    g = modelprof.profile_generation(
+        GPT2LMHeadModel(config).eval(), prompt_len=8, new_tokens=3, timing=False
+    )
+    tex = g.to_latex()
+    # no priority was named: every column was unranked and the rightmost went first, leaving
+    # phase, context and module alone
+    assert _header(tex).rstrip().splitlines()[-2].startswith("phase & context & module & type")
+    assert "MACs" in _header(tex)
+    decode_roots = [line for line in tex.splitlines() if line.startswith("decode & ")]
+    # each phase's root is the top of its own tree, not a child of the prefill's root
+    assert decode_roots and decode_roots[0].split(" & ")[2] == "GPT2LMHeadModel"

@@ -269,6 +269,24 @@ def _fit_columns(
 
 _DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
 
+DEFAULT_PRIORITY: tuple[str, ...] = (
+    "model",
+    "module",
+    "phase",
+    "context",
+    "batch_size",
+    "type",
+    "macs",
+    "latency_ms",
+    "params",
+    "output_shape",
+    "calls",
+    "flops",
+)
+"""The columns ``fit`` keeps longest where the caller names none (a generation's per-layer
+table of every phase kept only its phase, context and module: every column unranked, the
+rightmost went first): what a paper reads of a layer, the keys of its rows first."""
+
 
 def _subset(table: Table, keep: Sequence[int]) -> Table:
     def pick(row: Sequence[str]) -> tuple[str, ...]:
@@ -303,7 +321,7 @@ def _paper_cells(table: Table) -> Table:
     model's class (its ``type``) instead of ``(root)``, and a child shown under its parent
     named relative to it (``conv1`` under ``layer1.0``, not ``layer1.0.conv1``: the
     indentation says whose part it is, and the full path would widen the column until the
-    fit drops the shapes; ``layer1.0`` and ``layer1.(self)`` keep their whole names)."""
+    fit drops the shapes; an index such as ``layer1.0`` keeps its whole name)."""
     frame = table.frame
     modules = list(map(str, frame["module"])) if "module" in frame.columns else []
     types = list(frame["type"]) if "type" in frame.columns else []
@@ -320,8 +338,7 @@ def _paper_cells(table: Table) -> Table:
                 label = str(types[r])
             elif parents[r] and label.startswith(parents[r] + "."):
                 rest = label[len(parents[r]) + 1 :]
-                # a bare "0" or "(self)" names nothing: an index keeps its whole name
-                label = label if rest[:1].isdigit() or rest.startswith("(") else rest
+                label = label if rest[:1].isdigit() else rest  # a bare "0" names nothing
             row = (*row[:at], label, *row[at + 1 :])
         cells.append(row)
     return dataclasses.replace(table, cells=tuple(cells))
@@ -336,6 +353,8 @@ def _ancestry(table: Table) -> list[list[str]]:
     out: list[list[str]] = []
     above: list[str] = []  # the ancestors of the current row among the rows shown
     for name in map(str, frame["module"]):
+        if name == "":  # a root starts a tree of its own (a generation's next phase)
+            above = []
         while above and not (above[-1] == "" or name.startswith(above[-1] + ".")):
             above.pop()
         out.append(list(above))
@@ -414,7 +433,8 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     if width is not None and fit is not None:
         target = NOMINAL_WIDTH_PT[width] * (_MAX_SHRINK if fit == "both" else 1.0)
         if fit in ("columns", "both"):
-            table, font_size = _fit_columns(table, target, font_size, view.priority)
+            priority = view.priority or DEFAULT_PRIORITY
+            table, font_size = _fit_columns(table, target, font_size, priority)
             view = view.replace(font_size=font_size)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
