@@ -29,6 +29,7 @@ __all__ = [
     "greedy_next",
     "is_hf_causal_lm",
     "language_model",
+    "outputs_by_name",
 ]
 
 Stamp = Callable[[], None]
@@ -180,12 +181,22 @@ class LanguageModel:
                 "none (cache=None); a static pair is not built"
             )
         self.decoder_start = decoder_start(self.model)
+        fix = (
+            "set model.generation_config.decoder_start_token_id (on the command line: add "
+            ",decoder_start_token_id=N to the SPEC)"
+        )
         if self.decoder_start is None:
             raise ModelProfError(
                 f"{self.name} is an encoder-decoder model whose generation config and config "
-                "name no decoder_start_token_id, bos_token_id or pad_token_id: its decoder has "
-                "no token to start from; set model.generation_config.decoder_start_token_id "
-                "(on the command line: add ,decoder_start_token_id=N to the SPEC)"
+                "name no decoder_start_token_id, bos_token_id or pad_token_id of 0 or more: its "
+                f"decoder has no token to start from; {fix}"
+            )
+        vocab = decoder_vocab(self.model)
+        if vocab is not None and self.decoder_start >= vocab:
+            # generate() and every counted phase would index the decoder's embedding with it
+            raise ModelProfError(
+                f"{self.name}'s decoder would start from token {self.decoder_start}, outside its "
+                f"vocabulary of {vocab} (ids 0 to {vocab - 1}); {fix}"
             )
 
     # -- one step ---------------------------------------------------------------------------
@@ -365,6 +376,43 @@ def decoder_start(model: Any) -> int | None:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 return value
     return None
+
+
+def decoder_vocab(model: Any) -> int | None:
+    """The rows of an encoder-decoder's decoder embedding (the ids its start token may take),
+    else its config's ``vocab_size``; None when neither says."""
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    embed = getattr(decoder, "get_input_embeddings", None)
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        rows = getattr(embed(), "num_embeddings", None) if callable(embed) else None
+        if isinstance(rows, int):
+            return rows
+    config = getattr(model, "config", None)
+    text = getattr(config, "get_text_config", None)
+    vocab = getattr(text(decoder=True) if callable(text) else config, "vocab_size", None)
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
+
+
+@contextlib.contextmanager
+def outputs_by_name(model: Any) -> Iterator[None]:
+    """A HuggingFace model whose configs say ``return_dict=False`` run with ``True``, put back
+    after: its forwards would return tuples, which transformers 5's own models cannot read (a
+    causal LM reads its inner model's ``last_hidden_state`` by name: 'tuple' object has no
+    attribute 'last_hidden_state', in ``generate()`` too), nor the counted phases their
+    logits and cache."""
+    configs = {}
+    for module in model.modules() if isinstance(model, nn.Module) else ():
+        config = getattr(module, "config", None)
+        if getattr(config, "return_dict", True) is False:
+            configs[id(config)] = config
+    for config in configs.values():
+        config.return_dict = True
+    try:
+        yield
+    finally:
+        for config in configs.values():
+            config.return_dict = False
 
 
 #: transformers' warnings about the settings this run gives generate() itself (Whisper's generate

@@ -71,7 +71,10 @@ class MoEInfo:
 
 
 def _experts_params(module: nn.Module, n: int) -> int | None:
-    if isinstance(module, nn.ModuleList) and len(module) == n:
+    experts = list(module.children())
+    # a ModuleList of experts, or a module of n experts of one class (Switch Transformers'
+    # SwitchTransformersExperts: expert_0 ... expert_{n-1})
+    if len(experts) == n and len({type(e) for e in experts}) == 1:
         return sum(p.numel() for p in module.parameters())
     params = list(module.parameters())
     if params and all(p.dim() >= 2 and p.shape[0] == n for p in params):
@@ -87,20 +90,27 @@ def find_moe_layers(model: nn.Module) -> list[MoELayer]:
             continue
         parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
         router = next(
-            (m for m in parent.children() if m is not module and hasattr(m, "top_k")), None
+            (m for m in parent.children() if m is not module and (hasattr(m, "top_k") or _top1(m))),
+            None,
         )
         n = (
             getattr(module, "num_experts", None)
             or getattr(router, "num_experts", None)
             or (len(module) if isinstance(module, nn.ModuleList) else None)
         )
-        k = getattr(router, "top_k", None) or getattr(parent, "top_k", None)
+        k = getattr(router, "top_k", None) or getattr(parent, "top_k", None) or _top1(router)
         if not n or not k:
             continue
         params = _experts_params(module, int(n))
         if params is not None:
             found.append(MoELayer(name, int(n), int(k), params, router))
     return found
+
+
+def _top1(router: Any) -> int | None:
+    """1 for a top-1 router that keeps no ``top_k`` (Switch Transformers'
+    ``SwitchTransformersTop1Router``: each token goes to one expert), else None."""
+    return 1 if router is not None and "Top1Router" in type(router).__name__ else None
 
 
 def moe_info(model: nn.Module, prompt: torch.Tensor | None = None) -> MoEInfo | None:

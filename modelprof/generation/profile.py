@@ -14,7 +14,7 @@ from modelprof.errors import ModelProfError
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, is_encoder_decoder, source_length
-from modelprof.generation.lm import LanguageModel, language_model
+from modelprof.generation.lm import LanguageModel, language_model, outputs_by_name
 from modelprof.generation.memory import (
     MemoryPlan,
     activation_bytes,
@@ -118,6 +118,7 @@ def profile_generation(
     with (
         guard,
         snapshot_of(*configs),
+        outputs_by_name(model) if lm.hf else contextlib.nullcontext(),
         running(lm.root, RunMode(device=dev)),
         torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
     ):
