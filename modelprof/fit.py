@@ -421,9 +421,10 @@ def _first_line(error: BaseException) -> str:
 
 
 #: the transformers auto classes a config is built with, in order: an encoder-decoder as one
-#: (speech, then text), anything else as a causal LM, then as its bare model
+#: (speech, then text), anything else as a causal LM (a vision-language one as the model that
+#: generates text, with its LM head), then as its bare model
 _AUTO_ENCODER_DECODER = ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM")
-_AUTO_DECODER = ("AutoModelForCausalLM",)
+_AUTO_DECODER = ("AutoModelForCausalLM", "AutoModelForImageTextToText")
 _AUTO_LAST = ("AutoModel",)
 
 

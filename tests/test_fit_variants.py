@@ -219,3 +219,46 @@ def test_a_users_model_around_a_transformers_one_is_counted_with_its_config():
     assert t.loc["activation", "inference"] == 2 * 16 * 96 * 2
     assert t.loc["saved_activations", "data parallel"] > 0
     assert not any("without a transformers config" in n for n in report.notes)
+
+
+def _bert(layers: int, **kw):
+    return transformers.BertConfig(
+        hidden_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=96,
+        vocab_size=100,
+        **kw,
+    )
+
+
+def test_a_composite_encoder_decoder_config_caches_its_decoders_keys_and_values():
+    cfg = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
+        _bert(1), _bert(2, is_decoder=True, add_cross_attention=True)
+    )
+    report = fit(cfg, dtype=torch.float32, context=16, training=False)
+    assert report.model == "EncoderDecoderModel"
+    # the decoder's config: 2 (K, V) x 2 layers x 4 heads x 16 x 4 bytes = 1,024 B a token,
+    # for its own 16 tokens and the 16 encoded ones (the composite config's own names held
+    # none of it: 0 B)
+    assert report.table.loc["kv_cache", "inference"] == 32 * 1024
+
+
+def test_a_vision_language_config_is_built_with_its_lm_head():
+    text = _gqa(4, 2, 64)
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=16,
+        projection_dim=32,
+    )
+    cfg = transformers.LlavaConfig(text_config=text, vision_config=vision, image_token_index=100)
+    report = fit(cfg, context=16, training=False)
+    assert report.model == "LlavaForConditionalGeneration"  # the bare LlavaModel was built
+    with torch.device("meta"):
+        bare = transformers.LlavaModel(cfg)
+    # the model that generates text holds the 101 x 64 LM head the bare model has not
+    assert report.parameters == sum(p.numel() for p in bare.parameters()) + 101 * 64

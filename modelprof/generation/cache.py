@@ -49,7 +49,8 @@ def dtype_bytes(dtype: torch.dtype) -> int:
 
 def model_dims(config: Any) -> dict[str, int | None]:
     """Layers, attention heads, KV heads, head dim, hidden size, sliding window and positions
-    of a transformers config (any naming: GPT-2's ``n_layer``/``n_head`` too)."""
+    of a transformers config (any naming: GPT-2's ``n_layer``/``n_head`` too; a composite
+    encoder-decoder, ``EncoderDecoderConfig``, its ``decoder`` config's)."""
 
     def first(*names: str) -> Any:
         for n in names:
@@ -58,6 +59,9 @@ def model_dims(config: Any) -> dict[str, int | None]:
                 return v
         return None
 
+    decoder = getattr(config, "decoder", None)
+    if getattr(config, "is_encoder_decoder", False) and hasattr(decoder, "to_dict"):
+        return model_dims(decoder)  # a composite (EncoderDecoderConfig): its decoder's own
     if getattr(config, "is_encoder_decoder", False):
         return _decoder_dims(config, first)
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
