@@ -350,7 +350,8 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
         raise mig_refusal(
             device,
             "device",
-            "pass memory_bytes= (torch.cuda.get_device_properties(0).total_memory on the slice)",
+            "pass its memory, memory_bytes= (--memory on the command line; "
+            "torch.cuda.get_device_properties(0).total_memory on the slice)",
         )
     return device_memory(device)
 

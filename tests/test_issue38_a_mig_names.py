@@ -42,3 +42,17 @@ def test_the_compute_instance_is_named_in_the_refusal():
     assert mig_slice("NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb") == "1c.3g.20gb"
     assert mig_slice("NVIDIA A100-SXM4-40GB") is None
     assert lookup_peaks("NVIDIA A100-SXM4-40GB", "bfloat16").peak_flops == 312e12
+
+
+def test_the_command_line_refuses_a_slice_in_one_line_naming_its_flag(capsys):
+    from modelprof.cli import main
+
+    spec = "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=1,num_attention_heads=4,vocab_size=101"
+    target = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+    assert main(["fit", spec, "--target", target, "--context", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modelprof: error:") and "--memory" in err[0]
+    # with the slice's memory given (a 1g.5gb slice holds 4.75 GiB), it answers
+    given = str(int(4.75 * 2**30))
+    assert main(["fit", spec, "--target", target, "--context", "16", "--memory", given]) == 0
+    assert "4.75 GiB" in capsys.readouterr().out
