@@ -83,3 +83,18 @@ def test_a_generation_table_keeps_its_work_and_starts_each_phase_at_its_root():
     decode_roots = [line for line in tex.splitlines() if line.startswith("decode & ")]
     # each phase's root is the top of its own tree, not a child of the prefill's root
     assert decode_roots and decode_roots[0].split(" & ")[2] == "GPT2LMHeadModel"
+
+
+def test_the_caption_names_a_torchvision_model_by_its_builder(resnet18):
+    # "ResNet" is resnet18's and resnet50's class alike: the caption said it for both
+    assert r"\caption{resnet18, input 1$\times$3$\times$224$\times$224" in resnet18.to_latex()
+    fifty = modelprof.profile(
+        torchvision.models.resnet50(weights=None), (3, 224, 224), timing=False, device="meta"
+    )
+    assert r"\caption{resnet50, input" in fifty.to_latex()
+    # a head of its own is no published architecture: the class, as recorded
+    custom = modelprof.profile(
+        torchvision.models.resnet18(weights=None, num_classes=7), (3, 64, 64), timing=False,
+        device="meta",
+    )  # fmt: skip
+    assert r"\caption{ResNet, input" in custom.to_latex()

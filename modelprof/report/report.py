@@ -4,13 +4,16 @@ views (DataFrames in two styles, per-operator counts) and exporters."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
@@ -608,11 +611,17 @@ class Report(Exports):
     def _title(self) -> str:
         """The caption of an export: the model and its run, and why rows are marked rough."""
         title = (
-            f"{self.model_name}, input {self.input_shape}, {self.dtype} on "
+            f"{self._named_model()}, input {self.input_shape}, {self.dtype} on "
             f"{self.env.get('device_name', self.device)}"
         )
         reason = self._rough_reason()
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
+
+    def _named_model(self) -> str:
+        """The model as a caption names it: a torchvision architecture by its builder's name
+        (``resnet50``, not its class ``ResNet``, which resnet18 shares), else as recorded."""
+        params = int(self.totals.get("params") or 0)
+        return _torchvision_name(self.model_name, params) or self.model_name
 
     def _rough_reason(self) -> str | None:
         """Why the per-layer times are rough (``layers_rough``), in a few words; else None."""
@@ -769,3 +778,32 @@ def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
     """The totals a table's footer shows: the leaf sums, without ``output_bytes`` (every leaf's
     output summed is every activation written, which ``write_bytes`` already says)."""
     return {k: v for k, v in totals.items() if k != "output_bytes"}
+
+
+@functools.lru_cache(maxsize=64)
+def _torchvision_name(class_name: str, params: int) -> str | None:
+    """The torchvision architecture a model of class ``class_name`` with ``params`` parameters
+    is (``("ResNet", 25_557_032) -> "resnet50"``): the one builder whose published weights
+    have that many parameters, built on meta to check its class; None for anything else (a
+    changed head, another library, two builders alike), so a caption names what it knows."""
+    try:
+        from torchvision import models as tvm
+    except ImportError:
+        return None
+    found = []
+    for name in tvm.list_models(module=tvm):
+        try:
+            weights = list(tvm.get_model_weights(name))
+        except Exception:  # noqa: BLE001 - a builder without weights names nothing
+            continue
+        if any(w.meta.get("num_params") == params for w in weights):
+            found.append(name)
+    if len(found) != 1:
+        return None
+    try:
+        with torch.device("meta"), warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+            warnings.simplefilter("ignore")
+            built = tvm.get_model(found[0], weights=None)
+    except Exception:  # noqa: BLE001 - a builder that cannot run on meta names nothing
+        return None
+    return found[0] if type(built).__name__ == class_name else None
