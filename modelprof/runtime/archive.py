@@ -19,6 +19,7 @@ import os
 import re
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -357,16 +358,35 @@ def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
             "if you trust the file"
         )
     out = bytearray()
-    with archive.open(info) as stream:
-        while True:
-            chunk = stream.read(min(_CHUNK, limit + 1 - len(out)))
-            if not chunk:
-                break
-            out += chunk
-            if len(out) > limit:
-                raise ModelProfError(
-                    f"{where}: member {info.filename!r} inflates past its declared size; refused"
-                )
+    try:
+        with archive.open(info) as stream:
+            while True:
+                chunk = stream.read(min(_CHUNK, limit + 1 - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > limit:
+                    raise ModelProfError(
+                        f"{where}: member {info.filename!r} inflates past its declared size; "
+                        "refused"
+                    )
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        OSError,
+        ValueError,
+        RuntimeError,
+        NotImplementedError,
+    ) as e:
+        # a damaged member (bad CRC-32, a garbled deflate stream or local header: a name that
+        # is not UTF-8), an encrypted one or a compression zipfile cannot read: the archive's
+        # fault, said in one line
+        reason = (str(e).strip().splitlines() or [repr(e)])[0]
+        raise ModelProfError(
+            f"{where} is corrupt or not a torch.export archive: member {info.filename!r} "
+            f"cannot be read ({type(e).__name__}: {reason})"
+        ) from e
     return bytes(out)
 
 
