@@ -275,12 +275,19 @@ class _Run:
         """Every model's latency, interleaved, and (backward=True) its training step; a model
         whose timed call fails leaves ``rows`` for ``failed`` and the others are timed again.
         Returns the baseline (the first model left when the one asked for failed)."""
-        while True:
+        while True:  # a failing latency or training step: drop it, time the others again
             try:
                 with torch.random.fork_rng(devices=[]):  # train-mode dropout: the RNG kept
                     result = measure_interleaved(
                         self.candidates, self.opts, baseline=baseline, mode=self.mode
                     )
+                checks = result.ratio_checks()
+                for name in rows:
+                    rows[name].update(_latency_columns(result, name, checks))
+                if self.steps:
+                    bar.set_description("interleaved training steps")
+                    for name, check in _step_columns(rows, self.steps, baseline, self.opts).items():
+                        checks.setdefault(name, []).append(check)
                 break
             except ModelProfError as e:
                 name = getattr(e, "candidate", None)
@@ -290,13 +297,6 @@ class _Run:
                 del rows[name]
                 self.forget(name)
                 baseline = _standing(baseline, rows, failed)  # none left: names every failure
-        checks = result.ratio_checks()
-        for name in rows:
-            rows[name].update(_latency_columns(result, name, checks))
-        if self.steps:
-            bar.set_description("interleaved training steps")
-            for name, check in _step_columns(rows, self.steps, baseline, self.opts).items():
-                checks.setdefault(name, []).append(check)
         self.env = dict(result.measurements[baseline].env) or self.env
         self.timing_attrs = _timing_attrs(result, checks)
         return baseline

@@ -167,3 +167,39 @@ def test_a_paper_table_of_a_comparison_keeps_rank_and_says_its_way_in_the_captio
     # dropped, below FLOPs; as "rank" it stays and the caption says which way it runs
     assert head.rstrip().splitlines()[-2].startswith("model & params") and "rank" in head
     assert r"\caption{" in tex and "rank (1 = lowest latency)}" in tex
+
+
+class _BackwardFailsLater(torch.autograd.Function):
+    calls = [0]
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        _BackwardFailsLater.calls[0] += 1
+        if _BackwardFailsLater.calls[0] > 2:  # counted fine; fails once its step is timed
+            raise RuntimeError("backward boom")
+        return grad * 2
+
+
+class _TrainsBadly(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _BackwardFailsLater.apply(self.fc(x))
+
+
+def test_a_model_failing_its_timed_training_step_leaves_the_others():
+    # the step timer's error named no candidate: the whole comparison was lost
+    _BackwardFailsLater.calls[0] = 0
+    models = {"a": nn.Linear(4, 4), "bad": _TrainsBadly(), "c": nn.Linear(4, 8)}
+    df = compare(models, (4,), backward=True, **QUICK)
+    assert "a training step of bad failed while timing it" in df.loc["bad", "error"]
+    assert "RuntimeError: backward boom" in df.loc["bad", "error"]
+    assert df.loc["a", "backward_latency_median_ms"] > 0
+    assert df.loc["c", "backward_latency_median_ms"] > 0
+    assert pd_isna(df.loc["bad", "latency_median_ms"]) and pd_isna(df.loc["bad", "rank"])

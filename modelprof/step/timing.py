@@ -437,9 +437,11 @@ class StepTimer(Runner):
                 self._saved.restore()
 
     def failure(self, e: Exception) -> BaseException:
-        return ModelProfError(
+        error = ModelProfError(
             f"a training step of {self.label} failed while timing it: {type(e).__name__}: {e}"
         )
+        error.candidate = self.label  # type: ignore[attr-defined]  # compare() drops that one
+        return error
 
     def _between(self) -> None:
         self.step.clear()
