@@ -229,6 +229,15 @@ def _finite_number(flag: str, value: float | None, unit: str) -> None:
         raise ModelProfError(f"{flag} {value} must be a finite number of {unit} above 0")
 
 
+def _dtype_name(value: str) -> str:
+    """``--dtype``'s value as its choices spell it: the names every ``dtype=`` and fit's
+    ``--dtype`` take (``bf16``, ``fp16``, ``half``, ``fp32``) are the same dtype here."""
+    from modelprof.runtime.inputs import DTYPE_NAMES
+
+    found = DTYPE_NAMES.get(value.strip().lower())
+    return str(found).removeprefix("torch.") if found is not None else value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for all subcommands."""
     parser = _Parser(
@@ -253,8 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cpu)")
     common.add_argument(
         "--dtype",
+        type=_dtype_name,
         choices=["float32", "float16", "bfloat16"],
-        help="cast the model and inputs (default: the model's dtype)",
+        help="cast the model and inputs; bf16, fp16, half, fp32 as in fit's --dtype "
+        "(default: the model's dtype)",
     )
     common.add_argument(
         "--out",
