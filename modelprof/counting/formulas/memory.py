@@ -8,6 +8,8 @@ whose schema does not say so.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from modelprof.counting.formulas.registry import (
@@ -18,8 +20,9 @@ from modelprof.counting.formulas.registry import (
     register_formula,
     register_present,
 )
+from modelprof.counting.formulas.values import has_values
 
-__all__ = ["VIEW", "embedding_bag_cost"]
+__all__ = ["VIEW", "bag_entries", "embedding_bag_cost"]
 
 aten = torch.ops.aten
 
@@ -236,13 +239,52 @@ register_present(
 def _embedding_bag(args, kwargs, out):
     # (weight [V, D], indices [n], offsets, scale_grad_by_freq, mode, sparse,
     #  per_sample_weights, include_last_offset, padding_idx)
-    return embedding_bag_cost(
-        args[1].numel(),
+    looked_up, note = bag_entries(
+        args[1],
+        arg(args, kwargs, 2, "offsets"),
+        bool(arg(args, kwargs, 7, "include_last_offset", False)),
+        arg(args, kwargs, 8, "padding_idx", -1),
+    )
+    cost = embedding_bag_cost(
+        looked_up,
         args[0].shape[1],
         arg(args, kwargs, 4, "mode", 0),
         arg(args, kwargs, 6, "per_sample_weights", None) is not None,
         _first(out).numel(),
     )
+    return cost if note is None else dataclasses.replace(cost, note=note)
+
+
+_BAG_ENTRIES_UNKNOWN = (
+    "index values unknown (e.g. on the meta device): every index counted as looked up, "
+    "those equal to padding_idx (which the bag skips) or past include_last_offset's last "
+    "offset too, an upper bound"
+)
+
+
+def bag_entries(
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None,
+    include_last_offset: bool,
+    padding_idx: int | None,
+) -> tuple[int, str | None]:
+    """The entries an ``EmbeddingBag`` combines, and a note when they are a bound: every index
+    but those equal to ``padding_idx`` (torch leaves them out of the bag, and out of the
+    mean's count; at the aten level a negative ``padding_idx`` is none) and, with
+    ``include_last_offset``, those at or past the last offset (in no bag). On the meta device
+    the values are unknown: every index, and the note."""
+    padded = padding_idx is not None and padding_idx >= 0
+    tail = include_last_offset and isinstance(offsets, torch.Tensor) and offsets.numel() > 0
+    if not (padded or tail):
+        return indices.numel(), None
+    if not has_values(indices) or (tail and not has_values(offsets)):
+        return indices.numel(), _BAG_ENTRIES_UNKNOWN
+    used = indices.detach().reshape(-1)
+    if tail:
+        used = used[: int(offsets.detach().reshape(-1)[-1])]
+    if padded:
+        return int((used != padding_idx).sum()), None
+    return used.numel(), None
 
 
 def embedding_bag_cost(looked_up: int, width: int, mode: int, weighted: bool, out: int) -> Cost:

@@ -15,6 +15,7 @@ bytes to ``read_bytes``) to the call that uses them, once each.
 
 from __future__ import annotations
 
+import dataclasses
 from math import prod
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 
 from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.matmul import matmul_cost
-from modelprof.counting.formulas.memory import embedding_bag_cost
+from modelprof.counting.formulas.memory import bag_entries, embedding_bag_cost
 from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
 from modelprof.counting.formulas.pool import pool_cost
@@ -296,10 +297,16 @@ def _max_pool(args, kwargs, out) -> Cost:
 def _embedding_bag(args, kwargs, out) -> Cost:
     # (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights,
     #  ...): as the float EmbeddingBag, each looked-up row of width D combined into its bag
+    # compressed_indices_mapping, include_last_offset): no padding_idx, but with
+    # include_last_offset the indices past the last offset are in no bag (bag_entries)
     weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
     mode = args[4] if len(args) > 4 else kwargs.get("mode", 0)
+    offsets = args[2] if len(args) > 2 else kwargs.get("offsets")
+    last = bool(args[8] if len(args) > 8 else kwargs.get("include_last_offset", False))
+    looked_up, note = bag_entries(args[1], offsets, last, None)
     o = _out(out)
-    return embedding_bag_cost(args[1].numel(), o.shape[-1], mode, weights is not None, o.numel())
+    cost = embedding_bag_cost(looked_up, o.shape[-1], mode, weights is not None, o.numel())
+    return cost if note is None else dataclasses.replace(cost, note=note)
 
 
 register_present(
