@@ -248,18 +248,19 @@ def _drop_until_fits(
 
 
 def _fit_columns(
-    table: Table, limit_pt: float, font_size: str, priority: Sequence[str]
+    table: Table, limit_pt: float, font_size: str, priority: Sequence[str], *, chosen: bool
 ) -> tuple[Table, str]:
     """:func:`_drop_until_fits` at ``font_size``; where that drops a column a paper keeps (one
     of ``priority`` up to the shapes: the module, its type, shapes, parameters, MACs and
     latency) and the default ``\\small`` can step down to ``\\footnotesize``, the smaller
-    font when it keeps more columns. Returns the table and the font it is set in."""
+    font when it keeps more columns. A font the user ``chosen`` (``\\small`` too) stays, the
+    columns dropped. Returns the table and the font it is set in."""
     fitted = _drop_until_fits(table, limit_pt, font_size, priority)
     keep = (
         list(priority[: priority.index("output_shape") + 1]) if "output_shape" in priority else []
     )
     lost = [c for c in keep if c in table.columns and c not in fitted.columns]
-    if font_size != _DEFAULT_FONT or not lost:
+    if chosen or font_size != _DEFAULT_FONT or not lost:
         return fitted, font_size
     smaller = _drop_until_fits(table, limit_pt, _SMALLER_FONT, priority)
     if len(smaller.columns) > len(fitted.columns):
@@ -414,6 +415,9 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         caption=None if view.caption is None else escape_latex(paper_shapes(view.caption)),
         label=_checked_label(view.label),
     )
+    # no font named: \small, which may step down to keep columns; a font named stays
+    chosen = view.font_size is not None
+    view = view.replace(font_size=view.font_size or _DEFAULT_FONT)
     width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
     _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
@@ -434,7 +438,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         target = NOMINAL_WIDTH_PT[width] * (_MAX_SHRINK if fit == "both" else 1.0)
         if fit in ("columns", "both"):
             priority = view.priority or DEFAULT_PRIORITY
-            table, font_size = _fit_columns(table, target, font_size, priority)
+            table, font_size = _fit_columns(table, target, font_size, priority, chosen=chosen)
             view = view.replace(font_size=font_size)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]

@@ -65,7 +65,7 @@ class ViewOptions:
     width: str | None = "textwidth"
     fit: str | None = "columns"
     long: bool | None = None
-    font_size: str = "small"
+    font_size: str | None = None  # None: \small, stepping down to \footnotesize to keep columns
     priority: tuple[str, ...] = ()
     # HTML
     max_height: str | None = None
