@@ -7,7 +7,10 @@ elements). Under ``tp`` a norm's parameters and a row-parallel layer's bias (``R
 o_proj, down_proj, c_proj...) stay whole on every rank, a row-parallel weight is split by its
 input and every other tensor along dim 0, rank 0 holding the larger part (the rank counted: an
 odd dimension's extra rows are its), as a real plan does; a key or value projection splits
-over min(tp, kv_heads) ranks (past the KV heads each rank holds one whole); quantized weights
+over min(tp, kv_heads) ranks (past the KV heads each rank holds one whole), and a fused QKV
+projection (GPT-2's c_attn, Falcon's query_key_value, Phi-3's qkv_proj: ``FUSED_QKV``, with
+(heads + 2 x kv_heads) x head_dim outputs) holds (heads / tp + 2 x those KV heads) x head_dim
+on a rank; quantized weights
 (integer parameters, packed weights, a quantized layer's buffers) count as stored, / tp,
 neither sharded nor trained; the saved activations are / tp
 (Megatron with sequence parallelism); KV heads split across at most ``kv_heads`` ranks.
@@ -187,7 +190,7 @@ def fit(
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
-    shapes, stored, parameters = _weights(model, spec.tp, spec.dtype, _kv_ranks(config, spec.tp))
+    shapes, stored, parameters = _weights(model, spec.tp, spec.dtype, _heads(config, spec.tp))
     shapes, trained = [s for s, _ in shapes], [s for s, t in shapes if t]
     counts = _counted(model, config, spec, training)
     counts["stored"], counts["trained"] = stored, trained
@@ -275,7 +278,7 @@ def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
             f"{type(config).__name__}: hidden size {hidden} / {heads} attention heads = "
             f"{hidden / heads:g} is not an integer head dim; no attention layer has it"
         )
-    _check_tp(model, d, spec)
+    _check_tp(model, {**d, "kv_heads": _heads(config, spec.tp).kv}, spec)
     limit = d["max_positions"]
     takes_ids = _count_inputs(model, spec, training=False) is not None or _caches(model)
     if limit and takes_ids and spec.context > limit:
@@ -563,7 +566,7 @@ def _layer_saved(rows: list) -> list[int]:
 
 
 def _weights(
-    model: nn.Module, tp: int, dtype: torch.dtype, kv_ranks: int
+    model: nn.Module, tp: int, dtype: torch.dtype, heads: _Heads
 ) -> tuple[list[tuple[tuple[int, ...], bool]], int, int]:
     """The shapes tensor-parallel rank 0 holds of the floating parameters (held at
     ``dtype``), each with whether it is trained (``requires_grad``: a frozen base under an
@@ -586,7 +589,7 @@ def _weights(
             seen.add(id(p))
             elements += p.numel()
             if _plain_float(p):
-                shape = _tp_shape(tuple(p.shape), tp, whole, module, name, pname, kv_ranks)
+                shape = _tp_shape(tuple(p.shape), tp, whole, module, name, pname, heads)
                 shapes.append((shape, p.requires_grad))
             else:
                 stored += tensor_nbytes(p)
@@ -603,14 +606,16 @@ def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) ->
     or quantized parameter, or with no parameters and an integer or quantized buffer (a GPTQ
     layer's packed ``qweight`` and ``qzeros``): each buffer once, integer ones as stored,
     floating ones (the scales, the bias) at ``dtype``. A float layer's buffers (rotary
-    frequencies, BERT's position ids beside its embeddings) stay out, as in the closed forms."""
+    frequencies, BERT's position ids beside its embeddings) stay out, as in the closed forms,
+    and so does a boolean buffer, a mask and never a weight (GPTBigCode's causal ``bias``,
+    positions x positions, on a module with no parameters of its own)."""
     params = list(module.parameters(recurse=False))
-    held = params or list(module.buffers(recurse=False))
+    held = params or [b for b in module.buffers(recurse=False) if b.dtype != torch.bool]
     if all(_plain_float(t) for t in held):
         return 0
     total = 0
     for b in module.buffers(recurse=False):
-        if id(b) not in seen:
+        if id(b) not in seen and b.dtype != torch.bool:
             seen.add(id(b))
             total += b.numel() * dtype.itemsize if _plain_float(b) else tensor_nbytes(b)
     return total
@@ -627,10 +632,59 @@ ROW_PARALLEL = frozenset(
 KV_PROJECTIONS = frozenset({"k_proj", "v_proj"})
 
 
-def _kv_ranks(config: Any, tp: int) -> int:
-    """The ranks a KV head's rows split over: ``min(tp, kv_heads)`` (``tp`` when unknown)."""
-    kv = model_dims(config)["kv_heads"] if config is not None else None
-    return min(tp, kv) if kv else tp
+#: fused query-key-value projections, whose output rows are the query heads' and the key and
+#: value heads' (GPT-2's and GPTBigCode's c_attn, Falcon's, GPT-NeoX's and Bloom's
+#: query_key_value, Phi-3's qkv_proj, MPT's Wqkv, Baichuan's W_pack); one is taken as fused
+#: only when its output is (heads + 2 x kv_heads) x head_dim as well (``_fused_qkv_rows``)
+FUSED_QKV = frozenset({"c_attn", "query_key_value", "qkv_proj", "wqkv", "w_pack", "qkv"})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Heads:
+    """Attention as a tensor-parallel plan places it: ``tp``, the query heads, the KV heads,
+    the head dim (None when unknown) and ``kv_ranks``, the ranks a KV head's rows split over:
+    ``min(tp, kv_heads)`` (``tp`` when unknown), past the KV heads each rank holds one whole."""
+
+    tp: int
+    heads: int | None = None
+    kv: int | None = None
+    head_dim: int | None = None
+
+    @property
+    def kv_ranks(self) -> int:
+        return min(self.tp, self.kv) if self.kv else self.tp
+
+
+def _heads(config: Any, tp: int) -> _Heads:
+    """``config``'s heads under ``tp``. Falcon's ``new_decoder_architecture`` has
+    ``num_kv_heads`` KV heads whatever ``multi_query`` says (its default True, which
+    ``model_dims`` reads as one KV head): its query_key_value is (heads + 2 x num_kv_heads)
+    x head_dim rows."""
+    if config is None:
+        return _Heads(tp)
+    d = model_dims(config)
+    kv = d["kv_heads"]
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    if getattr(text, "new_decoder_architecture", False) and getattr(text, "num_kv_heads", None):
+        kv = text.num_kv_heads
+    return _Heads(tp, d["heads"], kv, d["head_dim"])
+
+
+def _fused_qkv_rows(
+    s: tuple[int, ...], module: nn.Module, name: str, heads: _Heads
+) -> tuple[int, int] | None:
+    """The dim of a fused QKV parameter's output rows and rank 0's share of them, or None if
+    the layer is no fused QKV (by its name, ``FUSED_QKV``, and its output, (heads + 2 x
+    kv_heads) x head_dim). A rank holds heads / tp query heads and kv_heads / tp KV heads when
+    tp divides them, else one whole (replicated): (heads / tp + 2 x that) x head_dim rows. The
+    output is dim 0 of a Linear's weight and of a bias, dim 1 of GPT-2's Conv1D ([in, out])."""
+    h, kv, d = heads.heads, heads.kv, heads.head_dim
+    if name.rsplit(".", 1)[-1].lower() not in FUSED_QKV or not (h and kv and d):
+        return None
+    dim = 1 if len(s) == 2 and type(module).__name__ == "Conv1D" else 0
+    if s[dim] != (h + 2 * kv) * d:
+        return None
+    return dim, (-(-h // heads.tp) + 2 * -(-kv // heads.kv_ranks)) * d
 
 
 def _tp_shape(
@@ -640,17 +694,23 @@ def _tp_shape(
     module: nn.Module,
     name: str,
     pname: str,
-    kv_ranks: int,
+    heads: _Heads,
 ) -> tuple[int, ...]:
     """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``: whole (a
     norm's; a row-parallel layer's bias), split by the input (a row-parallel weight: dim 1 of a
     Linear's, dim 0 of GPT-2's transposed Conv1D) or along dim 0 (the rest), rank 0 taking the
     extra rows of an odd dimension. A key or value projection (``KV_PROJECTIONS``) splits over
-    ``kv_ranks`` only (``min(tp, kv_heads)``): past the KV heads each rank holds one whole."""
+    ``heads.kv_ranks`` only (``min(tp, kv_heads)``): past the KV heads each rank holds one
+    whole; a fused QKV projection holds its share of query heads and those whole KV heads
+    (``_fused_qkv_rows``)."""
     if whole or not s:
         return s
     if name.rsplit(".", 1)[-1] in KV_PROJECTIONS:
-        return (-(-s[0] // kv_ranks), *s[1:])
+        return (-(-s[0] // heads.kv_ranks), *s[1:])
+    fused = _fused_qkv_rows(s, module, name, heads)
+    if fused is not None:
+        dim, rows = fused
+        return (*s[:dim], rows, *s[dim + 1 :])
     if name.rsplit(".", 1)[-1] in ROW_PARALLEL:
         if pname == "bias":
             return s
