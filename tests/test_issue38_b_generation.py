@@ -142,3 +142,24 @@ def test_switch_transformers_experts_get_their_active_parameters():
     assert report.moe.total_params == total == 8496
     assert report.moe.active_params == total - 2 * 1024 == 6448
     assert "MoE: 6,448 active of 8,496 parameters per token" in str(report)
+
+
+def test_compare_generation_takes_a_config_that_returns_tuples():
+    from modelprof import compare_generation
+
+    tuples = _llama(return_dict=False)
+    # before: the candidate failed in transformers' own "'tuple' object has no attribute
+    # 'last_hidden_state'" (now a failing candidate keeps its row: its error, no figures)
+    df = _quiet(
+        compare_generation,
+        {"plain": _llama(), "tuples": tuples},
+        prompt_len=3,
+        new_tokens=3,
+        budget_s=0.2,
+        warmup=1,
+    )
+    # both generated and were timed: no error column (one appears only for a failed model),
+    # and each row has its generations and a TPOT
+    assert "error" not in df.columns
+    assert (df["generations"] >= 1).all() and df["tpot_ms"].notna().all()
+    assert tuples.config.return_dict is False  # put back as it was

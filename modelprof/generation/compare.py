@@ -27,7 +27,7 @@ import torch
 from modelprof.errors import ModelProfError, TimingDisagreementWarning
 from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
-from modelprof.generation.lm import language_model
+from modelprof.generation.lm import language_model, outputs_by_name
 from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec
@@ -124,9 +124,11 @@ def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tupl
     runners = [Runner(opts, lm.device, lm.name, batch_size) for _, lm, _, _ in lms]
     runs = []
     with contextlib.ExitStack() as stack:
-        for context in [preserved_state(lm.root) for _, lm, _, _ in lms] + [
-            running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms
-        ]:
+        for context in (
+            [preserved_state(lm.root) for _, lm, _, _ in lms]
+            + [outputs_by_name(lm.model) for _, lm, _, _ in lms if lm.hf]
+            + [running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms]
+        ):
             stack.enter_context(context)
         ests = []
         for runner, (name, lm, spec, _) in zip(runners, lms):
