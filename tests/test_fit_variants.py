@@ -262,3 +262,36 @@ def test_a_vision_language_config_is_built_with_its_lm_head():
         bare = transformers.LlavaModel(cfg)
     # the model that generates text holds the 101 x 64 LM head the bare model has not
     assert report.parameters == sum(p.numel() for p in bare.parameters()) + 101 * 64
+
+
+class _FixedState(torch.optim.Optimizer):
+    """Keeps a buffer of 3 floats per parameter, whatever its shape (as a custom optimizer's
+    running statistics might), and takes a plain SGD step."""
+
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not self.state[p]:
+                    self.state[p]["buf"] = torch.zeros(3)
+                p.add_(p.grad, alpha=-group["lr"])
+
+
+def test_a_fixed_size_state_is_not_read_as_a_dimension_of_the_probe():
+    from modelprof.step.optimizer_state import optimizer_states
+
+    rule = optimizer_states(_FixedState)
+    # 3 floats = 12 bytes per parameter tensor, whatever its shape; before, the 3 matched the
+    # probe's first dimension (3 of 3 x 5) and was read as one element per row: 64 x 4 = 256
+    # bytes for a (64, 64) weight
+    for shape in [(3,), (3, 5), (64,), (64, 64), (3, 5, 7, 11)]:
+        assert rule.nbytes(shape, 4) == (0, 12), shape
+    model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4))
+    real = _FixedState(model.parameters())
+    model(torch.randn(2, 8)).sum().backward()
+    real.step()
+    held = sum(t.nbytes for s in real.state.values() for t in s.values())
+    assert held == 4 * 12  # four parameter tensors, 12 bytes each

@@ -164,19 +164,31 @@ def _options(cls: type, optimizer: Any) -> dict[str, Any]:
 
 
 def _probe(make: Any, ndim: int | str) -> Any:
-    """One step of the optimizer ``make([param])`` builds, on a parameter of ``ndim`` prime
-    dimensions (a sparse gradient where the optimizer takes only those), its state read as
-    :class:`_Entry`; ``ndim="shared"``: whether, stepping two parameters, it kept state for
-    one only (a state shared by all, as LBFGS keeps)."""
+    """The state of one step of the optimizer ``make([param])`` builds, as :class:`_Entry`:
+    stepped twice, on parameters of ``ndim`` prime dimensions and of twice those, so that a
+    state dimension follows the parameter's only where it moved with it (a fixed-size state
+    of 3 per parameter is not taken for one row of a 3 x 5 probe); ``ndim="shared"``: whether,
+    stepping two parameters, it kept state for one only (a state shared by all, as LBFGS)."""
     if ndim == "shared":
-        shapes = [(3,), (5,)]
-    else:
-        shapes = [_PRIMES[: int(ndim)]]
-    shape = shapes[0]
+        return _stepped(make, [(3,), (5,)], shared=True)
+    small = _PRIMES[: int(ndim)]
+    large = tuple(2 * d for d in small)
+    (first, history), (second, _) = _stepped(make, [small]), _stepped(make, [large])
+    if [len(t) for t in first] != [len(t) for t in second] or len(first) != len(second):
+        second = first  # a state that changes its layout with the shape: read as the first
+    return [
+        _entry(t, u, small, large, history, listed) for (t, listed), (u, _) in zip(first, second)
+    ]
+
+
+def _stepped(make: Any, shapes: list[tuple[int, ...]], shared: bool = False) -> Any:
+    """One step of ``make(params)`` on float32 parameters of ``shapes`` (a sparse gradient
+    where the optimizer takes only those): the first parameter's state tensors, each with its
+    list length (or None), and the history size; with ``shared``, whether only one parameter
+    got state."""
     errors = []
     for sparse in (False, True):
         params = [torch.zeros(s, requires_grad=True) for s in shapes]
-        p = params[0]
         try:
             probe = make(params)
             if not isinstance(probe, torch.optim.Optimizer):
@@ -193,14 +205,14 @@ def _probe(make: Any, ndim: int | str) -> Any:
         except Exception as e:  # noqa: BLE001 - the optimizer's own refusal, named below
             errors.append(e)
             continue
-        if ndim == "shared":
+        if shared:
             return sum(1 for q in params if probe.state.get(q)) == 1
         history = int(probe.param_groups[0].get("history_size", 1) or 1)
-        return [_entry(t, shape, n, history) for t, n in _state_tensors(probe.state[p])]
+        return list(_state_tensors(probe.state[params[0]])), history
     name = getattr(make, "__name__", type(make).__name__)
     raise ModelProfError(
-        f"optimizer {name} cannot step a float32 parameter of shape {shape} on the CPU to be "
-        f"sized: {type(errors[0]).__name__}: {str(errors[0]).splitlines()[0][:200]}"
+        f"optimizer {name} cannot step a float32 parameter of shape {shapes[0]} on the CPU to "
+        f"be sized: {type(errors[0]).__name__}: {str(errors[0]).splitlines()[0][:200]}"
     )
 
 
@@ -227,15 +239,25 @@ def _state_tensors(state: dict[str, Any]) -> Iterator[tuple[torch.Tensor, int | 
                 yield tensors[0], len(value)
 
 
-def _entry(t: torch.Tensor, shape: tuple[int, ...], listed: int | None, history: int) -> _Entry:
-    """``t``'s shape as factors of the probe's ``shape``: a dimension equal to one of the
-    probe's is that one, equal to all its elements is ``ALL``, otherwise a constant."""
-    numel = math.prod(shape)
+def _entry(
+    t: torch.Tensor,
+    u: torch.Tensor,
+    small: tuple[int, ...],
+    large: tuple[int, ...],
+    history: int,
+    listed: int | None,
+) -> _Entry:
+    """A state tensor's shape as factors of the probe's, from its shapes ``t`` and ``u`` on the
+    probes of dimensions ``small`` and ``large`` (twice those): a dimension that was one of the
+    probe's both times is that one, all its elements both times is ``ALL``, otherwise (the
+    same both times, or moving otherwise) a constant, as read on the first."""
     dims: list[Any] = []
-    for d in t.shape:
-        if d != 1 and d in shape:
-            dims.append(("dim", shape.index(d)))
-        elif d == numel and numel > 1:
+    grow = len(t.shape) == len(u.shape)
+    for j, d in enumerate(t.shape):
+        e = u.shape[j] if grow else d
+        if d != 1 and d in small and e == large[small.index(d)]:
+            dims.append(("dim", small.index(d)))
+        elif d == math.prod(small) > 1 and e == math.prod(large):
             dims.append(ALL)
         else:
             dims.append(d)
