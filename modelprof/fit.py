@@ -657,9 +657,9 @@ class _Heads:
 
 def _heads(config: Any, tp: int) -> _Heads:
     """``config``'s heads under ``tp``. Falcon's ``new_decoder_architecture`` has
-    ``num_kv_heads`` KV heads whatever ``multi_query`` says (its default True, which
-    ``model_dims`` reads as one KV head): its query_key_value is (heads + 2 x num_kv_heads)
-    x head_dim rows."""
+    ``num_kv_heads`` KV heads in its weights whatever ``multi_query`` says (``model_dims``
+    gives the heads its cache holds: K and V broadcast to every query head): its
+    query_key_value is (heads + 2 x num_kv_heads) x head_dim rows."""
     if config is None:
         return _Heads(tp)
     d = model_dims(config)

@@ -295,3 +295,32 @@ def test_a_fixed_size_state_is_not_read_as_a_dimension_of_the_probe():
     real.step()
     held = sum(t.nbytes for s in real.state.values() for t in s.values())
     assert held == 4 * 12  # four parameter tensors, 12 bytes each
+
+
+@pytest.mark.parametrize(
+    "kw, heads_cached",
+    [
+        (dict(new_decoder_architecture=True, num_kv_heads=2), 8),
+        (dict(multi_query=True), 1),
+        (dict(multi_query=False), 8),
+    ],
+    ids=["new_decoder_architecture", "multi_query", "multi_head"],
+)
+def test_falcons_cache_is_planned_as_transformers_holds_it(kw, heads_cached):
+    import transformers
+
+    from modelprof.generation.cache import closed_form_kv_bytes
+
+    config = transformers.FalconConfig(
+        vocab_size=64, hidden_size=64, num_attention_heads=8, num_hidden_layers=1, **kw
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.FalconForCausalLM(config).eval()
+        out = model(torch.zeros(1, 5, dtype=torch.long), use_cache=True)
+    real = sum(x.nbytes for layer in out.past_key_values.layers for x in (layer.keys, layer.values))
+    # 2 (K, V) x 1 layer x heads cached x head dim 8 x 5 tokens x 4 bytes: the new architecture
+    # broadcasts its 2 KV heads to all 8 before caching them (2,560 B, read as 1 head before:
+    # 320), multi-query caches 1 (320 B), multi-head all 8
+    assert real == 2 * heads_cached * 8 * 5 * 4
+    assert closed_form_kv_bytes(config, torch.float32, 5, 1) == real

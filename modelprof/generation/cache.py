@@ -71,6 +71,8 @@ def model_dims(config: Any) -> dict[str, int | None]:
     kv = first("num_key_value_heads", "n_kv_heads", "multi_query_group_num") or heads
     if getattr(config, "multi_query", False):
         kv = 1
+    if getattr(config, "new_decoder_architecture", False) and heads:
+        kv = heads  # Falcon's new architecture caches its K and V broadcast to every head
     head_dim = first("head_dim") or (hidden // heads if hidden and heads else None)
     return {
         "layers": first("num_hidden_layers", "n_layer", "num_layers"),
