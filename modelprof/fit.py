@@ -628,6 +628,9 @@ ROW_PARALLEL = frozenset(
     {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "dense_4h_to_h", "wo"}
 )
 
+#: the blocks whose ``dense`` layer is row-parallel (its output goes into the residual)
+_ROW_DENSE_PARENTS = frozenset({"self_attention", "attention", "output"})
+
 #: a grouped-query attention's key and value projections, whose rows are whole KV heads
 KV_PROJECTIONS = frozenset({"k_proj", "v_proj"})
 
@@ -698,7 +701,8 @@ def _tp_shape(
 ) -> tuple[int, ...]:
     """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``: whole (a
     norm's; a row-parallel layer's bias), split by the input (a row-parallel weight: dim 1 of a
-    Linear's, dim 0 of GPT-2's transposed Conv1D) or along dim 0 (the rest), rank 0 taking the
+    Linear's, dim 0 of GPT-2's transposed Conv1D), by the output (dim 1 of a column-parallel
+    Conv1D, GPT-2's c_fc) or along dim 0 (the rest), rank 0 taking the
     extra rows of an odd dimension. A key or value projection (``KV_PROJECTIONS``) splits over
     ``heads.kv_ranks`` only (``min(tp, kv_heads)``): past the KV heads each rank holds one
     whole; a fused QKV projection holds its share of query heads and those whole KV heads
@@ -711,12 +715,26 @@ def _tp_shape(
     if fused is not None:
         dim, rows = fused
         return (*s[:dim], rows, *s[dim + 1 :])
-    if name.rsplit(".", 1)[-1] in ROW_PARALLEL:
+    transposed = type(module).__name__ == "Conv1D" and len(s) == 2  # GPT-2's [in, out]
+    if _row_parallel(name):
         if pname == "bias":
             return s
         if isinstance(module, nn.Linear) and len(s) == 2:
             return (s[0], -(-s[1] // tp))
+    elif transposed:  # a column-parallel Conv1D (c_fc) splits its output, dim 1
+        return (s[0], -(-s[1] // tp))
     return (-(-s[0] // tp), *s[1:])
+
+
+def _row_parallel(name: str) -> bool:
+    """Whether the layer ``name`` is row-parallel: ``ROW_PARALLEL`` by its own name, or a
+    ``dense`` right under an attention or an output block (Falcon's and GPT-NeoX's
+    ``self_attention.dense``/``attention.dense``, BERT's ``output.dense``; BERT's
+    ``intermediate.dense`` is column-parallel)."""
+    parts = name.split(".")
+    if parts[-1] in ROW_PARALLEL:
+        return True
+    return parts[-1] == "dense" and len(parts) > 1 and parts[-2] in _ROW_DENSE_PARENTS
 
 
 def _inference(

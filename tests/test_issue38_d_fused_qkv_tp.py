@@ -138,3 +138,35 @@ def test_a_layer_named_qkv_whose_output_is_not_the_heads_splits_as_before():
         32,
         64,
     )
+
+
+def test_falcons_attention_dense_is_row_parallel_its_bias_whole():
+    cfg = FalconConfig(
+        hidden_size=64,
+        num_attention_heads=8,
+        num_hidden_layers=1,
+        new_decoder_architecture=True,
+        num_kv_heads=8,
+        bias=True,
+        **SMALL,
+    )
+    # tp=2: query_key_value (8 + 2 x 8) x 8 = 192 rows, a rank 96 x 64 = 6,144 + bias 96;
+    # self_attention.dense row-parallel: 64 x 32 = 2,048 and its bias whole, 64 (split along
+    # dim 0 before: 32); dense_h_to_4h 128 x 64 = 8,192 + bias 128; dense_4h_to_h 64 x 128 =
+    # 8,192 + bias whole 64; word_embeddings 50 x 64 = 3,200 (tied head); ln_attn, ln_mlp,
+    # ln_f whole 3 x 128
+    elements = 6_144 + 96 + 2_048 + 64 + 8_192 + 128 + 8_192 + 64 + 3_200 + 384
+    assert elements == 28_512
+    assert _weights(cfg, 2) == elements * 2
+
+
+def test_gpt2s_c_fc_splits_its_output():
+    cfg = GPT2Config(n_embd=64, n_head=8, n_layer=1, n_positions=32, n_inner=90, **SMALL)
+    # tp=4, the MLP 90 wide (not a multiple of 4): c_fc Conv1D [64, 90] is column-parallel, a
+    # rank 64 x ceil(90 / 4) = 64 x 23 = 1,472 (split by its input before: 16 x 90 = 1,440),
+    # bias 23; mlp.c_proj [90, 64] row-parallel by its input: 23 x 64 = 1,472, bias whole 64;
+    # the rest as in test_gpt2_fused_mha_conv1d: wte 1,600, wpe 512, norms 384, c_attn 3,072 +
+    # 48, attn.c_proj 1,024 + 64
+    elements = 1_472 + 23 + 1_472 + 64 + 1_600 + 512 + 384 + 3_072 + 48 + 1_024 + 64
+    assert elements == 9_735
+    assert _weights(cfg, 4) == elements * 2
