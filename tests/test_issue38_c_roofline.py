@@ -52,7 +52,7 @@ def test_the_plot_draws_the_roof_the_table_and_summary_use_and_says_why(disturbe
     roofs = [line for line in ax.get_lines() if line.get_label().startswith("compute roof")]
     assert roofs and max(roofs[0].get_ydata()) == pytest.approx(used.peak_flops)
     title = ax.get_title().replace("\n", " ")
-    assert "busy machine" in title and "the probe was disturbed and read low" in title
+    assert "The probe was disturbed (the machine was busy) and read low" in title
     assert "raised to measured" not in title
     util = disturbed.utilization("probe")
     assert util.convention.peaks.peak_flops == pytest.approx(used.peak_flops)

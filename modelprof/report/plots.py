@@ -19,7 +19,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
 from modelprof.render.views import column_spec, module_labels, select_rows
-from modelprof.report.roofline import add_roofline, observed_peaks, peak_notes
+from modelprof.report.roofline import add_roofline, observed_peaks, peak_words
 from modelprof.timing.peaks import Peaks as PeaksClass
 
 if TYPE_CHECKING:
@@ -193,9 +193,11 @@ def plot_roofline(
     modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
     the ones the rows are judged against, and the ones the report's MFU uses: a probed roof
     that a layer beat is drawn at what the layer proved (``modelprof.report.roofline.
-    observed_peaks``), and the title says so in words under the heading, as it does for a
-    probe that waited for a core or a DRAM roof slower than any main memory
-    (``peak_notes``)."""
+    observed_peaks``). Where the probe was disturbed (a roof a layer beat, a probe that waited
+    for a core, a DRAM roof slower than any main memory) the title says so once, in one
+    sentence under the heading naming the roofs drawn at what layers reached, and a caption
+    under the plot gives the details: what the probe measured, which layer went faster
+    (``modelprof.report.roofline.peak_words``)."""
 
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(
@@ -208,7 +210,9 @@ def plot_roofline(
         " (profile with timing=True)",
     )
     data = add_roofline(df, peaks)
-    notes = peak_notes(df, peaks)  # in words: what the probe measured and what disturbed it
+    # in words, once: that the probe was disturbed, and the roofs drawn instead (the title);
+    # what it measured and which layers went faster (a caption below the plot)
+    sentence, caption = peak_words(df, peaks)
     peaks = observed_peaks(df, peaks)
     if leaf_only and "leaf" in data.columns:
         data = data[data["leaf"].astype(bool)]
@@ -238,7 +242,9 @@ def plot_roofline(
     # wrapped to the axes' width once the legends took their room: a one-line title wider
     # than the axes ran into the legends outside them
     heading = f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})"
-    _fit_title(ax, "\n".join([title or heading, *notes]))
+    _fit_title(ax, "\n".join(t for t in (title or heading, sentence) if t), small=bool(sentence))
+    if caption:
+        _caption(fig, ax, caption)
     save_figure(fig, save)
     return fig
 
@@ -345,8 +351,28 @@ def _legends(fig: Any, ax: Any, key: list[str]) -> None:
         )
 
 
-def _fit_title(ax: Any, text: str) -> None:
-    """``ax``'s title, wrapped at word boundaries so that no line is wider than the axes."""
+def _caption(fig: Any, ax: Any, text: str) -> None:
+    """``text`` in small type under the plot (a figure label the constrained layout makes room
+    for), wrapped at word boundaries so that no line runs past the axes into the legends."""
+    label = fig.supxlabel(
+        text, fontsize=_CAPTION_PT, x=0.01, ha="left", multialignment="left", color="0.25"
+    )
+    width = len(text)
+    while True:
+        label.set_text(textwrap.fill(text, width=width))
+        fig.draw_without_rendering()
+        renderer = fig._get_renderer()
+        if label.get_window_extent(renderer).x1 <= ax.get_window_extent(renderer).x1 or width <= 40:
+            break
+        width = max(40, int(width * 0.9))
+
+
+_CAPTION_PT = 7.5
+
+
+def _fit_title(ax: Any, text: str, *, small: bool = False) -> None:
+    """``ax``'s title, wrapped at word boundaries so that no line is wider than the axes;
+    ``small``: a heading with a sentence under it, set a size smaller to take fewer lines."""
 
     fig = ax.figure
     fig.draw_without_rendering()  # the constrained layout fixes the axes' size
@@ -354,7 +380,10 @@ def _fit_title(ax: Any, text: str) -> None:
     limit = ax.get_window_extent(renderer).width
     width = max(map(len, text.splitlines()))
     while True:  # each paragraph (line of ``text``) wrapped on its own
-        ax.set_title("\n".join(textwrap.fill(p, width=width) for p in text.splitlines()))
+        ax.set_title(
+            "\n".join(textwrap.fill(p, width=width) for p in text.splitlines()),
+            fontsize="medium" if small else None,
+        )
         if ax.title.get_window_extent(renderer).width <= limit or width <= 20:
             break
         width -= 5

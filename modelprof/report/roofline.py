@@ -60,6 +60,7 @@ __all__ = [
     "judged_levels",
     "observed_peaks",
     "peak_notes",
+    "peak_words",
     "roof_proofs",
     "run_peaks",
 ]
@@ -349,6 +350,74 @@ def peak_notes(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency
             "most likely slowed by other work. Probe again on a quiet machine."
         )
     return notes
+
+
+def peak_words(
+    df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms"
+) -> tuple[str | None, str | None]:
+    """What :func:`peak_notes` says, as a plot says it: one sentence for its title, that the
+    probe was disturbed and read low (and why, where known), and which roofs are drawn at what
+    layers of this run reached (``"compute 87.70 GFLOP/s, L1 11.10 GB/s"``); and one for a
+    caption below, the details: what the probe measured for each raised roof and the layer
+    that went faster. ``(None, None)`` for undisturbed, datasheet or given peaks."""
+    if peaks.source != "probe":
+        return None, None
+    proofs = roof_proofs(df, peaks, latency_column=latency_column)
+    dram = peaks.memory_levels[-1]
+    dram_low = _is_cpu(peaks) and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs
+    if not (peaks.loaded or proofs or peaks.raised or dram_low):
+        return None, None
+    dram_words = f"its DRAM roof, {format_rate(dram.bandwidth, 'B/s')}, is implausibly low"
+    title = "The probe was disturbed" + (" (the machine was busy)" if peaks.loaded else "")
+    title += " and read low" + (f": {dram_words}" if dram_low and not proofs else "")
+    if proofs:
+        reached = ", ".join(
+            f"{_spelled(name)} {format_rate(rate, _probed(peaks, name)[1])}"
+            for name, (rate, _) in proofs.items()
+        )
+        title += f", so these roofs are drawn at what layers of this run reached: {reached}"
+    elif peaks.raised:
+        roofs = "roofs are" if len(peaks.raised) > 1 else "roof is"
+        title += (
+            f", so the {', '.join(map(_spelled, peaks.raised))} {roofs} drawn at what layers "
+            "of this run reached"
+        )
+    details = []
+    labels = module_labels(df["module"], df.get("call")) if "module" in df.columns else None
+    for name, (rate, row) in proofs.items():
+        old, unit = _probed(peaks, name)
+        who = f"layer {labels[row]}" if labels is not None else f"row {row}"
+        how = "ran"
+        if unit == "B/s":
+            how = (
+                "moved data"
+                if name == peaks.memory_levels[0].name
+                else "moved data past the caches"
+            )
+        details.append(
+            f"{_spelled(name)} {format_rate(old, unit)} ({who} {how} at {format_rate(rate, unit)})"
+        )
+    caption = []
+    if peaks.loaded:
+        caption.append(
+            f"The probe ran on a busy machine: its wall time was {peaks.wall_over_cpu:.2f}x its "
+            "CPU time, and every roof it measured reads low."
+        )
+    if details:
+        caption.append("The probe measured " + "; ".join(details) + ".")
+    if dram_low:
+        caption.append(
+            f"The DRAM roof, {format_rate(dram.bandwidth, 'B/s')}, is implausibly low: one DDR3 "
+            f"memory channel moves {format_rate(10.7e9, 'B/s')}; the probe's copy was most "
+            "likely slowed by other work."
+        )
+    caption.append("Probe again on a quiet machine for roofs of the device itself.")
+    return title + ".", " ".join(caption)
+
+
+def _spelled(name: str) -> str:
+    """A roof's name in plain words (``conv compute`` is the convolutions' compute roof)."""
+    return "convolution compute" if name == "conv compute" else name
 
 
 def _probed(peaks: Peaks, name: str) -> tuple[float, str]:
