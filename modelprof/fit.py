@@ -185,6 +185,8 @@ def fit(
     ``"full"`` or ``"selective"`` (Korthikanti et al. 2022; the module doc). A ``tp`` that does
     not divide the heads, nor split or replicate whole KV heads, a ``context`` past the
     model's positions and a non-integer head dim are refused."""
+    if not isinstance(training, bool):
+        raise ModelProfError(f"training={training!r} must be True or False")
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
     spec = dataclasses.replace(spec, checkpointing=_checkpointing(checkpointing))
     key, memory = _memory(device, memory_bytes)

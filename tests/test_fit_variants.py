@@ -324,3 +324,10 @@ def test_falcons_cache_is_planned_as_transformers_holds_it(kw, heads_cached):
     # 320), multi-query caches 1 (320 B), multi-head all 8
     assert real == 2 * heads_cached * 8 * 5 * 4
     assert closed_form_kv_bytes(config, torch.float32, 5, 1) == real
+
+
+@pytest.mark.parametrize("training", ["yes", None, 1, "False"])
+def test_training_must_be_true_or_false(training):
+    # before: any value was taken for its truth ("False" planned training, None did not)
+    with pytest.raises(ModelProfError, match=r"training=.* must be True or False"):
+        fit(nn.Linear(4, 4), training=training)
