@@ -114,8 +114,10 @@ def compare(
     ``latency_x`` is the ratio of the model's median to the baseline's (so ratios rank as the
     medians do), with a paired interval from the per-round ratios of block medians in
     ``latency_x_ci_low`` and ``latency_x_ci_high`` (``attrs["ratio_estimator"]`` says it in
-    words). When the machine is loaded (wall well above CPU time, on the CPU) ``rank`` follows
-    the CPU work, ``attrs["ranked_by"] == "cpu_work"``, and ``attrs["notes"]`` says why; CPU
+    words). When the machine is loaded (wall well above CPU time, on the CPU), or a
+    ``latency_x`` disagrees with its rounds while every ``cpu_work_x`` agrees with its own,
+    ``rank`` follows the CPU work, ``attrs["ranked_by"] == "cpu_work"``, and ``attrs["notes"]``
+    (``attrs["ranked_by_why"]`` in short) says why; CPU
     work equals latency only for a single-threaded model on an idle core. A ratio of medians
     that lies outside its per-round ratios' interval, further than ``AGREEMENT_TOLERANCE``
     from their centre (``timing.agreement.judge_ratio``: the candidate's time moved between
@@ -403,10 +405,21 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
     elif result.ranked_by == "cpu_work":
         worst = max(m.wall_over_cpu for m in result.measurements.values())
         clock = next(iter(result.measurements.values())).cpu_clock
+        why = (
+            f"the machine was loaded (wall/CPU up to {worst:.2f}), which stretches the wall "
+            "clock of whichever model it hits"
+            if result.loaded
+            else "latency_x disagrees with its per-round ratios while cpu_work_x agrees with "
+            "its own: the machine's pace moved between rounds, the models' work did not"
+        )
         out["notes"].append(
-            f"ranked by CPU work ({clock}): the machine was loaded (wall/CPU up to {worst:.2f}), "
-            "which stretches the wall clock of whichever model it hits; CPU work equals latency "
-            "only for a single-threaded model on an idle core"
+            f"ranked by CPU work ({clock}): {why}; CPU work equals latency only for a "
+            "single-threaded model on an idle core"
+        )
+        out["ranked_by_why"] = (
+            "the machine was loaded"
+            if result.loaded
+            else "the wall-clock ratios moved between rounds, the CPU work's did not"
         )
     _disagreeing(checks, out)
     return out

@@ -280,6 +280,46 @@ def test_a_ratio_its_rounds_agree_with_is_ranked(monkeypatch):
     assert "per-round" not in export_comparison(table, "latex")
 
 
+class Waits(nn.Module):
+    """``ROUND_MS`` of virtual work a call; on the calls ``slow(i)`` picks, as long again
+    waiting for a core: the wall clock advances, the CPU time does not."""
+
+    def __init__(self, clock, slow) -> None:
+        super().__init__()
+        self.clock, self.slow, self.calls = clock, slow, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(ROUND_MS)
+        if self.slow(self.calls):
+            self.clock.wall_ns += int(ROUND_MS * 1e6)
+        self.calls += 1
+        return x
+
+
+def test_a_wall_ratio_that_moved_between_rounds_ranks_by_the_cpu_work_that_did_not(monkeypatch):
+    # the candidate waits for a core on 2 calls in 5, its work the baseline's: its wall clock
+    # reads as in the test above (ratio of medians 1.000 against rounds centred on 1.260,
+    # 1.084-1.464: rough), its CPU time 200 ms every time (cpu_work_x 1.000, every round 1:
+    # agrees). Median wall over median CPU is 200 / 200 = 1.0, so the machine is not judged
+    # loaded; before, the table ranked by latency_x and withheld every rank. The CPU work, which
+    # the waits did not move, ranks it, and the notes say why
+    clock = install(monkeypatch)
+    models = {"base": Rounds(clock), "cand": Waits(clock, lambda i: i % 5 in (3, 4))}
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        table = modelprof.compare(
+            models, (4,), repeat=60, warmup=2, min_blocks=60, budget_s=600.0, roofline=False
+        )
+    assert table["latency_x_rough"].tolist() == [False, True]
+    assert table["cpu_work_x_rough"].tolist() == [False, False]
+    assert table.loc["cand", "wall_over_cpu"] == pytest.approx(1.0)
+    assert table.attrs["ranked_by"] == "cpu_work" and "ratios_disagree" not in table.attrs
+    assert table["rank"].notna().all()
+    assert any("the machine's pace moved between rounds" in n for n in table.attrs["notes"])
+    latex = export_comparison(table, "latex")
+    assert "not ranked" not in latex and "moved between rounds" in latex
+
+
 def _compare_generation(monkeypatch, slow):
     """Two step functions generating 2 tokens after a 4-token prompt: a prefill of
     ``ROUND_MS`` and a decode step of 10 ms; the candidate's prefill twice as long on the

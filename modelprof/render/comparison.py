@@ -137,8 +137,9 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
         if attrs.get("ratios_disagree"):
             parts.append(str(attrs["ratios_disagree"]))
         if ranked_by == "cpu_work":
+            why = attrs.get("ranked_by_why", "the machine was loaded")
             parts.append(
-                "ranked by CPU work: the machine was loaded; CPU work equals latency "
+                f"ranked by CPU work: {why}; CPU work equals latency "
                 "only for a single-threaded model on an idle core"
             )
     elif attrs.get("baseline") is not None:

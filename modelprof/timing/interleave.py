@@ -8,7 +8,8 @@ so drift reaches them alike. Each ratio to the baseline is the quotient of the t
 ratios rank as the medians a table shows beside them), with a paired interval: the spread of the
 per-round ratios of block medians, their logs' Yuen t half-width (``stats.ratio_of_medians``).
 On the CPU the CPU time of every sample is read beside the wall clock; when the machine is
-loaded (wall well above CPU) the comparison ranks by that CPU work (``ranked_by``).
+loaded (wall well above CPU), or when a wall-clock ratio disagrees with its per-round ratios
+while the CPU work's agree, the comparison ranks by that CPU work (``ranked_by``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class LatencyComparison:
     rounds: int = 0
     wall_s: float | None = None
     cpu_ratios: dict[str, tuple[float, float, float]] | None = None
+    _checks: dict[str, list[RatioAgreement]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def loaded(self) -> bool:
@@ -76,9 +80,22 @@ class LatencyComparison:
 
     @property
     def ranked_by(self) -> str:
-        """``"cpu_work"`` when the machine was loaded and the CPU time read (load stretches
-        the wall clock, not the CPU work), else ``"latency"``."""
-        return "cpu_work" if self.loaded and self.cpu_ratios is not None else "latency"
+        """``"cpu_work"`` where the CPU time was read and the machine was loaded (load stretches
+        the wall clock, not the CPU work), or a ``latency_x`` disagrees with its rounds while
+        every ``cpu_work_x`` agrees with its own (the machine's pace moved between rounds);
+        else ``"latency"``."""
+        if self.cpu_ratios is None:
+            return "latency"
+        return "cpu_work" if self.loaded or self.wall_moved else "latency"
+
+    @property
+    def wall_moved(self) -> bool:
+        """A ``latency_x`` disagrees with its rounds while every ``cpu_work_x`` agrees: the
+        wall clock moved with the machine between rounds, the work did not."""
+        checks = [c for found in self.ratio_checks().values() for c in found]
+        wall = [c.agree for c in checks if c.figure == "latency_x"]
+        cpu = [c.agree for c in checks if c.figure == "cpu_work_x"]
+        return bool(cpu) and not all(wall) and all(cpu)
 
     def __getitem__(self, name: str) -> Measurement:
         return self.measurements[name]
@@ -87,6 +104,12 @@ class LatencyComparison:
         """Each candidate's timed ratios (``latency_x``, and ``cpu_work_x`` where the CPU time
         was read) against its per-round ratios (``timing.agreement.judge_ratio``); none when a
         candidate is undersampled (no timed ratio is stated then)."""
+        if self._checks is not None:
+            return self._checks
+        self._checks = self._judged()
+        return self._checks
+
+    def _judged(self) -> dict[str, list[RatioAgreement]]:
         ms = self.measurements
         if any(m.undersampled for m in ms.values()):
             return {}
