@@ -137,8 +137,11 @@ def test_a_short_budget_is_extended_until_every_model_has_min_samples(spin_nets,
         roofline=False,
     )
     assert (df["latency_n"] >= 10).all() and df["rank"].notna().all()
-    # 15 ms against 20 ms spins: the slower one ranks second, its ratio of medians above 1
-    assert list(df["rank"]) == [1, 2] and df["latency_x"].iloc[1] > 1.0
+    # 15 ms against 20 ms of CPU work: the slower one ranks second, the ratio of medians the
+    # table ranks by above 1 (on a loaded machine that is cpu_work_x: the wall clock's
+    # latency_x there reads the waits for a core too, and the notes say so)
+    ranked = "cpu_work_x" if df.attrs["ranked_by"] == "cpu_work" else "latency_x"
+    assert list(df["rank"]) == [1, 2] and df[ranked].iloc[1] > 1.0
     assert any("extended by" in note for note in df.attrs["notes"])
 
 

@@ -360,7 +360,7 @@ class RatioAgreement:
             f"({self.paired:.3f}, 95 % {ci}, {self.rounds} rounds), "
             f"{abs(self.ratio / self.paired - 1.0):.0%} from their centre: its time moved "
             "between rounds (the machine's load in a share of them), so no one figure stands "
-            "for the ratio; it is marked rough (a table ranked by it is not ranked): time "
+            "for the ratio; it is marked rough and no rank is taken from it: time "
             "again with a larger budget_s or on a quieter machine"
         )
 
