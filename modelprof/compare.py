@@ -405,21 +405,23 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
     elif result.ranked_by == "cpu_work":
         worst = max(m.wall_over_cpu for m in result.measurements.values())
         clock = next(iter(result.measurements.values())).cpu_clock
-        why = (
-            f"the machine was loaded (wall/CPU up to {worst:.2f}), which stretches the wall "
-            "clock of whichever model it hits"
-            if result.loaded
-            else "latency_x disagrees with its per-round ratios while cpu_work_x agrees with "
-            "its own: the machine's pace moved between rounds, the models' work did not"
-        )
+        if result.loaded:
+            out["ranked_by_why"] = "the machine was loaded"
+            why = (
+                f"the machine was loaded (wall/CPU up to {worst:.2f}), which stretches the wall "
+                "clock of whichever model it hits"
+            )
+        else:
+            out["ranked_by_why"] = (
+                "the wall-clock ratios moved between rounds, the CPU work's did not"
+            )
+            why = (
+                "latency_x disagrees with its per-round ratios while cpu_work_x agrees with its "
+                "own: the machine's pace moved between rounds, the models' work did not"
+            )
         out["notes"].append(
             f"ranked by CPU work ({clock}): {why}; CPU work equals latency only for a "
             "single-threaded model on an idle core"
-        )
-        out["ranked_by_why"] = (
-            "the machine was loaded"
-            if result.loaded
-            else "the wall-clock ratios moved between rounds, the CPU work's did not"
         )
     _disagreeing(checks, out)
     return out

@@ -15,6 +15,7 @@ while the CPU work's agree, the comparison ranks by that CPU work (``ranked_by``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -69,9 +70,6 @@ class LatencyComparison:
     rounds: int = 0
     wall_s: float | None = None
     cpu_ratios: dict[str, tuple[float, float, float]] | None = None
-    _checks: dict[str, list[RatioAgreement]] | None = dataclasses.field(
-        default=None, init=False, repr=False
-    )
 
     @property
     def loaded(self) -> bool:
@@ -104,11 +102,9 @@ class LatencyComparison:
         """Each candidate's timed ratios (``latency_x``, and ``cpu_work_x`` where the CPU time
         was read) against its per-round ratios (``timing.agreement.judge_ratio``); none when a
         candidate is undersampled (no timed ratio is stated then)."""
-        if self._checks is not None:
-            return self._checks
-        self._checks = self._judged()
-        return self._checks
+        return self._judged
 
+    @functools.cached_property
     def _judged(self) -> dict[str, list[RatioAgreement]]:
         ms = self.measurements
         if any(m.undersampled for m in ms.values()):

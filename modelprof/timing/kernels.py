@@ -40,7 +40,7 @@ from torch import nn
 import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
-from modelprof.runtime.device import device_synchronize, is_oom
+from modelprof.runtime.device import is_oom
 from modelprof.runtime.execution import RunMode, running, to_channels_last
 from modelprof.runtime.hooks import module_hooks, module_names
 from modelprof.runtime.inputs import ModelInputs
@@ -536,9 +536,6 @@ class _KernelRun(Runner):
     def contexts(self) -> Sequence[contextlib.AbstractContextManager]:
         return (running(self.model, self.mode),)
 
-    def sync(self) -> None:
-        device_synchronize(self.dev)
-
     def failure(self, e: Exception) -> BaseException:
         """A failure of the user's forward (not an out-of-memory) as a ModelProfError naming
         the model."""
@@ -561,7 +558,7 @@ class _KernelRun(Runner):
             if self.backward:  # the engine's work, mapped back to the forward calls later
                 _backward(out, self.params)
             t1 = perf()
-            self.sync()
+            self.clock.sync()
             t2 = perf()
         if ranges.counter != len(ranges.names):
             raise ModelProfError(
@@ -574,7 +571,7 @@ class _KernelRun(Runner):
         if self.backward:
             _backward(out, self.params)
         t4 = perf()
-        self.sync()
+        self.clock.sync()
         t5 = perf()
         if p > 0:
             self.hooked_issue.append((t1 - t0) / 1e6)
@@ -594,7 +591,7 @@ class _KernelRun(Runner):
             out = self.forward()
             if self.backward:
                 _backward(out, self.params)
-            self.sync()
+            self.clock.sync()
             self.clean_walls.append((time.perf_counter_ns() - t0) / 1e6)
         readings = read_passes(profiler_events(prof), len(self.plan.keys), self.gpu)
         readings.pop(0, None)
