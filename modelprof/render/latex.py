@@ -1,25 +1,15 @@
 """LaTeX ``booktabs`` tables for papers, written directly (no pandas Styler, no jinja2).
 
-A table has to fit the page it goes on. ``width`` names the target (``"textwidth"`` or
-``"columnwidth"``) and ``fit`` says how to get there:
+``width`` (``"textwidth"``, ``"columnwidth"``) names the page target and ``fit`` how to meet it:
+``"columns"`` drops the least important columns (never the first) until the estimated width
+(Computer Modern glyph widths plus 5 %) fits :data:`NOMINAL_WIDTH_PT`; ``"scale"`` shrinks a
+wider table with ``\\resizebox`` (``graphicx``), never enlarging one; ``"both"`` drops columns
+until at most a 1.5x shrink is needed, then scales; ``None`` keeps the natural width.
 
-- ``"columns"`` drops the least important columns (never the first) until the table's estimated
-  width fits a nominal target: 345 pt for ``\\textwidth`` (article, 10 pt, one column: the
-  narrowest common text block) and 229.5 pt for ``\\columnwidth`` (article, two columns). The
-  estimate uses Computer Modern's glyph widths at the chosen font size plus 5 %.
-- ``"scale"`` shrinks the table to the real width with ``\\resizebox`` when, and only when, it is
-  wider (needs ``graphicx``); it never enlarges a narrow table.
-- ``"both"`` drops columns until the table needs at most a 1.5x shrink, then scales.
-- ``None`` leaves the table at its natural width.
-
-A table longer than :data:`LONG_ROWS` lines is split into consecutive floats of at most that
-many lines (``long=None``, the default), each with the header repeated, the later ones captioned
-"(continued)" under the same table number: plain ``table``/``table*`` floats, so it compiles in
-one- and two-column classes alike (a ``longtable`` stops with "longtable not in 1-column mode"
-in ``\\documentclass[twocolumn]``). ``long=True`` asks for a ``longtable`` (one-column documents
-only; it breaks across pages by itself, cannot be scaled, so it fits by columns); ``long=False``
-keeps one float however long. The first lines are a comment naming the packages the table
-needs.
+Over :data:`LONG_ROWS` lines (``long=None``) a table is split into consecutive floats under one
+number, the later ones "(continued)": unlike a ``longtable`` ("longtable not in 1-column mode")
+they compile in two-column classes. ``long=True`` gives a ``longtable`` (one column only, never
+scaled), ``long=False`` one float. The first lines are a comment naming the packages needed.
 """
 
 from __future__ import annotations
@@ -73,12 +63,7 @@ FITS: tuple[str | None, ...] = ("columns", "scale", "both", None)
 WIDTHS: tuple[str | None, ...] = ("textwidth", "columnwidth", None)
 NOMINAL_WIDTH_PT: dict[str, float] = {"textwidth": 345.0, "columnwidth": 229.5}
 """The widths ``fit="columns"`` aims at: article class, 10 pt, one column / two columns."""
-FONT_SIZES: dict[str, float] = {
-    "normalsize": 10.0,
-    "small": 9.0,
-    "footnotesize": 8.0,
-    "scriptsize": 7.0,
-}
+FONT_SIZES = {"normalsize": 10.0, "small": 9.0, "footnotesize": 8.0, "scriptsize": 7.0}
 """Font sizes (pt, in a 10 pt document) a table may be set in."""
 LONG_ROWS = 40
 """Above this many rows (header and footer included) a table becomes a ``longtable``."""
@@ -130,13 +115,12 @@ def escape_latex(text: str) -> str:
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
 
 
-# pdflatex's utf8 input encoding sets Latin-1 and Latin Extended-A (with T1 fonts); past that
-# (Greek, Cyrillic, CJK, emoji) it stops with "Unicode character ... not set up for use with LaTeX"
+# pdflatex's utf8 input sets Latin-1 and Latin Extended-A (T1 fonts); past that it stops with
+# "Unicode character ... not set up for use with LaTeX"
 _PDFLATEX_LAST = 0x17F
 
 
 def _unset(text: str) -> list[str]:
-    """The characters of ``text`` pdflatex cannot set."""
     return [ch for ch in text if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS]
 
 
@@ -146,10 +130,10 @@ def _unsettable(table: Table) -> list[str]:
     return list(dict.fromkeys(c for c in cells if _unset(c)))
 
 
-def _warn_unsettable(cells: list[str]) -> str | None:
+def _warn_unsettable(cells: list[str]) -> list[str]:
     """Warn once about cells pdflatex cannot set; return the header comment that says so."""
     if not cells:
-        return None
+        return []
     chars = "".join(dict.fromkeys(ch for c in cells for ch in _unset(c)))
     more = f" and {len(cells) - 1} more" if len(cells) > 1 else ""
     warnings.warn(
@@ -159,10 +143,10 @@ def _warn_unsettable(cells: list[str]) -> str | None:
         ModelProfWarning,
         stacklevel=3,
     )
-    return (
+    return [
         f"% holds characters pdflatex cannot set ({chars[:20]}): compile with xelatex or "
         "lualatex and a font that has them"
-    )
+    ]
 
 
 def _text_width_pt(text: str, font_pt: float) -> float:
@@ -170,7 +154,7 @@ def _text_width_pt(text: str, font_pt: float) -> float:
 
 
 def _label_span(row: Sequence[str]) -> int:
-    """How many columns a footer row's label spans: itself and the empty cells right of it."""
+    """The columns a footer row's label spans: its own and the empty cells right of it."""
     span = 1
     while span < len(row) and row[span] == "":
         span += 1
@@ -178,8 +162,8 @@ def _label_span(row: Sequence[str]) -> int:
 
 
 def _header_lines(headers: Sequence[str]) -> list[tuple[str, ...]]:
-    """Headers as one line, or as two when some carry a unit: ``params (M)`` becomes ``params``
-    over ``(M)``, so a unit does not make a narrow column of numbers wide."""
+    """Headers as one line, or two when some carry a unit (``params`` over ``(M)``), so a unit
+    does not widen a narrow column of numbers."""
     split = [_UNIT_RE.match(h) for h in headers]
     if not any(split):
         return [tuple(headers)]
@@ -189,9 +173,8 @@ def _header_lines(headers: Sequence[str]) -> list[tuple[str, ...]]:
 
 
 def _column_widths_pt(table: Table, font_pt: float) -> list[float]:
-    """Natural width of each column: its widest cell plus the column separation. A footer
-    label spans the empty cells right of it (:func:`_label_span`); when it is wider than those
-    columns together, LaTeX widens the last of them, and so does this estimate."""
+    """Natural width of each column: its widest cell plus the column separation; a footer
+    label wider than the columns it spans widens the last of them, as LaTeX does."""
     heads = _header_lines(table.headers)
     # an indented module name is wider by its indentation (1 em = the font size)
     extra = [[0.0] * len(table.cells) for _ in table.columns]
@@ -228,18 +211,15 @@ def _font_pt(font_size: str) -> float:
 def _drop_until_fits(
     table: Table, limit_pt: float, font_size: str, priority: Sequence[str]
 ) -> Table:
-    """Drop columns, least important first, until the estimate is within ``limit_pt``; the
-    first column is never dropped. ``priority`` lists column names most important first; the
-    rest go first, rightmost first."""
-    font_pt = _font_pt(font_size)
+    """Drop columns until the estimate is within ``limit_pt``, never the first: the columns
+    not in ``priority`` (most important first) go first, rightmost first."""
     keep = list(range(len(table.columns)))
     rank = {name: i for i, name in enumerate(priority)}
-    unranked = [i for i in reversed(keep[1:]) if table.columns[i] not in rank]
-    ranked = sorted(
-        (i for i in keep[1:] if table.columns[i] in rank), key=lambda i: -rank[table.columns[i]]
+    # a stable sort: the unranked (rightmost first), then the ranked, least important first
+    candidates = sorted(
+        reversed(keep[1:]), key=lambda i: rank.get(table.columns[i], len(priority)), reverse=True
     )
-    candidates = unranked + ranked
-    widths = _column_widths_pt(table, font_pt)
+    widths = _column_widths_pt(table, _font_pt(font_size))
     for i in candidates:
         if sum(widths[j] for j in keep) * _SAFETY <= limit_pt:
             break
@@ -250,11 +230,9 @@ def _drop_until_fits(
 def _fit_columns(
     table: Table, limit_pt: float, font_size: str, priority: Sequence[str], *, chosen: bool
 ) -> tuple[Table, str]:
-    """:func:`_drop_until_fits` at ``font_size``; where that drops a column a paper keeps (one
-    of ``priority`` up to the shapes: the module, its type, shapes, parameters, MACs and
-    latency) and the default ``\\small`` can step down to ``\\footnotesize``, the smaller
-    font when it keeps more columns. A font the user ``chosen`` (``\\small`` too) stays, the
-    columns dropped. Returns the table and the font it is set in."""
+    """:func:`_drop_until_fits`, and the table with its font. Where that drops a column a paper
+    keeps (``priority`` up to ``output_shape``), the default ``\\small`` steps down to
+    ``\\footnotesize`` if that keeps more columns; a font the user ``chosen`` stays."""
     fitted = _drop_until_fits(table, limit_pt, font_size, priority)
     keep = (
         list(priority[: priority.index("output_shape") + 1]) if "output_shape" in priority else []
@@ -284,17 +262,15 @@ DEFAULT_PRIORITY: tuple[str, ...] = (
     "calls",
     "flops",
 )
-"""The columns ``fit`` keeps longest where the caller names none (a generation's per-layer
-table of every phase kept only its phase, context and module: every column unranked, the
-rightmost went first): what a paper reads of a layer, the keys of its rows first."""
+"""The columns ``fit`` keeps longest where the caller names none: the keys of a row first, then
+what a paper reads of a layer."""
 
 
 def _subset(table: Table, keep: Sequence[int]) -> Table:
     def pick(row: Sequence[str]) -> tuple[str, ...]:
         return tuple(row[i] for i in keep)
 
-    # a footer row left with nothing but its label (the end-to-end row without the latency
-    # column) says nothing: drop it
+    # a footer row left with nothing but its label says nothing
     footer = tuple(pick(r) for r in table.footer if any(pick(r)[1:]))
     return dataclasses.replace(
         table,
@@ -312,22 +288,20 @@ _INDENT_EM = 0.8  # per level of the call tree below the table's shallowest row
 
 
 def paper_shapes(text: str) -> str:
-    """Tensor shapes in ``text`` with a multiplication sign: ``1x3x224x224`` becomes
-    ``1×3×224×224`` (``$\\times$`` once escaped); a name such as ``resnext50_32x4d`` stays."""
+    """Tensor shapes with a multiplication sign: ``1x3x224x224`` -> ``1×3×224×224``; a name such
+    as ``resnext50_32x4d`` stays."""
     return _SHAPE.sub(lambda m: m.group(0).replace("x", "×"), text)
 
 
 def _paper_cells(table: Table) -> Table:
-    """The cells as a paper prints them: shapes with ``×``, the root call named by the
-    model's class (its ``type``) instead of ``(root)``, and a child shown under its parent
-    named relative to it (``conv1`` under ``layer1.0``, not ``layer1.0.conv1``: the
-    indentation says whose part it is, and the full path would widen the column until the
-    fit drops the shapes; an index such as ``layer1.0`` keeps its whole name)."""
+    """The cells as a paper prints them: shapes with ``×``, the root named by its ``type``, a
+    child shown under its parent named relative to it (``conv1`` under ``layer1.0``: full paths
+    widen the column until the fit drops the shapes); an index (``layer1.0``) keeps its name."""
     frame = table.frame
     modules = list(map(str, frame["module"])) if "module" in frame.columns else []
     types = list(frame["type"]) if "type" in frame.columns else []
     at = table.columns.index("module") if "module" in table.columns else None
-    parents = _shown_parents(table)
+    parents = [a[-1] if a else "" for a in _ancestry(table)]  # the nearest shown ancestor
     cells = []
     for r, row in enumerate(table.cells):
         row = tuple(
@@ -346,8 +320,8 @@ def _paper_cells(table: Table) -> Table:
 
 
 def _ancestry(table: Table) -> list[list[str]]:
-    """Per row, the rows shown above it that are its ancestors (the root ``""``, ``layer1``
-    for ``layer1.0``), outermost first; empty lists without a module column."""
+    """Per row, the rows shown above it that are its ancestors, outermost first; its length is
+    the row's indentation, so a reader sees which rows are parts of another."""
     frame = table.frame
     if "module" not in table.columns or "module" not in frame.columns:
         return [[] for _ in table.cells]
@@ -363,17 +337,7 @@ def _ancestry(table: Table) -> list[list[str]]:
     return out
 
 
-def _shown_parents(table: Table) -> list[str]:
-    """Per row, the qualified name of its nearest ancestor shown above it ("" for none, or
-    for the root: a child of the root keeps its whole name)."""
-    return [a[-1] if a else "" for a in _ancestry(table)]
-
-
 def _indents(table: Table) -> list[int]:
-    """Per row, how many levels its module name is indented: how many of the rows shown above
-    it are its ancestors (the root, ``layer1`` for ``layer1.0``), so a child sits under its
-    parent and a reader adding down the column sees which rows are parts of another. Rows none
-    of which holds another (the leaves alone) are not indented."""
     return [len(a) for a in _ancestry(table)]
 
 
@@ -382,8 +346,7 @@ def _line(cells: Iterable[str]) -> str:
 
 
 def _row_line(table: Table, r: int, cells: Sequence[str], indent: int = 0) -> str:
-    """A body row; its rough per-layer times greyed (``\\textcolor{gray}``, from xcolor); its
-    module name indented by ``indent`` levels."""
+    """A body row, its rough cells greyed (xcolor), its module name indented ``indent`` levels."""
     out = [
         f"\\textcolor{{gray}}{{{escape_latex(c)}}}" if is_rough(table, r, n) else escape_latex(c)
         for c, n in zip(cells, table.columns)
@@ -395,8 +358,7 @@ def _row_line(table: Table, r: int, cells: Sequence[str], indent: int = 0) -> st
 
 
 def _footer_line(row: Sequence[str]) -> str:
-    """A footer row whose label spans the empty cells right of it, so a long label such as
-    "end-to-end (clean run)" does not widen the first column."""
+    """A footer row whose label spans the empty cells right of it, not widening the first column."""
     span = _label_span(row)
     if span == 1:
         return _line(row)
@@ -405,11 +367,10 @@ def _footer_line(row: Sequence[str]) -> str:
 
 
 def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -> str:
-    """Lay out a prepared :class:`Table` as booktabs rules in a ``table`` float (``table*`` for
-    ``width="textwidth"``, so it spans both columns of a two-column paper), a ``longtable``, or a
-    bare ``tabular`` (``float_env=False``). ``caption`` is text, escaped like the cells;
-    ``label`` is a key, refused where it holds a character LaTeX treats specially. See the
-    module docstring for ``width``, ``fit`` and ``long``."""
+    """Lay out a prepared :class:`Table` in a ``table`` float (``table*`` for
+    ``width="textwidth"``: both columns of a two-column paper), a ``longtable``, or a bare
+    ``tabular`` (``float_env=False``). ``caption`` is escaped; ``label`` is a key, refused where
+    LaTeX would read a character specially."""
     view = ViewOptions.parse(view, **options)
     view = view.replace(
         caption=None if view.caption is None else escape_latex(paper_shapes(view.caption)),
@@ -434,12 +395,11 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         )
     table = _paper_cells(table)
     before = table.columns
-    if width is not None and fit is not None:
+    if width is not None and fit in ("columns", "both"):
         target = NOMINAL_WIDTH_PT[width] * (_MAX_SHRINK if fit == "both" else 1.0)
-        if fit in ("columns", "both"):
-            priority = view.priority or DEFAULT_PRIORITY
-            table, font_size = _fit_columns(table, target, font_size, priority, chosen=chosen)
-            view = view.replace(font_size=font_size)
+        priority = view.priority or DEFAULT_PRIORITY
+        table, font_size = _fit_columns(table, target, font_size, priority, chosen=chosen)
+        view = view.replace(font_size=font_size)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
     indents = _indents(table)
@@ -455,9 +415,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         + (["xcolor"] if grey else [])
     )
     out = _comments(table, before, packages, view)
-    unsettable = _warn_unsettable(_unsettable(table))
-    if unsettable is not None:
-        out.append(unsettable)
+    out += _warn_unsettable(_unsettable(table))
     if long:
         return "\n".join(out + _longtable(table, head, body, view)) + "\n"
     parts = _split_body(table, body, LONG_ROWS - len(head)) if split else [body]
@@ -467,8 +425,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
 def _comments(
     table: Table, before: Sequence[str], packages: Sequence[str], view: ViewOptions
 ) -> list[str]:
-    """The comment lines above a table: the packages it needs, the columns dropped to fit the
-    width (and how to keep one), its estimated width."""
+    """The comment lines above a table: packages needed, columns dropped, estimated width."""
     out = [f"% modelprof table: needs \\usepackage{{{','.join(packages)}}} in the preamble"]
     dropped = [c for c in before if c not in table.columns]
     if dropped:
@@ -485,8 +442,7 @@ def _comments(
 
 
 def _checked_label(label: str | None) -> str | None:
-    """A ``\\label`` key as given: it is matched by ``\\ref``, so it cannot be escaped; a
-    character that would break the document is refused."""
+    """A ``\\label`` key as given (``\\ref`` matches it, so it cannot be escaped)."""
     bad = sorted(set(label or "") & set("\\&%$#{}~^"))
     if bad:
         raise ModelProfError(
@@ -537,8 +493,8 @@ def _longtable(table: Table, head: list[str], body: list[str], view: ViewOptions
 def _floating(
     table: Table, head: list[str], parts: list[list[str]], view: ViewOptions, scale: bool
 ) -> list[str]:
-    """A tabular, scaled to the width when asked, in a table float (or bare); a body in several
-    ``parts`` gives consecutive floats, the later ones "(continued)" under the same number."""
+    """A tabular, scaled when asked, bare or in floats: one per part of the body, the later
+    ones "(continued)" under the same number."""
     spec = "".join("r" if n else "l" for n in table.numeric)
     scale_to = view.width if scale else None
     if not view.float_env:
@@ -571,8 +527,7 @@ def _floating(
 def _tabular(
     spec: str, head: Sequence[str], body: Sequence[str], scale_to: str | None
 ) -> list[str]:
-    """A booktabs ``tabular``; with ``scale_to`` (``textwidth``/``columnwidth``) inside a
-    ``\\resizebox`` that shrinks it to that width only when it is wider."""
+    """A booktabs ``tabular``; with ``scale_to``, in a ``\\resizebox`` that only shrinks it."""
     tabular = [f"\\begin{{tabular}}{{{spec}}}", *head, *body, r"\bottomrule", r"\end{tabular}"]
     if scale_to is None:
         return tabular
@@ -586,8 +541,7 @@ def _tabular(
 
 
 def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[str]]:
-    """The body lines in parts of at most ``per_part`` lines; the footer (a ``\\midrule`` and
-    its rows) stays whole, in the last part."""
+    """The body lines in parts of at most ``per_part`` lines; the footer stays whole, last."""
     per_part = max(per_part, 5)
     n_footer = len(table.footer) + 1 if table.footer else 0
     rows, footer = list(body[: len(body) - n_footer]), list(body[len(body) - n_footer :])
@@ -618,10 +572,9 @@ def to_latex(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """A booktabs table of ``df`` with its footer rows, fitted to ``width`` (see the module
-    docstring). ``units="fixed"`` (the default here) puts one unit per column in the header
-    (``params (M)``), the usual layout in papers. ``priority`` names the columns to keep longest
-    when ``fit`` drops some. Returns the text or writes ``path``."""
+    """A booktabs table of ``df`` with its footer rows, fitted to ``width``; ``units="fixed"``
+    by default (``params (M)``). ``priority`` names the columns ``fit`` keeps longest. Returns
+    the text or writes ``path``."""
     view = ViewOptions.parse(view, **options)
     table = prepare_table(df, totals, end_to_end=end_to_end, view=view, default_units="fixed")
     return emit(latex_table(table, view), path)
