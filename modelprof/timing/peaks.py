@@ -1,10 +1,6 @@
-"""A device's peaks: FLOP/s and the bandwidth of each memory level.
-
-They come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies whose
-working set fits each cache level, and one far larger, for the bandwidth of each level) or from the
-table of datasheet values :data:`KNOWN_DEVICES` (:func:`lookup_peaks`, DRAM only). The probe draws
-its random operands from a private ``torch.Generator``, so it leaves the global RNG where it was.
-The join of these peaks with a table's rows is :mod:`modelprof.report.roofline`.
+"""A device's peaks: FLOP/s and the bandwidth of each memory level, from a short probe
+(:func:`probe_peaks`) or the datasheet table :data:`KNOWN_DEVICES` (:func:`lookup_peaks`, DRAM
+only). Their join with a table's rows is :mod:`modelprof.report.roofline`.
 """
 
 from __future__ import annotations
@@ -81,17 +77,14 @@ class Peaks:
     """A device's peak compute and memory bandwidth at one dtype.
 
     ``peak_flops`` in FLOP/s, ``peak_bytes`` in bytes/s (read + write traffic) of main memory,
-    ``levels`` the memory hierarchy from the smallest cache to main memory (the probe fills it;
-    empty means main memory only), ``source`` says where they came from (``"probe"``,
-    ``"table"`` or ``"user"``). ``conv_peak_flops``: the compute roof of convolutions where
-    it differs from the matmul one — float32 on CUDA, where cuDNN may use TF32 for
-    convolutions (its default) while cuBLAS matmuls do not (PyTorch's default), or the reverse;
-    ``None``: convolutions share ``peak_flops``. ``raised``: the roofs a table's rows proved
-    higher than probed (``"compute"``, ``"conv compute"``, a level's name; see
-    :func:`observed_peaks`), empty for peaks as probed or given. ``wall_over_cpu``: a CPU
-    probe's wall time over its CPU time (None where not read); above
-    ``LOADED_WALL_OVER_CPU`` the machine was busy, the probed roofs are low, and ``loaded``
-    is True (the summary, the plot and every efficiency judged against them say so).
+    ``levels`` the hierarchy from the smallest cache to main memory (empty: main memory only),
+    ``source`` one of ``"probe"``, ``"table"``, ``"user"``. ``conv_peak_flops``: the roof of
+    convolutions where it differs from the matmuls' (float32 on CUDA, where cuDNN and cuBLAS
+    may differ on TF32); ``None``: they share ``peak_flops``. ``raised``: the roofs a table's
+    rows proved higher than probed (``"compute"``, ``"conv compute"``, a level's name:
+    ``observed_peaks``).
+    ``wall_over_cpu``: a CPU probe's wall over CPU time; above ``LOADED_WALL_OVER_CPU`` the
+    machine was busy and the probed roofs are low (``loaded``).
     """
 
     peak_flops: float
@@ -151,20 +144,10 @@ class Peaks:
         return self.levels or (MemoryLevel("DRAM", None, self.peak_bytes),)
 
 
-#: Each name a dtype may be given by -> its canonical name.
 #: every name of a floating dtype (``runtime.inputs.DTYPE_NAMES``) to its canonical one, and tf32
 _DTYPE_NAMES: dict[str, str] = {
     **{alias: str(dtype).removeprefix("torch.") for alias, dtype in DTYPE_NAMES.items()},
     "tf32": "tf32",
-}
-
-
-_TORCH_DTYPES = {
-    "float32": torch.float32,
-    "tf32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
 }
 
 
@@ -387,8 +370,7 @@ def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
 
 def _best_of(fn: Callable[[], object], dev: torch.device, tries: int, deadline: float) -> float:
     """Fastest of up to ``tries`` timed calls (seconds), at least one, none started after
-    ``deadline`` (``time.perf_counter``). On a shared machine the fastest of many short runs is
-    the one least disturbed by other work."""
+    ``deadline`` (``time.perf_counter``): the run least disturbed by other work."""
     best = math.inf
     for _ in range(tries):
         best = min(best, _time_once(fn, dev))
@@ -399,10 +381,9 @@ def _best_of(fn: Callable[[], object], dev: torch.device, tries: int, deadline: 
 
 @contextmanager
 def _matmul_precision(tf32: bool, exact: bool = False) -> Iterator[None]:
-    """TF32 float32 matmuls for the block (``exact``: plain FP32 ones, whatever the user set).
-    Through the newer ``fp32_precision`` setting where this torch has it (the legacy getters
-    raise once a user has set it), else the legacy one; the previous value is restored either
-    way. Neither flag: the block runs as the user has it."""
+    """TF32 float32 matmuls for the block (``exact``: plain FP32; neither: as the user has it),
+    restored after. Through ``fp32_precision`` where this torch has it (the legacy getters raise
+    once a user has set it)."""
     if not tf32 and not exact:
         yield
         return
@@ -429,8 +410,6 @@ def _probe_matmul(
     """FLOP/s of an n x n matmul (2 n^3 FLOP). Without ``size``: 4096 on CUDA; elsewhere n doubles
     from 256 while a call fits half the per-run budget, up to 1024 on CPU (2048 on other devices)."""
     per_run = budget_s / (repeats + 2)
-
-    # a private generator: the probe must not advance the user's global RNG
     gen = torch.Generator(device=dev)
     gen.manual_seed(0)
 
@@ -447,28 +426,26 @@ def _probe_matmul(
         if size < 1:
             raise ModelProfError(f"matmul_size must be positive, got {size!r}")
         run = make(size)
-        _time_once(run, dev)  # warm-up: library heuristics, lazy init
+        _time_once(run, dev)  # warm-up
         n = size
     else:
         n = 256
         run = make(n)
-        _time_once(run, dev)  # warm-up: the first call at a size pays for setup
+        _time_once(run, dev)  # warm-up
         last = _time_once(run, dev)
-        # Small CPU matmuls are dominated by fixed costs (thread wake-up, scheduler quanta), so
-        # time grows slower than n^3 there: double while a call takes at most half the budget.
+        # small CPU matmuls are dominated by fixed costs (thread wake-up), not n^3
         while n < max_n and last * 2 <= per_run:
             n *= 2
             run = make(n)
             _time_once(run, dev)
             last = _time_once(run, dev)
-    # ``repeats`` calls when the budget allows, and more (up to ten times as many) while it lasts
     seconds = _best_of(run, dev, 10 * repeats, time.perf_counter() + budget_s)
     return 2.0 * n**3 / seconds
 
 
 def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
-    """Linux: data/unified cache levels of CPU 0 as (name, bytes available to ``threads``
-    threads): the per-instance size times the instances those threads spread over."""
+    """Linux: CPU 0's data/unified cache levels as (name, bytes for ``threads`` threads: the
+    per-instance size times the instances they spread over)."""
     root = "/sys/devices/system/cpu/cpu0/cache"
     found: dict[int, int] = {}
     try:
@@ -506,12 +483,9 @@ def parse_cache_size(text: str) -> int:
 def _count_cpus(text: str) -> int:
     """Number of CPUs in a list such as ``"0-3,8-11"``."""
     n = 0
-    for part in text.split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            n += int(hi) - int(lo) + 1
-        elif part:
-            n += 1
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
     return n
 
 
@@ -535,8 +509,7 @@ def cache_levels(device: torch.device | str | None = None) -> list[tuple[str, in
     """The caches in front of ``device``'s main memory, smallest first, as (name, bytes).
 
     CPU: L1 data, L2, L3 from ``/sys`` (Linux) or ``sysctl`` (macOS), each sized for the threads
-    torch uses (two cores with private 512 KiB L2s hold 1 MiB between them). CUDA: the L2
-    (``L2_cache_size``). Empty when unknown, which leaves main memory as the only level.
+    torch uses (two cores with private 512 KiB L2s hold 1 MiB). CUDA: the L2. Empty when unknown.
     """
     dev = _device(device)
     if dev.type == "cuda":
@@ -547,7 +520,7 @@ def cache_levels(device: torch.device | str | None = None) -> list[tuple[str, in
         return []
     threads = torch.get_num_threads()
     caches = _sysfs_caches(threads) if sys.platform.startswith("linux") else _sysctl_caches()
-    # keep growing capacities only (a bogus report must not make the levels overlap)
+    # growing capacities only: a bogus report must not make the levels overlap
     out: list[tuple[str, int]] = []
     for name, size in caches:
         if size > 0 and (not out or size > out[-1][1]):
@@ -556,13 +529,12 @@ def cache_levels(device: torch.device | str | None = None) -> list[tuple[str, in
 
 
 def _copy_rate(dev: torch.device, working_set: int, repeats: int, deadline: float) -> float:
-    """Bytes/s of a device-to-device copy of ``working_set / 2`` bytes (read + write traffic:
-    ``working_set``), best of ``repeats`` blocks; a block repeats small copies until it lasts
-    about 0.5 ms, so the clock's resolution does not limit small working sets."""
+    """Bytes/s (read + write) of copying ``working_set / 2`` bytes, best of ``repeats`` blocks of
+    about 0.5 ms each, so the clock's resolution does not limit small working sets."""
     n = max(1, working_set // 2)
     src = torch.empty(n, dtype=torch.uint8, device=dev).fill_(1)
     dst = torch.empty_like(src)
-    once = _time_once(lambda: dst.copy_(src), dev)  # warm-up: page faults on first touch
+    once = _time_once(lambda: dst.copy_(src), dev)  # warm-up: page faults
     once = min(once, _time_once(lambda: dst.copy_(src), dev))
     k = max(1, min(10_000, int(0.5e-3 / max(once, 1e-9))))
 
@@ -578,12 +550,10 @@ def _probe_levels(
 ) -> tuple[MemoryLevel, ...]:
     """The memory hierarchy of ``dev`` with a measured bandwidth per level.
 
-    Working sets double from 16 KiB; one is assigned to the cache level it fits in with room to
-    spare (at most half its capacity, above half the previous level's), the largest ones (over
-    twice the last cache, at least ``nbytes``: 64 MiB on CPU, 256 MiB on CUDA) to DRAM. A level's
-    bandwidth is the best of its working sets, and never below the next slower level's (a cache
-    is at least as fast as the memory behind it; tiny copies are limited by the per-call
-    overhead, not the cache).
+    Working sets double from 16 KiB; each goes to the level it fits with room to spare (at most
+    half its capacity, above half the previous one's); DRAM's is ``nbytes`` (64 MiB on CPU, 256
+    MiB on CUDA) or four times the last cache. A level's bandwidth is its best working set's, never
+    below the next slower level's (tiny copies are limited by per-call overhead, not the cache).
     """
     if nbytes is None:
         nbytes = (256 if dev.type == "cuda" else 64) * 2**20
@@ -593,7 +563,7 @@ def _probe_levels(
     dram_ws = max(2 * nbytes, 4 * caches[-1][1] if caches else 0)
     deadline = time.perf_counter() + budget_s
     best: dict[int, float] = {}
-    # DRAM first: it sets the floor and must be measured even when the budget runs short
+    # DRAM first: it sets the floor, measured even when the budget runs short
     best[len(caches)] = _copy_rate(dev, dram_ws, repeats, deadline)
     ws, lower = 16 * 1024, 0
     for i, (_, capacity) in enumerate(caches):
@@ -623,14 +593,12 @@ def probe_peaks(
     """Measure peak FLOP/s (an n x n matmul at ``dtype``) and the bandwidth of each memory
     level (copies sized to each cache, and one for DRAM) on ``device``.
 
-    Best of ``repeats`` timed runs after a warm-up; CUDA events on CUDA, ``perf_counter_ns``
-    elsewhere. Sizes: 4096^2 matmul on CUDA; on CPU the matmul size grows from 256 to at most
-    1024 within the budget (slow dtypes such as CPU float16 stay smaller). The DRAM copy moves at
-    least ``copy_bytes`` (default 64 MiB on CPU, 256 MiB on CUDA) and four times the last cache.
-    ``budget_s`` (default 1 s on CPU, 5 s elsewhere) bounds the timed repetitions: 60 % for the
-    matmul, 40 % for the copies. ``dtype="tf32"`` times a float32 matmul with TF32 enabled for the
-    probe only; float32 on CUDA reports ``"tf32"`` when TF32 is already on. The operands come
-    from a private generator: the global RNG is left as it was.
+    Best of ``repeats`` timed runs after a warm-up. ``matmul_size``: 4096 on CUDA; on CPU it
+    grows from 256 to at most 1024 within the budget. The DRAM copy moves at least
+    ``copy_bytes`` (64 MiB on CPU, 256 MiB on CUDA) and four times the last cache. ``budget_s``
+    (1 s on CPU, 5 s elsewhere): 60 % for the matmul, 40 % for the copies. ``dtype="tf32"``
+    enables TF32 for the probe only; float32 on CUDA reports ``"tf32"`` when TF32 is already on.
+    The operands come from a private generator: the global RNG is left as it was.
     """
     dev = _device(device)
     name = _dtype_name(dtype)
@@ -640,8 +608,8 @@ def probe_peaks(
         budget_s = 1.0 if dev.type == "cpu" else 5.0
     if not budget_s > 0:
         raise ModelProfError(f"budget_s must be positive, got {budget_s!r}")
-    torch_dtype = _TORCH_DTYPES[name]
-    # Events record on the current device's stream: make the probed GPU the current one.
+    torch_dtype = torch.float32 if name == "tf32" else getattr(torch, name)
+    # events record on the current device's stream
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
     conv_tf32 = conv_uses_other_precision(dev, name)
     cpu_now = cpu_time_source()[1]
@@ -654,8 +622,7 @@ def probe_peaks(
         levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
     conv = None
     if conv_tf32 is not None:
-        # cuDNN's float32 convolutions run at the other precision: the matmul at that precision
-        # (TF32 tensor cores, or plain FP32) gives their compute roof
+        # cuDNN's float32 convolutions run at the other precision: a matmul at it is their roof
         with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
             conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
     wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
@@ -673,8 +640,7 @@ def probe_peaks(
 
 def conv_uses_other_precision(device: torch.device, dtype_name: str) -> bool | None:
     """For float32 on CUDA, whether cuDNN convolutions use TF32 (True) or FP32 (False) where
-    that differs from what cuBLAS matmuls use; None where both use the same precision (or the
-    question does not arise: other dtypes, other devices)."""
+    that differs from cuBLAS matmuls; None where both agree or the question does not arise."""
     if device.type != "cuda" or dtype_name not in ("float32", "tf32"):
         return None
     matmul = dtype_name == "tf32" or tf32_enabled("matmul")
