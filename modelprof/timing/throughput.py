@@ -1,17 +1,12 @@
 """``measure_throughput``: the batch size with the most samples per second, and the whole curve.
 
-The search doubles the batch (1, 2, 4, ...) and measures each point with a short adaptive
-measurement. It stops when the batch stops helping — ``patience`` (2) points in a row that do not
-beat the best samples/s so far by ``gain`` (5 %) — at ``max_batch``, or at the first out-of-memory
-error: then memory is freed (``gc.collect`` + ``torch.cuda.empty_cache``) and the largest batch that
-fits is found by binary search between the last batch that ran and the first that failed.
-samples/s of a point = batches x batch size / total measured time (all its samples).
-
-A bigger batch is more work, so it does not take less time per batch: a point whose latency's
-95 % interval lies above a bigger batch's by more than ``AGREEMENT_TOLERANCE``
-(``timing.agreement.neighbour_disagreements``) disagrees with its neighbours: it is marked
-rough (``latency_rough`` in the curve, ``~`` in its human-readable exports), named in
-``notes`` and warned about (``TimingDisagreementWarning``).
+The search doubles the batch (1, 2, 4, ...), each point a short adaptive measurement, and stops
+when ``patience`` (2) points in a row do not beat the best samples/s so far by ``gain`` (5 %), at
+``max_batch``, or at the first out-of-memory error: then memory is freed and the largest batch
+that fits is found by binary search. samples/s of a point = batches x batch size / total measured
+time. A point whose latency lies above a bigger batch's beyond both intervals
+(``timing.agreement.neighbour_disagreements``) is marked rough (``latency_rough``; ``~`` in the
+human-readable exports), named in ``notes`` and warned about.
 """
 
 from __future__ import annotations
@@ -51,7 +46,6 @@ __all__ = [
 THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
 _COLUMNS = ("batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes")
-#: what ``Throughput.to_dataframe`` adds to ``_COLUMNS``: the point disagrees with a bigger batch
 _ROUGH = "latency_rough"
 
 
@@ -74,8 +68,7 @@ class Throughput:
     """The measured curve (sorted by batch size), its best point and how the search ended.
 
     ``stop_reason``: ``"no_improvement"``, ``"oom"`` (then ``max_fit_batch`` is the largest batch
-    that ran and ``oom_batch`` the smallest that did not) or ``"max_batch"``. ``disagreements``:
-    the points whose latency lies above a bigger batch's beyond both intervals (module doc).
+    that ran and ``oom_batch`` the smallest that did not) or ``"max_batch"``.
     """
 
     points: list[ThroughputPoint]
@@ -86,14 +79,14 @@ class Throughput:
     memory_before_bytes: int | None = None
     memory_after_bytes: int | None = None
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: the best point's batch size where it was chosen otherwise than by this process's own
-    #: samples/s (under a process group: the group's best); None: the fastest point here
+    #: the best point's batch where chosen otherwise than by this process's samples/s (under a
+    #: process group: the group's best); None: the fastest point here
     best_batch: int | None = None
     disagreements: list[NeighbourDisagreement] = dataclasses.field(default_factory=list)
 
     @property
     def notes(self) -> list[str]:
-        """A sentence for each point that disagrees with a bigger batch (none: the curve holds)."""
+        """A sentence for each point that disagrees with a bigger batch."""
         return [d.note() for d in self.disagreements]
 
     @property
@@ -104,8 +97,7 @@ class Throughput:
 
     @property
     def stop_explanation(self) -> str:
-        """Why the search stopped where it did, in a sentence (from ``stop_reason`` and the
-        search's settings in ``env``)."""
+        """Why the search stopped where it did, in a sentence."""
         last = max(p.batch_size for p in self.points)
         if self.stop_reason == "no_improvement":
             gain, patience = self.env.get("gain"), self.env.get("patience")
@@ -145,12 +137,11 @@ class Throughput:
 
     @property
     def curve(self) -> Any:
-        """The measured points as a DataFrame (same as ``to_dataframe()``)."""
+        """``to_dataframe()``."""
         return self.to_dataframe()
 
     def to_dataframe(self) -> Any:
-        """One row per batch size: ``_COLUMNS`` and ``latency_rough`` (the point disagrees
-        with a bigger batch: every human-readable view marks its latency ``~``)."""
+        """One row per batch size: ``_COLUMNS`` and ``latency_rough``."""
         df = pd.DataFrame([p.to_dict() for p in self.points], columns=list(_COLUMNS))
         rough = {d.point for d in self.disagreements}
         df[_ROUGH] = [f"batch {p.batch_size}" in rough for p in self.points]
@@ -209,11 +200,10 @@ def search_batches(
     """Doubling then (after an out-of-memory error) binary search; see the module docstring.
 
     Returns ``(points sorted by batch, stop_reason, max_fit_batch, oom_batch)``. Under a process
-    group the ranks agree: a batch size is out of memory when it is on any rank, and the search
-    stops when the batch stops helping on any rank.
+    group a batch is out of memory, and stops helping, when it does on any rank.
     """
     points: dict[int, ThroughputPoint] = {}
-    agree = decisions()  # under a process group: every rank searches the same sizes
+    agree = decisions()
 
     def attempt(b: int) -> ThroughputPoint | None:
         failed = False
@@ -301,10 +291,9 @@ def measure_throughput(
     ``input_size`` excludes the batch dimension. Timing options (``TimingOptions`` or keywords:
     ``amp``, ``channels_last``, ``compile``, ``cuda_graph``, ``repeat``, ``warmup``...) apply to
     every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
-    (``POINT_DEFAULTS``). With ``progress=True`` a progress bar shows the points;
-    ``on_point`` is called with each point as it is measured (the command line prints a line
-    per point where there is no terminal for a bar). A module runs in eval mode under
-    ``no_grad`` unless ``training``/``no_grad`` say otherwise.
+    (``POINT_DEFAULTS``). ``progress=True`` shows a progress bar; ``on_point`` is called with each
+    point as it is measured. A module runs in eval mode under ``no_grad`` unless
+    ``training``/``no_grad`` say otherwise.
     """
     max_batch = check_int("max_batch", max_batch, 1)
     patience = check_int("patience", patience, 1)
@@ -316,18 +305,12 @@ def measure_throughput(
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
     opts = TimingOptions.parse(options, **timing_options).replace(warn=False)
-    target, dev = _placed(model, parse_device(device), parse_dtype(dtype), opts)
-    point = _Point(
-        target,
-        input_size,
-        dev,
-        parse_dtype(dtype),
-        opts,
-        {"training": training, "no_grad": no_grad},
-    )
+    dt = parse_dtype(dtype)
+    target, dev = _placed(model, parse_device(device), dt, opts)
+    point = _Point(target, input_size, dev, dt, opts, {"training": training, "no_grad": no_grad})
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(
-        model, point, max_batch, (gain, patience), dev, opts, on_point
+        model, point, max_batch, (gain, patience), on_point
     )
     result = Throughput(
         points,
@@ -370,17 +353,14 @@ def _search(
     point: _Point,
     max_batch: int,
     rule: tuple[float, int],
-    dev: torch.device,
-    opts: TimingOptions,
     report: Callable[[ThroughputPoint], None] | None,
 ) -> tuple:
-    """``search_batches`` with its progress bar, under an agreement
-    across ranks for a sharded model; and the best point's batch (``_agreed_best``)."""
+    """``search_batches`` with its progress bar, under an agreement across ranks for a sharded
+    model; and the best point's batch (``_agreed_best``)."""
     with agreed_timing([model]):
-        # total: the doubling points 1, 2, 4, ... <= max_batch (a refinement after an
-        # out-of-memory error adds a few; the bar then counts past its total)
+        # total: the doubling points; a refinement after an out-of-memory error counts past it
         bar = progress_bar(
-            max_batch.bit_length(), enabled=opts.progress, desc="throughput", unit="point"
+            max_batch.bit_length(), enabled=point.opts.progress, desc="throughput", unit="point"
         )
 
         def on_point(p: ThroughputPoint) -> None:
@@ -393,7 +373,7 @@ def _search(
 
         try:
             points, reason, fit, oom = search_batches(
-                point.measure, max_batch, *rule, free=lambda: _free(dev), on_point=on_point
+                point.measure, max_batch, *rule, free=lambda: _free(point.dev), on_point=on_point
             )
         finally:
             bar.close()
@@ -401,8 +381,8 @@ def _search(
 
 
 def _agreed_best(points: list[ThroughputPoint]) -> int:
-    """The batch with the most samples/s: this rank's, or under a process group the group's —
-    the batch whose slowest rank is fastest (every rank picks the same)."""
+    """The batch with the most samples/s; under a process group, the batch whose slowest rank
+    is fastest (every rank picks the same)."""
     agree = current_agreement()
     sps = [p.samples_per_s for p in points]
     if agree is not None:  # samples/s in milli-units: the all-reduce carries int64
@@ -450,9 +430,8 @@ class _Point:
         )
 
     def baseline_memory(self) -> int | None:
-        """The allocated memory before the search (CUDA). What a first call creates for the
-        rest of the process (cuBLAS workspace, handles) is made first, so the before/after
-        check sees only what the search holds."""
+        """The allocated memory before the search (CUDA), after a first call has made what
+        stays for the process (cuBLAS workspace, handles): the check sees only the search's."""
         if not self.cuda:
             return None
         try:
