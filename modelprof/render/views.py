@@ -1,16 +1,12 @@
 """Table options shared by every exporter: which rows, which columns, which units.
 
-The DataFrame handed in stays numeric; :func:`prepare_table` turns a selection of it into a
-:class:`Table` of display strings (or raw number strings) that the Markdown, LaTeX, HTML and text
-writers lay out. Three unit modes:
+:func:`prepare_table` turns a selection of the numeric DataFrame into a :class:`Table` of strings
+that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit modes:
 
-- ``"human"``: every cell carries its unit (``1.82 G``, ``3.06 MiB``, ``3.10 ms``, ``12.48%``),
-  conventions in :mod:`modelprof.render.units`.
-- ``"fixed"``: one unit per column, named in the header (``params (M)``, ``output (KiB)``,
-  ``latency (ms)``); cells are bare numbers with 2 decimals. The unit is chosen per column so that
-  no number needs more than 4 digits before the point and, where possible, no non-zero value
-  rounds to ``0.00``; a non-zero value too small for the column's unit prints ``<0.01``, a zero
-  prints ``0``. The usual choice for a paper table.
+- ``"human"``: every cell carries its unit (``1.82 G``, ``3.10 ms``; :mod:`~modelprof.render.units`).
+- ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals;
+  the unit keeps at most 4 digits before the point and, where possible, no non-zero value at
+  ``0.00`` (one that is prints ``<0.01``; zero prints ``0``). The usual choice for a paper.
 - ``"raw"``: the stored numbers, full precision, headers are the column names.
 """
 
@@ -68,10 +64,8 @@ __all__ = [
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = registry.names(additive=True)
-"""Columns whose leaf rows add up to a meaningful model total (used when no totals are given).
-``output_bytes`` is not one: the outputs of all leaves summed is every activation written, which
-``write_bytes`` already says; the totals row leaves it empty. (The registry, ``modelprof.columns``,
-is read again at each use: these constants are its state when modelprof was imported.)"""
+"""Columns whose leaf rows add up to a model total, as declared when modelprof was imported (the
+code reads ``modelprof.columns`` again at each use)."""
 
 
 def _compact() -> tuple[str, ...]:
@@ -96,14 +90,13 @@ ROOT_LABEL = "(root)"
 TOTAL_LABEL = "total"
 """The footer row of sums over the leaf rows (each shared parameter once)."""
 END_TO_END_LABEL = "end-to-end (clean run)"
-"""The footer row of the end-to-end measurement: the median of the clean (uninstrumented) runs,
-which differs from the ``(root)`` row's latency, measured in the instrumented pass."""
+"""The footer row of the median of the clean (uninstrumented) runs, which differs from the
+``(root)`` row's latency, measured in the instrumented pass."""
 
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """How one column is shown: its human header and its formatting kind (the kinds:
-    :mod:`modelprof.columns`)."""
+    """How one column is shown: its human header and formatting kind (:mod:`modelprof.columns`)."""
 
     header: str
     kind: str
@@ -190,15 +183,12 @@ def select_rows(
 ) -> pd.DataFrame:
     """Rows to show, in execution order unless sorting is asked for.
 
-    - ``depth=k`` keeps modules at depth <= k. Parents already aggregate their children, so this
-      collapses the tree to k levels.
-    - ``leaf_only=True`` keeps the leaves: without ``depth``, rows with ``leaf`` true; with
-      ``depth=k``, the leaves of the collapsed tree (rows at depth k, and true leaves above it),
-      so the kept rows still add up to the totals.
-    - ``sort_by=col`` sorts by that column, largest first (``ascending=True`` for smallest first),
-      missing values last; ``top_k=n`` then keeps the first n. ``top_k`` without ``sort_by`` ranks
-      by ``latency_ms`` when measured, else by ``flops``. Combine with ``leaf_only=True`` for
-      "the n most expensive layers" (the root always ranks first otherwise).
+    ``depth=k`` collapses the tree to modules at depth <= k (parents aggregate their children).
+    ``leaf_only=True`` keeps the leaves, of the collapsed tree with ``depth`` (rows at depth k and
+    true leaves above it), so they still add up to the totals. ``sort_by=col`` sorts largest
+    first (``ascending=True``: smallest), missing values last; ``top_k=n`` keeps the first n,
+    ranked by ``latency_ms`` when measured, else ``flops``, without ``sort_by``. With
+    ``leaf_only=True``: "the n most expensive layers" (else the root ranks first).
     """
     df = _check_frame(df)
     out = df
@@ -229,8 +219,7 @@ def select_rows(
 
 
 def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.DataFrame:
-    """The given columns in the given order; ``None`` or ``"all"`` keeps them all. Unknown names
-    are an error."""
+    """The given columns in the given order; ``None`` or ``"all"`` keeps them all."""
     df = _check_frame(df)
     if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
@@ -254,10 +243,8 @@ def compact_columns(df: pd.DataFrame) -> list[str]:
 
 
 def default_totals(df: pd.DataFrame) -> dict[str, float] | None:
-    """Totals derived from the leaf rows for the additive columns, or None without a ``leaf`` column.
-
-    Only a fallback: the Report's own totals count shared parameters once and should be preferred.
-    """
+    """The leaf rows' sums of the additive columns (None without ``leaf``): only a fallback, as
+    the Report's own totals count shared parameters once."""
     if "leaf" not in df.columns:
         return None
     leaves = df[df["leaf"].astype(bool)]
@@ -269,11 +256,9 @@ def default_totals(df: pd.DataFrame) -> dict[str, float] | None:
 
 @dataclass(frozen=True)
 class Table:
-    """A selection of a report rendered to strings, ready for a layout (Markdown, LaTeX, ...).
-
-    ``frame`` keeps the selected rows with *all* their numeric columns (for bars and indentation);
-    ``cells`` holds one tuple of strings per row, in ``columns`` order.
-    """
+    """A selection of a report rendered to strings, ready for a layout. ``frame`` keeps the
+    selected rows with *all* their columns (for bars and indentation); ``cells`` one tuple of
+    strings per row, in ``columns`` order."""
 
     columns: tuple[str, ...]
     headers: tuple[str, ...]
@@ -310,10 +295,9 @@ def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
 
 
 def is_rough(table: Table, r: int, name: str) -> bool:
-    """Cell (row ``r``, column ``name``) of a prepared table is a rough per-layer time: its row
-    rests on fewer per-layer passes than the stop rule promises (``latency_rough``), an
-    efficiency judged against roofs probed on a busy machine (``efficiency_loaded``), or an
-    efficiency, MFU, HFU or MBU above 1 (the peak it is judged against is below what ran)."""
+    """Cell (row ``r``, column ``name``) is rough: a per-layer time on fewer passes than the stop
+    rule promises (``latency_rough``), an efficiency against roofs probed on a busy machine
+    (``efficiency_loaded``), or an efficiency, MFU, HFU or MBU above 1 (the peak reads low)."""
     return table.units != "raw" and _rough(table.frame, r, name)
 
 
@@ -327,16 +311,11 @@ def _is_missing(value: Any) -> bool:
 
 
 UNDEFINED = "n/a"
-"""What a human-readable cell shows for an interval bound that is undefined (NaN: a single
-block, a single round), rather than the ``-`` of a value that was not measured."""
-
-
-def _is_interval_bound(name: str) -> bool:
-    return "_ci_low" in name or "_ci_high" in name
+"""A human-readable undefined interval bound (a single block or round), unlike ``-``: not
+measured."""
 
 
 def _missing_as(text: str, fmt: Callable[[Any], str]) -> Callable[[Any], str]:
-    """``fmt`` for a present value, ``text`` for a missing one."""
 
     def cell(v: Any) -> str:
         return text if _is_missing(v) else fmt(v)
@@ -379,8 +358,7 @@ _HUMAN: dict[str, Callable[[Any], str]] = {
 
 
 def _float(v: float) -> str:
-    """A number of no known kind: two decimals, a large one in SI units (``29.03 G``, never
-    ``29025173504.00``)."""
+    """A number of no known kind: two decimals, a large one in SI units (``29.03 G``)."""
     return format_count(v) if abs(v) >= _LARGE_FLOAT else f"{v:.2f}"
 
 
@@ -397,8 +375,7 @@ _MAX_FIXED = 1e4  # a fixed-unit column keeps at most 4 digits before the decima
 
 
 def _scaled_cell(scale: float) -> Callable[[Any], str]:
-    """Bare number in units of ``scale`` with 2 decimals; ``0`` for zero, ``<0.01`` for a
-    non-zero value that would print as 0.00."""
+    """A bare number in units of ``scale``, 2 decimals (``0``, ``<0.01``: see the module doc)."""
 
     def fmt(v: Any) -> str:
         x = float(v) / scale
@@ -415,13 +392,9 @@ def _scaled_cell(scale: float) -> Callable[[Any], str]:
 def readable_scale(
     values: Sequence[float], prefixes: Sequence[tuple[float, str]], max_mantissa: float = _MAX_FIXED
 ) -> tuple[float, str]:
-    """One unit for a column of numbers: among the units that keep the largest value below
-    ``max_mantissa`` (and at or above 1 where possible), the largest one under which every
-    non-zero value still shows as at least 0.01; failing that, the smallest such unit.
-
-    ``[11_689_512, 128]`` with SI prefixes -> M (``11.69``; 128 shows ``<0.01``: K would need
-    ``11689.51``), ``[1_814e6, 512e3]`` -> M (``1814.07``, ``0.51``), ``[]`` -> the smallest unit.
-    """
+    """One unit for a column: of the units keeping the largest value below ``max_mantissa`` (and
+    at or above 1 where possible), the largest that shows every non-zero value as at least
+    0.01, else the smallest. SI: ``[11_689_512, 128]`` -> M (K would need ``11689.51``)."""
     finite = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v))]
     nonzero = [v for v in finite if v > 0]
     ordered = sorted(prefixes, key=lambda p: p[0])
@@ -445,7 +418,7 @@ _FIXED_SCALES = {"percent": ("%", 1.0), "ratio": ("%", 0.01), "multiple": ("×",
 def _fixed_formatter(
     kind: str, header: str, values: Sequence[Any]
 ) -> tuple[str, Callable[[Any], str]]:
-    """Header with the column's unit and a formatter printing bare numbers in that unit."""
+    """The header with the column's unit, and a formatter of bare numbers in it."""
     if kind not in _NUMERIC_KINDS:
         return header, _human_formatter(kind)
     numbers = [float(v) for v in values if not _is_missing(v)]
@@ -468,12 +441,6 @@ def _fixed_formatter(
     return header, _human_formatter(kind)
 
 
-def _check_units(units: str) -> str:
-    if units not in UNITS:
-        raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
-    return units
-
-
 def with_index(df: pd.DataFrame) -> pd.DataFrame:
     """Show a meaningful index (compare results keyed by model name) as the first column."""
     index = df.index
@@ -493,8 +460,7 @@ def call_label(module: str, call: int | None = None) -> str:
 
 
 def module_labels(modules: Iterable[str], calls: Iterable[int] | None = None) -> list[str]:
-    """:func:`call_label` of each row; the call numbers only where ``calls`` are given (a table
-    gives them where it does not show its ``call`` column)."""
+    """:func:`call_label` of each row, numbered where ``calls`` are given."""
     if calls is None:
         return [call_label(m) for m in modules]
     return [call_label(m, c) for m, c in zip(modules, calls)]
@@ -531,18 +497,16 @@ def prepare_table(
 ) -> Table:
     """Select rows and columns of ``df`` and render the cells, plus footer rows.
 
-    Footer rows: ``total`` (:data:`TOTAL_LABEL`) from ``totals``, which maps column names to
-    model totals (``Report.totals``); without it the totals of :data:`ADDITIVE_COLUMNS` are summed
-    from the leaf rows of the *whole* table (before any row selection), and a table without a
-    ``leaf`` column (torchstat view, compare results) gets none. A column absent from the totals
-    stays empty in that row. ``end_to_end`` (``{"latency_ms": ...}``) adds a row labelled
-    :data:`END_TO_END_LABEL` for the clean end-to-end measurement. ``show_totals=False`` drops
-    both. The view options (``view=ViewOptions(...)`` or keywords) select rows, columns and
-    units (``default_units`` where none is asked for).
+    The ``total`` row comes from ``totals`` (``Report.totals``), else from the leaf rows of the
+    *whole* table (none without a ``leaf`` column); ``end_to_end`` (``{"latency_ms": ...}``)
+    adds the :data:`END_TO_END_LABEL` row; ``show_totals=False`` drops both. The view options
+    (``view=`` or keywords) select rows, columns and units (``default_units`` where none).
     """
     view = ViewOptions.parse(view, **options)
     df = _check_frame(df)
-    units = _check_units(view.units_or(default_units))
+    units = view.units_or(default_units)
+    if units not in UNITS:
+        raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
     if totals is None:
         totals = default_totals(df)
     totals = dict(totals) if (totals is not None and view.show_totals) else None
@@ -584,8 +548,8 @@ def prepare_table(
 def _formatters(
     shown: pd.DataFrame, names: list[str], units: str, extras: Sequence[Mapping[str, Any] | None]
 ) -> tuple[list[str], list[Callable]]:
-    """The header and the cell formatter of each shown column in ``units``; fixed units are
-    chosen over the column's values and its footer values (``extras``)."""
+    """The header and cell formatter of each column; fixed units fit the footer (``extras``)
+    too."""
     headers: list[str] = []
     formatters: list[Callable[[Any], str]] = []
     for name in names:
@@ -604,7 +568,7 @@ def _formatters(
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
             headers.append(header)
             formatters.append(fmt)
-        if units != "raw" and _is_interval_bound(name):
+        if units != "raw" and ("_ci_low" in name or "_ci_high" in name):  # an interval bound
             formatters[-1] = _missing_as(UNDEFINED, formatters[-1])
     return headers, formatters
 
