@@ -1,39 +1,17 @@
-"""Whether the per-layer passes and the clean end-to-end runs tell the same story.
+"""Whether timed figures that should tell one story do: three checks, one tolerance.
 
-``profile`` times a model twice: clean end-to-end runs (the reported latency), then separate
-instrumented passes (the per-layer rows, whose corrected pass is the ``(root)`` row). On a quiet
-machine the two agree within the instrument's few percent. When the machine's load changes
-between the two windows they do not, and the coverage cannot tell: it compares passes of one
-window (docs/timing.md has a case).
+- **The per-layer window against the clean runs** (:func:`judge_agreement`): ``profile`` times
+  clean end-to-end runs, then instrumented passes (their corrected pass is the ``(root)`` row);
+  when the machine's load changes between the two windows they disagree, which the coverage
+  (passes of one window) cannot tell. The leaf rows, disjoint parts of the ``(root)`` pass, must
+  also add up to it. The figure to quote is the faster window's: load only ever adds time.
+- **A point against its neighbours** (:func:`neighbour_disagreements`): in a series over a
+  growing amount of work (batch sizes, contexts), more work does not take less time.
+- **A ratio against its rounds** (:func:`judge_ratio`): a comparison's ratio of medians against
+  its per-round ratios of block medians (``stats.paired_ratio``): a candidate whose time moved
+  between rounds has medians that say one ratio and rounds that say another.
 
-:func:`judge_agreement` compares the two medians with their intervals. Medians further apart
-than ``tolerance`` (10 %: beyond what the instrument's correction leaves) *disagree* when their
-95 % intervals do not overlap (a side without an interval counts as its median), and *cannot
-be told apart* when they overlap only because an interval says almost nothing (wider than
-±``JUDGE_MAX_RELATIVE_CI``, 50 %: under load a handful of runs spread over 100x): neither figure
-is then one to quote as measured, and the verdict says so rather than passing for agreement.
-Overlapping intervals that each tell something show no disagreement. The leaf rows must also add up to the ``(root)`` pass:
-leaves are disjoint stretches of it, so a leaf sum more than ``tolerance`` above it is a third
-disagreement (per-layer medians taken while the machine's load moved). The figure to quote is
-the faster window's: load only ever adds time, so the faster window is the nearer to the
-model's own speed; with the CPU time read (a loaded CPU), the CPU work is named beside it, as
-the figure load cannot stretch.
-
-Two more checks stand beside these, each where a series of timed figures shows:
-
-- **A point against its neighbours** (:func:`neighbour_disagreements`): in a series of timed
-  points over a growing amount of work (the throughput curve's batch sizes, a generation's
-  TTFT, TPOT and end-to-end time per batch size, its decode step at each context, a phase at
-  each batch size), more work does not take less time. A point *disagrees* when the lower
-  bound of its 95 % interval lies above the upper bound of the interval of a point of the same
-  series doing strictly more work, times ``1 + tolerance`` (a side without an interval counts
-  as its median): the issue's TTFT of 558.8 ms at batch 1 (n = 1) against 25.7 ms at batch 4.
-- **A ratio against its rounds** (:func:`judge_ratio`): a comparison's ratio is the quotient
-  of the two medians; its rounds give per-round ratios of block medians, whose 20 %-trimmed
-  log mean and Yuen interval are ``stats.paired_ratio``'s. The ratio of medians *disagrees*
-  with its rounds when it lies outside that interval (a single round: its ratio) and is
-  further than ``tolerance`` from its centre: a candidate whose time moved between rounds (hit
-  by load in a share of them) has medians that say one ratio and rounds that say another.
+A side without a 95 % interval counts as its median.
 """
 
 from __future__ import annotations
@@ -61,8 +39,7 @@ __all__ = [
     "neighbour_disagreements",
 ]
 
-#: Medians of the two windows further apart than this (and beyond both intervals) disagree;
-#: the same margin for a point against a point doing more work, and a ratio against its rounds.
+#: Figures further apart than this (and beyond both intervals) disagree, in every check here.
 AGREEMENT_TOLERANCE = 0.10
 #: Calls doing identical work (same module type, shapes, parameters and FLOPs) whose per-layer
 #: medians are more than this factor apart, by more than ``IDENTICAL_SHARE`` of the pass,
@@ -91,9 +68,9 @@ class IdenticalSpread:
 
 
 def identical_spread(rows, latencies, total_ms: float) -> IdenticalSpread | None:
-    """Of the module rows (``rows``: table rows; ``latencies``: their per-layer medians, ms)
-    that do identical work, the pair furthest apart when beyond ``IDENTICAL_FACTOR`` and
-    ``IDENTICAL_SHARE`` of ``total_ms`` (the pass they are parts of); else None."""
+    """Of the module rows (``latencies``: their per-layer medians, ms) doing identical work, the
+    pair furthest apart when beyond ``IDENTICAL_FACTOR`` and ``IDENTICAL_SHARE`` of
+    ``total_ms`` (the pass they are parts of); else None."""
     groups: dict[tuple, list[tuple[float, str]]] = {}
     for row, ms in zip(rows, latencies):
         if row.kind != "module" or row.is_self or ms is None or not math.isfinite(ms):
@@ -226,21 +203,22 @@ def judge_agreement(
     identical: IdenticalSpread | None = None,
 ) -> TimingAgreement:
     """``clean``: the clean end-to-end Measurement; ``passes``: the per-layer window's corrected
-    passes as a Measurement (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum;
-    ``regimes``: the modes only the clean runs use (compile, CUDA graphs...), if any;
-    ``identical``: identical layers far apart (:func:`identical_spread`), if any."""
+    passes (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum; ``regimes``: the modes
+    only the clean runs use, if any; ``identical``: :func:`identical_spread`'s finding, if any.
+
+    Medians further apart than ``tolerance`` *disagree* when their intervals do not overlap,
+    and *cannot be told apart* when they overlap only because an interval is wider than
+    ±``JUDGE_MAX_RELATIVE_CI`` (neither is then a figure to quote); a leaf sum above the
+    ``(root)`` pass by more than ``tolerance`` is a third disagreement."""
     c_lo, c_hi = _bounds(clean)
     p_lo, p_hi = _bounds(passes)
     ratio = passes.median_ms / clean.median_ms if clean.median_ms > 0 else math.nan
     apart = p_lo > c_hi or p_hi < c_lo
+    precise = max(_relative_width(clean), _relative_width(passes)) <= JUDGE_MAX_RELATIVE_CI
+    # overlapping intervals that both tell something show no disagreement
     far = math.isfinite(ratio) and abs(math.log(ratio)) > math.log1p(tolerance)
+    far = far and (apart or not precise)
     over = passes.median_ms > 0 and leaf_sum_ms > passes.median_ms * (1.0 + tolerance)
-    if (
-        far
-        and not apart
-        and max(_relative_width(clean), _relative_width(passes)) <= (JUDGE_MAX_RELATIVE_CI)
-    ):
-        far = False  # both intervals tell something, and they overlap: no disagreement shown
     if far:
         verdict = "disagree" if apart else "imprecise"
     else:
@@ -269,9 +247,8 @@ def judge_agreement(
 
 @dataclasses.dataclass(frozen=True)
 class SeriesPoint:
-    """One timed point of a series over a growing amount of work: its label (``batch 4``,
-    ``decode@512``), its work (a batch size, counted FLOPs: only "more" matters) and its
-    Measurement (None: not timed, left out)."""
+    """One timed point of a series: its label (``batch 4``), its work (only "more" matters)
+    and its Measurement (None: not timed, left out)."""
 
     label: str
     work: float
@@ -308,10 +285,9 @@ class NeighbourDisagreement:
 def neighbour_disagreements(
     series: str, points: Iterable[SeriesPoint], tolerance: float = AGREEMENT_TOLERANCE
 ) -> list[NeighbourDisagreement]:
-    """Every point of ``points`` (one series, ``series`` naming it in the notes) whose interval's
-    lower bound lies above ``1 + tolerance`` times the interval's upper bound of a point with
-    strictly more work (a side without an interval counts as its median), each against the
-    point it lies furthest above; in the order given."""
+    """Every point of ``points`` (one series, named ``series`` in the notes) whose interval's
+    lower bound lies above ``1 + tolerance`` times the upper bound of a point with strictly
+    more work, each against the point it lies furthest above; in the order given."""
     timed = [
         p for p in points if p.measurement is not None and math.isfinite(p.measurement.median_ms)
     ]
@@ -382,10 +358,9 @@ def judge_ratio(
     tolerance: float = AGREEMENT_TOLERANCE,
 ) -> RatioAgreement:
     """``median(m) / median(base)`` against the per-round ratios of their block medians
-    (``stats.paired_ratio``: the 20 %-trimmed mean of the log ratios and Yuen's interval, at
-    ``m.confidence``): it disagrees when it lies outside that interval (a single round: its
-    ratio) and further than ``tolerance`` from its centre. Nothing to judge (a median not
-    positive, no round in common) agrees."""
+    (``stats.paired_ratio`` at ``m.confidence``): it disagrees when it lies outside that
+    interval (a single round: its ratio) and further than ``tolerance`` from its centre.
+    Nothing to judge (a median not positive, no round in common) agrees."""
     ratio = m.median_ms / base.median_ms if base.median_ms > 0 else math.nan
     num, den = _paired_blocks(m, base)
     judged = math.isfinite(ratio) and ratio > 0 and num.size > 0
