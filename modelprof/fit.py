@@ -2,53 +2,24 @@
 under plain data parallel and ZeRO-1/2/3 (FSDP), with a tensor-parallel degree, counted from
 shapes on the meta device (a config of a 70B model answers in seconds).
 
-Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (Psi = parameter
-elements). Under ``tp`` a norm's parameters and a row-parallel layer's bias (``ROW_PARALLEL``:
-o_proj, down_proj, c_proj...) stay whole on every rank, a row-parallel weight is split by its
-input and every other tensor along dim 0, rank 0 holding the larger part (the rank counted: an
-odd dimension's extra rows are its), as a real plan does; a key or value projection splits
-over min(tp, kv_heads) ranks (past the KV heads each rank holds one whole), and a fused QKV
-projection (GPT-2's c_attn, Falcon's query_key_value, Phi-3's qkv_proj: ``FUSED_QKV``, with
-(heads + 2 x kv_heads) x head_dim outputs) holds (heads / tp + 2 x those KV heads) x head_dim
-on a rank; quantized weights
-(integer parameters, packed weights, a quantized layer's buffers) count as stored, / tp,
-neither sharded nor trained; the saved activations are / tp
-(Megatron with sequence parallelism); KV heads split across at most ``kv_heads`` ranks.
+Per rank, with ``tp`` tensor-parallel and ``ranks`` data-parallel ranks (b = bytes of
+``dtype``; parameters as rank 0 holds them under ``tp``: :func:`_tp_shape`):
 
-    inference        weights (rank 0's shapes) x b + KV cache (2 x layers x kv_heads x
-                     head_dim x b x context x batch; a sliding-window layer at most
-                     window - 1 tokens; an encoder-decoder's cross-attention as many again
-                     for its encoded tokens, ``context`` ids or Whisper's source positions)
-                     / min(tp, kv_heads) + a recurrent (Mamba) state
-                     per sequence x batch / tp, read from the cache the model builds on
-                     meta as ``profile_generation``'s plan reads it (a 16-bit Mamba's SSM
-                     state is float32 there) + the largest activation of a prefill (one
-                     leaf call's inputs + outputs, as counted; not divided)
-    training         weights Psi x b, gradients Psi x b, fp32 master weights 4 Psi under mixed
-                     precision (b < 4), optimizer state (a torch optimizer's own, sized from
-                     the shapes of its real state after one step, ``step.optimizer_state``;
-                     by name Adam: 2 states, SGD with momentum 1, plain SGD 0; fp32 under
-                     mixed precision, plus Adam's 4-byte ``step`` per parameter tensor),
-                     and the tensors saved for the backward as counted by
-                     ``profile(..., backward=True)`` on meta (``checkpointing``: ``full``
-                     keeps each layer's input, s x b x h x bytes, and the largest layer's
-                     saved bytes; ``selective`` drops rows that ran attention as matmuls and
-                     a softmax: Korthikanti et al. 2022); sharded over ``ranks``: ZeRO-1 the
-                     optimizer state and master weights, ZeRO-2 also the gradients, ZeRO-3
-                     (FSDP) also the weights. A sharded tensor is split as FSDP2 splits it:
-                     dim 0 in ``ranks`` chunks of ceil(dim 0 / ranks) rows (the last ones
-                     padded), so a rank holds sum(ceil(d0 / N) x rest) elements. This is the
-                     ZeRO paper's accounting; DeepSpeed's estimators add an fp32 gradient
-                     partition (ZeRO-2: 2 Psi + 18 Psi / N) and the largest layer gathered
-                     (ZeRO-3: + 4 x its parameters), which a note gives in bytes.
+- inference: weights x b + KV cache (``closed_form_kv_bytes``, an encoder-decoder's
+  cross-attention included) / min(tp, kv_heads) + a recurrent (Mamba) state per sequence x
+  batch / tp + the largest activation of a prefill (one leaf call's inputs + outputs; not
+  divided);
+- training: weights x b, gradients x b, fp32 master weights under mixed precision (b < 4),
+  optimizer state (``step.optimizer_state``; fp32 under mixed precision) and the tensors saved
+  for the backward as ``profile(..., backward=True)`` counts them, / tp (Megatron with
+  sequence parallelism; ``checkpointing``: :func:`_saved`). ZeRO-1 shards the optimizer state
+  and master weights over ``ranks`` as FSDP2 splits dim 0, ZeRO-2 also the gradients, ZeRO-3
+  (FSDP) also the weights: the ZeRO paper's accounting (a note gives DeepSpeed's extra terms).
 
-When no training plan fits, a note gives the ranks from which ZeRO-3 would (and with full
-checkpointing, when not asked), or says that the saved activations alone exceed the memory.
-
-The numbers are in bytes in ``FitReport.table`` (numeric); ``str(report)`` renders them in human
-units with a yes/no per plan and the headroom. What is not in them: the CUDA context and the
-allocator's fragmentation (a few GB in practice), FSDP's all-gathered unit and communication
-buffers, and temporaries of the backward beyond the saved tensors.
+Quantized weights (integer parameters, packed weights, a quantized layer's buffers) count as
+stored, / tp, neither sharded nor trained. Not counted: the CUDA context and allocator
+fragmentation (a few GB in practice), FSDP's all-gathered unit and communication buffers, and
+backward temporaries beyond the saved tensors.
 """
 
 from __future__ import annotations
@@ -172,19 +143,17 @@ def fit(
     training: bool = True,
     checkpointing: str = "none",
 ) -> FitReport:
-    """Bytes per rank of ``model_or_config`` (an ``nn.Module``, counted as given; or a
-    transformers config, a config class or a dict with ``model_type``, built on meta with the
-    auto class that maps it, which ``FitReport.model`` names) for inference and, with ``training``, a step under each plan (see the module doc), against
-    ``device`` (a datasheet name; ``memory_bytes`` overrides its memory). ``context``: tokens
-    per sequence (the KV cache's length and the training sequence); ``batch_size`` per
-    data-parallel rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
-    ``"sgd_momentum"``, or any ``torch.optim`` class's, ``"adafactor"``), a ``torch.optim``
-    optimizer class, instance or factory, as ``profile`` takes (its state is sized from the
-    shapes of its real state after one step); ``mixed_precision``: default on for 16-bit
-    ``dtype``; ``checkpointing``: activation checkpointing of the training plans, ``"none"``,
-    ``"full"`` or ``"selective"`` (Korthikanti et al. 2022; the module doc). A ``tp`` that does
-    not divide the heads, nor split or replicate whole KV heads, a ``context`` past the
-    model's positions and a non-integer head dim are refused."""
+    """Bytes per rank of ``model_or_config`` (an ``nn.Module``, counted as given, or a
+    transformers config, config class or dict with ``model_type``, built on meta with the auto
+    class ``FitReport.model`` names) for inference and, with ``training``, a step under each
+    plan (the module doc), against ``device`` (a datasheet name; ``memory_bytes`` overrides its
+    memory). ``context``: tokens per sequence (KV cache and training sequence); ``batch_size``:
+    per data-parallel rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
+    ``"sgd_momentum"``, any ``torch.optim`` class's, ``"adafactor"``) or a ``torch.optim``
+    class, instance or factory, as ``profile`` takes; ``mixed_precision``: default on for a
+    16-bit ``dtype``; ``checkpointing`` of the training plans: ``"none"``, ``"full"`` or
+    ``"selective"``. Refused: a ``tp`` that neither divides the heads nor splits or replicates
+    whole KV heads, a ``context`` past the model's positions, a non-integer head dim."""
     if not isinstance(training, bool):
         raise ModelProfError(f"training={training!r} must be True or False")
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
@@ -192,7 +161,7 @@ def fit(
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
-    shapes, stored, parameters = _weights(model, spec.tp, spec.dtype, _heads(config, spec.tp))
+    shapes, stored, parameters = _weights(model, spec.dtype, _heads(config, spec.tp))
     shapes, trained = [s for s, _ in shapes], [s for s, t in shapes if t]
     counts = _counted(model, config, spec, training)
     counts["stored"], counts["trained"] = stored, trained
@@ -266,9 +235,8 @@ def _count_text(n: int) -> str:
 
 
 def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
-    """Refuse a plan no real run makes: a head dim that is not an integer, a ``tp`` that
-    splits no whole heads (Megatron and vLLM ask ``heads % tp == 0``, so ``tp`` above the
-    head count too), a ``context`` past the positions of a model fit feeds token ids."""
+    """Refuse a plan no real run makes: a non-integer head dim, a ``tp`` :func:`_check_tp`
+    refuses, a ``context`` past the positions of a model fit feeds token ids."""
     if config is None:
         return
     d = model_dims(config)
@@ -296,9 +264,9 @@ def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
 
 
 def _check_tp(model: nn.Module, d: dict[str, Any], spec: _Spec) -> None:
-    """Refuse a ``tp`` that splits no whole attention heads (``heads % tp``: Megatron and vLLM
-    ask it, so ``tp`` above the head count too) or whose ranks cannot hold whole KV heads:
-    ``kv_heads % tp == 0`` splits them, ``tp % kv_heads == 0`` replicates one on each rank."""
+    """Refuse a ``tp`` that splits no whole attention heads (Megatron and vLLM ask
+    ``heads % tp == 0``) or whose ranks cannot hold whole KV heads (``kv_heads % tp == 0``
+    splits them, ``tp % kv_heads == 0`` replicates one on each rank)."""
     heads, hidden = d["heads"], d["hidden"]
     if heads and heads % spec.tp:
         ok = [t for t in range(1, heads + 1) if heads % t == 0]
@@ -362,15 +330,13 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
 
 
 def _model(obj: Any) -> tuple[nn.Module, Any, str | None]:
-    """The module to count and its transformers config (None for a plain module; for a
-    user's module around a transformers model, that model's). A module is
-    counted as given (its own head and adapters; the counting pass runs it on meta); a config
-    (an instance, a config class, or a dict with ``model_type``) is built on meta, and the
-    class built is named (the third item; None for a module)."""
+    """The module to count, its transformers config (for a user's module around a
+    transformers model, that model's; None for a plain module) and, for a config built on
+    meta, the class built."""
     if isinstance(obj, nn.Module):
         config = getattr(obj, "config", None)
-        if not _is_config(config):  # a user's model around a transformers one: its config
-            inner = next((m for m in obj.modules() if m is not obj and _is_hf_model(m)), None)
+        if not _is_config(config):
+            inner = _inner_hf_model(obj)
             config = inner.config if inner is not None else None
         return obj, config, None
     config = _as_config(obj)
@@ -426,22 +392,20 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
-#: the transformers auto classes a config is built with, in order: an encoder-decoder as one
-#: (speech, then text), anything else as a causal LM (a vision-language one as the model that
-#: generates text, with its LM head), then as its bare model
+#: the auto classes a config is built with, in order, then ``AutoModel``: an encoder-decoder
+#: as one (speech, then text), anything else as a causal LM (a vision-language one with its
+#: LM head)
 _AUTO_ENCODER_DECODER = ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM")
 _AUTO_DECODER = ("AutoModelForCausalLM", "AutoModelForImageTextToText")
-_AUTO_LAST = ("AutoModel",)
 
 
 def _from_config(config: Any) -> nn.Module:
-    """The model of ``config`` on meta: the first auto class of ``_AUTO_*`` that maps its
-    config class; refused, named, when none does or the build fails."""
-    # transformers is an optional extra: imported only for a config
-    import transformers
+    """The model of ``config`` on meta, from the first auto class that maps its config class."""
+    import transformers  # an optional extra: imported only for a config
 
     first = _AUTO_ENCODER_DECODER if getattr(config, "is_encoder_decoder", False) else _AUTO_DECODER
-    for name in (*first, *_AUTO_LAST):
+    tried = (*first, "AutoModel")
+    for name in tried:
         auto = getattr(transformers, name, None)
         if auto is None or type(config) not in auto._model_mapping:
             continue
@@ -454,7 +418,7 @@ def _from_config(config: Any) -> nn.Module:
                 ) from e
     raise ModelProfError(
         f"fit(): transformers {transformers.__version__} has no model class for "
-        f"{type(config).__name__} (tried {', '.join((*first, *_AUTO_LAST))}); pass the module"
+        f"{type(config).__name__} (tried {', '.join(tried)}); pass the module"
     )
 
 
@@ -465,8 +429,8 @@ def _main_input(model: nn.Module) -> str:
 def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, Any] | None:
     """The keyword inputs of the counted prefill (or, with ``training``, step): token ids of
     ``batch_size`` x ``context`` (an encoder-decoder's decoder: one start token for the
-    prefill, ``context`` tokens for the step); the logits of the last token only when the
-    forward can say so. None when the forward takes no ``input_ids``."""
+    prefill); the last token's logits only, when the forward can say so. None when the
+    forward takes no ``input_ids``."""
     params = _forward_params(model)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if _main_input(model) != "input_ids" or ("input_ids" not in params and not takes_any):
@@ -483,9 +447,8 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
 
 def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, Any]:
     """The largest activation of a prefill, the bytes saved for the backward and, of those,
-    the ones saved by rows that ran attention as matmuls and a softmax: counted on meta at
-    ``batch_size`` x ``context`` tokens. None counted for a model without a config or whose
-    forward takes no token ids (``skipped`` says why), nor when the forward fails there."""
+    the ones of rows that ran attention as matmuls and a softmax, counted on meta; zeros with
+    ``skipped`` saying why when the model has no config, takes no token ids or fails there."""
     counts: dict[str, Any] = {"activation": 0, "saved": 0, "saved_attention": 0, "skipped": None}
     prefill_inputs = _count_inputs(model, spec, training=False)
     if config is None or prefill_inputs is None:
@@ -549,10 +512,10 @@ def _recurrent(model: nn.Module, config: Any) -> bool:
 
 def _deepspeed_terms(model: nn.Module, spec: _Spec, shapes: list) -> tuple[int, int]:
     """What DeepSpeed's estimators add per rank to the ZeRO paper's accounting: an fp32
-    gradient partition at ZeRO-2 and 3 (4 bytes x the rank's shard: ``2Ψ + 18Ψ/N`` against
-    the paper's ``2Ψ + 14Ψ/N``), and at ZeRO-3 the largest layer gathered whole (4 bytes x
-    the parameters one module holds itself, its 16-bit weights and gradients), each / tp."""
-    shard = sum(-(-s[0] // spec.ranks) * math.prod(s[1:]) if s else 1 for s in shapes)
+    gradient partition at ZeRO-2 and 3 (``2Ψ + 18Ψ/N`` against the paper's ``2Ψ + 14Ψ/N``),
+    and at ZeRO-3 the largest module's own parameters gathered whole (16-bit weights and
+    gradients: 4 bytes each, / tp)."""
+    shard = sum(math.prod(_shard(s, spec.ranks)) for s in shapes)
     largest = max(
         (sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()), default=0
     )
@@ -560,7 +523,7 @@ def _deepspeed_terms(model: nn.Module, spec: _Spec, shapes: list) -> tuple[int, 
 
 
 def _layer_saved(rows: list) -> list[int]:
-    """The saved bytes of each repeated layer (the shallowest calls named ``<list>.<i>``, as
+    """The saved bytes of each repeated layer (the shallowest calls named like
     ``model.layers.3``), what full checkpointing recomputes one at a time."""
     layers = [r for r in rows if not r.is_self and _LAYER.search(r.module)]
     depth = min((r.depth for r in layers), default=0)
@@ -568,21 +531,16 @@ def _layer_saved(rows: list) -> list[int]:
 
 
 def _weights(
-    model: nn.Module, tp: int, dtype: torch.dtype, heads: _Heads
+    model: nn.Module, dtype: torch.dtype, heads: _Heads
 ) -> tuple[list[tuple[tuple[int, ...], bool]], int, int]:
-    """The shapes tensor-parallel rank 0 holds of the floating parameters (held at
-    ``dtype``), each with whether it is trained (``requires_grad``: a frozen base under an
-    adapter is not), the bytes of the weights held as stored (integer and quantized
-    parameters, a tensor subclass by its inner tensors, the packed weights of quantized
-    layers, which are no parameters, and a quantized layer's buffers: ``_quantized_buffers``),
-    and the parameter elements of the model. Under ``tp``
-    a norm's parameters and a row-parallel layer's bias stay whole on every rank, a row-parallel
-    weight is split by its input and any other tensor along dim 0, rank 0 taking the extra rows
-    of an odd dimension, as a real plan does (``_tp_shape``)."""
+    """Rank 0's shapes of the floating parameters (held at ``dtype``), each with whether it is
+    trained (``requires_grad``), the bytes of the weights held as stored (integer, quantized
+    and packed ones, a tensor subclass by its inner tensors, a quantized layer's buffers), and
+    the model's parameter elements."""
     shapes: list[tuple[tuple[int, ...], bool]] = []
-    packed_elements, stored = module_packed_weights(model)
+    elements, stored = module_packed_weights(model)
     seen: set[int] = set()
-    elements = packed_elements
+    tp = heads.tp
     for name, module in model.named_modules():
         whole = tp == 1 or "norm" in type(module).__name__.lower()
         for pname, p in module.named_parameters(recurse=False):
@@ -604,13 +562,11 @@ def _plain_float(t: torch.Tensor) -> bool:
 
 
 def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) -> int:
-    """Bytes of the buffers of a quantized layer, which hold its weights: one with an integer
-    or quantized parameter, or with no parameters and an integer or quantized buffer (a GPTQ
-    layer's packed ``qweight`` and ``qzeros``): each buffer once, integer ones as stored,
-    floating ones (the scales, the bias) at ``dtype``. A float layer's buffers (rotary
-    frequencies, BERT's position ids beside its embeddings) stay out, as in the closed forms,
-    and so does a boolean buffer, a mask and never a weight (GPTBigCode's causal ``bias``,
-    positions x positions, on a module with no parameters of its own)."""
+    """Bytes of the buffers of a quantized layer (one with an integer or quantized parameter,
+    or with no parameters and such a buffer: GPTQ's ``qweight``), which hold its weights: each
+    once, integer ones as stored, floating ones (scales, bias) at ``dtype``. A float layer's
+    buffers (rotary frequencies, position ids) stay out, as in the closed forms, and so does a
+    boolean buffer: a mask, never a weight (GPTBigCode's causal ``bias``)."""
     params = list(module.parameters(recurse=False))
     held = params or [b for b in module.buffers(recurse=False) if b.dtype != torch.bool]
     if all(_plain_float(t) for t in held):
@@ -623,9 +579,8 @@ def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) ->
     return total
 
 
-#: the layers a tensor-parallel plan splits by their input (Megatron's row-parallel linears:
-#: attention's output projection, the MLP's second); their bias is added after the reduction,
-#: whole on every rank
+#: Megatron's row-parallel layers (attention's output projection, the MLP's second), split by
+#: their input; their bias is added after the reduction, whole on every rank
 ROW_PARALLEL = frozenset(
     {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "dense_4h_to_h", "wo"}
 )
@@ -637,18 +592,16 @@ _ROW_DENSE_PARENTS = frozenset({"self_attention", "attention", "output"})
 KV_PROJECTIONS = frozenset({"k_proj", "v_proj"})
 
 
-#: fused query-key-value projections, whose output rows are the query heads' and the key and
-#: value heads' (GPT-2's and GPTBigCode's c_attn, Falcon's, GPT-NeoX's and Bloom's
-#: query_key_value, Phi-3's qkv_proj, MPT's Wqkv, Baichuan's W_pack); one is taken as fused
-#: only when its output is (heads + 2 x kv_heads) x head_dim as well (``_fused_qkv_rows``)
+#: fused query-key-value projections (GPT-2's c_attn, Falcon's and GPT-NeoX's
+#: query_key_value, Phi-3's qkv_proj, MPT's Wqkv, Baichuan's W_pack), taken as fused only
+#: when their output is (heads + 2 x kv_heads) x head_dim as well
 FUSED_QKV = frozenset({"c_attn", "query_key_value", "qkv_proj", "wqkv", "w_pack", "qkv"})
 
 
 @dataclasses.dataclass(frozen=True)
 class _Heads:
-    """Attention as a tensor-parallel plan places it: ``tp``, the query heads, the KV heads,
-    the head dim (None when unknown) and ``kv_ranks``, the ranks a KV head's rows split over:
-    ``min(tp, kv_heads)`` (``tp`` when unknown), past the KV heads each rank holds one whole."""
+    """Attention under ``tp`` (None: unknown). ``kv_ranks``: the ranks a KV head's rows split
+    over, ``min(tp, kv_heads)``; past the KV heads each rank holds one whole."""
 
     tp: int
     heads: int | None = None
@@ -661,10 +614,8 @@ class _Heads:
 
 
 def _heads(config: Any, tp: int) -> _Heads:
-    """``config``'s heads under ``tp``. Falcon's ``new_decoder_architecture`` has
-    ``num_kv_heads`` KV heads in its weights whatever ``multi_query`` says (``model_dims``
-    gives the heads its cache holds: K and V broadcast to every query head): its
-    query_key_value is (heads + 2 x num_kv_heads) x head_dim rows."""
+    """``config``'s heads under ``tp``, the KV heads as the weights hold them: Falcon's
+    ``new_decoder_architecture`` has ``num_kv_heads`` whatever the cache's count says."""
     if config is None:
         return _Heads(tp)
     d = model_dims(config)
@@ -678,11 +629,8 @@ def _heads(config: Any, tp: int) -> _Heads:
 def _fused_qkv_rows(
     s: tuple[int, ...], module: nn.Module, name: str, heads: _Heads
 ) -> tuple[int, int] | None:
-    """The dim of a fused QKV parameter's output rows and rank 0's share of them, or None if
-    the layer is no fused QKV (by its name, ``FUSED_QKV``, and its output, (heads + 2 x
-    kv_heads) x head_dim). A rank holds heads / tp query heads and kv_heads / tp KV heads when
-    tp divides them, else one whole (replicated): (heads / tp + 2 x that) x head_dim rows. The
-    output is dim 0 of a Linear's weight and of a bias, dim 1 of GPT-2's Conv1D ([in, out])."""
+    """The dim of a fused QKV parameter's output rows (dim 1 of GPT-2's Conv1D, else 0) and
+    rank 0's share, (heads / tp + 2 x kv_heads / kv_ranks) x head_dim; None if no fused QKV."""
     h, kv, d = heads.heads, heads.kv, heads.head_dim
     if name.rsplit(".", 1)[-1].lower() not in FUSED_QKV or not (h and kv and d):
         return None
@@ -701,18 +649,16 @@ def _tp_shape(
     pname: str,
     heads: _Heads,
 ) -> tuple[int, ...]:
-    """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``: whole (a
-    norm's; a row-parallel layer's bias), split by the input (a row-parallel weight: dim 1 of a
-    Linear's, dim 0 of GPT-2's transposed Conv1D), by the output (dim 1 of a column-parallel
-    Conv1D, GPT-2's c_fc) or along dim 0 (the rest), rank 0 taking the
-    extra rows of an odd dimension. A key or value projection (``KV_PROJECTIONS``) splits over
-    ``heads.kv_ranks`` only (``min(tp, kv_heads)``): past the KV heads each rank holds one
-    whole; a fused QKV projection holds its share of query heads and those whole KV heads
-    (``_fused_qkv_rows``)."""
+    """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``, as a real
+    plan splits it: whole (``whole``: a norm's; a row-parallel layer's bias), by the input (a
+    row-parallel weight: dim 1 of a Linear's, dim 0 of GPT-2's [in, out] Conv1D), by the output
+    (dim 1 of a column-parallel Conv1D) or along dim 0, rank 0 taking an odd dimension's extra
+    rows. A key or value projection splits over ``heads.kv_ranks`` only; a fused QKV holds
+    its query heads' share and whole KV heads."""
     if whole or not s:
         return s
     if name.rsplit(".", 1)[-1] in KV_PROJECTIONS:
-        return (-(-s[0] // heads.kv_ranks), *s[1:])
+        return _shard(s, heads.kv_ranks)
     fused = _fused_qkv_rows(s, module, name, heads)
     if fused is not None:
         dim, rows = fused
@@ -725,14 +671,19 @@ def _tp_shape(
             return (s[0], -(-s[1] // tp))
     elif transposed:  # a column-parallel Conv1D (c_fc) splits its output, dim 1
         return (s[0], -(-s[1] // tp))
-    return (-(-s[0] // tp), *s[1:])
+    return _shard(s, tp)
+
+
+def _shard(s: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """Rank 0's part of shape ``s`` split along dim 0 over ``n`` ranks: ceil(dim 0 / n) rows,
+    as FSDP2 and a tensor-parallel plan split it."""
+    return (-(-s[0] // n), *s[1:]) if s else s
 
 
 def _row_parallel(name: str) -> bool:
-    """Whether the layer ``name`` is row-parallel: ``ROW_PARALLEL`` by its own name, or a
-    ``dense`` right under an attention or an output block (Falcon's and GPT-NeoX's
-    ``self_attention.dense``/``attention.dense``, BERT's ``output.dense``; BERT's
-    ``intermediate.dense`` is column-parallel)."""
+    """``ROW_PARALLEL`` by its own name, or a ``dense`` right under an attention or output
+    block (Falcon's ``self_attention.dense``, BERT's ``output.dense``; not BERT's
+    ``intermediate.dense``)."""
     parts = name.split(".")
     if parts[-1] in ROW_PARALLEL:
         return True
@@ -760,11 +711,9 @@ def _inference(
 
 
 def _recurrent_state(model: nn.Module, config: Any, spec: _Spec) -> tuple[int, str | None]:
-    """Bytes of recurrent state (Mamba's conv and SSM states) one sequence's cache holds, as
-    ``profile_generation``'s memory plan reads them from the cache the model builds: one
-    token's prefill and decode on meta at ``dtype`` (so a state the model keeps in float32
-    counts so). Asked only of a model with recurrent layers (:func:`_recurrent`): an
-    attention-only cache is the closed form. ``(0, why)`` when the cache could not be built."""
+    """Bytes of recurrent state (Mamba's conv and SSM states) one sequence's cache holds, read
+    as ``profile_generation``'s memory plan reads them from the cache built on meta (a state
+    kept in float32 counts so); ``(0, why)`` when the cache could not be built."""
     if config is None or not _caches(model) or not _recurrent(model, config):
         return 0, None
     try:
@@ -778,9 +727,8 @@ def _recurrent_state(model: nn.Module, config: Any, spec: _Spec) -> tuple[int, s
 
 
 def _source_tokens(model: nn.Module, config: Any, spec: _Spec) -> int:
-    """An encoder-decoder's encoded tokens, which its decoder's cross-attention cache holds in
-    every layer for the whole generation: ``context`` token ids, Whisper's
-    ``max_source_positions`` frames (``generation.encoder.source_length``); 0 otherwise."""
+    """An encoder-decoder's encoded tokens, which its cross-attention cache holds: ``context``
+    token ids or Whisper's ``max_source_positions`` frames; 0 otherwise."""
     if not getattr(config, "is_encoder_decoder", False) or not _caches(model):
         return 0
     try:
@@ -790,9 +738,8 @@ def _source_tokens(model: nn.Module, config: Any, spec: _Spec) -> int:
 
 
 def _caches(model: nn.Module) -> bool:
-    """Whether ``model``'s forward keeps a KV cache: it takes one (``past_key_values``, or
-    ``cache``/``use_cache`` as transformers 5 names them; every decoder and encoder-decoder
-    does, an encoder such as ViT or BERT's classifier none)."""
+    """Whether ``model``'s forward takes a KV cache (``_CACHE_ARGUMENTS``: every decoder and
+    encoder-decoder does, an encoder such as ViT none)."""
     params = _forward_params(model)
     if _CACHE_ARGUMENTS & set(params):
         return True
@@ -800,8 +747,13 @@ def _caches(model: nn.Module) -> bool:
     if not takes_any or _is_hf_model(model):  # a transformers model says for itself
         return False
     # a wrapper passing everything on (forward(*args, **kwargs)): the model it wraps decides
-    inner = next((m for m in model.modules() if m is not model and _is_hf_model(m)), None)
+    inner = _inner_hf_model(model)
     return inner is not None and bool(_CACHE_ARGUMENTS & set(_forward_params(inner)))
+
+
+def _inner_hf_model(model: nn.Module) -> nn.Module | None:
+    """The first transformers model inside a user's ``model``."""
+    return next((m for m in model.modules() if m is not model and _is_hf_model(m)), None)
 
 
 def _is_hf_model(module: nn.Module) -> bool:
@@ -820,14 +772,13 @@ def _forward_params(model: nn.Module) -> Mapping[str, inspect.Parameter]:
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:
     """One training plan's components per rank: the weights of every floating parameter
-    (ZeRO-3 shards frozen ones too, as FSDP does), the master weights, gradients and optimizer
-    state of the trained ones only (``counts["trained"]``)."""
+    (ZeRO-3 shards frozen ones too, as FSDP does); master weights, gradients and optimizer
+    state of the trained ones only."""
     stage = {"data parallel": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3 (FSDP)": 3}[plan]
     trained = counts["trained"]
 
     def per_rank(of: list, sharded: bool, size: int) -> int:
-        n = spec.ranks if sharded else 1  # of tensor-parallel rank 0's shapes
-        return size * sum(-(-s[0] // n) * math.prod(s[1:]) if s else 1 for s in of)
+        return size * sum(math.prod(_shard(s, spec.ranks if sharded else 1)) for s in of)
 
     b, state_size = spec.dtype.itemsize, 4 if spec.mixed else spec.dtype.itemsize
     return {
@@ -840,13 +791,11 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
 
 
 def _saved(spec: _Spec, counts: dict[str, Any]) -> int:
-    """The bytes saved for the backward under ``spec.checkpointing`` (Korthikanti et al. 2022,
-    "Reducing Activation Recomputation in Large Transformer Models"): ``none`` all the counted
-    ones; ``selective`` without the rows that ran attention as matmuls and a softmax (their
-    T x T core is recomputed; a fused kernel recomputes it already, so there it equals
-    ``none``); ``full`` each layer's input only (s x b x h x bytes a layer, the paper's 2sbh
-    at 16 bits), what runs outside the layers (embeddings, the head, the loss) as counted,
-    and one layer's counted saved bytes, the largest, live while it is recomputed."""
+    """The bytes saved for the backward under ``spec.checkpointing`` (Korthikanti et al.
+    2022): ``none`` as counted; ``selective`` without the rows that ran attention as matmuls
+    and a softmax (their T x T core is recomputed; a fused kernel does already); ``full`` each
+    layer's input (s x b x h x bytes), what runs outside the layers as counted, and the
+    largest layer's saved bytes, live while it is recomputed."""
     saved = counts["saved"]
     if spec.checkpointing == "selective":
         return saved - counts["saved_attention"]
@@ -858,22 +807,19 @@ def _saved(spec: _Spec, counts: dict[str, Any]) -> int:
 
 
 def _state_bytes(spec: _Spec, shapes: list, sharded: bool, state_size: int) -> int:
-    """The optimizer's state per rank: sized from each parameter's shape on tensor-parallel
-    rank 0 (its shard's, dim 0 split as FSDP2 splits it, when ``sharded``); the fixed bytes
-    (Adam's ``step``) once per tensor, or once in all for a state the optimizer shares
-    (LBFGS's)."""
+    """The optimizer's state per rank, sized from each shape (its shard when ``sharded``); the
+    fixed bytes (Adam's ``step``) once per tensor, or once in all for a shared state (LBFGS)."""
     n = spec.ranks if sharded else 1
     total = fixed = 0
     for s in shapes:
-        a, f = spec.optimizer.nbytes((-(-s[0] // n), *s[1:]) if s else s, state_size)
+        a, f = spec.optimizer.nbytes(_shard(s, n), state_size)
         total, fixed = total + a, max(f, fixed) if spec.optimizer.shared() else fixed + f
     return total + fixed
 
 
 def _zero3_ranks(spec: _Spec, shapes: list, counts: dict[str, Any], memory: int) -> int | None:
-    """The fewest data-parallel ranks at which the ZeRO-3 plan of ``spec`` fits ``memory``
-    (its total only falls as ranks grow: a binary search), or None when not even 2**20 do
-    (what no sharding divides, the saved activations, is already too much)."""
+    """The fewest data-parallel ranks at which the ZeRO-3 plan of ``spec`` fits ``memory`` (a
+    binary search: its total only falls as ranks grow), or None when not even 2**20 do."""
 
     def fits(n: int) -> bool:
         plan = _training(PLANS[-1], dataclasses.replace(spec, ranks=n), shapes, counts)
@@ -893,7 +839,7 @@ def _way_forward(
     spec: _Spec, shapes: list, counts: dict[str, Any], table: pd.DataFrame
 ) -> tuple[str, ...]:
     """When no training plan fits: the ranks from which ZeRO-3 would (and with full
-    activation checkpointing, when it is not asked and would help), or why none would."""
+    checkpointing, when not asked and it would help), or why none would."""
     trained = [p for p in PLANS[1:] if p in table.columns]
     if not trained or table.loc["fits", trained].any():
         return ()
@@ -914,9 +860,8 @@ def _way_forward(
             f"{format_bytes(_saved(option, counts) / spec.tp)} a rank"
         )
     return (
-        f"no training plan fits on {spec.ranks} rank{'s' if spec.ranks > 1 else ''}: ZeRO-3 "
-        f"(FSDP) would fit {'; '.join(said)}; a larger tp or a smaller batch or context "
-        "lower it too",
+        f"no training plan fits on {spec.ranks} rank{'s' if spec.ranks > 1 else ''}: ZeRO-3 (FSDP) "
+        f"would fit {'; '.join(said)}; a larger tp or a smaller batch or context lower it too",
     )
 
 
@@ -971,7 +916,13 @@ def _notes(
     spec: _Spec, key: str, training: bool, counts: dict[str, Any], built: str | None
 ) -> tuple[str, ...]:
     """What the table assumes and leaves out, in words."""
-    notes = [
+    notes = [counts["skipped"]] if counts["skipped"] is not None else []
+    if built is not None:
+        notes.append(
+            f"counted {built}, built from the config on meta (pass a module to count "
+            "another head or your own additions)"
+        )
+    notes.append(
         f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
         f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
         + (
@@ -979,15 +930,7 @@ def _notes(
             if spec.mixed and training
             else ""
         )
-    ]
-    if built is not None:
-        notes.insert(
-            0,
-            f"counted {built}, built from the config on meta (pass a module to count "
-            "another head or your own additions)",
-        )
-    if counts["skipped"] is not None:
-        notes.insert(0, counts["skipped"])
+    )
     notes += _plan_notes(spec, training, counts)
     if counts["stored"]:
         notes.append(
@@ -1002,11 +945,9 @@ def _notes(
         )
     if counts["saved_attention"]:
         notes.append(
-            f"of the saved activations, "
-            f"{format_bytes(counts['saved_attention'] / spec.tp)} are in rows that ran "
-            "attention as matmuls and a softmax, which keep the T x T probabilities "
-            "(a fused attention kernel keeps Q, K, V, the output and the log-sum-exp "
-            "instead)"
+            f"of the saved activations, {format_bytes(counts['saved_attention'] / spec.tp)} are in "
+            "rows that ran attention as matmuls and a softmax, which keep the T x T probabilities "
+            "(a fused attention kernel keeps Q, K, V, the output and the log-sum-exp instead)"
         )
     others = memory_variants(key) if key in DEVICE_MEMORY_BYTES else {}
     if others:
