@@ -1,25 +1,19 @@
-"""The op-level counter: a dispatch mode that sees every op a forward runs and charges its cost
-to the innermost module call that is running (the scope, kept by ``scope.Tracker``).
-
-Fused kernels (``scaled_dot_product_attention``, the ``nn.MultiheadAttention`` fast path) and
-functional code (``x + identity``, ``torch.matmul`` inside a custom block) are counted like any
-other op, because they all reach the dispatcher. How an op is costed, in order:
+"""The op-level counter: a dispatch mode that charges every op a forward runs (fused kernels
+and functional code alike) to the innermost running module call (``scope.Tracker``). An op is
+costed by, in order:
 
 1. its formula (registry lookup: overload, packet, tag, functional form of an in-place op);
-2. its decomposition — the op's CompositeImplicitAutograd kernel (what autograd would have
-   run: composite ops reach the dispatcher whole under ``torch.inference_mode()``), else a
-   ``torch._decomp`` decomposition — whose ops are counted in its place, in every grad mode;
+2. its decomposition — its CompositeImplicitAutograd kernel (what autograd would have run:
+   composite ops reach the dispatcher whole under ``torch.inference_mode()``), else a
+   ``torch._decomp`` one — whose ops are counted in its place, in every grad mode;
 3. otherwise it is *unsupported*: run as it is, listed with its call count, never a silent 0.
 
-Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ``invoke_subgraph``, ...)
-are costed by a formula where one is registered, else through their subgraphs, whose ops are
-counted as they run; one whose subgraphs cannot be entered runs uncounted and is listed
+A higher-order operator (``flex_attention``, ``cond``, ...) is costed by its formula, else
+through its subgraphs; one whose subgraphs cannot be entered runs uncounted and is listed
 unsupported. None of them can make the counter raise.
 
-On the meta device (``meta_sdpa=True``) ``F.scaled_dot_product_attention``, which has no fused
-kernel there, runs as the fused kernel the CPU would pick (``counting.meta_sdpa``), so that a
-model costed from shapes alone counts what it counts on the CPU; so do the few outputs whose
-shape or layout differs there (``meta_sdpa.cpu_outputs``).
+On the meta device (``meta_sdpa=True``) SDPA runs as the CPU's fused kernel and a few outputs are
+shaped as the CPU's (``counting.meta_sdpa``): a model costed from shapes counts what the CPU does.
 """
 
 from __future__ import annotations
@@ -43,6 +37,7 @@ from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
 from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
+from modelprof.counting.scope import gathered_bytes
 from modelprof.counting.sharding import ShardView, current_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
@@ -91,23 +86,6 @@ class OpStats:
         self.notes: Counter[str] | None = None
 
 
-def _embedding_read(args: tuple, read: int) -> int:
-    """``aten.embedding(weight, indices)`` reads the rows it gathers, not the whole table."""
-    weight, indices = args[0], args[1]
-    if (
-        not isinstance(weight, torch.Tensor)
-        or weight.dim() != 2
-        or not isinstance(indices, torch.Tensor)
-    ):
-        return read
-    size = weight.element_size()
-    return read - weight.numel() * size + indices.numel() * weight.shape[1] * size
-
-
-#: ops that gather rows of a table: their bytes read, from all argument bytes
-_GATHER_READS = {"aten.embedding.default": _embedding_read}
-
-
 def op_name(func: Any) -> str:
     """``namespace.name.overload`` (``aten.convolution.default``, ``torchvision.nms.default``,
     ``higher_order.cond``): op names keep their namespace everywhere."""
@@ -143,13 +121,6 @@ def _has_nested(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _unbound(obj: Any, found: dict[int, list]) -> None:
-    """Unbind every nested tensor in ``obj`` (one level of lists), by id, into ``found``."""
-    for t in obj if isinstance(obj, (list, tuple)) else (obj,):
-        if isinstance(t, torch.Tensor) and t.is_nested and id(t) not in found:
-            found[id(t)] = list(t.unbind())
-
-
 def _component(obj: Any, i: int, parts: dict[int, list]) -> Any:
     """``obj`` with each nested tensor replaced by its ``i``-th component."""
     if isinstance(obj, torch.Tensor):
@@ -161,10 +132,12 @@ def _component(obj: Any, i: int, parts: dict[int, list]) -> Any:
 
 def _components(name: str, args: tuple, kwargs: dict, out: Any = None) -> list[tuple]:
     """``(args, kwargs, out)`` of the op for each component of its nested tensors."""
-    parts: dict[int, list] = {}
+    parts: dict[int, list] = {}  # each nested tensor's components, by id
     try:
         for obj in (*args, *kwargs.values(), out):
-            _unbound(obj, parts)
+            for t in obj if isinstance(obj, (list, tuple)) else (obj,):
+                if isinstance(t, torch.Tensor) and t.is_nested and id(t) not in parts:
+                    parts[id(t)] = list(t.unbind())
     except (RuntimeError, ValueError, TypeError) as e:
         raise ModelProfError(
             f"op {name} on a nested tensor cannot be counted: its components "
@@ -247,24 +220,20 @@ class OpCounter(compat.TorchDispatchMode):
     ) -> None:
         super().__init__()
         self.tracker = tracker
-        # a forward on the meta device: SDPA counted as the CPU's fused kernel
-        # (modelprof.counting.meta_sdpa); off elsewhere, where any torch-function mode would
-        # turn off nn.MultiheadAttention's fast path
+        # off except on meta: any torch-function mode turns off nn.MultiheadAttention's fast path
         self.meta_sdpa = meta_sdpa
-        # on meta: the ops that raised out of the counted dispatch to the model's code (an op
-        # with no meta kernel); where the forward still returns, it caught them and took
-        # another branch than a real device would (the counts say so: StaticResult.caught)
+        # on meta: ops that raised out to the model's code; a forward that still returns caught
+        # them and took another branch than a real device would (StaticResult.caught)
         self.raised_on_meta: list[str] = []
         self._op_depth = 0
-        # called with (func, args, kwargs) before each op runs, outside the counted work (the
-        # state guard's copy on first write: modelprof.runtime.guard.StateGuard.write_hook)
+        # called with (func, args, kwargs) before each op runs, uncounted (the state guard's
+        # copy on first write)
         self.before_op = before_op
         self.registry = REGISTRY if registry is None else registry
         self.unsupported: Counter[str] = Counter()
         self.decomposed: Counter[str] = Counter()  # ops counted through their decomposition
         self.by_op: dict[str, OpStats] = {}
-        # op -> (formula or _How, qualified name, whether it takes packed quantized weights,
-        # whether before_op is called for it)
+        # op -> (formula or _How, name, takes packed quantized weights, before_op watches it)
         self._ops: dict[Any, tuple[Any, str, bool, bool]] = {}
         self._packed_seen: dict[int, Any] = {}
         # charges of a tentative run (a decomposition, a subgraph) that may be rolled back
@@ -273,19 +242,17 @@ class OpCounter(compat.TorchDispatchMode):
         self._flex_debug: Any = None
         self._outer_modes: Any = None
         self._meta_sdpa: tuple[int, FusedMetaSDPA] | None = None  # (stack depth below, mode)
-        # the model's buffers by id, filled by the tracker at the root call (a scope of the
-        # training step's loss or backward has none: nothing is charged)
+        # the model's buffers by id, filled by the tracker at the root call (a training step's
+        # loss or backward scope has none)
         buffers = getattr(tracker, "buffers", None)
         self._buffers: dict[int, torch.Tensor] = {} if buffers is None else buffers
-        # a DTensor op is counted as the local ops it runs on this rank (per-rank view), or on
-        # its global shapes (global view) — modelprof.counting.sharding
+        # a DTensor op: counted as the local ops this rank runs, or on its global shapes
         self.local_dtensor = current_view() is ShardView.RANK
 
     # -- entering: flex_attention runs eagerly, meta SDPA fused, under the counter --------------
     def __enter__(self):
         if self._depth == 0:
-            # the stack as it was: an inner exit that fails before popping (a RecursionError
-            # inside torch) is repaired by the outermost exit
+            # the outermost exit repairs an inner exit that failed before popping (RecursionError)
             self._outer_modes = compat.dispatch_stack_state()
             self._flex_debug = compat.eager_flex_attention(True)
             if self.meta_sdpa:
@@ -341,8 +308,7 @@ class OpCounter(compat.TorchDispatchMode):
                 "PackedParams" in str(a.type) or "CellParamsBase" in str(a.type)
                 for a in func._schema.arguments
             )
-        # whether ``before_op`` wants to see this op (a hook may say which ops it watches:
-        # the state guard's, only those that write an argument)
+        # a hook may say which ops it watches (the state guard's: those that write an argument)
         hook = self.before_op
         watches = getattr(hook, "watches", None)
         watch = hook is not None and (watches is None or bool(watches(func)))
@@ -362,9 +328,8 @@ class OpCounter(compat.TorchDispatchMode):
                     record.trainable_params += charged
 
     def _charge_buffers(self, args: tuple) -> None:
-        """A buffer an op reads (batch-norm running statistics in eval mode, an fp8 weight held
-        in a buffer), or a view of one (a slice of a mask), is read by the running call: its
-        bytes, once per call."""
+        """A buffer an op reads (batch-norm running statistics, an fp8 weight), or a view of one,
+        is read by the running call: its bytes, once per call."""
         buffers = self._buffers
         record = self.tracker.current
         seen = record.buffers_read
@@ -380,7 +345,7 @@ class OpCounter(compat.TorchDispatchMode):
         """The packed weights of a quantized op (no ``nn.Parameter``) are the parameters of
         the call that uses them: elements once, bytes read (as stored) at every call."""
         record = self.tracker.current
-        # one object each, or a list of them (a quantized RNN: one CellParamsBase per layer)
+        # a list of them for a quantized RNN: one CellParamsBase per layer
         objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
         for a in objects:
             if isinstance(a, torch.ScriptObject):
@@ -404,8 +369,7 @@ class OpCounter(compat.TorchDispatchMode):
             self._op_depth -= 1
 
     def _dispatch(self, func, types, args=(), kwargs=None):
-        # the hot path: every op of the forward (a few hundred per model) comes through here,
-        # between the model's own kernels; it does as little as it can
+        # the hot path: every op of the forward, between the model's own kernels
         if types:  # a tensor subclass takes part (plain tensors give no types)
             handled = self._subclass_op(func, types, args, kwargs)
             if handled is not _PASS:
@@ -451,10 +415,9 @@ class OpCounter(compat.TorchDispatchMode):
         return out
 
     def _subclass_op(self, func, types, args: tuple, kwargs: dict | None) -> Any:
-        """DTensor ops in the per-rank view: NotImplemented, so that DTensor runs them and its
-        local ops (and any redistribution's collectives) come back here on local shapes. The
-        ops DTensor's sharding propagation runs on fake global-shape tensors to infer shapes
-        are run uncounted. Anything else: ``_PASS`` (counted as usual)."""
+        """DTensor ops in the per-rank view: NotImplemented, so that their local ops (and any
+        redistribution's collectives) come back here on local shapes; the ops of DTensor's
+        sharding propagation (fake global-shape tensors) run uncounted; else ``_PASS``."""
         if self.local_dtensor and any(map(is_dtensor_type, types)):
             return NotImplemented
         if getattr(func, "namespace", None) == "prim":  # a fake tensor's metadata (its device)
@@ -464,8 +427,8 @@ class OpCounter(compat.TorchDispatchMode):
         return _PASS
 
     def _collective(self, func, name: str, args: tuple, kwargs: dict) -> Any:
-        """Run a collective; charge its call (no FLOPs) and its bytes to the current scope's
-        ``comm`` table. The buffers it moves are not the row's read/write traffic."""
+        """Run a collective: its call (no FLOPs) and bytes go to the current scope's ``comm``
+        table, not to the row's read/write traffic."""
         out = func(*args, **kwargs)
         record = self.tracker.current
         self._apply(name, _ZERO_COST, record, None)
@@ -483,8 +446,9 @@ class OpCounter(compat.TorchDispatchMode):
             # ops a parent module runs itself (a residual add): inputs read, outputs written
             # (an allocation writes nothing: FSDP2's gather buffers, a torch.empty)
             read = nbytes(args) + nbytes(list(kwargs.values()))
-            gather = _GATHER_READS.get(name)
-            op_bytes = (read if gather is None else gather(args, read), nbytes(out))
+            if name == "aten.embedding.default":  # (weight, indices)
+                read = gathered_bytes(args[0], args[1], read)
+            op_bytes = (read, nbytes(out))
         if self._staged is not None:
             self._staged.append((name, cost, record, op_bytes))
         else:
@@ -544,9 +508,8 @@ class OpCounter(compat.TorchDispatchMode):
         return out
 
     def _nested_decomposition(self, func, how: _How, name: str, args: tuple, kwargs: dict) -> Any:
-        """An op without a formula on nested tensors: the op itself runs on them (the nested
-        tensor's own kernels; its decomposition on the nested tensor would dispatch the op
-        again, without end), and its decomposition is counted on each component."""
+        """An op without a formula on nested tensors runs itself (its decomposition on them
+        would dispatch it again, without end); its decomposition is counted per component."""
         parts = _components(name, args, kwargs)
         out = func(*args, **kwargs)
         for part_args, part_kwargs, _ in parts:
@@ -582,10 +545,9 @@ class OpCounter(compat.TorchDispatchMode):
 
     # -- higher-order operators -----------------------------------------------------------------
     def _through_subgraphs(self, func, name: str, args: tuple, kwargs: dict) -> Any:
-        """Run a higher-order operator with its subgraphs counted. ``cond`` whose predicate has
-        no value (meta device) is charged its costlier branch, with a note. An operator that
-        refuses the wrapped subgraphs is run again as it is, uncounted, and listed unsupported
-        (a genuine error in the subgraph raises again there)."""
+        """Run a higher-order operator with its subgraphs counted; ``cond`` without a predicate
+        value (meta) is charged its costlier branch, with a note. One that refuses the wrapped
+        subgraphs runs again uncounted, listed unsupported (a genuine error raises there)."""
         if func is torch.ops.higher_order.cond and not _known_predicate(args[0]):
             return self._cond_bound(func, name, args, kwargs)
         wrap = functools.partial(_wrap_subgraphs, counter=self)
@@ -637,8 +599,7 @@ _ZERO_COST = Cost(0, 0, 0)
 
 
 def _in_sharding_propagation(limit: int = 60) -> bool:
-    """Whether DTensor's sharding propagation is running the current op (on fake tensors of
-    the global shapes, to infer the output's: not work this rank does)."""
+    """Whether DTensor's sharding propagation (fake tensors, no work of this rank) runs the op."""
     frame = sys._getframe(2)
     while frame is not None and limit:
         if frame.f_code.co_name == "_propagate_tensor_meta_non_cached":
@@ -687,9 +648,8 @@ class _Probe:
 
 
 def count_ops(fn: Any, *args: Any, registry: FormulaRegistry | None = None) -> OpCounter:
-    """Run ``fn(*args)`` under a counter of its own and return it: ``counter.by_op`` per op,
-    ``counter.tracker.current.macs/flops/madd`` in total. Counts whatever ``fn`` runs — a
-    ``score_mod`` on one score, or a forward and ``backward()`` of a training step."""
+    """Run ``fn(*args)`` (a ``score_mod``, a training step...) under a counter of its own and
+    return it: ``counter.by_op`` per op, ``counter.tracker.current.macs/flops/madd`` in total."""
     counter = OpCounter(_Probe(), registry)
     with counter:
         fn(*args)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
 import torch
@@ -65,19 +66,15 @@ class CallRecord:
     buffers_read: set[int] | None = None
     torchstat: dict[str, int] | None = None  # torchstat-view overrides from a module formula
     peak_memory_bytes: int | None = None
-    # FLOPs of the ops this call ran itself, by op name ("convolution.default"); an op without
-    # FLOPs (a concat) is listed with 0. Types a row by what it does (Report.by_layer_type).
+    # FLOPs of the ops this call ran itself, by op name; an op without FLOPs (a concat) has 0.
+    # Types a row by what it does (Report.by_layer_type).
     ops: dict[str, int] = dataclasses.field(default_factory=dict)
     finished: bool = False
     module_id: int = 0
-    # collectives this call ran itself, (kind, group size) -> CommStats (under a process group;
-    # modelprof.counting.collectives), or None
-    comm: dict | None = None
+    comm: dict | None = None  # collectives it ran itself: (kind, group size) -> CommStats
     backward_comm: dict | None = None  # the same, run by the backward of this call's nodes
-    # the instruments' readings of this call, by column (modelprof.counting.instruments), and
-    # what their ``enter`` gave while it runs
-    values: dict[str, Any] | None = None
-    tokens: list | None = None
+    values: dict[str, Any] | None = None  # the instruments' readings, by column
+    tokens: list | None = None  # what the instruments' ``enter`` gave, while it runs
 
     @property
     def collect_op_bytes(self) -> bool:
@@ -88,43 +85,32 @@ class CallRecord:
         return (self.name, self.call)
 
 
-def _gathered_bytes(module: nn.Module, args: tuple, kwargs: dict, whole: int) -> int:
-    """Bytes an ``Embedding``/``EmbeddingBag`` call reads of its table: the rows it gathers
-    (one per index), not the whole table ``whole``; its other parameters in full."""
-    indices = args[0] if args else kwargs.get("input")
-    weight = getattr(module, "weight", None)
-    if (
-        not isinstance(indices, torch.Tensor)
-        or not isinstance(weight, torch.Tensor)
-        or weight.dim() != 2
-    ):
+def gathered_bytes(weight: Any, indices: Any, whole: int) -> int:
+    """``whole`` bytes read, with the 2-D table ``weight`` counted as the rows ``indices``
+    gather (an embedding lookup), not in full."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         return whole
-    row = weight.shape[1] * weight.element_size()
-    return whole - weight.numel() * weight.element_size() + indices.numel() * row
+    if not isinstance(indices, torch.Tensor):
+        return whole
+    size = weight.element_size()
+    return whole - weight.numel() * size + indices.numel() * weight.shape[1] * size
+
+
+def _modules_of(name: str) -> list[str]:
+    """``"a.b.weight"`` -> ``["a", "a.b"]``."""
+    parts = name.split(".")
+    return [".".join(parts[:k]) for k in range(1, len(parts))]
 
 
 def _outermost(names: list[str], unused: set[str]) -> list[str]:
     """The modules (or parameters) that hold the ``unused`` parameters, outermost first: a
     module all of whose parameters are unused stands for them."""
-    total: dict[str, int] = {}
-    idle: dict[str, int] = {}
-    for n in names:
-        parts = n.split(".")
-        for k in range(1, len(parts)):
-            prefix = ".".join(parts[:k])
-            total[prefix] = total.get(prefix, 0) + 1
-            idle[prefix] = idle.get(prefix, 0) + (n in unused)
+    total = Counter(m for n in names for m in _modules_of(n))
+    idle = Counter(m for n in names if n in unused for m in _modules_of(n))
     shown: list[str] = []
     for n in names:
-        if n not in unused or any(n.startswith(s + ".") for s in shown):
-            continue
-        parts = n.split(".")
-        whole = [
-            ".".join(parts[:k])
-            for k in range(1, len(parts))
-            if idle[".".join(parts[:k])] == total[".".join(parts[:k])]
-        ]
-        shown.append(whole[0] if whole else n)
+        if n in unused and not any(n.startswith(s + ".") for s in shown):
+            shown.append(next((m for m in _modules_of(n) if idle[m] == total[m]), n))
     return shown
 
 
@@ -147,32 +133,26 @@ class Tracker:
         self.finished: list[CallRecord] = []  # in completion order
         # where the innermost raising call was, kept until execution goes on (caught) or fails
         self.failure: tuple[list[CallRecord], list[CallRecord]] | None = None
-        # parameters not yet charged to any call, by id (used by ops that read them directly)
-        self.pending_params: dict[int, torch.Tensor] = {}
-        # the model's buffers as the forward sees them, by id: an op reading one charges its
-        # bytes to the running call (read at the root call, after any functional_call swap)
+        self.pending_params: dict[int, torch.Tensor] = {}  # not yet charged to any call, by id
+        # the model's buffers as the forward sees them (after any functional_call swap), by id
         self.buffers: dict[int, torch.Tensor] = {}
         self._gathers: dict[type, bool] = {}  # whether a module type gathers rows (Embedding)
         self._calls: dict[nn.Module, int] = {}
-        # whether each module has submodules (given by a caller that walked the model already)
         self._has_children = (
             has_children
             if has_children is not None
             else {m: next(iter(m.children()), None) is not None for m in names}
         )
-        # the allocator peak of each call (CUDA), else None
         self._memory = PeakTracker(memory_stats) if memory_stats is not None else None
         self._outside: CallRecord | None = None
         self._module_formulas: dict[type, Any] = {}  # torchstat module formula by type, or None
-        #: the distinct parameters of ``root`` as the forward will see them (given by a caller
-        #: that walked the model already), else None: read from the first call's module
+        #: the distinct parameters of ``root`` as the forward will see them, else None (read
+        #: from the first call's module)
         self.root_parameters = parameters
         self._root = root
-        #: how a sharded model's parameters are charged (modelprof.counting.sharding.ParamView),
-        #: None for a plain model
+        #: how a sharded model's parameters are charged (``sharding.ParamView``); None if plain
         self.param_view = None
-        # ids of the root's parameters in ``parameters()`` order, as the forward saw them
-        self._root_order: list[int] = []
+        self._root_order: list[int] = []  # ids of the root's parameters, in parameters() order
         self.instruments = active()  # what else is read per call (none unless asked for)
 
     @property
@@ -238,8 +218,9 @@ class Tracker:
         gathers = self._gathers.get(kind)
         if gathers is None:
             gathers = self._gathers[kind] = issubclass(kind, (nn.Embedding, nn.EmbeddingBag))
-        if gathers:
-            param_bytes = _gathered_bytes(module, args, kwargs, param_bytes)
+        if gathers:  # the rows it gathers, not the whole table
+            indices = args[0] if args else kwargs.get("input")
+            param_bytes = gathered_bytes(getattr(module, "weight", None), indices, param_bytes)
         parent = stack[-1] if stack else None
         inputs = (args, kwargs) if kwargs else (args[0] if len(args) == 1 else args)
         shapes, nbytes = _shapes_and_bytes(inputs)
@@ -278,9 +259,9 @@ class Tracker:
         return self.records or [self.opaque_root(model, args, kwargs, output)]
 
     def add_not_called(self, model: nn.Module) -> None:
-        """After the forward: the parameters no call used (a head the forward skips, as
-        inception_v3's auxiliary head in eval) go to one leaf record ``(not called)`` that names
-        their modules, so that the leaf rows add up to the model's parameters."""
+        """After the forward: the parameters no call used (inception_v3's auxiliary head in
+        eval) go to one leaf record ``(not called)`` naming their modules, so that the leaf rows
+        add up to the model's parameters."""
         pending = self.pending_params
         if not pending or not self.records:
             return
