@@ -1,19 +1,14 @@
 """Where time is read: one clock per device kind, and nowhere else in modelprof.
 
-* CUDA: ``torch.cuda.Event(enable_timing=True)`` recorded on the current stream around each timed
-  part, pre-allocated for a whole chunk of samples; ONE synchronize per chunk, elapsed times read
-  afterwards (the ``triton.testing.do_bench`` recipe). Never a host timer around asynchronous work.
-* CPU: ``time.perf_counter_ns``, with the CPU time of each sample read beside it (see below).
-* CPU with ``clock="cpu"``: the CPU time of the work, which load on the machine cannot stretch:
-  ``time.thread_time_ns`` when torch runs one intra-op thread (all the work is on the calling
-  thread), ``time.process_time_ns`` (summed over every thread) when it runs several. It equals
-  latency only for a single-threaded model on an idle core; otherwise it is *CPU work*.
-* Any other device (mps, xpu, ...): the device's synchronize, then the host clock.
-* ``HostSyncClock`` on CUDA (``clock="host"``) is for callables whose GPU work runs on streams torch
-  does not know (a TensorRT engine on its own stream): device-wide synchronize + host clock.
+* CUDA: CUDA events on the current stream around each timed part, elapsed times read after a
+  synchronize (the ``triton.testing.do_bench`` recipe); never a host timer around async work.
+* CPU: ``time.perf_counter_ns``, with the CPU time of each sample read beside it; with
+  ``clock="cpu"`` that CPU time is the clock (*CPU work*: load cannot stretch it).
+* Any other device, or CUDA with ``clock="host"`` (work on streams torch does not know, such as
+  a TensorRT engine's): the device's synchronize, then the host clock.
 
-Each clock times a *step* made of one or more *phases* (the transfer-inclusive run has three:
-H2D, compute, D2H), and hands per-layer hooks a ``StampBuffer`` to record points in time.
+Each clock times a *step* of one or more *phases* (a transfer-inclusive run has three: H2D,
+compute, D2H), and hands per-layer hooks a ``StampBuffer`` to record points in time.
 """
 
 from __future__ import annotations
@@ -60,20 +55,18 @@ class StampBuffer:
 
 def cpu_time_source() -> tuple[str, Callable[[], int]]:
     """The CPU clock for the work torch does here: ``("thread_time", time.thread_time_ns)``
-    with one intra-op thread, else ``("process_time", time.process_time_ns)``."""
+    with one intra-op thread (all the work is on this thread), else ``("process_time", ...)``
+    (summed over every thread)."""
     if torch.get_num_threads() == 1:
         return "thread_time", time.thread_time_ns
     return "process_time", time.process_time_ns
 
 
 class _HostStamps(StampBuffer):
-    def __init__(
-        self, size: int, device: torch.device | None = None, now_ns: Callable[[], int] | None = None
-    ) -> None:
+    def __init__(self, size: int, device: torch.device, clock: Callable[[], int]) -> None:
         self.ns = [0] * size
-        clock = now_ns or time.perf_counter_ns
         ns = self.ns
-        if device is None or device.type == "cpu":
+        if device.type == "cpu":
 
             def record(i: int) -> None:
                 ns[i] = clock()
@@ -103,8 +96,7 @@ class _EventStamps(StampBuffer):
         self.record = record  # type: ignore[method-assign]
 
     def sync(self) -> None:
-        # Events complete in stream order on one stream; waiting for the whole device also
-        # covers stamps recorded by hooks on other streams.
+        # the whole device: hooks may record stamps on other streams
         torch.cuda.synchronize(self.device)
 
     def elapsed_ms(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
@@ -119,6 +111,7 @@ class Clock:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.now_ns: Callable[[], int] = time.perf_counter_ns  # the host stamps' clock
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         """Run ``between`` (untimed) then each phase in turn, ``n`` times; per-phase durations."""
@@ -126,7 +119,7 @@ class Clock:
 
     def stamps(self, size: int) -> StampBuffer:
         """A pre-allocated buffer of ``size`` stamps for hooks (per-layer timing)."""
-        raise NotImplementedError
+        return _HostStamps(size, self.device, self.now_ns)
 
     def sync(self) -> None:
         device_synchronize(self.device)
@@ -141,7 +134,6 @@ class CpuClock(Clock):
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
-        self.now_ns: Callable[[], int] = time.perf_counter_ns
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_ms: list[np.ndarray] = []
 
@@ -163,14 +155,10 @@ class CpuClock(Clock):
         self.cpu_ms.append((cpu[:, 1] - cpu[:, 0]) / 1e6)
         return np.diff(ns, axis=1) / 1e6
 
-    def stamps(self, size: int) -> StampBuffer:
-        return _HostStamps(size, now_ns=self.now_ns)
-
 
 class CpuTimeClock(Clock):
-    """``clock="cpu"``: the CPU time of the work as the clock itself (thread CPU time for one
-    intra-op thread, process CPU time for several; ``kind`` says which). Time spent waiting
-    for a core on a loaded machine does not enter it."""
+    """``clock="cpu"``: the CPU time of the work (:func:`cpu_time_source`; ``kind`` says which)
+    as the clock. It equals latency only for a single-threaded model on an idle core."""
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
@@ -191,9 +179,6 @@ class CpuTimeClock(Clock):
                 row[k + 1] = clock()
         return np.diff(ns, axis=1) / 1e6
 
-    def stamps(self, size: int) -> StampBuffer:
-        return _HostStamps(size, now_ns=self.now_ns)
-
 
 class HostSyncClock(Clock):
     """The device's synchronize before every host clock read (mps, xpu, or CUDA with
@@ -204,7 +189,7 @@ class HostSyncClock(Clock):
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
-        clock = time.perf_counter_ns
+        clock = self.now_ns
         sync = self.sync
         for i in range(n):
             if between is not None:
@@ -218,19 +203,15 @@ class HostSyncClock(Clock):
                 row[k + 1] = clock()
         return np.diff(ns, axis=1) / 1e6
 
-    def stamps(self, size: int) -> StampBuffer:
-        return _HostStamps(size, self.device)
-
 
 class CudaEventClock(Clock):
     """CUDA events around each sample.
 
-    ``latency`` (the default): each sample starts on an idle GPU and ends in a synchronize (the
-    seed recipe, MLPerf SingleStream): the time one request sees. ``pipelined`` (``group`` > 0):
-    samples follow each other back to back, each an event pair around ``group`` calls, its value
-    the span over ``group``: the time per call of a full stream, one synchronize per block. (An
-    event pair per call inside a back-to-back block is neither: the spacing between completions
-    of a pipelined stream, which the first H200 run read 7.5-17.8 % below the seed's loop.)
+    ``latency`` (the default): each sample starts on an idle GPU and ends in a synchronize
+    (MLPerf SingleStream): the time one request sees. ``pipelined`` (``group`` > 0): samples
+    back to back, each an event pair around ``group`` calls, its value the span over ``group``:
+    the time per call of a full stream. (An event pair per call in a back-to-back block would
+    read the spacing between completions, below either.)
     """
 
     kind = "cuda_event"
@@ -269,11 +250,8 @@ class CudaEventClock(Clock):
 
 
 def clock_for(device: torch.device, mode: str = "auto") -> Clock:
-    """The clock for ``device``: events on CUDA, perf_counter on CPU, sync + host elsewhere.
-
-    ``mode="host"`` forces synchronize + host clock (for work on streams torch does not see);
-    ``mode="cpu"`` the CPU time of the work (CPU devices only).
-    """
+    """The clock for ``device`` (module docstring); ``mode`` is ``"auto"``, ``"host"`` or
+    ``"cpu"``."""
     check_clock(mode, device)
     if mode == "cpu":
         return CpuTimeClock(device)
