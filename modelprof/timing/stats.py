@@ -1,25 +1,13 @@
 """The statistics of timing samples taken in blocks: pure functions of arrays, shared by
-``Measurement`` (what a user reads), the adaptive stop (when sampling ends) and the interleaved
-comparison (ratios with their own interval).
+``Measurement``, the adaptive stop and the interleaved comparison.
 
-Why blocks. On a shared or throttling machine, consecutive samples are not independent: a
-background job or a clock change moves a whole stretch of them at once. An interval computed as if
-every sample were independent (the order-statistic interval of the pooled median) then claims
-±1 % while repeated runs spread by 30 %. Samples are therefore taken in time-separated blocks, and
-the interval of the median is the wider of
-
-* the distribution-free order-statistic interval of the pooled samples (variation *within*), and
-* ``median * exp(± t(B-1) * sd(log block medians) / sqrt(B))`` (variation *between* blocks,
-  which includes whatever drifted during the measurement window; on the log scale, as latency
-  noise is multiplicative and an interval of a duration must stay positive),
-
-so a user reading ``±x %`` can quote it for the window the measurement covered. Blocks whose
-medians are correlated from one block to the next (load that comes and goes in stretches longer
-than a block) make that t interval too narrow: from ``LAG1_MIN_BLOCKS`` blocks on it is widened
-by the AR(1) factor ``sqrt((1 + r) / (1 - r))`` of their lag-1 autocorrelation ``r > 0``. A run is *unstable*
-when its block medians follow a trend that is both significant (two-sided 99 %, a t-test on the
-least-squares slope of the log block medians against time) and larger than that interval;
-``drift_pct`` is the trend's change over the window, in percent.
+Consecutive samples on a shared or throttling machine are not independent (a background job
+moves a whole stretch of them), so samples are taken in time-separated blocks and the interval
+of the median is the hull of the order-statistic interval of the pooled samples (variation
+within) and ``median * exp(± t(B-1) * sd(log block medians) / sqrt(B))`` (variation between
+blocks, on the log scale: latency noise is multiplicative), widened for correlated blocks
+(:func:`lag1_inflation`). A run is *unstable* when its log block medians follow a trend that is
+significant (99 %) and larger than that interval; ``drift_pct`` is the trend's change, in %.
 """
 
 from __future__ import annotations
@@ -159,13 +147,10 @@ LAG1_MAX = 0.9
 
 
 def lag1_inflation(logs: np.ndarray) -> float:
-    """How much wider an interval of the mean of ``logs`` (in time order) must be when
-    consecutive values are correlated: ``sqrt((1 + r) / (1 - r))`` (an AR(1) process's variance
-    of the mean over the independent one's) for their lag-1 autocorrelation ``r``, corrected
-    for its downward bias in short series (``r + (1 + 4 r) / B``, Marriott and Pope); 1 when
-    ``r <= 0`` (never narrower) or below ``LAG1_MIN_BLOCKS`` values, where ``r`` is too rough
-    to use; ``r`` at most ``LAG1_MAX``. With 40 blocks of AR(1) noise at 0.8 the t interval
-    alone covers 46 % of the time, widened 89 %; independent blocks keep 95-97 %."""
+    """How much wider an interval of the mean of ``logs`` (in time order) must be for their
+    lag-1 autocorrelation ``r``: the AR(1) factor ``sqrt((1 + r) / (1 - r))``, ``r`` corrected
+    for its bias in short series (``r + (1 + 4 r) / B``, Marriott and Pope) and at most
+    ``LAG1_MAX``; 1 when ``r <= 0`` or below ``LAG1_MIN_BLOCKS`` values (``r`` too rough)."""
     x = np.asarray(logs, dtype=np.float64)
     if x.size < LAG1_MIN_BLOCKS:
         return 1.0
@@ -183,11 +168,8 @@ def lag1_inflation(logs: np.ndarray) -> float:
 def between_block_ci(
     center: float, medians: np.ndarray, confidence: float
 ) -> tuple[float, float] | None:
-    """``center * exp(± t(B-1) sd(log medians) / sqrt(B) * lag1_inflation)``: the blocks'
-    spread, widened where consecutive blocks are correlated (a machine whose load comes and
-    goes in stretches longer than a block: independent-block math would claim too much);
-    None with fewer than two blocks (or a non-positive median, where no log exists).
-    ``medians`` in the order the blocks were taken."""
+    """``center * exp(± t(B-1) sd(log medians) / sqrt(B) * lag1_inflation)`` (``medians`` in
+    the order taken); None with fewer than two blocks or a non-positive median."""
     b = int(medians.size)
     if b < 2 or center <= 0 or (medians <= 0).any():
         return None
@@ -233,9 +215,8 @@ def drift(
     return pct, significant
 
 
-#: Share of the per-round log ratios trimmed from each end for :func:`paired_ratio` (20 %, the
-#: usual choice for Yuen's interval: robust to a few rounds hit by other load, close to the mean's
-#: efficiency on clean data).
+#: Share of the per-round log ratios trimmed from each end (Yuen's usual 20 %: robust to a few
+#: rounds hit by other load).
 RATIO_TRIM = 0.2
 
 
@@ -259,12 +240,9 @@ def trimmed_mean_ci(
 
 
 def paired_ratio(num: np.ndarray, den: np.ndarray, confidence: float) -> tuple[float, float, float]:
-    """Ratio of two candidates measured in interleaved rounds, from their per-round block
-    medians: the 20 %-trimmed mean of the per-round log ratios and Yuen's t interval for it,
-    back on the ratio scale. Trimmed, because on a shared machine a round now and then has one
-    candidate's block hit by other load (per-round log ratios of identical models reach ±0.3
-    where most lie within ±0.05), and a plain mean follows such rounds. Returns ``(ratio, low,
-    high)``; with one round the interval is NaN (no spread can be estimated)."""
+    """``(ratio, low, high)`` of two candidates from their per-round block medians: the
+    trimmed mean of the per-round log ratios and Yuen's t interval, on the ratio scale (a plain
+    mean would follow the rounds load hit). NaN bounds with one round."""
     r = np.log(np.asarray(num, dtype=np.float64) / np.asarray(den, dtype=np.float64))
     m, half = trimmed_mean_ci(r, confidence)
     if not math.isfinite(half):
@@ -287,11 +265,9 @@ def ratio_of_medians(
     den_blocks: np.ndarray,
     confidence: float,
 ) -> tuple[float, float, float]:
-    """``median(num) / median(den)``, with a paired interval: the half-width of Yuen's interval
-    of the per-round log ratios of block medians (``num_blocks[r] / den_blocks[r]``, rounds in
-    the same order), around the log of that ratio. The point is the quotient of the medians a
-    table shows beside it, so ratios and medians always rank alike; the interval is the paired
-    one, so the drift the rounds shared cancels from it. NaN bounds with one round."""
+    """``median(num) / median(den)`` (so ratios rank as the medians do), with the half-width of
+    Yuen's interval of the per-round log ratios of block medians around its log (paired: the
+    drift the rounds shared cancels). NaN bounds with one round."""
     den = float(np.median(den_ms))
     ratio = float(np.median(num_ms)) / den if den > 0 else math.nan
     k = min(len(num_blocks), len(den_blocks))
