@@ -5,12 +5,9 @@ Per row, :func:`add_roofline` derives
 - ``achieved_gflops`` = flops / latency, in GFLOP/s (1e9 FLOP/s)
 - ``achieved_gbps``   = (read_bytes + write_bytes) / latency, in GB/s (1e9 B/s)
 - ``intensity``       = flops / (read_bytes + write_bytes), FLOP per byte
-- ``memory_level``    = the level of the memory hierarchy the row is judged against (``L1``,
-  ``L2``, ``L3``, ``DRAM``): the smallest whose capacity holds the row's working set
-  (read + write bytes), or a faster one when the row's measured bandwidth proves its data came
-  from there (it beats the roof of the level it fits in)
-- ``roofline_ms``     = max(flops / peak_flops, bytes / that level's bandwidth), the least time
-  the device needs for that row's work, in ms
+- ``memory_level``    = the memory level the row is judged against (``L1``, ``L2``, ``L3``,
+  ``DRAM``; see :func:`judged_levels`)
+- ``roofline_ms``     = max(flops / peak_flops, bytes / that level's bandwidth), in ms
 - ``bound``           = ``"compute"`` when the FLOP term is the larger (or equal) one, else ``"memory"``
 - ``efficiency``      = roofline_ms / latency_ms (1.0 = at the roof)
 
@@ -18,23 +15,10 @@ Per row, :func:`add_roofline` derives
 are NaN on rows without a positive latency. A row with no bytes has NaN intensity and no level; a
 row with neither FLOPs nor bytes has no bound (missing).
 
-Memory is a hierarchy: a layer whose data sits in a cache moves it faster than DRAM, so judging it
-against the DRAM roof makes it look impossibly efficient. The probe therefore measures a roof per
-level, the way cache-aware roofline models do: copies whose working set fits each cache level (and
-one far larger than the last level, for DRAM), each level's bandwidth taken as the best copy that
-fits it and no lower than the next slower level's.
-
-Probed roofs are lower bounds of what the device can do: where a row of the table ran faster,
-:func:`observed_peaks` raises the roof to what it proved (a slower memory level by the bytes a
-leaf moved past the caches in front of it), so no row sits above the roof it is judged against
-(``Peaks.raised`` names the raised roofs, :func:`peak_notes` says it in words; datasheet and user
-peaks stay as given). These are the run's one set of peaks (:func:`run_peaks`): the table's
-efficiency, MFU and MBU, the summary's MFU and the roofline plot all use them.
-
-Peaks come from a short measured probe (:func:`probe_peaks`: a matmul for FLOP/s, copies for the
-bandwidth of each memory level) or from the table of datasheet values :data:`KNOWN_DEVICES`
-(:func:`lookup_peaks`, DRAM only). The probe draws its random operands from a private
-``torch.Generator``, so it leaves the global RNG where it was.
+Memory is a hierarchy: judged against the DRAM roof, a layer whose data sits in a cache looks
+impossibly efficient, so the probe measures a roof per level (as cache-aware roofline models do).
+Probed roofs are lower bounds: :func:`observed_peaks` raises each to what a row proved, and
+:func:`run_peaks` is the run's one set of peaks, which the table, MFU, MBU and the plot all use.
 """
 
 from __future__ import annotations
@@ -73,13 +57,9 @@ ROOFLINE_COLUMNS: tuple[str, ...] = tuple(n for n in registry.names("roofline") 
 def add_roofline(
     df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms"
 ) -> pd.DataFrame:
-    """A copy of ``df`` (modelprof view) with the roofline columns appended (replaced if present).
-    Against a probe that ran on a busy machine (``peaks.loaded``), ``efficiency_loaded`` marks
-    every efficiency judged against it (the human-readable views mark those cells).
-
-    Needs ``flops``, ``read_bytes`` and ``write_bytes``; ``latency_column`` is optional (without it
-    the achieved rates and the efficiency are NaN).
-    """
+    """A copy of ``df`` (modelprof view: ``flops``, ``read_bytes``, ``write_bytes``, and
+    optionally ``latency_column``) with the roofline columns appended (replaced if present).
+    Against a probe that ran on a busy machine, ``efficiency_loaded`` marks every efficiency."""
     if not isinstance(df, pd.DataFrame):
         raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
     if not isinstance(peaks, Peaks):
@@ -131,28 +111,16 @@ def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, np.ndarray
     """Per row: FLOPs, traffic (read + write bytes) and latency in ms (NaN without the column)."""
     flops = df["flops"].to_numpy(dtype=float)
     traffic = df["read_bytes"].to_numpy(dtype=float) + df["write_bytes"].to_numpy(dtype=float)
-    if latency_column in df.columns:
-        latency = df[latency_column].to_numpy(dtype=float)
-    else:
-        latency = np.full(len(df), np.nan)
-    return flops, traffic, latency
+    if latency_column not in df.columns:
+        return flops, traffic, np.full(len(df), np.nan)
+    return flops, traffic, df[latency_column].to_numpy(dtype=float)
 
 
 def observed_peaks(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> Peaks:
-    """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` proved the
-    device can reach above it: the roofs :func:`add_roofline` judges ``df`` against, and the
-    one peak a report's MFU, MBU and roofline plot all use (:func:`run_peaks`).
-
-    A probe measures a lower bound of what the device can do (a short run on a shared machine,
-    copies limited by their per-call overhead); a layer that ran faster proves the device can,
-    so the roof is at least that. Each compute roof is raised by the rows judged against it
-    (:func:`compute_roofs`); the fastest memory level by any row's bandwidth; a slower level
-    (DRAM) by what a leaf row must have moved past the caches in front of it (its bytes beyond
-    their capacity, over its time), and each faster level to at least the one behind it. The
-    raised roofs are named in ``Peaks.raised`` (:func:`peak_notes` says it in words). Peaks
-    from the datasheet table or the user (``source`` ``"table"``, ``"user"``) are left as
-    given: a row above them says the measurement or the given roof is wrong.
-    """
+    """``peaks`` with each probed roof raised to the best rate a timed row of ``df`` reached
+    above it (a probe is a lower bound: a layer that ran faster proves the device can), each
+    faster memory level to at least the one behind it; the raised roofs named in
+    ``Peaks.raised``. Datasheet and user peaks are left as given."""
     proofs = roof_proofs(df, peaks, latency_column=latency_column)
     if not proofs:
         return peaks
@@ -184,8 +152,9 @@ def roof_proofs(
     df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms"
 ) -> dict[str, tuple[float, int]]:
     """The probed roofs a timed row of ``df`` beat: roof name (``"compute"``, ``"conv
-    compute"``, a memory level's name) -> (the rate the rows proved, in FLOP/s or B/s, and the
-    position of the row that proved it). Empty for peaks that are not a probe's."""
+    compute"``, a memory level's name) -> (the rate proved, in FLOP/s or B/s, and the position
+    of the row that proved it). A slower level (DRAM) is proved by the bytes a leaf moved past
+    the caches in front of it. Empty for peaks that are not a probe's."""
     if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
         return {}
     flops, traffic, latency = _work(df, latency_column)
@@ -214,8 +183,7 @@ def roof_proofs(
 
 
 def _compute_proofs(df: pd.DataFrame, peaks: Peaks, rate: np.ndarray) -> dict[str, Any]:
-    """The compute roofs rows beat: each row against the roof :func:`compute_roofs` gives it,
-    a parent (whose work may mix convolutions and other ops) against the faster one."""
+    """The compute roofs rows beat, each row against the roof :func:`compute_roofs` gives it."""
     proofs: dict[str, tuple[float, int]] = {}
     if peaks.conv_peak_flops is None:
         _prove(proofs, "compute", rate, float(peaks.peak_flops))
@@ -241,9 +209,7 @@ def _prove(proofs: dict[str, Any], name: str, rates: np.ndarray, roof: float) ->
 
 def run_peaks(report: Any) -> Peaks | None:
     """The one peak a report's numbers are judged against: its peaks as given or looked up, or
-    its probe with every roof a timed row beat raised to what the row proved
-    (:func:`observed_peaks` over the report's own rows). The summary's MFU, the table's
-    ``mfu``/``mbu``/``efficiency`` columns and the roofline plot all use it."""
+    its probe raised by its own rows (:func:`observed_peaks`)."""
     peaks = getattr(report, "peaks", None)
     if not isinstance(peaks, Peaks) or peaks.source != "probe" or not report.timed:
         return peaks
@@ -269,9 +235,8 @@ def _compute_classes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
-    """Per row, the compute roof in FLOP/s: where ``peaks.conv_peak_flops`` is set, it for
-    convolution layers (``type`` ``Conv2d``, ``ConvTranspose1d``, ...) and the faster of the two
-    for parents (whose work may mix both); else ``peaks.peak_flops`` for every row."""
+    """Per row, the compute roof in FLOP/s: ``peaks.conv_peak_flops`` (where set) for a
+    convolution, the faster of the two for a parent, else ``peaks.peak_flops``."""
     roofs = np.full(len(df), float(peaks.peak_flops))
     if peaks.conv_peak_flops is not None:
         conv, mixed = _compute_classes(df)
@@ -283,15 +248,10 @@ def compute_roofs(df: pd.DataFrame, peaks: Peaks) -> np.ndarray:
 def judged_levels(
     traffic_bytes: np.ndarray, achieved_bps: np.ndarray, levels: tuple[MemoryLevel, ...]
 ) -> list[int]:
-    """Per row, the index into ``levels`` of the level it is judged against (-1: no traffic).
-
-    The smallest level whose capacity holds the row's working set (its read + write bytes);
-    then, while the row's measured bandwidth beats that level's roof, the next faster level:
-    data a row moved faster than a level allows came from a faster one (a working set slightly
-    larger than a cache still finds most of its data there). Only when even the fastest level's
-    roof is beaten does a row stay above its roof (the probe under-measured: re-probe on a quiet
-    machine).
-    """
+    """Per row, the index into ``levels`` of the level it is judged against (-1: no traffic):
+    the smallest level whose capacity holds its working set (read + write bytes), then, while
+    its measured bandwidth beats that level's roof, the next faster level (data moved faster
+    than a level allows came from a faster one)."""
     out: list[int] = []
     for ws, rate in zip(traffic_bytes, achieved_bps):
         if not ws > 0:
@@ -306,16 +266,15 @@ def judged_levels(
     return out
 
 
-#: a CPU probe's DRAM roof below this (B/s) is slower than one DDR3 channel (10.7 GB/s) moves
-#: copies: a copy that slow was slowed by other work on the machine
+#: a CPU probe's DRAM roof below this (B/s), slower than one DDR3 channel (10.7 GB/s), was
+#: slowed by other work on the machine
 IMPLAUSIBLE_CPU_DRAM = 5e9
 
 
 def peak_notes(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> list[str]:
-    """Sentences, in plain words, on every sign that the probe behind ``peaks`` was disturbed:
-    a roof a layer of ``df`` beat (what the probe measured, what the layer proved, which
-    layer, and the roof used instead), a probe that waited for a core, a CPU's DRAM roof
-    slower than any main memory. Empty for undisturbed, datasheet or given peaks."""
+    """Sentences on every sign that the probe behind ``peaks`` was disturbed: a roof a layer of
+    ``df`` beat, a probe that waited for a core, a CPU's DRAM roof slower than any main memory.
+    Empty for undisturbed, datasheet or given peaks."""
     if peaks.source != "probe":
         return []
     notes = []
@@ -325,13 +284,7 @@ def peak_notes(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency
             "CPU time): every roof it measured reads low."
         )
     proofs = roof_proofs(df, peaks, latency_column=latency_column)
-    labels = module_labels(df["module"], df.get("call")) if "module" in df.columns else None
-    for name, (rate, row) in proofs.items():
-        old, unit = _probed(peaks, name)
-        who = f"layer {labels[row]}" if labels is not None else f"row {row}"
-        how = "moved data" if unit == "B/s" else "ran"
-        if unit == "B/s" and name != peaks.memory_levels[0].name:
-            how = "moved data past the caches"
+    for name, old, unit, rate, who, how in _beaten(df, peaks, proofs):
         notes.append(
             f"The probe measured the {name} roof at {format_rate(old, unit)}, but {who} {how} "
             f"at {format_rate(rate, unit)}: the probe was disturbed and read low, so that roof "
@@ -342,31 +295,24 @@ def peak_notes(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency
             f"The {', '.join(peaks.raised)} roof(s) are the rates layers reached, above what the "
             "probe measured: the probe was disturbed and read low."
         )
-    dram = peaks.memory_levels[-1]
-    if _is_cpu(peaks) and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs:
-        notes.append(
-            f"The DRAM roof, {format_rate(dram.bandwidth, 'B/s')}, is implausibly low: one DDR3 "
-            f"memory channel moves {format_rate(10.7e9, 'B/s')}; the probe's copy was "
-            "most likely slowed by other work. Probe again on a quiet machine."
-        )
+    if _dram_low(peaks, proofs):
+        notes.append(_dram_sentence(peaks) + " Probe again on a quiet machine.")
     return notes
 
 
 def peak_words(
     df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms"
 ) -> tuple[str | None, str | None]:
-    """What :func:`peak_notes` says, as a plot says it: one sentence for its title, that the
-    probe was disturbed and read low (and why, where known), and which roofs are drawn at what
-    layers of this run reached (``"compute 87.70 GFLOP/s, L1 11.10 GB/s"``); and one for a
-    caption below, the details: what the probe measured for each raised roof and the layer
-    that went faster. ``(None, None)`` for undisturbed, datasheet or given peaks."""
+    """What :func:`peak_notes` says, as a plot says it: a sentence for its title (the probe was
+    disturbed and read low, and which roofs are drawn at what layers reached) and a caption
+    with the details. ``(None, None)`` for undisturbed, datasheet or given peaks."""
     if peaks.source != "probe":
         return None, None
     proofs = roof_proofs(df, peaks, latency_column=latency_column)
-    dram = peaks.memory_levels[-1]
-    dram_low = _is_cpu(peaks) and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs
+    dram_low = _dram_low(peaks, proofs)
     if not (peaks.loaded or proofs or peaks.raised or dram_low):
         return None, None
+    dram = peaks.memory_levels[-1]
     dram_words = f"its DRAM roof, {format_rate(dram.bandwidth, 'B/s')}, is implausibly low"
     title = "The probe was disturbed" + (" (the machine was busy)" if peaks.loaded else "")
     title += " and read low" + (f": {dram_words}" if dram_low and not proofs else "")
@@ -382,21 +328,10 @@ def peak_words(
             f", so the {', '.join(map(_spelled, peaks.raised))} {roofs} drawn at what layers "
             "of this run reached"
         )
-    details = []
-    labels = module_labels(df["module"], df.get("call")) if "module" in df.columns else None
-    for name, (rate, row) in proofs.items():
-        old, unit = _probed(peaks, name)
-        who = f"layer {labels[row]}" if labels is not None else f"row {row}"
-        how = "ran"
-        if unit == "B/s":
-            how = (
-                "moved data"
-                if name == peaks.memory_levels[0].name
-                else "moved data past the caches"
-            )
-        details.append(
-            f"{_spelled(name)} {format_rate(old, unit)} ({who} {how} at {format_rate(rate, unit)})"
-        )
+    details = [
+        f"{_spelled(name)} {format_rate(old, unit)} ({who} {how} at {format_rate(rate, unit)})"
+        for name, old, unit, rate, who, how in _beaten(df, peaks, proofs)
+    ]
     caption = []
     if peaks.loaded:
         caption.append(
@@ -406,13 +341,38 @@ def peak_words(
     if details:
         caption.append("The probe measured " + "; ".join(details) + ".")
     if dram_low:
-        caption.append(
-            f"The DRAM roof, {format_rate(dram.bandwidth, 'B/s')}, is implausibly low: one DDR3 "
-            f"memory channel moves {format_rate(10.7e9, 'B/s')}; the probe's copy was most "
-            "likely slowed by other work."
-        )
+        caption.append(_dram_sentence(peaks))
     caption.append("Probe again on a quiet machine for roofs of the device itself.")
     return title + ".", " ".join(caption)
+
+
+def _beaten(df: pd.DataFrame, peaks: Peaks, proofs: dict[str, Any]) -> list[tuple]:
+    """Per beaten roof: (name, probed rate, unit, rate proved, the layer that proved it, how)."""
+    labels = module_labels(df["module"], df.get("call")) if "module" in df.columns else None
+    out = []
+    for name, (rate, row) in proofs.items():
+        old, unit = _probed(peaks, name)
+        who = f"layer {labels[row]}" if labels is not None else f"row {row}"
+        how = "ran"
+        if unit == "B/s":
+            first = name == peaks.memory_levels[0].name
+            how = "moved data" if first else "moved data past the caches"
+        out.append((name, old, unit, rate, who, how))
+    return out
+
+
+def _dram_low(peaks: Peaks, proofs: dict[str, Any]) -> bool:
+    """A CPU probe's DRAM roof no row beat, below :data:`IMPLAUSIBLE_CPU_DRAM`."""
+    dram = peaks.memory_levels[-1]
+    return _is_cpu(peaks) and dram.bandwidth < IMPLAUSIBLE_CPU_DRAM and "DRAM" not in proofs
+
+
+def _dram_sentence(peaks: Peaks) -> str:
+    return (
+        f"The DRAM roof, {format_rate(peaks.memory_levels[-1].bandwidth, 'B/s')}, is implausibly "
+        f"low: one DDR3 memory channel moves {format_rate(10.7e9, 'B/s')}; the probe's copy was "
+        "most likely slowed by other work."
+    )
 
 
 def _spelled(name: str) -> str:
