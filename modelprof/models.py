@@ -1,8 +1,8 @@
 """Turn a model *spec* from the command line (``resnet18``, ``timm:convnext_tiny``,
 ``net.py:build``, ``model.pt``) into an ``nn.Module``, a name and a default input size.
 
-Weights are never downloaded: every architecture is built with ``weights=None`` /
-``pretrained=False``. Profiling needs the architecture, not trained values.
+Weights are never downloaded (``weights=None`` / ``pretrained=False``): profiling needs the
+architecture, not trained values.
 """
 
 from __future__ import annotations
@@ -48,11 +48,8 @@ _FILE_SUFFIXES = (".pt", ".pth", ".pt2")
 
 @dataclasses.dataclass
 class LoadedModel:
-    """A model built from a spec, with the input it should be profiled on.
-
-    ``input_size`` excludes the batch dimension. ``example_args``/``example_kwargs`` are the
-    inputs a ``.pt2`` archive recorded (batch included, real dtypes), or None.
-    """
+    """A model built from a spec, with its input size (batch excluded) and the inputs a
+    ``.pt2`` archive recorded (batch included, real dtypes), or None."""
 
     model: nn.Module
     name: str
@@ -75,8 +72,7 @@ def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str
       ``state_dict`` is refused, since it lacks the architecture;
     - a ``.pt2`` file written by ``torch.export.save``. Its weights and recorded inputs load
       without running code; an archive holding anything that only full unpickling (or a
-      compiled library) can load needs ``trust_pickle=True`` too. The input size is the one
-      the archive recorded.
+      compiled library) can load needs ``trust_pickle=True`` too.
 
     ``input_size`` excludes the batch dimension: the evaluation crop of the model's torchvision
     weights (``(3, 299, 299)`` for inception_v3), the timm default config, the shapes a ``.pt2``
@@ -128,9 +124,8 @@ def config_names_near(name: str, transformers: Any) -> list[str]:
 
 
 def _refuse_config_spec(spec: str) -> None:
-    """A transformers config spec (``LlamaConfig:hidden_size=64``, capitalized as no
-    torchvision name is) is said to be one, a misspelt class with the classes it resembles,
-    rather than reported as an unknown torchvision name."""
+    """Refuse a transformers config spec (``LlamaConfig:hidden_size=64``, capitalized as no
+    torchvision name is) as one, a misspelt class with the classes it resembles."""
     name = spec.partition(":")[0]
     if not name.isidentifier() or not name[:1].isupper():
         return
@@ -158,8 +153,7 @@ def _refuse_config_spec(spec: str) -> None:
 
 
 def _refuse_other_path(spec: str) -> None:
-    """A spec that names a file or directory modelprof cannot load is said to be one, not
-    reported as an unknown torchvision name."""
+    """Refuse a spec naming a file or directory modelprof cannot load as one."""
     path = Path(spec)
     if _probe(path, "is_dir"):
         raise ModelProfError(
@@ -168,16 +162,14 @@ def _refuse_other_path(spec: str) -> None:
         )
     if path.suffix.lower() == ".onnx":
         raise ModelProfError(
-            f"model {spec!r} is an ONNX file: modelprof profiles PyTorch "
-            "modules. Give the PyTorch model (a .pt2 from torch.export.save, "
-            "file.py:factory), or time an ONNX Runtime session with "
-            "modelprof.measure_latency"
+            f"model {spec!r} is an ONNX file: modelprof profiles PyTorch modules. Give the PyTorch "
+            "model (a .pt2 from torch.export.save, file.py:factory), or time an ONNX Runtime "
+            "session with modelprof.measure_latency"
         )
     if path.suffix:
         raise ModelProfError(
-            f"model file {spec!r}: modelprof cannot load {path.suffix!r} files;"
-            " it loads .pt/.pth (torch.save of a module), .pt2 "
-            "(torch.export.save) and file.py:factory"
+            f"model file {spec!r}: modelprof cannot load {path.suffix!r} files; it loads .pt/.pth "
+            "(torch.save of a module), .pt2 (torch.export.save) and file.py:factory"
         )
     if not _probe(path, "exists"):
         raise ModelProfError(f"model file {spec!r} does not exist")
@@ -187,15 +179,14 @@ def _refuse_other_path(spec: str) -> None:
 
 
 def _probe(path: Path, check: str) -> bool:
-    """``path.exists()``/``is_file()``/``is_dir()``, with a path the system refuses (too long,
-    a NUL byte, no permission) raised as a ModelProfError naming it."""
+    """``path.exists()``/``is_file()``/``is_dir()``; a path the system refuses (too long, a
+    NUL byte, no permission) is a ModelProfError naming it."""
     try:
         return bool(getattr(path, check)())
     except (OSError, ValueError) as e:
         reason = getattr(e, "strerror", None) or str(e)
-        shown = (
-            str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...({len(str(path))} chars)"
-        )
+        text = str(path)
+        shown = text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
         raise ModelProfError(f"model file {shown!r} cannot be read: {reason}") from e
 
 
@@ -224,8 +215,7 @@ def _load_torchvision(name: str) -> tuple[nn.Module, str, InputSize]:
         raise ModelProfError(f"unknown model {name!r}{hint}")
 
     builder = tvm.get_model_builder(name)
-    weights = _default_weights(tvm, name)
-    kind, crop, resize = _weights_geometry(weights)
+    kind, crop, resize = _weights_geometry(tvm, name)
     kwargs = _builder_kwargs(builder, crop)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torchvision's init-scheme notices
@@ -233,17 +223,12 @@ def _load_torchvision(name: str) -> tuple[nn.Module, str, InputSize]:
     return model.eval(), name, _default_input_size(kind, crop, resize)
 
 
-def _default_weights(tvm: Any, name: str) -> Any:
-    """The weights enum entry whose published numbers (crop size, ``_ops``) describe ``name``."""
+def _weights_geometry(tvm: Any, name: str) -> tuple[str, int | None, int | None]:
+    """``(transform class name, crop size, resize size)`` of the evaluation transform of
+    ``name``'s default weights, whose published numbers (crop size, ``_ops``) describe it."""
     try:
-        return tvm.get_model_weights(name).DEFAULT
+        weights = tvm.get_model_weights(name).DEFAULT
     except (ValueError, AttributeError, KeyError):
-        return None
-
-
-def _weights_geometry(weights: Any) -> tuple[str, int | None, int | None]:
-    """``(transform class name, crop size, resize size)`` of ``weights``' evaluation transform."""
-    if weights is None:
         return "", None, None
     try:
         transform = weights.transforms()
@@ -256,10 +241,8 @@ def _weights_geometry(weights: Any) -> tuple[str, int | None, int | None]:
 
 
 def _builder_kwargs(builder: Any, crop: int | None) -> dict[str, Any]:
-    """Keyword arguments that build ``builder``'s model as its default weights expect it.
-
-    torchvision sets these itself only when it loads weights, which we never do.
-    """
+    """Keyword arguments that build ``builder``'s model as its default weights expect it
+    (torchvision sets them only when it loads weights)."""
     params = inspect.signature(builder).parameters
     kwargs: dict[str, Any] = {}
     if "weights_backbone" in params:
@@ -371,7 +354,8 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - the weights-only unpickler refuses classes this way
-        if not _needs_full_unpickling(e):
+        # a refused class (a whole module), not a bad opcode (a file that is no pickle at all)
+        if not (isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)):
             raise ModelProfError(
                 f"{str(path)!r} is corrupt or not a file torch.save wrote "
                 f"({type(e).__name__}: {_reason(e)})"
@@ -386,9 +370,8 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
             obj = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e2:
             raise ModelProfError(
-                f"loading {str(path)!r} failed: {type(e2).__name__}: {e2}; a "
-                "pickled module needs its class importable under the name it "
-                "was saved with"
+                f"loading {str(path)!r} failed: {type(e2).__name__}: {e2}; a pickled module needs "
+                "its class importable under the name it was saved with"
             ) from e2
     if isinstance(obj, nn.Module):
         return obj.eval(), path.stem, DEFAULT_INPUT_SIZE
@@ -411,12 +394,6 @@ def _check_file(path: Path) -> None:
         raise ModelProfError(f"model file {str(path)!r} is empty (0 bytes)")
 
 
-def _needs_full_unpickling(e: BaseException) -> bool:
-    """The weights-only unpickler refused a class (a whole module), as opposed to a file that
-    is not a readable pickle at all (random bytes fail in the same unpickler, on an opcode)."""
-    return isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
-
-
 def _reason(e: BaseException) -> str:
     """The line of a torch.load error that says what was wrong (not its advice)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -432,8 +409,8 @@ def _reason(e: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet_loggers(*names: str) -> Iterator[None]:
-    """torch.export.load logs tracebacks (before trying an older format, after falling back to
-    full unpickling): modelprof reports instead. The loggers are put back as they were."""
+    """Disable loggers for a while: torch.export.load logs tracebacks where modelprof
+    reports."""
     loggers = [logging.getLogger(n) for n in names]
     before = [lg.disabled for lg in loggers]
     for lg in loggers:
@@ -485,8 +462,8 @@ def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
 
 
 def _recorded_inputs(program: Any, path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The example inputs the archive recorded; else inputs made from the recorded shapes and
-    dtypes of the graph's user inputs (random floats, zero integers)."""
+    """The example inputs the archive recorded, else made from its user inputs' recorded
+    shapes and dtypes (random floats, zero integers)."""
     example = getattr(program, "example_inputs", None)
     if example:
         if not (
