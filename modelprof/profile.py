@@ -37,11 +37,7 @@ from modelprof.timing.agreement import identical_spread, judge_agreement
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.helps import helps_note
 from modelprof.timing.helps import what_helps as time_what_helps
-from modelprof.timing.kernels import (
-    KernelTiming,
-    kernel_note,
-    time_kernels,
-)
+from modelprof.timing.kernels import KernelTiming, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
@@ -74,35 +70,31 @@ def profile(
     """Profile ``model`` on one input: one row per module call with shapes, params, MACs,
     FLOPs, MAdd and memory traffic, plus measured latency when ``timing`` is on.
 
-    ``input_size`` excludes the batch (``(3, 224, 224)``); ``inputs=`` takes a tensor, a tuple
-    of positional arguments, a dict of keyword arguments or both as ``(args, kwargs)`` instead
-    (an ``ExportedProgram`` is profiled by its layers, ``runtime.exported``). ``device``/``dtype``
-    default to the model's (``device="meta"`` analyses shapes alone, no memory or compute).
-    The model runs in eval mode under ``torch.no_grad()`` unless ``training``/``no_grad`` say
-    otherwise, and comes back exactly as it went in.
+    ``input_size`` excludes the batch (``(3, 224, 224)``); ``inputs=`` instead takes a tensor, a
+    tuple of positional arguments, a dict of keyword arguments or ``(args, kwargs)`` (an
+    ``ExportedProgram`` is profiled by its layers). ``device``/``dtype`` default to the model's
+    (``device="meta"``: shapes alone). The model runs in eval mode under ``torch.no_grad()``
+    unless ``training``/``no_grad`` say otherwise, and comes back exactly as it went in.
 
-    ``roofline``: ``None`` (default) adds the roofline columns when timing, from a short
-    measured probe of the device's peak FLOP/s and bandwidth; ``False`` skips it; a
-    ``modelprof.timing.peaks.Peaks`` uses those peaks. Timing options (``options=TimingOptions(...)``
-    or keywords: ``repeat``, ``warmup``, ``budget_s``, ``precision``, ``amp``, ``channels_last``,
-    ``cuda_graph``, ``compile``...; see ``modelprof.timing.options``) are parsed once and apply to
-    every pass: ``amp`` and ``channels_last`` to the counted forward too.
+    ``roofline``: ``None`` adds the roofline columns when timing, from a short probe of the
+    device's peaks; ``False`` skips them; a ``Peaks`` is used as given. Timing options
+    (``options=TimingOptions(...)`` or keywords: ``repeat``, ``budget_s``, ``amp``,
+    ``channels_last``, ``compile``...) apply to every pass, ``amp`` and ``channels_last`` to the
+    counted forward too.
 
-    ``backward=True`` profiles a training step (train mode unless ``training=False``, grad on):
-    the loss (``loss_fn(output)`` or ``loss_fn(output, target)``; default the sum of the floating
-    outputs), the backward — ``backward_macs``, ``backward_flops``, ``saved_bytes`` and the
-    ``backward_latency_*`` columns, ``report.backward_latency`` — and, with ``optimizer=`` (a
-    class, a factory ``lambda params: ...``, a name or an instance to copy the options of), the
-    optimizer step as a row of its own. See ``modelprof.step.table``.
+    ``backward=True`` profiles a training step (train mode unless ``training=False``): the loss
+    (``loss_fn(output)`` or ``loss_fn(output, target)``; default the sum of the floating
+    outputs), the backward (``backward_*`` and ``saved_bytes`` columns,
+    ``report.backward_latency``) and, with ``optimizer=`` (a class, a factory
+    ``lambda params: ...``, a name or an instance to copy the options of), the optimizer step
+    as a row of its own.
 
-    ``what_helps=True`` (CUDA): the forward replayed from a CUDA graph and compiled with
-    ``mode="reduce-overhead"``, timed interleaved with the eager one; their ratios with
-    intervals go into the notes and ``report.what_helps`` (``modelprof.timing.helps``).
+    ``what_helps=True`` (CUDA) times a CUDA-graph replay and ``mode="reduce-overhead"``
+    compile interleaved with eager; the ratios go to the notes and ``report.what_helps``.
 
-    Under a process group (DDP, FSDP2, tensor parallel; docs/distributed.md) every rank calls
-    ``profile``; the table is this rank's (``view="rank"``: local shards, DTensor ops on local
-    shapes) or the model as one whole (``view="global"``, equal to the unsharded model), with
-    the collectives in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
+    Under a process group (docs/distributed.md) every rank calls ``profile``; the table is this
+    rank's (``view="rank"``: local shards) or the whole model's (``view="global"``), collectives
+    in ``comm_*`` columns and ``(communication)`` rows; ``device="cuda"`` is
     ``cuda:LOCAL_RANK`` under torchrun.
     """
     model = exported_layers(model)  # an ExportedProgram: its layers, one row each
@@ -126,8 +118,7 @@ def profile(
         contextlib.ExitStack() as rng_scope,
         sharded_session(model, view),  # the view, the agreed timing: read by the passes
     ):
-        # what the user passes beside the model comes back too: a loss module as the model
-        # does, the inputs and the target (also what a pass appended to a cache) by a snapshot
+        # a loss module comes back as the model does, the inputs and target by a snapshot
         rng_scope.enter_context(preserved_state(loss_module(loss_fn)))
         passed = rng_scope.enter_context(snapshot_of(inputs, target))
         mi = make_inputs(
@@ -140,8 +131,7 @@ def profile(
         )
         passed.add(mi.args, mi.kwargs)  # moved or made copies: each pass sees them as made
         model, guard = _layered(model, mi, rng_scope, guard)
-        # the model's own random ops (train-mode dropout) in every pass, the static one
-        # included, draw from forked generators: the user's random state comes back as it was
+        # the model's random ops (train-mode dropout) draw from forked generators in every pass
         rng_scope.enter_context(
             torch.random.fork_rng(devices=[mi.device] if mi.device.type == "cuda" else [])
         )
@@ -174,9 +164,8 @@ def _timed_passes(
     step_cost: Any,
     guard: Any,
 ) -> tuple[list, Any, Any]:
-    """The timed forwards and, with ``backward=True``, the timed training steps: the rows with
-    their columns joined, the timing result and the training step (``None`` without one).
-    ``static`` is the counted pass, ``step_cost`` the step's counts (``None`` without one)."""
+    """The timed forwards and training steps: the rows with their columns joined, the timing
+    result and the training step (``None`` without ``backward=True``)."""
     if spec.timing:  # a write the guard cannot put back is named with its pass
         guard.begin("the timed forward passes")
     timed, columns = _time(model, mi, spec, rows, static.records)
@@ -195,8 +184,7 @@ def _timed_passes(
 def _run_info(
     model: nn.Module, mi: ModelInputs, spec: _Spec, timed: Any, roofline: Any
 ) -> tuple[RunInfo, Any]:
-    """The run as the report records it (environment, switches, shapes), and the timing result
-    with the device's peaks when a roofline is asked for."""
+    """The run as the report records it, and the timing result with the roofline's peaks."""
     env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
     env.update(group_env())
     layers = timed.layer_timing
@@ -219,8 +207,8 @@ def _run_info(
 def _layered(
     model: nn.Module, mi: ModelInputs, scope: contextlib.ExitStack, guard: Any
 ) -> tuple[nn.Module, Any]:
-    """The flat graph of ``ExportedProgram.module()`` with its layers (exported again on these
-    inputs; ``runtime.exported``), under a state guard of its own; any other model as it is."""
+    """The flat graph of ``ExportedProgram.module()`` re-exported with its layers on these
+    inputs, under a state guard of its own; any other model as it is."""
     if not is_flat_export(model):
         return model, guard
     model = exported_layers(model, (mi.args, mi.kwargs))
@@ -228,8 +216,7 @@ def _layered(
 
 
 def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
-    """``spec`` on the inputs' device, and the notes the inputs carry; meta tensors have shapes
-    and no values, so nothing can be timed there: counted only, and a note says so."""
+    """``spec`` on the inputs' device, and the inputs' notes; on meta nothing can be timed."""
     spec = dataclasses.replace(spec, mode=spec.mode.on(mi.device))
     notes = list(mi.notes)
     if not spec.timing or mi.device.type != "meta":
@@ -243,8 +230,7 @@ def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
 
 @contextlib.contextmanager
 def _batch_hint(input_size: Any, mi: ModelInputs):
-    """When the forward fails on inputs made from ``input_size``, say that the size excludes
-    the batch: ``(1, 3, 224, 224)`` gave the model a 1x1x3x224x224 tensor."""
+    """A forward failure on inputs made from ``input_size`` hints that it excludes the batch."""
     try:
         yield
     except ModelProfError as e:
@@ -281,8 +267,7 @@ class _Spec:
     what_helps: bool = False  # on CUDA: eager vs CUDA graph vs compile, interleaved
 
     def check_device(self, device: torch.device) -> None:
-        """The timing options that need CUDA (or the CPU) refuse any other device, naming
-        the option; ``what_helps`` needs a timed run on CUDA."""
+        """Refuse options the device cannot run (``what_helps``: a timed run on CUDA)."""
         if self.timing:
             self.opts.check_device(device)
         if self.what_helps and (device.type != "cuda" or not self.timing):
@@ -309,12 +294,7 @@ class _Spec:
 
 
 def _parse(
-    model: Any,
-    timing: Any,
-    registry: Any,
-    options: Any,
-    timing_options: dict,
-    what_helps: Any = False,
+    model: Any, timing: Any, registry: Any, options: Any, timing_options: dict, what_helps: Any
 ) -> _Spec:
     if not isinstance(model, nn.Module):
         raise ModelProfError(
@@ -334,13 +314,11 @@ def _parse(
 
 
 def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
-    """The counted forward (and, with ``backward=True``, the counted step): (static, step
-    cost)."""
+    """The counted forward and, with ``backward=True``, step: (static, step cost)."""
     counted = _with_layout(mi, spec.mode.memory_format)
     step_cost = None
     if spec.step is not None:
         refuse_scripted(model)  # before anything of the step runs
-
         static, step_cost = count_step(model, counted, spec.step, spec.mode, spec.registry)
         static.unsupported.update(step_cost.unsupported)
         _merge_ops(static.by_op, step_cost.loss_by_op)
@@ -366,7 +344,7 @@ def _time(
     """The timed passes and the per-layer columns they give (none without timing)."""
     if not spec.timing:
         return TimingResult(), []
-    latency, layers, notes = _measure(model, _with_layout(mi, None), spec.mode, spec.opts)
+    latency, layers, notes = _measure(model, mi, spec.mode, spec.opts)
     pipelined = _pipelined(model, mi, spec.mode, spec.opts)
     helps = None
     if spec.what_helps:
@@ -394,9 +372,8 @@ PIPELINED_BUDGET_S = 2.0
 
 
 def _pipelined(model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions) -> Any:
-    """On CUDA (without transfers), the model timed back to back: the time per call of a full
-    stream and its throughput, beside the latency; None elsewhere (the CPU runs one call at a
-    time: its pipelined time is its latency)."""
+    """On CUDA (without transfers), the time per call of a full stream beside the latency;
+    None elsewhere (on the CPU it is the latency)."""
     if mi.device.type != "cuda" or opts.transfer or opts.latency_mode == "pipelined":
         return None
     if mi.reset is not None or opts.cold_cache:  # something must run between its calls
@@ -423,9 +400,7 @@ def _judge(
     latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str, spread: Any
 ) -> Any:
     """Whether the per-layer window agrees with the clean runs and with itself (``spread``:
-    identical layers far apart); when not, one note and one warning that say so and name the
-    figure to quote."""
-
+    identical layers far apart); when not, a note and a warning naming the figure to quote."""
     agreement = judge_agreement(
         latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
     )
@@ -436,8 +411,7 @@ def _judge(
 
 
 def _caught_note(caught: tuple[str, ...]) -> list[str]:
-    """On meta, ops that raised there and that the forward caught: one warning and a note
-    (the counts are of the branch the forward took then)."""
+    """On meta, ops that raised and that the forward caught: one warning and a note."""
     if not caught:
         return []
     note = (
@@ -463,7 +437,6 @@ def _step(
     model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any, step_cost: Any
 ) -> tuple:
     """The training step's columns, its (loss)/(optimizer) rows and the ``TrainingStep``."""
-
     step_timing = None
     if spec.timing:
         step_timing = time_step(model, mi, spec.step, len(records), spec.mode, options=spec.opts)
@@ -474,8 +447,7 @@ def _step(
 def _step_spec(
     backward: bool, loss_fn: Any, target: Any, optimizer: Any, opts: TimingOptions
 ) -> Any:
-    """The checked training-step options, or None with ``backward=False`` (then none is given)."""
-
+    """The checked training-step options, or None with ``backward=False``."""
     if not backward:
         given = [
             k
@@ -498,11 +470,8 @@ def _step_spec(
 
 
 def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
-    """Add the per-op counts ``more`` into ``into``."""
     for name, stats in more.items():
-        mine = into.get(name)
-        if mine is None:
-            into[name] = mine = OpStats()
+        mine = into.setdefault(name, OpStats())
         mine.calls += stats.calls
         mine.macs += stats.macs
         mine.flops += stats.flops
@@ -513,19 +482,13 @@ def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelIn
     """``mi`` with its 4-D tensors in ``layout`` (channels_last), or ``mi`` itself."""
     if layout is None:
         return mi
-    return ModelInputs(
-        to_channels_last(mi.args),
-        to_channels_last(mi.kwargs),
-        mi.device,
-        mi.dtype,
-        mi.batch_size,
-        mi.reset,
+    return dataclasses.replace(
+        mi, args=to_channels_last(mi.args), kwargs=to_channels_last(mi.kwargs)
     )
 
 
 def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
     """The peaks for the roofline columns, and both the probe and the table in ``env``."""
-
     if isinstance(roofline, Peaks):
         peaks = roofline
     elif roofline in (None, True):
@@ -551,9 +514,8 @@ def _peaks(roofline: Any, mi: ModelInputs, env: dict[str, Any]):
 def _measure(
     model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
 ) -> tuple[Any, Any, list[str]]:
-    """The clean end-to-end measurement, then the separate instrumented per-layer passes, both
-    under ``opts``; and the notes that say how the per-layer columns were measured."""
-
+    """The clean end-to-end measurement, the instrumented per-layer passes, and the notes on
+    how the per-layer columns were measured."""
     runner = timing_runner(model, mi, mode, opts)
     eager = getattr(runner, "_orig_mod", runner)  # a torch.compile'd module fires no hooks
     notes: list[str] = []
