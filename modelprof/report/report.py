@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
+import itertools
+import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,17 +42,17 @@ from modelprof.report.utilization import (
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
-# the columns a by-type summary sums
-_SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
-# LaTeX keeps these longest when a table must lose columns to fit (most important first)
-_LATEX_PRIORITY = (  # what a paper's table drops last; a share and bytes are derived
+_SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")  # by-type sums
+# the columns a LaTeX table drops last when it must lose some to fit, most important first (a
+# paper's table keeps the shapes before FLOPs, about 2 x MACs)
+_LATEX_PRIORITY = (
     "module",
     "layer_type",
     "type",
     "params",
     "macs",
     "latency_ms",
-    "output_shape",  # a paper's table keeps the shapes before FLOPs (about 2 x MACs)
+    "output_shape",
     "calls",
     "flops",
     "latency_pct",
@@ -82,9 +84,7 @@ class Counts:
     by_op: Mapping[str, Any]
     model_params: int
     memory: Any = None  # modelprof.report.memory.MemoryFacts, for memory_estimate()
-    # on meta: ops that raised there and that the model's forward caught (another branch than
-    # a real device takes: the counts may differ from the CPU's)
-    caught_on_meta: tuple[str, ...] = ()
+    caught_on_meta: tuple[str, ...] = ()  # see Report.caught_on_meta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,12 +100,9 @@ class TimingResult:
     peaks: Any = None
     notes: Sequence[str] = ()
     agreement: Any = None  # modelprof.timing.agreement.TimingAgreement
-    #: on CUDA, the same model timed back to back (``latency_mode="pipelined"``): the time per
-    #: call of a full stream and its throughput, beside the latency of a request on an idle GPU
+    #: CUDA, ``latency_mode="pipelined"``: the same model timed back to back (a full stream)
     pipelined: Any = None
-    #: ``profile(..., what_helps=True)``: eager, CUDA graph and compiled, interleaved
-    #: (a ``LatencyComparison``)
-    what_helps: Any = None
+    what_helps: Any = None  # what_helps=True: eager, CUDA graph, compiled (LatencyComparison)
 
 
 class Report(Exports):
@@ -148,8 +145,7 @@ class Report(Exports):
         self.pipelined = timing.pipelined
         self.what_helps = timing.what_helps
         self.training_step = training_step  # modelprof.step.table.TrainingStep (backward=True)
-        #: the per-layer window against the clean runs (modelprof.timing.agreement)
-        self.timing_agreement = timing.agreement
+        self.timing_agreement = timing.agreement  # per-layer window against the clean runs
         self.totals = totals_of(self.rows)
         self.memory = counts.memory  # modelprof.report.memory.MemoryFacts (None: not known)
         #: on meta, ops that raised and that the forward caught: its counts may be of another
@@ -169,13 +165,11 @@ class Report(Exports):
     def to_dataframe(self, style: str = "modelprof") -> pd.DataFrame:
         """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``).
 
-        With measured peaks (``profile(..., roofline=True)``, the default when timing) the
-        modelprof view carries the roofline columns: achieved_gflops, achieved_gbps, intensity,
-        roofline_ms, bound, efficiency; and ``mfu``, ``mbu`` (``hfu`` for a training step)
-        against the same peaks, in :meth:`utilization`'s default convention. Timed, it carries ``latency_passes`` (the per-layer
-        passes each row's times rest on) and ``latency_rough`` (fewer than the stop rule
-        promises: ``min_samples``, or a single pass), which every human-readable view marks.
-        """
+        With peaks, the modelprof view carries the roofline columns (achieved_gflops,
+        achieved_gbps, intensity, roofline_ms, bound, efficiency) and, timed, ``mfu``, ``mbu``
+        (``hfu`` for a training step) in :meth:`utilization`'s default convention. Timed, it
+        carries ``latency_passes`` (the per-layer passes each row rests on) and
+        ``latency_rough`` (see :attr:`layers_rough`), which every human-readable view marks."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
@@ -192,9 +186,7 @@ class Report(Exports):
         return df
 
     def _with_utilization(self, df: pd.DataFrame) -> pd.DataFrame:
-        """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step) against the peaks
-        the roofline columns use, in the default convention (:meth:`utilization`)."""
-
+        """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step), default convention."""
         rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
         df["mfu"] = rows["mfu"].to_numpy()
         if self.training_step is not None:
@@ -204,10 +196,9 @@ class Report(Exports):
 
     @property
     def layers_rough(self) -> bool:
-        """The per-layer rows rest on fewer passes than the stop rule promises (``min_samples``,
-        when a budget stopped them early) or on a single pass, or disagree with the clean runs
-        or among themselves (``timing_agreement``: the warning says which): rough, marked in
-        every view."""
+        """The per-layer rows rest on a single pass or fewer than ``min_samples`` (a budget
+        stopped them early), or disagree with the clean runs or among themselves
+        (``timing_agreement``): rough, marked in every view."""
         lt = self.layer_timing
         if lt is None:
             return False
@@ -217,10 +208,9 @@ class Report(Exports):
         return lt.n < 2 or (lt.min_samples is not None and lt.n < lt.min_samples)
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:
-        """Per op, keyed by its full name (``aten.convolution.default``,
-        ``torchvision.nms.default``): calls, macs, flops, madd, whether a formula counted it,
-        and how many calls were counted inexactly, e.g. at a bound (see ``notes``); of the
-        forward (the loss's included), or with ``direction="backward"`` of the backward."""
+        """Per op (``aten.convolution.default``): calls, macs, flops, madd, whether a formula
+        counted it, and how many calls were counted inexactly (see ``notes``); of the forward
+        (the loss's included), or with ``direction="backward"`` of the backward."""
         if direction not in ("forward", "backward"):
             raise ModelProfError(f"direction={direction!r} must be 'forward' or 'backward'")
         if direction == "backward" and self.training_step is None:
@@ -246,13 +236,10 @@ class Report(Exports):
         )
 
     def memory_estimate(self, optimizer_states: int = 2) -> pd.DataFrame:
-        """Estimated memory (bytes; printed in human units) for inference and for a training
-        step, per component:
-        parameters, buffers, inputs, activations, and for the step the tensors saved for the
-        backward, the gradients and the optimizer state (see :mod:`modelprof.report.memory`).
-        ``optimizer_states``: state tensors per trainable parameter when the profile ran no
-        optimizer (2 for Adam, 1 for SGD with momentum, 0 for plain SGD)."""
-
+        """Estimated memory in bytes for inference and for a training step, per component
+        (:mod:`modelprof.report.memory`). ``optimizer_states``: state tensors per trainable
+        parameter when the profile ran no optimizer (2 for Adam, 1 for SGD with momentum, 0 for
+        plain SGD)."""
         if self.memory is None:
             raise ModelProfError("this report carries no memory facts (made by profile())")
         step = self.training_step
@@ -285,7 +272,6 @@ class Report(Exports):
         (2 x MACs of contractions) or ``"flops"`` (every counted FLOP). ``causal``:
         ``"counted"`` or ``"half"`` (a causal model's attention contractions halved; not for a
         ``decode`` step)."""
-
         chosen, known = resolve_peaks(peak, self)
         convention = Convention(flops=flops, causal=causal, peaks=chosen)
         rows, phases = utilization(self, convention, self._by_op, decode=decode)
@@ -300,15 +286,14 @@ class Report(Exports):
 
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
-        handed in and out, payload (``comm_bytes``) and implied traffic; empty without any
-        (see ``modelprof.counting.collectives`` for the conventions)."""
-
+        in and out, payload (``comm_bytes``) and implied traffic; empty without any
+        (conventions: ``modelprof.counting.collectives``)."""
         return shown(collectives_frame(self.rows))
 
     @property
     def notes(self) -> dict[str, dict[str, int]]:
-        """Ops whose count is not exact, with why and for how many calls: e.g. a grouped matmul
-        on the meta device, whose group offsets have no values, counted at its upper bound."""
+        """Ops whose count is not exact, with why and for how many calls (a grouped matmul on
+        meta, whose group offsets have no values, is counted at its upper bound)."""
         return {n: dict(s.notes) for n, s in sorted(self._by_op.items()) if s.notes}
 
     def by_module_type(self) -> pd.DataFrame:
@@ -322,15 +307,11 @@ class Report(Exports):
 
     def by_layer_type(self) -> pd.DataFrame:
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
-        ``activation``, ``pool``, ``elementwise``, ... see :mod:`modelprof.report.layer_types`).
+        ... see :mod:`modelprof.report.layer_types`), so the sums equal :attr:`totals`.
 
-        Built on the leaf rows, so the sums equal :attr:`totals` (each shared parameter once);
-        ``(self)`` rows are typed by the ops they ran (a residual add is ``elementwise``).
         Columns: ``calls`` (leaf calls), the additive costs and, when timed, ``latency_ms`` (sum
         of the leaves' instrumented latencies) and ``latency_pct`` (its share of the
-        instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first.
-        """
-
+        instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first."""
         leaves = [r for r in self.rows if r.leaf]
         kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
         data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
@@ -346,10 +327,7 @@ class Report(Exports):
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
         return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *_SUMMED]}))
 
-    # -- exporters ------------------------------------------------------------------------------
-    # Every table exporter takes the same view options (modelprof.render.options.ViewOptions, as
-    # ``view=`` or keywords): style, group_by, columns, depth (collapse to modules at depth <= k),
-    # leaf_only, top_k, sort_by, units, show_totals, and the format's own; see the README.
+    # -- exporters: each takes modelprof.render.options.ViewOptions, as view= or keywords --------
     def _table(
         self, view: Any
     ) -> tuple[pd.DataFrame, dict[str, Any] | None, dict[str, Any] | None]:
@@ -377,13 +355,12 @@ class Report(Exports):
         return self.to_dataframe(), _display_totals(self.totals), end_to_end
 
     def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
-        """torchstat's leaf table; with ``depth=k`` the leaves of the tree collapsed to depth k
-        (each row then sums its subtree), so the rows still add up to the total."""
+        """torchstat's leaf table; with ``depth=k`` the tree collapsed to depth k (each row
+        sums its subtree), so the rows still add up to the total."""
         if depth is None:
             return self.to_dataframe("torchstat")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
-
         rows = [
             dataclasses.replace(r, leaf=True)
             for r in self.rows
@@ -394,10 +371,9 @@ class Report(Exports):
     def _view(
         self, view: Any, options: dict[str, Any], *, compact: bool, **defaults: Any
     ) -> tuple[pd.DataFrame, Any, Any, Any]:
-        """(frame, totals, end-to-end row, view options) for an exporter. ``compact`` gives the
-        modelprof view :data:`~modelprof.render.views.COMPACT_COLUMNS` unless ``columns`` is
-        given; ``defaults`` apply where neither ``view`` nor the keywords change a value."""
-
+        """(frame, totals, end-to-end row, view options) for an exporter. ``compact``: the
+        compact columns unless ``columns`` is given; ``defaults`` apply where neither ``view``
+        nor the keywords set a value."""
         view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
         unset = ViewOptions()
@@ -420,12 +396,11 @@ class Report(Exports):
         view: Any = None,
         **options: Any,
     ) -> str | Path:
-        """The table in any registered format (:mod:`modelprof.render.formats`; ``to_csv``,
-        ``to_markdown``, ``to_latex``, ``to_html``, ``to_json``... are this for their format,
-        documented there). A human format shows the compact columns unless ``columns`` says (the
-        report's title as its caption, an HTML page with the summary above the table unless
-        ``standalone=False``); a raw one every column, raw numbers, with the totals and (JSON)
-        the environment. ``view=ViewOptions(...)`` or its fields as keywords (``style``,
+        """The table in any registered format (:mod:`modelprof.render.formats`, where each
+        ``to_<format>`` is documented). A human format shows the compact columns unless
+        ``columns`` says, the title as caption (HTML: the summary above the table unless
+        ``standalone=False``); a raw one every column, raw numbers, the totals and (JSON) the
+        environment. ``view=ViewOptions(...)`` or its fields as keywords (``style``,
         ``columns``, ``depth``...; a keyword wins). Returns the text, or writes ``path``."""
         fmt = get_format(format)
         df, totals, end_to_end, view = self._view(
@@ -464,8 +439,8 @@ class Report(Exports):
         self, path: str | Path | None = None, *, view: Any = None, **options: Any
     ) -> str | Path:
         """A plain-text table for terminals (the compact columns by default); a torchstat view
-        ends with :meth:`flops_conventions`. Returns the text, or writes ``path`` (as every
-        ``to_<format>(path)`` does) and returns it."""
+        ends with :meth:`flops_conventions`. Returns the text, or writes ``path`` and returns
+        it."""
         text = str(self.export("text", None, view=view, **options))
         torchstat = options.get("style", getattr(view, "style", None)) == "torchstat"
         text += "\n" + self.flops_conventions() if torchstat else ""
@@ -473,7 +448,6 @@ class Report(Exports):
 
     def flops_conventions(self) -> str:
         """One line on the two FLOP counts a torchstat view shows beside the summary."""
-
         ts = sum(r.torchstat_flops for r in self.rows if r.leaf and r.kind == "module")
         return (
             f"Flops (torchstat's formulas: one per multiply-add) = {format_count(ts)}; "
@@ -484,12 +458,10 @@ class Report(Exports):
     def to_trace(
         self, path: str | Path | None = None, *, max_passes: int | None = None
     ) -> str | Path:
-        """The per-layer timeline as a Chrome / Perfetto trace (JSON, the Trace Event Format):
-        one track per instrumented pass, each module call a slice nested in its parent's, its
-        MACs, FLOPs and bytes as arguments; with ``backward=True`` a second process for the
-        backward passes. Open it in https://ui.perfetto.dev or ``chrome://tracing``. See
-        :mod:`modelprof.render.trace`. ``max_passes``: the first n passes only."""
-
+        """The per-layer timeline as a Chrome / Perfetto trace (JSON, Trace Event Format;
+        :mod:`modelprof.render.trace`): one track per instrumented pass, each module call a
+        slice with its MACs, FLOPs and bytes; with ``backward=True`` a second process for the
+        backward. ``max_passes``: the first n passes only."""
         processes = self._trace_timelines(max_passes)
         meta = {
             "model": self.model_name,
@@ -504,7 +476,6 @@ class Report(Exports):
 
     def _trace_timelines(self, max_passes: int | None) -> dict[str, list[Any]]:
         """The forward (and backward) passes as :class:`~modelprof.render.trace.PassTimeline`s."""
-
         timing = self.layer_timing
         offsets = getattr(timing, "start_offsets_ms", None)
         if timing is None or offsets is None or timing.raw_samples is None:
@@ -541,22 +512,18 @@ class Report(Exports):
         """One backward pass: each run of consecutive stretches of one call is a slice."""
 
         t = PassTimeline(f"backward pass {p + 1}", float(sum(ms)))
-        start, i = 0.0, 0
-        while i < len(columns):
-            j = i
-            while j + 1 < len(columns) and columns[j + 1] == columns[i]:
-                j += 1
-            dur = float(sum(ms[i : j + 1]))
-            row = by_record.get(int(columns[i]), loss)
+        start = 0.0
+        for column, run in itertools.groupby(zip(columns, ms), key=operator.itemgetter(0)):
+            dur = float(sum(m for _, m in run))
+            row = by_record.get(int(column), loss)
             name = "(loss)" if row is loss or row is None else call_label(row.module, row.call)
             t.add(name, start, dur, cost_args(row))
-            start, i = start + dur, j + 1
+            start += dur
         return t
 
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
         """Bar chart of the slowest leaf calls (needs ``timing=True``)."""
-
         if not self.timed:
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
         return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
@@ -564,10 +531,8 @@ class Report(Exports):
     def _with_percentiles(
         self, df: pd.DataFrame, low: float = 10.0, high: float = 90.0
     ) -> pd.DataFrame:
-        """``df`` with ``latency_p10_ms``/``latency_p90_ms``: the spread of each row's time over
-        the instrumented passes (a ``(self)`` row: its parent's less its children's, pass by
-        pass), for error bars that, unlike median +- std, never cross zero."""
-
+        """``df`` with ``latency_p10_ms``/``latency_p90_ms`` over the instrumented passes (a
+        ``(self)`` row: its parent's less its children's, pass by pass), for error bars."""
         timing = self.layer_timing
         if timing is None or not getattr(timing, "samples", None):
             return df
@@ -591,13 +556,11 @@ class Report(Exports):
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""
-
         return plot_flops(self.to_dataframe(), top_k, **kw)
 
     def plot_roofline(self, peaks: Any = None, **kw: Any):
         """Each leaf call as a point under the device's roofline (the report's peaks, or
         ``peaks``). A view never measures: without peaks it says how to get them."""
-
         peaks = peaks or self.peaks
         if peaks is None:
             raise ModelProfError(
@@ -618,8 +581,8 @@ class Report(Exports):
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
 
     def _named_model(self) -> str:
-        """The model as a caption names it: a torchvision architecture by its builder's name
-        (``resnet50``, not its class ``ResNet``, which resnet18 shares), else as recorded."""
+        """A torchvision architecture by its builder's name (``resnet50``, not its class
+        ``ResNet``), else the model's name as recorded."""
         params = int(self.totals.get("params") or 0)
         return _torchvision_name(self.model_name, params) or self.model_name
 
@@ -683,9 +646,8 @@ class Report(Exports):
         return "\n".join(lines)
 
     def _timing_summary(self) -> list[str]:
-        """The timing lines of the summary: the end-to-end figure with its interval, the CPU
-        work beside it on a loaded CPU, the per-layer rows against that figure, a disagreement
-        between the two windows, then the notes."""
+        """The summary's timing lines: end to end, CPU work on a loaded CPU, the per-layer rows
+        against that figure, a disagreement between the two windows, then the notes."""
         m = self.latency
         lo, hi = m.median_ci_ms
         ci = f"95% CI {lo:.3f}-{hi:.3f}" if m.has_interval else "95% CI n/a"
@@ -724,8 +686,7 @@ class Report(Exports):
         return lines
 
     def _instrument_words(self) -> str:
-        """What the per-layer passes cost, in words: a bare ``overhead x0.747`` reads as a 25 %
-        saving."""
+        """What the per-layer passes cost, in words (a bare ``x0.747`` reads as a saving)."""
         x = self.instrumentation_overhead
         if x is None:
             return "the hooked passes' cost was not measured"
@@ -743,17 +704,15 @@ class Report(Exports):
         return self.summary() + "\n" + self.to_text(max_rows=60)
 
     def _repr_html_(self) -> str:
-        """The notebook display: the summary and the compact table, every row shown (the
-        notebook scrolls a long output itself)."""
+        """The notebook display: the summary and the compact table, every row shown."""
         summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
         table = self.export("html", standalone=False)
         return f"<div><p>{summary}</p>" + str(table) + "</div>"
 
 
 def loaded_probe_note(peaks: Any, used: Any = None) -> str:
-    """The summary's line on roofs probed on a busy machine; ``used``: the run's one peak
-    (``run_peaks``), whose raised roofs it names, so the line and the MFU beside it quote
-    the same compute roof."""
+    """The summary's line on roofs probed on a busy machine, naming the roofs of ``used`` (the
+    run's one peak, ``run_peaks``) raised above them: the MFU beside it uses those."""
     raised = []
     if used is not None and used.peak_flops > peaks.peak_flops:
         raised.append(f"compute {format_rate(used.peak_flops, 'FLOP/s')}")
@@ -775,17 +734,16 @@ def loaded_probe_note(peaks: Any, used: Any = None) -> str:
 
 
 def _display_totals(totals: Mapping[str, int]) -> dict[str, int]:
-    """The totals a table's footer shows: the leaf sums, without ``output_bytes`` (every leaf's
-    output summed is every activation written, which ``write_bytes`` already says)."""
+    """The leaf sums a table's footer shows, without ``output_bytes`` (``write_bytes`` says
+    it)."""
     return {k: v for k, v in totals.items() if k != "output_bytes"}
 
 
 @functools.lru_cache(maxsize=64)
 def _torchvision_name(class_name: str, params: int) -> str | None:
-    """The torchvision architecture a model of class ``class_name`` with ``params`` parameters
-    is (``("ResNet", 25_557_032) -> "resnet50"``): the one builder whose published weights
-    have that many parameters, built on meta to check its class; None for anything else (a
-    changed head, another library, two builders alike), so a caption names what it knows."""
+    """The torchvision architecture of class ``class_name`` with ``params`` parameters
+    (``("ResNet", 25_557_032) -> "resnet50"``): the one builder whose published weights have
+    that many, built on meta to check its class; else None."""
     try:
         from torchvision import models as tvm
     except ImportError:
