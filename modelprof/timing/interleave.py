@@ -1,15 +1,10 @@
 """Comparisons measured the fair way: several callables timed in interleaved rounds.
 
-Measuring candidates one after another lets slow drift of the machine (another job starting,
-thermal or frequency changes) land on one of them: on a shared machine, copies of one model
-measured one after another compare apart. Here every round takes one block of
-samples of each candidate, in a freshly shuffled order (Google Benchmark's random interleaving),
-so drift reaches them alike. Each ratio to the baseline is the quotient of the two medians (so
-ratios rank as the medians a table shows beside them), with a paired interval: the spread of the
-per-round ratios of block medians, their logs' Yuen t half-width (``stats.ratio_of_medians``).
-On the CPU the CPU time of every sample is read beside the wall clock; when the machine is
-loaded (wall well above CPU), or when a wall-clock ratio disagrees with its per-round ratios
-while the CPU work's agree, the comparison ranks by that CPU work (``ranked_by``).
+Every round takes one block of samples of each candidate, in a freshly shuffled order (Google
+Benchmark's random interleaving), so the machine's drift reaches them alike. Each ratio to the
+baseline is the quotient of the two medians, with a paired interval from the per-round ratios of
+block medians (``stats.ratio_of_medians``). On the CPU the CPU time of every sample is read
+beside the wall clock, and may be what the comparison ranks by (``ranked_by``).
 """
 
 from __future__ import annotations
@@ -73,15 +68,14 @@ class LatencyComparison:
 
     @property
     def loaded(self) -> bool:
-        """Any candidate's wall clock well above its CPU time: the machine was busy."""
+        """Any candidate's wall clock well above its CPU time."""
         return any(m.loaded for m in self.measurements.values())
 
     @property
     def ranked_by(self) -> str:
-        """``"cpu_work"`` where the CPU time was read and the machine was loaded (load stretches
-        the wall clock, not the CPU work), or a ``latency_x`` disagrees with its rounds while
-        every ``cpu_work_x`` agrees with its own (the machine's pace moved between rounds);
-        else ``"latency"``."""
+        """``"cpu_work"`` where the CPU time was read and the machine was ``loaded`` or the wall
+        clock ``wall_moved`` (load stretches the wall clock, not the CPU work); else
+        ``"latency"``."""
         if self.cpu_ratios is None:
             return "latency"
         return "cpu_work" if self.loaded or self.wall_moved else "latency"
@@ -99,9 +93,8 @@ class LatencyComparison:
         return self.measurements[name]
 
     def ratio_checks(self) -> dict[str, list[RatioAgreement]]:
-        """Each candidate's timed ratios (``latency_x``, and ``cpu_work_x`` where the CPU time
-        was read) against its per-round ratios (``timing.agreement.judge_ratio``); none when a
-        candidate is undersampled (no timed ratio is stated then)."""
+        """Each candidate's ``latency_x`` (and ``cpu_work_x``) judged against its rounds
+        (``agreement.judge_ratio``); none when a candidate is undersampled."""
         return self._judged
 
     @functools.cached_property
@@ -121,8 +114,7 @@ class LatencyComparison:
 
     @property
     def notes(self) -> list[str]:
-        """A sentence for each ratio of medians its rounds disagree with (``latency_x_rough``,
-        ``cpu_work_x_rough`` in the frame)."""
+        """A sentence for each ratio its rounds disagree with (``*_x_rough`` in the frame)."""
         return [c.note() for found in self.ratio_checks().values() for c in found if not c.agree]
 
     def _rough(self) -> dict[str, set[str]]:
@@ -184,8 +176,8 @@ def measure_interleaved(
     baseline: str | None = None,
     mode: RunMode = RunMode(),
 ) -> LatencyComparison:
-    """Warm every candidate up, then sample them in interleaved rounds (``collect_interleaved``),
-    each run as ``mode`` says."""
+    """Warm every candidate up, then sample them in interleaved rounds, each run as ``mode``
+    says."""
     if not candidates:
         raise ModelProfError("nothing to compare: pass at least one candidate")
     names = [c.name for c in candidates]
@@ -202,22 +194,21 @@ def measure_interleaved(
         for c in (by_name[n] for n in order)
     ]
     sampled = sample_interleaved(calls, opts, "interleaved timing")
-    measurements = {name: tc.measurement(s, t_begin) for name, tc, s in zip(order, calls, sampled)}
-    base = measurements[baseline]
-    ratios = _ratios(measurements, baseline)
+    timed = {name: tc.measurement(s, t_begin) for name, tc, s in zip(order, calls, sampled)}
+    measurements = {n: timed[n] for n in names}
     cpu_ratios = None
     if all(m.cpu is not None for m in measurements.values()):
         cpu_ratios = _ratios({n: m.cpu for n, m in measurements.items()}, baseline)
     if opts.warn:
-        for m in measurements.values():
+        for m in timed.values():
             m.warn_if_noisy()
     return LatencyComparison(
-        {n: measurements[n] for n in names},
+        measurements,
         baseline,
-        {n: ratios[n] for n in names},
-        rounds=int(base.n_blocks),
+        _ratios(measurements, baseline),
+        rounds=int(timed[baseline].n_blocks),
         wall_s=time.perf_counter() - t_begin,
-        cpu_ratios={n: cpu_ratios[n] for n in names} if cpu_ratios is not None else None,
+        cpu_ratios=cpu_ratios,
     )
 
 
@@ -239,8 +230,7 @@ def _ratios(
 
 def unranked_note(counts: Mapping[str, int]) -> str | None:
     """The sentence a comparison states instead of ranks and timed ratios when a candidate got
-    too few runs for an interval (``counts``: the run count of each such candidate); None when
-    none did. One sentence for ``compare`` and ``compare_generation`` alike."""
+    too few runs for an interval (``counts``: each such candidate's runs); None when none did."""
     if not counts:
         return None
     runs = ", ".join(f"{name} n={n}" for name, n in counts.items())
@@ -252,8 +242,7 @@ def unranked_note(counts: Mapping[str, int]) -> str | None:
 
 
 def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
-    """A sentence when the interleaved rounds went on past the budget to give every candidate
-    ``min_samples`` runs (the sample floor); none when they did not."""
+    """A sentence when the rounds went on past the budget to hold the sample floor."""
     extended = [m for m in measurements if m.extended_s > 0]
     if not extended:
         return []
@@ -265,8 +254,7 @@ def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
 
 
 def cpu_work_columns(result: LatencyComparison, name: str) -> dict[str, Any]:
-    """A candidate's CPU work beside its wall-clock latency: median, interval, ratio to the
-    baseline with its interval, wall over CPU (empty when the CPU time was not read)."""
+    """A candidate's CPU work columns beside its wall-clock latency (empty when not read)."""
     m = result.measurements[name]
     if m.cpu is None or result.cpu_ratios is None:
         return {}
