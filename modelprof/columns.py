@@ -1,24 +1,17 @@
 """Every column of modelprof's tables, declared once.
 
-A :class:`Column` says what a column is called in a human-readable view, how its cells are
-formatted (``kind``), its dtype in a frame and when read back from CSV, whether its leaf rows add
-up to a model total (``additive``: the footer's sums) and whether it is an exact count kept in
-``Report.totals`` (``counted``), whether it is a per-layer timing a rough row marks as rough, and
-where the narrow (compact) view shows it. The table (``report/rows.py``), the totals, every view
-and exporter (``render/views.py``), the CSV read-back (``render/csvio.py``), sweeps and
-``compare()`` all read these facts from here; nothing else lists them.
+A :class:`Column` gives its human header, cell format (``kind``), dtype (in a frame and read back
+from CSV), whether its leaf rows add up to a model total (``additive``: the footer's sums), whether
+it is an exact count kept in ``Report.totals`` (``counted``), whether a rough row marks it rough,
+and its place in the compact view. The table, totals, views, exporters, CSV read-back, sweeps and
+``compare()`` read these facts from here alone. ``group`` names who fills a column (``count``: the
+counted pass, ``timing``: the per-layer instrument, ...). A new column is one :func:`declare`: see
+docs/development.md, "where to add".
 
-Groups name who fills a column: ``table`` (the call tree), ``count`` (the counted pass), ``share``,
-``timing`` (the per-layer timing instrument), ``step`` and ``step_timing`` (the training step),
-``comm`` and ``backward_comm`` (collectives), ``kernels`` (``per_layer="kernels"``), ``roofline``,
-``utilization``, ``torchstat`` (torchstat's view), ``compare`` and ``summary``. A new per-layer
-column is one :func:`declare` (or a :class:`~modelprof.counting.instruments.Instrument` that
-declares its columns): see docs/development.md, "where to add".
-
-Formatting kinds (``render/views.py``): ``text``, ``int``, ``bool`` as they are; ``count``
-SI-prefixed (params, MACs, FLOPs); ``bytes`` IEC-prefixed; ``time_ms`` a duration in ms;
-``percent`` a value already in percent; ``ratio`` a fraction shown as percent; ``float`` two
-decimals; ``gflops``/``gbps`` rates in 1e9 units; ``multiple`` a ratio to a baseline (0.61×).
+Kinds: ``text``, ``int``, ``bool`` as they are; ``count`` SI-prefixed; ``bytes`` IEC-prefixed;
+``time_ms`` a duration in ms; ``percent`` already in percent; ``ratio`` a fraction shown as
+percent; ``float`` two decimals; ``gflops``/``gbps`` rates in 1e9 units; ``multiple`` a ratio to a
+baseline (0.61×).
 """
 
 from __future__ import annotations
@@ -50,8 +43,8 @@ _DTYPES = {"text": "str", "bool": "bool", "int": "int64", "count": "int64", "byt
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-    """One column: see the module doc. ``dtype`` defaults from ``kind`` (text: ``"str"``; bool;
-    int, count and bytes: int64; the rest float64)."""
+    """One column (see the module doc); ``dtype`` defaults from ``kind`` (:data:`_DTYPES`, else
+    float64)."""
 
     name: str
     header: str
@@ -62,8 +55,7 @@ class Column:
     counted: bool = False
     rough: bool = False
     compact: int | None = None  # position in the compact view, or None: not in it
-    # a per-call reading an instrument fills (modelprof.counting.instruments): "own" (what the
-    # call did itself) or "inclusive" (its children included); "" for the others
+    # an instrument's per-call reading: "own" (the call itself) or "inclusive" (with children)
     reading: str = ""
 
     def __post_init__(self) -> None:
@@ -88,7 +80,7 @@ def declare(*columns: Column) -> None:
 
 
 def undeclare(*names_: str) -> None:
-    """Take columns out of the registry (a throwaway column's, at the end of its use)."""
+    """Take columns out of the registry (throwaway columns, after their use)."""
     for n in names_:
         _REGISTRY.pop(n, None)
 
@@ -110,7 +102,7 @@ def column(name: str) -> Column | None:
 
 
 def names(group: str | None = None, **flags: bool) -> tuple[str, ...]:
-    """Declared column names in declaration order, of one ``group`` and with the given flags
+    """Declared column names in order, of one ``group`` and with the given flags
     (``names("count", additive=True)``)."""
     return tuple(
         c.name
@@ -119,11 +111,9 @@ def names(group: str | None = None, **flags: bool) -> tuple[str, ...]:
     )
 
 
-def _group(group: str, *specs: tuple, **common) -> None:
-    for spec in specs:
-        name, header, kind, *rest = spec
-        extra = rest[0] if rest else {}
-        declare(Column(name, header, kind, group, **{**common, **extra}))
+def _group(group: str, *specs: tuple) -> None:
+    for name, header, kind, *extra in specs:
+        declare(Column(name, header, kind, group, **(extra[0] if extra else {})))
 
 
 _ADD = {"additive": True, "counted": True}
@@ -145,8 +135,7 @@ _group(
     ("macs", "MACs", "count", {**_ADD, "compact": 4}),
     ("flops", "FLOPs", "count", {**_ADD, "compact": 5}),
     ("madd", "MAdd", "count", _ADD),
-    # the outputs of all leaves summed is every activation written, which write_bytes says:
-    # an exact total in Report.totals, left empty in a footer
+    # not additive: summed over the leaves it is every activation written (write_bytes)
     ("output_bytes", "output", "bytes", {"counted": True, "compact": 6}),
     ("read_bytes", "read", "bytes", _ADD),
     ("write_bytes", "write", "bytes", _ADD),
