@@ -1,7 +1,5 @@
 """The one exception type modelprof raises for anything the user can cause, and its warnings.
-
-Every module may import this one; it imports nothing of modelprof's, so no import can close a
-cycle through it."""
+It imports nothing of modelprof's, so any module may import it without a cycle."""
 
 from __future__ import annotations
 
@@ -36,15 +34,11 @@ class FewSamplesWarning(NoisyMeasurementWarning):
 
 
 class LoadedMachineWarning(NoisyMeasurementWarning):
-    """Issued once per measurement whose wall time the machine's load stretched (wall well
-    above the CPU time of the same work): the wall figure moved with the machine; it names the
-    CPU-time figure to quote."""
+    """Issued once per measurement whose wall time the machine's load stretched (well above the
+    CPU time of the same work); it names the CPU-time figure to quote."""
 
 
 class TimingDisagreementWarning(ModelProfWarning):
-    """Issued where two timed figures that must agree do not, beyond their intervals, with
-    both figures: a profile's per-layer passes against its clean end-to-end runs (it names the
-    figure to quote), its leaf rows against their root, identical layers against each other; a
-    point of a series (batch size, context, phase) above one doing more work; a comparison's
-    ratio of medians against its per-round ratios. The figure is marked rough wherever it is
-    exported (``~``, a ``*_rough`` column, a caption or note)."""
+    """Issued where two timed figures that must agree do not, beyond their intervals (per-layer
+    passes against clean runs or identical layers, a series point above one doing more work, a
+    ratio of medians against its rounds); the figure is marked rough wherever exported."""
