@@ -1,16 +1,11 @@
-"""One registry of table formats. Each format is one function in its own file under
-``modelprof/render/``, registered by name with :func:`register_format`; ``Report``,
-``Comparison``, ``GenerationReport`` and the command line find formats here (:func:`get_format`,
-:func:`table_formats`), so adding a format is adding that file.
+"""One registry of table formats: each is one function in its own file under
+``modelprof/render/``, registered with :func:`register_format`, so adding a format is adding
+that file. A result with ``export(name, path, **options)`` inherits :class:`Exports` for a
+``to_<name>`` per format.
 
-A result that has ``export(name, path, **options)`` inherits :class:`Exports` and so has
-``to_<name>`` for every registered format, documented by the format's ``doc``.
-
-Every format function takes ``(df, totals=None, *, end_to_end=None, env=None, path=None,
-view=None, **options)``: the numeric frame, its total row (the leaf sums), the end-to-end row,
-the environment, where to write (None: return the text) and the view options
-(:class:`~modelprof.render.options.ViewOptions`); a format ignores what it does not show (a
-CSV file is data: no footer rows).
+A format function takes ``(df, totals=None, *, end_to_end=None, env=None, path=None, view=None,
+**options)``: the numeric frame, the total and end-to-end rows, the environment, where to write
+(None: return the text) and the view options; it ignores what it does not show.
 """
 
 from __future__ import annotations
@@ -29,10 +24,9 @@ __all__ = ["Exports", "Format", "export", "get_format", "register_format", "tabl
 
 @dataclasses.dataclass(frozen=True)
 class Format:
-    """A registered table format: its name, file suffix, writer, and whether it shows human
-    units (the compact columns by default) or raw numbers (every column, read back exactly);
-    ``needs``: the optional package it needs, ``aliases``: other names for it, ``doc``: what a
-    result's ``to_<name>`` writes (its docstring)."""
+    """A registered format: ``human`` units (the compact columns by default) or raw numbers
+    (every column, read back exactly); ``needs``: its optional package; ``doc``: the
+    docstring of a result's ``to_<name>``."""
 
     name: str
     suffix: str
@@ -59,8 +53,8 @@ def register_format(
     aliases: tuple[str, ...] = (),
     doc: str | None = None,
 ) -> Callable[[Callable], Callable]:
-    """Register the decorated function as format ``name`` (refused when a name, suffix or
-    alias is taken)."""
+    """Register the decorated function as format ``name``; a name, suffix or alias taken is
+    refused."""
 
     def decorate(write: Callable) -> Callable:
         fmt = Format(name, suffix, write, human, needs, tuple(aliases), doc)
@@ -118,10 +112,9 @@ def export(
 
 
 class Exports:
-    """``to_<name>(path=None, **options)`` for every registered format: each is
-    ``self.export(name, path, **options)``, its docstring the format's ``doc``. A subclass
-    defines ``export`` and may define a ``to_<name>`` of its own; it gets a method for each
-    format registered when it is defined, and reaches one registered later by name."""
+    """``to_<name>(path=None, **options)``, i.e. ``self.export(name, path, **options)``, for
+    every format: a method per format registered when the subclass is defined (unless it
+    defines its own), a later one reached by name."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -143,8 +136,6 @@ class Exports:
 
 
 def _to_format(fmt: Format) -> Callable[..., Any]:
-    """The ``to_<name>`` method of format ``fmt``."""
-
     def to_format(self: Any, path: str | Path | None = None, **options: Any) -> Any:
         return self.export(fmt.name, path, **options)
 

@@ -1,9 +1,5 @@
-"""``ViewOptions``: every exporter's options in one frozen object, parsed once at the boundary
-(as ``TimingOptions`` is for the timers).
-
-Selection (which rows and columns), units and footer apply to every format; the rest belongs to
-one format and is ignored by the others (listed in :data:`FORMAT_OPTIONS`).
-"""
+"""``ViewOptions``: every exporter's options in one frozen object, parsed once at the boundary.
+Selection, units and footer apply to every format; the rest to one (:data:`FORMAT_OPTIONS`)."""
 
 from __future__ import annotations
 
@@ -79,8 +75,7 @@ class ViewOptions:
 
     @classmethod
     def parse(cls, view: ViewOptions | None = None, **options: Any) -> ViewOptions:
-        """``view`` (or the defaults) with ``options`` applied and checked; an unknown name is a
-        ``ModelProfError`` that lists the valid ones."""
+        """``view`` (or the defaults) with ``options`` applied and checked."""
         if view is not None and not isinstance(view, ViewOptions):
             raise ModelProfError(f"view={view!r} is not a ViewOptions")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -105,7 +100,7 @@ class ViewOptions:
                 raise ModelProfError(f"{name}={getattr(self, name)!r} must be True or False")
 
     def replace(self, **options: Any) -> ViewOptions:
-        """A copy with ``options`` changed (checked as in :meth:`parse`)."""
+        """A copy with ``options`` changed and checked."""
         return ViewOptions.parse(self, **options)
 
     @property
@@ -127,5 +122,5 @@ class ViewOptions:
         )
 
     def units_or(self, default: str) -> str:
-        """The units to render in: the ones asked for, else the format's ``default``."""
+        """The units asked for, else the format's ``default``."""
         return default if self.units is None else self.units
