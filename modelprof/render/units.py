@@ -1,18 +1,13 @@
 """Human units for rendered tables: the one place where numbers become text.
 
-Conventions (stated once, used by every renderer):
-
-- **Counts** (params, MACs, FLOPs, MAdd) use decimal SI prefixes ``K M G T P`` (powers of 1000)
-  with 2 decimals and a space: ``1.82 G``, ``11.69 M``; below 1000 an integer prints as is (``512``).
-- **Byte sizes** use binary IEC prefixes ``KiB MiB GiB TiB`` (powers of 1024) with 2 decimals:
-  ``3.06 MiB``; below 1024 they print as ``512 B``. torchstat's ``memory(MB)`` was MiB too; the
-  ``i`` is always written so the unit is never ambiguous.
-- **Rates** (FLOP/s, bytes/s) use decimal SI prefixes, as vendors quote peaks: ``1.20 TB/s``.
-- **Times** are given in milliseconds and print with 3 significant figures in the unit that puts
-  the mantissa in [1, 1000): ``3.10 ms``, ``850 µs``, ``1.25 s``.
-- **Percentages** print with 2 decimals: ``12.48%``.
-- **Multiples** (ratios to a baseline) print with 3 significant figures, at least 2 decimals,
-  and a ``×``: ``1.00×``, ``0.500×``, ``0.0328×``, ``12.50×``, ``150×``.
+- Counts: decimal SI prefixes, 2 decimals (``1.82 G``); an integer below 1000 as is (``512``).
+- Bytes: binary IEC prefixes, always with the ``i`` (``3.06 MiB``); below 1024 ``512 B``.
+- Rates: decimal SI prefixes, as vendors quote peaks (``1.20 TB/s``).
+- Times: given in ms, 3 significant figures in the unit with a mantissa in [1, 1000)
+  (``3.10 ms``, ``850 µs``, ``1.25 s``).
+- Percentages: 2 decimals (``12.48%``).
+- Multiples (ratios to a baseline): 3 significant figures, at least 2 decimals (``1.00×``,
+  ``0.0328×``, ``150×``).
 
 Every formatter returns ``"-"`` for a missing value (``None`` or NaN).
 """
@@ -74,7 +69,7 @@ def _is_whole(value: float) -> bool:
 
 
 def _scaled(value: float, prefixes: Sequence[tuple[float, str]], decimals: int) -> tuple[str, str]:
-    """Mantissa text and prefix symbol, choosing the prefix *after* rounding (999.999 K -> 1.00 M)."""
+    """Mantissa text and prefix symbol, the prefix chosen *after* rounding (999.999 K -> 1.00 M)."""
     if not math.isfinite(value):
         return ("inf" if value > 0 else "-inf"), prefixes[0][1]
     base_scale, base_symbol = prefixes[0]
@@ -166,17 +161,10 @@ def format_multiple(ratio: float | int | None) -> str:
 
 
 def pick_scale(values: Sequence[float], prefixes: Sequence[tuple[float, str]]) -> tuple[float, str]:
-    """The largest ``(scale, symbol)`` not exceeding the largest magnitude in ``values``.
-
-    Used for fixed per-column units (``params (M)``): the biggest entry gets a mantissa >= 1.
-    Missing values are ignored; when every scale is too large (an all-zero or empty column, or
-    sub-nanosecond times) the smallest scale is used. ``prefixes`` may be in any order.
-    """
+    """The largest ``(scale, symbol)`` not above the largest magnitude in ``values`` (``prefixes``
+    in any order), else the smallest; missing values are ignored."""
     finite = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v))]
     top = max(finite, default=0.0)
     ordered = sorted(prefixes, key=lambda p: p[0])
-    chosen = ordered[0]
-    for scale, symbol in ordered:
-        if top >= scale:
-            chosen = (scale, symbol)
-    return chosen
+    fits = [p for p in ordered if p[0] <= top]
+    return fits[-1] if fits else ordered[0]
