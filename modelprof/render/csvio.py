@@ -1,11 +1,9 @@
 """CSV export of the raw numbers, and a reader that gives the same DataFrame back.
 
-CSV carries no types, so :func:`read_csv` reads every field as text first (an empty field stays
-``""``; the root module's name is ``""``, not NaN) and then types each column: the columns of the
-modelprof, torchstat and roofline views by their known dtype, others by what their values parse as
-(all integers -> int64, all numbers -> float64 with empty fields as NaN, all ``True``/``False`` ->
-bool, else text). Floats are written with ``repr`` precision, so they read back bit for bit.
-No totals row is written: a CSV file is data, the totals are the sum of the leaf rows.
+:func:`read_csv` reads every field as text (the root module's name is ``""``, not NaN), then
+types each column by its declared dtype, else by what its values parse as (int64, float64 with
+empty fields as NaN, bool, else text). Floats are written with ``repr`` precision, so they read
+back bit for bit. No totals row is written: a CSV file is data.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ __all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
 
 _TEXT = "str"
 KNOWN_DTYPES: dict[str, str] = {n: registry.column(n).dtype for n in registry.names()}
-"""dtype of each declared column (``modelprof.columns``) when read back, as when modelprof was
-imported (text columns use pandas' default string dtype); ``read_csv`` reads the registry again."""
+"""dtype of each declared column as read back, when modelprof was imported (``read_csv`` reads
+the registry again)."""
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
@@ -46,8 +44,7 @@ def _text_series(values: list[str | None], name: str) -> pd.Series:
 
 
 def _as_int(values: list[str], name: str) -> pd.Series:
-    """int64; a count column that ``to_dataframe`` had to write as float64 (counts above
-    2**63 - 1) reads back as float64, as it was written."""
+    """int64; a count column written as float64 (counts above 2**63 - 1) reads back as such."""
     try:
         ints = [int(v) for v in values]
     except ValueError as e:
@@ -118,9 +115,8 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
 
 
 def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> pd.Series:
-    """A column typed as asked (``overrides``), else as declared, else by its values. An int or
-    bool column with missing cells (a frame with a failed row holds it as float64 or object)
-    reads as its values say; any other misfit is an error naming the column."""
+    """A column typed as asked (``overrides``), else as declared, else by its values (also an
+    int or bool column with missing cells: a failed row's)."""
     if name in overrides:
         return _typed(values, overrides[name], name)
     declared = registry.column(name)
@@ -129,9 +125,8 @@ def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> 
     return _typed(values, declared.dtype, name)
 
 
-# A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"): such a
-# text cell is written with a leading "'", which spreadsheets show as text; a text cell starting
-# with "'" gets one more, so that read_csv strips exactly one and gives every name back exactly.
+# A text cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection"):
+# it is written with a leading "'" (shown as text), which read_csv strips again.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
 
@@ -140,8 +135,7 @@ def _neutral(value: Any) -> Any:
 
 
 def _neutralise_text(out: pd.DataFrame) -> pd.DataFrame:
-    """Text cells and column names that a spreadsheet would evaluate, made inert. Numbers are
-    written as numbers (``-5`` stays ``-5``): only strings are text cells."""
+    """Text cells and column names a spreadsheet would evaluate, made inert (numbers stay)."""
     for name in out.columns:
         col = out[name]
         if _is_text(col):
@@ -175,16 +169,14 @@ def to_csv(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """The table as CSV, raw numbers (a file of data: ``totals``, ``end_to_end`` and ``env``
-    are not written). A meaningful index (compare results keyed by model name) is
-    written as the first column; row labels of a default or filtered index are not. Returns the
-    text or writes ``path`` and returns it."""
+    """The table as CSV, raw numbers (``totals``, ``end_to_end`` and ``env`` are not written),
+    a meaningful index (model names) as the first column. Returns the text or writes ``path``
+    and returns it."""
     df = selected_frame(df, ViewOptions.parse(view, **options))
     out = _neutralise_text(with_index(df).copy())  # before the floats become text
     for name in out.columns:
         col = out[name]
         if pd.api.types.is_float_dtype(col.dtype):
-            # repr() is the shortest text that reads back to the same float.
             out[name] = pd.Series(
                 ["" if np.isnan(v) else repr(float(v)) for v in col], index=col.index, dtype=object
             )
@@ -202,15 +194,11 @@ def to_csv(
 
 
 def read_csv(
-    source: str | os.PathLike[str],
-    *,
-    dtypes: Mapping[str, str] | None = None,
+    source: str | os.PathLike[str], *, dtypes: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    """Read a CSV written by :func:`to_csv` back into an equal DataFrame.
-
-    ``source`` is a path, or the CSV text itself (a string containing a newline). ``dtypes``
-    overrides the dtype of named columns (``{"my_col": "float64"}``; ``"str"`` for text).
-    """
+    """Read a CSV written by :func:`to_csv` back into an equal DataFrame. ``source`` is a path
+    or the CSV text (a string with a newline); ``dtypes`` overrides named columns' dtypes
+    (``{"my_col": "float64"}``; ``"str"`` for text)."""
     if isinstance(source, str) and "\n" in source:
         buffer: Any = io.StringIO(source)
         where = "CSV text"

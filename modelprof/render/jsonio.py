@@ -68,13 +68,12 @@ def _encode_column(series: pd.Series, name: str) -> list[Any]:
         return [None if pd.isna(v) else int(v) for v in series]
     if pd.api.types.is_float_dtype(dtype):
         return [_plain(float(v), f"column {name!r}") if not pd.isna(v) else None for v in series]
-    out = []
-    for i, v in enumerate(series):
-        if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-            out.append(None)
-        else:
-            out.append(_plain(v, f"column {name!r} row {i}"))
-    return out
+    return [
+        None
+        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+        else _plain(v, f"column {name!r} row {i}")
+        for i, v in enumerate(series)
+    ]
 
 
 def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
@@ -100,9 +99,8 @@ def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
 
 def _float(v: Any) -> float:
     """A JSON number, or the strings to_json writes for infinities (also "nan")."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise ValueError(f"{v!r} is not a number")
-    if isinstance(v, str) and v not in ("inf", "-inf", "nan"):
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not number and v not in ("inf", "-inf", "nan"):
         raise ValueError(f"{v!r} is not a number")
     return float(v)
 
@@ -132,12 +130,9 @@ def to_json(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """The table (raw numbers), the totals and the environment as one JSON document (the
-    end-to-end row is in the environment's latency).
-
-    Row/column selection options work as in the other exporters; the selected rows keep their
-    index. Returns the text or writes ``path`` and returns it.
-    """
+    """The table (raw numbers), the totals and the environment (the end-to-end latency with it)
+    as one JSON document; the selected rows keep their index. Returns the text or writes
+    ``path`` and returns it."""
     view = ViewOptions.parse(view, **options)
     df = selected_frame(df, view)
     if isinstance(df.columns, pd.MultiIndex):
@@ -170,8 +165,7 @@ def to_json(
 
 
 def _dumps(document: dict[str, Any], indent: int | None) -> str:
-    """JSON text with the column lists on one line and one line per table row (fully indented,
-    a table would take one line per value)."""
+    """JSON text with the column lists on one line and one line per table row."""
     dump = lambda v: json.dumps(v, ensure_ascii=False, allow_nan=False)  # noqa: E731
     if indent is None:
         return dump(document)
