@@ -19,11 +19,8 @@ __all__ = ["to_markdown", "markdown_table"]
 
 
 def _escape(cell: str) -> str:
-    # A literal pipe would end the cell (GitHub reads "\|" as the character); a newline would
-    # end the row: control characters are written as escapes. "<" and ">" are backslash-escaped
-    # so that a module name such as "<img onerror=...>" is shown as text, never taken for raw
-    # HTML (CommonMark: any ASCII punctuation may be escaped, and reads as itself). A backslash
-    # of the name is escaped first, or "\\<img x=\\>" would un-escape the "<" and close a tag.
+    # A pipe would end the cell, a newline the row; "<" and ">" are escaped so that a name such
+    # as "<img onerror=...>" is never raw HTML, and a backslash first, or "\\<" un-escapes it.
     cell = escape_control(cell.replace("\\", "\\\\"))
     return cell.replace("|", "\\|").replace("<", "\\<").replace(">", "\\>")
 
@@ -67,8 +64,7 @@ def to_markdown(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """A GitHub pipe table of ``df`` with a totals row (view options as in
-    :class:`~modelprof.render.options.ViewOptions`, as ``view=`` or keywords). Returns the text,
-    or writes ``path`` and returns it. The text ends with a newline."""
+    """A GitHub pipe table of ``df`` with a totals row, ending with a newline. Returns the text,
+    or writes ``path`` and returns it."""
     table = prepare_table(df, totals, end_to_end=end_to_end, view=view, **options)
     return emit(markdown_table(table) + "\n", path)

@@ -39,11 +39,8 @@ def _line(cells: Sequence[str], widths: Sequence[int], numeric: Sequence[bool]) 
 
 
 def text_table(table: Table, *, max_rows: int | None = None, title: str | None = None) -> str:
-    """Lay out a prepared :class:`Table`: header, rule, rows, rule, totals line.
-
-    With ``max_rows`` a longer table keeps its first and last rows around a ``... n more rows``
-    line (the totals line always shows). No trailing newline.
-    """
+    """Lay out a prepared :class:`Table`: header, rule, rows, rule, footer; no trailing newline.
+    Over ``max_rows`` it keeps its first and last rows around a ``... n more rows`` line."""
     if max_rows is not None and (isinstance(max_rows, bool) or max_rows < 2):
         raise ModelProfError(f"max_rows must be an integer >= 2 or None, got {max_rows!r}")
     rows: list[tuple[str, ...]] = [tuple(map(escape_control, r)) for r in table.cells]
@@ -94,9 +91,8 @@ def to_text(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals (``title``,
-    ``max_rows`` and the shared view options). Returns the text (no trailing newline) or writes
-    ``path`` (with one) and returns it."""
+    """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals. Returns the
+    text (no trailing newline) or writes ``path`` (with one) and returns it."""
     view = ViewOptions.parse(view, **options)
     table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
     text = text_table(table, max_rows=view.max_rows, title=view.title)

@@ -1,13 +1,10 @@
-"""The per-layer timeline as a Chrome / Perfetto trace (the Trace Event Format that
-``chrome://tracing`` and https://ui.perfetto.dev open, and ``torch.profiler`` writes).
+"""The per-layer timeline as a Chrome / Perfetto trace (Trace Event Format).
 
-One process per direction (``forward``, and ``backward`` for a profiled training step), one
-thread (track) per instrumented pass, each module call a complete event (``"ph": "X"``) nested in
-its parent's, with its costs as ``args`` (MACs, FLOPs, bytes read and written, params). Times
-are microseconds from the pass's start, as the per-layer stamps read them (hooks included: the
-raw stamps, not the corrected times of the table), so the passes line up for comparison. In the
-backward, autograd runs node by node, not call by call: each slice is a run of consecutive nodes
-of one call, and slices do not nest.
+One process per direction (``forward``, ``backward``), one thread per instrumented pass, each
+module call a complete event (``"ph": "X"``) nested in its parent's, its costs as ``args``. Times
+are microseconds from the pass's start, the raw stamps (hooks included, not the table's corrected
+times). In the backward, autograd runs node by node: a slice is a run of consecutive nodes of one
+call, and slices do not nest.
 """
 
 from __future__ import annotations
@@ -62,8 +59,8 @@ def _event(ph: str, name: str, pid: int, tid: int, **fields: Any) -> dict[str, A
 def trace_document(
     processes: Mapping[str, Sequence[PassTimeline]], metadata: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The trace as a JSON-ready dict: one process per key of ``processes`` (``forward``,
-    ``backward``), one thread per pass, a pass slice around its calls."""
+    """The trace as a JSON-ready dict: one process per key of ``processes``, one thread per
+    pass, a pass slice around its calls."""
     events: list[dict[str, Any]] = []
     for pid, (process, passes) in enumerate(processes.items(), start=1):
         events += [
@@ -100,11 +97,9 @@ def write_trace(doc: Mapping[str, Any], path: str | os.PathLike[str] | None) -> 
 
 
 def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) -> int:
-    """Check ``doc`` against the Trace Event Format as the viewers read it: a ``traceEvents``
-    list whose complete events (``"X"``) each have ``name``, ``ph``, ``ts``, ``dur`` >= 0,
-    ``pid`` and ``tid``, and, on every track of a process in ``nested`` (pids; default all),
-    slices that either nest or do not overlap. Returns the number of slices; raises
-    ``ModelProfError`` naming the first offending event."""
+    """Check ``doc`` as the viewers read it: complete events with ``name``, ``ts``, ``dur`` >= 0,
+    ``pid`` and ``tid``; on each track of a process in ``nested`` (pids; default all), slices
+    that nest or do not overlap. Returns the number of slices; raises on the first bad event."""
     events = doc.get("traceEvents") if isinstance(doc, Mapping) else None
     if not isinstance(events, list):
         raise ModelProfError("trace: no 'traceEvents' list")
@@ -161,10 +156,8 @@ def trace_html(
     width_px: int = 1400,
     title: str = "modelprof trace",
 ) -> str | Path:
-    """A small self-contained HTML view of a trace (no script, no network): one band per track,
-    slices as boxes placed by time and stacked by nesting depth, their arguments in a tooltip.
-    For a look where Perfetto cannot be reached; the layout is computed here."""
-
+    """A self-contained HTML view of a trace (no script, no network) for where Perfetto cannot
+    be reached: a band per track, slices stacked by nesting depth, arguments in a tooltip."""
     validate_trace(doc)
     events = doc["traceEvents"]
     names = {
