@@ -1,34 +1,22 @@
 """The timing recipe in one place: option checks, warm-up, and the adaptive stop.
 
-Warm-up (``warmup=None``, the default) runs a callable at least ``WARMUP_MIN_ITERS`` (3) times AND
-for at least ``warmup_s`` (0.5 s) of wall time, synchronising after each call: enough for lazy
-initialisation, cuDNN autotuning (``cudnn.benchmark`` tries algorithms on the first call of a shape)
-and GPU clocks to ramp up. The registry ``WARMED`` remembers, per callable, the input signatures
-(shapes, dtypes, devices, mode flags) already warmed: a signature seen before gets a short refresher
-(``REWARM_ITERS`` = 1 call and ``min(warmup_s, REWARM_S)`` = 0.1 s), a new one — a changed input
-shape — the full warm-up again. ``warmup=<int>`` runs exactly that many calls, always.
+Warm-up (``warmup=None``) runs a callable at least ``WARMUP_MIN_ITERS`` times AND for at least
+``warmup_s`` seconds, synchronising after each call (lazy initialisation, cuDNN autotuning, GPU
+clocks). ``WARMED`` remembers the input signatures already warmed per callable: a known one gets
+``REWARM_ITERS`` calls and ``min(warmup_s, REWARM_S)`` seconds, a new shape the full warm-up.
+``warmup=<int>`` runs exactly that many calls.
 
-Sampling (``collect``): samples come in *blocks* of back-to-back calls, each about ``BLOCK_S``
-(0.1 s) of wall time (at most ``MAX_BLOCK`` calls); on CUDA a block costs exactly one synchronize.
-``repeat=<int>`` takes exactly that many samples. Otherwise blocks come until the block-aware 95 %
-interval of the median (``modelprof.timing.stats``) is within ``±precision`` of the median, after at
-least ``min_samples`` samples in at least ``min_blocks`` blocks ("precision"); bounded by
-``budget_s`` of sampling time (warm-up and compilation not included, "budget") and by
-``max_samples``. From ``min_samples`` in ``min_blocks`` on, each block also estimates how long
-the asked precision would take (``needed_s``); when that is more than ``SPREAD_MARGIN`` (2) times
-the budget, from ``SPREAD_MIN_BLOCKS`` (8) blocks on, the blocks spread too much for it and
-sampling stops early ("spread"), the estimate kept on the result for the Measurement to say.
-The projection leaves out the small first block and takes the smaller of the spread's and a
-robust (median absolute deviation) spread's, so a few blocks hit by a passing load do not stop a
-run the budget would finish: it errs on the short side (on N(1, 0.2) ms samples the estimate at
-8 blocks was 0.24-1.3x the time ±0.5 % then took, 8 seeds), and stops early only when clearly
-out of reach. The sample floor:
-a budget that ends sampling below ``min_samples`` is extended (``hold_floor``: one run per block;
-``collect_interleaved``: more paired rounds) by at most ``FLOOR_EXTEND_S`` seconds (per
-candidate); what is still short is reported by the Measurement (``undersampled``, no median to
-quote, one warning). Only ``repeat=`` (or a lower ``min_samples``) asks for fewer samples on
-purpose. ``collect_interleaved`` measures several callables in rounds of one block each, in a
-shuffled order per round.
+Sampling (``collect``) takes *blocks* of back-to-back calls of about ``BLOCK_S`` seconds (at most
+``MAX_BLOCK`` calls; one synchronize per block on CUDA). ``repeat=<int>`` takes exactly that many
+samples; otherwise blocks come until the block-aware 95 % interval of the median
+(``modelprof.timing.stats``) is within ``±precision``, after ``min_samples`` samples in
+``min_blocks`` blocks ("precision"), within ``budget_s`` of sampling (warm-up and compilation not
+included, "budget") and ``max_samples``. From ``SPREAD_MIN_BLOCKS`` blocks on, sampling stops early
+("spread") when the precision would take more than ``SPREAD_MARGIN`` times the budget
+(``needed_s``, an estimate that errs on the short side). A budget that ends below ``min_samples``
+is extended by at most ``FLOOR_EXTEND_S`` seconds (per candidate; ``hold_floor``); what is still
+short is ``undersampled`` on the Measurement. ``collect_interleaved`` measures several callables in
+rounds of one block each, in a shuffled order per round.
 """
 
 from __future__ import annotations
@@ -99,13 +87,10 @@ DEFAULT_MAX_SAMPLES = 100_000
 DEFAULT_MIN_BLOCKS = 6
 BLOCK_S = 0.1
 MAX_BLOCK = 1000
-#: The most seconds sampling goes on past ``budget_s`` (per candidate, when interleaved) to
-#: reach ``min_samples`` when the budget ran out first (``hold_floor``); what is still short
-#: is ``undersampled`` and says why.
+#: The most seconds sampling goes on past ``budget_s`` (per candidate) to reach ``min_samples``.
 FLOOR_EXTEND_S = 30.0
-#: Sampling stops on "spread" when the asked precision would take more than this many times
-#: the whole budget (estimated from ``min_blocks`` blocks on; the margin absorbs the noise of
-#: an estimate from a few blocks).
+#: "spread" stops when the precision would take more than this many budgets (the margin absorbs
+#: the noise of an estimate from a few blocks) ...
 SPREAD_MARGIN = 2.0
 #: ... judged from this many blocks on (and ``min_blocks``): an estimate from fewer is too rough.
 SPREAD_MIN_BLOCKS = 8
@@ -143,7 +128,7 @@ class WarmupPolicy:
         return cls(count, check_seconds("warmup_s", warmup_s, allow_zero=True))
 
     def plan(self, already_warm: bool) -> tuple[int, float, int | None]:
-        """(minimum calls, minimum seconds, exact count or None) for this callable/signature."""
+        """(minimum calls, minimum seconds, exact count or None)."""
         if self.count is not None:
             return self.count, 0.0, self.count
         if already_warm:
@@ -162,19 +147,16 @@ class StopRule:
     max_samples: int = DEFAULT_MAX_SAMPLES
     confidence: float = 0.95
     min_blocks: int = DEFAULT_MIN_BLOCKS
-    #: the most seconds a budget that stopped below ``min_samples`` is extended by (per
-    #: candidate in an interleaved comparison); 0: never; None: ``FLOOR_EXTEND_S``
+    #: the cap of the extension to ``min_samples``; 0: never; None: ``FLOOR_EXTEND_S``
     floor_extend_s: float | None = None
 
     @property
     def floor_cap_s(self) -> float:
-        """``floor_extend_s``, or the default cap (read when asked: ``FLOOR_EXTEND_S``)."""
         return FLOOR_EXTEND_S if self.floor_extend_s is None else self.floor_extend_s
 
     @property
     def promised_min(self) -> int | None:
-        """The sample count a Measurement falls short of when a budget stops it early
-        (``undersampled``): ``min_samples``, or None when ``repeat`` asked for a count."""
+        """The count below which a Measurement is ``undersampled`` (None with ``repeat``)."""
         return None if self.repeat is not None else self.min_samples
 
     @classmethod
@@ -206,16 +188,10 @@ class StopRule:
         if hi < lo:
             raise ModelProfError(f"max_samples={hi} is below min_samples={lo}")
         blocks = check_int("min_blocks", min_blocks, 1)
-        floor = (
-            None
-            if floor_extend_s is None
-            else check_seconds(
-                "floor_extend_s",
-                floor_extend_s,
-                True,
-                "never sample past the budget for min_samples",
-            )
-        )
+        floor = floor_extend_s
+        if floor is not None:
+            zero = "never sample past the budget for min_samples"
+            floor = check_seconds("floor_extend_s", floor, True, zero)
         return cls(rep, float(precision), budget, lo, hi, 0.95, blocks, floor)
 
 
@@ -228,12 +204,10 @@ class Sampled:
     timestamps_s: np.ndarray
     stop_reason: str
     wall_s: float
-    #: seconds sampled past the budget to reach ``min_samples`` (``hold_floor``), and the cap
-    #: that extension had (None: not extended)
+    #: seconds sampled past the budget for ``min_samples``, and that extension's cap (None: none)
     extended_s: float = 0.0
     floor_cap_s: float | None = None
-    #: estimated seconds of sampling the asked precision would take in all (set when the
-    #: budget or the spread stopped sampling short of it; None where it cannot be estimated)
+    #: after a budget or spread stop, the estimated seconds the precision would take in all
     needed_s: float | None = None
 
     @property
@@ -241,9 +215,7 @@ class Sampled:
         return int(self.samples_ms.size)
 
     def fields(self, rule: StopRule) -> dict[str, Any]:
-        """The keywords every Measurement of these samples shares: why sampling stopped, the
-        precision and sample count ``rule`` asked for (none with ``repeat``), the blocks, and
-        the extension past the budget that held the sample floor."""
+        """The keywords every Measurement of these samples shares."""
         return dict(
             stop_reason=self.stop_reason,
             precision=None if rule.repeat is not None else rule.precision,
@@ -306,9 +278,9 @@ class BlockLog:
         return relative_ci(self.samples(), self.blocks(), confidence)
 
     def result(self, reason: str, wall_s: float) -> Sampled:
-        done = Sampled(self.samples(), self.blocks(), self.times(), reason, wall_s)
-        done.needed_s = self.needed_s
-        return done
+        return Sampled(
+            self.samples(), self.blocks(), self.times(), reason, wall_s, needed_s=self.needed_s
+        )
 
 
 def relative_ci(
@@ -334,11 +306,8 @@ def block_size(wall_ms: float | None, block_s: float = BLOCK_S) -> int:
 
 
 def run_blocks(plan: Callable[[int], Any], take: Callable[[Any], Any]) -> int:
-    """The one sampling loop; its policy is in two hooks (as ``torch.utils.benchmark``'s
-    measurement loop): before each block ``plan(blocks taken so far)`` says what to take next
-    (a block size, a round's sizes), or None to stop; ``take(it)`` takes it. ``collect``,
-    ``collect_interleaved`` and its floor rounds, ``extend`` and ``warm_up`` are its plans.
-    Returns the number of blocks taken."""
+    """The one sampling loop: ``plan(blocks taken so far)`` says what to take next (None: stop),
+    ``take(it)`` takes it. Returns the number of blocks taken."""
     i = 0
     while (block := plan(i)) is not None:
         take(block)
@@ -347,15 +316,13 @@ def run_blocks(plan: Callable[[int], Any], take: Callable[[Any], Any]) -> int:
 
 
 def _first_block(rule: StopRule, est_ms: float | None) -> int:
-    """The first block is small: the estimate (from warm-up) may miss what a sample costs
-    besides the call (a cache flush, the hooks), and the budget must not be overshot by a
-    whole block sized on it."""
+    """A small first block: the warm-up's estimate may miss what a sample costs besides the
+    call (a cache flush, the hooks), and a whole block sized on it could overshoot the budget."""
     return min(block_size(est_ms), max(1, math.ceil(rule.min_samples / rule.min_blocks)))
 
 
 def _repeat_block(rule: StopRule) -> int:
-    """With ``repeat=N``, blocks hold at most ``ceil(N / min_blocks)`` samples: N >= 2 samples
-    then come in two blocks or more, which an interval needs."""
+    """With ``repeat=N``, at most ``ceil(N / min_blocks)`` samples a block (an interval needs 2)."""
     assert rule.repeat is not None
     return max(1, math.ceil(rule.repeat / max(2, rule.min_blocks)))
 
@@ -367,15 +334,13 @@ def collect(
     now: Callable[[], float] = time.perf_counter,
     on_block: Callable[[int, float], None] | None = None,
 ) -> Sampled:
-    """Call ``sample_block(k)`` (which takes ``k`` samples back to back and returns their ms)
-    block after block until ``rule`` says stop (see the module docstring). ``on_block(samples
-    so far, seconds of sampling so far)`` is called after each block (a progress bar)."""
+    """Call ``sample_block(k)`` (``k`` samples back to back, their ms) block after block until
+    ``rule`` says stop; ``on_block(samples, seconds so far)`` after each block (a progress bar).
+    Under a process group (``modelprof.runtime.agree``) every rank takes the same blocks and
+    stops when any rank's budget or count says so or every rank has its precision."""
     t0 = now()
     log = BlockLog(t0)
     log.wall_ms = est_ms
-    # alone, or under a process group (``modelprof.runtime.agree``) with every decision
-    # agreed across ranks: the same block sizes on every rank, stop when any rank's budget or
-    # count says so or when every rank has its precision (one small all-reduce per block)
     agree = decisions()
     reason: list[str] = []
 
@@ -393,8 +358,7 @@ def collect(
 def _after_block(
     log: BlockLog, rule: StopRule, t0: float, now: Callable[[], float], agree: Any
 ) -> tuple[int, str | None, float | None]:
-    """``collect``'s decision after a block, agreed across ranks: (the next block's size, why
-    sampling stops or None to go on, the estimated seconds the precision needs or None)."""
+    """``collect``'s agreed decision after a block: (next size, stop reason, ``needed_s``)."""
     if rule.repeat is not None:
         left = rule.repeat - log.n
         k, _ = agree.block(_next_block(rule, log, t0, now), False, left <= 0)
@@ -413,9 +377,8 @@ def _after_block(
 
 
 def _next_block(rule: StopRule, log: BlockLog, t0: float, now: Callable[[], float]) -> int:
-    """The next block's size as this rank wants it: with ``repeat``, what is left of it in
-    blocks of ``_repeat_block``; else what fits the budget (without an estimate of a call's
-    duration, one sample first: it may be slow) and ``max_samples``."""
+    """The next block's size as this rank wants it: what is left of ``repeat``, else what fits
+    the budget and ``max_samples`` (one sample first without an estimate: it may be slow)."""
     if rule.repeat is not None:
         return max(1, min(rule.repeat - log.n, block_size(log.wall_ms), _repeat_block(rule)))
     left_ms = (rule.budget_s - (now() - t0)) * 1e3
@@ -441,9 +404,7 @@ def _take(
 
 
 def _filled(log: BlockLog, rule: StopRule) -> tuple[bool, bool, float]:
-    """(precise, full, relative interval): the precision is reached with enough samples and
-    blocks; the sample cap is reached; the interval's half-width over the median (NaN before
-    ``min_samples`` in ``min_blocks``)."""
+    """(precision reached, ``max_samples`` reached, relative interval or NaN below the floor)."""
     if log.n < rule.min_samples or log.n_blocks < rule.min_blocks:
         return False, log.n >= rule.max_samples, math.nan
     rel = log.relative_ci(rule.confidence)
@@ -451,11 +412,10 @@ def _filled(log: BlockLog, rule: StopRule) -> tuple[bool, bool, float]:
 
 
 def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> float | None:
-    """Seconds of sampling the asked precision would take in all, estimated from ``rel`` (the
-    interval's half-width over the median after ``elapsed_s``): the half-width shrinks as
-    ``t(B - 1) / sqrt(B)`` with more blocks like these, so ``B' = B (rel / precision)^2
-    (t(B' - 1) / t(B - 1))^2`` blocks (solved by a few fixed-point steps), at the time a block
-    has taken so far. None before ``min_samples`` in ``min_blocks`` or without an interval."""
+    """Seconds of sampling the precision would take in all, from ``rel`` after ``elapsed_s``: the
+    half-width shrinks as ``t(B - 1) / sqrt(B)``, so ``B' = B (rel / precision)^2 (t(B' - 1) /
+    t(B - 1))^2`` blocks (fixed-point steps) at the time a block took so far. None without an
+    interval."""
     b = log.n_blocks
     if not (math.isfinite(rel) and rel > 0 and b >= 2 and elapsed_s > 0):
         return None
@@ -464,12 +424,10 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
     samples, blocks = log.samples(), log.blocks()
     first = blocks == blocks[0]
     if b >= 3 and first.sum() < (blocks == blocks[-1]).sum():
-        # the first block is small (``_first_block``): its median is noisier than the rest's,
-        # which would make "more blocks like these" too many; project from the others
+        # a small first block (``_first_block``) is noisier than the rest: project without it
         samples, blocks, b = samples[~first], blocks[~first], b - 1
         rel = relative_ci(samples, blocks, rule.confidence)
-    # a few blocks hit by a passing load would make the projection pessimistic (their weight
-    # in the spread shrinks as blocks are added): the robust spread's projection, if smaller
+    # a few blocks hit by a passing load would make it pessimistic: the robust one, if smaller
     rel = min(rel, _robust_relative_ci(samples, blocks, rule.confidence))
     if not (math.isfinite(rel) and rel > 0):
         return None
@@ -491,14 +449,10 @@ def _late(log: BlockLog, rule: StopRule, now: Callable[[], float]) -> bool:
 
 
 def _robust_relative_ci(samples: np.ndarray, blocks: np.ndarray, confidence: float) -> float:
-    """``relative_ci`` with the blocks' spread read robustly: 1.4826 x the median absolute
-    deviation of the log block medians instead of their standard deviation."""
-    s = np.sort(samples)
-    med = float(np.median(s))
-    if med <= 0:
-        return math.inf
-    lo, hi = within_ci(s, confidence)
-    rel = (hi - lo) / 2.0 / med
+    """``relative_ci`` with 1.4826 x the MAD of the log block medians for their std."""
+    rel = relative_ci(samples, None, confidence)
+    if not math.isfinite(rel):
+        return rel
     logs = np.log(block_medians(samples, blocks)[1])
     b = logs.size
     if b < 2 or not np.isfinite(logs).all():
@@ -522,19 +476,13 @@ def collect_interleaved(
     now: Callable[[], float] = time.perf_counter,
     on_round: Callable[[int, float], None] | None = None,
 ) -> list[Sampled]:
-    """Sample several callables in rounds: each round takes one block of every candidate, in a
-    freshly shuffled order, so slow drift of the machine reaches all of them alike.
+    """Sample several callables in rounds of one block each, in a freshly shuffled order, so
+    the machine's drift reaches all alike; block ``r`` of every candidate is round ``r``.
 
-    Stops when every candidate has ``min_samples`` in ``min_blocks`` rounds and both its own
-    interval and its paired ratio to the first candidate are within ``precision``; early, on
-    "spread", when a candidate's own interval would take more than twice the whole budget
-    (``_rounds_spread``); bounded by ``budget_s`` per candidate (``budget_s * len(samplers)``
-    in all) and ``max_samples``; then held to ``min_samples`` (``_floor_rounds``). Block
-    ``r`` of every candidate is round ``r``, which pairs them for the ratio. ``on_round(fewest
-    samples of a candidate, seconds so far)`` is called after each round (a progress bar).
-    Under a process group (``modelprof.runtime.agree``) every rank takes the same order, the
-    same blocks and stops in the same round: precision when every rank has it, the budget when
-    any rank's is spent.
+    Stops when every candidate's own interval and its paired ratio to the first are within
+    ``precision`` (after ``min_samples`` in ``min_blocks``), on "spread", or at ``budget_s`` per
+    candidate or ``max_samples``; then held to ``min_samples``. ``on_round(fewest samples,
+    seconds so far)`` after each round. Every rank of a process group takes the same rounds.
     """
     m = len(samplers)
     if m == 0:
@@ -586,8 +534,7 @@ def _run_round(
     rng: np.random.Generator,
     now: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Round ``r``: ``ks[i]`` samples of candidate ``i`` (none at 0), in a shuffled order, each
-    logged as its block ``r`` (the same on every rank: ``ks`` agreed). Returns its seconds."""
+    """Round ``r``: ``ks[i]`` samples of candidate ``i`` as its block ``r``; returns its seconds."""
     ks = decisions().least(ks)
     start = now()
     for i in rng.permutation(len(samplers)):
@@ -609,9 +556,8 @@ def _floor_rounds(
     on_round: Callable[[int, float], None] | None,
 ) -> float:
     """The sample floor of an interleaved comparison: while a candidate is below
-    ``min_samples`` (its budget spent), more rounds, each as long as about one run of the
-    slowest short candidate for every candidate (so the pairing of rounds holds), never one
-    that would end past ``cap_s`` seconds. Returns the seconds they took (0: none was needed)."""
+    ``min_samples``, more (paired) rounds of about one run of the slowest short candidate,
+    none ending past ``cap_s`` seconds. Returns the seconds they took."""
     need = rule.promised_min
     if need is None:
         return 0.0
@@ -634,8 +580,7 @@ def _floor_rounds(
 
 
 def _floor_block(logs: Sequence[BlockLog], need: int, cap: int) -> list[int]:
-    """Each candidate's block in a floor round: the time of one run of the slowest candidate
-    short of ``need`` (at least one run each, a block at most); empty when none is short."""
+    """Each candidate's block in a floor round (empty when none is short)."""
     short = [log.wall_ms or 0.0 for log in logs if log.n < need]
     if not short:
         return []
@@ -652,7 +597,7 @@ def _fit(total_ms: float, each_ms: float | None) -> int:
 
 
 def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
-    """A candidate's block in round ``r`` (0 or less: it has its ``repeat`` already)."""
+    """A candidate's block in round ``r`` (0 or less: it has its ``repeat``)."""
     fixed = rule.repeat
     k = block_size(log.wall_ms) if r or fixed is not None else _first_block(rule, log.wall_ms)
     if fixed is not None:
@@ -668,8 +613,7 @@ def _round_stop(
     agree: Any,
     spread: bool = False,
 ) -> str | None:
-    """Why the interleaved rounds stop after round ``r`` (None: go on). The sample counts are
-    the same on every rank; precision and the budget (or the spread) are agreed (``agree``)."""
+    """Why the interleaved rounds stop after round ``r`` (None: go on), agreed across ranks."""
     if rule.repeat is not None:
         return "repeat" if all(log.n >= rule.repeat for log in logs) else None
     precise, stop = agree.flags(_rounds_precise(logs, rule, r), late or spread)
@@ -683,10 +627,7 @@ def _round_stop(
 def _rounds_spread(
     logs: Sequence[BlockLog], rule: StopRule, r: int, elapsed_s: float, budget_s: float
 ) -> bool:
-    """The interleaved "spread" stop: from ``SPREAD_MIN_BLOCKS`` rounds (and ``min_blocks``,
-    ``min_samples``) on, some candidate's own interval would take more than ``SPREAD_MARGIN``
-    times the whole budget to reach the precision (``needed_s``, each round costing what the
-    rounds so far did); each candidate's estimate is kept on its log."""
+    """Some candidate's ``needed_s`` (kept on its log) is over ``SPREAD_MARGIN`` budgets."""
     if r < max(rule.min_blocks, SPREAD_MIN_BLOCKS) or any(log.n < rule.min_samples for log in logs):
         return False
     worst = 0.0
@@ -698,8 +639,7 @@ def _rounds_spread(
 
 
 def _rounds_precise(logs: Sequence[BlockLog], rule: StopRule, r: int) -> bool:
-    """Every candidate has its samples, blocks and interval, and its paired ratio to the first
-    candidate is within the precision."""
+    """Every candidate has its samples, blocks and interval, and its ratio to the first."""
     if not (all(log.n >= rule.min_samples for log in logs) and r >= rule.min_blocks):
         return False
     if not all(log.relative_ci(rule.confidence) <= rule.precision for log in logs):
@@ -722,15 +662,13 @@ def extend(
     now: Callable[[], float] = time.perf_counter,
     on_block: Callable[[int, float], None] | None = None,
 ) -> tuple[Sampled, float]:
-    """Continue a sampling that its budget stopped below ``need`` samples: one sample per block
-    (each its own block, for the interval) until ``need`` samples, never starting one that the
-    median sample so far says would end past ``cap_s`` seconds of extension (under a process
-    group, a pass runs only when every rank would run it). Returns the merged
-    :class:`Sampled` (its stop reason kept) and the seconds the extension took."""
+    """Continue ``sampled`` to ``need`` samples, one per block, none that the median sample says
+    would end past ``cap_s`` seconds (on every rank alike). Returns the merged :class:`Sampled`
+    (its stop reason kept) and the seconds it took."""
     t0 = now()
     log = BlockLog.resume(sampled, t0 - sampled.wall_s)  # stamps go on from the sampling's
     est_s = float(np.median(sampled.samples_ms)) / 1e3 if sampled.n else 0.0
-    agree = decisions()  # under a process group: every rank runs the same passes
+    agree = decisions()
 
     def plan(_: int) -> int | None:
         return 1 if agree.every(log.n < need and now() - t0 + est_s <= cap_s) else None
@@ -748,11 +686,8 @@ def hold_floor(
     now: Callable[[], float] = time.perf_counter,
     on_block: Callable[[int, float], None] | None = None,
 ) -> Sampled:
-    """The sample floor: a sampling that its budget stopped below ``rule.min_samples`` goes on,
-    one run per block (``extend``), until it has them or ``cap_s`` (``FLOOR_EXTEND_S``) more
-    seconds would be passed; the seconds it took and the cap are kept on the result
-    (``extended_s``, ``floor_cap_s``), which a Measurement states. ``repeat=`` (a count asked
-    for) and a sampling at its floor come back as they are."""
+    """The sample floor: ``extend`` a sampling below ``rule.min_samples`` by at most ``cap_s``
+    seconds (``rule.floor_cap_s``), recorded as ``extended_s``/``floor_cap_s``."""
     need = rule.promised_min
     cap = rule.floor_cap_s if cap_s is None else float(cap_s)
     if need is None or sampled.n >= need or cap <= 0:
@@ -769,13 +704,11 @@ def warm_up(
     now: Callable[[], float] = time.perf_counter,
 ) -> tuple[int, float | None]:
     """Run ``step`` per ``policy``, synchronising after each call (untimed, so it may).
-
-    Returns ``(calls made, median wall ms of a call or None)``; the latter sizes sample chunks.
-    """
+    Returns (calls made, median wall ms of a call or None: it sizes the blocks)."""
     min_calls, min_s, exact = policy.plan(already_warm)
     walls: list[float] = []
     t_start = now()
-    agree = decisions()  # under a process group: warm until every rank is warm
+    agree = decisions()  # warm until every rank is warm
 
     def plan(i: int) -> int | None:
         if exact is not None:
