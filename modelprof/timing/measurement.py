@@ -2,33 +2,22 @@
 
 Conventions, stated once:
 
-* samples are milliseconds, one per timed call (``samples_ms``), kept in the order taken;
-* percentiles (median, p90/p95/p99, quartiles) use numpy's default linear interpolation;
-* ``std_ms`` is the sample standard deviation (``ddof=1``), ``cv = std_ms / mean_ms``;
-* samples come in time-separated blocks (``blocks``: the block of each sample, ``timestamps_s``:
-  when each sample started, from the first one); the confidence interval of the median is the
-  wider of the distribution-free order-statistic interval of all samples and the between-block
-  t interval of the block medians (``modelprof.timing.stats`` says why), so it covers what drifted
-  during the measurement window; ``stable`` is False when the block medians follow a significant
-  trend larger than that interval (``drift_pct``: the trend over the window, in %; None when
-  it cannot tell: fewer than three timed blocks, or no timestamps);
-* with fewer than two blocks (or fewer than two samples) no interval can be stated: the interval
-  and ``relative_ci`` are NaN (printed "n/a") and the result is ``undersampled``; a Measurement
-  built without ``blocks`` takes its samples as independent (one block, but the interval of the
-  samples stands from two samples on);
-* ``stable`` is True only when the run could judge it: three blocks or more (a trend needs them)
-  and an interval narrower than ±``JUDGE_MAX_RELATIVE_CI`` (a trend cannot exceed a wider one);
-  otherwise ``None`` (unknown, falsy), never True;
-* the sample floor: a time budget that runs out below ``min_samples`` is extended, one run per
-  block, by at most ``FLOOR_EXTEND_S`` (30 s; ``extended_s`` says how long it took, the text
-  states it); a run still short after that is ``undersampled``, quotes no median
-  (``short_reason`` says why, ``median_ms`` is then only the median of the runs taken) and
-  warns once naming n;
-* ``cpu_ms`` (on the CPU): the CPU time of each sample, read beside the wall clock
-  (``cpu_clock`` says which: ``"thread_time"`` for one intra-op thread, ``"process_time"`` for
-  several); ``wall_over_cpu`` and ``loaded`` say whether the machine's load stretched the wall
-  clock; ``cpu`` is that CPU work as a Measurement of its own;
-* outliers are counted by Tukey's fences (outside ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``) and kept;
+* samples are milliseconds, one per timed call, in the order taken; percentiles use numpy's
+  default linear interpolation; ``std_ms`` has ``ddof=1``; ``cv = std_ms / mean_ms``;
+* samples come in time-separated ``blocks`` (``timestamps_s``: each sample's start, from the
+  first); the interval of the median is the hull of the order-statistic interval of all samples
+  and the between-block t interval of the block medians (``modelprof.timing.stats``), so drift
+  widens it. Without two blocks (or two samples) it is NaN ("n/a") and the run ``undersampled``;
+  without ``blocks`` the samples are independent (an interval from two samples on);
+* ``stable``: False when the block medians follow a significant trend larger than the interval
+  (``drift_pct``: the trend over the window, %); None (never True) without three timed blocks or
+  with an interval wider than ±``JUDGE_MAX_RELATIVE_CI``;
+* a budget that ends below ``min_samples`` is extended by at most ``FLOOR_EXTEND_S``
+  (``extended_s``); a run still short quotes no median (``short_reason``) and warns once;
+* ``cpu_ms``: each sample's CPU time (``cpu_clock``: ``"thread_time"`` for one intra-op thread,
+  ``"process_time"`` for several); ``wall_over_cpu`` and ``loaded`` say whether load stretched
+  the wall clock; ``cpu`` is that CPU work as a Measurement;
+* outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
 * ``fps = batch_size / (median_ms / 1000)``.
 """
 
@@ -75,12 +64,13 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 #: Wall over CPU time above this and the machine is "loaded": the work waited for a core.
 LOADED_WALL_OVER_CPU = 1.15
 
-# what ``to_dict`` and ``stats`` give, in their order, each the attribute of that name
+# the attributes ``to_dict`` and ``stats`` give, in order
 _METADATA = (
     "label device batch_size warmup stop_reason precision confidence compile_ms wall_s min_samples "
     "extended_s floor_cap_s needed_s"
 ).split()
 _SPREAD = "n mean_ms std_ms median_ms min_ms max_ms p90_ms p95_ms p99_ms iqr_ms cv".split()
+_PARTS = ("h2d", "compute", "d2h")
 _JUDGED = (
     "median_ci_coverage relative_ci outliers fps noisy n_blocks drift_pct stable undersampled"
 ).split()
@@ -99,12 +89,10 @@ def _plural(n: int, word: str) -> str:
 class Measurement:
     """Raw latency samples (ms) of one callable on one device, with lazily derived statistics.
 
-    ``stop_reason`` says why sampling ended: ``"precision"`` (median CI narrow enough),
-    ``"budget"`` (time budget spent), ``"spread"`` (the blocks spread so much that the asked
-    precision would take over twice the budget: stopped early), ``"repeat"`` (fixed count
-    asked) or ``"max_samples"``. ``needed_s``: after a budget or spread stop, the estimated
-    seconds of sampling the asked precision would take (None where it cannot be estimated).
-    Transfer-inclusive runs carry their parts (``h2d``, ``compute``, ``d2h``) as Measurements.
+    ``stop_reason``: ``"precision"``, ``"budget"``, ``"spread"`` (the precision would take over
+    twice the budget), ``"repeat"`` or ``"max_samples"``; ``needed_s``: after a budget or spread
+    stop, the estimated seconds the precision would take. Transfer-inclusive runs carry their
+    parts (``h2d``, ``compute``, ``d2h``) as Measurements.
     """
 
     samples_ms: np.ndarray
@@ -140,14 +128,14 @@ class Measurement:
         if self.blocks is None:  # no block structure known: independent samples
             self.blocks = np.zeros(n, dtype=np.int64)
             self._independent = True
-        self.blocks = np.asarray(self.blocks, dtype=np.int64).reshape(-1)
-        for name in ("timestamps_s", "cpu_ms"):
-            if getattr(self, name) is not None:
-                setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
-        for name in ("blocks", "timestamps_s", "cpu_ms"):
-            v = getattr(self, name)
-            if v is not None and v.size != n:
+        arrays = {"blocks": np.int64, "timestamps_s": np.float64, "cpu_ms": np.float64}
+        for name, dtype in arrays.items():
+            if getattr(self, name) is None:
+                continue
+            v = np.asarray(getattr(self, name), dtype=dtype).reshape(-1)
+            if v.size != n:
                 raise ValueError(f"{name} has {v.size} entries for {n} samples")
+            setattr(self, name, v)
 
     # -- order statistics ---------------------------------------------------------------------
     @functools.cached_property
@@ -219,16 +207,12 @@ class Measurement:
 
     @property
     def has_interval(self) -> bool:
-        """Two samples or more in two blocks or more (or independent samples): an interval of
-        the median can be stated. With one block nothing says how far the next block would
-        be, so none is."""
+        """Two samples in two blocks (or independent ones): one block says nothing of the next."""
         return self.n >= 2 and (self._independent or self.n_blocks >= 2)
 
     @functools.cached_property
     def median_ci_ms(self) -> tuple[float, float]:
-        """``confidence`` interval of the median: the hull of the within-sample and the
-        between-block intervals, so drift during the window widens it; ``(nan, nan)`` without
-        :attr:`has_interval`."""
+        """``confidence`` interval of the median (module doc); NaNs without an interval."""
         if not self.has_interval:
             return math.nan, math.nan
         return combined_ci(self.median_ms, self.within_ci_ms, self.between_ci_ms)
@@ -240,8 +224,7 @@ class Measurement:
 
     @functools.cached_property
     def _drift(self) -> tuple[float | None, bool]:
-        """(trend in %, significant); the trend is None where none can be estimated: fewer
-        than three timed blocks, blocks all stamped at one time, or a non-positive median."""
+        """(trend in %, significant); None without three timed blocks at distinct times."""
         if self.timestamps_s is None or self.n_blocks < 3 or (self.block_medians_ms <= 0).any():
             return None, False
         ids = self._block_medians[0]
@@ -252,18 +235,13 @@ class Measurement:
 
     @property
     def drift_pct(self) -> float | None:
-        """The trend of the block medians over the measurement window, in % of the median;
-        None when it cannot tell (fewer than three timed blocks, or no timestamps), never a
-        0 that reads as "no drift"."""
+        """The block medians' trend over the window, % of the median; None (not 0) if unknown."""
         return self._drift[0]
 
     @property
     def stable(self) -> bool | None:
-        """False when the blocks drift significantly and by more than the interval's half-width;
-        True when they could be judged and do not; None (unknown) when they cannot be judged:
-        fewer than three blocks, no interval, or an interval wider than
-        ±``JUDGE_MAX_RELATIVE_CI`` (a large drift inside a still larger interval is no proof of
-        stability)."""
+        """False: a significant drift beyond the interval's half-width; None: cannot be judged
+        (a large drift inside a still larger interval is no proof of stability)."""
         pct, significant = self._drift
         rel = self.relative_ci
         if pct is not None and significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:
@@ -295,8 +273,7 @@ class Measurement:
 
     @property
     def undersampled(self) -> bool:
-        """The time budget stopped sampling below ``min_samples``, or the samples came in fewer
-        than two blocks (no interval can be stated)."""
+        """The budget stopped sampling below ``min_samples``, or there is no interval."""
         if not self.has_interval:
             return True
         return (
@@ -307,8 +284,7 @@ class Measurement:
 
     @property
     def short_reason(self) -> str | None:
-        """Why no median of this run is to be quoted (None when one is): too few runs for an
-        interval, or fewer than ``min_samples`` even after extending the budget."""
+        """Why no median of this run is to be quoted (None when one is)."""
         if not self.undersampled:
             return None
         if not self.has_interval:
@@ -325,8 +301,7 @@ class Measurement:
 
     @property
     def stop_text(self) -> str:
-        """Why sampling stopped, in words: the reason, and the extension past the budget that
-        held the sample floor."""
+        """Why sampling stopped, in words, with the extension past the budget."""
         text = self.stop_reason
         if self.needed_s is not None and self.precision is not None:
             text += f" (±{self.precision:.1%} would take ~{_duration(self.needed_s)} of sampling)"
@@ -343,8 +318,7 @@ class Measurement:
 
     @property
     def relative_ci(self) -> float:
-        """CI half-width over the median: the precision reached (0.01 = ±1 %); NaN without an
-        interval."""
+        """CI half-width over the median (0.01 = ±1 %); NaN without an interval."""
         if not self.has_interval:
             return math.nan
         return self.ci_half_width_ms / self.median_ms if self.median_ms > 0 else float("inf")
@@ -352,8 +326,7 @@ class Measurement:
     # -- CPU work beside the wall clock -------------------------------------------------------
     @functools.cached_property
     def cpu(self) -> Measurement | None:
-        """The CPU time of the same samples (same blocks) as a Measurement, labelled CPU work;
-        None when it was not read."""
+        """The CPU time of the same samples as a Measurement (None when not read)."""
         if self.cpu_ms is None:
             return None
         return Measurement(
@@ -372,8 +345,8 @@ class Measurement:
 
     @property
     def wall_over_cpu(self) -> float:
-        """Median wall time over median CPU time (NaN when the CPU time was not read). About 1
-        for one thread on an idle core; above it, the work waited for a core."""
+        """Median wall over median CPU time (NaN when not read): about 1 for one thread on an
+        idle core; above it, the work waited for a core."""
         cpu = self.cpu
         if cpu is None or cpu.median_ms <= 0:
             return math.nan
@@ -381,20 +354,19 @@ class Measurement:
 
     @property
     def loaded(self) -> bool:
-        """Wall time well above CPU time (``> LOADED_WALL_OVER_CPU``): the machine was busy.
-        With several threads (``process_time``, summed over threads) it only catches load
-        that left the process less than one core's worth."""
+        """``wall_over_cpu > LOADED_WALL_OVER_CPU``: the machine was busy (with several threads,
+        only load that left the process less than one core)."""
         return bool(self.wall_over_cpu > LOADED_WALL_OVER_CPU)
 
     @functools.cached_property
     def outliers(self) -> int:
-        """Samples outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]`` (counted, kept)."""
+        """Samples outside Tukey's fences."""
         lo, hi = self.q1_ms - 1.5 * self.iqr_ms, self.q3_ms + 1.5 * self.iqr_ms
         return int(np.count_nonzero((self.samples_ms < lo) | (self.samples_ms > hi)))
 
     @property
     def fps(self) -> float:
-        """Samples per second at the median latency: ``batch_size / median`` (seconds)."""
+        """Samples per second at the median latency."""
         return self.batch_size / (self.median_ms / 1e3) if self.median_ms > 0 else float("inf")
 
     @property
@@ -405,8 +377,8 @@ class Measurement:
         return self.iqr_ms / self.median_ms > NOISY_IQR_FRACTION or self.cv > NOISY_CV
 
     def warn_if_noisy(self) -> bool:
-        """``warnings.warn`` once (per Measurement) when the run has too few samples, drifts or is
-        noisy (in that order of importance); True if it warned."""
+        """Warn once: too few samples, drift, a loaded machine or noise (in that order); True if
+        it warned."""
         if self._warned:
             return False
         what = f"{self.label or 'the callable'} on {self.device}"
@@ -438,7 +410,6 @@ class Measurement:
         return True
 
     def _loaded_text(self) -> str:
-        """What a loaded run's wall figure is worth, and the figure to quote instead."""
         cpu = self.cpu
         return (
             f"the machine was loaded (wall/CPU {self.wall_over_cpu:.2f}: the work waited for a "
@@ -471,11 +442,7 @@ class Measurement:
     @property
     def parts(self) -> dict[str, Measurement]:
         """The transfer-inclusive parts that exist: ``h2d``, ``compute``, ``d2h``."""
-        return {
-            k: m
-            for k, m in (("h2d", self.h2d), ("compute", self.compute), ("d2h", self.d2h))
-            if m is not None
-        }
+        return {k: getattr(self, k) for k in _PARTS if getattr(self, k) is not None}
 
     # -- export ------------------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:
@@ -519,7 +486,7 @@ class Measurement:
         meta = {
             f.name: d[f.name]
             for f in dataclasses.fields(cls)
-            if f.init and f.name in d and f.name not in ("h2d", "compute", "d2h")
+            if f.init and f.name in d and f.name not in _PARTS
         }
         return cls(**meta, **parts)
 
