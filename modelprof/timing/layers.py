@@ -1,19 +1,19 @@
 """Per-layer latency without per-layer synchronisation (used by ``profile``).
 
-One *discovery* pass learns the module calls a forward makes; the timed passes then run with hooks
-that only write a stamp into pre-allocated storage: ``perf_counter_ns`` on CPU, ``Event.record()``
-on CUDA (events allocated after discovery), with ONE synchronize per forward pass and elapsed times
-read afterwards. A separate pass, on CUDA, reads the allocator peak of each call.
+A *discovery* pass learns the module calls of a forward; the timed passes' hooks only write a
+stamp into pre-allocated storage (``perf_counter_ns`` on CPU, ``Event.record()`` on CUDA), with
+ONE synchronize per pass. A separate pass, on CUDA, reads the allocator peak of each call.
 
-Keys are ``(qualified module name, call index)``: the root is ``""``, the call index counts from 1
-the calls of one module object within one forward (a shared ``relu`` gives ``("relu", 1)``,
-``("relu", 2)``). Durations are inclusive (a parent's time contains its children's).
+Keys are ``(qualified module name, call index)``: the root is ``""``; the index counts from 1 the
+calls of one module object in one forward (a shared ``relu``: ``("relu", 1)``, ``("relu", 2)``).
+Durations are inclusive (a parent's time contains its children's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import math
 import time
@@ -59,10 +59,8 @@ Key = tuple[str, int]
 class LayerTiming:
     """Per-call inclusive durations (ms) of the instrumented passes, aligned by pass.
 
-    ``samples`` are corrected for the hooks' own cost (``hook_cost``, when applied);
-    ``raw_samples`` are the stamps' differences as read. ``passes_ms`` is the instrumented pass,
-    as read, from outside the model call. (A call of the model's modules from another thread
-    during a hooked pass raises a ``ModelProfError``: ``modelprof.runtime.hooks``.)
+    ``samples`` are corrected for the hooks' cost (``hook_cost``, when applied), ``raw_samples``
+    as read; ``passes_ms``: each instrumented pass, as read from outside the model call.
     """
 
     samples: dict[Key, np.ndarray]
@@ -80,15 +78,13 @@ class LayerTiming:
     blocks: np.ndarray | None = None
     timestamps_s: np.ndarray | None = None
     plain_ms: np.ndarray | None = None
-    #: per call key, the time (ms, per instrumented pass) its collectives took (CPU; models
-    #: under a process group), included in ``samples``; None where none was stamped
+    #: per call key, its collectives' time (ms per pass; CPU, under a process group), included
+    #: in ``samples``
     comm_samples: dict[Key, np.ndarray] | None = None
     min_samples: int | None = None
-    #: seconds the passes were extended by (``layer_extend_s``) after the budget stopped them
-    #: below ``min_samples``
+    #: seconds the passes were extended by (``layer_extend_s``) to reach ``min_samples``
     extended_s: float = 0.0
-    #: each call's start stamp from its pass's start (passes x calls, ms, as read), for a
-    #: timeline of the passes (``Report.to_trace``)
+    #: each call's start from its pass's start (passes x calls, ms), for ``Report.to_trace``
     start_offsets_ms: np.ndarray | None = None
 
     @property
@@ -115,12 +111,12 @@ class LayerTiming:
 
     @property
     def end_to_end(self) -> Measurement:
-        """The instrumented end-to-end passes (as read) as a Measurement."""
+        """The instrumented passes (as read) as a Measurement."""
         return self._measurement(self.passes_ms, "the per-layer (instrumented) passes")
 
     @property
     def corrected(self) -> Measurement:
-        """The corrected passes (the ``(root)`` row's), which the clean runs are judged against."""
+        """The corrected passes (the ``(root)`` row's): what the clean runs are judged against."""
         return self._measurement(self.corrected_passes_ms, "the per-layer passes (corrected)")
 
     def _measurement(self, passes_ms: np.ndarray, label: str) -> Measurement:
@@ -151,8 +147,8 @@ class LayerTiming:
         return sum(med[k] for k in self.leaves()) / float(np.median(self.corrected_passes_ms))
 
     def overhead(self, clean: Measurement | None = None) -> float:
-        """Instrumented / plain pass median (1.02 = hooks cost 2 %): against the plain passes
-        interleaved with the instrumented ones when there are, else against ``clean``."""
+        """Instrumented / plain pass median (1.02 = hooks cost 2 %), against the interleaved
+        plain passes, else ``clean``."""
         plain = self.plain_ms
         if plain is not None and plain.size:
             return float(np.median(self.passes_ms)) / float(np.median(plain))
@@ -195,8 +191,8 @@ class LayerTiming:
 
 
 def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
-    """In place, pass by pass: scale the children of each call down to fit inside it (calls in
-    pre-order, so a parent is final before its children are looked at)."""
+    """In place, pass by pass: scale each call's children down to fit inside it (pre-order: a
+    parent is final before its children)."""
     children: dict[int, list[int]] = {}
     for i, p in enumerate(parents):
         if p is not None:
@@ -213,37 +209,27 @@ def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
 class HookCost:
     """What the per-layer instrument adds to a pass, measured in this process.
 
-    ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (both hooks,
-    the hooked call path, the stamps, and what they do to the speed of the ops around them):
-    in ``time_layers``, from passes of the model itself, each followed by a plain pass:
-    (median instrumented - median plain pass) / calls, on the CPU bounded by the same
-    difference in thread CPU time. With fewer than ten instrumented passes (a time budget that
-    stopped them early, or ``repeat=``/``max_samples=`` below ten) a difference of so few
-    passes is mostly noise, and on the CPU the calibration chain's per-call cost stands in
-    (``source="chain"``; on CUDA the chain is not run and the model's passes are all there
-    is). ``self_ms``: the part inside a call's own span (after its start stamp, before its end
-    stamp), calibrated on a chain of empty modules (``calibrate_hooks``).
+    ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (hooks,
+    stamps, their effect on the ops around them), from the model's own passes
+    (``_measured_hook_cost``). ``self_ms``: the part inside a call's own span, calibrated on a
+    chain of empty modules (``calibrate_hooks``).
 
-    A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` for each call
-    nested in it; where a parent's children still add up to more than the parent (the
-    instrument slows the ops it surrounds), the children are scaled down to fit it, pass by
-    pass, so no ``(self)`` row goes negative and the leaf rows add up to the corrected pass.
+    A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` per nested call;
+    children that still add up to more than their parent are scaled down to fit it, pass by
+    pass, so no ``(self)`` row goes negative and the leaves add up to the corrected pass.
     """
 
     per_call_ms: float
     self_ms: float
     applied: bool = True
-    #: where ``per_call_ms`` comes from: ``"model"`` (the model's own passes), ``"chain"`` (the
-    #: empty-module chain of ``calibrate_hooks``: too few passes of the model to tell), or
-    #: ``"given"`` (passed in)
+    #: ``"model"`` (its own passes), ``"chain"`` (``calibrate_hooks``) or ``"given"``
     source: str = "given"
 
     def correct(
         self, raw: np.ndarray, nested: np.ndarray, parents: list[int | None] | None = None
     ) -> np.ndarray:
-        """``raw`` (passes x calls, ms) less the cost, per call: ``nested[i]`` calls inside i;
-        with ``parents`` (the parent index of each call, in call order) children are fitted
-        into their parent."""
+        """``raw`` (passes x calls, ms) less the cost (``nested[i]``: calls inside i); with
+        ``parents`` (each call's parent index) children are fitted into their parent."""
         if not self.applied:
             return raw
         out = np.clip(raw - self.self_ms - nested[None, :] * self.per_call_ms, 0.0, None)
@@ -271,8 +257,7 @@ class CallPlan:
         self.parent_index: list[int | None] = []
         self._counts: dict[nn.Module, int] = {}
         self.stack: list[int] = []
-        #: the calls open where the last error was raised (innermost last), kept while it
-        #: unwinds through them: what a failure message names
+        #: the calls open where the last error was raised (innermost last): what a failure names
         self.failed: list[int] = []
         self._unwinding = False
 
@@ -288,14 +273,11 @@ class CallPlan:
         self.keys.append(key)
         self.modules.append(module)
 
-    def post(self, module: nn.Module, output: Any) -> None:
-        self.stack.pop()
-
     def post_always(
         self, module: nn.Module, args: Any, kwargs: Any, out: Any, raised: bool
     ) -> None:
-        """``post``, also when the call raised (a model that catches the error goes on: the
-        calls after it are not its children); the calls open where it was raised are kept."""
+        """Also when the call raised (a model may catch it and go on); the calls open where it
+        was raised are kept."""
         if raised and not self._unwinding:
             self.failed = list(self.stack)
         self._unwinding = raised
@@ -312,8 +294,8 @@ class CallPlan:
 
 
 class _Instrument:
-    """Hooks that only write a stamp (after checking that the calls come in the order the
-    discovery pass saw), and one instrumented pass that reads them back."""
+    """Hooks that only write a stamp (checking the calls come in the discovery pass's order),
+    and the passes that read them back."""
 
     def __init__(
         self,
@@ -336,14 +318,11 @@ class _Instrument:
         self.ends = list(range(n, 2 * n)) + [2 * n + 1]
         self.rows: list[np.ndarray] = []
         self.offsets: list[np.ndarray] = []  # each call's start from the pass's start (ms)
-        self.passes: list[float] = []
-        # on the CPU, the thread CPU time of each instrumented and each plain pass, in ms: time
-        # spent descheduled does not enter it (see time_layers' hook cost). Where that clock
-        # ticks coarsely (15.6 ms on Windows) a median of it is 0: no bound from it there
+        # on the CPU, the thread CPU time (ms) of each instrumented and plain pass, which time
+        # descheduled does not enter; none where that clock is coarse (its median would be 0)
         self.cpu_ms: tuple[list[float], list[float]] | None = (
             ([], []) if clock.device.type == "cpu" and _THREAD_TIME_FINE else None
         )
-        # collectives' own time per call and pass (ms), where they are stamped (timing/comm.py)
         self.comm: CommStamps | None = None
         self.comm_rows: list[np.ndarray] = []
         self.rng = np.random.default_rng(0)  # which pass of each pair comes first
@@ -387,8 +366,7 @@ class _Instrument:
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
-        """The stamping hooks (another thread's calls of the model meanwhile raise), and the
-        collectives' own stamps where they are taken."""
+        """The stamping hooks, and the collectives' own stamps where they are taken."""
         comm = self.comm if self.comm is not None else contextlib.nullcontext()
         with module_hooks(self.model, self.pre, self.post, self.plan.names), comm:
             yield
@@ -403,14 +381,9 @@ class _Instrument:
         self.forward()
 
     def sample_block(self, k: int) -> np.ndarray:
-        """``k`` pairs of one instrumented pass (ended by its one synchronize) and one plain pass
-        of the same model, each pair in an order drawn at random: the instrument's cost is
-        measured under the same load, pass beside pass, and no kind of pass always comes first.
-        (A loaded scheduler hands out slices of a steady length: with a fixed order a thread's
-        slice ran out at the same point of every pair, so one kind of pass took every wait for a
-        core: under nine runnable processes on two cores the instrumented passes of a 3.5 ms
-        model read a median 31.5 ms, the plain ones beside them 3.6 ms.) Returns the
-        instrumented pass durations (ms)."""
+        """``k`` pairs of one instrumented and one plain pass, in a random order per pair (with a
+        fixed order a loaded scheduler's steady slices made one kind take every wait for a
+        core). Returns the instrumented pass durations (ms)."""
         out = np.empty(k)
         plain = np.empty(k)
         first = self.rng.random(k) < 0.5
@@ -450,8 +423,7 @@ class _Instrument:
         cpu, perf = time.thread_time_ns, getattr(self.clock, "now_ns", time.perf_counter_ns)
         if self.reset is not None:
             self.reset()
-        # the CPU clock's reading inline, so that the thread CPU time beside it spans the same
-        # work as the instrumented pass's (run(): its two stamps and the forward)
+        # the clock read inline: the CPU time beside it spans what the instrumented pass's does
         c2 = cpu()
         t0 = perf()
         self.forward()
@@ -478,8 +450,7 @@ def discover(model: nn.Module, forward: Callable[[], Any], plan: CallPlan) -> Ca
 
 
 _CALIBRATION_CALLS = 64
-#: Fewer instrumented passes than this and the hooks' cost is taken from the calibration chain
-#: rather than from the model's own passes.
+#: Fewer instrumented passes and the hooks' cost comes from the calibration chain, not the model.
 _MIN_COST_PASSES = 10
 #: Whether the thread CPU clock resolves a microsecond (Linux, macOS: 1 ns; Windows: 15.6 ms).
 _THREAD_TIME_FINE = time.get_clock_info("thread_time").resolution <= 1e-6
@@ -492,37 +463,25 @@ class _Empty(nn.Module):
         return x
 
 
-def _chain() -> nn.Module:
-    return nn.Sequential(*(_Empty() for _ in range(_CALIBRATION_CALLS)))
-
-
 def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
     """Measure the instrument's own cost on a chain of empty modules, in this process.
 
-    ``per_call_ms`` = (instrumented pass - plain pass) / calls, the passes interleaved so that
-    load on the machine reaches both alike; ``self_ms`` = an empty call's measured span less
-    its plain cost. Medians of ``passes`` passes each. On CUDA this returns zeros, not applied:
-    the events time the GPU's work, on which the host-side cost inside a span does not show
-    (``time_layers`` still measures the whole per-call cost on the model itself).
+    ``per_call_ms`` = (instrumented - plain pass) / calls, the passes interleaved; ``self_ms`` =
+    an empty call's measured span less its plain cost; medians of ``passes`` passes. On CUDA:
+    zeros, not applied (the events time the GPU's work, on which host cost does not show).
     """
     if clock.device.type != "cpu":
         return HookCost(0.0, 0.0, applied=False, source="chain")
-    chain = _chain()
+    chain = nn.Sequential(*(_Empty() for _ in range(_CALIBRATION_CALLS)))
     x = torch.zeros(1)
-    names = module_names(chain)
-
-    def forward() -> Any:
-        return chain(x)
-
-    plan = discover(chain, forward, CallPlan(names))
+    forward = functools.partial(chain, x)
+    plan = discover(chain, forward, CallPlan(module_names(chain)))
     inst = _Instrument(chain, plan, clock, forward)
     perf = getattr(clock, "now_ns", time.perf_counter_ns)
-    body = []
     empty = nn.Sequential()
     for _ in range(3):
         inst.warm_step()
-    inst.rows.clear()
-    instrumented = []
+    body, instrumented = [], []
     for _ in range(passes):
         t0 = perf()
         chain(x)
@@ -531,28 +490,19 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
         t2 = perf()
         body.append(((t1 - t0) - (t2 - t1)) / 1e6 / _CALIBRATION_CALLS)
         instrumented.append(float(inst.sample_block(1)[0]))
-    plain = np.concatenate(inst.plain)
-    raw = np.vstack(inst.rows)
-    k = len(plan.keys)
-    per_call = (float(np.median(instrumented)) - float(np.median(plain))) / k
-    leaf_span = float(np.median(raw[:, 1:]))  # the empty calls (0 is the chain)
+    per_call = float(np.median(instrumented)) - float(np.median(np.concatenate(inst.plain)))
+    per_call = max(per_call / len(plan.keys), 0.0)
+    leaf_span = float(np.median(np.vstack(inst.rows)[:, 1:]))  # the empty calls (0: the chain)
     self_ms = leaf_span - max(float(np.median(body)), 0.0)
-    per_call = max(per_call, 0.0)
-    self_ms = min(max(self_ms, 0.0), per_call)
-    return HookCost(per_call, self_ms, applied=True, source="chain")
+    return HookCost(per_call, min(max(self_ms, 0.0), per_call), applied=True, source="chain")
 
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[Callable[[], None]]:
-    """Python's cyclic collector off while the instrumented and plain passes alternate (as
-    ``timeit`` does): the hooks allocate, so its pauses land on the instrumented passes more
-    often, and one pause costs more the larger the process's heap (a gen-2 collection in a
-    test process holding millions of objects: tens of ms), all of it charged to the layers and
-    to the instrument's cost. Reference counting still frees everything acyclic meanwhile; the
-    callable it yields collects the youngest generation, where the cycles a block of passes
-    made still are (call it between blocks, outside their timing), so that a forward that
-    makes reference cycles does not pile them up for the whole budget. Both do nothing when
-    the collector was off already (the user's choice)."""
+    """Python's cyclic collector off while the passes run (as ``timeit`` does): the hooks
+    allocate, so its pauses (tens of ms on a large heap) would land on the instrumented passes.
+    The callable it yields collects the youngest generation between blocks, so a forward's
+    reference cycles do not pile up. Both do nothing when the collector was off already."""
     was = gc.isenabled()
     gc.disable()
 
@@ -567,53 +517,10 @@ def gc_paused() -> Iterator[Callable[[], None]]:
             gc.enable()
 
 
-def _open_calls(stack: list[int], plan: CallPlan | None) -> list[int]:
-    """The calls open where the forward failed: the discovery pass's, kept as the error
-    unwound through them (its stack is empty by then), or ``stack`` as it is."""
-    if plan is not None and stack is plan.stack and not stack:
-        return plan.failed
-    return stack
-
-
-def _running(stack: list[int], keys: list[Key], model: nn.Module) -> str:
-    if not stack:
-        return f"the model ({type(model).__name__})"
-    name, call = keys[stack[-1]] if stack[-1] < len(keys) else ("?", 0)
-    return f"module '{name}'" + (f" (call {call})" if call > 1 else "")
-
-
-def _memory_pass(
-    model: nn.Module,
-    plan: CallPlan,
-    stats: MemoryStats,
-    forward: Callable[[], Any],
-    names: dict[nn.Module, str],
-    live: list[list[int]],
-) -> dict[Key, int]:
-    """One forward reading the allocator peak of every call (warm: after the timed passes)."""
-    tracker = PeakTracker(stats)
-    live[0] = tracker.stack
-    idx = 0
-
-    def pre(module: nn.Module, a: tuple, k: dict) -> None:
-        nonlocal idx
-        tracker.enter(idx)
-        idx += 1
-
-    def post(module: nn.Module, output: Any) -> None:
-        tracker.exit()
-
-    with module_hooks(model, pre, post, names):
-        forward()
-    keys = plan.keys
-    return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
-
-
 def carried_names(
     modules: dict[nn.Module, str], original: nn.Module, moved: nn.Module
 ) -> dict[nn.Module, str]:
-    """``modules`` (module -> name, of ``original``) for ``moved``, a converted copy of it
-    (channels_last, another device): the same modules in the same order."""
+    """``modules`` (module -> name, of ``original``) for ``moved``, a converted copy of it."""
     if moved is original:
         return modules
     pairs = dict(zip(original.modules(), moved.modules()))
@@ -634,14 +541,12 @@ def time_layers(
 ) -> LayerTiming:
     """Inclusive latency of every module call, over instrumented forward passes.
 
-    The passes stop like ``measure_latency``'s samples and run under the same options (autocast,
-    channels_last); ``warmup`` counts the instrumented warm-up passes, and one discovery pass (and
-    with memory statistics one memory pass) come on top, counted in ``LayerTiming.warmup``.
-    Times are corrected for the hooks' cost (``calibrate_hooks``, or ``hook_cost`` when given)
-    unless ``correct_overhead=False``. ``memory_stats``: ``None`` = the CUDA allocator on CUDA,
-    none elsewhere; ``False`` = off; or a ``MemoryStats``. ``modules`` (module -> name, as from
-    ``modelprof.runtime.hooks.module_names``) limits and names the hooked modules. The model
-    runs in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
+    The passes stop like ``measure_latency``'s samples, under the same options; the discovery
+    (and memory) pass are counted in ``LayerTiming.warmup`` besides ``warmup``. Times are
+    corrected for the hooks' cost (measured, or ``hook_cost``) unless ``correct_overhead=False``.
+    ``memory_stats``: ``None`` = the CUDA allocator on CUDA, none elsewhere; ``False`` = off; or a
+    ``MemoryStats``. ``modules`` (module -> name) limits and names the hooked modules. Eval mode
+    under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
     """
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
@@ -694,8 +599,6 @@ class _LayerRun(Runner):
         self.live: list[list[int]] = [[]]  # the open calls of the pass running now (errors)
         self.plan: CallPlan | None = None
         self.peaks = None
-        #: puts back the inputs a pass writes, before each pass (``ModelInputs.reset``; None:
-        #: no pass writes them)
         self.reset: Callable[[], Any] | None = None
 
     def forward(self) -> Any:
@@ -714,12 +617,22 @@ class _LayerRun(Runner):
         """The forward's failure, naming the call it was in (out of memory: as it is)."""
         if is_oom(e):
             return e
-        keys = self.plan.keys if self.plan is not None else []
-        where = _running(_open_calls(self.live[0], self.plan), keys, self.model)
         return ModelProfError(
-            f"forward of {self.label} failed in {where} while timing layers: "
+            f"forward of {self.label} failed in {self._where()} while timing layers: "
             f"{type(e).__name__}: {e}"
         )
+
+    def _where(self) -> str:
+        """The call open where the forward failed (the discovery pass's stack is empty by
+        then: the calls it kept)."""
+        plan, stack = self.plan, self.live[0]
+        if plan is not None and stack is plan.stack and not stack:
+            stack = plan.failed
+        if not stack:
+            return f"the model ({type(self.model).__name__})"
+        keys = plan.keys if plan is not None else []
+        name, call = keys[stack[-1]] if stack[-1] < len(keys) else ("?", 0)
+        return f"module '{name}'" + (f" (call {call})" if call > 1 else "")
 
     def execute(self, memory_stats: MemoryStats | None) -> None:
         """Discovery, warm-up, the sampled instrumented/plain passes and the memory pass."""
@@ -747,10 +660,27 @@ class _LayerRun(Runner):
             self.sampled = self.sample(block, est, desc, self.opts.layer_extend_s)
         self.warmup_calls += 1  # the discovery pass
         if memory_stats is not None:
-            self.peaks = _memory_pass(
-                model, plan, memory_stats, self.fresh_forward, self.names, live
-            )
+            self.peaks = self._memory_pass(memory_stats)
             self.warmup_calls += 1
+
+    def _memory_pass(self, stats: MemoryStats) -> dict[Key, int]:
+        """One forward reading the allocator peak of every call (warm: after the timed passes)."""
+        tracker = PeakTracker(stats)
+        self.live[0] = tracker.stack
+        idx = 0
+
+        def pre(module: nn.Module, a: tuple, k: dict) -> None:
+            nonlocal idx
+            tracker.enter(idx)
+            idx += 1
+
+        def post(module: nn.Module, output: Any) -> None:
+            tracker.exit()
+
+        with module_hooks(self.model, pre, post, self.names):
+            self.fresh_forward()
+        keys = self.plan.keys
+        return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
@@ -793,19 +723,10 @@ class _LayerRun(Runner):
 def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     """The model's own cost per hooked call, the inside part calibrated.
 
-    Each instrumented pass is followed by its plain pass, so a change of the machine's pace
-    reaches both kinds alike; the estimate is the median of the per-pair differences
-    (instrumented - its plain pass). Paired, a preemption lengthens the one pass it hits, the
-    instrumented as often as the plain, so the differences scatter on both sides of the
-    instrument's cost and their median stays on it even when most passes are hit; the
-    difference of the two kinds' medians did not: with both cores busy it read 3.8 ms one
-    run (the median instrumented pass preempted) and, where the median plain pass was the one
-    preempted, nothing, which left the hooks' cost in the corrected pass (the fastest passes'
-    leaves covered 0.967 of it). On the CPU the same paired difference of thread CPU time
-    (which time spent descheduled does not enter) bounds it (``benchmarks/leaf_sum.py``
-    checks the corrected leaf sum; its figures are in docs/timing.md). With fewer than ten
-    passes the difference is mostly noise (one preempted pass pair can read many times the
-    hooks' cost and zero whole rows): the calibration chain's cost stands in.
+    The median of the per-pair differences (instrumented - its plain pass): a preemption hits
+    either kind as often, so the median stays on the instrument's cost where a difference of
+    medians did not (docs/timing.md). On the CPU the same difference of thread CPU time bounds
+    it. With fewer than ``_MIN_COST_PASSES`` passes (mostly noise) the chain's cost stands in.
     """
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
