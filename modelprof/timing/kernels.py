@@ -1,28 +1,21 @@
 """Per-layer time from the kernels: ``per_layer="kernels"`` (the default on CUDA, opt-in on CPU).
 
-The passes run under ``torch.profiler`` (CPU activities, and CUDA's on a GPU) with a range pushed
-per module call from the hooks (``compat.fast_range``, the cheapest range torch offers): one
-discarded profiled pass first (CUPTI's first-use stall), then K hooked passes, each ending in a
-synchronize and each followed by a plain pass (no hooks, no ranges) whose host time prices the
-instrument. Every GPU activity is charged through its correlation id to the call that launched it
+The passes run under ``torch.profiler`` with a range pushed per module call from the hooks
+(``compat.fast_range``): one discarded pass (CUPTI's first-use stall), then K hooked passes, each
+ending in a synchronize and followed by a plain pass whose host time prices the instrument. Each
+GPU activity is charged through its correlation id to the call that launched it
 (``modelprof.timing.attribution``); on the CPU the outermost ops are charged where they start.
+A host-cost correction is never subtracted from a GPU time. Per module call:
 
-An event pair around a module on a launch-bound stretch times how fast the host issues work, not
-GPU time; and a host-cost correction is never subtracted from a GPU time. So, per module call:
+- ``kernel_ms`` — device time launched inside the call, children included: each call's own
+  median summed up the call tree, so leaf and ``(self)`` rows add up to the root exactly;
+  ``kernel_self_ms``; ``kernels`` (launches, children included);
+- ``idle_ms`` — the device waiting for this call's launches; ``timeline_ms = kernel_ms + idle_ms``;
+- ``host_ms`` — the call's host time less the instrument's cost per nested call;
+- ``launch_bound`` — on a GPU ``idle_ms > kernel_ms``; on the CPU less than half of the call's
+  time inside ops.
 
-- ``kernel_ms`` — device time launched inside the call, children included: the median of each
-  call's *own* time over the passes, summed up the call tree, so a parent is never below its
-  children and the leaf and ``(self)`` rows add up to the root exactly; ``kernel_self_ms``;
-  ``kernels`` (launches per call, children included);
-- ``idle_ms`` — the device waiting for this call's launches; ``timeline_ms = kernel_ms + idle_ms``
-  (leaf + ``(self)`` rows add up to the pass's device span);
-- ``host_ms`` — the call's host time, less the instrument's measured cost per nested call (host
-  times only);
-- ``launch_bound`` — on a GPU the device waited longer than it worked (``idle_ms > kernel_ms``);
-  on the CPU less than half of the call's time is spent inside ops (a Python loop around small ops).
-
-The per-layer ``latency_ms`` of a kernels run is ``kernel_ms`` on a GPU (what the roofline and
-utilisation judge) and ``host_ms`` on the CPU, where the host is the device.
+The per-layer ``latency_ms`` is ``kernel_ms`` on a GPU and ``host_ms`` on the CPU.
 """
 
 from __future__ import annotations
@@ -85,10 +78,9 @@ CPU_OPS_SHARE = 0.5
 
 @dataclasses.dataclass(eq=False)
 class KernelTiming(LayerTiming):
-    """``LayerTiming`` of a kernels run (``samples``: each call's headline time per pass, ms)
-    with the attribution's arrays: ``busy_ms``/``idle_ms``/``launches`` (passes x calls + 1, the
-    call's own; the last column: inside the pass, outside every call), ``host_ms`` (passes x
-    calls, corrected, inclusive), ``span_ms`` (the device span of each pass)."""
+    """``LayerTiming`` of a kernels run (``samples``: each call's headline ms per pass) with
+    ``busy_ms``/``idle_ms``/``launches`` (passes x calls + 1, own; the last column: outside every
+    call), ``host_ms`` (passes x calls, corrected, inclusive), ``span_ms`` (each pass's)."""
 
     busy_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 1)))
     idle_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 1)))
@@ -96,22 +88,19 @@ class KernelTiming(LayerTiming):
     host_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
     span_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     parent_index: list = dataclasses.field(default_factory=list)
-    #: the instrument's host cost per module call (ms): hooked less plain issue time, per call
+    #: the instrument's host cost per module call (ms)
     instrument_ms: float = 0.0
     gpu: bool = False
-    #: the call each device activity of the first read pass was charged to, in the order the
-    #: device started them (an op-order map to a pass run without hooks: gpu_evidence.py)
+    #: the call each device activity of the first read pass was charged to, in device order
     owners: list = dataclasses.field(default_factory=list)
-    #: passes of the model alone, after the profiled ones and outside the profiler (wall ms,
-    #: each ending in a synchronize): what a phase's latency is read from
+    #: passes of the model alone, outside the profiler (wall ms, each ending in a synchronize)
     clean_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    #: with ``backward=True``: the device time of each pass's backward, charged to the forward
-    #: call whose op made the autograd node that ran it (passes x calls + 1, own)
+    #: with ``backward=True``: each pass's backward device time, charged to the forward call
+    #: whose op made the autograd node (passes x calls + 1, own)
     backward_busy_ms: np.ndarray | None = None
 
     def backward_kernel_ms(self) -> dict[Key, float]:
-        """Per call, the median over the passes of its backward's own device time, summed up the
-        call tree (a parent's includes its children's): exact, like ``kernel_ms``."""
+        """Per call, its backward's device time, summed up the call tree like ``kernel_ms``."""
         if self.backward_busy_ms is None:
             raise ModelProfError("no backward was run: time_kernels(..., backward=True)")
         inclusive = self._tree(np.median(self.backward_busy_ms, axis=0))
@@ -119,9 +108,8 @@ class KernelTiming(LayerTiming):
 
     @property
     def corrected_passes_ms(self) -> np.ndarray:
-        """Each pass's headline time of its outermost calls (their ``samples`` summed): what
-        the per-layer shares divide by. On a GPU the passes' wall times (``passes_ms``) also
-        hold the GPU's idle waits, which no row's kernel time does."""
+        """Each pass's outermost calls' ``samples`` summed: what the shares divide by (a GPU
+        pass's wall time also holds idle waits, which no kernel time does)."""
         top = [k for k in self.order if self.parents.get(k) is None]
         if not self.samples or not top:
             return self.passes_ms
@@ -137,9 +125,8 @@ class KernelTiming(LayerTiming):
         return out
 
     def medians(self) -> dict[str, np.ndarray]:
-        """Per call: the medians of its own busy, idle and launches over the passes, and the
-        inclusive sums of those medians (exact: a parent is the sum of its own and its
-        children's); host time inclusive (median) and its own part."""
+        """Per call: the medians of its own busy, idle and launches, their sums up the tree, and
+        the host time inclusive and own."""
         own = {
             "kernel": np.median(self.busy_ms, axis=0),
             "idle": np.median(self.idle_ms, axis=0),
@@ -162,7 +149,7 @@ class KernelTiming(LayerTiming):
         return float(np.median(self.busy_ms[:, -1])) if self.busy_ms.size else 0.0
 
     def launch_bound_calls(self) -> list[Key]:
-        """The calls judged launch-bound, leaves first in execution order."""
+        """The leaf calls judged launch-bound, in execution order."""
         m = self.medians()
         inner = {p for p in self.parent_index if p is not None}
         return [
@@ -179,8 +166,8 @@ def _bound(gpu: bool, kernel: float, idle: float, host: float) -> bool:
 
 
 def kernel_columns(timing: KernelTiming, keys: Sequence[tuple[Key, bool]]) -> list[dict]:
-    """The kernel columns of each row: ``keys`` are (call key, is a ``(self)`` row), in table
-    order; a row whose call was not timed gets an empty dict."""
+    """The kernel columns of each row (``keys``: call key, is a ``(self)`` row); an empty dict
+    for a call not timed."""
     m = timing.medians()
     where = {k: i for i, k in enumerate(timing.order)}
     out: list[dict] = []
@@ -209,10 +196,8 @@ def kernel_columns(timing: KernelTiming, keys: Sequence[tuple[Key, bool]]) -> li
 def with_kernel_columns(
     columns: list[dict], timing: KernelTiming, keys: Sequence[tuple[Key | None, bool]]
 ) -> None:
-    """Into each row's timing columns (``columns``, in table order; ``keys``: each row's call key
-    and whether it is a ``(self)`` row), the kernel columns, and ``latency_ms``/``latency_pct``
-    from them: the headline (``kernel_ms`` on a GPU, ``host_ms`` on the CPU) by the kernel
-    columns' exact sums, and its share of the root's."""
+    """Into each row's timing columns, the kernel columns and ``latency_ms``/``latency_pct``
+    from the headline (``kernel_ms`` on a GPU, ``host_ms`` on the CPU) and the root's."""
     kernel = kernel_columns(timing, keys)
     head = "kernel_ms" if timing.gpu else "host_ms"
     root = next((k[head] for k in kernel if k), float("nan"))
@@ -223,9 +208,8 @@ def with_kernel_columns(
 
 
 def kernel_note(timing: KernelTiming, latency: Any) -> str:
-    """What the report says of a kernels run: where the per-layer times come from, the
-    instrument's cost, the device's busy share of the clean latency and the launch-bound
-    layers."""
+    """What the report says of a kernels run: the source, the instrument's cost, the device's
+    busy share and the launch-bound layers."""
     m = timing.medians()
     total = float(m["kernel"][0]) + timing.outside_ms if timing.order else 0.0
     where = (
@@ -248,8 +232,8 @@ def kernel_note(timing: KernelTiming, latency: Any) -> str:
         parts.append(f"{timing.outside_ms / total:.1%} of it was launched outside every module")
     bound = timing.launch_bound_calls()
     if bound:
-        names = ", ".join((k[0] or "(root)") + (f"#{k[1]}" if k[1] > 1 else "") for k in bound)
-        shown = names if len(bound) <= 8 else ", ".join(names.split(", ")[:8]) + ", ..."
+        names = [(k[0] or "(root)") + (f"#{k[1]}" if k[1] > 1 else "") for k in bound]
+        shown = ", ".join(names[:8]) + (", ..." if len(bound) > 8 else "")
         what = "the GPU waited on the host" if timing.gpu else "less than half in ops"
         parts.append(f"launch-bound ({what}): {len(bound)} layer(s): {shown}")
         if timing.gpu and clean > 0 and total / clean < 0.5:
@@ -271,11 +255,9 @@ ENGINE_EVENT = "autograd::engine::evaluate_function"
 def read_passes(
     events: Sequence[Any], n: int, gpu: bool
 ) -> dict[int, tuple[PassReading, Any, PassReading]]:
-    """Per pass number: its forward attribution, its calls' host spans (ms, ``n``) and its
-    backward attribution, from kineto events (``compat.profiler_events``). Work the backward
-    runs (on the autograd engine's thread, outside every range) goes to the forward call whose
-    op made its autograd node: the engine's event carries the node's sequence number and the
-    forward thread, the forward op the same number (pytorch #144778)."""
+    """Per pass number: its forward attribution, its calls' host spans (ms) and its backward
+    attribution, from kineto events. Backward work goes to the forward call whose op made its
+    autograd node: the engine's event and that op carry one sequence number (pytorch #144778)."""
     passes: dict[int, tuple[int, int, int]] = {}
     spans: list[Span] = []
     ops: dict[int, tuple[int, int, int]] = {}  # correlation id -> (start, end, thread)
@@ -312,8 +294,7 @@ def read_passes(
         if name.startswith(ENGINE_EVENT):
             engine.append((Span(len(engine), start, end, thread), (fwd or thread, seq)))
         elif not fwd:  # a forward op (the backward's own carry their forward thread)
-            # every op records the number the next node will get, node or not: the node's maker
-            # is the last op to start with it (an op before it that made none has it too)
+            # every op records the next node's number: the node's maker is the last op with it
             if made.get((thread, seq), (-1,))[0] < start:
                 made[(thread, seq)] = (start, thread)
     if gpu:
@@ -330,7 +311,7 @@ def _to_forward(
     made: dict[tuple[int, int], tuple[int, int]],
 ) -> list[Activity]:
     """Activities launched inside an autograd node's run, moved to the forward op that made
-    the node (``backward=True``); the rest as they are."""
+    the node; the rest as they are."""
     if not engine:
         return acts
     inside = innermost([s for s, _ in engine], [(a.launch_ns, a.thread) for a in acts])
@@ -347,16 +328,10 @@ def _to_forward(
 def _activity(e: Any, ops: dict[int, tuple[int, int, int]]) -> Activity:
     start = e.start_ns()
     launch = ops.get(e.linked_correlation_id())
+    at, thread = (launch[0], launch[2]) if launch else (-1, -1)
     name = str(e.name()).lower()
     kind = "memcpy" if "memcpy" in name else "memset" if "memset" in name else "kernel"
-    return Activity(
-        start,
-        start + e.duration_ns(),
-        launch[0] if launch else -1,
-        launch[2] if launch else -1,
-        int(e.device_resource_id()),
-        kind,
-    )
+    return Activity(start, start + e.duration_ns(), at, thread, int(e.device_resource_id()), kind)
 
 
 def _cpu_activities(ops: list[tuple[int, int, int]]) -> list[Activity]:
@@ -387,8 +362,7 @@ def _one_pass(
 
 # -- the passes ----------------------------------------------------------------------------------
 class _Ranges:
-    """Hooks that push a range per module call, after checking the calls come in the order the
-    discovery pass saw."""
+    """Hooks that push a range per module call (checking the discovery pass's order)."""
 
     def __init__(self, plan: CallPlan) -> None:
         self.plan = plan
@@ -410,8 +384,7 @@ class _Ranges:
         self.open.append(r)
 
     def post(self, module: nn.Module, args: Any, kwargs: Any, output: Any, raised: bool) -> None:
-        # also when the call raised (always-call hooks): a model that catches it goes on with
-        # its ranges still nested as its calls
+        # also when the call raised: a model that catches it goes on with its ranges nested
         if self.open:
             self.open.pop().__exit__(None, None, None)
 
@@ -447,11 +420,10 @@ def time_kernels(
     backward: bool = False,
     **timing_options: Any,
 ) -> KernelTiming:
-    """Per-layer kernel time (module doc) over ``repeat`` (else ``min_samples``) profiled
-    passes, in eval mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise.
-    ``backward=True`` also runs the backward of the summed floating outputs in every pass (grad
-    on): its device time per forward call is ``KernelTiming.backward_kernel_ms()``; the
-    parameters' gradients are as they were after."""
+    """Per-layer kernel time over ``repeat`` (else ``min_samples``) profiled passes, in eval
+    mode under ``no_grad`` unless ``training``/``no_grad`` say otherwise. ``backward=True`` also
+    runs the backward of the summed floating outputs (``KernelTiming.backward_kernel_ms()``);
+    the parameters' gradients are put back after."""
     if not isinstance(model, nn.Module):
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     opts = TimingOptions.parse(options, **timing_options)
@@ -484,12 +456,12 @@ def time_kernels(
             run.ranges.close_open()
         for p, g in grads:
             p.grad = g
-    return run.result(readings, model_inputs, opts, run.warmup_calls + 2)
+    return run.result(readings, model_inputs)
 
 
 def _backward(out: Any, params: list[torch.Tensor]) -> None:
-    """The backward of the sum of the floating outputs that need a gradient; the gradients
-    dropped after (``set_to_none``: each pass starts as the first did)."""
+    """The backward of the summed floating outputs; the gradients dropped after (each pass
+    starts as the first did)."""
     leaves = [t for t in iter_tensors(out) if t.is_floating_point() and t.requires_grad]
     if not leaves:
         raise ModelProfError(
@@ -502,8 +474,7 @@ def _backward(out: Any, params: list[torch.Tensor]) -> None:
 
 
 class _KernelRun(Runner):
-    """The profiled passes of one ``time_kernels`` call, and their result: a Runner in the run
-    mode ``mode``, a failure of the user's forward raised naming the model."""
+    """The profiled passes of one ``time_kernels`` call, and their result."""
 
     def __init__(
         self,
@@ -515,13 +486,8 @@ class _KernelRun(Runner):
         mode: RunMode,
     ) -> None:
         super().__init__(opts, mode.device, type(model).__name__)
-        self.model, self.forward, self.reset, self.names, self.mode = (
-            model,
-            forward,
-            reset,
-            names,
-            mode,
-        )
+        self.model, self.forward, self.reset = model, forward, reset
+        self.names, self.mode = names, mode
         self.gpu = self.dev.type == "cuda"
         self.plan: CallPlan | None = None
         self.ranges: _Ranges | None = None
@@ -537,8 +503,7 @@ class _KernelRun(Runner):
         return (running(self.model, self.mode),)
 
     def failure(self, e: Exception) -> BaseException:
-        """A failure of the user's forward (not an out-of-memory) as a ModelProfError naming
-        the model."""
+        """The forward's failure naming the model (out of memory: as it is)."""
         if is_oom(e):
             return e
         return ModelProfError(
@@ -603,11 +568,7 @@ class _KernelRun(Runner):
         return readings
 
     def result(
-        self,
-        readings: dict[int, tuple[PassReading, np.ndarray, PassReading]],
-        mi: ModelInputs,
-        opts: TimingOptions,
-        warmup: int,
+        self, readings: dict[int, tuple[PassReading, np.ndarray, PassReading]], mi: ModelInputs
     ) -> KernelTiming:
         plan, n = self.plan, len(self.plan.keys)
         ordered = [readings[p] for p in sorted(readings)]
@@ -622,9 +583,9 @@ class _KernelRun(Runner):
             parents=dict(plan.parents),
             device=str(self.dev),
             batch_size=mi.batch_size,
-            warmup=warmup,
+            warmup=self.warmup_calls + 2,  # and the discovery and the discarded pass
             stop_reason="repeat",
-            env=opts.env(mi, "torch.profiler", per_layer="kernels"),
+            env=self.opts.env(mi, "torch.profiler", per_layer="kernels"),
             plain_ms=np.asarray(self.plain_walls),
             min_samples=None,
             busy_ms=np.vstack([r.busy_ms for r, _, _ in ordered]),
