@@ -1,9 +1,7 @@
-"""``measure_latency``: end-to-end latency of any callable, by the recipe of ``sampler`` and the
-clock of ``clock``, under the modes of one ``TimingOptions``.
+"""``measure_latency``: end-to-end latency of any callable under one ``TimingOptions``.
 
-``TimedCall`` is one callable made ready for timing (converted copy, modes entered, compiled or
-captured, transfer buffers): it warms up and takes blocks of samples. ``measure_latency`` runs one;
-``modelprof.timing.interleave`` runs several in interleaved rounds.
+``TimedCall`` is one callable made ready for timing (converted, modes entered, compiled or
+captured, transfer buffers); ``modelprof.timing.interleave`` runs several in interleaved rounds.
 """
 
 from __future__ import annotations
@@ -39,11 +37,6 @@ def _has_tensors(model: nn.Module) -> bool:
     return next(iter((*model.parameters(), *model.buffers())), None) is not None
 
 
-def _input_device(inputs: Any) -> torch.device | None:
-    first = next(iter_tensors(inputs), None) if inputs is not None else None
-    return first.device if first is not None else None
-
-
 def resolve_call(
     fn_or_model: Any,
     inputs: Any = None,
@@ -54,10 +47,8 @@ def resolve_call(
     dtype: Any = None,
     channels_last: bool = False,
 ) -> tuple[Callable[..., Any], ModelInputs]:
-    """The object to call (the user's, or a converted copy of a module) and its inputs.
-
-    The device is ``device``, else the module's, else the device of the given tensors, else CPU.
-    """
+    """The object to call (the user's, or a converted copy of a module) and its inputs, on
+    ``device``, else the module's, else the given tensors', else the CPU."""
     if not callable(fn_or_model):
         raise ModelProfError(f"fn_or_model={type(fn_or_model).__name__} is not callable")
     dev = parse_device(device)
@@ -76,7 +67,8 @@ def resolve_call(
         if is_module and _has_tensors(fn_or_model):
             dev = model_placement(fn_or_model)[0]
         else:
-            dev = _input_device(inputs) or torch.device("cpu")
+            first = next(iter_tensors(inputs), None) if inputs is not None else None
+            dev = first.device if first is not None else torch.device("cpu")
     target: Callable[..., Any] = fn_or_model
     if is_module:
         fmt = torch.channels_last if channels_last else None
@@ -114,13 +106,6 @@ def resolve_call(
     return target, mi
 
 
-def _of_candidate(error: ModelProfError, label: str) -> ModelProfError:
-    """``error`` marked with the candidate whose call failed (``error.candidate``), so that a
-    comparison can drop that one and keep the others."""
-    error.candidate = label  # type: ignore[attr-defined]
-    return error
-
-
 def _label(fn: Any) -> str:
     if isinstance(fn, nn.Module):
         return type(getattr(fn, "_orig_mod", fn)).__name__
@@ -141,8 +126,8 @@ def _chain(*steps: Callable[[], Any] | None) -> Callable[[], Any] | None:
 
 
 class _Transfer:
-    """H2D copy of the inputs from host buffers, compute, D2H copy of the outputs to host
-    buffers (pinned when ``pin``); all buffers allocated once, before timing."""
+    """H2D copy of the inputs, compute, D2H copy of the outputs, through host buffers (pinned
+    when ``pin``) allocated once."""
 
     def __init__(self, mi: ModelInputs, call: Callable[[], Any], pin: bool) -> None:
         def host(t: torch.Tensor) -> torch.Tensor:
@@ -183,8 +168,8 @@ PIPELINE_SAMPLE_MS = 20.0
 
 
 def pipeline_group(est_ms: float | None) -> int:
-    """Calls per pipelined sample: about ``PIPELINE_SAMPLE_MS`` of work, 2 to 64 calls (8 when
-    no call was timed in the warm-up: a CUDA graph's)."""
+    """Calls per pipelined sample: ``PIPELINE_SAMPLE_MS`` of work, 2 to 64 (8 when none was
+    timed: a CUDA graph's)."""
     if est_ms is None or not est_ms > 0:
         return 8
     return int(min(64, max(2, round(PIPELINE_SAMPLE_MS / est_ms))))
@@ -192,8 +177,8 @@ def pipeline_group(est_ms: float | None) -> int:
 
 class TimedCall(Runner):
     """One callable ready to be timed under ``opts``: ``with TimedCall(...) as tc: tc.warm();
-    tc.sample_block(k)``. Entering sets the modes (eval/no_grad, autocast, the CUDA device),
-    compiles, and allocates transfer buffers; leaving restores every flag."""
+    tc.sample_block(k)``. Entering sets the modes, compiles and allocates transfer buffers;
+    leaving restores every flag."""
 
     def __init__(
         self,
@@ -213,7 +198,7 @@ class TimedCall(Runner):
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
         self.warm_key = (fn_or_model, signature)
-        # a fresh converted copy or a freshly compiled wrapper has never been warmed
+        # a converted copy or a compiled wrapper has never been warmed
         self.fresh = target is not fn_or_model or opts.compile is not None
         self.named = label is not None  # a candidate among others: its errors say which
         self.compile_ms: float | None = None
@@ -244,8 +229,8 @@ class TimedCall(Runner):
         self.xfer = _Transfer(self.mi, self.call, opts.pin_memory) if opts.transfer else None
 
     def failure(self, e: Exception) -> BaseException:
-        """A failure of the user's code names the callable (an out-of-memory error stays as it
-        is, for the throughput search)."""
+        """A failure of the user's code naming the callable (out of memory: as it is), marked
+        with the candidate (``error.candidate``), which a comparison drops."""
         if is_oom(e):
             return e
         try:  # from inside a module's forward: name the module and the inputs
@@ -254,17 +239,15 @@ class TimedCall(Runner):
             ):
                 raise e
         except ModelProfError as failed:
-            named = f"candidate {self.label!r}: {failed}" if self.named else str(failed)
-            return _of_candidate(ModelProfError(named), self.label)
+            text = f"candidate {self.label!r}: {failed}" if self.named else str(failed)
         except Exception:  # noqa: BLE001 - not from inside the model: say what failed
-            pass
-        return _of_candidate(
-            ModelProfError(
+            text = (
                 f"{self.label} failed while timing it end to end on {self.dev}: "
                 f"{type(e).__name__}: {e}"
-            ),
-            self.label,
-        )
+            )
+        error = ModelProfError(text)
+        error.candidate = self.label  # type: ignore[attr-defined]
+        return error
 
     # -- warm-up ------------------------------------------------------------------------------
     def warm(self) -> float | None:
@@ -297,8 +280,8 @@ class TimedCall(Runner):
         return est
 
     def _capture_graph(self) -> Callable[[], Any]:
-        """Warm up on a side stream (at least one call, whatever ``warmup`` says: capture needs
-        the lazy initialisation done), capture once, replay three times."""
+        """Warm up on a side stream (at least one call: capture needs lazy initialisation done),
+        capture once, replay three times."""
         side = torch.cuda.Stream(self.dev)
         side.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(side):
@@ -330,7 +313,7 @@ class TimedCall(Runner):
 
     # -- sampling -----------------------------------------------------------------------------
     def sample_block(self, k: int) -> np.ndarray:
-        """``k`` back-to-back timed calls; their total ms each (parts kept for transfer runs)."""
+        """``k`` back-to-back timed calls' ms (parts kept for transfer runs)."""
         return self.time_phases(self._phases, k, self.between).sum(axis=1)
 
     def measurement(self, sampled: Sampled, t_begin: float) -> Measurement:
@@ -376,16 +359,14 @@ def measure_latency(
 ) -> Measurement:
     """Time ``fn_or_model(*args, **kwargs)`` end to end and return every sample.
 
-    ``inputs``: a tensor (the one argument), a tuple (positional arguments) or a dict (keyword
-    arguments); or ``input_size`` (batch excluded) + ``batch_size`` for random inputs; or neither
-    for a callable that takes no arguments. A module runs under ``eval()`` and ``no_grad`` unless
-    ``training``/``no_grad`` say otherwise; its flags are restored afterwards.
-
-    Timing options (``options=TimingOptions(...)`` or keywords, see
-    ``modelprof.timing.options``): ``warmup``/``warmup_s``; ``repeat`` or the adaptive stop
-    (``precision``, ``budget_s``, ``min_samples``, ``min_blocks``, ``max_samples``); the modes
-    ``transfer``/``pin_memory``, ``cuda_graph``, ``amp``, ``channels_last``, ``cold_cache``,
-    ``compile``/``compile_kwargs``, ``clock``; ``warn``.
+    ``inputs``: a tensor (the one argument), a tuple (positional) or a dict (keyword arguments);
+    or ``input_size`` (batch excluded) + ``batch_size`` for random inputs; or neither for a
+    callable without arguments. A module runs under ``eval()`` and ``no_grad`` unless
+    ``training``/``no_grad`` say otherwise; its flags are restored afterwards. Timing options
+    (``options=TimingOptions(...)`` or keywords: ``modelprof.timing.options``): ``warmup``,
+    ``warmup_s``, ``repeat`` or ``precision``/``budget_s``/``min_samples``/``min_blocks``/
+    ``max_samples``; ``transfer``, ``pin_memory``, ``cuda_graph``, ``amp``, ``channels_last``,
+    ``cold_cache``, ``compile``/``compile_kwargs``, ``clock``; ``warn``.
     """
     t_begin = time.perf_counter()
     training = legacy_eval_mode(training, timing_options, "measure_latency")
@@ -420,8 +401,8 @@ def measure_latency(
 def timing_runner(
     model: nn.Module, mi: ModelInputs, mode: RunMode, opts: TimingOptions
 ) -> nn.Module:
-    """What the timed passes call: the model itself, or a converted copy (device, dtype,
-    channels_last), or in train mode a copy (train-mode passes update buffers)."""
+    """What the timed passes call: the model, or a converted copy, or in train mode a copy
+    (train-mode passes update buffers)."""
     layout = torch.channels_last if opts.channels_last else None
     runner = moved_model(model, mi.device, mode.dtype, memory_format=layout)
     if mode.training:
