@@ -1,8 +1,6 @@
-"""``TimingOptions``: every timing option, parsed and checked once at the boundary.
-
-``measure_latency``, ``measure_latencies``, the per-layer passes, ``measure_throughput``,
-``compare`` and ``profile`` all take the same keyword options (or a ``TimingOptions``) and hand the
-parsed object down, so no pass can disagree with another about what the options are.
+"""``TimingOptions``: every timing option, parsed and checked once at the boundary; every timing
+entry point takes the same keyword options (or a ``TimingOptions``) and hands the parsed object
+down, so no pass can disagree with another about them.
 
 | option | meaning |
 | --- | --- |
@@ -58,13 +56,13 @@ from modelprof.timing.sampler import (
 
 __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
 
-#: The most seconds the per-layer passes are extended by when their budget stopped them below
-#: ``min_samples`` (a big model on a busy machine); what is still short is marked rough.
+#: The most seconds the per-layer passes are extended by to reach ``min_samples``.
 DEFAULT_LAYER_EXTEND_S = 30.0
 
 CLOCK_MODES = ("auto", "host", "cpu")
 PER_LAYER_MODES = ("auto", "stamps", "kernels")
 LATENCY_MODES = ("latency", "pipelined")
+_MODES = {"clock": CLOCK_MODES, "per_layer": PER_LAYER_MODES, "latency_mode": LATENCY_MODES}
 
 #: The keyword names every timing entry point accepts, with their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -95,11 +93,14 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "floor_extend_s": None,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
+#: the options ``StopRule.parse`` takes, by its fields' names
+_STOP_OPTIONS = tuple(f.name for f in dataclasses.fields(StopRule) if f.name in OPTION_DEFAULTS)
 
 
 def _check_modes(values: dict[str, Any]) -> None:
-    """``per_layer`` and ``latency_mode`` name a mode each; a pipelined run times no transfer."""
-    for name, allowed in (("per_layer", PER_LAYER_MODES), ("latency_mode", LATENCY_MODES)):
+    """``clock``, ``per_layer`` and ``latency_mode`` name a mode each; a pipelined run times no
+    transfer."""
+    for name, allowed in _MODES.items():
         if values[name] not in allowed:
             raise ModelProfError(f"{name}={values[name]!r} must be one of {allowed}")
     if values["latency_mode"] == "pipelined" and values["transfer"]:
@@ -151,9 +152,6 @@ class TimingOptions:
             )
         values = dict(OPTION_DEFAULTS) if options is None else options.as_kwargs()
         values.update(kwargs)
-        clock = values["clock"]
-        if clock not in CLOCK_MODES:
-            raise ModelProfError(f"clock={clock!r} must be one of {CLOCK_MODES}")
         _check_modes(values)
         compile_kwargs = values["compile_kwargs"]
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
@@ -170,15 +168,7 @@ class TimingOptions:
             )
         return cls(
             warmup=WarmupPolicy.parse(values["warmup"], values["warmup_s"]),
-            stop=StopRule.parse(
-                values["repeat"],
-                values["precision"],
-                values["budget_s"],
-                values["min_samples"],
-                values["max_samples"],
-                values["min_blocks"],
-                values["floor_extend_s"],
-            ),
+            stop=StopRule.parse(**{name: values[name] for name in _STOP_OPTIONS}),
             transfer=_flag("transfer", values["transfer"]),
             pin_memory=_flag("pin_memory", values["pin_memory"]),
             cuda_graph=cuda_graph,
@@ -188,7 +178,7 @@ class TimingOptions:
             cold_cache=_flag("cold_cache", values["cold_cache"]),
             compile=compile_mode,
             compile_kwargs=dict(compile_kwargs) if compile_kwargs else None,
-            clock=clock,
+            clock=values["clock"],
             correct_overhead=_flag("correct_overhead", values["correct_overhead"]),
             warn=_flag("warn", values["warn"]),
             progress=_flag("progress", values["progress"]),
