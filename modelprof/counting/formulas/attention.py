@@ -1,6 +1,6 @@
-"""Attention: fused scaled-dot-product kernels (every backend, packed variable-length batches
-counted sequence by sequence), their backward kernels, ``flex_attention`` and the fused
-``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer`` fast paths."""
+"""Attention: fused SDPA kernels of every backend (packed variable-length batches sequence by
+sequence) and their backward, ``flex_attention``, and the fused ``nn.MultiheadAttention`` /
+``nn.TransformerEncoderLayer`` fast paths."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from modelprof.counting.formulas.norm import NORM_FLOPS_PER_ELEMENT
+from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.registry import (
     Cost,
@@ -33,9 +33,8 @@ def attention_cost(
 
     [bh, l_q, d] @ [bh, d, l_k] -> [bh, l_q, l_k]   bh*l_q*l_k*d MACs
     [bh, l_q, l_k] @ [bh, l_k, d_v] -> [bh, l_q, d_v]  bh*l_q*l_k*d_v MACs
-    plus, per score, 1 flop for the scale, 1 for an additive mask and the softmax's
-    SOFTMAX_FLOPS_PER_ELEMENT. A causal mask is counted as full attention (as
-    torch.utils.flop_counter does).
+    plus, per score, 1 flop for the scale, 1 for an additive mask and the softmax's. A causal
+    mask is counted as full attention (as torch.utils.flop_counter does).
     """
     scores = batch_heads * l_q * l_k
     macs = scores * (d_qk + d_v)
@@ -96,8 +95,8 @@ def varlen_pairs(
     k_lengths: torch.Tensor | None = None,
 ) -> tuple[int, str | None]:
     """Query-key pairs of a packed variable-length batch, sum_i Lq_i * Lk_i, from the cumulative
-    offsets (``k_lengths``, when given, are the key lengths actually used, as a KV cache's
-    ``seqused_k``). Without values: the tightest bound the shapes give, and a note saying so."""
+    offsets (``k_lengths``: the key lengths used, as a KV cache's ``seqused_k``). Without
+    values: the tightest bound the shapes give, and a note saying so."""
     if has_values(cum_q) and has_values(cum_k) and (k_lengths is None or has_values(k_lengths)):
         lq = offsets_to_lengths(cum_q)
         lk = (
@@ -189,13 +188,21 @@ def attention_backward_cost(
     so 3*d_qk + 2*d_v MACs per score (torch.utils.flop_counter's count). Per score: the scale
     (1) and mask (1, when there is one) again, P = exp(S - logsumexp) (2), dS = P * (dP - D)
     (2) and its scale (1); per output element D = rowsum(dO * O) (2). ``out_elements``: the
-    output's elements when they are not ``bh*l_q*d_v`` (packed variable-length batches).
+    output's elements when not ``bh*l_q*d_v`` (packed variable-length batches).
     """
     scores = batch_heads * l_q * l_k
     macs = scores * (3 * d_qk + 2 * d_v)
     outputs = batch_heads * l_q * d_v if out_elements is None else out_elements
     elementwise = scores * (1 + int(masked) + 2 + 2 + 1) + 2 * outputs
     return Cost(macs, flops=2 * macs + elementwise)
+
+
+def _packed_backward(q, v, pairs: int, note: str | None) -> Cost:
+    """Backward over ``pairs`` query-key pairs per head of a packed q [..., total_q, H, E]."""
+    total_q, heads, d = q.shape[-3:]
+    out_elements = total_q * heads * v.shape[-1]
+    cost = attention_backward_cost(heads, 1, pairs, d, v.shape[-1], out_elements=out_elements)
+    return Cost(cost.macs, flops=cost.flops, note=note)
 
 
 def _bhld_backward(args, mask) -> Cost:
@@ -242,15 +249,7 @@ def _flash_attention_backward(args, kwargs, out) -> Cost:
         b, l_q, h, d = q.shape
         return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
     pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0], k.shape[0])
-    cost = attention_backward_cost(
-        q.shape[-2],
-        1,
-        pairs,
-        q.shape[-1],
-        v.shape[-1],
-        out_elements=q.shape[0] * q.shape[-2] * v.shape[-1],
-    )
-    return Cost(cost.macs, flops=cost.flops, note=note)
+    return _packed_backward(q, v, pairs, note)
 
 
 @register_present(*optional_ops("_efficient_attention_backward"))
@@ -263,15 +262,7 @@ def _efficient_attention_backward(args, kwargs, out) -> Cost:
         b, l_q, h, d = q.shape
         return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
     pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3], k.shape[-3])
-    cost = attention_backward_cost(
-        q.shape[-2],
-        1,
-        pairs,
-        q.shape[-1],
-        v.shape[-1],
-        out_elements=q.shape[-3] * q.shape[-2] * v.shape[-1],
-    )
-    return Cost(cost.macs, flops=cost.flops, note=note)
+    return _packed_backward(q, v, pairs, note)
 
 
 # -- flex_attention (a higher-order operator) ---------------------------------------------------
@@ -284,8 +275,8 @@ _MOD_NOT_COSTED = (
 def _per_score(
     probe, fn, q: torch.Tensor, n_index_args: int, with_score: bool, buffers: tuple
 ) -> int | None:
-    """Flops of one call of a score_mod/mask_mod on 0-d inputs (the eager kernel calls it once
-    per score, vectorised), or None if it cannot be run that way."""
+    """Flops of one score_mod/mask_mod call on 0-d inputs (the eager kernel calls it once per
+    score, vectorised), or None if it cannot be run that way."""
     working = torch.float64 if q.dtype == torch.float64 else torch.float32
     index = torch.zeros((), dtype=torch.int64, device=q.device)
     args = (
@@ -305,16 +296,13 @@ def _per_score(
 def _flex_attention(args, kwargs, out, probe) -> Cost:
     # (query [B, Hq, L, E], key [Bkv, Hkv, S, E], value [Bkv, Hkv, S, Ev], score_mod,
     #  block_mask (..., mask_mod), scale, kernel_options, score_mod_other_buffers,
-    #  mask_mod_other_buffers): QK^T and AV over every head of the query (GQA shares k/v),
-    #  plus per score: scale, softmax, the score_mod's ops and, with a mask, the mask_mod's
-    #  ops + 1 to apply it. Masked blocks are counted like a causal mask is: fully.
+    #  mask_mod_other_buffers): attention over every query head (GQA shares k/v) plus the
+    #  score_mod's ops per score and, with a mask, the mask_mod's + 1; masked blocks count fully
     q, k, v, score_mod, block_mask = args[:5]
     score_buffers = args[7] if len(args) > 7 else kwargs.get("score_mod_other_buffers", ())
     mask_buffers = args[8] if len(args) > 8 else kwargs.get("mask_mod_other_buffers", ())
     *lead, l_q, d = q.shape
-    bh = 1
-    for n in lead:
-        bh *= n
+    bh = math.prod(lead)
     mask_mod = block_mask[-1] if isinstance(block_mask, tuple) and block_mask else None
     try:
         from torch.nn.attention.flex_attention import noop_mask
@@ -337,9 +325,7 @@ def _flex_attention_backward(args, kwargs, out) -> Cost:
     # (query, key, value, out, logsumexp, grad_out, grad_logsumexp, fw_graph, joint_graph, ...)
     q, k, v = args[0], args[1], args[2]
     *lead, l_q, d = q.shape
-    bh = 1
-    for n in lead:
-        bh *= n
+    bh = math.prod(lead)
     return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1])
 
 
@@ -410,20 +396,10 @@ def _encoder_layer(args, kwargs, out) -> Cost:
     hidden = args[14].shape[0]
     tokens = sum(lengths)
     ffn_macs = 2 * tokens * embed * hidden  # E->F and F->E
-    ffn_out = tokens * (hidden + embed)
-    # two affine layer norms, the activation over F, two residual adds over E, ffn biases
-    elementwise = (
-        2
-        * (
-            NORM_FLOPS_PER_ELEMENT["stats"]
-            + NORM_FLOPS_PER_ELEMENT["normalize"]
-            + NORM_FLOPS_PER_ELEMENT["affine"]
-        )
-        * tokens
-        * embed
-        + tokens * hidden
-        + 2 * tokens * embed
-    )
+    ffn_out = tokens * (hidden + embed)  # (their bias adds)
+    # two affine layer norms, the activation over F, two residual adds over E
+    norms = 2 * norm_cost(tokens * embed, True, 2).flops
+    elementwise = norms + tokens * hidden + 2 * tokens * embed
     return Cost(
         attn.macs + ffn_macs,
         flops=attn.flops + 2 * ffn_macs + ffn_out + elementwise,
