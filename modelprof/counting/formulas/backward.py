@@ -1,38 +1,29 @@
 """Backward ops: the gradients autograd computes, counted by the conventions of the forward.
 
 Contractions (MACs), per gradient asked for by the op's ``output_mask``:
-    convolution_backward  grad_input = a transposed convolution with the forward's weight, and
-                          grad_weight = a convolution of the input with grad_output: each the
-                          forward's MACs (``conv_macs``); grad_bias sums grad_output (1 flop per
-                          element). So a layer whose input and weight need grad costs 2x its
-                          forward MACs; the first layer (input needs no grad) 1x; frozen 0x.
-    fused attention       the flash/efficient/cuDNN/CPU kernels keep no attention matrix: they
-                          recompute the scores Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K,
-                          dK = dS^T Q: ``bh*l_q*l_k*(3*d_qk + 2*d_v)`` MACs, as
-                          ``torch.utils.flop_counter`` counts them (2.5x the forward when
-                          d_qk == d_v); counted in ``attention.py`` (variable-length batches
-                          sequence by sequence). The math path's backward runs as bmm's.
-    fused RNN layers      oneDNN and cuDNN compute the data gradients (layer input and hidden
-                          state, through W_ih and W_hh) and the weight gradients: 2x the
-                          forward's gate MACs (1x when cuDNN is asked for no weight gradient).
+    convolution_backward  grad_input (a transposed convolution) and grad_weight (the input with
+                          grad_output) each the forward's MACs; grad_bias 1 flop per grad_output
+                          element. So 2x the forward's MACs, 1x for a first layer, 0x frozen.
+    fused attention       the scores recomputed, then dV, dP, dQ, dK: 3*d_qk + 2*d_v MACs per
+                          score (``attention.attention_backward_cost``); the math path's backward
+                          runs as bmm's.
+    fused RNN layers      data and weight gradients: 2x the forward's gate MACs (1x when cuDNN is
+                          asked for no weight gradient).
 Per element (flops):
     normalisation         x_hat = (x - mean) * rstd recomputed: 2 (for the weight gradient, and
                           for the input gradient with batch statistics);
                           grad_input with batch statistics (train batch norm, layer, group norm):
                           rstd * (g - mean(g) - x_hat * mean(g * x_hat)) = 7, + 1 for g * weight;
-                          grad_input with known statistics (eval batch norm): g * (weight * rstd) = 1;
+                          with known statistics (eval batch norm): g * (weight * rstd) = 1;
                           grad_weight = sum(g * x_hat): 2; grad_bias = sum(g): 1.
                           RMS norm: x_hat 1, grad_input 5 (+1 weight), grad_weight 2.
-    softmax, log_softmax  y * (g - sum(g * y)) and g - exp(y) * sum(g): 4 per element.
-    activations           1 per element, as their forward (the pointwise tag covers relu's
-                          threshold_backward, gelu, silu, sigmoid, tanh; the rest are listed here).
-    pooling               max: grad_output scattered to the winners, 1 per grad_output element;
-                          avg: k per grad_output element of a k-window (as the forward);
-                          adaptive avg: the sum of the window sizes (as the forward).
-    embedding             every looked-up row's gradient added into the weight gradient: 1 per
-                          element of grad_output.
-    RNN cells             the elementwise cell backward is counted at twice its forward count;
-                          each bias gradient sums the gate gradients over the tokens.
+    softmax, log_softmax  y * (g - sum(g * y)) and g - exp(y) * sum(g): 4.
+    activations           1, as their forward (those without the pointwise tag listed here).
+    pooling               max: 1 per grad_output element (scattered to the winners); avg and
+                          adaptive avg: the forward's count.
+    embedding             1 per grad_output element (added into the weight gradient).
+    RNN cells             twice the forward's elementwise count; each bias gradient sums the gate
+                          gradients over the tokens.
     select/slice/...      the gradient written into zeros: 0 flops (a copy).
 """
 
@@ -43,7 +34,7 @@ from math import prod
 import torch
 
 from modelprof.counting.formulas.conv import conv_macs
-from modelprof.counting.formulas.pool import adaptive_window_sum
+from modelprof.counting.formulas.pool import adaptive_window_sum, window
 from modelprof.counting.formulas.registry import (
     ZERO,
     Cost,
@@ -109,7 +100,7 @@ def norm_backward_cost(
     grad_bias: bool,
     per: dict[str, int] | None = None,
 ) -> Cost:
-    """Flops of a normalisation's backward over ``numel`` input elements (see the module doc)."""
+    """Flops of a normalisation's backward over ``numel`` input elements."""
     per = NORM_BACKWARD_FLOPS_PER_ELEMENT if per is None else per
     f = 0
     if grad_weight or (grad_input and batch_stats):
@@ -258,20 +249,15 @@ def _max_pool_backward(args, kwargs, out) -> Cost:
     return Cost(0, flops=args[0].numel())
 
 
-def _window(kernel, dims: int) -> int:
-    k = [kernel] if isinstance(kernel, int) else list(kernel)
-    return prod(k * dims if len(k) == 1 else k)
-
-
 @register_present(*optional_ops("avg_pool2d_backward"))
 def _avg_pool2d_backward(args, kwargs, out) -> Cost:
     # (grad_output, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
-    return Cost(0, flops=args[0].numel() * _window(args[2], 2))
+    return Cost(0, flops=args[0].numel() * window(args[2], 2))
 
 
 @register_present(*optional_ops("avg_pool3d_backward"))
 def _avg_pool3d_backward(args, kwargs, out) -> Cost:
-    return Cost(0, flops=args[0].numel() * _window(args[2], 3))
+    return Cost(0, flops=args[0].numel() * window(args[2], 3))
 
 
 @register_present(*optional_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"))
@@ -333,7 +319,6 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
     #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
     #  bidirectional, batch_sizes, dropout_state, reserve, output_mask)
-    # the weights from the sizes, as the forward's formula (rnn.py) takes them
     mask = _mask(args, kwargs, 21, 4)
     biases = 2 if cudnn_has_biases(args[2]) and mask[3] else 0
     return _rnn_backward_cost(*cudnn_layout(args, 10), biases, mask[3])
@@ -344,7 +329,7 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
 )
 def _fused_cell_backward(args, kwargs, out) -> Cost:
     # the gate matmuls' gradients run as mm; here the cell (2x its forward's 3 per gate unit)
-    # and, with biases, the bias gradient (a sum of the gate gradients over the batch)
+    # and, with biases, the bias gradient (the gate gradients summed over the batch)
     grad_gates = out[0]
     has_bias = bool(args[-1])
     return Cost(0, flops=(6 + int(has_bias)) * grad_gates.numel())

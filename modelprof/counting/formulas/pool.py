@@ -12,7 +12,7 @@ from math import ceil, floor, prod
 
 import torch
 
-from modelprof.counting.formulas.registry import Cost, optional_ops, register_present
+from modelprof.counting.formulas.registry import Cost, first, optional_ops, register_present
 
 __all__ = ["adaptive_window_sum", "pool_cost"]
 
@@ -24,22 +24,16 @@ def pool_cost(n_out: int, window: int, kind: str) -> Cost:
     return Cost(0, flops=n_out * per)
 
 
-def _kernel(args, dims: int) -> int:
-    k = args[1]
-    k = [k] if isinstance(k, int) else list(k)
-    if len(k) == 1:
-        k = k * dims
-    return prod(k)
-
-
-def _out(out) -> torch.Tensor:
-    return out[0] if isinstance(out, (tuple, list)) else out
+def window(kernel, dims: int) -> int:
+    """Elements of a ``dims``-d window of ``kernel`` (an int or one size for every dim)."""
+    k = [kernel] if isinstance(kernel, int) else list(kernel)
+    return prod(k * dims if len(k) == 1 else k)
 
 
 def _fixed(kind: str, dims: int):
     def formula(args, kwargs, out) -> Cost:
         # (input, kernel_size, stride, padding, ...)
-        return pool_cost(_out(out).numel(), _kernel(args, dims), kind)
+        return pool_cost(first(out).numel(), window(args[1], dims), kind)
 
     return formula
 
@@ -69,7 +63,7 @@ def adaptive_window_sum(in_size: int, out_size: int) -> int:
 def _adaptive(kind: str):
     def formula(args, kwargs, out) -> Cost:
         # (input [N, C, *in], output_size); windows multiply across dims
-        x, o = args[0], _out(out)
+        x, o = args[0], first(out)
         size = args[1]
         dims = 1 if isinstance(size, int) else len(size)
         spatial_in = x.shape[-dims:]

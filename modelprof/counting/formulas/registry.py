@@ -1,12 +1,9 @@
 """The one registry of cost formulas, filled by ``register_formula``.
 
-Keys are ops of any namespace (``torch.ops.aten.convolution`` — an overload packet — or one
-overload such as ``torch.ops.aten.add.Tensor``, ``torch.ops.quantized.linear``), a higher-order
-operator (``flex_attention``), a ``torch.Tag`` for a whole family (``torch.Tag.pointwise``), or an
-``nn.Module`` subclass for the torchstat view. Lookup for an op goes overload, packet, tag, then
-the functional form of an in-place op (``addmm_`` is costed as ``addmm``; ``out=`` overloads share
-their packet). An op found nowhere is counted through its decomposition where it has one (see
-``counter.py``), else it is *unsupported* and reported, never counted as zero silently.
+Keys are ops of any namespace (an overload packet such as ``torch.ops.aten.convolution`` or one
+overload), a higher-order operator, a ``torch.Tag`` for a whole family (``torch.Tag.pointwise``),
+or an ``nn.Module`` subclass for the torchstat view. An op found nowhere is counted through its
+decomposition where it has one (``counter.py``), else reported *unsupported*, never a silent 0.
 
 Conventions (stated once, here):
     macs   multiply-accumulates of contractions (conv, linear/matmul, attention, RNN gates);
@@ -42,11 +39,8 @@ TORCHSTAT_COLUMNS = ("Flops", "MAdd")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Cost:
     """What one op call costs. ``flops`` defaults to ``2 * macs``; ``madd`` to ``flops``.
-
-    ``note`` says when the count is not exact, e.g. an upper bound because the values it needs
-    (the offsets of a variable-length batch) are unknown on the meta device; the report lists
-    every note with its call count (``Report.notes``).
-    """
+    ``note`` says when the count is not exact (an upper bound where the values it needs are
+    unknown, on meta); the report lists every note with its call count (``Report.notes``)."""
 
     macs: int = 0
     flops: int | None = None
@@ -65,6 +59,11 @@ ZERO = Cost(0, 0, 0)
 def arg(args: tuple, kwargs: dict, pos: int, name: str, default: Any = None) -> Any:
     """A formula's argument ``name``: positional at ``pos`` or by keyword, else ``default``."""
     return args[pos] if len(args) > pos else kwargs.get(name, default)
+
+
+def first(out: Any) -> Any:
+    """An op's first output (of a tuple or list of them)."""
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 class FormulaRegistry:
@@ -100,9 +99,9 @@ class FormulaRegistry:
 
     # -- lookup --------------------------------------------------------------------------------
     def lookup(self, func: Any) -> OpFormula | None:
-        """Formula for one op overload: exact overload, its packet, its tags, then (for an
-        in-place op such as ``addmm_``) the formula of its functional form. A higher-order
-        operator is looked up by itself only."""
+        """Formula for one op overload: exact overload, its packet (``out=`` overloads share
+        it), its tags, then (for an in-place op such as ``addmm_``) its functional form's. A
+        higher-order operator is looked up by itself only."""
         fn = self.ops.get(func)
         if fn is not None or isinstance(func, HigherOrderOperator):
             return fn
@@ -195,10 +194,9 @@ def register_formula(
 
 
 def wants_probe(fn: Callable) -> Callable:
-    """Mark an op formula that costs a callable it is handed (a higher-order operator's
-    ``score_mod``): the counter then calls it as ``fn(args, kwargs, out, probe=...)``, where
-    ``probe(callable, *args)`` returns the :class:`Cost` of one call. The counting stays in the
-    mode; the formula never imports it."""
+    """Mark an op formula that costs a callable it is handed (``score_mod``): the counter calls
+    it as ``fn(args, kwargs, out, probe=...)``, ``probe(callable, *args)`` the :class:`Cost` of
+    one call (so the formula never imports the counter)."""
     fn.wants_probe = True
     return fn
 
