@@ -8,6 +8,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (
     Cost,
+    first,
     optional_ops,
     register_formula,
     register_present,
@@ -19,14 +20,10 @@ aten = torch.ops.aten
 
 
 def conv_macs(x_shape, w_shape, out_shape, transposed: bool = False) -> int:
-    """MACs of one convolution.
-
-    Normal:     w = [C_out, C_in/g, *k]; every output position of every output channel is a
-                dot product of length C_in/g * prod(k): N * C_out * prod(out_spatial) * C_in/g * prod(k).
-    Transposed: w = [C_in, C_out/g, *k]; every *input* position scatters into C_out/g * prod(k)
-                outputs: N * C_in * prod(in_spatial) * C_out/g * prod(k).
-    Either way: N * prod(w.shape) * prod(spatial of the side the kernel slides over).
-    """
+    """MACs of one convolution: N * prod(w.shape) * prod(spatial of the side the kernel slides
+    over) — every output position of a normal one (w [C_out, C_in/g, *k]) is a dot product of
+    length C_in/g * prod(k); every *input* position of a transposed one (w [C_in, C_out/g, *k])
+    scatters into C_out/g * prod(k) outputs."""
     spatial = (x_shape if transposed else out_shape)[2:]
     return x_shape[0] * prod(w_shape) * prod(spatial)
 
@@ -65,8 +62,7 @@ def _convolution(args, kwargs, out) -> Cost:
 )
 def _backend_convolution(args, kwargs, out) -> Cost:
     # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter.
-    o = out[0] if isinstance(out, (tuple, list)) else out
-    return _conv_cost(args[0], args[1], _bias(args), o, False)
+    return _conv_cost(args[0], args[1], _bias(args), first(out), False)
 
 
 @register_present(
