@@ -16,6 +16,7 @@ from modelprof.counting.formulas.registry import (
     ZERO,
     Cost,
     arg,
+    first,
     optional_ops,
     register_formula,
     register_present,
@@ -40,6 +41,7 @@ register_formula(
         "unsafe_split_with_sizes",
         "unsafe_chunk",
         "_reshape_alias",
+        "lift",
         "lift_fresh",
         "set_",
         "resize_",
@@ -47,20 +49,14 @@ register_formula(
         "_local_scalar_dense",
         "_assert_async",
         "_assert_scalar",
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "sym_storage_offset",
-        "_nested_tensor_size",
-        "_nested_tensor_strides",
+        "_assert_tensor_metadata",
         "_functional_assert_async",
+        *(f"sym_{x}" for x in ("size", "stride", "numel", "storage_offset")),
         "_make_dep_token",
         "record_stream",
         "_has_same_storage_numel",
         "is_same_size",
         "_shape_as_tensor",
-        "_assert_tensor_metadata",
-        "lift",
         # queries that return a number, not data
         "dim",
         "_fused_sdp_choice",
@@ -68,15 +64,10 @@ register_formula(
         # nested tensors: views of a buffer and their metadata
         "_nested_view_from_buffer",
         "_nested_view_from_jagged",
-        "_nested_get_values",
-        "_nested_get_offsets",
-        "_nested_get_lengths",
-        "_nested_get_ragged_idx",
-        "_nested_get_min_seqlen",
-        "_nested_get_max_seqlen",
-        "_nested_get_jagged_dummy",
+        *(f"_nested_get_{x}" for x in ("values", "offsets", "lengths", "ragged_idx")),
+        *(f"_nested_get_{x}" for x in ("min_seqlen", "max_seqlen", "jagged_dummy")),
+        *(f"_nested_tensor_{x}" for x in ("size", "strides", "storage_offsets")),
         "_nested_compute_contiguous_strides_offsets",
-        "_nested_tensor_storage_offsets",
     ),
 )(VIEW)
 
@@ -95,6 +86,10 @@ def _zero(args, kwargs, out):
     return ZERO
 
 
+# view ops whose ``_copy`` variants copy; ops with an in-place ``_`` variant
+_RESHAPES = ("view", "_unsafe_view", "as_strided", "permute", "expand", "transpose", "t")
+_PARTS = ("unsqueeze", "squeeze", "slice", "select", "split", "split_with_sizes", "unbind")
+_WITH_INPLACE = ("scatter", "index_put", "index_fill", "index_copy", "masked_scatter")
 register_present(
     *optional_ops(
         # copies and layout changes
@@ -107,20 +102,7 @@ register_present(
         "lift_fresh_copy",
         "alias_copy",
         "detach_copy",
-        "view_copy",
-        "permute_copy",
-        "expand_copy",
-        "transpose_copy",
-        "t_copy",
-        "unsqueeze_copy",
-        "squeeze_copy",
-        "slice_copy",
-        "select_copy",
-        "split_copy",
-        "split_with_sizes_copy",
-        "unbind_copy",
-        "as_strided_copy",
-        "_unsafe_view_copy",
+        *(f"{v}_copy" for v in _RESHAPES + _PARTS),
         "to_mkldnn",
         "to_dense",
         "_to_dense",
@@ -133,30 +115,13 @@ register_present(
         "index",
         "index_select",
         "gather",
-        "scatter",
-        "scatter_",
-        "index_put",
-        "index_put_",
+        *(name for op in _WITH_INPLACE for name in (op, f"{op}_")),
         "_index_put_impl_",
-        "index_fill",
-        "index_fill_",
-        "index_copy",
-        "index_copy_",
         "masked_select",
-        "masked_scatter",
-        "masked_scatter_",
         "take",
-        "slice_scatter",
-        "select_scatter",
-        "diagonal_scatter",
-        "as_strided_scatter",
+        *(f"{x}_scatter" for x in ("slice", "select", "diagonal", "as_strided")),
         "constant_pad_nd",
-        "reflection_pad1d",
-        "reflection_pad2d",
-        "reflection_pad3d",
-        "replication_pad1d",
-        "replication_pad2d",
-        "replication_pad3d",
+        *(f"{mode}_pad{d}d" for mode in ("reflection", "replication") for d in (1, 2, 3)),
         "_pad_circular",
         "roll",
         "flip",
@@ -181,20 +146,10 @@ register_present(
         "flatten_dense_tensors",
         "unflatten_dense_tensors",
         # creation
-        "empty",
-        "empty_like",
+        *(f"{x}{form}" for x in ("empty", "zeros", "ones", "full") for form in ("", "_like")),
+        *(f"new_{x}" for x in ("empty", "zeros", "ones", "full")),
         "empty_strided",
-        "new_empty",
         "new_empty_strided",
-        "zeros",
-        "zeros_like",
-        "new_zeros",
-        "ones",
-        "ones_like",
-        "new_ones",
-        "full",
-        "full_like",
-        "new_full",
         "fill",
         "fill_",
         "zero_",
@@ -205,12 +160,7 @@ register_present(
         "eye",
         "tril_indices",
         "triu_indices",
-        "randn",
-        "randn_like",
-        "rand",
-        "rand_like",
-        "randint",
-        "randint_like",
+        *(f"{x}{form}" for x in ("rand", "randn", "randint") for form in ("", "_like")),
         "randperm",
         "normal",
         "normal_",
@@ -250,7 +200,7 @@ def _embedding_bag(args, kwargs, out):
         args[0].shape[1],
         arg(args, kwargs, 4, "mode", 0),
         arg(args, kwargs, 6, "per_sample_weights", None) is not None,
-        _first(out).numel(),
+        first(out).numel(),
     )
     return cost if note is None else dataclasses.replace(cost, note=note)
 
@@ -294,7 +244,3 @@ def embedding_bag_cost(looked_up: int, width: int, mode: int, weighted: bool, ou
     ``mean`` (1) divides each of the ``out`` output elements by its bag's size, 1 flop each."""
     elements = looked_up * width
     return Cost(0, flops=elements * (2 if weighted else 1) + (out if mode == 1 else 0))
-
-
-def _first(out: object) -> torch.Tensor:
-    return out[0] if isinstance(out, (tuple, list)) else out
