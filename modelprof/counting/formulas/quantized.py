@@ -31,6 +31,7 @@ from modelprof.counting.formulas.registry import (
     REGISTRY,
     ZERO,
     Cost,
+    first,
     optional_hops,
     optional_ops,
     register_present,
@@ -132,10 +133,6 @@ def _weight_bias(packed: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias if isinstance(bias, torch.Tensor) else None
 
 
-def _out(out: Any) -> torch.Tensor:
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 # -- convolutions -------------------------------------------------------------------------------
 def _conv(fused_per_output: int):
     def formula(args, kwargs, out) -> Cost:
@@ -144,7 +141,7 @@ def _conv(fused_per_output: int):
         packed = _packed(args)
         weight, bias = _weight_bias(packed)
         transposed = bool(packed.transpose()) if hasattr(packed, "transpose") else False
-        o = _out(out)
+        o = first(out)
         macs = conv_macs(args[0].shape, weight.shape, o.shape, transposed)
         n_out = o.numel()
         extra = n_out * (fused_per_output + (1 if bias is not None else 0))
@@ -214,16 +211,10 @@ def _matmul(args, kwargs, out) -> Cost:
 
 
 # -- elementwise, norms, pools, embeddings ------------------------------------------------------
+_ARITHMETIC = ("add", "add_scalar", "mul", "mul_scalar")  # each with an ``_out`` form
 register_present(
     *_ops(
-        "add",
-        "add_out",
-        "add_scalar",
-        "add_scalar_out",
-        "mul",
-        "mul_out",
-        "mul_scalar",
-        "mul_scalar_out",
+        *(f"{op}{out}" for op in _ARITHMETIC for out in ("", "_out")),
         "relu6",
         "sigmoid",
         "hardswish",
@@ -235,18 +226,9 @@ register_present(
         "prelu",
     )
 )(elementwise(1))
-register_present(
-    *_ops(
-        "add_relu",
-        "add_relu_out",
-        "add_scalar_relu",
-        "add_scalar_relu_out",
-        "mul_relu",
-        "mul_relu_out",
-        "mul_scalar_relu",
-        "mul_scalar_relu_out",
-    )
-)(elementwise(2))
+register_present(*_ops(*(f"{op}_relu{out}" for op in _ARITHMETIC for out in ("", "_out"))))(
+    elementwise(2)
+)
 register_present(*_ops("softmax"))(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
 register_present(*_ops("cat", "cat_out", "dropout"))(lambda args, kwargs, out: ZERO)
 register_present(*_ops("cat_relu", "cat_relu_out"))(elementwise(1))
@@ -281,17 +263,16 @@ def _stat_norm(args, kwargs, out) -> Cost:
 def _max_pool(args, kwargs, out) -> Cost:
     # (qx, kernel_size, stride, padding, dilation, ceil_mode)
     kernel = list(args[1]) if not isinstance(args[1], int) else [args[1]]
-    return pool_cost(_out(out).numel(), prod(kernel), "max")
+    return pool_cost(first(out).numel(), prod(kernel), "max")
 
 
 @register_present(
     *_ops(
-        "embedding_bag_byte",
-        "embedding_bag_4bit",
-        "embedding_bag_2bit",
-        "embedding_bag_byte_rowwise_offsets",
-        "embedding_bag_4bit_rowwise_offsets",
-        "embedding_bag_2bit_rowwise_offsets",
+        *(
+            f"embedding_bag_{b}{o}"
+            for b in ("byte", "4bit", "2bit")
+            for o in ("", "_rowwise_offsets")
+        )
     )
 )
 def _embedding_bag(args, kwargs, out) -> Cost:
@@ -304,30 +285,18 @@ def _embedding_bag(args, kwargs, out) -> Cost:
     offsets = args[2] if len(args) > 2 else kwargs.get("offsets")
     last = bool(args[8] if len(args) > 8 else kwargs.get("include_last_offset", False))
     looked_up, note = bag_entries(args[1], offsets, last, None)
-    o = _out(out)
+    o = first(out)
     cost = embedding_bag_cost(looked_up, o.shape[-1], mode, weights is not None, o.numel())
     return cost if note is None else dataclasses.replace(cost, note=note)
 
 
+_PACKED_CONVS = ("conv", "conv1d", "conv2d", "conv3d", *(f"conv_transpose{d}d" for d in (1, 2, 3)))
 register_present(
     *_ops(
         "embedding_byte",
         "embedding_4bit",
-        "conv_prepack",
-        "conv_unpack",
-        "conv1d_prepack",
-        "conv1d_unpack",
-        "conv2d_prepack",
-        "conv2d_unpack",
+        *(f"{c}_{p}" for c in _PACKED_CONVS for p in ("prepack", "unpack")),
         "conv2d_unpack_sizes",
-        "conv3d_prepack",
-        "conv3d_unpack",
-        "conv_transpose1d_prepack",
-        "conv_transpose1d_unpack",
-        "conv_transpose2d_prepack",
-        "conv_transpose2d_unpack",
-        "conv_transpose3d_prepack",
-        "conv_transpose3d_unpack",
         "linear_prepack",
         "linear_prepack_fp16",
         "linear_prepack_legacy",
@@ -336,9 +305,7 @@ register_present(
         "linear_unpack_fp16",
         "embedding_bag_prepack",
         "embedding_bag_unpack",
-        "make_quantized_cell_params",
-        "make_quantized_cell_params_dynamic",
-        "make_quantized_cell_params_fp16",
+        *(f"make_quantized_cell_params{k}" for k in ("", "_dynamic", "_fp16")),
         *(
             f"conv{d}_{a}"
             for d in ("2d", "3d", "_transpose2d", "_transpose3d")
