@@ -61,22 +61,16 @@ def reduction(per_input: int = 1):
 # Every op the dispatcher tags pointwise: add, mul, relu_, gelu, where, eq, clamp, ...
 register_formula(torch.Tag.pointwise)(elementwise(1))
 
-# Activations whose in-place or out-of-place overloads carry no pointwise tag.
+# Activations and other elementwise ops whose in-place or out-of-place overloads carry no
+# pointwise tag (those of _WITH_INPLACE in both forms).
+_WITH_INPLACE = ("hardswish", "hardtanh", "elu", "selu", "celu", "threshold", "mish", "bernoulli")
+_SCATTERS = ("index_add", "scatter_add", "scatter_reduce", "tril", "triu")
 register_present(
     *optional_ops(
-        "hardswish",
-        "hardswish_",
+        *(name for op in _WITH_INPLACE + _SCATTERS for name in (op, f"{op}_")),
         "hardsigmoid_",
-        "hardtanh",
-        "hardtanh_",
         "relu6",
         "leaky_relu_",
-        "elu",
-        "elu_",
-        "selu",
-        "selu_",
-        "celu",
-        "celu_",
         "glu",
         "prelu",
         "_prelu_kernel",
@@ -84,11 +78,7 @@ register_present(
         "softplus",
         "softshrink",
         "hardshrink",
-        "threshold",
-        "threshold_",
         "log_sigmoid_forward",
-        "mish",
-        "mish_",
         "silu_",
         "gelu_",
         "clamp_",
@@ -98,23 +88,11 @@ register_present(
         "sgn",
         "_conj_physical",
         "logical_not_",
-        "index_add",
-        "index_add_",
-        "scatter_add",
-        "scatter_add_",
-        "scatter_reduce",
-        "scatter_reduce_",
         "lerp_",
         "addcmul_",
         "addcdiv_",
         "_foreach_add",
         "_foreach_mul",
-        "bernoulli",
-        "bernoulli_",
-        "tril",
-        "triu",
-        "tril_",
-        "triu_",
     )
 )(elementwise(1))
 
@@ -174,16 +152,10 @@ def _interpolation(neighbours: int):
     return elementwise(2 * neighbours - 1 if neighbours > 1 else 0)
 
 
-register_present(
-    *optional_ops(
-        "upsample_nearest1d",
-        "upsample_nearest2d",
-        "upsample_nearest3d",
-        "_upsample_nearest_exact1d",
-        "_upsample_nearest_exact2d",
-        "_upsample_nearest_exact3d",
-    )
-)(_interpolation(1))
+_NEAREST = ("upsample_nearest", "_upsample_nearest_exact")
+register_present(*optional_ops(*(f"{n}{d}d" for n in _NEAREST for d in (1, 2, 3))))(
+    _interpolation(1)
+)
 register_present(*optional_ops("upsample_linear1d"))(_interpolation(2))
 register_present(
     *optional_ops(
