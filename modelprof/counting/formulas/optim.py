@@ -28,7 +28,7 @@ and conventions, unsupported ops reported); ``register_optimizer_formula`` adds 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -133,7 +133,7 @@ def optimizer_cost(
     elements = flops = read = write = state = 0
     for group in optimizer.param_groups:
         per, states = formula(group)
-        for p in _distinct(group["params"]):
+        for p in {id(p): p for p in group["params"]}.values():  # each tensor once
             if not has_grad(p):
                 continue
             n, size = p.numel(), p.element_size()
@@ -143,13 +143,3 @@ def optimizer_cost(
             write += (1 + states) * n * size
             state += states * n * size
     return OptimizerCost(type(optimizer).__name__, elements, flops, read, write, "formula", state)
-
-
-def _distinct(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out = []
-    for p in params:
-        if id(p) not in seen:
-            seen.add(id(p))
-            out.append(p)
-    return out

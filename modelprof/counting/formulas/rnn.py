@@ -33,10 +33,9 @@ def rnn_cost(
     directions_layers: int,
     has_biases: bool,
 ) -> Cost:
-    """``tokens`` = steps x batch. Every step multiplies the layer input and the hidden state by
-    the gate matrices: per token, sum(numel of 2-D weights) MACs — for an LSTM layer
-    4*h*(in + h) per step and batch element. Per gate unit, 1 add joins W_ih x and W_hh h and
-    2 more add the biases when present (as the per-step addmm path computes it)."""
+    """``tokens`` = steps x batch. Per token, the layer input and hidden state times the gate
+    matrices: sum(numel of 2-D weights) MACs (an LSTM layer: 4*h*(in + h)). Per gate unit, 1 add
+    joins W_ih x and W_hh h, 2 more add the biases (as the per-step addmm path computes it)."""
     macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
     # G*h gate units per layer and direction (a proj_size projection's rows are none of them)
     gate_units = directions_layers * GATES[kind] * hidden_per_direction if weight_shapes else 0
@@ -70,12 +69,8 @@ def cudnn_weight_shapes(
 ) -> list[tuple[int, int]]:
     """The 2-D weights of this RNN as ``nn.LSTM``/``nn.GRU``/``nn.RNN`` hold them, per layer and
     direction ``(G*h, in)``, ``(G*h, h_out)`` and, with ``proj_size``, ``(proj, h)``; ``in`` is
-    ``input_size`` for the first layer, ``h_out`` times the directions after it.
-
-    Made from the op's sizes, not its weight list: under autocast ``_cudnn_rnn`` gets the weights
-    re-flattened into one half-precision buffer as ``(numel, 1)`` column views, biases included
-    (``copy_weights_to_flat_buf_views``), which counted as matrices would add the biases to
-    the MACs and take every weight element for a gate unit (CUDA, bf16 autocast)."""
+    ``input_size`` for the first layer, ``h_out`` times the directions after it. From the op's
+    sizes: under autocast its weight list is ``(numel, 1)`` views of one flat buffer."""
     dirs = 2 if bidirectional else 1
     out = proj or hidden
     gate_rows = GATES[kind] * hidden
@@ -94,8 +89,8 @@ def cudnn_has_biases(weight_stride0: int) -> bool:
 
 def cudnn_layout(args: tuple, mode_at: int) -> tuple[int, list, int, str, int]:
     """(tokens, weight shapes, hidden size, gate kind, layers x directions) of a cuDNN/MIOpen
-    RNN call (forward or backward) whose ``mode, hidden_size, proj_size, num_layers`` start at
-    ``args[mode_at]``, ``bidirectional`` 7 after: the weights from the sizes."""
+    RNN call whose ``mode, hidden_size, proj_size, num_layers`` start at ``args[mode_at]``,
+    ``bidirectional`` 7 after."""
     kind = GATE_MODE[int(args[mode_at])]
     hidden, proj, num_layers = (int(a) for a in args[mode_at + 1 : mode_at + 4])
     bidirectional = bool(args[mode_at + 7])
