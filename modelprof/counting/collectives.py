@@ -1,25 +1,18 @@
 """Collectives, counted: which ops communicate, what each moves, and the traffic it implies.
 
-Every collective a rank runs reaches the dispatcher as an op, whichever API issued it: the
-c10d ops (``dist.all_reduce`` -> ``c10d.allreduce_``; FSDP2's ``c10d._allgather_base_`` and
-``c10d._reduce_scatter_base_``; DDP's bucketed ``c10d.allreduce_``), the functional collectives
-(``_c10d_functional.all_reduce``: DTensor redistribution, tensor parallelism) and their autograd
-variants. :func:`collective_of` reads one such call into a :class:`Collective`.
+Every collective a rank runs reaches the dispatcher as an op, whichever API issued it: the c10d
+ops (``dist.all_reduce``, FSDP2's, DDP's), the functional collectives (DTensor, tensor
+parallelism) and their autograd variants. :func:`collective_of` reads one into a
+:class:`Collective`. Conventions (docs/distributed.md):
 
-Conventions (docs/distributed.md):
-
-- ``payload_bytes`` (the ``comm_bytes`` column) is the size of the collective's whole buffer, as
-  nccl-tests calls it "size": the tensor of an all-reduce or broadcast, the gathered *output* of an
-  all-gather, the *input* of a reduce-scatter (the buffer that is reduced), the input of an
-  all-to-all, the tensor sent or received. It is the larger of the bytes handed in and out, which
-  are kept too (``in_bytes``, ``out_bytes``).
-- ``traffic_bytes`` is what the ring algorithm implies each rank sends (and receives) for it, in
-  a group of ``n`` ranks (nccl-tests' "bus bandwidth" factors): all-reduce ``2(n-1)/n * size``
-  (a reduce-scatter then an all-gather), all-gather, reduce-scatter and all-to-all
-  ``(n-1)/n * size``, broadcast and reduce ``size`` (pipelined), send/recv ``size``, gather and
-  scatter ``size`` on a non-root rank and ``(n-1)/n * size`` on the root, a barrier 0. Integer
-  bytes, rounded down. It is *implied*, not measured: NCCL may choose a tree, gloo its own
-  algorithms, and a group of one moves nothing.
+- ``payload_bytes`` (the ``comm_bytes`` column): the collective's whole buffer, nccl-tests'
+  "size" — the gathered *output* of an all-gather, the *input* of a reduce-scatter, else the
+  tensor reduced, broadcast, exchanged, sent or received: the larger of the bytes handed in and
+  out (kept too: ``in_bytes``, ``out_bytes``).
+- ``traffic_bytes``: what the ring algorithm implies each rank sends (and receives) in a group of
+  ``n`` (nccl-tests' "bus bandwidth" factors), integer bytes rounded down; see
+  :func:`implied_traffic`. *Implied*, not measured: NCCL may choose a tree, gloo its own
+  algorithms.
 """
 
 from __future__ import annotations
@@ -73,7 +66,7 @@ class CollectiveKind(str, enum.Enum):
 
 
 K = CollectiveKind
-# op base names (without namespace and overload) -> kind; c10d, functional and autograd forms
+# op base names -> kind; c10d, functional and autograd forms
 _KINDS: dict[str, CollectiveKind] = {
     "allreduce_": K.ALL_REDUCE,
     "allreduce_coalesced_": K.ALL_REDUCE,
@@ -113,9 +106,8 @@ _KINDS: dict[str, CollectiveKind] = {
     "monitored_barrier_": K.BARRIER,
 }
 _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
-# ops of the same namespaces that move nothing themselves: waiting on a collective, wrapping
-# its result for autograd, a NaN check; and FSDP2's copies into and out of its collective
-# buffers (their bytes belong to the collective they feed: not charged as the layer's traffic)
+# ops of the same namespaces that move nothing themselves (a wait, an autograd wrapper, a NaN
+# check); FSDP2's copies into and out of its buffers belong to the collective they feed
 _BOOKKEEPING = frozenset({"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"})
 _IN_NAMES = frozenset({"input", "inputs", "input_tensor", "input_tensors", "input_list"})
 _OUT_NAMES = frozenset(
@@ -151,20 +143,16 @@ def is_comm_bookkeeping(func: Any) -> bool:
 def _group_size(func: compat.OpOverload, args: tuple, kwargs: dict) -> int:
     """Ranks in the collective's group: its ProcessGroup argument, its ``group_size``, or the
     group its ``group_name`` names; 1 where none can be found (moves nothing)."""
-
     for i, a in enumerate(func._schema.arguments):
         value = args[i] if i < len(args) else kwargs.get(a.name)
         if a.name == "group_size" and isinstance(value, int):
             return value
+        if a.name in ("process_group", "group_name") and isinstance(value, dist.ProcessGroup):
+            return value.size()
         if a.name == "process_group" and isinstance(value, torch.ScriptObject):
             return dist.ProcessGroup.unbox(value).size()
-        if a.name == "process_group" and isinstance(value, dist.ProcessGroup):
-            return value.size()
-        if a.name == "group_name":
-            if isinstance(value, dist.ProcessGroup):
-                return value.size()
-            if isinstance(value, str):
-                return compat.group_named(value).size()
+        if a.name == "group_name" and isinstance(value, str):
+            return compat.group_named(value).size()
     return 1
 
 
@@ -191,7 +179,10 @@ class Collective:
 
 
 def implied_traffic(kind: CollectiveKind, size: int, n: int, *, root: bool = False) -> int:
-    """Per-rank bytes each way that ``kind`` on ``size`` bytes implies in a ring of ``n`` ranks.
+    """Per-rank bytes each way that ``kind`` on ``size`` bytes implies in a ring of ``n`` ranks:
+    all-reduce 2(n-1)/n (a reduce-scatter then an all-gather); all-gather, reduce-scatter,
+    all-to-all (n-1)/n; broadcast, reduce (pipelined), send/recv 1; gather and scatter 1 off the
+    root, (n-1)/n on it; a barrier or a group of one 0.
 
     >>> implied_traffic(CollectiveKind.ALL_REDUCE, 1000, 4)   # 2 * 3 / 4 * 1000
     1500
@@ -306,24 +297,12 @@ _FRAME_COLUMNS = (
 def collectives_frame(rows: Any) -> Any:
     """The collectives of the leaf rows (``(communication)`` rows), one line per row, phase
     (forward/backward), kind and group size."""
-
     lines = []
     for r in rows:
         if not r.leaf:
             continue
         for phase, table in (("forward", r.comm), ("backward", r.backward_comm)):
             for (kind, n), s in (table or {}).items():
-                lines.append(
-                    (
-                        r.module,
-                        phase,
-                        kind,
-                        n,
-                        s.calls,
-                        s.in_bytes,
-                        s.out_bytes,
-                        s.payload_bytes,
-                        s.traffic_bytes,
-                    )
-                )
+                stats = (s.calls, s.in_bytes, s.out_bytes, s.payload_bytes, s.traffic_bytes)
+                lines.append((r.module, phase, kind, n, *stats))
     return pd.DataFrame(lines, columns=list(_FRAME_COLUMNS))
