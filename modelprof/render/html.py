@@ -1,13 +1,9 @@
-"""Self-contained styled HTML tables for Jupyter (``Report._repr_html_``), compare results and
-standalone pages.
+"""Self-contained styled HTML tables for Jupyter (``Report._repr_html_``) and standalone pages.
 
-:func:`html_table` gives one ``<div>`` holding a scoped ``<style>`` and a ``<table>``: numbers
+:func:`html_table` gives a ``<div>`` with a scoped ``<style>`` and a ``<table>``: numbers
 right-aligned in tabular figures, module names indented by depth, a bar behind each percentage
-cell (latency share, efficiency) whose CSS width is the value, footer rows (totals, end-to-end) in
-``<tfoot>``. The box scrolls sideways when the table is wider than the page; it is only limited in
-height (with a sticky header) when ``max_height`` is given. :func:`html_page` wraps fragments in a
-complete document (doctype, UTF-8 charset, title) that a browser shows as a page. Every cell and
-header is HTML-escaped.
+cell, footer rows in ``<tfoot>``; it scrolls sideways, and vertically only with ``max_height``.
+:func:`html_page` wraps fragments in a complete document. Every cell and header is escaped.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import html
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -82,36 +78,29 @@ def _table_id(table: Table, caption: str | None) -> str:
     return "modelprof-" + digest.hexdigest()[:10]
 
 
-def html_table(
-    table: Table,
-    *,
-    caption: str | None = None,
-    max_height: str | None = None,
-) -> str:
-    """Lay out a prepared :class:`Table` as a styled, self-contained HTML fragment. With
-    ``max_height`` (a CSS length such as ``"36em"``) the rows scroll under a sticky header."""
+def _plain_cells(tag: str, row: Sequence[str], numeric: Sequence[bool]) -> str:
+    """A header or footer row's cells, escaped, numbers right-aligned."""
+    return "".join(
+        f'<{tag} class="{"r" if n else "l"}">{html.escape(c)}</{tag}>' for c, n in zip(row, numeric)
+    )
+
+
+def html_table(table: Table, *, caption: str | None = None, max_height: str | None = None) -> str:
+    """Lay out a prepared :class:`Table` as an HTML fragment; with ``max_height`` (a CSS length
+    such as ``"36em"``) the rows scroll under a sticky header."""
     tid = _table_id(table, caption)
     numeric = table.numeric
     frame = table.frame
     depths = list(frame["depth"]) if "depth" in frame.columns else None
-
-    def cls(i: int) -> str:
-        return "r" if numeric[i] else "l"
-
-    out = [f'<div class="modelprof" id="{html.escape(tid)}">']
     box = f"max-height: {max_height}; overflow-y: auto;" if max_height else ""
-    out.append("<style>\n" + _STYLE.format(id=tid, box=box) + "\n</style>")
-    out.append("<table>")
+    out = [
+        f'<div class="modelprof" id="{html.escape(tid)}">',
+        "<style>\n" + _STYLE.format(id=tid, box=box) + "\n</style>",
+        "<table>",
+    ]
     if caption is not None:
         out.append(f"<caption>{html.escape(caption)}</caption>")
-    out.append(
-        "<thead><tr>"
-        + "".join(
-            f'<th class="{cls(i)}">{html.escape(h)}</th>' for i, h in enumerate(table.headers)
-        )
-        + "</tr></thead>"
-    )
-    out.append("<tbody>")
+    out += [f"<thead><tr>{_plain_cells('th', table.headers, numeric)}</tr></thead>", "<tbody>"]
     for r, cells in enumerate(table.cells):
         tds = []
         for i, (name, kind, cell) in enumerate(zip(table.columns, table.kinds, cells)):
@@ -125,7 +114,7 @@ def html_table(
                     )
             elif name in ("module", "module name") and depths is not None:
                 style = f"padding-left: {0.6 + 1.2 * int(depths[r]):.1f}em;"
-            klass, title = cls(i), ""
+            klass, title = "r" if numeric[i] else "l", ""
             if is_rough(table, r, name):  # greyed, and said on hover
                 klass += " rough"
                 style += " color: #999;" if style else "color: #999;"
@@ -135,25 +124,15 @@ def html_table(
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</tbody>")
     if table.footer:
-        out.append(
-            "<tfoot>"
-            + "".join(
-                "<tr>"
-                + "".join(f'<td class="{cls(i)}">{html.escape(c)}</td>' for i, c in enumerate(row))
-                + "</tr>"
-                for row in table.footer
-            )
-            + "</tfoot>"
-        )
-    out.append("</table>")
-    out.append("</div>")
+        rows = "".join(f"<tr>{_plain_cells('td', row, numeric)}</tr>" for row in table.footer)
+        out.append(f"<tfoot>{rows}</tfoot>")
+    out += ["</table>", "</div>"]
     return "\n".join(out) + "\n"
 
 
 def html_page(body: str, *, title: str, summary: Iterable[str] = ()) -> str:
-    """A complete HTML document around ``body`` (fragments from :func:`html_table`): doctype,
-    UTF-8 charset, ``title``, an ``<h1>`` of it and the ``summary`` lines as a paragraph
-    (escaped here)."""
+    """A complete HTML document (doctype, UTF-8, ``title`` and its ``<h1>``) around ``body``, the
+    ``summary`` lines (escaped here) as a paragraph above it."""
     lines = [html.escape(line) for line in summary]
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if lines:
@@ -180,10 +159,9 @@ def to_html(
     view: ViewOptions | None = None,
     **options: Any,
 ) -> str | Path:
-    """A styled HTML table of ``df`` with its footer rows, for notebooks (``_repr_html_``) and
-    files: a fragment, or with ``standalone=True`` a complete page titled ``title`` (default:
-    the caption) with the ``summary`` lines above the table (``caption``, ``max_height`` and the
-    shared view options). Returns the text, or writes ``path`` and returns it."""
+    """A styled HTML table of ``df`` with its footer rows: a fragment, or with
+    ``standalone=True`` a page titled ``title`` (default: the caption) with the ``summary`` lines
+    above the table. Returns the text, or writes ``path`` and returns it."""
     view = ViewOptions.parse(view, **options)
     table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
     fragment = html_table(
