@@ -1,10 +1,5 @@
-"""Rendering of a comparison (``modelprof.compare``): which columns a readable table shows, its
-caption, and its export in any registered format (what the ``Comparison`` result's ``render``
-exposes).
-
-The comparison stays a numeric DataFrame (one row per model, ``*_x`` ratios to the baseline); these
-functions humanise it the way a report's exporters do (``11.69 M``, ``3.10 ms``, ``0.0312×``).
-"""
+"""Rendering of a comparison (``modelprof.compare``, a numeric frame: one row per model, ``*_x``
+ratios to the baseline): which columns a readable table shows, its caption, its export."""
 
 from __future__ import annotations
 
@@ -50,10 +45,8 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
     "rank",
     "error",
 )
-"""What a readable comparison shows by default (the index ``model`` first): the medians with
-their 95 % intervals, the ratios with theirs, and the CPU work only when the comparison ranks
-by it (a loaded CPU); the rest (MAdd, bytes, p90, std, the other ratios) with
-``columns="all"``."""
+"""What a readable comparison shows by default: medians and ratios with their 95 % intervals,
+the CPU work only when the comparison ranks by it; the rest with ``columns="all"``."""
 
 #: a ratio's flag (``compare``: it disagrees with its per-round ratios), shown where one is set
 _ROUGH_RATIO_COLUMNS = ("latency_x_rough", "cpu_work_x_rough", "backward_latency_x_rough")
@@ -91,8 +84,8 @@ RATIO_NOTE = "ratios: ratio of medians, 95 % CI paired by round"
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
-    """The :data:`COMPACT_COMPARE_COLUMNS` that ``df`` has (the index counts as ``model``); the
-    CPU work columns only when the comparison ranks by them."""
+    """The :data:`COMPACT_COMPARE_COLUMNS` that ``df`` has (the index counts as ``model``), a set
+    ratio flag before ``rank``."""
     present = set(map(str, df.columns)) | {str(df.index.name)}
     cpu = df.attrs.get("ranked_by") == "cpu_work"
     shown = [
@@ -120,7 +113,7 @@ def env_caption(env: Mapping[str, Any]) -> str:
 
 def compare_caption(attrs: Mapping[str, Any]) -> str:
     """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``, then how the ratios
-    are estimated and what the rank follows (when timed), or that latency was not measured."""
+    are estimated and what the rank follows, or that latency was not measured."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
@@ -154,15 +147,13 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
 
 
 def rank_header(attrs: Mapping[str, Any]) -> str:
-    """The ``rank`` column's header in a human format, which way it runs: 1 is the fastest
-    (the lowest median latency, or CPU work when the comparison ranks by it)."""
+    """The ``rank`` column's human header, saying which way it runs."""
     by = "CPU work" if attrs.get("ranked_by") == "cpu_work" else "latency"
     return f"rank (1 = lowest {by})"
 
 
 def _rank_said(df: pd.DataFrame, columns: Any) -> tuple[pd.DataFrame, Any]:
-    """``df`` with its ``rank`` column headed by :func:`rank_header` (a copy; the frame's
-    own column keeps its name)."""
+    """A copy of ``df`` with its ``rank`` column headed by :func:`rank_header`."""
     if "rank" not in df.columns:
         return df, columns
     header = rank_header(df.attrs)
@@ -173,10 +164,6 @@ def _rank_said(df: pd.DataFrame, columns: Any) -> tuple[pd.DataFrame, Any]:
     return out, [header if c == "rank" else c for c in columns]
 
 
-def _columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> Any:
-    return compact_compare_columns(df) if columns is None else columns
-
-
 def export_comparison(
     df: pd.DataFrame,
     name: str,
@@ -185,29 +172,21 @@ def export_comparison(
     columns: Iterable[str] | str | None = None,
     **view: Any,
 ) -> str | Path:
-    """The comparison in a registered format (:mod:`modelprof.render.formats`). Human formats
-    show the compact columns unless ``columns`` says, with the caption (baseline, device,
-    dtype, batch, torch; how the ratios are estimated) as the table's caption or title, and on
-    an HTML page the notes; raw formats (CSV, JSON) every column (the index as ``model``), JSON
-    with the environment (``attrs``). Read back by ``modelprof.render.read_csv``/``read_json``."""
+    """The comparison in a registered format: human formats show the compact columns unless
+    ``columns`` says, :func:`compare_caption` as caption or title, and on an HTML page the notes;
+    raw formats every column (the index as ``model``), JSON with the environment."""
     fmt = get_format(name)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     if fmt.human:
-        columns = _columns(df, columns)
+        columns = compact_compare_columns(df) if columns is None else columns
         caption = compare_caption(df.attrs) or None
         if name == "latex" and "rank" in df.columns:
-            # a paper's narrow column says "rank"; its direction goes in the caption (as a
-            # header it made the column the widest, the first the fit dropped)
+            # the rank's direction goes in the caption: as a header it widened the column
             caption = "; ".join(c for c in (caption, rank_header(df.attrs)) if c)
         else:
             df, columns = _rank_said(df, columns)
-        for key, value in (
-            ("caption", caption),
-            ("title", caption),
-            ("priority", _LATEX_PRIORITY),
-            ("standalone", True),
-        ):
-            view.setdefault(key, value)
+        defaults = {"caption": caption, "title": caption, "priority": _LATEX_PRIORITY}
+        view = {**defaults, "standalone": True, **view}
         if view["standalone"]:  # a page shows its summary lines
             view.setdefault(
                 "summary", [c for c in (view.get("caption"), *(df.attrs.get("notes") or ())) if c]
