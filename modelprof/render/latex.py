@@ -124,14 +124,10 @@ def _unset(text: str) -> list[str]:
     return [ch for ch in text if ord(ch) > _PDFLATEX_LAST and ch not in _LATEX_SPECIALS]
 
 
-def _unsettable(table: Table) -> list[str]:
-    """The cells holding characters pdflatex cannot set, in order, each once."""
-    cells = (c for row in (table.headers, *table.cells, *table.footer) for c in row)
-    return list(dict.fromkeys(c for c in cells if _unset(c)))
-
-
-def _warn_unsettable(cells: list[str]) -> list[str]:
+def _warn_unsettable(table: Table) -> list[str]:
     """Warn once about cells pdflatex cannot set; return the header comment that says so."""
+    every = (c for row in (table.headers, *table.cells, *table.footer) for c in row)
+    cells = list(dict.fromkeys(c for c in every if _unset(c)))  # in order, each once
     if not cells:
         return []
     chars = "".join(dict.fromkeys(ch for c in cells for ch in _unset(c)))
@@ -415,7 +411,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         + (["xcolor"] if grey else [])
     )
     out = _comments(table, before, packages, view)
-    out += _warn_unsettable(_unsettable(table))
+    out += _warn_unsettable(table)
     if long:
         return "\n".join(out + _longtable(table, head, body, view)) + "\n"
     parts = _split_body(table, body, LONG_ROWS - len(head)) if split else [body]

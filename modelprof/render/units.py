@@ -64,17 +64,13 @@ def _missing(value: object) -> bool:
         raise ModelProfError(f"cannot format {value!r} as a number") from None
 
 
-def _is_whole(value: float) -> bool:
-    return math.isfinite(value) and float(value).is_integer()
-
-
 def _scaled(value: float, prefixes: Sequence[tuple[float, str]], decimals: int) -> tuple[str, str]:
     """Mantissa text and prefix symbol, the prefix chosen *after* rounding (999.999 K -> 1.00 M)."""
     if not math.isfinite(value):
         return ("inf" if value > 0 else "-inf"), prefixes[0][1]
     base_scale, base_symbol = prefixes[0]
     step = prefixes[1][0] / base_scale
-    if abs(value) < step and _is_whole(value):
+    if abs(value) < step and value.is_integer():
         return str(int(value)), base_symbol
     for i, (scale, symbol) in enumerate(prefixes):
         mantissa = round(value / scale, decimals)
@@ -109,10 +105,6 @@ def format_rate(per_second: float | int | None, unit: str, *, decimals: int = 2)
     return f"{text} {prefix}{unit}"
 
 
-def _three_significant(x: float) -> float:
-    return float(f"{x:.3g}")
-
-
 def _fixed_for_significant(x: float) -> str:
     """Format ``x`` (already rounded to 3 significant figures) keeping trailing zeros: 3.1 -> 3.10."""
     if x == 0:
@@ -131,7 +123,7 @@ def format_time_ms(ms: float | int | None) -> str:
     if not math.isfinite(value):
         return f"{'inf' if value > 0 else '-inf'} ms"
     for i, (scale, symbol) in enumerate(TIME_UNITS):
-        mantissa = _three_significant(value / scale)
+        mantissa = float(f"{value / scale:.3g}")  # 3 significant figures
         if abs(mantissa) >= 1 or i == len(TIME_UNITS) - 1:
             return f"{_fixed_for_significant(mantissa)} {symbol}"
     raise AssertionError("unreachable")

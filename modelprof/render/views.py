@@ -3,7 +3,7 @@
 :func:`prepare_table` turns a selection of the numeric DataFrame into a :class:`Table` of strings
 that the Markdown, LaTeX, HTML and text writers lay out, in one of three unit modes:
 
-- ``"human"``: every cell carries its unit (``1.82 G``, ``3.10 ms``; :mod:`~modelprof.render.units`).
+- ``"human"``: every cell carries its unit (``1.82 G``, ``3.10 ms``; see :mod:`.units`).
 - ``"fixed"``: one unit per column, in the header (``params (M)``), bare numbers with 2 decimals;
   the unit keeps at most 4 digits before the point and, where possible, no non-zero value at
   ``0.00`` (one that is prints ``<0.01``; zero prints ``0``). The usual choice for a paper.
@@ -107,12 +107,7 @@ def _declared(name: str) -> ColumnSpec | None:
     return None if c is None else ColumnSpec(c.header, c.kind)
 
 
-_SUFFIX_KINDS: tuple[tuple[str, str], ...] = (
-    ("_ms", "time_ms"),
-    ("_bytes", "bytes"),
-    ("_pct", "percent"),
-    ("_x", "multiple"),
-)
+_SUFFIX_KINDS = (("_ms", "time_ms"), ("_bytes", "bytes"), ("_pct", "percent"), ("_x", "multiple"))
 _NUMERIC_KINDS = registry.KINDS - {"text", "bool"}
 
 
@@ -316,7 +311,6 @@ measured."""
 
 
 def _missing_as(text: str, fmt: Callable[[Any], str]) -> Callable[[Any], str]:
-
     def cell(v: Any) -> str:
         return text if _is_missing(v) else fmt(v)
 
