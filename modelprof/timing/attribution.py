@@ -1,24 +1,17 @@
 """Device time charged to the module call that launched it: a pure function of profiler events.
 
-The field's rule (torch.profiler/Kineto, HTA, Nsight Systems' NVTX projection): every GPU activity
-(kernel, memcpy, memset) carries a correlation id naming the CPU op that launched it; that op ran
-inside the innermost module range open on its thread, and the activity is charged to that range's
-call. On the CPU the "activities" are the outermost ops themselves, charged by where they start.
+The field's rule (Kineto, HTA, Nsight's NVTX projection): each GPU activity carries a correlation
+id naming the CPU op that launched it, and is charged to the innermost module range open around
+that launch (on the CPU, the outermost ops themselves, by where they start). Per pass, for call
+``i`` of ``n`` (index ``n``: launched inside the pass, outside every call):
 
-Per pass, for call ``i`` of ``n`` (index ``n``: activities launched inside the pass but outside
-every call's range):
+- ``busy[i]``: the device time of its activities, each stretch where streams overlap shared
+  equally among the activities running in it (so busy times add up to the device's busy union);
+- ``idle[i]``: the gaps of the device timeline that end with an activity of ``i`` (HTA's "host
+  wait"); busy + idle over every call add up to the pass's device span;
+- ``launches[i]``: the activities charged to ``i``.
 
-- ``busy[i]`` — the device time of the activities charged to ``i`` (exclusive). Where activities
-  of several streams overlap, each elementary stretch is shared equally by the activities running
-  in it, so that the busy times add up to the union of the device's busy time, never more;
-- ``idle[i]`` — the gaps of the device timeline (from the pass's first activity to its last) that
-  end with an activity of call ``i``: the device was waiting for ``i``'s launch (HTA's "host
-  wait"); busy + idle over every call add up to the pass's device span exactly;
-- ``launches[i]`` — activities charged to ``i``.
-
-Everything here takes plain numbers, so the rule is tested without a GPU (tests/test_attribution.py
-on hand-made kineto-shaped events) and the profiler's objects are read in one place
-(:func:`modelprof.timing.kernels.read_pass`).
+The profiler's objects are read in one place (:func:`modelprof.timing.kernels.read_pass`).
 """
 
 from __future__ import annotations
@@ -52,8 +45,7 @@ class Activity:
     thread: int = 0
     stream: int = 0
     kind: str = "kernel"
-    #: run by the backward of the forward op launched at ``launch_ns`` (its node's sequence
-    #: number mapped back to the forward op: ``modelprof.timing.kernels.read_passes``)
+    #: run by the backward of the forward op launched at ``launch_ns``
     backward: bool = False
 
 
@@ -65,10 +57,9 @@ class PassReading:
     idle_ms: np.ndarray
     launches: np.ndarray
     span_ms: float
-    #: the call each activity was charged to (``n``: outside), in the order the device started
+    #: each activity's call (``n``: outside) and duration (ms), in the order the device started
     #: them (ties: launch order)
     owners: list[int] = dataclasses.field(default_factory=list)
-    #: each activity's duration (ms), in the same order
     durations_ms: list[float] = dataclasses.field(default_factory=list)
 
     @property
@@ -111,10 +102,7 @@ def outermost(intervals: Sequence[tuple[int, int]]) -> list[int]:
     out, end = [], None
     for i in order:
         s, e = intervals[i]
-        if end is None or s >= end:
-            out.append(i)
-            end = e
-        elif e > end:  # overlaps without nesting (async work): outer too
+        if end is None or s >= end or e > end:  # after the last outer one, or overlapping it
             out.append(i)
             end = e
     return sorted(out)
@@ -131,9 +119,8 @@ def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> 
     owner = [n if o < 0 else o for o in owner]
     for o in owner:
         launches[o] += 1
-    # the sweep: +1 at each start, -1 at each end; ends before starts at one instant. Work of
-    # no length (a 0 ns memset) holds no time: it is counted as a launch, not swept (its end
-    # would sort before its start and leave it running)
+    # the sweep: ends before starts at one instant; work of no length (a 0 ns memset) is a
+    # launch, not swept (its end would sort before its start and leave it running)
     timed = [i for i, a in enumerate(activities) if a.end_ns > a.start_ns]
     if not timed:
         return PassReading(busy, idle, launches, 0.0, *_in_order(activities, owner))
@@ -157,8 +144,7 @@ def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> 
                 busy[owner[r]] += share
         if kind == 1:
             if not running and last_busy_end is not None and t > last_busy_end:
-                # the device waited from its last work until this one: charged to whoever
-                # launched it (of several starting at t, the first launched)
+                # the device waited for this launch (of several starting at t, the first)
                 idle[owner[starting[t]]] += (t - last_busy_end) / 1e6
             running.add(i)
         else:
