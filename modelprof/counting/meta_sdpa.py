@@ -1,19 +1,12 @@
 """``F.scaled_dot_product_attention`` on the meta device, counted as the fused kernel it is on
 a real device.
 
-No fused attention kernel is chosen for meta tensors: PyTorch runs SDPA's math decomposition
-there (the query and keys scaled into copies, GQA's key/value heads repeated, the whole score
-matrix and its softmax materialised), which counts other FLOPs and far more bytes than the one
-fused op the same model runs on the CPU (``aten._scaled_dot_product_flash_attention_for_cpu``)
-or a GPU. While a forward is counted, ``FusedMetaSDPA`` sends a meta SDPA call to that CPU
-kernel's meta implementation, under the conditions on which the CPU picks it (and with the
-CPU's own preparation: a boolean mask made additive, 3-D inputs given a batch of one), so a
-model counted on meta counts what it counts on the CPU. A call the CPU would run through the
-math path, or one that is invalid, runs as it is (and raises as it would).
-
-The counter also shapes a meta op's outputs as the CPU's kernel does where they differ in what
-is counted (``cpu_outputs``): eval-mode batch norm's saved statistics, a channels-last
-convolution's layout.
+On meta PyTorch runs SDPA's math decomposition (copies, repeated GQA heads, the whole score
+matrix materialised), which counts other FLOPs and far more bytes than the fused op the CPU
+runs (``aten._scaled_dot_product_flash_attention_for_cpu``). ``FusedMetaSDPA`` sends a meta
+SDPA call to that kernel's meta implementation where the CPU would pick it, with the CPU's
+preparation; any other call runs as it is (and raises as it would). ``cpu_outputs`` shapes a
+meta op's outputs as the CPU's kernel does where that changes what is counted.
 """
 
 from __future__ import annotations
@@ -67,8 +60,7 @@ def _fusable_mask(mask: Any, q: torch.Tensor) -> bool:
 
 def _heads_fit(q: tuple, k: tuple, v: tuple, gqa: bool) -> bool:
     """From 4-D shapes: equal batches; equal heads, or with ``enable_gqa`` key/value heads
-    dividing the query's (``check_batch_size_and_num_heads_dense``, grouped-query attention
-    allowed)."""
+    dividing the query's (``check_batch_size_and_num_heads_dense``)."""
     if not q[0] == k[0] == v[0]:
         return False
     hq, hk, hv = q[1], k[1], v[1]
@@ -135,10 +127,9 @@ def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
 
 class FusedMetaSDPA(TorchFunctionMode):
     """Active around a counted forward: a meta SDPA call the CPU would fuse runs as the CPU's
-    fused kernel (whose formula the counter has); every other call passes through as it is.
-    With ``raised`` (the counter's list of ops that raised on meta), a call that raises before
-    any op does (``Tensor.numpy()`` of a meta tensor: a TypeError of its own, no dispatch) is
-    added to it, so that a forward catching it is said to take another branch there too."""
+    fused kernel; every other call passes through. A call that raises before any op does
+    (``Tensor.numpy()`` of a meta tensor) is added to ``raised``, the counter's list of what
+    raised on meta."""
 
     def __init__(self, raised: list[str] | None = None) -> None:
         super().__init__()
@@ -177,16 +168,10 @@ def _is_channels_last(t: Any) -> bool:
     )
 
 
-def _channels_last(args: tuple) -> bool:
-    """Whether an op's input (or weight) is channels-last and not contiguous."""
-    return any(map(_is_channels_last, args[:2]))
-
-
 def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
-    """``out`` of a meta op as the CPU (and CUDA) kernel shapes it: batch norm in eval returns
-    empty saved statistics there, ``(C,)`` ones on meta; a convolution whose input or weight is
-    channels-last gives a channels-last output there (the CPU's oneDNN path), a contiguous one
-    on meta."""
+    """``out`` of a meta op as the CPU (and CUDA) kernel shapes it: empty saved statistics of a
+    batch norm in eval (``(C,)`` on meta); a channels-last output of a convolution whose input or
+    weight is channels-last (contiguous on meta)."""
     if func is _BATCH_NORM and len(args) > 5 and not args[5] and type(out) is tuple:
         empty = [torch.empty((0,), dtype=o.dtype, device=o.device) for o in out[1:]]
         return (out[0], *empty)
@@ -194,7 +179,7 @@ def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
         func is _CONVOLUTION
         and type(out) is torch.Tensor
         and out.dim() in (4, 5)
-        and _channels_last(args)
+        and any(map(_is_channels_last, args[:2]))  # input or weight
         and out.is_contiguous()
     ):
         layout = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
@@ -212,9 +197,8 @@ def _fused_or_as_is(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _fused_inside() -> Iterator[None]:
-    """``F.multi_head_attention_forward`` runs with this mode off (a torch-function handler
-    does), so its own SDPA call would not reach the mode: for the call, the name it looks up
-    (``torch.nn.functional.scaled_dot_product_attention``) is ``_fused_or_as_is``."""
+    """``F.multi_head_attention_forward`` runs with this mode off, so its SDPA call would not
+    reach the mode: for the call, the name it looks up is ``_fused_or_as_is``."""
     functional = torch.nn.functional
     before = functional.scaled_dot_product_attention
     functional.scaled_dot_product_attention = _fused_or_as_is
@@ -227,11 +211,9 @@ def _fused_inside() -> Iterator[None]:
 @contextlib.contextmanager
 def attention_as_on_cpu(modules: Iterable[nn.Module]) -> Iterator[None]:
     """On meta, each ``nn.MultiheadAttention`` of ``modules`` called in this thread runs as on
-    the CPU: its own fast-path test decides, with the SDPA mode off the stack for the call (any
-    torch-function mode turns the fast path off) and meta passing the device check, so a
-    self-attention call in eval runs ``_native_multi_head_attention`` where the CPU does (with
-    the ``None`` weights the CPU kernel returns); a call that takes the slow path (training,
-    cross-attention) has its SDPA fused as the CPU fuses it. Nothing of the modules changes."""
+    the CPU: its own fast-path test decides (the SDPA mode off the stack for the call, meta
+    passing the device check), so it runs ``_native_multi_head_attention`` where the CPU does;
+    on the slow path its SDPA is fused as the CPU fuses it. Nothing of the modules changes."""
     attention = {id(m) for m in modules if isinstance(m, nn.MultiheadAttention)}
     if not attention:
         yield
