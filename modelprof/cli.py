@@ -8,11 +8,9 @@
     torchrun --standalone --nproc_per_node=2 -m modelprof sweep vision.toml --out vision_sweep
     modelprof fit LlamaConfig:hidden_size=8192,num_hidden_layers=80 --target "H100 SXM"
 
-Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr, no
-traceback), 1 anything unexpected (with its traceback, since that is a bug).
-
-Each subcommand imports what it runs inside the function that runs it, so that ``--help``, a
-mistyped option or ``--version`` answer without loading the counting and timing machinery.
+Exit status: 0 done, 2 a usage error or a :class:`ModelProfError` (one line on stderr), 1
+anything unexpected (a bug: with its traceback). Subcommands import what they run inside the
+function that runs it, so that ``--help`` and ``--version`` answer without loading torch.
 """
 
 from __future__ import annotations
@@ -70,29 +68,19 @@ def parse_input_size_arg(text: str) -> tuple[int, ...]:
     return size
 
 
-#: the integer dtypes of ``--input`` (the floating ones are ``runtime.inputs.DTYPE_NAMES``)
-_INT_DTYPES = {
-    "int64": "int64",
-    "long": "int64",
-    "int32": "int32",
-    "int": "int32",
-    "int16": "int16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-}
+#: the integer dtypes of ``--input``, as torch names them (the floating ones are
+#: ``runtime.inputs.DTYPE_NAMES``)
+_INT_DTYPES = ("int64", "long", "int32", "int", "int16", "int8", "uint8", "bool")
 _INPUT_RE = re.compile(
-    r"^(?P<name>[A-Za-z_]\w*):(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]"
-    r"(?::(?P<values>.+))?$"
+    r"^(?P<name>[A-Za-z_]\w*):(?P<dtype>\w+)\[(?P<shape>[^\]]*)\](?::(?P<values>.+))?$"
 )
 _NUMBER = r"-?\d+(?:\.\d*)?(?:e-?\d+)?"
 _RANGE_RE = re.compile(rf"^(?P<low>{_NUMBER})(?:-|\.\.)(?P<high>{_NUMBER})$")
 INPUT_HELP = (
-    "a named input NAME:DTYPE[SHAPE][:VALUES], the shape without the batch "
-    "(--batch-size is prepended): input_ids:int64[128]:0-30522 draws token ids from "
-    "0 to 30521, attention_mask:int64[128]:1 is all ones, pixel_values:float32[3,224,"
-    "224] is normal noise (floats also take a range LOW-HIGH); repeat for several "
-    "inputs, passed as keyword arguments"
+    "a named input NAME:DTYPE[SHAPE][:VALUES], the shape without the batch (--batch-size is "
+    "prepended): input_ids:int64[128]:0-30522 draws token ids from 0 to 30521, "
+    "attention_mask:int64[128]:1 is all ones, pixel_values:float32[3,224,224] is normal noise "
+    "(floats also take a range LOW-HIGH); repeat for several inputs, passed as keyword arguments"
 )
 TOKENS_HELP = (
     "sequence length of token inputs built for a language model, as calflops does: "
@@ -117,7 +105,7 @@ def parse_input_arg(text: str) -> Any:
         )
     dtype_name = m["dtype"].lower()
     if dtype_name in _INT_DTYPES:
-        dtype = getattr(torch, _INT_DTYPES[dtype_name])
+        dtype = getattr(torch, dtype_name)
     elif dtype_name in DTYPE_NAMES:
         dtype = DTYPE_NAMES[dtype_name]
     else:
@@ -179,8 +167,8 @@ def parse_formats(text: str) -> tuple[str, ...]:
 
 
 class _HelpFormatter(argparse.HelpFormatter):
-    """Appends ``(default: X)`` to an option's help when the default is a real value; options
-    whose default is None/False say in words what they do by default."""
+    """Appends ``(default: X)`` to an option's help when the default is a real value (a None
+    or False default is said in words)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -213,8 +201,11 @@ def _version() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors are one line, as every other mistake is:
-    ``modelprof: error: fit: argument --context: invalid int value: 'x' (see ...)``."""
+    """argparse's parser with ``_HelpFormatter`` and one-line usage errors, as every other
+    mistake is; the subcommands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, formatter_class=_HelpFormatter, **kwargs)
 
     def error(self, message: str) -> Any:
         command = self.prog.removeprefix(PROG).strip()
@@ -223,15 +214,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _finite_number(flag: str, value: float | None, unit: str) -> None:
-    """Refuse a ``flag`` value that is not a finite number above zero (``inf``, ``nan``,
-    ``0``), named, before any work."""
+    """Refuse a ``flag`` value that is not a finite number above zero, before any work."""
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ModelProfError(f"{flag} {value} must be a finite number of {unit} above 0")
 
 
 def _dtype_name(value: str) -> str:
-    """``--dtype``'s value as its choices spell it: the names every ``dtype=`` and fit's
-    ``--dtype`` take (``bf16``, ``fp16``, ``half``, ``fp32``) are the same dtype here."""
+    """``--dtype``'s value as its choices spell it, from any name ``dtype=`` takes (``bf16``)."""
     from modelprof.runtime.inputs import DTYPE_NAMES
 
     found = DTYPE_NAMES.get(value.strip().lower())
@@ -242,7 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for all subcommands."""
     parser = _Parser(
         prog=PROG,
-        formatter_class=_HelpFormatter,
         description="Per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency "
         "of PyTorch models.",
         epilog=f"MODEL is {MODEL_HELP}. Run '{PROG} COMMAND --help' for a command's options.",
@@ -290,9 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget",
         type=float,
         metavar="SECONDS",
-        help="most time one latency measurement may take; it stops earlier once "
-        "the median is known to +-1%% (default: 5 s per measurement; "
-        "throughput: 1 s per batch size)",
+        help="most time one latency measurement may take; it stops earlier once the median is "
+        "known to +-1%% (default: 5 s per measurement; throughput: 1 s per batch size)",
     )
     common.add_argument(
         "--progress",
@@ -303,9 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--all-ranks",
         action="store_true",
-        help="under torchrun, every rank prints its table, warnings and "
-        "progress and writes its --out files (default: rank 0 only; "
-        "also MODELPROF_ALL_RANKS=1)",
+        help="under torchrun, every rank prints its table, warnings and progress and writes its "
+        "--out files (default: rank 0 only; also MODELPROF_ALL_RANKS=1)",
     )
 
     table = argparse.ArgumentParser(add_help=False)
@@ -352,7 +338,6 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common, sized, table],
         help="per-layer table of one model",
         description="Profile one model: a per-layer table and totals.",
-        formatter_class=_HelpFormatter,
     )
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     p.add_argument(
@@ -374,7 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common, sized, table, search],
         help="several models side by side",
         description="Compare models: one row each, ratios to a baseline.",
-        formatter_class=_HelpFormatter,
     )
     c.add_argument(
         "models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}"
@@ -396,7 +380,6 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common, sized, search],
         help="best batch size and samples/s",
         description="Search the batch size that maximises samples per second.",
-        formatter_class=_HelpFormatter,
     )
     t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
     t.set_defaults(run=_run_throughput)
@@ -409,7 +392,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="a language model's generation",
         description="Profile greedy generation: prefill and decode per layer, "
         "TTFT, TPOT, tokens/s, the KV cache and memory to fit.",
-        formatter_class=_HelpFormatter,
     )
     g.add_argument(
         "spec",
@@ -478,8 +460,7 @@ class _Context:
         from modelprof.runtime.inputs import parse_device, parse_dtype
 
         self.args = args
-        # one voice under torchrun: rank 0 prints tables and progress and writes the files
-        # (MODELPROF_ALL_RANKS=1: every rank); errors still reach every rank's stderr
+        # one voice under torchrun: rank 0 prints and writes; errors reach every rank's stderr
         self.speaker = is_speaker()
         self.stdout = stdout if self.speaker else io.StringIO()
         self.stderr = stderr
@@ -511,20 +492,16 @@ class _Context:
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
     def step_lines(self, say: Any) -> Any:
-        """Without a progress bar (no terminal), a callback that prints ``say(*step)`` as one
-        line to stderr per finished step, so a long run written to a file shows it is alive;
-        None with a bar."""
+        """Without a progress bar, a callback printing ``say(*step)`` to stderr per finished
+        step, so a long run written to a file shows it is alive; None with a bar."""
         if self.progress or not self.speaker:
             return None
         return lambda *step: print(f"{PROG}: {say(*step)}", file=self.stderr, flush=True)
 
     def load(self, spec: str) -> tuple[Any, str, Any]:
         loaded = self.load_spec(spec)
-        return (
-            loaded.model,
-            loaded.name,
-            self.input_size if self.input_size is not None else loaded.input_size,
-        )
+        size = self.input_size if self.input_size is not None else loaded.input_size
+        return loaded.model, loaded.name, size
 
     def named_inputs(self, models: Sequence[Any]) -> Any:
         """The inputs ``--tokens``/``--input`` ask for (None without them), at ``--batch-size``
@@ -541,10 +518,9 @@ class _Context:
         if self.input_specs:
             if isinstance(made, tuple):
                 raise ModelProfError(
-                    f"--input names keyword inputs, but "
-                    f"{type(models[0]).__name__}.forward takes no input_ids: "
-                    "--tokens passes the ids positionally; give every input "
-                    "with --input instead"
+                    f"--input names keyword inputs, but {type(models[0]).__name__}.forward takes "
+                    "no input_ids: --tokens passes the ids positionally; give every input with "
+                    "--input instead"
                 )
             made = {**made, **build_inputs(self.input_specs, batch, self.device)}
         return made
@@ -560,8 +536,8 @@ class _Context:
         return self.out / f"{_slug(stem)}.{ext}"
 
     def write(self, path: Path, writer: Any) -> None:
-        """Run ``writer(path)``; a file that cannot be written is the user's --out, named.
-        Only the speaking rank writes (one set of files under torchrun)."""
+        """Run ``writer(path)`` on the speaking rank; a file that cannot be written is the
+        user's --out, named."""
         if not self.speaker:
             return
         try:
@@ -576,8 +552,8 @@ class _Context:
     def write_formats(
         self, stem: str, export: Any, figures: Sequence[tuple[str, Any]] = ()
     ) -> None:
-        """Every chosen format, in the order given: a table format through
-        ``export(fmt, path)``, png as each ``(stem, make_figure)`` of ``figures``."""
+        """Every chosen format: a table through ``export(fmt, path)``, png as each
+        ``(stem, make_figure)`` of ``figures``."""
         for fmt in self.formats:
             if fmt != "png":
                 self.write(self.path(stem, fmt), lambda p: export(fmt, p))
@@ -618,7 +594,7 @@ def _check_writers(formats: Sequence[str]) -> None:
 
 
 def _prepare_out(out: Path) -> None:
-    """Create the ``--out`` directory; refuse one under a file or where nothing can be written."""
+    """Create the ``--out`` directory, or refuse one that cannot be written."""
     from modelprof.distributed.sweep_store import make_folder
 
     make_folder(out, f"--out {str(out)!r}")
@@ -707,9 +683,9 @@ def _run_profile(ctx: _Context) -> None:
 
 
 def _recorded_inputs(ctx: _Context, loaded: Any) -> dict[str, Any]:
-    """A .pt2 archive's recorded inputs as ``profile(inputs=)``, when no size or batch is
-    given: their batch and dtypes are what the program takes. Empty otherwise, and when it
-    recorded both positional and keyword inputs (then its recorded shapes are used)."""
+    """A .pt2 archive's recorded inputs (their batch and dtypes are what the program takes)
+    as ``profile(inputs=)`` when no size or batch is given and they are not both positional
+    and keyword; else empty, and its recorded shapes are used."""
     if ctx.input_size is not None or ctx.args.batch_size is not None:
         return {}
     if loaded.example_args is None or (loaded.example_args and loaded.example_kwargs):
@@ -726,9 +702,8 @@ def _cli_batch_hint(error: ModelProfError, ctx: _Context) -> ModelProfError:
     given = " ".join(f"--input-size {s}" for s in ctx.args.input_size)
     fixed = " ".join(f"--input-size {','.join(map(str, s[1:]))}" for s in shapes)
     return ModelProfError(
-        f"{text}\nhint: --input-size excludes the batch dimension "
-        f"(--batch-size sets it): {given} was taken as the size of one "
-        f"sample; if its first number is the batch, pass {fixed} "
+        f"{text}\nhint: --input-size excludes the batch dimension (--batch-size sets it): {given} "
+        f"was taken as the size of one sample; if its first number is the batch, pass {fixed} "
         f"--batch-size {shapes[0][0]}"
     )
 
@@ -895,7 +870,7 @@ def _throughput_options(ctx: _Context) -> dict[str, Any]:
 
 # --- sweep ---------------------------------------------------------------------------------------
 
-#: What the shared _Context reads, for the commands that take none of the common options.
+#: What _Context reads, for the commands that take none of the common options.
 _NO_COMMON: dict[str, Any] = {
     **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget")),
     "trust_pickle": False,
@@ -907,11 +882,9 @@ def _add_sweep_parser(sub: Any) -> None:
     s = sub.add_parser(
         "sweep",
         help="many configurations, resumable, dealt across torchrun ranks",
-        description="Profile every configuration of a sweep file (models x batch "
-        "sizes x dtypes x modes) into one table. Under torchrun the "
-        "configurations are dealt across the ranks; rank 0 prints "
-        "and writes the table.",
-        formatter_class=_HelpFormatter,
+        description="Profile every configuration of a sweep file (models x batch sizes x dtypes x "
+        "modes) into one table. Under torchrun the configurations are dealt across the ranks; rank "
+        "0 prints and writes the table.",
     )
     s.add_argument(
         "config",
@@ -925,9 +898,8 @@ def _add_sweep_parser(sub: Any) -> None:
         dest="sweep_out",
         type=Path,
         metavar="DIR",
-        help="folder for one result file per configuration and the combined "
-        "sweep.csv/sweep.json (default: CONFIG's name + '_sweep' in the current "
-        "folder)",
+        help="folder for one result file per configuration and the combined sweep.csv/sweep.json "
+        "(default: CONFIG's name + '_sweep' in the current folder)",
     )
     s.add_argument(
         "--no-resume",
@@ -1011,18 +983,15 @@ def _add_fit_parser(sub: Any) -> None:
     f = sub.add_parser(
         "fit",
         help="does a model fit a device: bytes per rank per plan",
-        description="Weights, KV cache and activations for inference; weights, "
-        "gradients, optimizer state, master weights and saved "
-        "activations for training under data parallel and ZeRO-1/2/3 "
-        "(FSDP); per rank, counted on meta from a config.",
-        formatter_class=_HelpFormatter,
+        description="Weights, KV cache and activations for inference; weights, gradients, "
+        "optimizer state, master weights and saved activations for training under data parallel "
+        "and ZeRO-1/2/3 (FSDP); per rank, counted on meta from a config.",
     )
     f.add_argument(
         "spec",
         metavar="SPEC",
         help="a transformers config class with overrides "
-        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80), a config.json, or "
-        "file.py:FACTORY",
+        "(LlamaConfig:hidden_size=8192,num_hidden_layers=80), a config.json, or file.py:FACTORY",
     )
     f.add_argument(
         "--target",
@@ -1113,12 +1082,11 @@ def _run_fit(ctx: _Context) -> None:
 
 @contextlib.contextmanager
 def _one_line_warnings(stream: TextIO) -> Iterator[None]:
-    """Show each warning as ``modelprof: warning: <message> (<Category>)``: a command-line user
-    has no use for the library's file, line number and source line."""
+    """Show each warning as ``modelprof: warning: <message> (<Category>)``, without the
+    library's file and line."""
 
     def show(message: Warning | str, category: type[Warning], *where: Any, **_: Any) -> None:
-        # the library's own warnings name it already ("modelprof: ..."): said once here
-        text = str(message).removeprefix(f"{PROG}: ")
+        text = str(message).removeprefix(f"{PROG}: ")  # said once
         print(f"{PROG}: warning: {text} ({category.__name__})", file=stream)
 
     with warnings.catch_warnings():  # puts showwarning back on exit
