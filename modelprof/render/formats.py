@@ -53,8 +53,7 @@ def register_format(
     aliases: tuple[str, ...] = (),
     doc: str | None = None,
 ) -> Callable[[Callable], Callable]:
-    """Register the decorated function as format ``name``; a name, suffix or alias taken is
-    refused."""
+    """Register the decorated function as format ``name``; a taken name or suffix is refused."""
 
     def decorate(write: Callable) -> Callable:
         fmt = Format(name, suffix, write, human, needs, tuple(aliases), doc)

@@ -158,8 +158,7 @@ def _label_span(row: Sequence[str]) -> int:
 
 
 def _header_lines(headers: Sequence[str]) -> list[tuple[str, ...]]:
-    """Headers as one line, or two when some carry a unit (``params`` over ``(M)``), so a unit
-    does not widen a narrow column of numbers."""
+    """Headers on two lines where some carry a unit (``params`` over ``(M)``): narrower columns."""
     split = [_UNIT_RE.match(h) for h in headers]
     if not any(split):
         return [tuple(headers)]
@@ -258,8 +257,7 @@ DEFAULT_PRIORITY: tuple[str, ...] = (
     "calls",
     "flops",
 )
-"""The columns ``fit`` keeps longest where the caller names none: the keys of a row first, then
-what a paper reads of a layer."""
+"""The columns ``fit`` keeps longest where the caller names none, a row's keys first."""
 
 
 def _subset(table: Table, keep: Sequence[int]) -> Table:
@@ -284,8 +282,7 @@ _INDENT_EM = 0.8  # per level of the call tree below the table's shallowest row
 
 
 def paper_shapes(text: str) -> str:
-    """Tensor shapes with a multiplication sign: ``1x3x224x224`` -> ``1×3×224×224``; a name such
-    as ``resnext50_32x4d`` stays."""
+    """``1x3x224x224`` -> ``1×3×224×224``; a name such as ``resnext50_32x4d`` stays."""
     return _SHAPE.sub(lambda m: m.group(0).replace("x", "×"), text)
 
 

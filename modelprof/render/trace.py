@@ -69,18 +69,10 @@ def trace_document(
         ]
         for tid, timeline in enumerate(passes, start=1):
             duration = timeline.duration_ms
+            whole = {"ts": 0.0, "dur": _us(duration), "args": {"duration_ms": duration}}
             events += [
                 _event("M", "thread_name", pid, tid, args={"name": timeline.label}),
-                _event(
-                    "X",
-                    timeline.label,
-                    pid,
-                    tid,
-                    cat="pass",
-                    ts=0.0,
-                    dur=_us(duration),
-                    args={"duration_ms": duration},
-                ),
+                _event("X", timeline.label, pid, tid, cat="pass", **whole),
             ]
             for name, start, dur, args in timeline.slices:
                 ts = _us(start)

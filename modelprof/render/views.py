@@ -64,8 +64,7 @@ __all__ = [
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = registry.names(additive=True)
-"""Columns whose leaf rows add up to a model total, as declared when modelprof was imported (the
-code reads ``modelprof.columns`` again at each use)."""
+"""Columns whose leaf rows add up to a model total (the registry as modelprof was imported)."""
 
 
 def _compact() -> tuple[str, ...]:
@@ -306,8 +305,7 @@ def _is_missing(value: Any) -> bool:
 
 
 UNDEFINED = "n/a"
-"""A human-readable undefined interval bound (a single block or round), unlike ``-``: not
-measured."""
+"""A human-readable undefined interval bound (one block or round); ``-`` is not measured."""
 
 
 def _missing_as(text: str, fmt: Callable[[Any], str]) -> Callable[[Any], str]:
@@ -542,8 +540,7 @@ def prepare_table(
 def _formatters(
     shown: pd.DataFrame, names: list[str], units: str, extras: Sequence[Mapping[str, Any] | None]
 ) -> tuple[list[str], list[Callable]]:
-    """The header and cell formatter of each column; fixed units fit the footer (``extras``)
-    too."""
+    """The header and cell formatter of each column; fixed units fit ``extras`` (footer) too."""
     headers: list[str] = []
     formatters: list[Callable[[Any], str]] = []
     for name in names:
