@@ -298,11 +298,11 @@ def relative_ci(
     return (hi - lo) / 2.0 / med
 
 
-def block_size(wall_ms: float | None, block_s: float = BLOCK_S) -> int:
-    """Samples in one block: about ``block_s`` of wall time, at least 1, at most ``MAX_BLOCK``."""
+def block_size(wall_ms: float | None) -> int:
+    """Samples in one block: about ``BLOCK_S`` of wall time, at least 1, at most ``MAX_BLOCK``."""
     if wall_ms is None or wall_ms <= 0:
         return 1
-    return max(1, min(MAX_BLOCK, int(block_s * 1e3 / wall_ms + 1e-6)))
+    return max(1, min(MAX_BLOCK, int(BLOCK_S * 1e3 / wall_ms + 1e-6)))
 
 
 def run_blocks(plan: Callable[[int], Any], take: Callable[[Any], Any]) -> int:
@@ -342,17 +342,17 @@ def collect(
     log = BlockLog(t0)
     log.wall_ms = est_ms
     agree = decisions()
-    reason: list[str] = []
+    reason: str | None = None
 
     def plan(i: int) -> int | None:
+        nonlocal reason
         if i == 0:
             return agree.size(_next_block(rule, log, t0, now))
-        k, why, log.needed_s = _after_block(log, rule, t0, now, agree)
-        reason.extend([why] if why else [])
-        return None if why else k
+        k, reason, log.needed_s = _after_block(log, rule, t0, now, agree)
+        return None if reason else k
 
     run_blocks(plan, lambda k: _take(sample_block, k, log, now, on_block))
-    return log.result(reason[0], now() - t0)
+    return log.result(reason, now() - t0)
 
 
 def _after_block(
@@ -363,16 +363,19 @@ def _after_block(
         left = rule.repeat - log.n
         k, _ = agree.block(_next_block(rule, log, t0, now), False, left <= 0)
         return k, "repeat" if left <= 0 else None, None
-    precise, full, rel = _filled(log, rule)
+    full, rel = log.n >= rule.max_samples, math.nan
+    if log.n >= rule.min_samples and log.n_blocks >= rule.min_blocks:
+        rel = log.relative_ci(rule.confidence)
+    precise = rel <= rule.precision  # False before the floor (NaN)
     need = None if precise or full else needed_s(log, rule, rel, now() - t0)
     spread = (
         need is not None
         and log.n_blocks >= SPREAD_MIN_BLOCKS
         and need > SPREAD_MARGIN * rule.budget_s
     )
-    k, stop = agree.block(
-        _next_block(rule, log, t0, now), precise, full or spread or _late(log, rule, now)
-    )
+    want = _next_block(rule, log, t0, now)
+    late = (now() - t0) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3  # the next block
+    k, stop = agree.block(want, precise, full or spread or late)
     return k, _stop_reason(precise, full, spread) if stop else None, need
 
 
@@ -401,14 +404,6 @@ def _take(
     log.add(got, t, t_end)
     if on_block is not None:
         on_block(log.n, t_end - log.origin)
-
-
-def _filled(log: BlockLog, rule: StopRule) -> tuple[bool, bool, float]:
-    """(precision reached, ``max_samples`` reached, relative interval or NaN below the floor)."""
-    if log.n < rule.min_samples or log.n_blocks < rule.min_blocks:
-        return False, log.n >= rule.max_samples, math.nan
-    rel = log.relative_ci(rule.confidence)
-    return rel <= rule.precision, log.n >= rule.max_samples, rel
 
 
 def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> float | None:
@@ -443,11 +438,6 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
     return elapsed_s * max(blocks, b) / b
 
 
-def _late(log: BlockLog, rule: StopRule, now: Callable[[], float]) -> bool:
-    """The next block would end past the budget (reads the clock)."""
-    return (now() - log.origin) * 1e3 + (log.wall_ms or 0.0) > rule.budget_s * 1e3
-
-
 def _robust_relative_ci(samples: np.ndarray, blocks: np.ndarray, confidence: float) -> float:
     """``relative_ci`` with 1.4826 x the MAD of the log block medians for their std."""
     rel = relative_ci(samples, None, confidence)
@@ -462,7 +452,7 @@ def _robust_relative_ci(samples: np.ndarray, blocks: np.ndarray, confidence: flo
     return max(rel, math.sinh(half))
 
 
-def _stop_reason(precise: bool, full: bool, spread: bool = False) -> str:
+def _stop_reason(precise: bool, full: bool, spread: bool) -> str:
     if precise:
         return "precision"
     return "max_samples" if full else "spread" if spread else "budget"
