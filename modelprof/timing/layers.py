@@ -172,8 +172,7 @@ class LayerTiming:
         return "\n".join(lines)
 
     def to_dataframe(self) -> Any:
-        """One row per call in execution order: name, call, latency_ms (median),
-        latency_std_ms, latency_pct (of the median pass), peak_memory_bytes."""
+        """One row per call in execution order (``latency_pct``: of the median pass)."""
         med, std = self.median_ms(), self.std_ms()
         total = float(np.median(self.passes_ms))
         rows = [
@@ -209,14 +208,10 @@ def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
 class HookCost:
     """What the per-layer instrument adds to a pass, measured in this process.
 
-    ``per_call_ms``: the whole cost of one hooked call as its enclosing call sees it (hooks,
-    stamps, their effect on the ops around them), from the model's own passes
-    (``_measured_hook_cost``). ``self_ms``: the part inside a call's own span, calibrated on a
-    chain of empty modules (``calibrate_hooks``).
-
-    A call's corrected time is its span less ``self_ms`` less ``per_call_ms`` per nested call;
-    children that still add up to more than their parent are scaled down to fit it, pass by
-    pass, so no ``(self)`` row goes negative and the leaves add up to the corrected pass.
+    ``per_call_ms``: a hooked call's whole cost as its enclosing call sees it (from the model's
+    passes: ``_measured_hook_cost``); ``self_ms``: the part inside its own span
+    (``calibrate_hooks``). A call's corrected time is its span less ``self_ms`` less
+    ``per_call_ms`` per nested call, its children then scaled to fit it (no ``(self)`` row < 0).
     """
 
     per_call_ms: float
@@ -381,9 +376,8 @@ class _Instrument:
         self.forward()
 
     def sample_block(self, k: int) -> np.ndarray:
-        """``k`` pairs of one instrumented and one plain pass, in a random order per pair (with a
-        fixed order a loaded scheduler's steady slices made one kind take every wait for a
-        core). Returns the instrumented pass durations (ms)."""
+        """``k`` pairs of one instrumented and one plain pass in a random order (with a fixed one
+        a loaded scheduler's slices made one kind take every wait); the instrumented ms."""
         out = np.empty(k)
         plain = np.empty(k)
         first = self.rng.random(k) < 0.5
@@ -464,12 +458,9 @@ class _Empty(nn.Module):
 
 
 def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
-    """Measure the instrument's own cost on a chain of empty modules, in this process.
-
-    ``per_call_ms`` = (instrumented - plain pass) / calls, the passes interleaved; ``self_ms`` =
-    an empty call's measured span less its plain cost; medians of ``passes`` passes. On CUDA:
-    zeros, not applied (the events time the GPU's work, on which host cost does not show).
-    """
+    """The instrument's own cost on a chain of empty modules: ``per_call_ms`` = (instrumented -
+    plain pass) / calls, ``self_ms`` = an empty call's span less its plain cost (medians of
+    ``passes``). On CUDA zeros, not applied: host cost does not show in the GPU's time."""
     if clock.device.type != "cpu":
         return HookCost(0.0, 0.0, applied=False, source="chain")
     chain = nn.Sequential(*(_Empty() for _ in range(_CALIBRATION_CALLS)))
@@ -499,10 +490,9 @@ def calibrate_hooks(clock: Clock, passes: int = 200) -> HookCost:
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[Callable[[], None]]:
-    """Python's cyclic collector off while the passes run (as ``timeit`` does): the hooks
-    allocate, so its pauses (tens of ms on a large heap) would land on the instrumented passes.
-    The callable it yields collects the youngest generation between blocks, so a forward's
-    reference cycles do not pile up. Both do nothing when the collector was off already."""
+    """Python's cyclic collector off while the passes run (as ``timeit`` does: its pauses would
+    land on the allocating hooks); the callable it yields collects the youngest generation
+    between blocks. Both do nothing when the collector was off already."""
     was = gc.isenabled()
     gc.disable()
 
@@ -721,13 +711,10 @@ class _LayerRun(Runner):
 
 
 def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
-    """The model's own cost per hooked call, the inside part calibrated.
-
-    The median of the per-pair differences (instrumented - its plain pass): a preemption hits
-    either kind as often, so the median stays on the instrument's cost where a difference of
-    medians did not (docs/timing.md). On the CPU the same difference of thread CPU time bounds
-    it. With fewer than ``_MIN_COST_PASSES`` passes (mostly noise) the chain's cost stands in.
-    """
+    """The model's own cost per hooked call: the median of the per-pair differences
+    (instrumented - its plain pass), which preemption moves less than a difference of medians
+    (docs/timing.md), on the CPU bounded by the same in thread CPU time; the chain's cost below
+    ``_MIN_COST_PASSES`` passes (mostly noise)."""
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
     if sampled.n < _MIN_COST_PASSES and calibrated.applied:  # (CUDA: no chain to ask)
