@@ -244,7 +244,6 @@ def kernel_note(timing: KernelTiming, latency: Any) -> str:
     return "; ".join(parts)
 
 
-# -- reading the profiler's events ---------------------------------------------------------------
 def _is_gpu(event: Any) -> bool:
     return str(event.device_type()).rsplit(".", 1)[-1] in ("CUDA", "XPU", "PrivateUse1")
 
@@ -315,13 +314,11 @@ def _to_forward(
     if not engine:
         return acts
     inside = innermost([s for s, _ in engine], [(a.launch_ns, a.thread) for a in acts])
-    out = []
-    for a, k in zip(acts, inside):
+    out = list(acts)
+    for i, (a, k) in enumerate(zip(acts, inside)):
         point = made.get(engine[k][1]) if k >= 0 else None
-        if point is None:
-            out.append(a)
-        else:
-            out.append(dataclasses.replace(a, launch_ns=point[0], thread=point[1], backward=True))
+        if point is not None:
+            out[i] = dataclasses.replace(a, launch_ns=point[0], thread=point[1], backward=True)
     return out
 
 
@@ -360,7 +357,6 @@ def _one_pass(
     return forward, host, attribute(n, inside, [a for a in mine if a.backward])
 
 
-# -- the passes ----------------------------------------------------------------------------------
 class _Ranges:
     """Hooks that push a range per module call (checking the discovery pass's order)."""
 

@@ -193,7 +193,7 @@ class TimedCall(Runner):
         opts.check_device(mi.device)
         name = label if label is not None else _label(fn_or_model)
         super().__init__(opts, mi.device, name, mi.batch_size)
-        self.user_fn, self.target, self.mi = fn_or_model, target, mi
+        self.target, self.mi = target, mi
         self.mode = dataclasses.replace(mode.on(mi.device), amp=opts.amp)
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
         signature = input_signature(mi.args, mi.kwargs, device=str(self.dev), **self.flags)
@@ -204,7 +204,6 @@ class TimedCall(Runner):
         self.compile_ms: float | None = None
         self._phases: list[Callable[[], Any]] = []
 
-    # -- set-up -----------------------------------------------------------------------------
     def contexts(self) -> list[Any]:
         return [running(self.target, self.mode, cache_enabled=not self.opts.cuda_graph)]
 
@@ -249,7 +248,6 @@ class TimedCall(Runner):
         error.candidate = self.label  # type: ignore[attr-defined]
         return error
 
-    # -- warm-up ------------------------------------------------------------------------------
     def warm(self) -> float | None:
         """Warm up per the options; returns the wall ms of one call (sizes the blocks)."""
         xfer, sync = self.xfer, self.clock.sync
@@ -311,7 +309,6 @@ class TimedCall(Runner):
 
         return replay
 
-    # -- sampling -----------------------------------------------------------------------------
     def sample_block(self, k: int) -> np.ndarray:
         """``k`` back-to-back timed calls' ms (parts kept for transfer runs)."""
         return self.time_phases(self._phases, k, self.between).sum(axis=1)

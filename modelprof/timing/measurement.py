@@ -137,7 +137,6 @@ class Measurement:
                 raise ValueError(f"{name} has {v.size} entries for {n} samples")
             setattr(self, name, v)
 
-    # -- order statistics ---------------------------------------------------------------------
     @functools.cached_property
     def _sorted(self) -> np.ndarray:
         return np.sort(self.samples_ms)
@@ -181,7 +180,6 @@ class Measurement:
     def cv(self) -> float:
         return self.std_ms / self.mean_ms if self.mean_ms > 0 else float("nan")
 
-    # -- blocks, interval and drift -----------------------------------------------------------
     @functools.cached_property
     def _block_medians(self) -> tuple[np.ndarray, np.ndarray]:
         return block_medians(self.samples_ms, self.blocks)
@@ -323,7 +321,6 @@ class Measurement:
             return math.nan
         return self.ci_half_width_ms / self.median_ms if self.median_ms > 0 else float("inf")
 
-    # -- CPU work beside the wall clock -------------------------------------------------------
     @functools.cached_property
     def cpu(self) -> Measurement | None:
         """The CPU time of the same samples as a Measurement (None when not read)."""
@@ -410,12 +407,11 @@ class Measurement:
         return True
 
     def _loaded_text(self) -> str:
-        cpu = self.cpu
         return (
             f"the machine was loaded (wall/CPU {self.wall_over_cpu:.2f}: the work waited for a "
             f"core), so the wall median {format_ms(self.median_ms)} moved with the machine's "
             f"load and another run will read otherwise; quote the CPU work, median "
-            f"{format_ms(cpu.median_ms)} ({self.cpu_clock}), which load cannot stretch, or "
+            f"{format_ms(self.cpu.median_ms)} ({self.cpu_clock}), which load cannot stretch, or "
             "time again on a quieter machine"
         )
 
@@ -444,7 +440,6 @@ class Measurement:
         """The transfer-inclusive parts that exist: ``h2d``, ``compute``, ``d2h``."""
         return {k: getattr(self, k) for k in _PARTS if getattr(self, k) is not None}
 
-    # -- export ------------------------------------------------------------------------------
     def stats(self) -> dict[str, float | int]:
         """The derived statistics, as plain numbers."""
         lo, hi = self.median_ci_ms
