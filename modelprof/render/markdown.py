@@ -34,8 +34,7 @@ def markdown_table(table: Table) -> str:
             "Markdown output needs tabulate: pip install tabulate (in a clone of modelprof: "
             "pip install -e '.[all]')"
         ) from e
-    rows = [list(map(_escape, r)) for r in table.cells]
-    rows += [list(map(_escape, r)) for r in table.footer]
+    rows = [list(map(_escape, r)) for r in (*table.cells, *table.footer)]
     align = ["right" if n else "left" for n in table.numeric]
     return tabulate(
         rows,

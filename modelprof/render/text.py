@@ -45,30 +45,21 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
         raise ModelProfError(f"max_rows must be an integer >= 2 or None, got {max_rows!r}")
     rows: list[tuple[str, ...]] = [tuple(map(escape_control, r)) for r in table.cells]
     skipped = 0
-    head_n = len(rows)
     if max_rows is not None and len(rows) > max_rows:
-        head_n = (max_rows + 1) // 2
-        tail_n = max_rows - head_n
+        head_n = (max_rows + 1) // 2  # the other max_rows // 2 (>= 1) from the end
         skipped = len(rows) - max_rows
-        rows = rows[:head_n] + (rows[len(rows) - tail_n :] if tail_n else [])
+        rows = rows[:head_n] + rows[head_n + skipped :]
     headers = tuple(map(escape_control, table.headers))
     footer = [tuple(map(escape_control, r)) for r in table.footer]
     everything = [headers, *rows, *footer]
     widths = [max(len(r[i]) for r in everything) for i in range(len(table.headers))]
     numeric = table.numeric
     rule = _GAP.join("-" * w for w in widths)
-
-    out: list[str] = []
-    if title:
-        out.append(title)
-    out.append(_line(headers, widths, numeric))
-    out.append(rule)
-    for i, r in enumerate(rows):
-        if skipped and i == head_n:
-            out.append(f"... {skipped} more rows ...")
-        out.append(_line(r, widths, numeric))
-    if skipped and head_n == len(rows):
-        out.append(f"... {skipped} more rows ...")
+    body = [_line(r, widths, numeric) for r in rows]
+    if skipped:
+        body.insert(head_n, f"... {skipped} more rows ...")
+    out = [title] if title else []
+    out += [_line(headers, widths, numeric), rule, *body]
     if footer:
         out.append(rule)
         out += [_line(r, widths, numeric) for r in footer]

@@ -546,21 +546,16 @@ def _formatters(
     for name in names:
         spec = column_spec(name, shown[name])
         if units == "raw":
-            headers.append(name)
-            formatters.append(_raw_cell)
+            header, fmt = name, _raw_cell
         elif units == "human":
-            headers.append(spec.header)
-            formatters.append(_human_formatter(spec.kind))
+            header, fmt = spec.header, _human_formatter(spec.kind)
         else:
-            values = list(shown[name])
-            for extra in extras:
-                if extra is not None and name in extra:
-                    values.append(extra[name])
+            values = [*shown[name], *(e[name] for e in extras if e is not None and name in e)]
             header, fmt = _fixed_formatter(spec.kind, spec.header, values)
-            headers.append(header)
-            formatters.append(fmt)
         if units != "raw" and ("_ci_low" in name or "_ci_high" in name):  # an interval bound
-            formatters[-1] = _missing_as(UNDEFINED, formatters[-1])
+            fmt = _missing_as(UNDEFINED, fmt)
+        headers.append(header)
+        formatters.append(fmt)
     return headers, formatters
 
 
