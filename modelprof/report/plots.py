@@ -1,9 +1,8 @@
 """Figures of a report: per-layer latency and FLOPs, the roofline, throughput curves, comparisons.
 
-matplotlib is optional (``pip install matplotlib``, or the ``plot``/``all`` extra) and imported inside each function. Figures
-are built with ``matplotlib.figure.Figure`` directly, never through pyplot, so no global state is
-touched and any backend (or none) works. Every function returns the Figure; ``save=path`` also
-writes it, the format taken from the extension (.png, .svg, .pdf).
+matplotlib is optional and imported inside each function; figures are built as
+``matplotlib.figure.Figure``, never through pyplot, so no global state is touched. Every function
+returns the Figure; ``save=path`` also writes it (.png, .svg, .pdf, from the extension).
 """
 
 from __future__ import annotations
@@ -98,7 +97,6 @@ def _barh(
     values = rows[column].to_numpy(dtype=float)
     xerr = None
     if error is not None and all(c in rows.columns for c in error):
-        # asymmetric bars from a low and a high percentile: they never cross zero
         low = rows[error[0]].to_numpy(dtype=float)
         high = rows[error[1]].to_numpy(dtype=float)
         xerr = np.nan_to_num(
@@ -129,18 +127,16 @@ def plot_latency(
     save: str | os.PathLike[str] | None = None,
 ) -> Figure:
     """Horizontal bars of per-layer latency (``latency_ms``, the median), the ``top_k`` slowest
-    first; ``leaf_only`` skips the parents that aggregate them. Error bars span the 10th to
-    90th percentile of the passes (``latency_p10_ms``, ``latency_p90_ms``, which
-    ``Report.plot_latency`` adds), so they never reach below 0 ms as median +- std can;
-    without those columns there are none."""
+    first; ``leaf_only`` skips the parents. Error bars span the 10th to 90th percentile of the
+    passes where ``latency_p10_ms`` and ``latency_p90_ms`` are given (``Report.plot_latency``
+    adds them): unlike median +- std, they never reach below 0 ms."""
     _require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
     rows = _top_rows(df, "latency_ms", top_k, leaf_only)
+    bars = " (bars: p10-p90 of the passes)" if "latency_p10_ms" in rows.columns else ""
     fig = _barh(
         rows,
         "latency_ms",
-        title=title or "Latency per layer (bars: p10-p90 of the passes)"
-        if "latency_p10_ms" in rows.columns
-        else title or "Latency per layer",
+        title=title or f"Latency per layer{bars}",
         xlabel="latency (ms)",
         error=("latency_p10_ms", "latency_p90_ms"),
     )
@@ -186,19 +182,11 @@ def plot_roofline(
     title: str | None = None,
     save: str | os.PathLike[str] | None = None,
 ) -> Figure:
-    """Log-log roofline: one roof per memory level (``min(peak FLOP/s, intensity x the level's
-    bandwidth)``) and each timed layer at (intensity, achieved FLOP/s), coloured like the roof it
-    is judged against (its ``memory_level``). The ``annotate`` slowest layers are numbered and
-    named in a key beside the plot, so no label covers a point or another label. ``df`` is the
-    modelprof view; roofline columns are (re)computed from ``peaks``, and the roofs drawn are
-    the ones the rows are judged against, and the ones the report's MFU uses: a probed roof
-    that a layer beat is drawn at what the layer proved (``modelprof.report.roofline.
-    observed_peaks``). Where the probe was disturbed (a roof a layer beat, a probe that waited
-    for a core, a DRAM roof slower than any main memory) the title says so once, in one
-    sentence under the heading naming the roofs drawn at what layers reached, and a caption
-    under the plot gives the details: what the probe measured, which layer went faster
-    (``modelprof.report.roofline.peak_words``)."""
-
+    """Log-log roofline of ``df`` (the modelprof view): one roof per memory level and each
+    timed layer at (intensity, achieved FLOP/s), coloured like the roof it is judged against.
+    The ``annotate`` slowest layers are numbered and named in a key beside the plot. The roofs
+    drawn are those the rows are judged against (``observed_peaks``); a disturbed probe is
+    named under the heading and detailed in a caption (``peak_words``)."""
     if not isinstance(peaks, PeaksClass):
         raise ModelProfError(
             f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}"
@@ -210,8 +198,6 @@ def plot_roofline(
         " (profile with timing=True)",
     )
     data = add_roofline(df, peaks)
-    # in words, once: that the probe was disturbed, and the roofs drawn instead (the title);
-    # what it measured and which layers went faster (a caption below the plot)
     sentence, caption = peak_words(df, peaks)
     peaks = observed_peaks(df, peaks)
     if leaf_only and "leaf" in data.columns:
@@ -238,9 +224,7 @@ def plot_roofline(
     ax.set_ylabel("achieved FLOP/s")
     source = _ROOF_SOURCES.get(peaks.source, peaks.source)
     ax.grid(which="both", alpha=0.25)
-    _legends(fig, ax, key)
-    # wrapped to the axes' width once the legends took their room: a one-line title wider
-    # than the axes ran into the legends outside them
+    _legends(fig, ax, key)  # before the title: it is wrapped to the room they leave
     heading = f"Roofline: {peaks.device or 'device'} ({peaks.dtype}, {source})"
     _fit_title(ax, "\n".join(t for t in (title or heading, sentence) if t), small=bool(sentence))
     if caption:
@@ -250,7 +234,7 @@ def plot_roofline(
 
 
 def _draw_roofs(ax: Any, peaks: Peaks, xs: np.ndarray) -> list[list[Any]]:
-    """One roof per memory level (levels of equal bandwidth share a line and a colour), the
+    """One roof per memory level (levels of equal bandwidth share a line and a colour) and the
     compute roof; returns ``[[levels], colour]`` per line."""
     roofs: list[list[Any]] = []
     for lv in peaks.memory_levels:
@@ -325,8 +309,7 @@ def _number_slowest(ax: Any, data: pd.DataFrame, annotate: int) -> list[str]:
 
 
 def _legends(fig: Any, ax: Any, key: list[str]) -> None:
-    """Outside the axes, as figure legends the constrained layout makes room for: no label can
-    cover a point, and nothing is cut off however the figure is shown or saved."""
+    """Figure legends outside the axes, which the constrained layout makes room for."""
     fig.legend(
         *ax.get_legend_handles_labels(),
         loc="outside right upper",
@@ -352,10 +335,9 @@ def _legends(fig: Any, ax: Any, key: list[str]) -> None:
 
 
 def _caption(fig: Any, ax: Any, text: str) -> None:
-    """``text`` in small type under the plot (a figure label the constrained layout makes room
-    for), wrapped at word boundaries so that no line runs past the axes into the legends."""
+    """``text`` in small type under the plot, wrapped so that no line runs past the axes."""
     label = fig.supxlabel(
-        text, fontsize=_CAPTION_PT, x=0.01, ha="left", multialignment="left", color="0.25"
+        text, fontsize=7.5, x=0.01, ha="left", multialignment="left", color="0.25"
     )
     width = len(text)
     while True:
@@ -367,13 +349,9 @@ def _caption(fig: Any, ax: Any, text: str) -> None:
         width = max(40, int(width * 0.9))
 
 
-_CAPTION_PT = 7.5
-
-
 def _fit_title(ax: Any, text: str, *, small: bool = False) -> None:
-    """``ax``'s title, wrapped at word boundaries so that no line is wider than the axes;
-    ``small``: a heading with a sentence under it, set a size smaller to take fewer lines."""
-
+    """``ax``'s title, wrapped so that no line is wider than the axes; ``small``: a size
+    smaller (a heading with a sentence under it)."""
     fig = ax.figure
     fig.draw_without_rendering()  # the constrained layout fixes the axes' size
     renderer = fig._get_renderer()
@@ -390,8 +368,7 @@ def _fit_title(ax: Any, text: str, *, small: bool = False) -> None:
 
 
 def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:
-    """Indices of points grouped when they lie within ``factor`` of each other on both log axes,
-    so coincident points share one number label instead of overprinting."""
+    """Indices of points within ``factor`` of each other on both log axes: one label each."""
     groups: list[list[int]] = []
     for i in range(len(x)):
         for g in groups:
@@ -504,7 +481,7 @@ def plot_compare(
                     textcoords="offset points",
                 )
         ax.yaxis.set_major_formatter(_tick_formatter(fmt))
-        ax.margins(y=0.12)  # room for the value labels above the bars
+        ax.margins(y=0.12)  # room for the value labels
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title)
@@ -539,11 +516,10 @@ def plot_cost_latency(
     title: str | None = None,
     save: str | os.PathLike[str] | None = None,
 ) -> Figure:
-    """Each model of a comparison as a point: its cost (``cost``: ``macs``, ``flops``,
-    ``params``...) against its measured latency median, with the 95 % interval as an error bar
-    (none where it is undefined). ``latency`` defaults to what the comparison ranks by: the CPU
-    work on a loaded CPU (``attrs["ranked_by"]``), else the wall-clock latency. Log scales when
-    a quantity spans more than 10x."""
+    """Each model of a comparison as a point: its cost (``macs``, ``flops``, ``params``...)
+    against its latency median, with the 95 % interval as an error bar where defined.
+    ``latency`` defaults to what the comparison ranks by (``attrs["ranked_by"]``: the CPU
+    work on a loaded CPU, else the wall clock). Log scales where a quantity spans over 10x."""
     if latency is None:
         latency = (
             "cpu_work_median_ms"
