@@ -13,17 +13,14 @@ Conventions (:class:`Convention`), each named in :meth:`Utilization.describe`:
 - ``flops="2macs"``: 2 x the multiply-accumulates of contractions (matmuls, convolutions,
   attention), what PaLM, Megatron, nanoGPT and MaxText count; ``"flops"``: modelprof's full
   ``flops`` (the contractions and every elementwise op, normalisation and softmax).
-- ``causal="counted"``: attention as it ran (a causal mask saves nothing in the count, as
-  ``torch.utils.flop_counter`` and MaxText's default); ``"half"``: the attention contractions of
-  a causal self-attention halved, as MaxText's ``causal`` count does. The user says the model's
-  attention is causal; it is not applied to a decode step (one query against the whole cache
-  masks nothing). An attention contraction is a fused attention op, or a batched matmul
-  (``bmm``, ``baddbmm``, ``matmul``) that runs in a row beside a softmax (how eager and
-  decomposed attention run); for ``"2macs"``, an op's share in a row is its FLOPs there times
-  its 2 x MACs / FLOPs over the pass (exact whenever its calls share head sizes and masking).
-- the peak: the datasheet's **dense** figure for the dtype (``lookup_peaks``; never the
-  sparse one), or the probed peak of the report; both are recorded when both are known
-  (``Utilization.by_peak``).
+- ``causal="counted"``: attention as it ran (as ``torch.utils.flop_counter`` and MaxText's
+  default); ``"half"``: the attention contractions of a causal self-attention halved (MaxText's
+  ``causal``), never for a decode step (one query against the whole cache masks nothing). An
+  attention contraction is a fused attention op, or a ``bmm``/``baddbmm``/``matmul`` in a row
+  beside a softmax; for ``"2macs"``, an op's share in a row is its FLOPs there times its
+  2 x MACs / FLOPs over the pass (exact whenever its calls share head sizes and masking).
+- the peak: the datasheet's **dense** figure for the dtype (never the sparse one), or the
+  report's probed peak; both are recorded when both are known (``Utilization.by_peak``).
 
 A row's time is its ``latency_ms`` (a training step: plus its ``backward_latency_ms``). The
 phases of a forward are ``forward``; of a training step ``forward``, ``backward`` (the loss's
@@ -72,8 +69,7 @@ _FLOPS_WORDS = {
     "2macs": "2 x MACs of contractions",
     "flops": "full FLOPs (contractions + elementwise, norms, softmax)",
 }
-# the frames' own columns, shown as every count, size and fraction of modelprof is (1.82 G,
-# 5.26 MiB, 31.71%), never as 134217728.00
+# the frames' own columns, so that they are shown in human units (1.82 G, 31.71%)
 registry.declare(
     registry.Column("model_flops", "model FLOPs", "count", "utilization", dtype="float64"),
     registry.Column("hardware_flops", "hardware FLOPs", "count", "utilization", dtype="float64"),
@@ -104,16 +100,13 @@ class Convention:
     def describe(self) -> str:
         """One line: the FLOPs counted, causal attention, the peak and where it comes from."""
         causal = "causal attention halved" if self.causal == "half" else "attention as counted"
-        p = self.peaks
-        peak = (
-            "no peak"
-            if p is None
-            else (
+        p, peak = self.peaks, "no peak"
+        if p is not None:
+            peak = (
                 f"peak {format_rate(p.peak_flops, 'FLOP/s')} {p.dtype}, "
                 f"{format_rate(p.peak_bytes, 'B/s')} ({_SOURCE_WORDS[p.source]}"
                 f"{', ' + p.device if p.device else ''}{_raised_words(p)})"
             )
-        )
         return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
 
 
@@ -130,8 +123,7 @@ class Utilization:
     #: conventions behind the figures a reader could take otherwise (:func:`recompute_notes`)
     notes: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        # printed whole and in human units, however the frames were put together
+    def __post_init__(self) -> None:  # printed whole and in human units
         for name in ("rows", "phases"):
             object.__setattr__(self, name, shown(getattr(self, name), units=_UNITS))
 
@@ -145,8 +137,7 @@ class Utilization:
         return float(self.phases["hfu"].iloc[-1])
 
     def describe(self) -> str:
-        """The whole call's MFU (and HFU where recomputation ran) with its convention; a ratio
-        above 1 is said to be one, with why (:func:`_ratio_text`), never shown as a plain figure."""
+        """The whole call's MFU (and HFU where recomputation ran) with its convention."""
         last = self.phases.iloc[-1]
         source = _PEAK_NAMES.get(getattr(self.convention.peaks, "source", None))
         hfu = last["hardware_flops"] != last["model_flops"]
@@ -173,10 +164,8 @@ def _raised_words(p: Peaks) -> str:
 
 def _ratio_text(value: float, peak: str | None) -> str:
     """A utilization as the summary prints it (``peak``: ``"probe"``, ``"datasheet"`` or
-    ``"given"``). Work cannot outrun the device, so a ratio above 1 says the peak it is judged
-    against is too low (a short probe under-reads the device) or the peak, time or count is
-    not this run's: it is printed as above 1, with that reason, not as a utilization. No time
-    (an untimed report) is said in words, never ``nan``."""
+    ``"given"``): work cannot outrun the device, so a ratio above 1 is printed with why the
+    peak reads low, not as a utilization; no time is said in words, never ``nan``."""
     if not math.isfinite(value):
         return "not measured (no time: profile with timing)"
     if not value > 1:
@@ -189,11 +178,8 @@ def _ratio_text(value: float, peak: str | None) -> str:
 
 
 def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks]]:
-    """The peaks to judge ``report`` against and every peak known for it.
-
-    ``peak``: ``"datasheet"`` (the dense table figure for the report's device and dtype),
-    ``"probe"`` (the report's probed peaks), a device name of the datasheet table, a ``Peaks``,
-    or ``None``: the datasheet where the device is in the table, else the probe."""
+    """The peaks to judge ``report`` against (``peak`` as :meth:`Report.utilization` takes it)
+    and every peak known for it."""
     known: dict[str, Peaks] = {}
     probed = run_peaks(report)  # a probe with the roofs the rows beat raised: the plot's too
     if isinstance(probed, Peaks):
@@ -249,7 +235,6 @@ def _no_peak(report: Any) -> str:
         else f"{device} is a MIG slice, which the whole GPU's datasheet figures do not describe"
     )
     why = (
-        # profile(roofline=False), or a phase of profile_generation, which probes no peak
         "this report has no probed peak (profile(..., roofline=False), or a phase of "
         "profile_generation, which does not probe)"
         if report.timed
@@ -264,7 +249,7 @@ def _no_peak(report: Any) -> str:
 
 def _datasheet(name: str, dtype: str) -> Peaks | None:
     """The datasheet's peaks for the device ``name``; none for a MIG slice (the whole GPU's
-    would read its MFU ~7x low on a 1g slice: its probe is judged against instead)."""
+    would read a 1g slice's MFU ~7x low)."""
     if mig_slice(name) is not None:
         return None
     try:
@@ -286,10 +271,9 @@ def attention_flops(ops: Mapping[str, int], by_op: Mapping[str, Any], flops: str
 
 
 def fused_recompute(ops: Mapping[str, int], by_op: Mapping[str, Any], flops: str) -> float:
-    """FLOPs a fused attention backward (flash, memory-efficient, cuDNN, the CPU's fused kernel)
-    spends recomputing the scores ``Q K^T``: one of its five contractions (``S`` again, ``dP``,
-    ``dV``, ``dQ``, ``dK``). Model FLOPs count an attention backward as twice its forward
-    (nanoGPT, MaxText), so that fifth is hardware FLOPs: HFU's, not MFU's."""
+    """FLOPs a fused attention backward spends recomputing the scores ``Q K^T``: one of its
+    five contractions (``S``, ``dP``, ``dV``, ``dQ``, ``dK``). Model FLOPs count an attention
+    backward as twice its forward (nanoGPT, MaxText), so that fifth is HFU's, not MFU's."""
     return sum(
         f * _share(op, by_op, flops) / 5
         for op, f in ops.items()
@@ -338,9 +322,8 @@ def utilization(
 
 
 def recompute_notes(report: Any) -> tuple[str, ...]:
-    """A training step's note where its fused attention backward recomputed ``Q K^T``: the
-    raw totals (``backward_flops``, the step's FLOPs) count those FLOPs, model FLOPs do not
-    (HFU does); none without such a backward."""
+    """A training step's note where its fused attention backward recomputed ``Q K^T`` (the raw
+    totals count those FLOPs, model FLOPs do not)."""
     step = report.training_step
     cost = None if step is None else step.cost
     if cost is None:
@@ -349,9 +332,8 @@ def recompute_notes(report: Any) -> tuple[str, ...]:
     for r in report.rows:
         if not r.leaf or r.kind == "optimizer":
             continue
-        back, again = _backward_of(cost, r)
-        if back is not None:
-            ops = _minus(back.ops, {} if again is None else again.ops)
+        ops, _ = _backward_of(cost, r)
+        if ops is not None:
             total += fused_recompute(ops, cost.by_op, "flops")
     if not total > 0:
         return ()
@@ -398,15 +380,15 @@ def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: b
         )
         if cost is None:
             continue
-        back, again = _backward_of(cost, r)
+        ops, again = _backward_of(cost, r)
         out[i, 2] = 0.0 if again is None else _in(c, again.macs, again.flops)
         out[i, 1] = _in(c, r.backward_macs or 0, r.backward_flops or 0) - out[i, 2]
-        if back is not None:
-            ops = _minus(back.ops, {} if again is None else again.ops)
-            fused = fused_recompute(ops, bwd_ops, c.flops) * (0.5 if halve else 1.0)
-            out[i, 1] -= fused
-            out[i, 2] += fused
-        if halve and back is not None:
+        if ops is None:
+            continue
+        fused = fused_recompute(ops, bwd_ops, c.flops) * (0.5 if halve else 1.0)
+        out[i, 1] -= fused
+        out[i, 2] += fused
+        if halve:
             out[i, 1] -= 0.5 * attention_flops(ops, bwd_ops, c.flops)
             if again is not None:
                 out[i, 2] -= 0.5 * attention_flops(again.ops, fwd_ops, c.flops)
@@ -417,19 +399,17 @@ def _in(c: Convention, macs: int, flops: int) -> float:
     return float(2 * macs if c.flops == "2macs" else flops)
 
 
-def _backward_of(cost: Any, row: Any) -> tuple[Any, Any]:
-    """The row's own backward ``PassCost`` and its recomputed part (None where it has none)."""
+def _backward_of(cost: Any, row: Any) -> tuple[dict[str, int] | None, Any]:
+    """The FLOPs by op of the row's own backward less its recomputed forward (None: no
+    backward), and that recomputed part (a ``PassCost``, or None)."""
     i = row.record
     if row.kind == "loss":
-        return cost.loss_backward, None
+        return dict(cost.loss_backward.ops), None
     if not 0 <= i < len(cost.backward):
         return None, None
     again = cost.recompute[i] if i < len(cost.recompute) else None
-    return cost.backward[i], again
-
-
-def _minus(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
-    return {k: v - b.get(k, 0) for k, v in a.items()}
+    redone = {} if again is None else again.ops
+    return {k: v - redone.get(k, 0) for k, v in cost.backward[i].ops.items()}, again
 
 
 def _inclusive(depths: Sequence[int], leaves: Sequence[bool], own: np.ndarray) -> np.ndarray:
@@ -487,8 +467,7 @@ def group_mfu(model_flops: Sequence[float], times_ms: Sequence[float], peak_flop
         )
     if not _finite(peak_flops) or not peak_flops > 0:
         raise ModelProfError(f"peak_flops={peak_flops!r} must be a finite positive number")
-    # every rank checked, not only the one max() happens to compare first: max() skips a NaN
-    # after the first element and stops at one in front
+    # each rank checked: max() would pass a NaN by
     for rank, (f, t) in enumerate(zip(flops, times)):
         if not _finite(t) or not t > 0:
             raise ModelProfError(
