@@ -59,8 +59,7 @@ def calibrate_cuda_sleep(
             b.record()
             torch.cuda.synchronize()
             rates.append(cycles / a.elapsed_time(b))
-    rates.sort()
-    return rates[len(rates) // 2]
+    return sorted(rates)[len(rates) // 2]
 
 
 class CudaSleep(nn.Module):

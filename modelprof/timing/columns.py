@@ -1,12 +1,10 @@
 """The per-layer timing columns of a table, from the instrumented passes.
 
-``latency_ms``/``latency_std_ms`` are the median/std of a call's samples over the passes (a
-``per_layer="kernels"`` run adds its columns, ``timing.kernels.with_kernel_columns``); a
+``latency_ms``/``latency_std_ms``: the median/std of a call's samples over the passes; a
 ``(self)`` row's samples are its parent's minus its children's, pass by pass; a
-``(communication)`` row's are its call's collectives' own stamps (taken out of the call's leaf or
-``(self)`` row); ``latency_pct`` is
-the share of the median instrumented pass. ``peak_memory_bytes`` comes from the warm memory pass
-(after timing), which replaces the static pass's cold peak (autotuning, first-call workspaces).
+``(communication)`` row's are its call's collectives' stamps (taken out of the call's leaf or
+``(self)`` row); ``latency_pct``: the share of the median instrumented pass.
+``peak_memory_bytes`` comes from the warm memory pass (after timing).
 """
 
 from __future__ import annotations
@@ -34,15 +32,13 @@ def _samples(
     record = records[index]
     s = samples.get(record.key)
     if s is not None and comm and record.key in comm and record.comm and (is_self or leaf):
-        # the call's collectives are its (communication) row's (never below 0: a span on a
-        # stream of its own, FSDP2's on CUDA, may exceed the call's)
+        # never below 0: a collective on a stream of its own (FSDP2's) may outlast the call
         s = np.maximum(s - comm[record.key], 0.0)
     if s is None or not is_self:
         return s
     by_index = {index: s, **{c: samples.get(records[c].key) for c in record.children}}
     s = own_part(records, by_index, index)
-    # where the children were scaled to fit the parent (HookCost.correct), what is left is
-    # rounding residue (~1e-16 ms), not a time: below any clock's resolution it is 0
+    # children scaled to fit the parent (HookCost.correct) leave rounding residue, not a time
     return np.where(s >= _RESOLUTION_MS, s, 0.0)
 
 
@@ -50,10 +46,8 @@ def layer_columns(
     keys: Sequence[tuple[int, bool, bool]], records: Sequence[CallRecord], latency: Any, layers: Any
 ) -> tuple[list[dict[str, float]], float, float]:
     """The timing columns of each row (``keys``: record index, is a (self) row, is a leaf, in
-    table order), and (overhead, leaf sum): instrumented over plain passes (interleaved with the
-    instrumented ones, so drift between the clean run and the per-layer passes does not enter),
-    and the sum of the leaf rows' medians in ms (``profile`` states it against the reported
-    end-to-end median: the coverage)."""
+    table order), the overhead (instrumented over the interleaved plain passes) and the sum of
+    the leaf rows' medians in ms."""
     total = float(np.median(layers.corrected_passes_ms))
     peaks = getattr(layers, "peak_memory_bytes", None) or {}
     columns: list[dict[str, float]] = []

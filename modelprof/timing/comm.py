@@ -1,22 +1,12 @@
-"""Collectives' own time in the instrumented passes, so that it lands in ``(communication)`` rows
-and not in the layer beside them.
+"""Collectives' own time in the instrumented passes, for the ``(communication)`` rows.
 
-A collective op returns before its data has moved: gloo hands it to a worker thread, NCCL to its
-own stream. The wait comes later, in ``Work.wait()`` (no dispatched op: no mode sees it) or in a
-``wait_tensor`` wherever the result is first used, often in the next layer (the LayerNorm after
-a row-parallel linear). So in an instrumented pass :class:`CommStamps` waits for each collective
-where it is issued, between two stamps of the pass's own clock: host stamps on the CPU, CUDA
-events on the current stream on CUDA (there the span is the time the compute stream stood
-waiting for the collective). The whole collective is then inside the span, charged to the call
-(or, in the backward, the autograd node's call) that issued it; later waits find it done.
-
-This is an instrument: the per-layer passes give up the overlap of communication with compute
-that the model may have. The clean end-to-end runs keep it, so the per-layer rows can sum to
-more than the clean median by the overlap. DDP's reducer launches its bucket all-reduces from
-C++, but through the dispatcher (``c10d::allreduce_``), so they are stamped too, in the column
-of the call whose gradient filled the bucket; ``modelprof.step.timing`` moves them to the root
-(where they are counted) with the reducer's final wait. What reaches no dispatched op is not
-stamped.
+A collective returns before its data has moved (gloo hands it to a thread, NCCL to its stream);
+the wait comes later, often in the next layer. So in an instrumented pass :class:`CommStamps`
+waits for each collective where it is issued, between two stamps of the pass's clock (on CUDA:
+the time the compute stream stood waiting), and charges it to the call that issued it. The
+per-layer passes thus give up the model's overlap of communication with compute, which the clean
+runs keep. DDP's bucket all-reduces go through the dispatcher and are stamped too
+(``modelprof.step.timing`` moves them to the root); what reaches no dispatched op is not.
 """
 
 from __future__ import annotations
@@ -36,9 +26,8 @@ _CHUNK = 64  # collectives per stamp buffer (buffers are added as a pass needs t
 
 
 def wait_for(func: Any, out: Any) -> None:
-    """Block (CPU) or make the current stream wait (CUDA) until collective ``func``, which
-    returned ``out``, is done: ``Work.wait()`` on a c10d op's work, ``wait_tensor`` on a
-    functional collective's outputs."""
+    """Wait until collective ``func``, which returned ``out``, is done: ``Work.wait()`` on a c10d
+    op's work, ``wait_tensor`` on a functional collective's outputs."""
     functional = func.name().startswith("_c10d_functional")
     stack = [out]
     while stack:
@@ -53,9 +42,8 @@ def wait_for(func: Any, out: Any) -> None:
 
 
 class CommStamps(compat.TorchDispatchMode):
-    """Around each collective (waited for on the spot) and each wait or FSDP2 copy of one, two
-    stamps from ``clock``; ``column()`` says which call the time belongs to. After a pass and
-    its synchronize, :meth:`per_column_ms` gives the pass's collectives' ms per column."""
+    """Two stamps from ``clock`` around each collective (waited for on the spot) and each wait or
+    FSDP2 copy of one; ``column()`` says which call the time belongs to."""
 
     def __init__(self, clock: Any, column: Callable[[], int]) -> None:
         super().__init__()

@@ -1,10 +1,7 @@
-"""``profile(..., what_helps=True)``: the question a launch-bound table raises, answered beside it.
-
-The same forward, on the same inputs, is timed eager, replayed from a CUDA graph and (where
-``torch.compile`` works here) compiled with ``mode="reduce-overhead"``, interleaved round by round
-(``measure_latencies``), so the ratios to eager carry their own paired intervals. A variant that
-cannot be built (a forward that synchronises, dynamic shapes, no compiler) is left out with the
-reason. CUDA only: on the CPU there is no launch cost for a graph to remove.
+"""``profile(..., what_helps=True)``: the forward timed eager, replayed from a CUDA graph and
+compiled with ``mode="reduce-overhead"``, interleaved (``measure_latencies``) so the ratios to
+eager carry paired intervals. A variant that cannot be built is left out with the reason. CUDA
+only: on the CPU there is no launch cost for a graph to remove.
 """
 
 from __future__ import annotations
@@ -87,8 +84,7 @@ def what_helps(
         if len(candidates) == 1:
             return None, left_out
         budget = min(opts.stop.budget_s, HELPS_BUDGET_S)
-        # closures over the inputs: the device, batch and grad mode said, so that the GPU's
-        # clock times them (a closure alone would be timed on the host's, unsynchronized)
+        # closures: the device said, so that CUDA events time them (not the host clock)
         result = measure_latencies(
             candidates,
             device=mi.device,

@@ -1,8 +1,6 @@
-"""Device memory from the datasheets, keyed as :data:`modelprof.timing.peaks.KNOWN_DEVICES`
-(a name is matched by :func:`modelprof.timing.peaks.match_device`). GPU datasheets say "80 GB"
-for 80 GiB of HBM (A100 80GB: 81,920 MiB); the values here are those binary sizes. V100 SXM2
-and V100 PCIe come with 16 or 32 GB: the smaller is listed (pass ``memory_bytes=`` for the
-other)."""
+"""Device memory from the datasheets, keyed as :data:`modelprof.timing.peaks.KNOWN_DEVICES`.
+Datasheets say "80 GB" for 80 GiB of HBM: the values are those binary sizes. V100 SXM2 and PCIe
+come with 16 or 32 GB: the smaller is listed (pass ``memory_bytes=`` for the other)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """How the timed callable runs: eval/no_grad, AMP, channels_last, torch.compile, CUDA graphs and the
-cold-cache flush. Each mode is a small function or context manager; the user's model is never
-changed in place (converted copies come from ``modelprof.runtime.placement.moved_model``) and
-every flag set on it is restored in ``finally``.
+cold-cache flush, each a small function or context manager that leaves the user's model as it was.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +18,7 @@ from modelprof.runtime.execution import (
     parse_amp,
     to_channels_last,
 )
-from modelprof.timing.peaks import parse_cache_size
+from modelprof.timing.peaks import _sysfs_caches
 
 __all__ = [
     "COMPILE_MODES",
@@ -90,18 +87,8 @@ def capture_cuda_graph(
 @functools.lru_cache(maxsize=1)
 def last_level_cache_bytes() -> int | None:
     """The CPU's largest cache (L3 usually) from sysfs, or None when unreadable."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    best = None
-    try:
-        for entry in os.listdir(base):
-            if not entry.startswith("index"):
-                continue
-            with open(os.path.join(base, entry, "size")) as f:
-                value = parse_cache_size(f.read())
-            best = value if best is None else max(best, value)
-    except (OSError, ValueError):
-        return best
-    return best
+    sizes = [size for _, size in _sysfs_caches(1)]
+    return max(sizes) if sizes else None
 
 
 def flush_bytes(device: torch.device) -> int:

@@ -1,14 +1,10 @@
 """One Runner: the skeleton every timed pass shares.
 
-Entered, a :class:`Runner` makes the measured CUDA device current and holds the contexts its
-pass adds (the run mode through ``running``, the training step's guard); it warms up by the
-options' warm-up rule, takes blocks of samples by their stop rule through the one sampling loop
-(``sampler.run_blocks``) and holds the sample floor past the budget; it turns a failure of the
-user's code into a ``ModelProfError`` (``failure``); and it gives the fields every Measurement
-of its samples shares. What a pass runs is its own: ``TimedCall`` (``timing/latency.py``), the
-per-layer passes' ``_LayerRun`` (``timing/layers.py``), the training step's ``StepTimer``
-(``step/timing.py``), the generations of ``generation/timing.py`` (alone and compared, in
-``generation/compare.py``) and the profiled passes of ``timing/kernels.py`` are Runners.
+Entered, a :class:`Runner` makes the measured CUDA device current and holds its pass's contexts;
+it warms up and samples by the options' rules (``sampler``), holds the sample floor past the
+budget, raises a failure of the user's code as ``failure`` says, and gives the fields every
+Measurement of its samples shares. What a pass runs is its own (``TimedCall``, ``_LayerRun``,
+``StepTimer``, the generations' and the kernel passes' runners).
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ class Runner:
         self.warmup_calls = 0
         self.extended_s = 0.0  # seconds sampled past the budget to hold the sample floor
         self.parts: list[np.ndarray] = []  # each block's per-phase ms (``time_phases``)
-        #: the warm-up registry's key: (callable, input signature), remembered on a clean exit
+        #: (callable, input signature) for the warm-up registry, remembered on a clean exit
         self.warm_key: tuple[Any, Hashable] | None = None
         self._stack = contextlib.ExitStack()
 
@@ -123,9 +119,8 @@ class Runner:
         desc: str,
         floor_cap_s: float | None = None,
     ) -> Sampled:
-        """Blocks of ``block(k)`` by the stop rule (a progress bar named ``desc`` when asked),
-        then the sample floor held (``hold_floor``), at most ``floor_cap_s`` seconds more (None:
-        the rule's own cap); the seconds added are ``extended_s``."""
+        """Blocks of ``block(k)`` by the stop rule, then the sample floor held for at most
+        ``floor_cap_s`` seconds more (None: the rule's own cap), kept in ``extended_s``."""
         opts = self.opts
         sampled = self.guarded(lambda: opts.sample(block, est_ms, desc))
         need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
@@ -171,8 +166,7 @@ class Runner:
         }
 
     def fields(self, sampled: Sampled) -> dict[str, Any]:
-        """The keywords every Measurement of ``sampled`` shares: device, batch, warm-up calls,
-        why sampling stopped, the blocks and the floor's extension."""
+        """The keywords every Measurement of ``sampled`` shares."""
         return dict(
             device=str(self.dev),
             batch_size=self.batch_size,
@@ -183,7 +177,7 @@ class Runner:
 
 def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -> list[Sampled]:
     """Every runner entered and warmed up (its ``warm()``), then their ``sample_block`` in
-    interleaved rounds (``TimingOptions.sample_interleaved``); all are left at the end."""
+    interleaved rounds; all are left at the end."""
     with contextlib.ExitStack() as stack:
         ests = [stack.enter_context(r).warm() for r in runners]
         return opts.sample_interleaved([r.sample_block for r in runners], ests, desc)
