@@ -74,8 +74,7 @@ def _as_bool(values: list[str], name: str) -> pd.Series:
 
 def _parses(values: list[str], kind: type) -> bool:
     try:
-        for v in values:
-            kind(v)
+        list(map(kind, values))
     except ValueError:
         return False
     return True
@@ -138,9 +137,8 @@ def _neutralise_text(out: pd.DataFrame) -> pd.DataFrame:
     """Text cells and column names a spreadsheet would evaluate, made inert (numbers stay)."""
     for name in out.columns:
         col = out[name]
-        if _is_text(col):
-            if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in col):
-                out[name] = pd.Series([_neutral(v) for v in col], index=col.index, dtype=object)
+        if _is_text(col) and any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in col):
+            out[name] = pd.Series([_neutral(v) for v in col], index=col.index, dtype=object)
     return out.rename(columns={c: _neutral(c) for c in out.columns if isinstance(c, str)})
 
 
@@ -182,13 +180,8 @@ def to_csv(
             )
     # Python's csv writer quotes a field holding "\n" but not one holding only "\r", which
     # every CSV reader takes for a line break: then every text field is quoted
-    bare_cr = any(
-        isinstance(v, str) and "\r" in v
-        for name in out.columns
-        if _is_text(out[name])
-        for v in out[name]
-    )
-    bare_cr = bare_cr or any("\r" in str(c) for c in out.columns)
+    cells = [v for name in out.columns if _is_text(out[name]) for v in out[name]]
+    bare_cr = any(isinstance(v, str) and "\r" in v for v in [*map(str, out.columns), *cells])
     quoting = csv.QUOTE_NONNUMERIC if bare_cr else csv.QUOTE_MINIMAL
     return emit(out.to_csv(index=False, lineterminator="\n", quoting=quoting), path)
 
