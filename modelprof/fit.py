@@ -24,6 +24,7 @@ backward temporaries beyond the saved tensors.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import difflib
 import inspect
@@ -818,21 +819,18 @@ def _state_bytes(spec: _Spec, shapes: list, sharded: bool, state_size: int) -> i
 
 
 def _zero3_ranks(spec: _Spec, shapes: list, counts: dict[str, Any], memory: int) -> int | None:
-    """The fewest data-parallel ranks at which the ZeRO-3 plan of ``spec`` fits ``memory`` (a
-    binary search: its total only falls as ranks grow), or None when not even 2**20 do."""
+    """The fewest data-parallel ranks above ``spec.ranks`` at which the ZeRO-3 plan fits
+    ``memory`` (a binary search: its total only falls as ranks grow), or None when not even
+    2**20 do."""
 
     def fits(n: int) -> bool:
         plan = _training(PLANS[-1], dataclasses.replace(spec, ranks=n), shapes, counts)
         return sum(plan.values()) <= memory
 
-    high = 2**20
-    if not fits(high):
+    if not fits(2**20):
         return None
-    low = spec.ranks  # does not fit
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if fits(mid) else (mid, high)
-    return high
+    ranks = range(spec.ranks + 1, 2**20 + 1)
+    return ranks[bisect.bisect_left(ranks, True, key=fits)]
 
 
 def _way_forward(
