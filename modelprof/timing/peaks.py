@@ -41,6 +41,10 @@ __all__ = [
 _SOURCES = ("probe", "table", "user")
 
 
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
 @dataclass(frozen=True)
 class MemoryLevel:
     """One level of the memory hierarchy: its name (``L1``, ``L2``, ``L3``, ``DRAM``), how many
@@ -52,11 +56,7 @@ class MemoryLevel:
     bandwidth: float
 
     def __post_init__(self) -> None:
-        if (
-            not isinstance(self.bandwidth, (int, float))
-            or not math.isfinite(self.bandwidth)
-            or self.bandwidth <= 0
-        ):
+        if not _positive(self.bandwidth):
             raise ModelProfError(
                 f"MemoryLevel {self.name!r}: bandwidth must be a positive number, "
                 f"got {self.bandwidth!r}"
@@ -82,9 +82,8 @@ class Peaks:
     convolutions where it differs from the matmuls' (float32 on CUDA, where cuDNN and cuBLAS
     may differ on TF32); ``None``: they share ``peak_flops``. ``raised``: the roofs a table's
     rows proved higher than probed (``"compute"``, ``"conv compute"``, a level's name:
-    ``observed_peaks``).
-    ``wall_over_cpu``: a CPU probe's wall over CPU time; above ``LOADED_WALL_OVER_CPU`` the
-    machine was busy and the probed roofs are low (``loaded``).
+    ``observed_peaks``). ``wall_over_cpu``: a CPU probe's wall over CPU time; above
+    ``LOADED_WALL_OVER_CPU`` the machine was busy and the probed roofs are low (``loaded``).
     """
 
     peak_flops: float
@@ -105,9 +104,7 @@ class Peaks:
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
             value = getattr(self, name)
-            if name == "conv_peak_flops" and value is None:
-                continue
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if not _positive(value) and not (name == "conv_peak_flops" and value is None):
                 raise ModelProfError(f"Peaks.{name} must be a positive number, got {value!r}")
         if self.source not in _SOURCES:
             raise ModelProfError(
@@ -202,32 +199,27 @@ def _spec(
 # NVIDIA datasheets quote tensor-core rates "with sparsity"; the dense rates below are half of
 # those. FP16 rates are with FP32 accumulate (what PyTorch uses).
 KNOWN_DEVICES: dict[str, DeviceSpec] = {
-    # NVIDIA H100 Tensor Core GPU datasheet (SXM5 / PCIe / NVL columns).
     "H100 SXM": _spec(67, 494.7, 989.4, 989.4, 3.35 * TB, "NVIDIA H100 datasheet"),
     "H100 PCIe": _spec(51, 378, 756, 756, 2.0 * TB, "NVIDIA H100 datasheet"),
     "H100 NVL": _spec(60, 417.5, 835.5, 835.5, 3.9 * TB, "NVIDIA H100 datasheet"),
-    # NVIDIA H200 Tensor Core GPU datasheet (SXM / NVL).
     "H200 SXM": _spec(67, 494.7, 989.4, 989.4, 4.8 * TB, "NVIDIA H200 datasheet"),
     "H200 NVL": _spec(60, 417.5, 835.5, 835.5, 4.8 * TB, "NVIDIA H200 datasheet"),
-    # NVIDIA A100 Tensor Core GPU datasheet (bandwidth differs per memory / form factor).
+    # bandwidth differs per memory / form factor
     "A100 SXM 80GB": _spec(19.5, 156, 312, 312, 2039 * GB, "NVIDIA A100 datasheet"),
     "A100 PCIe 80GB": _spec(19.5, 156, 312, 312, 1935 * GB, "NVIDIA A100 datasheet"),
     "A100 SXM 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, "NVIDIA A100 datasheet"),
     "A100 PCIe 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, "NVIDIA A100 datasheet"),
-    # NVIDIA L4 / L40S / A10 datasheets.
     "L4": _spec(30.3, 60, 121, 121, 300 * GB, "NVIDIA L4 datasheet"),
     "L40S": _spec(91.6, 183, 362, 362, 864 * GB, "NVIDIA L40S datasheet"),
     "A10": _spec(31.2, 62.5, 125, 125, 600 * GB, "NVIDIA A10 datasheet"),
-    # AWS's A10G has no NVIDIA datasheet; the commonly quoted AWS G5 figures (approximate).
+    # no NVIDIA datasheet for the A10G
     "A10G": _spec(35, 35, 70, 70, 600 * GB, "AWS G5 figures (approximate)"),
     # Turing / Volta: no TF32 or BF16 tensor cores (float32 matmuls run on CUDA cores).
     "T4": _spec(8.1, None, 65, None, 320 * GB, "NVIDIA T4 datasheet"),
     "V100 SXM2": _spec(15.7, None, 125, None, 900 * GB, "NVIDIA V100 datasheet"),
     "V100 PCIe": _spec(14, None, 112, None, 900 * GB, "NVIDIA V100 datasheet"),
     "V100S PCIe": _spec(16.4, None, 130, None, 1134 * GB, "NVIDIA V100S datasheet"),
-    # Ada Lovelace architecture whitepaper, appendix (GeForce: FP16 with FP32 accumulate).
     "RTX 4090": _spec(82.6, 82.6, 165.2, 165.2, 1008 * GB, "NVIDIA Ada whitepaper"),
-    # Ampere GA102 whitepaper (GeForce RTX 3090).
     "RTX 3090": _spec(35.6, 35.6, 71, 71, 936 * GB, "NVIDIA GA102 whitepaper"),
 }
 
@@ -270,11 +262,9 @@ _FAMILIES = ("h100", "h200", "a100", "v100")
 def match_device(name: str) -> str | None:
     """The :data:`KNOWN_DEVICES` key for a device name as torch reports it, or None.
 
-    ``"NVIDIA H100 80GB HBM3" -> "H100 SXM"``, ``"NVIDIA A100-SXM4-40GB" -> "A100 SXM 40GB"``,
-    ``"Tesla T4" -> "T4"``; a key itself matches too. A name that fits several variants
-    (``"A100"``: 40 or 80 GB, SXM or PCIe, 1,555 to 2,039 GB/s) raises ``ModelProfError``
-    listing them; so does a MIG slice's (``"NVIDIA A100-SXM4-40GB MIG 1g.5gb"``), which has a
-    share of the GPU's compute, memory and bandwidth that no entry lists.
+    ``"NVIDIA A100-SXM4-40GB" -> "A100 SXM 40GB"``; a key itself matches too. A name that fits
+    several variants (``"A100"``) raises ``ModelProfError`` listing them; so does a MIG slice's,
+    whose share of the GPU no entry lists.
     """
     if not isinstance(name, str):
         raise ModelProfError(f"device name must be a string, got {name!r}")
@@ -299,12 +289,10 @@ def match_device(name: str) -> str | None:
 def lookup_peaks(
     device_name: str, dtype: torch.dtype | str = "float32", *, conv_tf32: bool | None = None
 ) -> Peaks | None:
-    """Datasheet peaks for a known device at ``dtype``, or None when the device is not in
-    :data:`KNOWN_DEVICES` or has no tensor-core rate for that dtype (bfloat16 on a T4). Use
-    ``dtype="tf32"`` for float32 matmuls with TF32 enabled; on devices without TF32 it gives the
-    float32 rate. ``conv_tf32`` (float32 and tf32 only): whether cuDNN convolutions use TF32,
-    when that differs from the matmuls, sets ``conv_peak_flops``. A name that fits several
-    variants (``"A100"``) raises ``ModelProfError`` listing them (:func:`match_device`)."""
+    """Datasheet peaks for a device (:func:`match_device`) at ``dtype``, or None when it is not
+    in :data:`KNOWN_DEVICES` or has no rate for that dtype (bfloat16 on a T4). ``"tf32"``: float32
+    matmuls with TF32 enabled (the float32 rate without TF32). ``conv_tf32`` (float32 and tf32):
+    whether cuDNN convolutions use TF32, sets ``conv_peak_flops`` where that differs."""
     name = _dtype_name(dtype)
     key = match_device(device_name)
     if key is None:
