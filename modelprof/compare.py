@@ -62,13 +62,8 @@ _RATIOS = {
     "throughput_x": "throughput_samples_per_s",
 }
 #: the ratios of timed columns, not stated where a model is undersampled (no interval)
-_TIMED_RATIOS = (
-    "latency_x",
-    "latency_x_ci_low",
-    "latency_x_ci_high",
-    "cpu_work_x",
-    "cpu_work_x_ci_low",
-    "cpu_work_x_ci_high",
+_TIMED_RATIOS = tuple(
+    f"{r}{end}" for r in ("latency_x", "cpu_work_x") for end in ("", "_ci_low", "_ci_high")
 )
 #: each timed ratio's flag: its ratio of medians disagrees with its per-round ratios
 _ROUGH_RATIOS = {"latency_x": "latency_x_rough", "cpu_work_x": "cpu_work_x_rough"}
@@ -94,42 +89,36 @@ def compare(
     ``models`` maps names to modules, or lists modules (named by class) or specs such as
     ``"resnet18"`` (built by :func:`modelprof.models.load_model`, named by the spec).
     ``input_size`` (batch excluded) is one shape for all, a mapping ``name -> shape``, or
-    ``None``: each spec then runs at its own evaluation size (inception_v3 at 299), which the
-    ``input_shape`` column records. ``baseline`` (default: the first model) is the row the
-    ``*_x`` ratio columns divide by: ``macs_x = macs / baseline macs``.
+    ``None``: each spec then runs at its own evaluation size (inception_v3 at 299), recorded in
+    ``input_shape``. ``baseline`` (default: the first model) is the row the ``*_x`` ratios
+    divide by: ``macs_x = macs / baseline macs``.
 
-    Columns: ``params, macs, flops, madd, output_bytes, read_bytes, write_bytes`` (the report
-    totals); with ``timing``, ``latency_median_ms`` with its 95 % interval
+    Columns: the report totals (``params, macs, flops, madd, output_bytes, read_bytes,
+    write_bytes``); with ``timing``, ``latency_median_ms`` with its 95 % interval
     (``latency_ci_low_ms``, ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
     latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``; on
-    the CPU the CPU work beside it (``cpu_work_median_ms`` with its interval, ``cpu_work_x``
-    with its interval, ``wall_over_cpu``); ``rank`` (1 = fastest, by ``attrs["ranked_by"]``);
-    with ``throughput`` ``throughput_samples_per_s, throughput_batch_size``
-    (``measure_throughput``; ``throughput_options``: a ``TimingOptions`` for every batch size, or a
-    dict of timing options and the search bounds ``max_batch``/``gain``/``patience``); then the
-    ratios.
+    the CPU ``cpu_work_median_ms`` with its interval, ``cpu_work_x`` with its interval and
+    ``wall_over_cpu``; ``rank`` (1 = fastest, by ``attrs["ranked_by"]``); with ``throughput``
+    ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``;
+    ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of timing
+    options and the search bounds ``max_batch``/``gain``/``patience``); then the ratios.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
-    samples of every model in a shuffled order, so drift of the machine reaches all alike;
-    ``latency_x`` is the ratio of the model's median to the baseline's (so ratios rank as the
-    medians do), with a paired interval from the per-round ratios of block medians in
-    ``latency_x_ci_low`` and ``latency_x_ci_high`` (``attrs["ratio_estimator"]`` says it in
-    words). When the machine is loaded (wall well above CPU time, on the CPU), or a
-    ``latency_x`` disagrees with its rounds while every ``cpu_work_x`` agrees with its own,
-    ``rank`` follows the CPU work, ``attrs["ranked_by"] == "cpu_work"``, and ``attrs["notes"]``
-    (``attrs["ranked_by_why"]`` in short) says why; CPU
-    work equals latency only for a single-threaded model on an idle core. A ratio of medians
-    that lies outside its per-round ratios' interval, further than ``AGREEMENT_TOLERANCE``
-    from their centre (``timing.agreement.judge_ratio``: the candidate's time moved between
-    rounds), is flagged in ``latency_x_rough`` (``cpu_work_x_rough``,
-    ``backward_latency_x_rough``), said in
-    ``attrs["notes"]`` and a ``TimingDisagreementWarning``; where it is a ratio the table
-    ranks by, no model is ranked (``attrs["ratios_disagree"]`` says why). ``budget_s`` is per
-    model. ``attrs["env"]`` holds the
-    environment (recorded once), ``attrs["baseline"]`` the baseline's name. Other keyword
-    arguments are timing options (``modelprof.timing.options``) or go to
-    :func:`modelprof.profile`. ``on_step`` is called with a line as each model is profiled and
-    when the interleaved timing ends (the command line prints them when it has no terminal).
+    every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``
+    is the ratio of medians (ratios rank as the medians do), with a paired interval from the
+    per-round ratios of block medians (``latency_x_ci_low``/``_high``; ``attrs["ratio_estimator"]``
+    in words). ``rank`` follows the CPU work (``attrs["ranked_by"] == "cpu_work"``, why in
+    ``attrs["ranked_by_why"]`` and ``attrs["notes"]``) on a loaded CPU (wall well above CPU
+    time), or where a ``latency_x`` disagrees with its rounds while every ``cpu_work_x``
+    agrees; CPU work equals latency only for a single-threaded model on an idle core. A ratio
+    of medians outside its rounds' interval and further than ``AGREEMENT_TOLERANCE`` from their
+    centre (``timing.agreement.judge_ratio``) is flagged in ``latency_x_rough``
+    (``cpu_work_x_rough``, ``backward_latency_x_rough``), a note and a
+    ``TimingDisagreementWarning``; where the table ranks by it, no model is ranked
+    (``attrs["ratios_disagree"]``). ``budget_s`` is per model. ``attrs["env"]``: the
+    environment, ``attrs["baseline"]``: the baseline's name. Other keywords are timing options
+    (``modelprof.timing.options``) or go to :func:`modelprof.profile`. ``on_step`` is called
+    with a line as each model is profiled and when the interleaved timing ends.
     """
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
@@ -354,7 +343,6 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     (used as it is), or a mapping of search bounds and timing options (parsed into one, over
     ``measure_throughput``'s per-point defaults); the comparison's modes (amp, channels_last,
     progress) carry over unless set."""
-
     if isinstance(options, TimingOptions):
         return options, {}
     if options is not None and not isinstance(options, Mapping):
@@ -389,7 +377,6 @@ def _disagreeing(checks: dict[str, list[RatioAgreement]], attrs: dict[str, Any])
 def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
     and, on a loaded CPU, why it ranks by CPU work; a ratio that disagrees with its rounds."""
-
     out: dict[str, Any] = {
         "ranked_by": result.ranked_by,
         "ratio_estimator": RATIO_ESTIMATOR,
@@ -429,7 +416,6 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
 
 def _name_models(models: Any) -> dict[str, nn.Module | tuple[nn.Module, Any]]:
     """``{name: module}``, building specs; a spec's entry carries its default input size."""
-
     if isinstance(models, Mapping):
         items = [(str(k), v) for k, v in models.items()]
     elif isinstance(models, Sequence) and not isinstance(models, (str, bytes)):
@@ -507,7 +493,6 @@ def _hold(
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
     and a snapshot of the inputs and the target, which is returned."""
-
     for entry in named.values():
         model = entry[0] if isinstance(entry, tuple) else entry
         held.enter_context(preserved_state(model))
@@ -519,7 +504,6 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
     """What the interleaved timing calls for one model, prepared like ``profile``'s clean run;
     every pass sees the inputs (shared by all the models) as they went in: ``run.passed`` puts
     back what a pass changed, before the next."""
-
     mi = make_inputs(
         model,
         size,
@@ -543,7 +527,6 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
 
 def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
-
     o = run.profile_options
     spec = StepSpec.parse(
         loss_fn=o.get("loss_fn"), target=o.get("target"), optimizer=o.get("optimizer")
@@ -557,7 +540,6 @@ def _step_columns(
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
     the paired backward ratio to the baseline with its interval, flagged where it disagrees
     with its per-round ratios (``backward_latency_x_rough``); returns those checks."""
-
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
     for name, m, (ratio, lo, hi) in zip(order, got, ratios):
@@ -589,7 +571,6 @@ def _latency_columns(
     """A model's latency statistics from the interleaved run, with its ratio of medians and
     paired interval; on the CPU its CPU work beside them; each ratio's flag (``*_x_rough``:
     it disagrees with its per-round ratios)."""
-
     m = result.measurements[name]
     lo, hi = m.median_ci_ms
     ratio, rlo, rhi = result.ratios[name]
