@@ -168,15 +168,19 @@ def _timed_passes(
     result and the training step (``None`` without ``backward=True``)."""
     if spec.timing:  # a write the guard cannot put back is named with its pass
         guard.begin("the timed forward passes")
-    timed, columns = _time(model, mi, spec, rows, static.records)
+    records = static.records
+    timed, columns = _time(model, mi, spec, rows, records)
     step_rows: list = []
     training_step = None
-    if step_cost is not None:
+    if step_cost is not None:  # its columns, its (loss)/(optimizer) rows, the TrainingStep
+        step_timing = None
         if spec.timing:
             guard.begin("the timed training steps")
-        step_cols, step_rows, training_step = _step(
-            model, mi, spec, rows, static.records, step_cost
-        )
+            step_timing = time_step(
+                model, mi, spec.step, len(records), spec.mode, options=spec.opts
+            )
+        keys = [(r, s) for r, s, _ in row_keys(rows)]
+        step_cols, step_rows, training_step = step_columns(keys, records, step_cost, step_timing)
         columns.append(step_cols)
     return join_rows(rows, columns, step_rows), timed, training_step
 
@@ -352,8 +356,7 @@ def _time(
             timing_runner(model, mi, spec.mode, spec.opts), mi, spec.mode, spec.opts
         )
         notes.append(helps_note(helps, left_out))
-    keys = row_keys(rows)
-    columns, overhead, leaf_sum = layer_columns(keys, records, latency, layers)
+    columns, overhead, leaf_sum = layer_columns(row_keys(rows), records, latency, layers)
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     agreement = None
     if not (isinstance(layers, KernelTiming) and layers.gpu):
@@ -431,17 +434,6 @@ def _noted(timed: Any, before: list[str], after: str | None) -> Any:
     return dataclasses.replace(
         timed, notes=[*before, *timed.notes, *([after] if after is not None else [])]
     )
-
-
-def _step(
-    model: nn.Module, mi: ModelInputs, spec: _Spec, rows: list, records: Any, step_cost: Any
-) -> tuple:
-    """The training step's columns, its (loss)/(optimizer) rows and the ``TrainingStep``."""
-    step_timing = None
-    if spec.timing:
-        step_timing = time_step(model, mi, spec.step, len(records), spec.mode, options=spec.opts)
-    keys = [(r, s) for r, s, _ in row_keys(rows)]
-    return step_columns(keys, records, step_cost, step_timing)
 
 
 def _step_spec(

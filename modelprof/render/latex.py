@@ -365,13 +365,13 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     ``tabular`` (``float_env=False``). ``caption`` is escaped; ``label`` is a key, refused where
     LaTeX would read a character specially."""
     view = ViewOptions.parse(view, **options)
+    # no font named: \small, which may step down to keep columns; a font named stays
+    chosen = view.font_size is not None
     view = view.replace(
         caption=None if view.caption is None else escape_latex(paper_shapes(view.caption)),
         label=_checked_label(view.label),
+        font_size=view.font_size or _DEFAULT_FONT,
     )
-    # no font named: \small, which may step down to keep columns; a font named stays
-    chosen = view.font_size is not None
-    view = view.replace(font_size=view.font_size or _DEFAULT_FONT)
     width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
     _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
@@ -400,7 +400,6 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     grey = any(is_rough(table, i, n) for i in range(len(table.cells)) for n in table.columns)
     if table.footer:
         body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
-
     packages = (
         ["booktabs"]
         + (["longtable"] if long else [])

@@ -106,20 +106,10 @@ class ViewOptions:
     @property
     def selection(self) -> dict[str, Any]:
         """The row selection, as :func:`modelprof.render.views.select_rows` takes it."""
-        return {
-            "depth": self.depth,
-            "leaf_only": self.leaf_only,
-            "top_k": self.top_k,
-            "sort_by": self.sort_by,
-        }
+        return {k: getattr(self, k) for k in ("depth", "leaf_only", "top_k", "sort_by")}
 
     def selects_rows(self) -> bool:
-        return (
-            self.depth is not None
-            or self.leaf_only
-            or self.top_k is not None
-            or self.sort_by is not None
-        )
+        return self.leaf_only or any(v is not None for v in (self.depth, self.top_k, self.sort_by))
 
     def units_or(self, default: str) -> str:
         """The units asked for, else the format's ``default``."""
