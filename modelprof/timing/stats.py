@@ -156,9 +156,7 @@ def lag1_inflation(logs: np.ndarray) -> float:
         return 1.0
     d = x - x.mean()
     ss = float((d * d).sum())
-    if ss <= 0:
-        return 1.0
-    r = float((d[1:] * d[:-1]).sum()) / ss
+    r = float((d[1:] * d[:-1]).sum()) / ss if ss > 0 else 0.0
     if r <= 0:
         return 1.0
     r = min(LAG1_MAX, r + (1.0 + 4.0 * r) / x.size)
