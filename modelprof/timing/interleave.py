@@ -186,15 +186,11 @@ def measure_interleaved(
     baseline = names[0] if baseline is None else baseline
     if baseline not in names:
         raise ModelProfError(f"baseline={baseline!r} is not one of the candidates: {names}")
-    order = [baseline] + [n for n in names if n != baseline]
-    by_name = {c.name: c for c in candidates}
+    ordered = sorted(candidates, key=lambda c: c.name != baseline)  # the baseline first
     t_begin = time.perf_counter()
-    calls = [
-        TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=c.name)
-        for c in (by_name[n] for n in order)
-    ]
+    calls = [TimedCall(c.fn, c.target, c.inputs, opts, mode=mode, label=c.name) for c in ordered]
     sampled = sample_interleaved(calls, opts, "interleaved timing")
-    timed = {name: tc.measurement(s, t_begin) for name, tc, s in zip(order, calls, sampled)}
+    timed = {c.name: tc.measurement(s, t_begin) for c, tc, s in zip(ordered, calls, sampled)}
     measurements = {n: timed[n] for n in names}
     cpu_ratios = None
     if all(m.cpu is not None for m in measurements.values()):
