@@ -1,14 +1,11 @@
 """The bytes an optimizer keeps per parameter, read from the shapes of its real state.
 
-A torch optimizer (a class, a torch.optim name, a factory, or an instance with its options)
-takes one step on a
-small float32 probe parameter of each rank the model's parameters have, with distinct prime
-dimensions (rank 2: 3 x 5), and each state tensor's shape is read in terms of the probe's
-dimensions: Adam's ``exp_avg`` of 3 x 5 is one element per parameter element, Adafactor's
-``row_var`` of 3 x 1 and ``col_var`` of 1 x 5 are one row and one column of factors, LBFGS's
-flat ``d`` of 15 is one per element, a 0-dimensional ``step`` is a few bytes per tensor. A
-list of state tensors (LBFGS's ``old_dirs``) counts ``history_size`` of them, its steady state.
-The same rule then sizes the state of any parameter shape, sharded or whole.
+The optimizer takes one step on a small float32 probe parameter of each rank the model's
+parameters have, with distinct prime dimensions (rank 2: 3 x 5), and each state tensor's shape
+is read in terms of the probe's: Adam's ``exp_avg`` of 3 x 5 is one element per parameter
+element, Adafactor's ``row_var`` of 3 x 1 one per row, a 0-dimensional ``step`` a few bytes per
+tensor; a list of state tensors (LBFGS's ``old_dirs``) counts ``history_size`` of them. The same
+rule then sizes the state of any parameter shape, sharded or whole.
 """
 
 from __future__ import annotations
@@ -84,9 +81,8 @@ class OptimizerState:
         return self._rules[ndim]
 
     def shared(self) -> bool:
-        """Whether the optimizer keeps one state for all its parameters (LBFGS: on the first,
-        over the flat vector of every element), so that its fixed bytes are held once, not
-        once per tensor; probed with two parameters (names: per parameter)."""
+        """Whether the optimizer keeps one state for all its parameters (LBFGS), so that its
+        fixed bytes are held once, not once per tensor."""
         if self._probe is None:
             return False
         if "shared" not in self._rules:
@@ -114,7 +110,7 @@ def optimizer_states(optimizer: Any) -> OptimizerState:
     if isinstance(optimizer, str):
         if optimizer in OPTIMIZER_STATES:
             return OptimizerState(optimizer, *OPTIMIZER_STATES[optimizer])
-        classes = _torch_optimizers()
+        classes = torch_optimizers()
         found = classes.get(optimizer.lower())
         if found is None:
             raise ModelProfError(
@@ -138,7 +134,7 @@ def optimizer_states(optimizer: Any) -> OptimizerState:
     )
 
 
-def _torch_optimizers() -> dict[str, type]:
+def torch_optimizers() -> dict[str, type]:
     """torch.optim's optimizer classes by lower-case name (as ``profile`` takes them)."""
     return {
         k.lower(): v
@@ -150,8 +146,8 @@ def _torch_optimizers() -> dict[str, type]:
 
 
 def _options(cls: type, optimizer: Any) -> dict[str, Any]:
-    """The instance's options its class's constructor takes (a scheduler's ``initial_lr``,
-    AdamW's fixed ``decoupled_weight_decay`` are left out, as are execution switches)."""
+    """The instance's options its class's constructor takes (not a scheduler's ``initial_lr``,
+    nor execution switches)."""
     if isinstance(optimizer, type):
         return {}
     params = inspect.signature(cls.__init__).parameters
@@ -165,10 +161,9 @@ def _options(cls: type, optimizer: Any) -> dict[str, Any]:
 
 def _probe(make: Any, ndim: int | str) -> Any:
     """The state of one step of the optimizer ``make([param])`` builds, as :class:`_Entry`:
-    stepped twice, on parameters of ``ndim`` prime dimensions and of twice those, so that a
-    state dimension follows the parameter's only where it moved with it (a fixed-size state
-    of 3 per parameter is not taken for one row of a 3 x 5 probe); ``ndim="shared"``: whether,
-    stepping two parameters, it kept state for one only (a state shared by all, as LBFGS)."""
+    stepped on parameters of ``ndim`` prime dimensions and of twice those, so that a state
+    dimension follows the parameter's only where it moved with it; ``ndim="shared"``: whether,
+    stepping two parameters, it kept state for one only (as LBFGS)."""
     if ndim == "shared":
         return _stepped(make, [(3,), (5,)], shared=True)
     small = _PRIMES[: int(ndim)]
@@ -182,10 +177,9 @@ def _probe(make: Any, ndim: int | str) -> Any:
 
 
 def _stepped(make: Any, shapes: list[tuple[int, ...]], shared: bool = False) -> Any:
-    """One step of ``make(params)`` on float32 parameters of ``shapes`` (a sparse gradient
-    where the optimizer takes only those): the first parameter's state tensors, each with its
-    list length (or None), and the history size; with ``shared``, whether only one parameter
-    got state."""
+    """One step of ``make(params)`` on float32 parameters of ``shapes`` (sparse gradients where
+    the optimizer takes only those): the first parameter's state tensors with their list
+    lengths, and the history size; with ``shared``, whether only one parameter got state."""
     errors = []
     for sparse in (False, True):
         params = [torch.zeros(s, requires_grad=True) for s in shapes]
@@ -247,10 +241,9 @@ def _entry(
     history: int,
     listed: int | None,
 ) -> _Entry:
-    """A state tensor's shape as factors of the probe's, from its shapes ``t`` and ``u`` on the
-    probes of dimensions ``small`` and ``large`` (twice those): a dimension that was one of the
-    probe's both times is that one, all its elements both times is ``ALL``, otherwise (the
-    same both times, or moving otherwise) a constant, as read on the first."""
+    """A state tensor's shape as factors of the probe's, from ``t`` and ``u`` on the probes of
+    dimensions ``small`` and ``large`` (twice those): a probe dimension both times is that one,
+    all its elements both times ``ALL``, anything else a constant, as read on the first."""
     dims: list[Any] = []
     grow = len(t.shape) == len(u.shape)
     for j, d in enumerate(t.shape):

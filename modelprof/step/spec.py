@@ -27,6 +27,7 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import iter_tensors
+from modelprof.step.optimizer_state import torch_optimizers
 
 __all__ = [
     "StepSpec",
@@ -187,14 +188,7 @@ class StepSpec:
     # -- the optimizer ----------------------------------------------------------------------
     @property
     def optimizer_name(self) -> str | None:
-        opt = self.optimizer
-        if opt is None:
-            return None
-        if isinstance(opt, type):
-            return opt.__name__
-        if isinstance(opt, torch.optim.Optimizer):
-            return type(opt).__name__
-        return _name(opt)
+        return None if self.optimizer is None else _name(self.optimizer)
 
     def make_optimizer(
         self, params: list[torch.Tensor], copy_of: Mapping[int, torch.Tensor]
@@ -269,13 +263,7 @@ def _parse_optimizer(optimizer: Any) -> Any:
     if optimizer is None:
         return None
     if isinstance(optimizer, str):
-        by_name = {
-            k.lower(): v
-            for k, v in vars(torch.optim).items()
-            if isinstance(v, type)
-            and issubclass(v, torch.optim.Optimizer)
-            and v is not torch.optim.Optimizer
-        }
+        by_name = torch_optimizers()
         found = by_name.get(optimizer.lower())
         if found is None:
             raise ModelProfError(
