@@ -1,21 +1,16 @@
 """The training step, counted: one forward (grad on), the loss and the backward, every op charged
 to a module call, and the optimizer's step.
 
-The forward is charged as in the static pass (``scope.Tracker`` + ``counter.OpCounter``); its
-module hooks also note autograd's sequence numbers (``autograd_scope``), so that every op the
-backward runs is charged to the call whose forward created the autograd node running it, with the
-same formulas and the same unsupported-op reporting (the same ``OpCounter``, whose scope asks
-autograd which node is running).
-The loss's forward and backward are charged to a ``(loss)`` entry, the optimizer's step to an
-``(optimizer)`` one (``formulas/optim.py``). ``saved_tensors_hooks`` see every tensor autograd keeps
-for the backward: their bytes are charged to the call that saved them (each storage once;
-parameters and buffers, which live in memory anyway, not counted).
+The forward is charged as in the static pass; its module hooks also note autograd's sequence
+numbers (``autograd_scope``), so that every op the backward runs is charged, by the same
+``OpCounter``, to the call whose forward created the autograd node running it. The loss is charged
+to a ``(loss)`` entry, the optimizer's step to an ``(optimizer)`` one (``formulas/optim.py``).
+``saved_tensors_hooks`` charge the bytes autograd keeps for the backward to the call that saved
+them (each storage once; parameters and buffers not counted).
 
-The user's model, inputs and optimizer are never touched: the pass runs on aliases — parameters
-as detached views of the same storage that require grad as the originals do (so ``.grad`` lands on
-the alias, never on the user's parameter), buffers as clones (train-mode batch norm updates the
-clone), inputs that require grad as detached leaves — and under a forked RNG (dropout does not
-advance the user's generator).
+The user's model, inputs and optimizer are never touched: the pass runs on aliases (parameters as
+detached views that require grad as the originals do, so ``.grad`` lands on the alias; buffers
+as clones; inputs that require grad as detached leaves) and under a forked RNG.
 """
 
 from __future__ import annotations
@@ -98,8 +93,7 @@ class StepCost:
     owning_calls: set[int]  # calls that own a backward node or saved bytes
     nodes: int  # autograd nodes in the graph
     # of ``backward``, per call record: what the backward ran with grad enabled, i.e. the
-    # forward ops activation checkpointing ran again (both of torch.utils.checkpoint's variants
-    # recompute under ``enable_grad`` while the engine runs the derivatives with grad off)
+    # forward ops activation checkpointing ran again
     recompute: list[PassCost] = dataclasses.field(default_factory=list)
 
     @property
@@ -140,10 +134,9 @@ class _FixedScope:
 class BackwardScope:
     """The cost entry of the call whose node autograd is running (``OpCounter``'s tracker).
 
-    An op run with grad enabled inside the backward (``create_graph=False``, so the engine runs
-    the derivatives with grad off) is a recomputation of the forward, as activation
-    checkpointing does: with ``recompute`` given, it is charged to that call's ``recompute``
-    entry, which the step then adds to the call's backward (:func:`add_pass`)."""
+    The engine runs the derivatives with grad off, so an op run with grad on is activation
+    checkpointing's recomputation of the forward: with ``recompute`` given, it is charged to
+    that call's ``recompute`` entry."""
 
     def __init__(
         self,
@@ -205,8 +198,7 @@ def step_state(
 ) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
     """Parameters (aliases needing grad as the originals; copies of inference tensors) and
     buffers (copies) to run ``model`` with, on ``device``/``dtype`` (4-D ones in
-    ``memory_format``); and the map
-    ``id(parameter) -> its alias``. Tied tensors stay tied (one alias per original)."""
+    ``memory_format``); and the map ``id(parameter) -> its alias``. Tied tensors stay tied."""
     model_device, model_dtype = model_placement(model)
     convert = not same_device(device, model_device) or (dtype is not None and dtype != model_dtype)
     done: dict[int, torch.Tensor] = {}
@@ -219,8 +211,7 @@ def step_state(
                     new = t.to(device=device, dtype=cast) if convert else t
                     if memory_format is not None and new.dim() == 4:
                         new = new.contiguous(memory_format=memory_format)
-                    # an inference tensor (made under inference_mode) cannot require grad: a
-                    # copy of it can (no write of the forward reaches it either way)
+                    # an inference tensor cannot require grad: a copy of it can
                     new = new.clone() if new.is_inference() else new.detach()
                     new.requires_grad_(t.requires_grad)
                 else:
@@ -238,15 +229,13 @@ def step_state(
 
 
 def grad_leaves(obj: Any) -> Any:
-    """``obj`` with every tensor that requires grad replaced by a detached leaf that does (so its
-    ``.grad`` is not the user's, and the backward stops there)."""
+    """``obj`` with every tensor that requires grad replaced by a detached leaf that does."""
     return map_tensors(obj, lambda t: t.detach().requires_grad_() if t.requires_grad else t)
 
 
 def move_target(target: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
-    """The target on ``device``; floating tensors cast to ``dtype`` when one is asked for.
-    Detached: a target is data, so no gradient flows into it (nor onto the user's tensor)."""
-
+    """The target, detached (no gradient flows into data), on ``device``; floating tensors cast
+    to ``dtype`` when one is asked for."""
     return map_tensors(target, lambda t: to_placement(t.detach(), device, dtype))
 
 
@@ -300,9 +289,8 @@ def _model_params(model: nn.Module, view: Any) -> int:
 
 def _own_parameters(model: nn.Module, state: dict, copy_of: dict) -> tuple[dict, dict]:
     """For a DDP/FSDP2/DTensor model, ``state`` without the parameters and ``copy_of`` the
-    identity: the step runs on the model's own parameters (the caller's state guard puts .grad
-    back). FSDP2 adopts whatever sits in a parameter slot at its first forward as *its* sharded
-    parameter: an alias there would stay in the user's model. Other models: as given."""
+    identity: the step runs on the model's own parameters (FSDP2 would adopt an alias in a
+    parameter slot as its sharded parameter; the caller's state guard puts .grad back)."""
     if not communicates(model):
         return state, copy_of
     own = {n for n, _ in model.named_parameters(remove_duplicate=False)}
@@ -319,19 +307,17 @@ def count_step(
     mode: RunMode = RunMode(training=True, no_grad=False),
     registry: FormulaRegistry | None = None,
 ) -> tuple[StaticResult, StepCost]:
-    """Run one training step of ``model`` on ``inputs``, counting it; see the module doc.
-    ``mode`` as the static pass's (``counting.forward.analyze``), with grad on. A DDP model's
-    reducer is left alone (``no_sync``: the counted backward runs on aliases and never reaches
-    it); its gradient all-reduce is counted from the reducer's buckets instead."""
+    """Run one training step of ``model`` on ``inputs``, counting it; ``mode`` as the static
+    pass's, with grad on. A DDP model's gradient all-reduce is counted from its reducer's
+    buckets (``no_sync``: the counted backward never reaches the reducer)."""
     mode = dataclasses.replace(mode.on(inputs.device), no_grad=False)
     ddp = model if is_ddp(model) else None
     model = counted_module(model, inputs, mode.amp)
     _check_materialised(model)
     trainable_check(model, (inputs.args, inputs.kwargs))
     spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
-    # the caller's guard, when profile() holds one: the forward's in-place writes of the
-    # parameters (``weight.data.clamp_``, an ``Embedding(max_norm=)``) reach the user's storage
-    # through the aliases; the guard copies each such tensor before its first write
+    # the forward's in-place writes of parameters (an Embedding(max_norm=)) reach the user's
+    # storage through the aliases: the guard copies each such tensor before its first write
     with ddp.no_sync() if ddp else contextlib.nullcontext(), preserved_state(model) as guard:
         static, cost = _count_step(model, inputs, spec, guard, mode, registry)
     _backward_comm(static.records, cost, ddp_gradient_collectives(ddp) if ddp else [])
@@ -339,9 +325,8 @@ def count_step(
 
 
 def _backward_comm(records: list[CallRecord], cost: StepCost, extra: list) -> None:
-    """The backward's collectives onto the call records: those autograd runs outside any
-    module's node (FSDP2's final callback, a hook on the loss's gradient) and ``extra`` (DDP's
-    all-reduce) belong to the model, on the root's record."""
+    """The backward's collectives onto the call records; those outside any module's node
+    (FSDP2's final callback) and ``extra`` (DDP's all-reduce) on the root's record."""
     for record, call_cost in zip(records, cost.backward):
         record.backward_comm = call_cost.comm
     if not records:
@@ -429,9 +414,8 @@ def _count_step(
 def _counted_forward(
     model: nn.Module, state: dict, inputs: ModelInputs, tracker: Any, hooks: tuple
 ) -> Any:
-    """The training step's forward through ``functional_call`` on ``state``, the inputs as
-    leaves that collect gradients, under ``hooks`` (the counters and module hooks); its failure
-    names the call it failed in."""
+    """The forward through ``functional_call`` on ``state`` under ``hooks``, the inputs as
+    gradient leaves; a failure names the call it failed in."""
     args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
     try:
         with contextlib.ExitStack() as scope:
@@ -470,19 +454,7 @@ def _backward_costs(
     of it that recomputed the forward, and the counter."""
     costs = [PassCost() for _ in range(n)]
     recompute = [PassCost() for _ in range(n)]
-    counter = _count_backward(
-        loss, BackwardScope(tags, costs, loss_backward, recompute), registry, what
-    )
-    for cost, again in zip(costs, recompute):
-        add_pass(cost, again)
-    return costs, recompute, counter
-
-
-def _count_backward(
-    loss: torch.Tensor, scope: BackwardScope, registry: FormulaRegistry | None, what: str
-) -> OpCounter:
-    """Run the backward of ``loss`` under an op counter charging ``scope``'s entries."""
-    counter = OpCounter(scope, registry)
+    counter = OpCounter(BackwardScope(tags, costs, loss_backward, recompute), registry)
     try:
         with counter:
             torch.autograd.backward(loss)
@@ -490,7 +462,9 @@ def _count_backward(
         raise
     except Exception as e:
         raise ModelProfError(f"the backward pass of {what} failed: {type(e).__name__}: {e}") from e
-    return counter
+    for cost, again in zip(costs, recompute):
+        add_pass(cost, again)
+    return costs, recompute, counter
 
 
 def _count_optimizer(
@@ -499,8 +473,8 @@ def _count_optimizer(
     copy_of: dict[int, torch.Tensor],
     registry: FormulaRegistry | None,
 ) -> tuple[OptimizerCost | None, Counter]:
-    """The step by formula; for an optimizer without one, its ops counted over one steady-state
-    step on copies of the parameters (the first step, which makes the state, is not counted)."""
+    """The step by formula; for an optimizer without one, its ops counted over its second step
+    on copies of the parameters (the first makes the state)."""
     if spec.optimizer is None:
         return None, Counter()
     opt = spec.make_optimizer(params, copy_of)  # built to read its options; never stepped
