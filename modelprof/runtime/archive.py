@@ -1,13 +1,9 @@
 """What loading a ``torch.export`` archive (``.pt2``) would run, found without loading it.
 
-``torch.export.load`` runs code from an archive in several ways: it unpickles members with the
-full unpickler (weights, constants, sample inputs, the whole payload of the older layout), loads
-compiled libraries (AOTInductor), hands every symbolic size (``as_expr``) to ``sympy.sympify``
-(an ``eval``), resolves every node target by name under ``torch``/``operator``/``math`` and
-``exec``s the program's ``guards_code`` when the module is built. :func:`inspect_pt2` reads every
-member that any of these reaches, in both layouts, and lists what it could not prove harmless;
-an archive with anything listed loads only when the user trusts it. Members are streamed with a
-size cap and a compression-ratio cap, so that a zip bomb is refused before it is inflated.
+``torch.export.load`` runs code through unpickling, AOTInductor libraries, ``sympify`` of
+symbolic sizes, targets resolved by name and ``exec`` of ``guards_code``. :func:`inspect_pt2`
+lists what in any member these reach it cannot prove harmless (loaded only when trusted); size
+and compression-ratio caps refuse a zip bomb before inflating.
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ MAX_RATIO = 100
 """Largest compression ratio of a member over 1 MiB. ``torch.export.save`` stores members
 uncompressed (ratio 1); a re-zipped archive of real weights stays far below this."""
 _RATIO_FLOOR = 1 << 20
-_READ_CAP = 1 << 30  # most bytes of one member read into memory to inspect it (JSON, pickles)
-_CHUNK = 1 << 20
+_READ_CAP = 1 << 30  # most bytes of one member read into memory to inspect it
 
 # members of either layout that hold plain text no loader evaluates
 _PLAIN = (
@@ -55,8 +50,7 @@ _PLAIN = (
     ".data/serialization_id",
 )
 _PLAIN_DIRS = ("extra/", "extra_files/")
-# the older (torch <= 2.7) layout: JSON programs, the rest is handed to torch.load, which falls
-# back to full unpickling whatever its extension says
+# the older (torch <= 2.7) layout: torch.load falls back to full unpickling whatever the extension
 _OLD_PROGRAM = "serialized_exported_program.json"
 _OLD_PICKLES = (
     "serialized_state_dict.json",
@@ -69,85 +63,17 @@ _OLD_PICKLES = (
 # --- the names a symbolic expression or a guard may use ------------------------------------------
 _SYMBOL = re.compile(r"[a-z]{1,4}[0-9]+\Z")  # s0, s77, u3, zuf0: the symbols export creates
 _SYMPY_NAMES = frozenset(
-    {
-        "Symbol",
-        "Integer",
-        "Rational",
-        "Float",
-        "Max",
-        "Min",
-        "Eq",
-        "Ne",
-        "Lt",
-        "Le",
-        "Gt",
-        "Ge",
-        "StrictLessThan",
-        "StrictGreaterThan",
-        "LessThan",
-        "GreaterThan",
-        "Equality",
-        "Unequality",
-        "And",
-        "Or",
-        "Not",
-        "Add",
-        "Mul",
-        "Pow",
-        "Abs",
-        "floor",
-        "ceiling",
-        "sqrt",
-        "oo",
-        "zoo",
-        "nan",
-        "true",
-        "false",
-        "True",
-        "False",
-        "None",
-        "Piecewise",
-        "ITE",
-        # torch.utils._sympy.functions (the deserializer's sympy_functions)
-        "FloorDiv",
-        "ModularIndexing",
-        "Where",
-        "PythonMod",
-        "Mod",
-        "CleanDiv",
-        "CeilToInt",
-        "FloorToInt",
-        "CeilDiv",
-        "LShift",
-        "RShift",
-        "PowByNatural",
-        "FloatPow",
-        "FloatTrueDiv",
-        "IntTrueDiv",
-        "IsNonOverlappingAndDenseIndicator",
-        "TruncToFloat",
-        "TruncToInt",
-        "RoundToInt",
-        "RoundDecimal",
-        "ToFloat",
-        "Identity",
-        "OpaqueUnaryFn_sqrt",
-        "BitwiseFn_bitwise_and",
-        "BitwiseFn_bitwise_or",
-    }
+    """Symbol Integer Rational Float Max Min Eq Ne Lt Le Gt Ge StrictLessThan StrictGreaterThan
+    LessThan GreaterThan Equality Unequality And Or Not Add Mul Pow Abs floor ceiling sqrt oo zoo
+    nan true false True False None Piecewise ITE""".split()
+    # torch.utils._sympy.functions (the deserializer's sympy_functions)
+    + """FloorDiv ModularIndexing Where PythonMod Mod CleanDiv CeilToInt FloorToInt CeilDiv LShift
+    RShift PowByNatural FloatPow FloatTrueDiv IntTrueDiv IsNonOverlappingAndDenseIndicator
+    TruncToFloat TruncToInt RoundToInt RoundDecimal ToFloat Identity OpaqueUnaryFn_sqrt
+    BitwiseFn_bitwise_and BitwiseFn_bitwise_or""".split()
 )
 _SYMPY_KEYWORDS = frozenset(
-    {
-        "positive",
-        "negative",
-        "integer",
-        "real",
-        "nonnegative",
-        "nonpositive",
-        "finite",
-        "evaluate",
-        "commutative",
-    }
+    "positive negative integer real nonnegative nonpositive finite evaluate commutative".split()
 )
 _GUARD_NAMES = _SYMPY_NAMES | {"L", "math", "inf"}
 _GUARD_ATTRIBUTES = frozenset(
@@ -174,49 +100,13 @@ _GUARD_NODES = (*_EXPR_NODES, ast.Subscript, ast.Attribute, ast.Slice)
 
 # node targets the deserializer resolves by name (getattr chains under torch, operator, math)
 _OPERATOR_TARGETS = frozenset(
-    {
-        "eq",
-        "ne",
-        "le",
-        "ge",
-        "lt",
-        "gt",
-        "neg",
-        "pos",
-        "mul",
-        "add",
-        "sub",
-        "floordiv",
-        "mod",
-        "pow",
-        "truediv",
-        "and_",
-        "or_",
-        "lshift",
-        "rshift",
-        "getitem",
-        "not_",
-        "abs",
-        "xor",
-        "invert",
-    }
+    """eq ne le ge lt gt neg pos mul add sub floordiv mod pow truediv and_ or_ lshift rshift
+    getitem not_ abs xor invert""".split()
 )
 _MATH_TARGETS = frozenset({"trunc", "ceil", "floor", "sqrt"})
 _TORCH_TARGETS = frozenset(
-    {
-        "sym_not",
-        "sym_int",
-        "sym_float",
-        "sym_ite",
-        "sym_max",
-        "sym_min",
-        "sym_sqrt",
-        "sym_sum",
-        "_sym_sqrt",
-        "_assert",
-        "_check",
-        "_check_is_size",
-    }
+    """sym_not sym_int sym_float sym_ite sym_max sym_min sym_sqrt sym_sum _sym_sqrt _assert _check
+    _check_is_size""".split()
 )
 _OP_TARGET = re.compile(
     r"torch\.ops\.[A-Za-z][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*"
@@ -225,8 +115,7 @@ _OP_TARGET = re.compile(
 
 
 def _safe_expression(text: Any, *, guard: bool) -> bool:
-    """Whether ``text`` is an expression that only names symbols and known functions: what
-    sympify (or the guards' ``exec``) would evaluate can then call nothing else."""
+    """Whether ``text`` names only symbols and known functions, so it can call nothing else."""
     if not isinstance(text, str) or len(text) > 100_000:
         return False
     try:
@@ -323,8 +212,7 @@ def program_findings(document: Any, member: str) -> list[str]:
 
 
 def _check_sizes(infos: list[zipfile.ZipInfo], where: str) -> None:
-    """Refuse a zip bomb (a member too large, or compressed beyond any real archive) before any
-    member is inflated."""
+    """Refuse duplicate members and a zip bomb before any member is inflated."""
     seen: set[str] = set()
     for info in infos:
         if info.filename in seen:
@@ -349,7 +237,7 @@ def _check_sizes(infos: list[zipfile.ZipInfo], where: str) -> None:
 
 
 def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
-    """A member's bytes, streamed: never more than its declared size or the read cap."""
+    """A member's bytes: never more than its declared size or the read cap."""
     limit = info.file_size
     if limit > _READ_CAP:
         raise ModelProfError(
@@ -357,19 +245,9 @@ def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
             "too large to inspect; pass --trust-pickle (trust_pickle=True) "
             "if you trust the file"
         )
-    out = bytearray()
     try:
         with archive.open(info) as stream:
-            while True:
-                chunk = stream.read(min(_CHUNK, limit + 1 - len(out)))
-                if not chunk:
-                    break
-                out += chunk
-                if len(out) > limit:
-                    raise ModelProfError(
-                        f"{where}: member {info.filename!r} inflates past its declared size; "
-                        "refused"
-                    )
+            out = stream.read(limit + 1)
     except (
         zipfile.BadZipFile,
         zlib.error,
@@ -379,15 +257,17 @@ def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
         RuntimeError,
         NotImplementedError,
     ) as e:
-        # a damaged member (bad CRC-32, a garbled deflate stream or local header: a name that
-        # is not UTF-8), an encrypted one or a compression zipfile cannot read: the archive's
-        # fault, said in one line
+        # damaged, encrypted or unsupported compression: the archive's fault, in one line
         reason = (str(e).strip().splitlines() or [repr(e)])[0]
         raise ModelProfError(
             f"{where} is corrupt or not a torch.export archive: member {info.filename!r} "
             f"cannot be read ({type(e).__name__}: {reason})"
         ) from e
-    return bytes(out)
+    if len(out) > limit:
+        raise ModelProfError(
+            f"{where}: member {info.filename!r} inflates past its declared size; refused"
+        )
+    return out
 
 
 def _loads_weights_only(data: bytes) -> bool:
@@ -433,10 +313,8 @@ def _config_findings(
 
 
 def loadable_bytes() -> tuple[int | None, str]:
-    """The most bytes this process can still take, and what sets it: the smallest of the
-    kernel's MemAvailable, the room left under the cgroup's memory limit (v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``) and under ``ulimit -v`` (RLIMIT_AS, less the address space the
-    process already holds); ``(None, "")`` when none is known."""
+    """The most bytes this process can still take and what sets it: the least of MemAvailable,
+    the room under the cgroup limit (v2 or v1) and under ``ulimit -v``; ``(None, "")`` if none."""
     found: list[tuple[int, str]] = []
     available = available_memory_bytes(torch.device("cpu"))
     if available is not None:
@@ -489,10 +367,8 @@ def _gb(n: int) -> str:
 
 
 def check_pt2_file(path: str | os.PathLike, where: str) -> None:
-    """Refuse the ``.pt2`` file at ``path`` from its zip directory alone, before a byte of a
-    member is read: not a zip, a zip bomb (as :func:`inspect_pt2`), or more than this process
-    can hold while loading it (the file, read once, and every member as ``torch.export.load``
-    inflates it)."""
+    """Refuse the ``.pt2`` file at ``path`` from its zip directory alone: not a zip, a zip bomb,
+    or more than this process can hold while loading it (the file once plus every member)."""
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
@@ -513,9 +389,8 @@ def check_pt2_file(path: str | os.PathLike, where: str) -> None:
 
 
 def inspect_pt2(data: bytes, where: str, *, sizes_only: bool = False) -> list[str]:
-    """Everything in the ``.pt2`` archive ``data`` that loading it could run as code, in words;
-    empty for a plain program. Raises ``ModelProfError`` for a zip bomb or a broken zip;
-    ``sizes_only`` (a trusted file) checks nothing else."""
+    """What loading the ``.pt2`` archive ``data`` could run as code, in words (empty for a plain
+    program); ``ModelProfError`` for a zip bomb or broken zip. ``sizes_only``: trusted file."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, OSError, ValueError) as e:
@@ -564,9 +439,7 @@ def _member_findings(
         if rel.startswith(base) and rel.endswith(".json"):
             return _config_findings(_json(read(info)), base, members, root, read)
         if rel.startswith(base) and "/" not in rel[len(base) :] and not rel.endswith(".pt"):
-            # a raw payload (weight_0, tensor_0): torch.frombuffer, or a pickle the config
-            # names, which the config check reads; custom_obj_/opaque_obj_ as well
-            return []
+            return []  # a raw payload, or a pickle the config names (checked there)
     if rel.startswith("data/sample_inputs/") or rel.endswith((".pt", ".pkl", ".pickle")):
         return [] if _loads_weights_only(read(info)) else [f"{rel} (pickled objects)"]
     return [f"{rel} (a member modelprof does not know how torch loads)"]
