@@ -1,16 +1,10 @@
-"""Every difference between the releases of torch and transformers that modelprof touches, and
-every private name of theirs it uses, in one place.
+"""Every difference between torch and transformers releases that modelprof touches, and every
+private name of theirs it uses: nothing else branches on a version or imports a private name.
 
-Nothing else in the package branches on a version or imports a private torch name: it asks here.
 Each entry says which releases it was checked on; ``tests/test_compat.py`` calls every entry, so
-a release that removes or renames one fails that test with the entry's name instead of a user's
-profile. A feature that needs a newer release than the one installed raises
-:class:`ModelProfError` through :func:`require`, naming the feature, the installed version and
-the version it needs. A name some release lacks is imported inside the entry that needs it, so
-that ``import modelprof`` works on every supported release.
-
-Releases checked (the compatibility matrix, ``.ci/compat``): torch 2.4 to 2.14, transformers 4.46
-to 5.24 (see the README's "Supported versions").
+a release that removes one fails there by name. A name some release lacks is imported inside its
+entry, so ``import modelprof`` works on every supported release (``.ci/compat``: torch 2.4 to
+2.14, transformers 4.46 to 5.24).
 """
 
 from __future__ import annotations
@@ -111,8 +105,7 @@ def torch_version() -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=1)
 def transformers_version() -> tuple[int, ...] | None:
-    """The installed transformers' version, None when it is not installed (not imported here:
-    the package metadata is read)."""
+    """The installed transformers' version from its metadata (not imported), None if absent."""
     from importlib import metadata
 
     try:
@@ -122,8 +115,7 @@ def transformers_version() -> tuple[int, ...] | None:
 
 
 def require(feature: str, package: str, needed: tuple[int, ...]) -> None:
-    """Raise :class:`ModelProfError` when ``package`` (``"torch"`` or ``"transformers"``) is
-    older than ``needed`` for ``feature``."""
+    """Raise :class:`ModelProfError` when ``package`` is older than ``needed`` for ``feature``."""
     have = torch_version() if package == "torch" else transformers_version()
     want = ".".join(map(str, needed))
     if have is None:
@@ -139,13 +131,11 @@ def require(feature: str, package: str, needed: tuple[int, ...]) -> None:
 
 
 # -- torch: private classes and functions --------------------------------------------------------
-# (the private classes imported at the top of this module, HigherOrderOperator to
-# TorchDispatchMode, are present under these names in torch 2.4, 2.6, 2.11 and 2.14)
+# (the private classes imported above: present under these names in torch 2.4, 2.6, 2.11, 2.14)
 
 
 def is_fake(t: torch.Tensor) -> bool:
-    """A FakeTensor, a functional tensor, or one wrapping a fake one (``torch.compile`` and
-    ``torch.export`` tracing): no values to read. Checked on torch 2.4-2.14."""
+    """A fake, functional or fake-wrapping tensor: no values to read. torch 2.4-2.14."""
     from torch._subclasses.fake_tensor import is_fake as _is_fake
     from torch._subclasses.functional_tensor import FunctionalTensor
 
@@ -153,9 +143,8 @@ def is_fake(t: torch.Tensor) -> bool:
 
 
 def getitem_to_index() -> Any:
-    """The context in which ``flex_attention``'s score functions run eagerly on 0-d tensors
-    (``t[i]`` as ``index``); torch 2.5-2.14: ``torch._dynamo._trace_wrapped_higher_order_op``
-    (2.4 has neither it nor flex_attention)."""
+    """The context in which ``flex_attention``'s score functions run eagerly on 0-d tensors;
+    torch 2.5-2.14: ``torch._dynamo._trace_wrapped_higher_order_op`` (2.4 lacks both)."""
     try:
         from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
     except ImportError:
@@ -164,8 +153,7 @@ def getitem_to_index() -> Any:
     return TransformGetItemToIndex()
 
 
-# torch's module-level flags that a dispatch mode sets on entry and puts back on exit (the third
-# from torch 2.8; the first two 2.4-2.14)
+# the flags a dispatch mode sets on entry and puts back on exit (the third from torch 2.8)
 _MODE_FLAGS = (
     "_is_in_torch_dispatch_mode",
     "_is_in_non_infra_torch_dispatch_mode",
@@ -201,14 +189,11 @@ def forget_dynamo_skips() -> int:
     """Reset dynamo's state of every code object in ``torch/_higher_order_ops`` it has met;
     the number reset (0 where dynamo never ran or this torch lacks the hooks).
 
-    ``torch.cond``, ``while_loop`` and their kin run eagerly through ``torch.compile`` of a
-    small wrapper in ``torch/_higher_order_ops``. Under a dispatch mode (the op counter, the
-    state guard's write watch) dynamo declines that wrapper's frame and, on torch 2.11, remembers
-    the refusal for the code object: every later eager call then fails (``Unsupported: torch.*
-    op returned non-Tensor``). The modes call this on their outermost exit when they saw a
-    higher-order operator. Checked: torch 2.11.0 fails without it, 2.14.1 passes either way.
-    Private names: ``torch._dynamo.convert_frame.input_codes``,
-    ``torch._C._dynamo.eval_frame.reset_code``."""
+    ``torch.cond`` and kin run eagerly through ``torch.compile`` of a wrapper; under a dispatch
+    mode dynamo declines its frame and, on torch 2.11, remembers that, so later eager calls fail
+    (``Unsupported: torch.* op returned non-Tensor``). The modes call this on their outermost
+    exit after a higher-order operator. 2.11.0 needs it, 2.14.1 does not. Private names:
+    ``torch._dynamo.convert_frame.input_codes``, ``torch._C._dynamo.eval_frame.reset_code``."""
     convert_frame = sys.modules.get("torch._dynamo.convert_frame")
     hops = sys.modules.get("torch._higher_order_ops")
     seen = getattr(getattr(convert_frame, "input_codes", None), "seen", None)
@@ -230,9 +215,8 @@ def forget_dynamo_skips() -> int:
 
 
 def mha_device_check() -> Any:
-    """``nn.MultiheadAttention``'s fast-path device test (``torch.nn.modules.activation.
-    _check_arg_device``, torch 2.4-2.14): the meta count lets meta pass it, for its own thread
-    only (``counting.meta_sdpa.attention_as_on_cpu``)."""
+    """``nn.MultiheadAttention``'s fast-path device test (``activation._check_arg_device``,
+    torch 2.4-2.14), which the meta count lets meta pass."""
     from torch.nn.modules import activation
 
     return activation._check_arg_device
@@ -251,35 +235,28 @@ def current_function_mode() -> Any:
 
 
 def next_sequence_nr() -> int:
-    """The sequence number the next autograd node made in this thread will get; torch
-    2.4-2.14: ``torch.autograd._get_sequence_nr``."""
+    """The sequence number of this thread's next autograd node; torch 2.4-2.14."""
     return torch.autograd._get_sequence_nr()
 
 
 def node_sequence_nr(node: Any) -> int:
-    """An autograd node's sequence number (the order of its creation in its thread); torch
-    2.4-2.14: ``Node._sequence_nr``."""
+    """An autograd node's creation order in its thread; torch 2.4-2.14."""
     return node._sequence_nr()
 
 
 def queue_backward_callback(fn: Any) -> None:
-    """Run ``fn`` when the running backward's engine finishes, after every node (the engine's
-    final callbacks, in the order queued); torch 2.4-2.14:
-    ``torch.autograd.Variable._execution_engine.queue_callback``."""
+    """Run ``fn`` when the running backward finishes, after every node; torch 2.4-2.14."""
     torch.autograd.Variable._execution_engine.queue_callback(fn)
 
 
 def cuda_sleep(cycles: int) -> None:
-    """Keep the current GPU busy ``cycles`` clock cycles with no memory traffic (a known
-    duration for checking timers); torch 2.4-2.14: ``torch.cuda._sleep``."""
+    """Keep the current GPU busy ``cycles`` clock cycles; torch 2.4-2.14."""
     torch.cuda._sleep(cycles)
 
 
 def fast_range(name: str) -> Any:
-    """A profiler range named ``name`` (a context manager), as cheap as torch offers: torch
-    2.4-2.14 ``torch._C._profiler._RecordFunctionFast`` (about 1 us with the profiler off, where
-    ``torch.profiler.record_function`` costs about 8: pytorch PR #107195), the public
-    ``record_function`` where a release lacks it."""
+    """A profiler range named ``name``, as cheap as torch offers: ``_RecordFunctionFast``
+    (torch 2.4-2.14, about 1 us with the profiler off against 8), else ``record_function``."""
     fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
     if fast is None:
         return torch.profiler.record_function(name)
@@ -287,39 +264,31 @@ def fast_range(name: str) -> Any:
 
 
 def profiler_running() -> bool:
-    """Whether a ``torch.profiler``/``autograd.profiler`` session is on in this process (a second
-    one would cancel it); torch 2.4-2.14: ``torch._C._autograd._profiler_enabled``."""
+    """Whether a profiler session is on (a second would cancel it); torch 2.4-2.14."""
     return bool(torch._C._autograd._profiler_enabled())
 
 
 def profiler_events(prof: Any) -> list:
-    """The raw events of a finished ``torch.profiler.profile`` (kineto's, before torch groups
-    them into ``FunctionEvent`` trees): each with ``name()``, ``start_ns()``, ``duration_ns()``,
-    ``device_type()``, ``start_thread_id()``, ``device_resource_id()`` (a GPU event's stream),
-    ``correlation_id()`` and ``linked_correlation_id()`` (a GPU event's: the correlation id of
-    the CPU op or range that launched it; 0 on CPU ops); torch 2.4-2.14:
-    ``prof.profiler.kineto_results.events()``."""
+    """The raw kineto events of a finished ``torch.profiler.profile``; a GPU event's
+    ``device_resource_id()`` is its stream and ``linked_correlation_id()`` the correlation id of
+    the CPU op that launched it (0 on CPU ops). torch 2.4-2.14."""
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     return list(results.events()) if results is not None else []
 
 
 def wait_functional_collective(t: torch.Tensor) -> torch.Tensor:
-    """Wait for a functional collective's output (``_c10d_functional.wait_tensor``, torch
-    2.4-2.14; a tensor no collective wrote is returned as it is)."""
+    """Wait for a functional collective's output (any other tensor as it is); torch 2.4-2.14."""
     return torch.ops._c10d_functional.wait_tensor(t)
 
 
 def current_autograd_node() -> Any:
-    """The autograd node whose backward is running in this thread (None outside one); torch
-    2.4-2.14: ``torch._C._current_autograd_node``."""
+    """The autograd node whose backward runs in this thread (None outside one); torch 2.4-2.14."""
     return torch._C._current_autograd_node()
 
 
 def has_composite_kernel(op: OpOverload) -> bool:
-    """Whether ``op`` decomposes above autograd (a ``CompositeImplicitAutograd`` kernel); torch
-    2.4-2.14: ``torch._C._dispatch_has_kernel_for_dispatch_key``. An op the dispatcher does not
-    know has none: torch 2.11 raises "operator aten::dim does not exist" for ``aten.dim``, which a
-    jagged nested tensor sends through ``__torch_dispatch__``."""
+    """Whether ``op`` has a ``CompositeImplicitAutograd`` kernel; torch 2.4-2.14. An op the
+    dispatcher does not know (2.11's ``aten.dim`` from a jagged nested tensor) has none."""
     try:
         return bool(
             torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
@@ -360,16 +329,14 @@ PLAIN_TENSOR_TYPES: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter) + (
 
 
 def module_stack_type_name(kind: Any) -> str:
-    """The class name an exported node's ``nn_module_stack`` records for a module: the class
-    itself, or its qualified name as a string (both seen across torch 2.4-2.14)."""
+    """The class name in a node's ``nn_module_stack`` (a class or a name, both in 2.4-2.14)."""
     return kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
 
 
 @functools.lru_cache(maxsize=1)
 def meta_autocast() -> bool:
-    """Whether this torch enters ``torch.autocast("meta")``, as transformers' rotary embeddings
-    do on meta tensors: torch 2.4 and 2.6 raise "unsupported scalarType" (pytorch#130067);
-    2.11 and 2.14 enter it."""
+    """Whether this torch enters ``torch.autocast("meta")`` (transformers' rotary embeddings
+    do): 2.4 and 2.6 raise "unsupported scalarType" (pytorch#130067), 2.11 and 2.14 enter."""
     try:
         with torch.autocast("meta", enabled=False):
             return True
@@ -378,8 +345,7 @@ def meta_autocast() -> bool:
 
 
 def meta_failure_hint(error: BaseException, device: torch.device) -> str:
-    """What to add to a forward's failure on ``device``: why, when this torch cannot enter
-    autocast on meta and that is what failed (empty otherwise)."""
+    """Why a forward failed on meta when this torch cannot enter autocast there, else ""."""
     if device.type != "meta" or meta_autocast() or "unsupported scalarType" not in str(error):
         return ""
     return (
@@ -390,9 +356,7 @@ def meta_failure_hint(error: BaseException, device: torch.device) -> str:
 
 
 def optional_ops(*names: str, namespace: str = "aten") -> list:
-    """The ops among ``names`` that exist in the running torch: ops are added and renamed
-    between releases (``aten.batch_norm_backward`` is missing on 2.2, ``_fused_rms_norm_backward``
-    before 2.7); a formula registers for those present only."""
+    """The ops among ``names`` that exist in the running torch (they vary between releases)."""
     ns = getattr(torch.ops, namespace)
     found = []
     for n in names:
@@ -404,15 +368,12 @@ def optional_ops(*names: str, namespace: str = "aten") -> list:
 
 
 # -- torch.distributed: FSDP2 and DTensor moved out of _composable / _tensor in torch 2.6 -------
-#: FSDP2 is public API (``torch.distributed.fsdp.fully_shard``) from torch 2.6; before, in
-#: ``torch.distributed._composable``, a sharded profile fails on torch 2.4 (its parameters
-#: read as lazy), so profiling an FSDP2 model asks for 2.6
+#: FSDP2 is public from torch 2.6; on 2.4 a sharded profile fails (its parameters read as lazy)
 FSDP2_PUBLIC = (2, 6)
 
 
 def _fsdp2(name: str) -> Any:
-    """A name of FSDP2's: ``torch.distributed.fsdp`` from torch 2.6, before in
-    ``torch.distributed._composable.fsdp`` (checked on 2.4 and 2.14)."""
+    """A name of FSDP2's, in ``_composable.fsdp`` before torch 2.6 (checked on 2.4, 2.14)."""
     import torch.distributed.fsdp as public
 
     if hasattr(public, name):
@@ -434,20 +395,15 @@ def fully_shard(module: torch.nn.Module, **kwargs: Any) -> Any:
 
 # -- errors and switches -------------------------------------------------------------------------
 def oom_errors() -> tuple[type[BaseException], ...]:
-    """The allocation failures torch raises: ``torch.cuda.OutOfMemoryError``, and from torch 2.5
-    ``torch.OutOfMemoryError`` too (checked on 2.4 and 2.14)."""
-    kinds = [
-        getattr(torch, "OutOfMemoryError", None),
-        getattr(torch.cuda, "OutOfMemoryError", None),
-    ]
+    """torch's allocation failures (``torch.OutOfMemoryError`` from 2.5; checked on 2.4, 2.14)."""
+    kinds = [getattr(module, "OutOfMemoryError", None) for module in (torch, torch.cuda)]
     return tuple(k for k in kinds if isinstance(k, type))
 
 
 def eager_flex_attention(value: Any) -> Any:
-    """Set torch's switch that makes ``flex_attention`` call its operator directly instead of
-    through an internal ``torch.compile`` (which refuses to run under a dispatch mode); returns
-    the previous value (``None`` where torch has no such switch: before 2.5 flex_attention is
-    absent; checked on 2.4 and 2.14). Scoped to the counted forward by ``OpCounter``."""
+    """Set the switch that makes ``flex_attention`` skip its internal ``torch.compile`` (which
+    refuses a dispatch mode); returns the previous value, None where there is no switch (torch
+    < 2.5; checked on 2.4 and 2.14)."""
     try:
         import torch.nn.attention.flex_attention as fa
     except ImportError:  # torch without flex_attention
@@ -483,10 +439,9 @@ def fake_store() -> Any:
 
 
 def storage_identity(t: torch.Tensor) -> tuple[int, int]:
-    """The identity of the memory ``t`` keeps alive (its storage object's address, on every
-    device, meta included, where a data pointer is 0) and that memory's bytes; a tensor with no
-    storage to ask (opaque, sparse, nested layouts): its own id and elements. Checked on torch
-    2.4-2.14 (``StorageBase._cdata``)."""
+    """The identity of the memory ``t`` keeps alive (its storage object's address: meta
+    included, where a data pointer is 0) and its bytes; without a storage, its own id and
+    elements. Checked on torch 2.4-2.14 (``StorageBase._cdata``)."""
     try:
         storage = t.untyped_storage()
         return storage._cdata, storage.nbytes()
@@ -512,11 +467,9 @@ def ddp_bucket_sizes(model: torch.nn.Module) -> list[int]:
 
 @contextlib.contextmanager
 def default_mesh_on_cpu() -> Iterator[None]:
-    """Inside the block, ``fully_shard`` without a ``mesh`` shards over a CPU mesh, as on a
-    machine without a GPU. FSDP2 builds its default mesh on the machine's accelerator: torch
-    2.11-2.14 ask ``torch._C._get_accelerator()`` (so with a GPU present a model built on meta
-    gathers its parameters onto cuda:0 while they are materialised on the CPU), earlier releases
-    ``torch.cuda.is_available()``; both answer "cpu" in the block and are put back after it."""
+    """Inside the block, ``fully_shard`` without a ``mesh`` shards over a CPU mesh: the
+    accelerator probes FSDP2 asks (``torch._C._get_accelerator()`` on 2.11-2.14, earlier
+    ``torch.cuda.is_available()``) answer "cpu"."""
     with contextlib.ExitStack() as patched:
         patched.enter_context(mock.patch.object(torch.cuda, "is_available", lambda: False))
         if hasattr(torch._C, "_get_accelerator"):
@@ -543,8 +496,7 @@ CACHE_ARGUMENTS = ("cache", "past_key_values")
 
 
 def cache_argument(forward: Any) -> str | None:
-    """The name under which ``forward`` takes a KV cache (``"cache"`` or
-    ``"past_key_values"``), read from its signature; None when it takes neither."""
+    """The name under which ``forward`` takes a KV cache, from its signature; None if none."""
     try:
         params = inspect.signature(forward).parameters
     except (TypeError, ValueError):
@@ -553,8 +505,7 @@ def cache_argument(forward: Any) -> str | None:
 
 
 def output_cache(out: Any) -> Any:
-    """The cache a model's output carries (``out.cache``, ``out.past_key_values`` before
-    transformers 5.24), None when it has none."""
+    """The cache a model's output carries (under either name), None when it has none."""
     for name in CACHE_ARGUMENTS:
         value = getattr(out, name, None)
         if value is not None:
@@ -567,9 +518,8 @@ def new_hf_cache(
 ) -> Any:
     """An empty transformers cache (``kind`` "dynamic" or "static") for ``config``.
 
-    ``DynamicCache(config=...)`` (per-layer types: sliding windows) exists from transformers
-    4.56; older releases build it empty. ``StaticCache`` took the batch size, device and dtype
-    up to 4.55 and reads them from the first update after. Checked on 4.46, 4.56, 5.17, 5.24."""
+    ``DynamicCache(config=...)`` exists from 4.56; ``StaticCache`` took the batch size, device
+    and dtype up to 4.55. Checked on 4.46, 4.56, 5.17, 5.24."""
     import transformers
 
     cls = transformers.StaticCache if kind == "static" else transformers.DynamicCache
@@ -586,11 +536,8 @@ def new_hf_cache(
 
 
 def new_encoder_decoder_cache() -> Any:
-    """An empty ``EncoderDecoderCache`` of two dynamic caches (self-attention, then
-    cross-attention), each growing a layer at its first update. Not built from the config:
-    in transformers 5.24 a T5 config's decoder view reports the encoder's ``num_layers`` as its
-    ``num_hidden_layers``, so a ``DynamicCache(config=...)`` would hold layers no decoder layer
-    fills; 4.46 takes no config. Checked on 4.46 and 5.24."""
+    """An empty ``EncoderDecoderCache`` of two dynamic caches. Not from the config: in 5.24 a T5
+    decoder config reports the encoder's layer count; 4.46 takes none. Checked on 4.46, 5.24."""
     import transformers
 
     return transformers.EncoderDecoderCache(
@@ -599,10 +546,8 @@ def new_encoder_decoder_cache() -> Any:
 
 
 def cache_attributes(cache: Any) -> dict[str, Any]:
-    """The attributes of a cache object, the caches it holds among them. Up to transformers
-    4.46 a ``Cache`` is an ``nn.Module``, so an ``EncoderDecoderCache`` keeps its two caches in
-    ``_modules``, not in its ``__dict__``; later a ``Cache`` is a plain object. Checked on 4.46
-    and 5.24."""
+    """The attributes of a cache object, the caches it holds among them (up to 4.46 a ``Cache``
+    is an ``nn.Module`` and keeps them in ``_modules``). Checked on 4.46 and 5.24."""
     attrs = dict(getattr(cache, "__dict__", None) or {})
     if isinstance(cache, torch.nn.Module):
         attrs.update(attrs.pop("_modules", None) or {})
@@ -610,8 +555,7 @@ def cache_attributes(cache: Any) -> dict[str, Any]:
 
 
 def is_module_cache(o: Any) -> bool:
-    """Whether ``o`` is a transformers ``Cache`` that is also an ``nn.Module`` (as up to 4.46,
-    checked there; a plain object in 5.24): the user's data to put back, not a model's module."""
+    """Whether ``o`` is a ``Cache`` that is an ``nn.Module`` (up to 4.46): the user's data."""
     return isinstance(o, torch.nn.Module) and any(
         c.__name__ == "Cache" and c.__module__.startswith("transformers") for c in type(o).__mro__
     )
@@ -623,9 +567,7 @@ STATIC_CACHE_REWINDS = (4, 56)
 
 
 def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
-    """The tensors per layer of a transformers cache that keeps them in ``key_cache`` and
-    ``value_cache`` lists (up to transformers 4.55; from 4.56 a cache has ``.layers``), None
-    for any other cache. Checked on 4.46."""
+    """Per layer, the tensors of a cache with ``key_cache`` lists (up to 4.55; checked on 4.46)."""
     keys, values = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
     if getattr(cache, "layers", None) is not None or not (
         isinstance(keys, list) and isinstance(values, list)
@@ -640,14 +582,11 @@ def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
 def meta_mask_dropped(
     model: Any, kwargs: dict[str, Any], device: torch.device
 ) -> tuple[dict[str, Any], str | None]:
-    """Keyword inputs for a transformers model counted on ``device="meta"``.
+    """Keyword inputs for a transformers model counted on ``device="meta"``, and the note.
 
-    transformers reads the values of an ``attention_mask`` to choose its attention path
-    (``masking_utils._ignore_causal_mask_sdpa``: an all-ones mask lets SDPA run causal without a
-    mask), and meta tensors have none. A mask of all ones, checked here while it still has
-    values, means what no mask means, so it is left out and the model takes the same path as
-    on the CPU; the note says so. Any other mask is kept (the forward then says it needs
-    values). Checked on transformers 4.46, 5.17 and 5.24."""
+    transformers reads an ``attention_mask``'s values to choose its attention path, which meta
+    tensors lack; an all-ones mask means no mask, so it is left out (any other is kept).
+    Checked on transformers 4.46, 5.17 and 5.24."""
     mask = kwargs.get("attention_mask")
     if (
         device.type != "meta"
