@@ -1,52 +1,20 @@
 """Give the user's model back as it went in: every parameter, buffer, gradient, submodule slot,
-attribute and ``training`` flag that a profiling pass changed is put back — cheaply.
+attribute and ``training`` flag a profiling pass changed is put back, without copying every
+tensor up front (that would double the model's memory).
 
-Timing runs the user's own module thousands of times, so a forward that keeps state
-(``self.n += 1``, a batch norm in train mode, an EMA of its weights) would otherwise come back
-changed. Copying every tensor up front would double the model's memory, so the guard copies
-only what is cheap or known to be written:
+The guard keeps each module's registries, attributes and class (shallow copies), each tensor's
+storage and geometry (``p.data = other`` bumps no version) and, for values written in place
+(seen by the version counter), a copy: buffers are cloned up front when small in total
+(``BUFFER_COPY_LIMIT_BYTES``: forwards keep state there, and ``native_batch_norm`` writes them
+without its schema saying so), anything else on its first write in the counted forward
+(:meth:`StateGuard.write_hook`). A tensor only a later pass writes cannot be restored and is
+named in a ``ModelProfWarning``. The tensors are kept by a
+:class:`~modelprof.runtime.snapshot.Snapshot`. Nested guards on one model in one thread share
+the outermost, which restores once at its end, also on an exception.
 
-- **Structure** (each module's parameter/buffer/submodule/hook slots, its plain attributes and
-  its class): shallow copies of a few dicts; a slot a pass *rebound* (``self.n = self.n + 1``)
-  gets its original tensor object back, which the pass never touched.
-- **Tensor metadata** (``p.data = other`` swaps storage without a version bump): each tensor's
-  storage, shape and strides are recorded with a ``detach()`` alias that keeps the original
-  storage alive; a swapped tensor is pointed back at it.
-- **Tensor values written in place**: detected by the version counter (``t._version``), which
-  every in-place aten op bumps. The value from before is taken from one of two snapshots:
-
-  * buffers are cloned up front when they are small in total (``BUFFER_COPY_LIMIT_BYTES``,
-    default 64 MiB: batch-norm statistics, counters, masks) — buffers are where forwards keep
-    state, and some ops write them without saying so in their schema (``native_batch_norm``);
-  * everything else (parameters, large buffers, gradients) is copied *on first write*, by
-    :meth:`StateGuard.write_hook`, which the op counter calls before every op of the static
-    pass (the first forward of ``profile``; :meth:`StateGuard.watch_writes` is the same as a
-    dispatch mode of its own). It sees every op
-    whose schema writes an argument (``add_``, ``copy_``, ``out=``, also through ``.data`` or a
-    view, matched by storage) and the batch-norm ops that write their running statistics, and
-    clones the tensor just before the first write. The timed passes run the same forward on the
-    same inputs, so they write the same tensors; a tensor they write that the first pass did not
-    cannot be restored and is named in a ``ModelProfWarning``.
-
-The tensors (values, storage and geometry, gradients, ``requires_grad``, copies up front or on
-first write) are kept and put back by the one restorer that also keeps what is passed beside
-the model, a :class:`~modelprof.runtime.snapshot.Snapshot`; the guard adds the modules'
-structure, the tensors' names and the pass during which an unrestorable write happened.
-
-Restoring touches only what changed. Nested guards on the same model in the same thread share
-the outermost one (``analyze`` inside ``profile``), which restores once, at its end — also when
-the block raises or is interrupted (``KeyboardInterrupt``).
-
-Not covered: Python containers mutated in place (a list attribute appended to); writes that no
-version counter sees (through ``.data`` or ``t.numpy()``) to a tensor that has no copy (a
-parameter the first pass did not write, a buffer when all of them exceed the copy limit): those
-are neither restored nor named; writes inside the body of a higher-order operator (``cond``,
-``flex_attention``: functional by contract; the write watch passes them through); state changed
-by *another thread* meanwhile is overwritten by the restore.
-
-The guard's walk also hands callers what they would otherwise walk the model for (module names,
-parameters, lazy tensors, packed weights); a nested ``preserved_state(model, rescan=True)`` reads
-those again, since the model may have changed since the outer guard began.
+Not covered: Python containers mutated in place; writes no version counter sees to a tensor
+without a copy; writes inside a higher-order operator's body (functional by contract); state
+another thread changes meanwhile.
 """
 
 from __future__ import annotations
@@ -84,8 +52,7 @@ __all__ = [
 BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 """Buffers are cloned up front when all of them together take at most this many bytes."""
 
-#: nn.Module's own registries in its ``__dict__`` (tensors, submodules, hooks): restored by
-#: content (they are mutated in place, never rebound)
+#: nn.Module's own registries in its ``__dict__``: restored by content (mutated, never rebound)
 MODULE_REGISTRIES = (
     "_parameters",
     "_buffers",
@@ -135,13 +102,9 @@ class TrackedTensor:
 
 class _WriteHook:
     """Called before every op of the first forward: copies a tracked tensor just before the
-    first op that writes it (copy on first write). The op counter calls it from its own
-    ``__torch_dispatch__`` (one Python dispatch mode for both, not two stacked: a second mode
-    costs about 20 % of a resnet50 static pass); :class:`_WriteWatch` wraps it as a mode of its
-    own for use without the counter.
-
-    Higher-order operators (``flex_attention``, ``cond``, ``while_loop``, ...) pass through:
-    their bodies are functional (they write none of their inputs)."""
+    first op that writes it. The op counter calls it from its own ``__torch_dispatch__`` (a
+    second stacked mode costs about 20 % of a static pass). Higher-order operators pass through:
+    their bodies are functional."""
 
     def __init__(self, *watchers: Any) -> None:
         self.watchers = watchers  # each with ``before_write(value)``: the guard, a snapshot
@@ -178,8 +141,7 @@ class _WriteHook:
 
 
 class _WriteWatch(compat.TorchDispatchMode):
-    """:class:`_WriteHook` as a dispatch mode of its own (a mode that refused higher-order
-    operators would make any model with parameters that calls one fail under ``profile``)."""
+    """:class:`_WriteHook` as a dispatch mode of its own, passing higher-order operators."""
 
     supports_higher_order_operators = True
 
@@ -201,17 +163,13 @@ class _WriteWatch(compat.TorchDispatchMode):
 
 
 def watching_writes(*watchers: Any) -> contextlib.AbstractContextManager:
-    """Tell ``watchers`` (each with ``before_write(value)``: a guard, a snapshot taken with
-    ``copy_on_write=True``) of every tensor an op in the block is about to write, as a dispatch
-    mode of its own. Enter it *outside* other dispatch modes (before them), so that the copies
-    they take are not counted as the model's ops."""
+    """Tell ``watchers`` (each with ``before_write(value)``) of every tensor an op in the block
+    is about to write. Enter it *outside* other dispatch modes, so its copies are not counted."""
     return _WriteWatch(_WriteHook(*watchers))
 
 
 class StateGuard:
-    """What the model looked like on entry, and how to put it back (see the module docstring).
-
-    Each distinct tensor is kept by index in parallel lists (read all at once where dense)."""
+    """What the model looked like on entry, and how to put it back (see the module docstring)."""
 
     def __init__(
         self, model: nn.Module, *, buffer_copy_limit_bytes: int = BUFFER_COPY_LIMIT_BYTES
@@ -234,30 +192,21 @@ class StateGuard:
         by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
         ts = list(by_id.values())
         self._names: list[str] | None = None  # found when first needed (see _name)
-        # the buffers (with a storage) copied up front, where all of them are small
+        # the buffers (with a storage) copied up front where all are small, the rest on write
         params = {id(p) for p in self.parameters}
         copy = {key for key in buffer_ids if key not in params and storage_key(by_id[key])}
         small = sum(by_id[k].numel() * by_id[k].element_size() for k in copy)
         small = small <= buffer_copy_limit_bytes
-        # every other tensor copied on its first write
         self._kept.add_tensors(ts, [id(t) in copy for t in ts] if small and copy else False)
-        # (what ran from then on, the version counters then): names the pass of a write that
-        # could not be restored (see ``begin``)
+        # (phase, version counters when it began): names the pass of an unrestorable write
         self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", versions(ts))]
 
     def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
-        """One walk of the model: sets what callers read from the guard (``names``,
-        ``has_children``, ``script_attrs``, ``lazy``, ``parameters``) and, with ``record``, each
-        module's state to restore. Returns the parameters and buffers in model order (each
-        module's parameters, then its buffers; lazy and None slots left out) and the buffers by
-        id."""
-        #: each module with its first qualified name (``hooks.module_names``), whether it has
-        #: submodules, the attributes of modules holding a ``torch.ScriptObject`` (the packed
-        #: weights of quantized layers), the lazy (uninitialised) parameters and buffers by
-        #: name and the distinct tensors in parameter slots (as ``model.parameters()``, lazy
-        #: ones left out): read while the walk has them at hand, so that callers need not walk
-        #: the model again. They describe the model as it was when the guard began (see
-        #: ``rescan``).
+        """One walk of the model: sets what callers read from the guard so they need not walk
+        it again (``names``, ``has_children``, ``script_attrs``: attributes of modules holding
+        packed weights, ``lazy``, ``parameters``) and, with ``record``, each module's state to
+        restore. Returns the parameters and buffers in model order (lazy and None left out) and
+        the buffers by id."""
         self.names: dict[nn.Module, str] = {}
         self.has_children: dict[nn.Module, bool] = {}
         self.script_attrs: list[dict[str, Any]] = []
@@ -320,14 +269,11 @@ class StateGuard:
         return self._kept.tensors
 
     def rescan(self) -> None:
-        """Read ``names``, ``has_children``, ``script_attrs``, ``lazy`` and ``parameters`` from
-        the model as it is now (a guard held by the caller may have begun before the model
-        changed); what is restored stays as it was on entry."""
+        """Read what ``_walk`` sets from the model as it is now (not what is restored)."""
         self._walk(record=False)
 
     def _drop_lazy(self, *tables: dict[int, Any]) -> None:
-        """Name the lazy parameters and buffers (``self.lazy``) and leave them out: they have
-        no values yet (their slots are restored like any other)."""
+        """Name the lazy parameters and buffers (``self.lazy``) and leave them out."""
         for prefix, m in self.model.named_modules(remove_duplicate=True):
             for table in (m._parameters, m._buffers):
                 for key, t in table.items():
@@ -338,8 +284,7 @@ class StateGuard:
                 del table[key]
 
     def _name(self, i: int) -> str:
-        """The qualified name of tensor ``i`` (its first slot on entry; ``.grad`` for a
-        gradient), found by one walk of the registries as they were on entry."""
+        """The qualified name of tensor ``i`` on entry (``.grad`` for a gradient)."""
         if self._names is None:
             found: dict[int, str] = {}
             for _, _, keys, copies, prefix in self._modules:
@@ -369,26 +314,21 @@ class StateGuard:
         ]
 
     def before_write(self, value: Any) -> None:
-        """Copy the tracked tensors that share a storage with ``value`` (a tensor, or a list
-        of them, that an op is about to write), where not copied yet."""
+        """Copy the tracked tensors sharing a storage with ``value`` (about to be written)."""
         self._kept.before_write(value)
 
     def write_hook(self, *also: Any) -> _WriteHook | None:
-        """Copy-on-first-write as a callable ``hook(func, args, kwargs)`` to call before each op
-        of the first forward (the op counter takes it: ``OpCounter(..., before_op=hook)``), or
-        None when nothing is tracked. ``also``: more watchers told of the same writes (a
-        ``Snapshot`` taken with ``copy_on_write=True``)."""
+        """Copy-on-first-write for the op counter's ``before_op`` (None if nothing is tracked)."""
         watchers = (self._kept, *also) if self._kept.awaits_writes else also
         return _WriteHook(*watchers) if watchers else None
 
     def watch_writes(self) -> contextlib.AbstractContextManager:
-        """Copy-on-first-write for the block, as a dispatch mode of its own (see module doc)."""
+        """Copy-on-first-write for the block, as a dispatch mode of its own."""
         return watching_writes(self._kept) if self._kept.awaits_writes else contextlib.nullcontext()
 
     # -- checking and restoring ---------------------------------------------------------------
     def changed(self) -> list[str]:
-        """Names of tracked tensors written in place, swapped, or whose gradient or
-        ``requires_grad`` changed since entry."""
+        """Names of tracked tensors changed since entry (values, storage, gradient, flag)."""
         return [self._name(i) for i in self._kept.changed_tensors()]
 
     def restore(self) -> None:
@@ -401,7 +341,8 @@ class StateGuard:
         self.unrestored += [(self._name(i), self._phase_of(i)) for i in lost]
         if self.unrestored:
             names = [name for name, _ in self.unrestored]
-            phases = sorted({p for _, p in self.unrestored}, key=self._phase_order)
+            order = [p for p, _ in self._phases]
+            phases = sorted({p for _, p in self.unrestored}, key=order.index)
             warnings.warn(
                 f"modelprof: the model changed {', '.join(names[:5])}"
                 f"{' and more' if len(names) > 5 else ''} in place during "
@@ -412,26 +353,20 @@ class StateGuard:
             )
 
     def begin(self, phase: str) -> None:
-        """Say that ``phase`` (``"the timed passes"``) runs from now on: a write that cannot be
-        restored is reported as made during the phase in which its version counter moved."""
+        """Say that ``phase`` runs from now on, to name the phase of an unrestorable write."""
         self._phases.append((phase, versions(self.tensors)))
 
     def _phase_of(self, i: int) -> str:
-        """The phase during which tensor ``i``'s version counter first moved (the last one if
-        none did: a write no counter saw)."""
+        """The phase in which tensor ``i``'s version counter first moved (else the last)."""
         ends = [v for _, v in self._phases[1:]] + [versions(self.tensors)]
         for (phase, start), end in zip(self._phases, ends):
             if start[i] != end[i]:
                 return phase
         return self._phases[-1][0]
 
-    def _phase_order(self, phase: str) -> int:
-        return next(k for k, (p, _) in enumerate(self._phases) if p == phase)
-
 
 def _user_stacklevel() -> int:
-    """The ``warnings.warn`` stacklevel, for its caller, of the first frame outside modelprof
-    and contextlib: the user's line that profiled or held the guard."""
+    """The ``warnings.warn`` stacklevel of the first frame outside modelprof and contextlib."""
     frame, level = sys._getframe(1), 1
     while frame is not None and (
         frame.f_code.co_filename.startswith(_PACKAGE_DIR)
@@ -445,9 +380,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 
 
 def _restore_module(m: nn.Module, cls: type, keys: tuple[str, ...]) -> None:
-    """Put back a module's class and empty the registries that were empty on entry (the
-    restorer put back its attributes, so the registries are the original objects, and the
-    contents of those that held some)."""
+    """Put back a module's class and empty the registries that were empty on entry."""
     if type(m) is not cls:
         m.__class__ = cls
     current = m.__dict__
@@ -463,12 +396,9 @@ def preserved_state(
 ) -> Iterator[StateGuard | None]:
     """Restore ``model`` on leaving the block (also on an exception or ``KeyboardInterrupt``).
 
-    One thread at a time (``runtime.exclusive``): another thread's guard of the same model waits
-    for this one to end, before it reads anything. Re-entrant: inside an active guard for the
-    same model in the same thread, yields that guard and restores nothing (the outermost one
-    does); with ``rescan`` its walk of the model is
-    read again first (:meth:`StateGuard.rescan`: the model may have changed since that guard
-    began). Yields None for a non-module.
+    One thread at a time (``runtime.exclusive``). Re-entrant: inside an active guard for the
+    same model in this thread, yields that guard (after :meth:`StateGuard.rescan` with
+    ``rescan``) and restores nothing. Yields None for a non-module.
     """
     if not isinstance(model, nn.Module):
         yield None
@@ -480,7 +410,7 @@ def preserved_state(
             outer.rescan()
         yield outer
         return
-    with exclusive(model):  # another thread's profile of it waits until it is put back
+    with exclusive(model):
         guard = StateGuard(model, **options)
         guards[id(model)] = guard
         try:
@@ -494,12 +424,9 @@ _MODULE_TRAIN = nn.Module.train
 
 
 def set_training(model: nn.Module, mode: bool, modules: list[nn.Module] | None = None) -> None:
-    """``model.train(mode)``; where the model refuses it (a ``torch.export`` module raises
-    NotImplementedError: its graph is fixed, the flag changes nothing it computes), the flags
-    are set directly, as ``nn.Module.train`` would. Nothing is called when every module is
-    in that mode already and none overrides ``train`` (the common eval case; ``train()``
-    recurses in Python, and an override may do more than set flags: freeze a batch norm).
-    ``modules``: ``list(model.modules())`` where the caller has it already."""
+    """``model.train(mode)``, the flags set directly where the model refuses it (a
+    ``torch.export`` module); skipped when every module is in that mode and none overrides
+    ``train``. ``modules``: ``list(model.modules())`` where the caller has it."""
     if all(
         m.training is mode and type(m).train is _MODULE_TRAIN
         for m in (model.modules() if modules is None else modules)
