@@ -1,43 +1,23 @@
 """Give back what the user passes beside the model (inputs, a target, the objects they hold) as
 it went in, and let every pass see it as it went in.
 
-A forward may write an input in place (``x.add_(1)``), rebind an attribute of an object it was
-given (a HuggingFace ``DynamicCache`` grows by a token per call: ``layer.keys = torch.cat(...)``)
-or append to a list; a loss function may write its target. :class:`Snapshot` records, once, what
-is cheap to keep: the contents of every mutable container and the attributes of every object
-reachable from what was passed (shallow copies: no tensor data), each tensor's version counter,
-layout and gradient, and a copy of each tensor's values (the inputs of one call: small beside a
-model's weights and activations). :meth:`Snapshot.restore` puts back only what differs.
+A forward may write an input in place, rebind an attribute of an object it was given (a
+``DynamicCache`` grows per call) or append to a list. :class:`Snapshot` records once the
+contents of every reachable container and object (shallow) and per tensor its version counter,
+layout, gradient and values; it puts back only what differs. Between passes only identities and
+version counters are compared (:meth:`Snapshot.reset`), and not at all when the first pass
+changed nothing (:meth:`Snapshot.between_passes`). With ``copy_on_write=True`` a tensor is
+copied just before its first write, as a dispatch watch reports it.
 
-Between passes, :meth:`Snapshot.reset` puts back what a pass changed (identities and version
-counters compared: microseconds, run outside the timed spans). ``profile`` asks
-:meth:`Snapshot.between_passes` after its first pass: ``None`` when that pass changed nothing
-(ordinary inputs: nothing at all runs between the timed passes, so timing costs what it did);
-a later pass that writes what the first did not is still put back at the end. ``compare``, whose
-models share the inputs, resets before every pass, and generation resets its KV cache before
-every timed pass of a phase (the step grows it).
-
-``Snapshot(..., copy_on_write=True)`` copies no values up front: told of each write by a
-dispatch watch (``modelprof.runtime.guard.watching_writes``, or the op counter through
-``analyze(..., watch=)``), it copies a tensor just before the first write, as the state guard
-does its parameters. Generation takes its KV cache so: a dynamic cache's step writes none of
-it in place, so none of it is copied. A later, unwatched pass that writes a tensor the watched
-one did not is refused on restore: its values were not kept.
-
-The tensor part is the one restorer of the package: the state guard keeps the model's
-parameters, buffers and gradients in a snapshot of its own (:meth:`Snapshot.add_tensors`: its
-small buffers copied up front, the rest on first write) and adds the modules' structure.
-
-Not kept: modules reachable from the inputs (a module is the state guard's business,
-``modelprof.runtime.guard``: ``profile`` guards the model and a loss module), objects beyond the
-first ``MAX_OBJECTS`` of the graph, and what has neither attributes nor items to record (a
-numpy array written in place). Memory: one copy of the input tensors while ``profile`` runs.
+Not kept: modules (the state guard's), objects past ``MAX_OBJECTS``, and what has neither
+attributes nor items (a numpy array written in place).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import operator
 import types
 from collections.abc import Callable, Iterator
@@ -86,8 +66,7 @@ _ATOMS = (
     types.ModuleType,
     nn.Module,
 )  # a module is the state guard's (``modelprof.runtime.guard``)
-#: the walk stops after this many objects (a graph that large is not an input: the rest is
-#: neither copied nor put back)
+#: the walk stops after this many objects (the rest is neither copied nor put back)
 MAX_OBJECTS = 100_000
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _GRAD = operator.attrgetter("grad")
@@ -113,20 +92,13 @@ def _clone(t: torch.Tensor) -> torch.Tensor | None:
 
 
 class Snapshot:
-    """What ``objs`` hold now, to put back later (see the module doc).
-
-    What a check reads is kept in flat lists, built once when the objects are recorded: the
-    saved contents of the containers, and per tensor (index ``i`` in every list) the tensor,
-    a detached alias of it, a copy of its values, its version counter, its fingerprint
-    (storage, sizes, strides), gradient and ``requires_grad``. A check reads each of those
-    for all tensors at once and compares it with the saved list; only a tensor found
-    different is looked at one by one."""
+    """What ``objs`` hold now, to put back later. Per tensor (index ``i`` in every list) what a
+    check reads is kept in flat lists, read for all tensors at once."""
 
     def __init__(self, *objs: Any, copy_on_write: bool = False) -> None:
         self._lists: list[tuple[list, list]] = []
         self._dicts: list[tuple[dict, dict]] = []
-        # the live dicts and the saved ones' lengths, keys and values, flat: one read compares
-        # them all (made at the first check)
+        # the live dicts and the saved ones' lengths, keys and values, flat (at the first check)
         self._flat: tuple[list, list[int], list, list] | None = None
         self._sets: list[tuple[set, set]] = []
         self._slots: list[tuple[Any, tuple[str, ...], tuple]] = []
@@ -138,8 +110,7 @@ class Snapshot:
         self._grads: list[torch.Tensor | None] = []
         self._requires_grad: list[bool] = []
         self._dense = True  # every tensor plain and dense: fingerprints read all at once
-        # copy on write: tensors not copied yet, by storage; what a write after the watch
-        # would leave unrestorable
+        # copy on write: tensors not copied yet, by storage, and by index
         self._copy_on_write = copy_on_write
         self._pending: dict[int, list[int]] = {}
         self._uncopied: set[int] = set()
@@ -201,8 +172,7 @@ class Snapshot:
         return saved
 
     def add_containers(self, objs: list[Any]) -> list[Any]:
-        """Keep the contents of each dict and set of ``objs`` (shallow: not what they hold),
-        put back by :meth:`put_back_containers`; returns the copies (other objects as given)."""
+        """Keep the contents of each dict and set of ``objs`` (shallow); returns the copies."""
         out = []
         for o in objs:
             if isinstance(o, dict):
@@ -215,9 +185,7 @@ class Snapshot:
 
     def add_tensors(self, ts: list[torch.Tensor], copy: bool | list[bool] | None = None) -> None:
         """Keep ``ts`` (distinct tensors) as they are now. ``copy``: whether (for all, or per
-        tensor) their values are copied now; default: unless the snapshot copies on write. The
-        others with a storage are copied just before their first write (:meth:`before_write`);
-        a write no watch saw leaves them unrestorable (``restore`` says which)."""
+        tensor) values are copied now (default: unless copying on write), else on first write."""
         dense = all_dense(ts)
         self._dense = self._dense and dense
         start = len(self._tensors)
@@ -258,10 +226,7 @@ class Snapshot:
         return bool(self._pending)
 
     def before_write(self, value: Any) -> None:
-        """Copy, taken with ``copy_on_write=True``, the values of the tensors that share a
-        storage with ``value`` (a tensor, or a list of them, an op is about to write), where
-        not copied yet: watched by ``modelprof.runtime.guard.watching_writes`` or a guard's
-        ``write_hook``."""
+        """Copy the uncopied tensors sharing a storage with ``value`` (about to be written)."""
         if isinstance(value, (list, tuple)):
             for v in value:
                 self.before_write(v)
@@ -277,10 +242,8 @@ class Snapshot:
 
     # -- checking and putting back ------------------------------------------------------------
     def _suspects(self, values: bool) -> tuple[set[int], set[int]]:
-        """Indices of the tensors that differ from their entries: (those written in place,
-        those moved, or whose gradient or flag changed, to put back whole). Written: by
-        version counter, by value (``values``) or else by having been found written unseen
-        before (a write no version counter sees: through ``.data``, an inference tensor)."""
+        """Indices of the tensors (written in place, moved or with a changed gradient or flag).
+        Written: by version counter, by value (``values``), or found so unseen before."""
         ts = self._tensors
         written, moved = set(self._unseen), set()
         flags = list(map(_REQUIRES_GRAD, ts))
@@ -335,11 +298,8 @@ class Snapshot:
         return sorted(set.union(*self._suspects(True)))
 
     def put_back(self, values: bool = True, exact: bool = False) -> tuple[list[int], ...]:
-        """Put back every tensor that differs (values, storage and geometry, gradient,
-        ``requires_grad``); the containers are ``restore``'s. Returns the indices of the tensors
-        (that differed, whose storage or values were put back, whose values were written and
-        never copied: lost). ``exact``: values are compared with the copy and written back only
-        where they differ (the restored ones are those). ``values`` as in :meth:`restore`."""
+        """Put back every tensor that differs; indices (that differed, put back, lost: written
+        and never copied). ``exact``: values written back only where they differ."""
         written, moved = self._suspects(values)
         touched = sorted(written | moved)
         with torch.no_grad():
@@ -350,9 +310,7 @@ class Snapshot:
         return touched, restored, sorted(self._uncopied.intersection(written))
 
     def restore(self, values: bool = True) -> bool:
-        """Put back everything that differs; True when something did. ``values=False`` trusts
-        the version counters (and what an earlier check found written) instead of comparing
-        every value: the cheap check between passes."""
+        """Put back what differs; whether any did. ``values=False``: trust version counters."""
         changed = self.put_back_containers()
         touched, _, lost = self.put_back(values)
         if lost:  # everything else is back
@@ -365,8 +323,7 @@ class Snapshot:
         return changed or bool(touched)
 
     def put_back_containers(self, put_back: bool = True) -> bool:
-        """Whether a container or slot differs from its entry (each put back with
-        ``put_back``)."""
+        """Whether a container or slot differs (each put back with ``put_back``)."""
         changed = False
         for o, c in self._lists:
             if len(o) != len(c) or not all(map(operator.is_, o, c)):
@@ -396,16 +353,13 @@ class Snapshot:
         return changed
 
     def _put_back(self, i: int, moved: bool, exact: bool) -> bool:
-        """Tensor ``i`` as it was (in a ``no_grad`` block): its values, and where ``moved`` its
-        storage, geometry and ``requires_grad`` (its gradient: ``put_back``). Whether its
-        storage or values were put back (``exact``: values that differed from the copy)."""
+        """Put back tensor ``i`` (its values, all of it where ``moved``); whether anything was."""
         t, alias, copy = self._tensors[i], self._aliases[i], self._copies[i]
         swapped = moved and fingerprint(t) != self._layouts[i]
         with torch.inference_mode() if t.is_inference() else contextlib.nullcontext():
             if swapped:  # first: the values and the flag apply to the entry dtype and shape
                 t.data = alias
-            # the copy says whether the values differ where ``exact`` (views of one storage
-            # share a version counter, and the counter misses writes through ``.data``)
+            # ``exact``: views share a version counter, and it misses writes through ``.data``
             written = copy is not None and not (exact and same_values(alias, copy))
             if written:
                 alias.copy_(copy)
@@ -416,34 +370,26 @@ class Snapshot:
         return swapped or written
 
     def reset(self) -> None:
-        """The quick :meth:`restore` to run between passes: version counters and identities
-        are compared, values only of tensors found written without a version bump before."""
+        """The quick :meth:`restore` between passes (``values=False``)."""
         self.restore(values=False)
 
     def between_passes(self) -> Callable[[], Any] | None:
-        """Call after the first pass: puts back what it changed and returns what to run before
-        each further pass (:meth:`reset`), or None when it changed nothing here (ordinary
-        inputs: nothing needs to run between passes)."""
+        """After the first pass: put back what it changed; :meth:`reset` or None if nothing."""
         return self.reset if self.restore(values=True) else None
 
 
-_slot_cache: dict[type, tuple[str, ...]] = {}
-
-
+@functools.cache
 def _slot_names(cls: type) -> tuple[str, ...]:
     """The ``__slots__`` of ``cls`` and its bases (``__dict__``/``__weakref__`` left out)."""
-    found = _slot_cache.get(cls)
-    if found is None:
-        names: list[str] = []
-        for base in cls.__mro__:
-            slots = base.__dict__.get("__slots__", ())
-            if isinstance(slots, str):
-                slots = (slots,)
-            names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
-        if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
-            names = []  # a builtin's or torch's slots are not the user's data
-        found = _slot_cache[cls] = tuple(dict.fromkeys(names))
-    return found
+    if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
+        return ()  # a builtin's or torch's slots are not the user's data
+    names: list[str] = []
+    for base in cls.__mro__:
+        slots = base.__dict__.get("__slots__", ())
+        if isinstance(slots, str):
+            slots = (slots,)
+        names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
+    return tuple(dict.fromkeys(names))
 
 
 _MISSING = object()
@@ -451,8 +397,7 @@ _MISSING = object()
 
 @contextlib.contextmanager
 def snapshot_of(*objs: Any) -> Iterator[Snapshot]:
-    """A :class:`Snapshot` of ``objs`` for the block; everything it holds is put back at the
-    end, also when the block raises or is interrupted."""
+    """A :class:`Snapshot` of ``objs``, put back at the end of the block (also on error)."""
     snap = Snapshot(*objs)
     try:
         yield snap
