@@ -1,8 +1,6 @@
 """Turn what the user passed (an input size, tensors, a dict) into call arguments on the right
-device and dtype, and check that they fit in memory.
-
-Shared by the static analyser, the timer and the command line, so that ``profile``,
-``measure_latency`` and ``measure_throughput`` accept exactly the same inputs.
+device and dtype, and check that they fit in memory: one door, so every entry point accepts the
+same inputs.
 """
 
 from __future__ import annotations
@@ -65,11 +63,9 @@ class ModelInputs:
     device: torch.device
     dtype: torch.dtype
     batch_size: int
-    #: what puts the inputs back as they went in before each further pass (set by ``profile``
-    #: after the first pass, from a ``modelprof.runtime.snapshot.Snapshot``); None when a
-    #: pass changes nothing in them, so that nothing runs between passes
+    #: puts the inputs back before each further pass (``Snapshot.between_passes``); None when
+    #: a pass changes nothing in them
     reset: Callable[[], Any] | None = None
-    #: what was done to the inputs on the way in, for the report's notes
     notes: tuple[str, ...] = ()
 
     def shapes(self) -> str:
@@ -78,17 +74,16 @@ class ModelInputs:
 
 def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """``None``, a ``torch.dtype`` or a name such as ``"fp16"``/``"bfloat16"``."""
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
+        raise ModelProfError(
+            f"dtype={dtype} is not a floating-point dtype; "
+            "pass integer inputs through inputs= instead"
+        )
     if dtype is None or isinstance(dtype, torch.dtype):
-        if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
-            raise ModelProfError(
-                f"dtype={dtype} is not a floating-point dtype; "
-                "pass integer inputs through inputs= instead"
-            )
         return dtype
-    if isinstance(dtype, str):
-        key = dtype.lower().removeprefix("torch.")
-        if key in DTYPE_NAMES:
-            return DTYPE_NAMES[key]
+    key = dtype.lower().removeprefix("torch.") if isinstance(dtype, str) else None
+    if key in DTYPE_NAMES:
+        return DTYPE_NAMES[key]
     raise ModelProfError(
         f"dtype={dtype!r} is not understood; use one of {sorted(DTYPE_NAMES)} or a torch.dtype"
     )
@@ -116,18 +111,13 @@ def parse_device(device: torch.device | str | int | None) -> torch.device | None
 
 
 def _backend_available(dev: torch.device) -> bool:
-    """Whether torch can place a tensor on ``dev`` here (mps, xpu, a privateuse backend, ...)."""
-    module = getattr(torch, dev.type, None)
-    probe = getattr(module, "is_available", None)
-    if callable(probe):
-        try:
-            if not probe():
-                return False
-        except Exception:  # noqa: BLE001 - a backend that cannot even answer is not available
-            return False
+    """Whether torch can place a tensor on ``dev`` here (mps, xpu, privateuse, ...)."""
+    probe = getattr(getattr(torch, dev.type, None), "is_available", None)
     try:
+        if callable(probe) and not probe():
+            return False
         torch.empty(0, device=dev)
-    except Exception:  # noqa: BLE001 - NotImplementedError, RuntimeError: not usable here
+    except Exception:  # noqa: BLE001 - a backend that cannot answer or allocate: not usable
         return False
     return True
 
@@ -137,7 +127,7 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
     if isinstance(input_size, torch.Size):
         input_size = tuple(input_size)
     if isinstance(input_size, np.ndarray) and input_size.ndim in (1, 2):
-        input_size = input_size.tolist()  # (3, 224, 224) or one row per input
+        input_size = input_size.tolist()
     elif isinstance(input_size, (list, tuple)) and any(
         isinstance(s, np.ndarray) for s in input_size
     ):
@@ -175,6 +165,12 @@ def _is_int(d: Any) -> bool:
     return isinstance(d, numbers.Integral) and not isinstance(d, (bool, np.bool_))
 
 
+def _positive_int(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise ModelProfError(f"{name}={value!r} must be a positive int")
+    return int(value)
+
+
 def make_inputs(
     model: nn.Module,
     input_size: Any = None,
@@ -186,11 +182,9 @@ def make_inputs(
 ) -> ModelInputs:
     """Normalise ``input_size``/``inputs`` into call arguments for ``model``.
 
-    ``input_size`` excludes the batch dimension; random normal tensors of
-    ``(batch_size, *input_size)`` are made. ``inputs`` is a tensor (the one argument), a tuple
-    of positional arguments (which may hold lists), a list (one positional argument), a dict
-    of keyword arguments, or both as ``(args, kwargs)`` (:func:`split_inputs`). Floating
-    tensors are cast to ``dtype``; all move to ``device``.
+    ``input_size`` excludes the batch dimension: random normal tensors of
+    ``(batch_size, *input_size)`` are made. ``inputs`` as :func:`split_inputs` reads it.
+    Floating tensors are cast to ``dtype``; all move to ``device``.
     """
     if isinstance(model, nn.Module):
         model_device, model_dtype = model_placement(model)
@@ -200,10 +194,8 @@ def make_inputs(
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module or callable")
     dev = parse_device(device) or model_device
     dt = parse_dtype(dtype)
-    if batch_size is not None and (not _is_int(batch_size) or batch_size < 1):
-        raise ModelProfError(f"batch_size={batch_size!r} must be a positive int")
     if batch_size is not None:
-        batch_size = int(batch_size)
+        batch_size = _positive_int("batch_size", batch_size)
 
     if inputs is None and holds_tensors(input_size):
         # torchinfo's and thop's habit: profile(model, x) / profile(model, {"input_ids": ids})
@@ -243,16 +235,14 @@ def make_inputs(
 
 
 def _generator(dev: torch.device) -> torch.Generator | None:
-    """A private generator (seed 0) on ``dev``: reproducible inputs, and the user's global RNG
-    is not advanced. None on a device without generators (meta)."""
+    """A private generator (seed 0) on ``dev``, so the user's RNG is not advanced; None on meta."""
     return torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
 
 
 def _call_arguments(
     model: Any, inputs: Any, dev: torch.device, move: Callable[[torch.Tensor], torch.Tensor]
 ) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
-    """``inputs`` as positional and keyword arguments on ``dev`` (:func:`split_inputs`), with
-    notes on what was done to them on the way."""
+    """``inputs`` as arguments on ``dev``, with notes on what was done to them."""
     args, kwargs = split_inputs(inputs)
     note = None
     if kwargs:
@@ -261,11 +251,8 @@ def _call_arguments(
 
 
 def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``inputs=`` as ``(args, kwargs)``: a tensor is the one argument; a pair of a tuple and a
-    dict is ``(args, kwargs)``, as ``torch.export.export`` takes them (``((x,), {"mask": m})``
-    for ``model(x, mask=m)``); another tuple is the positional arguments, a list one positional
-    argument, a dict the keyword arguments. (A forward whose two positional arguments are a
-    tuple and a dict takes ``(((a, b), {...}), {})``.)"""
+    """``inputs=`` as ``(args, kwargs)``: a tensor or a list is one argument, a tuple the
+    arguments, a dict the keywords, a (tuple, dict) pair both (as ``torch.export`` takes them)."""
     if isinstance(inputs, torch.Tensor):
         return (inputs,), {}
     if isinstance(inputs, Mapping):
@@ -296,8 +283,7 @@ def _keywords(mapping: Mapping, where: str) -> dict[str, Any]:
 
 
 def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Tensor]:
-    """Tensors an object other than a tensor, list, tuple or dict holds in its attributes (a
-    HuggingFace ``DynamicCache``: its layers' keys and values), a few levels deep."""
+    """Tensors held in ``obj`` and its attributes (a ``DynamicCache``), a few levels deep."""
     if id(obj) in seen or depth > 4:
         return
     seen.add(id(obj))
@@ -315,9 +301,7 @@ def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Te
 
 
 def _refuse_unmoved(args: tuple, kwargs: dict, device: torch.device) -> None:
-    """modelprof moves tensors (and lists, tuples, dicts of them) to ``device``; an object that
-    holds tensors elsewhere (a KV cache) is not moved: say so before the forward fails with a
-    device mismatch that does not name it."""
+    """Refuse an object holding tensors off ``device`` (a KV cache, not moved) by name."""
     named = [(f"inputs[{i}]", a) for i, a in enumerate(args)] + [
         (f"inputs[{k!r}]", v) for k, v in kwargs.items()
     ]
@@ -339,8 +323,7 @@ def _refuse_unmoved(args: tuple, kwargs: dict, device: torch.device) -> None:
 
 
 def available_memory_bytes(device: torch.device) -> int | None:
-    """Memory that new tensors on ``device`` can take now: free GPU memory on CUDA, the
-    kernel's MemAvailable on the CPU; None where unknown (and on ``meta``, which needs none)."""
+    """Memory new tensors on ``device`` can take now; None where unknown."""
     if device.type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(device)[0])
@@ -372,10 +355,9 @@ def check_input_bytes(
     dtype: torch.dtype,
     device: torch.device,
 ) -> int:
-    """Bytes the random inputs for ``shapes`` will take; refuses, before anything is
-    allocated, inputs that cannot exist (over 2**63 elements) or do not fit in the memory
-    available on ``device``. The error's cause is an ``OutOfMemoryError``, so a batch-size
-    search treats it as the out-of-memory it prevents."""
+    """Bytes the random inputs for ``shapes`` will take; refuses, before allocating, inputs
+    over 2**63 elements or beyond the memory available on ``device`` (caused by an
+    ``OutOfMemoryError``, so a batch-size search treats it as one)."""
     itemsize = dtype.itemsize
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
     nbytes = sum(numels) * itemsize
@@ -404,9 +386,8 @@ def _infer_batch(args: tuple, kwargs: dict) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
-    """One named input to build: ``shape`` without the batch, a dtype, and values drawn
-    uniformly from ``[low, high)`` (integers: ``randint``; floats: ``rand``), or all equal to
-    ``value``, or (floats, neither given) standard normal."""
+    """One named input: ``shape`` without the batch; uniform in ``[low, high)``, all ``value``,
+    or (floats, neither given) standard normal."""
 
     name: str
     dtype: torch.dtype
@@ -439,8 +420,7 @@ class InputSpec:
 def build_inputs(
     specs: Sequence[InputSpec], batch_size: int = 1, device: torch.device | str | None = None
 ) -> dict[str, torch.Tensor]:
-    """Keyword inputs from ``specs`` at ``batch_size``, from a private generator (seed 0):
-    the same tensors every time, and the global random state is not advanced."""
+    """Keyword inputs from ``specs`` at ``batch_size``, from a private generator (seed 0)."""
     dev = parse_device(device) or torch.device("cpu")
     gen = _generator(dev)
     names = [s.name for s in specs]
@@ -451,8 +431,7 @@ def build_inputs(
 
 
 def vocab_size(model: nn.Module) -> int:
-    """The number of token ids ``model`` embeds: ``config.vocab_size`` (transformers), else its
-    input embedding's rows, else the largest ``nn.Embedding``'s."""
+    """The number of token ids ``model`` embeds: ``config.vocab_size``, else its embeddings'."""
     config = getattr(model, "config", None)
     size = getattr(config, "vocab_size", None)
     if _is_int(size) and size > 0:
@@ -480,21 +459,17 @@ def token_inputs(
     device: torch.device | str | None = None,
 ) -> dict[str, torch.Tensor] | tuple[torch.Tensor]:
     """Token inputs of shape ``(batch_size, seq_len)`` as calflops builds them: ``input_ids``
-    drawn from ``[0, vocab)`` (default: :func:`vocab_size` of the model) and an all-ones
-    ``attention_mask`` when the forward takes one; a forward without an ``input_ids``
-    parameter gets the ids as its one positional argument. Pass the result as ``inputs=``."""
-    if not _is_int(seq_len) or seq_len < 1:
-        raise ModelProfError(f"seq_len={seq_len!r} must be a positive int")
-    if not _is_int(batch_size) or batch_size < 1:
-        raise ModelProfError(f"batch_size={batch_size!r} must be a positive int")
-    vocab = vocab_size(model) if vocab is None else vocab
-    if not _is_int(vocab) or vocab < 1:
-        raise ModelProfError(f"vocab={vocab!r} must be a positive int")
+    from ``[0, vocab)`` (default: :func:`vocab_size`) and an all-ones ``attention_mask`` when
+    the forward takes one; a forward without ``input_ids`` gets the ids positionally. Pass the
+    result as ``inputs=``."""
+    seq_len = _positive_int("seq_len", seq_len)
+    batch_size = _positive_int("batch_size", batch_size)
+    vocab = _positive_int("vocab", vocab_size(model) if vocab is None else vocab)
     params = _forward_parameters(model)
-    specs = [InputSpec("input_ids", torch.int64, (int(seq_len),), 0, int(vocab))]
+    specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
     if "attention_mask" in params:
-        specs.append(InputSpec("attention_mask", torch.int64, (int(seq_len),), value=1))
-    made = build_inputs(specs, int(batch_size), device)
+        specs.append(InputSpec("attention_mask", torch.int64, (seq_len,), value=1))
+    made = build_inputs(specs, batch_size, device)
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     if "input_ids" not in params and not takes_kwargs:
         return (made["input_ids"],)
