@@ -1,7 +1,6 @@
 """Walk whatever a model takes or returns (tensors nested in tuples, lists, dicts,
-namedtuples): map over them, their shapes and their bytes. Tensor bytes are counted here and
-nowhere else. Also what the state guard and the snapshot read of a tensor to tell whether a pass
-changed it (version counter, storage and geometry, values), read here for both.
+namedtuples): map over them, their shapes and their bytes (counted here and nowhere else); and
+what the state guard and the snapshot read to tell whether a pass changed a tensor.
 """
 
 from __future__ import annotations
@@ -40,12 +39,12 @@ __all__ = [
     "versions",
 ]
 
-#: the types of plain tensors (no subclass): a parameter and a buffer are tensors
+#: the types of plain tensors (no subclass)
 PLAIN_TENSORS = frozenset(compat.PLAIN_TENSOR_TYPES)
 
 
 def map_tensors(obj: Any, fn) -> Any:
-    """``obj`` with every tensor replaced by ``fn(tensor)`` (tuples, lists, dicts, namedtuples)."""
+    """``obj`` with every tensor replaced by ``fn(tensor)``."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
@@ -73,8 +72,8 @@ def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
 
 
 def tensor_shape(t: torch.Tensor) -> tuple[int, ...]:
-    """The shape; a nested (ragged) tensor's is its components' stacked, the ragged dimension
-    summed: ``[(5, 8), (3, 8)] -> (2, 8, 8)``."""
+    """The shape; a nested tensor's stacked, ragged dimensions summed: ``[(5, 8), (3, 8)] ->
+    (2, 8, 8)``."""
     if getattr(t, "is_nested", False):
         parts = [tuple(c.shape) for c in t.unbind()]
         if not parts:
@@ -84,8 +83,7 @@ def tensor_shape(t: torch.Tensor) -> tuple[int, ...]:
 
 
 def tensor_nbytes(t: torch.Tensor) -> int:
-    """Bytes of the elements (a nested tensor: of all its components; a quantized tensor
-    subclass: what it stores, :func:`stored_nbytes`)."""
+    """Bytes of the elements (of all components of a nested tensor; a subclass: stored)."""
     if getattr(t, "is_nested", False):
         return sum(c.numel() for c in t.unbind()) * t.element_size()
     if type(t) not in PLAIN_TENSORS:
@@ -112,12 +110,10 @@ _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_affine_float_qparams
 
 
 def stored_nbytes(t: torch.Tensor) -> int:
-    """Bytes ``t`` keeps in memory. A tensor subclass that wraps others (torchao's quantized
-    weights: int8, float8 or packed int4 data with their scales and zero points) keeps its
-    inner tensors, named by ``__tensor_flatten__`` and walked down, not ``numel()`` elements of
-    the dtype it computes in; a per-channel quantized tensor its integers, scales and zero
-    points; a plain tensor its elements. A DTensor counts as its global shape: which shard a
-    table shows is the shard view's choice (``counting.sharding``)."""
+    """Bytes ``t`` keeps in memory: a wrapper subclass (torchao's quantized weights) its inner
+    tensors (``__tensor_flatten__``), a per-channel quantized tensor its integers, scales and
+    zero points, a plain tensor its elements. A DTensor counts as its global shape (the shard
+    view chooses which shard a table shows)."""
     if not hasattr(type(t), "__tensor_flatten__") or is_dtensor_type(type(t)):
         data = t.numel() * t.element_size()
         if t.is_quantized and t.qscheme() in _PER_CHANNEL:
@@ -136,8 +132,7 @@ def stored_nbytes(t: torch.Tensor) -> int:
 
 
 def nbytes(obj: Any) -> int:
-    """Bytes of every tensor in ``obj`` (a tensor, or lists and tuples of them, nested), each
-    time it appears: what an op's arguments read, or its outputs write."""
+    """Bytes of every tensor in ``obj`` (nested lists and tuples), each time it appears."""
     if isinstance(obj, torch.Tensor):
         return tensor_nbytes(obj)
     if isinstance(obj, (list, tuple)):
@@ -146,8 +141,7 @@ def nbytes(obj: Any) -> int:
 
 
 def version_of(t: torch.Tensor) -> int | None:
-    """``t._version``, which each in-place write bumps; None for an inference tensor, which has
-    no version counter."""
+    """``t._version`` (bumped by each in-place write); None for an inference tensor."""
     return None if t.is_inference() else t._version
 
 
@@ -159,8 +153,7 @@ def shape_str(obj: Any) -> str:
 
 
 def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
-    """Bytes of the distinct tensors in ``obj`` (a tensor returned twice counts once); with
-    ``dtype``, floating ones as if of that dtype (a model profiled converted)."""
+    """Bytes of the distinct tensors in ``obj``; with ``dtype``, floating ones as if of it."""
     distinct = {id(t): t for t in iter_tensors(obj)}.values()
     if dtype is None:
         return sum(map(tensor_nbytes, distinct))
@@ -178,8 +171,7 @@ def holds_tensors(obj: Any) -> bool:
 
 
 def brief(obj: Any, limit: int = 200) -> str:
-    """``repr(obj)`` for an error message, with every tensor shown as its shape and dtype
-    (``Tensor[2x128, int64]``) instead of its values, cut at ``limit`` characters."""
+    """``repr(obj)`` for an error message, tensors as ``Tensor[2x128, int64]``, cut at ``limit``."""
 
     def show(o: Any) -> str:
         if isinstance(o, torch.Tensor):
@@ -202,22 +194,15 @@ def brief(obj: Any, limit: int = 200) -> str:
 
 
 def storage_key(t: torch.Tensor, device: torch.device | None = None) -> int | None:
-    """The address of ``t``'s storage, or None where there is none to protect (meta and fake
-    tensors, wrapper subclasses without a storage): what a write can reach, for the guard and
-    the snapshot. Not ``compat.storage_identity``, which counts memory kept alive and so must
-    tell meta storages apart (their address is 0) and give every tensor some key."""
-    if type(t) in PLAIN_TENSORS and not t.is_meta:  # the common case: no device object made
-        try:
-            return t.untyped_storage().data_ptr() or None
-        except (RuntimeError, NotImplementedError, TypeError, AttributeError):
+    """The address of ``t``'s storage (what a write can reach), or None where there is none
+    (meta, fake, wrapper subclasses); ``compat.storage_identity`` keys memory kept alive."""
+    if type(t) not in PLAIN_TENSORS or t.is_meta:  # (a plain tensor makes no device object)
+        if (device or t.device).type == "meta" or isinstance(t, compat.FakeTensor):
             return None
-    if (device or t.device).type == "meta" or isinstance(t, compat.FakeTensor):
-        return None
     try:
-        ptr = t.untyped_storage().data_ptr()
+        return t.untyped_storage().data_ptr() or None
     except (RuntimeError, NotImplementedError, TypeError, AttributeError):
         return None
-    return ptr or None
 
 
 _STRIDED = frozenset({torch.strided})
@@ -231,18 +216,15 @@ _QUANTIZED = operator.attrgetter("is_quantized")
 
 
 def versions(ts: list[torch.Tensor]) -> list[int | None]:
-    """:func:`version_of` each tensor, read all at once where none is an inference tensor (an
-    inference tensor cannot be written outside ``torch.inference_mode()``: a write inside it is
-    seen by a first-write watch or a copy taken up front alone)."""
+    """:func:`version_of` each tensor, read all at once where none is an inference tensor."""
     try:
         return list(map(_VERSION, ts))
     except RuntimeError:  # "Inference tensors do not track version counter"
         return list(map(version_of, ts))
 
 
-# The guard and the snapshot read a few attributes of every tensor they keep; for dense tensors
-# (nearly all) each attribute is read for all of them at once with ``map`` over the C getters,
-# which costs a tenth of a Python loop.
+# For dense tensors (nearly all) each attribute is read for all at once with ``map`` over the C
+# getters: a tenth of a Python loop's cost.
 
 
 def all_dense(ts: list[torch.Tensor]) -> bool:
@@ -259,9 +241,7 @@ def all_dense(ts: list[torch.Tensor]) -> bool:
 
 
 def plain_dense(t: torch.Tensor) -> bool:
-    """A plain strided tensor with memory and nothing but its storage, sizes, strides and dtype
-    to it (no subclass, nested, sparse, meta or quantized tensor, no conjugate or negative
-    bit): it can be rebuilt from its storage after a ``.data`` swap."""
+    """A plain strided tensor with memory: one rebuilt from its storage after a ``.data`` swap."""
     return (
         type(t) in PLAIN_TENSORS
         and t.layout is torch.strided
@@ -274,10 +254,7 @@ def plain_dense(t: torch.Tensor) -> bool:
 
 
 def fingerprint(t: torch.Tensor) -> tuple:
-    """What ``t.data = other`` changes: address, sizes, strides, dtype, device index (for a
-    dense tensor exactly the tuple :func:`fingerprints` builds for it; its address tells the
-    device type apart, since the old storage is kept alive); a nested tensor's components'
-    shapes."""
+    """What ``t.data = other`` changes (dense: the tuple :func:`fingerprints` builds)."""
     if plain_dense(t):
         return (t.data_ptr(), t.size(), t.stride(), t.dtype, t.get_device())
     try:
@@ -289,8 +266,7 @@ def fingerprint(t: torch.Tensor) -> tuple:
 
 
 def fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tuple]:
-    """:func:`fingerprint` of each tensor, read all at once where every one is dense
-    (``dense``: what :func:`all_dense` says of ``ts``, where the caller asked it already)."""
+    """:func:`fingerprint` of each tensor, read all at once where ``dense`` (:func:`all_dense`)."""
     if all_dense(ts) if dense is None else dense:
         return list(
             zip(
@@ -305,8 +281,7 @@ def fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tupl
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal values, NaN equal to NaN (an untouched NaN tensor is unchanged); a nested tensor
-    component by component (``torch.equal`` refuses a jagged one)."""
+    """Equal values, NaN equal to NaN; a nested tensor component by component."""
     try:
         if a.is_nested or b.is_nested:
             parts_a, parts_b = a.unbind(), b.unbind()
@@ -323,8 +298,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def same_items(live: dict, saved: dict) -> bool:
-    """The same keys, in the same order, bound to the same objects (identity, never ``==``:
-    tensors)."""
+    """The same keys, in order, bound to the same objects (identity, never ``==``: tensors)."""
     return (
         len(live) == len(saved)
         and all(map(operator.is_, live.values(), saved.values()))
