@@ -1,9 +1,6 @@
-"""What modelprof needs to know about a device, in one low module that every pass imports:
-canonical device names, synchronisation, out-of-memory detection, the allocator-peak tracker and
-the TF32 flags that decide which peak a float32 kernel runs at.
-
-Nothing here measures time (that is ``modelprof.timing.clock``); the static pass, the roofline and
-the timer all import from here, never from each other.
+"""What modelprof needs to know about a device: canonical names, synchronisation, out-of-memory
+detection, the allocator-peak tracker and the TF32 flags that decide a float32 kernel's peak.
+Nothing here measures time (that is ``modelprof.timing.clock``).
 """
 
 from __future__ import annotations
@@ -30,22 +27,19 @@ __all__ = [
     "tf32_enabled",
 ]
 
-#: a MIG slice as torch names its device: "NVIDIA A100-SXM4-40GB MIG 1g.5gb", a compute
-#: instance smaller than its GPU instance with its share first ("MIG 1c.3g.20gb")
+#: a MIG slice in a device name: "NVIDIA A100-SXM4-40GB MIG 1g.5gb", or "MIG 1c.3g.20gb" for a
+#: compute instance smaller than its GPU instance
 _MIG = re.compile(r"\bMIG[\s-]+((?:\d+c\.)?\d+g\.\d+gb)\b", re.IGNORECASE)
 
 
 def mig_slice(name: Any) -> str | None:
-    """The MIG profile (``"1g.5gb"``, ``"1c.3g.20gb"``) a device name carries, or None for a
-    whole GPU."""
+    """The MIG profile (``"1g.5gb"``) a device name carries, or None for a whole GPU."""
     match = _MIG.search(name) if isinstance(name, str) else None
     return None if match is None else match[1].lower()
 
 
 def mig_refusal(name: str, what: str, instead: str) -> ModelProfError:
-    """The refusal of a MIG slice's name where a whole GPU's datasheet figure would be taken:
-    a slice has a share of the GPU's SMs, memory and bandwidth (``1g.5gb`` on an A100 40GB:
-    14 of its 108 SMs, 4.75 GiB), which the datasheet does not list."""
+    """The refusal of a MIG slice's name where a whole GPU's datasheet figure would be taken."""
     return ModelProfError(
         f"{what}={name!r} is a MIG slice ({mig_slice(name)}), not the whole GPU: it has a "
         "share of the GPU's compute, memory and bandwidth that the datasheet does not list, "
@@ -53,8 +47,7 @@ def mig_refusal(name: str, what: str, instead: str) -> ModelProfError:
     )
 
 
-#: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN workspaces,
-#: the CPU allocator, the caching allocator of older torch).
+#: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN, the CPU).
 _OOM_MESSAGES = (
     "out of memory",
     "can't allocate",
@@ -67,8 +60,7 @@ _OOM_MESSAGES = (
 
 
 def normalize_device(device: torch.device | str | int) -> torch.device:
-    """A device with its index spelt out: ``cuda`` -> ``cuda:<current>``, so two spellings of
-    one GPU compare equal (``torch.device("cuda") != torch.device("cuda:0")``)."""
+    """A device with its index spelt out (``cuda`` -> ``cuda:<current>``), so spellings compare."""
     dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.index is None and dev.type not in ("cpu", "meta"):
         mod = getattr(torch, dev.type, None)
@@ -106,21 +98,15 @@ def device_synchronize(device: torch.device) -> None:
 
 
 def is_oom(e: BaseException | None) -> bool:
-    """An allocation failure anywhere in ``e``'s chain (``__cause__`` and ``__context__``):
-    an ``OutOfMemoryError`` of any torch version, or a RuntimeError/MemoryError saying so
-    (cuBLAS/cuDNN workspace allocation failures included)."""
+    """An allocation failure anywhere in ``e``'s chain of causes and contexts."""
     seen: set[int] = set()
     kinds = compat.oom_errors()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if kinds and isinstance(e, kinds):
+        if isinstance(e, (*kinds, MemoryError)):
             return True
-        if isinstance(e, MemoryError):
+        if isinstance(e, RuntimeError) and any(s in str(e).lower() for s in _OOM_MESSAGES):
             return True
-        if isinstance(e, RuntimeError):
-            msg = str(e).lower()
-            if any(s in msg for s in _OOM_MESSAGES):
-                return True
         e = e.__cause__ or e.__context__
     return False
 
@@ -133,21 +119,18 @@ class MemoryStats:
     reset_peak: Callable[[], None]
 
     @classmethod
-    def cuda(cls, device: torch.device) -> MemoryStats:
+    def for_device(cls, device: torch.device) -> MemoryStats | None:
+        """The CUDA allocator's statistics on a CUDA device, else None (no allocator peak)."""
+        if device.type != "cuda":
+            return None
         return cls(
             lambda: torch.cuda.max_memory_allocated(device),
             lambda: torch.cuda.reset_peak_memory_stats(device),
         )
 
     @classmethod
-    def for_device(cls, device: torch.device) -> MemoryStats | None:
-        """The CUDA allocator's statistics on a CUDA device, else None (no allocator peak)."""
-        return cls.cuda(device) if device.type == "cuda" else None
-
-    @classmethod
     def parse(cls, memory_stats: Any, device: torch.device) -> MemoryStats | None:
-        """A ``memory_stats=`` argument: ``None`` = the CUDA allocator on CUDA, none elsewhere;
-        ``False`` = off (None); or a ``MemoryStats``."""
+        """A ``memory_stats=`` argument: None (the default), False (off) or a ``MemoryStats``."""
         if memory_stats is None:
             return cls.for_device(device)
         if memory_stats is not False and not isinstance(memory_stats, cls):
@@ -158,10 +141,8 @@ class MemoryStats:
 
 
 class PeakTracker:
-    """Allocator peak of each (nested) call, by call index. Entering a call folds the peak so
-    far into the enclosing call before resetting; leaving a call hands its peak up to its parent,
-    so a child's reset never loses the parent's peak. A call's peak starts at the memory in use
-    when it begins."""
+    """Allocator peak of each (nested) call, by call index, from the memory in use when it
+    begins; a child's reset folds the peak so far into its parent first."""
 
     def __init__(self, stats: MemoryStats) -> None:
         self.stats = stats
@@ -195,11 +176,8 @@ def _fp32_precision(backend: Any) -> str | None:
 
 
 def tf32_enabled(kind: str) -> bool:
-    """Whether float32 ``"matmul"`` (cuBLAS) or ``"conv"`` (cuDNN) kernels may use TF32.
-
-    Reads the newer ``fp32_precision`` API where the user set it (the legacy ``allow_tf32``
-    getters raise once it is used), else the legacy flags; never raises.
-    """
+    """Whether float32 ``"matmul"`` (cuBLAS) or ``"conv"`` (cuDNN) kernels may use TF32: the
+    newer ``fp32_precision`` where set (the legacy getters then raise), else the legacy flags."""
     try:
         if kind == "matmul":
             backend = torch.backends.cuda.matmul
@@ -213,7 +191,7 @@ def tf32_enabled(kind: str) -> bool:
         if kind == "conv":
             cudnn = torch.backends.cudnn
             for backend in (getattr(cudnn, "conv", None), cudnn):
-                new = _fp32_precision(backend) if backend is not None else None
+                new = _fp32_precision(backend)
                 if new not in (None, "none"):
                     return new == "tf32"
             try:
