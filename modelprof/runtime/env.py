@@ -1,7 +1,6 @@
 """The environment a measurement was taken in: device, versions, precision flags, clocks.
 
-``collect_env`` never fails: whatever cannot be read is left out or ``None``; every value is plain
-JSON (str, int, float, bool, None, lists and dicts of those).
+``collect_env`` never fails (what cannot be read is left out or None); every value is JSON.
 """
 
 from __future__ import annotations
@@ -20,16 +19,17 @@ from modelprof.runtime.device import tf32_enabled
 
 __all__ = ["collect_env", "cpu_name", "gpu_state"]
 
-_NVSMI_FIELDS = (
-    "clocks.sm",
-    "clocks.mem",
-    "clocks.max.sm",
-    "clocks.max.mem",
-    "temperature.gpu",
-    "power.draw",
-    "pstate",
-    "driver_version",
-)
+#: nvidia-smi's query fields and the keys ``gpu_state`` gives them
+_NVSMI_FIELDS = {
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "mem_clock_mhz",
+    "clocks.max.sm": "max_sm_clock_mhz",
+    "clocks.max.mem": "max_mem_clock_mhz",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_w",
+    "pstate": "pstate",
+    "driver_version": "driver_version",
+}
 
 
 def _jsonable(v: Any) -> Any:
@@ -76,10 +76,8 @@ def _read(fn: Any) -> Any:
 
 
 def gpu_uuid(index: int) -> str | None:
-    """The UUID (``GPU-...``) of CUDA device ``index`` as torch numbers it, or None.
-
-    NVML and nvidia-smi number GPUs by PCI order, not by ``CUDA_VISIBLE_DEVICES``: only the
-    UUID names the same GPU in both."""
+    """The UUID (``GPU-...``) of CUDA device ``index`` as torch numbers it, or None: NVML and
+    nvidia-smi number GPUs by PCI order, not by ``CUDA_VISIBLE_DEVICES``."""
     try:
         uuid = str(torch.cuda.get_device_properties(index).uuid)
     except Exception:
@@ -89,8 +87,7 @@ def gpu_uuid(index: int) -> str | None:
 
 def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -> dict[str, Any]:
     """Clocks (MHz), temperature (C), power (W), P-state of a GPU via pynvml, else
-    ``nvidia-smi``; empty when neither answers. The GPU is found by ``uuid`` (as
-    ``gpu_uuid(torch_index)`` gives it), else by NVML's own ``index``."""
+    ``nvidia-smi`` (empty if neither answers); found by ``uuid``, else by NVML's ``index``."""
     try:
         import pynvml  # type: ignore[import-not-found]
 
@@ -132,18 +129,8 @@ def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -
         values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
     except Exception:
         return {}
-    keys = (
-        "sm_clock_mhz",
-        "mem_clock_mhz",
-        "max_sm_clock_mhz",
-        "max_mem_clock_mhz",
-        "temperature_c",
-        "power_w",
-        "pstate",
-        "driver_version",
-    )
     out = {"source": "nvidia-smi"}
-    for k, v in zip(keys, values):
+    for k, v in zip(_NVSMI_FIELDS.values(), values):
         try:
             out[k] = float(v) if k not in ("pstate", "driver_version") else v
         except ValueError:
@@ -172,8 +159,7 @@ def collect_env(
     batch_size: int | None = None,
     **mode_flags: Any,
 ) -> dict[str, Any]:
-    """Device name, versions, dtype, batch size, threads, cuDNN/TF32 flags, ``mode_flags`` and
-    GPU clocks/temperature when readable. Never raises for an unreadable item."""
+    """The environment record, ``mode_flags`` among it; an unreadable item is left None."""
     try:
         dev = torch.device(device) if device is not None else torch.device("cpu")
     except Exception:
