@@ -20,15 +20,9 @@ __all__ = ["copy_model", "model_placement", "moved_model"]
 
 def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     """The device of the model's first parameter or buffer, and its first floating dtype."""
-    device, dtype = None, None
-    for t in _model_tensors(model):
-        if device is None:
-            device = t.device
-        if dtype is None and t.is_floating_point():
-            dtype = t.dtype
-        if device is not None and dtype is not None:
-            break
-    return device or torch.device("cpu"), dtype or torch.get_default_dtype()
+    device = next((t.device for t in _model_tensors(model)), torch.device("cpu"))
+    dtype = next((t.dtype for t in _model_tensors(model) if t.is_floating_point()), None)
+    return device, dtype or torch.get_default_dtype()
 
 
 def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
@@ -56,10 +50,7 @@ def moved_model(
     dtype: torch.dtype | None,
     memory_format: torch.memory_format | None = None,
 ) -> nn.Module:
-    """``model`` itself when it already lives on ``device``/``dtype``; otherwise a converted copy.
-
-    The user's model is never converted in place.
-    """
+    """``model`` itself when it already lives on ``device``/``dtype``, else a converted copy."""
     cur_device, cur_dtype = model_placement(model)
     same = same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
     if same and (memory_format is None or _in_format(model, memory_format)):
@@ -84,17 +75,9 @@ def moved_model(
 
 
 def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> nn.Module:
-    """A copy of ``model`` whose conversion or train-mode passes leave the original untouched.
-
-    ``copy.deepcopy`` first; a model that cannot be deep-copied (it holds a ``threading.Lock``,
-    a file, a CUDA stream, or nests too deep for the copier's recursion) gets a *structural*
-    copy instead: every module and its registries copied, parameters re-wrapped (converting
-    them then makes new tensors), buffers cloned; other attributes (the lock) are shared with
-    the original. ``why`` says what the copy is for, for the error if neither works.
-    ``own_parameters``: the structural copy's parameters get their own memory too (a copy that
-    is trained: an optimizer step writes its parameters in place).
-    """
-
+    """A copy of ``model`` to convert or train: ``copy.deepcopy``, else (a lock, too deep) a
+    structural copy (registries copied, parameters re-wrapped, buffers cloned, the rest shared;
+    its parameters with memory of their own with ``own_parameters``). ``why``: for the error."""
     if communicates(model):  # a copy would share (or break) the process group's state
         raise ModelProfError(
             f"cannot copy the model ({type(model).__name__}) to {why}: it is "
