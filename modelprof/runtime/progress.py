@@ -1,12 +1,6 @@
-"""Progress bars for long work (timing passes, comparisons, throughput searches, checks).
-
-One helper, :func:`progress_bar`, returns a tqdm bar with a total (so it shows an ETA) when
-progress is wanted and tqdm is installed, and a do-nothing bar otherwise; :func:`sampling_bar`
-wraps one for a timing pass (its total: the sample target or the time budget). tqdm is imported only
-when a bar is wanted, so a library call with progress off never touches it (no "IProgress not
-found" in a notebook). In a Jupyter kernel with ipywidgets the notebook widget is used; everywhere
-else the plain text bar on stderr (``tqdm.tqdm``, never ``tqdm.auto``, which warns without
-ipywidgets).
+"""Progress bars for long work: a tqdm bar with a total (an ETA), or a do-nothing bar. tqdm is
+imported only when a bar is wanted (no "IProgress not found"); never ``tqdm.auto``, which warns
+without ipywidgets.
 """
 
 from __future__ import annotations
@@ -54,8 +48,7 @@ def _in_notebook() -> bool:
 
 
 def _tqdm_class() -> Any:
-    """tqdm's notebook widget in a Jupyter kernel with ipywidgets, else the text bar; None
-    without tqdm."""
+    """tqdm's notebook widget in a Jupyter kernel with ipywidgets, else the text bar, or None."""
     try:
         from tqdm import tqdm
     except ImportError:
@@ -79,25 +72,17 @@ def progress_bar(
     leave: bool = False,
     bar_format: str | None = None,
 ) -> Any:
-    """A progress bar over ``total`` steps (``None`` when unknown: no ETA), or a no-op.
-
-    ``enabled=False`` returns :class:`NoProgress` without importing tqdm; so does a missing tqdm,
-    and so does a rank that does not speak under torchrun (one voice:
-    ``modelprof.runtime.group.is_speaker``).
-    The bar writes to stderr and is removed when closed unless ``leave=True``. Use it as a context
-    manager or call ``close()``. ``bar_format``: tqdm's, for totals that are not counts.
-    """
+    """A tqdm bar over ``total`` steps (``None``: no ETA), removed when closed unless ``leave``;
+    :class:`NoProgress` when not ``enabled``, without tqdm or on a rank that does not speak."""
     if not enabled or not is_speaker():
         return NoProgress()
     cls = _tqdm_class()
     if cls is None:
         return NoProgress()
     extra: dict[str, Any] = {} if bar_format is None else {"bar_format": bar_format}
-    if cls.__module__ == "tqdm.notebook":
-        return cls(total=total, desc=desc, unit=unit, leave=leave, **extra)
-    return cls(
-        total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr, dynamic_ncols=True, **extra
-    )
+    if cls.__module__ != "tqdm.notebook":
+        extra.update(file=sys.stderr, dynamic_ncols=True)
+    return cls(total=total, desc=desc, unit=unit, leave=leave, **extra)
 
 
 # seconds are floats: tqdm's default "n/total" would print 1.2345678/5.0
@@ -105,9 +90,8 @@ _SECONDS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s [{ela
 
 
 class SamplingBar:
-    """The bar of one sampling loop, called after each block with (samples so far, seconds of
-    sampling so far): it counts samples against a fixed sample target, else seconds against the
-    time budget (the adaptive stop may end sooner, so its ETA is the most sampling can take)."""
+    """The bar of a sampling loop, called with (samples, seconds) so far: samples against a
+    fixed target, else seconds against the budget."""
 
     def __init__(self, bar: Any, by_samples: bool) -> None:
         self.bar = bar
@@ -132,10 +116,8 @@ class SamplingBar:
 
 
 def sampling_bar(stop: Any, *, enabled: bool, desc: str, candidates: int = 1) -> SamplingBar:
-    """A :class:`SamplingBar` for a sampling loop under the stop rule ``stop`` (a
-    ``modelprof.timing.sampler.StopRule``): over ``stop.repeat`` samples (per candidate), or
-    without it (the adaptive stop) over the time budget, ``stop.budget_s`` per candidate of an
-    interleaved loop; a no-op when not ``enabled`` or without tqdm."""
+    """A :class:`SamplingBar` under the ``StopRule`` ``stop``: over ``stop.repeat`` samples,
+    else over ``stop.budget_s`` per candidate."""
     if stop.repeat is not None:
         return SamplingBar(
             progress_bar(stop.repeat, enabled=enabled, desc=desc, unit="sample"), True
