@@ -1,12 +1,8 @@
 """Timing decisions agreed across ranks: under a process group every rank must run the same
 passes the same number of times, or a rank waits forever in a collective the others never run.
 
-Each decision the sampler makes on its own clock (another warm-up call? how many samples in the
-next block? stop now?) becomes one small all-reduce over the default group: the next block is the
-smallest any rank wants, sampling stops when any rank's budget is spent or when every rank has
-its precision. One all-reduce per block (per call during warm-up), on a 3-element int64 tensor. The same holds
-for interleaved rounds (``compare()``: the shuffled order, each candidate's block, the stop),
-the per-layer passes' extension and the throughput search's stop.
+Each decision taken on a rank's own clock becomes one small all-reduce: the next block is the
+smallest any rank wants; sampling stops when any rank's budget is spent or all are precise.
 """
 
 from __future__ import annotations
@@ -60,12 +56,11 @@ class Agreement:
         return [int(v) for v in t.tolist()]
 
     def size(self, k: int) -> int:
-        """The smallest block any rank wants (the first block: before any estimate agrees)."""
+        """The smallest block any rank wants (the first block)."""
         return self.least([k])[0]
 
     def block(self, k: int, precise: bool, stop: bool) -> tuple[int, bool]:
-        """(the next block's size, stop now) for all ranks, from this rank's wish ``k``, whether
-        its precision is reached and whether its budget says stop."""
+        """(the next block's size, stop now) for all ranks, from this rank's wishes."""
         k_all, precise_all, not_stop_any = self.least([k, int(precise), int(not stop)])
         return k_all, bool(precise_all) or not not_stop_any
 
@@ -97,7 +92,7 @@ class Agreement:
 
 
 class _Alone(Agreement):
-    """The agreement of a process on its own: every decision is its own, no collective runs."""
+    """The agreement of a process on its own: no collective runs."""
 
     def least(self, values: list[int]) -> list[int]:
         return [int(v) for v in values]
@@ -111,8 +106,7 @@ ALONE: Agreement = _Alone()
 
 
 def agreement() -> Agreement | None:
-    """An :class:`Agreement` over the default group when one is active with more than one rank,
-    else None (decisions stay local)."""
+    """An :class:`Agreement` over an active default group of several ranks, else None."""
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
@@ -133,14 +127,12 @@ _CURRENT: contextvars.ContextVar[Agreement | None] = contextvars.ContextVar(
 
 
 def current_agreement() -> Agreement | None:
-    """The agreement the sampler must use now (set by ``profile()`` for a model whose passes
-    run collectives), or None: decide locally."""
+    """The agreement in force (set for a model whose passes run collectives), or None."""
     return _CURRENT.get()
 
 
 def decisions() -> Agreement:
-    """Who the sampler's decisions are agreed with now: ``current_agreement()``, else
-    ``ALONE``."""
+    """``current_agreement()``, else ``ALONE``."""
     return _CURRENT.get() or ALONE
 
 
@@ -155,14 +147,9 @@ def agreeing(agreement: Agreement | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def agreed_timing(models: Any) -> Iterator[None]:
-    """Around timing that is not one ``profile()`` (``compare()``'s interleaved rounds, its
-    training steps and throughput searches; ``measure_latency``, ``measure_latencies``,
-    ``measure_throughput`` called directly): when a process group is active and any of
-    ``models`` (modules; a plain callable is not looked into) communicates, every timing
-    decision is agreed across ranks, so all ranks run the same passes; an agreement already in
-    force (``profile()``'s) is kept. Warnings come from one rank (progress bars do by
-    themselves: ``runtime.progress``)."""
-    outer = current_agreement()  # inside profile() or compare(): theirs stands
+    """Agree every timing decision across ranks when any of ``models`` communicates, around
+    timing outside one ``profile()`` (an agreement in force is kept); warnings from one rank."""
+    outer = current_agreement()
     active = (
         outer is None
         and current_group() is not None

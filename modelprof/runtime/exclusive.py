@@ -1,11 +1,7 @@
 """One profile of a model at a time: a second thread that profiles the same model waits until
-the first has put it back, then profiles it; nothing of the model is read or changed before.
-
-Profiling sets the model's mode and puts its state back at the end, and its hooks take another
-thread's calls of the model for foreign use (``runtime.hooks``), so two profiles of one model
-cannot overlap. A thread that would wait for a model while another thread waits for one it
-holds (two ``compare`` calls over the same models in opposite orders) is refused with a
-``ModelProfError`` instead of deadlocking.
+the first has put it back (profiling sets its mode, restores its state and takes other threads'
+calls for foreign use). A wait that would close a cycle (two ``compare`` calls over the same
+models in opposite orders) is refused with a ``ModelProfError`` instead of deadlocking.
 """
 
 from __future__ import annotations

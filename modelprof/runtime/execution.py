@@ -1,8 +1,6 @@
-"""How a model runs during any pass, static or timed: eval/train flags, grad mode, autocast and
-memory layout. One frozen :class:`RunMode`, parsed once at the boundary, and one context manager,
-:func:`running`, that every pass enters: the static pass, the clean end-to-end pass, the
-per-layer passes, the throughput search and the training step run under the same modes. Every
-flag set on a model is restored in ``finally``; nothing is converted in place.
+"""How a model runs during any pass: eval/train flags, grad mode, autocast and memory layout.
+One frozen :class:`RunMode`, parsed once at the boundary, and one context manager,
+:func:`running`, that every pass enters; every flag set on a model is restored in ``finally``.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ __all__ = [
 
 @contextlib.contextmanager
 def dispatch_modes_restored() -> Iterator[None]:
-    """torch's dispatch-mode stack and mode flags as they were on entry, on every exit
-    (``BaseException`` included): a mode whose ``__exit__`` failed before popping itself (a
-    ``RecursionError`` inside torch) is not left to run the user's later eager code."""
+    """torch's dispatch-mode stack and flags put back on every exit: a mode whose ``__exit__``
+    failed before popping itself is not left to run the user's later eager code."""
     depth, flags = compat.dispatch_stack_state()
     try:
         yield
@@ -53,9 +50,8 @@ def dispatch_modes_restored() -> Iterator[None]:
 def model_state(
     model: Any, eval_mode: bool, modules: list[nn.Module] | None = None
 ) -> Iterator[None]:
-    """``model.eval()`` for the block (when asked); every submodule's own ``training`` flag is
-    restored afterwards, also when the block raises. ``modules``: ``list(model.modules())``
-    where the caller has it already."""
+    """``model.eval()`` for the block (when asked), every module's own ``training`` flag put
+    back after. ``modules``: ``list(model.modules())`` where the caller has it."""
     if not isinstance(model, nn.Module):
         yield
         return
@@ -71,8 +67,7 @@ def model_state(
 
 
 def grad_switches(backward: bool, training: Any = None, no_grad: Any = None) -> tuple[bool, bool]:
-    """``(training, no_grad)`` as ``profile`` and ``compare`` default them: a training step runs
-    in train mode with grad, a forward in eval mode under ``no_grad``; checked."""
+    """``(training, no_grad)`` checked, by default train with grad when ``backward``."""
     if not isinstance(backward, bool):
         raise ModelProfError(f"backward={backward!r} must be True or False")
     if backward and no_grad is True:
@@ -86,8 +81,7 @@ def grad_switches(backward: bool, training: Any = None, no_grad: Any = None) -> 
 
 
 def legacy_eval_mode(training: bool, options: dict[str, Any], where: str) -> bool:
-    """``training``, or ``not eval_mode`` where a caller still passes the old spelling (popped
-    from ``options``, with a ``DeprecationWarning``): one name for the switch everywhere."""
+    """``training``, or ``not eval_mode`` popped from ``options``, with a deprecation warning."""
     if "eval_mode" not in options:
         return training
     eval_mode = options.pop("eval_mode")
@@ -124,8 +118,7 @@ def parse_amp(amp: Any) -> torch.dtype | None:
 def amp_context(
     device: torch.device, amp: torch.dtype | None, cache_enabled: bool = True
 ) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` on ``device`` at ``amp``, or nothing. CUDA-graph capture needs
-    ``cache_enabled=False`` (cast weights must be made inside the graph)."""
+    """``torch.autocast`` on ``device`` at ``amp``, or nothing (no cache for CUDA graphs)."""
     if amp is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=amp, cache_enabled=cache_enabled)
@@ -144,11 +137,8 @@ def to_channels_last(obj: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class RunMode:
-    """How the passes run the model: train or eval flags (``training``), grad mode
-    (``no_grad``), autocast (``amp``), the counted pass's memory layout (``memory_format``:
-    channels_last), the device (of the inputs) and the dtype asked for (None: the model's).
-    The one carrier of autocast and layout: ``TimingOptions`` reads its ``amp`` and
-    ``channels_last`` from the run mode it holds."""
+    """How the passes run the model: train flags, grad mode, autocast, the counted pass's
+    memory layout, the inputs' device and the dtype asked for (None: the model's)."""
 
     training: bool = False
     no_grad: bool = True
@@ -169,8 +159,7 @@ class RunMode:
         device: torch.device | None = None,
         dtype: Any = None,
     ) -> RunMode:
-        """The switches as ``profile`` and ``compare`` take them, checked (``grad_switches``,
-        ``parse_amp``)."""
+        """The switches as ``profile`` and ``compare`` take them, checked."""
         training, no_grad = grad_switches(backward, training, no_grad)
         return cls(
             training,
@@ -190,11 +179,8 @@ class RunMode:
 def running(
     model: Any, mode: RunMode, modules: list[nn.Module] | None = None, cache_enabled: bool = True
 ) -> Iterator[None]:
-    """The block runs ``model`` as ``mode`` says: every module in train or eval mode (each
-    module's own flag put back after, also when the block raises), grad off under ``no_grad``,
-    autocast at ``amp`` on ``mode.device`` (``cache_enabled=False`` for CUDA-graph capture).
-    ``model`` may be any callable (only a module has flags); ``modules``: ``list(model.modules())``
-    where the caller has it already."""
+    """Run ``model`` (any callable) in the block as ``mode`` says, each module's flag put back
+    after; ``cache_enabled`` and ``modules`` as in :func:`amp_context` and :func:`model_state`."""
     with (
         model_state(model, eval_mode=False, modules=modules),
         grad_context(mode.no_grad),

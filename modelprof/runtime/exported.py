@@ -1,11 +1,8 @@
 """Exported programs (``torch.export``) with their layers back.
 
-``ExportedProgram.module()`` runs one flat graph: no submodule is called, so module hooks see
-one call. Every node of the graph still carries the module path it came from
-(``nn_module_stack``), and ``torch.export.unflatten`` builds from it a module per layer that
-runs that layer's part of the same graph, on the program's own weights. modelprof profiles that:
-one row per layer call, named as in the eager model and typed by the eager module's class (the
-``type`` column reads ``Conv2d``, not ``InterpreterModule``).
+``ExportedProgram.module()`` runs one flat graph (one hooked call); ``torch.export.unflatten``
+builds a module per layer from the nodes' module paths, which modelprof profiles, each typed by
+the eager module's class (``Conv2d``, not ``InterpreterModule``).
 """
 
 from __future__ import annotations
@@ -24,9 +21,7 @@ __all__ = ["exported_layers", "is_flat_export"]
 
 
 def is_flat_export(model: Any) -> bool:
-    """Whether ``model`` is the flat graph ``ExportedProgram.module()`` returns: a
-    ``GraphModule`` whose nodes name the modules they came from, none of which it calls (it may
-    call a guard of its own)."""
+    """Whether ``model`` is a flat ``GraphModule`` whose nodes name modules it does not call."""
     if not isinstance(model, torch.fx.GraphModule):
         return False
     paths = set(_module_types(model.graph)) - {""}
@@ -35,11 +30,9 @@ def is_flat_export(model: Any) -> bool:
 
 
 def exported_layers(model: Any, inputs: tuple[tuple, dict] | None = None) -> Any:
-    """``model`` with its layers where it is an exported program: an ``ExportedProgram``
-    unflattened; with ``inputs`` (``(args, kwargs)``), the flat ``GraphModule`` of
-    ``ExportedProgram.module()`` exported again on them (the same graph, whose nodes keep their
-    module paths) and unflattened. Anything else comes back as it is. A graph that cannot be
-    exported again stays one flat row, with a warning."""
+    """``model`` with its layers: an ``ExportedProgram`` unflattened; with ``inputs``
+    (``(args, kwargs)``), a flat graph exported again on them and unflattened (one flat row,
+    with a warning, where that fails). Anything else comes back as it is."""
     if isinstance(model, torch.export.ExportedProgram):
         return _unflattened(model)
     if inputs is None or not is_flat_export(model):
@@ -60,8 +53,7 @@ def exported_layers(model: Any, inputs: tuple[tuple, dict] | None = None) -> Any
 
 
 def _unflattened(program: Any) -> nn.Module:
-    """``torch.export.unflatten(program)``, each module typed by the class it was exported
-    from."""
+    """``torch.export.unflatten(program)``, each module typed by its exported class."""
     module = torch.export.unflatten(program)
     types = _module_types(program.graph)
     for path, sub in module.named_modules():
@@ -72,8 +64,7 @@ def _unflattened(program: Any) -> nn.Module:
 
 
 def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
-    """Module path -> the class name it had when exported, from the nodes' ``nn_module_stack``
-    (``{key: (path, type)}``, the type a qualified name or the class)."""
+    """Module path -> its class name when exported, from the nodes' ``nn_module_stack``."""
     found: dict[str, str] = {}
     for node in graph.nodes:
         for path, kind in (node.meta.get("nn_module_stack") or {}).values():
@@ -84,6 +75,5 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
 
 @functools.cache
 def _typed(base: type, name: str) -> type:
-    """A subclass of ``base`` named ``name`` (one per pair), so that a row's type is the
-    eager module's."""
+    """A subclass of ``base`` named ``name`` (one per pair)."""
     return type(name, (base,), {"__module__": base.__module__})

@@ -1,9 +1,6 @@
-"""Say where the user's forward failed, for passes that run without module hooks.
-
-The static pass and the per-layer timer know the running module from their hooks. The clean
-end-to-end timing runs the model bare (hooks would distort it), so when its forward raises,
-the module is read from the exception's traceback instead: every frame whose ``self`` is one of
-the model's modules is a call that was running. This costs nothing until something fails.
+"""Say where the user's forward failed, for passes that run without module hooks (the clean
+end-to-end timing): the running modules are read from the exception's traceback, the frames
+whose ``self`` is one of the model's modules. Nothing is paid until something fails.
 """
 
 from __future__ import annotations
@@ -24,8 +21,8 @@ __all__ = ["forward_failure", "running_modules"]
 def running_modules(
     exc: BaseException, model: nn.Module, names: dict[nn.Module, str] | None = None
 ) -> list[str]:
-    """Qualified names (root ``""``) of ``model``'s modules that were running when ``exc`` was
-    raised, outermost first; empty when the error did not come from inside the model."""
+    """Names (root ``""``) of ``model``'s modules running when ``exc`` was raised, outermost
+    first."""
     names = module_names(model) if names is None else names
     found: list[str] = []
     last: Any = None
@@ -49,9 +46,7 @@ def _path(running: list[str]) -> str:
 @contextlib.contextmanager
 def forward_failure(model: Any, what: str, inputs: Any = None) -> Iterator[None]:
     """Re-raise an exception from inside ``model``'s forward as a ``ModelProfError`` naming
-    ``what`` was running (``"the end-to-end timing"``), the module and the inputs. Errors that
-    did not come from inside the model (a bug, an out-of-memory the caller handles) and
-    ``ModelProfError`` pass through unchanged."""
+    ``what`` was running, the module and the inputs; other errors pass through."""
     try:
         yield
     except ModelProfError:

@@ -1,9 +1,6 @@
-"""Where this process runs: rank, world size, backend and host under a process group, the
-device ``"cuda"`` means under torchrun (``cuda:LOCAL_RANK``), and who speaks (one voice).
-
-Under ``torchrun`` every rank runs the same script; only rank 0 prints tables, warnings and
-progress and writes files, unless ``MODELPROF_ALL_RANKS=1`` (or ``all_ranks=True`` where an entry
-point takes it) asks every rank to.
+"""Where this process runs under a process group, the device ``"cuda"`` means under torchrun,
+and who speaks: only rank 0 prints and writes, unless ``MODELPROF_ALL_RANKS=1`` (or
+``all_ranks=True``) asks every rank to.
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ class RankInfo:
 
 
 def _initialized() -> bool:
-
     return dist.is_available() and dist.is_initialized()
 
 
@@ -63,7 +59,6 @@ def current_group() -> RankInfo | None:
     """The default process group as seen from this rank, or None outside one."""
     if not _initialized():
         return None
-
     local = os.environ.get("LOCAL_RANK")
     return RankInfo(
         dist.get_rank(),
@@ -80,8 +75,7 @@ def all_ranks_speak() -> bool:
 
 
 def is_speaker(all_ranks: bool | None = None) -> bool:
-    """True where this process prints and writes: outside a process group, on rank 0, or on
-    every rank when asked (``all_ranks`` or ``MODELPROF_ALL_RANKS``)."""
+    """Whether this process prints and writes: alone, on rank 0, or every rank when asked."""
     if all_ranks if all_ranks is not None else all_ranks_speak():
         return True
     if _initialized():
@@ -93,13 +87,10 @@ def is_speaker(all_ranks: bool | None = None) -> bool:
 
 @contextlib.contextmanager
 def one_voice(all_ranks: bool | None = None) -> Iterator[bool]:
-    """Silence modelprof's warnings on every rank but the speaker for the block; yields whether
-    this rank speaks (callers turn progress bars and printing off where it does not)."""
-    speaker = is_speaker(all_ranks)
-    if speaker:
+    """Silence modelprof's warnings on every rank but the speaker; yields whether it speaks."""
+    if is_speaker(all_ranks):
         yield True
         return
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ModelProfWarning)
         warnings.simplefilter("ignore", NoisyMeasurementWarning)
@@ -107,8 +98,7 @@ def one_voice(all_ranks: bool | None = None) -> Iterator[bool]:
 
 
 def local_device(device: Any) -> Any:
-    """``cuda`` without an index means ``cuda:LOCAL_RANK`` under torchrun (each rank its own
-    GPU); any other device (or value), or outside torchrun, stays as it is."""
+    """``cuda`` without an index as ``cuda:LOCAL_RANK`` under torchrun; anything else as it is."""
     if isinstance(device, str) and device.strip() == "cuda":
         device = torch.device("cuda")
     if not isinstance(device, torch.device) or device.type != "cuda" or device.index is not None:
@@ -121,7 +111,6 @@ def local_device(device: Any) -> Any:
 
 def is_ddp(model: nn.Module) -> bool:
     """Whether ``model`` is a DistributedDataParallel wrapper."""
-
     return isinstance(model, DistributedDataParallel)
 
 

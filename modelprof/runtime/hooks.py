@@ -1,27 +1,10 @@
 """Observe every module call of a model, and always stop observing afterwards.
 
-Both the static analyser (scope of each op) and the per-layer timer (timestamps) use this, so
-the rule "nothing is left on the user's model" lives in one place.
-
-The hooks are *global* module hooks filtered to the model's own modules, not hooks registered
-on each module: PyTorch's fused fast paths refuse to run when a module carries hooks
-(``nn.TransformerEncoderLayer`` checks ``_forward_hooks`` of its whole subtree), so per-module
-hooks would profile a different code path than the one the user runs. The global hooks are
-removed in ``finally``, also when the forward raises or is interrupted.
-
-Global hooks fire in every thread. Only calls from the thread that installed them are passed
-on; a call of one of the model's modules from another thread (the same model trained or serving
-requests while it is profiled) is counted in ``HookSession.foreign_calls``, and any other call
-returns after one thread-id comparison. A model must not be used elsewhere while it is profiled:
-profiling sets its mode (eval, no_grad) and puts its state back at the end, over whatever the
-other thread changed, and that thread's steps share the device with the timed ones. So when the
-block ends, calls seen from another thread raise a ``ModelProfError`` that says so (in the
-profiling thread: the other thread's forward itself is never interrupted); ``exclusive=False``
-(``count_foreign_calls``) only counts them.
-
-Hooks add a frame or two to every nesting level of the forward; a model that nests deep enough
-to run plain near Python's recursion limit would hit it only under the hooks, so the limit is
-raised by that much while they are installed (and put back after).
+The hooks are *global* hooks filtered to the model's modules: fused fast paths refuse to run
+when a module carries hooks (``nn.TransformerEncoderLayer``), so per-module hooks would profile
+another code path. Only the installing thread's calls are passed on; other threads' calls of
+the model are counted and, unless ``exclusive=False``, raise at the end (profiling puts the
+model's state back over their changes). The recursion limit is raised by the frames hooks add.
 """
 
 from __future__ import annotations
@@ -50,14 +33,12 @@ __all__ = [
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 PostHook = Callable[..., None]
 
-# Global forward hooks see the call's kwargs (and can be called when the forward raises) in
-# recent torch; pre-hooks never see kwargs.
+# Global forward hooks see the call's kwargs (and run when the forward raises) in recent torch
 _GLOBAL_POST_PARAMS = inspect.signature(_module.register_module_forward_hook).parameters
 _GLOBAL_POST_KWARGS = "with_kwargs" in _GLOBAL_POST_PARAMS and "always_call" in _GLOBAL_POST_PARAMS
 _NO_KWARGS: dict[str, Any] = {}
 
-# Frames the hooks add per module nesting level (``_call_impl``'s ``inner`` closure and the
-# hook itself), and a margin for the hook bodies and the op counter at the innermost level.
+# Frames the hooks add per module nesting level, and a margin for the innermost level
 _FRAMES_PER_LEVEL = 3
 _FRAMES_MARGIN = 200
 
@@ -72,8 +53,7 @@ def module_names(model: nn.Module) -> dict[nn.Module, str]:
 
 @dataclasses.dataclass(eq=False)
 class HookSession:
-    """What ``module_hooks`` yields: the module->name map, the thread whose calls are observed,
-    and how many calls of the model's modules other threads made meanwhile."""
+    """What ``module_hooks`` yields: module names, its thread and other threads' calls."""
 
     names: dict[nn.Module, str]
     thread_id: int
@@ -92,8 +72,7 @@ _limit_base: list[int] = []  # [the limit before the first request, the limit we
 
 @contextlib.contextmanager
 def recursion_headroom(extra_frames: int) -> Iterator[None]:
-    """Raise Python's recursion limit by ``extra_frames`` for the block; put it back after
-    (unless someone else changed it meanwhile)."""
+    """Raise Python's recursion limit by ``extra_frames`` for the block."""
     if extra_frames <= 0:
         yield
         return
@@ -126,13 +105,11 @@ def module_hooks(
     exclusive: bool = True,
 ) -> Iterator[HookSession]:
     """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
-    of every module of ``model`` run by *this* thread, for the duration of the ``with`` block;
-    yields a :class:`HookSession`. ``kwargs`` is empty in ``pre`` (PyTorch does not pass it to
-    global pre-hooks). With ``post_with_inputs`` the post hook is
-    ``post(module, args, kwargs, output, raised)`` and is also called, with ``raised=True``,
-    when the module's forward raises (so a caller that catches the exception keeps a correct
-    call stack). With ``exclusive`` (the default), calls of the model's modules from another
-    thread during the block raise a ``ModelProfError`` when it ends (see the module doc).
+    of every module of ``model`` run by *this* thread in the block; yields a
+    :class:`HookSession`. ``kwargs`` is empty in ``pre`` (global pre-hooks do not get it). With
+    ``post_with_inputs`` the post hook is ``post(module, args, kwargs, output, raised)``, also
+    called with ``raised=True`` when the forward raises (the caller keeps a correct stack).
+    ``exclusive``: other threads' calls raise at the end (see the module doc).
     """
     names = module_names(model) if modules is None else modules
     session = HookSession(names, threading.get_ident())
@@ -191,7 +168,5 @@ def _ignore(*_: Any) -> None:
 
 
 def count_foreign_calls(model: nn.Module) -> contextlib.AbstractContextManager[HookSession]:
-    """Only count the calls other threads make to the model's modules during the block
-    (``session.foreign_calls``). It installs global hooks, so each module call of this thread
-    pays one hook call too: use it around passes whose timing that does not distort."""
+    """Only count other threads' calls of the model's modules (``session.foreign_calls``)."""
     return module_hooks(model, _ignore, _ignore, exclusive=False)
