@@ -1,8 +1,5 @@
 """modelprof: per-layer cost (params, MACs, FLOPs, memory traffic) and measured latency of
-PyTorch models, in one table.
-
-The names here are what a user needs; everything else is importable from its subpackage
-(``modelprof.timing``, ``modelprof.render``, ``modelprof.models``, ...).
+PyTorch models, in one table. The names a user needs; the rest is in the subpackages.
 """
 
 from __future__ import annotations
