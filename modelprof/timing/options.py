@@ -206,7 +206,7 @@ class TimingOptions:
     def as_kwargs(self) -> dict[str, Any]:
         """The keyword form (``TimingOptions.parse(**o.as_kwargs()) == o``)."""
         nested = {
-            **dataclasses.asdict(self.stop),  # repeat, precision, budget_s, min_samples, ...
+            **dataclasses.asdict(self.stop),
             "warmup": self.warmup.count,
             "warmup_s": self.warmup.seconds,
             "compile": self.compile or False,
@@ -218,8 +218,7 @@ class TimingOptions:
         return TimingOptions.parse(self, **kwargs)
 
     def check_device(self, device: torch.device) -> None:
-        """Modes that need CUDA refuse any other device, and the CPU clock any device but the
-        CPU, naming the option."""
+        """Modes that need CUDA refuse other devices, the CPU clock any but the CPU."""
         check_clock(self.clock, device)
         if device.type == "cuda":
             return
@@ -231,8 +230,7 @@ class TimingOptions:
                 )
 
     def layer_instrument(self, device: torch.device) -> str:
-        """``"kernels"`` or ``"stamps"``: what times the layers on ``device`` (``"auto"``: the
-        kernels on CUDA, the stamps elsewhere)."""
+        """``"kernels"`` or ``"stamps"``: what times the layers on ``device``."""
         if self.per_layer != "auto":
             return self.per_layer
         return "kernels" if device.type == "cuda" else "stamps"
@@ -252,8 +250,7 @@ class TimingOptions:
     def sample(
         self, sample_block: Callable[[int], np.ndarray], est_ms: float | None, desc: str
     ) -> Sampled:
-        """``sampler.collect`` under this stop rule, with a progress bar named ``desc`` (when
-        ``progress``)."""
+        """``sampler.collect`` under this stop rule, with a progress bar named ``desc``."""
         with sampling_bar(self.stop, enabled=self.progress, desc=desc) as bar:
             return collect(sample_block, self.stop, est_ms, on_block=bar)
 
@@ -264,7 +261,7 @@ class TimingOptions:
         desc: str,
     ) -> list[Sampled]:
         """``sampler.collect_interleaved`` under this stop rule, in rounds shuffled from
-        ``seed``, with a progress bar named ``desc`` (when ``progress``)."""
+        ``seed``, with a progress bar named ``desc``."""
         rng = np.random.default_rng(self.seed)
         with sampling_bar(
             self.stop, enabled=self.progress, desc=desc, candidates=len(samplers)
@@ -272,8 +269,7 @@ class TimingOptions:
             return collect_interleaved(samplers, self.stop, est_ms, rng, on_round=bar)
 
     def env(self, inputs: Any, clock: str, **mode_flags: Any) -> dict[str, Any]:
-        """``collect_env`` of a run timed on ``inputs`` (a ``ModelInputs``) by the clock of kind
-        ``clock``: its device, its dtype (the autocast one, if any), its batch."""
+        """``collect_env`` of a run timed on ``inputs`` (a ``ModelInputs``) by ``clock``."""
         return collect_env(
             inputs.device,
             dtype=self.amp or inputs.dtype,

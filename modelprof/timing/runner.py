@@ -46,7 +46,6 @@ class Runner:
         self.warm_key: tuple[Any, Hashable] | None = None
         self._stack = contextlib.ExitStack()
 
-    # -- hooks --------------------------------------------------------------------------------
     def contexts(self) -> Sequence[contextlib.AbstractContextManager]:
         return ()
 
@@ -57,7 +56,6 @@ class Runner:
         """What a failure ``e`` of the user's code is raised as (``e`` itself: as it is)."""
         return e
 
-    # -- the skeleton -------------------------------------------------------------------------
     def __enter__(self) -> Any:
         stack = self._stack
         try:
