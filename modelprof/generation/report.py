@@ -1,6 +1,5 @@
-"""``GenerationReport``: the phases (per-layer tables), the measured generations, the KV cache,
-memory to fit, the roofline bound and MoE routing of one ``profile_generation`` run, with
-DataFrame views, exporters and plots. The DataFrames stay numeric; nothing prints unless asked."""
+"""``GenerationReport``: the phases, measured generations, KV cache, memory plan, roofline bound
+and MoE routing of one ``profile_generation`` run. The DataFrames stay numeric."""
 
 from __future__ import annotations
 
@@ -37,9 +36,8 @@ _GROWTH = ("macs", "flops", "read_bytes", "write_bytes")
 
 
 def _slope(x: pd.Series, y: pd.Series) -> float:
-    """The least-squares slope of ``y`` on ``x``: exact (in fractions) for whole numbers, as
-    the counted columns are, so a growth of 2048 a token reads 2048.0, not polyfit's
-    2047.9999999997367; ``polyfit`` for measured times."""
+    """Least-squares slope of ``y`` on ``x``: exact (in fractions) for whole numbers, so a
+    counted growth of 2048 a token reads 2048.0; ``polyfit`` for measured times."""
     xs, ys = list(x), list(y)
     if not all(float(v).is_integer() for v in (*xs, *ys)):
         return float(np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)[0])
@@ -51,8 +49,7 @@ def _slope(x: pd.Series, y: pd.Series) -> float:
 
 
 def _median_text(m: Any) -> str:
-    """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or with the reason
-    there is none (one block of runs gives no interval: printed ``nan-nan`` before)."""
+    """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or why there is none."""
     if not m.has_interval:
         why = m.short_reason or f"no interval from {m.n} runs in {m.n_blocks} blocks"
         return f"{m.median_ms:.3f} ms ({why})"
@@ -62,10 +59,8 @@ def _median_text(m: Any) -> str:
 
 @dataclasses.dataclass(eq=False, repr=False)
 class GenerationReport(Exports):
-    """Everything ``profile_generation`` found, per batch size (``phases``: batch size ->
-    prefill then decode at each context; ``timings``: batch size -> measured generations).
-    :meth:`export` and ``to_<format>`` (``to_csv``, ``to_html``..., any registered format)
-    write it."""
+    """Everything ``profile_generation`` found, per batch size (``phase_tables``: the phases;
+    ``timings``: the measured generations); ``export``/``to_<format>`` write it."""
 
     model_name: str
     spec: GenerationSpec
@@ -78,9 +73,7 @@ class GenerationReport(Exports):
     peaks: Any = None
     moe: MoEInfo | None = None
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: timed points out of line with their neighbours (more work, less time): a batch size's
-    #: TTFT, TPOT or end-to-end time against a bigger batch's, a decode step against a longer
-    #: context's, a phase against the same phase at a bigger batch; each warned about once
+    #: timed points slower than a neighbour doing more work (``_neighbours``), warned once each
     disagreements: list[NeighbourDisagreement] = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -90,29 +83,25 @@ class GenerationReport(Exports):
 
     @property
     def timing_notes(self) -> list[str]:
-        """A sentence for each timed point that disagrees with its neighbours (``disagreements``:
-        marked in ``summary()``'s ``*_rough`` and ``phase_table()``'s ``latency_rough``)."""
+        """A sentence for each of ``disagreements`` (the ``*_rough`` columns)."""
         return [d.note() for d in self.disagreements]
 
     def _rough(self, series: str, point: str) -> bool:
         return any(d.series == series and d.point == point for d in self.disagreements)
 
-    # -- access ----------------------------------------------------------------------------
     @property
     def batch_sizes(self) -> tuple[int, ...]:
         return tuple(self.phase_tables)
 
     def phases(self, batch_size: int | None = None) -> list[Phase]:
-        """The encoder (an encoder-decoder's), the prefill, then decode at each context, for
-        ``batch_size`` (default: the first)."""
+        """The encoder (if any), prefill and decode steps of ``batch_size`` (default: the first)."""
         return self.phase_tables[self._batch(batch_size)]
 
     def prefill(self, batch_size: int | None = None) -> Phase:
         return next(p for p in self.phases(batch_size) if p.name == "prefill")
 
     def encoder(self, batch_size: int | None = None) -> Phase:
-        """An encoder-decoder's encoder phase: its one forward over the source, before the
-        decoder's prefill."""
+        """An encoder-decoder's encoder phase: its one forward over the source."""
         found = [p for p in self.phases(batch_size) if p.name == "encoder"]
         if not found:
             raise ModelProfError(f"{self.model_name} has no encoder phase (no encoder-decoder)")
@@ -126,7 +115,6 @@ class GenerationReport(Exports):
         for p in steps:
             if p.context == context:
                 return p
-
         raise ModelProfError(
             f"context={context!r} was not profiled; the decode contexts are "
             f"{[p.context for p in steps]}"
@@ -147,13 +135,9 @@ class GenerationReport(Exports):
         """The measured generations of the first batch size (None when not timed)."""
         return self.timings.get(self.batch_sizes[0])
 
-    # -- views -------------------------------------------------------------------------------
     def to_dataframe(self, batch_size: int | None = None) -> pd.DataFrame:
-        """Every phase's per-layer table (the columns of ``profile``) under ``phase`` and
-        ``context`` columns; with a target, ``bound_ms`` (the roofline lower bound of the row,
-        not a measurement) and ``bound`` (compute or memory). The timed rows of a phase out of
-        line with its neighbours (``phase_table()``'s ``latency_rough``) are rough too: they
-        are parts of the passes that disagree."""
+        """Every phase's per-layer table under ``phase`` and ``context`` columns; with a target,
+        ``bound_ms`` (roofline lower bound) and ``bound``. A rough phase's timed rows are rough."""
         frames = []
         for p in self.phases(batch_size):
             df = _tagged(p.report.to_dataframe(), p)
@@ -169,14 +153,12 @@ class GenerationReport(Exports):
         return pd.concat(frames, ignore_index=True)
 
     def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
-        """One row per phase: counted totals, KV bytes after it, measured median (per-layer
-        passes' plain runs), the per-layer instrument's cost (instrumented / plain pass) and,
-        with a target, the bound beside it. Timed, ``latency_rough``: the phase's time lies
-        above a phase doing more work (a longer context, a bigger batch) beyond both intervals
-        (``disagreements``), which every human-readable view marks ``~``."""
+        """One row per phase: counted totals, KV bytes after it, median of the per-layer passes'
+        plain runs, the instrument's cost (instrumented / plain) and, with a target, the bound.
+        ``latency_rough``: slower than a phase doing more work, beyond both intervals (``~``)."""
         rows = []
         for p in self.phases(batch_size):
-            t = p.totals
+            t, latency, overhead = p.totals, p.report.latency, p.report.instrumentation_overhead
             row = {
                 "phase": p.name,
                 "context": p.context,
@@ -188,16 +170,12 @@ class GenerationReport(Exports):
                 "read_bytes": t["read_bytes"],
                 "write_bytes": t["write_bytes"],
                 "kv_cache_bytes": p.kv.total_bytes if p.kv is not None else float("nan"),
-                "latency_ms": p.report.latency.median_ms
-                if p.report.latency is not None
-                else float("nan"),
-                "instrumentation_overhead": p.report.instrumentation_overhead
-                if p.report.instrumentation_overhead is not None
-                else float("nan"),
+                "latency_ms": latency.median_ms if latency is not None else float("nan"),
+                "instrumentation_overhead": overhead if overhead is not None else float("nan"),
             }
             if self.peaks is not None:
                 row.update(phase_bound(p.report, self.peaks))
-            if p.report.latency is not None:  # timed: out of line with its neighbours
+            if latency is not None:
                 row["latency_rough"] = self._rough(_PHASES, _phase_point(p))
             rows.append(row)
         return shown(pd.DataFrame(rows), caption=self._bound_caption())
@@ -221,20 +199,15 @@ class GenerationReport(Exports):
         causal: str = "counted",
         batch_size: int | None = None,
     ) -> Any:
-        """MFU, HFU and MBU of every phase and layer (``Report.utilization`` of each phase's
-        table, the conventions of :mod:`modelprof.report.utilization`): ``rows`` and
-        ``phases`` carry ``phase`` and ``context`` columns; a phase's time is its per-layer
-        passes' plain median. ``causal="half"`` halves the prefill's attention, never a
-        decode step's (one query against the whole cache masks nothing); MBU is what a decode
-        step is judged by: the bytes it reads (weights, KV cache) and writes over its time.
-        Where whole generations were timed, ``phases`` also has ``generation_ms`` (TTFT for
-        the prefill; for a decode step the median time of the step at its context within the
-        generations, the TPOT there) and ``mfu_generation``, ``mbu_generation`` over it."""
+        """MFU, HFU and MBU of every phase and layer (``Report.utilization`` per phase, under
+        ``phase`` and ``context`` columns; a phase's time is its per-layer passes' plain median).
+        ``causal="half"`` halves the prefill's attention only. Where generations were timed,
+        ``phases`` adds ``generation_ms`` (TTFT for the prefill, the median step at a decode
+        step's context) and ``mfu_generation``, ``mbu_generation`` over it."""
         rows, phases, first = [], [], None
         timing = self.timings.get(self._batch(batch_size))
         for p in self.phases(batch_size):
-            # halved under causal="half": the prefill's attention only (an encoder's attends
-            # both ways, a decode step's one query masks nothing)
+            # an encoder attends both ways, a decode step's one query masks nothing
             u = p.report.utilization(peak, flops=flops, causal=causal, decode=p.name != "prefill")
             first = first or u
             rows.append(_tagged(u.rows, p))
@@ -249,8 +222,7 @@ class GenerationReport(Exports):
         return Utilization(first.convention, pd.concat(rows, ignore_index=True), table, {})
 
     def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
-        """Every leaf row of every phase with its compute, memory and roofline bound (ms) on
-        the target device; a bound, not a measurement."""
+        """Every phase's leaf rows with their compute, memory and roofline bound (ms)."""
         if self.peaks is None:
             raise ModelProfError(
                 "no target: pass target='H100 SXM' (or a Peaks) to "
@@ -260,17 +232,15 @@ class GenerationReport(Exports):
         return shown(pd.concat(frames, ignore_index=True), caption=self._bound_caption())
 
     def growth(self, batch_size: int | None = None) -> pd.DataFrame:
-        """Decode steps against the context: counted MACs, FLOPs, bytes, the measured time of
-        the step (per-layer passes) and the bound."""
+        """The decode rows of :meth:`phase_table`, against the context."""
         table = self.phase_table(batch_size)
         return shown(
             table[table["phase"] == "decode"].reset_index(drop=True), caption=self._bound_caption()
         )
 
     def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
-        """Per added context token: the slope of each counted column and of the measured step
-        time (least squares over the decode contexts; over every step of the generations when
-        timed)."""
+        """Per added context token: the least-squares slope of each counted column and of the
+        measured step time (over every step of the generations when timed)."""
         g = self.growth(batch_size)
         out: dict[str, float] = {}
         if len(g) >= 2:
@@ -290,10 +260,9 @@ class GenerationReport(Exports):
         return out
 
     def summary(self) -> pd.DataFrame:
-        """One row per batch size: TTFT, TPOT, end to end (medians, 95 % intervals, stability)
-        and tokens/s, beside the counted prefill and last decode step. Timed, ``ttft_rough``,
-        ``tpot_rough`` and ``end_to_end_rough``: the figure lies above a bigger batch's beyond
-        both intervals (``disagreements``; ``timing_notes`` says it in words)."""
+        """One row per batch size: TTFT, TPOT, end to end (medians, 95 % intervals, stability),
+        tokens/s and the counted prefill and last decode step. ``*_rough``: slower than a
+        bigger batch's, beyond both intervals."""
         rows = []
         for b in self.batch_sizes:
             row: dict[str, Any] = {"batch_size": b}
@@ -308,7 +277,7 @@ class GenerationReport(Exports):
             t = self.timings.get(b)
             if t is not None:
                 row.update({k: v for k, v in t.summary().items() if k != "batch_size"})
-                for kind, series in _FIGURES.items():  # out of line with a bigger batch
+                for kind, series in _FIGURES.items():
                     row[f"{kind}_rough"] = self._rough(series, f"batch {b}")
             rows.append(row)
         return shown(pd.DataFrame(rows))
@@ -336,18 +305,12 @@ class GenerationReport(Exports):
             units={"bytes": "_bytes", "bytes_per_token": "_bytes"},
         )
 
-    # -- exporters ---------------------------------------------------------------------------
     def export(
         self, format: str, path: str | Path | None = None, batch_size: int | None = None
     ) -> str | Path:
-        """Any registered format (:mod:`modelprof.render.formats`; ``to_<format>`` is this for
-        its format), as every result writes it: the per-layer table of every phase
-        (:meth:`to_dataframe` of ``batch_size``, default the first), captioned with the run; a
-        raw format (CSV, JSON: raw numbers, every column) carries the rest of the report beside
-        it as its environment (JSON: spec, summary, phases, KV cache, memory, target, MoE and
-        timing; ``read_json`` reads the table and these back). Markdown is the whole report
-        (:meth:`to_markdown`: several tables, each written by the registered Markdown format).
-        Returns the text, or writes ``path`` and returns it."""
+        """Any registered format: :meth:`to_dataframe` of ``batch_size``, captioned with the run;
+        a raw format (CSV, JSON) carries the rest of the report as its environment
+        (:meth:`_document`); Markdown is :meth:`to_markdown`. The text, or ``path`` written."""
         fmt = get_format(format)
         if fmt.name == "markdown":
             return self.to_markdown(path)
@@ -363,8 +326,7 @@ class GenerationReport(Exports):
         )
 
     def _heading(self, rough: bool = False) -> str:
-        """The run in a line; ``rough``: with what the ``~`` marks mean when a timed point
-        disagrees with its neighbours (a paper table's caption says why cells are marked)."""
+        """The run in a line; ``rough``: with what the ``~`` marks mean, when there are any."""
         heading = (
             f"{self.model_name}: generation ({self.spec.prompt_len} prompt + "
             f"{self.spec.new_tokens} new tokens, {self.device}, {self.dtype})"
@@ -389,9 +351,9 @@ class GenerationReport(Exports):
             "",
             _md(self.phase_table()),
         ]
-        if self.timing_notes:  # what the ~ marks of the two tables mean
+        if self.timing_notes:
             parts += ["", "## Timing notes", "", *(f"- {note}" for note in self.timing_notes)]
-        if self.conventions:  # how the counts were made where a reader could assume otherwise
+        if self.conventions:
             parts += ["", "## Conventions", "", *(f"- {note}" for note in self.conventions)]
         if self.peaks is not None:
             parts += ["", f"{self._bound_caption()}."]
@@ -411,8 +373,7 @@ class GenerationReport(Exports):
         return emit("\n".join(parts) + "\n", path)
 
     def _document(self) -> dict[str, Any]:
-        """What a raw export carries beside the per-layer table: spec, summary, phases, KV,
-        memory, target, MoE and timing, as plain JSON values."""
+        """What a raw export carries beside the table, as plain JSON values."""
         doc = {
             "model": self.model_name,
             "device": self.device,
@@ -431,10 +392,7 @@ class GenerationReport(Exports):
             "target": None
             if self.peaks is None
             else {
-                "device": self.peaks.device,
-                "dtype": self.peaks.dtype,
-                "peak_flops": self.peaks.peak_flops,
-                "peak_bytes": self.peaks.peak_bytes,
+                k: getattr(self.peaks, k) for k in ("device", "dtype", "peak_flops", "peak_bytes")
             },
             "moe": self.moe.to_dict() if self.moe is not None else None,
             "timing": {
@@ -448,11 +406,8 @@ class GenerationReport(Exports):
         }
         return json.loads(json.dumps(doc, default=_plain))
 
-    # -- plots -------------------------------------------------------------------------------
     def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
-        """Decode step time (measured, every step of the generations) and bytes (counted)
-        against the context length."""
-
+        """Decode step time (measured) and bytes (counted) against the context."""
         return plot_decode_growth(self, save=save, batch_size=batch_size)
 
     def plot_phase_share(
@@ -462,7 +417,6 @@ class GenerationReport(Exports):
         column: str | None = None,
     ):
         """Per top-level layer: its share of the prefill and of a decode step."""
-
         return plot_phase_share(self, save=save, batch_size=batch_size, column=column)
 
     def __repr__(self) -> str:
@@ -499,14 +453,12 @@ class GenerationReport(Exports):
                 f"(closed form {self.kv.closed_form_per_token}), "
                 f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens"
             )
+            cross = f"cross-attention over the encoder's {self.kv.cross_tokens} tokens"
             fixed = [
                 f"{n:,} bytes of {what}"
                 for n, what in (
                     (self.kv.state_bytes, "recurrent state"),
-                    (
-                        self.kv.cross_bytes,
-                        f"cross-attention over the encoder's {self.kv.cross_tokens} tokens",
-                    ),
+                    (self.kv.cross_bytes, cross),
                 )
                 if n
             ]
@@ -523,9 +475,7 @@ class GenerationReport(Exports):
 
     @property
     def conventions(self) -> list[str]:
-        """The counting conventions behind this report's numbers that a reader could take
-        otherwise (docs/counting.md): an encoder-decoder's prefill head over every decoder
-        position, a 16-bit recurrent model's state held in float32."""
+        """Counting conventions a reader could take otherwise (docs/counting.md)."""
         out = []
         if any(p.name == "encoder" for b in self.batch_sizes for p in self.phases(b)):
             out.append(
@@ -540,9 +490,7 @@ class GenerationReport(Exports):
         return out
 
 
-#: the series of the neighbour check: each figure of the generations across batch sizes, and
-#: the per-layer passes' time of the phases (a decode step across contexts, a phase across
-#: batch sizes)
+#: the neighbour check's series: each generation figure across batch sizes, and the phases' time
 _FIGURES = {
     "ttft": "TTFT across batch sizes",
     "tpot": "TPOT across batch sizes",
@@ -558,17 +506,16 @@ def _phase_point(p: Phase) -> str:
 def _neighbours(
     phase_tables: dict[int, list[Phase]], timings: dict[int, GenerationTiming]
 ) -> list[NeighbourDisagreement]:
-    """The timed points out of line with their neighbours (``timing.agreement``'s rule): a
-    batch size's figures against a bigger batch's; a phase against a phase of the same kind
-    with more counted FLOPs, at its batch size (a decode step at a longer context) or at its
-    context (a bigger batch). Each point once, against the neighbour it lies furthest above."""
+    """Timed points out of line with their neighbours (``timing.agreement``): a batch size's
+    figures against a bigger batch's; a phase against one of its kind with more counted FLOPs
+    at its batch size or at its context. Each point once."""
     found: list[NeighbourDisagreement] = []
     for kind, series in _FIGURES.items():
         points = [SeriesPoint(f"batch {b}", b, getattr(t, kind)) for b, t in timings.items()]
         found += neighbour_disagreements(series, points)
     phases = [p for ps in phase_tables.values() for p in ps if p.report.latency is not None]
     groups: dict[tuple, list[Phase]] = {}
-    for p in phases:  # decode across contexts at a batch size; a phase across batch sizes
+    for p in phases:
         groups.setdefault((p.name, "batch", p.batch_size), []).append(p)
         groups.setdefault((p.name, "context", p.context), []).append(p)
     seen: set[str] = set()
@@ -592,8 +539,7 @@ def _tagged(df: pd.DataFrame, phase: Phase) -> pd.DataFrame:
 
 
 def _in_generation(timing: GenerationTiming | None, phase: Phase) -> float:
-    """The phase's time inside the timed generations: TTFT for the prefill, the median of
-    the decode steps at the phase's context; NaN where not timed."""
+    """TTFT for the prefill, the median decode step at the phase's context; NaN untimed."""
     if timing is None or phase.name == "encoder":  # the encoder is inside the TTFT
         return math.nan
     if phase.name == "prefill":
