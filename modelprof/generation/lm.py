@@ -1,7 +1,6 @@
-"""One interface over the language models ``profile_generation`` runs: a HuggingFace causal LM
-(its own ``generate`` and caches), a user's ``step(tokens, cache) -> (logits, cache)``, each with
-or without a cache. The model and its config (``use_cache``, ``generation_config``) are never
-changed: ``generate`` gets a copied generation config with the run's settings."""
+"""One interface over a HuggingFace causal LM (its own ``generate`` and caches) and a user's
+``step(tokens, cache) -> (logits, cache)``, with or without a cache. The model and its configs
+are never changed: ``generate`` gets a copied generation config."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def is_hf_causal_lm(model: Any) -> bool:
 
 
 def greedy_next(logits: Any, what: str) -> torch.Tensor:
-    """The argmax token of the last position, ``(batch, 1)``; a step that returned no logits
-    tensor of shape ``(batch, [tokens,] vocab)`` is named."""
+    """The argmax token of the last position, ``(batch, 1)``; bad logits are named."""
     if not isinstance(logits, torch.Tensor) or logits.dim() not in (2, 3):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ModelProfError(
@@ -59,15 +57,14 @@ def greedy_next(logits: Any, what: str) -> torch.Tensor:
 
 
 class StepModule(nn.Module):
-    """The module the counting and per-layer passes call for a step function: its child
-    ``model`` (when given) carries the hooks; ops the step runs outside it are its own."""
+    """The module the passes call for a step function: its child ``model`` (when given)
+    carries the hooks; ops the step runs outside it are its own."""
 
     def __init__(self, step: Callable[..., Any], model: nn.Module | None) -> None:
         super().__init__()
         self._step = step
-        # the counting pass keeps no output, so the last one is kept here; the calls so far
-        # and the phase they belong to, for an error (boxes set at construction: the state
-        # guard puts back any attribute a forward adds)
+        # boxes set here: the state guard puts back any attribute a forward adds; the counting
+        # pass keeps no output, so the last is kept; the calls and phase, for an error
         self._last: list[Any] = [None]
         self._calls: list[Any] = [0, "the run"]
         if model is not None:
@@ -98,8 +95,8 @@ class StepModule(nn.Module):
 
 
 class LanguageModel:
-    """A model made ready for generation: ``step``, ``new_cache``, the module and inputs the
-    counting and timing passes call, and ``generate`` (one greedy run, stamped per token)."""
+    """A model made ready for generation: one ``step``, its cache, the module and inputs the
+    passes call, and ``generate`` (one greedy run, stamped per token)."""
 
     def __init__(
         self,
@@ -109,25 +106,22 @@ class LanguageModel:
         device: torch.device,
         dtype: torch.dtype,
     ) -> None:
-        self.model, self.user_step, self.cache = model, step, cache
+        self.model, self.cache = model, cache
         self.device, self.dtype = device, dtype
         self.hf = step is None and is_hf_causal_lm(model)
         self.runs_as_is = _runs_as_is(model, device, dtype)
         self.config = getattr(model, "config", None)
         self.root: nn.Module = model if self.hf else StepModule(step, model)
         self.cache_arg: str | None = None
-        #: the prompt's own ids and other inputs (a vision-language model's image), if given
         self.prompt_inputs = PromptInputs()
         self.name = (
             type(model).__name__
             if step is None
             else f"step {getattr(step, '__qualname__', type(step).__name__)}"
         )
-        #: an encoder-decoder's encoder, run once per batch size before the decoder's steps;
-        #: what it made, per batch size: the decoder's ``encoder_outputs`` (and source mask)
+        #: an encoder-decoder's encoder; what it made per batch size (``keep_encoded``)
         self.encoder = EncoderModule(model) if self.hf and is_encoder_decoder(model) else None
         self.encoded: dict[int, dict[str, Any]] = {}
-        #: the token the decoder starts from (an encoder-decoder's), in every phase and generate
         self.decoder_start: int | None = None
         self.logits_to_keep = False
         if self.hf:
@@ -139,13 +133,12 @@ class LanguageModel:
             )
 
     def _check_hf(self) -> None:
-        """A HuggingFace model's run, refused before anything runs when it cannot be made."""
+        """Refuse, before anything runs, a HuggingFace run that cannot be made."""
         model, cache, name = self.model, self.cache, self.name
         if self.encoder is not None:
             self._check_encoder_decoder()
         params = inspect.signature(model.forward).parameters
         self.logits_to_keep = "logits_to_keep" in params
-        # the cache argument's name: ``cache`` from transformers 5.24, else past_key_values
         self.cache_arg = compat.cache_argument(model.forward)
         if cache is not CacheMode.NONE and self.cache_arg is None:
             names = " or ".join(compat.CACHE_ARGUMENTS)
@@ -193,20 +186,17 @@ class LanguageModel:
             )
         vocab = decoder_vocab(self.model)
         if vocab is not None and self.decoder_start >= vocab:
-            # generate() and every counted phase would index the decoder's embedding with it
             raise ModelProfError(
                 f"{self.name}'s decoder would start from token {self.decoder_start}, outside its "
                 f"vocabulary of {vocab} (ids 0 to {vocab - 1}); {fix}"
             )
 
-    # -- one step ---------------------------------------------------------------------------
     def kwargs(self, tokens: torch.Tensor, cache: Any, prompt: bool = False) -> dict[str, Any]:
-        """The call of the root module for one step (``prompt``: the prompt's, with its other
-        inputs)."""
+        """The root module's call for one step (``prompt``: with the prompt's other inputs)."""
         if not self.hf:
             return {"tokens": tokens, "cache": cache}
         kw: dict[str, Any] = {"input_ids": tokens, "use_cache": self.cache is not CacheMode.NONE}
-        if self.encoder is not None:  # the decoder's step, against what the encoder made
+        if self.encoder is not None:
             kw = {"decoder_input_ids": kw.pop("input_ids"), **kw}
             kw.update(self.encoded[int(tokens.shape[0])])
         elif prompt:
@@ -214,11 +204,11 @@ class LanguageModel:
         if self.cache is not CacheMode.NONE:
             kw[self.cache_arg] = cache
         if self.logits_to_keep:
-            kw["logits_to_keep"] = 1  # as generate() asks: logits of the last position
+            kw["logits_to_keep"] = 1  # as generate() asks
         return kw
 
     def phase(self, label: str) -> None:
-        """Name the phase the next step calls belong to, for a step function's error."""
+        """Name the phase of the next calls, for a step function's error."""
         if isinstance(self.root, StepModule):
             self.root.phase(label)
 
@@ -244,7 +234,7 @@ class LanguageModel:
         return out[0], out[1]
 
     def new_cache(self, batch_size: int, max_len: int) -> Any:
-        """An empty cache of the run's kind (None for a step function's first call)."""
+        """An empty cache of the run's kind (None for a step function)."""
         if not self.hf or self.cache is CacheMode.NONE:
             return None
         if self.encoder is not None:
@@ -254,32 +244,28 @@ class LanguageModel:
         )
 
     def tokens(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
-        """Random prompt token ids (the values change nothing counted or timed)."""
+        """Random token ids (the values change nothing counted or timed)."""
         vocab = int(getattr(self.config, "vocab_size", 0) or 0) or 2
         ids = torch.randint(0, vocab, (batch_size, length), generator=generator)
         return ids.to(self.device)
 
     def prompt(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
-        """The prompt's token ids: those given in ``inputs=`` (repeated to the batch), else
-        random ones."""
+        """The prompt's token ids: those given in ``inputs=``, else random ones."""
         ids = self.prompt_inputs.ids_for(batch_size)
         if ids is not None:
             return ids.to(self.device)
         ids = self.tokens(batch_size, length, generator)
-        if self.decoder_start is not None:  # an encoder-decoder's decoder starts from it
+        if self.decoder_start is not None:
             ids[:, 0] = self.decoder_start
         return ids
 
     def encoder_inputs(self, batch_size: int) -> dict[str, Any]:
-        """The encoder's inputs at ``batch_size`` (given in ``inputs=`` or built from the
-        config), on the run's device, floating ones in its dtype."""
+        """The encoder's inputs at ``batch_size``, on the run's device and dtype."""
         return self.prompt_inputs.extras_for(batch_size, self.device, self.dtype)
 
     def keep_encoded(self, batch_size: int, output: Any) -> None:
-        """What the decoder's steps at ``batch_size`` read: the encoder's output as generate()
-        hands it on (``encoder_outputs``, the ModelOutput of an encoder called with
-        ``return_dict=True``: Switch Transformers reads its ``last_hidden_state`` and
-        ``router_logits`` by name) and the source's attention mask when one was given."""
+        """What the decoder's steps at ``batch_size`` read, as generate() hands it on: the
+        encoder's ModelOutput (``encoder_outputs``) and the source's attention mask, if any."""
         kept = {"encoder_outputs": output}
         mask = self.encoder_inputs(batch_size).get("attention_mask")
         if mask is not None:
@@ -290,33 +276,23 @@ class LanguageModel:
         """The prompt's forward from an empty cache."""
         return self.step(prompt, self.new_cache(prompt.shape[0], max_len), prompt=True)
 
-    # -- one greedy generation -----------------------------------------------------------------
     def generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
         """Generate exactly ``new_tokens`` greedily; ``stamp()`` after each token is ready."""
         if self.hf:
             self._hf_generate(prompt, new_tokens, stamp)
             return
-        what = self.name
-        if self.cache is CacheMode.NONE:
-            seq = prompt
-            for _ in range(new_tokens):
-                logits, _ = self.step(seq, None)
-                seq = torch.cat([seq, greedy_next(logits, what)], dim=1)
-                stamp()
-            return
-        logits, cache = self.step(prompt, None)
-        tok = greedy_next(logits, what)
-        stamp()
-        for _ in range(new_tokens - 1):
-            logits, cache = self.step(tok, cache)
-            tok = greedy_next(logits, what)
+        recompute = self.cache is CacheMode.NONE  # the whole sequence again every step
+        seq, cache = prompt, None
+        for _ in range(new_tokens):
+            logits, out = self.step(seq, cache)
+            tok = greedy_next(logits, self.name)
+            seq, cache = (torch.cat([seq, tok], dim=1), None) if recompute else (tok, out)
             stamp()
 
     def generation_config(self, new_tokens: int) -> Any:
         """A copy of the model's generation config for greedy decoding of exactly
-        ``new_tokens``, with the run's cache: no EOS stops it (``eos_token_id`` cleared once
-        the pad token is taken from it; ``min_new_tokens`` alone lets a model whose every
-        token is EOS stop after one, every logit suppressed), nor a time or string limit."""
+        ``new_tokens`` with the run's cache: no EOS (``min_new_tokens`` alone lets an all-EOS
+        model stop after one), time or string limit stops it."""
         gc = copy.deepcopy(self.model.generation_config)
         gc.max_new_tokens = new_tokens
         gc.min_new_tokens = gc.max_length = gc.min_length = None
@@ -330,7 +306,7 @@ class LanguageModel:
             eos = gc.eos_token_id
             gc.pad_token_id = (eos[0] if isinstance(eos, (list, tuple)) else eos) or 0
         gc.eos_token_id = []  # not None: generate() fills None from the model's own config
-        if self.decoder_start is not None:  # the start token the counted phases use
+        if self.decoder_start is not None:
             gc.decoder_start_token_id = self.decoder_start
         return gc
 
@@ -338,7 +314,7 @@ class LanguageModel:
         streamer = _Streamer(stamp)
         gc = self.generation_config(new_tokens)
         extras = self.prompt_inputs.extras_for(int(prompt.shape[0]), self.device, self.dtype)
-        if self.encoder is not None:  # the encoder's inputs; the prompt is the decoder's
+        if self.encoder is not None:  # extras are the encoder's; the prompt is the decoder's
             with _own_settings_unsaid():
                 self.model.generate(
                     decoder_input_ids=prompt, generation_config=gc, streamer=streamer, **extras
@@ -361,11 +337,8 @@ class LanguageModel:
 
 
 def decoder_start(model: Any) -> int | None:
-    """The token an encoder-decoder's decoder starts from, as ``generate`` picks it: the
-    generation config's (else the config's) ``decoder_start_token_id``, else its
-    ``bos_token_id``; failing both, the pad token, from which T5 starts (transformers 5's bare
-    ``T5Config`` names no start token; T5's ``_shift_right`` says it "is usually set to the
-    pad_token_id"). None when there is none."""
+    """The token an encoder-decoder's decoder starts from, as ``generate`` picks it:
+    ``decoder_start_token_id``, else ``bos_token_id``, else the pad token (T5's), else None."""
     configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
     text = getattr(configs[1], "get_text_config", None)
     if callable(text):  # a composite config keeps its decoder's tokens in a sub-config
@@ -379,8 +352,7 @@ def decoder_start(model: Any) -> int | None:
 
 
 def decoder_vocab(model: Any) -> int | None:
-    """The rows of an encoder-decoder's decoder embedding (the ids its start token may take),
-    else its config's ``vocab_size``; None when neither says."""
+    """The rows of an encoder-decoder's decoder embedding, else ``vocab_size``, else None."""
     get_decoder = getattr(model, "get_decoder", None)
     decoder = get_decoder() if callable(get_decoder) else None
     embed = getattr(decoder, "get_input_embeddings", None)
@@ -396,11 +368,8 @@ def decoder_vocab(model: Any) -> int | None:
 
 @contextlib.contextmanager
 def outputs_by_name(model: Any) -> Iterator[None]:
-    """A HuggingFace model whose configs say ``return_dict=False`` run with ``True``, put back
-    after: its forwards would return tuples, which transformers 5's own models cannot read (a
-    causal LM reads its inner model's ``last_hidden_state`` by name: 'tuple' object has no
-    attribute 'last_hidden_state', in ``generate()`` too), nor the counted phases their
-    logits and cache."""
+    """Configs saying ``return_dict=False`` set to ``True``, put back after: transformers 5's
+    own models (and the counted phases) read their outputs by name, not from tuples."""
     configs = {}
     for module in model.modules() if isinstance(model, nn.Module) else ():
         config = getattr(module, "config", None)
@@ -415,31 +384,27 @@ def outputs_by_name(model: Any) -> Iterator[None]:
             config.return_dict = False
 
 
-#: transformers' warnings about the settings this run gives generate() itself (Whisper's generate
-#: calls generate again with the max_length it derived, and passes its suppress_tokens beside
-#: the generation config): said on every timed generation, they are about modelprof's call
+#: transformers' warnings about modelprof's own call of (Whisper's) generate, said every time
 _OWN_SETTINGS = ("`max_new_tokens` (=", "Passing `generation_config` together with")
 
 
-class _OwnSettingsFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not any(s in str(record.msg) for s in _OWN_SETTINGS)
+def _not_own_setting(record: logging.LogRecord) -> bool:
+    return not any(s in str(record.msg) for s in _OWN_SETTINGS)
 
 
 @contextlib.contextmanager
 def _own_settings_unsaid() -> Iterator[None]:
     """transformers' generation logger, without the warnings :data:`_OWN_SETTINGS` names."""
     logger = logging.getLogger("transformers.generation.utils")
-    quiet = _OwnSettingsFilter()
-    logger.addFilter(quiet)
+    logger.addFilter(_not_own_setting)
     try:
         yield
     finally:
-        logger.removeFilter(quiet)
+        logger.removeFilter(_not_own_setting)
 
 
 def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the model's own tensors are on ``device`` in ``dtype`` (or it has none)."""
+    """The model's tensors are on ``device`` in ``dtype`` (or it has none)."""
     first = next(iter(model.parameters()), None) if model is not None else None
     if first is None:
         return True
