@@ -1,20 +1,13 @@
 """The KV cache: its bytes per layer read from the real cache objects, the closed form they are
-checked against, and the check that a cache was put back after a step (to time one step again:
-``modelprof.runtime.snapshot.Snapshot`` puts it back).
+checked against, and the check that a cache was put back after a step.
 
-Closed form, per token: ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``;
-``kv_heads`` is ``num_key_value_heads`` (GQA; 1 for MQA), else ``num_attention_heads`` (MHA).
-A sliding-window layer holds at most ``sliding_window - 1`` past tokens (transformers' caches).
-MLA configs (DeepSeek-V2/V3: ``kv_lora_rank`` set) cache the compressed latent instead, one
-``kv_lora_rank + qk_rope_head_dim`` vector per token and layer (what transformers' DeepSeek
-attention passes to ``Cache.update``), so their closed form is
-``layers x (kv_lora_rank + qk_rope_head_dim) x bytes per element``. Other caches (quantized
-ones) are measured from the objects; the closed form is only a comparison.
-
-State-space and linear-attention layers (Mamba, Mamba2, the Mamba layers of hybrids such as
-Jamba) keep a recurrent state instead: a conv state (``conv_dim x conv_kernel``) and an SSM state,
-the same bytes at every context. They are read from the cache objects too, per layer, and kept
-apart (``KVCacheInfo.per_layer_state_bytes``) so that only keys and values grow per token.
+Closed form per token: ``2 (K and V) x layers x kv_heads x head_dim x bytes per element``
+(``kv_heads``: GQA's ``num_key_value_heads``, else the attention heads); MLA configs
+(``kv_lora_rank`` set) cache one ``kv_lora_rank + qk_rope_head_dim`` latent per token and layer.
+A sliding-window layer holds at most ``sliding_window - 1`` past tokens. Recurrent layers
+(Mamba) hold a state of the same bytes at every context, kept apart (``per_layer_state_bytes``)
+so that only keys and values grow per token. The measured bytes are the truth (a quantized
+cache holds less); the closed form is a comparison.
 """
 
 from __future__ import annotations
@@ -48,9 +41,8 @@ def dtype_bytes(dtype: torch.dtype) -> int:
 
 
 def model_dims(config: Any) -> dict[str, int | None]:
-    """Layers, attention heads, KV heads, head dim, hidden size, sliding window and positions
-    of a transformers config (any naming: GPT-2's ``n_layer``/``n_head`` too; a composite
-    encoder-decoder, ``EncoderDecoderConfig``, its ``decoder`` config's)."""
+    """Layers, heads, KV heads, head dim, hidden size, sliding window and positions of a
+    transformers config, under any of its namings (an encoder-decoder's: its decoder's)."""
 
     def first(*names: str) -> Any:
         for n in names:
@@ -64,8 +56,7 @@ def model_dims(config: Any) -> dict[str, int | None]:
         return model_dims(decoder)  # a composite (EncoderDecoderConfig): its decoder's own
     if getattr(config, "is_encoder_decoder", False):
         return _decoder_dims(config, first)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    config = text
+    config = _text(config)
     hidden = first("hidden_size", "n_embd", "d_model")
     heads = first("num_attention_heads", "n_head")
     kv = first("num_key_value_heads", "n_kv_heads", "multi_query_group_num") or heads
@@ -86,10 +77,8 @@ def model_dims(config: Any) -> dict[str, int | None]:
 
 
 def _decoder_dims(config: Any, first: Any) -> dict[str, int | None]:
-    """An encoder-decoder's decoder, read from the config's own names (T5: ``num_decoder_layers``,
-    ``num_heads``, ``d_kv``; Whisper and BART: ``decoder_layers``, ``decoder_attention_heads``,
-    ``max_target_positions``), not from its decoder view, which transformers 4.46 does not
-    make and 5.24 makes with T5's encoder layer count. T5's positions are relative: no limit."""
+    """An encoder-decoder's decoder, from the config's own names (T5's, Whisper's, BART's): its
+    decoder view is missing in transformers 4.46 and has T5's encoder layer count in 5.24."""
     hidden = first("d_model", "hidden_size")
     heads = first("decoder_attention_heads", "num_heads", "num_attention_heads")
     return {
@@ -103,11 +92,15 @@ def _decoder_dims(config: Any, first: Any) -> dict[str, int | None]:
     }
 
 
+def _text(config: Any) -> Any:
+    """A composite config's decoder text config, else the config."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
 def _layer_token_elements(config: Any) -> int | None:
-    """Elements one layer caches per token: the MLA latent ``kv_lora_rank + qk_rope_head_dim``
-    when the config has ``kv_lora_rank`` (its ``head_dim`` is then the rope part only, so the
-    K/V form would be wrong), else K and V ``2 x kv_heads x head_dim``; None when unknown."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    """Elements one layer caches per token: the MLA latent (whose ``head_dim`` is the rope part
+    only), else K and V ``2 x kv_heads x head_dim``; None when unknown."""
+    text = _text(config)
     rank, rope = getattr(text, "kv_lora_rank", None), getattr(text, "qk_rope_head_dim", None)
     if rank is not None and rope is not None:
         return int(rank) + int(rope)
@@ -118,25 +111,19 @@ def _layer_token_elements(config: Any) -> int | None:
 
 
 def closed_form_kv_per_token(config: Any, dtype: torch.dtype) -> int | None:
-    """``2 x layers x kv_heads x head_dim x dtype bytes`` (MLA: ``layers x (kv_lora_rank +
-    qk_rope_head_dim) x dtype bytes``), or None when the config lacks one; the layers are those
-    that cache keys and values (a hybrid's Mamba layers hold a state instead): the cache of one
-    token, :func:`closed_form_kv_bytes`."""
+    """The closed form of one token (:func:`closed_form_kv_bytes`), or None."""
     return closed_form_kv_bytes(config, dtype, 1, 1)
 
 
 def closed_form_kv_bytes(
     config: Any, dtype: torch.dtype, tokens: int, batch_size: int
 ) -> int | None:
-    """What a cache of ``tokens`` tokens should hold: the closed form per layer, a
-    sliding-window layer holding at most ``sliding_window - 1`` past tokens (as transformers'
-    sliding caches keep them; the new token completes the window). Layer kinds come from the
-    config's ``layer_types`` (``sliding_attention``, ``full_attention``; others hold none), else
-    every layer slides when ``sliding_window`` is set."""
+    """What a cache of ``tokens`` tokens should hold, per layer kind of the config's
+    ``layer_types`` (others hold none), else every layer sliding when ``sliding_window`` is set."""
     d, elements = model_dims(config), _layer_token_elements(config)
     if d["layers"] is None or elements is None:
         return None
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = _text(config)
     window = d["sliding_window"]
     kinds = (
         getattr(text, "layer_types", None)
@@ -153,8 +140,7 @@ def closed_form_kv_bytes(
 
 
 def held_cache(cache: Any) -> Any:
-    """The cache object a step's cache value holds: the value itself, or the one cache inside
-    a tuple or list such as ``(encoder_output, EncoderDecoderCache)``."""
+    """The cache in a step's cache value: itself, or the one cache in a tuple or list."""
     if isinstance(cache, (tuple, list)) and not hasattr(cache, "layers"):
         found = [c for c in cache if _is_cache(c)]
         if len(found) == 1:
@@ -163,16 +149,14 @@ def held_cache(cache: Any) -> Any:
 
 
 def cross_layers(cache: Any) -> list[list[torch.Tensor]]:
-    """The cross-attention tensors of each decoder layer (an ``EncoderDecoderCache``'s second
-    cache): the encoder's keys and values, the same at every decoder context."""
+    """The cross-attention tensors of each layer (an ``EncoderDecoderCache``'s second cache)."""
     subs = _sub_caches(held_cache(cache))
     return cache_layers(subs[1]) if len(subs) == 2 else []
 
 
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
-    """The tensors each layer of ``cache`` holds: an HF ``Cache`` (``.layers`` with ``keys``
-    and ``values``), a legacy tuple of (key, value) per layer, or any list of per-layer
-    objects; a layer that holds nothing yet gives an empty list."""
+    """The tensors each layer of ``cache`` holds (an HF ``Cache``, a legacy tuple of (key,
+    value) per layer, or any list of per-layer objects)."""
     if cache is None:
         return []
     cache = held_cache(cache)
@@ -211,20 +195,16 @@ def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
         and not callable(obj.keys)
         or any(hasattr(obj, n) for n in _STATES)
     ):
-        # an attention layer's keys and values; a linear-attention (Mamba) layer's states
         for o in (getattr(obj, n, None) for n in ("keys", "values", *_STATES)):
             yield from _tensors(o, depth + 1)
 
 
-#: where a recurrent (state-space, linear-attention) layer keeps its state: transformers'
-#: ``LinearAttentionLayer`` (a dict per state), or the per-layer lists of an older
-#: ``MambaCache``/``Mamba2Cache`` (``conv_states``, ``ssm_states``)
+#: where a recurrent layer (``LinearAttentionLayer``, an older ``MambaCache``) keeps its state
 _STATES = ("conv_states", "recurrent_states", "ssm_states")
 
 
 def state_layers(cache: Any) -> list[list[torch.Tensor]]:
-    """The recurrent-state tensors of each layer of ``cache`` (empty for an attention layer):
-    a state holds the same bytes at every context, unlike keys and values."""
+    """The recurrent-state tensors of each layer of ``cache`` (empty for an attention layer)."""
     cache = held_cache(cache)
     layers = getattr(cache, "layers", None)
     if layers is not None:
@@ -233,16 +213,13 @@ def state_layers(cache: Any) -> list[list[torch.Tensor]]:
     per_state = [s for s in per_state if isinstance(s, (list, tuple, torch.Tensor))]
     if not per_state:
         return []
-    # an older MambaCache: one entry (or tensor row) per layer in each of its state lists
     return [list(_tensors([s[i] for s in per_state])) for i in range(len(per_state[0]))]
 
 
 @dataclasses.dataclass(frozen=True)
 class KVCacheInfo:
-    """Bytes held by a cache after ``tokens`` tokens of ``batch_size`` sequences: per layer,
-    keys and values (which grow with the context), recurrent states (a state-space or
-    linear-attention layer's conv and SSM states) and an encoder-decoder's cross-attention keys
-    and values (the encoder's): those two the same bytes at every context."""
+    """Bytes a cache holds after ``tokens`` tokens of ``batch_size`` sequences, per layer:
+    keys and values (growing with the context), recurrent states and cross-attention."""
 
     per_layer_bytes: tuple[int, ...]
     tokens: int
@@ -260,30 +237,27 @@ class KVCacheInfo:
 
     @property
     def state_bytes(self) -> int:
-        """Recurrent states of all layers and sequences: constant in the context."""
+        """Recurrent states: constant in the context."""
         return sum(self.per_layer_state_bytes)
 
     @property
     def cross_bytes(self) -> int:
-        """Cross-attention keys and values of all layers and sequences: constant in the
-        decoder's context."""
+        """Cross-attention keys and values: constant in the context."""
         return sum(self.per_layer_cross_bytes)
 
     @property
     def constant_bytes(self) -> int:
-        """What does not grow with the context: states and cross-attention."""
+        """States and cross-attention."""
         return self.state_bytes + self.cross_bytes
 
     @property
     def per_token_bytes(self) -> float:
-        """Measured bytes per token of one sequence of what grows with the context (keys and
-        values: (total - constant) / (batch x tokens))."""
+        """Measured key and value bytes per token of one sequence."""
         return (self.total_bytes - self.constant_bytes) / (self.batch_size * self.tokens)
 
     @property
     def matches_closed_form(self) -> bool | None:
-        """The keys and values held equal the closed form (None for a static cache or no
-        closed form)."""
+        """Keys and values equal the closed form (None: a static cache, or no closed form)."""
         if self.closed_form_bytes is None or self.allocated:
             return None
         return self.total_bytes - self.constant_bytes == self.closed_form_bytes
@@ -310,9 +284,8 @@ class KVCacheInfo:
 def kv_info(
     cache: Any, tokens: int, batch_size: int, config: Any, dtype: torch.dtype
 ) -> KVCacheInfo:
-    """What ``cache`` holds, per layer, beside the closed form of ``config``. An
-    encoder-decoder cache counts its decoder's own tokens (its self-attention length), not
-    the prompt the encoder read."""
+    """What ``cache`` holds beside the closed form of ``config``; an encoder-decoder's counts
+    its decoder's own tokens."""
     crossed = cross_layers(cache)
     cross = tuple(sum(map(tensor_nbytes, ts)) for ts in crossed)
     if cross:
@@ -340,15 +313,14 @@ def kv_info(
 
 
 def _is_cache(obj: Any) -> bool:
-    """An HF ``Cache`` (or one that looks like it): layers, or a sequence length to ask."""
+    """An HF ``Cache``, or one that looks like it."""
     return not isinstance(obj, (type, torch.Tensor)) and (
         hasattr(obj, "layers") or callable(getattr(obj, "get_seq_length", None))
     )
 
 
 def _sub_caches(cache: Any) -> list[Any]:
-    """The caches a cache of caches holds (an ``EncoderDecoderCache``: self-attention, then
-    cross-attention), in attribute order; [] for any other."""
+    """The caches an ``EncoderDecoderCache`` holds (self-, then cross-attention), else []."""
     return [v for v in compat.cache_attributes(cache).values() if _is_cache(v)]
 
 
@@ -364,8 +336,7 @@ def cache_length(cache: Any) -> int | None:
 
 
 def check_rewound(cache: Any, expected: int | None, what: str) -> None:
-    """After a :class:`~modelprof.runtime.snapshot.Snapshot`'s restore the cache must hold
-    ``expected`` tokens again."""
+    """After a ``Snapshot``'s restore the cache must hold ``expected`` tokens again."""
     got = cache_length(cache)
     if expected is not None and got is not None and got != expected:
         raise ModelProfError(
