@@ -1,16 +1,7 @@
-"""``compare_generation``: several language models generating side by side, measured in
-interleaved rounds (one block of generations of every model per round, in a fresh random order,
-so drift of the machine reaches all alike), with TTFT and TPOT ratios to the first model and
-their 95 % intervals, estimated and guarded as ``compare``'s ``latency_x``: the ratio of the
-medians (so it ranks as the medians shown beside it do) with the paired interval of the
-per-round ratios (``stats.RATIO_ESTIMATOR``); no ratio at all, and a sentence saying why
-(``attrs["unranked"]``), when a model got too few runs for an interval. On the CPU each figure's
-CPU work stands beside it, with ``ttft_cpu_x``/``tpot_cpu_x`` estimated alike; when the machine
-was loaded (wall/CPU above 1.15) the table ranks by CPU work and says so, as ``compare``. A
-ratio of medians that disagrees with its per-round ratios (``timing.agreement.judge_ratio``)
-is flagged in ``<ratio>_rough``, said in ``attrs["notes"]`` and a
-``TimingDisagreementWarning``; where the end-to-end time the table ranks by disagrees so, no
-model is ranked (``attrs["ratios_disagree"]``)."""
+"""``compare_generation``: language models generating side by side in interleaved rounds (a
+block of every model per round, in a fresh random order, so the machine's drift reaches all
+alike), with TTFT and TPOT ratios to the first model estimated, ranked and guarded as
+``compare``'s ``latency_x`` (``stats.RATIO_ESTIMATOR``, ``timing.agreement.judge_ratio``)."""
 
 from __future__ import annotations
 
@@ -57,21 +48,21 @@ def compare_generation(
 ) -> pd.DataFrame:
     """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
     decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
-    with ``*_ci_low``/``*_ci_high``. On the CPU each figure's CPU work stands beside it
-    (``ttft_cpu_ms``, ``tpot_cpu_ms``, ``end_to_end_cpu_ms`` with intervals, ``ttft_cpu_x``,
-    ``tpot_cpu_x`` with theirs, ``wall_over_cpu``). ``rank`` (1 = fastest end to end) follows
-    ``attrs["ranked_by"]``: the CPU work when the machine was loaded (wall/CPU above 1.15,
-    ``attrs["notes"]`` says so), else the latency; none when a model is undersampled.
-    ``models`` maps names to HuggingFace causal LMs or encoder-decoders (their encoder's
-    inputs built from the config)."""
+    with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU work beside it (``*_cpu_ms``,
+    ``*_cpu_x``, ``wall_over_cpu``). ``rank`` (1 = fastest end to end) follows
+    ``attrs["ranked_by"]``: CPU work on a loaded machine (wall/CPU above 1.15), else latency;
+    none when a model is undersampled or the ranked ratio disagrees with its rounds
+    (``<ratio>_rough``, ``attrs["notes"]``). ``models`` maps names to HuggingFace causal LMs or
+    encoder-decoders (their encoder's inputs built from the config); a model that fails gets
+    its error in its row."""
     if not isinstance(models, Mapping) or len(models) < 1:
         raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
     opts = TimingOptions.parse(options, **timing_options)
-    lms, failed = [], {}  # failed: a model that failed, its error (in its row)
+    lms, failed = [], {}
     for name, value in models.items():
         try:
             lms.append(_prepared(name, value, prompt_len, new_tokens, batch_size, cache))
-        except Exception as e:  # its own error, in its row; the others are compared
+        except Exception as e:
             failed[name] = _error_text(e)
     while True:
         _refuse_if_none_left(lms, failed)
@@ -111,7 +102,7 @@ def _prepared(
 
 
 class _CandidateFailed(Exception):
-    """A candidate's generation raised while warmed up or sampled (the cause: its error)."""
+    """A candidate's generation raised (the cause: its error)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -119,8 +110,7 @@ class _CandidateFailed(Exception):
 
 
 def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tuple:
-    """Every candidate warmed up, then sampled in interleaved rounds, its model put back after;
-    (runners, runs, sampled). A candidate whose generation raises: ``_CandidateFailed``."""
+    """Every candidate warmed up, then sampled in interleaved rounds; (runners, runs, sampled)."""
     runners = [Runner(opts, lm.device, lm.name, batch_size) for _, lm, _, _ in lms]
     runs = []
     with contextlib.ExitStack() as stack:
@@ -175,8 +165,7 @@ def _refuse_if_none_left(lms: list, failed: dict[str, str]) -> None:
 
 
 def _with_failed(df: pd.DataFrame, failed: dict[str, str], order: list[str]) -> pd.DataFrame:
-    """``df`` with a row per failed model, in the order given: its error in ``error``, no
-    figures and no rank, and a note; the ratios are to the first model that ran."""
+    """``df`` with a row per failed model, in the order given, its error in ``error``."""
     if not failed:
         return df
     attrs = dict(df.attrs)
@@ -191,20 +180,25 @@ def _with_failed(df: pd.DataFrame, failed: dict[str, str], order: list[str]) -> 
     return out
 
 
-def _ratio(m: Measurement, base: Measurement, confidence: float) -> tuple[float, float, float]:
-    """``median(m) / median(base)`` with the paired interval of the rounds both took (block
-    ``r`` of every model is round ``r``), as ``compare``'s ``latency_x``."""
+def _ratio(
+    name: str, m: Measurement, base: Measurement, confidence: float, unranked: bool
+) -> dict[str, float]:
+    """``name``: ``median(m) / median(base)``, ``name_ci_low``/``_ci_high``: the paired interval
+    of the rounds both took; NaN when unranked."""
+    names = (name, f"{name}_ci_low", f"{name}_ci_high")
+    if unranked:
+        return dict.fromkeys(names, math.nan)
     ids, med = block_medians(m.samples_ms, m.blocks)
     base_ids, base_med = block_medians(base.samples_ms, base.blocks)
     common = np.intersect1d(ids, base_ids)
     num = med[np.isin(ids, common)]
     den = base_med[np.isin(base_ids, common)]
-    return ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)
+    return dict(zip(names, ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)))
 
 
 def _short(t: Any) -> bool:
     """A model's generations, TTFT or TPOT too few for an interval (or below the floor)."""
-    return any(m is not None and m.undersampled for m in (t.end_to_end, t.ttft, t.tpot))
+    return any(m.undersampled for m in _measured(t))
 
 
 def _measured(t: Any) -> list[Measurement]:
@@ -212,9 +206,7 @@ def _measured(t: Any) -> list[Measurement]:
 
 
 def _ranked_by(timings: list) -> str:
-    """``"cpu_work"`` when any model's wall clock ran well above its CPU time (the machine was
-    loaded: waits for a core stretch the wall clock, not the CPU work) and every figure has its
-    CPU time; else ``"latency"`` (as ``compare``'s ``ranked_by``)."""
+    """``"cpu_work"`` when every figure has its CPU time and any was loaded, else ``"latency"``."""
     ms = [m for t in timings for m in _measured(t)]
     if all(m.cpu is not None for m in ms) and any(m.loaded for m in ms):
         return "cpu_work"
@@ -222,8 +214,7 @@ def _ranked_by(timings: list) -> str:
 
 
 def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[str, Any]:
-    """On the CPU: the CPU work of each figure (median, interval), its wall/CPU and the
-    ``ttft_cpu_x``/``tpot_cpu_x`` ratios to the first model (estimated as the timed ratios)."""
+    """On the CPU: each figure's CPU work (median, interval), wall/CPU and CPU ratios."""
     out: dict[str, Any] = {}
     for kind in ("ttft", "tpot", "end_to_end"):
         m, base_m = getattr(t, kind), getattr(base, kind)
@@ -234,18 +225,15 @@ def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[s
         out[f"{kind}_cpu_ci_high_ms"] = hi
         if kind == "end_to_end" or base_m is None or base_m.cpu is None:
             continue
-        ratio = (math.nan,) * 3 if unranked else _ratio(m.cpu, base_m.cpu, confidence)
-        names = (f"{kind}_cpu_x", f"{kind}_cpu_x_ci_low", f"{kind}_cpu_x_ci_high")
-        out.update(dict(zip(names, ratio)))
+        out.update(_ratio(f"{kind}_cpu_x", m.cpu, base_m.cpu, confidence, unranked))
     if out:
         out["wall_over_cpu"] = max(m.wall_over_cpu for m in _measured(t))
     return out
 
 
 def _checks(lms: list, timings: list, unranked: bool) -> dict[str, list]:
-    """Each model's ratios to the first (TTFT, TPOT, the end-to-end time the rank follows;
-    their CPU work where read) against its per-round ratios (``judge_ratio``); none where a
-    model is undersampled (no ratio is stated then)."""
+    """Each model's ratios to the first (and CPU ratios) judged against its per-round ratios;
+    none when unranked."""
     if unranked:
         return {}
     base_name, base = lms[0][0], timings[0]
@@ -263,7 +251,7 @@ def _checks(lms: list, timings: list, unranked: bool) -> dict[str, list]:
 
 
 def _flags(checks: list, row: dict[str, Any]) -> None:
-    """``<ratio>_rough`` beside each ratio of ``row``: it disagrees with its rounds."""
+    """``<ratio>_rough`` beside each ratio of ``row``."""
     rough = {c.figure for c in checks if not c.agree}
     for ratio in ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"):
         if ratio in row:
@@ -273,9 +261,8 @@ def _flags(checks: list, row: dict[str, Any]) -> None:
 def _disagreeing(
     checks: dict[str, list], ranked_by: str, notes: list[str], rough: list[str]
 ) -> str | None:
-    """A note, a warning and its name in ``rough`` (``ttft_x of b``) for each ratio that
-    disagrees with its rounds; the sentence that withholds the ranks where the end-to-end ratio
-    the rank follows is one (else None)."""
+    """A note, a warning and a ``rough`` entry per disagreeing ratio; the sentence that
+    withholds the ranks when the ranked end-to-end ratio is one (else None)."""
     ranking = "end_to_end_cpu_x" if ranked_by == "cpu_work" else "end_to_end_x"
     withheld = None
     for check in (c for found in checks.values() for c in found if not c.agree):
@@ -307,8 +294,7 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
             m, base_m = getattr(t, kind), getattr(base, kind)
             if m is None or base_m is None:
                 continue
-            ratio = (math.nan,) * 3 if unranked else _ratio(m, base_m, confidence)
-            row.update(dict(zip((f"{kind}_x", f"{kind}_x_ci_low", f"{kind}_x_ci_high"), ratio)))
+            row.update(_ratio(f"{kind}_x", m, base_m, confidence, bool(unranked)))
         row.update(_cpu_columns(t, base, confidence, bool(unranked)))
         _flags(checks.get(name, []), row)
         rows.append(row)
