@@ -1,20 +1,16 @@
 """End to end, as a user sees it: time to first token (TTFT), time per output token (TPOT),
 the whole generation, tokens/s, and how a decode step's time grows with the context.
 
-One sample is one greedy generation of exactly ``new_tokens`` (``generate()`` for a HuggingFace
-model, stamped per token by a streamer; the step loop otherwise). Its stamps give one TTFT (call
-to first token: tokenless set-up, the prefill and the first token's selection), ``new_tokens - 1``
-decode steps (token to token) and the end-to-end time (call to return). Generations are taken in
-blocks by the recipe of ``measure_latency`` (warm-up, adaptive stop on the end-to-end interval,
-budget, ``repeat``): TTFT and TPOT are Measurements over the same blocks, so their intervals
-and drift flags follow the same rules. On CUDA each stamp synchronises the device first; on the
-CPU each stamp also reads the CPU time, so every Measurement carries its CPU work (``cpu``,
-``wall_over_cpu``, ``loaded``), the figure that holds on a loaded machine.
+One sample is one greedy generation of exactly ``new_tokens``, stamped per token: one TTFT (call
+to first token), ``new_tokens - 1`` decode steps (token to token) and the end-to-end time (call
+to return), taken in blocks by ``measure_latency``'s recipe, so TTFT and TPOT are Measurements
+over the same blocks. On CUDA each stamp synchronises first; on the CPU each also reads the CPU
+time, so every Measurement carries its CPU work (the figure that holds on a loaded machine).
 
 ``tokens_per_s`` = 1000 / median TPOT per sequence, ``batch_tokens_per_s`` that x batch size,
-``end_to_end_tokens_per_s`` = batch x new_tokens / median end-to-end (prefill included). The
-growth ``step_slope``: least squares of the per-context median step time against the context
-``L`` (``ms = a + b L``), with the 95 % t interval of ``b``.
+``end_to_end_tokens_per_s`` = batch x new_tokens / median end-to-end (prefill included).
+``step_slope``: least squares of the per-context median step time against the context ``L``
+(``ms = a + b L``), with the 95 % t interval of ``b``.
 """
 
 from __future__ import annotations
@@ -41,8 +37,8 @@ __all__ = ["GenerationTiming", "Slope", "fit_slope", "generation_sampler", "meas
 
 @dataclasses.dataclass(frozen=True)
 class Slope:
-    """``ms = intercept_ms + ms_per_token x L``, with the 95 % interval of the slope. The fit
-    is kept as it came out; :attr:`measured_ms_per_token` is what may be shown as a time."""
+    """``ms = intercept_ms + ms_per_token x L``, with the 95 % interval of the slope, kept as
+    fitted; :attr:`measured_ms_per_token` is what may be shown as a time."""
 
     ms_per_token: float
     ci_low: float
@@ -52,14 +48,13 @@ class Slope:
 
     @property
     def measurable(self) -> bool:
-        """Whether the interval lies above zero: one that reaches zero or below (noise larger
-        than the growth, a machine under load) measured no growth, and a step cannot take
-        negative time per token."""
+        """The interval lies above zero: one reaching zero measured no growth (noise larger
+        than it), and a step cannot take negative time per token."""
         return self.ci_low > 0
 
     @property
     def measured_ms_per_token(self) -> float:
-        """The slope where :attr:`measurable`, else NaN (shown as not measurable)."""
+        """The slope where :attr:`measurable`, else NaN."""
         return self.ms_per_token if self.measurable else float("nan")
 
     def describe(self) -> str:
@@ -134,13 +129,11 @@ class GenerationTiming:
             if m is None:
                 row.update(
                     {
-                        f"{name}_ms": float("nan"),
-                        f"{name}_ci_low_ms": float("nan"),
-                        f"{name}_ci_high_ms": float("nan"),
-                        f"{name}_min_ms": float("nan"),
-                        f"{name}_stable": None,
+                        f"{name}_{k}": float("nan")
+                        for k in ("ms", "ci_low_ms", "ci_high_ms", "min_ms")
                     }
                 )
+                row[f"{name}_stable"] = None
                 continue
             lo, hi = m.median_ci_ms
             row.update(
@@ -168,9 +161,7 @@ class GenerationTiming:
 
 class _Run:
     """One generation, stamped: TTFT, the decode steps and the end-to-end time in ms; on the
-    CPU each stamp also reads the CPU time (``timing.clock.cpu_time_source``: the thread's
-    with one intra-op thread, the process's with several), so each figure has its CPU work
-    beside it, which a loaded machine's waits for a core do not stretch."""
+    CPU with their CPU time too (``timing.clock.cpu_time_source``)."""
 
     def __init__(self, lm: LanguageModel, prompt: torch.Tensor, new_tokens: int) -> None:
         self.lm, self.prompt, self.n = lm, prompt, new_tokens
@@ -183,16 +174,13 @@ class _Run:
 
     def __call__(self) -> float:
         stamps: list[int] = []  # each token ready
-        resumed: list[int] = []  # the generation going on after the stamp's own reads
+        resumed: list[int] = []  # after the stamp's own reads
         cpus: list[int] = []
         sync, perf = self.sync, time.perf_counter_ns
         cpu = self.cpu_now or (lambda: 0)
 
-        # A CPU clock read is a system call, where a loaded Linux scheduler also checks the
-        # thread's slice: it hands the core away there far more often than the model's own
-        # steps would (under two spinning processes 60-70 % of the steps read preempted against
-        # 32 % of a plain loop's). So each step is timed from the wall stamp after the read
-        # to the next token's stamp, and what the reads took is out of the end to end too
+        # a loaded scheduler often preempts at the CPU clock read (a system call): each step
+        # runs from the wall stamp after the read, and the reads are out of the end to end
         def stamp() -> None:
             sync()
             stamps.append(perf())
@@ -225,7 +213,7 @@ class _Run:
             v.clear()
 
     def cpu_fields(self, kind: str) -> dict[str, Any]:
-        """``cpu_ms``/``cpu_clock`` of a Measurement of ``kind`` (none off the CPU)."""
+        """``cpu_ms``/``cpu_clock`` for a Measurement of ``kind`` (none off the CPU)."""
         if self.cpu_now is None or not self.cpu[kind]:
             return {}
         values = self.cpu[kind]
@@ -295,7 +283,7 @@ def timing_from(
             **{**common, **per_step, **run.cpu_fields("steps")},
         )
     contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
-    if opts.warn:  # a short budget is said once (of the generations); drift and noise each
+    if opts.warn:  # a short budget said once (of the generations); drift and noise each
         for m in (e2e,) if e2e.undersampled else (ttft, tpot):
             if m is not None:
                 m.warn_if_noisy()
@@ -311,5 +299,5 @@ def _peak_memory(run: _Run, runner: Runner) -> int | None:
         return None
     peak = runner.peak_bytes(run, stats)
     run.ttft.pop()
-    run.steps.pop()  # the CPU time is read on the CPU only, never here
+    run.steps.pop()  # no CPU time off the CPU
     return peak
