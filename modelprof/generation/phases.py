@@ -1,11 +1,7 @@
-"""Prefill and decode, each a per-layer table with the columns of ``profile``: counted by the
-static pass (the KV-cache reads and writes are the bytes of the ops that touch the cache:
-``torch.cat`` of a dynamic cache, ``index_copy_`` of a static one, the attention's matmuls), and
-timed per layer by the instrumented passes, the cache put back after every pass so that each
-pass runs at the same context.
-
-Decode at context ``L`` is one token with ``L`` tokens in the cache; without a cache it is the
-forward over all ``L + 1`` tokens (what recomputing the prefix costs).
+"""Prefill and decode, each a per-layer table with the columns of ``profile``: counted (the KV
+cache's bytes are those of the ops that touch it) and timed per layer, the cache put back after
+every pass so that each runs at the same context. Decode at context ``L`` is one token after
+``L`` cached ones; without a cache, the forward over all ``L + 1`` tokens.
 """
 
 from __future__ import annotations
@@ -65,8 +61,8 @@ class Phase:
 
 
 class _Timed(nn.Module):
-    """``root``, as a module of its own per phase: each phase warms up afresh (the warm-up
-    registry knows a module by the tensors of its call, and a cache's are not among them)."""
+    """``root`` as a module of its own per phase, so each phase warms up afresh (the warm-up
+    registry knows a module by its call's tensors, which leave out a cache's)."""
 
     def __init__(self, root: nn.Module) -> None:
         super().__init__()
@@ -77,8 +73,7 @@ class _Timed(nn.Module):
 
 
 class _Counter:
-    """Counts (and with ``opts`` times) the steps of one batch size, carrying the cache from
-    step to step."""
+    """Counts (and with ``opts`` times) the steps of one batch size, carrying the cache."""
 
     def __init__(
         self,
@@ -116,8 +111,7 @@ class _Counter:
         root: nn.Module | None = None,
         watch: Snapshot | None = None,
     ) -> Phase:
-        """One counted call of ``root`` (the model's) on ``mi``; ``watch`` keeps what it writes
-        of the cache."""
+        """One counted call of ``root`` (default the model's) on ``mi``."""
         result = analyze(root or self.lm.root, mi, RunMode(dtype=self.lm.dtype), watch=watch)
         run = RunInfo(
             model_name=f"{self.lm.name} {what}",
@@ -133,8 +127,7 @@ class _Counter:
         )
 
     def encode(self) -> Phase:
-        """The encoder's one forward over its inputs (counted, and timed per layer): what it
-        made is kept for the decoder's steps at this batch size."""
+        """The encoder's forward, counted (and timed); its output kept for the decoder."""
         lm, b = self.lm, self.batch
         lm.phase(f"the encoder at batch {b}")
         mi = ModelInputs((), lm.encoder_inputs(b), lm.device, lm.dtype, b)
@@ -146,20 +139,20 @@ class _Counter:
             time_phase(lm, phase, mi, None, self.opts, encoder)
         return phase
 
+    def _next(self, length: int) -> tuple[Any, torch.Tensor, bool]:
+        """The cache to extend (a new one at first), ``length`` tokens after it and whether they
+        are the prompt (from the empty cache: the prompt, its image too)."""
+        first = self.length == 0
+        cache = self.cache
+        if cache is None:
+            cache = self.lm.new_cache(self.batch, self.spec.total_len + 1)
+        new = self.lm.prompt if first else self.lm.tokens
+        return cache, new(self.batch, length, self.gen), first
+
     def _extend(self, length: int) -> tuple[Phase, ModelInputs, Snapshot]:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
-        cache = (
-            self.cache
-            if self.cache is not None
-            else self.lm.new_cache(self.batch, self.spec.total_len + 1)
-        )
+        cache, tokens, first = self._next(length)
         cache_as_was = Snapshot(cache, copy_on_write=True)
-        first = self.length == 0  # from the empty cache: the prompt, its image too
-        tokens = (
-            self.lm.prompt(self.batch, length, self.gen)
-            if first
-            else self.lm.tokens(self.batch, length, self.gen)
-        )
         phase, mi = self._count(
             "prefill", self.length, tokens, cache, "prefill", first, cache_as_was
         )
@@ -169,27 +162,16 @@ class _Counter:
         return phase, mi, cache_as_was
 
     def _grow(self, length: int) -> None:
-        """Extend the cache by ``length`` tokens, uncounted where the model runs as it is (the
-        counter's dispatch is most of a counted forward's cost); counted otherwise (a model
-        counted on another device or dtype runs only inside the counting pass)."""
+        """Extend the cache by ``length`` tokens, uncounted (counting costs) where the model
+        runs as it is; counted otherwise (it runs only inside the counting pass)."""
         prompt = self.spec.prompt_len
-        if self.length == 0 and length > prompt:  # from the empty cache: the prompt first
+        if self.length == 0 and length > prompt:  # the prompt first
             self._grow(prompt)
             length -= prompt
         if not self.lm.runs_as_is:
             self._extend(length)
             return
-        first = self.length == 0
-        cache = (
-            self.cache
-            if self.cache is not None
-            else self.lm.new_cache(self.batch, self.spec.total_len + 1)
-        )
-        tokens = (
-            self.lm.prompt(self.batch, length, self.gen)
-            if first
-            else self.lm.tokens(self.batch, length, self.gen)
-        )
+        cache, tokens, first = self._next(length)
         _, self.cache = self.lm.step(tokens, cache, prompt=first)
         self.length += length
 
@@ -214,18 +196,14 @@ class _Counter:
             if self.opts is not None:
                 time_phase(lm, phase, mi, None, self.opts)
             return phase
-        if context < self.length:  # a context before the current one: start again
+        if context < self.length:  # start again
             self.cache, self.length = None, 0
-        if context > self.length:  # build the cache up to L (not reported)
+        if context > self.length:  # build the cache up to L, not reported
             lm.phase(f"building the cache to context {context}, batch {self.batch}")
             self._grow(context - self.length)
             lm.phase(f"the decode step at context {context}, batch {self.batch}")
-        # the values of what the step writes in place (a static cache's keys and values, a
-        # recurrent state) copied just before it does; a dynamic cache's step writes none
+        # what the step writes in place (a static cache, a recurrent state) copied just before
         cache_as_was = Snapshot(self.cache, copy_on_write=True)
-        # what the cache holds before the step, to hold again after it is put back: the
-        # context (a decoder-only cache), or the decoder's own tokens (an encoder-decoder
-        # cache a step returns, alone or in a tuple, which counts no encoder token)
         before = cache_length(held_cache(self.cache))
         tokens = lm.tokens(self.batch, 1, self.gen)
         phase, mi = self._count(
@@ -239,8 +217,8 @@ class _Counter:
         return phase
 
     def _prefix(self, length: int) -> tuple[torch.Tensor, bool]:
-        """``length`` tokens from the start: the given prompt (and whether there is one) and
-        random tokens after it."""
+        """``length`` tokens from the start (the given prompt, then random ones) and whether a
+        prompt was given."""
         given = self.lm.prompt_inputs.ids is not None or bool(self.lm.prompt_inputs.extras)
         if not given:
             return self.lm.tokens(self.batch, length, self.gen), False
@@ -255,8 +233,8 @@ class _Counter:
 
 
 def _cache_of(lm: LanguageModel, mi: ModelInputs) -> Any:
-    """The cache after a counted step: an HF cache object is updated in place; a step
-    function's is what it returned (kept by its module: the counting pass keeps no output)."""
+    """The cache after a counted step: an HF cache, updated in place; a step function's, what
+    it returned (kept by its module)."""
     if lm.hf:
         return mi.kwargs.get(lm.cache_arg)
     logits, cache = lm.checked(getattr(lm.root, "last", None))
@@ -271,13 +249,13 @@ def count_phases(
     seed: int = 0,
     opts: TimingOptions | None = None,
 ) -> list[Phase]:
-    """The encoder's forward (an encoder-decoder's), the prefill and the decode step at every
-    context of ``spec``: counted, and with ``opts`` timed per layer."""
+    """The encoder's forward (if any), the prefill and the decode step at every context of
+    ``spec``: counted, and with ``opts`` timed per layer."""
     counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
     encoder = [counter.encode()] if lm.encoder is not None else []
     prefill = counter.prefill()
     phases = [*encoder, prefill, *(counter.decode(c) for c in spec.contexts)]
-    lm.encoded.pop(batch, None)  # the encoder's output is not held past its batch size
+    lm.encoded.pop(batch, None)  # not held past its batch size
     return phases
 
 
@@ -289,10 +267,9 @@ def time_phase(
     opts: TimingOptions,
     root: nn.Module | None = None,
 ) -> None:
-    """Per-layer latency of ``phase`` (its step on ``mi``, the cache put back as
-    ``cache_as_was`` holds it before each pass, outside the timed spans, and after the last;
-    ``root``: the module called, default the model's), joined into the phase's rows; the
-    report's ``latency`` is the plain passes interleaved with the instrumented ones."""
+    """Per-layer latency of ``phase``'s step on ``mi`` (the cache put back to ``cache_as_was``
+    before each pass and after the last), joined into its rows; ``latency`` is the plain passes
+    interleaved with the instrumented ones."""
     root = root or lm.root
     mi.reset = None if cache_as_was is None else cache_as_was.reset
     try:
@@ -316,8 +293,7 @@ def time_phase(
     old = phase.report
     keys = row_keys(old.rows)
     columns, overhead, leaf_sum = layer_columns(keys, phase.records, latency, layers)
-    # the leaf rows' share of the reported latency, as profile() states it (this was the leaf
-    # sum in ms itself)
+    # the leaf rows' share of the reported latency, as profile() states it
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     run = RunInfo(old.model_name, old.input_shape, old.batch_size, old.device, old.dtype)
     phase.report = Report(
