@@ -1,9 +1,6 @@
-"""Memory to fit a generation: weights + KV cache at (batch, context) + the activations of a
-step, per phase; and the largest batch (or context) that fits a memory size.
-
-The activation term is an estimate from the counted table: the largest inputs + outputs of one
-leaf call of the phase (what must be live together at its peak, beyond weights and cache). On
-CUDA the allocator's measured peak of a generation sits beside it (``GenerationTiming``).
+"""Memory to fit a generation: weights + KV cache at (batch, context) + a step's activations
+(estimated: the largest inputs + outputs of one leaf call), per phase; and the largest batch or
+context that fits. On CUDA the allocator's measured peak sits beside it (``GenerationTiming``).
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ __all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "w
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
-    """Parameters and buffers (each tensor once), floating ones at ``dtype``, quantized ones
-    as stored (``tensor_bytes``), and the packed weights of quantized layers (no
-    ``nn.Parameter``) as stored."""
+    """Parameters and buffers (each tensor once; floating ones at ``dtype``, quantized ones and
+    quantized layers' packed weights as stored)."""
     if model is None:
         return 0
     tensors = [*model.parameters(), *model.buffers()]
@@ -44,14 +40,9 @@ def check_run_fits(
     device: torch.device,
     source_len: int | None = None,
 ) -> None:
-    """Refuse, before anything is allocated, a run whose token ids (int64, the prompt and every
-    new token at the largest batch), KV cache at the full length (from the model's config) and
-    one layer's hidden states (the config's hidden size, else the model's widest embedding)
-    cannot exist or exceed the memory available on ``device`` (the token ids are drawn on the
-    CPU for ``meta``, which holds nothing else). An encoder-decoder's encoder output of
-    ``source_len`` tokens adds its hidden states and the cross-attention cache (keys and values
-    of every source token in each decoder layer). The error's cause is an
-    ``OutOfMemoryError``, as for an ``input_size`` too large."""
+    """Refuse, before anything is allocated, a run whose int64 token ids, full-length KV cache
+    and one layer's hidden states (with an encoder's ``source_len`` tokens) cannot exist or
+    exceed the memory of ``device`` (the CPU's for ``meta``); the cause is an OutOfMemoryError."""
     batch = max(spec.batch_sizes)
     source = batch * (source_len or 0)
     tokens = batch * spec.total_len
@@ -97,28 +88,22 @@ def activation_bytes(records: list[Any]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
-    """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens.
-
-    The cache of one sequence at ``c`` tokens: ``kv_per_token_bytes x c`` (layers that keep
-    every token) + ``window_per_token_bytes x min(c, window_tokens)`` (sliding-window layers,
-    which hold at most ``sliding_window - 1`` past tokens, as transformers' sliding caches do)
-    + ``state_per_seq_bytes`` (recurrent states and cross-attention: any context)."""
+    """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens. One
+    sequence's cache at ``c`` tokens: ``kv_per_token_bytes x c + window_per_token_bytes x
+    min(c, window_tokens) + state_per_seq_bytes``."""
 
     weights_bytes: int
     kv_per_token_bytes: float  # one sequence, the layers that keep every token
     activation_per_seq_bytes: dict[str, float]  # by phase, for one sequence
     batch_size: int
     context: int
-    # recurrent (SSM) states and cross-attention keys and values of one sequence, any context
-    state_per_seq_bytes: float = 0.0
-    # sliding-window layers: bytes a token of one sequence, held for at most window_tokens
-    window_per_token_bytes: float = 0.0
+    state_per_seq_bytes: float = 0.0  # recurrent states and cross-attention, any context
+    window_per_token_bytes: float = 0.0  # sliding-window layers, for window_tokens at most
     window_tokens: int = 0
-    # the model's positions (None: not known): max_context's answer when memory sets none
     max_positions: int | None = None
 
     def kv_per_seq_bytes(self, context: int | None = None) -> float:
-        """The cache of one sequence at ``context`` tokens (see the class doc)."""
+        """The cache of one sequence at ``context`` tokens."""
         c = context or self.context
         held = min(c, self.window_tokens)
         return (
@@ -128,8 +113,7 @@ class MemoryPlan:
         )
 
     def kv_bytes(self, batch: int | None = None, context: int | None = None) -> float:
-        """The cache: keys and values per token of context (a sliding window's up to its
-        length), states per sequence."""
+        """The cache of ``batch`` sequences."""
         return self.kv_per_seq_bytes(context) * (batch or self.batch_size)
 
     def total_bytes(
@@ -143,7 +127,6 @@ class MemoryPlan:
         )
 
     def table(self) -> Any:
-
         return pd.DataFrame(
             [
                 {
@@ -168,10 +151,8 @@ class MemoryPlan:
         return max(int(free // per), 0) if per > 0 else 0
 
     def max_context(self, memory_bytes: float, batch: int | None = None) -> int:
-        """The longest context at which ``batch`` sequences fit in memory: within a sliding
-        window every layer's cache grows, past it only the full layers' do; when none does
-        (every layer slides, or only a recurrent state), memory sets no limit and the answer
-        is the model's positions (``max_positions``; ``sys.maxsize`` when unknown)."""
+        """The longest context at which ``batch`` sequences fit; when no cache grows past a
+        window, the model's ``max_positions`` (``sys.maxsize`` when unknown)."""
         _check_memory(memory_bytes)
         b = batch or self.batch_size
         free = memory_bytes - self.weights_bytes - b * (self._per_seq() + self.state_per_seq_bytes)
@@ -192,13 +173,10 @@ class MemoryPlan:
 
 
 def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
-    """The cache terms of a :class:`MemoryPlan` from the cache a run held (``kv``, a
-    ``KVCacheInfo``) and the model's config: bytes per token of one sequence (measured; a
-    preallocated cache's from the closed form), split between the layers that keep every
-    token and the sliding-window ones by the closed form of each kind
-    (:func:`~modelprof.generation.cache.closed_form_kv_bytes`: ``C(t) = F t + S min(t, W)``,
-    so ``F = C(W + 1) - C(W)`` and ``S = C(1) - F``), scaled to what the cache really held
-    (a quantized cache holds less than the closed form, in every layer alike)."""
+    """A :class:`MemoryPlan`'s cache terms from the cache a run held (``kv``) and the config:
+    bytes per token of one sequence, split between full and sliding layers by the closed form
+    ``C(t) = F t + S min(t, W)`` (``F = C(W + 1) - C(W)``, ``S = C(1) - F``) scaled to the
+    bytes held."""
     per_token = 0.0
     if kv is not None:
         per_token = kv.per_token_bytes if not kv.allocated else float(kv.closed_form_per_token or 0)
@@ -228,8 +206,7 @@ def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
 
 
 def _check_memory(memory_bytes: Any) -> None:
-    """A finite number of bytes above 0 (``inf`` would answer an unbounded batch, ``nan``
-    fails ``int()``); numpy numbers are numbers."""
+    """A finite number of bytes above 0 (numpy numbers too)."""
     if (
         isinstance(memory_bytes, bool)
         or not isinstance(memory_bytes, numbers.Real)

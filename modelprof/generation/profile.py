@@ -62,21 +62,17 @@ def profile_generation(
     """Profile greedy generation of exactly ``new_tokens`` after a ``prompt_len`` prompt
     (default 128 tokens).
 
-    ``model``: a HuggingFace causal LM (run by its own ``generate``; ``cache="dynamic"`` or
-    ``"static"`` for its caches, ``None`` to recompute the prefix every step), or with
-    ``step(tokens, cache) -> (logits, cache)`` any model (``model`` then names the module the
-    step calls, whose layers get the rows). Per batch size (one or a list): the prefill and a
-    decode step at each of ``contexts`` (default: the first, middle and last step) counted per
-    layer with the columns of ``profile``, timed per layer when ``layer_timing``; TTFT, TPOT,
-    end to end and tokens/s measured over whole generations when ``timing`` (default: on unless
-    ``device="meta"``). ``target="H100 SXM"`` adds the roofline lower bound of every row and
-    phase from the datasheet table at the model's dtype. Timing options as for ``profile``.
-    ``inputs={...}``: the prompt's other keyword inputs (a vision-language model's
-    ``pixel_values``) and its own ``input_ids`` (with the image tokens; their length is then the
-    prompt length), given to the prompt's forward only (``generation.prompt``).
-    The model, its config and generation config come back as they went in. ``on_step`` is
-    called with a line as each batch size is counted and timed (the command line prints them
-    when it has no terminal).
+    ``model``: a HuggingFace causal LM (run by its own ``generate``; ``cache="dynamic"``,
+    ``"static"``, or ``None`` to recompute the prefix every step), or with ``step(tokens, cache)
+    -> (logits, cache)`` any model (``model`` then names the module whose layers get the rows).
+    Per batch size (one or a list): the prefill and a decode step at each of ``contexts``
+    (default: the first, middle and last step) counted per layer, timed per layer when
+    ``layer_timing``; TTFT, TPOT, end to end and tokens/s over whole generations when ``timing``
+    (default: unless ``device="meta"``). ``target="H100 SXM"``: the roofline bound of every row
+    and phase at the model's dtype. ``inputs={...}``: the prompt's other keyword inputs
+    (``pixel_values``) and its own ``input_ids``, for the prompt's forward only. Timing options
+    as for ``profile``; ``on_step`` gets a line as each batch size is done. The model and its
+    configs come back as they went in.
     """
     opts = TimingOptions.parse(options, **timing_options)
     dev, dt = model_device_dtype(model, device, dtype)
@@ -103,17 +99,16 @@ def profile_generation(
         positions=_positions(config) if encoded else "positions",
     )
     source = source_length(model, given.extras, spec.prompt_len) if encoded else None
-    # prompt_len=10**9: said before it is allocated
     check_run_fits(spec, model, dt, dev, source_len=source)
     peaks = resolve_target(target, dt)
     lm = language_model(model, step, spec.cache, dev, dt)
-    if source is not None:  # the encoder's inputs: given, else built from the config
+    if source is not None:
         given = PromptInputs(given.ids, complete_encoder_inputs(model, given.extras, source))
     lm.prompt_inputs = _checked_prompt(given, spec)
     if timing:
         _check_runnable(model, dev, dt)
     guard = preserved_state(model) if model is not None else contextlib.nullcontext()
-    # the configs are the model's, read by the step function: put back as they were
+    # the configs, which a step function may change: put back as they were
     configs = [getattr(model, k, None) for k in ("config", "generation_config")]
     with (
         guard,
@@ -154,7 +149,7 @@ def _run(
     moe = None
     if lm.hf:
         prompt = lm.tokens(1, spec.prompt_len, torch.Generator().manual_seed(seed))
-        # routing is read from a forward over the prompt's ids alone: not an encoder-decoder's
+        # routing is read from a forward over the prompt's ids alone (no encoder-decoder)
         routed = lm.device.type != "meta" and lm.encoder is None
         moe = moe_info(lm.model, prompt if routed else None)
     env = collect_env(
@@ -165,18 +160,9 @@ def _run(
         generation=True,
         **opts.flags(),
     )
+    dtype = str(lm.dtype).removeprefix("torch.")
     return GenerationReport(
-        model_name=lm.name,
-        spec=spec,
-        device=str(lm.device),
-        dtype=str(lm.dtype).removeprefix("torch."),
-        phase_tables=phases,
-        timings=timings,
-        kv=kv,
-        memory=memory,
-        peaks=peaks,
-        moe=moe,
-        env=env,
+        lm.name, spec, str(lm.device), dtype, phases, timings, kv, memory, peaks, moe, env
     )
 
 
@@ -184,11 +170,11 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     b = phases[0].batch_size
     by_name = {p.name: p for p in phases if p.name != "decode"}
     decode = [p for p in phases if p.name == "decode"]
-    # by phase: the encoder's (an encoder-decoder's), the prefill's, the largest decode step's
+    # by phase; decode: the largest step's
     act = {name: activation_bytes(p.records) / b for name, p in by_name.items()}
     act["decode"] = max((activation_bytes(p.records) for p in decode), default=0) / b
     states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
-    terms = cache_terms(kv, lm.config, lm.dtype)  # a sliding window's split from the rest
+    terms = cache_terms(kv, lm.config, lm.dtype)
     return MemoryPlan(
         weights_bytes(lm.model, lm.dtype),
         activation_per_seq_bytes=act,
@@ -209,7 +195,7 @@ def _positions(config: Any) -> str:
 
 
 def _checked_prompt(given: PromptInputs, spec: GenerationSpec) -> PromptInputs:
-    """A given prompt is where every decode context starts from: none may be shorter."""
+    """No decode context may be shorter than a given prompt."""
     short = [c for c in spec.contexts if c < spec.prompt_len]
     if given.ids is not None and short:
         raise ModelProfError(
