@@ -1,8 +1,6 @@
-"""The roofline lower bound of a phase on a named device, from the datasheet table
-(``modelprof.timing.peaks.KNOWN_DEVICES``): no layer can take less than
-``max(flops / peak FLOP/s, (read + write bytes) / peak bytes/s)``. A phase's bound is the sum of
-its leaf rows' bounds (layers run one after another). It is a bound, never a measurement: the
-columns say ``bound``.
+"""The roofline lower bound on a named device (the datasheet table): no layer takes less than
+``max(flops / peak FLOP/s, (read + write bytes) / peak bytes/s)``; a phase's is the sum of its
+leaf rows' (layers run one after another). A bound, never a measurement.
 """
 
 from __future__ import annotations
@@ -54,17 +52,8 @@ def bound_rows(report: Any, peaks: Peaks) -> pd.DataFrame:
     leaf["bound"] = (leaf["compute_bound_ms"] >= leaf["memory_bound_ms"]).map(
         {True: "compute", False: "memory"}
     )
-    cols = [
-        "module",
-        "type",
-        "flops",
-        "read_bytes",
-        "write_bytes",
-        "compute_bound_ms",
-        "memory_bound_ms",
-        "bound_ms",
-        "bound",
-    ]
+    cols = ["module", "type", "flops", "read_bytes", "write_bytes"]
+    cols += ["compute_bound_ms", "memory_bound_ms", "bound_ms", "bound"]
     return leaf[cols].reset_index(drop=True)
 
 

@@ -1,13 +1,7 @@
 """An encoder-decoder model's encoder (T5's and BART's source ids, Whisper's log-mel features):
-its inputs, given in ``inputs=`` or built from the config, checked before anything is
-allocated, and the module that runs it once as the encoder phase, before the decoder's prefill
-and decode steps read what it made (``encoder_outputs``) and fill the cross-attention cache.
-
-Default inputs, one sequence repeated to each batch size: ``input_features`` of
-``num_mel_bins x 2 max_source_positions`` frames (Whisper's encoder takes exactly that many and
-halves them in its strided convolution), source ``input_ids`` of ``prompt_len`` tokens (T5's
-positions are relative: any length runs). The decoder's prompt is ``decoder_input_ids``
-(``inputs=`` or ``prompt_len`` tokens starting with ``decoder_start_token_id``).
+its inputs, given in ``inputs=`` or built from the config (one sequence: Whisper's
+``num_mel_bins x 2 max_source_positions`` frames, else ``prompt_len`` source ids), checked
+before anything is allocated, and the module that runs it once as the encoder phase.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ __all__ = [
 
 
 def is_encoder_decoder(model: Any) -> bool:
-    """A transformers model whose config says it is an encoder-decoder (T5, BART, Whisper)."""
+    """A transformers model whose config says it is an encoder-decoder."""
     return getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True
 
 
@@ -43,9 +37,8 @@ def _frames(config: Any) -> int | None:
 
 
 def source_length(model: Any, extras: dict[str, Any], prompt_len: int) -> int:
-    """The encoder's output length (what the cross-attention cache holds per layer), read
-    without allocating from the inputs given (``extras``): the given source ids' length, Whisper's ``max_source_positions``, else
-    ``prompt_len`` (the default source). The inputs are checked here: a refusal names them."""
+    """The encoder's output length, without allocating: the given source's length, Whisper's
+    ``max_source_positions``, else ``prompt_len``; the given inputs are checked here."""
     name, config = _main_input(model), model.config
     value = extras.get(name)
     if name == "input_features":
@@ -78,9 +71,7 @@ def source_length(model: Any, extras: dict[str, Any], prompt_len: int) -> int:
 
 
 def complete_encoder_inputs(model: Any, extras: dict[str, Any], source_len: int) -> dict[str, Any]:
-    """``extras`` (the inputs given) with the encoder's main input built from the config when
-    it was not given: one sequence, repeated to each batch size (random values change nothing
-    counted)."""
+    """``extras`` with the encoder's main input built from the config when not given."""
     name, config = _main_input(model), model.config
     if name in extras:
         return extras
@@ -95,11 +86,9 @@ def complete_encoder_inputs(model: Any, extras: dict[str, Any], source_len: int)
 
 
 class EncoderModule(nn.Module):
-    """Calls the model's encoder (``get_encoder()``) with the encoder's inputs. Its children
-    are the model's own (shared, not copied), so the encoder phase's rows carry the names the
-    modules have in the decoder's phases; the counting pass keeps no output, so the last one
-    is kept here (in a box set at construction: the state guard puts back what a forward
-    adds)."""
+    """Calls the model's ``get_encoder()``; its children are the model's own, so rows keep the
+    names they have in the decoder's phases. The last output is kept (in a box: the state
+    guard puts back what a forward adds)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -113,8 +102,7 @@ class EncoderModule(nn.Module):
         return self._last[0]
 
     def forward(self, **inputs: Any) -> Any:
-        # as generate() calls it: a ModelOutput whatever the config's return_dict, since the
-        # decoder's forward reads ``encoder_outputs.last_hidden_state`` (Switch Transformers)
+        # a ModelOutput, as generate() makes it: the decoder reads it by name
         out = self._encoder()(**{"return_dict": True, **inputs})
         self._last[0] = out
         return out

@@ -41,9 +41,7 @@ class MoEInfo:
     layers: list[MoELayer]
 
     def tokens_per_expert(self) -> Any:
-        """One row per MoE layer, one column per expert: tokens routed there (each token
-        counts once per expert it chose)."""
-
+        """Tokens routed to each expert (columns) of each layer (rows), once per choice."""
         rows = {
             layer.name: layer.tokens_per_expert
             for layer in self.layers
@@ -72,8 +70,7 @@ class MoEInfo:
 
 def _experts_params(module: nn.Module, n: int) -> int | None:
     experts = list(module.children())
-    # a ModuleList of experts, or a module of n experts of one class (Switch Transformers'
-    # SwitchTransformersExperts: expert_0 ... expert_{n-1})
+    # a ModuleList of experts, or a module of n experts of one class (Switch Transformers')
     if len(experts) == n and len({type(e) for e in experts}) == 1:
         return sum(p.numel() for p in module.parameters())
     params = list(module.parameters())
@@ -108,14 +105,13 @@ def find_moe_layers(model: nn.Module) -> list[MoELayer]:
 
 
 def _top1(router: Any) -> int | None:
-    """1 for a top-1 router that keeps no ``top_k`` (Switch Transformers'
-    ``SwitchTransformersTop1Router``: each token goes to one expert), else None."""
+    """1 for a top-1 router that keeps no ``top_k`` (Switch Transformers'), else None."""
     return 1 if router is not None and "Top1Router" in type(router).__name__ else None
 
 
 def moe_info(model: nn.Module, prompt: torch.Tensor | None = None) -> MoEInfo | None:
-    """Active vs total parameters; with ``prompt`` (on a real device) one forward over it
-    counts the tokens each expert received. None for a model without experts."""
+    """Active vs total parameters, and with ``prompt`` (not on meta) the tokens each expert
+    received in a forward over it; None without experts."""
     layers = find_moe_layers(model)
     if not layers:
         return None

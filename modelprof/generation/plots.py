@@ -17,10 +17,8 @@ __all__ = ["layer_shares", "plot_decode_growth", "plot_phase_share"]
 def plot_decode_growth(
     report: Any, *, save: str | os.PathLike[str] | None = None, batch_size: int | None = None
 ) -> Any:
-    """Left: a decode step's time against the context: every measured step of the
-    generations, their per-context median and fitted line, the per-layer passes' step medians,
-    and the roofline bound when there is a target. Right: the bytes a step reads and writes
-    (counted) and the KV cache it leaves."""
+    """Left: a decode step's time against the context (every measured step, their median and
+    fit, the per-layer passes' medians, the bound). Right: its counted bytes and the KV cache."""
     fig = figure_class()(figsize=(11.0, 4.0), layout="constrained")
     ax_t, ax_b = fig.subplots(1, 2)
     g = report.growth(batch_size)
@@ -83,9 +81,8 @@ def plot_decode_growth(
 def layer_shares(
     report: Any, batch_size: int | None = None, column: str | None = None
 ) -> pd.DataFrame:
-    """Each block (the rows at depth 2, e.g. ``model.layers.3``, and the leaves above them:
-    embeddings, final norm, head) as a share of the prefill and of the last decode step, by
-    ``column`` (default: measured latency when timed per layer, else FLOPs)."""
+    """Each block (depth 2, and the leaves above) as a share of the prefill and of the last
+    decode step, by ``column`` (default: latency when timed per layer, else FLOPs)."""
     phases = {"prefill": report.prefill(batch_size), "decode": report.decode(batch_size=batch_size)}
     timed = all(p.report.latency is not None for p in phases.values())
     column = column or ("latency_ms" if timed else "flops")

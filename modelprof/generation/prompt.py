@@ -1,10 +1,6 @@
-"""What a prompt holds beside random token ids: the inputs a vision-language model's prompt takes
-(``pixel_values``, ``image_sizes``, ...) and the prompt's own ``input_ids`` with the image tokens
-where the image goes, given as ``profile_generation(..., inputs={...})``.
-
-They go to the prompt's forward only (the prefill, and the first call of ``generate``, which
-keeps what the image became in its cache), so the vision tower has its rows in the prefill and
-the image tokens count in the context. Tensors of batch 1 are repeated to each batch size.
+"""The prompt's inputs beside random token ids (``profile_generation(..., inputs={...})``): a
+vision-language model's ``pixel_values``... and the prompt's own ``input_ids`` with its image
+tokens. They go to the prompt's forward only; tensors of batch 1 are repeated to each batch.
 """
 
 from __future__ import annotations
@@ -47,9 +43,7 @@ class PromptInputs:
 def prompt_inputs(
     inputs: Any, model: Any, step: Any, prompt_len: int | None
 ) -> tuple[PromptInputs, int]:
-    """``inputs=`` checked (a dict of keyword inputs of a HuggingFace model's prompt) and the
-    prompt length: the given ``input_ids``' (``prompt_len`` must then agree), else
-    ``prompt_len`` (default 128)."""
+    """``inputs=`` checked, and the prompt length: the given ids', else ``prompt_len`` (128)."""
     if inputs is None:
         return PromptInputs(), 128 if prompt_len is None else prompt_len
     if step is not None:
@@ -63,7 +57,7 @@ def prompt_inputs(
             "prompt's keyword inputs, e.g. {'input_ids': ids, "
             "'pixel_values': pixels}"
         )
-    # an encoder-decoder's prompt is its decoder's; every other input is the encoder's
+    # an encoder-decoder's prompt is its decoder's
     key = "decoder_input_ids" if is_encoder_decoder(model) else "input_ids"
     extras = {k: v for k, v in inputs.items() if k != key}
     ids = inputs.get(key)

@@ -97,10 +97,9 @@ def _config(spec: str) -> Any:
 
 
 def _attributes_taken(cls: Any, known: Any, transformers: Any) -> set[str]:
-    """Every attribute a config class takes: its own and its bases' keyword parameters and
-    fields, those its default instance has, and the generation settings a config carries for
-    ``generate`` (``decoder_start_token_id``, ``bos_token_id``: transformers 5 declares them on
-    the generation config only, yet a config given them keeps them and models read them)."""
+    """Every attribute a config class takes: its and its bases' parameters and fields, its
+    default instance's, and the generation settings (transformers 5 declares those on the
+    generation config only, yet models read them from the config)."""
     takes = set(vars(known)) | set(getattr(known, "attribute_map", {}) or {})
     for klass in inspect.getmro(cls):
         init = vars(klass).get("__init__")
@@ -115,8 +114,7 @@ def _attributes_taken(cls: Any, known: Any, transformers: Any) -> set[str]:
 
 
 def _made(spec: str, cls: Any, kwargs: dict[str, Any]) -> Any:
-    """``cls(**kwargs)``; a config its class refuses (``hidden_size=30`` with 4 heads) is the
-    user's mistake, named in one line with the class's own reason."""
+    """``cls(**kwargs)``; a refusal (``hidden_size=30`` with 4 heads) named in one line."""
     try:
         return cls(**kwargs)
     except Exception as e:  # noqa: BLE001 - the config class's validation, in any form
@@ -129,8 +127,7 @@ def _made(spec: str, cls: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _check_kind(spec: str, key: str, value: Any, default: Any) -> None:
-    """An override of a number must be a number (``hidden_size=abc`` would fail deep inside
-    the model's construction)."""
+    """An override of a number must be a number (else it fails deep in the model's build)."""
     if value is None:
         return
     if isinstance(default, bool):
