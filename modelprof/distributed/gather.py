@@ -15,13 +15,11 @@ __all__ = ["gather_reports"]
 def gather_reports(
     report: Any, dst: int = 0, group: Any = None, **frame_options: Any
 ) -> pd.DataFrame | None:
-    """Gather ``report.to_dataframe(**frame_options)`` of every rank to rank ``dst``: returns the
-    frames stacked with a ``rank`` column first on ``dst``, None on the others. Every rank must
-    call it (it is a collective). ``frame.attrs`` holds each rank's environment
-    (``ranks``) and, where timed, ``step_latency_ms``: the slowest rank's median, which is the
-    step time of the group (the others wait for it at the next collective).
+    """Gather ``report.to_dataframe(**frame_options)`` of every rank (a collective) to rank
+    ``dst``: the frames stacked under a ``rank`` column on ``dst``, None on the others.
+    ``attrs["ranks"]``: each rank's environment; ``attrs["step_latency_ms"]`` (timed): the
+    slowest rank's median, the group's step time.
     """
-
     if not (dist.is_available() and dist.is_initialized()):
         raise ModelProfError(
             "gather_reports() needs an initialised process group "

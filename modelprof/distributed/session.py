@@ -1,19 +1,9 @@
-"""What ``profile()`` does differently under a process group, in one context manager.
-
-- the counting view (per rank by default, ``view="global"``);
-- a join check: a model that communicates (DDP, FSDP2, DTensor parameters) needs every rank in
-  each of its collectives, so all ranks must enter ``profile()``; one that does not is named in
-  a ``ModelProfError`` after ``MODELPROF_JOIN_TIMEOUT_S`` (60 s) instead of hanging until the
-  process group's own timeout;
-- FSDP2 put back as it was: modules whose parameters were sharded on entry are resharded on exit
-  (FSDP2 leaves the root unsharded after a forward; the state guard would then restore the
-  sharded parameters behind FSDP's back, and the next step would mix DTensor and Tensor);
-- a process group that fails mid-profile: ``ModelProfError`` naming it;
-- rank, world size, backend, host and view for ``Report.env`` (``group_env``), and a note when
-  the ranks of one host time on its CPU at once (``contention_note``).
-
-DDP's gradient all-reduce and its reducer left alone are the counted step's own
-(``step.count.count_step``), as they hold for any DDP model.
+"""What ``profile()`` does differently under a process group, in one context manager: the
+counting view (per rank, or ``view="global"``); a join check (a communicating model needs every
+rank in its collectives: a rank missing after ``MODELPROF_JOIN_TIMEOUT_S``, 60 s, is an error,
+not a hang); FSDP2 modules sharded on entry resharded on exit (else the state guard restores
+sharded parameters behind FSDP's back); a failing group named in a ``ModelProfError``; and the
+group's place for ``Report.env`` (``group_env``, ``contention_note``).
 """
 
 from __future__ import annotations
@@ -41,8 +31,7 @@ _calls = [0]  # profile() calls on communicating models in this process (the joi
 
 @contextlib.contextmanager
 def sharded_session(model: nn.Module, view: Any = "rank") -> Iterator[None]:
-    """One profile() call under a process group (see the module docstring): what it changes is
-    read by the passes from the context (the view, the agreement, one voice)."""
+    """One profile() call under a process group (see the module docstring)."""
     view = ShardView.parse(view)
     group = current_group()
     active = group is not None and communicates(model)
@@ -80,8 +69,7 @@ def group_env() -> dict[str, Any]:
 
 
 def contention_note(model: nn.Module, device: torch.device) -> str | None:
-    """Timed on the CPU while the other ranks of this host time too (torchrun's
-    ``LOCAL_WORLD_SIZE``): what the numbers then are, for the report's notes."""
+    """A note when the ranks of this host (``LOCAL_WORLD_SIZE``) time on its CPU at once."""
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     if device.type != "cpu" or not local.isdigit() or int(local) < 2:
         return None
@@ -97,7 +85,6 @@ def contention_note(model: nn.Module, device: torch.device) -> str | None:
 
 def _join(model: nn.Module, group: RankInfo) -> None:
     """Every rank of the group must enter profile() for a communicating model."""
-
     _calls[0] += 1
     key = f"modelprof/profile/{_calls[0]}"
     store = compat.default_store()
@@ -106,8 +93,7 @@ def _join(model: nn.Module, group: RankInfo) -> None:
     deadline = time.monotonic() + timeout
     while joined < group.world_size:
         if time.monotonic() > deadline:
-            # withdraw, and leave the number free: this rank's next profile() of a
-            # communicating model meets the others' first one again
+            # withdraw, leaving the number free for this rank's next profile()
             store.add(key, -1)
             _calls[0] -= 1
             raise ModelProfError(

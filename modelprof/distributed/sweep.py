@@ -1,23 +1,14 @@
-"""How a sweep runs (``modelprof.sweep`` gives it ``profile()`` as the measure): many
-configurations dealt across ``torchrun`` ranks or run in one process, gathered into one DataFrame.
+"""How a sweep runs (``modelprof.sweep`` gives it ``profile()`` as the measure): configurations
+dealt across ``torchrun`` ranks or run in one process, gathered into one DataFrame.
 
-- **Dealing.** Configuration ``i`` (in expansion order) belongs to rank ``i % world_size``.
-  The deal depends on nothing but the configuration list, so every rank knows its share
-  without talking, and a rerun deals the same way. The ranks meet (a barrier, the gather, the
-  progress count) on torchrun's key-value store, not on a process group, so each
-  configuration is profiled exactly as in one process (:mod:`.sweep_ranks`).
-- **Counting only** (``timing=False``): measured on ``meta`` (``modelprof.sweep`` builds the
-  model there): no weights are allocated or initialised, and ranks never compete for memory.
-- **Timed configurations** run after every rank has finished counting (a barrier), each under
-  an exclusive lock of its device (a lock file in the host's temporary folder: ``cpu`` for the
-  host's cores, one per GPU), so two timings never share a device and no counting runs beside
-  them. ``device="cuda"`` means ``cuda:LOCAL_RANK``.
-- **Failures** are rows: ``status="error"`` and the message; the sweep goes on.
-- **Resume.** With ``out``, every finished configuration is written at once to
-  ``out/configs/<name>.json`` (atomically); a rerun skips those, so a killed sweep picks up
-  where it stopped. Failed configurations are rerun only with ``retry_failed=True``.
-- **One voice.** Every rank returns the gathered frame; only rank 0 shows the progress bar and
-  writes ``out/sweep.csv`` and ``out/sweep.json``.
+- Configuration ``i`` (in expansion order) belongs to rank ``i % world_size``: every rank knows
+  its share without talking, and a rerun deals the same way (meeting: :mod:`.sweep_ranks`).
+- Counting only (``timing=False``) runs on ``meta``: no weights, no competition for memory.
+- Timed configurations run after every rank has counted (a barrier), each under an exclusive
+  lock of its device on the host (``cpu``, or one per GPU); ``"cuda"`` is ``cuda:LOCAL_RANK``.
+- Failures are rows (``status="error"``); each finished row is saved at once, so a rerun
+  resumes (failed ones rerun with ``retry_failed=True``). Rank 0 alone shows progress and
+  writes the table.
 """
 
 from __future__ import annotations
@@ -73,10 +64,8 @@ def run_sweep(
     timeout_s: float = 1800.0,
     on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None,
 ) -> pd.DataFrame:
-    """Run ``measure`` on every configuration, dealt across the ranks; return the gathered
-    frame (on every rank), each finished row saved in ``store`` (and the whole table, by rank
-    0). What ``modelprof.sweep`` runs with ``profile()`` as ``measure``; the options are
-    documented there."""
+    """Run ``measure`` on every configuration, dealt across the ranks; the gathered frame (on
+    every rank), each row saved in ``store``. The options are ``modelprof.sweep``'s."""
     check_options(resume, retry_failed, progress, timeout_s)
     if store is not None:
         store.check(configs)
@@ -109,8 +98,8 @@ def run_sweep(
 
 
 class _Runner:
-    """Runs one rank's share: counting first, then the timed configurations (each under its
-    device's lock); every finished configuration is saved before the next one starts."""
+    """Runs one rank's share: counting first, then the timed configurations, each saved when
+    done."""
 
     def __init__(
         self,
@@ -161,14 +150,13 @@ class _Runner:
         return row
 
     def _tick(self) -> None:
-        """Rank 0's bar: every rank's finished configurations where the store counts them."""
+        """Rank 0's bar: every rank's finished configurations, where the store counts them."""
         done = self.meeting.done()
         if done is not None and done > self.bar.n:
             self.bar.update(min(done, self.total) - self.bar.n)
 
     def _follow(self) -> None:
-        """Rank 0, done with its share, keeps its bar moving with the others' until all are
-        done (or the wait would time out: the gather then says why)."""
+        """Rank 0, done with its share, moves its bar with the others' until all are done."""
         if self.meeting.ranks.rank != 0 or isinstance(self.bar, NoProgress):
             return
         deadline = time.monotonic() + self.timeout_s
@@ -184,8 +172,8 @@ class _Runner:
 def run_config(
     config: SweepConfig, measure: Measure, ranks: SweepRanks | None = None
 ) -> dict[str, Any]:
-    """One row: ``measure`` on one configuration (a timed one holding its device's lock), with
-    the configuration, who ran it, when and how long; a failure is ``status="error"``."""
+    """One row: ``measure`` on one configuration, with who ran it, when and how long; a
+    failure is ``status="error"``."""
     ranks = ranks or SweepRanks()
     device = _device(config, ranks)
     with _device_lock(device) if config.timing else contextlib.nullcontext():
@@ -201,7 +189,7 @@ def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) 
         warnings.simplefilter("always")
         try:
             got = dict(measure(config, device))
-            # a measure may say its row differs from what a real device counts, and why
+            # a measure may say its row differs from a real device's, and why
             status, error = got.pop("status", "ok"), got.pop("error", "")
             row.update(got)
             row.update(status=status, error=error)
@@ -213,8 +201,7 @@ def _run(config: SweepConfig, measure: Measure, device: str, ranks: SweepRanks) 
 
 
 def _device(config: SweepConfig, ranks: SweepRanks) -> str:
-    """Where the configuration runs: meta when only counted, ``cuda:LOCAL_RANK`` for
-    ``cuda``."""
+    """Where the configuration runs: meta when only counted, ``cuda:LOCAL_RANK`` for cuda."""
     if not config.timing:
         return "meta"
     if config.device == "cuda":
@@ -224,9 +211,8 @@ def _device(config: SweepConfig, ranks: SweepRanks) -> str:
 
 @contextlib.contextmanager
 def _device_lock(device: str) -> Iterator[None]:
-    """Hold ``device`` alone on this host while timing (an ``flock`` on a lock file in the
-    temporary folder, shared by every modelprof sweep of the host; none where ``fcntl`` is
-    missing)."""
+    """Hold ``device`` alone on this host (an ``flock`` in the temporary folder, shared by
+    every modelprof sweep; none without ``fcntl``)."""
     try:
         import fcntl
     except ImportError:
@@ -278,10 +264,8 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
-    """``{prefix}_rough``: a timed row whose interval lies above that of a bigger batch size of
-    the same model, dtype, mode, device and options, beyond both intervals (more work does
-    not take less time: ``timing.agreement.neighbour_disagreements``); each such row warned
-    about once, its note in ``frame.attrs["notes"]``."""
+    """``{prefix}_rough``: a timed row above a bigger batch size's of the same model, dtype,
+    mode, device and options, beyond both intervals; warned once, noted in ``attrs["notes"]``."""
     median, low, high = (frame[f"{prefix}_{k}_ms"] for k in ("median", "ci_low", "ci_high"))
     # rows saved before latency_n was recorded (a resumed sweep) have no count: 0
     n = frame.get(f"{prefix}_n", pd.Series(0, index=frame.index)).fillna(0)

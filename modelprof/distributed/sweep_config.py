@@ -37,12 +37,8 @@ _DEFAULTS = {"batch_size": [1], "dtype": ["float32"], "mode": ["forward"]}
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
-    """One configuration of a sweep: what one ``profile()`` call measures.
-
-    ``timing=False`` (counting only) runs on ``meta``: the model is built there, so no memory
-    or compute goes to weights. ``options`` are further ``profile()`` keywords, kept as sorted
-    ``(name, value)`` pairs so that the configuration is hashable and its key stable.
-    """
+    """What one ``profile()`` call measures (``timing=False``: counted on ``meta``). ``options``
+    are further ``profile()`` keywords as sorted pairs, so the configuration hashes stably."""
 
     model: str
     batch_size: int = 1
@@ -62,7 +58,7 @@ class SweepConfig:
 
     @property
     def key(self) -> str:
-        """Canonical JSON of the configuration: what a result file is matched against."""
+        """Canonical JSON: what a result file is matched against."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @property
@@ -86,9 +82,8 @@ class SweepConfig:
 
 
 def load_sweep(source: Any, *, options: Collection[str] | None = None) -> list[SweepConfig]:
-    """The configurations of ``source``: a ``.json``/``.toml`` path, a dict (one grid) or a list
-    of dicts (several grids), in expansion order, duplicates dropped (the first kept).
-    ``options``: the keywords a grid's ``options`` may use (None: any)."""
+    """The configurations of ``source`` (a ``.json``/``.toml`` path, a dict or a list of dicts)
+    in expansion order, duplicates dropped; ``options``: the keywords a grid may use (None: any)."""
     origin = str(source) if isinstance(source, (str, Path)) else "sweep"
     try:
         data = _read_file(Path(source)) if isinstance(source, (str, Path)) else source
@@ -170,16 +165,7 @@ def _expand(
     size = _input_size(grid.get("input_size"), where)
     options = _options(grid.get("options", {}), where, known)
     return [
-        SweepConfig(
-            model=m,
-            batch_size=b,
-            dtype=d,
-            mode=mode,
-            timing=timing,
-            device=device,
-            input_size=size,
-            options=options,
-        )
+        SweepConfig(m, b, d, mode, timing, device, size, options)
         for m, b, d, mode in itertools.product(
             axes["model"], axes["batch_size"], axes["dtype"], axes["mode"]
         )
@@ -322,8 +308,7 @@ def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tup
 
 
 def _plain(value: Any) -> bool:
-    """A number, string, bool or None, or a list of such: what a file can hold and a hash can
-    take (a nested table would make the configuration unhashable)."""
+    """A number, string, bool or None, or a list of such (a nested table would not hash)."""
     if isinstance(value, (list, tuple)):
         return all(_plain(v) for v in value)
     return value is None or isinstance(value, (bool, int, float, str))

@@ -1,12 +1,7 @@
 """How the ranks of a sweep meet: a barrier, an all-gather of rows and a shared count of
-finished configurations.
-
-Under ``torchrun`` the ranks meet on torchrun's own key-value store (``MASTER_ADDR`` /
-``MASTER_PORT``, the ``env://`` rendezvous), *not* on a process group: every configuration is
-then profiled exactly as in one process, and ``profile()`` sees no group whose ranks it would
-have to keep in step (the ranks of a sweep run different models at different times). Where the
-caller has initialised a process group already, the sweep meets on it instead (a gloo subgroup
-when its backend is not gloo), and timed configurations are refused (see :func:`open_ranks`).
+finished configurations. Under ``torchrun`` they meet on its key-value store, not a process
+group, so each configuration is profiled as in one process; under a group the caller made,
+on that group (gloo), where timing is refused (:func:`open_ranks`).
 """
 
 from __future__ import annotations
@@ -94,7 +89,7 @@ class StoreRanks:
         keys = [f"{name}/{r}" for r in range(world)]
         self._wait(keys, "for the other ranks' results")
         parts = [json.loads(self.store.get(k)) for k in keys]
-        # rank 0 may host the store (outside torchrun's agent): it leaves only once all have read
+        # rank 0 may host the store: it leaves only once all have read
         self.store.add(f"{name}/read", 1)
         if self.ranks.rank == 0:
             self._wait_count(f"{name}/read", world)
@@ -143,7 +138,7 @@ class GroupRanks:
 
 
 def env_int(name: str, default: int) -> int:
-    """An integer environment variable (torchrun's ``RANK``, ``WORLD_SIZE``...), checked."""
+    """An integer environment variable, checked."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -155,9 +150,8 @@ def env_int(name: str, default: int) -> int:
 
 @contextlib.contextmanager
 def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks | GroupRanks]:
-    """Meet the other ranks: on the caller's process group if one is initialised, on
-    torchrun's store when ``WORLD_SIZE`` > 1, else alone. ``timed``: whether the sweep times
-    anything (refused under the caller's group, whose ranks ``profile()`` keeps in step)."""
+    """Meet the other ranks: on the caller's process group, on torchrun's store when
+    ``WORLD_SIZE`` > 1, else alone. ``timed`` (the sweep times): refused under a group."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         if timed:
             raise ModelProfError(

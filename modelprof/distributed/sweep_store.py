@@ -1,6 +1,5 @@
-"""A sweep's results on disk: one JSON file per finished configuration, written atomically
-(a temporary file in the same folder, then a rename), so a killed sweep leaves only whole files
-and a rerun skips what they hold. The combined table is written once, by rank 0."""
+"""A sweep's results on disk: one JSON file per finished configuration, written atomically (a
+killed sweep leaves only whole files, which a rerun skips), and the combined table."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def make_folder(folder: Path, label: str) -> None:
-    """Create ``folder`` and its parents; refuse, naming ``label`` (``--out 'x'``), a folder under
-    a file or one where nothing can be written."""
+    """Create ``folder``; refuse, naming ``label``, one under a file or not writable."""
     existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ModelProfError(f"{label}: {str(existing)!r} is a file, not a directory")
@@ -59,16 +57,14 @@ class ResultStore:
     def __init__(
         self, out: str | os.PathLike[str], csv_text: Callable[[pd.DataFrame], str]
     ) -> None:
-        """``csv_text``: the exporters' CSV writer (``modelprof.render.csvio.to_csv``), which
-        the combined table is written with, as every table is."""
+        """``csv_text``: the exporters' CSV writer (``render.csvio.to_csv``)."""
         self.out = Path(out)
         self.csv_text = csv_text
         self.folder = self.out / "configs"
         make_folder(self.folder, f"out={str(self.out)!r}")
 
     def check(self, configs: Iterable[SweepConfig]) -> None:
-        """Refuse, before anything runs, a result path that something other than a file holds
-        (a folder named like a configuration's result)."""
+        """Refuse, before anything runs, a result path held by something other than a file."""
         for config in configs:
             path = self.path(config)
             if path.exists() and not path.is_file():
@@ -95,8 +91,7 @@ class ResultStore:
         _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
     def write_table(self, frame: pd.DataFrame) -> list[Path]:
-        """``sweep.csv`` (raw numbers, by the CSV writer of every table) and ``sweep.json``
-        (records), each atomically."""
+        """``sweep.csv`` and ``sweep.json`` (records), each atomically."""
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
         _write(csv_path, self.csv_text(frame))
         records = [_plain(r) for r in frame.to_dict(orient="records")]
