@@ -1,12 +1,9 @@
-"""The per-rank table without the ranks: a fake process group in this one process.
-
-``profile_sharded(build, input_size, world_size=8, rank=3)`` starts PyTorch's fake process group
-(collectives return at once and move nothing, but every op and its shapes are those of rank 3 of
-8), calls ``build()`` under ``torch.device("meta")`` — the user's own code that makes the model
-and applies ``fully_shard`` / ``parallelize_module`` / DDP, as they would under torchrun — and
-profiles the result with ``timing=False``. FSDP2 refuses to run on meta parameters, so a model
-left on meta is materialised as *fake* tensors (``FakeTensorMode``: shapes, no memory). This is
-how a model too large for any one machine is sized per rank from a laptop.
+"""The per-rank table without the ranks: ``profile_sharded(build, input_size, world_size=8,
+rank=3)`` starts PyTorch's fake process group (collectives move nothing; every op has rank 3's
+shapes), calls the user's ``build()`` (sharding or parallelising as under torchrun) under
+``torch.device("meta")`` and profiles the result with ``timing=False``, a model left on meta
+as fake tensors (FSDP2 refuses meta parameters). A model too large for any machine, sized per
+rank from a laptop.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> None:
 
 
 def _plan_mismatch(caught: list) -> None:
-    """A plan entry ``parallelize_module`` skipped (it names no module of the model) is an
-    error, not a warning: the table would silently be that of another parallelisation."""
+    """A plan entry ``parallelize_module`` skipped is an error, not a warning: the table would
+    be another parallelisation's."""
     for w in caught:
         text = str(w.message)
         if "Parallelize plan key" in text and "skipping" in text:
@@ -70,12 +67,10 @@ def profile_sharded(
 ) -> Any:
     """Profile rank ``rank`` of ``world_size`` from one process (see the module docstring).
 
-    ``build()`` runs under ``torch.device(device)`` (``"meta"``: no memory; DDP, which
-    broadcasts real values when it is built, needs ``device="cpu"``). ``inputs`` may be a
-    callable, called in the same device and fake-tensor context as the model. Other options go
-    to ``profile`` (``backward=True``, ``view="global"``, ``batch_size``...).
+    ``build()`` runs under ``torch.device(device)`` (``"meta"``: no memory; DDP needs
+    ``device="cpu"``). ``inputs`` may be a callable, called in the model's device and
+    fake-tensor context. Other options go to ``profile`` (``backward=True``, ``view="global"``...).
     """
-
     _check(world_size, rank, build, profile_options)
     if dist.is_initialized():
         raise ModelProfError(
@@ -86,8 +81,7 @@ def profile_sharded(
     dist.init_process_group("fake", store=compat.fake_store(), rank=rank, world_size=world_size)
     try:
         try:
-            # FSDP's default mesh follows the machine's GPU; a model built on meta or the CPU
-            # runs on the CPU here, so its mesh is the CPU's too
+            # FSDP's default mesh follows the GPU; a model on meta or the CPU runs on the CPU
             pin = (
                 compat.default_mesh_on_cpu()
                 if torch.device(device).type in ("meta", "cpu")
@@ -107,14 +101,12 @@ def profile_sharded(
             ) from e
         if not isinstance(model, nn.Module):
             raise ModelProfError(f"build() returned {type(model).__name__}, not a module")
-        context = contextlib.nullcontext()
-        if _on_meta(model):
-            context = compat.FakeTensorMode(allow_non_fake_inputs=True)
-        with context:
-            run_device = device
-            if _on_meta(model):
+        on_meta = _on_meta(model)
+        fake = compat.FakeTensorMode(allow_non_fake_inputs=True) if on_meta else None
+        with fake or contextlib.nullcontext():
+            run_device = "cpu" if on_meta else device
+            if on_meta:
                 model.to_empty(device="cpu")  # fake tensors: shapes on cpu, no memory
-                run_device = "cpu"
             if callable(inputs):
                 with torch.device(run_device):
                     inputs = inputs()

@@ -1,8 +1,6 @@
 """``sweep``: ``profile()`` over many configurations (models × batch sizes × dtypes × modes),
-in one process or dealt across ``torchrun`` ranks, into one resumable DataFrame.
-
-The file format is :mod:`modelprof.distributed.sweep_config`, the dealing, locks, files and
-gathering :mod:`modelprof.distributed.sweep`; this module is what one configuration measures.
+in one process or across ``torchrun`` ranks, into one resumable DataFrame; this module is what
+one configuration measures (the format: ``distributed.sweep_config``, the run: ``.sweep``).
 """
 
 from __future__ import annotations
@@ -39,26 +37,23 @@ def sweep(
 ) -> pd.DataFrame:
     """Profile every configuration of ``config``; return one row per configuration.
 
-    ``config`` is a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts: see
-    :mod:`modelprof.distributed.sweep_config`. Counting-only configurations build and count
-    their model on ``meta``; timed ones run after all counting, one at a time per device.
-    ``out`` is the folder for the per-configuration files (what makes a sweep resumable) and
-    the combined ``sweep.csv``/``sweep.json`` (written by rank 0); ``resume=False`` runs
-    everything again, ``retry_failed=True`` the failed configurations. Under ``torchrun``
-    (``WORLD_SIZE`` > 1) configuration ``i`` runs on rank ``i % WORLD_SIZE``; the ranks meet on
-    torchrun's store, and ``timeout_s`` bounds every wait for another rank. Every rank returns
-    the whole frame; rank 0 alone shows the progress bar (``progress=True``). ``on_config`` is
-    called with each configuration this rank finished (or found done) and its row.
+    ``config``: a ``.json``/``.toml`` file, a dict (one grid) or a list of dicts
+    (:mod:`modelprof.distributed.sweep_config`). Counting-only configurations run on ``meta``;
+    timed ones after all counting, one at a time per device. ``out``: the folder of the
+    per-configuration files (what makes a sweep resumable) and ``sweep.csv``/``sweep.json``;
+    ``resume=False`` runs everything again, ``retry_failed=True`` the failed configurations.
+    Under ``torchrun`` configuration ``i`` runs on rank ``i % WORLD_SIZE`` and ``timeout_s``
+    bounds every wait for another rank; every rank returns the whole frame, rank 0 alone shows
+    the progress bar. ``on_config`` gets each configuration this rank finished (or found done)
+    and its row.
 
-    Columns: the configuration (``model, batch_size, dtype, mode, timing, device``),
-    ``input_shape``, ``status`` (``ok``/``error``), ``error``, the counted totals
-    (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``, in backward mode
-    ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where a row has
-    none), the latency columns (and ``threads``) of timed configurations (``latency_rough``:
-    the row's interval lies above a bigger batch size's of the same model, dtype, mode and
-    options, beyond both: warned, and in ``frame.attrs["notes"]``), ``options``,
-    ``warnings`` (what ``profile()`` warned, which a sweep does not print), and ``rank``,
-    ``host``, ``start_time`` (Unix seconds), ``wall_s``: who ran it, when, and for how long.
+    Columns: the configuration, ``input_shape``, ``status`` (``ok``/``error``), ``error``, the
+    counted totals (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``; in
+    backward mode ``backward_macs, backward_flops, saved_bytes``; whole numbers, ``<NA>`` where
+    a row has none), the latency columns (and ``threads``) of timed configurations
+    (``latency_rough``: above a bigger batch size's of the same model, dtype, mode and options,
+    beyond both intervals), ``options``, ``warnings`` (what ``profile()`` warned), and ``rank``,
+    ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
     configs = load_sweep(config, options=profile_keywords())
     check_options(resume, retry_failed, progress, timeout_s)
@@ -76,7 +71,7 @@ def sweep(
 
 
 def profile_keywords() -> set[str]:
-    """The keywords ``profile()`` takes, its timing options included (a grid's ``options``)."""
+    """The keywords ``profile()`` takes, timing options included (a grid's ``options``)."""
     return set(inspect.signature(profile).parameters) | set(OPTION_NAMES)
 
 
@@ -97,7 +92,7 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     )
     totals = report.totals
     row: dict[str, Any] = {"input_shape": report.input_shape}
-    if report.caught_on_meta:  # counted, but maybe not the branch a real device takes
+    if report.caught_on_meta:  # maybe not the branch a real device takes
         row["status"] = "differs"
         row["error"] = (
             "on meta the forward caught an op that raised there and took another branch: "
@@ -126,10 +121,8 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
 
 
 def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:
-    """The model of ``spec`` with its default input size, built on meta for a sweep on
-    ``device="meta"`` (a model whose construction needs real values is built on the CPU, and
-    profile(device="meta") takes a meta copy of it; a spec that is wrong fails there again,
-    with its own message)."""
+    """The model of ``spec`` and its default input size, built on meta when ``on_meta`` (else,
+    or when that fails, on the CPU: profile takes a meta copy, and a bad spec fails there)."""
     if on_meta:
         with contextlib.suppress(Exception), torch.device("meta"):
             model, _, size = load_model(spec)
