@@ -11,12 +11,13 @@ Sampling (``collect``) takes *blocks* of back-to-back calls of about ``BLOCK_S``
 samples; otherwise blocks come until the block-aware 95 % interval of the median
 (``modelprof.timing.stats``) is within ``±precision``, after ``min_samples`` samples in
 ``min_blocks`` blocks ("precision"), within ``budget_s`` of sampling (warm-up and compilation not
-included, "budget") and ``max_samples``. From ``SPREAD_MIN_BLOCKS`` blocks on, sampling stops early
-("spread") when the precision would take more than ``SPREAD_MARGIN`` times the budget
-(``needed_s``, an estimate that errs on the short side). A budget that ends below ``min_samples``
-is extended by at most ``FLOOR_EXTEND_S`` seconds (per candidate; ``hold_floor``); what is still
-short is ``undersampled`` on the Measurement. ``collect_interleaved`` measures several callables in
-rounds of one block each, in a shuffled order per round.
+included, "budget") and ``max_samples``. From ``SPREAD_MIN_BLOCKS`` blocks on (fewer give too rough
+an estimate), sampling stops early ("spread") when the precision would take more than
+``SPREAD_MARGIN`` times the budget (``needed_s``, an estimate that errs on the short side; the
+margin absorbs its noise). A budget that ends below ``min_samples`` is extended by at most
+``FLOOR_EXTEND_S`` seconds (per candidate; ``hold_floor``); what is still short is ``undersampled``
+on the Measurement. ``collect_interleaved`` measures several callables in rounds of one block each,
+in a shuffled order per round.
 """
 
 from __future__ import annotations
@@ -87,12 +88,8 @@ DEFAULT_MAX_SAMPLES = 100_000
 DEFAULT_MIN_BLOCKS = 6
 BLOCK_S = 0.1
 MAX_BLOCK = 1000
-#: The most seconds sampling goes on past ``budget_s`` (per candidate) to reach ``min_samples``.
 FLOOR_EXTEND_S = 30.0
-#: "spread" stops when the precision would take more than this many budgets (the margin absorbs
-#: the noise of an estimate from a few blocks) ...
 SPREAD_MARGIN = 2.0
-#: ... judged from this many blocks on (and ``min_blocks``): an estimate from fewer is too rough.
 SPREAD_MIN_BLOCKS = 8
 #: The degrees of freedom beyond which the t quantile is taken as constant (``needed_s``).
 _T_DF_CAP = 1000
@@ -104,10 +101,14 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def _real(value: Any) -> bool:
+    """A finite int or float (a bool is not a number here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_seconds(name: str, value: Any, allow_zero: bool, what_zero: str = "") -> float:
     """``value`` as seconds, or a ModelProfError naming it (``what_zero``: what 0 means)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
+    if not _real(value) or value < 0 or (value == 0 and not allow_zero):
         raise ModelProfError(
             f"{name}={value!r} must be a number of seconds {'>= 0' if allow_zero else '> 0'}"
             + (f" (0: {what_zero})" if what_zero else "")
@@ -171,13 +172,7 @@ class StopRule:
         floor_extend_s: float | None = None,
     ) -> StopRule:
         rep = None if repeat is None else check_int("repeat", repeat, 1)
-        ok = (
-            isinstance(precision, (int, float))
-            and not isinstance(precision, bool)
-            and math.isfinite(precision)
-            and 0 < precision < 1
-        )
-        if not ok:
+        if not (_real(precision) and 0 < precision < 1):
             raise ModelProfError(
                 f"precision={precision!r} must be a relative half-width in "
                 "(0, 1), e.g. 0.01 for a median within ±1 %"
