@@ -721,9 +721,8 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
         per_call, source = calibrated.per_call_ms * len(keys), "chain"
     else:
         per_call, source = _paired_median(sampled.samples_ms, plain), "model"
-        if inst.cpu_ms is not None:
-            cpu_inst, cpu_plain = inst.cpu_ms
-            per_call = min(per_call, _paired_median(cpu_inst, cpu_plain))
+        if inst.cpu_ms is not None:  # (instrumented, plain) thread CPU times
+            per_call = min(per_call, _paired_median(*inst.cpu_ms))
     per_call = max(0.0, per_call) / len(keys)
     return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
 
