@@ -1,15 +1,10 @@
 """From call records to table rows, and the two table styles (modelprof, torchstat).
 
-Rows come in execution order, one per module call. A parent's numbers aggregate its subtree.
-Ops a parent runs itself (a residual add in a ResNet block, ViT's class token concat) go to a
-pseudo-child row ``<parent>.(self)`` placed after the parent's last child, so that the *leaf*
-rows (calls that called no other module, and the ``(self)`` rows) add up to the totals.
-
-Communication (under a process group): the collectives a call ran itself go to a pseudo-child
-row ``<call>.(communication)`` placed after the call's subtree (and its ``(self)`` row), a leaf
-whose compute columns are 0; a parent's row aggregates the collectives of its subtree. Columns
-``comm_*`` (forward) and ``backward_comm_*`` (the backward run by the call's autograd nodes; DDP's
-gradient all-reduce on the root's row): see ``modelprof.counting.collectives``.
+Rows come in execution order, one per module call; a parent's numbers aggregate its subtree. Ops
+a parent runs itself (a ResNet block's residual add) go to a pseudo-child row ``<parent>.(self)``
+after its last child, and the collectives a call ran itself to a ``<call>.(communication)`` row
+(no compute; ``modelprof.counting.collectives``) after its subtree, so that the *leaf* rows add up
+to the totals.
 
 Bytes: a leaf call reads its inputs and the parameters it owns and writes its outputs
 (torchstat's MemRead/MemWrite); a ``(self)`` row reads and writes what its ops read and wrote.
@@ -62,6 +57,7 @@ COMM_COLUMNS = registry.names("comm")
 BACKWARD_COMM_COLUMNS = registry.names("backward_comm")
 COMM_ADDITIVE = (*registry.names("comm", counted=True), *BACKWARD_COMM_COLUMNS)
 COMM_SUFFIX = "(communication)"
+_COMM_SUMMARY = ("comm_calls", "comm_bytes", "comm_traffic_bytes", "comm_kind", "comm_group_size")
 _TS = registry.names("torchstat")  # torchstat's order; its "params" follows the shapes
 TORCHSTAT_COLUMNS = (*_TS[:3], "params", *_TS[3:])
 SELF_SUFFIX = "(self)"
@@ -122,24 +118,13 @@ class Row:
 
     def comm_value(self, column: str) -> int | str:
         """One of ``COMM_COLUMNS`` / ``BACKWARD_COMM_COLUMNS`` for this row."""
-        backward = column.startswith("backward_")
-        calls, payload, traffic, kinds, group = comm_summary(
-            self.backward_comm if backward else self.comm
-        )
-        key = column.removeprefix("backward_")
-        return {
-            "comm_calls": calls,
-            "comm_bytes": payload,
-            "comm_traffic_bytes": traffic,
-            "comm_kind": kinds,
-            "comm_group_size": group,
-        }[key]
+        table = self.backward_comm if column.startswith("backward_") else self.comm
+        return comm_summary(table)[_COMM_SUMMARY.index(column.removeprefix("backward_"))]
 
 
 def count_column(values: Sequence[int]) -> np.ndarray:
-    """A column of exact counts: int64, or float64 when a count does not fit in int64 (above
-    2**63 - 1, e.g. the FLOPs of a huge model at a huge batch): the column stays numeric, and
-    the exact integers remain in ``Report.totals`` and the rows."""
+    """A column of exact counts: int64, or float64 when a count does not fit in int64 (the
+    exact integers remain in ``Report.totals`` and the rows)."""
     ints = [int(v) for v in values]
     if all(-(2**63) <= v < 2**63 for v in ints):
         return np.array(ints, dtype="int64")
@@ -151,8 +136,8 @@ def _self_name(name: str) -> str:
 
 
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
-    """Rows from records; ``force_self`` names parents that get a ``(self)`` row even when their
-    own forward ops cost nothing (their autograd nodes do, in the backward)."""
+    """Rows from records; ``force_self``: parents that get a ``(self)`` row even when their own
+    forward ops cost nothing (their autograd nodes do)."""
     n = len(records)
     readings = _readings(records)
     force_self = {*force_self, *_own_readings(records, readings)}
@@ -203,8 +188,8 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
 
 
 def _readings(records: Sequence[CallRecord]) -> dict[str, list]:
-    """The instruments' per-call readings (``CallRecord.values``), by declared column: an own
-    reading a call did not give (it raised) is 0, an inclusive one None."""
+    """The instruments' per-call readings by declared column; a reading a call did not give
+    (it raised) is 0 if own, None if inclusive."""
     present = {k for r in records if r.values for k in r.values}
     out = {}
     for name in registry.names():
@@ -272,8 +257,8 @@ def _column_sums(a: tuple, b: tuple) -> tuple:
 
 
 def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
-    """The ``(self)`` row (its own ops, where it has any or is forced) and the
-    ``(communication)`` row (its own collectives) of call ``pr``, placed after its subtree."""
+    """The ``(self)`` row (where it has own ops or is forced) and the ``(communication)`` row
+    of call ``pr``."""
     out = []
     if part is not None and (any(part) or force):
         params, macs, flops, madd, read, write = part
@@ -338,10 +323,8 @@ def has_comm(rows: Sequence[Row]) -> tuple[bool, bool]:
 
 
 def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
-    """(record index, is a (self) row, is a leaf) of each row: what a pass that produces columns
-    needs to know of the table. A ``(communication)`` row's record index is negated minus one
-    (``-1 - index``): no pass's per-call columns are its (timing/columns.py gives it its
-    collectives' own time)."""
+    """(record index, is a (self) row, is a leaf) of each row, for a pass that produces columns;
+    a ``(communication)`` row's index is ``-1 - index`` (no pass's per-call columns are its)."""
     return [
         (-1 - r.record if r.kind == "communication" else r.record, r.is_self, r.leaf) for r in rows
     ]
@@ -350,8 +333,8 @@ def row_keys(rows: Sequence[Row]) -> list[tuple[int, bool, bool]]:
 def join_rows(
     rows: Sequence[Row], column_sets: Sequence[Sequence[dict]] = (), extra: Sequence[dict] = ()
 ) -> list[Row]:
-    """The table, joined once: the counted ``rows`` with each pass's columns (one dict per row,
-    in row order), then the ``extra`` rows (the training step's, given as fields)."""
+    """The counted ``rows`` with each pass's columns (one dict per row, in row order), then the
+    ``extra`` rows (the training step's, given as fields)."""
     for columns in column_sets:
         if len(columns) != len(rows):
             raise ValueError(f"{len(columns)} column dicts for {len(rows)} rows")
@@ -424,9 +407,7 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
             dtype="float64",
         )
     measured_memory = any(not np.isnan(r.peak_memory_bytes) for r in rows)
-    for k in TIMING_COLUMNS:
-        # peak memory comes from an allocator that keeps one (CUDA's); on the CPU it would be
-        # a column of NaNs, so it is left out
+    for k in TIMING_COLUMNS:  # peak memory only where an allocator kept one (CUDA's)
         if (timed and k != "peak_memory_bytes") or (k == "peak_memory_bytes" and measured_memory):
             df[k] = np.array([getattr(r, k) for r in rows], dtype="float64")
     if any(not np.isnan(r.backward_latency_ms) for r in rows):
@@ -438,9 +419,8 @@ def modelprof_frame(rows: Sequence[Row], timed: bool) -> pd.DataFrame:
 
 
 def _instrument_columns(rows: Sequence[Row]) -> dict[str, object]:
-    """The declared columns instruments filled (``Row.values``), in declaration order: a bool
-    column's missing cells are False, a count column stays exact where every row has one, the
-    rest are float64 with NaN where a row was not measured (a ``(communication)`` row)."""
+    """The declared columns instruments filled (``Row.values``), in declaration order; a
+    missing cell is False, "" or NaN (a count column stays exact where every row has one)."""
     present = {k for r in rows if r.values for k in r.values}
     out: dict[str, object] = {}
     for name in registry.names():
