@@ -1,24 +1,20 @@
 """The training step in the table: backward columns on every row, and two rows of its own.
 
-Columns (``profile(..., backward=True)``), per row as the forward's: a parent aggregates its
-subtree, a ``(self)`` row holds what the parent's own autograd nodes did, leaf rows add up to
-``report.totals``.
+Columns (``profile(..., backward=True)``), per row as the forward's (a parent aggregates its
+subtree, a ``(self)`` row holds what the parent's own autograd nodes did):
 
     backward_macs, backward_flops   the ops autograd ran for the nodes the call's forward created
                                     (``formulas/backward.py`` for the conventions)
     saved_bytes                     bytes of the tensors autograd kept from the call's forward
-                                    for the backward (activations; each storage once;
-                                    parameters and buffers not counted)
+                                    (each storage once; parameters and buffers not counted)
     backward_latency_ms, _std_ms    median / std over the instrumented backward passes; a
                                     ``(communication)`` row's are its call's collectives' own
-                                    stamps (``modelprof.timing.comm``), taken out of the call's
-                                    leaf or ``(self)`` row
+                                    stamps, taken out of the call's leaf or ``(self)`` row
     backward_latency_pct            share of the median instrumented backward pass
 
-Two rows after the model's: ``(loss)`` — its forward columns are the loss function's, its backward
-columns the loss's backward (and the seed gradient); ``(optimizer)`` — its forward columns are the
-step's (flops and bytes per ``formulas/optim.py``, latency = the step's median), backward 0. Both
-are leaves, so ``totals["flops"] + totals["backward_flops"]`` is the whole training step.
+Two leaf rows after the model's: ``(loss)`` (the loss function; its backward and the seed
+gradient) and ``(optimizer)`` (the step, per ``formulas/optim.py``; backward 0), so
+``totals["flops"] + totals["backward_flops"]`` is the whole training step.
 """
 
 from __future__ import annotations
@@ -98,7 +94,7 @@ def step_columns(
     keys: Sequence[RowKey], records: Sequence[CallRecord], cost: StepCost, timing: Any = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], TrainingStep]:
     """The backward columns of each row (``keys``: the rows' record and (self) flag, in table
-    order), the fields of the (loss) and (optimizer) rows, and the step; see the module doc."""
+    order), the fields of the (loss) and (optimizer) rows, and the step."""
     n = len(records)
     own = np.array([[c.macs, c.flops] for c in cost.backward], dtype=np.float64).reshape(n, 2).T
     own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
@@ -128,8 +124,7 @@ def step_columns(
             own_time = is_self or not records[i].children  # a (self) row or a leaf
             s = calls[:, i] if own_time else inc_time[:, i]
             if comm is not None and own_time:
-                # the call's collectives are its (communication) row's; a span on a stream
-                # of its own (FSDP2 on CUDA) may exceed the call's stretch: never below 0
+                # a collective on a stream of its own (FSDP2 on CUDA) may outlast the call
                 s = np.maximum(s - comm[:, i], 0.0)
             col.update(_times(s, total))
         columns.append(col)
@@ -140,8 +135,8 @@ def step_columns(
 
 
 def _comm_split(keys: Sequence[RowKey], timing: Any) -> np.ndarray | None:
-    """Per pass, the collectives' ms of each call that has a ``(communication)`` row (zero
-    for the others: where no row shows it, a collective's time stays in its call's rows)."""
+    """Per pass, the collectives' ms of each call that has a ``(communication)`` row, zero for
+    the others (their collectives' time stays in the call's rows)."""
     stamped = getattr(timing, "comm_ms", None)
     if stamped is None:
         return None
@@ -161,27 +156,13 @@ def _times(samples: np.ndarray, total: float) -> dict[str, float]:
     }
 
 
-def _step_row(name: str, type_: str, kind: str, **fields: Any) -> dict[str, Any]:
-    """The fields of a training-step row: a leaf at depth 0 with no record of its own."""
-    return dict(
-        module=name,
-        type=type_,
-        call=1,
-        depth=0,
-        leaf=True,
-        params=0,
-        record=-1,
-        kind=kind,
-        **fields,
-    )
-
-
 def _loss_row(cost: StepCost, timing: Any, total: float) -> dict[str, Any]:
+    """The (loss) row's fields: Row's defaults make it a leaf at depth 0 with no record."""
     f = cost.loss_forward
-    row = _step_row(
-        LOSS_ROW,
-        cost.loss_name,
-        "loss",
+    row = dict(
+        module=LOSS_ROW,
+        type=cost.loss_name,
+        kind="loss",
         input_shapes=list(cost.loss_input_shapes),
         output_shapes=[()],
         macs=f.macs,
@@ -207,16 +188,12 @@ def _loss_row(cost: StepCost, timing: Any, total: float) -> dict[str, Any]:
 
 def _optimizer_row(cost: StepCost, timing: Any) -> dict[str, Any]:
     o = cost.optimizer
-    row = _step_row(
-        OPTIMIZER_ROW,
-        o.name,
-        "optimizer",
-        input_shapes=[],
-        output_shapes=[],
-        macs=0,
+    row = dict(
+        module=OPTIMIZER_ROW,
+        type=o.name,
+        kind="optimizer",
         flops=o.flops,
         madd=o.flops,
-        output_bytes=0,
         read_bytes=o.read_bytes,
         write_bytes=o.write_bytes,
         torchstat_flops=o.flops,
