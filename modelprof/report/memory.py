@@ -1,15 +1,11 @@
 """An estimate of the memory a model needs, for inference and for a training step, from what
 the static pass saw (torchinfo's "estimated total size", itemised).
 
-Inference: parameters + buffers + inputs + the activations live at the busiest moment, taken as
-the largest working set of one leaf call (its inputs and outputs, which must coexist): a lower
-bound of the true peak, which also holds whatever later calls still need.
-
-A training step adds the gradients (one per trainable parameter element), the optimizer's
-state, and the tensors autograd saves for the backward: measured by ``profile(...,
-backward=True)`` (``saved_bytes``), else estimated as every leaf call's output (torchinfo's
-forward-pass convention). Without a profiled optimizer, ``optimizer_states`` state tensors per
-trainable parameter are assumed (2: Adam's m and v; SGD with momentum 1, plain SGD 0).
+Inference: parameters + buffers + inputs + the activations, taken as the largest working set of
+one leaf call (its inputs and outputs): a lower bound of the true peak. A training step adds the
+gradients, the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
+tensors per trainable parameter) and the tensors autograd saves for the backward: measured with
+``backward=True``, else every leaf call's output (torchinfo's convention).
 """
 
 from __future__ import annotations
@@ -92,10 +88,6 @@ def estimate_memory(
         ("gradients", 0, facts.trainable_param_bytes, "one per trainable parameter"),
         ("optimizer state", 0, state, state_how),
     ]
+    rows.append(("total", sum(r[1] for r in rows), sum(r[2] for r in rows), "sum"))
     df = pd.DataFrame(rows, columns=["component", "inference", "training_step", "how"])
-    total = pd.DataFrame(
-        [("total", int(df["inference"].sum()), int(df["training_step"].sum()), "sum")],
-        columns=df.columns,
-    )
-    out = pd.concat([df, total], ignore_index=True).set_index("component")
-    return out.astype({"inference": "int64", "training_step": "int64"})
+    return df.set_index("component").astype({"inference": "int64", "training_step": "int64"})
