@@ -1,19 +1,15 @@
 """Backward scope: which module call's forward created each autograd node.
 
-Autograd numbers every node it creates with a thread-local sequence number
-(``Node._sequence_nr()``; ``torch.autograd._get_sequence_nr()`` is the next one). The forward's
-module hooks note at every call boundary the next number and the call that runs from then on
+Autograd numbers every node it creates with a thread-local sequence number. The forward's module
+hooks note at every call boundary the next number and the call that runs from then on
 (``SeqMarks``); a node belongs to the call whose span holds its number: the innermost call running
-when autograd created it, the rule by which the forward counter charges ops. So every op the
-backward runs is charged to the call whose forward created the node running it, per call (a module
-used twice has two sets of nodes).
+when autograd created it, as the forward counter charges ops (a module used twice has two sets of
+nodes).
 
 ``AccumulateGrad`` nodes (where a leaf's gradient lands) carry no creation number: each belongs to
-the call that owns its tensor — the call of the first node (in creation order) that feeds it, i.e.
-the first call that used it. A leaf that receives gradients along several edges (a weight tied
-across two calls) gets them summed by the engine right after the node that delivers the last one;
-autograd runs the newest ready node first, so the last delivery comes from the first use: the sum
-lands in the owner's backward too.
+the first call that used its tensor (the call of the first node, in creation order, that feeds
+it). The engine sums a tied weight's gradients right after the last delivery, which comes from
+the first use (autograd runs the newest ready node first): the sum lands in the owner's backward.
 """
 
 from __future__ import annotations
@@ -86,13 +82,10 @@ class NodeTags:
 
     def call_of(self, node: Any) -> int:
         call = self.by_node.get(node)
-        if call is None:  # a node made during the backward itself (GraphRoot): the loss's
-            call = (
-                self.marks.call_of(compat.node_sequence_nr(node))
-                if not is_accumulate(node)
-                else LOSS
-            )
-        return call
+        if call is not None:
+            return call
+        # a node made during the backward itself (GraphRoot): the loss's
+        return LOSS if is_accumulate(node) else self.marks.call_of(compat.node_sequence_nr(node))
 
 
 def tag_graph(roots: Iterable[Any], marks: SeqMarks) -> NodeTags:
