@@ -1,11 +1,6 @@
-"""``Comparison``: what :func:`modelprof.compare` returns.
-
-A pandas DataFrame, one row per model, that behaves as pandas documents: its ``to_csv``,
-``to_json``, ``to_latex``, ``to_html`` and ``to_markdown`` are pandas' own, on the raw numbers.
-modelprof's humanised exports (``11.69 M``, ``3.10 ms``, ``0.0312×``, the environment as the
-caption, the compact columns unless ``columns=``) are under :attr:`Comparison.render`, so neither
-can be taken for the other. The notebook display is the humanised table.
-"""
+"""``Comparison``: what :func:`modelprof.compare` returns, a pandas DataFrame whose ``to_*`` are
+pandas' own (raw numbers); modelprof's humanised exports are under :attr:`Comparison.render`, so
+neither can be taken for the other."""
 
 from __future__ import annotations
 
@@ -23,11 +18,9 @@ __all__ = ["Comparison", "ComparisonRender"]
 
 class ComparisonRender(Exports):
     """modelprof's exporters of a comparison: ``to_<format>`` for every registered format
-    (:mod:`modelprof.render.formats`: ``to_markdown``, ``to_latex``, ``to_html``, ``to_text``
-    humanised in the compact columns, ``columns="all"`` for every one; ``to_csv``, ``to_json``
-    raw numbers that ``modelprof.render.read_csv``/``read_json`` read back), or
-    ``export(format, path)``. Each takes the view options of a report's exporters
-    (``columns``, ``top_k``, ``sort_by``, ``units``..., or ``view=ViewOptions(...)``)."""
+    (:mod:`modelprof.render.formats`; human ones in the compact columns unless ``columns=``),
+    or ``export(format, path)``, with a report's view options (``columns``, ``top_k``,
+    ``sort_by``, ``units``..., or ``view=ViewOptions(...)``)."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
         self._frame = frame
@@ -37,12 +30,8 @@ class ComparisonRender(Exports):
 
 
 class Comparison(pd.DataFrame):
-    """One row per model: totals, latency with its interval, ratios to the baseline (``*_x``).
-
-    Every pandas method is pandas' own (a derived frame is a plain ``DataFrame``, ``attrs``
-    kept); ``comparison.render.to_latex(...)`` and its siblings give modelprof's humanised
-    tables.
-    """
+    """One row per model: totals, latency with its interval, ratios to the baseline (``*_x``);
+    ``comparison.render.to_latex(...)`` and its siblings give modelprof's humanised tables."""
 
     @property
     def render(self) -> ComparisonRender:
@@ -52,7 +41,6 @@ class Comparison(pd.DataFrame):
     def plot_cost_latency(self, cost: str = "macs", **kw: Any) -> Any:
         """Cost against measured latency, one point per model with its 95 % interval
         (:func:`modelprof.report.plots.plot_cost_latency`); ``plot`` stays pandas'."""
-
         return plot_cost_latency(self, cost, **kw)
 
     def _repr_html_(self) -> str:

@@ -1,8 +1,6 @@
-"""The summary frames a user prints (``by_layer_type()``, ``memory_estimate()``,
-``phase_table()`` ...): ``pandas.DataFrame``s whose numbers stay numeric, shown whole and in
-human units (``1.82 G``, ``58.0 MiB``, ``3.1 ms``) by their ``repr`` and ``_repr_html_``, as a
-report's table is; pandas' default display would cut them to ``[4 rows x 12 columns]`` or
-``...`` and print bytes as ``60845888``."""
+"""The summary frames a user prints (``by_layer_type()``, ``memory_estimate()``...):
+``pandas.DataFrame``s whose numbers stay numeric, shown whole and in human units (``1.82 G``,
+``58.0 MiB``) by their ``repr`` and ``_repr_html_``, where pandas' display would cut them."""
 
 from __future__ import annotations
 
@@ -21,10 +19,7 @@ _CAPTION = "modelprof_caption"  # attrs key: a line shown above the table
 
 class WholeFrame(pd.DataFrame):
     """A ``pandas.DataFrame`` in every respect but its display: every row and column, in human
-    units. ``shown(df, units=..., caption=...)`` makes one.
-
-    Operations on it return plain DataFrames (``_constructor``), so the display stays with
-    the summary that was returned and does not spread to frames derived from it."""
+    units (``shown`` makes one). Frames derived from it are plain DataFrames."""
 
     @property
     def _constructor(self) -> type[pd.DataFrame]:

@@ -1,15 +1,11 @@
-"""What kind of layer a row is (``conv``, ``linear``, ``attention``, ``norm``, ...), for the
-per-layer-type summary (:meth:`modelprof.Report.by_layer_type`).
+"""What kind of layer a row is (``conv``, ``linear``, ``attention``, ``norm``, ...), for
+:meth:`modelprof.Report.by_layer_type`.
 
-A row is typed by its module class when that is a ``torch.nn`` layer this table knows (a
-``Conv2d`` is ``conv``), and otherwise by what it ran: first by the composition of its ops (a
-reduction with an inverse square root is a ``norm``, as Llama's and T5's RMSNorm are written;
-only elementwise ops with a nonlinearity such as ``tanh``, ``erf`` or ``sigmoid`` are an
-``activation``, as GPT-2's ``NewGELUActivation`` and QuickGELU are written), else the op with
-the most FLOPs among the ops the row executed itself. That is how a ``(self)`` row, which carries its parent's class, is typed by
-what it does: a ResNet block's residual add is ``elementwise``, not ``BasicBlock``; ViT's class
-token concat is ``data movement``; a custom block's ``F.scaled_dot_product_attention`` is
-``attention``.
+A row is typed by its module class when that is a ``torch.nn`` layer this table knows, else by
+what it ran: the composition of its ops (a reduction with an inverse square root is a ``norm``,
+as RMSNorm is written; only elementwise ops with a nonlinearity are an ``activation``, as GPT-2's
+GELU is), else the op with the most FLOPs. So a ``(self)`` row, which carries its parent's class,
+is typed by what it does (a ResNet block's residual add is ``elementwise``).
 """
 
 from __future__ import annotations
@@ -127,9 +123,8 @@ _FACTORIES = _names(
 
 
 def op_layer_type(op: str) -> str:
-    """The layer type of one aten op, given as ``"relu_.default"``, ``"aten.relu_.default"`` or
-    ``"relu_"``: the tables above first, then the op's ``pointwise`` tag (``elementwise``),
-    else ``other``."""
+    """The layer type of one aten op (``"aten.relu_.default"``, ``"relu_.default"``, ``"relu_"``):
+    the tables above, then the op's ``pointwise`` tag (``elementwise``), else ``other``."""
     base = op.removeprefix("aten.").split(".")[0]
     if base in _OP_TYPES:
         return _OP_TYPES[base]
@@ -170,10 +165,9 @@ def _composite_type(ops: Mapping[str, int]) -> str | None:
 
 
 def layer_type(module_type: str, ops: Mapping[str, int], *, is_self: bool = False) -> str:
-    """The layer type of a row: its ``torch.nn`` class when known (not for a ``(self)`` row,
-    which carries its parent's class), else the composition of its ops (a norm, an
-    activation), else its dominant op (most FLOPs; among ops without
-    FLOPs, the first that is not an allocation), else ``other``."""
+    """The layer type of a row: its ``torch.nn`` class when known (not for a ``(self)`` row),
+    else the composition of its ops, else its dominant op (most FLOPs; the first that is not an
+    allocation among ops without FLOPs), else ``other``."""
     if not is_self and module_type in _MODULE_TYPES:
         return _MODULE_TYPES[module_type]
     if is_self and module_type == "MultiheadAttention":

@@ -1,22 +1,17 @@
 """The training step, timed: forward, loss, backward and optimizer step end to end, and the
 backward per module call without per-layer synchronisation.
 
-* **Clean passes** (no hook anywhere): the clock of the device times each step's phases
-  ``[forward, loss, backward, optimizer]`` back to back (``Clock.time``: CUDA events, one
-  synchronize per chunk; ``perf_counter_ns`` on CPU); gradients are reset to ``None`` between steps,
-  untimed. Warm-up and the adaptive stop are the timer's (``sampler``), the stop judged on the
-  backward. With an optimizer, the parameters go back to their first values at the start of every
-  chunk (untimed), so that thousands of steps do not drift them anywhere unusual.
-* **Instrumented passes**, separate: a forward under module hooks notes autograd's sequence numbers
-  (``autograd_scope``); before the backward, every node of the graph gets a pre-hook that records
-  one pre-allocated stamp and notes the node's call. The time from one stamp to the next belongs to
-  the call of the node that opened it (its function, its hooks, and the engine's sums of the
-  gradients it produced). One synchronize per pass; elapsed times read afterwards. The report
-  states the instrumentation overhead (instrumented / clean backward).
+* **Clean passes** (no hook anywhere): the device's clock times each step's phases
+  ``[forward, loss, backward, optimizer]`` back to back; gradients are reset between steps,
+  untimed, and the adaptive stop is judged on the backward. With an optimizer, the parameters go
+  back to their first values at the start of every chunk, so that they do not drift.
+* **Instrumented passes**, separate: the forward notes autograd's sequence numbers
+  (``autograd_scope``); every node of the backward graph gets a pre-hook that records one
+  pre-allocated stamp, and the time to the next stamp belongs to the call of the node that opened
+  it. One synchronize per pass.
 * **Memory** (CUDA, or any ``MemoryStats``): the allocator's peak over one whole step.
 
-Everything runs on a copy of the model (the user's parameters, buffers, gradients and optimizer
-are never touched) and under a forked RNG.
+Everything runs on a copy of the model and under a forked RNG.
 """
 
 from __future__ import annotations
@@ -68,8 +63,7 @@ class StepTiming:
 
     ``calls_ms[p, c]`` is the exclusive backward time of call record ``c`` in instrumented pass
     ``p``; its last column is the loss's (and the engine's start). ``passes_ms`` is each
-    instrumented backward end to end.
-    """
+    instrumented backward end to end."""
 
     forward: Measurement
     loss: Measurement
@@ -154,8 +148,7 @@ class _Step:
     out: Any = None
     loss_value: torch.Tensor | None = None
 
-    def __post_init__(self) -> None:
-        # the optimizer steps the copy's parameters: each block starts from them as made
+    def __post_init__(self) -> None:  # each block starts from the parameters as made
         self.snapshot = Snapshot(self.params) if self.optimizer is not None else None
 
     def forward(self) -> None:
@@ -230,8 +223,6 @@ class _Instrumented:
         self.segments: list[tuple[np.ndarray, np.ndarray]] = []  # per pass: (columns, ms)
         self.nodes = 0
         # a model that communicates: its collectives' own stamps (timing/comm.py), per pass
-        # and column, and the stretch after the engine's last node (the final callbacks: DDP's
-        # wait for its bucket all-reduces, FSDP2's last reduce-scatters) is the root's
         self.comm = CommStamps(clock, self._comm_column) if communicates(step.model) else None
         self.ddp = is_ddp(step.model)
         self.comm_rows: list[np.ndarray] = []
@@ -266,8 +257,9 @@ class _Instrumented:
         return hook
 
     def _split(self, tags: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """The pass's per-column ms (the final stretch folded into the root's column); the
-        collectives' ms per column into ``comm_rows``."""
+        """The pass's per-column ms, the stretch after the engine's last node (the final
+        callbacks: DDP's and FSDP2's waits) folded into the root's; the collectives' ms per
+        column into ``comm_rows``."""
         n = self.n_calls
         row = np.bincount(tags, weights=d, minlength=n + 2)
         final = row[n + 1]
@@ -280,9 +272,8 @@ class _Instrumented:
             comm[0] += comm[n + 1]
             self.comm_rows.append(comm[: n + 1])
             return row
-        # DDP: its bucket all-reduces are counted on the root (a bucket spans modules), so
-        # their stamps move there from the call whose gradient filled the bucket; the final
-        # stretch (the reducer's finalize, which waits for them) is communication too
+        # DDP's bucket all-reduces are the root's (a bucket spans modules), and so is the final
+        # stretch (the reducer's finalize, which waits for them)
         moved = comm[1 : n + 1]
         row[1:] -= moved
         row[0] += moved.sum()
@@ -355,9 +346,8 @@ def _local_values(model: nn.Module) -> Snapshot:
 
 
 class StepTimer(Runner):
-    """Training steps of one model (on a copy), ready to be warmed up and sampled block by block,
-    alone (``time_step``) or interleaved with other models' (``compare_steps``). Use it as a
-    context manager: grad on, RNG forked, the CUDA device current."""
+    """Training steps of one model (on a copy), sampled block by block alone (``time_step``) or
+    interleaved with other models' (``compare_steps``); a context manager."""
 
     def __init__(
         self,
@@ -387,8 +377,7 @@ class StepTimer(Runner):
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
         self._saved: Snapshot | None = None
         if runner is self.base and communicates(self.base):
-            # never copied (DDP, FSDP2, DTensor): steps run on the model itself; its values are
-            # kept here and put back on exit (the state guard puts back .grad and buffers)
+            # never copied (DDP, FSDP2, DTensor): its values are put back on exit
             self._saved = _local_values(self.base) if spec.optimizer is not None else None
         elif runner is self.base:  # train-mode steps change buffers, .grad and parameters
             runner = copy_model(self.base, "time its training step", own_parameters=True)
@@ -483,8 +472,7 @@ class StepTimer(Runner):
 
     # -- instrumented passes and memory ---------------------------------------------------
     def instrument(self, n_calls: int) -> _Instrumented:
-        """The instrumented pass (``.one()`` runs one and returns its backward ms; ``.rows``
-        keeps each pass's per-call times), for callers that schedule passes themselves."""
+        """The instrumented pass (``.one()`` runs one), for callers that schedule passes."""
         return _Instrumented(self.step, module_names(self.runner), n_calls, self.clock)
 
     def instrumented(self, n_calls: int) -> tuple[_Instrumented, Sampled]:
@@ -517,15 +505,11 @@ def time_step(
     memory_stats: MemoryStats | bool | None = None,
     **timing_options: Any,
 ) -> StepTiming:
-    """Time training steps of (a copy of) ``model`` on ``inputs``; see the module doc.
+    """Time training steps of (a copy of) ``model`` on ``inputs``.
 
-    ``n_calls`` is the number of module calls the counted pass saw (``count_step``): the
-    instrumented passes check they make the same calls, in the same order. The clean and the
-    instrumented passes each stop by the timer's rule (``repeat``, or ``precision`` within
-    ``budget_s``; ``options``/keywords as ``modelprof.timing.options``). ``memory_stats``:
-    ``None`` = the CUDA allocator on CUDA, none elsewhere; ``False`` = off; or a
-    ``MemoryStats`` (its peak is reset).
-    """
+    ``n_calls``: the module calls the counted pass saw, which the instrumented passes must
+    repeat. ``options``/keywords as ``modelprof.timing.options``. ``memory_stats``: ``None`` =
+    the CUDA allocator on CUDA, none elsewhere; ``False`` = off; or a ``MemoryStats``."""
     t_begin = time.perf_counter()
     opts = TimingOptions.parse(options, **timing_options)
     memory_stats = MemoryStats.parse(memory_stats, inputs.device)
@@ -569,7 +553,6 @@ def compare_steps(
         if b.undersampled or base.undersampled:  # too few runs to rank: no ratio stated
             ratios.append((math.nan, math.nan, math.nan))
             continue
-        # the ratio of the medians shown beside it (as compare's latency_x), paired interval
         _, med = block_medians(b.samples_ms, b.blocks)
         ratios.append(ratio_of_medians(b.samples_ms, base.samples_ms, med, base_med, b.confidence))
     if opts.warn:
