@@ -347,10 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="table columns: modelprof's, or torchstat's (MAdd, MemRead, ...)",
     )
     p.add_argument(
-        "--depth",
-        type=int,
-        metavar="K",
-        help="show modules down to nesting depth K (default: all)",
+        "--depth", type=int, metavar="K", help="show modules down to nesting depth K (default: all)"
     )
     p.set_defaults(run=_run_profile)
 
@@ -364,9 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         "models", nargs="+", metavar="MODEL", help=f"the models to compare: {MODEL_HELP}"
     )
     c.add_argument(
-        "--baseline",
-        metavar="NAME",
-        help="the model ratios are taken against (default: the first)",
+        "--baseline", metavar="NAME", help="the model ratios are taken against (default: the first)"
     )
     c.add_argument(
         "--throughput",
@@ -482,13 +477,12 @@ class _Context:
             )
         # an empty --format '' names no format: refused, not ignored
         self.formats = parse_formats(args.format) if args.format is not None else ()
+        self.out: Path | None = None
         if self.formats or args.out is not None:
-            self.out: Path | None = args.out or Path(".")
+            self.out = args.out or Path(".")
             self.formats = self.formats or _DEFAULT_FORMATS
             _check_writers(self.formats)  # before any work: no half-written --out
             _prepare_out(self.out)  # before any work: a bad --out fails in a second
-        else:
-            self.out = None
         self.progress = bool(args.progress or _isatty(stderr)) and self.speaker
 
     def step_lines(self, say: Any) -> Any:
