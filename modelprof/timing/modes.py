@@ -5,6 +5,7 @@ cold-cache flush, each a small function or context manager that leaves the user'
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from modelprof.runtime.execution import (
     parse_amp,
     to_channels_last,
 )
-from modelprof.timing.peaks import _sysfs_caches
+from modelprof.timing.peaks import parse_cache_size
 
 __all__ = [
     "COMPILE_MODES",
@@ -87,8 +88,18 @@ def capture_cuda_graph(
 @functools.lru_cache(maxsize=1)
 def last_level_cache_bytes() -> int | None:
     """The CPU's largest cache (L3 usually) from sysfs, or None when unreadable."""
-    sizes = [size for _, size in _sysfs_caches(1)]
-    return max(sizes) if sizes else None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best = None
+    try:
+        for entry in os.listdir(base):
+            if not entry.startswith("index"):
+                continue
+            with open(os.path.join(base, entry, "size")) as f:
+                value = parse_cache_size(f.read())
+            best = value if best is None else max(best, value)
+    except (OSError, ValueError):
+        return best
+    return best
 
 
 def flush_bytes(device: torch.device) -> int:
