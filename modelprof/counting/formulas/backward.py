@@ -116,17 +116,20 @@ def norm_backward_cost(
     return Cost(0, flops=f * numel)
 
 
+def _affine_backward(x, weight, bias, batch_stats: bool, mask: list[bool]) -> Cost:
+    """A norm's backward whose weight or bias may be None: no gradient of what is absent."""
+    gi, gw, gb = mask
+    has_weight, has_bias = isinstance(weight, torch.Tensor), isinstance(bias, torch.Tensor)
+    return norm_backward_cost(
+        x.numel(), batch_stats, has_weight, gi, gw and has_weight, gb and has_bias
+    )
+
+
 @register_formula(aten.native_batch_norm_backward)
 def _batch_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
-    #  output_mask)
-    x, weight = args[1], args[2]
-    train = bool(args[7])
-    gi, gw, gb = _mask(args, kwargs, 9, 3)
-    has_weight = isinstance(weight, torch.Tensor)
-    return norm_backward_cost(
-        x.numel(), train, has_weight, gi, gw and has_weight, gb and has_weight
-    )
+    #  output_mask): a bias gradient only with a weight
+    return _affine_backward(args[1], args[2], args[2], bool(args[7]), _mask(args, kwargs, 9, 3))
 
 
 @register_present(*optional_ops("batch_norm_backward"))
@@ -148,25 +151,13 @@ def _backend_batch_norm_backward(args, kwargs, out) -> Cost:
 @register_formula(aten.native_layer_norm_backward)
 def _layer_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
-    x, weight, bias = args[1], args[5], args[6]
-    gi, gw, gb = _mask(args, kwargs, 7, 3)
-    return norm_backward_cost(
-        x.numel(),
-        True,
-        isinstance(weight, torch.Tensor),
-        gi,
-        gw and isinstance(weight, torch.Tensor),
-        gb and isinstance(bias, torch.Tensor),
-    )
+    return _affine_backward(args[1], args[5], args[6], True, _mask(args, kwargs, 7, 3))
 
 
 @register_formula(aten.native_group_norm_backward)
 def _group_norm_backward(args, kwargs, out) -> Cost:
-    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
-    x, weight = args[1], args[4]
-    gi, gw, gb = _mask(args, kwargs, 9, 3)
-    has_weight = isinstance(weight, torch.Tensor)
-    return norm_backward_cost(x.numel(), True, has_weight, gi, gw and has_weight, gb and has_weight)
+    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): bias as weight
+    return _affine_backward(args[1], args[4], args[4], True, _mask(args, kwargs, 9, 3))
 
 
 _RMS_BACKWARD = {
@@ -303,15 +294,8 @@ def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
     x, w_ih, w_hh = args[0], args[1], args[2]
     mode, hidden, has_biases = int(args[14]), int(args[15]), bool(args[17])
     tokens = x.numel() // x.shape[-1] if x.dim() else 0
-    return _rnn_backward_cost(
-        tokens,
-        [tuple(w_ih.shape), tuple(w_hh.shape)],
-        hidden,
-        GATE_MODE[mode],
-        1,
-        2 if has_biases else 0,
-        True,
-    )
+    shapes, biases = [tuple(w_ih.shape), tuple(w_hh.shape)], 2 if has_biases else 0
+    return _rnn_backward_cost(tokens, shapes, hidden, GATE_MODE[mode], 1, biases, True)
 
 
 @register_present(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
