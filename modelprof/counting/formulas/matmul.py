@@ -1,6 +1,5 @@
-"""Matrix products: mm, addmm, bmm, baddbmm, matrix-vector, dot (``linear``, ``matmul``,
-``einsum`` and ``@`` reach the dispatcher as these; in-place and ``out=`` variants share these
-formulas), grouped matmuls of mixture-of-experts layers, and pairwise distances (``cdist``)."""
+"""Matrix products (``linear``, ``matmul``, ``einsum`` and ``@`` reach the dispatcher as mm,
+addmm, bmm, baddbmm, mv, dot), grouped matmuls of mixture-of-experts layers, and ``cdist``."""
 
 from __future__ import annotations
 
@@ -184,26 +183,21 @@ def grouped_mm_cost(
     return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds, note=note)
 
 
-@register_present(*optional_ops("_grouped_mm"))
-def _grouped_mm(args, kwargs, out) -> Cost:
-    # (self, mat2, offs=None, bias=None, out_dtype=None)
-    offs, bias = arg(args, kwargs, 2, "offs"), arg(args, kwargs, 3, "bias")
-    return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
+def _grouped(offs_at: int):
+    """A grouped matmul ``(self, mat2, ..., offs, bias, ...)`` with ``offs`` at ``offs_at``."""
+
+    def formula(args, kwargs, out) -> Cost:
+        offs, bias = arg(args, kwargs, offs_at, "offs"), arg(args, kwargs, offs_at + 1, "bias")
+        return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
+
+    return formula
 
 
-@register_present(*optional_ops("_scaled_grouped_mm"))
-def _scaled_grouped_mm(args, kwargs, out) -> Cost:
-    # (self, mat2, scale_a, scale_b, offs=None, bias=None, scale_result=None, out_dtype, ...)
-    offs, bias = arg(args, kwargs, 4, "offs"), arg(args, kwargs, 5, "bias")
-    return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
-
-
-@register_present(*optional_ops("_scaled_grouped_mm_v2"))
-def _scaled_grouped_mm_v2(args, kwargs, out) -> Cost:
-    # (self, mat2, scale_a[], recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs=None,
-    #  bias=None, out_dtype=None, contraction_dim=[], use_fast_accum=False)
-    offs, bias = arg(args, kwargs, 8, "offs"), arg(args, kwargs, 9, "bias")
-    return grouped_mm_cost(args[0], args[1], offs, isinstance(bias, torch.Tensor))
+# (self, mat2, offs, ...); (self, mat2, scale_a, scale_b, offs, ...); (self, mat2, scale_a[],
+# recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs, ...)
+_grouped_mm = register_present(*optional_ops("_grouped_mm"))(_grouped(2))
+_scaled_grouped_mm = register_present(*optional_ops("_scaled_grouped_mm"))(_grouped(4))
+_scaled_grouped_mm_v2 = register_present(*optional_ops("_scaled_grouped_mm_v2"))(_grouped(8))
 
 
 # -- pairwise distances -------------------------------------------------------------------------
