@@ -133,15 +133,9 @@ def _flash_attention_forward(args, kwargs, out) -> Cost:
     if cum_q is None:
         b, l_q, h, d = q.shape
         return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=alibi)
-    pairs, note = varlen_pairs(
-        cum_q,
-        cum_k,
-        int(arg(args, kwargs, 5, "max_q")),
-        int(arg(args, kwargs, 6, "max_k")),
-        q.shape[0],
-        k.shape[0],
-        kwargs.get("seqused_k"),
-    )
+    max_q, max_k = int(arg(args, kwargs, 5, "max_q")), int(arg(args, kwargs, 6, "max_k"))
+    used_k = kwargs.get("seqused_k")
+    pairs, note = varlen_pairs(cum_q, cum_k, max_q, max_k, q.shape[0], k.shape[0], used_k)
     return _packed_cost(q, v, pairs, note, masked=alibi)
 
 
@@ -159,15 +153,9 @@ def _efficient_attention_forward(args, kwargs, out) -> Cost:
         return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=masked)
     max_q, max_k = arg(args, kwargs, 6, "max_seqlen_q"), arg(args, kwargs, 7, "max_seqlen_k")
     total_q, total_k = q.shape[-3], k.shape[-3]
-    pairs, note = varlen_pairs(
-        cu_q,
-        cu_k,
-        int(max_q if max_q is not None else total_q),
-        int(max_k if max_k is not None else total_k),
-        total_q,
-        total_k,
-        kwargs.get("seqlen_k"),
-    )
+    max_q = int(max_q if max_q is not None else total_q)
+    max_k = int(max_k if max_k is not None else total_k)
+    pairs, note = varlen_pairs(cu_q, cu_k, max_q, max_k, total_q, total_k, kwargs.get("seqlen_k"))
     return _packed_cost(q, v, pairs, note, masked=masked)
 
 
@@ -357,15 +345,10 @@ def _native_mha(args, kwargs, out) -> Cost:
     q, k = args[0], args[1]
     embed, heads = int(args[3]), int(args[4])
     batch = q.shape[0] if q.dim() == 3 else 1
-    mask = args[9] if len(args) > 9 else kwargs.get("mask")
+    masked = isinstance(arg(args, kwargs, 9, "mask"), torch.Tensor)
+    has_bias = args[6] is not None
     return multi_head_attention_cost(
-        batch,
-        q.shape[-2],
-        k.shape[-2],
-        embed,
-        heads,
-        has_bias=args[6] is not None,
-        masked=isinstance(mask, torch.Tensor),
+        batch, q.shape[-2], k.shape[-2], embed, heads, has_bias, masked
     )
 
 
