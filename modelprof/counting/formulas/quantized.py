@@ -1,6 +1,6 @@
-"""Quantized (int8) ops: the ``quantized::`` convolutions and linear layers, whose weights are
-packed in a ``torch.ScriptObject`` (no ``nn.Parameter``), their fused add/ReLU forms, the
-quantized elementwise, normalisation, pooling and embedding ops, and quantize/dequantize.
+"""Quantized (int8) ops: ``quantized::`` convolutions and linear layers (weights packed in a
+``torch.ScriptObject``) with their fused add/ReLU forms, the other quantized ops, and
+quantize/dequantize.
 
 Conventions (the float ones, applied to the integer arithmetic):
     conv / linear / matmul  MACs of the product, from the unpacked weight's shape; + 1 per
@@ -9,8 +9,8 @@ Conventions (the float ones, applied to the integer arithmetic):
                             quantising a dynamic op's float input) are not counted.
     quantize / dequantize   1 per element (a scale and shift); dynamic range: + 1 per element.
     elementwise, norms, pools, softmax: as their float counterparts.
-The packed weights are the layer's parameters: the counter charges them (``params``, and their
-bytes to ``read_bytes``) to the call that uses them, once each.
+The packed weights are the layer's parameters, charged to the call that uses them (elements
+once, bytes at every call).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def _ops(*names: str) -> list:
 
 
 def _cell_state(obj: Any) -> tuple | None:
-    """The state ``(kind, tensors, doubles, longs, packed)`` of a dynamically quantized RNN
-    layer's ``CellParamsBase``, None for another object (``()`` where it cannot be read)."""
+    """The state ``(kind, tensors, doubles, longs, packed)`` of a ``CellParamsBase`` (a
+    dynamically quantized RNN layer), None for another object, ``()`` where unreadable."""
     if "CellParamsBase" not in str(getattr(obj, "_type", lambda: "")()):
         return None
     try:
@@ -108,9 +108,8 @@ def packed_nbytes(obj: Any, op: str) -> int:
 
 
 def module_packed_weights(model: Any) -> tuple[int, int]:
-    """``(elements, bytes)`` of the packed weights ``model``'s modules hold in
-    ``torch.ScriptObject`` attributes (quantized and ``quantize_dynamic`` layers keep their
-    weights there, not in an ``nn.Parameter``), each object once, at their stored size
+    """``(elements, bytes)`` of the packed weights ``model``'s modules (quantized layers) hold in
+    ``torch.ScriptObject`` attributes, each object once, at their stored size
     (:func:`packed_nbytes`; a module whose ``dtype`` is float16 keeps half-precision weights)."""
     seen: set[int] = set()
     elements = stored = 0
@@ -150,18 +149,13 @@ def _conv(fused_per_output: int):
     return formula
 
 
-_CONV = {0: [], 1: [], 2: []}  # names by fused per-output work
-for _d in ("1d", "2d", "3d"):
-    _CONV[0] += [
-        f"conv{_d}",
-        f"conv{_d}_dynamic",
-        f"conv_transpose{_d}",
-        f"conv_transpose{_d}_dynamic",
-    ]
-    _CONV[1] += [f"conv{_d}_relu", f"conv{_d}_add"]
-    _CONV[2] += [f"conv{_d}_add_relu"]
-for _fused, _names in _CONV.items():
-    register_present(*_ops(*_names))(_conv(_fused))
+_DIMS = ("1d", "2d", "3d")
+_PLAIN_CONVS = [
+    f"conv{t}{d}{dyn}" for t in ("", "_transpose") for d in _DIMS for dyn in ("", "_dynamic")
+]
+register_present(*_ops(*_PLAIN_CONVS))(_conv(0))
+register_present(*_ops(*(f"conv{d}_{f}" for d in _DIMS for f in ("relu", "add"))))(_conv(1))
+register_present(*_ops(*(f"conv{d}_add_relu" for d in _DIMS)))(_conv(2))
 
 
 # -- linear and matmul ----------------------------------------------------------------------------
@@ -277,9 +271,8 @@ def _max_pool(args, kwargs, out) -> Cost:
 )
 def _embedding_bag(args, kwargs, out) -> Cost:
     # (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights,
-    #  ...): as the float EmbeddingBag, each looked-up row of width D combined into its bag
-    # compressed_indices_mapping, include_last_offset): no padding_idx, but with
-    # include_last_offset the indices past the last offset are in no bag (bag_entries)
+    #  compressed_indices_mapping, include_last_offset): the float EmbeddingBag's count, with
+    #  no padding_idx
     weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
     mode = args[4] if len(args) > 4 else kwargs.get("mode", 0)
     offsets = args[2] if len(args) > 2 else kwargs.get("offsets")
@@ -364,14 +357,9 @@ def _quantized_rnn(kind: str):
         has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
         hidden = (hx[0] if isinstance(hx, (list, tuple)) else hx).shape[-1]
         shapes = [tuple(t.shape) for c in cells for t in packed_weights(c)]
-        return rnn_cost(
-            x.numel() // x.shape[-1] if x.dim() else 0,
-            shapes,
-            hidden,
-            kind,
-            num_layers * (2 if bidirectional else 1),
-            has_biases,
-        )
+        tokens = x.numel() // x.shape[-1] if x.dim() else 0
+        layers = num_layers * (2 if bidirectional else 1)
+        return rnn_cost(tokens, shapes, hidden, kind, layers, has_biases)
 
     return formula
 
