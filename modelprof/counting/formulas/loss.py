@@ -18,6 +18,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (
     Cost,
+    arg,
     optional_ops,
     register_formula,
     register_present,
@@ -43,7 +44,7 @@ def _reduces(reduction) -> bool:
 
 
 def _reduction_arg(args, kwargs, pos: int) -> int:
-    return int(args[pos]) if len(args) > pos else int(kwargs.get("reduction", 1))
+    return int(arg(args, kwargs, pos, "reduction", 1))
 
 
 @register_present(*optional_ops("nll_loss_forward", "nll_loss2d_forward"))
@@ -96,13 +97,6 @@ register_present(*optional_ops("binary_cross_entropy_backward"))(_per_grad("bce_
 @register_present(*optional_ops("binary_cross_entropy_with_logits"))
 def _bce_logits(args, kwargs, out) -> Cost:
     # (self, target, weight, pos_weight, reduction)
-    x = args[0]
-    weight = args[2] if len(args) > 2 else kwargs.get("weight")
-    pos_weight = args[3] if len(args) > 3 else kwargs.get("pos_weight")
-    per = (
-        LOSS_FLOPS_PER_ELEMENT["bce_logits"]
-        + int(isinstance(weight, torch.Tensor))
-        + int(isinstance(pos_weight, torch.Tensor))
-        + int(_reduces(_reduction_arg(args, kwargs, 4)))
-    )
-    return Cost(0, flops=per * x.numel())
+    weights = (arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "pos_weight"))
+    per = LOSS_FLOPS_PER_ELEMENT["bce_logits"] + sum(isinstance(w, torch.Tensor) for w in weights)
+    return Cost(0, flops=(per + int(_reduces(_reduction_arg(args, kwargs, 4)))) * args[0].numel())

@@ -111,14 +111,11 @@ def _composite(kind: str):
         # (input, hx, params[], has_biases, num_layers, dropout, train, bidirectional, batch_first)
         x, params = args[0], args[2]
         has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
-        if kind == "lstm":
-            hidden = args[1][1].shape[-1]  # c0: h0 has proj_size units when there is one
-        else:
-            hidden = args[1].shape[-1]
+        # an LSTM's hidden size from c0: h0 has proj_size units when there is one
+        hidden = (args[1][1] if kind == "lstm" else args[1]).shape[-1]
         shapes = [tuple(p.shape) for p in params]
-        return rnn_cost(
-            _tokens(x), shapes, hidden, kind, num_layers * (2 if bidirectional else 1), has_biases
-        )
+        layers = num_layers * (2 if bidirectional else 1)
+        return rnn_cost(_tokens(x), shapes, hidden, kind, layers, has_biases)
 
     return formula
 

@@ -16,13 +16,9 @@ __all__ = ["has_values", "offsets_to_lengths"]
 
 def has_values(t: torch.Tensor) -> bool:
     """Whether ``t`` holds readable values (not meta, fake, functional or a tracing proxy)."""
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, torch.Tensor) or t.device.type == "meta":
         return False
-    if t.device.type == "meta":
-        return False
-    if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
-        return True
-    return not compat.is_fake(t)
+    return type(t) in (torch.Tensor, torch.nn.Parameter) or not compat.is_fake(t)
 
 
 def offsets_to_lengths(offsets: torch.Tensor) -> list[int]:
