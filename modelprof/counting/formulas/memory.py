@@ -1,9 +1,6 @@
 """Ops that only move, create or gather data: 0 flops, but their bytes count (see the counter).
-
-Ops whose schema says they alias their input (``view``, ``t``, ``permute``, ``expand``,
-``split``, ...) are free: no flops, no bytes; the counter recognises them by
-``OpOverload.is_view`` and the ``inplace_view`` tag, and VIEW marks the few aliasing-like ops
-whose schema does not say so.
+Views (``OpOverload.is_view``, the ``inplace_view`` tag, and the aliasing-like ops VIEW marks
+where the schema does not say so) are free: no flops, no bytes.
 """
 
 from __future__ import annotations
@@ -218,11 +215,9 @@ def bag_entries(
     include_last_offset: bool,
     padding_idx: int | None,
 ) -> tuple[int, str | None]:
-    """The entries an ``EmbeddingBag`` combines, and a note when they are a bound: every index
-    but those equal to ``padding_idx`` (torch leaves them out of the bag, and out of the
-    mean's count; at the aten level a negative ``padding_idx`` is none) and, with
-    ``include_last_offset``, those at or past the last offset (in no bag). On the meta device
-    the values are unknown: every index, and the note."""
+    """The entries an ``EmbeddingBag`` combines: every index but those equal to ``padding_idx``
+    (a negative one is none) and, with ``include_last_offset``, those at or past the last offset
+    (in no bag). Without values (meta): every index, and a note saying it is a bound."""
     padded = padding_idx is not None and padding_idx >= 0
     tail = include_last_offset and isinstance(offsets, torch.Tensor) and offsets.numel() > 0
     if not (padded or tail):
@@ -239,8 +234,7 @@ def bag_entries(
 
 def embedding_bag_cost(looked_up: int, width: int, mode: int, weighted: bool, out: int) -> Cost:
     """An ``EmbeddingBag``'s arithmetic: each of the ``looked_up`` rows of ``width`` elements
-    is combined into its bag, 1 flop an element (an add for sum and mean, a comparison for
-    max); ``per_sample_weights`` multiply each of those elements first, 1 flop more; mode
-    ``mean`` (1) divides each of the ``out`` output elements by its bag's size, 1 flop each."""
+    combined into its bag, 1 flop an element (+1 with ``per_sample_weights``); mode ``mean``
+    (1) divides each of the ``out`` output elements by its bag's size, 1 flop each."""
     elements = looked_up * width
     return Cost(0, flops=elements * (2 if weighted else 1) + (out if mode == 1 else 0))

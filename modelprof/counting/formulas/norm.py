@@ -1,12 +1,9 @@
 """Normalisations: batch (eval and train), layer, group, instance (via batch norm), RMS.
 
-Per element (documented convention):
-    statistics computed from the input (train-mode batch norm, layer/group norm):
-        3 flops — 1 add for the mean, 1 subtract + 1 multiply-add folded as 2 for the variance
-    normalise with known statistics (eval batch norm: (x - mean) * inv_std):  2 flops
-    affine (weight and bias):  2 flops (1 multiply, 1 add); 1 each when only one is present
-So eval BatchNorm with affine costs 4 per element — torchstat's MAdd for BatchNorm2d.
-RMS norm: 2 for the mean of squares, 1 to scale, 1 per affine weight.
+Per element: statistics computed from the input (train batch norm, layer/group norm) 3 flops
+(1 add for the mean, 1 subtract + 1 multiply-add folded as 2 for the variance); normalising with
+them ((x - mean) * inv_std) 2; affine weight and bias 1 each. So eval BatchNorm with affine costs
+4 — torchstat's MAdd for BatchNorm2d. RMS norm: 2 for the mean of squares, 1 to scale, 1 weight.
 """
 
 from __future__ import annotations

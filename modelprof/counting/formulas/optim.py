@@ -1,10 +1,8 @@
 """What one optimizer step costs, per element of every parameter it updates (stated once, here).
 
-Counted in steady state (after the first step, which only initialises the state), as the
-single-tensor implementation in ``torch.optim`` computes it; the foreach and fused kernels do the
-same arithmetic. Scalar bookkeeping per tensor (step counters, bias corrections) is not counted.
-A parameter without a gradient (frozen, or unused by the forward) is skipped, as the optimizer
-skips it.
+Counted in steady state (the first step only initialises the state), as ``torch.optim``'s
+single-tensor implementation computes it (foreach and fused kernels do the same arithmetic);
+per-tensor scalar bookkeeping is not counted; a parameter without a gradient is skipped.
 
     SGD     update      p += -lr * g                                  2
             weight decay g += wd * p                                  +2
@@ -19,10 +17,8 @@ skips it.
     AdamW   Adam with decoupled weight decay (default 0.01): 14
 
 Memory traffic per element: read the parameter, its gradient and every state; write the
-parameter and every state.
-
-Other optimizers are counted op by op as they run one steady-state step (the forward's formulas
-and conventions, unsupported ops reported); ``register_optimizer_formula`` adds a formula.
+parameter and every state. Other optimizers are counted op by op over one steady-state step;
+``register_optimizer_formula`` adds a formula.
 """
 
 from __future__ import annotations

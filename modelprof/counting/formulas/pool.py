@@ -1,9 +1,6 @@
-"""Pooling, fixed and adaptive, max and average, 1-3 d.
-
-    max pool: k - 1 comparisons per output of a k-element window.
-    avg pool: k - 1 additions + 1 division = k per output (torchstat's MAdd for pooling).
-Adaptive pools use the exact window of each output, start = floor(i*In/Out),
-end = ceil((i+1)*In/Out), so the counts stay exact when In is not a multiple of Out.
+"""Pooling, fixed and adaptive, max and average, 1-3 d: per output of a k-element window, max
+k - 1 comparisons, avg k - 1 additions + 1 division = k (torchstat's MAdd). Adaptive pools use
+each output's exact window [floor(i*In/Out), ceil((i+1)*In/Out)), also when Out does not divide In.
 """
 
 from __future__ import annotations

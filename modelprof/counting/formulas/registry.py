@@ -176,9 +176,9 @@ def register_formula(
 ) -> Callable[[Callable], Callable]:
     """Decorator adding (or, with ``replace=True``, replacing) the formula for ``keys``.
 
-    An op formula is ``fn(args, kwargs, out) -> Cost``; it sees the op's real arguments (on the
-    meta device too, so use shapes only). A module formula (torchstat view) is
-    ``fn(module, input_shapes, output_shapes) -> {"Flops": int, "MAdd": int}`` (either key).
+    An op formula is ``fn(args, kwargs, out) -> Cost`` on the op's real arguments (on meta too:
+    use shapes only). A module formula (torchstat view) is ``fn(module, input_shapes,
+    output_shapes) -> {"Flops": int, "MAdd": int}`` (either key).
 
     >>> @register_formula(torch.ops.aten.my_op)
     ... def _(args, kwargs, out):

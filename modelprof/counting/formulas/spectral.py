@@ -1,11 +1,9 @@
 """Fast Fourier transforms and histograms.
 
-Per transform (documented convention): a length-n FFT costs ``n log2 n`` flops (the butterflies'
-arithmetic, counted once per complex operation, as for complex multiply-adds elsewhere); the
-scaling of a normalised transform is not counted. A d-dimensional transform is d passes of 1-D
-transforms: along a dimension of length n_i there are N / n_i of them for a signal of N elements,
-so it costs ``N * sum(log2 n_i)``. The signal is the real side of an r2c (input) or c2r (output)
-transform, either side of a c2c one. Zero-padding to a longer ``n`` is its own op (a pad).
+A length-n FFT costs ``n log2 n`` flops (the butterflies, once per complex operation); the
+scaling of a normalised transform is not counted. A d-dimensional transform over N elements is
+N / n_i 1-D transforms along each dimension: ``N * sum(log2 n_i)``. The signal is the real side
+of an r2c (input) or c2r (output) transform, either side of a c2c one; zero-padding is a pad op.
 
 ``histc``: 2 flops per input element (subtract the lower edge, scale to a bin index); when the
 range is not given (``min == max``) 2 more per element find the data's minimum and maximum.

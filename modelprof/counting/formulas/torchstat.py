@@ -1,8 +1,5 @@
-"""Module formulas for ``to_dataframe(style="torchstat")``: torchstat's "Flops" column for the
-layers where its convention differs from ``flops - macs`` (a contraction counted once, every
-other op at its per-element cost), which is the default for every other module type.
-
-torchstat's conventions, reproduced (its ``resnet18`` table is the reference):
+"""Module formulas for ``to_dataframe(style="torchstat")``, where torchstat's convention differs
+from the default ``flops - macs`` (its ``resnet18`` table is the reference):
     Linear:            in_features * out_features per sample, bias ignored.
     BatchNorm:         Flops numel, doubled when affine; MAdd 4 * numel, affine or not.
     pooling (max/avg, fixed and adaptive): Flops = numel of the input.
