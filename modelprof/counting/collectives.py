@@ -281,17 +281,8 @@ def comm_summary(table: CommTable | None) -> tuple[int, int, int, str, int]:
     )
 
 
-_FRAME_COLUMNS = (
-    "module",
-    "phase",
-    "kind",
-    "group_size",
-    "calls",
-    "in_bytes",
-    "out_bytes",
-    "comm_bytes",
-    "traffic_bytes",
-)
+_KEY_COLUMNS = ("module", "phase", "kind", "group_size")
+_STATS_COLUMNS = ("calls", "in_bytes", "out_bytes", "comm_bytes", "traffic_bytes")
 
 
 def collectives_frame(rows: Any) -> Any:
@@ -305,4 +296,4 @@ def collectives_frame(rows: Any) -> Any:
             for (kind, n), s in (table or {}).items():
                 stats = (s.calls, s.in_bytes, s.out_bytes, s.payload_bytes, s.traffic_bytes)
                 lines.append((r.module, phase, kind, n, *stats))
-    return pd.DataFrame(lines, columns=list(_FRAME_COLUMNS))
+    return pd.DataFrame(lines, columns=[*_KEY_COLUMNS, *_STATS_COLUMNS])

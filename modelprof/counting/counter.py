@@ -18,6 +18,7 @@ shaped as the CPU's (``counting.meta_sdpa``): a model costed from shapes counts 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections import Counter
@@ -48,14 +49,12 @@ __all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
 HigherOrderOperator = compat.HigherOrderOperator
 
 
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class _How:
     """How an op without a formula of its own is costed (a sentinel in the formula cache)."""
 
-    __slots__ = ("kind", "fn")
-
-    def __init__(self, kind: str, fn: Any = None) -> None:
-        self.kind = kind
-        self.fn = fn
+    kind: str
+    fn: Any = None
 
 
 _UNSUPPORTED = _How("unsupported")
