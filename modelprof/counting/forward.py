@@ -1,9 +1,6 @@
-"""The static pass: one forward under module hooks (scope) and the op counter (cost).
-
-The model comes back as it went in: the same parameters and buffers (none added, none changed,
-also in train mode), the same per-module ``training`` flags, no hooks left, nothing patched —
-also when the forward raises or is interrupted.
-"""
+"""The static pass: one forward under module hooks (scope) and the op counter (cost). The model
+comes back as it went in (parameters, buffers, ``training`` flags; no hooks, nothing patched),
+also when the forward raises or is interrupted."""
 
 from __future__ import annotations
 
@@ -41,20 +38,16 @@ class StaticResult:
     unsupported: Counter
     by_op: dict[str, OpStats]
     model_params: int  # every distinct parameter of the model, used or not
-    # on meta: ops that raised there and that the forward caught (it took another branch than
-    # a real device, whose counts may differ)
+    # on meta: ops that raised and that the forward caught (taking another branch than a device)
     caught: tuple[str, ...] = ()
 
 
 def _state_for(
     model: nn.Module, inputs: ModelInputs, mode: RunMode
 ) -> dict[str, torch.Tensor] | None:
-    """Parameters/buffers to run with instead of the model's own, or None to run it as it is.
-
-    Needed when the requested device/dtype differ from the model's (converted copies; on the
-    meta device free of memory) and in train mode (buffers cloned so that batch-norm running
-    statistics of the user's model are not updated).
-    """
+    """Parameters/buffers to run with instead of the model's own, or None to run it as it is:
+    converted copies for another device/dtype, buffers cloned in train mode (batch-norm running
+    statistics of the user's model stay)."""
     device, dtype = model_placement(model)
     dtype_requested, memory_format = mode.dtype, mode.memory_format
     convert = (
@@ -69,9 +62,7 @@ def _state_for(
 
     def conv(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in done:
-            cast = (
-                dtype_requested if (dtype_requested is not None and t.is_floating_point()) else None
-            )
+            cast = dtype_requested if t.is_floating_point() else None
             new = t.to(device=inputs.device, dtype=cast) if convert else t.clone()
             if (
                 new.dtype == t.dtype
@@ -115,20 +106,14 @@ def analyze(
     registry: FormulaRegistry | None = None,
     watch: Any = None,
 ) -> StaticResult:
-    """Run one forward of ``model`` on ``inputs`` as ``mode`` says and return one record per
-    module call. ``watch``: told of every tensor an op is about to write, before the write (a
-    ``Snapshot`` taken with ``copy_on_write=True``: it keeps what the forward writes).
-
-    ``mode.amp`` (an autocast dtype) and ``mode.memory_format`` (channels_last) make the counted
-    forward the one the timed passes run: the kernels and bytes follow the dtype and layout that
-    run.
-    """
+    """Run one forward of ``model`` on ``inputs`` as ``mode`` says (its ``amp`` and
+    ``memory_format`` too: the forward the timed passes run) and return one record per module
+    call. ``watch``: told of every tensor an op is about to write, before the write (a
+    ``Snapshot`` taken with ``copy_on_write=True``)."""
     mode = mode.on(inputs.device)
     model = counted_module(model, inputs, mode.amp)
-    # the guard is the caller's when profile() holds one; the counter calls its copy on first
-    # write before each op, from inside its own dispatch (the copies are not counted). Its walk
-    # of the model also gives the module names, the lazy tensors, the parameters and the packed
-    # weights (one walk, not five).
+    # the guard (the caller's when profile() holds one) copies on first write before each op,
+    # uncounted; its one walk of the model gives the names, parameters and packed weights too
     with preserved_state(model) as guard:
         _refuse_lazy(guard.lazy)
         names = guard.names
@@ -168,37 +153,30 @@ def analyze(
         except Exception as e:
             raise forward_error(e, tracker, inputs) from e
     records = tracker.final_records(model, inputs.args, inputs.kwargs, output)
-    # the guard's parameters are distinct already; packed weights are no tensors
-    count = torch.Tensor.numel if view is None else view.count
-    model_params = sum(map(count, guard.parameters)) + sum(
-        packed_parameters(guard.script_attrs).values()
-    )
+    count = torch.Tensor.numel if view is None else view.count  # (guard.parameters are distinct)
+    model_params = sum(map(count, guard.parameters)) + _packed_params(guard.script_attrs)
     caught = tuple(counter.raised_on_meta)
     return StaticResult(records, counter.unsupported, counter.by_op, model_params, caught)
 
 
-def packed_parameters(attributes: Iterable[dict[str, Any]]) -> dict[int, int]:
-    """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes,
-    no ``nn.Parameter``), by object id: they are the model's parameters too. ``attributes``:
-    module ``__dict__``s, e.g. those of the modules holding one (``StateGuard.script_attrs``)."""
-    found: dict[int, int] = {}
-    script_object = torch.ScriptObject
-    for attrs in attributes:
-        for value in attrs.values():
-            if isinstance(value, script_object) and id(value) not in found:
-                tensors = packed_weights(value)
-                if tensors:
-                    found[id(value)] = sum(t.numel() for t in tensors)
-    return found
+def _packed_params(attributes: Iterable[dict[str, Any]]) -> int:
+    """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes of
+    the modules' ``__dict__``s, no ``nn.Parameter``), each object once: parameters too."""
+    objects = {
+        id(v): v
+        for attrs in attributes
+        for v in attrs.values()
+        if isinstance(v, torch.ScriptObject)
+    }
+    return sum(t.numel() for v in objects.values() for t in packed_weights(v))
 
 
 def meta_attention(
     device: torch.device, modules: Iterable[nn.Module], mode_on: bool
 ) -> contextlib.AbstractContextManager:
-    """On meta, attention counted as the CPU runs it (``counting.meta_sdpa``): SDPA as its fused
-    kernel (the mode, unless ``mode_on`` says the counter enters it) and
-    ``nn.MultiheadAttention`` on its fast path where the CPU takes it; elsewhere nothing.
-    Entered before the module hooks, whose post hooks must see the outputs as the CPU's."""
+    """On meta, attention counted as the CPU runs it (``counting.meta_sdpa``; the SDPA mode
+    unless ``mode_on`` says the counter enters it); elsewhere nothing. Entered before the module
+    hooks, whose post hooks must see the outputs as the CPU's."""
     if device.type != "meta":
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
@@ -209,8 +187,7 @@ def meta_attention(
 
 
 def _refuse_lazy(lazy: list[str]) -> None:
-    """A forward would materialise lazy parameters *and buffers* (these names) in the user's
-    model."""
+    """A forward would materialise lazy parameters and buffers (these names) in the model."""
     if lazy:
         raise ModelProfError(
             f"the model has uninitialised lazy parameters or buffers "

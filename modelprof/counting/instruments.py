@@ -1,13 +1,10 @@
 """Instruments: what is read per module call while the counted forward runs.
 
-An :class:`Instrument` declares its columns (``modelprof.columns.Column`` with ``reading`` set to
-``"own"`` — what the call did itself — or ``"inclusive"`` — what happened while it ran, its
-children included) and is told of every module call by the one "which call is running" service,
-the counting pass's :class:`~modelprof.counting.scope.Tracker`: ``enter`` before the call runs,
-``exit`` after it returned, giving the call's readings by column. The table rule
-(``modelprof.counting.tree``) turns them into rows (a parent inclusive, its ``(self)`` row its
-own part), and from the registry the columns reach the frame, ``Report.totals`` (a ``counted``
-column), every view and exporter and the CSV read-back: an instrument is one file.
+An :class:`Instrument` declares its columns (``modelprof.columns.Column`` with ``reading``
+``"own"`` or ``"inclusive"``) and the counting pass's :class:`~modelprof.counting.scope.Tracker`
+calls its ``enter`` before each module call and ``exit`` after it, which gives the call's
+readings by column. The table rule (``counting.tree``) makes them rows, and from the column
+registry they reach the frame, ``Report.totals``, every view, exporter and the CSV read-back.
 
     class ModuleCalls(Instrument):
         columns = (Column("module_calls", "module calls", "int", "calls", counted=True,

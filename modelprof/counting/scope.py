@@ -277,25 +277,15 @@ class Tracker:
             )
         left = list(pending.values())
         count = [p.numel() if view is None else view.count(p) for p in left]
+        trainable = sum(c for c, p in zip(count, left) if p.requires_grad)
         unused = {names[i] for i in pending if i in names}
-        shown = _outermost([n for n, _ in named], unused) or ["(unnamed)"]
-        self.records.append(
-            CallRecord(
-                len(self.records),
-                NOT_CALLED,
-                ", ".join(shown),
-                1,
-                1,
-                None,
-                False,
-                [],
-                0,
-                0,
-                sum(count),
-                sum(c for c, p in zip(count, left) if p.requires_grad),
-                finished=True,
-            )
+        kind = ", ".join(_outermost([n for n, _ in named], unused) or ["(unnamed)"])
+        # (index, name, type, call, depth, parent, has_submodules, input shapes and bytes, ...)
+        record = CallRecord(
+            len(self.records), NOT_CALLED, kind, 1, 1, None, False, [], 0, 0, sum(count), trainable
         )
+        record.finished = True
+        self.records.append(record)
 
     def charge(self, p: torch.Tensor) -> int:
         """Elements of ``p`` to charge to the call that uses it: all of them the first time

@@ -1,10 +1,7 @@
-"""Per-rank or global: which numbers a sharded model's table shows.
-
-Under a process group the default is this rank's view: parameters of the local shards (a
-DTensor's local part; FSDP2's shard), DTensor ops counted on their local shapes as the rank runs
-them. The global view counts the model as one logical whole (a DTensor's global shape), which
-equals the unsharded model. Communication is what this rank runs in both views.
-"""
+"""Per-rank or global: which numbers a sharded model's table shows. The default, this rank's
+view, counts the local shards (a DTensor's local part, FSDP2's shard) and DTensor ops on their
+local shapes; the global view counts the model as one logical whole, as if unsharded.
+Communication is what this rank runs in both."""
 
 from __future__ import annotations
 
@@ -69,12 +66,9 @@ def _fsdp_params(model: nn.Module) -> list[Any]:
 
 
 class ParamView:
-    """How the scope charges a parameter of a sharded model (see the module docstring).
-
-    FSDP2 swaps each module's sharded parameter for an unsharded one around its forward: the
-    unsharded one is charged as its sharded original (:meth:`canonical`), so a parameter is
-    counted once and by its shard.
-    """
+    """How the scope charges a parameter of a sharded model. FSDP2's unsharded parameter
+    (swapped in around a module's forward) is charged as its sharded original (:meth:`canonical`),
+    so a parameter is counted once and by its shard."""
 
     def __init__(self, model: nn.Module, view: ShardView) -> None:
         self.view = view
@@ -90,10 +84,9 @@ class ParamView:
         parameters: Iterable[torch.Tensor] | None = None,
         modules: Iterable[nn.Module] | None = None,
     ) -> ParamView | None:
-        """A view for ``model``, or None for a model with no DTensor and no FSDP2 (the plain
-        rules apply). ``parameters``/``modules``: ``model.parameters()``/``model.modules()``
-        where the caller has them already (the state guard's walk); read by type, each
-        distinct type once."""
+        """A view for ``model``, or None for a model with no DTensor and no FSDP2.
+        ``parameters``/``modules``: ``model.parameters()``/``model.modules()`` where the caller
+        has them already."""
         if parameters is None:
             parameters = model.parameters()
         if modules is None:

@@ -1,12 +1,9 @@
 """The table rule: per-call readings become per-row values, one way for every column.
 
-A reading per module call is *exclusive* (what the call did itself: its own ops' FLOPs, its
-autograd nodes' time) or *inclusive* (what happened while it ran, its children included: a host
-stamp pair, kernel time charged to the call's range). In the table a parent's row is inclusive
-(its subtree), its ``(self)`` row is its own part (inclusive minus the children's), a leaf's is
-both, and a ``(communication)`` row (a negative key, ``report.rows.row_keys``) has none of a
-call's readings. :func:`subtree_sums` and :func:`own_part` are the two directions;
-:func:`row_values` applies the rule to one reading.
+A reading per module call is *exclusive* (what the call did itself: its own ops' FLOPs) or
+*inclusive* (what happened while it ran, children included: a host stamp pair). A parent's row
+is inclusive, its ``(self)`` row its own part (inclusive minus the children's), a leaf's both,
+and a ``(communication)`` row (a negative key) has none of a call's readings.
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ def subtree_sums(records: Sequence[Any], own: Any, add: Callable[[Any, Any], Any
 
 
 def own_part(records: Sequence[Any], inclusive: Any, index: int) -> Any:
-    """Inclusive readings to a call's own part: its reading minus its children's (new values:
-    ``inclusive`` stays as it is). ``inclusive`` maps a record index to a reading or None (not
-    read: counts as nothing)."""
+    """Inclusive readings to a call's own part: its reading minus its children's (``inclusive``
+    unchanged: record index -> reading, or None for not read, which counts as nothing)."""
     value = inclusive[index]
     if value is None:
         return None
