@@ -20,6 +20,7 @@ from typing import Any
 from unittest import mock
 
 import torch
+import torch.distributed as dist
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -186,14 +187,10 @@ def restore_dispatch_stack(depth: int, flags: dict[str, Any]) -> None:
 
 
 def forget_dynamo_skips() -> int:
-    """Reset dynamo's state of every code object in ``torch/_higher_order_ops`` it has met;
-    the number reset (0 where dynamo never ran or this torch lacks the hooks).
-
-    ``torch.cond`` and kin run eagerly through ``torch.compile`` of a wrapper; under a dispatch
-    mode dynamo declines its frame and, on torch 2.11, remembers that, so later eager calls fail
-    (``Unsupported: torch.* op returned non-Tensor``). The modes call this on their outermost
-    exit after a higher-order operator. 2.11.0 needs it, 2.14.1 does not. Private names:
-    ``torch._dynamo.convert_frame.input_codes``, ``torch._C._dynamo.eval_frame.reset_code``."""
+    """Reset dynamo's state of every code object in ``torch/_higher_order_ops`` it has met; the
+    number reset. ``torch.cond`` and kin run through ``torch.compile`` of a wrapper, whose frame
+    dynamo declines under a dispatch mode and, on torch 2.11.0 (not 2.14.1), keeps declining:
+    later eager calls fail. Private: ``convert_frame.input_codes``, ``eval_frame.reset_code``."""
     convert_frame = sys.modules.get("torch._dynamo.convert_frame")
     hops = sys.modules.get("torch._higher_order_ops")
     seen = getattr(getattr(convert_frame, "input_codes", None), "seen", None)
@@ -258,9 +255,7 @@ def fast_range(name: str) -> Any:
     """A profiler range named ``name``, as cheap as torch offers: ``_RecordFunctionFast``
     (torch 2.4-2.14, about 1 us with the profiler off against 8), else ``record_function``."""
     fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
-    if fast is None:
-        return torch.profiler.record_function(name)
-    return fast(name)
+    return torch.profiler.record_function(name) if fast is None else fast(name)
 
 
 def profiler_running() -> bool:
@@ -419,15 +414,11 @@ def eager_flex_attention(value: Any) -> Any:
 # (each checked on torch 2.4 and 2.14)
 def default_store() -> Any:
     """The default process group's key-value store (``distributed_c10d._get_default_store``)."""
-    import torch.distributed as dist
-
     return dist.distributed_c10d._get_default_store()
 
 
 def group_named(name: str) -> Any:
     """The process group an op's ``group_name`` argument names."""
-    import torch.distributed as dist
-
     return dist.distributed_c10d._resolve_process_group(name)
 
 
@@ -479,8 +470,7 @@ def default_mesh_on_cpu() -> Iterator[None]:
         yield
 
 
-#: the modules DTensor is defined in: ``torch.distributed.tensor`` from 2.5,
-#: ``torch.distributed._tensor`` before
+#: the modules DTensor is defined in (``torch.distributed._tensor`` before 2.5)
 DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
 
 
@@ -516,10 +506,8 @@ def output_cache(out: Any) -> Any:
 def new_hf_cache(
     kind: str, config: Any, batch_size: int, max_len: int, device: torch.device, dtype: torch.dtype
 ) -> Any:
-    """An empty transformers cache (``kind`` "dynamic" or "static") for ``config``.
-
-    ``DynamicCache(config=...)`` exists from 4.56; ``StaticCache`` took the batch size, device
-    and dtype up to 4.55. Checked on 4.46, 4.56, 5.17, 5.24."""
+    """An empty cache (``kind`` "dynamic" or "static") for ``config``: ``DynamicCache(config=)``
+    from 4.56, ``StaticCache``'s size, device, dtype up to 4.55. Checked on 4.46-5.24."""
     import transformers
 
     cls = transformers.StaticCache if kind == "static" else transformers.DynamicCache
@@ -561,8 +549,7 @@ def is_module_cache(o: Any) -> bool:
     )
 
 
-#: the release from which a StaticCache keeps a ``cumulative_length`` per layer that a snapshot
-#: can put back; before, its length was read from the nonzero slots of its tensors
+#: from this release a StaticCache keeps a ``cumulative_length`` per layer to put back
 STATIC_CACHE_REWINDS = (4, 56)
 
 
@@ -582,10 +569,8 @@ def cache_layer_tensors(cache: Any) -> list[list[torch.Tensor]] | None:
 def meta_mask_dropped(
     model: Any, kwargs: dict[str, Any], device: torch.device
 ) -> tuple[dict[str, Any], str | None]:
-    """Keyword inputs for a transformers model counted on ``device="meta"``, and the note.
-
-    transformers reads an ``attention_mask``'s values to choose its attention path, which meta
-    tensors lack; an all-ones mask means no mask, so it is left out (any other is kept).
+    """Keyword inputs for a transformers model counted on meta, and the note: an all-ones
+    ``attention_mask`` (whose values transformers reads) means no mask, so it is left out.
     Checked on transformers 4.46, 5.17 and 5.24."""
     mask = kwargs.get("attention_mask")
     if (
