@@ -6,6 +6,7 @@ whose ``self`` is one of the model's modules. Nothing is paid until something fa
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,13 +27,11 @@ def running_modules(
     names = module_names(model) if names is None else names
     found: list[str] = []
     last: Any = None
-    tb = exc.__traceback__
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        owner = frame.f_locals.get("self")
         if owner is not last and isinstance(owner, nn.Module) and owner in names:
             found.append(names[owner])
             last = owner
-        tb = tb.tb_next
     return found
 
 
