@@ -1,5 +1,4 @@
-"""What every pass shares: the state guard, inputs, tensor walking, model placement, execution
-contexts, hooks, device helpers, the environment record, progress bars and forward failures.
-
-The lowest layer above ``errors``: nothing here imports counting, timing, step or report.
+"""What every pass shares (state guard, inputs, tensors, placement, hooks, devices, environment,
+progress, failures): the lowest layer above ``errors``, importing no counting, timing, step or
+report.
 """

@@ -75,8 +75,7 @@ class Agreement:
 
     def every(self, flag: bool) -> bool:
         """Whether ``flag`` holds on every rank."""
-        (all_true,) = self.least([int(bool(flag))])
-        return bool(all_true)
+        return bool(self.least([int(bool(flag))])[0])
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` holds on some rank."""

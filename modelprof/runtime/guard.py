@@ -202,11 +202,9 @@ class StateGuard:
         self._phases: list[tuple[str, list[int | None]]] = [("the counted forward", versions(ts))]
 
     def _walk(self, record: bool) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
-        """One walk of the model: sets what callers read from the guard so they need not walk
-        it again (``names``, ``has_children``, ``script_attrs``: attributes of modules holding
-        packed weights, ``lazy``, ``parameters``) and, with ``record``, each module's state to
-        restore. Returns the parameters and buffers in model order (lazy and None left out) and
-        the buffers by id."""
+        """One walk: sets what callers read so they need not walk the model again and, with
+        ``record``, each module's state to restore. Returns the parameters and buffers in model
+        order (lazy and None left out) and the buffers by id."""
         self.names: dict[nn.Module, str] = {}
         self.has_children: dict[nn.Module, bool] = {}
         self.script_attrs: list[dict[str, Any]] = []
@@ -394,12 +392,9 @@ def _restore_module(m: nn.Module, cls: type, keys: tuple[str, ...]) -> None:
 def preserved_state(
     model: Any, rescan: bool = False, **options: Any
 ) -> Iterator[StateGuard | None]:
-    """Restore ``model`` on leaving the block (also on an exception or ``KeyboardInterrupt``).
-
-    One thread at a time (``runtime.exclusive``). Re-entrant: inside an active guard for the
-    same model in this thread, yields that guard (after :meth:`StateGuard.rescan` with
-    ``rescan``) and restores nothing. Yields None for a non-module.
-    """
+    """Restore ``model`` on leaving the block (also on ``KeyboardInterrupt``), one thread at a
+    time. Inside an active guard of the model in this thread, yields that one (rescanned with
+    ``rescan``) and restores nothing. Yields None for a non-module."""
     if not isinstance(model, nn.Module):
         yield None
         return

@@ -104,13 +104,9 @@ def module_hooks(
     post_with_inputs: bool = False,
     exclusive: bool = True,
 ) -> Iterator[HookSession]:
-    """Call ``pre(module, args, kwargs)`` before and ``post(module, output)`` after the forward
-    of every module of ``model`` run by *this* thread in the block; yields a
-    :class:`HookSession`. ``kwargs`` is empty in ``pre`` (global pre-hooks do not get it). With
-    ``post_with_inputs`` the post hook is ``post(module, args, kwargs, output, raised)``, also
-    called with ``raised=True`` when the forward raises (the caller keeps a correct stack).
-    ``exclusive``: other threads' calls raise at the end (see the module doc).
-    """
+    """Call ``pre(module, args, {})`` before and ``post(module, output)`` after the forward of
+    every module of ``model`` this thread runs in the block. With ``post_with_inputs``:
+    ``post(module, args, kwargs, output, raised)``, also when the forward raises."""
     names = module_names(model) if modules is None else modules
     session = HookSession(names, threading.get_ident())
     owner = session.thread_id

@@ -180,12 +180,8 @@ def make_inputs(
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
 ) -> ModelInputs:
-    """Normalise ``input_size``/``inputs`` into call arguments for ``model``.
-
-    ``input_size`` excludes the batch dimension: random normal tensors of
-    ``(batch_size, *input_size)`` are made. ``inputs`` as :func:`split_inputs` reads it.
-    Floating tensors are cast to ``dtype``; all move to ``device``.
-    """
+    """``input_size`` (random normal ``(batch_size, *input_size)``) or ``inputs``
+    (:func:`split_inputs`) as call arguments for ``model`` on ``device``, floats as ``dtype``."""
     if isinstance(model, nn.Module):
         model_device, model_dtype = model_placement(model)
     elif callable(model):
