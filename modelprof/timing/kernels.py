@@ -95,8 +95,7 @@ class KernelTiming(LayerTiming):
     owners: list = dataclasses.field(default_factory=list)
     #: passes of the model alone, outside the profiler (wall ms, each ending in a synchronize)
     clean_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    #: with ``backward=True``: each pass's backward device time, charged to the forward call
-    #: whose op made the autograd node (passes x calls + 1, own)
+    #: with ``backward=True``: each pass's backward device time per forward call (as busy_ms)
     backward_busy_ms: np.ndarray | None = None
 
     def backward_kernel_ms(self) -> dict[Key, float]:

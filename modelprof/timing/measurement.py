@@ -466,10 +466,9 @@ class Measurement:
         if samples:
             d["samples_ms"] = self.samples_ms.tolist()
             d["blocks"] = None if self._independent else self.blocks.tolist()
-            if self.timestamps_s is not None:
-                d["timestamps_s"] = self.timestamps_s.tolist()
-            if self.cpu_ms is not None:
-                d["cpu_ms"] = self.cpu_ms.tolist()
+            for k in ("timestamps_s", "cpu_ms"):
+                if getattr(self, k) is not None:
+                    d[k] = getattr(self, k).tolist()
         return d
 
     @classmethod
