@@ -160,29 +160,21 @@ def _safe_target(target: Any) -> bool:
     )
 
 
-def _walk(obj: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
-    """``(path, key, value)`` for every entry of a JSON document."""
-    stack = [(obj, path)]
+def _walk(obj: Any) -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` for every entry of a JSON document."""
+    stack = [obj] if isinstance(obj, (dict, list)) else []
     while stack:
-        node, where = stack.pop()
-        items = (
-            node.items()
-            if isinstance(node, dict)
-            else enumerate(node)
-            if isinstance(node, list)
-            else ()
-        )
-        for key, value in items:
-            here = f"{where}/{key}"
-            yield here, str(key), value
+        node = stack.pop()
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            yield str(key), value
             if isinstance(value, (dict, list)):
-                stack.append((value, here))
+                stack.append(value)
 
 
 def program_findings(document: Any, member: str) -> list[str]:
     """What in a serialized program (``models/*.json``) reaches an evaluator unproven."""
     found: list[str] = []
-    for where, key, value in _walk(document):
+    for key, value in _walk(document):
         if key == "expr_str" and not _safe_expression(value, guard=False):
             found.append(
                 f"{member}: symbolic expression {str(value)[:60]!r} (sympify evaluates it)"
