@@ -63,8 +63,7 @@ def normalize_device(device: torch.device | str | int) -> torch.device:
     """A device with its index spelt out (``cuda`` -> ``cuda:<current>``), so spellings compare."""
     dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.index is None and dev.type not in ("cpu", "meta"):
-        mod = getattr(torch, dev.type, None)
-        current = getattr(mod, "current_device", None)
+        current = getattr(getattr(torch, dev.type, None), "current_device", None)
         if current is not None:
             try:
                 return torch.device(dev.type, int(current()))
@@ -86,8 +85,7 @@ def device_synchronize(device: torch.device) -> None:
     if kind == "cuda":
         torch.cuda.synchronize(device)
         return
-    mod = getattr(torch, kind, None)
-    sync = getattr(mod, "synchronize", None)
+    sync = getattr(getattr(torch, kind, None), "synchronize", None)
     if sync is not None:
         try:
             sync(device)
