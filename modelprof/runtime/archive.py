@@ -286,7 +286,7 @@ def _config_findings(
     document: Any, base: str, members: dict[str, zipfile.ZipInfo], root: str, read: Any
 ) -> list[str]:
     """The payload config of ``data/weights/`` or ``data/constants/``: pickled entries must load
-    weights-only; custom and opaque objects are always pickles of arbitrary classes."""
+    weights-only; custom and opaque objects (pickles of any class) are always listed."""
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         return [f"{base} config (unreadable)"]
     found = []

@@ -76,8 +76,8 @@ def _read(fn: Any) -> Any:
 
 
 def gpu_uuid(index: int) -> str | None:
-    """The UUID (``GPU-...``) of CUDA device ``index`` as torch numbers it, or None: NVML and
-    nvidia-smi number GPUs by PCI order, not by ``CUDA_VISIBLE_DEVICES``."""
+    """The UUID of CUDA device ``index`` as torch numbers it (NVML numbers by PCI order), or
+    None."""
     try:
         uuid = str(torch.cuda.get_device_properties(index).uuid)
     except Exception:

@@ -351,9 +351,8 @@ def check_input_bytes(
     dtype: torch.dtype,
     device: torch.device,
 ) -> int:
-    """Bytes the random inputs for ``shapes`` will take; refuses, before allocating, inputs
-    over 2**63 elements or beyond the memory available on ``device`` (caused by an
-    ``OutOfMemoryError``, so a batch-size search treats it as one)."""
+    """Bytes the random inputs for ``shapes`` will take; refuses inputs over 2**63 elements or
+    beyond ``device``'s free memory (as an ``OutOfMemoryError``, for a batch-size search)."""
     itemsize = dtype.itemsize
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
     nbytes = sum(numels) * itemsize
@@ -454,10 +453,9 @@ def token_inputs(
     vocab: int | None = None,
     device: torch.device | str | None = None,
 ) -> dict[str, torch.Tensor] | tuple[torch.Tensor]:
-    """Token inputs of shape ``(batch_size, seq_len)`` as calflops builds them: ``input_ids``
-    from ``[0, vocab)`` (default: :func:`vocab_size`) and an all-ones ``attention_mask`` when
-    the forward takes one; a forward without ``input_ids`` gets the ids positionally. Pass the
-    result as ``inputs=``."""
+    """Token inputs of shape ``(batch_size, seq_len)`` for ``inputs=``, as calflops builds them:
+    ``input_ids`` from ``[0, vocab)`` (default: :func:`vocab_size`), positional for a forward
+    without ``input_ids``, and an all-ones ``attention_mask`` when the forward takes one."""
     seq_len = _positive_int("seq_len", seq_len)
     batch_size = _positive_int("batch_size", batch_size)
     vocab = _positive_int("vocab", vocab_size(model) if vocab is None else vocab)

@@ -110,10 +110,9 @@ _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_affine_float_qparams
 
 
 def stored_nbytes(t: torch.Tensor) -> int:
-    """Bytes ``t`` keeps in memory: a wrapper subclass (torchao's quantized weights) its inner
-    tensors (``__tensor_flatten__``), a per-channel quantized tensor its integers, scales and
-    zero points, a plain tensor its elements. A DTensor counts as its global shape (the shard
-    view chooses which shard a table shows)."""
+    """Bytes ``t`` keeps in memory: a wrapper subclass (torchao) its inner tensors, a
+    per-channel quantized tensor its integers, scales and zero points, a plain tensor its
+    elements; a DTensor its global shape (the shard view picks the shard)."""
     if not hasattr(type(t), "__tensor_flatten__") or is_dtensor_type(type(t)):
         data = t.numel() * t.element_size()
         if t.is_quantized and t.qscheme() in _PER_CHANNEL:
