@@ -240,15 +240,16 @@ def _max_pool_backward(args, kwargs, out) -> Cost:
     return Cost(0, flops=args[0].numel())
 
 
-@register_present(*optional_ops("avg_pool2d_backward"))
-def _avg_pool2d_backward(args, kwargs, out) -> Cost:
-    # (grad_output, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
-    return Cost(0, flops=args[0].numel() * window(args[2], 2))
+def _avg_pool_backward(dims: int):
+    def formula(args, kwargs, out) -> Cost:
+        # (grad_output, input, kernel_size, stride, padding, ceil_mode, count_include_pad, ...)
+        return Cost(0, flops=args[0].numel() * window(args[2], dims))
+
+    return formula
 
 
-@register_present(*optional_ops("avg_pool3d_backward"))
-def _avg_pool3d_backward(args, kwargs, out) -> Cost:
-    return Cost(0, flops=args[0].numel() * window(args[2], 3))
+register_present(*optional_ops("avg_pool2d_backward"))(_avg_pool_backward(2))
+register_present(*optional_ops("avg_pool3d_backward"))(_avg_pool_backward(3))
 
 
 @register_present(*optional_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"))

@@ -47,27 +47,23 @@ def _batch_norm(args, kwargs, out) -> Cost:
     return norm_cost(args[0].numel(), training or no_stats, _n_affine(args[1], args[2]))
 
 
-@register_present(*optional_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update"))
-def _batch_norm_eval(args, kwargs, out) -> Cost:
-    # (input, weight, bias, running_mean, running_var, momentum, eps): statistics are given
-    return norm_cost(args[0].numel(), False, _n_affine(args[1], args[2]))
+def _norm(computes_stats: bool, weight_at: int):
+    """A norm whose weight and bias are the arguments at ``weight_at`` and after."""
+
+    def formula(args, kwargs, out) -> Cost:
+        n_affine = _n_affine(args[weight_at], args[weight_at + 1])
+        return norm_cost(args[0].numel(), computes_stats, n_affine)
+
+    return formula
 
 
-@register_present(*optional_ops("_batch_norm_with_update", "_batch_norm_with_update_functional"))
-def _batch_norm_update(args, kwargs, out) -> Cost:
-    return norm_cost(args[0].numel(), True, _n_affine(args[1], args[2]))
-
-
-@register_formula(aten.native_layer_norm)
-def _layer_norm(args, kwargs, out) -> Cost:
-    # (input, normalized_shape, weight, bias, eps)
-    return norm_cost(args[0].numel(), True, _n_affine(args[2], args[3]))
-
-
-@register_formula(aten.native_group_norm)
-def _group_norm(args, kwargs, out) -> Cost:
-    # (input, weight, bias, N, C, HxW, group, eps)
-    return norm_cost(args[0].numel(), True, _n_affine(args[1], args[2]))
+# (input, weight, bias, running_mean, running_var, momentum, eps): statistics given or updated
+_BATCH_NORM_EVAL = optional_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update")
+_BATCH_NORM_TRAIN = optional_ops("_batch_norm_with_update", "_batch_norm_with_update_functional")
+register_present(*_BATCH_NORM_EVAL)(_norm(False, 1))
+register_present(*_BATCH_NORM_TRAIN)(_norm(True, 1))
+register_formula(aten.native_layer_norm)(_norm(True, 2))  # (input, normalized_shape, weight, bias)
+register_formula(aten.native_group_norm)(_norm(True, 1))  # (input, weight, bias, N, C, HxW, ...)
 
 
 @register_present(*optional_ops("_fused_rms_norm", "rms_norm"))
