@@ -103,12 +103,7 @@ def _barh(
             np.vstack([np.clip(values - low, 0.0, None), np.clip(high - values, 0.0, None)])
         )
     ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
-    ax.set_yticks(
-        y,
-        module_labels(rows["module"], rows.get("call"))
-        if "module" in rows.columns
-        else [str(i) for i in rows.index],
-    )
+    ax.set_yticks(y, module_labels(rows["module"], rows.get("call")))
     ax.invert_yaxis()  # largest on top
     ax.set_xlabel(xlabel)
     ax.set_title(title)
@@ -398,8 +393,8 @@ def plot_throughput(
     """Samples/s against batch size (log2 x axis), the best point marked. ``y`` defaults to the
     first of ``samples_per_s``, ``throughput``, ``fps``, ``samples_per_sec`` present."""
     if y is None:
-        found = [c for c in _THROUGHPUT_COLUMNS if c in getattr(curve_df, "columns", ())]
-        y = found[0] if found else _THROUGHPUT_COLUMNS[0]
+        present = getattr(curve_df, "columns", ())
+        y = next((c for c in _THROUGHPUT_COLUMNS if c in present), _THROUGHPUT_COLUMNS[0])
     _require_columns(curve_df, [x, y], "plot_throughput")
     data = curve_df[[x, y]].dropna().sort_values(x)
     if data.empty:
@@ -452,9 +447,7 @@ def plot_compare(
     throughput_samples_per_s`` that the table has; a metric named but missing is an error."""
     if metrics is None:
         metrics = [c for c in _COMPARE_METRICS if c in getattr(compare_df, "columns", ())]
-    if isinstance(metrics, str):
-        metrics = [metrics]
-    metrics = list(metrics)
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not metrics:
         raise ModelProfError("plot_compare needs at least one metric")
     _require_columns(compare_df, metrics, "plot_compare")
