@@ -26,7 +26,7 @@ from modelprof.render.options import ViewOptions
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
 from modelprof.render.views import call_label, compact_columns
-from modelprof.report.frames import WholeFrame, shown
+from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
 from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
@@ -111,9 +111,8 @@ class Report(Exports):
     ``totals`` sums the leaf rows (each shared parameter once); ``unsupported`` maps ops that
     have no formula to their call counts; ``latency`` is the clean end-to-end measurement
     (``None`` with ``timing=False``). :meth:`export` writes the table in any registered format,
-    and ``to_<format>`` (``to_csv``, ``to_markdown``, ``to_latex``, ``to_html``, ``to_json``,
-    ``to_text``, and any format registered later) is that format's export.
-    """
+    and ``to_<format>`` (``to_csv``, ``to_markdown``, ... and any format registered later) is
+    that format's export."""
 
     def __init__(
         self,
@@ -282,7 +281,7 @@ class Report(Exports):
             )
             by_peak[name] = float(other["mfu"].iloc[-1])
         notes = recompute_notes(self)
-        return Utilization(convention, WholeFrame(rows), WholeFrame(phases), by_peak, notes)
+        return Utilization(convention, rows, phases, by_peak, notes)
 
     def collectives(self) -> pd.DataFrame:
         """One row per (communication row, phase, collective kind, group size): calls, bytes
@@ -528,9 +527,7 @@ class Report(Exports):
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
         return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
 
-    def _with_percentiles(
-        self, df: pd.DataFrame, low: float = 10.0, high: float = 90.0
-    ) -> pd.DataFrame:
+    def _with_percentiles(self, df: pd.DataFrame) -> pd.DataFrame:
         """``df`` with ``latency_p10_ms``/``latency_p90_ms`` over the instrumented passes (a
         ``(self)`` row: its parent's less its children's, pass by pass), for error bars."""
         timing = self.layer_timing
@@ -550,8 +547,8 @@ class Report(Exports):
             if s is not None and row.is_self:
                 s = s - sum((timing.samples[c] for c in children.get(key, ())), np.zeros_like(s))
                 s = np.clip(s, 0.0, None)
-            lo.append(float(np.percentile(s, low)) if s is not None else float("nan"))
-            hi.append(float(np.percentile(s, high)) if s is not None else float("nan"))
+            lo.append(float(np.percentile(s, 10.0)) if s is not None else float("nan"))
+            hi.append(float(np.percentile(s, 90.0)) if s is not None else float("nan"))
         return df.assign(latency_p10_ms=lo, latency_p90_ms=hi)
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
