@@ -252,9 +252,7 @@ def trainable_check(model: nn.Module, inputs: Any = None) -> None:
     """A ModelProfError unless some parameter of ``model`` (or, for a model without trainable
     parameters, some input) requires grad: else there is nothing to differentiate."""
     params = {id(p): p for p in model.parameters()}
-    if any(p.requires_grad for p in params.values()):
-        return
-    if any(t.requires_grad for t in iter_tensors(inputs)):
+    if any(p.requires_grad for p in (*params.values(), *iter_tensors(inputs))):
         return
     what = (
         f"all {len(params)} of its parameters are frozen (requires_grad=False)"

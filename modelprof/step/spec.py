@@ -7,9 +7,8 @@ all ones, so every output's backward runs); ``loss_fn(output)`` or, with ``targe
 
 ``optimizer`` is a ``torch.optim.Optimizer`` class (``torch.optim.AdamW``), a factory
 (``lambda params: torch.optim.SGD(params, lr=0.1)``), a name (``"adamw"``) or an optimizer
-instance, used only as a template: the same class with the same per-group options, built anew on
-modelprof's copies of the parameters. The user's optimizer, its state and its parameters are never
-read beyond their options, nor written.
+instance, used only as a template (its class and per-group options, built anew on modelprof's
+copies of the parameters; the user's optimizer is never written).
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ _NEEDS_CLOSURE = ("LBFGS",)
 
 
 def refuse_inference_mode(what: str) -> None:
-    """``backward=True`` inside ``torch.inference_mode()``: refused before anything runs, saying
-    so (``what``: the call, ``"profile()"``), rather than failing inside the forward."""
+    """Refuse ``backward=True`` inside ``torch.inference_mode()`` before anything runs
+    (``what``: the call, ``"profile()"``)."""
     if torch.is_inference_mode_enabled():
         raise ModelProfError(
             "backward=True inside torch.inference_mode(): tensors made there never require "
@@ -52,9 +51,8 @@ def refuse_inference_mode(what: str) -> None:
 
 
 def refuse_scripted(model: torch.nn.Module) -> None:
-    """A training step runs on modelprof's copies of the parameters, put in the model's place by
-    ``torch.func.functional_call``, which TorchScript modules do not take: refused before
-    anything runs, naming the scripted module and what works instead."""
+    """Refuse a model with a TorchScript module before anything runs: the training step puts
+    copies of the parameters in place with ``torch.func.functional_call``, which it refuses."""
     found = next(
         ((name, m) for name, m in model.named_modules() if isinstance(m, torch.jit.ScriptModule)),
         None,
@@ -176,9 +174,8 @@ class StepSpec:
         return loss
 
     def isolated(self) -> StepSpec:
-        """This spec with its loss module (a ``loss_fn`` that is a module, or a bound method or
-        partial of one) replaced by a copy with its own parameters and buffers: a step's
-        gradients and buffer updates land on the copy, never on the user's loss module."""
+        """This spec with its loss module (``loss_fn``, or its bound method's or partial's)
+        replaced by a copy, so that a step's gradients and buffer updates never reach the user's."""
         owner, rebuild = _loss_owner(self.loss_fn)
         if owner is None:
             return self
