@@ -268,8 +268,6 @@ def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
                 type=pr.type,
                 call=pr.call,
                 depth=pr.depth + 1,
-                input_shapes=[],
-                output_shapes=[],
                 **dict(zip(_COUNTED, part)),
                 output_bytes=write,
                 torchstat_flops=flops - macs,
