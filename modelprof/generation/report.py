@@ -239,8 +239,7 @@ class GenerationReport(Exports):
         )
 
     def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
-        """Per added context token: the least-squares slope of each counted column and of the
-        measured step time (over every step of the generations when timed)."""
+        """Per context token: the least-squares slope of each counted column and step time."""
         g = self.growth(batch_size)
         out: dict[str, float] = {}
         if len(g) >= 2:
@@ -340,17 +339,8 @@ class GenerationReport(Exports):
 
     def to_markdown(self, path: str | Path | None = None) -> str | Path:
         """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
-        parts = [
-            f"# {self._heading()}",
-            "",
-            "## Summary",
-            "",
-            _md(self.summary()),
-            "",
-            "## Phases",
-            "",
-            _md(self.phase_table()),
-        ]
+        parts = [f"# {self._heading()}", "", "## Summary", "", _md(self.summary())]
+        parts += ["", "## Phases", "", _md(self.phase_table())]
         if self.timing_notes:
             parts += ["", "## Timing notes", "", *(f"- {note}" for note in self.timing_notes)]
         if self.conventions:
@@ -361,15 +351,9 @@ class GenerationReport(Exports):
             kv = {k: v for k, v in self.kv.to_dict().items() if not k.startswith("per_layer_")}
             parts += ["", "## KV cache", "", _md(pd.DataFrame([kv]))]
         if self.moe is not None:
-            parts += [
-                "",
-                "## Mixture of experts",
-                "",
-                f"active parameters per token {self.moe.active_params:,} of "
-                f"{self.moe.total_params:,}",
-                "",
-                _md(self.moe.tokens_per_expert()),
-            ]
+            moe = self.moe
+            active = f"active parameters per token {moe.active_params:,} of {moe.total_params:,}"
+            parts += ["", "## Mixture of experts", "", active, "", _md(moe.tokens_per_expert())]
         return emit("\n".join(parts) + "\n", path)
 
     def _document(self) -> dict[str, Any]:
@@ -378,13 +362,7 @@ class GenerationReport(Exports):
             "model": self.model_name,
             "device": self.device,
             "dtype": self.dtype,
-            "spec": {
-                "prompt_len": self.spec.prompt_len,
-                "new_tokens": self.spec.new_tokens,
-                "batch_sizes": list(self.spec.batch_sizes),
-                "contexts": list(self.spec.contexts),
-                "cache": self.spec.cache.value,
-            },
+            "spec": dataclasses.asdict(self.spec),  # the cache mode a str enum: its value
             "summary": _records(self.summary()),
             "phases": _records(self.phase_table()),
             "kv_cache": self.kv.to_dict() if self.kv is not None else None,
@@ -446,22 +424,16 @@ class GenerationReport(Exports):
                 if t.step_slope is not None:
                     line += f"; step growth {t.step_slope.describe()}"
             lines.append(line)
-        if self.kv is not None:
-            kind = "self-attention " if self.kv.cross_bytes else ""
+        kv = self.kv
+        if kv is not None:
+            kind = "self-attention " if kv.cross_bytes else ""
             lines.append(
-                f"  KV cache: {kind}{self.kv.per_token_bytes:,.0f} bytes/token "
-                f"(closed form {self.kv.closed_form_per_token}), "
-                f"{self.kv.total_bytes:,} bytes at {self.kv.tokens} tokens"
+                f"  KV cache: {kind}{kv.per_token_bytes:,.0f} bytes/token (closed form "
+                f"{kv.closed_form_per_token}), {kv.total_bytes:,} bytes at {kv.tokens} tokens"
             )
-            cross = f"cross-attention over the encoder's {self.kv.cross_tokens} tokens"
-            fixed = [
-                f"{n:,} bytes of {what}"
-                for n, what in (
-                    (self.kv.state_bytes, "recurrent state"),
-                    (self.kv.cross_bytes, cross),
-                )
-                if n
-            ]
+            cross = f"cross-attention over the encoder's {kv.cross_tokens} tokens"
+            constant = ((kv.state_bytes, "recurrent state"), (kv.cross_bytes, cross))
+            fixed = [f"{n:,} bytes of {what}" for n, what in constant if n]
             if fixed:
                 lines[-1] += f", of which {' and '.join(fixed)} (the same at every context)"
         if self.moe is not None:
