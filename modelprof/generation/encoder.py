@@ -13,12 +13,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 
-__all__ = [
-    "EncoderModule",
-    "complete_encoder_inputs",
-    "is_encoder_decoder",
-    "source_length",
-]
+__all__ = ["EncoderModule", "complete_encoder_inputs", "is_encoder_decoder", "source_length"]
 
 
 def is_encoder_decoder(model: Any) -> bool:
@@ -30,25 +25,19 @@ def _main_input(model: Any) -> str:
     return str(getattr(model, "main_input_name", "input_ids"))
 
 
-def _frames(config: Any) -> int | None:
-    """The log-mel frames Whisper's encoder takes: ``2 x max_source_positions``."""
-    positions = getattr(config, "max_source_positions", None)
-    return 2 * int(positions) if positions else None
-
-
 def source_length(model: Any, extras: dict[str, Any], prompt_len: int) -> int:
     """The encoder's output length, without allocating: the given source's length, Whisper's
     ``max_source_positions``, else ``prompt_len``; the given inputs are checked here."""
     name, config = _main_input(model), model.config
     value = extras.get(name)
     if name == "input_features":
-        frames = _frames(config)
-        if frames is None:
+        positions = getattr(config, "max_source_positions", None)
+        if not positions:
             raise ModelProfError(
                 f"{type(model).__name__} takes input_features but its config has no "
                 "max_source_positions; give them in inputs={'input_features': ...}"
             )
-        mels = int(getattr(config, "num_mel_bins", 0) or 0)
+        mels, frames = int(getattr(config, "num_mel_bins", 0) or 0), 2 * int(positions)
         if value is not None and (
             not isinstance(value, torch.Tensor) or tuple(value.shape[1:]) != (mels, frames)
         ):
