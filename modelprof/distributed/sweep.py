@@ -98,8 +98,7 @@ def run_sweep(
 
 
 class _Runner:
-    """Runs one rank's share: counting first, then the timed configurations, each saved when
-    done."""
+    """Runs one rank's share: counting first, then the timed configurations."""
 
     def __init__(
         self,
@@ -172,8 +171,7 @@ class _Runner:
 def run_config(
     config: SweepConfig, measure: Measure, ranks: SweepRanks | None = None
 ) -> dict[str, Any]:
-    """One row: ``measure`` on one configuration, with who ran it, when and how long; a
-    failure is ``status="error"``."""
+    """One row: ``measure`` on one configuration, with who ran it, when and how long."""
     ranks = ranks or SweepRanks()
     device = _device(config, ranks)
     with _device_lock(device) if config.timing else contextlib.nullcontext():
@@ -246,9 +244,7 @@ def _frame(configs: list[SweepConfig], rows: Mapping[str, Any]) -> pd.DataFrame:
             f"{missing[0]!r}; a rank did not report"
         )
     records = [rows[c.name] for c in configs]
-    seen: dict[str, None] = {}
-    for record in records:
-        seen.update(dict.fromkeys(record))
+    seen = dict.fromkeys(column for record in records for column in record)
     head = [*_CONFIG_COLUMNS, "input_shape", "status", "error", *COUNTED_COLUMNS]
     tail = ["options", "warnings", "rank", "host", "start_time", "wall_s"]
     middle = [c for c in seen if c not in head and c not in tail]  # latency columns
