@@ -57,8 +57,7 @@ def greedy_next(logits: Any, what: str) -> torch.Tensor:
 
 
 class StepModule(nn.Module):
-    """The module the passes call for a step function: its child ``model`` (when given)
-    carries the hooks; ops the step runs outside it are its own."""
+    """The module the passes call for a step function; its child ``model`` carries the hooks."""
 
     def __init__(self, step: Callable[..., Any], model: nn.Module | None) -> None:
         super().__init__()
@@ -137,8 +136,7 @@ class LanguageModel:
         model, cache, name = self.model, self.cache, self.name
         if self.encoder is not None:
             self._check_encoder_decoder()
-        params = inspect.signature(model.forward).parameters
-        self.logits_to_keep = "logits_to_keep" in params
+        self.logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.cache_arg = compat.cache_argument(model.forward)
         if cache is not CacheMode.NONE and self.cache_arg is None:
             names = " or ".join(compat.CACHE_ARGUMENTS)
