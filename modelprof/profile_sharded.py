@@ -42,8 +42,7 @@ def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> None:
 
 
 def _plan_mismatch(caught: list) -> None:
-    """A plan entry ``parallelize_module`` skipped is an error, not a warning: the table would
-    be another parallelisation's."""
+    """A plan entry ``parallelize_module`` skipped is an error: the table would be wrong."""
     for w in caught:
         text = str(w.message)
         if "Parallelize plan key" in text and "skipping" in text:

@@ -1,11 +1,8 @@
 """What a sweep runs: configurations (model × batch size × dtype × mode) read from a JSON or
 TOML file, a dict or a list of dicts, checked at the boundary and expanded into a fixed order.
-
-A *grid* is one mapping; each of ``models``, ``batch_sizes``, ``dtypes`` and ``modes`` is a
-value or a list (the singular spellings ``model``, ``batch_size``, ``dtype``, ``mode`` are
-accepted too), and the grid stands for every combination, models outermost. A sweep is one grid
-or a list of grids (in a file: the top-level table, or ``[[grid]]`` tables / a JSON list).
-Errors name the entry (``grid 2``) and the key.
+A *grid* maps ``models``, ``batch_sizes``, ``dtypes`` and ``modes`` (or ``model``...) to a value
+or a list and stands for every combination, models outermost; a sweep is one grid or a list
+(``[[grid]]`` tables in TOML). Errors name the entry (``grid 2``) and the key.
 """
 
 from __future__ import annotations

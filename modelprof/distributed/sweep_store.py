@@ -51,8 +51,7 @@ def make_folder(folder: Path, label: str) -> None:
 
 
 class ResultStore:
-    """``out/configs/<config name>.json`` per configuration; ``out/sweep.csv`` and
-    ``out/sweep.json`` for the whole table."""
+    """``out/configs/<config name>.json`` per configuration; ``out/sweep.{csv,json}``."""
 
     def __init__(
         self, out: str | os.PathLike[str], csv_text: Callable[[pd.DataFrame], str]

@@ -155,8 +155,7 @@ def cross_layers(cache: Any) -> list[list[torch.Tensor]]:
 
 
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
-    """The tensors each layer of ``cache`` holds (an HF ``Cache``, a legacy tuple of (key,
-    value) per layer, or any list of per-layer objects)."""
+    """The tensors each layer of ``cache`` holds (an HF ``Cache``, or a list of layers)."""
     if cache is None:
         return []
     cache = held_cache(cache)
@@ -284,11 +283,10 @@ class KVCacheInfo:
 def kv_info(
     cache: Any, tokens: int, batch_size: int, config: Any, dtype: torch.dtype
 ) -> KVCacheInfo:
-    """What ``cache`` holds beside the closed form of ``config``; an encoder-decoder's counts
-    its decoder's own tokens."""
+    """What ``cache`` holds beside the closed form of ``config``."""
     crossed = cross_layers(cache)
     cross = tuple(sum(map(tensor_nbytes, ts)) for ts in crossed)
-    if cross:
+    if cross:  # the decoder's own tokens
         tokens = cache_length(_sub_caches(held_cache(cache))[0]) or tokens
     # keys (batch, heads, source tokens, head_dim): the encoder's length
     source = next((int(ts[0].shape[-2]) for ts in crossed if ts and ts[0].dim() >= 2), 0)

@@ -232,8 +232,7 @@ def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[s
 
 
 def _checks(lms: list, timings: list, unranked: bool) -> dict[str, list]:
-    """Each model's ratios to the first (and CPU ratios) judged against its per-round ratios;
-    none when unranked."""
+    """Each model's ratios to the first judged against its per-round ratios (``judge_ratio``)."""
     if unranked:
         return {}
     base_name, base = lms[0][0], timings[0]

@@ -34,11 +34,7 @@ def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
 
 
 def check_run_fits(
-    spec: Any,
-    model: Any,
-    dtype: torch.dtype,
-    device: torch.device,
-    source_len: int | None = None,
+    spec: Any, model: Any, dtype: torch.dtype, device: torch.device, source_len: int | None = None
 ) -> None:
     """Refuse, before anything is allocated, a run whose int64 token ids, full-length KV cache
     and one layer's hidden states (with an encoder's ``source_len`` tokens) cannot exist or

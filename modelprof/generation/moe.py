@@ -1,12 +1,8 @@
 """Mixture of experts: parameters active per token against the total, and the tokens each
-expert received in a forward over the prompt.
-
-An *experts* module holds ``num_experts`` experts, either as parameters whose first dimension is
-``num_experts`` (transformers' fused ``gate_up_proj``/``down_proj``) or as a ``ModuleList`` of
-expert modules; its *router* is a module with ``top_k`` and ``num_experts`` whose output's last
-element holds the chosen expert indices. Per token a layer runs ``top_k`` of its experts, so
-``active = total - sum over layers of (1 - top_k / num_experts) x expert parameters`` (shared
-experts and everything else are active for every token).
+expert received in a forward over the prompt. An *experts* module holds ``num_experts`` experts
+(as parameters of first dimension ``num_experts``, or a ``ModuleList``); its *router*, a sibling
+with ``top_k``, returns the chosen expert indices last. Per token a layer runs ``top_k`` of its
+experts: ``active = total - sum over layers of (1 - top_k / num_experts) x expert parameters``.
 """
 
 from __future__ import annotations

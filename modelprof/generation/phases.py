@@ -13,13 +13,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.forward import analyze
-from modelprof.generation.cache import (
-    KVCacheInfo,
-    cache_length,
-    check_rewound,
-    held_cache,
-    kv_info,
-)
+from modelprof.generation.cache import KVCacheInfo, cache_length, check_rewound, held_cache, kv_info
 from modelprof.generation.lm import LanguageModel, greedy_next
 from modelprof.generation.spec import CacheMode, GenerationSpec
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
@@ -217,8 +211,7 @@ class _Counter:
         return phase
 
     def _prefix(self, length: int) -> tuple[torch.Tensor, bool]:
-        """``length`` tokens from the start (the given prompt, then random ones) and whether a
-        prompt was given."""
+        """``length`` tokens from the start (the given prompt first) and whether one was given."""
         given = self.lm.prompt_inputs.ids is not None or bool(self.lm.prompt_inputs.extras)
         if not given:
             return self.lm.tokens(self.batch, length, self.gen), False
@@ -233,8 +226,7 @@ class _Counter:
 
 
 def _cache_of(lm: LanguageModel, mi: ModelInputs) -> Any:
-    """The cache after a counted step: an HF cache, updated in place; a step function's, what
-    it returned (kept by its module)."""
+    """The cache after a counted step (a step function's: what it returned)."""
     if lm.hf:
         return mi.kwargs.get(lm.cache_arg)
     logits, cache = lm.checked(getattr(lm.root, "last", None))
@@ -249,8 +241,7 @@ def count_phases(
     seed: int = 0,
     opts: TimingOptions | None = None,
 ) -> list[Phase]:
-    """The encoder's forward (if any), the prefill and the decode step at every context of
-    ``spec``: counted, and with ``opts`` timed per layer."""
+    """The encoder (if any), prefill and decode phases of ``spec``; with ``opts`` timed too."""
     counter = _Counter(lm, spec, batch, torch.Generator().manual_seed(seed), opts)
     encoder = [counter.encode()] if lm.encoder is not None else []
     prefill = counter.prefill()

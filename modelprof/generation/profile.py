@@ -188,8 +188,7 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
 def _positions(config: Any) -> str:
     """How an encoder-decoder's config names its decoder's positions, for an error."""
     name = next(
-        (n for n in ("max_target_positions", "max_position_embeddings") if hasattr(config, n)),
-        None,
+        (n for n in ("max_target_positions", "max_position_embeddings") if hasattr(config, n)), None
     )
     return f"decoder positions ({name})" if name else "decoder positions"
 

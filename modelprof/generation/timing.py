@@ -68,8 +68,7 @@ class Slope:
 
 
 def fit_slope(x: np.ndarray, y: np.ndarray, confidence: float = 0.95) -> Slope | None:
-    """Ordinary least squares of ``y`` on ``x`` with the t interval of the slope (None for
-    fewer than 3 distinct points)."""
+    """Least squares of ``y`` on ``x`` with the slope's t interval (None: < 3 distinct x)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if np.unique(x).size < 3:
         return None
