@@ -163,12 +163,9 @@ class Report(Exports):
     # -- views ----------------------------------------------------------------------------------
     def to_dataframe(self, style: str = "modelprof") -> pd.DataFrame:
         """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``).
-
-        With peaks, the modelprof view carries the roofline columns (achieved_gflops,
-        achieved_gbps, intensity, roofline_ms, bound, efficiency) and, timed, ``mfu``, ``mbu``
-        (``hfu`` for a training step) in :meth:`utilization`'s default convention. Timed, it
-        carries ``latency_passes`` (the per-layer passes each row rests on) and
-        ``latency_rough`` (see :attr:`layers_rough`), which every human-readable view marks."""
+        With peaks the modelprof view carries the roofline columns and, timed, ``mfu``, ``mbu``
+        (``hfu`` for a training step) in :meth:`utilization`'s default convention; timed, also
+        ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`)."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)

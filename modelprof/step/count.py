@@ -8,9 +8,8 @@ to a ``(loss)`` entry, the optimizer's step to an ``(optimizer)`` one (``formula
 ``saved_tensors_hooks`` charge the bytes autograd keeps for the backward to the call that saved
 them (each storage once; parameters and buffers not counted).
 
-The user's model, inputs and optimizer are never touched: the pass runs on aliases (parameters as
-detached views that require grad as the originals do, so ``.grad`` lands on the alias; buffers
-as clones; inputs that require grad as detached leaves) and under a forked RNG.
+The user's model, inputs and optimizer are never touched: the pass runs on aliases (``.grad``
+lands on the alias) and under a forked RNG.
 """
 
 from __future__ import annotations

@@ -59,11 +59,9 @@ _BACKWARD = PHASES.index("backward")
 
 @dataclasses.dataclass(eq=False)
 class StepTiming:
-    """Clean phase measurements and the instrumented per-call backward times of one step.
-
-    ``calls_ms[p, c]`` is the exclusive backward time of call record ``c`` in instrumented pass
-    ``p``; its last column is the loss's (and the engine's start). ``passes_ms`` is each
-    instrumented backward end to end."""
+    """Clean phase measurements and the instrumented per-call backward times of one step:
+    ``calls_ms[p, c]``, the exclusive backward time of call record ``c`` in instrumented pass
+    ``p`` (the last column: the loss's), and ``passes_ms``, each instrumented backward."""
 
     forward: Measurement
     loss: Measurement
@@ -539,9 +537,8 @@ def time_step(
 def compare_steps(
     timers: Sequence[StepTimer], opts: TimingOptions
 ) -> tuple[list[dict[str, Measurement]], list[tuple[float, float, float]]]:
-    """Clean steps of several models, interleaved in rounds of one block each (the first is the
-    baseline): every model's phase Measurements, and each one's paired backward ratio to the
-    baseline with its interval."""
+    """Clean steps of several models, interleaved in rounds (the first is the baseline): every
+    model's phase Measurements, and each one's paired backward ratio to it with its interval."""
     t_begin = time.perf_counter()
     sampled = sample_interleaved(timers, opts, "interleaved training steps")
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
