@@ -209,8 +209,7 @@ def _device(config: SweepConfig, ranks: SweepRanks) -> str:
 
 @contextlib.contextmanager
 def _device_lock(device: str) -> Iterator[None]:
-    """Hold ``device`` alone on this host (an ``flock`` in the temporary folder, shared by
-    every modelprof sweep; none without ``fcntl``)."""
+    """Hold ``device`` alone on this host (an ``flock`` in the temporary folder)."""
     try:
         import fcntl
     except ImportError:

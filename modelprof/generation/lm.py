@@ -366,8 +366,7 @@ def decoder_vocab(model: Any) -> int | None:
 
 @contextlib.contextmanager
 def outputs_by_name(model: Any) -> Iterator[None]:
-    """Configs saying ``return_dict=False`` set to ``True``, put back after: transformers 5's
-    own models (and the counted phases) read their outputs by name, not from tuples."""
+    """Configs saying ``return_dict=False`` set to ``True`` meanwhile: outputs are read by name."""
     configs = {}
     for module in model.modules() if isinstance(model, nn.Module) else ():
         config = getattr(module, "config", None)

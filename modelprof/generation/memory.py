@@ -25,8 +25,7 @@ __all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "w
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
-    """Parameters and buffers (each tensor once; floating ones at ``dtype``, quantized ones and
-    quantized layers' packed weights as stored)."""
+    """Parameters and buffers once each (floating ones at ``dtype``, quantized ones as stored)."""
     if model is None:
         return 0
     tensors = [*model.parameters(), *model.buffers()]

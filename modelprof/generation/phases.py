@@ -134,8 +134,7 @@ class _Counter:
         return phase
 
     def _next(self, length: int) -> tuple[Any, torch.Tensor, bool]:
-        """The cache to extend (a new one at first), ``length`` tokens after it and whether they
-        are the prompt (from the empty cache: the prompt, its image too)."""
+        """The cache to extend, ``length`` new tokens and whether they are the prompt."""
         first = self.length == 0
         cache = self.cache
         if cache is None:

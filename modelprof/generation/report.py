@@ -479,8 +479,7 @@ def _neighbours(
     phase_tables: dict[int, list[Phase]], timings: dict[int, GenerationTiming]
 ) -> list[NeighbourDisagreement]:
     """Timed points out of line with their neighbours (``timing.agreement``): a batch size's
-    figures against a bigger batch's; a phase against one of its kind with more counted FLOPs
-    at its batch size or at its context. Each point once."""
+    figures against a bigger batch's, a phase against one of its kind with more FLOPs."""
     found: list[NeighbourDisagreement] = []
     for kind, series in _FIGURES.items():
         points = [SeriesPoint(f"batch {b}", b, getattr(t, kind)) for b, t in timings.items()]
