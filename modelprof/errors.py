@@ -6,6 +6,7 @@ from __future__ import annotations
 __all__ = [
     "DriftWarning",
     "FewSamplesWarning",
+    "LoadedMachineWarning",
     "ModelProfError",
     "ModelProfWarning",
     "NoisyMeasurementWarning",

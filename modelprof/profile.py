@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
+from collections import Counter
 from typing import Any
 
 import torch
@@ -468,6 +469,8 @@ def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
         mine.macs += stats.macs
         mine.flops += stats.flops
         mine.madd += stats.madd
+        if stats.notes:  # the loss's inexact calls count as the model's do
+            mine.notes = (mine.notes or Counter()) + stats.notes
 
 
 def _with_layout(mi: ModelInputs, layout: torch.memory_format | None) -> ModelInputs:

@@ -623,3 +623,22 @@ def test_notes_reach_the_report_and_its_summary():
     ((op, notes),) = bound.notes.items()
     assert op == "aten._grouped_mm.default" and list(notes.values()) == [1]
     assert "upper bound" in bound.summary()
+
+
+def test_a_loss_ops_inexact_calls_are_in_by_operator():
+    # on meta the loss's EmbeddingBag cannot read its indices, so which equal padding_idx is
+    # unknown: its one call is counted as a bound (every index), an inexact call, as the
+    # model's own ops are; by_operator() merged the loss's calls and counts but not their notes
+    table = torch.zeros(10, 4)
+
+    def loss(out):
+        idx = torch.zeros(6, dtype=torch.long, device=out.device)
+        offsets = torch.tensor([0, 3], device=out.device)
+        bags = F.embedding_bag(idx, table.to(out.device), offsets, padding_idx=0)
+        return bags.sum() + out.sum()
+
+    r = quiet_profile(nn.Linear(4, 4), (4,), device="meta", backward=True, loss_fn=loss)
+    ops = r.by_operator().set_index("op")
+    bag = [op for op in ops.index if "embedding_bag" in op]
+    assert len(bag) == 1 and ops.loc[bag[0], "calls"] == 1
+    assert ops.loc[bag[0], "inexact_calls"] == 1
