@@ -226,14 +226,14 @@ class Sampled:
 class BlockLog:
     """Samples as they arrive, one block at a time, with the block's start on the host clock."""
 
-    def __init__(self, origin: float) -> None:
+    def __init__(self, origin: float, wall_ms: float | None = None) -> None:
         self.origin = origin
         self._samples: list[np.ndarray] = []
         self._blocks: list[np.ndarray] = []
         self._times: list[np.ndarray] = []
         self.n = 0
         self.n_blocks = 0
-        self.wall_ms: float | None = None  # wall time per sample, overheads included
+        self.wall_ms = wall_ms  # wall time per sample, overheads included
         self.needed_s: float | None = None  # the last estimate of the precision's time
 
     def add(self, got: np.ndarray, started: float, ended: float, block: int | None = None) -> None:
@@ -310,16 +310,18 @@ def run_blocks(plan: Callable[[int], Any], take: Callable[[Any], Any]) -> int:
     return i
 
 
-def _first_block(rule: StopRule, est_ms: float | None) -> int:
-    """A small first block: the warm-up's estimate may miss what a sample costs besides the
-    call (a cache flush, the hooks), and a whole block sized on it could overshoot the budget."""
-    return min(block_size(est_ms), max(1, math.ceil(rule.min_samples / rule.min_blocks)))
-
-
-def _repeat_block(rule: StopRule) -> int:
-    """With ``repeat=N``, at most ``ceil(N / min_blocks)`` samples a block (an interval needs 2)."""
-    assert rule.repeat is not None
-    return max(1, math.ceil(rule.repeat / max(2, rule.min_blocks)))
+def _block(rule: StopRule, log: BlockLog, first: bool) -> int:
+    """A candidate's next block before the budget (0 or less: it has its ``repeat`` or
+    ``max_samples``). With ``repeat=N``, at most ``ceil(N / min_blocks)`` samples (an interval
+    needs 2 blocks). Else a small ``first`` block: the warm-up's estimate may miss what a sample
+    costs besides the call (a cache flush, the hooks), and a whole block sized on it could
+    overshoot the budget."""
+    k = block_size(log.wall_ms)
+    if rule.repeat is not None:
+        return min(k, max(1, math.ceil(rule.repeat / max(2, rule.min_blocks))), rule.repeat - log.n)
+    if first:
+        k = min(k, max(1, math.ceil(rule.min_samples / rule.min_blocks)))
+    return min(k, rule.max_samples - log.n)
 
 
 def collect(
@@ -334,8 +336,7 @@ def collect(
     Under a process group (``modelprof.runtime.agree``) every rank takes the same blocks and
     stops when any rank's budget or count says so or every rank has its precision."""
     t0 = now()
-    log = BlockLog(t0)
-    log.wall_ms = est_ms
+    log = BlockLog(t0, est_ms)
     agree = decisions()
     reason: str | None = None
 
@@ -375,14 +376,12 @@ def _after_block(
 
 
 def _next_block(rule: StopRule, log: BlockLog, t0: float, now: Callable[[], float]) -> int:
-    """The next block's size as this rank wants it: what is left of ``repeat``, else what fits
-    the budget and ``max_samples`` (one sample first without an estimate: it may be slow)."""
-    if rule.repeat is not None:
-        return max(1, min(rule.repeat - log.n, block_size(log.wall_ms), _repeat_block(rule)))
-    left_ms = (rule.budget_s - (now() - t0)) * 1e3
-    fit = int(left_ms / log.wall_ms) if log.wall_ms else 1
-    k = block_size(log.wall_ms) if log.n_blocks else _first_block(rule, log.wall_ms)
-    return max(1, min(k, fit, rule.max_samples - log.n))
+    """The next block's size as this rank wants it: ``_block``, and without ``repeat`` what fits
+    the budget (one sample first without an estimate: it may be slow)."""
+    k = _block(rule, log, first=not log.n_blocks)
+    if rule.repeat is None:
+        k = min(k, _fit((rule.budget_s - (now() - t0)) * 1e3, log.wall_ms))
+    return max(1, k)
 
 
 def _take(
@@ -390,13 +389,15 @@ def _take(
     k: int,
     log: BlockLog,
     now: Callable[[], float],
-    on_block: Callable[[int, float], None] | None,
+    on_block: Callable[[int, float], None] | None = None,
+    block: int | None = None,
 ) -> None:
-    """One block of ``k`` samples, logged with its start and end; reported to ``on_block``."""
+    """One block of ``k`` samples (numbered ``block``), logged with its start and end; reported
+    to ``on_block``."""
     t = now()
     got = sample_block(k)
     t_end = now()
-    log.add(got, t, t_end)
+    log.add(got, t, t_end, block)
     if on_block is not None:
         on_block(log.n, t_end - log.origin)
 
@@ -475,9 +476,7 @@ def collect_interleaved(
     agree = decisions()
     rng = agree.shared_rng(rng if rng is not None else np.random.default_rng())
     t0 = now()
-    logs = [BlockLog(t0) for _ in range(m)]
-    for log, est in zip(logs, est_ms):
-        log.wall_ms = est
+    logs = [BlockLog(t0, est) for est in est_ms]
     reason: str | None = None
     round_s = 0.0
 
@@ -490,7 +489,7 @@ def collect_interleaved(
             reason = _round_stop(logs, rule, r, late, agree, spread)
             if reason is not None:
                 return None
-        return r, [_round_block(rule, log, r) for log in logs]
+        return r, [_block(rule, log, first=not r) for log in logs]
 
     def take(round_: tuple[int, list[int]]) -> None:
         nonlocal round_s
@@ -524,9 +523,7 @@ def _run_round(
     start = now()
     for i in rng.permutation(len(samplers)):
         if ks[i] > 0:
-            t = now()
-            got = samplers[i](ks[i])
-            logs[i].add(got, t, now(), block=r)
+            _take(samplers[i], ks[i], logs[i], now, block=r)
     return now() - start
 
 
@@ -579,15 +576,6 @@ def _floor_block(logs: Sequence[BlockLog], need: int, cap: int) -> list[int]:
 def _fit(total_ms: float, each_ms: float | None) -> int:
     """How many runs of ``each_ms`` fit in ``total_ms`` (1 without an estimate)."""
     return int(total_ms / each_ms) if each_ms else 1
-
-
-def _round_block(rule: StopRule, log: BlockLog, r: int) -> int:
-    """A candidate's block in round ``r`` (0 or less: it has its ``repeat``)."""
-    fixed = rule.repeat
-    k = block_size(log.wall_ms) if r or fixed is not None else _first_block(rule, log.wall_ms)
-    if fixed is not None:
-        k = min(k, _repeat_block(rule))
-    return min(k, (fixed if fixed is not None else rule.max_samples) - log.n)
 
 
 def _round_stop(
