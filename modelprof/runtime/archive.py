@@ -41,23 +41,15 @@ _RATIO_FLOOR = 1 << 20
 _READ_CAP = 1 << 30  # most bytes of one member read into memory to inspect it
 
 # members of either layout that hold plain text no loader evaluates
-_PLAIN = (
-    "archive_format",
-    "archive_version",
-    "version",
-    ".data/version",
-    "byteorder",
-    ".data/serialization_id",
+_PLAIN = tuple(
+    "archive_format archive_version version .data/version byteorder .data/serialization_id".split()
 )
 _PLAIN_DIRS = ("extra/", "extra_files/")
 # the older (torch <= 2.7) layout: torch.load falls back to full unpickling whatever the extension
 _OLD_PROGRAM = "serialized_exported_program.json"
-_OLD_PICKLES = (
-    "serialized_state_dict.json",
-    "serialized_state_dict.pt",
-    "serialized_constants.json",
-    "serialized_constants.pt",
-    "serialized_example_inputs.pt",
+_OLD_PICKLES = tuple(
+    """serialized_state_dict.json serialized_state_dict.pt serialized_constants.json
+    serialized_constants.pt serialized_example_inputs.pt""".split()
 )
 
 # --- the names a symbolic expression or a guard may use ------------------------------------------
@@ -79,22 +71,10 @@ _GUARD_NAMES = _SYMPY_NAMES | {"L", "math", "inf"}
 _GUARD_ATTRIBUTES = frozenset(
     {"size", "stride", "storage_offset", "dim", "numel", "floor", "ceil", "trunc", "sqrt"}
 )
-_EXPR_NODES = (
-    ast.Expression,
-    ast.BinOp,
-    ast.UnaryOp,
-    ast.BoolOp,
-    ast.Compare,
-    ast.Call,
-    ast.Name,
-    ast.Constant,
-    ast.keyword,
-    ast.Load,
-    ast.operator,
-    ast.unaryop,
-    ast.boolop,
-    ast.cmpop,
-    ast.Tuple,
+_EXPR_NODES = tuple(
+    getattr(ast, name)
+    for name in """Expression BinOp UnaryOp BoolOp Compare Call Name Constant keyword Load operator
+    unaryop boolop cmpop Tuple""".split()
 )
 _GUARD_NODES = (*_EXPR_NODES, ast.Subscript, ast.Attribute, ast.Slice)
 
@@ -240,16 +220,9 @@ def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
     try:
         with archive.open(info) as stream:
             out = stream.read(limit + 1)
-    except (
-        zipfile.BadZipFile,
-        zlib.error,
-        EOFError,
-        OSError,
-        ValueError,
-        RuntimeError,
-        NotImplementedError,
-    ) as e:
-        # damaged, encrypted or unsupported compression: the archive's fault, in one line
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, RuntimeError) as e:
+        # damaged, encrypted or unsupported compression (NotImplementedError, a RuntimeError):
+        # the archive's fault, in one line
         reason = (str(e).strip().splitlines() or [repr(e)])[0]
         raise ModelProfError(
             f"{where} is corrupt or not a torch.export archive: member {info.filename!r} "
