@@ -23,20 +23,7 @@ from collections.abc import Iterator
 __all__ = ["KINDS", "Column", "column", "declare", "declared", "names", "undeclare"]
 
 KINDS = frozenset(
-    {
-        "text",
-        "int",
-        "bool",
-        "count",
-        "bytes",
-        "time_ms",
-        "percent",
-        "ratio",
-        "float",
-        "gflops",
-        "gbps",
-        "multiple",
-    }
+    "text int bool count bytes time_ms percent ratio float gflops gbps multiple".split()
 )
 _DTYPES = {"text": "str", "bool": "bool", "int": "int64", "count": "int64", "bytes": "int64"}
 

@@ -21,29 +21,11 @@ __all__ = [
     "rank_header",
 ]
 
-COMPACT_COMPARE_COLUMNS: tuple[str, ...] = (
-    "model",
-    "input_shape",
-    "params",
-    "macs",
-    "flops",
-    "latency_median_ms",
-    "latency_ci_low_ms",
-    "latency_ci_high_ms",
-    "cpu_work_median_ms",
-    "fps",
-    "throughput_samples_per_s",
-    "params_x",
-    "macs_x",
-    "latency_x",
-    "latency_x_ci_low",
-    "latency_x_ci_high",
-    "cpu_work_x",
-    "cpu_work_x_ci_low",
-    "cpu_work_x_ci_high",
-    "throughput_x",
-    "rank",
-    "error",
+COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
+    """model input_shape params macs flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
+    cpu_work_median_ms fps throughput_samples_per_s params_x macs_x latency_x latency_x_ci_low
+    latency_x_ci_high cpu_work_x cpu_work_x_ci_low cpu_work_x_ci_high throughput_x
+    rank error""".split()
 )
 """What a readable comparison shows by default: medians and ratios with their 95 % intervals,
 the CPU work only when the comparison ranks by it; the rest with ``columns="all"``."""
@@ -51,32 +33,14 @@ the CPU work only when the comparison ranks by it; the rest with ``columns="all"
 #: a ratio's flag (``compare``: it disagrees with its per-round ratios), shown where one is set
 _ROUGH_RATIO_COLUMNS = ("latency_x_rough", "cpu_work_x_rough", "backward_latency_x_rough")
 
-_CPU_WORK_COLUMNS = frozenset(
-    {"cpu_work_median_ms", "cpu_work_x", "cpu_work_x_ci_low", "cpu_work_x_ci_high"}
-)
+_CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if c.startswith("cpu_work"))
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
-_LATEX_PRIORITY = (
-    "model",
-    "params",
-    "macs",
-    "latency_median_ms",
-    "latency_x",
-    "cpu_work_median_ms",
-    "cpu_work_x",
-    "latency_ci_low_ms",
-    "latency_ci_high_ms",
-    "latency_x_ci_low",
-    "latency_x_ci_high",
-    "cpu_work_x_ci_low",
-    "cpu_work_x_ci_high",
-    "rank",
-    "macs_x",
-    "params_x",
-    "fps",
-    "throughput_samples_per_s",
-    "throughput_x",
-    "flops",
+_LATEX_PRIORITY = tuple(
+    """model params macs latency_median_ms latency_x cpu_work_median_ms cpu_work_x
+    latency_ci_low_ms latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low
+    cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
+    throughput_x flops""".split()
 )
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).

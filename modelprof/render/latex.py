@@ -243,19 +243,9 @@ def _fit_columns(
 
 _DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
 
-DEFAULT_PRIORITY: tuple[str, ...] = (
-    "model",
-    "module",
-    "phase",
-    "context",
-    "batch_size",
-    "type",
-    "macs",
-    "latency_ms",
-    "params",
-    "output_shape",
-    "calls",
-    "flops",
+DEFAULT_PRIORITY: tuple[str, ...] = tuple(
+    """model module phase context batch_size type macs latency_ms params output_shape
+    calls flops""".split()
 )
 """The columns ``fit`` keeps longest where the caller names none, a row's keys first."""
 

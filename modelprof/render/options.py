@@ -13,17 +13,7 @@ __all__ = ["FORMAT_OPTIONS", "ViewOptions"]
 
 #: the options each format reads beside the shared ones
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
-    "latex": (
-        "caption",
-        "label",
-        "position",
-        "float_env",
-        "width",
-        "fit",
-        "long",
-        "font_size",
-        "priority",
-    ),
+    "latex": tuple("caption label position float_env width fit long font_size priority".split()),
     "html": ("caption", "max_height", "standalone", "title", "summary"),
     "text": ("title", "max_rows"),
     "json": ("indent",),

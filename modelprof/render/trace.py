@@ -23,15 +23,8 @@ from modelprof.render._output import emit
 
 __all__ = ["PassTimeline", "trace_document", "trace_html", "validate_trace", "write_trace"]
 
-_COST_ARGS = (
-    "macs",
-    "flops",
-    "read_bytes",
-    "write_bytes",
-    "params",
-    "backward_macs",
-    "backward_flops",
-    "saved_bytes",
+_COST_ARGS = tuple(
+    "macs flops read_bytes write_bytes params backward_macs backward_flops saved_bytes".split()
 )
 
 

@@ -36,20 +36,11 @@ __all__ = [
 MISSING = "-"
 """What every formatter prints for ``None`` or NaN."""
 
-SI_PREFIXES: tuple[tuple[float, str], ...] = (
-    (1.0, ""),
-    (1e3, "K"),
-    (1e6, "M"),
-    (1e9, "G"),
-    (1e12, "T"),
-    (1e15, "P"),
+SI_PREFIXES: tuple[tuple[float, str], ...] = tuple(
+    (1e3**i, p) for i, p in enumerate(["", "K", "M", "G", "T", "P"])
 )
-IEC_PREFIXES: tuple[tuple[float, str], ...] = (
-    (1.0, "B"),
-    (1024.0, "KiB"),
-    (1024.0**2, "MiB"),
-    (1024.0**3, "GiB"),
-    (1024.0**4, "TiB"),
+IEC_PREFIXES: tuple[tuple[float, str], ...] = tuple(
+    (1024.0**i, p) for i, p in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])
 )
 # (milliseconds per unit, symbol), largest first.
 TIME_UNITS: tuple[tuple[float, str], ...] = ((1e3, "s"), (1.0, "ms"), (1e-3, "µs"), (1e-6, "ns"))
