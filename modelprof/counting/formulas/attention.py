@@ -14,7 +14,7 @@ from modelprof.counting.formulas.registry import (
     Cost,
     arg,
     optional_hops,
-    optional_ops,
+    register_ops,
     register_present,
     wants_probe,
 )
@@ -57,12 +57,9 @@ def _bhld(args, kwargs, mask_pos: int | None) -> Cost:
     )
 
 
-@register_present(
-    *optional_ops(
-        "_scaled_dot_product_flash_attention_for_cpu",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_fused_attention_overrideable",
-    )
+@register_ops(
+    """_scaled_dot_product_flash_attention_for_cpu _scaled_dot_product_flash_attention
+    _scaled_dot_product_fused_attention_overrideable"""
 )
 def _sdpa_flash(args, kwargs, out) -> Cost:
     # CPU: (query, key, value, dropout_p, is_causal, *, attn_mask=None, scale=None)
@@ -70,9 +67,7 @@ def _sdpa_flash(args, kwargs, out) -> Cost:
     return _bhld(args, kwargs, mask_pos=None)
 
 
-@register_present(
-    *optional_ops("_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
-)
+@register_ops("_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention")
 def _sdpa_efficient(args, kwargs, out) -> Cost:
     # (query, key, value, attn_bias, compute_log_sumexp, ...)
     return _bhld(args, kwargs, mask_pos=3)
@@ -121,7 +116,7 @@ def _packed_cost(q, v, pairs_per_head: int, note: str | None, masked: bool) -> C
     return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - n_out + elementwise, note=note)
 
 
-@register_present(*optional_ops("_flash_attention_forward"))
+@register_ops("_flash_attention_forward")
 def _flash_attention_forward(args, kwargs, out) -> Cost:
     # (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
     #  return_debug_mask, *, scale, window_size_left, window_size_right, seqused_k,
@@ -139,7 +134,7 @@ def _flash_attention_forward(args, kwargs, out) -> Cost:
     return _packed_cost(q, v, pairs, note, masked=alibi)
 
 
-@register_present(*optional_ops("_efficient_attention_forward"))
+@register_ops("_efficient_attention_forward")
 def _efficient_attention_forward(args, kwargs, out) -> Cost:
     # (query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     #  dropout_p, custom_mask_type, compute_log_sumexp, *, scale, seqlen_k, window_size)
@@ -203,12 +198,10 @@ def _bhld_backward(args, mask) -> Cost:
     )
 
 
-@register_present(
-    *optional_ops(
-        "_scaled_dot_product_flash_attention_for_cpu_backward",
-        "_scaled_dot_product_flash_attention_backward",
-        "_scaled_dot_product_fused_attention_overrideable_backward",
-    )
+@register_ops(
+    """_scaled_dot_product_flash_attention_for_cpu_backward
+    _scaled_dot_product_flash_attention_backward
+    _scaled_dot_product_fused_attention_overrideable_backward"""
 )
 def _sdpa_flash_backward(args, kwargs, out) -> Cost:
     # CPU: (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
@@ -216,19 +209,19 @@ def _sdpa_flash_backward(args, kwargs, out) -> Cost:
     return _bhld_backward(args, kwargs.get("attn_mask"))
 
 
-@register_present(*optional_ops("_scaled_dot_product_efficient_attention_backward"))
+@register_ops("_scaled_dot_product_efficient_attention_backward")
 def _sdpa_efficient_backward(args, kwargs, out) -> Cost:
     # (grad_out, query, key, value, attn_bias, out, logsumexp, ...)
     return _bhld_backward(args, args[4] if len(args) > 4 else None)
 
 
-@register_present(*optional_ops("_scaled_dot_product_cudnn_attention_backward"))
+@register_ops("_scaled_dot_product_cudnn_attention_backward")
 def _sdpa_cudnn_backward(args, kwargs, out) -> Cost:
     # (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, ...)
     return _bhld_backward(args, args[8] if len(args) > 8 else None)
 
 
-@register_present(*optional_ops("_flash_attention_backward"))
+@register_ops("_flash_attention_backward")
 def _flash_attention_backward(args, kwargs, out) -> Cost:
     # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, ...)
     q, k, v = args[1], args[2], args[3]
@@ -240,7 +233,7 @@ def _flash_attention_backward(args, kwargs, out) -> Cost:
     return _packed_backward(q, v, pairs, note)
 
 
-@register_present(*optional_ops("_efficient_attention_backward"))
+@register_ops("_efficient_attention_backward")
 def _efficient_attention_backward(args, kwargs, out) -> Cost:
     # (grad_out, query, key, value, bias, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     #  max_seqlen_k, ...): q [B, L, H, E], packed [1, total_q, H, E]
@@ -338,7 +331,7 @@ def multi_head_attention_cost(
     )
 
 
-@register_present(*optional_ops("_native_multi_head_attention"))
+@register_ops("_native_multi_head_attention")
 def _native_mha(args, kwargs, out) -> Cost:
     # (query [B, L, E], key [B, S, E], value, embed_dim, num_head, qkv_weight, qkv_bias,
     #  proj_weight, proj_bias, mask=None, need_weights=True, average_attn_weights=True, mask_type)
@@ -352,7 +345,7 @@ def _native_mha(args, kwargs, out) -> Cost:
     )
 
 
-@register_present(*optional_ops("_transformer_encoder_layer_fwd"))
+@register_ops("_transformer_encoder_layer_fwd")
 def _encoder_layer(args, kwargs, out) -> Cost:
     # (src [B, L, E], embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
     #  use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,

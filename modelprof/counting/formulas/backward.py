@@ -34,15 +34,9 @@ from math import prod
 import torch
 
 from modelprof.counting.formulas.conv import conv_macs
+from modelprof.counting.formulas.pointwise import reduction
 from modelprof.counting.formulas.pool import adaptive_window_sum, window
-from modelprof.counting.formulas.registry import (
-    ZERO,
-    Cost,
-    arg,
-    optional_ops,
-    register_formula,
-    register_present,
-)
+from modelprof.counting.formulas.registry import Cost, arg, register_formula, register_ops, zero
 from modelprof.counting.formulas.rnn import (
     CELL_ELEMENTWISE,
     GATE_MODE,
@@ -132,7 +126,7 @@ def _batch_norm_backward(args, kwargs, out) -> Cost:
     return _affine_backward(args[1], args[2], args[2], bool(args[7]), _mask(args, kwargs, 9, 3))
 
 
-@register_present(*optional_ops("batch_norm_backward"))
+@register_ops("batch_norm_backward")
 def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
     #  output_mask, reserve): batch statistics unless it ran in eval (no saved statistics)
@@ -142,7 +136,7 @@ def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
     return norm_backward_cost(x.numel(), stats, True, gi, gw, gb)
 
 
-@register_present(*optional_ops("cudnn_batch_norm_backward", "miopen_batch_norm_backward"))
+@register_ops("cudnn_batch_norm_backward miopen_batch_norm_backward")
 def _backend_batch_norm_backward(args, kwargs, out) -> Cost:
     # (input, grad_output, weight, ...): train mode, every gradient
     return norm_backward_cost(args[0].numel(), True, True, True, True, True)
@@ -170,7 +164,7 @@ _RMS_BACKWARD = {
 }
 
 
-@register_present(*optional_ops("_fused_rms_norm_backward"))
+@register_ops("_fused_rms_norm_backward")
 def _rms_norm_backward(args, kwargs, out) -> Cost:
     # (grad_out, input, normalized_shape, rstd, weight, output_mask) -> (grad_input, grad_weight)
     x, weight = args[1], args[4]
@@ -182,62 +176,32 @@ def _rms_norm_backward(args, kwargs, out) -> Cost:
 
 
 # -- softmax and activations ------------------------------------------------------------------
-def _per_grad_element(per: int):
-    def formula(args, kwargs, out) -> Cost:
-        return Cost(0, flops=per * args[0].numel())
+# ``per`` flops an element of the first argument, grad_output
+_per_grad_element = reduction
 
-    return formula
-
-
-register_present(
-    *optional_ops(
-        "_softmax_backward_data", "_log_softmax_backward_data", "_masked_softmax_backward"
-    )
-)(_per_grad_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT))
+register_ops("_softmax_backward_data _log_softmax_backward_data _masked_softmax_backward")(
+    _per_grad_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT)
+)
 
 # activation backwards without the pointwise tag: 1 per element of grad_output, as the forward
-register_present(
-    *optional_ops(
-        "hardswish_backward",
-        "hardsigmoid_backward",
-        "hardtanh_backward",
-        "leaky_relu_backward",
-        "elu_backward",
-        "softplus_backward",
-        "mish_backward",
-        "log_sigmoid_backward",
-        "softshrink_backward",
-        "hardshrink_backward",
-        "rrelu_with_noise_backward",
-        "glu_backward",
-        "_prelu_kernel_backward",
-    )
+register_ops(
+    """hardswish_backward hardsigmoid_backward hardtanh_backward leaky_relu_backward elu_backward
+    softplus_backward mish_backward log_sigmoid_backward softshrink_backward hardshrink_backward
+    rrelu_with_noise_backward glu_backward _prelu_kernel_backward"""
 )(_per_grad_element(1))
 
 # gradients written into zeros at the selected positions: copies, 0 flops
-register_present(
-    *optional_ops(
-        "select_backward",
-        "slice_backward",
-        "diagonal_backward",
-        "unfold_backward",
-        "index_select_backward",
-    )
-)(lambda args, kwargs, out: ZERO)
+register_ops(
+    "select_backward slice_backward diagonal_backward unfold_backward index_select_backward"
+)(zero)
 
 
 # -- pooling ----------------------------------------------------------------------------------
-@register_present(
-    *optional_ops(
-        "max_pool2d_with_indices_backward",
-        "max_pool3d_with_indices_backward",
-        "adaptive_max_pool2d_backward",
-        "adaptive_max_pool3d_backward",
-    )
-)
-def _max_pool_backward(args, kwargs, out) -> Cost:
-    # (grad_output, input, ..., indices): each gradient added at its winner's position
-    return Cost(0, flops=args[0].numel())
+# (grad_output, input, ..., indices): each gradient added at its winner's position
+register_ops(
+    """max_pool2d_with_indices_backward max_pool3d_with_indices_backward
+    adaptive_max_pool2d_backward adaptive_max_pool3d_backward"""
+)(_per_grad_element(1))
 
 
 def _avg_pool_backward(dims: int):
@@ -248,11 +212,11 @@ def _avg_pool_backward(dims: int):
     return formula
 
 
-register_present(*optional_ops("avg_pool2d_backward"))(_avg_pool_backward(2))
-register_present(*optional_ops("avg_pool3d_backward"))(_avg_pool_backward(3))
+register_ops("avg_pool2d_backward")(_avg_pool_backward(2))
+register_ops("avg_pool3d_backward")(_avg_pool_backward(3))
 
 
-@register_present(*optional_ops("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"))
+@register_ops("_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward")
 def _adaptive_avg_pool_backward(args, kwargs, out) -> Cost:
     # (grad_output [N, C, *out], input [N, C, *in]): the forward's windows, walked back
     g, x = args[0], args[1]
@@ -264,10 +228,8 @@ def _adaptive_avg_pool_backward(args, kwargs, out) -> Cost:
 
 
 # -- embedding --------------------------------------------------------------------------------
-@register_present(*optional_ops("embedding_dense_backward", "embedding_backward"))
-def _embedding_backward(args, kwargs, out) -> Cost:
-    # (grad_output [..., D], indices, num_weights, padding_idx, scale_grad_by_freq)
-    return Cost(0, flops=args[0].numel())
+# (grad_output [..., D], indices, num_weights, padding_idx, scale_grad_by_freq)
+register_ops("embedding_dense_backward embedding_backward")(_per_grad_element(1))
 
 
 # -- recurrent layers -------------------------------------------------------------------------
@@ -288,7 +250,7 @@ def _rnn_backward_cost(
     return Cost(macs, flops=2 * macs + bias + cell)
 
 
-@register_present(*optional_ops("mkldnn_rnn_layer_backward"))
+@register_ops("mkldnn_rnn_layer_backward")
 def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
     # (input, w_ih, w_hh, b_ih, b_hh, hx, cx, output, hy, cy, grad_output, grad_hy, grad_cy,
     #  reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, ...)
@@ -299,7 +261,7 @@ def _mkldnn_rnn_layer_backward(args, kwargs, out) -> Cost:
     return _rnn_backward_cost(tokens, shapes, hidden, GATE_MODE[mode], 1, biases, True)
 
 
-@register_present(*optional_ops("_cudnn_rnn_backward", "miopen_rnn_backward"))
+@register_ops("_cudnn_rnn_backward miopen_rnn_backward")
 def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy,
     #  grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
@@ -309,9 +271,7 @@ def _cudnn_rnn_backward(args, kwargs, out) -> Cost:
     return _rnn_backward_cost(*cudnn_layout(args, 10), biases, mask[3])
 
 
-@register_present(
-    *optional_ops("_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell_backward")
-)
+@register_ops("_thnn_fused_lstm_cell_backward_impl _thnn_fused_gru_cell_backward")
 def _fused_cell_backward(args, kwargs, out) -> Cost:
     # the gate matmuls' gradients run as mm; here the cell (2x its forward's 3 per gate unit)
     # and, with biases, the bias gradient (the gate gradients summed over the batch)

@@ -6,15 +6,9 @@ from math import prod
 
 import torch
 
-from modelprof.counting.formulas.registry import (
-    Cost,
-    first,
-    optional_ops,
-    register_formula,
-    register_present,
-)
+from modelprof.counting.formulas.registry import Cost, first, register_formula, register_ops
 
-__all__ = ["conv_macs"]
+__all__ = ["conv_cost", "conv_macs"]
 
 aten = torch.ops.aten
 
@@ -28,53 +22,39 @@ def conv_macs(x_shape, w_shape, out_shape, transposed: bool = False) -> int:
     return x_shape[0] * prod(w_shape) * prod(spatial)
 
 
-def _conv_cost(x, w, bias, out, transposed: bool) -> Cost:
+def conv_cost(x, w, bias, out, transposed: bool, fused_per_output: int = 0) -> Cost:
+    """A convolution's cost, + 1 flop per output for a bias and each fused op (add, ReLU)."""
     macs = conv_macs(x.shape, w.shape, out.shape, transposed)
     n_out = out.numel()
-    bias_adds = n_out if bias is not None else 0
+    extra = n_out * (fused_per_output + (bias is not None))
     # madd: torchstat's (2k - 1) per output of a length-k dot product, + 1 for a bias
-    return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out + bias_adds)
+    return Cost(macs, flops=2 * macs + extra, madd=2 * macs - n_out + extra)
 
 
 @register_formula(aten.convolution, aten._convolution, aten.convolution_overrideable)
 def _convolution(args, kwargs, out) -> Cost:
     # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
     transposed = args[6] if len(args) > 6 else kwargs.get("transposed", False)
-    return _conv_cost(args[0], args[1], args[2] if len(args) > 2 else None, out, bool(transposed))
+    return conv_cost(args[0], args[1], args[2] if len(args) > 2 else None, out, bool(transposed))
 
 
-@register_present(
-    *optional_ops(
-        "cudnn_convolution",
-        "mkldnn_convolution",
-        "miopen_convolution",
-        "_slow_conv2d_forward",
-        "thnn_conv2d",
-        "slow_conv3d",
-        "slow_conv_dilated2d",
-        "slow_conv_dilated3d",
-        "_nnpack_spatial_convolution",
-        "cudnn_convolution_relu",
-        "cudnn_convolution_add_relu",
-        "miopen_depthwise_convolution",
-        "_conv_depthwise2d",
-    )
+@register_ops(
+    """cudnn_convolution mkldnn_convolution miopen_convolution _slow_conv2d_forward thnn_conv2d
+    slow_conv3d slow_conv_dilated2d slow_conv_dilated3d _nnpack_spatial_convolution
+    cudnn_convolution_relu cudnn_convolution_add_relu miopen_depthwise_convolution
+    _conv_depthwise2d"""
 )
 def _backend_convolution(args, kwargs, out) -> Cost:
     # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter.
-    return _conv_cost(args[0], args[1], _bias(args), first(out), False)
+    return conv_cost(args[0], args[1], _bias(args), first(out), False)
 
 
-@register_present(
-    *optional_ops(
-        "cudnn_convolution_transpose",
-        "miopen_convolution_transpose",
-        "slow_conv_transpose2d",
-        "slow_conv_transpose3d",
-    )
+@register_ops(
+    """cudnn_convolution_transpose miopen_convolution_transpose slow_conv_transpose2d
+    slow_conv_transpose3d"""
 )
 def _backend_convolution_transpose(args, kwargs, out) -> Cost:
-    return _conv_cost(args[0], args[1], _bias(args), out, True)
+    return conv_cost(args[0], args[1], _bias(args), out, True)
 
 
 def _bias(args) -> torch.Tensor | None:

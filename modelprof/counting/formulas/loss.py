@@ -16,13 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.counting.formulas.registry import (
-    Cost,
-    arg,
-    optional_ops,
-    register_formula,
-    register_present,
-)
+from modelprof.counting.formulas.registry import Cost, arg, register_formula, register_ops
 
 __all__ = ["LOSS_FLOPS_PER_ELEMENT"]
 
@@ -47,7 +41,7 @@ def _reduction_arg(args, kwargs, pos: int) -> int:
     return int(arg(args, kwargs, pos, "reduction", 1))
 
 
-@register_present(*optional_ops("nll_loss_forward", "nll_loss2d_forward"))
+@register_ops("nll_loss_forward nll_loss2d_forward")
 def _nll_loss(args, kwargs, out) -> Cost:
     # (self [N, C, ...], target [N, ...], weight, reduction, ignore_index)
     target, weight = args[1], args[2] if len(args) > 2 else None
@@ -56,7 +50,7 @@ def _nll_loss(args, kwargs, out) -> Cost:
     return Cost(0, flops=(n if _reduces(args[3]) else 0) + weighted)
 
 
-@register_present(*optional_ops("nll_loss_backward", "nll_loss2d_backward"))
+@register_ops("nll_loss_backward nll_loss2d_backward")
 def _nll_loss_backward(args, kwargs, out) -> Cost:
     # (grad_output, self, target, weight, reduction, ignore_index, total_weight)
     target, weight = args[2], args[3]
@@ -85,16 +79,14 @@ def _per_grad(key: str):
 
 
 register_formula(aten.mse_loss)(_per_input("mse", 2))
-register_present(*optional_ops("mse_loss_backward"))(_per_grad("mse_backward"))
-register_present(*optional_ops("smooth_l1_loss", "huber_loss"))(_per_input("smooth_l1", 2))
-register_present(*optional_ops("smooth_l1_loss_backward", "huber_loss_backward"))(
-    _per_grad("smooth_l1_backward")
-)
-register_present(*optional_ops("binary_cross_entropy"))(_per_input("bce", 3))
-register_present(*optional_ops("binary_cross_entropy_backward"))(_per_grad("bce_backward"))
+register_ops("mse_loss_backward")(_per_grad("mse_backward"))
+register_ops("smooth_l1_loss huber_loss")(_per_input("smooth_l1", 2))
+register_ops("smooth_l1_loss_backward huber_loss_backward")(_per_grad("smooth_l1_backward"))
+register_ops("binary_cross_entropy")(_per_input("bce", 3))
+register_ops("binary_cross_entropy_backward")(_per_grad("bce_backward"))
 
 
-@register_present(*optional_ops("binary_cross_entropy_with_logits"))
+@register_ops("binary_cross_entropy_with_logits")
 def _bce_logits(args, kwargs, out) -> Cost:
     # (self, target, weight, pos_weight, reduction)
     weights = (arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "pos_weight"))

@@ -7,16 +7,10 @@ from math import prod
 
 import torch
 
-from modelprof.counting.formulas.registry import (
-    Cost,
-    arg,
-    optional_ops,
-    register_formula,
-    register_present,
-)
+from modelprof.counting.formulas.registry import Cost, arg, register_formula, register_ops
 from modelprof.counting.formulas.values import has_values
 
-__all__ = ["grouped_mm_cost", "matmul_cost"]
+__all__ = ["grouped_mm_cost", "low_precision_mm", "matmul_cost"]
 
 aten = torch.ops.aten
 
@@ -91,7 +85,7 @@ def _dot(args, kwargs, out) -> Cost:
     return matmul_cost(1, 1, args[0].shape[0], 1)
 
 
-@register_present(*optional_ops("linear", "mkldnn_linear"))
+@register_ops("linear mkldnn_linear")
 def _linear(args, kwargs, out) -> Cost:
     # linear(x[..., k], w[n, k], bias) when a backend keeps it whole -> [..., n]
     x, w = args[0], args[1]
@@ -100,29 +94,24 @@ def _linear(args, kwargs, out) -> Cost:
     return matmul_cost(1, m, k, n, bias_adds=m * n if bias is not None else 0)
 
 
-@register_present(*optional_ops("_addmm_activation"))
+@register_ops("_addmm_activation")
 def _addmm_activation(args, kwargs, out) -> Cost:
     # activation(bias + [m, k] @ [k, n]): addmm plus one flop per output for the activation
     (m, k), n = args[1].shape, args[2].shape[1]
     return matmul_cost(1, m, k, n, bias_adds=2 * m * n)
 
 
-@register_present(*optional_ops("_scaled_mm"))
+@register_ops("_scaled_mm")
 def _scaled_mm(args, kwargs, out) -> Cost:
     (m, k), n = args[0].shape, args[1].shape[1]
     return matmul_cost(1, m, k, n)
 
 
-@register_present(
-    *optional_ops(
-        "_int_mm",
-        "_weight_int8pack_mm",
-        "_weight_int4pack_mm",
-        "_weight_int4pack_mm_for_cpu",
-        "_weight_int4pack_mm_with_scales_and_zeros",
-    )
+@register_ops(
+    """_int_mm _weight_int8pack_mm _weight_int4pack_mm _weight_int4pack_mm_for_cpu
+    _weight_int4pack_mm_with_scales_and_zeros"""
 )
-def _low_precision_mm(args, kwargs, out) -> Cost:
+def low_precision_mm(args, kwargs, out) -> Cost:
     # int8 / weight-only int8 and int4 matmuls: x [m, k] @ W -> [m, n] (W packed or [n, k]):
     # every output a length-k dot product; the per-channel/group scales are not counted
     k = args[0].shape[-1]
@@ -130,7 +119,7 @@ def _low_precision_mm(args, kwargs, out) -> Cost:
     return Cost(n_out * k, madd=(2 * k - 1) * n_out)
 
 
-@register_present(*optional_ops("_dyn_quant_matmul_4bit"))
+@register_ops("_dyn_quant_matmul_4bit")
 def _dyn_quant_matmul_4bit(args, kwargs, out) -> Cost:
     # (inp [m, in_features], packed_weights, block_size, in_features, out_features)
     k = int(args[3])
@@ -195,13 +184,13 @@ def _grouped(offs_at: int):
 
 # (self, mat2, offs, ...); (self, mat2, scale_a, scale_b, offs, ...); (self, mat2, scale_a[],
 # recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs, ...)
-_grouped_mm = register_present(*optional_ops("_grouped_mm"))(_grouped(2))
-_scaled_grouped_mm = register_present(*optional_ops("_scaled_grouped_mm"))(_grouped(4))
-_scaled_grouped_mm_v2 = register_present(*optional_ops("_scaled_grouped_mm_v2"))(_grouped(8))
+_grouped_mm = register_ops("_grouped_mm")(_grouped(2))
+_scaled_grouped_mm = register_ops("_scaled_grouped_mm")(_grouped(4))
+_scaled_grouped_mm_v2 = register_ops("_scaled_grouped_mm_v2")(_grouped(8))
 
 
 # -- pairwise distances -------------------------------------------------------------------------
-@register_present(*optional_ops("_euclidean_dist"))
+@register_ops("_euclidean_dist")
 def _euclidean_dist(args, kwargs, out) -> Cost:
     # cdist p=2 through a matmul: x1 [.., P, M], x2 [.., R, M] -> [.., P, R]
     #   dot products x1 @ x2^T: batch*P*R*M MACs; squared norms of the rows of x1 and x2:
@@ -214,7 +203,7 @@ def _euclidean_dist(args, kwargs, out) -> Cost:
     return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - pairs + elementwise)
 
 
-@register_present(*optional_ops("_cdist_forward"))
+@register_ops("_cdist_forward")
 def _cdist_forward(args, kwargs, out) -> Cost:
     # (x1 [.., P, M], x2 [.., R, M], p, compute_mode) -> [.., P, R], pair by pair:
     #   p = 2: M squared differences summed per pair = M MACs (as the matmul path counts them)

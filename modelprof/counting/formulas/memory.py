@@ -14,9 +14,9 @@ from modelprof.counting.formulas.registry import (
     Cost,
     arg,
     first,
-    optional_ops,
     register_formula,
-    register_present,
+    register_ops,
+    zero,
 )
 from modelprof.counting.formulas.values import has_values
 
@@ -30,159 +30,70 @@ def VIEW(args, kwargs, out):  # noqa: N802 - a sentinel formula
     return ZERO
 
 
-register_formula(
-    torch.Tag.inplace_view,
-    *optional_ops(
-        "_unsafe_view",
-        "unsafe_split",
-        "unsafe_split_with_sizes",
-        "unsafe_chunk",
-        "_reshape_alias",
-        "lift",
-        "lift_fresh",
-        "set_",
-        "resize_",
-        "resize_as_",
-        "_local_scalar_dense",
-        "_assert_async",
-        "_assert_scalar",
-        "_assert_tensor_metadata",
-        "_functional_assert_async",
-        *(f"sym_{x}" for x in ("size", "stride", "numel", "storage_offset")),
-        "_make_dep_token",
-        "record_stream",
-        "_has_same_storage_numel",
-        "is_same_size",
-        "_shape_as_tensor",
-        # queries that return a number, not data
-        "dim",
-        "_fused_sdp_choice",
-        "_nested_tensor_from_mask_left_aligned",
-        # nested tensors: views of a buffer and their metadata
-        "_nested_view_from_buffer",
-        "_nested_view_from_jagged",
-        *(f"_nested_get_{x}" for x in ("values", "offsets", "lengths", "ragged_idx")),
-        *(f"_nested_get_{x}" for x in ("min_seqlen", "max_seqlen", "jagged_dummy")),
-        *(f"_nested_tensor_{x}" for x in ("size", "strides", "storage_offsets")),
-        "_nested_compute_contiguous_strides_offsets",
-    ),
+register_formula(torch.Tag.inplace_view)(VIEW)
+register_ops(
+    """_unsafe_view unsafe_split unsafe_split_with_sizes unsafe_chunk _reshape_alias lift
+    lift_fresh set_ resize_ resize_as_ _local_scalar_dense _assert_async _assert_scalar
+    _assert_tensor_metadata _functional_assert_async sym_size sym_stride sym_numel
+    sym_storage_offset _make_dep_token record_stream _has_same_storage_numel is_same_size
+    _shape_as_tensor""",
+    # queries that return a number, not data
+    *"dim _fused_sdp_choice _nested_tensor_from_mask_left_aligned".split(),
+    # nested tensors: views of a buffer and their metadata
+    *"_nested_view_from_buffer _nested_view_from_jagged".split(),
+    *(f"_nested_get_{x}" for x in "values offsets lengths ragged_idx".split()),
+    *(f"_nested_get_{x}" for x in "min_seqlen max_seqlen jagged_dummy".split()),
+    *(f"_nested_tensor_{x}" for x in ("size", "strides", "storage_offsets")),
+    "_nested_compute_contiguous_strides_offsets",
 )(VIEW)
 
 # profiler bookkeeping (torch.optim wraps every step in record_function): no work
-register_present(
-    *optional_ops(
-        "_record_function_enter",
-        "_record_function_enter_new",
-        "_record_function_exit",
-        namespace="profiler",
-    )
+register_ops(
+    "_record_function_enter _record_function_enter_new _record_function_exit",
+    namespace="profiler",
 )(VIEW)
-
-
-def _zero(args, kwargs, out):
-    return ZERO
-
 
 # view ops whose ``_copy`` variants copy; ops with an in-place ``_`` variant
 _RESHAPES = ("view", "_unsafe_view", "as_strided", "permute", "expand", "transpose", "t")
 _PARTS = ("unsqueeze", "squeeze", "slice", "select", "split", "split_with_sizes", "unbind")
 _WITH_INPLACE = ("scatter", "index_put", "index_fill", "index_copy", "masked_scatter")
-register_present(
-    *optional_ops(
-        # copies and layout changes
-        "clone",
-        "copy_",
-        "_to_copy",
-        "_copy_from",
-        "_copy_from_and_resize",
-        "contiguous",
-        "lift_fresh_copy",
-        "alias_copy",
-        "detach_copy",
-        *(f"{v}_copy" for v in _RESHAPES + _PARTS),
-        "to_mkldnn",
-        "to_dense",
-        "_to_dense",
-        "mkldnn_reorder_conv2d_weight",
-        # joins, gathers, scatters, padding, shuffles
-        "cat",
-        "stack",
-        "hstack",
-        "vstack",
-        "index",
-        "index_select",
-        "gather",
-        *(name for op in _WITH_INPLACE for name in (op, f"{op}_")),
-        "_index_put_impl_",
-        "masked_select",
-        "take",
-        *(f"{x}_scatter" for x in ("slice", "select", "diagonal", "as_strided")),
-        "constant_pad_nd",
-        *(f"{mode}_pad{d}d" for mode in ("reflection", "replication") for d in (1, 2, 3)),
-        "_pad_circular",
-        "roll",
-        "flip",
-        "repeat",
-        "repeat_interleave",
-        "tile",
-        "pixel_shuffle",
-        "pixel_unshuffle",
-        "channel_shuffle",
-        "native_channel_shuffle",
-        "im2col",
-        "col2im",
-        "embedding",
-        "one_hot",
-        "nonzero",
-        "nonzero_static",
-        "_unique2",
-        "unique_dim",
-        "unique_consecutive",
-        "searchsorted",
-        "bucketize",
-        "flatten_dense_tensors",
-        "unflatten_dense_tensors",
-        # creation
-        *(f"{x}{form}" for x in ("empty", "zeros", "ones", "full") for form in ("", "_like")),
-        *(f"new_{x}" for x in ("empty", "zeros", "ones", "full")),
-        "empty_strided",
-        "new_empty_strided",
-        "fill",
-        "fill_",
-        "zero_",
-        "arange",
-        "linspace",
-        "logspace",
-        "scalar_tensor",
-        "eye",
-        "tril_indices",
-        "triu_indices",
-        *(f"{x}{form}" for x in ("rand", "randn", "randint") for form in ("", "_like")),
-        "randperm",
-        "normal",
-        "normal_",
-        "uniform_",
-        "random_",
-        "exponential_",
-        "multinomial",
-        "_efficientzerotensor",
-        "tensor_split",
-        # cuDNN's RNN weights copied into one flat buffer (flatten_parameters; autocast re-flattens)
-        "_cudnn_rnn_flatten_weight",
-        # packing of variable-length sequences; padded <-> nested-tensor conversions (copies)
-        "_pack_padded_sequence",
-        "_pad_packed_sequence",
-        "_nested_tensor_from_mask",
-        "to_padded_tensor",
-        "_nested_from_padded",
-        "_nested_from_padded_and_nested_example",
-        "_nested_tensor_from_tensor_list",
-        "_nested_from_padded_tensor",
-    )
-)(_zero)
+# copies and layout changes
+register_ops(
+    """clone copy_ _to_copy _copy_from _copy_from_and_resize contiguous lift_fresh_copy
+    alias_copy detach_copy to_mkldnn to_dense _to_dense mkldnn_reorder_conv2d_weight""",
+    *(f"{v}_copy" for v in _RESHAPES + _PARTS),
+)(zero)
+# joins, gathers, scatters, padding, shuffles
+register_ops(
+    """cat stack hstack vstack index index_select gather _index_put_impl_ masked_select take
+    constant_pad_nd _pad_circular roll flip repeat repeat_interleave tile pixel_shuffle
+    pixel_unshuffle channel_shuffle native_channel_shuffle im2col col2im embedding one_hot
+    nonzero nonzero_static _unique2 unique_dim unique_consecutive searchsorted bucketize
+    flatten_dense_tensors unflatten_dense_tensors""",
+    *(name for op in _WITH_INPLACE for name in (op, f"{op}_")),
+    *(f"{x}_scatter" for x in ("slice", "select", "diagonal", "as_strided")),
+    *(f"{mode}_pad{d}d" for mode in ("reflection", "replication") for d in (1, 2, 3)),
+)(zero)
+# creation
+register_ops(
+    """empty_strided new_empty_strided fill fill_ zero_ arange linspace logspace scalar_tensor
+    eye tril_indices triu_indices randperm normal normal_ uniform_ random_ exponential_
+    multinomial _efficientzerotensor tensor_split""",
+    *(f"{x}{form}" for x in ("empty", "zeros", "ones", "full") for form in ("", "_like")),
+    *(f"new_{x}" for x in ("empty", "zeros", "ones", "full")),
+    *(f"{x}{form}" for x in ("rand", "randn", "randint") for form in ("", "_like")),
+)(zero)
+# cuDNN's RNN weights copied into one flat buffer (flatten_parameters; autocast re-flattens);
+# packing of variable-length sequences; padded <-> nested-tensor conversions (copies)
+register_ops(
+    """_cudnn_rnn_flatten_weight _pack_padded_sequence _pad_packed_sequence
+    _nested_tensor_from_mask to_padded_tensor _nested_from_padded
+    _nested_from_padded_and_nested_example _nested_tensor_from_tensor_list
+    _nested_from_padded_tensor"""
+)(zero)
 
 
-@register_present(*optional_ops("_embedding_bag", "_embedding_bag_forward_only", "embedding_bag"))
+@register_ops("_embedding_bag _embedding_bag_forward_only embedding_bag")
 def _embedding_bag(args, kwargs, out):
     # (weight [V, D], indices [n], offsets, scale_grad_by_freq, mode, sparse,
     #  per_sample_weights, include_last_offset, padding_idx)

@@ -14,6 +14,7 @@ from modelprof.counting.formulas.registry import (
     Cost,
     optional_ops,
     register_formula,
+    register_ops,
     register_present,
 )
 
@@ -66,7 +67,7 @@ register_formula(aten.native_layer_norm)(_norm(True, 2))  # (input, normalized_s
 register_formula(aten.native_group_norm)(_norm(True, 1))  # (input, weight, bias, N, C, HxW, ...)
 
 
-@register_present(*optional_ops("_fused_rms_norm", "rms_norm"))
+@register_ops("_fused_rms_norm rms_norm")
 def _rms_norm(args, kwargs, out) -> Cost:
     # (input, normalized_shape, weight, eps): mean of squares (2), scale (1), weight (1)
     weight = args[2] if len(args) > 2 else kwargs.get("weight")

@@ -18,7 +18,7 @@ from modelprof.counting.formulas.registry import (
     Cost,
     optional_ops,
     register_formula,
-    register_present,
+    register_ops,
 )
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "elementwise", "reduction"]
@@ -65,39 +65,16 @@ register_formula(torch.Tag.pointwise)(elementwise(1))
 # pointwise tag (those of _WITH_INPLACE in both forms).
 _WITH_INPLACE = ("hardswish", "hardtanh", "elu", "selu", "celu", "threshold", "mish", "bernoulli")
 _SCATTERS = ("index_add", "scatter_add", "scatter_reduce", "tril", "triu")
-register_present(
-    *optional_ops(
-        *(name for op in _WITH_INPLACE + _SCATTERS for name in (op, f"{op}_")),
-        "hardsigmoid_",
-        "relu6",
-        "leaky_relu_",
-        "glu",
-        "prelu",
-        "_prelu_kernel",
-        "rrelu_with_noise",
-        "softplus",
-        "softshrink",
-        "hardshrink",
-        "log_sigmoid_forward",
-        "silu_",
-        "gelu_",
-        "clamp_",
-        "clamp_min_",
-        "clamp_max_",
-        "masked_fill_",
-        "sgn",
-        "_conj_physical",
-        "logical_not_",
-        "lerp_",
-        "addcmul_",
-        "addcdiv_",
-        "_foreach_add",
-        "_foreach_mul",
-    )
+register_ops(
+    """hardsigmoid_ relu6 leaky_relu_ glu prelu _prelu_kernel rrelu_with_noise softplus
+    softshrink hardshrink log_sigmoid_forward silu_ gelu_ clamp_ clamp_min_ clamp_max_
+    masked_fill_ sgn _conj_physical logical_not_ lerp_ addcmul_ addcdiv_ _foreach_add
+    _foreach_mul""",
+    *(name for op in _WITH_INPLACE + _SCATTERS for name in (op, f"{op}_")),
 )(elementwise(1))
 
 
-@register_present(*optional_ops("dropout", "native_dropout"))
+@register_ops("dropout native_dropout")
 def _dropout(args, kwargs, out) -> Cost:
     # (input, p, train): in eval the op returns its input (0 flops, as when it is not run at
     # all); in training 3 per element — draw the mask, scale by 1/(1-p), multiply — as the
@@ -108,40 +85,13 @@ def _dropout(args, kwargs, out) -> Cost:
     return elementwise(3)(args, kwargs, out)
 
 
-register_present(
-    *optional_ops(
-        "_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "special_softmax"
-    )
-)(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
+register_ops("_softmax _log_softmax _safe_softmax softmax log_softmax special_softmax")(
+    elementwise(SOFTMAX_FLOPS_PER_ELEMENT)
+)
 
-register_formula(
-    aten.sum,
-    aten.mean,
-    aten.amax,
-    aten.amin,
-    aten.max,
-    aten.min,
-    aten.argmax,
-    aten.argmin,
-    aten.prod,
-    aten.cumsum,
-    aten.cumprod,
-    aten.logsumexp,
-    aten.all,
-    aten.any,
-    aten.count_nonzero,
-    aten.aminmax,
-    aten.nansum,
-    aten.cummax,
-    aten.cummin,
-    aten.median,
-    aten.nanmedian,
-    aten.mode,
-    aten.kthvalue,
-    aten.topk,
-    aten.sort,
-    aten.argsort,
-)(reduction(1))
+_REDUCTIONS = """sum mean amax amin max min argmax argmin prod cumsum cumprod logsumexp all any
+count_nonzero aminmax nansum cummax cummin median nanmedian mode kthvalue topk sort argsort"""
+register_formula(*(getattr(aten, name) for name in _REDUCTIONS.split()))(reduction(1))
 register_formula(aten.var, aten.std, aten.var_mean, aten.std_mean)(reduction(3))
 register_formula(
     aten.linalg_vector_norm, aten.norm, *optional_ops("_linalg_vector_norm", "frobenius_norm")
@@ -153,14 +103,10 @@ def _interpolation(neighbours: int):
 
 
 _NEAREST = ("upsample_nearest", "_upsample_nearest_exact")
-register_present(*optional_ops(*(f"{n}{d}d" for n in _NEAREST for d in (1, 2, 3))))(
-    _interpolation(1)
+register_ops(*(f"{n}{d}d" for n in _NEAREST for d in (1, 2, 3)))(_interpolation(1))
+register_ops("upsample_linear1d")(_interpolation(2))
+register_ops("upsample_bilinear2d _upsample_bilinear2d_aa grid_sampler_2d cudnn_grid_sampler")(
+    _interpolation(4)
 )
-register_present(*optional_ops("upsample_linear1d"))(_interpolation(2))
-register_present(
-    *optional_ops(
-        "upsample_bilinear2d", "_upsample_bilinear2d_aa", "grid_sampler_2d", "cudnn_grid_sampler"
-    )
-)(_interpolation(4))
-register_present(*optional_ops("upsample_trilinear3d", "grid_sampler_3d"))(_interpolation(8))
-register_present(*optional_ops("upsample_bicubic2d", "_upsample_bicubic2d_aa"))(_interpolation(16))
+register_ops("upsample_trilinear3d grid_sampler_3d")(_interpolation(8))
+register_ops("upsample_bicubic2d _upsample_bicubic2d_aa")(_interpolation(16))

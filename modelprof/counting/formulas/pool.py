@@ -9,7 +9,13 @@ from math import ceil, floor, prod
 
 import torch
 
-from modelprof.counting.formulas.registry import Cost, first, optional_ops, register_present
+from modelprof.counting.formulas.registry import (
+    Cost,
+    first,
+    optional_ops,
+    register_ops,
+    register_present,
+)
 
 __all__ = ["adaptive_window_sum", "pool_cost"]
 
@@ -75,14 +81,7 @@ def _adaptive(kind: str):
     return formula
 
 
-register_present(
-    *optional_ops(
-        "_adaptive_avg_pool2d",
-        "adaptive_avg_pool1d",
-        "_adaptive_avg_pool3d",
-        "mkldnn_adaptive_avg_pool2d",
-    )
+register_ops(
+    "_adaptive_avg_pool2d adaptive_avg_pool1d _adaptive_avg_pool3d mkldnn_adaptive_avg_pool2d"
 )(_adaptive("avg"))
-register_present(
-    *optional_ops("adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d")
-)(_adaptive("max"))
+register_ops("adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d")(_adaptive("max"))

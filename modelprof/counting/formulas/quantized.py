@@ -16,34 +16,32 @@ once, bytes at every call).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from math import prod
 from typing import Any
 
 import torch
 
-from modelprof.counting.formulas.conv import conv_macs
-from modelprof.counting.formulas.matmul import matmul_cost
+from modelprof.counting.formulas.conv import conv_cost
+from modelprof.counting.formulas.matmul import low_precision_mm, matmul_cost
 from modelprof.counting.formulas.memory import bag_entries, embedding_bag_cost
 from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
 from modelprof.counting.formulas.pool import pool_cost
 from modelprof.counting.formulas.registry import (
     REGISTRY,
-    ZERO,
     Cost,
     first,
     optional_hops,
     optional_ops,
+    register_ops,
     register_present,
+    zero,
 )
 from modelprof.counting.formulas.rnn import rnn_cost
 from modelprof.runtime.tensors import stored_nbytes
 
 __all__ = ["module_packed_weights", "packed_nbytes", "packed_weights"]
-
-
-def _ops(*names: str) -> list:
-    return optional_ops(*names, namespace="quantized")
 
 
 def _cell_state(obj: Any) -> tuple | None:
@@ -123,6 +121,9 @@ def module_packed_weights(model: Any) -> tuple[int, int]:
     return elements, stored
 
 
+_quantized = functools.partial(register_ops, namespace="quantized")
+
+
 def _packed(args: tuple) -> Any:
     return next(a for a in args if isinstance(a, torch.ScriptObject))
 
@@ -140,11 +141,7 @@ def _conv(fused_per_output: int):
         packed = _packed(args)
         weight, bias = _weight_bias(packed)
         transposed = bool(packed.transpose()) if hasattr(packed, "transpose") else False
-        o = first(out)
-        macs = conv_macs(args[0].shape, weight.shape, o.shape, transposed)
-        n_out = o.numel()
-        extra = n_out * (fused_per_output + (1 if bias is not None else 0))
-        return Cost(macs, flops=2 * macs + extra, madd=2 * macs - n_out + extra)
+        return conv_cost(args[0], weight, bias, first(out), transposed, fused_per_output)
 
     return formula
 
@@ -153,9 +150,9 @@ _DIMS = ("1d", "2d", "3d")
 _PLAIN_CONVS = [
     f"conv{t}{d}{dyn}" for t in ("", "_transpose") for d in _DIMS for dyn in ("", "_dynamic")
 ]
-register_present(*_ops(*_PLAIN_CONVS))(_conv(0))
-register_present(*_ops(*(f"conv{d}_{f}" for d in _DIMS for f in ("relu", "add"))))(_conv(1))
-register_present(*_ops(*(f"conv{d}_add_relu" for d in _DIMS)))(_conv(2))
+_quantized(*_PLAIN_CONVS)(_conv(0))
+_quantized(*(f"conv{d}_{f}" for d in _DIMS for f in ("relu", "add")))(_conv(1))
+_quantized(*(f"conv{d}_add_relu" for d in _DIMS))(_conv(2))
 
 
 # -- linear and matmul ----------------------------------------------------------------------------
@@ -175,57 +172,27 @@ def _linear(fused_per_output: int):
     return formula
 
 
-register_present(
-    *_ops(
-        "linear",
-        "linear_dynamic",
-        "linear_dynamic_fp16",
-        "linear_dynamic_fp16_unpacked_weight",
-        "linear_with_input_q_dq_qweight_dq_output_fp32",
-    )
+_quantized(
+    """linear linear_dynamic linear_dynamic_fp16 linear_dynamic_fp16_unpacked_weight
+    linear_with_input_q_dq_qweight_dq_output_fp32"""
 )(_linear(0))
-register_present(
-    *_ops(
-        "linear_relu",
-        "linear_relu_dynamic",
-        "linear_relu_dynamic_fp16",
-        "linear_leaky_relu",
-        "linear_tanh",
-        "linear_with_input_q_dq_qweight_dq_relu_output_fp32",
-    )
+_quantized(
+    """linear_relu linear_relu_dynamic linear_relu_dynamic_fp16 linear_leaky_relu linear_tanh
+    linear_with_input_q_dq_qweight_dq_relu_output_fp32"""
 )(_linear(1))
-
-
-@register_present(*_ops("matmul"))
-def _matmul(args, kwargs, out) -> Cost:
-    # (qa [..., m, k], qb [..., k, n], scale, zero_point): every output a length-k dot product
-    k = args[0].shape[-1]
-    n_out = out.numel()
-    return Cost(n_out * k, madd=(2 * k - 1) * n_out)
+# (qa [..., m, k], qb [..., k, n], scale, zero_point): every output a length-k dot product
+_quantized("matmul")(low_precision_mm)
 
 
 # -- elementwise, norms, pools, embeddings ------------------------------------------------------
 _ARITHMETIC = ("add", "add_scalar", "mul", "mul_scalar")  # each with an ``_out`` form
-register_present(
-    *_ops(
-        *(f"{op}{out}" for op in _ARITHMETIC for out in ("", "_out")),
-        "relu6",
-        "sigmoid",
-        "hardswish",
-        "elu",
-        "celu",
-        "leaky_relu",
-        "threshold",
-        "clamp",
-        "prelu",
-    )
+_quantized(
+    "relu6 sigmoid hardswish elu celu leaky_relu threshold clamp prelu cat_relu cat_relu_out",
+    *(f"{op}{out}" for op in _ARITHMETIC for out in ("", "_out")),
 )(elementwise(1))
-register_present(*_ops(*(f"{op}_relu{out}" for op in _ARITHMETIC for out in ("", "_out"))))(
-    elementwise(2)
-)
-register_present(*_ops("softmax"))(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
-register_present(*_ops("cat", "cat_out", "dropout"))(lambda args, kwargs, out: ZERO)
-register_present(*_ops("cat_relu", "cat_relu_out"))(elementwise(1))
+_quantized(*(f"{op}_relu{out}" for op in _ARITHMETIC for out in ("", "_out")))(elementwise(2))
+_quantized("softmax")(elementwise(SOFTMAX_FLOPS_PER_ELEMENT))
+_quantized("cat cat_out dropout")(zero)
 
 
 def _batch_norm(fused_per_output: int):
@@ -238,36 +205,26 @@ def _batch_norm(fused_per_output: int):
     return formula
 
 
-register_present(*_ops("batch_norm", "batch_norm1d", "batch_norm2d", "batch_norm3d"))(
-    _batch_norm(0)
-)
-register_present(
-    *_ops("batch_norm_relu", "batch_norm1d_relu", "batch_norm2d_relu", "batch_norm3d_relu")
-)(_batch_norm(1))
+_quantized("batch_norm batch_norm1d batch_norm2d batch_norm3d")(_batch_norm(0))
+_quantized("batch_norm_relu batch_norm1d_relu batch_norm2d_relu batch_norm3d_relu")(_batch_norm(1))
 
 
-@register_present(*_ops("layer_norm", "group_norm", "instance_norm"))
+@_quantized("layer_norm group_norm instance_norm")
 def _stat_norm(args, kwargs, out) -> Cost:
     # statistics computed from the input; weight and bias are the tensors among the arguments
     n_affine = sum(isinstance(t, torch.Tensor) for t in args[1:]) if len(args) > 1 else 0
     return norm_cost(args[0].numel(), True, min(n_affine, 2))
 
 
-@register_present(*_ops("max_pool1d", "max_pool2d"))
+@_quantized("max_pool1d max_pool2d")
 def _max_pool(args, kwargs, out) -> Cost:
     # (qx, kernel_size, stride, padding, dilation, ceil_mode)
     kernel = list(args[1]) if not isinstance(args[1], int) else [args[1]]
     return pool_cost(first(out).numel(), prod(kernel), "max")
 
 
-@register_present(
-    *_ops(
-        *(
-            f"embedding_bag_{b}{o}"
-            for b in ("byte", "4bit", "2bit")
-            for o in ("", "_rowwise_offsets")
-        )
-    )
+@_quantized(
+    *(f"embedding_bag_{b}{o}" for b in ("byte", "4bit", "2bit") for o in ("", "_rowwise_offsets"))
 )
 def _embedding_bag(args, kwargs, out) -> Cost:
     # (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights,
@@ -284,54 +241,30 @@ def _embedding_bag(args, kwargs, out) -> Cost:
 
 
 _PACKED_CONVS = ("conv", "conv1d", "conv2d", "conv3d", *(f"conv_transpose{d}d" for d in (1, 2, 3)))
-register_present(
-    *_ops(
-        "embedding_byte",
-        "embedding_4bit",
-        *(f"{c}_{p}" for c in _PACKED_CONVS for p in ("prepack", "unpack")),
-        "conv2d_unpack_sizes",
-        "linear_prepack",
-        "linear_prepack_fp16",
-        "linear_prepack_legacy",
-        "linear_prepack_fp16_legacy",
-        "linear_unpack",
-        "linear_unpack_fp16",
-        "embedding_bag_prepack",
-        "embedding_bag_unpack",
-        *(f"make_quantized_cell_params{k}" for k in ("", "_dynamic", "_fp16")),
-        *(
-            f"conv{d}_{a}"
-            for d in ("2d", "3d", "_transpose2d", "_transpose3d")
-            for a in ("stride", "padding", "dilation", "groups", "output_padding", "transpose")
-        ),
-    )
-)(lambda args, kwargs, out: ZERO)
+_quantized(
+    """embedding_byte embedding_4bit conv2d_unpack_sizes linear_prepack linear_prepack_fp16
+    linear_prepack_legacy linear_prepack_fp16_legacy linear_unpack linear_unpack_fp16
+    embedding_bag_prepack embedding_bag_unpack""",
+    *(f"{c}_{p}" for c in _PACKED_CONVS for p in ("prepack", "unpack")),
+    *(f"make_quantized_cell_params{k}" for k in ("", "_dynamic", "_fp16")),
+    *(
+        f"conv{d}_{a}"
+        for d in ("2d", "3d", "_transpose2d", "_transpose3d")
+        for a in ("stride", "padding", "dilation", "groups", "output_padding", "transpose")
+    ),
+)(zero)
 
 
 # -- quantize / dequantize (aten) ----------------------------------------------------------------
-register_present(
-    *optional_ops(
-        "quantize_per_tensor",
-        "quantize_per_channel",
-        "dequantize",
-        "fake_quantize_per_tensor_affine",
-        "fake_quantize_per_channel_affine",
-    )
+register_ops(
+    """quantize_per_tensor quantize_per_channel dequantize fake_quantize_per_tensor_affine
+    fake_quantize_per_channel_affine"""
 )(elementwise(1))
-register_present(*optional_ops("quantize_per_tensor_dynamic"))(elementwise(2))
-register_present(
-    *optional_ops(
-        "q_scale",
-        "q_zero_point",
-        "q_per_channel_scales",
-        "q_per_channel_zero_points",
-        "q_per_channel_axis",
-        "qscheme",
-        "int_repr",
-        "_make_per_tensor_quantized_tensor",
-        "_make_per_channel_quantized_tensor",
-    )
-)(lambda args, kwargs, out: ZERO)
+register_ops("quantize_per_tensor_dynamic")(elementwise(2))
+register_ops(
+    """q_scale q_zero_point q_per_channel_scales q_per_channel_zero_points q_per_channel_axis
+    qscheme int_repr _make_per_tensor_quantized_tensor _make_per_channel_quantized_tensor"""
+)(zero)
 
 
 # -- higher-order operators of quantization flows -------------------------------------------------
@@ -344,7 +277,7 @@ def _out_dtype(args, kwargs, out) -> Cost:
     return formula(tuple(args[2:]), kwargs, out)
 
 
-register_present(*optional_hops("print"))(lambda args, kwargs, out: ZERO)
+register_present(*optional_hops("print"))(zero)
 
 
 # -- dynamically quantized RNNs (quantize_dynamic on nn.LSTM / nn.GRU) ---------------------------

@@ -209,6 +209,17 @@ def register_present(*keys: Any) -> Callable[[Callable], Callable]:
     return lambda fn: fn
 
 
+def register_ops(*names: str, namespace: str = "aten") -> Callable[[Callable], Callable]:
+    """``register_present`` for the ops of ``namespace`` that ``names`` (each one name or a word
+    list) name and the running torch has."""
+    return register_present(*optional_ops(*" ".join(names).split(), namespace=namespace))
+
+
+def zero(args: tuple, kwargs: dict, out: Any) -> Cost:
+    """The formula of an op that computes nothing (its bytes still count: not ``VIEW``)."""
+    return ZERO
+
+
 def optional_hops(*names: str) -> list:
     """The higher-order operators among ``names`` that exist in the running torch."""
     return optional_ops(*names, namespace="higher_order")

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from modelprof.counting.formulas.registry import (
-    Cost,
-    optional_ops,
-    register_formula,
-    register_present,
-)
+from modelprof.counting.formulas.registry import Cost, register_formula, register_ops
 
 __all__ = ["cudnn_has_biases", "cudnn_layout", "cudnn_weight_shapes", "rnn_cost"]
 
@@ -53,7 +48,7 @@ def _tokens(x: torch.Tensor) -> int:
     return x.numel() // x.shape[-1] if x.dim() else 0
 
 
-@register_present(*optional_ops("mkldnn_rnn_layer"))
+@register_ops("mkldnn_rnn_layer")
 def _mkldnn_rnn_layer(args, kwargs, out) -> Cost:
     # (input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size,
     #  num_layers, has_biases, bidirectional, batch_first, train): one layer, one direction
@@ -99,7 +94,7 @@ def cudnn_layout(args: tuple, mode_at: int) -> tuple[int, list, int, str, int]:
     return _tokens(x), shapes, hidden, kind, num_layers * (2 if bidirectional else 1)
 
 
-@register_present(*optional_ops("_cudnn_rnn", "miopen_rnn"))
+@register_ops("_cudnn_rnn miopen_rnn")
 def _cudnn_rnn(args, kwargs, out) -> Cost:
     # (input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
     #  num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
@@ -125,7 +120,7 @@ register_formula(aten.gru.input)(_composite("gru"))
 register_formula(aten.rnn_tanh.input, aten.rnn_relu.input)(_composite("rnn"))
 
 
-@register_present(*optional_ops("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"))
+@register_ops("_thnn_fused_lstm_cell _thnn_fused_gru_cell")
 def _fused_cell(args, kwargs, out) -> Cost:
     # (input_gates [B, G*h], hidden_gates [B, G*h], cx/hx, ...): the gate matmuls ran as
     # addmm before; here only the elementwise cell (about 3 flops per gate unit)

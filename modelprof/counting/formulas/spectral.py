@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from modelprof.counting.formulas.registry import Cost, optional_ops, register_present
+from modelprof.counting.formulas.registry import Cost, register_ops
 
 __all__ = ["fft_flops"]
 
@@ -39,11 +39,11 @@ def _fft(signal_is_output: bool):
     return formula
 
 
-register_present(*optional_ops("_fft_r2c", "_fft_c2c"))(_fft(False))
-register_present(*optional_ops("_fft_c2r"))(_fft(True))
+register_ops("_fft_r2c _fft_c2c")(_fft(False))
+register_ops("_fft_c2r")(_fft(True))
 
 
-@register_present(*optional_ops("histc"))
+@register_ops("histc")
 def _histc(args, kwargs, out) -> Cost:
     # (input, bins=100, min=0, max=0): min == max means the data's own range
     lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
