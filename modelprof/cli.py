@@ -24,7 +24,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -544,16 +544,24 @@ class _Context:
         self.wrote(path)
 
     def write_formats(
-        self, stem: str, export: Any, figures: Sequence[tuple[str, Any]] = ()
+        self,
+        stem: str,
+        export: Any,
+        figures: Sequence[tuple[str, Any]] = (),
+        stems: Mapping[str, str] = {},
     ) -> None:
-        """Every chosen format: a table through ``export(fmt, path)``, png as each
-        ``(stem, make_figure)`` of ``figures``."""
+        """Every chosen format: a table through ``export(fmt, path)`` (named ``stems[fmt]``, else
+        ``stem``), png as each ``(stem, make_figure)`` of ``figures``."""
         for fmt in self.formats:
             if fmt != "png":
-                self.write(self.path(stem, fmt), lambda p: export(fmt, p))
+                self.write(self.path(stems.get(fmt, stem), fmt), lambda p: export(fmt, p))
                 continue
             for figure_stem, make in figures:
-                _save_figure(self, make(), figure_stem)
+                fig = make()
+                self.write(
+                    self.path(figure_stem, "png"),
+                    lambda p: fig.savefig(p, dpi=150, bbox_inches="tight"),
+                )
 
     def wrote(self, path: Path) -> None:
         print(f"wrote {path}", file=self.stderr)
@@ -606,10 +614,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^\w.+-]+", "_", name).strip("_") or "model"
 
 
-def _save_figure(ctx: _Context, fig: Any, stem: str) -> None:
-    ctx.write(ctx.path(stem, "png"), lambda p: fig.savefig(p, dpi=150, bbox_inches="tight"))
-
-
 def _shape_text(size: Any) -> str:
     from modelprof.runtime.inputs import parse_input_size
 
@@ -632,13 +636,8 @@ def _run_profile(ctx: _Context) -> None:
     given = {"inputs": named} if named is not None else _recorded_inputs(ctx, loaded)
     if ctx.progress:
         what = "analysing" if args.no_timing else "profiling and timing"
-        shapes = (
-            _shape_text(size)
-            if not given
-            else "given inputs"
-            if named is not None
-            else "recorded inputs"
-        )
+        given_as = "given" if named is not None else "recorded"
+        shapes = f"{given_as} inputs" if given else _shape_text(size)
         print(f"{what} {name} ({shapes}) ...", file=ctx.stderr, flush=True)
     try:
         report = profile(
@@ -663,17 +662,18 @@ def _run_profile(ctx: _Context) -> None:
     print(f"\n{report.summary()}", file=ctx.stdout)
     if ctx.out is None:
         return
-    stem = name if args.style == "modelprof" else f"{name}_torchstat"
-    for fmt in ctx.formats:
-        if fmt == "json":  # the whole report, independent of the table's style
-            ctx.write(ctx.path(name, "json"), report.to_json)
-        elif fmt != "png":
-            ctx.write(ctx.path(stem, fmt), lambda p, f=fmt: report.export(f, p, **view))
-        else:  # cost always; time and roofline when measured
-            _save_figure(ctx, report.plot_flops(), f"{name}_flops")
-            if report.timed:
-                _save_figure(ctx, report.plot_latency(), f"{name}_latency")
-                _save_figure(ctx, report.plot_roofline(), f"{name}_roofline")
+    figures = [(f"{name}_flops", report.plot_flops)]  # cost always; time and roofline when measured
+    if report.timed:
+        figures += [
+            (f"{name}_latency", report.plot_latency),
+            (f"{name}_roofline", report.plot_roofline),
+        ]
+    ctx.write_formats(  # json: the whole report, independent of the table's style
+        name if args.style == "modelprof" else f"{name}_torchstat",
+        lambda f, p: report.to_json(p) if f == "json" else report.export(f, p, **view),
+        figures,
+        {"json": name},
+    )
 
 
 def _recorded_inputs(ctx: _Context, loaded: Any) -> dict[str, Any]:
@@ -923,19 +923,8 @@ def _add_sweep_parser(sub: Any) -> None:
 
 #: The columns ``modelprof sweep`` prints (all of them are in the files).
 _SWEEP_SHOWN = (
-    "model",
-    "batch_size",
-    "dtype",
-    "mode",
-    "timing",
-    "status",
-    "params",
-    "macs",
-    "flops",
-    "latency_median_ms",
-    "rank",
-    "wall_s",
-)
+    "model batch_size dtype mode timing status params macs flops latency_median_ms rank wall_s"
+).split()
 
 
 def _run_sweep(ctx: _Context) -> int:
