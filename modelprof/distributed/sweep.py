@@ -77,14 +77,7 @@ def run_sweep(
         )
         try:
             runner = _Runner(
-                meeting,
-                measure,
-                store,
-                bar,
-                len(configs),
-                resume=resume,
-                retry_failed=retry_failed,
-                timeout_s=float(timeout_s),
+                meeting, measure, store, bar, len(configs), resume, retry_failed, float(timeout_s)
             )
             runner.on_config = on_config
             rows = runner.run(meeting.ranks.mine(configs), timed_anywhere=timed)
@@ -97,25 +90,19 @@ def run_sweep(
     return frame
 
 
+@dataclasses.dataclass
 class _Runner:
     """Runs one rank's share: counting first, then the timed configurations."""
 
-    def __init__(
-        self,
-        meeting: Any,
-        measure: Measure,
-        store: ResultStore | None,
-        bar: Any,
-        total: int,
-        *,
-        resume: bool,
-        retry_failed: bool,
-        timeout_s: float,
-    ) -> None:
-        self.meeting, self.measure, self.store = meeting, measure, store
-        self.bar, self.total = bar, total
-        self.resume, self.retry_failed, self.timeout_s = resume, retry_failed, timeout_s
-        self.on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
+    meeting: Any
+    measure: Measure
+    store: ResultStore | None
+    bar: Any
+    total: int
+    resume: bool
+    retry_failed: bool
+    timeout_s: float
+    on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
 
     def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
         rows: dict[str, Any] = {}

@@ -267,17 +267,7 @@ def _input_size(value: Any, where: str) -> tuple[Any, ...] | None:
 
 
 #: profile() keywords a sweep sets itself, so a grid's ``options`` may not.
-_RESERVED = (
-    "model",
-    "input_size",
-    "inputs",
-    "batch_size",
-    "device",
-    "dtype",
-    "timing",
-    "backward",
-    "progress",
-)
+_RESERVED = "model input_size inputs batch_size device dtype timing backward progress".split()
 
 
 def _options(value: Any, where: str, known: Collection[str] | None) -> tuple[tuple[str, Any], ...]:
