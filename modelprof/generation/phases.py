@@ -81,31 +81,18 @@ class _Counter:
         self.cache: Any = None
         self.length = 0
 
-    def _count(
-        self,
-        phase: str,
-        context: int,
-        tokens: torch.Tensor,
-        cache: Any,
-        what: str,
-        prompt: bool = False,
-        cache_as_was: Snapshot | None = None,
-    ) -> tuple[Phase, ModelInputs]:
-        """The counted step; ``cache_as_was`` keeps what it writes of the cache."""
-        mi = self.lm.inputs(tokens, cache, prompt)
-        return self._counted(phase, context, int(tokens.shape[1]), mi, what, watch=cache_as_was), mi
-
     def _counted(
         self,
         phase: str,
         context: int,
         tokens: int,
         mi: ModelInputs,
-        what: str,
         root: nn.Module | None = None,
         watch: Snapshot | None = None,
     ) -> Phase:
-        """One counted call of ``root`` (default the model's) on ``mi``."""
+        """One counted call of ``root`` (default the model's) on ``mi``; ``watch`` keeps what
+        it writes of the cache."""
+        what = f"decode@{context}" if phase == "decode" else phase  # its Phase.label
         result = analyze(root or self.lm.root, mi, RunMode(dtype=self.lm.dtype), watch=watch)
         run = RunInfo(
             model_name=f"{self.lm.name} {what}",
@@ -126,7 +113,7 @@ class _Counter:
         lm.phase(f"the encoder at batch {b}")
         mi = ModelInputs((), lm.encoder_inputs(b), lm.device, lm.dtype, b)
         encoder = lm.encoder
-        phase = self._counted("encoder", 0, 0, mi, "encoder", encoder)
+        phase = self._counted("encoder", 0, 0, mi, encoder)
         lm.keep_encoded(b, encoder.last)
         phase.tokens = int(encoder.last[0].shape[1])  # the encoder's output length
         if self.opts is not None:
@@ -146,9 +133,8 @@ class _Counter:
         """A counted forward of ``length`` new tokens after the cache (which it extends)."""
         cache, tokens, first = self._next(length)
         cache_as_was = Snapshot(cache, copy_on_write=True)
-        phase, mi = self._count(
-            "prefill", self.length, tokens, cache, "prefill", first, cache_as_was
-        )
+        mi = self.lm.inputs(tokens, cache, first)
+        phase = self._counted("prefill", self.length, int(tokens.shape[1]), mi, watch=cache_as_was)
         self.cache = _cache_of(self.lm, mi)
         self.length += length
         phase.kv = self._kv(self.cache, self.length)
@@ -183,9 +169,9 @@ class _Counter:
         lm.phase(f"the decode step at context {context}, batch {self.batch}")
         if lm.cache is CacheMode.NONE:  # the whole prefix again (the prompt's), no cache
             tokens, given = self._prefix(context + 1)
-            phase, mi = self._count("decode", context, tokens, None, f"decode@{context}", given)
+            mi = lm.inputs(tokens, None, given)
+            phase = self._counted("decode", context, 1, mi)
             _cache_of(lm, mi)  # checks a step function's output
-            phase.tokens = 1
             if self.opts is not None:
                 time_phase(lm, phase, mi, None, self.opts)
             return phase
@@ -198,10 +184,8 @@ class _Counter:
         # what the step writes in place (a static cache, a recurrent state) copied just before
         cache_as_was = Snapshot(self.cache, copy_on_write=True)
         before = cache_length(held_cache(self.cache))
-        tokens = lm.tokens(self.batch, 1, self.gen)
-        phase, mi = self._count(
-            "decode", context, tokens, self.cache, f"decode@{context}", False, cache_as_was
-        )
+        mi = lm.inputs(lm.tokens(self.batch, 1, self.gen), self.cache)
+        phase = self._counted("decode", context, 1, mi, watch=cache_as_was)
         phase.kv = self._kv(_cache_of(lm, mi), context + 1)
         cache_as_was.restore()
         check_rewound(held_cache(self.cache), before, lm.name)
