@@ -262,22 +262,16 @@ class KVCacheInfo:
         return self.total_bytes - self.constant_bytes == self.closed_form_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "batch_size": self.batch_size,
-            "total_bytes": self.total_bytes,
-            "per_token_bytes": self.per_token_bytes,
-            "state_bytes": self.state_bytes,
-            "cross_bytes": self.cross_bytes,
-            "cross_tokens": self.cross_tokens,
-            "per_layer_state_bytes": list(self.per_layer_state_bytes),
-            "per_layer_cross_bytes": list(self.per_layer_cross_bytes),
-            "closed_form_per_token": self.closed_form_per_token,
-            "closed_form_bytes": self.closed_form_bytes,
-            "matches_closed_form": self.matches_closed_form,
-            "allocated": self.allocated,
-            "per_layer_bytes": list(self.per_layer_bytes),
-        }
+        """Every field and figure, tuples as lists (in a fixed order: the exports' columns)."""
+        values = {k: getattr(self, k) for k in _KV_FIELDS}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+_KV_FIELDS = (
+    "tokens batch_size total_bytes per_token_bytes state_bytes cross_bytes cross_tokens "
+    "per_layer_state_bytes per_layer_cross_bytes closed_form_per_token closed_form_bytes "
+    "matches_closed_form allocated per_layer_bytes"
+).split()
 
 
 def kv_info(

@@ -124,27 +124,16 @@ class GenerationTiming:
             "new_tokens": self.new_tokens,
             "generations": self.end_to_end.n,
         }
-        for name, m in (("ttft", self.ttft), ("tpot", self.tpot), ("end_to_end", self.end_to_end)):
-            if m is None:
+        for name in ("ttft", "tpot", "end_to_end"):
+            m = getattr(self, name)
+            if m is None:  # no interval, stability nor drift of what was not measured
                 row.update(
-                    {
-                        f"{name}_{k}": float("nan")
-                        for k in ("ms", "ci_low_ms", "ci_high_ms", "min_ms")
-                    }
+                    {f"{name}{k}": math.nan for k in _FIGURE[:4]}, **{f"{name}_stable": None}
                 )
-                row[f"{name}_stable"] = None
                 continue
             lo, hi = m.median_ci_ms
-            row.update(
-                {
-                    f"{name}_ms": m.median_ms,
-                    f"{name}_ci_low_ms": lo,
-                    f"{name}_ci_high_ms": hi,
-                    f"{name}_min_ms": m.min_ms,
-                    f"{name}_stable": m.stable,
-                    f"{name}_drift_pct": m.drift_pct,
-                }
-            )
+            values = (m.median_ms, lo, hi, m.min_ms, m.stable, m.drift_pct)
+            row.update({f"{name}{k}": v for k, v in zip(_FIGURE, values)})
         slope = self.step_slope
         row.update(
             tokens_per_s=self.tokens_per_s,
@@ -156,6 +145,10 @@ class GenerationTiming:
             peak_memory_bytes=self.peak_memory_bytes,
         )
         return row
+
+
+#: a figure's columns in ``GenerationTiming.summary`` (after its name: ``ttft_ms``...)
+_FIGURE = "_ms _ci_low_ms _ci_high_ms _min_ms _stable _drift_pct".split()
 
 
 class _Run:
