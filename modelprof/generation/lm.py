@@ -270,10 +270,6 @@ class LanguageModel:
             kept["attention_mask"] = mask
         self.encoded[batch_size] = kept
 
-    def prefill(self, prompt: torch.Tensor, max_len: int) -> tuple[torch.Tensor, Any]:
-        """The prompt's forward from an empty cache."""
-        return self.step(prompt, self.new_cache(prompt.shape[0], max_len), prompt=True)
-
     def generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
         """Generate exactly ``new_tokens`` greedily; ``stamp()`` after each token is ready."""
         if self.hf:
@@ -293,11 +289,9 @@ class LanguageModel:
         model stop after one), time or string limit stops it."""
         gc = copy.deepcopy(self.model.generation_config)
         gc.max_new_tokens = new_tokens
-        gc.min_new_tokens = gc.max_length = gc.min_length = None
-        gc.max_time = gc.stop_strings = None
+        gc.min_new_tokens = gc.max_length = gc.min_length = gc.max_time = gc.stop_strings = None
         gc.do_sample, gc.num_beams, gc.num_return_sequences = False, 1, 1
-        for name in ("temperature", "top_p", "top_k"):
-            setattr(gc, name, None)
+        gc.temperature = gc.top_p = gc.top_k = None
         gc.use_cache = self.cache is not CacheMode.NONE
         gc.cache_implementation = "static" if self.cache is CacheMode.STATIC else None
         if gc.pad_token_id is None:

@@ -26,16 +26,13 @@ def parse_overrides(text: str) -> dict[str, Any]:
     """``"a=1,b=x,c=[1, 2]"`` -> ``{"a": 1, "b": "x", "c": [1, 2]}`` (Python literals, else
     strings); commas inside brackets stay inside their value."""
     out: dict[str, Any] = {}
-    depth, item, items = 0, "", []
+    depth, items = 0, [""]
     for ch in text:
-        depth += ch in "([{"
-        depth -= ch in ")]}"
+        depth += (ch in "([{") - (ch in ")]}")
         if ch == "," and depth == 0:
-            items.append(item)
-            item = ""
+            items.append("")
         else:
-            item += ch
-    items.append(item)
+            items[-1] += ch
     for part in filter(None, (i.strip() for i in items)):
         key, sep, value = part.partition("=")
         if not sep or not key.strip().isidentifier():
