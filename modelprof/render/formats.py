@@ -1,6 +1,6 @@
 """One registry of table formats: each is one function in its own file under
-``modelprof/render/``, registered with :func:`register_format`, so adding a format is adding
-that file. A result with ``export(name, path, **options)`` inherits :class:`Exports` for a
+``modelprof/render/``, registered with :func:`register_format` (a human table: its layout,
+with :func:`register_table`), so adding a format is adding that file. A result with ``export(name, path, **options)`` inherits :class:`Exports` for a
 ``to_<name>`` per format.
 
 A format function takes ``(df, totals=None, *, end_to_end=None, env=None, path=None, view=None,
@@ -18,8 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from modelprof.errors import ModelProfError
+from modelprof.render._output import emit
+from modelprof.render.options import ViewOptions
+from modelprof.render.views import Table, prepare_table
 
-__all__ = ["Exports", "Format", "export", "get_format", "register_format", "table_formats"]
+__all__ = [
+    "Exports",
+    "Format",
+    "export",
+    "get_format",
+    "register_format",
+    "register_table",
+    "table_formats",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +76,40 @@ def register_format(
         return write
 
     return decorate
+
+
+def register_table(
+    name: str,
+    layout: Callable[[Table, ViewOptions, bool], str],
+    *,
+    summary: str,
+    default_units: str = "human",
+    **registration: Any,
+) -> Callable[..., str | Path]:
+    """Register format ``name`` as a human table and return its writer (``summary``: its
+    docstring): the frame prepared by :func:`~modelprof.render.views.prepare_table` in
+    ``default_units`` where none is asked, laid out by ``layout(table, view, to_file)``."""
+
+    def write(
+        df: Any,
+        totals: Any = None,
+        *,
+        end_to_end: Any = None,
+        env: Any = None,
+        path: str | Path | None = None,
+        view: ViewOptions | None = None,
+        **options: Any,
+    ) -> str | Path:
+        view = ViewOptions.parse(view, **options)
+        table = prepare_table(
+            df, totals, end_to_end=end_to_end, view=view, default_units=default_units
+        )
+        return emit(layout(table, view, path is not None), path)
+
+    write.__name__ = write.__qualname__ = f"to_{name}"
+    write.__module__ = layout.__module__  # where the format is written, for help() and pickle
+    write.__doc__ = summary
+    return register_format(name, human=True, **registration)(write)
 
 
 def _load() -> None:

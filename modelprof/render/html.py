@@ -11,16 +11,11 @@ from __future__ import annotations
 import hashlib
 import html
 import math
-import os
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-import pandas as pd
-
-from modelprof.render._output import emit
-from modelprof.render.formats import register_format
+from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, is_rough, prepare_table
+from modelprof.render.views import Table, is_rough
 
 __all__ = ["to_html", "html_page", "html_table"]
 
@@ -141,33 +136,24 @@ def html_page(body: str, *, title: str, summary: Iterable[str] = ()) -> str:
     return _PAGE.format(title=html.escape(title), body="\n".join(parts))
 
 
-@register_format(
-    "html",
-    suffix="html",
-    human=True,
-    aliases=("htm",),
-    doc="A complete HTML page (doctype, charset, title, the summary, then the table, shown in "
-    "full), or with ``standalone=False`` the fragment the notebook displays.",
-)
-def to_html(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    env: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    view: ViewOptions | None = None,
-    **options: Any,
-) -> str | Path:
-    """A styled HTML table of ``df`` with its footer rows: a fragment, or with
-    ``standalone=True`` a page titled ``title`` (default: the caption) with the ``summary`` lines
-    above the table. Returns the text, or writes ``path`` and returns it."""
-    view = ViewOptions.parse(view, **options)
-    table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
+def _layout(table: Table, view: ViewOptions, to_file: bool) -> str:
     fragment = html_table(
         table, caption=None if view.standalone else view.caption, max_height=view.max_height
     )
-    if view.standalone:
-        page_title = view.title or view.caption or "modelprof report"
-        fragment = html_page(fragment, title=page_title, summary=view.summary)
-    return emit(fragment, path)
+    if not view.standalone:
+        return fragment
+    page_title = view.title or view.caption or "modelprof report"
+    return html_page(fragment, title=page_title, summary=view.summary)
+
+
+to_html = register_table(
+    "html",
+    _layout,
+    suffix="html",
+    aliases=("htm",),
+    doc="A complete HTML page (doctype, charset, title, the summary, then the table, shown in "
+    "full), or with ``standalone=False`` the fragment the notebook displays.",
+    summary="""A styled HTML table of ``df`` with its footer rows: a fragment, or with
+    ``standalone=True`` a page titled ``title`` (default: the caption) with the ``summary`` lines
+    above the table. Returns the text, or writes ``path`` and returns it.""",
+)

@@ -15,20 +15,15 @@ scaled), ``long=False`` one float. The first lines are a comment naming the pack
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-import pandas as pd
-
 from modelprof.errors import ModelProfError, ModelProfWarning
-from modelprof.render._output import emit
-from modelprof.render.formats import register_format
+from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, is_rough, prepare_table
+from modelprof.render.views import Table, is_rough
 
 __all__ = [
     "FITS",
@@ -534,29 +529,17 @@ def _split_body(table: Table, body: Sequence[str], per_part: int) -> list[list[s
     return parts
 
 
-@register_format(
+to_latex = register_table(
     "latex",
+    lambda table, view, to_file: latex_table(table, view),
+    default_units="fixed",
     suffix="tex",
-    human=True,
     doc="A booktabs table for papers: one unit per column, named in the header; fitted to "
     '``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns '
     '(``fit="columns"``), scaling (``"scale"``) or both; over 40 lines, continued floats that '
     "compile in one- and two-column classes (``long=True``: a ``longtable``). The caption "
     "defaults to the result's title (a report's: model, input, dtype, device); ``label=``.",
+    summary="""A booktabs table of ``df`` with its footer rows, fitted to ``width``;
+    ``units="fixed"`` by default (``params (M)``). ``priority`` names the columns ``fit`` keeps
+    longest. Returns the text or writes ``path``.""",
 )
-def to_latex(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    env: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    view: ViewOptions | None = None,
-    **options: Any,
-) -> str | Path:
-    """A booktabs table of ``df`` with its footer rows, fitted to ``width``; ``units="fixed"``
-    by default (``params (M)``). ``priority`` names the columns ``fit`` keeps longest. Returns
-    the text or writes ``path``."""
-    view = ViewOptions.parse(view, **options)
-    table = prepare_table(df, totals, end_to_end=end_to_end, view=view, default_units="fixed")
-    return emit(latex_table(table, view), path)

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any, Mapping
-
-import pandas as pd
-
 from modelprof.errors import ModelProfError
-from modelprof.render._output import emit
-from modelprof.render.formats import register_format
-from modelprof.render.options import ViewOptions
+from modelprof.render.formats import register_table
 from modelprof.render.text import escape_control
-from modelprof.render.views import Table, prepare_table
+from modelprof.render.views import Table
 
 __all__ = ["to_markdown", "markdown_table"]
 
@@ -45,25 +37,13 @@ def markdown_table(table: Table) -> str:
     )
 
 
-@register_format(
+to_markdown = register_table(
     "markdown",
+    lambda table, view, to_file: markdown_table(table) + "\n",
     suffix="md",
-    human=True,
     needs="tabulate",
     doc="GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end "
     'rows. The compact columns by default (``columns="all"`` for every one).',
+    summary="""A GitHub pipe table of ``df`` with a totals row, ending with a newline. Returns
+    the text, or writes ``path`` and returns it.""",
 )
-def to_markdown(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    env: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    view: ViewOptions | None = None,
-    **options: Any,
-) -> str | Path:
-    """A GitHub pipe table of ``df`` with a totals row, ending with a newline. Returns the text,
-    or writes ``path`` and returns it."""
-    table = prepare_table(df, totals, end_to_end=end_to_end, view=view, **options)
-    return emit(markdown_table(table) + "\n", path)

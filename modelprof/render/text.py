@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import pandas as pd
+from typing import Sequence
 
 from modelprof.errors import ModelProfError
-from modelprof.render._output import emit
-from modelprof.render.formats import register_format
-from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, prepare_table
+from modelprof.render.formats import register_table
+from modelprof.render.views import Table
 
 __all__ = ["escape_control", "to_text", "text_table"]
 
@@ -66,25 +60,14 @@ def text_table(table: Table, *, max_rows: int | None = None, title: str | None =
     return "\n".join(out)
 
 
-@register_format(
+to_text = register_table(
     "text",
+    # no trailing newline in the text, one in a file
+    lambda table, view, to_file: (
+        text_table(table, max_rows=view.max_rows, title=view.title) + ("\n" if to_file else "")
+    ),
     suffix="txt",
-    human=True,
     doc="A plain-text table for terminals (the compact columns by default).",
+    summary="""A plain-text table of ``df`` with a totals line, for ``repr`` and terminals.
+    Returns the text (no trailing newline) or writes ``path`` (with one) and returns it.""",
 )
-def to_text(
-    df: pd.DataFrame,
-    totals: Mapping[str, Any] | None = None,
-    *,
-    end_to_end: Mapping[str, Any] | None = None,
-    env: Mapping[str, Any] | None = None,
-    path: str | os.PathLike[str] | None = None,
-    view: ViewOptions | None = None,
-    **options: Any,
-) -> str | Path:
-    """A plain-text table of ``df`` with a totals line, for ``repr`` and terminals. Returns the
-    text (no trailing newline) or writes ``path`` (with one) and returns it."""
-    view = ViewOptions.parse(view, **options)
-    table = prepare_table(df, totals, end_to_end=end_to_end, view=view)
-    text = text_table(table, max_rows=view.max_rows, title=view.title)
-    return emit(text if path is None else text + "\n", path)
