@@ -64,14 +64,8 @@ _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 _LAYER = re.compile(r"\.\d+$")
 CHECKPOINTING = ("none", "full", "selective")
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
-COMPONENTS = (
-    "weights",
-    "kv_cache",
-    "activation",
-    "master_weights",
-    "gradients",
-    "optimizer_state",
-    "saved_activations",
+COMPONENTS = tuple(
+    "weights kv_cache activation master_weights gradients optimizer_state saved_activations".split()
 )
 
 
@@ -157,8 +151,7 @@ def fit(
     whole KV heads, a ``context`` past the model's positions, a non-integer head dim."""
     if not isinstance(training, bool):
         raise ModelProfError(f"training={training!r} must be True or False")
-    spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision)
-    spec = dataclasses.replace(spec, checkpointing=_checkpointing(checkpointing))
+    spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision, checkpointing)
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
@@ -198,7 +191,7 @@ def fit(
 
 
 def _spec(
-    dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any, mixed: Any
+    dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any, mixed: Any, ckpt: Any
 ) -> _Spec:
     for name, v in (("batch_size", batch), ("context", context), ("tp", tp), ("ranks", ranks)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= _MOST:
@@ -216,15 +209,11 @@ def _spec(
     mixed = dt.itemsize < 4 if mixed is None else mixed
     if not isinstance(mixed, bool):
         raise ModelProfError(f"mixed_precision={mixed!r} must be True, False or None")
-    return _Spec(dt, batch, context, tp, ranks, state, mixed)
-
-
-def _checkpointing(value: Any) -> str:
-    if not isinstance(value, str) or value not in CHECKPOINTING:
+    if not isinstance(ckpt, str) or ckpt not in CHECKPOINTING:
         raise ModelProfError(
-            f"checkpointing={value!r} must be one of {', '.join(map(repr, CHECKPOINTING))}"
+            f"checkpointing={ckpt!r} must be one of {', '.join(map(repr, CHECKPOINTING))}"
         )
-    return value
+    return _Spec(dt, batch, context, tp, ranks, state, mixed, ckpt)
 
 
 def _count_text(n: int) -> str:
@@ -582,9 +571,7 @@ def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) ->
 
 #: Megatron's row-parallel layers (attention's output projection, the MLP's second), split by
 #: their input; their bias is added after the reduction, whole on every rank
-ROW_PARALLEL = frozenset(
-    {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "dense_4h_to_h", "wo"}
-)
+ROW_PARALLEL = frozenset("o_proj out_proj down_proj c_proj fc2 dense_4h_to_h wo".split())
 
 #: the blocks whose ``dense`` layer is row-parallel (its output goes into the residual)
 _ROW_DENSE_PARENTS = frozenset({"self_attention", "attention", "output"})
@@ -775,7 +762,7 @@ def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> d
     """One training plan's components per rank: the weights of every floating parameter
     (ZeRO-3 shards frozen ones too, as FSDP does); master weights, gradients and optimizer
     state of the trained ones only."""
-    stage = {"data parallel": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3 (FSDP)": 3}[plan]
+    stage = PLANS.index(plan) - 1  # data parallel 0, ZeRO-1 to 3
     trained = counts["trained"]
 
     def per_rank(of: list, sharded: bool, size: int) -> int:
