@@ -34,7 +34,7 @@ from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.group import communicates, is_ddp
-from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.snapshot import Snapshot
@@ -42,6 +42,7 @@ from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.step.spec import StepSpec
+from modelprof.timing.calls import Calls, TimedInstrument
 from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement, format_ms
@@ -207,14 +208,31 @@ class _Stamper:
         self.i = i
 
 
+class _Marks(TimedInstrument):
+    """At each call's boundaries, the call that the autograd nodes made from then on belong to
+    (``open``: the calls open); each node's backward stamps are that call's own."""
+
+    reading = "own"
+
+    def __init__(self) -> None:
+        self.marks = SeqMarks()
+        self.open: list[int] = []
+
+    def enter(self, i: int) -> None:
+        self.marks.mark(i)
+
+    def exit(self, i: int) -> None:
+        self.marks.mark(self.open[-1] if self.open else 0)
+
+
 class _Instrumented:
     """Instrumented passes: the forward notes sequence numbers, the backward records stamps."""
 
     def __init__(self, step: _Step, names: dict[nn.Module, str], n_calls: int, clock: Any) -> None:
         self.step, self.names, self.n_calls, self.clock = step, names, n_calls, clock
-        self.marks = SeqMarks()
-        self.counter = 0
-        self.stack: list[int] = []
+        self.fwd = _Marks()
+        self.calls = Calls(None, self.fwd, n_calls)
+        self.fwd.open = self.calls.open
         self.stamps: StampBuffer | None = None
         self.size = 0
         self.rows: list[np.ndarray] = []
@@ -225,17 +243,6 @@ class _Instrumented:
         self.ddp = is_ddp(step.model)
         self.comm_rows: list[np.ndarray] = []
         self._stamper: _Stamper | None = None
-
-    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        c = self.counter
-        self.counter = c + 1
-        self.stack.append(c)
-        self.marks.mark(c)
-
-    def _post(self, module: nn.Module, output: Any) -> None:
-        if self.stack:
-            self.stack.pop()
-        self.marks.mark(self.stack[-1] if self.stack else 0)
 
     def _column(self, call: int) -> int:
         return self.n_calls if call == LOSS or not 0 <= call < self.n_calls else call
@@ -283,19 +290,16 @@ class _Instrumented:
     def one(self) -> float:
         step = self.step
         step.clear()
-        self.marks, self.counter = SeqMarks(), 0
-        self.stack.clear()
-        with module_hooks(step.model, self._pre, self._post, self.names):
+        fwd, calls = self.fwd, self.calls
+        fwd.marks = SeqMarks()
+        calls.begin()
+        with calls.hooked(step.model, self.names):
             step.forward()
-        if self.counter != self.n_calls and not (self.counter == 0 and self.n_calls == 1):
-            raise ModelProfError(
-                f"the forward made {self.counter} module calls, the counted pass "
-                f"{self.n_calls}; the model's control flow changes between "
-                "passes, so its backward cannot be timed per layer"
-            )
-        self.marks.mark(LOSS)
+        if not (calls.counter == 0 and self.n_calls == 1):
+            calls.check_complete("the counted pass", ", so its backward cannot be timed per layer")
+        fwd.marks.mark(LOSS)
         step.loss()
-        tags = tag_graph([step.loss_value.grad_fn], self.marks)
+        tags = tag_graph([step.loss_value.grad_fn], fwd.marks)
         self.nodes = len(tags.nodes)
         need = len(tags.nodes) + 3  # + the start, the end and the final callbacks
         if self.stamps is None or need > self.size:

@@ -35,7 +35,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.execution import RunMode, running, to_channels_last
-from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
 from modelprof.runtime.tensors import iter_tensors
@@ -47,14 +47,8 @@ from modelprof.timing.attribution import (
     innermost,
     outermost,
 )
-from modelprof.timing.layers import (
-    CallPlan,
-    Key,
-    LayerTiming,
-    carried_names,
-    discover,
-    gc_paused,
-)
+from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover
+from modelprof.timing.layers import LayerTiming, carried_names, gc_paused
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
 
@@ -356,37 +350,21 @@ def _one_pass(
     return forward, host, attribute(n, inside, [a for a in mine if a.backward])
 
 
-class _Ranges:
-    """Hooks that push a range per module call (checking the discovery pass's order)."""
+class _Ranges(TimedInstrument):
+    """A profiler range around each call: the kernels launched in it are the call's own."""
 
-    def __init__(self, plan: CallPlan) -> None:
-        self.plan = plan
-        self.names = [f"{CALL_RANGE}{i}" for i in range(len(plan.keys))]
-        self.open: list[Any] = []
-        self.counter = 0
+    reading = "own"
 
-    def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
-        i = self.counter
-        if i >= len(self.names) or self.plan.modules[i] is not module:
-            raise ModelProfError(
-                f"module '{self.plan.names.get(module, '?')}' ran as call {i + 1} of the "
-                "forward, but the discovery pass saw another call there; the model's control "
-                "flow changes between passes, so its layers cannot be timed by position"
-            )
-        self.counter = i + 1
-        r = fast_range(self.names[i])
+    def __init__(self, n: int) -> None:
+        self.names = [f"{CALL_RANGE}{i}" for i in range(n)]
+        self.open: list[Any] = [None] * n
+
+    def enter(self, i: int) -> None:
+        r = self.open[i] = fast_range(self.names[i])
         r.__enter__()
-        self.open.append(r)
 
-    def post(self, module: nn.Module, args: Any, kwargs: Any, output: Any, raised: bool) -> None:
-        # also when the call raised: a model that catches it goes on with its ranges nested
-        if self.open:
-            self.open.pop().__exit__(None, None, None)
-
-    def close_open(self) -> None:
-        """Close what a failing forward left open (innermost first)."""
-        while self.open:
-            self.open.pop().__exit__(None, None, None)
+    def exit(self, i: int) -> None:
+        self.open[i].__exit__(None, None, None)
 
 
 @contextlib.contextmanager
@@ -447,8 +425,8 @@ def time_kernels(
             run.warm_with(lambda: (reset(), forward()))
             readings = run.guarded(lambda: run.profiled(passes))
     finally:
-        if run.ranges is not None:  # a range a failed call left open
-            run.ranges.close_open()
+        if run.calls is not None:  # a range a failed call left open
+            run.calls.close_open()
         for p, g in grads:
             p.grad = g
     return run.result(readings, model_inputs)
@@ -485,7 +463,7 @@ class _KernelRun(Runner):
         self.names, self.mode = names, mode
         self.gpu = self.dev.type == "cuda"
         self.plan: CallPlan | None = None
-        self.ranges: _Ranges | None = None
+        self.calls: Calls | None = None
         self.hooked_issue: list[float] = []
         self.plain_issue: list[float] = []
         self.walls: list[float] = []
@@ -508,10 +486,10 @@ class _KernelRun(Runner):
 
     def _pass(self, p: int) -> None:
         """Hooked pass ``p`` (in its pass range), then a plain one; host times of both."""
-        perf, ranges = time.perf_counter_ns, self.ranges
+        perf, calls = time.perf_counter_ns, self.calls
         self.reset()
-        ranges.counter = 0
-        with module_hooks(self.model, ranges.pre, ranges.post, self.names, post_with_inputs=True):
+        calls.begin()
+        with calls.hooked(self.model, self.names, always=True):
             t0 = perf()
             with fast_range(f"{PASS_RANGE}{p}"):
                 out = self.forward()
@@ -520,11 +498,7 @@ class _KernelRun(Runner):
             t1 = perf()
             self.clock.sync()
             t2 = perf()
-        if ranges.counter != len(ranges.names):
-            raise ModelProfError(
-                f"the forward made {ranges.counter} module calls, the discovery pass "
-                f"{len(ranges.names)}; the model's control flow changes between passes"
-            )
+        calls.check_complete()
         self.reset()
         t3 = perf()
         out = self.forward()
@@ -541,7 +515,7 @@ class _KernelRun(Runner):
 
     def profiled(self, passes: int) -> dict[int, tuple[PassReading, np.ndarray, PassReading]]:
         """One discarded profiled pass (0), then ``passes`` read."""
-        self.ranges = _Ranges(self.plan)
+        self.calls = Calls(self.plan, _Ranges(len(self.plan.keys)))
         with gc_paused(), _profiler(self.gpu) as prof:
             for p in range(passes + 1):
                 self._pass(p)

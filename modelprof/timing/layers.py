@@ -29,9 +29,10 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats, PeakTracker, is_oom
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.group import communicates
-from modelprof.runtime.hooks import module_hooks, module_names
+from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import moved_model
+from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover
 from modelprof.timing.clock import Clock
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
@@ -51,8 +52,6 @@ __all__ = [
     "is_oom",
     "time_layers",
 ]
-
-Key = tuple[str, int]
 
 
 @dataclasses.dataclass(eq=False)
@@ -241,51 +240,26 @@ class HookCost:
         }
 
 
-class CallPlan:
-    """The module calls of one forward: keys, parents and the module object of each call."""
+class _HostStamps(TimedInstrument):
+    """A stamp as call ``i`` begins (slot ``i``) and as it ends (``n + i``): its span."""
 
-    def __init__(self, names: dict[nn.Module, str]) -> None:
-        self.names = names
-        self.keys: list[Key] = []
-        self.modules: list[nn.Module] = []
-        self.parents: dict[Key, Key | None] = {}
-        self.parent_index: list[int | None] = []
-        self._counts: dict[nn.Module, int] = {}
-        self.stack: list[int] = []
-        #: the calls open where the last error was raised (innermost last): what a failure names
-        self.failed: list[int] = []
-        self._unwinding = False
+    def __init__(self, stamps: Any, n: int) -> None:
+        self.enter = self.record = stamps.record  # the record itself: nothing more in the span
+        self.n = n
 
-    def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._unwinding = False
-        c = self._counts.get(module, 0) + 1
-        self._counts[module] = c
-        key = (self.names[module], c)
-        parent = self.stack[-1] if self.stack else None
-        self.parents[key] = self.keys[parent] if parent is not None else None
-        self.parent_index.append(parent)
-        self.stack.append(len(self.keys))
-        self.keys.append(key)
-        self.modules.append(module)
+    def exit(self, i: int) -> None:
+        self.record(self.n + i)
 
-    def post_always(
-        self, module: nn.Module, args: Any, kwargs: Any, out: Any, raised: bool
-    ) -> None:
-        """Also when the call raised (a model may catch it and go on); the calls open where it
-        was raised are kept."""
-        if raised and not self._unwinding:
-            self.failed = list(self.stack)
-        self._unwinding = raised
-        self.stack.pop()
 
-    def nested_counts(self) -> np.ndarray:
-        """For each call, how many calls ran inside it (all depths)."""
-        nested = np.zeros(len(self.keys), dtype=np.int64)
-        for i, parent in enumerate(self.parent_index):
-            while parent is not None:
-                nested[parent] += 1
-                parent = self.parent_index[parent]
-        return nested
+class _Peaks(TimedInstrument):
+    """The allocator peak of each call, its children's included."""
+
+    def __init__(self, stats: MemoryStats) -> None:
+        self.tracker = PeakTracker(stats)
+        self.enter = self.tracker.enter
+
+    def exit(self, i: int) -> None:
+        self.tracker.exit()
 
 
 class _Instrument:
@@ -306,8 +280,7 @@ class _Instrument:
         self.clock = clock
         self.plain: list[np.ndarray] = []  # plain passes, interleaved with the instrumented
         self.stamps = clock.stamps(2 * n + 2)
-        self.open_calls: list[int] = []
-        self.counter = 0
+        self.calls = Calls(plan, _HostStamps(self.stamps, n))
         self.starts = list(range(n)) + [2 * n]
         self.pass_start = [2 * n] * n
         self.ends = list(range(n, 2 * n)) + [2 * n + 1]
@@ -322,48 +295,22 @@ class _Instrument:
         self.comm_rows: list[np.ndarray] = []
         self.rng = np.random.default_rng(0)  # which pass of each pair comes first
 
-    def pre(self, module: nn.Module, a: tuple, k: dict) -> None:
-        i, n, expected = self.counter, self.n, self.plan.modules
-        if i >= n or expected[i] is not module:
-            keys = self.plan.keys
-            saw = f"module {keys[i][0]!r}" if i < n else f"only {n} calls"
-            raise ModelProfError(
-                f"module '{self.plan.names.get(module, '?')}' ran as call {i + 1} of the "
-                f"forward, but the discovery pass saw {saw} there; the model's control flow "
-                "changes between passes, so its layers cannot be timed by position"
-            )
-        self.counter = i + 1
-        self.open_calls.append(i)
-        self.stamps.record(i)
-
-    def post(self, module: nn.Module, output: Any) -> None:
-        self.stamps.record(self.n + self.open_calls.pop())
-
-    def comm_column(self) -> int:
-        """The call a collective issued now belongs to (``n``: outside every call)."""
-        return self.open_calls[-1] if self.open_calls else self.n
-
     def run(self) -> None:
         """One instrumented pass (stamps recorded, not read)."""
         n, record = self.n, self.stamps.record
-        self.counter = 0
-        self.open_calls.clear()
+        self.calls.begin()
         if self.comm is not None:
             self.comm.begin()
         record(2 * n)
         self.forward()
         record(2 * n + 1)
-        if self.counter != n:
-            raise ModelProfError(
-                f"the forward made {self.counter} module calls, the discovery "
-                f"pass {n}; the model's control flow changes between passes"
-            )
+        self.calls.check_complete()
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
         """The stamping hooks, and the collectives' own stamps where they are taken."""
         comm = self.comm if self.comm is not None else contextlib.nullcontext()
-        with module_hooks(self.model, self.pre, self.post, self.plan.names), comm:
+        with self.calls.hooked(self.model, self.plan.names), comm:
             yield
 
     def warm_step(self) -> None:
@@ -429,18 +376,6 @@ class _Instrument:
 
 def _nothing() -> None:
     return None
-
-
-def discover(model: nn.Module, forward: Callable[[], Any], plan: CallPlan) -> CallPlan:
-    """Run one forward with counting hooks: the calls it makes, in order, into ``plan``."""
-    with module_hooks(model, plan.pre, plan.post_always, plan.names, post_with_inputs=True):
-        forward()
-    if not plan.keys:
-        raise ModelProfError(
-            f"no hooked module of {type(model).__name__} ran in a forward "
-            "pass; nothing to time per layer"
-        )
-    return plan
 
 
 _CALIBRATION_CALLS = 64
@@ -636,8 +571,8 @@ class _LayerRun(Runner):
         discover(model, self.fresh_forward, plan)
         self.inst = inst = _Instrument(model, plan, self.clock, self.forward, self.reset)
         if communicates(model):
-            inst.comm = CommStamps(self.clock, inst.comm_column)
-        live[0] = inst.open_calls
+            inst.comm = CommStamps(self.clock, inst.calls.current)
+        live[0] = inst.calls.open
         est = self.warm_with(inst.warm_step, self.already_warm)
         with gc_paused() as between_blocks:
 
@@ -655,22 +590,13 @@ class _LayerRun(Runner):
 
     def _memory_pass(self, stats: MemoryStats) -> dict[Key, int]:
         """One forward reading the allocator peak of every call (warm: after the timed passes)."""
-        tracker = PeakTracker(stats)
-        self.live[0] = tracker.stack
-        idx = 0
-
-        def pre(module: nn.Module, a: tuple, k: dict) -> None:
-            nonlocal idx
-            tracker.enter(idx)
-            idx += 1
-
-        def post(module: nn.Module, output: Any) -> None:
-            tracker.exit()
-
-        with module_hooks(self.model, pre, post, self.names):
+        peaks = _Peaks(stats)
+        calls = Calls(self.plan, peaks)
+        self.live[0] = calls.open
+        with calls.hooked(self.model, self.names):
             self.fresh_forward()
-        keys = self.plan.keys
-        return {keys[i]: int(tracker.peak[i]) for i in range(min(idx, len(keys)))}
+        keys, peak = self.plan.keys, peaks.tracker.peak
+        return {keys[i]: int(peak[i]) for i in range(calls.counter)}
 
     def result(self, model_inputs: ModelInputs, hook_cost: HookCost | None) -> LayerTiming:
         plan, inst, sampled, opts = self.plan, self.inst, self.sampled, self.opts
