@@ -53,35 +53,18 @@ BUFFER_COPY_LIMIT_BYTES = 64 * 2**20
 """Buffers are cloned up front when all of them together take at most this many bytes."""
 
 #: nn.Module's own registries in its ``__dict__``: restored by content (mutated, never rebound)
-MODULE_REGISTRIES = (
-    "_parameters",
-    "_buffers",
-    "_modules",
-    "_non_persistent_buffers_set",
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
+MODULE_REGISTRIES = tuple(
+    """_parameters _buffers _modules _non_persistent_buffers_set _forward_hooks
+    _forward_hooks_with_kwargs _forward_hooks_always_called _forward_pre_hooks
+    _forward_pre_hooks_with_kwargs _backward_hooks _backward_pre_hooks _state_dict_hooks
+    _state_dict_pre_hooks _load_state_dict_pre_hooks _load_state_dict_post_hooks""".split()
 )
 
 # ops whose schema does not say that they write their running statistics: arguments 3 and 4,
 # written when argument 5 (``training`` / ``use_input_stats``) is true
 _UNDECLARED_WRITES = frozenset(
-    {
-        "aten::native_batch_norm",
-        "aten::batch_norm",
-        "aten::_batch_norm_impl_index",
-        "aten::cudnn_batch_norm",
-        "aten::miopen_batch_norm",
-        "aten::instance_norm",
-    }
+    """aten::native_batch_norm aten::batch_norm aten::_batch_norm_impl_index aten::cudnn_batch_norm
+    aten::miopen_batch_norm aten::instance_norm""".split()
 )
 _RUNNING_STATS = (3, 4)
 

@@ -44,28 +44,11 @@ __all__ = ["Snapshot", "snapshot_of"]
 
 # objects that hold nothing a pass could change (or that are not the user's data: code, classes)
 _ATOMS = (
-    str,
-    bytes,
-    int,
-    float,
-    complex,
-    bool,
-    type(None),
-    range,
-    slice,
-    enum.Enum,
-    type,
-    torch.dtype,
-    torch.device,
-    torch.layout,
-    torch.memory_format,
-    torch.Size,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.ModuleType,
-    nn.Module,
-)  # a module is the state guard's (``modelprof.runtime.guard``)
+    (str, bytes, int, float, complex, bool, type(None), range, slice, enum.Enum, type)
+    + (torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size)
+    + (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)
+    + (nn.Module,)  # a module is the state guard's (``modelprof.runtime.guard``)
+)
 #: the walk stops after this many objects (the rest is neither copied nor put back)
 MAX_OBJECTS = 100_000
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
@@ -149,7 +132,7 @@ class Snapshot:
             self._dict(o)
             held.extend(o.values())
         elif isinstance(o, set):
-            self._sets.append((o, set(o)))
+            self._set(o)
             held.extend(o)
         elif isinstance(o, (tuple, frozenset)):
             held.extend(o)
@@ -171,17 +154,17 @@ class Snapshot:
         self._flat = None
         return saved
 
+    def _set(self, s: set) -> set:
+        saved = set(s)
+        self._sets.append((s, saved))
+        return saved
+
     def add_containers(self, objs: list[Any]) -> list[Any]:
         """Keep the contents of each dict and set of ``objs`` (shallow); returns the copies."""
-        out = []
-        for o in objs:
-            if isinstance(o, dict):
-                o = self._dict(o)
-            elif isinstance(o, set):
-                self._sets.append((o, set(o)))
-                o = self._sets[-1][1]
-            out.append(o)
-        return out
+        return [
+            self._dict(o) if isinstance(o, dict) else self._set(o) if isinstance(o, set) else o
+            for o in objs
+        ]
 
     def add_tensors(self, ts: list[torch.Tensor], copy: bool | list[bool] | None = None) -> None:
         """Keep ``ts`` (distinct tensors) as they are now. ``copy``: whether (for all, or per
