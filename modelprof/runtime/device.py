@@ -47,14 +47,13 @@ def mig_refusal(name: str, what: str, instead: str) -> ModelProfError:
     )
 
 
-#: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN, the CPU).
+#: Substrings of allocation failures that are not ``OutOfMemoryError`` (cuBLAS/cuDNN, the CPU);
+#: "alloc_failed" also finds cuBLAS's and cuDNN's ``STATUS_ALLOC_FAILED``
 _OOM_MESSAGES = (
     "out of memory",
     "can't allocate",
     "cannot allocate",
     "alloc_failed",
-    "cublas_status_alloc_failed",
-    "cudnn_status_alloc_failed",
     "failed to allocate",
 )
 
@@ -176,26 +175,18 @@ def _fp32_precision(backend: Any) -> str | None:
 def tf32_enabled(kind: str) -> bool:
     """Whether float32 ``"matmul"`` (cuBLAS) or ``"conv"`` (cuDNN) kernels may use TF32: the
     newer ``fp32_precision`` where set (the legacy getters then raise), else the legacy flags."""
+    if kind not in ("matmul", "conv"):
+        raise ValueError(f"kind={kind!r} must be 'matmul' or 'conv'")
     try:
-        if kind == "matmul":
-            backend = torch.backends.cuda.matmul
+        cudnn = torch.backends.cudnn
+        legacy = torch.backends.cuda.matmul if kind == "matmul" else cudnn
+        for backend in (legacy,) if kind == "matmul" else (getattr(cudnn, "conv", None), cudnn):
             new = _fp32_precision(backend)
             if new not in (None, "none"):
                 return new == "tf32"
-            try:
-                return bool(backend.allow_tf32)
-            except Exception:
-                return torch.get_float32_matmul_precision() != "highest"
-        if kind == "conv":
-            cudnn = torch.backends.cudnn
-            for backend in (getattr(cudnn, "conv", None), cudnn):
-                new = _fp32_precision(backend)
-                if new not in (None, "none"):
-                    return new == "tf32"
-            try:
-                return bool(cudnn.allow_tf32)
-            except Exception:
-                return False
+        try:
+            return bool(legacy.allow_tf32)
+        except Exception:
+            return kind == "matmul" and torch.get_float32_matmul_precision() != "highest"
     except Exception:
         return False
-    raise ValueError(f"kind={kind!r} must be 'matmul' or 'conv'")
