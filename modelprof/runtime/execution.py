@@ -127,12 +127,9 @@ def amp_context(
 def to_channels_last(obj: Any) -> Any:
     """A copy of ``obj`` with every 4-D tensor in channels_last layout (others untouched)."""
 
-    def conv(t: torch.Tensor) -> torch.Tensor:
-        if t.dim() == 4:
-            return t.clone(memory_format=torch.channels_last)
-        return t
-
-    return map_tensors(obj, conv)
+    return map_tensors(
+        obj, lambda t: t.clone(memory_format=torch.channels_last) if t.dim() == 4 else t
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,17 +118,7 @@ class SamplingBar:
 def sampling_bar(stop: Any, *, enabled: bool, desc: str, candidates: int = 1) -> SamplingBar:
     """A :class:`SamplingBar` under the ``StopRule`` ``stop``: over ``stop.repeat`` samples,
     else over ``stop.budget_s`` per candidate."""
-    if stop.repeat is not None:
-        return SamplingBar(
-            progress_bar(stop.repeat, enabled=enabled, desc=desc, unit="sample"), True
-        )
-    return SamplingBar(
-        progress_bar(
-            stop.budget_s * candidates,
-            enabled=enabled,
-            desc=desc,
-            unit="s",
-            bar_format=_SECONDS_FORMAT,
-        ),
-        False,
-    )
+    by_samples = stop.repeat is not None
+    total = stop.repeat if by_samples else stop.budget_s * candidates
+    unit = {"unit": "sample"} if by_samples else {"unit": "s", "bar_format": _SECONDS_FORMAT}
+    return SamplingBar(progress_bar(total, enabled=enabled, desc=desc, **unit), by_samples)
