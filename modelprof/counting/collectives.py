@@ -68,52 +68,34 @@ class CollectiveKind(str, enum.Enum):
 K = CollectiveKind
 # op base names -> kind; c10d, functional and autograd forms
 _KINDS: dict[str, CollectiveKind] = {
-    "allreduce_": K.ALL_REDUCE,
-    "allreduce_coalesced_": K.ALL_REDUCE,
-    "all_reduce": K.ALL_REDUCE,
-    "all_reduce_": K.ALL_REDUCE,
-    "all_reduce_coalesced": K.ALL_REDUCE,
-    "all_reduce_coalesced_": K.ALL_REDUCE,
-    "allgather_": K.ALL_GATHER,
-    "_allgather_base_": K.ALL_GATHER,
-    "allgather_coalesced_": K.ALL_GATHER,
-    "allgather_into_tensor_coalesced_": K.ALL_GATHER,
-    "all_gather_into_tensor": K.ALL_GATHER,
-    "all_gather_into_tensor_out": K.ALL_GATHER,
-    "all_gather_into_tensor_coalesced": K.ALL_GATHER,
-    "reduce_scatter_": K.REDUCE_SCATTER,
-    "_reduce_scatter_base_": K.REDUCE_SCATTER,
-    "reduce_scatter_tensor_coalesced_": K.REDUCE_SCATTER,
-    "reduce_scatter_tensor": K.REDUCE_SCATTER,
-    "reduce_scatter_tensor_out": K.REDUCE_SCATTER,
-    "reduce_scatter_tensor_coalesced": K.REDUCE_SCATTER,
-    "alltoall_": K.ALL_TO_ALL,
-    "alltoall_base_": K.ALL_TO_ALL,
-    "all_to_all_single": K.ALL_TO_ALL,
-    "broadcast_": K.BROADCAST,
-    "broadcast": K.BROADCAST,
-    "reduce_": K.REDUCE,
-    "gather_": K.GATHER,
-    "gather_into_tensor_": K.GATHER,
-    "scatter_": K.SCATTER,
-    "send": K.SEND,
-    "isend": K.SEND,
-    "recv_": K.RECV,
-    "recv_any_source_": K.RECV,
-    "irecv": K.RECV,
-    "batch_p2p_ops": K.P2P,
-    "barrier": K.BARRIER,
-    "monitored_barrier_": K.BARRIER,
+    name: kind
+    for kind, names in {
+        K.ALL_REDUCE: """allreduce_ allreduce_coalesced_ all_reduce all_reduce_ all_reduce_coalesced
+        all_reduce_coalesced_""",
+        K.ALL_GATHER: """allgather_ _allgather_base_ allgather_coalesced_
+        allgather_into_tensor_coalesced_ all_gather_into_tensor all_gather_into_tensor_out
+        all_gather_into_tensor_coalesced""",
+        K.REDUCE_SCATTER: """reduce_scatter_ _reduce_scatter_base_ reduce_scatter_tensor_coalesced_
+        reduce_scatter_tensor reduce_scatter_tensor_out reduce_scatter_tensor_coalesced""",
+        K.ALL_TO_ALL: "alltoall_ alltoall_base_ all_to_all_single",
+        K.BROADCAST: "broadcast_ broadcast",
+        K.REDUCE: "reduce_",
+        K.GATHER: "gather_ gather_into_tensor_",
+        K.SCATTER: "scatter_",
+        K.SEND: "send isend",
+        K.RECV: "recv_ recv_any_source_ irecv",
+        K.P2P: "batch_p2p_ops",
+        K.BARRIER: "barrier monitored_barrier_",
+    }.items()
+    for name in names.split()
 }
 _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 # ops of the same namespaces that move nothing themselves (a wait, an autograd wrapper, a NaN
 # check); FSDP2's copies into and out of its buffers belong to the collective they feed
-_BOOKKEEPING = frozenset({"wait_tensor", "_wrap_tensor_autograd", "check_for_nan"})
-_IN_NAMES = frozenset({"input", "inputs", "input_tensor", "input_tensors", "input_list"})
-_OUT_NAMES = frozenset(
-    {"output", "outputs", "output_tensor", "output_tensors", "output_lists", "out"}
-)
-_BOTH_NAMES = frozenset({"tensor", "tensors"})
+_BOOKKEEPING = frozenset("wait_tensor _wrap_tensor_autograd check_for_nan".split())
+_IN_NAMES = frozenset("input inputs input_tensor input_tensors input_list".split())
+_OUT_NAMES = frozenset("output outputs output_tensor output_tensors output_lists out".split())
+_BOTH_NAMES = frozenset(("tensor", "tensors"))
 
 
 def _split(func: Any) -> tuple[str, str]:

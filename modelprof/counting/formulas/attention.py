@@ -4,6 +4,7 @@ sequence) and their backward, ``flex_attention``, and the fused ``nn.MultiheadAt
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -23,38 +24,59 @@ from modelprof.runtime import compat
 
 __all__ = ["attention_backward_cost", "attention_cost", "multi_head_attention_cost", "varlen_pairs"]
 
-aten = torch.ops.aten
-
 
 def attention_cost(
-    batch_heads: int, l_q: int, l_k: int, d_qk: int, d_v: int, masked: bool = False
+    batch_heads: int,
+    l_q: int,
+    l_k: int,
+    d_qk: int,
+    d_v: int,
+    masked: bool = False,
+    out_elements: int | None = None,
 ) -> Cost:
     """softmax(Q K^T * scale [+ mask]) V for ``batch_heads`` independent heads.
 
     [bh, l_q, d] @ [bh, d, l_k] -> [bh, l_q, l_k]   bh*l_q*l_k*d MACs
     [bh, l_q, l_k] @ [bh, l_k, d_v] -> [bh, l_q, d_v]  bh*l_q*l_k*d_v MACs
     plus, per score, 1 flop for the scale, 1 for an additive mask and the softmax's. A causal
-    mask is counted as full attention (as torch.utils.flop_counter does).
+    mask is counted as full attention (as torch.utils.flop_counter does). ``out_elements``: the
+    output's elements when not ``bh*l_q*d_v`` (packed variable-length batches).
     """
     scores = batch_heads * l_q * l_k
     macs = scores * (d_qk + d_v)
     elementwise = scores * (1 + int(masked) + SOFTMAX_FLOPS_PER_ELEMENT)
-    n_out = scores + batch_heads * l_q * d_v  # outputs of the two products
+    outputs = batch_heads * l_q * d_v if out_elements is None else out_elements
+    n_out = scores + outputs  # outputs of the two products
     return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - n_out + elementwise)
+
+
+def _heads_first(cost, q, k, v, **kw) -> Cost:
+    """``cost`` (:func:`attention_cost` or :func:`attention_backward_cost`) of query
+    [..., L, E], key [..., S, E], value [..., S, Ev]: the leading dims are batch and heads."""
+    *lead, l_q, d = q.shape
+    return cost(math.prod(lead), l_q, k.shape[-2], d, v.shape[-1], **kw)
+
+
+def _heads_second(cost, q, k, v, **kw) -> Cost:
+    """The same of a dense q [B, L, H, E], k [B, S, H, E] (the flash and efficient kernels)."""
+    b, l_q, h, d = q.shape
+    return cost(b * h, l_q, k.shape[1], d, v.shape[-1], **kw)
+
+
+def _packed(cost, q, v, pairs: int, note: str | None, **kw) -> Cost:
+    """``cost`` over ``pairs`` query-key pairs in each of the H heads of a packed
+    q [..., total_q, H, E]: per pair the work of one score."""
+    total_q, heads, d = q.shape[-3:]
+    out_elements = heads * total_q * v.shape[-1]
+    c = cost(heads, 1, pairs, d, v.shape[-1], out_elements=out_elements, **kw)
+    return dataclasses.replace(c, note=note)
 
 
 def _bhld(args, kwargs, mask_pos: int | None) -> Cost:
     # query [B, H, L, E], key [B, H, S, E], value [B, H, S, Ev]; any leading batch dims
-    q, k, v = args[0], args[1], args[2]
-    *lead, l_q, d = q.shape
-    bh = math.prod(lead)
-    mask = None
-    if mask_pos is not None and len(args) > mask_pos:
-        mask = args[mask_pos]
+    mask = args[mask_pos] if mask_pos is not None and len(args) > mask_pos else None
     mask = kwargs.get("attn_mask", kwargs.get("attn_bias", mask))
-    return attention_cost(
-        bh, l_q, k.shape[-2], d, v.shape[-1], masked=isinstance(mask, torch.Tensor)
-    )
+    return _heads_first(attention_cost, *args[:3], masked=isinstance(mask, torch.Tensor))
 
 
 @register_ops(
@@ -104,18 +126,6 @@ def varlen_pairs(
     return min(n * max_q * max_k, total_q * max_k, total_k * max_q), _LENGTHS_UNKNOWN
 
 
-def _packed_cost(q, v, pairs_per_head: int, note: str | None, masked: bool) -> Cost:
-    """Attention over ``pairs_per_head`` query-key pairs in each of the H heads of
-    q [total_q, H, E]: per pair E + Ev MACs and the per-score work of ``attention_cost``."""
-    total_q, heads, d = q.shape[-3:]
-    d_v = v.shape[-1]
-    scores = heads * pairs_per_head
-    macs = scores * (d + d_v)
-    elementwise = scores * (1 + int(masked) + SOFTMAX_FLOPS_PER_ELEMENT)
-    n_out = scores + heads * total_q * d_v
-    return Cost(macs, flops=2 * macs + elementwise, madd=2 * macs - n_out + elementwise, note=note)
-
-
 @register_ops("_flash_attention_forward")
 def _flash_attention_forward(args, kwargs, out) -> Cost:
     # (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
@@ -126,12 +136,11 @@ def _flash_attention_forward(args, kwargs, out) -> Cost:
     cum_q, cum_k = arg(args, kwargs, 3, "cum_seq_q"), arg(args, kwargs, 4, "cum_seq_k")
     alibi = isinstance(kwargs.get("alibi_slopes"), torch.Tensor)
     if cum_q is None:
-        b, l_q, h, d = q.shape
-        return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=alibi)
+        return _heads_second(attention_cost, q, k, v, masked=alibi)
     max_q, max_k = int(arg(args, kwargs, 5, "max_q")), int(arg(args, kwargs, 6, "max_k"))
     used_k = kwargs.get("seqused_k")
     pairs, note = varlen_pairs(cum_q, cum_k, max_q, max_k, q.shape[0], k.shape[0], used_k)
-    return _packed_cost(q, v, pairs, note, masked=alibi)
+    return _packed(attention_cost, q, v, pairs, note, masked=alibi)
 
 
 @register_ops("_efficient_attention_forward")
@@ -144,14 +153,13 @@ def _efficient_attention_forward(args, kwargs, out) -> Cost:
     masked = isinstance(bias, torch.Tensor)
     cu_q, cu_k = arg(args, kwargs, 4, "cu_seqlens_q"), arg(args, kwargs, 5, "cu_seqlens_k")
     if cu_q is None:
-        b, l_q, h, d = q.shape
-        return attention_cost(b * h, l_q, k.shape[1], d, v.shape[-1], masked=masked)
+        return _heads_second(attention_cost, q, k, v, masked=masked)
     max_q, max_k = arg(args, kwargs, 6, "max_seqlen_q"), arg(args, kwargs, 7, "max_seqlen_k")
     total_q, total_k = q.shape[-3], k.shape[-3]
     max_q = int(max_q if max_q is not None else total_q)
     max_k = int(max_k if max_k is not None else total_k)
     pairs, note = varlen_pairs(cu_q, cu_k, max_q, max_k, total_q, total_k, kwargs.get("seqlen_k"))
-    return _packed_cost(q, v, pairs, note, masked=masked)
+    return _packed(attention_cost, q, v, pairs, note, masked=masked)
 
 
 def attention_backward_cost(
@@ -180,22 +188,10 @@ def attention_backward_cost(
     return Cost(macs, flops=2 * macs + elementwise)
 
 
-def _packed_backward(q, v, pairs: int, note: str | None) -> Cost:
-    """Backward over ``pairs`` query-key pairs per head of a packed q [..., total_q, H, E]."""
-    total_q, heads, d = q.shape[-3:]
-    out_elements = total_q * heads * v.shape[-1]
-    cost = attention_backward_cost(heads, 1, pairs, d, v.shape[-1], out_elements=out_elements)
-    return Cost(cost.macs, flops=cost.flops, note=note)
-
-
 def _bhld_backward(args, mask) -> Cost:
     # grad_out, query [..., L, E], key [..., S, E], value [..., S, Ev]
-    q, k, v = args[1], args[2], args[3]
-    *lead, l_q, d = q.shape
-    bh = math.prod(lead)
-    return attention_backward_cost(
-        bh, l_q, k.shape[-2], d, v.shape[-1], masked=isinstance(mask, torch.Tensor)
-    )
+    masked = isinstance(mask, torch.Tensor)
+    return _heads_first(attention_backward_cost, *args[1:4], masked=masked)
 
 
 @register_ops(
@@ -227,10 +223,9 @@ def _flash_attention_backward(args, kwargs, out) -> Cost:
     q, k, v = args[1], args[2], args[3]
     cum_q, cum_k = args[6], args[7]
     if cum_q is None or q.dim() == 4:  # dense: q [B, L, H, E]
-        b, l_q, h, d = q.shape
-        return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
+        return _heads_second(attention_backward_cost, q, k, v)
     pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0], k.shape[0])
-    return _packed_backward(q, v, pairs, note)
+    return _packed(attention_backward_cost, q, v, pairs, note)
 
 
 @register_ops("_efficient_attention_backward")
@@ -240,10 +235,9 @@ def _efficient_attention_backward(args, kwargs, out) -> Cost:
     q, k, v = args[1], args[2], args[3]
     cu_q, cu_k = args[6], args[7]
     if cu_q is None:
-        b, l_q, h, d = q.shape
-        return attention_backward_cost(b * h, l_q, k.shape[1], d, v.shape[-1])
+        return _heads_second(attention_backward_cost, q, k, v)
     pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3], k.shape[-3])
-    return _packed_backward(q, v, pairs, note)
+    return _packed(attention_backward_cost, q, v, pairs, note)
 
 
 # -- flex_attention (a higher-order operator) ---------------------------------------------------
@@ -304,10 +298,7 @@ def _flex_attention(args, kwargs, out, probe) -> Cost:
 @register_present(*optional_hops("flex_attention_backward"))
 def _flex_attention_backward(args, kwargs, out) -> Cost:
     # (query, key, value, out, logsumexp, grad_out, grad_logsumexp, fw_graph, joint_graph, ...)
-    q, k, v = args[0], args[1], args[2]
-    *lead, l_q, d = q.shape
-    bh = math.prod(lead)
-    return attention_backward_cost(bh, l_q, k.shape[-2], d, v.shape[-1])
+    return _heads_first(attention_backward_cost, *args[:3])
 
 
 def multi_head_attention_cost(

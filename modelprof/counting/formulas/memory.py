@@ -5,8 +5,6 @@ where the schema does not say so) are free: no flops, no bytes.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from modelprof.counting.formulas.registry import (
@@ -21,8 +19,6 @@ from modelprof.counting.formulas.registry import (
 from modelprof.counting.formulas.values import has_values
 
 __all__ = ["VIEW", "bag_entries", "embedding_bag_cost"]
-
-aten = torch.ops.aten
 
 
 def VIEW(args, kwargs, out):  # noqa: N802 - a sentinel formula
@@ -103,14 +99,14 @@ def _embedding_bag(args, kwargs, out):
         bool(arg(args, kwargs, 7, "include_last_offset", False)),
         arg(args, kwargs, 8, "padding_idx", -1),
     )
-    cost = embedding_bag_cost(
+    return embedding_bag_cost(
         looked_up,
         args[0].shape[1],
         arg(args, kwargs, 4, "mode", 0),
         arg(args, kwargs, 6, "per_sample_weights", None) is not None,
         first(out).numel(),
+        note,
     )
-    return cost if note is None else dataclasses.replace(cost, note=note)
 
 
 _BAG_ENTRIES_UNKNOWN = (
@@ -143,9 +139,12 @@ def bag_entries(
     return used.numel(), None
 
 
-def embedding_bag_cost(looked_up: int, width: int, mode: int, weighted: bool, out: int) -> Cost:
+def embedding_bag_cost(
+    looked_up: int, width: int, mode: int, weighted: bool, out: int, note: str | None = None
+) -> Cost:
     """An ``EmbeddingBag``'s arithmetic: each of the ``looked_up`` rows of ``width`` elements
     combined into its bag, 1 flop an element (+1 with ``per_sample_weights``); mode ``mean``
-    (1) divides each of the ``out`` output elements by its bag's size, 1 flop each."""
+    (1) divides each of the ``out`` output elements by its bag's size, 1 flop each. ``note``:
+    :func:`bag_entries`'s, when ``looked_up`` is a bound."""
     elements = looked_up * width
-    return Cost(0, flops=elements * (2 if weighted else 1) + (out if mode == 1 else 0))
+    return Cost(0, flops=elements * (2 if weighted else 1) + (out if mode == 1 else 0), note=note)

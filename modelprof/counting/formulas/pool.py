@@ -7,19 +7,9 @@ from __future__ import annotations
 
 from math import ceil, floor, prod
 
-import torch
-
-from modelprof.counting.formulas.registry import (
-    Cost,
-    first,
-    optional_ops,
-    register_ops,
-    register_present,
-)
+from modelprof.counting.formulas.registry import Cost, first, register_ops
 
 __all__ = ["adaptive_window_sum", "pool_cost"]
-
-aten = torch.ops.aten
 
 
 def pool_cost(n_out: int, window: int, kind: str) -> Cost:
@@ -42,18 +32,14 @@ def _fixed(kind: str, dims: int):
 
 
 for _kind, _dims, _names in (
-    ("max", 1, ("max_pool1d", "max_pool1d_with_indices", "quantized_max_pool1d")),
-    (
-        "max",
-        2,
-        ("max_pool2d", "max_pool2d_with_indices", "mkldnn_max_pool2d", "quantized_max_pool2d"),
-    ),
-    ("max", 3, ("max_pool3d", "max_pool3d_with_indices", "mkldnn_max_pool3d")),
-    ("avg", 1, ("avg_pool1d",)),
-    ("avg", 2, ("avg_pool2d", "mkldnn_avg_pool2d")),
-    ("avg", 3, ("avg_pool3d",)),
+    ("max", 1, "max_pool1d max_pool1d_with_indices quantized_max_pool1d"),
+    ("max", 2, "max_pool2d max_pool2d_with_indices mkldnn_max_pool2d quantized_max_pool2d"),
+    ("max", 3, "max_pool3d max_pool3d_with_indices mkldnn_max_pool3d"),
+    ("avg", 1, "avg_pool1d"),
+    ("avg", 2, "avg_pool2d mkldnn_avg_pool2d"),
+    ("avg", 3, "avg_pool3d"),
 ):
-    register_present(*optional_ops(*_names))(_fixed(_kind, _dims))
+    register_ops(_names)(_fixed(_kind, _dims))
 
 
 def adaptive_window_sum(in_size: int, out_size: int) -> int:

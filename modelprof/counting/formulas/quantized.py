@@ -15,7 +15,6 @@ once, bytes at every call).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from math import prod
 from typing import Any
@@ -236,8 +235,7 @@ def _embedding_bag(args, kwargs, out) -> Cost:
     last = bool(args[8] if len(args) > 8 else kwargs.get("include_last_offset", False))
     looked_up, note = bag_entries(args[1], offsets, last, None)
     o = first(out)
-    cost = embedding_bag_cost(looked_up, o.shape[-1], mode, weights is not None, o.numel())
-    return cost if note is None else dataclasses.replace(cost, note=note)
+    return embedding_bag_cost(looked_up, o.shape[-1], mode, weights is not None, o.numel(), note)
 
 
 _PACKED_CONVS = ("conv", "conv1d", "conv2d", "conv3d", *(f"conv_transpose{d}d" for d in (1, 2, 3)))
