@@ -4,8 +4,6 @@ cold-cache flush, each a small function or context manager that leaves the user'
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +17,7 @@ from modelprof.runtime.execution import (
     parse_amp,
     to_channels_last,
 )
-from modelprof.timing.peaks import parse_cache_size
+from modelprof.timing.peaks import last_level_cache_bytes
 
 __all__ = [
     "COMPILE_MODES",
@@ -83,23 +81,6 @@ def capture_cuda_graph(
         out = step()
     torch.cuda.synchronize()
     return graph, out
-
-
-@functools.lru_cache(maxsize=1)
-def last_level_cache_bytes() -> int | None:
-    """The CPU's largest cache (L3 usually) from sysfs, or None when unreadable."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    best = None
-    try:
-        for entry in os.listdir(base):
-            if not entry.startswith("index"):
-                continue
-            with open(os.path.join(base, entry, "size")) as f:
-                value = parse_cache_size(f.read())
-            best = value if best is None else max(best, value)
-    except (OSError, ValueError):
-        return best
-    return best
 
 
 def flush_bytes(device: torch.device) -> int:

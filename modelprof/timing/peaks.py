@@ -5,6 +5,7 @@ only). Their join with a table's rows is :mod:`modelprof.report.roofline`.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -30,6 +31,7 @@ __all__ = [
     "MemoryLevel",
     "Peaks",
     "cache_levels",
+    "last_level_cache_bytes",
     "conv_uses_other_precision",
     "lookup_peaks",
     "match_device",
@@ -409,24 +411,17 @@ def _probe_matmul(
 
     if size is None and dev.type == "cuda":
         size = 4096
+    if size is not None and size < 1:
+        raise ModelProfError(f"matmul_size must be positive, got {size!r}")
+    n = size or 256
     max_n = 1024 if dev.type == "cpu" else 2048
-    if size is not None:
-        if size < 1:
-            raise ModelProfError(f"matmul_size must be positive, got {size!r}")
-        run = make(size)
-        _time_once(run, dev)  # warm-up
-        n = size
-    else:
-        n = 256
+    run = make(n)
+    _time_once(run, dev)  # warm-up
+    # small CPU matmuls are dominated by fixed costs (thread wake-up), not n^3
+    while size is None and n < max_n and _time_once(run, dev) * 2 <= per_run:
+        n *= 2
         run = make(n)
         _time_once(run, dev)  # warm-up
-        last = _time_once(run, dev)
-        # small CPU matmuls are dominated by fixed costs (thread wake-up), not n^3
-        while n < max_n and last * 2 <= per_run:
-            n *= 2
-            run = make(n)
-            _time_once(run, dev)
-            last = _time_once(run, dev)
     seconds = _best_of(run, dev, 10 * repeats, time.perf_counter() + budget_s)
     return 2.0 * n**3 / seconds
 
@@ -459,6 +454,12 @@ def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
         instances = max(1, -(-threads // max(sharing, 1)))  # ceil(threads / cpus per instance)
         found[level] = max(found.get(level, 0), size * instances)
     return [(f"L{level}", found[level]) for level in sorted(found)]
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int | None:
+    """The CPU's largest cache (L3 usually) from sysfs, one instance's bytes; None when unread."""
+    return max((size for _, size in _sysfs_caches(1)), default=None)
 
 
 def parse_cache_size(text: str) -> int:

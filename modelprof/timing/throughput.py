@@ -47,6 +47,11 @@ THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
 _COLUMNS = ("batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes")
 _ROUGH = "latency_rough"
+#: what ``Throughput.to_dict`` gives before its points, notes and env, in order
+_SUMMARY = (
+    "device stop_reason stop_explanation best_batch_size best_samples_per_s max_fit_batch "
+    "oom_batch memory_before_bytes memory_after_bytes memory_restored"
+).split()
 
 
 @dataclasses.dataclass
@@ -148,21 +153,9 @@ class Throughput:
         return df
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "stop_reason": self.stop_reason,
-            "stop_explanation": self.stop_explanation,
-            "best_batch_size": self.best_batch_size,
-            "best_samples_per_s": self.best_samples_per_s,
-            "max_fit_batch": self.max_fit_batch,
-            "oom_batch": self.oom_batch,
-            "memory_before_bytes": self.memory_before_bytes,
-            "memory_after_bytes": self.memory_after_bytes,
-            "memory_restored": self.memory_restored,
-            "points": [p.to_dict() for p in self.points],
-            "notes": self.notes,
-            "env": self.env,
-        }
+        d = {k: getattr(self, k) for k in _SUMMARY}
+        d.update(points=[p.to_dict() for p in self.points], notes=self.notes, env=self.env)
+        return d
 
     def __repr__(self) -> str:
         b = self.best
@@ -262,13 +255,7 @@ def _free(device: torch.device) -> None:
 
 
 #: Per-point defaults of the search (shorter than a single measurement's): each can be overridden.
-POINT_DEFAULTS = {
-    "budget_s": 1.0,
-    "precision": 0.02,
-    "min_samples": 5,
-    "min_blocks": 3,
-    "warmup_s": 0.25,
-}
+POINT_DEFAULTS = dict(budget_s=1.0, precision=0.02, min_samples=5, min_blocks=3, warmup_s=0.25)
 
 
 def measure_throughput(
