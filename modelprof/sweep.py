@@ -77,7 +77,7 @@ def profile_keywords() -> set[str]:
 
 def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
     """The totals (and latency) of ``profile()`` on one configuration, on ``device``."""
-    model, size = _build(config.model, on_meta=device == "meta")
+    model, _, size = _build(config.model, on_meta=device == "meta")
     size = config.input_size if config.input_size is not None else size
     report = profile(
         model,
@@ -120,12 +120,10 @@ def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
     }
 
 
-def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, Any]:
-    """The model of ``spec`` and its default input size, built on meta when ``on_meta`` (else,
-    or when that fails, on the CPU: profile takes a meta copy, and a bad spec fails there)."""
+def _build(spec: str, *, on_meta: bool) -> tuple[torch.nn.Module, str, Any]:
+    """``load_model(spec)``, built on meta when ``on_meta`` (else, or when that fails, on the
+    CPU: profile takes a meta copy, and a bad spec fails there)."""
     if on_meta:
         with contextlib.suppress(Exception), torch.device("meta"):
-            model, _, size = load_model(spec)
-            return model, size
-    model, _, size = load_model(spec)
-    return model, size
+            return load_model(spec)
+    return load_model(spec)
