@@ -33,7 +33,7 @@ the registry again)."""
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).
-_EMPTY_IS_MISSING = frozenset({"bound", "memory_level"})
+_EMPTY_IS_MISSING = frozenset(registry.names("roofline", kind="text"))
 
 _TRUE, _FALSE = "True", "False"
 

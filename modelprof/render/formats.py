@@ -1,7 +1,7 @@
 """One registry of table formats: each is one function in its own file under
 ``modelprof/render/``, registered with :func:`register_format` (a human table: its layout,
-with :func:`register_table`), so adding a format is adding that file. A result with ``export(name, path, **options)`` inherits :class:`Exports` for a
-``to_<name>`` per format.
+with :func:`register_table`), so adding a format is adding that file. A result with
+``export(name, path, **options)`` inherits :class:`Exports` for a ``to_<name>`` per format.
 
 A format function takes ``(df, totals=None, *, end_to_end=None, env=None, path=None, view=None,
 **options)``: the numeric frame, the total and end-to-end rows, the environment, where to write
@@ -138,21 +138,10 @@ def get_format(name: str) -> Format:
     raise ModelProfError(f"format {name!r} is not one of {known}")
 
 
-def export(
-    name: str,
-    df: Any,
-    totals: Any = None,
-    *,
-    end_to_end: Any = None,
-    env: Any = None,
-    path: str | Path | None = None,
-    view: Any = None,
-    **options: Any,
-) -> str | Path:
-    """Write ``df`` as format ``name`` (see the module doc for the arguments)."""
-    return get_format(name).write(
-        df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options
-    )
+def export(name: str, df: Any, totals: Any = None, **options: Any) -> str | Path:
+    """Write ``df`` as format ``name``; ``options``: ``end_to_end``, ``env``, ``path``, ``view``
+    and the view options (see the module doc)."""
+    return get_format(name).write(df, totals, **options)
 
 
 class Exports:

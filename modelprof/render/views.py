@@ -273,13 +273,14 @@ class Table:
         return tuple(k in _NUMERIC_KINDS for k in self.kinds)
 
 
-_AT_MOST_ONE = frozenset({"mfu", "hfu", "mbu", "efficiency"})
+# fractions of a peak (MFU, HFU, MBU, roofline efficiency): above 1, the peak reads low
+_AT_MOST_ONE = frozenset(registry.names(kind="ratio"))
 
 
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
     if not ((c := registry.column(name)) and c.rough):
         return False
-    if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:  # above the peak: the peak reads low
+    if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:
         return True
     flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
     return any(
@@ -461,13 +462,9 @@ def module_labels(modules: Iterable[str], calls: Iterable[int] | None = None) ->
 def _label_column(
     columns: Sequence[str], kinds: Sequence[str], totals: Mapping[str, Any]
 ) -> int | None:
-    for i, (name, kind) in enumerate(zip(columns, kinds)):
-        if kind == "text" and name not in totals:
-            return i
-    for i, name in enumerate(columns):
-        if name not in totals:
-            return i
-    return None
+    """The first text column without a value in ``totals``, else the first without one."""
+    free = [i for i, name in enumerate(columns) if name not in totals]
+    return next((i for i in free if kinds[i] == "text"), free[0] if free else None)
 
 
 def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
