@@ -22,7 +22,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.hooks import module_hooks
 
-__all__ = ["CallPlan", "Calls", "Key", "TimedInstrument", "discover"]
+__all__ = ["CallPlan", "Calls", "Key", "TimedInstrument", "discover", "inclusive"]
 
 Key = tuple[str, int]
 
@@ -100,6 +100,19 @@ class TimedInstrument:
 
     def exit(self, i: int) -> None:
         return None
+
+
+def inclusive(values: np.ndarray, parents: list[int | None], reading: str) -> np.ndarray:
+    """Per-call ``values`` (the last axis: the calls in the plan's order) of an instrument whose
+    ``reading`` is ``"own"`` with each call's descendants added in; ``"inclusive"`` ones as
+    they are (a copy, as floats)."""
+    out = values[..., : len(parents)].astype(float).copy()
+    if reading == "own":  # children come after their parent: add from the last call back
+        for i in range(len(parents) - 1, -1, -1):
+            p = parents[i]
+            if p is not None:
+                out[..., p] += out[..., i]
+    return out
 
 
 class Calls:

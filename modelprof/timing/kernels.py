@@ -47,7 +47,7 @@ from modelprof.timing.attribution import (
     innermost,
     outermost,
 )
-from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover
+from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover, inclusive
 from modelprof.timing.layers import LayerTiming, carried_names, gc_paused
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
@@ -110,12 +110,7 @@ class KernelTiming(LayerTiming):
 
     def _tree(self, own: np.ndarray) -> np.ndarray:
         """Inclusive values from each call's own (the last axis, calls in pre-order)."""
-        out = own[..., : len(self.order)].astype(float).copy()
-        for i in range(len(self.order) - 1, -1, -1):
-            p = self.parent_index[i]
-            if p is not None:
-                out[..., p] += out[..., i]
-        return out
+        return inclusive(own, self.parent_index, _Ranges.reading)
 
     def medians(self) -> dict[str, np.ndarray]:
         """Per call: the medians of its own busy, idle and launches, their sums up the tree, and
