@@ -144,7 +144,7 @@ def export_comparison(
     if fmt.human:
         columns = compact_compare_columns(df) if columns is None else columns
         caption = compare_caption(df.attrs) or None
-        if name == "latex" and "rank" in df.columns:
+        if fmt.name == "latex" and "rank" in df.columns:
             # the rank's direction goes in the caption: as a header it widened the column
             caption = "; ".join(c for c in (caption, rank_header(df.attrs)) if c)
         else:
