@@ -18,11 +18,12 @@ shaped as the CPU's (``counting.meta_sdpa``): a model costed from shapes counts 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -35,7 +36,7 @@ from modelprof.counting.collectives import (
 )
 from modelprof.counting.formulas.memory import VIEW
 from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
-from modelprof.counting.formulas.registry import REGISTRY, Cost, FormulaRegistry
+from modelprof.counting.formulas.registry import REGISTRY, ZERO, Cost, FormulaRegistry
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
 from modelprof.counting.scope import gathered_bytes
@@ -63,14 +64,9 @@ _COMM = _How("collective")  # a collective: no FLOPs, its bytes to the comm colu
 _COMM_BOOKKEEPING = _How("comm-bookkeeping")  # waits, FSDP2's buffer copies: nothing counted
 _PASS = object()
 _ALLOCATIONS = frozenset(
-    f"aten.{n}.{o}"
-    for n, o in (
-        ("empty", "memory_format"),
-        ("empty_strided", "default"),
-        ("empty_like", "default"),
-        ("new_empty", "default"),
-        ("new_empty_strided", "default"),
-    )
+    f"aten.{op}"
+    for op in """empty.memory_format empty_strided.default empty_like.default new_empty.default
+    new_empty_strided.default""".split()
 )
 
 
@@ -101,23 +97,24 @@ def _decomposition(func: compat.OpOverload) -> _How | None:
     return _How("table", fn) if fn is not None else None
 
 
+def _tensors(*objs: Any) -> Iterator[torch.Tensor]:
+    """The tensors among ``objs`` and in the lists and tuples among them."""
+    for a in objs:
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor):
+                yield t
+
+
 def _plain_tensors(args: tuple, kwargs: dict) -> bool:
     """A ``torch._decomp`` decomposition is written for plain strided dense tensors."""
-    for a in (*args, *kwargs.values()):
-        for t in a if isinstance(a, (list, tuple)) else (a,):
-            if isinstance(t, torch.Tensor) and (
-                t.layout is not torch.strided or t.is_quantized or t.is_nested
-            ):
-                return False
-    return True
+    return not any(
+        t.layout is not torch.strided or t.is_quantized or t.is_nested
+        for t in _tensors(*args, *kwargs.values())
+    )
 
 
 def _has_nested(args: tuple, kwargs: dict) -> bool:
-    for a in (*args, *kwargs.values()):
-        for t in a if isinstance(a, (list, tuple)) else (a,):
-            if isinstance(t, torch.Tensor) and t.is_nested:
-                return True
-    return False
+    return any(t.is_nested for t in _tensors(*args, *kwargs.values()))
 
 
 def _component(obj: Any, i: int, parts: dict[int, list]) -> Any:
@@ -133,10 +130,9 @@ def _components(name: str, args: tuple, kwargs: dict, out: Any = None) -> list[t
     """``(args, kwargs, out)`` of the op for each component of its nested tensors."""
     parts: dict[int, list] = {}  # each nested tensor's components, by id
     try:
-        for obj in (*args, *kwargs.values(), out):
-            for t in obj if isinstance(obj, (list, tuple)) else (obj,):
-                if isinstance(t, torch.Tensor) and t.is_nested and id(t) not in parts:
-                    parts[id(t)] = list(t.unbind())
+        for t in _tensors(*args, *kwargs.values(), out):
+            if t.is_nested and id(t) not in parts:
+                parts[id(t)] = list(t.unbind())
     except (RuntimeError, ValueError, TypeError) as e:
         raise ModelProfError(
             f"op {name} on a nested tensor cannot be counted: its components "
@@ -264,10 +260,7 @@ class OpCounter(compat.TorchDispatchMode):
             entered = super().__enter__()
         except BaseException:  # (no __exit__ follows: what the outermost entry set goes back)
             if self._depth == 0:
-                compat.eager_flex_attention(self._flex_debug)
-                if self._meta_sdpa is not None:
-                    _leave_function_mode(*self._meta_sdpa)
-                    self._meta_sdpa = None
+                self._undo_outermost()
             raise
         self._depth += 1
         return entered
@@ -278,14 +271,18 @@ class OpCounter(compat.TorchDispatchMode):
         finally:
             self._depth -= 1
             if self._depth == 0:
-                compat.eager_flex_attention(self._flex_debug)
                 if compat.dispatch_stack_state() != self._outer_modes:
                     compat.restore_dispatch_stack(*self._outer_modes)
-                if self._meta_sdpa is not None:
-                    _leave_function_mode(*self._meta_sdpa)
-                    self._meta_sdpa = None
+                self._undo_outermost()
                 if any(isinstance(f, HigherOrderOperator) for f in self._ops):
                     compat.forget_dynamo_skips()  # torch.cond & co. run eagerly again after the pass
+
+    def _undo_outermost(self) -> None:
+        """Eager flex_attention and the meta SDPA mode back as the outermost entry found them."""
+        compat.eager_flex_attention(self._flex_debug)
+        if self._meta_sdpa is not None:
+            _leave_function_mode(*self._meta_sdpa)
+            self._meta_sdpa = None
 
     # -- resolution, once per op --------------------------------------------------------------
     def _resolve(self, func) -> tuple[Any, str, bool, bool]:
@@ -430,7 +427,7 @@ class OpCounter(compat.TorchDispatchMode):
         table, not to the row's read/write traffic."""
         out = func(*args, **kwargs)
         record = self.tracker.current
-        self._apply(name, _ZERO_COST, record, None)
+        self._apply(name, ZERO, record, None)
         c = collective_of(func, args, kwargs, out)
         if c is not None:
             if record.comm is None:
@@ -484,7 +481,7 @@ class OpCounter(compat.TorchDispatchMode):
             return self._collective(func, name, args, kwargs)
         if how is _COMM_BOOKKEEPING:
             out = func(*args, **kwargs)
-            self._apply(name, _ZERO_COST, self.tracker.current, None)
+            self._apply(name, ZERO, self.tracker.current, None)
             return out
         if how is _UNSUPPORTED:
             out = func(*args, **kwargs)
@@ -522,11 +519,12 @@ class OpCounter(compat.TorchDispatchMode):
         self.decomposed[name] += 1
         return out
 
-    def _tentatively(self, run) -> tuple[bool, Any]:
-        """Run ``run()`` with the counter active, keeping its charges only if it succeeds."""
+    def _tentatively(self, run, enter: bool = True) -> tuple[bool, Any]:
+        """Run ``run()`` with the counter active (``enter``: entered for it; a higher-order
+        operator's subgraphs enter it themselves), keeping its charges only if it succeeds."""
         outer, self._staged = self._staged, []
         try:
-            with self:
+            with self if enter else contextlib.nullcontext():
                 out = run()
         except Exception:  # noqa: BLE001 - the caller falls back to running the op itself
             self._staged = outer
@@ -553,14 +551,9 @@ class OpCounter(compat.TorchDispatchMode):
         w_args, w_kwargs = wrap(args), {k: wrap(v) for k, v in kwargs.items()}
         if w_args is args and all(w_kwargs[k] is v for k, v in kwargs.items()):  # no subgraph
             return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
-        outer, self._staged = self._staged, []
-        try:
-            out = func(*w_args, **w_kwargs)
-        except Exception:  # noqa: BLE001 - run it as it is, uncounted, and say so
-            self._staged = outer
+        ok, out = self._tentatively(lambda: func(*w_args, **w_kwargs), enter=False)
+        if not ok:  # run it as it is, uncounted, and say so
             return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
-        staged, self._staged = self._staged, outer
-        self._commit(staged)
         self._apply_calls(name)
         return out
 
@@ -592,9 +585,6 @@ class OpCounter(compat.TorchDispatchMode):
             if stats.notes is None:
                 stats.notes = Counter()
             stats.notes[note] += 1
-
-
-_ZERO_COST = Cost(0, 0, 0)
 
 
 def _in_sharding_propagation(limit: int = 60) -> bool:

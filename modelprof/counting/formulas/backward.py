@@ -53,14 +53,9 @@ __all__ = [
 
 aten = torch.ops.aten
 
-NORM_BACKWARD_FLOPS_PER_ELEMENT = {
-    "x_hat": 2,
-    "input_stats": 7,
-    "input_known": 1,
-    "input_weight": 1,
-    "weight": 2,
-    "bias": 1,
-}
+NORM_BACKWARD_FLOPS_PER_ELEMENT = dict(
+    x_hat=2, input_stats=7, input_known=1, input_weight=1, weight=2, bias=1
+)
 SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT = 4
 
 
@@ -154,14 +149,7 @@ def _group_norm_backward(args, kwargs, out) -> Cost:
     return _affine_backward(args[1], args[4], args[4], True, _mask(args, kwargs, 9, 3))
 
 
-_RMS_BACKWARD = {
-    "x_hat": 1,
-    "input_stats": 5,
-    "input_known": 5,
-    "input_weight": 1,
-    "weight": 2,
-    "bias": 0,
-}
+_RMS_BACKWARD = dict(x_hat=1, input_stats=5, input_known=5, input_weight=1, weight=2, bias=0)
 
 
 @register_ops("_fused_rms_norm_backward")

@@ -22,15 +22,9 @@ __all__ = ["LOSS_FLOPS_PER_ELEMENT"]
 
 aten = torch.ops.aten
 
-LOSS_FLOPS_PER_ELEMENT = {
-    "mse": 2,
-    "mse_backward": 3,
-    "smooth_l1": 4,
-    "smooth_l1_backward": 3,
-    "bce": 7,
-    "bce_backward": 5,
-    "bce_logits": 6,
-}
+LOSS_FLOPS_PER_ELEMENT = dict(
+    mse=2, mse_backward=3, smooth_l1=4, smooth_l1_backward=3, bce=7, bce_backward=5, bce_logits=6
+)
 
 
 def _reduces(reduction) -> bool:

@@ -7,7 +7,13 @@ from math import prod
 
 import torch
 
-from modelprof.counting.formulas.registry import Cost, arg, register_formula, register_ops
+from modelprof.counting.formulas.registry import (
+    Cost,
+    arg,
+    optional_ops,
+    register_formula,
+    register_ops,
+)
 from modelprof.counting.formulas.values import has_values
 
 __all__ = ["grouped_mm_cost", "low_precision_mm", "matmul_cost"]
@@ -22,18 +28,26 @@ def matmul_cost(batch: int, m: int, k: int, n: int, bias_adds: int = 0) -> Cost:
     return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out)
 
 
-@register_formula(aten.mm)
+@register_formula(aten.mm, *optional_ops("_scaled_mm"))
 def _mm(args, kwargs, out) -> Cost:
-    # [m, k] @ [k, n] -> [m, n]
+    # [m, k] @ [k, n] -> [m, n] (_scaled_mm: the scales not counted)
     (m, k), n = args[0].shape, args[1].shape[1]
     return matmul_cost(1, m, k, n)
 
 
-@register_formula(aten.addmm)
-def _addmm(args, kwargs, out) -> Cost:
-    # bias + [m, k] @ [k, n] -> [m, n]; the bias add is one flop per output (not a MAC)
-    (m, k), n = args[1].shape, args[2].shape[1]
-    return matmul_cost(1, m, k, n, bias_adds=m * n)
+def _addmm(per_output: int):
+    """bias + [m, k] @ [k, n] -> [m, n]; the bias add (and a fused activation) ``per_output``
+    flops an output (not MACs)."""
+
+    def formula(args, kwargs, out) -> Cost:
+        (m, k), n = args[1].shape, args[2].shape[1]
+        return matmul_cost(1, m, k, n, bias_adds=per_output * m * n)
+
+    return formula
+
+
+register_formula(aten.addmm)(_addmm(1))
+register_ops("_addmm_activation")(_addmm(2))  # activation(bias + mat1 @ mat2)
 
 
 @register_formula(aten.bmm)
@@ -92,19 +106,6 @@ def _linear(args, kwargs, out) -> Cost:
     bias = args[2] if len(args) > 2 and isinstance(args[2], torch.Tensor) else None
     m, k, n = prod(x.shape[:-1]), x.shape[-1], w.shape[0]
     return matmul_cost(1, m, k, n, bias_adds=m * n if bias is not None else 0)
-
-
-@register_ops("_addmm_activation")
-def _addmm_activation(args, kwargs, out) -> Cost:
-    # activation(bias + [m, k] @ [k, n]): addmm plus one flop per output for the activation
-    (m, k), n = args[1].shape, args[2].shape[1]
-    return matmul_cost(1, m, k, n, bias_adds=2 * m * n)
-
-
-@register_ops("_scaled_mm")
-def _scaled_mm(args, kwargs, out) -> Cost:
-    (m, k), n = args[0].shape, args[1].shape[1]
-    return matmul_cost(1, m, k, n)
 
 
 @register_ops(

@@ -37,7 +37,7 @@ from modelprof.counting.formulas.registry import (
     register_present,
     zero,
 )
-from modelprof.counting.formulas.rnn import rnn_cost
+from modelprof.counting.formulas.rnn import rnn_layers
 from modelprof.runtime.tensors import stored_nbytes
 
 __all__ = ["module_packed_weights", "packed_nbytes", "packed_weights"]
@@ -279,26 +279,12 @@ register_present(*optional_hops("print"))(zero)
 
 
 # -- dynamically quantized RNNs (quantize_dynamic on nn.LSTM / nn.GRU) ---------------------------
-def _quantized_rnn(kind: str):
-    def formula(args, kwargs, out) -> Cost:
-        # (input, hx, CellParamsBase[] (one per layer and direction), has_biases, num_layers,
-        #  dropout, train, bidirectional, batch_first): the float RNN's gate matmuls, from the
-        #  unpacked weights' shapes (int8 or fp16 arithmetic, the same products)
-        x, hx, cells = args[0], args[1], args[2]
-        has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
-        hidden = (hx[0] if isinstance(hx, (list, tuple)) else hx).shape[-1]
-        shapes = [tuple(t.shape) for c in cells for t in packed_weights(c)]
-        tokens = x.numel() // x.shape[-1] if x.dim() else 0
-        layers = num_layers * (2 if bidirectional else 1)
-        return rnn_cost(tokens, shapes, hidden, kind, layers, has_biases)
-
-    return formula
-
-
 def _input_overloads(*names: str) -> list:
     """The ``.input`` overloads (padded input; ``.data`` takes a PackedSequence's data)."""
     return [p.input for p in optional_ops(*names) if hasattr(p, "input")]
 
 
-register_present(*_input_overloads("quantized_lstm"))(_quantized_rnn("lstm"))
-register_present(*_input_overloads("quantized_gru"))(_quantized_rnn("gru"))
+# (input, hx, CellParamsBase[] (one per layer and direction), ...): the float RNN's gate
+# matmuls, from the unpacked weights' shapes (int8 or fp16 arithmetic, the same products)
+register_present(*_input_overloads("quantized_lstm"))(rnn_layers("lstm", packed_weights))
+register_present(*_input_overloads("quantized_gru"))(rnn_layers("gru", packed_weights))

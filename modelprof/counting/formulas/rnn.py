@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from modelprof.counting.formulas.registry import Cost, register_formula, register_ops
 
-__all__ = ["cudnn_has_biases", "cudnn_layout", "cudnn_weight_shapes", "rnn_cost"]
+__all__ = ["cudnn_has_biases", "cudnn_layout", "cudnn_weight_shapes", "rnn_cost", "rnn_layers"]
 
 aten = torch.ops.aten
 
@@ -101,23 +104,26 @@ def _cudnn_rnn(args, kwargs, out) -> Cost:
     return rnn_cost(*cudnn_layout(args, 6), cudnn_has_biases(args[2]))
 
 
-def _composite(kind: str):
+def rnn_layers(kind: str, weights: Callable[[Any], list] = lambda p: [p]):
+    """Family factory: a whole RNN of ``kind``; ``weights`` gives the weight tensors of one
+    entry of its params[] (of a dynamically quantized one: the unpacked weights)."""
+
     def formula(args, kwargs, out) -> Cost:
         # (input, hx, params[], has_biases, num_layers, dropout, train, bidirectional, batch_first)
         x, params = args[0], args[2]
         has_biases, num_layers, bidirectional = bool(args[3]), int(args[4]), bool(args[7])
         # an LSTM's hidden size from c0: h0 has proj_size units when there is one
         hidden = (args[1][1] if kind == "lstm" else args[1]).shape[-1]
-        shapes = [tuple(p.shape) for p in params]
+        shapes = [tuple(t.shape) for p in params for t in weights(p)]
         layers = num_layers * (2 if bidirectional else 1)
         return rnn_cost(_tokens(x), shapes, hidden, kind, layers, has_biases)
 
     return formula
 
 
-register_formula(aten.lstm.input)(_composite("lstm"))
-register_formula(aten.gru.input)(_composite("gru"))
-register_formula(aten.rnn_tanh.input, aten.rnn_relu.input)(_composite("rnn"))
+register_formula(aten.lstm.input)(rnn_layers("lstm"))
+register_formula(aten.gru.input)(rnn_layers("gru"))
+register_formula(aten.rnn_tanh.input, aten.rnn_relu.input)(rnn_layers("rnn"))
 
 
 @register_ops("_thnn_fused_lstm_cell _thnn_fused_gru_cell")
