@@ -117,8 +117,7 @@ def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> 
         return PassReading(busy, idle, launches, 0.0)
     owner = innermost(spans, [(a.launch_ns, a.thread) for a in activities])
     owner = [n if o < 0 else o for o in owner]
-    for o in owner:
-        launches[o] += 1
+    launches = np.bincount(owner, minlength=n + 1)
     # the sweep: ends before starts at one instant; work of no length (a 0 ns memset) is a
     # launch, not swept (its end would sort before its start and leave it running)
     timed = [i for i, a in enumerate(activities) if a.end_ns > a.start_ns]

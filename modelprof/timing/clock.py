@@ -114,8 +114,20 @@ class Clock:
         self.now_ns: Callable[[], int] = time.perf_counter_ns  # the host stamps' clock
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
-        """Run ``between`` (untimed) then each phase in turn, ``n`` times; per-phase durations."""
-        raise NotImplementedError
+        """Run ``between`` (untimed) then each phase in turn, ``n`` times; per-phase durations.
+        Here ``now_ns`` is read around each phase (synchronous work: ``CpuTimeClock``)."""
+        p = len(phases)
+        ns = np.zeros((n, p + 1), dtype=np.int64)
+        clock = self.now_ns
+        for i in range(n):
+            if between is not None:
+                between()
+            row = ns[i]
+            row[0] = clock()
+            for k in range(p):
+                phases[k]()
+                row[k + 1] = clock()
+        return np.diff(ns, axis=1) / 1e6
 
     def stamps(self, size: int) -> StampBuffer:
         """A pre-allocated buffer of ``size`` stamps for hooks (per-layer timing)."""
@@ -164,20 +176,6 @@ class CpuTimeClock(Clock):
         super().__init__(device)
         name, self.now_ns = cpu_time_source()
         self.kind = f"{name}_ns"
-
-    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
-        p = len(phases)
-        ns = np.zeros((n, p + 1), dtype=np.int64)
-        clock = self.now_ns
-        for i in range(n):
-            if between is not None:
-                between()
-            row = ns[i]
-            row[0] = clock()
-            for k in range(p):
-                phases[k]()
-                row[k + 1] = clock()
-        return np.diff(ns, axis=1) / 1e6
 
 
 class HostSyncClock(Clock):

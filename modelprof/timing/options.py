@@ -93,6 +93,10 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "floor_extend_s": None,
 }
 OPTION_NAMES = tuple(OPTION_DEFAULTS)
+#: the switches, True or False (``channels_last`` too, which the run mode carries)
+_FLAGS = "transfer pin_memory cuda_graph cold_cache correct_overhead warn progress".split()
+#: the options a TimingOptions keeps as given, once checked
+_AS_GIVEN = (*_FLAGS, "clock", "seed", "per_layer", "latency_mode")
 #: the options ``StopRule.parse`` takes, by its fields' names
 _STOP_OPTIONS = tuple(f.name for f in dataclasses.fields(StopRule) if f.name in OPTION_DEFAULTS)
 
@@ -110,10 +114,9 @@ def _check_modes(values: dict[str, Any]) -> None:
         )
 
 
-def _flag(name: str, value: Any) -> bool:
+def _flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ModelProfError(f"{name}={value!r} must be True or False")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,38 +162,23 @@ class TimingOptions:
         seed = values["seed"]
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ModelProfError(f"seed={seed!r} must be an int or None")
+        for name in (*_FLAGS, "channels_last"):
+            _flag(name, values[name])
         compile_mode = parse_compile(values["compile"])
-        cuda_graph = _flag("cuda_graph", values["cuda_graph"])
-        if cuda_graph and compile_mode is not None:
+        if values["cuda_graph"] and compile_mode is not None:
             raise ModelProfError(
                 f"cuda_graph=True with compile={values['compile']!r}: use "
                 "compile='reduce-overhead' for compiled CUDA graphs instead"
             )
+        never = "never extend the per-layer passes"
         return cls(
             warmup=WarmupPolicy.parse(values["warmup"], values["warmup_s"]),
             stop=StopRule.parse(**{name: values[name] for name in _STOP_OPTIONS}),
-            transfer=_flag("transfer", values["transfer"]),
-            pin_memory=_flag("pin_memory", values["pin_memory"]),
-            cuda_graph=cuda_graph,
-            run=RunMode.parse(
-                amp=values["amp"], channels_last=_flag("channels_last", values["channels_last"])
-            ),
-            cold_cache=_flag("cold_cache", values["cold_cache"]),
+            run=RunMode.parse(amp=values["amp"], channels_last=values["channels_last"]),
             compile=compile_mode,
             compile_kwargs=dict(compile_kwargs) if compile_kwargs else None,
-            clock=values["clock"],
-            correct_overhead=_flag("correct_overhead", values["correct_overhead"]),
-            warn=_flag("warn", values["warn"]),
-            progress=_flag("progress", values["progress"]),
-            seed=seed,
-            layer_extend_s=check_seconds(
-                "layer_extend_s",
-                values["layer_extend_s"],
-                True,
-                "never extend the per-layer passes",
-            ),
-            per_layer=values["per_layer"],
-            latency_mode=values["latency_mode"],
+            layer_extend_s=check_seconds("layer_extend_s", values["layer_extend_s"], True, never),
+            **{name: values[name] for name in _AS_GIVEN},
         )
 
     @property
