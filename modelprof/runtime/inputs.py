@@ -40,17 +40,14 @@ __all__ = [
 
 #: The floating dtypes a name may give (``dtype="fp16"``, a sweep's ``dtypes``, ``--input``).
 DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-    "fp64": torch.float64,
-    "double": torch.float64,
+    name: dtype
+    for dtype, names in (
+        (torch.float32, "float32 fp32 float"),
+        (torch.float16, "float16 fp16 half"),
+        (torch.bfloat16, "bfloat16 bf16"),
+        (torch.float64, "float64 fp64 double"),
+    )
+    for name in names.split()
 }
 
 
