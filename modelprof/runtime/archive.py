@@ -285,13 +285,10 @@ def loadable_bytes() -> tuple[int | None, str]:
     if available is not None:
         found.append((available, "available memory"))
     for limit, usage in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
     ):
-        cap, used = _read_int(limit), _read_int(usage)
+        cap, used = _read_int(f"/sys/fs/cgroup/{limit}"), _read_int(f"/sys/fs/cgroup/{usage}")
         if cap is not None and used is not None and cap < 1 << 60:
             found.append((max(cap - used, 0), "the cgroup's memory limit"))
             break
