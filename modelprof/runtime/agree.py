@@ -112,12 +112,9 @@ def agreement() -> Agreement | None:
     backend = str(dist.get_backend())
     if backend == "fake":
         return None  # a fake group moves nothing: there is nothing to agree with
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if backend == "nccl"
-        else torch.device("cpu")
-    )
-    return Agreement(device=device)
+    if backend == "nccl":
+        return Agreement(device=torch.device("cuda", torch.cuda.current_device()))
+    return Agreement()  # on the CPU
 
 
 _CURRENT: contextvars.ContextVar[Agreement | None] = contextvars.ContextVar(

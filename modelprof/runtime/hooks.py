@@ -137,12 +137,9 @@ def module_hooks(
     with recursion_headroom(_FRAMES_PER_LEVEL * _nesting_depth(names) + _FRAMES_MARGIN):
         try:
             handles.append(_module.register_module_forward_pre_hook(_pre))
-            if _GLOBAL_POST_KWARGS and post_with_inputs:
-                handles.append(
-                    _module.register_module_forward_hook(_post, with_kwargs=True, always_call=True)
-                )
-            else:
-                handles.append(_module.register_module_forward_hook(_post))
+            always = _GLOBAL_POST_KWARGS and post_with_inputs  # with the kwargs, also on raise
+            extra = {"with_kwargs": True, "always_call": True} if always else {}
+            handles.append(_module.register_module_forward_hook(_post, **extra))
             yield session
         finally:
             for h in handles:

@@ -127,12 +127,10 @@ def _structural_copy(model: nn.Module, own_parameters: bool = False) -> nn.Modul
         modules[id(m)] = new
         todo.extend(c for c in m._modules.values() if c is not None)
     for new in modules.values():
-        for key, p in new._parameters.items():
-            if p is not None:
-                new._parameters[key] = tensor(p, True)
-        for key, b in new._buffers.items():
-            if b is not None:
-                new._buffers[key] = tensor(b, False)
+        for registry, is_param in ((new._parameters, True), (new._buffers, False)):
+            for key, t in registry.items():
+                if t is not None:
+                    registry[key] = tensor(t, is_param)
         for key, c in new._modules.items():
             if c is not None:
                 new._modules[key] = modules[id(c)]
