@@ -19,7 +19,6 @@ from modelprof.errors import ModelProfError
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
 from modelprof.render.views import column_spec, module_labels, select_rows
 from modelprof.report.roofline import add_roofline, observed_peaks, peak_words
-from modelprof.timing.peaks import Peaks as PeaksClass
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -50,10 +49,11 @@ def figure_class() -> Any:
     return Figure
 
 
-def save_figure(fig: Any, save: str | os.PathLike[str] | None) -> None:
-    """Write ``fig`` to ``save`` (.png, .svg or .pdf; None: nothing), creating its folder."""
+def save_figure(fig: Any, save: str | os.PathLike[str] | None) -> Any:
+    """Write ``fig`` to ``save`` (.png, .svg or .pdf; None: nothing), creating its folder;
+    returns ``fig``."""
     if save is None:
-        return
+        return fig
     path = Path(save)
     if path.suffix.lower() not in _SAVE_FORMATS:
         raise ModelProfError(
@@ -61,6 +61,7 @@ def save_figure(fig: Any, save: str | os.PathLike[str] | None) -> None:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format=path.suffix.lower()[1:], bbox_inches="tight", dpi=150)
+    return fig
 
 
 def _require_columns(df: pd.DataFrame, columns: Sequence[str], what: str, hint: str = "") -> None:
@@ -135,8 +136,7 @@ def plot_latency(
         xlabel="latency (ms)",
         error=("latency_p10_ms", "latency_p90_ms"),
     )
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
 
 
 def plot_flops(
@@ -160,8 +160,7 @@ def plot_flops(
         xlabel=spec.header,
         formatter=_value_formatter(spec.kind),
     )
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
 
 
 _ROOF_SOURCES = {"probe": "roofs probed", "table": "datasheet roofs", "user": "roofs given"}
@@ -182,17 +181,13 @@ def plot_roofline(
     The ``annotate`` slowest layers are numbered and named in a key beside the plot. The roofs
     drawn are those the rows are judged against (``observed_peaks``); a disturbed probe is
     named under the heading and detailed in a caption (``peak_words``)."""
-    if not isinstance(peaks, PeaksClass):
-        raise ModelProfError(
-            f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}"
-        )
     _require_columns(
         df,
         ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
         "plot_roofline",
         " (profile with timing=True)",
     )
-    data = add_roofline(df, peaks)
+    data = add_roofline(df, peaks)  # a peaks that is no Peaks is refused here
     sentence, caption = peak_words(df, peaks)
     peaks = observed_peaks(df, peaks)
     if leaf_only and "leaf" in data.columns:
@@ -224,8 +219,7 @@ def plot_roofline(
     _fit_title(ax, "\n".join(t for t in (title or heading, sentence) if t), small=bool(sentence))
     if caption:
         _caption(fig, ax, caption)
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
 
 
 def _draw_roofs(ax: Any, peaks: Peaks, xs: np.ndarray) -> list[list[Any]]:
@@ -421,8 +415,7 @@ def plot_throughput(
     ax.set_title(title or "Throughput")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
 
 
 _COMPARE_METRICS = ("params", "flops", "latency_median_ms", "throughput_samples_per_s")
@@ -478,21 +471,15 @@ def plot_compare(
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title)
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
 
 
 def _value_formatter(kind: str) -> Any:
     """Short tick/annotation text for a column kind (see modelprof.render.views)."""
     if kind == "time_ms":
         return format_time_ms
-    if kind == "bytes":
-        return lambda v: format_bytes(v, decimals=1)
-    if kind == "percent":
-        return lambda v: format_percent(v, decimals=1)
-    if kind == "count":
-        return lambda v: format_count(v, decimals=1)
-    return lambda v: f"{v:.3g}"
+    fmt = {"bytes": format_bytes, "percent": format_percent, "count": format_count}.get(kind)
+    return (lambda v: fmt(v, decimals=1)) if fmt else (lambda v: f"{v:.3g}")
 
 
 def _tick_formatter(fmt: Any) -> Any:
@@ -561,5 +548,4 @@ def plot_cost_latency(
     ax.legend(fontsize=8, loc="best")
     if title:
         ax.set_title(title)
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
