@@ -17,19 +17,8 @@ import torch
 __all__ = ["LAYER_TYPES", "layer_type", "op_layer_type"]
 
 LAYER_TYPES: tuple[str, ...] = (
-    "conv",
-    "linear",
-    "matmul",
-    "attention",
-    "recurrent",
-    "norm",
-    "activation",
-    "pool",
-    "elementwise",
-    "reduction",
-    "embedding",
-    "upsample",
-    "dropout",
+    *"conv linear matmul attention recurrent norm activation pool elementwise reduction".split(),
+    *"embedding upsample dropout".split(),
     "data movement",
     "other",
 )
