@@ -131,10 +131,6 @@ def count_column(values: Sequence[int]) -> np.ndarray:
     return np.array([float(v) for v in ints], dtype="float64")
 
 
-def _self_name(name: str) -> str:
-    return f"{name}.{SELF_SUFFIX}" if name else SELF_SUFFIX
-
-
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
     """Rows from records; ``force_self``: parents that get a ``(self)`` row even when their own
     forward ops cost nothing (their autograd nodes do)."""
@@ -258,29 +254,41 @@ def _column_sums(a: tuple, b: tuple) -> tuple:
 
 def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
     """The ``(self)`` row (where it has own ops or is forced) and the ``(communication)`` row
-    of call ``pr``."""
+    (its own collectives, no compute) of call ``pr``."""
     out = []
+    at = {"call": pr.call, "depth": pr.depth + 1, "record": pr.index}
     if part is not None and (any(part) or force):
         params, macs, flops, madd, read, write = part
         out.append(
             Row(
-                module=_self_name(pr.name),
+                module=_pseudo_name(pr.name, SELF_SUFFIX),
                 type=pr.type,
-                call=pr.call,
-                depth=pr.depth + 1,
+                **at,
                 **dict(zip(_COUNTED, part)),
                 output_bytes=write,
                 torchstat_flops=flops - macs,
                 torchstat_madd=madd,
-                record=pr.index,
                 is_self=True,
                 ops=dict(pr.ops),
                 trainable_params=pr.trainable_params,
             )
         )
     if pr.comm or pr.backward_comm:
-        out.append(_comm_row(pr))
+        out.append(
+            Row(
+                module=_pseudo_name(pr.name, COMM_SUFFIX),
+                type=COMM_SUFFIX,
+                **at,
+                kind="communication",
+                comm=pr.comm,
+                backward_comm=pr.backward_comm,
+            )
+        )
     return out
+
+
+def _pseudo_name(name: str, suffix: str) -> str:
+    return f"{name}.{suffix}" if name else suffix
 
 
 def _inclusive_comm(records: Sequence[CallRecord]) -> list[tuple[dict | None, dict | None]]:
@@ -298,21 +306,6 @@ def _inclusive_comm(records: Sequence[CallRecord]) -> list[tuple[dict | None, di
         return tuple(out)
 
     return subtree_sums(records, [(r.comm, r.backward_comm) for r in records], merged)
-
-
-def _comm_row(r: CallRecord) -> Row:
-    """The ``(communication)`` pseudo-row of call ``r``: its own collectives, no compute."""
-    name = f"{r.name}.{COMM_SUFFIX}" if r.name else COMM_SUFFIX
-    return Row(
-        module=name,
-        type=COMM_SUFFIX,
-        call=r.call,
-        depth=r.depth + 1,
-        record=r.index,
-        kind="communication",
-        comm=r.comm,
-        backward_comm=r.backward_comm,
-    )
 
 
 def has_comm(rows: Sequence[Row]) -> tuple[bool, bool]:
