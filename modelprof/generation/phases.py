@@ -66,20 +66,17 @@ class _Timed(nn.Module):
         return self.root(**kwargs)
 
 
+@dataclasses.dataclass
 class _Counter:
     """Counts (and with ``opts`` times) the steps of one batch size, carrying the cache."""
 
-    def __init__(
-        self,
-        lm: LanguageModel,
-        spec: GenerationSpec,
-        batch: int,
-        generator: torch.Generator,
-        opts: TimingOptions | None,
-    ) -> None:
-        self.lm, self.spec, self.batch, self.gen, self.opts = lm, spec, batch, generator, opts
-        self.cache: Any = None
-        self.length = 0
+    lm: LanguageModel
+    spec: GenerationSpec
+    batch: int
+    gen: torch.Generator
+    opts: TimingOptions | None
+    cache: Any = None
+    length: int = 0  # tokens in the cache
 
     def _counted(
         self,
