@@ -127,7 +127,8 @@ def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tupl
                 ests.append(stack.enter_context(runner).warm_with(run))
             run.clear()
             runs.append(run)
-        blocks = [_named_block(name, run.block) for (name, *_), run in zip(lms, runs)]
+        # each call of a block in its own _named context (a contextmanager also decorates)
+        blocks = [_named(name)(run.block) for (name, *_), run in zip(lms, runs)]
         sampled = opts.sample_interleaved(blocks, ests, "generations compared")
     return runners, runs, sampled
 
@@ -140,14 +141,6 @@ def _named(name: str) -> Any:
         raise
     except Exception as e:  # (a KeyboardInterrupt is no Exception: it stops the comparison)
         raise _CandidateFailed(name) from e
-
-
-def _named_block(name: str, block: Any) -> Any:
-    def run(n: int) -> Any:
-        with _named(name):
-            return block(n)
-
-    return run
 
 
 def _error_text(e: BaseException | None) -> str:
