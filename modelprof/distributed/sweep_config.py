@@ -49,7 +49,7 @@ class SweepConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (tuples as lists, options as a dict)."""
         d = dataclasses.asdict(self)
-        d["input_size"] = None if self.input_size is None else _listify(self.input_size)
+        d["input_size"] = _listify(self.input_size)
         d["options"] = dict(self.options)
         return d
 
@@ -70,10 +70,10 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
         """Inverse of :meth:`to_dict` (a result file's ``config``)."""
-        size, options = data.get("input_size"), dict(data.get("options") or {})
+        options = dict(data.get("options") or {})
         return cls(
             **{f: data[f] for f in ("model", "batch_size", "dtype", "mode", "timing", "device")},
-            input_size=None if size is None else _tupleify(size),
+            input_size=_tupleify(data.get("input_size")),
             options=tuple(sorted((k, _tupleify(v)) for k, v in options.items())),
         )
 

@@ -68,12 +68,8 @@ def check_run_fits(
 
 
 def _widest_embedding(model: Any) -> int | None:
-    dims = (
-        [m.embedding_dim for m in model.modules() if isinstance(m, nn.Embedding)]
-        if isinstance(model, nn.Module)
-        else []
-    )
-    return max(dims, default=None)
+    modules = model.modules() if isinstance(model, nn.Module) else ()
+    return max((m.embedding_dim for m in modules if isinstance(m, nn.Embedding)), default=None)
 
 
 def activation_bytes(records: list[Any]) -> int:

@@ -29,6 +29,15 @@ class MoELayer:
     router: nn.Module | None = dataclasses.field(default=None, repr=False)
     tokens_per_expert: np.ndarray | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field but the router module, as plain values."""
+        out = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "router"
+        }
+        if self.tokens_per_expert is not None:
+            out["tokens_per_expert"] = self.tokens_per_expert.tolist()
+        return out
+
 
 @dataclasses.dataclass
 class MoEInfo:
@@ -46,22 +55,8 @@ class MoEInfo:
         return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layer")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "total_params": self.total_params,
-            "active_params": self.active_params,
-            "layers": [
-                {
-                    "name": lay.name,
-                    "num_experts": lay.num_experts,
-                    "top_k": lay.top_k,
-                    "expert_params": lay.expert_params,
-                    "tokens_per_expert": None
-                    if lay.tokens_per_expert is None
-                    else lay.tokens_per_expert.tolist(),
-                }
-                for lay in self.layers
-            ],
-        }
+        out = {"total_params": self.total_params, "active_params": self.active_params}
+        return out | {"layers": [lay.to_dict() for lay in self.layers]}
 
 
 def _experts_params(module: nn.Module, n: int) -> int | None:
