@@ -1,6 +1,6 @@
-"""Device memory from the datasheets, keyed as :data:`modelprof.timing.peaks.KNOWN_DEVICES`.
-Datasheets say "80 GB" for 80 GiB of HBM: the values are those binary sizes. V100 SXM2 and PCIe
-come with 16 or 32 GB: the smaller is listed (pass ``memory_bytes=`` for the other)."""
+"""Device memory from the datasheets: the ``memory_bytes`` of
+:data:`modelprof.timing.peaks.KNOWN_DEVICES` (where the binary sizes and the V100's two variants
+are explained), by the same keys."""
 
 from __future__ import annotations
 
@@ -9,29 +9,7 @@ from modelprof.timing.peaks import KNOWN_DEVICES, match_device
 
 __all__ = ["DEVICE_MEMORY_BYTES", "device_memory", "memory_variants"]
 
-GiB = 2**30
-
-DEVICE_MEMORY_BYTES: dict[str, int] = {
-    "H100 SXM": 80 * GiB,
-    "H100 PCIe": 80 * GiB,
-    "H100 NVL": 94 * GiB,
-    "H200 SXM": 141 * GiB,
-    "H200 NVL": 141 * GiB,
-    "A100 SXM 80GB": 80 * GiB,
-    "A100 PCIe 80GB": 80 * GiB,
-    "A100 SXM 40GB": 40 * GiB,
-    "A100 PCIe 40GB": 40 * GiB,
-    "L4": 24 * GiB,
-    "L40S": 48 * GiB,
-    "A10": 24 * GiB,
-    "A10G": 24 * GiB,
-    "T4": 16 * GiB,
-    "V100 SXM2": 16 * GiB,
-    "V100 PCIe": 16 * GiB,
-    "V100S PCIe": 32 * GiB,
-    "RTX 4090": 24 * GiB,
-    "RTX 3090": 24 * GiB,
-}
+DEVICE_MEMORY_BYTES: dict[str, int] = {k: s.memory_bytes for k, s in KNOWN_DEVICES.items()}
 
 
 def memory_variants(key: str) -> dict[str, int]:

@@ -179,10 +179,13 @@ class DeviceSpec:
     bfloat16: float | None
     bandwidth: float
     source: str
+    #: the device's memory (``timing.memory_sizes``)
+    memory_bytes: int | None = None
 
 
 TB = 1e12
 GB = 1e9
+GiB = 2**30
 
 
 def _spec(
@@ -191,38 +194,41 @@ def _spec(
     float16: float | None,
     bfloat16: float | None,
     bandwidth: float,
+    memory_bytes: int,
     source: str,
 ) -> DeviceSpec:
     """A ``DeviceSpec`` from datasheet rates in TFLOP/s (``None``: no tensor-core path)."""
     rates = (None if r is None else r * 1e12 for r in (float32, tf32, float16, bfloat16))
-    return DeviceSpec(*rates, bandwidth, source)
+    return DeviceSpec(*rates, bandwidth, source, memory_bytes)
 
 
 # NVIDIA datasheets quote tensor-core rates "with sparsity"; the dense rates below are half of
-# those. FP16 rates are with FP32 accumulate (what PyTorch uses).
+# those. FP16 rates are with FP32 accumulate (what PyTorch uses). Memory: datasheets say "80 GB"
+# for 80 GiB of HBM, the values are those binary sizes; V100 SXM2 and PCIe come with 16 or 32
+# GB: the smaller is listed (pass ``memory_bytes=`` for the other).
 KNOWN_DEVICES: dict[str, DeviceSpec] = {
-    "H100 SXM": _spec(67, 494.7, 989.4, 989.4, 3.35 * TB, "NVIDIA H100 datasheet"),
-    "H100 PCIe": _spec(51, 378, 756, 756, 2.0 * TB, "NVIDIA H100 datasheet"),
-    "H100 NVL": _spec(60, 417.5, 835.5, 835.5, 3.9 * TB, "NVIDIA H100 datasheet"),
-    "H200 SXM": _spec(67, 494.7, 989.4, 989.4, 4.8 * TB, "NVIDIA H200 datasheet"),
-    "H200 NVL": _spec(60, 417.5, 835.5, 835.5, 4.8 * TB, "NVIDIA H200 datasheet"),
+    "H100 SXM": _spec(67, 494.7, 989.4, 989.4, 3.35 * TB, 80 * GiB, "NVIDIA H100 datasheet"),
+    "H100 PCIe": _spec(51, 378, 756, 756, 2.0 * TB, 80 * GiB, "NVIDIA H100 datasheet"),
+    "H100 NVL": _spec(60, 417.5, 835.5, 835.5, 3.9 * TB, 94 * GiB, "NVIDIA H100 datasheet"),
+    "H200 SXM": _spec(67, 494.7, 989.4, 989.4, 4.8 * TB, 141 * GiB, "NVIDIA H200 datasheet"),
+    "H200 NVL": _spec(60, 417.5, 835.5, 835.5, 4.8 * TB, 141 * GiB, "NVIDIA H200 datasheet"),
     # bandwidth differs per memory / form factor
-    "A100 SXM 80GB": _spec(19.5, 156, 312, 312, 2039 * GB, "NVIDIA A100 datasheet"),
-    "A100 PCIe 80GB": _spec(19.5, 156, 312, 312, 1935 * GB, "NVIDIA A100 datasheet"),
-    "A100 SXM 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, "NVIDIA A100 datasheet"),
-    "A100 PCIe 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, "NVIDIA A100 datasheet"),
-    "L4": _spec(30.3, 60, 121, 121, 300 * GB, "NVIDIA L4 datasheet"),
-    "L40S": _spec(91.6, 183, 362, 362, 864 * GB, "NVIDIA L40S datasheet"),
-    "A10": _spec(31.2, 62.5, 125, 125, 600 * GB, "NVIDIA A10 datasheet"),
+    "A100 SXM 80GB": _spec(19.5, 156, 312, 312, 2039 * GB, 80 * GiB, "NVIDIA A100 datasheet"),
+    "A100 PCIe 80GB": _spec(19.5, 156, 312, 312, 1935 * GB, 80 * GiB, "NVIDIA A100 datasheet"),
+    "A100 SXM 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, 40 * GiB, "NVIDIA A100 datasheet"),
+    "A100 PCIe 40GB": _spec(19.5, 156, 312, 312, 1555 * GB, 40 * GiB, "NVIDIA A100 datasheet"),
+    "L4": _spec(30.3, 60, 121, 121, 300 * GB, 24 * GiB, "NVIDIA L4 datasheet"),
+    "L40S": _spec(91.6, 183, 362, 362, 864 * GB, 48 * GiB, "NVIDIA L40S datasheet"),
+    "A10": _spec(31.2, 62.5, 125, 125, 600 * GB, 24 * GiB, "NVIDIA A10 datasheet"),
     # no NVIDIA datasheet for the A10G
-    "A10G": _spec(35, 35, 70, 70, 600 * GB, "AWS G5 figures (approximate)"),
+    "A10G": _spec(35, 35, 70, 70, 600 * GB, 24 * GiB, "AWS G5 figures (approximate)"),
     # Turing / Volta: no TF32 or BF16 tensor cores (float32 matmuls run on CUDA cores).
-    "T4": _spec(8.1, None, 65, None, 320 * GB, "NVIDIA T4 datasheet"),
-    "V100 SXM2": _spec(15.7, None, 125, None, 900 * GB, "NVIDIA V100 datasheet"),
-    "V100 PCIe": _spec(14, None, 112, None, 900 * GB, "NVIDIA V100 datasheet"),
-    "V100S PCIe": _spec(16.4, None, 130, None, 1134 * GB, "NVIDIA V100S datasheet"),
-    "RTX 4090": _spec(82.6, 82.6, 165.2, 165.2, 1008 * GB, "NVIDIA Ada whitepaper"),
-    "RTX 3090": _spec(35.6, 35.6, 71, 71, 936 * GB, "NVIDIA GA102 whitepaper"),
+    "T4": _spec(8.1, None, 65, None, 320 * GB, 16 * GiB, "NVIDIA T4 datasheet"),
+    "V100 SXM2": _spec(15.7, None, 125, None, 900 * GB, 16 * GiB, "NVIDIA V100 datasheet"),
+    "V100 PCIe": _spec(14, None, 112, None, 900 * GB, 16 * GiB, "NVIDIA V100 datasheet"),
+    "V100S PCIe": _spec(16.4, None, 130, None, 1134 * GB, 32 * GiB, "NVIDIA V100S datasheet"),
+    "RTX 4090": _spec(82.6, 82.6, 165.2, 165.2, 1008 * GB, 24 * GiB, "NVIDIA Ada whitepaper"),
+    "RTX 3090": _spec(35.6, 35.6, 71, 71, 936 * GB, 24 * GiB, "NVIDIA GA102 whitepaper"),
 }
 
 

@@ -415,7 +415,7 @@ def needed_s(log: BlockLog, rule: StopRule, rel: float, elapsed_s: float) -> flo
     samples, blocks = log.samples(), log.blocks()
     first = blocks == blocks[0]
     if b >= 3 and first.sum() < (blocks == blocks[-1]).sum():
-        # a small first block (``_first_block``) is noisier than the rest: project without it
+        # a small first block (``_block``) is noisier than the rest: project without it
         samples, blocks, b = samples[~first], blocks[~first], b - 1
         rel = relative_ci(samples, blocks, rule.confidence)
     # a few blocks hit by a passing load would make it pessimistic: the robust one, if smaller
