@@ -33,6 +33,7 @@ _DEFAULTS = (None, None, None, None, 0.0, False, None, False)
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _CONVOLUTION = torch.ops.aten.convolution.default
 _BATCH_NORM = torch.ops.aten.native_batch_norm.default
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by dimensions
 
 
 def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
@@ -156,16 +157,9 @@ class FusedMetaSDPA(TorchFunctionMode):
 
 def _is_channels_last(t: Any) -> bool:
     """Whether ``t`` is a channels-last 4-D or 5-D tensor that is not contiguous."""
-    return (
-        type(t) in PLAIN_TENSORS
-        and t.dim() in (4, 5)
-        and not t.is_contiguous()
-        and (
-            t.is_contiguous(memory_format=torch.channels_last)
-            if t.dim() == 4
-            else t.is_contiguous(memory_format=torch.channels_last_3d)
-        )
-    )
+    if type(t) not in PLAIN_TENSORS or t.dim() not in _CHANNELS_LAST or t.is_contiguous():
+        return False
+    return t.is_contiguous(memory_format=_CHANNELS_LAST[t.dim()])
 
 
 def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
@@ -182,7 +176,7 @@ def cpu_outputs(func: Any, args: tuple, out: Any) -> Any:
         and any(map(_is_channels_last, args[:2]))  # input or weight
         and out.is_contiguous()
     ):
-        layout = torch.channels_last if out.dim() == 4 else torch.channels_last_3d
+        layout = _CHANNELS_LAST[out.dim()]
         return torch.empty(out.shape, dtype=out.dtype, device=out.device, memory_format=layout)
     return out
 

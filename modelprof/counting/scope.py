@@ -341,18 +341,13 @@ class Tracker:
     def _charge_subtree(self, module: nn.Module, record: CallRecord) -> None:
         """A fused kernel ran the children's work without calling them (the
         ``nn.TransformerEncoderLayer`` fast path): the call read the whole subtree's weights."""
-        seen: set[int] = {id(p) for p in module._parameters.values() if p is not None}
-        for sub in module.modules():
-            if sub is module:
+        own = {id(p) for p in module._parameters.values() if p is not None}
+        view = self.param_view
+        for p in module.parameters():  # (each once)
+            if id(p) in own:
                 continue
-            for p in sub._parameters.values():
-                if p is None or id(p) in seen:
-                    continue
-                seen.add(id(p))
-                record.param_bytes += (
-                    tensor_nbytes(p) if self.param_view is None else self.param_view.read_bytes(p)
-                )
-                charged = self.charge(p)
-                record.params += charged
-                if p.requires_grad:
-                    record.trainable_params += charged
+            record.param_bytes += tensor_nbytes(p) if view is None else view.read_bytes(p)
+            charged = self.charge(p)
+            record.params += charged
+            if p.requires_grad:
+                record.trainable_params += charged

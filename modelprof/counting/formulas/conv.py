@@ -38,28 +38,23 @@ def _convolution(args, kwargs, out) -> Cost:
     return conv_cost(args[0], args[1], args[2] if len(args) > 2 else None, out, bool(transposed))
 
 
-@register_ops(
+def _backend(transposed: bool):
+    def formula(args, kwargs, out) -> Cost:
+        # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter; the
+        # bias a 1-D tensor in slot 2 or, after kernel_size, 3
+        bias = next((a for a in args[2:4] if isinstance(a, torch.Tensor) and a.dim() == 1), None)
+        return conv_cost(args[0], args[1], bias, first(out), transposed)
+
+    return formula
+
+
+register_ops(
     """cudnn_convolution mkldnn_convolution miopen_convolution _slow_conv2d_forward thnn_conv2d
     slow_conv3d slow_conv_dilated2d slow_conv_dilated3d _nnpack_spatial_convolution
     cudnn_convolution_relu cudnn_convolution_add_relu miopen_depthwise_convolution
     _conv_depthwise2d"""
-)
-def _backend_convolution(args, kwargs, out) -> Cost:
-    # (input, weight, [bias | kernel_size], ...): only the weight/bias tensors matter.
-    return conv_cost(args[0], args[1], _bias(args), first(out), False)
-
-
-@register_ops(
+)(_backend(False))
+register_ops(
     """cudnn_convolution_transpose miopen_convolution_transpose slow_conv_transpose2d
     slow_conv_transpose3d"""
-)
-def _backend_convolution_transpose(args, kwargs, out) -> Cost:
-    return conv_cost(args[0], args[1], _bias(args), out, True)
-
-
-def _bias(args) -> torch.Tensor | None:
-    """The bias of a backend convolution: a 1-D tensor in slot 2 or, after kernel_size, 3."""
-    for a in args[2:4]:
-        if isinstance(a, torch.Tensor) and a.dim() == 1:
-            return a
-    return None
+)(_backend(True))

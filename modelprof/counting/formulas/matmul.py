@@ -28,40 +28,28 @@ def matmul_cost(batch: int, m: int, k: int, n: int, bias_adds: int = 0) -> Cost:
     return Cost(macs, flops=2 * macs + bias_adds, madd=2 * macs - n_out)
 
 
-@register_formula(aten.mm, *optional_ops("_scaled_mm"))
-def _mm(args, kwargs, out) -> Cost:
-    # [m, k] @ [k, n] -> [m, n] (_scaled_mm: the scales not counted)
-    (m, k), n = args[0].shape, args[1].shape[1]
-    return matmul_cost(1, m, k, n)
-
-
-def _addmm(per_output: int):
-    """bias + [m, k] @ [k, n] -> [m, n]; the bias add (and a fused activation) ``per_output``
-    flops an output (not MACs)."""
+def _product(at: int, per_output: int = 0):
+    """Family factory: ``args[at] @ args[at + 1]`` -> [b, m, n], each operand a batch of
+    matrices, a matrix or a vector (m or n of 1); + ``per_output`` flops an output for an added
+    bias (and a fused activation), not MACs."""
 
     def formula(args, kwargs, out) -> Cost:
-        (m, k), n = args[1].shape, args[2].shape[1]
-        return matmul_cost(1, m, k, n, bias_adds=per_output * m * n)
+        a, b = args[at].shape, args[at + 1].shape
+        batch, m = (a[0] if len(a) == 3 else 1), (a[-2] if len(a) > 1 else 1)
+        n = b[-1] if len(b) > 1 else 1
+        return matmul_cost(batch, m, a[-1], n, bias_adds=per_output * batch * m * n)
 
     return formula
 
 
-register_formula(aten.addmm)(_addmm(1))
-register_ops("_addmm_activation")(_addmm(2))  # activation(bias + mat1 @ mat2)
-
-
-@register_formula(aten.bmm)
-def _bmm(args, kwargs, out) -> Cost:
-    # [b, m, k] @ [b, k, n] -> [b, m, n]
-    (b, m, k), n = args[0].shape, args[1].shape[2]
-    return matmul_cost(b, m, k, n)
-
-
-@register_formula(aten.baddbmm)
-def _baddbmm(args, kwargs, out) -> Cost:
-    # c + [b, m, k] @ [b, k, n] -> [b, m, n]
-    (b, m, k), n = args[1].shape, args[2].shape[2]
-    return matmul_cost(b, m, k, n, bias_adds=b * m * n)
+# [m, k] @ [k, n] -> [m, n] (_scaled_mm: the scales not counted); [b, m, k] @ [b, k, n] ->
+# [b, m, n]; [m, k] @ [k] -> [m]; [k] . [k] -> scalar
+register_formula(aten.mm, aten.bmm, aten.mv, aten.dot, aten.vdot, *optional_ops("_scaled_mm"))(
+    _product(0)
+)
+# bias + the same: the bias add is one flop per output (not a MAC)
+register_formula(aten.addmm, aten.baddbmm, aten.addmv)(_product(1, 1))
+register_ops("_addmm_activation")(_product(1, 2))  # activation(bias + mat1 @ mat2)
 
 
 @register_formula(aten.addbmm)
@@ -78,25 +66,6 @@ def _trilinear(args, kwargs, out) -> Cost:
     tokens = x1.numel() // x1.shape[-1] if x1.dim() else 1
     macs = tokens * w.numel()
     return Cost(macs, flops=2 * macs, madd=2 * macs - out.numel())
-
-
-@register_formula(aten.mv)
-def _mv(args, kwargs, out) -> Cost:
-    # [m, k] @ [k] -> [m]
-    m, k = args[0].shape
-    return matmul_cost(1, m, k, 1)
-
-
-@register_formula(aten.addmv)
-def _addmv(args, kwargs, out) -> Cost:
-    m, k = args[1].shape
-    return matmul_cost(1, m, k, 1, bias_adds=m)
-
-
-@register_formula(aten.dot, aten.vdot)
-def _dot(args, kwargs, out) -> Cost:
-    # [k] . [k] -> scalar
-    return matmul_cost(1, 1, args[0].shape[0], 1)
 
 
 @register_ops("linear mkldnn_linear")
