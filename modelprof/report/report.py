@@ -45,20 +45,9 @@ __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 _SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")  # by-type sums
 # the columns a LaTeX table drops last when it must lose some to fit, most important first (a
 # paper's table keeps the shapes before FLOPs, about 2 x MACs)
-_LATEX_PRIORITY = (
-    "module",
-    "layer_type",
-    "type",
-    "params",
-    "macs",
-    "latency_ms",
-    "output_shape",
-    "calls",
-    "flops",
-    "latency_pct",
-    "output_bytes",
-    "read_bytes",
-    "write_bytes",
+_LATEX_PRIORITY = tuple(
+    "module layer_type type params macs latency_ms output_shape calls flops latency_pct "
+    "output_bytes read_bytes write_bytes".split()
 )
 
 
@@ -184,10 +173,8 @@ class Report(Exports):
     def _with_utilization(self, df: pd.DataFrame) -> pd.DataFrame:
         """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step), default convention."""
         rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
-        df["mfu"] = rows["mfu"].to_numpy()
-        if self.training_step is not None:
-            df["hfu"] = rows["hfu"].to_numpy()
-        df["mbu"] = rows["mbu"].to_numpy()
+        for name in ("mfu", "hfu", "mbu") if self.training_step is not None else ("mfu", "mbu"):
+            df[name] = rows[name].to_numpy()
         return df
 
     @property
@@ -221,10 +208,10 @@ class Report(Exports):
             pd.DataFrame(
                 {
                     "op": names,
-                    "calls": count_column([by_op[n].calls for n in names]),
-                    "macs": count_column([by_op[n].macs for n in names]),
-                    "flops": count_column([by_op[n].flops for n in names]),
-                    "madd": count_column([by_op[n].madd for n in names]),
+                    **{
+                        c: count_column([getattr(by_op[n], c) for n in names])
+                        for c in ("calls", "macs", "flops", "madd")
+                    },
                     "supported": [n not in unsupported for n in names],
                     "inexact_calls": [sum((by_op[n].notes or {}).values()) for n in names],
                 }
@@ -533,20 +520,17 @@ class Report(Exports):
         children: dict[Any, list[Any]] = {}
         for key, parent in timing.parents.items():
             children.setdefault(parent, []).append(key)
-        lo, hi = [], []
-        for row in self.rows:
-            key = (
-                (row.module.removesuffix(".(self)").removesuffix("(self)"), row.call)
-                if row.is_self
-                else (row.module, row.call)
-            )
+        bands = np.full((len(self.rows), 2), np.nan)
+        for i, row in enumerate(self.rows):
+            module = row.module.removesuffix(".(self)").removesuffix("(self)")
+            key = (module if row.is_self else row.module, row.call)
             s = timing.samples.get(key)
             if s is not None and row.is_self:
                 s = s - sum((timing.samples[c] for c in children.get(key, ())), np.zeros_like(s))
                 s = np.clip(s, 0.0, None)
-            lo.append(float(np.percentile(s, 10.0)) if s is not None else float("nan"))
-            hi.append(float(np.percentile(s, 90.0)) if s is not None else float("nan"))
-        return df.assign(latency_p10_ms=lo, latency_p90_ms=hi)
+            if s is not None:
+                bands[i] = np.percentile(s, [10.0, 90.0])
+        return df.assign(latency_p10_ms=bands[:, 0], latency_p90_ms=bands[:, 1])
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""
