@@ -23,6 +23,7 @@ Probed roofs are lower bounds: :func:`observed_peaks` raises each to what a row 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -135,16 +136,13 @@ def observed_peaks(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "lat
             levels[i] = MemoryLevel(levels[i].name, levels[i].capacity_bytes, floor)
     raised = [n for n in proofs if n in ("compute", "conv compute")]
     raised += [b.name for a, b in zip(peaks.memory_levels, levels) if b.bandwidth > a.bandwidth]
-    return Peaks(
+    return dataclasses.replace(
+        peaks,
         peak_flops=peak_flops,
         peak_bytes=levels[-1].bandwidth,
-        source=peaks.source,
-        device=peaks.device,
-        dtype=peaks.dtype,
         levels=tuple(levels) if peaks.levels else (),
         conv_peak_flops=conv_peak,
         raised=(*peaks.raised, *dict.fromkeys(raised)),
-        wall_over_cpu=peaks.wall_over_cpu,
     )
 
 
