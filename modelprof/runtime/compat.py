@@ -15,6 +15,7 @@ import inspect
 import os
 import re
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -93,11 +94,8 @@ __all__ = [
 
 def version_tuple(text: str) -> tuple[int, ...]:
     """``"2.4.1+cu121"`` -> ``(2, 4, 1)``; ``"5.0.0rc1"`` -> ``(5, 0, 0)``."""
-    parts = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        match = re.match(r"\d+", piece)
-        parts.append(int(match.group()) if match else 0)
-    return tuple(parts)
+    pieces = text.split("+")[0].split(".")[:3]
+    return tuple(int(re.match(r"\d*", piece).group() or 0) for piece in pieces)  # leading digits
 
 
 def torch_version() -> tuple[int, ...]:
@@ -301,20 +299,12 @@ def decomposition_table() -> dict:
     return table
 
 
-class function_stack:  # noqa: N801 - a namespace of the torch-function mode stack's functions
-    """The torch-function mode stack (torch 2.4-2.14, ``torch._C``)."""
-
-    @staticmethod
-    def length() -> int:
-        return int(torch._C._len_torch_function_stack())
-
-    @staticmethod
-    def pop() -> Any:
-        return torch._C._pop_torch_function_stack()
-
-    @staticmethod
-    def push(mode: Any) -> None:
-        torch._C._push_on_torch_function_stack(mode)
+#: the torch-function mode stack, ``length()``, ``pop()`` and ``push(mode)`` (torch 2.4-2.14)
+function_stack = types.SimpleNamespace(
+    length=torch._C._len_torch_function_stack,
+    pop=torch._C._pop_torch_function_stack,
+    push=torch._C._push_on_torch_function_stack,
+)
 
 
 #: the classes of a plain tensor (no subclass): a parameter, and ``nn.Buffer`` from torch 2.5
