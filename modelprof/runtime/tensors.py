@@ -6,6 +6,7 @@ what the state guard and the snapshot read to tell whether a pass changed a tens
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -91,15 +92,10 @@ def tensor_nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-_DTENSOR_TYPES: dict[type, bool] = {}
-
-
+@functools.cache
 def is_dtensor_type(tp: type) -> bool:
     """Whether ``tp`` is DTensor (or a subclass), found without importing torch.distributed."""
-    found = _DTENSOR_TYPES.get(tp)
-    if found is None:
-        found = _DTENSOR_TYPES[tp] = any(compat.is_dtensor_class(c) for c in tp.__mro__)
-    return found
+    return any(compat.is_dtensor_class(c) for c in tp.__mro__)
 
 
 def is_dtensor(t: Any) -> bool:
@@ -116,10 +112,8 @@ def stored_nbytes(t: torch.Tensor) -> int:
     if not hasattr(type(t), "__tensor_flatten__") or is_dtensor_type(type(t)):
         data = t.numel() * t.element_size()
         if t.is_quantized and t.qscheme() in _PER_CHANNEL:
-            return (
-                data
-                + stored_nbytes(t.q_per_channel_scales())
-                + stored_nbytes(t.q_per_channel_zero_points())
+            data += sum(
+                map(stored_nbytes, (t.q_per_channel_scales(), t.q_per_channel_zero_points()))
             )
         return data
     names = t.__tensor_flatten__()[0]
@@ -212,6 +206,9 @@ _LAYOUT = operator.attrgetter("layout")
 _NESTED = operator.attrgetter("is_nested")
 _META = operator.attrgetter("is_meta")
 _QUANTIZED = operator.attrgetter("is_quantized")
+_NOT_DENSE = (_NESTED, _META, _QUANTIZED, _T.is_conj, _T.is_neg)  # none holds in a dense tensor
+#: what ``t.data = other`` changes in a dense tensor: the tuple ``fingerprint`` builds
+_DENSE_FINGERPRINT = (_T.data_ptr, _T.size, _T.stride, _DTYPE, _T.get_device)
 
 
 def versions(ts: list[torch.Tensor]) -> list[int | None]:
@@ -231,11 +228,7 @@ def all_dense(ts: list[torch.Tensor]) -> bool:
     return (
         set(map(type, ts)) <= PLAIN_TENSORS
         and set(map(_LAYOUT, ts)) <= _STRIDED
-        and not any(map(_NESTED, ts))
-        and not any(map(_META, ts))
-        and not any(map(_QUANTIZED, ts))
-        and not any(map(_T.is_conj, ts))
-        and not any(map(_T.is_neg, ts))
+        and not any(any(map(flag, ts)) for flag in _NOT_DENSE)
     )
 
 
@@ -267,15 +260,7 @@ def fingerprint(t: torch.Tensor) -> tuple:
 def fingerprints(ts: list[torch.Tensor], dense: bool | None = None) -> list[tuple]:
     """:func:`fingerprint` of each tensor, read all at once where ``dense`` (:func:`all_dense`)."""
     if all_dense(ts) if dense is None else dense:
-        return list(
-            zip(
-                map(_T.data_ptr, ts),
-                map(_T.size, ts),
-                map(_T.stride, ts),
-                map(_DTYPE, ts),
-                map(_T.get_device, ts),
-            )
-        )
+        return list(zip(*(map(read, ts) for read in _DENSE_FINGERPRINT)))
     return [fingerprint(t) for t in ts]
 
 
