@@ -389,21 +389,19 @@ def _placed(
     return target, dev or torch.device("cpu")
 
 
+@dataclasses.dataclass
 class _Point:
     """One batch size's measurement, and the device memory around the search."""
 
-    def __init__(
-        self,
-        target: Any,
-        input_size: Any,
-        dev: torch.device,
-        dtype: Any,
-        opts: TimingOptions,
-        switches: dict[str, bool],
-    ) -> None:
-        self.target, self.input_size, self.dev, self.dtype = target, input_size, dev, dtype
-        self.opts, self.switches = opts, switches
-        self.cuda = dev.type == "cuda"
+    target: Any
+    input_size: Any
+    dev: torch.device
+    dtype: Any
+    opts: TimingOptions
+    switches: dict[str, bool]
+
+    def __post_init__(self) -> None:
+        self.cuda = self.dev.type == "cuda"
 
     def _latency(self, batch: int, opts: TimingOptions) -> Measurement:
         return measure_latency(
