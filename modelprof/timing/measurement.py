@@ -77,7 +77,7 @@ _JUDGED = (
 
 
 def _percentile(q: float) -> functools.cached_property:
-    """The ``q``-th percentile of the samples (ms), computed once."""
+    """The ``q``-th percentile of the samples (ms), computed once (0: the least, 100: the most)."""
     return functools.cached_property(lambda self: float(np.percentile(self._sorted, q)))
 
 
@@ -158,14 +158,8 @@ class Measurement:
         """Sample standard deviation; NaN from one sample (no spread can be stated)."""
         return float(self.samples_ms.std(ddof=1)) if self.n > 1 else math.nan
 
-    @property
-    def min_ms(self) -> float:
-        return float(self._sorted[0])
-
-    @property
-    def max_ms(self) -> float:
-        return float(self._sorted[-1])
-
+    min_ms = _percentile(0)
+    max_ms = _percentile(100)
     p90_ms = _percentile(90)
     p95_ms = _percentile(95)
     p99_ms = _percentile(99)
