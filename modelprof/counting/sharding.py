@@ -87,10 +87,8 @@ class ParamView:
         """A view for ``model``, or None for a model with no DTensor and no FSDP2.
         ``parameters``/``modules``: ``model.parameters()``/``model.modules()`` where the caller
         has them already."""
-        if parameters is None:
-            parameters = model.parameters()
-        if modules is None:
-            modules = model.modules()
+        parameters = model.parameters() if parameters is None else parameters
+        modules = model.modules() if modules is None else modules
         if not any(map(is_dtensor_type, set(map(type, parameters)))) and not any(
             kind.__name__.startswith("FSDP") for kind in set(map(type, modules))
         ):

@@ -72,27 +72,30 @@ def _packed(cost, q, v, pairs: int, note: str | None, **kw) -> Cost:
     return dataclasses.replace(c, note=note)
 
 
-def _bhld(args, kwargs, mask_pos: int | None) -> Cost:
-    # query [B, H, L, E], key [B, H, S, E], value [B, H, S, Ev]; any leading batch dims
-    mask = args[mask_pos] if mask_pos is not None and len(args) > mask_pos else None
-    mask = kwargs.get("attn_mask", kwargs.get("attn_bias", mask))
-    return _heads_first(attention_cost, *args[:3], masked=isinstance(mask, torch.Tensor))
+def _sdpa(cost, mask_at: int | None, first: int = 0):
+    """Family factory: an SDPA kernel costed by ``cost`` (forward or backward) on query
+    [B, H, L, E], key [B, H, S, E], value [B, H, S, Ev] (any leading batch dims) at
+    ``args[first:first + 3]``, its mask or bias at ``args[mask_at]`` or a keyword."""
+
+    def formula(args, kwargs, out) -> Cost:
+        mask = args[mask_at] if mask_at is not None and len(args) > mask_at else None
+        mask = kwargs.get("attn_mask", kwargs.get("attn_bias", mask))
+        q, k, v = args[first : first + 3]
+        return _heads_first(cost, q, k, v, masked=isinstance(mask, torch.Tensor))
+
+    return formula
 
 
-@register_ops(
+# CPU: (query, key, value, dropout_p, is_causal, *, attn_mask=None, scale=None)
+# flash: (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
+register_ops(
     """_scaled_dot_product_flash_attention_for_cpu _scaled_dot_product_flash_attention
     _scaled_dot_product_fused_attention_overrideable"""
+)(_sdpa(attention_cost, None))
+# (query, key, value, attn_bias, compute_log_sumexp, ...)
+register_ops("_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention")(
+    _sdpa(attention_cost, 3)
 )
-def _sdpa_flash(args, kwargs, out) -> Cost:
-    # CPU: (query, key, value, dropout_p, is_causal, *, attn_mask=None, scale=None)
-    # flash: (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
-    return _bhld(args, kwargs, mask_pos=None)
-
-
-@register_ops("_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention")
-def _sdpa_efficient(args, kwargs, out) -> Cost:
-    # (query, key, value, attn_bias, compute_log_sumexp, ...)
-    return _bhld(args, kwargs, mask_pos=3)
 
 
 _LENGTHS_UNKNOWN = (
@@ -188,33 +191,21 @@ def attention_backward_cost(
     return Cost(macs, flops=2 * macs + elementwise)
 
 
-def _bhld_backward(args, mask) -> Cost:
-    # grad_out, query [..., L, E], key [..., S, E], value [..., S, Ev]
-    masked = isinstance(mask, torch.Tensor)
-    return _heads_first(attention_backward_cost, *args[1:4], masked=masked)
-
-
-@register_ops(
+# CPU: (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
+# scale); the others take no mask
+register_ops(
     """_scaled_dot_product_flash_attention_for_cpu_backward
     _scaled_dot_product_flash_attention_backward
     _scaled_dot_product_fused_attention_overrideable_backward"""
+)(_sdpa(attention_backward_cost, None, first=1))
+# (grad_out, query, key, value, attn_bias, out, logsumexp, ...)
+register_ops("_scaled_dot_product_efficient_attention_backward")(
+    _sdpa(attention_backward_cost, 4, first=1)
 )
-def _sdpa_flash_backward(args, kwargs, out) -> Cost:
-    # CPU: (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
-    # scale); the others take no mask
-    return _bhld_backward(args, kwargs.get("attn_mask"))
-
-
-@register_ops("_scaled_dot_product_efficient_attention_backward")
-def _sdpa_efficient_backward(args, kwargs, out) -> Cost:
-    # (grad_out, query, key, value, attn_bias, out, logsumexp, ...)
-    return _bhld_backward(args, args[4] if len(args) > 4 else None)
-
-
-@register_ops("_scaled_dot_product_cudnn_attention_backward")
-def _sdpa_cudnn_backward(args, kwargs, out) -> Cost:
-    # (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, ...)
-    return _bhld_backward(args, args[8] if len(args) > 8 else None)
+# (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, ...)
+register_ops("_scaled_dot_product_cudnn_attention_backward")(
+    _sdpa(attention_backward_cost, 8, first=1)
+)
 
 
 @register_ops("_flash_attention_backward")

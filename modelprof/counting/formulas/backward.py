@@ -29,13 +29,11 @@ Per element (flops):
 
 from __future__ import annotations
 
-from math import prod
-
 import torch
 
 from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.pointwise import reduction
-from modelprof.counting.formulas.pool import adaptive_window_sum, window
+from modelprof.counting.formulas.pool import adaptive_windows, window
 from modelprof.counting.formulas.registry import Cost, arg, register_formula, register_ops, zero
 from modelprof.counting.formulas.rnn import (
     CELL_ELEMENTWISE,
@@ -105,20 +103,30 @@ def norm_backward_cost(
     return Cost(0, flops=f * numel)
 
 
-def _affine_backward(x, weight, bias, batch_stats: bool, mask: list[bool]) -> Cost:
-    """A norm's backward whose weight or bias may be None: no gradient of what is absent."""
-    gi, gw, gb = mask
-    has_weight, has_bias = isinstance(weight, torch.Tensor), isinstance(bias, torch.Tensor)
-    return norm_backward_cost(
-        x.numel(), batch_stats, has_weight, gi, gw and has_weight, gb and has_bias
-    )
+def _affine_backward(weight_at: int, bias_at: int, mask_at: int, train_at: int | None = None):
+    """Family factory: a norm's backward on ``args[1]`` whose weight and bias (``args`` at
+    ``weight_at``, ``bias_at``) may be None: no gradient of what is absent. Batch statistics
+    unless ``args[train_at]`` says eval."""
+
+    def formula(args, kwargs, out) -> Cost:
+        gi, gw, gb = _mask(args, kwargs, mask_at, 3)
+        weight, bias = args[weight_at], args[bias_at]
+        has_weight, has_bias = isinstance(weight, torch.Tensor), isinstance(bias, torch.Tensor)
+        stats = True if train_at is None else bool(args[train_at])
+        return norm_backward_cost(
+            args[1].numel(), stats, has_weight, gi, gw and has_weight, gb and has_bias
+        )
+
+    return formula
 
 
-@register_formula(aten.native_batch_norm_backward)
-def _batch_norm_backward(args, kwargs, out) -> Cost:
-    # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
-    #  output_mask): a bias gradient only with a weight
-    return _affine_backward(args[1], args[2], args[2], bool(args[7]), _mask(args, kwargs, 9, 3))
+# (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+#  output_mask): a bias gradient only with a weight
+register_formula(aten.native_batch_norm_backward)(_affine_backward(2, 2, 9, train_at=7))
+# (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+register_formula(aten.native_layer_norm_backward)(_affine_backward(5, 6, 7))
+# (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): bias as weight
+register_formula(aten.native_group_norm_backward)(_affine_backward(4, 4, 9))
 
 
 @register_ops("batch_norm_backward")
@@ -135,18 +143,6 @@ def _batch_norm_backward_unified(args, kwargs, out) -> Cost:
 def _backend_batch_norm_backward(args, kwargs, out) -> Cost:
     # (input, grad_output, weight, ...): train mode, every gradient
     return norm_backward_cost(args[0].numel(), True, True, True, True, True)
-
-
-@register_formula(aten.native_layer_norm_backward)
-def _layer_norm_backward(args, kwargs, out) -> Cost:
-    # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
-    return _affine_backward(args[1], args[5], args[6], True, _mask(args, kwargs, 7, 3))
-
-
-@register_formula(aten.native_group_norm_backward)
-def _group_norm_backward(args, kwargs, out) -> Cost:
-    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): bias as weight
-    return _affine_backward(args[1], args[4], args[4], True, _mask(args, kwargs, 9, 3))
 
 
 _RMS_BACKWARD = dict(x_hat=1, input_stats=5, input_known=5, input_weight=1, weight=2, bias=0)
@@ -207,12 +203,9 @@ register_ops("avg_pool3d_backward")(_avg_pool_backward(3))
 @register_ops("_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward")
 def _adaptive_avg_pool_backward(args, kwargs, out) -> Cost:
     # (grad_output [N, C, *out], input [N, C, *in]): the forward's windows, walked back
-    g, x = args[0], args[1]
+    g = args[0]
     dims = g.dim() - 2 if g.dim() > 2 else 1
-    spatial_in, spatial_out = x.shape[-dims:], g.shape[-dims:]
-    lead = x.numel() // prod(spatial_in) if prod(spatial_in) else 0
-    windows = prod(adaptive_window_sum(i, o) for i, o in zip(spatial_in, spatial_out))
-    return Cost(0, flops=lead * windows)
+    return Cost(0, flops=adaptive_windows(args[1], g.shape[-dims:]))
 
 
 # -- embedding --------------------------------------------------------------------------------

@@ -79,20 +79,13 @@ def _linear(args, kwargs, out) -> Cost:
 
 @register_ops(
     """_int_mm _weight_int8pack_mm _weight_int4pack_mm _weight_int4pack_mm_for_cpu
-    _weight_int4pack_mm_with_scales_and_zeros"""
+    _weight_int4pack_mm_with_scales_and_zeros _dyn_quant_matmul_4bit"""
 )
 def low_precision_mm(args, kwargs, out) -> Cost:
-    # int8 / weight-only int8 and int4 matmuls: x [m, k] @ W -> [m, n] (W packed or [n, k]):
-    # every output a length-k dot product; the per-channel/group scales are not counted
+    # int8 / weight-only int8 and int4 matmuls: x [m, k] @ W -> [m, n] (W packed or [n, k];
+    # _dyn_quant_matmul_4bit: k is its in_features): every output a length-k dot product; the
+    # per-channel/group scales are not counted
     k = args[0].shape[-1]
-    n_out = out.numel()
-    return Cost(n_out * k, madd=(2 * k - 1) * n_out)
-
-
-@register_ops("_dyn_quant_matmul_4bit")
-def _dyn_quant_matmul_4bit(args, kwargs, out) -> Cost:
-    # (inp [m, in_features], packed_weights, block_size, in_features, out_features)
-    k = int(args[3])
     n_out = out.numel()
     return Cost(n_out * k, madd=(2 * k - 1) * n_out)
 

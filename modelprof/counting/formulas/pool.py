@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from math import ceil, floor, prod
 
+import torch
+
 from modelprof.counting.formulas.registry import Cost, first, register_ops
 
-__all__ = ["adaptive_window_sum", "pool_cost"]
+__all__ = ["adaptive_window_sum", "adaptive_windows", "pool_cost"]
 
 
 def pool_cost(n_out: int, window: int, kind: str) -> Cost:
@@ -49,20 +51,21 @@ def adaptive_window_sum(in_size: int, out_size: int) -> int:
     )
 
 
+def adaptive_windows(x: torch.Tensor, spatial_out: tuple[int, ...]) -> int:
+    """Sum over the outputs of an adaptive pool of ``x`` [N, C, *in] of their window sizes:
+    windows multiply across the pooled dims (the last ``len(spatial_out)``)."""
+    spatial_in = x.shape[-len(spatial_out) :]
+    lead = x.numel() // prod(spatial_in) if prod(spatial_in) else 0
+    return lead * prod(adaptive_window_sum(i, o) for i, o in zip(spatial_in, spatial_out))
+
+
 def _adaptive(kind: str):
     def formula(args, kwargs, out) -> Cost:
-        # (input [N, C, *in], output_size); windows multiply across dims
-        x, o = args[0], first(out)
-        size = args[1]
+        # (input [N, C, *in], output_size)
+        o, size = first(out), args[1]
         dims = 1 if isinstance(size, int) else len(size)
-        spatial_in = x.shape[-dims:]
-        spatial_out = o.shape[-dims:]
-        lead = x.numel() // prod(spatial_in) if prod(spatial_in) else 0
-        windows = prod(adaptive_window_sum(i, s) for i, s in zip(spatial_in, spatial_out))
-        total_window = lead * windows  # sum over outputs of their window sizes
-        if kind == "avg":
-            return Cost(0, flops=total_window)
-        return Cost(0, flops=total_window - o.numel())
+        total_window = adaptive_windows(args[0], o.shape[-dims:])
+        return Cost(0, flops=total_window if kind == "avg" else total_window - o.numel())
 
     return formula
 
