@@ -187,7 +187,8 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
     dtype = report.dtype
     if dtype == "float32" and report.env.get("tf32_matmul") and str(report.device) != "cpu":
         dtype = "tf32"  # float32 matmuls ran on TF32 tensor cores: that rate is the roof
-    sheet = _datasheet(report.env.get("device_name", report.device), dtype)
+    device = report.env.get("device_name", report.device)
+    sheet = _datasheet(device, dtype)
     if sheet is not None:
         known["datasheet"] = sheet
     if isinstance(peak, Peaks):
@@ -199,7 +200,6 @@ def resolve_peaks(peak: Any, report: Any) -> tuple[Peaks | None, dict[str, Peaks
             raise ModelProfError(_no_peak(report))
         return chosen, known
     if peak in ("datasheet", "probe"):
-        device = report.env.get("device_name", report.device)
         if peak == "datasheet" and mig_slice(device) is not None:
             raise mig_refusal(str(device), "device", "use peak='probe' or pass a Peaks")
         if peak not in known:
@@ -324,8 +324,7 @@ def utilization(
 def recompute_notes(report: Any) -> tuple[str, ...]:
     """A training step's note where its fused attention backward recomputed ``Q K^T`` (the raw
     totals count those FLOPs, model FLOPs do not)."""
-    step = report.training_step
-    cost = None if step is None else step.cost
+    cost = getattr(report.training_step, "cost", None)
     if cost is None:
         return ()
     total = 0.0
@@ -368,8 +367,7 @@ def _ratio(amount: np.ndarray, time_ms: np.ndarray, peak: float | None) -> np.nd
 def _own_counts(report: Any, c: Convention, fwd_ops: Mapping[str, Any], halve: bool) -> np.ndarray:
     """Per row, what the row ran itself (leaf and ``(self)`` rows; zeros for parents):
     columns forward model FLOPs, backward model FLOPs, recomputed FLOPs."""
-    step = report.training_step
-    cost = None if step is None else step.cost
+    cost = getattr(report.training_step, "cost", None)
     bwd_ops = {} if cost is None else cost.by_op
     out = np.zeros((len(report.rows), 3))
     for i, r in enumerate(report.rows):
@@ -442,13 +440,9 @@ def _phases(
         bwd = float(own[leaf | loss, 1].sum())  # the loss's backward included
         again = float(own[leaf, 2].sum())
         whole = fwd + float(own[loss, 0].sum()) + bwd  # forward, loss, backward
-        t = step.timing
-        spans.append(
-            ("backward", bwd, bwd + again, math.nan, _median(None if t is None else t.backward))
-        )
-        spans.append(
-            ("step", whole, whole + again, math.nan, _median(None if t is None else t.step))
-        )
+        t = step.timing  # None: not timed; else its ``backward`` and ``step`` Measurements
+        for phase, model in (("backward", bwd), ("step", whole)):
+            spans.append((phase, model, model + again, math.nan, _median(getattr(t, phase, None))))
     columns = ["phase", "model_flops", "hardware_flops", "bytes", "time_ms"]
     return _add_ratios(pd.DataFrame(spans, columns=columns), peaks)
 
