@@ -422,10 +422,8 @@ _COMPARE_METRICS = ("params", "flops", "latency_median_ms", "throughput_samples_
 
 
 def _model_labels(df: pd.DataFrame) -> list[str]:
-    for name in ("model", "name"):
-        if name in df.columns:
-            return [str(v) for v in df[name]]
-    return [str(v) for v in df.index]
+    column = next((c for c in ("model", "name") if c in df.columns), None)
+    return [str(v) for v in (df.index if column is None else df[column])]
 
 
 def plot_compare(
