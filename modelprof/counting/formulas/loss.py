@@ -27,12 +27,9 @@ LOSS_FLOPS_PER_ELEMENT = dict(
 )
 
 
-def _reduces(reduction) -> bool:
-    return int(reduction) != 0  # 0 = none, 1 = mean, 2 = sum
-
-
-def _reduction_arg(args, kwargs, pos: int) -> int:
-    return int(arg(args, kwargs, pos, "reduction", 1))
+def _reduces(args, kwargs, pos: int) -> int:
+    """1 when the loss reduces (its ``reduction`` at ``pos``: 0 = none, 1 = mean, 2 = sum)."""
+    return int(int(arg(args, kwargs, pos, "reduction", 1)) != 0)
 
 
 @register_ops("nll_loss_forward nll_loss2d_forward")
@@ -41,7 +38,7 @@ def _nll_loss(args, kwargs, out) -> Cost:
     target, weight = args[1], args[2] if len(args) > 2 else None
     n = target.numel()
     weighted = n if isinstance(weight, torch.Tensor) else 0
-    return Cost(0, flops=(n if _reduces(args[3]) else 0) + weighted)
+    return Cost(0, flops=(n if _reduces(args, kwargs, 3) else 0) + weighted)
 
 
 @register_ops("nll_loss_backward nll_loss2d_backward")
@@ -57,7 +54,7 @@ def _per_input(key: str, pos: int):
 
     def formula(args, kwargs, out) -> Cost:
         x = args[0]
-        return Cost(0, flops=(per + int(_reduces(_reduction_arg(args, kwargs, pos)))) * x.numel())
+        return Cost(0, flops=(per + _reduces(args, kwargs, pos)) * x.numel())
 
     return formula
 
@@ -85,4 +82,4 @@ def _bce_logits(args, kwargs, out) -> Cost:
     # (self, target, weight, pos_weight, reduction)
     weights = (arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "pos_weight"))
     per = LOSS_FLOPS_PER_ELEMENT["bce_logits"] + sum(isinstance(w, torch.Tensor) for w in weights)
-    return Cost(0, flops=(per + int(_reduces(_reduction_arg(args, kwargs, 4)))) * args[0].numel())
+    return Cost(0, flops=(per + _reduces(args, kwargs, 4)) * args[0].numel())
