@@ -42,6 +42,8 @@ from modelprof.runtime.tensors import stored_nbytes
 
 __all__ = ["module_packed_weights", "packed_nbytes", "packed_weights"]
 
+_quantized = functools.partial(register_ops, namespace="quantized")  # quantized:: ops by name
+
 
 def _cell_state(obj: Any) -> tuple | None:
     """The state ``(kind, tensors, doubles, longs, packed)`` of a ``CellParamsBase`` (a
@@ -118,9 +120,6 @@ def module_packed_weights(model: Any) -> tuple[int, int]:
                 stored += packed_nbytes(value, op)
                 elements += sum(t.numel() for t in packed_weights(value))
     return elements, stored
-
-
-_quantized = functools.partial(register_ops, namespace="quantized")
 
 
 def _packed(args: tuple) -> Any:
