@@ -218,11 +218,13 @@ class LanguageModel:
     def step(
         self, tokens: torch.Tensor, cache: Any, prompt: bool = False
     ) -> tuple[torch.Tensor, Any]:
-        """``(logits, cache)`` of one forward over ``tokens`` after ``cache``."""
+        """``(logits, cache)`` of one forward over ``tokens`` after ``cache``. A step function
+        runs through its module's ``forward``: no hook is on that module here (the timed
+        generations, the cache's growth), and a module call would only add to their time."""
+        if not self.hf:
+            return self.checked(self.root.forward(tokens, cache))
         out = self.root(**self.kwargs(tokens, cache, prompt))
-        if self.hf:
-            return out.logits, compat.output_cache(out)
-        return self.checked(out)
+        return out.logits, compat.output_cache(out)
 
     def checked(self, out: Any) -> tuple[torch.Tensor, Any]:
         """A step function's output, which must be ``(logits, cache)``."""
