@@ -90,7 +90,9 @@ def _barh(
     xlabel: str,
     error: tuple[str, str] | None = None,
     formatter: Any = None,
+    save: str | os.PathLike[str] | None = None,
 ) -> Any:
+    """Horizontal bars of ``rows[column]``, the first on top, saved to ``save``."""
     n = len(rows)
     fig = figure_class()(figsize=(8.0, max(2.5, 0.32 * n + 1.2)), layout="constrained")
     ax = fig.add_subplot()
@@ -98,20 +100,18 @@ def _barh(
     values = rows[column].to_numpy(dtype=float)
     xerr = None
     if error is not None and all(c in rows.columns for c in error):
-        low = rows[error[0]].to_numpy(dtype=float)
-        high = rows[error[1]].to_numpy(dtype=float)
+        low, high = (rows[c].to_numpy(dtype=float) for c in error)
         xerr = np.nan_to_num(
             np.vstack([np.clip(values - low, 0.0, None), np.clip(high - values, 0.0, None)])
         )
     ax.barh(y, values, xerr=xerr, color="tab:blue", ecolor="0.3", capsize=2)
     ax.set_yticks(y, module_labels(rows["module"], rows.get("call")))
     ax.invert_yaxis()  # largest on top
-    ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    ax.set(xlabel=xlabel, title=title)
     if formatter is not None:
         ax.xaxis.set_major_formatter(_tick_formatter(formatter))
     ax.grid(axis="x", alpha=0.3)
-    return fig
+    return save_figure(fig, save)
 
 
 def plot_latency(
@@ -127,16 +127,15 @@ def plot_latency(
     passes where ``latency_p10_ms`` and ``latency_p90_ms`` are given (``Report.plot_latency``
     adds them): unlike median +- std, they never reach below 0 ms."""
     _require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
-    rows = _top_rows(df, "latency_ms", top_k, leaf_only)
-    bars = " (bars: p10-p90 of the passes)" if "latency_p10_ms" in rows.columns else ""
-    fig = _barh(
-        rows,
+    bars = " (bars: p10-p90 of the passes)" if "latency_p10_ms" in df.columns else ""
+    return _barh(
+        _top_rows(df, "latency_ms", top_k, leaf_only),
         "latency_ms",
         title=title or f"Latency per layer{bars}",
         xlabel="latency (ms)",
         error=("latency_p10_ms", "latency_p90_ms"),
+        save=save,
     )
-    return save_figure(fig, save)
 
 
 def plot_flops(
@@ -151,16 +150,15 @@ def plot_flops(
     """Horizontal bars of a per-layer cost column (``flops`` by default; ``macs``, ``params``,
     ``read_bytes``...), the ``top_k`` largest first, axis in SI units."""
     _require_columns(df, ["module", column], "plot_flops")
-    rows = _top_rows(df, column, top_k, leaf_only)
     spec = column_spec(column, df[column])
-    fig = _barh(
-        rows,
+    return _barh(
+        _top_rows(df, column, top_k, leaf_only),
         column,
         title=title or f"{spec.header} per layer",
         xlabel=spec.header,
         formatter=_value_formatter(spec.kind),
+        save=save,
     )
-    return save_figure(fig, save)
 
 
 _ROOF_SOURCES = {"probe": "roofs probed", "table": "datasheet roofs", "user": "roofs given"}
@@ -206,11 +204,8 @@ def plot_roofline(
     roofs = _draw_roofs(ax, peaks, np.geomspace(lo, hi, 256))
     _draw_layers(ax, data, x, y, roofs, peaks)
     key = _number_slowest(ax, data, annotate) if annotate else []
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)")
+    ax.set(xlim=(lo, hi), ylim=(min(y.min(), peaks.peak_flops) / 20, peaks.peak_flops * 3))
     ax.set_ylabel("achieved FLOP/s")
     source = _ROOF_SOURCES.get(peaks.source, peaks.source)
     ax.grid(which="both", alpha=0.25)
@@ -538,8 +533,7 @@ def plot_cost_latency(
         if finite.size and finite.max() > 10 * finite.min():
             getattr(ax, f"set_{axis}scale")("log")
     cost_spec, lat_spec = column_spec(cost, compare_df[cost]), column_spec(latency)
-    ax.set_xlabel(cost_spec.header)
-    ax.set_ylabel(lat_spec.header)
+    ax.set(xlabel=cost_spec.header, ylabel=lat_spec.header)
     ax.xaxis.set_major_formatter(_tick_formatter(_value_formatter(cost_spec.kind)))
     ax.yaxis.set_major_formatter(_tick_formatter(_value_formatter("time_ms")))
     ax.grid(alpha=0.3)
