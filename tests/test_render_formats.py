@@ -134,3 +134,16 @@ def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, caps
         == 0
     )
     assert (out / "comparison.yml").read_text().count("macs: 200") == 2
+
+
+def test_export_hands_a_writer_all_four_arguments_none_when_not_given(monkeypatch):
+    seen = {}
+
+    def strict(df, totals, *, end_to_end, env, path, view="mine", **options):
+        # a writer that gives no defaults, or a default of its own, gets what export passes
+        seen.update(end_to_end=end_to_end, env=env, path=path, view=view, **options)
+        return "ok"
+
+    monkeypatch.setitem(formats._FORMATS, "strict", Format("strict", "st", strict, human=False))
+    assert formats.export("strict", pd.DataFrame({"a": [1]}), digits=3) == "ok"
+    assert seen == dict(end_to_end=None, env=None, path=None, view=None, digits=3)

@@ -438,3 +438,12 @@ def test_a_loaded_run_warns_that_its_wall_figure_moved_and_names_the_cpu_work():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not quiet.warn_if_noisy()
+
+
+def test_min_and_max_are_the_extreme_samples_also_when_one_is_not_finite():
+    # the sorted samples' ends: an infinite (or NaN, sorted last) sample is the maximum and
+    # leaves the minimum as read
+    m = Measurement([1.0, math.inf])
+    assert (m.min_ms, m.max_ms) == (1.0, math.inf)
+    m = Measurement([2.0, math.nan, 1.0])
+    assert m.min_ms == 1.0 and math.isnan(m.max_ms)

@@ -138,10 +138,22 @@ def get_format(name: str) -> Format:
     raise ModelProfError(f"format {name!r} is not one of {known}")
 
 
-def export(name: str, df: Any, totals: Any = None, **options: Any) -> str | Path:
-    """Write ``df`` as format ``name``; ``options``: ``end_to_end``, ``env``, ``path``, ``view``
-    and the view options (see the module doc)."""
-    return get_format(name).write(df, totals, **options)
+def export(
+    name: str,
+    df: Any,
+    totals: Any = None,
+    *,
+    end_to_end: Any = None,
+    env: Any = None,
+    path: str | Path | None = None,
+    view: Any = None,
+    **options: Any,
+) -> str | Path:
+    """Write ``df`` as format ``name`` (see the module doc for the arguments); every writer
+    is handed all four, so one registered with its own defaults for them sees None."""
+    return get_format(name).write(
+        df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options
+    )
 
 
 class Exports:

@@ -146,7 +146,7 @@ def _text_width_pt(text: str, font_pt: float) -> float:
 
 def _label_span(row: Sequence[str]) -> int:
     """The columns a footer row's label spans: its own and the empty cells right of it."""
-    return next((i for i in range(1, len(row)) if row[i] != ""), len(row))
+    return next((i for i in range(1, len(row)) if row[i] != ""), max(len(row), 1))
 
 
 def _header_lines(headers: Sequence[str]) -> list[tuple[str, ...]]:

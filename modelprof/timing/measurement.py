@@ -158,8 +158,14 @@ class Measurement:
         """Sample standard deviation; NaN from one sample (no spread can be stated)."""
         return float(self.samples_ms.std(ddof=1)) if self.n > 1 else math.nan
 
-    min_ms = _percentile(0)
-    max_ms = _percentile(100)
+    @property
+    def min_ms(self) -> float:
+        return float(self._sorted[0])
+
+    @property
+    def max_ms(self) -> float:
+        return float(self._sorted[-1])
+
     p90_ms = _percentile(90)
     p95_ms = _percentile(95)
     p99_ms = _percentile(99)
