@@ -42,7 +42,7 @@ from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
-from modelprof.generation.cache import closed_form_kv_bytes, model_dims
+from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
 from modelprof.profile import profile
@@ -231,7 +231,7 @@ def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
         return
     d = model_dims(config)
     heads, hidden = d["heads"], d["hidden"]
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     explicit = any(getattr(text, n, None) for n in ("head_dim", "d_kv"))
     if heads and hidden and not explicit and hidden % heads:
         raise ModelProfError(
@@ -490,7 +490,7 @@ _ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_at
 def _recurrent(model: nn.Module, config: Any) -> bool:
     """Whether ``model`` has layers that keep a recurrent state: a module class named so, a
     config with a state size, or a layer kind other than attention in ``layer_types``."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     kinds = set(getattr(text, "layer_types", None) or ())
     names = {type(m).__name__.lower() for m in model.modules()}
     return (
@@ -608,7 +608,7 @@ def _heads(config: Any, tp: int) -> _Heads:
         return _Heads(tp)
     d = model_dims(config)
     kv = d["kv_heads"]
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     if getattr(text, "new_decoder_architecture", False) and getattr(text, "num_kv_heads", None):
         kv = text.num_kv_heads
     return _Heads(tp, d["heads"], kv, d["head_dim"])

@@ -33,6 +33,7 @@ __all__ = [
     "kv_info",
     "model_dims",
     "state_layers",
+    "text_config",
 ]
 
 
@@ -56,7 +57,7 @@ def model_dims(config: Any) -> dict[str, int | None]:
         return model_dims(decoder)  # a composite (EncoderDecoderConfig): its decoder's own
     if getattr(config, "is_encoder_decoder", False):
         return _decoder_dims(config, first)
-    config = _text(config)
+    config = text_config(config)
     hidden = first("hidden_size", "n_embd", "d_model")
     heads = first("num_attention_heads", "n_head")
     kv = first("num_key_value_heads", "n_kv_heads", "multi_query_group_num") or heads
@@ -92,7 +93,7 @@ def _decoder_dims(config: Any, first: Any) -> dict[str, int | None]:
     }
 
 
-def _text(config: Any) -> Any:
+def text_config(config: Any) -> Any:
     """A composite config's decoder text config, else the config."""
     return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
@@ -100,7 +101,7 @@ def _text(config: Any) -> Any:
 def _layer_token_elements(config: Any) -> int | None:
     """Elements one layer caches per token: the MLA latent (whose ``head_dim`` is the rope part
     only), else K and V ``2 x kv_heads x head_dim``; None when unknown."""
-    text = _text(config)
+    text = text_config(config)
     rank, rope = getattr(text, "kv_lora_rank", None), getattr(text, "qk_rope_head_dim", None)
     if rank is not None and rope is not None:
         return int(rank) + int(rope)
@@ -123,7 +124,7 @@ def closed_form_kv_bytes(
     d, elements = model_dims(config), _layer_token_elements(config)
     if d["layers"] is None or elements is None:
         return None
-    text = _text(config)
+    text = text_config(config)
     window = d["sliding_window"]
     kinds = (
         getattr(text, "layer_types", None)
