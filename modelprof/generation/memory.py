@@ -18,7 +18,7 @@ from torch import nn
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
-from modelprof.runtime.inputs import available_memory_bytes
+from modelprof.runtime.inputs import available_memory_bytes, bytes_text
 from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "weights_bytes"]
@@ -55,7 +55,7 @@ def check_run_fits(
     of_source = f" after a source of {source_len} tokens" if source_len else ""
     what = (
         f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens}{of_source} at batch_size {batch} "
-        f"needs {need / 1e9:,.1f} GB for {' and '.join(k for k, v in parts.items() if v)} "
+        f"needs {bytes_text(need)} for {' and '.join(k for k, v in parts.items() if v)} "
         "alone"
     )
     if tokens + source >= 2**63:
@@ -63,7 +63,7 @@ def check_run_fits(
     where = torch.device("cpu") if device.type == "meta" else device
     available = available_memory_bytes(where)
     if available is not None and need > available:
-        msg = f"{what}, more than the {available / 1e9:,.1f} GB available on {where}"
+        msg = f"{what}, more than the {bytes_text(available)} available on {where}"
         raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.inputs import available_memory_bytes
+from modelprof.runtime.inputs import available_memory_bytes, bytes_text
 
 __all__ = [
     "MAX_MEMBER_BYTES",
@@ -324,10 +324,6 @@ def _address_space_left() -> int | None:
     return max(int(soft) - held, 0)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
-
-
 def check_pt2_file(path: str | os.PathLike, where: str) -> None:
     """Refuse the ``.pt2`` file at ``path`` from its zip directory alone: not a zip, a zip bomb,
     or more than this process can hold while loading it (the file once plus every member)."""
@@ -344,8 +340,8 @@ def check_pt2_file(path: str | os.PathLike, where: str) -> None:
     room, source = loadable_bytes()
     if room is not None and needed > room:
         raise ModelProfError(
-            f"{where} needs about {_gb(needed)} to load (the {_gb(file_bytes)} file, read "
-            f"once, and its members inflated), more than the {_gb(room)} this process can "
+            f"{where} needs about {bytes_text(needed)} to load (the {bytes_text(file_bytes)} file, read "
+            f"once, and its members inflated), more than the {bytes_text(room)} this process can "
             f"take ({source}); free memory or load it on a larger machine"
         )
 

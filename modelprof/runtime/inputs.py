@@ -28,6 +28,7 @@ __all__ = [
     "ModelInputs",
     "available_memory_bytes",
     "build_inputs",
+    "bytes_text",
     "check_input_bytes",
     "make_inputs",
     "parse_device",
@@ -337,7 +338,8 @@ def available_memory_bytes(device: torch.device) -> int | None:
         return None
 
 
-def _gb(n: int) -> str:
+def bytes_text(n: int) -> str:
+    """``n`` bytes for a refusal's message: GB, or MB below 0.1 GB (decimal units)."""
     return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
 
 
@@ -354,14 +356,14 @@ def check_input_bytes(
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
     nbytes = sum(numels) * itemsize
     what = (
-        f"input_size={brief(input_size)} at batch_size {batch_size} needs {_gb(nbytes)} "
+        f"input_size={brief(input_size)} at batch_size {batch_size} needs {bytes_text(nbytes)} "
         f"({str(dtype).removeprefix('torch.')}) for the input tensors alone"
     )
     if max(numels) >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
     available = None if device.type == "meta" else available_memory_bytes(device)
     if available is not None and nbytes > available:
-        msg = f"{what}, more than the {_gb(available)} available on {device}"
+        msg = f"{what}, more than the {bytes_text(available)} available on {device}"
         raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
     return nbytes
 
