@@ -71,9 +71,6 @@ _RUNNING_STATS = (3, 4)
 _active = threading.local()  # id(model) -> the outermost StateGuard of this thread
 
 
-_GRAD = operator.attrgetter("grad")
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class TrackedTensor:
     """One distinct tensor of the model as the guard saw it on entry (see ``tracked``)."""
@@ -168,7 +165,7 @@ class StateGuard:
             compress(self.parameters, map(isinstance, self.parameters, repeat(nn.Parameter)))
         )
         self._grad_params = grad_params
-        self._grads = list(map(_GRAD, grad_params))
+        self._grads = list(map(operator.attrgetter("grad"), grad_params))
         if any(map(operator.is_not, self._grads, repeat(None))):  # each after its parameter
             grads = {id(p): g for p, g in zip(grad_params, self._grads) if g is not None}
             ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads else (t,))]
