@@ -74,8 +74,7 @@ def plot_decode_growth(
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
 
 
 def layer_shares(
@@ -119,5 +118,4 @@ def plot_phase_share(
     ax.set_title("Prefill vs decode, per layer")
     ax.legend()
     ax.grid(axis="x", alpha=0.3)
-    save_figure(fig, save)
-    return fig
+    return save_figure(fig, save)
