@@ -50,7 +50,6 @@ from modelprof.timing.sampler import (
     StopRule,
     WarmupPolicy,
     check_seconds,
-    collect,
     collect_interleaved,
 )
 
@@ -234,13 +233,6 @@ class TimingOptions:
         if self.transfer:
             out.append("transfer")
         return tuple(out)
-
-    def sample(
-        self, sample_block: Callable[[int], np.ndarray], est_ms: float | None, desc: str
-    ) -> Sampled:
-        """``sampler.collect`` under this stop rule, with a progress bar named ``desc``."""
-        with sampling_bar(self.stop, enabled=self.progress, desc=desc) as bar:
-            return collect(sample_block, self.stop, est_ms, on_block=bar)
 
     def sample_interleaved(
         self,

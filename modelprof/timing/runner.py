@@ -18,11 +18,11 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats
-from modelprof.runtime.progress import progress_bar
+from modelprof.runtime.progress import progress_bar, sampling_bar
 from modelprof.timing.clock import Phase, clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, Sampled, hold_floor, warm_up
+from modelprof.timing.sampler import WARMED, Sampled, collect, hold_floor, warm_up
 
 __all__ = ["Runner", "sample_interleaved"]
 
@@ -120,7 +120,8 @@ class Runner:
         """Blocks of ``block(k)`` by the stop rule, then the sample floor held for at most
         ``floor_cap_s`` seconds more (None: the rule's own cap), kept in ``extended_s``."""
         opts = self.opts
-        sampled = self.guarded(lambda: opts.sample(block, est_ms, desc))
+        with sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
+            sampled = self.guarded(lambda: collect(block, opts.stop, est_ms, on_block=bar))
         need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
         cap = cap if floor_cap_s is None else floor_cap_s
         if need is None or sampled.n >= need or cap <= 0:
