@@ -20,10 +20,8 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
-import numpy as np
-
 from modelprof.timing.measurement import JUDGE_MAX_RELATIVE_CI, Measurement
-from modelprof.timing.stats import block_medians, paired_ratio
+from modelprof.timing.stats import paired_block_medians, paired_ratio
 
 __all__ = [
     "AGREEMENT_TOLERANCE",
@@ -341,14 +339,6 @@ class RatioAgreement:
         )
 
 
-def _paired_blocks(m: Measurement, base: Measurement) -> tuple[np.ndarray, np.ndarray]:
-    """The block medians of the rounds both took (block ``r`` of each is round ``r``)."""
-    ids, med = block_medians(m.samples_ms, m.blocks)
-    base_ids, base_med = block_medians(base.samples_ms, base.blocks)
-    common = np.intersect1d(ids, base_ids)
-    return med[np.isin(ids, common)], base_med[np.isin(base_ids, common)]
-
-
 def judge_ratio(
     figure: str,
     name: str,
@@ -358,11 +348,12 @@ def judge_ratio(
     tolerance: float = AGREEMENT_TOLERANCE,
 ) -> RatioAgreement:
     """``median(m) / median(base)`` against the per-round ratios of their block medians
-    (``stats.paired_ratio`` at ``m.confidence``): it disagrees when it lies outside that
-    interval (a single round: its ratio) and further than ``tolerance`` from its centre.
+    in the rounds both took (``stats.paired_block_medians``; ``stats.paired_ratio`` at
+    ``m.confidence``): it disagrees when it lies outside that interval (a single round: its
+    ratio) and further than ``tolerance`` from its centre.
     Nothing to judge (a median not positive, no round in common) agrees."""
     ratio = m.median_ms / base.median_ms if base.median_ms > 0 else math.nan
-    num, den = _paired_blocks(m, base)
+    num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
     judged = math.isfinite(ratio) and ratio > 0 and num.size > 0
     if not judged or (num <= 0).any() or (den <= 0).any():
         return RatioAgreement(figure, name, baseline, ratio, ratio, (ratio, ratio), 0, True)

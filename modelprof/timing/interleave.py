@@ -27,7 +27,7 @@ from modelprof.timing.latency import TimedCall, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import sample_interleaved
-from modelprof.timing.stats import block_medians, ratio_of_medians
+from modelprof.timing.stats import paired_block_medians, ratio_of_medians
 
 __all__ = [
     "Candidate",
@@ -211,16 +211,16 @@ def measure_interleaved(
 def _ratios(
     measurements: dict[str, Measurement], baseline: str
 ) -> dict[str, tuple[float, float, float]]:
-    """Each candidate's ratio of medians to the baseline, with its paired interval."""
+    """Each candidate's ratio of medians to the baseline, with its paired interval from the
+    rounds both took (paired by round, as ``agreement.judge_ratio`` pairs them)."""
     base = measurements[baseline]
-    _, base_med = block_medians(base.samples_ms, base.blocks)
     out: dict[str, tuple[float, float, float]] = {}
     for name, m in measurements.items():
         if name == baseline:
             out[name] = (1.0, 1.0, 1.0)
             continue
-        _, med = block_medians(m.samples_ms, m.blocks)
-        out[name] = ratio_of_medians(m.samples_ms, base.samples_ms, med, base_med, m.confidence)
+        num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
+        out[name] = ratio_of_medians(m.samples_ms, base.samples_ms, num, den, m.confidence)
     return out
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "combined_ci",
     "drift",
     "median_ci_ranks",
+    "paired_block_medians",
     "paired_ratio",
     "ratio_of_medians",
     "RATIO_ESTIMATOR",
@@ -138,6 +139,20 @@ def block_medians(samples: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, 
     ids, first = np.unique(blocks, return_index=True)
     ids = ids[np.argsort(first)]
     return ids, np.array([float(np.median(samples[blocks == b])) for b in ids])
+
+
+def paired_block_medians(
+    num_ms: np.ndarray, num_blocks: np.ndarray, den_ms: np.ndarray, den_blocks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The block medians of ``num`` and ``den`` in the blocks both took, paired by block id (in
+    an interleaved comparison block ``r`` of every candidate is round ``r``), in ``num``'s order:
+    the pairs of :func:`ratio_of_medians` and :func:`paired_ratio`. A round only one side took
+    is left out of both, never shifting the later pairs."""
+    ids, med = block_medians(np.asarray(num_ms), np.asarray(num_blocks))
+    den_ids, den_med = block_medians(np.asarray(den_ms), np.asarray(den_blocks))
+    at = {int(b): i for i, b in enumerate(den_ids)}
+    keep = [i for i, b in enumerate(ids) if int(b) in at]
+    return med[keep], den_med[[at[int(ids[i])] for i in keep]]
 
 
 #: From this many blocks on, the between-block interval is widened for correlated blocks.
@@ -265,7 +280,8 @@ def ratio_of_medians(
 ) -> tuple[float, float, float]:
     """``median(num) / median(den)`` (so ratios rank as the medians do), with the half-width of
     Yuen's interval of the per-round log ratios of block medians around its log (paired: the
-    drift the rounds shared cancels). NaN bounds with one round."""
+    drift the rounds shared cancels; ``num_blocks``/``den_blocks``: the block medians of the
+    same rounds, :func:`paired_block_medians`). NaN bounds with one round."""
     den = float(np.median(den_ms))
     ratio = float(np.median(num_ms)) / den if den > 0 else math.nan
     k = min(len(num_blocks), len(den_blocks))

@@ -1,0 +1,73 @@
+"""A comparison's latency_x interval and its agreement check pair block medians the same way:
+by block id (round), through ``stats.paired_block_medians``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from modelprof.timing.agreement import judge_ratio
+from modelprof.timing.interleave import _ratios
+from modelprof.timing.measurement import Measurement
+from modelprof.timing.stats import paired_block_medians, ratio_of_medians
+
+# One sample a block, so each block's median is its sample.
+# baseline: rounds 0 1 2 3 -> 1 2 1 1 ms
+# cand:     rounds 0 . 2 3 -> 2 . 2 2 ms (no block in round 1)
+BASE_MS, BASE_IDS = [1.0, 2.0, 1.0, 1.0], [0, 1, 2, 3]
+CAND_MS, CAND_IDS = [2.0, 2.0, 2.0], [0, 2, 3]
+
+
+def _pair() -> tuple[Measurement, Measurement]:
+    return Measurement(CAND_MS, blocks=CAND_IDS), Measurement(BASE_MS, blocks=BASE_IDS)
+
+
+def test_paired_block_medians_pairs_by_round_not_position():
+    # by id the common rounds are 0, 2, 3: cand 2 2 2 against baseline 1 1 1 (round 1,
+    # baseline's 2 ms, is left out on both sides); by position it would be 2 2 2 against 1 2 1
+    num, den = paired_block_medians(CAND_MS, CAND_IDS, BASE_MS, BASE_IDS)
+    assert num.tolist() == [2.0, 2.0, 2.0] and den.tolist() == [1.0, 1.0, 1.0]
+    # the pairs follow the ids, not each side's order: a baseline logged out of order
+    num, den = paired_block_medians([2.0, 4.0], [0, 1], [3.0, 1.0, 2.0], [2, 0, 1])
+    assert num.tolist() == [2.0, 4.0] and den.tolist() == [1.0, 2.0]
+    # no round in common: nothing paired
+    num, den = paired_block_medians([2.0], [5], BASE_MS, BASE_IDS)
+    assert num.size == 0 and den.size == 0
+
+
+def test_latency_x_interval_and_its_check_use_the_same_rounds():
+    cand, base = _pair()
+    # ratio = median(cand) / median(baseline) = 2 / 1 = 2. By round the log ratios are
+    # ln 2, ln 2, ln 2: no spread, so Yuen's half-width is 0 and the interval is [2, 2]
+    ratio, lo, hi = _ratios({"base": base, "cand": cand}, "base")["cand"]
+    assert (ratio, lo, hi) == pytest.approx((2.0, 2.0, 2.0))
+    # the same rounds in the check: centre exp(mean ln 2) = 2, interval [2, 2], 3 rounds, and
+    # the ratio 2 lies inside it
+    check = judge_ratio("latency_x", "cand", "base", cand, base)
+    assert check.paired == pytest.approx(2.0)
+    assert check.paired_ci == pytest.approx((2.0, 2.0))
+    assert check.rounds == 3 and check.agree
+
+
+def test_position_pairing_would_give_another_interval():
+    # what pairing by position gave: log ratios ln 2, 0, ln 2 (cand's round 2 against the
+    # baseline's round 1); mean 0.462, sd 0.400, se = sqrt(2 * 0.160 / (3 * 2)) = 0.231,
+    # half = t(0.975, 2) 4.303 * 0.231 = 0.994: [2 e^-0.994, 2 e^0.994] = [0.740, 5.405]
+    cand, base = _pair()
+    shifted = ratio_of_medians(cand.samples_ms, base.samples_ms, np.array(CAND_MS),
+                               np.array(BASE_MS[:3]), 0.95)  # fmt: skip
+    assert shifted == pytest.approx((2.0, 0.740, 5.405), abs=1e-3)
+    _, lo, hi = _ratios({"base": base, "cand": cand}, "base")["cand"]
+    assert not math.isclose(lo, shifted[1]) and not math.isclose(hi, shifted[2])
+
+
+def test_rounds_taken_by_both_from_round_zero_pair_alike_either_way():
+    # what collect_interleaved yields: every candidate takes rounds 0..R-1 (a candidate at its
+    # max_samples stops, it never skips a round and resumes), so by id is the first min(R)
+    # blocks of each, which is what pairing by position took
+    base = Measurement([1.0, 2.0, 1.5, 1.2], blocks=[0, 1, 2, 3])
+    cand = Measurement([2.0, 3.0], blocks=[0, 1])
+    num, den = paired_block_medians(cand.samples_ms, cand.blocks, base.samples_ms, base.blocks)
+    assert num.tolist() == [2.0, 3.0] and den.tolist() == [1.0, 2.0]
