@@ -446,3 +446,30 @@ def test_interleaved_rounds_stop_on_spread_and_say_how_long_the_precision_would_
     assert got[1].needed_s is None  # b had its precision
     m = Measurement(got[0].samples_ms, **got[0].fields(rule))
     assert "stop=spread (±0.1% would take ~" in repr(m) and " h of sampling)" in repr(m)
+
+
+def test_interleaved_precision_is_judged_over_the_rounds_both_candidates_took():
+    # a 0.1 ms candidate reaches max_samples=300 in its first two rounds and takes no more;
+    # the 10 ms one goes on. Its ratio to the first is judged over rounds 0 and 1, the ones
+    # both took (their block medians paired by round, not arrays of 2 and 6 medians)
+    clock = [0.0]
+    rng = np.random.default_rng(0)
+
+    def sampler(cost_ms: float, noise: float):
+        def sample(k: int) -> np.ndarray:
+            got = cost_ms * np.exp(rng.normal(0.0, noise, k))
+            clock[0] += got.sum() / 1e3
+            return got
+
+        return sample
+
+    rule = StopRule.parse(max_samples=300, budget_s=5.0, precision=0.05)
+    fast, slow = collect_interleaved(
+        [sampler(0.1, 0.01), sampler(10.0, 0.02)],
+        rule,
+        [0.1, 10.0],
+        rng=np.random.default_rng(1),
+        now=lambda: clock[0],
+    )
+    assert fast.n == 300 and np.unique(fast.blocks).tolist() == [0, 1]
+    assert slow.stop_reason == "precision" and 2 < len(np.unique(slow.blocks)) and slow.n < 300

@@ -40,6 +40,7 @@ from modelprof.timing.stats import (
     between_block_ci,
     block_medians,
     combined_ci,
+    paired_block_medians,
     paired_ratio,
     t_quantile,
     within_ci,
@@ -617,13 +618,14 @@ def _rounds_precise(logs: Sequence[BlockLog], rule: StopRule, r: int) -> bool:
         return False
     if not all(log.relative_ci(rule.confidence) <= rule.precision for log in logs):
         return False
-    if len(logs) > 1:
-        _, base_med = block_medians(logs[0].samples(), logs[0].blocks())
-        for log in logs[1:]:
-            _, med = block_medians(log.samples(), log.blocks())
-            ratio, lo, hi = paired_ratio(med, base_med, rule.confidence)
-            if not (math.isfinite(lo) and (hi - lo) / 2.0 / ratio <= rule.precision):
-                return False
+    base = logs[0]
+    for log in logs[1:]:  # over the rounds both took: one at its max_samples takes no more
+        med, base_med = paired_block_medians(
+            log.samples(), log.blocks(), base.samples(), base.blocks()
+        )
+        ratio, lo, hi = paired_ratio(med, base_med, rule.confidence)
+        if not (math.isfinite(lo) and (hi - lo) / 2.0 / ratio <= rule.precision):
+            return False
     return True
 
 
