@@ -11,7 +11,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -30,7 +29,7 @@ from modelprof.timing.interleave import floor_notes, unranked_note
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
-from modelprof.timing.stats import RATIO_ESTIMATOR, block_medians, ratio_of_medians
+from modelprof.timing.stats import RATIO_ESTIMATOR, paired_block_medians, ratio_of_medians
 
 __all__ = ["compare_generation"]
 
@@ -181,11 +180,7 @@ def _ratio(
     names = (name, f"{name}_ci_low", f"{name}_ci_high")
     if unranked:
         return dict.fromkeys(names, math.nan)
-    ids, med = block_medians(m.samples_ms, m.blocks)
-    base_ids, base_med = block_medians(base.samples_ms, base.blocks)
-    common = np.intersect1d(ids, base_ids)
-    num = med[np.isin(ids, common)]
-    den = base_med[np.isin(base_ids, common)]
+    num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
     return dict(zip(names, ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)))
 
 
