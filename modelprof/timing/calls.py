@@ -91,7 +91,7 @@ class TimedInstrument:
     plan), ``exit(i)`` after it (also when it raised). ``reading`` says what a call's value
     holds: ``"inclusive"`` (the calls inside it too: a span between two stamps, a peak) or
     ``"own"`` (its part alone: the kernels launched in its range and none of its children's,
-    the backward's nodes it made); ``counting.tree`` turns one into the other."""
+    the backward's nodes it made); :func:`inclusive` makes an own reading inclusive."""
 
     reading = "inclusive"
 
@@ -122,7 +122,6 @@ class Calls:
     def __init__(self, plan: CallPlan | None, instrument: TimedInstrument, n: int = 0) -> None:
         self.plan = plan
         self.n = len(plan.keys) if plan is not None else n
-        self.instrument = instrument
         self.enter, self.exit = instrument.enter, instrument.exit  # bound once: hot path
         self.open: list[int] = []
         self.counter = 0
