@@ -55,18 +55,30 @@ def test_known_durations_read_back_per_layer_and_end_to_end():
     assert lt.passes_ms.min() / lt.plain_ms.min() < 1.05
     assert math.isfinite(r.instrumentation_overhead) and r.instrumentation_overhead > 0
     # coverage: leaf medians over the clean runs' median, the end-to-end figure the report
-    # states (load between the two windows moves it: timing_agreement says when). Against the
-    # plain passes taken beside the instrumented ones, in the same window, the leaves' sum sits
-    # below 1 (load lengthens a whole pass more often than any one of its parts), never far above
+    # states (load between the two windows moves it: timing_agreement says when)
     leaf_sum = sum(rows[name]["latency_ms"] for name in ("0", "1", "2"))
     assert r.coverage == pytest.approx(leaf_sum / r.latency.median_ms, rel=1e-9)
-    assert 0.3 < leaf_sum / float(np.median(lt.plain_ms)) <= 1.05
+    # pass by pass, the leaves' spans add up to the plain pass taken beside them, never far
+    # above. Pair by pair, not median against median: with two spinning processes a 2-core VM
+    # can preempt about every other pass for ~4 ms, and then each median falls on either side of
+    # the gap (leaf "2" read 5.8 ms against a plain median of 3.6 ms); a pair's two passes share
+    # its moment, and preemption lands on either of them alike
+    per_pass = np.sum([lt.samples[(name, 1)] for name in ("0", "1", "2")], axis=0)
+    assert 0.3 < float(np.median(per_pass / lt.plain_ms)) <= 1.05
+
+
+#: The parent's own spin. The hooks around a call that follows a busy spin cost 10-30 us on
+#: these VMs, and that cost varies by tens of us from pass to pass (against ~3.5 us per call on
+#: a chain of empty modules). The correction takes out its median, so the fastest pass of the
+#: parent's own part, read less two children's costs, can sit up to ~40 us below its spin: 3 ms
+#: keeps that inside the 3 % asserted below (with a 1 ms spin it read 0.960-0.99).
+OWN_MS = 3.0
 
 
 class SpinningParent(nn.Module):
-    """Spins 1 ms itself between two children that spin 0.5 ms each. Its own work is the spin
-    alone, no tensor op (an op right after a busy spin costs ~0.1 ms on these VMs); a parameter
-    that no op uses gives it a (self) row in the table."""
+    """Spins ``OWN_MS`` itself between two children that spin 0.5 ms each. Its own work is the
+    spin alone, no tensor op (an op right after a busy spin costs ~0.1 ms on these VMs); a
+    parameter that no op uses gives it a (self) row in the table."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,7 +88,7 @@ class SpinningParent(nn.Module):
 
     def forward(self, x):
         x = self.first(x)
-        spin(1.0)
+        spin(OWN_MS)
         return self.second(x)
 
 
@@ -88,12 +100,15 @@ def test_self_row_gets_the_parents_own_time():
     own = lt.samples[("", 1)] - lt.samples[("first", 1)] - lt.samples[("second", 1)]
     assert (own >= -1e-9).all()  # children fit inside the parent
     assert rows["(self)"]["latency_ms"] == pytest.approx(float(np.median(own)), rel=1e-12)
-    # its own 1 ms spin: never short beyond the instrument's microseconds; the fastest pass
-    # reads it (the children's spans, preempted or not, are taken out pass by pass)
-    assert rows["(self)"]["latency_ms"] >= 0.98
-    assert own.min() == pytest.approx(1.0, rel=0.03)
-    # the parent holds 0.5 + 1 + 0.5 = 2 ms: its fastest pass
-    assert lt.samples[("", 1)].min() == pytest.approx(2.0, rel=0.03)
+    # its own spin: never short beyond the instrument's microseconds; the fastest pass reads
+    # it (the children's spans, preempted or not, are taken out pass by pass)
+    assert rows["(self)"]["latency_ms"] >= 0.98 * OWN_MS
+    assert own.min() == pytest.approx(OWN_MS, rel=0.03)
+    # uncorrected, the parent's own part holds its spin and the hooks: never short of the spin
+    raw = lt.raw_samples[("", 1)] - lt.raw_samples[("first", 1)] - lt.raw_samples[("second", 1)]
+    assert raw.min() >= OWN_MS - 1e-3
+    # the parent holds 0.5 + OWN_MS + 0.5 ms: its fastest pass
+    assert lt.samples[("", 1)].min() == pytest.approx(OWN_MS + 1.0, rel=0.03)
     ts = r.to_dataframe(style="torchstat").set_index("module name")
     # torchstat's duration[%] comes from the same measurement: the row's share of the pass
     total = float(np.median(lt.corrected_passes_ms))
