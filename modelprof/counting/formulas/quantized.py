@@ -112,13 +112,16 @@ def module_packed_weights(model: Any) -> tuple[int, int]:
     (:func:`packed_nbytes`; a module whose ``dtype`` is float16 keeps half-precision weights)."""
     seen: set[int] = set()
     elements = stored = 0
+    script = torch.ScriptObject  # its exact type: isinstance against it costs 4x as much
     for module in model.modules():
+        held = [v for v in vars(module).values() if type(v) is script and id(v) not in seen]
+        if not held:  # most modules: no attribute lookup (a miss costs an exception)
+            continue
         op = "_fp16" if getattr(module, "dtype", None) == torch.float16 else ""
-        for value in vars(module).values():
-            if isinstance(value, torch.ScriptObject) and id(value) not in seen:
-                seen.add(id(value))
-                stored += packed_nbytes(value, op)
-                elements += sum(t.numel() for t in packed_weights(value))
+        for value in held:
+            seen.add(id(value))
+            stored += packed_nbytes(value, op)
+            elements += sum(t.numel() for t in packed_weights(value))
     return elements, stored
 
 
