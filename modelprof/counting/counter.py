@@ -562,10 +562,12 @@ class OpCounter(compat.TorchDispatchMode):
         runs = []
         for branch in (true_fn, false_fn):
             outer, self._staged = self._staged, []
-            with self:
-                out = branch(*operands)
-            runs.append((self._staged, out))
-            self._staged = outer
+            try:  # a branch that raises leaves the outer charges staged as they were
+                with self:
+                    out = branch(*operands)
+                runs.append((self._staged, out))
+            finally:
+                self._staged = outer
         costs = [
             sum(c.resolved()[1] for _, c, _, _ in staged if c is not None) for staged, _ in runs
         ]
