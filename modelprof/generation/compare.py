@@ -28,7 +28,7 @@ from modelprof.timing.agreement import judge_ratio
 from modelprof.timing.interleave import floor_notes, unranked_note
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.runner import Runner
+from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.stats import RATIO_ESTIMATOR, paired_block_medians, ratio_of_medians
 
 __all__ = ["compare_generation"]
@@ -66,14 +66,14 @@ def compare_generation(
     while True:
         _refuse_if_none_left(lms, failed)
         try:
-            runners, runs, sampled = _sampled(lms, opts, batch_size, seed)
+            runners, sampled = _sampled(lms, opts, batch_size, seed)
             break
         except _CandidateFailed as e:  # drop it, time the others again
             failed[e.name] = _error_text(e.__cause__)
             lms = [x for x in lms if x[0] != e.name]
     timings = [
-        timing_from(run, s, lm, spec, batch_size, opts, runner.warmup_calls)
-        for run, s, runner, (_, lm, spec, _) in zip(runs, sampled, runners, lms)
+        timing_from(runner.run, s, lm, spec, batch_size, opts, runner.warmup_calls)
+        for s, runner, (_, lm, spec, _) in zip(sampled, runners, lms)
     ]
     return _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
 
@@ -108,10 +108,37 @@ class _CandidateFailed(Exception):
         self.name = name
 
 
+class _Generations(Runner):
+    """One candidate's generations: warmed up and sampled block by block, a failure of its
+    own raised as ``_CandidateFailed`` (its error the cause)."""
+
+    def __init__(
+        self, opts: TimingOptions, name: str, lm: Any, spec: GenerationSpec, batch: int, seed: int
+    ) -> None:
+        super().__init__(opts, lm.device, lm.name, batch)
+        self.name, self.lm, self.spec, self.seed = name, lm, spec, seed
+        self.run: Any = None
+
+    def __enter__(self) -> _Generations:
+        with _named(self.name):
+            return super().__enter__()
+
+    def warm(self) -> float | None:
+        generator = torch.Generator().manual_seed(self.seed)
+        self.run = generation_sampler(self.lm, self.spec, self.batch_size, generator)
+        with _named(self.name):
+            est = self.warm_with(self.run)
+        self.run.clear()
+        return est
+
+    def sample_block(self, k: int) -> Any:
+        with _named(self.name):
+            return self.run.block(k)
+
+
 def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tuple:
-    """Every candidate warmed up, then sampled in interleaved rounds; (runners, runs, sampled)."""
-    runners = [Runner(opts, lm.device, lm.name, batch_size) for _, lm, _, _ in lms]
-    runs = []
+    """Every candidate warmed up, then sampled in interleaved rounds; (runners, sampled)."""
+    runners = [_Generations(opts, name, lm, spec, batch_size, seed) for name, lm, spec, _ in lms]
     with contextlib.ExitStack() as stack:
         for context in (
             [preserved_state(lm.root) for _, lm, _, _ in lms]
@@ -119,17 +146,8 @@ def _sampled(lms: list, opts: TimingOptions, batch_size: int, seed: int) -> tupl
             + [running(lm.root, RunMode(device=lm.device)) for _, lm, _, _ in lms]
         ):
             stack.enter_context(context)
-        ests = []
-        for runner, (name, lm, spec, _) in zip(runners, lms):
-            run = generation_sampler(lm, spec, batch_size, torch.Generator().manual_seed(seed))
-            with _named(name):
-                ests.append(stack.enter_context(runner).warm_with(run))
-            run.clear()
-            runs.append(run)
-        # each call of a block in its own _named context (a contextmanager also decorates)
-        blocks = [_named(name)(run.block) for (name, *_), run in zip(lms, runs)]
-        sampled = opts.sample_interleaved(blocks, ests, "generations compared")
-    return runners, runs, sampled
+        sampled = sample_interleaved(runners, opts, "generations compared")
+    return runners, sampled
 
 
 @contextlib.contextmanager

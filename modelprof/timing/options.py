@@ -27,16 +27,13 @@ down, so no pass can disagree with another about them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode
-from modelprof.runtime.progress import sampling_bar
 from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
 from modelprof.timing.sampler import (
@@ -46,11 +43,9 @@ from modelprof.timing.sampler import (
     DEFAULT_MIN_SAMPLES,
     DEFAULT_PRECISION,
     WARMUP_S,
-    Sampled,
     StopRule,
     WarmupPolicy,
     check_seconds,
-    collect_interleaved,
 )
 
 __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
@@ -233,20 +228,6 @@ class TimingOptions:
         if self.transfer:
             out.append("transfer")
         return tuple(out)
-
-    def sample_interleaved(
-        self,
-        samplers: Sequence[Callable[[int], np.ndarray]],
-        est_ms: Sequence[float | None],
-        desc: str,
-    ) -> list[Sampled]:
-        """``sampler.collect_interleaved`` under this stop rule, in rounds shuffled from
-        ``seed``, with a progress bar named ``desc``."""
-        rng = np.random.default_rng(self.seed)
-        with sampling_bar(
-            self.stop, enabled=self.progress, desc=desc, candidates=len(samplers)
-        ) as bar:
-            return collect_interleaved(samplers, self.stop, est_ms, rng, on_round=bar)
 
     def env(self, inputs: Any, clock: str, **mode_flags: Any) -> dict[str, Any]:
         """``collect_env`` of a run timed on ``inputs`` (a ``ModelInputs``) by ``clock``."""

@@ -22,7 +22,14 @@ from modelprof.runtime.progress import progress_bar, sampling_bar
 from modelprof.timing.clock import Phase, clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import WARMED, Sampled, collect, hold_floor, warm_up
+from modelprof.timing.sampler import (
+    WARMED,
+    Sampled,
+    collect,
+    collect_interleaved,
+    hold_floor,
+    warm_up,
+)
 
 __all__ = ["Runner", "sample_interleaved"]
 
@@ -176,7 +183,12 @@ class Runner:
 
 def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -> list[Sampled]:
     """Every runner entered and warmed up (its ``warm()``), then their ``sample_block`` in
-    interleaved rounds; all are left at the end."""
+    interleaved rounds (``sampler.collect_interleaved``, shuffled from ``opts.seed``); all are
+    left at the end."""
+    rng = np.random.default_rng(opts.seed)
     with contextlib.ExitStack() as stack:
         ests = [stack.enter_context(r).warm() for r in runners]
-        return opts.sample_interleaved([r.sample_block for r in runners], ests, desc)
+        blocks = [r.sample_block for r in runners]
+        bar = sampling_bar(opts.stop, enabled=opts.progress, desc=desc, candidates=len(runners))
+        with bar as on_round:
+            return collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)
