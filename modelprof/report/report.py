@@ -512,25 +512,15 @@ class Report(Exports):
         return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
 
     def _with_percentiles(self, df: pd.DataFrame) -> pd.DataFrame:
-        """``df`` with ``latency_p10_ms``/``latency_p90_ms`` over the instrumented passes (a
-        ``(self)`` row: its parent's less its children's, pass by pass), for error bars."""
-        timing = self.layer_timing
-        if timing is None or not getattr(timing, "samples", None):
+        """``df`` with ``latency_p10_ms``/``latency_p90_ms`` over the instrumented passes, for
+        error bars: of the samples whose median is the row's ``latency_ms`` (one rule for both,
+        ``modelprof.timing.columns``)."""
+        if not getattr(self.layer_timing, "samples", None):
             return df
-        children: dict[Any, list[Any]] = {}
-        for key, parent in timing.parents.items():
-            children.setdefault(parent, []).append(key)
-        bands = np.full((len(self.rows), 2), np.nan)
-        for i, row in enumerate(self.rows):
-            module = row.module.removesuffix(".(self)").removesuffix("(self)")
-            key = (module if row.is_self else row.module, row.call)
-            s = timing.samples.get(key)
-            if s is not None and row.is_self:
-                s = s - sum((timing.samples[c] for c in children.get(key, ())), np.zeros_like(s))
-                s = np.clip(s, 0.0, None)
-            if s is not None:
-                bands[i] = np.percentile(s, [10.0, 90.0])
-        return df.assign(latency_p10_ms=bands[:, 0], latency_p90_ms=bands[:, 1])
+        return df.assign(
+            latency_p10_ms=[r.latency_p10_ms for r in self.rows],
+            latency_p90_ms=[r.latency_p90_ms for r in self.rows],
+        )
 
     def plot_flops(self, top_k: int = 20, **kw: Any):
         """Bar chart of the leaf calls with the most FLOPs."""

@@ -91,6 +91,10 @@ class Row:
     latency_ms: float = float("nan")
     latency_std_ms: float = float("nan")
     latency_pct: float = float("nan")
+    # the percentiles of the samples ``latency_ms`` is the median of (``Report.plot_latency``'s
+    # error bars; not a table column)
+    latency_p10_ms: float = float("nan")
+    latency_p90_ms: float = float("nan")
     # FLOPs by aten op of the ops this row ran itself (a leaf: all of its ops; a (self) row: its
     # parent's own ops; a parent row: none), to type a row by what it does
     ops: dict[str, int] = dataclasses.field(default_factory=dict)

@@ -1,6 +1,7 @@
 """The per-layer timing columns of a table, from the instrumented passes.
 
-``latency_ms``/``latency_std_ms``: the median/std of a call's samples over the passes; a
+``latency_ms``/``latency_std_ms`` (``latency_p10_ms``/``latency_p90_ms``, for error bars): the
+median/std (percentiles) of a call's samples over the passes; a
 ``(self)`` row's samples are its parent's minus its children's, pass by pass; a
 ``(communication)`` row's are its call's collectives' stamps (taken out of the call's leaf or
 ``(self)`` row); ``latency_pct``: the share of the median instrumented pass.
@@ -58,10 +59,13 @@ def layer_columns(
         s = _samples(records, layers.samples, index, is_self, leaf, comm)
         if s is not None:
             med = float(np.median(s))
+            p10, p90 = np.percentile(s, [10.0, 90.0])
             col.update(
                 latency_ms=med,
                 latency_std_ms=float(s.std(ddof=1)) if s.size > 1 else float("nan"),
                 latency_pct=100.0 * med / total if total > 0 else float("nan"),
+                latency_p10_ms=float(p10),
+                latency_p90_ms=float(p90),
             )
             leaf_sum += med if leaf else 0.0
         peak = peaks.get(records[index].key) if index >= 0 else None
