@@ -113,6 +113,33 @@ def test_hook_cost_from_paired_passes_survives_a_preempted_median():
     assert _measured_hook_cost(run, HookCost(0.001, 0.0005)).per_call_ms == pytest.approx(0.025)
 
 
+def test_hook_cost_is_never_below_the_chains():
+    # a loaded machine's pass pairs can differ by more than the hooks cost: 10 pairs, 4 hooked
+    # calls, instrumented 3.6 ms, plain 3.5 ms, and 4 ms of preemption in the instrumented
+    # pass of 3 pairs and in the plain pass of 7: paired differences -3.9 ms in 7 pairs, so
+    # the median says the hooks cost nothing (the CPU bound cannot raise it). The chain of
+    # empty modules, a hooked call's cheapest context, measured 7 us per call: that is taken,
+    # and said so
+    from types import SimpleNamespace
+
+    from modelprof.timing.layers import _measured_hook_cost
+
+    inst_hit = np.array([4.0] * 3 + [0.0] * 7)
+    run = SimpleNamespace(
+        plan=SimpleNamespace(keys=[("", 1), ("0", 1), ("1", 1), ("2", 1)]),
+        sampled=SimpleNamespace(samples_ms=3.6 + inst_hit, n=10),
+        inst=SimpleNamespace(plain=[3.5 + (4.0 - inst_hit)], cpu_ms=None),
+    )
+    cost = _measured_hook_cost(run, HookCost(per_call_ms=0.007, self_ms=0.002, source="chain"))
+    assert cost.source == "chain" and cost.per_call_ms == pytest.approx(0.007)
+    assert cost.self_ms == pytest.approx(0.002)
+    # where the model's passes read more than the chain (25 us per call here), the model's
+    run.sampled.samples_ms = np.full(10, 3.6)
+    run.inst.plain = [np.full(10, 3.5)]
+    cost = _measured_hook_cost(run, HookCost(per_call_ms=0.007, self_ms=0.002, source="chain"))
+    assert cost.source == "model" and cost.per_call_ms == pytest.approx(0.025)
+
+
 def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):
     _, lt = spin_timing
     # the instrumented and the plain passes of the same model, interleaved: 4 hooked calls

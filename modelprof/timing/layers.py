@@ -640,16 +640,17 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     """The model's own cost per hooked call: the median of the per-pair differences
     (instrumented - its plain pass), which preemption moves less than a difference of medians
     (docs/timing.md), on the CPU bounded by the same in thread CPU time; the chain's cost below
-    ``_MIN_COST_PASSES`` passes (mostly noise)."""
+    ``_MIN_COST_PASSES`` passes (mostly noise), and where the model's read less: a hooked call
+    costs no less in a model than on the chain of empty modules, its cheapest context."""
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
-    if sampled.n < _MIN_COST_PASSES and calibrated.applied:  # (CUDA: no chain to ask)
-        per_call, source = calibrated.per_call_ms * len(keys), "chain"
-    else:
-        per_call, source = _paired_median(sampled.samples_ms, plain), "model"
+    per_call, source = calibrated.per_call_ms, "chain"
+    if sampled.n >= _MIN_COST_PASSES or not calibrated.applied:  # (CUDA: no chain to ask)
+        paired = _paired_median(sampled.samples_ms, plain)
         if inst.cpu_ms is not None:  # (instrumented, plain) thread CPU times
-            per_call = min(per_call, _paired_median(*inst.cpu_ms))
-    per_call = max(0.0, per_call) / len(keys)
+            paired = min(paired, _paired_median(*inst.cpu_ms))
+        if paired / len(keys) > per_call or not calibrated.applied:
+            per_call, source = max(0.0, paired) / len(keys), "model"
     return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
 
 
