@@ -494,19 +494,24 @@ class _KernelRun(Runner):
             self.clock.sync()
             t2 = perf()
         calls.check_complete()
-        self.reset()
-        t3 = perf()
-        out = self.forward()
-        if self.backward:
-            _backward(out, self.params)
-        t4 = perf()
-        self.clock.sync()
-        t5 = perf()
+        issue, wall = self._plain()
         if p > 0:
             self.hooked_issue.append((t1 - t0) / 1e6)
             self.walls.append((t2 - t0) / 1e6)
-            self.plain_issue.append((t4 - t3) / 1e6)
-            self.plain_walls.append((t5 - t3) / 1e6)
+            self.plain_issue.append(issue)
+            self.plain_walls.append(wall)
+
+    def _plain(self) -> tuple[float, float]:
+        """A pass of the model alone: (ms to issue it, ms to its end on the device)."""
+        perf = time.perf_counter_ns
+        self.reset()
+        t0 = perf()
+        out = self.forward()
+        if self.backward:
+            _backward(out, self.params)
+        t1 = perf()
+        self.clock.sync()
+        return (t1 - t0) / 1e6, (perf() - t0) / 1e6
 
     def profiled(self, passes: int) -> dict[int, tuple[PassReading, np.ndarray, PassReading]]:
         """One discarded profiled pass (0), then ``passes`` read."""
@@ -514,14 +519,8 @@ class _KernelRun(Runner):
         with gc_paused(), _profiler(self.gpu) as prof:
             for p in range(passes + 1):
                 self._pass(p)
-        for _ in range(passes):  # outside the profiler, whose host work slows every pass
-            self.reset()
-            t0 = time.perf_counter_ns()
-            out = self.forward()
-            if self.backward:
-                _backward(out, self.params)
-            self.clock.sync()
-            self.clean_walls.append((time.perf_counter_ns() - t0) / 1e6)
+        # outside the profiler, whose host work slows every pass
+        self.clean_walls = [self._plain()[1] for _ in range(passes)]
         readings = read_passes(profiler_events(prof), len(self.plan.keys), self.gpu)
         readings.pop(0, None)
         if len(readings) != passes:
