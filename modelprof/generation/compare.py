@@ -25,11 +25,11 @@ from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.timing.agreement import judge_ratio
-from modelprof.timing.interleave import floor_notes, unranked_note
+from modelprof.timing.interleave import floor_notes, round_ratio, unranked_note
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner, sample_interleaved
-from modelprof.timing.stats import RATIO_ESTIMATOR, paired_block_medians, ratio_of_medians
+from modelprof.timing.stats import RATIO_ESTIMATOR
 
 __all__ = ["compare_generation"]
 
@@ -198,8 +198,7 @@ def _ratio(
     names = (name, f"{name}_ci_low", f"{name}_ci_high")
     if unranked:
         return dict.fromkeys(names, math.nan)
-    num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
-    return dict(zip(names, ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)))
+    return dict(zip(names, round_ratio(m, base, confidence)))
 
 
 def _short(t: Any) -> bool:

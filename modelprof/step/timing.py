@@ -45,12 +45,12 @@ from modelprof.step.spec import StepSpec
 from modelprof.timing.calls import Calls, TimedInstrument
 from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps
+from modelprof.timing.interleave import round_ratio
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.sampler import Sampled
-from modelprof.timing.stats import block_medians, ratio_of_medians
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
 
@@ -547,15 +547,13 @@ def compare_steps(
     sampled = sample_interleaved(timers, opts, "interleaved training steps")
     got = [t.measurements(s, t_begin) for t, s in zip(timers, sampled)]
     base = got[0]["backward"]
-    _, base_med = block_medians(base.samples_ms, base.blocks)
     ratios = [(1.0, 1.0, 1.0)]
     for m in got[1:]:
         b = m["backward"]
         if b.undersampled or base.undersampled:  # too few runs to rank: no ratio stated
             ratios.append((math.nan, math.nan, math.nan))
-            continue
-        _, med = block_medians(b.samples_ms, b.blocks)
-        ratios.append(ratio_of_medians(b.samples_ms, base.samples_ms, med, base_med, b.confidence))
+        else:  # over the rounds both took
+            ratios.append(round_ratio(b, base, b.confidence))
     if opts.warn:
         for m in got:
             m["backward"].warn_if_noisy()

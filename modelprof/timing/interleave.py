@@ -35,6 +35,7 @@ __all__ = [
     "cpu_work_columns",
     "floor_notes",
     "measure_interleaved",
+    "round_ratio",
     "unranked_note",
     "measure_latencies",
 ]
@@ -214,14 +215,17 @@ def _ratios(
     """Each candidate's ratio of medians to the baseline, with its paired interval from the
     rounds both took (paired by round, as ``agreement.judge_ratio`` pairs them)."""
     base = measurements[baseline]
-    out: dict[str, tuple[float, float, float]] = {}
-    for name, m in measurements.items():
-        if name == baseline:
-            out[name] = (1.0, 1.0, 1.0)
-            continue
-        num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
-        out[name] = ratio_of_medians(m.samples_ms, base.samples_ms, num, den, m.confidence)
-    return out
+    return {
+        name: (1.0, 1.0, 1.0) if name == baseline else round_ratio(m, base, m.confidence)
+        for name, m in measurements.items()
+    }
+
+
+def round_ratio(m: Measurement, base: Measurement, confidence: float) -> tuple[float, float, float]:
+    """``median(m) / median(base)`` and its interval at ``confidence``, paired over the rounds
+    both took (``stats.paired_block_medians``: one at its ``max_samples`` takes no more)."""
+    num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
+    return ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)
 
 
 def unranked_note(counts: Mapping[str, int]) -> str | None:
