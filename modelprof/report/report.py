@@ -31,7 +31,14 @@ from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
 from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
 from modelprof.report.roofline import add_roofline, run_peaks
-from modelprof.report.rows import Row, count_column, modelprof_frame, torchstat_frame, totals_of
+from modelprof.report.rows import (
+    COUNTED,
+    Row,
+    count_column,
+    modelprof_frame,
+    torchstat_frame,
+    totals_of,
+)
 from modelprof.report.utilization import (
     Convention,
     Utilization,
@@ -42,7 +49,6 @@ from modelprof.report.utilization import (
 
 __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
-_SUMMED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")  # by-type sums
 # the columns a LaTeX table drops last when it must lose some to fit, most important first (a
 # paper's table keeps the shapes before FLOPs, about 2 x MACs)
 _LATEX_PRIORITY = tuple(
@@ -284,7 +290,7 @@ class Report(Exports):
         carries its parent's class; :meth:`by_layer_type` types it by what it does instead."""
         df = self.to_dataframe()
         leaves = df[df["leaf"]]
-        out = leaves.groupby("type", sort=False)[list(_SUMMED)].sum()
+        out = leaves.groupby("type", sort=False)[list(COUNTED)].sum()
         out.insert(0, "calls", leaves.groupby("type", sort=False).size())
         return shown(out.sort_values("flops", ascending=False))
 
@@ -298,7 +304,7 @@ class Report(Exports):
         leaves = [r for r in self.rows if r.leaf]
         kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
         data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
-        for c in _SUMMED:
+        for c in COUNTED:
             data[c] = [int(getattr(r, c)) for r in leaves]
         if self.timed:
             data["latency_ms"] = [r.latency_ms for r in leaves]
@@ -308,7 +314,7 @@ class Report(Exports):
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *_SUMMED]}))
+        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED]}))
 
     # -- exporters: each takes modelprof.render.options.ViewOptions, as view= or keywords --------
     def _table(

@@ -167,7 +167,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
                 leaf=not r.children,
                 input_shapes=r.input_shapes,
                 output_shapes=r.output_shapes,
-                **dict(zip(_COUNTED, inc[i])),
+                **dict(zip(COUNTED, inc[i])),
                 output_bytes=r.output_bytes,
                 torchstat_flops=ts_flops,
                 torchstat_madd=ts_madd,
@@ -228,7 +228,8 @@ def _with_readings(rows: list[Row], records: Sequence[CallRecord], readings: dic
 
 
 #: the counted fields a row sums over its subtree, in the order of ``_inclusive_costs``' tuples
-_COUNTED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
+#: (``Report.by_module_type``/``by_layer_type`` sum them by type)
+COUNTED = ("params", "macs", "flops", "madd", "read_bytes", "write_bytes")
 
 
 def _inclusive_costs(records: Sequence[CallRecord]) -> tuple[list, list, list]:
@@ -268,7 +269,7 @@ def _pseudo_rows(pr: CallRecord, part: tuple | None, force: bool) -> list[Row]:
                 module=_pseudo_name(pr.name, SELF_SUFFIX),
                 type=pr.type,
                 **at,
-                **dict(zip(_COUNTED, part)),
+                **dict(zip(COUNTED, part)),
                 output_bytes=write,
                 torchstat_flops=flops - macs,
                 torchstat_madd=madd,
