@@ -92,11 +92,8 @@ class StepTiming:
         return float(np.median(self.calls_ms, axis=0).sum()) / self.backward.median_ms
 
     def phases(self) -> Phases:
-        out = Phases(forward=self.forward, loss=self.loss, backward=self.backward)
-        if self.optimizer is not None:
-            out["optimizer"] = self.optimizer
-        out["step"] = self.step
-        return out
+        named = {name: getattr(self, name) for name in (*PHASES, "step")}
+        return Phases({name: m for name, m in named.items() if m is not None})
 
 
 class Phases(dict):
@@ -523,11 +520,7 @@ def time_step(
     if opts.warn:
         got["backward"].warn_if_noisy()
     return StepTiming(
-        forward=got["forward"],
-        loss=got["loss"],
-        backward=got["backward"],
-        optimizer=got.get("optimizer"),
-        step=got["step"],
+        **{"optimizer": None, **got},  # the phases' Measurements, by name
         calls_ms=np.vstack(inst.rows),
         passes_ms=inst_sampled.samples_ms,
         peak_memory_bytes=peak,

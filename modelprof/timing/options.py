@@ -108,11 +108,6 @@ def _check_modes(values: dict[str, Any]) -> None:
         )
 
 
-def _flag(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ModelProfError(f"{name}={value!r} must be True or False")
-
-
 @dataclasses.dataclass(frozen=True)
 class TimingOptions:
     """The parsed timing options (see the module docstring for each one)."""
@@ -157,7 +152,8 @@ class TimingOptions:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ModelProfError(f"seed={seed!r} must be an int or None")
         for name in (*_FLAGS, "channels_last"):
-            _flag(name, values[name])
+            if not isinstance(values[name], bool):
+                raise ModelProfError(f"{name}={values[name]!r} must be True or False")
         compile_mode = parse_compile(values["compile"])
         if values["cuda_graph"] and compile_mode is not None:
             raise ModelProfError(
@@ -220,14 +216,9 @@ class TimingOptions:
     @property
     def end_to_end_only(self) -> tuple[str, ...]:
         """The modes the per-layer hooks cannot see into (they time the eager model instead)."""
-        out = []
-        if self.compile is not None:
-            out.append(f"compile={self.compile!r}")
-        if self.cuda_graph:
-            out.append("cuda_graph")
-        if self.transfer:
-            out.append("transfer")
-        return tuple(out)
+        modes = {f"compile={self.compile!r}": self.compile is not None}
+        modes.update(cuda_graph=self.cuda_graph, transfer=self.transfer)
+        return tuple(mode for mode, on in modes.items() if on)
 
     def env(self, inputs: Any, clock: str, **mode_flags: Any) -> dict[str, Any]:
         """``collect_env`` of a run timed on ``inputs`` (a ``ModelInputs``) by ``clock``."""
