@@ -29,9 +29,12 @@ def test_a_self_rows_bars_take_out_its_collectives_as_its_median_does():
     # a root that runs a child and a collective of its own, and an add (its (self) row)
     stats = CommStats()
     stats.calls, stats.payload_bytes = 1, 64
+    common = dict(call=1, input_shapes=[(4,)], input_bytes=16, param_bytes=0, params=0)
     records = [
-        CallRecord(0, "", "Net", 1, 0, None, True, [(4,)], 16, 0, 0, children=[1], flops=4),
-        CallRecord(1, "a", "Linear", 1, 1, 0, False, [(4,)], 16, 0, 0, flops=8),
+        CallRecord(
+            0, "", "Net", depth=0, parent=None, has_submodules=True, children=[1], flops=4, **common
+        ),
+        CallRecord(1, "a", "Linear", depth=1, parent=0, has_submodules=False, flops=8, **common),
     ]
     records[0].comm = {("all_reduce", 2): stats}
     rows = build_rows(records)
