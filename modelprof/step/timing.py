@@ -137,15 +137,13 @@ class _Step:
     spec: StepSpec
     device: torch.device
     amp: torch.dtype | None
-    optimizer: torch.optim.Optimizer | None
     params: list[torch.Tensor]
     leaves: list[torch.Tensor]
     reset: Any = None  # puts back the inputs and target a step writes (None: none does)
+    optimizer: torch.optim.Optimizer | None = None
+    snapshot: Snapshot | None = None  # with an optimizer: the parameters each block starts from
     out: Any = None
     loss_value: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:  # each block starts from the parameters as made
-        self.snapshot = Snapshot(self.params) if self.optimizer is not None else None
 
     def forward(self) -> None:
         with amp_context(self.device, self.amp):
@@ -388,34 +386,24 @@ class StepTimer(Runner):
                 runner.named_parameters(remove_duplicate=False),
             )
         }
-        self.params = list({id(p): p for p in runner.parameters()}.values())
+        params = list({id(p): p for p in runner.parameters()}.values())
         args, kwargs = grad_leaves(inputs.args), grad_leaves(inputs.kwargs)
         if opts.channels_last:
             args, kwargs = to_channels_last(args), to_channels_last(kwargs)
-        self.leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
-        self.args, self.kwargs = args, kwargs
-        self.target = move_target(spec.target, dev, dtype)
+        leaves = [t for t in iter_tensors((args, kwargs)) if t.requires_grad]
+        target = move_target(spec.target, dev, dtype)
         self.flusher = CacheFlusher(dev) if opts.cold_cache else None
-        self.step: _Step | None = None
+        self.step = _Step(
+            runner, args, kwargs, target, spec, dev, opts.amp, params, leaves, inputs.reset
+        )
 
     def contexts(self) -> list[Any]:
         return [step_guard(self.dev), running(self.runner, self.mode)]
 
     def setup(self) -> None:
-        optimizer = self.spec.make_optimizer(self.params, self.copy_of)
-        self.step = _Step(
-            self.runner,
-            self.args,
-            self.kwargs,
-            self.target,
-            self.spec,
-            self.dev,
-            self.opts.amp,
-            optimizer,
-            self.params,
-            self.leaves,
-            self.inputs.reset,
-        )
+        step = self.step
+        step.optimizer = self.spec.make_optimizer(step.params, self.copy_of)
+        step.snapshot = Snapshot(step.params) if step.optimizer is not None else None
 
     def __exit__(self, *exc: Any) -> None:
         try:
