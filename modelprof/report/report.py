@@ -167,20 +167,16 @@ class Report(Exports):
         df = modelprof_frame(self.rows, self.timed)
         if self.peaks is not None:
             df = add_roofline(df, self.peaks)
-            if self.timed:
-                df = self._with_utilization(df)
+            if self.timed:  # mfu, mbu (and hfu for a training step), default convention
+                rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
+                step = self.training_step is not None
+                for name in ("mfu", "hfu", "mbu") if step else ("mfu", "mbu"):
+                    df[name] = rows[name].to_numpy()
         lt = self.layer_timing
         if lt is not None and "latency_ms" in df.columns:
             timed_rows = df["latency_ms"].notna()
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
             df["latency_rough"] = timed_rows & self.layers_rough
-        return df
-
-    def _with_utilization(self, df: pd.DataFrame) -> pd.DataFrame:
-        """``df`` with ``mfu``, ``mbu`` (and ``hfu`` for a training step), default convention."""
-        rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
-        for name in ("mfu", "hfu", "mbu") if self.training_step is not None else ("mfu", "mbu"):
-            df[name] = rows[name].to_numpy()
         return df
 
     @property
@@ -546,19 +542,16 @@ class Report(Exports):
 
     # -- display --------------------------------------------------------------------------------
     def _title(self) -> str:
-        """The caption of an export: the model and its run, and why rows are marked rough."""
+        """The caption of an export: the model (a torchvision architecture by its builder's name,
+        ``resnet50``, not its class ``ResNet``) and its run, and why rows are marked rough."""
+        params = int(self.totals.get("params") or 0)
+        model = _torchvision_name(self.model_name, params) or self.model_name
         title = (
-            f"{self._named_model()}, input {self.input_shape}, {self.dtype} on "
+            f"{model}, input {self.input_shape}, {self.dtype} on "
             f"{self.env.get('device_name', self.device)}"
         )
         reason = self._rough_reason()
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
-
-    def _named_model(self) -> str:
-        """A torchvision architecture by its builder's name (``resnet50``, not its class
-        ``ResNet``), else the model's name as recorded."""
-        params = int(self.totals.get("params") or 0)
-        return _torchvision_name(self.model_name, params) or self.model_name
 
     def _rough_reason(self) -> str | None:
         """Why the per-layer times are rough (``layers_rough``), in a few words; else None."""
