@@ -133,21 +133,14 @@ class Runner:
         cap = cap if floor_cap_s is None else floor_cap_s
         if need is None or sampled.n >= need or cap <= 0:
             return sampled
-        bar = progress_bar(
-            need,
-            enabled=opts.progress,
-            unit="run",
-            desc=f"{desc}: extending to {need} runs (cap {cap:g} s)",
-        )
-        bar.update(sampled.n)
-        try:
+        extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
+        with progress_bar(need, enabled=opts.progress, unit="run", desc=extending) as bar:
+            bar.update(sampled.n)
             held = self.guarded(
                 lambda: hold_floor(
                     block, sampled, opts.stop, cap, on_block=lambda n, _: bar.update(n - bar.n)
                 )
             )
-        finally:
-            bar.close()
         self.extended_s = held.extended_s
         return held
 
