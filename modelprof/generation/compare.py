@@ -116,16 +116,14 @@ class _Generations(Runner):
         self, opts: TimingOptions, name: str, lm: Any, spec: GenerationSpec, batch: int, seed: int
     ) -> None:
         super().__init__(opts, lm.device, lm.name, batch)
-        self.name, self.lm, self.spec, self.seed = name, lm, spec, seed
-        self.run: Any = None
+        self.name = name
+        self.run = generation_sampler(lm, spec, batch, torch.Generator().manual_seed(seed))
 
     def __enter__(self) -> _Generations:
         with _named(self.name):
             return super().__enter__()
 
     def warm(self) -> float | None:
-        generator = torch.Generator().manual_seed(self.seed)
-        self.run = generation_sampler(self.lm, self.spec, self.batch_size, generator)
         with _named(self.name):
             est = self.warm_with(self.run)
         self.run.clear()
