@@ -90,10 +90,7 @@ def format_bytes(value: float | int | None, *, decimals: int = 2) -> str:
 
 def format_rate(per_second: float | int | None, unit: str, *, decimals: int = 2) -> str:
     """A rate with decimal SI prefixes: ``format_rate(1.2e12, "B/s") -> "1.20 TB/s"``."""
-    if _missing(per_second):
-        return MISSING
-    text, prefix = _scaled(float(per_second), SI_PREFIXES, decimals)  # type: ignore[arg-type]
-    return f"{text} {prefix}{unit}"
+    return format_count(per_second, decimals=decimals, unit=unit)
 
 
 def _fixed_for_significant(x: float) -> str:

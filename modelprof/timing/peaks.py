@@ -233,32 +233,18 @@ KNOWN_DEVICES: dict[str, DeviceSpec] = {
 
 
 # First match wins: every token of a rule must appear among the name's tokens. A rule names one
-# variant (form factor, memory): a family name alone ("A100") is ambiguous and refused.
+# variant (form factor, memory): a key's own words, then the other names torch and vendors use.
+# A family name alone ("A100") is ambiguous and refused.
 _MATCH_RULES: tuple[tuple[frozenset[str], str], ...] = tuple(
-    (frozenset(tokens.split()), key)
+    (frozenset(tokens.lower().split()), key)
     for tokens, key in (
-        ("h100 nvl", "H100 NVL"),
-        ("h100 pcie", "H100 PCIe"),
-        ("h100 sxm", "H100 SXM"),
+        *((key, key) for key in KNOWN_DEVICES),
         ("h100 sxm5", "H100 SXM"),
         ("h100 hbm3", "H100 SXM"),  # torch: "NVIDIA H100 80GB HBM3"
-        ("h200 nvl", "H200 NVL"),
-        ("h200 sxm", "H200 SXM"),
         ("nvidia h200", "H200 SXM"),  # torch: "NVIDIA H200"
-        ("a100 pcie 40gb", "A100 PCIe 40GB"),
-        ("a100 pcie 80gb", "A100 PCIe 80GB"),
-        ("a100 sxm 40gb", "A100 SXM 40GB"),
         ("a100 sxm4 40gb", "A100 SXM 40GB"),
-        ("a100 sxm 80gb", "A100 SXM 80GB"),
         ("a100 sxm4 80gb", "A100 SXM 80GB"),
-        ("l40s", "L40S"),
-        ("l4", "L4"),
-        ("a10g", "A10G"),
-        ("a10", "A10"),
-        ("t4", "T4"),
         ("v100s", "V100S PCIe"),
-        ("v100 pcie", "V100 PCIe"),
-        ("v100 sxm2", "V100 SXM2"),
         ("4090", "RTX 4090"),
         ("3090", "RTX 3090"),
     )
