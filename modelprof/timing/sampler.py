@@ -468,8 +468,10 @@ def collect_interleaved(
 
     Stops when every candidate's own interval and its paired ratio to the first are within
     ``precision`` (after ``min_samples`` in ``min_blocks``), on "spread", or at ``budget_s`` per
-    candidate or ``max_samples``; then held to ``min_samples``. ``on_round(fewest samples,
-    seconds so far)`` after each round. Every rank of a process group takes the same rounds.
+    candidate or ``max_samples``. Then the sample floor: while a candidate is below
+    ``min_samples``, more rounds of about one run of the slowest short one, none ending past
+    ``floor_cap_s`` per candidate. ``on_round(fewest samples, seconds so far)`` after each
+    round (of the floor's, once it began). Every rank of a process group takes the same rounds.
     """
     m = len(samplers)
     if m == 0:
@@ -480,27 +482,35 @@ def collect_interleaved(
     logs = [BlockLog(t0, est) for est in est_ms]
     reason: str | None = None
     round_s = 0.0
+    need, cap = rule.promised_min, rule.floor_cap_s * m
+    floor: list[float] = []  # once stopped: the round the floor's began at, and their start
 
     def plan(r: int) -> tuple[int, list[int]] | None:
         nonlocal reason
-        if r:
+        if r and not floor:
             elapsed = now() - t0
             spread = _rounds_spread(logs, rule, r, elapsed, rule.budget_s * m)
             late = elapsed + round_s > rule.budget_s * m
             reason = _round_stop(logs, rule, r, late, agree, spread)
             if reason is not None:
-                return None
-        return r, [_block(rule, log, first=not r) for log in logs]
+                if need is None:
+                    return None
+                floor[:] = [r, now()]
+        if not floor:
+            return r, [_block(rule, log, first=not r) for log in logs]
+        ks = _floor_block(logs, need, rule.max_samples)
+        round_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
+        fits = bool(ks) and (now() - floor[1]) + round_ms / 1e3 <= cap
+        return (r, ks) if agree.every(fits) else None
 
     def take(round_: tuple[int, list[int]]) -> None:
         nonlocal round_s
         round_s = _run_round(samplers, logs, round_[1], round_[0], rng, now)
         if on_round is not None:
-            on_round(min(log.n for log in logs), now() - t0)
+            on_round(min(log.n for log in logs), now() - (floor[1] if floor else t0))
 
     r = run_blocks(plan, take)
-    cap = rule.floor_cap_s * m
-    extended = _floor_rounds(samplers, logs, rule, r, rng, cap, now, on_round)
+    extended = now() - floor[1] if floor and r > floor[0] else 0.0
     return [
         dataclasses.replace(
             log.result(reason, now() - t0),
@@ -526,40 +536,6 @@ def _run_round(
         if ks[i] > 0:
             _take(samplers[i], ks[i], logs[i], now, block=r)
     return now() - start
-
-
-def _floor_rounds(
-    samplers: Sequence[Callable[[int], np.ndarray]],
-    logs: Sequence[BlockLog],
-    rule: StopRule,
-    r: int,
-    rng: np.random.Generator,
-    cap_s: float,
-    now: Callable[[], float],
-    on_round: Callable[[int, float], None] | None,
-) -> float:
-    """The sample floor of an interleaved comparison: while a candidate is below
-    ``min_samples``, more (paired) rounds of about one run of the slowest short candidate,
-    none ending past ``cap_s`` seconds. Returns the seconds they took."""
-    need = rule.promised_min
-    if need is None:
-        return 0.0
-    t0 = now()
-    agree = decisions()
-
-    def plan(i: int) -> list[int] | None:
-        ks = _floor_block(logs, need, rule.max_samples)
-        round_ms = sum(k * (log.wall_ms or 0.0) for k, log in zip(ks, logs))
-        return ks if agree.every(bool(ks) and (now() - t0) + round_ms / 1e3 <= cap_s) else None
-
-    def take(ks: list[int]) -> None:
-        nonlocal r
-        _run_round(samplers, logs, ks, r, rng, now)
-        r += 1
-        if on_round is not None:
-            on_round(min(log.n for log in logs), now() - t0)
-
-    return now() - t0 if run_blocks(plan, take) else 0.0
 
 
 def _floor_block(logs: Sequence[BlockLog], need: int, cap: int) -> list[int]:
