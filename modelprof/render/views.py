@@ -569,13 +569,10 @@ def _footer(
         if values is None or not set(values) & set(names):
             continue  # a footer row with none of its columns shown would be a bare label
         label_at = _label_column(names, kinds, {**(totals or {}), **(end_to_end or {})})
-        out = []
-        for i, (name, fmt) in enumerate(zip(names, formatters)):
-            if i == label_at:
-                out.append(label)
-            elif name in values:
-                out.append(fmt(values[name]))
-            else:
-                out.append("")
-        footer.append(tuple(out))
+        footer.append(
+            tuple(
+                label if i == label_at else fmt(values[name]) if name in values else ""
+                for i, (name, fmt) in enumerate(zip(names, formatters))
+            )
+        )
     return footer

@@ -353,14 +353,11 @@ def _fit_title(ax: Any, text: str, *, small: bool = False) -> None:
 
 def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:
     """Indices of points within ``factor`` of each other on both log axes: one label each."""
+    close = lambda a, b: max(a, b) / min(a, b) < factor  # noqa: E731
     groups: list[list[int]] = []
     for i in range(len(x)):
         for g in groups:
-            j = g[0]
-            if (
-                max(x[i], x[j]) / min(x[i], x[j]) < factor
-                and max(y[i], y[j]) / min(y[i], y[j]) < factor
-            ):
+            if close(x[i], x[g[0]]) and close(y[i], y[g[0]]):
                 g.append(i)
                 break
         else:
@@ -405,8 +402,7 @@ def plot_throughput(
     )
     if (xs > 0).all():
         ax.set_xscale("log", base=2)
-    ax.set_xlabel(x.replace("_", " "))
-    ax.set_ylabel("samples/s" if y != "fps" else "FPS")
+    ax.set(xlabel=x.replace("_", " "), ylabel="samples/s" if y != "fps" else "FPS")
     ax.set_title(title or "Throughput")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -508,10 +504,9 @@ def plot_cost_latency(
     )
     x = compare_df[cost].to_numpy(dtype=float)
     y = compare_df[latency].to_numpy(dtype=float)
-    lows = compare_df.get(f"{stem}_ci_low_ms")
-    highs = compare_df.get(f"{stem}_ci_high_ms")
-    lo = y - lows.to_numpy(dtype=float) if lows is not None else np.full_like(y, np.nan)
-    hi = highs.to_numpy(dtype=float) - y if highs is not None else np.full_like(y, np.nan)
+    none = pd.Series(np.nan, index=compare_df.index)  # no interval columns: no error bars
+    lo = y - compare_df.get(f"{stem}_ci_low_ms", none).to_numpy(dtype=float)
+    hi = compare_df.get(f"{stem}_ci_high_ms", none).to_numpy(dtype=float) - y
     fig = figure_class()(figsize=(5.5, 4.0), layout="constrained")
     ax = fig.subplots()
     ok = np.isfinite(lo) & np.isfinite(hi)

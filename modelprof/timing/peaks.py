@@ -19,10 +19,10 @@ from typing import Callable, Iterator
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.device import device_synchronize, mig_refusal, mig_slice, tf32_enabled
+from modelprof.runtime.device import mig_refusal, mig_slice, tf32_enabled
 from modelprof.runtime.env import cpu_name
 from modelprof.runtime.inputs import DTYPE_NAMES
-from modelprof.timing.clock import cpu_time_source
+from modelprof.timing.clock import CudaEventClock, HostSyncClock, cpu_time_source
 from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
 
 __all__ = [
@@ -334,20 +334,10 @@ def _device_name(dev: torch.device) -> str:
 
 
 def _time_once(fn: Callable[[], object], dev: torch.device) -> float:
-    """Seconds for one call: CUDA events on CUDA, perf_counter_ns (after a synchronize) elsewhere."""
-    if dev.type == "cuda":
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-    device_synchronize(dev)
-    t0 = time.perf_counter_ns()
-    fn()
-    device_synchronize(dev)
-    return (time.perf_counter_ns() - t0) / 1e9
+    """Seconds for one call by the device's clock: CUDA events on CUDA, else ``perf_counter_ns``
+    between synchronizes."""
+    clock = CudaEventClock(dev) if dev.type == "cuda" else HostSyncClock(dev)
+    return float(clock.time([fn], 1)[0, 0]) / 1e3
 
 
 def _best_of(fn: Callable[[], object], dev: torch.device, tries: int, deadline: float) -> float:
