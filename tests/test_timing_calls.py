@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from modelprof.counting.tree import by_parents
 from modelprof.errors import ModelProfError
 from modelprof.runtime.hooks import module_names
-from modelprof.timing.calls import CallPlan, Calls, TimedInstrument, discover, inclusive
+from modelprof.timing.calls import CallPlan, Calls, TimedInstrument, discover
 
 
 class Log(TimedInstrument):
@@ -153,11 +154,14 @@ def test_without_a_plan_calls_are_only_counted():
         four.check_complete("the counted pass")
 
 
-def test_own_readings_sum_up_the_tree_and_inclusive_ones_stay():
+def test_own_readings_sum_up_the_tree_and_back():
     parents = [None, 0, 0, 0, 3]  # _model()'s plan: the root, three children, 3's child 4
     own = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 1.0, 0.0, 0.0, 1.0]])
     # call 3 holds 4 + 5 = 9; the root 1 + 2 + 3 + 9 = 15 (the second pass: 0 + 1 + 0 + 1 = 2)
     expected = [[15.0, 2.0, 3.0, 9.0, 5.0], [2.0, 1.0, 0.0, 1.0, 1.0]]
-    assert inclusive(own, parents, "own").tolist() == expected
-    assert inclusive(own, parents, "inclusive").tolist() == own.tolist()
-    assert own[0, 0] == 1.0  # the readings themselves untouched
+    assert by_parents(own, parents, "own", "inclusive").tolist() == expected
+    assert by_parents(own, parents, "own", "own").tolist() == own.tolist()
+    # and back: the root 15 - (2 + 3 + 9) = 1, call 3 9 - 5 = 4
+    inc = np.array(expected)
+    assert by_parents(inc, parents, "inclusive", "own").tolist() == own.tolist()
+    assert own[0, 0] == 1.0 and inc[0, 0] == 15.0  # the readings themselves untouched

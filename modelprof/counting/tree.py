@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["own_part", "row_values", "subtree_sums"]
+__all__ = ["by_parents", "own_part", "row_values", "subtree_sums"]
 
 
 def subtree_sums(records: Sequence[Any], own: Any, add: Callable[[Any, Any], Any] = operator.add):
@@ -34,6 +34,25 @@ def subtree_sums(records: Sequence[Any], own: Any, add: Callable[[Any, Any], Any
         for c in r.children:
             out[r.index] = add(out[r.index], out[c])
     return out
+
+
+def by_parents(values: np.ndarray, parents: list[int | None], reading: str, to: str) -> Any:
+    """The rule on an array whose last axis is the calls in order (children after their parent;
+    ``parents``: each call's parent index, None for a root): ``values`` of kind ``reading``
+    (``"own"`` or ``"inclusive"``) as ``to``'s kind, as floats (a copy where already so)."""
+    out = values[..., : len(parents)].astype(float).copy()
+    if reading == to:
+        return out
+    if to == "inclusive":  # each call into its parent, from the last call back
+        for i in range(len(parents) - 1, -1, -1):
+            if parents[i] is not None:
+                out[..., parents[i]] += out[..., i]
+        return out
+    kids = np.zeros_like(out)  # own: less the sum of the children
+    for i, p in enumerate(parents):
+        if p is not None:
+            kids[..., p] += out[..., i]
+    return out - kids
 
 
 def own_part(records: Sequence[Any], inclusive: Any, index: int) -> Any:

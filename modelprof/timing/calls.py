@@ -22,7 +22,7 @@ from torch import nn
 from modelprof.errors import ModelProfError
 from modelprof.runtime.hooks import module_hooks
 
-__all__ = ["CallPlan", "Calls", "Key", "TimedInstrument", "discover", "inclusive"]
+__all__ = ["CallPlan", "Calls", "Key", "TimedInstrument", "discover"]
 
 Key = tuple[str, int]
 
@@ -91,7 +91,7 @@ class TimedInstrument:
     plan), ``exit(i)`` after it (also when it raised). ``reading`` says what a call's value
     holds: ``"inclusive"`` (the calls inside it too: a span between two stamps, a peak) or
     ``"own"`` (its part alone: the kernels launched in its range and none of its children's,
-    the backward's nodes it made); :func:`inclusive` makes an own reading inclusive."""
+    the backward's nodes it made); ``counting.tree.by_parents`` makes an own reading inclusive."""
 
     reading = "inclusive"
 
@@ -100,19 +100,6 @@ class TimedInstrument:
 
     def exit(self, i: int) -> None:
         return None
-
-
-def inclusive(values: np.ndarray, parents: list[int | None], reading: str) -> np.ndarray:
-    """Per-call ``values`` (the last axis: the calls in the plan's order) of an instrument whose
-    ``reading`` is ``"own"`` with each call's descendants added in; ``"inclusive"`` ones as
-    they are (a copy, as floats)."""
-    out = values[..., : len(parents)].astype(float).copy()
-    if reading == "own":  # children come after their parent: add from the last call back
-        for i in range(len(parents) - 1, -1, -1):
-            p = parents[i]
-            if p is not None:
-                out[..., p] += out[..., i]
-    return out
 
 
 class Calls:

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 import modelprof.columns as registry
+from modelprof.counting.tree import by_parents
 from modelprof.errors import ModelProfError
 from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
 from modelprof.runtime.device import is_oom
@@ -47,7 +48,7 @@ from modelprof.timing.attribution import (
     innermost,
     outermost,
 )
-from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover, inclusive
+from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover
 from modelprof.timing.layers import LayerTiming, carried_names, gc_paused
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
@@ -110,7 +111,7 @@ class KernelTiming(LayerTiming):
 
     def _tree(self, own: np.ndarray) -> np.ndarray:
         """Inclusive values from each call's own (the last axis, calls in pre-order)."""
-        return inclusive(own, self.parent_index, _Ranges.reading)
+        return by_parents(own, self.parent_index, _Ranges.reading, "inclusive")
 
     def medians(self) -> dict[str, np.ndarray]:
         """Per call: the medians of its own busy, idle and launches, their sums up the tree, and
@@ -123,12 +124,9 @@ class KernelTiming(LayerTiming):
         out = {f"{k}_self": v[: len(self.order)] for k, v in own.items()}
         out.update({k: self._tree(v) for k, v in own.items()})
         host = self.host_ms
-        kids = np.zeros_like(host)
-        for i, p in enumerate(self.parent_index):
-            if p is not None:
-                kids[:, p] += host[:, i]
         out["host"] = np.median(host, axis=0)
-        out["host_self"] = np.median(np.clip(host - kids, 0.0, None), axis=0)
+        own_host = by_parents(host, self.parent_index, "inclusive", "own")
+        out["host_self"] = np.median(np.clip(own_host, 0.0, None), axis=0)
         return out
 
     @property
