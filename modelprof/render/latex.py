@@ -36,15 +36,8 @@ __all__ = [
     "to_latex",
 ]
 
-_LATEX_SPECIALS = {
+_LATEX_SPECIALS = {ch: "\\" + ch for ch in "&%$#_{}"} | {
     "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
     "<": r"\textless{}",
@@ -67,40 +60,14 @@ _TABCOLSEP_PT = 6.0  # LaTeX's default \tabcolsep, on each side of every column
 _SAFETY = 1.05
 _UNIT_RE = re.compile(r"^(.+?) \(([^()]+)\)$")
 
-# Computer Modern Roman glyph widths in thousandths of an em (cmr10.tfm), by width; unknown
-# glyphs count as an "m" so the estimate errs on the wide side.
-_CMR_WIDTHS: dict[str, int] = {
-    glyph: width
-    for width, glyphs in {
-        278: ".,:;[]'!il",
-        306: "fj",
-        333: " -",
-        361: "I",
-        389: "()t",
-        392: "r",
-        394: "s",
-        444: "cez",
-        472: "?",
-        500: "0123456789/_*ago",
-        514: "J",
-        528: "kqvxy",
-        556: "bdhnpuS",
-        576: "µ",
-        611: "Z",
-        625: "L",
-        653: "F",
-        681: "EP",
-        708: "B",
-        722: "wCT",
-        736: "R",
-        750: "AHNUVXY",
-        764: "D",
-        778: "+=<>×&KOQ",
-        785: "G",
-        833: "%#m",
-        917: "M",
-        1028: "W",
-    }.items()
+# Computer Modern Roman glyph widths in thousandths of an em (cmr10.tfm), as "width:glyphs" (and
+# the space); unknown glyphs count as an "m" so the estimate errs on the wide side.
+_CMR_TABLE = """278:.,:;[]'!il 306:fj 333:- 361:I 389:()t 392:r 394:s 444:cez 472:? 500:0123456789/_*ago
+514:J 528:kqvxy 556:bdhnpuS 576:µ 611:Z 625:L 653:F 681:EP 708:B 722:wCT 736:R 750:AHNUVXY 764:D
+778:+=<>×&KOQ 785:G 833:%#m 917:M 1028:W"""
+_CMR_WIDTHS: dict[str, int] = {" ": 333} | {
+    glyph: int(width)
+    for width, glyphs in (entry.split(":", 1) for entry in _CMR_TABLE.split())
     for glyph in glyphs
 }
 
@@ -382,12 +349,8 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     grey = any(is_rough(table, i, n) for i in range(len(table.cells)) for n in table.columns)
     if table.footer:
         body += [r"\midrule", *(_footer_line(r) for r in table.footer)]
-    packages = (
-        ["booktabs"]
-        + (["longtable"] if long else [])
-        + (["graphicx"] if scale else [])
-        + (["xcolor"] if grey else [])
-    )
+    used = {"booktabs": True, "longtable": long, "graphicx": scale, "xcolor": grey}
+    packages = [name for name, needed in used.items() if needed]
     out = _comments(table, before, packages, view)
     out += _warn_unsettable(table)
     if long:

@@ -68,9 +68,7 @@ _SYMPY_KEYWORDS = frozenset(
     "positive negative integer real nonnegative nonpositive finite evaluate commutative".split()
 )
 _GUARD_NAMES = _SYMPY_NAMES | {"L", "math", "inf"}
-_GUARD_ATTRIBUTES = frozenset(
-    {"size", "stride", "storage_offset", "dim", "numel", "floor", "ceil", "trunc", "sqrt"}
-)
+_GUARD_ATTRIBUTES = frozenset("size stride storage_offset dim numel floor ceil trunc sqrt".split())
 _EXPR_NODES = tuple(
     getattr(ast, name)
     for name in """Expression BinOp UnaryOp BoolOp Compare Call Name Constant keyword Load operator
@@ -83,7 +81,7 @@ _OPERATOR_TARGETS = frozenset(
     """eq ne le ge lt gt neg pos mul add sub floordiv mod pow truediv and_ or_ lshift rshift
     getitem not_ abs xor invert""".split()
 )
-_MATH_TARGETS = frozenset({"trunc", "ceil", "floor", "sqrt"})
+_MATH_TARGETS = frozenset("trunc ceil floor sqrt".split())
 _TORCH_TARGETS = frozenset(
     """sym_not sym_int sym_float sym_ite sym_max sym_min sym_sqrt sym_sum _sym_sqrt _assert _check
     _check_is_size""".split()

@@ -361,7 +361,7 @@ def check_input_bytes(
     )
     if max(numels) >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
-    available = None if device.type == "meta" else available_memory_bytes(device)
+    available = available_memory_bytes(device)  # None on meta
     if available is not None and nbytes > available:
         msg = f"{what}, more than the {bytes_text(available)} available on {device}"
         raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
