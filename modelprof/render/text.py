@@ -24,12 +24,9 @@ def escape_control(cell: str) -> str:
     return cell.translate(_CONTROL)
 
 
-def _pad(cell: str, width: int, right: bool) -> str:
-    return cell.rjust(width) if right else cell.ljust(width)
-
-
 def _line(cells: Sequence[str], widths: Sequence[int], numeric: Sequence[bool]) -> str:
-    return _GAP.join(_pad(c, w, r) for c, w, r in zip(cells, widths, numeric)).rstrip()
+    padded = (c.rjust(w) if right else c.ljust(w) for c, w, right in zip(cells, widths, numeric))
+    return _GAP.join(padded).rstrip()
 
 
 def text_table(table: Table, *, max_rows: int | None = None, title: str | None = None) -> str:

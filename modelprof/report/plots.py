@@ -309,7 +309,6 @@ def _legends(fig: Any, ax: Any, key: list[str]) -> None:
             blank,
             key,
             loc="outside right lower",
-            fontsize=7.5,
             handlelength=0,
             handletextpad=0,
             title="slowest layers",
