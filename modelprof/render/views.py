@@ -404,7 +404,8 @@ def readable_scale(
     return fitting[0]
 
 
-# kinds whose fixed unit does not depend on the values: (unit, scale)
+# kinds whose fixed unit is chosen from the values, and those where it is not: (unit, scale)
+_FIXED_PREFIXES = {"count": SI_PREFIXES, "bytes": IEC_PREFIXES, "time_ms": TIME_UNITS}
 _FIXED_SCALES = {"percent": ("%", 1.0), "ratio": ("%", 0.01), "multiple": ("×", 1.0)}
 
 
@@ -415,13 +416,10 @@ def _fixed_formatter(
     if kind not in _NUMERIC_KINDS:
         return header, _human_formatter(kind)
     numbers = [float(v) for v in values if not _is_missing(v)]
-    if kind in ("count", "bytes"):  # whole numbers of a count or of bytes as they are
-        scale, unit = readable_scale(numbers, SI_PREFIXES if kind == "count" else IEC_PREFIXES)
-        if scale == 1.0:
+    if kind in _FIXED_PREFIXES:
+        scale, unit = readable_scale(numbers, _FIXED_PREFIXES[kind])
+        if scale == 1.0 and kind != "time_ms":  # whole numbers of a count or of bytes as they are
             return header + (" (B)" if kind == "bytes" else ""), _human_formatter("int")
-        return f"{header} ({unit})", _scaled_cell(scale)
-    if kind == "time_ms":
-        scale, unit = readable_scale(numbers, TIME_UNITS)
         return f"{header} ({unit})", _scaled_cell(scale)
     if kind in _FIXED_SCALES:
         unit, scale = _FIXED_SCALES[kind]
@@ -496,8 +494,7 @@ def prepare_table(
     units = view.units_or(default_units)
     if units not in UNITS:
         raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
-    if totals is None:
-        totals = default_totals(df)
+    totals = default_totals(df) if totals is None else totals
     totals = dict(totals) if (totals is not None and view.show_totals) else None
     end_to_end = dict(end_to_end) if (end_to_end and view.show_totals) else None
     rows = with_index(select_rows(df, **view.selection))
