@@ -227,12 +227,8 @@ def _weights_geometry(tvm: Any, name: str) -> tuple[str, int | None, int | None]
     """``(transform class name, crop size, resize size)`` of the evaluation transform of
     ``name``'s default weights, whose published numbers (crop size, ``_ops``) describe it."""
     try:
-        weights = tvm.get_model_weights(name).DEFAULT
-    except (ValueError, AttributeError, KeyError):
-        return "", None, None
-    try:
-        transform = weights.transforms()
-    except Exception:  # noqa: BLE001 - a transform we can't build just means "no hint"
+        transform = tvm.get_model_weights(name).DEFAULT.transforms()
+    except Exception:  # noqa: BLE001 - no weights, or a transform we can't build: no hint
         return "", None, None
     crop = getattr(transform, "crop_size", None)
     resize = getattr(transform, "resize_size", None)

@@ -29,16 +29,11 @@ __all__ = [
     "check_rewound",
     "closed_form_kv_bytes",
     "closed_form_kv_per_token",
-    "dtype_bytes",
     "kv_info",
     "model_dims",
     "state_layers",
     "text_config",
 ]
-
-
-def dtype_bytes(dtype: torch.dtype) -> int:
-    return dtype.itemsize
 
 
 def model_dims(config: Any) -> dict[str, int | None]:
@@ -130,7 +125,7 @@ def closed_form_kv_bytes(
         getattr(text, "layer_types", None)
         or [("sliding_attention" if window else "full_attention")] * d["layers"]
     )
-    per_token = elements * dtype_bytes(dtype) * batch_size
+    per_token = elements * dtype.itemsize * batch_size
     total = 0
     for kind in list(kinds)[: d["layers"]]:
         if kind == "sliding_attention" and window:
@@ -169,10 +164,8 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
     layers = getattr(cache, "layers", None)
     if layers is None and isinstance(cache, (list, tuple)):
         layers = cache
-    if layers is None and state_layers(cache):  # an older MambaCache: its states per layer
-        return state_layers(cache)
-    if layers is None:
-        return [list(_tensors(cache))]
+    if layers is None:  # an older MambaCache: its states per layer; else whatever it holds
+        return state_layers(cache) or [list(_tensors(cache))]
     return [list(_tensors(layer)) for layer in layers]
 
 

@@ -186,7 +186,7 @@ def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
     if sliding <= 0:  # no layer slides (layer_types all full)
         return terms
     scale = 1.0
-    if kv is not None and not kv.allocated and kv.closed_form_bytes:
+    if not kv.allocated and kv.closed_form_bytes:
         scale = (kv.total_bytes - kv.constant_bytes) / kv.closed_form_bytes
     return {
         **terms,

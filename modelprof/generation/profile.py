@@ -168,11 +168,9 @@ def _run(
 
 def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> MemoryPlan:
     b = phases[0].batch_size
-    by_name = {p.name: p for p in phases if p.name != "decode"}
-    decode = [p for p in phases if p.name == "decode"]
-    # by phase; decode: the largest step's
-    act = {name: activation_bytes(p.records) / b for name, p in by_name.items()}
-    act["decode"] = max((activation_bytes(p.records) for p in decode), default=0) / b
+    act: dict[str, float] = {}
+    for p in phases:  # by phase; decode: the largest step's
+        act[p.name] = max(act.get(p.name, 0.0), activation_bytes(p.records) / b)
     states = kv.constant_bytes / kv.batch_size if kv is not None else 0.0
     terms = cache_terms(kv, lm.config, lm.dtype)
     return MemoryPlan(

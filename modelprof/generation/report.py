@@ -240,8 +240,7 @@ class GenerationReport(Exports):
         out: dict[str, float] = {}
         if len(g) >= 2:
             for col in (*_GROWTH, "latency_ms"):
-                y = g[col].astype(float)
-                if y.notna().all():
+                if g[col].astype(float).notna().all():
                     out[f"{col}_per_token"] = _slope(g["context"], g[col])
         timing = self.timings.get(self._batch(batch_size))
         slope = timing.step_slope if timing is not None else None
@@ -527,10 +526,10 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _plain(v: Any) -> Any:
-    if isinstance(v, (np.integer,)):
+    if isinstance(v, np.integer):
         return int(v)
-    if isinstance(v, (np.floating,)):
-        return None if not math.isfinite(v) else float(v)
+    if isinstance(v, np.floating):
+        return float(v) if math.isfinite(v) else None
     if isinstance(v, np.ndarray):
         return v.tolist()
     return str(v)

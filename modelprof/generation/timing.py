@@ -199,10 +199,8 @@ class _Run:
         return np.asarray([self() for _ in range(k)])
 
     def clear(self) -> None:
-        self.ttft.clear()
-        self.steps.clear()
-        for v in self.cpu.values():
-            v.clear()
+        for samples in (self.ttft, self.steps, *self.cpu.values()):
+            samples.clear()
 
     def cpu_fields(self, kind: str) -> dict[str, Any]:
         """``cpu_ms``/``cpu_clock`` for a Measurement of ``kind`` (none off the CPU)."""
