@@ -97,9 +97,8 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
     if dtype is None:
         return _infer(values, name)
     if dtype == _TEXT:
-        if name in _EMPTY_IS_MISSING:
-            return _text_series([None if v == "" else v for v in values], name)  # type: ignore[misc]
-        return _text_series(values, name)
+        na = name in _EMPTY_IS_MISSING
+        return _text_series([None if na and v == "" else v for v in values], name)
     if dtype == "bool":
         return _as_bool(values, name)
     try:
