@@ -198,7 +198,7 @@ class LanguageModel:
             kw = {"decoder_input_ids": kw.pop("input_ids"), **kw}
             kw.update(self.encoded[int(tokens.shape[0])])
         elif prompt:
-            kw.update(self.prompt_inputs.extras_for(int(tokens.shape[0]), self.device, self.dtype))
+            kw.update(self.encoder_inputs(int(tokens.shape[0])))
         if self.cache is not CacheMode.NONE:
             kw[self.cache_arg] = cache
         if self.logits_to_keep:
@@ -260,7 +260,8 @@ class LanguageModel:
         return ids
 
     def encoder_inputs(self, batch_size: int) -> dict[str, Any]:
-        """The encoder's inputs at ``batch_size``, on the run's device and dtype."""
+        """The prompt's other inputs (an encoder-decoder's: its encoder's) at ``batch_size``, on
+        the run's device and dtype."""
         return self.prompt_inputs.extras_for(batch_size, self.device, self.dtype)
 
     def keep_encoded(self, batch_size: int, output: Any) -> None:
@@ -306,23 +307,15 @@ class LanguageModel:
 
     def _hf_generate(self, prompt: torch.Tensor, new_tokens: int, stamp: Stamp) -> None:
         streamer = _Streamer(stamp)
-        gc = self.generation_config(new_tokens)
-        extras = self.prompt_inputs.extras_for(int(prompt.shape[0]), self.device, self.dtype)
-        if self.encoder is not None:  # extras are the encoder's; the prompt is the decoder's
+        kw = dict(generation_config=self.generation_config(new_tokens), streamer=streamer)
+        kw.update(self.encoder_inputs(int(prompt.shape[0])))
+        if self.encoder is not None:  # the extras are the encoder's; the prompt is the decoder's
             with _own_settings_unsaid():
-                self.model.generate(
-                    decoder_input_ids=prompt, generation_config=gc, streamer=streamer, **extras
-                )
+                self.model.generate(decoder_input_ids=prompt, **kw)
             # Whisper's generate (5.24) returns the new tokens without the decoder's prompt
             made = streamer.tokens
         else:
-            out = self.model.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                generation_config=gc,
-                streamer=streamer,
-                **extras,
-            )
+            out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), **kw)
             made = out.shape[1] - prompt.shape[1]
         if made != new_tokens or streamer.tokens != new_tokens:
             raise ModelProfError(
@@ -411,11 +404,10 @@ class _Streamer:
         self.stamp, self.tokens, self.prompt_seen = stamp, 0, False
 
     def put(self, value: Any) -> None:
-        if not self.prompt_seen:
-            self.prompt_seen = True
-            return
-        self.tokens += 1
-        self.stamp()
+        if self.prompt_seen:
+            self.tokens += 1
+            self.stamp()
+        self.prompt_seen = True
 
     def end(self) -> None:
         pass

@@ -262,8 +262,7 @@ def time_phase(
         label=f"{lm.name} {phase.label} (plain passes)",
     )
     old = phase.report
-    keys = row_keys(old.rows)
-    columns, overhead, leaf_sum = layer_columns(keys, phase.records, latency, layers)
+    columns, overhead, leaf_sum = layer_columns(row_keys(old.rows), phase.records, latency, layers)
     # the leaf rows' share of the reported latency, as profile() states it
     coverage = leaf_sum / latency.median_ms if latency.median_ms > 0 else float("nan")
     run = RunInfo(old.model_name, old.input_shape, old.batch_size, old.device, old.dtype)
