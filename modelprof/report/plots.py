@@ -503,9 +503,9 @@ def plot_cost_latency(
     )
     x = compare_df[cost].to_numpy(dtype=float)
     y = compare_df[latency].to_numpy(dtype=float)
-    none = pd.Series(np.nan, index=compare_df.index)  # no interval columns: no error bars
-    lo = y - compare_df.get(f"{stem}_ci_low_ms", none).to_numpy(dtype=float)
-    hi = compare_df.get(f"{stem}_ci_high_ms", none).to_numpy(dtype=float) - y
+    absent = pd.Series(np.nan, index=compare_df.index)  # no interval columns: no error bars
+    lo = y - compare_df.get(f"{stem}_ci_low_ms", absent).to_numpy(dtype=float)
+    hi = compare_df.get(f"{stem}_ci_high_ms", absent).to_numpy(dtype=float) - y
     fig = figure_class()(figsize=(5.5, 4.0), layout="constrained")
     ax = fig.subplots()
     ok = np.isfinite(lo) & np.isfinite(hi)
