@@ -14,6 +14,7 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -420,12 +421,8 @@ def _sysfs_caches(threads: int) -> list[tuple[str, int]]:
     for entry in entries:
         if not entry.startswith("index"):
             continue
+        read = lambda name: Path(root, entry, name).read_text("ascii").strip()  # noqa: E731
         try:
-
-            def read(name: str) -> str:
-                with open(os.path.join(root, entry, name), encoding="ascii") as fh:
-                    return fh.read().strip()
-
             if read("type") == "Instruction":
                 continue
             level = int(read("level"))
