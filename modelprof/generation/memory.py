@@ -18,7 +18,7 @@ from torch import nn
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
-from modelprof.runtime.inputs import available_memory_bytes, bytes_text
+from modelprof.runtime.inputs import bytes_text, refuse_beyond_memory
 from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "weights_bytes"]
@@ -58,13 +58,8 @@ def check_run_fits(
         f"needs {bytes_text(need)} for {' and '.join(k for k, v in parts.items() if v)} "
         "alone"
     )
-    if tokens + source >= 2**63:
-        raise ModelProfError(f"{what}: more elements than a tensor can hold")
     where = torch.device("cpu") if device.type == "meta" else device
-    available = available_memory_bytes(where)
-    if available is not None and need > available:
-        msg = f"{what}, more than the {bytes_text(available)} available on {where}"
-        raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
+    refuse_beyond_memory(what, tokens + source, need, where)
 
 
 def _widest_embedding(model: Any) -> int | None:

@@ -34,6 +34,7 @@ __all__ = [
     "parse_device",
     "parse_dtype",
     "parse_input_size",
+    "refuse_beyond_memory",
     "split_inputs",
     "token_inputs",
     "vocab_size",
@@ -359,13 +360,19 @@ def check_input_bytes(
         f"input_size={brief(input_size)} at batch_size {batch_size} needs {bytes_text(nbytes)} "
         f"({str(dtype).removeprefix('torch.')}) for the input tensors alone"
     )
-    if max(numels) >= 2**63:
+    refuse_beyond_memory(what, max(numels), nbytes, device)
+    return nbytes
+
+
+def refuse_beyond_memory(what: str, elements: int, nbytes: int, device: torch.device) -> None:
+    """Refuse what ``what`` says needs ``nbytes``: a tensor of ``elements`` (2**63 or more), or
+    more than ``device``'s free memory (as an ``OutOfMemoryError``, for a batch-size search)."""
+    if elements >= 2**63:
         raise ModelProfError(f"{what}: more elements than a tensor can hold")
     available = available_memory_bytes(device)  # None on meta
     if available is not None and nbytes > available:
         msg = f"{what}, more than the {bytes_text(available)} available on {device}"
         raise ModelProfError(msg) from torch.OutOfMemoryError(msg)
-    return nbytes
 
 
 def _infer_batch(args: tuple, kwargs: dict) -> int:
