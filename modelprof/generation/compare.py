@@ -72,8 +72,8 @@ def compare_generation(
             failed[e.name] = _error_text(e.__cause__)
             lms = [x for x in lms if x[0] != e.name]
     timings = [
-        timing_from(runner.run, s, lm, spec, batch_size, opts, runner.warmup_calls)
-        for s, runner, (_, lm, spec, _) in zip(sampled, runners, lms)
+        timing_from(runner, runner.run, s, spec)
+        for s, runner, (_, _, spec, _) in zip(sampled, runners, lms)
     ]
     return _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
 

@@ -236,27 +236,20 @@ def measure_generation(
     run.clear()
     sampled = runner.sample(run.block, est, f"generations of {lm.name} at batch {batch}")
     peak = _peak_memory(run, runner)
-    return timing_from(run, sampled, lm, spec, batch, opts, runner.warmup_calls, peak)
+    return timing_from(runner, run, sampled, spec, peak)
 
 
 def timing_from(
-    run: _Run,
-    sampled: Any,
-    lm: LanguageModel,
-    spec: GenerationSpec,
-    batch: int,
-    opts: TimingOptions,
-    n_warm: int,
-    peak: int | None = None,
+    runner: Runner, run: _Run, sampled: Any, spec: GenerationSpec, peak: int | None = None
 ) -> GenerationTiming:
-    """The Measurements of what ``run`` recorded over ``sampled``'s blocks."""
-    dev = str(lm.device)
-    common = dict(device=dev, batch_size=batch, warmup=n_warm, **sampled.fields(opts.stop))
+    """The Measurements of what ``run`` recorded over ``sampled``'s blocks, taken by ``runner``
+    (labelled with its model's name)."""
+    common, name, opts, batch = runner.fields(sampled), runner.label, runner.opts, runner.batch_size
     e2e = Measurement(
-        sampled.samples_ms, label=f"{lm.name} generation", **common, **run.cpu_fields("end_to_end")
+        sampled.samples_ms, label=f"{name} generation", **common, **run.cpu_fields("end_to_end")
     )
     ttft = Measurement(
-        np.asarray(run.ttft), label=f"{lm.name} TTFT", **common, **run.cpu_fields("ttft")
+        np.asarray(run.ttft), label=f"{name} TTFT", **common, **run.cpu_fields("ttft")
     )
     steps = np.vstack(run.steps) if run.steps else np.empty((0, 0))
     tpot = None
@@ -269,7 +262,7 @@ def timing_from(
         )
         tpot = Measurement(
             steps.reshape(-1),
-            label=f"{lm.name} TPOT",
+            label=f"{name} TPOT",
             **{**common, **per_step, **run.cpu_fields("steps")},
         )
     contexts = spec.prompt_len + np.arange(steps.shape[1] if steps.ndim == 2 else 0)
