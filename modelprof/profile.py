@@ -40,6 +40,7 @@ from modelprof.timing.helps import helps_note
 from modelprof.timing.helps import what_helps as time_what_helps
 from modelprof.timing.kernels import KernelTiming, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
+from modelprof.timing.layers import MIN_COST_PASSES
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
@@ -538,24 +539,7 @@ def _measure(
     layers = time_layers(
         eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
     )
-    cost = layers.hook_cost
-    if cost is not None and cost.applied:
-        where = (
-            ""
-            if cost.source != "chain"
-            else f", measured on a chain of empty modules: {layers.n} passes of the model were "
-            "too few to measure it there"
-        )
-        notes.append(
-            f"per-layer times are corrected for the instrument's measured cost: "
-            f"{cost.per_call_ms * 1e3:.2f} us per hooked call{where} "
-            f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)"
-        )
-    else:
-        notes.append(
-            "per-layer times are as read (correct_overhead=False): they include the "
-            "instrument's own cost"
-        )
+    notes.append(_hook_cost_note(layers))
     if layers.extended_s > 0:
         notes.append(
             f"the per-layer passes were extended by {layers.extended_s:.1f} s (at most "
@@ -571,3 +555,26 @@ def _measure(
             "every view; raise budget_s or layer_extend_s"
         )
     return latency, layers, notes
+
+
+def _hook_cost_note(layers: Any) -> str:
+    """What the per-layer rows were corrected by, and where that cost was measured."""
+    cost = layers.hook_cost
+    if cost is None or not cost.applied:
+        return (
+            "per-layer times are as read (correct_overhead=False): they include the "
+            "instrument's own cost"
+        )
+    where = ""
+    if cost.source == "chain":
+        why = (
+            f"{layers.n} passes of the model were too few to measure it there"
+            if layers.n < MIN_COST_PASSES
+            else "the model's passes read nothing, and a hooked call costs no less in a model"
+        )
+        where = f", measured on a chain of empty modules: {why}"
+    return (
+        f"per-layer times are corrected for the instrument's measured cost: "
+        f"{cost.per_call_ms * 1e3:.2f} us per hooked call{where} "
+        f"({cost.self_ms * 1e3:.2f} us of it inside the call's own span)"
+    )

@@ -380,7 +380,7 @@ def _nothing() -> None:
 
 _CALIBRATION_CALLS = 64
 #: Fewer instrumented passes and the hooks' cost comes from the calibration chain, not the model.
-_MIN_COST_PASSES = 10
+MIN_COST_PASSES = 10
 #: Whether the thread CPU clock resolves a microsecond (Linux, macOS: 1 ns; Windows: 15.6 ms).
 _THREAD_TIME_FINE = time.get_clock_info("thread_time").resolution <= 1e-6
 
@@ -640,16 +640,17 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     """The model's own cost per hooked call: the median of the per-pair differences
     (instrumented - its plain pass), which preemption moves less than a difference of medians
     (docs/timing.md), on the CPU bounded by the same in thread CPU time; the chain's cost below
-    ``_MIN_COST_PASSES`` passes (mostly noise), and where the model's read less: a hooked call
-    costs no less in a model than on the chain of empty modules, its cheapest context."""
+    ``MIN_COST_PASSES`` passes (mostly noise), and where the model's read nothing (a loaded
+    machine's pass pairs differed by more than the hooks cost; they cost no less in a model
+    than on the chain of empty modules, their cheapest context)."""
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
     per_call, source = calibrated.per_call_ms, "chain"
-    if sampled.n >= _MIN_COST_PASSES or not calibrated.applied:  # (CUDA: no chain to ask)
+    if sampled.n >= MIN_COST_PASSES or not calibrated.applied:  # (CUDA: no chain to ask)
         paired = _paired_median(sampled.samples_ms, plain)
         if inst.cpu_ms is not None:  # (instrumented, plain) thread CPU times
             paired = min(paired, _paired_median(*inst.cpu_ms))
-        if paired / len(keys) > per_call or not calibrated.applied:
+        if paired > 0 or not calibrated.applied:
             per_call, source = max(0.0, paired) / len(keys), "model"
     return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
 
