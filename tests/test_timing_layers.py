@@ -45,8 +45,13 @@ def test_spin_layers_are_never_read_short_and_their_fastest_pass_is_exact(spin_t
     raw = lt.raw_samples
     for key, ms in {**SPIN_MS, ("", 1): ROOT_MS}.items():
         # a call's stamps bracket its whole spin: no reading is short, other load only
-        # lengthens one; an un-preempted pass reads the spin to within a few microseconds
+        # lengthens one
         assert (raw[key] >= ms - 1e-6).all(), key
+    for key, ms in SPIN_MS.items():
+        # a leaf's span holds no hook: an un-preempted pass reads the spin to within a few
+        # microseconds. The root's raw span holds its children's hooks, which cost 10-50 us a
+        # call right after a spin on these VMs (a CI run's fastest root read 3.639 ms): its
+        # fastest pass is checked once corrected, below
         assert raw[key].min() == pytest.approx(ms, rel=0.03), key
     # every pass: the parent's span holds its children's spans
     children = sum(raw[k] for k in SPIN_MS)
@@ -66,6 +71,10 @@ def test_the_hook_correction_removes_microseconds_not_the_layers_work(spin_timin
     # every pass: the corrected parent holds its corrected children
     children = sum(lt.samples[k] for k in SPIN_MS)
     assert (lt.samples[("", 1)] >= children - 1e-9).all()
+    # the root less its three children's hooks: its fastest pass is the spins' 3.5 ms. The
+    # correction takes off the median cost, the fastest pass paid less: 10 runs here, quiet and
+    # with two busy loops, read 3.445-3.475 ms
+    assert lt.samples[("", 1)].min() == pytest.approx(ROOT_MS, rel=0.03)
 
 
 def test_leaves_cover_each_pass(spin_timing):

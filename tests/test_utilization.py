@@ -203,9 +203,19 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
         torch.set_num_threads(threads)
     u = report.utilization(peak="probe")
     assert u.phases.loc[0, "model_flops"] == 2 * 512**3  # the probe's own product
+    # the probe is a lower bound: where a timed row ran the product faster than the probe's
+    # best, the roof is raised to that row's rate (Peaks.raised names it), else it is the probe's
+    # as measured (a CI run's Linear row beat the probe by 6.8 %: the MFU against the unraised
+    # probe read 0.702, the report's 0.657)
+    roof = u.convention.peaks
+    rates = [2 * 512**3 / (r.latency_ms / 1e3) for r in report.rows]  # every row runs it
+    if "compute" in roof.raised:
+        assert roof.peak_flops == pytest.approx(max(rates)) and max(rates) > peaks.peak_flops
+    else:
+        assert roof.peak_flops == peaks.peak_flops and max(rates) <= peaks.peak_flops
     # MFU is the model's FLOPs over its median time x the peak, exactly
     lat = report.latency
-    assert u.mfu == pytest.approx(2 * 512**3 / (lat.median_ms / 1e3) / peaks.peak_flops)
+    assert u.mfu == pytest.approx(2 * 512**3 / (lat.median_ms / 1e3) / roof.peak_flops)
     # like with like: in one of the three rounds at least, the model's fastest run reaches 80 %
     # of the probe's fastest (the peak) of the same round. Not against the best probe of all
     # rounds: this VM's speed moves by itself, the three probes of one idle run read 84.5, 70.9
@@ -220,7 +230,7 @@ def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
     sheet = report.utilization("H100 SXM")
     assert sheet.by_peak == {"probe": u.mfu, "datasheet": sheet.mfu}
     # 67 TFLOP/s dense float32 against the probe's: the ratio of the two MFUs is theirs
-    assert sheet.mfu / u.mfu == pytest.approx(peaks.peak_flops / 67e12)
+    assert sheet.mfu / u.mfu == pytest.approx(roof.peak_flops / 67e12)
     assert "datasheet, dense, H100 SXM" in sheet.describe()
     probe_part = sheet.describe().split("against the probe peak ", 1)[1]
     assert probe_part.startswith(f"{u.mfu:.3f}" if u.mfu <= 1 else f"above 1 ({u.mfu:.3f}:")
