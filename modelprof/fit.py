@@ -45,6 +45,7 @@ from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
+from modelprof.generation.specs import lm_auto_class
 from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
@@ -382,34 +383,17 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
-#: the auto classes a config is built with, in order, then ``AutoModel``: an encoder-decoder
-#: as one (speech, then text), anything else as a causal LM (a vision-language one with its
-#: LM head)
-_AUTO_ENCODER_DECODER = ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM")
-_AUTO_DECODER = ("AutoModelForCausalLM", "AutoModelForImageTextToText")
-
-
 def _from_config(config: Any) -> nn.Module:
-    """The model of ``config`` on meta, from the first auto class that maps its config class."""
-    import transformers  # an optional extra: imported only for a config
-
-    first = _AUTO_ENCODER_DECODER if getattr(config, "is_encoder_decoder", False) else _AUTO_DECODER
-    tried = (*first, "AutoModel")
-    for name in tried:
-        auto = getattr(transformers, name, None)
-        if auto is None or type(config) not in auto._model_mapping:
-            continue
-        with torch.device("meta"):
-            try:
-                return auto.from_config(config)
-            except Exception as e:  # noqa: BLE001 - a config its class refuses, named
-                raise ModelProfError(
-                    f"fit(): {type(config).__name__} cannot build {name}: {_first_line(e)}"
-                ) from e
-    raise ModelProfError(
-        f"fit(): transformers {transformers.__version__} has no model class for "
-        f"{type(config).__name__} (tried {', '.join(tried)}); pass the module"
-    )
+    """The model of ``config`` on meta, of the class ``modelprof generate`` builds for it
+    (else ``AutoModel``'s)."""
+    name, auto = lm_auto_class(config, "fit()", "pass the module", "AutoModel")
+    with torch.device("meta"):
+        try:
+            return auto.from_config(config)
+        except Exception as e:  # noqa: BLE001 - a config its class refuses, named
+            raise ModelProfError(
+                f"fit(): {type(config).__name__} cannot build {name}: {_first_line(e)}"
+            ) from e
 
 
 def _main_input(model: nn.Module) -> str:

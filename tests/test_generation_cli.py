@@ -151,3 +151,39 @@ def test_generate_help_lists_only_what_it_uses(capsys):
     assert "--input-size" not in text and "--prompt-len" in text
     assert main(["profile", "--help"]) == 0
     assert "--input-size" in capsys.readouterr().out
+
+
+def test_fit_and_generate_build_one_class_for_a_config(tmp_path, capsys):
+    # one rule picks the auto class for both: a speech encoder-decoder its speech class
+    # (Speech2Text has no num_mel_bins, which generate took as the sign: it built the text
+    # class and failed), a vision-language decoder (LLaVA) its image-text one (generate tried
+    # the causal-LM class only and refused it), a text encoder-decoder its Seq2SeqLM
+    import torch
+    import transformers
+
+    from modelprof.fit import fit
+    from modelprof.generation.specs import load_language_model
+
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 2}
+    speech = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_ffn_dim": 32}
+    configs = {
+        "T5ForConditionalGeneration": transformers.T5Config(d_model=32, num_layers=1),
+        "Speech2TextForConditionalGeneration": transformers.Speech2TextConfig(**speech),
+        "LlavaForConditionalGeneration": transformers.LlavaConfig(
+            text_config=transformers.LlamaConfig(num_hidden_layers=1, vocab_size=64, **small),
+            vision_config=transformers.CLIPVisionConfig(num_hidden_layers=1, **small),
+        ),
+    }
+    for built, config in configs.items():
+        path = tmp_path / f"{built}.json"
+        config.to_json_file(str(path))
+        model, _ = load_language_model(str(path), device=torch.device("meta"))
+        assert type(model).__name__ == built
+        assert fit(config, context=8, training=False).model == built
+    # LLaVA generates from text alone; Speech2Text's features modelprof cannot make up: one
+    # line, not a traceback from deep in the encoder
+    llava = str(tmp_path / "LlavaForConditionalGeneration.json")
+    assert main(["generate", llava, "--device", "meta", "--prompt-len", "4"]) == 0
+    s2t = str(tmp_path / "Speech2TextForConditionalGeneration.json")
+    assert main(["generate", s2t, "--device", "meta", "--prompt-len", "4"]) == 2
+    assert "no num_mel_bins: modelprof knows Whisper's layout" in capsys.readouterr().err

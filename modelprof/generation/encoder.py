@@ -32,12 +32,16 @@ def source_length(model: Any, extras: dict[str, Any], prompt_len: int) -> int:
     value = extras.get(name)
     if name == "input_features":
         positions = getattr(config, "max_source_positions", None)
-        if not positions:
+        mels = int(getattr(config, "num_mel_bins", 0) or 0)
+        if not positions or not mels:
+            # Speech2Text lays its features out otherwise, and subsamples them by its own rule
             raise ModelProfError(
-                f"{type(model).__name__} takes input_features but its config has no "
-                "max_source_positions; give them in inputs={'input_features': ...}"
+                f"{type(model).__name__} takes input_features, and its config has no "
+                f"{'num_mel_bins' if positions else 'max_source_positions'}: modelprof knows "
+                "Whisper's layout (batch, num_mel_bins, 2 x max_source_positions) only, so it "
+                "can neither make them up nor tell the encoder's output length"
             )
-        mels, frames = int(getattr(config, "num_mel_bins", 0) or 0), 2 * int(positions)
+        frames = 2 * int(positions)
         if value is not None and (
             not isinstance(value, torch.Tensor) or tuple(value.shape[1:]) != (mels, frames)
         ):

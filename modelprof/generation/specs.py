@@ -142,6 +142,32 @@ def _check_kind(spec: str, key: str, value: Any, default: Any) -> None:
         )
 
 
+#: the transformers auto classes that build a language model, tried in order: an
+#: encoder-decoder (Whisper: speech; T5, BART: text) has no causal-LM class, and a
+#: vision-language decoder (LLaVA) maps the image-text one only
+_LM_AUTO = {
+    True: ("AutoModelForSpeechSeq2Seq", "AutoModelForSeq2SeqLM"),
+    False: ("AutoModelForCausalLM", "AutoModelForImageTextToText"),
+}
+
+
+def lm_auto_class(config: Any, who: str, hint: str, *also: str) -> tuple[str, Any]:
+    """The name and class of the first auto class of ``_LM_AUTO`` (then ``also``) that maps
+    ``config``'s class: ``modelprof fit`` and ``modelprof generate`` build the same model for
+    one config. ``who`` starts the error where none does, ``hint`` ends it."""
+    import transformers
+
+    tried = (*_LM_AUTO[bool(getattr(config, "is_encoder_decoder", False))], *also)
+    for name in tried:
+        auto = getattr(transformers, name, None)
+        if auto is not None and type(config) in auto._model_mapping:
+            return name, auto
+    raise ModelProfError(
+        f"{who}: transformers {transformers.__version__} has no model class for "
+        f"{type(config).__name__} (tried {', '.join(tried)}); {hint}"
+    )
+
+
 def load_language_model(
     spec: str, device: torch.device | None = None, dtype: torch.dtype | None = None
 ) -> tuple[nn.Module, str]:
@@ -155,24 +181,10 @@ def load_language_model(
     if config is None:
         model = load_spec(spec).model
         return (model.to(device=device, dtype=dtype) if device or dtype else model), spec
-    import transformers
-
-    # an encoder-decoder (T5, BART: text; Whisper: speech) has no causal-LM class
-    auto = (
-        transformers.AutoModelForSpeechSeq2Seq
-        if getattr(config, "num_mel_bins", None)
-        else transformers.AutoModelForSeq2SeqLM
-        if getattr(config, "is_encoder_decoder", False)
-        else transformers.AutoModelForCausalLM
-    )
+    _, auto = lm_auto_class(config, f"SPEC {spec!r}", "build it in file.py:factory")
     with torch.device(device or "cpu"):
         try:
             model = auto.from_config(config)
-        except ValueError as e:
-            raise ModelProfError(
-                f"SPEC {spec!r}: {type(config).__name__} has no model for "
-                f"{auto.__name__} in transformers ({str(e).splitlines()[0][:200]})"
-            ) from e
         except Exception as e:  # noqa: BLE001 - an override the checks above let through
             raise ModelProfError(
                 f"SPEC {spec!r}: the model cannot be built from this config: "
