@@ -11,7 +11,17 @@ __all__ = [
     "ModelProfWarning",
     "NoisyMeasurementWarning",
     "TimingDisagreementWarning",
+    "error_line",
 ]
+
+
+def error_line(error: BaseException, limit: int = 300) -> str:
+    """``Type: first line`` of the error at the root of ``error``'s causes, at most ``limit``
+    characters: how a refusal by the user's code or a library is quoted in one of ours."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:limit]
 
 
 class ModelProfError(Exception):

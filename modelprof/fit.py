@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, error_line
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
@@ -372,15 +372,7 @@ def _built_config(what: str, make: Any) -> Any:
     try:
         return make()
     except Exception as e:  # noqa: BLE001 - the config's own refusal, named
-        raise ModelProfError(f"fit(): config {what} cannot be made: {_first_line(e)}") from e
-
-
-def _first_line(error: BaseException) -> str:
-    """The first line of the error at the root of ``error``'s causes, with its type."""
-    while error.__cause__ is not None:
-        error = error.__cause__
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+        raise ModelProfError(f"fit(): config {what} cannot be made: {error_line(e)}") from e
 
 
 def _from_config(config: Any) -> nn.Module:
@@ -392,7 +384,7 @@ def _from_config(config: Any) -> nn.Module:
             return auto.from_config(config)
         except Exception as e:  # noqa: BLE001 - a config its class refuses, named
             raise ModelProfError(
-                f"fit(): {type(config).__name__} cannot build {name}: {_first_line(e)}"
+                f"fit(): {type(config).__name__} cannot build {name}: {error_line(e)}"
             ) from e
 
 
@@ -459,7 +451,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (
             f"no activations counted: {type(model).__name__}'s forward failed on meta at "
-            f"batch {spec.batch_size} x context {spec.context} ({_first_line(e)})"
+            f"batch {spec.batch_size} x context {spec.context} ({error_line(e)})"
         )
     return counts
 
@@ -693,7 +685,7 @@ def _recurrent_state(model: nn.Module, config: Any, spec: _Spec) -> tuple[int, s
             model, prompt_len=1, new_tokens=2, device="meta", dtype=spec.dtype, timing=False
         )
     except ModelProfError as e:
-        return 0, f"no recurrent state read: its cache was not built on meta ({_first_line(e)})"
+        return 0, f"no recurrent state read: its cache was not built on meta ({error_line(e)})"
     kv = report.kv
     return (kv.state_bytes // kv.batch_size if kv is not None else 0), None
 

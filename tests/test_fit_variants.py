@@ -331,3 +331,17 @@ def test_training_must_be_true_or_false(training):
     # before: any value was taken for its truth ("False" planned training, None did not)
     with pytest.raises(ModelProfError, match=r"training=.* must be True or False"):
         fit(nn.Linear(4, 4), training=training)
+
+
+def test_an_optimizer_that_refuses_without_a_message_is_named_in_one_line():
+    # str() of a bare RuntimeError() is empty: the refusal was quoted as its first line and
+    # raised an IndexError instead
+    from modelprof.step.optimizer_state import optimizer_states
+
+    class Mute(torch.optim.SGD):
+        def step(self, closure=None):
+            raise RuntimeError()
+
+    rule = optimizer_states(lambda params: Mute(params, lr=0.1))  # probed when first asked
+    with pytest.raises(ModelProfError, match=r"cannot step a float32 .*: RuntimeError: $"):
+        rule.nbytes((4, 4), 4)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, error_line
 from modelprof.models import config_names_near, load_spec
 
 __all__ = ["load_language_model", "parse_overrides"]
@@ -115,12 +115,7 @@ def _made(spec: str, cls: Any, kwargs: dict[str, Any]) -> Any:
     try:
         return cls(**kwargs)
     except Exception as e:  # noqa: BLE001 - the config class's validation, in any form
-        while e.__cause__ is not None:
-            e = e.__cause__
-        reason = (str(e).strip().splitlines() or [""])[0]
-        raise ModelProfError(
-            f"SPEC {spec!r}: {cls.__name__} refuses it: {type(e).__name__}: {reason}"
-        ) from e
+        raise ModelProfError(f"SPEC {spec!r}: {cls.__name__} refuses it: {error_line(e)}") from e
 
 
 def _check_kind(spec: str, key: str, value: Any, default: Any) -> None:
@@ -187,8 +182,7 @@ def load_language_model(
             model = auto.from_config(config)
         except Exception as e:  # noqa: BLE001 - an override the checks above let through
             raise ModelProfError(
-                f"SPEC {spec!r}: the model cannot be built from this config: "
-                f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+                f"SPEC {spec!r}: the model cannot be built from this config: {error_line(e)}"
             ) from e
     if dtype is not None:
         model = model.to(dtype)

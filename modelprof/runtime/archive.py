@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, error_line
 from modelprof.runtime.inputs import available_memory_bytes, bytes_text
 
 __all__ = [
@@ -221,10 +221,9 @@ def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, RuntimeError) as e:
         # damaged, encrypted or unsupported compression (NotImplementedError, a RuntimeError):
         # the archive's fault, in one line
-        reason = (str(e).strip().splitlines() or [repr(e)])[0]
         raise ModelProfError(
             f"{where} is corrupt or not a torch.export archive: member {info.filename!r} "
-            f"cannot be read ({type(e).__name__}: {reason})"
+            f"cannot be read ({error_line(e)})"
         ) from e
     if len(out) > limit:
         raise ModelProfError(

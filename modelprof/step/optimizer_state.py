@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, error_line
 
 __all__ = ["OPTIMIZER_STATES", "OptimizerState", "optimizer_states"]
 
@@ -206,7 +206,7 @@ def _stepped(make: Any, shapes: list[tuple[int, ...]], shared: bool = False) -> 
     name = getattr(make, "__name__", type(make).__name__)
     raise ModelProfError(
         f"optimizer {name} cannot step a float32 parameter of shape {shapes[0]} on the CPU to "
-        f"be sized: {type(errors[0]).__name__}: {str(errors[0]).splitlines()[0][:200]}"
+        f"be sized: {error_line(errors[0], 200)}"
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, error_line
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.inputs import ModelInputs
@@ -80,7 +80,7 @@ def what_helps(
             except Exception as e:  # noqa: BLE001 - the variant is left out, the reason said
                 if is_oom(e):
                     raise
-                left_out.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                left_out.append(f"{name}: {error_line(e, 160)}")
         if len(candidates) == 1:
             return None, left_out
         budget = min(opts.stop.budget_s, HELPS_BUDGET_S)
