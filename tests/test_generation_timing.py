@@ -363,3 +363,19 @@ def test_decode_phases_get_the_kernel_columns():
     assert block["latency_ms"] == block["host_ms"]  # the CPU's headline is the call's time
     # the phase's latency is from passes outside the profiler, one per profiled pass
     assert report.decode(8).report.latency.n == 5
+
+
+def test_a_model_runs_as_is_by_the_counting_passs_rule():
+    # the cache grows uncounted only where the counting pass would run the model without a
+    # copy: the same rule (first tensor's device, first floating dtype). An integer first
+    # parameter (a quantized table) said "not as is" and every context was counted instead
+    from modelprof.generation.lm import _runs_as_is
+
+    model = nn.Module()
+    model.table = nn.Parameter(torch.zeros(4, dtype=torch.int8), requires_grad=False)
+    model.linear = nn.Linear(2, 2)
+    cpu = torch.device("cpu")
+    assert _runs_as_is(model, cpu, torch.float32)
+    assert not _runs_as_is(model, cpu, torch.float64)  # the counting pass converts a copy
+    assert not _runs_as_is(model, torch.device("meta"), torch.float32)
+    assert _runs_as_is(nn.ReLU(), torch.device("meta"), torch.float16)  # nothing to convert

@@ -19,7 +19,9 @@ from modelprof.generation.encoder import EncoderModule, is_encoder_decoder
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import CacheMode
 from modelprof.runtime import compat
+from modelprof.runtime.device import same_device
 from modelprof.runtime.inputs import ModelInputs
+from modelprof.runtime.placement import model_placement
 
 __all__ = [
     "LanguageModel",
@@ -390,11 +392,13 @@ def _own_settings_unsaid() -> Iterator[None]:
 
 
 def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:
-    """The model's tensors are on ``device`` in ``dtype`` (or it has none)."""
-    first = next(iter(model.parameters()), None) if model is not None else None
-    if first is None:
+    """The counting pass runs the model without a converted copy: it is on ``device`` in
+    ``dtype`` by the counting pass's own rule (:func:`model_placement`: the first tensor's
+    device, the first floating dtype), or it has no parameter."""
+    if model is None or next(iter(model.parameters()), None) is None:
         return True
-    return first.device.type == device.type and first.dtype == dtype
+    on, dt = model_placement(model)
+    return same_device(on, device) and dt == dtype
 
 
 class _Streamer:
