@@ -50,9 +50,11 @@ def test_known_durations_read_back_per_layer_and_end_to_end():
     for name in ("0", "1", "2"):
         assert rows[name]["latency_pct"] == pytest.approx(100 * rows[name]["latency_ms"] / total)
     assert rows["0"]["latency_pct"] < rows["1"]["latency_pct"] < rows["2"]["latency_pct"]
-    # the fastest instrumented pass against the fastest plain one: 4 hooked calls cost
-    # microseconds on 3.5 ms
-    assert lt.passes_ms.min() / lt.plain_ms.min() < 1.05
+    # the fastest instrumented pass against the fastest plain one: 4 hooked calls cost tens of
+    # microseconds on 3.5 ms. Right after a spin Python runs slower on these VMs, 10-50 us a
+    # hooked call (a CI run's fastest root read 3.639 ms, 3.5 % over its spins with 3 of the 4
+    # calls): a sync or a millisecond hook would read far above 1.10
+    assert lt.passes_ms.min() / lt.plain_ms.min() < 1.10
     assert math.isfinite(r.instrumentation_overhead) and r.instrumentation_overhead > 0
     # coverage: leaf medians over the clean runs' median, the end-to-end figure the report
     # states (load between the two windows moves it: timing_agreement says when)

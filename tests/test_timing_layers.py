@@ -155,10 +155,11 @@ def test_hook_cost_read_as_nothing_comes_from_the_chain():
 def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):
     _, lt = spin_timing
     # the instrumented and the plain passes of the same model, interleaved: 4 hooked calls
-    # cost microseconds against a 3.5 ms pass; compared by their fastest passes, which load
-    # does not reach
+    # cost tens of microseconds against a 3.5 ms pass (10-50 us each right after a spin on
+    # these VMs: a CI run's fastest root read 3.639 ms); compared by their fastest passes,
+    # which load does not reach. A sync or a millisecond hook would read far above 1.10
     ratio = lt.passes_ms.min() / lt.plain_ms.min()
-    assert 0.99 < ratio < 1.05
+    assert 0.99 < ratio < 1.10
     assert lt.plain_ms.size == lt.n == 100
     assert (lt.plain_ms >= ROOT_MS - 1e-6).all()
     assert lt.overhead() > 0  # medians: load-dependent
