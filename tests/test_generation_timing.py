@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from modelprof import profile_generation
+from modelprof import ModelProfError, profile_generation
 from modelprof.timing.clock import cpu_time_source
 from modelprof.timing.measurement import DriftWarning
 
@@ -379,3 +379,8 @@ def test_a_model_runs_as_is_by_the_counting_passs_rule():
     assert not _runs_as_is(model, cpu, torch.float64)  # the counting pass converts a copy
     assert not _runs_as_is(model, torch.device("meta"), torch.float32)
     assert _runs_as_is(nn.ReLU(), torch.device("meta"), torch.float16)  # nothing to convert
+    # timing runs the model as it is: by the same rule, another dtype is refused, named
+    lm = FakeLM()
+    lm.scale = nn.Parameter(torch.ones(1))
+    with pytest.raises(ModelProfError, match=r"dtype=torch.float64 differ from the model's"):
+        profile_generation(lm, step=make_step(lm), prompt_len=4, new_tokens=2, dtype="float64")

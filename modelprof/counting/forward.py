@@ -21,12 +21,12 @@ from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.device import MemoryStats, same_device
+from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.placement import model_placement
+from modelprof.runtime.placement import runs_as_is
 from modelprof.runtime.tensors import shape_str
 
 __all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
@@ -48,13 +48,8 @@ def _state_for(
     """Parameters/buffers to run with instead of the model's own, or None to run it as it is:
     converted copies for another device/dtype, buffers cloned in train mode (batch-norm running
     statistics of the user's model stay)."""
-    device, dtype = model_placement(model)
     dtype_requested, memory_format = mode.dtype, mode.memory_format
-    convert = (
-        not same_device(inputs.device, device)
-        or memory_format is not None
-        or (dtype_requested is not None and dtype_requested != dtype)
-    )
+    convert = memory_format is not None or not runs_as_is(model, inputs.device, dtype_requested)
     if not convert and not mode.training:
         return None
 

@@ -19,9 +19,8 @@ from modelprof.generation.encoder import EncoderModule, is_encoder_decoder
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import CacheMode
 from modelprof.runtime import compat
-from modelprof.runtime.device import same_device
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.placement import model_placement
+from modelprof.runtime.placement import runs_as_is
 
 __all__ = [
     "LanguageModel",
@@ -393,12 +392,12 @@ def _own_settings_unsaid() -> Iterator[None]:
 
 def _runs_as_is(model: nn.Module | None, device: torch.device, dtype: torch.dtype) -> bool:
     """The counting pass runs the model without a converted copy: it is on ``device`` in
-    ``dtype`` by the counting pass's own rule (:func:`model_placement`: the first tensor's
-    device, the first floating dtype), or it has no parameter."""
-    if model is None or next(iter(model.parameters()), None) is None:
-        return True
-    on, dt = model_placement(model)
-    return same_device(on, device) and dt == dtype
+    ``dtype`` by the counting pass's own rule (:func:`runs_as_is`), or it has no parameter."""
+    return (
+        model is None
+        or next(iter(model.parameters()), None) is None
+        or runs_as_is(model, device, dtype)
+    )
 
 
 class _Streamer:

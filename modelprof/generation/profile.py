@@ -106,7 +106,7 @@ def profile_generation(
         given = PromptInputs(given.ids, complete_encoder_inputs(model, given.extras, source))
     lm.prompt_inputs = _checked_prompt(given, spec)
     if timing:
-        _check_runnable(model, dev, dt)
+        _check_runnable(lm)
     guard = preserved_state(model) if model is not None else contextlib.nullcontext()
     # the configs, which a step function may change: put back as they were
     configs = [getattr(model, k, None) for k in ("config", "generation_config")]
@@ -211,13 +211,12 @@ def model_device_dtype(model: Any, device: Any, dtype: Any) -> tuple[torch.devic
     return dev or torch.device("cpu"), dt or torch.get_default_dtype()
 
 
-def _check_runnable(model: Any, dev: torch.device, dt: torch.dtype) -> None:
-    """Generation is timed on the model as it is: its device and dtype."""
-    if isinstance(model, nn.Module) and next(iter(model.parameters()), None) is not None:
-        m_dev, m_dt = model_placement(model)
-        if m_dev.type != dev.type or m_dt != dt:
-            raise ModelProfError(
-                f"device={dev}/dtype={dt} differ from the model's "
-                f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
-                "first, or pass timing=False to count on another device/dtype"
-            )
+def _check_runnable(lm: LanguageModel) -> None:
+    """Generation is timed on the model as it is: its device and dtype (``runs_as_is``)."""
+    if not lm.runs_as_is:
+        m_dev, m_dt = model_placement(lm.model)
+        raise ModelProfError(
+            f"device={lm.device}/dtype={lm.dtype} differ from the model's "
+            f"({m_dev}, {m_dt}): timing runs the model as it is; move it "
+            "first, or pass timing=False to count on another device/dtype"
+        )

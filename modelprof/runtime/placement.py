@@ -15,7 +15,7 @@ from modelprof.runtime.device import same_device
 from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import MODULE_REGISTRIES
 
-__all__ = ["copy_model", "model_placement", "moved_model"]
+__all__ = ["copy_model", "model_placement", "moved_model", "runs_as_is"]
 
 
 def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
@@ -23,6 +23,14 @@ def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     device = next((t.device for t in _model_tensors(model)), torch.device("cpu"))
     dtype = next((t.dtype for t in _model_tensors(model) if t.is_floating_point()), None)
     return device, dtype or torch.get_default_dtype()
+
+
+def runs_as_is(model: nn.Module, device: torch.device, dtype: torch.dtype | None) -> bool:
+    """``model`` lives on ``device`` in ``dtype`` (None: any) by :func:`model_placement`: it
+    runs without a converted copy (the counting pass, the timed runs and generation's steps
+    all judge so)."""
+    cur_device, cur_dtype = model_placement(model)
+    return same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
 
 
 def _model_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
@@ -51,10 +59,10 @@ def moved_model(
     memory_format: torch.memory_format | None = None,
 ) -> nn.Module:
     """``model`` itself when it already lives on ``device``/``dtype``, else a converted copy."""
-    cur_device, cur_dtype = model_placement(model)
-    same = same_device(cur_device, device) and (dtype is None or cur_dtype == dtype)
+    same = runs_as_is(model, device, dtype)
     if same and (memory_format is None or _in_format(model, memory_format)):
         return model
+    cur_device, cur_dtype = model_placement(model)
     changes = (
         ("device", device if not same_device(cur_device, device) else None),
         ("dtype", dtype if dtype is not None and cur_dtype != dtype else None),
