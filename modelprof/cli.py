@@ -569,13 +569,22 @@ class _Context:
     def timing_options(self) -> dict[str, Any]:
         return {} if self.args.budget is None else {"budget_s": self.args.budget}
 
-    def step_options(self) -> dict[str, Any]:
-        """``backward``/``optimizer`` for profile() and compare(), when asked for."""
-        if getattr(self.args, "optimizer", None) is not None and not self.args.backward:
+    def run_options(self, named: Any) -> dict[str, Any]:
+        """What profile() and compare() take from the table options: the batch (None with
+        ``named_inputs``, which carry theirs), device, dtype, timing, progress, budget and
+        ``backward``/``optimizer``, when asked for."""
+        if self.args.optimizer is not None and not self.args.backward:
             raise ModelProfError("--optimizer needs --backward (it times a training step)")
-        if not getattr(self.args, "backward", False):
-            return {}
-        return {"backward": True, "optimizer": self.args.optimizer}
+        step = {"backward": True, "optimizer": self.args.optimizer} if self.args.backward else {}
+        return {
+            "batch_size": None if named is not None else self.args.batch_size,
+            "device": self.device,
+            "dtype": self.dtype,
+            "timing": not self.args.no_timing,
+            "progress": self.progress,
+            **self.timing_options(),
+            **step,
+        }
 
 
 #: The formats that need an optional package, and the package.
@@ -643,14 +652,8 @@ def _run_profile(ctx: _Context) -> None:
         report = profile(
             model,
             None if given else size,
-            batch_size=None if named is not None else args.batch_size,
-            device=ctx.device,
-            dtype=ctx.dtype,
-            timing=not args.no_timing,
-            progress=ctx.progress,
             **given,
-            **ctx.timing_options(),
-            **ctx.step_options(),
+            **ctx.run_options(named),
         )
     except ModelProfError as e:
         raise _cli_batch_hint(e, ctx) from e.__cause__
@@ -725,16 +728,10 @@ def _run_compare(ctx: _Context) -> None:
         sizes,
         inputs=named,
         baseline=args.baseline,
-        batch_size=None if named is not None else args.batch_size,
-        device=ctx.device,
-        dtype=ctx.dtype,
-        timing=not args.no_timing,
         throughput=args.throughput,
         throughput_options=_throughput_options(ctx),
         on_step=ctx.step_lines(str),
-        progress=ctx.progress,
-        **ctx.timing_options(),
-        **ctx.step_options(),
+        **ctx.run_options(named),
     )
     env = df.attrs.get("env") or {}
     caption = compare_caption(df.attrs)

@@ -142,9 +142,7 @@ def compare(
     held = contextlib.ExitStack()
     try:
         # under torchrun: the ranks agree every timing decision (sharded models), one speaks
-        held.enter_context(
-            agreed_timing([m[0] if isinstance(m, tuple) else m for m in named.values()])
-        )
+        held.enter_context(agreed_timing(list(named.values())))
         run.passed = _hold(held, named, inputs, run.profile_options)
         for name, model in named.items():
             bar.set_description(name)
@@ -493,8 +491,7 @@ def _hold(
     """Put back, when ``held`` closes, every model (``profile`` restores its own passes; the
     interleaved timing runs the models again) and what is passed beside them: the loss module,
     and a snapshot of the inputs and the target, which is returned."""
-    for entry in named.values():
-        model = entry[0] if isinstance(entry, tuple) else entry
+    for model in named.values():
         held.enter_context(preserved_state(model))
     held.enter_context(preserved_state(loss_module(profile_options.get("loss_fn"))))
     return held.enter_context(snapshot_of(inputs, profile_options.get("target")))

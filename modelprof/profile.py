@@ -530,15 +530,11 @@ def _measure(
     layer_opts = opts.replace(
         compile=False, cuda_graph=False, transfer=False, latency_mode="latency"
     )
-    if opts.layer_instrument(mi.device) == "kernels":
-        layers = time_kernels(
-            eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
-        )
+    instrument = time_kernels if opts.layer_instrument(mi.device) == "kernels" else time_layers
+    layers = instrument(eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts)
+    if instrument is time_kernels:
         notes.append(kernel_note(layers, latency))
         return latency, layers, notes
-    layers = time_layers(
-        eager, mi, training=mode.training, no_grad=mode.no_grad, options=layer_opts
-    )
     notes.append(_hook_cost_note(layers))
     if layers.extended_s > 0:
         notes.append(
