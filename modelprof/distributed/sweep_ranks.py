@@ -35,6 +35,11 @@ class SweepRanks:
     local_rank: int = 0
     host: str = dataclasses.field(default_factory=socket.gethostname)
 
+    @classmethod
+    def here(cls, rank: int = 0, world_size: int = 1) -> SweepRanks:
+        """This process at ``rank`` of ``world_size``, its local rank from ``LOCAL_RANK``."""
+        return cls(rank, world_size, env_int("LOCAL_RANK", 0))
+
     def mine(self, items: list[Any]) -> list[Any]:
         """This rank's share: item ``i`` goes to rank ``i % world_size``."""
         return [c for i, c in enumerate(items) if i % self.world_size == self.rank]
@@ -44,7 +49,7 @@ class Alone:
     """One process: nothing to meet."""
 
     def __init__(self) -> None:
-        self.ranks = SweepRanks(local_rank=env_int("LOCAL_RANK", 0))
+        self.ranks = SweepRanks.here()
         self._done = 0
 
     def barrier(self, name: str) -> None: ...
@@ -64,9 +69,7 @@ class StoreRanks:
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float) -> None:
         self.store, self.timeout = store, timedelta(seconds=timeout_s)
-        self.ranks = SweepRanks(
-            rank=rank, world_size=world_size, local_rank=env_int("LOCAL_RANK", 0)
-        )
+        self.ranks = SweepRanks.here(rank, world_size)
 
     def _wait(self, keys: list[str], what: str) -> None:
         try:
@@ -117,11 +120,7 @@ class GroupRanks:
 
     def __init__(self, group: Any) -> None:
         self.group = group
-        self.ranks = SweepRanks(
-            rank=dist.get_rank(group),
-            world_size=dist.get_world_size(group),
-            local_rank=env_int("LOCAL_RANK", 0),
-        )
+        self.ranks = SweepRanks.here(dist.get_rank(group), dist.get_world_size(group))
 
     def barrier(self, name: str) -> None:
         dist.barrier(group=self.group)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.timing.peaks import KNOWN_DEVICES, Peaks, lookup_peaks
 
-__all__ = ["bound_rows", "phase_bound", "resolve_target"]
+__all__ = ["bound_rows", "phase_bound", "resolve_target", "row_bounds"]
 
 
 def resolve_target(target: Any, dtype: Any) -> Peaks | None:
@@ -41,20 +42,25 @@ def resolve_target(target: Any, dtype: Any) -> Peaks | None:
     return peaks
 
 
+def row_bounds(df: pd.DataFrame, peaks: Peaks) -> dict[str, Any]:
+    """Per row of ``df``: its compute, memory and roofline bound (ms), and which one binds."""
+    traffic = df["read_bytes"].astype(float) + df["write_bytes"].astype(float)
+    compute = df["flops"].astype(float) / peaks.peak_flops * 1e3
+    memory = traffic / peaks.peak_bytes * 1e3
+    return {
+        "compute_bound_ms": compute,
+        "memory_bound_ms": memory,
+        "bound_ms": np.maximum(compute, memory),
+        "bound": np.where(compute >= memory, "compute", "memory"),
+    }
+
+
 def bound_rows(report: Any, peaks: Peaks) -> pd.DataFrame:
     """The leaf rows of ``report`` with their compute, memory and roofline bound (ms)."""
     df = report.to_dataframe()
-    leaf = df[df["leaf"]].copy()
-    traffic = leaf["read_bytes"].astype(float) + leaf["write_bytes"].astype(float)
-    leaf["compute_bound_ms"] = leaf["flops"].astype(float) / peaks.peak_flops * 1e3
-    leaf["memory_bound_ms"] = traffic / peaks.peak_bytes * 1e3
-    leaf["bound_ms"] = leaf[["compute_bound_ms", "memory_bound_ms"]].max(axis=1)
-    leaf["bound"] = (leaf["compute_bound_ms"] >= leaf["memory_bound_ms"]).map(
-        {True: "compute", False: "memory"}
-    )
+    leaf = df[df["leaf"]]
     cols = ["module", "type", "flops", "read_bytes", "write_bytes"]
-    cols += ["compute_bound_ms", "memory_bound_ms", "bound_ms", "bound"]
-    return leaf[cols].reset_index(drop=True)
+    return leaf[cols].assign(**row_bounds(leaf, peaks)).reset_index(drop=True)
 
 
 def phase_bound(report: Any, peaks: Peaks) -> dict[str, float]:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from modelprof.errors import ModelProfError
+from modelprof.generation.cache import text_config
 from modelprof.generation.encoder import EncoderModule, is_encoder_decoder
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import CacheMode
@@ -328,9 +329,8 @@ def decoder_start(model: Any) -> int | None:
     """The token an encoder-decoder's decoder starts from, as ``generate`` picks it:
     ``decoder_start_token_id``, else ``bos_token_id``, else the pad token (T5's), else None."""
     configs = [getattr(model, "generation_config", None), getattr(model, "config", None)]
-    text = getattr(configs[1], "get_text_config", None)
-    if callable(text):  # a composite config keeps its decoder's tokens in a sub-config
-        configs.append(text(decoder=True))
+    # a composite config keeps its decoder's tokens in a sub-config
+    configs.append(text_config(configs[1]))
     for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
         for config in configs:
             value = getattr(config, name, None)
@@ -348,9 +348,7 @@ def decoder_vocab(model: Any) -> int | None:
         rows = getattr(embed(), "num_embeddings", None) if callable(embed) else None
         if isinstance(rows, int):
             return rows
-    config = getattr(model, "config", None)
-    text = getattr(config, "get_text_config", None)
-    vocab = getattr(text(decoder=True) if callable(text) else config, "vocab_size", None)
+    vocab = getattr(text_config(getattr(model, "config", None)), "vocab_size", None)
     return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None
 
 

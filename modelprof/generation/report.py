@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError, TimingDisagreementWarning
-from modelprof.generation.bound import bound_rows, phase_bound
+from modelprof.generation.bound import bound_rows, phase_bound, row_bounds
 from modelprof.generation.cache import KVCacheInfo
 from modelprof.generation.memory import MemoryPlan
 from modelprof.generation.moe import MoEInfo
@@ -144,11 +144,8 @@ class GenerationReport(Exports):
             if "latency_rough" in df.columns and self._rough(_PHASES, _phase_point(p)):
                 df["latency_rough"] = df["latency_ms"].notna()
             if self.peaks is not None:
-                traffic = df["read_bytes"].astype(float) + df["write_bytes"].astype(float)
-                comp = df["flops"].astype(float) / self.peaks.peak_flops * 1e3
-                mem = traffic / self.peaks.peak_bytes * 1e3
-                df["bound_ms"] = np.maximum(comp, mem)
-                df["bound"] = np.where(comp >= mem, "compute", "memory")
+                bounds = row_bounds(df, self.peaks)
+                df["bound_ms"], df["bound"] = bounds["bound_ms"], bounds["bound"]
             frames.append(df)
         return pd.concat(frames, ignore_index=True)
 
