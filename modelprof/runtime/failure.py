@@ -1,6 +1,7 @@
 """Say where the user's forward failed, for passes that run without module hooks (the clean
 end-to-end timing): the running modules are read from the exception's traceback, the frames
 whose ``self`` is one of the model's modules. Nothing is paid until something fails.
+:func:`refused_as` says what failed elsewhere in the user's code (a loss, an optimizer).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.tensors import shape_str
 
-__all__ = ["forward_failure", "running_modules"]
+__all__ = ["forward_failure", "refused_as", "running_modules"]
 
 
 def running_modules(
@@ -33,6 +34,18 @@ def running_modules(
             found.append(names[owner])
             last = owner
     return found
+
+
+@contextlib.contextmanager
+def refused_as(what: str) -> Iterator[None]:
+    """Re-raise an exception from the block as a ``ModelProfError`` saying ``what`` failed,
+    then the error's type and message; a ``ModelProfError`` passes through as it is."""
+    try:
+        yield
+    except ModelProfError:
+        raise
+    except Exception as e:
+        raise ModelProfError(f"{what}: {type(e).__name__}: {e}") from e
 
 
 def _path(running: list[str]) -> str:

@@ -207,9 +207,7 @@ def make_inputs(
         make_dtype = dt or model_dtype
         check_input_bytes(input_size, shapes, b, make_dtype, dev)
         gen = _generator(dev)
-        args = tuple(
-            torch.randn((b, *s), device=dev, dtype=make_dtype, generator=gen) for s in shapes
-        )
+        args = tuple(InputSpec("input", make_dtype, s).make(b, dev, gen) for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
     args, kwargs, notes = _call_arguments(model, inputs, dev, lambda t: to_placement(t, dev, dt))

@@ -34,6 +34,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import RunMode, amp_context, running
+from modelprof.runtime.failure import refused_as
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks, module_names
@@ -452,13 +453,8 @@ def _backward_costs(
     costs = [PassCost() for _ in range(n)]
     recompute = [PassCost() for _ in range(n)]
     counter = OpCounter(BackwardScope(tags, costs, loss_backward, recompute), registry)
-    try:
-        with counter:
-            torch.autograd.backward(loss)
-    except ModelProfError:
-        raise
-    except Exception as e:
-        raise ModelProfError(f"the backward pass of {what} failed: {type(e).__name__}: {e}") from e
+    with refused_as(f"the backward pass of {what} failed"), counter:
+        torch.autograd.backward(loss)
     for cost, again in zip(costs, recompute):
         add_pass(cost, again)
     return costs, recompute, counter
@@ -487,18 +483,14 @@ def _count_optimizer(
     stepping = spec.make_optimizer(list(clones.values()), clone_of)
     entry = PassCost(collect_op_bytes=True)
     counter = OpCounter(_FixedScope(entry), registry)
-    try:
+    with refused_as(
+        f"optimizer={spec.optimizer_name} has no per-element formula and "
+        "its step could not be run to count it"
+    ):
         with torch.no_grad():
             stepping.step()
             with counter:
                 stepping.step()
-    except ModelProfError:
-        raise
-    except Exception as e:
-        raise ModelProfError(
-            f"optimizer={spec.optimizer_name} has no per-element formula and "
-            f"its step could not be run to count it: {type(e).__name__}: {e}"
-        ) from e
     elements = sum(c.numel() for c in clones.values() if c.grad is not None)
     state = sum(
         t.numel() * t.element_size()

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime.failure import refused_as
 from modelprof.runtime.placement import copy_model
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.optimizer_state import torch_optimizers
@@ -141,16 +142,10 @@ class StepSpec:
                     "pass loss_fn= (and target=)"
                 )
             return loss
-        try:
+        with refused_as(
+            f"loss_fn={self.loss_name} raised on the output of {model_name} ({_describe(output)})"
+        ):
             loss = self.compute_loss(output, target)
-        except ModelProfError:
-            raise
-        except Exception as e:
-            raise ModelProfError(
-                f"loss_fn={self.loss_name} raised on the output of "
-                f"{model_name} ({_describe(output)}): "
-                f"{type(e).__name__}: {e}"
-            ) from e
         if not isinstance(loss, torch.Tensor):
             raise ModelProfError(
                 f"loss_fn={self.loss_name} returned a {type(loss).__name__}, "
@@ -197,15 +192,10 @@ class StepSpec:
             return None
         if isinstance(opt, torch.optim.Optimizer):
             return _from_template(opt, copy_of)
-        try:
+        with refused_as(
+            f"optimizer={self.optimizer_name} could not be built on the model's parameters"
+        ):
             made = opt(params)
-        except ModelProfError:
-            raise
-        except Exception as e:
-            raise ModelProfError(
-                f"optimizer={self.optimizer_name} could not be built on the "
-                f"model's parameters: {type(e).__name__}: {e}"
-            ) from e
         if not isinstance(made, torch.optim.Optimizer):
             raise ModelProfError(
                 f"optimizer={self.optimizer_name} returned a "
