@@ -17,23 +17,13 @@ from modelprof.runtime.device import is_oom
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.timing.interleave import LatencyComparison, measure_latencies
-from modelprof.timing.modes import capture_cuda_graph
+from modelprof.timing.modes import graph_replay as _graphed  # the cuda_graph variant
 from modelprof.timing.options import TimingOptions
 
 __all__ = ["HELPS_BUDGET_S", "VARIANTS", "what_helps", "helps_note"]
 
 #: seconds of interleaved sampling per variant
 HELPS_BUDGET_S = 2.0
-
-
-def _graphed(call: Callable[[], Any]) -> Callable[[], Any]:
-    graph, out = capture_cuda_graph(call)
-
-    def replay() -> Any:
-        graph.replay()
-        return out
-
-    return replay
 
 
 def _compiled(model: nn.Module, args: tuple, kwargs: dict) -> Callable[[], Any]:

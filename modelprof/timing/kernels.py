@@ -35,10 +35,8 @@ from modelprof.counting.tree import by_parents
 from modelprof.errors import ModelProfError
 from modelprof.runtime.compat import fast_range, profiler_events, profiler_running
 from modelprof.runtime.device import is_oom
-from modelprof.runtime.execution import RunMode, running, to_channels_last
-from modelprof.runtime.hooks import module_names
+from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.inputs import ModelInputs
-from modelprof.runtime.placement import moved_model
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.attribution import (
     Activity,
@@ -49,7 +47,7 @@ from modelprof.timing.attribution import (
     outermost,
 )
 from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover
-from modelprof.timing.layers import LayerTiming, carried_names, gc_paused
+from modelprof.timing.layers import LayerTiming, gc_paused, layer_call
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
 
@@ -394,13 +392,8 @@ def time_kernels(
         raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
-    args, kwargs = model_inputs.args, model_inputs.kwargs
-    original = model
-    if opts.channels_last:
-        model = moved_model(model, dev, None, memory_format=torch.channels_last)
-        args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+    model, args, kwargs, names = layer_call(model, model_inputs, opts, modules)
     mode = RunMode(training=training, no_grad=no_grad and not backward, amp=opts.amp, device=dev)
-    names = module_names(model) if modules is None else carried_names(modules, original, model)
     reset = model_inputs.reset or (lambda: None)
 
     def forward() -> Any:

@@ -25,7 +25,7 @@ from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, par
 from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.measurement import Measurement
-from modelprof.timing.modes import CacheFlusher, capture_cuda_graph, compile_callable
+from modelprof.timing.modes import CacheFlusher, compile_callable, graph_replay
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
 from modelprof.timing.sampler import Sampled, input_signature
@@ -290,9 +290,9 @@ class TimedCall(Runner):
                 self.warmup_calls += 1
         torch.cuda.current_stream(self.dev).wait_stream(side)
         try:
-            graph, static_out = capture_cuda_graph(self.call, side_warmup=0)
+            replay = graph_replay(self.call, side_warmup=0)
             for _ in range(3):
-                graph.replay()
+                replay()
         except Exception as e:
             if is_oom(e):
                 raise
@@ -302,11 +302,6 @@ class TimedCall(Runner):
                 "no host synchronisation and no CPU tensors in the forward; "
                 "time it without cuda_graph"
             ) from e
-
-        def replay() -> Any:
-            graph.replay()
-            return static_out
-
         return replay
 
     def sample_block(self, k: int) -> np.ndarray:

@@ -276,7 +276,8 @@ class _Instrument:
     ) -> None:
         n = len(plan.keys)
         self.model, self.plan, self.n, self.forward = model, plan, n, forward
-        self.reset = reset  # run before each pass, outside its timed span (None: nothing)
+        # run before each pass, outside its timed span (None: nothing)
+        self.reset = reset or _nothing
         self.clock = clock
         self.plain: list[np.ndarray] = []  # plain passes, interleaved with the instrumented
         self.stamps = clock.stamps(2 * n + 2)
@@ -315,11 +316,10 @@ class _Instrument:
 
     def warm_step(self) -> None:
         """One instrumented and one plain pass (what a block does, untimed)."""
-        reset = self.reset or _nothing
-        reset()
+        self.reset()
         with self.hooked():
             self.run()
-        reset()
+        self.reset()
         self.forward()
 
     def sample_block(self, k: int) -> np.ndarray:
@@ -341,8 +341,7 @@ class _Instrument:
     def _instrumented_pass(self) -> float:
         """One instrumented pass, its stamps read and kept; its duration (ms)."""
         n, cpu = self.n, time.thread_time_ns
-        if self.reset is not None:
-            self.reset()
+        self.reset()
         with self.hooked():
             c0 = cpu()
             self.run()
@@ -362,8 +361,7 @@ class _Instrument:
         if self.cpu_ms is None:
             return float(self.clock.time([self.forward], 1, self.reset)[0, 0])
         cpu, perf = time.thread_time_ns, getattr(self.clock, "now_ns", time.perf_counter_ns)
-        if self.reset is not None:
-            self.reset()
+        self.reset()
         # the clock read inline: the CPU time beside it spans what the instrumented pass's does
         c2 = cpu()
         t0 = perf()
@@ -452,6 +450,22 @@ def carried_names(
     return {pairs[m]: n for m, n in modules.items() if m in pairs}
 
 
+def layer_call(
+    model: nn.Module,
+    model_inputs: ModelInputs,
+    opts: TimingOptions,
+    modules: dict[nn.Module, str] | None,
+) -> tuple[nn.Module, tuple, dict, dict[nn.Module, str]]:
+    """What the per-layer passes run: the model (a channels_last copy where ``opts`` asks), its
+    inputs (converted alike) and the hooked modules' names (``modules``, else every module)."""
+    moved, args, kwargs = model, model_inputs.args, model_inputs.kwargs
+    if opts.channels_last:
+        moved = moved_model(model, model_inputs.device, None, memory_format=torch.channels_last)
+        args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+    names = module_names(moved) if modules is None else carried_names(modules, model, moved)
+    return moved, args, kwargs, names
+
+
 def time_layers(
     model: nn.Module,
     model_inputs: ModelInputs,
@@ -479,20 +493,9 @@ def time_layers(
     opts = TimingOptions.parse(options, **timing_options)
     dev = model_inputs.device
     memory_stats = MemoryStats.parse(memory_stats, dev)
-    args, kwargs = model_inputs.args, model_inputs.kwargs
-    original = model
-    if opts.channels_last:
-        model = moved_model(model, dev, None, memory_format=torch.channels_last)
-        args, kwargs = to_channels_last(args), to_channels_last(kwargs)
+    model, args, kwargs, names = layer_call(model, model_inputs, opts, modules)
     mode = RunMode(training=training, no_grad=no_grad, amp=opts.amp, device=dev)
-    run = _LayerRun(
-        model,
-        (args, kwargs),
-        module_names(model) if modules is None else carried_names(modules, original, model),
-        opts,
-        mode,
-        model_inputs.batch_size,
-    )
+    run = _LayerRun(model, (args, kwargs), names, opts, mode, model_inputs.batch_size)
     run.reset = model_inputs.reset
     calibrated = None
     if hook_cost is None and opts.correct_overhead:
@@ -533,7 +536,7 @@ class _LayerRun(Runner):
         """An untimed pass, on the inputs every pass sees."""
         if self.reset is not None:
             self.reset()
-        return self.model(*self.args, **self.kwargs)
+        return self.forward()
 
     def contexts(self) -> list[Any]:
         return [running(self.model, self.mode)]

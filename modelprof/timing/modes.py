@@ -27,6 +27,7 @@ __all__ = [
     "capture_cuda_graph",
     "compile_callable",
     "flush_bytes",
+    "graph_replay",
     "grad_context",
     "last_level_cache_bytes",
     "model_state",
@@ -81,6 +82,18 @@ def capture_cuda_graph(
         out = step()
     torch.cuda.synchronize()
     return graph, out
+
+
+def graph_replay(step: Callable[[], Any], side_warmup: int = 3) -> Callable[[], Any]:
+    """``step`` captured into a CUDA graph (:func:`capture_cuda_graph`) and a callable that
+    replays it, returning the static output."""
+    graph, out = capture_cuda_graph(step, side_warmup)
+
+    def replay() -> Any:
+        graph.replay()
+        return out
+
+    return replay
 
 
 def flush_bytes(device: torch.device) -> int:
