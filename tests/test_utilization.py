@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 import modelprof
 from modelprof import ModelProfError
 from modelprof.report.utilization import Convention, group_mfu
-from modelprof.timing.peaks import Peaks, lookup_peaks, probe_peaks
+from modelprof.timing.peaks import MemoryLevel, Peaks, lookup_peaks, probe_peaks
 
 transformers = pytest.importorskip("transformers")
 
@@ -302,6 +302,11 @@ def test_bad_conventions_and_peaks_are_named():
         report.utilization("Z9000")
     with pytest.raises(ModelProfError, match="peak_flops must be a positive number, got 0"):
         Peaks(peak_flops=0, peak_bytes=1e9)
+    # a bool is an int to Python, but True is no bandwidth (it read as 1 byte/s before)
+    with pytest.raises(ModelProfError, match="peak_bytes must be a positive number, got True"):
+        Peaks(peak_flops=1e9, peak_bytes=True)
+    with pytest.raises(ModelProfError, match="bandwidth.*True"):
+        MemoryLevel("DRAM", None, True)
     with pytest.raises(ModelProfError, match="peaks=3"):
         Convention(peaks=3)
     untimed = report.utilization(Peaks(1e9, 1e9))

@@ -45,7 +45,9 @@ _SOURCES = ("probe", "table", "user")
 
 
 def _positive(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    """A finite number above 0 (``True`` is not a number here)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
 
 
 @dataclass(frozen=True)
