@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-__all__ = ["KINDS", "Column", "column", "declare", "declared", "names", "undeclare"]
+import numpy as np
+
+__all__ = ["KINDS", "Column", "column", "count_column", "declare", "declared", "names", "undeclare"]
 
 KINDS = frozenset(
     "text int bool count bytes time_ms percent ratio float gflops gbps multiple".split()
@@ -96,6 +98,15 @@ def names(group: str | None = None, **flags: bool) -> tuple[str, ...]:
         for c in _REGISTRY.values()
         if (group is None or c.group == group) and all(getattr(c, k) == v for k, v in flags.items())
     )
+
+
+def count_column(values: Sequence[int]) -> np.ndarray:
+    """A column of exact counts: int64, or float64 when a count does not fit in int64 (the
+    exact integers remain in ``Report.totals`` and the rows)."""
+    ints = [int(v) for v in values]
+    if all(-(2**63) <= v < 2**63 for v in ints):
+        return np.array(ints, dtype="int64")
+    return np.array([float(v) for v in ints], dtype="float64")
 
 
 def _group(group: str, *specs: tuple) -> None:

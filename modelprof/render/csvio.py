@@ -51,9 +51,7 @@ def _as_int(values: list[str], name: str) -> pd.Series:
         if values and _parses(values, float):
             return _as_float(values, name)
         raise ModelProfError(f"column {name!r} should hold integers: {e}") from e
-    if all(-(2**63) <= v < 2**63 for v in ints):
-        return pd.Series(ints, name=name, dtype="int64")
-    return pd.Series([float(v) for v in ints], name=name, dtype="float64")
+    return pd.Series(registry.count_column(ints), name=name)
 
 
 def _as_float(values: list[str], name: str) -> pd.Series:

@@ -27,6 +27,7 @@ __all__ = [
     "Format",
     "export",
     "get_format",
+    "needs_package",
     "register_format",
     "register_table",
     "table_formats",
@@ -53,6 +54,14 @@ class Format:
 
 _FORMATS: dict[str, Format] = {}
 _loaded: list[bool] = []
+
+
+def needs_package(what: str, package: str) -> ModelProfError:
+    """The error for ``what`` (``"plotting"``) without its optional ``package``: how to get it."""
+    return ModelProfError(
+        f"{what} needs {package}: pip install {package} (in a clone of modelprof: "
+        "pip install -e '.[all]')"
+    )
 
 
 def register_format(

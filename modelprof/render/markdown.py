@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from modelprof.errors import ModelProfError
-from modelprof.render.formats import register_table
+from modelprof.render.formats import needs_package, register_table
 from modelprof.render.text import escape_control
 from modelprof.render.views import Table
 
@@ -22,10 +21,7 @@ def markdown_table(table: Table) -> str:
     try:
         from tabulate import tabulate
     except ImportError as e:  # pragma: no cover - exercised only without the extra installed
-        raise ModelProfError(
-            "Markdown output needs tabulate: pip install tabulate (in a clone of modelprof: "
-            "pip install -e '.[all]')"
-        ) from e
+        raise needs_package("Markdown output", "tabulate") from e
     rows = [list(map(_escape, r)) for r in (*table.cells, *table.footer)]
     align = ["right" if n else "left" for n in table.numeric]
     return tabulate(

@@ -52,6 +52,7 @@ __all__ = [
     "column_spec",
     "select_rows",
     "select_columns",
+    "require_columns",
     "call_label",
     "compact_columns",
     "module_labels",
@@ -142,16 +143,15 @@ def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
 # ---------------------------------------------------------------------------------- selection
 
 
-def _check_frame(df: object) -> pd.DataFrame:
+def require_columns(df: Any, columns: Sequence[str], what: str, hint: str = "") -> None:
+    """Refuse a ``df`` that is no DataFrame or lacks one of ``columns`` (``what`` needs them,
+    ``hint`` says how to get them)."""
     if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
-    return df
-
-
-def _require(df: pd.DataFrame, column: str, option: str) -> None:
-    if column not in df.columns:
+        raise ModelProfError(f"{what} expects a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
         raise ModelProfError(
-            f"{option} needs a {column!r} column; the table has {list(map(str, df.columns))}"
+            f"{what} needs column(s) {missing}{hint}; the table has {list(map(str, df.columns))}"
         )
 
 
@@ -184,20 +184,20 @@ def select_rows(
     ranked by ``latency_ms`` when measured, else ``flops``, without ``sort_by``. With
     ``leaf_only=True``: "the n most expensive layers" (else the root ranks first).
     """
-    df = _check_frame(df)
+    require_columns(df, (), "select_rows")
     out = df
     if depth is not None:
         if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 0:
             raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
-        _require(df, "depth", "depth=")
+        require_columns(df, ["depth"], "depth=")
         if leaf_only:
-            _require(df, "leaf", "leaf_only=True")
+            require_columns(df, ["leaf"], "leaf_only=True")
             keep = (out["depth"] == depth) | (out["leaf"].astype(bool) & (out["depth"] < depth))
         else:
             keep = out["depth"] <= depth
         out = out[keep]
     elif leaf_only:
-        _require(df, "leaf", "leaf_only=True")
+        require_columns(df, ["leaf"], "leaf_only=True")
         out = out[out["leaf"].astype(bool)]
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
@@ -205,7 +205,7 @@ def select_rows(
         if sort_by is None:
             sort_by = _default_sort_column(out)
     if sort_by is not None:
-        _require(df, sort_by, f"sort_by={sort_by!r}")
+        require_columns(df, [sort_by], f"sort_by={sort_by!r}")
         out = out.sort_values(sort_by, ascending=ascending, kind="stable", na_position="last")
     if top_k is not None:
         out = out.head(int(top_k))
@@ -214,7 +214,7 @@ def select_rows(
 
 def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.DataFrame:
     """The given columns in the given order; ``None`` or ``"all"`` keeps them all."""
-    df = _check_frame(df)
+    require_columns(df, (), "select_columns")
     if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
     if isinstance(columns, str):
@@ -467,7 +467,7 @@ def _label_column(
 
 def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
     """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON)."""
-    df = _check_frame(df)
+    require_columns(df, (), "selected_frame")
     if view.selects_rows():
         df = select_rows(df, **view.selection)
     return select_columns(df, view.columns)
@@ -490,7 +490,7 @@ def prepare_table(
     (``view=`` or keywords) select rows, columns and units (``default_units`` where none).
     """
     view = ViewOptions.parse(view, **options)
-    df = _check_frame(df)
+    require_columns(df, (), "prepare_table")
     units = view.units_or(default_units)
     if units not in UNITS:
         raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
+from modelprof.render.formats import needs_package
 from modelprof.render.units import format_bytes, format_count, format_percent, format_time_ms
-from modelprof.render.views import column_spec, module_labels, select_rows
+from modelprof.render.views import column_spec, module_labels, require_columns, select_rows
 from modelprof.report.roofline import add_roofline, observed_peaks, peak_words
 
 if TYPE_CHECKING:
@@ -42,10 +43,7 @@ def figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
-        raise ModelProfError(
-            "plotting needs matplotlib: pip install matplotlib (in a clone of modelprof: "
-            "pip install -e '.[all]')"
-        ) from e
+        raise needs_package("plotting", "matplotlib") from e
     return Figure
 
 
@@ -62,16 +60,6 @@ def save_figure(fig: Any, save: str | os.PathLike[str] | None) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format=path.suffix.lower()[1:], bbox_inches="tight", dpi=150)
     return fig
-
-
-def _require_columns(df: pd.DataFrame, columns: Sequence[str], what: str, hint: str = "") -> None:
-    if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"{what} expects a pandas DataFrame, got {type(df).__name__}")
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ModelProfError(
-            f"{what} needs column(s) {missing}{hint}; the table has {list(map(str, df.columns))}"
-        )
 
 
 def _top_rows(df: pd.DataFrame, column: str, top_k: int | None, leaf_only: bool) -> pd.DataFrame:
@@ -126,7 +114,7 @@ def plot_latency(
     first; ``leaf_only`` skips the parents. Error bars span the 10th to 90th percentile of the
     passes where ``latency_p10_ms`` and ``latency_p90_ms`` are given (``Report.plot_latency``
     adds them): unlike median +- std, they never reach below 0 ms."""
-    _require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
+    require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
     bars = " (bars: p10-p90 of the passes)" if "latency_p10_ms" in df.columns else ""
     return _barh(
         _top_rows(df, "latency_ms", top_k, leaf_only),
@@ -149,7 +137,7 @@ def plot_flops(
 ) -> Figure:
     """Horizontal bars of a per-layer cost column (``flops`` by default; ``macs``, ``params``,
     ``read_bytes``...), the ``top_k`` largest first, axis in SI units."""
-    _require_columns(df, ["module", column], "plot_flops")
+    require_columns(df, ["module", column], "plot_flops")
     spec = column_spec(column, df[column])
     return _barh(
         _top_rows(df, column, top_k, leaf_only),
@@ -179,7 +167,7 @@ def plot_roofline(
     The ``annotate`` slowest layers are numbered and named in a key beside the plot. The roofs
     drawn are those the rows are judged against (``observed_peaks``); a disturbed probe is
     named under the heading and detailed in a caption (``peak_words``)."""
-    _require_columns(
+    require_columns(
         df,
         ["module", "flops", "read_bytes", "write_bytes", "latency_ms"],
         "plot_roofline",
@@ -188,8 +176,7 @@ def plot_roofline(
     data = add_roofline(df, peaks)  # a peaks that is no Peaks is refused here
     sentence, caption = peak_words(df, peaks)
     peaks = observed_peaks(df, peaks)
-    if leaf_only and "leaf" in data.columns:
-        data = data[data["leaf"].astype(bool)]
+    data = select_rows(data, leaf_only=leaf_only and "leaf" in data.columns)
     ok = (data["intensity"] > 0) & (data["achieved_gflops"] > 0)
     data = data[ok.fillna(False)]
     if data.empty:
@@ -380,7 +367,7 @@ def plot_throughput(
     if y is None:
         present = getattr(curve_df, "columns", ())
         y = next((c for c in _THROUGHPUT_COLUMNS if c in present), _THROUGHPUT_COLUMNS[0])
-    _require_columns(curve_df, [x, y], "plot_throughput")
+    require_columns(curve_df, [x, y], "plot_throughput")
     data = curve_df[[x, y]].dropna().sort_values(x)
     if data.empty:
         raise ModelProfError("plot_throughput: the curve has no points")
@@ -431,7 +418,7 @@ def plot_compare(
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not metrics:
         raise ModelProfError("plot_compare needs at least one metric")
-    _require_columns(compare_df, metrics, "plot_compare")
+    require_columns(compare_df, metrics, "plot_compare")
     labels = _model_labels(compare_df)
     fig = figure_class()(figsize=(max(4.0, 3.2 * len(metrics)), 3.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
@@ -495,7 +482,7 @@ def plot_cost_latency(
             else "latency_median_ms"
         )
     stem = latency.removesuffix("_median_ms")
-    _require_columns(
+    require_columns(
         compare_df,
         [cost, latency],
         "plot_cost_latency",

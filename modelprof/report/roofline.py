@@ -34,7 +34,7 @@ import pandas as pd
 import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.render.units import format_rate
-from modelprof.render.views import LOADED_FLAG, module_labels
+from modelprof.render.views import LOADED_FLAG, module_labels, require_columns
 from modelprof.report.rows import modelprof_frame
 from modelprof.timing.peaks import MemoryLevel, Peaks
 
@@ -61,20 +61,17 @@ def add_roofline(
     """A copy of ``df`` (modelprof view: ``flops``, ``read_bytes``, ``write_bytes``, and
     optionally ``latency_column``) with the roofline columns appended (replaced if present).
     Against a probe that ran on a busy machine, ``efficiency_loaded`` marks every efficiency."""
-    if not isinstance(df, pd.DataFrame):
-        raise ModelProfError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    require_columns(
+        df,
+        ["flops", "read_bytes", "write_bytes"],
+        "add_roofline",
+        " (the modelprof view of the report)",
+    )
     if not isinstance(peaks, Peaks):
         raise ModelProfError(
             f"peaks must be a modelprof.timing.peaks.Peaks, got {type(peaks).__name__}"
         )
-    missing = [c for c in ("flops", "read_bytes", "write_bytes") if c not in df.columns]
-    if missing:
-        raise ModelProfError(
-            f"add_roofline needs column(s) {missing} (the modelprof view of the report); "
-            f"the table has {list(map(str, df.columns))}"
-        )
-    flops, traffic, latency = _work(df, latency_column)
-    timed = np.isfinite(latency) & (latency > 0)
+    flops, traffic, latency, timed = _work(df, latency_column)
     safe_latency = np.where(timed, latency, 1.0)
     has_bytes = traffic > 0
     peaks = observed_peaks(df, peaks, latency_column=latency_column)
@@ -108,13 +105,16 @@ def add_roofline(
     return out
 
 
-def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: FLOPs, traffic (read + write bytes) and latency in ms (NaN without the column)."""
+def _work(df: pd.DataFrame, latency_column: str) -> tuple[np.ndarray, ...]:
+    """Per row: FLOPs, traffic (read + write bytes), latency in ms (NaN without the column),
+    and whether the row is timed (a finite, positive latency)."""
     flops = df["flops"].to_numpy(dtype=float)
     traffic = df["read_bytes"].to_numpy(dtype=float) + df["write_bytes"].to_numpy(dtype=float)
     if latency_column not in df.columns:
-        return flops, traffic, np.full(len(df), np.nan)
-    return flops, traffic, df[latency_column].to_numpy(dtype=float)
+        latency = np.full(len(df), np.nan)
+    else:
+        latency = df[latency_column].to_numpy(dtype=float)
+    return flops, traffic, latency, np.isfinite(latency) & (latency > 0)
 
 
 def observed_peaks(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency_ms") -> Peaks:
@@ -155,8 +155,7 @@ def roof_proofs(
     the caches in front of it. Empty for peaks that are not a probe's."""
     if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
         return {}
-    flops, traffic, latency = _work(df, latency_column)
-    timed = np.isfinite(latency) & (latency > 0)
+    flops, traffic, latency, timed = _work(df, latency_column)
     if not timed.any():
         return {}
     seconds = np.where(timed, latency, np.inf) / 1e3

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 import modelprof.columns as registry
+from modelprof.columns import count_column
 from modelprof.counting.collectives import comm_summary, merge_comm
 from modelprof.counting.scope import CallRecord
 from modelprof.counting.tree import own_part, row_values, subtree_sums
@@ -124,15 +125,6 @@ class Row:
         """One of ``COMM_COLUMNS`` / ``BACKWARD_COMM_COLUMNS`` for this row."""
         table = self.backward_comm if column.startswith("backward_") else self.comm
         return comm_summary(table)[_COMM_SUMMARY.index(column.removeprefix("backward_"))]
-
-
-def count_column(values: Sequence[int]) -> np.ndarray:
-    """A column of exact counts: int64, or float64 when a count does not fit in int64 (the
-    exact integers remain in ``Report.totals`` and the rows)."""
-    ints = [int(v) for v in values]
-    if all(-(2**63) <= v < 2**63 for v in ints):
-        return np.array(ints, dtype="int64")
-    return np.array([float(v) for v in ints], dtype="float64")
 
 
 def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) -> list[Row]:
