@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from modelprof.errors import ModelProfError
-from modelprof.render.formats import get_format, table_formats
+from modelprof.render.formats import get_format, needs_package, table_formats
 
 __all__ = [
     "FORMATS",
@@ -598,10 +598,7 @@ def _check_writers(formats: Sequence[str]) -> None:
     for fmt in formats:
         package = _FORMAT_NEEDS.get(fmt)
         if package is not None and importlib.util.find_spec(package) is None:
-            raise ModelProfError(
-                f"--format {fmt} needs {package}: pip install {package} (in a "
-                "clone of modelprof: pip install -e '.[all]')"
-            )
+            raise needs_package(f"--format {fmt}", package)
 
 
 def _prepare_out(out: Path) -> None:
