@@ -80,11 +80,9 @@ def test_spinning_backward_reads_back_in_its_layer():
     df = report.to_dataframe().set_index(["module", "call"])
     row = df.loc[("1", 1)]
     assert row["backward_latency_ms"] == float(np.median(row_passes))  # the column's median
-    # Pass by pass the row holds its spin (excess >= 0 above), and a median is monotone, so the
-    # column is never below the spins' own median. No upper bound between the two medians: they
-    # may come from different passes, and under load one preempted spin moves one median and
-    # not the other (a run read 4.29 against 4.02); the pair-by-pair excess above bounds that.
-    assert row["backward_latency_ms"] >= float(np.median(own[-25:]))
+    # The column is checked through its passes (the excess above), not against the spins' own
+    # median: two medians may fall on different passes, and under load one preempted spin moves
+    # one median and not the other (a loaded run read 4.29 against 4.02 ms)
     # the spin is charged to its layer and nowhere else: every other leaf's median is far below
     others = df[df["leaf"]].drop(index=("1", 1))["backward_latency_ms"]
     assert (others < 0.5 * SPIN_MS).all()
