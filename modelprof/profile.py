@@ -236,7 +236,9 @@ def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
 
 @contextlib.contextmanager
 def _batch_hint(input_size: Any, mi: ModelInputs):
-    """A forward failure on inputs made from ``input_size`` hints that it excludes the batch."""
+    """A forward failure on inputs made from ``input_size`` hints that it excludes the batch.
+    Not a failure elsewhere (the loss, the optimizer), nor a ``TypeError`` (a forward called
+    with the wrong arguments: no batch dimension fixes that)."""
     try:
         yield
     except ModelProfError as e:
@@ -247,8 +249,8 @@ def _batch_hint(input_size: Any, mi: ModelInputs):
         )
         if (
             not any(len(s) >= 2 for s in shapes)
-            or e.__cause__ is None
-            or isinstance(e.__cause__, ModelProfError)
+            or not getattr(e, "in_forward", False)
+            or isinstance(e.__cause__, (ModelProfError, TypeError))
         ):
             raise
         drop = ", ".join(str(tuple(s[1:])) for s in shapes)

@@ -87,4 +87,30 @@ def test_no_hint_when_the_failure_is_not_about_the_batch() -> None:
     # a 1-D size cannot hold a batch: the plain error, no hint
     with pytest.raises(ModelProfError) as err:
         profile(nn.Linear(5, 3), (4,), timing=False)
-    assert "hint" not in str(err.value)
+    assert "\nhint:" not in str(err.value)
+
+
+def test_no_hint_when_the_loss_or_the_call_fails_not_the_shapes() -> None:
+    # the forward ran on a 2-D sample size (which could hold a batch); the loss refused the
+    # target: no batch dimension would change that
+    with pytest.raises(ModelProfError, match="loss_fn=cross_entropy") as err:
+        profile(
+            nn.Linear(4, 3),
+            (5, 4),
+            batch_size=2,
+            backward=True,
+            loss_fn=nn.functional.cross_entropy,
+            target=torch.full((2, 5), 7),  # a target cross_entropy refuses for this output
+            timing=False,
+        )
+    assert "\nhint:" not in str(err.value)
+    assert "on the output of Linear (a Tensor [2x5x3, float32])" in str(err.value)
+
+    # a forward that takes one input, given two: a TypeError, not a shape
+    class One(nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(ModelProfError, match="TypeError") as err:
+        profile(One(), [(2, 4), (2, 4)], timing=False)
+    assert "\nhint:" not in str(err.value)

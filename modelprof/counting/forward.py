@@ -212,8 +212,10 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         if done
         else "; no module finished before it"
     )
-    return ModelProfError(
+    error = ModelProfError(
         f"the forward pass failed {where}{ran}. Inputs were "
         f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
         f"{type(e).__name__}: {e}{compat.meta_failure_hint(e, inputs.device)}"
     )
+    error.in_forward = True  # the model's own forward failed (profile's batch hint reads it)
+    return error

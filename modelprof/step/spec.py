@@ -26,7 +26,7 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.failure import refused_as
 from modelprof.runtime.placement import copy_model
-from modelprof.runtime.tensors import iter_tensors
+from modelprof.runtime.tensors import iter_tensors, shape_str
 from modelprof.step.optimizer_state import torch_optimizers
 
 __all__ = [
@@ -87,6 +87,10 @@ def _describe(output: Any) -> str:
         f"{str(t.dtype).removeprefix('torch.')}{'' if t.requires_grad else ' (no grad)'}"
         for t in tensors[:6]
     )
+    if isinstance(output, torch.Tensor):  # one tensor: its shape says more than a count
+        dtype = str(output.dtype).removeprefix("torch.")
+        grad = "" if output.requires_grad else " (no grad)"
+        return f"a Tensor [{shape_str(output)}, {dtype}]{grad}"
     return f"a {type(output).__name__} of {len(tensors)} tensor(s): {kinds}"
 
 
