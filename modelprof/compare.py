@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.report.comparison import Comparison
@@ -362,7 +361,7 @@ def _disagreeing(checks: dict[str, list[RatioAgreement]], attrs: dict[str, Any])
     for check in (c for found in checks.values() for c in found if not c.agree):
         attrs["notes"].append(check.note())
         attrs.setdefault("rough_ratios", []).append(f"{check.figure} of {check.name}")
-        warnings.warn(f"modelprof: {check.note()}", TimingDisagreementWarning, stacklevel=5)
+        warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
         if check.figure == ranking and "ratios_disagree" not in attrs:
             attrs["ratios_disagree"] = (
                 f"not ranked: {ranking} of {check.name} disagrees with its per-round ratios "

@@ -3,6 +3,11 @@ It imports nothing of modelprof's, so any module may import it without a cycle."
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import warnings
+
 __all__ = [
     "DriftWarning",
     "FewSamplesWarning",
@@ -12,6 +17,7 @@ __all__ = [
     "NoisyMeasurementWarning",
     "TimingDisagreementWarning",
     "error_line",
+    "warn_user",
 ]
 
 
@@ -22,6 +28,21 @@ def error_line(error: BaseException, limit: int = 300) -> str:
         error = error.__cause__
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"[:limit]
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` at the first frame outside modelprof (and ``contextlib``): the user's
+    line that called into modelprof, however deep inside it the warning is raised."""
+    frame, level = sys._getframe(1), 2  # level 2: warn_user's caller
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        or frame.f_code.co_filename == contextlib.__file__
+    ):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # modelprof/
 
 
 class ModelProfError(Exception):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections import Counter
 from typing import Any
 
@@ -15,7 +14,7 @@ from modelprof.counting.counter import OpStats
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import analyze
 from modelprof.distributed.session import contention_note, group_env, sharded_session
-from modelprof.errors import ModelProfError, ModelProfWarning, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, ModelProfWarning, TimingDisagreementWarning, warn_user
 from modelprof.render.views import ROUGH_MARK
 from modelprof.report.memory import memory_facts
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
@@ -336,12 +335,11 @@ def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:
         ops = ", ".join(
             f"{k} ({v} call{'s' if v > 1 else ''})" for k, v in sorted(static.unsupported.items())
         )
-        warnings.warn(
+        warn_user(
             f"modelprof: {len(static.unsupported)} op type(s) have no formula and "
             f"were counted as 0 FLOPs: {ops}. See Report.unsupported; add one with "
             "modelprof.register_formula.",
             ModelProfWarning,
-            stacklevel=4,
         )
     return static, step_cost
 
@@ -413,7 +411,7 @@ def _judge(
     )
     if not agreement.agree:
         notes.append(agreement.note())
-        warnings.warn(f"modelprof: {agreement.note()}", TimingDisagreementWarning, stacklevel=4)
+        warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
     return agreement
 
 
@@ -427,7 +425,7 @@ def _caught_note(caught: tuple[str, ...]) -> list[str]:
         "device takes, so these counts may differ from the CPU's; count on device='cpu' for "
         "the branch that runs"
     )
-    warnings.warn(f"modelprof: {note}", ModelProfWarning, stacklevel=4)
+    warn_user(f"modelprof: {note}", ModelProfWarning)
     return [note]
 
 

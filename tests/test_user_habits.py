@@ -5,10 +5,12 @@ that includes the batch gets a hint."""
 from __future__ import annotations
 
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+import torchvision
 from torch import nn
 
 from modelprof import profile
@@ -114,3 +116,24 @@ def test_no_hint_when_the_loss_or_the_call_fails_not_the_shapes() -> None:
     with pytest.raises(ModelProfError, match="TypeError") as err:
         profile(One(), [(2, 4), (2, 4)], timing=False)
     assert "\nhint:" not in str(err.value)
+
+
+def test_warnings_point_at_the_users_line() -> None:
+    # however deep in modelprof a warning is raised (the LaTeX writer behind the format
+    # registry, the counting pass), Python names the user's line that called in
+    class Boxes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_module("层", nn.Linear(4, 4))  # a name pdflatex cannot set
+
+        def forward(self, x):
+            boxes = torch.cat([x[:, :2], x[:, :2] + 1], dim=1)  # x1, y1, x1 + 1, y1 + 1
+            return torchvision.ops.nms(boxes, getattr(self, "层")(x)[:, 0], 0.5)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = profile(Boxes(), (4,), batch_size=3, timing=False)  # nms: no formula
+        report.to_latex()
+    said = {str(w.message)[:40]: w.filename for w in caught}
+    assert any("no formula" in m for m in said) and any("LaTeX" in m for m in said)
+    assert set(said.values()) == {__file__}

@@ -29,7 +29,7 @@ import modelprof.columns as registry
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
-from modelprof.errors import ModelProfError, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
 
@@ -268,7 +268,7 @@ def _mark_neighbours(frame: pd.DataFrame, prefix: str) -> None:
             i = rows.index[[p.label for p in points].index(d.point)]
             frame.at[i, f"{prefix}_rough"] = True
             frame.attrs.setdefault("notes", []).append(d.note())
-            warnings.warn(f"modelprof: sweep: {d.note()}", TimingDisagreementWarning, stacklevel=4)
+            warn_user(f"modelprof: sweep: {d.note()}", TimingDisagreementWarning)
 
 
 @dataclasses.dataclass(frozen=True)

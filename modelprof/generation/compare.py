@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 import torch
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model, outputs_by_name
@@ -270,7 +269,7 @@ def _disagreeing(
     for check in (c for found in checks.values() for c in found if not c.agree):
         notes.append(check.note())
         rough.append(f"{check.figure} of {check.name}")
-        warnings.warn(f"modelprof: {check.note()}", TimingDisagreementWarning, stacklevel=4)
+        warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
         if check.figure == ranking and withheld is None:
             withheld = (
                 f"not ranked: the end-to-end time of {check.name} disagrees with its "

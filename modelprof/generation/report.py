@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.generation.bound import bound_rows, phase_bound, row_bounds
 from modelprof.generation.cache import KVCacheInfo
 from modelprof.generation.memory import MemoryPlan
@@ -79,7 +78,7 @@ class GenerationReport(Exports):
     def __post_init__(self) -> None:
         self.disagreements = _neighbours(self.phase_tables, self.timings)
         for d in self.disagreements:
-            warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=5)
+            warn_user(f"modelprof: {d.note()}", TimingDisagreementWarning)
 
     @property
     def timing_notes(self) -> list[str]:

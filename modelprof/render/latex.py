@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from modelprof.errors import ModelProfError, ModelProfWarning
+from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import Table, is_rough
@@ -94,12 +93,11 @@ def _warn_unsettable(table: Table) -> list[str]:
         return []
     chars = "".join(dict.fromkeys(ch for c in cells for ch in _unset(c)))
     more = f" and {len(cells) - 1} more" if len(cells) > 1 else ""
-    warnings.warn(
+    warn_user(
         f"modelprof: the LaTeX table holds characters pdflatex cannot set ({chars[:20]!r}"
         f" in {cells[0]!r}{more}): compile it with xelatex or lualatex and a font that "
         "has them (e.g. xeCJK or luatexja for CJK)",
         ModelProfWarning,
-        stacklevel=3,
     )
     return [
         f"% holds characters pdflatex cannot set ({chars[:20]}): compile with xelatex or "

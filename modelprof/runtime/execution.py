@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, warn_user
 from modelprof.runtime import compat
 from modelprof.runtime.guard import set_training
 from modelprof.runtime.inputs import parse_dtype
@@ -87,10 +86,9 @@ def legacy_eval_mode(training: bool, options: dict[str, Any], where: str) -> boo
     eval_mode = options.pop("eval_mode")
     if not isinstance(eval_mode, bool):
         raise ModelProfError(f"eval_mode={eval_mode!r} must be True or False")
-    warnings.warn(
+    warn_user(
         f"{where}(eval_mode={eval_mode}) is deprecated: pass training={not eval_mode}",
         DeprecationWarning,
-        stacklevel=3,
     )
     return not eval_mode
 

@@ -8,13 +8,12 @@ the eager module's class (``Conv2d``, not ``InterpreterModule``).
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfWarning
+from modelprof.errors import ModelProfWarning, warn_user
 from modelprof.runtime import compat
 
 __all__ = ["exported_layers", "is_flat_export"]
@@ -41,13 +40,12 @@ def exported_layers(model: Any, inputs: tuple[tuple, dict] | None = None) -> Any
         program = torch.export.export(model, tuple(inputs[0]), dict(inputs[1]))
         return _unflattened(program)
     except Exception as e:  # noqa: BLE001 - profiled as it is, one row, and said so
-        warnings.warn(
+        warn_user(
             f"modelprof: the exported graph {type(model).__name__} could not be "
             f"exported again to recover its layers ({type(e).__name__}: {e}); it is "
             "profiled as one flat graph. Pass the ExportedProgram itself to keep "
             "them",
             ModelProfWarning,
-            stacklevel=3,
         )
         return model
 

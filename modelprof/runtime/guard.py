@@ -22,10 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
-import os
-import sys
 import threading
-import warnings
 from collections.abc import Iterator
 from itertools import chain, compress, repeat
 from typing import Any
@@ -34,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 
-from modelprof.errors import ModelProfWarning
+from modelprof.errors import ModelProfWarning, warn_user
 from modelprof.runtime import compat
 from modelprof.runtime.exclusive import exclusive
 from modelprof.runtime.snapshot import Snapshot
@@ -321,13 +318,12 @@ class StateGuard:
             names = [name for name, _ in self.unrestored]
             order = [p for p, _ in self._phases]
             phases = sorted({p for _, p in self.unrestored}, key=order.index)
-            warnings.warn(
+            warn_user(
                 f"modelprof: the model changed {', '.join(names[:5])}"
                 f"{' and more' if len(names) > 5 else ''} in place during "
                 f"{' and '.join(phases)}, where the first-write watch of the counted forward "
                 "could not see it, so no copy was kept to restore it",
                 ModelProfWarning,
-                stacklevel=_user_stacklevel(),
             )
 
     def begin(self, phase: str) -> None:
@@ -341,20 +337,6 @@ class StateGuard:
             if start[i] != end[i]:
                 return phase
         return self._phases[-1][0]
-
-
-def _user_stacklevel() -> int:
-    """The ``warnings.warn`` stacklevel of the first frame outside modelprof and contextlib."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-        or frame.f_code.co_filename == contextlib.__file__
-    ):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # modelprof/
 
 
 def _restore_module(m: nn.Module, cls: type, keys: tuple[str, ...]) -> None:

@@ -13,13 +13,12 @@ import dataclasses
 import functools
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
@@ -321,5 +320,5 @@ def measure_latencies(
         )
     if opts.warn:
         for note in result.notes:
-            warnings.warn(f"modelprof: {note}", TimingDisagreementWarning, stacklevel=2)
+            warn_user(f"modelprof: {note}", TimingDisagreementWarning)
     return result

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ from modelprof.errors import (
     FewSamplesWarning,
     LoadedMachineWarning,
     NoisyMeasurementWarning,
+    warn_user,
 )
 from modelprof.timing.stats import (
     between_block_ci,
@@ -403,7 +403,7 @@ class Measurement:
         if self.loaded and kind is not LoadedMachineWarning:
             text += f"; {self._loaded_text()}"
         self._warned = True
-        warnings.warn(text, kind, stacklevel=3)
+        warn_user(text, kind)
         return True
 
     def _loaded_text(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env
@@ -331,7 +330,7 @@ def _disagreements(points: list[ThroughputPoint]) -> list[NeighbourDisagreement]
         [SeriesPoint(f"batch {p.batch_size}", p.batch_size, p.measurement) for p in points],
     )
     for d in found:
-        warnings.warn(f"modelprof: {d.note()}", TimingDisagreementWarning, stacklevel=3)
+        warn_user(f"modelprof: {d.note()}", TimingDisagreementWarning)
     return found
 
 
