@@ -67,8 +67,11 @@ def test_a_registered_format_is_written_by_every_result(yaml_format, tmp_path):
     assert report.to_latex.__doc__ == get_format("latex").doc
     # the formats registered when a result class is defined are its methods, for help()
     assert type(report).to_csv.__doc__ == get_format("csv").doc
-    with pytest.raises(AttributeError):
+    with pytest.raises(
+        AttributeError, match="no format 'nothing_registered' is registered.*to_csv"
+    ):
         report.to_nothing_registered
+    assert not hasattr(report, "to_nothing_registered")  # still an AttributeError for getattr
 
 
 def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_path):

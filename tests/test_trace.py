@@ -47,6 +47,17 @@ def test_forward_trace_one_track_per_pass_nested_with_costs() -> None:
     assert json.loads(r.to_trace(max_passes=2))["traceEvents"][-1]["tid"] == 2
 
 
+def test_validator_reads_a_trace_file_by_its_path(tmp_path) -> None:
+    r = profile(_model(), (8,), repeat=2, warmup=1, roofline=False)
+    path = r.to_trace(tmp_path / "t.json")
+    assert validate_trace(path) == validate_trace(str(path)) == 2 * (1 + 8)  # as above
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ModelProfError, match="bad.json' cannot be read as JSON"):
+        validate_trace(tmp_path / "bad.json")
+    with pytest.raises(ModelProfError, match="in the list given"):
+        validate_trace([])
+
+
 def test_training_step_trace_has_a_backward_process() -> None:
     r = profile(_model(), (8,), batch_size=2, repeat=3, warmup=1, roofline=False, backward=True)
     doc = json.loads(r.to_trace())

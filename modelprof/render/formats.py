@@ -182,7 +182,11 @@ class Exports:
         try:
             fmt = get_format(attr.removeprefix("to_"))
         except ModelProfError:
-            raise AttributeError(attr) from None
+            known = ", ".join(f"to_{f.name}" for f in table_formats())
+            raise AttributeError(
+                f"{type(self).__name__} has no {attr}: no format {attr.removeprefix('to_')!r} is "
+                f"registered (modelprof.render.formats.register_format); the formats: {known}"
+            ) from None
         return _to_format(fmt).__get__(self)
 
     def __dir__(self) -> list[str]:

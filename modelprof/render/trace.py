@@ -81,13 +81,24 @@ def write_trace(doc: Mapping[str, Any], path: str | os.PathLike[str] | None) -> 
     return emit(json.dumps(doc, indent=None, separators=(",", ":")), path)
 
 
-def validate_trace(doc: Mapping[str, Any], nested: Sequence[int] | None = None) -> int:
-    """Check ``doc`` as the viewers read it: complete events with ``name``, ``ts``, ``dur`` >= 0,
-    ``pid`` and ``tid``; on each track of a process in ``nested`` (pids; default all), slices
-    that nest or do not overlap. Returns the number of slices; raises on the first bad event."""
+def validate_trace(
+    doc: Mapping[str, Any] | str | os.PathLike[str], nested: Sequence[int] | None = None
+) -> int:
+    """Check ``doc`` (the trace, or the path of its file) as the viewers read it: complete events
+    with ``name``, ``ts``, ``dur`` >= 0, ``pid`` and ``tid``; on each track of a process in
+    ``nested`` (pids; default all), slices that nest or do not overlap. Returns the number of
+    slices; raises on the first bad event."""
+    if isinstance(doc, (str, os.PathLike)):
+        try:
+            doc = json.loads(Path(doc).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ModelProfError(f"trace: {str(doc)!r} cannot be read as JSON: {e}") from e
     events = doc.get("traceEvents") if isinstance(doc, Mapping) else None
     if not isinstance(events, list):
-        raise ModelProfError("trace: no 'traceEvents' list")
+        raise ModelProfError(
+            f"trace: no 'traceEvents' list in the {type(doc).__name__} given (a trace document "
+            "or its file's path)"
+        )
     tracks: dict[tuple[Any, Any], list[tuple[float, float, str]]] = {}
     for e in events:
         if not isinstance(e, Mapping) or "ph" not in e:
