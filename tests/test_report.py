@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from torch import nn
@@ -200,6 +201,19 @@ def test_a_view_given_as_viewoptions_keeps_its_style(static):
     assert static.to_text(view=view) == static.to_text(style="torchstat")
     assert "module name" in static.to_text(view=view)
     assert "module name" not in static.to_text(view=view, style="modelprof")  # a keyword wins
+
+
+def test_view_options_are_checked_when_made():
+    # as profile's keywords are: a bad value is named where it is written, not at first use
+    with pytest.raises(ModelProfError, match="depth must be a non-negative integer, got 'two'"):
+        ViewOptions(depth="two")
+    with pytest.raises(ModelProfError, match="top_k must be a positive integer, got -3"):
+        ViewOptions(top_k=-3)
+    with pytest.raises(ModelProfError, match=r"units must be one of \['human', 'fixed', 'raw'\]"):
+        ViewOptions(units="SI")
+    with pytest.raises(ModelProfError, match="depth must be a non-negative integer, got True"):
+        ViewOptions().replace(depth=True)
+    assert ViewOptions(depth=np.int64(2), top_k=1, units="raw").depth == 2  # numpy ints are ints
 
 
 def test_by_module_type_sums_the_leaf_calls_per_class():

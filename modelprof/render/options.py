@@ -4,12 +4,13 @@ Selection, units and footer apply to every format; the rest to one (:data:`FORMA
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["FORMAT_OPTIONS", "ViewOptions"]
+__all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions"]
 
 #: the options each format reads beside the shared ones
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
@@ -19,6 +20,8 @@ FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
     "json": ("indent",),
 }
 _STYLES = ("modelprof", "torchstat")
+#: how numbers are written: ``1.82 G``, one unit per column header, or as they are
+UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 _GROUPS = ("layer_type", "module_type")
 
 
@@ -76,11 +79,10 @@ class ViewOptions:
             value = options.get(key)
             if value is not None and not isinstance(value, str) and isinstance(value, Iterable):
                 options[key] = tuple(value)
-        out = dataclasses.replace(view or cls(), **options)
-        out._check()
-        return out
+        return dataclasses.replace(view or cls(), **options)  # checked in __post_init__
 
-    def _check(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked once, when made (``ViewOptions(...)``, ``parse`` or ``replace``)."""
         if self.style not in _STYLES:
             raise ModelProfError(f"style={self.style!r} is not one of {list(_STYLES)}")
         if self.group_by is not None and self.group_by not in _GROUPS:
@@ -88,6 +90,12 @@ class ViewOptions:
         for name in ("leaf_only", "show_totals", "float_env", "standalone"):
             if not isinstance(getattr(self, name), bool):
                 raise ModelProfError(f"{name}={getattr(self, name)!r} must be True or False")
+        for name, least, what in (("depth", 0, "non-negative"), ("top_k", 1, "positive")):
+            value = getattr(self, name)
+            if value is not None and not (_integer(value) and value >= least):
+                raise ModelProfError(f"{name} must be a {what} integer, got {value!r}")
+        if self.units is not None and self.units not in UNITS:
+            raise ModelProfError(f"units must be one of {list(UNITS)}, got {self.units!r}")
 
     def replace(self, **options: Any) -> ViewOptions:
         """A copy with ``options`` changed and checked."""
@@ -104,3 +112,8 @@ class ViewOptions:
     def units_or(self, default: str) -> str:
         """The units asked for, else the format's ``default``."""
         return default if self.units is None else self.units
+
+
+def _integer(value: Any) -> bool:
+    """An int, numpy's included (``True`` is no depth)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

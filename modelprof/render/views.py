@@ -21,7 +21,7 @@ import pandas as pd
 
 import modelprof.columns as registry
 from modelprof.errors import ModelProfError
-from modelprof.render.options import ViewOptions
+from modelprof.render.options import UNITS, ViewOptions
 from modelprof.render.units import (
     IEC_PREFIXES,
     MISSING,
@@ -62,7 +62,6 @@ __all__ = [
     "readable_scale",
 ]
 
-UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 
 ADDITIVE_COLUMNS: tuple[str, ...] = registry.names(additive=True)
 """Columns whose leaf rows add up to a model total (the registry as modelprof was imported)."""
