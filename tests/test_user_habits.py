@@ -137,3 +137,26 @@ def test_warnings_point_at_the_users_line() -> None:
     said = {str(w.message)[:40]: w.filename for w in caught}
     assert any("no formula" in m for m in said) and any("LaTeX" in m for m in said)
     assert set(said.values()) == {__file__}
+
+
+class _TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 8)
+
+    def forward(self, input_ids):
+        return self.embed(input_ids)
+
+
+def test_an_embedding_that_refuses_its_input_says_what_it_needs() -> None:
+    # an input size makes float noise: the Embedding wants token ids, and the error says how
+    with pytest.raises(ModelProfError, match="integer token ids.*token_inputs") as err:
+        profile(_TinyLM(), (32,), timing=False)
+    assert "Embedding" in str(err.value)
+    # ids past the table: how many rows it has and how far the ids reach
+    ids = torch.full((1, 32), 4000)
+    with pytest.raises(
+        ModelProfError, match="the Embedding has 1000 rows; the integer inputs reach 4000"
+    ):
+        profile(_TinyLM(), inputs=ids, timing=False)
+    assert profile(_TinyLM(), inputs=ids.clamp(max=999), timing=False).totals["params"] == 8000

@@ -27,7 +27,7 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.hooks import module_hooks
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import runs_as_is
-from modelprof.runtime.tensors import shape_str
+from modelprof.runtime.tensors import iter_tensors, shape_str
 
 __all__ = ["StaticResult", "analyze", "counted_module", "meta_attention"]
 
@@ -192,9 +192,27 @@ def _refuse_lazy(lazy: list[str]) -> None:
         )
 
 
+def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs) -> str:
+    """What an ``nn.Embedding`` that refused its input needed: integer ids below its rows."""
+    if not isinstance(module, nn.Embedding):
+        return ""
+    rows = module.num_embeddings
+    ids = [t for t in iter_tensors((inputs.args, inputs.kwargs)) if not t.is_floating_point()]
+    if not ids:
+        return (
+            " (an Embedding takes integer token ids, and every input here is floating point: "
+            "for a language model pass inputs=modelprof.token_inputs(model, seq_len), or "
+            "--tokens N on the command line)"
+        )
+    if isinstance(e, IndexError) and inputs.device.type != "meta":
+        top = max(int(t.max()) for t in ids if t.numel())
+        return f" (the Embedding has {rows} rows; the integer inputs reach {top})"
+    return ""
+
+
 def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelProfError:
     running, done = tracker.failure or (tracker.stack, tracker.finished)
-    where = "before any module ran"
+    where, hint = "before any module ran", ""
     if running:
         inner = running[-1]
         shapes = ", ".join("x".join(map(str, s)) for s in inner.input_shapes) or "no tensors"
@@ -205,6 +223,8 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
         where = (
             f"in module {inner.name or '(root)'!r} ({inner.type}, input {shapes}); running: {path}"
         )
+        module = next((m for m, n in tracker.names.items() if n == inner.name), None)
+        hint = _embedding_hint(e, module, inputs)
     before = ", ".join(r.name or "(root)" for r in done[-8:])
     more = f"{len(done) - 8} more, then " if len(done) > 8 else ""
     ran = (
@@ -215,7 +235,7 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
     error = ModelProfError(
         f"the forward pass failed {where}{ran}. Inputs were "
         f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
-        f"{type(e).__name__}: {e}{compat.meta_failure_hint(e, inputs.device)}"
+        f"{type(e).__name__}: {e}{hint}{compat.meta_failure_hint(e, inputs.device)}"
     )
     error.in_forward = True  # the model's own forward failed (profile's batch hint reads it)
     return error
