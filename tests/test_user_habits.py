@@ -160,3 +160,10 @@ def test_an_embedding_that_refuses_its_input_says_what_it_needs() -> None:
     ):
         profile(_TinyLM(), inputs=ids, timing=False)
     assert profile(_TinyLM(), inputs=ids.clamp(max=999), timing=False).totals["params"] == 8000
+
+
+def test_a_failed_forward_names_the_inputs_dtypes() -> None:
+    # a uint8 image into a float conv: torch's "Byte ... Float" and the inputs' own dtype
+    image = torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
+    with pytest.raises(ModelProfError, match=r"Inputs were 1x3x8x8 \(uint8\)\."):
+        profile(nn.Conv2d(3, 4, 3), inputs=image, timing=False)

@@ -234,7 +234,7 @@ def forward_error(e: Exception, tracker: Tracker, inputs: ModelInputs) -> ModelP
     )
     error = ModelProfError(
         f"the forward pass failed {where}{ran}. Inputs were "
-        f"{shape_str((inputs.args, inputs.kwargs)) or 'no tensors'}. "
+        f"{shape_str((inputs.args, inputs.kwargs), dtypes=True) or 'no tensors'}. "
         f"{type(e).__name__}: {e}{hint}{compat.meta_failure_hint(e, inputs.device)}"
     )
     error.in_forward = True  # the model's own forward failed (profile's batch hint reads it)

@@ -72,7 +72,7 @@ def forward_failure(model: Any, what: str, inputs: Any = None) -> Iterator[None]
             raise
         inner = running[-1]
         kind = type(next(m for m, n in names.items() if n == inner)).__name__
-        shapes = shape_str(inputs) if inputs is not None else ""
+        shapes = shape_str(inputs, dtypes=True) if inputs is not None else ""
         raise ModelProfError(
             f"the forward pass failed during {what} in module {inner or '(root)'!r} ({kind}); "
             f"running: {_path(running)}."

@@ -138,11 +138,17 @@ def version_of(t: torch.Tensor) -> int | None:
     return None if t.is_inference() else t._version
 
 
-def shape_str(obj: Any) -> str:
-    """Shapes of the tensors in ``obj``, ``x``-joined, comma-separated: ``1x3x224x224, 1x10``."""
-    return ", ".join(
-        "x".join(str(d) for d in tensor_shape(t)) if t.dim() else "()" for t in iter_tensors(obj)
+def shape_str(obj: Any, dtypes: bool = False) -> str:
+    """Shapes of the tensors in ``obj``, ``x``-joined, comma-separated: ``1x3x224x224, 1x10``;
+    with ``dtypes``, their distinct dtypes after them: ``1x3x224x224 (uint8)``."""
+    tensors = list(iter_tensors(obj))
+    text = ", ".join(
+        "x".join(str(d) for d in tensor_shape(t)) if t.dim() else "()" for t in tensors
     )
+    if not (dtypes and tensors):
+        return text
+    kinds = dict.fromkeys(str(t.dtype).removeprefix("torch.") for t in tensors)
+    return f"{text} ({', '.join(kinds)})"
 
 
 def tensor_bytes(obj: Any, dtype: torch.dtype | None = None) -> int:
