@@ -290,6 +290,16 @@ def test_a_ratio_above_one_is_never_printed_as_a_utilization():
     assert "compute, DRAM roofs raised to what a layer of this run reached" in judged.describe()
 
 
+def test_a_utilization_prints_as_its_sentence_and_phases():
+    report = modelprof.profile(nn.Linear(4, 4), (4,), repeat=20, warmup=2)
+    u = report.utilization(Peaks(1e9, 1e9))
+    text = repr(u)
+    assert str(u) == text  # print() and a notebook's echo alike: no dataclass fields
+    assert text.startswith(u.describe() + "\n\n")
+    assert "Convention(" not in text and "MFU" in text.splitlines()[2]  # the phases' header
+    assert text.endswith(repr(u.phases))
+
+
 def test_bad_conventions_and_peaks_are_named():
     report = modelprof.profile(nn.Linear(4, 4), (4,), timing=False)
     with pytest.raises(ModelProfError, match="flops='3macs'"):

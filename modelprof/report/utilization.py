@@ -110,7 +110,7 @@ class Convention:
         return f"model FLOPs = {_FLOPS_WORDS[self.flops]}; {causal}; {peak}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Utilization:
     """Per row (``rows``: the report's rows in order, numeric) and per phase (``phases``):
     model and hardware FLOPs, bytes, time, MFU, HFU, MBU; ``by_peak``: the whole call's MFU
@@ -150,6 +150,10 @@ class Utilization:
         mfu = _ratio_text(last["mfu"], source)
         notes = "".join(f"; {n}" for n in self.notes)
         return f"MFU {mfu}{hfu} ({last['phase']}; {self.convention.describe()}{others}){notes}"
+
+    def __repr__(self) -> str:
+        """What ``print`` and a notebook show: the sentence and the phases (``rows``: per row)."""
+        return f"{self.describe()}\n\n{self.phases!r}"
 
 
 def _raised_words(p: Peaks) -> str:
