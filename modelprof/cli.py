@@ -831,10 +831,11 @@ def _run_generate(ctx: _Context) -> None:
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
         mem = report.memory
+        longest = mem.max_context(args.memory)
         print(
             f"\nfits {args.memory:,.0f} bytes: batch <= {mem.max_batch(args.memory)} at "
-            f"{mem.context} tokens; context <= {mem.max_context(args.memory)} tokens at batch "
-            f"{mem.batch_size}",
+            f"{mem.context} tokens; context <= {longest} tokens at batch {mem.batch_size}"
+            + (" (the model's position limit)" if longest == mem.max_positions else ""),
             file=ctx.stdout,
         )
     if ctx.out is None:

@@ -365,9 +365,12 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     per_seq = 1000 * 512 + max(act.values())
     budget = weights + 3 * per_seq + 1
     assert mem.max_batch(budget, context=1000) == 3  # 3 sequences of 1000 tokens fit
-    # batch 2 in the same budget: (budget - weights - 2 x act) / (2 x 512) tokens
-    free = budget - weights - 2 * max(act.values())
-    assert mem.max_context(budget, batch=2) == int(free // (2 * 512))
+    # batch 2: (budget - weights - 2 x act) / (2 x 512) tokens, here 100 (+ 5 bytes to spare)
+    tight = weights + 2 * max(act.values()) + 100 * 2 * 512 + 5
+    assert mem.max_context(tight, batch=2) == 100
+    # the first budget would hold ~1,500 tokens of batch 2, past the model's 128 positions:
+    # no context past them fits the model
+    assert mem.max_positions == 128 and mem.max_context(budget, batch=2) == 128
     with pytest.raises(ModelProfError, match="memory_bytes=-1"):
         mem.max_batch(-1)
     for bad in (float("inf"), float("nan")):  # inf passed ``> 0``; nan failed int() raw

@@ -77,6 +77,8 @@ def test_generate_config_class_counts_and_writes(tmp_path, capsys):
     # 2 x 2 layers x 2 KV heads x head_dim 16 x 4 bytes = 512 bytes per token
     assert "KV cache: 512 bytes/token (closed form 512)" in out
     assert "fits 10,000,000 bytes" in out
+    # 1e7 bytes hold ~19,000 tokens of 512 B, past the config's 2,048 positions: the limit binds
+    assert "context <= 2048 tokens at batch 1 (the model's position limit)" in out
     _, _, doc = read_json(tmp_path / "Llama_generation.json")
     assert [p["phase"] for p in doc["phases"]] == ["prefill", "decode", "decode", "decode"]
     assert doc["target"]["device"] == "H100 SXM"

@@ -82,3 +82,6 @@ def test_full_attention_plan_is_unchanged():
     assert (mem.kv_per_token_bytes, mem.window_per_token_bytes, mem.window_tokens) == (512, 0, 0)
     assert mem.kv_bytes(context=1000) == 1000 * 512
     assert mem.max_context(mem.weights_bytes * 10) < sys.maxsize
+    # memory for far more tokens than the model has positions: its positions bound the context
+    roomy = mem.weights_bytes + 10 * mem.max_positions * 512 + 10**9
+    assert mem.max_context(roomy, batch=1) == mem.max_positions == 2048  # LlamaConfig's default

@@ -137,8 +137,8 @@ class MemoryPlan:
         return max(int(free // per), 0) if per > 0 else 0
 
     def max_context(self, memory_bytes: float, batch: int | None = None) -> int:
-        """The longest context at which ``batch`` sequences fit; when no cache grows past a
-        window, the model's ``max_positions`` (``sys.maxsize`` when unknown)."""
+        """The longest context at which ``batch`` sequences fit, never past the model's
+        ``max_positions`` (``sys.maxsize`` when unknown: then memory alone bounds it)."""
         _check_memory(memory_bytes)
         b = batch or self.batch_size
         free = memory_bytes - self.weights_bytes - b * (self._per_seq() + self.state_per_seq_bytes)
@@ -150,9 +150,8 @@ class MemoryPlan:
             free -= window * w
         if free < 0:
             return 0
-        if full <= 0:
-            return self.max_positions if self.max_positions is not None else sys.maxsize
-        return int(free // full)
+        limit = self.max_positions if self.max_positions is not None else sys.maxsize
+        return limit if full <= 0 else min(int(free // full), limit)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
