@@ -219,6 +219,27 @@ def _finite_number(flag: str, value: float | None, unit: str) -> None:
         raise ModelProfError(f"{flag} {value} must be a finite number of {unit} above 0")
 
 
+_BYTES_RE = re.compile(
+    r"^\s*([-+]?[\d.]+(?:e[-+]?\d+)?|inf|nan)\s*(?:([kmgtp])(i?)b?|b)?\s*$", re.I
+)
+
+
+def _bytes_arg(text: str) -> float:
+    """``--memory``'s bytes: ``24e9``, ``24GB`` or ``24G`` (powers of 1000), ``80GiB`` (1024)."""
+    m = _BYTES_RE.match(text)
+    try:
+        number = float(m[1]) if m is not None else None
+    except ValueError:  # digits and dots that are no number: 1.2.3
+        number = None
+    if number is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of bytes such as 24e9, 24GB or 80GiB"
+        )
+    prefix, binary = m[2], m[3]
+    power = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
+    return number * (1024 if binary else 1000) ** power
+
+
 def _dtype_name(value: str) -> str:
     """``--dtype``'s value as its choices spell it, from any name ``dtype=`` takes (``bf16``)."""
     from modelprof.runtime.inputs import DTYPE_NAMES
@@ -428,9 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--memory",
-        type=float,
+        type=_bytes_arg,
         metavar="BYTES",
-        help="also the largest batch and context that fit this many bytes",
+        help="also the largest batch and context that fit this many bytes (24e9, 24GB, 80GiB)",
     )
     g.add_argument(
         "--no-timing", action="store_true", help="count only (the default on --device meta)"
@@ -984,10 +1005,10 @@ def _add_fit_parser(sub: Any) -> None:
         "--memory",
         "--memory-bytes",
         dest="memory_bytes",
-        type=float,
+        type=_bytes_arg,
         metavar="BYTES",
-        help="the device's memory, instead of the datasheet's (--memory-bytes is the older "
-        "spelling)",
+        help="the device's memory in bytes (80e9, 80GB, 80GiB), instead of the datasheet's "
+        "(--memory-bytes is the older spelling)",
     )
     f.add_argument(
         "--dtype",

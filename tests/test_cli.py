@@ -15,7 +15,7 @@ import torch
 from helpers import MLP_NETS
 
 from modelprof import cli
-from modelprof.cli import main, parse_formats, parse_input_size_arg
+from modelprof.cli import build_parser, main, parse_formats, parse_input_size_arg
 from modelprof.errors import ModelProfError
 
 
@@ -141,6 +141,27 @@ def test_every_usage_error_is_one_modelprof_error_line(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == (
         "modelprof: error: --memory inf must be a finite number of bytes above 0\n"
     )
+    for bad in ("24 gigs", "1.2.3GB"):
+        assert main(["fit", "LlamaConfig:num_hidden_layers=1", "--memory", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"'{bad}' is not a number of bytes such as 24e9, 24GB or 80GiB" in err
+
+
+def test_memory_takes_bytes_as_people_write_them() -> None:
+    parser = build_parser()
+    read = {  # GB and G in powers of 1000 (as datasheets print them), GiB in powers of 1024
+        "24e9": 24e9,
+        "24GB": 24e9,
+        "24 G": 24e9,
+        "80GiB": 80 * 2**30,
+        "512MiB": 512 * 2**20,
+        "1.5TB": 1.5e12,
+        "100": 100.0,
+        "100B": 100.0,
+    }
+    for text, expected in read.items():
+        assert parser.parse_args(["fit", "X", "--memory", text]).memory_bytes == expected, text
+        assert parser.parse_args(["generate", "X", "--memory", text]).memory == expected, text
 
 
 def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
