@@ -272,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--dtype",
         type=_dtype_name,
-        choices=["float32", "float16", "bfloat16"],
-        help="cast the model and inputs; bf16, fp16, half, fp32 as in fit's --dtype "
+        choices=["float32", "float16", "bfloat16", "float64"],
+        help="cast the model and inputs; bf16, fp16, half, fp32, fp64 as in fit's --dtype "
         "(default: the model's dtype)",
     )
     common.add_argument(

@@ -147,6 +147,12 @@ def test_every_usage_error_is_one_modelprof_error_line(capsys: pytest.CaptureFix
         assert f"'{bad}' is not a number of bytes such as 24e9, 24GB or 80GiB" in err
 
 
+def test_dtype_takes_every_float_dtype_profile_takes() -> None:
+    # profile(dtype=torch.float64) runs, so the command line takes it too, by any of its names
+    for name in ("float64", "fp64", "double"):
+        assert build_parser().parse_args(["profile", "m", "--dtype", name]).dtype == "float64"
+
+
 def test_memory_takes_bytes_as_people_write_them() -> None:
     parser = build_parser()
     read = {  # GB and G in powers of 1000 (as datasheets print them), GiB in powers of 1024
