@@ -204,8 +204,9 @@ def _embedding_hint(e: Exception, module: Any, inputs: ModelInputs) -> str:
             "for a language model pass inputs=modelprof.token_inputs(model, seq_len), or "
             "--tokens N on the command line)"
         )
-    if isinstance(e, IndexError) and inputs.device.type != "meta":
-        top = max(int(t.max()) for t in ids if t.numel())
+    dense = [t for t in ids if t.numel() and t.layout == torch.strided]
+    if isinstance(e, IndexError) and dense and inputs.device.type != "meta":
+        top = max(int(t.max()) for t in dense)
         return f" (the Embedding has {rows} rows; the integer inputs reach {top})"
     return ""
 
