@@ -38,7 +38,7 @@ def test_every_dtype_flag_takes_the_names_fit_takes(command, given, dtype):
 
 
 def test_a_dtype_no_command_takes_is_one_line(capsys):
-    assert main(["profile", "resnet18", "--dtype", "float64"]) == 2
+    assert main(["profile", "resnet18", "--dtype", "int8"]) == 2  # integers: no float to cast
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("modelprof: error: profile: argument --dtype")
 
