@@ -112,7 +112,7 @@ class Ints(nn.Module):
     [
         ({}, lambda: nn.Linear(4, 3).requires_grad_(False), "no parameter that requires grad"),
         ({}, lambda: nn.ReLU(), "ReLU has no parameter that requires grad"),
-        ({}, Ints, r"output of Ints is a Tensor \[2, int64\] \(no grad\)"),
+        ({}, Ints, r"output of Ints is a Tensor\[2, int64\] \(no grad\)"),
         (
             {"loss_fn": lambda out: out * 2},
             lambda: nn.Linear(4, 3),

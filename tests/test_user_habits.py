@@ -106,7 +106,7 @@ def test_no_hint_when_the_loss_or_the_call_fails_not_the_shapes() -> None:
             timing=False,
         )
     assert "\nhint:" not in str(err.value)
-    assert "on the output of Linear (a Tensor [2x5x3, float32])" in str(err.value)
+    assert "on the output of Linear (a Tensor[2x5x3, float32])" in str(err.value)
 
     # a forward that takes one input, given two: a TypeError, not a shape
     class One(nn.Module):

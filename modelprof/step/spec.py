@@ -26,7 +26,7 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.failure import refused_as
 from modelprof.runtime.placement import copy_model
-from modelprof.runtime.tensors import iter_tensors, shape_str
+from modelprof.runtime.tensors import brief, iter_tensors
 from modelprof.step.optimizer_state import torch_optimizers
 
 __all__ = [
@@ -80,6 +80,8 @@ def default_loss(output: Any) -> torch.Tensor | None:
 
 
 def _describe(output: Any) -> str:
+    if isinstance(output, torch.Tensor):  # one tensor: its shape says more than a count
+        return f"a {brief(output)}{'' if output.requires_grad else ' (no grad)'}"
     tensors = list(iter_tensors(output))
     if not tensors:
         return f"a {type(output).__name__} with no tensor"
@@ -87,10 +89,6 @@ def _describe(output: Any) -> str:
         f"{str(t.dtype).removeprefix('torch.')}{'' if t.requires_grad else ' (no grad)'}"
         for t in tensors[:6]
     )
-    if isinstance(output, torch.Tensor):  # one tensor: its shape says more than a count
-        dtype = str(output.dtype).removeprefix("torch.")
-        grad = "" if output.requires_grad else " (no grad)"
-        return f"a Tensor [{shape_str(output)}, {dtype}]{grad}"
     return f"a {type(output).__name__} of {len(tensors)} tensor(s): {kinds}"
 
 
