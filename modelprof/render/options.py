@@ -10,7 +10,7 @@ from typing import Any
 
 from modelprof.errors import ModelProfError
 
-__all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions"]
+__all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count"]
 
 #: the options each format reads beside the shared ones
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
@@ -90,10 +90,8 @@ class ViewOptions:
         for name in ("leaf_only", "show_totals", "float_env", "standalone"):
             if not isinstance(getattr(self, name), bool):
                 raise ModelProfError(f"{name}={getattr(self, name)!r} must be True or False")
-        for name, least, what in (("depth", 0, "non-negative"), ("top_k", 1, "positive")):
-            value = getattr(self, name)
-            if value is not None and not (_integer(value) and value >= least):
-                raise ModelProfError(f"{name} must be a {what} integer, got {value!r}")
+        check_count("depth", self.depth, 0)
+        check_count("top_k", self.top_k, 1)
         if self.units is not None and self.units not in UNITS:
             raise ModelProfError(f"units must be one of {list(UNITS)}, got {self.units!r}")
 
@@ -114,6 +112,10 @@ class ViewOptions:
         return default if self.units is None else self.units
 
 
-def _integer(value: Any) -> bool:
-    """An int, numpy's included (``True`` is no depth)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+def check_count(name: str, value: Any, least: int) -> None:
+    """Refuse ``name=value`` unless it is None or an integer (numpy's included, ``True`` not)
+    of at least ``least`` (0 or 1)."""
+    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if value is not None and not (integer and value >= least):
+        what = "non-negative" if least == 0 else "positive"
+        raise ModelProfError(f"{name} must be a {what} integer, got {value!r}")

@@ -21,7 +21,7 @@ import pandas as pd
 
 import modelprof.columns as registry
 from modelprof.errors import ModelProfError
-from modelprof.render.options import UNITS, ViewOptions
+from modelprof.render.options import UNITS, ViewOptions, check_count
 from modelprof.render.units import (
     IEC_PREFIXES,
     MISSING,
@@ -185,9 +185,9 @@ def select_rows(
     """
     require_columns(df, (), "select_rows")
     out = df
+    check_count("depth", depth, 0)
+    check_count("top_k", top_k, 1)
     if depth is not None:
-        if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 0:
-            raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
         require_columns(df, ["depth"], "depth=")
         if leaf_only:
             require_columns(df, ["leaf"], "leaf_only=True")
@@ -198,11 +198,8 @@ def select_rows(
     elif leaf_only:
         require_columns(df, ["leaf"], "leaf_only=True")
         out = out[out["leaf"].astype(bool)]
-    if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-            raise ModelProfError(f"top_k must be a positive integer, got {top_k!r}")
-        if sort_by is None:
-            sort_by = _default_sort_column(out)
+    if top_k is not None and sort_by is None:
+        sort_by = _default_sort_column(out)
     if sort_by is not None:
         require_columns(df, [sort_by], f"sort_by={sort_by!r}")
         out = out.sort_values(sort_by, ascending=ascending, kind="stable", na_position="last")
