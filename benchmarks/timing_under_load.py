@@ -30,6 +30,7 @@ TIMING_TESTS = (
     "tests/test_cpu_clock.py",
     "tests/test_profile_timing.py",
     "tests/test_attribution.py",
+    "tests/test_machine_load.py",
 )
 
 

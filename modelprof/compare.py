@@ -36,10 +36,12 @@ from modelprof.timing.interleave import (
     Candidate,
     cpu_work_columns,
     floor_notes,
+    loaded_latency_notes,
     measure_interleaved,
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
+from modelprof.timing.measurement import load_note
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS
@@ -387,12 +389,12 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         out["unranked"] = unranked
         out["notes"].append(unranked)
     elif result.ranked_by == "cpu_work":
-        worst = max(m.wall_over_cpu for m in result.measurements.values())
         clock = next(iter(result.measurements.values())).cpu_clock
         if result.loaded:
             out["ranked_by_why"] = "the machine was loaded"
             why = (
-                f"the machine was loaded (wall/CPU up to {worst:.2f}), which stretches the wall "
+                f"the machine was loaded ({load_note(result.measurements.values())}), which "
+                "stretches the wall "
                 "clock of whichever model it hits"
             )
         else:
@@ -407,6 +409,8 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
             f"ranked by CPU work ({clock}): {why}; CPU work equals latency only for a "
             "single-threaded model on an idle core"
         )
+    else:
+        out["notes"] += loaded_latency_notes(result.measurements.values())
     _disagreeing(checks, out)
     return out
 

@@ -7,6 +7,7 @@ profile on a fake group, sweep, register_formula, token_inputs and the command l
 from __future__ import annotations
 
 import pytest
+import torch
 
 COMPAT = frozenset(
     {
@@ -34,6 +35,16 @@ COMPAT = frozenset(
         "test_cli_tokens.py",
     }
 )
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test, the count before restored after: its CPU time
+    is one thread's (``thread_time``), the CPU work that stands for the work under load."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -47,6 +47,7 @@ class VirtualSpin(nn.Module):
 def install(monkeypatch) -> VirtualTime:
     """A :class:`VirtualTime` read by modelprof's clocks (wall and CPU time) and per-layer
     passes in place of the real ones."""
+    import modelprof.runtime.env as env_module
     import modelprof.timing.clock as clock_module
     import modelprof.timing.layers as layers_module
 
@@ -54,4 +55,6 @@ def install(monkeypatch) -> VirtualTime:
     fake = clock.module()
     monkeypatch.setattr(clock_module, "time", fake)
     monkeypatch.setattr(layers_module, "time", fake)
+    # the machine's real load means nothing beside virtual time: none is read (as off Linux)
+    monkeypatch.setattr(env_module, "_PROC_STAT", "/nonexistent/proc/stat")
     return clock

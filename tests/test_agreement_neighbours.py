@@ -296,7 +296,9 @@ class Waits(nn.Module):
         return x
 
 
-def test_a_wall_ratio_that_moved_between_rounds_ranks_by_the_cpu_work_that_did_not(monkeypatch):
+def test_a_wall_ratio_that_moved_between_rounds_ranks_by_the_cpu_work_that_did_not(
+    monkeypatch, one_thread
+):
     # the candidate waits for a core on 2 calls in 5, its work the baseline's: its wall clock
     # reads as in the test above (ratio of medians 1.000 against rounds centred on 1.260,
     # 1.084-1.464: rough), its CPU time 200 ms every time (cpu_work_x 1.000, every round 1:

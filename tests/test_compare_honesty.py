@@ -40,7 +40,7 @@ def test_ratio_of_medians_ranks_as_the_medians_with_a_paired_interval():
     assert one[0] == pytest.approx(2.0) and math.isnan(one[1]) and math.isnan(one[2])
 
 
-def test_a_loaded_cpu_ranks_identical_models_by_cpu_work(monkeypatch):
+def test_a_loaded_cpu_ranks_identical_models_by_cpu_work(monkeypatch, one_thread):
     # two identical 1 ms models; "load" (the fake clock's wall factor) hits only the first:
     # its wall clock reads 3x, its CPU time 1x
     clock = install(monkeypatch)

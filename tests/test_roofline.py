@@ -678,7 +678,10 @@ def test_every_efficiency_against_a_busy_probe_is_marked() -> None:
     df = r.to_dataframe()
     timed = df["efficiency"].notna()
     assert timed.any() and (df.loc[timed, "efficiency_loaded"]).all()
-    assert "the roofline probe ran on a busy machine (wall/CPU 3.00)" in r.summary()
+    assert (
+        "the roofline probe ran on a busy machine (its wall time was 3.00x its CPU time)"
+        in r.summary()
+    )
     md = r.to_markdown(columns=["module", "efficiency"])
     cells = [line.split("|")[2].strip() for line in md.splitlines()[2:] if line.startswith("|")]
     assert cells and all(c.startswith("~") for c in cells if c not in ("", "-"))

@@ -44,7 +44,7 @@ def _virtual(monkeypatch, clean_factor: float) -> nn.Module:
     return nn.Sequential(VirtualSpin(clock, 1.0), VirtualSpin(clock, 1.0))
 
 
-def test_clean_runs_slower_than_the_per_layer_window_are_flagged(monkeypatch):
+def test_clean_runs_slower_than_the_per_layer_window_are_flagged(monkeypatch, one_thread):
     model = _virtual(monkeypatch, 5.0)
     with pytest.warns(TimingDisagreementWarning) as rec:
         r = profile(model, (4,), repeat=12, warmup=1, roofline=False)

@@ -24,8 +24,13 @@ from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.timing.agreement import judge_ratio
-from modelprof.timing.interleave import floor_notes, round_ratio, unranked_note
-from modelprof.timing.measurement import Measurement
+from modelprof.timing.interleave import (
+    floor_notes,
+    loaded_latency_notes,
+    round_ratio,
+    unranked_note,
+)
+from modelprof.timing.measurement import Measurement, load_note
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.stats import RATIO_ESTIMATOR
@@ -47,8 +52,9 @@ def compare_generation(
     """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
     decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
     with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU work beside it (``*_cpu_ms``,
-    ``*_cpu_x``, ``wall_over_cpu``). ``rank`` (1 = fastest end to end) follows
-    ``attrs["ranked_by"]``: CPU work on a loaded machine (wall/CPU above 1.15), else latency;
+    ``*_cpu_x``, ``wall_over_cpu``, ``loaded``). ``rank`` (1 = fastest end to end) follows
+    ``attrs["ranked_by"]``: CPU work on a loaded machine (``Measurement.loaded``) where it is
+    one thread's (``cpu_holds``), else latency;
     none when a model is undersampled or the ranked ratio disagrees with its rounds
     (``<ratio>_rough``, ``attrs["notes"]``). ``models`` maps names to HuggingFace causal LMs or
     encoder-decoders (their encoder's inputs built from the config); a model that fails gets
@@ -208,9 +214,10 @@ def _measured(t: Any) -> list[Measurement]:
 
 
 def _ranked_by(timings: list) -> str:
-    """``"cpu_work"`` when every figure has its CPU time and any was loaded, else ``"latency"``."""
+    """``"cpu_work"`` when every figure has one thread's CPU time (``cpu_holds``) and any was
+    loaded, else ``"latency"``."""
     ms = [m for t in timings for m in _measured(t)]
-    if all(m.cpu is not None for m in ms) and any(m.loaded for m in ms):
+    if all(m.cpu_holds for m in ms) and any(m.loaded for m in ms):
         return "cpu_work"
     return "latency"
 
@@ -230,6 +237,7 @@ def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[s
         out.update(_ratio(f"{kind}_cpu_x", m.cpu, base_m.cpu, confidence, unranked))
     if out:
         out["wall_over_cpu"] = max(m.wall_over_cpu for m in _measured(t))
+        out["loaded"] = any(m.loaded for m in _measured(t))
     return out
 
 
@@ -321,16 +329,18 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
         notes.append(unranked)
     elif ranked_by == "cpu_work":
         notes.append(_loaded_note(timings))
+    else:
+        notes += loaded_latency_notes(m for t in timings for m in _measured(t))
     df.attrs["notes"] = notes
     return df
 
 
 def _loaded_note(timings: list) -> str:
     """Why a loaded comparison ranks by CPU work, and which ratios hold."""
-    worst = max(m.wall_over_cpu for t in timings for m in _measured(t))
+    why = load_note(m for t in timings for m in _measured(t))
     clock = timings[0].end_to_end.cpu_clock
     return (
-        f"ranked by CPU work ({clock}): the machine was loaded (wall/CPU up to {worst:.2f}), "
+        f"ranked by CPU work ({clock}): the machine was loaded ({why}), "
         "which stretches the wall clock of whichever generation it hits; quote ttft_cpu_x and "
         "tpot_cpu_x, not ttft_x and tpot_x. CPU work equals latency only for a "
         "single-threaded model on an idle core"

@@ -629,13 +629,16 @@ class Report(Exports):
                 f"pipelined (back to back) {p.median_ms:.3f} ms per call (95% CI {plo:.3f}-"
                 f"{phi:.3f}), {p.fps:.1f} samples/s: the throughput of a full stream"
             )
-        if m.cpu is not None and m.loaded:
-            lines.append(
-                f"CPU work {m.cpu.median_ms:.3f} ms ({m.cpu_clock}; wall/CPU "
-                f"{m.wall_over_cpu:.2f}: the machine was loaded, the wall clock includes "
-                "waiting for a core; CPU work equals latency only for a single-threaded "
-                "model on an idle core)"
-            )
+        if m.loaded:
+            line = f"the machine was loaded ({m.load_reason}): the wall clock includes waiting"
+            if m.cpu is not None:
+                held = (
+                    "what load cannot stretch; it equals latency only on an idle core"
+                    if m.cpu_holds
+                    else "stretched too: several threads spin while one waits for a core"
+                )
+                line += f"; CPU work {m.cpu.median_ms:.3f} ms ({m.cpu_clock}), {held}"
+            lines.append(line)
         agreement = self.timing_agreement
         share = f"{100 * self.coverage:.1f}% of the end-to-end median"
         covered = (
@@ -691,8 +694,7 @@ def loaded_probe_note(peaks: Any, used: Any = None) -> str:
         else ""
     )
     return (
-        f"note: the roofline probe ran on a busy machine (wall/CPU "
-        f"{peaks.wall_over_cpu:.2f}): its roofs (compute "
+        f"note: the roofline probe ran on a busy machine ({peaks.load_reason}): its roofs (compute "
         f"{format_rate(peaks.peak_flops, 'FLOP/s')}, memory "
         f"{format_rate(peaks.peak_bytes, 'B/s')}) read low{used_text}, and every efficiency "
         "judged against them is marked (efficiency_loaded); probe again on a quiet machine, or "

@@ -277,8 +277,8 @@ def peak_notes(df: pd.DataFrame, peaks: Peaks, *, latency_column: str = "latency
     notes = []
     if peaks.loaded:
         notes.append(
-            f"The probe ran on a busy machine (its wall time was {peaks.wall_over_cpu:.2f}x its "
-            "CPU time): every roof it measured reads low."
+            f"The probe ran on a busy machine ({peaks.load_reason}): every roof it measured "
+            "reads low."
         )
     proofs = roof_proofs(df, peaks, latency_column=latency_column)
     for name, old, unit, rate, who, how in _beaten(df, peaks, proofs):
@@ -332,8 +332,8 @@ def peak_words(
     caption = []
     if peaks.loaded:
         caption.append(
-            f"The probe ran on a busy machine: its wall time was {peaks.wall_over_cpu:.2f}x its "
-            "CPU time, and every roof it measured reads low."
+            f"The probe ran on a busy machine: {peaks.load_reason}, and every roof it measured "
+            "reads low."
         )
     if details:
         caption.append("The probe measured " + "; ".join(details) + ".")

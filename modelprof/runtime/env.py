@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 
 from modelprof.runtime.device import tf32_enabled
 
-__all__ = ["collect_env", "cpu_name", "gpu_state"]
+__all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state"]
 
 #: nvidia-smi's query fields and the keys ``gpu_state`` gives them
 _NVSMI_FIELDS = {
@@ -30,6 +31,69 @@ _NVSMI_FIELDS = {
     "pstate": "pstate",
     "driver_version": "driver_version",
 }
+
+
+#: Linux's per-core time counters, in ticks of ``SC_CLK_TCK``
+_PROC_STAT = "/proc/stat"
+#: the busy fields of a ``cpuN`` line: user, nice, system, irq, softirq, steal (not idle, iowait)
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def busy_ns(stat: str, cpus: set[int] | None, tick_ns: float) -> int:
+    """Nanoseconds the cores ``cpus`` (None: all) have been busy since boot, from the text of
+    ``/proc/stat``; a hypervisor's steal counts as busy (the core ran something else)."""
+    total = 0
+    for line in stat.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or not name[3:].isdigit():
+            continue
+        if cpus is None or int(name[3:]) in cpus:
+            fields = rest.split()
+            total += sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields))
+    return int(total * tick_ns)
+
+
+class MachineShare:
+    """What other work took of the cores torch's threads needed while a run was timed.
+
+    Between ``start()`` and ``stop()`` (any number of windows): the usable cores' busy time in
+    ``/proc/stat`` less this process's own CPU time is the other work's; over the wall time it
+    is cores' worth, and what of it the cores torch's threads leave idle cannot hold is
+    ``competing_cores``. None where ``/proc/stat`` cannot be read (not Linux).
+    """
+
+    def __init__(self) -> None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        usable = len(cpus) if cpus else os.cpu_count() or 1
+        self.cpus = set(cpus) if cpus else None
+        self.spare = max(0, usable - torch.get_num_threads())
+        self.tick_ns = 1e9 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 1e7
+        self.others_ns = self.wall_ns = 0
+        self._from: tuple[int, int, int] | None = None
+
+    def _now(self) -> tuple[int, int, int] | None:
+        try:
+            with open(_PROC_STAT) as f:
+                busy = busy_ns(f.read(), self.cpus, self.tick_ns)
+        except (OSError, ValueError, IndexError):
+            return None
+        return busy, time.process_time_ns(), time.perf_counter_ns()
+
+    def start(self) -> None:
+        self._from = self._now()
+
+    def stop(self) -> None:
+        end, begin, self._from = self._now(), self._from, None
+        if begin is not None and end is not None:
+            self.others_ns += (end[0] - begin[0]) - (end[1] - begin[1])
+            self.wall_ns += end[2] - begin[2]
+
+    @property
+    def competing_cores(self) -> float | None:
+        """Cores' worth of other work beyond the idle ones, over the windows (>= 0)."""
+        if self.wall_ns <= 0:
+            return None
+        return max(0.0, self.others_ns / self.wall_ns - self.spare)
 
 
 def _jsonable(v: Any) -> Any:

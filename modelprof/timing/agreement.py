@@ -224,7 +224,7 @@ def judge_agreement(
     agree = verdict == "agree"
     quote = "clean" if not ratio < 1.0 else "per-layer"
     cpu = clean.cpu
-    show_cpu = cpu is not None and clean.loaded
+    show_cpu = clean.cpu_holds and clean.loaded
     return TimingAgreement(
         clean_ms=clean.median_ms,
         clean_ci_ms=clean.median_ci_ms,

@@ -23,7 +23,7 @@ from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.latency import TimedCall, resolve_call
-from modelprof.timing.measurement import Measurement, format_ms
+from modelprof.timing.measurement import Measurement, format_ms, load_note
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import sample_interleaved
 from modelprof.timing.stats import paired_block_medians, ratio_of_medians
@@ -73,10 +73,10 @@ class LatencyComparison:
 
     @property
     def ranked_by(self) -> str:
-        """``"cpu_work"`` where the CPU time was read and the machine was ``loaded`` or the wall
-        clock ``wall_moved`` (load stretches the wall clock, not the CPU work); else
-        ``"latency"``."""
-        if self.cpu_ratios is None:
+        """``"cpu_work"`` where one thread's CPU time was read (``Measurement.cpu_holds``) and
+        the machine was ``loaded`` or the wall clock ``wall_moved`` (load stretches the wall
+        clock, not that CPU work); else ``"latency"``."""
+        if self.cpu_ratios is None or not all(m.cpu_holds for m in self.measurements.values()):
             return "latency"
         return "cpu_work" if self.loaded or self.wall_moved else "latency"
 
@@ -249,6 +249,20 @@ def floor_notes(measurements: Iterable[Measurement]) -> list[str]:
     return [
         f"the time budget was extended by {m.extended_s:.1f} s (at most {m.floor_cap_s:g} s) "
         f"so that every candidate has min_samples={m.min_samples} runs"
+    ]
+
+
+def loaded_latency_notes(measurements: Iterable[Measurement]) -> list[str]:
+    """On a loaded machine where some CPU work is several threads' (not ``cpu_holds``): why the
+    table ranks by latency all the same, and what to do."""
+    ms = list(measurements)
+    if not any(m.loaded for m in ms) or all(m.cpu_holds for m in ms):
+        return []
+    return [
+        f"ranked by latency on a loaded machine ({load_note(ms)}): the ratios moved with the "
+        "load, and so does the CPU work of several threads (they spin while one of them waits "
+        "for a core), so no figure here is proof against it; time again on a quieter machine, "
+        "or with torch.set_num_threads(1) for a ranking by CPU work"
     ]
 
 

@@ -15,8 +15,11 @@ Conventions, stated once:
 * a budget that ends below ``min_samples`` is extended by at most ``FLOOR_EXTEND_S``
   (``extended_s``); a run still short quotes no median (``short_reason``) and warns once;
 * ``cpu_ms``: each sample's CPU time (``cpu_clock``: ``"thread_time"`` for one intra-op thread,
-  ``"process_time"`` for several); ``wall_over_cpu`` and ``loaded`` say whether load stretched
-  the wall clock; ``cpu`` is that CPU work as a Measurement;
+  ``"process_time"`` for several); ``cpu`` is that CPU work as a Measurement; it stands for the
+  work on a loaded machine (``cpu_holds``) only as one thread's: several threads spin while one
+  of them waits for a core, so load stretches their CPU time too;
+* ``loaded``: the wall clock over the CPU time above ``LOADED_WALL_OVER_CPU``, or other work
+  took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed;
 * outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
 * ``fps = batch_size / (median_ms / 1000)``.
 """
@@ -51,6 +54,7 @@ __all__ = [
     "NOISY_CV",
     "NOISY_IQR_FRACTION",
     "JUDGE_MAX_RELATIVE_CI",
+    "LOADED_COMPETING_CORES",
     "LOADED_WALL_OVER_CPU",
     "median_ci_ranks",
 ]
@@ -63,6 +67,8 @@ NOISY_CV = 0.25
 JUDGE_MAX_RELATIVE_CI = 0.5
 #: Wall over CPU time above this and the machine is "loaded": the work waited for a core.
 LOADED_WALL_OVER_CPU = 1.15
+#: ... or when other work took at least this many cores' worth of the cores the run needed.
+LOADED_COMPETING_CORES = 0.25
 
 # the attributes ``to_dict`` and ``stats`` give, in order
 _METADATA = (
@@ -114,6 +120,7 @@ class Measurement:
     min_samples: int | None = None
     cpu_ms: np.ndarray | None = None
     cpu_clock: str | None = None
+    competing_cores: float | None = None
     extended_s: float = 0.0
     floor_cap_s: float | None = None
     needed_s: float | None = None
@@ -351,9 +358,31 @@ class Measurement:
 
     @property
     def loaded(self) -> bool:
-        """``wall_over_cpu > LOADED_WALL_OVER_CPU``: the machine was busy (with several threads,
-        only load that left the process less than one core)."""
-        return bool(self.wall_over_cpu > LOADED_WALL_OVER_CPU)
+        """The machine was busy: ``wall_over_cpu > LOADED_WALL_OVER_CPU`` (with several threads,
+        only load that left the process less than one core) or ``competing_cores >=
+        LOADED_COMPETING_CORES`` (other work on the cores the threads needed)."""
+        others = self.competing_cores is not None and self.competing_cores >= LOADED_COMPETING_CORES
+        return bool(self.wall_over_cpu > LOADED_WALL_OVER_CPU or others)
+
+    @property
+    def cpu_holds(self) -> bool:
+        """The CPU work stands for the work on a loaded machine: one thread's CPU time
+        (``thread_time``). Several threads' (``process_time``) grows with load too: they spin
+        while one of them waits for a core."""
+        return self.cpu is not None and self.cpu_clock == "thread_time"
+
+    @property
+    def load_reason(self) -> str:
+        """What showed the load, in words ("" when not ``loaded``)."""
+        why = []
+        if self.wall_over_cpu > LOADED_WALL_OVER_CPU:
+            why.append(f"wall/CPU {self.wall_over_cpu:.2f}: the work waited for a core")
+        if self.loaded and self.competing_cores is not None and self.competing_cores > 0:
+            why.append(
+                f"other work took {self.competing_cores:.2f} cores' worth of the cores its "
+                "threads needed"
+            )
+        return "; ".join(why)
 
     @functools.cached_property
     def outliers(self) -> int:
@@ -407,12 +436,25 @@ class Measurement:
         return True
 
     def _loaded_text(self) -> str:
-        return (
-            f"the machine was loaded (wall/CPU {self.wall_over_cpu:.2f}: the work waited for a "
-            f"core), so the wall median {format_ms(self.median_ms)} moved with the machine's "
-            f"load and another run will read otherwise; quote the CPU work, median "
-            f"{format_ms(self.cpu.median_ms)} ({self.cpu_clock}), which load cannot stretch, or "
-            "time again on a quieter machine"
+        text = (
+            f"the machine was loaded ({self.load_reason}), so the wall median "
+            f"{format_ms(self.median_ms)} moved with the machine's load and another run will "
+            "read otherwise; "
+        )
+        if self.cpu_holds:
+            return text + (
+                f"quote the CPU work, median {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), "
+                "which load cannot stretch, or time again on a quieter machine"
+            )
+        if self.cpu is not None:
+            text += (
+                f"the CPU work, {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), is several "
+                "threads', which load stretches too (they spin while one of them waits for a "
+                "core); "
+            )
+        return text + (
+            "time again on a quieter machine, or with torch.set_num_threads(k) for k cores "
+            "left idle"
         )
 
     def _few_samples_text(self) -> str:
@@ -451,8 +493,11 @@ class Measurement:
                 cpu_median_ms=self.cpu.median_ms,
                 cpu_clock=self.cpu_clock,
                 wall_over_cpu=self.wall_over_cpu,
-                loaded=self.loaded,
             )
+        if self.competing_cores is not None:
+            out["competing_cores"] = self.competing_cores
+        if self.cpu is not None or self.competing_cores is not None:
+            out["loaded"] = self.loaded
         return out
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
@@ -524,9 +569,18 @@ class Measurement:
             lines.append(
                 f"  CPU work ({self.cpu_clock}): median {format_ms(self.cpu.median_ms)}, "
                 f"wall/CPU {self.wall_over_cpu:.2f}"
-                + (" (loaded: the work waited for a core)" if self.loaded else "")
             )
+        if self.loaded:
+            lines.append(f"  loaded: {self.load_reason}")
         return "\n".join(lines)
+
+
+def load_note(ms: Any) -> str:
+    """What showed the load of the most loaded of ``ms`` (some ``loaded``), in words."""
+    worst = max(
+        (m for m in ms if m.loaded), key=lambda m: (m.wall_over_cpu, m.competing_cores or 0.0)
+    )
+    return worst.load_reason
 
 
 def _duration(s: float) -> str:

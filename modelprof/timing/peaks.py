@@ -21,10 +21,10 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import mig_refusal, mig_slice, tf32_enabled
-from modelprof.runtime.env import cpu_name
+from modelprof.runtime.env import MachineShare, cpu_name
 from modelprof.runtime.inputs import DTYPE_NAMES
 from modelprof.timing.clock import CudaEventClock, HostSyncClock, cpu_time_source
-from modelprof.timing.measurement import LOADED_WALL_OVER_CPU
+from modelprof.timing.measurement import LOADED_COMPETING_CORES, LOADED_WALL_OVER_CPU
 
 __all__ = [
     "DeviceSpec",
@@ -88,7 +88,8 @@ class Peaks:
     may differ on TF32); ``None``: they share ``peak_flops``. ``raised``: the roofs a table's
     rows proved higher than probed (``"compute"``, ``"conv compute"``, a level's name:
     ``observed_peaks``). ``wall_over_cpu``: a CPU probe's wall over CPU time; above
-    ``LOADED_WALL_OVER_CPU`` the machine was busy and the probed roofs are low (``loaded``).
+    ``LOADED_WALL_OVER_CPU``, or with other work on ``competing_cores`` of the cores it needed
+    (``Measurement``'s rule), the machine was busy and the probed roofs are low (``loaded``).
     """
 
     peak_flops: float
@@ -100,11 +101,24 @@ class Peaks:
     conv_peak_flops: float | None = None
     raised: tuple[str, ...] = ()
     wall_over_cpu: float | None = None
+    competing_cores: float | None = None
 
     @property
     def loaded(self) -> bool:
-        """A probe that ran on a busy machine (wall time well above its CPU time)."""
-        return self.wall_over_cpu is not None and self.wall_over_cpu > LOADED_WALL_OVER_CPU
+        """A probe that ran on a busy machine (``load_reason`` says how it showed)."""
+        return bool(self.load_reason)
+
+    @property
+    def load_reason(self) -> str:
+        """What showed that the probe's machine was busy, in words ("" when it was not)."""
+        why = []
+        if self.wall_over_cpu is not None and self.wall_over_cpu > LOADED_WALL_OVER_CPU:
+            why.append(f"its wall time was {self.wall_over_cpu:.2f}x its CPU time")
+        if self.competing_cores is not None and self.competing_cores >= LOADED_COMPETING_CORES:
+            why.append(
+                f"other work took {self.competing_cores:.2f} cores' worth of the cores it needed"
+            )
+        return "; ".join(why)
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
@@ -583,6 +597,9 @@ def probe_peaks(
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
     conv_tf32 = conv_uses_other_precision(dev, name)
     cpu_now = cpu_time_source()[1]
+    machine = MachineShare() if dev.type == "cpu" else None
+    if machine is not None:
+        machine.start()
     wall0, cpu0 = time.perf_counter_ns(), cpu_now()
     with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
         if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
@@ -596,6 +613,8 @@ def probe_peaks(
         with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
             conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
     wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
+    if machine is not None:
+        machine.stop()
     return Peaks(
         peak_flops=flops,
         peak_bytes=levels[-1].bandwidth,
@@ -605,6 +624,7 @@ def probe_peaks(
         levels=levels,
         conv_peak_flops=conv,
         wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None,
+        competing_cores=machine.competing_cores if machine is not None else None,
     )
 
 

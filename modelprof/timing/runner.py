@@ -10,7 +10,7 @@ Measurement of its samples shares. What a pass runs is its own (``TimedCall``, `
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats
+from modelprof.runtime.env import MachineShare
 from modelprof.runtime.progress import progress_bar, sampling_bar
 from modelprof.timing.clock import Phase, clock_for
 from modelprof.timing.measurement import Measurement
@@ -51,6 +52,8 @@ class Runner:
         self.parts: list[np.ndarray] = []  # each block's per-phase ms (``time_phases``)
         #: (callable, input signature) for the warm-up registry, remembered on a clean exit
         self.warm_key: tuple[Any, Hashable] | None = None
+        #: on the CPU, what other work took of the cores while this run sampled
+        self.share = MachineShare() if device.type == "cpu" else None
         self._stack = contextlib.ExitStack()
 
     def contexts(self) -> Sequence[contextlib.AbstractContextManager]:
@@ -127,14 +130,17 @@ class Runner:
         """Blocks of ``block(k)`` by the stop rule, then the sample floor held for at most
         ``floor_cap_s`` seconds more (None: the rule's own cap), kept in ``extended_s``."""
         opts = self.opts
-        with sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
+        with self.sharing(), sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
             sampled = self.guarded(lambda: collect(block, opts.stop, est_ms, on_block=bar))
         need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
         cap = cap if floor_cap_s is None else floor_cap_s
         if need is None or sampled.n >= need or cap <= 0:
             return sampled
         extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
-        with progress_bar(need, enabled=opts.progress, unit="run", desc=extending) as bar:
+        with (
+            self.sharing(),
+            progress_bar(need, enabled=opts.progress, unit="run", desc=extending) as bar,
+        ):
             bar.update(sampled.n)
             held = self.guarded(
                 lambda: hold_floor(
@@ -143,6 +149,17 @@ class Runner:
             )
         self.extended_s = held.extended_s
         return held
+
+    @contextlib.contextmanager
+    def sharing(self) -> Iterator[None]:
+        """A window of ``share``: what other work took of the cores while it was open."""
+        if self.share is not None:
+            self.share.start()
+        try:
+            yield
+        finally:
+            if self.share is not None:
+                self.share.stop()
 
     def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
         """The allocator's peak (``stats``, reset just before) over one more ``fn()``."""
@@ -170,6 +187,7 @@ class Runner:
             device=str(self.dev),
             batch_size=self.batch_size,
             warmup=self.warmup_calls,
+            competing_cores=self.share.competing_cores if self.share is not None else None,
             **sampled.fields(self.opts.stop),
         )
 
@@ -183,5 +201,7 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
         ests = [stack.enter_context(r).warm() for r in runners]
         blocks = [r.sample_block for r in runners]
         bar = sampling_bar(opts.stop, enabled=opts.progress, desc=desc, candidates=len(runners))
-        with bar as on_round:
+        for r in runners[1:]:  # the rounds share one window, and so one reading
+            r.share = runners[0].share
+        with runners[0].sharing(), bar as on_round:
             return collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)

@@ -1,0 +1,216 @@
+"""Load that wall/CPU cannot see: torch's threads spin while one of them waits for a core, so
+with several threads their CPU time grows with the wall time (a resnet18 on this 2-core VM read
+wall/CPU 0.50 quiet and 1.00 beside two busy loops, its median 24 against 121 ms). What other
+processes took of the cores (``/proc/stat``) shows it: ``competing_cores``, ``loaded``, and a
+CPU work quoted only where it is one thread's."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fake_clock import VirtualSpin, install
+from torch import nn
+
+from modelprof import compare, measure_latency
+from modelprof.errors import LoadedMachineWarning
+from modelprof.report.roofline import peak_notes
+from modelprof.runtime import env
+from modelprof.runtime.env import MachineShare, busy_ns
+from modelprof.timing.measurement import LOADED_COMPETING_CORES, Measurement
+
+# fields: user nice system idle iowait irq softirq steal guest guest_nice
+_STAT = (
+    "cpu  11 22 33 4400 55 66 77 88 0 0\n"
+    "cpu0 1 2 3 400 5 6 7 8 9 10\n"
+    "cpu1 10 20 30 4000 50 60 70 80 0 0\n"
+    "intr 12345 0 0\n"
+    "ctxt 678\n"
+)
+
+
+def test_busy_time_is_the_usable_cores_user_system_irq_and_steal():
+    # cpu0: 1 + 2 + 3 + 6 + 7 + 8 = 27 ticks busy (idle 400, iowait 5 and the guest time, in
+    # user already, left out); cpu1: 10 + 20 + 30 + 60 + 70 + 80 = 270; at 10 ms a tick
+    assert busy_ns(_STAT, {0}, 1e7) == 27 * 10**7
+    assert busy_ns(_STAT, {1}, 1e7) == 270 * 10**7
+    # every core: the per-core lines (the summed "cpu" line is not counted twice)
+    assert busy_ns(_STAT, None, 1e7) == busy_ns(_STAT, {0, 1}, 1e7) == 297 * 10**7
+    assert busy_ns(_STAT, {5}, 1e7) == 0  # a core the file does not list
+
+
+def test_competing_cores_is_other_work_over_wall_time_beyond_the_idle_cores(monkeypatch):
+    share = MachineShare()
+    share.spare = 0
+    readings = iter(
+        [
+            (0, 0, 0),  # (busy ns of the cores, this process's CPU ns, wall ns)
+            (2_000_000_000, 1_000_000_000, 1_000_000_000),
+            (10_000_000_000, 5_000_000_000, 5_000_000_000),
+            (10_500_000_000, 5_500_000_000, 5_500_000_000),
+            (20_000_000_000, 9_000_000_000, 9_000_000_000),
+            None,  # /proc/stat unreadable at the end of a window: it counts nothing
+        ]
+    )
+    monkeypatch.setattr(share, "_now", lambda: next(readings))
+    assert share.competing_cores is None  # no window yet
+    share.start()
+    share.stop()
+    # 2 s busy, 1 s of it this process's, over 1 s of wall time: 1 core of other work
+    assert share.competing_cores == pytest.approx(1.0)
+    share.start()
+    share.stop()
+    # a second window: 0.5 s busy, all of it this process's; (1 + 0) s over (1 + 0.5) s
+    assert share.competing_cores == pytest.approx(1.0 / 1.5)
+    share.start()
+    share.stop()
+    assert share.competing_cores == pytest.approx(1.0 / 1.5)
+    # one idle core beside torch's threads takes up to 1 core of other work: 0.667 - 1 -> 0
+    share.spare = 1
+    assert share.competing_cores == 0.0
+
+
+def test_off_linux_no_share_is_read(monkeypatch):
+    monkeypatch.setattr(env, "_PROC_STAT", "/nonexistent/proc/stat")
+    share = MachineShare()
+    share.start()
+    share.stop()
+    assert share.competing_cores is None
+
+
+def _measured(cpu_clock: str, competing: float | None) -> Measurement:
+    # 40 samples of 10 ms whose CPU time equals the wall time (wall/CPU 1.00: several
+    # threads that spin while they wait read so under load), in 8 blocks
+    cpu = 10.0 + np.random.default_rng(0).normal(0.0, 0.01, 40)
+    blocks = np.repeat(np.arange(8), 5)
+    return Measurement(
+        cpu.copy(),
+        blocks=blocks,
+        timestamps_s=blocks * 0.1,
+        cpu_ms=cpu,
+        cpu_clock=cpu_clock,
+        competing_cores=competing,
+    )
+
+
+def test_other_work_on_the_needed_cores_is_load_and_several_threads_cpu_work_is_not_quoted():
+    m = _measured("process_time", 1.03)
+    assert m.wall_over_cpu == pytest.approx(1.0) and m.loaded and not m.cpu_holds
+    with pytest.warns(LoadedMachineWarning) as rec:
+        assert m.warn_if_noisy()
+    text = str(rec[0].message)
+    assert "other work took 1.03 cores' worth of the cores its threads needed" in text
+    assert "is several threads', which load stretches too" in text
+    assert "torch.set_num_threads" in text
+    assert "quote the CPU work" not in text
+    assert "loaded: other work took 1.03" in repr(m)
+    # the figure is kept through to_dict and back
+    back = Measurement.from_dict(m.to_dict())
+    assert back.competing_cores == pytest.approx(1.03) and back.loaded
+    assert m.stats()["competing_cores"] == pytest.approx(1.03) and m.stats()["loaded"]
+
+
+def test_one_threads_cpu_work_is_quoted_under_load_and_a_little_other_work_is_none():
+    m = _measured("thread_time", 0.5)
+    assert m.loaded and m.cpu_holds
+    with pytest.warns(LoadedMachineWarning) as rec:
+        m.warn_if_noisy()
+    assert "quote the CPU work, median" in str(rec[0].message)
+    # below a quarter core of other work (and wall = CPU time): a quiet machine's daemons
+    quiet = _measured("process_time", LOADED_COMPETING_CORES - 0.01)
+    assert not quiet.loaded and quiet.load_reason == ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not quiet.warn_if_noisy()
+    assert not _measured("thread_time", None).loaded  # none read (off Linux): wall/CPU alone
+
+
+def test_a_loaded_comparison_of_several_threads_ranks_by_latency_and_says_why(monkeypatch):
+    # the honesty test's two identical 1 ms models, "load" hitting the first (wall 3x its CPU
+    # time), but timed with two intra-op threads: process_time, which load stretches too
+    clock = install(monkeypatch)
+
+    class Loaded(VirtualSpin):
+        def forward(self, x):
+            clock.factor = 3.0
+            try:
+                return super().forward(x)
+            finally:
+                clock.factor = 1.0
+
+    models = {
+        "hit": nn.Sequential(Loaded(clock, 1.0)),
+        "spared": nn.Sequential(VirtualSpin(clock, 1.0)),
+    }
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.warns(LoadedMachineWarning, match="several threads'"):
+            df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
+    finally:
+        torch.set_num_threads(before)
+    assert df.loc["hit", "wall_over_cpu"] == pytest.approx(3.0)
+    assert df.attrs["ranked_by"] == "latency"
+    assert df["rank"].tolist() == [2, 1]  # wall: 3 ms against 1 ms
+    notes = [n for n in df.attrs["notes"] if n.startswith("ranked by latency on a loaded")]
+    assert len(notes) == 1 and "wall/CPU 3.00" in notes[0]
+    assert not any(n.startswith("ranked by CPU work") for n in df.attrs["notes"])
+
+
+@pytest.mark.skipif(
+    not (os.path.exists("/proc/stat") and hasattr(os, "sched_getaffinity")),
+    reason="the other work's share is read from Linux's /proc/stat",
+)
+def test_busy_processes_on_every_core_read_as_competing_cores():
+    # as many spinning processes as usable cores, and torch on as many threads: on n cores each
+    # of the 2n gets about half a core, so the others' share is about n / 2 >= 0.5 core, above
+    # the quarter core that is load, whatever else the machine runs (more load: more share)
+    cores = len(os.sched_getaffinity(0))
+    before = torch.get_num_threads()
+    spin = "import sys\nprint('go', flush=True)\nwhile True:\n    pass\n"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+        for _ in range(cores)
+    ]
+    try:
+        for p in procs:  # each is spinning before the timing starts
+            assert p.stdout.readline() == "go\n"
+        torch.set_num_threads(cores)
+        x = torch.randn(384, 384)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = measure_latency(lambda: x @ x, repeat=300, warmup=5)
+    finally:
+        torch.set_num_threads(before)
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(timeout=30)
+            p.stdout.close()
+    assert m.competing_cores is not None and m.competing_cores >= LOADED_COMPETING_CORES
+    assert m.loaded and "other work took" in m.load_reason
+
+
+def test_a_roofline_probe_beside_other_work_is_loaded_and_says_so():
+    from modelprof.timing.peaks import Peaks
+
+    probed = Peaks(
+        peak_flops=1e11, peak_bytes=1e10, source="probe", device="cpu", wall_over_cpu=1.0
+    )
+    busy = dataclasses.replace(probed, competing_cores=0.6)
+    assert not probed.loaded and busy.loaded  # wall/CPU 1.00 alone says nothing
+    assert busy.load_reason == "other work took 0.60 cores' worth of the cores it needed"
+    assert dataclasses.replace(probed, competing_cores=0.2).load_reason == ""
+    # the table's note names it, where it used to read a wall/CPU that had not moved
+    df = pd.DataFrame({"latency_ms": [1.0], "flops": [1e6], "memory_bytes": [1e5]})
+    assert (
+        "The probe ran on a busy machine (other work took 0.60 cores' worth of the cores it "
+        "needed): every roof it measured reads low." in peak_notes(df, busy)
+    )
