@@ -109,9 +109,10 @@ def compare(
     is the ratio of medians (ratios rank as the medians do), with a paired interval from the
     per-round ratios of block medians (``latency_x_ci_low``/``_high``; ``attrs["ratio_estimator"]``
     in words). ``rank`` follows the CPU work (``attrs["ranked_by"] == "cpu_work"``, why in
-    ``attrs["ranked_by_why"]`` and ``attrs["notes"]``) on a loaded CPU (wall well above CPU
-    time), or where a ``latency_x`` disagrees with its rounds while every ``cpu_work_x``
-    agrees; CPU work equals latency only for a single-threaded model on an idle core. A ratio
+    ``attrs["ranked_by_why"]`` and ``attrs["notes"]``) where it is one thread's
+    (``Measurement.cpu_holds``) on a loaded CPU (``Measurement.loaded``), or where a
+    ``latency_x`` disagrees with its rounds while every ``cpu_work_x`` agrees; CPU work equals
+    latency only for a single-threaded model on an idle core. A ratio
     of medians outside its rounds' interval and further than ``AGREEMENT_TOLERANCE`` from their
     centre (``timing.agreement.judge_ratio``) is flagged in ``latency_x_rough``
     (``cpu_work_x_rough``, ``backward_latency_x_rough``), a note and a

@@ -38,13 +38,19 @@ COMPAT = frozenset(
 
 
 @pytest.fixture
-def one_thread():
-    """torch on one intra-op thread for the test, the count before restored after: its CPU time
-    is one thread's (``thread_time``), the CPU work that stands for the work under load."""
+def torch_threads():
+    """``torch_threads(n)`` sets torch's intra-op threads for the test; the count before is
+    restored after it."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
+    yield torch.set_num_threads
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread(torch_threads):
+    """torch on one intra-op thread for the test: its CPU time is one thread's
+    (``thread_time``), the CPU work that stands for the work under load."""
+    torch_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -264,7 +264,6 @@ def test_compare_generation_ratios_against_known_spins():
     # so; loaded with several threads' CPU work it ranks by latency and says why. The slower
     # spin ranks second either way
     loaded = bool(table["loaded"].any())
-    assert table.loc[table["wall_over_cpu"] > 1.15, "loaded"].all()  # that alone is load
     by_cpu = loaded and clock_name == "thread_time"
     assert table.attrs["ranked_by"] == ("cpu_work" if by_cpu else "latency")
     assert table["rank"].tolist() == [1, 2]

@@ -22,6 +22,7 @@ from modelprof.report.roofline import (
     observed_peaks,
     peak_notes,
 )
+from modelprof.runtime import env
 from modelprof.timing.peaks import (
     KNOWN_DEVICES,
     MemoryLevel,
@@ -658,8 +659,10 @@ def test_a_probe_on_a_busy_machine_says_so(monkeypatch) -> None:
     monkeypatch.setattr(peaks_mod, "cpu_time_source", _cpu_clock(1000))
     busy = probe_peaks("cpu", budget_s=0.05, repeats=1)
     assert busy.wall_over_cpu > 1000 and busy.loaded
-    # a CPU clock that runs with the wall clock: wall/CPU 1 (up to the reads' order), not busy
+    # a CPU clock that runs with the wall clock: wall/CPU 1 (up to the reads' order), not busy;
+    # the machine's real other work is not this fake's (none read, as off Linux)
     monkeypatch.setattr(peaks_mod, "cpu_time_source", _cpu_clock(None))
+    monkeypatch.setattr(env, "_PROC_STAT", "/nonexistent/proc/stat")
     idle = probe_peaks("cpu", budget_s=0.05, repeats=1)
     assert idle.wall_over_cpu == pytest.approx(1.0, abs=0.01) and not idle.loaded
 

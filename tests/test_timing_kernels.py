@@ -59,14 +59,6 @@ class Net(nn.Module):
         return y * 2  # the model's own op: its (self) row
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_time_kernels_on_the_cpu_sums_exactly_and_names_the_python_bound_layer(one_thread):
     model = Net()
     kt = time_kernels(model, make_inputs(model, (256,), batch_size=256), repeat=5, warmup=1)

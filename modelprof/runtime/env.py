@@ -37,6 +37,8 @@ _NVSMI_FIELDS = {
 _PROC_STAT = "/proc/stat"
 #: the busy fields of a ``cpuN`` line: user, nice, system, irq, softirq, steal (not idle, iowait)
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+#: below this much wall time in all, ``/proc/stat``'s ticks (10 ms) say too little: no share
+MIN_SHARE_S = 0.5
 
 
 def busy_ns(stat: str, cpus: set[int] | None, tick_ns: float) -> int:
@@ -56,22 +58,29 @@ def busy_ns(stat: str, cpus: set[int] | None, tick_ns: float) -> int:
 class MachineShare:
     """What other work took of the cores torch's threads needed while a run was timed.
 
-    Between ``start()`` and ``stop()`` (any number of windows): the usable cores' busy time in
+    In each window (``with share:``, any number of them) the usable cores' busy time in
     ``/proc/stat`` less this process's own CPU time is the other work's; over the wall time it
     is cores' worth, and what of it the cores torch's threads leave idle cannot hold is
-    ``competing_cores``. None where ``/proc/stat`` cannot be read (not Linux).
+    ``competing_cores``. None where ``/proc/stat`` cannot be read (not Linux) or the windows
+    last under ``MIN_SHARE_S`` in all (its ticks would be most of the figure). The usable
+    cores are the calling thread's affinity, or every core where that holds fewer than torch's
+    threads (an OpenMP binding pins each thread to a core of its own).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on: bool = True) -> None:
+        self.on = on  # off: nothing is read (a device run, or the CPU time as the clock)
+        threads = torch.get_num_threads()
         cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        usable = len(cpus) if cpus else os.cpu_count() or 1
-        self.cpus = set(cpus) if cpus else None
-        self.spare = max(0, usable - torch.get_num_threads())
+        self.cpus = set(cpus) if cpus and len(cpus) >= threads else None
+        usable = len(self.cpus) if self.cpus else os.cpu_count() or 1
+        self.spare = max(0, usable - threads)
         self.tick_ns = 1e9 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 1e7
         self.others_ns = self.wall_ns = 0
         self._from: tuple[int, int, int] | None = None
 
     def _now(self) -> tuple[int, int, int] | None:
+        if not self.on:
+            return None
         try:
             with open(_PROC_STAT) as f:
                 busy = busy_ns(f.read(), self.cpus, self.tick_ns)
@@ -79,10 +88,11 @@ class MachineShare:
             return None
         return busy, time.process_time_ns(), time.perf_counter_ns()
 
-    def start(self) -> None:
+    def __enter__(self) -> MachineShare:
         self._from = self._now()
+        return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc: Any) -> None:
         end, begin, self._from = self._now(), self._from, None
         if begin is not None and end is not None:
             self.others_ns += (end[0] - begin[0]) - (end[1] - begin[1])
@@ -91,7 +101,7 @@ class MachineShare:
     @property
     def competing_cores(self) -> float | None:
         """Cores' worth of other work beyond the idle ones, over the windows (>= 0)."""
-        if self.wall_ns <= 0:
+        if self.wall_ns < MIN_SHARE_S * 1e9:
             return None
         return max(0.0, self.others_ns / self.wall_ns - self.spare)
 

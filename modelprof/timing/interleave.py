@@ -68,7 +68,7 @@ class LatencyComparison:
 
     @property
     def loaded(self) -> bool:
-        """Any candidate's wall clock well above its CPU time."""
+        """Any candidate ran on a loaded machine (``Measurement.loaded``)."""
         return any(m.loaded for m in self.measurements.values())
 
     @property

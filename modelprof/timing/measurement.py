@@ -361,8 +361,7 @@ class Measurement:
         """The machine was busy: ``wall_over_cpu > LOADED_WALL_OVER_CPU`` (with several threads,
         only load that left the process less than one core) or ``competing_cores >=
         LOADED_COMPETING_CORES`` (other work on the cores the threads needed)."""
-        others = self.competing_cores is not None and self.competing_cores >= LOADED_COMPETING_CORES
-        return bool(self.wall_over_cpu > LOADED_WALL_OVER_CPU or others)
+        return bool(self.load_reason)
 
     @property
     def cpu_holds(self) -> bool:
@@ -374,15 +373,9 @@ class Measurement:
     @property
     def load_reason(self) -> str:
         """What showed the load, in words ("" when not ``loaded``)."""
-        why = []
-        if self.wall_over_cpu > LOADED_WALL_OVER_CPU:
-            why.append(f"wall/CPU {self.wall_over_cpu:.2f}: the work waited for a core")
-        if self.loaded and self.competing_cores is not None and self.competing_cores > 0:
-            why.append(
-                f"other work took {self.competing_cores:.2f} cores' worth of the cores its "
-                "threads needed"
-            )
-        return "; ".join(why)
+        return load_reason(
+            self.wall_over_cpu, self.competing_cores, "wall/CPU {:.2f}: the work waited for a core"
+        )
 
     @functools.cached_property
     def outliers(self) -> int:
@@ -575,12 +568,27 @@ class Measurement:
         return "\n".join(lines)
 
 
+def load_reason(wall_over_cpu: float | None, competing_cores: float | None, wall: str) -> str:
+    """What showed a loaded machine, in words ("" for none): a wall clock above
+    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio), other work on
+    ``LOADED_COMPETING_CORES`` or more of the cores the run needed."""
+    why = []
+    if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU:
+        why.append(wall.format(wall_over_cpu))
+    if competing_cores is not None and competing_cores >= LOADED_COMPETING_CORES:
+        why.append(f"other work took {competing_cores:.2f} cores' worth of the cores it needed")
+    return "; ".join(why)
+
+
 def load_note(ms: Any) -> str:
-    """What showed the load of the most loaded of ``ms`` (some ``loaded``), in words."""
-    worst = max(
-        (m for m in ms if m.loaded), key=lambda m: (m.wall_over_cpu, m.competing_cores or 0.0)
-    )
-    return worst.load_reason
+    """What showed the load of the most loaded of ``ms`` (some ``loaded``), in words: the
+    largest wall/CPU, or cores of other work (1 core of it read as wall/CPU 2)."""
+
+    def weight(m: Measurement) -> float:
+        wall = m.wall_over_cpu if math.isfinite(m.wall_over_cpu) else 0.0
+        return max(wall, 1.0 + (m.competing_cores or 0.0))
+
+    return max((m for m in ms if m.loaded), key=weight).load_reason
 
 
 def _duration(s: float) -> str:

@@ -24,7 +24,7 @@ from modelprof.runtime.device import mig_refusal, mig_slice, tf32_enabled
 from modelprof.runtime.env import MachineShare, cpu_name
 from modelprof.runtime.inputs import DTYPE_NAMES
 from modelprof.timing.clock import CudaEventClock, HostSyncClock, cpu_time_source
-from modelprof.timing.measurement import LOADED_COMPETING_CORES, LOADED_WALL_OVER_CPU
+from modelprof.timing.measurement import load_reason
 
 __all__ = [
     "DeviceSpec",
@@ -111,14 +111,8 @@ class Peaks:
     @property
     def load_reason(self) -> str:
         """What showed that the probe's machine was busy, in words ("" when it was not)."""
-        why = []
-        if self.wall_over_cpu is not None and self.wall_over_cpu > LOADED_WALL_OVER_CPU:
-            why.append(f"its wall time was {self.wall_over_cpu:.2f}x its CPU time")
-        if self.competing_cores is not None and self.competing_cores >= LOADED_COMPETING_CORES:
-            why.append(
-                f"other work took {self.competing_cores:.2f} cores' worth of the cores it needed"
-            )
-        return "; ".join(why)
+        wall = "its wall time was {:.2f}x its CPU time"
+        return load_reason(self.wall_over_cpu, self.competing_cores, wall)
 
     def __post_init__(self) -> None:
         for name in ("peak_flops", "peak_bytes", "conv_peak_flops"):
@@ -597,24 +591,21 @@ def probe_peaks(
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else nullcontext()
     conv_tf32 = conv_uses_other_precision(dev, name)
     cpu_now = cpu_time_source()[1]
-    machine = MachineShare() if dev.type == "cpu" else None
-    if machine is not None:
-        machine.start()
-    wall0, cpu0 = time.perf_counter_ns(), cpu_now()
-    with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
-        if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
-            name = "tf32"
-        share = 0.3 if conv_tf32 is not None else 0.6
-        flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, share * budget_s)
-        levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
-    conv = None
-    if conv_tf32 is not None:
-        # cuDNN's float32 convolutions run at the other precision: a matmul at it is their roof
-        with on_device, torch.inference_mode(), _matmul_precision(conv_tf32, exact=not conv_tf32):
-            conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
-    wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
-    if machine is not None:
-        machine.stop()
+    conv, machine = None, MachineShare(on=dev.type == "cpu")
+    with machine:
+        wall0, cpu0 = time.perf_counter_ns(), cpu_now()
+        with on_device, torch.inference_mode(), _matmul_precision(name == "tf32"):
+            if name == "float32" and dev.type == "cuda" and tf32_enabled("matmul"):
+                name = "tf32"
+            share = 0.3 if conv_tf32 is not None else 0.6
+            flops = _probe_matmul(dev, torch_dtype, matmul_size, repeats, share * budget_s)
+            levels = _probe_levels(dev, copy_bytes, repeats, 0.4 * budget_s)
+        if conv_tf32 is not None:  # cuDNN's float32 convolutions run at the other precision:
+            # a matmul at it is their roof
+            precision = _matmul_precision(conv_tf32, exact=not conv_tf32)
+            with on_device, torch.inference_mode(), precision:
+                conv = _probe_matmul(dev, torch_dtype, matmul_size, repeats, 0.3 * budget_s)
+        wall, cpu = time.perf_counter_ns() - wall0, cpu_now() - cpu0
     return Peaks(
         peak_flops=flops,
         peak_bytes=levels[-1].bandwidth,
@@ -624,7 +615,7 @@ def probe_peaks(
         levels=levels,
         conv_peak_flops=conv,
         wall_over_cpu=wall / cpu if dev.type == "cpu" and cpu > 0 else None,
-        competing_cores=machine.competing_cores if machine is not None else None,
+        competing_cores=machine.competing_cores,
     )
 
 

@@ -10,7 +10,8 @@ Measurement of its samples shares. What a pass runs is its own (``TimedCall``, `
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable, Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import MachineShare
 from modelprof.runtime.progress import progress_bar, sampling_bar
-from modelprof.timing.clock import Phase, clock_for
+from modelprof.timing.clock import CpuClock, Phase, clock_for
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import (
@@ -52,8 +53,8 @@ class Runner:
         self.parts: list[np.ndarray] = []  # each block's per-phase ms (``time_phases``)
         #: (callable, input signature) for the warm-up registry, remembered on a clean exit
         self.warm_key: tuple[Any, Hashable] | None = None
-        #: on the CPU, what other work took of the cores while this run sampled
-        self.share = MachineShare() if device.type == "cpu" else None
+        #: beside the CPU's wall clock, what other work took of the cores (``Sampled``)
+        self.reads_share = isinstance(self.clock, CpuClock)
         self._stack = contextlib.ExitStack()
 
     def contexts(self) -> Sequence[contextlib.AbstractContextManager]:
@@ -129,37 +130,23 @@ class Runner:
     ) -> Sampled:
         """Blocks of ``block(k)`` by the stop rule, then the sample floor held for at most
         ``floor_cap_s`` seconds more (None: the rule's own cap), kept in ``extended_s``."""
-        opts = self.opts
-        with self.sharing(), sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
+        opts, share = self.opts, MachineShare(on=self.reads_share)
+        with share, sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
             sampled = self.guarded(lambda: collect(block, opts.stop, est_ms, on_block=bar))
         need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
         cap = cap if floor_cap_s is None else floor_cap_s
-        if need is None or sampled.n >= need or cap <= 0:
-            return sampled
-        extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
-        with (
-            self.sharing(),
-            progress_bar(need, enabled=opts.progress, unit="run", desc=extending) as bar,
-        ):
-            bar.update(sampled.n)
-            held = self.guarded(
-                lambda: hold_floor(
-                    block, sampled, opts.stop, cap, on_block=lambda n, _: bar.update(n - bar.n)
+        if need is not None and sampled.n < need and cap > 0:
+            extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
+            extend = progress_bar(need, enabled=opts.progress, unit="run", desc=extending)
+            with share, extend as bar:
+                bar.update(sampled.n)
+                sampled = self.guarded(
+                    lambda: hold_floor(
+                        block, sampled, opts.stop, cap, on_block=lambda n, _: bar.update(n - bar.n)
+                    )
                 )
-            )
-        self.extended_s = held.extended_s
-        return held
-
-    @contextlib.contextmanager
-    def sharing(self) -> Iterator[None]:
-        """A window of ``share``: what other work took of the cores while it was open."""
-        if self.share is not None:
-            self.share.start()
-        try:
-            yield
-        finally:
-            if self.share is not None:
-                self.share.stop()
+            self.extended_s = sampled.extended_s
+        return dataclasses.replace(sampled, competing_cores=share.competing_cores)
 
     def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
         """The allocator's peak (``stats``, reset just before) over one more ``fn()``."""
@@ -187,7 +174,6 @@ class Runner:
             device=str(self.dev),
             batch_size=self.batch_size,
             warmup=self.warmup_calls,
-            competing_cores=self.share.competing_cores if self.share is not None else None,
             **sampled.fields(self.opts.stop),
         )
 
@@ -201,7 +187,7 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
         ests = [stack.enter_context(r).warm() for r in runners]
         blocks = [r.sample_block for r in runners]
         bar = sampling_bar(opts.stop, enabled=opts.progress, desc=desc, candidates=len(runners))
-        for r in runners[1:]:  # the rounds share one window, and so one reading
-            r.share = runners[0].share
-        with runners[0].sharing(), bar as on_round:
-            return collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)
+        share = MachineShare(on=all(r.reads_share for r in runners))  # the rounds' one window
+        with share, bar as on_round:
+            got = collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)
+    return [dataclasses.replace(s, competing_cores=share.competing_cores) for s in got]

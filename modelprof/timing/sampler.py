@@ -205,6 +205,8 @@ class Sampled:
     floor_cap_s: float | None = None
     #: after a budget or spread stop, the estimated seconds the precision would take in all
     needed_s: float | None = None
+    #: on the CPU, what other work took of the cores while these samples were taken
+    competing_cores: float | None = None
 
     @property
     def n(self) -> int:
@@ -221,6 +223,7 @@ class Sampled:
             extended_s=self.extended_s,
             floor_cap_s=self.floor_cap_s,
             needed_s=self.needed_s,
+            competing_cores=self.competing_cores,
         )
 
 
