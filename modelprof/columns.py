@@ -244,6 +244,7 @@ _group(
     ("cpu_work_x_ci_low", "CPU work ratio CI low", "float"),
     ("cpu_work_x_ci_high", "CPU work ratio CI high", "float"),
     ("wall_over_cpu", "wall/CPU", "float"),
+    ("loaded", "loaded", "bool"),
     ("rank", "rank", "int"),
     ("latency_p90_ms", "latency p90", "time_ms"),
 )

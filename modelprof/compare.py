@@ -98,8 +98,9 @@ def compare(
     write_bytes``); with ``timing``, ``latency_median_ms`` with its 95 % interval
     (``latency_ci_low_ms``, ``latency_ci_high_ms``; NaN from a single block), ``latency_p90_ms,
     latency_std_ms, fps, latency_stable`` (None where it cannot be judged), ``latency_n``; on
-    the CPU ``cpu_work_median_ms`` with its interval, ``cpu_work_x`` with its interval and
-    ``wall_over_cpu``; ``rank`` (1 = fastest, by ``attrs["ranked_by"]``); with ``throughput``
+    the CPU ``cpu_work_median_ms`` with its interval, ``cpu_work_x`` with its interval,
+    ``wall_over_cpu`` and ``loaded`` (``Measurement.loaded``); ``rank`` (1 = fastest, by
+    ``attrs["ranked_by"]``); with ``throughput``
     ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``;
     ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of timing
     options and the search bounds ``max_batch``/``gain``/``patience``); then the ratios.

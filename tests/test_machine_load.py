@@ -164,6 +164,8 @@ def test_a_loaded_comparison_of_several_threads_ranks_by_latency_and_says_why(
     with pytest.warns(LoadedMachineWarning, match="several threads'"):
         df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
     assert df.loc["hit", "wall_over_cpu"] == pytest.approx(3.0)
+    # the table says which run was loaded: the hit one's wall 3x its CPU time, the other 1x
+    assert df["loaded"].tolist() == [True, False]
     assert df.attrs["ranked_by"] == "latency"
     assert df["rank"].tolist() == [2, 1]  # wall: 3 ms against 1 ms
     notes = [n for n in df.attrs["notes"] if n.startswith("ranked by latency on a loaded")]

@@ -281,6 +281,7 @@ def cpu_work_columns(result: LatencyComparison, name: str) -> dict[str, Any]:
         "cpu_work_x_ci_low": rlo,
         "cpu_work_x_ci_high": rhi,
         "wall_over_cpu": m.wall_over_cpu,
+        "loaded": m.loaded,
     }
 
 
