@@ -8,7 +8,7 @@ import types
 
 from torch import nn
 
-__all__ = ["VirtualSpin", "VirtualTime", "install"]
+__all__ = ["VirtualSpin", "VirtualTime", "hit_and_spared", "install"]
 
 
 class VirtualTime:
@@ -42,6 +42,30 @@ class VirtualSpin(nn.Module):
     def forward(self, x):
         self.clock.advance(self.ms)
         return x
+
+
+class _Hit(VirtualSpin):
+    """A spin that "load" hits: its wall time runs ``factor`` x its CPU time."""
+
+    def __init__(self, clock: VirtualTime, ms: float, factor: float) -> None:
+        super().__init__(clock, ms)
+        self.factor = factor
+
+    def forward(self, x):
+        self.clock.factor = self.factor
+        try:
+            return super().forward(x)
+        finally:
+            self.clock.factor = 1.0
+
+
+def hit_and_spared(clock: VirtualTime, ms: float = 1.0, factor: float = 3.0) -> dict:
+    """Two identical ``ms`` models, "load" hitting only the first ("hit"): its wall clock
+    reads ``factor`` x its CPU time, the other's ("spared") 1x."""
+    return {
+        "hit": nn.Sequential(_Hit(clock, ms, factor)),
+        "spared": nn.Sequential(VirtualSpin(clock, ms)),
+    }
 
 
 def install(monkeypatch) -> VirtualTime:

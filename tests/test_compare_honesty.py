@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fake_clock import VirtualSpin, install
+from fake_clock import VirtualSpin, hit_and_spared, install
 from torch import nn
 
 from modelprof import compare
@@ -43,20 +43,7 @@ def test_ratio_of_medians_ranks_as_the_medians_with_a_paired_interval():
 def test_a_loaded_cpu_ranks_identical_models_by_cpu_work(monkeypatch, one_thread):
     # two identical 1 ms models; "load" (the fake clock's wall factor) hits only the first:
     # its wall clock reads 3x, its CPU time 1x
-    clock = install(monkeypatch)
-
-    class Loaded(VirtualSpin):
-        def forward(self, x):
-            clock.factor = 3.0
-            try:
-                return super().forward(x)
-            finally:
-                clock.factor = 1.0
-
-    models = {
-        "hit": nn.Sequential(Loaded(clock, 1.0)),
-        "spared": nn.Sequential(VirtualSpin(clock, 1.0)),
-    }
+    models = hit_and_spared(install(monkeypatch))
     df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
     assert df.loc["spared", "latency_x"] == pytest.approx(1 / 3)  # wall: 1 ms / 3 ms
     assert df.loc["spared", "cpu_work_x"] == pytest.approx(1.0)  # CPU: 1 ms / 1 ms

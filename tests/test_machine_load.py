@@ -18,8 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from fake_clock import VirtualSpin, install
-from torch import nn
+from fake_clock import hit_and_spared, install
 
 from modelprof import compare, measure_latency
 from modelprof.errors import LoadedMachineWarning
@@ -146,20 +145,7 @@ def test_a_loaded_comparison_of_several_threads_ranks_by_latency_and_says_why(
 ):
     # the honesty test's two identical 1 ms models, "load" hitting the first (wall 3x its CPU
     # time), but timed with two intra-op threads: process_time, which load stretches too
-    clock = install(monkeypatch)
-
-    class Loaded(VirtualSpin):
-        def forward(self, x):
-            clock.factor = 3.0
-            try:
-                return super().forward(x)
-            finally:
-                clock.factor = 1.0
-
-    models = {
-        "hit": nn.Sequential(Loaded(clock, 1.0)),
-        "spared": nn.Sequential(VirtualSpin(clock, 1.0)),
-    }
+    models = hit_and_spared(install(monkeypatch))
     torch_threads(2)
     with pytest.warns(LoadedMachineWarning, match="several threads'"):
         df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
