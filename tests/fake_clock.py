@@ -13,23 +13,27 @@ __all__ = ["VirtualSpin", "VirtualTime", "hit_and_spared", "install"]
 
 class VirtualTime:
     """A fake clock: wall and CPU time advance only when a :class:`VirtualSpin` runs, the wall
-    by ``factor`` x its ms (what load would do to it), the CPU time by its ms."""
+    by ``factor`` x its ms (what load would do to it), the CPU time by its ms; the calling
+    thread's own CPU time by ``thread_share`` x its ms (below 1: other threads did the rest)."""
 
     def __init__(self) -> None:
         self.wall_ns = 0
         self.cpu_ns = 0
+        self.thread_ns = 0
         self.factor = 1.0
+        self.thread_share = 1.0
 
     def advance(self, ms: float) -> None:
         self.wall_ns += int(ms * 1e6 * self.factor)
         self.cpu_ns += int(ms * 1e6)
+        self.thread_ns += int(ms * 1e6 * self.thread_share)
 
     def module(self) -> types.SimpleNamespace:
         fake = types.SimpleNamespace(
             **{k: getattr(time, k) for k in dir(time) if not k.startswith("_")}
         )
         fake.perf_counter_ns = lambda: self.wall_ns
-        fake.thread_time_ns = lambda: self.cpu_ns
+        fake.thread_time_ns = lambda: self.thread_ns
         fake.process_time_ns = lambda: self.cpu_ns
         return fake
 

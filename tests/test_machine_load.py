@@ -25,7 +25,11 @@ from modelprof.errors import LoadedMachineWarning
 from modelprof.report.roofline import peak_notes
 from modelprof.runtime import env
 from modelprof.runtime.env import MachineShare, busy_ns
-from modelprof.timing.measurement import LOADED_COMPETING_CORES, Measurement
+from modelprof.timing.measurement import (
+    CPU_ONE_THREAD_SHARE,
+    LOADED_COMPETING_CORES,
+    Measurement,
+)
 
 # fields: user nice system idle iowait irq softirq steal guest guest_nice
 _STAT = (
@@ -93,7 +97,7 @@ def test_no_share_off_linux_switched_off_or_from_too_short_a_window(monkeypatch)
     assert MachineShare()._now() is None
 
 
-def _measured(cpu_clock: str, competing: float | None) -> Measurement:
+def _measured(cpu_clock: str, competing: float | None, share: float | None = None) -> Measurement:
     # 40 samples of 10 ms whose CPU time equals the wall time (wall/CPU 1.00: several
     # threads that spin while they wait read so under load), in 8 blocks
     cpu = 10.0 + np.random.default_rng(0).normal(0.0, 0.01, 40)
@@ -105,11 +109,12 @@ def _measured(cpu_clock: str, competing: float | None) -> Measurement:
         cpu_ms=cpu,
         cpu_clock=cpu_clock,
         competing_cores=competing,
+        cpu_thread_share=share,
     )
 
 
 def test_other_work_on_the_needed_cores_is_load_and_several_threads_cpu_work_is_not_quoted():
-    m = _measured("process_time", 1.03)
+    m = _measured("process_time", 1.03, share=0.5)  # the calling thread did half the work
     assert m.wall_over_cpu == pytest.approx(1.0) and m.loaded and not m.cpu_holds
     with pytest.warns(LoadedMachineWarning) as rec:
         assert m.warn_if_noisy()
@@ -122,7 +127,12 @@ def test_other_work_on_the_needed_cores_is_load_and_several_threads_cpu_work_is_
     # the figure is kept through to_dict and back
     back = Measurement.from_dict(m.to_dict())
     assert back.competing_cores == pytest.approx(1.03) and back.loaded
+    assert back.cpu_thread_share == pytest.approx(0.5) and not back.cpu_holds
     assert m.stats()["competing_cores"] == pytest.approx(1.03) and m.stats()["loaded"]
+    # a process time the calling thread did 90 % or more of is one thread's work: it holds
+    assert _measured("process_time", 1.03, share=CPU_ONE_THREAD_SHARE).cpu_holds
+    assert not _measured("process_time", 1.03, share=0.89).cpu_holds
+    assert not _measured("process_time", 1.03).cpu_holds  # no share read: not known to hold
 
 
 def test_one_threads_cpu_work_is_quoted_under_load_and_a_little_other_work_is_none():
@@ -144,8 +154,11 @@ def test_a_loaded_comparison_of_several_threads_ranks_by_latency_and_says_why(
     monkeypatch, torch_threads
 ):
     # the honesty test's two identical 1 ms models, "load" hitting the first (wall 3x its CPU
-    # time), but timed with two intra-op threads: process_time, which load stretches too
-    models = hit_and_spared(install(monkeypatch))
+    # time), but timed with two intra-op threads that share the work: process_time, half of it
+    # on the calling thread, which load stretches too
+    clock = install(monkeypatch)
+    clock.thread_share = 0.5
+    models = hit_and_spared(clock)
     torch_threads(2)
     with pytest.warns(LoadedMachineWarning, match="several threads'"):
         df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
@@ -157,6 +170,35 @@ def test_a_loaded_comparison_of_several_threads_ranks_by_latency_and_says_why(
     notes = [n for n in df.attrs["notes"] if n.startswith("ranked by latency on a loaded")]
     assert len(notes) == 1 and "wall/CPU 3.00" in notes[0]
     assert not any(n.startswith("ranked by CPU work") for n in df.attrs["notes"])
+
+
+def test_several_threads_that_left_the_work_to_the_calling_one_rank_by_cpu_work(
+    monkeypatch, torch_threads
+):
+    # the same, but torch's second thread did none of the work (a model of small ops, or pure
+    # Python): the process time is the calling thread's, which load cannot stretch
+    models = hit_and_spared(install(monkeypatch))
+    torch_threads(2)
+    with pytest.warns(LoadedMachineWarning, match="quote the CPU work"):
+        df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
+    assert df.attrs["ranked_by"] == "cpu_work" and df["rank"].tolist() == [1, 1]
+    assert any(n.startswith("ranked by CPU work (process_time)") for n in df.attrs["notes"])
+
+
+def test_a_python_loop_timed_with_several_threads_is_the_calling_threads_work(torch_threads):
+    # 2 ms of this thread's CPU time a call, spun in Python: torch's second thread has nothing
+    # to do, so the process time is the calling thread's (its share ~1, whatever the load)
+    def spin():
+        end = time.thread_time_ns() + 2_000_000
+        while time.thread_time_ns() < end:
+            pass
+
+    torch_threads(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = measure_latency(spin, repeat=30, warmup=2)
+    assert m.cpu_clock == "process_time"
+    assert m.cpu_thread_share >= CPU_ONE_THREAD_SHARE and m.cpu_holds
 
 
 @pytest.mark.skipif(

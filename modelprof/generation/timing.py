@@ -163,6 +163,8 @@ class _Run:
         self.ttft: list[float] = []
         self.steps: list[np.ndarray] = []
         self.cpu: dict[str, list] = {"end_to_end": [], "ttft": [], "steps": []}
+        self.own: list[float] = []  # the calling thread's part of each end to end's CPU time
+        self.thread = time.thread_time_ns if self.cpu_clock == "process_time" else int
 
     def __call__(self) -> float:
         stamps: list[int] = []  # each token ready
@@ -180,17 +182,18 @@ class _Run:
             resumed.append(perf())
 
         sync()
-        c0 = cpu()
+        c0, own0 = cpu(), self.thread()
         t0 = perf()
         self.lm.generate(self.prompt, self.n, stamp)
         sync()
         t1 = perf()
-        c1 = cpu()
+        c1, own1 = cpu(), self.thread()
         ends, starts = np.asarray(stamps[1:], np.float64), np.asarray(resumed[:-1], np.float64)
         self.ttft.append((stamps[0] - t0) / 1e6)
         self.steps.append((ends - starts) / 1e6)
         if self.cpu_now is not None:
             self.cpu["end_to_end"].append((c1 - c0) / 1e6)
+            self.own.append((own1 - own0) / 1e6)
             self.cpu["ttft"].append((cpus[0] - c0) / 1e6)
             self.cpu["steps"].append(np.diff(np.asarray(cpus, dtype=np.float64)) / 1e6)
         return (t1 - t0 - (sum(resumed) - sum(stamps))) / 1e6
@@ -199,17 +202,19 @@ class _Run:
         return np.asarray([self() for _ in range(k)])
 
     def clear(self) -> None:
-        for samples in (self.ttft, self.steps, *self.cpu.values()):
+        for samples in (self.ttft, self.steps, self.own, *self.cpu.values()):
             samples.clear()
 
     def cpu_fields(self, kind: str) -> dict[str, Any]:
         """``cpu_ms``/``cpu_clock`` for a Measurement of ``kind`` (none off the CPU)."""
         if self.cpu_now is None or not self.cpu[kind]:
             return {}
-        values = self.cpu[kind]
+        values, total = self.cpu[kind], sum(self.cpu["end_to_end"])
+        share = sum(self.own) / total if self.cpu_clock == "process_time" and total > 0 else None
         return {
             "cpu_ms": np.concatenate(values) if kind == "steps" else np.asarray(values),
             "cpu_clock": self.cpu_clock,
+            "cpu_thread_share": share,
         }
 
 

@@ -140,7 +140,8 @@ class Clock:
 class CpuClock(Clock):
     """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
     (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_ms`` keeps one
-    array per ``time()`` call, ``cpu_kind`` says which clock."""
+    array per ``time()`` call, ``cpu_kind`` says which clock; with the process's, ``thread_ms``
+    the calling thread's own part of it."""
 
     kind = "perf_counter_ns"
 
@@ -148,23 +149,35 @@ class CpuClock(Clock):
         super().__init__(device)
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_ms: list[np.ndarray] = []
+        self.thread_ms: list[np.ndarray] = []
+
+    @property
+    def thread_share(self) -> float | None:
+        """The calling thread's share of the process CPU time over every sample (None with
+        ``thread_time``, or none read)."""
+        if self.cpu_kind != "process_time" or not self.cpu_ms:
+            return None
+        total = float(sum(a.sum() for a in self.cpu_ms))
+        return float(sum(a.sum() for a in self.thread_ms)) / total if total > 0 else None
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
-        cpu = np.zeros((n, 2), dtype=np.int64)
+        cpu = np.zeros((n, 4), dtype=np.int64)
         clock, cpu_clock = self.now_ns, self._cpu
+        thread = time.thread_time_ns if self.cpu_kind == "process_time" else int
         for i in range(n):
             if between is not None:
                 between()
             row = ns[i]
-            cpu[i, 0] = cpu_clock()
+            cpu[i, 0], cpu[i, 2] = cpu_clock(), thread()
             row[0] = clock()
             for k in range(p):
                 phases[k]()
                 row[k + 1] = clock()
-            cpu[i, 1] = cpu_clock()
+            cpu[i, 1], cpu[i, 3] = cpu_clock(), thread()
         self.cpu_ms.append((cpu[:, 1] - cpu[:, 0]) / 1e6)
+        self.thread_ms.append((cpu[:, 3] - cpu[:, 2]) / 1e6)
         return np.diff(ns, axis=1) / 1e6
 
 

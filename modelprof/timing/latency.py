@@ -318,10 +318,10 @@ class TimedCall(Runner):
         common = self.fields(sampled)
         transfer = self.xfer is not None
         parts = self.phase_measurements(("h2d", "compute", "d2h"), **common) if transfer else {}
-        cpu_ms = cpu_kind = None
+        cpu_ms = cpu_kind = share = None
         if getattr(self.clock, "cpu_ms", None):  # CpuClock: a CPU time per sample it timed
             cpu_ms, cpu_kind = np.concatenate(self.clock.cpu_ms), self.clock.cpu_kind
-            env["cpu_clock"] = cpu_kind
+            env["cpu_clock"], share = cpu_kind, self.clock.thread_share
         return Measurement(
             sampled.samples_ms,
             compile_ms=self.compile_ms,
@@ -330,6 +330,7 @@ class TimedCall(Runner):
             env=env,
             cpu_ms=cpu_ms,
             cpu_clock=cpu_kind,
+            cpu_thread_share=share,
             **common,
             **parts,
         )

@@ -16,8 +16,9 @@ Conventions, stated once:
   (``extended_s``); a run still short quotes no median (``short_reason``) and warns once;
 * ``cpu_ms``: each sample's CPU time (``cpu_clock``: ``"thread_time"`` for one intra-op thread,
   ``"process_time"`` for several); ``cpu`` is that CPU work as a Measurement; it stands for the
-  work on a loaded machine (``cpu_holds``) only as one thread's: several threads spin while one
-  of them waits for a core, so load stretches their CPU time too;
+  work on a loaded machine (``cpu_holds``) only as one thread's (``thread_time``, or a process
+  time the calling thread did ``CPU_ONE_THREAD_SHARE`` of: ``cpu_thread_share``): several
+  threads spin while one of them waits for a core, so load stretches their CPU time too;
 * ``loaded``: the wall clock over the CPU time above ``LOADED_WALL_OVER_CPU``, or other work
   took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed;
 * outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
@@ -54,6 +55,7 @@ __all__ = [
     "NOISY_CV",
     "NOISY_IQR_FRACTION",
     "JUDGE_MAX_RELATIVE_CI",
+    "CPU_ONE_THREAD_SHARE",
     "LOADED_COMPETING_CORES",
     "LOADED_WALL_OVER_CPU",
     "median_ci_ranks",
@@ -69,6 +71,8 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 LOADED_WALL_OVER_CPU = 1.15
 #: ... or when other work took at least this many cores' worth of the cores the run needed.
 LOADED_COMPETING_CORES = 0.25
+#: A process's CPU time is one thread's work when the calling thread did this share of it.
+CPU_ONE_THREAD_SHARE = 0.9
 
 # the attributes ``to_dict`` and ``stats`` give, in order
 _METADATA = (
@@ -121,6 +125,7 @@ class Measurement:
     cpu_ms: np.ndarray | None = None
     cpu_clock: str | None = None
     competing_cores: float | None = None
+    cpu_thread_share: float | None = None
     extended_s: float = 0.0
     floor_cap_s: float | None = None
     needed_s: float | None = None
@@ -366,9 +371,14 @@ class Measurement:
     @property
     def cpu_holds(self) -> bool:
         """The CPU work stands for the work on a loaded machine: one thread's CPU time
-        (``thread_time``). Several threads' (``process_time``) grows with load too: they spin
+        (``thread_time``), or a process's that the calling thread did ``CPU_ONE_THREAD_SHARE``
+        or more of (``cpu_thread_share``). Several threads' grows with load too: they spin
         while one of them waits for a core."""
-        return self.cpu is not None and self.cpu_clock == "thread_time"
+        if self.cpu is None:
+            return False
+        share = self.cpu_thread_share
+        one = share is not None and share >= CPU_ONE_THREAD_SHARE
+        return self.cpu_clock == "thread_time" or one
 
     @property
     def load_reason(self) -> str:
@@ -489,6 +499,8 @@ class Measurement:
             )
         if self.competing_cores is not None:
             out["competing_cores"] = self.competing_cores
+        if self.cpu_thread_share is not None:
+            out["cpu_thread_share"] = self.cpu_thread_share
         if self.cpu is not None or self.competing_cores is not None:
             out["loaded"] = self.loaded
         return out
