@@ -26,7 +26,7 @@ import torch
 from modelprof.generation.lm import LanguageModel
 from modelprof.generation.spec import GenerationSpec
 from modelprof.runtime.device import MemoryStats, device_synchronize
-from modelprof.timing.clock import cpu_time_source
+from modelprof.timing.clock import cpu_time_source, own_thread_clock, thread_share
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
@@ -164,7 +164,7 @@ class _Run:
         self.steps: list[np.ndarray] = []
         self.cpu: dict[str, list] = {"end_to_end": [], "ttft": [], "steps": []}
         self.own: list[float] = []  # the calling thread's part of each end to end's CPU time
-        self.thread = time.thread_time_ns if self.cpu_clock == "process_time" else int
+        self.thread = own_thread_clock(self.cpu_clock)
 
     def __call__(self) -> float:
         stamps: list[int] = []  # each token ready
@@ -210,11 +210,10 @@ class _Run:
         if self.cpu_now is None or not self.cpu[kind]:
             return {}
         values, total = self.cpu[kind], sum(self.cpu["end_to_end"])
-        share = sum(self.own) / total if self.cpu_clock == "process_time" and total > 0 else None
         return {
             "cpu_ms": np.concatenate(values) if kind == "steps" else np.asarray(values),
             "cpu_clock": self.cpu_clock,
-            "cpu_thread_share": share,
+            "cpu_thread_share": thread_share(self.cpu_clock, total, sum(self.own)),
         }
 
 

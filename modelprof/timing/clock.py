@@ -34,6 +34,8 @@ __all__ = [
     "clock_for",
     "cpu_time_source",
     "device_synchronize",
+    "own_thread_clock",
+    "thread_share",
 ]
 
 Phase = Callable[[], Any]
@@ -60,6 +62,18 @@ def cpu_time_source() -> tuple[str, Callable[[], int]]:
     if torch.get_num_threads() == 1:
         return "thread_time", time.thread_time_ns
     return "process_time", time.process_time_ns
+
+
+def own_thread_clock(cpu_kind: str | None) -> Callable[[], int]:
+    """Beside the process's CPU time (``cpu_kind == "process_time"``), the calling thread's
+    own (``time.thread_time_ns``), for :func:`thread_share`; else a clock that reads 0."""
+    return time.thread_time_ns if cpu_kind == "process_time" else int
+
+
+def thread_share(cpu_kind: str | None, cpu_ms: float, own_ms: float) -> float | None:
+    """The calling thread's share ``own_ms / cpu_ms`` of the process's CPU time over the same
+    samples; None with another clock (``thread_time`` is one thread's already) or no time."""
+    return own_ms / cpu_ms if cpu_kind == "process_time" and cpu_ms > 0 else None
 
 
 class _HostStamps(StampBuffer):
@@ -153,19 +167,17 @@ class CpuClock(Clock):
 
     @property
     def thread_share(self) -> float | None:
-        """The calling thread's share of the process CPU time over every sample (None with
-        ``thread_time``, or none read)."""
-        if self.cpu_kind != "process_time" or not self.cpu_ms:
-            return None
+        """The calling thread's share of the process CPU time over every sample
+        (:func:`thread_share`)."""
         total = float(sum(a.sum() for a in self.cpu_ms))
-        return float(sum(a.sum() for a in self.thread_ms)) / total if total > 0 else None
+        return thread_share(self.cpu_kind, total, float(sum(a.sum() for a in self.thread_ms)))
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
         cpu = np.zeros((n, 4), dtype=np.int64)
         clock, cpu_clock = self.now_ns, self._cpu
-        thread = time.thread_time_ns if self.cpu_kind == "process_time" else int
+        thread = own_thread_clock(self.cpu_kind)
         for i in range(n):
             if between is not None:
                 between()
