@@ -13,17 +13,10 @@ them waits for a core, so wall/CPU stays near 1 / threads .. 1 under load while 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import warnings
 
 import torch
-
-
-def _spin(stop: mp.Event) -> None:  # type: ignore[valid-type]
-    x = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            x += 1
+from timing_under_load import spinning
 
 
 def main() -> None:
@@ -44,18 +37,9 @@ def main() -> None:
     x = torch.randn(1, 3, 224, 224)
     print(f"resnet18 1x3x224x224, {torch.get_num_threads()} intra-op thread(s)")
     for loops in args.loops:
-        stop = mp.Event()
-        procs = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(loops)]
-        for p in procs:
-            p.start()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                m = measure_latency(model, inputs=x)
-        finally:
-            stop.set()
-            for p in procs:
-                p.join(timeout=10)
+        with spinning(loops), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = measure_latency(model, inputs=x)
         share = "n/a" if m.competing_cores is None else f"{m.competing_cores:.2f}"
         print(
             f"{loops} busy loop(s): median {m.median_ms:.1f} ms, CPU work {m.cpu.median_ms:.1f} ms "

@@ -13,11 +13,13 @@ this script should print 0 failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +43,22 @@ def _spin(stop: mp.Event) -> None:  # type: ignore[valid-type]
             x += 1
 
 
+@contextlib.contextmanager
+def spinning(n: int) -> Iterator[None]:
+    """``n`` processes spinning in pure Python (no tensor op: they compete for the cores only)
+    while the block runs, stopped at its end (and on an error or Ctrl-C)."""
+    stop = mp.Event()
+    spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(n)]
+    for p in spinners:
+        p.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in spinners:
+            p.join(timeout=5)
+
+
 def _files() -> list[str]:
     out: list[str] = []
     for pattern in TIMING_TESTS:
@@ -54,15 +72,11 @@ def main() -> int:
     ap.add_argument("--spinners", type=int, default=2)
     ap.add_argument("-k", default=None, help="pytest -k expression")
     args = ap.parse_args()
-    stop = mp.Event()
-    spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(args.spinners)]
-    for p in spinners:
-        p.start()
     cmd = [sys.executable, "-m", "pytest", "-q", "--tb=line", "-p", "no:cacheprovider", *_files()]
     if args.k:
         cmd += ["-k", args.k]
     totals = {"passed": 0, "failed": 0}
-    try:
+    with spinning(args.spinners):
         for run in range(1, args.runs + 1):
             t0 = time.perf_counter()
             out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout
@@ -79,10 +93,6 @@ def main() -> int:
             )
             for line in why:
                 print(f"    {line.replace(str(ROOT) + '/', '')[:300]}", flush=True)
-    finally:
-        stop.set()
-        for p in spinners:
-            p.join(timeout=5)
     print(f"{totals['passed']} passed, {totals['failed']} failed")
     return 1 if totals["failed"] else 0
 
