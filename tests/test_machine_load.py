@@ -1,7 +1,7 @@
 """Load that wall/CPU cannot see: torch's threads spin while one of them waits for a core, so
 with several threads their CPU time grows with the wall time (a resnet18 on two threads of this
-2-core VM read wall/CPU 0.51 quiet and 1.00 beside two busy loops, its median 29.1 against
-136.5 ms: benchmarks/machine_load.py, docs/timing.md). What other
+2-core VM read wall/CPU 0.50 quiet and 1.00 beside two busy loops, its median 23.9 against
+951.2 ms: benchmarks/machine_load.py, docs/timing.md). What other
 processes took of the cores (``/proc/stat``) shows it: ``competing_cores``, ``loaded``, and a
 CPU work quoted only where it is one thread's."""
 
