@@ -10,6 +10,7 @@ from modelprof.distributed.gather import gather_reports
 from modelprof.errors import (
     DriftWarning,
     FewSamplesWarning,
+    GpuClockWarning,
     LoadedMachineWarning,
     ModelProfError,
     ModelProfWarning,
@@ -40,6 +41,7 @@ __all__ = [
     "Cost",
     "DriftWarning",
     "FewSamplesWarning",
+    "GpuClockWarning",
     "GenerationReport",
     "Measurement",
     "ModelProfError",

@@ -11,6 +11,7 @@ import warnings
 __all__ = [
     "DriftWarning",
     "FewSamplesWarning",
+    "GpuClockWarning",
     "LoadedMachineWarning",
     "ModelProfError",
     "ModelProfWarning",
@@ -59,6 +60,11 @@ class NoisyMeasurementWarning(UserWarning):
 
 class DriftWarning(NoisyMeasurementWarning):
     """Issued once per measurement whose blocks drift beyond its confidence interval."""
+
+
+class GpuClockWarning(DriftWarning):
+    """Issued once per CUDA measurement whose GPU changed its SM clock by more than 5 % between
+    blocks (``Measurement.clock_moved``)."""
 
 
 class FewSamplesWarning(NoisyMeasurementWarning):

@@ -103,3 +103,16 @@ def test_cold_cache_and_amp_on_cuda():
         model, input_size=(1024,), batch_size=64, cold_cache=True, amp=torch.float16, warmup_s=0.1
     )
     assert m.env["mode"]["cold_cache"] is True and m.median_ms > 0
+
+
+def test_the_sm_clock_is_read_after_every_block():
+    """NVML answers on a real GPU: one reading per block, between 0 and the GPU's top clock
+    (pynvml is installed where torch's CUDA wheels are; the reader is None without it)."""
+    pynvml = pytest.importorskip("pynvml")
+    m = measure_latency(lambda: torch.ones(64, device="cuda").sum(), repeat=60, min_blocks=3)
+    pynvml.nvmlInit()
+    top = pynvml.nvmlDeviceGetMaxClockInfo(
+        pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.NVML_CLOCK_SM
+    )
+    assert m.sm_clock_mhz is not None and m.sm_clock_mhz.size == m.n_blocks >= 2
+    assert 0 < m.sm_clock_mhz.min() <= m.sm_clock_mhz.max() <= top

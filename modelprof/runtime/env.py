@@ -18,7 +18,7 @@ import torch
 
 from modelprof.runtime.device import tf32_enabled
 
-__all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state"]
+__all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state", "sm_clock_reader"]
 
 #: nvidia-smi's query fields and the keys ``gpu_state`` gives them
 _NVSMI_FIELDS = {
@@ -157,6 +157,35 @@ def gpu_uuid(index: int) -> str | None:
     except Exception:
         return None
     return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+@functools.cache
+def _nvml_sm_clock(index: int) -> Any:
+    """A reader of CUDA device ``index``'s SM clock through NVML, opened once; None without
+    pynvml or the device."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        uuid = gpu_uuid(index)
+        h = (
+            pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            if uuid is not None
+            else pynvml.nvmlDeviceGetHandleByIndex(index)
+        )
+        pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)  # it answers, or no reader
+    except Exception:
+        return None
+    return lambda: _read(lambda: int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
+
+
+def sm_clock_reader(device: torch.device) -> Any:
+    """A call that reads the SM clock (MHz, None when a read fails) of the CUDA ``device``, a
+    few microseconds each; None off CUDA or without pynvml (``nvidia-ml-py``)."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _nvml_sm_clock(index)
 
 
 def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -> dict[str, Any]:

@@ -21,6 +21,8 @@ Conventions, stated once:
   threads spin while one of them waits for a core, so load stretches their CPU time too;
 * ``loaded``: the wall clock over the CPU time above ``LOADED_WALL_OVER_CPU``, or other work
   took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed;
+* ``sm_clock_mhz``: on CUDA, the GPU's SM clock read after each block (``runtime.env``); a clock
+  that moved by more than ``CLOCK_MOVED_FRACTION`` between blocks (``clock_moved``) warns once;
 * outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
 * ``fps = batch_size / (median_ms / 1000)``.
 """
@@ -37,6 +39,7 @@ import numpy as np
 from modelprof.errors import (
     DriftWarning,
     FewSamplesWarning,
+    GpuClockWarning,
     LoadedMachineWarning,
     NoisyMeasurementWarning,
     warn_user,
@@ -71,6 +74,8 @@ JUDGE_MAX_RELATIVE_CI = 0.5
 LOADED_WALL_OVER_CPU = 1.15
 #: ... or when other work took at least this many cores' worth of the cores the run needed.
 LOADED_COMPETING_CORES = 0.25
+#: The SM clock moved when its highest reading over its blocks is this much above its lowest.
+CLOCK_MOVED_FRACTION = 0.05
 #: A process's CPU time is one thread's work when the calling thread did this share of it.
 CPU_ONE_THREAD_SHARE = 0.9
 
@@ -126,6 +131,7 @@ class Measurement:
     cpu_clock: str | None = None
     competing_cores: float | None = None
     cpu_thread_share: float | None = None
+    sm_clock_mhz: np.ndarray | None = None
     extended_s: float = 0.0
     floor_cap_s: float | None = None
     needed_s: float | None = None
@@ -148,6 +154,8 @@ class Measurement:
             if v.size != n:
                 raise ValueError(f"{name} has {v.size} entries for {n} samples")
             setattr(self, name, v)
+        if self.sm_clock_mhz is not None:  # one reading per block, not per sample
+            self.sm_clock_mhz = np.asarray(self.sm_clock_mhz, dtype=np.float64).reshape(-1)
 
     @functools.cached_property
     def _sorted(self) -> np.ndarray:
@@ -420,6 +428,8 @@ class Measurement:
                 "changed speed while measuring (other load, thermal or frequency changes)",
                 DriftWarning,
             )
+        elif self.clock_moved:
+            text, kind = f"timing of {what}: {self._clock_text()}", GpuClockWarning
         elif self.loaded:
             text, kind = f"timing of {what}: {self._loaded_text()}", LoadedMachineWarning
         elif self.noisy:
@@ -432,11 +442,39 @@ class Measurement:
             )
         else:
             return False
+        if self.clock_moved and kind is not GpuClockWarning:
+            text += f"; {self._clock_text()}"
         if self.loaded and kind is not LoadedMachineWarning:
             text += f"; {self._loaded_text()}"
         self._warned = True
         warn_user(text, kind)
         return True
+
+    @property
+    def sm_clock_moved(self) -> float | None:
+        """How far the SM clock moved over the blocks: highest / lowest reading - 1 (None: not
+        read)."""
+        c = self.sm_clock_mhz
+        if c is None or c.size == 0 or c.min() <= 0:
+            return None
+        return float(c.max() / c.min() - 1.0)
+
+    @property
+    def clock_moved(self) -> bool:
+        """The SM clock moved by more than ``CLOCK_MOVED_FRACTION`` between blocks."""
+        moved = self.sm_clock_moved
+        return moved is not None and moved > CLOCK_MOVED_FRACTION
+
+    def _clock_text(self) -> str:
+        c = self.sm_clock_mhz
+        assert c is not None
+        return (
+            f"the GPU's SM clock read {c.min():.0f} to {c.max():.0f} MHz over "
+            f"{_plural(c.size, 'block')} (more than {CLOCK_MOVED_FRACTION:.0%} apart): the GPU "
+            "changed speed while measuring (power or thermal limits, or clocks that drop while "
+            "it waits on the host); lock the clocks (nvidia-smi --lock-gpu-clocks) or warm up "
+            "longer"
+        )
 
     def _loaded_text(self) -> str:
         text = (
@@ -503,6 +541,9 @@ class Measurement:
             out["cpu_thread_share"] = self.cpu_thread_share
         if self.cpu is not None or self.competing_cores is not None:
             out["loaded"] = self.loaded
+        if self.sm_clock_moved is not None:
+            c = self.sm_clock_mhz
+            out.update(sm_clock_min_mhz=float(c.min()), sm_clock_max_mhz=float(c.max()))
         return out
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
@@ -516,7 +557,7 @@ class Measurement:
         if samples:
             d["samples_ms"] = self.samples_ms.tolist()
             d["blocks"] = None if self._independent else self.blocks.tolist()
-            for k in ("timestamps_s", "cpu_ms"):
+            for k in ("timestamps_s", "cpu_ms", "sm_clock_mhz"):
                 if getattr(self, k) is not None:
                     d[k] = getattr(self, k).tolist()
         return d
@@ -577,6 +618,12 @@ class Measurement:
             )
         if self.loaded:
             lines.append(f"  loaded: {self.load_reason}")
+        if self.sm_clock_moved is not None:
+            c = self.sm_clock_mhz
+            lines.append(
+                f"  SM clock {c.min():.0f}-{c.max():.0f} MHz"
+                + (" (MOVED)" if self.clock_moved else "")
+            )
         return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ import torch
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats
-from modelprof.runtime.env import MachineShare
+from modelprof.runtime.env import MachineShare, sm_clock_reader
 from modelprof.runtime.progress import progress_bar, sampling_bar
 from modelprof.timing.clock import CpuClock, Phase, clock_for
 from modelprof.timing.measurement import Measurement
@@ -131,6 +131,7 @@ class Runner:
         """Blocks of ``block(k)`` by the stop rule, then the sample floor held for at most
         ``floor_cap_s`` seconds more (None: the rule's own cap), kept in ``extended_s``."""
         opts, share = self.opts, MachineShare(on=self.reads_share)
+        block, clocks = clocked(block, self.dev)
         with share, sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
             sampled = self.guarded(lambda: collect(block, opts.stop, est_ms, on_block=bar))
         need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
@@ -146,7 +147,9 @@ class Runner:
                     )
                 )
             self.extended_s = sampled.extended_s
-        return dataclasses.replace(sampled, competing_cores=share.competing_cores)
+        return dataclasses.replace(
+            sampled, competing_cores=share.competing_cores, sm_clock_mhz=clocks.read()
+        )
 
     def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
         """The allocator's peak (``stats``, reset just before) over one more ``fn()``."""
@@ -185,9 +188,43 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
     rng = np.random.default_rng(opts.seed)
     with contextlib.ExitStack() as stack:
         ests = [stack.enter_context(r).warm() for r in runners]
-        blocks = [r.sample_block for r in runners]
+        blocks, clocks = zip(*(clocked(r.sample_block, r.dev) for r in runners), strict=True)
         bar = sampling_bar(opts.stop, enabled=opts.progress, desc=desc, candidates=len(runners))
         share = MachineShare(on=all(r.reads_share for r in runners))  # the rounds' one window
         with share, bar as on_round:
             got = collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)
-    return [dataclasses.replace(s, competing_cores=share.competing_cores) for s in got]
+    return [
+        dataclasses.replace(s, competing_cores=share.competing_cores, sm_clock_mhz=c.read())
+        for s, c in zip(got, clocks, strict=True)
+    ]
+
+
+class BlockClocks:
+    """The SM clock read after each block a ``clocked`` block function takes (none off CUDA)."""
+
+    def __init__(self, reader: Callable[[], int | None] | None) -> None:
+        self.reader, self.mhz = reader, []
+
+    def read(self) -> np.ndarray | None:
+        """The clocks in the order the blocks were taken; None without a reader or when one
+        read failed."""
+        if self.reader is None or not self.mhz or None in self.mhz:
+            return None
+        return np.asarray(self.mhz, dtype=np.float64)
+
+
+def clocked(
+    block: Callable[[int], np.ndarray], device: torch.device
+) -> tuple[Callable[[int], np.ndarray], BlockClocks]:
+    """``block``, reading the SM clock of ``device`` after each call (outside its timed span:
+    the block has synchronized), and where the clocks go."""
+    clocks = BlockClocks(sm_clock_reader(device))
+    if clocks.reader is None:
+        return block, clocks
+
+    def read_after(k: int) -> np.ndarray:
+        got = block(k)
+        clocks.mhz.append(clocks.reader())
+        return got
+
+    return read_after, clocks

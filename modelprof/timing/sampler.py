@@ -207,6 +207,8 @@ class Sampled:
     needed_s: float | None = None
     #: on the CPU, what other work took of the cores while these samples were taken
     competing_cores: float | None = None
+    #: on CUDA, the GPU's SM clock (MHz) read after each block, in the order they were taken
+    sm_clock_mhz: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -224,6 +226,7 @@ class Sampled:
             floor_cap_s=self.floor_cap_s,
             needed_s=self.needed_s,
             competing_cores=self.competing_cores,
+            sm_clock_mhz=self.sm_clock_mhz,
         )
 
 
