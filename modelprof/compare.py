@@ -303,7 +303,8 @@ def _table(
 ) -> Comparison:
     """The comparison frame: one row per model, then the ratios to the baseline; a model that
     failed keeps its row, with its error in ``error`` (and a note)."""
-    df = Comparison.from_dict(rows, orient="index")
+    # in the order given (pandas 3.0.6's from_dict puts a row with other keys last)
+    df = Comparison(pd.DataFrame.from_dict(rows, orient="index").reindex(list(rows)))
     df.index.name = "model"
     base = df.loc[baseline]
     for ratio, column in _RATIOS.items():

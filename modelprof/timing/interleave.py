@@ -146,7 +146,8 @@ class LatencyComparison:
                 "stable": m.stable,
                 **cpu,
             }
-        df = pd.DataFrame.from_dict(rows, orient="index")
+        # in the order given (pandas 3.0.6's from_dict puts a row with other keys last)
+        df = pd.DataFrame.from_dict(rows, orient="index").reindex(list(rows))
         df.index.name = "name"
         return df
 
