@@ -184,7 +184,10 @@ def sm_clock_reader(device: torch.device) -> Any:
     few microseconds each; None off CUDA or without pynvml (``nvidia-ml-py``)."""
     if device.type != "cuda":
         return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    except Exception:  # CUDA asked for where it cannot start: no clock, and no failure
+        return None
     return _nvml_sm_clock(index)
 
 
