@@ -7,13 +7,13 @@ on the GPU at hand, in 6 minutes, into files ready to commit.
 Sections, in the order they run: first the GPU timing issue's (``gpu_kernels.py``): K1 kernel
 time of ``_sleep`` and tiny-add oracle layers, K2 kernel time per layer on resnet50 and vit_b_16
 (exact sums, against a profiler-only pass mapped by op order and the first run's CUPTI column),
-K3 the latency mode against the seed's loop interleaved, the pipelined mode and the stop rule's
-wall time; then (``gpu_sections.py``) the seed's recipes: 2 the timer
-against ``torch.cuda._sleep`` layers, 4 the seed's fixed recipe vs the adaptive one (and a
-throughput search up to OOM), 5 a raw CuPy kernel with transfers, 3 events vs CUPTI kernel times
-and a per-module-synchronize timer; then 6 the CUDA-only formulas vs the CPU count, 8 the
-training step, 9 generation, 7 tables and plots with the roofline, 1a the ``cuda``-marked tests,
-1b the rest of the suite in the time left, 10 the README's GPU statements. Each section has a
+K3 the latency mode against the seed's loop in short paired rounds, the pipelined mode and the
+stop rule's wall time, K4 ``what_helps`` with ``torch.compile``; then (``gpu_sections.py``) the
+seed's recipes: 2 the timer against ``torch.cuda._sleep`` layers, 4 the seed's fixed recipe vs
+the adaptive one (and a throughput search up to OOM), 5 a raw CuPy kernel with transfers, 3
+events vs CUPTI kernel times and a per-module-synchronize timer; then 6 the CUDA-only formulas
+vs the CPU count, 8 the training step, 9 generation, 7 tables and plots with the roofline, 1a the
+``cuda``-marked tests, 1b the rest of the suite in the time left, 10 the README's GPU statements. Each section has a
 time budget and a hard limit; one that fails or overruns is recorded with its traceback and the
 next one runs. ``--only 2,5`` reruns some sections.
 

@@ -360,10 +360,48 @@ def sec_seed_agreement(ctx: Ctx, o: Outcome) -> None:
     }
 
 
+def sec_compile(ctx: Ctx, o: Outcome) -> None:
+    """``what_helps`` with ``torch.compile`` (reduce-overhead) beside a CUDA graph on a
+    launch-bound model (resnet18 at batch 1), interleaved with eager on CUDA events; the whole
+    call's wall time, compiling included."""
+    if ctx.dry:
+        o.notes.append("torch.compile on CUDA: GPU run only")
+        return
+    from modelprof.runtime.execution import RunMode
+    from modelprof.timing.helps import helps_note, what_helps
+    from modelprof.timing.options import TimingOptions
+
+    model, size = vision(ctx, "resnet18")
+    x = _on(ctx, model, size, 1)
+    t0 = time.perf_counter()
+    result, left = what_helps(
+        model,
+        make_inputs(model, inputs=x),
+        RunMode(),
+        TimingOptions.parse(budget_s=2.0, warmup_s=0.2),
+        variants=("cuda_graph", "compile"),
+    )
+    o.info["note"] = helps_note(result, left)
+    ratios = result.ratios if result is not None else {}
+    ratio, lo, hi = ratios.get("compile", (None, None, None))
+    o.check(
+        "resnet18 batch 1 (launch-bound): what_helps compiles it and times it faster than eager",
+        hi is not None and hi < 1.0,
+        "compiled; the ratio's upper bound < 1",
+        ratio=ratio,
+        low=lo,
+        high=hi,
+        cuda_graph=ratios.get("cuda_graph"),
+        left_out=left,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
 KERNEL_SECTIONS: list[Any] = [
     Section("K1", "kernel time: _sleep and tiny-add oracle layers", 25, 30, sec_oracles),
     Section("K2", "kernel time per layer: sums, op-order map, CUPTI column", 60, 60, sec_models),
     Section(
         "K3", "latency mode vs the seed loop; pipelined; stop rule", 60, 40, sec_seed_agreement
     ),
+    Section("K4", "what_helps with torch.compile on CUDA", 120, 10, sec_compile),
 ]
