@@ -307,6 +307,7 @@ class _Out:
     logits: torch.Tensor
     cache: Any = None
     past_key_values: Any = None
+    cache_params: Any = None
 
 
 def _llama_config() -> Any:
@@ -352,12 +353,17 @@ class _TakesPastKeyValues(_Named):
 
 
 def test_cache_argument_and_output_cache() -> None:
-    assert compat.CACHE_ARGUMENTS == ("cache", "past_key_values")  # the newer name first
+    # the newer name first; a state-space model's own name last
+    assert compat.CACHE_ARGUMENTS == ("cache", "past_key_values", "cache_params")
+    # Mamba took ``cache_params=`` (and returned it so) before transformers 5.24 renamed it
+    mamba = compat.cache_argument(transformers.MambaForCausalLM.forward)
+    assert mamba == ("cache" if compat.transformers_version() >= (5, 24) else "cache_params")
     assert compat.cache_argument(_TakesCache(_llama_config()).forward) == "cache"
     assert compat.cache_argument(_TakesPastKeyValues(_llama_config()).forward) == "past_key_values"
     assert compat.cache_argument(nn.Linear(2, 2).forward) is None
     assert compat.output_cache(_Out(torch.ones(1), past_key_values="kv")) == "kv"
     assert compat.output_cache(_Out(torch.ones(1), cache="kv")) == "kv"
+    assert compat.output_cache(_Out(torch.ones(1), cache_params="kv")) == "kv"
     assert compat.output_cache(_Out(torch.ones(1))) is None
 
 

@@ -11,6 +11,7 @@ import torch
 
 from modelprof import profile_generation
 from modelprof.generation.cache import kv_info
+from modelprof.runtime import compat
 from modelprof.runtime.snapshot import Snapshot
 
 transformers = pytest.importorskip("transformers")
@@ -131,14 +132,15 @@ def test_a_snapshot_puts_a_recurrent_state_back():
     ids = torch.randint(0, 64, (1, 6))
     with torch.no_grad():
         out = _quiet(model, input_ids=ids, use_cache=True)
-        cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        cache = compat.output_cache(out)  # cache_params= on transformers 5.17, cache= on 5.24
         before = [
             t.clone()
             for layer in cache.layers
             for t in (*layer.conv_states.values(), *layer.recurrent_states.values())
         ]
         restore = Snapshot(cache).reset
-        _quiet(model, input_ids=ids[:, :1], cache=cache, use_cache=True)  # a decode step
+        own = compat.cache_argument(model.forward)
+        _quiet(model, input_ids=ids[:, :1], use_cache=True, **{own: cache})  # a decode step
         after = [
             t
             for layer in cache.layers

@@ -471,8 +471,10 @@ def is_dtensor_class(cls: type) -> bool:
 
 # -- transformers: the cache argument, its output and its classes ------------------------------
 #: a causal LM's cache argument and output field: ``past_key_values`` up to transformers 5.23,
-#: ``cache`` from 5.24 on (checked on 4.46, 4.56, 5.17, 5.23, 5.24)
-CACHE_ARGUMENTS = ("cache", "past_key_values")
+#: ``cache`` from 5.24 on (checked on 4.46, 4.56, 5.17, 5.23, 5.24); a state-space model's
+#: (Mamba, Mamba2, FalconMamba) ``cache_params`` before the same rename (checked on 5.17, where
+#: it is already a ``DynamicCache`` of recurrent layers, and 5.24). Tried in this order.
+CACHE_ARGUMENTS = ("cache", "past_key_values", "cache_params")
 
 
 def cache_argument(forward: Any) -> str | None:
