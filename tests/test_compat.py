@@ -209,6 +209,27 @@ def test_mha_device_check_is_put_back() -> None:
     assert compat.mha_device_check() is original
 
 
+class _OpNames(compat.TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_cpu_sdpa_fuses_3d_answers_what_the_cpu_runs() -> None:
+    q, k, v = torch.randn(4, 3, 16), torch.randn(4, 9, 16), torch.randn(4, 9, 16)
+    with _OpNames() as ran:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    fused = any("_scaled_dot_product_flash_attention_for_cpu" in n for n in ran.names)
+    compat.cpu_sdpa_fuses_3d.cache_clear()
+    with _OpNames() as probe:  # asked inside a mode, which sees none of the probe's ops
+        assert compat.cpu_sdpa_fuses_3d() is fused  # torch 2.14: fused; 2.11: the math path
+    assert probe.names == []
+
+
 def test_dtensor_and_fsdp_classes() -> None:
     try:
         from torch.distributed.tensor import DTensor

@@ -16,6 +16,7 @@ from torch import nn
 from modelprof import ModelProfError, ModelProfWarning, profile, register_formula
 from modelprof.counting.counter import count_ops
 from modelprof.counting.formulas import REGISTRY, Cost
+from modelprof.runtime import compat
 
 
 def quiet_profile(model, *args, **kw):
@@ -473,10 +474,10 @@ _SDPA_CASES = {  # name: (function, inputs, whether the CPU runs it fused)
         _q_kv(hkv=4, lq=9),
         True,
     ),
-    "3d-bool-mask": (
+    "3d-bool-mask": (  # fused where the CPU kernel takes 3-D inputs (torch 2.14, not 2.11)
         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
         (*(t[0] for t in _q_kv(hkv=4)), _bool_mask()),
-        True,
+        compat.cpu_sdpa_fuses_3d(),
     ),
     "dropout": (
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5),

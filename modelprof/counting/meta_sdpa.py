@@ -72,7 +72,8 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
     """Whether the CPU would run this call as its fused kernel (``use_flash_attention_cpp``:
     flash enabled, dense 4-D tensors of one supported dtype, no dropout, one head size, last
     dimension contiguous, non-empty sequences, a 2-D or 4-D mask not combined with
-    ``is_causal``), for meta tensors of 4 (or, given a batch of one, 3) dimensions."""
+    ``is_causal``), for meta tensors of 4 dimensions, or 3 (a batch of one) where this torch's
+    CPU kernel takes them (``compat.cpu_sdpa_fuses_3d``)."""
     q, k, v = b["query"], b["key"], b["value"]
     # plain tensors only: a subclass (DTensor, a fake or nested tensor) runs SDPA its own way
     if not all(
@@ -87,7 +88,9 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
         b["attn_mask"], q
     ):
         return False
-    if q.dim() == 3 and b["attn_mask"] is not None and b["attn_mask"].dim() != 2:
+    if q.dim() == 3 and (
+        (b["attn_mask"] is not None and b["attn_mask"].dim() != 2) or not compat.cpu_sdpa_fuses_3d()
+    ):
         return False
     q4, k4, v4 = (tuple(t.shape) if t.dim() == 4 else (1, *t.shape) for t in (q, k, v))
     return (
@@ -135,6 +138,7 @@ class FusedMetaSDPA(TorchFunctionMode):
     def __init__(self, raised: list[str] | None = None) -> None:
         super().__init__()
         self.raised = raised
+        compat.cpu_sdpa_fuses_3d()  # asked (once) before any counted op, not among them
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:

@@ -34,6 +34,7 @@ __all__ = [
     "CACHE_ARGUMENTS",
     "cache_attributes",
     "cache_layer_tensors",
+    "cpu_sdpa_fuses_3d",
     "cuda_sleep",
     "fast_range",
     "profiler_events",
@@ -207,6 +208,21 @@ def forget_dynamo_skips() -> int:
     for code in codes:
         reset_code(code)
     return len(codes)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_sdpa_fuses_3d() -> bool:
+    """Whether the CPU's fused SDPA kernel takes unbatched (3-D) query, key and value: torch 2.14
+    does; 2.11 runs them through the math decomposition ("All fused kernels requires query, key
+    and value to be 4 dimensional"). Asked of torch's own choice (``torch._fused_sdp_choice``,
+    private; checked on 2.11 and 2.14) on tiny CPU tensors, with flash and math allowed and no
+    mode of the caller's (a counter, a fake or meta context) in the way."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        q = torch.zeros(1, 1, 8, device="cpu")
+        return torch._fused_sdp_choice(q, q, q) == int(SDPBackend.FLASH_ATTENTION)
 
 
 def mha_device_check() -> Any:
