@@ -83,16 +83,26 @@ def test_llama2_7b_training_step_against_maxtext():
     )
     attention = 3 * L * 4 * B * S * S * Hq * D  # QK^T and AV, not halved
     assert weights == 40_593_883_398_144 and attention == 412_316_860_416  # 40.5939 + 0.4123 T
+    # the rotary angles, once per position for the whole batch (position ids [1, S]):
+    # transformers 5.17 as a matmul inv_freq [1, D/2, 1] @ positions [1, 1, S] = 64 x 256 =
+    # 16,384 MACs, a contraction like any other (2 x 16,384 = 32,768 model FLOPs, no backward:
+    # no gradient reaches inv_freq); 5.24 as an elementwise product, 0 MACs. MaxText leaves it out.
+    rope = report.to_dataframe().set_index("module").loc["model.rotary_emb", "macs"]
+    assert rope in (0, D // 2 * S)
     u = report.utilization(peak="H100 SXM")
     step = u.phases.set_index("phase").loc["step"]
-    assert step["model_flops"] == weights + attention == 41_006_200_258_560
+    assert weights + attention == 41_006_200_258_560
+    assert step["model_flops"] == weights + attention + 2 * rope
     # no checkpointing; the fused attention backward recomputes the scores Q K^T: one of its
     # five contractions, 2 x B x S x S x Hq x D x L = 68,719,476,736, hardware FLOPs only
     assert (
         step["hardware_flops"] - step["model_flops"] == 2 * B * S * S * Hq * D * L == 68_719_476_736
     )
     half = report.utilization(peak="H100 SXM", causal="half")
-    assert half.phases.set_index("phase").loc["step", "model_flops"] == weights + attention // 2
+    assert (
+        half.phases.set_index("phase").loc["step", "model_flops"]
+        == weights + attention // 2 + 2 * rope
+    )
     # the datasheet's dense float32 figure is what the convention names
     assert half.convention.peaks.peak_flops == lookup_peaks("H100 SXM", "float32").peak_flops
 
