@@ -112,3 +112,45 @@ def test_interleaved_candidates_each_get_their_blocks_clocks(
     assert asked == ["cpu", "cpu"]
     for m in ms.measurements.values():
         assert m.sm_clock_mhz.size == m.n_blocks and not m.clock_moved
+
+
+def test_the_nvml_reader_leaves_the_models_warnings_shown_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NVML's reader itself (a stand-in pynvml module), read after every block: it must not
+    # enter warnings.catch_warnings, whose exit forgets which warnings were shown, so a warning
+    # the model gives on every call printed again after every block (54 times in 56 blocks)
+    import sys
+    import types
+
+    from modelprof.runtime import env
+
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(env, "gpu_uuid", lambda index: "GPU-0")
+    reader = env._nvml_sm_clock.__wrapped__(0)
+    assert reader() == 1980
+    monkeypatch.setattr(runner, "sm_clock_reader", lambda device: reader)
+
+    def warns() -> None:
+        warnings.warn("the model's own warning", UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("default")  # once per place, as outside a test
+        m = measure_latency(warns, repeat=40, warmup=1, min_blocks=4, warn=False)
+    assert m.n_blocks >= 4 and m.sm_clock_mhz.size == m.n_blocks
+    assert [str(w.message) for w in got] == ["the model's own warning"]
+
+
+def test_no_reader_without_a_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NVML numbers the GPUs by PCI order, CUDA as CUDA_VISIBLE_DEVICES says: without the uuid
+    # the index could name another GPU, so no clock is read at all
+    from modelprof.runtime import env
+
+    monkeypatch.setattr(env, "gpu_uuid", lambda index: None)
+    assert env._nvml_sm_clock.__wrapped__(0) is None

@@ -159,6 +159,14 @@ def test_step_peak_memory_with_fake_allocator_statistics():
     assert params > 0
     assert timing.peak_memory_bytes == 123_456 - (params + buffers) - params
     assert timing.optimizer is not None and timing.optimizer.n == 3
+    # a fake reading nothing: never a negative peak
+    nothing = MemoryStats(lambda: 0, lambda: None)
+    assert (
+        step_timer.time_step(
+            model, mi, spec, n_calls, repeat=2, warmup=1, memory_stats=nothing
+        ).peak_memory_bytes
+        == 0
+    )
     # on the CPU, without statistics given, there is no peak
     assert (
         step_timer.time_step(model, mi, spec, n_calls, repeat=2, warmup=1).peak_memory_bytes is None
@@ -223,3 +231,23 @@ def test_a_short_budget_still_gives_every_phase_min_samples_steps():
     )
     for m in (timing.forward, timing.loss, timing.backward, timing.step):
         assert m.n == 10 and not m.undersampled and m.extended_s > 0, m
+
+
+def test_a_step_converted_on_the_device_leaves_out_the_users_model_and_the_snapshot():
+    # the steps run a float64 conversion of the user's float32 model on the same device: the
+    # peak leaves out the user's float32 parameters and buffers, still there beside it, and the
+    # float64 snapshot of the parameters (a float64 step in the user's own loop holds neither)
+    model = spin_model()
+    mi = make_inputs(model, (4,), batch_size=2, dtype=torch.float64)
+    spec = StepSpec.parse(optimizer=torch.optim.SGD)
+    n_calls = len(count_step(model.double(), mi, spec)[0].records)
+    model.float()
+    params32 = sum(p.numel() * 4 for p in model.parameters())
+    buffers32 = sum(b.numel() * b.element_size() for b in model.buffers())
+    mode = step_timer.RunMode(training=True, no_grad=False, dtype=torch.float64)
+    fake = MemoryStats(lambda: 10_000_000, lambda: None)
+    timing = step_timer.time_step(
+        model, mi, spec, n_calls, mode, repeat=2, warmup=1, memory_stats=fake
+    )
+    assert params32 > 0 and next(model.parameters()).dtype == torch.float32
+    assert timing.peak_memory_bytes == 10_000_000 - (params32 + buffers32) - 2 * params32

@@ -117,9 +117,10 @@ def test_the_sm_clock_is_read_after_every_block():
     pynvml = pytest.importorskip("pynvml")
     model = nn.Linear(64, 64).cuda()
     m = measure_latency(model, torch.ones(1, 64, device="cuda"), repeat=60, min_blocks=3)
+    from modelprof.runtime.env import gpu_uuid
+
     pynvml.nvmlInit()
-    top = pynvml.nvmlDeviceGetMaxClockInfo(
-        pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.NVML_CLOCK_SM
-    )
+    device = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid(torch.cuda.current_device()))
+    top = pynvml.nvmlDeviceGetMaxClockInfo(device, pynvml.NVML_CLOCK_SM)
     assert m.sm_clock_mhz is not None and m.sm_clock_mhz.size == m.n_blocks >= 2
     assert 0 < m.sm_clock_mhz.min() <= m.sm_clock_mhz.max() <= top

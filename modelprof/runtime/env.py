@@ -166,17 +166,24 @@ def _nvml_sm_clock(index: int) -> Any:
     try:
         import pynvml  # type: ignore[import-not-found]
 
-        pynvml.nvmlInit()
         uuid = gpu_uuid(index)
-        h = (
-            pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            if uuid is not None
-            else pynvml.nvmlDeviceGetHandleByIndex(index)
-        )
+        if uuid is None:  # NVML numbers devices otherwise than CUDA_VISIBLE_DEVICES does
+            return None
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
         pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)  # it answers, or no reader
     except Exception:
         return None
-    return lambda: _read(lambda: int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
+
+    def read() -> int | None:
+        # no warnings.catch_warnings here: leaving it resets which warnings were shown, and a
+        # warning the model gives every call would print again after every block
+        try:
+            return int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+    return read
 
 
 def sm_clock_reader(device: torch.device) -> Any:

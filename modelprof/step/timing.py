@@ -31,14 +31,14 @@ from torch import nn
 
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
-from modelprof.runtime.device import MemoryStats
+from modelprof.runtime.device import MemoryStats, same_device
 from modelprof.runtime.execution import RunMode, amp_context, running, to_channels_last
 from modelprof.runtime.group import communicates, is_ddp
 from modelprof.runtime.hooks import module_names
 from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import copy_model, moved_model
 from modelprof.runtime.snapshot import Snapshot
-from modelprof.runtime.tensors import iter_tensors, tensor_bytes
+from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
 from modelprof.step.spec import StepSpec
@@ -335,6 +335,24 @@ class _Instrumented:
         return np.array([self.one() for _ in range(k)], dtype=np.float64)
 
 
+def device_bytes(tensors: list[torch.Tensor | None], device: torch.device) -> int:
+    """Bytes that ``tensors`` keep on ``device``, this rank's part of each (a DTensor's shard),
+    each storage once."""
+    storages = {}
+    for t in tensors:
+        if t is None:
+            continue
+        t = compat.local_tensor(t)
+        if not same_device(t.device, device):
+            continue
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # a subclass without one: not subtracted
+            continue
+        storages[s.data_ptr()] = s.nbytes()
+    return sum(storages.values())
+
+
 def _local_values(model: nn.Module) -> Snapshot:
     """This rank's part of each parameter, its values kept by a snapshot (the one restorer):
     what an optimizer step on the model itself changes."""
@@ -373,15 +391,18 @@ class StepTimer(Runner):
         layout = torch.channels_last if opts.channels_last else None
         runner = moved_model(self.base, dev, dtype, memory_format=layout)
         self._saved: Snapshot | None = None
-        #: bytes of the copy of the model beside the user's own on the device (the peak's part
-        #: that a step in the user's own loop does not hold)
-        self.copy_bytes = 0
         if runner is self.base and communicates(self.base):
             # never copied (DDP, FSDP2, DTensor): its values are put back on exit
             self._saved = _local_values(self.base) if spec.optimizer is not None else None
         elif runner is self.base:  # train-mode steps change buffers, .grad and parameters
             runner = copy_model(self.base, "time its training step", own_parameters=True)
-            self.copy_bytes = tensor_bytes([*runner.parameters(), *runner.buffers()])
+        #: the user's model left on the device beside the one the steps run (a copy, or one
+        #: converted there): the peak's part that a step in the user's own loop does not hold
+        self.left_bytes = (
+            0
+            if runner is self.base
+            else device_bytes([*self.base.parameters(), *self.base.buffers()], dev)
+        )
         self.runner = runner
         self.copy_of = {
             id(p): q
@@ -487,8 +508,8 @@ class StepTimer(Runner):
         step.restore()
         step.clear()
         peak = self.peak_bytes(lambda: [phase() for phase in step.phases()], stats)
-        held = sum(s.copied_bytes for s in (step.snapshot, self._saved) if s is not None)
-        return peak - self.copy_bytes - held
+        held = [c for s in (step.snapshot, self._saved) if s is not None for c in s.copies]
+        return max(0, peak - self.left_bytes - device_bytes(held, self.dev))
 
 
 def time_step(
