@@ -52,9 +52,10 @@ def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
 def _fusable_mask(mask: Any, q: torch.Tensor) -> bool:
     if mask is None:
         return True
+    # a 3-D mask only beside 3-D inputs (torch 2.14's CPU runs a 4-D call with one unfused)
     return (
         isinstance(mask, torch.Tensor)
-        and mask.dim() in (2, 4)
+        and mask.dim() in ((2, 3, 4) if q.dim() == 3 else (2, 4))
         and (mask.dtype is torch.bool or mask.dtype == q.dtype)
     )
 
@@ -88,9 +89,7 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
         b["attn_mask"], q
     ):
         return False
-    if q.dim() == 3 and (
-        (b["attn_mask"] is not None and b["attn_mask"].dim() != 2) or not compat.cpu_sdpa_fuses_3d()
-    ):
+    if q.dim() == 3 and not compat.cpu_sdpa_fuses_3d():
         return False
     q4, k4, v4 = (tuple(t.shape) if t.dim() == 4 else (1, *t.shape) for t in (q, k, v))
     return (
@@ -108,14 +107,14 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
 
 
 def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
-    """SDPA as the CPU runs it fused: 3-D inputs get a batch of one (a 2-D mask two leading
-    dimensions), a boolean mask becomes 0 / -inf in the query's dtype, then the fused kernel."""
+    """SDPA as the CPU runs it fused: 3-D inputs get a batch of one (a 2-D or 3-D mask leading
+    dimensions of one up to four), a boolean mask becomes 0 / -inf in the query's dtype, then the fused kernel."""
     q, k, v, mask = b["query"], b["key"], b["value"], b["attn_mask"]
     three_d = q.dim() == 3
     if three_d:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-        if mask is not None:
-            mask = mask.unsqueeze(0).unsqueeze(0)
+        while mask is not None and mask.dim() < 4:
+            mask = mask.unsqueeze(0)
     if mask is not None and mask.dtype is torch.bool:
         mask = torch.where(
             mask, 0.0, torch.scalar_tensor(float("-inf"), dtype=q.dtype, device=mask.device)
