@@ -11,6 +11,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -20,11 +21,12 @@ import pytest
 import torch
 from fake_clock import hit_and_spared, install
 
-from modelprof import compare, measure_latency
+from modelprof import compare, measure_latencies, measure_latency
 from modelprof.errors import LoadedMachineWarning
 from modelprof.report.roofline import peak_notes
 from modelprof.runtime import env
 from modelprof.runtime.env import MachineShare, busy_ns
+from modelprof.timing.clock import thread_share
 from modelprof.timing.measurement import (
     CPU_ONE_THREAD_SHARE,
     LOADED_COMPETING_CORES,
@@ -255,3 +257,68 @@ def test_a_roofline_probe_beside_other_work_is_loaded_and_says_so():
         "The probe ran on a busy machine (other work took 0.60 cores' worth of the cores it "
         "needed): every roof it measured reads low." in peak_notes(df, busy)
     )
+
+
+def _waiting(competing: float | None, share: float | None = None) -> Measurement:
+    # 40 samples of 10 ms of wall whose calling thread spent 0.1 ms of CPU (wall/CPU 100)
+    wall = 10.0 + np.random.default_rng(1).normal(0.0, 0.01, 40)
+    blocks = np.repeat(np.arange(8), 5)
+    return Measurement(
+        wall,
+        blocks=blocks,
+        cpu_ms=wall / 100,
+        cpu_clock="thread_time",
+        competing_cores=competing,
+        cpu_thread_share=share,
+    )
+
+
+def test_a_caller_that_waits_on_free_cores_is_not_loaded_and_its_cpu_time_is_not_the_work():
+    # wall/CPU 100 with other work on no core: another thread (or a sleep, a device) did the
+    # work; neither load nor a CPU figure to quote (a newcomer's offloaded resnet18 read
+    # "loaded, wall/CPU 417.96, quote the CPU work" and ranked 430x faster than itself)
+    m = _waiting(0.0)
+    assert m.wall_over_cpu == pytest.approx(100, rel=1e-3)
+    assert m.waited and not m.loaded and not m.cpu_holds and m.load_reason == ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not m.warn_if_noisy()
+    assert "waited: wall/CPU 100.00 with the cores free" in repr(m)
+    # other work on the cores: load it may be, and the wall/CPU says so too
+    busy = _waiting(0.5)
+    assert busy.loaded and not busy.waited and "wall/CPU 100.00" in busy.load_reason
+    # the cores not read (off Linux, a short window): wall/CPU alone, as before
+    assert _waiting(None).loaded and not _waiting(None).waited
+    # a thread's CPU time that is a tenth of the process's is not the work, loaded or not
+    assert not _waiting(0.5, share=0.1).cpu_holds and _waiting(0.5, share=0.95).cpu_holds
+
+
+def test_the_thread_clock_reads_the_process_clock_beside_it_for_the_callers_share():
+    # thread_time's samples beside the process's: 1 ms of 4 ms is a quarter; process_time's
+    # beside the thread's: 3 of 4 ms; any other clock has none
+    assert thread_share("thread_time", 1.0, 4.0) == pytest.approx(0.25)
+    assert thread_share("process_time", 4.0, 3.0) == pytest.approx(0.75)
+    assert thread_share("thread_time", 1.0, 0.0) is None and thread_share(None, 1.0, 1.0) is None
+
+
+def test_work_another_thread_does_is_ranked_by_latency_whatever_the_load(one_thread):
+    # the same 3 ms of thread CPU time, spun in Python by the calling thread or by a worker
+    # thread it waits for: the offloaded one's caller did almost none of the process's CPU
+    # time, so its CPU work is not offered and the comparison ranks by latency (before, the
+    # caller's thread time ranked it hundreds of times faster, quiet or loaded)
+    def spin() -> None:
+        end = time.thread_time_ns() + 3_000_000
+        while time.thread_time_ns() < end:
+            pass
+
+    def offloaded() -> None:
+        worker = threading.Thread(target=spin)
+        worker.start()
+        worker.join()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = measure_latencies({"direct": spin, "offloaded": offloaded}, budget_s=1.0)
+    off = t["offloaded"]
+    assert off.cpu_clock == "thread_time" and off.cpu_thread_share < 0.5 and not off.cpu_holds
+    assert t.ranked_by == "latency"

@@ -65,15 +65,23 @@ def cpu_time_source() -> tuple[str, Callable[[], int]]:
 
 
 def own_thread_clock(cpu_kind: str | None) -> Callable[[], int]:
-    """Beside the process's CPU time (``cpu_kind == "process_time"``), the calling thread's
-    own (``time.thread_time_ns``), for :func:`thread_share`; else a clock that reads 0."""
-    return time.thread_time_ns if cpu_kind == "process_time" else int
+    """The other CPU clock read beside ``cpu_kind``'s, for :func:`thread_share`: the calling
+    thread's own (``time.thread_time_ns``) beside the process's, the process's beside the
+    thread's (a callable whose work another thread does leaves the calling thread's idle);
+    else a clock that reads 0."""
+    other = {"process_time": time.thread_time_ns, "thread_time": time.process_time_ns}
+    return other.get(cpu_kind or "", int)
 
 
-def thread_share(cpu_kind: str | None, cpu_ms: float, own_ms: float) -> float | None:
-    """The calling thread's share ``own_ms / cpu_ms`` of the process's CPU time over the same
-    samples; None with another clock (``thread_time`` is one thread's already) or no time."""
-    return own_ms / cpu_ms if cpu_kind == "process_time" and cpu_ms > 0 else None
+def thread_share(cpu_kind: str | None, cpu_ms: float, other_ms: float) -> float | None:
+    """The calling thread's share of the process's CPU time over the same samples, from
+    ``cpu_ms`` of ``cpu_kind``'s clock and ``other_ms`` of :func:`own_thread_clock`'s; None with
+    another clock or no time."""
+    if cpu_kind == "process_time":
+        return other_ms / cpu_ms if cpu_ms > 0 else None
+    if cpu_kind == "thread_time":
+        return cpu_ms / other_ms if other_ms > 0 else None
+    return None
 
 
 class _HostStamps(StampBuffer):

@@ -16,11 +16,13 @@ Conventions, stated once:
   (``extended_s``); a run still short quotes no median (``short_reason``) and warns once;
 * ``cpu_ms``: each sample's CPU time (``cpu_clock``: ``"thread_time"`` for one intra-op thread,
   ``"process_time"`` for several); ``cpu`` is that CPU work as a Measurement; it stands for the
-  work on a loaded machine (``cpu_holds``) only as one thread's (``thread_time``, or a process
-  time the calling thread did ``CPU_ONE_THREAD_SHARE`` of: ``cpu_thread_share``): several
+  work on a loaded machine (``cpu_holds``) only as the calling thread's (it did
+  ``CPU_ONE_THREAD_SHARE`` of the process's CPU time: ``cpu_thread_share``): several
   threads spin while one of them waits for a core, so load stretches their CPU time too;
 * ``loaded``: the wall clock over the CPU time above ``LOADED_WALL_OVER_CPU``, or other work
-  took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed;
+  took ``competing_cores`` (``runtime.env.MachineShare``) of the cores the run needed; a wall
+  that high with the cores read free is ``waited`` instead (the caller waited on another
+  thread, a sleep or a device), and its CPU time is not the work's;
 * ``sm_clock_mhz``: on CUDA, the GPU's SM clock read after each block (``runtime.env``); a clock
   that moved by more than ``CLOCK_MOVED_FRACTION`` between blocks (``clock_moved``) warns once;
 * outliers: outside Tukey's fences ``[q1 - 1.5 IQR, q3 + 1.5 IQR]``, counted and kept;
@@ -378,15 +380,30 @@ class Measurement:
 
     @property
     def cpu_holds(self) -> bool:
-        """The CPU work stands for the work on a loaded machine: one thread's CPU time
-        (``thread_time``), or a process's that the calling thread did ``CPU_ONE_THREAD_SHARE``
-        or more of (``cpu_thread_share``). Several threads' grows with load too: they spin
-        while one of them waits for a core."""
-        if self.cpu is None:
+        """The CPU work stands for the work on a loaded machine: the calling thread did
+        ``CPU_ONE_THREAD_SHARE`` or more of the process's CPU time (``cpu_thread_share``; one
+        thread's ``thread_time`` where the share is not read), and did not wait on other work
+        (``waited``). Several threads' grows with load too: they spin while one of them waits
+        for a core; a callable whose work another thread does leaves the caller's idle."""
+        if self.cpu is None or self.waited:
             return False
         share = self.cpu_thread_share
-        one = share is not None and share >= CPU_ONE_THREAD_SHARE
-        return self.cpu_clock == "thread_time" or one
+        if share is None:
+            return self.cpu_clock == "thread_time"
+        return share >= CPU_ONE_THREAD_SHARE
+
+    @property
+    def waited(self) -> bool:
+        """The calling thread waited on other work than a core's: the wall above
+        ``LOADED_WALL_OVER_CPU`` x the CPU time while other work took less than
+        ``LOADED_COMPETING_CORES`` of the cores (read: ``competing_cores``): another thread, a
+        sleep or a device did the work, so the CPU time is not the work's, and not load."""
+        c = self.competing_cores
+        return (
+            c is not None
+            and c < LOADED_COMPETING_CORES
+            and (self.wall_over_cpu > LOADED_WALL_OVER_CPU)
+        )
 
     @property
     def load_reason(self) -> str:
@@ -618,6 +635,11 @@ class Measurement:
             )
         if self.loaded:
             lines.append(f"  loaded: {self.load_reason}")
+        elif self.waited:
+            lines.append(
+                f"  waited: wall/CPU {self.wall_over_cpu:.2f} with the cores free: the calling "
+                "thread waited on other work (another thread, a sleep, a device)"
+            )
         if self.sm_clock_moved is not None:
             c = self.sm_clock_mhz
             lines.append(
@@ -629,10 +651,14 @@ class Measurement:
 
 def load_reason(wall_over_cpu: float | None, competing_cores: float | None, wall: str) -> str:
     """What showed a loaded machine, in words ("" for none): a wall clock above
-    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio), other work on
-    ``LOADED_COMPETING_CORES`` or more of the cores the run needed."""
+    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio) unless other
+    work was read on less than ``LOADED_COMPETING_CORES`` of the cores, other work on that
+    many or more of the cores the run needed."""
     why = []
-    if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU:
+    # with the cores read and no other work on them, a wall above the CPU time is the work
+    # waiting on something else (another thread, a sleep, a device), not load
+    seen_idle = competing_cores is not None and competing_cores < LOADED_COMPETING_CORES
+    if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU and not seen_idle:
         why.append(wall.format(wall_over_cpu))
     if competing_cores is not None and competing_cores >= LOADED_COMPETING_CORES:
         why.append(f"other work took {competing_cores:.2f} cores' worth of the cores it needed")
