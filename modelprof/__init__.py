@@ -15,6 +15,7 @@ from modelprof.errors import (
     ModelProfError,
     ModelProfWarning,
     NoisyMeasurementWarning,
+    TimingDisagreementWarning,
 )
 from modelprof.fit import fit
 from modelprof.generation import GenerationReport, compare_generation, profile_generation
@@ -32,7 +33,7 @@ from modelprof.timing import (
     measure_latency,
     measure_throughput,
 )
-from modelprof.timing.peaks import Peaks
+from modelprof.timing.peaks import Peaks, lookup_peaks, probe_peaks
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,7 @@ __all__ = [
     "NoisyMeasurementWarning",
     "Peaks",
     "Report",
+    "TimingDisagreementWarning",
     "TimingOptions",
     "ViewOptions",
     "__version__",
@@ -57,9 +59,11 @@ __all__ = [
     "compare_generation",
     "fit",
     "gather_reports",
+    "lookup_peaks",
     "measure_latencies",
     "measure_latency",
     "measure_throughput",
+    "probe_peaks",
     "profile",
     "profile_generation",
     "profile_sharded",
