@@ -16,7 +16,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    TimingDisagreementWarning,
+    warn_user,
+)
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.report.comparison import Comparison
@@ -171,6 +176,8 @@ def compare(
         finally:
             bar.close()
     table = {n: rows[n] if n in rows else {"error": failed[n]} for n in named}
+    for name, error in failed.items() if run.opts.warn else ():  # a row alone is easy to miss
+        warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
     return _table(table, baseline, run.env, run.timing_attrs, failed)
 
 

@@ -203,3 +203,18 @@ def test_a_model_failing_its_timed_training_step_leaves_the_others():
     assert df.loc["a", "backward_latency_median_ms"] > 0
     assert df.loc["c", "backward_latency_median_ms"] > 0
     assert pd_isna(df.loc["bad", "latency_median_ms"]) and pd_isna(df.loc["bad", "rank"])
+
+
+def test_a_failing_model_in_a_comparison_is_said_once_not_only_in_its_row():
+    # a row with an error cell is easy to miss in a wide table: a warning names the model and
+    # its error (warn=False: none)
+    from modelprof import ModelProfWarning
+
+    models = {"a": nn.Linear(4, 4), "bad": _Boom()}
+    with pytest.warns(ModelProfWarning, match=r"bad failed and is not compared: .*boom"):
+        compare(models, (4,), timing=False)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)
+        compare(models, (4,), timing=False, warn=False)
