@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from collections import Counter
 from typing import Any
 
@@ -27,7 +28,7 @@ from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
 from modelprof.runtime.snapshot import snapshot_of
-from modelprof.runtime.tensors import brief, holds_tensors, tensor_bytes
+from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, tensor_bytes
 from modelprof.step.count import count_step
 from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode, refuse_scripted
 from modelprof.step.table import step_columns
@@ -233,6 +234,17 @@ def _on(spec: _Spec, mi: ModelInputs) -> tuple[_Spec, list[str]]:
     ]
 
 
+def _too_many_dims(error: str, ranks: list[int]) -> bool:
+    """Whether a forward's ``error`` reads as given more dimensions than it takes: a tensor of
+    more than the most it names (conv2d's "Expected 3D (unbatched) or 4D (batched) input"), or
+    a word of dimensions where it names none. A channel count or an image size that does not
+    fit is no batch's doing."""
+    named = [int(n) for n in re.findall(r"\b(\d)D\b", error)]
+    if named:
+        return max(ranks, default=0) > max(named)
+    return "dim" in error.lower()
+
+
 @contextlib.contextmanager
 def _batch_hint(input_size: Any, mi: ModelInputs):
     """A forward failure on inputs made from ``input_size`` hints that it excludes the batch.
@@ -250,6 +262,7 @@ def _batch_hint(input_size: Any, mi: ModelInputs):
             not any(len(s) >= 2 for s in shapes)
             or not getattr(e, "in_forward", False)
             or isinstance(e.__cause__, (ModelProfError, TypeError))
+            or not _too_many_dims(str(e), [t.dim() for t in iter_tensors(mi.args)])
         ):
             raise
         drop = ", ".join(str(tuple(s[1:])) for s in shapes)

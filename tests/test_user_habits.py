@@ -167,3 +167,13 @@ def test_a_failed_forward_names_the_inputs_dtypes() -> None:
     image = torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
     with pytest.raises(ModelProfError, match=r"Inputs were 1x3x8x8 \(uint8\)\."):
         profile(nn.Conv2d(3, 4, 3), inputs=image, timing=False)
+
+
+def test_no_batch_hint_for_a_channel_count_or_a_missing_dimension() -> None:
+    # (4, 8, 8) gives conv2d 4 channels where it takes 3, and (8, 8) leaves the channel out:
+    # neither is fixed by taking a batch off the size, so no hint points that way; (1, 3, 8, 8)
+    # gives it a 5-D input where it takes at most 4-D, and is hinted (the test above)
+    for size in ((4, 8, 8), (8, 8)):
+        with pytest.raises(ModelProfError) as err:
+            profile(nn.Conv2d(3, 4, 3), size, timing=False)
+        assert "\nhint:" not in str(err.value), size
