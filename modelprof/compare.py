@@ -176,8 +176,9 @@ def compare(
         finally:
             bar.close()
     table = {n: rows[n] if n in rows else {"error": failed[n]} for n in named}
-    for name, error in failed.items() if run.opts.warn else ():  # a row alone is easy to miss
-        warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
+    if run.opts.warn:  # a row alone is easy to miss
+        for name, error in failed.items():
+            warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
     return _table(table, baseline, run.env, run.timing_attrs, failed)
 
 

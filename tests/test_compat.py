@@ -54,32 +54,33 @@ def test_require_names_the_feature_and_both_versions() -> None:
 
 
 # -- torch's private names -----------------------------------------------------------------------
+class _OpNames(compat.TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 def test_private_classes_are_the_ones_torch_uses() -> None:
     assert isinstance(torch.ops.aten.mm.default, compat.OpOverload)
     assert isinstance(torch.ops.aten.mm, compat.OpOverloadPacket)
     assert isinstance(torch.ops.higher_order.cond, compat.HigherOrderOperator)
     assert issubclass(compat.FakeTensor, torch.Tensor)
 
-    class Seen(compat.TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with Seen() as seen:
+    with _OpNames() as seen:
         torch.ones(2) + 1
         depth, flags = compat.dispatch_stack_state()
-        inner = Seen()
+        inner = _OpNames()
         inner.__enter__()  # left on the stack, as a failed pass might
         assert compat.dispatch_stack_state()[0] == depth + 1
         compat.restore_dispatch_stack(depth, flags)
         assert compat.dispatch_stack_state() == (depth, flags)
         torch.ones(3)
-    assert "aten.add.Tensor" in seen.ops and seen.ops.count("aten.ones.default") == 2
-    assert not inner.ops  # popped before it saw anything
+    assert "aten.add.Tensor" in seen.names and seen.names.count("aten.ones.default") == 2
+    assert not inner.names  # popped before it saw anything
 
 
 def test_is_fake() -> None:
@@ -207,16 +208,6 @@ def test_mha_device_check_is_put_back() -> None:
     finally:
         compat.set_mha_device_check(original)
     assert compat.mha_device_check() is original
-
-
-class _OpNames(compat.TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def test_cpu_sdpa_fuses_3d_answers_what_the_cpu_runs() -> None:

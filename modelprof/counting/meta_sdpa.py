@@ -108,7 +108,8 @@ def fused_on_cpu(b: dict[str, Any]) -> bool:
 
 def fused_sdpa(b: dict[str, Any]) -> torch.Tensor:
     """SDPA as the CPU runs it fused: 3-D inputs get a batch of one (a 2-D or 3-D mask leading
-    dimensions of one up to four), a boolean mask becomes 0 / -inf in the query's dtype, then the fused kernel."""
+    dimensions of one up to four), a boolean mask becomes 0 / -inf in the query's dtype, then
+    the fused kernel."""
     q, k, v, mask = b["query"], b["key"], b["value"], b["attn_mask"]
     three_d = q.dim() == 3
     if three_d:

@@ -26,7 +26,7 @@ import torch
 from modelprof.generation.lm import LanguageModel
 from modelprof.generation.spec import GenerationSpec
 from modelprof.runtime.device import MemoryStats, device_synchronize
-from modelprof.timing.clock import cpu_time_source, own_thread_clock, thread_share
+from modelprof.timing.clock import cpu_time_source, other_cpu_clock, thread_share
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
@@ -163,8 +163,9 @@ class _Run:
         self.ttft: list[float] = []
         self.steps: list[np.ndarray] = []
         self.cpu: dict[str, list] = {"end_to_end": [], "ttft": [], "steps": []}
-        self.own: list[float] = []  # the calling thread's part of each end to end's CPU time
-        self.thread = own_thread_clock(self.cpu_clock)
+        # each end to end's time on the other CPU clock, for the calling thread's share
+        self.other: list[float] = []
+        self.other_clock = other_cpu_clock(self.cpu_clock)
 
     def __call__(self) -> float:
         stamps: list[int] = []  # each token ready
@@ -182,18 +183,18 @@ class _Run:
             resumed.append(perf())
 
         sync()
-        c0, own0 = cpu(), self.thread()
+        c0, other0 = cpu(), self.other_clock()
         t0 = perf()
         self.lm.generate(self.prompt, self.n, stamp)
         sync()
         t1 = perf()
-        c1, own1 = cpu(), self.thread()
+        c1, other1 = cpu(), self.other_clock()
         ends, starts = np.asarray(stamps[1:], np.float64), np.asarray(resumed[:-1], np.float64)
         self.ttft.append((stamps[0] - t0) / 1e6)
         self.steps.append((ends - starts) / 1e6)
         if self.cpu_now is not None:
             self.cpu["end_to_end"].append((c1 - c0) / 1e6)
-            self.own.append((own1 - own0) / 1e6)
+            self.other.append((other1 - other0) / 1e6)
             self.cpu["ttft"].append((cpus[0] - c0) / 1e6)
             self.cpu["steps"].append(np.diff(np.asarray(cpus, dtype=np.float64)) / 1e6)
         return (t1 - t0 - (sum(resumed) - sum(stamps))) / 1e6
@@ -202,7 +203,7 @@ class _Run:
         return np.asarray([self() for _ in range(k)])
 
     def clear(self) -> None:
-        for samples in (self.ttft, self.steps, self.own, *self.cpu.values()):
+        for samples in (self.ttft, self.steps, self.other, *self.cpu.values()):
             samples.clear()
 
     def cpu_fields(self, kind: str) -> dict[str, Any]:
@@ -213,7 +214,7 @@ class _Run:
         return {
             "cpu_ms": np.concatenate(values) if kind == "steps" else np.asarray(values),
             "cpu_clock": self.cpu_clock,
-            "cpu_thread_share": thread_share(self.cpu_clock, total, sum(self.own)),
+            "cpu_thread_share": thread_share(self.cpu_clock, total, sum(self.other)),
         }
 
 

@@ -34,7 +34,7 @@ __all__ = [
     "clock_for",
     "cpu_time_source",
     "device_synchronize",
-    "own_thread_clock",
+    "other_cpu_clock",
     "thread_share",
 ]
 
@@ -64,7 +64,7 @@ def cpu_time_source() -> tuple[str, Callable[[], int]]:
     return "process_time", time.process_time_ns
 
 
-def own_thread_clock(cpu_kind: str | None) -> Callable[[], int]:
+def other_cpu_clock(cpu_kind: str | None) -> Callable[[], int]:
     """The other CPU clock read beside ``cpu_kind``'s, for :func:`thread_share`: the calling
     thread's own (``time.thread_time_ns``) beside the process's, the process's beside the
     thread's (a callable whose work another thread does leaves the calling thread's idle);
@@ -75,7 +75,7 @@ def own_thread_clock(cpu_kind: str | None) -> Callable[[], int]:
 
 def thread_share(cpu_kind: str | None, cpu_ms: float, other_ms: float) -> float | None:
     """The calling thread's share of the process's CPU time over the same samples, from
-    ``cpu_ms`` of ``cpu_kind``'s clock and ``other_ms`` of :func:`own_thread_clock`'s; None with
+    ``cpu_ms`` of ``cpu_kind``'s clock and ``other_ms`` of :func:`other_cpu_clock`'s; None with
     another clock or no time."""
     if cpu_kind == "process_time":
         return other_ms / cpu_ms if cpu_ms > 0 else None
@@ -162,8 +162,9 @@ class Clock:
 class CpuClock(Clock):
     """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
     (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_ms`` keeps one
-    array per ``time()`` call, ``cpu_kind`` says which clock; with the process's, ``thread_ms``
-    the calling thread's own part of it."""
+    array per ``time()`` call, ``cpu_kind`` says which clock; ``other_ms`` the other CPU clock
+    over the same samples (:func:`other_cpu_clock`: the thread's beside the process's, or the
+    process's beside the thread's), for the calling thread's share of the work."""
 
     kind = "perf_counter_ns"
 
@@ -171,33 +172,33 @@ class CpuClock(Clock):
         super().__init__(device)
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_ms: list[np.ndarray] = []
-        self.thread_ms: list[np.ndarray] = []
+        self.other_ms: list[np.ndarray] = []
 
     @property
     def thread_share(self) -> float | None:
         """The calling thread's share of the process CPU time over every sample
         (:func:`thread_share`)."""
         total = float(sum(a.sum() for a in self.cpu_ms))
-        return thread_share(self.cpu_kind, total, float(sum(a.sum() for a in self.thread_ms)))
+        return thread_share(self.cpu_kind, total, float(sum(a.sum() for a in self.other_ms)))
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
         cpu = np.zeros((n, 4), dtype=np.int64)
         clock, cpu_clock = self.now_ns, self._cpu
-        thread = own_thread_clock(self.cpu_kind)
+        other = other_cpu_clock(self.cpu_kind)
         for i in range(n):
             if between is not None:
                 between()
             row = ns[i]
-            cpu[i, 0], cpu[i, 2] = cpu_clock(), thread()
+            cpu[i, 0], cpu[i, 2] = cpu_clock(), other()
             row[0] = clock()
             for k in range(p):
                 phases[k]()
                 row[k + 1] = clock()
-            cpu[i, 1], cpu[i, 3] = cpu_clock(), thread()
+            cpu[i, 1], cpu[i, 3] = cpu_clock(), other()
         self.cpu_ms.append((cpu[:, 1] - cpu[:, 0]) / 1e6)
-        self.thread_ms.append((cpu[:, 3] - cpu[:, 2]) / 1e6)
+        self.other_ms.append((cpu[:, 3] - cpu[:, 2]) / 1e6)
         return np.diff(ns, axis=1) / 1e6
 
 

@@ -398,12 +398,7 @@ class Measurement:
         ``LOADED_WALL_OVER_CPU`` x the CPU time while other work took less than
         ``LOADED_COMPETING_CORES`` of the cores (read: ``competing_cores``): another thread, a
         sleep or a device did the work, so the CPU time is not the work's, and not load."""
-        c = self.competing_cores
-        return (
-            c is not None
-            and c < LOADED_COMPETING_CORES
-            and (self.wall_over_cpu > LOADED_WALL_OVER_CPU)
-        )
+        return waited(self.wall_over_cpu, self.competing_cores)
 
     @property
     def load_reason(self) -> str:
@@ -649,16 +644,26 @@ class Measurement:
         return "\n".join(lines)
 
 
+def waited(wall_over_cpu: float | None, competing_cores: float | None) -> bool:
+    """A wall above ``LOADED_WALL_OVER_CPU`` x the CPU time while other work was read on less
+    than ``LOADED_COMPETING_CORES`` of the cores: the work waited on something else (another
+    thread, a sleep, a device), not on a core."""
+    return (
+        competing_cores is not None
+        and competing_cores < LOADED_COMPETING_CORES
+        and wall_over_cpu is not None
+        and wall_over_cpu > LOADED_WALL_OVER_CPU
+    )
+
+
 def load_reason(wall_over_cpu: float | None, competing_cores: float | None, wall: str) -> str:
     """What showed a loaded machine, in words ("" for none): a wall clock above
     ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio) unless other
     work was read on less than ``LOADED_COMPETING_CORES`` of the cores, other work on that
     many or more of the cores the run needed."""
     why = []
-    # with the cores read and no other work on them, a wall above the CPU time is the work
-    # waiting on something else (another thread, a sleep, a device), not load
-    seen_idle = competing_cores is not None and competing_cores < LOADED_COMPETING_CORES
-    if wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU and not seen_idle:
+    wall_high = wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU
+    if wall_high and not waited(wall_over_cpu, competing_cores):
         why.append(wall.format(wall_over_cpu))
     if competing_cores is not None and competing_cores >= LOADED_COMPETING_CORES:
         why.append(f"other work took {competing_cores:.2f} cores' worth of the cores it needed")
