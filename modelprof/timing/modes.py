@@ -1,5 +1,6 @@
-"""How the timed callable runs: eval/no_grad, AMP, channels_last, torch.compile, CUDA graphs and the
-cold-cache flush, each a small function or context manager that leaves the user's model as it was.
+"""How the timed callable runs: torch.compile, CUDA graphs and the cold-cache flush, each a small
+function that leaves the user's model as it was (eval/no_grad, AMP, channels_last:
+``modelprof.runtime.execution``).
 """
 
 from __future__ import annotations
@@ -10,30 +11,17 @@ from typing import Any
 import torch
 
 from modelprof.errors import ModelProfError
-from modelprof.runtime.execution import (
-    amp_context,
-    grad_context,
-    model_state,
-    parse_amp,
-    to_channels_last,
-)
 from modelprof.timing.peaks import last_level_cache_bytes
 
 __all__ = [
     "COMPILE_MODES",
     "CPU_FLUSH_BYTES",
     "CacheFlusher",
-    "amp_context",
-    "capture_cuda_graph",
     "compile_callable",
     "flush_bytes",
     "graph_replay",
-    "grad_context",
     "last_level_cache_bytes",
-    "model_state",
-    "parse_amp",
     "parse_compile",
-    "to_channels_last",
 ]
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -66,11 +54,9 @@ def compile_callable(
     return torch.compile(run, **opts)
 
 
-def capture_cuda_graph(
-    step: Callable[[], Any], side_warmup: int = 3
-) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """Warm ``step`` up on a side stream, capture it once into a CUDA graph; returns the graph and
-    the static output that each ``graph.replay()`` overwrites."""
+def graph_replay(step: Callable[[], Any], side_warmup: int = 3) -> Callable[[], Any]:
+    """Warm ``step`` up on a side stream, capture it once into a CUDA graph, and a callable that
+    replays it, returning the static output each replay overwrites."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -81,13 +67,6 @@ def capture_cuda_graph(
     with torch.cuda.graph(graph):
         out = step()
     torch.cuda.synchronize()
-    return graph, out
-
-
-def graph_replay(step: Callable[[], Any], side_warmup: int = 3) -> Callable[[], Any]:
-    """``step`` captured into a CUDA graph (:func:`capture_cuda_graph`) and a callable that
-    replays it, returning the static output."""
-    graph, out = capture_cuda_graph(step, side_warmup)
 
     def replay() -> Any:
         graph.replay()
