@@ -131,7 +131,7 @@ class Runner:
         """Blocks of ``block(k)`` by the stop rule, then the sample floor held for at most
         ``floor_cap_s`` seconds more (None: the rule's own cap), kept in ``extended_s``."""
         opts, share = self.opts, MachineShare(on=self.reads_share)
-        block, clocks = clocked(block, self.dev)
+        block, read_clocks = clocked(block, self.dev)
         with share, sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
             sampled = self.guarded(lambda: collect(block, opts.stop, est_ms, on_block=bar))
         need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
@@ -148,7 +148,7 @@ class Runner:
                 )
             self.extended_s = sampled.extended_s
         return dataclasses.replace(
-            sampled, competing_cores=share.competing_cores, sm_clock_mhz=clocks.read()
+            sampled, competing_cores=share.competing_cores, sm_clock_mhz=read_clocks()
         )
 
     def peak_bytes(self, fn: Callable[[], Any], stats: MemoryStats) -> int:
@@ -188,43 +188,36 @@ def sample_interleaved(runners: Sequence[Any], opts: TimingOptions, desc: str) -
     rng = np.random.default_rng(opts.seed)
     with contextlib.ExitStack() as stack:
         ests = [stack.enter_context(r).warm() for r in runners]
-        blocks, clocks = zip(*(clocked(r.sample_block, r.dev) for r in runners), strict=True)
+        blocks, reads = zip(*(clocked(r.sample_block, r.dev) for r in runners), strict=True)
         bar = sampling_bar(opts.stop, enabled=opts.progress, desc=desc, candidates=len(runners))
         share = MachineShare(on=all(r.reads_share for r in runners))  # the rounds' one window
         with share, bar as on_round:
             got = collect_interleaved(blocks, opts.stop, ests, rng, on_round=on_round)
     return [
-        dataclasses.replace(s, competing_cores=share.competing_cores, sm_clock_mhz=c.read())
-        for s, c in zip(got, clocks, strict=True)
+        dataclasses.replace(s, competing_cores=share.competing_cores, sm_clock_mhz=read())
+        for s, read in zip(got, reads, strict=True)
     ]
-
-
-class BlockClocks:
-    """The SM clock read after each block a ``clocked`` block function takes (none off CUDA)."""
-
-    def __init__(self, reader: Callable[[], int | None] | None) -> None:
-        self.reader, self.mhz = reader, []
-
-    def read(self) -> np.ndarray | None:
-        """The clocks in the order the blocks were taken; None without a reader or when one
-        read failed."""
-        if self.reader is None or not self.mhz or None in self.mhz:
-            return None
-        return np.asarray(self.mhz, dtype=np.float64)
 
 
 def clocked(
     block: Callable[[int], np.ndarray], device: torch.device
-) -> tuple[Callable[[int], np.ndarray], BlockClocks]:
+) -> tuple[Callable[[int], np.ndarray], Callable[[], np.ndarray | None]]:
     """``block``, reading the SM clock of ``device`` after each call (outside its timed span:
-    the block has synchronized), and where the clocks go."""
-    clocks = BlockClocks(sm_clock_reader(device))
-    if clocks.reader is None:
-        return block, clocks
+    the block has synchronized), and what gives the clocks in the order the blocks were taken
+    (None without a reader or when one read failed)."""
+    reader, mhz = sm_clock_reader(device), []
+
+    def read() -> np.ndarray | None:
+        if not mhz or None in mhz:
+            return None
+        return np.asarray(mhz, dtype=np.float64)
+
+    if reader is None:
+        return block, read
 
     def read_after(k: int) -> np.ndarray:
         got = block(k)
-        clocks.mhz.append(clocks.reader())
+        mhz.append(reader())
         return got
 
-    return read_after, clocks
+    return read_after, read
