@@ -62,6 +62,7 @@ def resolve_call(
                 f"batch is {given.batch_size}; leave batch_size out"
             )
         dev = dev or given.device
+    dt = parse_dtype(dtype)
     is_module = isinstance(fn_or_model, nn.Module)
     if dev is None:
         if is_module and _has_tensors(fn_or_model):
@@ -72,9 +73,8 @@ def resolve_call(
     target: Callable[..., Any] = fn_or_model
     if is_module:
         fmt = torch.channels_last if channels_last else None
-        target = moved_model(fn_or_model, dev, parse_dtype(dtype), memory_format=fmt)
+        target = moved_model(fn_or_model, dev, dt, memory_format=fmt)
     if given is not None:
-        dt = parse_dtype(dtype)
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return to_placement(t, dev, dt)
@@ -87,9 +87,7 @@ def resolve_call(
             dtype=dt or given.dtype,
         )
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
-        mi = ModelInputs(
-            (), {}, dev, parse_dtype(dtype) or torch.get_default_dtype(), batch_size or 1
-        )
+        mi = ModelInputs((), {}, dev, dt or torch.get_default_dtype(), batch_size or 1)
     else:
         mi = make_inputs(
             target if is_module else fn_or_model,
