@@ -266,12 +266,8 @@ class Measurement:
         rel = self.relative_ci
         if pct is not None and significant and math.isfinite(rel) and abs(pct) / 100.0 > rel:
             return False
-        if (
-            self.n_blocks < 3
-            or self.timestamps_s is None
-            or not math.isfinite(rel)
-            or rel > JUDGE_MAX_RELATIVE_CI
-        ):
+        # ``not rel <= ...``: a NaN or infinite interval cannot judge a trend either
+        if self.n_blocks < 3 or self.timestamps_s is None or not rel <= JUDGE_MAX_RELATIVE_CI:
             return None
         return True
 
@@ -294,13 +290,8 @@ class Measurement:
     @property
     def undersampled(self) -> bool:
         """The budget stopped sampling below ``min_samples``, or there is no interval."""
-        if not self.has_interval:
-            return True
-        return (
-            self.stop_reason == "budget"
-            and self.min_samples is not None
-            and self.n < self.min_samples
-        )
+        short = self.min_samples is not None and self.n < self.min_samples
+        return not self.has_interval or (self.stop_reason == "budget" and short)
 
     @property
     def short_reason(self) -> str | None:
@@ -373,9 +364,8 @@ class Measurement:
 
     @property
     def loaded(self) -> bool:
-        """The machine was busy: ``wall_over_cpu > LOADED_WALL_OVER_CPU`` (with several threads,
-        only load that left the process less than one core) or ``competing_cores >=
-        LOADED_COMPETING_CORES`` (other work on the cores the threads needed)."""
+        """The machine was busy (:func:`load_reason`); with several threads, ``wall_over_cpu``
+        shows only load that left the process less than one core."""
         return bool(self.load_reason)
 
     @property
@@ -394,10 +384,8 @@ class Measurement:
 
     @property
     def waited(self) -> bool:
-        """The calling thread waited on other work than a core's: the wall above
-        ``LOADED_WALL_OVER_CPU`` x the CPU time while other work took less than
-        ``LOADED_COMPETING_CORES`` of the cores (read: ``competing_cores``): another thread, a
-        sleep or a device did the work, so the CPU time is not the work's, and not load."""
+        """The calling thread waited on other work than a core's (:func:`waited`), so the CPU
+        time is not the work's, and not load."""
         return waited(self.wall_over_cpu, self.competing_cores)
 
     @property
@@ -547,10 +535,9 @@ class Measurement:
                 cpu_clock=self.cpu_clock,
                 wall_over_cpu=self.wall_over_cpu,
             )
-        if self.competing_cores is not None:
-            out["competing_cores"] = self.competing_cores
-        if self.cpu_thread_share is not None:
-            out["cpu_thread_share"] = self.cpu_thread_share
+        for k in ("competing_cores", "cpu_thread_share"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
         if self.cpu is not None or self.competing_cores is not None:
             out["loaded"] = self.loaded
         if self.sm_clock_moved is not None:

@@ -573,11 +573,8 @@ def _round_stop(
     if rule.repeat is not None:
         return "repeat" if all(log.n >= rule.repeat for log in logs) else None
     precise, stop = agree.flags(_rounds_precise(logs, rule, r), late or spread)
-    if precise:
-        return "precision"
-    if all(log.n >= rule.max_samples for log in logs):
-        return "max_samples"
-    return None if not stop else "spread" if spread and not late else "budget"
+    full = all(log.n >= rule.max_samples for log in logs)
+    return _stop_reason(precise, full, spread and not late) if precise or full or stop else None
 
 
 def _rounds_spread(
