@@ -36,17 +36,7 @@ from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode
 from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
-from modelprof.timing.sampler import (
-    DEFAULT_BUDGET_S,
-    DEFAULT_MAX_SAMPLES,
-    DEFAULT_MIN_BLOCKS,
-    DEFAULT_MIN_SAMPLES,
-    DEFAULT_PRECISION,
-    WARMUP_S,
-    StopRule,
-    WarmupPolicy,
-    check_seconds,
-)
+from modelprof.timing.sampler import StopRule, WarmupPolicy, check_seconds
 
 __all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
 
@@ -58,41 +48,18 @@ PER_LAYER_MODES = ("auto", "stamps", "kernels")
 LATENCY_MODES = ("latency", "pipelined")
 _MODES = {"clock": CLOCK_MODES, "per_layer": PER_LAYER_MODES, "latency_mode": LATENCY_MODES}
 
-#: The keyword names every timing entry point accepts, with their defaults.
-OPTION_DEFAULTS: dict[str, Any] = {
-    "warmup": None,
-    "warmup_s": WARMUP_S,
-    "repeat": None,
-    "precision": DEFAULT_PRECISION,
-    "budget_s": DEFAULT_BUDGET_S,
-    "min_samples": DEFAULT_MIN_SAMPLES,
-    "min_blocks": DEFAULT_MIN_BLOCKS,
-    "max_samples": DEFAULT_MAX_SAMPLES,
-    "transfer": False,
-    "pin_memory": True,
-    "cuda_graph": False,
-    "amp": None,
-    "channels_last": False,
-    "cold_cache": False,
-    "compile": False,
-    "compile_kwargs": None,
-    "clock": "auto",
-    "correct_overhead": True,
-    "warn": True,
-    "progress": False,
-    "seed": None,
-    "layer_extend_s": DEFAULT_LAYER_EXTEND_S,
-    "per_layer": "auto",
-    "latency_mode": "latency",
-    "floor_extend_s": None,
-}
-OPTION_NAMES = tuple(OPTION_DEFAULTS)
+#: The keyword names every timing entry point accepts (defaults: ``TimingOptions().as_kwargs()``).
+OPTION_NAMES = tuple(
+    "warmup warmup_s repeat precision budget_s min_samples min_blocks max_samples transfer "
+    "pin_memory cuda_graph amp channels_last cold_cache compile compile_kwargs clock "
+    "correct_overhead warn progress seed layer_extend_s per_layer latency_mode floor_extend_s".split()
+)
 #: the switches, True or False (``channels_last`` too, which the run mode carries)
 _FLAGS = "transfer pin_memory cuda_graph cold_cache correct_overhead warn progress".split()
 #: the options a TimingOptions keeps as given, once checked
 _AS_GIVEN = (*_FLAGS, "clock", "seed", "per_layer", "latency_mode")
 #: the options ``StopRule.parse`` takes, by its fields' names
-_STOP_OPTIONS = tuple(f.name for f in dataclasses.fields(StopRule) if f.name in OPTION_DEFAULTS)
+_STOP_OPTIONS = tuple(f.name for f in dataclasses.fields(StopRule) if f.name in OPTION_NAMES)
 
 
 def _check_modes(values: dict[str, Any]) -> None:
@@ -142,7 +109,7 @@ class TimingOptions:
             raise ModelProfError(
                 f"unknown timing option(s) {unknown}; the options are {sorted(OPTION_NAMES)}"
             )
-        values = dict(OPTION_DEFAULTS) if options is None else options.as_kwargs()
+        values = (TimingOptions() if options is None else options).as_kwargs()
         values.update(kwargs)
         _check_modes(values)
         compile_kwargs = values["compile_kwargs"]
