@@ -163,8 +163,7 @@ class CpuClock(Clock):
     """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
     (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_ms`` keeps one
     array per ``time()`` call, ``cpu_kind`` says which clock; ``other_ms`` the other CPU clock
-    over the same samples (:func:`other_cpu_clock`: the thread's beside the process's, or the
-    process's beside the thread's), for the calling thread's share of the work."""
+    over the same samples (:func:`other_cpu_clock`), for the calling thread's share."""
 
     kind = "perf_counter_ns"
 

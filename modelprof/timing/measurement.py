@@ -645,9 +645,8 @@ def waited(wall_over_cpu: float | None, competing_cores: float | None) -> bool:
 
 def load_reason(wall_over_cpu: float | None, competing_cores: float | None, wall: str) -> str:
     """What showed a loaded machine, in words ("" for none): a wall clock above
-    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio) unless other
-    work was read on less than ``LOADED_COMPETING_CORES`` of the cores, other work on that
-    many or more of the cores the run needed."""
+    ``LOADED_WALL_OVER_CPU`` x the CPU time (``wall`` formatted with the ratio) unless it
+    :func:`waited`; other work on ``LOADED_COMPETING_CORES`` or more of the cores it needed."""
     why = []
     wall_high = wall_over_cpu is not None and wall_over_cpu > LOADED_WALL_OVER_CPU
     if wall_high and not waited(wall_over_cpu, competing_cores):

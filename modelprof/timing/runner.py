@@ -134,8 +134,8 @@ class Runner:
         block, read_clocks = clocked(block, self.dev)
         with share, sampling_bar(opts.stop, enabled=opts.progress, desc=desc) as bar:
             sampled = self.guarded(lambda: collect(block, opts.stop, est_ms, on_block=bar))
-        need, cap = opts.stop.promised_min, opts.stop.floor_cap_s
-        cap = cap if floor_cap_s is None else floor_cap_s
+        need = opts.stop.promised_min
+        cap = opts.stop.floor_cap_s if floor_cap_s is None else floor_cap_s
         if need is not None and sampled.n < need and cap > 0:
             extending = f"{desc}: extending to {need} runs (cap {cap:g} s)"
             extend = progress_bar(need, enabled=opts.progress, unit="run", desc=extending)
