@@ -221,9 +221,7 @@ def judge_agreement(
         verdict = "disagree" if apart else "imprecise"
     else:
         verdict = "leaves" if over else ("identical" if identical is not None else "agree")
-    agree = verdict == "agree"
     quote = "clean" if not ratio < 1.0 else "per-layer"
-    cpu = clean.cpu
     show_cpu = clean.cpu_holds and clean.loaded
     return TimingAgreement(
         clean_ms=clean.median_ms,
@@ -232,10 +230,10 @@ def judge_agreement(
         passes_ci_ms=passes.median_ci_ms,
         leaf_sum_ms=float(leaf_sum_ms),
         ratio=float(ratio),
-        agree=agree,
+        agree=verdict == "agree",
         quote_ms=clean.median_ms if quote == "clean" else passes.median_ms,
         quote=quote,
-        cpu_ms=cpu.median_ms if show_cpu else None,
+        cpu_ms=clean.cpu.median_ms if show_cpu else None,
         cpu_clock=clean.cpu_clock if show_cpu else None,
         regimes=regimes or None,
         verdict=verdict,

@@ -89,13 +89,8 @@ def resolve_call(
     elif inputs is None and input_size is None:  # a closure over its own data: call with nothing
         mi = ModelInputs((), {}, dev, dt or torch.get_default_dtype(), batch_size or 1)
     else:
-        mi = make_inputs(
-            target if is_module else fn_or_model,
-            input_size,
-            inputs=inputs,
-            batch_size=batch_size,
-            device=dev,
-            dtype=dtype,
+        mi = make_inputs(  # target is fn_or_model unless a module was converted
+            target, input_size, inputs=inputs, batch_size=batch_size, device=dev, dtype=dtype
         )
     if channels_last:
         mi = dataclasses.replace(
@@ -314,8 +309,7 @@ class TimedCall(Runner):
         if getattr(self.clock, "group", 0):
             env["calls_per_sample"] = self.clock.group
         common = self.fields(sampled)
-        transfer = self.xfer is not None
-        parts = self.phase_measurements(("h2d", "compute", "d2h"), **common) if transfer else {}
+        parts = self.phase_measurements(("h2d", "compute", "d2h"), **common) if self.xfer else {}
         cpu_ms = cpu_kind = share = None
         if getattr(self.clock, "cpu_ms", None):  # CpuClock: a CPU time per sample it timed
             cpu_ms, cpu_kind = np.concatenate(self.clock.cpu_ms), self.clock.cpu_kind
