@@ -121,7 +121,7 @@ def optimizer_states(optimizer: Any) -> OptimizerState:
     if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
         return OptimizerState(optimizer.__name__, probe=lambda n: _probe(optimizer, n))
     if isinstance(optimizer, torch.optim.Optimizer):
-        cls, options = type(optimizer), _options(type(optimizer), optimizer)
+        cls, options = type(optimizer), _options(optimizer)
         return OptimizerState(
             cls.__name__, probe=lambda n: _probe(lambda ps: cls(ps, **options), n)
         )
@@ -145,12 +145,10 @@ def torch_optimizers() -> dict[str, type]:
     }
 
 
-def _options(cls: type, optimizer: Any) -> dict[str, Any]:
+def _options(optimizer: Any) -> dict[str, Any]:
     """The instance's options its class's constructor takes (not a scheduler's ``initial_lr``,
     nor execution switches)."""
-    if isinstance(optimizer, type):
-        return {}
-    params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(type(optimizer).__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     return {
         k: v

@@ -74,9 +74,7 @@ def refuse_scripted(model: torch.nn.Module) -> None:
 def default_loss(output: Any) -> torch.Tensor | None:
     """The sum of every floating output tensor that requires grad, or ``None`` if there is none."""
     parts = [t.sum() for t in iter_tensors(output) if t.is_floating_point() and t.requires_grad]
-    if not parts:
-        return None
-    return functools.reduce(operator.add, parts)
+    return functools.reduce(operator.add, parts) if parts else None
 
 
 def _describe(output: Any) -> str:
@@ -261,12 +259,9 @@ def _parse_optimizer(optimizer: Any) -> Any:
             )
         optimizer = found
     name = optimizer.__name__ if isinstance(optimizer, type) else type(optimizer).__name__
-    if isinstance(optimizer, type):
-        if not issubclass(optimizer, torch.optim.Optimizer):
-            raise ModelProfError(
-                f"optimizer={optimizer.__name__} is not a torch.optim.Optimizer subclass"
-            )
-    elif not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
+    if isinstance(optimizer, type) and not issubclass(optimizer, torch.optim.Optimizer):
+        raise ModelProfError(f"optimizer={name} is not a torch.optim.Optimizer subclass")
+    if not isinstance(optimizer, torch.optim.Optimizer) and not callable(optimizer):
         raise ModelProfError(
             f"optimizer={optimizer!r} must be an optimizer class "
             "(torch.optim.AdamW), a factory (lambda params: ...), a name or "

@@ -99,8 +99,7 @@ def step_columns(
     own = np.array([[c.macs, c.flops] for c in cost.backward], dtype=np.float64).reshape(n, 2).T
     own_saved = np.asarray(cost.saved_bytes, dtype=np.float64)
     inc, inc_saved = subtree_sums(records, own), subtree_sums(records, own_saved)
-    total = _NAN
-    comm = None
+    total, comm = _NAN, None
     if timing is not None:
         calls = timing.calls_ms
         inc_time = subtree_sums(records, calls[:, :n])

@@ -164,9 +164,7 @@ class _Step:
     def clear(self) -> None:
         if self.reset is not None:
             self.reset()
-        for t in self.params:
-            t.grad = None
-        for t in self.leaves:
+        for t in (*self.params, *self.leaves):
             t.grad = None
 
     def restore(self) -> None:

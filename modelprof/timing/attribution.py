@@ -110,8 +110,7 @@ def outermost(intervals: Sequence[tuple[int, int]]) -> list[int]:
 
 def attribute(n: int, spans: Sequence[Span], activities: Sequence[Activity]) -> PassReading:
     """Charge ``activities`` to the calls of ``spans`` (module call ranges of one pass)."""
-    busy = np.zeros(n + 1)
-    idle = np.zeros(n + 1)
+    busy, idle = np.zeros(n + 1), np.zeros(n + 1)
     launches = np.zeros(n + 1, dtype=np.int64)
     if not activities:
         return PassReading(busy, idle, launches, 0.0)

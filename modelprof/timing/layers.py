@@ -277,7 +277,7 @@ class _Instrument:
         n = len(plan.keys)
         self.model, self.plan, self.n, self.forward = model, plan, n, forward
         # run before each pass, outside its timed span (None: nothing)
-        self.reset = reset or _nothing
+        self.reset = reset or (lambda: None)
         self.clock = clock
         self.plain: list[np.ndarray] = []  # plain passes, interleaved with the instrumented
         self.stamps = clock.stamps(2 * n + 2)
@@ -325,15 +325,13 @@ class _Instrument:
     def sample_block(self, k: int) -> np.ndarray:
         """``k`` pairs of one instrumented and one plain pass in a random order (with a fixed one
         a loaded scheduler's slices made one kind take every wait); the instrumented ms."""
-        out = np.empty(k)
-        plain = np.empty(k)
+        out, plain = np.empty(k), np.empty(k)
         first = self.rng.random(k) < 0.5
         for p in range(k):
             if first[p]:
                 plain[p] = self._plain_pass()
-                out[p] = self._instrumented_pass()
-            else:
-                out[p] = self._instrumented_pass()
+            out[p] = self._instrumented_pass()
+            if not first[p]:
                 plain[p] = self._plain_pass()
         self.plain.append(plain)
         return out
@@ -370,10 +368,6 @@ class _Instrument:
         c3 = cpu()
         self.cpu_ms[1].append((c3 - c2) / 1e6)
         return (t1 - t0) / 1e6
-
-
-def _nothing() -> None:
-    return None
 
 
 _CALIBRATION_CALLS = 64

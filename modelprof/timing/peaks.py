@@ -372,19 +372,16 @@ def _matmul_precision(tf32: bool, exact: bool = False) -> Iterator[None]:
         return
     backend = torch.backends.cuda.matmul
     if isinstance(getattr(backend, "fp32_precision", None), str):
-        previous = backend.fp32_precision
-        backend.fp32_precision = "tf32" if tf32 else "ieee"
-        try:
-            yield
-        finally:
-            backend.fp32_precision = previous
-        return
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        previous, value = backend.fp32_precision, "tf32" if tf32 else "ieee"
+        put = functools.partial(setattr, backend, "fp32_precision")
+    else:
+        previous, value = torch.get_float32_matmul_precision(), "high" if tf32 else "highest"
+        put = torch.set_float32_matmul_precision
+    put(value)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(previous)
+        put(previous)
 
 
 def _probe_matmul(

@@ -222,10 +222,7 @@ def search_batches(
             oom = b
             break
         last_ok = b
-        if p.samples_per_s >= best_sps * (1.0 + gain):
-            stale = 0
-        else:
-            stale += 1
+        stale = 0 if p.samples_per_s >= best_sps * (1.0 + gain) else stale + 1
         best_sps = max(best_sps, p.samples_per_s)
         if agree.any(stale >= patience):
             reason = "no_improvement"
