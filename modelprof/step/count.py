@@ -183,11 +183,7 @@ class SavedBytes:
         return t
 
     def hooks(self) -> contextlib.AbstractContextManager:
-        return torch.autograd.graph.saved_tensors_hooks(self.pack, _unpack)
-
-
-def _unpack(t: torch.Tensor) -> torch.Tensor:
-    return t
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
 
 def step_state(

@@ -158,9 +158,6 @@ class _Step:
         loss, self.loss_value = self.loss_value, None
         loss.backward()
 
-    def optimize(self) -> None:
-        self.optimizer.step()
-
     def clear(self) -> None:
         if self.reset is not None:
             self.reset()
@@ -174,7 +171,7 @@ class _Step:
     def phases(self) -> list[Any]:
         parts = [self.forward, self.loss, self.backward]
         if self.optimizer is not None:
-            parts.append(self.optimize)
+            parts.append(self.optimizer.step)
         return parts
 
     def run(self) -> None:
@@ -299,15 +296,13 @@ class _Instrumented:
             self.stamps, self.size = self.clock.stamps(need), need
         stamps = self.stamps
         stamper = _Stamper(stamps.record, need, self.n_calls)
-        column = self._column
-        hit = stamper.hit
         handles = [
-            node.register_prehook(functools.partial(hit, column(tags.call_of(node))))
+            node.register_prehook(functools.partial(stamper.hit, self._column(tags.call_of(node))))
             for node in tags.nodes
         ]
         comm = self.comm if self.comm is not None else contextlib.nullcontext()
         if self.comm is not None:
-            handles.append(step.loss_value.grad_fn.register_prehook(self._queue_final(hit)))
+            handles.append(step.loss_value.grad_fn.register_prehook(self._queue_final(stamper.hit)))
             self.comm.begin()
         self._stamper = stamper
         try:

@@ -66,14 +66,11 @@ class MemoryLevel:
                 f"MemoryLevel {self.name!r}: bandwidth must be a positive number, "
                 f"got {self.bandwidth!r}"
             )
-        if self.capacity_bytes is not None and (
-            isinstance(self.capacity_bytes, bool)
-            or not isinstance(self.capacity_bytes, int)
-            or self.capacity_bytes <= 0
-        ):
+        cap = self.capacity_bytes
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
             raise ModelProfError(
                 f"MemoryLevel {self.name!r}: capacity_bytes must be a positive "
-                f"integer or None, got {self.capacity_bytes!r}"
+                f"integer or None, got {cap!r}"
             )
 
 
