@@ -28,6 +28,7 @@ import numpy as np
 from modelprof.counting.scope import CallRecord
 from modelprof.counting.tree import subtree_sums
 from modelprof.step.count import StepCost
+from modelprof.timing.layers import latency_stats
 
 __all__ = ["LOSS_ROW", "OPTIMIZER_ROW", "TrainingStep", "step_columns"]
 
@@ -110,7 +111,7 @@ def step_columns(
         if i < 0:  # a (communication) row (report.rows.row_keys): collectives, no compute
             col = {"backward_macs": 0, "backward_flops": 0, "saved_bytes": 0}
             if comm is not None:
-                col.update(_times(comm[:, -1 - i], total))
+                col.update(latency_stats(comm[:, -1 - i], total, "backward_"))
             columns.append(col)
             continue
         src, saved = (own, own_saved) if is_self else (inc, inc_saved)
@@ -125,7 +126,7 @@ def step_columns(
             if comm is not None and own_time:
                 # a collective on a stream of its own (FSDP2 on CUDA) may outlast the call
                 s = np.maximum(s - comm[:, i], 0.0)
-            col.update(_times(s, total))
+            col.update(latency_stats(s, total, "backward_"))
         columns.append(col)
     extra = [_loss_row(cost, timing, total)]
     if cost.optimizer is not None:
@@ -144,15 +145,6 @@ def _comm_split(keys: Sequence[RowKey], timing: Any) -> np.ndarray | None:
         if i < 0:
             out[:, -1 - i] = stamped[:, -1 - i]
     return out
-
-
-def _times(samples: np.ndarray, total: float) -> dict[str, float]:
-    med = float(np.median(samples))
-    return {
-        "backward_latency_ms": med,
-        "backward_latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else _NAN,
-        "backward_latency_pct": 100.0 * med / total if total > 0 else _NAN,
-    }
 
 
 def _loss_row(cost: StepCost, timing: Any, total: float) -> dict[str, Any]:
@@ -180,7 +172,7 @@ def _loss_row(cost: StepCost, timing: Any, total: float) -> dict[str, Any]:
         row.update(
             latency_ms=timing.loss.median_ms,
             latency_std_ms=timing.loss.std_ms,
-            **_times(timing.calls_ms[:, -1], total),
+            **latency_stats(timing.calls_ms[:, -1], total, "backward_"),
         )
     return row
 

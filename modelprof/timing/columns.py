@@ -18,6 +18,7 @@ import numpy as np
 from modelprof.counting.scope import CallRecord
 from modelprof.counting.tree import own_part
 from modelprof.timing.kernels import KernelTiming, with_kernel_columns
+from modelprof.timing.layers import latency_stats
 
 __all__ = ["layer_columns"]
 
@@ -58,16 +59,11 @@ def layer_columns(
         col: dict[str, float] = {}
         s = _samples(records, layers.samples, index, is_self, leaf, comm)
         if s is not None:
-            med = float(np.median(s))
             p10, p90 = np.percentile(s, [10.0, 90.0])
             col.update(
-                latency_ms=med,
-                latency_std_ms=float(s.std(ddof=1)) if s.size > 1 else float("nan"),
-                latency_pct=100.0 * med / total if total > 0 else float("nan"),
-                latency_p10_ms=float(p10),
-                latency_p90_ms=float(p90),
+                latency_stats(s, total), latency_p10_ms=float(p10), latency_p90_ms=float(p90)
             )
-            leaf_sum += med if leaf else 0.0
+            leaf_sum += col["latency_ms"] if leaf else 0.0
         peak = peaks.get(records[index].key) if index >= 0 else None
         if peak is not None and not is_self:
             col["peak_memory_bytes"] = peak

@@ -172,20 +172,29 @@ class LayerTiming:
 
     def to_dataframe(self) -> Any:
         """One row per call in execution order (``latency_pct``: of the median pass)."""
-        med, std = self.median_ms(), self.std_ms()
         total = float(np.median(self.passes_ms))
+        peaks = self.peak_memory_bytes or {}
         rows = [
             {
                 "name": k[0],
                 "call": k[1],
-                "latency_ms": med[k],
-                "latency_std_ms": std[k],
-                "latency_pct": 100.0 * med[k] / total if total > 0 else float("nan"),
-                "peak_memory_bytes": (self.peak_memory_bytes or {}).get(k),
+                **latency_stats(self.samples[k], total),
+                "peak_memory_bytes": peaks.get(k),
             }
             for k in self.order
         ]
         return pd.DataFrame(rows)
+
+
+def latency_stats(samples: np.ndarray, total: float, prefix: str = "") -> dict[str, float]:
+    """``{prefix}latency_ms``/``_std_ms`` (median, std of ``samples``) and ``_pct`` (the
+    median's share of ``total``); NaN for one sample's std, or without a total."""
+    med = float(np.median(samples))
+    return {
+        f"{prefix}latency_ms": med,
+        f"{prefix}latency_std_ms": float(samples.std(ddof=1)) if samples.size > 1 else math.nan,
+        f"{prefix}latency_pct": 100.0 * med / total if total > 0 else math.nan,
+    }
 
 
 def _fit_children(t: np.ndarray, parents: list[int | None]) -> None:
