@@ -147,26 +147,19 @@ class StepSpec:
         ):
             loss = self.compute_loss(output, target)
         if not isinstance(loss, torch.Tensor):
-            raise ModelProfError(
-                f"loss_fn={self.loss_name} returned a {type(loss).__name__}, "
-                "not a tensor; it must return a scalar loss"
+            wrong = f"a {type(loss).__name__}, not a tensor; it must return a scalar loss"
+        elif loss.numel() != 1:
+            wrong = f"a tensor of shape {tuple(loss.shape)}, not a scalar; reduce it (mean or sum)"
+        elif not loss.is_floating_point():
+            wrong = f"a {loss.dtype} tensor; a loss must be floating point"
+        elif not loss.requires_grad:
+            wrong = (
+                f"a loss that does not depend on any parameter of {model_name} (it does not "
+                "require grad)"
             )
-        if loss.numel() != 1:
-            raise ModelProfError(
-                f"loss_fn={self.loss_name} returned a tensor of shape "
-                f"{tuple(loss.shape)}, not a scalar; reduce it (mean or sum)"
-            )
-        if not loss.is_floating_point():
-            raise ModelProfError(
-                f"loss_fn={self.loss_name} returned a {loss.dtype} tensor; a "
-                "loss must be floating point"
-            )
-        if not loss.requires_grad:
-            raise ModelProfError(
-                f"loss_fn={self.loss_name} returned a loss that does not depend "
-                f"on any parameter of {model_name} (it does not require grad)"
-            )
-        return loss
+        else:
+            return loss
+        raise ModelProfError(f"loss_fn={self.loss_name} returned {wrong}")
 
     def isolated(self) -> StepSpec:
         """This spec with its loss module (``loss_fn``, or its bound method's or partial's)

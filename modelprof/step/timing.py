@@ -257,8 +257,7 @@ class _Instrumented:
         column into ``comm_rows``."""
         n = self.n_calls
         row = np.bincount(tags, weights=d, minlength=n + 2)
-        final = row[n + 1]
-        row = row[: n + 1]
+        row, final = row[: n + 1], row[n + 1]
         row[0] += final
         if self.comm is None:
             return row
@@ -485,9 +484,8 @@ class StepTimer(Runner):
         inst = self.instrument(n_calls)
         self.step.restore()
         est = self.warm_with(inst.one, already_warm=True, counted=False)
-        inst.rows.clear()
-        inst.segments.clear()
-        inst.comm_rows.clear()
+        for warm_up in (inst.rows, inst.segments, inst.comm_rows):
+            warm_up.clear()
         # the instrumented passes stop by the rule alone: no floor held past the budget
         return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
 

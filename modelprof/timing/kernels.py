@@ -526,8 +526,7 @@ class _KernelRun(Runner):
     ) -> KernelTiming:
         plan, n = self.plan, len(self.plan.keys)
         ordered = [readings[p] for p in sorted(readings)]
-        per_call = max(0.0, float(np.median(self.hooked_issue) - np.median(self.plain_issue)))
-        per_call /= n
+        per_call = max(0.0, float(np.median(self.hooked_issue) - np.median(self.plain_issue))) / n
         host_raw = np.vstack([h for _, h, _ in ordered])
         host = np.clip(host_raw - plan.nested_counts()[None, :] * per_call, 0.0, None)
         timing = KernelTiming(
