@@ -534,9 +534,8 @@ def _probe_levels(
     caches = cache_levels(dev)
     dram_ws = max(2 * nbytes, 4 * caches[-1][1] if caches else 0)
     deadline = time.perf_counter() + budget_s
-    best: dict[int, float] = {}
     # DRAM first: it sets the floor, measured even when the budget runs short
-    best[len(caches)] = _copy_rate(dev, dram_ws, repeats, deadline)
+    best = {len(caches): _copy_rate(dev, dram_ws, repeats, deadline)}
     ws, lower = 16 * 1024, 0
     for i, (_, capacity) in enumerate(caches):
         while ws <= capacity // 2 and time.perf_counter() < deadline:
