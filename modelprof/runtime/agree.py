@@ -69,10 +69,6 @@ class Agreement:
         precise_all, not_stop_all = self.least([int(precise), int(not stop)])
         return bool(precise_all), not not_stop_all
 
-    def more(self, wants_more: bool) -> bool:
-        """Whether any rank wants another call (a warm-up goes on until every rank is warm)."""
-        return not self.every(not wants_more)
-
     def every(self, flag: bool) -> bool:
         """Whether ``flag`` holds on every rank."""
         return bool(self.least([int(bool(flag))])[0])
@@ -81,13 +77,13 @@ class Agreement:
         """Whether ``flag`` holds on some rank."""
         return not self.every(not flag)
 
-    def seed(self, seed: int) -> int:
-        """One seed for every rank (the smallest rank's wish): the same shuffled orders."""
-        return self.least([int(seed)])[0]
+    #: whether any rank wants another call (a warm-up goes on until every rank is warm)
+    more = any
 
     def shared_rng(self, rng: np.random.Generator) -> np.random.Generator:
-        """A generator that draws the same on every rank, seeded from ``rng``."""
-        return np.random.default_rng(self.seed(int(rng.integers(0, 2**62))))
+        """A generator that draws the same on every rank (the shuffled orders), seeded from
+        ``rng`` with the smallest rank's seed."""
+        return np.random.default_rng(self.least([int(rng.integers(0, 2**62))])[0])
 
 
 class _Alone(Agreement):
