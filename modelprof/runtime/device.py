@@ -81,10 +81,7 @@ def device_synchronize(device: torch.device) -> None:
     kind = device.type
     if kind in ("cpu", "meta"):
         return
-    if kind == "cuda":
-        torch.cuda.synchronize(device)
-        return
-    sync = getattr(getattr(torch, kind, None), "synchronize", None)
+    sync = getattr(getattr(torch, kind, None), "synchronize", None)  # torch.cuda's among them
     if sync is not None:
         try:
             sync(device)
