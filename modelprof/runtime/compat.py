@@ -117,17 +117,17 @@ def transformers_version() -> tuple[int, ...] | None:
 def require(feature: str, package: str, needed: tuple[int, ...]) -> None:
     """Raise :class:`ModelProfError` when ``package`` is older than ``needed`` for ``feature``."""
     have = torch_version() if package == "torch" else transformers_version()
+    if have is not None and have >= needed:
+        return
     want = ".".join(map(str, needed))
-    if have is None:
-        raise ModelProfError(
-            f"{feature} needs {package} >= {want}, which is not installed "
-            f"(pip install '{package}>={want}')"
+    raise ModelProfError(
+        f"{feature} needs {package} >= {want}"
+        + (
+            f", which is not installed (pip install '{package}>={want}')"
+            if have is None
+            else f"; {package} {'.'.join(map(str, have))} is installed"
         )
-    if have < needed:
-        raise ModelProfError(
-            f"{feature} needs {package} >= {want}; "
-            f"{package} {'.'.join(map(str, have))} is installed"
-        )
+    )
 
 
 # -- torch: private classes and functions --------------------------------------------------------
@@ -507,11 +507,8 @@ def cache_argument(forward: Any) -> str | None:
 
 def output_cache(out: Any) -> Any:
     """The cache a model's output carries (under either name), None when it has none."""
-    for name in CACHE_ARGUMENTS:
-        value = getattr(out, name, None)
-        if value is not None:
-            return value
-    return None
+    found = (getattr(out, name, None) for name in CACHE_ARGUMENTS)
+    return next((value for value in found if value is not None), None)
 
 
 def new_hf_cache(
@@ -523,14 +520,12 @@ def new_hf_cache(
 
     cls = transformers.StaticCache if kind == "static" else transformers.DynamicCache
     params = inspect.signature(cls.__init__).parameters
-    kw: dict[str, Any] = {}
-    if "config" in params:
-        kw["config"] = config
+    wanted: dict[str, Any] = {"config": config}
+    if kind == "static":
+        wanted.update(max_batch_size=batch_size, device=device, dtype=dtype)
+    kw = {name: value for name, value in wanted.items() if name in params}
     if kind == "static":
         kw["max_cache_len"] = max_len
-        for name, value in (("max_batch_size", batch_size), ("device", device), ("dtype", dtype)):
-            if name in params:
-                kw[name] = value
     return cls(**kw)
 
 
