@@ -177,11 +177,9 @@ class Snapshot:
         if copy is None:
             copy = not self._copy_on_write
         wanted = repeat(copy) if isinstance(copy, bool) else copy
-        if dense:  # no meta or fake tensor: cloned all at once
-            with torch.no_grad():
-                self._copies += [_T.clone(t) if c else None for t, c in zip(ts, wanted)]
-        else:
-            self._copies += [_clone(t) if c else None for t, c in zip(ts, wanted)]
+        clone = _T.clone if dense else _clone  # dense: no meta or fake tensor, nothing to catch
+        with torch.no_grad():
+            self._copies += [clone(t) if c else None for t, c in zip(ts, wanted)]
         if copy is not True:  # the others with values (not meta, fake): copied on write
             keys = map(_UntypedStorage.data_ptr, map(_T.untyped_storage, ts)) if dense else None
             for i, t, key in zip(count(start), ts, keys or map(storage_key, ts)):
