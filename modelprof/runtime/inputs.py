@@ -6,6 +6,7 @@ same inputs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import numbers
 import os
@@ -210,7 +211,10 @@ def make_inputs(
         args = tuple(InputSpec("input", make_dtype, s).make(b, dev, gen) for s in shapes)
         return ModelInputs(args, {}, dev, make_dtype, b)
 
-    args, kwargs, notes = _call_arguments(model, inputs, dev, lambda t: to_placement(t, dev, dt))
+    args, kwargs = split_inputs(inputs)
+    kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
+    move = functools.partial(to_placement, device=dev, dtype=dt)
+    args, kwargs = map_tensors(args, move), map_tensors(kwargs, move)
     first = next(iter_tensors((args, kwargs)), None)
     inferred = _infer_batch(args, kwargs)
     if batch_size is not None and first is not None and batch_size != inferred:
@@ -224,23 +228,13 @@ def make_inputs(
         first.dtype if first is not None and first.is_floating_point() else model_dtype
     )
     _refuse_unmoved(args, kwargs, dev)
+    notes = (note,) if note else ()
     return ModelInputs(tuple(args), dict(kwargs), dev, in_dtype, batch_size, notes=notes)
 
 
 def _generator(dev: torch.device) -> torch.Generator | None:
     """A private generator (seed 0) on ``dev``, so the user's RNG is not advanced; None on meta."""
     return torch.Generator(device=dev).manual_seed(0) if dev.type in ("cpu", "cuda") else None
-
-
-def _call_arguments(
-    model: Any, inputs: Any, dev: torch.device, move: Callable[[torch.Tensor], torch.Tensor]
-) -> tuple[tuple, dict[str, Any], tuple[str, ...]]:
-    """``inputs`` as arguments on ``dev``, with notes on what was done to them."""
-    args, kwargs = split_inputs(inputs)
-    note = None
-    if kwargs:
-        kwargs, note = compat.meta_mask_dropped(model, kwargs, dev)
-    return map_tensors(args, move), map_tensors(kwargs, move), (note,) if note else ()
 
 
 def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
