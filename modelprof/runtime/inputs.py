@@ -240,7 +240,7 @@ def _generator(dev: torch.device) -> torch.Generator | None:
 def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``inputs=`` as ``(args, kwargs)``: a tensor or a list is one argument, a tuple the
     arguments, a dict the keywords, a (tuple, dict) pair both (as ``torch.export`` takes them)."""
-    if isinstance(inputs, torch.Tensor):
+    if isinstance(inputs, (torch.Tensor, list)):
         return (inputs,), {}
     if isinstance(inputs, Mapping):
         return (), _keywords(inputs, "inputs")
@@ -253,8 +253,6 @@ def split_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return inputs[0], _keywords(inputs[1], "inputs[1]")
     if isinstance(inputs, tuple):
         return inputs, {}
-    if isinstance(inputs, list):
-        return (inputs,), {}
     raise ModelProfError(
         f"inputs of type {type(inputs).__name__} not understood; pass a "
         "tensor, a tuple of positional arguments, a dict of keyword arguments "
@@ -276,11 +274,8 @@ def _held_tensors(obj: Any, seen: set[int], depth: int = 0) -> Iterator[torch.Te
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         yield obj
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _held_tensors(item, seen, depth + 1)
-    elif isinstance(obj, Mapping):
-        for item in obj.values():
+    elif isinstance(obj, (list, tuple, Mapping)):
+        for item in obj.values() if isinstance(obj, Mapping) else obj:
             yield from _held_tensors(item, seen, depth + 1)
     elif hasattr(obj, "__dict__") and not isinstance(obj, (type, nn.Module)):
         for item in vars(obj).values():

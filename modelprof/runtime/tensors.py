@@ -61,11 +61,8 @@ def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
     """Every tensor in a nest of tuples, lists, dicts, dataclasses (``ModelOutput`` too)."""
     if isinstance(obj, torch.Tensor):
         yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from iter_tensors(o)
-    elif isinstance(obj, Mapping):
-        for o in obj.values():
+    elif isinstance(obj, (list, tuple, Mapping)):
+        for o in obj.values() if isinstance(obj, Mapping) else obj:
             yield from iter_tensors(o)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
