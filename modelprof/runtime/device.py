@@ -163,12 +163,6 @@ class PeakTracker:
         return i
 
 
-def _fp32_precision(backend: Any) -> str | None:
-    """The newer ``fp32_precision`` setting of a backend ("tf32", "ieee", "none"), if any."""
-    value = getattr(backend, "fp32_precision", None)
-    return value if isinstance(value, str) else None
-
-
 def tf32_enabled(kind: str) -> bool:
     """Whether float32 ``"matmul"`` (cuBLAS) or ``"conv"`` (cuDNN) kernels may use TF32: the
     newer ``fp32_precision`` where set (the legacy getters then raise), else the legacy flags."""
@@ -178,8 +172,8 @@ def tf32_enabled(kind: str) -> bool:
         cudnn = torch.backends.cudnn
         legacy = torch.backends.cuda.matmul if kind == "matmul" else cudnn
         for backend in (legacy,) if kind == "matmul" else (getattr(cudnn, "conv", None), cudnn):
-            new = _fp32_precision(backend)
-            if new not in (None, "none"):
+            new = getattr(backend, "fp32_precision", None)  # "tf32", "ieee", "none", or absent
+            if isinstance(new, str) and new != "none":
                 return new == "tf32"
         try:
             return bool(legacy.allow_tf32)
