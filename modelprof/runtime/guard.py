@@ -84,7 +84,7 @@ class _WriteHook:
     their bodies are functional."""
 
     def __init__(self, *watchers: Any) -> None:
-        self.watchers = watchers  # each with ``before_write(value)``: the guard, a snapshot
+        self.watchers = watchers  # each with ``before_write(value)``: a snapshot
         self._writes: dict[Any, tuple[int, ...]] = {}
 
     def _written(self, func: Any) -> tuple[int, ...]:
@@ -288,10 +288,6 @@ class StateGuard:
             for i, (t, c) in enumerate(zip(self.tensors, self._kept.copies))
         ]
 
-    def before_write(self, value: Any) -> None:
-        """Copy the tracked tensors sharing a storage with ``value`` (about to be written)."""
-        self._kept.before_write(value)
-
     def write_hook(self, *also: Any) -> _WriteHook | None:
         """Copy-on-first-write for the op counter's ``before_op`` (None if nothing is tracked)."""
         watchers = (self._kept, *also) if self._kept.awaits_writes else also
@@ -302,10 +298,6 @@ class StateGuard:
         return watching_writes(self._kept) if self._kept.awaits_writes else contextlib.nullcontext()
 
     # -- checking and restoring ---------------------------------------------------------------
-    def changed(self) -> list[str]:
-        """Names of tracked tensors changed since entry (values, storage, gradient, flag)."""
-        return [self._name(i) for i in self._kept.changed_tensors()]
-
     def restore(self) -> None:
         """Put back everything that changed. Records ``restored`` and ``unrestored`` names."""
         self._kept.put_back_containers()

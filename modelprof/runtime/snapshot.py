@@ -274,10 +274,6 @@ class Snapshot:
         """Whether anything differs from the snapshot (values compared too)."""
         return self.put_back_containers(False) or any(self._suspects(True))
 
-    def changed_tensors(self) -> list[int]:
-        """Indices of the tensors written, moved, or whose gradient or flag changed."""
-        return sorted(set.union(*self._suspects(True)))
-
     def put_back(self, values: bool = True, exact: bool = False) -> tuple[list[int], ...]:
         """Put back every tensor that differs; indices (that differed, put back, lost: written
         and never copied). ``exact``: values written back only where they differ."""
