@@ -229,12 +229,8 @@ class StateGuard:
         if any(issubclass(tp, UninitializedTensorMixin) for tp in types):
             self._drop_lazy(by_id, buffer_ids)
             ordered = [t for t in ordered if t is not None and not is_lazy(t)]
-        else:
-            ordered = (
-                [t for t in ordered if t is not None]
-                if any(map(operator.is_, ordered, repeat(None)))
-                else ordered
-            )
+        elif any(map(operator.is_, ordered, repeat(None))):
+            ordered = [t for t in ordered if t is not None]
         self.parameters: list[torch.Tensor] = list(by_id.values())
         return ordered, buffer_ids
 
