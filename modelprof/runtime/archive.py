@@ -9,6 +9,7 @@ and compression-ratio caps refuse a zip bomb before inflating.
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import json
 import os
@@ -313,11 +314,8 @@ def _address_space_left() -> int | None:
     if soft == resource.RLIM_INFINITY:
         return None
     held = 0
-    try:
-        with open("/proc/self/status") as f:
-            held = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:")), 0)
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        held = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:")), 0)
     return max(int(soft) - held, 0)
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -119,13 +120,10 @@ def _jsonable(v: Any) -> Any:
 @functools.lru_cache(maxsize=1)
 def cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
@@ -201,7 +199,7 @@ def sm_clock_reader(device: torch.device) -> Any:
 def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -> dict[str, Any]:
     """Clocks (MHz), temperature (C), power (W), P-state of a GPU via pynvml, else
     ``nvidia-smi`` (empty if neither answers); found by ``uuid``, else by NVML's ``index``."""
-    try:
+    with contextlib.suppress(Exception):
         import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
@@ -224,8 +222,6 @@ def gpu_state(index: int = 0, timeout_s: float = 2.0, uuid: str | None = None) -
             return out
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
-        pass
     try:
         res = subprocess.run(
             [
