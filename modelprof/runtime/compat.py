@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.nn.modules import activation
+from torch.utils import _python_dispatch as pd
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelprof.errors import ModelProfError
@@ -163,8 +165,6 @@ _MODE_FLAGS = (
 
 def dispatch_stack_state() -> tuple[int, dict[str, Any]]:
     """The depth of torch's dispatch-mode stack and its mode flags."""
-    from torch.utils import _python_dispatch as pd
-
     return (
         len(pd._get_current_dispatch_mode_stack()),
         {name: getattr(pd, name) for name in _MODE_FLAGS if hasattr(pd, name)},
@@ -173,8 +173,6 @@ def dispatch_stack_state() -> tuple[int, dict[str, Any]]:
 
 def restore_dispatch_stack(depth: int, flags: dict[str, Any]) -> None:
     """Pop every dispatch mode above ``depth`` and put torch's mode flags back."""
-    from torch.utils import _python_dispatch as pd
-
     while len(pd._get_current_dispatch_mode_stack()) > depth:
         pd._pop_mode()
     for name, value in flags.items():
@@ -231,15 +229,11 @@ def cpu_sdpa_fuses_3d() -> bool:
 def mha_device_check() -> Any:
     """``nn.MultiheadAttention``'s fast-path device test (``activation._check_arg_device``,
     torch 2.4-2.14), which the meta count lets meta pass."""
-    from torch.nn.modules import activation
-
     return activation._check_arg_device
 
 
 def set_mha_device_check(check: Any) -> None:
     """Put ``check`` in place of the fast path's device test (and the original back)."""
-    from torch.nn.modules import activation
-
     activation._check_arg_device = check
 
 
