@@ -42,7 +42,6 @@ class Agreement:
 
     def least(self, values: list[int]) -> list[int]:
         """Each value's minimum over the ranks (one all-reduce)."""
-
         t = torch.tensor(values, dtype=torch.int64, device=self.device)
         try:
             dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
@@ -102,7 +101,6 @@ ALONE: Agreement = _Alone()
 
 def agreement() -> Agreement | None:
     """An :class:`Agreement` over an active default group of several ranks, else None."""
-
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
     backend = str(dist.get_backend())

@@ -124,7 +124,6 @@ def amp_context(
 
 def to_channels_last(obj: Any) -> Any:
     """A copy of ``obj`` with every 4-D tensor in channels_last layout (others untouched)."""
-
     return map_tensors(
         obj, lambda t: t.clone(memory_format=torch.channels_last) if t.dim() == 4 else t
     )
