@@ -66,8 +66,7 @@ def _module_types(graph: torch.fx.Graph) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in graph.nodes:
         for path, kind in (node.meta.get("nn_module_stack") or {}).values():
-            if path not in found:
-                found[path] = compat.module_stack_type_name(kind)
+            found.setdefault(path, compat.module_stack_type_name(kind))
     return found
 
 
