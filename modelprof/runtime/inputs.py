@@ -418,8 +418,7 @@ def build_inputs(
 
 def vocab_size(model: nn.Module) -> int:
     """The number of token ids ``model`` embeds: ``config.vocab_size``, else its embeddings'."""
-    config = getattr(model, "config", None)
-    size = getattr(config, "vocab_size", None)
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
     if _is_int(size) and size > 0:
         return int(size)
     get = getattr(model, "get_input_embeddings", None)
