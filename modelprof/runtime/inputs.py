@@ -336,11 +336,9 @@ def check_input_bytes(
     dtype: torch.dtype,
     device: torch.device,
 ) -> int:
-    """Bytes the random inputs for ``shapes`` will take; refuses inputs over 2**63 elements or
-    beyond ``device``'s free memory (as an ``OutOfMemoryError``, for a batch-size search)."""
-    itemsize = dtype.itemsize
+    """Bytes the random inputs for ``shapes`` will take, refused by :func:`refuse_beyond_memory`."""
     numels = [batch_size * int(np.prod(s, dtype=object)) for s in shapes]
-    nbytes = sum(numels) * itemsize
+    nbytes = sum(numels) * dtype.itemsize
     what = (
         f"input_size={brief(input_size)} at batch_size {batch_size} needs {bytes_text(nbytes)} "
         f"({str(dtype).removeprefix('torch.')}) for the input tensors alone"
