@@ -158,13 +158,12 @@ class StateGuard:
         self._modules: list[tuple[nn.Module, type, tuple[str, ...], list, str]] = []
         self._kept = Snapshot()  # its attributes and registries, and then its tensors
         ordered, buffer_ids = self._walk(record=True)
-        grad_params = list(
+        self._grad_params = list(
             compress(self.parameters, map(isinstance, self.parameters, repeat(nn.Parameter)))
         )
-        self._grad_params = grad_params
-        self._grads = list(map(operator.attrgetter("grad"), grad_params))
+        self._grads = list(map(operator.attrgetter("grad"), self._grad_params))
         if any(map(operator.is_not, self._grads, repeat(None))):  # each after its parameter
-            grads = {id(p): g for p, g in zip(grad_params, self._grads) if g is not None}
+            grads = {id(p): g for p, g in zip(self._grad_params, self._grads) if g is not None}
             ordered = [x for t in ordered for x in ((t, grads[id(t)]) if id(t) in grads else (t,))]
         by_id = dict(zip(map(id, ordered), ordered))  # distinct, in model order, in C
         ts = list(by_id.values())
