@@ -74,9 +74,7 @@ def progress_bar(
 ) -> Any:
     """A tqdm bar over ``total`` steps (``None``: no ETA), removed when closed unless ``leave``;
     :class:`NoProgress` when not ``enabled``, without tqdm or on a rank that does not speak."""
-    if not enabled or not is_speaker():
-        return NoProgress()
-    cls = _tqdm_class()
+    cls = _tqdm_class() if enabled and is_speaker() else None
     if cls is None:
         return NoProgress()
     extra: dict[str, Any] = {} if bar_format is None else {"bar_format": bar_format}
