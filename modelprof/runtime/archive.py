@@ -25,13 +25,7 @@ import torch
 from modelprof.errors import ModelProfError, error_line
 from modelprof.runtime.inputs import available_memory_bytes, bytes_text
 
-__all__ = [
-    "MAX_MEMBER_BYTES",
-    "MAX_RATIO",
-    "check_pt2_file",
-    "inspect_pt2",
-    "loadable_bytes",
-]
+__all__ = ["MAX_MEMBER_BYTES", "MAX_RATIO", "check_pt2_file", "inspect_pt2", "loadable_bytes"]
 
 MAX_MEMBER_BYTES = 8 << 30
 """Largest member (uncompressed) an archive may hold: 8 GiB."""
