@@ -36,56 +36,51 @@ __all__ = [
 ]
 
 
+#: each dimension's names in a config: a decoder's, and an encoder-decoder's own (T5's, Whisper's,
+#: BART's; its decoder view is missing in transformers 4.46 and has T5's encoder layer count in 5.24)
+_DIM_NAMES = {
+    "layers": (
+        ("num_hidden_layers", "n_layer", "num_layers"),
+        ("num_decoder_layers", "decoder_layers", "num_layers"),
+    ),
+    "heads": (
+        ("num_attention_heads", "n_head"),
+        ("decoder_attention_heads", "num_heads", "num_attention_heads"),
+    ),
+    "kv_heads": (("num_key_value_heads", "n_kv_heads", "multi_query_group_num"), ()),
+    "head_dim": (("head_dim",), ("d_kv", "head_dim")),
+    "hidden": (("hidden_size", "n_embd", "d_model"), ("d_model", "hidden_size")),
+    "sliding_window": (("sliding_window",), ()),
+    "max_positions": (
+        ("max_position_embeddings", "n_positions", "n_ctx"),
+        ("max_target_positions", "max_position_embeddings"),
+    ),
+}
+
+
+def _first(config: Any, names: tuple[str, ...]) -> Any:
+    """The first of ``names`` the config sets (not None), else None."""
+    return next((v for v in (getattr(config, n, None) for n in names) if v is not None), None)
+
+
 def model_dims(config: Any) -> dict[str, int | None]:
     """Layers, heads, KV heads, head dim, hidden size, sliding window and positions of a
     transformers config, under any of its namings (an encoder-decoder's: its decoder's)."""
-
-    def first(*names: str) -> Any:
-        for n in names:
-            v = getattr(config, n, None)
-            if v is not None:
-                return v
-        return None
-
-    decoder = getattr(config, "decoder", None)
-    if getattr(config, "is_encoder_decoder", False) and hasattr(decoder, "to_dict"):
-        return model_dims(decoder)  # a composite (EncoderDecoderConfig): its decoder's own
-    if getattr(config, "is_encoder_decoder", False):
-        return _decoder_dims(config, first)
-    config = text_config(config)
-    hidden = first("hidden_size", "n_embd", "d_model")
-    heads = first("num_attention_heads", "n_head")
-    kv = first("num_key_value_heads", "n_kv_heads", "multi_query_group_num") or heads
-    if getattr(config, "multi_query", False):
-        kv = 1
-    if getattr(config, "new_decoder_architecture", False) and heads:
-        kv = heads  # Falcon's new architecture caches its K and V broadcast to every head
-    head_dim = first("head_dim") or (hidden // heads if hidden and heads else None)
-    return {
-        "layers": first("num_hidden_layers", "n_layer", "num_layers"),
-        "heads": heads,
-        "kv_heads": kv,
-        "head_dim": head_dim,
-        "hidden": hidden,
-        "sliding_window": first("sliding_window"),
-        "max_positions": first("max_position_embeddings", "n_positions", "n_ctx"),
-    }
-
-
-def _decoder_dims(config: Any, first: Any) -> dict[str, int | None]:
-    """An encoder-decoder's decoder, from the config's own names (T5's, Whisper's, BART's): its
-    decoder view is missing in transformers 4.46 and has T5's encoder layer count in 5.24."""
-    hidden = first("d_model", "hidden_size")
-    heads = first("decoder_attention_heads", "num_heads", "num_attention_heads")
-    return {
-        "layers": first("num_decoder_layers", "decoder_layers", "num_layers"),
-        "heads": heads,
-        "kv_heads": heads,
-        "head_dim": first("d_kv", "head_dim") or (hidden // heads if hidden and heads else None),
-        "hidden": hidden,
-        "sliding_window": None,
-        "max_positions": first("max_target_positions", "max_position_embeddings"),
-    }
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if encoder_decoder and hasattr(getattr(config, "decoder", None), "to_dict"):
+        return model_dims(config.decoder)  # a composite (EncoderDecoderConfig): its decoder's own
+    if not encoder_decoder:
+        config = text_config(config)
+    d = {k: _first(config, names[encoder_decoder]) for k, names in _DIM_NAMES.items()}
+    heads, hidden = d["heads"], d["hidden"]
+    d["kv_heads"] = d["kv_heads"] or heads
+    d["head_dim"] = d["head_dim"] or (hidden // heads if hidden and heads else None)
+    if not encoder_decoder and getattr(config, "multi_query", False):
+        d["kv_heads"] = 1
+    # Falcon's new architecture caches its K and V broadcast to every head
+    if not encoder_decoder and getattr(config, "new_decoder_architecture", False) and heads:
+        d["kv_heads"] = heads
+    return d
 
 
 def text_config(config: Any) -> Any:

@@ -69,7 +69,10 @@ def compare_generation(
         except Exception as e:
             failed[name] = _error_text(e)
     while True:
-        _refuse_if_none_left(lms, failed)
+        if not lms:
+            raise ModelProfError(
+                "every model failed: " + "; ".join(f"model {n!r}: {e}" for n, e in failed.items())
+            )
         try:
             runners, sampled = _sampled(lms, opts, batch_size, seed)
             break
@@ -90,14 +93,8 @@ def _prepared(
     model, step = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
     dev, dt = model_device_dtype(model, None, None)
     config = getattr(model, "config", None)
-    spec = GenerationSpec.parse(
-        prompt_len,
-        new_tokens,
-        batch_size,
-        None,
-        cache,
-        model_dims(config)["max_positions"] if config else None,
-    )
+    positions = model_dims(config)["max_positions"] if config else None
+    spec = GenerationSpec.parse(prompt_len, new_tokens, batch_size, None, cache, positions)
     lm = language_model(model, step, spec.cache, dev, dt)
     if lm.encoder is not None:  # an encoder-decoder's encoder inputs, from its config
         source = source_length(model, {}, spec.prompt_len)
@@ -170,13 +167,6 @@ def _error_text(e: BaseException | None) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _refuse_if_none_left(lms: list, failed: dict[str, str]) -> None:
-    if not lms:
-        raise ModelProfError(
-            "every model failed: " + "; ".join(f"model {n!r}: {e}" for n, e in failed.items())
-        )
-
-
 def _with_failed(df: pd.DataFrame, failed: dict[str, str], order: list[str]) -> pd.DataFrame:
     """``df`` with a row per failed model, in the order given, its error in ``error``."""
     if not failed:
@@ -194,19 +184,16 @@ def _with_failed(df: pd.DataFrame, failed: dict[str, str], order: list[str]) -> 
 
 
 def _ratio(
-    name: str, m: Measurement, base: Measurement, confidence: float, unranked: bool
+    name: str, m: Measurement | None, base: Measurement | None, confidence: float, unranked: bool
 ) -> dict[str, float]:
     """``name``: ``median(m) / median(base)``, ``name_ci_low``/``_ci_high``: the paired interval
-    of the rounds both took; NaN when unranked."""
+    of the rounds both took; NaN when unranked; none when either was not measured."""
     names = (name, f"{name}_ci_low", f"{name}_ci_high")
+    if m is None or base is None:
+        return {}
     if unranked:
         return dict.fromkeys(names, math.nan)
     return dict(zip(names, round_ratio(m, base, confidence)))
-
-
-def _short(t: Any) -> bool:
-    """A model's generations, TTFT or TPOT too few for an interval (or below the floor)."""
-    return any(m.undersampled for m in _measured(t))
 
 
 def _measured(t: Any) -> list[Measurement]:
@@ -232,9 +219,9 @@ def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[s
         lo, hi = m.cpu.median_ci_ms
         out.update({f"{kind}_cpu_ms": m.cpu.median_ms, f"{kind}_cpu_ci_low_ms": lo})
         out[f"{kind}_cpu_ci_high_ms"] = hi
-        if kind == "end_to_end" or base_m is None or base_m.cpu is None:
-            continue
-        out.update(_ratio(f"{kind}_cpu_x", m.cpu, base_m.cpu, confidence, unranked))
+        if kind != "end_to_end":
+            base_cpu = getattr(base_m, "cpu", None)
+            out.update(_ratio(f"{kind}_cpu_x", m.cpu, base_cpu, confidence, unranked))
     if out:
         out["wall_over_cpu"] = max(m.wall_over_cpu for m in _measured(t))
         out["loaded"] = any(m.loaded for m in _measured(t))
@@ -289,10 +276,13 @@ def _disagreeing(
 def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
+    # a model's generations, TTFT or TPOT too few for an interval (or below the floor)
+    short = [any(m.undersampled for m in _measured(t)) for t in timings]
     unranked = unranked_note(
-        {name: t.end_to_end.n for (name, *_), t in zip(lms, timings) if _short(t)}
+        {name: t.end_to_end.n for (name, *_), t, s in zip(lms, timings, short) if s}
     )
     checks = _checks(lms, timings, bool(unranked))
+    ratio_args = (confidence, bool(unranked))
     for (name, lm, spec, kv), t in zip(lms, timings):
         row = {
             "model": name,
@@ -300,11 +290,8 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
             "kv_bytes_per_token": kv,
         }
         for kind in ("ttft", "tpot"):
-            m, base_m = getattr(t, kind), getattr(base, kind)
-            if m is None or base_m is None:
-                continue
-            row.update(_ratio(f"{kind}_x", m, base_m, confidence, bool(unranked)))
-        row.update(_cpu_columns(t, base, confidence, bool(unranked)))
+            row.update(_ratio(f"{kind}_x", getattr(t, kind), getattr(base, kind), *ratio_args))
+        row.update(_cpu_columns(t, base, *ratio_args))
         _flags(checks.get(name, []), row)
         rows.append(row)
     df = pd.DataFrame(rows).set_index("model")
