@@ -65,7 +65,8 @@ def _first(config: Any, names: tuple[str, ...]) -> Any:
 
 def model_dims(config: Any) -> dict[str, int | None]:
     """Layers, heads, KV heads, head dim, hidden size, sliding window and positions of a
-    transformers config, under any of its namings (an encoder-decoder's: its decoder's)."""
+    transformers config, under any of its namings (an encoder-decoder's: its decoder's); all
+    None without a config."""
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     if encoder_decoder and hasattr(getattr(config, "decoder", None), "to_dict"):
         return model_dims(config.decoder)  # a composite (EncoderDecoderConfig): its decoder's own
@@ -278,15 +279,13 @@ def kv_info(
     static = any(
         type(layer).__name__.startswith("Static") for layer in getattr(cache, "layers", ()) or ()
     )
-    closed = closed_form_kv_per_token(config, dtype) if config is not None else None
-    total = closed_form_kv_bytes(config, dtype, tokens, batch_size) if config is not None else None
     return KVCacheInfo(
         per_layer,
         tokens,
         batch_size,
-        closed,
+        closed_form_kv_per_token(config, dtype),
         allocated=static,
-        closed_form_bytes=total,
+        closed_form_bytes=closed_form_kv_bytes(config, dtype, tokens, batch_size),
         per_layer_state_bytes=states,
         per_layer_cross_bytes=cross,
         cross_tokens=source,

@@ -45,11 +45,8 @@ def check_run_fits(
     config = getattr(model, "config", None)
     if device.type != "meta":
         hidden = model_dims(config)["hidden"] if config is not None else _widest_embedding(model)
-        parts["the KV cache"] = (
-            closed_form_kv_bytes(config, dtype, spec.total_len + (source_len or 0), batch)
-            if config is not None
-            else None
-        ) or 0
+        kv_tokens = spec.total_len + (source_len or 0)
+        parts["the KV cache"] = closed_form_kv_bytes(config, dtype, kv_tokens, batch) or 0
         parts["a layer's hidden states"] = (tokens + source) * (hidden or 0) * dtype.itemsize
     need = sum(parts.values())
     of_source = f" after a source of {source_len} tokens" if source_len else ""
@@ -165,7 +162,7 @@ def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
     per_token = 0.0
     if kv is not None:
         per_token = kv.per_token_bytes if not kv.allocated else float(kv.closed_form_per_token or 0)
-    dims = model_dims(config) if config is not None else {}
+    dims = model_dims(config)
     terms: dict[str, Any] = {
         "kv_per_token_bytes": float(per_token),
         "max_positions": dims.get("max_positions"),

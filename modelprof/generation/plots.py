@@ -22,11 +22,12 @@ def plot_decode_growth(
     fig = figure_class()(figsize=(11.0, 4.0), layout="constrained")
     ax_t, ax_b = fig.subplots(1, 2)
     g = report.growth(batch_size)
+    ctx = g["context"]
     timing = report.timings.get(report._batch(batch_size))
     if timing is not None and timing.step_ms.size:
-        ctx = np.broadcast_to(timing.contexts, timing.step_ms.shape)
+        every = np.broadcast_to(timing.contexts, timing.step_ms.shape)
         ax_t.scatter(
-            ctx.ravel(),
+            every.ravel(),
             timing.step_ms.ravel(),
             s=6,
             alpha=0.3,
@@ -45,32 +46,16 @@ def plot_decode_growth(
                 label=f"fit: {slope.describe()}",
             )
     if g["latency_ms"].notna().any():
-        ax_t.plot(
-            g["context"],
-            g["latency_ms"],
-            "o",
-            color="tab:orange",
-            label="per-layer passes (median)",
-        )
+        ax_t.plot(ctx, g["latency_ms"], "o", color="tab:orange", label="per-layer passes (median)")
     if "bound_ms" in g.columns:
-        ax_t.plot(
-            g["context"],
-            g["bound_ms"],
-            "s-",
-            color="tab:red",
-            label=f"roofline bound ({report.peaks.device})",
-        )
-    ax_t.set_xlabel("context (tokens in the cache)")
-    ax_t.set_ylabel("ms per decode step")
-    ax_t.set_title("Decode step time")
-    ax_b.plot(g["context"], g["read_bytes"] / 1e6, "o-", label="read (counted)")
-    ax_b.plot(g["context"], g["write_bytes"] / 1e6, "o-", label="written (counted)")
+        bound = f"roofline bound ({report.peaks.device})"
+        ax_t.plot(ctx, g["bound_ms"], "s-", color="tab:red", label=bound)
+    ax_b.plot(ctx, g["read_bytes"] / 1e6, "o-", label="read (counted)")
+    ax_b.plot(ctx, g["write_bytes"] / 1e6, "o-", label="written (counted)")
     if g["kv_cache_bytes"].notna().any():
-        ax_b.plot(g["context"], g["kv_cache_bytes"] / 1e6, "s--", label="KV cache after the step")
-    ax_b.set_xlabel("context (tokens in the cache)")
-    ax_b.set_ylabel("MB")
-    ax_b.set_title("Decode step bytes")
-    for ax in (ax_t, ax_b):
+        ax_b.plot(ctx, g["kv_cache_bytes"] / 1e6, "s--", label="KV cache after the step")
+    for ax, unit, what in ((ax_t, "ms per decode step", "time"), (ax_b, "MB", "bytes")):
+        ax.set(xlabel="context (tokens in the cache)", ylabel=unit, title=f"Decode step {what}")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

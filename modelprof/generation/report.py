@@ -109,11 +109,9 @@ class GenerationReport(Exports):
     def decode(self, context: int | None = None, batch_size: int | None = None) -> Phase:
         """The decode step at ``context`` (default: the last one profiled)."""
         steps = [p for p in self.phases(batch_size) if p.name == "decode"]
-        if context is None:
-            return steps[-1]
-        for p in steps:
-            if p.context == context:
-                return p
+        found = [p for p in steps if context in (None, p.context)]
+        if found:
+            return found[-1]
         raise ModelProfError(
             f"context={context!r} was not profiled; the decode contexts are "
             f"{[p.context for p in steps]}"

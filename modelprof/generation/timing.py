@@ -126,13 +126,12 @@ class GenerationTiming:
         }
         for name in ("ttft", "tpot", "end_to_end"):
             m = getattr(self, name)
-            if m is None:  # no interval, stability nor drift of what was not measured
-                row.update(
-                    {f"{name}{k}": math.nan for k in _FIGURE[:4]}, **{f"{name}_stable": None}
-                )
-                continue
-            lo, hi = m.median_ci_ms
-            values = (m.median_ms, lo, hi, m.min_ms, m.stable, m.drift_pct)
+            # not measured: no interval nor stability (NaN, None), and no drift column
+            values = (
+                (math.nan,) * 4 + (None,)
+                if m is None
+                else (m.median_ms, *m.median_ci_ms, m.min_ms, m.stable, m.drift_pct)
+            )
             row.update({f"{name}{k}": v for k, v in zip(_FIGURE, values)})
         slope = self.step_slope
         row.update(
