@@ -71,9 +71,8 @@ def group_env() -> dict[str, Any]:
 def contention_note(model: nn.Module, device: torch.device) -> str | None:
     """A note when the ranks of this host (``LOCAL_WORLD_SIZE``) time on its CPU at once."""
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    if device.type != "cpu" or not local.isdigit() or int(local) < 2:
-        return None
-    if current_group() is None or not communicates(model):
+    alone = device.type != "cpu" or not local.isdigit() or int(local) < 2
+    if alone or current_group() is None or not communicates(model):
         return None
     return (
         f"{local} ranks timed on this host's CPU at once (LOCAL_WORLD_SIZE={local}): "

@@ -105,13 +105,10 @@ class _Runner:
     on_config: Callable[[SweepConfig, dict[str, Any]], None] | None = None
 
     def run(self, mine: list[SweepConfig], *, timed_anywhere: bool) -> dict[str, Any]:
-        rows: dict[str, Any] = {}
-        for config in [c for c in mine if not c.timing]:
-            rows[config.name] = self._one(config)
+        rows = {config.name: self._one(config) for config in mine if not config.timing}
         if timed_anywhere:
             self.meeting.barrier("counted")  # no rank counts while another times
-        for config in [c for c in mine if c.timing]:
-            rows[config.name] = self._one(config)
+        rows.update({config.name: self._one(config) for config in mine if config.timing})
         self._follow()
         return rows
 

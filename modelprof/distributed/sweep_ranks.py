@@ -167,10 +167,7 @@ def open_ranks(timeout_s: float, *, timed: bool) -> Iterator[Alone | StoreRanks 
         yield GroupRanks(group)
         return
     world = env_int("WORLD_SIZE", 1)
-    if world <= 1:
-        yield Alone()
-        return
-    yield _store_ranks(world, timeout_s)
+    yield Alone() if world <= 1 else _store_ranks(world, timeout_s)
 
 
 def _store_ranks(world: int, timeout_s: float) -> StoreRanks:

@@ -70,8 +70,7 @@ def complete_encoder_inputs(model: Any, extras: dict[str, Any], source_len: int)
         return extras
     gen = torch.Generator().manual_seed(0)
     if name == "input_features":
-        shape = (1, int(config.num_mel_bins), 2 * source_len)
-        value = torch.randn(shape, generator=gen)
+        value = torch.randn((1, int(config.num_mel_bins), 2 * source_len), generator=gen)
     else:
         vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
         value = torch.randint(0, vocab, (1, source_len), generator=gen)
