@@ -115,11 +115,8 @@ class LanguageModel:
         self.root: nn.Module = model if self.hf else StepModule(step, model)
         self.cache_arg: str | None = None
         self.prompt_inputs = PromptInputs()
-        self.name = (
-            type(model).__name__
-            if step is None
-            else f"step {getattr(step, '__qualname__', type(step).__name__)}"
-        )
+        qualname = getattr(step, "__qualname__", type(step).__name__)
+        self.name = type(model).__name__ if step is None else f"step {qualname}"
         #: an encoder-decoder's encoder; what it made per batch size (``keep_encoded``)
         self.encoder = EncoderModule(model) if self.hf and is_encoder_decoder(model) else None
         self.encoded: dict[int, dict[str, Any]] = {}
