@@ -342,10 +342,8 @@ class Report(Exports):
     def _torchstat_frame(self, depth: int | None) -> pd.DataFrame:
         """torchstat's leaf table; with ``depth=k`` the tree collapsed to depth k (each row
         sums its subtree), so the rows still add up to the total."""
-        if depth is None:
+        if depth is None:  # a ViewOptions checked ``depth`` when it was made
             return self.to_dataframe("torchstat")
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise ModelProfError(f"depth must be a non-negative integer, got {depth!r}")
         rows = [
             dataclasses.replace(r, leaf=True)
             for r in self.rows
