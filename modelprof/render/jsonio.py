@@ -248,12 +248,13 @@ def _decode_document(
     columns = {
         name: _decode_column([r[i] for r in rows], dtypes[i], name) for i, name in enumerate(names)
     }
+    for key in ("index", "totals", "env"):
+        if document.get(key) is not None and not isinstance(document[key], dict):
+            raise ModelProfError(f"{where!r}: {key!r} must be null or an object")
     index_doc = document.get("index")
     if index_doc is None:
         index: pd.Index = pd.RangeIndex(len(rows))
     else:
-        if not isinstance(index_doc, dict):
-            raise ModelProfError(f"{where!r}: 'index' must be null or an object")
         values = _field(index_doc, "values", list, f"{where} index")
         if len(values) != len(rows):
             raise ModelProfError(
@@ -263,10 +264,6 @@ def _decode_document(
             values, _field(index_doc, "dtype", str, f"{where} index"), "<index>"
         )
         index = pd.Index(decoded, dtype=decoded.dtype, name=index_doc.get("name"))
-    totals, env = document.get("totals"), document.get("env")
-    for key, value in (("totals", totals), ("env", env)):
-        if value is not None and not isinstance(value, dict):
-            raise ModelProfError(f"{where!r}: {key!r} must be null or an object")
     df = pd.DataFrame(columns) if names else pd.DataFrame(index=pd.RangeIndex(len(rows)))
     df.index = index
-    return df, totals, env
+    return df, document.get("totals"), document.get("env")
