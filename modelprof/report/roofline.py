@@ -163,11 +163,7 @@ def roof_proofs(
     levels = peaks.memory_levels
     rate = traffic / seconds
     _prove(proofs, levels[0].name, rate, levels[0].bandwidth)
-    leaf = (
-        df["leaf"].fillna(False).to_numpy(dtype=bool)
-        if "leaf" in df.columns
-        else np.zeros(len(df), dtype=bool)
-    )
+    leaf = df.get("leaf", pd.Series(False, index=df.index)).fillna(False).to_numpy(dtype=bool)
     # bytes a leaf must have moved past the caches: at least max(read, write) are distinct
     # (a parent's traffic holds its children's intermediates, which a cache can keep)
     distinct = np.maximum(df["read_bytes"].to_numpy(float), df["write_bytes"].to_numpy(float))
@@ -219,15 +215,9 @@ _CONV_TYPE = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 def _compute_classes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per row: a convolution layer (``type`` ``Conv2d``, ``ConvTranspose1d``, ...), and a parent
     (``leaf`` False: its work may mix convolutions and other ops)."""
-    n = len(df)
-    conv = np.zeros(n, dtype=bool)
-    if "type" in df.columns:
-        conv = np.array(
-            [isinstance(t, str) and _CONV_TYPE.match(t) is not None for t in df["type"]], dtype=bool
-        )
-    mixed = np.zeros(n, dtype=bool)
-    if "leaf" in df.columns:
-        mixed = ~df["leaf"].fillna(True).to_numpy(dtype=bool)
+    types = df.get("type", [None] * len(df))
+    conv = np.array([isinstance(t, str) and bool(_CONV_TYPE.match(t)) for t in types], dtype=bool)
+    mixed = ~df.get("leaf", pd.Series(True, index=df.index)).fillna(True).to_numpy(dtype=bool)
     return conv & ~mixed, mixed
 
 
