@@ -49,7 +49,8 @@ __all__ = [
 ADDITIVE = registry.names("count")
 SHARE_COLUMNS = registry.names("share")
 COLUMNS = (*registry.names("table"), *ADDITIVE, *SHARE_COLUMNS)
-TIMING_COLUMNS = ("latency_ms", "latency_std_ms", "latency_pct", "peak_memory_bytes")
+# the timed passes' float columns (latency_passes and latency_rough are the Report's)
+TIMING_COLUMNS = registry.names("timing", dtype="float64")
 # the training step (profile(..., backward=True); see modelprof/step/table.py)
 STEP_ADDITIVE = registry.names("step")
 STEP_TIMING_COLUMNS = registry.names("step_timing")
@@ -350,9 +351,8 @@ def totals_of(rows: Sequence[Row]) -> dict[str, int]:
     out = {k: int(sum(getattr(r, k) or 0 for r in rows if r.leaf)) for k in keys}
     fwd, bwd = has_comm(rows)
     for k in COMM_ADDITIVE if fwd or bwd else ():
-        if k.startswith("backward_") and not bwd:
-            continue
-        out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
+        if bwd or not k.startswith("backward_"):
+            out[k] = int(sum(r.comm_value(k) for r in rows if r.leaf))
     counted = set(registry.names(counted=True))
     for k in {k for r in rows if r.values for k in r.values} & counted:
         out[k] = int(sum((r.values or {}).get(k) or 0 for r in rows if r.leaf))
