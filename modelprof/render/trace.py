@@ -114,9 +114,7 @@ def validate_trace(
             (float(e["ts"]), float(e["ts"]) + float(e["dur"]), str(e["name"]))
         )
     eps = 1e-6
-    count = 0
     for (pid, tid), slices in tracks.items():
-        count += len(slices)
         if nested is not None and pid not in nested:
             continue
         open_: list[tuple[float, float, str]] = []
@@ -130,7 +128,7 @@ def validate_trace(
                     f"[{open_[-1][0]}, {open_[-1][1]}]"
                 )
             open_.append((start, end, name))
-    return count
+    return sum(map(len, tracks.values()))
 
 
 def cost_args(row: Any) -> dict[str, Any]:

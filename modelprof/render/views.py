@@ -213,9 +213,7 @@ def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.
     require_columns(df, (), "select_columns")
     if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
-    if isinstance(columns, str):
-        columns = [columns]
-    wanted = list(columns)
+    wanted = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in wanted if c not in df.columns]
     if unknown:
         raise ModelProfError(
