@@ -84,14 +84,11 @@ def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
     try:
         if pd.api.types.is_float_dtype(target):
             values = [float("nan") if v is None else _float(v) for v in values]
-        elif pd.api.types.is_bool_dtype(target):
-            bad = [v for v in values if not isinstance(v, bool)]
+        elif pd.api.types.is_bool_dtype(target) or pd.api.types.is_integer_dtype(target):
+            flag = pd.api.types.is_bool_dtype(target)  # JSON's true/false: ints, but bools
+            bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) != flag]
             if bad:
-                raise ValueError(f"{bad[0]!r} is not true/false")
-        elif pd.api.types.is_integer_dtype(target):
-            bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool)]
-            if bad:
-                raise ValueError(f"{bad[0]!r} is not an integer")
+                raise ValueError(f"{bad[0]!r} is not {'true/false' if flag else 'an integer'}")
         return pd.Series(values, dtype=target, name=name)
     except (TypeError, ValueError, OverflowError) as e:
         raise ModelProfError(f"column {name!r} cannot be read as {dtype!r}: {e}") from e
