@@ -451,14 +451,6 @@ def module_labels(modules: Iterable[str], calls: Iterable[int] | None = None) ->
     return [call_label(m, c) for m, c in zip(modules, calls)]
 
 
-def _label_column(
-    columns: Sequence[str], kinds: Sequence[str], totals: Mapping[str, Any]
-) -> int | None:
-    """The first text column without a value in ``totals``, else the first without one."""
-    free = [i for i, name in enumerate(columns) if name not in totals]
-    return next((i for i in free if kinds[i] == "text"), free[0] if free else None)
-
-
 def selected_frame(df: Any, view: ViewOptions) -> pd.DataFrame:
     """The rows and columns of ``df`` that ``view`` selects, numbers untouched (CSV, JSON)."""
     require_columns(df, (), "selected_frame")
@@ -554,12 +546,15 @@ def _footer(
     totals: Mapping[str, Any] | None,
     end_to_end: Mapping[str, Any] | None,
 ) -> list[tuple[str, ...]]:
-    """The total and end-to-end rows, each labelled in the first column that has no value."""
+    """The total and end-to-end rows, each labelled in the first text column that has no value
+    in either, else the first column that has none."""
+    filled = {*(totals or {}), *(end_to_end or {})}
+    free = [i for i, name in enumerate(names) if name not in filled]
+    label_at = next((i for i in free if kinds[i] == "text"), free[0] if free else None)
     footer: list[tuple[str, ...]] = []
     for label, values in ((TOTAL_LABEL, totals), (END_TO_END_LABEL, end_to_end)):
         if values is None or not set(values) & set(names):
             continue  # a footer row with none of its columns shown would be a bare label
-        label_at = _label_column(names, kinds, {**(totals or {}), **(end_to_end or {})})
         footer.append(
             tuple(
                 label if i == label_at else fmt(values[name]) if name in values else ""
