@@ -145,7 +145,6 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
 
     trainable = subtree_sums(records, [r.trainable_params for r in records])
     rows: list[Row] = []
-    nan = float("nan")
     for r in records:
         i = r.index
         ts_flops, ts_madd = ts[i]
@@ -165,7 +164,7 @@ def build_rows(records: Sequence[CallRecord], force_self: Collection[int] = ()) 
                 torchstat_flops=ts_flops,
                 torchstat_madd=ts_madd,
                 record=i,
-                peak_memory_bytes=nan if peak is None else float(peak),
+                peak_memory_bytes=float("nan") if peak is None else float(peak),
                 ops=dict(r.ops) if not r.children else {},
                 trainable_params=trainable[i],
                 buffer_read_bytes=buffers[i],
