@@ -184,13 +184,7 @@ class Report(Exports):
         """The per-layer rows rest on a single pass or fewer than ``min_samples`` (a budget
         stopped them early), or disagree with the clean runs or among themselves
         (``timing_agreement``): rough, marked in every view."""
-        lt = self.layer_timing
-        if lt is None:
-            return False
-        agreement = self.timing_agreement
-        if agreement is not None and not agreement.agree and not agreement.regimes:
-            return True
-        return lt.n < 2 or (lt.min_samples is not None and lt.n < lt.min_samples)
+        return self._rough_reason() is not None
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:
         """Per op (``aten.convolution.default``): calls, macs, flops, madd, whether a formula
@@ -552,19 +546,20 @@ class Report(Exports):
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
 
     def _rough_reason(self) -> str | None:
-        """Why the per-layer times are rough (``layers_rough``), in a few words; else None."""
-        if not self.layers_rough:
-            return None
+        """Why the per-layer times are rough (:attr:`layers_rough`), in a few words; else None."""
         a, lt = self.timing_agreement, self.layer_timing
+        if lt is None:
+            return None
         if a is not None and not a.agree and not a.regimes:
             return {
                 "identical": "identical layers read far apart",
                 "leaves": "the leaf rows add up to more than the model",
                 "imprecise": "the per-layer and clean runs cannot be told apart",
             }.get(a.verdict, "the per-layer passes disagree with the clean runs")
-        return (
-            f"{lt.n} per-layer pass{'es' if lt.n != 1 else ''}, fewer than the stop rule promises"
-        )
+        if lt.n < 2 or (lt.min_samples is not None and lt.n < lt.min_samples):
+            plural = "es" if lt.n != 1 else ""
+            return f"{lt.n} per-layer pass{plural}, fewer than the stop rule promises"
+        return None
 
     def summary(self) -> str:
         t = self.totals
