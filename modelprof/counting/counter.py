@@ -36,7 +36,7 @@ from modelprof.counting.collectives import (
 )
 from modelprof.counting.formulas.memory import VIEW
 from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
-from modelprof.counting.formulas.registry import REGISTRY, ZERO, Cost, FormulaRegistry
+from modelprof.counting.formulas.registry import REGISTRY, ZERO, Cost, FormulaRegistry, total
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
 from modelprof.counting.scope import gathered_bytes
@@ -159,14 +159,9 @@ def _nested_cost(
     name: str, formula: Any, args: tuple, kwargs: dict, out: Any, error: BaseException | None = None
 ) -> Cost:
     """An op on nested (ragged) tensors costs the sum of its cost on each component."""
-    macs = flops = madd = 0
     try:
-        for part_args, part_kwargs, part_out in _components(name, args, kwargs, out):
-            cost = formula(part_args, part_kwargs, part_out)
-            if cost is None:
-                continue
-            m, f, a = cost.resolved()
-            macs, flops, madd = macs + m, flops + f, madd + a
+        parts = _components(name, args, kwargs, out)
+        return total(formula(*part) for part in parts)
     except ModelProfError:
         raise
     except Exception as e:  # noqa: BLE001 - said as the op that cannot be counted
@@ -174,7 +169,6 @@ def _nested_cost(
             f"op {name} on a nested tensor cannot be counted: its formula "
             f"fails on the components ({type(e).__name__}: {e})"
         ) from (error or e)
-    return Cost(macs, flops=flops, madd=madd)
 
 
 class _Subgraph:
@@ -416,9 +410,10 @@ class OpCounter(compat.TorchDispatchMode):
         sharding propagation (fake global-shape tensors) run uncounted; else ``_PASS``."""
         if self.local_dtensor and any(map(is_dtensor_type, types)):
             return NotImplemented
-        if getattr(func, "namespace", None) == "prim":  # a fake tensor's metadata (its device)
-            return func(*args, **(kwargs or {}))
-        if any(t.__name__ == "FakeTensor" for t in types) and _in_sharding_propagation():
+        # a fake tensor's metadata (its device) and sharding propagation
+        if getattr(func, "namespace", None) == "prim" or (
+            any(t.__name__ == "FakeTensor" for t in types) and _in_sharding_propagation()
+        ):
             return func(*args, **(kwargs or {}))
         return _PASS
 
@@ -495,9 +490,8 @@ class OpCounter(compat.TorchDispatchMode):
             self.decomposed[name] += 1
             with self:
                 return how.fn(*args, **kwargs)
-        if not _plain_tensors(args, kwargs):
-            return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
-        ok, out = self._tentatively(lambda: how.fn(*args, **kwargs))
+        plain = _plain_tensors(args, kwargs)
+        ok, out = self._tentatively(lambda: how.fn(*args, **kwargs)) if plain else (False, None)
         if not ok:  # the decomposition does not hold for these inputs: run the op itself
             return self._without_formula(func, _UNSUPPORTED, name, args, kwargs)
         self.decomposed[name] += 1
@@ -519,17 +513,24 @@ class OpCounter(compat.TorchDispatchMode):
         self.decomposed[name] += 1
         return out
 
-    def _tentatively(self, run, enter: bool = True) -> tuple[bool, Any]:
-        """Run ``run()`` with the counter active (``enter``: entered for it; a higher-order
-        operator's subgraphs enter it themselves), keeping its charges only if it succeeds."""
+    def _staged_run(self, run, enter: bool = True) -> tuple[list, Any]:
+        """``(charges, out)`` of ``run()`` with the counter active (``enter``: entered for it; a
+        higher-order operator's subgraphs enter it themselves), its charges staged, not applied;
+        the outer charges stay staged as they were, also when it raises."""
         outer, self._staged = self._staged, []
         try:
             with self if enter else contextlib.nullcontext():
                 out = run()
-        except Exception:  # noqa: BLE001 - the caller falls back to running the op itself
+            return self._staged, out
+        finally:
             self._staged = outer
+
+    def _tentatively(self, run, enter: bool = True) -> tuple[bool, Any]:
+        """``_staged_run``, keeping the charges only if ``run()`` succeeds."""
+        try:
+            staged, out = self._staged_run(run, enter)
+        except Exception:  # noqa: BLE001 - the caller falls back to running the op itself
             return False, None
-        staged, self._staged = self._staged, outer
         self._commit(staged)
         return True, out
 
@@ -559,18 +560,8 @@ class OpCounter(compat.TorchDispatchMode):
 
     def _cond_bound(self, func, name: str, args: tuple, kwargs: dict) -> Any:
         pred, true_fn, false_fn, operands = args[:4]
-        runs = []
-        for branch in (true_fn, false_fn):
-            outer, self._staged = self._staged, []
-            try:  # a branch that raises leaves the outer charges staged as they were
-                with self:
-                    out = branch(*operands)
-                runs.append((self._staged, out))
-            finally:
-                self._staged = outer
-        costs = [
-            sum(c.resolved()[1] for _, c, _, _ in staged if c is not None) for staged, _ in runs
-        ]
+        runs = [self._staged_run(lambda b=branch: b(*operands)) for branch in (true_fn, false_fn)]
+        costs = [total(c for _, c, _, _ in staged).resolved()[1] for staged, _ in runs]
         staged, _ = runs[0] if costs[0] >= costs[1] else runs[1]
         self._commit(staged)
         self._apply_calls(
@@ -579,9 +570,7 @@ class OpCounter(compat.TorchDispatchMode):
         return runs[0][1]
 
     def _apply_calls(self, name: str, note: str | None = None) -> None:
-        stats = self.by_op.get(name)
-        if stats is None:
-            stats = self.by_op[name] = OpStats()
+        stats = self.by_op.setdefault(name, OpStats())
         stats.calls += 1
         if note is not None:
             if stats.notes is None:

@@ -17,6 +17,7 @@ from modelprof.counting.formulas.registry import (
     optional_hops,
     register_ops,
     register_present,
+    total,
     wants_probe,
 )
 from modelprof.counting.formulas.values import has_values, offsets_to_lengths
@@ -208,27 +209,28 @@ register_ops("_scaled_dot_product_cudnn_attention_backward")(
 )
 
 
-@register_ops("_flash_attention_backward")
-def _flash_attention_backward(args, kwargs, out) -> Cost:
-    # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, ...)
-    q, k, v = args[1], args[2], args[3]
-    cum_q, cum_k = args[6], args[7]
-    if cum_q is None or q.dim() == 4:  # dense: q [B, L, H, E]
-        return _heads_second(attention_backward_cost, q, k, v)
-    pairs, note = varlen_pairs(cum_q, cum_k, int(args[8]), int(args[9]), q.shape[0], k.shape[0])
-    return _packed(attention_backward_cost, q, v, pairs, note)
+def _varlen_backward(packed_dims: int):
+    """Family factory: the flash (packed q [total_q, H, E]: ``packed_dims`` 3) or efficient
+    (packed q [1, total_q, H, E]: 4) kernel's backward; dense q [B, L, H, E]."""
+
+    def formula(args, kwargs, out) -> Cost:
+        # flash: (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+        # max_k, ...); efficient: (grad_out, query, key, value, bias, out, cu_seqlens_q,
+        # cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
+        q, k, v = args[1], args[2], args[3]
+        cum_q, cum_k = args[6], args[7]
+        if cum_q is None or q.dim() != packed_dims:
+            return _heads_second(attention_backward_cost, q, k, v)
+        pairs, note = varlen_pairs(
+            cum_q, cum_k, int(args[8]), int(args[9]), q.shape[-3], k.shape[-3]
+        )
+        return _packed(attention_backward_cost, q, v, pairs, note)
+
+    return formula
 
 
-@register_ops("_efficient_attention_backward")
-def _efficient_attention_backward(args, kwargs, out) -> Cost:
-    # (grad_out, query, key, value, bias, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-    #  max_seqlen_k, ...): q [B, L, H, E], packed [1, total_q, H, E]
-    q, k, v = args[1], args[2], args[3]
-    cu_q, cu_k = args[6], args[7]
-    if cu_q is None:
-        return _heads_second(attention_backward_cost, q, k, v)
-    pairs, note = varlen_pairs(cu_q, cu_k, int(args[8]), int(args[9]), q.shape[-3], k.shape[-3])
-    return _packed(attention_backward_cost, q, v, pairs, note)
+register_ops("_flash_attention_backward")(_varlen_backward(3))
+register_ops("_efficient_attention_backward")(_varlen_backward(4))
 
 
 # -- flex_attention (a higher-order operator) ---------------------------------------------------
@@ -265,8 +267,8 @@ def _flex_attention(args, kwargs, out, probe) -> Cost:
     #  mask_mod_other_buffers): attention over every query head (GQA shares k/v) plus the
     #  score_mod's ops per score and, with a mask, the mask_mod's + 1; masked blocks count fully
     q, k, v, score_mod, block_mask = args[:5]
-    score_buffers = args[7] if len(args) > 7 else kwargs.get("score_mod_other_buffers", ())
-    mask_buffers = args[8] if len(args) > 8 else kwargs.get("mask_mod_other_buffers", ())
+    score_buffers = arg(args, kwargs, 7, "score_mod_other_buffers", ())
+    mask_buffers = arg(args, kwargs, 8, "mask_mod_other_buffers", ())
     *lead, l_q, d = q.shape
     bh = math.prod(lead)
     mask_mod = block_mask[-1] if isinstance(block_mask, tuple) and block_mask else None
@@ -340,17 +342,8 @@ def _encoder_layer(args, kwargs, out) -> Cost:
     else:
         batch, length = (src.shape[0], src.shape[1]) if src.dim() == 3 else (1, src.shape[0])
         lengths = [length] * batch
-    per_seq = [
-        multi_head_attention_cost(
-            1, n, n, embed, heads, has_bias=True, masked=isinstance(mask, torch.Tensor)
-        )
-        for n in lengths
-    ]
-    attn = Cost(
-        sum(c.macs for c in per_seq),
-        flops=sum(c.resolved()[1] for c in per_seq),
-        madd=sum(c.resolved()[2] for c in per_seq),
-    )
+    masked = isinstance(mask, torch.Tensor)
+    attn = total(multi_head_attention_cost(1, n, n, embed, heads, True, masked) for n in lengths)
     hidden = args[14].shape[0]
     tokens = sum(lengths)
     ffn_macs = 2 * tokens * embed * hidden  # E->F and F->E

@@ -17,7 +17,7 @@ Conventions (stated once, here):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -54,6 +54,12 @@ class Cost:
 
 
 ZERO = Cost(0, 0, 0)
+
+
+def total(costs: Iterable[Cost | None]) -> Cost:
+    """The sum of ``costs`` (None, an unsupported op's, skipped) as one cost, without notes."""
+    resolved = [c.resolved() for c in costs if c is not None]
+    return Cost(*map(sum, zip(*resolved))) if resolved else ZERO
 
 
 def arg(args: tuple, kwargs: dict, pos: int, name: str, default: Any = None) -> Any:
