@@ -35,13 +35,7 @@ from modelprof.counting.formulas.conv import conv_macs
 from modelprof.counting.formulas.pointwise import reduction
 from modelprof.counting.formulas.pool import adaptive_windows, window
 from modelprof.counting.formulas.registry import Cost, arg, register_formula, register_ops, zero
-from modelprof.counting.formulas.rnn import (
-    CELL_ELEMENTWISE,
-    GATE_MODE,
-    GATES,
-    cudnn_has_biases,
-    cudnn_layout,
-)
+from modelprof.counting.formulas.rnn import GATE_MODE, cudnn_has_biases, cudnn_layout, gate_work
 
 __all__ = [
     "NORM_BACKWARD_FLOPS_PER_ELEMENT",
@@ -196,8 +190,8 @@ def _avg_pool_backward(dims: int):
     return formula
 
 
-register_ops("avg_pool2d_backward")(_avg_pool_backward(2))
-register_ops("avg_pool3d_backward")(_avg_pool_backward(3))
+for _dims in (2, 3):
+    register_ops(f"avg_pool{_dims}d_backward")(_avg_pool_backward(_dims))
 
 
 @register_ops("_adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward")
@@ -223,12 +217,9 @@ def _rnn_backward_cost(
     n_biases: int,
     weight_grads: bool,
 ) -> Cost:
-    forward = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
+    forward, gate_units, cell = gate_work(tokens, weight_shapes, hidden, kind, directions_layers)
     macs = forward * (2 if weight_grads else 1)
-    gate_units = directions_layers * GATES[kind] * hidden if weight_shapes else 0
-    bias = tokens * gate_units * n_biases
-    cell = 2 * tokens * directions_layers * hidden * CELL_ELEMENTWISE[kind]
-    return Cost(macs, flops=2 * macs + bias + cell)
+    return Cost(macs, flops=2 * macs + tokens * gate_units * n_biases + 2 * cell)
 
 
 @register_ops("mkldnn_rnn_layer_backward")

@@ -23,6 +23,18 @@ CELL_ELEMENTWISE = {"lstm": 9, "gru": 8, "rnn": 1}
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 
 
+def gate_work(
+    tokens: int, weight_shapes: list, hidden: int, kind: str, directions_layers: int
+) -> tuple[int, int, int]:
+    """(MACs of the gate matmuls, gate units, elementwise flops of the cells) of an RNN over
+    ``tokens`` = steps x batch: per token, the layer input and hidden state times the gate
+    matrices, sum(numel of 2-D weights) MACs (an LSTM layer: 4*h*(in + h)); G*h gate units per
+    layer and direction (a proj_size projection's rows are none of them)."""
+    macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
+    gate_units = directions_layers * GATES[kind] * hidden if weight_shapes else 0
+    return macs, gate_units, tokens * directions_layers * hidden * CELL_ELEMENTWISE[kind]
+
+
 def rnn_cost(
     tokens: int,
     weight_shapes: list,
@@ -31,14 +43,12 @@ def rnn_cost(
     directions_layers: int,
     has_biases: bool,
 ) -> Cost:
-    """``tokens`` = steps x batch. Per token, the layer input and hidden state times the gate
-    matrices: sum(numel of 2-D weights) MACs (an LSTM layer: 4*h*(in + h)). Per gate unit, 1 add
-    joins W_ih x and W_hh h, 2 more add the biases (as the per-step addmm path computes it)."""
-    macs = tokens * sum(s[0] * s[1] for s in weight_shapes if len(s) == 2)
-    # G*h gate units per layer and direction (a proj_size projection's rows are none of them)
-    gate_units = directions_layers * GATES[kind] * hidden_per_direction if weight_shapes else 0
+    """:func:`gate_work`; per gate unit, 1 add joins W_ih x and W_hh h, 2 more add the biases
+    (as the per-step addmm path computes it)."""
+    macs, gate_units, cell = gate_work(
+        tokens, weight_shapes, hidden_per_direction, kind, directions_layers
+    )
     bias_adds = tokens * gate_units * (3 if has_biases else 1)
-    cell = tokens * directions_layers * hidden_per_direction * CELL_ELEMENTWISE[kind]
     # madd: (2k - 1) per gate output of each product, plus the elementwise work
     n_out = tokens * sum(s[0] for s in weight_shapes if len(s) == 2)
     return Cost(macs, flops=2 * macs + bias_adds + cell, madd=2 * macs - n_out + cell)
