@@ -193,12 +193,9 @@ def collective_of(func: Any, args: tuple, kwargs: dict, out: Any) -> Collective 
     in_bytes = out_bytes = 0
     for i, a in enumerate(func._schema.arguments):
         value = args[i] if i < len(args) else kwargs.get(a.name)
-        if a.name in _IN_NAMES:
+        if a.name in _IN_NAMES or a.name in _BOTH_NAMES:
             in_bytes += nbytes(value)
-        elif a.name in _OUT_NAMES:
-            out_bytes += nbytes(value)
-        elif a.name in _BOTH_NAMES:
-            in_bytes += nbytes(value)
+        if a.name in _OUT_NAMES or a.name in _BOTH_NAMES:
             out_bytes += nbytes(value)
     ns, _ = _split(func)
     if ns != "c10d" and not any(a.name in _OUT_NAMES for a in func._schema.arguments):

@@ -73,13 +73,8 @@ def _state_for(
             done[id(t)] = new
         return done[id(t)]
 
-    state: dict[str, torch.Tensor] = {}
-    if convert:
-        for name, p in model.named_parameters(remove_duplicate=False):
-            state[name] = conv(p)
-    for name, b in model.named_buffers(remove_duplicate=False):
-        state[name] = conv(b)
-    return state
+    params = model.named_parameters(remove_duplicate=False) if convert else ()
+    return {n: conv(t) for n, t in (*params, *model.named_buffers(remove_duplicate=False))}
 
 
 def counted_module(model: nn.Module, inputs: ModelInputs, amp: torch.dtype | None) -> nn.Module:
