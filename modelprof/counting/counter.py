@@ -417,19 +417,6 @@ class OpCounter(compat.TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         return _PASS
 
-    def _collective(self, func, name: str, args: tuple, kwargs: dict) -> Any:
-        """Run a collective: its call (no FLOPs) and bytes go to the current scope's ``comm``
-        table, not to the row's read/write traffic."""
-        out = func(*args, **kwargs)
-        record = self.tracker.current
-        self._apply(name, ZERO, record, None)
-        c = collective_of(func, args, kwargs, out)
-        if c is not None:
-            if record.comm is None:
-                record.comm = {}
-            add_collective(record.comm, c)
-        return out
-
     def _charge(self, name: str, cost: Cost | None, args: tuple, kwargs: dict, out: Any) -> None:
         record = self.tracker.current
         op_bytes = None
@@ -472,11 +459,17 @@ class OpCounter(compat.TorchDispatchMode):
 
     # -- ops without a formula ------------------------------------------------------------------
     def _without_formula(self, func, how: _How, name: str, args: tuple, kwargs: dict) -> Any:
-        if how is _COMM:
-            return self._collective(func, name, args, kwargs)
-        if how is _COMM_BOOKKEEPING:
+        if how is _COMM or how is _COMM_BOOKKEEPING:
+            # a call without FLOPs; a collective's bytes go to the current scope's ``comm``
+            # table, not to the row's read/write traffic
             out = func(*args, **kwargs)
-            self._apply(name, ZERO, self.tracker.current, None)
+            record = self.tracker.current
+            self._apply(name, ZERO, record, None)
+            c = collective_of(func, args, kwargs, out) if how is _COMM else None
+            if c is not None:
+                if record.comm is None:
+                    record.comm = {}
+                add_collective(record.comm, c)
             return out
         if how is _UNSUPPORTED:
             out = func(*args, **kwargs)
