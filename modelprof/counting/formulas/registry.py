@@ -97,8 +97,8 @@ class FormulaRegistry:
             table = self.modules if isinstance(key, type) else self.ops
             if key in table and not replace:
                 raise ModelProfError(
-                    f"a formula for {_key_name(key)} is already registered; "
-                    "pass replace=True to replace it"
+                    f"a formula for {key.__qualname__ if isinstance(key, type) else key} is "
+                    "already registered; pass replace=True to replace it"
                 )
         for key in resolved:
             (self.modules if isinstance(key, type) else self.ops)[key] = fn
@@ -112,21 +112,15 @@ class FormulaRegistry:
         if fn is not None or isinstance(func, HigherOrderOperator):
             return fn
         fn = self.ops.get(func.overloadpacket)
+        if fn is None:
+            fn = next((self.ops[tag] for tag in func.tags if tag in self.ops), None)
         if fn is not None:
             return fn
-        for tag in func.tags:
-            fn = self.ops.get(tag)
-            if fn is not None:
-                return fn
         functional = functional_form(func)
         return self.lookup(functional) if functional is not None else None
 
     def module_formula(self, module_type: type) -> ModuleFormula | None:
-        for klass in module_type.__mro__:
-            fn = self.modules.get(klass)
-            if fn is not None:
-                return fn
-        return None
+        return next((self.modules[k] for k in module_type.__mro__ if k in self.modules), None)
 
 
 def functional_form(func: compat.OpOverload) -> compat.OpOverload | None:
@@ -143,11 +137,8 @@ def functional_form(func: compat.OpOverload) -> compat.OpOverload | None:
 
 
 def _resolve_key(key: Any) -> Any:
-    if isinstance(
-        key, (compat.OpOverload, compat.OpOverloadPacket, torch.Tag, HigherOrderOperator)
-    ):
-        return key
-    if isinstance(key, type) and issubclass(key, nn.Module):
+    ops = (compat.OpOverload, compat.OpOverloadPacket, torch.Tag, HigherOrderOperator)
+    if isinstance(key, ops) or (isinstance(key, type) and issubclass(key, nn.Module)):
         return key
     if isinstance(key, str):
         return _op_from_name(key)
@@ -168,10 +159,6 @@ def _op_from_name(name: str) -> Any:
         return getattr(op, parts[2]) if len(parts) == 3 else op
     except (AttributeError, RuntimeError) as e:
         raise ModelProfError(f"no op named {name!r} exists in this torch") from e
-
-
-def _key_name(key: Any) -> str:
-    return key.__qualname__ if isinstance(key, type) else str(key)
 
 
 REGISTRY = FormulaRegistry()
