@@ -189,12 +189,6 @@ class _Subgraph:
         return getattr(self._fn, name)
 
 
-def _is_subgraph(obj: Any) -> bool:
-    return callable(obj) and not isinstance(
-        obj, (torch.Tensor, compat.OpOverload, compat.OpOverloadPacket, type)
-    )
-
-
 class OpCounter(compat.TorchDispatchMode):
     """Counts every op; ``tracker.current`` is the record the op is charged to."""
 
@@ -274,8 +268,13 @@ class OpCounter(compat.TorchDispatchMode):
     def _undo_outermost(self) -> None:
         """Eager flex_attention and the meta SDPA mode back as the outermost entry found them."""
         compat.eager_flex_attention(self._flex_debug)
-        if self._meta_sdpa is not None:
-            _leave_function_mode(*self._meta_sdpa)
+        if self._meta_sdpa is not None:  # popped, and any function mode the forward left above
+            depth, mode = self._meta_sdpa
+            stack = compat.function_stack
+            if stack.length() == depth + 1 and compat.current_function_mode() is mode:
+                mode.__exit__(None, None, None)
+            while stack.length() > depth:
+                stack.pop()
             self._meta_sdpa = None
 
     # -- resolution, once per op --------------------------------------------------------------
@@ -539,7 +538,8 @@ class OpCounter(compat.TorchDispatchMode):
         """Run a higher-order operator with its subgraphs counted; ``cond`` without a predicate
         value (meta) is charged its costlier branch, with a note. One that refuses the wrapped
         subgraphs runs again uncounted, listed unsupported (a genuine error raises there)."""
-        if func is torch.ops.higher_order.cond and not _known_predicate(args[0]):
+        pred = args[0] if func is torch.ops.higher_order.cond else None
+        if isinstance(pred, torch.Tensor) and not has_values(pred):
             return self._cond_bound(func, name, args, kwargs)
         wrap = functools.partial(_wrap_subgraphs, counter=self)
         w_args, w_kwargs = wrap(args), {k: wrap(v) for k, v in kwargs.items()}
@@ -581,21 +581,11 @@ def _in_sharding_propagation(limit: int = 60) -> bool:
     return False
 
 
-def _leave_function_mode(depth: int, mode: FusedMetaSDPA) -> None:
-    """Pop ``mode``, and any function mode the forward left above it, back to ``depth``."""
-    stack = compat.function_stack
-    if stack.length() == depth + 1 and compat.current_function_mode() is mode:
-        mode.__exit__(None, None, None)
-    while stack.length() > depth:
-        stack.pop()
-
-
-def _known_predicate(pred: Any) -> bool:
-    return not isinstance(pred, torch.Tensor) or has_values(pred)
+_NOT_SUBGRAPHS = (torch.Tensor, compat.OpOverload, compat.OpOverloadPacket, type, _Subgraph)
 
 
 def _wrap_subgraphs(obj: Any, counter: OpCounter) -> Any:
-    if _is_subgraph(obj) and not isinstance(obj, _Subgraph):
+    if callable(obj) and not isinstance(obj, _NOT_SUBGRAPHS):
         return _Subgraph(obj, counter)
     if type(obj) in (tuple, list):
         wrapped = [_wrap_subgraphs(o, counter) for o in obj]

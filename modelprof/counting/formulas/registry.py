@@ -33,8 +33,6 @@ HigherOrderOperator = compat.HigherOrderOperator
 OpFormula = Callable[[tuple, dict, Any], "Cost"]
 ModuleFormula = Callable[[nn.Module, list, list], dict]
 
-TORCHSTAT_COLUMNS = ("Flops", "MAdd")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Cost:
