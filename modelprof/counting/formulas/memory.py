@@ -18,7 +18,7 @@ from modelprof.counting.formulas.registry import (
 )
 from modelprof.counting.formulas.values import has_values
 
-__all__ = ["VIEW", "bag_entries", "embedding_bag_cost"]
+__all__ = ["VIEW", "bag_entries", "embedding_bag", "embedding_bag_cost"]
 
 
 def VIEW(args, kwargs, out):  # noqa: N802 - a sentinel formula
@@ -89,24 +89,26 @@ register_ops(
 )(zero)
 
 
-@register_ops("_embedding_bag _embedding_bag_forward_only embedding_bag")
-def _embedding_bag(args, kwargs, out):
-    # (weight [V, D], indices [n], offsets, scale_grad_by_freq, mode, sparse,
-    #  per_sample_weights, include_last_offset, padding_idx)
-    looked_up, note = bag_entries(
-        args[1],
-        arg(args, kwargs, 2, "offsets"),
-        bool(arg(args, kwargs, 7, "include_last_offset", False)),
-        arg(args, kwargs, 8, "padding_idx", -1),
-    )
-    return embedding_bag_cost(
-        looked_up,
-        args[0].shape[1],
-        arg(args, kwargs, 4, "mode", 0),
-        arg(args, kwargs, 6, "per_sample_weights", None) is not None,
-        first(out).numel(),
-        note,
-    )
+def embedding_bag(last_at: int, padding_at: int | None):
+    """Family factory: an EmbeddingBag op ``(weight, indices, offsets, scale_grad_by_freq, mode,
+    ..., per_sample_weights, ...)`` (per_sample_weights at 6) with ``include_last_offset`` at
+    ``last_at`` and ``padding_idx`` at ``padding_at`` (None: it takes none); each bag's width
+    from the output [bags, D]."""
+
+    def formula(args, kwargs, out) -> Cost:
+        padding = None if padding_at is None else arg(args, kwargs, padding_at, "padding_idx", -1)
+        last = bool(arg(args, kwargs, last_at, "include_last_offset", False))
+        looked_up, note = bag_entries(args[1], arg(args, kwargs, 2, "offsets"), last, padding)
+        weighted = arg(args, kwargs, 6, "per_sample_weights") is not None
+        o, mode = first(out), arg(args, kwargs, 4, "mode", 0)
+        return embedding_bag_cost(looked_up, o.shape[-1], mode, weighted, o.numel(), note)
+
+    return formula
+
+
+# (weight [V, D], indices [n], offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+#  include_last_offset, padding_idx)
+register_ops("_embedding_bag _embedding_bag_forward_only embedding_bag")(embedding_bag(7, 8))
 
 
 _BAG_ENTRIES_UNKNOWN = (

@@ -23,7 +23,7 @@ import torch
 
 from modelprof.counting.formulas.conv import conv_cost
 from modelprof.counting.formulas.matmul import low_precision_mm, matmul_cost
-from modelprof.counting.formulas.memory import bag_entries, embedding_bag_cost
+from modelprof.counting.formulas.memory import embedding_bag
 from modelprof.counting.formulas.norm import norm_cost
 from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT, elementwise
 from modelprof.counting.formulas.pool import pool_cost
@@ -224,20 +224,12 @@ def _max_pool(args, kwargs, out) -> Cost:
     return pool_cost(first(out).numel(), prod(kernel), "max")
 
 
-@_quantized(
+# (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights,
+#  compressed_indices_mapping, include_last_offset): the float EmbeddingBag's count, with no
+#  padding_idx
+_quantized(
     *(f"embedding_bag_{b}{o}" for b in ("byte", "4bit", "2bit") for o in ("", "_rowwise_offsets"))
-)
-def _embedding_bag(args, kwargs, out) -> Cost:
-    # (weight, indices, offsets, scale_grad_by_freq, mode, pruned_weights, per_sample_weights,
-    #  compressed_indices_mapping, include_last_offset): the float EmbeddingBag's count, with
-    #  no padding_idx
-    weights = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
-    mode = args[4] if len(args) > 4 else kwargs.get("mode", 0)
-    offsets = args[2] if len(args) > 2 else kwargs.get("offsets")
-    last = bool(args[8] if len(args) > 8 else kwargs.get("include_last_offset", False))
-    looked_up, note = bag_entries(args[1], offsets, last, None)
-    o = first(out)
-    return embedding_bag_cost(looked_up, o.shape[-1], mode, weights is not None, o.numel(), note)
+)(embedding_bag(8, None))
 
 
 _PACKED_CONVS = ("conv", "conv1d", "conv2d", "conv3d", *(f"conv_transpose{d}d" for d in (1, 2, 3)))
