@@ -38,15 +38,9 @@ _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by dimen
 
 def _bind(args: tuple, kwargs: dict) -> dict[str, Any] | None:
     """SDPA's arguments by name, or None when they are not SDPA's (it then raises itself)."""
-    if len(args) > len(_NAMES) or not set(kwargs) <= set(_NAMES):
-        return None
-    bound = dict(zip(_NAMES, _DEFAULTS))
-    bound.update(zip(_NAMES, args))
-    for name, value in kwargs.items():
-        if name in _NAMES[: len(args)]:
-            return None
-        bound[name] = value
-    return bound
+    if len(args) > len(_NAMES) or not set(kwargs) <= set(_NAMES[len(args) :]):
+        return None  # too many, unknown or given twice
+    return {**dict(zip(_NAMES, _DEFAULTS)), **dict(zip(_NAMES, args)), **kwargs}
 
 
 def _fusable_mask(mask: Any, q: torch.Tensor) -> bool:

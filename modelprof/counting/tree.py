@@ -24,16 +24,14 @@ def subtree_sums(records: Sequence[Any], own: Any, add: Callable[[Any, Any], Any
     values, collectives' dicts), or an array whose last axis is the record (per pass, per column).
     """
     if isinstance(own, np.ndarray):
-        inc = np.array(own, dtype=np.float64, copy=True)
-        for r in reversed(records):
-            for c in r.children:
-                inc[..., r.index] += inc[..., c]
-        return inc
-    out = list(own)
+        result = np.array(own, dtype=np.float64, copy=True)
+        out = np.moveaxis(result, -1, 0)  # out[i]: a view of result[..., i]
+    else:
+        result = out = list(own)
     for r in reversed(records):
         for c in r.children:
             out[r.index] = add(out[r.index], out[c])
-    return out
+    return result
 
 
 def by_parents(values: np.ndarray, parents: list[int | None], reading: str, to: str) -> Any:
