@@ -239,11 +239,9 @@ class OpCounter(compat.TorchDispatchMode):
             self._outer_modes = compat.dispatch_stack_state()
             self._flex_debug = compat.eager_flex_attention(True)
             if self.meta_sdpa:
-                self._meta_sdpa = (
-                    compat.function_stack.length(),
-                    FusedMetaSDPA(self.raised_on_meta),
-                )
-                self._meta_sdpa[1].__enter__()
+                mode = FusedMetaSDPA(self.raised_on_meta)
+                self._meta_sdpa = (compat.function_stack.length(), mode)
+                mode.__enter__()
         try:
             entered = super().__enter__()
         except BaseException:  # (no __exit__ follows: what the outermost entry set goes back)
