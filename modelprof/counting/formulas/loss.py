@@ -49,12 +49,14 @@ def _nll_loss_backward(args, kwargs, out) -> Cost:
     return Cost(0, flops=n + (n if isinstance(weight, torch.Tensor) else 0))
 
 
-def _per_input(key: str, pos: int):
+def _per_input(key: str, pos: int, weights: tuple = ()):
+    """Per element of the input, ``reduction`` at ``pos``, + 1 for each of the optional
+    ``weights`` (position, name) given."""
     per = LOSS_FLOPS_PER_ELEMENT[key]
 
     def formula(args, kwargs, out) -> Cost:
-        x = args[0]
-        return Cost(0, flops=(per + _reduces(args, kwargs, pos)) * x.numel())
+        given = sum(isinstance(arg(args, kwargs, i, n), torch.Tensor) for i, n in weights)
+        return Cost(0, flops=(per + given + _reduces(args, kwargs, pos)) * args[0].numel())
 
     return formula
 
@@ -75,11 +77,7 @@ register_ops("smooth_l1_loss huber_loss")(_per_input("smooth_l1", 2))
 register_ops("smooth_l1_loss_backward huber_loss_backward")(_per_grad("smooth_l1_backward"))
 register_ops("binary_cross_entropy")(_per_input("bce", 3))
 register_ops("binary_cross_entropy_backward")(_per_grad("bce_backward"))
-
-
-@register_ops("binary_cross_entropy_with_logits")
-def _bce_logits(args, kwargs, out) -> Cost:
-    # (self, target, weight, pos_weight, reduction)
-    weights = (arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "pos_weight"))
-    per = LOSS_FLOPS_PER_ELEMENT["bce_logits"] + sum(isinstance(w, torch.Tensor) for w in weights)
-    return Cost(0, flops=(per + _reduces(args, kwargs, 4)) * args[0].numel())
+# (self, target, weight, pos_weight, reduction)
+register_ops("binary_cross_entropy_with_logits")(
+    _per_input("bce_logits", 4, weights=((2, "weight"), (3, "pos_weight")))
+)
