@@ -229,8 +229,8 @@ def _varlen_backward(packed_dims: int):
     return formula
 
 
-register_ops("_flash_attention_backward")(_varlen_backward(3))
-register_ops("_efficient_attention_backward")(_varlen_backward(4))
+_flash_attention_backward = register_ops("_flash_attention_backward")(_varlen_backward(3))
+_efficient_attention_backward = register_ops("_efficient_attention_backward")(_varlen_backward(4))
 
 
 # -- flex_attention (a higher-order operator) ---------------------------------------------------
