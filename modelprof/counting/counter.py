@@ -39,7 +39,7 @@ from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
 from modelprof.counting.formulas.registry import REGISTRY, ZERO, Cost, FormulaRegistry, total
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
-from modelprof.counting.scope import gathered_bytes
+from modelprof.counting.scope import CallRecord, gathered_bytes
 from modelprof.counting.sharding import ShardView, current_view
 from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
@@ -594,18 +594,13 @@ def _wrap_subgraphs(obj: Any, counter: OpCounter) -> Any:
 
 
 class _Probe:
-    """A stand-in for ``scope.Tracker`` that charges everything to one record (itself)."""
+    """A stand-in for ``scope.Tracker`` that charges everything to one empty root record."""
 
     def __init__(self) -> None:
         self.pending_params: dict = {}
         self.buffers: dict = {}
-        self.buffers_read: set | None = None
-        self.buffer_bytes = 0
-        self.current = self
-        self.comm = None
-        self.macs = self.flops = self.madd = self.params = self.param_bytes = 0
-        self.collect_op_bytes = False
-        self.ops: dict[str, int] = {}
+        # (index, name, type, call, depth, parent, has_submodules, input shapes and bytes, ...)
+        self.current = CallRecord(0, "", "", 1, 0, None, False, [], 0, 0, 0)
 
 
 def count_ops(fn: Any, *args: Any, registry: FormulaRegistry | None = None) -> OpCounter:
