@@ -12,6 +12,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (
     Cost,
+    arg,
     optional_ops,
     register_formula,
     register_ops,
@@ -43,9 +44,8 @@ def _n_affine(*tensors) -> int:
 )
 def _batch_norm(args, kwargs, out) -> Cost:
     # (input, weight, bias, running_mean, running_var, training, momentum, eps)
-    training = bool(args[5]) if len(args) > 5 else bool(kwargs.get("training", False))
-    no_stats = args[3] is None or not isinstance(args[3], torch.Tensor)
-    return norm_cost(args[0].numel(), training or no_stats, _n_affine(args[1], args[2]))
+    stats = bool(arg(args, kwargs, 5, "training", False)) or not isinstance(args[3], torch.Tensor)
+    return norm_cost(args[0].numel(), stats, _n_affine(args[1], args[2]))
 
 
 def _norm(computes_stats: bool, weight_at: int):

@@ -16,6 +16,7 @@ import torch
 
 from modelprof.counting.formulas.registry import (
     Cost,
+    arg,
     optional_ops,
     register_formula,
     register_ops,
@@ -79,10 +80,8 @@ def _dropout(args, kwargs, out) -> Cost:
     # (input, p, train): in eval the op returns its input (0 flops, as when it is not run at
     # all); in training 3 per element — draw the mask, scale by 1/(1-p), multiply — as the
     # unfused path (bernoulli_, div_, mul) counts it
-    train = args[2] if len(args) > 2 else kwargs.get("train", True)
-    if train is False:
-        return Cost(0, flops=0)
-    return elementwise(3)(args, kwargs, out)
+    train = arg(args, kwargs, 2, "train", True)
+    return elementwise(0 if train is False else 3)(args, kwargs, out)
 
 
 register_ops("_softmax _log_softmax _safe_softmax softmax log_softmax special_softmax")(

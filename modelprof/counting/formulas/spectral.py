@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from modelprof.counting.formulas.registry import Cost, register_ops
+from modelprof.counting.formulas.registry import Cost, arg, register_ops
 
 __all__ = ["fft_flops"]
 
@@ -46,7 +46,6 @@ register_ops("_fft_c2r")(_fft(True))
 @register_ops("histc")
 def _histc(args, kwargs, out) -> Cost:
     # (input, bins=100, min=0, max=0): min == max means the data's own range
-    lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
-    hi = args[3] if len(args) > 3 else kwargs.get("max", 0)
-    per = HISTC_FLOPS_PER_ELEMENT + (HISTC_RANGE_FLOPS_PER_ELEMENT if lo == hi else 0)
+    own_range = arg(args, kwargs, 2, "min", 0) == arg(args, kwargs, 3, "max", 0)
+    per = HISTC_FLOPS_PER_ELEMENT + (HISTC_RANGE_FLOPS_PER_ELEMENT if own_range else 0)
     return Cost(0, flops=per * args[0].numel())
