@@ -506,16 +506,14 @@ def _weights(
     shapes: list[tuple[tuple[int, ...], bool]] = []
     elements, stored = module_packed_weights(model)
     seen: set[int] = set()
-    tp = heads.tp
     for name, module in model.named_modules():
-        whole = tp == 1 or "norm" in type(module).__name__.lower()
         for pname, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
             seen.add(id(p))
             elements += p.numel()
             if _plain_float(p):
-                shape = _tp_shape(tuple(p.shape), tp, whole, module, name, pname, heads)
+                shape = _tp_shape(tuple(p.shape), module, name, pname, heads)
                 shapes.append((shape, p.requires_grad))
             else:
                 stored += tensor_nbytes(p)
@@ -605,21 +603,16 @@ def _fused_qkv_rows(
 
 
 def _tp_shape(
-    s: tuple[int, ...],
-    tp: int,
-    whole: bool,
-    module: nn.Module,
-    name: str,
-    pname: str,
-    heads: _Heads,
+    s: tuple[int, ...], module: nn.Module, name: str, pname: str, heads: _Heads
 ) -> tuple[int, ...]:
-    """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``tp``, as a real
-    plan splits it: whole (``whole``: a norm's; a row-parallel layer's bias), by the input (a
+    """Rank 0's shape of parameter ``pname`` of ``module`` (``name``) under ``heads.tp``, as a
+    real plan splits it: whole (a norm's; a row-parallel layer's bias), by the input (a
     row-parallel weight: dim 1 of a Linear's, dim 0 of GPT-2's [in, out] Conv1D), by the output
     (dim 1 of a column-parallel Conv1D) or along dim 0, rank 0 taking an odd dimension's extra
     rows. A key or value projection splits over ``heads.kv_ranks`` only; a fused QKV holds
     its query heads' share and whole KV heads."""
-    if whole or not s:
+    tp = heads.tp
+    if tp == 1 or "norm" in type(module).__name__.lower() or not s:
         return s
     if name.rsplit(".", 1)[-1] in KV_PROJECTIONS:
         return _shard(s, heads.kv_ranks)

@@ -132,9 +132,9 @@ def test_a_layer_named_qkv_whose_output_is_not_the_heads_splits_as_before():
 
     heads = _Heads(tp=4, heads=8, kv=1, head_dim=8)
     layer = nn.Linear(64, 100)  # 100 is not (8 + 2 x 1) x 8 = 80: no fused QKV; 100 / 4 = 25
-    assert _tp_shape((100, 64), 4, False, layer, "attn.qkv", "weight", heads) == (25, 64)
+    assert _tp_shape((100, 64), layer, "attn.qkv", "weight", heads) == (25, 64)
     # 80 outputs: (2 + 2) x 8 = 32 rows a rank
-    assert _tp_shape((80, 64), 4, False, nn.Linear(64, 80), "attn.qkv", "weight", heads) == (
+    assert _tp_shape((80, 64), nn.Linear(64, 80), "attn.qkv", "weight", heads) == (
         32,
         64,
     )
