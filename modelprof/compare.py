@@ -242,7 +242,6 @@ class _Run:
         search: tuple[TimingOptions, dict[str, Any]] | None,
     ) -> dict[str, Any]:
         """Count ``model`` (profile without timing) and prepare its timing: its row so far."""
-
         report = profile(
             model,
             size,
@@ -320,13 +319,12 @@ def _table(
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
-    if timing_attrs.get("unranked"):  # too few runs to order them: no rank, no timed ratio
+    # no rank: too few runs to order them (nor a timed ratio), or medians and rounds rank apart
+    if timing_attrs.get("unranked") or timing_attrs.get("ratios_disagree"):
         df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-        for column in _TIMED_RATIOS:
+        for column in _TIMED_RATIOS if timing_attrs.get("unranked") else ():
             if column in df.columns:
                 df[column] = math.nan
-    elif timing_attrs.get("ratios_disagree"):  # the medians and the rounds rank apart
-        df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     elif timing_attrs:
         key = (
             "cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work" else "latency_median_ms"
@@ -405,8 +403,7 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
             out["ranked_by_why"] = "the machine was loaded"
             why = (
                 f"the machine was loaded ({load_note(result.measurements.values())}), which "
-                "stretches the wall "
-                "clock of whichever model it hits"
+                "stretches the wall clock of whichever model it hits"
             )
         else:
             out["ranked_by_why"] = (
@@ -478,8 +475,7 @@ def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> dict[st
             sizes[name] = None
             continue
         size = input_size.get(name) if isinstance(input_size, Mapping) else input_size
-        if size is None:
-            size = default
+        size = default if size is None else size
         if size is None:
             raise ModelProfError(
                 f"model {name!r} needs an input size: pass input_size= "
@@ -490,10 +486,8 @@ def _input_sizes(named: dict[str, Any], input_size: Any, inputs: Any) -> dict[st
 
 
 def _report_row(report: Any, size: Any, inputs: Any, batch_size: int | None) -> dict[str, Any]:
-    totals = report.totals
-    row: dict[str, Any] = {"input_shape": _input_shape(size, inputs, batch_size)}
-    row.update({c: totals[c] for c in _TOTAL_COLUMNS if c in totals})
-    return row
+    totals = {c: report.totals[c] for c in _TOTAL_COLUMNS if c in report.totals}
+    return {"input_shape": _input_shape(size, inputs, batch_size), **totals}
 
 
 def _hold(
@@ -615,8 +609,7 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 def _throughput_row(
     model: nn.Module, size: Any, run: _Run, opts: TimingOptions, search: dict[str, Any]
 ) -> dict[str, Any]:
-
-    result = measure_throughput(
+    best = measure_throughput(
         model,
         size,
         device=run.device,
@@ -625,8 +618,7 @@ def _throughput_row(
         no_grad=run.mode.no_grad,
         options=opts,
         **search,
-    )
-    best = result.best
+    ).best
     return {
         "throughput_samples_per_s": best.samples_per_s,
         "throughput_batch_size": best.batch_size,
