@@ -172,14 +172,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        default = action.default
-        if (
-            "(default" in text
-            or default is None
-            or default is False
-            or default is argparse.SUPPRESS
-            or not action.option_strings
-        ):
+        unsaid = any(action.default is v for v in (None, False, argparse.SUPPRESS))
+        if "(default" in text or unsaid or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)"
 
@@ -248,6 +242,11 @@ def _dtype_name(value: str) -> str:
     return str(found).removeprefix("torch.") if found is not None else value
 
 
+def _switch(parser: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """An on/off option: ``flag`` sets True."""
+    parser.add_argument(flag, action="store_true", help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for all subcommands."""
     parser = _Parser(
@@ -289,11 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated formats to write: {','.join(FORMATS)} "
         "(implies --out . when --out is not given)",
     )
-    common.add_argument(
+    _switch(
+        common,
         "--trust-pickle",
-        action="store_true",
-        help="allow loading a whole pickled module from .pt/.pth "
-        "(unpickling can run arbitrary code)",
+        "allow loading a whole pickled module from .pt/.pth (unpickling can run arbitrary code)",
     )
     common.add_argument(
         "--budget",
@@ -302,16 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="most time one latency measurement may take; it stops earlier once the median is "
         "known to +-1%% (default: 5 s per measurement; throughput: 1 s per batch size)",
     )
-    common.add_argument(
+    _switch(
+        common,
         "--progress",
-        action="store_true",
-        help="show progress bars even when stderr is not a terminal "
+        "show progress bars even when stderr is not a terminal "
         "(default: only on a terminal; needs tqdm)",
     )
-    common.add_argument(
+    _switch(
+        common,
         "--all-ranks",
-        action="store_true",
-        help="under torchrun, every rank prints its table, warnings and progress and writes its "
+        "under torchrun, every rank prints its table, warnings and progress and writes its "
         "--out files (default: rank 0 only; also MODELPROF_ALL_RANKS=1)",
     )
 
@@ -330,15 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=INPUT_HELP,
     )
     table.add_argument("--tokens", type=int, metavar="SEQ_LEN", help=TOKENS_HELP)
-    table.add_argument(
-        "--no-timing",
-        action="store_true",
-        help="static analysis only (params, MACs, FLOPs, bytes); fast",
-    )
-    table.add_argument(
+    _switch(table, "--no-timing", "static analysis only (params, MACs, FLOPs, bytes); fast")
+    _switch(
+        table,
         "--backward",
-        action="store_true",
-        help="profile a training step: forward, loss (sum of the outputs), backward per layer",
+        "profile a training step: forward, loss (sum of the outputs), backward per layer",
     )
     table.add_argument(
         "--optimizer",
@@ -384,11 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--baseline", metavar="NAME", help="the model ratios are taken against (default: the first)"
     )
-    c.add_argument(
-        "--throughput",
-        action="store_true",
-        help="also search each model's best-throughput batch size",
-    )
+    _switch(c, "--throughput", "also search each model's best-throughput batch size")
     c.set_defaults(run=_run_compare)
 
     t = sub.add_parser(
@@ -453,14 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="also the largest batch and context that fit this many bytes (24e9, 24GB, 80GiB)",
     )
-    g.add_argument(
-        "--no-timing", action="store_true", help="count only (the default on --device meta)"
-    )
-    g.add_argument(
-        "--no-layer-timing",
-        action="store_true",
-        help="time end to end only (TTFT, TPOT), not each layer",
-    )
+    _switch(g, "--no-timing", "count only (the default on --device meta)")
+    _switch(g, "--no-layer-timing", "time end to end only (TTFT, TPOT), not each layer")
     g.set_defaults(run=_run_generate)
     return parser
 
@@ -911,16 +895,8 @@ def _add_sweep_parser(sub: Any) -> None:
         help="folder for one result file per configuration and the combined sweep.csv/sweep.json "
         "(default: CONFIG's name + '_sweep' in the current folder)",
     )
-    s.add_argument(
-        "--no-resume",
-        action="store_true",
-        help="run every configuration again, even those DIR already holds",
-    )
-    s.add_argument(
-        "--retry-failed",
-        action="store_true",
-        help="run the configurations that failed last time again",
-    )
+    _switch(s, "--no-resume", "run every configuration again, even those DIR already holds")
+    _switch(s, "--retry-failed", "run the configurations that failed last time again")
     s.add_argument(
         "--timeout",
         type=float,
@@ -928,10 +904,10 @@ def _add_sweep_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="how long a rank waits for the others before giving up",
     )
-    s.add_argument(
+    _switch(
+        s,
         "--progress",
-        action="store_true",
-        help="show rank 0's progress bar even when stderr is not a terminal "
+        "show rank 0's progress bar even when stderr is not a terminal "
         "(default: only on a terminal; needs tqdm)",
     )
     s.set_defaults(run=_run_sweep, **_NO_COMMON)  # a sweep file says these per grid
@@ -1047,7 +1023,7 @@ def _add_fit_parser(sub: Any) -> None:
         default="none",
         help="activation checkpointing of the training plans (Korthikanti et al. 2022)",
     )
-    f.add_argument("--inference-only", action="store_true", help="no training plans")
+    _switch(f, "--inference-only", "no training plans")
     f.set_defaults(run=_run_fit, progress=False, **_NO_COMMON)
 
 
