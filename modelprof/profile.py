@@ -479,10 +479,8 @@ def _step_spec(
 def _merge_ops(into: dict[str, OpStats], more: dict[str, OpStats]) -> None:
     for name, stats in more.items():
         mine = into.setdefault(name, OpStats())
-        mine.calls += stats.calls
-        mine.macs += stats.macs
-        mine.flops += stats.flops
-        mine.madd += stats.madd
+        for total in ("calls", "macs", "flops", "madd"):
+            setattr(mine, total, getattr(mine, total) + getattr(stats, total))
         if stats.notes:  # the loss's inexact calls count as the model's do
             mine.notes = (mine.notes or Counter()) + stats.notes
 
