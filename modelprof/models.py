@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -407,15 +408,10 @@ def _reason(e: BaseException) -> str:
 def _quiet_loggers(*names: str) -> Iterator[None]:
     """Disable loggers for a while: torch.export.load logs tracebacks where modelprof
     reports."""
-    loggers = [logging.getLogger(n) for n in names]
-    before = [lg.disabled for lg in loggers]
-    for lg in loggers:
-        lg.disabled = True
-    try:
+    with contextlib.ExitStack() as stack:
+        for n in names:
+            stack.enter_context(mock.patch.object(logging.getLogger(n), "disabled", True))
         yield
-    finally:
-        for lg, flag in zip(loggers, before):
-            lg.disabled = flag
 
 
 def _load_pt2(path: Path, *, trust_pickle: bool) -> LoadedModel:
