@@ -547,6 +547,7 @@ def _step_columns(
     with its per-round ratios (``backward_latency_x_rough``); returns those checks."""
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
+    base, checks = got[0]["backward"], {}
     for name, m, (ratio, lo, hi) in zip(order, got, ratios):
         b = m["backward"]
         low, high = b.median_ci_ms
@@ -561,11 +562,8 @@ def _step_columns(
         if "optimizer" in m:
             rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
         rows[name]["step_latency_median_ms"] = m["step"].median_ms
-    base, checks = got[0]["backward"], {}
-    for name, m, (ratio, _, _) in zip(order[1:], got[1:], ratios[1:]):
-        if math.isfinite(ratio):  # stated (not undersampled): judged against its rounds
-            checks[name] = judge_ratio("backward_latency_x", name, baseline, m["backward"], base)
-    for name in order:
+        if name != baseline and math.isfinite(ratio):  # a stated ratio: judged against its rounds
+            checks[name] = judge_ratio("backward_latency_x", name, baseline, b, base)
         rows[name]["backward_latency_x_rough"] = name in checks and not checks[name].agree
     return checks
 
