@@ -723,11 +723,9 @@ def _run_compare(ctx: _Context) -> None:
         name = unique_name(name, models)
         models[name], sizes[name] = model, size
     named = ctx.named_inputs(list(models.values()))
-    if named is not None:
-        sizes = None
     df = compare(
         models,
-        sizes,
+        sizes if named is None else None,
         inputs=named,
         baseline=args.baseline,
         throughput=args.throughput,
