@@ -446,6 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     _switch(g, "--no-timing", "count only (the default on --device meta)")
     _switch(g, "--no-layer-timing", "time end to end only (TTFT, TPOT), not each layer")
     g.set_defaults(run=_run_generate)
+    for command in sub.choices.values():  # an unknown flag is that command's error, not the top's
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -1082,7 +1084,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     stdout, stderr = sys.stdout, sys.stderr
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     try:

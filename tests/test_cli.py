@@ -147,6 +147,16 @@ def test_every_usage_error_is_one_modelprof_error_line(capsys: pytest.CaptureFix
         assert f"'{bad}' is not a number of bytes such as 24e9, 24GB or 80GiB" in err
 
 
+def test_an_unknown_flag_points_to_its_commands_help(capsys: pytest.CaptureFixture) -> None:
+    # a newcomer's typo in a command's flag was sent to the top-level help, which lists no flags
+    for command, model in (("profile", "resnet18"), ("fit", "X"), ("generate", "X")):
+        assert main([command, model, "--batchsize", "2"]) == 2
+        assert capsys.readouterr().err == (
+            f"modelprof: error: {command}: unrecognized arguments: --batchsize 2 "
+            f"(see 'modelprof {command} --help')\n"
+        )
+
+
 def test_dtype_takes_every_float_dtype_profile_takes() -> None:
     # profile(dtype=torch.float64) runs, so the command line takes it too, by any of its names
     for name in ("float64", "fp64", "double"):
