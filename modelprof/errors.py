@@ -1,12 +1,15 @@
-"""The one exception type modelprof raises for anything the user can cause, and its warnings.
-It imports nothing of modelprof's, so any module may import it without a cycle."""
+"""The one exception type modelprof raises for anything the user can cause, its warnings, and
+the argument checks written the same everywhere. It imports nothing of modelprof's, so any
+module may import it without a cycle."""
 
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import sys
 import warnings
+from typing import Any
 
 __all__ = [
     "DriftWarning",
@@ -17,7 +20,10 @@ __all__ = [
     "ModelProfWarning",
     "NoisyMeasurementWarning",
     "TimingDisagreementWarning",
+    "check_flag",
+    "check_int",
     "error_line",
+    "is_int",
     "warn_user",
 ]
 
@@ -44,6 +50,25 @@ def warn_user(message: str, category: type[Warning]) -> None:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # modelprof/
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value``, refused (named ``name``) unless it is True or False."""
+    if not isinstance(value, bool):
+        raise ModelProfError(f"{name}={value!r} must be True or False")
+    return value
+
+
+def is_int(value: Any) -> bool:
+    """A Python or numpy integer (``np.int64(224)`` from an array), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int, refused (named ``name``) unless an integer of at least ``minimum``."""
+    if not is_int(value) or value < minimum:
+        raise ModelProfError(f"{name}={value!r} must be an int >= {minimum}")
+    return int(value)
 
 
 class ModelProfError(Exception):

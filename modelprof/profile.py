@@ -15,7 +15,13 @@ from modelprof.counting.counter import OpStats
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import analyze
 from modelprof.distributed.session import contention_note, group_env, sharded_session
-from modelprof.errors import ModelProfError, ModelProfWarning, TimingDisagreementWarning, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    TimingDisagreementWarning,
+    check_flag,
+    warn_user,
+)
 from modelprof.render.views import ROUGH_MARK
 from modelprof.report.memory import memory_facts
 from modelprof.report.report import Counts, Report, RunInfo, TimingResult
@@ -321,16 +327,13 @@ def _parse(
             f"model={type(model).__name__} is not a torch.nn.Module; "
             "use measure_latency() to time any callable"
         )
-    if not isinstance(timing, bool):
-        raise ModelProfError(f"timing={timing!r} must be True or False")
+    check_flag("timing", timing)
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     opts = TimingOptions.parse(options, **timing_options)
     if opts.progress and not is_speaker():  # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
-    if not isinstance(what_helps, bool):
-        raise ModelProfError(f"what_helps={what_helps!r} must be True or False")
-    return _Spec(timing, registry, opts, what_helps=what_helps)
+    return _Spec(timing, registry, opts, what_helps=check_flag("what_helps", what_helps))
 
 
 def _count(model: nn.Module, mi: ModelInputs, spec: _Spec) -> tuple:

@@ -29,7 +29,7 @@ import modelprof.columns as registry
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, check_flag, warn_user
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
 
@@ -47,8 +47,7 @@ Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 def check_options(resume: Any, retry_failed: Any, progress: Any, timeout_s: Any) -> None:
     """A sweep's switches, refused before anything is created or run."""
     for name, value in (("resume", resume), ("retry_failed", retry_failed), ("progress", progress)):
-        if not isinstance(value, bool):
-            raise ModelProfError(f"{name}={value!r} must be True or False")
+        check_flag(name, value)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_flag
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, is_encoder_decoder, source_length
@@ -76,11 +76,8 @@ def profile_generation(
     """
     opts = TimingOptions.parse(options, **timing_options)
     dev, dt = model_device_dtype(model, device, dtype)
-    timing = dev.type != "meta" if timing is None else timing
-    if not isinstance(timing, bool) or not isinstance(layer_timing, bool):
-        raise ModelProfError(
-            f"timing={timing!r} and layer_timing={layer_timing!r} must be True or False"
-        )
+    timing = check_flag("timing", dev.type != "meta" if timing is None else timing)
+    check_flag("layer_timing", layer_timing)
     if timing and dev.type == "meta":
         raise ModelProfError(
             "device='meta' has no clock: pass timing=False to count from "

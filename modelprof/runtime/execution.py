@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, warn_user
+from modelprof.errors import ModelProfError, check_flag, warn_user
 from modelprof.runtime import compat
 from modelprof.runtime.guard import set_training
 from modelprof.runtime.inputs import parse_dtype
@@ -67,15 +67,11 @@ def model_state(
 
 def grad_switches(backward: bool, training: Any = None, no_grad: Any = None) -> tuple[bool, bool]:
     """``(training, no_grad)`` checked, by default train with grad when ``backward``."""
-    if not isinstance(backward, bool):
-        raise ModelProfError(f"backward={backward!r} must be True or False")
+    check_flag("backward", backward)
     if backward and no_grad is True:
         raise ModelProfError("no_grad=True contradicts backward=True (the backward needs grad)")
-    training = backward if training is None else training
-    no_grad = not backward if no_grad is None else no_grad
-    for name, value in (("training", training), ("no_grad", no_grad)):
-        if not isinstance(value, bool):
-            raise ModelProfError(f"{name}={value!r} must be True or False")
+    training = check_flag("training", backward if training is None else training)
+    no_grad = check_flag("no_grad", not backward if no_grad is None else no_grad)
     return training, no_grad
 
 
@@ -83,9 +79,7 @@ def legacy_eval_mode(training: bool, options: dict[str, Any], where: str) -> boo
     """``training``, or ``not eval_mode`` popped from ``options``, with a deprecation warning."""
     if "eval_mode" not in options:
         return training
-    eval_mode = options.pop("eval_mode")
-    if not isinstance(eval_mode, bool):
-        raise ModelProfError(f"eval_mode={eval_mode!r} must be True or False")
+    eval_mode = check_flag("eval_mode", options.pop("eval_mode"))
     warn_user(
         f"{where}(eval_mode={eval_mode}) is deprecated: pass training={not eval_mode}",
         DeprecationWarning,

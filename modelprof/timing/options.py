@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_flag
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode
 from modelprof.timing.clock import check_clock
@@ -119,8 +119,7 @@ class TimingOptions:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ModelProfError(f"seed={seed!r} must be an int or None")
         for name in (*_FLAGS, "channels_last"):
-            if not isinstance(values[name], bool):
-                raise ModelProfError(f"{name}={values[name]!r} must be True or False")
+            check_flag(name, values[name])
         compile_mode = parse_compile(values["compile"])
         if values["cuda_graph"] and compile_mode is not None:
             raise ModelProfError(
