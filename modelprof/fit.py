@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
-from modelprof.errors import ModelProfError, error_line
+from modelprof.errors import ModelProfError, check_flag, error_line, is_int
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
@@ -150,8 +150,7 @@ def fit(
     16-bit ``dtype``; ``checkpointing`` of the training plans: ``"none"``, ``"full"`` or
     ``"selective"``. Refused: a ``tp`` that neither divides the heads nor splits or replicates
     whole KV heads, a ``context`` past the model's positions, a non-integer head dim."""
-    if not isinstance(training, bool):
-        raise ModelProfError(f"training={training!r} must be True or False")
+    check_flag("training", training)
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision, checkpointing)
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
@@ -195,7 +194,7 @@ def _spec(
     dtype: Any, batch: Any, context: Any, tp: Any, ranks: Any, optimizer: Any, mixed: Any, ckpt: Any
 ) -> _Spec:
     for name, v in (("batch_size", batch), ("context", context), ("tp", tp), ("ranks", ranks)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 1 <= v <= _MOST:
+        if not is_int(v) or not 1 <= v <= _MOST:
             raise ModelProfError(f"{name}={v!r} must be a positive integer (at most 2**53)")
     batch, context, tp, ranks = int(batch), int(context), int(tp), int(ranks)
     if batch * context > _MOST:

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.inputs import DTYPE_NAMES
 
 __all__ = ["MODES", "SweepConfig", "expand_grids", "load_sweep"]
@@ -213,9 +213,7 @@ def _check_torchvision_name(name: str, where: str) -> None:
 
 
 def _batch(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelProfError(f"{where}: batch size {value!r} must be an integer >= 1")
-    return value
+    return check_int(where, value)
 
 
 def _dtype(value: Any, where: str) -> str:

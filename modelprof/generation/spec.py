@@ -8,9 +8,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int, is_int
 
 __all__ = ["CacheMode", "GenerationSpec", "default_contexts"]
 
@@ -38,19 +36,11 @@ class CacheMode(str, enum.Enum):
             ) from None
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ModelProfError(f"{name}={value!r} must be an int >= 1")
-    return int(value)
-
-
 def _int_list(name: str, value: Any) -> tuple[int, ...]:
-    items = (
-        [value] if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
-    )
+    items = [value] if is_int(value) else value
     if isinstance(items, str) or not isinstance(items, Sequence) or not items:
         raise ModelProfError(f"{name}={value!r} must be an int >= 1 or a non-empty list of them")
-    return tuple(_positive_int(name, v) for v in items)
+    return tuple(check_int(name, v) for v in items)
 
 
 def default_contexts(prompt_len: int, new_tokens: int) -> tuple[int, ...]:
@@ -83,8 +73,8 @@ class GenerationSpec:
     ) -> GenerationSpec:
         """Check every option; ``max_positions`` (the model's, named ``positions`` in an
         error) bounds prompt + new tokens."""
-        p = _positive_int("prompt_len", prompt_len)
-        n = _positive_int("new_tokens", new_tokens)
+        p = check_int("prompt_len", prompt_len)
+        n = check_int("new_tokens", new_tokens)
         batches = _int_list("batch_size", batch_size)
         ctx = (
             default_contexts(p, n)

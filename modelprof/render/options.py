@@ -4,11 +4,10 @@ Selection, units and footer apply to every format; the rest to one (:data:`FORMA
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_flag, is_int
 
 __all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count"]
 
@@ -88,8 +87,7 @@ class ViewOptions:
         if self.group_by is not None and self.group_by not in _GROUPS:
             raise ModelProfError(f"group_by={self.group_by!r} is not one of {list(_GROUPS)}")
         for name in ("leaf_only", "show_totals", "float_env", "standalone"):
-            if not isinstance(getattr(self, name), bool):
-                raise ModelProfError(f"{name}={getattr(self, name)!r} must be True or False")
+            check_flag(name, getattr(self, name))
         check_count("depth", self.depth, 0)
         check_count("top_k", self.top_k, 1)
         if self.units is not None and self.units not in UNITS:
@@ -115,7 +113,6 @@ class ViewOptions:
 def check_count(name: str, value: Any, least: int) -> None:
     """Refuse ``name=value`` unless it is None or an integer (numpy's included, ``True`` not)
     of at least ``least`` (0 or 1)."""
-    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if value is not None and not (integer and value >= least):
+    if value is not None and not (is_int(value) and value >= least):
         what = "non-negative" if least == 0 else "positive"
         raise ModelProfError(f"{name} must be a {what} integer, got {value!r}")

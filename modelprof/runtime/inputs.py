@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int, is_int
 from modelprof.runtime import compat
 from modelprof.runtime.device import normalize_device
 from modelprof.runtime.placement import model_placement, to_placement
@@ -157,19 +156,8 @@ def _is_shape(s: Any) -> bool:
     return (
         isinstance(s, (Sequence, torch.Size))
         and not isinstance(s, (str, bytes))
-        and all(_is_int(d) for d in s)
+        and all(is_int(d) for d in s)
     )
-
-
-def _is_int(d: Any) -> bool:
-    """A Python or numpy integer (``np.int64(224)`` from an array), not a bool."""
-    return isinstance(d, numbers.Integral) and not isinstance(d, (bool, np.bool_))
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not _is_int(value) or value < 1:
-        raise ModelProfError(f"{name}={value!r} must be a positive int")
-    return int(value)
 
 
 def make_inputs(
@@ -192,7 +180,7 @@ def make_inputs(
     dev = parse_device(device) or model_device
     dt = parse_dtype(dtype)
     if batch_size is not None:
-        batch_size = _positive_int("batch_size", batch_size)
+        batch_size = check_int("batch_size", batch_size)
 
     if inputs is None and holds_tensors(input_size):
         # torchinfo's and thop's habit: profile(model, x) / profile(model, {"input_ids": ids})
@@ -417,7 +405,7 @@ def build_inputs(
 def vocab_size(model: nn.Module) -> int:
     """The number of token ids ``model`` embeds: ``config.vocab_size``, else its embeddings'."""
     size = getattr(getattr(model, "config", None), "vocab_size", None)
-    if _is_int(size) and size > 0:
+    if is_int(size) and size > 0:
         return int(size)
     get = getattr(model, "get_input_embeddings", None)
     emb = get() if callable(get) else None
@@ -444,9 +432,9 @@ def token_inputs(
     """Token inputs of shape ``(batch_size, seq_len)`` for ``inputs=``, as calflops builds them:
     ``input_ids`` from ``[0, vocab)`` (default: :func:`vocab_size`), positional for a forward
     without ``input_ids``, and an all-ones ``attention_mask`` when the forward takes one."""
-    seq_len = _positive_int("seq_len", seq_len)
-    batch_size = _positive_int("batch_size", batch_size)
-    vocab = _positive_int("vocab", vocab_size(model) if vocab is None else vocab)
+    seq_len = check_int("seq_len", seq_len)
+    batch_size = check_int("batch_size", batch_size)
+    vocab = check_int("vocab", vocab_size(model) if vocab is None else vocab)
     params = _forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
     if "attention_mask" in params:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.agree import decisions
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.timing.stats import (
@@ -94,12 +94,6 @@ SPREAD_MARGIN = 2.0
 SPREAD_MIN_BLOCKS = 8
 #: The degrees of freedom beyond which the t quantile is taken as constant (``needed_s``).
 _T_DF_CAP = 1000
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ModelProfError(f"{name}={value!r} must be an int >= {minimum}")
-    return int(value)
 
 
 def _real(value: Any) -> bool:
