@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.profile import profile
 from modelprof.runtime import compat
 
@@ -30,8 +30,7 @@ def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> None:
             f"build={build!r} must be a callable that returns the model "
             "(sharded or parallelised as under torchrun)"
         )
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ModelProfError(f"world_size={world_size!r} must be an int >= 1")
+    world_size = check_int("world_size", world_size)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ModelProfError(f"rank={rank!r} must be an int in [0, {world_size})")
     if kwargs.get("timing"):

@@ -19,7 +19,7 @@ import torch
 
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions
@@ -459,8 +459,8 @@ class Report(Exports):
             raise ModelProfError(
                 "to_trace needs the per-layer timeline of a timed report: profile(..., timing=True)"
             )
-        if max_passes is not None and (not isinstance(max_passes, int) or max_passes < 1):
-            raise ModelProfError(f"max_passes={max_passes!r} must be a positive int")
+        if max_passes is not None:
+            max_passes = check_int("max_passes", max_passes)
         by_key = {(r.module, r.call): r for r in self.rows if not r.is_self and r.kind == "module"}
         n = offsets.shape[0] if max_passes is None else min(max_passes, offsets.shape[0])
         forward = []

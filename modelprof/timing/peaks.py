@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.device import mig_refusal, mig_slice, tf32_enabled
 from modelprof.runtime.env import MachineShare, cpu_name
 from modelprof.runtime.inputs import DTYPE_NAMES
@@ -573,8 +573,7 @@ def probe_peaks(
     """
     dev = _device(device)
     name = _dtype_name(dtype)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ModelProfError(f"repeats must be a positive integer, got {repeats!r}")
+    repeats = check_int("repeats", repeats)
     if budget_s is None:
         budget_s = 1.0 if dev.type == "cpu" else 5.0
     if not budget_s > 0:

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
+from modelprof.errors import ModelProfError, TimingDisagreementWarning, check_int, warn_user
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env
@@ -31,7 +31,6 @@ from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neigh
 from modelprof.timing.latency import measure_latency
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.sampler import check_int
 
 __all__ = [
     "PATIENCE",
