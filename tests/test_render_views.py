@@ -242,6 +242,9 @@ def test_readable_scale_choices() -> None:
 def test_unknown_units_mode_is_an_error() -> None:
     with pytest.raises(ModelProfError, match="'pretty'"):
         prepare_table(report_frame(), units="pretty")
+    # a format registered by a user names its own default: a bad one is the same error
+    with pytest.raises(ModelProfError, match="got None"):
+        prepare_table(report_frame(), default_units=None)
 
 
 def test_totals_row_options() -> None:

@@ -158,6 +158,8 @@ def test_torchstat_style_takes_a_depth(static):
     pd.testing.assert_series_equal(collapsed.iloc[-1][keep], full.iloc[-1][keep], check_names=False)
     text = static.to_text(style="torchstat", depth=1)
     assert "features" in text and "features.0" not in text
+    # a numpy integer depth (a loop over np.arange) is taken, as by every other style
+    assert static.to_text(style="torchstat", depth=np.int64(1)) == text
 
 
 def test_html_export_is_a_page_and_the_notebook_view_is_not_clipped(tmp_path, timed):

@@ -72,7 +72,8 @@ def model_dims(config: Any) -> dict[str, int | None]:
         return model_dims(config.decoder)  # a composite (EncoderDecoderConfig): its decoder's own
     if not encoder_decoder:
         config = text_config(config)
-    d = {k: _first(config, names[encoder_decoder]) for k, names in _DIM_NAMES.items()}
+    side = 1 if encoder_decoder else 0  # which of each dimension's two name lists
+    d = {k: _first(config, names[side]) for k, names in _DIM_NAMES.items()}
     heads, hidden = d["heads"], d["hidden"]
     d["kv_heads"] = d["kv_heads"] or heads
     d["head_dim"] = d["head_dim"] or (hidden // heads if hidden and heads else None)

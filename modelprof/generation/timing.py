@@ -126,13 +126,11 @@ class GenerationTiming:
         }
         for name in ("ttft", "tpot", "end_to_end"):
             m = getattr(self, name)
-            # not measured: no interval nor stability (NaN, None), and no drift column
-            values = (
-                (math.nan,) * 4 + (None,)
-                if m is None
-                else (m.median_ms, *m.median_ci_ms, m.min_ms, m.stable, m.drift_pct)
-            )
-            row.update({f"{name}{k}": v for k, v in zip(_FIGURE, values)})
+            if m is None:  # not measured: no interval nor stability (NaN, None), no drift column
+                values = (math.nan, math.nan, math.nan, math.nan, None)
+            else:
+                values = (m.median_ms, *m.median_ci_ms, m.min_ms, m.stable, m.drift_pct)
+            row.update({f"{name}{k}": v for k, v in zip(_FIGURE, values)})  # a missing one: 5
         slope = self.step_slope
         row.update(
             tokens_per_s=self.tokens_per_s,

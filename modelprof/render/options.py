@@ -90,8 +90,8 @@ class ViewOptions:
             check_flag(name, getattr(self, name))
         check_count("depth", self.depth, 0)
         check_count("top_k", self.top_k, 1)
-        if self.units is not None and self.units not in UNITS:
-            raise ModelProfError(f"units must be one of {list(UNITS)}, got {self.units!r}")
+        if self.units is not None:
+            self.units_or(self.units)
 
     def replace(self, **options: Any) -> ViewOptions:
         """A copy with ``options`` changed and checked."""
@@ -106,8 +106,11 @@ class ViewOptions:
         return self.leaf_only or any(v is not None for v in (self.depth, self.top_k, self.sort_by))
 
     def units_or(self, default: str) -> str:
-        """The units asked for, else the format's ``default``."""
-        return default if self.units is None else self.units
+        """The units asked for, else the format's ``default``; refused unless one of UNITS."""
+        units = default if self.units is None else self.units
+        if units not in UNITS:
+            raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
+        return units
 
 
 def check_count(name: str, value: Any, least: int) -> None:

@@ -477,7 +477,7 @@ def prepare_table(
     """
     view = ViewOptions.parse(view, **options)
     require_columns(df, (), "prepare_table")
-    units = view.replace(units=view.units_or(default_units)).units  # checked as a view's are
+    units = view.units_or(default_units)
     totals = default_totals(df) if totals is None else totals
     totals = dict(totals) if (totals is not None and view.show_totals) else None
     end_to_end = dict(end_to_end) if (end_to_end and view.show_totals) else None

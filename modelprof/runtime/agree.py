@@ -76,8 +76,9 @@ class Agreement:
         """Whether ``flag`` holds on some rank."""
         return not self.every(not flag)
 
-    #: whether any rank wants another call (a warm-up goes on until every rank is warm)
-    more = any
+    def more(self, wants_more: bool) -> bool:
+        """Whether any rank wants another call (a warm-up goes on until every rank is warm)."""
+        return self.any(wants_more)
 
     def shared_rng(self, rng: np.random.Generator) -> np.random.Generator:
         """A generator that draws the same on every rank (the shuffled orders), seeded from

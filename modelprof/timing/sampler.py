@@ -568,7 +568,9 @@ def _round_stop(
         return "repeat" if all(log.n >= rule.repeat for log in logs) else None
     precise, stop = agree.flags(_rounds_precise(logs, rule, r), late or spread)
     full = all(log.n >= rule.max_samples for log in logs)
-    return _stop_reason(precise, full, spread and not late) if precise or full or stop else None
+    if not (precise or full or stop):
+        return None
+    return _stop_reason(precise, full, spread and not late)
 
 
 def _rounds_spread(
