@@ -251,6 +251,18 @@ def _too_many_dims(error: str, ranks: list[int]) -> bool:
     return "dim" in error.lower()
 
 
+def _one_list_for_many(error: ModelProfError, mi: ModelInputs) -> bool:
+    """The forward, given one list, wanted more positional arguments (a newcomer's
+    ``profile(model, [x, y])`` for ``forward(x, y)``)."""
+    cause = error.__cause__
+    return (
+        len(mi.args) == 1
+        and type(mi.args[0]) is list
+        and isinstance(cause, TypeError)
+        and "required positional argument" in str(cause)
+    )
+
+
 @contextlib.contextmanager
 def _batch_hint(input_size: Any, mi: ModelInputs):
     """A forward failure on inputs made from ``input_size`` hints that it excludes the batch.
@@ -259,6 +271,11 @@ def _batch_hint(input_size: Any, mi: ModelInputs):
     try:
         yield
     except ModelProfError as e:
+        if _one_list_for_many(e, mi):
+            raise ModelProfError(
+                f"{e}\nhint: a list is one argument (a detection model's list of images); "
+                "pass positional arguments as a tuple: inputs=(x, y)"
+            ) from e.__cause__
         shapes = (
             parse_input_size(input_size)
             if input_size is not None and not holds_tensors(input_size)

@@ -46,6 +46,25 @@ def test_tuple_and_dict_in_second_position() -> None:
     assert by_tuple.totals["macs"] == by_dict.totals["macs"] == 60
 
 
+def test_a_list_for_two_arguments_gets_a_hint_and_a_list_argument_none() -> None:
+    # a list is one argument (a detection model's images): forward(x, y) given [x, y] misses y
+    m = TwoInputs()
+    x, y = torch.randn(2, 4), torch.randn(2, 6)
+    for call in (lambda: profile(m, [x, y], timing=False), lambda: profile(m, inputs=[x, y])):
+        with pytest.raises(ModelProfError, match="missing 1 required positional") as err:
+            call()
+        assert "hint: a list is one argument" in str(err.value)
+        assert "inputs=(x, y)" in str(err.value)
+
+    class Summed(nn.Module):  # takes the list itself; a failure in it is not about the list
+        def forward(self, xs: list) -> torch.Tensor:
+            return torch.stack(xs).sum(0) @ torch.ones(5, 1)  # 4 columns against 5 rows
+
+    with pytest.raises(ModelProfError) as err:
+        profile(Summed(), [x, x], timing=False)
+    assert "hint" not in str(err.value)
+
+
 def test_errors_show_shapes_not_tensor_values() -> None:
     x = torch.arange(4000.0).reshape(1000, 4)
     with pytest.raises(ModelProfError) as err:
