@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -16,6 +15,7 @@ import pandas as pd
 
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.errors import ModelProfError
+from modelprof.runtime.env import jsonable
 
 __all__ = ["ResultStore", "make_folder", "write_atomic"]
 
@@ -86,14 +86,14 @@ class ResultStore:
         return dict(data["row"])
 
     def save(self, config: SweepConfig, row: Mapping[str, Any]) -> None:
-        data = {"format": _FORMAT, "config": config.to_dict(), "row": _plain(row)}
+        data = {"format": _FORMAT, "config": config.to_dict(), "row": jsonable(row)}
         _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
     def write_table(self, frame: pd.DataFrame) -> list[Path]:
         """``sweep.csv`` and ``sweep.json`` (records), each atomically."""
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
         _write(csv_path, self.csv_text(frame))
-        records = [_plain(r) for r in frame.to_dict(orient="records")]
+        records = [jsonable(r) for r in frame.to_dict(orient="records")]
         _write(json_path, json.dumps(records, indent=1, allow_nan=False))
         return [csv_path, json_path]
 
@@ -104,17 +104,3 @@ def _write(path: Path, text: str) -> None:
         write_atomic(path, text)
     except OSError as e:
         raise ModelProfError(f"cannot write {str(path)!r}: {e.strerror or e}") from e
-
-
-def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
-    """JSON-safe values: NaN as null, numpy scalars as Python numbers."""
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if value is pd.NA or value is pd.NaT:
-            value = None
-        elif hasattr(value, "item") and not isinstance(value, (str, bytes)):
-            value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
-        out[str(key)] = value
-    return out

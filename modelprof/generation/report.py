@@ -27,6 +27,7 @@ from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.units import format_rate
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
+from modelprof.runtime.env import jsonable
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 
 __all__ = ["GenerationReport"]
@@ -371,7 +372,7 @@ class GenerationReport(Exports):
                 for b, t in self.timings.items()
             },
         }
-        return json.loads(json.dumps(doc, default=_plain))
+        return json.loads(json.dumps(doc, default=jsonable))
 
     def plot_decode_growth(self, save: str | Path | None = None, batch_size: int | None = None):
         """Decode step time (measured) and bytes (counted) against the context."""
@@ -517,13 +518,3 @@ def _md(df: pd.DataFrame) -> str:
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records"))
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return str(v)

@@ -16,12 +16,10 @@ back bit for bit.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pandas as pd
 
 from modelprof.errors import ModelProfError
@@ -29,6 +27,7 @@ from modelprof.render._output import emit
 from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions
 from modelprof.render.views import selected_frame
+from modelprof.runtime.env import jsonable
 
 __all__ = ["FORMAT", "VERSION", "to_json", "read_json"]
 
@@ -36,44 +35,9 @@ FORMAT = "modelprof"
 VERSION = 1
 
 
-def _plain(value: Any, where: str) -> Any:
-    """A JSON-ready version of a totals/env value (numpy scalars, paths, torch dtypes/devices)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if isinstance(value, np.generic):
-        return _plain(value.item(), where)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    module = type(value).__module__
-    if module.startswith("torch") and type(value).__name__ in ("dtype", "device"):
-        return str(value)
-    raise ModelProfError(f"{where} = {value!r} ({type(value).__name__}) cannot be written as JSON")
-
-
 def _encode_column(series: pd.Series, name: str) -> list[Any]:
-    dtype = series.dtype
-    if pd.api.types.is_bool_dtype(dtype) and not pd.api.types.is_object_dtype(dtype):
-        return [None if pd.isna(v) else bool(v) for v in series]
-    if pd.api.types.is_integer_dtype(dtype):
-        return [None if pd.isna(v) else int(v) for v in series]
-    if pd.api.types.is_float_dtype(dtype):
-        return [_plain(float(v), f"column {name!r}") if not pd.isna(v) else None for v in series]
-    return [
-        None
-        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-        else _plain(v, f"column {name!r} row {i}")
-        for i, v in enumerate(series)
-    ]
+    """The column's values, missing ones (None, NA, NaN) as null."""
+    return [jsonable(v, "text", f"column {name!r} row {i}") for i, v in enumerate(series)]
 
 
 def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
@@ -155,8 +119,8 @@ def to_json(
         "dtypes": [str(df.dtypes.iloc[i]) for i in range(len(names))],
         "index": index,
         "data": [list(row) for row in zip(*encoded)] if names else [[] for _ in range(len(df))],
-        "totals": None if totals is None else _plain(dict(totals), "totals"),
-        "env": None if env is None else _plain(dict(env), "env"),
+        "totals": None if totals is None else jsonable(dict(totals), "text", "totals"),
+        "env": None if env is None else jsonable(dict(env), "text", "env"),
     }
     return emit(_dumps(document, view.indent) + "\n", path)
 

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import platform
 import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
+import pandas as pd
 import torch
 
+from modelprof.errors import ModelProfError
 from modelprof.runtime.device import tf32_enabled
 
 __all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state", "sm_clock_reader"]
@@ -107,14 +111,34 @@ class MachineShare:
         return max(0.0, self.others_ns / self.wall_ns - self.spare)
 
 
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return str(v)  # torch.dtype, torch.device, enums, paths
+def jsonable(value: Any, nonfinite: str = "null", where: str | None = None) -> Any:
+    """``value`` in plain JSON types: numpy scalars, arrays and tensors by ``tolist()``, tuples as
+    lists, mapping keys as strings, paths as strings, pandas' NA as None. A NaN or infinity is
+    None (``nonfinite="null"``), kept (``"keep"``), or None for a NaN and "inf"/"-inf" for an
+    infinity (``"text"``). Anything else is its ``str()``; given ``where`` (the value's place,
+    for the message), anything else but a torch dtype or device is a ModelProfError."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value) or nonfinite == "keep":
+            return value
+        return str(value) if nonfinite == "text" and math.isinf(value) else None
+    if hasattr(value, "tolist"):
+        return jsonable(value.tolist(), nonfinite, where)
+    # ``where and ...``: None stays None (no place to name, nothing refused)
+    if isinstance(value, Mapping):
+        return {
+            str(k): jsonable(v, nonfinite, where and f"{where}[{k!r}]") for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, nonfinite, where and f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if where is None or isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    raise ModelProfError(f"{where} = {value!r} ({type(value).__name__}) cannot be written as JSON")
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,7 +166,7 @@ def _read(fn: Any) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _jsonable(fn())
+            return jsonable(fn(), "keep")
     except Exception:
         return None
 
@@ -277,7 +301,7 @@ def collect_env(
         "device": str(dev),
         "device_type": dev.type,
         **_fixed_env(),
-        "dtype": _jsonable(dtype),
+        "dtype": jsonable(dtype, "keep"),
         "batch_size": batch_size,
         "torch_num_threads": _read(torch.get_num_threads),
         "torch_num_interop_threads": _read(torch.get_num_interop_threads),
@@ -287,7 +311,7 @@ def collect_env(
         "tf32_matmul": tf32_enabled("matmul"),
         "tf32_cudnn": tf32_enabled("conv"),
         "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
-        "mode": _jsonable(mode_flags),
+        "mode": jsonable(mode_flags, "keep"),
     }
     if dev.type == "cpu":
         env["device_name"] = env["cpu_name"]
