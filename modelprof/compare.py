@@ -41,6 +41,7 @@ from modelprof.timing.interleave import (
     Candidate,
     cpu_work_columns,
     floor_notes,
+    interval_columns,
     loaded_latency_notes,
     measure_interleaved,
     unranked_note,
@@ -548,21 +549,16 @@ def _step_columns(
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
     base, checks = got[0]["backward"], {}
-    for name, m, (ratio, lo, hi) in zip(order, got, ratios):
+    for name, m, ratio in zip(order, got, ratios):
         b = m["backward"]
-        low, high = b.median_ci_ms
-        rows[name].update(
-            backward_latency_median_ms=b.median_ms,
-            backward_latency_ci_low_ms=low,
-            backward_latency_ci_high_ms=high,
-            backward_latency_x=ratio,
-            backward_latency_x_ci_low=lo,
-            backward_latency_x_ci_high=hi,
-        )
+        rows[name].update(interval_columns("backward_latency", b))
+        rows[name].update(interval_columns("backward_latency_x", ratio))
         if "optimizer" in m:
             rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
         rows[name]["step_latency_median_ms"] = m["step"].median_ms
-        if name != baseline and math.isfinite(ratio):  # a stated ratio: judged against its rounds
+        if name != baseline and math.isfinite(
+            ratio[0]
+        ):  # a stated ratio: judged against its rounds
             checks[name] = judge_ratio("backward_latency_x", name, baseline, b, base)
         rows[name]["backward_latency_x_rough"] = name in checks and not checks[name].agree
     return checks
@@ -575,19 +571,13 @@ def _latency_columns(
     paired interval; on the CPU its CPU work beside them; each ratio's flag (``*_x_rough``:
     it disagrees with its per-round ratios)."""
     m = result.measurements[name]
-    lo, hi = m.median_ci_ms
-    ratio, rlo, rhi = result.ratios[name]
     out = {
-        "latency_median_ms": m.median_ms,
-        "latency_ci_low_ms": lo,
-        "latency_ci_high_ms": hi,
+        **interval_columns("latency", m),
         "latency_p90_ms": m.p90_ms,
         "latency_std_ms": m.std_ms,
         "fps": m.fps,
         "latency_stable": m.stable,
-        "latency_x": ratio,
-        "latency_x_ci_low": rlo,
-        "latency_x_ci_high": rhi,
+        **interval_columns("latency_x", result.ratios[name]),
         "latency_n": m.n,
         **cpu_work_columns(result, name),
     }

@@ -20,6 +20,7 @@ from modelprof.distributed.sweep_store import ResultStore
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv
+from modelprof.timing.interleave import interval_columns
 from modelprof.timing.options import OPTION_NAMES
 
 __all__ = ["measure_config", "profile_keywords", "sweep"]
@@ -108,11 +109,8 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
 
 
 def _latency(prefix: str, m: Any) -> Mapping[str, Any]:
-    low, high = m.median_ci_ms
     return {
-        f"{prefix}_median_ms": m.median_ms,
-        f"{prefix}_ci_low_ms": low,
-        f"{prefix}_ci_high_ms": high,
+        **interval_columns(prefix, m),
         f"{prefix}_p90_ms": m.p90_ms,
         f"{prefix}_std_ms": m.std_ms,
         f"{prefix}_stable": m.stable,

@@ -26,6 +26,7 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.timing.agreement import judge_ratio
 from modelprof.timing.interleave import (
     floor_notes,
+    interval_columns,
     loaded_latency_notes,
     round_ratio,
     unranked_note,
@@ -188,12 +189,10 @@ def _ratio(
 ) -> dict[str, float]:
     """``name``: ``median(m) / median(base)``, ``name_ci_low``/``_ci_high``: the paired interval
     of the rounds both took; NaN when unranked; none when either was not measured."""
-    names = (name, f"{name}_ci_low", f"{name}_ci_high")
     if m is None or base is None:
         return {}
-    if unranked:
-        return dict.fromkeys(names, math.nan)
-    return dict(zip(names, round_ratio(m, base, confidence)))
+    ratio = (math.nan,) * 3 if unranked else round_ratio(m, base, confidence)
+    return interval_columns(name, ratio)
 
 
 def _measured(t: Any) -> list[Measurement]:
@@ -216,9 +215,7 @@ def _cpu_columns(t: Any, base: Any, confidence: float, unranked: bool) -> dict[s
         m, base_m = getattr(t, kind), getattr(base, kind)
         if m is None or m.cpu is None:
             continue
-        lo, hi = m.cpu.median_ci_ms
-        out.update({f"{kind}_cpu_ms": m.cpu.median_ms, f"{kind}_cpu_ci_low_ms": lo})
-        out[f"{kind}_cpu_ci_high_ms"] = hi
+        out.update(interval_columns(f"{kind}_cpu", m.cpu, median=""))
         if kind != "end_to_end":
             base_cpu = getattr(base_m, "cpu", None)
             out.update(_ratio(f"{kind}_cpu_x", m.cpu, base_cpu, confidence, unranked))

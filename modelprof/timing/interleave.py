@@ -33,6 +33,7 @@ __all__ = [
     "LatencyComparison",
     "cpu_work_columns",
     "floor_notes",
+    "interval_columns",
     "measure_interleaved",
     "round_ratio",
     "unranked_note",
@@ -126,22 +127,16 @@ class LatencyComparison:
         rows = {}
         rough = self._rough()
         for name, m in self.measurements.items():
-            lo, hi = m.median_ci_ms
-            ratio, rlo, rhi = self.ratios[name]
             cpu = cpu_work_columns(self, name)
             if cpu:
                 cpu["cpu_work_x_rough"] = "cpu_work_x" in rough[name]
             rows[name] = {
-                "latency_median_ms": m.median_ms,
-                "latency_ci_low_ms": lo,
-                "latency_ci_high_ms": hi,
+                **interval_columns("latency", m),
                 "latency_std_ms": m.std_ms,
                 "latency_p90_ms": m.p90_ms,
                 "fps": m.fps,
                 "n": m.n,
-                "latency_x": ratio,
-                "latency_x_ci_low": rlo,
-                "latency_x_ci_high": rhi,
+                **interval_columns("latency_x", self.ratios[name]),
                 "latency_x_rough": "latency_x" in rough[name],
                 "stable": m.stable,
                 **cpu,
@@ -267,20 +262,31 @@ def loaded_latency_notes(measurements: Iterable[Measurement]) -> list[str]:
     ]
 
 
+def interval_columns(
+    prefix: str, figure: Measurement | tuple[float, float, float], median: str = "_median"
+) -> dict[str, float]:
+    """A figure and its interval as a comparison table's three columns: a measurement's
+    ``{prefix}_median_ms``, ``{prefix}_ci_low_ms``, ``{prefix}_ci_high_ms`` (the first
+    ``{prefix}_ms`` with ``median=""``), or a ratio ``(ratio, low, high)``'s ``{prefix}``,
+    ``{prefix}_ci_low``, ``{prefix}_ci_high``."""
+    if isinstance(figure, tuple):
+        return dict(zip((prefix, f"{prefix}_ci_low", f"{prefix}_ci_high"), figure))
+    low, high = figure.median_ci_ms
+    return {
+        f"{prefix}{median}_ms": figure.median_ms,
+        f"{prefix}_ci_low_ms": low,
+        f"{prefix}_ci_high_ms": high,
+    }
+
+
 def cpu_work_columns(result: LatencyComparison, name: str) -> dict[str, Any]:
     """A candidate's CPU work columns beside its wall-clock latency (empty when not read)."""
     m = result.measurements[name]
     if m.cpu is None or result.cpu_ratios is None:
         return {}
-    lo, hi = m.cpu.median_ci_ms
-    ratio, rlo, rhi = result.cpu_ratios[name]
     return {
-        "cpu_work_median_ms": m.cpu.median_ms,
-        "cpu_work_ci_low_ms": lo,
-        "cpu_work_ci_high_ms": hi,
-        "cpu_work_x": ratio,
-        "cpu_work_x_ci_low": rlo,
-        "cpu_work_x_ci_high": rhi,
+        **interval_columns("cpu_work", m.cpu),
+        **interval_columns("cpu_work_x", result.cpu_ratios[name]),
         "wall_over_cpu": m.wall_over_cpu,
         "loaded": m.loaded,
     }
