@@ -16,15 +16,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import (
-    ModelProfError,
-    ModelProfWarning,
-    TimingDisagreementWarning,
-    warn_user,
-)
+from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.models import load_model
 from modelprof.profile import profile
-from modelprof.report.comparison import Comparison
+from modelprof.report.comparison import Comparison, every_model_failed, note_failed
 from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode
@@ -40,6 +35,8 @@ from modelprof.timing.agreement import RatioAgreement, judge_ratio
 from modelprof.timing.interleave import (
     Candidate,
     cpu_work_columns,
+    cpu_work_note,
+    disagreeing,
     floor_notes,
     interval_columns,
     loaded_latency_notes,
@@ -47,7 +44,6 @@ from modelprof.timing.interleave import (
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
-from modelprof.timing.measurement import load_note
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS
@@ -187,13 +183,7 @@ def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> st
     """The baseline among the models that ran: the one asked for, else (it failed) the first
     that ran; a ModelProfError naming every failure when none did."""
     if not rows:
-        raise ModelProfError(
-            "every model failed: "
-            + "; ".join(
-                f"model {n!r}: {str(e).removeprefix(f'candidate {n!r}: ')}"
-                for n, e in failed.items()
-            )
-        )
+        raise every_model_failed(failed)
     return baseline if baseline in rows else next(iter(rows))
 
 
@@ -335,11 +325,7 @@ def _table(
     df.attrs["baseline"] = baseline
     df.attrs.update(timing_attrs)
     if failed:
-        df.attrs["failed"] = dict(failed)
-        df.attrs["notes"] = [
-            *(df.attrs.get("notes") or ()),
-            *(f"{n} failed and is not compared (its error column says why)" for n in failed),
-        ]
+        note_failed(df.attrs, failed)
     return df
 
 
@@ -365,24 +351,6 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
 
-def _disagreeing(checks: dict[str, list[RatioAgreement]], attrs: dict[str, Any]) -> None:
-    """Each ratio that disagrees with its rounds: a note, a warning and its name in
-    ``attrs["rough_ratios"]`` (``latency_x of b``, for a caption); where it is a ratio the
-    table ranks by, the sentence that withholds the ranks (``attrs["ratios_disagree"]``)."""
-    ranking = "cpu_work_x" if attrs["ranked_by"] == "cpu_work" else "latency_x"
-    for check in (c for found in checks.values() for c in found if not c.agree):
-        attrs["notes"].append(check.note())
-        attrs.setdefault("rough_ratios", []).append(f"{check.figure} of {check.name}")
-        warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
-        if check.figure == ranking and "ratios_disagree" not in attrs:
-            attrs["ratios_disagree"] = (
-                f"not ranked: {ranking} of {check.name} disagrees with its per-round ratios "
-                "(the ratio of medians lies outside their interval)"
-            )
-    if "ratios_disagree" in attrs:
-        attrs["notes"].append(attrs["ratios_disagree"])
-
-
 def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
     and, on a loaded CPU, why it ranks by CPU work; a ratio that disagrees with its rounds."""
@@ -398,29 +366,20 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
     if unranked:
         out["unranked"] = unranked
         out["notes"].append(unranked)
+    elif result.ranked_by == "cpu_work" and result.loaded:
+        out["ranked_by_why"] = "the machine was loaded"
+        out["notes"].append(cpu_work_note(result.measurements.values()))
     elif result.ranked_by == "cpu_work":
-        clock = next(iter(result.measurements.values())).cpu_clock
-        if result.loaded:
-            out["ranked_by_why"] = "the machine was loaded"
-            why = (
-                f"the machine was loaded ({load_note(result.measurements.values())}), which "
-                "stretches the wall clock of whichever model it hits"
-            )
-        else:
-            out["ranked_by_why"] = (
-                "the wall-clock ratios moved between rounds, the CPU work's did not"
-            )
-            why = (
-                "latency_x disagrees with its per-round ratios while cpu_work_x agrees with its "
-                "own: the machine's pace moved between rounds, the models' work did not"
-            )
-        out["notes"].append(
-            f"ranked by CPU work ({clock}): {why}; CPU work equals latency only for a "
-            "single-threaded model on an idle core"
+        out["ranked_by_why"] = "the wall-clock ratios moved between rounds, the CPU work's did not"
+        why = (
+            "latency_x disagrees with its per-round ratios while cpu_work_x agrees with its "
+            "own: the machine's pace moved between rounds, the models' work did not"
         )
+        out["notes"].append(cpu_work_note(result.measurements.values(), why))
     else:
         out["notes"] += loaded_latency_notes(result.measurements.values())
-    _disagreeing(checks, out)
+    ranking = "cpu_work_x" if result.ranked_by == "cpu_work" else "latency_x"
+    disagreeing(checks, ranking, ranking, out, out["notes"])
     return out
 
 

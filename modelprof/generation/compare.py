@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_user
+from modelprof.errors import ModelProfError
 from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model, outputs_by_name
@@ -21,17 +21,20 @@ from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
+from modelprof.report.comparison import every_model_failed, note_failed
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.timing.agreement import judge_ratio
 from modelprof.timing.interleave import (
+    cpu_work_note,
+    disagreeing,
     floor_notes,
     interval_columns,
     loaded_latency_notes,
     round_ratio,
     unranked_note,
 )
-from modelprof.timing.measurement import Measurement, load_note
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.stats import RATIO_ESTIMATOR
@@ -71,9 +74,7 @@ def compare_generation(
             failed[name] = _error_text(e)
     while True:
         if not lms:
-            raise ModelProfError(
-                "every model failed: " + "; ".join(f"model {n!r}: {e}" for n, e in failed.items())
-            )
+            raise every_model_failed(failed)
         try:
             runners, sampled = _sampled(lms, opts, batch_size, seed)
             break
@@ -172,15 +173,12 @@ def _with_failed(df: pd.DataFrame, failed: dict[str, str], order: list[str]) -> 
     """``df`` with a row per failed model, in the order given, its error in ``error``."""
     if not failed:
         return df
-    attrs = dict(df.attrs)
     out = df.reindex(order)
     out["error"] = pd.Series(failed, dtype=object).reindex(order)
     out.index.name = df.index.name
-    notes = list(attrs.get("notes") or [])
-    if order[0] in failed:
-        notes.append(f"the ratios are to {df.index[0]}, the first model that ran")
-    notes += [f"{n} failed and is not compared (its error column says why)" for n in failed]
-    out.attrs = {**attrs, "failed": dict(failed), "notes": notes}
+    out.attrs = dict(df.attrs)
+    first = [f"the ratios are to {df.index[0]}, the first model that ran"]
+    note_failed(out.attrs, failed, *(first if order[0] in failed else ()))
     return out
 
 
@@ -251,25 +249,6 @@ def _flags(checks: list, row: dict[str, Any]) -> None:
             row[f"{ratio}_rough"] = ratio in rough
 
 
-def _disagreeing(
-    checks: dict[str, list], ranked_by: str, notes: list[str], rough: list[str]
-) -> str | None:
-    """A note, a warning and a ``rough`` entry per disagreeing ratio; the sentence that
-    withholds the ranks when the ranked end-to-end ratio is one (else None)."""
-    ranking = "end_to_end_cpu_x" if ranked_by == "cpu_work" else "end_to_end_x"
-    withheld = None
-    for check in (c for found in checks.values() for c in found if not c.agree):
-        notes.append(check.note())
-        rough.append(f"{check.figure} of {check.name}")
-        warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
-        if check.figure == ranking and withheld is None:
-            withheld = (
-                f"not ranked: the end-to-end time of {check.name} disagrees with its "
-                "per-round ratios (the ratio of medians lies outside their interval)"
-            )
-    return withheld
-
-
 def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
@@ -293,39 +272,24 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows).set_index("model")
     ranked_by = _ranked_by(timings)
-    key = "end_to_end_cpu_ms" if ranked_by == "cpu_work" else "end_to_end_ms"
+    on_cpu = ranked_by == "cpu_work"
     notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]
     notes += floor_notes(t.end_to_end for t in timings)
-    rough: list[str] = []
-    withheld = _disagreeing(checks, ranked_by, notes, rough)
+    df.attrs.update(ratio_estimator=RATIO_ESTIMATOR, ranked_by=ranked_by)
+    ranking = "end_to_end_cpu_x" if on_cpu else "end_to_end_x"
+    disagreeing(checks, ranking, "the end-to-end time", df.attrs, notes)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-    if not unranked and withheld is None:
+    if not unranked and "ratios_disagree" not in df.attrs:
+        key = "end_to_end_cpu_ms" if on_cpu else "end_to_end_ms"
         df["rank"] = df[key].rank(method="min").astype("Int64")
-    df.attrs["ratio_estimator"] = RATIO_ESTIMATOR
-    df.attrs["ranked_by"] = ranked_by
-    if rough:
-        df.attrs["rough_ratios"] = rough
-    if withheld is not None:
-        df.attrs["ratios_disagree"] = withheld
-        notes.append(withheld)
+    measured = [m for t in timings for m in _measured(t)]
     if unranked:
         df.attrs["unranked"] = unranked
         notes.append(unranked)
-    elif ranked_by == "cpu_work":
-        notes.append(_loaded_note(timings))
+    elif on_cpu:
+        advice = "quote ttft_cpu_x and tpot_cpu_x, not ttft_x and tpot_x. "
+        notes.append(cpu_work_note(measured, what="generation", advice=advice))
     else:
-        notes += loaded_latency_notes(m for t in timings for m in _measured(t))
+        notes += loaded_latency_notes(measured)
     df.attrs["notes"] = notes
     return df
-
-
-def _loaded_note(timings: list) -> str:
-    """Why a loaded comparison ranks by CPU work, and which ratios hold."""
-    why = load_note(m for t in timings for m in _measured(t))
-    clock = timings[0].end_to_end.cpu_clock
-    return (
-        f"ranked by CPU work ({clock}): the machine was loaded ({why}), "
-        "which stretches the wall clock of whichever generation it hits; quote ttft_cpu_x and "
-        "tpot_cpu_x, not ttft_x and tpot_x. CPU work equals latency only for a "
-        "single-threaded model on an idle core"
-    )

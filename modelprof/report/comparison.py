@@ -4,16 +4,18 @@ neither can be taken for the other."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from modelprof.errors import ModelProfError
 from modelprof.render.comparison import export_comparison
 from modelprof.render.formats import Exports
 from modelprof.report.plots import plot_cost_latency
 
-__all__ = ["Comparison", "ComparisonRender"]
+__all__ = ["Comparison", "ComparisonRender", "every_model_failed", "note_failed"]
 
 
 class ComparisonRender(Exports):
@@ -45,3 +47,25 @@ class Comparison(pd.DataFrame):
 
     def _repr_html_(self) -> str:
         return str(self.render.export("html", standalone=False))
+
+
+def note_failed(attrs: dict[str, Any], failed: Mapping[str, str], *first: str) -> None:
+    """``attrs["failed"]`` and, after the notes ``first``, a note per model that failed (a
+    comparison keeps its row, with its error in ``error``)."""
+    attrs["failed"] = dict(failed)
+    attrs["notes"] = [
+        *(attrs.get("notes") or ()),
+        *first,
+        *(f"{n} failed and is not compared (its error column says why)" for n in failed),
+    ]
+
+
+def every_model_failed(failed: Mapping[str, str]) -> ModelProfError:
+    """The error of a comparison no model of which ran: each one's, without the ``candidate
+    'name': `` its row's error starts with where the interleaved timing said it."""
+    return ModelProfError(
+        "every model failed: "
+        + "; ".join(
+            f"model {n!r}: {e.removeprefix(f'candidate {n!r}: ')}" for n, e in failed.items()
+        )
+    )

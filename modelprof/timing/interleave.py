@@ -32,6 +32,8 @@ __all__ = [
     "Candidate",
     "LatencyComparison",
     "cpu_work_columns",
+    "cpu_work_note",
+    "disagreeing",
     "floor_notes",
     "interval_columns",
     "measure_interleaved",
@@ -260,6 +262,50 @@ def loaded_latency_notes(measurements: Iterable[Measurement]) -> list[str]:
         "for a core), so no figure here is proof against it; time again on a quieter machine, "
         "or with torch.set_num_threads(1) for a ranking by CPU work"
     ]
+
+
+def cpu_work_note(
+    measurements: Iterable[Measurement],
+    why: str | None = None,
+    what: str = "model",
+    advice: str = "",
+) -> str:
+    """Why a comparison ranks by CPU work: ``why``, by default the load on the machine, which
+    stretches the wall clock of whichever ``what`` it hits; ``advice`` before the caveat."""
+    ms = list(measurements)
+    if why is None:
+        why = (
+            f"the machine was loaded ({load_note(ms)}), which stretches the wall clock of "
+            f"whichever {what} it hits"
+        )
+    return (
+        f"ranked by CPU work ({ms[0].cpu_clock}): {why}; {advice}CPU work equals latency only "
+        "for a single-threaded model on an idle core"
+    )
+
+
+def disagreeing(
+    checks: Mapping[str, list[RatioAgreement]],
+    ranking: str,
+    words: str,
+    attrs: dict[str, Any],
+    notes: list[str],
+) -> None:
+    """Each ratio that disagrees with its rounds: a note, a warning and its name in
+    ``attrs["rough_ratios"]`` (``latency_x of b``, for a caption); where it is ``ranking``, the
+    ratio the table ranks by (``words``: it in words), the sentence that withholds the ranks
+    (``attrs["ratios_disagree"]``), noted after them."""
+    for check in (c for found in checks.values() for c in found if not c.agree):
+        notes.append(check.note())
+        attrs.setdefault("rough_ratios", []).append(f"{check.figure} of {check.name}")
+        warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
+        if check.figure == ranking and "ratios_disagree" not in attrs:
+            attrs["ratios_disagree"] = (
+                f"not ranked: {words} of {check.name} disagrees with its per-round ratios "
+                "(the ratio of medians lies outside their interval)"
+            )
+    if "ratios_disagree" in attrs:
+        notes.append(attrs["ratios_disagree"])
 
 
 def interval_columns(
