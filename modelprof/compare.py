@@ -41,6 +41,7 @@ from modelprof.timing.interleave import (
     interval_columns,
     loaded_latency_notes,
     measure_interleaved,
+    rough_flags,
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
@@ -68,8 +69,6 @@ _RATIOS = {
 _TIMED_RATIOS = tuple(
     f"{r}{end}" for r in ("latency_x", "cpu_work_x") for end in ("", "_ci_low", "_ci_high")
 )
-#: each timed ratio's flag: its ratio of medians disagrees with its per-round ratios
-_ROUGH_RATIOS = {"latency_x": "latency_x_rough", "cpu_work_x": "cpu_work_x_rough"}
 
 
 def compare(
@@ -540,8 +539,7 @@ def _latency_columns(
         "latency_n": m.n,
         **cpu_work_columns(result, name),
     }
-    rough = {c.figure for c in checks.get(name, ()) if not c.agree}
-    out.update({flag: x in rough for x, flag in _ROUGH_RATIOS.items() if x in out})
+    rough_flags(checks.get(name, ()), out, ("latency_x", "cpu_work_x"))
     return out
 
 

@@ -31,6 +31,7 @@ from modelprof.timing.interleave import (
     floor_notes,
     interval_columns,
     loaded_latency_notes,
+    rough_flags,
     round_ratio,
     unranked_note,
 )
@@ -241,14 +242,6 @@ def _checks(lms: list, timings: list, unranked: bool) -> dict[str, list]:
     return out
 
 
-def _flags(checks: list, row: dict[str, Any]) -> None:
-    """``<ratio>_rough`` beside each ratio of ``row``."""
-    rough = {c.figure for c in checks if not c.agree}
-    for ratio in ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"):
-        if ratio in row:
-            row[f"{ratio}_rough"] = ratio in rough
-
-
 def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     rows = []
     base = timings[0]
@@ -268,7 +261,7 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
         for kind in ("ttft", "tpot"):
             row.update(_ratio(f"{kind}_x", getattr(t, kind), getattr(base, kind), *ratio_args))
         row.update(_cpu_columns(t, base, *ratio_args))
-        _flags(checks.get(name, []), row)
+        rough_flags(checks.get(name, []), row, ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"))
         rows.append(row)
     df = pd.DataFrame(rows).set_index("model")
     ranked_by = _ranked_by(timings)

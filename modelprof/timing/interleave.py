@@ -37,6 +37,7 @@ __all__ = [
     "floor_notes",
     "interval_columns",
     "measure_interleaved",
+    "rough_flags",
     "round_ratio",
     "unranked_note",
     "measure_latencies",
@@ -306,6 +307,15 @@ def disagreeing(
             )
     if "ratios_disagree" in attrs:
         notes.append(attrs["ratios_disagree"])
+
+
+def rough_flags(
+    checks: Iterable[RatioAgreement], row: dict[str, Any], ratios: Iterable[str]
+) -> None:
+    """``<ratio>_rough`` beside each of ``ratios`` that ``row`` states: whether ``checks`` found
+    it disagreeing with its per-round ratios."""
+    rough = {c.figure for c in checks if not c.agree}
+    row.update({f"{r}_rough": r in rough for r in ratios if r in row})
 
 
 def interval_columns(
