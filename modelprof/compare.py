@@ -312,8 +312,8 @@ def _table(
     # no rank: too few runs to order them (nor a timed ratio), or medians and rounds rank apart
     if timing_attrs.get("unranked") or timing_attrs.get("ratios_disagree"):
         df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-        for column in _TIMED_RATIOS if timing_attrs.get("unranked") else ():
-            if column in df.columns:
+        if timing_attrs.get("unranked"):  # too few runs: no timed ratio either
+            for column in set(_TIMED_RATIOS) & set(df.columns):
                 df[column] = math.nan
     elif timing_attrs:
         key = (

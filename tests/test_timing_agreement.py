@@ -109,13 +109,14 @@ def test_agreement_needs_both_disjoint_intervals_and_a_gap_beyond_the_tolerance(
     lo, hi = held.passes_ci_ms
     assert lo <= 10.0 and (hi - lo) / 2 / held.passes_ms < 0.5 and held.agree
     # 36 % apart inside an interval of +-87 %, which says almost nothing: not agreement but
-    # "cannot be told apart" (issue 37: a 270 ms root above a 1,628 ms clean median on n=2,
-    # 95 % CI 3.4-781,354, passed as agreeing), said as such
+    # "too noisy to compare" (issue 37: a 270 ms root above a 1,628 ms clean median on n=2,
+    # 95 % CI 3.4-781,354, passed as agreeing), said as such; a newcomer read the earlier
+    # "cannot be told apart" of a 91x gap as "these may be equal"
     wide = judge_agreement(clean, _measurement(20.0, 2.0, 3), leaf_sum_ms=13.0)
     lo, hi = wide.passes_ci_ms
     assert lo <= 10.0 and (hi - lo) / 2 / wide.passes_ms > 0.5
     assert not wide.agree and wide.verdict == "imprecise"
-    assert "CANNOT BE TOLD APART" in wide.note() and "budget_s" in wide.note()
+    assert "TOO NOISY TO COMPARE" in wide.note() and "budget_s" in wide.note()
     # one pass (no interval): its median stands for it, so a 6.8x gap is still a disagreement
     one = Measurement([68.0], blocks=[0])
     assert math.isnan(one.median_ci_ms[0])

@@ -554,7 +554,7 @@ class Report(Exports):
             return {
                 "identical": "identical layers read far apart",
                 "leaves": "the leaf rows add up to more than the model",
-                "imprecise": "the per-layer and clean runs cannot be told apart",
+                "imprecise": "the per-layer and clean runs are too noisy to compare",
             }.get(a.verdict, "the per-layer passes disagree with the clean runs")
         if lt.n < 2 or (lt.min_samples is not None and lt.n < lt.min_samples):
             plural = "es" if lt.n != 1 else ""

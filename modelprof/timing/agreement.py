@@ -119,7 +119,7 @@ class TimingAgreement:
             )
         if self.verdict == "imprecise":
             return (
-                f"the per-layer passes and the clean runs CANNOT BE TOLD APART: the (root) pass "
+                f"the per-layer passes and the clean runs are TOO NOISY TO COMPARE: the (root) pass "
                 f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, the clean end-to-end "
                 f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
                 "inside an interval too wide to say which holds (the machine's load moved "
@@ -205,7 +205,7 @@ def judge_agreement(
     only the clean runs use, if any; ``identical``: :func:`identical_spread`'s finding, if any.
 
     Medians further apart than ``tolerance`` *disagree* when their intervals do not overlap,
-    and *cannot be told apart* when they overlap only because an interval is wider than
+    and are *too noisy to compare* when they overlap only because an interval is wider than
     ±``JUDGE_MAX_RELATIVE_CI`` (neither is then a figure to quote); a leaf sum above the
     ``(root)`` pass by more than ``tolerance`` is a third disagreement."""
     c_lo, c_hi = _bounds(clean)
