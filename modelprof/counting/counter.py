@@ -45,7 +45,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime import compat
 from modelprof.runtime.tensors import is_dtensor_type, nbytes, tensor_nbytes
 
-__all__ = ["OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
+__all__ = ["FixedScope", "OpCounter", "OpStats", "count_ops", "op_name", "probe_cost"]
 
 HigherOrderOperator = compat.HigherOrderOperator
 
@@ -593,20 +593,23 @@ def _wrap_subgraphs(obj: Any, counter: OpCounter) -> Any:
     return obj
 
 
-class _Probe:
-    """A stand-in for ``scope.Tracker`` that charges everything to one empty root record."""
+class FixedScope:
+    """A stand-in for ``scope.Tracker`` that charges every op to one record, ``current``
+    (``count_ops``'s empty root record, a training step's loss or optimizer step); no
+    parameter waits to be charged."""
 
-    def __init__(self) -> None:
-        self.pending_params: dict = {}
-        self.buffers: dict = {}
-        # (index, name, type, call, depth, parent, has_submodules, input shapes and bytes, ...)
-        self.current = CallRecord(0, "", "", 1, 0, None, False, [], 0, 0, 0)
+    def __init__(self, current: Any = None) -> None:
+        if current is None:
+            # (index, name, type, call, depth, parent, has_submodules, input shapes and bytes, ...)
+            current = CallRecord(0, "", "", 1, 0, None, False, [], 0, 0, 0)
+        self.current = current
+        self.pending_params: dict[int, torch.Tensor] = {}
 
 
 def count_ops(fn: Any, *args: Any, registry: FormulaRegistry | None = None) -> OpCounter:
     """Run ``fn(*args)`` (a ``score_mod``, a training step...) under a counter of its own and
     return it: ``counter.by_op`` per op, ``counter.tracker.current.macs/flops/madd`` in total."""
-    counter = OpCounter(_Probe(), registry)
+    counter = OpCounter(FixedScope(), registry)
     with counter:
         fn(*args)
     return counter

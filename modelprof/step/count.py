@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.collectives import add_collective, ddp_gradient_collectives, merge_comm
-from modelprof.counting.counter import OpCounter, OpStats
+from modelprof.counting.counter import FixedScope, OpCounter, OpStats
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.forward import StaticResult, counted_module, forward_error, meta_attention
@@ -121,14 +121,6 @@ class _StepTracker(Tracker):
     ) -> None:
         super().post(module, args, kwargs, output, raised)
         self.marks.mark(self.current.index)
-
-
-class _FixedScope:
-    """A scope whose ops all go to one ``PassCost`` (the loss's forward, the optimizer)."""
-
-    def __init__(self, cost: PassCost) -> None:
-        self.current = cost
-        self.pending_params: dict[int, torch.Tensor] = {}
 
 
 class BackwardScope:
@@ -353,7 +345,7 @@ def _count_step(
     target = move_target(spec.target, inputs.device, mode.dtype)
     saved = SavedBytes(skip, lambda: tracker.current.index)
     loss_forward, loss_backward = PassCost(collect_op_bytes=True), PassCost()
-    loss_counter = OpCounter(_FixedScope(loss_forward), registry)
+    loss_counter = OpCounter(FixedScope(loss_forward), registry)
     device = inputs.device
 
     with step_guard(device), running(model, dataclasses.replace(mode, amp=None)):
@@ -478,7 +470,7 @@ def _count_optimizer(
     clone_of = {orig: clones[id(a)] for orig, a in copy_of.items() if id(a) in clones}
     stepping = spec.make_optimizer(list(clones.values()), clone_of)
     entry = PassCost(collect_op_bytes=True)
-    counter = OpCounter(_FixedScope(entry), registry)
+    counter = OpCounter(FixedScope(entry), registry)
     with refused_as(
         f"optimizer={spec.optimizer_name} has no per-element formula and "
         "its step could not be run to count it"
