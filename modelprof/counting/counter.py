@@ -35,7 +35,7 @@ from modelprof.counting.collectives import (
     is_comm_bookkeeping,
 )
 from modelprof.counting.formulas.memory import VIEW
-from modelprof.counting.formulas.quantized import packed_nbytes, packed_weights
+from modelprof.counting.formulas.quantized import packed_size
 from modelprof.counting.formulas.registry import REGISTRY, ZERO, Cost, FormulaRegistry, total
 from modelprof.counting.formulas.values import has_values
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, cpu_outputs
@@ -336,10 +336,11 @@ class OpCounter(compat.TorchDispatchMode):
         objects = [o for a in args for o in (a if isinstance(a, (list, tuple)) else (a,))]
         for a in objects:
             if isinstance(a, torch.ScriptObject):
-                record.param_bytes += packed_nbytes(a, name)
+                elements, stored = packed_size(a, name)
+                record.param_bytes += stored
                 if id(a) not in self._packed_seen:
                     self._packed_seen[id(a)] = a  # kept alive: its id stays unique meanwhile
-                    record.params += sum(t.numel() for t in packed_weights(a))
+                    record.params += elements
 
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.counter import OpCounter, OpStats
-from modelprof.counting.formulas.quantized import packed_weights
+from modelprof.counting.formulas.quantized import held_packed_weights
 from modelprof.counting.formulas.registry import FormulaRegistry
 from modelprof.counting.meta_sdpa import FusedMetaSDPA, attention_as_on_cpu
 from modelprof.counting.scope import CallRecord, Tracker
@@ -144,21 +144,9 @@ def analyze(
             raise forward_error(e, tracker, inputs) from e
     records = tracker.final_records(model, inputs.args, inputs.kwargs, output)
     count = torch.Tensor.numel if view is None else view.count  # (guard.parameters are distinct)
-    model_params = sum(map(count, guard.parameters)) + _packed_params(guard.script_attrs)
+    model_params = sum(map(count, guard.parameters)) + held_packed_weights(guard.script_attrs)[0]
     caught = tuple(counter.raised_on_meta)
     return StaticResult(records, counter.unsupported, counter.by_op, model_params, caught)
-
-
-def _packed_params(attributes: Iterable[dict[str, Any]]) -> int:
-    """Elements of the packed weights of quantized layers (``torch.ScriptObject`` attributes of
-    the modules' ``__dict__``s, no ``nn.Parameter``), each object once: parameters too."""
-    objects = {
-        id(v): v
-        for attrs in attributes
-        for v in attrs.values()
-        if isinstance(v, torch.ScriptObject)
-    }
-    return sum(t.numel() for v in objects.values() for t in packed_weights(v))
 
 
 def meta_attention(

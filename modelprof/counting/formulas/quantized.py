@@ -16,6 +16,7 @@ once, bytes at every call).
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from math import prod
 from typing import Any
 
@@ -40,7 +41,7 @@ from modelprof.counting.formulas.registry import (
 from modelprof.counting.formulas.rnn import rnn_layers
 from modelprof.runtime.tensors import stored_nbytes
 
-__all__ = ["module_packed_weights", "packed_nbytes", "packed_weights"]
+__all__ = ["held_packed_weights", "module_packed_weights", "packed_size", "packed_weights"]
 
 _quantized = functools.partial(register_ops, namespace="quantized")  # quantized:: ops by name
 
@@ -92,37 +93,43 @@ def _half_precision(obj: Any, op: str) -> bool:
     return "_fp16" in op or bool(state) and state[0] == "quantized_fp16"
 
 
-def packed_nbytes(obj: Any, op: str) -> int:
-    """Bytes a packed-params object keeps, as :func:`stored_nbytes` counts its tensors (an int8
-    weight with its per-channel scales and zero points). A float16 one
-    (``quantize_dynamic(dtype=torch.float16)``) keeps its weight matrices in half precision,
-    though ``unpack`` returns them in float32: 2 bytes an element; its bias stays float32."""
+def packed_size(obj: Any, op: str) -> tuple[int, int]:
+    """``(elements, bytes)`` of the tensors a packed-params object keeps, in one unpack; the
+    bytes as :func:`stored_nbytes` counts them (an int8 weight with its per-channel scales and
+    zero points). A float16 one (``quantize_dynamic(dtype=torch.float16)``) keeps its weight
+    matrices in half precision, though ``unpack`` returns them in float32: 2 bytes an element;
+    its bias stays float32."""
     tensors = packed_weights(obj)
-    if not _half_precision(obj, op):
-        return sum(map(stored_nbytes, tensors))
-    return sum(
-        t.numel() * 2 if t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
+    half = _half_precision(obj, op)
+    stored = sum(
+        t.numel() * 2 if half and t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
         for t in tensors
     )
+    return sum(t.numel() for t in tensors), stored
 
 
-def module_packed_weights(model: Any) -> tuple[int, int]:
-    """``(elements, bytes)`` of the packed weights ``model``'s modules (quantized layers) hold in
-    ``torch.ScriptObject`` attributes, each object once, at their stored size
-    (:func:`packed_nbytes`; a module whose ``dtype`` is float16 keeps half-precision weights)."""
+def held_packed_weights(attributes: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """``(elements, bytes)`` of the packed weights (quantized layers', no ``nn.Parameter``) that
+    modules hold as ``torch.ScriptObject`` values of these attribute dicts (their ``vars``),
+    each object once (:func:`packed_size`; a module whose ``dtype`` is float16 keeps
+    half-precision weights)."""
     seen: set[int] = set()
     elements = stored = 0
     script = torch.ScriptObject  # its exact type: isinstance against it costs 4x as much
-    for module in model.modules():
-        held = [v for v in vars(module).values() if type(v) is script and id(v) not in seen]
-        if not held:  # most modules: no attribute lookup (a miss costs an exception)
-            continue
-        op = "_fp16" if getattr(module, "dtype", None) == torch.float16 else ""
-        for value in held:
-            seen.add(id(value))
-            stored += packed_nbytes(value, op)
-            elements += sum(t.numel() for t in packed_weights(value))
+    for attrs in attributes:
+        for value in attrs.values():
+            if type(value) is script and id(value) not in seen:
+                seen.add(id(value))
+                half = attrs.get("dtype") == torch.float16
+                n, nbytes = packed_size(value, "_fp16" if half else "")
+                elements += n
+                stored += nbytes
     return elements, stored
+
+
+def module_packed_weights(model: Any) -> tuple[int, int]:
+    """:func:`held_packed_weights` of ``model``'s modules."""
+    return held_packed_weights(map(vars, model.modules()))
 
 
 def _packed(args: tuple) -> Any:
