@@ -86,21 +86,15 @@ def packed_weights(obj: Any) -> list[torch.Tensor]:
     return found
 
 
-def _half_precision(obj: Any, op: str) -> bool:
-    """Whether ``obj`` holds float16 weights that ``unpack`` gives back in float32: those of an
-    ``_fp16`` op, or of an RNN layer of kind ``quantized_fp16``."""
-    state = _cell_state(obj)
-    return "_fp16" in op or bool(state) and state[0] == "quantized_fp16"
-
-
 def packed_size(obj: Any, op: str) -> tuple[int, int]:
     """``(elements, bytes)`` of the tensors a packed-params object keeps, in one unpack; the
     bytes as :func:`stored_nbytes` counts them (an int8 weight with its per-channel scales and
-    zero points). A float16 one (``quantize_dynamic(dtype=torch.float16)``) keeps its weight
-    matrices in half precision, though ``unpack`` returns them in float32: 2 bytes an element;
-    its bias stays float32."""
+    zero points). A float16 one (``quantize_dynamic(dtype=torch.float16)``: an ``_fp16`` op's,
+    an RNN layer's of kind ``quantized_fp16``) keeps its weight matrices in half precision,
+    though ``unpack`` returns them in float32: 2 bytes an element; its bias stays float32."""
     tensors = packed_weights(obj)
-    half = _half_precision(obj, op)
+    state = _cell_state(obj)
+    half = "_fp16" in op or bool(state) and state[0] == "quantized_fp16"
     stored = sum(
         t.numel() * 2 if half and t.dim() > 1 and t.is_floating_point() else stored_nbytes(t)
         for t in tensors
