@@ -105,7 +105,7 @@ def analyze(
     # the guard (the caller's when profile() holds one) copies on first write before each op,
     # uncounted; its one walk of the model gives the names, parameters and packed weights too
     with preserved_state(model) as guard:
-        _refuse_lazy(guard.lazy)
+        refuse_lazy(guard.lazy)
         names = guard.names
         tracker = Tracker(
             names,
@@ -164,11 +164,11 @@ def meta_attention(
     return stack
 
 
-def _refuse_lazy(lazy: list[str]) -> None:
-    """A forward would materialise lazy parameters and buffers (these names) in the model."""
+def refuse_lazy(lazy: list[str], what: str = "parameters or buffers") -> None:
+    """A forward would materialise lazy ``what`` (these names) in the model."""
     if lazy:
         raise ModelProfError(
-            f"the model has uninitialised lazy parameters or buffers "
+            f"the model has uninitialised lazy {what} "
             f"({lazy[0]!r}{' and more' if len(lazy) > 1 else ''}): run one "
             "forward first, so that profiling does not materialise them in "
             "your model"

@@ -27,7 +27,13 @@ from modelprof.counting.collectives import add_collective, ddp_gradient_collecti
 from modelprof.counting.counter import FixedScope, OpCounter, OpStats
 from modelprof.counting.formulas.optim import OptimizerCost, optimizer_cost
 from modelprof.counting.formulas.registry import FormulaRegistry
-from modelprof.counting.forward import StaticResult, counted_module, forward_error, meta_attention
+from modelprof.counting.forward import (
+    StaticResult,
+    counted_module,
+    forward_error,
+    meta_attention,
+    refuse_lazy,
+)
 from modelprof.counting.scope import CallRecord, Tracker
 from modelprof.counting.sharding import ParamView
 from modelprof.errors import ModelProfError
@@ -254,18 +260,6 @@ def trainable_check(model: nn.Module, inputs: Any = None) -> None:
     )
 
 
-def _check_materialised(model: nn.Module) -> None:
-    lazy = [
-        n for n, p in model.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)
-    ]
-    if lazy:
-        raise ModelProfError(
-            f"the model has uninitialised lazy parameters ({lazy[0]!r}"
-            f"{' and more' if len(lazy) > 1 else ''}): run one forward first, "
-            "so that profiling does not materialise them in your model"
-        )
-
-
 def _model_params(model: nn.Module, view: Any) -> int:
     """Elements of the model's distinct parameters (its shards per rank, per ``view``)."""
     return sum(
@@ -299,7 +293,8 @@ def count_step(
     mode = dataclasses.replace(mode.on(inputs.device), no_grad=False)
     ddp = model if is_ddp(model) else None
     model = counted_module(model, inputs, mode.amp)
-    _check_materialised(model)
+    lazy = nn.parameter.UninitializedParameter
+    refuse_lazy([n for n, p in model.named_parameters() if isinstance(p, lazy)], "parameters")
     trainable_check(model, (inputs.args, inputs.kwargs))
     spec = spec.isolated()  # the loss's own parameters and buffers: a copy's
     # the forward's in-place writes of parameters (an Embedding(max_norm=)) reach the user's
