@@ -322,3 +322,25 @@ def test_compare_ratio_and_throughput_columns() -> None:
 def test_an_empty_selection_still_renders() -> None:
     t = prepare_table(report_frame().head(0), report_totals(), columns=["module", "flops"])
     assert t.cells == () and t.totals == ("total", "16.64 K")
+
+
+def test_a_ratios_interval_is_shown_as_the_ratio_is() -> None:
+    # a newcomer saw latency ratio 0.276x beside an interval 0.24 / 0.32: the bounds were plain
+    # floats (2 decimals) while the ratio is a multiple (3 significant figures); a generation
+    # ratio's bounds (ttft_x_ci_low) are named by pattern, not declared, and read the same way
+    df = pd.DataFrame(
+        {
+            "model": ["a", "b"],
+            "latency_x": [1.0, 0.2764],
+            "latency_x_ci_low": [1.0, 0.2413],
+            "latency_x_ci_high": [1.0, 0.3171],
+            "ttft_x_ci_low": [1.0, 0.2413],
+        }
+    )
+    t = prepare_table(df)
+    assert t.headers[-1] == "ttft ratio CI low"
+    assert t.cells[1] == ("b", "0.276×", "0.241×", "0.317×", "0.241×")
+    # fixed units (LaTeX's default): one unit in the header, the same 2 decimals for all
+    fixed = prepare_table(df, units="fixed")
+    assert fixed.headers[2] == "latency ratio CI low (×)"
+    assert fixed.cells[1] == ("b", "0.28", "0.24", "0.32", "0.24")

@@ -115,6 +115,9 @@ def column_spec(name: str, series: pd.Series | None = None) -> ColumnSpec:
     known = _declared(name)
     if known is not None:
         return known
+    stem, bound, side = name.rpartition("_x_ci_")
+    if bound and stem and side in ("low", "high"):  # ttft_x_ci_low: a ratio's bound, as the ratio
+        return ColumnSpec(f"{column_spec(stem + '_x').header} CI {side}", "multiple")
     for suffix, kind in _SUFFIX_KINDS:
         if name.endswith(suffix) and len(name) > len(suffix):
             stem = name[: -len(suffix)]
