@@ -306,6 +306,13 @@ def test_compare_generation_ratios_are_the_ratios_of_the_medians_shown():
     assert table.loc["fast", "tpot_x"] == 1.0
     assert table.attrs["ratio_estimator"].startswith("ratio of the medians")
     assert "unranked" not in table.attrs
+    # as compare()'s, the table renders humanised (a newcomer found no .render on it): the
+    # medians with their units and the ratios as multiples, the rank's direction said
+    text = table.render.to_markdown()
+    headers = [h.strip() for h in text.splitlines()[0].strip("|").split("|")]
+    assert {"ttft", "tpot ratio", "tpot ratio CI low"} <= set(headers)
+    assert headers[-1] in ("rank (1 = lowest latency)", "rank (1 = lowest CPU work)")
+    assert f"{slow['tpot_x']:.3g}×" in text and " ms |" in text
 
 
 def test_compare_generation_with_too_few_runs_states_no_ratio_and_says_why():

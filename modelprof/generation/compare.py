@@ -21,7 +21,7 @@ from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
-from modelprof.report.comparison import every_model_failed, note_failed
+from modelprof.report.comparison import Comparison, every_model_failed, note_failed
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.timing.agreement import judge_ratio
@@ -53,8 +53,9 @@ def compare_generation(
     seed: int = 0,
     options: TimingOptions | None = None,
     **timing_options: Any,
-) -> pd.DataFrame:
-    """One row per model: TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
+) -> Comparison:
+    """One row per model (a :class:`~modelprof.report.comparison.Comparison`, so that
+    ``.render.to_latex()`` and its siblings give the humanised table): TTFT, TPOT and end-to-end medians with intervals, tokens/s, counted
     decode MACs and KV bytes per token, and ``ttft_x``/``tpot_x`` ratios to the first model
     with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU work beside it (``*_cpu_ms``,
     ``*_cpu_x``, ``wall_over_cpu``, ``loaded``). ``rank`` (1 = fastest end to end) follows
@@ -86,7 +87,10 @@ def compare_generation(
         timing_from(runner, runner.run, s, spec)
         for s, runner, (_, _, spec, _) in zip(sampled, runners, lms)
     ]
-    return _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
+    df = _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
+    out = Comparison(df)
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def _prepared(
