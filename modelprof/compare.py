@@ -42,6 +42,7 @@ from modelprof.timing.interleave import (
     loaded_latency_notes,
     measure_interleaved,
     rough_flags,
+    tied_ranks,
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
@@ -315,14 +316,12 @@ def _table(
         if timing_attrs.get("unranked"):  # too few runs: no timed ratio either
             for column in set(_TIMED_RATIOS) & set(df.columns):
                 df[column] = math.nan
-    elif timing_attrs:
-        key = (
-            "cpu_work_median_ms" if timing_attrs["ranked_by"] == "cpu_work" else "latency_median_ms"
-        )
-        df["rank"] = df[key].rank(method="min").astype("Int64")
+    elif timing_attrs:  # 1 the fastest; a tie where the rounds cannot order two
+        ranks = timing_attrs["ranks"]
+        df["rank"] = pd.array([ranks.get(name) for name in df.index], dtype="Int64")
     df.attrs["env"] = env
     df.attrs["baseline"] = baseline
-    df.attrs.update(timing_attrs)
+    df.attrs.update({k: v for k, v in timing_attrs.items() if k != "ranks"})
     if failed:
         note_failed(df.attrs, failed)
     return df
@@ -379,6 +378,11 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         out["notes"] += loaded_latency_notes(result.measurements.values())
     ranking = "cpu_work_x" if result.ranked_by == "cpu_work" else "latency_x"
     disagreeing(checks, ranking, ranking, out, out["notes"])
+    if not (unranked or "ratios_disagree" in out):
+        on_cpu = result.ranked_by == "cpu_work"
+        figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}
+        out["ranks"], tied = tied_ranks(figures)
+        out["notes"] += [tied] if tied else []
     return out
 
 

@@ -70,6 +70,17 @@ def test_an_idle_cpu_ranks_by_latency(monkeypatch):
     assert "CPU work median" not in df.render.to_markdown()  # shown only when ranked by it
 
 
+def test_copies_of_one_model_tie_and_a_note_says_so(monkeypatch):
+    # three copies of a 1 ms model and a 2 ms one on the exact fake clock: the copies' paired
+    # ratios are 1 (a tie, not 1, 2, 3 by noise); the 2 ms one is 4th
+    clock = install(monkeypatch)
+    models = {name: nn.Sequential(VirtualSpin(clock, 1.0)) for name in ("a", "b", "c")}
+    models["slow"] = nn.Sequential(VirtualSpin(clock, 2.0))
+    df = compare(models, (4,), repeat=12, warmup=1, roofline=False)
+    assert df["rank"].tolist() == [1, 1, 1, 4]
+    assert any(n.startswith("tied in rank") and "a, b, c" in n for n in df.attrs["notes"])
+
+
 @pytest.fixture
 def spin_nets(tmp_path: Path) -> Path:
     """Two models that burn 15 and 20 ms of their thread's CPU time a call: work a loaded

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from modelprof.timing.agreement import judge_ratio
-from modelprof.timing.interleave import _ratios
+from modelprof.timing.interleave import _ratios, tied_ranks
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.stats import paired_block_medians, ratio_of_medians
 
@@ -71,3 +71,32 @@ def test_rounds_taken_by_both_from_round_zero_pair_alike_either_way():
     cand = Measurement([2.0, 3.0], blocks=[0, 1])
     num, den = paired_block_medians(cand.samples_ms, cand.blocks, base.samples_ms, base.blocks)
     assert num.tolist() == [2.0, 3.0] and den.tolist() == [1.0, 2.0]
+
+
+def test_ranks_tie_where_the_rounds_cannot_order_two():
+    # per round r: a's median base[r]; b the same within +-2 % (alternating: its log ratios
+    # to a are +-0.02, mean 0, so the paired interval holds 1); c 1.5x a (ratio 1.5, interval
+    # far from 1); d 1.5x a within +-2 % (holds 1 against c). Ranks 1, 1, 3, 3: a newcomer's
+    # three copies of one model were ranked 3, 2, 1 by noise
+    base = np.array([10.0, 11.0, 9.5, 10.5, 10.2, 9.8, 10.9, 9.9])
+    wobble = np.exp(0.02 * np.array([1, -1] * 4))
+    blocks = np.arange(8)
+    figures = {
+        "a": Measurement(base, blocks=blocks),
+        "b": Measurement(base * wobble, blocks=blocks),
+        "c": Measurement(1.5 * base, blocks=blocks),
+        "d": Measurement(1.5 * base / wobble, blocks=blocks),
+    }
+    ranks, note = tied_ranks(figures)
+    assert ranks == {"a": 1, "b": 1, "c": 3, "d": 3}
+    head, _, groups = note.partition(": ")
+    assert head == "tied in rank (the interval of their paired ratio holds 1)"
+    assert {frozenset(g.split(", ")) for g in groups.split("; ")} == {
+        frozenset("ab"),
+        frozenset("cd"),
+    }
+    # three identical copies: one tie; distinct ones keep their order and no note
+    same, tie_note = tied_ranks({k: figures["a"] for k in "xyz"})
+    assert same == {"x": 1, "y": 1, "z": 1} and "x, y, z" in tie_note
+    apart, none = tied_ranks({"a": figures["a"], "c": figures["c"]})
+    assert apart == {"a": 1, "c": 2} and none is None

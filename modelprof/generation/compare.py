@@ -33,6 +33,7 @@ from modelprof.timing.interleave import (
     loaded_latency_notes,
     rough_flags,
     round_ratio,
+    tied_ranks,
     unranked_note,
 )
 from modelprof.timing.measurement import Measurement
@@ -276,9 +277,11 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     ranking = "end_to_end_cpu_x" if on_cpu else "end_to_end_x"
     disagreeing(checks, ranking, "the end-to-end time", df.attrs, notes)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-    if not unranked and "ratios_disagree" not in df.attrs:
-        key = "end_to_end_cpu_ms" if on_cpu else "end_to_end_ms"
-        df["rank"] = df[key].rank(method="min").astype("Int64")
+    if not unranked and "ratios_disagree" not in df.attrs:  # a tie where rounds cannot order two
+        ends = {name: t.end_to_end for (name, *_), t in zip(lms, timings)}
+        ranks, tied = tied_ranks({n: m.cpu if on_cpu else m for n, m in ends.items()})
+        df["rank"] = pd.array([ranks[name] for name in df.index], dtype="Int64")
+        notes += [tied] if tied else []
     measured = [m for t in timings for m in _measured(t)]
     if unranked:
         df.attrs["unranked"] = unranked

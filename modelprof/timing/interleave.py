@@ -39,6 +39,7 @@ __all__ = [
     "measure_interleaved",
     "rough_flags",
     "round_ratio",
+    "tied_ranks",
     "unranked_note",
     "measure_latencies",
 ]
@@ -224,6 +225,33 @@ def round_ratio(m: Measurement, base: Measurement, confidence: float) -> tuple[f
     both took (``stats.paired_block_medians``: one at its ``max_samples`` takes no more)."""
     num, den = paired_block_medians(m.samples_ms, m.blocks, base.samples_ms, base.blocks)
     return ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)
+
+
+def tied_ranks(figures: Mapping[str, Measurement]) -> tuple[dict[str, int], str | None]:
+    """Each candidate's rank, 1 the lowest median of the figure ranked by, and the note naming
+    the ties: a candidate ties with the first of the group ranked just above it when the
+    interval of their paired ratio (:func:`round_ratio`) holds 1, as when it is the same model;
+    the rounds cannot order them. Ranks run 1, 1, 3 (two tied for first)."""
+    order = sorted(figures, key=lambda name: figures[name].median_ms)
+    ranks: dict[str, int] = {}
+    groups: dict[str, list[str]] = {}
+    leader = None
+    for place, name in enumerate(order, start=1):
+        if leader is not None:
+            m = figures[name]
+            ratio, low, high = round_ratio(m, figures[leader], m.confidence)
+            if ratio == 1.0 or low <= 1.0 <= high:
+                ranks[name] = ranks[leader]
+                groups[leader].append(name)
+                continue
+        leader, ranks[name], groups[name] = name, place, [name]
+    tied = [", ".join(g) for g in groups.values() if len(g) > 1]
+    note = (
+        f"tied in rank (the interval of their paired ratio holds 1): {'; '.join(tied)}"
+        if tied
+        else None
+    )
+    return ranks, note
 
 
 def unranked_note(counts: Mapping[str, int]) -> str | None:
