@@ -65,6 +65,13 @@ def test_a_list_for_two_arguments_gets_a_hint_and_a_list_argument_none() -> None
     assert "hint" not in str(err.value)
 
 
+def test_another_tools_name_for_the_inputs_is_pointed_to_ours() -> None:
+    # torchinfo's summary(model, input_data=x): a newcomer got only the list of timing options
+    with pytest.raises(ModelProfError) as err:
+        profile(nn.Linear(4, 3), input_data=torch.randn(2, 4))
+    assert str(err.value).startswith("input_data= is inputs= here; unknown timing option(s)")
+
+
 def test_errors_show_shapes_not_tensor_values() -> None:
     x = torch.arange(4000.0).reshape(1000, 4)
     with pytest.raises(ModelProfError) as err:

@@ -75,6 +75,10 @@ def _check_modes(values: dict[str, Any]) -> None:
         )
 
 
+#: other tools' names for what profile() takes otherwise (torchinfo, ptflops, thop)
+_PEER_NAMES = {"input_data": "inputs", "input_res": "input_size", "input_shape": "input_size"}
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingOptions:
     """The parsed timing options (see the module docstring for each one)."""
@@ -106,8 +110,10 @@ class TimingOptions:
             raise ModelProfError(f"options={options!r} must be a modelprof TimingOptions")
         unknown = sorted(set(kwargs) - set(OPTION_NAMES))
         if unknown:
+            peers = [f"{k}= is {_PEER_NAMES[k]}= here; " for k in unknown if k in _PEER_NAMES]
             raise ModelProfError(
-                f"unknown timing option(s) {unknown}; the options are {sorted(OPTION_NAMES)}"
+                "".join(peers)
+                + f"unknown timing option(s) {unknown}; the options are {sorted(OPTION_NAMES)}"
             )
         values = (TimingOptions() if options is None else options).as_kwargs()
         values.update(kwargs)
