@@ -300,6 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="most time one latency measurement may take; it stops earlier once the median is "
         "known to +-1%% (default: 5 s per measurement; throughput: 1 s per batch size)",
     )
+    common.add_argument(
+        "--threads",
+        type=_threads_arg,
+        metavar="N",
+        help="torch's intra-op threads for the run (torch.set_num_threads; on a loaded machine, "
+        "the cores the other work leaves idle) (default: torch's)",
+    )
     _switch(
         common,
         "--progress",
@@ -866,7 +873,7 @@ def _throughput_options(ctx: _Context) -> dict[str, Any]:
 
 #: What _Context reads, for the commands that take none of the common options.
 _NO_COMMON: dict[str, Any] = {
-    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget")),
+    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget", "threads")),
     "trust_pickle": False,
 }
 
@@ -1069,6 +1076,28 @@ def _one_line_warnings(stream: TextIO) -> Iterator[None]:
         yield
 
 
+def _threads_arg(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads (1, 2, ...)")
+    return int(text)
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """``--threads N``: torch's intra-op threads for the command, then as they were."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _all_ranks(on: bool) -> Any:
     """``--all-ranks``: MODELPROF_ALL_RANKS=1 for the command (the environment put back)."""
     from unittest import mock
@@ -1093,6 +1122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from modelprof.runtime.group import is_speaker
 
         with (
+            _threads(args.threads),
             _all_ranks(getattr(args, "all_ranks", False)),
             _one_line_warnings(stderr if is_speaker() else io.StringIO()),
         ):

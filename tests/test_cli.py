@@ -506,3 +506,29 @@ def test_a_library_warning_is_said_with_one_modelprof_prefix() -> None:
         "modelprof: warning: the passes disagree (UserWarning)",
         "modelprof: warning: a plain one (RuntimeWarning)",
     ]
+
+
+def test_threads_sets_torchs_threads_for_the_command_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # the loaded-machine warning says torch.set_num_threads(k); --threads is that for the CLI
+    seen = tmp_path / "seen.txt"
+    f = tmp_path / "net.py"
+    f.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Net(nn.Linear):\n"
+        "    def forward(self, x):\n"
+        f"        open({str(seen)!r}, 'a').write(f'{{torch.get_num_threads()}}\\n')\n"
+        "        return super().forward(x)\n"
+        "def build():\n"
+        "    return Net(4, 2)\n"
+    )
+    before = torch.get_num_threads()
+    n = 2 if before == 1 else 1  # a count the process does not have already
+    argv = ["profile", f"{f}:build", "--input-size", "4", "--no-timing", "--threads", str(n)]
+    assert main(argv) == 0
+    assert set(seen.read_text().split()) == {str(n)}  # every forward ran on n threads
+    assert torch.get_num_threads() == before  # and the process's count is put back
+    assert main(["profile", "resnet18", "--threads", "two"]) == 2
+    assert "'two' is not a number of threads" in capsys.readouterr().err
