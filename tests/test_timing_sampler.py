@@ -124,6 +124,17 @@ def test_budget_stops_an_imprecise_run_without_overshoot():
     assert s.wall_s + 0.010 > 2.0 - 0.020  # and it did use the budget
 
 
+def test_a_short_budget_still_takes_min_blocks_blocks():
+    # 0.3 s of 1.0/1.3 ms calls (never precise to 0.1 %): blocks of BLOCK_S = 0.1 s would give
+    # about 3, and an interval from t(2) = 4.3 (t(1) = 12.7 with 2) spans decades under load;
+    # blocks of budget_s / min_blocks = 0.05 s give the 6 the stop rule asks for
+    clock = FakeTime()
+    chunk, _ = chunker([1.0, 1.3], clock)
+    s = collect(chunk, StopRule(precision=0.001, budget_s=0.3), est_ms=1.15, now=clock)
+    assert s.stop_reason in ("budget", "spread") and len(np.unique(s.blocks)) >= 6
+    assert block_size(1.15, 0.3 / 6) == 43  # 50 ms of 1.15 ms calls
+
+
 def test_no_estimate_takes_one_sample_first():
     clock = FakeTime()
     chunk, calls = chunker([700.0], clock)

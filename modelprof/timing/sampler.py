@@ -7,7 +7,7 @@ clocks). ``WARMED`` remembers the input signatures already warmed per callable: 
 ``warmup=<int>`` runs exactly that many calls.
 
 Sampling (``collect``) takes *blocks* of back-to-back calls of about ``BLOCK_S`` seconds (at most
-``MAX_BLOCK`` calls; one synchronize per block on CUDA). ``repeat=<int>`` takes exactly that many
+``MAX_BLOCK`` calls; one synchronize per block on CUDA; ``budget_s / min_blocks`` when shorter). ``repeat=<int>`` takes exactly that many
 samples; otherwise blocks come until the block-aware 95 % interval of the median
 (``modelprof.timing.stats``) is within ``±precision``, after ``min_samples`` samples in
 ``min_blocks`` blocks ("precision"), within ``budget_s`` of sampling (warm-up and compilation not
@@ -294,11 +294,11 @@ def relative_ci(
     return (hi - lo) / 2.0 / med
 
 
-def block_size(wall_ms: float | None) -> int:
-    """Samples in one block: about ``BLOCK_S`` of wall time, at least 1, at most ``MAX_BLOCK``."""
+def block_size(wall_ms: float | None, block_s: float = BLOCK_S) -> int:
+    """Samples in one block: about ``block_s`` of wall time, at least 1, at most ``MAX_BLOCK``."""
     if wall_ms is None or wall_ms <= 0:
         return 1
-    return max(1, min(MAX_BLOCK, int(BLOCK_S * 1e3 / wall_ms + 1e-6)))
+    return max(1, min(MAX_BLOCK, int(block_s * 1e3 / wall_ms + 1e-6)))
 
 
 def run_blocks(plan: Callable[[int], Any], take: Callable[[Any], Any]) -> int:
@@ -316,8 +316,9 @@ def _block(rule: StopRule, log: BlockLog, first: bool) -> int:
     ``max_samples``). With ``repeat=N``, at most ``ceil(N / min_blocks)`` samples (an interval
     needs 2 blocks). Else a small ``first`` block: the warm-up's estimate may miss what a sample
     costs besides the call (a cache flush, the hooks), and a whole block sized on it could
-    overshoot the budget."""
-    k = block_size(log.wall_ms)
+    overshoot the budget. A budget too short for ``min_blocks`` blocks of ``BLOCK_S`` gets
+    shorter blocks (``budget_s / min_blocks``): two blocks' interval spans decades."""
+    k = block_size(log.wall_ms, min(BLOCK_S, rule.budget_s / rule.min_blocks))
     if rule.repeat is not None:
         return min(k, max(1, math.ceil(rule.repeat / max(2, rule.min_blocks))), rule.repeat - log.n)
     if first:
