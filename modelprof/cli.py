@@ -1114,8 +1114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout, stderr = sys.stdout, sys.stderr
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown:
-            args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if unknown:  # the command's, unless given before the command's name
+            argv = list(sys.argv[1:] if argv is None else argv)
+            first = argv.index(unknown[0]) if unknown[0] in argv else len(argv)
+            before = first < argv.index(args.command)
+            (parser if before else args.command_parser).error(
+                f"unrecognized arguments: {' '.join(unknown)}"
+            )
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import re
 from collections import Counter
 from typing import Any
@@ -145,7 +146,7 @@ def profile(
         )
         spec, meta_notes = _on(spec, mi)
         spec.check_device(mi.device)
-        with _batch_hint(input_size, mi):
+        with _batch_hint(input_size, mi, model):
             static, step_cost = _count(model, mi, spec)
         meta_notes += _caught_note(static.caught)
         # the passes that follow see the inputs as the first one did (None: it changed none)
@@ -251,27 +252,32 @@ def _too_many_dims(error: str, ranks: list[int]) -> bool:
     return "dim" in error.lower()
 
 
-def _one_list_for_many(error: ModelProfError, mi: ModelInputs) -> bool:
+def _one_list_for_many(error: ModelProfError, model: Any, mi: ModelInputs) -> bool:
     """The forward, given one list, wanted more positional arguments (a newcomer's
-    ``profile(model, [x, y])`` for ``forward(x, y)``)."""
-    cause = error.__cause__
-    return (
-        len(mi.args) == 1
-        and type(mi.args[0]) is list
-        and isinstance(cause, TypeError)
-        and "required positional argument" in str(cause)
-    )
+    ``profile(model, [x, y])`` for ``forward(x, y)``): its signature refuses the call, not code
+    inside it."""
+    if not (len(mi.args) == 1 and type(mi.args[0]) is list):
+        return False
+    if not isinstance(error.__cause__, TypeError):
+        return False
+    try:
+        inspect.signature(getattr(model, "forward", model)).bind(*mi.args, **mi.kwargs)
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read (a builtin)
+        return False
+    return False
 
 
 @contextlib.contextmanager
-def _batch_hint(input_size: Any, mi: ModelInputs):
+def _batch_hint(input_size: Any, mi: ModelInputs, model: Any):
     """A forward failure on inputs made from ``input_size`` hints that it excludes the batch.
     Not a failure elsewhere (the loss, the optimizer), nor a ``TypeError`` (a forward called
     with the wrong arguments: no batch dimension fixes that)."""
     try:
         yield
     except ModelProfError as e:
-        if _one_list_for_many(e, mi):
+        if _one_list_for_many(e, model, mi):
             raise ModelProfError(
                 f"{e}\nhint: a list is one argument (a detection model's list of images); "
                 "pass positional arguments as a tuple: inputs=(x, y)"

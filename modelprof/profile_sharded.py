@@ -17,27 +17,29 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from modelprof.errors import ModelProfError, check_int
+from modelprof.errors import ModelProfError, check_int, is_int
 from modelprof.profile import profile
 from modelprof.runtime import compat
 
 __all__ = ["profile_sharded"]
 
 
-def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> None:
+def _check(world_size: Any, rank: Any, build: Any, kwargs: dict) -> tuple[int, int]:
+    """``(world_size, rank)`` as ints, or a ModelProfError naming what is wrong."""
     if not callable(build):
         raise ModelProfError(
             f"build={build!r} must be a callable that returns the model "
             "(sharded or parallelised as under torchrun)"
         )
     world_size = check_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    if not is_int(rank) or not 0 <= rank < world_size:
         raise ModelProfError(f"rank={rank!r} must be an int in [0, {world_size})")
     if kwargs.get("timing"):
         raise ModelProfError(
             "timing=True: a fake process group has no clock (its collectives "
             "move nothing); time the model under torchrun"
         )
+    return world_size, int(rank)
 
 
 def _plan_mismatch(caught: list) -> None:
@@ -69,7 +71,7 @@ def profile_sharded(
     ``device="cpu"``). ``inputs`` may be a callable, called in the model's device and
     fake-tensor context. Other options go to ``profile`` (``backward=True``, ``view="global"``...).
     """
-    _check(world_size, rank, build, profile_options)
+    world_size, rank = _check(world_size, rank, build, profile_options)
     if dist.is_initialized():
         raise ModelProfError(
             "profile_sharded() starts a fake process group of its own, but one "

@@ -155,6 +155,11 @@ def test_an_unknown_flag_points_to_its_commands_help(capsys: pytest.CaptureFixtu
             f"modelprof: error: {command}: unrecognized arguments: --batchsize 2 "
             f"(see 'modelprof {command} --help')\n"
         )
+    # given before the command's name, it is the top-level parser's
+    assert main(["--batchsize", "2", "profile", "resnet18"]) == 2
+    assert capsys.readouterr().err == (
+        "modelprof: error: unrecognized arguments: --batchsize 2 (see 'modelprof --help')\n"
+    )
 
 
 def test_dtype_takes_every_float_dtype_profile_takes() -> None:

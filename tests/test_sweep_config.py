@@ -98,6 +98,7 @@ def test_toml_and_json_files_give_the_same_configs(tmp_path: Path) -> None:
     "grid, words",
     [
         ({"models": ["alexnet"], "batch_size": [0]}, ["grid 2", "batch_size", "0"]),
+        ({"models": ["alexnet"], "batch_sizes": [1, 0]}, ["grid 2: batch_size=0 must be an int"]),
         ({"models": ["alexnet"], "dtypes": ["int8"]}, ["grid 2", "dtype 'int8'"]),
         ({"models": ["alexnet"], "modes": ["infer"]}, ["grid 2", "mode 'infer'"]),
         ({"models": ["alexnet"], "batch_szes": [1]}, ["grid 2", "'batch_szes'", "'batch_sizes'"]),

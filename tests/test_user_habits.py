@@ -64,6 +64,17 @@ def test_a_list_for_two_arguments_gets_a_hint_and_a_list_argument_none() -> None
         profile(Summed(), [x, x], timing=False)
     assert "hint" not in str(err.value)
 
+    def pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+    class Helper(nn.Module):  # takes the list; a helper inside it is called wrongly
+        def forward(self, xs: list) -> torch.Tensor:
+            return pair(xs[0])  # pair() missing 1 required positional argument: 'b'
+
+    with pytest.raises(ModelProfError, match="positional argument") as err:
+        profile(Helper(), [x, x], timing=False)
+    assert "\nhint:" not in str(err.value)  # the forward took the list: not about the list
+
 
 def test_another_tools_name_for_the_inputs_is_pointed_to_ours() -> None:
     # torchinfo's summary(model, input_data=x): a newcomer got only the list of timing options

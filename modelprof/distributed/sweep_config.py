@@ -213,7 +213,8 @@ def _check_torchvision_name(name: str, where: str) -> None:
 
 
 def _batch(value: Any, where: str) -> int:
-    return check_int(where, value)
+    """One batch size of a grid; ``where`` ends in the list's key (``batch_sizes``)."""
+    return check_int(f"{where.rpartition(': ')[0]}: batch_size", value)
 
 
 def _dtype(value: Any, where: str) -> str:

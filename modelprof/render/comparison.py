@@ -25,7 +25,8 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     """model input_shape params macs flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
     cpu_work_median_ms fps throughput_samples_per_s params_x macs_x latency_x latency_x_ci_low
     latency_x_ci_high cpu_work_x cpu_work_x_ci_low cpu_work_x_ci_high throughput_x
-    ttft_ms ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms tokens_per_s
+    ttft_ms ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
+    end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s
     ttft_x ttft_x_ci_low ttft_x_ci_high tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x
     ttft_cpu_x_ci_low ttft_cpu_x_ci_high tpot_cpu_x tpot_cpu_x_ci_low tpot_cpu_x_ci_high
     rank error""".split()
@@ -47,8 +48,8 @@ _LATEX_PRIORITY = tuple(
     """model params macs latency_median_ms latency_x cpu_work_median_ms cpu_work_x
     latency_ci_low_ms latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low
     cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
-    throughput_x flops ttft_ms tpot_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x tokens_per_s
-    ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
+    throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
+    tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
 )
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).

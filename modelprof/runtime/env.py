@@ -23,7 +23,7 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.device import tf32_enabled
 
-__all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state", "sm_clock_reader"]
+__all__ = ["MachineShare", "collect_env", "cpu_name", "gpu_state", "jsonable", "sm_clock_reader"]
 
 #: nvidia-smi's query fields and the keys ``gpu_state`` gives them
 _NVSMI_FIELDS = {

@@ -119,8 +119,8 @@ class TimingAgreement:
             )
         if self.verdict == "imprecise":
             return (
-                f"the per-layer passes and the clean runs are TOO NOISY TO COMPARE: the (root) pass "
-                f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, the clean end-to-end "
+                "the per-layer passes and the clean runs are TOO NOISY TO COMPARE: the (root) "
+                f"pass read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, the clean end-to-end "
                 f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
                 "inside an interval too wide to say which holds (the machine's load moved "
                 "the runs); neither is a figure to quote: time again with a larger budget_s "

@@ -353,7 +353,7 @@ def interval_columns(
     ``{prefix}_median_ms``, ``{prefix}_ci_low_ms``, ``{prefix}_ci_high_ms`` (the first
     ``{prefix}_ms`` with ``median=""``), or a ratio ``(ratio, low, high)``'s ``{prefix}``,
     ``{prefix}_ci_low``, ``{prefix}_ci_high``."""
-    if isinstance(figure, tuple):
+    if not isinstance(figure, Measurement):  # a ratio, its low and high bounds
         return dict(zip((prefix, f"{prefix}_ci_low", f"{prefix}_ci_high"), figure))
     low, high = figure.median_ci_ms
     return {
