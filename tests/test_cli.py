@@ -156,9 +156,9 @@ def test_an_unknown_flag_points_to_its_commands_help(capsys: pytest.CaptureFixtu
             f"(see 'modelprof {command} --help')\n"
         )
     # given before the command's name, it is the top-level parser's
-    assert main(["--batchsize", "2", "profile", "resnet18"]) == 2
+    assert main(["--verbose", "profile", "resnet18"]) == 2
     assert capsys.readouterr().err == (
-        "modelprof: error: unrecognized arguments: --batchsize 2 (see 'modelprof --help')\n"
+        "modelprof: error: unrecognized arguments: --verbose (see 'modelprof --help')\n"
     )
 
 
