@@ -310,15 +310,12 @@ def _table(
             continue
         if column in df.columns:
             df[ratio] = df[column] / base[column] if base[column] else math.nan
-    # no rank: too few runs to order them (nor a timed ratio), or medians and rounds rank apart
-    if timing_attrs.get("unranked") or timing_attrs.get("ratios_disagree"):
-        df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-        if timing_attrs.get("unranked"):  # too few runs: no timed ratio either
-            for column in set(_TIMED_RATIOS) & set(df.columns):
-                df[column] = math.nan
-    elif timing_attrs:  # 1 the fastest; a tie where the rounds cannot order two
-        ranks = timing_attrs["ranks"]
+    if timing_attrs:  # 1 the fastest, ties where the rounds cannot order two; none unranked
+        ranks = timing_attrs.get("ranks") or {}
         df["rank"] = pd.array([ranks.get(name) for name in df.index], dtype="Int64")
+    if timing_attrs.get("unranked"):  # too few runs to order them: no timed ratio either
+        for column in set(_TIMED_RATIOS) & set(df.columns):
+            df[column] = math.nan
     df.attrs["env"] = env
     df.attrs["baseline"] = baseline
     df.attrs.update({k: v for k, v in timing_attrs.items() if k != "ranks"})
@@ -351,7 +348,9 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
 
 def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
-    and, on a loaded CPU, why it ranks by CPU work; a ratio that disagrees with its rounds."""
+    and, on a loaded CPU, why it ranks by CPU work; a ratio that disagrees with its rounds; the
+    ranks (``ranks``, for ``_table``; none where too few runs or that disagreement withhold
+    them)."""
     out: dict[str, Any] = {
         "ranked_by": result.ranked_by,
         "ratio_estimator": RATIO_ESTIMATOR,
@@ -518,9 +517,8 @@ def _step_columns(
         if "optimizer" in m:
             rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
         rows[name]["step_latency_median_ms"] = m["step"].median_ms
-        if name != baseline and math.isfinite(
-            ratio[0]
-        ):  # a stated ratio: judged against its rounds
+        stated = math.isfinite(ratio[0])  # not undersampled: judged against its rounds
+        if name != baseline and stated:
             checks[name] = judge_ratio("backward_latency_x", name, baseline, b, base)
         rows[name]["backward_latency_x_rough"] = name in checks and not checks[name].agree
     return checks

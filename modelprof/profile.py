@@ -273,7 +273,8 @@ def _one_list_for_many(error: ModelProfError, model: Any, mi: ModelInputs) -> bo
 def _batch_hint(input_size: Any, mi: ModelInputs, model: Any):
     """A forward failure on inputs made from ``input_size`` hints that it excludes the batch.
     Not a failure elsewhere (the loss, the optimizer), nor a ``TypeError`` (a forward called
-    with the wrong arguments: no batch dimension fixes that)."""
+    with the wrong arguments: no batch dimension fixes that); one list given where the forward's
+    signature wants more arguments hints that a tuple holds them (:func:`_one_list_for_many`)."""
     try:
         yield
     except ModelProfError as e:

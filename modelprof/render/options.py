@@ -91,7 +91,7 @@ class ViewOptions:
         check_count("depth", self.depth, 0)
         check_count("top_k", self.top_k, 1)
         if self.units is not None:
-            self.units_or(self.units)
+            _check_units(self.units)
 
     def replace(self, **options: Any) -> ViewOptions:
         """A copy with ``options`` changed and checked."""
@@ -107,10 +107,13 @@ class ViewOptions:
 
     def units_or(self, default: str) -> str:
         """The units asked for, else the format's ``default``; refused unless one of UNITS."""
-        units = default if self.units is None else self.units
-        if units not in UNITS:
-            raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
-        return units
+        return _check_units(default if self.units is None else self.units)
+
+
+def _check_units(units: Any) -> str:
+    if units not in UNITS:
+        raise ModelProfError(f"units must be one of {list(UNITS)}, got {units!r}")
+    return units
 
 
 def check_count(name: str, value: Any, least: int) -> None:
