@@ -36,8 +36,9 @@ __all__ = [
 ]
 
 
-#: each dimension's names in a config: a decoder's, and an encoder-decoder's own (T5's, Whisper's,
-#: BART's; its decoder view is missing in transformers 4.46 and has T5's encoder layer count in 5.24)
+#: each dimension's names in a config: a decoder's, and an encoder-decoder's own (T5's,
+#: Whisper's, BART's; its decoder view is missing in transformers 4.46 and has T5's encoder
+#: layer count in 5.24)
 _DIM_NAMES = {
     "layers": (
         ("num_hidden_layers", "n_layer", "num_layers"),

@@ -52,7 +52,8 @@ _MODES = {"clock": CLOCK_MODES, "per_layer": PER_LAYER_MODES, "latency_mode": LA
 OPTION_NAMES = tuple(
     "warmup warmup_s repeat precision budget_s min_samples min_blocks max_samples transfer "
     "pin_memory cuda_graph amp channels_last cold_cache compile compile_kwargs clock "
-    "correct_overhead warn progress seed layer_extend_s per_layer latency_mode floor_extend_s".split()
+    "correct_overhead warn progress seed layer_extend_s per_layer latency_mode "
+    "floor_extend_s".split()
 )
 #: the switches, True or False (``channels_last`` too, which the run mode carries)
 _FLAGS = "transfer pin_memory cuda_graph cold_cache correct_overhead warn progress".split()

@@ -7,12 +7,12 @@ clocks). ``WARMED`` remembers the input signatures already warmed per callable: 
 ``warmup=<int>`` runs exactly that many calls.
 
 Sampling (``collect``) takes *blocks* of back-to-back calls of about ``BLOCK_S`` seconds (at most
-``MAX_BLOCK`` calls; one synchronize per block on CUDA; ``budget_s / min_blocks`` when shorter). ``repeat=<int>`` takes exactly that many
-samples; otherwise blocks come until the block-aware 95 % interval of the median
-(``modelprof.timing.stats``) is within ``±precision``, after ``min_samples`` samples in
-``min_blocks`` blocks ("precision"), within ``budget_s`` of sampling (warm-up and compilation not
-included, "budget") and ``max_samples``. From ``SPREAD_MIN_BLOCKS`` blocks on (fewer give too rough
-an estimate), sampling stops early ("spread") when the precision would take more than
+``MAX_BLOCK`` calls; one synchronize per block on CUDA; ``budget_s / min_blocks`` when shorter).
+``repeat=<int>`` takes exactly that many samples; otherwise blocks come until the block-aware 95 %
+interval of the median (``modelprof.timing.stats``) is within ``±precision``, after ``min_samples``
+samples in ``min_blocks`` blocks ("precision"), within ``budget_s`` of sampling (warm-up and
+compilation not included, "budget") and ``max_samples``. From ``SPREAD_MIN_BLOCKS`` blocks on (fewer
+give too rough an estimate), sampling stops early ("spread") when the precision would take more than
 ``SPREAD_MARGIN`` times the budget (``needed_s``, an estimate that errs on the short side; the
 margin absorbs its noise). A budget that ends below ``min_samples`` is extended by at most
 ``FLOOR_EXTEND_S`` seconds (per candidate; ``hold_floor``); what is still short is ``undersampled``
