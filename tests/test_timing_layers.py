@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import warnings
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -92,6 +93,15 @@ def test_leaves_cover_each_pass(spin_timing):
     assert np.median(share[fastest]) == pytest.approx(1.0, abs=0.03)
 
 
+# A root and three leaves, their spans in each of 10 instrumented passes: 3.5 ms, 1 ms each.
+# In the passes of 3.6 ms (and more) the tests below give, the time outside the leaves' spans,
+# 0.6 ms / 4 calls = 150 us per call at least, does not bound the hooks' 25 us.
+_ONE_LEVEL_PLAN = SimpleNamespace(
+    keys=[("", 1), ("0", 1), ("1", 1), ("2", 1)], parent_index=[None, 0, 0, 0]
+)
+_ONE_LEVEL_SPANS = [np.array([3.5, 1.0, 1.0, 1.0])] * 10
+
+
 def test_hook_cost_from_paired_passes_survives_a_preempted_median():
     # with both cores busy, preemption lands on the median pass of one kind and not the
     # other; the hooks' cost must not be read as nothing then. 10 instrumented passes, each
@@ -100,15 +110,16 @@ def test_hook_cost_from_paired_passes_survives_a_preempted_median():
     # pairs 4 and 5. The medians of the kinds: instrumented 3.6 (4 of 10 hit), plain 7.5 (6 of 10 hit): their
     # difference -3.9 ms said "no cost". Paired: 0.1 ms in 8 pairs, -3.9 in 2: median 0.1 ms
     # = 4 x 25 us. The thread CPU time (3.6 and 3.5, preemption does not enter it) agrees
-    from types import SimpleNamespace
 
     from modelprof.timing.layers import _measured_hook_cost
 
     hit = np.array([4.0] * 4 + [0.0] * 6)
     plain_hit = np.array([4.0] * 6 + [0.0] * 4)
-    inst = SimpleNamespace(plain=[3.5 + plain_hit], cpu_ms=([3.6] * 10, [3.5] * 10))
+    inst = SimpleNamespace(
+        plain=[3.5 + plain_hit], cpu_ms=([3.6] * 10, [3.5] * 10), rows=_ONE_LEVEL_SPANS
+    )
     run = SimpleNamespace(
-        plan=SimpleNamespace(keys=[("", 1), ("0", 1), ("1", 1), ("2", 1)]),
+        plan=_ONE_LEVEL_PLAN,
         sampled=SimpleNamespace(samples_ms=3.6 + hit, n=10),
         inst=inst,
     )
@@ -129,15 +140,14 @@ def test_hook_cost_read_as_nothing_comes_from_the_chain():
     # the median says the hooks cost nothing (the CPU bound cannot raise it). A hooked call
     # costs no less in a model than on the chain of empty modules, which measured 7 us per
     # call: that is taken, and said so
-    from types import SimpleNamespace
 
     from modelprof.timing.layers import _measured_hook_cost
 
     inst_hit = np.array([4.0] * 3 + [0.0] * 7)
     run = SimpleNamespace(
-        plan=SimpleNamespace(keys=[("", 1), ("0", 1), ("1", 1), ("2", 1)]),
+        plan=_ONE_LEVEL_PLAN,
         sampled=SimpleNamespace(samples_ms=3.6 + inst_hit, n=10),
-        inst=SimpleNamespace(plain=[3.5 + (4.0 - inst_hit)], cpu_ms=None),
+        inst=SimpleNamespace(plain=[3.5 + (4.0 - inst_hit)], cpu_ms=None, rows=_ONE_LEVEL_SPANS),
     )
     chain = HookCost(per_call_ms=0.007, self_ms=0.002, source="chain")
     cost = _measured_hook_cost(run, chain)
@@ -150,6 +160,35 @@ def test_hook_cost_read_as_nothing_comes_from_the_chain():
         run.inst.plain = [np.full(10, plain)]
         cost = _measured_hook_cost(run, chain)
         assert cost.source == "model" and cost.per_call_ms == pytest.approx(per_call)
+
+
+def test_hook_cost_is_no_more_than_the_time_outside_the_leaves_holds():
+    # under load on two intra-op threads an instrumented pass can wait for its peer thread
+    # inside the ops far longer than its plain pass (loaded resnet18: 415 us per hooked call
+    # read from the pass pairs, in wall and thread CPU time alike, against 2.4 us on the chain;
+    # the correction then zeroed 16 rows). 10 pairs, a root and three leaves: instrumented 5.6
+    # ms, plain 3.5, in wall and CPU time: paired 2.1 ms / 4 = 525 us per call. The leaves'
+    # spans (waits included) are 1.5 + 2 + 2 = 5.5 ms of the 5.6 ms pass: what falls outside a
+    # call's span (in its parent's own time, or the pass's) is at most 0.1 ms / 4 = 25 us per
+    # call, plus the 0.5 us calibrated inside a span: 25.5 us
+    from modelprof.timing.layers import _measured_hook_cost
+
+    spans = np.array([5.58, 1.5, 2.0, 2.0])
+    run = SimpleNamespace(
+        plan=_ONE_LEVEL_PLAN,
+        sampled=SimpleNamespace(samples_ms=np.full(10, 5.6), n=10),
+        inst=SimpleNamespace(
+            plain=[np.full(10, 3.5)], cpu_ms=([5.6] * 10, [3.5] * 10), rows=[spans] * 10
+        ),
+    )
+    cost = _measured_hook_cost(run, HookCost(per_call_ms=0.0024, self_ms=0.0005))
+    assert cost.source == "model" and cost.per_call_ms == pytest.approx(0.0255)
+    # so the leaves keep their spans less the inside part, and the root (5.58 - 0.0005 - 3 x
+    # 0.0255 = 5.503 ms) still holds them (5.4985 ms): none is scaled down to fit. At 525 us
+    # the root read 5.58 - 1.575 = 4.0 ms, and each leaf was scaled by 4.0 / 5.4985
+    out = cost.correct(spans[None, :], np.array([3, 0, 0, 0]), [None, 0, 0, 0])[0]
+    assert out[1:] == pytest.approx(spans[1:] - 0.0005)
+    assert out[0] == pytest.approx(5.58 - 0.0005 - 3 * 0.0255)
 
 
 def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):

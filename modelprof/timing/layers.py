@@ -648,7 +648,8 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     (docs/timing.md), on the CPU bounded by the same in thread CPU time; the chain's cost below
     ``MIN_COST_PASSES`` passes (mostly noise), and where the model's read nothing (a loaded
     machine's pass pairs differed by more than the hooks cost; they cost no less in a model
-    than on the chain of empty modules, their cheapest context)."""
+    than on the chain of empty modules, their cheapest context). Never above what the passes'
+    time outside the leaves' spans can hold (``_gap_bound``; the part inside a span added)."""
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
     per_call, source = calibrated.per_call_ms, "chain"
@@ -658,7 +659,23 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
             paired = min(paired, _paired_median(*inst.cpu_ms))
         if paired > 0 or not calibrated.applied:
             per_call, source = max(0.0, paired) / len(keys), "model"
+            passes = np.asarray(sampled.samples_ms, dtype=float)
+            bound = _gap_bound(passes, np.vstack(inst.rows), run.plan.parent_index)
+            per_call = min(per_call, bound + calibrated.self_ms)
     return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
+
+
+def _gap_bound(passes: np.ndarray, raw: np.ndarray, parents: list[int | None]) -> float:
+    """The most of a hooked call's cost (ms) that falls outside its own span, given the
+    instrumented passes (ms) and their spans ``raw`` (passes x calls): that part lands in its
+    parent's own time, or the pass's outside every call, which no leaf's span holds; so it is at
+    most the median of (pass - the leaves' spans) / calls. Under load with intra-op threads an
+    instrumented pass can wait longer for them inside its ops than its plain pass does: a paired
+    difference then reads that wait, not the hooks."""
+    inner = {p for p in parents if p is not None}
+    leaves = [i for i in range(len(parents)) if i not in inner]
+    outside = np.median(passes - raw[:, leaves].sum(axis=1))
+    return max(float(outside), 0.0) / len(parents)
 
 
 def _paired_median(instrumented: Any, plain: Any) -> float:
