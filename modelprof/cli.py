@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import io
 import math
 import os
@@ -1107,6 +1108,24 @@ def _all_ranks(on: bool) -> Any:
     return mock.patch.dict(os.environ, {ALL_RANKS_ENV: "1"}) if on else contextlib.nullcontext()
 
 
+def _refuse_unknown(
+    parser: argparse.ArgumentParser, args: Any, unknown: list[str], argv: Sequence[str]
+) -> None:
+    """Exit with the command's usage error (the top level's when the first unknown argument
+    came before the command's name), suggesting the nearest flag for a misspelt one."""
+    argv = list(argv)
+    first = argv.index(unknown[0]) if unknown[0] in argv else len(argv)
+    where = parser if first < argv.index(args.command) else args.command_parser
+    flags = [f for a in where._actions for f in a.option_strings if f.startswith("--")]
+    hints = []
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        near = difflib.get_close_matches(flag, flags, 1, 0.75) if flag.startswith("--") else []
+        hints += [f"{flag}: did you mean {near[0]}?"] if near else []
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    where.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 2 usage/ModelProfError, 1 a bug or
     a run that failed in part: a sweep with failed configurations)."""
@@ -1114,13 +1133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout, stderr = sys.stdout, sys.stderr
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown:  # the command's, unless given before the command's name
-            argv = list(sys.argv[1:] if argv is None else argv)
-            first = argv.index(unknown[0]) if unknown[0] in argv else len(argv)
-            before = first < argv.index(args.command)
-            (parser if before else args.command_parser).error(
-                f"unrecognized arguments: {' '.join(unknown)}"
-            )
+        if unknown:
+            _refuse_unknown(parser, args, unknown, sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     try:

@@ -148,13 +148,25 @@ def test_every_usage_error_is_one_modelprof_error_line(capsys: pytest.CaptureFix
 
 
 def test_an_unknown_flag_points_to_its_commands_help(capsys: pytest.CaptureFixture) -> None:
-    # a newcomer's typo in a command's flag was sent to the top-level help, which lists no flags
+    # a newcomer's typo in a command's flag was sent to the top-level help, which lists no flags;
+    # a misspelt flag is given the command's nearest one
     for command, model in (("profile", "resnet18"), ("fit", "X"), ("generate", "X")):
         assert main([command, model, "--batchsize", "2"]) == 2
         assert capsys.readouterr().err == (
             f"modelprof: error: {command}: unrecognized arguments: --batchsize 2 "
-            f"(see 'modelprof {command} --help')\n"
+            f"(--batchsize: did you mean --batch-size?) (see 'modelprof {command} --help')\n"
         )
+    # each misspelt flag, written with its value or not; nothing near (difflib's ratio under
+    # 0.75: --frobnicate and --format read 0.6): no guess
+    assert main(["profile", "m", "--budgte=2", "--no-timng", "--frobnicate"]) == 2
+    assert capsys.readouterr().err == (
+        "modelprof: error: profile: unrecognized arguments: --budgte=2 --no-timng --frobnicate "
+        "(--budgte: did you mean --budget?; --no-timng: did you mean --no-timing?) "
+        "(see 'modelprof profile --help')\n"
+    )
+    # snake case for a kebab-case flag
+    assert main(["generate", "X", "--prompt_len", "3"]) == 2
+    assert "(--prompt_len: did you mean --prompt-len?)" in capsys.readouterr().err
     # given before the command's name, it is the top-level parser's
     assert main(["--verbose", "profile", "resnet18"]) == 2
     assert capsys.readouterr().err == (
