@@ -108,8 +108,9 @@ def test_hook_cost_from_paired_passes_survives_a_preempted_median():
     # followed by its plain pass, 4 hooked calls costing 25 us each: instrumented 3.6 ms,
     # plain 3.5 ms, and 4 ms of preemption in pairs 0-3 (both passes) and in the plain pass of
     # pairs 4 and 5. The medians of the kinds: instrumented 3.6 (4 of 10 hit), plain 7.5 (6 of
-    # 10 hit): their difference -3.9 ms said "no cost". Paired: 0.1 ms in 8 pairs, -3.9 in 2: median 0.1 ms
-    # = 4 x 25 us. The thread CPU time (3.6 and 3.5, preemption does not enter it) agrees
+    # 10 hit): their difference -3.9 ms said "no cost". Paired: 0.1 ms in 8 pairs, -3.9 in 2:
+    # median 0.1 ms = 4 x 25 us. The thread CPU time (3.6 and 3.5, preemption does not enter
+    # it) agrees
 
     from modelprof.timing.layers import _measured_hook_cost
 
