@@ -537,7 +537,15 @@ class _Context:
     def load_spec(self, spec: str) -> Any:
         from modelprof.models import load_spec
 
-        return load_spec(spec, trust_pickle=self.args.trust_pickle)
+        loaded = load_spec(spec, trust_pickle=self.args.trust_pickle)
+        given = self.input_size is not None or self.input_specs or self.tokens is not None
+        if loaded.size_defaulted and not given and self.speaker:
+            print(
+                f"{PROG}: note: {loaded.size_defaulted}: its input is taken as "
+                f"{_shape_text(loaded.input_size)} (--input-size gives another)",
+                file=self.stderr,
+            )
+        return loaded
 
     def path(self, stem: str, ext: str) -> Path:
         assert self.out is not None

@@ -57,6 +57,8 @@ class LoadedModel:
     input_size: InputSize
     example_args: tuple[Any, ...] | None = None
     example_kwargs: dict[str, Any] | None = None
+    #: why ``input_size`` is ``DEFAULT_INPUT_SIZE``: the spec records none (else None)
+    size_defaulted: str | None = None
 
 
 def load_model(spec: str, *, trust_pickle: bool = False) -> tuple[nn.Module, str, InputSize]:
@@ -95,7 +97,8 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         return LoadedModel(*_load_timm(rest))
     path_part, sep, factory = spec.rpartition(":")
     if sep and path_part.endswith(".py"):
-        return LoadedModel(*_load_factory(Path(path_part), factory))
+        model, name, size = _load_factory(Path(path_part), factory)
+        return _sized(model, name, size, f"{path_part} sets no INPUT_SIZE")
     if spec.endswith(".py"):
         raise ModelProfError(
             f"model spec {spec!r} names a Python file but no factory; "
@@ -104,7 +107,8 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
     if spec.endswith(".pt2"):
         return _load_pt2(Path(spec), trust_pickle=trust_pickle)
     if spec.endswith(_FILE_SUFFIXES):
-        return LoadedModel(*_load_file(Path(spec), trust_pickle=trust_pickle))
+        model, name = _load_file(Path(spec), trust_pickle=trust_pickle)
+        return _sized(model, name, None, "a saved module records no input size")
     _refuse_config_spec(spec)
     if "/" in spec or "\\" in spec or Path(spec).suffix:  # torchvision names hold neither
         _refuse_other_path(spec)
@@ -114,6 +118,13 @@ def load_spec(spec: str, *, trust_pickle: bool = False) -> LoadedModel:
         if _probe(Path(spec), "exists"):  # not a torchvision name, but a file or directory
             _refuse_other_path(spec)
         raise
+
+
+def _sized(model: nn.Module, name: str, size: InputSize | None, why: str) -> LoadedModel:
+    """A model whose spec may record no input size (``why`` it records none)."""
+    if size is None:
+        return LoadedModel(model, name, DEFAULT_INPUT_SIZE, size_defaulted=why)
+    return LoadedModel(model, name, size)
 
 
 def config_names_near(name: str, transformers: Any) -> list[str]:
@@ -292,7 +303,7 @@ def _load_timm(name: str) -> tuple[nn.Module, str, InputSize]:
 # --- file.py:factory -----------------------------------------------------------------------------
 
 
-def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
+def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize | None]:
     if not _probe(path, "is_file"):
         raise ModelProfError(f"model file {str(path)!r} does not exist")
     if not factory.isidentifier():
@@ -333,14 +344,14 @@ def _load_factory(path: Path, factory: str) -> tuple[nn.Module, str, InputSize]:
         raise ModelProfError(
             f"{path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module"
         )
-    size = getattr(module, "INPUT_SIZE", DEFAULT_INPUT_SIZE)
-    return model.eval(), factory, tuple(size)
+    size = getattr(module, "INPUT_SIZE", None)
+    return model.eval(), factory, None if size is None else tuple(size)
 
 
 # --- saved files ---------------------------------------------------------------------------------
 
 
-def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, InputSize]:
+def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str]:
     _check_file(path)
     if _is_torchscript(path):
         raise ModelProfError(
@@ -371,7 +382,7 @@ def _load_file(path: Path, *, trust_pickle: bool) -> tuple[nn.Module, str, Input
                 "its class importable under the name it was saved with"
             ) from e2
     if isinstance(obj, nn.Module):
-        return obj.eval(), path.stem, DEFAULT_INPUT_SIZE
+        return obj.eval(), path.stem
     if isinstance(obj, dict):
         raise ModelProfError(
             f"{str(path)!r} holds a state_dict ({len(obj)} entries), not a model: weights "

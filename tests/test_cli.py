@@ -41,6 +41,29 @@ def test_profile_prints_table_and_totals(nets: Path, capsys: pytest.CaptureFixtu
     assert "params 220  MACs 200" in out  # the summary line
 
 
+def test_a_model_file_without_input_size_is_said_to_run_on_the_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # a newcomer's factory took 3x224x224 without a word; a Linear(16, 8) then failed on it
+    f = tmp_path / "flat.py"
+    f.write_text("from torch import nn\ndef make():\n    return nn.Linear(16, 8)\n")
+    note = (
+        f"modelprof: note: {f} sets no INPUT_SIZE: its input is taken as 3x224x224 "
+        "(--input-size gives another)\n"
+    )
+    assert main(["profile", f"{f}:make", "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(note) and "Inputs were 1x3x224x224" in err
+    # given a size (or inputs), nothing to note: 16 * 8 = 128 MACs
+    assert main(["profile", f"{f}:make", "--no-timing", "--input-size", "16"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "MACs 128" in captured.out
+    # the file's INPUT_SIZE: nothing to note either
+    f.write_text(f.read_text() + "INPUT_SIZE = (16,)\n")
+    assert main(["profile", f"{f}:make", "--no-timing"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_profile_writes_every_format(
     nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

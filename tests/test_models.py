@@ -135,6 +135,11 @@ def test_python_file_default_input_size(tmp_path: Path) -> None:
     f = tmp_path / "plain.py"
     f.write_text("from torch import nn\ndef make():\n    return nn.Conv2d(3, 8, 3)\n")
     assert load_model(f"{f}:make")[2] == DEFAULT_INPUT_SIZE
+    # and it says why the size is the default, where INPUT_SIZE gives it nothing to say
+    assert load_spec(f"{f}:make").size_defaulted == f"{f} sets no INPUT_SIZE"
+    f.write_text(f.read_text() + "INPUT_SIZE = (3, 32, 32)\n")
+    loaded = load_spec(f"{f}:make")
+    assert loaded.input_size == (3, 32, 32) and loaded.size_defaulted is None
 
 
 def test_state_dict_needs_the_architecture(tmp_path: Path) -> None:
@@ -155,6 +160,8 @@ def test_pickled_module_needs_trust(tmp_path: Path) -> None:
     # 4*3 + 3 = 15 parameters
     assert sum(p.numel() for p in model.parameters()) == 15
     assert size == DEFAULT_INPUT_SIZE
+    loaded = load_spec(str(path), trust_pickle=True)
+    assert loaded.size_defaulted == "a saved module records no input size"
 
 
 def test_torch_export_archive(tmp_path: Path) -> None:
