@@ -754,7 +754,7 @@ def _run_compare(ctx: _Context) -> None:
     env = df.attrs.get("env") or {}
     caption = compare_caption(df.attrs)
     print(f"# comparison ({caption})\n", file=ctx.stdout)
-    print(df.render.export("markdown"), file=ctx.stdout)
+    print(df.render.export("markdown", standalone=False), file=ctx.stdout)  # captioned here
     for note in df.attrs.get("notes") or ():
         print(f"note: {note}", file=ctx.stdout)
     if ctx.out is not None:  # the comparison's own renderers: its caption in every table

@@ -199,7 +199,9 @@ def test_comparison_render_exporters_match_a_reports(tmp_path) -> None:
     df = compare(_pair(), (10,), timing=False)
     md = df.render.to_markdown()
     lines = md.splitlines()
-    assert lines[0].split("|")[1].strip() == "model"
+    # a document: the caption (the baseline) in bold, then the table; untimed, no notes to list
+    assert lines[0].startswith("**baseline narrow;") and lines[1] == ""
+    assert lines[2].split("|")[1].strip() == "model" and lines[-1].startswith("| wide ")
     # wide: params 440, MACs 400, macs ratio 400 / 200 = 2; no pandas float like 2.000000
     assert re.search(r"\| wide +\| 1x10 +\| +440 \| +400 \|", md) and "2.00×" in md
     assert "madd" not in md.lower()  # compact columns unless columns="all"

@@ -62,6 +62,9 @@ def test_a_failing_baseline_hands_the_ratios_to_the_next():
     df = compare({"bad": _Boom(), "a": nn.Linear(4, 4), "c": nn.Linear(4, 8)}, (4,), timing=False)
     # the baseline is the first model that ran: a (16 MACs); c's 32 MACs are 2x
     assert df.attrs["baseline"] == "a" and df.loc["c", "macs_x"] == 2
+    # a Markdown document keeps the failure's note, listed below its table
+    notes = df.render.to_markdown().split("\n\n")[-1].splitlines()
+    assert [n.startswith("- bad failed") for n in notes] == [True]
 
 
 def test_a_model_failing_only_when_timed_leaves_the_timed_comparison():

@@ -309,7 +309,8 @@ def test_compare_generation_ratios_are_the_ratios_of_the_medians_shown():
     # as compare()'s, the table renders humanised (a newcomer found no .render on it): the
     # medians with their units and the ratios as multiples, the rank's direction said
     text = table.render.to_markdown()
-    headers = [h.strip() for h in text.splitlines()[0].strip("|").split("|")]
+    header = next(line for line in text.splitlines() if line.startswith("|"))  # below the caption
+    headers = [h.strip() for h in header.strip("|").split("|")]
     assert {"ttft", "tpot ratio", "tpot ratio CI low"} <= set(headers)
     assert headers[-1] in ("rank (1 = lowest latency)", "rank (1 = lowest CPU work)")
     assert f"{slow['tpot_x']:.3g}×" in text and " ms |" in text

@@ -62,13 +62,18 @@ def test_roofline_columns_follow_the_peaks(timed):
     assert conv["efficiency"] == pytest.approx(conv["roofline_ms"] / conv["latency_ms"])
 
 
+def _table_lines(md: str) -> list[str]:
+    """The pipe table's lines of a Markdown export (a document has a caption and notes too)."""
+    return [line for line in md.splitlines() if line.startswith("|")]
+
+
 def test_view_options_reach_every_exporter(timed):
     md = timed.to_markdown(depth=1, columns=["module", "params", "macs"])
-    header = md.splitlines()[0]
+    header = _table_lines(md)[0]
     assert "features.0" not in md and "| features |" in md
     assert [c.strip() for c in header.split("|")[1:-1]] == ["module", "params", "MACs"]
     top = timed.to_markdown(leaf_only=True, top_k=2, sort_by="flops")
-    assert top.count("\n") < 8
+    assert len(_table_lines(top)) < 8
     tex = timed.to_latex(caption="Net", label="tab:net")
     assert "\\toprule" in tex and "\\bottomrule" in tex and "tab:net" in tex
     with pytest.raises(ModelProfError, match="nope"):
@@ -104,7 +109,7 @@ def test_json_is_strict_and_carries_the_measurement(tmp_path, timed):
 
 def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
     md = timed.to_markdown()
-    header = [c.strip() for c in md.splitlines()[0].split("|")[1:-1]]
+    header = [c.strip() for c in _table_lines(md)[0].split("|")[1:-1]]
     assert header == [
         "module",
         "type",
@@ -117,8 +122,8 @@ def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
         "FLOPs share",
         "latency share",
     ]
-    assert max(len(line) for line in md.splitlines()) < 160  # readable, not 24 columns wide
-    lines = md.splitlines()
+    lines = _table_lines(md)
+    assert max(len(line) for line in lines) < 160  # readable, not 24 columns wide
     assert lines[-2].startswith("| total ") and lines[-1].startswith("| end-to-end (clean run) ")
     # the end-to-end cell is the clean median, not the instrumented (root) row above it
     from modelprof.render.units import format_time_ms
@@ -134,7 +139,7 @@ def test_group_by_layer_type_in_every_exporter(tmp_path, timed):
     assert int(table["flops"].sum()) == timed.totals["flops"]
     assert "latency_ms" in table.columns
     md = timed.to_markdown(group_by="layer_type")
-    assert md.splitlines()[0].split("|")[1].strip() == "layer type"
+    assert _table_lines(md)[0].split("|")[1].strip() == "layer type"
     assert "| elementwise " in md  # the residual "+ 1" of Net.forward, its (self) row
     tex = timed.to_latex(group_by="layer_type", width="columnwidth")
     assert "layer type" in tex and r"\begin{table}" in tex
@@ -144,6 +149,36 @@ def test_group_by_layer_type_in_every_exporter(tmp_path, timed):
         timed.to_markdown(group_by="kind")
     with pytest.raises(ModelProfError, match="depth="):
         timed.to_markdown(group_by="layer_type", depth=1)
+
+
+def test_a_markdown_export_is_a_document_with_the_caption_and_summary(tmp_path, timed):
+    # a newcomer's .md file was the bare table: no model, input, device or timing line
+    from modelprof.render.markdown import _prose
+
+    md = timed.to_markdown()
+    lines = md.splitlines()
+    summary = timed.summary().splitlines()
+    # (escaped as text: a loaded run's caption says which columns "~" marks rough)
+    assert lines[0] == f"**{_prose(timed._title())}**" and lines[1] == ""
+    table = _table_lines(md)
+    assert lines[2 : 2 + len(table)] == table and lines[2 + len(table)] == ""
+    # then every summary line, listed
+    assert lines[3 + len(table) :] == [f"- {_prose(line)}" for line in summary]
+    assert md.endswith("\n") and timed.export("md", tmp_path / "n.md").read_text() == md
+    # standalone=False: the bare table, as a cell of a larger document takes it
+    assert timed.to_markdown(standalone=False).splitlines() == table
+
+
+def test_markdown_prose_is_escaped_as_text():
+    # a caption or note is text: markup in a model's name must not render as markup or HTML
+    from modelprof.render.markdown import _prose
+
+    assert _prose("a <img src=x> *b* [l](u) `c` ~~s~~") == (
+        "a \\<img src=x\\> \\*b\\* \\[l\\](u) \\`c\\` \\~\\~s\\~\\~"
+    )
+    # an underscore inside a word is none (GitHub's Markdown), one that opens or closes is
+    assert _prose("latency_x _em_") == "latency_x \\_em\\_"
+    assert _prose("a\\b\nc") == "a\\\\b c"
 
 
 def test_torchstat_style_takes_a_depth(static):

@@ -686,7 +686,8 @@ def test_every_efficiency_against_a_busy_probe_is_marked() -> None:
         in r.summary()
     )
     md = r.to_markdown(columns=["module", "efficiency"])
-    cells = [line.split("|")[2].strip() for line in md.splitlines()[2:] if line.startswith("|")]
+    rows = [line for line in md.splitlines() if line.startswith("|")][2:]  # below the header
+    cells = [line.split("|")[2].strip() for line in rows]
     assert cells and all(c.startswith("~") for c in cells if c not in ("", "-"))
     pytest.importorskip("matplotlib")
     fig = r.plot_roofline()

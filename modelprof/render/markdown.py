@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from modelprof.render.formats import needs_package, register_table
+from modelprof.render.options import ViewOptions
 from modelprof.render.text import escape_control
 from modelprof.render.views import Table
 
@@ -17,7 +20,8 @@ def _escape(cell: str) -> str:
 
 
 def markdown_table(table: Table) -> str:
-    """Lay out a prepared :class:`Table` as a pipe table (numbers right-aligned), no trailing newline."""
+    """Lay out a prepared :class:`Table` as a pipe table (numbers right-aligned), no trailing
+    newline."""
     try:
         from tabulate import tabulate
     except ImportError as e:  # pragma: no cover - exercised only without the extra installed
@@ -33,13 +37,36 @@ def markdown_table(table: Table) -> str:
     )
 
 
+def _document(table: Table, view: ViewOptions, to_file: bool) -> str:
+    """The table; ``standalone``, a document: the caption in bold above it and the other
+    ``summary`` lines (a report's totals and timing, a comparison's notes) listed below."""
+    text = markdown_table(table) + "\n"
+    if not view.standalone:
+        return text
+    head = f"**{_prose(view.caption)}**\n\n" if view.caption else ""
+    notes = [line for line in view.summary if line != view.caption]
+    tail = "".join(f"- {_prose(line)}\n" for line in notes)
+    return head + text + ("\n" + tail if tail else "")
+
+
+def _prose(line: str) -> str:
+    """``line`` as literal Markdown text inside a paragraph or list item: no character of it
+    is markup or raw HTML (an underscore inside a word, as in ``latency_x``, is none in GitHub's
+    Markdown and is left as it is)."""
+    line = escape_control(line.replace("\n", " "))
+    line = "".join("\\" + c if c in "\\`*[]<>~" else c for c in line)
+    return re.sub(r"(?<!\w)_|_(?!\w)", r"\_", line)
+
+
 to_markdown = register_table(
     "markdown",
-    lambda table, view, to_file: markdown_table(table) + "\n",
+    _document,
     suffix="md",
     needs="tabulate",
     doc="GitHub Markdown table, human units (``1.81 G``, ``3.06 MiB``), totals and end-to-end "
-    'rows. The compact columns by default (``columns="all"`` for every one).',
-    summary="""A GitHub pipe table of ``df`` with a totals row, ending with a newline. Returns
-    the text, or writes ``path`` and returns it.""",
+    'rows. The compact columns by default (``columns="all"`` for every one); a report or a '
+    "comparison exports a document: its caption above the table, its summary or notes below.",
+    summary="""A GitHub pipe table of ``df`` with a totals row, ending with a newline; with
+    ``standalone=True`` the ``caption`` in bold above it and the other ``summary`` lines listed
+    below. Returns the text, or writes ``path`` and returns it.""",
 )

@@ -15,6 +15,7 @@ __all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count"]
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
     "latex": tuple("caption label position float_env width fit long font_size priority".split()),
     "html": ("caption", "max_height", "standalone", "title", "summary"),
+    "markdown": ("caption", "standalone", "summary"),
     "text": ("title", "max_rows"),
     "json": ("indent",),
 }
