@@ -148,3 +148,16 @@ def test_the_summary_shows_a_slope_only_where_it_was_measured():
     assert noisy["step_slope_ci_low"] < 0 < noisy["step_slope_ci_high"]  # the interval kept
     grows = _timing(np.array([1.5, 1.55, 1.6, 1.65, 1.7])).summary()
     assert grows["step_ms_per_context_token"] == pytest.approx(0.05)
+
+
+def test_the_tokens_rate_says_whether_it_is_over_the_batch():
+    # a newcomer read "355.0 tokens/s" for batch 4 beside summary()'s tokens_per_s of 88.75:
+    # the printed figure is the batch's (4 x 88.75 = 355), and now says so
+    from types import SimpleNamespace
+
+    from modelprof.generation.report import _tokens_rate
+
+    four = SimpleNamespace(batch_size=4, tokens_per_s=88.75, batch_tokens_per_s=355.0)
+    assert _tokens_rate(four) == "355.0 tokens/s over the batch (88.8 per sequence)"
+    one = SimpleNamespace(batch_size=1, tokens_per_s=88.75, batch_tokens_per_s=88.75)
+    assert _tokens_rate(one) == "88.8 tokens/s"

@@ -85,6 +85,35 @@ def test_a_generation_table_keeps_its_work_and_starts_each_phase_at_its_root():
     assert decode_roots and decode_roots[0].split(" & ")[2] == "GPT2LMHeadModel"
 
 
+def test_a_timed_generation_table_keeps_the_work_and_its_time_before_the_type():
+    # a newcomer's timed Llama table kept phase, context, module and type alone: all 25 columns
+    # of to_dataframe() went to LaTeX and params, MACs and latency were dropped to fit. A
+    # report's compact columns go, under the phase's, and the type is dropped before them
+    # (the params, which no phase changes, before the MACs and the latency, which it does)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
+    g = modelprof.profile_generation(
+        LlamaForCausalLM(config).eval(), prompt_len=16, new_tokens=2, budget_s=0.2, warn=False
+    )
+    tex = g.to_latex()
+    kept = _header(tex).rstrip().splitlines()[-2]  # the names, above the units
+    assert kept.startswith("phase & context & module & params & MACs & latency")
+    dropped = next(line for line in tex.splitlines() if line.startswith("% dropped"))
+    assert "type" in dropped and "latency_ms" not in dropped
+    # every column given is one of a report's or the phase's: none of the raw frame's
+    for raw in ("call", "depth", "leaf", "trainable_params", "latency_std_ms"):
+        assert raw not in dropped
+
+
 def test_the_caption_names_a_torchvision_model_by_its_builder(resnet18):
     # "ResNet" is resnet18's and resnet50's class alike: the caption said it for both
     assert r"\caption{resnet18, input 1$\times$3$\times$224$\times$224" in resnet18.to_latex()

@@ -87,10 +87,15 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
     )
     model = transformers.GPT2LMHeadModel(cfg).eval()
     report = profile_generation(model, prompt_len=4, new_tokens=2, batch_size=[1, 2], timing=False)
-    # the per-layer table of every phase: prefill then one decode step per context
-    assert report.to_yaml().count("phase: prefill") == len(report.prefill().report.rows)
-    one, two = (report.to_csv(batch_size=b) for b in (1, 2))
-    assert one == report.export("csv") and one != two  # batch 2 counts twice the MACs
+    # the per-layer table of every phase (prefill, then a decode step per context) of both batch
+    # sizes (a newcomer's exports held the first alone, with no column saying which it was)
+    assert report.to_yaml().count("phase: prefill") == 2 * len(report.prefill().report.rows)
+    one, two = (report.to_dataframe(batch_size=b) for b in (1, 2))
+    every = report.to_dataframe()
+    assert list(every["batch_size"].unique()) == [1, 2] and len(every) == len(one) + len(two)
+    pd.testing.assert_frame_equal(every[every["batch_size"] == 2].reset_index(drop=True), two)
+    assert two["macs"].sum() == 2 * one["macs"].sum()  # every row's work is per sequence
+    assert report.to_csv(batch_size=1) != report.export("csv")
     assert "<!DOCTYPE html>" in report.to_html()
     # Markdown stays the whole report, written where asked; JSON is the registry's: the table
     # reads back as it was, the rest of the report beside it
@@ -98,8 +103,9 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
     rows, totals, rest = read_json(report.to_json(tmp_path / "g.json"))
     pd.testing.assert_frame_equal(rows, report.to_dataframe())
     assert totals is None and rest["spec"]["prompt_len"] == 4
-    # 2 new tokens: the first from the prefill, the second from one decode step
-    assert [p["phase"] for p in rest["phases"]] == ["prefill", "decode"]
+    # 2 new tokens: the first from the prefill, the second from one decode step; per batch size
+    phases = [(p["phase"], p["batch_size"]) for p in rest["phases"]]
+    assert phases == [("prefill", 1), ("decode", 1), ("prefill", 2), ("decode", 2)]
 
 
 def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, capsys):

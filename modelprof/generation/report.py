@@ -25,6 +25,7 @@ from modelprof.generation.timing import GenerationTiming
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.units import format_rate
+from modelprof.render.views import compact_columns
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
 from modelprof.runtime.env import jsonable
@@ -118,6 +119,11 @@ class GenerationReport(Exports):
             f"{[p.context for p in steps]}"
         )
 
+    def _every(self, batch_size: int | None) -> list[Phase]:
+        """The phases of every batch size profiled, or of ``batch_size``."""
+        sizes = self.batch_sizes if batch_size is None else [self._batch(batch_size)]
+        return [p for b in sizes for p in self.phases(b)]
+
     def _batch(self, batch_size: int | None) -> int:
         if batch_size is None:
             return self.batch_sizes[0]
@@ -134,10 +140,11 @@ class GenerationReport(Exports):
         return self.timings.get(self.batch_sizes[0])
 
     def to_dataframe(self, batch_size: int | None = None) -> pd.DataFrame:
-        """Every phase's per-layer table under ``phase`` and ``context`` columns; with a target,
-        ``bound_ms`` (roofline lower bound) and ``bound``. A rough phase's timed rows are rough."""
+        """Every phase's per-layer table under ``phase``, ``context`` and ``batch_size`` columns,
+        of every batch size profiled (or of ``batch_size``); with a target, ``bound_ms``
+        (roofline lower bound) and ``bound``. A rough phase's timed rows are rough."""
         frames = []
-        for p in self.phases(batch_size):
+        for p in self._every(batch_size):
             df = _tagged(p.report.to_dataframe(), p)
             if "latency_rough" in df.columns and self._rough(_PHASES, _phase_point(p)):
                 df["latency_rough"] = df["latency_ms"].notna()
@@ -148,11 +155,12 @@ class GenerationReport(Exports):
         return pd.concat(frames, ignore_index=True)
 
     def phase_table(self, batch_size: int | None = None) -> pd.DataFrame:
-        """One row per phase: counted totals, KV bytes after it, median of the per-layer passes'
-        plain runs, the instrument's cost (instrumented / plain) and, with a target, the bound.
-        ``latency_rough``: slower than a phase doing more work, beyond both intervals (``~``)."""
+        """One row per phase of every batch size (or of ``batch_size``): counted totals, KV bytes
+        after it, median of the per-layer passes' plain runs, the instrument's cost
+        (instrumented / plain) and, with a target, the bound. ``latency_rough``: slower than a
+        phase doing more work, beyond both intervals (``~``)."""
         rows = []
-        for p in self.phases(batch_size):
+        for p in self._every(batch_size):
             t, latency, overhead = p.totals, p.report.latency, p.report.instrumentation_overhead
             row = {
                 "phase": p.name,
@@ -213,18 +221,20 @@ class GenerationReport(Exports):
         return Utilization(first.convention, pd.concat(rows, ignore_index=True), table, {})
 
     def bound_table(self, batch_size: int | None = None) -> pd.DataFrame:
-        """Every phase's leaf rows with their compute, memory and roofline bound (ms)."""
+        """Every phase's leaf rows (of every batch size, or of ``batch_size``) with their
+        compute, memory and roofline bound (ms)."""
         if self.peaks is None:
             raise ModelProfError(
                 "no target: pass target='H100 SXM' (or a Peaks) to "
                 "profile_generation for the roofline bound"
             )
-        frames = [_tagged(bound_rows(p.report, self.peaks), p) for p in self.phases(batch_size)]
+        frames = [_tagged(bound_rows(p.report, self.peaks), p) for p in self._every(batch_size)]
         return shown(pd.concat(frames, ignore_index=True), caption=self._bound_caption())
 
     def growth(self, batch_size: int | None = None) -> pd.DataFrame:
-        """The decode rows of :meth:`phase_table`, against the context."""
-        table = self.phase_table(batch_size)
+        """The decode rows of :meth:`phase_table` of ``batch_size`` (default: the first),
+        against the context."""
+        table = self.phase_table(self._batch(batch_size))
         return shown(
             table[table["phase"] == "decode"].reset_index(drop=True), caption=self._bound_caption()
         )
@@ -297,14 +307,22 @@ class GenerationReport(Exports):
     def export(
         self, format: str, path: str | Path | None = None, batch_size: int | None = None
     ) -> str | Path:
-        """Any registered format: :meth:`to_dataframe` of ``batch_size``, captioned with the run;
-        a raw format (CSV, JSON) carries the rest of the report as its environment
-        (:meth:`_document`); Markdown is :meth:`to_markdown`. The text, or ``path`` written."""
+        """Any registered format: :meth:`to_dataframe` (every batch size, or ``batch_size``),
+        captioned with the run; a raw format (CSV, JSON) carries the rest of the report as its
+        environment (:meth:`_document`); Markdown is :meth:`to_markdown`. The text, or ``path``
+        written."""
         fmt = get_format(format)
         if fmt.name == "markdown":
             return self.to_markdown(path)
+        df = self.to_dataframe(batch_size)
+        view: dict[str, Any] = {}
+        if fmt.human:  # a report's compact columns under the phase's, kept longest in LaTeX
+            bound = [c for c in ("bound_ms", "bound") if c in df.columns]
+            batch = ["batch_size"] if len(self.batch_sizes) > 1 and batch_size is None else []
+            view = {"columns": ["phase", "context", *batch, *compact_columns(df), *bound]}
+            view["priority"] = _LATEX_PRIORITY
         return fmt.write(
-            self.to_dataframe(batch_size),
+            df,
             None,
             env=None if fmt.human else self._document(),
             path=path,
@@ -312,6 +330,7 @@ class GenerationReport(Exports):
             title=self._heading(rough=True),
             standalone=True,
             summary=[self._heading(rough=True), *self.timing_notes],
+            **view,
         )
 
     def _heading(self, rough: bool = False) -> str:
@@ -408,8 +427,7 @@ class GenerationReport(Exports):
                 if t.tpot is not None:
                     line += (
                         f", TPOT {_median_text(t.tpot)}"
-                        f"{' DRIFTED' if t.tpot.stable is False else ''}, "
-                        f"{t.batch_tokens_per_s:,.1f} tokens/s"
+                        f"{' DRIFTED' if t.tpot.stable is False else ''}, " + _tokens_rate(t)
                     )
                 if t.step_slope is not None:
                     line += f"; step growth {t.step_slope.describe()}"
@@ -491,9 +509,27 @@ def _neighbours(
     return found
 
 
+#: the columns a LaTeX table of the phases keeps longest (the first, ``phase``, always stays)
+_LATEX_PRIORITY = tuple(
+    "phase context batch_size module macs latency_ms params type bound_ms output_shape "
+    "flops".split()
+)
+
+
+def _tokens_rate(t: GenerationTiming) -> str:
+    """Decode tokens per second, over the batch where it holds several sequences (the figure a
+    serving table quotes), per sequence beside it."""
+    if t.batch_size == 1:
+        return f"{t.tokens_per_s:,.1f} tokens/s"
+    return (
+        f"{t.batch_tokens_per_s:,.1f} tokens/s over the batch ({t.tokens_per_s:,.1f} per sequence)"
+    )
+
+
 def _tagged(df: pd.DataFrame, phase: Phase) -> pd.DataFrame:
-    """A copy of ``df`` under the phase's ``phase`` and ``context`` columns."""
+    """A copy of ``df`` under the phase's ``phase``, ``context`` and ``batch_size`` columns."""
     out = df.copy()
+    out.insert(0, "batch_size", phase.batch_size)
     out.insert(0, "context", phase.context)
     out.insert(0, "phase", phase.name)
     return out
