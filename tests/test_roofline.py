@@ -461,6 +461,39 @@ def test_probed_roofs_rise_to_what_a_row_achieved() -> None:
     assert (add_roofline(faster, PROBED)["efficiency"] <= 1 + 1e-12).all()
 
 
+def test_a_self_row_proves_no_roof_and_reads_rough_above_it() -> None:
+    # a loaded resnet18's layer2.0.(self) (its parent's span less its children's) read 0.2 us:
+    # 25,088 FLOP at 139 GFLOP/s over a 101 GFLOP/s probe, which raised the compute roof and
+    # moved the run's MFU 2.5x. Here: a (self) row of 3e9 FLOP in 0.5 ms = 6e12 FLOP/s, over
+    # the probed 1e12 and over the 3e12 a measured leaf proved
+    from modelprof.report.report import _short_own_rows
+
+    own = pd.DataFrame(
+        {
+            "module": ["parent.(self)"],
+            "type": ["Sequential"],
+            "leaf": [True],
+            "flops": [3_000_000_000],
+            "read_bytes": [1000],
+            "write_bytes": [1000],
+            "latency_ms": [0.5],
+        }
+    )
+    df = pd.concat([_fast_rows(), own], ignore_index=True)
+    seen = observed_peaks(df, PROBED)
+    assert seen.peak_flops == pytest.approx(3e12)  # the leaf's, not the (self) row's 6e12
+    out = add_roofline(df, PROBED)
+    # 3e9 / 3e12 = 1 ms of roofline time over its 0.5 ms: efficiency 2, its time rough
+    assert out["efficiency"].iloc[-1] == pytest.approx(2.0)
+    assert _short_own_rows(out).tolist() == [False] * 4 + [True]
+    # and at 0 ms though it did work (the correction took its time), rough too; without
+    # work, 0 ms is its time
+    zero = out.assign(latency_ms=[1.0, 0.5e-4, 1.0, 2.0, 0.0], efficiency=np.nan)
+    assert _short_own_rows(zero).tolist() == [False] * 4 + [True]
+    idle = zero.assign(flops=0, read_bytes=0, write_bytes=0)
+    assert not _short_own_rows(idle).any()
+
+
 def test_given_roofs_are_left_as_given() -> None:
     df = _fast_rows()
     for source in ("user", "table"):
@@ -607,13 +640,22 @@ def test_resnet18_on_cpu_no_row_is_above_the_roof_it_is_judged_against() -> None
     # rounding residue (which made a (self) row 1e13 x its roof)
     assert not ((df["latency_ms"] > 0) & (df["latency_ms"] < 1e-6)).any()
     # every timed row with traffic is judged against a named level of the probe's hierarchy,
-    # and neither its bandwidth nor its FLOP/s is above that level's roof or the compute roof
+    # and neither a measured row's bandwidth nor its FLOP/s is above that level's roof or the
+    # compute roof
     assert timed["memory_level"].isin(list(bandwidth)).all()
-    level_bw = timed["memory_level"].map(bandwidth).to_numpy(dtype=float)
-    assert (timed["achieved_gbps"].to_numpy() * 1e9 <= level_bw * (1 + 1e-9)).all()
-    assert (timed["achieved_gflops"].to_numpy() * 1e9 <= roofs.peak_flops * (1 + 1e-9)).all()
-    assert (timed["efficiency"] <= 1 + 1e-9).all()
+    own = timed["module"].str.endswith("(self)")
+    spans = timed[~own]
+    level_bw = spans["memory_level"].map(bandwidth).to_numpy(dtype=float)
+    assert (spans["achieved_gbps"].to_numpy() * 1e9 <= level_bw * (1 + 1e-9)).all()
+    assert (spans["achieved_gflops"].to_numpy() * 1e9 <= roofs.peak_flops * (1 + 1e-9)).all()
+    assert (spans["efficiency"] <= 1 + 1e-9).all()
     assert timed["efficiency"].gt(0).all()
+    # a (self) row's time is a difference of spans, which proves no roof: where it reads faster
+    # than its roof (or 0 for the residual add it ran) its time is marked rough instead
+    measured = df[df["latency_ms"].notna()]
+    work = (measured["flops"] > 0) | (measured["read_bytes"] + measured["write_bytes"] > 0)
+    faster = (measured["efficiency"] > 1) | ((measured["latency_ms"] <= 0) & work)
+    assert measured[measured["module"].str.endswith("(self)") & faster]["latency_rough"].all()
 
 
 @pytest.mark.parametrize(

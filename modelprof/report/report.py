@@ -30,7 +30,7 @@ from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
 from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
-from modelprof.report.roofline import add_roofline, run_peaks
+from modelprof.report.roofline import add_roofline, own_rows, run_peaks
 from modelprof.report.rows import (
     COUNTED,
     Row,
@@ -160,7 +160,8 @@ class Report(Exports):
         """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``).
         With peaks the modelprof view carries the roofline columns and, timed, ``mfu``, ``mbu``
         (``hfu`` for a training step) in :meth:`utilization`'s default convention; timed, also
-        ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`)."""
+        ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`, or a ``(self)`` row
+        read short: :func:`_short_own_rows`)."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
@@ -176,7 +177,7 @@ class Report(Exports):
         if lt is not None and "latency_ms" in df.columns:
             timed_rows = df["latency_ms"].notna()
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
-            df["latency_rough"] = timed_rows & self.layers_rough
+            df["latency_rough"] = timed_rows & (self.layers_rough | _short_own_rows(df))
         return df
 
     @property
@@ -727,3 +728,15 @@ def _torchvision_name(class_name: str, params: int) -> str | None:
     except Exception:  # noqa: BLE001 - a builder that cannot run on meta names nothing
         return None
     return found[0] if type(built).__name__ == class_name else None
+
+
+def _short_own_rows(df: pd.DataFrame) -> pd.Series:
+    """Per row: a ``(self)`` row whose time (its parent's span less its children's) reads
+    short, at 0 though it did work or faster than the roof it is judged against (efficiency
+    above 1, which for a measured row raises the probed roof instead): the hooks' correction
+    or the load took time from its parent, and its time is rough."""
+    work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)
+    short = (df["latency_ms"] <= 0) & work
+    if "efficiency" in df.columns:
+        short |= df["efficiency"] > 1
+    return pd.Series(own_rows(df), index=df.index) & short
