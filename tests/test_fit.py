@@ -244,6 +244,12 @@ def test_memory_estimate_prints_human_units_and_stays_numeric():
     assert str(est["inference"].dtype) == "int64"
     text = repr(est)
     assert "3.82 MiB" in text and "4004000" not in text
+    # state tensors per parameter: a count, 0 or more (-1 printed a negative optimizer state)
+    for bad in (-1, 1.5, "2"):
+        with pytest.raises(ModelProfError, match=f"optimizer_states={bad!r} must be an int >= 0"):
+            report.memory_estimate(optimizer_states=bad)
+    # plain SGD (0 states): the training step holds no optimizer state
+    assert report.memory_estimate(optimizer_states=0).loc["optimizer state", "training_step"] == 0
 
 
 def test_the_optimizers_own_state_is_read_from_one_step():

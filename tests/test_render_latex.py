@@ -152,6 +152,11 @@ def test_longtable_cannot_be_scaled_and_bad_options_are_named() -> None:
         to_latex(df, width="pagewidth")
     with pytest.raises(ModelProfError, match="'tiny'"):
         to_latex(df, font_size="tiny")
+    # a placement LaTeX refuses ("Unknown float option 'q'") is refused here, by name
+    for position in ("q", "", "top"):
+        with pytest.raises(ModelProfError, match=f"position={position!r} is not a LaTeX float"):
+            to_latex(df, position=position)
+    assert r"\begin{table*}[!ht]" in to_latex(df, position="!ht", long=False)
 
 
 def test_tiny_values_never_print_as_zero() -> None:

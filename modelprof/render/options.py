@@ -89,6 +89,13 @@ class ViewOptions:
             raise ModelProfError(f"group_by={self.group_by!r} is not one of {list(_GROUPS)}")
         for name in ("leaf_only", "show_totals", "float_env", "standalone"):
             check_flag(name, getattr(self, name))
+        if self.position is not None and not (
+            isinstance(self.position, str) and self.position and set(self.position) <= set("htbp!H")
+        ):
+            raise ModelProfError(
+                f"position={self.position!r} is not a LaTeX float placement: letters of 'htbp', "
+                "'!' or 'H' (such as 't' or 'htbp')"
+            )
         check_count("depth", self.depth, 0)
         check_count("top_k", self.top_k, 1)
         if self.units is not None:

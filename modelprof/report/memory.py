@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
+from modelprof.errors import check_int
 from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = ["MemoryFacts", "estimate_memory", "memory_facts"]
@@ -64,6 +65,7 @@ def estimate_memory(
 ) -> pd.DataFrame:
     """One row per component (bytes), columns ``inference`` and ``training_step`` and
     ``how`` (where each number comes from), a ``total`` row last."""
+    optimizer_states = check_int("optimizer_states", optimizer_states, 0)
     saved, saved_how = (
         (saved_bytes, "measured: tensors autograd saved (backward=True)")
         if saved_bytes is not None
