@@ -372,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--depth", type=int, metavar="K", help="show modules down to nesting depth K (default: all)"
     )
+    p.add_argument(
+        "--columns",
+        metavar="LIST",
+        help="the printed table's and the md/tex/html/txt files' columns, comma-separated names "
+        "as in the CSV's header (module,params,macs,latency_ms,backward_latency_ms), or all; "
+        "CSV and JSON keep every column (default: the compact set)",
+    )
     p.set_defaults(run=_run_profile)
 
     c = sub.add_parser(
@@ -681,7 +688,11 @@ def _run_profile(ctx: _Context) -> None:
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
-    print(report.to_text(**view), file=ctx.stdout)  # compact columns; the files get them all
+    shown = dict(view)  # the human formats' view: with the columns asked for
+    if args.columns is not None:
+        names = [c.strip() for c in args.columns.split(",")]
+        shown["columns"] = "all" if names == ["all"] else names
+    print(report.to_text(**shown), file=ctx.stdout)  # compact columns; the files get them all
     print(f"\n{report.summary()}", file=ctx.stdout)
     if ctx.out is None:
         return
@@ -693,7 +704,11 @@ def _run_profile(ctx: _Context) -> None:
         ]
     ctx.write_formats(  # json: the whole report, independent of the table's style
         name if args.style == "modelprof" else f"{name}_torchstat",
-        lambda f, p: report.to_json(p) if f == "json" else report.export(f, p, **view),
+        lambda f, p: (
+            report.to_json(p)
+            if f == "json"
+            else report.export(f, p, **(shown if get_format(f).human else view))
+        ),
         figures,
         {"json": name},
     )

@@ -95,6 +95,30 @@ def test_profile_writes_every_format(
     assert f"wrote {out_dir / 'wide.csv'}" in err
 
 
+def test_columns_choose_the_printed_and_human_tables_columns(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # a newcomer's --backward .tex could never show the backward: the command line had no way
+    # to name the columns. --columns names them for the printed table and md/tex/html/txt; CSV
+    # and JSON keep every one
+    out_dir = tmp_path / "cols"
+    argv = ["profile", f"{nets}:wide", "--no-timing", "--out", str(out_dir)]
+    assert main([*argv, "--columns", "module, params,macs", "--format", "csv,md,tex"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].split() == ["module", "params", "MACs"]
+    md = (out_dir / "wide.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("|"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["module", "params", "MACs"]
+    assert "module & params & MACs" in (out_dir / "wide.tex").read_text()
+    assert "output_shape" in pd.read_csv(out_dir / "wide.csv").columns
+    # all: every column; an unknown name is refused by name
+    assert main([*argv, "--columns", "all", "--format", "md"]) == 0
+    assert "MAdd" in (out_dir / "wide.md").read_text()
+    capsys.readouterr()
+    assert main([*argv, "--columns", "module,nope"]) == 2
+    assert "unknown column(s) ['nope']" in capsys.readouterr().err
+
+
 def test_profile_torchstat_style_file_names(nets: Path, tmp_path: Path) -> None:
     assert (
         main(

@@ -114,6 +114,24 @@ def test_a_timed_generation_table_keeps_the_work_and_its_time_before_the_type():
         assert raw not in dropped
 
 
+def test_a_training_steps_table_keeps_the_backwards_time():
+    # a newcomer's backward=True table dropped backward_latency_ms (and backward_flops) to fit,
+    # keeping the forward's alone: a step's table keeps its backward's time beside the forward's
+    # (the output shape goes first)
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)
+    )
+    r = modelprof.profile(model, (3, 32, 32), backward=True, budget_s=0.2, warn=False)
+    names = _header(r.to_latex()).rstrip().splitlines()[-2]
+    assert names.startswith("module & type & params & MACs & latency & backward latency")
+    # a forward's table is as before: the output shape kept before the latency's share
+    forward = modelprof.profile(model, (3, 32, 32), budget_s=0.2, warn=False)
+    assert "output shape" in _header(forward.to_latex())
+
+
 def test_the_caption_names_a_torchvision_model_by_its_builder(resnet18):
     # "ResNet" is resnet18's and resnet50's class alike: the caption said it for both
     assert r"\caption{resnet18, input 1$\times$3$\times$224$\times$224" in resnet18.to_latex()

@@ -55,6 +55,8 @@ _LATEX_PRIORITY = tuple(
     "module layer_type type params macs latency_ms output_shape calls flops latency_pct "
     "output_bytes read_bytes write_bytes".split()
 )
+#: a training step's: its backward's time kept beside the forward's
+_STEP_PRIORITY = (*_LATEX_PRIORITY[:6], "backward_latency_ms", *_LATEX_PRIORITY[6:])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,7 +387,7 @@ class Report(Exports):
             view,
             options,
             compact=fmt.human,
-            priority=_LATEX_PRIORITY,
+            priority=_LATEX_PRIORITY if self.training_step is None else _STEP_PRIORITY,
             caption=self._title(),
             title=self._title(),
             standalone=True,
