@@ -312,6 +312,11 @@ def test_compare_generation_ratios_are_the_ratios_of_the_medians_shown():
     header = next(line for line in text.splitlines() if line.startswith("|"))  # below the caption
     headers = [h.strip() for h in header.strip("|").split("|")]
     assert {"ttft", "tpot ratio", "tpot ratio CI low"} <= set(headers)
+    # its caption names the run as compare()'s does: the baseline, the device, the generation
+    # (a newcomer's LaTeX caption named the ratio estimator alone)
+    assert table.attrs["baseline"] == "fast"
+    assert text.startswith("**baseline fast; cpu") and "4 prompt + 6 new tokens" in text
+    assert "batch 1" in text.splitlines()[0]
     assert headers[-1] in ("rank (1 = lowest latency)", "rank (1 = lowest CPU work)")
     assert f"{slow['tpot_x']:.3g}×" in text and " ms |" in text
 

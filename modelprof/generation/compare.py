@@ -22,6 +22,7 @@ from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import generation_sampler, timing_from
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
+from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.timing.agreement import judge_ratio
@@ -90,6 +91,10 @@ def compare_generation(
         for s, runner, (_, _, spec, _) in zip(sampled, runners, lms)
     ]
     df = _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
+    name, lm, spec, _ = lms[0]  # the caption's: the baseline's run, as compare()'s
+    env = collect_env(lm.device, dtype=lm.dtype, batch_size=batch_size)
+    env["generation"] = f"{spec.prompt_len} prompt + {spec.new_tokens} new tokens"
+    df.attrs.update(env=env, baseline=name)
     out = Comparison(df)
     out.attrs = dict(df.attrs)
     return out

@@ -78,7 +78,8 @@ def env_caption(env: Mapping[str, Any]) -> str:
         parts.append(f"{device} ({name})" if name and name != device else str(device))
     elif name:
         parts.append(str(name))
-    for key, label in (("dtype", ""), ("batch_size", "batch "), ("torch_version", "torch ")):
+    keys = ("generation", ""), ("dtype", ""), ("batch_size", "batch "), ("torch_version", "torch ")
+    for key, label in keys:
         if env.get(key) is not None:
             parts.append(f"{label}{str(env[key]).removeprefix('torch.')}")
     return ", ".join(parts)
