@@ -267,6 +267,22 @@ def test_no_drift_without_timestamps_or_with_few_blocks():
     assert ", drift " not in repr(two) and ", drift +" in repr(_blocked([10.0, 11.0, 12.0]))
 
 
+def test_the_repr_says_when_a_drift_is_within_the_blocks_scatter():
+    # a newcomer read "drift +45.2 %" beside no flag and no warning: a trend whose slope the
+    # blocks' own scatter cannot tell from 0 now says so. Blocks at t = 0..4 s reading 10, 15,
+    # 9, 14, 11 ms: the log medians' least-squares slope is sum(t' ln m) / sum(t'^2) with
+    # t' = -2..2: (-2 ln 10 - ln 15 + ln 14 + 2 ln 11) / 10 = 0.012163 per s, over the 4 s
+    # window expm1(0.04865) = +4.985 %; the residuals (15 and 14 against 9 and 11) dwarf it
+    scatter = _blocked([10.0, 15.0, 9.0, 14.0, 11.0])
+    assert scatter.drift_pct == pytest.approx(4.985, abs=1e-3)
+    assert ", drift +5.0 % (within the blocks' scatter)" in repr(scatter)
+    # a real trend (2 % a block over 10 blocks, as above) is said plainly, and UNSTABLE
+    blocks = np.repeat(np.arange(10), 30)
+    samples = 10.0 * 1.02**blocks * np.exp(np.random.default_rng(0).normal(0.0, 0.02, 300))
+    trend = Measurement(samples, blocks=blocks, timestamps_s=blocks * 0.1)
+    assert f", drift {trend.drift_pct:+.1f} %, UNSTABLE" in repr(trend)
+
+
 def test_a_budget_stop_below_min_samples_warns_once_naming_n():
     m = Measurement([50.0, 51.0, 52.0], stop_reason="budget", min_samples=10, label="slow")
     assert m.undersampled

@@ -271,6 +271,14 @@ class Measurement:
             return None
         return True
 
+    def _drift_text(self) -> str:
+        """``, drift +4.2 %`` for the repr, saying where the trend is within the blocks' own
+        scatter (its slope not told from 0): a large figure there is no drift to act on."""
+        pct, significant = self._drift
+        if pct is None:
+            return ""
+        return f", drift {pct:+.1f} %" + ("" if significant else " (within the blocks' scatter)")
+
     @property
     def stability_unknown_reason(self) -> str | None:
         """Why :attr:`stable` is None, in words (None when it is known)."""
@@ -600,7 +608,7 @@ class Measurement:
             f"  n={self.n} in {_plural(self.n_blocks, 'block')} after "
             f"{self.warmup} warm-up, stop={self.stop_text}, "
             f"{_plural(self.outliers, 'outlier')}, {self.fps:,.1f} fps"
-            + (f", drift {self.drift_pct:+.1f} %" if self.drift_pct is not None else "")
+            + self._drift_text()
             + (", UNSTABLE" if self.stable is False else "")
             + (", stability unknown" if self.stable is None else "")
             + (f", UNDERSAMPLED (min {self.min_samples})" if self.undersampled else "")
