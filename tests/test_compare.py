@@ -202,6 +202,12 @@ def test_comparison_render_exporters_match_a_reports(tmp_path) -> None:
     # a document: the caption (the baseline) in bold, then the table; untimed, no notes to list
     assert lines[0].startswith("**baseline narrow;") and lines[1] == ""
     assert lines[2].split("|")[1].strip() == "model" and lines[-1].startswith("| wide ")
+    # standalone=False, as a keyword or in a ViewOptions: the bare table
+    from modelprof import ViewOptions
+
+    bare = lines[2:]
+    assert df.render.to_markdown(standalone=False).splitlines() == bare
+    assert df.render.to_markdown(view=ViewOptions(standalone=False)).splitlines() == bare
     # wide: params 440, MACs 400, macs ratio 400 / 200 = 2; no pandas float like 2.000000
     assert re.search(r"\| wide +\| 1x10 +\| +440 \| +400 \|", md) and "2.00×" in md
     assert "madd" not in md.lower()  # compact columns unless columns="all"

@@ -165,8 +165,13 @@ def test_a_markdown_export_is_a_document_with_the_caption_and_summary(tmp_path, 
     # then every summary line, listed
     assert lines[3 + len(table) :] == [f"- {_prose(line)}" for line in summary]
     assert md.endswith("\n") and timed.export("md", tmp_path / "n.md").read_text() == md
-    # standalone=False: the bare table, as a cell of a larger document takes it
+    # standalone=False: the bare table, as a cell of a larger document takes it; said in a
+    # ViewOptions too (its unset default, None, let a report's page default override a False)
+    from modelprof import ViewOptions
+
     assert timed.to_markdown(standalone=False).splitlines() == table
+    assert timed.to_markdown(view=ViewOptions(standalone=False)).splitlines() == table
+    assert timed.to_html(view=ViewOptions(standalone=False)).startswith("<div")
 
 
 def test_markdown_prose_is_escaped_as_text():
@@ -176,8 +181,14 @@ def test_markdown_prose_is_escaped_as_text():
     assert _prose("a <img src=x> *b* [l](u) `c` ~~s~~") == (
         "a \\<img src=x\\> \\*b\\* \\[l\\](u) \\`c\\` \\~\\~s\\~\\~"
     )
-    # an underscore inside a word is none (GitHub's Markdown), one that opens or closes is
+    # an underscore inside a word is none (GitHub's Markdown), one that opens or closes is,
+    # and a run of them (__main__) is escaped whole
     assert _prose("latency_x _em_") == "latency_x \\_em\\_"
+    assert _prose("__main__.Net") == "\\_\\_main\\_\\_.Net"
+    # nor does a line open a heading or a nested list, or name an entity; no padding inside **
+    assert _prose("# h") == "\\# h" and _prose("- y") == "\\- y"
+    assert _prose("1. base failed") == "1\\. base failed" and _prose("2) x") == "2\\) x"
+    assert _prose("a &amp; b") == "a \\&amp; b" and _prose(" padded ") == "padded"
     assert _prose("a\\b\nc") == "a\\\\b c"
 
 

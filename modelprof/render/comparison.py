@@ -147,7 +147,8 @@ def export_comparison(
     **view: Any,
 ) -> str | Path:
     """The comparison in a registered format: human formats show the compact columns unless
-    ``columns`` says, :func:`compare_caption` as caption or title, and on an HTML page the notes;
+    ``columns`` says, :func:`compare_caption` as caption or title, and on an HTML page (or in a
+    Markdown document, below the table) the notes;
     raw formats every column (the index as ``model``), JSON with the environment."""
     fmt = get_format(name)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
@@ -160,7 +161,8 @@ def export_comparison(
         else:
             df, columns = _rank_said(df, columns)
         defaults = {"caption": caption, "title": caption, "priority": _LATEX_PRIORITY}
-        view = {**defaults, "standalone": True, **view}
+        page = view.get("standalone", getattr(view.get("view"), "standalone", None))
+        view = {**defaults, **view, "standalone": True if page is None else page}
         if view["standalone"]:  # a page shows its summary lines
             view.setdefault(
                 "summary", [c for c in (view.get("caption"), *(df.attrs.get("notes") or ())) if c]

@@ -43,19 +43,24 @@ def _document(table: Table, view: ViewOptions, to_file: bool) -> str:
     text = markdown_table(table) + "\n"
     if not view.standalone:
         return text
-    head = f"**{_prose(view.caption)}**\n\n" if view.caption else ""
-    notes = [line for line in view.summary if line != view.caption]
-    tail = "".join(f"- {_prose(line)}\n" for line in notes)
+    caption = _prose(view.caption) if view.caption else ""
+    head = f"**{caption}**\n\n" if caption else ""
+    notes = [_prose(line) for line in view.summary if line != view.caption]
+    tail = "".join(f"- {line}\n" for line in notes if line)
     return head + text + ("\n" + tail if tail else "")
 
 
 def _prose(line: str) -> str:
     """``line`` as literal Markdown text inside a paragraph or list item: no character of it
-    is markup or raw HTML (an underscore inside a word, as in ``latency_x``, is none in GitHub's
-    Markdown and is left as it is)."""
-    line = escape_control(line.replace("\n", " "))
-    line = "".join("\\" + c if c in "\\`*[]<>~" else c for c in line)
-    return re.sub(r"(?<!\w)_|_(?!\w)", r"\_", line)
+    is markup, an entity or raw HTML (an underscore inside a word, as in ``latency_x``, is none
+    in GitHub's Markdown and is left as it is; ``__init__``'s are escaped), nor does it open a
+    heading or a list."""
+    line = escape_control(line.replace("\n", " ")).strip()
+    line = "".join("\\" + c if c in "\\`*[]<>~&" else c for c in line)
+    line = re.sub(r"(?<![^\W_])_|_(?![^\W_])", r"\_", line)
+    return re.sub(
+        r"^([#+-])|^(\d+)([.)])", lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", line
+    )
 
 
 to_markdown = register_table(

@@ -58,7 +58,7 @@ class ViewOptions:
     priority: tuple[str, ...] = ()
     # HTML
     max_height: str | None = None
-    standalone: bool = False
+    standalone: bool | None = None  # None: the caller's default (a report's page, a bare table)
     title: str | None = None
     summary: tuple[str, ...] = ()
     # text
@@ -87,14 +87,18 @@ class ViewOptions:
             raise ModelProfError(f"style={self.style!r} is not one of {list(_STYLES)}")
         if self.group_by is not None and self.group_by not in _GROUPS:
             raise ModelProfError(f"group_by={self.group_by!r} is not one of {list(_GROUPS)}")
-        for name in ("leaf_only", "show_totals", "float_env", "standalone"):
+        for name in ("leaf_only", "show_totals", "float_env"):
             check_flag(name, getattr(self, name))
-        if self.position is not None and not (
-            isinstance(self.position, str) and self.position and set(self.position) <= set("htbp!H")
+        if self.standalone is not None:  # set: a page (document) or the bare table, said so
+            check_flag("standalone", self.standalone)
+        pos = self.position
+        if pos is not None and not (
+            isinstance(pos, str) and set(pos) <= set("htbp!") and set(pos) & set("htbp")
         ):
             raise ModelProfError(
-                f"position={self.position!r} is not a LaTeX float placement: letters of 'htbp', "
-                "'!' or 'H' (such as 't' or 'htbp')"
+                f"position={pos!r} is not a LaTeX float placement: letters of 'htbp', with '!' "
+                "if you like (such as 't' or '!htbp'; 'H' needs the float package and a table "
+                "that is not table*: float_env=False gives a bare tabular to place yourself)"
             )
         check_count("depth", self.depth, 0)
         check_count("top_k", self.top_k, 1)
