@@ -376,8 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--columns",
         metavar="LIST",
         help="the printed table's and the md/tex/html/txt files' columns, comma-separated names "
-        "as in the CSV's header (module,params,macs,latency_ms,backward_latency_ms), or all; "
-        "CSV and JSON keep every column (default: the compact set)",
+        "as in the CSV's header (module,params,macs,latency_ms,backward_latency_ms), all, or "
+        "compact (the default); CSV and JSON keep every column",
     )
     p.set_defaults(run=_run_profile)
 
@@ -665,6 +665,7 @@ def _run_profile(ctx: _Context) -> None:
     args = ctx.args
     if args.depth is not None and args.depth < 0:
         raise ModelProfError(f"--depth {args.depth} must be >= 0")
+    columns = _columns_arg(args.columns)  # before the run: a typo costs no profile
     loaded = ctx.load_spec(args.model)
     model, name = loaded.model, loaded.name
     size = ctx.input_size if ctx.input_size is not None else loaded.input_size
@@ -688,11 +689,8 @@ def _run_profile(ctx: _Context) -> None:
     view: dict[str, Any] = {"style": args.style}
     if args.depth is not None:
         view["depth"] = args.depth
-    shown = dict(view)  # the human formats' view: with the columns asked for
-    if args.columns is not None:
-        names = [c.strip() for c in args.columns.split(",")]
-        shown["columns"] = "all" if names == ["all"] else names
-    print(report.to_text(**shown), file=ctx.stdout)  # compact columns; the files get them all
+    shown = dict(view) if columns is None else {**view, "columns": columns}  # human formats'
+    print(report.to_text(**shown), file=ctx.stdout)
     print(f"\n{report.summary()}", file=ctx.stdout)
     if ctx.out is None:
         return
@@ -712,6 +710,25 @@ def _run_profile(ctx: _Context) -> None:
         figures,
         {"json": name},
     )
+
+
+def _columns_arg(text: str | None) -> Any:
+    """``--columns``: ``all``, declared column names (empty items skipped; refused by name
+    before anything runs) or None: not given, or ``compact``, the default."""
+    if text is None:
+        return None
+    import modelprof.columns as registry
+
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    if names in (["all"], ["compact"]):
+        return None if names == ["compact"] else "all"
+    unknown = [c for c in names if registry.column(c) is None]
+    if unknown or not names:
+        raise ModelProfError(
+            f"--columns {text!r}: unknown column(s) {unknown}; names as in the CSV's header "
+            "(module,params,macs,latency_ms,...), all or compact"
+        )
+    return names
 
 
 def _recorded_inputs(ctx: _Context, loaded: Any) -> dict[str, Any]:

@@ -114,9 +114,16 @@ def test_columns_choose_the_printed_and_human_tables_columns(
     # all: every column; an unknown name is refused by name
     assert main([*argv, "--columns", "all", "--format", "md"]) == 0
     assert "MAdd" in (out_dir / "wide.md").read_text()
+    # empty items are skipped, and compact (the default) is taken by name
+    assert main([*argv, "--columns", "module,macs,", "--format", "md"]) == 0
+    assert main([*argv, "--columns", "compact", "--format", "md"]) == 0
+    assert "output shape" in (out_dir / "wide.md").read_text()
     capsys.readouterr()
-    assert main([*argv, "--columns", "module,nope"]) == 2
-    assert "unknown column(s) ['nope']" in capsys.readouterr().err
+    # an unknown name is refused by name before anything runs (not after a whole profile):
+    # before the model file is even looked for
+    assert main(["profile", str(tmp_path / "absent.py:f"), "--columns", "module,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--columns 'module,nope': unknown column(s) ['nope']" in err and "absent" not in err
 
 
 def test_profile_torchstat_style_file_names(nets: Path, tmp_path: Path) -> None:
