@@ -94,7 +94,7 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
     every = report.to_dataframe()
     assert list(every["batch_size"].unique()) == [1, 2] and len(every) == len(one) + len(two)
     pd.testing.assert_frame_equal(every[every["batch_size"] == 2].reset_index(drop=True), two)
-    assert two["macs"].sum() == 2 * one["macs"].sum()  # every row's work is per sequence
+    assert two["macs"].sum() == 2 * one["macs"].sum()  # batch 2 counts twice the MACs
     assert report.to_csv(batch_size=1) != report.export("csv")
     assert "<!DOCTYPE html>" in report.to_html()
     # Markdown stays the whole report, written where asked; JSON is the registry's: the table

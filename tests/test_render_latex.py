@@ -153,7 +153,7 @@ def test_longtable_cannot_be_scaled_and_bad_options_are_named() -> None:
     with pytest.raises(ModelProfError, match="'tiny'"):
         to_latex(df, font_size="tiny")
     # a placement LaTeX refuses ("Unknown float option 'q'") is refused here, by name
-    for position in ("q", "", "top"):
+    for position in ("q", "", "top", "!", "H", "hH"):
         with pytest.raises(ModelProfError, match=f"position={position!r} is not a LaTeX float"):
             to_latex(df, position=position)
     assert r"\begin{table*}[!ht]" in to_latex(df, position="!ht", long=False)

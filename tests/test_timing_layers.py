@@ -192,6 +192,19 @@ def test_hook_cost_is_no_more_than_the_time_outside_the_leaves_holds():
     assert out[0] == pytest.approx(5.58 - 0.0005 - 3 * 0.0255)
 
 
+def test_the_gap_bound_holds_no_bound_where_the_leaves_overlap():
+    # the leaves' spans fill all but 0.1 ms of a 5.6 ms pass: 0.1 ms / 4 calls = 25 us each
+    from modelprof.timing.layers import _gap_bound
+
+    spans = np.array([[5.58, 1.5, 2.0, 2.0]] * 3)
+    assert _gap_bound(np.full(3, 5.6), spans, [None, 0, 0, 0]) == pytest.approx(0.025)
+    # two leaves on two CUDA streams, 0.8 ms each inside a 1 ms pass: their 1.6 ms is more than
+    # the pass, no time lies outside them, and nothing is bounded (a bound of 0 would have
+    # taken the whole correction away)
+    overlap = np.array([[1.0, 0.8, 0.8]] * 5)
+    assert _gap_bound(np.full(5, 1.0), overlap, [None, 0, 0]) == float("inf")
+
+
 def test_instrumentation_overhead_from_the_fastest_passes(spin_timing):
     _, lt = spin_timing
     # the instrumented and the plain passes of the same model, interleaved: 4 hooked calls

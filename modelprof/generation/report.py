@@ -200,9 +200,11 @@ class GenerationReport(Exports):
     ) -> Any:
         """MFU, HFU and MBU of every phase and layer (``Report.utilization`` per phase, under
         ``phase`` and ``context`` columns; a phase's time is its per-layer passes' plain median).
-        ``causal="half"`` halves the prefill's attention only. Where generations were timed,
-        ``phases`` adds ``generation_ms`` (TTFT for the prefill, the median step at a decode
-        step's context) and ``mfu_generation``, ``mbu_generation`` over it."""
+        ``causal="half"`` halves the prefill's attention only. Of ``batch_size``, default the
+        first (one batch size's phases: a figure per phase, not one per batch). Where
+        generations were timed, ``phases`` adds ``generation_ms`` (TTFT for the prefill, the
+        median step at a decode step's context) and ``mfu_generation``, ``mbu_generation`` over
+        it."""
         rows, phases, first = [], [], None
         timing = self.timings.get(self._batch(batch_size))
         for p in self.phases(batch_size):
@@ -320,7 +322,8 @@ class GenerationReport(Exports):
             bound = [c for c in ("bound_ms", "bound") if c in df.columns]
             batch = ["batch_size"] if len(self.batch_sizes) > 1 and batch_size is None else []
             view = {"columns": ["phase", "context", *batch, *compact_columns(df), *bound]}
-            view["priority"] = _LATEX_PRIORITY
+            # no totals row: the phases' sums (every batch size's) are no run's totals
+            view.update(priority=_LATEX_PRIORITY, show_totals=False)
         return fmt.write(
             df,
             None,

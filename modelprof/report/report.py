@@ -378,10 +378,11 @@ class Report(Exports):
     ) -> str | Path:
         """The table in any registered format (:mod:`modelprof.render.formats`, where each
         ``to_<format>`` is documented). A human format shows the compact columns unless
-        ``columns`` says, the title as caption (HTML: the summary above the table unless
-        ``standalone=False``); a raw one every column, raw numbers, the totals and (JSON) the
-        environment. ``view=ViewOptions(...)`` or its fields as keywords (``style``,
-        ``columns``, ``depth``...; a keyword wins). Returns the text, or writes ``path``."""
+        ``columns`` says, the title as caption (HTML: the summary above the table, Markdown:
+        listed below it, unless ``standalone=False``); a raw one every column, raw numbers, the
+        totals and (JSON) the environment. ``view=ViewOptions(...)`` or its fields as keywords
+        (``style``, ``columns``, ``depth``...; a keyword wins). Returns the text, or writes
+        ``path``."""
         fmt = get_format(format)
         df, totals, end_to_end, view = self._view(
             view,
@@ -546,6 +547,11 @@ class Report(Exports):
             f"{self.env.get('device_name', self.device)}"
         )
         reason = self._rough_reason()
+        if reason is None and self.layer_timing is not None:
+            df = self.to_dataframe()
+            if "latency_ms" in df.columns and _short_own_rows(df).any():
+                reason = "(self) rows (a parent's span less its children's) read shorter than "
+                reason += "their work allows"
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
 
     def _rough_reason(self) -> str | None:

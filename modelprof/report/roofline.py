@@ -154,8 +154,8 @@ def roof_proofs(
     of the row that proved it). A slower level (DRAM) is proved by the bytes a leaf moved past
     the caches in front of it. A ``(self)`` row proves nothing: its time is its parent's span
     less its children's, which the hooks' correction and the load can leave short (a loaded
-    resnet18's ``layer2.0.(self)`` read 0.2 us, 139 GFLOP/s over a 101 GFLOP/s probe). Empty
-    for peaks that are not a probe's."""
+    resnet18's ``layer2.0.(self)`` at 3x112x112, 25,088 FLOP, read 0.18 us: 139 GFLOP/s over a
+    101 GFLOP/s probe). Empty for peaks that are not a probe's."""
     if peaks.source != "probe" or not {"flops", "read_bytes", "write_bytes"} <= set(df.columns):
         return {}
     flops, traffic, latency, timed = _work(df, latency_column)
