@@ -159,3 +159,25 @@ def tiny_t5(cls: Any = None) -> nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return (cls or transformers.T5ForConditionalGeneration)(config).eval()
+
+
+def tiny_llama(kv_heads: int = 2, device: str = "cpu", **kw: Any) -> nn.Module:
+    """A 2-layer Llama with random weights (hidden 64, 4 heads, ``kv_heads`` KV heads,
+    vocabulary 128), seeded, in eval mode: the generation tests' language model."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        vocab_size=128,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=0,
+        **kw,
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        return transformers.LlamaForCausalLM(cfg).eval()

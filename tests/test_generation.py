@@ -11,6 +11,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from helpers import tiny_llama as llama  # noqa: E402 - the 2-layer Llama every test here uses
+
 from modelprof import GenerationReport, ModelProfError, profile_generation
 from modelprof.generation.cache import closed_form_kv_per_token
 
@@ -35,24 +37,6 @@ def gpt2(
     torch.manual_seed(0)
     with torch.device(device):
         return transformers.GPT2LMHeadModel(cfg).eval()
-
-
-def llama(kv_heads: int = 2, device: str = "cpu", **kw) -> torch.nn.Module:
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=kv_heads,
-        vocab_size=128,
-        max_position_embeddings=128,
-        bos_token_id=0,
-        eos_token_id=0,
-        **kw,
-    )
-    torch.manual_seed(0)
-    with torch.device(device):
-        return transformers.LlamaForCausalLM(cfg).eval()
 
 
 def rotary_macs(phase, head_dim: int) -> int:

@@ -90,19 +90,10 @@ def test_a_timed_generation_table_keeps_the_work_and_its_time_before_the_type():
     # of to_dataframe() went to LaTeX and params, MACs and latency were dropped to fit. A
     # report's compact columns go, under the phase's, and the type is dropped before them
     # (the params, which no phase changes, before the MACs and the latency, which it does)
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from helpers import tiny_llama
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-    )
     g = modelprof.profile_generation(
-        LlamaForCausalLM(config).eval(), prompt_len=16, new_tokens=2, budget_s=0.2, warn=False
+        tiny_llama(), prompt_len=16, new_tokens=2, budget_s=0.2, warn=False
     )
     tex = g.to_latex()
     kept = _header(tex).rstrip().splitlines()[-2]  # the names, above the units
