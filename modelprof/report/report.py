@@ -384,13 +384,14 @@ class Report(Exports):
         (``style``, ``columns``, ``depth``...; a keyword wins). Returns the text, or writes
         ``path``."""
         fmt = get_format(format)
+        title = self._title()  # once: whether a (self) row reads short takes the whole frame
         df, totals, end_to_end, view = self._view(
             view,
             options,
             compact=fmt.human,
             priority=_LATEX_PRIORITY if self.training_step is None else _STEP_PRIORITY,
-            caption=self._title(),
-            title=self._title(),
+            caption=title,
+            title=title,
             standalone=True,
             summary=tuple(self.summary().splitlines()) if fmt.human else (),
         )
