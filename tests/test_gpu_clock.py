@@ -154,3 +154,25 @@ def test_no_reader_without_a_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(env, "gpu_uuid", lambda index: None)
     assert env._nvml_sm_clock.__wrapped__(0) is None
+
+
+def test_a_drift_with_a_moved_clock_is_a_clock_warning() -> None:
+    # the drifting blocks of test_timing_measurement's ramp (levels 10 * 1.02^b, b = 0..9, 20
+    # samples each: a +19.5 % trend beyond its +-18.8 % interval) beside a clock that read 1980
+    # then 1500 MHz (1980 / 1500 - 1 = 32 % > 5 %): the one warning names both, and is a
+    # GpuClockWarning (a DriftWarning too) whatever order the checks run in; the clock was
+    # once dropped when the drift came first (8 in 400 no-op runs)
+    blocks = np.repeat(np.arange(10), 20)
+    m = Measurement(
+        np.repeat(10.0 * 1.02 ** np.arange(10), 20),
+        device="cuda:0",
+        blocks=blocks,
+        timestamps_s=blocks + np.tile(np.arange(20) * 1e-3, 10),
+        stop_reason="precision",
+        sm_clock_mhz=[1980] + [1500] * 9,
+    )
+    assert m.stable is False and m.clock_moved
+    got = _warnings(m)
+    assert [type(w.message) for w in got] == [GpuClockWarning]
+    text = str(got[0].message)
+    assert "drifted by +19.5 %" in text and "1500 to 1980 MHz over 10 blocks" in text

@@ -422,8 +422,8 @@ class Measurement:
         return self.iqr_ms / self.median_ms > NOISY_IQR_FRACTION or self.cv > NOISY_CV
 
     def warn_if_noisy(self) -> bool:
-        """Warn once: too few samples, drift, a loaded machine or noise (in that order); True if
-        it warned."""
+        """Warn once: too few samples, drift, a moved GPU clock, a loaded machine or noise (in
+        that order; a drift with a moved clock is a ``GpuClockWarning``); True if it warned."""
         if self._warned:
             return False
         what = f"{self.label or 'the callable'} on {self.device}"
@@ -452,6 +452,8 @@ class Measurement:
             return False
         if self.clock_moved and kind is not GpuClockWarning:
             text += f"; {self._clock_text()}"
+            if kind is DriftWarning:  # the clock moving is the drift's cause, read directly
+                kind = GpuClockWarning  # (a DriftWarning still)
         if self.loaded and kind is not LoadedMachineWarning:
             text += f"; {self._loaded_text()}"
         self._warned = True
