@@ -104,3 +104,24 @@ def test_resnet_residual_adds_are_elementwise_not_basicblock() -> None:
     assert table.loc["activation", "calls"] == 17
     assert "BasicBlock" not in table.index
     assert int(table["macs"].sum()) == report.totals["macs"]
+
+
+def test_a_training_steps_loss_and_optimizer_are_their_own_types() -> None:
+    # once grouped by their ops as "other"; the (loss) and (optimizer) rows are typed by kind
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    report = profile(
+        model,
+        (8,),
+        backward=True,
+        loss_fn=F.cross_entropy,
+        target=torch.tensor([1]),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        timing=False,
+    )
+    table = report.by_layer_type()
+    rows = {r.module: r for r in report.rows}
+    # plain SGD: 2 FLOPs per element (scale, add) on 8 * 8 + 8 + 8 * 2 + 2 = 90 parameters
+    assert table.loc["optimizer", "calls"] == 1 and table.loc["optimizer", "flops"] == 180
+    assert table.loc["loss", "flops"] == rows["(loss)"].flops > 0
+    assert "other" not in table.index
+    assert int(table["flops"].sum()) == report.totals["flops"]

@@ -21,8 +21,11 @@ LAYER_TYPES: tuple[str, ...] = (
     *"embedding upsample dropout".split(),
     "data movement",
     "other",
+    "loss",
+    "optimizer",
 )
-"""Every type a row can get, in the order a summary lists ties."""
+"""Every type a row can get, in the order a summary lists ties (a training step's ``(loss)`` and
+``(optimizer)`` rows are typed by their kind, not by their ops)."""
 
 
 def _names(text: str) -> frozenset[str]:

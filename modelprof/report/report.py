@@ -295,7 +295,10 @@ class Report(Exports):
         of the leaves' instrumented latencies) and ``latency_pct`` (its share of the
         instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first."""
         leaves = [r for r in self.rows if r.leaf]
-        kinds = [layer_type(r.type, r.ops, is_self=r.is_self) for r in leaves]
+        kinds = [
+            r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
+            for r in leaves
+        ]
         data: dict[str, Any] = {"layer_type": kinds, "calls": [1] * len(leaves)}
         for c in COUNTED:
             data[c] = [int(getattr(r, c)) for r in leaves]
