@@ -312,8 +312,12 @@ def test_a_compiled_model_gets_eager_per_layer_times_and_says_so(how):
 
 
 def test_timing_options_are_validated():
-    with pytest.raises(ModelProfError, match=r"unknown timing option\(s\) \['repeats'\]"):
+    with pytest.raises(ModelProfError, match=r"unknown timing option\(s\) \['repeats'\]") as e:
         profile(nn.Linear(4, 2), (4,), repeats=3)
+    assert "(repeats=: did you mean repeat=?)" in str(e.value)  # the nearest name
+    with pytest.raises(ModelProfError) as e:
+        profile(nn.Linear(4, 2), (4,), timed=False)
+    assert "did you mean" not in str(e.value)  # no name within difflib's 0.75 of "timed"
     # meta has no clock: there a profile counts only, and says so
     r = profile(nn.Linear(4, 2), (4,), device="meta")
     assert r.latency is None and any("meta" in n for n in r.timing_notes)

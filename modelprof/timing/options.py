@@ -27,6 +27,7 @@ down, so no pass can disagree with another about them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any
 
 import torch
@@ -80,6 +81,10 @@ def _check_modes(values: dict[str, Any]) -> None:
 _PEER_NAMES = {"input_data": "inputs", "input_res": "input_size", "input_shape": "input_size"}
 
 
+def _nearest(name: str, names: Any) -> list[str]:
+    return difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingOptions:
     """The parsed timing options (see the module docstring for each one)."""
@@ -112,9 +117,15 @@ class TimingOptions:
         unknown = sorted(set(kwargs) - set(OPTION_NAMES))
         if unknown:
             peers = [f"{k}= is {_PEER_NAMES[k]}= here; " for k in unknown if k in _PEER_NAMES]
+            near = [  # a misspelling: the nearest name
+                f" ({k}=: did you mean {n}=?)"
+                for k in unknown
+                if k not in _PEER_NAMES
+                for n in _nearest(k, OPTION_NAMES)
+            ]
             raise ModelProfError(
-                "".join(peers)
-                + f"unknown timing option(s) {unknown}; the options are {sorted(OPTION_NAMES)}"
+                "".join(peers) + f"unknown timing option(s) {unknown}{''.join(near)}; the "
+                f"options are {sorted(OPTION_NAMES)}"
             )
         values = (TimingOptions() if options is None else options).as_kwargs()
         values.update(kwargs)
