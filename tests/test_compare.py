@@ -208,6 +208,12 @@ def test_comparison_render_exporters_match_a_reports(tmp_path) -> None:
     bare = lines[2:]
     assert df.render.to_markdown(standalone=False).splitlines() == bare
     assert df.render.to_markdown(view=ViewOptions(standalone=False)).splitlines() == bare
+    # a caption in a ViewOptions wins over the baseline caption, as a keyword does; a keyword
+    # caption=None (ViewOptions' own default) asks for none
+    mine = df.render.to_markdown(view=ViewOptions(caption="Table 2: mine")).splitlines()
+    assert mine[0] == "**Table 2: mine**" and "baseline narrow" not in "\n".join(mine)
+    assert df.render.to_markdown(caption=None, standalone=False).splitlines() == bare
+    assert not df.render.to_markdown(caption=None).startswith("**")
     # wide: params 440, MACs 400, macs ratio 400 / 200 = 2; no pandas float like 2.000000
     assert re.search(r"\| wide +\| 1x10 +\| +440 \| +400 \|", md) and "2.00×" in md
     assert "madd" not in md.lower()  # compact columns unless columns="all"

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from modelprof.render.formats import get_format
+from modelprof.render.options import ViewOptions
 
 __all__ = [
     "env_caption",
@@ -152,6 +153,7 @@ def export_comparison(
     raw formats every column (the index as ``model``), JSON with the environment."""
     fmt = get_format(name)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
+    given = ViewOptions.parse(view.pop("view", None), **view)
     if fmt.human:
         columns = compact_compare_columns(df) if columns is None else columns
         caption = compare_caption(df.attrs) or None
@@ -160,13 +162,12 @@ def export_comparison(
             caption = "; ".join(c for c in (caption, rank_header(df.attrs)) if c)
         else:
             df, columns = _rank_said(df, columns)
-        defaults = {"caption": caption, "title": caption, "priority": _LATEX_PRIORITY}
-        page = view.get("standalone", getattr(view.get("view"), "standalone", None))
-        view = {**defaults, **view, "standalone": True if page is None else page}
-        if view["standalone"]:  # a page shows its summary lines
-            view.setdefault(
-                "summary", [c for c in (view.get("caption"), *(df.attrs.get("notes") or ())) if c]
-            )
+        given = given.with_defaults(view, caption=caption, title=caption, priority=_LATEX_PRIORITY)
+        if given.standalone is None:  # the caller's default: a page (a document)
+            given = given.replace(standalone=True)
+        if given.standalone:  # a page shows its summary lines
+            notes = (given.caption, *(df.attrs.get("notes") or ()))
+            given = given.with_defaults(view, summary=tuple(c for c in notes if c))
     if columns is not None:
-        view["columns"] = columns
-    return fmt.write(df, None, env=env, path=path, **view)
+        given = given.replace(columns=columns)
+    return fmt.write(df, None, env=env, path=path, view=given)

@@ -109,6 +109,17 @@ class ViewOptions:
         """A copy with ``options`` changed and checked."""
         return ViewOptions.parse(self, **options)
 
+    def with_defaults(self, given: Iterable[str] = (), **defaults: Any) -> ViewOptions:
+        """A caller's defaults in the fields left at ViewOptions' own and not named in
+        ``given`` (the keywords passed, which win even at that value: ``caption=None``)."""
+        unset, given = ViewOptions(), set(given)
+        update = {
+            k: v
+            for k, v in defaults.items()
+            if k not in given and getattr(self, k) == getattr(unset, k)
+        }
+        return self.replace(**update) if update else self
+
     @property
     def selection(self) -> dict[str, Any]:
         """The row selection, as :func:`modelprof.render.views.select_rows` takes it."""

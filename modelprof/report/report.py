@@ -359,12 +359,8 @@ class Report(Exports):
         nor the keywords set a value."""
         view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
-        unset = ViewOptions()
-        update = {
-            k: v
-            for k, v in defaults.items()
-            if k not in options and getattr(view, k) == getattr(unset, k)
-        }
+        view = view.with_defaults(options, **defaults)
+        update: dict[str, Any] = {}
         if view.style == "torchstat":
             update["depth"] = None  # already applied (group_by refused it in _table)
         if compact and view.style == "modelprof" and view.group_by is None and view.columns is None:
