@@ -607,6 +607,11 @@ def _hook_cost_note(layers: Any) -> str:
             else "the model's passes read nothing, and a hooked call costs no less in a model"
         )
         where = f", measured on a chain of empty modules: {why}"
+    elif cost.capped:
+        where = (
+            ", at most what the passes' time outside the leaves' spans holds (the pass pairs "
+            "read more: an instrumented pass waited longer inside its ops, as under load)"
+        )
     return (
         f"per-layer times are corrected for the instrument's measured cost: "
         f"{cost.per_call_ms * 1e3:.2f} us per hooked call{where} "

@@ -127,6 +127,9 @@ def test_hook_cost_from_paired_passes_survives_a_preempted_median():
     cost = _measured_hook_cost(run, HookCost(per_call_ms=0.001, self_ms=0.0005))
     assert cost.source == "model" and cost.per_call_ms == pytest.approx(0.025)
     assert cost.self_ms == 0.0005  # the calibrated inside part, below the per-call cost
+    # the leaves' spans (3 x 1 ms) leave a median 0.6 ms of the pass outside them: a bound of
+    # 0.6 / 4 + 0.0005 = 0.1505 ms per call, above the 0.025 read, so not capped
+    assert not cost.capped and "capped" in cost.to_dict()
     # and the CPU time still bounds it: a pass pair whose instrumented pass waited for a core
     # in most pairs reads no more than the CPU's 0.1 ms / 4
     run.sampled.samples_ms = 3.6 + np.array([4.0] * 8 + [0.0] * 2)
@@ -184,6 +187,11 @@ def test_hook_cost_is_no_more_than_the_time_outside_the_leaves_holds():
     )
     cost = _measured_hook_cost(run, HookCost(per_call_ms=0.0024, self_ms=0.0005))
     assert cost.source == "model" and cost.per_call_ms == pytest.approx(0.0255)
+    assert cost.capped and cost.to_dict()["capped"] is True  # said in the report's notes
+    from modelprof.profile import _hook_cost_note
+
+    note = _hook_cost_note(SimpleNamespace(hook_cost=cost, n=10))
+    assert "25.50 us per hooked call, at most what the passes' time outside" in note
     # so the leaves keep their spans less the inside part, and the root (5.58 - 0.0005 - 3 x
     # 0.0255 = 5.503 ms) still holds them (5.4985 ms): none is scaled down to fit. At 525 us
     # the root read 5.58 - 1.575 = 4.0 ms, and each leaf was scaled by 4.0 / 5.4985

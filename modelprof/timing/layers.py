@@ -227,6 +227,9 @@ class HookCost:
     applied: bool = True
     #: ``"model"`` (its own passes), ``"chain"`` (``calibrate_hooks``) or ``"given"``
     source: str = "given"
+    #: the model's paired reading held more than the passes' time outside the leaves' spans
+    #: (``_gap_bound``) and was taken at that bound
+    capped: bool = False
 
     def correct(
         self, raw: np.ndarray, nested: np.ndarray, parents: list[int | None] | None = None
@@ -246,6 +249,7 @@ class HookCost:
             "self_us": self.self_ms * 1e3,
             "applied": self.applied,
             "source": self.source,
+            "capped": self.capped,
         }
 
 
@@ -652,7 +656,7 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     time outside the leaves' spans can hold (``_gap_bound``; the part inside a span added)."""
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
-    per_call, source = calibrated.per_call_ms, "chain"
+    per_call, source, capped = calibrated.per_call_ms, "chain", False
     if sampled.n >= MIN_COST_PASSES or not calibrated.applied:  # (CUDA: no chain to ask)
         paired = _paired_median(sampled.samples_ms, plain)
         if inst.cpu_ms is not None:  # (instrumented, plain) thread CPU times
@@ -661,8 +665,10 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
             per_call, source = max(0.0, paired) / len(keys), "model"
             passes = np.asarray(sampled.samples_ms, dtype=float)
             bound = _gap_bound(passes, np.vstack(inst.rows), run.plan.parent_index)
+            capped = per_call > bound + calibrated.self_ms
             per_call = min(per_call, bound + calibrated.self_ms)
-    return HookCost(per_call, min(calibrated.self_ms, per_call), applied=True, source=source)
+    self_ms = min(calibrated.self_ms, per_call)
+    return HookCost(per_call, self_ms, applied=True, source=source, capped=capped)
 
 
 def _gap_bound(passes: np.ndarray, raw: np.ndarray, parents: list[int | None]) -> float:
