@@ -259,6 +259,9 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     assert compact_compare_columns(table)[-3:] == ["latency_x_rough", "cpu_work_x_rough", "rank"]
     latex = export_comparison(table, "latex")
     assert "latency\\_x of cand, cpu\\_work\\_x of cand" in latex and "not ranked" in latex
+    # and the rough ratio's own cell is marked (~ in Markdown), the baseline's is not
+    md = export_comparison(table, "markdown", columns=["latency_x"], standalone=False)
+    assert [c.split("|")[1].strip() for c in md.splitlines()[2:]] == ["1.00×", "~1.00×"]
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
     check = judge_ratio(
         "latency_x", "cand", "base", *(Measurement(v, blocks=np.arange(60)) for v in (

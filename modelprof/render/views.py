@@ -275,21 +275,25 @@ _AT_MOST_ONE = frozenset(registry.names(kind="ratio"))
 
 
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
+    if _flagged(frame, r, f"{name}_rough"):  # its own flag: a comparison's rough ratio
+        return True
     if not ((c := registry.column(name)) and c.rough):
         return False
     if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:
         return True
     flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
-    return any(
-        f in frame.columns and not _is_missing(frame[f].iloc[r]) and bool(frame[f].iloc[r])
-        for f in flags
-    )
+    return any(_flagged(frame, r, f) for f in flags)
+
+
+def _flagged(frame: pd.DataFrame, r: int, flag: str) -> bool:
+    return flag in frame.columns and not _is_missing(v := frame[flag].iloc[r]) and bool(v)
 
 
 def is_rough(table: Table, r: int, name: str) -> bool:
     """Cell (row ``r``, column ``name``) is rough: a per-layer time on fewer passes than the stop
     rule promises (``latency_rough``), an efficiency against roofs probed on a busy machine
-    (``efficiency_loaded``), or an efficiency, MFU, HFU or MBU above 1 (the peak reads low)."""
+    (``efficiency_loaded``), an efficiency, MFU, HFU or MBU above 1 (the peak reads low), or a
+    cell whose own ``<name>_rough`` flag is set (a comparison's ratio that its rounds dispute)."""
     return table.units != "raw" and _rough(table.frame, r, name)
 
 
@@ -498,7 +502,8 @@ def prepare_table(
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
-    if units != "raw" and ({"latency_rough", LOADED_FLAG, *_AT_MOST_ONE} & set(rows.columns)):
+    flags = {"latency_rough", LOADED_FLAG, *_AT_MOST_ONE, *(f"{n}_rough" for n in names)}
+    if units != "raw" and flags & set(rows.columns):
         cells = tuple(
             tuple(
                 ROUGH_MARK + c if c != MISSING and _rough(rows, i, n) else c
