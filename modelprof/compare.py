@@ -46,6 +46,7 @@ from modelprof.timing.interleave import (
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
+from modelprof.timing.measurement import load_note
 from modelprof.timing.options import OPTION_NAMES, TimingOptions
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS
@@ -374,7 +375,13 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         )
         out["notes"].append(cpu_work_note(result.measurements.values(), why))
     else:
-        out["notes"] += loaded_latency_notes(result.measurements.values())
+        loaded = loaded_latency_notes(result.measurements.values())
+        out["notes"] += loaded
+        if loaded:  # for the caption: a paper table says so too
+            out["loaded"] = load_note(result.measurements.values())
+    drifted = [name for name, m in result.measurements.items() if m.stable is False]
+    if drifted:
+        out["drifted"] = drifted
     ranking = "cpu_work_x" if result.ranked_by == "cpu_work" else "latency_x"
     disagreeing(checks, ranking, ranking, out, out["notes"])
     if not (unranked or "ratios_disagree" in out):
@@ -382,6 +389,8 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}
         out["ranks"], tied = tied_ranks(figures)
         out["notes"] += [tied] if tied else []
+        if tied:
+            out["tied"] = tied
     return out
 
 

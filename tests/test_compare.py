@@ -276,3 +276,51 @@ def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
     assert row["backward_latency_x_ci_low"] <= row["backward_latency_x"]
     assert row["backward_latency_x"] <= row["backward_latency_x_ci_high"]
     assert row["backward_latency_x"] > 1.0  # two spins take longer than one
+
+
+def _timed_frame(**attrs) -> pd.DataFrame:
+    """A two-model comparison as compare() writes it, ranked by latency."""
+    df = pd.DataFrame(
+        {
+            "params": [11_689_512, 2_542_856],
+            "macs": [148_560_000, 6_520_000],
+            "latency_median_ms": [55.4, 17.8],
+            "latency_ci_low_ms": [54.1, 17.2],
+            "latency_ci_high_ms": [56.9, 18.3],
+            "latency_x": [1.0, 0.322],
+            "latency_x_ci_low": [1.0, 0.31],
+            "latency_x_ci_high": [1.0, 0.33],
+            "rank": [2, 1],
+        },
+        index=pd.Index(["resnet18", "mobilenet_v3_small"], name="model"),
+    )
+    df.attrs.update(baseline="resnet18", ranked_by="latency", **attrs)
+    return df
+
+
+def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
+    from modelprof.render.comparison import compare_caption, export_comparison
+
+    df = _timed_frame()
+    # a page's width keeps every column here: the caption names the intervals and the rank
+    wide = export_comparison(df, "latex", width=None)
+    assert "95 \\% CI paired by round" in wide and "rank (1 = lowest latency)" in wide
+    # the text width (345 pt) keeps model, params, MACs, median and ratio (315 pt): the
+    # intervals (both bounds of each) and the rank go, and the caption no longer speaks of them
+    narrow = export_comparison(df, "latex", width="textwidth")
+    assert "model & params & MACs & latency median & latency ratio \\\\" in narrow
+    caption = next(line for line in narrow.splitlines() if line.startswith("\\caption"))
+    assert caption == "\\caption{baseline resnet18; ratios: ratio of medians}"
+    # a column's width (229.5 pt) keeps the median alone: no ratio, so no word on ratios
+    column = export_comparison(df, "latex", width="columnwidth")
+    assert "model & latency median \\\\" in column and "\\caption{baseline resnet18}" in column
+    # what made the timing less sure reaches the caption, so the paper table says it too
+    text = compare_caption(
+        _timed_frame(
+            loaded="other work took 1.00 cores' worth of the cores it needed",
+            drifted=["resnet18"],
+            tied="tied in rank (the interval of their paired ratio holds 1): a, b",
+        ).attrs
+    )
+    assert "timed on a loaded machine (other work took 1.00 cores' worth" in text
+    assert "drifted while timed: resnet18" in text and "tied in rank" in text

@@ -323,10 +323,16 @@ def test_a_reports_paper_table_keeps_type_and_names_the_model(tmp_path) -> None:
     df["latency_pct"] = 100.0 / len(df)
     report.to_dataframe = lambda style="modelprof": df  # the timed frame, without the wait
     cols = ["module", "type", "output_shape", "params", "macs", "flops", "output_bytes"]
-    text = report.to_latex(depth=2, columns=[*cols, "latency_ms", "flops_pct", "latency_pct"])
+    named = [*cols, "latency_ms", "flops_pct", "latency_pct"]
+    text = report.to_latex(depth=2, columns=named, fit="columns")
     header = next(line for line in text.splitlines() if line.startswith("module &"))
     assert header.startswith("module & type & ")
-    assert "to keep one, name it in priority= or columns=" in text
+    assert "to keep one, name it in priority=, or use fit='scale'" in text
+    # named columns and no fit=: every one kept (once, with the two bounds of a CI, half of an
+    # interval went), the table scaled to the width instead
+    scaled = report.to_latex(depth=2, columns=named)
+    assert "dropped to fit" not in scaled and "(10 columns)" in scaled
+    assert r"\resizebox{\ifdim\width>\textwidth\textwidth\else\width\fi}" in scaled
     assert "\nResNet & ResNet & " in text  # the root: the model's class, not (root)
     # the command line names the model as asked for: resnet18, not its class ResNet
     assert (
@@ -334,3 +340,25 @@ def test_a_reports_paper_table_keeps_type_and_names_the_model(tmp_path) -> None:
     )
     tex = (tmp_path / "resnet18.tex").read_text(encoding="utf-8")
     assert r"\caption{resnet18, input 1$\times$3$\times$224$\times$224, float32 on " in tex
+
+
+def test_an_intervals_bounds_are_dropped_together() -> None:
+    # a width that the table misses by less than its CI-high column: dropping that one alone
+    # would fit, leaving a lower bound with no upper one; its partner goes with it
+    from modelprof.render.latex import _SAFETY, _column_widths_pt, _drop_until_fits, _font_pt
+
+    df = pd.DataFrame(
+        {
+            "model": ["resnet18", "mobilenet_v3_small"],
+            "latency_median_ms": [55.4, 17.8],
+            "latency_ci_low_ms": [28.3, 4.67],
+            "latency_ci_high_ms": [609.0, 68.2],
+            "latency_x": [1.0, 0.322],
+        }
+    )
+    table = prepare_table(df, units="fixed")
+    widths = _column_widths_pt(table, _font_pt("small"))
+    limit = (sum(widths) - widths[3] / 2) * _SAFETY  # over by half the CI-high column
+    priority = ("model", "latency_median_ms", "latency_x", "latency_ci_low_ms")
+    fitted = _drop_until_fits(table, limit, "small", priority)
+    assert fitted.columns == ("model", "latency_median_ms", "latency_x")

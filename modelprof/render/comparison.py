@@ -4,13 +4,14 @@ ratios to the baseline): which columns a readable table shows, its caption, its 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from modelprof.render.formats import get_format
+from modelprof.render.latex import latex_columns
 from modelprof.render.options import ViewOptions
 
 __all__ = [
@@ -42,11 +43,13 @@ _ROUGH_RATIO_COLUMNS = tuple(
     for r in "latency_x cpu_work_x backward_latency_x ttft_x tpot_x ttft_cpu_x tpot_cpu_x".split()
 )
 
+_TIMED_RATIOS = frozenset(r.removesuffix("_rough") for r in _ROUGH_RATIO_COLUMNS)
+
 _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.split("_"))
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
 _LATEX_PRIORITY = tuple(
-    """model params macs latency_median_ms latency_x cpu_work_median_ms cpu_work_x
+    """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x params macs
     latency_ci_low_ms latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low
     cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
     throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
@@ -86,9 +89,11 @@ def env_caption(env: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def compare_caption(attrs: Mapping[str, Any]) -> str:
+def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = None) -> str:
     """``baseline resnet18; cpu (AMD EPYC), float32, batch 1, torch 2.x``, then how the ratios
-    are estimated and what the rank follows, or that latency was not measured."""
+    are estimated and what the rank follows, or that latency was not measured; what made the
+    timing less sure (a loaded machine, drift, ties). ``shown``: the columns a table keeps,
+    where it keeps fewer (a LaTeX table fitted to the page): their intervals only if shown."""
     env = env_caption(attrs.get("env") or {})
     baseline = attrs.get("baseline")
     parts = ([f"baseline {baseline}"] if baseline is not None else []) + ([env] if env else [])
@@ -96,7 +101,9 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
     if attrs.get("unranked"):
         parts.append("not ranked: too few runs for an interval")
     elif ranked_by is not None:
-        parts.append(RATIO_NOTE)
+        intervals = shown is None or any("_x_ci_" in c for c in shown)
+        if shown is None or _TIMED_RATIOS & set(shown):
+            parts.append(RATIO_NOTE if intervals else RATIO_NOTE.split(", 95 %")[0])
         if attrs.get("rough_ratios"):  # compare: a ratio of medians its rounds disagree with
             parts.append(
                 "rough, the ratio of medians outside its per-round ratios' interval: "
@@ -110,6 +117,12 @@ def compare_caption(attrs: Mapping[str, Any]) -> str:
                 f"ranked by CPU work: {why}; CPU work equals latency "
                 "only for a single-threaded model on an idle core"
             )
+        if attrs.get("loaded"):
+            parts.append(f"timed on a loaded machine ({attrs['loaded']}): the ratios moved with it")
+        if attrs.get("drifted"):
+            parts.append(f"drifted while timed: {', '.join(attrs['drifted'])}")
+        if attrs.get("tied"):
+            parts.append(str(attrs["tied"]))
     elif attrs.get("baseline") is not None:
         parts.append("latency not measured (timing off)")
     failed = list(attrs.get("failed") or ())
@@ -155,11 +168,18 @@ def export_comparison(
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     given = ViewOptions.parse(view.pop("view", None), **view)
     if fmt.human:
+        if columns is not None and not given.long:  # named columns: scaled, none dropped
+            given = given.with_defaults(view, fit="scale")
         columns = compact_compare_columns(df) if columns is None else columns
-        caption = compare_caption(df.attrs) or None
-        if fmt.name == "latex" and "rank" in df.columns:
-            # the rank's direction goes in the caption: as a header it widened the column
-            caption = "; ".join(c for c in (caption, rank_header(df.attrs)) if c)
+        shown = None
+        if fmt.name == "latex":  # the caption speaks of the columns the page keeps
+            fitting = given.with_defaults(view, priority=_LATEX_PRIORITY)
+            shown = latex_columns(df, fitting.replace(columns=columns))
+        caption = compare_caption(df.attrs, shown) or None
+        if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
+            # column is kept (as a header it widened the column)
+            ranked = "rank" in shown
+            caption = "; ".join(c for c in (caption, ranked and rank_header(df.attrs)) if c)
         else:
             df, columns = _rank_said(df, columns)
         given = given.with_defaults(view, caption=caption, title=caption, priority=_LATEX_PRIORITY)

@@ -22,7 +22,7 @@ from typing import Any
 from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, is_rough
+from modelprof.render.views import Table, is_rough, prepare_table
 
 __all__ = [
     "FITS",
@@ -164,7 +164,8 @@ def _drop_until_fits(
     table: Table, limit_pt: float, font_size: str, priority: Sequence[str]
 ) -> Table:
     """Drop columns until the estimate is within ``limit_pt``, never the first: the columns
-    not in ``priority`` (most important first) go first, rightmost first."""
+    not in ``priority`` (most important first) go first, rightmost first; an interval's two
+    bounds together."""
     keep = list(range(len(table.columns)))
     rank = {name: i for i, name in enumerate(priority)}
     # a stable sort: the unranked (rightmost first), then the ranked, least important first
@@ -175,8 +176,18 @@ def _drop_until_fits(
     for i in candidates:
         if sum(widths[j] for j in keep) * _SAFETY <= limit_pt:
             break
-        keep.remove(i)
+        partner = _interval_partner(table.columns[i])  # an interval's bounds go together
+        keep = [j for j in keep if j != i and table.columns[j] != partner]
     return _subset(table, keep)
+
+
+def _interval_partner(name: str) -> str | None:
+    """``latency_ci_low_ms`` -> ``latency_ci_high_ms`` and back; None for a column that is not
+    an interval's bound."""
+    for a, b in (("_ci_low", "_ci_high"), ("_ci_high", "_ci_low")):
+        if a in name:
+            return name.replace(a, b)
+    return None
 
 
 def _fit_columns(
@@ -319,7 +330,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         label=_checked_label(view.label),
         font_size=view.font_size or _DEFAULT_FONT,
     )
-    width, fit, long, font_size = view.width, view.fit, view.long, view.font_size
+    width, fit, long = view.width, view.fit, view.long
     _check_layout(view)
     n_lines = len(table.cells) + len(table.footer) + 1
     split = long is None and view.float_env and n_lines > LONG_ROWS
@@ -335,11 +346,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
         )
     table = _paper_cells(table)
     before = table.columns
-    if width is not None and fit in ("columns", "both"):
-        target = NOMINAL_WIDTH_PT[width] * (_MAX_SHRINK if fit == "both" else 1.0)
-        priority = view.priority or DEFAULT_PRIORITY
-        table, font_size = _fit_columns(table, target, font_size, priority, chosen=chosen)
-        view = view.replace(font_size=font_size)
+    table, view = _fitted(table, view, chosen)
     scale = width is not None and fit in ("scale", "both")
     head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
     indents = _indents(table)
@@ -357,6 +364,25 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     return "\n".join(out + _floating(table, head, parts, view, scale)) + "\n"
 
 
+def _fitted(table: Table, view: ViewOptions, chosen: bool) -> tuple[Table, ViewOptions]:
+    """The table with the columns ``fit`` keeps, and the view with the font it chose."""
+    if view.width is None or view.fit not in ("columns", "both"):
+        return table, view
+    target = NOMINAL_WIDTH_PT[view.width] * (_MAX_SHRINK if view.fit == "both" else 1.0)
+    priority = view.priority or DEFAULT_PRIORITY
+    table, font_size = _fit_columns(table, target, view.font_size, priority, chosen=chosen)
+    return table, view.replace(font_size=font_size)
+
+
+def latex_columns(df: Any, view: ViewOptions) -> tuple[str, ...]:
+    """The columns of ``df`` a LaTeX table under ``view`` keeps once fitted to its width (for a
+    caption that speaks only of what is shown)."""
+    chosen = view.font_size is not None
+    view = view.replace(font_size=view.font_size or _DEFAULT_FONT)
+    table = _paper_cells(prepare_table(df, view=view, default_units="fixed"))
+    return _fitted(table, view, chosen)[0].columns
+
+
 def _comments(
     table: Table, before: Sequence[str], packages: Sequence[str], view: ViewOptions
 ) -> list[str]:
@@ -366,8 +392,8 @@ def _comments(
     if dropped:
         out.append(
             f"% dropped to fit \\{view.width} ({NOMINAL_WIDTH_PT[view.width]:g} pt in "
-            f"\\{view.font_size}), least important first: {', '.join(dropped)}; to keep one, "
-            "name it in priority= or columns=, or use fit='scale' or width=None"
+            f"\\{view.font_size}), in table order: {', '.join(dropped)}; to keep one, "
+            "name it in priority=, or use fit='scale' or width=None"
         )
     out.append(
         f"% estimated natural width {estimate_width_pt(table, view.font_size):.0f} pt in "
