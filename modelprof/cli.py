@@ -826,12 +826,15 @@ def _run_throughput(ctx: _Context) -> None:
             f"{result.stop_explanation}\n",
             file=ctx.stdout,
         )
-        for note in result.notes:  # a batch size out of line with a bigger one: its ~ cells
+        # a batch size out of line with a bigger one (its ~ cells); load and drift
+        for note in [*result.notes, *result.timing_notes]:
             print(f"!! {note}\n", file=ctx.stdout)
         if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
             stem, caption = f"{name}_throughput", f"{name} throughput"
             if result.notes:
                 caption += f"; ~ rough: {len(result.notes)} batch size(s) slower than a bigger one"
+            if result.timing_notes:
+                caption += "; timed on a loaded or changing machine (see the notes)"
             ctx.write_formats(
                 stem,
                 lambda f, p: export(
@@ -842,7 +845,7 @@ def _run_throughput(ctx: _Context) -> None:
                     caption=caption,
                     title=caption,
                     standalone=True,
-                    summary=[caption, *result.notes],
+                    summary=[caption, *result.notes, *result.timing_notes],
                 ),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -116,10 +117,16 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
         # samples/s = batches x batch / total measured time
         assert p.samples_per_s == pytest.approx(p.batch_size * m.n / (m.samples_ms.sum() / 1e3))
         assert p.latency_ms == m.median_ms
+        # the median's 95 % interval travels with it (NaN where a point has none)
+        ci = (p.latency_ci_low_ms, p.latency_ci_high_ms)
+        np.testing.assert_equal(ci, m.median_ci_ms)
+        assert not m.has_interval or ci[0] <= p.latency_ms <= ci[1]
     df = tp.to_dataframe()
     assert list(df.columns) == [
         "batch_size",
         "latency_ms",
+        "latency_ci_low_ms",
+        "latency_ci_high_ms",
         "samples_per_s",
         "peak_memory_bytes",
         "latency_rough",  # the point disagrees with a bigger batch (tests/test_agreement_*)
@@ -144,3 +151,51 @@ def test_progress_bar_does_not_break_the_search(capsys):
         OomAbove(limit=2), (2,), budget_s=0.02, warmup_s=0.0, min_samples=3, progress=True
     )
     assert tp.max_fit_batch == 2
+
+
+def test_a_search_under_load_warns_once_and_says_so_in_its_notes():
+    # the points warn=False (one warning a search, not one a point): a point whose wall time is
+    # 2x its CPU time (wall/CPU 2.0 > 1.15, test_timing_measurement) is loaded; one whose
+    # blocks ramp 10 * 1.02^b (b = 0..9: +19.5 % beyond its +-18.8 %) drifted; a quiet one is
+    # neither. Each kind is said once, naming its batch sizes
+    import warnings
+
+    from modelprof.errors import DriftWarning, LoadedMachineWarning
+    from modelprof.timing.measurement import Measurement
+    from modelprof.timing.throughput import _timing_notes
+
+    rng = np.random.default_rng(0)
+    cpu = 10.0 + rng.normal(0.0, 0.01, 40)
+    blocks = np.repeat(np.arange(8), 5)
+    stamps = blocks * 0.1
+
+    def loaded() -> Measurement:
+        return Measurement(2.0 * cpu, blocks=blocks, timestamps_s=stamps, cpu_ms=cpu)
+
+    ramp = np.repeat(np.arange(10), 20)
+    drifted = Measurement(
+        np.repeat(10.0 * 1.02 ** np.arange(10), 20),
+        blocks=ramp,
+        timestamps_s=ramp + np.tile(np.arange(20) * 1e-3, 10),
+        stop_reason="precision",
+    )
+    quiet = Measurement(cpu, blocks=blocks, timestamps_s=stamps, cpu_ms=cpu)
+    assert (
+        loaded().loaded and drifted.stable is False and not (quiet.loaded or quiet.stable is False)
+    )
+    points = [
+        ThroughputPoint(b, m.median_ms, b / m.median_ms * 1e3, measurement=m)
+        for b, m in ((1, loaded()), (2, quiet), (4, loaded()), (8, drifted))
+    ]
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        notes = _timing_notes(points, warn=True)
+    assert [type(w.message) for w in got] == [LoadedMachineWarning, DriftWarning]
+    assert notes[0].startswith("batch 1, batch 4 timed on a loaded machine (")
+    assert notes[1].startswith("batch 8 drifted while timed")
+    assert _timing_notes(points[1:2], warn=True) == []  # a quiet search: nothing to say
+    with warnings.catch_warnings(record=True) as got:  # warn=False: the notes, no warning
+        warnings.simplefilter("always")
+        assert _timing_notes(points, warn=False) == notes and got == []
+    tp = Throughput(points, "max_batch", timing_notes=notes)
+    assert all(f"!! {n}" in repr(tp) for n in notes) and tp.to_dict()["timing_notes"] == notes

@@ -6,13 +6,17 @@ when ``patience`` (2) points in a row do not beat the best samples/s so far by `
 that fits is found by binary search. samples/s of a point = batches x batch size / total measured
 time. A point whose latency lies above a bigger batch's beyond both intervals
 (``timing.agreement.neighbour_disagreements``) is marked rough (``latency_rough``; ``~`` in the
-human-readable exports), named in ``notes`` and warned about.
+human-readable exports), named in ``notes`` and warned about. The points do not warn one by
+one: a search warns once of the points timed on a loaded machine and once of those that drifted
+(``timing_notes``). Each point's median has its 95 % interval (``latency_ci_low_ms``/``_high``);
+its samples/s is a mean, so a stall counts, and under load it reads below batch / median.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +24,14 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, check_int, warn_user
+from modelprof.errors import (
+    DriftWarning,
+    LoadedMachineWarning,
+    ModelProfError,
+    TimingDisagreementWarning,
+    check_int,
+    warn_user,
+)
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env
@@ -29,7 +40,7 @@ from modelprof.runtime.placement import model_placement, moved_model
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.latency import measure_latency
-from modelprof.timing.measurement import Measurement, format_ms
+from modelprof.timing.measurement import Measurement, format_ms, load_note
 from modelprof.timing.options import TimingOptions
 
 __all__ = [
@@ -43,7 +54,9 @@ __all__ = [
 
 THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
-_COLUMNS = ("batch_size", "latency_ms", "samples_per_s", "peak_memory_bytes")
+_COLUMNS = (
+    "batch_size latency_ms latency_ci_low_ms latency_ci_high_ms samples_per_s peak_memory_bytes"
+).split()
 _ROUGH = "latency_rough"
 #: what ``Throughput.to_dict`` gives before its points, notes and env, in order
 _SUMMARY = (
@@ -54,13 +67,27 @@ _SUMMARY = (
 
 @dataclasses.dataclass
 class ThroughputPoint:
-    """One batch size: median latency, samples/s over all its samples, allocator peak (CUDA)."""
+    """One batch size: median latency (and its 95 % interval), samples/s over the whole time its
+    samples took (a mean: a stall counts, so under load it reads below batch / median),
+    allocator peak (CUDA)."""
 
     batch_size: int
     latency_ms: float
     samples_per_s: float
     peak_memory_bytes: int | None = None
     measurement: Measurement | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def latency_ci_low_ms(self) -> float:
+        return self._ci()[0]
+
+    @property
+    def latency_ci_high_ms(self) -> float:
+        return self._ci()[1]
+
+    def _ci(self) -> tuple[float, float]:
+        m = self.measurement
+        return m.median_ci_ms if m is not None and m.has_interval else (math.nan, math.nan)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _COLUMNS}
@@ -86,6 +113,8 @@ class Throughput:
     #: process group: the group's best); None: the fastest point here
     best_batch: int | None = None
     disagreements: list[NeighbourDisagreement] = dataclasses.field(default_factory=list)
+    #: what made the points' timing less sure: a loaded machine, drift (``_timing_notes``)
+    timing_notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def notes(self) -> list[str]:
@@ -102,14 +131,15 @@ class Throughput:
     def stop_explanation(self) -> str:
         """Why the search stopped where it did, in a sentence."""
         last = max(p.batch_size for p in self.points)
+        gain = self.env.get("gain")
         if self.stop_reason == "no_improvement":
-            gain, patience = self.env.get("gain"), self.env.get("patience")
+            patience = self.env.get("patience")
             rule = f" by at least {100 * gain:g} %" if isinstance(gain, (int, float)) else ""
             times = f"{patience} batch sizes in a row" if patience else "the last batch sizes"
             return (
                 f"stopped at batch {last}: {times} did not raise samples/s{rule} over "
-                f"batch {self.best.batch_size}'s: the curve has flattened, a larger "
-                "max_batch would not help"
+                f"batch {_anchor(self.points, gain or 0.0).batch_size}'s: the curve has "
+                "flattened, a larger max_batch is unlikely to help"
             )
         if self.stop_reason == "oom":
             return (
@@ -117,10 +147,13 @@ class Throughput:
                 f"{self.max_fit_batch} was the largest that ran"
             )
         if self.stop_reason == "max_batch":
-            return (
-                f"stopped at max_batch={self.env.get('max_batch', last)}, the largest batch "
-                "allowed: raise max_batch (--max-batch) to search further"
-            )
+            head = f"stopped at max_batch={self.env.get('max_batch', last)}, the largest batch "
+            if self.best.batch_size != last:  # the last point read fewer samples/s
+                return head + (
+                    f"allowed; batch {last} read fewer samples/s than batch "
+                    f"{self.best.batch_size}'s: a larger batch is unlikely to help"
+                )
+            return head + "allowed: raise max_batch (--max-batch) to search further"
         return f"stopped: {self.stop_reason}"
 
     @property
@@ -153,6 +186,7 @@ class Throughput:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _SUMMARY}
         d.update(points=[p.to_dict() for p in self.points], notes=self.notes, env=self.env)
+        d["timing_notes"] = self.timing_notes
         return d
 
     def __repr__(self) -> str:
@@ -168,16 +202,27 @@ class Throughput:
                 else ""
             )
             lines.append(
-                f"  batch {p.batch_size:>5}: {format_ms(p.latency_ms):>9}, "
-                f"{p.samples_per_s:,.1f} samples/s{mem}"
+                f"  batch {p.batch_size:>5}: {format_ms(p.latency_ms):>9} median, "
+                f"{p.samples_per_s:,.1f} samples/s over all its runs{mem}"
             )
         if self.memory_before_bytes is not None:
             lines.append(
                 f"  memory before {self.memory_before_bytes:,} B, after "
                 f"{self.memory_after_bytes:,} B"
             )
-        lines.extend(f"  !! {note}" for note in self.notes)
+        lines.extend(f"  !! {note}" for note in [*self.notes, *self.timing_notes])
         return "\n".join(lines)
+
+
+def _anchor(points: list[ThroughputPoint], gain: float) -> ThroughputPoint:
+    """The point the search last saw raise samples/s by ``gain`` over every point before it:
+    the one the points after it did not beat (``search_batches``' rule)."""
+    best, anchor = 0.0, points[0]
+    for p in points:
+        if p.samples_per_s >= best * (1.0 + gain):
+            anchor = p
+        best = max(best, p.samples_per_s)
+    return anchor
 
 
 def search_batches(
@@ -286,7 +331,8 @@ def measure_throughput(
             raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
-    opts = TimingOptions.parse(options, **timing_options).replace(warn=False)
+    asked = TimingOptions.parse(options, **timing_options)
+    opts = asked.replace(warn=False)  # the points are judged together, after the search
     dt = parse_dtype(dtype)
     target, dev = _placed(model, parse_device(device), dt, opts)
     point = _Point(target, input_size, dev, dt, opts, {"training": training, "no_grad": no_grad})
@@ -304,6 +350,7 @@ def measure_throughput(
         memory_after_bytes=point.memory_now(),
         best_batch=best_batch,
         disagreements=_disagreements(points),
+        timing_notes=_timing_notes(points, warn=asked.warn),
     )
     best = result.best
     result.env = collect_env(
@@ -328,6 +375,35 @@ def _disagreements(points: list[ThroughputPoint]) -> list[NeighbourDisagreement]
     for d in found:
         warn_user(f"modelprof: {d.note()}", TimingDisagreementWarning)
     return found
+
+
+def _timing_notes(points: list[ThroughputPoint], warn: bool) -> list[str]:
+    """A sentence for the points timed on a loaded machine, and one for those that drifted;
+    each warned about once (the points themselves do not warn: one warning a search)."""
+    ms = {f"batch {p.batch_size}": p.measurement for p in points if p.measurement is not None}
+    loaded = [k for k, m in ms.items() if m.loaded]
+    drifted = [k for k, m in ms.items() if m.stable is False]
+    found: list[tuple[str, type[Warning]]] = []
+    if loaded:
+        found.append(
+            (
+                f"{', '.join(loaded)} timed on a loaded machine "
+                f"({load_note(ms[k] for k in loaded)}): their latency and samples/s moved with "
+                "the load, and a quieter run may find another best batch size",
+                LoadedMachineWarning,
+            )
+        )
+    if drifted:
+        found.append(
+            (
+                f"{', '.join(drifted)} drifted while timed (beyond their intervals): the "
+                "machine changed speed during the search",
+                DriftWarning,
+            )
+        )
+    for note, kind in found if warn else ():
+        warn_user(f"modelprof: throughput: {note}", kind)
+    return [note for note, _ in found]
 
 
 def _search(
