@@ -183,6 +183,27 @@ def test_rows_add_up_and_times_make_the_ratio():
     assert full["model_flops"] == report.totals["flops"]
     assert "MFU" in report.summary() and "2 x MACs of contractions" in report.summary()
     assert "given" in u.convention.describe()
+    # where the check says the clean runs were slowed and the (root) row's time is the one to
+    # quote, the summary gives the MFU over it too: work / time, so at half the time, twice
+    from modelprof.timing.agreement import TimingAgreement
+
+    report.timing_agreement = TimingAgreement(
+        clean_ms=lat,
+        clean_ci_ms=(lat, lat),
+        passes_ms=lat / 2,
+        passes_ci_ms=(lat / 2, lat / 2),
+        leaf_sum_ms=lat / 2,
+        ratio=0.5,
+        agree=False,
+        quote_ms=lat / 2,
+        quote="per-layer",
+        verdict="disagree",
+    )
+    line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
+    assert line.endswith(
+        f"over the (root) row's {lat / 2:.3f} ms, the figure to quote (the clean median "
+        f"{lat:.3f} ms was slowed): MFU {2 * whole['mfu']:.3g}"
+    )
 
 
 def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():

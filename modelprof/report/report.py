@@ -603,7 +603,7 @@ class Report(Exports):
         if self.latency is not None:
             lines.extend(self._timing_summary())
             if self.peaks is not None:
-                lines.append(self.utilization().describe())
+                lines.append(self.utilization().describe() + self._mfu_quoted())
         else:  # a counting-only report still says why (device="meta": counting only)
             lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
@@ -658,6 +658,18 @@ class Report(Exports):
             lines.append(f"!! {skip}")
         lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
         return lines
+
+    def _mfu_quoted(self) -> str:
+        """Where the check says to quote the (root) row's time, not the slowed clean median the
+        MFU is taken over: the MFU over that time (work / time: the ratio of the two)."""
+        a = self.timing_agreement
+        if a is None or a.verdict != "disagree" or a.regimes or a.quote != "per-layer":
+            return ""
+        mfu = float(self.utilization().phases.iloc[-1]["mfu"]) * a.clean_ms / a.quote_ms
+        return (
+            f"; over the (root) row's {a.quote_ms:.3f} ms, the figure to quote (the clean "
+            f"median {a.clean_ms:.3f} ms was slowed): MFU {mfu:.3g}"
+        )
 
     def _instrument_words(self) -> str:
         """What the per-layer passes cost, in words (a bare ``x0.747`` reads as a saving)."""
