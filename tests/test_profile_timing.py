@@ -318,6 +318,10 @@ def test_timing_options_are_validated():
     with pytest.raises(ModelProfError) as e:
         profile(nn.Linear(4, 2), (4,), timed=False)
     assert "did you mean" not in str(e.value)  # no name within difflib's 0.75 of "timed"
+    # a misspelling of profile's own keyword lands among the timing options: the nearest name
+    # is sought among both
+    with pytest.raises(ModelProfError, match=r"\(timming=: did you mean timing=\?\)"):
+        profile(nn.Linear(4, 2), (4,), timming=False)
     # meta has no clock: there a profile counts only, and says so
     r = profile(nn.Linear(4, 2), (4,), device="meta")
     assert r.latency is None and any("meta" in n for n in r.timing_notes)

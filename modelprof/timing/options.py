@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -39,7 +40,13 @@ from modelprof.timing.clock import check_clock
 from modelprof.timing.modes import parse_compile
 from modelprof.timing.sampler import StopRule, WarmupPolicy, check_seconds
 
-__all__ = ["CLOCK_MODES", "DEFAULT_LAYER_EXTEND_S", "OPTION_NAMES", "TimingOptions"]
+__all__ = [
+    "CLOCK_MODES",
+    "DEFAULT_LAYER_EXTEND_S",
+    "OPTION_NAMES",
+    "TimingOptions",
+    "check_option_names",
+]
 
 #: The most seconds the per-layer passes are extended by to reach ``min_samples``.
 DEFAULT_LAYER_EXTEND_S = 30.0
@@ -81,8 +88,23 @@ def _check_modes(values: dict[str, Any]) -> None:
 _PEER_NAMES = {"input_data": "inputs", "input_res": "input_size", "input_shape": "input_size"}
 
 
-def _nearest(name: str, names: Any) -> list[str]:
-    return difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
+def check_option_names(kwargs: Mapping[str, Any], own: Iterable[str] = ()) -> None:
+    """Refuse keywords that are no timing option, naming the nearest name (among the options
+    and ``own``, the keywords of the function they were passed to) for a misspelt one."""
+    unknown = sorted(set(kwargs) - set(OPTION_NAMES))
+    if not unknown:
+        return
+    peers = [f"{k}= is {_PEER_NAMES[k]}= here; " for k in unknown if k in _PEER_NAMES]
+    names = sorted({*OPTION_NAMES, *own})
+    near = [  # a misspelling: the nearest name
+        f" ({k}=: did you mean {n[0]}=?)"
+        for k in unknown
+        if k not in _PEER_NAMES and (n := difflib.get_close_matches(k, names, n=1, cutoff=0.75))
+    ]
+    raise ModelProfError(
+        "".join(peers) + f"unknown timing option(s) {unknown}{''.join(near)}; the "
+        f"options are {sorted(OPTION_NAMES)}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,19 +136,7 @@ class TimingOptions:
         and contradictions raise ``ModelProfError`` naming them."""
         if options is not None and not isinstance(options, TimingOptions):
             raise ModelProfError(f"options={options!r} must be a modelprof TimingOptions")
-        unknown = sorted(set(kwargs) - set(OPTION_NAMES))
-        if unknown:
-            peers = [f"{k}= is {_PEER_NAMES[k]}= here; " for k in unknown if k in _PEER_NAMES]
-            near = [  # a misspelling: the nearest name
-                f" ({k}=: did you mean {n}=?)"
-                for k in unknown
-                if k not in _PEER_NAMES
-                for n in _nearest(k, OPTION_NAMES)
-            ]
-            raise ModelProfError(
-                "".join(peers) + f"unknown timing option(s) {unknown}{''.join(near)}; the "
-                f"options are {sorted(OPTION_NAMES)}"
-            )
+        check_option_names(kwargs)
         values = (TimingOptions() if options is None else options).as_kwargs()
         values.update(kwargs)
         _check_modes(values)
