@@ -158,7 +158,7 @@ def test_no_reader_without_a_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_drift_with_a_moved_clock_is_a_clock_warning() -> None:
     # the drifting blocks of test_timing_measurement's ramp (levels 10 * 1.02^b, b = 0..9, 20
-    # samples each: a +19.5 % trend beyond its +-18.8 % interval) beside a clock that read 1980
+    # samples each: a +19.5 % trend beyond its +-8.9 % interval) beside a clock that read 1980
     # then 1500 MHz (1980 / 1500 - 1 = 32 % > 5 %): the one warning names both, and is a
     # GpuClockWarning (a DriftWarning too) whatever order the checks run in; the clock was
     # once dropped when the drift came first (8 in 400 no-op runs)

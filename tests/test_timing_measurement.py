@@ -177,18 +177,20 @@ def _blocked(levels, per_block: int = 20) -> Measurement:
     )
 
 
-def test_a_step_change_widens_the_interval_beyond_the_pooled_one():
+def test_a_step_change_gives_the_between_block_interval_cut_to_the_samples():
     # 3 blocks at 10 ms then 3 at 12 ms (120 samples): the pooled median is 11 and its
     # order-statistic interval (ranks 50..71 of 120) is [10, 12]; the log medians have
     # sd (ddof 1) = sqrt(6 (h/2)^2 / 5), h = ln 1.2, so the between-block interval is
-    # 11 exp(± t(0.975, 5) sd / sqrt(6)) = [9.2667, 13.0576], which the reported one takes
+    # 11 exp(± t(0.975, 5) sd / sqrt(6)) = [9.2667, 13.0576]. The reported one is their hull
+    # cut to the samples' range, [10, 12]: no median lies below (or above) every sample (and
+    # [min, max] of the 6 block medians is their distribution-free 96.9 % interval)
     m = _blocked([10, 10, 10, 12, 12, 12])
     assert m.n_blocks == 6 and m.block_medians_ms.tolist() == [10, 10, 10, 12, 12, 12]
     assert m.within_ci_ms == (10.0, 12.0)
     half = T975_5 * math.sqrt(6 * (math.log(1.2) / 2) ** 2 / 5) / math.sqrt(6)
     assert m.between_ci_ms == pytest.approx((11 * math.exp(-half), 11 * math.exp(half)), rel=1e-6)
-    assert m.median_ci_ms == m.between_ci_ms
-    assert m.relative_ci == pytest.approx(math.sinh(half), rel=1e-6)  # (hi - lo) / 2 / 11
+    assert m.median_ci_ms == (10.0, 12.0) == (m.min_ms, m.max_ms)
+    assert m.relative_ci == pytest.approx(1 / 11)  # (12 - 10) / 2 / 11
 
 
 def test_interval_covers_a_drifting_sample_and_the_drift_is_flagged():
@@ -199,27 +201,29 @@ def test_interval_covers_a_drifting_sample_and_the_drift_is_flagged():
     # t(0.975, 9) * 0.0599547 / sqrt(10) = 0.042889, covering L3 .. L6 only. But consecutive
     # blocks of a ramp are correlated: lag-1 r = 0.7 (test_timing_stats), bias-corrected
     # 0.7 + 3.8 / 10 = 1.08, capped at 0.9, widens it by sqrt(1.9 / 0.1) = 4.3589 to
-    # h = 0.186949: median * exp(±h) = 9.068 .. 13.180 covers the whole window, L0 .. L9
+    # h = 0.186949: median * exp(±h) = 9.068 .. 13.180 covers the whole window, L0 .. L9,
+    # and past it: cut to the samples' range, the interval is the window itself
     levels = 10.0 * 1.02 ** np.arange(10)
     m = _blocked(levels)
     assert m.median_ms == pytest.approx((levels[4] + levels[5]) / 2)
     assert m.within_ci_ms == (levels[4], levels[5])
     h = T975_9 * math.log(1.02) * np.std(np.arange(10), ddof=1) / math.sqrt(10) * math.sqrt(19)
-    lo, hi = m.median_ci_ms
-    assert (lo, hi) == pytest.approx(
+    assert m.between_ci_ms == pytest.approx(
         (m.median_ms * math.exp(-h), m.median_ms * math.exp(h)), rel=1e-6
     )
-    assert lo <= levels[0] and levels[9] <= hi  # covered: 10.0 .. 11.951
-    # the trend 1.02^9 - 1 = +19.5 % still exceeds the interval's ±sinh(h) = ±18.8 %: unstable
+    assert m.median_ci_ms == (levels[0], levels[9])  # 10.0 .. 11.951, all of it covered
+    # the trend 1.02^9 - 1 = +19.5 % exceeds the interval's ±(L9 - L0) / 2 / median
+    # = ±0.97546 / 10.9325 = ±8.9 %: unstable
     assert m.drift_pct == pytest.approx(100 * (1.02**9 - 1), rel=1e-9)
-    assert m.relative_ci == pytest.approx(math.sinh(h), rel=1e-6)
+    half = (levels[9] - levels[0]) / 2
+    assert m.relative_ci == pytest.approx(half / m.median_ms, rel=1e-9)
     assert m.stable is False
     with pytest.warns(DriftWarning) as rec:
         assert m.warn_if_noisy() is True
         assert m.warn_if_noisy() is False  # once per measurement
     assert len(rec) == 1
     text = str(rec[0].message)
-    assert "+19.5 %" in text and "10 blocks" in text and "±18.8%" in text and "drifty" in text
+    assert "+19.5 %" in text and "10 blocks" in text and "±8.9%" in text and "drifty" in text
     assert "UNSTABLE" in repr(m)
     d = m.stats()
     assert d["stable"] is False and d["n_blocks"] == 10
