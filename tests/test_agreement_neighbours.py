@@ -259,9 +259,14 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     assert compact_compare_columns(table)[-3:] == ["latency_x_rough", "cpu_work_x_rough", "rank"]
     latex = export_comparison(table, "latex")
     assert "latency\\_x of cand, cpu\\_work\\_x of cand" in latex and "not ranked" in latex
-    # and the rough ratio's own cell is marked (~ in Markdown), the baseline's is not
-    md = export_comparison(table, "markdown", columns=["latency_x"], standalone=False)
-    assert [c.split("|")[1].strip() for c in md.splitlines()[2:]] == ["1.00×", "~1.00×"]
+    # and the rough ratio's own cells are marked (~ in Markdown), its interval's too (centred
+    # on the disputed ratio), the baseline's are not
+    md = export_comparison(
+        table, "markdown", columns=["latency_x", "latency_x_ci_low"], standalone=False
+    )
+    cells = [[c.strip() for c in line.split("|")[1:3]] for line in md.splitlines()[2:]]
+    assert [c[0] for c in cells] == ["1.00×", "~1.00×"] and cells[1][1].startswith("~")
+    assert not cells[0][1].startswith("~")
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
     check = judge_ratio(
         "latency_x", "cand", "base", *(Measurement(v, blocks=np.arange(60)) for v in (

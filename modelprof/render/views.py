@@ -275,7 +275,8 @@ _AT_MOST_ONE = frozenset(registry.names(kind="ratio"))
 
 
 def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
-    if _flagged(frame, r, f"{name}_rough"):  # its own flag: a comparison's rough ratio
+    own = name.split("_ci_")[0]  # a ratio's interval bounds share its flag
+    if _flagged(frame, r, f"{own}_rough"):  # its own flag: a comparison's rough ratio
         return True
     if not ((c := registry.column(name)) and c.rough):
         return False
