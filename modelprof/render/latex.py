@@ -395,9 +395,10 @@ def _comments(
             f"\\{view.font_size}), in table order: {', '.join(dropped)}; to keep one, "
             "name it in priority=, or use fit='scale' or width=None"
         )
+    n = len(table.columns)
     out.append(
         f"% estimated natural width {estimate_width_pt(table, view.font_size):.0f} pt in "
-        f"\\{view.font_size} ({len(table.columns)} columns)"
+        f"\\{view.font_size} ({n} column{'s' if n != 1 else ''})"
     )
     return out
 
