@@ -257,16 +257,20 @@ def test_block_size_follows_the_wall_time_of_a_call():
 
 def test_a_step_between_blocks_widens_the_interval():
     # blocks of 20 samples at 10 ms, then blocks at 12 ms: the pooled order-statistic interval
-    # of the 120 values is [10, 12] around the median 11 (±1/11 = 9.1 %); the between-block t
-    # interval on the log scale of the medians [10, 10, 10, 12, 12, 12] is
-    # 11 * exp(±t(5) sd(log m) / sqrt(6)), t(5) = 2.5706, which is wider
-    samples = np.repeat([10.0, 10.0, 10.0, 12.0, 12.0, 12.0], 20)
-    blocks = np.repeat(np.arange(6), 20)
+    # of the 80 values is [10, 12] around the median 11 (±1/11 = 9.1 %); the between-block t
+    # interval on the log scale of the medians [10, 10, 12, 12] is
+    # 11 * exp(±t(3) sd(log m) / sqrt(4)), t(3) = 3.1824, which is wider
+    samples = np.repeat([10.0, 10.0, 12.0, 12.0], 20)
+    blocks = np.repeat(np.arange(4), 20)
     assert relative_ci(samples) == pytest.approx(1.0 / 11.0)
-    half = 2.5706 * np.std(np.log([10, 10, 10, 12, 12, 12]), ddof=1) / np.sqrt(6)
+    half = 3.1824 * np.std(np.log([10, 10, 12, 12]), ddof=1) / np.sqrt(4)
     expected = (np.exp(half) - np.exp(-half)) / 2.0  # (hi - lo) / 2 / median
     assert expected > 1.0 / 11.0
     assert relative_ci(samples, blocks) == pytest.approx(expected, rel=1e-3)
+    # six such blocks: the range of 6 block medians is a 96.9 % interval by itself, and the
+    # t interval is cut to the samples' range [10, 12], as Measurement.median_ci_ms cuts it
+    six = np.repeat([10.0, 10.0, 10.0, 12.0, 12.0, 12.0], 20)
+    assert relative_ci(six, np.repeat(np.arange(6), 20)) == pytest.approx(1.0 / 11.0)
 
 
 def test_interleaved_rounds_shuffle_and_pair_blocks():

@@ -156,7 +156,7 @@ def test_progress_bar_does_not_break_the_search(capsys):
 def test_a_search_under_load_warns_once_and_says_so_in_its_notes():
     # the points warn=False (one warning a search, not one a point): a point whose wall time is
     # 2x its CPU time (wall/CPU 2.0 > 1.15, test_timing_measurement) is loaded; one whose
-    # blocks ramp 10 * 1.02^b (b = 0..9: +19.5 % beyond its +-18.8 %) drifted; a quiet one is
+    # blocks ramp 10 * 1.02^b (b = 0..9: +19.5 % beyond its +-8.9 %) drifted; a quiet one is
     # neither. Each kind is said once, naming its batch sizes
     import warnings
 

@@ -7,8 +7,9 @@ Conventions, stated once:
 * samples come in time-separated ``blocks`` (``timestamps_s``: each sample's start, from the
   first); the interval of the median is the hull of the order-statistic interval of all samples
   and the between-block t interval of the block medians (``modelprof.timing.stats``), so drift
-  widens it, cut to the samples' range. Without two blocks (or two samples) it is NaN ("n/a") and the run ``undersampled``;
-  without ``blocks`` the samples are independent (an interval from two samples on);
+  widens it, cut to the samples' range from six blocks on. Without two blocks (or two samples)
+  it is NaN ("n/a") and the run ``undersampled``; without ``blocks`` the samples are
+  independent (an interval from two samples on);
 * ``stable``: False when the block medians follow a significant trend larger than the interval
   (``drift_pct``: the trend over the window, %); None (never True) without three timed blocks or
   with an interval wider than ±``JUDGE_MAX_RELATIVE_CI``;
@@ -235,10 +236,16 @@ class Measurement:
         """``confidence`` interval of the median (module doc); NaNs without an interval."""
         if not self.has_interval:
             return math.nan, math.nan
-        lo, hi = combined_ci(self.median_ms, self.within_ci_ms, self.between_ci_ms)
-        # no median lies outside every sample: an interval past them (a loaded machine's
-        # blocks: 17 us .. 12 s about 14.6 ms) is cut to the samples' range
-        return max(lo, self.min_ms), min(hi, self.max_ms)
+        span = (self.min_ms, self.max_ms)  # (a loaded machine's blocks: 17 us .. 12.4 s
+        # about 14.6 ms, cut to the samples' range from 6 blocks on: stats.combined_ci)
+        return combined_ci(
+            self.median_ms,
+            self.within_ci_ms,
+            self.between_ci_ms,
+            span,
+            self.n_blocks,
+            self.confidence,
+        )
 
     @property
     def median_ci_coverage(self) -> float:

@@ -287,10 +287,12 @@ def relative_ci(
     med = float(np.median(s))
     if med <= 0:
         return math.inf
-    between = None
+    between, n_blocks = None, 0
     if blocks is not None:
-        between = between_block_ci(med, block_medians(samples, blocks)[1], confidence)
-    lo, hi = combined_ci(med, within_ci(s, confidence), between)
+        medians = block_medians(samples, blocks)[1]
+        between, n_blocks = between_block_ci(med, medians, confidence), medians.size
+    span = (float(s[0]), float(s[-1]))
+    lo, hi = combined_ci(med, within_ci(s, confidence), between, span, n_blocks, confidence)
     return (hi - lo) / 2.0 / med
 
 
