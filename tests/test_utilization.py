@@ -202,8 +202,11 @@ def test_rows_add_up_and_times_make_the_ratio():
     line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
     assert line.endswith(
         f"over the (root) row's {lat / 2:.3f} ms, the figure to quote (the clean median "
-        f"{lat:.3f} ms was slowed): MFU {2 * whole['mfu']:.3g}"
+        f"{lat:.3f} ms was slowed): the forward's MFU {2 * whole['mfu']:.3g}"
     )
+    # a quoted time of 0 (nothing to divide by) says nothing more
+    report.timing_agreement = dataclasses.replace(report.timing_agreement, quote_ms=0.0)
+    assert "the figure to quote" not in report.summary()
 
 
 def test_cpu_matmul_mfu_against_the_probe_in_the_same_process():
@@ -579,3 +582,31 @@ def test_utilization_tables_print_flops_and_bytes_with_units():
         u.convention, u.rows.iloc[:1].copy(), u.phases.assign(mfu_generation=0.25), {}
     )
     assert "262.14 K" in repr(joined.rows) and "25.00%" in repr(joined.phases)
+
+
+def test_a_training_steps_quoted_mfu_is_the_forwards():
+    # the timing check compares the forward's windows, so the MFU over the quoted (root) time
+    # is the forward's, not the whole step's (the last phase): half the time, twice the MFU
+    from modelprof.timing.agreement import TimingAgreement
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+    report = modelprof.profile(
+        model, (64,), batch_size=16, backward=True, roofline=Peaks(2e9, 1e9), repeat=5, warmup=1
+    )
+    phases = report.utilization().phases.set_index("phase")
+    assert phases.index[-1] != "forward"  # the step comes last
+    lat = report.latency.median_ms
+    report.timing_agreement = TimingAgreement(
+        clean_ms=lat,
+        clean_ci_ms=(lat, lat),
+        passes_ms=lat / 2,
+        passes_ci_ms=(lat / 2, lat / 2),
+        leaf_sum_ms=lat / 2,
+        ratio=0.5,
+        agree=False,
+        quote_ms=lat / 2,
+        quote="per-layer",
+        verdict="disagree",
+    )
+    line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
+    assert line.endswith(f"the forward's MFU {2 * phases.loc['forward', 'mfu']:.3g}")

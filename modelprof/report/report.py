@@ -665,10 +665,13 @@ class Report(Exports):
         a = self.timing_agreement
         if a is None or a.verdict != "disagree" or a.regimes or a.quote != "per-layer":
             return ""
-        mfu = float(self.utilization().phases.iloc[-1]["mfu"]) * a.clean_ms / a.quote_ms
+        phases = self.utilization().phases.set_index("phase")
+        if "forward" not in phases.index or not a.quote_ms > 0:
+            return ""
+        mfu = float(phases.loc["forward", "mfu"]) * a.clean_ms / a.quote_ms  # (a step's forward)
         return (
             f"; over the (root) row's {a.quote_ms:.3f} ms, the figure to quote (the clean "
-            f"median {a.clean_ms:.3f} ms was slowed): MFU {mfu:.3g}"
+            f"median {a.clean_ms:.3f} ms was slowed): the forward's MFU {mfu:.3g}"
         )
 
     def _instrument_words(self) -> str:
