@@ -177,7 +177,10 @@ def compare(
     if run.opts.warn:  # a row alone is easy to miss
         for name, error in failed.items():
             warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
-    return _table(table, baseline, run.env, run.timing_attrs, failed)
+    df = _table(table, baseline, run.env, run.timing_attrs, failed)
+    if run.throughput_notes:
+        df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.throughput_notes]
+    return df
 
 
 def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> str:
@@ -224,6 +227,7 @@ class _Run:
         self.env: dict[str, Any] = {}
         self.passed: Snapshot | None = None  # the inputs and target as they went in
         self.timing_attrs: dict[str, Any] = {}
+        self.throughput_notes: list[str] = []  # a search under load or drift, by model
 
     def add(
         self,
@@ -251,7 +255,7 @@ class _Run:
             if self.backward:
                 self.steps[name] = _step_timer(name, model, self.candidates[-1], self)
         if search is not None:
-            row.update(_throughput_row(model, size, self, *search))
+            row.update(_throughput_row(name, model, size, self, *search))
         self.env = self.env or dict(report.env)
         return row
 
@@ -343,7 +347,12 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
         )
     options = dict(options or {})
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
-    carried = {"progress": opts.progress, "amp": opts.amp, "channels_last": opts.channels_last}
+    carried = {
+        "progress": opts.progress,
+        "amp": opts.amp,
+        "channels_last": opts.channels_last,
+        "warn": opts.warn,
+    }
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
 
@@ -563,18 +572,28 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 
 
 def _throughput_row(
-    model: nn.Module, size: Any, run: _Run, opts: TimingOptions, search: dict[str, Any]
+    name: str,
+    model: nn.Module,
+    size: Any,
+    run: _Run,
+    opts: TimingOptions,
+    search: dict[str, Any],
 ) -> dict[str, Any]:
-    best = measure_throughput(
+    curve = measure_throughput(
         model,
         size,
         device=run.device,
         dtype=run.dtype,
         training=run.mode.training,
         no_grad=run.mode.no_grad,
-        options=opts,
+        options=opts.replace(warn=False),  # said here, naming the model
         **search,
-    ).best
+    )
+    for note, kind in curve.timing_warnings:
+        run.throughput_notes.append(f"{name} throughput: {note}")
+        if opts.warn:
+            warn_user(f"modelprof: {run.throughput_notes[-1]}", kind)
+    best = curve.best
     return {
         "throughput_samples_per_s": best.samples_per_s,
         "throughput_batch_size": best.batch_size,

@@ -153,16 +153,13 @@ def test_progress_bar_does_not_break_the_search(capsys):
     assert tp.max_fit_batch == 2
 
 
-def test_a_search_under_load_warns_once_and_says_so_in_its_notes():
+def test_a_search_under_load_says_so_once_in_its_notes():
     # the points warn=False (one warning a search, not one a point): a point whose wall time is
     # 2x its CPU time (wall/CPU 2.0 > 1.15, test_timing_measurement) is loaded; one whose
     # blocks ramp 10 * 1.02^b (b = 0..9: +19.5 % beyond its +-8.9 %) drifted; a quiet one is
-    # neither. Each kind is said once, naming its batch sizes
-    import warnings
-
+    # neither. Each kind is said once, naming its batch sizes, with its warning's kind
     from modelprof.errors import DriftWarning, LoadedMachineWarning
     from modelprof.timing.measurement import Measurement
-    from modelprof.timing.throughput import _timing_notes
 
     rng = np.random.default_rng(0)
     cpu = 10.0 + rng.normal(0.0, 0.01, 40)
@@ -187,15 +184,43 @@ def test_a_search_under_load_warns_once_and_says_so_in_its_notes():
         ThroughputPoint(b, m.median_ms, b / m.median_ms * 1e3, measurement=m)
         for b, m in ((1, loaded()), (2, quiet), (4, loaded()), (8, drifted))
     ]
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        notes = _timing_notes(points, warn=True)
-    assert [type(w.message) for w in got] == [LoadedMachineWarning, DriftWarning]
+    tp = Throughput(points, "max_batch")
+    assert [kind for _, kind in tp.timing_warnings] == [LoadedMachineWarning, DriftWarning]
+    notes = tp.timing_notes
     assert notes[0].startswith("batch 1, batch 4 timed on a loaded machine (")
     assert notes[1].startswith("batch 8 drifted while timed")
-    assert _timing_notes(points[1:2], warn=True) == []  # a quiet search: nothing to say
-    with warnings.catch_warnings(record=True) as got:  # warn=False: the notes, no warning
-        warnings.simplefilter("always")
-        assert _timing_notes(points, warn=False) == notes and got == []
-    tp = Throughput(points, "max_batch", timing_notes=notes)
+    assert Throughput(points[1:2], "max_batch").timing_notes == []  # quiet: nothing to say
     assert all(f"!! {n}" in repr(tp) for n in notes) and tp.to_dict()["timing_notes"] == notes
+
+
+def test_a_throughput_search_warns_once_of_each_unless_told_not_to(monkeypatch):
+    # measure_throughput warns of what timing_warnings holds, once each, and not with
+    # warn=False; a comparison says it naming the model, in its notes too
+    import warnings
+
+    import modelprof
+    from modelprof.errors import LoadedMachineWarning
+    from modelprof.timing import throughput
+
+    said = [("batch 1 timed on a loaded machine (x)", LoadedMachineWarning)]
+    monkeypatch.setattr(throughput.Throughput, "timing_warnings", property(lambda self: said))
+    for warn, expected in ((True, 1), (False, 0)):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            measure_throughput(nn.Linear(2, 2), (2,), max_batch=2, repeat=3, warn=warn)
+        mine = [w for w in got if issubclass(w.category, LoadedMachineWarning)]
+        assert len(mine) == expected
+        if expected:
+            assert str(mine[0].message) == "modelprof: throughput: " + said[0][0]
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        df = modelprof.compare(
+            {"a": nn.Linear(2, 2), "b": nn.Linear(2, 4)},
+            (2,),
+            timing=False,
+            throughput=True,
+            throughput_options={"max_batch": 2, "repeat": 3},
+        )
+    mine = [str(w.message) for w in got if issubclass(w.category, LoadedMachineWarning)]
+    assert mine == [f"modelprof: {n} throughput: {said[0][0]}" for n in "ab"]
+    assert [n for n in df.attrs["notes"] if "throughput" in n] == [m[11:] for m in mine]

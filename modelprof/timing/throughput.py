@@ -8,7 +8,7 @@ time. A point whose latency lies above a bigger batch's beyond both intervals
 (``timing.agreement.neighbour_disagreements``) is marked rough (``latency_rough``; ``~`` in the
 human-readable exports), named in ``notes`` and warned about. The points do not warn one by
 one: a search warns once of the points timed on a loaded machine and once of those that drifted
-(``timing_notes``). Each point's median has its 95 % interval (``latency_ci_low_ms``/``_high``);
+(``timing_notes``, ``timing_warnings``). Each point's median has its 95 % interval (``latency_ci_low_ms``/``_high``);
 its samples/s is a mean, so a stall counts, and under load it reads below batch / median.
 """
 
@@ -113,13 +113,41 @@ class Throughput:
     #: process group: the group's best); None: the fastest point here
     best_batch: int | None = None
     disagreements: list[NeighbourDisagreement] = dataclasses.field(default_factory=list)
-    #: what made the points' timing less sure: a loaded machine, drift (``_timing_notes``)
-    timing_notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def notes(self) -> list[str]:
         """A sentence for each point that disagrees with a bigger batch."""
         return [d.note() for d in self.disagreements]
+
+    @property
+    def timing_warnings(self) -> list[tuple[str, type[Warning]]]:
+        """What made the points' timing less sure, each with its warning's kind: the points
+        timed on a loaded machine (``LoadedMachineWarning``), those that drifted
+        (``DriftWarning``); a search warns of each once, its points not one by one."""
+        points = [p for p in self.points if p.measurement is not None]
+        ms = {f"batch {p.batch_size}": p.measurement for p in points}
+        loaded = [k for k, m in ms.items() if m.loaded]
+        drifted = [k for k, m in ms.items() if m.stable is False]
+        found: list[tuple[str, type[Warning]]] = []
+        if loaded:
+            note = (
+                f"{', '.join(loaded)} timed on a loaded machine "
+                f"({load_note(ms[k] for k in loaded)}): their latency and samples/s moved with "
+                "the load, and a quieter run may find another best batch size"
+            )
+            found.append((note, LoadedMachineWarning))
+        if drifted:
+            note = (
+                f"{', '.join(drifted)} drifted while timed (beyond their intervals): the "
+                "machine changed speed during the search"
+            )
+            found.append((note, DriftWarning))
+        return found
+
+    @property
+    def timing_notes(self) -> list[str]:
+        """:attr:`timing_warnings`' sentences."""
+        return [note for note, _ in self.timing_warnings]
 
     @property
     def best(self) -> ThroughputPoint:
@@ -349,9 +377,10 @@ def measure_throughput(
         memory_before_bytes=mem_before,
         memory_after_bytes=point.memory_now(),
         best_batch=best_batch,
-        disagreements=_disagreements(points),
-        timing_notes=_timing_notes(points, warn=asked.warn),
+        disagreements=_disagreements(points, warn=asked.warn),
     )
+    for note, kind in result.timing_warnings if asked.warn else ():
+        warn_user(f"modelprof: throughput: {note}", kind)
     best = result.best
     result.env = collect_env(
         dev,
@@ -366,44 +395,15 @@ def measure_throughput(
     return result
 
 
-def _disagreements(points: list[ThroughputPoint]) -> list[NeighbourDisagreement]:
-    """The points whose latency lies above a bigger batch's, each warned about once."""
+def _disagreements(points: list[ThroughputPoint], warn: bool) -> list[NeighbourDisagreement]:
+    """The points whose latency lies above a bigger batch's, each warned about once (``warn``)."""
     found = neighbour_disagreements(
         "the throughput curve's latency per batch",
         [SeriesPoint(f"batch {p.batch_size}", p.batch_size, p.measurement) for p in points],
     )
-    for d in found:
+    for d in found if warn else ():
         warn_user(f"modelprof: {d.note()}", TimingDisagreementWarning)
     return found
-
-
-def _timing_notes(points: list[ThroughputPoint], warn: bool) -> list[str]:
-    """A sentence for the points timed on a loaded machine, and one for those that drifted;
-    each warned about once (the points themselves do not warn: one warning a search)."""
-    ms = {f"batch {p.batch_size}": p.measurement for p in points if p.measurement is not None}
-    loaded = [k for k, m in ms.items() if m.loaded]
-    drifted = [k for k, m in ms.items() if m.stable is False]
-    found: list[tuple[str, type[Warning]]] = []
-    if loaded:
-        found.append(
-            (
-                f"{', '.join(loaded)} timed on a loaded machine "
-                f"({load_note(ms[k] for k in loaded)}): their latency and samples/s moved with "
-                "the load, and a quieter run may find another best batch size",
-                LoadedMachineWarning,
-            )
-        )
-    if drifted:
-        found.append(
-            (
-                f"{', '.join(drifted)} drifted while timed (beyond their intervals): the "
-                "machine changed speed during the search",
-                DriftWarning,
-            )
-        )
-    for note, kind in found if warn else ():
-        warn_user(f"modelprof: throughput: {note}", kind)
-    return [note for note, _ in found]
 
 
 def _search(
