@@ -133,7 +133,7 @@ def test_measure_throughput_finds_the_memory_limit_of_a_model():
     ]
     assert df["batch_size"].tolist() == [1, 2, 4, 8, 16, 20, 21]
     assert tp.memory_before_bytes is None and tp.memory_restored is None  # CPU
-    d = json.loads(json.dumps(tp.to_dict()))
+    d = json.loads(json.dumps(tp.to_dict(), allow_nan=False))  # strict JSON: no NaN
     assert d["best_batch_size"] == tp.best_batch_size == d["env"]["batch_size"]
     assert "samples/s" in repr(tp)
     assert model.training  # flag restored
@@ -190,6 +190,13 @@ def test_a_search_under_load_says_so_once_in_its_notes():
     assert notes[0].startswith("batch 1, batch 4 timed on a loaded machine (")
     assert notes[1].startswith("batch 8 drifted while timed")
     assert Throughput(points[1:2], "max_batch").timing_notes == []  # quiet: nothing to say
+    # a point without an interval: NaN in the frame, None (strict JSON) in the dict
+    bare = Throughput([ThroughputPoint(1, 1.0, 1000.0)], "max_batch")
+    assert bare.to_dataframe()["latency_ci_low_ms"].isna().all()
+    assert (
+        json.loads(json.dumps(bare.to_dict(), allow_nan=False))["points"][0]["latency_ci_high_ms"]
+        is None
+    )
     assert all(f"!! {n}" in repr(tp) for n in notes) and tp.to_dict()["timing_notes"] == notes
 
 

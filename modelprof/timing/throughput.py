@@ -34,7 +34,7 @@ from modelprof.errors import (
 )
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
-from modelprof.runtime.env import collect_env
+from modelprof.runtime.env import collect_env, jsonable
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement, moved_model
 from modelprof.runtime.progress import progress_bar
@@ -90,7 +90,8 @@ class ThroughputPoint:
         return m.median_ci_ms if m is not None and m.has_interval else (math.nan, math.nan)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in _COLUMNS}
+        """The point's columns, JSON-ready (an interval it has not: None)."""
+        return jsonable({k: getattr(self, k) for k in _COLUMNS})
 
 
 @dataclasses.dataclass(eq=False)
@@ -206,7 +207,8 @@ class Throughput:
 
     def to_dataframe(self) -> Any:
         """One row per batch size: ``_COLUMNS`` and ``latency_rough``."""
-        df = pd.DataFrame([p.to_dict() for p in self.points], columns=list(_COLUMNS))
+        values = [[getattr(p, k) for k in _COLUMNS] for p in self.points]
+        df = pd.DataFrame(values, columns=list(_COLUMNS))  # NaN, not the JSON's None
         rough = {d.point for d in self.disagreements}
         df[_ROUGH] = [f"batch {p.batch_size}" in rough for p in self.points]
         return df
