@@ -343,6 +343,14 @@ class _Spec:
         return flags
 
 
+#: profile()'s own keywords, for the nearest-name hint of a misspelt one
+_KEYWORDS = [
+    p.name
+    for p in inspect.signature(profile).parameters.values()
+    if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+]
+
+
 def _parse(
     model: Any, timing: Any, registry: Any, options: Any, timing_options: dict, what_helps: Any
 ) -> _Spec:
@@ -354,7 +362,7 @@ def _parse(
     check_flag("timing", timing)
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
-    check_option_names(timing_options, own=inspect.signature(profile).parameters)
+    check_option_names(timing_options, own=_KEYWORDS)
     opts = TimingOptions.parse(options, **timing_options)
     if opts.progress and not is_speaker():  # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)

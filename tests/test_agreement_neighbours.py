@@ -267,6 +267,9 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     cells = [[c.strip() for c in line.split("|")[1:3]] for line in md.splitlines()[2:]]
     assert [c[0] for c in cells] == ["1.00×", "~1.00×"] and cells[1][1].startswith("~")
     assert not cells[0][1].startswith("~")
+    # the bounds alone, without the ratio's column, are marked all the same
+    alone = export_comparison(table, "markdown", columns=["latency_x_ci_low"], standalone=False)
+    assert alone.splitlines()[-1].split("|")[1].strip().startswith("~")
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
     check = judge_ratio(
         "latency_x", "cand", "base", *(Measurement(v, blocks=np.arange(60)) for v in (

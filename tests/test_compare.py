@@ -324,3 +324,13 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     )
     assert "timed on a loaded machine (other work took 1.00 cores' worth" in text
     assert "drifted while timed: resnet18" in text and "tied in rank" in text
+    # a tie said in the caption is not listed again among a document's notes; without the
+    # rank column (a column's width) the caption does not speak of ranks
+    tied = "tied in rank (the interval of their paired ratio holds 1): resnet18, mobilenet"
+    doc = export_comparison(_timed_frame(tied=tied, notes=[tied]), "markdown")
+    assert doc.count("tied in rank") == 1
+    column = export_comparison(_timed_frame(tied=tied), "latex", width="columnwidth")
+    assert "tied in rank" not in column
+    # columns="all" is no list of named columns: fitted by dropping, not scaled
+    every = export_comparison(df, "latex", columns="all", width="textwidth")
+    assert "\\resizebox" not in every and "% dropped to fit" in every

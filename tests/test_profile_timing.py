@@ -322,6 +322,9 @@ def test_timing_options_are_validated():
     # is sought among both
     with pytest.raises(ModelProfError, match=r"\(timming=: did you mean timing=\?\)"):
         profile(nn.Linear(4, 2), (4,), timming=False)
+    with pytest.raises(ModelProfError) as e:  # **timing_options is no keyword to suggest
+        profile(nn.Linear(4, 2), (4,), timing_option={})
+    assert "timing_options=" not in str(e.value)
     # meta has no clock: there a profile counts only, and says so
     r = profile(nn.Linear(4, 2), (4,), device="meta")
     assert r.latency is None and any("meta" in n for n in r.timing_notes)

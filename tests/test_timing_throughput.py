@@ -190,6 +190,14 @@ def test_a_search_under_load_says_so_once_in_its_notes():
     assert notes[0].startswith("batch 1, batch 4 timed on a loaded machine (")
     assert notes[1].startswith("batch 8 drifted while timed")
     assert Throughput(points[1:2], "max_batch").timing_notes == []  # quiet: nothing to say
+    # a GPU clock that moved (1980 / 1500 - 1 = 32 % > 5 %) on a quiet point: said as such
+    from modelprof.errors import GpuClockWarning
+
+    clocked = Measurement(cpu, blocks=blocks, timestamps_s=stamps, sm_clock_mhz=[1980] + [1500] * 7)
+    moved = Throughput([ThroughputPoint(16, 10.0, 1600.0, measurement=clocked)], "max_batch")
+    [(text, kind)] = moved.timing_warnings
+    assert kind is GpuClockWarning and text.startswith("the GPU's SM clock moved by more than 5 %")
+    assert "while batch 16 was timed" in text
     # a point without an interval: NaN in the frame, None (strict JSON) in the dict
     bare = Throughput([ThroughputPoint(1, 1.0, 1000.0)], "max_batch")
     assert bare.to_dataframe()["latency_ci_low_ms"].isna().all()

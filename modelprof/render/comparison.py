@@ -57,7 +57,8 @@ _LATEX_PRIORITY = tuple(
 )
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
-RATIO_NOTE = "ratios: ratio of medians, 95 % CI paired by round"
+RATIO_NOTE_SHORT = "ratios: ratio of medians"
+RATIO_NOTE = f"{RATIO_NOTE_SHORT}, 95 % CI paired by round"
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
@@ -102,8 +103,9 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
         parts.append("not ranked: too few runs for an interval")
     elif ranked_by is not None:
         intervals = shown is None or any("_x_ci_" in c for c in shown)
-        if shown is None or _TIMED_RATIOS & set(shown):
-            parts.append(RATIO_NOTE if intervals else RATIO_NOTE.split(", 95 %")[0])
+        ratios = shown is None or bool(_TIMED_RATIOS & set(shown))
+        if ratios:
+            parts.append(RATIO_NOTE if intervals else RATIO_NOTE_SHORT)
         if attrs.get("rough_ratios"):  # compare: a ratio of medians its rounds disagree with
             parts.append(
                 "rough, the ratio of medians outside its per-round ratios' interval: "
@@ -118,10 +120,11 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
                 "only for a single-threaded model on an idle core"
             )
         if attrs.get("loaded"):
-            parts.append(f"timed on a loaded machine ({attrs['loaded']}): the ratios moved with it")
+            moved = "the ratios moved with it" if ratios else "the latencies moved with it"
+            parts.append(f"timed on a loaded machine ({attrs['loaded']}): {moved}")
         if attrs.get("drifted"):
             parts.append(f"drifted while timed: {', '.join(attrs['drifted'])}")
-        if attrs.get("tied"):
+        if attrs.get("tied") and (shown is None or "rank" in shown):
             parts.append(str(attrs["tied"]))
     elif attrs.get("baseline") is not None:
         parts.append("latency not measured (timing off)")
@@ -168,8 +171,7 @@ def export_comparison(
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     given = ViewOptions.parse(view.pop("view", None), **view)
     if fmt.human:
-        if columns is not None and not given.long:  # named columns: scaled, none dropped
-            given = given.with_defaults(view, fit="scale")
+        given = given.fit_for(columns, view)
         columns = compact_compare_columns(df) if columns is None else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
@@ -186,8 +188,9 @@ def export_comparison(
         if given.standalone is None:  # the caller's default: a page (a document)
             given = given.replace(standalone=True)
         if given.standalone:  # a page shows its summary lines
-            notes = (given.caption, *(df.attrs.get("notes") or ()))
-            given = given.with_defaults(view, summary=tuple(c for c in notes if c))
+            caption = given.caption or ""  # (a note it already says, once: a tie)
+            notes = [n for n in df.attrs.get("notes") or () if n not in caption]
+            given = given.with_defaults(view, summary=tuple(c for c in (caption, *notes) if c))
     if columns is not None:
         given = given.replace(columns=columns)
     return fmt.write(df, None, env=env, path=path, view=given)

@@ -111,7 +111,9 @@ class ViewOptions:
 
     def with_defaults(self, given: Iterable[str] = (), **defaults: Any) -> ViewOptions:
         """A caller's defaults in the fields left at ViewOptions' own and not named in
-        ``given`` (the keywords passed, which win even at that value: ``caption=None``)."""
+        ``given`` (the keywords passed, which win even at that value: ``caption=None``). A
+        ViewOptions cannot tell a field set to its default from one left alone: there the
+        caller's default applies, so insist on a default value as a keyword."""
         unset, given = ViewOptions(), set(given)
         update = {
             k: v
@@ -119,6 +121,12 @@ class ViewOptions:
             if k not in given and getattr(self, k) == getattr(unset, k)
         }
         return self.replace(**update) if update else self
+
+    def fit_for(self, columns: Any, given: Iterable[str] = ()) -> ViewOptions:
+        """Columns named one by one (not ``"all"`` or ``"compact"``) are kept and the LaTeX
+        table scaled, unless ``fit`` is set or the table is a longtable (which cannot scale)."""
+        named = columns is not None and not isinstance(columns, str)
+        return self.with_defaults(given, fit="scale") if named and not self.long else self
 
     @property
     def selection(self) -> dict[str, Any]:

@@ -503,7 +503,8 @@ def prepare_table(
     cells = tuple(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
-    flags = {"latency_rough", LOADED_FLAG, *_AT_MOST_ONE, *(f"{n}_rough" for n in names)}
+    own = {f"{n.split('_ci_')[0]}_rough" for n in names}  # a ratio's, its bounds' too
+    flags = {"latency_rough", LOADED_FLAG, *_AT_MOST_ONE, *own}
     if units != "raw" and flags & set(rows.columns):
         cells = tuple(
             tuple(

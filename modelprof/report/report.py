@@ -359,9 +359,7 @@ class Report(Exports):
         nor the keywords set a value."""
         view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
-        if view.columns is not None and not view.long:  # named columns: scaled, none dropped
-            defaults["fit"] = "scale"
-        view = view.with_defaults(options, **defaults)
+        view = view.fit_for(view.columns, options).with_defaults(options, **defaults)
         update: dict[str, Any] = {}
         if view.style == "torchstat":
             update["depth"] = None  # already applied (group_by refused it in _table)

@@ -7,9 +7,10 @@ that fits is found by binary search. samples/s of a point = batches x batch size
 time. A point whose latency lies above a bigger batch's beyond both intervals
 (``timing.agreement.neighbour_disagreements``) is marked rough (``latency_rough``; ``~`` in the
 human-readable exports), named in ``notes`` and warned about. The points do not warn one by
-one: a search warns once of the points timed on a loaded machine and once of those that drifted
-(``timing_notes``, ``timing_warnings``). Each point's median has its 95 % interval (``latency_ci_low_ms``/``_high``);
-its samples/s is a mean, so a stall counts, and under load it reads below batch / median.
+one: a search warns once of the points timed on a loaded machine, once of those that drifted
+and once of those whose GPU clock moved (``timing_notes``, ``timing_warnings``). Each point's
+median has its 95 % interval (``latency_ci_low_ms``/``_high``); its samples/s is a mean, so a
+stall counts, and under load it reads below batch / median.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch import nn
 
 from modelprof.errors import (
     DriftWarning,
+    GpuClockWarning,
     LoadedMachineWarning,
     ModelProfError,
     TimingDisagreementWarning,
@@ -40,7 +42,12 @@ from modelprof.runtime.placement import model_placement, moved_model
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
 from modelprof.timing.latency import measure_latency
-from modelprof.timing.measurement import Measurement, format_ms, load_note
+from modelprof.timing.measurement import (
+    CLOCK_MOVED_FRACTION,
+    Measurement,
+    format_ms,
+    load_note,
+)
 from modelprof.timing.options import TimingOptions
 
 __all__ = [
@@ -124,11 +131,13 @@ class Throughput:
     def timing_warnings(self) -> list[tuple[str, type[Warning]]]:
         """What made the points' timing less sure, each with its warning's kind: the points
         timed on a loaded machine (``LoadedMachineWarning``), those that drifted
-        (``DriftWarning``); a search warns of each once, its points not one by one."""
+        (``DriftWarning``), those whose GPU clock moved (``GpuClockWarning``); a search warns
+        of each once, its points not one by one."""
         points = [p for p in self.points if p.measurement is not None]
         ms = {f"batch {p.batch_size}": p.measurement for p in points}
         loaded = [k for k, m in ms.items() if m.loaded]
-        drifted = [k for k, m in ms.items() if m.stable is False]
+        clocked = [k for k, m in ms.items() if m.clock_moved]  # (its drift's cause)
+        drifted = [k for k, m in ms.items() if m.stable is False and k not in clocked]
         found: list[tuple[str, type[Warning]]] = []
         if loaded:
             note = (
@@ -143,6 +152,13 @@ class Throughput:
                 "machine changed speed during the search"
             )
             found.append((note, DriftWarning))
+        if clocked:
+            note = (
+                f"the GPU's SM clock moved by more than {100 * CLOCK_MOVED_FRACTION:.0f} % while "
+                f"{', '.join(clocked)} {'was' if len(clocked) == 1 else 'were'} timed: the "
+                "GPU changed speed (lock its clocks, or warm up longer)"
+            )
+            found.append((note, GpuClockWarning))
         return found
 
     @property
