@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -160,6 +161,26 @@ def test_recomputation_counts_in_hfu_and_not_in_mfu(reentrant):
     assert p["hardware_flops"] - p["model_flops"] == 544 + 32
 
 
+def _slowed_clean_runs(lat: float) -> Any:
+    """A timing check that found the clean runs (median ``lat``) slowed: the (root) row's half
+    of it is the figure to quote."""
+    from modelprof.timing.agreement import TimingAgreement
+
+    half = lat / 2
+    return TimingAgreement(
+        clean_ms=lat,
+        clean_ci_ms=(lat, lat),
+        passes_ms=half,
+        passes_ci_ms=(half, half),
+        leaf_sum_ms=half,
+        ratio=0.5,
+        agree=False,
+        quote_ms=half,
+        quote="per-layer",
+        verdict="disagree",
+    )
+
+
 def test_rows_add_up_and_times_make_the_ratio():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
@@ -185,20 +206,7 @@ def test_rows_add_up_and_times_make_the_ratio():
     assert "given" in u.convention.describe()
     # where the check says the clean runs were slowed and the (root) row's time is the one to
     # quote, the summary gives the MFU over it too: work / time, so at half the time, twice
-    from modelprof.timing.agreement import TimingAgreement
-
-    report.timing_agreement = TimingAgreement(
-        clean_ms=lat,
-        clean_ci_ms=(lat, lat),
-        passes_ms=lat / 2,
-        passes_ci_ms=(lat / 2, lat / 2),
-        leaf_sum_ms=lat / 2,
-        ratio=0.5,
-        agree=False,
-        quote_ms=lat / 2,
-        quote="per-layer",
-        verdict="disagree",
-    )
+    report.timing_agreement = _slowed_clean_runs(lat)
     line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
     assert line.endswith(
         f"over the (root) row's {lat / 2:.3f} ms, the figure to quote (the clean median "
@@ -587,26 +595,12 @@ def test_utilization_tables_print_flops_and_bytes_with_units():
 def test_a_training_steps_quoted_mfu_is_the_forwards():
     # the timing check compares the forward's windows, so the MFU over the quoted (root) time
     # is the forward's, not the whole step's (the last phase): half the time, twice the MFU
-    from modelprof.timing.agreement import TimingAgreement
-
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
     report = modelprof.profile(
         model, (64,), batch_size=16, backward=True, roofline=Peaks(2e9, 1e9), repeat=5, warmup=1
     )
     phases = report.utilization().phases.set_index("phase")
     assert phases.index[-1] != "forward"  # the step comes last
-    lat = report.latency.median_ms
-    report.timing_agreement = TimingAgreement(
-        clean_ms=lat,
-        clean_ci_ms=(lat, lat),
-        passes_ms=lat / 2,
-        passes_ci_ms=(lat / 2, lat / 2),
-        leaf_sum_ms=lat / 2,
-        ratio=0.5,
-        agree=False,
-        quote_ms=lat / 2,
-        quote="per-layer",
-        verdict="disagree",
-    )
+    report.timing_agreement = _slowed_clean_runs(report.latency.median_ms)
     line = next(x for x in report.summary().splitlines() if x.startswith("MFU"))
     assert line.endswith(f"the forward's MFU {2 * phases.loc['forward', 'mfu']:.3g}")
