@@ -10,7 +10,16 @@ from torch import nn
 
 from modelprof.timing.layers import MemoryStats
 
-__all__ = ["FakeAllocator", "Fn", "MLP_NETS", "picture", "state_snapshot", "tiny_t5", "tv"]
+__all__ = [
+    "FakeAllocator",
+    "Fn",
+    "MLP_NETS",
+    "blocked",
+    "picture",
+    "state_snapshot",
+    "tiny_t5",
+    "tv",
+]
 
 
 class Fn(nn.Module):
@@ -22,6 +31,21 @@ class Fn(nn.Module):
 
     def forward(self, *args):
         return self.fn(*args)
+
+
+def blocked(levels: Any, per_block: int = 20, **kw: Any) -> Any:
+    """A Measurement of constant samples at ``levels[b]`` in block b, block b taken at t = b
+    seconds (each sample 1 ms after the one before it, so every block's mean time is b +
+    const); ``kw`` to Measurement (``stop_reason="precision"`` unless given)."""
+    import numpy as np
+
+    from modelprof.timing.measurement import Measurement
+
+    levels = np.asarray(levels, dtype=float)
+    blocks = np.repeat(np.arange(levels.size), per_block)
+    stamps = blocks + np.tile(np.arange(per_block) * 1e-3, levels.size)
+    kw.setdefault("stop_reason", "precision")
+    return Measurement(np.repeat(levels, per_block), blocks=blocks, timestamps_s=stamps, **kw)
 
 
 def tv(name: str, **kw) -> nn.Module:

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import blocked
 
 from modelprof import GpuClockWarning, measure_latency
 from modelprof.runtime.env import sm_clock_reader
@@ -162,15 +163,7 @@ def test_a_drift_with_a_moved_clock_is_a_clock_warning() -> None:
     # then 1500 MHz (1980 / 1500 - 1 = 32 % > 5 %): the one warning names both, and is a
     # GpuClockWarning (a DriftWarning too) whatever order the checks run in; the clock was
     # once dropped when the drift came first (8 in 400 no-op runs)
-    blocks = np.repeat(np.arange(10), 20)
-    m = Measurement(
-        np.repeat(10.0 * 1.02 ** np.arange(10), 20),
-        device="cuda:0",
-        blocks=blocks,
-        timestamps_s=blocks + np.tile(np.arange(20) * 1e-3, 10),
-        stop_reason="precision",
-        sm_clock_mhz=[1980] + [1500] * 9,
-    )
+    m = blocked(10.0 * 1.02 ** np.arange(10), device="cuda:0", sm_clock_mhz=[1980] + [1500] * 9)
     assert m.stable is False and m.clock_moved
     got = _warnings(m)
     assert [type(w.message) for w in got] == [GpuClockWarning]

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import blocked
 
 from modelprof.errors import DriftWarning, FewSamplesWarning, NoisyMeasurementWarning
 from modelprof.timing.measurement import Measurement, median_ci_ranks
@@ -161,20 +162,8 @@ T975_5, T975_9 = 2.570582, 2.262157  # Student's t(0.975, 5) and t(0.975, 9), fr
 
 
 def _blocked(levels, per_block: int = 20) -> Measurement:
-    """Constant samples at ``levels[b]`` in block b, block b taken at t = b seconds (each
-    sample 1 ms after the one before it, so every block's mean time is b + const)."""
-    levels = np.asarray(levels, dtype=float)
-    samples = np.repeat(levels, per_block)
-    blocks = np.repeat(np.arange(levels.size), per_block)
-    stamps = blocks + np.tile(np.arange(per_block) * 1e-3, levels.size)
-    return Measurement(
-        samples,
-        blocks=blocks,
-        timestamps_s=stamps,
-        label="drifty",
-        stop_reason="precision",
-        min_samples=10,
-    )
+    """helpers.blocked: constant samples at ``levels[b]`` in block b, taken at t = b s."""
+    return blocked(levels, per_block, label="drifty", min_samples=10)
 
 
 def test_a_step_change_gives_the_between_block_interval_cut_to_the_samples():

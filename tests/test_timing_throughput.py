@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import blocked
 from torch import nn
 
 from modelprof.errors import ModelProfError
@@ -169,13 +170,7 @@ def test_a_search_under_load_says_so_once_in_its_notes():
     def loaded() -> Measurement:
         return Measurement(2.0 * cpu, blocks=blocks, timestamps_s=stamps, cpu_ms=cpu)
 
-    ramp = np.repeat(np.arange(10), 20)
-    drifted = Measurement(
-        np.repeat(10.0 * 1.02 ** np.arange(10), 20),
-        blocks=ramp,
-        timestamps_s=ramp + np.tile(np.arange(20) * 1e-3, 10),
-        stop_reason="precision",
-    )
+    drifted = blocked(10.0 * 1.02 ** np.arange(10))
     quiet = Measurement(cpu, blocks=blocks, timestamps_s=stamps, cpu_ms=cpu)
     assert (
         loaded().loaded and drifted.stable is False and not (quiet.loaded or quiet.stable is False)
