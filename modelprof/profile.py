@@ -200,6 +200,9 @@ def _run_info(
     """The run as the report records it, and the timing result with the roofline's peaks."""
     env = collect_env(mi.device, spec.opts.amp or mi.dtype, mi.batch_size, **spec.flags)
     env.update(group_env())
+    clock = (getattr(timed.latency, "env", None) or {}).get("mode", {}).get("clock")
+    if clock is not None:  # the clock the runs read (clock="cpu": which CPU clock)
+        env["mode"] = {"clock": clock, **env.get("mode", {})}
     layers = timed.layer_timing
     if layers is not None and layers.hook_cost is not None:
         env["hook_cost"] = layers.hook_cost.to_dict()

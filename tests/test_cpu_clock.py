@@ -57,3 +57,19 @@ def test_cpu_time_beside_the_wall_clock_and_as_the_clock(monkeypatch):
     cpu = measure_latency(model, inputs=x, repeat=12, warmup=1, clock="cpu")
     assert cpu.median_ms == pytest.approx(2.0)
     assert cpu.env["mode"]["clock"] in ("thread_time_ns", "process_time_ns")
+
+
+def test_a_profile_on_the_cpu_clock_says_so():
+    # clock="cpu": the report's env and its summary name the CPU clock the runs read, as
+    # measure_latency's env does (docs/timing.md: env["mode"]["clock"])
+    from modelprof import profile
+    from modelprof.timing.clock import cpu_time_source
+
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+    r = profile(model, (16,), clock="cpu", repeat=12, warmup=1, roofline=False)
+    name = cpu_time_source()[0]  # thread_time with one intra-op thread, else process_time
+    assert r.env["mode"]["clock"] == r.latency.env["mode"]["clock"] == f"{name}_ns"
+    assert f"(clean end-to-end runs, CPU time: {name}_ns)" in r.summary()
+    plain = profile(model, (16,), repeat=12, warmup=1, roofline=False)
+    assert plain.env["mode"]["clock"] == plain.latency.env["mode"]["clock"]  # the wall's
+    assert "CPU time:" not in plain.summary()

@@ -620,9 +620,12 @@ class Report(Exports):
         m = self.latency
         lo, hi = m.median_ci_ms
         ci = f"95% CI {lo:.3f}-{hi:.3f}" if m.has_interval else "95% CI n/a"
+        clock = str((m.env.get("mode") or {}).get("clock"))  # clock="cpu": CPU time, not wall
+        cpu = clock.startswith(("thread_time", "process_time"))
+        runs = f"clean end-to-end runs, CPU time: {clock}" if cpu else "clean end-to-end runs"
         lines = [
             f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
-            f"{m.fps:.1f} samples/s (clean end-to-end runs)"
+            f"{m.fps:.1f} samples/s ({runs})"
         ]
         p = self.pipelined
         if p is not None and p.has_interval:
