@@ -123,8 +123,17 @@ def test_other_work_on_the_needed_cores_is_load_and_several_threads_cpu_work_is_
     text = str(rec[0].message)
     assert "other work took 1.03 cores' worth of the cores it needed" in text
     assert "is several threads', which load stretches too" in text
-    assert "torch.set_num_threads" in text
+    assert "torch.set_num_threads(k) for k cores left idle" in text  # no thread count read
     assert "quote the CPU work" not in text
+    # with torch's thread count read: 2 threads less 1.03 cores of other work leave
+    # floor(0.97) = 0 idle, and at least 1 is advised; 4 threads: floor(2.97) = 2
+    for threads, k in ((2, 1), (4, 2)):
+        counted = dataclasses.replace(m, env={"torch_num_threads": threads})
+        with pytest.warns(LoadedMachineWarning) as rec:
+            counted.warn_if_noisy()
+        assert f"torch.set_num_threads({k}) (the cores of its {threads} threads'" in str(
+            rec[0].message
+        )
     assert "loaded: other work took 1.03" in repr(m)
     # the figure is kept through to_dict and back
     back = Measurement.from_dict(m.to_dict())

@@ -513,9 +513,18 @@ class Measurement:
                 "threads', which load stretches too (they spin while one of them waits for a "
                 "core); "
             )
-        return text + (
-            "time again on a quieter machine, or with torch.set_num_threads(k) for k cores "
-            "left idle"
+        return text + f"time again on a quieter machine, or with {self._threads_hint()}"
+
+    def _threads_hint(self) -> str:
+        """``torch.set_num_threads(k)`` with k the cores the other work left to torch's threads
+        (their count less ``competing_cores``, at least 1), where both were read."""
+        threads = self.env.get("torch_num_threads")
+        if not isinstance(threads, int) or self.competing_cores is None:
+            return "torch.set_num_threads(k) for k cores left idle"
+        k = max(1, math.floor(threads - self.competing_cores))
+        return (
+            f"torch.set_num_threads({k}) (the cores of its {threads} threads' that the other "
+            f"work, {self.competing_cores:.2f} cores' worth, left idle)"
         )
 
     def _few_samples_text(self) -> str:
