@@ -117,6 +117,8 @@ def test_overhead_line_in_words() -> None:
     ) in line
     r.instrumentation_overhead = 1.05
     assert "ran 5.0 % slower than the plain passes beside them" in r.summary()
+    r.instrumentation_overhead = 0.9996  # -0.04 %: rounds to 0.0, no "0.0 % faster"
+    assert "ran as fast as the plain passes beside them" in r.summary()
 
 
 def test_by_layer_type_prints_whole() -> None:

@@ -680,6 +680,8 @@ class Report(Exports):
         x = self.instrumentation_overhead
         if x is None:
             return "the hooked passes' cost was not measured"
+        if round(100 * abs(x - 1), 1) == 0:  # (0.0 % either way: no difference to read)
+            return "the hooked passes ran as fast as the plain passes beside them"
         if x >= 1:
             return (
                 f"the hooked passes ran {100 * (x - 1):.1f} % slower than the plain passes "
