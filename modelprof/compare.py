@@ -397,6 +397,8 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         on_cpu = result.ranked_by == "cpu_work"
         figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}
         out["ranks"], tied = tied_ranks(figures)
+        if tied and any(m.stop_reason == "budget" for m in figures.values()):
+            tied += "; the time budget ended the runs: a larger budget_s may order them"
         out["notes"] += [tied] if tied else []
         if tied:
             out["tied"] = tied

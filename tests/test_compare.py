@@ -6,6 +6,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -334,3 +335,28 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     # columns="all" is no list of named columns: fitted by dropping, not scaled
     every = export_comparison(df, "latex", columns="all", width="textwidth")
     assert "\\resizebox" not in every and "% dropped to fit" in every
+
+
+def test_a_tie_after_the_budget_ended_the_runs_says_a_larger_budget_may_order_them() -> None:
+    # two models with the same samples round by round: every paired ratio is 1, so they tie;
+    # where the budget (not the precision) ended the runs, more time could tell them apart
+    from types import SimpleNamespace
+
+    from modelprof.compare import _timing_attrs
+    from modelprof.timing.measurement import Measurement
+
+    blocks = np.repeat(np.arange(8), 5)
+    samples = 10.0 + np.random.default_rng(0).normal(0.0, 0.5, 40)
+
+    def attrs(stop: str) -> dict:
+        ms = {n: Measurement(samples, blocks=blocks, stop_reason=stop) for n in "ab"}
+        return _timing_attrs(
+            SimpleNamespace(ranked_by="latency", loaded=False, measurements=ms), {}
+        )
+
+    budget, precise = attrs("budget"), attrs("precision")
+    assert budget["tied"].endswith(
+        "; the time budget ended the runs: a larger budget_s may order them"
+    )
+    assert precise["tied"].startswith("tied in rank") and "budget" not in precise["tied"]
+    assert budget["ranks"] == {"a": 1, "b": 1}
