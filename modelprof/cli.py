@@ -347,6 +347,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="with --backward, also the optimizer step (sgd, adam, adamw, ...)",
     )
+    table.add_argument(
+        "--clock",
+        choices=["auto", "host", "cpu"],
+        help="what the runs read: the device's clock (auto), the host's wall clock, or the CPU "
+        "time of the work (cpu: what load stretches least) (default: auto)",
+    )
+    _switch(table, "--channels-last", "inputs and 4-d weights in channels_last memory format")
+    _switch(
+        table,
+        "--compile",
+        "time the torch.compile'd model end to end (per-layer rows: the eager model's)",
+    )
 
     search = argparse.ArgumentParser(add_help=False)  # the commands that search a batch size
     search.add_argument(
@@ -378,6 +390,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="the printed table's and the md/tex/html/txt files' columns, comma-separated names "
         "as in the CSV's header (module,params,macs,latency_ms,backward_latency_ms), all, or "
         "compact (the default); CSV and JSON keep every column",
+    )
+    p.add_argument(
+        "--per-layer",
+        choices=["auto", "stamps", "kernels"],
+        help="per-layer times from host stamps around each call, or from the profiler's "
+        "kernel times (auto: kernels on CUDA, stamps on the CPU)",
+    )
+    _switch(
+        p,
+        "--no-correct-overhead",
+        "per-layer spans as read, the hooks' own cost left in (default: measured and subtracted)",
     )
     p.set_defaults(run=_run_profile)
 
@@ -599,6 +622,19 @@ class _Context:
     def timing_options(self) -> dict[str, Any]:
         return {} if self.args.budget is None else {"budget_s": self.args.budget}
 
+    def mode_options(self) -> dict[str, Any]:
+        """The timing modes profile's and compare's flags set (none: the defaults)."""
+        a, out = self.args, {}
+        for flag, key in (("clock", "clock"), ("per_layer", "per_layer")):
+            if getattr(a, flag, None) is not None:
+                out[key] = getattr(a, flag)
+        for flag in ("channels_last", "compile"):
+            if getattr(a, flag, False):
+                out[flag] = True
+        if getattr(a, "no_correct_overhead", False):
+            out["correct_overhead"] = False
+        return out
+
     def run_options(self, named: Any) -> dict[str, Any]:
         """What profile() and compare() take from the table options: the batch (None with
         ``named_inputs``, which carry theirs), device, dtype, timing, progress, budget and
@@ -613,6 +649,7 @@ class _Context:
             "timing": not self.args.no_timing,
             "progress": self.progress,
             **self.timing_options(),
+            **self.mode_options(),
             **step,
         }
 

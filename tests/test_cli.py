@@ -603,3 +603,32 @@ def test_threads_sets_torchs_threads_for_the_command_only(
     assert torch.get_num_threads() == before  # and the process's count is put back
     assert main(["profile", "resnet18", "--threads", "two"]) == 2
     assert "'two' is not a number of threads" in capsys.readouterr().err
+
+
+def test_the_timing_modes_reach_profile_and_compare(
+    nets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --clock, --channels-last, --compile (profile and compare), --per-layer and
+    # --no-correct-overhead (profile): each the keyword of the same name; none given, none set
+    import importlib
+
+    seen: list[dict] = []
+
+    def spy(real):
+        def call(*args, **kw):
+            seen.append({k: kw[k] for k in kw if k in _MODES})
+            return real(*args, **{**kw, "timing": False})
+
+        return call
+
+    _MODES = {"clock", "channels_last", "compile", "per_layer", "correct_overhead"}
+    for name in ("profile", "compare"):  # the modules (the package's names are functions)
+        module = importlib.import_module(f"modelprof.{name}")
+        monkeypatch.setattr(module, name, spy(getattr(module, name)))
+    flags = ["--clock", "cpu", "--channels-last", "--compile"]
+    profile_flags = [*flags, "--per-layer", "stamps", "--no-correct-overhead"]
+    assert main(["profile", f"{nets}:narrow", *profile_flags]) == 0
+    assert main(["compare", f"{nets}:narrow", f"{nets}:wide", *flags]) == 0
+    assert main(["profile", f"{nets}:narrow"]) == 0
+    both = {"clock": "cpu", "channels_last": True, "compile": True}
+    assert seen == [{**both, "per_layer": "stamps", "correct_overhead": False}, both, {}]
