@@ -88,6 +88,8 @@ def test_by_layer_type_sums_leaves_and_types_self_rows_by_their_ops() -> None:
         "params",
         "macs",
         "flops",
+        "macs_pct",
+        "flops_pct",
         "madd",
         "read_bytes",
         "write_bytes",
@@ -104,6 +106,10 @@ def test_resnet_residual_adds_are_elementwise_not_basicblock() -> None:
     assert table.loc["activation", "calls"] == 17
     assert "BasicBlock" not in table.index
     assert int(table["macs"].sum()) == report.totals["macs"]
+    # the shares of the totals, beside latency_pct: the kinds' add up to 100 %
+    for c in ("macs", "flops"):
+        assert table[f"{c}_pct"].sum() == pytest.approx(100.0)
+        assert table.loc["conv", f"{c}_pct"] == 100 * table.loc["conv", c] / report.totals[c]
 
 
 def test_a_training_steps_loss_and_optimizer_are_their_own_types() -> None:

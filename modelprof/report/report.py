@@ -291,9 +291,11 @@ class Report(Exports):
         """The leaf rows summed per kind of layer (``conv``, ``linear``, ``attention``, ``norm``,
         ... see :mod:`modelprof.report.layer_types`), so the sums equal :attr:`totals`.
 
-        Columns: ``calls`` (leaf calls), the additive costs and, when timed, ``latency_ms`` (sum
-        of the leaves' instrumented latencies) and ``latency_pct`` (its share of the
-        instrumented pass). Index: ``layer_type``; sorted by FLOPs, largest first."""
+        Columns: ``calls`` (leaf calls), the additive costs, ``macs_pct`` and ``flops_pct``
+        (their shares of the totals, %) and, when timed, ``latency_ms`` (sum of the leaves'
+        instrumented latencies) and ``latency_pct`` (its share of the instrumented pass): what
+        a kind of layer costs against what it takes. Index: ``layer_type``; sorted by FLOPs,
+        largest first."""
         leaves = [r for r in self.rows if r.leaf]
         kinds = [
             r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
@@ -310,7 +312,12 @@ class Report(Exports):
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        return shown(out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED]}))
+        out = out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED]})
+        at = out.columns.get_loc("flops") + 1  # beside latency_pct: cost against time share
+        for i, c in enumerate(("macs", "flops")):
+            total = self.totals[c]
+            out.insert(at + i, f"{c}_pct", 100.0 * out[c] / total if total else 0.0)
+        return shown(out)
 
     # -- exporters: each takes modelprof.render.options.ViewOptions, as view= or keywords --------
     def _table(
