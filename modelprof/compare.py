@@ -352,6 +352,8 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
         "amp": opts.amp,
         "channels_last": opts.channels_last,
         "warn": opts.warn,
+        "compile": opts.compile,
+        "clock": opts.clock,
     }
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
@@ -397,7 +399,7 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         on_cpu = result.ranked_by == "cpu_work"
         figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}
         out["ranks"], tied = tied_ranks(figures)
-        if tied and any(m.stop_reason == "budget" for m in figures.values()):
+        if tied and any(m.stop_reason in ("budget", "spread") for m in figures.values()):
             tied += "; the time budget ended the runs: a larger budget_s may order them"
         out["notes"] += [tied] if tied else []
         if tied:

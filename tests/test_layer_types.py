@@ -131,3 +131,11 @@ def test_a_training_steps_loss_and_optimizer_are_their_own_types() -> None:
     assert table.loc["loss", "flops"] == rows["(loss)"].flops > 0
     assert "other" not in table.index
     assert int(table["flops"].sum()) == report.totals["flops"]
+
+
+def test_a_share_of_nothing_is_nan_as_in_the_rows() -> None:
+    # a model of no MACs: the MACs share has no base (the rows' macs_pct reads NaN too)
+    report = profile(nn.Sequential(nn.ReLU()), (4,), timing=False)
+    table = report.by_layer_type()
+    assert report.totals["macs"] == 0 and table["macs_pct"].isna().all()
+    assert table.loc["activation", "flops_pct"] == 100.0  # 4 FLOPs of 4

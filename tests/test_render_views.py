@@ -38,12 +38,6 @@ def test_depth_collapses_to_the_upper_levels() -> None:
         "relu#2",
     ]
     assert len(select_rows(df, depth=5)) == len(df)
-    # the rows at depth 1 are the leaves of the tree shown (layer1 stands for its children),
-    # so a file written at depth 1 adds up by its leaf flags as the whole table does
-    cut = select_rows(df, depth=1)
-    assert cut["leaf"].tolist() == [False, True, True, True, True, True]
-    assert cut[cut["leaf"]][ADDITIVE].sum().to_dict() == report_totals()
-    assert not df.loc[df["module"] == "layer1", "leaf"].any()  # the report's frame untouched
 
 
 def test_leaf_only_rows_add_up_to_the_totals() -> None:

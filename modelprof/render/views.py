@@ -179,8 +179,7 @@ def select_rows(
 ) -> pd.DataFrame:
     """Rows to show, in execution order unless sorting is asked for.
 
-    ``depth=k`` collapses the tree to modules at depth <= k (parents aggregate their children);
-    its rows at depth k become leaves (``leaf``), so a file written so still adds up by them.
+    ``depth=k`` collapses the tree to modules at depth <= k (parents aggregate their children).
     ``leaf_only=True`` keeps the leaves, of the collapsed tree with ``depth`` (rows at depth k and
     true leaves above it), so they still add up to the totals. ``sort_by=col`` sorts largest
     first (``ascending=True``: smallest), missing values last; ``top_k=n`` keeps the first n,
@@ -199,8 +198,6 @@ def select_rows(
         else:
             keep = out["depth"] <= depth
         out = out[keep]
-        if "leaf" in out.columns:  # the rows at depth k are the leaves of the tree shown
-            out = out.assign(leaf=out["leaf"].astype(bool) | (out["depth"] == depth))
     elif leaf_only:
         require_columns(df, ["leaf"], "leaf_only=True")
         out = out[out["leaf"].astype(bool)]

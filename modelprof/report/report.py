@@ -313,10 +313,10 @@ class Report(Exports):
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
         out = out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED]})
-        at = out.columns.get_loc("flops") + 1  # beside latency_pct: cost against time share
-        for i, c in enumerate(("macs", "flops")):
+        at = out.columns.get_loc("flops") + 1  # after flops: the cost shares (beside the
+        for i, c in enumerate(("macs", "flops")):  # rows' own, NaN of a zero total)
             total = self.totals[c]
-            out.insert(at + i, f"{c}_pct", 100.0 * out[c] / total if total else 0.0)
+            out.insert(at + i, f"{c}_pct", 100.0 * out[c] / total if total else float("nan"))
         return shown(out)
 
     # -- exporters: each takes modelprof.render.options.ViewOptions, as view= or keywords --------
@@ -628,8 +628,11 @@ class Report(Exports):
         lo, hi = m.median_ci_ms
         ci = f"95% CI {lo:.3f}-{hi:.3f}" if m.has_interval else "95% CI n/a"
         clock = str((m.env.get("mode") or {}).get("clock"))  # clock="cpu": CPU time, not wall
-        cpu = clock.startswith(("thread_time", "process_time"))
-        runs = f"clean end-to-end runs, CPU time: {clock}" if cpu else "clean end-to-end runs"
+        runs = "clean end-to-end runs"
+        if clock.startswith("thread_time"):
+            runs += f", CPU time: {clock}"
+        elif clock.startswith("process_time"):  # several threads' work: above the latency
+            runs += f", CPU time: {clock}, all threads' work, not a latency"
         lines = [
             f"latency median {m.median_ms:.3f} ms ({ci}, p90 {m.p90_ms:.3f}, n={m.n}), "
             f"{m.fps:.1f} samples/s ({runs})"

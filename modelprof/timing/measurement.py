@@ -518,13 +518,16 @@ class Measurement:
     def _threads_hint(self) -> str:
         """``torch.set_num_threads(k)`` with k the cores the other work left to torch's threads
         (their count less ``competing_cores``, at least 1), where both were read."""
-        threads = self.env.get("torch_num_threads")
-        if not isinstance(threads, int) or self.competing_cores is None:
-            return "torch.set_num_threads(k) for k cores left idle"
-        k = max(1, math.floor(threads - self.competing_cores))
+        threads, other = self.env.get("torch_num_threads"), self.competing_cores
+        generic = "torch.set_num_threads(k) for k cores left idle"
+        if not isinstance(threads, int) or other is None or not math.isfinite(other):
+            return generic
+        k = math.floor(threads - other)
+        if not 1 <= k < threads:  # none left idle, or no fewer threads to ask for
+            return generic
         return (
-            f"torch.set_num_threads({k}) (the cores of its {threads} threads' that the other "
-            f"work, {self.competing_cores:.2f} cores' worth, left idle)"
+            f"torch.set_num_threads({k}): other work took {other:.2f} of the cores its "
+            f"{threads} threads need"
         )
 
     def _few_samples_text(self) -> str:
