@@ -608,7 +608,8 @@ class Report(Exports):
         if self.latency is not None:
             lines.extend(self._timing_summary())
             if self.peaks is not None:
-                lines.append(self.utilization().describe() + self._mfu_quoted())
+                used = self.utilization()
+                lines.append(used.describe() + self._mfu_quoted(used))
         else:  # a counting-only report still says why (device="meta": counting only)
             lines.extend(f"note: {n}" for n in self.timing_notes)
         if self.training_step is not None:
@@ -670,13 +671,13 @@ class Report(Exports):
         lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
         return lines
 
-    def _mfu_quoted(self) -> str:
+    def _mfu_quoted(self, used: Any) -> str:
         """Where the check says to quote the (root) row's time, not the slowed clean median the
-        MFU is taken over: the MFU over that time (work / time: the ratio of the two)."""
+        MFU of ``used`` (the summary's utilization) is taken over: the MFU over that time."""
         a = self.timing_agreement
         if a is None or a.verdict != "disagree" or a.regimes or a.quote != "per-layer":
             return ""
-        phases = self.utilization().phases.set_index("phase")
+        phases = used.phases.set_index("phase")
         if "forward" not in phases.index or not a.quote_ms > 0:
             return ""
         mfu = float(phases.loc["forward", "mfu"]) * a.clean_ms / a.quote_ms  # (a step's forward)
