@@ -47,7 +47,7 @@ from modelprof.timing.interleave import (
 )
 from modelprof.timing.latency import resolve_call, timing_runner
 from modelprof.timing.measurement import load_note
-from modelprof.timing.options import OPTION_NAMES, TimingOptions
+from modelprof.timing.options import OPTION_NAMES, TimingOptions, warn_unused_without_timing
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS
 
@@ -136,6 +136,8 @@ def compare(
         raise ModelProfError(
             "throughput=True searches batch sizes, so it needs input_size, not inputs="
         )
+    if not timing and not throughput:
+        warn_unused_without_timing(profile_options)
     run = _Run(inputs, batch_size, device, dtype, profile_options)
     if run.backward:
         refuse_inference_mode("compare()")

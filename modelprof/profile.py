@@ -48,7 +48,11 @@ from modelprof.timing.helps import what_helps as time_what_helps
 from modelprof.timing.kernels import KernelTiming, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.layers import MIN_COST_PASSES
-from modelprof.timing.options import TimingOptions, check_option_names
+from modelprof.timing.options import (
+    TimingOptions,
+    check_option_names,
+    warn_unused_without_timing,
+)
 from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
 
 __all__ = ["profile"]
@@ -367,6 +371,8 @@ def _parse(
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
     check_option_names(timing_options, own=_KEYWORDS)
     opts = TimingOptions.parse(options, **timing_options)
+    if not timing:
+        warn_unused_without_timing(timing_options)
     if opts.progress and not is_speaker():  # one voice: rank 0's progress bars only
         opts = opts.replace(progress=False)
     return _Spec(timing, registry, opts, what_helps=check_flag("what_helps", what_helps))

@@ -330,6 +330,22 @@ def test_timing_options_are_validated():
     assert r.latency is None and any("meta" in n for n in r.timing_notes)
 
 
+def test_timing_options_beside_timing_off_are_named_not_passed_in_silence():
+    from modelprof import compare
+
+    # budget_s and clock time nothing without timing; amp still shapes the counted pass
+    with pytest.warns(UserWarning, match=r"timing is off: budget_s=1, clock='cpu' time") as w:
+        profile(nn.Linear(4, 2), (4,), timing=False, budget_s=1, clock="cpu", amp=None)
+    assert "amp" not in str(w[0].message)
+    with pytest.warns(UserWarning, match=r"timing is off: repeat=3 time nothing"):
+        compare([nn.Linear(4, 2), nn.Linear(4, 3)], (4,), timing=False, repeat=3)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the options a count reads: no warning
+        profile(nn.Linear(4, 2), (4,), timing=False, amp=None, channels_last=False, warn=False)
+
+
 def test_timing_a_converted_copy_leaves_the_model_alone():
     model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train()
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -34,7 +34,7 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement
 from modelprof.runtime.snapshot import snapshot_of
-from modelprof.timing.options import TimingOptions
+from modelprof.timing.options import TimingOptions, warn_unused_without_timing
 
 __all__ = ["model_device_dtype", "profile_generation"]
 
@@ -83,6 +83,8 @@ def profile_generation(
             "device='meta' has no clock: pass timing=False to count from "
             "shapes alone (with target= for a device's roofline bound)"
         )
+    if not timing:
+        warn_unused_without_timing(timing_options)
     config = getattr(model, "config", None)
     given, prompt_len = prompt_inputs(inputs, model, step, prompt_len)
     encoded = step is None and is_encoder_decoder(model)

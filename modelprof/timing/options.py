@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from modelprof.errors import ModelProfError, check_flag
+from modelprof.errors import ModelProfError, ModelProfWarning, check_flag, warn_user
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode
 from modelprof.timing.clock import check_clock
@@ -46,6 +46,7 @@ __all__ = [
     "OPTION_NAMES",
     "TimingOptions",
     "check_option_names",
+    "warn_unused_without_timing",
 ]
 
 #: The most seconds the per-layer passes are extended by to reach ``min_samples``.
@@ -105,6 +106,20 @@ def check_option_names(kwargs: Mapping[str, Any], own: Iterable[str] = ()) -> No
         "".join(peers) + f"unknown timing option(s) {unknown}{''.join(near)}; the "
         f"options are {sorted(OPTION_NAMES)}"
     )
+
+
+#: the options a run that times nothing still reads: the counted pass's autocast and layout,
+#: its progress bar and its warnings
+_UNTIMED_OPTIONS = ("amp", "channels_last", "progress", "warn")
+
+
+def warn_unused_without_timing(kwargs: Mapping[str, Any]) -> None:
+    """Warn of the timing options in ``kwargs`` a run without timing does not use (a
+    ``budget_s=`` beside ``timing=False`` would otherwise pass in silence)."""
+    unused = [k for k in kwargs if k in OPTION_NAMES and k not in _UNTIMED_OPTIONS]
+    if unused:
+        given = ", ".join(f"{k}={kwargs[k]!r}" for k in unused)
+        warn_user(f"modelprof: timing is off: {given} time nothing here", ModelProfWarning)
 
 
 @dataclasses.dataclass(frozen=True)
