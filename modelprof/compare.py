@@ -42,11 +42,11 @@ from modelprof.timing.interleave import (
     loaded_latency_notes,
     measure_interleaved,
     rough_flags,
+    shaken_attrs,
     tied_ranks,
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
-from modelprof.timing.measurement import load_note
 from modelprof.timing.options import OPTION_NAMES, TimingOptions, warn_unused_without_timing
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS
@@ -388,21 +388,16 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
         )
         out["notes"].append(cpu_work_note(result.measurements.values(), why))
     else:
-        loaded = loaded_latency_notes(result.measurements.values())
-        out["notes"] += loaded
-        if loaded:  # for the caption: a paper table says so too
-            out["loaded"] = load_note(result.measurements.values())
-    drifted = [name for name, m in result.measurements.items() if m.stable is False]
-    if drifted:
-        out["drifted"] = drifted
+        out["notes"] += loaded_latency_notes(result.measurements.values())
+    # for the caption: a paper table says so too
+    measured = {name: [m] for name, m in result.measurements.items()}
+    out.update(shaken_attrs(measured, loaded=not unranked and result.ranked_by != "cpu_work"))
     ranking = "cpu_work_x" if result.ranked_by == "cpu_work" else "latency_x"
     disagreeing(checks, ranking, ranking, out, out["notes"])
     if not (unranked or "ratios_disagree" in out):
         on_cpu = result.ranked_by == "cpu_work"
         figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}
         out["ranks"], tied = tied_ranks(figures)
-        if tied and any(m.stop_reason in ("budget", "spread") for m in figures.values()):
-            tied += "; the time budget ended the runs: a larger budget_s may order them"
         out["notes"] += [tied] if tied else []
         if tied:
             out["tied"] = tied

@@ -406,3 +406,42 @@ def test_a_model_runs_as_is_by_the_counting_passs_rule():
     lm.scale = nn.Parameter(torch.ones(1))
     with pytest.raises(ModelProfError, match=r"dtype=torch.float64 differ from the model's"):
         profile_generation(lm, step=make_step(lm), prompt_len=4, new_tokens=2, dtype="float64")
+
+
+def test_a_generation_comparisons_caption_says_what_made_its_timing_less_sure():
+    # as compare()'s: a tie (with the budget hint where the budget ended the runs), a drift and
+    # a load reach the attrs the caption reads, not the notes alone
+    from types import SimpleNamespace
+
+    from helpers import blocked
+
+    from modelprof.generation.compare import _table
+    from modelprof.render.comparison import compare_caption
+    from modelprof.timing.interleave import shaken_attrs
+
+    def timing(m):
+        return SimpleNamespace(
+            end_to_end=m, ttft=m, tpot=m, summary=lambda: {"tpot_ms": m.median_ms}
+        )
+
+    # a and b: the same constant 10 ms in every block, so every paired ratio is 1 (a tie);
+    # c climbs 20 -> 41 ms over its 8 blocks (a drift) and is 2-4x slower than a (no tie)
+    flat = blocked([10.0] * 8, stop_reason="budget")
+    ramp = blocked([20.0 + 3.0 * b for b in range(8)], stop_reason="budget")
+    lms = [(name, None, None, 0) for name in "abc"]
+    table = _table(lms, [timing(flat), timing(flat), timing(ramp)], 0.95)
+    assert table.attrs["tied"] == (
+        "tied in rank (the interval of their paired ratio holds 1): a, b; the time budget "
+        "ended the runs: a larger budget_s may order them"
+    )
+    assert table.attrs["drifted"] == ["c"] and "loaded" not in table.attrs
+    table.attrs.update(baseline="a")
+    caption = compare_caption(table.attrs)
+    assert "drifted while timed: c" in caption and "a larger budget_s may order" in caption
+    # a load is worded by its most loaded figure
+    quiet = SimpleNamespace(loaded=False, stable=True)
+    busy = SimpleNamespace(
+        loaded=True, stable=True, wall_over_cpu=2.0, competing_cores=1.0, load_reason="busy"
+    )
+    assert shaken_attrs({"a": [quiet], "b": [busy]}, loaded=True) == {"loaded": "busy"}
+    assert shaken_attrs({"a": [quiet], "b": [busy]}, loaded=False) == {}

@@ -34,6 +34,7 @@ from modelprof.timing.interleave import (
     loaded_latency_notes,
     rough_flags,
     round_ratio,
+    shaken_attrs,
     tied_ranks,
     unranked_note,
 )
@@ -288,6 +289,8 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
         ranks, tied = tied_ranks({n: m.cpu if on_cpu else m for n, m in ends.items()})
         df["rank"] = pd.array([ranks[name] for name in df.index], dtype="Int64")
         notes += [tied] if tied else []
+        if tied:  # the caption's too
+            df.attrs["tied"] = tied
     measured = [m for t in timings for m in _measured(t)]
     if unranked:
         df.attrs["unranked"] = unranked
@@ -297,5 +300,7 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
         notes.append(cpu_work_note(measured, what="generation", advice=advice))
     else:
         notes += loaded_latency_notes(measured)
+    by_model = {name: _measured(t) for (name, *_), t in zip(lms, timings)}
+    df.attrs.update(shaken_attrs(by_model, loaded=not on_cpu and not unranked))
     df.attrs["notes"] = notes
     return df

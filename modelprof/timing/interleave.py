@@ -231,7 +231,8 @@ def tied_ranks(figures: Mapping[str, Measurement]) -> tuple[dict[str, int], str 
     """Each candidate's rank, 1 the lowest median of the figure ranked by, and the note naming
     the ties: a candidate ties with the first of the group ranked just above it when the
     interval of their paired ratio (:func:`round_ratio`) holds 1, as when it is the same model;
-    the rounds cannot order them. Ranks run 1, 1, 3 (two tied for first)."""
+    the rounds cannot order them. Ranks run 1, 1, 3 (two tied for first). Where the time
+    budget ended some runs (stop ``budget`` or ``spread``), the note says more may order them."""
     order = sorted(figures, key=lambda name: figures[name].median_ms)
     ranks: dict[str, int] = {}
     groups: dict[str, list[str]] = {}
@@ -246,12 +247,26 @@ def tied_ranks(figures: Mapping[str, Measurement]) -> tuple[dict[str, int], str 
                 continue
         leader, ranks[name], groups[name] = name, place, [name]
     tied = [", ".join(g) for g in groups.values() if len(g) > 1]
-    note = (
-        f"tied in rank (the interval of their paired ratio holds 1): {'; '.join(tied)}"
-        if tied
-        else None
-    )
+    if not tied:
+        return ranks, None
+    note = f"tied in rank (the interval of their paired ratio holds 1): {'; '.join(tied)}"
+    if any(m.stop_reason in ("budget", "spread") for m in figures.values()):
+        note += "; the time budget ended the runs: a larger budget_s may order them"
     return ranks, note
+
+
+def shaken_attrs(measured: Mapping[str, Iterable[Measurement]], loaded: bool) -> dict[str, Any]:
+    """What a comparison's caption says made its timing less sure: ``"loaded"`` (with
+    ``loaded``: the table ranks by latency, so the load is its to state) in words, and
+    ``"drifted"``, the names of the candidates any of whose ``measured`` figures drifted."""
+    out: dict[str, Any] = {}
+    every = [m for ms in measured.values() for m in ms]
+    if loaded and any(m.loaded for m in every):
+        out["loaded"] = load_note(every)
+    drifted = [name for name, ms in measured.items() if any(m.stable is False for m in ms)]
+    if drifted:
+        out["drifted"] = drifted
+    return out
 
 
 def unranked_note(counts: Mapping[str, int]) -> str | None:
