@@ -106,6 +106,13 @@ def test_a_damaged_or_foreign_result_file_is_run_again(nets: Path, tmp_path: Pat
     path.write_text('{"format": 1, "config": {')  # a half file (never left by write_atomic)
     df = sweep({"models": [f"{nets}:narrow"]}, out=out)
     assert df["macs"].tolist() == [200] and json.loads(path.read_text())["row"]["macs"] == 200
+    # a whole file of the earlier meaning (format 1: a median's interval cut to the samples'
+    # range at any number of blocks) is run again, not mixed into the table: its planted
+    # macs=-1 is gone
+    data = json.loads(path.read_text())
+    data["format"], data["row"]["macs"] = 1, -1
+    path.write_text(json.dumps(data))
+    assert sweep({"models": [f"{nets}:narrow"]}, out=out)["macs"].tolist() == [200]
 
 
 def test_failed_configs_are_kept_unless_retried(nets: Path, tmp_path: Path) -> None:
