@@ -295,7 +295,7 @@ class _Run:
                 self.forget(name)
                 baseline = _standing(baseline, rows, failed)  # none left: names every failure
         self.env = dict(result.measurements[baseline].env) or self.env
-        self.timing_attrs = _timing_attrs(result, checks)
+        self.timing_attrs = _timing_attrs(result, checks, self.opts.warn)
         return baseline
 
 
@@ -360,7 +360,9 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
 
-def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[str, Any]:
+def _timing_attrs(
+    result: Any, checks: dict[str, list[RatioAgreement]], warn: bool = True
+) -> dict[str, Any]:
     """What a comparison's table says about its timing: the ratio estimator, what it ranks by
     and, on a loaded CPU, why it ranks by CPU work; a ratio that disagrees with its rounds; the
     ranks (``ranks``, for ``_table``; none where too few runs or that disagreement withhold
@@ -393,7 +395,7 @@ def _timing_attrs(result: Any, checks: dict[str, list[RatioAgreement]]) -> dict[
     measured = {name: [m] for name, m in result.measurements.items()}
     out.update(shaken_attrs(measured, loaded=not unranked and result.ranked_by != "cpu_work"))
     ranking = "cpu_work_x" if result.ranked_by == "cpu_work" else "latency_x"
-    disagreeing(checks, ranking, ranking, out, out["notes"])
+    disagreeing(checks, ranking, ranking, out, out["notes"], warn)
     if not (unranked or "ratios_disagree" in out):
         on_cpu = result.ranked_by == "cpu_work"
         figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}

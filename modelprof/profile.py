@@ -423,7 +423,8 @@ def _time(
         # (kernel time on a GPU is not wall time: its busy share is in the notes instead)
         total = float(layers.corrected.median_ms)
         spread = identical_spread(rows, [c.get("latency_ms") for c in columns], total)
-        agreement = _judge(latency, layers, leaf_sum, notes, _regimes(model, spec.opts), spread)
+        regimes = _regimes(model, spec.opts)
+        agreement = _judge(latency, layers, leaf_sum, notes, regimes, spread, spec.opts.warn)
     timed = TimingResult(
         latency, layers, overhead, coverage, None, notes, agreement, pipelined, helps
     )
@@ -460,16 +461,24 @@ def _regimes(model: nn.Module, opts: TimingOptions) -> str:
 
 
 def _judge(
-    latency: Any, layers: Any, leaf_sum: float, notes: list[str], regimes: str, spread: Any
+    latency: Any,
+    layers: Any,
+    leaf_sum: float,
+    notes: list[str],
+    regimes: str,
+    spread: Any,
+    warn: bool,
 ) -> Any:
     """Whether the per-layer window agrees with the clean runs and with itself (``spread``:
-    identical layers far apart); when not, a note and a warning naming the figure to quote."""
+    identical layers far apart); when not, a note and (``warn``) a warning naming the figure to
+    quote."""
     agreement = judge_agreement(
         latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
     )
     if not agreement.agree:
         notes.append(agreement.note())
-        warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
+        if warn:
+            warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
     return agreement
 
 

@@ -161,6 +161,9 @@ def test_a_batch_size_whose_ttft_lies_above_a_bigger_batch_is_marked(monkeypatch
     assert not summary["tpot_rough"].any()
     assert report.timing_notes == [d.note() for d in report.disagreements]
     assert repr(report).count("!! ") == 2
+    # warn=False: the same marks and notes, no warning
+    quiet, said = _generation(monkeypatch, ms, batch_size=[1, 4], layer_timing=False, warn=False)
+    assert quiet.timing_notes == report.timing_notes and said == []
 
     # the same generations without the slow prefill: every figure grows with the batch
     report, said = _generation(
@@ -228,13 +231,13 @@ class Rounds(nn.Module):
         return x
 
 
-def _compare(monkeypatch, slow):
+def _compare(monkeypatch, slow, **kw):
     clock = install(monkeypatch)
     models = {"base": Rounds(clock), "cand": Rounds(clock, slow)}
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         table = modelprof.compare(
-            models, (4,), repeat=60, warmup=2, min_blocks=60, budget_s=600.0, roofline=False
+            models, (4,), repeat=60, warmup=2, min_blocks=60, budget_s=600.0, roofline=False, **kw
         )
     return table, _disagreements(record)
 
@@ -271,6 +274,9 @@ def test_a_ratio_of_medians_outside_its_rounds_is_flagged_and_not_ranked(monkeyp
     alone = export_comparison(table, "markdown", columns=["latency_x_ci_low"], standalone=False)
     assert alone.splitlines()[-1].split("|")[1].strip().startswith("~")
     assert len(said) == 2 and "1.000" in said[0] and "(1.260, 95 % interval 1.084-1.464" in said[0]
+    # warn=False: the same flags and notes, no warning
+    quiet, said = _compare(monkeypatch, lambda i: i % 5 in (3, 4), warn=False)
+    assert quiet.attrs["rough_ratios"] == table.attrs["rough_ratios"] and said == []
     check = judge_ratio(
         "latency_x", "cand", "base", *(Measurement(v, blocks=np.arange(60)) for v in (
             np.where(np.arange(60) % 5 < 2, 400.0, 200.0), np.full(60, 200.0)))
@@ -333,7 +339,7 @@ def test_a_wall_ratio_that_moved_between_rounds_ranks_by_the_cpu_work_that_did_n
     assert "not ranked" not in latex and "moved between rounds" in latex
 
 
-def _compare_generation(monkeypatch, slow):
+def _compare_generation(monkeypatch, slow, **kw):
     """Two step functions generating 2 tokens after a 4-token prompt: a prefill of
     ``ROUND_MS`` and a decode step of 10 ms; the candidate's prefill twice as long on the
     prefills ``slow(i)`` picks (``i`` counts its prefills, warm-up included)."""
@@ -364,7 +370,14 @@ def _compare_generation(monkeypatch, slow):
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         table = modelprof.compare_generation(
-            models, prompt_len=4, new_tokens=2, repeat=60, warmup=2, min_blocks=60, budget_s=600.0
+            models,
+            prompt_len=4,
+            new_tokens=2,
+            repeat=60,
+            warmup=2,
+            min_blocks=60,
+            budget_s=600.0,
+            **kw,
         )
     return table, _disagreements(record)
 
@@ -390,6 +403,8 @@ def test_compare_generation_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
     assert any(m.startswith("modelprof: ttft_x of cand DISAGREES") for m in said)
     assert any(m.startswith("modelprof: end_to_end_x of cand DISAGREES") for m in said)
     assert not any("tpot_x of cand" in m for m in said)
+    quiet, said = _compare_generation(monkeypatch, lambda i: i % 5 in (3, 4), warn=False)
+    assert quiet.attrs["rough_ratios"] == table.attrs["rough_ratios"] and said == []  # no warning
 
     # slowed on 1 generation in 10: the trimmed rounds drop them, every ratio agrees
     table, said = _compare_generation(monkeypatch, lambda i: i % 10 == 9)

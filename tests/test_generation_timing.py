@@ -418,6 +418,7 @@ def test_a_generation_comparisons_caption_says_what_made_its_timing_less_sure():
     from modelprof.generation.compare import _table
     from modelprof.render.comparison import compare_caption
     from modelprof.timing.interleave import shaken_attrs
+    from modelprof.timing.options import TimingOptions
 
     def timing(m):
         return SimpleNamespace(
@@ -429,7 +430,7 @@ def test_a_generation_comparisons_caption_says_what_made_its_timing_less_sure():
     flat = blocked([10.0] * 8, stop_reason="budget")
     ramp = blocked([20.0 + 3.0 * b for b in range(8)], stop_reason="budget")
     lms = [(name, None, None, 0) for name in "abc"]
-    table = _table(lms, [timing(flat), timing(flat), timing(ramp)], 0.95)
+    table = _table(lms, [timing(flat), timing(flat), timing(ramp)], TimingOptions())
     assert table.attrs["tied"] == (
         "tied in rank (the interval of their paired ratio holds 1): a, b; the time budget "
         "ended the runs: a larger budget_s may order them"

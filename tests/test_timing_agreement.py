@@ -87,6 +87,11 @@ def test_clean_runs_faster_than_the_per_layer_window_quote_the_clean_figure(monk
     assert a.quote == "clean" and a.quote_ms == r.latency.median_ms
     assert r.coverage == pytest.approx(5.0)
     assert "read the per-layer rows by their latency share" in a.note()
+    # warn=False: the same disagreement noted, not warned
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TimingDisagreementWarning)
+        quiet = profile(model, (4,), repeat=12, warmup=1, roofline=False, warn=False)
+    assert not quiet.timing_agreement.agree and quiet.timing_agreement.note() in quiet.timing_notes
 
 
 def _measurement(level: float, spread: float, seed: int) -> Measurement:

@@ -91,7 +91,7 @@ def compare_generation(
         timing_from(runner, runner.run, s, spec)
         for s, runner, (_, _, spec, _) in zip(sampled, runners, lms)
     ]
-    df = _with_failed(_table(lms, timings, opts.stop.confidence), failed, list(models))
+    df = _with_failed(_table(lms, timings, opts), failed, list(models))
     name, lm, spec, _ = lms[0]  # the caption's: the baseline's run, as compare()'s
     env = collect_env(lm.device, dtype=lm.dtype, batch_size=batch_size)
     env["generation"] = f"{spec.prompt_len} prompt + {spec.new_tokens} new tokens"
@@ -254,7 +254,7 @@ def _checks(lms: list, timings: list, unranked: bool) -> dict[str, list]:
     return out
 
 
-def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
+def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
     rows = []
     base = timings[0]
     # a model's generations, TTFT or TPOT too few for an interval (or below the floor)
@@ -263,7 +263,7 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
         {name: t.end_to_end.n for (name, *_), t, s in zip(lms, timings, short) if s}
     )
     checks = _checks(lms, timings, bool(unranked))
-    ratio_args = (confidence, bool(unranked))
+    ratio_args = (opts.stop.confidence, bool(unranked))
     for (name, lm, spec, kv), t in zip(lms, timings):
         row = {
             "model": name,
@@ -282,7 +282,7 @@ def _table(lms: list, timings: list, confidence: float) -> pd.DataFrame:
     notes += floor_notes(t.end_to_end for t in timings)
     df.attrs.update(ratio_estimator=RATIO_ESTIMATOR, ranked_by=ranked_by)
     ranking = "end_to_end_cpu_x" if on_cpu else "end_to_end_x"
-    disagreeing(checks, ranking, "the end-to-end time", df.attrs, notes)
+    disagreeing(checks, ranking, "the end-to-end time", df.attrs, notes, opts.warn)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     if not unranked and "ratios_disagree" not in df.attrs:  # a tie where rounds cannot order two
         ends = {name: t.end_to_end for (name, *_), t in zip(lms, timings)}

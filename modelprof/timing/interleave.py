@@ -334,15 +334,18 @@ def disagreeing(
     words: str,
     attrs: dict[str, Any],
     notes: list[str],
+    warn: bool = True,
 ) -> None:
-    """Each ratio that disagrees with its rounds: a note, a warning and its name in
+    """Each ratio that disagrees with its rounds: a note, a warning (unless not ``warn``) and
+    its name in
     ``attrs["rough_ratios"]`` (``latency_x of b``, for a caption); where it is ``ranking``, the
     ratio the table ranks by (``words``: it in words), the sentence that withholds the ranks
     (``attrs["ratios_disagree"]``), noted after them."""
     for check in (c for found in checks.values() for c in found if not c.agree):
         notes.append(check.note())
         attrs.setdefault("rough_ratios", []).append(f"{check.figure} of {check.name}")
-        warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
+        if warn:
+            warn_user(f"modelprof: {check.note()}", TimingDisagreementWarning)
         if check.figure == ranking and "ratios_disagree" not in attrs:
             attrs["ratios_disagree"] = (
                 f"not ranked: {words} of {check.name} disagrees with its per-round ratios "
