@@ -837,6 +837,7 @@ def _run_compare(ctx: _Context) -> None:
 def _run_throughput(ctx: _Context) -> None:
     from modelprof.render import to_markdown
     from modelprof.render.formats import export
+    from modelprof.render.options import ViewOptions
     from modelprof.report.plots import plot_throughput
     from modelprof.timing import measure_throughput
 
@@ -879,10 +880,12 @@ def _run_throughput(ctx: _Context) -> None:
                     curve,
                     env=result.env,
                     path=p,
-                    caption=caption,
-                    title=caption,
-                    standalone=True,
-                    summary=[caption, *result.notes, *result.timing_notes],
+                    view=ViewOptions(  # each format reads its own of these
+                        caption=caption,
+                        title=caption,
+                        standalone=True,
+                        summary=(caption, *result.notes, *result.timing_notes),
+                    ),
                 ),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )

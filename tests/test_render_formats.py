@@ -156,3 +156,24 @@ def test_export_hands_a_writer_all_four_arguments_none_when_not_given(monkeypatc
     monkeypatch.setitem(formats._FORMATS, "strict", Format("strict", "st", strict, human=False))
     assert formats.export("strict", pd.DataFrame({"a": [1]}), digits=3) == "ok"
     assert seen == dict(end_to_end=None, env=None, path=None, view=None, digits=3)
+
+
+def test_an_option_only_other_formats_read_is_refused_not_dropped(yaml_format):
+    # to_csv(caption=...) wrote a CSV without a caption (CSV has none) and said nothing
+    r = profile(nn.Linear(4, 2), (4,), timing=False)
+    with pytest.raises(ModelProfError, match=r"^csv does not read caption: caption= is read by"):
+        r.to_csv(caption="mine")
+    with pytest.raises(
+        ModelProfError, match=r"latex does not read indent: indent= is read by json"
+    ):
+        r.export("latex", indent=2)
+    table = compare([nn.Linear(4, 2), nn.Linear(4, 3)], (4,), timing=False)
+    with pytest.raises(ModelProfError, match=r"text does not read label: label= is read by latex"):
+        table.render.to_text(label="t")
+    with pytest.raises(ModelProfError, match=r"json does not read caption"):
+        formats.export("json", r.to_dataframe(), caption="x")
+    # the options every format reads, each format's own, and a format registered elsewhere
+    # (which reads what it reads) pass
+    assert r.to_csv(columns=["module", "params"], depth=0).splitlines()[0] == "module,params"
+    r.to_latex(caption="mine", label="tab:x")
+    r.export("yaml", caption="anything")

@@ -12,7 +12,7 @@ import pandas as pd
 
 from modelprof.render.formats import get_format
 from modelprof.render.latex import latex_columns
-from modelprof.render.options import ViewOptions
+from modelprof.render.options import ViewOptions, check_read_by
 
 __all__ = [
     "env_caption",
@@ -168,6 +168,7 @@ def export_comparison(
     Markdown document, below the table) the notes;
     raw formats every column (the index as ``model``), JSON with the environment."""
     fmt = get_format(name)
+    check_read_by(fmt.name, view)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
     given = ViewOptions.parse(view.pop("view", None), **view)
     if fmt.human:

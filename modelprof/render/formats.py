@@ -19,7 +19,7 @@ from typing import Any
 
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
-from modelprof.render.options import ViewOptions
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import Table, prepare_table
 
 __all__ = [
@@ -160,9 +160,9 @@ def export(
 ) -> str | Path:
     """Write ``df`` as format ``name`` (see the module doc for the arguments); every writer
     is handed all four, so one registered with its own defaults for them sees None."""
-    return get_format(name).write(
-        df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options
-    )
+    fmt = get_format(name)
+    check_read_by(fmt.name, options)
+    return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options)
 
 
 class Exports:

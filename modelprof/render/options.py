@@ -9,7 +9,7 @@ from typing import Any
 
 from modelprof.errors import ModelProfError, check_flag, is_int
 
-__all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count"]
+__all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count", "check_read_by"]
 
 #: the options each format reads beside the shared ones
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
@@ -18,11 +18,31 @@ FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
     "markdown": ("caption", "standalone", "summary"),
     "text": ("title", "max_rows"),
     "json": ("indent",),
+    "csv": (),
 }
 _STYLES = ("modelprof", "torchstat")
 #: how numbers are written: ``1.82 G``, one unit per column header, or as they are
 UNITS: tuple[str, ...] = ("human", "fixed", "raw")
 _GROUPS = ("layer_type", "module_type")
+
+
+def check_read_by(format: str, given: Iterable[str]) -> None:
+    """Refuse keywords ``given`` to ``format`` that only other formats read: ``to_csv(caption=
+    ...)`` would drop the caption in silence. A format registered elsewhere reads what it
+    reads: not checked."""
+    if format not in FORMAT_OPTIONS:
+        return
+    unread = sorted(k for k in given if k in _SPECIFIC and k not in FORMAT_OPTIONS[format])
+    if unread:
+        said = "; ".join(
+            f"{k}= is read by {', '.join(f for f, o in FORMAT_OPTIONS.items() if k in o)}"
+            for k in unread
+        )
+        raise ModelProfError(f"{format} does not read {', '.join(unread)}: {said}")
+
+
+#: the options some format reads and others do not
+_SPECIFIC = {o for opts in FORMAT_OPTIONS.values() for o in opts}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from modelprof.counting.scope import NOT_CALLED
 from modelprof.errors import ModelProfError, check_int
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
-from modelprof.render.options import ViewOptions
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
 from modelprof.render.views import call_label, compact_columns
@@ -390,6 +390,7 @@ class Report(Exports):
         (``style``, ``columns``, ``depth``...; a keyword wins). Returns the text, or writes
         ``path``."""
         fmt = get_format(format)
+        check_read_by(fmt.name, options)
         title = self._title()  # once: whether a (self) row reads short takes the whole frame
         df, totals, end_to_end, view = self._view(
             view,
