@@ -32,7 +32,6 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
 from modelprof.runtime.device import mig_refusal, mig_slice
-from modelprof.runtime.inputs import parse_dtype
+from modelprof.runtime.inputs import forward_parameters, parse_dtype
 from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
@@ -396,7 +395,7 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
     ``batch_size`` x ``context`` (an encoder-decoder's decoder: one start token for the
     prefill); the last token's logits only, when the forward can say so. None when the
     forward takes no ``input_ids``."""
-    params = _forward_params(model)
+    params = forward_parameters(model)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if _main_input(model) != "input_ids" or ("input_ids" not in params and not takes_any):
         return None
@@ -696,7 +695,7 @@ def _source_tokens(model: nn.Module, config: Any, spec: _Spec) -> int:
 def _caches(model: nn.Module) -> bool:
     """Whether ``model``'s forward takes a KV cache (``_CACHE_ARGUMENTS``: every decoder and
     encoder-decoder does, an encoder such as ViT none)."""
-    params = _forward_params(model)
+    params = forward_parameters(model)
     if _CACHE_ARGUMENTS & set(params):
         return True
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -704,7 +703,7 @@ def _caches(model: nn.Module) -> bool:
         return False
     # a wrapper passing everything on (forward(*args, **kwargs)): the model it wraps decides
     inner = _inner_hf_model(model)
-    return inner is not None and bool(_CACHE_ARGUMENTS & set(_forward_params(inner)))
+    return inner is not None and bool(_CACHE_ARGUMENTS & set(forward_parameters(inner)))
 
 
 def _inner_hf_model(model: nn.Module) -> nn.Module | None:
@@ -717,13 +716,6 @@ def _is_hf_model(module: nn.Module) -> bool:
     return hasattr(type(module), "base_model_prefix") and _is_config(
         getattr(module, "config", None)
     )
-
-
-def _forward_params(model: nn.Module) -> Mapping[str, inspect.Parameter]:
-    try:
-        return inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return {}
 
 
 def _training(plan: str, spec: _Spec, shapes: list, counts: dict[str, int]) -> dict[str, int]:

@@ -31,6 +31,7 @@ __all__ = [
     "build_inputs",
     "bytes_text",
     "check_input_bytes",
+    "forward_parameters",
     "make_inputs",
     "parse_device",
     "parse_dtype",
@@ -435,7 +436,7 @@ def token_inputs(
     seq_len = check_int("seq_len", seq_len)
     batch_size = check_int("batch_size", batch_size)
     vocab = check_int("vocab", vocab_size(model) if vocab is None else vocab)
-    params = _forward_parameters(model)
+    params = forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
     if "attention_mask" in params:
         specs.append(InputSpec("attention_mask", torch.int64, (seq_len,), value=1))
@@ -446,7 +447,7 @@ def token_inputs(
     return made
 
 
-def _forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
+def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
     """The forward's parameters by name; none where its signature cannot be read."""
     try:
         return dict(inspect.signature(model.forward).parameters)
