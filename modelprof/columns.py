@@ -159,9 +159,9 @@ _group(
 )
 _group(
     "step_timing",
-    ("backward_latency_ms", "backward latency", "time_ms", {"compact": 13}),
-    ("backward_latency_std_ms", "backward latency std", "time_ms"),
-    ("backward_latency_pct", "backward latency share", "percent"),
+    ("backward_latency_ms", "backward latency", "time_ms", {"compact": 13, "rough": True}),
+    ("backward_latency_std_ms", "backward latency std", "time_ms", {"rough": True}),
+    ("backward_latency_pct", "backward latency share", "percent", {"rough": True}),
 )
 _group(
     "comm",
@@ -191,6 +191,7 @@ _group(
     "timing",
     ("latency_passes", "latency passes", "int"),
     ("latency_rough", "latency rough", "bool"),
+    ("backward_latency_rough", "backward latency rough", "bool"),
 )
 _group(
     "roofline",

@@ -48,6 +48,7 @@ from modelprof.timing.helps import what_helps as time_what_helps
 from modelprof.timing.kernels import KernelTiming, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.layers import MIN_COST_PASSES
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import (
     TimingOptions,
     check_option_names,
@@ -195,6 +196,8 @@ def _timed_passes(
         keys = [(r, s) for r, s, _ in row_keys(rows)]
         step_cols, step_rows, training_step = step_columns(keys, records, step_cost, step_timing)
         columns.append(step_cols)
+        if step_timing is not None:
+            training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts.warn)
     return join_rows(rows, columns, step_rows), timed, training_step
 
 
@@ -475,6 +478,18 @@ def _judge(
     agreement = judge_agreement(
         latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
     )
+    if not agreement.agree:
+        notes.append(agreement.note())
+        if warn:
+            warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
+    return agreement
+
+
+def _judge_backward(timing: Any, notes: list[str], warn: bool) -> Any:
+    """Whether the instrumented backward passes (the rows' backward times) agree with the clean
+    backward; when not, a note and (``warn``) a warning, as the forward's window check."""
+    passes = Measurement(timing.passes_ms)
+    agreement = judge_agreement(timing.backward, passes, float("nan"), phase="backward")
     if not agreement.agree:
         notes.append(agreement.note())
         if warn:

@@ -251,3 +251,57 @@ def test_a_step_converted_on_the_device_leaves_out_the_users_model_and_the_snaps
     )
     assert params32 > 0 and next(model.parameters()).dtype == torch.float32
     assert timing.peak_memory_bytes == 10_000_000 - (params32 + buffers32) - 2 * params32
+
+
+def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_said(
+    monkeypatch,
+):
+    # a newcomer's per-layer backward rows summed to 46.9 ms beside a clean backward of 30.6 ms,
+    # with no warning (the forward's window check had no backward twin). Here the instrumented
+    # passes are made to read exactly 2x the clean backward, every sample: beyond both (zero-
+    # width) intervals and the 10 % tolerance, the clean backward the faster window to quote
+    import dataclasses
+    import importlib
+    import json
+    import warnings
+
+    from modelprof.errors import TimingDisagreementWarning
+    from modelprof.timing.measurement import Measurement
+
+    profile_module = importlib.import_module("modelprof.profile")
+    real = profile_module.time_step
+
+    def slowed(*args, **kwargs):
+        t = real(*args, **kwargs)
+        clean = Measurement(np.full(12, 1.0))  # the clean backward: 1 ms each
+        return dataclasses.replace(
+            t, backward=clean, passes_ms=np.full(12, 2.0), calls_ms=t.calls_ms * 0 + 2.0 / 3
+        )
+
+    monkeypatch.setattr(profile_module, "time_step", slowed)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    with pytest.warns(TimingDisagreementWarning, match="per-layer backward passes and") as rec:
+        r = profile(model, (8,), backward=True, repeat=12, warmup=1, roofline=False)
+    a = r.training_step.agreement
+    assert not a.agree and a.phase == "backward" and a.ratio == pytest.approx(2.0)
+    note = a.note()
+    assert note.startswith(
+        "the per-layer backward passes and the clean backward runs DISAGREE: the (root) row's "
+        "backward read 2.000 ms (95 % CI 2.000-2.000), the clean backward median 1.000 ms"
+    )
+    assert "quote the clean backward 1.000 ms" in note and "stamp on each autograd node" in note
+    assert len([w for w in rec if "backward passes" in str(w.message)]) == 1
+    assert note in r.timing_notes and f"!! {note}" in r.summary()
+    # every row with a backward time is marked rough, in the frame and in the human views
+    df = r.to_dataframe()
+    timed = df["backward_latency_ms"].notna()
+    assert timed.any() and (df["backward_latency_rough"] == timed).all()
+    md = r.export("markdown", columns=["module", "backward_latency_ms"], standalone=False)
+    assert md.splitlines()[2].split("|")[2].strip().startswith("~")  # the (root) row's cell
+    env = json.loads(r.to_json())["env"]
+    assert env["training_step"]["backward_agreement"]["agree"] is False
+    # warn=False: the same note and marks, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TimingDisagreementWarning)
+        quiet = profile(model, (8,), backward=True, repeat=12, warmup=1, roofline=False, warn=False)
+    assert not quiet.training_step.agreement.agree

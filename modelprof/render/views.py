@@ -282,6 +282,8 @@ def _rough(frame: pd.DataFrame, r: int, name: str) -> bool:
         return False
     if name in _AT_MOST_ONE and frame[name].iloc[r] > 1:
         return True
+    if name.startswith("backward_latency"):  # a training step's backward: its own check
+        return _flagged(frame, r, "backward_latency_rough")
     flags = ["latency_rough", LOADED_FLAG] if name == "efficiency" else ["latency_rough"]
     return any(_flagged(frame, r, f) for f in flags)
 
@@ -504,7 +506,7 @@ def prepare_table(
         tuple(fmt(col[i]) for fmt, col in zip(formatters, columns_data)) for i in range(len(shown))
     )
     own = {f"{n.split('_ci_')[0]}_rough" for n in names}  # a ratio's, its bounds' too
-    flags = {"latency_rough", LOADED_FLAG, *_AT_MOST_ONE, *own}
+    flags = {"latency_rough", "backward_latency_rough", LOADED_FLAG, *_AT_MOST_ONE, *own}
     if units != "raw" and flags & set(rows.columns):
         cells = tuple(
             tuple(

@@ -163,7 +163,8 @@ class Report(Exports):
         With peaks the modelprof view carries the roofline columns and, timed, ``mfu``, ``mbu``
         (``hfu`` for a training step) in :meth:`utilization`'s default convention; timed, also
         ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`, or a ``(self)`` row
-        read short: :func:`_short_own_rows`)."""
+        read short: :func:`_short_own_rows`); a timed training step's ``backward_latency_rough``
+        (its instrumented backward disagrees with the clean one: ``training_step.agreement``)."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
@@ -180,6 +181,9 @@ class Report(Exports):
             timed_rows = df["latency_ms"].notna()
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
             df["latency_rough"] = timed_rows & (self.layers_rough | _short_own_rows(df))
+        backward = getattr(self.training_step, "agreement", None)
+        if backward is not None and "backward_latency_ms" in df.columns:
+            df["backward_latency_rough"] = df["backward_latency_ms"].notna() & (not backward.agree)
         return df
 
     @property
@@ -669,7 +673,11 @@ class Report(Exports):
         skip = None if agreement is None or agreement.agree else agreement.note()
         if skip is not None:
             lines.append(f"!! {skip}")
-        lines.extend(f"note: {n}" for n in self.timing_notes if n != skip)
+        backward = getattr(self.training_step, "agreement", None)
+        loud = () if backward is None or backward.agree else (backward.note(),)
+        lines.extend(
+            f"{'!!' if n in loud else 'note:'} {n}" for n in self.timing_notes if n != skip
+        )
         return lines
 
     def _mfu_quoted(self, used: Any) -> str:

@@ -43,6 +43,8 @@ class TrainingStep:
 
     cost: StepCost
     timing: Any = None  # modelprof.step.timing.StepTiming
+    #: the instrumented backward passes against the clean backward (a TimingAgreement)
+    agreement: Any = None
 
     @property
     def backward_latency(self) -> Any:
@@ -84,6 +86,9 @@ class TrainingStep:
                 backward_instrumentation_overhead=t.overhead,
                 backward_coverage=t.coverage,
                 step_peak_memory_bytes=t.peak_memory_bytes,
+                backward_agreement=dataclasses.asdict(self.agreement)
+                if self.agreement is not None
+                else None,
             )
         return out
 

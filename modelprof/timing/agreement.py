@@ -109,18 +109,21 @@ class TimingAgreement:
     #: "identical" (identical layers far apart: ``identical``)
     verdict: str = "agree"
     identical: IdenticalSpread | None = None
+    #: "forward" (the per-layer passes) or "backward" (a training step's instrumented backward)
+    phase: str = "forward"
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
+        w = _WORDS[self.phase]
         if self.agree:
             return (
-                f"the per-layer passes (median {_ms(self.passes_ms)}) and the clean runs "
+                f"{w['passes']} (median {_ms(self.passes_ms)}) and {w['runs']} "
                 f"(median {_ms(self.clean_ms)}) agree within their intervals"
             )
         if self.verdict == "imprecise":
             return (
-                "the per-layer passes and the clean runs are TOO NOISY TO COMPARE: the (root) "
-                f"pass read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, the clean end-to-end "
+                f"{w['passes']} and {w['runs']} are TOO NOISY TO COMPARE: {w['root']} "
+                f"read {_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}, {w['clean']} "
                 f"median {_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x apart, "
                 "inside an interval too wide to say which holds (the machine's load moved "
                 "the runs); neither is a figure to quote: time again with a larger budget_s "
@@ -136,11 +139,20 @@ class TimingAgreement:
                 "the machine's load moved); read the rows as rough, and time again with a "
                 "larger budget_s or on a quieter machine"
             )
+        return self._disagreement(w)
+
+    def _disagreement(self, w: dict[str, str]) -> str:
+        """The DISAGREE sentence: both medians, why they differ, the figure to quote."""
+        leaves = (  # (none for a backward: its rows are its stamps' stretches, one sum)
+            f" and the leaf rows sum to {_ms(self.leaf_sum_ms)}"
+            if math.isfinite(self.leaf_sum_ms)
+            else ""
+        )
         head = (
-            f"the per-layer passes and the clean runs DISAGREE: the (root) pass read "
-            f"{_ms(self.passes_ms)} {_ci(self.passes_ci_ms)} and the leaf rows sum to "
-            f"{_ms(self.leaf_sum_ms)}, the clean end-to-end median {_ms(self.clean_ms)} "
-            f"{_ci(self.clean_ci_ms)}: {self.ratio:.2f}x, beyond both intervals, "
+            f"{w['passes']} and {w['runs']} DISAGREE: {w['root']} read "
+            f"{_ms(self.passes_ms)} {_ci(self.passes_ci_ms)}{leaves}, {w['clean']} median "
+            f"{_ms(self.clean_ms)} {_ci(self.clean_ci_ms)}: {self.ratio:.2f}x, beyond both "
+            "intervals, "
         )
         if self.regimes:
             return (
@@ -148,17 +160,20 @@ class TimingAgreement:
                 f"eager model; quote the clean end-to-end {_ms(self.clean_ms)} for the model "
                 "as it runs, and the per-layer rows by their latency share"
             )
-        head += "so the machine's load changed between the two"
+        head += (
+            w["slower"]
+            if self.quote == "clean"
+            else "so the machine's load changed between the two"
+        )
         if self.quote == "clean":
             advice = (
-                f"quote the clean end-to-end {_ms(self.quote_ms)} (the faster window: load "
-                "only adds time) and read the per-layer rows by their latency share, not "
-                "their ms"
+                f"quote {w['clean']} {_ms(self.quote_ms)} (the faster window: load "
+                f"only adds time) and read {w['rows']} by their {w['share']}, not their ms"
             )
         else:
             advice = (
-                f"quote the (root) row's {_ms(self.quote_ms)} (the faster window: load only "
-                "adds time; the clean runs were slowed) and the per-layer rows as measured"
+                f"quote {w['quoted']} {_ms(self.quote_ms)} (the faster window: load only "
+                f"adds time; the clean runs were slowed) and {w['rows']} as measured"
             )
         if self.cpu_ms is not None:
             advice += (
@@ -166,6 +181,34 @@ class TimingAgreement:
                 "is what load cannot stretch"
             )
         return f"{head}; {advice}"
+
+
+#: how a note names each side, by phase
+_WORDS = {
+    "forward": {
+        "passes": "the per-layer passes",
+        "runs": "the clean runs",
+        "root": "the (root) pass",
+        "clean": "the clean end-to-end",
+        "rows": "the per-layer rows",
+        "quoted": "the (root) row's",
+        "share": "latency share",
+        "slower": "so the machine's load changed between the two",
+    },
+    "backward": {
+        "passes": "the per-layer backward passes",
+        "runs": "the clean backward runs",
+        "root": "the (root) row's backward",
+        "clean": "the clean backward",
+        "rows": "the per-layer backward rows",
+        "quoted": "the (root) row's backward",
+        "share": "backward latency share",
+        # the stamps are not corrected for as the forward's hooks are: on small layers they
+        # are a share of every node's time
+        "slower": "so the stamp on each autograd node cost that much (small layers: tens of "
+        "percent) or the machine's load changed between the two",
+    },
+}
 
 
 def _ms(v: float) -> str:
@@ -199,6 +242,7 @@ def judge_agreement(
     tolerance: float = AGREEMENT_TOLERANCE,
     regimes: str | None = None,
     identical: IdenticalSpread | None = None,
+    phase: str = "forward",
 ) -> TimingAgreement:
     """``clean``: the clean end-to-end Measurement; ``passes``: the per-layer window's corrected
     passes (the ``(root)`` row); ``leaf_sum_ms``: the leaf rows' sum; ``regimes``: the modes
@@ -238,6 +282,7 @@ def judge_agreement(
         regimes=regimes or None,
         verdict=verdict,
         identical=identical,
+        phase=phase,
     )
 
 
