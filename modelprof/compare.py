@@ -18,7 +18,7 @@ from torch import nn
 
 from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.models import load_model
-from modelprof.profile import profile
+from modelprof.profile import PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
 from modelprof.report.rows import ADDITIVE, STEP_ADDITIVE
 from modelprof.runtime.agree import agreed_timing
@@ -47,7 +47,13 @@ from modelprof.timing.interleave import (
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
-from modelprof.timing.options import OPTION_NAMES, TimingOptions, warn_unused_without_timing
+from modelprof.timing.options import (
+    OPTION_NAMES,
+    TimingOptions,
+    check_option_names,
+    keyword_names,
+    warn_unused_without_timing,
+)
 from modelprof.timing.stats import RATIO_ESTIMATOR
 from modelprof.timing.throughput import POINT_DEFAULTS
 
@@ -126,6 +132,7 @@ def compare(
     (``modelprof.timing.options``) or go to :func:`modelprof.profile`. ``on_step`` is called
     with a line as each model is profiled and when the interleaved timing ends.
     """
+    _check_names(profile_options)
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
     if baseline is None:
@@ -183,6 +190,18 @@ def compare(
     if run.throughput_notes:
         df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.throughput_notes]
     return df
+
+
+_COMPARE_KEYWORDS = keyword_names(compare)
+
+
+def _check_names(profile_options: Mapping[str, Any]) -> None:
+    """A misspelt keyword, once before any model runs (not per model, each failing): the
+    nearest among compare's names and profile's."""
+    check_option_names(
+        {k: v for k, v in profile_options.items() if k not in PROFILE_KEYWORDS},
+        own=[*_COMPARE_KEYWORDS, *PROFILE_KEYWORDS],
+    )
 
 
 def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> str:

@@ -52,6 +52,7 @@ from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import (
     TimingOptions,
     check_option_names,
+    keyword_names,
     warn_unused_without_timing,
 )
 from modelprof.timing.peaks import Peaks, conv_uses_other_precision, lookup_peaks, probe_peaks
@@ -353,12 +354,8 @@ class _Spec:
         return flags
 
 
-#: profile()'s own keywords, for the nearest-name hint of a misspelt one
-_KEYWORDS = [
-    p.name
-    for p in inspect.signature(profile).parameters.values()
-    if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-]
+#: profile()'s own keywords, for the nearest-name hint of a misspelt one (compare's too)
+PROFILE_KEYWORDS = keyword_names(profile)
 
 
 def _parse(
@@ -372,7 +369,7 @@ def _parse(
     check_flag("timing", timing)
     if registry is not None and not isinstance(registry, FormulaRegistry):
         raise ModelProfError(f"registry={registry!r} is not a modelprof FormulaRegistry")
-    check_option_names(timing_options, own=_KEYWORDS)
+    check_option_names(timing_options, own=PROFILE_KEYWORDS)
     opts = TimingOptions.parse(options, **timing_options)
     if not timing:
         warn_unused_without_timing(timing_options)

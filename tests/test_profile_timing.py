@@ -312,7 +312,8 @@ def test_a_compiled_model_gets_eager_per_layer_times_and_says_so(how):
 
 
 def test_timing_options_are_validated():
-    with pytest.raises(ModelProfError, match=r"unknown timing option\(s\) \['repeats'\]") as e:
+    # profile's own keywords are among the names a misspelling may be of: "unknown keyword(s)"
+    with pytest.raises(ModelProfError, match=r"unknown keyword\(s\) \['repeats'\]") as e:
         profile(nn.Linear(4, 2), (4,), repeats=3)
     assert "(repeats=: did you mean repeat=?)" in str(e.value)  # the nearest name
     with pytest.raises(ModelProfError) as e:
@@ -322,6 +323,16 @@ def test_timing_options_are_validated():
     # is sought among both
     with pytest.raises(ModelProfError, match=r"\(timming=: did you mean timing=\?\)"):
         profile(nn.Linear(4, 2), (4,), timming=False)
+    # compare(): once before any model runs (it was per model, "every model failed"), the
+    # nearest among compare's keywords and profile's
+    from modelprof import compare
+
+    with pytest.raises(
+        ModelProfError, match=r"^unknown keyword\(s\) \['basline'\] \(basline=: did"
+    ):
+        compare([nn.Linear(4, 2), nn.Linear(4, 3)], (4,), basline="a")
+    with pytest.raises(ModelProfError, match=r"\(backwards=: did you mean backward=\?\)"):
+        compare([nn.Linear(4, 2), nn.Linear(4, 3)], (4,), backwards=True)
     with pytest.raises(ModelProfError) as e:  # **timing_options is no keyword to suggest
         profile(nn.Linear(4, 2), (4,), timing_option={})
     assert "timing_options=" not in str(e.value)

@@ -80,7 +80,7 @@ def test_another_tools_name_for_the_inputs_is_pointed_to_ours() -> None:
     # torchinfo's summary(model, input_data=x): a newcomer got only the list of timing options
     with pytest.raises(ModelProfError) as err:
         profile(nn.Linear(4, 3), input_data=torch.randn(2, 4))
-    assert str(err.value).startswith("input_data= is inputs= here; unknown timing option(s)")
+    assert str(err.value).startswith("input_data= is inputs= here; unknown keyword(s)")
 
 
 def test_errors_show_shapes_not_tensor_values() -> None:

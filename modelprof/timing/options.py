@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -46,6 +47,7 @@ __all__ = [
     "OPTION_NAMES",
     "TimingOptions",
     "check_option_names",
+    "keyword_names",
     "warn_unused_without_timing",
 ]
 
@@ -89,6 +91,13 @@ def _check_modes(values: dict[str, Any]) -> None:
 _PEER_NAMES = {"input_data": "inputs", "input_res": "input_size", "input_shape": "input_size"}
 
 
+def keyword_names(function: Callable[..., Any]) -> list[str]:
+    """The keywords ``function`` takes by name (not its ``*args``/``**kwargs``): the ``own``
+    names of :func:`check_option_names`."""
+    kinds = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    return [p.name for p in inspect.signature(function).parameters.values() if p.kind not in kinds]
+
+
 def check_option_names(kwargs: Mapping[str, Any], own: Iterable[str] = ()) -> None:
     """Refuse keywords that are no timing option, naming the nearest name (among the options
     and ``own``, the keywords of the function they were passed to) for a misspelt one."""
@@ -102,8 +111,10 @@ def check_option_names(kwargs: Mapping[str, Any], own: Iterable[str] = ()) -> No
         for k in unknown
         if k not in _PEER_NAMES and (n := difflib.get_close_matches(k, names, n=1, cutoff=0.75))
     ]
+    # beside a function's own keywords, a misspelling may be of either: not "timing" alone
+    what = "keyword(s)" if own else "timing option(s)"
     raise ModelProfError(
-        "".join(peers) + f"unknown timing option(s) {unknown}{''.join(near)}; the "
+        "".join(peers) + f"unknown {what} {unknown}{''.join(near)}; the timing "
         f"options are {sorted(OPTION_NAMES)}"
     )
 
