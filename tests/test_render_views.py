@@ -344,3 +344,16 @@ def test_a_ratios_interval_is_shown_as_the_ratio_is() -> None:
     fixed = prepare_table(df, units="fixed")
     assert fixed.headers[2] == "latency ratio CI low (×)"
     assert fixed.cells[1] == ("b", "0.28", "0.24", "0.32", "0.24")
+
+
+def test_a_misspelt_view_option_is_named_with_the_nearest_one():
+    # ViewOptions(depht=1) raised a bare TypeError from the dataclass's __init__
+    from modelprof import ViewOptions
+
+    with pytest.raises(ModelProfError, match=r"\['depht'\] \(depht=: did you mean depth=\?\)"):
+        ViewOptions(depht=1)
+    with pytest.raises(ModelProfError, match=r"\(colums=: did you mean columns=\?\)"):
+        ViewOptions.parse(colums=["module"])
+    with pytest.raises(ModelProfError, match=r"unknown view option\(s\) \['zzz'\]; valid"):
+        ViewOptions(zzz=1)  # nothing near: no guess
+    assert ViewOptions("torchstat", depth=1).depth == 1  # positional fields still pass

@@ -4,6 +4,7 @@ Selection, units and footer apply to every format; the rest to one (:data:`FORMA
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -91,15 +92,16 @@ class ViewOptions:
         """``view`` (or the defaults) with ``options`` applied and checked."""
         if view is not None and not isinstance(view, ViewOptions):
             raise ModelProfError(f"view={view!r} is not a ViewOptions")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise ModelProfError(f"unknown view option(s) {unknown}; valid: {sorted(names)}")
+        _check_names(options)
         for key in ("columns", "priority", "summary"):
             value = options.get(key)
             if value is not None and not isinstance(value, str) and isinstance(value, Iterable):
                 options[key] = tuple(value)
         return dataclasses.replace(view or cls(), **options)  # checked in __post_init__
+
+    def __new__(cls, *args: Any, **options: Any) -> ViewOptions:
+        _check_names(options)  # ViewOptions(depht=1): named, not a bare TypeError
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         """Checked once, when made (``ViewOptions(...)``, ``parse`` or ``replace``)."""
@@ -159,6 +161,21 @@ class ViewOptions:
     def units_or(self, default: str) -> str:
         """The units asked for, else the format's ``default``; refused unless one of UNITS."""
         return _check_units(default if self.units is None else self.units)
+
+
+def _check_names(options: Mapping[str, Any]) -> None:
+    """Refuse names that are no view option, with the nearest one for a misspelling."""
+    names = [f.name for f in dataclasses.fields(ViewOptions)]
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        near = [
+            f" ({k}=: did you mean {n[0]}=?)"
+            for k in unknown
+            if (n := difflib.get_close_matches(k, names, n=1, cutoff=0.75))
+        ]
+        raise ModelProfError(
+            f"unknown view option(s) {unknown}{''.join(near)}; valid: {sorted(names)}"
+        )
 
 
 def _check_units(units: Any) -> str:
