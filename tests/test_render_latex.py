@@ -293,6 +293,18 @@ def test_children_are_indented_under_their_parents_and_the_root_is_the_model() -
     # leaves only: one level, nothing to indent
     leaves = to_latex(report_frame(), TOTALS, columns=["module", "flops"], leaf_only=True)
     assert r"\hspace" not in leaves
+    # a training step's (loss) and (optimizer) rows sit at the root's depth beside the model,
+    # not under it (they were indented as if parts of the forward)
+    step = pd.concat(
+        [
+            report_frame(),
+            report_frame().iloc[[0, 0]].assign(module=["(loss)", "(optimizer)"], depth=0),
+        ],
+        ignore_index=True,
+    )
+    text = to_latex(step, TOTALS, columns=["module", "flops"], fit=None, long=False)
+    body = text.split(r"\midrule")[1].strip().splitlines()
+    assert [line.split(" & ")[0] for line in body][-2:] == ["(loss)", "(optimizer)"]
 
 
 def test_shapes_print_with_a_times_sign_in_cells_and_caption() -> None:

@@ -278,8 +278,11 @@ def _ancestry(table: Table) -> list[list[str]]:
         return [[] for _ in table.cells]
     out: list[list[str]] = []
     above: list[str] = []  # the ancestors of the current row among the rows shown
-    for name in map(str, frame["module"]):
-        if name == "":  # a root starts a tree of its own (a generation's next phase)
+    depths = frame["depth"] if "depth" in frame.columns else [None] * len(frame)
+    for name, depth in zip(map(str, frame["module"]), depths):
+        # a root starts a tree of its own (a generation's next phase), and so does a row at
+        # the root's depth beside it (a training step's (loss) and (optimizer))
+        if name == "" or depth == 0:
             above = []
         while above and not (above[-1] == "" or name.startswith(above[-1] + ".")):
             above.pop()
