@@ -66,3 +66,15 @@ def test_every_model_failing_names_each():
         )
     assert "model 'a': RuntimeError: boom" in str(err.value)
     assert "model 'b': RuntimeError: boom" in str(err.value)
+
+
+@pytest.mark.parametrize("after", [3, 6])  # a plain pass's call; a hooked pass's call
+def test_a_failure_while_timing_layers_names_the_model_not_modelprofs_wrapper(after):
+    # a newcomer read "forward of _Timed failed in the model (_Timed)": the per-phase wrapper
+    # modelprof times the layers through, not their model
+    from modelprof import profile_generation
+
+    with pytest.raises(ModelProfError, match="while timing layers: RuntimeError: boom") as e:
+        profile_generation(_failing(after), prompt_len=4, new_tokens=3, **QUICK)
+    assert str(e.value).startswith("forward of GPT2LMHeadModel failed in ")
+    assert "_Timed" not in str(e.value)

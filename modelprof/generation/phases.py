@@ -61,6 +61,7 @@ class _Timed(nn.Module):
     def __init__(self, root: nn.Module) -> None:
         super().__init__()
         self.root = root
+        self.modelprof_label = type(root).__name__  # errors name the model, not this wrapper
 
     def forward(self, **kwargs: Any) -> Any:
         return self.root(**kwargs)

@@ -49,7 +49,7 @@ from modelprof.timing.attribution import (
 from modelprof.timing.calls import CallPlan, Calls, Key, TimedInstrument, discover
 from modelprof.timing.layers import LayerTiming, gc_paused, layer_call
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.runner import Runner
+from modelprof.timing.runner import Runner, model_label
 
 __all__ = [
     "KERNEL_COLUMNS",
@@ -444,7 +444,7 @@ class _KernelRun(Runner):
         opts: TimingOptions,
         mode: RunMode,
     ) -> None:
-        super().__init__(opts, mode.device, type(model).__name__)
+        super().__init__(opts, mode.device, model_label(model))
         self.model, self.forward, self.reset = model, forward, reset
         self.names, self.mode = names, mode
         self.gpu = self.dev.type == "cuda"
@@ -466,7 +466,7 @@ class _KernelRun(Runner):
         if is_oom(e):
             return e
         return ModelProfError(
-            f"forward of {type(self.model).__name__} failed while timing layers from "
+            f"forward of {self.label} failed while timing layers from "
             f"their kernels: {type(e).__name__}: {e}"
         )
 

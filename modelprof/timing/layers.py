@@ -37,7 +37,7 @@ from modelprof.timing.clock import Clock
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.runner import Runner
+from modelprof.timing.runner import Runner, model_label
 from modelprof.timing.sampler import input_signature
 
 __all__ = [
@@ -525,7 +525,7 @@ class _LayerRun(Runner):
         mode: RunMode,
         batch_size: int = 1,
     ) -> None:
-        super().__init__(opts, mode.device, type(model).__name__, batch_size)
+        super().__init__(opts, mode.device, model_label(model), batch_size)
         self.model, (self.args, self.kwargs) = model, call
         self.names, self.mode = names, mode
         self.flags = opts.flags(eval_mode=not mode.training, no_grad=mode.no_grad)
@@ -564,7 +564,7 @@ class _LayerRun(Runner):
         if plan is not None and stack is plan.stack and not stack:
             stack = plan.failed
         if not stack:
-            return f"the model ({type(self.model).__name__})"
+            return f"the model ({self.label})"
         keys = plan.keys if plan is not None else []
         name, call = keys[stack[-1]] if stack[-1] < len(keys) else ("?", 0)
         return f"module '{name}'" + (f" (call {call})" if call > 1 else "")

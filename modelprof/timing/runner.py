@@ -33,7 +33,13 @@ from modelprof.timing.sampler import (
     warm_up,
 )
 
-__all__ = ["Runner", "sample_interleaved"]
+__all__ = ["Runner", "model_label", "sample_interleaved"]
+
+
+def model_label(model: Any) -> str:
+    """How a timed run names ``model`` in its errors and progress: its class, or the label a
+    wrapper of modelprof's own carries (``modelprof_label``: the model it runs)."""
+    return getattr(model, "modelprof_label", None) or type(model).__name__
 
 
 class Runner:
