@@ -360,3 +360,27 @@ def test_a_tie_after_the_budget_ended_the_runs_says_a_larger_budget_may_order_th
     )
     assert precise["tied"].startswith("tied in rank") and "budget" not in precise["tied"]
     assert budget["ranks"] == {"a": 1, "b": 1}
+
+
+def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_times() -> None:
+    from modelprof.render.comparison import compact_compare_columns, export_comparison
+
+    # ranked by CPU work (a loaded CPU): the notes say to quote cpu_work_x, so the page keeps
+    # the CPU work's median and ratio before the wall clock's (a newcomer's generation table
+    # kept ttft_x and dropped every CPU column)
+    df = _timed_frame().assign(cpu_work_median_ms=[50.1, 16.9], cpu_work_x=[1.0, 0.337])
+    df.attrs["ranked_by"] = "cpu_work"
+    column = export_comparison(df, "latex", width="columnwidth")
+    assert "model & CPU work median \\\\" in column  # 229.5 pt keeps one figure: the CPU's
+    # a training step's comparison shows its backward and whole-step times and the backward's
+    # ratio among the compact columns (they were in the frame only)
+    step = _timed_frame().assign(
+        backward_latency_median_ms=[110.2, 40.3],
+        backward_latency_x=[1.0, 0.366],
+        step_latency_median_ms=[190.0, 70.1],
+    )
+    shown = compact_compare_columns(step)
+    assert {"backward_latency_median_ms", "backward_latency_x", "step_latency_median_ms"} <= set(
+        shown
+    )
+    assert "backward latency median" in export_comparison(step, "markdown", standalone=False)

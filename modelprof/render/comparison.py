@@ -27,7 +27,8 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     """model input_shape params macs flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
     cpu_work_median_ms fps throughput_samples_per_s params_x macs_x latency_x latency_x_ci_low
     latency_x_ci_high cpu_work_x cpu_work_x_ci_low cpu_work_x_ci_high throughput_x
-    ttft_ms ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
+    backward_latency_median_ms backward_latency_x backward_latency_x_ci_low
+    backward_latency_x_ci_high step_latency_median_ms ttft_ms ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
     end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s
     ttft_x ttft_x_ci_low ttft_x_ci_high tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x
     ttft_cpu_x_ci_low ttft_cpu_x_ci_high tpot_cpu_x tpot_cpu_x_ci_low tpot_cpu_x_ci_high
@@ -49,8 +50,8 @@ _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.s
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
 _LATEX_PRIORITY = tuple(
-    """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x params macs
-    latency_ci_low_ms latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low
+    """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
+    backward_latency_x step_latency_median_ms params macs latency_ci_low_ms latency_ci_high_ms latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low
     cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
     throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
     tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
@@ -59,6 +60,15 @@ _LATEX_PRIORITY = tuple(
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
 RATIO_NOTE_SHORT = "ratios: ratio of medians"
 RATIO_NOTE = f"{RATIO_NOTE_SHORT}, 95 % CI paired by round"
+
+
+def _latex_priority(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """:data:`_LATEX_PRIORITY`, the CPU-work columns first where the table ranks by them (its
+    notes tell the reader to quote them: the page keeps them longest)."""
+    if attrs.get("ranked_by") != "cpu_work":
+        return _LATEX_PRIORITY
+    cpu = [c for c in _LATEX_PRIORITY if "cpu" in c.split("_")]
+    return ("model", *cpu, *(c for c in _LATEX_PRIORITY[1:] if c not in cpu))
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
@@ -176,7 +186,7 @@ def export_comparison(
         columns = compact_compare_columns(df) if columns is None else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
-            fitting = given.with_defaults(view, priority=_LATEX_PRIORITY)
+            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
@@ -185,7 +195,9 @@ def export_comparison(
             caption = "; ".join(c for c in (caption, ranked and rank_header(df.attrs)) if c)
         else:
             df, columns = _rank_said(df, columns)
-        given = given.with_defaults(view, caption=caption, title=caption, priority=_LATEX_PRIORITY)
+        given = given.with_defaults(
+            view, caption=caption, title=caption, priority=_latex_priority(df.attrs)
+        )
         if given.standalone is None:  # the caller's default: a page (a document)
             given = given.replace(standalone=True)
         if given.standalone:  # a page shows its summary lines
