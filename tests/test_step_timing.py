@@ -305,3 +305,10 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
         warnings.simplefilter("error", TimingDisagreementWarning)
         quiet = profile(model, (8,), backward=True, repeat=12, warmup=1, roofline=False, warn=False)
     assert not quiet.training_step.agreement.agree
+
+
+def test_a_training_step_prints_as_its_summary():
+    # print(report.training_step) dumped every PassCost (many thousands of characters)
+    r = profile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), (8,), backward=True, timing=False)
+    text = repr(r.training_step)
+    assert text == f"TrainingStep({r.training_step.summary()})" and "PassCost" not in text

@@ -50,6 +50,9 @@ class TrainingStep:
     def backward_latency(self) -> Any:
         return None if self.timing is None else self.timing.backward
 
+    def __repr__(self) -> str:  # the summary, not every pass's cost (thousands of characters)
+        return f"TrainingStep({self.summary()})"
+
     def summary(self) -> str:
         c = self.cost
         opt = c.optimizer
