@@ -372,6 +372,10 @@ def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_t
     df.attrs["ranked_by"] = "cpu_work"
     column = export_comparison(df, "latex", width="columnwidth")
     assert "model & CPU work median \\\\" in column  # 229.5 pt keeps one figure: the CPU's
+    # not ranked at all (too few runs): nothing is quoted by rank, the usual order stands
+    df.attrs["unranked"] = "cannot rank the models: too few runs for an interval (a n=1)"
+    unranked = export_comparison(df, "latex", width="columnwidth")
+    assert "model & latency median \\\\" in unranked
     # a training step's comparison shows its backward and whole-step times and the backward's
     # ratio among the compact columns (they were in the frame only)
     step = _timed_frame().assign(

@@ -65,7 +65,7 @@ RATIO_NOTE = f"{RATIO_NOTE_SHORT}, 95 % CI paired by round"
 def _latex_priority(attrs: Mapping[str, Any]) -> tuple[str, ...]:
     """:data:`_LATEX_PRIORITY`, the CPU-work columns first where the table ranks by them (its
     notes tell the reader to quote them: the page keeps them longest)."""
-    if attrs.get("ranked_by") != "cpu_work":
+    if attrs.get("ranked_by") != "cpu_work" or attrs.get("unranked"):
         return _LATEX_PRIORITY
     cpu = [c for c in _LATEX_PRIORITY if "cpu" in c.split("_")]
     return ("model", *cpu, *(c for c in _LATEX_PRIORITY[1:] if c not in cpu))
