@@ -131,6 +131,13 @@ def test_a_training_steps_loss_and_optimizer_are_their_own_types() -> None:
     assert table.loc["loss", "flops"] == rows["(loss)"].flops > 0
     assert "other" not in table.index
     assert int(table["flops"].sum()) == report.totals["flops"]
+    # the backward's costs by kind too (a newcomer found only the forward's): they sum to the
+    # step's totals; the first Linear's input needs no grad, so its backward is the weight's
+    # gradient alone (8 x 8 = 64 MACs), the second's both (2 x 8 x 2 = 32): linear 96
+    assert int(table["backward_macs"].sum()) == report.totals["backward_macs"] == 96
+    assert table.loc["linear", "backward_macs"] == 96
+    assert int(table["backward_flops"].sum()) == report.totals["backward_flops"]
+    assert "backward_latency_ms" not in table.columns  # not timed
 
 
 def test_a_share_of_nothing_is_nan_as_in_the_rows() -> None:

@@ -298,6 +298,10 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
     assert timed.any() and (df["backward_latency_rough"] == timed).all()
     md = r.export("markdown", columns=["module", "backward_latency_ms"], standalone=False)
     assert md.splitlines()[2].split("|")[2].strip().startswith("~")  # the (root) row's cell
+    # by kind of layer too: the leaves' backward times, summed
+    kinds = r.by_layer_type()
+    leaves = df[df["leaf"]]
+    assert kinds["backward_latency_ms"].sum() == pytest.approx(leaves["backward_latency_ms"].sum())
     env = json.loads(r.to_json())["env"]
     assert env["training_step"]["backward_agreement"]["agree"] is False
     # warn=False: the same note and marks, no warning

@@ -298,8 +298,9 @@ class Report(Exports):
         Columns: ``calls`` (leaf calls), the additive costs, ``macs_pct`` and ``flops_pct``
         (their shares of the totals, %) and, when timed, ``latency_ms`` (sum of the leaves'
         instrumented latencies) and ``latency_pct`` (its share of the instrumented pass): what
-        a kind of layer costs against what it takes. Index: ``layer_type``; sorted by FLOPs,
-        largest first."""
+        a kind of layer costs against what it takes; a training step's ``backward_macs``,
+        ``backward_flops`` and, timed, ``backward_latency_ms`` too. Index: ``layer_type``; sorted
+        by FLOPs, largest first."""
         leaves = [r for r in self.rows if r.leaf]
         kinds = [
             r.kind if r.kind in LAYER_TYPES else layer_type(r.type, r.ops, is_self=r.is_self)
@@ -311,12 +312,17 @@ class Report(Exports):
         if self.timed:
             data["latency_ms"] = [r.latency_ms for r in leaves]
             data["latency_pct"] = [r.latency_pct for r in leaves]
+        step = ["backward_macs", "backward_flops"] if self.training_step is not None else []
+        for c in step:
+            data[c] = [int(getattr(r, c) or 0) for r in leaves]
+        if step and self.training_step.timing is not None:
+            data["backward_latency_ms"] = [r.backward_latency_ms for r in leaves]
         frame = pd.DataFrame(data)
         out = frame.groupby("layer_type", sort=False).sum(min_count=1)
         # most FLOPs first; ties (layers without FLOPs) in LAYER_TYPES order
         out["_order"] = [LAYER_TYPES.index(k) for k in out.index]
         out = out.sort_values(["flops", "_order"], ascending=[False, True], kind="stable")
-        out = out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED]})
+        out = out.drop(columns="_order").astype({c: "int64" for c in ["calls", *COUNTED, *step]})
         at = out.columns.get_loc("flops") + 1  # after flops: the cost shares (beside the
         for i, c in enumerate(("macs", "flops")):  # rows' own, NaN of a zero total)
             total = self.totals[c]
