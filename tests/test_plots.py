@@ -59,6 +59,22 @@ def test_plot_latency_top_k_slowest_leaves_first(tmp_path: Path) -> None:
     assert (tmp_path / "lat.png").read_bytes().startswith(PNG_SIGNATURE)
 
 
+def test_plot_latency_of_a_training_steps_backward() -> None:
+    # the backward's per-layer times, slowest first (a newcomer's backward=True plot showed the
+    # forward's alone); the forward's p10-p90 bars are not drawn on the backward's
+    df = report_frame().assign(
+        backward_latency_ms=[np.nan, 0.1, 0.6, 0.05, np.nan, 0.3, 0.2, 0.2, 0.4]
+    )
+    df.loc[~df["leaf"], "backward_latency_ms"] = np.nan
+    fig = plot_latency(df, top_k=2, column="backward_latency_ms")
+    # the leaves' backward: conv1 0.1, bn1 0.6, relu 0.05, layer1.0 0.3, layer1.1 0.2,
+    # layer1.(self) 0.2, relu (call 2) 0.4: the two slowest, bn1 and the second relu
+    assert _bar_labels(fig) == ["bn1", "relu #2"]
+    assert fig.axes[0].get_xlabel() == "backward latency (ms)"
+    with pytest.raises(ModelProfError, match="column='flops'"):
+        plot_latency(df, column="flops")
+
+
 def test_plot_flops_svg_and_repeated_calls_are_labelled(tmp_path: Path) -> None:
     fig = plot_flops(report_frame(), top_k=None, save=tmp_path / "sub" / "flops.svg")
     labels = _bar_labels(fig)

@@ -109,19 +109,24 @@ def plot_latency(
     leaf_only: bool = True,
     title: str | None = None,
     save: str | os.PathLike[str] | None = None,
+    column: str = "latency_ms",
 ) -> Figure:
-    """Horizontal bars of per-layer latency (``latency_ms``, the median), the ``top_k`` slowest
-    first; ``leaf_only`` skips the parents. Error bars span the 10th to 90th percentile of the
-    passes where ``latency_p10_ms`` and ``latency_p90_ms`` are given (``Report.plot_latency``
-    adds them): unlike median +- std, they never reach below 0 ms."""
-    require_columns(df, ["module", "latency_ms"], "plot_latency", " (profile with timing=True)")
-    bars = " (bars: p10-p90 of the passes)" if "latency_p10_ms" in df.columns else ""
+    """Horizontal bars of per-layer latency (``latency_ms``, the median; a training step's
+    ``backward_latency_ms`` with ``column=``), the ``top_k`` slowest first; ``leaf_only`` skips
+    the parents. Error bars span the 10th to 90th percentile of the forward's passes where
+    ``latency_p10_ms`` and ``latency_p90_ms`` are given (``Report.plot_latency`` adds them):
+    unlike median +- std, they never reach below 0 ms."""
+    if column not in ("latency_ms", "backward_latency_ms"):
+        raise ModelProfError(f"column={column!r}: 'latency_ms' or 'backward_latency_ms'")
+    require_columns(df, ["module", column], "plot_latency", " (profile with timing=True)")
+    forward = column == "latency_ms"
+    bars = " (bars: p10-p90 of the passes)" if forward and "latency_p10_ms" in df.columns else ""
     return _barh(
-        _top_rows(df, "latency_ms", top_k, leaf_only),
-        "latency_ms",
-        title=title or f"Latency per layer{bars}",
-        xlabel="latency (ms)",
-        error=("latency_p10_ms", "latency_p90_ms"),
+        _top_rows(df, column, top_k, leaf_only),
+        column,
+        title=title or f"{'Latency' if forward else 'Backward latency'} per layer{bars}",
+        xlabel="latency (ms)" if forward else "backward latency (ms)",
+        error=("latency_p10_ms", "latency_p90_ms") if forward else None,
         save=save,
     )
 

@@ -522,7 +522,8 @@ class Report(Exports):
 
     # -- plots ----------------------------------------------------------------------------------
     def plot_latency(self, top_k: int = 20, **kw: Any):
-        """Bar chart of the slowest leaf calls (needs ``timing=True``)."""
+        """Bar chart of the slowest leaf calls (needs ``timing=True``); a training step's
+        backward with ``column="backward_latency_ms"``."""
         if not self.timed:
             raise ModelProfError("plot_latency needs a timed report: profile(..., timing=True)")
         return plot_latency(self._with_percentiles(self.to_dataframe()), top_k, **kw)
