@@ -1101,6 +1101,14 @@ def _add_fit_parser(sub: Any) -> None:
         metavar="N",
         help="sequences per data-parallel rank (--batch is the older spelling)",
     )
+    f.add_argument(
+        "--input-size",
+        dest="fit_input_size",
+        type=parse_input_size_arg,
+        metavar="C,H,W",
+        help="the input shape, batch excluded, at which a model fed no token ids (resnet18, "
+        "vit_b_16) counts its activations; default: the one the spec records",
+    )
     f.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel degree")
     f.add_argument("--ranks", type=int, default=1, metavar="N", help="data-parallel ranks")
     f.add_argument(
@@ -1122,13 +1130,16 @@ def _run_fit(ctx: _Context) -> None:
     import torch
 
     from modelprof.fit import fit
-    from modelprof.generation.specs import load_language_model
+    from modelprof.generation.specs import load_sized_model
 
     a = ctx.args
     _finite_number("--memory", a.memory_bytes, "bytes")
-    model, _ = load_language_model(a.spec, torch.device("meta"), None)
+    model, _, size = load_sized_model(a.spec, torch.device("meta"), None)
+    if size is not None and hasattr(model, "config"):  # a transformers model: fed token ids
+        size = None
     report = fit(
         model,
+        input_size=a.fit_input_size if a.fit_input_size is not None else size,
         device=a.fit_device,
         memory_bytes=a.memory_bytes,
         dtype=a.fit_dtype,

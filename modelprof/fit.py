@@ -32,6 +32,7 @@ import math
 import numbers
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
-from modelprof.errors import ModelProfError, check_flag, error_line, is_int
+from modelprof.errors import ModelProfError, ModelProfWarning, check_flag, error_line, is_int
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
@@ -49,7 +50,7 @@ from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
 from modelprof.runtime.device import mig_refusal, mig_slice
-from modelprof.runtime.inputs import forward_parameters, parse_dtype
+from modelprof.runtime.inputs import forward_parameters, parse_dtype, parse_input_size
 from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
@@ -63,6 +64,8 @@ _CACHE_ARGUMENTS = frozenset({"past_key_values", "cache", "use_cache"})
 _SOFTMAX = frozenset({"_softmax", "_safe_softmax", "softmax"})
 _LAYER = re.compile(r"\.\d+$")
 CHECKPOINTING = ("none", "full", "selective")
+#: the ``fits`` row in words: -1 where the activations were not counted and the rest fits
+_VERDICTS = {1: "yes", 0: "no", -1: "weights and states only"}
 PLANS = ("inference", "data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")
 COMPONENTS = tuple(
     "weights kv_cache activation master_weights gradients optimizer_state saved_activations".split()
@@ -72,7 +75,8 @@ COMPONENTS = tuple(
 @dataclasses.dataclass(frozen=True)
 class FitReport:
     """``table``: bytes per rank, one column per plan, rows the components, then ``total``,
-    ``memory`` (the device's), ``headroom`` (memory - total) and ``fits`` (1 yes, 0 no).
+    ``memory`` (the device's), ``headroom`` (memory - total) and ``fits`` (1 yes, 0 no, -1
+    unknown: the activations were not counted and the rest fits; ``activations`` False).
     ``device``: the datasheet entry taken, with ``matched_from`` the name given; ``model``:
     the class counted (the module given, or the one built from a config); ``parameters``:
     its parameter elements (packed and quantized ones included); ``gpus``: the devices a plan
@@ -85,17 +89,27 @@ class FitReport:
     model: str = ""
     parameters: int = 0
     gpus: int = 1
+    activations: bool = True
 
     def fits(self, plan: str) -> bool:
+        """Whether ``plan``'s total fits the memory; refused where the activations were not
+        counted and the rest fits (the answer depends on them)."""
         if plan not in self.table.columns:
             raise ModelProfError(f"plan={plan!r} is not one of {list(self.table.columns)}")
-        return bool(self.table.loc["fits", plan])
+        verdict = int(self.table.loc["fits", plan])
+        if verdict < 0:
+            raise ModelProfError(
+                f"plan={plan!r}: its weights and states fit, but no activations were counted "
+                f"for {self.model or 'this model'}, so fit cannot say whether the plan does "
+                "(pass input_size=, batch excluded, for a model that takes no token ids)"
+            )
+        return bool(verdict)
 
     def to_text(self, path: str | os.PathLike[str] | None = None) -> str | Path:
         """The table in human units (IEC: 1 GiB = 2**30 B), yes/no per plan, then the notes;
         with ``path``, written there (and the path returned), as every ``to_text(path)``."""
         shown = self.table.drop(index="fits").map(format_bytes)
-        shown.loc["fits"] = ["yes" if f else "no" for f in self.table.loc["fits"]]
+        shown.loc["fits"] = [_VERDICTS[int(f)] for f in self.table.loc["fits"]]
         head = f"device {self.device}" + (
             f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
         )
@@ -121,6 +135,8 @@ class _Spec:
     optimizer: OptimizerState
     mixed: bool
     checkpointing: str = "none"
+    #: the shapes (batch excluded) a model that takes no token ids is counted at
+    input_size: tuple[tuple[int, ...], ...] | None = None
 
 
 def fit(
@@ -131,6 +147,7 @@ def fit(
     dtype: Any = torch.bfloat16,
     batch_size: int = 1,
     context: int = 2048,
+    input_size: Any = None,
     tp: int = 1,
     ranks: int = 1,
     optimizer: Any = "adam",
@@ -142,8 +159,11 @@ def fit(
     transformers config, config class or dict with ``model_type``, built on meta with the auto
     class ``FitReport.model`` names) for inference and, with ``training``, a step under each
     plan (the module doc), against ``device`` (a datasheet name; ``memory_bytes`` overrides its
-    memory). ``context``: tokens per sequence (KV cache and training sequence); ``batch_size``:
-    per data-parallel rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
+    memory). ``context``: tokens per sequence (KV cache and training sequence); ``input_size``:
+    the input shape, batch excluded (``(3, 224, 224)``), at which a model that takes no token
+    ids (a plain module, ViT) has its activations counted (without it none are, and ``fits``
+    says "weights and states only" where the rest fits); ``batch_size``: per data-parallel
+    rank; ``optimizer``: a name (``"adam"``, ``"adamw"``, ``"sgd"``,
     ``"sgd_momentum"``, any ``torch.optim`` class's, ``"adafactor"``) or a ``torch.optim``
     class, instance or factory, as ``profile`` takes; ``mixed_precision``: default on for a
     16-bit ``dtype``; ``checkpointing`` of the training plans: ``"none"``, ``"full"`` or
@@ -151,6 +171,8 @@ def fit(
     whole KV heads, a ``context`` past the model's positions, a non-integer head dim."""
     check_flag("training", training)
     spec = _spec(dtype, batch_size, context, tp, ranks, optimizer, mixed_precision, checkpointing)
+    if input_size is not None:
+        spec = dataclasses.replace(spec, input_size=tuple(parse_input_size(input_size)))
     key, memory = _memory(device, memory_bytes)
     model, config, built = _model(model_or_config)
     _check_plan(model, config, spec)
@@ -177,7 +199,14 @@ def fit(
     table.loc["total"] = total
     table.loc["memory"] = memory
     table.loc["headroom"] = memory - total
-    table.loc["fits"] = (total <= memory).astype("int64")
+    counted = counts["skipped"] is None
+    table.loc["fits"] = (total <= memory).astype("int64") * (1 if counted else -1)
+    if not counted:
+        warnings.warn(
+            f"fit: {counts['skipped']}; the fits row says only whether the rest fits",
+            ModelProfWarning,
+            stacklevel=2,
+        )
     return FitReport(
         table,
         key,
@@ -186,6 +215,7 @@ def fit(
         type(model).__name__,
         parameters,
         spec.tp * spec.ranks,
+        counted,
     )
 
 
@@ -410,26 +440,26 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
 
 
 def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict[str, Any]:
-    """The largest activation of a prefill, the bytes saved for the backward and, of those,
-    the ones of rows that ran attention as matmuls and a softmax, counted on meta; zeros with
-    ``skipped`` saying why when the model has no config, takes no token ids or fails there."""
+    """The largest activation of a prefill (or, at ``spec.input_size``, of a forward), the
+    bytes saved for the backward and, of those, the ones of rows that ran attention as matmuls
+    and a softmax, counted on meta; zeros with ``skipped`` saying why when the model takes no
+    token ids and no ``input_size`` was given, or fails there."""
     counts: dict[str, Any] = {"activation": 0, "saved": 0, "saved_attention": 0, "skipped": None}
     prefill_inputs = _count_inputs(model, spec, training=False)
-    if config is None or prefill_inputs is None:
-        counts["skipped"] = (
-            "a module without a transformers config: no KV cache and no activations "
-            "counted (weights and training state only)"
-            if config is None
-            else f"{type(model).__name__} reads {_main_input(model)!r}, not the token ids "
-            "fit makes: no activations counted"
-            if _main_input(model) != "input_ids"
-            else f"{type(model).__name__}.forward takes no input_ids: no activations counted"
+    ids = config is not None and prefill_inputs is not None
+    if ids and spec.input_size is not None:
+        raise ModelProfError(
+            f"input_size={_shapes_text(spec.input_size)} is for a model that takes no token ids; "
+            f"{type(model).__name__} is fed batch_size x context token ids: leave it out"
         )
+    if not ids and spec.input_size is None:
+        counts["skipped"] = _uncounted(model, config)
         return counts
 
-    def count(inputs: dict[str, Any], backward: bool) -> Any:
+    def count(inputs: dict[str, Any] | None, backward: bool) -> Any:
+        sized = {"inputs": inputs} if ids else _sized_inputs(spec)
         return profile(
-            model, inputs=inputs, device="meta", dtype=spec.dtype, timing=False, backward=backward
+            model, **sized, device="meta", dtype=spec.dtype, timing=False, backward=backward
         )
 
     try:
@@ -444,14 +474,48 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
                 if r.leaf and _SOFTMAX & {op.split(".")[1] for op in r.ops if "." in op}
             )
             counts["layer_saved"] = _layer_saved(step.rows)
-            counts["hidden"] = model_dims(config)["hidden"]
+            counts["hidden"] = model_dims(config)["hidden"] if ids else None
     except ModelProfError as e:
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (
             f"no activations counted: {type(model).__name__}'s forward failed on meta at "
-            f"batch {spec.batch_size} x context {spec.context} ({error_line(e)})"
+            f"{_fed_text(spec, ids)} ({error_line(e)})"
         )
     return counts
+
+
+def _uncounted(model: nn.Module, config: Any) -> str:
+    """Why no activations are counted for a model fed no token ids and given no input size."""
+    why = (
+        "a module without a transformers config: no KV cache and no activations counted"
+        if config is None
+        else f"{type(model).__name__} reads {_main_input(model)!r}, not the token ids fit "
+        "makes: no activations counted"
+        if _main_input(model) != "input_ids"
+        else f"{type(model).__name__}.forward takes no input_ids: no activations counted"
+    )
+    return why + " (weights and training state only; pass input_size=, batch excluded)"
+
+
+def _sized_inputs(spec: _Spec) -> dict[str, Any]:
+    """``profile``'s keywords for inputs of ``spec.input_size`` at ``spec.batch_size``."""
+    shapes = spec.input_size or ()
+    return {
+        "input_size": shapes[0] if len(shapes) == 1 else list(shapes),
+        "batch_size": spec.batch_size,
+    }
+
+
+def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return ", ".join("x".join(map(str, s)) for s in shapes)
+
+
+def _fed_text(spec: _Spec, ids: bool) -> str:
+    """What the counted forward was fed, in words: ``batch 32 x context 2048`` or
+    ``batch 32 of 3x224x224``."""
+    if ids:
+        return f"batch {spec.batch_size} x context {spec.context}"
+    return f"batch {spec.batch_size} of {_shapes_text(spec.input_size or ())}"
 
 
 #: what a recurrent layer's class or a config's state size is called (Mamba, Mamba2, Jamba,

@@ -6,10 +6,13 @@ only, never by modelprof itself."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
-from modelprof import ModelProfError
+import modelprof
+from modelprof import ModelProfError, ModelProfWarning
 from modelprof.cli import main
 from modelprof.fit import fit
 
@@ -272,7 +275,8 @@ def test_the_optimizers_own_state_is_read_from_one_step():
 
 def test_a_plain_module_counts_weights_and_says_what_it_left_out():
     model = torch.nn.Sequential(torch.nn.Linear(100, 50), torch.nn.Linear(50, 10))
-    report = fit(model, dtype=torch.float32, mixed_precision=False)
+    with pytest.warns(ModelProfWarning, match="no activations counted"):
+        report = fit(model, dtype=torch.float32, mixed_precision=False)
     t = report.table
     # 100 x 50 + 50 + 50 x 10 + 10 = 5,560 elements x 4 bytes
     assert t.loc["weights", "inference"] == 22_240 and t.loc["kv_cache", "inference"] == 0
@@ -280,6 +284,69 @@ def test_a_plain_module_counts_weights_and_says_what_it_left_out():
     assert t.loc["optimizer_state", "data parallel"] == 2 * 22_240 + 16
     assert "no KV cache and no activations" in str(report)
     assert next(model.parameters()).device.type == "cpu"  # the user's model is untouched
+
+
+def test_a_plain_module_without_an_input_size_gets_no_yes():
+    """resnet18 at batch 100,000 said "fits yes" on 2 GB: its activations were never counted."""
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None)
+    with pytest.warns(ModelProfWarning, match="pass input_size="):
+        report = fit(model, memory_bytes=2e9, dtype=torch.float32, batch_size=100_000)
+    assert not report.activations
+    # weights 46.8 MB + gradients + Adam's 93.5 MB fit 2 GB: unknown (-1), not yes (1)
+    assert (report.table.loc["fits"] == -1).all()
+    assert "weights and states only" in str(report) and " yes" not in str(report)
+    with pytest.raises(ModelProfError, match="plan='ZeRO-1'.*input_size="):
+        report.fits("ZeRO-1")
+    # weights that do not fit even alone: a plain no (10**6 B < 46.8 MB of fp32 weights)
+    with pytest.warns(ModelProfWarning):
+        small = fit(model, memory_bytes=10**6, dtype=torch.float32)
+    assert (small.table.loc["fits"] == 0).all() and not small.fits("inference")
+
+
+def test_a_plain_module_given_an_input_size_counts_its_activations():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)  # counted: no warning
+        report = fit(
+            model, memory_bytes=2e9, dtype=torch.float32, batch_size=256, input_size=(3, 224, 224)
+        )
+    t = report.table
+    est = modelprof.profile(
+        model,
+        (3, 224, 224),
+        batch_size=256,
+        device="meta",
+        dtype=torch.float32,
+        timing=False,
+        backward=True,
+    )
+    # the largest leaf call: bn1's 64 x 112 x 112 input and output, fp32, at batch 256:
+    # 2 x 256 x 64 x 112 x 112 x 4 = 1,644,167,168 B; saved: profile(backward=True)'s 5.29 GiB
+    assert t.loc["activation", "inference"] == 2 * 256 * 64 * 112 * 112 * 4
+    assert t.loc["saved_activations", "data parallel"] == est.totals["saved_bytes"] > 5 * 2**30
+    assert report.activations and report.fits("inference") and not report.fits("ZeRO-3 (FSDP)")
+    with pytest.raises(ModelProfError, match="input_size=3x224x224.*token ids"):
+        fit(small_llama(), context=8, input_size=(3, 224, 224))
+    with pytest.raises(ModelProfError, match="input_size="):
+        fit(model, input_size=(3, -1))
+
+
+def test_the_command_line_counts_a_vision_model_at_its_input_size(capsys):
+    pytest.importorskip("torchvision")
+    # resnet18's spec records 3 x 224 x 224: batch 64 in bf16 saves 725.91 MiB; fits 2 GB
+    assert main(["fit", "resnet18", "--memory", "2GB", "--batch-size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "725.91 MiB" in out and "no activations counted" not in out
+    # --input-size overrides it: the largest leaf call 2 x 64 x 64 x 16 x 16 x 2 B = 4 MiB
+    assert (
+        main(
+            ["fit", "resnet18", "--memory", "2GB", "--batch-size", "64", "--input-size", "3,32,32"]
+        )
+        == 0
+    )
+    assert "4.00 MiB" in capsys.readouterr().out
 
 
 def test_every_fit_option_has_help():

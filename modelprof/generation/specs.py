@@ -19,7 +19,7 @@ from torch import nn
 from modelprof.errors import ModelProfError, error_line
 from modelprof.models import config_names_near, load_spec
 
-__all__ = ["load_language_model", "parse_overrides"]
+__all__ = ["load_language_model", "load_sized_model", "parse_overrides"]
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -167,6 +167,16 @@ def load_language_model(
     spec: str, device: torch.device | None = None, dtype: torch.dtype | None = None
 ) -> tuple[nn.Module, str]:
     """The model and a display name for ``spec`` (see the module docstring)."""
+    model, name, _ = load_sized_model(spec, device, dtype)
+    return model, name
+
+
+def load_sized_model(
+    spec: str, device: torch.device | None = None, dtype: torch.dtype | None = None
+) -> tuple[nn.Module, str, tuple[Any, ...] | None]:
+    """:func:`load_language_model`'s model and name, with the input size (batch excluded) the
+    spec records (a torchvision or timm model's, a file's ``INPUT_SIZE``); None for a config,
+    which is fed token ids, and for a spec that records none."""
     if not isinstance(spec, str) or not spec.strip():
         raise ModelProfError(
             f"SPEC {spec!r} must be a config class, a config.json or file.py:factory"
@@ -174,8 +184,9 @@ def load_language_model(
     spec = spec.strip()
     config = _config(spec)
     if config is None:
-        model = load_spec(spec).model
-        return (model.to(device=device, dtype=dtype) if device or dtype else model), spec
+        loaded = load_spec(spec)
+        model, size = loaded.model, None if loaded.size_defaulted else loaded.input_size
+        return (model.to(device=device, dtype=dtype) if device or dtype else model), spec, size
     _, auto = lm_auto_class(config, f"SPEC {spec!r}", "build it in file.py:factory")
     with torch.device(device or "cpu"):
         try:
@@ -186,4 +197,4 @@ def load_language_model(
             ) from e
     if dtype is not None:
         model = model.to(dtype)
-    return model.eval(), spec.partition(":")[0].removesuffix("Config") or spec
+    return model.eval(), spec.partition(":")[0].removesuffix("Config") or spec, None
