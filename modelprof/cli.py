@@ -1063,10 +1063,9 @@ def _add_fit_parser(sub: Any) -> None:
         "--target",
         "--on",
         dest="fit_device",
-        default="H100 SXM",
         metavar="DEVICE",
-        help="a datasheet device name, e.g. 'H100 SXM', 'A100 SXM 80GB' (as generate's "
-        "--target; --on is the older spelling)",
+        help="a datasheet device name, e.g. 'H100 SXM' (the default without --memory), "
+        "'A100 SXM 80GB' (as generate's --target; --on is the older spelling)",
     )
     f.add_argument(
         "--memory",

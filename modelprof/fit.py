@@ -77,7 +77,9 @@ class FitReport:
     """``table``: bytes per rank, one column per plan, rows the components, then ``total``,
     ``memory`` (the device's), ``headroom`` (memory - total) and ``fits`` (1 yes, 0 no, -1
     unknown: the activations were not counted and the rest fits; ``activations`` False).
-    ``device``: the datasheet entry taken, with ``matched_from`` the name given; ``model``:
+    ``device``: the datasheet entry taken, with ``matched_from`` the name given (with
+    ``memory_given``, the name given as it is, "" for none: the memory is ``memory_bytes``);
+    ``model``:
     the class counted (the module given, or the one built from a config); ``parameters``:
     its parameter elements (packed and quantized ones included); ``gpus``: the devices a plan
     uses, ``tp`` x ``ranks``."""
@@ -90,6 +92,7 @@ class FitReport:
     parameters: int = 0
     gpus: int = 1
     activations: bool = True
+    memory_given: bool = False
 
     def fits(self, plan: str) -> bool:
         """Whether ``plan``'s total fits the memory; refused where the activations were not
@@ -113,6 +116,11 @@ class FitReport:
         head = f"device {self.device}" + (
             f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
         )
+        if self.memory_given:  # no datasheet entry taken: say the memory that was
+            memory = int(self.table.loc["memory"].iloc[0])
+            head = (f"device {self.device}, " if self.device else "") + (
+                f"memory {format_bytes(memory)} ({memory:,} B) given"
+            )
         head += f"; model {self.model}" if self.model else ""
         head += f", {_count_text(self.parameters)} parameters" if self.parameters else ""
         head += f"; {self.gpus} GPU{'s' if self.gpus > 1 else ''} a plan (tp x ranks)"
@@ -142,7 +150,7 @@ class _Spec:
 def fit(
     model_or_config: Any,
     *,
-    device: str = "H100 SXM",
+    device: str | None = None,
     memory_bytes: int | None = None,
     dtype: Any = torch.bfloat16,
     batch_size: int = 1,
@@ -158,8 +166,9 @@ def fit(
     """Bytes per rank of ``model_or_config`` (an ``nn.Module``, counted as given, or a
     transformers config, config class or dict with ``model_type``, built on meta with the auto
     class ``FitReport.model`` names) for inference and, with ``training``, a step under each
-    plan (the module doc), against ``device`` (a datasheet name; ``memory_bytes`` overrides its
-    memory). ``context``: tokens per sequence (KV cache and training sequence); ``input_size``:
+    plan (the module doc), against ``device`` (a datasheet name, ``"H100 SXM"`` when none is
+    given) or ``memory_bytes`` (the memory; a ``device`` named beside it is only a label).
+    ``context``: tokens per sequence (KV cache and training sequence); ``input_size``:
     the input shape, batch excluded (``(3, 224, 224)``), at which a model that takes no token
     ids (a plain module, ViT) has its activations counted (without it none are, and ``fits``
     says "weights and states only" where the rest fits); ``batch_size``: per data-parallel
@@ -207,15 +216,18 @@ def fit(
             ModelProfWarning,
             stacklevel=2,
         )
+    given = memory_bytes is not None  # no datasheet entry: its variants are no concern
     return FitReport(
         table,
         key,
         device if isinstance(device, str) else key,
-        _notes(spec, key, training, counts, built) + _way_forward(spec, shapes, counts, table),
+        _notes(spec, "" if given else key, training, counts, built)
+        + _way_forward(spec, shapes, counts, table),
         type(model).__name__,
         parameters,
         spec.tp * spec.ranks,
         counted,
+        given,
     )
 
 
@@ -337,7 +349,8 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
                 f"memory_bytes={memory_bytes!r} must be a finite number of bytes, at least 1 "
                 "and below 2**63"
             )
-        return (device if isinstance(device, str) else "given"), int(memory_bytes)
+        return (device if isinstance(device, str) else ""), int(memory_bytes)
+    device = "H100 SXM" if device is None else device
     if mig_slice(device) is not None:
         raise mig_refusal(
             device,
@@ -447,6 +460,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     counts: dict[str, Any] = {"activation": 0, "saved": 0, "saved_attention": 0, "skipped": None}
     prefill_inputs = _count_inputs(model, spec, training=False)
     ids = config is not None and prefill_inputs is not None
+    counts["fed"] = _fed_text(spec, ids)
     if ids and spec.input_size is not None:
         raise ModelProfError(
             f"input_size={_shapes_text(spec.input_size)} is for a model that takes no token ids; "
@@ -479,7 +493,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
         counts.update(activation=0, saved=0, saved_attention=0)
         counts["skipped"] = (
             f"no activations counted: {type(model).__name__}'s forward failed on meta at "
-            f"{_fed_text(spec, ids)} ({error_line(e)})"
+            f"{counts['fed']} ({error_line(e)})"
         )
     return counts
 
@@ -511,11 +525,14 @@ def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
 
 
 def _fed_text(spec: _Spec, ids: bool) -> str:
-    """What the counted forward was fed, in words: ``batch 32 x context 2048`` or
-    ``batch 32 of 3x224x224``."""
+    """What the counted forward was fed, in words: ``batch 32 x context 2048`` (token ids),
+    ``batch 32 of 3x224x224`` (``input_size``) or ``batch 32`` (nothing counted: no
+    context either, which only token ids have)."""
     if ids:
         return f"batch {spec.batch_size} x context {spec.context}"
-    return f"batch {spec.batch_size} of {_shapes_text(spec.input_size or ())}"
+    if spec.input_size is None:
+        return f"batch {spec.batch_size}"
+    return f"batch {spec.batch_size} of {_shapes_text(spec.input_size)}"
 
 
 #: what a recurrent layer's class or a config's state size is called (Mamba, Mamba2, Jamba,
@@ -870,7 +887,9 @@ def _way_forward(
         )
     return (
         f"no training plan fits on {spec.ranks} rank{'s' if spec.ranks > 1 else ''}: ZeRO-3 (FSDP) "
-        f"would fit {'; '.join(said)}; a larger tp or a smaller batch or context lower it too",
+        f"would fit {'; '.join(said)}; a larger tp or a smaller batch"
+        + (" or context" if "context" in counts["fed"] else "")
+        + " lower it too",
     )
 
 
@@ -933,7 +952,7 @@ def _notes(
         )
     notes.append(
         f"per rank: tensor parallel {spec.tp}, data parallel {spec.ranks}; "
-        f"{spec.dtype}, batch {spec.batch_size} x context {spec.context}"
+        f"{spec.dtype}, {counts['fed']}"
         + (
             "; fp32 master weights and optimizer state (mixed precision)"
             if spec.mixed and training

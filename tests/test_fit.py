@@ -802,3 +802,33 @@ def test_tp_keeps_a_row_parallel_bias_whole_and_splits_its_weight_by_the_input()
     cfg.attention_bias, cfg.mlp_bias = True, True
     t = fit(cfg, context=16, tp=2, training=False).table["inference"]
     assert t["weights"] == 75_136 + 2 * 288 * 2 == 76_288
+
+
+def test_a_given_memory_is_what_the_header_and_notes_say():
+    """memory_bytes=2e9 printed `device H100 SXM` and offered H100 NVL as a variant; a CNN's
+    note read `batch 32 x context 2048`."""
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None)
+    kw = {"dtype": torch.float32, "batch_size": 32, "input_size": (3, 64, 64)}
+    text = str(fit(model, memory_bytes=2e9, **kw))
+    # 2e9 B / 2**30 = 1.86 GiB: the memory used, not a datasheet entry's
+    head = text.splitlines()[0]
+    assert head.startswith("memory 1.86 GiB (2,000,000,000 B) given; model ResNet")
+    assert "H100" not in text and "variants" not in text
+    assert "batch 32 of 3x64x64" in text and "x context" not in text
+    named = str(fit(model, device="A100", memory_bytes=2e9, **kw))  # a name beside it: a label
+    assert named.startswith("device A100, memory 1.86 GiB (2,000,000,000 B) given;")
+    # no memory given: the datasheet's H100 SXM (80 GiB), and its variants
+    sheet = str(fit(model, **kw))
+    assert sheet.startswith("device H100 SXM;") and "other variants: H100 NVL" in sheet
+    with pytest.warns(ModelProfWarning):  # nothing fed: the batch alone
+        bare = str(fit(model, memory_bytes=2e9, dtype=torch.float32, batch_size=32))
+    assert "torch.float32, batch 32\n" in bare and "x context" not in bare
+    # a model fed token ids keeps its context
+    assert "batch 1 x context 8" in str(fit(small_llama(), context=8, training=False))
+    # no training plan fits 10**8 B (178 MiB of weights, gradients and Adam's state at 1 rank):
+    # the way forward names the batch, not a context the CNN has not got
+    tight = fit(model, memory_bytes=10**8, **kw).notes[-1]
+    assert tight.startswith("no training plan fits") and tight.endswith(
+        "smaller batch lower it too"
+    )
