@@ -360,3 +360,20 @@ def test_a_formula_model_cell_is_written_inert(
     assert df["status"].tolist() == ["ok"], df["error"].tolist()
     text = (tmp_path / "out" / "sweep.csv").read_text()
     assert "\n'=cmd.py:build," in text and "\n=cmd.py:build" not in text
+
+
+def test_an_optimizer_in_a_forward_and_backward_grid_runs_every_configuration(
+    nets: Path, tmp_path: Path
+) -> None:
+    """The newcomer's TOML: every forward configuration failed with 'optimizer given with
+    backward=False'; the optimizer now goes to the training step alone."""
+    toml = tmp_path / "grid.toml"
+    toml.write_text(
+        f'models = ["{nets}:narrow"]\nmodes = ["forward", "backward"]\n'
+        'options = {optimizer = "adam"}\n'
+    )
+    df = sweep(toml)
+    assert df["status"].tolist() == ["ok", "ok"] and df["mode"].tolist() == ["forward", "backward"]
+    # Linear(10, 20) at batch 1: 200 MACs forward; the backward computes the weight's gradient
+    # alone (the input needs none): 1 x 10 x 20 = 200 MACs
+    assert df["macs"].tolist() == [200, 200] and df["backward_macs"].iloc[1] == 200

@@ -144,3 +144,20 @@ def test_bad_files_are_named(tmp_path: Path) -> None:
         load_sweep(["alexnet"])
     with pytest.raises(ModelProfError, match="no grid"):
         load_sweep([])
+
+
+def test_training_step_options_go_to_the_backward_mode_only() -> None:
+    """modes=["forward","backward"] with options={optimizer="adam"} failed every forward
+    configuration at run time (profile refuses an optimizer with backward=False)."""
+    grid = {"models": ["resnet18"], "modes": ["forward", "backward"]}
+    forward, backward = expand_grids({**grid, "options": {"optimizer": "adam", "repeat": 3}})
+    assert (forward.mode, forward.options) == ("forward", (("repeat", 3),))
+    assert (backward.mode, backward.options) == ("backward", (("optimizer", "adam"), ("repeat", 3)))
+    # the forward configuration is the one a grid without the optimizer gives: it runs once
+    both = expand_grids([{**grid, "options": {"optimizer": "adam"}}, grid])
+    assert len(both) == 3 and both[0] == expand_grids(grid)[0]
+    # a step option where no mode runs a step applies to nothing: refused before anything runs
+    with pytest.raises(
+        ModelProfError, match=r"options\.loss_fn sets the training step.*'backward'"
+    ):
+        expand_grids({"models": ["resnet18"], "options": {"loss_fn": "mse"}})

@@ -20,11 +20,14 @@ from typing import Any
 from modelprof.errors import ModelProfError, check_int
 from modelprof.runtime.inputs import DTYPE_NAMES
 
-__all__ = ["MODES", "SweepConfig", "expand_grids", "load_sweep"]
+__all__ = ["MODES", "STEP_OPTIONS", "SweepConfig", "expand_grids", "load_sweep"]
 
 #: mode -> the ``profile()`` keywords it sets. ``forward``: eval mode, no grad (profile's
 #: default); ``backward``: a training step (train mode, loss = sum of outputs, backward).
 MODES: dict[str, dict[str, Any]] = {"forward": {}, "backward": {"backward": True}}
+#: ``profile()`` keywords of the training step, which it refuses with ``backward=False``: a
+#: grid's ``options`` give them to its backward configurations only
+STEP_OPTIONS = frozenset({"loss_fn", "target", "optimizer"})
 
 _LIST_KEYS = {"models": "model", "batch_sizes": "batch_size", "dtypes": "dtype", "modes": "mode"}
 _SCALAR_KEYS = ("timing", "device", "input_size", "options")
@@ -161,8 +164,17 @@ def _expand(
     device = _device(grid.get("device", "cpu"), timing, where)
     size = _input_size(grid.get("input_size"), where)
     options = _options(grid.get("options", {}), where, known)
+    step = [k for k, _ in options if k in STEP_OPTIONS]
+    if step and not any(MODES[m].get("backward") for m in axes["mode"]):
+        raise ModelProfError(
+            f"{where}: options.{step[0]} sets the training step, which only the 'backward' "
+            f"mode runs; modes are {axes['mode']}: add 'backward' or drop options.{step[0]}"
+        )
+    forward = tuple((k, v) for k, v in options if k not in STEP_OPTIONS)
     return [
-        SweepConfig(m, b, d, mode, timing, device, size, options)
+        SweepConfig(
+            m, b, d, mode, timing, device, size, options if MODES[mode].get("backward") else forward
+        )
         for m, b, d, mode in itertools.product(
             axes["model"], axes["batch_size"], axes["dtype"], axes["mode"]
         )
