@@ -832,3 +832,27 @@ def test_a_given_memory_is_what_the_header_and_notes_say():
     assert tight.startswith("no training plan fits") and tight.endswith(
         "smaller batch lower it too"
     )
+
+
+@pytest.mark.parametrize("optimizer", [None, "adam"])
+def test_memory_estimate_and_fit_count_adams_state_alike(optimizer):
+    """memory_estimate() gave resnet18 93,516,096 B of Adam state (no step tensors), fit()
+    93,516,344 B (with them, as docs/utilization.md and torch's FSDP tracker count it)."""
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet18(weights=None)
+    report = modelprof.profile(
+        model,
+        (3, 224, 224),
+        device="meta",
+        dtype=torch.float32,
+        timing=False,
+        backward=True,
+        optimizer=optimizer,  # None: memory_estimate's assumed 2 states, Adam's
+    )
+    estimated = report.memory_estimate().loc["optimizer state", "training_step"]
+    planned = fit(model, dtype=torch.float32, input_size=(3, 224, 224)).table
+    # 11,689,512 parameters x (m + v) x 4 B + a 4-byte step for each of the 62 tensors:
+    # 93,516,096 + 248 = 93,516,344 B
+    assert (
+        estimated == planned.loc["optimizer_state", "data parallel"] == 2 * 11_689_512 * 4 + 62 * 4
+    )

@@ -52,8 +52,9 @@ def test_memory_estimate_inference_and_training_step() -> None:
     assert est.loc["total", "inference"] == 92 + 16 + 28  # 136
     assert est.loc["saved for backward", "training_step"] == 20  # estimated
     assert est.loc["gradients", "training_step"] == 32
-    assert est.loc["optimizer state", "training_step"] == 2 * 32  # Adam's m, v
-    assert est.loc["total", "training_step"] == 92 + 16 + 28 + 20 + 32 + 64  # 252
+    # Adam's m, v (2 x 32 B) and its 4-byte step for each of the 2 trainable tensors
+    assert est.loc["optimizer state", "training_step"] == 2 * 32 + 2 * 4
+    assert est.loc["total", "training_step"] == 92 + 16 + 28 + 20 + 32 + 72  # 260
     assert r.memory_estimate(optimizer_states=0).loc["optimizer state", "training_step"] == 0
     assert "estimated memory: inference 136 B" in r.summary()
 
@@ -64,8 +65,9 @@ def test_memory_estimate_of_a_profiled_training_step() -> None:
         model, (4,), timing=False, backward=True, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
     )
     adam = profile(model, (4,), timing=False, backward=True, optimizer="adam")
-    # plain SGD keeps no state; Adam two tensors per trainable element: 2 * 32 B
+    # plain SGD keeps no state; Adam two tensors per trainable element, 2 * 32 B, and a
+    # 4-byte step per trainable tensor (Linear(3, 2)'s weight and bias): 64 + 8 = 72 B
     assert sgd.memory_estimate().loc["optimizer state", "training_step"] == 0
-    assert adam.memory_estimate().loc["optimizer state", "training_step"] == 64
+    assert adam.memory_estimate().loc["optimizer state", "training_step"] == 72
     saved = adam.memory_estimate().loc["saved for backward"]
     assert saved["training_step"] == adam.totals["saved_bytes"] and "measured" in saved["how"]

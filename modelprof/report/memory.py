@@ -4,8 +4,10 @@ the static pass saw (torchinfo's "estimated total size", itemised).
 Inference: parameters + buffers + inputs + the activations, taken as the largest working set of
 one leaf call (its inputs and outputs): a lower bound of the true peak. A training step adds the
 gradients, the optimizer's state (without a profiled optimizer, ``optimizer_states`` state
-tensors per trainable parameter) and the tensors autograd saves for the backward: measured with
-``backward=True``, else every leaf call's output (torchinfo's convention).
+tensors per trainable parameter, and the per-tensor ``step`` of the optimizer that count stands
+for: Adam's 4 bytes for 2, as ``fit`` counts them) and the tensors autograd saves for the
+backward: measured with ``backward=True``, else every leaf call's output (torchinfo's
+convention).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import check_int
 from modelprof.runtime.tensors import tensor_bytes
+from modelprof.step.optimizer_state import OPTIMIZER_STATES, scalar_state_bytes
 
 __all__ = ["MemoryFacts", "estimate_memory", "memory_facts"]
 
@@ -36,6 +39,8 @@ class MemoryFacts:
     input_bytes: int
     working_set_bytes: int
     leaf_output_bytes: int
+    #: the trainable parameters' shapes, each tensor once: what per-tensor state is sized by
+    trainable_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 def memory_facts(
@@ -53,6 +58,7 @@ def memory_facts(
         input_bytes=int(input_bytes),
         working_set_bytes=max((r.input_bytes + r.output_bytes for r in leaves), default=0),
         leaf_output_bytes=sum(r.output_bytes for r in leaves),
+        trainable_shapes=tuple(tuple(p.shape) for p in params if p.requires_grad),
     )
 
 
@@ -74,8 +80,7 @@ def estimate_memory(
     if optimizer_state_bytes is not None:
         state, state_how = optimizer_state_bytes, "the profiled optimizer's state tensors"
     else:
-        state = optimizer_states * facts.trainable_param_bytes
-        state_how = f"assumed {optimizer_states} state tensor(s) per trainable parameter"
+        state, state_how = _assumed_state(facts, optimizer_states)
     rows = [
         ("parameters", facts.param_bytes, facts.param_bytes, "every distinct parameter"),
         ("buffers", facts.buffer_bytes, facts.buffer_bytes, "every distinct buffer"),
@@ -93,3 +98,15 @@ def estimate_memory(
     rows.append(("total", sum(r[1] for r in rows), sum(r[2] for r in rows), "sum"))
     df = pd.DataFrame(rows, columns=["component", "inference", "training_step", "how"])
     return df.set_index("component").astype({"inference": "int64", "training_step": "int64"})
+
+
+def _assumed_state(facts: MemoryFacts, states: int) -> tuple[int, str]:
+    """``states`` tensors per trainable parameter, with the per-tensor scalars of the optimizer
+    that count stands for (2: Adam's 4-byte ``step``; 1: SGD with momentum, 0: SGD, none), as
+    ``fit`` and the profiled optimizers count them."""
+    named = next((n for n, (k, _) in OPTIMIZER_STATES.items() if k == states), None)
+    scalars = scalar_state_bytes(named, facts.trainable_shapes) if named else 0
+    how = f"assumed {states} state tensor(s) per trainable parameter"
+    if scalars:
+        how += f" and {named.capitalize()}'s {scalars:,} B of per-tensor step"
+    return states * facts.trainable_param_bytes + scalars, how

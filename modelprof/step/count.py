@@ -48,6 +48,7 @@ from modelprof.runtime.inputs import ModelInputs
 from modelprof.runtime.placement import model_placement, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors, tensor_shape
 from modelprof.step.autograd_scope import LOSS, NodeTags, SeqMarks, tag_graph
+from modelprof.step.optimizer_state import scalar_state_bytes
 from modelprof.step.spec import StepSpec
 
 __all__ = [
@@ -455,8 +456,10 @@ def _count_optimizer(
         return None, Counter()
     opt = spec.make_optimizer(params, copy_of)  # built to read its options; never stepped
     cost = optimizer_cost(opt, lambda p: p.grad is not None)
-    if cost is not None:
-        return cost, Counter()
+    if cost is not None:  # the formula's states scale with the elements; its step does not
+        stepped = {id(p): p for g in opt.param_groups for p in g["params"] if p.grad is not None}
+        fixed = scalar_state_bytes(opt, [tuple(p.shape) for p in stepped.values()])
+        return dataclasses.replace(cost, state_bytes=(cost.state_bytes or 0) + fixed), Counter()
     clones: dict[int, torch.Tensor] = {}
     for p in params:
         c = p.detach().clone()

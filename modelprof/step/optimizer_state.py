@@ -14,14 +14,14 @@ import dataclasses
 import functools
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
 from modelprof.errors import ModelProfError, error_line
 
-__all__ = ["OPTIMIZER_STATES", "OptimizerState", "optimizer_states"]
+__all__ = ["OPTIMIZER_STATES", "OptimizerState", "optimizer_states", "scalar_state_bytes"]
 
 #: optimizer state tensors per parameter element, and bytes of scalar state per tensor
 OPTIMIZER_STATES: dict[str, tuple[int, int]] = {
@@ -132,6 +132,15 @@ def optimizer_states(optimizer: Any) -> OptimizerState:
         f"optimizer={optimizer!r} must be a name, a torch.optim optimizer (class or instance) "
         "or a factory (lambda params: ...)"
     )
+
+
+def scalar_state_bytes(optimizer: Any, shapes: Iterable[tuple[int, ...]]) -> int:
+    """The state bytes of ``optimizer`` (any form :func:`optimizer_states` takes) that do not
+    scale with the parameters of ``shapes``: Adam's 4-byte ``step`` once per tensor, a shared
+    state's (LBFGS) once in all. ``fit`` counts them so; so does ``memory_estimate()``."""
+    rule = optimizer_states(optimizer)
+    fixed = [rule.nbytes(tuple(s), 4)[1] for s in shapes]
+    return max(fixed, default=0) if rule.shared() else sum(fixed)
 
 
 def torch_optimizers() -> dict[str, type]:
