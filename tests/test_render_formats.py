@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from torch import nn
 
-from modelprof import ModelProfError, compare, profile, profile_generation
+from modelprof import ModelProfError, ViewOptions, compare, profile, profile_generation
 from modelprof.cli import main
 from modelprof.render import formats, read_json
 from modelprof.render.formats import Format, get_format, register_format, table_formats
@@ -106,6 +106,43 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
     # 2 new tokens: the first from the prefill, the second from one decode step; per batch size
     phases = [(p["phase"], p["batch_size"]) for p in rest["phases"]]
     assert phases == [("prefill", 1), ("decode", 1), ("prefill", 2), ("decode", 2)]
+
+
+def test_a_generation_report_takes_the_view_options_every_exporter_takes():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(
+        n_layer=1,
+        n_embd=16,
+        n_head=2,
+        vocab_size=32,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    report = profile_generation(
+        transformers.GPT2LMHeadModel(cfg).eval(), prompt_len=4, new_tokens=2, timing=False
+    )
+    # depth=0: each phase's root row alone, the prefill's and the one decode step's (2 new
+    # tokens: the first from the prefill) = 2 rows (a newcomer's to_text(depth=0): TypeError)
+    words = [line.split()[:1] for line in report.to_text(depth=0).splitlines()]
+    assert [w[0] for w in words if w in (["prefill"], ["decode"])] == ["prefill", "decode"]
+    # one object as the others take it, a keyword beside it winning (depth=1 would be 2 x 3
+    # rows: the root, transformer and lm_head of each phase)
+    assert report.to_text(view=ViewOptions(depth=1), depth=0) == report.to_text(depth=0)
+    assert len(report.to_csv(depth=1).splitlines()) == 1 + 2 * 3  # the header + 6 rows
+    # the caller's columns and caption win over the report's defaults
+    tex = str(report.export("tex", columns=["phase", "module", "macs"], caption="Mine"))
+    assert "phase & module & MACs" in tex and "\\caption{Mine}" in tex
+    # Markdown's bare table takes them too: header, rule, 2 rows; its document refuses them,
+    # naming what it was given, rather than drop them
+    assert len(report.to_markdown(depth=0, standalone=False).splitlines()) == 2 + 2
+    with pytest.raises(ModelProfError, match="got depth=1: pass standalone=False"):
+        report.to_markdown(depth=1)
+    with pytest.raises(ModelProfError, match="got units='raw'"):
+        report.export("md", view=ViewOptions(units="raw"))
+    # a Report's other views do not fit the phases' frame: refused, not ignored
+    with pytest.raises(ModelProfError, match="style='torchstat' is a Report's view"):
+        report.to_latex(style="torchstat")
 
 
 def test_the_command_line_writes_a_registered_format(yaml_format, tmp_path, capsys):

@@ -24,6 +24,7 @@ from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import GenerationTiming
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_rate
 from modelprof.render.views import compact_columns
 from modelprof.report.frames import shown
@@ -307,34 +308,63 @@ class GenerationReport(Exports):
         )
 
     def export(
-        self, format: str, path: str | Path | None = None, batch_size: int | None = None
+        self,
+        format: str,
+        path: str | Path | None = None,
+        batch_size: int | None = None,
+        *,
+        view: Any = None,
+        **options: Any,
     ) -> str | Path:
         """Any registered format: :meth:`to_dataframe` (every batch size, or ``batch_size``),
         captioned with the run; a raw format (CSV, JSON) carries the rest of the report as its
-        environment (:meth:`_document`); Markdown is :meth:`to_markdown`. The text, or ``path``
-        written."""
+        environment (:meth:`_document`); Markdown is :meth:`to_markdown`. ``view=ViewOptions(
+        ...)`` or its fields as keywords (``columns``, ``depth``, ``units``...; a keyword wins,
+        and either wins over the defaults here), as every exporter takes them. The text, or
+        ``path`` written."""
         fmt = get_format(format)
-        if fmt.name == "markdown":
-            return self.to_markdown(path)
+        check_read_by(fmt.name, options)
+        given = ViewOptions.parse(view, **options)
+        for name, own in (("style", "modelprof"), ("group_by", None)):
+            if getattr(given, name) != own:  # the frame below is the phases' modelprof rows
+                raise ModelProfError(
+                    f"{name}={getattr(given, name)!r} is a Report's view; a generation report's "
+                    "table is the phases' rows in modelprof's: export one phase's Report for it "
+                    f"(report.prefill().report.export(..., {name}=...))"
+                )
+        if fmt.name == "markdown" and given.standalone is not False:
+            return self._markdown_document(path, given, options)
         df = self.to_dataframe(batch_size)
-        view: dict[str, Any] = {}
-        if fmt.human:  # a report's compact columns under the phase's, kept longest in LaTeX
-            bound = [c for c in ("bound_ms", "bound") if c in df.columns]
-            batch = ["batch_size"] if len(self.batch_sizes) > 1 and batch_size is None else []
-            view = {"columns": ["phase", "context", *batch, *compact_columns(df), *bound]}
-            # no totals row: the phases' sums (every batch size's) are no run's totals
-            view.update(priority=_LATEX_PRIORITY, show_totals=False)
-        return fmt.write(
-            df,
-            None,
-            env=None if fmt.human else self._document(),
-            path=path,
-            caption=self._heading(rough=True),
-            title=self._heading(rough=True),
-            standalone=True,
-            summary=[self._heading(rough=True), *self.timing_notes],
-            **view,
+        given = self._table_view(fmt.human, df, batch_size, given, options)
+        env = None if fmt.human else self._document()
+        return fmt.write(df, None, env=env, path=path, view=given)
+
+    def _table_view(
+        self,
+        human: bool,
+        df: pd.DataFrame,
+        batch_size: int | None,
+        given: ViewOptions,
+        options: dict[str, Any],
+    ) -> ViewOptions:
+        """The caller's view (``options``: the keywords passed, which win) over this report's
+        defaults: the run as caption and title; in a human format a report's compact columns
+        under the phase's, kept longest in LaTeX, and no totals row (the phases' sums, every
+        batch size's, are no run's totals)."""
+        heading = self._heading(rough=True)
+        defaults: dict[str, Any] = dict(
+            caption=heading, title=heading, standalone=True, summary=(heading, *self.timing_notes)
         )
+        if not human:
+            return given.with_defaults(options, **defaults)
+        given = given.fit_for(given.columns, options).with_defaults(
+            options, priority=_LATEX_PRIORITY, show_totals=False, **defaults
+        )
+        if given.columns not in (None, "compact"):
+            return given
+        bound = [c for c in ("bound_ms", "bound") if c in df.columns]
+        batch = ["batch_size"] if len(self.batch_sizes) > 1 and batch_size is None else []
+        return given.replace(columns=["phase", "context", *batch, *compact_columns(df), *bound])
 
     def _heading(self, rough: bool = False) -> str:
         """The run in a line; ``rough``: with what the ``~`` marks mean, when there are any."""
@@ -349,8 +379,32 @@ class GenerationReport(Exports):
             )
         return heading
 
-    def to_markdown(self, path: str | Path | None = None) -> str | Path:
-        """The summary, the phases and the KV cache as Markdown tables (needs tabulate)."""
+    def to_markdown(
+        self, path: str | Path | None = None, *, view: Any = None, **options: Any
+    ) -> str | Path:
+        """The summary, the phases and the KV cache as Markdown tables (needs tabulate), a
+        document that takes no view options; with ``standalone=False`` the per-layer table
+        alone, which takes them as :meth:`export` does."""
+        return self.export("markdown", path, view=view, **options)
+
+    def _markdown_document(
+        self, path: str | Path | None, given: ViewOptions, options: dict[str, Any]
+    ) -> str | Path:
+        """:meth:`to_markdown`'s document: its tables are shown whole, so an option that would
+        select or shape a table is refused, not dropped."""
+        unset = ViewOptions()
+        asked = sorted(
+            f.name
+            for f in dataclasses.fields(ViewOptions)
+            if f.name != "standalone"
+            and (f.name in options or getattr(given, f.name) != getattr(unset, f.name))
+        )
+        if asked:
+            raise ModelProfError(
+                f"the Markdown document (summary, phases, KV cache) takes no view options, got "
+                f"{', '.join(f'{k}={getattr(given, k)!r}' for k in asked)}: pass "
+                "standalone=False for the per-layer table alone, which takes them"
+            )
         parts = [f"# {self._heading()}", "", "## Summary", "", _md(self.summary())]
         parts += ["", "## Phases", "", _md(self.phase_table())]
         if self.timing_notes:
