@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.generation.cache import closed_form_kv_per_token, model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, source_length
 from modelprof.generation.lm import language_model, outputs_by_name
@@ -71,6 +71,12 @@ def compare_generation(
     its error in its row."""
     if not isinstance(models, Mapping) or len(models) < 1:
         raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
+    if isinstance(batch_size, (list, tuple)):  # every model's generations at one batch size
+        raise ModelProfError(
+            f"batch_size={batch_size!r}: compare_generation times the models at one batch size; "
+            "call it once per batch size (profile_generation takes a list, one model's)"
+        )
+    batch_size = check_int("batch_size", batch_size)
     opts = TimingOptions.parse(options, **timing_options)
     lms, failed = [], {}
     for name, value in models.items():
