@@ -6,6 +6,8 @@ alike), with TTFT and TPOT ratios to the first model estimated, ranked and guard
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -39,7 +41,7 @@ from modelprof.timing.interleave import (
     unranked_note,
 )
 from modelprof.timing.measurement import Measurement
-from modelprof.timing.options import TimingOptions
+from modelprof.timing.options import TimingOptions, check_option_names
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.stats import RATIO_ESTIMATOR
 
@@ -77,6 +79,13 @@ def compare_generation(
             "call it once per batch size (profile_generation takes a list, one model's)"
         )
     batch_size = check_int("batch_size", batch_size)
+    for key in timing_options:  # compare()'s baseline=, or a misspelling of it
+        if difflib.get_close_matches(key, ["baseline"], n=1, cutoff=0.75):
+            raise ModelProfError(
+                f"{key}=: compare_generation takes no baseline (compare() does); its ratios are "
+                "to the first model of models=, so put that one first"
+            )
+    check_option_names(timing_options, own=_KEYWORDS)
     opts = TimingOptions.parse(options, **timing_options)
     lms, failed = [], {}
     for name, value in models.items():
@@ -105,6 +114,14 @@ def compare_generation(
     out = Comparison(df)
     out.attrs = dict(df.attrs)
     return out
+
+
+#: compare_generation()'s own keywords, for the nearest-name hint of a misspelt one
+_KEYWORDS = [
+    p.name
+    for p in inspect.signature(compare_generation).parameters.values()
+    if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+]
 
 
 def _prepared(

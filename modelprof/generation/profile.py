@@ -4,6 +4,7 @@ measured end to end, its KV cache and memory, and bounded on a named device."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,11 @@ from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_device, parse_dtype
 from modelprof.runtime.placement import model_placement
 from modelprof.runtime.snapshot import snapshot_of
-from modelprof.timing.options import TimingOptions, warn_unused_without_timing
+from modelprof.timing.options import (
+    TimingOptions,
+    check_option_names,
+    warn_unused_without_timing,
+)
 
 __all__ = ["model_device_dtype", "profile_generation"]
 
@@ -75,6 +80,7 @@ def profile_generation(
     as for ``profile``; ``on_step`` gets a line as each batch size is done. The model and its
     configs come back as they went in.
     """
+    check_option_names(timing_options, own=_KEYWORDS)
     opts = TimingOptions.parse(options, **timing_options)
     dev, dt = model_device_dtype(model, device, dtype)
     timing = check_flag("timing", dev.type != "meta" if timing is None else timing)
@@ -118,6 +124,14 @@ def profile_generation(
         torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
     ):
         return _run(lm, spec, opts, (timing, layer_timing), peaks, seed, on_step)
+
+
+#: profile_generation()'s own keywords, for the nearest-name hint of a misspelt one
+_KEYWORDS = [
+    p.name
+    for p in inspect.signature(profile_generation).parameters.values()
+    if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+]
 
 
 def _run(

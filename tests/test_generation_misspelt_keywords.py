@@ -1,0 +1,34 @@
+"""A misspelt keyword to profile_generation or compare_generation names the nearest of the
+function's own keywords, as profile's does: a newcomer's ``promt_len=`` was answered with the
+timing options alone, none of them near."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import tiny_llama
+
+from modelprof import ModelProfError, compare_generation, profile_generation
+
+
+@pytest.mark.parametrize(
+    "given, meant",
+    [("promt_len", "prompt_len"), ("new_token", "new_tokens"), ("targt", "target")],
+)
+def test_profile_generation_names_its_own_keyword(given, meant):
+    with pytest.raises(ModelProfError, match=rf"\({given}=: did you mean {meant}=\?\)"):
+        profile_generation(tiny_llama(), **{given: 4})
+
+
+@pytest.mark.parametrize(
+    "given, meant", [("promt_len", "prompt_len"), ("batch_sise", "batch_size"), ("cach", "cache")]
+)
+def test_compare_generation_names_its_own_keyword(given, meant):
+    with pytest.raises(ModelProfError, match=rf"\({given}=: did you mean {meant}=\?\)"):
+        compare_generation({"a": tiny_llama()}, **{given: 4})
+
+
+@pytest.mark.parametrize("given", ["basline", "baseline"])
+def test_compare_generation_says_its_baseline_is_the_first_model(given):
+    # compare() takes baseline=; compare_generation's ratios are to the first model
+    with pytest.raises(ModelProfError, match=rf"^{given}=: compare_generation takes no baseline"):
+        compare_generation({"a": tiny_llama()}, **{given: "a"})
