@@ -150,6 +150,33 @@ def test_the_summary_shows_a_slope_only_where_it_was_measured():
     assert grows["step_ms_per_context_token"] == pytest.approx(0.05)
 
 
+def _decode_timed(step_ms: list[float]):
+    """A counted run whose decode phases are given plain-run times (one per context)."""
+    step = _Counted()
+    report = profile_generation(step.model, prompt_len=4, new_tokens=7, step=step, timing=False)
+    decode = [p for p in report.phases() if p.name == "decode"]
+    for p, ms in zip(decode, step_ms):
+        p.report.latency = Measurement(np.full(5, ms))
+    return report, [p.context for p in decode]
+
+
+def test_the_decode_phases_time_per_token_follows_the_step_times_rule():
+    # a newcomer's growth_slopes() read a negative latency_ms_per_token (the per-layer passes')
+    report, contexts = _decode_timed([5.0, 3.0, 4.0])
+    # the first, middle and last of the 6 decode steps after 4 tokens (contexts 4 to 9)
+    assert contexts == [4, 6, 9]
+    slopes = report.growth_slopes()
+    # least squares of (5, 3, 4) on (4, 6, 9), mean 19/3: sum((x - 19/3) y) = (-7/3) 5 -
+    # (1/3) 3 + (8/3) 4 = -2 over sum((x - 19/3)^2) = 49/9 + 1/9 + 64/9 = 38/3: -3/19 ms a
+    # token, whose interval reaches zero: NaN, never a negative time, the interval kept beside
+    assert np.isnan(slopes["latency_ms_per_token"])
+    assert slopes["latency_ms_per_token_ci_low"] < -3 / 19 < slopes["latency_ms_per_token_ci_high"]
+    assert slopes["latency_ms_per_token_ci_high"] > 0
+    # a clean growth is measured: 1 + 0.05 L at L = 4, 6, 9, its interval a point above zero
+    slopes = _decode_timed([1.2, 1.3, 1.45])[0].growth_slopes()
+    assert slopes["latency_ms_per_token"] == pytest.approx(0.05)
+
+
 def test_the_tokens_rate_says_whether_it_is_over_the_batch():
     # a newcomer read "355.0 tokens/s" for batch 4 beside summary()'s tokens_per_s of 88.75:
     # the printed figure is the batch's (4 x 88.75 = 355), and now says so

@@ -21,7 +21,7 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.plots import plot_decode_growth, plot_phase_share
 from modelprof.generation.spec import GenerationSpec
-from modelprof.generation.timing import GenerationTiming
+from modelprof.generation.timing import GenerationTiming, fit_slope
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.options import ViewOptions, check_read_by
@@ -243,13 +243,23 @@ class GenerationReport(Exports):
         )
 
     def growth_slopes(self, batch_size: int | None = None) -> dict[str, float]:
-        """Per context token: the least-squares slope of each counted column and step time."""
+        """Per context token: the least-squares slope of each counted column, of the decode
+        phases' time (``latency_ms``, the per-layer passes') and of the step time, each time
+        with its 95 % interval and NaN where that reaches zero (never a negative time)."""
         g = self.growth(batch_size)
         out: dict[str, float] = {}
         if len(g) >= 2:
-            for col in (*_GROWTH, "latency_ms"):
+            for col in _GROWTH:
                 if g[col].astype(float).notna().all():
                     out[f"{col}_per_token"] = _slope(g["context"], g[col])
+            if g["latency_ms"].astype(float).notna().all():  # the step time's rule: below
+                fit = fit_slope(g["context"], g["latency_ms"])  # None: < 3 contexts, no interval
+                nan = float("nan")
+                out.update(
+                    latency_ms_per_token=fit.measured_ms_per_token if fit else nan,
+                    latency_ms_per_token_ci_low=fit.ci_low if fit else nan,
+                    latency_ms_per_token_ci_high=fit.ci_high if fit else nan,
+                )
         timing = self.timings.get(self._batch(batch_size))
         slope = timing.step_slope if timing is not None else None
         if slope is not None:
