@@ -72,7 +72,10 @@ def compare_generation(
     encoder-decoders (their encoder's inputs built from the config); a model that fails gets
     its error in its row."""
     if not isinstance(models, Mapping) or len(models) < 1:
-        raise ModelProfError(f"models={models!r} must be a non-empty dict of name -> model")
+        raise ModelProfError(
+            f"models= must be a non-empty dict of name -> model, got {_described(models)}; name "
+            "each, e.g. {'small': model_a, 'large': model_b}"
+        )
     if isinstance(batch_size, (list, tuple)):  # every model's generations at one batch size
         raise ModelProfError(
             f"batch_size={batch_size!r}: compare_generation times the models at one batch size; "
@@ -122,6 +125,18 @@ _KEYWORDS = [
     for p in inspect.signature(compare_generation).parameters.values()
     if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
 ]
+
+
+def _described(models: Any) -> str:
+    """``models`` as an error names it: its type, and each element's with its index (a model's
+    repr runs to thousands of characters)."""
+    if isinstance(models, Mapping):
+        return "an empty dict"
+    if not isinstance(models, (list, tuple)):
+        return f"a {type(models).__name__}"
+    items = [f"[{i}] {type(m).__name__}" for i, m in enumerate(models[:8])]
+    more = [f"... {len(models) - 8} more"] if len(models) > 8 else []
+    return f"a {type(models).__name__} of {len(models)} ({', '.join([*items, *more])})"
 
 
 def _prepared(
