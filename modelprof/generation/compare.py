@@ -22,7 +22,7 @@ from modelprof.generation.lm import language_model, outputs_by_name
 from modelprof.generation.profile import model_device_dtype
 from modelprof.generation.prompt import PromptInputs
 from modelprof.generation.spec import GenerationSpec
-from modelprof.generation.timing import generation_sampler, timing_from
+from modelprof.generation.timing import generation_sampler, stable_flags, timing_from
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, running
@@ -313,7 +313,7 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
         row.update(_cpu_columns(t, base, *ratio_args))
         rough_flags(checks.get(name, []), row, ("ttft_x", "tpot_x", "ttft_cpu_x", "tpot_cpu_x"))
         rows.append(row)
-    df = pd.DataFrame(rows).set_index("model")
+    df = stable_flags(pd.DataFrame(rows)).set_index("model")
     ranked_by = _ranked_by(timings)
     on_cpu = ranked_by == "cpu_work"
     notes = [f"ttft_x, tpot_x: {RATIO_ESTIMATOR}"]

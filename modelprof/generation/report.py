@@ -21,7 +21,7 @@ from modelprof.generation.moe import MoEInfo
 from modelprof.generation.phases import Phase
 from modelprof.generation.plots import plot_decode_growth, plot_phase_share
 from modelprof.generation.spec import GenerationSpec
-from modelprof.generation.timing import GenerationTiming, fit_slope
+from modelprof.generation.timing import GenerationTiming, fit_slope, stable_flags
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.options import ViewOptions, check_read_by
@@ -292,7 +292,7 @@ class GenerationReport(Exports):
                 for kind, series in _FIGURES.items():
                     row[f"{kind}_rough"] = self._rough(series, f"batch {b}")
             rows.append(row)
-        return shown(pd.DataFrame(rows))
+        return shown(stable_flags(pd.DataFrame(rows)))
 
     def kv_cache(self) -> pd.DataFrame:
         """Bytes per layer held by the cache after the last profiled step."""

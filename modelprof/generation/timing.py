@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from modelprof.generation.lm import LanguageModel
@@ -32,7 +33,14 @@ from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner
 from modelprof.timing.stats import t_quantile
 
-__all__ = ["GenerationTiming", "Slope", "fit_slope", "generation_sampler", "measure_generation"]
+__all__ = [
+    "GenerationTiming",
+    "Slope",
+    "fit_slope",
+    "generation_sampler",
+    "measure_generation",
+    "stable_flags",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +154,15 @@ class GenerationTiming:
 
 #: a figure's columns in ``GenerationTiming.summary`` (after its name: ``ttft_ms``...)
 _FIGURE = "_ms _ci_low_ms _ci_high_ms _min_ms _stable _drift_pct".split()
+
+
+def stable_flags(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (rows of ``GenerationTiming.summary``) with each ``*_stable`` column as pandas'
+    nullable boolean: True, False or NA (cannot be judged). Held as objects, a column with a
+    None beside True rendered ``True`` where a column of bools renders ``yes``."""
+    for col in [c for c in df.columns if str(c).endswith("_stable")]:
+        df[col] = df[col].astype("boolean")
+    return df
 
 
 class _Run:
