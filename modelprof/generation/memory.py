@@ -127,8 +127,16 @@ class MemoryPlan:
         return max(self.activation_per_seq_bytes.values(), default=0.0)
 
     def max_batch(self, memory_bytes: float, context: int | None = None) -> int:
-        """The largest batch whose weights + KV at ``context`` + activations fit."""
+        """The largest batch whose weights + KV at ``context`` + activations fit; a context
+        past the model's ``max_positions`` is refused (none fits the model, as
+        :meth:`max_context` never answers one)."""
         _check_memory(memory_bytes)
+        if context is not None and self.max_positions is not None and context > self.max_positions:
+            raise ModelProfError(
+                f"context={context!r} is past the model's {self.max_positions} positions "
+                "(max_positions): no batch runs at it; max_context(memory_bytes) is the longest "
+                "that fits"
+            )
         free = memory_bytes - self.weights_bytes
         per = self.kv_per_seq_bytes(context) + self._per_seq()
         return max(int(free // per), 0) if per > 0 else 0
