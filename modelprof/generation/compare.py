@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -41,7 +40,7 @@ from modelprof.timing.interleave import (
     unranked_note,
 )
 from modelprof.timing.measurement import Measurement
-from modelprof.timing.options import TimingOptions, check_option_names
+from modelprof.timing.options import TimingOptions, check_option_names, keyword_names
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.stats import RATIO_ESTIMATOR
 
@@ -120,11 +119,7 @@ def compare_generation(
 
 
 #: compare_generation()'s own keywords, for the nearest-name hint of a misspelt one
-_KEYWORDS = [
-    p.name
-    for p in inspect.signature(compare_generation).parameters.values()
-    if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-]
+_KEYWORDS = keyword_names(compare_generation)
 
 
 def _described(models: Any) -> str:

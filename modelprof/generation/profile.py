@@ -4,7 +4,6 @@ measured end to end, its KV cache and memory, and bounded on a named device."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +38,7 @@ from modelprof.runtime.snapshot import snapshot_of
 from modelprof.timing.options import (
     TimingOptions,
     check_option_names,
+    keyword_names,
     warn_unused_without_timing,
 )
 
@@ -127,11 +127,7 @@ def profile_generation(
 
 
 #: profile_generation()'s own keywords, for the nearest-name hint of a misspelt one
-_KEYWORDS = [
-    p.name
-    for p in inspect.signature(profile_generation).parameters.values()
-    if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-]
+_KEYWORDS = keyword_names(profile_generation)
 
 
 def _run(
