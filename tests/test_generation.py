@@ -159,6 +159,10 @@ def test_static_cache_counts_and_holds_its_capacity():
     assert report.kv.allocated and report.kv.matches_closed_form is None
     # StaticCache is allocated for prompt + new tokens + 1 = 13 tokens: 13 x 512 bytes
     assert report.kv.total_bytes == 13 * 512
+    # said as a capacity, not as 605 bytes per token of the 11 held beside a closed form 512
+    assert "KV cache: 6,656 bytes allocated (room for 13 tokens at the closed form's 512 " in repr(
+        report
+    )
 
 
 def test_without_cache_every_step_recomputes_the_prefix():
@@ -438,6 +442,12 @@ def test_sliding_window_cache_holds_the_window_and_decode_stops_growing():
     # each layer keeps sliding_window - 1 = 3 past tokens of 2 x 2 heads x 16 x 4 bytes = 256
     assert report.kv.per_layer_bytes == (3 * 256, 3 * 256)
     assert report.kv.closed_form_bytes == 2 * 3 * 256 and report.kv.matches_closed_form
+    # 1,536 bytes over the 11 tokens seen would read 140 bytes/token beside a closed form 512:
+    # the summary says the window holds fewer tokens than seen
+    assert (
+        "KV cache: 1,536 bytes at 11 tokens, the closed form's: a sliding window holds fewer "
+        "tokens than seen (512 bytes per token held)" in repr(report)
+    )
     # q, o 64 x 64; k, v 64 x 32; mlp 3 x 64 x 96 per layer; lm_head 64 x 128; attention over
     # the window of 4 keys: 2 x 2 layers x 4 x 64, whatever the context
     weights = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96) + 64 * 128

@@ -50,6 +50,27 @@ def _slope(x: pd.Series, y: pd.Series) -> float:
     return float(sum((a - mx) * (b - my) for a, b in zip(fx, fy)) / spread) if spread else 0.0
 
 
+def _kv_words(kv: Any) -> str:
+    """The KV cache in words: bytes per token beside the closed form, except where the cache
+    does not hold one entry per token seen (a static cache's capacity; a sliding window's
+    fewer tokens), which a per-token figure would read as a mismatch."""
+    kind = "self-attention " if kv.cross_bytes else ""
+    cf = kv.closed_form_per_token
+    if kv.allocated:  # a static cache: its capacity, allocated up front
+        room = kv.total_bytes // (cf * kv.batch_size) if cf else None
+        at = f" (room for {room} tokens at the closed form's {cf} bytes/token)" if room else ""
+        return f"{kind}{kv.total_bytes:,} bytes allocated{at}, holding {kv.tokens} tokens"
+    if kv.matches_closed_form and cf and round(kv.per_token_bytes) != cf:
+        return (
+            f"{kind}{kv.total_bytes:,} bytes at {kv.tokens} tokens, the closed form's: a "
+            f"sliding window holds fewer tokens than seen ({cf} bytes per token held)"
+        )
+    return (
+        f"{kind}{kv.per_token_bytes:,.0f} bytes/token (closed form {cf}), {kv.total_bytes:,} "
+        f"bytes at {kv.tokens} tokens"
+    )
+
+
 def _median_text(m: Any) -> str:
     """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or why there is none."""
     if not m.has_interval:
@@ -501,11 +522,7 @@ class GenerationReport(Exports):
             lines.append(line)
         kv = self.kv
         if kv is not None:
-            kind = "self-attention " if kv.cross_bytes else ""
-            lines.append(
-                f"  KV cache: {kind}{kv.per_token_bytes:,.0f} bytes/token (closed form "
-                f"{kv.closed_form_per_token}), {kv.total_bytes:,} bytes at {kv.tokens} tokens"
-            )
+            lines.append(f"  KV cache: {_kv_words(kv)}")
             cross = f"cross-attention over the encoder's {kv.cross_tokens} tokens"
             constant = ((kv.state_bytes, "recurrent state"), (kv.cross_bytes, cross))
             fixed = [f"{n:,} bytes of {what}" for n, what in constant if n]
