@@ -173,7 +173,7 @@ def test_without_cache_every_step_recomputes_the_prefix():
     for step in none.phases()[1:]:
         t = step.context + 1  # the whole sequence again: t x weights + full t x t attention
         assert step.totals["macs"] == weights * t + 2 * layers * t * t * d + d * vocab
-        assert step.kv is None
+        assert step.kv is None and step.tokens == t  # the forward runs over all t (not 1)
     assert none.decode().totals["macs"] > cached.decode().totals["macs"]
 
 

@@ -168,7 +168,7 @@ class _Counter:
         if lm.cache is CacheMode.NONE:  # the whole prefix again (the prompt's), no cache
             tokens, given = self._prefix(context + 1)
             mi = lm.inputs(tokens, None, given)
-            phase = self._counted("decode", context, 1, mi)
+            phase = self._counted("decode", context, context + 1, mi)  # all L + 1 of them
             _cache_of(lm, mi)  # checks a step function's output
             if self.opts is not None:
                 time_phase(lm, phase, mi, None, self.opts)
