@@ -97,6 +97,15 @@ def test_generate_config_json_on_meta(tmp_path, capsys):
         == 0
     )
     assert "KV cache: 1,024 bytes/token" in capsys.readouterr().out
+    # files written for a config file are named by it (its folder for a config.json), not
+    # "config.json_generation.csv"
+    small = tmp_path / "small.json"
+    small.write_text(cfg.read_text())
+    args = ["--device", "meta", "--prompt-len", "8", "--new-tokens", "2", "--format", "csv"]
+    assert main(["generate", str(small), *args, "--out", str(tmp_path / "a")]) == 0
+    assert main(["generate", str(cfg), *args, "--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "a" / "small_generation.csv").exists()
+    assert (tmp_path / "b" / f"{tmp_path.name}_generation.csv").exists()
 
 
 @pytest.mark.parametrize(

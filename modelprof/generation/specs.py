@@ -197,4 +197,14 @@ def load_sized_model(
             ) from e
     if dtype is not None:
         model = model.to(dtype)
-    return model.eval(), spec.partition(":")[0].removesuffix("Config") or spec, None
+    return model.eval(), _config_name(spec), None
+
+
+def _config_name(spec: str) -> str:
+    """A config spec's display name (the stem of files written for it): ``LlamaConfig:...``
+    -> ``Llama``, ``qcfg.json`` -> ``qcfg``, ``models/tiny/config.json`` -> ``tiny``."""
+    head = spec.partition(":")[0]
+    if head.lower().endswith(".json"):
+        path = Path(head)
+        return path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    return head.removesuffix("Config") or spec
