@@ -382,7 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="table columns: modelprof's, or torchstat's (MAdd, MemRead, ...)",
     )
     p.add_argument(
-        "--depth", type=int, metavar="K", help="show modules down to nesting depth K (default: all)"
+        "--depth",
+        type=int,
+        metavar="K",
+        help="show modules down to nesting depth K (default: all), in every format written, "
+        "CSV and JSON too",
     )
     p.add_argument(
         "--columns",
