@@ -41,7 +41,7 @@ from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode, re
 from modelprof.step.table import step_columns
 from modelprof.step.timing import time_step
 from modelprof.timing import measure_latency, time_layers
-from modelprof.timing.agreement import identical_spread, judge_agreement
+from modelprof.timing.agreement import identical_spread, judge_agreement, judge_backward
 from modelprof.timing.columns import layer_columns
 from modelprof.timing.helps import helps_note
 from modelprof.timing.helps import what_helps as time_what_helps
@@ -484,12 +484,13 @@ def _judge(
 
 def _judge_backward(timing: Any, notes: list[str], warn: bool) -> Any:
     """Whether the instrumented backward passes (the rows' backward times) agree with the clean
-    backward; when not, a note and (``warn``) a warning, as the forward's window check."""
-    passes = Measurement(timing.passes_ms)
-    agreement = judge_agreement(timing.backward, passes, float("nan"), phase="backward")
+    backward; when not, a note and (``warn``) a warning, as the forward's window check; where
+    the per-node stamps explain the difference, the note alone."""
+    passes = timing.passes if timing.passes is not None else Measurement(timing.passes_ms)
+    agreement = judge_backward(timing.backward, passes, timing.nodes)
     if not agreement.agree:
         notes.append(agreement.note())
-        if warn:
+        if warn and agreement.verdict != "stamps":
             warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
     return agreement
 

@@ -259,7 +259,8 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
     # a newcomer's per-layer backward rows summed to 46.9 ms beside a clean backward of 30.6 ms,
     # with no warning (the forward's window check had no backward twin). Here the instrumented
     # passes are made to read exactly 2x the clean backward, every sample: beyond both (zero-
-    # width) intervals and the 10 % tolerance, the clean backward the faster window to quote
+    # width) intervals and the 10 % tolerance, the clean backward the faster window to quote;
+    # 1 ms more over the step's 10 autograd nodes is 100 us each, beyond what stamps cost
     import dataclasses
     import importlib
     import json
@@ -271,11 +272,19 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
     profile_module = importlib.import_module("modelprof.profile")
     real = profile_module.time_step
 
+    made = {"passes": 2.0, "nodes": None}
+
     def slowed(*args, **kwargs):
         t = real(*args, **kwargs)
         clean = Measurement(np.full(12, 1.0))  # the clean backward: 1 ms each
+        passes = np.full(12, made["passes"])
         return dataclasses.replace(
-            t, backward=clean, passes_ms=np.full(12, 2.0), calls_ms=t.calls_ms * 0 + 2.0 / 3
+            t,
+            backward=clean,
+            passes_ms=passes,
+            passes=Measurement(passes),
+            calls_ms=t.calls_ms * 0 + made["passes"] / 3,
+            nodes=made["nodes"] or t.nodes,
         )
 
     monkeypatch.setattr(profile_module, "time_step", slowed)
@@ -285,9 +294,11 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
     a = r.training_step.agreement
     assert not a.agree and a.phase == "backward" and a.ratio == pytest.approx(2.0)
     note = a.note()
+    assert a.nodes == 10  # (2 Linear x (addmm, t / mm...) + ReLU + the loss's nodes)
     assert note.startswith(
-        "the per-layer backward passes and the clean backward runs DISAGREE: the (root) row's "
-        "backward read 2.000 ms (95 % CI 2.000-2.000), the clean backward median 1.000 ms"
+        "the per-layer backward passes and the clean backward runs DISAGREE: the instrumented "
+        "backward (every row's, (loss) included) read 2.000 ms (95 % CI 2.000-2.000), the clean "
+        "backward median 1.000 ms"
     )
     assert "quote the clean backward 1.000 ms" in note and "stamp on each autograd node" in note
     assert len([w for w in rec if "backward passes" in str(w.message)]) == 1
@@ -309,6 +320,23 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
         warnings.simplefilter("error", TimingDisagreementWarning)
         quiet = profile(model, (8,), backward=True, repeat=12, warmup=1, roofline=False, warn=False)
     assert not quiet.training_step.agreement.agree
+    # 1.3x over 200 nodes: 1.5 us each, what the stamps cost (1.5-2.5 us measured here): said in
+    # a note, the rows marked, no alarm (a small model's every step was a warning)
+    made.update(passes=1.3, nodes=200)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        stamped = profile(model, (8,), backward=True, repeat=12, warmup=1, roofline=False)
+    assert not [w for w in rec if "backward" in str(w.message)]  # (the forward's may warn)
+    s = stamped.training_step.agreement
+    assert s.verdict == "stamps" and s.stamp_us == pytest.approx(1.5) and not s.agree
+    assert s.note().startswith(
+        "the per-layer backward rows include their stamps: the instrumented backward read "
+        "1.300 ms, 1.30x the clean backward's 1.000 ms, about 1.5 us for each of its 200 "
+        "autograd nodes"
+    )
+    assert f"note: {s.note()}" in stamped.summary() and f"!! {s.note()}" not in stamped.summary()
+    assert stamped.to_dataframe()["backward_latency_rough"].any()
+    assert "backward times: they include the per-node stamps' cost" in stamped.to_latex()
 
 
 def test_a_training_step_prints_as_its_summary():
@@ -316,3 +344,16 @@ def test_a_training_step_prints_as_its_summary():
     r = profile(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), (8,), backward=True, timing=False)
     text = repr(r.training_step)
     assert text == f"TrainingStep({r.training_step.summary()})" and "PassCost" not in text
+
+
+def test_the_backward_check_reads_the_instrumented_passes_with_their_blocks():
+    # unmocked: the instrumented backward is judged as a Measurement of its blocks (its interval
+    # the blocks'), not as independent samples, and knows the step's autograd nodes
+    r = profile(
+        nn.Sequential(nn.Linear(8, 8), nn.ReLU()), (8,), backward=True, repeat=12, warn=False
+    )
+    t, a = r.training_step.timing, r.training_step.agreement
+    assert t.passes is not None and t.passes.n == t.passes_ms.size == 12
+    assert np.array_equal(t.passes.samples_ms, t.passes_ms) and t.passes.blocks is not None
+    assert a.nodes == t.nodes > 0 and a.passes_ms == t.passes.median_ms
+    assert a.passes_ci_ms == t.passes.median_ci_ms

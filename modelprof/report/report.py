@@ -183,7 +183,11 @@ class Report(Exports):
             df["latency_rough"] = timed_rows & (self.layers_rough | _short_own_rows(df))
         backward = getattr(self.training_step, "agreement", None)
         if backward is not None and "backward_latency_ms" in df.columns:
-            df["backward_latency_rough"] = df["backward_latency_ms"].notna() & (not backward.agree)
+            # (the optimizer's row adds no backward time: its 0 is exact, never rough)
+            timed = df["backward_latency_ms"].notna() & np.array(
+                [r.kind != "optimizer" for r in self.rows]
+            )
+            df["backward_latency_rough"] = timed & (not backward.agree)
         return df
 
     @property
@@ -571,6 +575,13 @@ class Report(Exports):
             if "latency_ms" in df.columns and _short_own_rows(df).any():
                 reason = "(self) rows (a parent's span less its children's) read shorter than "
                 reason += "their work allows"
+        backward = getattr(self.training_step, "agreement", None)
+        if backward is not None and not backward.agree:  # the backward's rows: its own reason
+            why = {
+                "stamps": "they include the per-node stamps' cost",
+                "imprecise": "they and the clean backward are too noisy to compare",
+            }.get(backward.verdict, "they disagree with the clean backward")
+            reason = "; ".join(r for r in (reason, f"backward times: {why}") if r)
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"
 
     def _rough_reason(self) -> str | None:
@@ -681,7 +692,8 @@ class Report(Exports):
         if skip is not None:
             lines.append(f"!! {skip}")
         backward = getattr(self.training_step, "agreement", None)
-        loud = () if backward is None or backward.agree else (backward.note(),)
+        quiet = backward is None or backward.agree or backward.verdict == "stamps"
+        loud = () if quiet else (backward.note(),)
         lines.extend(
             f"{'!!' if n in loud else 'note:'} {n}" for n in self.timing_notes if n != skip
         )

@@ -80,6 +80,9 @@ class StepTiming:
     #: a model that communicates: ``comm_ms[p, c]``, the part of ``calls_ms[p, c]`` that call
     #: ``c``'s collectives took (``modelprof.timing.comm``); None otherwise
     comm_ms: np.ndarray | None = None
+    #: ``passes_ms`` as a Measurement with its blocks (their interval is the blocks'); None
+    #: where only the samples were kept
+    passes: Measurement | None = None
 
     @property
     def overhead(self) -> float:
@@ -538,6 +541,7 @@ def time_step(
         env=got["step"].env,
         segments=list(inst.segments),
         comm_ms=np.vstack(inst.comm_rows) if inst.comm_rows else None,
+        passes=Measurement(inst_sampled.samples_ms, **timer.fields(inst_sampled)),
     )
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "TimingAgreement",
     "identical_spread",
     "judge_agreement",
+    "judge_backward",
     "judge_ratio",
     "neighbour_disagreements",
 ]
@@ -44,6 +45,10 @@ AGREEMENT_TOLERANCE = 0.10
 #: disagree: caches and placement move identical layers by tens of percent, not by 2x.
 IDENTICAL_FACTOR = 2.0
 IDENTICAL_SHARE = 0.05
+#: The most one autograd node's stamp is taken to cost (µs): an instrumented backward slower
+#: than the clean one by at most this per node is the stamps' cost, said, not a disagreement
+#: (1.5-2.5 µs per node on this project's 2-core VM: ``benchmarks/backward_stamps.py``).
+STAMP_BOUND_US = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +116,9 @@ class TimingAgreement:
     identical: IdenticalSpread | None = None
     #: "forward" (the per-layer passes) or "backward" (a training step's instrumented backward)
     phase: str = "forward"
+    #: a backward's autograd nodes, and what each one's stamp cost if the excess is theirs
+    nodes: int = 0
+    stamp_us: float = math.nan
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
@@ -131,6 +139,14 @@ class TimingAgreement:
             )
         if self.verdict == "identical" and self.identical is not None:
             return self.identical.note()
+        if self.verdict == "stamps":
+            return (
+                f"the per-layer backward rows include their stamps: the instrumented backward "
+                f"read {_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
+                f"{_ms(self.clean_ms)}, about {self.stamp_us:.1f} us for each of its "
+                f"{self.nodes} autograd nodes (not corrected for, as the forward's hooks are); "
+                f"quote the clean backward and read the rows by their {w['share']}"
+            )
         if self.verdict == "leaves":
             return (
                 f"the per-layer rows DO NOT ADD UP: the leaf rows sum to "
@@ -198,10 +214,10 @@ _WORDS = {
     "backward": {
         "passes": "the per-layer backward passes",
         "runs": "the clean backward runs",
-        "root": "the (root) row's backward",
+        "root": "the instrumented backward (every row's, (loss) included)",
         "clean": "the clean backward",
         "rows": "the per-layer backward rows",
-        "quoted": "the (root) row's backward",
+        "quoted": "the instrumented backward",
         "share": "backward latency share",
         # the stamps are not corrected for as the forward's hooks are: on small layers they
         # are a share of every node's time
@@ -284,6 +300,21 @@ def judge_agreement(
         identical=identical,
         phase=phase,
     )
+
+
+def judge_backward(clean: Measurement, passes: Measurement, nodes: int) -> TimingAgreement:
+    """A training step's instrumented backward (``passes``) against its clean backward: as
+    :func:`judge_agreement`, except that a disagreement the per-node stamps can explain (the
+    instrumented one slower by at most ``STAMP_BOUND_US`` per node of ``nodes``) is the verdict
+    ``"stamps"``: the rows include their stamps, said in a note, no alarm."""
+    a = judge_agreement(clean, passes, math.nan, phase="backward")
+    a = dataclasses.replace(a, nodes=nodes)
+    if a.verdict != "disagree" or not a.ratio > 1.0 or nodes <= 0:
+        return a
+    per_node_us = 1000.0 * (passes.median_ms - clean.median_ms) / nodes
+    if per_node_us > STAMP_BOUND_US:
+        return a
+    return dataclasses.replace(a, verdict="stamps", stamp_us=per_node_us)
 
 
 @dataclasses.dataclass(frozen=True)
