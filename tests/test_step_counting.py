@@ -355,3 +355,24 @@ def test_batch_norm_backward_train_and_eval(training, per_element):
     # input 1 + weight 2 + bias 1 = 6
     assert bn["backward_flops"] == per_element * 32
     assert model[1].training is True  # the user's flags come back (the module was in train mode)
+
+
+def test_an_optimizer_with_a_formula_that_cannot_step_on_the_cpu_still_counts(monkeypatch):
+    # its per-tensor scalar states are read by stepping a tiny CPU copy of its class; a class
+    # that cannot step there keeps its formula's states (it failed the whole profile)
+    from modelprof.counting.formulas import optim
+
+    class CudaOnly(torch.optim.Optimizer):
+        def __init__(self, params, lr=0.1):
+            super().__init__(params, {"lr": lr})
+
+        def step(self, closure=None):
+            raise RuntimeError("this optimizer steps on CUDA only")
+
+    # 2 FLOPs per element and 1 state tensor per parameter
+    monkeypatch.setitem(optim.OPTIMIZER_FORMULAS, CudaOnly, lambda group: (2, 1))
+    model = nn.Linear(4, 3)
+    r = profile(model, (4,), backward=True, optimizer=CudaOnly, timing=False)
+    cost = r.training_step.cost.optimizer
+    # 4 x 3 + 3 = 15 elements with a gradient, float32: one state tensor of 15 x 4 = 60 bytes
+    assert cost.elements == 15 and cost.flops == 30 and cost.state_bytes == 60

@@ -458,7 +458,10 @@ def _count_optimizer(
     cost = optimizer_cost(opt, lambda p: p.grad is not None)
     if cost is not None:  # the formula's states scale with the elements; its step does not
         stepped = {id(p): p for g in opt.param_groups for p in g["params"] if p.grad is not None}
-        fixed = scalar_state_bytes(opt, [tuple(p.shape) for p in stepped.values()])
+        try:  # (read by stepping a tiny CPU copy of its class once, not this optimizer)
+            fixed = scalar_state_bytes(opt, [tuple(p.shape) for p in stepped.values()])
+        except ModelProfError:  # a class that cannot step on the CPU: its formula's states
+            fixed = 0
         return dataclasses.replace(cost, state_bytes=(cost.state_bytes or 0) + fixed), Counter()
     clones: dict[int, torch.Tensor] = {}
     for p in params:
