@@ -357,3 +357,17 @@ def test_a_misspelt_view_option_is_named_with_the_nearest_one():
     with pytest.raises(ModelProfError, match=r"unknown view option\(s\) \['zzz'\]; valid"):
         ViewOptions(zzz=1)  # nothing near: no guess
     assert ViewOptions("torchstat", depth=1).depth == 1  # positional fields still pass
+
+
+def test_a_subclass_of_view_options_takes_its_own_fields():
+    import dataclasses
+
+    from modelprof import ViewOptions
+
+    @dataclasses.dataclass(frozen=True)
+    class Mine(ViewOptions):
+        colour: str = "grey"
+
+    assert Mine(colour="red", depth=1).colour == "red"
+    with pytest.raises(ModelProfError, match=r"\(colur=: did you mean colour=\?\)"):
+        Mine(colur="red")

@@ -92,7 +92,7 @@ class ViewOptions:
         """``view`` (or the defaults) with ``options`` applied and checked."""
         if view is not None and not isinstance(view, ViewOptions):
             raise ModelProfError(f"view={view!r} is not a ViewOptions")
-        _check_names(options)
+        _check_names(options, cls)
         for key in ("columns", "priority", "summary"):
             value = options.get(key)
             if value is not None and not isinstance(value, str) and isinstance(value, Iterable):
@@ -100,7 +100,7 @@ class ViewOptions:
         return dataclasses.replace(view or cls(), **options)  # checked in __post_init__
 
     def __new__(cls, *args: Any, **options: Any) -> ViewOptions:
-        _check_names(options)  # ViewOptions(depht=1): named, not a bare TypeError
+        _check_names(options, cls)  # ViewOptions(depht=1): named, not a bare TypeError
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
@@ -163,9 +163,10 @@ class ViewOptions:
         return _check_units(default if self.units is None else self.units)
 
 
-def _check_names(options: Mapping[str, Any]) -> None:
-    """Refuse names that are no view option, with the nearest one for a misspelling."""
-    names = [f.name for f in dataclasses.fields(ViewOptions)]
+def _check_names(options: Mapping[str, Any], cls: type) -> None:
+    """Refuse names that are no view option of ``cls`` (ViewOptions or a subclass with fields
+    of its own), with the nearest one for a misspelling."""
+    names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(options) - set(names))
     if unknown:
         near = [
