@@ -1132,13 +1132,13 @@ def _add_fit_parser(sub: Any) -> None:
 def _run_fit(ctx: _Context) -> None:
     import torch
 
-    from modelprof.fit import fit
+    from modelprof.fit import fit, takes_token_ids
     from modelprof.generation.specs import load_sized_model
 
     a = ctx.args
     _finite_number("--memory", a.memory_bytes, "bytes")
     model, _, size = load_sized_model(a.spec, torch.device("meta"), None)
-    if size is not None and hasattr(model, "config"):  # a transformers model: fed token ids
+    if size is not None and takes_token_ids(model):  # fed token ids: no input size
         size = None
     report = fit(
         model,

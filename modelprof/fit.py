@@ -32,7 +32,6 @@ import math
 import numbers
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,14 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
-from modelprof.errors import ModelProfError, ModelProfWarning, check_flag, error_line, is_int
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    check_flag,
+    error_line,
+    is_int,
+    warn_user,
+)
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
 from modelprof.generation.encoder import source_length
 from modelprof.generation.profile import profile_generation
@@ -55,7 +61,7 @@ from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
 
-__all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states"]
+__all__ = ["FitReport", "OPTIMIZER_STATES", "fit", "optimizer_states", "takes_token_ids"]
 
 #: the largest count an option takes: exact in a float64, far beyond any plan
 _MOST = 2**53
@@ -211,10 +217,9 @@ def fit(
     counted = counts["skipped"] is None
     table.loc["fits"] = (total <= memory).astype("int64") * (1 if counted else -1)
     if not counted:
-        warnings.warn(
+        warn_user(
             f"fit: {counts['skipped']}; the fits row says only whether the rest fits",
             ModelProfWarning,
-            stacklevel=2,
         )
     given = memory_bytes is not None  # no datasheet entry: its variants are no concern
     return FitReport(
@@ -433,15 +438,22 @@ def _main_input(model: nn.Module) -> str:
     return str(getattr(model, "main_input_name", "input_ids"))
 
 
+def takes_token_ids(model: nn.Module) -> bool:
+    """``fit`` feeds ``model`` token ids (its main input is ``input_ids`` and its forward takes
+    them); otherwise it counts it at an ``input_size``."""
+    params = forward_parameters(model)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return _main_input(model) == "input_ids" and ("input_ids" in params or takes_any)
+
+
 def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, Any] | None:
     """The keyword inputs of the counted prefill (or, with ``training``, step): token ids of
     ``batch_size`` x ``context`` (an encoder-decoder's decoder: one start token for the
     prefill); the last token's logits only, when the forward can say so. None when the
     forward takes no ``input_ids``."""
-    params = forward_parameters(model)
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if _main_input(model) != "input_ids" or ("input_ids" not in params and not takes_any):
+    if not takes_token_ids(model):
         return None
+    params = forward_parameters(model)
     shape = (spec.batch_size, spec.context)
     inputs: dict[str, Any] = {"input_ids": torch.zeros(shape, dtype=torch.long, device="meta")}
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):

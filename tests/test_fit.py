@@ -349,6 +349,23 @@ def test_the_command_line_counts_a_vision_model_at_its_input_size(capsys):
     assert "4.00 MiB" in capsys.readouterr().out
 
 
+def test_the_command_line_keeps_the_input_size_of_a_transformers_image_model(tmp_path, capsys):
+    # a transformers ViTModel has a config but is fed pixels, not token ids: its spec's
+    # INPUT_SIZE is used (the check was "has a config", so it said weights and states only)
+    nets = tmp_path / "nets.py"
+    nets.write_text(
+        "import transformers\n"
+        "INPUT_SIZE = (3, 32, 32)\n"
+        "def vit():\n"
+        "    return transformers.ViTModel(transformers.ViTConfig(hidden_size=32, "
+        "num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32, "
+        "patch_size=16))\n"
+    )
+    assert main(["fit", f"{nets}:vit", "--memory", "2GB", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 4 of 3x32x32" in out and "weights and states only" not in out
+
+
 def test_every_fit_option_has_help():
     from modelprof.cli import build_parser
 
