@@ -4,14 +4,13 @@ measured end to end, its KV cache and memory, and bounded on a named device."""
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, check_flag
+from modelprof.errors import ModelProfError, check_flag
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, is_encoder_decoder, source_length
@@ -171,12 +170,20 @@ def _run(
         **opts.flags(),
     )
     dtype = str(lm.dtype).removeprefix("torch.")
-    with warnings.catch_warnings():  # warn=False: the neighbour check's notes, no warning
-        if not opts.warn:
-            warnings.simplefilter("ignore", TimingDisagreementWarning)
-        return GenerationReport(
-            lm.name, spec, str(lm.device), dtype, phases, timings, kv, memory, peaks, moe, env
-        )
+    return GenerationReport(
+        lm.name,
+        spec,
+        str(lm.device),
+        dtype,
+        phases,
+        timings,
+        kv,
+        memory,
+        peaks,
+        moe,
+        env,
+        warn=opts.warn,
+    )
 
 
 def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> MemoryPlan:

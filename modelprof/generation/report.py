@@ -98,10 +98,12 @@ class GenerationReport(Exports):
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: timed points slower than a neighbour doing more work (``_neighbours``), warned once each
     disagreements: list[NeighbourDisagreement] = dataclasses.field(init=False)
+    #: the timing option ``warn``: False keeps the disagreements' notes, without a warning
+    warn: dataclasses.InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, warn: bool) -> None:
         self.disagreements = _neighbours(self.phase_tables, self.timings)
-        for d in self.disagreements:
+        for d in self.disagreements if warn else ():
             warn_user(f"modelprof: {d.note()}", TimingDisagreementWarning)
 
     @property
