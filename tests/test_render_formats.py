@@ -140,6 +140,9 @@ def test_a_generation_report_takes_the_view_options_every_exporter_takes():
         report.to_markdown(depth=1)
     with pytest.raises(ModelProfError, match="got units='raw'"):
         report.export("md", view=ViewOptions(units="raw"))
+    # one ViewOptions shared by every format: another format's fields (a LaTeX label) are that
+    # format's, not a request of the document's
+    assert report.to_markdown(view=ViewOptions(label="tab:x")).startswith("# ")
     # a Report's other views do not fit the phases' frame: refused, not ignored
     with pytest.raises(ModelProfError, match="style='torchstat' is a Report's view"):
         report.to_latex(style="torchstat")

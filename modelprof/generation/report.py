@@ -71,6 +71,12 @@ def _kv_words(kv: Any) -> str:
     )
 
 
+#: the view options that select or shape a table, whoever's view carries them
+_SHAPING = frozenset(
+    "style group_by columns depth leaf_only top_k sort_by units show_totals max_rows".split()
+)
+
+
 def _median_text(m: Any) -> str:
     """``12.345 ms (12.001-12.700)``: a median with its 95 % interval, or why there is none."""
     if not m.has_interval:
@@ -424,13 +430,17 @@ class GenerationReport(Exports):
         self, path: str | Path | None, given: ViewOptions, options: dict[str, Any]
     ) -> str | Path:
         """:meth:`to_markdown`'s document: its tables are shown whole, so an option that would
-        select or shape a table is refused, not dropped."""
+        select or shape a table is refused, not dropped (a keyword, or a shared ``view``'s
+        selection and units; another format's fields in that view are that format's)."""
         unset = ViewOptions()
         asked = sorted(
             f.name
             for f in dataclasses.fields(ViewOptions)
             if f.name != "standalone"
-            and (f.name in options or getattr(given, f.name) != getattr(unset, f.name))
+            and (
+                f.name in options
+                or (f.name in _SHAPING and getattr(given, f.name) != getattr(unset, f.name))
+            )
         )
         if asked:
             raise ModelProfError(
