@@ -212,6 +212,13 @@ def test_an_option_only_other_formats_read_is_refused_not_dropped(yaml_format):
         table.render.to_text(label="t")
     with pytest.raises(ModelProfError, match=r"json does not read caption"):
         formats.export("json", r.to_dataframe(), caption="x")
+    # the writers called directly too (modelprof.render.to_csv and its siblings)
+    from modelprof import render
+
+    with pytest.raises(ModelProfError, match=r"csv does not read caption"):
+        render.to_csv(r.to_dataframe(), caption="x")
+    with pytest.raises(ModelProfError, match=r"text does not read label"):
+        render.to_text(r.to_dataframe(), label="t")
     # the options every format reads, each format's own, and a format registered elsewhere
     # (which reads what it reads) pass
     assert r.to_csv(columns=["module", "params"], depth=0).splitlines()[0] == "module,params"

@@ -21,7 +21,7 @@ import modelprof.columns as registry
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.formats import register_format
-from modelprof.render.options import ViewOptions
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import selected_frame, with_index
 
 __all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
@@ -167,6 +167,7 @@ def to_csv(
     """The table as CSV, raw numbers (``totals``, ``end_to_end`` and ``env`` are not written),
     a meaningful index (model names) as the first column. Returns the text or writes ``path``
     and returns it."""
+    check_read_by("csv", options)
     df = selected_frame(df, ViewOptions.parse(view, **options))
     out = _neutralise_text(with_index(df).copy())  # before the floats become text
     for name in out.columns:

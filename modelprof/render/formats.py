@@ -109,6 +109,7 @@ def register_table(
         view: ViewOptions | None = None,
         **options: Any,
     ) -> str | Path:
+        check_read_by(name, options)  # the keywords it does not read, refused
         view = ViewOptions.parse(view, **options)
         table = prepare_table(
             df, totals, end_to_end=end_to_end, view=view, default_units=default_units
@@ -160,8 +161,7 @@ def export(
 ) -> str | Path:
     """Write ``df`` as format ``name`` (see the module doc for the arguments); every writer
     is handed all four, so one registered with its own defaults for them sees None."""
-    fmt = get_format(name)
-    check_read_by(fmt.name, options)
+    fmt = get_format(name)  # (each writer refuses a keyword only other formats read)
     return fmt.write(df, totals, end_to_end=end_to_end, env=env, path=path, view=view, **options)
 
 

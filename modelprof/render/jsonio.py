@@ -25,7 +25,7 @@ import pandas as pd
 from modelprof.errors import ModelProfError
 from modelprof.render._output import emit
 from modelprof.render.formats import register_format
-from modelprof.render.options import ViewOptions
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import selected_frame
 from modelprof.runtime.env import jsonable
 
@@ -94,6 +94,7 @@ def to_json(
     """The table (raw numbers), the totals and the environment (the end-to-end latency with it)
     as one JSON document; the selected rows keep their index. Returns the text or writes
     ``path`` and returns it."""
+    check_read_by("json", options)
     view = ViewOptions.parse(view, **options)
     df = selected_frame(df, view)
     if isinstance(df.columns, pd.MultiIndex):
