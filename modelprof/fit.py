@@ -272,8 +272,15 @@ def _count_text(n: int) -> str:
 
 def _check_plan(model: nn.Module, config: Any, spec: _Spec) -> None:
     """Refuse a plan no real run makes: a non-integer head dim, a ``tp`` :func:`_check_tp`
-    refuses, a ``context`` past the positions of a model fit feeds token ids."""
+    refuses, a ``context`` past the positions of a model fit feeds token ids, a ``tp`` for a
+    model without a config (its activations would be divided as if sharded)."""
     if config is None:
+        if spec.tp > 1:
+            raise ModelProfError(
+                f"tp={spec.tp}: fit shards a model by its transformers config (its heads and "
+                f"hidden size); {type(model).__name__} has none, so it makes no tensor-parallel "
+                "plan for it (ranks= plans data parallelism)"
+            )
         return
     d = model_dims(config)
     heads, hidden = d["heads"], d["hidden"]

@@ -366,6 +366,14 @@ def test_the_command_line_keeps_the_input_size_of_a_transformers_image_model(tmp
     assert "batch 4 of 3x32x32" in out and "weights and states only" not in out
 
 
+def test_a_plain_module_gets_no_tensor_parallel_plan():
+    # a CNN has no heads to shard: at tp=2 its activations read half of tp=1's, as if sharded
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    with pytest.raises(ModelProfError, match=r"tp=2: fit shards a model by its transformers"):
+        fit(model, input_size=(3, 16, 16), tp=2, memory_bytes=1e9)
+    fit(model, input_size=(3, 16, 16), ranks=2, memory_bytes=1e9)  # data parallel: planned
+
+
 def test_every_fit_option_has_help():
     from modelprof.cli import build_parser
 
