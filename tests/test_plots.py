@@ -310,3 +310,25 @@ def test_a_reports_roofline_view_never_starts_a_probe(monkeypatch) -> None:
         report.plot_roofline()
     fig = report.plot_roofline(peaks=PEAKS)  # given peaks: drawn
     assert fig.axes
+
+
+def test_the_decode_growth_plot_names_its_batch_in_mib_at_whole_contexts():
+    # a newcomer's plot said no batch size (of two), ticked contexts at 8.25 and 8.5, and drew
+    # bytes in MB beside tables in MiB
+    from helpers import tiny_llama
+
+    from modelprof import profile_generation
+
+    report = profile_generation(
+        tiny_llama(2), prompt_len=8, new_tokens=4, batch_size=[1, 2], timing=False
+    )
+    fig = report.plot_decode_growth(batch_size=2)
+    ax_t, ax_b = fig.axes
+    assert ax_t.get_title() == "Decode step time, batch 2"
+    assert ax_b.get_title() == "Decode step bytes, batch 2" and ax_b.get_ylabel() == "MiB"
+    read = ax_b.get_lines()[0]
+    growth = report.growth(2)
+    assert np.allclose(read.get_ydata(), growth["read_bytes"] / 2**20)  # 1 MiB = 2**20 B
+    fig.canvas.draw()  # (the ticks are placed when drawn)
+    ticks = ax_b.get_xticks()
+    assert np.allclose(ticks, np.round(ticks))

@@ -20,6 +20,8 @@ def plot_decode_growth(
     """Left: a decode step's time against the context (every measured step, their median and
     fit, the per-layer passes' medians, the bound). Right: its counted bytes and the KV cache."""
     fig = figure_class()(figsize=(11.0, 4.0), layout="constrained")
+    from matplotlib.ticker import MaxNLocator  # (matplotlib is there: figure_class found it)
+
     ax_t, ax_b = fig.subplots(1, 2)
     g = report.growth(batch_size)
     ctx = g["context"]
@@ -50,12 +52,19 @@ def plot_decode_growth(
     if "bound_ms" in g.columns:
         bound = f"roofline bound ({report.peaks.device})"
         ax_t.plot(ctx, g["bound_ms"], "s-", color="tab:red", label=bound)
-    ax_b.plot(ctx, g["read_bytes"] / 1e6, "o-", label="read (counted)")
-    ax_b.plot(ctx, g["write_bytes"] / 1e6, "o-", label="written (counted)")
+    # MiB, as the tables write bytes (1 MiB = 2**20 B)
+    ax_b.plot(ctx, g["read_bytes"] / 2**20, "o-", label="read (counted)")
+    ax_b.plot(ctx, g["write_bytes"] / 2**20, "o-", label="written (counted)")
     if g["kv_cache_bytes"].notna().any():
-        ax_b.plot(ctx, g["kv_cache_bytes"] / 1e6, "s--", label="KV cache after the step")
-    for ax, unit, what in ((ax_t, "ms per decode step", "time"), (ax_b, "MB", "bytes")):
-        ax.set(xlabel="context (tokens in the cache)", ylabel=unit, title=f"Decode step {what}")
+        ax_b.plot(ctx, g["kv_cache_bytes"] / 2**20, "s--", label="KV cache after the step")
+    batch = f", batch {report._batch(batch_size)}"  # (a report may hold several)
+    for ax, unit, what in ((ax_t, "ms per decode step", "time"), (ax_b, "MiB", "bytes")):
+        ax.set(
+            xlabel="context (tokens in the cache)",
+            ylabel=unit,
+            title=f"Decode step {what}{batch}",
+        )
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # contexts are whole tokens
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
