@@ -941,9 +941,13 @@ def _run_generate(ctx: _Context) -> None:
     if ctx.out is None:
         return
     stem = f"{name}_generation"
-    figures = [(f"{stem}_phase_share", report.plot_phase_share)]
-    if timing or report.peaks is not None:
-        figures.insert(0, (f"{stem}_decode_growth", report.plot_decode_growth))
+    figures = []  # per batch size where there are several (decode growth: its bytes untimed too)
+    for b in report.batch_sizes:
+        at = f"_batch{b}" if len(report.batch_sizes) > 1 else ""
+        figures += [
+            (f"{stem}{at}_decode_growth", lambda b=b: report.plot_decode_growth(batch_size=b)),
+            (f"{stem}{at}_phase_share", lambda b=b: report.plot_phase_share(batch_size=b)),
+        ]
     ctx.write_formats(stem, report.export, figures)
     if report.peaks is not None and "csv" in ctx.formats:
         ctx.write(

@@ -198,3 +198,22 @@ def test_fit_and_generate_build_one_class_for_a_config(tmp_path, capsys):
     s2t = str(tmp_path / "Speech2TextForConditionalGeneration.json")
     assert main(["generate", s2t, "--device", "meta", "--prompt-len", "4"]) == 2
     assert "no num_mel_bins: modelprof knows Whisper's layout" in capsys.readouterr().err
+
+
+def test_generate_writes_each_batch_sizes_figures_untimed_too(tmp_path):
+    pytest.importorskip("matplotlib")
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64}
+        )
+    )
+    args = ["--prompt-len", "4", "--new-tokens", "2", "--no-timing", "--format", "png"]
+    out = tmp_path / "out"
+    assert main(["generate", str(cfg), *args, "--batch-size", "1,2", "--out", str(out)]) == 0
+    # the decode growth's bytes are counted: drawn without timing too; one figure per batch
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"tiny_generation_batch{b}_{kind}.png"
+        for b in (1, 2)
+        for kind in ("decode_growth", "phase_share")
+    ]
