@@ -105,6 +105,10 @@ def measure_config(config: SweepConfig, device: str) -> dict[str, Any]:
         row.update(_latency("latency", report.latency))
     if report.backward_latency is not None:
         row.update(_latency("backward_latency", report.backward_latency))
+        phases = report.training_step.timing.phases()  # the whole step, and its optimizer's
+        for name in ("optimizer", "step"):
+            if name in phases:
+                row.update(interval_columns(f"{name}_latency", phases[name]))
     return row
 
 

@@ -377,3 +377,24 @@ def test_an_optimizer_in_a_forward_and_backward_grid_runs_every_configuration(
     # Linear(10, 20) at batch 1: 200 MACs forward; the backward computes the weight's gradient
     # alone (the input needs none): 1 x 10 x 20 = 200 MACs
     assert df["macs"].tolist() == [200, 200] and df["backward_macs"].iloc[1] == 200
+
+
+def test_a_timed_training_step_row_carries_its_optimizer_and_whole_step_medians(
+    nets: Path,
+) -> None:
+    # a newcomer's backward rows had the forward's and the backward's latency alone; compare()
+    # gave the optimizer's and the whole step's too
+    df = sweep(
+        {
+            "models": [f"{nets}:narrow"],
+            "modes": ["backward"],
+            "timing": True,
+            "options": {"optimizer": "adam", "repeat": 5, "warmup": 1, "roofline": False},
+        }
+    )
+    row = df.iloc[0]
+    for name in ("backward", "optimizer", "step"):
+        assert row[f"{name}_latency_median_ms"] > 0
+        assert f"{name}_latency_ci_low_ms" in df.columns
+    # the whole step is its phases back to back: longer than its backward and optimizer
+    assert row["step_latency_median_ms"] > row["optimizer_latency_median_ms"]
