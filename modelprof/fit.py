@@ -446,8 +446,10 @@ def _main_input(model: nn.Module) -> str:
 
 
 def takes_token_ids(model: nn.Module) -> bool:
-    """``fit`` feeds ``model`` token ids (its main input is ``input_ids`` and its forward takes
-    them); otherwise it counts it at an ``input_size``."""
+    """``fit`` feeds ``model`` token ids (it has a transformers config, its main input is
+    ``input_ids`` and its forward takes them); otherwise it counts it at an ``input_size``."""
+    if getattr(model, "config", None) is None:
+        return False
     params = forward_parameters(model)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     return _main_input(model) == "input_ids" and ("input_ids" in params or takes_any)
@@ -480,6 +482,7 @@ def _counted(model: nn.Module, config: Any, spec: _Spec, training: bool) -> dict
     prefill_inputs = _count_inputs(model, spec, training=False)
     ids = config is not None and prefill_inputs is not None
     counts["fed"] = _fed_text(spec, ids)
+    counts["sharded"] = config is not None  # a tensor-parallel plan exists (heads to split)
     if ids and spec.input_size is not None:
         raise ModelProfError(
             f"input_size={_shapes_text(spec.input_size)} is for a model that takes no token ids; "
@@ -906,7 +909,9 @@ def _way_forward(
         )
     return (
         f"no training plan fits on {spec.ranks} rank{'s' if spec.ranks > 1 else ''}: ZeRO-3 (FSDP) "
-        f"would fit {'; '.join(said)}; a larger tp or a smaller batch"
+        f"would fit {'; '.join(said)}; "
+        + ("a larger tp or " if counts.get("sharded") else "")
+        + "a smaller batch"
         + (" or context" if "context" in counts["fed"] else "")
         + " lower it too",
     )

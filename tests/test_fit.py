@@ -366,12 +366,40 @@ def test_the_command_line_keeps_the_input_size_of_a_transformers_image_model(tmp
     assert "batch 4 of 3x32x32" in out and "weights and states only" not in out
 
 
+def test_the_command_line_keeps_the_input_size_of_a_plain_module_taking_kwargs(tmp_path, capsys):
+    # forward(self, x, **kwargs) with no config: fit feeds it no token ids, so the spec's
+    # INPUT_SIZE is used (its **kwargs read as "takes input_ids" dropped the size)
+    nets = tmp_path / "kw.py"
+    nets.write_text(
+        "import torch\n"
+        "INPUT_SIZE = (3, 32, 32)\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = torch.nn.Conv2d(3, 8, 3)\n"
+        "    def forward(self, x, **kwargs):\n"
+        "        return self.conv(x)\n"
+        "def build():\n"
+        "    return Net()\n"
+    )
+    assert main(["fit", f"{nets}:build", "--memory", "1GB", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2 of 3x32x32" in out and "weights and states only" not in out
+
+
 def test_a_plain_module_gets_no_tensor_parallel_plan():
     # a CNN has no heads to shard: at tp=2 its activations read half of tp=1's, as if sharded
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
     with pytest.raises(ModelProfError, match=r"tp=2: fit shards a model by its transformers"):
         fit(model, input_size=(3, 16, 16), tp=2, memory_bytes=1e9)
     fit(model, input_size=(3, 16, 16), ranks=2, memory_bytes=1e9)  # data parallel: planned
+    # where no training plan fits, the way forward does not offer it a larger tp
+    big = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(65536, 1000)
+    )
+    notes = fit(big, memory_bytes=2**28, input_size=(3, 32, 32), batch_size=64).notes
+    said = [n for n in notes if n.startswith("no training plan fits")]
+    assert said and "tp" not in said[0].split("would fit")[1].replace("tp=1", "")
 
 
 def test_every_fit_option_has_help():
