@@ -177,3 +177,25 @@ def test_identical_layers_far_apart_are_a_disagreement(monkeypatch, second_ms, f
     # a paper table says so in its caption, beside the marked cells
     latex = r.export("latex", columns=["module", "latency_ms"])
     assert "marked \\textasciitilde{} are rough: identical layers read far apart" in latex
+
+
+def test_the_backward_check_never_agrees_with_nothing_and_lets_stamps_explain_noise():
+    from modelprof.timing.agreement import judge_backward
+
+    passes = Measurement(np.full(12, 2.0))
+    # a clean median of n/a: no verdict of agreement (its ratio was NaN, which read "agree")
+    nothing = judge_backward(Measurement(np.full(3, np.nan)), passes, 10)
+    assert not nothing.agree and nothing.verdict == "imprecise"
+    # a noisy clean backward: block medians 0.3-2.8 ms, median 0.9 ms, its interval (about
+    # 0.46-1.75) holding the 1.3 ms instrumented (1.44x: "too noisy to compare"); over 200
+    # nodes the excess is (1.3 - 0.9) / 200 ms = 2 us a node, within STAMP_BOUND_US: stamps,
+    # no alarm; over 20 nodes 20 us a node: still too noisy, said so
+    from helpers import blocked
+
+    clean = blocked([0.3, 0.4, 0.6, 0.8, 1.0, 1.6, 2.2, 2.8], per_block=5)
+    assert judge_agreement(clean, passes13 := Measurement(np.full(12, 1.3)), np.nan).verdict == (
+        "imprecise"
+    )
+    noisy = judge_backward(clean, passes13, 200)
+    assert noisy.verdict == "stamps" and noisy.stamp_us == pytest.approx(2.0)
+    assert judge_backward(clean, passes13, 20).verdict == "imprecise"
