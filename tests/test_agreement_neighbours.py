@@ -163,7 +163,14 @@ def test_a_batch_size_whose_ttft_lies_above_a_bigger_batch_is_marked(monkeypatch
     assert repr(report).count("!! ") == 2
     # warn=False: the same marks and notes, no warning
     quiet, said = _generation(monkeypatch, ms, batch_size=[1, 4], layer_timing=False, warn=False)
-    assert quiet.timing_notes == report.timing_notes and said == []
+    assert quiet.timing_notes == report.timing_notes and said == [] and quiet.warn is False
+    import dataclasses
+    import warnings
+
+    with warnings.catch_warnings(record=True) as again:  # a copy keeps its warn=False
+        warnings.simplefilter("always")
+        dataclasses.replace(quiet, env=dict(quiet.env))
+    assert not [w for w in again if issubclass(w.category, TimingDisagreementWarning)]
 
     # the same generations without the slow prefill: every figure grows with the batch
     report, said = _generation(

@@ -523,3 +523,23 @@ def test_a_median_without_an_interval_says_so_instead_of_nan_nan():
     text = str(report)
     assert "nan" not in text and "TTFT" in text
     assert "(no interval from 1 run in 1 block)" in text
+
+
+def test_a_static_caches_room_leaves_out_its_constant_bytes():
+    # a static self-attention cache beside cross-attention keys and values: the room is the
+    # self-attention bytes' (2 x 16,384 - 2 x 8,192 = 16,384 B at 1,024 B/token: 16 tokens)
+    from modelprof.generation.cache import KVCacheInfo
+    from modelprof.generation.report import _kv_words
+
+    kv = KVCacheInfo(
+        (16384, 16384),
+        7,
+        1,
+        1024,
+        allocated=True,
+        per_layer_cross_bytes=(8192, 8192),
+    )
+    assert _kv_words(kv) == (
+        "self-attention 16,384 bytes allocated (room for 16 tokens at the closed form's 1024 "
+        "bytes/token), holding 7 tokens"
+    )

@@ -323,8 +323,7 @@ def test_the_decode_growth_plot_names_its_batch_in_mib_at_whole_contexts():
         tiny_llama(2), prompt_len=8, new_tokens=4, batch_size=[1, 2], timing=False
     )
     fig = report.plot_decode_growth(batch_size=2)
-    ax_t, ax_b = fig.axes
-    assert ax_t.get_title() == "Decode step time, batch 2"
+    (ax_b,) = fig.axes  # nothing timed, no bound: the bytes alone (no empty time panel)
     assert ax_b.get_title() == "Decode step bytes, batch 2" and ax_b.get_ylabel() == "MiB"
     read = ax_b.get_lines()[0]
     growth = report.growth(2)
@@ -332,3 +331,9 @@ def test_the_decode_growth_plot_names_its_batch_in_mib_at_whole_contexts():
     fig.canvas.draw()  # (the ticks are placed when drawn)
     ticks = ax_b.get_xticks()
     assert np.allclose(ticks, np.round(ticks))
+    # with a bound (a target's roofline) the time panel has something to show: both
+    bound = profile_generation(
+        tiny_llama(2), prompt_len=8, new_tokens=4, timing=False, target="H100 SXM"
+    )
+    ax_t, _ = bound.plot_decode_growth().axes
+    assert ax_t.get_title() == "Decode step time, batch 1"

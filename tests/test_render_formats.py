@@ -143,6 +143,8 @@ def test_a_generation_report_takes_the_view_options_every_exporter_takes():
     # one ViewOptions shared by every format: another format's fields (a LaTeX label) are that
     # format's, not a request of the document's
     assert report.to_markdown(view=ViewOptions(label="tab:x")).startswith("# ")
+    with pytest.raises(ModelProfError, match="batch_size=2: the Markdown document covers"):
+        report.export("markdown", batch_size=2)
     # a Report's other views do not fit the phases' frame: refused, not ignored
     with pytest.raises(ModelProfError, match="style='torchstat' is a Report's view"):
         report.to_latex(style="torchstat")

@@ -369,5 +369,6 @@ def test_a_subclass_of_view_options_takes_its_own_fields():
         colour: str = "grey"
 
     assert Mine(colour="red", depth=1).colour == "red"
+    assert ViewOptions.parse(Mine(), colour="red").colour == "red"  # a view's own class
     with pytest.raises(ModelProfError, match=r"\(colur=: did you mean colour=\?\)"):
         Mine(colur="red")

@@ -34,7 +34,8 @@ __all__ = ["Phase", "count_phases", "time_phase"]
 @dataclasses.dataclass
 class Phase:
     """One step of generation: ``prefill`` over the prompt, or ``decode`` of one token with
-    ``context`` tokens before it; its per-layer ``report`` (the columns of ``profile``)."""
+    ``context`` tokens before it (``tokens``: those its forward runs over: 1 with a cache, all
+    ``context + 1`` without one); its per-layer ``report`` (the columns of ``profile``)."""
 
     name: str
     context: int

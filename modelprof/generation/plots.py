@@ -18,15 +18,18 @@ def plot_decode_growth(
     report: Any, *, save: str | os.PathLike[str] | None = None, batch_size: int | None = None
 ) -> Any:
     """Left: a decode step's time against the context (every measured step, their median and
-    fit, the per-layer passes' medians, the bound). Right: its counted bytes and the KV cache."""
-    fig = figure_class()(figsize=(11.0, 4.0), layout="constrained")
-    from matplotlib.ticker import MaxNLocator  # (matplotlib is there: figure_class found it)
-
-    ax_t, ax_b = fig.subplots(1, 2)
+    fit, the per-layer passes' medians, the bound). Right: its counted bytes and the KV cache.
+    Nothing timed and no bound: the bytes alone."""
     g = report.growth(batch_size)
     ctx = g["context"]
     timing = report.timings.get(report._batch(batch_size))
-    if timing is not None and timing.step_ms.size:
+    timed = timing is not None and timing.step_ms.size > 0
+    timed = timed or g["latency_ms"].notna().any() or "bound_ms" in g.columns
+    fig = figure_class()(figsize=(11.0, 4.0) if timed else (5.5, 4.0), layout="constrained")
+    from matplotlib.ticker import MaxNLocator  # (matplotlib is there: figure_class found it)
+
+    ax_t, ax_b = fig.subplots(1, 2) if timed else (None, fig.subplots())
+    if timed and timing is not None and timing.step_ms.size:
         every = np.broadcast_to(timing.contexts, timing.step_ms.shape)
         ax_t.scatter(
             every.ravel(),
@@ -47,9 +50,9 @@ def plot_decode_growth(
                 color="tab:blue",
                 label=f"fit: {slope.describe()}",
             )
-    if g["latency_ms"].notna().any():
+    if timed and g["latency_ms"].notna().any():
         ax_t.plot(ctx, g["latency_ms"], "o", color="tab:orange", label="per-layer passes (median)")
-    if "bound_ms" in g.columns:
+    if timed and "bound_ms" in g.columns:
         bound = f"roofline bound ({report.peaks.device})"
         ax_t.plot(ctx, g["bound_ms"], "s-", color="tab:red", label=bound)
     # MiB, as the tables write bytes (1 MiB = 2**20 B)
@@ -59,6 +62,8 @@ def plot_decode_growth(
         ax_b.plot(ctx, g["kv_cache_bytes"] / 2**20, "s--", label="KV cache after the step")
     batch = f", batch {report._batch(batch_size)}"  # (a report may hold several)
     for ax, unit, what in ((ax_t, "ms per decode step", "time"), (ax_b, "MiB", "bytes")):
+        if ax is None:
+            continue
         ax.set(
             xlabel="context (tokens in the cache)",
             ylabel=unit,

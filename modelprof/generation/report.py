@@ -57,9 +57,10 @@ def _kv_words(kv: Any) -> str:
     kind = "self-attention " if kv.cross_bytes else ""
     cf = kv.closed_form_per_token
     if kv.allocated:  # a static cache: its capacity, allocated up front
-        room = kv.total_bytes // (cf * kv.batch_size) if cf else None
+        held = kv.total_bytes - kv.constant_bytes  # (a state or cross-attention: said after)
+        room = held // (cf * kv.batch_size) if cf else None
         at = f" (room for {room} tokens at the closed form's {cf} bytes/token)" if room else ""
-        return f"{kind}{kv.total_bytes:,} bytes allocated{at}, holding {kv.tokens} tokens"
+        return f"{kind}{held:,} bytes allocated{at}, holding {kv.tokens} tokens"
     if kv.matches_closed_form and cf and round(kv.per_token_bytes) != cf:
         return (
             f"{kind}{kv.total_bytes:,} bytes at {kv.tokens} tokens, the closed form's: a "
@@ -105,11 +106,11 @@ class GenerationReport(Exports):
     #: timed points slower than a neighbour doing more work (``_neighbours``), warned once each
     disagreements: list[NeighbourDisagreement] = dataclasses.field(init=False)
     #: the timing option ``warn``: False keeps the disagreements' notes, without a warning
-    warn: dataclasses.InitVar[bool] = True
+    warn: bool = dataclasses.field(default=True, repr=False, compare=False)
 
-    def __post_init__(self, warn: bool) -> None:
+    def __post_init__(self) -> None:
         self.disagreements = _neighbours(self.phase_tables, self.timings)
-        for d in self.disagreements if warn else ():
+        for d in self.disagreements if self.warn else ():
             warn_user(f"modelprof: {d.note()}", TimingDisagreementWarning)
 
     @property
@@ -372,6 +373,11 @@ class GenerationReport(Exports):
                     f"(report.prefill().report.export(..., {name}=...))"
                 )
         if fmt.name == "markdown" and given.standalone is not False:
+            if batch_size is not None:  # the document is every batch size's: refused, not dropped
+                raise ModelProfError(
+                    f"batch_size={batch_size!r}: the Markdown document covers every batch size; "
+                    "pass standalone=False for one batch size's per-layer table"
+                )
             return self._markdown_document(path, given, options)
         df = self.to_dataframe(batch_size)
         given = self._table_view(fmt.human, df, batch_size, given, options)

@@ -92,7 +92,7 @@ class ViewOptions:
         """``view`` (or the defaults) with ``options`` applied and checked."""
         if view is not None and not isinstance(view, ViewOptions):
             raise ModelProfError(f"view={view!r} is not a ViewOptions")
-        _check_names(options, cls)
+        _check_names(options, type(view) if view is not None else cls)
         for key in ("columns", "priority", "summary"):
             value = options.get(key)
             if value is not None and not isinstance(value, str) and isinstance(value, Iterable):
