@@ -446,10 +446,14 @@ def _main_input(model: nn.Module) -> str:
 
 
 def takes_token_ids(model: nn.Module) -> bool:
-    """``fit`` feeds ``model`` token ids (it has a transformers config, its main input is
-    ``input_ids`` and its forward takes them); otherwise it counts it at an ``input_size``."""
-    if getattr(model, "config", None) is None:
-        return False
+    """``fit`` feeds ``model`` token ids (it finds a transformers config, the model's or the
+    one of a transformers model inside it, and its forward takes ``input_ids``); otherwise it
+    counts it at an ``input_size``."""
+    return _model(model)[1] is not None and _takes_ids(model)
+
+
+def _takes_ids(model: nn.Module) -> bool:
+    """The forward takes ``input_ids`` (named, or through ``**kwargs``) as its main input."""
     params = forward_parameters(model)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     return _main_input(model) == "input_ids" and ("input_ids" in params or takes_any)
@@ -460,7 +464,7 @@ def _count_inputs(model: nn.Module, spec: _Spec, training: bool) -> dict[str, An
     ``batch_size`` x ``context`` (an encoder-decoder's decoder: one start token for the
     prefill); the last token's logits only, when the forward can say so. None when the
     forward takes no ``input_ids``."""
-    if not takes_token_ids(model):
+    if not _takes_ids(model):
         return None
     params = forward_parameters(model)
     shape = (spec.batch_size, spec.context)
