@@ -349,42 +349,39 @@ def test_the_command_line_counts_a_vision_model_at_its_input_size(capsys):
     assert "4.00 MiB" in capsys.readouterr().out
 
 
-def test_the_command_line_keeps_the_input_size_of_a_transformers_image_model(tmp_path, capsys):
-    # a transformers ViTModel has a config but is fed pixels, not token ids: its spec's
-    # INPUT_SIZE is used (the check was "has a config", so it said weights and states only)
+_VIT = (  # a transformers ViTModel: a config, but fed pixels, not token ids
+    "import transformers\n"
+    "INPUT_SIZE = (3, 32, 32)\n"
+    "def build():\n"
+    "    return transformers.ViTModel(transformers.ViTConfig(hidden_size=32, "
+    "num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32, "
+    "patch_size=16))\n"
+)
+_KWARGS = (  # forward(self, x, **kwargs), no config: fit feeds it no token ids
+    "import torch\n"
+    "INPUT_SIZE = (3, 32, 32)\n"
+    "class Net(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.conv = torch.nn.Conv2d(3, 8, 3)\n"
+    "    def forward(self, x, **kwargs):\n"
+    "        return self.conv(x)\n"
+    "def build():\n"
+    "    return Net()\n"
+)
+
+
+@pytest.mark.parametrize("source", [_VIT, _KWARGS], ids=["transformers_vit", "plain_kwargs"])
+def test_the_command_line_keeps_the_input_size_of_a_model_fed_no_token_ids(
+    source, tmp_path, capsys
+):
+    # the spec's INPUT_SIZE is used where fit feeds no token ids ("has a config" and "takes
+    # **kwargs" each read as "takes input_ids" dropped it: weights and states only)
     nets = tmp_path / "nets.py"
-    nets.write_text(
-        "import transformers\n"
-        "INPUT_SIZE = (3, 32, 32)\n"
-        "def vit():\n"
-        "    return transformers.ViTModel(transformers.ViTConfig(hidden_size=32, "
-        "num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32, "
-        "patch_size=16))\n"
-    )
-    assert main(["fit", f"{nets}:vit", "--memory", "2GB", "--batch-size", "4"]) == 0
+    nets.write_text(source)
+    assert main(["fit", f"{nets}:build", "--memory", "2GB", "--batch-size", "4"]) == 0
     out = capsys.readouterr().out
     assert "batch 4 of 3x32x32" in out and "weights and states only" not in out
-
-
-def test_the_command_line_keeps_the_input_size_of_a_plain_module_taking_kwargs(tmp_path, capsys):
-    # forward(self, x, **kwargs) with no config: fit feeds it no token ids, so the spec's
-    # INPUT_SIZE is used (its **kwargs read as "takes input_ids" dropped the size)
-    nets = tmp_path / "kw.py"
-    nets.write_text(
-        "import torch\n"
-        "INPUT_SIZE = (3, 32, 32)\n"
-        "class Net(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.conv = torch.nn.Conv2d(3, 8, 3)\n"
-        "    def forward(self, x, **kwargs):\n"
-        "        return self.conv(x)\n"
-        "def build():\n"
-        "    return Net()\n"
-    )
-    assert main(["fit", f"{nets}:build", "--memory", "1GB", "--batch-size", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "batch 2 of 3x32x32" in out and "weights and states only" not in out
 
 
 def test_a_plain_module_gets_no_tensor_parallel_plan():

@@ -74,7 +74,8 @@ def test_a_registered_format_is_written_by_every_result(yaml_format, tmp_path):
     assert not hasattr(report, "to_nothing_registered")  # still an AttributeError for getattr
 
 
-def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_path):
+def _tiny_gpt2():
+    """A one-layer GPT-2 of width 16, random weights."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(
         n_layer=1,
@@ -85,7 +86,11 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
         bos_token_id=0,
         eos_token_id=0,
     )
-    model = transformers.GPT2LMHeadModel(cfg).eval()
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_path):
+    model = _tiny_gpt2()
     report = profile_generation(model, prompt_len=4, new_tokens=2, batch_size=[1, 2], timing=False)
     # the per-layer table of every phase (prefill, then a decode step per context) of both batch
     # sizes (a newcomer's exports held the first alone, with no column saying which it was)
@@ -109,19 +114,7 @@ def test_a_generation_report_writes_every_registered_format(yaml_format, tmp_pat
 
 
 def test_a_generation_report_takes_the_view_options_every_exporter_takes():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        n_layer=1,
-        n_embd=16,
-        n_head=2,
-        vocab_size=32,
-        n_positions=32,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    report = profile_generation(
-        transformers.GPT2LMHeadModel(cfg).eval(), prompt_len=4, new_tokens=2, timing=False
-    )
+    report = profile_generation(_tiny_gpt2(), prompt_len=4, new_tokens=2, timing=False)
     # depth=0: each phase's root row alone, the prefill's and the one decode step's (2 new
     # tokens: the first from the prefill) = 2 rows (a newcomer's to_text(depth=0): TypeError)
     words = [line.split()[:1] for line in report.to_text(depth=0).splitlines()]
