@@ -48,7 +48,6 @@ from modelprof.timing.helps import what_helps as time_what_helps
 from modelprof.timing.kernels import KernelTiming, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.layers import MIN_COST_PASSES
-from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import (
     TimingOptions,
     check_option_names,
@@ -486,11 +485,10 @@ def _judge_backward(timing: Any, notes: list[str], warn: bool) -> Any:
     """Whether the instrumented backward passes (the rows' backward times) agree with the clean
     backward; when not, a note and (``warn``) a warning, as the forward's window check; where
     the per-node stamps explain the difference, the note alone."""
-    passes = timing.passes if timing.passes is not None else Measurement(timing.passes_ms)
-    agreement = judge_backward(timing.backward, passes, timing.nodes)
+    agreement = judge_backward(timing.backward, timing.passes, timing.nodes)
     if not agreement.agree:
         notes.append(agreement.note())
-        if warn and agreement.verdict != "stamps":
+        if warn and agreement.alarming:
             warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
     return agreement
 

@@ -181,7 +181,7 @@ class Report(Exports):
             timed_rows = df["latency_ms"].notna()
             df["latency_passes"] = np.where(timed_rows, lt.n, 0).astype("int64")
             df["latency_rough"] = timed_rows & (self.layers_rough | _short_own_rows(df))
-        backward = getattr(self.training_step, "agreement", None)
+        backward = self.backward_agreement
         if backward is not None and "backward_latency_ms" in df.columns:
             # (the optimizer's row adds no backward time: its 0 is exact, never rough)
             timed = df["backward_latency_ms"].notna() & np.array(
@@ -189,6 +189,12 @@ class Report(Exports):
             )
             df["backward_latency_rough"] = timed & (not backward.agree)
         return df
+
+    @property
+    def backward_agreement(self) -> Any:
+        """A timed training step's instrumented backward against its clean backward
+        (``modelprof.timing.agreement.TimingAgreement``); None otherwise."""
+        return getattr(self.training_step, "agreement", None)
 
     @property
     def layers_rough(self) -> bool:
@@ -575,7 +581,7 @@ class Report(Exports):
             if "latency_ms" in df.columns and _short_own_rows(df).any():
                 reason = "(self) rows (a parent's span less its children's) read shorter than "
                 reason += "their work allows"
-        backward = getattr(self.training_step, "agreement", None)
+        backward = self.backward_agreement
         if backward is not None and not backward.agree:  # the backward's rows: its own reason
             why = {
                 "stamps": "they include the per-node stamps' cost",
@@ -691,9 +697,8 @@ class Report(Exports):
         skip = None if agreement is None or agreement.agree else agreement.note()
         if skip is not None:
             lines.append(f"!! {skip}")
-        backward = getattr(self.training_step, "agreement", None)
-        quiet = backward is None or backward.agree or backward.verdict == "stamps"
-        loud = () if quiet else (backward.note(),)
+        backward = self.backward_agreement
+        loud = (backward.note(),) if backward is not None and backward.alarming else ()
         lines.extend(
             f"{'!!' if n in loud else 'note:'} {n}" for n in self.timing_notes if n != skip
         )

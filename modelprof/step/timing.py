@@ -71,6 +71,8 @@ class StepTiming:
     step: Measurement
     calls_ms: np.ndarray
     passes_ms: np.ndarray
+    #: ``passes_ms`` as a Measurement with its blocks (their interval is the blocks')
+    passes: Measurement
     peak_memory_bytes: int | None = None
     nodes: int = 0
     env: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -80,9 +82,6 @@ class StepTiming:
     #: a model that communicates: ``comm_ms[p, c]``, the part of ``calls_ms[p, c]`` that call
     #: ``c``'s collectives took (``modelprof.timing.comm``); None otherwise
     comm_ms: np.ndarray | None = None
-    #: ``passes_ms`` as a Measurement with its blocks (their interval is the blocks'); None
-    #: where only the samples were kept
-    passes: Measurement | None = None
 
     @property
     def overhead(self) -> float:

@@ -120,6 +120,12 @@ class TimingAgreement:
     nodes: int = 0
     stamp_us: float = math.nan
 
+    @property
+    def alarming(self) -> bool:
+        """A disagreement to warn about and mark ``!!``: any but what the stamps explain (a
+        note, no alarm: else every small model's training step warned)."""
+        return not self.agree and self.verdict != "stamps"
+
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
         w = _WORDS[self.phase]
