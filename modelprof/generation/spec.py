@@ -40,7 +40,11 @@ def _int_list(name: str, value: Any) -> tuple[int, ...]:
     items = [value] if is_int(value) else value
     if isinstance(items, str) or not isinstance(items, Sequence) or not items:
         raise ModelProfError(f"{name}={value!r} must be an int >= 1 or a non-empty list of them")
-    return tuple(check_int(name, v) for v in items)
+    got = tuple(check_int(name, v) for v in items)
+    twice = sorted({v for v in got if got.count(v) > 1})
+    if twice:  # (a report holds one figure per value: a second would be merged in silence)
+        raise ModelProfError(f"{name}={list(got)} names {twice[0]} twice; give each value once")
+    return got
 
 
 def default_contexts(prompt_len: int, new_tokens: int) -> tuple[int, ...]:
@@ -79,7 +83,7 @@ class GenerationSpec:
         ctx = (
             default_contexts(p, n)
             if contexts is None
-            else tuple(sorted(set(_int_list("contexts", contexts))))
+            else tuple(sorted(_int_list("contexts", contexts)))
         )
         if max_positions is not None:
             if p >= max_positions:
