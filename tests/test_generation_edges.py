@@ -188,3 +188,22 @@ def test_the_tokens_rate_says_whether_it_is_over_the_batch():
     assert _tokens_rate(four) == "355.0 tokens/s over the batch (88.8 per sequence)"
     one = SimpleNamespace(batch_size=1, tokens_per_s=88.75, batch_tokens_per_s=88.75)
     assert _tokens_rate(one) == "88.8 tokens/s"
+
+
+def test_a_step_functions_own_cache_is_said_without_a_closed_form():
+    # a newcomer's step= report read "(closed form None)": no config gives the model's shape
+    model = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
+
+    def step(tokens, cache):
+        # one layer's keys and values: 8 float32 a token each, grown by the tokens given
+        new = [torch.zeros(1, tokens.shape[1], 8), torch.zeros(1, tokens.shape[1], 8)]
+        kept = new if cache is None else [torch.cat(p, dim=1) for p in zip(cache[0], new)]
+        return model(tokens), [kept]
+
+    report = profile_generation(model, prompt_len=4, new_tokens=3, step=step, timing=False)
+    # 2 tensors x 8 floats x 4 bytes = 64 bytes a token; the cache holds the 4 prompt tokens
+    # and the 2 fed back (the third new token is never fed): 6 x 64 = 384 bytes
+    assert "64 bytes/token (no closed form: no config gives the model's shape), 384 bytes" in (
+        repr(report)
+    )
+    assert "closed form None" not in repr(report)
