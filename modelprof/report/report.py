@@ -26,6 +26,7 @@ from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
 from modelprof.render.views import call_label, compact_columns
+from modelprof.report.diff import diff_frames
 from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
@@ -202,6 +203,19 @@ class Report(Exports):
         stopped them early), or disagree with the clean runs or among themselves
         (``timing_agreement``): rough, marked in every view."""
         return self._rough_reason() is not None
+
+    def diff(
+        self, other: Report, columns: Sequence[str] | None = None, names: Any = ("a", "b")
+    ) -> pd.DataFrame:
+        """This report (``a``) beside ``other`` (``b``) layer by layer, rows matched by module
+        and call: each of ``columns`` (default: the counts, and ``latency_ms`` when both are
+        timed) twice and their ratio b / a, ``in`` saying where a row exists only on one side,
+        ``latency_rough`` where either side's is. Counts compare exactly; per-layer times taken
+        in two runs carry whatever the machine did between them (``compare()`` interleaves
+        whole models to cancel that drift)."""
+        if not isinstance(other, Report):
+            raise ModelProfError(f"diff() takes another Report, got {type(other).__name__}")
+        return diff_frames(self.to_dataframe(), other.to_dataframe(), columns, names)
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:
         """Per op (``aten.convolution.default``): calls, macs, flops, madd, whether a formula

@@ -1,0 +1,94 @@
+"""Two reports layer by layer (``Report.diff``): the same model before and after a change (a
+dtype, channels_last, a pruned block), its rows matched by module name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from modelprof.errors import ModelProfError
+
+__all__ = ["diff_frames"]
+
+#: compared when ``columns`` is not given, those both tables have (latency: when both are timed)
+DEFAULT_COLUMNS = ("params", "macs", "flops", "read_bytes", "write_bytes", "latency_ms")
+
+
+def diff_frames(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    columns: Sequence[str] | None = None,
+    names: tuple[str, str] = ("a", "b"),
+) -> pd.DataFrame:
+    """One row per module call in either table (``a``'s order, then ``b``'s new ones): each
+    column's two values and ``<column>_ratio`` (b / a; NaN where a is 0 or a row is missing),
+    ``in`` (both, or which alone) and, with latency, ``latency_rough`` (either rough)."""
+    first, second = _names(names)
+    cols = _columns(a, b, columns)
+    key = ["module", "call"]  # (a module called twice has a row per call)
+    sides = []
+    for df, name in ((a, first), (b, second)):
+        indexed = df.set_index(key)
+        if indexed.index.has_duplicates:
+            module, call = indexed.index[indexed.index.duplicated()][0]
+            raise ModelProfError(f"report {name!r} has two rows for module {module!r} call {call}")
+        sides.append(indexed)
+    seen = set(sides[0].index)
+    order = pd.MultiIndex.from_tuples(
+        [*sides[0].index, *(k for k in sides[1].index if k not in seen)], names=key
+    )
+    left, right = (s.reindex(order) for s in sides)
+    out = order.to_frame(index=False)
+    kinds = left["type"].fillna(right["type"])
+    changed = left["type"].notna() & right["type"].notna() & (left["type"] != right["type"])
+    out["type"] = kinds.where(~changed, left["type"] + " -> " + right["type"]).to_numpy()
+    out["in"] = np.select(
+        [left["type"].notna() & right["type"].notna(), left["type"].notna()],
+        ["both", first],
+        second,
+    )
+    for c in cols:
+        x, y = left[c].astype(float).to_numpy(), right[c].astype(float).to_numpy()
+        whole = all(pd.api.types.is_integer_dtype(df[c]) for df in (a, b))
+        for name, side in ((first, left), (second, right)):  # (counts stay whole numbers)
+            out[f"{c}_{name}"] = side[c].astype("Int64" if whole else float).array
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[f"{c}_ratio"] = np.where(x > 0, y / x, np.nan)
+    if "latency_ms" in cols:  # (a row one side lacks has no ratio to be rough)
+        rough = np.zeros(len(order), bool)
+        for side in (left, right):
+            if "latency_rough" in side.columns:
+                rough |= side["latency_rough"].eq(True).to_numpy()
+        out["latency_rough"] = rough
+    return out
+
+
+def _names(names: Any) -> tuple[str, str]:
+    if (
+        not isinstance(names, (tuple, list))
+        or len(names) != 2
+        or not all(isinstance(n, str) and n for n in names)
+        or names[0] == names[1]
+    ):
+        raise ModelProfError(f"names={names!r} must be two different non-empty strings")
+    return names[0], names[1]
+
+
+def _columns(a: pd.DataFrame, b: pd.DataFrame, columns: Any) -> list[str]:
+    if columns is None:
+        both = [c for c in DEFAULT_COLUMNS if c in a.columns and c in b.columns]
+        return [c for c in both if a[c].notna().any() and b[c].notna().any()]
+    if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns:
+        raise ModelProfError(f"columns={columns!r} must be a non-empty list of column names")
+    for c in columns:
+        missing = [n for n, df in (("first", a), ("second", b)) if c not in df.columns]
+        if missing:
+            raise ModelProfError(
+                f"columns: {c!r} is not a column of the {' and '.join(missing)} report's table"
+            )
+        if not pd.api.types.is_numeric_dtype(a[c]) or not pd.api.types.is_numeric_dtype(b[c]):
+            raise ModelProfError(f"columns: {c!r} is not a number to compare")
+    return list(columns)

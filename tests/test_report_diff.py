@@ -1,0 +1,122 @@
+"""Report.diff: two reports layer by layer, rows matched by module and call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch.nn as nn
+
+from modelprof import ModelProfError, profile
+from modelprof.report.diff import diff_frames
+
+
+class _Block(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.up, self.act, self.down = nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 8)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x))) + x
+
+
+def _counted(model: nn.Module):
+    return profile(model, (8,), timing=False, roofline=False)
+
+
+def test_counts_side_by_side_with_their_ratio_and_where_a_row_is_missing():
+    before = _counted(nn.Sequential(_Block(8), _Block(8)))
+    after = _counted(nn.Sequential(_Block(16), nn.Identity()))
+    d = before.diff(after, names=("before", "after")).set_index(["module", "call"])
+    # Linear(8, w) at batch 1: 8w MACs, 8w + w parameters; w = 8 -> 64 MACs, 72 params, and
+    # w = 16 -> 128 MACs, 144 params; the way down Linear(16, 8): 128 MACs, 128 + 8 params
+    up = d.loc[("0.up", 1)]
+    assert (up["macs_before"], up["macs_after"], up["macs_ratio"]) == (64, 128, 2.0)
+    assert (up["params_before"], up["params_after"]) == (72, 144)
+    assert d.loc[("0.down", 1), "params_ratio"] == pytest.approx(136 / 72)
+    # the root: 64 + 64 + 64 + 64 = 256 MACs before, 128 + 128 after: the same
+    assert d.loc[("", 1), "macs_ratio"] == 1.0
+    # ReLU does no MAC on either side: 0 / 0 has no ratio
+    assert np.isnan(d.loc[("0.act", 1), "macs_ratio"])
+    # the second block became an Identity: its row is in both, its type says the change, and
+    # its children exist before only, with nothing after
+    second = d.loc[("1", 1)]
+    assert second["type"] == "_Block -> Identity" and second["in"] == "both"
+    assert second["macs_ratio"] == 0.0  # 0 / 128
+    gone = d.loc[("1.up", 1)]
+    assert gone["in"] == "before" and pd.isna(gone["macs_after"]) and np.isnan(gone["macs_ratio"])
+    # a's rows in a's order, then b's new ones; counts stay whole numbers
+    assert list(d.index.get_level_values(0)[:3]) == ["", "0", "0.up"]
+    assert str(d["macs_before"].dtype) == "Int64"
+    # untimed: no latency column is compared
+    assert not [c for c in d.columns if c.startswith("latency")]
+
+
+def test_rows_only_the_second_report_has_come_last_and_calls_are_matched_one_by_one():
+    act = nn.ReLU()
+    once = _counted(nn.Sequential(nn.Linear(8, 8), act))
+    twice = _counted(nn.Sequential(nn.Linear(8, 8), act, nn.Linear(8, 8), act))
+    d = once.diff(twice, columns=["macs"])
+    # the second Linear and the ReLU's second call exist in b alone: after a's three rows, in
+    # b's order
+    assert list(zip(d["module"], d["call"], d["in"])) == [
+        ("", 1, "both"),
+        ("0", 1, "both"),
+        ("1", 1, "both"),
+        ("2", 1, "b"),
+        ("1", 2, "b"),
+    ]
+    # the root: 64 MACs, then 128
+    assert d.loc[d["module"] == "", "macs_ratio"].item() == 2.0
+
+
+def test_timed_reports_compare_their_latency_and_either_sides_roughness():
+    model = nn.Sequential(_Block(8), _Block(8))
+    a = profile(model, (8,), repeat=12, warmup=1, roofline=False, warn=False)
+    b = profile(model, (8,), repeat=12, warmup=1, roofline=False, warn=False)
+    d = a.diff(b)
+    fa, fb = a.to_dataframe(), b.to_dataframe()
+    assert d["latency_ms_a"].tolist() == fa["latency_ms"].tolist()
+    assert d["latency_ms_ratio"].to_numpy() == pytest.approx(
+        fb["latency_ms"].to_numpy() / fa["latency_ms"].to_numpy()
+    )
+    assert (d["latency_rough"] == (fa["latency_rough"] | fb["latency_rough"])).all()
+    # a timed report against a counted one: latency is not among the columns compared
+    assert "latency_ms_a" not in a.diff(_counted(model)).columns
+
+
+def test_a_row_rough_on_either_side_is_rough():
+    frame = pd.DataFrame(
+        {
+            "module": ["", "0"],
+            "call": [1, 1],
+            "type": ["Sequential", "Linear"],
+            "latency_ms": [2.0, 1.0],
+            "latency_rough": [False, True],
+        }
+    )
+    other = frame.assign(latency_ms=[3.0, 1.5], latency_rough=[True, False])
+    d = diff_frames(frame, other, columns=["latency_ms"])
+    assert d["latency_rough"].tolist() == [True, True]
+    assert d["latency_ms_ratio"].tolist() == [1.5, 1.5]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(names=("x", "x")), "names=('x', 'x') must be two different non-empty strings"),
+        (dict(names="ab"), "names='ab' must be two different"),
+        (dict(columns="macs"), "columns='macs' must be a non-empty list"),
+        (dict(columns=["latency_ms"]), "'latency_ms' is not a column of the first and second"),
+        (dict(columns=["type"]), "'type' is not a number to compare"),
+    ],
+)
+def test_bad_options_name_the_value(kwargs, match):
+    r = _counted(nn.Linear(8, 8))
+    with pytest.raises(ModelProfError, match=match.replace("(", r"\(").replace(")", r"\)")):
+        r.diff(r, **kwargs)
+
+
+def test_only_a_report_is_diffed():
+    with pytest.raises(ModelProfError, match="diff\\(\\) takes another Report, got DataFrame"):
+        _counted(nn.Linear(8, 8)).diff(pd.DataFrame())
