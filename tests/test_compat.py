@@ -605,6 +605,7 @@ PRIVATE = (
     "_get_sequence_nr",
     "_execution_engine",
     "torch.cuda._sleep",
+    "_global_forward_hooks_with_kwargs",
     "_c10d_functional.wait_tensor",
     "_python_dispatch",
     "torch._ops",
@@ -762,3 +763,24 @@ def test_encoder_decoder_generation_on_this_transformers() -> None:
     # the cache the step returns is put back after each counted step: decode@4 and @6 run
     # with 1 and 3 decoder tokens (L - 4 + 1), never with a cache grown by the steps before
     assert max(lengths) == 3 and report.kv.tokens == 4 and report.kv.cross_bytes == 512
+
+
+def test_global_hooks_see_kwargs_where_torch_says_and_are_forgotten_after() -> None:
+    from torch.nn.modules import module
+
+    seen = []
+    register = module.register_module_forward_hook
+    if not compat.GLOBAL_HOOKS_SEE_KWARGS:  # torch 2.4-2.5: the keywords do not exist
+        with pytest.raises(TypeError):
+            register(lambda *a: None, with_kwargs=True, always_call=True)
+        return
+    handle = register(lambda m, args, kwargs, out: seen.append(kwargs), with_kwargs=True)
+    try:
+        torch.nn.Linear(2, 2)(input=torch.ones(2))
+    finally:
+        handle.remove()
+        compat.forget_global_hook(handle)
+    assert seen == [{"input": seen[0]["input"]}]
+    torch.nn.Linear(2, 2)(torch.ones(2))  # removed and forgotten: not called again
+    assert len(seen) == 1
+    assert handle.id not in getattr(module, "_global_forward_hooks_with_kwargs", {})

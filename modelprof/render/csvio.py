@@ -24,12 +24,9 @@ from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import selected_frame, with_index
 
-__all__ = ["KNOWN_DTYPES", "to_csv", "read_csv"]
+__all__ = ["to_csv", "read_csv"]
 
 _TEXT = "str"
-KNOWN_DTYPES: dict[str, str] = {n: registry.column(n).dtype for n in registry.names()}
-"""dtype of each declared column as read back, when modelprof was imported (``read_csv`` reads
-the registry again)."""
 
 # Text columns where an empty field is a missing value (a roofline row without work has no bound);
 # elsewhere an empty field is the empty string (the root module's name).

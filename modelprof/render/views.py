@@ -39,10 +39,8 @@ from modelprof.render.units import (
 __all__ = [
     "UNITS",
     "LOADED_FLAG",
-    "ROUGH_COLUMNS",
     "ROUGH_MARK",
     "is_rough",
-    "ADDITIVE_COLUMNS",
     "COMPACT_COLUMNS",
     "ROOT_LABEL",
     "TOTAL_LABEL",
@@ -63,10 +61,6 @@ __all__ = [
 ]
 
 
-ADDITIVE_COLUMNS: tuple[str, ...] = registry.names(additive=True)
-"""Columns whose leaf rows add up to a model total (the registry as modelprof was imported)."""
-
-
 def _compact() -> tuple[str, ...]:
     marked = [
         (c.compact, n) for n in registry.names() if (c := registry.column(n)).compact is not None
@@ -77,8 +71,6 @@ def _compact() -> tuple[str, ...]:
 COMPACT_COLUMNS: tuple[str, ...] = _compact()
 """A narrow column set for terminals and notebooks (``repr``, ``_repr_html_``)."""
 
-ROUGH_COLUMNS: frozenset[str] = frozenset(registry.names(rough=True))
-"""Per-layer timing columns that a row marked ``latency_rough`` shows as rough."""
 LOADED_FLAG = "efficiency_loaded"
 """The column that marks an efficiency judged against roofs probed on a busy machine."""
 ROUGH_MARK = "~"

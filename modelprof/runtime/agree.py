@@ -76,10 +76,6 @@ class Agreement:
         """Whether ``flag`` holds on some rank."""
         return not self.every(not flag)
 
-    def more(self, wants_more: bool) -> bool:
-        """Whether any rank wants another call (a warm-up goes on until every rank is warm)."""
-        return self.any(wants_more)
-
     def shared_rng(self, rng: np.random.Generator) -> np.random.Generator:
         """A generator that draws the same on every rank (the shuffled orders), seeded from
         ``rng`` with the smallest rank's seed."""

@@ -39,6 +39,8 @@ __all__ = [
     "cpu_sdpa_fuses_3d",
     "cuda_sleep",
     "fast_range",
+    "forget_global_hook",
+    "GLOBAL_HOOKS_SEE_KWARGS",
     "profiler_events",
     "profiler_running",
     "current_autograd_node",
@@ -262,11 +264,22 @@ def cuda_sleep(cycles: int) -> None:
     torch.cuda._sleep(cycles)
 
 
+_GLOBAL_HOOK = inspect.signature(torch.nn.modules.module.register_module_forward_hook).parameters
+#: global forward hooks take ``with_kwargs=`` and ``always_call=`` (see the call's kwargs, run
+#: when the forward raises): torch 2.6-2.14; 2.4-2.5 neither
+GLOBAL_HOOKS_SEE_KWARGS = "with_kwargs" in _GLOBAL_HOOK and "always_call" in _GLOBAL_HOOK
+
+
+def forget_global_hook(handle: Any) -> None:
+    """Drop a removed global forward hook from the ``with_kwargs`` registry, which
+    ``RemovableHandle.remove`` leaves behind (torch 2.6-2.14; none before)."""
+    getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", {}).pop(handle.id, None)
+
+
 def fast_range(name: str) -> Any:
     """A profiler range named ``name``, as cheap as torch offers: ``_RecordFunctionFast``
-    (torch 2.4-2.14, about 1 us with the profiler off against 8), else ``record_function``."""
-    fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
-    return torch.profiler.record_function(name) if fast is None else fast(name)
+    (torch 2.4-2.14, about 1 us with the profiler off against ``record_function``'s 8)."""
+    return torch._C._profiler._RecordFunctionFast(name)
 
 
 def profiler_running() -> bool:

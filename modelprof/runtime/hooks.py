@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from modelprof.errors import ModelProfError
+from modelprof.runtime import compat
 
 __all__ = [
     "HookSession",
@@ -33,9 +33,6 @@ __all__ = [
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 PostHook = Callable[..., None]
 
-# Global forward hooks see the call's kwargs (and run when the forward raises) in recent torch
-_GLOBAL_POST_PARAMS = inspect.signature(_module.register_module_forward_hook).parameters
-_GLOBAL_POST_KWARGS = "with_kwargs" in _GLOBAL_POST_PARAMS and "always_call" in _GLOBAL_POST_PARAMS
 _NO_KWARGS: dict[str, Any] = {}
 
 # Frames the hooks add per module nesting level, and a margin for the innermost level
@@ -126,7 +123,7 @@ def module_hooks(
                 if len(rest) == 2:
                     post(module, args, rest[0], rest[1], False)
                 else:  # torch calls always-call hooks without kwargs only when forward raised
-                    post(module, args, _NO_KWARGS, rest[0], _GLOBAL_POST_KWARGS)
+                    post(module, args, _NO_KWARGS, rest[0], compat.GLOBAL_HOOKS_SEE_KWARGS)
     else:
 
         def _post(module: nn.Module, args: tuple, *rest: Any) -> None:
@@ -137,15 +134,16 @@ def module_hooks(
     with recursion_headroom(_FRAMES_PER_LEVEL * _nesting_depth(names) + _FRAMES_MARGIN):
         try:
             handles.append(_module.register_module_forward_pre_hook(_pre))
-            always = _GLOBAL_POST_KWARGS and post_with_inputs  # with the kwargs, also on raise
+            always = (
+                compat.GLOBAL_HOOKS_SEE_KWARGS and post_with_inputs
+            )  # with the kwargs, also on raise
             extra = {"with_kwargs": True, "always_call": True} if always else {}
             handles.append(_module.register_module_forward_hook(_post, **extra))
             yield session
         finally:
             for h in handles:
                 h.remove()
-                # RemovableHandle does not clear the with_kwargs registry of global hooks
-                getattr(_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
+                compat.forget_global_hook(h)
     if exclusive and session.foreign_calls:
         raise ModelProfError(
             f"another thread called the modules of {type(model).__name__} "

@@ -666,7 +666,7 @@ def warm_up(
     def plan(i: int) -> int | None:
         if exact is not None:
             return 1 if i < exact else None
-        return 1 if agree.more(i < min_calls or now() - t_start < min_s) else None
+        return 1 if agree.any(i < min_calls or now() - t_start < min_s) else None
 
     def take(_: int) -> None:
         t = now()
