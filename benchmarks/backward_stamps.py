@@ -1,6 +1,7 @@
 """What the per-node stamps of the instrumented backward cost, per model: the instrumented /
 clean backward median of ``profile(..., backward=True)`` (``training_step.timing.overhead``),
-and whether the check against the clean backward flagged it (``training_step.agreement``).
+the stamps' measured cost taken off the rows, the corrected instrumented / clean median, and
+whether the check against the clean backward flagged it (``training_step.agreement``).
 
     python benchmarks/backward_stamps.py [--runs 2] [--budget 1.5]
 
@@ -39,17 +40,21 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1.5)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print("| model | autograd nodes | clean backward (ms) | instrumented / clean | flagged |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    print(
+        "| model | autograd nodes | clean backward (ms) | instrumented / clean | stamp (us) "
+        "| corrected / clean | flagged |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, (model, size) in _models().items():
         for _ in range(args.runs):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 r = modelprof.profile(model, size, backward=True, budget_s=args.budget)
             t, a = r.training_step.timing, r.training_step.agreement
+            cost = t.stamp_cost.per_call_ms * 1e3 if t.stamp_cost.applied else float("nan")
             print(
                 f"| {name} | {t.nodes} | {t.backward.median_ms:.3f} | {t.overhead:.3f} | "
-                f"{'no' if a.agree else a.verdict} |"
+                f"{cost:.2f} | {a.ratio:.3f} | {'no' if a.agree else a.verdict} |"
             )
 
 

@@ -485,12 +485,31 @@ def _judge_backward(timing: Any, notes: list[str], warn: bool) -> Any:
     """Whether the instrumented backward passes (the rows' backward times) agree with the clean
     backward; when not, a note and (``warn``) a warning, as the forward's window check; where
     the per-node stamps explain the difference, the note alone."""
-    agreement = judge_backward(timing.backward, timing.passes, timing.nodes)
+    cost = timing.stamp_cost
+    corrected = cost is not None and cost.applied
+    if corrected:
+        notes.append(_stamp_note(cost, timing.nodes))
+    agreement = judge_backward(timing.backward, timing.passes, timing.nodes, corrected)
     if not agreement.agree:
         notes.append(agreement.note())
         if warn and agreement.alarming:
             warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
     return agreement
+
+
+def _stamp_note(cost: Any, nodes: int) -> str:
+    """The backward rows' correction for their stamps, in words."""
+    bound = (
+        ", at most the cheapest stretch between two stamps (the pass pairs read more: an "
+        "instrumented pass waited longer, as under load)"
+        if cost.capped
+        else ""
+    )
+    return (
+        f"per-layer backward times are corrected for the stamps' measured cost: "
+        f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {nodes} autograd nodes (each "
+        f"instrumented backward against a plain one beside it){bound}"
+    )
 
 
 def _caught_note(caught: tuple[str, ...]) -> list[str]:

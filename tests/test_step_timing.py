@@ -67,16 +67,27 @@ def test_spinning_backward_reads_back_in_its_layer():
     # Each spin timed itself: on a loaded machine a preempted spin ends late, so the spin lasts
     # what it lasts, pass by pass; the reference is that pass's own plain clock, not a fixed
     # 4 ms nor a loop run at another moment. The backward ran once counted, 3 + 25 clean steps
-    # (warm-up, samples), then 3 + 25 instrumented passes.
+    # (warm-up, samples), 3 instrumented warm-up passes, then 25 instrumented passes each
+    # beside a plain one: pair j's plain pass second for an even j, first for an odd one.
     own = np.asarray(SpinBackward.durations_ms)
-    assert own.size == 1 + 3 + 25 + 3 + 25
+    assert own.size == 1 + 3 + 25 + 3 + 2 * 25
     assert own.min() >= SPIN_MS
+    instrumented = own[-50:][[2 * j + j % 2 for j in range(25)]]
     record = next(r.record for r in report.rows if r.module == "1")
-    row_passes = timing.calls_ms[:, record]
-    excess = row_passes - own[-25:]
-    # every pass: the layer's row holds its whole spin, plus only its node's own dispatch
+    # the stretches between stamps as read, per pass: (column, ms) each
+    raw = np.vstack([np.bincount(c, weights=ms, minlength=record + 1) for c, ms in timing.segments])
+    excess = raw[:, record] - instrumented
+    # every pass: the layer's stretches hold its whole spin, plus only its node's own dispatch
+    # and stamp
     assert excess.min() >= 0.0
     assert float(np.median(excess)) < 0.1 * SPIN_MS
+    # its row: those stretches less the stamps' measured cost, one per stretch
+    cost = timing.stamp_cost
+    stretches = np.bincount(timing.segments[0][0], minlength=record + 1)[record]
+    row_passes = timing.calls_ms[:, record]
+    taken = stretches * cost.per_call_ms if cost.applied else 0.0
+    np.testing.assert_allclose(row_passes, np.clip(raw[:, record] - taken, 0.0, None))
+    assert cost.per_call_ms < 0.1 * SPIN_MS  # (what one stamp costs: microseconds)
     df = report.to_dataframe().set_index(["module", "call"])
     row = df.loc[("1", 1)]
     assert row["backward_latency_ms"] == float(np.median(row_passes))  # the column's median
@@ -89,8 +100,8 @@ def test_spinning_backward_reads_back_in_its_layer():
     # each clean backward contains that step's spin; the layer's forward (a clone) does not
     assert (report.backward_latency.samples_ms >= own[4:29]).all()
     assert row["latency_ms"] < 0.5 * SPIN_MS
-    # every instrumented pass is partitioned among the calls and the loss, nothing lost
-    np.testing.assert_allclose(timing.calls_ms.sum(axis=1), timing.passes_ms)
+    # every instrumented pass is partitioned among its stretches, nothing lost
+    np.testing.assert_allclose([ms.sum() for _, ms in timing.segments], timing.passes_ms)
     assert report.backward_latency.n == 25 and timing.passes_ms.size == 25  # repeat=25 each
 
 
@@ -130,8 +141,9 @@ def test_one_synchronize_per_instrumented_pass(monkeypatch):
     monkeypatch.setattr(runner, "clock_for", lambda device, mode="auto": _CountingClock(device))
     _CountingStamps.syncs = 0
     timing = step_timer.time_step(model, mi, spec, n_calls, repeat=5, warmup=2)
-    # 2 instrumented warm-up passes + 5 timed ones, one synchronize each and no other
-    assert _CountingStamps.syncs == 2 + 5
+    # 2 instrumented warm-up passes + 5 timed ones, and the plain backward beside each timed
+    # one: one synchronize each and no other
+    assert _CountingStamps.syncs == 2 + 5 + 5
     assert timing.calls_ms.shape == (5, n_calls + 1)  # + the loss's column
 
 
@@ -285,6 +297,7 @@ def test_instrumented_backward_passes_that_disagree_with_the_clean_backward_are_
             passes=Measurement(passes),
             calls_ms=t.calls_ms * 0 + made["passes"] / 3,
             nodes=made["nodes"] or t.nodes,
+            stamp_cost=None,  # not taken off (as on a GPU): what the stamps explain is said
         )
 
     monkeypatch.setattr(profile_module, "time_step", slowed)
@@ -355,6 +368,73 @@ def test_the_backward_check_reads_the_instrumented_passes_with_their_blocks():
     )
     t, a = r.training_step.timing, r.training_step.agreement
     assert t.passes is not None and t.passes.n == t.passes_ms.size == 12
-    assert np.array_equal(t.passes.samples_ms, t.passes_ms) and t.passes.blocks is not None
+    assert t.passes.blocks is not None
+    # each pass less its stretches' stamps (one stretch per stamp but the last) where the cost
+    # was measured: 12 pairs, above MIN_COST_PASSES = 10, so on the CPU it is
+    cost, stretches = t.stamp_cost, len(t.segments[0][1])
+    assert cost.applied and t.plain_ms.size == 12
+    np.testing.assert_allclose(t.passes.samples_ms, t.passes_ms - stretches * cost.per_call_ms)
     assert a.nodes == t.nodes > 0 and a.passes_ms == t.passes.median_ms
     assert a.passes_ci_ms == t.passes.median_ci_ms
+
+
+def _pairs(n: int, excess_ms: float, stretch_ms: list[float], device: str = "cpu"):
+    """What ``_Instrumented.stamp_cost`` reads: ``n`` plain backwards of 1 ms, the stretches
+    of every pass (two columns), and instrumented passes ``excess_ms`` slower than their pair."""
+    from types import SimpleNamespace
+
+    ms = np.asarray(stretch_ms)
+    inst = SimpleNamespace(
+        clock=SimpleNamespace(device=torch.device(device)),
+        plain=[1.0] * n,
+        stretches=np.array([len(ms) - 1.0, 1.0]),
+        segments=[(np.array([0] * (len(ms) - 1) + [1]), ms)] * n,
+    )
+    return step_timer._Instrumented.stamp_cost(inst, np.full(n, 1.0 + excess_ms))
+
+
+def test_the_stamps_cost_is_the_paired_excess_over_a_pass_s_stretches():
+    # 12 pairs, each instrumented pass 0.02 ms above its plain one, over 10 stretches a pass:
+    # 0.002 ms a stamp, below the cheapest stretch's 0.005 ms
+    cost = _pairs(12, 0.02, [0.005] + [0.1] * 9)
+    assert cost.applied and not cost.capped
+    assert cost.per_call_ms == pytest.approx(0.002)
+    # a stretch holds at least its stamp: never more than the cheapest stretch's median
+    capped = _pairs(12, 0.02, [0.001] + [0.1] * 9)
+    assert capped.applied and capped.capped and capped.per_call_ms == pytest.approx(0.001)
+    # a plain pass slower than its instrumented pair (noise): nothing to take off, not less
+    assert _pairs(12, -0.01, [0.1] * 10).per_call_ms == 0.0
+    # fewer than MIN_COST_PASSES = 10 pairs, or a GPU's clock: not applied
+    assert not _pairs(9, 0.02, [0.1] * 10).applied
+    assert not _pairs(12, 0.02, [0.1] * 10, device="meta").applied
+
+
+def test_the_backward_rows_stamps_are_taken_off_and_said_unless_asked_not_to():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    r = profile(model, (8,), backward=True, repeat=12, warmup=1, roofline=False, warn=False)
+    t = r.training_step.timing
+    assert t.stamp_cost.applied  # 12 pairs on the CPU
+    note = next(n for n in r.timing_notes if n.startswith("per-layer backward times are"))
+    assert f"{t.stamp_cost.per_call_ms * 1e3:.2f} us per stamp on each of {t.nodes}" in note
+    assert f"note: {note}" in r.summary()
+    env = r.training_step.to_dict()
+    assert env["backward_stamp_cost"]["per_call_us"] == t.stamp_cost.per_call_ms * 1e3
+    # correct_overhead=False: measured, not taken off; the rows are the stretches as read
+    raw = profile(
+        model,
+        (8,),
+        backward=True,
+        repeat=12,
+        warmup=1,
+        roofline=False,
+        warn=False,
+        correct_overhead=False,
+    )
+    t = raw.training_step.timing
+    assert not t.stamp_cost.applied
+    read = np.vstack(
+        [np.bincount(c, weights=ms, minlength=t.calls_ms.shape[1]) for c, ms in t.segments]
+    )
+    np.testing.assert_allclose(t.calls_ms, read)
+    np.testing.assert_allclose(t.passes.samples_ms, t.passes_ms)
+    assert not [n for n in raw.timing_notes if n.startswith("per-layer backward times are")]

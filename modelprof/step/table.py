@@ -88,6 +88,7 @@ class TrainingStep:
             out.update(
                 backward_instrumentation_overhead=t.overhead,
                 backward_coverage=t.coverage,
+                backward_stamp_cost=t.stamp_cost.to_dict() if t.stamp_cost is not None else None,
                 step_peak_memory_bytes=t.peak_memory_bytes,
                 backward_agreement=dataclasses.asdict(self.agreement)
                 if self.agreement is not None

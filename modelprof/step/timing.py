@@ -46,6 +46,7 @@ from modelprof.timing.calls import Calls, TimedInstrument
 from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.interleave import round_ratio
+from modelprof.timing.layers import MIN_COST_PASSES, HookCost, paired_median
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
@@ -71,7 +72,8 @@ class StepTiming:
     step: Measurement
     calls_ms: np.ndarray
     passes_ms: np.ndarray
-    #: ``passes_ms`` as a Measurement with its blocks (their interval is the blocks')
+    #: ``passes_ms`` less the stamps' cost (``stamp_cost``) as a Measurement with its blocks
+    #: (their interval is the blocks')
     passes: Measurement
     peak_memory_bytes: int | None = None
     nodes: int = 0
@@ -82,6 +84,11 @@ class StepTiming:
     #: a model that communicates: ``comm_ms[p, c]``, the part of ``calls_ms[p, c]`` that call
     #: ``c``'s collectives took (``modelprof.timing.comm``); None otherwise
     comm_ms: np.ndarray | None = None
+    #: what a stamp cost the stretch it closes (``per_call_ms``), taken off ``calls_ms`` and
+    #: ``passes`` where ``applied``; ``passes_ms`` and ``segments`` are as read
+    stamp_cost: HookCost | None = None
+    #: the plain backward (no stamp) beside each instrumented pass
+    plain_ms: np.ndarray | None = None
 
     @property
     def overhead(self) -> float:
@@ -235,6 +242,11 @@ class _Instrumented:
         self.ddp = is_ddp(step.model)
         self.comm_rows: list[np.ndarray] = []
         self._stamper: _Stamper | None = None
+        #: a plain backward (no stamp) beside each instrumented one, for the stamps' cost
+        self.plain: list[float] = []
+        self._pair: StampBuffer | None = None
+        #: per column (``n_calls + 1``): the stretches between stamps it holds in a pass
+        self.stretches = np.zeros(n_calls + 1)
 
     def _column(self, call: int) -> int:
         return self.n_calls if call == LOSS or not 0 <= call < self.n_calls else call
@@ -320,13 +332,64 @@ class _Instrumented:
         d = stamps.elapsed_ms(range(end), range(1, end + 1))
         tags = stamper.tags[:end]
         self.rows.append(self._split(tags, d))
+        self.stretches = self._split_counts(tags)
         self.segments.append(
             (np.where(tags > self.n_calls, 0, tags), np.asarray(d, dtype=np.float64))
         )
         return float(d.sum())
 
+    def _split_counts(self, tags: np.ndarray) -> np.ndarray:
+        """The stretches each column holds, the final callbacks' in the root's (as ``_split``)."""
+        n = self.n_calls
+        counts = np.bincount(tags, minlength=n + 2).astype(np.float64)
+        counts[0] += counts[n + 1]
+        return counts[: n + 1]
+
+    def plain_one(self) -> float:
+        """One step's backward with no stamp (ms), the pair of an instrumented one."""
+        step = self.step
+        step.clear()
+        step.forward()
+        step.loss()
+        if self._pair is None:
+            self._pair = self.clock.stamps(2)
+        self._pair.record(0)
+        step.backward()
+        self._pair.record(1)
+        self._pair.sync()
+        return float(self._pair.elapsed_ms([0], [1])[0])
+
     def chunk(self, k: int) -> np.ndarray:
-        return np.array([self.one() for _ in range(k)], dtype=np.float64)
+        """``k`` instrumented passes, each beside a plain one: the plain one second, then
+        first, in turn over the whole sampling."""
+        out = np.empty(k)
+        for i in range(k):
+            plain_first = len(self.plain) % 2 == 1
+            if plain_first:
+                self.plain.append(self.plain_one())
+            out[i] = self.one()
+            if not plain_first:
+                self.plain.append(self.plain_one())
+        return out
+
+    def stamp_cost(self, instrumented: np.ndarray) -> HookCost:
+        """What a stamp costs the stretch it closes (ms): the median of (instrumented - its
+        plain backward) over a pass's stretches, at most the cheapest stretch's median (a
+        stretch holds at least its stamp; ``capped``). On the CPU from ``MIN_COST_PASSES``
+        pairs; not applied elsewhere (host cost, which a GPU's time does not show)."""
+        stretches = float(self.stretches.sum())
+        if self.clock.device.type != "cpu" or len(self.plain) < MIN_COST_PASSES or not stretches:
+            return HookCost(0.0, 0.0, applied=False, source="model")
+        per = max(paired_median(instrumented, self.plain), 0.0) / stretches
+        sizes = {len(ms) for _, ms in self.segments}
+        cheapest = (
+            float(np.median(np.vstack([ms for _, ms in self.segments]), axis=0).min())
+            if len(sizes) == 1
+            else math.inf
+        )
+        return HookCost(
+            min(per, cheapest), 0.0, applied=True, source="model", capped=per > cheapest
+        )
 
 
 def device_bytes(tensors: list[torch.Tensor | None], device: torch.device) -> int:
@@ -486,7 +549,7 @@ class StepTimer(Runner):
         inst = self.instrument(n_calls)
         self.step.restore()
         est = self.warm_with(inst.one, already_warm=True, counted=False)
-        for warm_up in (inst.rows, inst.segments, inst.comm_rows):
+        for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain):
             warm_up.clear()
         # the instrumented passes stop by the rule alone: no floor held past the budget
         return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
@@ -531,16 +594,22 @@ def time_step(
     got = timer.measurements(sampled, t_begin)
     if opts.warn:
         got["backward"].warn_if_noisy()
+    cost = inst.stamp_cost(inst_sampled.samples_ms)
+    if not opts.correct_overhead:  # measured, said, not taken off
+        cost = dataclasses.replace(cost, applied=False)
+    stamps_ms = float(inst.stretches.sum()) * cost.per_call_ms if cost.applied else 0.0
     return StepTiming(
         **{"optimizer": None, **got},  # the phases' Measurements, by name
-        calls_ms=np.vstack(inst.rows),
+        calls_ms=cost.correct(np.vstack(inst.rows), inst.stretches),
         passes_ms=inst_sampled.samples_ms,
         peak_memory_bytes=peak,
         nodes=inst.nodes,
         env=got["step"].env,
         segments=list(inst.segments),
         comm_ms=np.vstack(inst.comm_rows) if inst.comm_rows else None,
-        passes=Measurement(inst_sampled.samples_ms, **timer.fields(inst_sampled)),
+        passes=Measurement(inst_sampled.samples_ms - stamps_ms, **timer.fields(inst_sampled)),
+        stamp_cost=cost,
+        plain_ms=np.asarray(inst.plain),
     )
 
 

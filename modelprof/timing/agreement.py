@@ -308,18 +308,20 @@ def judge_agreement(
     )
 
 
-def judge_backward(clean: Measurement, passes: Measurement, nodes: int) -> TimingAgreement:
+def judge_backward(
+    clean: Measurement, passes: Measurement, nodes: int, corrected: bool = False
+) -> TimingAgreement:
     """A training step's instrumented backward (``passes``) against its clean backward: as
-    :func:`judge_agreement`, except that a disagreement (or a difference too noisy to judge)
-    the per-node stamps can explain (the instrumented one slower by at most
-    ``STAMP_BOUND_US`` per node of ``nodes``) is the verdict ``"stamps"``: the rows include
-    their stamps, said in a note, no alarm; and a clean median of n/a is "imprecise", never
-    agreement."""
+    :func:`judge_agreement`, except that, where the stamps' cost was not taken off
+    (``corrected``), a disagreement (or a difference too noisy to judge) the per-node stamps
+    can explain (the instrumented one slower by at most ``STAMP_BOUND_US`` per node of
+    ``nodes``) is the verdict ``"stamps"``: the rows include their stamps, said in a note, no
+    alarm; and a clean median of n/a is "imprecise", never agreement."""
     a = judge_agreement(clean, passes, math.nan, phase="backward")
     a = dataclasses.replace(a, nodes=nodes)
     if not math.isfinite(a.ratio):  # a clean median of n/a (or 0): nothing to say they agree
         return dataclasses.replace(a, agree=False, verdict="imprecise")
-    if a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0 or nodes <= 0:
+    if corrected or a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0 or nodes <= 0:
         return a
     per_node_us = 1000.0 * (passes.median_ms - clean.median_ms) / nodes
     if per_node_us > STAMP_BOUND_US:

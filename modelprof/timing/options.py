@@ -15,7 +15,7 @@ down, so no pass can disagree with another about them.
 | ``transfer``, ``pin_memory`` | end to end including H2D/D2H copies, reported separately (CUDA) |
 | ``cold_cache`` | flush L2/LLC between samples (untimed) |
 | ``clock`` | ``"auto"`` (CUDA events; on the CPU perf_counter, CPU time read beside it), ``"host"`` (synchronize + host clock) or ``"cpu"`` (CPU time of the work: thread for one intra-op thread, process for several; CPU only) |
-| ``correct_overhead`` | subtract the calibrated cost of the per-layer hooks from layer times |
+| ``correct_overhead`` | subtract the measured cost of the per-layer hooks (and a backward's stamps) from layer times |
 | ``warn``, ``progress`` | the timing's warnings: one per noisy/drifting/undersampled measurement, and windows or ratios that disagree (their notes are kept either way); a progress bar |
 | ``seed`` | the seed of the interleaving order (``None``: fresh each run) |
 | ``per_layer`` | ``"auto"`` (kernel time on CUDA, host stamps on the CPU), ``"stamps"`` (host stamps / event pairs per call, hook cost corrected) or ``"kernels"`` (``torch.profiler`` ranges per call, kernel time charged by correlation id: ``modelprof.timing.kernels``) |
