@@ -51,10 +51,14 @@ def main() -> None:
                 warnings.simplefilter("ignore")
                 r = modelprof.profile(model, size, backward=True, budget_s=args.budget)
             t, a = r.training_step.timing, r.training_step.agreement
-            cost = t.stamp_cost.per_call_ms * 1e3 if t.stamp_cost.applied else float("nan")
+            c = t.stamp_cost
+            applied = c is not None and c.applied
+            cost, corrected = (
+                (f"{c.per_call_ms * 1e3:.2f}", f"{a.ratio:.3f}") if applied else ("--", "--")
+            )
             print(
                 f"| {name} | {t.nodes} | {t.backward.median_ms:.3f} | {t.overhead:.3f} | "
-                f"{cost:.2f} | {a.ratio:.3f} | {'no' if a.agree else a.verdict} |"
+                f"{cost} | {corrected} | {'no' if a.agree else a.verdict} |"
             )
 
 

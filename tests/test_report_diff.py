@@ -85,7 +85,7 @@ def test_timed_reports_compare_their_latency_and_either_sides_roughness():
     assert "latency_ms_a" not in a.diff(_counted(model)).columns
 
 
-def test_a_row_rough_on_either_side_is_rough():
+def test_a_row_rough_on_either_side_is_rough_forward_and_backward():
     frame = pd.DataFrame(
         {
             "module": ["", "0"],
@@ -93,12 +93,29 @@ def test_a_row_rough_on_either_side_is_rough():
             "type": ["Sequential", "Linear"],
             "latency_ms": [2.0, 1.0],
             "latency_rough": [False, True],
+            "backward_latency_ms": [4.0, 2.0],
+            "backward_latency_rough": [False, False],
         }
     )
-    other = frame.assign(latency_ms=[3.0, 1.5], latency_rough=[True, False])
-    d = diff_frames(frame, other, columns=["latency_ms"])
+    other = frame.assign(
+        latency_ms=[3.0, 1.5], latency_rough=[True, False], backward_latency_rough=[False, True]
+    )
+    # by default both timing columns are compared, each with its own flag
+    d = diff_frames(frame, other)
     assert d["latency_rough"].tolist() == [True, True]
     assert d["latency_ms_ratio"].tolist() == [1.5, 1.5]
+    assert d["backward_latency_rough"].tolist() == [False, True]
+    assert d["backward_latency_ms_ratio"].tolist() == [1.0, 1.0]
+
+
+def test_counts_past_2_to_the_53_stay_exact_where_a_row_is_missing():
+    big = 2**53 + 1  # a float64 reads it as 2**53
+    frame = pd.DataFrame(
+        {"module": ["", "0"], "call": [1, 1], "type": ["M", "Linear"], "flops": [big, 1]}
+    )
+    d = diff_frames(frame, frame.iloc[:1], columns=["flops"])
+    assert d["flops_a"].tolist()[0] == big and d["flops_b"].tolist()[0] == big
+    assert pd.isna(d["flops_b"].tolist()[1])
 
 
 @pytest.mark.parametrize(
@@ -106,6 +123,8 @@ def test_a_row_rough_on_either_side_is_rough():
     [
         (dict(names=("x", "x")), "names=('x', 'x') must be two different non-empty strings"),
         (dict(names="ab"), "names='ab' must be two different"),
+        # "ratio" would write its values over the ratio columns
+        (dict(names=("ratio", "b")), "other than 'ratio'"),
         (dict(columns="macs"), "columns='macs' must be a non-empty list"),
         (dict(columns=["latency_ms"]), "'latency_ms' is not a column of the first and second"),
         (dict(columns=["type"]), "'type' is not a number to compare"),

@@ -202,3 +202,21 @@ def test_the_backward_check_never_agrees_with_nothing_and_lets_stamps_explain_no
     # where the stamps' measured cost was taken off the passes already, what is left is not
     # theirs: the same difference is said as it is, too noisy to compare
     assert judge_backward(clean, passes13, 200, corrected=True).verdict == "imprecise"
+
+
+def test_a_corrected_backward_that_disagrees_blames_the_load_not_the_stamps():
+    from modelprof.timing.agreement import judge_backward
+
+    a = judge_backward(Measurement(np.full(12, 1.0)), Measurement(np.full(12, 1.3)), 200, True)
+    assert a.verdict == "disagree" and a.alarming
+    note = a.note()
+    assert note.startswith(
+        "the per-layer backward passes and the clean backward runs DISAGREE: the instrumented "
+        "backward less its stamps' measured cost read 1.300 ms"
+    )
+    assert "so the machine's load changed between the two" in note and "stamp on each" not in note
+    # not taken off (a GPU): the stamps are named as a cause
+    assert (
+        "stamp on each autograd node"
+        in judge_backward(Measurement(np.full(12, 1.0)), Measurement(np.full(12, 1.3)), 20).note()
+    )

@@ -66,7 +66,7 @@ def _kv_words(kv: Any) -> str:
             f"{kind}{kv.total_bytes:,} bytes at {kv.tokens} tokens, the closed form's: a "
             f"sliding window holds fewer tokens than seen ({cf} bytes per token held)"
         )
-    beside = f"closed form {cf}" if cf else "no closed form: no config gives the model's shape"
+    beside = "no closed form for this model" if cf is None else f"closed form {cf}"
     return (
         f"{kind}{kv.per_token_bytes:,.0f} bytes/token ({beside}), {kv.total_bytes:,} "
         f"bytes at {kv.tokens} tokens"

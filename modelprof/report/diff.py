@@ -14,7 +14,9 @@ from modelprof.errors import ModelProfError
 __all__ = ["diff_frames"]
 
 #: compared when ``columns`` is not given, those both tables have (latency: when both are timed)
-DEFAULT_COLUMNS = ("params", "macs", "flops", "read_bytes", "write_bytes", "latency_ms")
+DEFAULT_COLUMNS = (
+    "params", "macs", "flops", "read_bytes", "write_bytes", "latency_ms", "backward_latency_ms"
+)  # fmt: skip
 
 
 def diff_frames(
@@ -25,7 +27,8 @@ def diff_frames(
 ) -> pd.DataFrame:
     """One row per module call in either table (``a``'s order, then ``b``'s new ones): each
     column's two values and ``<column>_ratio`` (b / a; NaN where a is 0 or a row is missing),
-    ``in`` (both, or which alone) and, with latency, ``latency_rough`` (either rough)."""
+    ``in`` (both, or which alone) and, for a timing column with a rough flag
+    (``latency_rough``, ``backward_latency_rough``), that flag where either side's is set."""
     first, second = _names(names)
     cols = _columns(a, b, columns)
     key = ["module", "call"]  # (a module called twice has a row per call)
@@ -36,6 +39,10 @@ def diff_frames(
             module, call = indexed.index[indexed.index.duplicated()][0]
             raise ModelProfError(f"report {name!r} has two rows for module {module!r} call {call}")
         sides.append(indexed)
+    for side in sides:  # whole numbers stay exact past 2**53 where a row is missing
+        for c in cols:
+            if pd.api.types.is_integer_dtype(side[c]):
+                side[c] = side[c].astype("Int64")
     seen = set(sides[0].index)
     order = pd.MultiIndex.from_tuples(
         [*sides[0].index, *(k for k in sides[1].index if k not in seen)], names=key
@@ -51,18 +58,18 @@ def diff_frames(
         second,
     )
     for c in cols:
-        x, y = left[c].astype(float).to_numpy(), right[c].astype(float).to_numpy()
-        whole = all(pd.api.types.is_integer_dtype(df[c]) for df in (a, b))
-        for name, side in ((first, left), (second, right)):  # (counts stay whole numbers)
-            out[f"{c}_{name}"] = side[c].astype("Int64" if whole else float).array
+        x, y = (side[c].to_numpy(dtype=float, na_value=np.nan) for side in (left, right))
+        for name, side in ((first, left), (second, right)):
+            out[f"{c}_{name}"] = side[c].array
         with np.errstate(divide="ignore", invalid="ignore"):
             out[f"{c}_ratio"] = np.where(x > 0, y / x, np.nan)
-    if "latency_ms" in cols:  # (a row one side lacks has no ratio to be rough)
-        rough = np.zeros(len(order), bool)
-        for side in (left, right):
-            if "latency_rough" in side.columns:
-                rough |= side["latency_rough"].eq(True).to_numpy()
-        out["latency_rough"] = rough
+        flag = c.removesuffix("_ms") + "_rough"  # latency_rough, backward_latency_rough
+        if any(flag in side.columns for side in sides):  # (a row one side lacks: no ratio)
+            rough = np.zeros(len(order), bool)
+            for side in (left, right):
+                if flag in side.columns:
+                    rough |= side[flag].eq(True).to_numpy()
+            out[flag] = rough
     return out
 
 
@@ -72,8 +79,11 @@ def _names(names: Any) -> tuple[str, str]:
         or len(names) != 2
         or not all(isinstance(n, str) and n for n in names)
         or names[0] == names[1]
+        or "ratio" in names
     ):
-        raise ModelProfError(f"names={names!r} must be two different non-empty strings")
+        raise ModelProfError(
+            f"names={names!r} must be two different non-empty strings other than 'ratio'"
+        )
     return names[0], names[1]
 
 

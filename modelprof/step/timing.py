@@ -8,7 +8,8 @@ backward per module call without per-layer synchronisation.
 * **Instrumented passes**, separate: the forward notes autograd's sequence numbers
   (``autograd_scope``); every node of the backward graph gets a pre-hook that records one
   pre-allocated stamp, and the time to the next stamp belongs to the call of the node that opened
-  it. One synchronize per pass.
+  it. One synchronize per pass. On the CPU each runs beside a plain backward (no stamp), and
+  the stamps' measured cost is taken off the rows (``_Instrumented.stamp_cost``).
 * **Memory** (CUDA, or any ``MemoryStats``): the allocator's peak over one whole step.
 
 Everything runs on a copy of the model and under a forked RNG.
@@ -46,12 +47,13 @@ from modelprof.timing.calls import Calls, TimedInstrument
 from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps
 from modelprof.timing.interleave import round_ratio
-from modelprof.timing.layers import MIN_COST_PASSES, HookCost, paired_median
+from modelprof.timing.layers import MIN_COST_PASSES, HookCost
 from modelprof.timing.measurement import Measurement, format_ms
 from modelprof.timing.modes import CacheFlusher
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import Runner, sample_interleaved
 from modelprof.timing.sampler import Sampled
+from modelprof.timing.stats import within_ci
 
 __all__ = ["PHASES", "Phases", "StepTimer", "StepTiming", "compare_steps", "time_step"]
 
@@ -242,11 +244,13 @@ class _Instrumented:
         self.ddp = is_ddp(step.model)
         self.comm_rows: list[np.ndarray] = []
         self._stamper: _Stamper | None = None
-        #: a plain backward (no stamp) beside each instrumented one, for the stamps' cost
+        #: on the CPU, a plain backward (no stamp) beside each instrumented one, for the
+        #: stamps' cost (elsewhere none: it is not taken off a GPU's time)
+        self.pairs = clock.device.type == "cpu"
         self.plain: list[float] = []
         self._pair: StampBuffer | None = None
-        #: per column (``n_calls + 1``): the stretches between stamps it holds in a pass
-        self.stretches = np.zeros(n_calls + 1)
+        #: per pass, per column (``n_calls + 1``): the stretches between stamps it holds
+        self.stretches: list[np.ndarray] = []
 
     def _column(self, call: int) -> int:
         return self.n_calls if call == LOSS or not 0 <= call < self.n_calls else call
@@ -332,7 +336,7 @@ class _Instrumented:
         d = stamps.elapsed_ms(range(end), range(1, end + 1))
         tags = stamper.tags[:end]
         self.rows.append(self._split(tags, d))
-        self.stretches = self._split_counts(tags)
+        self.stretches.append(self._split_counts(tags))
         self.segments.append(
             (np.where(tags > self.n_calls, 0, tags), np.asarray(d, dtype=np.float64))
         )
@@ -360,36 +364,38 @@ class _Instrumented:
         return float(self._pair.elapsed_ms([0], [1])[0])
 
     def chunk(self, k: int) -> np.ndarray:
-        """``k`` instrumented passes, each beside a plain one: the plain one second, then
-        first, in turn over the whole sampling."""
+        """``k`` instrumented passes, on the CPU each beside a plain one: the plain one second,
+        then first, in turn over the whole sampling."""
         out = np.empty(k)
         for i in range(k):
-            plain_first = len(self.plain) % 2 == 1
+            plain_first = self.pairs and len(self.plain) % 2 == 1
             if plain_first:
                 self.plain.append(self.plain_one())
             out[i] = self.one()
-            if not plain_first:
+            if self.pairs and not plain_first:
                 self.plain.append(self.plain_one())
         return out
 
-    def stamp_cost(self, instrumented: np.ndarray) -> HookCost:
-        """What a stamp costs the stretch it closes (ms): the median of (instrumented - its
-        plain backward) over a pass's stretches, at most the cheapest stretch's median (a
-        stretch holds at least its stamp; ``capped``). On the CPU from ``MIN_COST_PASSES``
-        pairs; not applied elsewhere (host cost, which a GPU's time does not show)."""
-        stretches = float(self.stretches.sum())
-        if self.clock.device.type != "cpu" or len(self.plain) < MIN_COST_PASSES or not stretches:
-            return HookCost(0.0, 0.0, applied=False, source="model")
-        per = max(paired_median(instrumented, self.plain), 0.0) / stretches
+    def stamp_cost(self, instrumented: np.ndarray) -> HookCost | None:
+        """What a stamp costs the stretch it closes (ms): the median over pairs of (instrumented
+        - its plain backward) / the pass's stretches, at most the cheapest stretch's median (a
+        stretch holds at least its stamp; ``capped``); ``applied`` where that median's 95 %
+        interval lies above 0 (else it is noise). None without ``MIN_COST_PASSES`` pairs."""
+        plain = np.asarray(self.plain)
+        if len(plain) < MIN_COST_PASSES or len(plain) != len(instrumented):
+            return None
+        per_pass = np.vstack(self.stretches).sum(axis=1)
+        excess = np.sort((np.asarray(instrumented) - plain) / per_pass)
+        low, _ = within_ci(excess, 0.95)
+        per = max(float(np.median(excess)), 0.0)
         sizes = {len(ms) for _, ms in self.segments}
         cheapest = (
             float(np.median(np.vstack([ms for _, ms in self.segments]), axis=0).min())
             if len(sizes) == 1
             else math.inf
         )
-        return HookCost(
-            min(per, cheapest), 0.0, applied=True, source="model", capped=per > cheapest
-        )
+        capped = per > cheapest
+        return HookCost(min(per, cheapest), 0.0, applied=low > 0, source="model", capped=capped)
 
 
 def device_bytes(tensors: list[torch.Tensor | None], device: torch.device) -> int:
@@ -549,7 +555,7 @@ class StepTimer(Runner):
         inst = self.instrument(n_calls)
         self.step.restore()
         est = self.warm_with(inst.one, already_warm=True, counted=False)
-        for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain):
+        for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain, inst.stretches):
             warm_up.clear()
         # the instrumented passes stop by the rule alone: no floor held past the budget
         return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
@@ -595,21 +601,25 @@ def time_step(
     if opts.warn:
         got["backward"].warn_if_noisy()
     cost = inst.stamp_cost(inst_sampled.samples_ms)
-    if not opts.correct_overhead:  # measured, said, not taken off
+    if cost is not None and not opts.correct_overhead:  # measured, said, not taken off
         cost = dataclasses.replace(cost, applied=False)
-    stamps_ms = float(inst.stretches.sum()) * cost.per_call_ms if cost.applied else 0.0
+    raw = np.vstack(inst.rows)
+    applied = cost is not None and cost.applied
+    taken = np.vstack(inst.stretches) * (cost.per_call_ms if applied else 0.0)
     return StepTiming(
         **{"optimizer": None, **got},  # the phases' Measurements, by name
-        calls_ms=cost.correct(np.vstack(inst.rows), inst.stretches),
+        calls_ms=np.clip(raw - taken, 0.0, None),
         passes_ms=inst_sampled.samples_ms,
         peak_memory_bytes=peak,
         nodes=inst.nodes,
         env=got["step"].env,
         segments=list(inst.segments),
         comm_ms=np.vstack(inst.comm_rows) if inst.comm_rows else None,
-        passes=Measurement(inst_sampled.samples_ms - stamps_ms, **timer.fields(inst_sampled)),
+        passes=Measurement(
+            inst_sampled.samples_ms - taken.sum(axis=1), **timer.fields(inst_sampled)
+        ),
         stamp_cost=cost,
-        plain_ms=np.asarray(inst.plain),
+        plain_ms=np.asarray(inst.plain) if inst.pairs else None,
     )
 
 

@@ -119,6 +119,8 @@ class TimingAgreement:
     #: a backward's autograd nodes, and what each one's stamp cost if the excess is theirs
     nodes: int = 0
     stamp_us: float = math.nan
+    #: a backward whose stamps' measured cost was taken off the passes already
+    corrected: bool = False
 
     @property
     def alarming(self) -> bool:
@@ -128,7 +130,7 @@ class TimingAgreement:
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
-        w = _WORDS[self.phase]
+        w = _WORDS["backward corrected" if self.corrected else self.phase]
         if self.agree:
             return (
                 f"{w['passes']} (median {_ms(self.passes_ms)}) and {w['runs']} "
@@ -150,7 +152,8 @@ class TimingAgreement:
                 f"the per-layer backward rows include their stamps: the instrumented backward "
                 f"read {_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
                 f"{_ms(self.clean_ms)}, about {self.stamp_us:.1f} us for each of its "
-                f"{self.nodes} autograd nodes (not corrected for, as the forward's hooks are); "
+                f"{self.nodes} autograd nodes (not taken off here: a GPU, too few or too noisy "
+                "pairs, or correct_overhead=False); "
                 f"quote the clean backward and read the rows by their {w['share']}"
             )
         if self.verdict == "leaves":
@@ -225,11 +228,17 @@ _WORDS = {
         "rows": "the per-layer backward rows",
         "quoted": "the instrumented backward",
         "share": "backward latency share",
-        # the stamps are not corrected for as the forward's hooks are: on small layers they
-        # are a share of every node's time
+        # where the stamps' cost was not taken off (CUDA, too few or too noisy pairs,
+        # correct_overhead=False): on small layers they are a share of every node's time
         "slower": "so the stamp on each autograd node cost that much (small layers: tens of "
         "percent) or the machine's load changed between the two",
     },
+}
+_WORDS["backward corrected"] = {
+    **_WORDS["backward"],
+    "root": "the instrumented backward less its stamps' measured cost",
+    "quoted": "the instrumented backward less its stamps",
+    "slower": _WORDS["forward"]["slower"],
 }
 
 
@@ -318,7 +327,7 @@ def judge_backward(
     ``nodes``) is the verdict ``"stamps"``: the rows include their stamps, said in a note, no
     alarm; and a clean median of n/a is "imprecise", never agreement."""
     a = judge_agreement(clean, passes, math.nan, phase="backward")
-    a = dataclasses.replace(a, nodes=nodes)
+    a = dataclasses.replace(a, nodes=nodes, corrected=corrected)
     if not math.isfinite(a.ratio):  # a clean median of n/a (or 0): nothing to say they agree
         return dataclasses.replace(a, agree=False, verdict="imprecise")
     if corrected or a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0 or nodes <= 0:

@@ -51,7 +51,6 @@ __all__ = [
     "calibrate_hooks",
     "is_oom",
     "MIN_COST_PASSES",
-    "paired_median",
     "time_layers",
 ]
 
@@ -660,9 +659,9 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     plain = np.concatenate(inst.plain)
     per_call, source, capped = calibrated.per_call_ms, "chain", False
     if sampled.n >= MIN_COST_PASSES or not calibrated.applied:  # (CUDA: no chain to ask)
-        paired = paired_median(sampled.samples_ms, plain)
+        paired = _paired_median(sampled.samples_ms, plain)
         if inst.cpu_ms is not None:  # (instrumented, plain) thread CPU times
-            paired = min(paired, paired_median(*inst.cpu_ms))
+            paired = min(paired, _paired_median(*inst.cpu_ms))
         if paired > 0 or not calibrated.applied:
             per_call, source = max(0.0, paired) / len(keys), "model"
             passes = np.asarray(sampled.samples_ms, dtype=float)
@@ -689,7 +688,7 @@ def _gap_bound(passes: np.ndarray, raw: np.ndarray, parents: list[int | None]) -
     return outside / len(parents) if outside > 0 else float("inf")
 
 
-def paired_median(instrumented: Any, plain: Any) -> float:
+def _paired_median(instrumented: Any, plain: Any) -> float:
     """Median of ``instrumented[i] - plain[i]`` (pass ``i`` and its plain pass)."""
     a, b = np.asarray(instrumented, dtype=float), np.asarray(plain, dtype=float)
     if a.size != b.size:  # not paired pass by pass: the difference of the medians
