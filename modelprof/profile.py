@@ -197,7 +197,7 @@ def _timed_passes(
         step_cols, step_rows, training_step = step_columns(keys, records, step_cost, step_timing)
         columns.append(step_cols)
         if step_timing is not None:
-            training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts.warn)
+            training_step.agreement = _judge_backward(step_timing, timed.notes, spec.opts)
     return join_rows(rows, columns, step_rows), timed, training_step
 
 
@@ -481,30 +481,39 @@ def _judge(
     return agreement
 
 
-def _judge_backward(timing: Any, notes: list[str], warn: bool) -> Any:
-    """Whether the instrumented backward passes (the rows' backward times) agree with the clean
-    backward; when not, a note and (``warn``) a warning, as the forward's window check; where
-    the per-node stamps explain the difference, the note alone."""
+def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
+    """Whether the instrumented backward passes (the rows' backward times, their stamps' cost
+    taken off where it was) agree with the clean backward; when not, a note and (``warn``) a
+    warning, as the forward's window check; where the per-node stamps explain the difference,
+    the note alone. The stamps' cost, taken off or not, is said in a note."""
     cost = timing.stamp_cost
     corrected = cost is not None and cost.applied
-    if corrected:
-        notes.append(_stamp_note(cost, timing.nodes))
+    if cost is not None:
+        notes.append(_stamp_note(cost, timing.nodes, off=not opts.correct_overhead))
     agreement = judge_backward(timing.backward, timing.passes, timing.nodes, corrected)
     if not agreement.agree:
         notes.append(agreement.note())
-        if warn and agreement.alarming:
+        if opts.warn and agreement.alarming:
             warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
     return agreement
 
 
-def _stamp_note(cost: Any, nodes: int) -> str:
-    """The backward rows' correction for their stamps, in words."""
+def _stamp_note(cost: Any, nodes: int, off: bool) -> str:
+    """The backward rows' correction for their stamps (or why there is none: ``off``, asked
+    not to correct), in words."""
     bound = (
         ", at most the cheapest stretch between two stamps (the pass pairs read more: an "
         "instrumented pass waited longer, as under load)"
         if cost.capped
         else ""
     )
+    if not cost.applied:
+        why = "correct_overhead=False" if off else "it lies within the pass pairs' noise"
+        return (
+            f"per-layer backward times include their stamps: the stamps' measured cost, "
+            f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {nodes} autograd nodes, "
+            f"was not taken off ({why}); read the rows by their backward latency share"
+        )
     return (
         f"per-layer backward times are corrected for the stamps' measured cost: "
         f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {nodes} autograd nodes (each "

@@ -136,6 +136,51 @@ def test_bad_options_name_the_value(kwargs, match):
         r.diff(r, **kwargs)
 
 
-def test_only_a_report_is_diffed():
-    with pytest.raises(ModelProfError, match="diff\\(\\) takes another Report, got DataFrame"):
-        _counted(nn.Linear(8, 8)).diff(pd.DataFrame())
+def test_only_a_report_or_its_table_is_diffed():
+    r = _counted(nn.Linear(8, 8))
+    with pytest.raises(ModelProfError, match="takes another Report or its table read back, got"):
+        r.diff(3)
+    with pytest.raises(
+        ModelProfError, match=r"diff\(\) needs column\(s\) \['module', 'call', 'type'\]"
+    ):
+        r.diff(pd.DataFrame())
+
+
+def test_a_run_saved_earlier_is_diffed_from_its_csv(tmp_path):
+    from modelprof.render import read_csv
+
+    before = _counted(nn.Sequential(_Block(8), _Block(8)))
+    before.to_csv(tmp_path / "before.csv")
+    after = _counted(nn.Sequential(_Block(16), _Block(8)))
+    saved = after.diff(read_csv(tmp_path / "before.csv"), names=("now", "saved"))
+    live = after.diff(before, names=("now", "saved"))
+    pd.testing.assert_frame_equal(saved, live)
+    # 0.up: 128 MACs now, 64 in the saved run
+    assert saved.set_index(["module", "call"]).loc[("0.up", 1), "macs_ratio"] == 0.5
+
+
+def test_a_layer_inserted_in_the_middle_stays_in_the_middle():
+    from collections import OrderedDict
+
+    def model(*names):
+        return nn.Sequential(OrderedDict((n, nn.Linear(8, 8)) for n in names))
+
+    d = _counted(model("first", "last")).diff(_counted(model("first", "middle", "last")))
+    assert list(zip(d["module"], d["in"])) == [
+        ("", "both"),
+        ("first", "both"),
+        ("middle", "b"),
+        ("last", "both"),
+    ]
+
+
+def test_training_steps_compare_their_backward_counts_too():
+    def step(width: int):
+        model = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 2))
+        return profile(model, (8,), backward=True, timing=False, roofline=False)
+
+    d = step(8).diff(step(16)).set_index(["module", "call"])
+    # Linear(8, w)'s backward: the weight's gradient only (the input needs none), 8w MACs;
+    # 64 -> 128
+    assert d.loc[("0", 1), ["backward_macs_a", "backward_macs_b"]].tolist() == [64, 128]
+    assert "backward_flops_ratio" in d.columns

@@ -434,21 +434,23 @@ def test_the_backward_rows_stamps_are_taken_off_and_said_unless_asked_not_to():
     t = r.training_step.timing
     cost = t.stamp_cost  # 12 pairs on the CPU: measured
     assert cost is not None and t.plain_ms.size == 12
-    said = [n for n in r.timing_notes if n.startswith("per-layer backward times are")]
+    said = [n for n in r.timing_notes if n.startswith("per-layer backward times")]
+    assert len(said) == 1 and f"note: {said[0]}" in r.summary()  # taken off or not: said
     env = r.training_step.to_dict()
     assert env["backward_stamp_cost"]["per_call_us"] == cost.per_call_ms * 1e3
     # taken off where the pairs' excess lies above 0 (load may hide it: then nothing is)
     stretches = len(t.segments[0][1])
     taken = stretches * cost.per_call_ms if cost.applied else 0.0
     np.testing.assert_allclose(t.passes.samples_ms, t.passes_ms - taken)
+    assert f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {t.nodes}" in said[0]
     if cost.applied:
-        assert f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {t.nodes}" in said[0]
-        assert f"note: {said[0]}" in r.summary()
+        assert said[0].startswith("per-layer backward times are corrected for the stamps'")
         if not cost.capped:  # the corrected passes sit on their plain pairs, in the median
             excess = t.passes.samples_ms - t.plain_ms
             assert abs(float(np.median(excess))) < 1e-9
     else:
-        assert not said
+        assert said[0].endswith("was not taken off (it lies within the pass pairs' noise); "
+                                "read the rows by their backward latency share")  # fmt: skip
     # correct_overhead=False: measured, not taken off; the rows are the stretches as read
     raw = profile(
         model,
@@ -467,4 +469,15 @@ def test_the_backward_rows_stamps_are_taken_off_and_said_unless_asked_not_to():
     )
     np.testing.assert_allclose(t.calls_ms, read)
     np.testing.assert_allclose(t.passes.samples_ms, t.passes_ms)
-    assert not [n for n in raw.timing_notes if n.startswith("per-layer backward times are")]
+    said = [n for n in raw.timing_notes if n.startswith("per-layer backward times")]
+    assert said == [
+        f"per-layer backward times include their stamps: the stamps' measured cost, "
+        f"{t.stamp_cost.per_call_ms * 1e3:.2f} us per stamp on each of {t.nodes} autograd "
+        "nodes, was not taken off (correct_overhead=False); read the rows by their backward "
+        "latency share"
+    ]
+    # the step's summary: the rows' sum beside the clean backward, and the raw ratio
+    assert (
+        f"backward rows: the calls' medians sum to {t.coverage * t.backward.median_ms:.3f} ms, "
+        f"{100 * t.coverage:.1f}% of the clean backward median"
+    ) in raw.summary()

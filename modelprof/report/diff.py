@@ -15,7 +15,8 @@ __all__ = ["diff_frames"]
 
 #: compared when ``columns`` is not given, those both tables have (latency: when both are timed)
 DEFAULT_COLUMNS = (
-    "params", "macs", "flops", "read_bytes", "write_bytes", "latency_ms", "backward_latency_ms"
+    "params", "macs", "flops", "read_bytes", "write_bytes", "backward_macs", "backward_flops",
+    "latency_ms", "backward_latency_ms",
 )  # fmt: skip
 
 
@@ -25,7 +26,8 @@ def diff_frames(
     columns: Sequence[str] | None = None,
     names: tuple[str, str] = ("a", "b"),
 ) -> pd.DataFrame:
-    """One row per module call in either table (``a``'s order, then ``b``'s new ones): each
+    """One row per module call in either table (``a``'s order, each row only ``b`` has after
+    the row it follows in ``b``): each
     column's two values and ``<column>_ratio`` (b / a; NaN where a is 0 or a row is missing),
     ``in`` (both, or which alone) and, for a timing column with a rough flag
     (``latency_rough``, ``backward_latency_rough``), that flag where either side's is set."""
@@ -43,10 +45,8 @@ def diff_frames(
         for c in cols:
             if pd.api.types.is_integer_dtype(side[c]):
                 side[c] = side[c].astype("Int64")
-    seen = set(sides[0].index)
-    order = pd.MultiIndex.from_tuples(
-        [*sides[0].index, *(k for k in sides[1].index if k not in seen)], names=key
-    )
+    order = pd.MultiIndex.from_tuples(_merged(list(sides[0].index), list(sides[1].index)))
+    order.names = key
     left, right = (s.reindex(order) for s in sides)
     out = order.to_frame(index=False)
     kinds = left["type"].fillna(right["type"])
@@ -70,6 +70,23 @@ def diff_frames(
                 if flag in side.columns:
                     rough |= side[flag].eq(True).to_numpy()
             out[flag] = rough
+    return out
+
+
+def _merged(a: list[Any], b: list[Any]) -> list[Any]:
+    """``a``'s keys in order, each key only ``b`` has placed after the key before it in ``b``
+    (a layer inserted in the middle stays in the middle)."""
+    common, follows = set(a), {}
+    before = None  # b's last key that a has too
+    for k in b:
+        if k in common:
+            before = k
+        else:
+            follows.setdefault(before, []).append(k)
+    out = list(follows.get(None, []))
+    for k in a:
+        out.append(k)
+        out.extend(follows.get(k, []))
     return out
 
 

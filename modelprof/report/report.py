@@ -25,7 +25,7 @@ from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
-from modelprof.render.views import call_label, compact_columns
+from modelprof.render.views import call_label, compact_columns, require_columns
 from modelprof.report.diff import diff_frames
 from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
@@ -56,6 +56,8 @@ _LATEX_PRIORITY = tuple(
     "module layer_type type params macs latency_ms output_shape calls flops latency_pct "
     "output_bytes read_bytes write_bytes".split()
 )
+#: how to get a table ``Report.diff`` can read
+_READ_BACK = " (a table from to_dataframe(), or read back by modelprof.render.read_csv)"
 #: a training step's: its backward's time kept beside the forward's
 _STEP_PRIORITY = (*_LATEX_PRIORITY[:6], "backward_latency_ms", *_LATEX_PRIORITY[6:])
 
@@ -207,15 +209,22 @@ class Report(Exports):
     def diff(
         self, other: Report, columns: Sequence[str] | None = None, names: Any = ("a", "b")
     ) -> pd.DataFrame:
-        """This report (``a``) beside ``other`` (``b``) layer by layer, rows matched by module
-        and call: each of ``columns`` (default: the counts, and ``latency_ms`` when both are
+        """This report (``a``) beside ``other`` (``b``: a Report, or a table saved earlier and
+        read back by ``modelprof.render.read_csv``/``read_json``) layer by layer, rows matched by
+        module and call: each of ``columns`` (default: the counts, and ``latency_ms`` when both are
         timed) twice and their ratio b / a, ``in`` saying where a row exists only on one side,
         ``latency_rough`` where either side's is. Counts compare exactly; per-layer times taken
         in two runs carry whatever the machine did between them (``compare()`` interleaves
         whole models to cancel that drift)."""
-        if not isinstance(other, Report):
-            raise ModelProfError(f"diff() takes another Report, got {type(other).__name__}")
-        return diff_frames(self.to_dataframe(), other.to_dataframe(), columns, names)
+        if isinstance(other, pd.DataFrame):  # a run saved earlier, read back
+            require_columns(other, ("module", "call", "type"), "diff()", _READ_BACK)
+        elif isinstance(other, Report):
+            other = other.to_dataframe()
+        else:
+            raise ModelProfError(
+                f"diff() takes another Report or its table read back, got {type(other).__name__}"
+            )
+        return diff_frames(self.to_dataframe(), other, columns, names)
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:
         """Per op (``aten.convolution.default``): calls, macs, flops, madd, whether a formula
