@@ -490,7 +490,8 @@ def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
     corrected = cost is not None and cost.applied
     if cost is not None:
         notes.append(_stamp_note(cost, timing.nodes, off=not opts.correct_overhead))
-    agreement = judge_backward(timing.backward, timing.passes, timing.nodes, corrected)
+    rows_ms = timing.coverage * timing.backward.median_ms  # the rows' medians, summed
+    agreement = judge_backward(timing.backward, timing.passes, timing.nodes, corrected, rows_ms)
     if not agreement.agree:
         notes.append(agreement.note())
         if opts.warn and agreement.alarming:

@@ -220,3 +220,19 @@ def test_a_corrected_backward_that_disagrees_blames_the_load_not_the_stamps():
         "stamp on each autograd node"
         in judge_backward(Measurement(np.full(12, 1.0)), Measurement(np.full(12, 1.3)), 20).note()
     )
+
+
+def test_backward_rows_whose_medians_do_not_add_up_are_said():
+    from modelprof.timing.agreement import judge_backward
+
+    clean, passes = Measurement(np.full(12, 1.0)), Measurement(np.full(12, 1.02))
+    # the rows' medians sum to 0.79 ms, 0.77x the instrumented backward's 1.02 ms (a newcomer's
+    # loaded run: 43.5 against 55.7 ms, with the two windows agreeing)
+    a = judge_backward(clean, passes, 100, True, rows_ms=0.79)
+    assert a.verdict == "leaves" and a.alarming and a.leaf_sum_ms == 0.79
+    assert a.note().startswith(
+        "the per-layer backward rows DO NOT ADD UP: the rows' medians sum to 0.790 ms, 0.77x "
+        "the instrumented backward's 1.020 ms they are parts of"
+    )
+    # within the 10 % tolerance (0.95x): agreement
+    assert judge_backward(clean, passes, 100, True, rows_ms=0.97).agree

@@ -609,6 +609,7 @@ class Report(Exports):
             why = {
                 "stamps": "they include the per-node stamps' cost",
                 "imprecise": "they and the clean backward are too noisy to compare",
+                "leaves": "their medians do not add up to the backward",
             }.get(backward.verdict, "they disagree with the clean backward")
             reason = "; ".join(r for r in (reason, f"backward times: {why}") if r)
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"

@@ -158,10 +158,10 @@ class TimingAgreement:
             )
         if self.verdict == "leaves":
             return (
-                f"the per-layer rows DO NOT ADD UP: the leaf rows sum to "
-                f"{_ms(self.leaf_sum_ms)}, {self.leaf_sum_ms / self.passes_ms:.2f}x the (root) "
-                f"pass's {_ms(self.passes_ms)} they are parts of (per-layer medians taken while "
-                "the machine's load moved); read the rows as rough, and time again with a "
+                f"{w['rows']} DO NOT ADD UP: {w['parts']} sum to "
+                f"{_ms(self.leaf_sum_ms)}, {self.leaf_sum_ms / self.passes_ms:.2f}x "
+                f"{w['whole']} {_ms(self.passes_ms)} they are parts of (per-layer medians taken "
+                "while the machine's load moved); read the rows as rough, and time again with a "
                 "larger budget_s or on a quieter machine"
             )
         return self._disagreement(w)
@@ -219,6 +219,8 @@ _WORDS = {
         "quoted": "the (root) row's",
         "share": "latency share",
         "slower": "so the machine's load changed between the two",
+        "parts": "the leaf rows",
+        "whole": "the (root) pass's",
     },
     "backward": {
         "passes": "the per-layer backward passes",
@@ -228,6 +230,8 @@ _WORDS = {
         "rows": "the per-layer backward rows",
         "quoted": "the instrumented backward",
         "share": "backward latency share",
+        "parts": "the rows' medians",
+        "whole": "the instrumented backward's",
         # where the stamps' cost was not taken off (CUDA, too few or too noisy pairs,
         # correct_overhead=False): on small layers they are a share of every node's time
         "slower": "so the stamp on each autograd node cost that much (small layers: tens of "
@@ -318,18 +322,29 @@ def judge_agreement(
 
 
 def judge_backward(
-    clean: Measurement, passes: Measurement, nodes: int, corrected: bool = False
+    clean: Measurement,
+    passes: Measurement,
+    nodes: int,
+    corrected: bool = False,
+    rows_ms: float = math.nan,
 ) -> TimingAgreement:
     """A training step's instrumented backward (``passes``) against its clean backward: as
     :func:`judge_agreement`, except that, where the stamps' cost was not taken off
     (``corrected``), a disagreement (or a difference too noisy to judge) the per-node stamps
     can explain (the instrumented one slower by at most ``STAMP_BOUND_US`` per node of
     ``nodes``) is the verdict ``"stamps"``: the rows include their stamps, said in a note, no
-    alarm; and a clean median of n/a is "imprecise", never agreement."""
+    alarm; and a clean median of n/a is "imprecise", never agreement. Where the two agree,
+    ``rows_ms`` (the rows' medians summed: parts of every pass) further than the tolerance from
+    the passes' median is the verdict ``"leaves"``: under load the medians of parts need not
+    add up."""
     a = judge_agreement(clean, passes, math.nan, phase="backward")
     a = dataclasses.replace(a, nodes=nodes, corrected=corrected)
     if not math.isfinite(a.ratio):  # a clean median of n/a (or 0): nothing to say they agree
         return dataclasses.replace(a, agree=False, verdict="imprecise")
+    parts = rows_ms / a.passes_ms if a.passes_ms > 0 else math.nan
+    off = parts > 0 and abs(math.log(parts)) > math.log1p(AGREEMENT_TOLERANCE)
+    if a.verdict == "agree" and off:
+        return dataclasses.replace(a, verdict="leaves", agree=False, leaf_sum_ms=rows_ms)
     if corrected or a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0 or nodes <= 0:
         return a
     per_node_us = 1000.0 * (passes.median_ms - clean.median_ms) / nodes
