@@ -113,8 +113,12 @@ def _columns(a: pd.DataFrame, b: pd.DataFrame, columns: Any) -> list[str]:
     for c in columns:
         missing = [n for n, df in (("first", a), ("second", b)) if c not in df.columns]
         if missing:
+            timed = (
+                " (a timing column: was it profiled with timing=False?)" if "latency" in c else ""
+            )
             raise ModelProfError(
-                f"columns: {c!r} is not a column of the {' and '.join(missing)} report's table"
+                f"columns: {c!r} is not a column of the {' and '.join(missing)} report's "
+                f"table{timed}"
             )
         if not pd.api.types.is_numeric_dtype(a[c]) or not pd.api.types.is_numeric_dtype(b[c]):
             raise ModelProfError(f"columns: {c!r} is not a number to compare")
