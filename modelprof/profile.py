@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -48,6 +49,7 @@ from modelprof.timing.helps import what_helps as time_what_helps
 from modelprof.timing.kernels import KernelTiming, kernel_note, time_kernels
 from modelprof.timing.latency import timing_runner
 from modelprof.timing.layers import MIN_COST_PASSES
+from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import (
     TimingOptions,
     check_option_names,
@@ -490,8 +492,11 @@ def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
     corrected = cost is not None and cost.applied
     if cost is not None:
         notes.append(_stamp_note(cost, timing.nodes, off=not opts.correct_overhead))
-    rows_ms = timing.coverage * timing.backward.median_ms  # the rows' medians, summed
-    agreement = judge_backward(timing.backward, timing.passes, timing.nodes, corrected, rows_ms)
+    rows_ms = float(np.median(timing.calls_ms, axis=0).sum())  # the rows' medians, summed
+    plain = Measurement(timing.plain_ms) if timing.plain_ms is not None else None
+    agreement = judge_backward(
+        timing.backward, timing.passes, timing.nodes, corrected, rows_ms, plain
+    )
     if not agreement.agree:
         notes.append(agreement.note())
         if opts.warn and agreement.alarming:

@@ -134,6 +134,10 @@ def test_counts_past_2_to_the_53_stay_exact_where_a_row_is_missing():
             "column: was it profiled with timing=False?)",
         ),
         (dict(columns=["type"]), "'type' is not a number to compare"),
+        (
+            dict(columns=["backward_latency_ms"]),
+            "(was it profiled without backward=True, or with timing=False?)",
+        ),
     ],
 )
 def test_bad_options_name_the_value(kwargs, match):

@@ -207,15 +207,19 @@ class Report(Exports):
         return self._rough_reason() is not None
 
     def diff(
-        self, other: Report, columns: Sequence[str] | None = None, names: Any = ("a", "b")
+        self,
+        other: Report | pd.DataFrame,
+        columns: Sequence[str] | None = None,
+        names: Any = ("a", "b"),
     ) -> pd.DataFrame:
         """This report (``a``) beside ``other`` (``b``: a Report, or a table saved earlier and
-        read back by ``modelprof.render.read_csv``/``read_json``) layer by layer, rows matched by
-        module and call: each of ``columns`` (default: the counts, and ``latency_ms`` when both are
-        timed) twice and their ratio b / a, ``in`` saying where a row exists only on one side,
-        ``latency_rough`` where either side's is. Counts compare exactly; per-layer times taken
-        in two runs carry whatever the machine did between them (``compare()`` interleaves
-        whole models to cancel that drift)."""
+        read back by ``modelprof.render.read_csv``, or ``read_json(...)[0]``) layer by layer,
+        rows matched by module and call: each of ``columns`` (default: the counts, forward and
+        backward, and the latencies both sides timed) twice and their ratio b / a, ``in``
+        saying where a row exists only on one side, a timing column's rough flag where either
+        side's is set. Counts compare exactly; per-layer times taken in two runs carry whatever
+        the machine did between them (``compare()`` interleaves whole models to cancel that
+        drift)."""
         if isinstance(other, pd.DataFrame):  # a run saved earlier, read back
             require_columns(other, ("module", "call", "type"), "diff()", _READ_BACK)
         elif isinstance(other, Report):
@@ -610,6 +614,7 @@ class Report(Exports):
                 "stamps": "they include the per-node stamps' cost",
                 "imprecise": "they and the clean backward are too noisy to compare",
                 "leaves": "their medians do not add up to the backward",
+                "window": "they were read in a window slower than the clean backward's",
             }.get(backward.verdict, "they disagree with the clean backward")
             reason = "; ".join(r for r in (reason, f"backward times: {why}") if r)
         return title if reason is None else f"{title}. Per-layer times marked ~ are rough: {reason}"

@@ -69,14 +69,15 @@ class TrainingStep:
         if t is None:
             return line
         parts = ", ".join(f"{k} {m.median_ms:.3f}" for k, m in t.phases().items())
+        line += f"\nstep medians (ms): {parts}"
+        if t.peak_memory_bytes is not None:
+            line += f"; step peak memory {t.peak_memory_bytes:,} B"
         line += (
-            f"\nstep medians (ms): {parts}\nbackward rows: the calls' medians sum to "
+            f"\nbackward rows: the calls' medians sum to "
             f"{t.coverage * t.backward.median_ms:.3f} ms, {100 * t.coverage:.1f}% of the clean "
             f"backward median (under load the medians of parts need not add up); the "
             f"instrumented backward, stamps included, read x{t.overhead:.3f} the clean one"
         )
-        if t.peak_memory_bytes is not None:
-            line += f"; step peak memory {t.peak_memory_bytes:,} B"
         return line
 
     def to_dict(self) -> dict[str, Any]:

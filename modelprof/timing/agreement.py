@@ -111,7 +111,8 @@ class TimingAgreement:
     regimes: str | None = None  # modes the clean runs use and the per-layer passes do not
     #: "agree", "disagree" (apart beyond both intervals), "imprecise" (apart, but an interval
     #: too wide to tell), "leaves" (the leaf rows add up to more than the (root) pass) or
-    #: "identical" (identical layers far apart: ``identical``)
+    #: "identical" (identical layers far apart: ``identical``); a backward's also "stamps"
+    #: and "window" (:func:`judge_backward`)
     verdict: str = "agree"
     identical: IdenticalSpread | None = None
     #: "forward" (the per-layer passes) or "backward" (a training step's instrumented backward)
@@ -121,12 +122,15 @@ class TimingAgreement:
     stamp_us: float = math.nan
     #: a backward whose stamps' measured cost was taken off the passes already
     corrected: bool = False
+    #: the plain backwards run beside the instrumented ones (median ms; verdict "window")
+    plain_ms: float = math.nan
 
     @property
     def alarming(self) -> bool:
-        """A disagreement to warn about and mark ``!!``: any but what the stamps explain (a
-        note, no alarm: else every small model's training step warned)."""
-        return not self.agree and self.verdict != "stamps"
+        """A disagreement to warn about and mark ``!!``: any but what the stamps explain, or
+        the instrumented window's own pace (notes, no alarm: else every small model's
+        training step warned)."""
+        return not self.agree and self.verdict not in ("stamps", "window")
 
     def note(self) -> str:
         """One sentence for the summary, ``timing_notes`` and the warning."""
@@ -147,6 +151,15 @@ class TimingAgreement:
             )
         if self.verdict == "identical" and self.identical is not None:
             return self.identical.note()
+        if self.verdict == "window":
+            return (
+                f"the per-layer backward rows, less their stamps' measured cost, read "
+                f"{_ms(self.passes_ms)}, {self.ratio:.2f}x the clean backward's "
+                f"{_ms(self.clean_ms)}, as did the plain backward run beside them "
+                f"({_ms(self.plain_ms)}): the two windows ran the backward at different paces "
+                "(caches, the allocator, the machine's load), not the stamps; quote the clean "
+                f"backward and read the rows by their {w['share']}"
+            )
         if self.verdict == "stamps":
             return (
                 f"the per-layer backward rows include their stamps: the instrumented backward "
@@ -242,6 +255,7 @@ _WORDS["backward corrected"] = {
     **_WORDS["backward"],
     "root": "the instrumented backward less its stamps' measured cost",
     "quoted": "the instrumented backward less its stamps",
+    "whole": "the instrumented backward's, less its stamps,",
     "slower": _WORDS["forward"]["slower"],
 }
 
@@ -327,6 +341,7 @@ def judge_backward(
     nodes: int,
     corrected: bool = False,
     rows_ms: float = math.nan,
+    plain: Measurement | None = None,
 ) -> TimingAgreement:
     """A training step's instrumented backward (``passes``) against its clean backward: as
     :func:`judge_agreement`, except that, where the stamps' cost was not taken off
@@ -334,18 +349,27 @@ def judge_backward(
     can explain (the instrumented one slower by at most ``STAMP_BOUND_US`` per node of
     ``nodes``) is the verdict ``"stamps"``: the rows include their stamps, said in a note, no
     alarm; and a clean median of n/a is "imprecise", never agreement. Where the two agree,
-    ``rows_ms`` (the rows' medians summed: parts of every pass) further than the tolerance from
-    the passes' median is the verdict ``"leaves"``: under load the medians of parts need not
-    add up."""
+    ``rows_ms`` (the rows' medians summed: parts of every pass) above the passes' median by
+    more than the tolerance is the verdict ``"leaves"``: under load the medians of parts need
+    not add up. Corrected passes slower than the clean backward but within the tolerance of the
+    ``plain`` backwards run beside them are the verdict ``"window"``: a note, no alarm."""
     a = judge_agreement(clean, passes, math.nan, phase="backward")
     a = dataclasses.replace(a, nodes=nodes, corrected=corrected)
     if not math.isfinite(a.ratio):  # a clean median of n/a (or 0): nothing to say they agree
         return dataclasses.replace(a, agree=False, verdict="imprecise")
-    parts = rows_ms / a.passes_ms if a.passes_ms > 0 else math.nan
-    off = parts > 0 and abs(math.log(parts)) > math.log1p(AGREEMENT_TOLERANCE)
-    if a.verdict == "agree" and off:
+    # (above only, as the forward's: a sum of medians of many small right-skewed parts reads
+    # short of the median of their sums on a quiet machine too)
+    over = a.passes_ms > 0 and rows_ms > a.passes_ms * (1.0 + AGREEMENT_TOLERANCE)
+    if a.verdict == "agree" and over:
         return dataclasses.replace(a, verdict="leaves", agree=False, leaf_sum_ms=rows_ms)
-    if corrected or a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0 or nodes <= 0:
+    if a.verdict not in ("disagree", "imprecise") or not a.ratio > 1.0:
+        return a
+    if corrected:
+        beside = a.passes_ms / plain.median_ms if plain is not None and plain.median_ms > 0 else 0
+        if beside > 0 and abs(math.log(beside)) <= math.log1p(AGREEMENT_TOLERANCE):
+            return dataclasses.replace(a, verdict="window", plain_ms=plain.median_ms)
+        return a
+    if nodes <= 0:
         return a
     per_node_us = 1000.0 * (passes.median_ms - clean.median_ms) / nodes
     if per_node_us > STAMP_BOUND_US:
