@@ -114,7 +114,11 @@ def _columns(a: pd.DataFrame, b: pd.DataFrame, columns: Any) -> list[str]:
         missing = [n for n, df in (("first", a), ("second", b)) if c not in df.columns]
         if missing:
             timed = (
-                " (a timing column: was it profiled with timing=False?)" if "latency" in c else ""
+                " (was it profiled without backward=True, or with timing=False?)"
+                if c.startswith("backward")
+                else " (a timing column: was it profiled with timing=False?)"
+                if "latency" in c
+                else ""
             )
             raise ModelProfError(
                 f"columns: {c!r} is not a column of the {' and '.join(missing)} report's "
