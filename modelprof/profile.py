@@ -9,7 +9,6 @@ import re
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -492,10 +491,9 @@ def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
     corrected = cost is not None and cost.applied
     if cost is not None:
         notes.append(_stamp_note(cost, timing.nodes, off=not opts.correct_overhead))
-    rows_ms = float(np.median(timing.calls_ms, axis=0).sum())  # the rows' medians, summed
     plain = Measurement(timing.plain_ms) if timing.plain_ms is not None else None
     agreement = judge_backward(
-        timing.backward, timing.passes, timing.nodes, corrected, rows_ms, plain
+        timing.backward, timing.passes, timing.nodes, corrected, timing.rows_ms, plain
     )
     if not agreement.agree:
         notes.append(agreement.note())
@@ -507,12 +505,6 @@ def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
 def _stamp_note(cost: Any, nodes: int, off: bool) -> str:
     """The backward rows' correction for their stamps (or why there is none: ``off``, asked
     not to correct), in words."""
-    bound = (
-        ", at most the cheapest stretch between two stamps (the pass pairs read more: an "
-        "instrumented pass waited longer, as under load)"
-        if cost.capped
-        else ""
-    )
     if not cost.applied:
         why = "correct_overhead=False" if off else "it lies within the pass pairs' noise"
         return (
@@ -520,6 +512,12 @@ def _stamp_note(cost: Any, nodes: int, off: bool) -> str:
             f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {nodes} autograd nodes, "
             f"was not taken off ({why}); read the rows by their backward latency share"
         )
+    bound = (
+        ", at most the cheapest stretch between two stamps (the pass pairs read more: an "
+        "instrumented pass waited longer, as under load)"
+        if cost.capped
+        else ""
+    )
     return (
         f"per-layer backward times are corrected for the stamps' measured cost: "
         f"{cost.per_call_ms * 1e3:.2f} us per stamp on each of {nodes} autograd nodes (each "

@@ -389,7 +389,6 @@ def _pairs(n: int, excess_ms: Any, stretch_ms: list[float]):
     ms = np.asarray(stretch_ms)
     inst = SimpleNamespace(
         plain=[1.0] * n,
-        stretches=[np.array([len(ms) - 1.0, 1.0])] * n,
         segments=[(np.array([0] * (len(ms) - 1) + [1]), ms)] * n,
     )
     return step_timer._Instrumented.stamp_cost(inst, 1.0 + np.broadcast_to(excess_ms, n))

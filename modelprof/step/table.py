@@ -74,7 +74,7 @@ class TrainingStep:
             line += f"; step peak memory {t.peak_memory_bytes:,} B"
         line += (
             f"\nbackward rows: the calls' medians sum to "
-            f"{t.coverage * t.backward.median_ms:.3f} ms, {100 * t.coverage:.1f}% of the clean "
+            f"{t.rows_ms:.3f} ms, {100 * t.coverage:.1f}% of the clean "
             f"backward median (under load the medians of parts need not add up); the "
             f"instrumented backward, stamps included, read x{t.overhead:.3f} the clean one"
         )

@@ -98,9 +98,14 @@ class StepTiming:
         return float(np.median(self.passes_ms)) / self.backward.median_ms
 
     @property
+    def rows_ms(self) -> float:
+        """The per-call medians (the rows' backward times), summed."""
+        return float(np.median(self.calls_ms, axis=0).sum())
+
+    @property
     def coverage(self) -> float:
         """Sum of the per-call medians over the clean backward median."""
-        return float(np.median(self.calls_ms, axis=0).sum()) / self.backward.median_ms
+        return self.rows_ms / self.backward.median_ms
 
     def phases(self) -> Phases:
         named = {name: getattr(self, name) for name in (*PHASES, "step")}
@@ -249,8 +254,6 @@ class _Instrumented:
         self.pairs = clock.device.type == "cpu"
         self.plain: list[float] = []
         self._pair: StampBuffer | None = None
-        #: per pass, per column (``n_calls + 1``): the stretches between stamps it holds
-        self.stretches: list[np.ndarray] = []
 
     def _column(self, call: int) -> int:
         return self.n_calls if call == LOSS or not 0 <= call < self.n_calls else call
@@ -336,18 +339,15 @@ class _Instrumented:
         d = stamps.elapsed_ms(range(end), range(1, end + 1))
         tags = stamper.tags[:end]
         self.rows.append(self._split(tags, d))
-        self.stretches.append(self._split_counts(tags))
         self.segments.append(
             (np.where(tags > self.n_calls, 0, tags), np.asarray(d, dtype=np.float64))
         )
         return float(d.sum())
 
-    def _split_counts(self, tags: np.ndarray) -> np.ndarray:
-        """The stretches each column holds, the final callbacks' in the root's (as ``_split``)."""
-        n = self.n_calls
-        counts = np.bincount(tags, minlength=n + 2).astype(np.float64)
-        counts[0] += counts[n + 1]
-        return counts[: n + 1]
+    def stretches(self) -> np.ndarray:
+        """Per pass, per column (``n_calls + 1``): the stretches between stamps it holds, from
+        ``segments`` (the final callbacks' stretch already the root's there)."""
+        return np.vstack([np.bincount(c, minlength=self.n_calls + 1) for c, _ in self.segments])
 
     def plain_one(self) -> float:
         """One step's backward with no stamp (ms), the pair of an instrumented one."""
@@ -384,7 +384,7 @@ class _Instrumented:
         plain = np.asarray(self.plain)
         if len(plain) < MIN_COST_PASSES or len(plain) != len(instrumented):
             return None
-        per_pass = np.vstack(self.stretches).sum(axis=1)
+        per_pass = np.array([len(ms) for _, ms in self.segments])
         excess = np.sort((np.asarray(instrumented) - plain) / per_pass)
         low, _ = within_ci(excess, 0.95)
         per = max(float(np.median(excess)), 0.0)
@@ -555,7 +555,7 @@ class StepTimer(Runner):
         inst = self.instrument(n_calls)
         self.step.restore()
         est = self.warm_with(inst.one, already_warm=True, counted=False)
-        for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain, inst.stretches):
+        for warm_up in (inst.rows, inst.segments, inst.comm_rows, inst.plain):
             warm_up.clear()
         # the instrumented passes stop by the rule alone: no floor held past the budget
         return inst, self.sample(inst.chunk, est, "per-layer training step", floor_cap_s=0.0)
@@ -605,7 +605,7 @@ def time_step(
         cost = dataclasses.replace(cost, applied=False)
     raw = np.vstack(inst.rows)
     applied = cost is not None and cost.applied
-    taken = np.vstack(inst.stretches) * (cost.per_call_ms if applied else 0.0)
+    taken = inst.stretches() * (cost.per_call_ms if applied else 0.0)
     return StepTiming(
         **{"optimizer": None, **got},  # the phases' Measurements, by name
         calls_ms=np.clip(raw - taken, 0.0, None),
