@@ -27,10 +27,10 @@ def diff_frames(
     names: tuple[str, str] = ("a", "b"),
 ) -> pd.DataFrame:
     """One row per module call in either table (``a``'s order, each row only ``b`` has after
-    the row it follows in ``b``): each
-    column's two values and ``<column>_ratio`` (b / a; NaN where a is 0 or a row is missing),
-    ``in`` (both, or which alone) and, for a timing column with a rough flag
-    (``latency_rough``, ``backward_latency_rough``), that flag where either side's is set."""
+    the row it follows in ``b``): each column's two values and ``<column>_ratio`` (b / a; NaN
+    where a is 0 or a row is missing), ``in`` (both, or which alone) and, for a timing column
+    with a rough flag (``latency_rough``, ``backward_latency_rough``), that flag where either
+    side's is set."""
     first, second = _names(names)
     cols = _columns(a, b, columns)
     key = ["module", "call"]  # (a module called twice has a row per call)

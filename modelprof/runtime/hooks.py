@@ -134,9 +134,8 @@ def module_hooks(
     with recursion_headroom(_FRAMES_PER_LEVEL * _nesting_depth(names) + _FRAMES_MARGIN):
         try:
             handles.append(_module.register_module_forward_pre_hook(_pre))
-            always = (
-                compat.GLOBAL_HOOKS_SEE_KWARGS and post_with_inputs
-            )  # with the kwargs, also on raise
+            # with the kwargs, also when the forward raises
+            always = compat.GLOBAL_HOOKS_SEE_KWARGS and post_with_inputs
             extra = {"with_kwargs": True, "always_call": True} if always else {}
             handles.append(_module.register_module_forward_hook(_post, **extra))
             yield session
