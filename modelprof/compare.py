@@ -133,6 +133,7 @@ def compare(
     with a line as each model is profiled and when the interleaved timing ends.
     """
     _check_names(profile_options)
+    on_step = on_step or (lambda line: None)
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
     if baseline is None:
@@ -167,16 +168,14 @@ def compare(
                 run.forget(name)
                 failed[name] = str(e)
             bar.update(1)
-            _said(
-                on_step,
-                f"{name}: {'failed' if name in failed else 'profiled'} ({len(rows)} of {len(named)})",
-            )
+            said = "failed" if name in failed else "profiled"
+            on_step(f"{name}: {said} ({len(rows)} of {len(named)})")
         baseline = _standing(baseline, rows, failed)
         if timing:
             bar.set_description("interleaved timing")
             baseline = run.time(rows, baseline, bar, failed)
             bar.update(1)
-            _said(on_step, f"interleaved timing of {len(rows)} models done")
+            on_step(f"interleaved timing of {len(rows)} models done")
     finally:
         try:
             held.close()  # the models, inputs, target and loss module put back
@@ -210,11 +209,6 @@ def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> st
     if not rows:
         raise every_model_failed(failed)
     return baseline if baseline in rows else next(iter(rows))
-
-
-def _said(on_step: Callable[[str], None] | None, line: str) -> None:
-    if on_step is not None:
-        on_step(line)
 
 
 class _Run:
@@ -352,6 +346,8 @@ def _table(
 
 #: measure_throughput's own search bounds, the rest of throughput_options being timing options
 _SEARCH_KEYS = ("max_batch", "gain", "patience")
+#: the comparison's timing options its throughput points keep unless set
+_CARRIED = ("progress", "amp", "channels_last", "warn", "compile", "clock")
 
 
 def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions, dict]:
@@ -368,14 +364,7 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
         )
     options = dict(options or {})
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
-    carried = {
-        "progress": opts.progress,
-        "amp": opts.amp,
-        "channels_last": opts.channels_last,
-        "warn": opts.warn,
-        "compile": opts.compile,
-        "clock": opts.clock,
-    }
+    carried = {k: getattr(opts, k) for k in _CARRIED}
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
 

@@ -424,7 +424,10 @@ def _time(
         total = float(layers.corrected.median_ms)
         spread = identical_spread(rows, [c.get("latency_ms") for c in columns], total)
         regimes = _regimes(model, spec.opts)
-        agreement = _judge(latency, layers, leaf_sum, notes, regimes, spread, spec.opts.warn)
+        agreement = judge_agreement(
+            latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
+        )
+        _say_disagreement(agreement, notes, warn=spec.opts.warn)
     timed = TimingResult(
         latency, layers, overhead, coverage, None, notes, agreement, pipelined, helps
     )
@@ -460,26 +463,13 @@ def _regimes(model: nn.Module, opts: TimingOptions) -> str:
     return ", ".join(hidden)
 
 
-def _judge(
-    latency: Any,
-    layers: Any,
-    leaf_sum: float,
-    notes: list[str],
-    regimes: str,
-    spread: Any,
-    warn: bool,
-) -> Any:
-    """Whether the per-layer window agrees with the clean runs and with itself (``spread``:
-    identical layers far apart); when not, a note and (``warn``) a warning naming the figure to
-    quote."""
-    agreement = judge_agreement(
-        latency, layers.corrected, leaf_sum, regimes=regimes, identical=spread
-    )
+def _say_disagreement(agreement: Any, notes: list[str], warn: bool) -> None:
+    """A disagreement (of the per-layer window with the clean runs, or with itself) as a note
+    and, with ``warn``, a warning naming the figure to quote."""
     if not agreement.agree:
         notes.append(agreement.note())
         if warn:
             warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
-    return agreement
 
 
 def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
@@ -495,10 +485,7 @@ def _judge_backward(timing: Any, notes: list[str], opts: Any) -> Any:
     agreement = judge_backward(
         timing.backward, timing.passes, timing.nodes, corrected, timing.rows_ms, plain
     )
-    if not agreement.agree:
-        notes.append(agreement.note())
-        if opts.warn and agreement.alarming:
-            warn_user(f"modelprof: {agreement.note()}", TimingDisagreementWarning)
+    _say_disagreement(agreement, notes, warn=opts.warn and agreement.alarming)
     return agreement
 
 

@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import socket
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -93,20 +92,11 @@ class StoreRanks:
         self._wait(keys, "for the other ranks' results")
         parts = [json.loads(self.store.get(k)) for k in keys]
         # rank 0 may host the store: it leaves only once all have read
-        self.store.add(f"{name}/read", 1)
+        if self.store.add(f"{name}/read", 1) == world:
+            self.store.set(f"{name}/all-read", "1")
         if self.ranks.rank == 0:
-            self._wait_count(f"{name}/read", world)
+            self._wait([f"{name}/all-read"], "for the other ranks to read the results")
         return parts
-
-    def _wait_count(self, key: str, target: int) -> None:
-        deadline = time.monotonic() + self.timeout.total_seconds()
-        while self.store.add(key, 0) < target:
-            if time.monotonic() > deadline:
-                raise ModelProfError(
-                    f"sweep: rank 0 waited {self.timeout.total_seconds():g} s "
-                    "for the other ranks to read the results"
-                )
-            time.sleep(0.02)
 
     def add_done(self, n: int) -> None:
         self.store.add("done", n)

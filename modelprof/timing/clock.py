@@ -130,6 +130,7 @@ class Clock:
     """Times ``n`` samples of a step; returns an ``(n, len(phases))`` array of milliseconds."""
 
     kind = "abstract"
+    sync_reads = False  # the device's synchronize before every clock read (HostSyncClock)
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -137,17 +138,22 @@ class Clock:
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         """Run ``between`` (untimed) then each phase in turn, ``n`` times; per-phase durations.
-        Here ``now_ns`` is read around each phase (synchronous work: ``CpuTimeClock``)."""
+        Here ``now_ns`` is read around each phase (synchronous work: ``CpuTimeClock``; or
+        synchronized first: ``HostSyncClock``)."""
         p = len(phases)
         ns = np.zeros((n, p + 1), dtype=np.int64)
-        clock = self.now_ns
+        clock, sync = self.now_ns, self.sync if self.sync_reads else None
         for i in range(n):
             if between is not None:
                 between()
+            if sync is not None:
+                sync()
             row = ns[i]
             row[0] = clock()
             for k in range(p):
                 phases[k]()
+                if sync is not None:
+                    sync()
                 row[k + 1] = clock()
         return np.diff(ns, axis=1) / 1e6
 
@@ -216,23 +222,7 @@ class HostSyncClock(Clock):
     ``clock="host"``)."""
 
     kind = "synchronize+perf_counter_ns"
-
-    def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
-        p = len(phases)
-        ns = np.zeros((n, p + 1), dtype=np.int64)
-        clock = self.now_ns
-        sync = self.sync
-        for i in range(n):
-            if between is not None:
-                between()
-            sync()
-            row = ns[i]
-            row[0] = clock()
-            for k in range(p):
-                phases[k]()
-                sync()
-                row[k + 1] = clock()
-        return np.diff(ns, axis=1) / 1e6
+    sync_reads = True
 
 
 class CudaEventClock(Clock):

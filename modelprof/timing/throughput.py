@@ -37,11 +37,10 @@ from modelprof.errors import (
 from modelprof.runtime.agree import agreed_timing, current_agreement, decisions
 from modelprof.runtime.device import is_oom
 from modelprof.runtime.env import collect_env, jsonable
-from modelprof.runtime.inputs import parse_device, parse_dtype
-from modelprof.runtime.placement import model_placement, moved_model
+from modelprof.runtime.inputs import parse_dtype
 from modelprof.runtime.progress import progress_bar
 from modelprof.timing.agreement import NeighbourDisagreement, SeriesPoint, neighbour_disagreements
-from modelprof.timing.latency import measure_latency
+from modelprof.timing.latency import measure_latency, resolve_call
 from modelprof.timing.measurement import (
     CLOCK_MOVED_FRACTION,
     Measurement,
@@ -380,7 +379,8 @@ def measure_throughput(
     asked = TimingOptions.parse(options, **timing_options)
     opts = asked.replace(warn=False)  # the points are judged together, after the search
     dt = parse_dtype(dtype)
-    target, dev = _placed(model, parse_device(device), dt, opts)
+    target, placed = resolve_call(model, device=device, dtype=dt, channels_last=opts.channels_last)
+    dev = placed.device  # a module moved once, not per point
     point = _Point(target, input_size, dev, dt, opts, {"training": training, "no_grad": no_grad})
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(
@@ -464,18 +464,6 @@ def _agreed_best(points: list[ThroughputPoint]) -> int:
     if agree is not None:  # samples/s in milli-units: the all-reduce carries int64
         sps = agree.least([int(round(v * 1e3)) for v in sps])
     return points[max(range(len(points)), key=lambda i: sps[i])].batch_size
-
-
-def _placed(
-    model: Any, dev: torch.device | None, dt: torch.dtype | None, opts: TimingOptions
-) -> tuple[Any, torch.device]:
-    """What every point calls (a module moved once, not per point) and the device."""
-    target: Any = model
-    if isinstance(model, nn.Module):
-        dev = dev or model_placement(model)[0]
-        fmt = torch.channels_last if opts.channels_last else None
-        target = moved_model(model, dev, dt, memory_format=fmt)
-    return target, dev or torch.device("cpu")
 
 
 @dataclasses.dataclass
