@@ -46,18 +46,14 @@ def dispatch_modes_restored() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def model_state(
-    model: Any, eval_mode: bool, modules: list[nn.Module] | None = None
-) -> Iterator[None]:
-    """``model.eval()`` for the block (when asked), every module's own ``training`` flag put
-    back after. ``modules``: ``list(model.modules())`` where the caller has it."""
+def model_state(model: Any, modules: list[nn.Module] | None = None) -> Iterator[None]:
+    """Every module's own ``training`` flag put back after the block. ``modules``:
+    ``list(model.modules())`` where the caller has it."""
     if not isinstance(model, nn.Module):
         yield
         return
     flags = [(m, m.training) for m in (model.modules() if modules is None else modules)]
     try:
-        if eval_mode:
-            set_training(model, False, modules)  # model.eval(), also for torch.export modules
         yield
     finally:
         for m, flag in flags:
@@ -170,7 +166,7 @@ def running(
     """Run ``model`` (any callable) in the block as ``mode`` says, each module's flag put back
     after; ``cache_enabled`` and ``modules`` as in :func:`amp_context` and :func:`model_state`."""
     with (
-        model_state(model, eval_mode=False, modules=modules),
+        model_state(model, modules=modules),
         grad_context(mode.no_grad),
         amp_context(mode.device, mode.amp, cache_enabled),
     ):

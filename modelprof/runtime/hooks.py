@@ -42,10 +42,7 @@ _FRAMES_MARGIN = 200
 
 def module_names(model: nn.Module) -> dict[nn.Module, str]:
     """Each distinct module object with its first qualified name; the root is ``""``."""
-    names: dict[nn.Module, str] = {}
-    for name, module in model.named_modules():
-        names.setdefault(module, name)
-    return names
+    return {module: name for name, module in model.named_modules()}  # it skips repeats
 
 
 @dataclasses.dataclass(eq=False)
@@ -153,10 +150,6 @@ def module_hooks(
         )
 
 
-def _ignore(*_: Any) -> None:
-    return None
-
-
 def count_foreign_calls(model: nn.Module) -> contextlib.AbstractContextManager[HookSession]:
     """Only count other threads' calls of the model's modules (``session.foreign_calls``)."""
-    return module_hooks(model, _ignore, _ignore, exclusive=False)
+    return module_hooks(model, lambda *_: None, lambda *_: None, exclusive=False)

@@ -227,7 +227,8 @@ def versions(ts: list[torch.Tensor]) -> list[int | None]:
 
 
 def all_dense(ts: list[torch.Tensor]) -> bool:
-    """:func:`plain_dense` of every tensor of ``ts``, read for all at once."""
+    """:func:`plain_dense` of every tensor of ``ts`` (a plain type, strided, and not nested,
+    meta, quantized, conjugated or negated), read for all at once."""
     return (
         set(map(type, ts)) <= PLAIN_TENSORS
         and set(map(_LAYOUT, ts)) <= _STRIDED
@@ -237,15 +238,7 @@ def all_dense(ts: list[torch.Tensor]) -> bool:
 
 def plain_dense(t: torch.Tensor) -> bool:
     """A plain strided tensor with memory: one rebuilt from its storage after a ``.data`` swap."""
-    return (
-        type(t) in PLAIN_TENSORS
-        and t.layout is torch.strided
-        and not t.is_nested
-        and not t.is_meta
-        and not t.is_quantized
-        and not t.is_conj()
-        and not t.is_neg()
-    )
+    return all_dense([t])
 
 
 def fingerprint(t: torch.Tensor) -> tuple:

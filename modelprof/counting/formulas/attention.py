@@ -14,9 +14,7 @@ from modelprof.counting.formulas.pointwise import SOFTMAX_FLOPS_PER_ELEMENT
 from modelprof.counting.formulas.registry import (
     Cost,
     arg,
-    optional_hops,
     register_ops,
-    register_present,
     total,
     wants_probe,
 )
@@ -259,7 +257,7 @@ def _per_score(
         return None
 
 
-@register_present(*optional_hops("flex_attention"))
+@register_ops("flex_attention", namespace="higher_order")
 @wants_probe
 def _flex_attention(args, kwargs, out, probe) -> Cost:
     # (query [B, Hq, L, E], key [Bkv, Hkv, S, E], value [Bkv, Hkv, S, Ev], score_mod,
@@ -288,7 +286,7 @@ def _flex_attention(args, kwargs, out, probe) -> Cost:
     return Cost(macs, flops=flops + extra, madd=madd + extra, note=note)
 
 
-@register_present(*optional_hops("flex_attention_backward"))
+@register_ops("flex_attention_backward", namespace="higher_order")
 def _flex_attention_backward(args, kwargs, out) -> Cost:
     # (query, key, value, out, logsumexp, grad_out, grad_logsumexp, fw_graph, joint_graph, ...)
     return _heads_first(attention_backward_cost, *args[:3])

@@ -16,7 +16,6 @@ from modelprof.counting.formulas.registry import (
     optional_ops,
     register_formula,
     register_ops,
-    register_present,
 )
 
 __all__ = ["NORM_FLOPS_PER_ELEMENT", "norm_cost"]
@@ -59,10 +58,8 @@ def _norm(computes_stats: bool, weight_at: int):
 
 
 # (input, weight, bias, running_mean, running_var, momentum, eps): statistics given or updated
-_BATCH_NORM_EVAL = optional_ops("_native_batch_norm_legit_no_training", "_batch_norm_no_update")
-_BATCH_NORM_TRAIN = optional_ops("_batch_norm_with_update", "_batch_norm_with_update_functional")
-register_present(*_BATCH_NORM_EVAL)(_norm(False, 1))
-register_present(*_BATCH_NORM_TRAIN)(_norm(True, 1))
+register_ops("_native_batch_norm_legit_no_training _batch_norm_no_update")(_norm(False, 1))
+register_ops("_batch_norm_with_update _batch_norm_with_update_functional")(_norm(True, 1))
 register_formula(aten.native_layer_norm)(_norm(True, 2))  # (input, normalized_shape, weight, bias)
 register_formula(aten.native_group_norm)(_norm(True, 1))  # (input, weight, bias, N, C, HxW, ...)
 

@@ -21,6 +21,7 @@ from modelprof.counting.formulas.registry import (
     register_formula,
     register_ops,
 )
+from modelprof.runtime.tensors import iter_tensors
 
 __all__ = ["SOFTMAX_FLOPS_PER_ELEMENT", "elementwise", "reduction"]
 
@@ -29,22 +30,11 @@ aten = torch.ops.aten
 SOFTMAX_FLOPS_PER_ELEMENT = 5
 
 
-def _first_tensor(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj
-    if isinstance(obj, (tuple, list)):
-        for o in obj:
-            t = _first_tensor(o)
-            if t is not None:
-                return t
-    return None
-
-
 def elementwise(per_output: int = 1):
     """Family factory: ``per_output`` flops for every element of the (first) output."""
 
     def formula(args, kwargs, out) -> Cost:
-        t = _first_tensor(out)
+        t = out if isinstance(out, torch.Tensor) else next(iter_tensors(out), None)
         return Cost(0, flops=per_output * (t.numel() if t is not None else 0))
 
     return formula

@@ -32,7 +32,6 @@ from modelprof.counting.formulas.registry import (
     REGISTRY,
     Cost,
     first,
-    optional_hops,
     optional_ops,
     register_ops,
     register_present,
@@ -261,7 +260,7 @@ register_ops(
 
 
 # -- higher-order operators of quantization flows -------------------------------------------------
-@register_present(*optional_hops("out_dtype"))
+@register_ops("out_dtype", namespace="higher_order")
 def _out_dtype(args, kwargs, out) -> Cost:
     # out_dtype(op, output_dtype, *op_args): the op, accumulating in another dtype (int8 mm)
     formula = REGISTRY.lookup(args[0])
@@ -270,7 +269,7 @@ def _out_dtype(args, kwargs, out) -> Cost:
     return formula(tuple(args[2:]), kwargs, out)
 
 
-register_present(*optional_hops("print"))(zero)
+register_ops("print", namespace="higher_order")(zero)
 
 
 # -- dynamically quantized RNNs (quantize_dynamic on nn.LSTM / nn.GRU) ---------------------------

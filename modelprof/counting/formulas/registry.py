@@ -209,8 +209,3 @@ def register_ops(*names: str, namespace: str = "aten") -> Callable[[Callable], C
 def zero(args: tuple, kwargs: dict, out: Any) -> Cost:
     """The formula of an op that computes nothing (its bytes still count: not ``VIEW``)."""
     return ZERO
-
-
-def optional_hops(*names: str) -> list:
-    """The higher-order operators among ``names`` that exist in the running torch."""
-    return optional_ops(*names, namespace="higher_order")
