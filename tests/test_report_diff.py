@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch.nn as nn
 
-from modelprof import ModelProfError, profile
+from modelprof import ModelProfError, ModelProfWarning, profile
 from modelprof.report.diff import diff_frames
 
 
@@ -127,6 +128,8 @@ def test_counts_past_2_to_the_53_stay_exact_where_a_row_is_missing():
         (dict(names="ab"), "names='ab' must be two different"),
         # "ratio" would write its values over the ratio columns
         (dict(names=("ratio", "b")), "other than 'ratio'"),
+        # "both" is the ``in`` column's word for a row on either side
+        (dict(names=("a", "both")), "other than 'ratio' and 'both'"),
         (dict(columns="macs"), "columns='macs' must be a non-empty list"),
         (
             dict(columns=["latency_ms"]),
@@ -194,3 +197,30 @@ def test_training_steps_compare_their_backward_counts_too():
     # 64 -> 128
     assert d.loc[("0", 1), ["backward_macs_a", "backward_macs_b"]].tolist() == [64, 128]
     assert "backward_flops_ratio" in d.columns
+
+
+def test_two_tables_sharing_few_layers_say_so():
+    # the same two Linears, once bare and once wrapped: every name gains a prefix ("0" ->
+    # "body.0") and the wrapper adds a row ("body"), so no layer but the root matches: 0
+    # shared, 2 layers in a and 3 in b
+    body = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    bare, wrapped = _counted(body), _counted(_Wrapper(body))
+    with pytest.warns(ModelProfWarning, match=r"only 0 layer\(s\) match .* \(2 in 'a', 3 in 'b'\)"):
+        d = bare.diff(wrapped)
+    assert len(d.attrs["notes"]) == 1 and "a wrapper adds a prefix" in d.attrs["notes"][0]
+    # a block replaced by another keeps most names (5 of 8 and 5): no warning, no note
+    before = _counted(nn.Sequential(_Block(8), _Block(8)))
+    after = _counted(nn.Sequential(_Block(16), nn.Identity()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)
+        d = before.diff(after)
+    assert "notes" not in d.attrs
+
+
+class _Wrapper(nn.Module):
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return self.body(x)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 
 __all__ = ["diff_frames"]
 
@@ -30,7 +30,8 @@ def diff_frames(
     the row it follows in ``b``): each column's two values and ``<column>_ratio`` (b / a; NaN
     where a is 0 or a row is missing), ``in`` (both, or which alone) and, for a timing column
     with a rough flag (``latency_rough``, ``backward_latency_rough``), that flag where either
-    side's is set."""
+    side's is set. Where they share fewer than half the layers of the smaller (the root
+    aside), a warning and ``attrs["notes"]`` say so."""
     first, second = _names(names)
     cols = _columns(a, b, columns)
     key = ["module", "call"]  # (a module called twice has a row per call)
@@ -57,6 +58,7 @@ def diff_frames(
         ["both", first],
         second,
     )
+    _few_shared(out, first, second)
     for c in cols:
         x, y = (side[c].to_numpy(dtype=float, na_value=np.nan) for side in (left, right))
         for name, side in ((first, left), (second, right)):
@@ -90,6 +92,22 @@ def _merged(a: list[Any], b: list[Any]) -> list[Any]:
     return out
 
 
+def _few_shared(out: pd.DataFrame, first: str, second: str) -> None:
+    """Two tables that share few layers by name: a different model, or modules renamed (a
+    wrapper adds a prefix); the rows compared would be few, the rest one-sided."""
+    inner = out.loc[out["module"] != "", "in"]
+    shared = int((inner == "both").sum())
+    sizes = [shared + int((inner == name).sum()) for name in (first, second)]
+    if min(sizes) >= 2 and shared < min(sizes) / 2:
+        note = (
+            f"diff(): only {shared} layer(s) match by module name and call ({sizes[0]} in "
+            f"{first!r}, {sizes[1]} in {second!r}); are these the same model, its modules "
+            "named alike (a wrapper adds a prefix to every name)?"
+        )
+        out.attrs["notes"] = [note]
+        warn_user(f"modelprof: {note}", ModelProfWarning)
+
+
 def _names(names: Any) -> tuple[str, str]:
     if (
         not isinstance(names, (tuple, list))
@@ -97,9 +115,10 @@ def _names(names: Any) -> tuple[str, str]:
         or not all(isinstance(n, str) and n for n in names)
         or names[0] == names[1]
         or "ratio" in names
+        or "both" in names  # (the ``in`` column's word for a row on either side)
     ):
         raise ModelProfError(
-            f"names={names!r} must be two different non-empty strings other than 'ratio'"
+            f"names={names!r} must be two different non-empty strings other than 'ratio' and 'both'"
         )
     return names[0], names[1]
 
