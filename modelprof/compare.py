@@ -29,6 +29,7 @@ from modelprof.runtime.progress import progress_bar
 from modelprof.runtime.snapshot import Snapshot, snapshot_of
 from modelprof.runtime.tensors import shape_str
 from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode
+from modelprof.step.throughput import step_measure
 from modelprof.step.timing import StepTimer, compare_steps
 from modelprof.timing import measure_throughput
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
@@ -110,8 +111,9 @@ def compare(
     the CPU ``cpu_work_median_ms`` with its interval, ``cpu_work_x`` with its interval,
     ``wall_over_cpu`` and ``loaded`` (``Measurement.loaded``); ``rank`` (1 = fastest, by
     ``attrs["ranked_by"]``); with ``throughput``
-    ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``;
-    ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of timing
+    ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``; with
+    ``backward=True`` whole training steps per second, a ``target``'s rows repeated to each
+    batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of timing
     options and the search bounds ``max_batch``/``gain``/``patience``); then the ratios.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
@@ -523,11 +525,15 @@ def _candidate(name: str, model: nn.Module, size: Any, run: _Run) -> Candidate:
 
 def _step_timer(name: str, model: nn.Module, candidate: Candidate, run: _Run) -> Any:
     """A model's training-step timer (``profile(..., backward=True)``'s clean passes)."""
+    spec = _step_spec(run)
+    return StepTimer(model, candidate.inputs, spec, run.mode, options=run.opts, label=name)
+
+
+def _step_spec(run: _Run) -> StepSpec:
     o = run.profile_options
-    spec = StepSpec.parse(
+    return StepSpec.parse(
         loss_fn=o.get("loss_fn"), target=o.get("target"), optimizer=o.get("optimizer")
     )
-    return StepTimer(model, candidate.inputs, spec, run.mode, options=run.opts, label=name)
 
 
 def _step_columns(
@@ -598,6 +604,8 @@ def _throughput_row(
         training=run.mode.training,
         no_grad=run.mode.no_grad,
         options=opts.replace(warn=False),  # said here, naming the model
+        # backward=True: whole training steps per second, as the step columns time them
+        measure=step_measure(size, _step_spec(run), run.mode) if run.backward else None,
         **search,
     )
     for note, kind in curve.timing_warnings:

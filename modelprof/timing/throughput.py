@@ -51,12 +51,17 @@ from modelprof.timing.options import TimingOptions
 
 __all__ = [
     "PATIENCE",
+    "PointMeasure",
     "THROUGHPUT_GAIN",
     "Throughput",
     "ThroughputPoint",
     "measure_throughput",
     "search_batches",
 ]
+
+#: what a point times in place of the forward's latency: ``(model, batch_size, device,
+#: options) -> Measurement``, each sample one batch (``measure_throughput(measure=)``)
+PointMeasure = Callable[[Any, int, torch.device, TimingOptions], Measurement]
 
 THROUGHPUT_GAIN = 0.05
 PATIENCE = 2
@@ -356,6 +361,7 @@ def measure_throughput(
     no_grad: bool = True,
     options: TimingOptions | None = None,
     on_point: Callable[[ThroughputPoint], None] | None = None,
+    measure: PointMeasure | None = None,
     **timing_options: Any,
 ) -> Throughput:
     """Measure samples/s at batch 1, 2, 4, ... and return the curve.
@@ -365,7 +371,10 @@ def measure_throughput(
     every point; unless given, a point samples for ``budget_s=1.0`` s to ``precision=0.02``
     (``POINT_DEFAULTS``). ``progress=True`` shows a progress bar; ``on_point`` is called with each
     point as it is measured. A module runs in eval mode under ``no_grad`` unless
-    ``training``/``no_grad`` say otherwise.
+    ``training``/``no_grad`` say otherwise. ``measure(model, batch_size, device, options)``
+    replaces what a point times (the forward's latency, :func:`measure_latency`) by another
+    ``Measurement`` of one batch per sample: :func:`modelprof.step.throughput.step_measure`
+    times whole training steps (``compare(backward=True, throughput=True)`` uses it).
     """
     max_batch = check_int("max_batch", max_batch, 1)
     patience = check_int("patience", patience, 1)
@@ -381,7 +390,8 @@ def measure_throughput(
     dt = parse_dtype(dtype)
     target, placed = resolve_call(model, device=device, dtype=dt, channels_last=opts.channels_last)
     dev = placed.device  # a module moved once, not per point
-    point = _Point(target, input_size, dev, dt, opts, {"training": training, "no_grad": no_grad})
+    switches = {"training": training, "no_grad": no_grad}
+    point = _Point(target, input_size, dev, dt, opts, switches, measure)
     mem_before = point.baseline_memory()
     points, reason, fit, oom, best_batch = _search(
         model, point, max_batch, (gain, patience), on_point
@@ -476,11 +486,14 @@ class _Point:
     dtype: Any
     opts: TimingOptions
     switches: dict[str, bool]
+    timed: PointMeasure | None = None  # (measure_throughput's ``measure``)
 
     def __post_init__(self) -> None:
         self.cuda = self.dev.type == "cuda"
 
     def _latency(self, batch: int, opts: TimingOptions) -> Measurement:
+        if self.timed is not None:
+            return self.timed(self.target, batch, self.dev, opts)
         return measure_latency(
             self.target,
             input_size=self.input_size,

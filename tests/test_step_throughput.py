@@ -1,0 +1,149 @@
+"""Throughput of whole training steps (compare(backward=True, throughput=True),
+measure_throughput(measure=step_measure(...))): each point times forward, loss, backward and
+the optimizer's step, never the forward alone. The lower bounds below come from spins in the
+backward and the optimizer step (no tensor op: a loaded machine only lengthens them)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from modelprof import ModelProfError, compare
+from modelprof.runtime.execution import RunMode
+from modelprof.step.spec import StepSpec
+from modelprof.step.throughput import batch_rows, step_measure
+from modelprof.timing import measure_throughput
+
+BACKWARD_MS = 2.0  # each backward spins this long
+OPTIMIZER_MS = 3.0  # each optimizer step too
+POINTS = {"max_batch": 2, "budget_s": 0.2, "precision": 0.5}
+
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+class _SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        _spin(BACKWARD_MS)
+        return grad
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return _SlowBackward.apply(self.fc(x))
+
+
+class _SlowSGD(torch.optim.SGD):
+    def step(self, closure=None):
+        _spin(OPTIMIZER_MS)
+        return super().step(closure)
+
+
+def _slow_sgd(params):
+    return _SlowSGD(params, lr=0.1)
+
+
+def test_each_point_times_whole_steps_backward_and_optimizer_included():
+    spec = StepSpec.parse(optimizer=_slow_sgd)
+    measure = step_measure((4,), spec, RunMode(training=True, no_grad=False))
+    curve = measure_throughput(_Model(), (4,), measure=measure, **POINTS)
+    assert [p.batch_size for p in curve.points] == [1, 2]
+    for p in curve.points:
+        # a step spins 2 ms in its backward and 3 ms in its optimizer step: every sample is
+        # at least 5 ms, so at most batch / 5 ms = 200 * batch samples/s (the forward alone
+        # spins nothing and would read far above)
+        assert p.latency_ms >= BACKWARD_MS + OPTIMIZER_MS
+        assert p.samples_per_s <= p.batch_size * 1e3 / (BACKWARD_MS + OPTIMIZER_MS)
+        assert p.measurement.label.endswith("step")
+
+
+def test_compare_backward_throughput_is_the_steps_and_leaves_the_model_as_it_was():
+    model = _Model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    # cross_entropy on 3 classes, its target given for batch 1: repeated to each batch size
+    df = compare(
+        {"m": model},
+        (4,),
+        backward=True,
+        loss_fn=F.cross_entropy,
+        target=torch.tensor([2]),
+        optimizer=_slow_sgd,
+        throughput=True,
+        throughput_options=POINTS,
+        timing=False,
+        roofline=False,
+    )
+    row = df.loc["m"]
+    assert row["throughput_batch_size"] in (1, 2)
+    # as above: at least 5 ms a step, so at most 200 samples/s per sample in the batch
+    limit = row["throughput_batch_size"] * 1e3 / (BACKWARD_MS + OPTIMIZER_MS)
+    assert row["throughput_samples_per_s"] <= limit
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the steps ran on a copy
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_target_is_repeated_row_by_row_to_each_batch_size():
+    # three rows to five: rows 0, 1, 2, 0, 1
+    assert batch_rows(torch.tensor([7, 8, 9]), 5).tolist() == [7, 8, 9, 7, 8]
+    two_d = torch.arange(6).reshape(3, 2)
+    assert batch_rows(two_d, 2).tolist() == [[0, 1], [2, 3]]
+    assert batch_rows(None, 4) is None
+
+
+@pytest.mark.parametrize(
+    "target, named", [(torch.tensor(3), "a 0-d tensor"), ((torch.zeros(1),), "tuple")]
+)
+def test_a_target_without_rows_is_refused_by_name(target, named):
+    with pytest.raises(ModelProfError, match=f"target={named}: a throughput search repeats"):
+        batch_rows(target, 2)
+
+
+class _TooBigFrom3(nn.Module):
+    """A backward that runs out of memory from batch 3 on (MemoryError: what the search reads
+    as a batch that does not fit, on any device)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return _Oom.apply(self.fc(x))
+
+
+class _Oom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.rows = x.shape[0]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.rows >= 3:
+            raise MemoryError("out of memory in the backward")
+        return grad
+
+
+def test_a_step_out_of_memory_ends_the_search_as_a_forward_would():
+    measure = step_measure((4,), StepSpec.parse(), RunMode(training=True, no_grad=False))
+    options = {**POINTS, "max_batch": 8}
+    curve = measure_throughput(_TooBigFrom3(), (4,), measure=measure, **options)
+    # doubling: 1, 2 fit, 4 fails; then the search between 2 and 4 tries 3, which fails too
+    assert [p.batch_size for p in curve.points] == [1, 2]
+    assert (curve.max_fit_batch, curve.oom_batch) == (2, 3)
