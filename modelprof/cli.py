@@ -430,6 +430,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search the batch size that maximises samples per second.",
     )
     t.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more models: {MODEL_HELP}")
+    _switch(
+        t,
+        "--backward",
+        "search whole training steps per second: forward, loss (sum of the outputs), backward",
+    )
+    t.add_argument(
+        "--optimizer",
+        metavar="NAME",
+        help="with --backward, also the optimizer step (sgd, adam, adamw, ...)",
+    )
     t.set_defaults(run=_run_throughput)
     _add_sweep_parser(sub)
     _add_fit_parser(sub)
@@ -858,6 +868,7 @@ def _run_throughput(ctx: _Context) -> None:
             on_point=ctx.step_lines(
                 lambda p, n=name: f"{n}: batch {p.batch_size}: {p.samples_per_s:,.1f} samples/s"
             ),
+            measure=_step_measure(args, size),
             **options,
         )
         best, curve = result.best, result.to_dataframe()
@@ -893,6 +904,20 @@ def _run_throughput(ctx: _Context) -> None:
                 ),
                 [(stem, lambda: plot_throughput(curve, title=caption))],
             )
+
+
+def _step_measure(args: argparse.Namespace, size: Any) -> Any:
+    """``throughput --backward``: each point times whole training steps (None: the forward)."""
+    from modelprof.runtime.execution import RunMode
+    from modelprof.step.spec import StepSpec
+    from modelprof.step.throughput import step_measure
+
+    if args.optimizer is not None and not args.backward:
+        raise ModelProfError("--optimizer needs --backward (it times a training step)")
+    if not args.backward:
+        return None
+    spec = StepSpec.parse(optimizer=args.optimizer)
+    return step_measure(size, spec, RunMode(training=True, no_grad=False))
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn as nn
@@ -147,3 +148,50 @@ def test_a_step_out_of_memory_ends_the_search_as_a_forward_would():
     # doubling: 1, 2 fit, 4 fails; then the search between 2 and 4 tries 3, which fails too
     assert [p.batch_size for p in curve.points] == [1, 2]
     assert (curve.max_fit_batch, curve.oom_batch) == (2, 3)
+
+
+_SPIN_FILE = """
+import time
+import torch
+from torch import nn
+
+
+class _Spin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        end = time.perf_counter() + {ms} / 1e3
+        while time.perf_counter() < end:
+            pass
+        return grad
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return _Spin.apply(self.fc(x))
+"""
+
+
+def test_the_cli_searches_training_steps_with_backward(tmp_path, capsys):
+    from modelprof.cli import main
+
+    f = tmp_path / "spin.py"
+    f.write_text(_SPIN_FILE.format(ms=BACKWARD_MS))
+    argv = ["throughput", f"{f}:Net", "--input-size", "4", "--max-batch", "2", "--budget", "0.2"]
+    assert main([*argv, "--backward", "--optimizer", "sgd", "--out", str(tmp_path)]) == 0
+    curve = pd.read_csv(tmp_path / "Net_throughput.csv")
+    # a step spins 2 ms in its backward: each point's median is at least that, its samples/s
+    # at most batch / 2 ms (the forward alone spins nothing)
+    assert list(curve["batch_size"]) == [1, 2]
+    assert (curve["latency_ms"] >= BACKWARD_MS).all()
+    assert (curve["samples_per_s"] <= curve["batch_size"] * 1e3 / BACKWARD_MS).all()
+    capsys.readouterr()
+    assert main([*argv, "--optimizer", "sgd"]) == 2
+    assert "--optimizer needs --backward" in capsys.readouterr().err
