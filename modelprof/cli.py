@@ -875,7 +875,8 @@ def _run_throughput(ctx: _Context) -> None:
         print(f"# {name}  (input {_shape_text(size)})\n", file=ctx.stdout)
         print(to_markdown(curve), file=ctx.stdout)
         print(
-            f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}; "
+            f"\nbest: {best.samples_per_s:,.1f} samples/s at batch size {best.batch_size}"
+            f"{' (whole training steps)' if args.backward else ''}; "
             f"{result.stop_explanation}\n",
             file=ctx.stdout,
         )

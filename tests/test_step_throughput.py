@@ -72,6 +72,9 @@ def test_each_point_times_whole_steps_backward_and_optimizer_included():
         assert p.latency_ms >= BACKWARD_MS + OPTIMIZER_MS
         assert p.samples_per_s <= p.batch_size * 1e3 / (BACKWARD_MS + OPTIMIZER_MS)
         assert p.measurement.label.endswith("step")
+    # the curve's environment says what ran: a training step, not the forward in eval mode
+    mode = curve.env["mode"]
+    assert (mode["backward"], mode["eval_mode"], mode["no_grad"]) == (True, False, False)
 
 
 def test_compare_backward_throughput_is_the_steps_and_leaves_the_model_as_it_was():
@@ -192,6 +195,7 @@ def test_the_cli_searches_training_steps_with_backward(tmp_path, capsys):
     assert list(curve["batch_size"]) == [1, 2]
     assert (curve["latency_ms"] >= BACKWARD_MS).all()
     assert (curve["samples_per_s"] <= curve["batch_size"] * 1e3 / BACKWARD_MS).all()
+    assert "(whole training steps)" in capsys.readouterr().out.split("best:")[1].split("\n")[0]
     capsys.readouterr()
     assert main([*argv, "--optimizer", "sgd"]) == 2
     assert "--optimizer needs --backward" in capsys.readouterr().err

@@ -64,6 +64,8 @@ __all__ = [
 PointMeasure = Callable[[Any, int, torch.device, TimingOptions], Measurement]
 
 THROUGHPUT_GAIN = 0.05
+#: what a ``measure=`` point's own environment says beside the mode flags (a training step's)
+_MEASURED_KEYS = ("backward", "training", "loss", "optimizer")
 PATIENCE = 2
 _COLUMNS = (
     "batch_size latency_ms latency_ci_low_ms latency_ci_high_ms samples_per_s peak_memory_bytes"
@@ -410,6 +412,10 @@ def measure_throughput(
     for note, kind in result.timing_warnings if asked.warn else ():
         warn_user(f"modelprof: throughput: {note}", kind)
     best = result.best
+    flags = opts.flags(eval_mode=not training, no_grad=no_grad)
+    if measure is not None and best.measurement is not None:  # its runs say what they ran
+        own = best.measurement.env.get("mode", {})
+        flags = {**flags, **{k: own[k] for k in (*flags, *_MEASURED_KEYS) if k in own}}
     result.env = collect_env(
         dev,
         dtype=point.dtype or (best.measurement.env.get("dtype") if best.measurement else None),
@@ -418,7 +424,7 @@ def measure_throughput(
         gain=gain,
         patience=patience,
         budget_s_per_point=opts.stop.budget_s,
-        **opts.flags(eval_mode=not training, no_grad=no_grad),
+        **flags,
     )
     return result
 
