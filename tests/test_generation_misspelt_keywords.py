@@ -27,8 +27,9 @@ def test_compare_generation_names_its_own_keyword(given, meant):
         compare_generation({"a": tiny_llama()}, **{given: 4})
 
 
-@pytest.mark.parametrize("given", ["basline", "baseline"])
-def test_compare_generation_says_its_baseline_is_the_first_model(given):
-    # compare() takes baseline=; compare_generation's ratios are to the first model
-    with pytest.raises(ModelProfError, match=rf"^{given}=: compare_generation takes no baseline"):
-        compare_generation({"a": tiny_llama()}, **{given: "a"})
+def test_compare_generation_names_a_misspelt_baseline_and_refuses_an_unknown_one():
+    # baseline= as compare()'s: a misspelling is named, a name not among the models refused
+    with pytest.raises(ModelProfError, match=r"\(basline=: did you mean baseline=\?\)"):
+        compare_generation({"a": tiny_llama()}, basline="a")
+    with pytest.raises(ModelProfError, match=r"^baseline='b' is not one of the models: \['a'\]"):
+        compare_generation({"a": tiny_llama()}, baseline="b")

@@ -280,7 +280,7 @@ def test_compare_generation_ratios_against_known_spins():
     assert table.loc["fast", "tpot_x"] == pytest.approx(1.0)
 
 
-def _two_models(repeat: int):
+def _two_models(repeat: int, **options):
     from modelprof import compare_generation
 
     fast, slow = FakeLM(a_ms=1.0, b_ms=0.0), FakeLM(a_ms=2.0, b_ms=0.0)
@@ -290,7 +290,21 @@ def _two_models(repeat: int):
         new_tokens=6,
         repeat=repeat,
         warmup=1,
+        **options,
     )
+
+
+def test_compare_generation_takes_its_ratios_to_the_baseline_named_rows_kept_in_order():
+    table = _two_models(repeat=6, baseline="slow")
+    # the rows as given; the ratios to "slow": its own 1.0, "fast"'s the quotient of the
+    # medians fast / slow
+    assert list(table.index) == ["fast", "slow"]
+    assert table.attrs["baseline"] == "slow"
+    assert table.loc["slow", "tpot_x"] == 1.0
+    for kind in ("ttft", "tpot"):
+        medians = table.loc["fast", f"{kind}_ms"] / table.loc["slow", f"{kind}_ms"]
+        assert table.loc["fast", f"{kind}_x"] == pytest.approx(medians, rel=1e-12)
+    assert table.render.to_markdown().startswith("**baseline slow; cpu")
 
 
 def test_compare_generation_ratios_are_the_ratios_of_the_medians_shown():

@@ -6,7 +6,6 @@ alike), with TTFT and TPOT ratios to the first model estimated, ranked and guard
 from __future__ import annotations
 
 import contextlib
-import difflib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -55,13 +54,15 @@ def compare_generation(
     *,
     cache: Any = "dynamic",
     seed: int = 0,
+    baseline: str | None = None,
     options: TimingOptions | None = None,
     **timing_options: Any,
 ) -> Comparison:
     """One row per model (a :class:`~modelprof.report.comparison.Comparison`, so that
     ``.render.to_latex()`` and its siblings give the humanised table): TTFT, TPOT and
     end-to-end medians with intervals, tokens/s, counted decode MACs and KV bytes per token,
-    and ``ttft_x``/``tpot_x`` ratios to the first model with ``*_ci_low``/``*_ci_high``; on the
+    and ``ttft_x``/``tpot_x`` ratios to ``baseline`` (default: the first model; one that
+    fails: the first that ran) with ``*_ci_low``/``*_ci_high``; on the
     CPU each figure's CPU work beside it (``*_cpu_ms``, ``*_cpu_x``, ``wall_over_cpu``,
     ``loaded``). ``rank`` (1 = fastest end to end; ties where the rounds cannot order two) follows
     ``attrs["ranked_by"]``: CPU work on a loaded machine (``Measurement.loaded``) where it is
@@ -81,13 +82,9 @@ def compare_generation(
             "call it once per batch size (profile_generation takes a list, one model's)"
         )
     batch_size = check_int("batch_size", batch_size)
-    for key in timing_options:  # compare()'s baseline=, or a misspelling of it
-        if difflib.get_close_matches(key, ["baseline"], n=1, cutoff=0.75):
-            raise ModelProfError(
-                f"{key}=: compare_generation takes no baseline (compare() does); its ratios are "
-                "to the first model of models=, so put that one first"
-            )
     check_option_names(timing_options, own=_KEYWORDS)
+    order = list(models)  # the rows'; the baseline is timed and judged first
+    models = _baseline_first(models, baseline)
     opts = TimingOptions.parse(options, **timing_options)
     lms, failed = [], {}
     for name, value in models.items():
@@ -108,7 +105,7 @@ def compare_generation(
         timing_from(runner, runner.run, s, spec)
         for s, runner, (_, _, spec, _) in zip(sampled, runners, lms)
     ]
-    df = _with_failed(_table(lms, timings, opts), failed, list(models))
+    df = _with_failed(_table(lms, timings, opts), failed, list(models)).reindex(order)
     name, lm, spec, _ = lms[0]  # the caption's: the baseline's run, as compare()'s
     env = collect_env(lm.device, dtype=lm.dtype, batch_size=batch_size)
     env["generation"] = f"{spec.prompt_len} prompt + {spec.new_tokens} new tokens"
@@ -116,6 +113,14 @@ def compare_generation(
     out = Comparison(df)
     out.attrs = dict(df.attrs)
     return out
+
+
+def _baseline_first(models: Mapping[str, Any], baseline: Any) -> dict[str, Any]:
+    if baseline is None:
+        return dict(models)
+    if not isinstance(baseline, str) or baseline not in models:
+        raise ModelProfError(f"baseline={baseline!r} is not one of the models: {list(models)}")
+    return {baseline: models[baseline], **{k: v for k, v in models.items() if k != baseline}}
 
 
 #: compare_generation()'s own keywords, for the nearest-name hint of a misspelt one
