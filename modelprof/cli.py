@@ -857,6 +857,8 @@ def _run_throughput(ctx: _Context) -> None:
 
     args = ctx.args
     options = _throughput_options(ctx)
+    if args.optimizer is not None and not args.backward:  # before any model is built
+        raise ModelProfError("--optimizer needs --backward (it times a training step)")
     for spec in args.models:
         model, name, size = ctx.load(spec)
         result = measure_throughput(
@@ -885,6 +887,7 @@ def _run_throughput(ctx: _Context) -> None:
             print(f"!! {note}\n", file=ctx.stdout)
         if ctx.out is not None:  # raw numbers in csv/json, human units elsewhere
             stem, caption = f"{name}_throughput", f"{name} throughput"
+            caption += " (whole training steps)" if args.backward else ""
             if result.notes:
                 caption += f"; ~ rough: {len(result.notes)} batch size(s) slower than a bigger one"
             if result.timing_notes:
@@ -913,8 +916,6 @@ def _step_measure(args: argparse.Namespace, size: Any) -> Any:
     from modelprof.step.spec import StepSpec
     from modelprof.step.throughput import step_measure
 
-    if args.optimizer is not None and not args.backward:
-        raise ModelProfError("--optimizer needs --backward (it times a training step)")
     if not args.backward:
         return None
     spec = StepSpec.parse(optimizer=args.optimizer)

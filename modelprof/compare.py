@@ -135,7 +135,8 @@ def compare(
     with a line as each model is profiled and when the interleaved timing ends.
     """
     _check_names(profile_options)
-    on_step = on_step or (lambda line: None)
+    if on_step is None:
+        on_step = _say_nothing
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)
     if baseline is None:
@@ -205,6 +206,10 @@ def _check_names(profile_options: Mapping[str, Any]) -> None:
     )
 
 
+def _say_nothing(line: str) -> None:
+    """``on_step`` when none is given."""
+
+
 def _standing(baseline: str, rows: dict[str, Any], failed: dict[str, str]) -> str:
     """The baseline among the models that ran: the one asked for, else (it failed) the first
     that ran; a ModelProfError naming every failure when none did."""
@@ -267,12 +272,12 @@ class _Run:
             **self.profile_options,
         )
         row = _report_row(report, size, self.inputs, self.batch_size)
+        if search is not None:  # before this model's timers, whose copies would take memory
+            row.update(_throughput_row(name, model, size, self, *search))
         if timing:
             self.candidates.append(_candidate(name, model, size, self))
             if self.backward:
                 self.steps[name] = _step_timer(name, model, self.candidates[-1], self)
-        if search is not None:
-            row.update(_throughput_row(name, model, size, self, *search))
         self.env = self.env or dict(report.env)
         return row
 

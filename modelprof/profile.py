@@ -37,7 +37,13 @@ from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, tensor_bytes
 from modelprof.step.count import count_step
-from modelprof.step.spec import StepSpec, loss_module, refuse_inference_mode, refuse_scripted
+from modelprof.step.spec import (
+    StepSpec,
+    loss_module,
+    refuse_eager_only,
+    refuse_inference_mode,
+    refuse_scripted,
+)
 from modelprof.step.table import step_columns
 from modelprof.step.timing import time_step
 from modelprof.timing import measure_latency, time_layers
@@ -551,11 +557,7 @@ def _step_spec(
                 "backward=True to profile a training step"
             )
         return None
-    if opts.end_to_end_only:
-        raise ModelProfError(
-            f"{opts.end_to_end_only[0]} is not supported with backward=True "
-            "(training steps are timed eagerly, inputs already on the device)"
-        )
+    refuse_eager_only(opts)
     refuse_inference_mode("profile()")
     return StepSpec.parse(loss_fn=loss_fn, target=target, optimizer=optimizer)
 

@@ -199,3 +199,79 @@ def test_the_cli_searches_training_steps_with_backward(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--optimizer", "sgd"]) == 2
     assert "--optimizer needs --backward" in capsys.readouterr().err
+
+
+def _step_curve(model, **options):
+    measure = step_measure((4,), StepSpec.parse(), RunMode(training=True, no_grad=False))
+    return measure_throughput(model, (4,), measure=measure, **{**POINTS, **options})
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [({"compile": "default"}, "compile='default'"), ({"transfer": True}, "transfer")],
+)
+def test_modes_a_training_step_does_not_run_in_are_refused(options, said):
+    # the steps run eagerly, inputs already on the device: timed under these modes' names
+    # they would be mislabelled
+    with pytest.raises(ModelProfError, match=f"^{said} is not supported with backward=True"):
+        _step_curve(nn.Linear(4, 3), **options)
+
+
+class _Argmax(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x).argmax(dim=-1)
+
+
+def test_a_step_with_nothing_to_differentiate_is_said_before_any_is_timed():
+    frozen = nn.Linear(4, 3).requires_grad_(False)
+    with pytest.raises(ModelProfError, match="has no parameter that requires grad"):
+        _step_curve(frozen)
+    # an output of integers: no floating tensor for the default loss (it said
+    # "AttributeError: 'NoneType' object has no attribute 'backward'")
+    with pytest.raises(ModelProfError, match="no floating tensor that requires grad"):
+        _step_curve(_Argmax())
+
+
+def test_what_only_modelprof_holds_is_counted_for_the_peak():
+    from modelprof.runtime.inputs import make_inputs
+    from modelprof.step.timing import StepTimer
+    from modelprof.timing.options import TimingOptions
+
+    model = nn.Linear(4, 3)
+    mi = make_inputs(model, (4,), batch_size=2)
+    spec = StepSpec.parse(optimizer=_slow_sgd)
+    options = TimingOptions.parse(repeat=1, warmup=0)
+    with StepTimer(model, mi, spec, options=options) as timer:
+        # Linear(4, 3): 12 + 3 = 15 float32 parameters, 60 bytes; the user's model left on
+        # the device beside the step's copy (60) and the snapshot each block starts from (60)
+        assert timer.held_bytes() == 60 + 60
+
+
+def test_a_point_peak_leaves_out_what_the_measure_held(monkeypatch):
+    from modelprof.timing import throughput as tp
+    from modelprof.timing.measurement import Measurement
+
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda dev: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda dev: 1_000)
+
+    def held_300(model, batch_size, device, opts):
+        m = Measurement([1.0, 1.0, 1.0])
+        m.env[tp.HELD_BYTES] = 300
+        return m
+
+    opts = tp.TimingOptions.parse()
+    point = tp._Point(None, (4,), torch.device("cuda"), None, opts, {}, held_300)
+    # the allocator's peak, 1,000 bytes, less the 300 the measure's runs held beside
+    assert point.measure(2).peak_memory_bytes == 700
+
+
+def test_the_cli_refuses_optimizer_without_backward_before_building_a_model(tmp_path, capsys):
+    from modelprof.cli import main
+
+    missing = tmp_path / "nowhere.py"
+    assert main(["throughput", f"{missing}:Net", "--optimizer", "sgd"]) == 2
+    assert "--optimizer needs --backward" in capsys.readouterr().err

@@ -217,9 +217,10 @@ class Report(Exports):
         rows matched by module and call: each of ``columns`` (default: the counts, forward and
         backward, and the latencies both sides timed) twice and their ratio b / a, ``in``
         saying where a row exists only on one side, a timing column's rough flag where either
-        side's is set. Counts compare exactly; per-layer times taken in two runs carry whatever
-        the machine did between them (``compare()`` interleaves whole models to cancel that
-        drift)."""
+        side's is set; where the two share fewer than half their layers, a warning and
+        ``attrs["notes"]``. Counts compare exactly; per-layer times taken in two runs carry
+        whatever the machine did between them (``compare()`` interleaves whole models to cancel
+        that drift)."""
         if isinstance(other, pd.DataFrame):  # a run saved earlier, read back
             require_columns(other, ("module", "call", "type"), "diff()", _READ_BACK)
         elif isinstance(other, Report):

@@ -51,6 +51,16 @@ def refuse_inference_mode(what: str) -> None:
         )
 
 
+def refuse_eager_only(opts: Any) -> None:
+    """Refuse the timing modes a training step does not run in (``TimingOptions
+    .end_to_end_only``: compile, cuda_graph, transfer): its steps are timed eagerly."""
+    if opts.end_to_end_only:
+        raise ModelProfError(
+            f"{opts.end_to_end_only[0]} is not supported with backward=True "
+            "(training steps are timed eagerly, inputs already on the device)"
+        )
+
+
 def refuse_scripted(model: torch.nn.Module) -> None:
     """Refuse a model with a TorchScript module before anything runs: the training step puts
     copies of the parameters in place with ``torch.func.functional_call``, which it refuses."""

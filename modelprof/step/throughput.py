@@ -12,11 +12,12 @@ import torch
 from modelprof.errors import ModelProfError
 from modelprof.runtime.execution import RunMode
 from modelprof.runtime.inputs import make_inputs
-from modelprof.step.spec import StepSpec
+from modelprof.step.count import trainable_check
+from modelprof.step.spec import StepSpec, refuse_inference_mode
 from modelprof.step.timing import StepTimer
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
-from modelprof.timing.throughput import PointMeasure
+from modelprof.timing.throughput import HELD_BYTES, PointMeasure
 
 __all__ = ["batch_rows", "step_measure"]
 
@@ -27,17 +28,38 @@ def step_measure(input_size: Any, spec: StepSpec, mode: RunMode) -> PointMeasure
     ``profile(backward=True)`` times them) of random inputs of ``input_size`` at the point's
     batch size, a ``target``'s rows repeated to that batch (:func:`batch_rows`)."""
 
+    checked: list[bool] = []  # the first point checks the step as profile() would
+
     def measure(
         model: Any, batch_size: int, device: torch.device, opts: TimingOptions
     ) -> Measurement:
         mi = make_inputs(model, input_size, batch_size=batch_size, device=device)
         at_batch = dataclasses.replace(spec, target=batch_rows(spec.target, batch_size))
+        if not checked:
+            refuse_inference_mode("a training step's throughput search")
+            trainable_check(model, (mi.args, mi.kwargs))
         t_begin = time.perf_counter()
         with StepTimer(model, mi, at_batch, mode, options=opts) as timer:
+            if not checked:
+                timer.guarded(lambda: _checked_loss(timer))
+                checked.append(True)
             sampled = timer.sample(timer.sample_block, timer.warm(), "training step")
-        return timer.measurements(sampled, t_begin)["step"]
+            held = timer.held_bytes()
+        got = timer.measurements(sampled, t_begin)["step"]
+        got.env[HELD_BYTES] = held  # not the step's: the search's peaks leave it out
+        return got
 
     return measure
+
+
+def _checked_loss(timer: StepTimer) -> None:
+    """One forward and its loss, checked (a ModelProfError naming what is wrong: an output
+    with nothing to differentiate, a loss that is not a scalar) before any step is timed."""
+    step = timer.step
+    step.clear()
+    step.forward()
+    out, step.out = step.out, None
+    step.spec.loss(out, step.target, timer.label)
 
 
 def batch_rows(target: Any, batch_size: int) -> Any:

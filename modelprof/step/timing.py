@@ -42,7 +42,7 @@ from modelprof.runtime.snapshot import Snapshot
 from modelprof.runtime.tensors import iter_tensors
 from modelprof.step.autograd_scope import LOSS, SeqMarks, tag_graph
 from modelprof.step.count import grad_leaves, move_target, step_guard
-from modelprof.step.spec import StepSpec
+from modelprof.step.spec import StepSpec, refuse_eager_only
 from modelprof.timing.calls import Calls, TimedInstrument
 from modelprof.timing.clock import StampBuffer
 from modelprof.timing.comm import CommStamps
@@ -438,6 +438,7 @@ class StepTimer(Runner):
         label: str | None = None,
     ) -> None:
         opts = TimingOptions.parse(options)
+        refuse_eager_only(opts)  # (it would time eager steps under their names)
         dev = inputs.device
         if dev.type == "meta":
             raise ModelProfError(
@@ -570,8 +571,14 @@ class StepTimer(Runner):
         step.restore()
         step.clear()
         peak = self.peak_bytes(lambda: [phase() for phase in step.phases()], stats)
+        return max(0, peak - self.held_bytes())
+
+    def held_bytes(self) -> int:
+        """What only modelprof holds on the device: the copy of the model beside the user's
+        own and the parameters' snapshot each block starts from."""
+        step = self.step
         held = [c for s in (step.snapshot, self._saved) if s is not None for c in s.copies]
-        return max(0, peak - self.left_bytes - device_bytes(held, self.dev))
+        return self.left_bytes + device_bytes(held, self.dev)
 
 
 def time_step(

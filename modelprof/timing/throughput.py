@@ -50,6 +50,7 @@ from modelprof.timing.measurement import (
 from modelprof.timing.options import TimingOptions
 
 __all__ = [
+    "HELD_BYTES",
     "PATIENCE",
     "PointMeasure",
     "THROUGHPUT_GAIN",
@@ -62,6 +63,9 @@ __all__ = [
 #: what a point times in place of the forward's latency: ``(model, batch_size, device,
 #: options) -> Measurement``, each sample one batch (``measure_throughput(measure=)``)
 PointMeasure = Callable[[Any, int, torch.device, TimingOptions], Measurement]
+#: a ``measure=`` point's ``env`` key: device bytes its runs kept that a user's own loop would
+#: not (a training step's copy of the model, its parameter snapshot), left out of the peak
+HELD_BYTES = "held_bytes"
 
 THROUGHPUT_GAIN = 0.05
 #: what a ``measure=`` point's own environment says beside the mode flags (a training step's)
@@ -376,7 +380,8 @@ def measure_throughput(
     ``training``/``no_grad`` say otherwise. ``measure(model, batch_size, device, options)``
     replaces what a point times (the forward's latency, :func:`measure_latency`) by another
     ``Measurement`` of one batch per sample: :func:`modelprof.step.throughput.step_measure`
-    times whole training steps (``compare(backward=True, throughput=True)`` uses it).
+    times whole training steps (``compare(backward=True, throughput=True)`` uses it); then
+    ``training``/``no_grad`` change nothing that runs.
     """
     max_batch = check_int("max_batch", max_batch, 1)
     patience = check_int("patience", patience, 1)
@@ -532,6 +537,9 @@ class _Point:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.dev)
         m = self._latency(b, self.opts)
-        peak = int(torch.cuda.max_memory_allocated(self.dev)) if self.cuda else None
+        peak = None
+        if self.cuda:
+            held = m.env.get(HELD_BYTES, 0) if self.timed is not None else 0
+            peak = max(0, int(torch.cuda.max_memory_allocated(self.dev)) - held)
         sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
         return ThroughputPoint(b, m.median_ms, sps, peak, m)
