@@ -593,6 +593,13 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
     return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
 
 
+#: what a compare(backward=True) throughput column holds
+_STEPS_NOTE = (
+    "throughput_samples_per_s: whole training steps per second (forward, loss, backward and "
+    "the optimizer's step where one is given)"
+)
+
+
 def _throughput_row(
     name: str,
     model: nn.Module,
@@ -617,6 +624,11 @@ def _throughput_row(
         run.throughput_notes.append(f"{name} throughput: {note}")
         if opts.warn:
             warn_user(f"modelprof: {run.throughput_notes[-1]}", kind)
+    if run.backward and _STEPS_NOTE not in run.throughput_notes:  # said once, first
+        run.throughput_notes.insert(0, _STEPS_NOTE)
+    if curve.stop_reason == "max_batch" and curve.best.batch_size == curve.points[-1].batch_size:
+        # the best may lie past the cap (throughput_options={"max_batch": ...})
+        run.throughput_notes.append(f"{name} throughput: {curve.stop_explanation}")
     best = curve.best
     return {
         "throughput_samples_per_s": best.samples_per_s,

@@ -205,7 +205,10 @@ def test_two_tables_sharing_few_layers_say_so():
     # shared, 2 layers in a and 3 in b
     body = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
     bare, wrapped = _counted(body), _counted(_Wrapper(body))
-    with pytest.warns(ModelProfWarning, match=r"only 0 layer\(s\) match .* \(2 in 'a', 3 in 'b'\)"):
+    with pytest.warns(
+        ModelProfWarning,
+        match=r"besides the root, only 0 layer\(s\) match .* \(2 in 'a', 3 in 'b'\)",
+    ):
         d = bare.diff(wrapped)
     assert len(d.attrs["notes"]) == 1 and "a wrapper adds a prefix" in d.attrs["notes"][0]
     # a block replaced by another keeps most names (5 of 8 and 5): no warning, no note
@@ -224,3 +227,25 @@ class _Wrapper(nn.Module):
 
     def forward(self, x):
         return self.body(x)
+
+
+def test_a_diff_of_rough_per_layer_times_says_which_side_is_rough():
+    from modelprof.timing.calibration import spin_model
+
+    # a 20 ms spin with budget_s=0.05 and no extension: one or two per-layer passes, fewer
+    # than the stop rule's 10, so "rough" (a loaded machine only makes them fewer)
+    model = spin_model((20.0,))
+    rough = profile(model, (4,), warmup=1, budget_s=0.05, layer_extend_s=0, roofline=False)
+    assert rough.layers_rough
+    with pytest.warns(ModelProfWarning, match=r"'after''s per-layer times are rough \("):
+        d = rough.diff(rough, names=("before", "after"))
+    # each side's, named, with the report's own reason (both are the rough report here)
+    why = rough._rough_reason()
+    assert d.attrs["notes"] == [
+        f"diff(): '{name}''s per-layer times are rough ({why}): so are their ratios"
+        for name in ("before", "after")
+    ]
+    # counts alone (no latency compared): nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)
+        assert "notes" not in rough.diff(rough, columns=["macs"]).attrs

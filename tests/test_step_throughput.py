@@ -100,6 +100,10 @@ def test_compare_backward_throughput_is_the_steps_and_leaves_the_model_as_it_was
     assert row["throughput_samples_per_s"] <= limit
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # the steps ran on a copy
+    assert df.attrs["notes"][0].startswith("throughput_samples_per_s: whole training steps")
+    # the search went to its cap (max_batch=2) and the best was there: said, for it may lie past
+    if row["throughput_batch_size"] == 2:
+        assert any("m throughput: stopped at max_batch=2" in n for n in df.attrs["notes"])
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -275,3 +279,19 @@ def test_the_cli_refuses_optimizer_without_backward_before_building_a_model(tmp_
     missing = tmp_path / "nowhere.py"
     assert main(["throughput", f"{missing}:Net", "--optimizer", "sgd"]) == 2
     assert "--optimizer needs --backward" in capsys.readouterr().err
+
+
+def test_a_spec_built_directly_keeps_its_target_and_the_default_mode_trains():
+    seen = []
+
+    def loss(out, target):
+        seen.append((out.shape[0], target.shape[0]))
+        return F.cross_entropy(out, target)
+
+    # StepSpec(loss_fn, target) without has_target=True dropped the target in silence
+    spec = StepSpec(loss, torch.tensor([1]))
+    assert spec.has_target
+    curve = measure_throughput(_Model(), (4,), measure=step_measure((4,), spec), **POINTS)
+    # the target's one row repeated to each batch, in train mode with grad by default
+    assert {(1, 1), (2, 2)} <= set(seen)
+    assert (curve.env["mode"]["training"], curve.env["mode"]["no_grad"]) == (True, False)

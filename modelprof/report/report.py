@@ -19,7 +19,7 @@ import torch
 
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
-from modelprof.errors import ModelProfError, check_int
+from modelprof.errors import ModelProfError, ModelProfWarning, check_int, warn_user
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions, check_read_by
@@ -221,6 +221,7 @@ class Report(Exports):
         ``attrs["notes"]``. Counts compare exactly; per-layer times taken in two runs carry
         whatever the machine did between them (``compare()`` interleaves whole models to cancel
         that drift)."""
+        reports = [self, other]
         if isinstance(other, pd.DataFrame):  # a run saved earlier, read back
             require_columns(other, ("module", "call", "type"), "diff()", _READ_BACK)
         elif isinstance(other, Report):
@@ -229,7 +230,17 @@ class Report(Exports):
             raise ModelProfError(
                 f"diff() takes another Report or its table read back, got {type(other).__name__}"
             )
-        return diff_frames(self.to_dataframe(), other, columns, names)
+        out = diff_frames(self.to_dataframe(), other, columns, names)
+        if "latency_ms_ratio" in out.columns:  # a ratio of rough times is no figure to quote
+            for name, report in zip(names, reports):
+                why = report._rough_reason() if isinstance(report, Report) else None
+                if why is not None:
+                    note = (
+                        f"diff(): {name!r}'s per-layer times are rough ({why}): so are their ratios"
+                    )
+                    out.attrs["notes"] = [*out.attrs.get("notes", []), note]
+                    warn_user(f"modelprof: {note}", ModelProfWarning)
+        return out
 
     def by_operator(self, direction: str = "forward") -> pd.DataFrame:
         """Per op (``aten.convolution.default``): calls, macs, flops, madd, whether a formula

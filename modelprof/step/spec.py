@@ -117,6 +117,10 @@ class StepSpec:
     has_target: bool = False
     optimizer: Any = None  # a class, a factory or a template instance; None: no step
 
+    def __post_init__(self) -> None:
+        if self.target is not None and not self.has_target:  # StepSpec(loss_fn, target)
+            object.__setattr__(self, "has_target", True)
+
     @classmethod
     def parse(cls, *, loss_fn: Any = None, target: Any = None, optimizer: Any = None) -> StepSpec:
         if loss_fn is not None and not callable(loss_fn):

@@ -22,11 +22,18 @@ from modelprof.timing.throughput import HELD_BYTES, PointMeasure
 __all__ = ["batch_rows", "step_measure"]
 
 
-def step_measure(input_size: Any, spec: StepSpec, mode: RunMode) -> PointMeasure:
+def step_measure(
+    input_size: Any,
+    spec: StepSpec | None = None,
+    mode: RunMode = RunMode(training=True, no_grad=False),
+) -> PointMeasure:
     """A point measure for ``measure_throughput(measure=)``: whole training steps (forward,
     loss, backward and, with an optimizer, its step; on a copy of the model, as
     ``profile(backward=True)`` times them) of random inputs of ``input_size`` at the point's
-    batch size, a ``target``'s rows repeated to that batch (:func:`batch_rows`)."""
+    batch size, a ``target``'s rows repeated to that batch (:func:`batch_rows`). ``spec``:
+    ``StepSpec.parse(loss_fn=, target=, optimizer=)`` (default: the sum of the outputs, no
+    optimizer); ``mode``: train mode unless ``RunMode(training=False)`` asks for eval."""
+    spec = StepSpec.parse() if spec is None else spec
 
     checked: list[bool] = []  # the first point checks the step as profile() would
 
