@@ -199,7 +199,13 @@ _COMPARE_KEYWORDS = keyword_names(compare)
 
 def _check_names(profile_options: Mapping[str, Any]) -> None:
     """A misspelt keyword, once before any model runs (not per model, each failing): the
-    nearest among compare's names and profile's."""
+    nearest among compare's names and profile's; a throughput search bound, where it goes."""
+    bounds = [k for k in _SEARCH_KEYS if k in profile_options]
+    if bounds:
+        raise ModelProfError(
+            f"{bounds[0]}= bounds the throughput search: pass throughput_options="
+            f"{{{bounds[0]!r}: {profile_options[bounds[0]]!r}}} with throughput=True"
+        )
     check_option_names(
         {k: v for k, v in profile_options.items() if k not in PROFILE_KEYWORDS},
         own=[*_COMPARE_KEYWORDS, *PROFILE_KEYWORDS],

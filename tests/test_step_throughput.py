@@ -295,3 +295,13 @@ def test_a_spec_built_directly_keeps_its_target_and_the_default_mode_trains():
     # the target's one row repeated to each batch, in train mode with grad by default
     assert {(1, 1), (2, 2)} <= set(seen)
     assert (curve.env["mode"]["training"], curve.env["mode"]["no_grad"]) == (True, False)
+
+
+def test_a_search_bound_given_to_compare_itself_is_sent_where_it_goes():
+    # a newcomer's compare(..., throughput=True, max_batch=64) was told only the timing options
+    with pytest.raises(
+        ModelProfError,
+        match=r"^max_batch= bounds the throughput search: pass throughput_options="
+        r"\{'max_batch': 64\} with throughput=True",
+    ):
+        compare({"m": _Model()}, (4,), throughput=True, max_batch=64)
