@@ -42,12 +42,14 @@ class _SlowBackward(torch.autograd.Function):
 
 
 class _Model(nn.Module):
-    def __init__(self) -> None:
+    """A Linear, then ``through`` (an autograd Function: by default a backward that spins)."""
+
+    def __init__(self, through: type = _SlowBackward) -> None:
         super().__init__()
-        self.fc = nn.Linear(4, 3)
+        self.fc, self.through = nn.Linear(4, 3), through
 
     def forward(self, x):
-        return _SlowBackward.apply(self.fc(x))
+        return self.through.apply(self.fc(x))
 
 
 class _SlowSGD(torch.optim.SGD):
@@ -123,19 +125,10 @@ def test_a_target_without_rows_is_refused_by_name(target, named):
         batch_rows(target, 2)
 
 
-class _TooBigFrom3(nn.Module):
+class _Oom(torch.autograd.Function):
     """A backward that runs out of memory from batch 3 on (MemoryError: what the search reads
     as a batch that does not fit, on any device)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return _Oom.apply(self.fc(x))
-
-
-class _Oom(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.rows = x.shape[0]
@@ -151,7 +144,7 @@ class _Oom(torch.autograd.Function):
 def test_a_step_out_of_memory_ends_the_search_as_a_forward_would():
     measure = step_measure((4,), StepSpec.parse(), RunMode(training=True, no_grad=False))
     options = {**POINTS, "max_batch": 8}
-    curve = measure_throughput(_TooBigFrom3(), (4,), measure=measure, **options)
+    curve = measure_throughput(_Model(_Oom), (4,), measure=measure, **options)
     # doubling: 1, 2 fit, 4 fails; then the search between 2 and 4 tries 3, which fails too
     assert [p.batch_size for p in curve.points] == [1, 2]
     assert (curve.max_fit_batch, curve.oom_batch) == (2, 3)
