@@ -912,14 +912,12 @@ def _run_throughput(ctx: _Context) -> None:
 
 def _step_measure(args: argparse.Namespace, size: Any) -> Any:
     """``throughput --backward``: each point times whole training steps (None: the forward)."""
-    from modelprof.runtime.execution import RunMode
     from modelprof.step.spec import StepSpec
     from modelprof.step.throughput import step_measure
 
     if not args.backward:
         return None
-    spec = StepSpec.parse(optimizer=args.optimizer)
-    return step_measure(size, spec, RunMode(training=True, no_grad=False))
+    return step_measure(size, StepSpec.parse(optimizer=args.optimizer))  # train mode
 
 
 def _int_list_arg(flag: str, text: str | None) -> list[int] | None:

@@ -113,8 +113,8 @@ def compare(
     ``attrs["ranked_by"]``); with ``throughput``
     ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``; with
     ``backward=True`` whole training steps per second, a ``target``'s rows repeated to each
-    batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of timing
-    options and the search bounds ``max_batch``/``gain``/``patience``); then the ratios.
+    batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of
+    timing options and the search bounds ``max_batch``/``gain``/``patience``); then the ratios.
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``

@@ -101,10 +101,9 @@ def _few_shared(out: pd.DataFrame, first: str, second: str) -> None:
     if min(sizes) >= 2 and shared < min(sizes) / 2:
         note = (
             f"diff(): besides the root, only {shared} layer(s) match by module name and call "
-            f"({sizes[0]} in "
-            f"{first!r}, {sizes[1]} in {second!r}); are these the same model, its modules "
-            "named alike (a wrapper adds a prefix to every name), called alike (a mixture of "
-            "experts routes other tokens to other experts)?"
+            f"({sizes[0]} in {first!r}, {sizes[1]} in {second!r}); are these the same model, "
+            "its modules named alike (a wrapper adds a prefix to every name), called alike (a "
+            "mixture of experts routes other tokens to other experts)?"
         )
         out.attrs["notes"] = [note]
         warn_user(f"modelprof: {note}", ModelProfWarning)

@@ -539,7 +539,7 @@ class _Point:
         m = self._latency(b, self.opts)
         peak = None
         if self.cuda:
-            held = m.env.get(HELD_BYTES, 0) if self.timed is not None else 0
+            held = m.env.get(HELD_BYTES, 0)  # (set by a ``measure=`` that holds copies)
             peak = max(0, int(torch.cuda.max_memory_allocated(self.dev)) - held)
         sps = b * m.n / (float(m.samples_ms.sum()) / 1e3)
         return ThroughputPoint(b, m.median_ms, sps, peak, m)
