@@ -56,7 +56,7 @@ from modelprof.timing.options import (
     warn_unused_without_timing,
 )
 from modelprof.timing.stats import RATIO_ESTIMATOR
-from modelprof.timing.throughput import POINT_DEFAULTS
+from modelprof.timing.throughput import POINT_DEFAULTS, check_search_bounds
 
 __all__ = ["Comparison", "compare", "unique_name"]
 
@@ -114,7 +114,10 @@ def compare(
     ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``; with
     ``backward=True`` whole training steps per second, a ``target``'s rows repeated to each
     batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of
-    timing options and the search bounds ``max_batch``/``gain``/``patience``); then the ratios.
+    timing options and the search bounds ``max_batch``/``gain``/``patience``; a search that
+    fails leaves them NaN, its error in a note); then the ratios. With ``backward=True`` the
+    latency columns, ``fps`` and ``rank`` time the forward alone, the ``backward_latency_*``
+    and ``step_latency_median_ms`` columns the training step (a note says so).
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``
@@ -189,8 +192,8 @@ def compare(
         for name, error in failed.items():
             warn_user(f"modelprof: {name} failed and is not compared: {error}", ModelProfWarning)
     df = _table(table, baseline, run.env, run.timing_attrs, failed)
-    if run.throughput_notes:
-        df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.throughput_notes]
+    if run.notes:
+        df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.notes]
     return df
 
 
@@ -255,7 +258,7 @@ class _Run:
         self.env: dict[str, Any] = {}
         self.passed: Snapshot | None = None  # the inputs and target as they went in
         self.timing_attrs: dict[str, Any] = {}
-        self.throughput_notes: list[str] = []  # a search under load or drift, by model
+        self.notes: list[str] = []  # the table's own: a throughput search's, by model
 
     def add(
         self,
@@ -321,6 +324,8 @@ class _Run:
                 self.forget(name)
                 baseline = _standing(baseline, rows, failed)  # none left: names every failure
         self.env = dict(result.measurements[baseline].env) or self.env
+        if self.steps:  # what of a training comparison is the forward's
+            self.notes.insert(0, _FORWARD_NOTE)
         self.timing_attrs = _timing_attrs(result, checks, self.opts.warn)
         return baseline
 
@@ -377,6 +382,7 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
         )
     options = dict(options or {})
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
+    check_search_bounds(**search)  # here, not as each model's failed search
     carried = {k: getattr(opts, k) for k in _CARRIED}
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 
@@ -599,6 +605,11 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
     return ", ".join("x".join(str(d) for d in (b, *s)) for s in parse_input_size(size))
 
 
+#: what of a compare(backward=True) table the forward alone times
+_FORWARD_NOTE = (
+    "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
+    "step's mode; backward_latency_* and step_latency_median_ms: the training step"
+)
 #: what a compare(backward=True) throughput column holds
 _STEPS_NOTE = (
     "throughput_samples_per_s: whole training steps per second (forward, loss, backward and "
@@ -614,7 +625,34 @@ def _throughput_row(
     opts: TimingOptions,
     search: dict[str, Any],
 ) -> dict[str, Any]:
-    curve = measure_throughput(
+    try:
+        curve = _search_throughput(model, size, run, opts, search)
+    except ModelProfError as e:  # the counted row stands (a train-mode BatchNorm at batch 1)
+        run.notes.append(f"{name} throughput: not measured: {e}")
+        if opts.warn:
+            warn_user(f"modelprof: {run.notes[-1]}", ModelProfWarning)
+        return {"throughput_samples_per_s": math.nan, "throughput_batch_size": math.nan}
+    for note, kind in curve.timing_warnings:
+        run.notes.append(f"{name} throughput: {note}")
+        if opts.warn:
+            warn_user(f"modelprof: {run.notes[-1]}", kind)
+    if run.backward and _STEPS_NOTE not in run.notes:  # said once, first
+        run.notes.insert(0, _STEPS_NOTE)
+    if curve.stop_reason == "max_batch" and curve.best.batch_size == curve.points[-1].batch_size:
+        # the best may lie past the cap (throughput_options={"max_batch": ...})
+        run.notes.append(f"{name} throughput: {curve.stop_explanation}")
+    best = curve.best
+    return {
+        "throughput_samples_per_s": best.samples_per_s,
+        "throughput_batch_size": best.batch_size,
+    }
+
+
+def _search_throughput(
+    model: nn.Module, size: Any, run: _Run, opts: TimingOptions, search: dict[str, Any]
+) -> Any:
+    """``measure_throughput`` as the comparison asks it: its device, dtype and modes."""
+    return measure_throughput(
         model,
         size,
         device=run.device,
@@ -626,17 +664,3 @@ def _throughput_row(
         measure=step_measure(size, _step_spec(run), run.mode) if run.backward else None,
         **search,
     )
-    for note, kind in curve.timing_warnings:
-        run.throughput_notes.append(f"{name} throughput: {note}")
-        if opts.warn:
-            warn_user(f"modelprof: {run.throughput_notes[-1]}", kind)
-    if run.backward and _STEPS_NOTE not in run.throughput_notes:  # said once, first
-        run.throughput_notes.insert(0, _STEPS_NOTE)
-    if curve.stop_reason == "max_batch" and curve.best.batch_size == curve.points[-1].batch_size:
-        # the best may lie past the cap (throughput_options={"max_batch": ...})
-        run.throughput_notes.append(f"{name} throughput: {curve.stop_explanation}")
-    best = curve.best
-    return {
-        "throughput_samples_per_s": best.samples_per_s,
-        "throughput_batch_size": best.batch_size,
-    }

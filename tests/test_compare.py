@@ -190,6 +190,9 @@ def test_throughput_columns() -> None:
     assert set(df["throughput_batch_size"]) <= {1, 2}  # the search stops at max_batch=2
     assert (df["throughput_samples_per_s"] > 0).all()
     assert df.loc["narrow", "throughput_x"] == 1.0
+    # the readable table shows the batch size the best throughput was found at
+    header = df.render.to_markdown(standalone=False).splitlines()[0]
+    assert "throughput (samples/s)" in header and "throughput batch" in header
     with pytest.raises(ModelProfError, match="needs input_size"):
         compare(_pair(), inputs=torch.randn(1, 10), timing=False, throughput=True)
 
@@ -277,6 +280,11 @@ def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
     assert row["backward_latency_x_ci_low"] <= row["backward_latency_x"]
     assert row["backward_latency_x"] <= row["backward_latency_x_ci_high"]
     assert row["backward_latency_x"] > 1.0  # two spins take longer than one
+    # fps and rank come from the forward alone (the spins are in the backward): a note says so
+    assert any(
+        n.startswith("latency_median_ms, fps, latency_x and rank: the forward")
+        for n in df.attrs["notes"]
+    )
 
 
 def _timed_frame(**attrs) -> pd.DataFrame:

@@ -221,3 +221,32 @@ def test_a_failing_model_in_a_comparison_is_said_once_not_only_in_its_row():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ModelProfWarning)
         compare(models, (4,), timing=False, warn=False)
+
+
+def test_a_failing_throughput_search_keeps_the_models_counted_row():
+    # a BatchNorm1d in train mode cannot run a batch of 1, where the search starts: the model
+    # was counted at batch 4 and its row stays, its throughput NaN, the error in a note and a
+    # warning; the other model's search runs (its throughput > 0)
+    from modelprof import ModelProfWarning
+
+    bn = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+    models = {"bn": bn, "relu": nn.Sequential(nn.Linear(8, 8), nn.ReLU())}
+    opts = {"max_batch": 2, "budget_s": 0.05}
+    with pytest.warns(ModelProfWarning, match=r"bn throughput: not measured: .*BatchNorm1d"):
+        df = compare(
+            models,
+            (8,),
+            batch_size=4,
+            training=True,
+            timing=False,
+            throughput=True,
+            throughput_options=opts,
+        )
+    # bn: Linear 8 x 8 = 64 MACs per sample, x 4 samples = 256
+    assert df.loc["bn", "macs"] == 256 and "error" not in df.columns
+    assert pd_isna(df.loc["bn", "throughput_samples_per_s"])
+    assert df.loc["relu", "throughput_samples_per_s"] > 0
+    assert any("bn throughput: not measured" in n for n in df.attrs["notes"])
+    # a bad search bound is the caller's mistake, said once before any model runs
+    with pytest.raises(ModelProfError, match=r"^max_batch=0"):
+        compare(models, (8,), timing=False, throughput=True, throughput_options={"max_batch": 0})

@@ -25,14 +25,14 @@ __all__ = [
 
 COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     """model input_shape params macs flops latency_median_ms latency_ci_low_ms latency_ci_high_ms
-    cpu_work_median_ms fps throughput_samples_per_s params_x macs_x latency_x latency_x_ci_low
-    latency_x_ci_high cpu_work_x cpu_work_x_ci_low cpu_work_x_ci_high throughput_x
-    backward_latency_median_ms backward_latency_x backward_latency_x_ci_low
-    backward_latency_x_ci_high step_latency_median_ms ttft_ms ttft_ci_low_ms ttft_ci_high_ms
-    tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s
-    ttft_x ttft_x_ci_low ttft_x_ci_high tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x
-    ttft_cpu_x_ci_low ttft_cpu_x_ci_high tpot_cpu_x tpot_cpu_x_ci_low tpot_cpu_x_ci_high
-    rank error""".split()
+    cpu_work_median_ms fps throughput_samples_per_s throughput_batch_size params_x macs_x
+    latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
+    cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
+    backward_latency_x_ci_low backward_latency_x_ci_high step_latency_median_ms ttft_ms
+    ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
+    end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s ttft_x ttft_x_ci_low ttft_x_ci_high
+    tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x ttft_cpu_x_ci_low ttft_cpu_x_ci_high
+    tpot_cpu_x tpot_cpu_x_ci_low tpot_cpu_x_ci_high rank error""".split()
 )
 """What a readable comparison (``compare``'s, ``compare_generation``'s) shows by default:
 medians and ratios with their 95 % intervals, the CPU work only when the comparison ranks by

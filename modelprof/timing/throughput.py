@@ -56,6 +56,7 @@ __all__ = [
     "THROUGHPUT_GAIN",
     "Throughput",
     "ThroughputPoint",
+    "check_search_bounds",
     "measure_throughput",
     "search_batches",
 ]
@@ -354,6 +355,17 @@ def _free(device: torch.device) -> None:
 POINT_DEFAULTS = dict(budget_s=1.0, precision=0.02, min_samples=5, min_blocks=3, warmup_s=0.25)
 
 
+def check_search_bounds(
+    max_batch: int = 1024, gain: float = THROUGHPUT_GAIN, patience: int = PATIENCE
+) -> tuple[int, float, int]:
+    """The search's bounds as :func:`measure_throughput` takes them, each checked."""
+    max_batch = check_int("max_batch", max_batch, 1)
+    patience = check_int("patience", patience, 1)
+    if not isinstance(gain, (int, float)) or not 0 <= gain < 10:
+        raise ModelProfError(f"gain={gain!r} must be a fraction >= 0, e.g. 0.05 for 5 %")
+    return max_batch, gain, patience
+
+
 def measure_throughput(
     model: nn.Module | Callable[..., Any],
     input_size: Any,
@@ -383,10 +395,7 @@ def measure_throughput(
     times whole training steps (``compare(backward=True, throughput=True)`` uses it); then
     ``training``/``no_grad`` change nothing that runs.
     """
-    max_batch = check_int("max_batch", max_batch, 1)
-    patience = check_int("patience", patience, 1)
-    if not isinstance(gain, (int, float)) or not 0 <= gain < 10:
-        raise ModelProfError(f"gain={gain!r} must be a fraction >= 0, e.g. 0.05 for 5 %")
+    max_batch, gain, patience = check_search_bounds(max_batch, gain, patience)
     for bad in ("inputs", "batch_size", "input_size"):
         if bad in timing_options:
             raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
