@@ -449,10 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="a language model's generation",
         description="Profile greedy generation: prefill and decode per layer, "
-        "TTFT, TPOT, tokens/s, the KV cache and memory to fit.",
+        "TTFT, TPOT, tokens/s, the KV cache and memory to fit; several SPECs: compared side by "
+        "side end to end (TTFT, TPOT, tokens/s, ratios to the first).",
     )
     g.add_argument(
-        "spec",
+        "specs",
+        nargs="+",
         metavar="SPEC",
         help="a transformers config class with overrides "
         "(LlamaConfig:hidden_size=256,num_hidden_layers=2), a config.json, or "
@@ -935,8 +937,10 @@ def _run_generate(ctx: _Context) -> None:
     from modelprof.render import to_markdown
 
     args = ctx.args
+    if len(args.specs) > 1:
+        return _compare_generation(ctx)
     _finite_number("--memory", args.memory, "bytes")
-    model, name = load_language_model(args.spec, ctx.device, ctx.dtype)
+    model, name = load_language_model(args.specs[0], ctx.device, ctx.dtype)
     timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
     report = profile_generation(
         model,
@@ -978,6 +982,52 @@ def _run_generate(ctx: _Context) -> None:
         ctx.write(
             ctx.path(f"{stem}_bound", "csv"), lambda p: report.bound_table().to_csv(p, index=False)
         )
+
+
+#: generate's options that profile one model, not a comparison of several
+_ONE_MODEL_FLAGS = ("contexts", "target", "memory", "no_timing", "no_layer_timing")
+
+
+def _compare_generation(ctx: _Context) -> None:
+    """``generate SPEC SPEC ...``: ``compare_generation``'s table, its notes, its exports."""
+    from modelprof.compare import unique_name
+    from modelprof.generation import compare_generation
+    from modelprof.generation.specs import load_language_model
+    from modelprof.render.comparison import compare_caption
+
+    args = ctx.args
+    for flag in _ONE_MODEL_FLAGS:
+        if getattr(args, flag) not in (None, False):
+            raise ModelProfError(
+                f"--{flag.replace('_', '-')} profiles one model; several SPECs are compared "
+                "end to end (TTFT, TPOT, tokens/s): give one SPEC, or drop it"
+            )
+    batch = _int_list_arg("--batch-size", args.batch_sizes) or [1]
+    if len(batch) > 1:
+        raise ModelProfError(
+            f"--batch-size {args.batch_sizes}: several SPECs are compared at one batch size"
+        )
+    models: dict[str, Any] = {}
+    for spec in args.specs:
+        model, name = load_language_model(spec, ctx.device, ctx.dtype)
+        models[unique_name(name, models)] = model
+    df = compare_generation(
+        models,
+        args.prompt_len,
+        args.new_tokens,
+        batch[0],
+        cache=None if args.cache == "none" else args.cache,
+        progress=ctx.progress,
+        **ctx.timing_options(),
+    )
+    print(f"# generation comparison ({compare_caption(df.attrs)})\n", file=ctx.stdout)
+    print(df.render.export("markdown", standalone=False), file=ctx.stdout)
+    for name, spec in zip(models, args.specs):
+        print(f"model: {name} = {spec}", file=ctx.stdout)
+    for note in df.attrs.get("notes") or ():
+        print(f"note: {note}", file=ctx.stdout)
+    if ctx.out is not None:
+        ctx.write_formats("generation_comparison", df.render.export)
 
 
 def _throughput_options(ctx: _Context) -> dict[str, Any]:

@@ -217,3 +217,31 @@ def test_generate_writes_each_batch_sizes_figures_untimed_too(tmp_path):
         for b in (1, 2)
         for kind in ("decode_growth", "phase_share")
     ]
+
+
+def test_generate_several_specs_compares_them(tmp_path, capsys):
+    # two SPECs: compare_generation's table, one row each (the second named apart), its notes,
+    # the models' specs named, and its files
+    deeper = TINY.replace("num_hidden_layers=2", "num_hidden_layers=4")
+    argv = ["generate", TINY, deeper, "--prompt-len", "8", "--new-tokens", "4", "--budget", "0.1"]
+    assert main([*argv, "--out", str(tmp_path), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# generation comparison (baseline Llama;")
+    rows = [line for line in out.splitlines() if line.startswith("| Llama")]
+    assert [r.split("|")[1].strip() for r in rows] == ["Llama", "Llama (2)"]
+    assert f"model: Llama (2) = {deeper}" in out and "note: ttft_x, tpot_x:" in out
+    written = (tmp_path / "generation_comparison.csv").read_text().splitlines()
+    assert len(written) == 3 and "ttft_x" in written[0]  # a header and a row per model
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--contexts", "2"], "--contexts profiles one model"),
+        (["--no-layer-timing"], "--no-layer-timing profiles one model"),
+        (["--batch-size", "1,2"], "--batch-size 1,2: several SPECs are compared at one"),
+    ],
+)
+def test_generate_several_specs_refuses_one_model_options(flags, message, capsys):
+    assert main(["generate", TINY, TINY, "--prompt-len", "8", *flags]) == 2
+    assert message in capsys.readouterr().err
