@@ -668,8 +668,9 @@ def _hook_cost_note(layers: Any) -> str:
         where = f", measured on a chain of empty modules: {why}"
     elif cost.capped:
         where = (
-            ", at most what the passes' time outside the leaves' spans holds (the pass pairs "
-            "read more: an instrumented pass waited longer inside its ops, as under load)"
+            ", at most what the passes' time outside the leaves' spans holds and a hooked "
+            "call's cost on a chain of empty modules inside a span (the pass pairs read more: "
+            "an instrumented pass waited longer inside its ops, as under load)"
         )
     return (
         f"per-layer times are corrected for the instrument's measured cost: "

@@ -654,10 +654,13 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
     ``MIN_COST_PASSES`` passes (mostly noise), and where the model's read nothing (a loaded
     machine's pass pairs differed by more than the hooks cost; they cost no less in a model
     than on the chain of empty modules, their cheapest context). Never above what the passes'
-    time outside the leaves' spans can hold (``_gap_bound``; the part inside a span added)."""
+    time outside the leaves' spans can hold (``_gap_bound``) and the part inside a span: the
+    chain's, or where the pairs read more, what they read more, up to the chain's whole cost
+    of a hooked call (more is a wait for intra-op threads under load, not the hooks)."""
     keys, sampled, inst = run.plan.keys, run.sampled, run.inst
     plain = np.concatenate(inst.plain)
     per_call, source, capped = calibrated.per_call_ms, "chain", False
+    inside = calibrated.self_ms
     if sampled.n >= MIN_COST_PASSES or not calibrated.applied:  # (CUDA: no chain to ask)
         paired = _paired_median(sampled.samples_ms, plain)
         if inst.cpu_ms is not None:  # (instrumented, plain) thread CPU times
@@ -666,10 +669,12 @@ def _measured_hook_cost(run: _LayerRun, calibrated: HookCost) -> HookCost:
             per_call, source = max(0.0, paired) / len(keys), "model"
             passes = np.asarray(sampled.samples_ms, dtype=float)
             bound = _gap_bound(passes, np.vstack(inst.rows), run.plan.parent_index)
-            capped = per_call > bound + calibrated.self_ms
-            per_call = min(per_call, bound + calibrated.self_ms)
-    self_ms = min(calibrated.self_ms, per_call)
-    return HookCost(per_call, self_ms, applied=True, source=source, capped=capped)
+            if per_call > bound + inside:  # the rest lies inside the spans: the hooks slow the
+                # ops they surround, by at most a whole hooked call's cost between empty modules
+                inside = min(per_call - bound, max(calibrated.per_call_ms, inside))
+            capped = per_call > bound + inside
+            per_call = min(per_call, bound + inside)
+    return HookCost(per_call, min(inside, per_call), applied=True, source=source, capped=capped)
 
 
 def _gap_bound(passes: np.ndarray, raw: np.ndarray, parents: list[int | None]) -> float:
