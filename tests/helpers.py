@@ -15,6 +15,7 @@ __all__ = [
     "Fn",
     "MLP_NETS",
     "blocked",
+    "latex_headers",
     "picture",
     "state_snapshot",
     "tiny_t5",
@@ -205,3 +206,11 @@ def tiny_llama(kv_heads: int = 2, device: str = "cpu", **kw: Any) -> nn.Module:
     torch.manual_seed(0)
     with torch.device(device):
         return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def latex_headers(tex: str) -> list[str]:
+    """A LaTeX table's column headers, each one's lines between ``\\toprule`` and ``\\midrule``
+    joined (a name over two lines, its unit below): ``["module", "output shape", "params (M)"]``."""
+    head = tex.split("\\toprule")[1].split("\\midrule")[0]
+    lines = [line.strip().removesuffix("\\\\").split("&") for line in head.strip().splitlines()]
+    return [" ".join(p.strip() for p in parts if p.strip()) for parts in zip(*lines)]

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import latex_headers
 from torch import nn
 
 from modelprof.compare import Comparison, compare
@@ -314,15 +315,28 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     # a page's width keeps every column here: the caption names the intervals and the rank
     wide = export_comparison(df, "latex", width=None)
     assert "95 \\% CI paired by round" in wide and "rank (1 = lowest latency)" in wide
-    # the text width (345 pt) keeps model, params, MACs, median and ratio (315 pt): the
-    # intervals (both bounds of each) and the rank go, and the caption no longer speaks of them
+    # the text width (345 pt) keeps model, params, MACs, median and ratio (260 pt, a name of
+    # two words over two lines): the intervals (both bounds of each) and the rank go, and the
+    # caption no longer speaks of them
     narrow = export_comparison(df, "latex", width="textwidth")
-    assert "model & params & MACs & latency median & latency ratio \\\\" in narrow
+    assert [h.partition(" (")[0] for h in latex_headers(narrow)] == [
+        "model",
+        "params",
+        "MACs",
+        "latency median",
+        "latency ratio",
+    ]
     caption = next(line for line in narrow.splitlines() if line.startswith("\\caption"))
     assert caption == "\\caption{baseline resnet18; ratios: ratio of medians}"
-    # a column's width (229.5 pt) keeps the median alone: no ratio, so no word on ratios
+    # a column's width (229.5 pt) keeps model, params, median and ratio (221 pt): the MACs go
+    # after the intervals and the rank
     column = export_comparison(df, "latex", width="columnwidth")
-    assert "model & latency median \\\\" in column and "\\caption{baseline resnet18}" in column
+    assert [h.partition(" (")[0] for h in latex_headers(column)] == [
+        "model",
+        "params",
+        "latency median",
+        "latency ratio",
+    ]
     # what made the timing less sure reaches the caption, so the paper table says it too
     text = compare_caption(
         _timed_frame(
@@ -379,11 +393,14 @@ def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_t
     df = _timed_frame().assign(cpu_work_median_ms=[50.1, 16.9], cpu_work_x=[1.0, 0.337])
     df.attrs["ranked_by"] = "cpu_work"
     column = export_comparison(df, "latex", width="columnwidth")
-    assert "model & CPU work median \\\\" in column  # 229.5 pt keeps one figure: the CPU's
+    # 229.5 pt (in \footnotesize) keeps the CPU's median and ratio, not the wall clock's ratio
+    heads = latex_headers(column)
+    assert "CPU work median (ms)" in heads and "CPU work ratio ($\\times$)" in heads
+    assert "latency ratio ($\\times$)" not in heads
     # not ranked at all (too few runs): nothing is quoted by rank, the usual order stands
     df.attrs["unranked"] = "cannot rank the models: too few runs for an interval (a n=1)"
     unranked = export_comparison(df, "latex", width="columnwidth")
-    assert "model & latency median \\\\" in unranked
+    assert {"latency median (ms)", "latency ratio ($\\times$)"} <= set(latex_headers(unranked))
     # a training step's comparison shows its backward and whole-step times and the backward's
     # ratio among the compact columns (they were in the frame only)
     step = _timed_frame().assign(
@@ -396,3 +413,13 @@ def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_t
         shown
     )
     assert "backward latency median" in export_comparison(step, "markdown", standalone=False)
+    # and a page keeps them before the forward's (a newcomer's training comparison in LaTeX
+    # kept the forward's median and ratio alone)
+    page = [h.partition(" (")[0] for h in latex_headers(export_comparison(step, "latex"))]
+    assert page == [
+        "model",
+        "latency median",
+        "backward latency median",
+        "backward latency ratio",
+        "step latency median",
+    ]  # (params, MACs and the forward's ratio went first)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fake_clock import VirtualSpin, hit_and_spared, install
+from helpers import latex_headers
 from torch import nn
 
 from modelprof import compare
@@ -177,7 +178,8 @@ def test_cli_compare_with_one_round_exports_no_interval_as_na(
     # LaTeX: the latency column is there (what did not fit the width is named in a comment),
     # and the caption carries the environment and the ratio estimator
     tex = texts[".tex"]
-    assert "latency median" in tex and "latency ratio" in tex
+    heads = latex_headers(tex)
+    assert "latency median (ms)" in heads and "latency ratio ($\\times$)" in heads
     assert "n/a" in tex or "% dropped to fit" in tex
     assert "float32" in tex and "batch 1" in tex and "torch" in tex
     assert "not ranked: too few runs for an interval" in tex

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torchvision
+from helpers import latex_headers
 
 import modelprof
 
 
 def _header(tex: str) -> str:
-    return tex.split(r"\midrule")[0]
+    """The column headers, each one's lines joined: ``module & type & output shape & ...``."""
+    return " & ".join(latex_headers(tex))
 
 
 def _body(tex: str) -> list[str]:
@@ -43,9 +45,14 @@ def test_the_default_fit_keeps_type_and_output_shape(resnet18, gpt2, depth):
 
 
 def test_a_table_steps_down_a_font_size_before_it_drops_the_shapes(gpt2):
-    # GPT2LMHeadModel twice (its root's name and type) leaves no room for the shapes in \small
-    tex = gpt2.to_latex(depth=2)
-    assert "\\footnotesize\n" in tex and "output shape" in _header(tex)
+    # at the text width the names over two lines leave room for the shapes in \small; in a
+    # column (229.5 pt) GPT2LMHeadModel twice (its root's name and type) leaves none for the
+    # params in \small: \footnotesize keeps them
+    assert "output shape" in _header(gpt2.to_latex(depth=2)) and "\\small\n" in gpt2.to_latex()
+    tex = gpt2.to_latex(depth=2, width="columnwidth")
+    assert "\\footnotesize\n" in tex and _header(tex) == "module & type & params (K)"
+    small = gpt2.to_latex(depth=2, width="columnwidth", font_size="small")
+    assert _header(small) == "module & type"
     # a font the user names stays: the shapes go instead
     assert "\\normalsize\n" in gpt2.to_latex(depth=2, font_size="normalsize")
 
@@ -78,7 +85,7 @@ def test_a_generation_table_keeps_its_work_and_starts_each_phase_at_its_root():
     tex = g.to_latex()
     # no priority was named: every column was unranked and the rightmost went first, leaving
     # phase, context and module alone
-    assert _header(tex).rstrip().splitlines()[-2].startswith("phase & context & module & type")
+    assert _header(tex).startswith("phase & context & module & type")
     assert "MACs" in _header(tex)
     decode_roots = [line for line in tex.splitlines() if line.startswith("decode & ")]
     # each phase's root is the top of its own tree, not a child of the prefill's root
@@ -96,8 +103,15 @@ def test_a_timed_generation_table_keeps_the_work_and_its_time_before_the_type():
         tiny_llama(), prompt_len=16, new_tokens=2, budget_s=0.2, warn=False
     )
     tex = g.to_latex()
-    kept = _header(tex).rstrip().splitlines()[-2]  # the names, above the units
-    assert kept.startswith("phase & context & module & params & MACs & latency")
+    kept = latex_headers(tex)[:6]
+    assert [h.partition(" (")[0] for h in kept] == [
+        "phase",
+        "context",
+        "module",
+        "params",
+        "MACs",
+        "latency",
+    ]
     dropped = next(line for line in tex.splitlines() if line.startswith("% dropped"))
     assert "type" in dropped and "latency_ms" not in dropped
     # every column given is one of a report's or the phase's: none of the raw frame's
@@ -116,8 +130,8 @@ def test_a_training_steps_table_keeps_the_backwards_time():
         nn.Conv2d(3, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)
     )
     r = modelprof.profile(model, (3, 32, 32), backward=True, budget_s=0.2, warn=False)
-    names = _header(r.to_latex()).rstrip().splitlines()[-2]
-    assert names.startswith("module & type & params & MACs & latency & backward latency")
+    names = [h.partition(" (")[0] for h in latex_headers(r.to_latex())]
+    assert names[:6] == ["module", "type", "params", "MACs", "latency", "backward latency"]
     # a forward's table is as before: the output shape kept before the latency's share
     forward = modelprof.profile(model, (3, 32, 32), budget_s=0.2, warn=False)
     assert "output shape" in _header(forward.to_latex())

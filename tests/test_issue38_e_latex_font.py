@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import latex_headers
 
 import modelprof
 
@@ -20,25 +21,26 @@ def gpt2():
 
 
 def _header(tex: str) -> str:
-    return tex.split(r"\midrule")[0]
+    return " & ".join(latex_headers(tex))
 
 
-def test_the_default_font_steps_down_to_keep_the_shapes(gpt2):
-    tex = gpt2.to_latex(depth=2)
-    assert "\\footnotesize\n" in tex and "output shape" in _header(tex)
+def test_the_default_font_steps_down_to_keep_the_params(gpt2):
+    # in a column (229.5 pt) \small has room for the module's name and type alone
+    tex = gpt2.to_latex(depth=2, width="columnwidth")
+    assert "\\footnotesize\n" in tex and _header(tex) == "module & type & params (K)"
     note = next(line for line in tex.splitlines() if "dropped" in line)
-    assert "output_shape" not in note  # the FLOPs and byte columns go, not the shapes
+    assert "params" not in note  # the shapes, MACs, FLOPs and byte columns go, not the params
 
 
 def test_an_explicit_small_stays_and_the_columns_go_as_said(gpt2):
-    tex = gpt2.to_latex(depth=2, font_size="small")
+    tex = gpt2.to_latex(depth=2, width="columnwidth", font_size="small")
     # it stepped down to \footnotesize as if no font had been named
     assert "\\small\n" in tex and "\\footnotesize" not in tex
-    assert "output shape" not in _header(tex)
+    assert _header(tex) == "module & type"
     note = next(line for line in tex.splitlines() if "dropped" in line)
-    assert "output_shape" in note and "\\small" in note
+    assert "params" in note and "\\small" in note
     # the same through a ViewOptions
     from modelprof.render.options import ViewOptions
 
-    view = ViewOptions.parse(depth=2, font_size="small")
+    view = ViewOptions.parse(depth=2, font_size="small", width="columnwidth")
     assert "\\small\n" in gpt2.to_latex(view=view)

@@ -62,13 +62,18 @@ RATIO_NOTE_SHORT = "ratios: ratio of medians"
 RATIO_NOTE = f"{RATIO_NOTE_SHORT}, 95 % CI paired by round"
 
 
-def _latex_priority(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+#: a training comparison's (backward=True) own figures, kept before the forward's
+_STEP_FIRST = ("step_latency_median_ms", "backward_latency_median_ms", "backward_latency_x")
+
+
+def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> tuple[str, ...]:
     """:data:`_LATEX_PRIORITY`, the CPU-work columns first where the table ranks by them (its
-    notes tell the reader to quote them: the page keeps them longest)."""
-    if attrs.get("ranked_by") != "cpu_work" or attrs.get("unranked"):
-        return _LATEX_PRIORITY
-    cpu = [c for c in _LATEX_PRIORITY if "cpu" in c.split("_")]
-    return ("model", *cpu, *(c for c in _LATEX_PRIORITY[1:] if c not in cpu))
+    notes tell the reader to quote them: the page keeps them longest), a training step's
+    figures first where ``columns`` has them."""
+    first = [c for c in _STEP_FIRST if c in columns]
+    if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):
+        first += [c for c in _LATEX_PRIORITY if "cpu" in c.split("_")]
+    return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
@@ -186,7 +191,7 @@ def export_comparison(
         columns = compact_compare_columns(df) if columns is None else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
-            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs))
+            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
@@ -196,7 +201,7 @@ def export_comparison(
         else:
             df, columns = _rank_said(df, columns)
         given = given.with_defaults(
-            view, caption=caption, title=caption, priority=_latex_priority(df.attrs)
+            view, caption=caption, title=caption, priority=_latex_priority(df.attrs, df.columns)
         )
         if given.standalone is None:  # the caller's default: a page (a document)
             given = given.replace(standalone=True)

@@ -114,20 +114,37 @@ def _label_span(row: Sequence[str]) -> int:
     return next((i for i in range(1, len(row)) if row[i] != ""), max(len(row), 1))
 
 
-def _header_lines(headers: Sequence[str]) -> list[tuple[str, ...]]:
-    """Headers on two lines where some carry a unit (``params`` over ``(M)``): narrower columns."""
-    split = [_UNIT_RE.match(h) for h in headers]
-    if not any(split):
-        return [tuple(headers)]
-    names = tuple(m.group(1) if m else h for m, h in zip(split, headers))
+def _header_lines(table: Table) -> list[tuple[str, ...]]:
+    """Headers on more lines for narrower columns: a unit under its name (``params`` over
+    ``(M)``), a name of several words wider than its column's cells over two lines
+    (``backward`` over ``latency median``)."""
+    split = [_UNIT_RE.match(h) for h in table.headers]
+    names = [m.group(1) if m else h for m, h in zip(split, table.headers)]
     units = tuple(f"({m.group(2)})" if m else "" for m in split)
-    return [names, units]
+    tops, bottoms = [], []
+    for i, name in enumerate(names):
+        widest = max(_text_width_pt(c, 1.0) for c in (units[i], *(r[i] for r in table.cells)))
+        top, bottom = _two_lines(name) if _text_width_pt(name, 1.0) > widest else ("", name)
+        tops.append(top)
+        bottoms.append(bottom)
+    lines = [tuple(tops)] if any(tops) else []
+    return [*lines, tuple(bottoms), *([units] if any(units) else [])]
+
+
+def _two_lines(name: str) -> tuple[str, str]:
+    """``name``'s words over two lines, the wider as narrow as can be; one word, or LaTeX markup
+    (a space inside it is no place to break), stays on one: ``("", name)``."""
+    words = name.split(" ")
+    if len(words) < 2 or "$" in name or "\\" in name:
+        return "", name
+    cuts = [(" ".join(words[:k]), " ".join(words[k:])) for k in range(1, len(words))]
+    return min(cuts, key=lambda c: max(_text_width_pt(c[0], 1.0), _text_width_pt(c[1], 1.0)))
 
 
 def _column_widths_pt(table: Table, font_pt: float) -> list[float]:
     """Natural width of each column: its widest cell plus the column separation; a footer
     label wider than the columns it spans widens the last of them, as LaTeX does."""
-    heads = _header_lines(table.headers)
+    heads = _header_lines(table)
     # an indented module name is wider by its indentation (1 em = the font size)
     extra = [[0.0] * len(table.cells) for _ in table.columns]
     if any(indents := _indents(table)):
@@ -194,11 +211,12 @@ def _fit_columns(
     table: Table, limit_pt: float, font_size: str, priority: Sequence[str], *, chosen: bool
 ) -> tuple[Table, str]:
     """:func:`_drop_until_fits`, and the table with its font. Where that drops a column a paper
-    keeps (``priority`` up to ``output_shape``), the default ``\\small`` steps down to
-    ``\\footnotesize`` if that keeps more columns; a font the user ``chosen`` stays."""
+    keeps (``priority`` up to ``output_shape``; without one, all of ``priority``: a
+    comparison's), the default ``\\small`` steps down to ``\\footnotesize`` if that keeps more
+    columns; a font the user ``chosen`` stays."""
     fitted = _drop_until_fits(table, limit_pt, font_size, priority)
     keep = (
-        list(priority[: priority.index("output_shape") + 1]) if "output_shape" in priority else []
+        priority[: priority.index("output_shape") + 1] if "output_shape" in priority else priority
     )
     lost = [c for c in keep if c in table.columns and c not in fitted.columns]
     if chosen or font_size != _DEFAULT_FONT or not lost:
@@ -351,7 +369,7 @@ def latex_table(table: Table, view: ViewOptions | None = None, **options: Any) -
     before = table.columns
     table, view = _fitted(table, view, chosen)
     scale = width is not None and fit in ("scale", "both")
-    head = [r"\toprule", *(_line(h) for h in _header_lines(table.headers)), r"\midrule"]
+    head = [r"\toprule", *(_line(h) for h in _header_lines(table)), r"\midrule"]
     indents = _indents(table)
     body = [_row_line(table, i, r, indents[i]) for i, r in enumerate(table.cells)]
     grey = any(is_rough(table, i, n) for i in range(len(table.cells)) for n in table.columns)
