@@ -383,6 +383,7 @@ def _throughput_search(options: Any, opts: TimingOptions) -> tuple[TimingOptions
     options = dict(options or {})
     search = {k: options.pop(k) for k in _SEARCH_KEYS if k in options}
     check_search_bounds(**search)  # here, not as each model's failed search
+    check_option_names(options, own=_SEARCH_KEYS)  # max_btach: did you mean max_batch?
     carried = {k: getattr(opts, k) for k in _CARRIED}
     return TimingOptions.parse(**{**POINT_DEFAULTS, **carried, **options}), search
 

@@ -250,3 +250,16 @@ def test_a_failing_throughput_search_keeps_the_models_counted_row():
     # a bad search bound is the caller's mistake, said once before any model runs
     with pytest.raises(ModelProfError, match=r"^max_batch=0"):
         compare(models, (8,), timing=False, throughput=True, throughput_options={"max_batch": 0})
+
+
+def test_a_misspelt_search_bound_in_throughput_options_is_named_with_the_bound():
+    # a newcomer's {"max_btach": 4} read "unknown timing option(s)" and a list without
+    # max_batch, as if max_batch were not an option either
+    with pytest.raises(ModelProfError, match=r"max_btach=: did you mean max_batch=\?"):
+        compare(
+            [nn.Linear(4, 4)],
+            (4,),
+            timing=False,
+            throughput=True,
+            throughput_options={"max_btach": 4},
+        )
