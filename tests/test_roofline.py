@@ -734,14 +734,15 @@ def _cpu_clock(ns_per_call: int | None):
 def test_a_probe_on_a_busy_machine_says_so(monkeypatch) -> None:
     import modelprof.timing.peaks as peaks_mod
 
+    # the machine's real other work is not these fakes' (none read, as off Linux): read, on an
+    # idle machine, it said the cores were free, so the fake's wall/CPU read as a wait
+    monkeypatch.setattr(env, "_PROC_STAT", "/nonexistent/proc/stat")
     # the probe's CPU time 1 us against a wall time of at least the budget's share (tens of ms)
     monkeypatch.setattr(peaks_mod, "cpu_time_source", _cpu_clock(1000))
     busy = probe_peaks("cpu", budget_s=0.05, repeats=1)
     assert busy.wall_over_cpu > 1000 and busy.loaded
-    # a CPU clock that runs with the wall clock: wall/CPU 1 (up to the reads' order), not busy;
-    # the machine's real other work is not this fake's (none read, as off Linux)
+    # a CPU clock that runs with the wall clock: wall/CPU 1 (up to the reads' order), not busy
     monkeypatch.setattr(peaks_mod, "cpu_time_source", _cpu_clock(None))
-    monkeypatch.setattr(env, "_PROC_STAT", "/nonexistent/proc/stat")
     idle = probe_peaks("cpu", budget_s=0.05, repeats=1)
     assert idle.wall_over_cpu == pytest.approx(1.0, abs=0.01) and not idle.loaded
 
