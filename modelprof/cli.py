@@ -997,16 +997,20 @@ def _compare_generation(ctx: _Context) -> None:
 
     args = ctx.args
     for flag in _ONE_MODEL_FLAGS:
-        if getattr(args, flag) not in (None, False):
+        if getattr(args, flag) is not None and getattr(args, flag) is not False:  # (--memory 0)
             raise ModelProfError(
                 f"--{flag.replace('_', '-')} profiles one model; several SPECs are compared "
                 "end to end (TTFT, TPOT, tokens/s): give one SPEC, or drop it"
             )
-    batch = _int_list_arg("--batch-size", args.batch_sizes) or [1]
-    if len(batch) > 1:
+    batch = _int_list_arg("--batch-size", args.batch_sizes)
+    if batch is None or len(batch) != 1:
         raise ModelProfError(
             f"--batch-size {args.batch_sizes}: several SPECs are compared at one batch size"
         )
+    if ctx.device is not None and ctx.device.type == "meta":
+        raise ModelProfError("--device meta has no clock: several SPECs are compared by timing")
+    if "png" in ctx.formats:
+        raise ModelProfError("--format png: a comparison of SPECs has no figure; drop png")
     models: dict[str, Any] = {}
     for spec in args.specs:
         model, name = load_language_model(spec, ctx.device, ctx.dtype)

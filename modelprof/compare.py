@@ -114,8 +114,8 @@ def compare(
     ``throughput_samples_per_s, throughput_batch_size`` (``measure_throughput``; with
     ``backward=True`` whole training steps per second, a ``target``'s rows repeated to each
     batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of
-    timing options and the search bounds ``max_batch``/``gain``/``patience``; a search that
-    fails leaves them NaN, its error in a note); then the ratios. With ``backward=True`` the
+    timing options and the search bounds ``max_batch``/``gain``/``patience``; a search whose
+    model fails to run leaves them NaN, its error in a note); then the ratios. With ``backward=True`` the
     latency columns, ``fps`` and ``rank`` time the forward alone, the ``backward_latency_*``
     and ``step_latency_median_ms`` columns the training step (a note says so).
 
@@ -629,6 +629,8 @@ def _throughput_row(
     try:
         curve = _search_throughput(model, size, run, opts, search)
     except ModelProfError as e:  # the counted row stands (a train-mode BatchNorm at batch 1)
+        if not isinstance(e.__cause__, Exception) or isinstance(e.__cause__, ModelProfError):
+            raise  # not the model's own run failing: the caller's option, target or device
         run.notes.append(f"{name} throughput: not measured: {e}")
         if opts.warn:
             warn_user(f"modelprof: {run.notes[-1]}", ModelProfWarning)

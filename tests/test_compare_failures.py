@@ -263,3 +263,11 @@ def test_a_misspelt_search_bound_in_throughput_options_is_named_with_the_bound()
             throughput=True,
             throughput_options={"max_btach": 4},
         )
+
+
+def test_a_throughput_search_refusing_the_callers_options_is_an_error_not_a_nan():
+    # only a model failing to run its batch leaves a NaN throughput beside its counted row; a
+    # search that refuses what the caller asked (a meta device has no clock) names that, as
+    # before: every model fails, and the comparison says so
+    with pytest.raises(ModelProfError, match=r"every model failed: .*meta"):
+        compare([nn.Linear(4, 4)], (4,), device="meta", timing=False, throughput=True)

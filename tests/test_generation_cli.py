@@ -240,6 +240,10 @@ def test_generate_several_specs_compares_them(tmp_path, capsys):
         (["--contexts", "2"], "--contexts profiles one model"),
         (["--no-layer-timing"], "--no-layer-timing profiles one model"),
         (["--batch-size", "1,2"], "--batch-size 1,2: several SPECs are compared at one"),
+        (["--batch-size", ","], "--batch-size ,: several SPECs are compared at one"),
+        (["--memory", "0"], "--memory profiles one model"),
+        (["--device", "meta"], "--device meta has no clock"),
+        (["--format", "png"], "--format png: a comparison of SPECs has no figure"),
     ],
 )
 def test_generate_several_specs_refuses_one_model_options(flags, message, capsys):

@@ -238,3 +238,13 @@ def test_a_throughput_search_warns_once_of_each_unless_told_not_to(monkeypatch):
     # besides them, a model's throughput notes only say where the search stopped at its cap
     others = [n for n in df.attrs["notes"] if "throughput" in n and n not in said_notes]
     assert all(" throughput: stopped at max_batch=2" in n for n in others)
+
+
+def test_a_meta_device_has_no_throughput():
+    # it was searched: meta tensors run no kernel, so batch 1024 "ran" at ~2 million samples/s
+    from modelprof import ModelProfError
+
+    model = nn.Linear(4, 4)
+    with pytest.raises(ModelProfError, match=r"^device='meta' has no clock"):
+        measure_throughput(model, (4,), device="meta", max_batch=2)
+    assert model.weight.device.type == "cpu"

@@ -62,9 +62,10 @@ def compare_generation(
     ``.render.to_latex()`` and its siblings give the humanised table): TTFT, TPOT and
     end-to-end medians with intervals, tokens/s, counted decode MACs and KV bytes per token,
     and ``ttft_x``/``tpot_x`` ratios to ``baseline`` (default: the first model; one that
-    fails: the first that ran) with ``*_ci_low``/``*_ci_high``; on the
-    CPU each figure's CPU work beside it (``*_cpu_ms``, ``*_cpu_x``; ``wall_over_cpu``: the
-    largest of the figures', ``loaded``: any of them). ``rank`` (1 = fastest end to end; ties where the rounds cannot order two) follows
+    fails: the first that ran) with ``*_ci_low``/``*_ci_high``; on the CPU each figure's CPU
+    work beside it (``*_cpu_ms``, ``*_cpu_x``; ``wall_over_cpu``: the largest of the figures',
+    ``loaded``: any of them). ``rank`` (1 = fastest end to end; ties where the rounds cannot
+    order two) follows
     ``attrs["ranked_by"]``: CPU work on a loaded machine (``Measurement.loaded``) where it is
     one thread's (``cpu_holds``), else latency;
     none when a model is undersampled or the ranked ratio disagrees with its rounds

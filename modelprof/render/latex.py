@@ -132,8 +132,8 @@ def _header_lines(table: Table) -> list[tuple[str, ...]]:
 
 
 def _two_lines(name: str) -> tuple[str, str]:
-    """``name``'s words over two lines, the wider as narrow as can be; one word, or LaTeX markup
-    (a space inside it is no place to break), stays on one: ``("", name)``."""
+    """``name``'s words over two lines, the wider as narrow as can be; one word (or a name
+    holding math or a command, whose spaces are no place to break) stays on one: ``("", name)``."""
     words = name.split(" ")
     if len(words) < 2 or "$" in name or "\\" in name:
         return "", name
@@ -211,13 +211,10 @@ def _fit_columns(
     table: Table, limit_pt: float, font_size: str, priority: Sequence[str], *, chosen: bool
 ) -> tuple[Table, str]:
     """:func:`_drop_until_fits`, and the table with its font. Where that drops a column a paper
-    keeps (``priority`` up to ``output_shape``; without one, all of ``priority``: a
-    comparison's), the default ``\\small`` steps down to ``\\footnotesize`` if that keeps more
-    columns; a font the user ``chosen`` stays."""
+    keeps (``priority`` up to ``output_shape``), the default ``\\small`` steps down to
+    ``\\footnotesize`` if that keeps more columns; a font the user ``chosen`` stays."""
     fitted = _drop_until_fits(table, limit_pt, font_size, priority)
-    keep = (
-        priority[: priority.index("output_shape") + 1] if "output_shape" in priority else priority
-    )
+    keep = priority[: priority.index("output_shape") + 1] if "output_shape" in priority else ()
     lost = [c for c in keep if c in table.columns and c not in fitted.columns]
     if chosen or font_size != _DEFAULT_FONT or not lost:
         return fitted, font_size

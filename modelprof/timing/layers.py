@@ -229,7 +229,7 @@ class HookCost:
     #: ``"model"`` (its own passes), ``"chain"`` (``calibrate_hooks``) or ``"given"``
     source: str = "given"
     #: the model's paired reading held more than the passes' time outside the leaves' spans
-    #: (``_gap_bound``) and was taken at that bound
+    #: (``_gap_bound``) and a hooked call's chain cost inside them, and was taken at that bound
     capped: bool = False
 
     def correct(

@@ -404,6 +404,8 @@ def measure_throughput(
     asked = TimingOptions.parse(options, **timing_options)
     opts = asked.replace(warn=False)  # the points are judged together, after the search
     dt = parse_dtype(dtype)
+    if device is not None and torch.device(device).type == "meta":  # it timed shapes alone
+        raise ModelProfError("device='meta' has no clock: measure_throughput times real runs")
     target, placed = resolve_call(model, device=device, dtype=dt, channels_last=opts.channels_last)
     dev = placed.device  # a module moved once, not per point
     switches = {"training": training, "no_grad": no_grad}
