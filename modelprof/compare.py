@@ -115,9 +115,10 @@ def compare(
     ``backward=True`` whole training steps per second, a ``target``'s rows repeated to each
     batch size; ``throughput_options``: a ``TimingOptions`` for every batch size, or a dict of
     timing options and the search bounds ``max_batch``/``gain``/``patience``; a search whose
-    model fails to run leaves them NaN, its error in a note); then the ratios. With ``backward=True`` the
-    latency columns, ``fps`` and ``rank`` time the forward alone, the ``backward_latency_*``
-    and ``step_latency_median_ms`` columns the training step (a note says so).
+    model fails to run leaves them NaN, its error in a note); then the ratios. With
+    ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
+    ``backward_latency_*`` and ``step_latency_median_ms`` columns the training step (a note
+    says so).
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``

@@ -248,3 +248,6 @@ def test_a_meta_device_has_no_throughput():
     with pytest.raises(ModelProfError, match=r"^device='meta' has no clock"):
         measure_throughput(model, (4,), device="meta", max_batch=2)
     assert model.weight.device.type == "cpu"
+    # nor a model that lies on meta, with no device= given
+    with pytest.raises(ModelProfError, match=r"^device='meta' has no clock"):
+        measure_throughput(nn.Linear(4, 4, device="meta"), (4,), max_batch=2)

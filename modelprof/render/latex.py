@@ -132,10 +132,10 @@ def _header_lines(table: Table) -> list[tuple[str, ...]]:
 
 
 def _two_lines(name: str) -> tuple[str, str]:
-    """``name``'s words over two lines, the wider as narrow as can be; one word (or a name
-    holding math or a command, whose spaces are no place to break) stays on one: ``("", name)``."""
+    """``name``'s words over two lines, the wider as narrow as can be; one word stays on one:
+    ``("", name)`` (each line is escaped apart, so any space is a place to break)."""
     words = name.split(" ")
-    if len(words) < 2 or "$" in name or "\\" in name:
+    if len(words) < 2:
         return "", name
     cuts = [(" ".join(words[:k]), " ".join(words[k:])) for k in range(1, len(words))]
     return min(cuts, key=lambda c: max(_text_width_pt(c[0], 1.0), _text_width_pt(c[1], 1.0)))

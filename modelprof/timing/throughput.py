@@ -404,10 +404,10 @@ def measure_throughput(
     asked = TimingOptions.parse(options, **timing_options)
     opts = asked.replace(warn=False)  # the points are judged together, after the search
     dt = parse_dtype(dtype)
-    if device is not None and torch.device(device).type == "meta":  # it timed shapes alone
-        raise ModelProfError("device='meta' has no clock: measure_throughput times real runs")
     target, placed = resolve_call(model, device=device, dtype=dt, channels_last=opts.channels_last)
-    dev = placed.device  # a module moved once, not per point
+    dev = placed.device  # a module moved once, not per point (a copy: the user's stays)
+    if dev.type == "meta":  # asked for, or where the model lies: it timed shapes alone
+        raise ModelProfError("device='meta' has no clock: measure_throughput times real runs")
     switches = {"training": training, "no_grad": no_grad}
     point = _Point(target, input_size, dev, dt, opts, switches, measure)
     mem_before = point.baseline_memory()
