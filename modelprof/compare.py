@@ -43,11 +43,13 @@ from modelprof.timing.interleave import (
     loaded_latency_notes,
     measure_interleaved,
     rough_flags,
+    round_ratio,
     shaken_attrs,
     tied_ranks,
     unranked_note,
 )
 from modelprof.timing.latency import resolve_call, timing_runner
+from modelprof.timing.measurement import load_note
 from modelprof.timing.options import (
     OPTION_NAMES,
     TimingOptions,
@@ -118,7 +120,8 @@ def compare(
     model fails to run leaves them NaN, its error in a note); then the ratios. With
     ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
     ``backward_latency_*`` and ``step_latency_median_ms`` columns the training step (a note
-    says so).
+    says so); on the CPU ``backward_cpu_work_*`` its backward's CPU work, which a note tells to
+    read where the machine was loaded (``attrs["backward_by"] == "cpu_work"``).
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``
@@ -131,7 +134,7 @@ def compare(
     latency only for a single-threaded model on an idle core. A ratio
     of medians outside its rounds' interval and further than ``AGREEMENT_TOLERANCE`` from their
     centre (``timing.agreement.judge_ratio``) is flagged in ``latency_x_rough``
-    (``cpu_work_x_rough``, ``backward_latency_x_rough``), a note and a
+    (``cpu_work_x_rough``, ``backward_latency_x_rough``, ...), a note and a
     ``TimingDisagreementWarning``; where the table ranks by it, no model is ranked
     (``attrs["ratios_disagree"]``). ``budget_s`` is per model. ``attrs["env"]``: the
     environment, ``attrs["baseline"]``: the baseline's name. Other keywords are timing options
@@ -311,10 +314,12 @@ class _Run:
                 checks = result.ratio_checks()
                 for name in rows:
                     rows[name].update(_latency_columns(result, name, checks))
+                step_attrs: dict[str, Any] = {"notes": []}
                 if self.steps:
                     bar.set_description("interleaved training steps")
-                    for name, check in _step_columns(rows, self.steps, baseline, self.opts).items():
-                        checks.setdefault(name, []).append(check)
+                    found = _step_columns(rows, self.steps, baseline, self.opts, step_attrs)
+                    for name, step_checks in found.items():
+                        checks.setdefault(name, []).extend(step_checks)
                 break
             except ModelProfError as e:
                 name = getattr(e, "candidate", None)
@@ -328,6 +333,8 @@ class _Run:
         if self.steps:  # what of a training comparison is the forward's
             self.notes.insert(0, _FORWARD_NOTE)
         self.timing_attrs = _timing_attrs(result, checks, self.opts.warn)
+        self.timing_attrs["notes"] += step_attrs.pop("notes")
+        self.timing_attrs.update(step_attrs)
         return baseline
 
 
@@ -556,26 +563,67 @@ def _step_spec(run: _Run) -> StepSpec:
 
 
 def _step_columns(
-    rows: dict[str, dict[str, Any]], steps: dict[str, Any], baseline: str, opts: TimingOptions
-) -> dict[str, RatioAgreement]:
+    rows: dict[str, dict[str, Any]],
+    steps: dict[str, Any],
+    baseline: str,
+    opts: TimingOptions,
+    attrs: dict[str, Any],
+) -> dict[str, list[RatioAgreement]]:
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
-    the paired backward ratio to the baseline with its interval, flagged where it disagrees
-    with its per-round ratios (``backward_latency_x_rough``); returns those checks."""
+    the paired backward ratio to the baseline with its interval; on the CPU the backward's CPU
+    work and its ratio beside them (``backward_cpu_work_*``); each ratio flagged where it
+    disagrees with its per-round ratios (``*_rough``); a loaded machine noted in ``attrs``
+    (:func:`_backward_load`). Returns those checks."""
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
     base, checks = got[0]["backward"], {}
+    on_cpu = all(m["backward"].cpu is not None for m in got)
     for name, m, ratio in zip(order, got, ratios):
-        b = m["backward"]
-        rows[name].update(interval_columns("backward_latency", b))
-        rows[name].update(interval_columns("backward_latency_x", ratio))
-        if "optimizer" in m:
-            rows[name]["optimizer_latency_median_ms"] = m["optimizer"].median_ms
-        rows[name]["step_latency_median_ms"] = m["step"].median_ms
+        b, row = m["backward"], rows[name]
+        row.update(interval_columns("backward_latency", b))
+        row.update(interval_columns("backward_latency_x", ratio))
         stated = math.isfinite(ratio[0])  # not undersampled: judged against its rounds
+        if on_cpu:
+            row.update(interval_columns("backward_cpu_work", b.cpu))
+            cpu_x = round_ratio(b.cpu, base.cpu, b.confidence) if stated else ratio
+            row.update(
+                interval_columns("backward_cpu_work_x", ratio if name == baseline else cpu_x)
+            )
+        if "optimizer" in m:
+            row["optimizer_latency_median_ms"] = m["optimizer"].median_ms
+        row["step_latency_median_ms"] = m["step"].median_ms
         if name != baseline and stated:
-            checks[name] = judge_ratio("backward_latency_x", name, baseline, b, base)
-        rows[name]["backward_latency_x_rough"] = name in checks and not checks[name].agree
+            checks[name] = [judge_ratio("backward_latency_x", name, baseline, b, base)]
+            if on_cpu:
+                cpu_check = judge_ratio("backward_cpu_work_x", name, baseline, b.cpu, base.cpu)
+                checks[name].append(cpu_check)
+        rough_flags(checks.get(name, ()), row, ("backward_latency_x", "backward_cpu_work_x"))
+    _backward_load([m["backward"] for m in got], attrs)
     return checks
+
+
+def _backward_load(backwards: list[Any], attrs: dict[str, Any]) -> None:
+    """Where the training steps ran on a loaded machine: a note on which backward ratio it
+    moved, and ``attrs["backward_by"] = "cpu_work"`` where the CPU work is one thread's
+    (``Measurement.cpu_holds``), which waiting for a core does not stretch (the readable table
+    shows it; how far the other work still moves it: benchmarks/backward_under_load.py)."""
+    if not any(m.loaded for m in backwards):
+        return
+    moved = f"the training steps ran on a loaded machine ({load_note(backwards)}): "
+    if all(m.cpu_holds for m in backwards):
+        attrs["backward_by"] = "cpu_work"
+        attrs["notes"].append(
+            f"{moved}backward_latency_x moved with the load; backward_cpu_work_x, the ratio of "
+            "one thread's CPU work, is not stretched by waiting for a core, but the other work "
+            "can still slow one model's work more than another's (shared caches), which its "
+            "interval does not cover: time again on a quieter machine to be sure of either"
+        )
+    else:
+        attrs["notes"].append(
+            f"{moved}backward_latency_x moved with the load, and so does the CPU work of "
+            "several threads; time again on a quieter machine, or with torch.set_num_threads(1) "
+            "for a backward_cpu_work_x that holds"
+        )
 
 
 def _latency_columns(
@@ -610,7 +658,8 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 #: what of a compare(backward=True) table the forward alone times
 _FORWARD_NOTE = (
     "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
-    "step's mode; backward_latency_* and step_latency_median_ms: the training step"
+    "step's mode; backward_latency_*, backward_cpu_work_* and step_latency_median_ms: the "
+    "training step"
 )
 #: what a compare(backward=True) throughput column holds
 _STEPS_NOTE = (

@@ -13,6 +13,7 @@ import importlib
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from fake_clock import install
@@ -440,10 +441,51 @@ def test_compare_flags_a_backward_ratio_its_rounds_disagree_with(monkeypatch):
     ratios = [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0), (1.5, 1.5, 1.5)]  # as compare_steps states them
     monkeypatch.setattr(compare_module, "compare_steps", lambda timers, opts: (got, ratios))
     rows = {name: {} for name in ("base", "cand", "even")}
-    checks = compare_module._step_columns(rows, dict.fromkeys(rows), "base", None)
+    attrs = {"notes": []}
+    checks = compare_module._step_columns(rows, dict.fromkeys(rows), "base", None, attrs)
     assert [rows[n]["backward_latency_x_rough"] for n in rows] == [False, True, False]
-    assert not checks["cand"].agree and checks["cand"].paired == pytest.approx(2 ** (1 / 3))
-    assert checks["even"].agree and checks["even"].ratio == 1.5
+    [cand], [even] = checks["cand"], checks["even"]  # no CPU time read: the wall ratio alone
+    assert not cand.agree and cand.paired == pytest.approx(2 ** (1 / 3))
+    assert even.agree and even.ratio == 1.5
+    assert "backward_cpu_work_x" not in rows["cand"] and attrs == {"notes": []}  # not loaded
+
+
+@pytest.mark.parametrize("clock", ["thread_time", "process_time"])
+def test_a_loaded_training_comparison_states_the_backward_cpu_work(monkeypatch, clock):
+    # the newcomer's case: load hit the candidate's backward harder than the baseline's. Wall:
+    # the baseline 200 ms every round; the candidate 600 ms in 24 rounds of 60, 200 ms in 36:
+    # backward_latency_x 200 / 200 = 1.0 against rounds centred elsewhere (rough). CPU work:
+    # 100 and 50 ms every round, so backward_cpu_work_x = 50 / 100 = 0.5 with its interval
+    # [0.5, 0.5], agreeing with its rounds; wall/CPU 2 and up > 1.15: loaded
+    compare_module = importlib.import_module("modelprof.compare")
+    rounds = np.arange(60)
+
+    def step(wall, cpu):
+        m = Measurement(wall, blocks=rounds, cpu_ms=np.full(60, cpu), cpu_clock=clock)
+        return {"backward": m, "step": m}
+
+    got = [step(np.full(60, 200.0), 100.0), step(np.where(rounds % 5 < 2, 600.0, 200.0), 50.0)]
+    ratios = [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0)]
+    monkeypatch.setattr(compare_module, "compare_steps", lambda timers, opts: (got, ratios))
+    rows, attrs = {"base": {}, "cand": {}}, {"notes": []}
+    checks = compare_module._step_columns(rows, dict.fromkeys(rows), "base", None, attrs)
+    cand = rows["cand"]
+    assert cand["backward_cpu_work_median_ms"] == 50.0
+    assert (cand["backward_cpu_work_x"], cand["backward_cpu_work_x_ci_low"]) == (0.5, 0.5)
+    assert rows["base"]["backward_cpu_work_x"] == 1.0
+    assert cand["backward_latency_x_rough"] and not cand["backward_cpu_work_x_rough"]
+    assert [c.figure for c in checks["cand"]] == ["backward_latency_x", "backward_cpu_work_x"]
+    [note] = attrs["notes"]
+    assert note.startswith("the training steps ran on a loaded machine (wall/CPU 4.00")
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.attrs.update(attrs)
+    shown = compact_compare_columns(frame)
+    if clock == "thread_time":  # one thread's CPU work holds under load: read it, shown
+        assert attrs["backward_by"] == "cpu_work" and "backward_cpu_work_x, the ratio" in note
+        assert "backward_cpu_work_x" in shown
+    else:  # several threads' spin while one waits: not a figure to read, not shown
+        assert "backward_by" not in attrs and "torch.set_num_threads(1)" in note
+        assert "backward_cpu_work_x" not in shown and "backward_latency_x" in shown
 
 
 def test_the_command_line_says_which_batch_size_is_rough(monkeypatch, tmp_path, capsys):
@@ -531,8 +573,6 @@ def test_measure_latencies_flags_a_ratio_its_rounds_disagree_with(monkeypatch):
 def test_a_resumed_sweep_row_without_a_run_count_is_judged_too():
     # rows saved before latency_n was recorded read it back as missing: the check still runs
     # (batch 1's 47.5 ms lower bound above batch 2's 2.1 ms x 1.10), naming n=0 for that row
-    import pandas as pd
-
     from modelprof.distributed.sweep import _mark_neighbours
 
     frame = pd.DataFrame(

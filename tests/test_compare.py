@@ -281,6 +281,11 @@ def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
     assert row["backward_latency_x_ci_low"] <= row["backward_latency_x"]
     assert row["backward_latency_x"] <= row["backward_latency_x_ci_high"]
     assert row["backward_latency_x"] > 1.0  # two spins take longer than one
+    # on the CPU the backward's CPU work beside it (read on the calling thread, where autograd
+    # runs a CPU backward), its ratio the quotient of those medians; two busy spins' work more
+    cpu = df["backward_cpu_work_median_ms"]
+    assert row["backward_cpu_work_x"] == pytest.approx(cpu["two"] / cpu["one"], rel=1e-12)
+    assert row["backward_cpu_work_x"] > 1.0 and df.loc["one", "backward_cpu_work_x"] == 1.0
     # fps and rank come from the forward alone (the spins are in the backward): a note says so
     assert any(
         n.startswith("latency_median_ms, fps, latency_x and rank: the forward")

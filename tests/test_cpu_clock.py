@@ -41,6 +41,26 @@ def test_the_cpu_clock_refuses_other_devices_and_bad_extension_is_named():
     assert TimingOptions.parse(layer_extend_s=0).layer_extend_s == 0.0
 
 
+def test_the_cpu_time_of_each_phase_is_read_outside_every_wall_span(monkeypatch):
+    # a sample of two phases, 1 and 2 ms of work with the wall at 3x (load), after 5 ms of
+    # untimed work: the wall reads 3 and 6 ms, the CPU time beside it 1 and 2 ms phase by phase
+    # (3 ms the sample's). Each CPU-time read here takes 1 ms of wall: none lands in a wall span
+    clock = install(monkeypatch)
+    clock.factor = 3.0
+    timer = CpuClock(torch.device("cpu"))
+
+    def slow_read() -> int:
+        clock.wall_ns += 1_000_000
+        return clock.thread_ns
+
+    timer._cpu = slow_read
+    phases = [lambda: clock.advance(1.0), lambda: clock.advance(2.0)]
+    got = timer.time(phases, 4, between=lambda: clock.advance(5.0))
+    assert got.tolist() == [[3.0, 6.0]] * 4
+    [parts] = timer.cpu_parts
+    assert parts.tolist() == [[1.0, 2.0]] * 4 and timer.cpu_ms[0].tolist() == [3.0] * 4
+
+
 def test_cpu_time_beside_the_wall_clock_and_as_the_clock(monkeypatch):
     clock = install(monkeypatch)
     clock.factor = 3.0  # every virtual ms of work takes 3 ms of wall time

@@ -190,7 +190,7 @@ def test_several_threads_that_left_the_work_to_the_calling_one_rank_by_cpu_work(
     monkeypatch, torch_threads
 ):
     # the same, but torch's second thread did none of the work (a model of small ops, or pure
-    # Python): the process time is the calling thread's, which load cannot stretch
+    # Python): the process time is the calling thread's, which waiting for a core cannot stretch
     models = hit_and_spared(install(monkeypatch))
     torch_threads(2)
     with pytest.warns(LoadedMachineWarning, match="quote the CPU work"):

@@ -219,6 +219,9 @@ def test_optimizer_timed_as_its_own_row():
     # the step is the sum of its phases, sample by sample
     parts = [timing.forward, timing.loss, timing.backward, timing.optimizer]
     np.testing.assert_allclose(timing.step.samples_ms, sum(m.samples_ms for m in parts))
+    # and so is its CPU time (read phase by phase beside the wall clock, on the CPU)
+    np.testing.assert_allclose(timing.step.cpu_ms, sum(m.cpu_ms for m in parts))
+    assert timing.backward.cpu_clock == timing.step.cpu_clock is not None
     assert report.to_dataframe()["backward_latency_pct"].notna().all()
 
 

@@ -28,7 +28,9 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     cpu_work_median_ms fps throughput_samples_per_s throughput_batch_size params_x macs_x
     latency_x latency_x_ci_low latency_x_ci_high cpu_work_x cpu_work_x_ci_low
     cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
-    backward_latency_x_ci_low backward_latency_x_ci_high step_latency_median_ms ttft_ms
+    backward_latency_x_ci_low backward_latency_x_ci_high backward_cpu_work_median_ms
+    backward_cpu_work_x backward_cpu_work_x_ci_low backward_cpu_work_x_ci_high
+    step_latency_median_ms ttft_ms
     ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
     end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s ttft_x ttft_x_ci_low ttft_x_ci_high
     tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x ttft_cpu_x_ci_low ttft_cpu_x_ci_high
@@ -36,12 +38,14 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
 )
 """What a readable comparison (``compare``'s, ``compare_generation``'s) shows by default:
 medians and ratios with their 95 % intervals, the CPU work only when the comparison ranks by
-it; the rest with ``columns="all"``."""
+it (a training step's backward: when its note says to read it, ``attrs["backward_by"]``); the
+rest with ``columns="all"``."""
 
 #: a ratio's flag (it disagrees with its per-round ratios), shown where one is set
 _ROUGH_RATIO_COLUMNS = tuple(
     f"{r}_rough"
-    for r in "latency_x cpu_work_x backward_latency_x ttft_x tpot_x ttft_cpu_x tpot_cpu_x".split()
+    for r in """latency_x cpu_work_x backward_latency_x backward_cpu_work_x ttft_x tpot_x
+    ttft_cpu_x tpot_cpu_x""".split()
 )
 
 _TIMED_RATIOS = frozenset(r.removesuffix("_rough") for r in _ROUGH_RATIO_COLUMNS)
@@ -51,7 +55,7 @@ _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.s
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
 _LATEX_PRIORITY = tuple(
     """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
-    backward_latency_x step_latency_median_ms params macs latency_ci_low_ms latency_ci_high_ms
+    backward_latency_x backward_cpu_work_x step_latency_median_ms params macs latency_ci_low_ms latency_ci_high_ms
     latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
     throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
     tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
@@ -69,8 +73,11 @@ _STEP_FIRST = ("step_latency_median_ms", "backward_latency_median_ms", "backward
 def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> tuple[str, ...]:
     """:data:`_LATEX_PRIORITY`, the CPU-work columns first where the table ranks by them (its
     notes tell the reader to quote them: the page keeps them longest), a training step's
-    figures first where ``columns`` has them."""
+    figures first where ``columns`` has them (its backward's CPU work among them where its
+    note says to read it)."""
     first = [c for c in _STEP_FIRST if c in columns]
+    if attrs.get("backward_by") == "cpu_work" and "backward_cpu_work_x" in columns:
+        first = [*first[:1], "backward_cpu_work_median_ms", "backward_cpu_work_x", *first[1:]]
     if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):
         first += [c for c in _LATEX_PRIORITY if "cpu" in c.split("_")]
     return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
@@ -81,8 +88,12 @@ def compact_compare_columns(df: pd.DataFrame) -> list[str]:
     ratio flag before ``rank``."""
     present = set(map(str, df.columns)) | {str(df.index.name)}
     cpu = df.attrs.get("ranked_by") == "cpu_work"
+    backward = cpu or df.attrs.get("backward_by") == "cpu_work"
     shown = [
-        c for c in COMPACT_COMPARE_COLUMNS if c in present and (cpu or c not in _CPU_WORK_COLUMNS)
+        c
+        for c in COMPACT_COMPARE_COLUMNS
+        if c in present
+        and (c not in _CPU_WORK_COLUMNS or (backward if c.startswith("backward_") else cpu))
     ]
     flags = [c for c in _ROUGH_RATIO_COLUMNS if c in present and df[c].fillna(False).any()]
     at = shown.index("rank") if "rank" in shown else len(shown)

@@ -537,13 +537,8 @@ class StepTimer(Runner):
             **opts.flags(eval_mode=not self.training, no_grad=False),
         )
         common = dict(**self.fields(sampled), env=env)
-        out = self.phase_measurements(PHASES[: self.parts[0].shape[1]], **common)
-        out["step"] = Measurement(
-            np.concatenate(self.parts, axis=0).sum(axis=1),
-            label=f"{self.label} step",
-            wall_s=time.perf_counter() - t_begin,
-            **common,
-        )
+        out = self.phase_measurements(PHASES[: self.parts[0].shape[1]], "step", **common)
+        out["step"].wall_s = time.perf_counter() - t_begin
         return out
 
     # -- instrumented passes and memory ---------------------------------------------------

@@ -216,7 +216,7 @@ class TimingAgreement:
         if self.cpu_ms is not None:
             advice += (
                 f"; the CPU work of the clean runs, {_ms(self.cpu_ms)} ({self.cpu_clock}), "
-                "is what load cannot stretch"
+                "is what waiting for a core cannot stretch"
             )
         return f"{head}; {advice}"
 

@@ -3,7 +3,8 @@
 * CUDA: CUDA events on the current stream around each timed part, elapsed times read after a
   synchronize (the ``triton.testing.do_bench`` recipe); never a host timer around async work.
 * CPU: ``time.perf_counter_ns``, with the CPU time of each sample read beside it; with
-  ``clock="cpu"`` that CPU time is the clock (*CPU work*: load cannot stretch it).
+  ``clock="cpu"`` that CPU time is the clock (*CPU work*: waiting for a core cannot
+  stretch it).
 * Any other device, or CUDA with ``clock="host"`` (work on streams torch does not know, such as
   a TensorRT engine's): the device's synchronize, then the host clock.
 
@@ -168,8 +169,10 @@ class Clock:
 class CpuClock(Clock):
     """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
     (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_ms`` keeps one
-    array per ``time()`` call, ``cpu_kind`` says which clock; ``other_ms`` the other CPU clock
-    over the same samples (:func:`other_cpu_clock`), for the calling thread's share."""
+    array per ``time()`` call, ``cpu_kind`` says which clock; ``cpu_parts`` that CPU time phase
+    by phase (``(n, phases)``, each read after a phase's wall stamp and before the next one's:
+    outside every wall span); ``other_ms`` the other CPU clock over the same samples
+    (:func:`other_cpu_clock`), for the calling thread's share."""
 
     kind = "perf_counter_ns"
 
@@ -177,6 +180,7 @@ class CpuClock(Clock):
         super().__init__(device)
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_ms: list[np.ndarray] = []
+        self.cpu_parts: list[np.ndarray] = []
         self.other_ms: list[np.ndarray] = []
 
     @property
@@ -188,23 +192,27 @@ class CpuClock(Clock):
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
-        ns = np.zeros((n, p + 1), dtype=np.int64)
-        cpu = np.zeros((n, 4), dtype=np.int64)
+        ns = np.zeros((n, 2 * p), dtype=np.int64)  # each phase's start and end
+        cpu = np.zeros((n, p + 1), dtype=np.int64)  # before the first phase, after each
+        others = np.zeros((n, 2), dtype=np.int64)
         clock, cpu_clock = self.now_ns, self._cpu
         other = other_cpu_clock(self.cpu_kind)
         for i in range(n):
             if between is not None:
                 between()
-            row = ns[i]
-            cpu[i, 0], cpu[i, 2] = cpu_clock(), other()
-            row[0] = clock()
+            row, c = ns[i], cpu[i]
+            c[0], others[i, 0] = cpu_clock(), other()
             for k in range(p):
+                row[2 * k] = clock()
                 phases[k]()
-                row[k + 1] = clock()
-            cpu[i, 1], cpu[i, 3] = cpu_clock(), other()
-        self.cpu_ms.append((cpu[:, 1] - cpu[:, 0]) / 1e6)
-        self.other_ms.append((cpu[:, 3] - cpu[:, 2]) / 1e6)
-        return np.diff(ns, axis=1) / 1e6
+                row[2 * k + 1] = clock()
+                c[k + 1] = cpu_clock()
+            others[i, 1] = other()
+        parts = np.diff(cpu, axis=1) / 1e6
+        self.cpu_parts.append(parts)
+        self.cpu_ms.append((cpu[:, -1] - cpu[:, 0]) / 1e6)
+        self.other_ms.append(np.diff(others, axis=1)[:, 0] / 1e6)
+        return (ns[:, 1::2] - ns[:, ::2]) / 1e6
 
 
 class CpuTimeClock(Clock):

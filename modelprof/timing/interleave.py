@@ -324,7 +324,8 @@ def cpu_work_note(
         )
     return (
         f"ranked by CPU work ({ms[0].cpu_clock}): {why}; {advice}CPU work equals latency only "
-        "for a single-threaded model on an idle core"
+        "for a single-threaded model on an idle core, and other work can still slow one "
+        f"{what}'s work more than another's (shared caches), which the intervals do not cover"
     )
 
 

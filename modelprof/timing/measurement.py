@@ -505,7 +505,8 @@ class Measurement:
         if self.cpu_holds:
             return text + (
                 f"quote the CPU work, median {format_ms(self.cpu.median_ms)} ({self.cpu_clock}), "
-                "which load cannot stretch, or time again on a quieter machine"
+                "which waiting for a core cannot stretch (the other work can still slow the work "
+                "itself), or time again on a quieter machine"
             )
         if self.cpu is not None:
             text += (

@@ -57,6 +57,7 @@ class Runner:
         self.warmup_calls = 0
         self.extended_s = 0.0  # seconds sampled past the budget to hold the sample floor
         self.parts: list[np.ndarray] = []  # each block's per-phase ms (``time_phases``)
+        self.cpu_parts: list[np.ndarray] = []  # and, on a CpuClock, their CPU ms
         #: (callable, input signature) for the warm-up registry, remembered on a clean exit
         self.warm_key: tuple[Any, Hashable] | None = None
         #: beside the CPU's wall clock, what other work took of the cores (``Sampled``)
@@ -125,6 +126,8 @@ class Runner:
         """``k`` runs of ``phases`` back to back on the clock, kept in ``parts``: (k, phases) ms."""
         got = self.guarded(lambda: self.clock.time(phases, k, between))
         self.parts.append(got)
+        if self.reads_share:  # a CpuClock: that block's CPU time, phase by phase
+            self.cpu_parts.append(self.clock.cpu_parts[-1])
         return got
 
     def sample(
@@ -169,12 +172,27 @@ class Runner:
 
         return self.guarded(one)
 
-    def phase_measurements(self, names: Sequence[str], **common: Any) -> dict[str, Measurement]:
-        """One Measurement per phase of the blocks kept in ``parts`` (column ``i``: ``names[i]``)."""
+    def phase_measurements(
+        self, names: Sequence[str], whole: str | None = None, **common: Any
+    ) -> dict[str, Measurement]:
+        """One Measurement per phase of the blocks kept in ``parts`` (column ``i``: ``names[i]``),
+        and their sum as ``whole`` where named; each with its CPU time where it was read."""
         table = np.concatenate(self.parts, axis=0)
+        cpu = np.concatenate(self.cpu_parts, axis=0) if self.cpu_parts else None
+        if cpu is not None:
+            common.update(cpu_clock=self.clock.cpu_kind, cpu_thread_share=self.clock.thread_share)
+        columns = {name: np.s_[:, i] for i, name in enumerate(names)}
+        if whole is not None:
+            table, columns[whole] = np.column_stack([table, table.sum(axis=1)]), np.s_[:, -1]
+            cpu = None if cpu is None else np.column_stack([cpu, cpu.sum(axis=1)])
         return {
-            name: Measurement(table[:, i], label=f"{self.label} {name}", **common)
-            for i, name in enumerate(names)
+            name: Measurement(
+                table[at],
+                label=f"{self.label} {name}",
+                cpu_ms=None if cpu is None else cpu[at],
+                **common,
+            )
+            for name, at in columns.items()
         }
 
     def fields(self, sampled: Sampled) -> dict[str, Any]:
