@@ -578,6 +578,7 @@ def _step_columns(
     got, ratios = compare_steps([steps[n] for n in order], opts)
     base, checks = got[0]["backward"], {}
     on_cpu = all(m["backward"].cpu is not None for m in got)
+    held = on_cpu and all(m["backward"].cpu_holds for m in got)  # one thread's: worth judging
     for name, m, ratio in zip(order, got, ratios):
         b, row = m["backward"], rows[name]
         row.update(interval_columns("backward_latency", b))
@@ -594,7 +595,7 @@ def _step_columns(
         row["step_latency_median_ms"] = m["step"].median_ms
         if name != baseline and stated:
             checks[name] = [judge_ratio("backward_latency_x", name, baseline, b, base)]
-            if on_cpu:
+            if held:
                 cpu_check = judge_ratio("backward_cpu_work_x", name, baseline, b.cpu, base.cpu)
                 checks[name].append(cpu_check)
         rough_flags(checks.get(name, ()), row, ("backward_latency_x", "backward_cpu_work_x"))
@@ -658,8 +659,7 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 #: what of a compare(backward=True) table the forward alone times
 _FORWARD_NOTE = (
     "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
-    "step's mode; backward_latency_*, backward_cpu_work_* and step_latency_median_ms: the "
-    "training step"
+    "step's mode; backward_* and step_latency_median_ms: the training step"
 )
 #: what a compare(backward=True) throughput column holds
 _STEPS_NOTE = (

@@ -23,6 +23,9 @@ class VirtualTime:
         self.factor = 1.0
         self.thread_share = 1.0
 
+    def __deepcopy__(self, memo: dict) -> VirtualTime:
+        return self  # one clock, however a model holding it is copied (a training step's copy)
+
     def advance(self, ms: float) -> None:
         self.wall_ns += int(ms * 1e6 * self.factor)
         self.cpu_ns += int(ms * 1e6)

@@ -208,6 +208,18 @@ def test_a_model_failing_its_timed_training_step_leaves_the_others():
     assert pd_isna(df.loc["bad", "latency_median_ms"]) and pd_isna(df.loc["bad", "rank"])
 
 
+def test_a_training_step_failing_midway_through_its_rounds_leaves_the_others():
+    # repeat=6, warmup=1: bad's backward runs 8 times in all (counting, one warm-up step, six
+    # rounds of one step); counted from -3 it fails on its 6th call, in the rounds, after the
+    # others kept blocks. The others are timed again from scratch: their earlier blocks were
+    # kept beside the new ones before ("blocks has 6 entries for 9 samples")
+    _BackwardFailsLater.calls[0] = -3
+    models = {"a": nn.Linear(4, 4), "bad": _TrainsBadly(), "c": nn.Linear(4, 8)}
+    df = compare(models, (4,), backward=True, repeat=6, warmup=1, warn=False)
+    assert "RuntimeError: backward boom" in df.loc["bad", "error"]
+    assert df.loc["c", "backward_latency_median_ms"] > 0 and df.loc["a", "latency_n"] == 6
+
+
 def test_a_failing_model_in_a_comparison_is_said_once_not_only_in_its_row():
     # a row with an error cell is easy to miss in a wide table: a warning names the model and
     # its error (warn=False: none)

@@ -9,6 +9,7 @@ import torch
 from fake_clock import VirtualSpin, install
 from torch import nn
 
+import modelprof.timing.clock as clock_module
 from modelprof.errors import ModelProfError
 from modelprof.timing import measure_latency
 from modelprof.timing.clock import CpuClock, CpuTimeClock, clock_for
@@ -44,21 +45,28 @@ def test_the_cpu_clock_refuses_other_devices_and_bad_extension_is_named():
 def test_the_cpu_time_of_each_phase_is_read_outside_every_wall_span(monkeypatch):
     # a sample of two phases, 1 and 2 ms of work with the wall at 3x (load), after 5 ms of
     # untimed work: the wall reads 3 and 6 ms, the CPU time beside it 1 and 2 ms phase by phase
-    # (3 ms the sample's). Each CPU-time read here takes 1 ms of wall: none lands in a wall span
+    # (3 ms the sample's). Each CPU-time read here, of either clock (the thread's, and the
+    # process's for the thread's share), takes 1 ms of wall: none lands in a wall span
     clock = install(monkeypatch)
     clock.factor = 3.0
+    fake = clock_module.time
+
+    def slow(read):
+        def reading() -> int:
+            clock.wall_ns += 1_000_000
+            return read()
+
+        return reading
+
+    monkeypatch.setattr(fake, "thread_time_ns", slow(fake.thread_time_ns))
+    monkeypatch.setattr(fake, "process_time_ns", slow(fake.process_time_ns))
     timer = CpuClock(torch.device("cpu"))
-
-    def slow_read() -> int:
-        clock.wall_ns += 1_000_000
-        return clock.thread_ns
-
-    timer._cpu = slow_read
     phases = [lambda: clock.advance(1.0), lambda: clock.advance(2.0)]
     got = timer.time(phases, 4, between=lambda: clock.advance(5.0))
     assert got.tolist() == [[3.0, 6.0]] * 4
     [parts] = timer.cpu_parts
     assert parts.tolist() == [[1.0, 2.0]] * 4 and timer.cpu_ms[0].tolist() == [3.0] * 4
+    assert timer.other_ms[0].tolist() == [3.0] * 4  # the other clock over the same work
 
 
 def test_cpu_time_beside_the_wall_clock_and_as_the_clock(monkeypatch):
@@ -95,3 +103,41 @@ def test_a_profile_on_the_cpu_clock_says_so():
     plain = profile(model, (16,), repeat=12, warmup=1, roofline=False)
     assert plain.env["mode"]["clock"] == "perf_counter_ns"  # the wall clock's, on the CPU
     assert "CPU time:" not in plain.summary()
+
+
+class _VirtualBackward(torch.autograd.Function):
+    """Identity forward; a backward of ``ms`` of virtual work."""
+
+    @staticmethod
+    def forward(ctx, x, clock, ms):
+        ctx.clock, ctx.ms = clock, ms
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.clock.advance(ctx.ms)
+        return grad, None, None
+
+
+class _SpinsBack(nn.Module):
+    def __init__(self, clock, ms: float) -> None:
+        super().__init__()
+        self.clock, self.ms = clock, ms
+
+    def forward(self, x):
+        return _VirtualBackward.apply(x, self.clock, self.ms)
+
+
+def test_a_loaded_training_step_states_its_backward_cpu_work(monkeypatch):
+    # a backward of 2 ms of work with the wall at 3x (load): the clean backward reads 6 ms of
+    # wall and, read phase by phase, 2 ms of CPU work; the summary states it, as the
+    # loaded-machine warning tells the reader to quote it
+    from modelprof import profile
+
+    clock = install(monkeypatch)
+    clock.factor = 3.0
+    model = nn.Sequential(nn.Linear(4, 4), VirtualSpin(clock, 1.0), _SpinsBack(clock, 2.0))
+    report = profile(model, (4,), backward=True, repeat=5, warmup=1, roofline=False, warn=False)
+    backward = report.training_step.timing.backward
+    assert backward.median_ms == pytest.approx(6.0) and backward.cpu.median_ms == 2.0
+    assert backward.loaded and "backward CPU work 2.000 ms" in report.training_step.summary()

@@ -55,7 +55,8 @@ _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.s
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
 _LATEX_PRIORITY = tuple(
     """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
-    backward_latency_x backward_cpu_work_x step_latency_median_ms params macs latency_ci_low_ms latency_ci_high_ms
+    backward_latency_x backward_cpu_work_median_ms backward_cpu_work_x step_latency_median_ms
+    params macs latency_ci_low_ms latency_ci_high_ms
     latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
     throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
     tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
@@ -79,7 +80,7 @@ def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> 
     if attrs.get("backward_by") == "cpu_work" and "backward_cpu_work_x" in columns:
         first = [*first[:1], "backward_cpu_work_median_ms", "backward_cpu_work_x", *first[1:]]
     if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):
-        first += [c for c in _LATEX_PRIORITY if "cpu" in c.split("_")]
+        first += [c for c in _LATEX_PRIORITY if "cpu" in c.split("_") and c not in first]
     return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
 
 

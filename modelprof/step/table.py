@@ -72,6 +72,13 @@ class TrainingStep:
         line += f"\nstep medians (ms): {parts}"
         if t.peak_memory_bytes is not None:
             line += f"; step peak memory {t.peak_memory_bytes:,} B"
+        b = t.backward
+        if b.loaded and b.cpu is not None:  # what its loaded-machine warning says to quote
+            held = "one thread's" if b.cpu_holds else "several threads', stretched by load too"
+            line += (
+                f"\nthe machine was loaded ({b.load_reason}): backward CPU work "
+                f"{b.cpu.median_ms:.3f} ms ({b.cpu_clock}, {held})"
+            )
         line += (
             f"\nbackward rows: the calls' medians sum to "
             f"{t.rows_ms:.3f} ms, {100 * t.coverage:.1f}% of the clean "

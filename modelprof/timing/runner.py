@@ -75,6 +75,8 @@ class Runner:
         return e
 
     def __enter__(self) -> Any:
+        # a fresh run: blocks of an earlier one (compare's retry without a failed model) gone
+        self.parts, self.cpu_parts = [], []
         stack = self._stack
         try:
             if self.dev.type == "cuda":
