@@ -435,7 +435,10 @@ def _timing_attrs(
     if not (unranked or "ratios_disagree" in out):
         on_cpu = result.ranked_by == "cpu_work"
         figures = {n: m.cpu if on_cpu else m for n, m in result.measurements.items()}
-        out["ranks"], tied = tied_ranks(figures)
+        # loaded: the other work slows one model's work more than another's, so the wall
+        # clock must not contradict the CPU work's order either (backward_under_load.py)
+        wall = result.measurements if on_cpu and result.loaded else None
+        out["ranks"], tied = tied_ranks(figures, wall)
         out["notes"] += [tied] if tied else []
         if tied:
             out["tied"] = tied
@@ -572,8 +575,9 @@ def _step_columns(
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
     the paired backward ratio to the baseline with its interval; on the CPU the backward's CPU
     work and its ratio beside them (``backward_cpu_work_*``); each ratio flagged where it
-    disagrees with its per-round ratios (``*_rough``); a loaded machine noted in ``attrs``
-    (:func:`_backward_load`). Returns those checks."""
+    disagrees with its per-round ratios (``*_rough``); a budget extended to hold the sample
+    floor and a loaded machine (:func:`_backward_load`) noted in ``attrs``. Returns those
+    checks."""
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
     base, checks = got[0]["backward"], {}
@@ -599,7 +603,9 @@ def _step_columns(
                 cpu_check = judge_ratio("backward_cpu_work_x", name, baseline, b.cpu, base.cpu)
                 checks[name].append(cpu_check)
         rough_flags(checks.get(name, ()), row, ("backward_latency_x", "backward_cpu_work_x"))
-    _backward_load([m["backward"] for m in got], attrs)
+    backwards = [m["backward"] for m in got]
+    attrs["notes"] += [f"the training steps: {n}" for n in floor_notes(backwards)]
+    _backward_load(backwards, attrs)
     return checks
 
 
@@ -623,7 +629,7 @@ def _backward_load(backwards: list[Any], attrs: dict[str, Any]) -> None:
         attrs["notes"].append(
             f"{moved}backward_latency_x moved with the load, and so does the CPU work of "
             "several threads; time again on a quieter machine, or with torch.set_num_threads(1) "
-            "for a backward_cpu_work_x that holds"
+            "for a backward_cpu_work_x that waiting for a core does not stretch"
         )
 
 

@@ -22,7 +22,11 @@ from torch import nn
 import modelprof
 from modelprof.errors import TimingDisagreementWarning
 from modelprof.render import to_markdown
-from modelprof.render.comparison import compact_compare_columns, export_comparison
+from modelprof.render.comparison import (
+    compact_compare_columns,
+    compare_caption,
+    export_comparison,
+)
 from modelprof.render.views import ROUGH_MARK
 from modelprof.timing.agreement import (
     AGREEMENT_TOLERANCE,
@@ -485,9 +489,35 @@ def test_a_loaded_training_comparison_states_the_backward_cpu_work(monkeypatch, 
     if clock == "thread_time":  # one thread's CPU work holds under load: read it, shown
         assert attrs["backward_by"] == "cpu_work" and "backward_cpu_work_x, the ratio" in note
         assert "backward_cpu_work_x" in shown
+        caption = compare_caption({**attrs, "ranked_by": "latency"})  # and the caption says why
+        assert "training steps on a loaded machine: the backward's CPU work beside" in caption
     else:  # several threads' spin while one waits: not a figure to read, not shown
         assert "backward_by" not in attrs and "torch.set_num_threads(1)" in note
         assert "backward_cpu_work_x" not in shown and "backward_latency_x" in shown
+
+
+def test_a_training_comparison_says_its_steps_budget_was_extended(monkeypatch):
+    # the interleaved steps went 2.5 s past the budget (cap 30 s) to give each model
+    # min_samples=10 steps: said, as the forward's extension is
+    compare_module = importlib.import_module("modelprof.compare")
+    rounds = np.arange(10)
+
+    def step(ms, extended_s):
+        m = Measurement(
+            np.full(10, ms), blocks=rounds, extended_s=extended_s, floor_cap_s=30.0, min_samples=10
+        )
+        return {"backward": m, "step": m}
+
+    got = [step(2.0, 2.5), step(3.0, 2.5)]
+    monkeypatch.setattr(
+        compare_module, "compare_steps", lambda timers, opts: (got, [(1.0,) * 3, (1.5,) * 3])
+    )
+    rows, attrs = {"base": {}, "cand": {}}, {"notes": []}
+    compare_module._step_columns(rows, dict.fromkeys(rows), "base", None, attrs)
+    assert attrs["notes"] == [
+        "the training steps: the time budget was extended by 2.5 s (at most 30 s) so that "
+        "every candidate has min_samples=10 runs"
+    ]
 
 
 def test_the_backward_cpu_work_shows_where_said_and_keeps_its_place_in_latex():

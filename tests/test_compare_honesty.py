@@ -41,6 +41,48 @@ def test_ratio_of_medians_ranks_as_the_medians_with_a_paired_interval():
     assert one[0] == pytest.approx(2.0) and math.isnan(one[1]) and math.isnan(one[2])
 
 
+class _Flickers(VirtualSpin):
+    """``ms`` of work whose wall clock runs 2.0x on even calls and 2.42x on odd ones (load that
+    comes and goes, one call a round here)."""
+
+    def forward(self, x):
+        self.clock.factor = 2.42 if getattr(self, "odd", False) else 2.0
+        self.odd = not getattr(self, "odd", False)
+        try:
+            return super().forward(x)
+        finally:
+            self.clock.factor = 1.0
+
+
+class _Steady(VirtualSpin):
+    """``ms`` of work whose wall clock runs 2.0x on every call."""
+
+    def forward(self, x):
+        self.clock.factor = 2.0
+        try:
+            return super().forward(x)
+        finally:
+            self.clock.factor = 1.0
+
+
+def test_a_loaded_ranking_by_cpu_work_ties_where_the_wall_clock_cannot_order(
+    monkeypatch, one_thread
+):
+    # CPU work 1.0 ms against 1.1 ms every round: cpu_work_x 1.1 [1.1, 1.1], which alone ranks
+    # "a" first. Load slows one model's work more than another's (benchmarks/
+    # backward_under_load.py), so on a loaded machine the wall clock must not contradict it:
+    # b's wall 2.2 ms against a's 2.0 or 2.42 in alternate rounds, per-round ratios 1.1 and
+    # 1/1.1, centred on 1: that interval holds 1, a tie. (wall/CPU 2.0 and up: loaded)
+    clock = install(monkeypatch)
+    models = {"a": nn.Sequential(_Flickers(clock, 1.0)), "b": nn.Sequential(_Steady(clock, 1.1))}
+    df = compare(models, (4,), repeat=60, warmup=2, min_blocks=60, budget_s=600.0, roofline=False)
+    assert df.attrs["ranked_by"] == "cpu_work" and df.loc["b", "cpu_work_x"] == pytest.approx(1.1)
+    low, high = df.loc["b", "latency_x_ci_low"], df.loc["b", "latency_x_ci_high"]
+    assert low <= 1.0 <= high and df.loc["b", "cpu_work_x_ci_low"] > 1.0
+    assert df["rank"].tolist() == [1, 1]
+    assert "or the wall clock's does or orders them the other way): a, b" in df.attrs["tied"]
+
+
 def test_a_loaded_cpu_ranks_identical_models_by_cpu_work(monkeypatch, one_thread):
     # two identical 1 ms models; "load" (the fake clock's wall factor) hits only the first:
     # its wall clock reads 3x, its CPU time 1x

@@ -73,6 +73,26 @@ def test_rounds_taken_by_both_from_round_zero_pair_alike_either_way():
     assert num.tolist() == [2.0, 3.0] and den.tolist() == [1.0, 2.0]
 
 
+def test_a_second_figure_ties_what_it_cannot_order_or_orders_the_other_way():
+    # CPU work: a 10 ms, b 11 ms every round (ratio 1.1, interval [1.1, 1.1]): a then b. The
+    # wall beside it (a loaded machine): where it agrees (b 25 against a 20 ms: 1.25) the
+    # ranks stand; where it orders them the other way (b 15 against 20: 0.75, its interval
+    # [0.75, 0.75] below 1) they tie, as where it cannot order them (b 20 against 20: 1.0)
+    blocks = np.arange(8)
+
+    def each(a_ms, b_ms):
+        return {
+            n: Measurement(np.full(8, ms), blocks=blocks) for n, ms in (("a", a_ms), ("b", b_ms))
+        }
+
+    cpu = each(10.0, 11.0)
+    assert tied_ranks(cpu, each(20.0, 25.0)) == ({"a": 1, "b": 2}, None)
+    for wall_b in (15.0, 20.0):
+        ranks, note = tied_ranks(cpu, each(20.0, wall_b))
+        assert ranks == {"a": 1, "b": 1} and note.endswith("orders them the other way): a, b")
+    assert tied_ranks(cpu) == ({"a": 1, "b": 2}, None)  # the CPU work alone orders them
+
+
 def test_ranks_tie_where_the_rounds_cannot_order_two():
     # per round r: a's median base[r]; b the same within +-2 % (alternating: its log ratios
     # to a are +-0.02, mean 0, so the paired interval holds 1); c 1.5x a (ratio 1.5, interval

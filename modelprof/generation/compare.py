@@ -325,7 +325,8 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     if not unranked and "ratios_disagree" not in df.attrs:  # a tie where rounds cannot order two
         ends = {name: t.end_to_end for (name, *_), t in zip(lms, timings)}
-        ranks, tied = tied_ranks({n: m.cpu if on_cpu else m for n, m in ends.items()})
+        figures = {n: m.cpu if on_cpu else m for n, m in ends.items()}
+        ranks, tied = tied_ranks(figures, ends if on_cpu else None)  # loaded: the wall's too
         df["rank"] = pd.array([ranks[name] for name in df.index], dtype="Int64")
         notes += [tied] if tied else []
         if tied:  # the caption's too
@@ -335,7 +336,7 @@ def _table(lms: list, timings: list, opts: TimingOptions) -> pd.DataFrame:
         df.attrs["unranked"] = unranked
         notes.append(unranked)
     elif on_cpu:
-        advice = "quote ttft_cpu_x and tpot_cpu_x, not ttft_x and tpot_x. "
+        advice = "ttft_cpu_x and tpot_cpu_x are not stretched by waiting for a core. "
         notes.append(cpu_work_note(measured, what="generation", advice=advice))
     else:
         notes += loaded_latency_notes(measured)

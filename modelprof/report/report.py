@@ -719,8 +719,8 @@ class Report(Exports):
             line = f"the machine was loaded ({m.load_reason}): the wall clock includes waiting"
             if m.cpu is not None:
                 held = (
-                    "not waiting for a core (the other work can still slow the work itself); it equals "
-                    "latency only on an idle core"
+                    "not waiting for a core (the other work can still slow the work "
+                    "itself); it equals latency only on an idle core"
                     if m.cpu_holds
                     else "stretched too: several threads spin while one waits for a core"
                 )

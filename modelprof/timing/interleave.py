@@ -227,32 +227,49 @@ def round_ratio(m: Measurement, base: Measurement, confidence: float) -> tuple[f
     return ratio_of_medians(m.samples_ms, base.samples_ms, num, den, confidence)
 
 
-def tied_ranks(figures: Mapping[str, Measurement]) -> tuple[dict[str, int], str | None]:
+def tied_ranks(
+    figures: Mapping[str, Measurement], also: Mapping[str, Measurement] | None = None
+) -> tuple[dict[str, int], str | None]:
     """Each candidate's rank, 1 the lowest median of the figure ranked by, and the note naming
     the ties: a candidate ties with the first of the group ranked just above it when the
     interval of their paired ratio (:func:`round_ratio`) holds 1, as when it is the same model;
-    the rounds cannot order them. Ranks run 1, 1, 3 (two tied for first). Where the time
-    budget ended some runs (stop ``budget`` or ``spread``), the note says more may order them."""
+    the rounds cannot order them. ``also``: a second figure of each (the wall clock beside the
+    CPU work on a loaded machine, where the other work slows one model's work more than
+    another's) that must not hold 1 nor order the two the other way. Ranks run 1, 1, 3 (two
+    tied for first). Where the time budget ended some runs (stop ``budget`` or ``spread``),
+    the note says more may order them."""
     order = sorted(figures, key=lambda name: figures[name].median_ms)
     ranks: dict[str, int] = {}
     groups: dict[str, list[str]] = {}
     leader = None
     for place, name in enumerate(order, start=1):
-        if leader is not None:
-            m = figures[name]
-            ratio, low, high = round_ratio(m, figures[leader], m.confidence)
-            if ratio == 1.0 or low <= 1.0 <= high:
-                ranks[name] = ranks[leader]
-                groups[leader].append(name)
-                continue
+        if leader is not None and (
+            _unordered(figures[name], figures[leader])
+            or (also is not None and _unordered(also[name], also[leader], either_way=True))
+        ):
+            ranks[name] = ranks[leader]
+            groups[leader].append(name)
+            continue
         leader, ranks[name], groups[name] = name, place, [name]
     tied = [", ".join(g) for g in groups.values() if len(g) > 1]
     if not tied:
         return ranks, None
-    note = f"tied in rank (the interval of their paired ratio holds 1): {'; '.join(tied)}"
+    held = (
+        "holds 1"
+        if also is None
+        else "holds 1, or the wall clock's does or orders them the other way"
+    )
+    note = f"tied in rank (the interval of their paired ratio {held}): {'; '.join(tied)}"
     if any(m.stop_reason in ("budget", "spread") for m in figures.values()):
         note += "; the time budget ended the runs: a larger budget_s may order them"
     return ranks, note
+
+
+def _unordered(m: Measurement, leader: Measurement, either_way: bool = False) -> bool:
+    """The rounds cannot put ``m`` after ``leader``: their paired ratio's interval holds 1
+    (``either_way``: or lies below it, ordering them the other way)."""
+    ratio, low, high = round_ratio(m, leader, m.confidence)
+    return ratio == 1.0 or low <= 1.0 <= high or (either_way and high < 1.0)
 
 
 def shaken_attrs(measured: Mapping[str, Iterable[Measurement]], loaded: bool) -> dict[str, Any]:
