@@ -126,11 +126,11 @@ def test_other_work_on_the_needed_cores_is_load_and_several_threads_cpu_work_is_
     assert "torch.set_num_threads(k) for k cores left idle" in text  # no thread count read
     assert "quote the CPU work" not in text
     # with torch's thread count read: 4 threads less 1.03 cores of other work leave
-    # floor(2.97) = 2; 2 threads leave floor(0.97) = 0, and 1 thread no fewer to ask for:
-    # there the advice stays generic
+    # floor(2.97) = 2; 2 threads leave floor(0.97) = 0, so 1 (the least, whose CPU work
+    # waiting cannot stretch); 1 thread has no fewer to ask for: there the advice is generic
     for threads, advice in (
         (4, "torch.set_num_threads(2): other work took 1.03 of the cores its 4 threads need"),
-        (2, "torch.set_num_threads(k) for k cores left idle"),
+        (2, "torch.set_num_threads(1): other work took 1.03 of the cores its 2 threads need"),
         (1, "torch.set_num_threads(k) for k cores left idle"),
     ):
         counted = dataclasses.replace(m, env={"torch_num_threads": threads})

@@ -518,13 +518,14 @@ class Measurement:
 
     def _threads_hint(self) -> str:
         """``torch.set_num_threads(k)`` with k the cores the other work left to torch's threads
-        (their count less ``competing_cores``, at least 1), where both were read."""
+        (their count less ``competing_cores``, at least 1: one thread's CPU work is not
+        stretched by waiting), where both were read and k is fewer than they are."""
         threads, other = self.env.get("torch_num_threads"), self.competing_cores
         generic = "torch.set_num_threads(k) for k cores left idle"
         if not isinstance(threads, int) or other is None or not math.isfinite(other):
             return generic
-        k = math.floor(threads - other)
-        if not 1 <= k < threads:  # none left idle, or no fewer threads to ask for
+        k = max(1, math.floor(threads - other))
+        if k >= threads:  # no fewer threads to ask for
             return generic
         return (
             f"torch.set_num_threads({k}): other work took {other:.2f} of the cores its "
