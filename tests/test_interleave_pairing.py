@@ -91,6 +91,20 @@ def test_a_second_figure_ties_what_it_cannot_order_or_orders_the_other_way():
         ranks, note = tied_ranks(cpu, each(20.0, wall_b))
         assert ranks == {"a": 1, "b": 1} and note.endswith("orders them the other way): a, b")
     assert tied_ranks(cpu) == ({"a": 1, "b": 2}, None)  # the CPU work alone orders them
+    # three: CPU work a 10, b 11, c 12 ms; wall a 20, b 30, c 19 ms. c against b's group
+    # (30 -> 19) and against a's (20 -> 19: 0.95, below 1) is ordered the other way by the
+    # wall: the groups from a's on merge, all three tie; with c's wall at 40 (above both)
+    # the three keep their places
+    blocks3 = {n: Measurement(np.full(8, ms), blocks=blocks) for n, ms in zip("abc", (10, 11, 12))}
+
+    def wall(c_ms):
+        return {
+            n: Measurement(np.full(8, ms), blocks=blocks) for n, ms in zip("abc", (20, 30, c_ms))
+        }
+
+    ranks, note = tied_ranks(blocks3, wall(19.0))
+    assert ranks == {"a": 1, "b": 1, "c": 1} and note.endswith(": a, b, c")
+    assert tied_ranks(blocks3, wall(40.0)) == ({"a": 1, "b": 2, "c": 3}, None)
 
 
 def test_ranks_tie_where_the_rounds_cannot_order_two():

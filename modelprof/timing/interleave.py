@@ -235,23 +235,28 @@ def tied_ranks(
     interval of their paired ratio (:func:`round_ratio`) holds 1, as when it is the same model;
     the rounds cannot order them. ``also``: a second figure of each (the wall clock beside the
     CPU work on a loaded machine, where the other work slows one model's work more than
-    another's) that must not hold 1 nor order the two the other way. Ranks run 1, 1, 3 (two
-    tied for first). Where the time budget ended some runs (stop ``budget`` or ``spread``),
-    the note says more may order them."""
-    order = sorted(figures, key=lambda name: figures[name].median_ms)
+    another's) that must not hold 1 nor order a candidate the other way against the first of
+    any group above it; where it does, that group, every one between and the candidate tie.
+    Ranks run 1, 1, 3 (two tied for first). Where the time budget ended some runs (stop
+    ``budget`` or ``spread``), the note says more may order them."""
+    groups: list[list[str]] = []  # in order of the figure's medians, each led by its first
+    for name in sorted(figures, key=lambda name: figures[name].median_ms):
+        join = None
+        if groups and _unordered(figures[name], figures[groups[-1][0]]):
+            join = len(groups) - 1
+        if also is not None:
+            join = next(
+                (j for j, g in enumerate(groups) if _unordered(also[name], also[g[0]], True)),
+                join,
+            )
+        if join is None:
+            groups.append([name])
+        else:
+            groups[join:] = [[n for g in groups[join:] for n in g] + [name]]
     ranks: dict[str, int] = {}
-    groups: dict[str, list[str]] = {}
-    leader = None
-    for place, name in enumerate(order, start=1):
-        if leader is not None and (
-            _unordered(figures[name], figures[leader])
-            or (also is not None and _unordered(also[name], also[leader], either_way=True))
-        ):
-            ranks[name] = ranks[leader]
-            groups[leader].append(name)
-            continue
-        leader, ranks[name], groups[name] = name, place, [name]
-    tied = [", ".join(g) for g in groups.values() if len(g) > 1]
+    for group in groups:
+        ranks.update(dict.fromkeys(group, len(ranks) + 1))
+    tied = [", ".join(g) for g in groups if len(g) > 1]
     if not tied:
         return ranks, None
     held = (
