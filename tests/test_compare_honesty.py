@@ -180,9 +180,13 @@ def test_a_short_budget_is_extended_until_every_model_has_min_samples(spin_nets,
     assert (df["latency_n"] >= 10).all() and df["rank"].notna().all()
     # 15 ms against 20 ms of CPU work: the slower one ranks second, the ratio of medians the
     # table ranks by above 1 (on a loaded machine that is cpu_work_x: the wall clock's
-    # latency_x there reads the waits for a core too, and the notes say so)
+    # latency_x there reads the waits for a core too, and the notes say so). Ranked so on a
+    # loaded machine, the two tie where the wall clock's interval of 10 rounds cannot order
+    # them (load moves one model's CPU work more than another's), and the tie says why
     ranked = "cpu_work_x" if df.attrs["ranked_by"] == "cpu_work" else "latency_x"
-    assert list(df["rank"]) == [1, 2] and df[ranked].iloc[1] > 1.0
+    assert df[ranked].iloc[1] > 1.0
+    wall_tie = "or the wall clock's does or orders them the other way" in df.attrs.get("tied", "")
+    assert list(df["rank"]) == ([1, 1] if wall_tie else [1, 2])
     assert any("extended by" in note for note in df.attrs["notes"])
 
 

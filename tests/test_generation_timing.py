@@ -263,10 +263,13 @@ def test_compare_generation_ratios_against_known_spins():
     # other work on the cores its threads needed), and says so: the steps spin in Python on
     # the calling thread, so their CPU work is one thread's however many threads torch has
     # (thread_time, or a process_time the calling thread did all of). The slower spin ranks
-    # second either way
+    # second either way, unless, ranked by CPU work, the wall clock's interval of 8 rounds
+    # cannot order the two (load moves one model's CPU work more than another's): a tie that
+    # says so
     loaded = bool(table["loaded"].any())
     assert table.attrs["ranked_by"] == ("cpu_work" if loaded else "latency")
-    assert table["rank"].tolist() == [1, 2]
+    wall_tie = "or the wall clock's does" in table.attrs.get("tied", "")
+    assert wall_tie <= loaded and table["rank"].tolist() == ([1, 1] if wall_tie else [1, 2])
     notes = table.attrs["notes"]
     assert any(f"ranked by CPU work ({clock_name})" in n for n in notes) == loaded
     assert not any("ranked by latency on a loaded machine" in n for n in notes)
