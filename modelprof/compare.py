@@ -119,9 +119,10 @@ def compare(
     timing options and the search bounds ``max_batch``/``gain``/``patience``; a search whose
     model fails to run leaves them NaN, its error in a note); then the ratios. With
     ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
-    ``backward_latency_*`` and ``step_latency_median_ms`` columns the training step (a note
-    says so); on the CPU ``backward_cpu_work_*`` its backward's CPU work, which a note tells to
-    read where the machine was loaded (``attrs["backward_by"] == "cpu_work"``).
+    ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) the
+    training step (a note says so); on the CPU ``backward_cpu_work_*`` its backward's CPU
+    work, which a note tells to read where the machine was loaded (``attrs["backward_by"] ==
+    "cpu_work"``).
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``
@@ -573,40 +574,52 @@ def _step_columns(
     attrs: dict[str, Any],
 ) -> dict[str, list[RatioAgreement]]:
     """Backward (and optimizer) medians of every model's training step, timed interleaved, and
-    the paired backward ratio to the baseline with its interval; on the CPU the backward's CPU
-    work and its ratio beside them (``backward_cpu_work_*``); each ratio flagged where it
+    the paired backward and whole-step ratios to the baseline with their intervals
+    (``backward_latency_x``, ``step_latency_x``); on the CPU the backward's CPU work and its
+    ratio beside them (``backward_cpu_work_*``); each ratio flagged where it
     disagrees with its per-round ratios (``*_rough``); a budget extended to hold the sample
     floor and a loaded machine (:func:`_backward_load`) noted in ``attrs``. Returns those
     checks."""
     order = [baseline] + [n for n in steps if n != baseline]
     got, ratios = compare_steps([steps[n] for n in order], opts)
-    base, checks = got[0]["backward"], {}
+    base, base_step, checks = got[0]["backward"], got[0]["step"], {}
     on_cpu = all(m["backward"].cpu is not None for m in got)
     held = on_cpu and all(m["backward"].cpu_holds for m in got)  # one thread's: worth judging
     for name, m, ratio in zip(order, got, ratios):
-        b, row = m["backward"], rows[name]
+        b, step, row = m["backward"], m["step"], rows[name]
+        stated = math.isfinite(ratio[0])  # not undersampled: judged against its rounds
+        own = name == baseline or not stated  # (1, 1, 1), or NaN as the backward's ratio
         row.update(interval_columns("backward_latency", b))
         row.update(interval_columns("backward_latency_x", ratio))
-        stated = math.isfinite(ratio[0])  # not undersampled: judged against its rounds
         if on_cpu:
             row.update(interval_columns("backward_cpu_work", b.cpu))
-            cpu_x = round_ratio(b.cpu, base.cpu, b.confidence) if stated else ratio
             row.update(
-                interval_columns("backward_cpu_work_x", ratio if name == baseline else cpu_x)
+                interval_columns("backward_cpu_work_x", _paired(b.cpu, base.cpu, own, ratio))
             )
         if "optimizer" in m:
             row["optimizer_latency_median_ms"] = m["optimizer"].median_ms
-        row["step_latency_median_ms"] = m["step"].median_ms
+        row["step_latency_median_ms"] = step.median_ms
+        row.update(interval_columns("step_latency_x", _paired(step, base_step, own, ratio)))
         if name != baseline and stated:
-            checks[name] = [judge_ratio("backward_latency_x", name, baseline, b, base)]
+            checks[name] = [
+                judge_ratio("backward_latency_x", name, baseline, b, base),
+                judge_ratio("step_latency_x", name, baseline, step, base_step),
+            ]
             if held:
                 cpu_check = judge_ratio("backward_cpu_work_x", name, baseline, b.cpu, base.cpu)
                 checks[name].append(cpu_check)
-        rough_flags(checks.get(name, ()), row, ("backward_latency_x", "backward_cpu_work_x"))
+        flagged = ("backward_latency_x", "backward_cpu_work_x", "step_latency_x")
+        rough_flags(checks.get(name, ()), row, flagged)
     backwards = [m["backward"] for m in got]
     attrs["notes"] += [f"the training steps: {n}" for n in floor_notes(backwards)]
     _backward_load(backwards, attrs)
     return checks
+
+
+def _paired(figure: Any, base: Any, own: bool, ratio: tuple) -> tuple[float, float, float]:
+    """``figure``'s paired ratio to the baseline's ``base`` (:func:`round_ratio`), or where it
+    is ``own`` (the baseline's, or an undersampled one) the backward's ``ratio`` as it is."""
+    return ratio if own else round_ratio(figure, base, figure.confidence)
 
 
 def _backward_load(backwards: list[Any], attrs: dict[str, Any]) -> None:
@@ -665,7 +678,7 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 #: what of a compare(backward=True) table the forward alone times
 _FORWARD_NOTE = (
     "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
-    "step's mode; backward_* and step_latency_median_ms: the training step"
+    "step's mode; backward_* and step_latency_*: the training step"
 )
 #: what a compare(backward=True) throughput column holds
 _STEPS_NOTE = (

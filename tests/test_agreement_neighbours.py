@@ -448,9 +448,14 @@ def test_compare_flags_a_backward_ratio_its_rounds_disagree_with(monkeypatch):
     attrs = {"notes": []}
     checks = compare_module._step_columns(rows, dict.fromkeys(rows), "base", None, attrs)
     assert [rows[n]["backward_latency_x_rough"] for n in rows] == [False, True, False]
-    [cand], [even] = checks["cand"], checks["even"]  # no CPU time read: the wall ratio alone
+    # no CPU time read: the wall ratios alone, the backward's and the step's (the same
+    # Measurement here, so the same verdicts; compare's own ratio of the step: 1.0, 1.5)
+    [cand, cand_step], [even, _] = checks["cand"], checks["even"]
     assert not cand.agree and cand.paired == pytest.approx(2 ** (1 / 3))
     assert even.agree and even.ratio == 1.5
+    assert cand_step.figure == "step_latency_x" and not cand_step.agree
+    assert [rows[n]["step_latency_x"] for n in rows] == [1.0, 1.0, 1.5]
+    assert [rows[n]["step_latency_x_rough"] for n in rows] == [False, True, False]
     assert "backward_cpu_work_x" not in rows["cand"] and attrs == {"notes": []}  # not loaded
 
 
@@ -479,7 +484,8 @@ def test_a_loaded_training_comparison_states_the_backward_cpu_work(monkeypatch, 
     assert rows["base"]["backward_cpu_work_x"] == 1.0
     assert cand["backward_latency_x_rough"] and not cand.get("backward_cpu_work_x_rough")
     # the CPU work judged against its rounds where it is one thread's (thread_time) alone
-    judged = ["backward_latency_x"] + (["backward_cpu_work_x"] if clock == "thread_time" else [])
+    judged = ["backward_latency_x", "step_latency_x"]
+    judged += ["backward_cpu_work_x"] if clock == "thread_time" else []
     assert [c.figure for c in checks["cand"]] == judged
     [note] = attrs["notes"]
     assert note.startswith("the training steps ran on a loaded machine (wall/CPU 4.00")

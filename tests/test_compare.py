@@ -286,6 +286,11 @@ def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
     cpu = df["backward_cpu_work_median_ms"]
     assert row["backward_cpu_work_x"] == pytest.approx(cpu["two"] / cpu["one"], rel=1e-12)
     assert row["backward_cpu_work_x"] > 1.0 and df.loc["one", "backward_cpu_work_x"] == 1.0
+    # and the whole step's paired ratio, the quotient of the step medians shown
+    step = df["step_latency_median_ms"]
+    assert row["step_latency_x"] == pytest.approx(step["two"] / step["one"], rel=1e-12)
+    assert row["step_latency_x_ci_low"] <= row["step_latency_x"] <= row["step_latency_x_ci_high"]
+    assert row["step_latency_x"] > 1.0 and df.loc["one", "step_latency_x"] == 1.0
     # fps and rank come from the forward alone (the spins are in the backward): a note says so
     assert any(
         n.startswith("latency_median_ms, fps, latency_x and rank: the forward")

@@ -30,7 +30,7 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     cpu_work_x_ci_high throughput_x backward_latency_median_ms backward_latency_x
     backward_latency_x_ci_low backward_latency_x_ci_high backward_cpu_work_median_ms
     backward_cpu_work_x backward_cpu_work_x_ci_low backward_cpu_work_x_ci_high
-    step_latency_median_ms ttft_ms
+    step_latency_median_ms step_latency_x step_latency_x_ci_low step_latency_x_ci_high ttft_ms
     ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
     end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s ttft_x ttft_x_ci_low ttft_x_ci_high
     tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x ttft_cpu_x_ci_low ttft_cpu_x_ci_high
@@ -44,8 +44,8 @@ rest with ``columns="all"``."""
 #: a ratio's flag (it disagrees with its per-round ratios), shown where one is set
 _ROUGH_RATIO_COLUMNS = tuple(
     f"{r}_rough"
-    for r in """latency_x cpu_work_x backward_latency_x backward_cpu_work_x ttft_x tpot_x
-    ttft_cpu_x tpot_cpu_x""".split()
+    for r in """latency_x cpu_work_x backward_latency_x backward_cpu_work_x step_latency_x ttft_x
+    tpot_x ttft_cpu_x tpot_cpu_x""".split()
 )
 
 _TIMED_RATIOS = frozenset(r.removesuffix("_rough") for r in _ROUGH_RATIO_COLUMNS)
@@ -56,7 +56,7 @@ _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.s
 _LATEX_PRIORITY = tuple(
     """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
     backward_latency_x backward_cpu_work_median_ms backward_cpu_work_x step_latency_median_ms
-    params macs latency_ci_low_ms latency_ci_high_ms
+    step_latency_x params macs latency_ci_low_ms latency_ci_high_ms
     latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
     throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
     tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
