@@ -147,7 +147,9 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
                 "only for a single-threaded model on an idle core"
             )
         if attrs.get("backward_by") == "cpu_work":  # why the backward's CPU work is shown
-            parts.append("training steps on a loaded machine: the backward's CPU work beside")
+            parts.append(
+                "training steps on a loaded machine: the backward's CPU work beside its wall clock"
+            )
         if attrs.get("loaded"):
             moved = "the ratios moved with it" if ratios else "the latencies moved with it"
             parts.append(f"timed on a loaded machine ({attrs['loaded']}): {moved}")

@@ -168,20 +168,24 @@ class Clock:
 
 class CpuClock(Clock):
     """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
-    (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_ms`` keeps one
-    array per ``time()`` call, ``cpu_kind`` says which clock; ``cpu_parts`` that CPU time phase
-    by phase (``(n, phases)``, each read after a phase's wall stamp and before the next one's:
-    outside every wall span); ``other_ms`` the other CPU clock over the same samples
-    (:func:`other_cpu_clock`), for the calling thread's share."""
+    (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_parts`` keeps one
+    ``(n, phases)`` array per ``time()`` call, each phase's CPU time (read after its end wall
+    stamp and before the next phase's start: outside every wall span), ``cpu_ms`` their
+    samples' sums, ``cpu_kind`` says which clock; ``other_ms`` the other CPU clock over the same
+    samples (:func:`other_cpu_clock`), for the calling thread's share."""
 
     kind = "perf_counter_ns"
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
         self.cpu_kind, self._cpu = cpu_time_source()
-        self.cpu_ms: list[np.ndarray] = []
         self.cpu_parts: list[np.ndarray] = []
         self.other_ms: list[np.ndarray] = []
+
+    @property
+    def cpu_ms(self) -> list[np.ndarray]:
+        """Each ``time()`` call's CPU time per sample (its phases summed)."""
+        return [parts.sum(axis=1) for parts in self.cpu_parts]
 
     @property
     def thread_share(self) -> float | None:
@@ -208,9 +212,7 @@ class CpuClock(Clock):
                 row[2 * k + 1] = clock()
                 c[k + 1] = cpu_clock()
             others[i, 1] = other()
-        parts = np.diff(cpu, axis=1) / 1e6
-        self.cpu_parts.append(parts)
-        self.cpu_ms.append((cpu[:, -1] - cpu[:, 0]) / 1e6)
+        self.cpu_parts.append(np.diff(cpu, axis=1) / 1e6)
         self.other_ms.append(np.diff(others, axis=1)[:, 0] / 1e6)
         return (ns[:, 1::2] - ns[:, ::2]) / 1e6
 

@@ -311,8 +311,8 @@ class TimedCall(Runner):
         common = self.fields(sampled)
         parts = self.phase_measurements(("h2d", "compute", "d2h"), **common) if self.xfer else {}
         cpu_ms = cpu_kind = share = None
-        if getattr(self.clock, "cpu_ms", None):  # CpuClock: a CPU time per sample it timed
-            cpu_ms, cpu_kind = np.concatenate(self.clock.cpu_ms), self.clock.cpu_kind
+        if self.cpu_parts:  # a CpuClock: each sampled block's CPU time, phase by phase
+            cpu_ms, cpu_kind = np.concatenate(self.cpu_parts).sum(axis=1), self.clock.cpu_kind
             env["cpu_clock"], share = cpu_kind, self.clock.thread_share
         return Measurement(
             sampled.samples_ms,
