@@ -66,7 +66,7 @@ def test_the_cpu_time_of_each_phase_is_read_outside_every_wall_span(monkeypatch)
     assert got.tolist() == [[3.0, 6.0]] * 4
     [parts] = timer.cpu_parts
     assert parts.tolist() == [[1.0, 2.0]] * 4 and timer.cpu_ms[0].tolist() == [3.0] * 4
-    assert timer.other_ms[0].tolist() == [3.0] * 4  # the other clock over the same work
+    assert timer.other_parts[0].tolist() == [[1.0, 2.0]] * 4  # the other clock, phase by phase
 
 
 def test_cpu_time_beside_the_wall_clock_and_as_the_clock(monkeypatch):
@@ -141,3 +141,32 @@ def test_a_loaded_training_step_states_its_backward_cpu_work(monkeypatch):
     backward = report.training_step.timing.backward
     assert backward.median_ms == pytest.approx(6.0) and backward.cpu.median_ms == 2.0
     assert backward.loaded and "backward CPU work 2.000 ms" in report.training_step.summary()
+
+
+class _SharedBackward(_VirtualBackward):
+    """A backward of ``ms`` of virtual work, half of it on another thread."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.clock.thread_share = 0.5
+        ctx.clock.advance(ctx.ms)
+        ctx.clock.thread_share = 1.0
+        return grad, None, None
+
+
+def test_each_phase_of_a_step_states_the_calling_threads_share_of_its_own_cpu_work(monkeypatch):
+    # a forward of 1 ms of work all on the calling thread, a backward of 2 ms half on another:
+    # the forward's share 1/1, the backward's 1/2, the step's (1 + 1) / (1 + 2) = 2/3; the loss
+    # and the optimizer spin nothing on the virtual clock (no CPU time read: no share)
+    from modelprof import profile
+
+    clock = install(monkeypatch)
+    spins_back = _SpinsBack(clock, 2.0)
+    spins_back.forward = lambda x: _SharedBackward.apply(x, clock, 2.0)
+    model = nn.Sequential(nn.Linear(4, 4), VirtualSpin(clock, 1.0), spins_back)
+    report = profile(model, (4,), backward=True, repeat=5, warmup=1, roofline=False, warn=False)
+    timing = report.training_step.timing
+    assert timing.forward.cpu_thread_share == pytest.approx(1.0)
+    assert timing.backward.cpu_thread_share == pytest.approx(0.5)
+    assert timing.step.cpu_thread_share == pytest.approx(2 / 3)
+    assert timing.loss.cpu_thread_share is None

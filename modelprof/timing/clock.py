@@ -171,8 +171,8 @@ class CpuClock(Clock):
     (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_parts`` keeps one
     ``(n, phases)`` array per ``time()`` call, each phase's CPU time (read after its end wall
     stamp and before the next phase's start: outside every wall span), ``cpu_ms`` their
-    samples' sums, ``cpu_kind`` says which clock; ``other_ms`` the other CPU clock over the same
-    samples (:func:`other_cpu_clock`), for the calling thread's share."""
+    samples' sums, ``cpu_kind`` says which clock; ``other_parts`` the other CPU clock over the
+    same phases (:func:`other_cpu_clock`), for the calling thread's share of each."""
 
     kind = "perf_counter_ns"
 
@@ -180,40 +180,32 @@ class CpuClock(Clock):
         super().__init__(device)
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_parts: list[np.ndarray] = []
-        self.other_ms: list[np.ndarray] = []
+        self.other_parts: list[np.ndarray] = []
 
     @property
     def cpu_ms(self) -> list[np.ndarray]:
         """Each ``time()`` call's CPU time per sample (its phases summed)."""
         return [parts.sum(axis=1) for parts in self.cpu_parts]
 
-    @property
-    def thread_share(self) -> float | None:
-        """The calling thread's share of the process CPU time over every sample
-        (:func:`thread_share`)."""
-        total = float(sum(a.sum() for a in self.cpu_ms))
-        return thread_share(self.cpu_kind, total, float(sum(a.sum() for a in self.other_ms)))
-
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
         ns = np.zeros((n, 2 * p), dtype=np.int64)  # each phase's start and end
         cpu = np.zeros((n, p + 1), dtype=np.int64)  # before the first phase, after each
-        others = np.zeros((n, 2), dtype=np.int64)
+        others = np.zeros((n, p + 1), dtype=np.int64)  # the same, of the other CPU clock
         clock, cpu_clock = self.now_ns, self._cpu
         other = other_cpu_clock(self.cpu_kind)
         for i in range(n):
             if between is not None:
                 between()
-            row, c = ns[i], cpu[i]
-            c[0], others[i, 0] = cpu_clock(), other()
+            row, c, o = ns[i], cpu[i], others[i]
+            c[0], o[0] = cpu_clock(), other()
             for k in range(p):
                 row[2 * k] = clock()
                 phases[k]()
                 row[2 * k + 1] = clock()
-                c[k + 1] = cpu_clock()
-            others[i, 1] = other()
+                c[k + 1], o[k + 1] = cpu_clock(), other()
         self.cpu_parts.append(np.diff(cpu, axis=1) / 1e6)
-        self.other_ms.append(np.diff(others, axis=1)[:, 0] / 1e6)
+        self.other_parts.append(np.diff(others, axis=1) / 1e6)
         return (ns[:, 1::2] - ns[:, ::2]) / 1e6
 
 

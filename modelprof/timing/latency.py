@@ -311,9 +311,10 @@ class TimedCall(Runner):
         common = self.fields(sampled)
         parts = self.phase_measurements(("h2d", "compute", "d2h"), **common) if self.xfer else {}
         cpu_ms = cpu_kind = share = None
-        if self.cpu_parts:  # a CpuClock: each sampled block's CPU time, phase by phase
-            cpu_ms, cpu_kind = np.concatenate(self.cpu_parts).sum(axis=1), self.clock.cpu_kind
-            env["cpu_clock"], share = cpu_kind, self.clock.thread_share
+        read = self.cpu_table(whole=True)  # a CpuClock: the blocks' CPU time, the call's last
+        if read is not None:
+            cpu_ms, share, cpu_kind = read[0][:, -1], read[1][-1], self.clock.cpu_kind
+            env["cpu_clock"] = cpu_kind
         return Measurement(
             sampled.samples_ms,
             compile_ms=self.compile_ms,

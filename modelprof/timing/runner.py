@@ -21,7 +21,7 @@ from modelprof.errors import ModelProfError
 from modelprof.runtime.device import MemoryStats
 from modelprof.runtime.env import MachineShare, sm_clock_reader
 from modelprof.runtime.progress import progress_bar, sampling_bar
-from modelprof.timing.clock import CpuClock, Phase, clock_for
+from modelprof.timing.clock import CpuClock, Phase, clock_for, thread_share
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.sampler import (
@@ -58,6 +58,7 @@ class Runner:
         self.extended_s = 0.0  # seconds sampled past the budget to hold the sample floor
         self.parts: list[np.ndarray] = []  # each block's per-phase ms (``time_phases``)
         self.cpu_parts: list[np.ndarray] = []  # and, on a CpuClock, their CPU ms
+        self.other_parts: list[np.ndarray] = []  # and the other CPU clock's (thread shares)
         #: (callable, input signature) for the warm-up registry, remembered on a clean exit
         self.warm_key: tuple[Any, Hashable] | None = None
         #: beside the CPU's wall clock, what other work took of the cores (``Sampled``)
@@ -76,7 +77,7 @@ class Runner:
 
     def __enter__(self) -> Any:
         # a fresh run: blocks of an earlier one (compare's retry without a failed model) gone
-        self.parts, self.cpu_parts = [], []
+        self.parts, self.cpu_parts, self.other_parts = [], [], []
         stack = self._stack
         try:
             if self.dev.type == "cuda":
@@ -130,7 +131,22 @@ class Runner:
         self.parts.append(got)
         if self.reads_share:  # a CpuClock: that block's CPU time, phase by phase
             self.cpu_parts.append(self.clock.cpu_parts[-1])
+            self.other_parts.append(self.clock.other_parts[-1])
         return got
+
+    def cpu_table(self, whole: bool = False) -> tuple[np.ndarray, list[float | None]] | None:
+        """The CPU time of the blocks kept (samples x phases, ms; with ``whole``, their sum as
+        one more column) and the calling thread's share of each column (:func:`thread_share`);
+        None off a CpuClock."""
+        if not self.cpu_parts:
+            return None
+        cpu, other = np.concatenate(self.cpu_parts), np.concatenate(self.other_parts)
+        if whole:
+            cpu = np.column_stack([cpu, cpu.sum(axis=1)])
+            other = np.column_stack([other, other.sum(axis=1)])
+        kind = self.clock.cpu_kind
+        shares = [thread_share(kind, float(c), float(o)) for c, o in zip(cpu.sum(0), other.sum(0))]
+        return cpu, shares
 
     def sample(
         self,
@@ -178,24 +194,21 @@ class Runner:
         self, names: Sequence[str], whole: str | None = None, **common: Any
     ) -> dict[str, Measurement]:
         """One Measurement per phase of the blocks kept in ``parts`` (column ``i``: ``names[i]``),
-        and their sum as ``whole`` where named; each with its CPU time where it was read."""
+        and their sum as ``whole`` where named; each with its CPU time where it was read, and
+        the calling thread's share of that phase's."""
         table = np.concatenate(self.parts, axis=0)
-        cpu = np.concatenate(self.cpu_parts, axis=0) if self.cpu_parts else None
-        if cpu is not None:
-            common.update(cpu_clock=self.clock.cpu_kind, cpu_thread_share=self.clock.thread_share)
-        columns = {name: np.s_[:, i] for i, name in enumerate(names)}
+        columns = list(names)
         if whole is not None:
-            table, columns[whole] = np.column_stack([table, table.sum(axis=1)]), np.s_[:, -1]
-            cpu = None if cpu is None else np.column_stack([cpu, cpu.sum(axis=1)])
-        return {
-            name: Measurement(
-                table[at],
-                label=f"{self.label} {name}",
-                cpu_ms=None if cpu is None else cpu[at],
-                **common,
-            )
-            for name, at in columns.items()
-        }
+            table, columns = np.column_stack([table, table.sum(axis=1)]), [*columns, whole]
+        read = self.cpu_table(whole is not None)
+        out = {}
+        for i, name in enumerate(columns):
+            cpu = {}
+            if read is not None:
+                cpu = dict(cpu_ms=read[0][:, i], cpu_clock=self.clock.cpu_kind)
+                cpu["cpu_thread_share"] = read[1][i]
+            out[name] = Measurement(table[:, i], label=f"{self.label} {name}", **cpu, **common)
+        return out
 
     def fields(self, sampled: Sampled) -> dict[str, Any]:
         """The keywords every Measurement of ``sampled`` shares."""
