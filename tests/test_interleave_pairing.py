@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from modelprof.timing.agreement import judge_ratio
-from modelprof.timing.interleave import _ratios, tied_ranks
+from modelprof.timing.interleave import _ratios, round_ratio, tied_ranks
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.stats import paired_block_medians, ratio_of_medians
 
@@ -134,3 +134,21 @@ def test_ranks_tie_where_the_rounds_cannot_order_two():
     assert same == {"x": 1, "y": 1, "z": 1} and "x, y, z" in tie_note
     apart, none = tied_ranks({"a": figures["a"], "c": figures["c"]})
     assert apart == {"a": 1, "c": 2} and none is None
+
+
+def test_a_figure_of_one_round_cannot_order_two():
+    # one round each: the paired ratio 11/10 = 1.1 has no interval (one pair of block
+    # medians), so the rounds cannot say b comes after a: they tie; so where the CPU work of
+    # eight rounds orders them (interval [1.1, 1.1]) but the wall beside it took one round
+    def each(n, a_ms, b_ms):
+        return {
+            k: Measurement(np.full(n, ms), blocks=np.arange(n))
+            for k, ms in (("a", a_ms), ("b", b_ms))
+        }
+
+    one = each(1, 10.0, 11.0)
+    assert math.isnan(round_ratio(one["b"], one["a"], 0.95)[1])
+    assert tied_ranks(one)[0] == {"a": 1, "b": 1}
+    ranks, note = tied_ranks(each(8, 10.0, 11.0), one)
+    assert ranks == {"a": 1, "b": 1} and note.endswith(": a, b")
+    assert tied_ranks(each(8, 10.0, 11.0), each(8, 20.0, 25.0))[0] == {"a": 1, "b": 2}

@@ -271,10 +271,12 @@ def tied_ranks(
 
 
 def _unordered(m: Measurement, leader: Measurement, either_way: bool = False) -> bool:
-    """The rounds cannot put ``m`` after ``leader``: their paired ratio's interval holds 1
-    (``either_way``: or lies below it, ordering them the other way)."""
+    """The rounds cannot put ``m`` after ``leader``: their paired ratio's interval holds 1 or
+    is unknown (fewer than two rounds paired; ``either_way``: or lies below 1, ordering them
+    the other way)."""
     ratio, low, high = round_ratio(m, leader, m.confidence)
-    return ratio == 1.0 or low <= 1.0 <= high or (either_way and high < 1.0)
+    unknown = math.isnan(low) or math.isnan(high)
+    return ratio == 1.0 or unknown or low <= 1.0 <= high or (either_way and high < 1.0)
 
 
 def shaken_attrs(measured: Mapping[str, Iterable[Measurement]], loaded: bool) -> dict[str, Any]:
