@@ -255,3 +255,30 @@ def test_a_corrected_backward_as_slow_as_the_plain_one_beside_it_is_the_windows_
     # a plain backward at the clean one's pace: the rows themselves are slow, an alarm
     slow = judge_backward(clean, passes, 10, True, plain=Measurement(np.full(12, 1.0)))
     assert slow.verdict == "disagree" and slow.alarming
+
+
+def test_a_loaded_backwards_window_and_stamps_notes_name_the_cpu_work_to_quote():
+    # the clean backward on a loaded CPU: 1.0 ms of wall a run, 0.3 ms of CPU work (wall/CPU
+    # 3.3, above LOADED_WALL_OVER_CPU), all of it the calling thread's (thread_time, share 1):
+    # the loaded-machine warning says to quote the CPU work, so the check's "quote the clean
+    # backward" says it too, in the "window" verdict (corrected passes 1.3 ms, 1.3x, and the
+    # plain backward beside them 1.25 ms: 1.04x, within the tolerance) and the "stamps" one
+    # (not corrected: (1.3 - 1.0) / 200 nodes = 1.5 us a node)
+    from modelprof.timing.agreement import judge_backward
+
+    def loaded():
+        return Measurement(
+            np.full(12, 1.0), cpu_ms=np.full(12, 0.3), cpu_clock="thread_time", cpu_thread_share=1.0
+        )
+
+    assert loaded().loaded and loaded().cpu_holds
+    passes, plain = Measurement(np.full(12, 1.3)), Measurement(np.full(12, 1.25))
+    tail = "; the CPU work of the clean runs, 0.300 ms (thread_time), is what waiting for a core"
+    window = judge_backward(loaded(), passes, 200, True, plain=plain)
+    stamps = judge_backward(loaded(), passes, 200)
+    assert (window.verdict, stamps.verdict) == ("window", "stamps")
+    for a in (window, stamps):
+        assert "quote the clean backward" in a.note() and tail in a.note()
+    # a quiet clean backward (its CPU work the wall's): no CPU work named
+    quiet = Measurement(np.full(12, 1.0), cpu_ms=np.full(12, 1.0), cpu_clock="thread_time")
+    assert "CPU work" not in judge_backward(quiet, passes, 200, True, plain=plain).note()

@@ -158,7 +158,7 @@ class TimingAgreement:
                 f"{_ms(self.clean_ms)}, as did the plain backward run beside them "
                 f"({_ms(self.plain_ms)}): the two windows ran the backward at different paces "
                 "(caches, the allocator, the machine's load), not the stamps; quote the clean "
-                f"backward and read the rows by their {w['share']}"
+                f"backward and read the rows by their {w['share']}{self._cpu_work()}"
             )
         if self.verdict == "stamps":
             return (
@@ -168,6 +168,7 @@ class TimingAgreement:
                 f"{self.nodes} autograd nodes (not taken off here: a GPU, too few or too noisy "
                 "pairs, or correct_overhead=False); "
                 f"quote the clean backward and read the rows by their {w['share']}"
+                f"{self._cpu_work()}"
             )
         if self.verdict == "leaves":
             return (
@@ -213,12 +214,17 @@ class TimingAgreement:
                 f"quote {w['quoted']} {_ms(self.quote_ms)} (the faster window: load only "
                 f"adds time; the clean runs were slowed) and {w['rows']} as measured"
             )
-        if self.cpu_ms is not None:
-            advice += (
-                f"; the CPU work of the clean runs, {_ms(self.cpu_ms)} ({self.cpu_clock}), "
-                "is what waiting for a core cannot stretch"
-            )
-        return f"{head}; {advice}"
+        return f"{head}; {advice}{self._cpu_work()}"
+
+    def _cpu_work(self) -> str:
+        """On a loaded CPU where it holds, the clean runs' CPU work (the figure the
+        loaded-machine warning says to quote), after the advice on the wall clock's."""
+        if self.cpu_ms is None:
+            return ""
+        return (
+            f"; the CPU work of the clean runs, {_ms(self.cpu_ms)} ({self.cpu_clock}), "
+            "is what waiting for a core cannot stretch"
+        )
 
 
 #: how a note names each side, by phase
