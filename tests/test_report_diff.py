@@ -131,6 +131,10 @@ def test_counts_past_2_to_the_53_stay_exact_where_a_row_is_missing():
         # "both" is the ``in`` column's word for a row on either side
         (dict(names=("a", "both")), "other than 'ratio' and 'both'"),
         (dict(columns="macs"), "columns='macs' must be a non-empty list"),
+        (dict(prefixes="module."), "prefixes='module.' must be two strings"),
+        (dict(prefixes=("", None)), "prefixes=('', None) must be two strings"),
+        # a prefix no name starts with (a typo) would match nothing more: refused, named
+        (dict(prefixes=("", "module.")), "prefix 'module.' starts no module name of 'b'"),
         (
             dict(columns=["latency_ms"]),
             "'latency_ms' is not a column of the first and second report's table (a timing "
@@ -211,6 +215,24 @@ def test_two_tables_sharing_few_layers_say_so():
     ):
         d = bare.diff(wrapped)
     assert len(d.attrs["notes"]) == 1 and "a wrapper adds a prefix" in d.attrs["notes"][0]
+    # b's names less "body." are a's two: the note names that prefix, and with it the rows
+    # match ("body", the wrapped model's own row, stays b's alone)
+    assert d.attrs["notes"][0].endswith("With prefixes=('', 'body.'), 2 layer name(s) match.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelProfWarning)
+        matched = bare.diff(wrapped, prefixes=("", "body."))
+    assert list(zip(matched["module"], matched["in"])) == [
+        ("", "both"),
+        ("body", "b"),
+        ("0", "both"),
+        ("1", "both"),
+    ]
+    # Linear(8, 8) at batch 1: 64 MACs on each side
+    assert matched.loc[matched["module"] == "0", ["macs_a", "macs_b"]].values.tolist() == [[64, 64]]
+    # a list of two is taken as the pair; the other way round, the prefix on the first side
+    assert bare.diff(wrapped, prefixes=["", "body."]).equals(matched)
+    back = wrapped.diff(bare, prefixes=("body.", ""))
+    assert back["in"].tolist() == ["both", "a", "both", "both"]
     # a block replaced by another keeps most names (5 of 8 and 5): no warning, no note
     before = _counted(nn.Sequential(_Block(8), _Block(8)))
     after = _counted(nn.Sequential(_Block(16), nn.Identity()))

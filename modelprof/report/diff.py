@@ -25,15 +25,21 @@ def diff_frames(
     b: pd.DataFrame,
     columns: Sequence[str] | None = None,
     names: tuple[str, str] = ("a", "b"),
+    prefixes: Any = ("", ""),
 ) -> pd.DataFrame:
     """One row per module call in either table (``a``'s order, each row only ``b`` has after
     the row it follows in ``b``): each column's two values and ``<column>_ratio`` (b / a; NaN
     where a is 0 or a row is missing), ``in`` (both, or which alone) and, for a timing column
     with a rough flag (``latency_rough``, ``backward_latency_rough``), that flag where either
-    side's is set. Where they share fewer than half the layers of the smaller (the root
-    aside), a warning and ``attrs["notes"]`` say so."""
+    side's is set. ``prefixes``: a start of the module names each side drops before its rows
+    are matched (a wrapper's ``"module."``, ``torch.compile``'s ``"_orig_mod."``); the rows
+    show the names so matched. Where they share fewer than half the layers of the smaller (the
+    root aside), a warning and ``attrs["notes"]`` say so, with the prefix that would match
+    more where one would."""
     first, second = _names(names)
     cols = _columns(a, b, columns)
+    given = _prefixes(prefixes)
+    a, b = (_stripped(df, p, n) for df, p, n in zip((a, b), given, (first, second)))
     key = ["module", "call"]  # (a module called twice has a row per call)
     sides = []
     for df, name in ((a, first), (b, second)):
@@ -58,7 +64,7 @@ def diff_frames(
         ["both", first],
         second,
     )
-    _few_shared(out, first, second)
+    _few_shared(out, first, second, (sides[0].index, sides[1].index), given)
     for c in cols:
         x, y = (side[c].to_numpy(dtype=float, na_value=np.nan) for side in (left, right))
         for name, side in ((first, left), (second, right)):
@@ -92,7 +98,9 @@ def _merged(a: list[Any], b: list[Any]) -> list[Any]:
     return out
 
 
-def _few_shared(out: pd.DataFrame, first: str, second: str) -> None:
+def _few_shared(
+    out: pd.DataFrame, first: str, second: str, indexes: Any, prefixes: tuple[str, str]
+) -> None:
     """Two tables that share few layers by name: a different model, or modules renamed (a
     wrapper adds a prefix); the rows compared would be few, the rest one-sided."""
     inner = out.loc[out["module"] != "", "in"]
@@ -105,8 +113,60 @@ def _few_shared(out: pd.DataFrame, first: str, second: str) -> None:
             "its modules named alike (a wrapper adds a prefix to every name), called alike (a "
             "mixture of experts routes other tokens to other experts)?"
         )
+        better = _better_prefixes(*(set(i.get_level_values(0)) - {""} for i in indexes))
+        if better is not None:
+            extra, matched = better
+            given = tuple(p + e for p, e in zip(prefixes, extra))
+            note += f" With prefixes={given!r}, {matched} layer name(s) match."
         out.attrs["notes"] = [note]
         warn_user(f"modelprof: {note}", ModelProfWarning)
+
+
+def _prefixes(prefixes: Any) -> tuple[str, str]:
+    if not (
+        isinstance(prefixes, (tuple, list))
+        and len(prefixes) == 2
+        and all(isinstance(p, str) for p in prefixes)
+    ):
+        raise ModelProfError(
+            f"prefixes={prefixes!r} must be two strings: the start of the module names each "
+            "side drops (\"\" for none), e.g. ('', 'module.')"
+        )
+    return prefixes[0], prefixes[1]
+
+
+def _stripped(df: pd.DataFrame, prefix: str, name: str) -> pd.DataFrame:
+    """``df`` with ``prefix`` taken off the module names that start with it (all of them
+    unchanged where it is empty); a prefix that starts no name is refused."""
+    if not prefix:
+        return df
+    modules = df["module"].astype(str)
+    starts = modules.str.startswith(prefix)
+    if not starts.any():
+        raise ModelProfError(
+            f"prefix {prefix!r} starts no module name of {name!r} (its names start like "
+            f"{sorted(set(modules) - {''})[:3]!r})"
+        )
+    out = df.copy()
+    out["module"] = modules.where(~starts, modules.str.slice(len(prefix)))
+    return out
+
+
+def _better_prefixes(a: set[str], b: set[str]) -> tuple[tuple[str, str], int] | None:
+    """The prefix one side could drop (``("", "body.")``) for the most module names to match,
+    and how many would; None where none matches half the names of the smaller side or
+    more."""
+    best: tuple[tuple[str, str], int] | None = None
+    for names, other, side in ((a, b, 0), (b, a, 1)):
+        for top in {n.split(".", 1)[0] for n in names if "." in n}:
+            start = top + "."
+            under = {n[len(start) :] for n in names if n.startswith(start)}
+            matched = len(under & other)
+            if matched >= max(2, min(len(under), len(other)) / 2) and (
+                best is None or matched > best[1]
+            ):
+                best = ((start, "") if side == 0 else ("", start), matched)
+    return best
 
 
 def _names(names: Any) -> tuple[str, str]:

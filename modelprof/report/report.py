@@ -211,14 +211,17 @@ class Report(Exports):
         other: Report | pd.DataFrame,
         columns: Sequence[str] | None = None,
         names: Any = ("a", "b"),
+        prefixes: Any = ("", ""),
     ) -> pd.DataFrame:
         """This report (``a``) beside ``other`` (``b``: a Report, or a table saved earlier and
         read back by ``modelprof.render.read_csv``, or ``read_json(...)[0]``) layer by layer,
         rows matched by module and call: each of ``columns`` (default: the counts, forward and
         backward, and the latencies both sides timed) twice and their ratio b / a, ``in``
         saying where a row exists only on one side, a timing column's rough flag where either
-        side's is set; where the two share fewer than half their layers, a warning and
-        ``attrs["notes"]``. Counts compare exactly; per-layer times taken in two runs carry
+        side's is set; ``prefixes``: what each side's module names start with that the other's
+        do not (a wrapper's ``"module."``, ``torch.compile``'s ``"_orig_mod."``), dropped before
+        matching; where the two share fewer than half their layers, a warning and
+        ``attrs["notes"]`` (naming the prefixes that would match more). Counts compare exactly; per-layer times taken in two runs carry
         whatever the machine did between them (``compare()`` interleaves whole models to cancel
         that drift)."""
         reports = [self, other]
@@ -230,7 +233,7 @@ class Report(Exports):
             raise ModelProfError(
                 f"diff() takes another Report or its table read back, got {type(other).__name__}"
             )
-        out = diff_frames(self.to_dataframe(), other, columns, names)
+        out = diff_frames(self.to_dataframe(), other, columns, names, prefixes)
         if "latency_ms_ratio" in out.columns:  # a ratio of rough times is no figure to quote
             for name, report in zip(names, reports):
                 why = report._rough_reason() if isinstance(report, Report) else None
