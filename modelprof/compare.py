@@ -119,8 +119,9 @@ def compare(
     timing options and the search bounds ``max_batch``/``gain``/``patience``; a search whose
     model fails to run leaves them NaN, its error in a note); then the ratios. With
     ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
-    ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) the
-    training step (a note says so); on the CPU ``backward_cpu_work_*`` its backward's CPU
+    ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) and
+    ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so); on the
+    CPU ``backward_cpu_work_*`` its backward's CPU
     work, which a note tells to read where the machine was loaded (``attrs["backward_by"] ==
     "cpu_work"``).
 
@@ -360,6 +361,9 @@ def _table(
     if timing_attrs:  # 1 the fastest, ties where the rounds cannot order two; none unranked
         ranks = timing_attrs.get("ranks") or {}
         df["rank"] = pd.array([ranks.get(name) for name in df.index], dtype="Int64")
+    if "step_latency_median_ms" in df.columns:  # a training comparison: its steps' own ranks
+        steps = df["step_rank"] if "step_rank" in df.columns else pd.Series(index=df.index)
+        df["step_rank"] = pd.array([None if pd.isna(r) else int(r) for r in steps], "Int64")
     if timing_attrs.get("unranked"):  # too few runs to order them: no timed ratio either
         for column in set(_TIMED_RATIOS) & set(df.columns):
             df[column] = math.nan
@@ -613,7 +617,41 @@ def _step_columns(
     backwards = [m["backward"] for m in got]
     attrs["notes"] += [f"the training steps: {n}" for n in floor_notes(backwards)]
     _backward_load(backwards, attrs)
+    _step_ranks(rows, {name: m["step"] for name, m in zip(order, got)}, attrs)
     return checks
+
+
+def _step_ranks(
+    rows: dict[str, dict[str, Any]], steps: dict[str, Any], attrs: dict[str, Any]
+) -> None:
+    """``step_rank``: each model's rank by its whole training step, as ``rank`` by the forward
+    (:func:`tied_ranks`; on a loaded CPU where every step's work is one thread's, by its CPU
+    work, the wall clock not ordering them the other way); none where a step is undersampled
+    or a ``step_latency_x`` disagrees with its rounds, said in a note."""
+    if any(m.undersampled for m in steps.values()):
+        attrs["notes"].append("step_rank: not ranked, too few training steps for an interval")
+        return
+    rough = [name for name in steps if rows[name].get("step_latency_x_rough")]
+    if rough:
+        attrs["notes"].append(
+            f"step_rank: not ranked, step_latency_x of {', '.join(rough)} disagrees with its "
+            "per-round ratios"
+        )
+        return
+    by_cpu = any(m.loaded for m in steps.values()) and all(m.cpu_holds for m in steps.values())
+    figures = {name: m.cpu if by_cpu else m for name, m in steps.items()}
+    ranks, tied = tied_ranks(figures, steps if by_cpu else None)
+    for name, rank in ranks.items():
+        rows[name]["step_rank"] = rank
+    attrs["step_ranked_by"] = "cpu_work" if by_cpu else "latency"
+    if by_cpu:
+        attrs["notes"].append(
+            "step_rank: by each whole training step's CPU work (one thread's), the machine "
+            "being loaded"
+        )
+    if tied:
+        attrs["step_tied"] = f"step_rank: {tied}"
+        attrs["notes"].append(attrs["step_tied"])
 
 
 def _paired(figure: Any, base: Any, own: bool, ratio: tuple) -> tuple[float, float, float]:

@@ -456,7 +456,14 @@ def test_compare_flags_a_backward_ratio_its_rounds_disagree_with(monkeypatch):
     assert cand_step.figure == "step_latency_x" and not cand_step.agree
     assert [rows[n]["step_latency_x"] for n in rows] == [1.0, 1.0, 1.5]
     assert [rows[n]["step_latency_x_rough"] for n in rows] == [False, True, False]
-    assert "backward_cpu_work_x" not in rows["cand"] and attrs == {"notes": []}  # not loaded
+    assert "backward_cpu_work_x" not in rows["cand"]  # not loaded: no note of it
+    # the whole step's ratio of cand disagrees with its rounds: no step ranked, said
+    assert attrs == {
+        "notes": [
+            "step_rank: not ranked, step_latency_x of cand disagrees with its per-round ratios"
+        ]
+    }
+    assert not any("step_rank" in row for row in rows.values())
 
 
 @pytest.mark.parametrize("clock", ["thread_time", "process_time"])
@@ -487,8 +494,9 @@ def test_a_loaded_training_comparison_states_the_backward_cpu_work(monkeypatch, 
     judged = ["backward_latency_x", "step_latency_x"]
     judged += ["backward_cpu_work_x"] if clock == "thread_time" else []
     assert [c.figure for c in checks["cand"]] == judged
-    [note] = attrs["notes"]
+    note, step_note = attrs["notes"]
     assert note.startswith("the training steps ran on a loaded machine (wall/CPU 4.00")
+    assert step_note.startswith("step_rank: not ranked, step_latency_x of cand disagrees")
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.attrs.update(attrs)
     shown = compact_compare_columns(frame)
@@ -542,16 +550,25 @@ def test_the_backward_cpu_work_shows_where_said_and_keeps_its_place_in_latex():
     assert compact_compare_columns(frame) == shown
     frame.attrs["backward_by"] = "cpu_work"
     assert compact_compare_columns(frame) == [*shown[:2], "backward_cpu_work_x", shown[2]]
-    # ranked by CPU work too: the page keeps the backward's CPU work just after the step, once
+    # ranked by CPU work too: the page keeps the whole step's figures, then the backward's CPU
+    # work before its wall clock, each once
     attrs = {"ranked_by": "cpu_work", "backward_by": "cpu_work"}
-    order = _latex_priority(attrs, ["step_latency_median_ms", "backward_cpu_work_x"])
-    assert order[:4] == (
+    columns = """backward_latency_median_ms backward_latency_x backward_cpu_work_median_ms
+    backward_cpu_work_x step_latency_median_ms step_latency_x step_rank""".split()
+    order = _latex_priority(attrs, columns)
+    assert order[:8] == (
         "model",
         "step_latency_median_ms",
+        "step_latency_x",
+        "step_rank",
         "backward_cpu_work_median_ms",
         "backward_cpu_work_x",
+        "backward_latency_median_ms",
+        "backward_latency_x",
     )
     assert len(order) == len(set(order))
+    # not said to be read: the backward's wall clock right after the step
+    assert _latex_priority({}, columns)[4:6] == ("backward_latency_median_ms", "backward_latency_x")
 
 
 def test_the_command_line_says_which_batch_size_is_rough(monkeypatch, tmp_path, capsys):
@@ -656,3 +673,27 @@ def test_a_resumed_sweep_row_without_a_run_count_is_judged_too():
         _mark_neighbours(frame, "latency")
     assert frame["latency_rough"].tolist() == [True, False, False]
     assert len(_disagreements(record)) == 1 and "n=0, above batch 2" in frame.attrs["notes"][0]
+
+
+def test_a_training_comparisons_step_rank_is_withheld_as_the_forwards_rank_is():
+    compare_module = importlib.import_module("modelprof.compare")
+    # eight rounds of 3 and 4 ms steps: ranked 1, 2; one of them with a single sample (no
+    # interval): no step rank, a note; a step_latency_x flagged rough: none either, named
+    blocks = np.arange(8)
+    steps = {
+        "a": Measurement(np.full(8, 3.0), blocks=blocks),
+        "b": Measurement(np.full(8, 4.0), blocks=blocks),
+    }
+    rows, attrs = {"a": {}, "b": {}}, {"notes": []}
+    compare_module._step_ranks(rows, steps, attrs)
+    assert [rows[n]["step_rank"] for n in "ab"] == [1, 2] and attrs["notes"] == []
+    rows, attrs = {"a": {}, "b": {}}, {"notes": []}
+    compare_module._step_ranks(rows, {**steps, "b": Measurement([4.0])}, attrs)
+    assert "step_rank" not in rows["b"] and attrs["notes"] == [
+        "step_rank: not ranked, too few training steps for an interval"
+    ]
+    rows, attrs = {"a": {}, "b": {"step_latency_x_rough": True}}, {"notes": []}
+    compare_module._step_ranks(rows, steps, attrs)
+    assert "step_rank" not in rows["a"] and attrs["notes"] == [
+        "step_rank: not ranked, step_latency_x of b disagrees with its per-round ratios"
+    ]

@@ -170,3 +170,38 @@ def test_each_phase_of_a_step_states_the_calling_threads_share_of_its_own_cpu_wo
     assert timing.backward.cpu_thread_share == pytest.approx(0.5)
     assert timing.step.cpu_thread_share == pytest.approx(2 / 3)
     assert timing.loss.cpu_thread_share is None
+
+
+def test_a_training_comparison_ranks_the_whole_steps_beside_the_forwards(monkeypatch):
+    # "light": a 2 ms forward and a 1 ms backward, "heavy": 1 ms and 3 ms, on the virtual
+    # clock (the Linears take none of it). The forwards rank heavy first (1 < 2 ms); the whole
+    # steps light first (2 + 1 = 3 ms against 1 + 3 = 4 ms: 4/3, every round alike, an
+    # interval of [4/3, 4/3] that excludes 1)
+    from modelprof import compare
+
+    clock = install(monkeypatch)
+
+    def model(forward_ms, backward_ms):
+        spins = (VirtualSpin(clock, forward_ms), _SpinsBack(clock, backward_ms))
+        return nn.Sequential(nn.Linear(4, 4), *spins)
+
+    def compared():
+        models = {"light": model(2.0, 1.0), "heavy": model(1.0, 3.0)}
+        return compare(models, (4,), backward=True, repeat=6, warmup=1, roofline=False, warn=False)
+
+    df = compared()
+    assert df["rank"].tolist() == [2, 1] and df["step_rank"].tolist() == [1, 2]
+    assert df.loc["heavy", "step_latency_x"] == pytest.approx(4 / 3)
+    assert df.attrs["step_ranked_by"] == "latency" and "step_tied" not in df.attrs
+    # the readable table heads it by what it ranks; a loaded machine (every ms of work takes 3
+    # of wall) ranks the steps by their CPU work, as the forwards (one thread's work: the
+    # calling thread's CPU time is all of it)
+    assert "step rank (1 = lowest step latency)" in df.render.export("markdown", standalone=False)
+    clock.factor = 3.0
+    loaded = compared()
+    assert loaded.attrs["ranked_by"] == loaded.attrs["step_ranked_by"] == "cpu_work"
+    assert loaded["step_rank"].tolist() == [1, 2]
+    assert any(
+        n.startswith("step_rank: by each whole training step's CPU work")
+        for n in loaded.attrs["notes"]
+    )

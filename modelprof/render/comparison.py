@@ -34,7 +34,7 @@ COMPACT_COMPARE_COLUMNS: tuple[str, ...] = tuple(
     ttft_ci_low_ms ttft_ci_high_ms tpot_ms tpot_ci_low_ms tpot_ci_high_ms end_to_end_ms
     end_to_end_ci_low_ms end_to_end_ci_high_ms tokens_per_s ttft_x ttft_x_ci_low ttft_x_ci_high
     tpot_x tpot_x_ci_low tpot_x_ci_high ttft_cpu_x ttft_cpu_x_ci_low ttft_cpu_x_ci_high
-    tpot_cpu_x tpot_cpu_x_ci_low tpot_cpu_x_ci_high rank error""".split()
+    tpot_cpu_x tpot_cpu_x_ci_low tpot_cpu_x_ci_high rank step_rank error""".split()
 )
 """What a readable comparison (``compare``'s, ``compare_generation``'s) shows by default:
 medians and ratios with their 95 % intervals, the CPU work only when the comparison ranks by
@@ -57,7 +57,7 @@ _LATEX_PRIORITY = tuple(
     """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
     backward_latency_x backward_cpu_work_median_ms backward_cpu_work_x step_latency_median_ms
     step_latency_x params macs latency_ci_low_ms latency_ci_high_ms
-    latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high rank macs_x params_x fps throughput_samples_per_s
+    latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high rank step_rank macs_x params_x fps throughput_samples_per_s
     throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
     tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
 )
@@ -67,8 +67,10 @@ RATIO_NOTE_SHORT = "ratios: ratio of medians"
 RATIO_NOTE = f"{RATIO_NOTE_SHORT}, 95 % CI paired by round"
 
 
-#: a training comparison's (backward=True) own figures, kept before the forward's
-_STEP_FIRST = ("step_latency_median_ms", "backward_latency_median_ms", "backward_latency_x")
+#: a training comparison's (backward=True) own figures, kept before the forward's: the whole
+#: step's, then its backward's (the backward's CPU work first where its note says to read it)
+_STEP_FIRST = ("step_latency_median_ms", "step_latency_x", "step_rank")
+_BACKWARD_FIRST = ("backward_latency_median_ms", "backward_latency_x")
 
 
 def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> tuple[str, ...]:
@@ -76,9 +78,10 @@ def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> 
     notes tell the reader to quote them: the page keeps them longest), a training step's
     figures first where ``columns`` has them (its backward's CPU work among them where its
     note says to read it)."""
-    first = [c for c in _STEP_FIRST if c in columns]
-    if attrs.get("backward_by") == "cpu_work" and "backward_cpu_work_x" in columns:
-        first = [*first[:1], "backward_cpu_work_median_ms", "backward_cpu_work_x", *first[1:]]
+    backward = _BACKWARD_FIRST
+    if attrs.get("backward_by") == "cpu_work":
+        backward = ("backward_cpu_work_median_ms", "backward_cpu_work_x", *backward)
+    first = [c for c in (*_STEP_FIRST, *backward) if c in columns]
     if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):
         first += [c for c in _LATEX_PRIORITY if "cpu" in c.split("_") and c not in first]
     return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
@@ -157,6 +160,8 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
             parts.append(f"drifted while timed: {', '.join(attrs['drifted'])}")
         if attrs.get("tied") and (shown is None or "rank" in shown):
             parts.append(str(attrs["tied"]))
+        if attrs.get("step_tied") and (shown is None or "step_rank" in shown):
+            parts.append(str(attrs["step_tied"]))
     elif attrs.get("baseline") is not None:
         parts.append("latency not measured (timing off)")
     failed = list(attrs.get("failed") or ())
@@ -168,22 +173,27 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
     return "; ".join(parts)
 
 
-def rank_header(attrs: Mapping[str, Any]) -> str:
-    """The ``rank`` column's human header, saying which way it runs."""
+def rank_header(attrs: Mapping[str, Any], column: str = "rank") -> str:
+    """The ``rank`` (or ``step_rank``: a training step's) column's human header, saying which
+    way it runs."""
+    if column == "step_rank":
+        by = "CPU work" if attrs.get("step_ranked_by") == "cpu_work" else "latency"
+        return f"step rank (1 = lowest step {by})"
     by = "CPU work" if attrs.get("ranked_by") == "cpu_work" else "latency"
     return f"rank (1 = lowest {by})"
 
 
 def _rank_said(df: pd.DataFrame, columns: Any) -> tuple[pd.DataFrame, Any]:
-    """A copy of ``df`` with its ``rank`` column headed by :func:`rank_header`."""
-    if "rank" not in df.columns:
+    """A copy of ``df`` with its ``rank`` and ``step_rank`` columns headed by
+    :func:`rank_header`."""
+    headers = {c: rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in df.columns}
+    if not headers:
         return df, columns
-    header = rank_header(df.attrs)
-    out = df.rename(columns={"rank": header})
+    out = df.rename(columns=headers)
     out.attrs = dict(df.attrs)
     if isinstance(columns, str) or columns is None:
         return out, columns
-    return out, [header if c == "rank" else c for c in columns]
+    return out, [headers.get(c, c) for c in columns]
 
 
 def export_comparison(
@@ -212,8 +222,8 @@ def export_comparison(
         caption = compare_caption(df.attrs, shown) or None
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
             # column is kept (as a header it widened the column)
-            ranked = "rank" in shown
-            caption = "; ".join(c for c in (caption, ranked and rank_header(df.attrs)) if c)
+            ranks = [rank_header(df.attrs, c) for c in ("rank", "step_rank") if c in shown]
+            caption = "; ".join(c for c in (caption, *ranks) if c)
         else:
             df, columns = _rank_said(df, columns)
         given = given.with_defaults(
