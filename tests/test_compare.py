@@ -325,9 +325,10 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     # a page's width keeps every column here: the caption names the intervals and the rank
     wide = export_comparison(df, "latex", width=None)
     assert "95 \\% CI paired by round" in wide and "rank (1 = lowest latency)" in wide
-    # the text width (345 pt) keeps model, params, MACs, median and ratio (260 pt, a name of
-    # two words over two lines): the intervals (both bounds of each) and the rank go, and the
-    # caption no longer speaks of them
+    # the text width (345 pt) keeps model, params, MACs, median, ratio and rank (291 pt, a
+    # name of two words over two lines): the intervals (both bounds of each) go, and the
+    # caption no longer speaks of them (the rank, dropped with them before though it fits,
+    # comes back into the room they leave)
     narrow = export_comparison(df, "latex", width="textwidth")
     assert [h.partition(" (")[0] for h in latex_headers(narrow)] == [
         "model",
@@ -335,17 +336,20 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
         "MACs",
         "latency median",
         "latency ratio",
+        "rank",
     ]
     caption = next(line for line in narrow.splitlines() if line.startswith("\\caption"))
-    assert caption == "\\caption{baseline resnet18; ratios: ratio of medians}"
-    # a column's width (229.5 pt) keeps model, params, median and ratio (221 pt): the MACs go
-    # after the intervals and the rank
+    assert caption == (
+        "\\caption{baseline resnet18; ratios: ratio of medians; rank (1 = lowest latency)}"
+    )
+    # a column's width (229.5 pt) keeps model, median, ratio and rank: the MACs and the params
+    # go after the intervals (the verdict of a comparison before its counts)
     column = export_comparison(df, "latex", width="columnwidth")
     assert [h.partition(" (")[0] for h in latex_headers(column)] == [
         "model",
-        "params",
         "latency median",
         "latency ratio",
+        "rank",
     ]
     # what made the timing less sure reaches the caption, so the paper table says it too
     text = compare_caption(
@@ -358,12 +362,14 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     assert "timed on a loaded machine (other work took 1.00 cores' worth" in text
     assert "drifted while timed: resnet18" in text and "tied in rank" in text
     # a tie said in the caption is not listed again among a document's notes; without the
-    # rank column (a column's width) the caption does not speak of ranks
+    # rank column (named away) the caption does not speak of ranks
     tied = "tied in rank (the interval of their paired ratio holds 1): resnet18, mobilenet"
     doc = export_comparison(_timed_frame(tied=tied, notes=[tied]), "markdown")
     assert doc.count("tied in rank") == 1
-    column = export_comparison(_timed_frame(tied=tied), "latex", width="columnwidth")
+    unranked = ["params", "latency_median_ms", "latency_x"]
+    column = export_comparison(_timed_frame(tied=tied), "latex", columns=unranked)
     assert "tied in rank" not in column
+    assert "tied in rank" in export_comparison(_timed_frame(tied=tied), "latex")
     # columns="all" is no list of named columns: fitted by dropping, not scaled
     every = export_comparison(df, "latex", columns="all", width="textwidth")
     assert "\\resizebox" not in every and "% dropped to fit" in every
@@ -433,3 +439,19 @@ def test_a_paper_table_keeps_what_the_comparison_ranks_by_and_a_training_steps_t
         "backward latency ratio",
         "step latency median",
     ]  # (params, MACs and the forward's ratio went first)
+
+
+def test_a_latex_table_ranked_by_cpu_work_keeps_the_headline_figures_before_intervals() -> None:
+    # a newcomer's loaded comparison kept the model, the CPU work's median, ratio and its two
+    # interval bounds, dropping the latency, the counts and the rank: ranked by CPU work, the
+    # page keeps its median and ratio first, then the wall clock's, the counts and the rank,
+    # and only then any interval
+    from modelprof.render.comparison import export_comparison
+
+    df = _timed_frame(ranked_by_why="the machine was loaded")
+    df.attrs["ranked_by"] = "cpu_work"
+    df["cpu_work_median_ms"], df["cpu_work_x"] = [40.0, 12.0], [1.0, 0.3]
+    df["cpu_work_x_ci_low"], df["cpu_work_x_ci_high"] = [1.0, 0.29], [1.0, 0.31]
+    kept = [h.partition(" (")[0] for h in latex_headers(export_comparison(df, "latex"))]
+    assert {"CPU work median", "CPU work ratio", "latency median", "rank"} <= set(kept)
+    assert not any("CI" in h for h in kept)

@@ -56,10 +56,11 @@ _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.s
 _LATEX_PRIORITY = tuple(
     """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
     backward_latency_x backward_cpu_work_median_ms backward_cpu_work_x step_latency_median_ms
-    step_latency_x params macs latency_ci_low_ms latency_ci_high_ms
-    latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high rank step_rank macs_x params_x fps throughput_samples_per_s
-    throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x ttft_cpu_x tpot_cpu_x
-    tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low tpot_x_ci_high""".split()
+    step_latency_x rank step_rank params macs latency_ci_low_ms latency_ci_high_ms
+    latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high macs_x params_x fps
+    throughput_samples_per_s throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x
+    ttft_cpu_x tpot_cpu_x tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low
+    tpot_x_ci_high""".split()
 )
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
@@ -74,16 +75,17 @@ _BACKWARD_FIRST = ("backward_latency_median_ms", "backward_latency_x")
 
 
 def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> tuple[str, ...]:
-    """:data:`_LATEX_PRIORITY`, the CPU-work columns first where the table ranks by them (its
-    notes tell the reader to quote them: the page keeps them longest), a training step's
+    """:data:`_LATEX_PRIORITY`, the CPU work's median and ratio first where the table ranks by
+    them (its notes tell the reader to quote them: the page keeps them longest), a training step's
     figures first where ``columns`` has them (its backward's CPU work among them where its
     note says to read it)."""
     backward = _BACKWARD_FIRST
     if attrs.get("backward_by") == "cpu_work":
         backward = ("backward_cpu_work_median_ms", "backward_cpu_work_x", *backward)
     first = [c for c in (*_STEP_FIRST, *backward) if c in columns]
-    if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):
-        first += [c for c in _LATEX_PRIORITY if "cpu" in c.split("_") and c not in first]
+    if attrs.get("ranked_by") == "cpu_work" and not attrs.get("unranked"):  # its figures
+        # first, the wall clock's and the counts' next, before any interval
+        first += [c for c in ("cpu_work_median_ms", "cpu_work_x") if c not in first]
     return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
 
 

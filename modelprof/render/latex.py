@@ -182,7 +182,8 @@ def _drop_until_fits(
 ) -> Table:
     """Drop columns until the estimate is within ``limit_pt``, never the first: the columns
     not in ``priority`` (most important first) go first, rightmost first; an interval's two
-    bounds together."""
+    bounds together. Then each dropped column that fits in the room left comes back, the most
+    important first (a narrow one dropped before a wide one that had to go too)."""
     keep = list(range(len(table.columns)))
     rank = {name: i for i, name in enumerate(priority)}
     # a stable sort: the unranked (rightmost first), then the ranked, least important first
@@ -190,11 +191,21 @@ def _drop_until_fits(
         reversed(keep[1:]), key=lambda i: rank.get(table.columns[i], len(priority)), reverse=True
     )
     widths = _column_widths_pt(table, _font_pt(font_size))
+
+    def fits(columns: list[int]) -> bool:
+        return sum(widths[j] for j in columns) * _SAFETY <= limit_pt
+
+    def together(i: int) -> set[int]:  # an interval's bounds go together
+        partner = _interval_partner(table.columns[i])
+        return {i} | {j for j, name in enumerate(table.columns) if name == partner}
+
     for i in candidates:
-        if sum(widths[j] for j in keep) * _SAFETY <= limit_pt:
+        if fits(keep):
             break
-        partner = _interval_partner(table.columns[i])  # an interval's bounds go together
-        keep = [j for j in keep if j != i and table.columns[j] != partner]
+        keep = [j for j in keep if j not in together(i)]
+    for i in reversed(candidates):
+        if i not in keep and fits(back := sorted({*keep, *together(i)})):
+            keep = back
     return _subset(table, keep)
 
 
@@ -212,14 +223,14 @@ def _fit_columns(
 ) -> tuple[Table, str]:
     """:func:`_drop_until_fits`, and the table with its font. Where that drops a column a paper
     keeps (``priority`` up to ``output_shape``), the default ``\\small`` steps down to
-    ``\\footnotesize`` if that keeps more columns; a font the user ``chosen`` stays."""
+    ``\\footnotesize`` if that keeps more of those; a font the user ``chosen`` stays."""
     fitted = _drop_until_fits(table, limit_pt, font_size, priority)
     keep = priority[: priority.index("output_shape") + 1] if "output_shape" in priority else ()
     lost = [c for c in keep if c in table.columns and c not in fitted.columns]
     if chosen or font_size != _DEFAULT_FONT or not lost:
         return fitted, font_size
     smaller = _drop_until_fits(table, limit_pt, _SMALLER_FONT, priority)
-    if len(smaller.columns) > len(fitted.columns):
+    if any(c in smaller.columns for c in lost):
         return smaller, _SMALLER_FONT
     return fitted, font_size
 
