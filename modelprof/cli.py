@@ -960,10 +960,14 @@ def _run_generate(ctx: _Context) -> None:
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
         mem = report.memory
-        longest = mem.max_context(args.memory)
+        # prompts as long as the context where a longer prefill can be counted, else the run's
+        prompt = None if mem.count_prefill is not None else mem.prompt_len
+        longest = mem.max_context(args.memory, prompt_len=prompt)
+        prompts = "prompts as long" if prompt is None else f"prompts of {prompt} tokens"
         print(
-            f"\nfits {args.memory:,.0f} bytes: batch <= {mem.max_batch(args.memory)} at "
-            f"{mem.context} tokens; context <= {longest} tokens at batch {mem.batch_size}"
+            f"\nfits {args.memory:,.0f} bytes ({prompts}): batch <= "
+            f"{mem.max_batch(args.memory, prompt_len=prompt)} at {mem.context} tokens; context "
+            f"<= {longest} tokens at batch {mem.batch_size}"
             + (" (the model's position limit)" if longest == mem.max_positions else ""),
             file=ctx.stdout,
         )

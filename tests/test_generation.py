@@ -357,16 +357,17 @@ def test_memory_to_fit_and_the_largest_batch_and_context():
     assert act["prefill"] > act["decode"] > 0
     per_seq = 100 * 512 + max(act.values())
     budget = weights + 3 * per_seq + 1
-    assert mem.max_batch(budget, context=100) == 3  # 3 sequences of 100 tokens fit
+    # prompts of the profiled 8 tokens: its activations as measured
+    assert mem.max_batch(budget, context=100, prompt_len=8) == 3  # 3 sequences of 100 tokens
     with pytest.raises(ModelProfError, match="context=1000 is past the model's 128 positions"):
         mem.max_batch(budget, context=1000)
     # batch 2: (budget - weights - 2 x act) / (2 x 512) tokens, here 100 (+ 5 bytes to spare)
     tight = weights + 2 * max(act.values()) + 100 * 2 * 512 + 5
-    assert mem.max_context(tight, batch=2) == 100
+    assert mem.max_context(tight, batch=2, prompt_len=8) == 100
     # the first budget would hold 150+ tokens of batch 2 ((3 x 100 x 512 + act) / (2 x 512)),
     # past the model's 128 positions:
     # no context past them fits the model
-    assert mem.max_positions == 128 and mem.max_context(budget, batch=2) == 128
+    assert mem.max_positions == 128 and mem.max_context(budget, batch=2, prompt_len=8) == 128
     with pytest.raises(ModelProfError, match="memory_bytes=-1"):
         mem.max_batch(-1)
     for bad in (float("inf"), float("nan")):  # inf passed ``> 0``; nan failed int() raw

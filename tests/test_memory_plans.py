@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from modelprof import profile_generation
+from modelprof import ModelProfError, fit, profile_generation
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,13 +49,14 @@ def test_mistral_sliding_window_plan_caps_at_the_window():
     assert mem.kv_bytes(batch=3, context=4) == 3 * 4 * 2 * LAYER_TOKEN  # inside the window
     act = max(mem.activation_per_seq_bytes.values())
     budget = mem.weights_bytes + 5 * (3584 + act)
-    # 5 sequences at any context: the cache stops growing at the window
-    assert mem.max_batch(budget, context=100_000) == 5
+    # 5 sequences at any context: the cache stops growing at the window (prompts of the
+    # profiled 90 tokens: their activations as measured)
+    assert mem.max_batch(budget, context=100_000, prompt_len=90) == 5
     # memory sets no limit on the context: the model's positions are the answer
-    assert mem.max_context(budget, batch=5) == model.config.max_position_embeddings
+    assert mem.max_context(budget, batch=5, prompt_len=90) == model.config.max_position_embeddings
     # a budget that runs out inside the window: 3 tokens of 2 x 256 B per sequence fit
     tight = mem.weights_bytes + 2 * (act + 3 * 2 * LAYER_TOKEN)
-    assert mem.max_context(tight, batch=2) == 3
+    assert mem.max_context(tight, batch=2, prompt_len=2) == 3  # (prompts of 2 tokens)
 
 
 def test_mixed_full_and_sliding_layers_grow_by_the_full_ones():
@@ -73,7 +74,7 @@ def test_mixed_full_and_sliding_layers_grow_by_the_full_ones():
     act = max(mem.activation_per_seq_bytes.values())
     budget = mem.weights_bytes + act + (500 + 7) * LAYER_TOKEN
     # past the window only the full layer grows: (budget - weights - act - 7 x 256) / 256
-    assert mem.max_context(budget, batch=1) == 500
+    assert mem.max_context(budget, batch=1, prompt_len=90) == 500
 
 
 def test_full_attention_plan_is_unchanged():
@@ -85,3 +86,58 @@ def test_full_attention_plan_is_unchanged():
     # memory for far more tokens than the model has positions: its positions bound the context
     roomy = mem.weights_bytes + 10 * mem.max_positions * 512 + 10**9
     assert mem.max_context(roomy, batch=1) == mem.max_positions == 2048  # LlamaConfig's default
+
+
+def test_a_context_is_sized_with_prompts_as_long_as_it_as_fit_sizes_it():
+    # a newcomer's max_batch(24e9, context=2048) after a 16-token prompt kept that prompt's
+    # activations, 3.5x too many sequences by fit's count. Llama of _small: the largest leaf of
+    # a prefill of T tokens is the MLP's activation, T x 128 in and out, float32: 1,024 B a
+    # token (the lm_head keeps one token's logits); the KV cache 2 layers x 256 B = 512 B a
+    # token. A sequence of 2,048 tokens, prompts as long: 2,048 x (512 + 1,024) B
+    model = _small(transformers.LlamaConfig)
+    mem = _plan(model, prompt_len=16, new_tokens=8).memory
+    assert mem.activation_seq_bytes(2048) == 2048 * 1024
+    expected = int((24e9 - mem.weights_bytes) // (2048 * (512 + 1024)))
+    assert mem.max_batch(24e9, context=2048) == expected
+
+    # fit agrees: that batch fits at context 2,048, one more does not
+    def fits(batch):
+        plan = fit(model, memory_bytes=24e9, dtype=torch.float32, batch_size=batch, context=2048)
+        return plan.fits("inference")
+
+    assert fits(expected) and not fits(expected + 1)
+    # the longest context for 4 sequences in 3e6 B: 4 x c x (512 + 1,024) <= 3e6 - weights
+    budget = 3e6
+    assert mem.max_context(budget, batch=4) == int((budget - mem.weights_bytes) // (4 * 1536))
+    # prompts of the profiled 16 tokens: its measured activations (16 x 1,024 B at most)
+    assert mem.activation_seq_bytes(16) == mem.activation_seq_bytes() <= 16 * 1024
+    assert mem.max_batch(24e9, context=2048, prompt_len=16) > 1.4 * expected
+    # a prompt longer than its context, or a context of none
+    with pytest.raises(ModelProfError, match="prompt_len=4096 is longer than context=2048"):
+        mem.max_batch(24e9, context=2048, prompt_len=4096)
+    for bad in (0, -1, 1.5, "16"):
+        with pytest.raises(ModelProfError, match=f"context={bad!r} must be an int >= 1"):
+            mem.max_batch(24e9, context=bad)
+    with pytest.raises(ModelProfError, match="batch=-4 must be an int >= 1"):
+        mem.max_context(24e9, batch=-4)
+
+
+def test_the_command_lines_memory_line_sizes_prompts_as_long_as_the_context(capsys):
+    # `modelprof generate --memory`: the same plan as the Python call's, prompts as long as
+    # the context, and it says so
+    from modelprof.cli import main
+
+    spec = (
+        "LlamaConfig:hidden_size=64,intermediate_size=128,num_hidden_layers=2,"
+        "num_attention_heads=4,num_key_value_heads=2,vocab_size=256"
+    )
+    args = ["generate", spec, "--prompt-len", "16", "--new-tokens", "8", "--no-timing"]
+    assert main([*args, "--memory", "3e6"]) == 0
+    mem = _plan(_small(transformers.LlamaConfig), prompt_len=16, new_tokens=8).memory
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fits "))
+    assert line == (
+        f"fits 3,000,000 bytes (prompts as long): batch <= {mem.max_batch(3e6)} at 24 tokens; "
+        f"context <= {mem.max_context(3e6)} tokens at batch 1"
+    )
+    # at 24 tokens, prompts of 24: (3e6 - weights) // (24 x (512 + 1,024)) sequences
+    assert mem.max_batch(3e6) == int((3e6 - mem.weights_bytes) // (24 * 1536))

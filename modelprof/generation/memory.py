@@ -9,6 +9,7 @@ import dataclasses
 import math
 import numbers
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, check_int
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.runtime.inputs import bytes_text, refuse_beyond_memory
 from modelprof.runtime.tensors import tensor_bytes
@@ -73,7 +74,11 @@ def activation_bytes(records: list[Any]) -> int:
 class MemoryPlan:
     """Bytes to hold a generation of ``batch_size`` sequences of ``context`` tokens. One
     sequence's cache at ``c`` tokens: ``kv_per_token_bytes x c + window_per_token_bytes x
-    min(c, window_tokens) + state_per_seq_bytes``."""
+    min(c, window_tokens) + state_per_seq_bytes``; its activations: the largest of one leaf
+    call's inputs + outputs in the profiled phases (a prefill of ``prompt_len`` tokens, the
+    decode steps), and for a longer prompt its prefill's, counted on meta (``count_prefill``:
+    one sequence's bytes at a prompt length; None where the model cannot be fed token ids
+    alone there)."""
 
     weights_bytes: int
     kv_per_token_bytes: float  # one sequence, the layers that keep every token
@@ -84,10 +89,15 @@ class MemoryPlan:
     window_per_token_bytes: float = 0.0  # sliding-window layers, for window_tokens at most
     window_tokens: int = 0
     max_positions: int | None = None
+    prompt_len: int = 0
+    count_prefill: Callable[[int], float] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    _counted: dict[int, float] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def kv_per_seq_bytes(self, context: int | None = None) -> float:
         """The cache of one sequence at ``context`` tokens."""
-        c = context or self.context
+        c = check_int("context", self.context if context is None else context)
         held = min(c, self.window_tokens)
         return (
             self.kv_per_token_bytes * c
@@ -97,12 +107,15 @@ class MemoryPlan:
 
     def kv_bytes(self, batch: int | None = None, context: int | None = None) -> float:
         """The cache of ``batch`` sequences."""
-        return self.kv_per_seq_bytes(context) * (batch or self.batch_size)
+        return self.kv_per_seq_bytes(context) * self._batch(batch)
+
+    def _batch(self, batch: int | None) -> int:
+        return check_int("batch", self.batch_size if batch is None else batch)
 
     def total_bytes(
         self, phase: str, batch: int | None = None, context: int | None = None
     ) -> float:
-        b = batch or self.batch_size
+        b = self._batch(batch)
         return (
             self.weights_bytes
             + self.kv_bytes(b, context)
@@ -123,30 +136,82 @@ class MemoryPlan:
             ]
         )
 
-    def _per_seq(self) -> float:
-        return max(self.activation_per_seq_bytes.values(), default=0.0)
-
-    def max_batch(self, memory_bytes: float, context: int | None = None) -> int:
-        """The largest batch whose weights + KV at ``context`` + activations fit; a context
-        past the model's ``max_positions`` is refused (none fits the model, as
-        :meth:`max_context` never answers one)."""
-        _check_memory(memory_bytes)
-        if context is not None and self.max_positions is not None and context > self.max_positions:
+    def activation_seq_bytes(self, prompt_len: int | None = None) -> float:
+        """One sequence's largest activation with prompts of ``prompt_len`` tokens (None: the
+        profiled one): the profiled phases', or where the prompt is longer than the profiled
+        one, the larger of those and its prefill's counted on meta (as :func:`modelprof.fit`
+        counts it: the math attention path, a flash kernel's held less)."""
+        measured = max(self.activation_per_seq_bytes.values(), default=0.0)
+        tokens = self.prompt_len if prompt_len is None else check_int("prompt_len", prompt_len)
+        if tokens <= self.prompt_len:
+            return measured
+        if self.count_prefill is None:
             raise ModelProfError(
-                f"context={context!r} is past the model's {self.max_positions} positions "
+                f"prompt_len={tokens} is longer than the profiled prompt ({self.prompt_len} "
+                "tokens), and this model's prefill cannot be counted at another length (a step "
+                f"function, an encoder-decoder): pass prompt_len={self.prompt_len} or less, or "
+                f"profile_generation(..., prompt_len={tokens})"
+            )
+        if tokens not in self._counted:
+            self._counted[tokens] = float(self.count_prefill(tokens))
+        return max(measured, self._counted[tokens])
+
+    def max_batch(
+        self, memory_bytes: float, context: int | None = None, prompt_len: int | None = None
+    ) -> int:
+        """The largest batch whose weights + KV at ``context`` + activations fit, prompts of
+        ``prompt_len`` tokens (None: as long as the context, the longest a request there may
+        bring); a context past the model's ``max_positions`` is refused (none fits the model,
+        as :meth:`max_context` never answers one)."""
+        _check_memory(memory_bytes)
+        c = check_int("context", self.context if context is None else context)
+        if self.max_positions is not None and c > self.max_positions:
+            raise ModelProfError(
+                f"context={c!r} is past the model's {self.max_positions} positions "
                 "(max_positions): no batch runs at it; max_context(memory_bytes) is the longest "
                 "that fits"
             )
+        prompt = c if prompt_len is None else _prompt_within(prompt_len, c)
         free = memory_bytes - self.weights_bytes
-        per = self.kv_per_seq_bytes(context) + self._per_seq()
+        per = self.kv_per_seq_bytes(c) + self.activation_seq_bytes(prompt)
         return max(int(free // per), 0) if per > 0 else 0
 
-    def max_context(self, memory_bytes: float, batch: int | None = None) -> int:
-        """The longest context at which ``batch`` sequences fit, never past the model's
+    def max_context(
+        self, memory_bytes: float, batch: int | None = None, prompt_len: int | None = None
+    ) -> int:
+        """The longest context at which ``batch`` sequences fit, prompts of ``prompt_len``
+        tokens (0 where not even those fit; None: as long as the context, the prefill's
+        activations then growing with it, a search over contexts), never past the model's
         ``max_positions`` (``sys.maxsize`` when unknown: then memory alone bounds it)."""
         _check_memory(memory_bytes)
-        b = batch or self.batch_size
-        free = memory_bytes - self.weights_bytes - b * (self._per_seq() + self.state_per_seq_bytes)
+        b = self._batch(batch)
+        if prompt_len is not None:  # (0: not even the prompts fit)
+            prompt = check_int("prompt_len", prompt_len)
+            longest = self._longest(memory_bytes, b, self.activation_seq_bytes(prompt))
+            return longest if longest >= prompt else 0
+        longest = self._longest(memory_bytes, b, self.activation_seq_bytes())
+        if longest <= self.prompt_len:  # no prompt longer than the profiled one: as measured
+            return longest
+
+        def fits(c: int) -> bool:
+            return self._longest(memory_bytes, b, self.activation_seq_bytes(c)) >= c
+
+        low, high = self.prompt_len, max(2 * self.prompt_len, 1)  # fits(low): as measured
+        while high < longest and fits(high):  # (a prefill at a length far past any that fits
+            low, high = high, 2 * high  # is never counted)
+        if high >= longest:
+            if fits(longest):
+                return longest
+            high = longest
+        while high - low > 1:  # fits(low), not fits(high)
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        return low
+
+    def _longest(self, memory_bytes: float, b: int, act: float) -> int:
+        """The longest context at which ``b`` sequences with ``act`` bytes of activations each
+        fit (:meth:`max_context`'s, for one activation)."""
+        free = memory_bytes - self.weights_bytes - b * (act + self.state_per_seq_bytes)
         full, window = self.kv_per_token_bytes * b, self.window_per_token_bytes * b
         w = self.window_tokens
         if window > 0 and w > 0:
@@ -159,7 +224,17 @@ class MemoryPlan:
         return limit if full <= 0 else min(int(free // full), limit)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, count_prefill=None, _counted={}))
+        return {k: v for k, v in out.items() if k not in ("count_prefill", "_counted")}
+
+
+def _prompt_within(prompt_len: Any, context: int) -> int:
+    prompt = check_int("prompt_len", prompt_len)
+    if prompt > context:
+        raise ModelProfError(
+            f"prompt_len={prompt} is longer than context={context}: a prompt is part of its context"
+        )
+    return prompt
 
 
 def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:

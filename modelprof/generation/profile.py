@@ -28,6 +28,7 @@ from modelprof.generation.prompt import PromptInputs, prompt_inputs
 from modelprof.generation.report import GenerationReport
 from modelprof.generation.spec import GenerationSpec
 from modelprof.generation.timing import measure_generation
+from modelprof.profile import profile
 from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
@@ -199,8 +200,31 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
         batch_size=b,
         context=spec.total_len,
         state_per_seq_bytes=float(states),
+        prompt_len=spec.prompt_len,
+        count_prefill=_prefill_counter(lm),
         **terms,
     )
+
+
+def _prefill_counter(lm: LanguageModel) -> Callable[[int], float] | None:
+    """One sequence's largest activation (one leaf call's inputs + outputs) in a prefill of a
+    given number of tokens, counted on meta as ``fit`` counts it (token ids alone, the last
+    token's logits where the forward can say so); None for a step function or an
+    encoder-decoder, fed otherwise."""
+    if not lm.hf or lm.encoder is not None:
+        return None
+    model, dtype, keep = lm.model, lm.dtype, lm.logits_to_keep
+
+    def count(tokens: int) -> float:
+        inputs: dict[str, Any] = {
+            "input_ids": torch.zeros((1, tokens), dtype=torch.long, device="meta")
+        }
+        if keep:
+            inputs["logits_to_keep"] = 1
+        counted = profile(model, inputs=inputs, device="meta", dtype=dtype, timing=False)
+        return float(counted.memory.working_set_bytes)
+
+    return count
 
 
 def _positions(config: Any) -> str:
