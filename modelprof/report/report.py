@@ -31,7 +31,13 @@ from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
 from modelprof.report.memory import estimate_memory
 from modelprof.report.plots import plot_flops, plot_latency, plot_roofline
-from modelprof.report.roofline import add_roofline, own_rows, run_peaks
+from modelprof.report.roofline import (
+    PROOF_COLUMN,
+    add_roofline,
+    own_rows,
+    run_peaks,
+    with_read_times,
+)
 from modelprof.report.rows import (
     COUNTED,
     Row,
@@ -172,8 +178,9 @@ class Report(Exports):
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
         df = modelprof_frame(self.rows, self.timed)
-        if self.peaks is not None:
-            df = add_roofline(df, self.peaks)
+        if self.peaks is not None:  # (the roofs a row proves: by its span as read)
+            read = with_read_times(df, self.rows) if self.timed else df
+            df = add_roofline(read, self.peaks).drop(columns=PROOF_COLUMN, errors="ignore")
             if self.timed:  # mfu, mbu (and hfu for a training step), default convention
                 rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
                 step = self.training_step is not None
@@ -605,7 +612,8 @@ class Report(Exports):
                 "(roofline=None probes the device), or pass peaks=modelprof.timing.peaks."
                 f"probe_peaks({self.device!r}) or lookup_peaks('<device name>', {self.dtype!r})"
             )
-        return plot_roofline(self.to_dataframe(), peaks, **kw)
+        df = self.to_dataframe()  # (the roofs a row proves: by its span as read)
+        return plot_roofline(with_read_times(df, self.rows) if self.timed else df, peaks, **kw)
 
     # -- display --------------------------------------------------------------------------------
     def _title(self) -> str:
@@ -620,9 +628,16 @@ class Report(Exports):
         reason = self._rough_reason()
         if reason is None and self.layer_timing is not None:
             df = self.to_dataframe()
-            if "latency_ms" in df.columns and _short_own_rows(df).any():
-                reason = "(self) rows (a parent's span less its children's) read shorter than "
-                reason += "their work allows"
+            short = _short_own_rows(df) if "latency_ms" in df.columns else pd.Series([], bool)
+            if short.any():
+                own = own_rows(df)[short.to_numpy()].all()
+                reason = (
+                    "(self) rows (a parent's span less its children's) read shorter than "
+                    "their work allows"
+                    if own
+                    else "rows read shorter than their work allows (the hooks' measured cost "
+                    "took more than half of a span)"
+                )
         backward = self.backward_agreement
         if backward is not None and not backward.agree:  # the backward's rows: its own reason
             why = {
@@ -851,9 +866,10 @@ def _short_own_rows(df: pd.DataFrame) -> pd.Series:
     """Per row: a ``(self)`` row whose time (its parent's span less its children's) reads
     short, at 0 though it did work or faster than the roof it is judged against (efficiency
     above 1, which for a measured row raises the probed roof instead): the hooks' correction
-    or the load took time from its parent, and its time is rough."""
+    or the load took time from its parent, and its time is rough. So is a measured row's
+    faster than its roof: the correction took more than half of its span (``roof_proofs``)."""
     work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)
-    short = (df["latency_ms"] <= 0) & work
+    short = (df["latency_ms"] <= 0) & work & pd.Series(own_rows(df), index=df.index)
     if "efficiency" in df.columns:
         short |= df["efficiency"] > 1
-    return pd.Series(own_rows(df), index=df.index) & short
+    return short

@@ -97,6 +97,9 @@ class Row:
     # error bars; not a table column)
     latency_p10_ms: float = float("nan")
     latency_p90_ms: float = float("nan")
+    # the median of the call's spans as read, the hooks' cost in them: what a layer proves of
+    # the device's roofs (``roofline.roof_proofs``; not a table column)
+    latency_read_ms: float = float("nan")
     # FLOPs by aten op of the ops this row ran itself (a leaf: all of its ops; a (self) row: its
     # parent's own ops; a parent row: none), to type a row by what it does
     ops: dict[str, int] = dataclasses.field(default_factory=dict)

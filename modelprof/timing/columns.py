@@ -55,6 +55,8 @@ def layer_columns(
     columns: list[dict[str, float]] = []
     leaf_sum = 0.0
     comm = getattr(layers, "comm_samples", None) or {}
+    # as read, where the hooks' cost was taken off (a kernels run's headline is the device's)
+    read = None if isinstance(layers, KernelTiming) else getattr(layers, "raw_samples", None)
     for index, is_self, leaf in keys:
         col: dict[str, float] = {}
         s = _samples(records, layers.samples, index, is_self, leaf, comm)
@@ -64,6 +66,8 @@ def layer_columns(
                 latency_stats(s, total), latency_p10_ms=float(p10), latency_p90_ms=float(p90)
             )
             leaf_sum += col["latency_ms"] if leaf else 0.0
+            raw = read.get(records[index].key) if read and index >= 0 and not is_self else None
+            col["latency_read_ms"] = float(np.median(raw)) if raw is not None else np.nan
         peak = peaks.get(records[index].key) if index >= 0 else None
         if peak is not None and not is_self:
             col["peak_memory_bytes"] = peak
