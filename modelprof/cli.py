@@ -69,6 +69,14 @@ def parse_input_size_arg(text: str) -> tuple[int, ...]:
     return size
 
 
+def _input_size_type(text: str) -> tuple[int, ...]:
+    """:func:`parse_input_size_arg` as an argparse ``type``: a bad value is a usage error."""
+    try:
+        return parse_input_size_arg(text)
+    except ModelProfError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 #: the integer dtypes of ``--input``, as torch names them (the floating ones are
 #: ``runtime.inputs.DTYPE_NAMES``)
 _INT_DTYPES = ("int64", "long", "int32", "int", "int16", "int8", "uint8", "bool")
@@ -819,6 +827,10 @@ def _run_compare(ctx: _Context) -> None:
     from modelprof.report.plots import plot_compare
 
     args = ctx.args
+    if args.throughput and args.no_timing:  # (--no-timing says: static analysis only, fast)
+        raise ModelProfError(
+            "--throughput times a batch-size search, which --no-timing says not to do: drop one"
+        )
     models: dict[str, Any] = {}
     sizes: dict[str, Any] = {}
     for spec in args.models:
@@ -1194,7 +1206,7 @@ def _add_fit_parser(sub: Any) -> None:
     f.add_argument(
         "--input-size",
         dest="fit_input_size",
-        type=parse_input_size_arg,
+        type=_input_size_type,
         metavar="C,H,W",
         help="the input shape, batch excluded, at which a model fed no token ids (resnet18, "
         "vit_b_16) counts its activations; default: the one the spec records",

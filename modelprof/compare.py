@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
+from modelprof.errors import ModelProfError, ModelProfWarning, check_callback, warn_user
 from modelprof.models import load_model
 from modelprof.profile import PROFILE_KEYWORDS, profile
 from modelprof.report.comparison import Comparison, every_model_failed, note_failed
@@ -144,7 +144,7 @@ def compare(
     with a line as each model is profiled and when the interleaved timing ends.
     """
     _check_names(profile_options)
-    if on_step is None:
+    if check_callback("on_step", on_step) is None:
         on_step = _say_nothing
     named = _name_models(models)
     sizes = _input_sizes(named, input_size, inputs)

@@ -21,6 +21,7 @@ __all__ = [
     "NoisyMeasurementWarning",
     "TimingDisagreementWarning",
     "check_flag",
+    "check_callback",
     "check_int",
     "error_line",
     "is_int",
@@ -69,6 +70,14 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if not is_int(value) or value < minimum:
         raise ModelProfError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
+
+
+def check_callback(name: str, value: Any) -> Any:
+    """``value``, refused (named ``name``) unless callable or None: before any work is done,
+    not when first called."""
+    if value is not None and not callable(value):
+        raise ModelProfError(f"{name}={value!r} must be a callable or None")
+    return value
 
 
 class ModelProfError(Exception):

@@ -57,7 +57,7 @@ def sweep(
     ``host``, ``start_time`` (Unix seconds), ``wall_s``.
     """
     configs = load_sweep(config, options=profile_keywords())
-    check_options(resume, retry_failed, progress, timeout_s)
+    check_options(resume, retry_failed, progress, timeout_s, on_config)
     store = ResultStore(out, to_csv) if out is not None else None
     return run_sweep(
         configs,

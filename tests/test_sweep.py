@@ -113,6 +113,12 @@ def test_a_damaged_or_foreign_result_file_is_run_again(nets: Path, tmp_path: Pat
     data["format"], data["row"]["macs"] = 1, -1
     path.write_text(json.dumps(data))
     assert sweep({"models": [f"{nets}:narrow"]}, out=out)["macs"].tolist() == [200]
+    # valid JSON of another shape (a list, a number, a row that is no record, none at all):
+    # run again too, where it raised AttributeError, TypeError or KeyError
+    whole = json.loads(path.read_text())
+    for other in ([], 3, None, {**whole, "row": 3}, {k: v for k, v in whole.items() if k != "row"}):
+        path.write_text(json.dumps(other))
+        assert sweep({"models": [f"{nets}:narrow"]}, out=out)["macs"].tolist() == [200]
 
 
 def test_failed_configs_are_kept_unless_retried(nets: Path, tmp_path: Path) -> None:

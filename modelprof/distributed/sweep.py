@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import tempfile
 import time
 import warnings
@@ -29,7 +30,13 @@ import modelprof.columns as registry
 from modelprof.distributed.sweep_config import SweepConfig
 from modelprof.distributed.sweep_ranks import SweepRanks, open_ranks
 from modelprof.distributed.sweep_store import ResultStore
-from modelprof.errors import ModelProfError, TimingDisagreementWarning, check_flag, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    TimingDisagreementWarning,
+    check_callback,
+    check_flag,
+    warn_user,
+)
 from modelprof.runtime.progress import NoProgress, progress_bar
 from modelprof.timing.agreement import SeriesPoint, neighbour_disagreements
 
@@ -44,12 +51,16 @@ _CONFIG_COLUMNS = ("model", "batch_size", "dtype", "mode", "timing", "device")
 Measure = Callable[[SweepConfig, str], Mapping[str, Any]]
 
 
-def check_options(resume: Any, retry_failed: Any, progress: Any, timeout_s: Any) -> None:
+def check_options(
+    resume: Any, retry_failed: Any, progress: Any, timeout_s: Any, on_config: Any = None
+) -> None:
     """A sweep's switches, refused before anything is created or run."""
     for name, value in (("resume", resume), ("retry_failed", retry_failed), ("progress", progress)):
         check_flag(name, value)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+    number = not isinstance(timeout_s, bool) and isinstance(timeout_s, (int, float))
+    if not number or not math.isfinite(timeout_s) or timeout_s <= 0:
         raise ModelProfError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
+    check_callback("on_config", on_config)
 
 
 def run_sweep(
@@ -65,7 +76,7 @@ def run_sweep(
 ) -> pd.DataFrame:
     """Run ``measure`` on every configuration, dealt across the ranks; the gathered frame (on
     every rank), each row saved in ``store``. The options are ``modelprof.sweep``'s."""
-    check_options(resume, retry_failed, progress, timeout_s)
+    check_options(resume, retry_failed, progress, timeout_s, on_config)
     if store is not None:
         store.check(configs)
     timed = any(c.timing for c in configs)

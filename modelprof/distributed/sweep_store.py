@@ -83,6 +83,8 @@ class ResultStore:
             data = json.loads(self.path(config).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+        if not isinstance(data, dict) or not isinstance(data.get("row"), dict):
+            return None  # (valid JSON of another shape: run again, as for a broken file)
         if data.get("format") != _FORMAT or data.get("config") != config.to_dict():
             return None
         return dict(data["row"])

@@ -82,7 +82,7 @@ def compare_generation(
             f"batch_size={batch_size!r}: compare_generation times the models at one batch size; "
             "call it once per batch size (profile_generation takes a list, one model's)"
         )
-    batch_size = check_int("batch_size", batch_size)
+    batch_size, seed = check_int("batch_size", batch_size), check_int("seed", seed, 0)
     check_option_names(timing_options, own=_KEYWORDS)
     order = list(models)  # the rows'; the baseline is timed and judged first
     models = _baseline_first(models, baseline)

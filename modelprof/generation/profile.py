@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError, check_flag
+from modelprof.errors import ModelProfError, check_callback, check_flag, check_int
 from modelprof.generation.bound import resolve_target
 from modelprof.generation.cache import model_dims
 from modelprof.generation.encoder import complete_encoder_inputs, is_encoder_decoder, source_length
@@ -81,6 +81,7 @@ def profile_generation(
     configs come back as they went in.
     """
     check_option_names(timing_options, own=_KEYWORDS)
+    seed, on_step = check_int("seed", seed, 0), check_callback("on_step", on_step)
     opts = TimingOptions.parse(options, **timing_options)
     dev, dt = model_device_dtype(model, device, dtype)
     timing = check_flag("timing", dev.type != "meta" if timing is None else timing)

@@ -19,7 +19,7 @@ import pandas as pd
 
 import modelprof.columns as registry
 from modelprof.errors import ModelProfError
-from modelprof.render._output import emit
+from modelprof.render._output import checked_path, emit
 from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import selected_frame, with_index
@@ -191,7 +191,7 @@ def read_csv(
         buffer: Any = io.StringIO(source)
         where = "CSV text"
     else:
-        buffer = os.fspath(source)
+        buffer = checked_path("source", source)
         where = buffer
         if not Path(buffer).is_file():
             raise ModelProfError(f"no CSV file at {where!r}")
@@ -199,6 +199,12 @@ def read_csv(
         raw = pd.read_csv(buffer, dtype=object, keep_default_na=False, na_filter=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ModelProfError(f"cannot read {where!r} as CSV: {e}") from e
+    if dtypes is not None and not (
+        isinstance(dtypes, Mapping) and all(isinstance(v, str) for v in dtypes.values())
+    ):
+        raise ModelProfError(
+            f"dtypes={dtypes!r} must map column names to dtype names, e.g. {{'my_col': 'float64'}}"
+        )
     overrides = dict(dtypes or {})
     unknown = [c for c in overrides if c not in [_restore(str(r)) for r in raw.columns]]
     if unknown:

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from modelprof.errors import ModelProfError
-from modelprof.render._output import emit
+from modelprof.render._output import checked_path, emit
 from modelprof.render.formats import register_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.views import selected_frame
@@ -150,7 +150,7 @@ def read_json(
     if isinstance(source, str) and source.lstrip().startswith(("{", "[")):
         text, where = source, "JSON text"
     else:
-        where = os.fspath(source)
+        where = checked_path("source", source)
         try:
             text = Path(source).read_text(encoding="utf-8")
         except OSError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -124,8 +125,23 @@ class ViewOptions:
             )
         check_count("depth", self.depth, 0)
         check_count("top_k", self.top_k, 1)
+        check_count("max_rows", self.max_rows, 1)
+        check_count("indent", self.indent, 0)
         if self.units is not None:
             _check_units(self.units)
+        for name in ("caption", "label", "title"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ModelProfError(f"{name}={value!r} must be a string or None")
+        if self.max_height is not None and not (
+            isinstance(self.max_height, str) and _CSS_LENGTH.fullmatch(self.max_height)
+        ):  # (written into the page's style as given)
+            raise ModelProfError(
+                f"max_height={self.max_height!r} must be a CSS length such as '30em', "
+                "'400px' or '80vh'"
+            )
+        if isinstance(self.columns, tuple) and not self.columns:
+            raise ModelProfError("columns=[] names no column: name some, or 'all' or 'compact'")
 
     def replace(self, **options: Any) -> ViewOptions:
         """A copy with ``options`` changed and checked."""
@@ -161,6 +177,9 @@ class ViewOptions:
     def units_or(self, default: str) -> str:
         """The units asked for, else the format's ``default``; refused unless one of UNITS."""
         return _check_units(default if self.units is None else self.units)
+
+
+_CSS_LENGTH = re.compile(r"\d+(\.\d+)?(px|em|rem|ex|ch|vh|vw|vmin|vmax|%|cm|mm|in|pt|pc)")
 
 
 def _check_names(options: Mapping[str, Any], cls: type) -> None:

@@ -77,8 +77,8 @@ def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """``None``, a ``torch.dtype`` or a name such as ``"fp16"``/``"bfloat16"``."""
     if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
         raise ModelProfError(
-            f"dtype={dtype} is not a floating-point dtype; "
-            "pass integer inputs through inputs= instead"
+            f"dtype={dtype} is not a floating-point dtype: dtype= casts the floating parameters "
+            "and inputs, and integer inputs (token ids) keep their own"
         )
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
@@ -433,13 +433,26 @@ def token_inputs(
     """Token inputs of shape ``(batch_size, seq_len)`` for ``inputs=``, as calflops builds them:
     ``input_ids`` from ``[0, vocab)`` (default: :func:`vocab_size`), positional for a forward
     without ``input_ids``, and an all-ones ``attention_mask`` when the forward takes one."""
+    if not isinstance(model, nn.Module):
+        raise ModelProfError(f"model={type(model).__name__} is not a torch.nn.Module")
     seq_len = check_int("seq_len", seq_len)
     batch_size = check_int("batch_size", batch_size)
     vocab = check_int("vocab", vocab_size(model) if vocab is None else vocab)
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if is_int(positions) and seq_len > positions:
+        raise ModelProfError(
+            f"seq_len={seq_len} is past the model's {positions} positions "
+            "(config.max_position_embeddings)"
+        )
     params = forward_parameters(model)
     specs = [InputSpec("input_ids", torch.int64, (seq_len,), 0, vocab)]
     if "attention_mask" in params:
         specs.append(InputSpec("attention_mask", torch.int64, (seq_len,), value=1))
+    tokens = batch_size * seq_len
+    where = torch.device(device) if device is not None else torch.device("cpu")
+    need = tokens * 8 * len(specs)  # int64 ids (and mask)
+    what = f"token inputs of batch_size {batch_size} x seq_len {seq_len} need {bytes_text(need)}"
+    refuse_beyond_memory(what, tokens, need, where)
     made = build_inputs(specs, batch_size, device)
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     if "input_ids" not in params and not takes_kwargs:

@@ -169,9 +169,9 @@ class TimingOptions:
         compile_kwargs = values["compile_kwargs"]
         if compile_kwargs is not None and not isinstance(compile_kwargs, dict):
             raise ModelProfError(f"compile_kwargs={compile_kwargs!r} must be a dict or None")
-        seed = values["seed"]
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ModelProfError(f"seed={seed!r} must be an int or None")
+        seed = values["seed"]  # (numpy's generators take none below 0)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ModelProfError(f"seed={seed!r} must be an int >= 0 or None")
         for name in (*_FLAGS, "channels_last"):
             check_flag(name, values[name])
         compile_mode = parse_compile(values["compile"])

@@ -31,6 +31,7 @@ from modelprof.errors import (
     LoadedMachineWarning,
     ModelProfError,
     TimingDisagreementWarning,
+    check_callback,
     check_int,
     warn_user,
 )
@@ -396,6 +397,7 @@ def measure_throughput(
     ``training``/``no_grad`` change nothing that runs.
     """
     max_batch, gain, patience = check_search_bounds(max_batch, gain, patience)
+    check_callback("on_point", on_point)
     for bad in ("inputs", "batch_size", "input_size"):
         if bad in timing_options:
             raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")

@@ -1,0 +1,139 @@
+"""Arguments refused before any work, each named in a ModelProfError: a reviewer's hunt found
+them raising bare TypeErrors (often after every model had been profiled and warmed up),
+failing inside numpy or torch, or accepted in silence."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import modelprof as mp
+from modelprof import ModelProfError
+from modelprof.render import read_csv, read_json
+
+
+def _pair() -> dict[str, nn.Module]:
+    return {"a": nn.Linear(4, 3), "b": nn.Linear(4, 5)}
+
+
+def _llama() -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # numpy's generators take no seed below 0: it failed after every model was profiled
+        (lambda: mp.compare(_pair(), (4,), seed=-1, roofline=False), "seed=-1 must be an int >= 0"),
+        (
+            lambda: mp.measure_latencies(_pair(), torch.randn(1, 4), seed=-1),
+            "seed=-1 must be an int >= 0",
+        ),
+        # a callback that cannot be called: TypeError after the first model or point
+        (
+            lambda: mp.compare(_pair(), (4,), on_step=3, timing=False),
+            "on_step=3 must be a callable or None",
+        ),
+        (
+            lambda: mp.measure_throughput(nn.Linear(4, 3), (4,), max_batch=2, on_point=3),
+            "on_point=3 must be a callable or None",
+        ),
+        (
+            lambda: mp.sweep({"models": ["resnet18"], "input_size": [3, 32, 32]}, on_config=3),
+            "on_config=3 must be a callable or None",
+        ),
+        (
+            lambda: mp.sweep({"models": ["resnet18"]}, timeout_s=float("nan")),
+            "timeout_s=nan must be a positive number of seconds",
+        ),
+        # the generation's seed went to torch's manual_seed, which raised RuntimeError
+        *[
+            (
+                lambda seed=seed: mp.profile_generation(
+                    _llama(), prompt_len=4, new_tokens=2, timing=False, seed=seed
+                ),
+                f"seed={seed!r} must be an int >= 0",
+            )
+            for seed in (None, 1.5, -1)
+        ],
+        (
+            lambda: mp.profile_generation(
+                _llama(), prompt_len=4, new_tokens=2, timing=False, on_step=3
+            ),
+            "on_step=3 must be a callable or None",
+        ),
+        (
+            lambda: mp.compare_generation({"x": _llama()}, prompt_len=4, new_tokens=2, seed=None),
+            "seed=None must be an int >= 0",
+        ),
+        # token inputs of no model, past the model's positions, or beyond the memory
+        (lambda: mp.token_inputs(None, 4, 1), "model=NoneType is not a torch.nn.Module"),
+        (
+            lambda: mp.token_inputs(_llama(), 10**9, 1),
+            "seq_len=1000000000 is past the model's 64 positions",
+        ),
+        (lambda: mp.token_inputs(_llama(), 4, 10**12), "token inputs of batch_size 10000"),
+    ],
+)
+def test_a_bad_argument_is_named_before_any_work(call, message):
+    with pytest.raises(ModelProfError, match=re.escape(message)):
+        call()
+
+
+@pytest.mark.parametrize(
+    "export, message",
+    [
+        (lambda r: r.to_latex(caption=3), "caption=3 must be a string or None"),
+        (lambda r: r.to_latex(label=3), "label=3 must be a string or None"),
+        (lambda r: r.to_html(caption=3), "caption=3 must be a string or None"),  # (accepted)
+        (lambda r: r.to_json(indent="  "), "indent must be a non-negative integer, got '  '"),
+        (lambda r: r.to_json(indent=1.5), "indent must be a non-negative integer, got 1.5"),
+        (lambda r: r.to_markdown(columns=[]), "columns=[] names no column"),  # ('\n' before)
+        # written into the page's <style> as given: a number there is no CSS, a quote in it
+        # ends the attribute
+        (lambda r: r.to_html(max_height=3), "max_height=3 must be a CSS length"),
+        (lambda r: r.to_html(max_height='3px"><script>'), "must be a CSS length such as"),
+        (lambda r: r.export("csv", 3), "path=3 must be a file path (a str or os.PathLike)"),
+    ],
+)
+def test_an_export_names_its_bad_option(export, message):
+    report = mp.profile(nn.Linear(4, 3), (4,), timing=False)
+    with pytest.raises(ModelProfError, match=re.escape(message)):
+        export(report)
+    # a CSS length as documented is written as given
+    assert "max-height: 30em;" in report.to_html(max_height="30em")
+
+
+def test_a_reader_names_its_bad_source_and_dtypes():
+    text = mp.profile(nn.Linear(4, 3), (4,), timing=False).to_csv()
+    for bad in (None, 3):
+        with pytest.raises(ModelProfError, match=f"source={bad} must be a file path"):
+            read_csv(bad)
+        with pytest.raises(ModelProfError, match=f"source={bad} must be a file path"):
+            read_json(bad)
+    for dtypes in ({"params": np.int64}, ["params"]):
+        with pytest.raises(ModelProfError, match="must map column names to dtype names"):
+            read_csv(text, dtypes=dtypes)
+    assert read_csv(text, dtypes={"params": "float64"})["params"].dtype == np.float64
+
+
+def test_the_command_line_refuses_a_throughput_search_with_no_timing(capsys):
+    from modelprof.cli import main
+
+    # (--no-timing says "static analysis only; fast", and the search ran to max_batch 1024)
+    assert main(["compare", "resnet18", "squeezenet1_0", "--throughput", "--no-timing"]) == 2
+    assert "--throughput times a batch-size search" in capsys.readouterr().err
