@@ -20,6 +20,7 @@ from modelprof.distributed.sweep_store import ResultStore
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv
+from modelprof.render.jsonio import to_json
 from modelprof.timing.interleave import interval_columns
 from modelprof.timing.options import OPTION_NAMES
 
@@ -58,7 +59,7 @@ def sweep(
     """
     configs = load_sweep(config, options=profile_keywords())
     check_options(resume, retry_failed, progress, timeout_s, on_config)
-    store = ResultStore(out, to_csv) if out is not None else None
+    store = ResultStore(out, to_csv, to_json) if out is not None else None
     return run_sweep(
         configs,
         measure_config,

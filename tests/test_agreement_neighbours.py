@@ -600,7 +600,7 @@ def test_a_sweep_marks_a_batch_size_slower_than_a_bigger_one(tmp_path):
     from modelprof.distributed.sweep import run_sweep
     from modelprof.distributed.sweep_config import load_sweep
     from modelprof.distributed.sweep_store import ResultStore
-    from modelprof.render import read_csv, to_csv
+    from modelprof.render import read_csv, to_csv, to_json
 
     ms = {("alexnet", 1): 50.0, ("alexnet", 2): 2.0, ("alexnet", 4): 4.0}
 
@@ -617,7 +617,7 @@ def test_a_sweep_marks_a_batch_size_slower_than_a_bigger_one(tmp_path):
     configs = load_sweep(grid)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        frame = run_sweep(configs, measure, ResultStore(tmp_path, to_csv))
+        frame = run_sweep(configs, measure, ResultStore(tmp_path, to_csv, to_json))
     said = _disagreements(record)
     marked = frame.set_index(["model", "batch_size"])["latency_rough"]
     assert marked[marked].index.tolist() == [("alexnet", 1)]

@@ -404,3 +404,16 @@ def test_a_timed_training_step_row_carries_its_optimizer_and_whole_step_medians(
         assert f"{name}_latency_ci_low_ms" in df.columns
     # the whole step is its phases back to back: longer than its backward and optimizer
     assert row["step_latency_median_ms"] > row["optimizer_latency_median_ms"]
+
+
+def test_the_sweeps_json_reads_back_exactly_with_modelprofs_reader(nets: Path, tmp_path: Path):
+    # a newcomer's read_json("sweep_out/sweep.json") was refused (a plain list of records), and
+    # modelprof's own JSON could not read back a count column with a failed row's <NA> (Int64)
+    from modelprof.render import read_json
+
+    out = tmp_path / "out"
+    df = sweep(_grid(nets, "narrow", "broken"), out=out)
+    assert df["macs"].dtype == "Int64" and df["macs"].isna().any()  # the broken rows have none
+    back, totals, env = read_json(out / "sweep.json")
+    pd.testing.assert_frame_equal(back, df)
+    assert totals is None and env is None

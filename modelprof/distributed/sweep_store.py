@@ -56,11 +56,16 @@ class ResultStore:
     """``out/configs/<config name>.json`` per configuration; ``out/sweep.{csv,json}``."""
 
     def __init__(
-        self, out: str | os.PathLike[str], csv_text: Callable[[pd.DataFrame], str]
+        self,
+        out: str | os.PathLike[str],
+        csv_text: Callable[[pd.DataFrame], str],
+        json_text: Callable[[pd.DataFrame], str],
     ) -> None:
-        """``csv_text``: the exporters' CSV writer (``render.csvio.to_csv``)."""
+        """``csv_text``, ``json_text``: the exporters' CSV and JSON writers
+        (``render.csvio.to_csv``, ``render.jsonio.to_json``: ``read_json`` gives the frame
+        back exactly)."""
         self.out = Path(out)
-        self.csv_text = csv_text
+        self.csv_text, self.json_text = csv_text, json_text
         self.folder = self.out / "configs"
         make_folder(self.folder, f"out={str(self.out)!r}")
 
@@ -94,11 +99,10 @@ class ResultStore:
         _write(self.path(config), json.dumps(data, indent=1, allow_nan=False))
 
     def write_table(self, frame: pd.DataFrame) -> list[Path]:
-        """``sweep.csv`` and ``sweep.json`` (records), each atomically."""
+        """``sweep.csv`` and ``sweep.json``, each atomically."""
         csv_path, json_path = self.out / "sweep.csv", self.out / "sweep.json"
         _write(csv_path, self.csv_text(frame))
-        records = [jsonable(r) for r in frame.to_dict(orient="records")]
-        _write(json_path, json.dumps(records, indent=1, allow_nan=False))
+        _write(json_path, self.json_text(frame))
         return [csv_path, json_path]
 
 

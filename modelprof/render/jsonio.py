@@ -50,7 +50,13 @@ def _decode_column(values: list[Any], dtype: str, name: str) -> pd.Series:
             values = [float("nan") if v is None else _float(v) for v in values]
         elif pd.api.types.is_bool_dtype(target) or pd.api.types.is_integer_dtype(target):
             flag = pd.api.types.is_bool_dtype(target)  # JSON's true/false: ints, but bools
-            bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) != flag]
+            nullable = isinstance(target, pd.api.extensions.ExtensionDtype)  # Int64: null = NA
+            bad = [
+                v
+                for v in values
+                if not (v is None and nullable)
+                and (not isinstance(v, int) or isinstance(v, bool) != flag)
+            ]
             if bad:
                 raise ValueError(f"{bad[0]!r} is not {'true/false' if flag else 'an integer'}")
         return pd.Series(values, dtype=target, name=name)
