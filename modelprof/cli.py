@@ -222,25 +222,16 @@ def _finite_number(flag: str, value: float | None, unit: str) -> None:
         raise ModelProfError(f"{flag} {value} must be a finite number of {unit} above 0")
 
 
-_BYTES_RE = re.compile(
-    r"^\s*([-+]?[\d.]+(?:e[-+]?\d+)?|inf|nan)\s*(?:([kmgtp])(i?)b?|b)?\s*$", re.I
-)
-
-
 def _bytes_arg(text: str) -> float:
     """``--memory``'s bytes: ``24e9``, ``24GB`` or ``24G`` (powers of 1000), ``80GiB`` (1024)."""
-    m = _BYTES_RE.match(text)
-    try:
-        number = float(m[1]) if m is not None else None
-    except ValueError:  # digits and dots that are no number: 1.2.3
-        number = None
+    from modelprof.runtime.inputs import parse_bytes
+
+    number = parse_bytes(text)
     if number is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a number of bytes such as 24e9, 24GB or 80GiB"
         )
-    prefix, binary = m[2], m[3]
-    power = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
-    return number * (1024 if binary else 1000) ** power
+    return number
 
 
 def _dtype_name(value: str) -> str:
@@ -1060,7 +1051,7 @@ def _throughput_options(ctx: _Context) -> dict[str, Any]:
 
 #: What _Context reads, for the commands that take none of the common options.
 _NO_COMMON: dict[str, Any] = {
-    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget", "threads")),
+    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget")),
     "trust_pickle": False,
 }
 
@@ -1103,6 +1094,13 @@ def _add_sweep_parser(sub: Any) -> None:
         "--progress",
         "show rank 0's progress bar even when stderr is not a terminal "
         "(default: only on a terminal; needs tqdm)",
+    )
+    s.add_argument(
+        "--threads",
+        type=_threads_arg,
+        metavar="N",
+        help="torch's intra-op threads for every configuration (torch.set_num_threads; on a "
+        "loaded machine, the cores the other work leaves idle) (default: torch's)",
     )
     s.set_defaults(run=_run_sweep, **_NO_COMMON)  # a sweep file says these per grid
 

@@ -56,7 +56,12 @@ from modelprof.profile import profile
 from modelprof.render._output import emit
 from modelprof.render.units import format_bytes
 from modelprof.runtime.device import mig_refusal, mig_slice
-from modelprof.runtime.inputs import forward_parameters, parse_dtype, parse_input_size
+from modelprof.runtime.inputs import (
+    forward_parameters,
+    parse_bytes,
+    parse_dtype,
+    parse_input_size,
+)
 from modelprof.runtime.tensors import PLAIN_TENSORS, tensor_nbytes
 from modelprof.step.optimizer_state import OPTIMIZER_STATES, OptimizerState, optimizer_states
 from modelprof.timing.memory_sizes import DEVICE_MEMORY_BYTES, device_memory, memory_variants
@@ -351,6 +356,8 @@ def _learned_positions(model: nn.Module, limit: int) -> bool:
 def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
     """The datasheet entry and its memory in bytes (or ``memory_bytes``, when given)."""
     if memory_bytes is not None:
+        if isinstance(memory_bytes, str):  # "24GB", "80GiB", as --memory takes them
+            memory_bytes = parse_bytes(memory_bytes) or memory_bytes
         if (
             isinstance(memory_bytes, bool)
             or not isinstance(memory_bytes, numbers.Real)
@@ -359,7 +366,7 @@ def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
         ):
             raise ModelProfError(
                 f"memory_bytes={memory_bytes!r} must be a finite number of bytes, at least 1 "
-                "and below 2**63"
+                "and below 2**63 (or its text: '24GB', '80GiB')"
             )
         return (device if isinstance(device, str) else ""), int(memory_bytes)
     device = "H100 SXM" if device is None else device

@@ -607,6 +607,13 @@ def test_threads_sets_torchs_threads_for_the_command_only(
     assert torch.get_num_threads() == before  # and the process's count is put back
     assert main(["profile", "resnet18", "--threads", "two"]) == 2
     assert "'two' is not a number of threads" in capsys.readouterr().err
+    # a sweep takes it too (it was an unrecognized argument; the README names --threads k)
+    seen.unlink()
+    sweep = tmp_path / "grid.toml"
+    sweep.write_text(f'models = ["{f}:build"]\ninput_size = [4]\ntiming = false\n')
+    out = tmp_path / "sweep_out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--threads", str(n)]) == 0
+    assert set(seen.read_text().split()) == {str(n)} and torch.get_num_threads() == before
 
 
 def test_the_timing_modes_reach_profile_and_compare(

@@ -282,6 +282,9 @@ class _NoCacheLM(torch.nn.Module):
         # a report holds one row per batch size and one per context: a repeat was merged away
         (dict(batch_size=[1, 2, 1]), "batch_size=[1, 2, 1] names 1 twice"),
         (dict(contexts=[9, 8, 9]), "contexts=[9, 8, 9] names 9 twice"),
+        # a list is named as given, its bad item in it (it read "contexts=-1 must be an int")
+        (dict(contexts=[9, -1]), "contexts=[9, -1]: -1 is not an int >= 1"),
+        (dict(batch_size=[1, 0]), "batch_size=[1, 0]: 0 is not an int >= 1"),
         (dict(cache="paged"), "cache='paged'"),
         (dict(target="Z9000"), "target='Z9000'"),
         (

@@ -141,3 +141,16 @@ def test_the_command_lines_memory_line_sizes_prompts_as_long_as_the_context(caps
     )
     # at 24 tokens, prompts of 24: (3e6 - weights) // (24 x (512 + 1,024)) sequences
     assert mem.max_batch(3e6) == int((3e6 - mem.weights_bytes) // (24 * 1536))
+
+
+def test_memory_given_as_text_reads_as_the_command_line_reads_it():
+    # a newcomer's fit(cfg, memory_bytes="24GB") was refused, while --memory 24GB was taken
+    model = _small(transformers.LlamaConfig)
+    mem = _plan(model, prompt_len=16, new_tokens=8).memory
+    assert mem.max_batch("24GB", context=2048) == mem.max_batch(24e9, context=2048)
+    assert mem.max_context("1GiB", batch=2) == mem.max_context(2**30, batch=2)
+    text = fit(model, memory_bytes="24GB", dtype=torch.float32)
+    number = fit(model, memory_bytes=24e9, dtype=torch.float32)
+    assert str(text) == str(number)
+    with pytest.raises(ModelProfError, match="memory_bytes='lots' must be a finite"):
+        fit(model, memory_bytes="lots")

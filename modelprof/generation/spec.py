@@ -40,6 +40,9 @@ def _int_list(name: str, value: Any) -> tuple[int, ...]:
     items = [value] if is_int(value) else value
     if isinstance(items, str) or not isinstance(items, Sequence) or not items:
         raise ModelProfError(f"{name}={value!r} must be an int >= 1 or a non-empty list of them")
+    bad = [v for v in items if not is_int(v) or v < 1]
+    if bad and not is_int(value):  # a list: named whole, the bad item in it
+        raise ModelProfError(f"{name}={value!r}: {bad[0]!r} is not an int >= 1")
     got = tuple(check_int(name, v) for v in items)
     twice = sorted({v for v in got if got.count(v) > 1})
     if twice:  # (a report holds one figure per value: a second would be merged in silence)

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "available_memory_bytes",
     "build_inputs",
     "bytes_text",
+    "parse_bytes",
     "check_input_bytes",
     "forward_parameters",
     "make_inputs",
@@ -311,6 +313,26 @@ def available_memory_bytes(device: torch.device) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+_BYTES_RE = re.compile(
+    r"^\s*([-+]?[\d.]+(?:e[-+]?\d+)?|inf|nan)\s*(?:([kmgtp])(i?)b?|b)?\s*$", re.I
+)
+
+
+def parse_bytes(text: str) -> float | None:
+    """``24e9``, ``24GB`` or ``24G`` (powers of 1000), ``80GiB`` (1024) in bytes; None for
+    text that is no number of bytes."""
+    m = _BYTES_RE.match(text)
+    try:
+        number = float(m[1]) if m is not None else None
+    except ValueError:  # digits and dots that are no number: 1.2.3
+        return None
+    if number is None:
+        return None
+    prefix, binary = m[2], m[3]
+    power = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
+    return number * (1024 if binary else 1000) ** power
 
 
 def bytes_text(n: int) -> str:
