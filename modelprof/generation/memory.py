@@ -52,8 +52,8 @@ def check_run_fits(
     need = sum(parts.values())
     of_source = f" after a source of {source_len} tokens" if source_len else ""
     what = (
-        f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens}{of_source} at batch_size {batch} "
-        f"needs {bytes_text(need)} for {' and '.join(k for k, v in parts.items() if v)} "
+        f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens}{of_source} at "
+        f"batch_size {batch} needs {bytes_text(need)} for {' and '.join(k for k, v in parts.items() if v)} "
         "alone"
     )
     where = torch.device("cpu") if device.type == "meta" else device
