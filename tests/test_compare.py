@@ -455,3 +455,17 @@ def test_a_latex_table_ranked_by_cpu_work_keeps_the_headline_figures_before_inte
     kept = [h.partition(" (")[0] for h in latex_headers(export_comparison(df, "latex"))]
     assert {"CPU work median", "CPU work ratio", "latency median", "rank"} <= set(kept)
     assert not any("CI" in h for h in kept)
+
+
+def test_a_comparisons_csv_and_json_read_back_to_the_same_table(tmp_path) -> None:
+    # a newcomer's comparison.csv read back with `model` as a column, its JSON with `model` as
+    # the index; the README says how: the CSV's column set as the index gives the same table
+    from modelprof.render import read_csv, read_json
+
+    df = compare({"a": nn.Linear(4, 3), "b": nn.Linear(4, 5)}, (4,), timing=False)
+    df.render.export("csv", tmp_path / "c.csv")
+    df.render.export("json", tmp_path / "c.json")
+    from_csv = read_csv(tmp_path / "c.csv").set_index("model")
+    from_json = read_json(tmp_path / "c.json")[0]
+    pd.testing.assert_frame_equal(from_csv, pd.DataFrame(df))
+    pd.testing.assert_frame_equal(from_json, pd.DataFrame(df))
