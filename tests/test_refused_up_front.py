@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_llama
 from torch import nn
 
 import modelprof as mp
@@ -21,17 +22,8 @@ def _pair() -> dict[str, nn.Module]:
 
 
 def _llama() -> nn.Module:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        vocab_size=64,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(config)
+    pytest.importorskip("transformers")
+    return tiny_llama()
 
 
 @pytest.mark.parametrize(
@@ -84,7 +76,7 @@ def _llama() -> nn.Module:
         (lambda: mp.token_inputs(None, 4, 1), "model=NoneType is not a torch.nn.Module"),
         (
             lambda: mp.token_inputs(_llama(), 10**9, 1),
-            "seq_len=1000000000 is past the model's 64 positions",
+            "seq_len=1000000000 is past the model's 128 positions",
         ),
         (lambda: mp.token_inputs(_llama(), 4, 10**12), "token inputs of batch_size 10000"),
     ],
