@@ -335,7 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=INPUT_HELP,
     )
     table.add_argument("--tokens", type=int, metavar="SEQ_LEN", help=TOKENS_HELP)
-    _switch(table, "--no-timing", "static analysis only (params, MACs, FLOPs, bytes); fast")
+    _switch(
+        table,
+        "--no-timing",
+        "no latency: static analysis only (params, MACs, FLOPs, bytes); fast (compare's "
+        "--throughput still times its batch-size search)",
+    )
     _switch(
         table,
         "--backward",
@@ -818,10 +823,6 @@ def _run_compare(ctx: _Context) -> None:
     from modelprof.report.plots import plot_compare
 
     args = ctx.args
-    if args.throughput and args.no_timing:  # (--no-timing says: static analysis only, fast)
-        raise ModelProfError(
-            "--throughput times a batch-size search, which --no-timing says not to do: drop one"
-        )
     models: dict[str, Any] = {}
     sizes: dict[str, Any] = {}
     for spec in args.models:
@@ -963,15 +964,14 @@ def _run_generate(ctx: _Context) -> None:
     print("\n" + to_markdown(report.phase_table()), file=ctx.stdout)
     if args.memory is not None and report.memory is not None:
         mem = report.memory
-        # prompts as long as the context where a longer prefill can be counted, else the run's
-        prompt = None if mem.count_prefill is not None else mem.prompt_len
-        longest = mem.max_context(args.memory, prompt_len=prompt)
-        prompts = "prompts as long" if prompt is None else f"prompts of {prompt} tokens"
+        longest, batch = mem.max_context(args.memory), mem.max_batch(args.memory)
+        note = mem.prefill_note  # (read after the counts: one may have failed)
         print(
-            f"\nfits {args.memory:,.0f} bytes ({prompts}): batch <= "
-            f"{mem.max_batch(args.memory, prompt_len=prompt)} at {mem.context} tokens; context "
-            f"<= {longest} tokens at batch {mem.batch_size}"
-            + (" (the model's position limit)" if longest == mem.max_positions else ""),
+            f"\nfits {args.memory:,.0f} bytes (prompts as long as the context): batch <= "
+            f"{batch} at {mem.context} tokens; context <= {longest} tokens at batch "
+            f"{mem.batch_size}"
+            + (" (the model's position limit)" if longest == mem.max_positions else "")
+            + (f"\nnote: {note}" if note else ""),
             file=ctx.stdout,
         )
     if ctx.out is None:
@@ -1051,7 +1051,7 @@ def _throughput_options(ctx: _Context) -> dict[str, Any]:
 
 #: What _Context reads, for the commands that take none of the common options.
 _NO_COMMON: dict[str, Any] = {
-    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget")),
+    **dict.fromkeys(("input_size", "device", "dtype", "out", "format", "budget", "threads")),
     "trust_pickle": False,
 }
 
@@ -1102,7 +1102,8 @@ def _add_sweep_parser(sub: Any) -> None:
         help="torch's intra-op threads for every configuration (torch.set_num_threads; on a "
         "loaded machine, the cores the other work leaves idle) (default: torch's)",
     )
-    s.set_defaults(run=_run_sweep, **_NO_COMMON)  # a sweep file says these per grid
+    # a sweep file says these per grid (its own --threads, given, wins over the default)
+    s.set_defaults(run=_run_sweep, **_NO_COMMON)
 
 
 #: The columns ``modelprof sweep`` prints (all of them are in the files).

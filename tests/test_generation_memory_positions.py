@@ -10,18 +10,8 @@ from modelprof.generation.memory import MemoryPlan
 
 
 def _plan(max_positions: int | None) -> MemoryPlan:
-    # 1,000 B of weights, 512 B of KV a token, 100 B of activations a sequence (at any prompt
-    # length: the counter of a longer prefill reads 100 B too)
-    return MemoryPlan(
-        1000,
-        512.0,
-        {"prefill": 100.0},
-        1,
-        12,
-        max_positions=max_positions,
-        prompt_len=4,
-        count_prefill=lambda tokens: 100.0,
-    )
+    # 1,000 B of weights, 512 B of KV a token, 100 B of activations a sequence
+    return MemoryPlan(1000, 512.0, {"prefill": 100.0}, 1, 12, max_positions=max_positions)
 
 
 def test_a_context_past_the_positions_is_refused():

@@ -136,8 +136,8 @@ def test_the_command_lines_memory_line_sizes_prompts_as_long_as_the_context(caps
     mem = _plan(_small(transformers.LlamaConfig), prompt_len=16, new_tokens=8).memory
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fits "))
     assert line == (
-        f"fits 3,000,000 bytes (prompts as long): batch <= {mem.max_batch(3e6)} at 24 tokens; "
-        f"context <= {mem.max_context(3e6)} tokens at batch 1"
+        f"fits 3,000,000 bytes (prompts as long as the context): batch <= {mem.max_batch(3e6)} "
+        f"at 24 tokens; context <= {mem.max_context(3e6)} tokens at batch 1"
     )
     # at 24 tokens, prompts of 24: (3e6 - weights) // (24 x (512 + 1,024)) sequences
     assert mem.max_batch(3e6) == int((3e6 - mem.weights_bytes) // (24 * 1536))
@@ -154,3 +154,80 @@ def test_memory_given_as_text_reads_as_the_command_line_reads_it():
     assert str(text) == str(number)
     with pytest.raises(ModelProfError, match="memory_bytes='lots' must be a finite"):
         fit(model, memory_bytes="lots")
+
+
+def _counting_plan(count, max_positions=None):
+    # 1,000 B of weights, 512 B of KV a token, 100 B of activations in the profiled phases
+    # (a 4-token prompt), a prefill of t tokens counted by ``count``
+    from modelprof.generation.memory import MemoryPlan
+
+    return MemoryPlan(
+        1000, 512.0, {"prefill": 100.0}, 1, 12, max_positions=max_positions, prompt_len=4,
+        count_prefill=count,
+    )  # fmt: skip
+
+
+def test_a_prefill_that_cannot_be_counted_keeps_the_profiled_prompts_figures():
+    from modelprof.generation.memory import MemoryPlan
+
+    # no counter (a step function, an encoder-decoder, a plan built by hand): the profiled
+    # prompt's 100 B stand at any context, and the plan says so
+    plain = MemoryPlan(1000, 512.0, {"prefill": 100.0}, 1, 12, prompt_len=4)
+    assert plain.max_batch(24e9, context=2048) == int((24e9 - 1000) // (512 * 2048 + 100))
+    assert "cannot be counted at another length" in plain.prefill_note
+    # a count that fails (a forward meta cannot run): the same, said
+    failing = _counting_plan(lambda tokens: None)
+    assert failing.max_batch(24e9, context=2048) == plain.max_batch(24e9, context=2048)
+    assert "the count of a longer prefill on meta failed" in failing.prefill_note
+    # a count that works: 10 B a token, 20,480 B at 2,048 tokens, and no note
+    counted = _counting_plan(lambda tokens: 10.0 * tokens)
+    assert counted.max_batch(24e9, context=2048) == int((24e9 - 1000) // (2048 * (512 + 10)))
+    assert counted.prefill_note is None
+
+
+def test_counts_stop_at_the_cap_and_grow_in_proportion_past_it():
+    from modelprof.generation.memory import COUNT_CAP
+
+    seen = []
+
+    def count(tokens):
+        seen.append(tokens)
+        return 10.0 * tokens
+
+    # no known positions: a prompt of 4 x COUNT_CAP tokens is counted at the cap (10 B a
+    # token there) and grows in proportion: 10 x 4 x COUNT_CAP bytes
+    plan = _counting_plan(count)
+    assert plan.activation_seq_bytes(4 * COUNT_CAP) == 10.0 * 4 * COUNT_CAP
+    assert seen == [COUNT_CAP]
+    # the longest context of one sequence in 1e8 B: no KV cap, so memory alone bounds it:
+    # 1,000 + c x (512 + 10) <= 1e8 -> c = 191,568; no count past the cap was asked for
+    assert plan.max_context(1e8) == int((1e8 - 1000) // 522)
+    assert max(seen) == COUNT_CAP
+    # a known limit is the cap: counts up to it
+    capped = _counting_plan(count, max_positions=2 * COUNT_CAP)
+    assert capped.activation_seq_bytes(2 * COUNT_CAP) == 10.0 * 2 * COUNT_CAP
+
+
+def test_a_generation_report_pickles_and_keeps_no_weights_alive():
+    import gc
+    import pickle
+    import weakref
+
+    model = _small(transformers.LlamaConfig)
+    report = _plan(model, prompt_len=16, new_tokens=8)
+    counted = report.memory.max_batch(24e9, context=2048)
+    # pickled, the plan keeps its figures, not the counter (a closure over the model)
+    back = pickle.loads(pickle.dumps(report))
+    assert back.memory.activation_per_seq_bytes == report.memory.activation_per_seq_bytes
+    assert back.memory.count_prefill is None and back.memory.prefill_note is not None
+    # the report keeps no weights alive (it counts on a copy of the model on meta, made with
+    # no byte of its weights); with the model gone, a new length is counted all the same:
+    # 4,096 x 1,024 B
+    gone = weakref.ref(model)
+    weights = [weakref.ref(p) for p in model.parameters()]
+    del model
+    gc.collect()
+    assert gone() is None and all(w() is None for w in weights)
+    assert report.memory.activation_seq_bytes(4096) == 4096 * 1024
+    assert report.memory.prefill_note is None
+    assert report.memory.max_batch(24e9, context=2048) == counted

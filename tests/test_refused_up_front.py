@@ -108,6 +108,7 @@ def test_an_export_names_its_bad_option(export, message):
         export(report)
     # a CSS length as documented is written as given
     assert "max-height: 30em;" in report.to_html(max_height="30em")
+    assert "max-height: calc(100vh - 10em);" in report.to_html(max_height="calc(100vh - 10em)")
 
 
 def test_a_reader_names_its_bad_source_and_dtypes():
@@ -121,11 +122,3 @@ def test_a_reader_names_its_bad_source_and_dtypes():
         with pytest.raises(ModelProfError, match="must map column names to dtype names"):
             read_csv(text, dtypes=dtypes)
     assert read_csv(text, dtypes={"params": "float64"})["params"].dtype == np.float64
-
-
-def test_the_command_line_refuses_a_throughput_search_with_no_timing(capsys):
-    from modelprof.cli import main
-
-    # (--no-timing says "static analysis only; fast", and the search ran to max_batch 1024)
-    assert main(["compare", "resnet18", "squeezenet1_0", "--throughput", "--no-timing"]) == 2
-    assert "--throughput times a batch-size search" in capsys.readouterr().err

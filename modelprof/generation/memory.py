@@ -22,7 +22,18 @@ from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.runtime.inputs import bytes_text, parse_bytes, refuse_beyond_memory
 from modelprof.runtime.tensors import tensor_bytes
 
-__all__ = ["MemoryPlan", "activation_bytes", "cache_terms", "check_run_fits", "weights_bytes"]
+__all__ = [
+    "COUNT_CAP",
+    "MemoryPlan",
+    "activation_bytes",
+    "cache_terms",
+    "check_run_fits",
+    "weights_bytes",
+]
+
+#: the longest prefill a plan counts on meta for a model of no known positions (a state-space
+#: model's scan on meta takes about 0.4 ms a token); a longer prompt's grows in proportion
+COUNT_CAP = 8192
 
 
 def weights_bytes(model: nn.Module | None, dtype: torch.dtype) -> int:
@@ -77,8 +88,10 @@ class MemoryPlan:
     min(c, window_tokens) + state_per_seq_bytes``; its activations: the largest of one leaf
     call's inputs + outputs in the profiled phases (a prefill of ``prompt_len`` tokens, the
     decode steps), and for a longer prompt its prefill's, counted on meta (``count_prefill``:
-    one sequence's bytes at a prompt length; None where the model cannot be fed token ids
-    alone there)."""
+    one sequence's bytes at a prompt length, None where that count failed; itself None where
+    the model cannot be fed token ids alone there: then the profiled prompt's figures stand,
+    which ``prefill_note`` says). Counts stop at ``max_positions`` (``COUNT_CAP`` tokens where
+    that is unknown), past which the last count grows in proportion."""
 
     weights_bytes: int
     kv_per_token_bytes: float  # one sequence, the layers that keep every token
@@ -93,7 +106,34 @@ class MemoryPlan:
     count_prefill: Callable[[int], float] | None = dataclasses.field(
         default=None, compare=False, repr=False
     )
-    _counted: dict[int, float] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    _counted: dict[int, float | None] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the counter (a closure over the model): the unpickled plan sizes
+        longer prompts with the profiled prompt's figures, as ``prefill_note`` says."""
+        return {**self.__dict__, "count_prefill": None, "_counted": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def prefill_note(self) -> str | None:
+        """Why a prompt longer than the profiled one is sized with the profiled prompt's
+        activations (no count of it), or None where it is counted."""
+        if self.count_prefill is None:
+            return (
+                f"activations of the profiled {self.prompt_len}-token prompt: this model's prefill "
+                "cannot be counted at another length (a step function, an encoder-decoder, or a "
+                "plan unpickled)"
+            )
+        if any(v is None for v in self._counted.values()):
+            return (
+                f"activations of the profiled {self.prompt_len}-token prompt: the count of a "
+                "longer prefill on meta failed"
+            )
+        return None
 
     def kv_per_seq_bytes(self, context: int | None = None) -> float:
         """The cache of one sequence at ``context`` tokens."""
@@ -140,21 +180,24 @@ class MemoryPlan:
         """One sequence's largest activation with prompts of ``prompt_len`` tokens (None: the
         profiled one): the profiled phases', or where the prompt is longer than the profiled
         one, the larger of those and its prefill's counted on meta (as :func:`modelprof.fit`
-        counts it: the math attention path, a flash kernel's held less)."""
+        counts it: the math attention path, a flash kernel's held less); where it cannot be
+        counted, the profiled phases' (``prefill_note``)."""
         measured = max(self.activation_per_seq_bytes.values(), default=0.0)
         tokens = self.prompt_len if prompt_len is None else check_int("prompt_len", prompt_len)
-        if tokens <= self.prompt_len:
+        if tokens <= self.prompt_len or self.count_prefill is None:
             return measured
-        if self.count_prefill is None:
-            raise ModelProfError(
-                f"prompt_len={tokens} is longer than the profiled prompt ({self.prompt_len} "
-                "tokens), and this model's prefill cannot be counted at another length (a step "
-                f"function, an encoder-decoder): pass prompt_len={self.prompt_len} or less, or "
-                f"profile_generation(..., prompt_len={tokens})"
-            )
+        cap = self.max_positions if self.max_positions is not None else COUNT_CAP
+        counted = self._count(min(tokens, cap))
+        if counted is None:
+            return measured
+        return max(measured, counted * max(tokens / cap, 1.0))
+
+    def _count(self, tokens: int) -> float | None:
+        """One sequence's prefill of ``tokens`` counted (once), None where the count failed."""
         if tokens not in self._counted:
-            self._counted[tokens] = float(self.count_prefill(tokens))
-        return max(measured, self._counted[tokens])
+            got = self.count_prefill(tokens) if self.count_prefill is not None else None
+            self._counted[tokens] = None if got is None else float(got)
+        return self._counted[tokens]
 
     def max_batch(
         self, memory_bytes: float, context: int | None = None, prompt_len: int | None = None
@@ -171,7 +214,7 @@ class MemoryPlan:
                 "(max_positions): no batch runs at it; max_context(memory_bytes) is the longest "
                 "that fits"
             )
-        prompt = c if prompt_len is None else _prompt_within(prompt_len, c)
+        prompt = c if prompt_len is None else _prompt_within(prompt_len, c)  # (see the class)
         free = memory_bytes - self.weights_bytes
         per = self.kv_per_seq_bytes(c) + self.activation_seq_bytes(prompt)
         return max(int(free // per), 0) if per > 0 else 0

@@ -4,6 +4,7 @@ measured end to end, its KV cache and memory, and bounded on a named device."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from modelprof.runtime.env import collect_env
 from modelprof.runtime.execution import RunMode, running
 from modelprof.runtime.guard import preserved_state
 from modelprof.runtime.inputs import parse_device, parse_dtype
-from modelprof.runtime.placement import model_placement
+from modelprof.runtime.placement import meta_copy, model_placement
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.timing.options import (
     TimingOptions,
@@ -207,22 +208,32 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     )
 
 
-def _prefill_counter(lm: LanguageModel) -> Callable[[int], float] | None:
+def _prefill_counter(lm: LanguageModel) -> Callable[[int], float | None] | None:
     """One sequence's largest activation (one leaf call's inputs + outputs) in a prefill of a
     given number of tokens, counted on meta as ``fit`` counts it (token ids alone, the last
-    token's logits where the forward can say so); None for a step function or an
-    encoder-decoder, fed otherwise."""
+    token's logits where the forward can say so), None where that fails (a forward meta cannot
+    run). It runs a copy on meta made now (the model's structure, no weights: a report keeps
+    none alive); None for a step function or an encoder-decoder, fed otherwise, or a model
+    that cannot be copied."""
     if not lm.hf or lm.encoder is not None:
         return None
-    model, dtype, keep = lm.model, lm.dtype, lm.logits_to_keep
+    model = meta_copy(lm.model)
+    if model is None:
+        return None
+    dtype, keep = lm.dtype, lm.logits_to_keep
 
-    def count(tokens: int) -> float:
+    def count(tokens: int) -> float | None:
         inputs: dict[str, Any] = {
             "input_ids": torch.zeros((1, tokens), dtype=torch.long, device="meta")
         }
         if keep:
             inputs["logits_to_keep"] = 1
-        counted = profile(model, inputs=inputs, device="meta", dtype=dtype, timing=False)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (the run's own warnings were said)
+                counted = profile(model, inputs=inputs, device="meta", dtype=dtype, timing=False)
+        except (ModelProfError, RuntimeError, NotImplementedError):
+            return None
         return float(counted.memory.working_set_bytes)
 
     return count

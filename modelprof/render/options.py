@@ -134,11 +134,11 @@ class ViewOptions:
             if value is not None and not isinstance(value, str):
                 raise ModelProfError(f"{name}={value!r} must be a string or None")
         if self.max_height is not None and not (
-            isinstance(self.max_height, str) and _CSS_LENGTH.fullmatch(self.max_height)
-        ):  # (written into the page's style as given)
+            isinstance(self.max_height, str) and _CSS_VALUE.fullmatch(self.max_height)
+        ):  # (written into the page's style as given: nothing that ends the value)
             raise ModelProfError(
                 f"max_height={self.max_height!r} must be a CSS length such as '30em', "
-                "'400px' or '80vh'"
+                "'400px', '80vh' or 'calc(100vh - 10em)'"
             )
         if isinstance(self.columns, tuple) and not self.columns:
             raise ModelProfError("columns=[] names no column: name some, or 'all' or 'compact'")
@@ -179,7 +179,8 @@ class ViewOptions:
         return _check_units(default if self.units is None else self.units)
 
 
-_CSS_LENGTH = re.compile(r"\d+(\.\d+)?(px|em|rem|ex|ch|vh|vw|vmin|vmax|%|cm|mm|in|pt|pc)")
+#: a CSS value that stays one: no character that ends it, its rule or the style element
+_CSS_VALUE = re.compile(r"[^;{}<>\"'\\]+")
 
 
 def _check_names(options: Mapping[str, Any], cls: type) -> None:

@@ -171,16 +171,17 @@ class Report(Exports):
         """One row per module call (``modelprof``) or torchstat's leaf table (``torchstat``).
         With peaks the modelprof view carries the roofline columns and, timed, ``mfu``, ``mbu``
         (``hfu`` for a training step) in :meth:`utilization`'s default convention; timed, also
-        ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`, or a ``(self)`` row
-        read short: :func:`_short_own_rows`); a timed training step's ``backward_latency_rough``
+        ``latency_passes`` and ``latency_rough`` (:attr:`layers_rough`, or a row read short:
+        :func:`_short_own_rows`); a timed training step's ``backward_latency_rough``
         (its instrumented backward disagrees with the clean one: ``training_step.agreement``)."""
         style = ViewOptions.parse(style=style).style
         if style == "torchstat":
             return torchstat_frame(self.rows, self.timed)
         df = modelprof_frame(self.rows, self.timed)
-        if self.peaks is not None:  # (the roofs a row proves: by its span as read)
-            read = with_read_times(df, self.rows) if self.timed else df
-            df = add_roofline(read, self.peaks).drop(columns=PROOF_COLUMN, errors="ignore")
+        if self.timed:  # each row's span as read: what it proves a roof by (dropped below)
+            df = with_read_times(df, self.rows)
+        if self.peaks is not None:
+            df = add_roofline(df, self.peaks)
             if self.timed:  # mfu, mbu (and hfu for a training step), default convention
                 rows, _ = utilization(self, Convention(peaks=run_peaks(self)), self._by_op)
                 step = self.training_step is not None
@@ -198,7 +199,7 @@ class Report(Exports):
                 [r.kind != "optimizer" for r in self.rows]
             )
             df["backward_latency_rough"] = timed & (not backward.agree)
-        return df
+        return df.drop(columns=PROOF_COLUMN, errors="ignore")
 
     @property
     def backward_agreement(self) -> Any:
@@ -627,8 +628,8 @@ class Report(Exports):
         )
         reason = self._rough_reason()
         if reason is None and self.layer_timing is not None:
-            df = self.to_dataframe()
-            short = _short_own_rows(df) if "latency_ms" in df.columns else pd.Series([], bool)
+            df = self.to_dataframe()  # (layers not rough: a rough row is a short one)
+            short = df.get("latency_rough", pd.Series(False, index=df.index)).fillna(False)
             if short.any():
                 own = own_rows(df)[short.to_numpy()].all()
                 reason = (
@@ -867,9 +868,15 @@ def _short_own_rows(df: pd.DataFrame) -> pd.Series:
     short, at 0 though it did work or faster than the roof it is judged against (efficiency
     above 1, which for a measured row raises the probed roof instead): the hooks' correction
     or the load took time from its parent, and its time is rough. So is a measured row's
-    faster than its roof: the correction took more than half of its span (``roof_proofs``)."""
+    faster than its roof where the hooks' correction took more than half of its span as read
+    (``PROOF_COLUMN``: it proved that roof by the half, ``roof_proofs``); above a roof given
+    or looked up, its time stands, its efficiency above 1 saying so."""
+    own = pd.Series(own_rows(df), index=df.index)
     work = (df["flops"] > 0) | (df["read_bytes"] + df["write_bytes"] > 0)
-    short = (df["latency_ms"] <= 0) & work & pd.Series(own_rows(df), index=df.index)
+    short = (df["latency_ms"] <= 0) & work & own
     if "efficiency" in df.columns:
-        short |= df["efficiency"] > 1
+        above = df["efficiency"] > 1
+        read = df.get(PROOF_COLUMN, pd.Series(np.nan, index=df.index))
+        cut = df["latency_ms"] < read / 2  # (NaN: not read, False)
+        short |= above & (own | cut)
     return short

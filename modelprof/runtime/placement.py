@@ -15,7 +15,7 @@ from modelprof.runtime.device import same_device
 from modelprof.runtime.group import communicates
 from modelprof.runtime.guard import MODULE_REGISTRIES
 
-__all__ = ["copy_model", "model_placement", "moved_model", "runs_as_is"]
+__all__ = ["copy_model", "meta_copy", "model_placement", "moved_model", "runs_as_is"]
 
 
 def model_placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
@@ -80,6 +80,23 @@ def moved_model(
             "or profile it as it is"
         ) from e
     return clone
+
+
+def meta_copy(model: nn.Module) -> nn.Module | None:
+    """A copy of ``model`` whose parameters and buffers are meta tensors of their shapes and
+    dtypes, made without copying a byte of them (``copy.deepcopy`` handed each one's meta
+    twin); None where the model cannot be copied (a process group's, or deepcopy fails)."""
+    if communicates(model):
+        return None
+    memo: dict[int, object] = {}
+    for name, tensors in (("parameters", model.parameters()), ("buffers", model.buffers())):
+        for t in tensors:
+            twin = t.detach().to("meta")
+            memo[id(t)] = nn.Parameter(twin, t.requires_grad) if name == "parameters" else twin
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception:  # noqa: BLE001 - TypeError (unpicklable), RecursionError, ...
+        return None
 
 
 def copy_model(model: nn.Module, why: str, *, own_parameters: bool = False) -> nn.Module:
