@@ -200,6 +200,8 @@ def compare(
     df = _table(table, baseline, run.env, run.timing_attrs, failed)
     if run.notes:
         df.attrs["notes"] = [*df.attrs.get("notes", ()), *run.notes]
+    if run.backward:  # timed or not, its counts are the step's: the caption says so
+        df.attrs["training_counts"] = True
     return df
 
 
@@ -716,7 +718,9 @@ def _input_shape(size: Any, inputs: Any, batch_size: int | None) -> str:
 #: what of a compare(backward=True) table the forward alone times
 _FORWARD_NOTE = (
     "latency_median_ms, fps, latency_x and rank: the forward pass alone, in the training "
-    "step's mode; backward_* and step_latency_*: the training step"
+    "step's mode; backward_*, step_latency_* and step_rank: the training step; flops, madd and "
+    "the bytes (and their ratios): the step's forward columns, the loss's and the optimizer "
+    "step's included (macs: the forward's, the optimizer runs none)"
 )
 #: what a compare(backward=True) throughput column holds
 _STEPS_NOTE = (

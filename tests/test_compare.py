@@ -469,3 +469,19 @@ def test_a_comparisons_csv_and_json_read_back_to_the_same_table(tmp_path) -> Non
     from_json = read_json(tmp_path / "c.json")[0]
     pd.testing.assert_frame_equal(from_csv, pd.DataFrame(df))
     pd.testing.assert_frame_equal(from_json, pd.DataFrame(df))
+
+
+def test_a_training_comparisons_counts_say_they_are_the_steps() -> None:
+    # a newcomer printed a training comparison's FLOPs as the forward's: they are the training
+    # report's totals, the loss and AdamW's step included (14 x 4,680 params of Linear(64, 64)
+    # and Linear(64, 8) here), which the caption and the notes now say
+    from modelprof import profile
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    kw = dict(backward=True, optimizer="adamw")
+    df = compare({"m": model}, (64,), timing=False, **kw)
+    totals = profile(model, (64,), timing=False, **kw).totals
+    assert df.loc["m", "flops"] == totals["flops"] and df.loc["m", "macs"] == totals["macs"]
+    caption = "FLOPs and bytes: the training step's forward, loss and optimizer step"
+    assert caption in str(df.render.export("latex"))
+    assert caption not in str(compare({"m": model}, (64,), timing=False).render.export("latex"))

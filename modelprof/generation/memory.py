@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import pickle
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from modelprof.counting.formulas.quantized import module_packed_weights
-from modelprof.errors import ModelProfError, check_int
+from modelprof.errors import ModelProfError, ModelProfWarning, check_int, warn_user
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
 from modelprof.runtime.inputs import bytes_text, parse_bytes, refuse_beyond_memory
 from modelprof.runtime.tensors import tensor_bytes
@@ -109,11 +110,18 @@ class MemoryPlan:
     _counted: dict[int, float | None] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
     )
+    _warned: list[bool] = dataclasses.field(default_factory=list, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the counter (a closure over the model): the unpickled plan sizes
-        longer prompts with the profiled prompt's figures, as ``prefill_note`` says."""
-        return {**self.__dict__, "count_prefill": None, "_counted": {}}
+        """Pickled with its counter where that pickles (a copy of the model on meta), else
+        without: the unpickled plan then sizes longer prompts with the profiled prompt's
+        figures, as ``prefill_note`` and a warning say."""
+        state = dict(self.__dict__)
+        try:
+            pickle.dumps(self.count_prefill)
+        except Exception:  # noqa: BLE001 - a module that does not pickle, whatever it raises
+            state["count_prefill"] = None
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -184,11 +192,14 @@ class MemoryPlan:
         counted, the profiled phases' (``prefill_note``)."""
         measured = max(self.activation_per_seq_bytes.values(), default=0.0)
         tokens = self.prompt_len if prompt_len is None else check_int("prompt_len", prompt_len)
-        if tokens <= self.prompt_len or self.count_prefill is None:
+        if tokens <= self.prompt_len:
             return measured
         cap = self.max_positions if self.max_positions is not None else COUNT_CAP
-        counted = self._count(min(tokens, cap))
+        counted = self._count(min(tokens, cap)) if self.count_prefill is not None else None
         if counted is None:
+            if not self._warned:  # said once a plan: a figure short of the truth
+                self._warned.append(True)
+                warn_user(f"modelprof: memory plan: {self.prefill_note}", ModelProfWarning)
             return measured
         return max(measured, counted * max(tokens / cap, 1.0))
 
@@ -267,8 +278,10 @@ class MemoryPlan:
         return limit if full <= 0 else min(int(free // full), limit)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(dataclasses.replace(self, count_prefill=None, _counted={}))
-        return {k: v for k, v in out.items() if k not in ("count_prefill", "_counted")}
+        out = dataclasses.asdict(
+            dataclasses.replace(self, count_prefill=None, _counted={}, _warned=[])
+        )
+        return {k: v for k, v in out.items() if k not in ("count_prefill", "_counted", "_warned")}
 
 
 def _prompt_within(prompt_len: Any, context: int) -> int:

@@ -208,35 +208,40 @@ def _memory(lm: LanguageModel, spec: GenerationSpec, phases: list, kv: Any) -> M
     )
 
 
-def _prefill_counter(lm: LanguageModel) -> Callable[[int], float | None] | None:
-    """One sequence's largest activation (one leaf call's inputs + outputs) in a prefill of a
-    given number of tokens, counted on meta as ``fit`` counts it (token ids alone, the last
-    token's logits where the forward can say so), None where that fails (a forward meta cannot
-    run). It runs a copy on meta made now (the model's structure, no weights: a report keeps
-    none alive); None for a step function or an encoder-decoder, fed otherwise, or a model
-    that cannot be copied."""
+def _prefill_counter(lm: LanguageModel) -> PrefillCounter | None:
+    """A :class:`PrefillCounter` of ``lm``'s model, None for a step function or an
+    encoder-decoder, fed otherwise, or a model that cannot be copied."""
     if not lm.hf or lm.encoder is not None:
         return None
     model = meta_copy(lm.model)
-    if model is None:
-        return None
-    dtype, keep = lm.dtype, lm.logits_to_keep
+    return None if model is None else PrefillCounter(model, lm.dtype, lm.logits_to_keep)
 
-    def count(tokens: int) -> float | None:
+
+class PrefillCounter:
+    """One sequence's largest activation (one leaf call's inputs + outputs) in a prefill of a
+    given number of tokens, counted on meta as ``fit`` counts it (token ids alone, the last
+    token's logits where the forward can say so); None where that fails (a forward meta cannot
+    run). ``model``: a copy on meta (the structure, no weights: a report keeps none alive, and
+    pickles with it)."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, logits_to_keep: bool) -> None:
+        self.model, self.dtype, self.logits_to_keep = model, dtype, logits_to_keep
+
+    def __call__(self, tokens: int) -> float | None:
         inputs: dict[str, Any] = {
             "input_ids": torch.zeros((1, tokens), dtype=torch.long, device="meta")
         }
-        if keep:
+        if self.logits_to_keep:
             inputs["logits_to_keep"] = 1
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (the run's own warnings were said)
-                counted = profile(model, inputs=inputs, device="meta", dtype=dtype, timing=False)
+                counted = profile(
+                    self.model, inputs=inputs, device="meta", dtype=self.dtype, timing=False
+                )
         except (ModelProfError, RuntimeError, NotImplementedError):
             return None
         return float(counted.memory.working_set_bytes)
-
-    return count
 
 
 def _positions(config: Any) -> str:

@@ -166,6 +166,8 @@ def compare_caption(attrs: Mapping[str, Any], shown: Collection[str] | None = No
             parts.append(str(attrs["step_tied"]))
     elif attrs.get("baseline") is not None:
         parts.append("latency not measured (timing off)")
+    if attrs.get("training_counts"):  # compare(backward=True): a paper table says it too
+        parts.append("FLOPs and bytes: the training step's forward, loss and optimizer step")
     failed = list(attrs.get("failed") or ())
     if failed:  # their rows are empty: a table that drops the error column still says why
         parts.append(
