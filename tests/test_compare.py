@@ -466,9 +466,13 @@ def test_a_comparisons_csv_and_json_read_back_to_the_same_table(tmp_path) -> Non
     df.render.export("csv", tmp_path / "c.csv")
     df.render.export("json", tmp_path / "c.json")
     from_csv = read_csv(tmp_path / "c.csv").set_index("model")
-    from_json = read_json(tmp_path / "c.json")[0]
+    from_json, _, env = read_json(tmp_path / "c.json")
     pd.testing.assert_frame_equal(from_csv, pd.DataFrame(df))
     pd.testing.assert_frame_equal(from_json, pd.DataFrame(df))
+    # the JSON's environment keeps what the table's attrs say (its notes were lost)
+    assert env["baseline"] == "a" and env["attrs"] == {
+        k: v for k, v in df.attrs.items() if k not in ("env", "baseline")
+    }
 
 
 def test_a_training_comparisons_counts_say_they_are_the_steps() -> None:

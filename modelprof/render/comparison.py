@@ -184,6 +184,8 @@ def rank_header(attrs: Mapping[str, Any], column: str = "rank") -> str:
         by = "CPU work" if attrs.get("step_ranked_by") == "cpu_work" else "latency"
         return f"step rank (1 = lowest step {by})"
     by = "CPU work" if attrs.get("ranked_by") == "cpu_work" else "latency"
+    if (attrs.get("env") or {}).get("generation"):  # compare_generation ranks whole generations
+        by = f"end-to-end {by}"
     return f"rank (1 = lowest {by})"
 
 
@@ -215,6 +217,8 @@ def export_comparison(
     fmt = get_format(name)
     check_read_by(fmt.name, view)
     env = {**(df.attrs.get("env") or {}), "baseline": df.attrs.get("baseline")}
+    # (JSON keeps them: read_json's env gives back the notes, the ties, what the rank follows)
+    env["attrs"] = {k: v for k, v in df.attrs.items() if k not in ("env", "baseline")}
     given = ViewOptions.parse(view.pop("view", None), **view)
     if fmt.human:
         given = given.fit_for(columns, view)
