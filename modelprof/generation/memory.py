@@ -65,8 +65,8 @@ def check_run_fits(
     of_source = f" after a source of {source_len} tokens" if source_len else ""
     what = (
         f"prompt_len={spec.prompt_len} + new_tokens={spec.new_tokens}{of_source} at "
-        f"batch_size {batch} needs {bytes_text(need)} for {' and '.join(k for k, v in parts.items() if v)} "
-        "alone"
+        f"batch_size {batch} needs {bytes_text(need)} for "
+        f"{' and '.join(k for k, v in parts.items() if v)} alone"
     )
     where = torch.device("cpu") if device.type == "meta" else device
     refuse_beyond_memory(what, tokens + source, need, where)
