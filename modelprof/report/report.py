@@ -229,9 +229,9 @@ class Report(Exports):
         side's is set; ``prefixes``: what each side's module names start with that the other's
         do not (a wrapper's ``"module."``, ``torch.compile``'s ``"_orig_mod."``), dropped before
         matching; where the two share fewer than half their layers, a warning and
-        ``attrs["notes"]`` (naming the prefixes that would match more). Counts compare exactly; per-layer times taken in two runs carry
-        whatever the machine did between them (``compare()`` interleaves whole models to cancel
-        that drift)."""
+        ``attrs["notes"]`` (naming the prefixes that would match more). Counts compare exactly;
+        per-layer times taken in two runs carry whatever the machine did between them
+        (``compare()`` interleaves whole models to cancel that drift)."""
         reports = [self, other]
         if isinstance(other, pd.DataFrame):  # a run saved earlier, read back
             require_columns(other, ("module", "call", "type"), "diff()", _READ_BACK)
