@@ -251,7 +251,7 @@ _group(
     ("wall_over_cpu", "wall/CPU", "float"),
     ("loaded", "loaded", "bool"),
     ("rank", "rank", "int"),
-    ("step_rank", "step rank", "int"),
+    ("step_rank", "step rank", "int", {"dtype": "Int64"}),
     ("latency_p90_ms", "latency p90", "time_ms"),
 )
 _group(

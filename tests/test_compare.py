@@ -489,3 +489,18 @@ def test_a_training_comparisons_counts_say_they_are_the_steps() -> None:
     caption = "FLOPs and bytes: the training step's forward, loss and optimizer step"
     assert caption in str(df.render.export("latex"))
     assert caption not in str(compare({"m": model}, (64,), timing=False).render.export("latex"))
+
+
+def test_a_withheld_step_rank_and_an_unjudged_stability_read_back_as_they_were() -> None:
+    # step_rank <NA> where a step was not ranked; latency_stable None where it cannot be
+    # judged: a newcomer's CSV read back int64 and text for them
+    from modelprof.render import read_csv, to_csv
+
+    df = pd.DataFrame(
+        {
+            "step_rank": pd.array([1, None], dtype="Int64"),
+            "latency_stable": pd.Series([True, None], dtype=object),
+        }
+    )
+    back = read_csv(to_csv(df))
+    pd.testing.assert_frame_equal(back, df)

@@ -96,6 +96,12 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
         return _text_series([None if na and v == "" else v for v in values], name)
     if dtype == "bool":
         return _as_bool(values, name)
+    if dtype == "Int64":  # whole numbers, an empty cell missing (a rank withheld)
+        try:
+            ints = [None if v == "" else int(v) for v in values]
+        except ValueError as e:
+            raise ModelProfError(f"column {name!r} should hold integers: {e}") from e
+        return pd.Series(pd.array(ints, dtype="Int64"), name=name)
     try:
         if dtype.startswith("int"):
             column = _as_int(values, name)
@@ -109,10 +115,15 @@ def _typed(values: list[str], dtype: str | None, name: str) -> pd.Series:
 
 def _read_column(values: list[str], name: str, overrides: Mapping[str, str]) -> pd.Series:
     """A column typed as asked (``overrides``), else as declared, else by its values (also an
-    int or bool column with missing cells: a failed row's)."""
+    int column with missing cells: a failed row's); a declared bool column with missing cells
+    (``latency_stable``: None where it cannot be judged) as True, False and None."""
     if name in overrides:
         return _typed(values, overrides[name], name)
     declared = registry.column(name)
+    flags = {_TRUE, _FALSE, ""}
+    if declared is not None and declared.dtype == "bool" and "" in values:
+        if set(values) <= flags:
+            return pd.Series([None if v == "" else v == _TRUE for v in values], name=name)
     if declared is None or (declared.dtype in ("int64", "bool") and "" in values):
         return _infer(values, name)
     return _typed(values, declared.dtype, name)
