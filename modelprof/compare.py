@@ -121,9 +121,8 @@ def compare(
     ``backward=True`` the latency columns, ``fps`` and ``rank`` time the forward alone, the
     ``backward_latency_*`` and ``step_latency_*`` columns (a paired ``step_latency_x``) and
     ``step_rank`` (by ``attrs["step_ranked_by"]``) the training step (a note says so); on the
-    CPU ``backward_cpu_work_*`` its backward's CPU
-    work, which a note tells to read where the machine was loaded (``attrs["backward_by"] ==
-    "cpu_work"``).
+    CPU ``backward_cpu_work_*`` its backward's CPU work, which a note tells to read where the
+    machine was loaded (``attrs["backward_by"] == "cpu_work"``).
 
     The models are timed *interleaved*: after each one's warm-up, rounds take one block of
     every model in a shuffled order, so drift of the machine reaches all alike. ``latency_x``

@@ -41,9 +41,11 @@ def _int_list(name: str, value: Any) -> tuple[int, ...]:
     if isinstance(items, str) or not isinstance(items, Sequence) or not items:
         raise ModelProfError(f"{name}={value!r} must be an int >= 1 or a non-empty list of them")
     bad = [v for v in items if not is_int(v) or v < 1]
-    if bad and not is_int(value):  # a list: named whole, the bad item in it
+    if bad:  # a list named whole, with the bad item in it
+        if is_int(value):
+            raise ModelProfError(f"{name}={value!r} must be an int >= 1")
         raise ModelProfError(f"{name}={value!r}: {bad[0]!r} is not an int >= 1")
-    got = tuple(check_int(name, v) for v in items)
+    got = tuple(int(v) for v in items)
     twice = sorted({v for v in got if got.count(v) > 1})
     if twice:  # (a report holds one figure per value: a second would be merged in silence)
         raise ModelProfError(f"{name}={list(got)} names {twice[0]} twice; give each value once")

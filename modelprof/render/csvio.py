@@ -198,6 +198,12 @@ def read_csv(
     """Read a CSV written by :func:`to_csv` back into an equal DataFrame. ``source`` is a path
     or the CSV text (a string with a newline); ``dtypes`` overrides named columns' dtypes
     (``{"my_col": "float64"}``; ``"str"`` for text)."""
+    if dtypes is not None and not (
+        isinstance(dtypes, Mapping) and all(isinstance(v, str) for v in dtypes.values())
+    ):
+        raise ModelProfError(
+            f"dtypes={dtypes!r} must map column names to dtype names, e.g. {{'my_col': 'float64'}}"
+        )
     if isinstance(source, str) and "\n" in source:
         buffer: Any = io.StringIO(source)
         where = "CSV text"
@@ -210,12 +216,6 @@ def read_csv(
         raw = pd.read_csv(buffer, dtype=object, keep_default_na=False, na_filter=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ModelProfError(f"cannot read {where!r} as CSV: {e}") from e
-    if dtypes is not None and not (
-        isinstance(dtypes, Mapping) and all(isinstance(v, str) for v in dtypes.values())
-    ):
-        raise ModelProfError(
-            f"dtypes={dtypes!r} must map column names to dtype names, e.g. {{'my_col': 'float64'}}"
-        )
     overrides = dict(dtypes or {})
     unknown = [c for c in overrides if c not in [_restore(str(r)) for r in raw.columns]]
     if unknown:

@@ -170,8 +170,8 @@ class CpuClock(Clock):
     """``time.perf_counter_ns`` around synchronous work, and the CPU time of each sample
     (thread or process, :func:`cpu_time_source`) read just outside it: ``cpu_parts`` keeps one
     ``(n, phases)`` array per ``time()`` call, each phase's CPU time (read after its end wall
-    stamp and before the next phase's start: outside every wall span), ``cpu_ms`` their
-    samples' sums, ``cpu_kind`` says which clock; ``other_parts`` the other CPU clock over the
+    stamp and before the next phase's start: outside every wall span; a sample's CPU time is
+    their sum), ``cpu_kind`` says which clock; ``other_parts`` the other CPU clock over the
     same phases (:func:`other_cpu_clock`), for the calling thread's share of each."""
 
     kind = "perf_counter_ns"
@@ -181,11 +181,6 @@ class CpuClock(Clock):
         self.cpu_kind, self._cpu = cpu_time_source()
         self.cpu_parts: list[np.ndarray] = []
         self.other_parts: list[np.ndarray] = []
-
-    @property
-    def cpu_ms(self) -> list[np.ndarray]:
-        """Each ``time()`` call's CPU time per sample (its phases summed)."""
-        return [parts.sum(axis=1) for parts in self.cpu_parts]
 
     def time(self, phases: Sequence[Phase], n: int, between: Phase | None = None) -> np.ndarray:
         p = len(phases)
