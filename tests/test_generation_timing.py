@@ -232,11 +232,15 @@ def test_a_drifting_step_is_flagged():
 def test_compare_generation_ratios_against_known_spins():
     from modelprof import compare_generation
 
-    # 25 steps that spin 4 and 8 ms of CPU work, on the CPU clock the product reads beside the
-    # wall clock (thread time with one intra-op thread, process time with several): a
-    # generation outlasts a 0.1 s block, so each of the 8 rounds pairs one generation of each
-    clock_name, cpu_now = cpu_time_source()
-    fast, slow = FakeLM(4.0, 0.0, cpu_now), FakeLM(8.0, 0.0, cpu_now)
+    # 25 steps that spin 4 and 8 ms of the calling thread's own CPU time: a generation outlasts
+    # a 0.1 s block, so each of the 8 rounds pairs one generation of each. The product reads
+    # thread time beside the wall clock with one intra-op thread, process time with several:
+    # the spin plus whatever the process's other threads did meanwhile (an OpenMP worker
+    # waiting out a parallel region). A spin on process time would end early in wall time
+    # while another thread worked (a quiet CI run read the fast model's fastest step at 3.5
+    # ms, 2.32x below the slow one's); a spin on the thread's own clock never does
+    clock_name = cpu_time_source()[0]
+    fast, slow = FakeLM(4.0, 0.0, time.thread_time_ns), FakeLM(8.0, 0.0, time.thread_time_ns)
     table = compare_generation(
         {"fast": (fast, make_step(fast)), "slow": (slow, make_step(slow))},
         prompt_len=4,
@@ -247,10 +251,10 @@ def test_compare_generation_ratios_against_known_spins():
     assert table.loc["slow", "generations"] == 8
     slow = table.loc["slow"]
     # each step's CPU work is its spin, 4 or 8 ms, plus the same step overhead e (the step
-    # loop, argmax, stamps; docs/generation.md has it measured): (8 + e) / (4 + e) =
-    # 1 + 4 / (4 + e) = 1.90-1.91, inside 2 +- 15 % for any e < 1.7 ms, on any machine, since
-    # waiting for a core adds wall time, never CPU time. The CPU ratio is the ratio of the
-    # CPU medians shown, inside its paired interval
+    # loop, argmax, stamps; docs/generation.md has it measured; on process time, with other
+    # threads' work): (8 + e) / (4 + e) = 1 + 4 / (4 + e) = 1.90-1.91, inside 2 +- 15 % for
+    # any median e < 1.7 ms, on any machine, since waiting for a core adds wall time, never
+    # CPU time. The CPU ratio is the ratio of the CPU medians shown, inside its paired interval
     assert slow["tpot_cpu_x"] == pytest.approx(2.0, rel=0.15)
     assert slow["tpot_cpu_x"] == pytest.approx(
         slow["tpot_cpu_ms"] / table.loc["fast", "tpot_cpu_ms"], rel=1e-12
