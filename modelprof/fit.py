@@ -29,7 +29,6 @@ import dataclasses
 import difflib
 import inspect
 import math
-import numbers
 import os
 import re
 from pathlib import Path
@@ -58,7 +57,7 @@ from modelprof.render.units import format_bytes
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.runtime.inputs import (
     forward_parameters,
-    parse_bytes,
+    memory_bytes_arg,
     parse_dtype,
     parse_input_size,
 )
@@ -356,19 +355,7 @@ def _learned_positions(model: nn.Module, limit: int) -> bool:
 def _memory(device: Any, memory_bytes: Any) -> tuple[str, int]:
     """The datasheet entry and its memory in bytes (or ``memory_bytes``, when given)."""
     if memory_bytes is not None:
-        if isinstance(memory_bytes, str):  # "24GB", "80GiB", as --memory takes them
-            memory_bytes = parse_bytes(memory_bytes) or memory_bytes
-        if (
-            isinstance(memory_bytes, bool)
-            or not isinstance(memory_bytes, numbers.Real)
-            or not math.isfinite(memory_bytes)
-            or not 1 <= memory_bytes < 2**63
-        ):
-            raise ModelProfError(
-                f"memory_bytes={memory_bytes!r} must be a finite number of bytes, at least 1 "
-                "and below 2**63 (or its text: '24GB', '80GiB')"
-            )
-        return (device if isinstance(device, str) else ""), int(memory_bytes)
+        return (device if isinstance(device, str) else ""), memory_bytes_arg(memory_bytes)
     device = "H100 SXM" if device is None else device
     if mig_slice(device) is not None:
         raise mig_refusal(

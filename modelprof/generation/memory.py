@@ -6,8 +6,6 @@ context that fits. On CUDA the allocator's measured peak sits beside it (``Gener
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import pickle
 import sys
 from collections.abc import Callable
@@ -20,7 +18,7 @@ from torch import nn
 from modelprof.counting.formulas.quantized import module_packed_weights
 from modelprof.errors import ModelProfError, ModelProfWarning, check_int, warn_user
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims
-from modelprof.runtime.inputs import bytes_text, parse_bytes, refuse_beyond_memory
+from modelprof.runtime.inputs import bytes_text, memory_bytes_arg, refuse_beyond_memory
 from modelprof.runtime.tensors import tensor_bytes
 
 __all__ = [
@@ -217,7 +215,7 @@ class MemoryPlan:
         ``prompt_len`` tokens (None: as long as the context, the longest a request there may
         bring); a context past the model's ``max_positions`` is refused (none fits the model,
         as :meth:`max_context` never answers one)."""
-        memory_bytes = _check_memory(memory_bytes)
+        memory_bytes = memory_bytes_arg(memory_bytes)
         c = check_int("context", self.context if context is None else context)
         if self.max_positions is not None and c > self.max_positions:
             raise ModelProfError(
@@ -237,7 +235,7 @@ class MemoryPlan:
         tokens (0 where not even those fit; None: as long as the context, the prefill's
         activations then growing with it, a search over contexts), never past the model's
         ``max_positions`` (``sys.maxsize`` when unknown: then memory alone bounds it)."""
-        memory_bytes = _check_memory(memory_bytes)
+        memory_bytes = memory_bytes_arg(memory_bytes)
         b = self._batch(batch)
         if prompt_len is not None:  # (0: not even the prompts fit)
             prompt = check_int("prompt_len", prompt_len)
@@ -324,20 +322,3 @@ def cache_terms(kv: Any, config: Any, dtype: torch.dtype) -> dict[str, Any]:
         "window_per_token_bytes": sliding * scale,
         "window_tokens": w,
     }
-
-
-def _check_memory(memory_bytes: Any) -> float:
-    """A finite number of bytes above 0 (numpy numbers too, or its text: ``"24GB"``)."""
-    if isinstance(memory_bytes, str):
-        memory_bytes = parse_bytes(memory_bytes) or memory_bytes
-    if (
-        isinstance(memory_bytes, bool)
-        or not isinstance(memory_bytes, numbers.Real)
-        or not math.isfinite(memory_bytes)
-        or memory_bytes <= 0
-    ):
-        raise ModelProfError(
-            f"memory_bytes={memory_bytes!r} must be a finite positive number of bytes (or its "
-            "text: '24GB', '80GiB')"
-        )
-    return float(memory_bytes)

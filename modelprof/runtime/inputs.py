@@ -9,6 +9,8 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import math
+import numbers
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -333,6 +335,24 @@ def parse_bytes(text: str) -> float | None:
     prefix, binary = m[2], m[3]
     power = "kmgtp".index(prefix.lower()) + 1 if prefix else 0
     return number * (1024 if binary else 1000) ** power
+
+
+def memory_bytes_arg(memory_bytes: Any) -> int:
+    """A memory size as given (``memory_bytes=``): a number of bytes, numpy's too, at least 1
+    and below 2**63, or its text (``"24GB"``, ``"80GiB"``: :func:`parse_bytes`)."""
+    if isinstance(memory_bytes, str):
+        memory_bytes = parse_bytes(memory_bytes) or memory_bytes
+    if (
+        isinstance(memory_bytes, bool)
+        or not isinstance(memory_bytes, numbers.Real)
+        or not math.isfinite(memory_bytes)
+        or not 1 <= memory_bytes < 2**63
+    ):
+        raise ModelProfError(
+            f"memory_bytes={memory_bytes!r} must be a finite number of bytes, at least 1 "
+            "and below 2**63 (or its text: '24GB', '80GiB')"
+        )
+    return int(memory_bytes)
 
 
 def bytes_text(n: int) -> str:
