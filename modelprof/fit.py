@@ -424,8 +424,23 @@ def _built_config(what: str, make: Any) -> Any:
 
 def _from_config(config: Any) -> nn.Module:
     """The model of ``config`` on meta, of the class ``modelprof generate`` builds for it
-    (else ``AutoModel``'s)."""
+    (else ``AutoModel``'s); ``AutoModel``'s too where that class's layers say they do not
+    decode (a BERT config without ``is_decoder``: an encoder, not a causal LM)."""
+    import transformers
+
     name, auto = lm_auto_class(config, "fit()", "pass the module", "AutoModel")
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # (BERT's causal LM asks for is_decoder=True)
+    try:
+        model = _build(config, name, auto)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    if name != "AutoModel" and _encoder_only(model):
+        model = _build(config, "AutoModel", transformers.AutoModel)
+    return model
+
+
+def _build(config: Any, name: str, auto: Any) -> nn.Module:
     with torch.device("meta"):
         try:
             return auto.from_config(config)
@@ -433,6 +448,14 @@ def _from_config(config: Any) -> nn.Module:
             raise ModelProfError(
                 f"fit(): {type(config).__name__} cannot build {name}: {error_line(e)}"
             ) from e
+
+
+def _encoder_only(model: nn.Module) -> bool:
+    """Layers that say whether they decode (BERT's and RoBERTa's ``is_decoder``, their
+    config's flag), none of which does: an encoder, which keeps no KV cache."""
+    flags = [getattr(m, "is_decoder", None) for m in model.modules()]
+    flags = [f for f in flags if isinstance(f, bool)]
+    return bool(flags) and not any(flags)
 
 
 def _main_input(model: nn.Module) -> str:
@@ -629,9 +652,12 @@ def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) ->
     or with no parameters and such a buffer: GPTQ's ``qweight``), which hold its weights: each
     once, integer ones as stored, floating ones (scales, bias) at ``dtype``. A float layer's
     buffers (rotary frequencies, position ids) stay out, as in the closed forms, and so does a
-    boolean buffer: a mask, never a weight (GPTBigCode's causal ``bias``)."""
+    boolean buffer: a mask, never a weight (GPTBigCode's causal ``bias``). A layer holds its
+    weights itself: a module with no parameters and with modules inside (BERT's embeddings,
+    their int64 ``position_ids``) holds indices, not packed weights."""
     params = list(module.parameters(recurse=False))
-    held = params or [b for b in module.buffers(recurse=False) if b.dtype != torch.bool]
+    leaf = next(module.children(), None) is None
+    held = params or [b for b in module.buffers(recurse=False) if b.dtype != torch.bool and leaf]
     if all(_plain_float(t) for t in held):
         return 0
     total = 0
@@ -795,7 +821,10 @@ def _source_tokens(model: nn.Module, config: Any, spec: _Spec) -> int:
 
 def _caches(model: nn.Module) -> bool:
     """Whether ``model``'s forward takes a KV cache (``_CACHE_ARGUMENTS``: every decoder and
-    encoder-decoder does, an encoder such as ViT none)."""
+    encoder-decoder does, an encoder such as ViT none; BERT's takes one that it keeps only
+    as a decoder)."""
+    if _encoder_only(model):
+        return False
     params = forward_parameters(model)
     if _CACHE_ARGUMENTS & set(params):
         return True

@@ -345,3 +345,28 @@ def test_an_optimizer_that_refuses_without_a_message_is_named_in_one_line():
     rule = optimizer_states(lambda params: Mute(params, lr=0.1))  # probed when first asked
     with pytest.raises(ModelProfError, match=r"cannot step a float32 .*: RuntimeError: $"):
         rule.nbytes((4, 4), 4)
+
+
+def test_an_encoder_keeps_no_kv_cache_and_its_index_buffers_are_no_weights():
+    # BertModel: embeddings 100 x 64 + 512 x 64 + 2 x 64 + LayerNorm 128 = 39,424; a layer:
+    # QKV 3 x 4,160, attention output 4,160 + 128, intermediate 6,240, output 6,208 + 128 =
+    # 29,344, twice; pooler 4,160: 102,272 parameters, 204,544 B in bf16. Its int64
+    # position_ids and token_type_ids (512 each, 8 KiB) are indices, not packed weights (a
+    # newcomer's fit said "quantized or packed"), and an encoder keeps no KV cache (it read
+    # 2 x 2 layers x 16 x 64 x 2 B = 8,192 B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        given = fit(transformers.BertModel(_bert(2)), context=16, training=False)
+        built = fit(_bert(2), context=16, training=False)
+    for report in (given, built):
+        assert report.table.loc["weights", "inference"] == 102_272 * 2
+        assert report.table.loc["kv_cache", "inference"] == 0
+        assert not any("quantized or packed" in n for n in report.notes)
+    # built from an encoder's config: its base model, not a causal LM without is_decoder
+    assert any(n.startswith("counted BertModel,") for n in built.notes)
+    # as a decoder (is_decoder=True) BERT's causal LM keeps its 8,192 B of keys and values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        decoder = fit(_bert(2, is_decoder=True), context=16, training=False)
+    assert any(n.startswith("counted BertLMHeadModel,") for n in decoder.notes)
+    assert decoder.table.loc["kv_cache", "inference"] == 2 * 2 * 16 * 64 * 2
