@@ -23,6 +23,7 @@ import math
 import os
 import re
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -1118,6 +1119,15 @@ def _run_sweep(ctx: _Context) -> int:
     args = ctx.args
     _finite_number("--timeout", args.timeout, "seconds")
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
+    started = time.time()  # a row that started before was read back from an earlier run
+
+    def kept(row: Any) -> bool:
+        return bool(row.get("start_time", started) < started)
+
+    def said(config: Any, row: Any) -> str:
+        again = f" (read back from an earlier run in {out}; --no-resume runs it again)"
+        return f"sweep: {config.name}: {row['status']}{again if kept(row) else ''}"
+
     df = sweep(
         args.config,
         out=out,
@@ -1125,7 +1135,7 @@ def _run_sweep(ctx: _Context) -> int:
         retry_failed=args.retry_failed,
         progress=ctx.progress,
         timeout_s=args.timeout,
-        on_config=ctx.step_lines(lambda c, row: f"sweep: {c.name}: {row['status']}"),
+        on_config=ctx.step_lines(said),
     )
     failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
@@ -1133,9 +1143,15 @@ def _run_sweep(ctx: _Context) -> int:
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
     print(df[shown].to_string(index=False), file=ctx.stdout)
     world = os.environ.get("WORLD_SIZE", "1")
+    earlier = sum(kept(row) for row in df.to_dict("records"))
     print(
         f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
-        f"{' (see the error column)' if failed else ''}; {world} rank(s)",
+        f"{' (see the error column)' if failed else ''}; {world} rank(s)"
+        + (
+            f"; {earlier} read back from an earlier run in {out} (--no-resume runs them again)"
+            if earlier
+            else ""
+        ),
         file=ctx.stdout,
     )
     for name in ("sweep.csv", "sweep.json"):

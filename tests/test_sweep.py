@@ -318,6 +318,27 @@ def test_a_sweep_whose_configurations_all_ran_exits_0(nets: Path, tmp_path: Path
     assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 0
 
 
+def test_a_rerun_says_which_rows_it_read_back_from_the_earlier_run(
+    nets: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from modelprof.cli import main
+
+    # a newcomer's second `modelprof sweep` printed the same "ok" lines and wall_s as the
+    # first, with nothing to say that both rows were read back from its --out folder
+    config, out = tmp_path / "grid.toml", tmp_path / "out"
+    config.write_text(f'models = ["{nets}:narrow", "{nets}:wide"]\n')
+    runs = []
+    for extra in ([], [], ["--no-resume"]):
+        assert main(["sweep", str(config), "--out", str(out), *extra]) == 0
+        runs.append(capsys.readouterr())
+    first, again, fresh = runs
+    said = f"(read back from an earlier run in {out}; --no-resume runs it again)"
+    assert "read back" not in first.err + first.out + fresh.err + fresh.out
+    lines = [line for line in again.err.splitlines() if line.startswith("modelprof: sweep: ")]
+    assert len(lines) == 2 and all(line.endswith(f": ok {said}") for line in lines)
+    assert f"; 2 read back from an earlier run in {out} (--no-resume" in again.out
+
+
 def test_a_config_nested_too_deeply_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
