@@ -116,3 +116,20 @@ def test_other_modules_come_back_as_they_are():
     assert exported_layers(model) is model
     assert exported_layers(model, ((torch.ones(1, 2),), {})) is model
     assert not is_flat_export(torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 3))))
+
+
+def test_a_fixed_batch_refused_by_the_program_gets_no_batch_hint():
+    from modelprof import ModelProfError
+
+    # exported at batch 1, its guard refuses batch 4 and asks for dynamic_shapes: no
+    # batch_size/input_size hint (a newcomer's read "pass (32, 32) (and batch_size=3)")
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (torch.randn(1, 3, 8, 8),))
+    with pytest.raises(ModelProfError) as e:
+        profile(program, (3, 8, 8), batch_size=4, timing=False)
+    assert "shape[0] to be equal to 1" in str(e.value) and "hint:" not in str(e.value)
+    # a size the program was exported at runs: Conv2d(3, 4, 3) at 8 x 8, 6 x 6 outputs x 4
+    # channels x 3 x 9 = 3,888 MACs
+    assert profile(program, (3, 8, 8), timing=False).totals["macs"] == 4 * 3 * 9 * 36
