@@ -266,6 +266,22 @@ def test_not_callable_is_rejected():
         measure_latency(3)
 
 
+def test_a_model_given_no_inputs_is_refused_before_it_runs():
+    from modelprof import measure_latencies
+
+    # a newcomer's measure_latency(model) raised the model's own "forward() missing 1
+    # required positional argument", as if the model had failed
+    calls = []
+    model = nn.Linear(4, 4)
+    model.register_forward_pre_hook(lambda *_: calls.append(1))
+    for measure in (measure_latency, lambda m: measure_latencies({"a": m})):
+        with pytest.raises(ModelProfError, match="takes arguments .* none were given: pass inputs"):
+            measure(model)
+    assert calls == []
+    # a callable that takes nothing (a closure over its data) is timed as before
+    assert measure_latency(lambda: calls.append(1), warmup=0, repeat=3).n == 3
+
+
 def test_noisy_run_warns_once():
     rng = np.random.default_rng(0)
     durations = iter(rng.choice([0.3, 1.0], size=10_000))

@@ -7,6 +7,7 @@ captured, transfer buffers); ``modelprof.timing.interleave`` runs several in int
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -97,6 +98,22 @@ def resolve_call(
             mi, args=to_channels_last(mi.args), kwargs=to_channels_last(mi.kwargs)
         )
     return target, mi
+
+
+def check_inputs_given(fn: Any, inputs: Any, input_size: Any) -> None:
+    """Refuse, before any run, a callable given no inputs whose signature needs some (a
+    module's forward(x): its own TypeError read as the model's failure)."""
+    if inputs is not None or input_size is not None:
+        return
+    try:
+        inspect.signature(getattr(fn, "forward", fn) if isinstance(fn, nn.Module) else fn).bind()
+    except TypeError as e:
+        raise ModelProfError(
+            f"{_label(fn)} takes arguments ({e}) and none were given: pass inputs= (a tensor, "
+            "a tuple or a dict) or input_size= (batch excluded)"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): its call says
+        pass
 
 
 def _label(fn: Any) -> str:
@@ -357,6 +374,7 @@ def measure_latency(
     t_begin = time.perf_counter()
     training = legacy_eval_mode(training, timing_options, "measure_latency")
     opts = TimingOptions.parse(options, **timing_options)
+    check_inputs_given(fn_or_model, inputs, input_size)
     target, mi = resolve_call(
         fn_or_model,
         inputs,
