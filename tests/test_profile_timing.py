@@ -66,7 +66,16 @@ def test_known_durations_read_back_per_layer_and_end_to_end():
     # the gap (leaf "2" read 5.8 ms against a plain median of 3.6 ms); a pair's two passes share
     # its moment, and preemption lands on either of them alike
     per_pass = np.sum([lt.samples[(name, 1)] for name in ("0", "1", "2")], axis=0)
-    assert 0.3 < float(np.median(per_pass / lt.plain_ms)) <= 1.05
+    ratio = per_pass / lt.plain_ms
+    # A pair neither pass of which was preempted reads about 1 (the leaves exclude the hooks;
+    # the plain pass has its calls' few microseconds). Preemption lengthens either pass of a
+    # pair alike, so at least about half the pairs read 1.05 or less however loaded the machine:
+    # a quarter or more always (fewer, of 100 pairs, is a binomial tail below 1e-6), the median
+    # where the clean runs read no load. Under heavy load most pairs are preempted and their
+    # median is a coin's (a CI run with load 6 on 2 cores read 1.052)
+    assert 0.3 < float(np.median(ratio)) and float(np.quantile(ratio, 0.25)) <= 1.05
+    if not r.latency.loaded:
+        assert float(np.median(ratio)) <= 1.05
 
 
 #: The parent's own spin. The hooks around a call that follows a busy spin cost 10-30 us on
