@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -249,7 +250,9 @@ def test_a_comparisons_pandas_methods_are_pandas(tmp_path) -> None:
 
 
 class _SpinBackward(torch.autograd.Function):
-    """Identity forward; a backward that spins 3 ms (busy-wait, no tensor op)."""
+    """Identity forward; a backward that spins 3 ms of the calling thread's CPU time (busy-wait,
+    no tensor op; autograd runs a CPU backward on the calling thread): in wall time never less,
+    however long it waits for a core."""
 
     @staticmethod
     def forward(ctx, x):
@@ -257,9 +260,9 @@ class _SpinBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from modelprof.timing.calibration import spin
-
-        spin(3.0)
+        end = time.thread_time_ns() + 3_000_000
+        while time.thread_time_ns() < end:
+            pass
         return grad
 
 
@@ -268,7 +271,7 @@ class _SpinGrad(nn.Module):
         return _SpinBackward.apply(x)
 
 
-def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
+def test_backward_ratio_is_the_ratio_of_the_backward_medians(one_thread) -> None:
     # backward=True: as latency_x, backward_latency_x is the quotient of the two backward
     # medians in the table (one 3 ms spin against two), with its paired interval around it
     torch.manual_seed(0)
@@ -280,9 +283,8 @@ def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
     assert row["backward_latency_x"] == pytest.approx(med["two"] / med["one"], rel=1e-12)
     assert row["backward_latency_x_ci_low"] <= row["backward_latency_x"]
     assert row["backward_latency_x"] <= row["backward_latency_x_ci_high"]
-    assert row["backward_latency_x"] > 1.0  # two spins take longer than one
-    # on the CPU the backward's CPU work beside it (read on the calling thread, where autograd
-    # runs a CPU backward), its ratio the quotient of those medians; two busy spins' work more
+    # on the CPU the backward's CPU work beside it (one thread's: thread_time), its ratio the
+    # quotient of those medians; two spins' work more, (6 + e) / (3 + e) > 1 on any machine
     cpu = df["backward_cpu_work_median_ms"]
     assert row["backward_cpu_work_x"] == pytest.approx(cpu["two"] / cpu["one"], rel=1e-12)
     assert row["backward_cpu_work_x"] > 1.0 and df.loc["one", "backward_cpu_work_x"] == 1.0
@@ -290,7 +292,16 @@ def test_backward_ratio_is_the_ratio_of_the_backward_medians() -> None:
     step = df["step_latency_median_ms"]
     assert row["step_latency_x"] == pytest.approx(step["two"] / step["one"], rel=1e-12)
     assert row["step_latency_x_ci_low"] <= row["step_latency_x"] <= row["step_latency_x_ci_high"]
-    assert row["step_latency_x"] > 1.0 and df.loc["one", "step_latency_x"] == 1.0
+    assert df.loc["one", "step_latency_x"] == 1.0
+    # Two spins take longer than one on the wall clock too where nothing waited for a core:
+    # one's backward then reads at most 1.15 x (3 + e) ms, two's never less than 6 + e ms,
+    # above it for any e < 17 ms. A wait of 4-8 ms for a core, longer than the 3 ms between
+    # them, can reverse 6 rounds' medians (an audit's run under load 6 read the step at 0.87x);
+    # the step, its forward and optimizer 0.1 ms of Linear(4, 4), has no load flag of its own:
+    # its backward's and its forward's stand for it
+    loaded = df["loaded"].any() or any("ran on a loaded machine" in n for n in df.attrs["notes"])
+    if not loaded:
+        assert row["backward_latency_x"] > 1.0 and row["step_latency_x"] > 1.0
     # fps and rank come from the forward alone (the spins are in the backward): a note says so
     assert any(
         n.startswith("latency_median_ms, fps, latency_x and rank: the forward")

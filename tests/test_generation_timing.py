@@ -137,9 +137,8 @@ def test_ttft_tpot_and_slope_read_back_against_a_plain_loop():
 def test_the_stamps_own_clock_reads_are_not_in_the_steps(monkeypatch):
     # a CPU clock that takes 2 ms to read (it spins first on the wall clock): each token's
     # stamp reads it once. Read inside the steps, every step would be at least 2 ms longer
-    # than the plain loop's same step and the end to end 6 x 2 = 12 ms longer than the plain
-    # TTFT + steps. Timed from after the read, the fastest of 8 runs stays within half a read
-    # of the plain loop's fastest (1 ms a step, 6 ms end to end; the harness's own call costs
+    # than the plain loop's same step. Timed from after the read, the fastest of 8 runs stays
+    # within half a read of the plain loop's fastest (1 ms a step; the harness's own call costs
     # about 0.1 ms a step here), and never below it by more than a spin's jitter
     import modelprof.generation.timing as gen_timing
 
@@ -156,9 +155,12 @@ def test_the_stamps_own_clock_reads_are_not_in_the_steps(monkeypatch):
     ttft_plain, steps_plain = plain_loop(step, 8, 6, runs=8)
     excess = t.step_ms.min(axis=0) - steps_plain.min(axis=0)
     assert (excess < 1.0).all() and (excess > -0.05).all(), excess
-    whole_plain = (ttft_plain + steps_plain.sum(axis=1)).min()
-    assert t.end_to_end.min_ms - whole_plain < 6.0, (t.end_to_end.min_ms, whole_plain)
-    assert (t.end_to_end.samples_ms >= t.ttft.samples_ms + t.step_ms.sum(axis=1)).all()
+    # Each end to end is its TTFT, its steps and the tail after the last stamp: with the 6
+    # reads in it, 12 ms more in every generation. Not against the plain loop's fastest: a
+    # generation's 7 ms of steps spread over 19 ms with the reads, where load finds it more
+    # often than the plain loop's 7 ms (an audit's run under load 6 read 14.66 ms against 7.83)
+    outside = t.end_to_end.samples_ms - t.ttft.samples_ms - t.step_ms.sum(axis=1)
+    assert (outside >= 0).all() and outside.min() < 1.0, outside
 
 
 def test_per_layer_decode_time_at_each_context():
@@ -174,7 +176,9 @@ def test_per_layer_decode_time_at_each_context():
         contexts=[8, 47],
         budget_s=1.0,
     )
-    _, steps_plain = plain_loop(step, 8, 41, runs=8)
+    # 36 plain runs: the fastest of them is one no load reached (all 36 preempted at 2.9 ms a
+    # step is below 0.5**36 where half the steps are; of 8 runs, 1e-4 with two busy loops)
+    _, steps_plain = plain_loop(step, 8, 41, runs=36)
     fastest = {}
     for phase, column in ((report.decode(8), 0), (report.decode(47), 39)):
         # the spinning block's passes at context L against the plain loop's step at L

@@ -262,8 +262,13 @@ def test_samples_are_aligned_by_pass_and_dataframe_is_numeric(spin_timing):
         "latency_pct",
         "peak_memory_bytes",
     ]
-    # latency_pct is of the median (as read) pass, which holds the root's corrected span
-    assert 90.0 < df["latency_pct"].iloc[0] <= 100.0
+    # latency_pct is of the median (as read) pass, which holds the root's corrected span: in
+    # every pass the root is inside it, so its median too (at most 100). How near: pass by
+    # pass, where load lengthens the root and its pass alike; two medians of 100 passes split
+    # between preempted and not can each fall on either side of the gap (an audit's run under
+    # load 6 read 89.7 %)
+    assert df["latency_pct"].iloc[0] <= 100.0
+    assert float(np.median(lt.samples[("", 1)] / lt.passes_ms)) > 0.9
     assert lt.peak_memory_bytes is None  # CPU: no allocator statistics
     assert "4 calls" in repr(lt) and "(model)" in repr(lt)
     assert lt.env["hook_cost"] == lt.hook_cost.to_dict()
