@@ -214,6 +214,9 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         command = self.prog.removeprefix(PROG).strip()
         where = f"{command}: " if command else ""
+        flag = re.match(r"argument (--[\w-]+).*: expected one argument$", message)
+        if flag:  # argparse takes "-3,224,224" for an option: given with "=", it is checked
+            message += f" (a value that begins with '-' goes after '=': {flag[1]}=-VALUE)"
         self.exit(2, f"{PROG}: error: {where}{message} (see '{self.prog} --help')\n")
 
 

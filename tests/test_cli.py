@@ -230,6 +230,20 @@ def test_an_unknown_flag_points_to_its_commands_help(capsys: pytest.CaptureFixtu
     )
 
 
+def test_a_value_that_begins_with_a_minus_is_shown_how_to_pass(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    # argparse reads "-3,224,224" as an option and says only "expected one argument" (a
+    # newcomer's negative size); after "=" the value reaches its own check, which names it
+    assert main(["profile", "resnet18", "--input-size", "-3,224,224", "--no-timing"]) == 2
+    assert capsys.readouterr().err == (
+        "modelprof: error: profile: argument --input-size: expected one argument (a value that "
+        "begins with '-' goes after '=': --input-size=-VALUE) (see 'modelprof profile --help')\n"
+    )
+    assert main(["profile", "resnet18", "--input-size=-3,224,224", "--no-timing"]) == 2
+    assert "--input-size '-3,224,224' must be positive integers" in capsys.readouterr().err
+
+
 def test_dtype_takes_every_float_dtype_profile_takes() -> None:
     # profile(dtype=torch.float64) runs, so the command line takes it too, by any of its names
     for name in ("float64", "fp64", "double"):
