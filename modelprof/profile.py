@@ -158,7 +158,7 @@ def profile(
         )
         spec, meta_notes = _on(spec, mi)
         spec.check_device(mi.device)
-        with _batch_hint(input_size, mi, model):
+        with _batch_hint(input_size, mi, model, inputs):
             static, step_cost = _count(model, mi, spec)
         meta_notes += _caught_note(static.caught)
         # the passes that follow see the inputs as the first one did (None: it changed none)
@@ -289,8 +289,17 @@ def _one_list_for_many(error: ModelProfError, model: Any, mi: ModelInputs) -> bo
     return False
 
 
+def _one_short(error: ModelProfError, given: Any) -> bool:
+    """A forward ``given`` tensors (not made from a size) refused them one dimension short
+    (BatchNorm2d's "expected 4D input (got 3D input)"), as an unbatched sample is."""
+    if given is None or not holds_tensors(given) or not getattr(error, "in_forward", False):
+        return False
+    said = re.search(r"expected (\d)D input \(got (\d)D input\)", str(error))
+    return said is not None and int(said[2]) == int(said[1]) - 1
+
+
 @contextlib.contextmanager
-def _batch_hint(input_size: Any, mi: ModelInputs, model: Any):
+def _batch_hint(input_size: Any, mi: ModelInputs, model: Any, inputs: Any = None):
     """A forward failure on inputs made from ``input_size`` hints that it excludes the batch.
     Not a failure elsewhere (the loss, the optimizer), nor a ``TypeError`` (a forward called
     with the wrong arguments: no batch dimension fixes that); one list given where the forward's
@@ -302,6 +311,11 @@ def _batch_hint(input_size: Any, mi: ModelInputs, model: Any):
             raise ModelProfError(
                 f"{e}\nhint: a list is one argument (a detection model's list of images); "
                 "pass positional arguments as a tuple: inputs=(x, y)"
+            ) from e.__cause__
+        if _one_short(e, input_size if inputs is None else inputs):
+            raise ModelProfError(
+                f"{e}\nhint: tensors given are used as they are, batch included: a single "
+                "sample needs its batch dimension (x.unsqueeze(0), or x[None])"
             ) from e.__cause__
         shapes = (
             parse_input_size(input_size)

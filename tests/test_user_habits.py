@@ -214,3 +214,22 @@ def test_no_batch_hint_for_a_channel_count_or_a_missing_dimension() -> None:
         with pytest.raises(ModelProfError) as err:
             profile(nn.Conv2d(3, 4, 3), size, timing=False)
         assert "\nhint:" not in str(err.value), size
+
+
+def test_a_tensor_without_its_batch_gets_a_hint() -> None:
+    # a newcomer's profile(resnet, torch.randn(3, 224, 224)) failed in bn1 ("expected 4D
+    # input (got 3D input)") with no word of the batch; conv2d takes the unbatched sample
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    sample = torch.randn(3, 8, 8)
+    for given in ({"input_size": sample}, {"inputs": sample}):
+        with pytest.raises(ModelProfError) as err:
+            profile(model, timing=False, **given)
+        assert "expected 4D input (got 3D input)" in str(err.value)
+        assert "\nhint: tensors given are used as they are, batch included" in str(err.value)
+    # with it, it runs: Conv2d(3, 4, 3) at 8 x 8, 6 x 6 x 4 outputs x 27 = 3,888 MACs (the
+    # BatchNorm2d row's MACs column reads none)
+    assert profile(model, inputs=sample[None], timing=False).totals["macs"] == 3_888
+    # a tensor of the wrong channel count is no batch's doing: no hint
+    with pytest.raises(ModelProfError) as err:
+        profile(model, inputs=torch.randn(1, 4, 8, 8), timing=False)
+    assert "\nhint:" not in str(err.value)
