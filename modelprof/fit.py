@@ -25,6 +25,7 @@ backward temporaries beyond the saved tensors.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -436,7 +437,8 @@ def _from_config(config: Any) -> nn.Module:
     finally:
         transformers.logging.set_verbosity(verbosity)
     if name != "AutoModel" and _encoder_only(model):
-        model = _build(config, "AutoModel", transformers.AutoModel)
+        with contextlib.suppress(ModelProfError):  # (a class AutoModel maps, or the one built)
+            model = _build(config, "AutoModel", transformers.AutoModel)
     return model
 
 
@@ -451,9 +453,17 @@ def _build(config: Any, name: str, auto: Any) -> nn.Module:
 
 
 def _encoder_only(model: nn.Module) -> bool:
-    """Layers that say whether they decode (BERT's and RoBERTa's ``is_decoder``, their
-    config's flag), none of which does: an encoder, which keeps no KV cache."""
-    flags = [getattr(m, "is_decoder", None) for m in model.modules()]
+    """A transformers model (or the one inside ``model``) whose one config says it does not
+    decode (BERT's and RoBERTa's ``is_decoder=False``), and whose layers that read that flag
+    say so too: an encoder, which keeps no KV cache. A config of parts (an audio encoder
+    beside a text decoder, an encoder-decoder) is judged by its parts: not here."""
+    hf = model if _is_hf_model(model) else _inner_hf_model(model)
+    config = getattr(hf, "config", None)
+    if hf is None or getattr(config, "is_decoder", None) is not False:
+        return False
+    if getattr(config, "is_encoder_decoder", False) or any(map(_is_config, vars(config).values())):
+        return False
+    flags = [getattr(m, "is_decoder", None) for m in hf.modules()]
     flags = [f for f in flags if isinstance(f, bool)]
     return bool(flags) and not any(flags)
 
@@ -652,12 +662,12 @@ def _quantized_buffers(module: nn.Module, seen: set[int], dtype: torch.dtype) ->
     or with no parameters and such a buffer: GPTQ's ``qweight``), which hold its weights: each
     once, integer ones as stored, floating ones (scales, bias) at ``dtype``. A float layer's
     buffers (rotary frequencies, position ids) stay out, as in the closed forms, and so does a
-    boolean buffer: a mask, never a weight (GPTBigCode's causal ``bias``). A layer holds its
-    weights itself: a module with no parameters and with modules inside (BERT's embeddings,
-    their int64 ``position_ids``) holds indices, not packed weights."""
+    boolean buffer: a mask, never a weight (GPTBigCode's causal ``bias``), nor an int64 one
+    alone: indices (BERT's embeddings hold ``position_ids`` and ``token_type_ids``), where
+    packed weights are held in 8 or 32 bits (GPTQ's int32 ``qweight``, BitNet's uint8)."""
     params = list(module.parameters(recurse=False))
-    leaf = next(module.children(), None) is None
-    held = params or [b for b in module.buffers(recurse=False) if b.dtype != torch.bool and leaf]
+    index = (torch.bool, torch.int64)
+    held = params or [b for b in module.buffers(recurse=False) if b.dtype not in index]
     if all(_plain_float(t) for t in held):
         return 0
     total = 0

@@ -370,3 +370,54 @@ def test_an_encoder_keeps_no_kv_cache_and_its_index_buffers_are_no_weights():
         decoder = fit(_bert(2, is_decoder=True), context=16, training=False)
     assert any(n.startswith("counted BertLMHeadModel,") for n in decoder.notes)
     assert decoder.table.loc["kv_cache", "inference"] == 2 * 2 * 16 * 64 * 2
+
+
+class _PackedWithNorm(nn.Module):
+    """BitNet's layer as transformers packs it: no parameter of its own, its weight four 2-bit
+    values a byte in a uint8 buffer, a scale, and a norm inside it."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.register_buffer("weight", torch.zeros(n // 4, n, dtype=torch.uint8))
+        self.register_buffer("weight_scale", torch.ones(1, dtype=torch.bfloat16))
+        self.norm = nn.LayerNorm(n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+def test_packed_weights_of_a_layer_with_modules_inside_are_kept():
+    report = fit(nn.Sequential(_PackedWithNorm(256)), dtype=torch.bfloat16, training=False)
+    # the uint8 weight 64 x 256 = 16,384 B and its scale's 2 B, as stored; the norm's 512
+    # parameters at bf16 = 1,024 B: 17,410 (an int64 buffer alone is an index, not these)
+    assert report.table.loc["weights", "inference"] == 16_384 + 2 + 1_024
+    assert any("quantized or packed" in n for n in report.notes)
+
+
+def test_a_config_of_parts_keeps_its_decoders_cache():
+    # Qwen2-Audio: an audio encoder whose layers say is_decoder=False beside a Qwen2 decoder
+    # that reads no such flag: the decoder's cache stays, 2 (K, V) x 2 layers x 16 tokens x
+    # 2 KV heads x 16 x 2 B = 4,096 B (a review found the flag read as the whole model's: 0)
+    cfg = transformers.Qwen2AudioConfig(
+        text_config={
+            "model_type": "qwen2",
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 100,
+        },
+        audio_config={
+            "model_type": "qwen2_audio_encoder",
+            "d_model": 64,
+            "encoder_layers": 1,
+            "encoder_attention_heads": 4,
+            "encoder_ffn_dim": 96,
+            "num_mel_bins": 8,
+        },
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = fit(cfg, context=16, training=False)
+    assert report.table.loc["kv_cache", "inference"] == 2 * 2 * 16 * 2 * 16 * 2

@@ -22,7 +22,7 @@ from modelprof.errors import ModelProfError, TimingDisagreementWarning, warn_use
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.execution import RunMode, legacy_eval_mode
 from modelprof.timing.agreement import RatioAgreement, judge_ratio
-from modelprof.timing.latency import TimedCall, check_inputs_given, resolve_call
+from modelprof.timing.latency import TimedCall, no_inputs_hint, resolve_call
 from modelprof.timing.measurement import Measurement, format_ms, load_note
 from modelprof.timing.options import TimingOptions
 from modelprof.timing.runner import sample_interleaved
@@ -448,7 +448,6 @@ def measure_latencies(
     prepared = []
     for name, fn in candidates.items():
         try:
-            check_inputs_given(fn, inputs, input_size)
             target, mi = resolve_call(
                 fn,
                 inputs,
@@ -461,7 +460,8 @@ def measure_latencies(
         except ModelProfError as e:  # say which candidate
             raise ModelProfError(f"candidate {str(name)!r}: {e}") from e
         prepared.append(Candidate(str(name), fn, target, mi))
-    with agreed_timing(candidates.values()):  # sharded models under torchrun: ranks agree
+    # sharded models under torchrun: ranks agree
+    with no_inputs_hint(inputs, input_size), agreed_timing(candidates.values()):
         result = measure_interleaved(
             prepared,
             opts,

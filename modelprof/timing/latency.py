@@ -6,10 +6,11 @@ captured, transfer buffers); ``modelprof.timing.interleave`` runs several in int
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import inspect
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -100,20 +101,26 @@ def resolve_call(
     return target, mi
 
 
-def check_inputs_given(fn: Any, inputs: Any, input_size: Any) -> None:
-    """Refuse, before any run, a callable given no inputs whose signature needs some (a
-    module's forward(x): its own TypeError read as the model's failure)."""
-    if inputs is not None or input_size is not None:
-        return
+#: a callee's refusal for want of an argument (Python's words for a missing one)
+_MISSING_ARGUMENT = re.compile(r"missing \d+ required (positional|keyword-only) argument")
+
+
+@contextlib.contextmanager
+def no_inputs_hint(inputs: Any, input_size: Any) -> Iterator[None]:
+    """A call made with no inputs, refused by its callee for want of an argument (a module's
+    ``forward(x)``): its error says that none were given. Only once it failed: a module whose
+    pre-hook supplies its argument, or a closure over its data, runs as given."""
     try:
-        inspect.signature(getattr(fn, "forward", fn) if isinstance(fn, nn.Module) else fn).bind()
-    except TypeError as e:
-        raise ModelProfError(
-            f"{_label(fn)} takes arguments ({e}) and none were given: pass inputs= (a tensor, "
-            "a tuple or a dict) or input_size= (batch excluded)"
-        ) from None
-    except ValueError:  # no signature to read (a builtin): its call says
-        pass
+        yield
+    except ModelProfError as e:
+        cause = e.__cause__
+        if inputs is None and input_size is None and isinstance(cause, TypeError):
+            if _MISSING_ARGUMENT.search(str(cause)):
+                raise ModelProfError(
+                    f"{e}\nhint: no inputs were given: pass inputs= (a tensor, a tuple or a "
+                    "dict) or input_size= (batch excluded)"
+                ) from cause
+        raise
 
 
 def _label(fn: Any) -> str:
@@ -374,7 +381,6 @@ def measure_latency(
     t_begin = time.perf_counter()
     training = legacy_eval_mode(training, timing_options, "measure_latency")
     opts = TimingOptions.parse(options, **timing_options)
-    check_inputs_given(fn_or_model, inputs, input_size)
     target, mi = resolve_call(
         fn_or_model,
         inputs,
@@ -385,6 +391,7 @@ def measure_latency(
         channels_last=opts.channels_last,
     )
     with (
+        no_inputs_hint(inputs, input_size),
         agreed_timing([fn_or_model]),
         TimedCall(
             fn_or_model,
