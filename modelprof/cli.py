@@ -23,7 +23,6 @@ import math
 import os
 import re
 import sys
-import time
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -1122,14 +1121,19 @@ def _run_sweep(ctx: _Context) -> int:
     args = ctx.args
     _finite_number("--timeout", args.timeout, "seconds")
     out = args.sweep_out or Path(f"{_slug(args.config.stem)}_sweep")
-    started = time.time()  # a row that started before was read back from an earlier run
-
-    def kept(row: Any) -> bool:
-        return bool(row.get("start_time", started) < started)
+    earlier: list[str] = []  # this rank's rows read back from an earlier run in --out
 
     def said(config: Any, row: Any) -> str:
         again = f" (read back from an earlier run in {out}; --no-resume runs it again)"
-        return f"sweep: {config.name}: {row['status']}{again if kept(row) else ''}"
+        return f"sweep: {config.name}: {row['status']}{again if row.get('read_back') else ''}"
+
+    lines = ctx.step_lines(said)
+
+    def on_config(config: Any, row: Any) -> None:
+        if row.get("read_back"):
+            earlier.append(config.name)
+        if lines is not None:
+            lines(config, row)
 
     df = sweep(
         args.config,
@@ -1138,7 +1142,7 @@ def _run_sweep(ctx: _Context) -> int:
         retry_failed=args.retry_failed,
         progress=ctx.progress,
         timeout_s=args.timeout,
-        on_config=ctx.step_lines(said),
+        on_config=on_config,
     )
     failed = int((df["status"] != "ok").sum())
     if os.environ.get("RANK", "0") != "0":
@@ -1146,12 +1150,13 @@ def _run_sweep(ctx: _Context) -> int:
     shown = [c for c in _SWEEP_SHOWN if c in df.columns]
     print(df[shown].to_string(index=False), file=ctx.stdout)
     world = os.environ.get("WORLD_SIZE", "1")
-    earlier = sum(kept(row) for row in df.to_dict("records"))
+    who = "" if world == "1" else "rank 0: "
     print(
         f"\n{len(df)} configurations: {len(df) - failed} ok, {failed} failed"
         f"{' (see the error column)' if failed else ''}; {world} rank(s)"
         + (
-            f"; {earlier} read back from an earlier run in {out} (--no-resume runs them again)"
+            f"; {who}{len(earlier)} read back from an earlier run in {out} (--no-resume runs "
+            "them again)"
             if earlier
             else ""
         ),

@@ -47,7 +47,7 @@ def sweep(
     Under ``torchrun`` configuration ``i`` runs on rank ``i % WORLD_SIZE`` and ``timeout_s``
     bounds every wait for another rank; every rank returns the whole frame, rank 0 alone shows
     the progress bar. ``on_config`` gets each configuration this rank finished (or found done)
-    and its row.
+    and its row (one found done in ``out``, an earlier run's, with ``read_back=True``).
 
     Columns: the configuration, ``input_shape``, ``status`` (``ok``/``error``), ``error``, the
     counted totals (``params, macs, flops, madd, output_bytes, read_bytes, write_bytes``; in

@@ -337,6 +337,18 @@ def test_a_rerun_says_which_rows_it_read_back_from_the_earlier_run(
     lines = [line for line in again.err.splitlines() if line.startswith("modelprof: sweep: ")]
     assert len(lines) == 2 and all(line.endswith(f": ok {said}") for line in lines)
     assert f"; 2 read back from an earlier run in {out} (--no-resume" in again.out
+    # sweep()'s on_config is told so in the row it gets (read_back=True), not by clocks
+    seen: dict[str, bool] = {}
+    grid = {"models": [f"{nets}:narrow", f"{nets}:wide"]}
+    sweep(grid, out=out, on_config=lambda c, row: seen.update({c.name: row.get("read_back")}))
+    assert len(seen) == 2 and all(seen.values())
+    sweep(
+        grid,
+        out=out,
+        resume=False,
+        on_config=lambda c, row: seen.update({c.name: "read_back" in row}),
+    )
+    assert not any(seen.values())
 
 
 def test_a_config_nested_too_deeply_is_one_line(

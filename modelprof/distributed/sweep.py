@@ -124,14 +124,15 @@ class _Runner:
 
     def _one(self, config: SweepConfig) -> dict[str, Any]:
         row = self._done(config)
+        kept = row is not None
         if row is None:
             row = run_config(config, self.measure, self.meeting.ranks)
             if self.store is not None:
                 self.store.save(config, row)
         self.meeting.add_done(1)
         self._tick()
-        if self.on_config is not None:
-            self.on_config(config, row)
+        if self.on_config is not None:  # a row read back from an earlier run says so
+            self.on_config(config, {**row, "read_back": True} if kept else row)
         return row
 
     def _done(self, config: SweepConfig) -> dict[str, Any] | None:
