@@ -324,9 +324,10 @@ def _caption(fig: Any, ax: Any, text: str) -> None:
     while True:
         label.set_text(textwrap.fill(text, width=width))
         right = lambda r: label.get_window_extent(r).x1 / ax.get_window_extent(r).x1  # noqa: E731
-        if max(_at_both_resolutions(fig, right, redraw=True)) <= 1 or width <= 40:
+        over = max(_at_both_resolutions(fig, right, redraw=True))
+        if over <= 1 or width <= 40:
             break
-        width = max(40, int(width * 0.9))
+        width = max(40, int(width * min(0.9, 0.98 / over)))  # about where it fits
 
 
 def _widths(text: Any, ax: Any) -> Any:
@@ -335,8 +336,9 @@ def _widths(text: Any, ax: Any) -> Any:
 
 
 def _at_both_resolutions(fig: Any, measure: Any, *, redraw: bool) -> list[float]:
-    """``measure(renderer)`` at the figure's resolution and at :data:`SAVE_DPI`, laid out
-    anew at each where ``redraw`` (else with the layout as last drawn)."""
+    """``measure(renderer)`` at the figure's resolution and at :data:`SAVE_DPI`, laid out anew
+    at each where ``redraw`` (a caption, which the layout makes room for; else as last laid
+    out: a title, measured against its axes)."""
     dpi, out = fig.dpi, []
     try:
         for d in dict.fromkeys((dpi, SAVE_DPI)):
@@ -360,10 +362,10 @@ def _fit_title(ax: Any, text: str, *, small: bool = False) -> None:
             "\n".join(textwrap.fill(p, width=width) for p in text.splitlines()),
             fontsize="medium" if small else None,
         )
-        wide = _widths(ax.title, ax)
-        if max(_at_both_resolutions(fig, wide, redraw=False)) <= 1 or width <= 20:
+        over = max(_at_both_resolutions(fig, _widths(ax.title, ax), redraw=False))
+        if over <= 1 or width <= 20:
             break
-        width -= 5
+        width = max(20, min(width - 5, int(width * 0.98 / over)))  # about where it fits
 
 
 def _group_close(x: np.ndarray, y: np.ndarray, factor: float = 1.35) -> list[list[int]]:
