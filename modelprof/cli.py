@@ -225,6 +225,19 @@ def _finite_number(flag: str, value: float | None, unit: str) -> None:
         raise ModelProfError(f"{flag} {value} must be a finite number of {unit} above 0")
 
 
+def _memory_flag(value: float | None) -> None:
+    """Refuse a ``--memory`` that ``memory_bytes=`` would refuse, before any work."""
+    from modelprof.runtime.inputs import memory_bytes_arg
+
+    if value is not None:
+        try:
+            memory_bytes_arg(value)
+        except ModelProfError:
+            raise ModelProfError(
+                f"--memory {value:g} must be a finite number of bytes, at least 1 and below 2**63"
+            ) from None
+
+
 def _bytes_arg(text: str) -> float:
     """``--memory``'s bytes: ``24e9``, ``24GB`` or ``24G`` (powers of 1000), ``80GiB`` (1024)."""
     from modelprof.runtime.inputs import parse_bytes
@@ -946,7 +959,7 @@ def _run_generate(ctx: _Context) -> None:
     args = ctx.args
     if len(args.specs) > 1:
         return _compare_generation(ctx)
-    _finite_number("--memory", args.memory, "bytes")
+    _memory_flag(args.memory)
     model, name = load_language_model(args.specs[0], ctx.device, ctx.dtype)
     timing = not args.no_timing and (ctx.device is None or ctx.device.type != "meta")
     report = profile_generation(
@@ -1258,7 +1271,7 @@ def _run_fit(ctx: _Context) -> None:
     from modelprof.generation.specs import load_sized_model
 
     a = ctx.args
-    _finite_number("--memory", a.memory_bytes, "bytes")
+    _memory_flag(a.memory_bytes)
     model, _, size = load_sized_model(a.spec, torch.device("meta"), None)
     if size is not None and takes_token_ids(model):  # fed token ids: no input size
         size = None

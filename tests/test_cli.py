@@ -195,8 +195,16 @@ def test_every_usage_error_is_one_modelprof_error_line(capsys: pytest.CaptureFix
         assert err.startswith("modelprof: error: ") and err.count("\n") == 1, argv
     assert main(["generate", "LlamaConfig:num_hidden_layers=1", "--memory", "inf"]) == 2
     assert capsys.readouterr().err == (
-        "modelprof: error: --memory inf must be a finite number of bytes above 0\n"
+        "modelprof: error: --memory inf must be a finite number of bytes, at least 1 and below "
+        "2**63\n"
     )
+    # what memory_bytes= refuses is refused before the model is loaded or run (1e19 bytes
+    # profiled a whole generation before its plan refused it)
+    for flag in ("generate", "fit"):
+        assert main([flag, "LlamaConfig:num_hidden_layers=1", "--memory", "1e19"]) == 2
+        assert "--memory 1e+19 must be a finite number of bytes, at least 1" in (
+            capsys.readouterr().err
+        )
     for bad in ("24 gigs", "1.2.3GB"):
         assert main(["fit", "LlamaConfig:num_hidden_layers=1", "--memory", bad]) == 2
         err = capsys.readouterr().err
