@@ -210,13 +210,29 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, formatter_class=_HelpFormatter, **kwargs)
 
+    #: the command line last parsed, for :meth:`error`'s hint (the top parser's, whatever
+    #: way a subcommand's parser is handed its part)
+    given: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        _Parser.given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> Any:
         command = self.prog.removeprefix(PROG).strip()
         where = f"{command}: " if command else ""
-        flag = re.match(r"argument (--[\w-]+).*: expected one argument$", message)
-        if flag:  # argparse takes "-3,224,224" for an option: given with "=", it is checked
-            message += f" (a value that begins with '-' goes after '=': {flag[1]}=-VALUE)"
+        message += self._minus_hint(message)
         self.exit(2, f"{PROG}: error: {where}{message} (see '{self.prog} --help')\n")
+
+    def _minus_hint(self, message: str) -> str:
+        """argparse takes a value such as "-3,224,224" for an option and says only that the
+        flag lacks its value: where one followed it, how to give it (with "=", it is checked)."""
+        flag = re.match(r"argument ([\w/-]+): expected one argument$", message)
+        given = _Parser.given
+        for i, token in enumerate(given[:-1]):
+            if flag and token in flag[1].split("/") and re.match(r"-\.?\d", given[i + 1]):
+                return f" (a value that begins with '-' goes after '=': {token}={given[i + 1]})"
+        return ""
 
 
 def _finite_number(flag: str, value: float | None, unit: str) -> None:
@@ -234,7 +250,7 @@ def _memory_flag(value: float | None) -> None:
             memory_bytes_arg(value)
         except ModelProfError:
             raise ModelProfError(
-                f"--memory {value:g} must be a finite number of bytes, at least 1 and below 2**63"
+                f"--memory {value!r} must be a finite number of bytes, at least 1 and below 2**63"
             ) from None
 
 

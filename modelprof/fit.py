@@ -454,12 +454,15 @@ def _build(config: Any, name: str, auto: Any) -> nn.Module:
 
 def _encoder_only(model: nn.Module) -> bool:
     """A transformers model (or the one inside ``model``) whose one config says it does not
-    decode (BERT's and RoBERTa's ``is_decoder=False``), and whose layers that read that flag
+    decode (BERT's and RoBERTa's ``is_decoder=False``, XLM's ``is_encoder``), and whose layers that read that flag
     say so too: an encoder, which keeps no KV cache. A config of parts (an audio encoder
     beside a text decoder, an encoder-decoder) is judged by its parts: not here."""
     hf = model if _is_hf_model(model) else _inner_hf_model(model)
     config = getattr(hf, "config", None)
-    if hf is None or getattr(config, "is_decoder", None) is not False:
+    said = getattr(config, "is_decoder", None)
+    if said is None and getattr(config, "is_encoder", None) is True:
+        said = False  # XLM's and Flaubert's word for it (transformers 5 has no is_decoder)
+    if hf is None or said is not False:
         return False
     if getattr(config, "is_encoder_decoder", False) or any(map(_is_config, vars(config).values())):
         return False

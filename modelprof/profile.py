@@ -295,7 +295,9 @@ def _one_short(error: ModelProfError, given: Any) -> bool:
     if given is None or not holds_tensors(given) or not getattr(error, "in_forward", False):
         return False
     said = re.search(r"expected (\d)D input \(got (\d)D input\)", str(error))
-    return said is not None and int(said[2]) == int(said[1]) - 1
+    if said is None or int(said[2]) != int(said[1]) - 1:
+        return False
+    return int(said[2]) in {t.dim() for t in iter_tensors(given)}  # a tensor as given
 
 
 @contextlib.contextmanager

@@ -246,8 +246,13 @@ def test_a_value_that_begins_with_a_minus_is_shown_how_to_pass(
     assert main(["profile", "resnet18", "--input-size", "-3,224,224", "--no-timing"]) == 2
     assert capsys.readouterr().err == (
         "modelprof: error: profile: argument --input-size: expected one argument (a value that "
-        "begins with '-' goes after '=': --input-size=-VALUE) (see 'modelprof profile --help')\n"
+        "begins with '-' goes after '=': --input-size=-3,224,224) (see 'modelprof profile "
+        "--help')\n"
     )
+    # a value left out, last or before another flag: no word of a minus (a review's case)
+    for argv in (["--input-size"], ["--input-size", "--no-timing"]):
+        assert main(["profile", "resnet18", *argv]) == 2
+        assert "goes after '='" not in capsys.readouterr().err
     assert main(["profile", "resnet18", "--input-size=-3,224,224", "--no-timing"]) == 2
     assert "--input-size '-3,224,224' must be positive integers" in capsys.readouterr().err
 

@@ -364,6 +364,16 @@ def test_an_encoder_keeps_no_kv_cache_and_its_index_buffers_are_no_weights():
         assert not any("quantized or packed" in n for n in report.notes)
     # built from an encoder's config: its base model, not a causal LM without is_decoder
     assert any(n.startswith("counted BertModel,") for n in built.notes)
+    # XLM says it by is_encoder (transformers 5 gives its config no is_decoder): no cache
+    # either, where it had read 2 x 2 layers x 16 x 64 x 2 B = 8,192 B (review)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        xlm = fit(
+            transformers.XLMConfig(emb_dim=64, n_layers=2, n_heads=4, vocab_size=100),
+            context=16,
+            training=False,
+        )
+    assert xlm.table.loc["kv_cache", "inference"] == 0
     # as a decoder (is_decoder=True) BERT's causal LM keeps its 8,192 B of keys and values
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

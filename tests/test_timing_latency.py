@@ -280,6 +280,18 @@ def test_a_model_given_no_inputs_says_so_where_it_wants_one():
     fed.register_forward_pre_hook(lambda module, args: (torch.zeros(4),))
     assert measure_latency(fed, warmup=0, repeat=3).n == 3
     assert measure_latency(lambda: None, warmup=0, repeat=3).n == 3
+
+    # a forward of no arguments whose own code misses one is the user's bug, not hinted
+    def scaled(x):
+        return 2 * x
+
+    class _Buggy(nn.Module):
+        def forward(self):
+            return scaled()
+
+    with pytest.raises(ModelProfError, match="missing 1 required") as err:
+        measure_latency(_Buggy(), warmup=0, repeat=2)
+    assert "no inputs were given" not in str(err.value)
     # what is not callable is refused as such first
     with pytest.raises(ModelProfError, match="fn_or_model=int is not callable"):
         measure_latency(3)

@@ -229,6 +229,11 @@ def test_a_tensor_without_its_batch_gets_a_hint() -> None:
     # with it, it runs: Conv2d(3, 4, 3) at 8 x 8, 6 x 6 x 4 outputs x 27 = 3,888 MACs (the
     # BatchNorm2d row's MACs column reads none)
     assert profile(model, inputs=sample[None], timing=False).totals["macs"] == 3_888
+    # a batch given whole, made 3-D by the model itself: the tensor as given is not short
+    made = nn.Sequential(nn.Linear(8, 8), nn.Unflatten(1, (8, 1)), nn.BatchNorm2d(8))
+    with pytest.raises(ModelProfError, match="got 3D input") as err:
+        profile(made, inputs=torch.randn(2, 8), timing=False)
+    assert "\nhint:" not in str(err.value)
     # a tensor of the wrong channel count is no batch's doing: no hint
     with pytest.raises(ModelProfError) as err:
         profile(model, inputs=torch.randn(1, 4, 8, 8), timing=False)

@@ -461,7 +461,10 @@ def measure_latencies(
             raise ModelProfError(f"candidate {str(name)!r}: {e}") from e
         prepared.append(Candidate(str(name), fn, target, mi))
     # sharded models under torchrun: ranks agree
-    with no_inputs_hint(inputs, input_size), agreed_timing(candidates.values()):
+    with (
+        no_inputs_hint(candidates.values(), inputs, input_size),
+        agreed_timing(candidates.values()),
+    ):
         result = measure_interleaved(
             prepared,
             opts,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -106,21 +107,33 @@ _MISSING_ARGUMENT = re.compile(r"missing \d+ required (positional|keyword-only) 
 
 
 @contextlib.contextmanager
-def no_inputs_hint(inputs: Any, input_size: Any) -> Iterator[None]:
-    """A call made with no inputs, refused by its callee for want of an argument (a module's
-    ``forward(x)``): its error says that none were given. Only once it failed: a module whose
-    pre-hook supplies its argument, or a closure over its data, runs as given."""
+def no_inputs_hint(fns: Any, inputs: Any, input_size: Any) -> Iterator[None]:
+    """A call of ``fns`` made with no inputs, refused for want of an argument by one whose
+    signature takes some (a module's ``forward(x)``): its error says that none were given.
+    Only once it failed: a module whose pre-hook supplies its argument, or a closure over its
+    data, runs as given; a function of none whose own code misses an argument is not hinted."""
     try:
         yield
     except ModelProfError as e:
         cause = e.__cause__
         if inputs is None and input_size is None and isinstance(cause, TypeError):
-            if _MISSING_ARGUMENT.search(str(cause)):
+            if _MISSING_ARGUMENT.search(str(cause)) and any(map(_takes_arguments, fns)):
                 raise ModelProfError(
                     f"{e}\nhint: no inputs were given: pass inputs= (a tensor, a tuple or a "
                     "dict) or input_size= (batch excluded)"
                 ) from cause
         raise
+
+
+def _takes_arguments(fn: Any) -> bool:
+    """Whether ``fn`` (a module: its forward) cannot be called with none."""
+    try:
+        inspect.signature(getattr(fn, "forward", fn) if isinstance(fn, nn.Module) else fn).bind()
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read (a builtin)
+        return False
+    return False
 
 
 def _label(fn: Any) -> str:
@@ -391,7 +404,7 @@ def measure_latency(
         channels_last=opts.channels_last,
     )
     with (
-        no_inputs_hint(inputs, input_size),
+        no_inputs_hint([fn_or_model], inputs, input_size),
         agreed_timing([fn_or_model]),
         TimedCall(
             fn_or_model,
