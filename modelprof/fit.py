@@ -454,9 +454,10 @@ def _build(config: Any, name: str, auto: Any) -> nn.Module:
 
 def _encoder_only(model: nn.Module) -> bool:
     """A transformers model (or the one inside ``model``) whose one config says it does not
-    decode (BERT's and RoBERTa's ``is_decoder=False``, XLM's ``is_encoder``), and whose layers that read that flag
-    say so too: an encoder, which keeps no KV cache. A config of parts (an audio encoder
-    beside a text decoder, an encoder-decoder) is judged by its parts: not here."""
+    decode (BERT's and RoBERTa's ``is_decoder=False``, XLM's ``is_encoder``), and whose
+    layers that read that flag say so too: an encoder, which keeps no KV cache. A config of
+    parts (an audio encoder beside a text decoder, an encoder-decoder) is judged by its parts:
+    not here."""
     hf = model if _is_hf_model(model) else _inner_hf_model(model)
     config = getattr(hf, "config", None)
     said = getattr(config, "is_decoder", None)
