@@ -228,10 +228,10 @@ class _Parser(argparse.ArgumentParser):
         """argparse takes a value such as "-3,224,224" for an option and says only that the
         flag lacks its value: where one followed it, how to give it (with "=", it is checked)."""
         flag = re.match(r"argument ([\w/-]+): expected one argument$", message)
-        given = _Parser.given
-        for i, token in enumerate(given[:-1]):
-            if flag and token in flag[1].split("/") and re.match(r"-\.?\d", given[i + 1]):
-                return f" (a value that begins with '-' goes after '=': {token}={given[i + 1]})"
+        names, given = (flag[1].split("/") if flag else []), _Parser.given
+        for token, value in zip(given, given[1:]):
+            if token in names and re.match(r"-\.?\d", value):
+                return f" (a value that begins with '-' goes after '=': {token}={value})"
         return ""
 
 

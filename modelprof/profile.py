@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import re
 from collections import Counter
 from typing import Any
@@ -33,7 +32,7 @@ from modelprof.runtime.execution import RunMode, dispatch_modes_restored, to_cha
 from modelprof.runtime.exported import exported_layers, is_flat_export
 from modelprof.runtime.group import is_speaker, local_device
 from modelprof.runtime.guard import preserved_state
-from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size
+from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_input_size, refuses_call
 from modelprof.runtime.snapshot import snapshot_of
 from modelprof.runtime.tensors import brief, holds_tensors, iter_tensors, tensor_bytes
 from modelprof.step.count import count_step
@@ -280,13 +279,7 @@ def _one_list_for_many(error: ModelProfError, model: Any, mi: ModelInputs) -> bo
         return False
     if not isinstance(error.__cause__, TypeError):
         return False
-    try:
-        inspect.signature(getattr(model, "forward", model)).bind(*mi.args, **mi.kwargs)
-    except TypeError:
-        return True
-    except ValueError:  # no signature to read (a builtin)
-        return False
-    return False
+    return refuses_call(model, *mi.args, **mi.kwargs)
 
 
 def _one_short(error: ModelProfError, given: Any) -> bool:

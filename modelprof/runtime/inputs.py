@@ -502,6 +502,18 @@ def token_inputs(
     return made
 
 
+def refuses_call(fn: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether the signature of ``fn`` (of its ``forward``, a module's) refuses these
+    arguments; False where it takes them or no signature can be read (a builtin)."""
+    try:
+        inspect.signature(getattr(fn, "forward", fn)).bind(*args, **kwargs)
+    except TypeError:
+        return True
+    except ValueError:
+        return False
+    return False
+
+
 def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
     """The forward's parameters by name; none where its signature cannot be read."""
     try:

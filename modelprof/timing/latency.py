@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,13 @@ from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
 from modelprof.runtime.failure import forward_failure
 from modelprof.runtime.group import communicates
-from modelprof.runtime.inputs import ModelInputs, make_inputs, parse_device, parse_dtype
+from modelprof.runtime.inputs import (
+    ModelInputs,
+    make_inputs,
+    parse_device,
+    parse_dtype,
+    refuses_call,
+)
 from modelprof.runtime.placement import copy_model, model_placement, moved_model, to_placement
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.measurement import Measurement
@@ -117,23 +122,12 @@ def no_inputs_hint(fns: Any, inputs: Any, input_size: Any) -> Iterator[None]:
     except ModelProfError as e:
         cause = e.__cause__
         if inputs is None and input_size is None and isinstance(cause, TypeError):
-            if _MISSING_ARGUMENT.search(str(cause)) and any(map(_takes_arguments, fns)):
+            if _MISSING_ARGUMENT.search(str(cause)) and any(map(refuses_call, fns)):
                 raise ModelProfError(
                     f"{e}\nhint: no inputs were given: pass inputs= (a tensor, a tuple or a "
                     "dict) or input_size= (batch excluded)"
                 ) from cause
         raise
-
-
-def _takes_arguments(fn: Any) -> bool:
-    """Whether ``fn`` (a module: its forward) cannot be called with none."""
-    try:
-        inspect.signature(getattr(fn, "forward", fn) if isinstance(fn, nn.Module) else fn).bind()
-    except TypeError:
-        return True
-    except ValueError:  # no signature to read (a builtin)
-        return False
-    return False
 
 
 def _label(fn: Any) -> str:
