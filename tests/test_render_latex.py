@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 from helpers import latex_headers
 from test_render_fixture import report_frame, report_totals
+from torch import nn
 
+from modelprof import profile
 from modelprof.errors import ModelProfError
 from modelprof.render.latex import (
     LONG_ROWS,
@@ -82,6 +84,26 @@ def test_fit_columns_drops_the_least_important_first_and_keeps_the_first() -> No
     # the unprioritised columns went rightmost first: those kept are the leftmost ones
     rest = [c for c in kept[1:] if c not in ("metric 0", "metric 11")]
     assert rest == [f"metric {j}" for j in range(1, len(rest) + 1)]
+
+
+def test_priority_names_columns_the_table_has() -> None:
+    """A name ``priority=`` gives that the table lacks would keep nothing: refused, named, in a
+    frame's table and in a report's (whose own defaults name columns an untimed table lacks);
+    one name alone is a list of one."""
+    df = _wide_frame()
+    df["module"] = [f"enc.{i}.attn" for i in range(len(df))]
+    with pytest.raises(ModelProfError, match=r"priority: unknown column\(s\) \['metrik_3_ms'\]"):
+        to_latex(df, width="columnwidth", priority=["metric_0_ms", "metrik_3_ms"])
+    one = to_latex(df, width="columnwidth", priority="metric_11_ms")
+    assert one == to_latex(df, width="columnwidth", priority=["metric_11_ms"])
+    assert "metric 11" in [h.partition(" (")[0] for h in latex_headers(one)]
+    with pytest.raises(ModelProfError, match="must be a list of column names"):
+        to_latex(df, priority=[11])
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    report = profile(model, (8,), timing=False)  # no latency_ms, which the defaults name
+    assert report.to_latex().startswith("% modelprof table")
+    with pytest.raises(ModelProfError, match=r"unknown column\(s\) \['flopz'\]"):
+        report.to_latex(priority=["flopz"])
 
 
 def test_fit_scale_shrinks_only_a_wider_table() -> None:

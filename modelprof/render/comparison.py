@@ -13,6 +13,7 @@ import pandas as pd
 from modelprof.render.formats import get_format
 from modelprof.render.latex import latex_columns
 from modelprof.render.options import ViewOptions, check_read_by
+from modelprof.render.views import shown_only
 
 __all__ = [
     "env_caption",
@@ -87,6 +88,11 @@ def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> 
         # first, the wall clock's and the counts' next, before any interval
         first += [c for c in ("cpu_work_median_ms", "cpu_work_x") if c not in first]
     return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
+
+
+def _priority(df: pd.DataFrame) -> tuple[str, ...]:
+    """:func:`_latex_priority` of the names this comparison's table has."""
+    return shown_only(_latex_priority(df.attrs, df.columns), df)
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
@@ -225,7 +231,7 @@ def export_comparison(
         columns = compact_compare_columns(df) if columns is None else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
-            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
+            fitting = given.with_defaults(view, priority=_priority(df))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
@@ -234,9 +240,7 @@ def export_comparison(
             caption = "; ".join(c for c in (caption, *ranks) if c)
         else:
             df, columns = _rank_said(df, columns)
-        given = given.with_defaults(
-            view, caption=caption, title=caption, priority=_latex_priority(df.attrs, df.columns)
-        )
+        given = given.with_defaults(view, caption=caption, title=caption, priority=_priority(df))
         if given.standalone is None:  # the caller's default: a page (a document)
             given = given.replace(standalone=True)
         if given.standalone:  # a page shows its summary lines

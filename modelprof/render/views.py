@@ -51,6 +51,7 @@ __all__ = [
     "select_rows",
     "select_columns",
     "require_columns",
+    "shown_only",
     "call_label",
     "compact_columns",
     "module_labels",
@@ -147,6 +148,27 @@ def require_columns(df: Any, columns: Sequence[str], what: str, hint: str = "") 
         raise ModelProfError(
             f"{what} needs column(s) {missing}{hint}; the table has {list(map(str, df.columns))}"
         )
+
+
+def _shown_names(df: pd.DataFrame) -> list[str]:
+    """The names a table of ``df`` can show: its columns, after a meaningful index's name
+    (:func:`with_index`: a comparison's ``model``)."""
+    return [str(c) for c in with_index(df.iloc[:0]).columns]
+
+
+def shown_only(names: Iterable[str], df: pd.DataFrame) -> tuple[str, ...]:
+    """Of a default's ``names``, those a table of ``df`` can show (``priority=``'s check below
+    refuses the rest, as a caller's misspelling)."""
+    shown = set(_shown_names(df))
+    return tuple(n for n in names if n in shown)
+
+
+def _check_priority(df: pd.DataFrame, priority: Sequence[str]) -> None:
+    """``priority=`` names columns of the table: one it lacks would keep nothing, silently."""
+    shown = _shown_names(df)
+    unknown = [c for c in priority if c not in shown]
+    if unknown:
+        raise ModelProfError(f"priority: unknown column(s) {unknown}; available: {shown}")
 
 
 def _default_sort_column(df: pd.DataFrame) -> str:
@@ -479,6 +501,7 @@ def prepare_table(
     """
     view = ViewOptions.parse(view, **options)
     require_columns(df, (), "prepare_table")
+    _check_priority(df, view.priority)
     units = view.units_or(default_units)
     totals = default_totals(df) if totals is None else totals
     totals = dict(totals) if (totals is not None and view.show_totals) else None

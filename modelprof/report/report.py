@@ -25,7 +25,7 @@ from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
-from modelprof.render.views import call_label, compact_columns, require_columns
+from modelprof.render.views import call_label, compact_columns, require_columns, shown_only
 from modelprof.report.diff import diff_frames
 from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
@@ -436,6 +436,8 @@ class Report(Exports):
         nor the keywords set a value."""
         view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
+        if "priority" in defaults:  # the names this table has (a caller's others are refused)
+            defaults["priority"] = shown_only(defaults["priority"], df)
         view = view.fit_for(view.columns, options).with_defaults(options, **defaults)
         update: dict[str, Any] = {}
         if view.style == "torchstat":
