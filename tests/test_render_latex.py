@@ -16,7 +16,7 @@ from helpers import latex_headers
 from test_render_fixture import report_frame, report_totals
 from torch import nn
 
-from modelprof import profile
+from modelprof import ViewOptions, profile
 from modelprof.errors import ModelProfError
 from modelprof.render.latex import (
     LONG_ROWS,
@@ -99,11 +99,32 @@ def test_priority_names_columns_the_table_has() -> None:
     assert "metric 11" in [h.partition(" (")[0] for h in latex_headers(one)]
     with pytest.raises(ModelProfError, match="must be a list of column names"):
         to_latex(df, priority=[11])
+    assert ViewOptions(priority=iter(["macs", "params"])).priority == ("macs", "params")
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
     report = profile(model, (8,), timing=False)  # no latency_ms, which the defaults name
     assert report.to_latex().startswith("% modelprof table")
     with pytest.raises(ModelProfError, match=r"unknown column\(s\) \['flopz'\]"):
         report.to_latex(priority=["flopz"])
+    # only LaTeX reads priority: one view shared by every format is checked there alone
+    shared = ViewOptions(priority=["flopz"])
+    assert "| module" in report.to_markdown(view=shared)
+    with pytest.raises(ModelProfError, match="flopz"):
+        report.to_latex(view=shared)
+
+
+class ConvolutionalFeatureExtractorWithLongName(nn.Conv2d):
+    pass
+
+
+def test_grouped_tables_step_down_a_font_to_keep_the_params() -> None:
+    """A module_type table lacks ``output_shape``, where the defaults' "columns a paper keeps"
+    end: its long type name leaves no room for params in \\small at column width, and
+    \\footnotesize keeps them (the defaults are not cut to the table's names)."""
+    layer = ConvolutionalFeatureExtractorWithLongName(3, 8, 3)
+    report = profile(nn.Sequential(layer, nn.ReLU()), (3, 16, 16), timing=False)
+    text = report.to_latex(group_by="module_type", width="columnwidth")
+    assert "\\footnotesize" in text.splitlines()
+    assert [h.partition(" (")[0] for h in latex_headers(text)][:2] == ["type", "params"]
 
 
 def test_fit_scale_shrinks_only_a_wider_table() -> None:

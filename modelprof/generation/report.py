@@ -26,7 +26,7 @@ from modelprof.render._output import emit
 from modelprof.render.formats import Exports, export, get_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_rate
-from modelprof.render.views import compact_columns, shown_only
+from modelprof.render.views import compact_columns, default_priority
 from modelprof.report.frames import shown
 from modelprof.report.utilization import Utilization
 from modelprof.runtime.env import jsonable
@@ -404,7 +404,7 @@ class GenerationReport(Exports):
         if not human:
             return given.with_defaults(options, **defaults)
         given = given.fit_for(given.columns, options).with_defaults(
-            options, priority=shown_only(_LATEX_PRIORITY, df), show_totals=False, **defaults
+            options, priority=_LATEX_PRIORITY, show_totals=False, **defaults
         )
         if given.columns not in (None, "compact"):
             return given
@@ -613,9 +613,8 @@ def _neighbours(
 
 
 #: the columns a LaTeX table of the phases keeps longest (the first, ``phase``, always stays)
-_LATEX_PRIORITY = tuple(
-    "phase context batch_size module macs latency_ms params type bound_ms output_shape "
-    "flops".split()
+_LATEX_PRIORITY = default_priority(
+    "phase context batch_size module macs latency_ms params type bound_ms output_shape flops"
 )
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from modelprof.render.formats import get_format
 from modelprof.render.latex import latex_columns
 from modelprof.render.options import ViewOptions, check_read_by
-from modelprof.render.views import shown_only
+from modelprof.render.views import default_priority
 
 __all__ = [
     "env_caption",
@@ -54,14 +54,14 @@ _TIMED_RATIOS = frozenset(r.removesuffix("_rough") for r in _ROUGH_RATIO_COLUMNS
 _CPU_WORK_COLUMNS = frozenset(c for c in COMPACT_COMPARE_COLUMNS if "cpu" in c.split("_"))
 
 # LaTeX keeps these longest when a comparison must lose columns to fit the page
-_LATEX_PRIORITY = tuple(
+_LATEX_PRIORITY = default_priority(
     """model latency_median_ms latency_x cpu_work_median_ms cpu_work_x backward_latency_median_ms
     backward_latency_x backward_cpu_work_median_ms backward_cpu_work_x step_latency_median_ms
     step_latency_x rank step_rank params macs latency_ci_low_ms latency_ci_high_ms
     latency_x_ci_low latency_x_ci_high cpu_work_x_ci_low cpu_work_x_ci_high macs_x params_x fps
     throughput_samples_per_s throughput_x flops ttft_ms tpot_ms end_to_end_ms ttft_x tpot_x
     ttft_cpu_x tpot_cpu_x tokens_per_s ttft_x_ci_low ttft_x_ci_high tpot_x_ci_low
-    tpot_x_ci_high""".split()
+    tpot_x_ci_high"""
 )
 
 #: The caption's short word on how the ratios are estimated (attrs["ratio_estimator"] in full).
@@ -88,11 +88,6 @@ def _latex_priority(attrs: Mapping[str, Any], columns: Collection[str] = ()) -> 
         # first, the wall clock's and the counts' next, before any interval
         first += [c for c in ("cpu_work_median_ms", "cpu_work_x") if c not in first]
     return ("model", *first, *(c for c in _LATEX_PRIORITY[1:] if c not in first))
-
-
-def _priority(df: pd.DataFrame) -> tuple[str, ...]:
-    """:func:`_latex_priority` of the names this comparison's table has."""
-    return shown_only(_latex_priority(df.attrs, df.columns), df)
 
 
 def compact_compare_columns(df: pd.DataFrame) -> list[str]:
@@ -231,7 +226,7 @@ def export_comparison(
         columns = compact_compare_columns(df) if columns is None else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
-            fitting = given.with_defaults(view, priority=_priority(df))
+            fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))
             shown = latex_columns(df, fitting.replace(columns=columns))
         caption = compare_caption(df.attrs, shown) or None
         if shown is not None:  # LaTeX: the rank's direction goes in the caption, where the
@@ -240,7 +235,9 @@ def export_comparison(
             caption = "; ".join(c for c in (caption, *ranks) if c)
         else:
             df, columns = _rank_said(df, columns)
-        given = given.with_defaults(view, caption=caption, title=caption, priority=_priority(df))
+        given = given.with_defaults(
+            view, caption=caption, title=caption, priority=_latex_priority(df.attrs, df.columns)
+        )
         if given.standalone is None:  # the caller's default: a page (a document)
             given = given.replace(standalone=True)
         if given.standalone:  # a page shows its summary lines

@@ -93,11 +93,13 @@ def register_table(
     *,
     summary: str,
     default_units: str = "human",
+    check: Callable[[Any, ViewOptions], None] = lambda df, view: None,
     **registration: Any,
 ) -> Callable[..., str | Path]:
     """Register format ``name`` as a human table and return its writer (``summary``: its
-    docstring): the frame prepared by :func:`~modelprof.render.views.prepare_table` in
-    ``default_units`` where none is asked, laid out by ``layout(table, view, to_file)``."""
+    docstring): the frame, once ``check(df, view)`` passes it (the options only this format
+    reads), prepared by :func:`~modelprof.render.views.prepare_table` in ``default_units``
+    where none is asked, laid out by ``layout(table, view, to_file)``."""
 
     def write(
         df: Any,
@@ -111,6 +113,7 @@ def register_table(
     ) -> str | Path:
         check_read_by(name, options)  # the keywords it does not read, refused
         view = ViewOptions.parse(view, **options)
+        check(df, view)
         table = prepare_table(
             df, totals, end_to_end=end_to_end, view=view, default_units=default_units
         )

@@ -22,7 +22,7 @@ from typing import Any
 from modelprof.errors import ModelProfError, ModelProfWarning, warn_user
 from modelprof.render.formats import register_table
 from modelprof.render.options import ViewOptions
-from modelprof.render.views import Table, is_rough, prepare_table
+from modelprof.render.views import Table, check_priority, default_priority, is_rough, prepare_table
 
 __all__ = [
     "FITS",
@@ -237,9 +237,9 @@ def _fit_columns(
 
 _DEFAULT_FONT, _SMALLER_FONT = "small", "footnotesize"
 
-DEFAULT_PRIORITY: tuple[str, ...] = tuple(
+DEFAULT_PRIORITY: tuple[str, ...] = default_priority(
     """model module phase context batch_size type macs latency_ms params output_shape
-    calls flops""".split()
+    calls flops"""
 )
 """The columns ``fit`` keeps longest where the caller names none, a row's keys first."""
 
@@ -547,6 +547,7 @@ to_latex = register_table(
     "latex",
     lambda table, view, to_file: latex_table(table, view),
     default_units="fixed",
+    check=lambda df, view: check_priority(df, view.priority),
     suffix="tex",
     doc="A booktabs table for papers: one unit per column, named in the header; fitted to "
     '``width="textwidth"`` (or ``"columnwidth"``) by dropping the least important columns '

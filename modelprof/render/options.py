@@ -140,10 +140,13 @@ class ViewOptions:
                 f"max_height={self.max_height!r} must be a CSS length such as '30em', "
                 "'400px', '80vh' or 'calc(100vh - 10em)'"
             )
-        priority = (self.priority,) if isinstance(self.priority, str) else self.priority
-        if not isinstance(priority, Iterable) or not all(isinstance(c, str) for c in priority):
-            raise ModelProfError(f"priority={self.priority!r} must be a list of column names")
-        object.__setattr__(self, "priority", tuple(priority))  # (frozen) one name, or a list
+        given = self.priority
+        # one name, a list, or None (the caller's default); an iterator is read once, here
+        priority = (given,) if isinstance(given, str) else () if given is None else given
+        priority = tuple(priority) if isinstance(priority, Iterable) else None
+        if priority is None or not all(isinstance(c, str) for c in priority):
+            raise ModelProfError(f"priority={given!r} must be a list of column names")
+        object.__setattr__(self, "priority", priority)  # (frozen)
         if isinstance(self.columns, tuple) and not self.columns:
             raise ModelProfError("columns=[] names no column: name some, or 'all' or 'compact'")
 

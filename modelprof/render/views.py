@@ -51,7 +51,8 @@ __all__ = [
     "select_rows",
     "select_columns",
     "require_columns",
-    "shown_only",
+    "check_priority",
+    "default_priority",
     "call_label",
     "compact_columns",
     "module_labels",
@@ -150,23 +151,25 @@ def require_columns(df: Any, columns: Sequence[str], what: str, hint: str = "") 
         )
 
 
-def _shown_names(df: pd.DataFrame) -> list[str]:
-    """The names a table of ``df`` can show: its columns, after a meaningful index's name
-    (:func:`with_index`: a comparison's ``model``)."""
-    return [str(c) for c in with_index(df.iloc[:0]).columns]
+#: the names modelprof's own ``priority`` defaults give (:func:`default_priority`)
+_DEFAULT_PRIORITY_NAMES: set[str] = set()
 
 
-def shown_only(names: Iterable[str], df: pd.DataFrame) -> tuple[str, ...]:
-    """Of a default's ``names``, those a table of ``df`` can show (``priority=``'s check below
-    refuses the rest, as a caller's misspelling)."""
-    shown = set(_shown_names(df))
-    return tuple(n for n in names if n in shown)
+def default_priority(names: str) -> tuple[str, ...]:
+    """A caller's default ``priority=`` (names split on white space), registered: its tables
+    may lack some of them (an untimed report its latency), which :func:`check_priority` then
+    does not take for a misspelling."""
+    out = tuple(names.split())
+    _DEFAULT_PRIORITY_NAMES.update(out)
+    return out
 
 
-def _check_priority(df: pd.DataFrame, priority: Sequence[str]) -> None:
-    """``priority=`` names columns of the table: one it lacks would keep nothing, silently."""
-    shown = _shown_names(df)
-    unknown = [c for c in priority if c not in shown]
+def check_priority(df: pd.DataFrame, priority: Sequence[str]) -> None:
+    """``priority=`` names columns of ``df`` (its meaningful index's name counts, as
+    :func:`with_index` shows it) or of a default's: a misspelt name would keep nothing, silently."""
+    unknown = [c for c in priority if c not in _DEFAULT_PRIORITY_NAMES]
+    shown = [str(c) for c in with_index(df.iloc[:0]).columns] if unknown else []
+    unknown = [c for c in unknown if c not in shown]
     if unknown:
         raise ModelProfError(f"priority: unknown column(s) {unknown}; available: {shown}")
 
@@ -501,7 +504,6 @@ def prepare_table(
     """
     view = ViewOptions.parse(view, **options)
     require_columns(df, (), "prepare_table")
-    _check_priority(df, view.priority)
     units = view.units_or(default_units)
     totals = default_totals(df) if totals is None else totals
     totals = dict(totals) if (totals is not None and view.show_totals) else None

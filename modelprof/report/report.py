@@ -25,7 +25,7 @@ from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
-from modelprof.render.views import call_label, compact_columns, require_columns, shown_only
+from modelprof.render.views import call_label, compact_columns, default_priority, require_columns
 from modelprof.report.diff import diff_frames
 from modelprof.report.frames import shown
 from modelprof.report.layer_types import LAYER_TYPES, layer_type
@@ -58,14 +58,18 @@ __all__ = ["Counts", "Report", "RunInfo", "TimingResult"]
 
 # the columns a LaTeX table drops last when it must lose some to fit, most important first (a
 # paper's table keeps the shapes before FLOPs, about 2 x MACs)
-_LATEX_PRIORITY = tuple(
+_LATEX_PRIORITY = default_priority(
     "module layer_type type params macs latency_ms output_shape calls flops latency_pct "
-    "output_bytes read_bytes write_bytes".split()
+    "output_bytes read_bytes write_bytes"
 )
 #: how to get a table ``Report.diff`` can read
 _READ_BACK = " (a table from to_dataframe(), or read back by modelprof.render.read_csv)"
 #: a training step's: its backward's time kept beside the forward's
-_STEP_PRIORITY = (*_LATEX_PRIORITY[:6], "backward_latency_ms", *_LATEX_PRIORITY[6:])
+_STEP_PRIORITY = (
+    *_LATEX_PRIORITY[:6],
+    *default_priority("backward_latency_ms"),
+    *_LATEX_PRIORITY[6:],
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,8 +440,6 @@ class Report(Exports):
         nor the keywords set a value."""
         view = ViewOptions.parse(view, **options)
         df, totals, end_to_end = self._table(view)
-        if "priority" in defaults:  # the names this table has (a caller's others are refused)
-            defaults["priority"] = shown_only(defaults["priority"], df)
         view = view.fit_for(view.columns, options).with_defaults(options, **defaults)
         update: dict[str, Any] = {}
         if view.style == "torchstat":
