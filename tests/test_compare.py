@@ -132,9 +132,9 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     assert "160 B" not in html  # output bytes: with columns="all"
     assert "160 B" in str(df.render.to_html(columns="all", standalone=False))
     assert env_caption(df.attrs["env"]) in html  # the environment is the caption
-    # derived frames are plain DataFrames that keep attrs
+    # derived frames are comparisons that keep attrs (the baseline, the notes)
     sub = df[["macs", "macs_x"]]
-    assert type(sub) is pd.DataFrame and sub.attrs["baseline"] == "narrow"
+    assert type(sub) is Comparison and sub.attrs["baseline"] == "narrow"
 
 
 def test_env_caption() -> None:
@@ -246,7 +246,18 @@ def test_a_comparisons_pandas_methods_are_pandas(tmp_path) -> None:
     assert df.to_html() == plain.to_html()
     assert df.to_latex() == plain.to_latex()
     assert "×" not in df.to_csv() and "narrow,1x10" in df.to_csv().replace(" ", "")
-    assert type(df[["macs"]]) is pd.DataFrame  # a derived frame is a plain DataFrame
+    # what pandas derives from it (sorted, a subset) is one still, with modelprof's exporters:
+    # sorting and picking rows before a paper table is the common case
+    ordered = df.sort_values("macs")
+    assert list(ordered.index) == ["narrow", "wide"]  # 10*20 = 200 < 10*40 = 400 MACs
+    assert ordered.render.to_markdown().index("| narrow") < ordered.render.to_markdown().index(
+        "| wide"
+    )
+    assert "MACs" in df.loc[["wide"]].render.to_markdown() and df[["macs"]].to_csv() == (
+        plain[["macs"]].to_csv()
+    )
+    # one no longer a comparison's shape (transposed) shows as pandas shows it in a notebook
+    assert df.T._repr_html_() == pd.DataFrame(df.T)._repr_html_()
 
 
 class _SpinBackward(torch.autograd.Function):
@@ -381,9 +392,13 @@ def test_a_latex_caption_speaks_of_the_columns_kept_and_of_the_load() -> None:
     column = export_comparison(_timed_frame(tied=tied), "latex", columns=unranked)
     assert "tied in rank" not in column
     assert "tied in rank" in export_comparison(_timed_frame(tied=tied), "latex")
-    # columns="all" is no list of named columns: fitted by dropping, not scaled
+    # columns="all" asks for every column as a list does (MAdd, bytes, p90...): kept, the
+    # table scaled; fit="columns" drops to the width instead
     every = export_comparison(df, "latex", columns="all", width="textwidth")
-    assert "\\resizebox" not in every and "% dropped to fit" in every
+    assert "\\resizebox" in every and "% dropped to fit" not in every
+    assert f"({len(df.columns) + 1} columns)" in every  # and the index, as model
+    fitted = export_comparison(df, "latex", columns="all", width="textwidth", fit="columns")
+    assert "\\resizebox" not in fitted and "% dropped to fit" in fitted
 
 
 def test_a_tie_after_the_budget_ended_the_runs_says_a_larger_budget_may_order_them() -> None:

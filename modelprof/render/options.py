@@ -168,9 +168,9 @@ class ViewOptions:
         return self.replace(**update) if update else self
 
     def fit_for(self, columns: Any, given: Iterable[str] = ()) -> ViewOptions:
-        """Columns named one by one (not ``"all"`` or ``"compact"``) are kept and the LaTeX
-        table scaled, unless ``fit`` is set or the table is a longtable (which cannot scale)."""
-        named = columns is not None and not isinstance(columns, str)
+        """Columns named one by one or ``"all"`` (not ``"compact"``) are kept and the LaTeX table
+        scaled, unless ``fit`` is set or the table is a longtable (which cannot scale)."""
+        named = columns is not None and columns != "compact"
         return self.with_defaults(given, fit="scale") if named and not self.long else self
 
     @property
