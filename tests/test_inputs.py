@@ -24,6 +24,16 @@ def test_numpy_integers_are_input_sizes() -> None:
         parse_input_size((np.bool_(True), 3))
 
 
+def test_a_numpy_array_of_data_is_named_as_data_not_printed() -> None:
+    # a newcomer's image batch given where the shape goes printed its values as the "size"
+    image = np.zeros((1, 3, 224, 224), dtype="float32")
+    with pytest.raises(ModelProfError, match=r"numpy array of float32 \(1x3x224x224\)") as err:
+        profile(nn.Conv2d(3, 8, 3), image, timing=False)
+    assert "torch.from_numpy" in str(err.value) and "0.0" not in str(err.value)
+    with pytest.raises(ModelProfError, match="numpy array of float64 \\(32\\)"):
+        parse_input_size(np.zeros(32))
+
+
 def test_inputs_larger_than_memory_are_refused_before_allocating() -> None:
     model = nn.Conv2d(3, 8, 3)
     with pytest.raises(ModelProfError) as e:

@@ -297,6 +297,16 @@ def test_a_model_given_no_inputs_says_so_where_it_wants_one():
         measure_latency(3)
 
 
+def test_a_shape_given_as_inputs_is_named_input_size_once_it_fails():
+    # measure_latency's second argument is inputs (profile's is input_size): a newcomer's
+    # measure_latency(model, (32,)) raised Linear's "must be Tensor, not int" alone
+    model = nn.Linear(32, 4)
+    with pytest.raises(ModelProfError, match=r"(?s)not int.*pass input_size=\(32,\)"):
+        measure_latency(model, (32,), warmup=0, repeat=2)
+    # a function that takes ints runs on them as given
+    assert measure_latency(lambda n: torch.zeros(n), (32,), warmup=0, repeat=3).n == 3
+
+
 def test_noisy_run_warns_once():
     rng = np.random.default_rng(0)
     durations = iter(rng.choice([0.3, 1.0], size=10_000))

@@ -131,7 +131,16 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
     """One shape (``(3, 224, 224)``) or several (``[(3, 224, 224), (10,)]``), batch excluded."""
     if isinstance(input_size, torch.Size):
         input_size = tuple(input_size)
-    if isinstance(input_size, np.ndarray) and input_size.ndim in (1, 2):
+    if isinstance(input_size, np.ndarray) and (
+        input_size.dtype.kind not in "iu" or input_size.ndim not in (1, 2)
+    ):  # data, not a shape: said so, not its values printed
+        shape = "x".join(map(str, input_size.shape))
+        raise ModelProfError(
+            f"input_size is a numpy array of {input_size.dtype} ({shape}), not a shape such as "
+            "(3, 224, 224): to run the model on it, pass inputs=torch.from_numpy(array) "
+            "(the batch included)"
+        )
+    if isinstance(input_size, np.ndarray):
         input_size = input_size.tolist()
     elif isinstance(input_size, (list, tuple)) and any(
         isinstance(s, np.ndarray) for s in input_size

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from modelprof.errors import ModelProfError
+from modelprof.errors import ModelProfError, is_int
 from modelprof.runtime.agree import agreed_timing
 from modelprof.runtime.device import device_synchronize, is_oom
 from modelprof.runtime.execution import RunMode, legacy_eval_mode, running, to_channels_last
@@ -116,11 +116,20 @@ def no_inputs_hint(fns: Any, inputs: Any, input_size: Any) -> Iterator[None]:
     """A call of ``fns`` made with no inputs, refused for want of an argument by one whose
     signature takes some (a module's ``forward(x)``): its error says that none were given.
     Only once it failed: a module whose pre-hook supplies its argument, or a closure over its
-    data, runs as given; a function of none whose own code misses an argument is not hinted."""
+    data, runs as given; a function of none whose own code misses an argument is not hinted.
+    Inputs that read as a shape (``measure_latency(model, (32,))``) and failed with a
+    TypeError: the hint names ``input_size=``."""
     try:
         yield
     except ModelProfError as e:
         cause = e.__cause__
+        shape = isinstance(inputs, (tuple, list)) and inputs and all(map(is_int, inputs))
+        if shape and input_size is None and isinstance(cause, TypeError):
+            raise ModelProfError(
+                f"{e}\nhint: inputs={inputs!r} are the call's arguments, and these are no "
+                f"tensors: for a random input of that shape pass input_size={inputs!r} "
+                "(batch excluded)"
+            ) from cause
         if inputs is None and input_size is None and isinstance(cause, TypeError):
             if _MISSING_ARGUMENT.search(str(cause)) and any(map(refuses_call, fns)):
                 raise ModelProfError(
