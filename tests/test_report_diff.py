@@ -262,12 +262,12 @@ def test_a_diff_of_rough_per_layer_times_says_which_side_is_rough():
     model = spin_model((20.0,))
     rough = profile(model, (4,), warmup=1, budget_s=0.05, layer_extend_s=0, roofline=False)
     assert rough.layers_rough
-    with pytest.warns(ModelProfWarning, match=r"'after''s per-layer times are rough \("):
+    with pytest.warns(ModelProfWarning, match=r"the per-layer times of 'after' are rough \("):
         d = rough.diff(rough, names=("before", "after"))
     # each side's, named, with the report's own reason (both are the rough report here)
     why = rough._rough_reason()
     assert d.attrs["notes"] == [
-        f"diff(): '{name}''s per-layer times are rough ({why}): so are their ratios"
+        f"diff(): the per-layer times of '{name}' are rough ({why}): so are their ratios"
         for name in ("before", "after")
     ]
     # counts alone (no latency compared): nothing to say

@@ -250,9 +250,8 @@ class Report(Exports):
             for name, report in zip(names, reports):
                 why = report._rough_reason() if isinstance(report, Report) else None
                 if why is not None:
-                    note = (
-                        f"diff(): {name!r}'s per-layer times are rough ({why}): so are their ratios"
-                    )
+                    note = f"diff(): the per-layer times of {name!r} are rough ({why})"
+                    note += ": so are their ratios"
                     out.attrs["notes"] = [*out.attrs.get("notes", []), note]
                     warn_user(f"modelprof: {note}", ModelProfWarning)
         return out
