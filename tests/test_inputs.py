@@ -30,8 +30,13 @@ def test_a_numpy_array_of_data_is_named_as_data_not_printed() -> None:
     with pytest.raises(ModelProfError, match=r"numpy array of float32 \(1x3x224x224\)") as err:
         profile(nn.Conv2d(3, 8, 3), image, timing=False)
     assert "torch.from_numpy" in str(err.value) and "0.0" not in str(err.value)
-    with pytest.raises(ModelProfError, match="numpy array of float64 \\(32\\)"):
-        parse_input_size(np.zeros(32))
+    with pytest.raises(ModelProfError, match="numpy array of float64 \\(4x32\\)"):
+        parse_input_size(np.zeros((4, 32)))
+    # what can be shapes stays so: an object array of them (a frame's column), and one shape
+    shapes = np.empty(2, dtype=object)
+    shapes[:] = [(3, 8), (4,)]
+    assert parse_input_size(shapes) == [(3, 8), (4,)]
+    assert parse_input_size(np.array([[3, 8], [4, 5]])) == [(3, 8), (4, 5)]
 
 
 def test_inputs_larger_than_memory_are_refused_before_allocating() -> None:

@@ -303,8 +303,11 @@ def test_a_shape_given_as_inputs_is_named_input_size_once_it_fails():
     model = nn.Linear(32, 4)
     with pytest.raises(ModelProfError, match=r"(?s)not int.*pass input_size=\(32,\)"):
         measure_latency(model, (32,), warmup=0, repeat=2)
-    # a function that takes ints runs on them as given
+    # a function that takes ints runs on them as given, and its own TypeError is not hinted
     assert measure_latency(lambda n: torch.zeros(n), (32,), warmup=0, repeat=3).n == 3
+    with pytest.raises(ModelProfError, match="unsupported operand") as err:
+        measure_latency(lambda n: torch.zeros(n) + None, (32,), warmup=0, repeat=2)
+    assert "input_size=" not in str(err.value)
 
 
 def test_noisy_run_warns_once():

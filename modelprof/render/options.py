@@ -170,7 +170,7 @@ class ViewOptions:
     def fit_for(self, columns: Any, given: Iterable[str] = ()) -> ViewOptions:
         """Columns named one by one or ``"all"`` (not ``"compact"``) are kept and the LaTeX table
         scaled, unless ``fit`` is set or the table is a longtable (which cannot scale)."""
-        named = columns is not None and columns != "compact"
+        named = columns is not None and not (isinstance(columns, str) and columns == "compact")
         return self.with_defaults(given, fit="scale") if named and not self.long else self
 
     @property

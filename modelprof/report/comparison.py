@@ -33,12 +33,7 @@ class ComparisonRender(Exports):
 
 class Comparison(pd.DataFrame):
     """One row per model: totals, latency with its interval, ratios to the baseline (``*_x``);
-    ``comparison.render.to_latex(...)`` and its siblings give modelprof's humanised tables,
-    also of the frames pandas derives from it (sorted, some rows or columns)."""
-
-    @property
-    def _constructor(self) -> type[Comparison]:  # pandas: what its operations return
-        return Comparison
+    ``comparison.render.to_latex(...)`` and its siblings give modelprof's humanised tables."""
 
     @property
     def render(self) -> ComparisonRender:
@@ -51,10 +46,7 @@ class Comparison(pd.DataFrame):
         return plot_cost_latency(self, cost, **kw)
 
     def _repr_html_(self) -> str:
-        try:
-            return str(self.render.export("html", standalone=False))
-        except ModelProfError:  # derived by pandas into no comparison's shape (transposed)
-            return str(super()._repr_html_())
+        return str(self.render.export("html", standalone=False))
 
 
 def note_failed(attrs: dict[str, Any], failed: Mapping[str, str], *first: str) -> None:

@@ -132,15 +132,15 @@ def parse_input_size(input_size: Any) -> list[tuple[int, ...]]:
     if isinstance(input_size, torch.Size):
         input_size = tuple(input_size)
     if isinstance(input_size, np.ndarray) and (
-        input_size.dtype.kind not in "iu" or input_size.ndim not in (1, 2)
-    ):  # data, not a shape: said so, not its values printed
+        input_size.ndim > 2 or (input_size.ndim == 2 and input_size.dtype.kind in "fc")
+    ):  # data, not one shape or a list of them: said so, not its values printed
         shape = "x".join(map(str, input_size.shape))
         raise ModelProfError(
             f"input_size is a numpy array of {input_size.dtype} ({shape}), not a shape such as "
             "(3, 224, 224): to run the model on it, pass inputs=torch.from_numpy(array) "
             "(the batch included)"
         )
-    if isinstance(input_size, np.ndarray):
+    if isinstance(input_size, np.ndarray) and input_size.ndim in (1, 2):
         input_size = input_size.tolist()
     elif isinstance(input_size, (list, tuple)) and any(
         isinstance(s, np.ndarray) for s in input_size

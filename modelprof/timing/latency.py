@@ -117,14 +117,15 @@ def no_inputs_hint(fns: Any, inputs: Any, input_size: Any) -> Iterator[None]:
     signature takes some (a module's ``forward(x)``): its error says that none were given.
     Only once it failed: a module whose pre-hook supplies its argument, or a closure over its
     data, runs as given; a function of none whose own code misses an argument is not hinted.
-    Inputs that read as a shape (``measure_latency(model, (32,))``) and failed with a
-    TypeError: the hint names ``input_size=``."""
+    Inputs that read as a shape (``measure_latency(model, (32,))``) that a module refused
+    with a TypeError: the hint names ``input_size=`` (a function may take ints)."""
     try:
         yield
     except ModelProfError as e:
         cause = e.__cause__
         shape = isinstance(inputs, (tuple, list)) and inputs and all(map(is_int, inputs))
-        if shape and input_size is None and isinstance(cause, TypeError):
+        modules = any(isinstance(f, nn.Module) for f in fns)
+        if shape and modules and input_size is None and isinstance(cause, TypeError):
             raise ModelProfError(
                 f"{e}\nhint: inputs={inputs!r} are the call's arguments, and these are no "
                 f"tensors: for a random input of that shape pass input_size={inputs!r} "
