@@ -136,6 +136,16 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     for named in (pd.Index(["params", "macs"]), np.array(["params", "macs"])):
         for fmt in ("latex", "markdown", "text"):
             assert "MACs" in str(df.render.export(fmt, columns=named))
+    # columns inside view= are the keyword's (they were replaced by the compact ones), and
+    # "compact", which the options offer, names the compact columns in every format
+    from modelprof import ViewOptions
+
+    only = df.render.to_markdown(view=ViewOptions(columns=["macs"]))
+    assert "\n|   MACs |\n|-------:|\n|    200 |\n|    400 |\n" in only  # 10*20, 10*40
+    assert df.render.to_markdown(columns="compact") == df.render.to_markdown()
+    header = df.render.to_csv(columns="compact").splitlines()[0]
+    assert header == "model,input_shape,params,macs,flops,params_x,macs_x"  # untimed: no latency
+    assert df.render.to_csv().splitlines()[0].count(",") > header.count(",")
     # derived frames are plain DataFrames that keep attrs
     sub = df[["macs", "macs_x"]]
     assert type(sub) is pd.DataFrame and sub.attrs["baseline"] == "narrow"

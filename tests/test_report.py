@@ -131,6 +131,13 @@ def test_markdown_is_compact_by_default_and_labels_its_footer(timed):
     assert format_time_ms(timed.latency.median_ms) in lines[-1]
     every = timed.to_markdown(columns="all")
     assert "MAdd" in every and "achieved FLOP/s" in every and "memory level" in every
+    # "compact" (which the view options offer) names these columns, also in a raw format
+    assert timed.to_markdown(columns="compact") == md
+    compact = timed.to_csv(columns="compact").splitlines()[0].split(",")
+    assert compact == [
+        "module", "type", "output_shape", "params", "macs", "flops", "output_bytes",
+        "latency_ms", "flops_pct", "latency_pct",
+    ]  # fmt: skip
 
 
 def test_group_by_layer_type_in_every_exporter(tmp_path, timed):

@@ -221,9 +221,13 @@ def export_comparison(
     # (JSON keeps them: read_json's env gives back the notes, the ties, what the rank follows)
     env["attrs"] = {k: v for k, v in df.attrs.items() if k not in ("env", "baseline")}
     given = ViewOptions.parse(view.pop("view", None), **view)
+    columns = given.columns if columns is None else columns  # a view's, as a keyword's
+    compact = isinstance(columns, str) and columns == "compact"
+    if compact and not fmt.human:  # (the index, model, is written as ever)
+        columns = [c for c in compact_compare_columns(df) if c in df.columns]
     if fmt.human:
         given = given.fit_for(columns, view)
-        columns = compact_compare_columns(df) if columns is None else columns
+        columns = compact_compare_columns(df) if columns is None or compact else columns
         shown = None
         if fmt.name == "latex":  # the caption speaks of the columns the page keeps
             fitting = given.with_defaults(view, priority=_latex_priority(df.attrs, df.columns))

@@ -229,10 +229,13 @@ def select_rows(
 
 
 def select_columns(df: pd.DataFrame, columns: Iterable[str] | str | None) -> pd.DataFrame:
-    """The given columns in the given order; ``None`` or ``"all"`` keeps them all."""
+    """The given columns in the given order; ``None`` or ``"all"`` keeps them all,
+    ``"compact"`` the :data:`COMPACT_COLUMNS` it has."""
     require_columns(df, (), "select_columns")
     if columns is None or (isinstance(columns, str) and columns == "all"):
         return df
+    if isinstance(columns, str) and columns == "compact":
+        columns = compact_columns(df) or list(df.columns)  # (a table of none: all)
     wanted = [columns] if isinstance(columns, str) else list(columns)
     unknown = [c for c in wanted if c not in df.columns]
     if unknown:
