@@ -1277,7 +1277,14 @@ def _add_fit_parser(sub: Any) -> None:
         help="activation checkpointing of the training plans (Korthikanti et al. 2022)",
     )
     _switch(f, "--inference-only", "no training plans")
-    f.set_defaults(run=_run_fit, progress=False, **_NO_COMMON)
+    f.add_argument(
+        "--out", type=Path, metavar="DIR", help="write the table into DIR (csv,md without --format)"
+    )
+    f.add_argument(
+        "--format", metavar="LIST", help="comma-separated formats to write (implies --out .)"
+    )
+    own = {k: v for k, v in _NO_COMMON.items() if k not in ("out", "format")}
+    f.set_defaults(run=_run_fit, progress=False, **own)
 
 
 def _run_fit(ctx: _Context) -> None:
@@ -1288,6 +1295,8 @@ def _run_fit(ctx: _Context) -> None:
 
     a = ctx.args
     _memory_flag(a.memory_bytes)
+    if "png" in ctx.formats:
+        raise ModelProfError("--format png: fit draws no figure (its formats are the tables')")
     model, _, size = load_sized_model(a.spec, torch.device("meta"), None)
     if size is not None and takes_token_ids(model):  # fed token ids: no input size
         size = None
@@ -1306,6 +1315,8 @@ def _run_fit(ctx: _Context) -> None:
         checkpointing=a.checkpointing,
     )
     print(report.to_text(), file=ctx.stdout)
+    if ctx.out is not None:
+        ctx.write_formats(f"{Path(a.spec.partition(':')[0]).stem}_fit", report.export)
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -54,6 +54,8 @@ from modelprof.generation.profile import profile_generation
 from modelprof.generation.specs import lm_auto_class
 from modelprof.profile import profile
 from modelprof.render._output import emit
+from modelprof.render.formats import Exports, get_format
+from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.units import format_bytes
 from modelprof.runtime.device import mig_refusal, mig_slice
 from modelprof.runtime.inputs import (
@@ -84,7 +86,7 @@ COMPONENTS = tuple(
 
 
 @dataclasses.dataclass(frozen=True)
-class FitReport:
+class FitReport(Exports):
     """``table``: bytes per rank, one column per plan, rows the components, then ``total``,
     ``memory`` (the device's), ``headroom`` (memory - total) and ``fits`` (1 yes, 0 no, -1
     unknown: the activations were not counted and the rest fits; ``activations`` False).
@@ -122,8 +124,47 @@ class FitReport:
     def to_text(self, path: str | os.PathLike[str] | None = None) -> str | Path:
         """The table in human units (IEC: 1 GiB = 2**30 B), yes/no per plan, then the notes;
         with ``path``, written there (and the path returned), as every ``to_text(path)``."""
+        text = "\n".join([self._head(), self._shown().to_string(), *self._notes()])
+        return emit(text if path is None else text + "\n", path)
+
+    def export(self, format: str, path: str | Path | None = None, **view: Any) -> str | Path:
+        """The table in any registered format (``to_csv``, ``to_markdown``, ``to_latex``...):
+        a raw one (CSV, JSON) its bytes and ``fits`` as 1/0/-1, a row per component (column
+        ``component``), JSON with the device, the model and the notes as its environment; a
+        human one as :meth:`to_text` shows it, the head line its caption and on a page (HTML,
+        Markdown, unless ``standalone=False``) the notes below; LaTeX keeps every plan and
+        scales. ``to_text`` is the text above."""
+        fmt = get_format(format)
+        check_read_by(fmt.name, view)
+        frame = self._shown() if fmt.human else self.table
+        frame = frame.rename_axis("component").reset_index()
+        head = self._head()
+        given = ViewOptions.parse(view.pop("view", None), **view).with_defaults(
+            view,
+            caption=head,
+            title=head,
+            summary=(head, *self._notes()),
+            standalone=True,
+            show_totals=False,
+            fit="scale",  # every plan kept: a paper's table scales to the width
+        )
+        env = None
+        if not fmt.human:
+            fields = ("device", "matched_from", "model", "parameters", "gpus", "memory_given")
+            env = {k: getattr(self, k) for k in fields} | {"notes": list(self.notes)}
+        return fmt.write(frame, None, env=env, path=path, view=given)
+
+    def _shown(self) -> pd.DataFrame:
+        """The table in IEC units, yes/no per plan."""
         shown = self.table.drop(index="fits").map(format_bytes)
         shown.loc["fits"] = [_VERDICTS[int(f)] for f in self.table.loc["fits"]]
+        return shown
+
+    def _notes(self) -> list[str]:
+        return [f"note: {n}" for n in self.notes]
+
+    def _head(self) -> str:
+        """The line above the table: the device (or the memory given), model, GPUs a plan."""
         head = f"device {self.device}" + (
             f" (from {self.matched_from!r})" if self.matched_from != self.device else ""
         )
@@ -134,9 +175,7 @@ class FitReport:
             )
         head += f"; model {self.model}" if self.model else ""
         head += f", {_count_text(self.parameters)} parameters" if self.parameters else ""
-        head += f"; {self.gpus} GPU{'s' if self.gpus > 1 else ''} a plan (tp x ranks)"
-        text = "\n".join([head, shown.to_string(), *(f"note: {n}" for n in self.notes)])
-        return emit(text if path is None else text + "\n", path)
+        return head + f"; {self.gpus} GPU{'s' if self.gpus > 1 else ''} a plan (tp x ranks)"
 
     def __repr__(self) -> str:
         return str(self.to_text())

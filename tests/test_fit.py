@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import warnings
 
+import pandas as pd
 import pytest
 import torch
+from helpers import latex_headers
 
 import modelprof
 from modelprof import ModelProfError, ModelProfWarning
@@ -235,6 +237,39 @@ def test_the_command_line(capsys):
     assert "note: full checkpointing: each of 2 layers saves its input" in out
     assert main([*base, "--checkpointing", "some"]) == 2
     assert "--checkpointing" in capsys.readouterr().err
+
+
+def test_a_fit_exports_like_every_result(tmp_path, capsys):
+    """A newcomer found no way to save a fit's table: it exports through the format registry
+    (raw bytes read back equal; a human table as to_text shows it, every plan kept in LaTeX),
+    and the command line writes it with --out/--format."""
+    from modelprof.render import read_csv, read_json
+
+    report = fit(small_llama(), context=16, ranks=2, device="L4")
+    path = report.to_csv(tmp_path / "fit.csv")
+    back = read_csv(path).set_index("component").rename_axis(None)
+    pd.testing.assert_frame_equal(back, report.table, check_index_type=False)
+    df, _, env = read_json(report.to_json())
+    assert env["device"] == "L4" and env["notes"] == list(report.notes)
+    assert list(df["component"]) == list(report.table.index)
+    md = report.to_markdown()
+    assert md.startswith(f"**{report.to_text().splitlines()[0]}**")
+    assert "| fits " in md and "24.00 GiB" in md  # the L4's memory, in IEC units
+    tex = report.to_latex()
+    assert "dropped to fit" not in tex and "\\resizebox" in tex  # every plan kept, scaled
+    assert latex_headers(tex) == ["component", *report.table.columns]
+    spec = (
+        "LlamaConfig:hidden_size=64,intermediate_size=96,num_hidden_layers=2,"
+        "num_attention_heads=4,num_key_value_heads=2,vocab_size=101"
+    )
+    out = tmp_path / "out"
+    args = ["fit", spec, "--context", "16", "--ranks", "2", "--on", "L4", "--out", str(out)]
+    assert main([*args, "--format", "csv,tex"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["LlamaConfig_fit.csv", "LlamaConfig_fit.tex"]
+    written = read_csv(out / "LlamaConfig_fit.csv").set_index("component").rename_axis(None)
+    pd.testing.assert_frame_equal(written, report.table, check_index_type=False)
+    assert main([*args, "--format", "png"]) == 2
+    assert "fit draws no figure" in capsys.readouterr().err
 
 
 def test_memory_estimate_prints_human_units_and_stays_numeric():
