@@ -5,11 +5,14 @@ module may import it without a cycle."""
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
+import inspect
 import numbers
 import os
 import sys
 import warnings
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 __all__ = [
     "DriftWarning",
@@ -25,8 +28,35 @@ __all__ = [
     "check_int",
     "error_line",
     "is_int",
+    "keywords_named",
     "warn_user",
 ]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def keywords_named(fn: _F) -> _F:
+    """``fn`` (of no ``**kwargs``) refusing a keyword it does not take as a ModelProfError
+    that names the nearest it does (``fit(devce=...)``: did you mean device=?), as the entry
+    points that take options do, where Python's TypeError names only the one refused."""
+    taken = [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+    ]
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        unknown = [k for k in kwargs if k not in taken]
+        if unknown:
+            near = [(k, difflib.get_close_matches(k, taken, n=1, cutoff=0.75)) for k in unknown]
+            said = "".join(f" ({k}=: did you mean {n[0]}=?)" for k, n in near if n)
+            raise ModelProfError(
+                f"{fn.__qualname__}() takes no keyword(s) {unknown}{said}; it takes {taken}"
+            )
+        return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def error_line(error: BaseException, limit: int = 300) -> str:

@@ -46,6 +46,7 @@ from modelprof.errors import (
     check_flag,
     error_line,
     is_int,
+    keywords_named,
     warn_user,
 )
 from modelprof.generation.cache import closed_form_kv_bytes, model_dims, text_config
@@ -197,6 +198,7 @@ class _Spec:
     input_size: tuple[tuple[int, ...], ...] | None = None
 
 
+@keywords_named
 def fit(
     model_or_config: Any,
     *,

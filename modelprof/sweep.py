@@ -17,6 +17,7 @@ import torch
 from modelprof.distributed.sweep import COUNTED_COLUMNS, check_options, run_sweep
 from modelprof.distributed.sweep_config import MODES, SweepConfig, load_sweep
 from modelprof.distributed.sweep_store import ResultStore
+from modelprof.errors import keywords_named
 from modelprof.models import load_model
 from modelprof.profile import profile
 from modelprof.render.csvio import to_csv
@@ -27,6 +28,7 @@ from modelprof.timing.options import OPTION_NAMES
 __all__ = ["measure_config", "profile_keywords", "sweep"]
 
 
+@keywords_named
 def sweep(
     config: Any,
     out: str | os.PathLike[str] | None = None,

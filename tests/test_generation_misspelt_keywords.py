@@ -1,6 +1,6 @@
-"""A misspelt keyword to profile_generation or compare_generation names the nearest of the
-function's own keywords, as profile's does: a newcomer's ``promt_len=`` was answered with the
-timing options alone, none of them near."""
+"""A misspelt keyword to profile_generation or compare_generation (and fit, diff, sweep)
+names the nearest of the function's own keywords, as profile's does: a newcomer's
+``promt_len=`` was answered with the timing options alone, none of them near."""
 
 from __future__ import annotations
 
@@ -33,3 +33,22 @@ def test_compare_generation_names_a_misspelt_baseline_and_refuses_an_unknown_one
         compare_generation({"a": tiny_llama()}, basline="a")
     with pytest.raises(ModelProfError, match=r"^baseline='b' is not one of the models: \['a'\]"):
         compare_generation({"a": tiny_llama()}, baseline="b")
+
+
+def test_functions_of_fixed_keywords_name_the_nearest_too(tmp_path):
+    # fit(devce=), report.diff(name=) and sweep(ot=) raised Python's bare TypeError, which names
+    # only the keyword refused
+    from torch import nn
+
+    from modelprof import fit, profile, sweep
+
+    report = profile(nn.Linear(4, 4), (4,), timing=False)
+    with pytest.raises(ModelProfError, match=r"^fit\(\) .*\(devce=: did you mean device=\?\)"):
+        fit(nn.Linear(4, 4), devce="L4")
+    with pytest.raises(ModelProfError, match=r"\(name=: did you mean names=\?\); it takes \["):
+        report.diff(report, name=("a", "b"))
+    with pytest.raises(ModelProfError, match=r"\(ot=: did you mean out=\?\)"):
+        sweep(tmp_path / "grid.toml", ot=tmp_path)
+    with pytest.raises(ModelProfError, match=r"takes no keyword\(s\) \['foo'\]; it takes"):
+        report.to_trace(foo=1)
+    assert report.diff(report, names=("a", "b"))["macs_ratio"].eq(1.0).all()  # still runs

@@ -19,7 +19,13 @@ import torch
 
 from modelprof.counting.collectives import collectives_frame
 from modelprof.counting.scope import NOT_CALLED
-from modelprof.errors import ModelProfError, ModelProfWarning, check_int, warn_user
+from modelprof.errors import (
+    ModelProfError,
+    ModelProfWarning,
+    check_int,
+    keywords_named,
+    warn_user,
+)
 from modelprof.render._output import emit
 from modelprof.render.formats import Exports, get_format
 from modelprof.render.options import ViewOptions, check_read_by
@@ -218,6 +224,7 @@ class Report(Exports):
         (``timing_agreement``): rough, marked in every view."""
         return self._rough_reason() is not None
 
+    @keywords_named
     def diff(
         self,
         other: Report | pd.DataFrame,
@@ -517,6 +524,7 @@ class Report(Exports):
             f"{format_count(self.totals['flops'])}"
         )
 
+    @keywords_named
     def to_trace(
         self, path: str | Path | None = None, *, max_passes: int | None = None
     ) -> str | Path:
