@@ -207,6 +207,12 @@ def test_an_option_only_other_formats_read_is_refused_not_dropped(yaml_format):
         table.render.to_text(label="t")
     with pytest.raises(ModelProfError, match=r"json does not read caption"):
         formats.export("json", r.to_dataframe(), caption="x")
+    # units too: a raw format writes numbers as they are (to_csv(units="human") wrote raw ones)
+    with pytest.raises(ModelProfError, match=r"^csv does not read units: units= is read by latex"):
+        r.to_csv(units="human")
+    with pytest.raises(ModelProfError, match=r"json does not read units"):
+        table.render.to_json(units="fixed")
+    assert "|       10 |      8 |      18 |" in r.to_markdown(units="raw", standalone=False)
     # the writers called directly too (modelprof.render.to_csv and its siblings)
     from modelprof import render
 

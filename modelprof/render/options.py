@@ -13,12 +13,15 @@ from modelprof.errors import ModelProfError, check_flag, is_int
 
 __all__ = ["FORMAT_OPTIONS", "UNITS", "ViewOptions", "check_count", "check_read_by"]
 
-#: the options each format reads beside the shared ones
+#: the options each format reads beside the shared ones (a raw format writes numbers as they
+#: are: no units)
 FORMAT_OPTIONS: Mapping[str, tuple[str, ...]] = {
-    "latex": tuple("caption label position float_env width fit long font_size priority".split()),
-    "html": ("caption", "max_height", "standalone", "title", "summary"),
-    "markdown": ("caption", "standalone", "summary"),
-    "text": ("title", "max_rows"),
+    "latex": tuple(
+        "caption label position float_env width fit long font_size priority units".split()
+    ),
+    "html": ("caption", "max_height", "standalone", "title", "summary", "units"),
+    "markdown": ("caption", "standalone", "summary", "units"),
+    "text": ("title", "max_rows", "units"),
     "json": ("indent",),
     "csv": (),
 }
