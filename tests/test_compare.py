@@ -146,6 +146,10 @@ def test_rendering_humanises_but_keeps_numbers() -> None:
     header = df.render.to_csv(columns="compact").splitlines()[0]
     assert header == "model,input_shape,params,macs,flops,params_x,macs_x"  # untimed: no latency
     assert df.render.to_csv().splitlines()[0].count(",") > header.count(",")
+    # a per-layer table's views are refused, not dropped (they printed the plain table)
+    for option in (dict(group_by="layer_type"), dict(style="torchstat")):
+        with pytest.raises(ModelProfError, match="is a per-layer table's view; a comparison's"):
+            df.render.to_markdown(**option)
     # derived frames are plain DataFrames that keep attrs
     sub = df[["macs", "macs_x"]]
     assert type(sub) is pd.DataFrame and sub.attrs["baseline"] == "narrow"

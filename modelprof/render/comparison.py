@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from modelprof.errors import ModelProfError
 from modelprof.render.formats import get_format
 from modelprof.render.latex import latex_columns
 from modelprof.render.options import ViewOptions, check_read_by
@@ -221,6 +222,12 @@ def export_comparison(
     # (JSON keeps them: read_json's env gives back the notes, the ties, what the rank follows)
     env["attrs"] = {k: v for k, v in df.attrs.items() if k not in ("env", "baseline")}
     given = ViewOptions.parse(view.pop("view", None), **view)
+    for option, own in (("style", "modelprof"), ("group_by", None)):
+        if getattr(given, option) != own:  # a row per model, no layers to group or restyle
+            raise ModelProfError(
+                f"{option}={getattr(given, option)!r} is a per-layer table's view; a "
+                "comparison's rows are its models (profile one model for its layers)"
+            )
     columns = given.columns if columns is None else columns  # a view's, as a keyword's
     compact = isinstance(columns, str) and columns == "compact"
     if compact and not fmt.human:  # (the index, model, is written as ever)
