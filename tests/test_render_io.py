@@ -76,6 +76,10 @@ def test_json_keeps_a_named_index_and_numpy_values_in_env() -> None:
 def test_json_selection_options() -> None:
     back, _, _ = read_json(to_json(report_frame(), depth=0, columns=["module", "flops"]))
     assert back["flops"].tolist() == [16640] and list(back.columns) == ["module", "flops"]
+    # the rows top_k keeps carry their own index, unnamed as it was (it read "<index>")
+    top = report_frame().sort_values("flops", ascending=False, kind="stable").head(2)
+    back, _, _ = read_json(to_json(report_frame(), top_k=2, sort_by="flops"))
+    pd.testing.assert_frame_equal(back, top, check_exact=True)
 
 
 def test_json_rejects_values_it_cannot_write() -> None:

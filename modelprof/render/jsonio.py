@@ -231,7 +231,8 @@ def _decode_document(
         decoded = _decode_column(
             values, _field(index_doc, "dtype", str, f"{where} index"), "<index>"
         )
-        index = pd.Index(decoded, dtype=decoded.dtype, name=index_doc.get("name"))
+        index = pd.Index(decoded, dtype=decoded.dtype)
+        index.name = index_doc.get("name")  # (given None, pd.Index keeps the series' name)
     df = pd.DataFrame(columns) if names else pd.DataFrame(index=pd.RangeIndex(len(rows)))
     df.index = index
     return df, document.get("totals"), document.get("env")
