@@ -52,3 +52,19 @@ def test_functions_of_fixed_keywords_name_the_nearest_too(tmp_path):
     with pytest.raises(ModelProfError, match=r"takes no keyword\(s\) \['foo'\]; it takes"):
         report.to_trace(foo=1)
     assert report.diff(report, names=("a", "b"))["macs_ratio"].eq(1.0).all()  # still runs
+
+
+def test_the_measuring_functions_name_their_own_keywords_too():
+    # measure_throughput(max_bach=2) was "unknown timing option(s)" with no nearest name: its
+    # own keywords were not among those searched
+    from torch import nn
+
+    from modelprof import measure_latency, measure_throughput
+
+    model = nn.Linear(4, 4)
+    with pytest.raises(ModelProfError, match=r"\(max_bach=: did you mean max_batch=\?\)"):
+        measure_throughput(model, (4,), max_bach=2)
+    with pytest.raises(ModelProfError, match=r"\(devce=: did you mean device=\?\)"):
+        measure_latency(model, input_size=(4,), devce="cpu")
+    with pytest.raises(ModelProfError, match=r"\(budgt_s=: did you mean budget_s=\?\)"):
+        measure_latency(model, input_size=(4,), budgt_s=1.0)

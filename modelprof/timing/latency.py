@@ -34,7 +34,7 @@ from modelprof.runtime.placement import copy_model, model_placement, moved_model
 from modelprof.runtime.tensors import iter_tensors, map_tensors
 from modelprof.timing.measurement import Measurement
 from modelprof.timing.modes import CacheFlusher, compile_callable, graph_replay
-from modelprof.timing.options import TimingOptions
+from modelprof.timing.options import TimingOptions, check_option_names, keyword_names
 from modelprof.timing.runner import Runner
 from modelprof.timing.sampler import Sampled, input_signature
 
@@ -397,6 +397,7 @@ def measure_latency(
     """
     t_begin = time.perf_counter()
     training = legacy_eval_mode(training, timing_options, "measure_latency")
+    check_option_names(timing_options, own=keyword_names(measure_latency))  # devce=
     opts = TimingOptions.parse(options, **timing_options)
     target, mi = resolve_call(
         fn_or_model,

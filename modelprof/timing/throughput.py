@@ -48,7 +48,7 @@ from modelprof.timing.measurement import (
     format_ms,
     load_note,
 )
-from modelprof.timing.options import TimingOptions
+from modelprof.timing.options import TimingOptions, check_option_names, keyword_names
 
 __all__ = [
     "HELD_BYTES",
@@ -401,6 +401,7 @@ def measure_throughput(
     for bad in ("inputs", "batch_size", "input_size"):
         if bad in timing_options:
             raise ModelProfError(f"{bad}= is set by measure_throughput itself; pass input_size")
+    check_option_names(timing_options, own=keyword_names(measure_throughput))  # max_bach=
     if options is None:
         timing_options = {**POINT_DEFAULTS, **timing_options}
     asked = TimingOptions.parse(options, **timing_options)
