@@ -158,8 +158,13 @@ def test_bad_options_name_the_value(kwargs, match):
 
 def test_only_a_report_or_its_table_is_diffed():
     r = _counted(nn.Linear(8, 8))
-    with pytest.raises(ModelProfError, match="takes another Report or its table read back, got"):
+    with pytest.raises(ModelProfError, match="takes another Report, its table read back or"):
         r.diff(3)
+    # read_json's whole answer: which part to pass is said
+    with pytest.raises(ModelProfError, match=r"got tuple; read_json gives .* pass its \[0\]"):
+        r.diff((r.to_dataframe(), {}, {}))
+    with pytest.raises(ModelProfError, match=r"a \.csv or \.json file written by to_csv"):
+        r.diff("before.txt")
     with pytest.raises(
         ModelProfError, match=r"diff\(\) needs column\(s\) \['module', 'call', 'type'\]"
     ):
@@ -177,6 +182,11 @@ def test_a_run_saved_earlier_is_diffed_from_its_csv(tmp_path):
     pd.testing.assert_frame_equal(saved, live)
     # 0.up: 128 MACs now, 64 in the saved run
     assert saved.set_index(["module", "call"]).loc[("0.up", 1), "macs_ratio"] == 0.5
+    # or from the file itself, CSV or JSON (a newcomer had to read it back first)
+    pd.testing.assert_frame_equal(after.diff(tmp_path / "before.csv", names=("now", "saved")), live)
+    before.to_json(tmp_path / "before.json")
+    from_json = after.diff(str(tmp_path / "before.json"), names=("now", "saved"))
+    pd.testing.assert_frame_equal(from_json, live)
 
 
 def test_a_layer_inserted_in_the_middle_stays_in_the_middle():

@@ -8,6 +8,7 @@ import functools
 import html
 import itertools
 import operator
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,9 @@ from modelprof.errors import (
     warn_user,
 )
 from modelprof.render._output import emit
+from modelprof.render.csvio import read_csv
 from modelprof.render.formats import Exports, get_format
+from modelprof.render.jsonio import read_json
 from modelprof.render.options import ViewOptions, check_read_by
 from modelprof.render.trace import PassTimeline, cost_args, trace_document, write_trace
 from modelprof.render.units import format_bytes, format_count, format_rate
@@ -76,6 +79,15 @@ _STEP_PRIORITY = (
     *default_priority("backward_latency_ms"),
     *_LATEX_PRIORITY[6:],
 )
+
+
+def _read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """The table a ``to_csv`` or ``to_json`` file holds (by its suffix)."""
+    if str(path).lower().endswith(".json"):
+        return read_json(path)[0]
+    if str(path).lower().endswith(".csv"):
+        return read_csv(path)
+    raise ModelProfError(f"diff({str(path)!r}): a .csv or .json file written by to_csv/to_json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,13 +239,14 @@ class Report(Exports):
     @keywords_named
     def diff(
         self,
-        other: Report | pd.DataFrame,
+        other: Report | pd.DataFrame | str | os.PathLike[str],
         columns: Sequence[str] | None = None,
         names: Any = ("a", "b"),
         prefixes: Any = ("", ""),
     ) -> pd.DataFrame:
-        """This report (``a``) beside ``other`` (``b``: a Report, or a table saved earlier and
-        read back by ``modelprof.render.read_csv``, or ``read_json(...)[0]``) layer by layer,
+        """This report (``a``) beside ``other`` (``b``: a Report, a table saved earlier and
+        read back by ``modelprof.render.read_csv`` or ``read_json(...)[0]``, or the path of
+        such a ``.csv`` or ``.json`` file) layer by layer,
         rows matched by module and call: each of ``columns`` (default: the counts, forward and
         backward, and the latencies both sides timed) twice and their ratio b / a, ``in``
         saying where a row exists only on one side, a timing column's rough flag where either
@@ -243,14 +256,18 @@ class Report(Exports):
         ``attrs["notes"]`` (naming the prefixes that would match more). Counts compare exactly;
         per-layer times taken in two runs carry whatever the machine did between them
         (``compare()`` interleaves whole models to cancel that drift)."""
+        if isinstance(other, (str, os.PathLike)):  # a run saved earlier, read back here
+            other = _read_table(other)
         reports = [self, other]
         if isinstance(other, pd.DataFrame):  # a run saved earlier, read back
             require_columns(other, ("module", "call", "type"), "diff()", _READ_BACK)
         elif isinstance(other, Report):
             other = other.to_dataframe()
         else:
+            said = "; read_json gives (table, totals, env): pass its [0]"
             raise ModelProfError(
-                f"diff() takes another Report or its table read back, got {type(other).__name__}"
+                f"diff() takes another Report, its table read back or that file's path, got "
+                f"{type(other).__name__}" + (said if isinstance(other, tuple) else "")
             )
         out = diff_frames(self.to_dataframe(), other, columns, names, prefixes)
         if "latency_ms_ratio" in out.columns:  # a ratio of rough times is no figure to quote
