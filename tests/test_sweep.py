@@ -99,6 +99,29 @@ def test_results_are_written_per_config_and_resumed(nets: Path, tmp_path: Path) 
     assert table["macs"].tolist() == fresh["macs"].tolist()  # 200, 200, 800, 800
 
 
+def test_a_timed_row_is_read_back_only_at_the_thread_count_it_was_timed_at(
+    nets: Path, tmp_path: Path
+) -> None:
+    # a newcomer's rerun with --threads 1, to mend timings taken on 2 threads, read the
+    # 2-thread timings back: the thread count is part of what a timed row measured
+    out = tmp_path / "out"
+    grid = {
+        "models": [f"{nets}:narrow"],
+        "timing": True,
+        "options": {"repeat": 3, "warmup": 1, "roofline": False},
+    }
+    sweep(grid, out=out)
+    (path,) = (out / "configs").iterdir()
+    data = json.loads(path.read_text())
+    assert data["row"]["threads"] == torch.get_num_threads()
+    data["row"]["wall_s"] = -1.0  # planted: read back, or run again
+    path.write_text(json.dumps(data))
+    assert sweep(grid, out=out)["wall_s"].tolist() == [-1.0]  # same threads: read back
+    data["row"]["threads"] = torch.get_num_threads() + 1
+    path.write_text(json.dumps(data))
+    assert sweep(grid, out=out)["wall_s"].iloc[0] >= 0  # timed at another count: run again
+
+
 def test_a_damaged_or_foreign_result_file_is_run_again(nets: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     sweep({"models": [f"{nets}:narrow"]}, out=out)

@@ -141,6 +141,9 @@ class _Runner:
         row = self.store.load(config)
         if row is not None and row.get("status") != "ok" and self.retry_failed:
             return None
+        threads = None if row is None else row.get("threads")
+        if config.timing and threads is not None and threads != torch.get_num_threads():
+            return None  # timed at another thread count (--threads): not the timing asked for
         return row
 
     def _tick(self) -> None:
