@@ -158,3 +158,25 @@ def test_group_utilization_under_torchrun(tmp_path):
     assert g["mfu"][2] == pytest.approx(196_608 / (g["time_ms"][2] * 1e-3 * 2 * 1e9))
     for rank in (0, 1):
         assert g["mfu"][rank] == pytest.approx(out[rank]["mfu"])
+
+
+def test_the_gathered_step_time_is_the_training_steps(tmp_path):
+    # a newcomer's DDP step (backward=True) read attrs["step_latency_ms"] 0.040 ms, the
+    # forward's median, where the step took 1.342 ms: the step's is the group's step time
+    import torch.distributed as dist
+    from torch import nn
+
+    from modelprof import profile
+    from modelprof.distributed.gather import gather_reports
+
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        quick = dict(repeat=3, warmup=1, roofline=False)
+        step = profile(model, (16,), backward=True, **quick)
+        forward = profile(model, (16,), **quick)
+        step_ms = step.training_step.timing.step.median_ms
+        assert gather_reports(step).attrs["step_latency_ms"] == step_ms
+        assert gather_reports(forward).attrs["step_latency_ms"] == forward.latency.median_ms
+    finally:
+        dist.destroy_process_group()

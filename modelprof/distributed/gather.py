@@ -18,7 +18,8 @@ def gather_reports(
     """Gather ``report.to_dataframe(**frame_options)`` of every rank (a collective) to rank
     ``dst``: the frames stacked under a ``rank`` column on ``dst``, None on the others.
     ``attrs["ranks"]``: each rank's environment; ``attrs["step_latency_ms"]`` (timed): the
-    slowest rank's median, the group's step time.
+    slowest rank's median, the group's step time (of the whole training step where the
+    reports timed one, ``backward=True``; else of the forward).
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise ModelProfError(
@@ -27,7 +28,8 @@ def gather_reports(
         )
     rank = dist.get_rank(group)
     frame = report.to_dataframe(**frame_options)
-    latency = getattr(report, "latency", None)
+    step = getattr(getattr(report, "training_step", None), "timing", None)
+    latency = step.step if step is not None else getattr(report, "latency", None)
     mine = {
         "rank": dist.get_rank(),
         "frame": frame,
